@@ -1,0 +1,2 @@
+//! dnsd: the Palisade authoritative DNS daemon.
+fn main() {}

@@ -1,0 +1,2 @@
+//! http-front: the Palisade WAF reverse proxy.
+fn main() {}

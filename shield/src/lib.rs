@@ -1,0 +1,1 @@
+//! Shared policy core: block map, rule engine, rate limiters, event aggregator.

@@ -1,0 +1,1 @@
+//! RFC 1035 master files and the compiled, query-ready zone.
