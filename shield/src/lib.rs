@@ -1,1 +1,25 @@
-//! Shared policy core: block map, rule engine, rate limiters, event aggregator.
+//! Shared policy core of Palisade: block map, rule engine, rate limiters, event aggregator.
+//!
+//! `shield` knows nothing of DNS or HTTP wire formats. The daemons (`dnsd`, `http-front`) and
+//! the XDP loader (`xdp-guard`) build on these pieces:
+//!
+//! - [`block`]: the block map (address or prefix → expiry, reason, origin) that readers consult
+//!   without waiting for writers, with a lossless change feed for mirrors (XDP, Redis).
+//! - [`prefix`]: longest-prefix match over IPv4/IPv6 prefixes, shared by the block map and rules.
+//! - [`ratelimit`]: lock-free rate limiters and window counters in bounded tables.
+//! - [`rules`]: per-tenant prepared rules (prefix lists, known crawlers, ASNs, attribute
+//!   matchers, rate limits, escalation into the block map), loaded from TOML.
+//! - [`events`]: the bounded-memory event aggregator and its JSON-lines sinks.
+//! - [`clock`]: the two clocks the other modules take as plain integers.
+//!
+//! Out of scope here: Redis sync of blocks (a later issue builds it on [`block::Subscription`]
+//! and [`block::BlockMap::insert`] with [`block::Origin::Peer`]) and wire-format parsing.
+
+pub mod block;
+pub mod clock;
+pub mod events;
+pub mod prefix;
+pub mod ratelimit;
+pub mod rules;
+
+mod util;

@@ -1,1 +1,3 @@
-//! End-to-end test helpers: finding binaries, corpora, and reference servers.
+//! End-to-end test helpers: finding binaries, corpora, reference servers and network namespaces.
+
+pub mod netns;

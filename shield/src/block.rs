@@ -1,0 +1,1290 @@
+//! The block map: addresses and prefixes mapped to an expiry, a reason and an origin, with a change feed.
+//!
+//! # Shape
+//!
+//! ```text
+//! BlockMap::new(cfg) -> Arc<BlockMap>      shared by every thread; writers go through &self
+//!   insert(entry) -> InsertOutcome          New | Refreshed | Unchanged | Evicted(victim)
+//!   insert_batch(entries) -> BatchOutcome   many inserts, one publish
+//!   remove(net, cause) -> bool
+//!   expire(now_ms, budget) -> usize         removes at most `budget` expired entries
+//!   entries() / get(net) / len()            snapshots for `block list`, resyncs, Redis
+//!   reader() -> BlockReader                 one per thread (Send + Clone, not Sync)
+//!     lookup(ip, now_ms) -> Option<BlockHit>
+//!   subscribe(name) -> Subscription         lossless change feed (XDP mirror, Redis publisher)
+//!     poll(max) -> Option<Delivery>         Changes(batch) | Resync(full snapshot)
+//!     changed().await / wait_timeout(d)
+//!   stats() -> BlockStats
+//! ```
+//!
+//! # Readers never wait
+//!
+//! The read side is a [left-right](https://docs.rs/left-right) pair of tables: readers use one
+//! copy while the writer applies its operation log to the other, then the two swap. A reader
+//! only bumps an epoch counter that lives on its own cache line and loads one pointer; it never
+//! takes a lock and never waits for a writer. Writers serialise on one mutex that readers never
+//! touch; `insert` publishes at once, so a returned insert is visible to every later lookup.
+//! `benches/block.rs` compares this with `RwLock<HashMap>` and `Mutex<HashMap>`.
+//!
+//! A lookup first loads one flag that says whether the map holds anything (an empty map costs
+//! that load and nothing else), then walks the [`PrefixMap`](crate::prefix::PrefixMap): one
+//! hash probe when the map holds only host entries, one probe per prefix length in use
+//! otherwise. An entry whose expiry has passed is never a hit, even before `expire` removes it.
+//!
+//! # Bounds
+//!
+//! - `capacity` entries: inserting a new entry into a full map evicts the entry closest to
+//!   expiry (an indexed min-heap on expiry finds it in O(log n)); evictions are counted and
+//!   reach subscribers as [`Change::Remove`] with [`RemoveCause::Evicted`]. Insert never fails.
+//! - `feed_capacity` queued changes per subscriber: a subscriber that falls behind loses its
+//!   queue and receives [`Delivery::Resync`] with a full snapshot next, never a silent gap.
+//!   Lag and resyncs are counted per subscriber.
+//! - Reasons are at most [`REASON_MAX`] bytes and node ids at most [`NODE_MAX`] bytes (longer
+//!   ones are cut at a character boundary).
+//!
+//! # Expiry
+//!
+//! Expiries are unix milliseconds. `expire(now_ms, budget)` pops the expiry heap while its top
+//! has passed, at most `budget` entries per call, so a caller runs it on a timer without ever
+//! scanning the whole map.
+//!
+//! # Sync between nodes
+//!
+//! Entries learned from another node are inserted with [`Origin::Peer`] and the peer's node id;
+//! subscribers see the origin of every upsert and the cause of every removal, so a Redis
+//! publisher skips what came from peers. [`BlockEntry::with_ttl`] and [`BlockEntry::ttl_ms`]
+//! convert between relative TTLs (what travels between nodes) and absolute expiries.
+
+use crate::prefix::PrefixMap;
+use crate::util::{CachePadded, bump_owned};
+use hashbrown::HashMap;
+use ipnet::IpNet;
+use left_right::{Absorb, ReadHandle, ReadHandleFactory, WriteHandle};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::VecDeque;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Longest reason kept, in bytes.
+pub const REASON_MAX: usize = 39;
+/// Longest node id kept, in bytes.
+pub const NODE_MAX: usize = 64;
+
+/// Locks a mutex, taking the data even if another thread panicked while holding it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A short reason stored inline (no allocation, `Copy`), cut to [`REASON_MAX`] bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reason {
+    len: u8,
+    buf: [u8; REASON_MAX],
+}
+
+impl Reason {
+    /// The empty reason.
+    pub const EMPTY: Reason = Reason {
+        len: 0,
+        buf: [0; REASON_MAX],
+    };
+
+    /// Builds a reason from `s`, cut at a character boundary to [`REASON_MAX`] bytes.
+    pub fn new(s: &str) -> Self {
+        let s = cut(s, REASON_MAX);
+        let mut buf = [0u8; REASON_MAX];
+        buf[..s.len()].copy_from_slice(s.as_bytes());
+        Reason {
+            len: s.len() as u8,
+            buf,
+        }
+    }
+
+    /// The reason as text.
+    pub fn as_str(&self) -> &str {
+        // Built only from a &str cut at a char boundary.
+        std::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl Default for Reason {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+impl From<&str> for Reason {
+    fn from(s: &str) -> Self {
+        Reason::new(s)
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl Serialize for Reason {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Reason {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(Reason::new(&s))
+    }
+}
+
+/// Who decided a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// A decision of this node's daemons (escalation, flood defence).
+    Local,
+    /// Entered by hand (`dnsd ctl block add`).
+    Operator,
+    /// Learned from another node (Redis sync); must not be re-published.
+    Peer,
+}
+
+/// Why an entry left the map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RemoveCause {
+    /// Its expiry passed and `expire` removed it.
+    Expired,
+    /// The map was full and a new entry took its place.
+    Evicted,
+    /// Removed by hand (`dnsd ctl block del`).
+    Operator,
+    /// Lifted by this node's daemons.
+    Local,
+    /// Removed because another node removed it (Redis sync); must not be re-published.
+    Peer,
+}
+
+/// One block: an address or prefix, until when, why, and who decided it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlockEntry {
+    /// Blocked address (host prefix) or prefix; host bits are cleared on insert.
+    pub net: IpNet,
+    /// Expiry, unix milliseconds; the entry is not a hit at or after this instant.
+    pub expires_ms: u64,
+    /// Short reason.
+    pub reason: Reason,
+    /// Who decided it.
+    pub origin: Origin,
+    /// Id of the node that decided it, when known (at most [`NODE_MAX`] bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<Arc<str>>,
+}
+
+impl BlockEntry {
+    /// An entry expiring at `expires_ms` (unix milliseconds).
+    pub fn new(net: IpNet, expires_ms: u64, reason: &str, origin: Origin) -> Self {
+        BlockEntry {
+            net: net.trunc(),
+            expires_ms,
+            reason: Reason::new(reason),
+            origin,
+            node: None,
+        }
+    }
+
+    /// An entry living `ttl` from `now_ms` (relative TTL, as carried between nodes).
+    pub fn with_ttl(net: IpNet, ttl: Duration, now_ms: u64, reason: &str, origin: Origin) -> Self {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        Self::new(net, now_ms.saturating_add(ttl_ms), reason, origin)
+    }
+
+    /// The same entry tagged with the id of the node that decided it.
+    pub fn with_node(mut self, node: &str) -> Self {
+        self.node = Some(Arc::from(cut(node, NODE_MAX)));
+        self
+    }
+
+    /// Milliseconds left at `now_ms` (0 once expired).
+    pub fn ttl_ms(&self, now_ms: u64) -> u64 {
+        self.expires_ms.saturating_sub(now_ms)
+    }
+
+    /// True once `now_ms` has reached the expiry.
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.expires_ms <= now_ms
+    }
+}
+
+/// What a lookup found: the matching entry's prefix, expiry, reason and origin (`Copy`, no allocation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockHit {
+    /// The entry that matched (the most specific live one).
+    pub net: IpNet,
+    /// Its expiry, unix milliseconds.
+    pub expires_ms: u64,
+    /// Its reason.
+    pub reason: Reason,
+    /// Its origin.
+    pub origin: Origin,
+}
+
+/// What an insert did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// A new entry went in.
+    New,
+    /// An existing entry got a later expiry or a new reason (its expiry never shrinks).
+    Refreshed,
+    /// The entry was already there with the same reason and at least this expiry.
+    Unchanged,
+    /// A new entry went in after evicting the entry closest to expiry (given) to fit.
+    Evicted(IpNet),
+}
+
+/// What a batch insert did, by outcome.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// New entries.
+    pub new: usize,
+    /// Refreshed entries.
+    pub refreshed: usize,
+    /// Entries already present unchanged.
+    pub unchanged: usize,
+    /// Entries evicted to make room.
+    pub evicted: usize,
+}
+
+/// One change as delivered to subscribers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Change {
+    /// An entry was inserted or refreshed; this is its full new state.
+    Upsert(BlockEntry),
+    /// An entry left the map.
+    Remove {
+        /// The prefix removed.
+        net: IpNet,
+        /// Why.
+        cause: RemoveCause,
+    },
+}
+
+/// What a subscriber receives from one poll.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// The next changes, in order.
+    Changes(Vec<Change>),
+    /// The full current content: replace the mirror with it (after lag, or on first poll).
+    Resync(Vec<BlockEntry>),
+}
+
+/// Block map configuration (`[block]` in the daemons' configs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BlockConfig {
+    /// Most entries held (hosts and prefixes); a new entry beyond it evicts the one closest to expiry.
+    pub capacity: usize,
+    /// Most changes queued per subscriber before it is switched to a resync.
+    pub feed_capacity: usize,
+}
+
+impl Default for BlockConfig {
+    fn default() -> Self {
+        BlockConfig {
+            capacity: 1_000_000,
+            feed_capacity: 65_536,
+        }
+    }
+}
+
+/// Counters of one subscriber.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SubscriberStats {
+    /// Name given to `subscribe`.
+    pub name: String,
+    /// Changes waiting in its queue.
+    pub queued: usize,
+    /// Changes handed out by `poll`.
+    pub delivered: u64,
+    /// Changes that did not fit its queue (replaced by a resync).
+    pub lagged: u64,
+    /// Times its queue overflowed.
+    pub overflows: u64,
+    /// Resyncs handed out after overflow.
+    pub resyncs: u64,
+}
+
+/// Counters of the block map.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BlockStats {
+    /// Entries held.
+    pub len: usize,
+    /// Entries that are prefixes rather than single hosts.
+    pub prefixes: usize,
+    /// Configured capacity.
+    pub capacity: usize,
+    /// New entries inserted.
+    pub inserts: u64,
+    /// Entries refreshed (later expiry or new reason).
+    pub refreshes: u64,
+    /// Inserts that changed nothing.
+    pub unchanged: u64,
+    /// Entries removed by `remove`.
+    pub removals: u64,
+    /// Entries removed by `expire`.
+    pub expirations: u64,
+    /// Entries evicted because the map was full.
+    pub evictions: u64,
+    /// Lookups that hit a live entry, summed over readers.
+    pub hits: u64,
+    /// Per-subscriber counters.
+    pub subscribers: Vec<SubscriberStats>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Read side: the left-right tables.
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    expires_ms: u64,
+    reason: Reason,
+    origin: Origin,
+}
+
+#[derive(Clone, Default)]
+struct Tables {
+    map: PrefixMap<Slot>,
+}
+
+enum Op {
+    Upsert(IpNet, Slot),
+    Remove(IpNet),
+}
+
+impl Tables {
+    fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Upsert(net, slot) => {
+                self.map.insert(*net, *slot);
+            }
+            Op::Remove(net) => {
+                self.map.remove(net);
+            }
+        }
+    }
+}
+
+impl Absorb<Op> for Tables {
+    fn absorb_first(&mut self, op: &mut Op, _: &Self) {
+        self.apply(op);
+    }
+
+    fn absorb_second(&mut self, op: Op, _: &Self) {
+        self.apply(&op);
+    }
+
+    fn sync_with(&mut self, first: &Self) {
+        self.map = first.map.clone();
+    }
+
+    fn drop_first(self: Box<Self>) {}
+}
+
+// ---------------------------------------------------------------------------------------------
+// Write side: authoritative entries, expiry heap, subscribers.
+
+struct Meta {
+    entry: BlockEntry,
+    heap_pos: usize,
+}
+
+#[derive(Default)]
+struct WriterCounters {
+    inserts: u64,
+    refreshes: u64,
+    unchanged: u64,
+    removals: u64,
+    expirations: u64,
+    evictions: u64,
+}
+
+struct Writer {
+    handle: WriteHandle<Tables, Op>,
+    slots: Vec<Meta>,
+    free: Vec<usize>,
+    by_net: HashMap<IpNet, usize>,
+    /// Min-heap of slot ids by expiry.
+    heap: Vec<usize>,
+    pending: Vec<Change>,
+    dirty: bool,
+    subs: Vec<Arc<SubShared>>,
+    counters: WriterCounters,
+}
+
+impl Writer {
+    fn exp(&self, id: usize) -> u64 {
+        self.slots[id].entry.expires_ms
+    }
+
+    fn heap_set(&mut self, pos: usize, id: usize) {
+        self.heap[pos] = id;
+        self.slots[id].heap_pos = pos;
+    }
+
+    fn sift_up(&mut self, mut pos: usize) {
+        let id = self.heap[pos];
+        while pos > 0 {
+            let parent = (pos - 1) / 2;
+            let pid = self.heap[parent];
+            if self.exp(pid) <= self.exp(id) {
+                break;
+            }
+            self.heap_set(pos, pid);
+            pos = parent;
+        }
+        self.heap_set(pos, id);
+    }
+
+    fn sift_down(&mut self, mut pos: usize) {
+        let id = self.heap[pos];
+        let n = self.heap.len();
+        loop {
+            let l = 2 * pos + 1;
+            if l >= n {
+                break;
+            }
+            let r = l + 1;
+            let c = if r < n && self.exp(self.heap[r]) < self.exp(self.heap[l]) { r } else { l };
+            let cid = self.heap[c];
+            if self.exp(id) <= self.exp(cid) {
+                break;
+            }
+            self.heap_set(pos, cid);
+            pos = c;
+        }
+        self.heap_set(pos, id);
+    }
+
+    fn heap_remove(&mut self, pos: usize) {
+        let last = self.heap.len() - 1;
+        if pos != last {
+            let moved = self.heap[last];
+            self.heap_set(pos, moved);
+            self.heap.pop();
+            self.sift_up(pos);
+            let p = self.slots[moved].heap_pos;
+            self.sift_down(p);
+        } else {
+            self.heap.pop();
+        }
+    }
+
+    fn slot_of(entry: &BlockEntry) -> Slot {
+        Slot {
+            expires_ms: entry.expires_ms,
+            reason: entry.reason,
+            origin: entry.origin,
+        }
+    }
+
+    fn remove_id(&mut self, id: usize, cause: RemoveCause) {
+        let net = self.slots[id].entry.net;
+        self.by_net.remove(&net);
+        let pos = self.slots[id].heap_pos;
+        self.heap_remove(pos);
+        self.slots[id].entry.node = None;
+        self.free.push(id);
+        self.handle.append(Op::Remove(net));
+        self.pending.push(Change::Remove { net, cause });
+        self.dirty = true;
+        match cause {
+            RemoveCause::Expired => self.counters.expirations += 1,
+            RemoveCause::Evicted => self.counters.evictions += 1,
+            _ => self.counters.removals += 1,
+        }
+    }
+
+    fn insert_one(&mut self, capacity: usize, mut e: BlockEntry) -> InsertOutcome {
+        e.net = e.net.trunc();
+        if let Some(&id) = self.by_net.get(&e.net) {
+            let cur = &mut self.slots[id].entry;
+            let longer = e.expires_ms > cur.expires_ms;
+            if !longer && e.reason == cur.reason {
+                self.counters.unchanged += 1;
+                return InsertOutcome::Unchanged;
+            }
+            cur.expires_ms = cur.expires_ms.max(e.expires_ms);
+            cur.reason = e.reason;
+            cur.origin = e.origin;
+            cur.node = e.node;
+            let slot = Self::slot_of(cur);
+            let change = Change::Upsert(cur.clone());
+            let pos = self.slots[id].heap_pos;
+            // Expiry only grows: the element can only move down the min-heap.
+            self.sift_down(pos);
+            self.handle.append(Op::Upsert(e.net, slot));
+            self.pending.push(change);
+            self.dirty = true;
+            self.counters.refreshes += 1;
+            return InsertOutcome::Refreshed;
+        }
+        let mut outcome = InsertOutcome::New;
+        if self.by_net.len() >= capacity.max(1) {
+            let victim = self.heap[0];
+            let vnet = self.slots[victim].entry.net;
+            self.remove_id(victim, RemoveCause::Evicted);
+            outcome = InsertOutcome::Evicted(vnet);
+        }
+        let slot = Self::slot_of(&e);
+        let net = e.net;
+        self.pending.push(Change::Upsert(e.clone()));
+        let meta = Meta {
+            entry: e,
+            heap_pos: self.heap.len(),
+        };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id] = meta;
+                id
+            }
+            None => {
+                self.slots.push(meta);
+                self.slots.len() - 1
+            }
+        };
+        self.by_net.insert(net, id);
+        self.heap.push(id);
+        self.sift_up(self.heap.len() - 1);
+        self.handle.append(Op::Upsert(net, slot));
+        self.dirty = true;
+        self.counters.inserts += 1;
+        outcome
+    }
+
+    fn snapshot(&self) -> Vec<BlockEntry> {
+        self.by_net
+            .values()
+            .map(|&id| self.slots[id].entry.clone())
+            .collect()
+    }
+}
+
+struct Inner {
+    cfg: BlockConfig,
+    nonempty: CachePadded<AtomicBool>,
+    factory: ReadHandleFactory<Tables>,
+    writer: Mutex<Writer>,
+    readers: Mutex<ReaderRegistry>,
+}
+
+#[derive(Default)]
+struct ReaderRegistry {
+    live: Vec<Arc<CachePadded<AtomicU64>>>,
+    retired_hits: u64,
+}
+
+impl Inner {
+    /// Publishes pending operations, updates the empty flag and feeds subscribers.
+    fn finish(&self, w: &mut Writer) {
+        if w.dirty {
+            w.handle.publish();
+            w.dirty = false;
+        }
+        self.nonempty.store(!w.by_net.is_empty(), Ordering::Release);
+        if w.pending.is_empty() {
+            return;
+        }
+        for sub in &w.subs {
+            sub.deliver(&w.pending);
+        }
+        w.pending.clear();
+    }
+}
+
+/// The shared block map; see the module documentation.
+pub struct BlockMap {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for BlockMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockMap")
+            .field("cfg", &self.inner.cfg)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl BlockMap {
+    /// An empty map with the given bounds.
+    pub fn new(cfg: BlockConfig) -> Arc<Self> {
+        let (mut handle, rh) = left_right::new::<Tables, Op>();
+        handle.publish();
+        let factory = rh.factory();
+        let writer = Writer {
+            handle,
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_net: HashMap::new(),
+            heap: Vec::new(),
+            pending: Vec::new(),
+            dirty: false,
+            subs: Vec::new(),
+            counters: WriterCounters::default(),
+        };
+        Arc::new(BlockMap {
+            inner: Arc::new(Inner {
+                cfg,
+                nonempty: CachePadded(AtomicBool::new(false)),
+                factory,
+                writer: Mutex::new(writer),
+                readers: Mutex::new(ReaderRegistry::default()),
+            }),
+        })
+    }
+
+    /// The configuration the map was built with.
+    pub fn config(&self) -> &BlockConfig {
+        &self.inner.cfg
+    }
+
+    /// Inserts or refreshes one entry and publishes it to readers and subscribers at once.
+    ///
+    /// A refresh keeps the later of the two expiries and takes the new reason, origin and node.
+    /// In a full map a new entry evicts the entry closest to expiry; insert never fails.
+    pub fn insert(&self, entry: BlockEntry) -> InsertOutcome {
+        let mut w = lock(&self.inner.writer);
+        let out = w.insert_one(self.inner.cfg.capacity, entry);
+        self.inner.finish(&mut w);
+        out
+    }
+
+    /// Inserts many entries with a single publish (Redis snapshots, bulk loads).
+    pub fn insert_batch(&self, entries: impl IntoIterator<Item = BlockEntry>) -> BatchOutcome {
+        let mut w = lock(&self.inner.writer);
+        let mut out = BatchOutcome::default();
+        for e in entries {
+            match w.insert_one(self.inner.cfg.capacity, e) {
+                InsertOutcome::New => out.new += 1,
+                InsertOutcome::Refreshed => out.refreshed += 1,
+                InsertOutcome::Unchanged => out.unchanged += 1,
+                InsertOutcome::Evicted(_) => {
+                    out.new += 1;
+                    out.evicted += 1;
+                }
+            }
+        }
+        self.inner.finish(&mut w);
+        out
+    }
+
+    /// Removes exactly `net` (not prefixes covering it); false when it was not there.
+    pub fn remove(&self, net: IpNet, cause: RemoveCause) -> bool {
+        let mut w = lock(&self.inner.writer);
+        let Some(&id) = w.by_net.get(&net.trunc()) else {
+            return false;
+        };
+        w.remove_id(id, cause);
+        self.inner.finish(&mut w);
+        true
+    }
+
+    /// Removes up to `budget` entries whose expiry is at or before `now_ms`; returns how many.
+    ///
+    /// Works off the expiry heap from its top: never scans the map.
+    pub fn expire(&self, now_ms: u64, budget: usize) -> usize {
+        let mut w = lock(&self.inner.writer);
+        let mut n = 0;
+        while n < budget {
+            let Some(&top) = w.heap.first() else { break };
+            if w.exp(top) > now_ms {
+                break;
+            }
+            w.remove_id(top, RemoveCause::Expired);
+            n += 1;
+        }
+        self.inner.finish(&mut w);
+        n
+    }
+
+    /// The entry stored for exactly `net`, expired or not.
+    pub fn get(&self, net: IpNet) -> Option<BlockEntry> {
+        let w = lock(&self.inner.writer);
+        w.by_net.get(&net.trunc()).map(|&id| w.slots[id].entry.clone())
+    }
+
+    /// Number of entries (including expired ones `expire` has not removed yet).
+    pub fn len(&self) -> usize {
+        lock(&self.inner.writer).by_net.len()
+    }
+
+    /// True when the map holds nothing (one atomic load).
+    pub fn is_empty(&self) -> bool {
+        !self.inner.nonempty.load(Ordering::Acquire)
+    }
+
+    /// A copy of every entry, in no particular order.
+    pub fn entries(&self) -> Vec<BlockEntry> {
+        lock(&self.inner.writer).snapshot()
+    }
+
+    /// A lookup handle for one thread.
+    pub fn reader(&self) -> BlockReader {
+        BlockReader::new(Arc::clone(&self.inner))
+    }
+
+    /// A change feed named `name` (for stats). Its first poll on a non-empty map is a resync.
+    pub fn subscribe(&self, name: &str) -> Subscription {
+        let mut w = lock(&self.inner.writer);
+        let shared = Arc::new(SubShared {
+            name: name.to_string(),
+            capacity: self.inner.cfg.feed_capacity.max(1),
+            q: Mutex::new(SubQueue {
+                items: VecDeque::new(),
+                lagging: false,
+                initial: !w.by_net.is_empty(),
+            }),
+            cv: Condvar::new(),
+            notify: tokio::sync::Notify::new(),
+            delivered: AtomicU64::new(0),
+            lagged: AtomicU64::new(0),
+            overflows: AtomicU64::new(0),
+            resyncs: AtomicU64::new(0),
+        });
+        w.subs.push(Arc::clone(&shared));
+        Subscription {
+            inner: Arc::clone(&self.inner),
+            shared,
+        }
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> BlockStats {
+        let hits = {
+            let r = lock(&self.inner.readers);
+            r.live
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .fold(r.retired_hits, u64::wrapping_add)
+        };
+        let w = lock(&self.inner.writer);
+        let c = &w.counters;
+        BlockStats {
+            len: w.by_net.len(),
+            prefixes: w
+                .by_net
+                .keys()
+                .filter(|n| n.prefix_len() < n.max_prefix_len())
+                .count(),
+            capacity: self.inner.cfg.capacity,
+            inserts: c.inserts,
+            refreshes: c.refreshes,
+            unchanged: c.unchanged,
+            removals: c.removals,
+            expirations: c.expirations,
+            evictions: c.evictions,
+            hits,
+            subscribers: w.subs.iter().map(|s| s.stats()).collect(),
+        }
+    }
+}
+
+/// A per-thread lookup handle: `Send` and `Clone`, not `Sync`. Lookups never wait for writers.
+pub struct BlockReader {
+    inner: Arc<Inner>,
+    handle: ReadHandle<Tables>,
+    hits: Arc<CachePadded<AtomicU64>>,
+}
+
+impl fmt::Debug for BlockReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlockReader").finish_non_exhaustive()
+    }
+}
+
+impl BlockReader {
+    fn new(inner: Arc<Inner>) -> Self {
+        let hits = Arc::new(CachePadded(AtomicU64::new(0)));
+        {
+            let mut r = lock(&inner.readers);
+            // Fold the counters of dropped readers so the registry stays as small as the live set.
+            let mut retired = 0u64;
+            r.live.retain(|c| {
+                if Arc::strong_count(c) == 1 {
+                    retired = retired.wrapping_add(c.load(Ordering::Relaxed));
+                    false
+                } else {
+                    true
+                }
+            });
+            r.retired_hits = r.retired_hits.wrapping_add(retired);
+            r.live.push(Arc::clone(&hits));
+        }
+        let handle = inner.factory.handle();
+        BlockReader {
+            inner,
+            handle,
+            hits,
+        }
+    }
+
+    /// The most specific live entry covering `ip` at `now_ms`, if any.
+    ///
+    /// Empty map: one atomic load. Hosts only: one hash probe. Allocates nothing, takes no lock.
+    #[inline]
+    pub fn lookup(&self, ip: IpAddr, now_ms: u64) -> Option<BlockHit> {
+        if !self.inner.nonempty.load(Ordering::Acquire) {
+            return None;
+        }
+        let tables = self.handle.enter()?;
+        for (net, slot) in tables.map.matches(ip) {
+            if slot.expires_ms > now_ms {
+                bump_owned(&self.hits, 1);
+                return Some(BlockHit {
+                    net,
+                    expires_ms: slot.expires_ms,
+                    reason: slot.reason,
+                    origin: slot.origin,
+                });
+            }
+        }
+        None
+    }
+
+    /// True when `ip` is blocked at `now_ms`.
+    #[inline]
+    pub fn is_blocked(&self, ip: IpAddr, now_ms: u64) -> bool {
+        self.lookup(ip, now_ms).is_some()
+    }
+
+    /// True when the map holds nothing (one atomic load).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        !self.inner.nonempty.load(Ordering::Acquire)
+    }
+}
+
+impl Clone for BlockReader {
+    fn clone(&self) -> Self {
+        BlockReader::new(Arc::clone(&self.inner))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Change feed.
+
+struct SubQueue {
+    items: VecDeque<Change>,
+    /// The queue overflowed: the next poll is a resync.
+    lagging: bool,
+    /// Subscribed to a non-empty map: the first poll is a resync.
+    initial: bool,
+}
+
+impl SubQueue {
+    fn ready(&self) -> bool {
+        self.lagging || self.initial || !self.items.is_empty()
+    }
+}
+
+struct SubShared {
+    name: String,
+    capacity: usize,
+    q: Mutex<SubQueue>,
+    cv: Condvar,
+    notify: tokio::sync::Notify,
+    delivered: AtomicU64,
+    lagged: AtomicU64,
+    overflows: AtomicU64,
+    resyncs: AtomicU64,
+}
+
+impl SubShared {
+    fn deliver(&self, changes: &[Change]) {
+        let n = changes.len();
+        {
+            let mut q = lock(&self.q);
+            if q.lagging || q.initial {
+                // A snapshot is due anyway; it will carry these changes.
+                if q.lagging {
+                    self.lagged.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            } else if q.items.len() + n > self.capacity {
+                let dropped = q.items.len() + n;
+                q.items = VecDeque::new();
+                q.lagging = true;
+                self.lagged.fetch_add(dropped as u64, Ordering::Relaxed);
+                self.overflows.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(subscriber = %self.name, dropped, "block feed overflow; resync follows");
+            } else {
+                q.items.extend(changes.iter().cloned());
+            }
+        }
+        self.cv.notify_all();
+        self.notify.notify_one();
+    }
+
+    fn stats(&self) -> SubscriberStats {
+        SubscriberStats {
+            name: self.name.clone(),
+            queued: lock(&self.q).items.len(),
+            delivered: self.delivered.load(Ordering::Relaxed),
+            lagged: self.lagged.load(Ordering::Relaxed),
+            overflows: self.overflows.load(Ordering::Relaxed),
+            resyncs: self.resyncs.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A subscriber's end of the change feed; dropping it unsubscribes.
+pub struct Subscription {
+    inner: Arc<Inner>,
+    shared: Arc<SubShared>,
+}
+
+impl fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscription")
+            .field("name", &self.shared.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Subscription {
+    /// The name given to `subscribe`.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Takes up to `max` queued changes, or the resync snapshot when one is due; `None` when idle.
+    pub fn poll(&mut self, max: usize) -> Option<Delivery> {
+        {
+            let mut q = lock(&self.shared.q);
+            if !q.lagging && !q.initial {
+                if q.items.is_empty() {
+                    return None;
+                }
+                let n = max.max(1).min(q.items.len());
+                let batch: Vec<Change> = q.items.drain(..n).collect();
+                self.shared.delivered.fetch_add(n as u64, Ordering::Relaxed);
+                return Some(Delivery::Changes(batch));
+            }
+        }
+        // Snapshot and queue reset under the writer lock, so that every change after the
+        // snapshot lands in the (now empty) queue and none before it does.
+        let w = lock(&self.inner.writer);
+        let mut q = lock(&self.shared.q);
+        let snapshot = w.snapshot();
+        q.items.clear();
+        if q.lagging {
+            self.shared.resyncs.fetch_add(1, Ordering::Relaxed);
+        }
+        q.lagging = false;
+        q.initial = false;
+        Some(Delivery::Resync(snapshot))
+    }
+
+    /// True when a poll would return something.
+    pub fn is_ready(&self) -> bool {
+        lock(&self.shared.q).ready()
+    }
+
+    /// Waits (async) until a poll would return something.
+    pub async fn changed(&mut self) {
+        loop {
+            if self.is_ready() {
+                return;
+            }
+            self.shared.notify.notified().await;
+        }
+    }
+
+    /// Blocks the thread until a poll would return something or `timeout` passes; true when ready.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> bool {
+        let q = lock(&self.shared.q);
+        let (q, _) = self
+            .shared
+            .cv
+            .wait_timeout_while(q, timeout, |q| !q.ready())
+            .unwrap_or_else(|e| e.into_inner());
+        q.ready()
+    }
+
+    /// This subscriber's counters.
+    pub fn stats(&self) -> SubscriberStats {
+        self.shared.stats()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut w = lock(&self.inner.writer);
+        w.subs.retain(|s| !Arc::ptr_eq(s, &self.shared));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prefix::parse_net;
+
+    fn net(s: &str) -> IpNet {
+        parse_net(s).unwrap()
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn entry(s: &str, exp: u64) -> BlockEntry {
+        BlockEntry::new(net(s), exp, "test", Origin::Local)
+    }
+
+    fn small(capacity: usize, feed: usize) -> Arc<BlockMap> {
+        BlockMap::new(BlockConfig {
+            capacity,
+            feed_capacity: feed,
+        })
+    }
+
+    #[test]
+    fn reason_is_cut_at_char_boundary() {
+        let long = "é".repeat(30);
+        let r = Reason::new(&long);
+        assert!(r.as_str().len() <= REASON_MAX);
+        assert_eq!(r.as_str().len() % 2, 0);
+        assert_eq!(Reason::new("abc").as_str(), "abc");
+        let e = entry("192.0.2.1", 5).with_node(&"n".repeat(100));
+        assert_eq!(e.node.unwrap().len(), NODE_MAX);
+    }
+
+    #[test]
+    fn insert_lookup_expiry_semantics() {
+        let m = small(100, 100);
+        let r = m.reader();
+        assert!(r.is_empty());
+        assert_eq!(r.lookup(ip("192.0.2.1"), 0), None);
+        assert_eq!(m.insert(entry("192.0.2.1", 1000)), InsertOutcome::New);
+        assert!(!r.is_empty());
+        let hit = r.lookup(ip("192.0.2.1"), 999).unwrap();
+        assert_eq!(hit.net, net("192.0.2.1/32"));
+        assert_eq!(hit.reason.as_str(), "test");
+        // At and after expiry: not a hit, though still stored.
+        assert_eq!(r.lookup(ip("192.0.2.1"), 1000), None);
+        assert_eq!(m.len(), 1);
+        assert_eq!(r.lookup(ip("192.0.2.2"), 0), None);
+        assert_eq!(m.stats().hits, 1);
+    }
+
+    #[test]
+    fn refresh_rules() {
+        let m = small(100, 100);
+        m.insert(entry("192.0.2.1", 1000));
+        assert_eq!(m.insert(entry("192.0.2.1", 500)), InsertOutcome::Unchanged);
+        assert_eq!(m.insert(entry("192.0.2.1", 2000)), InsertOutcome::Refreshed);
+        let mut e = entry("192.0.2.1", 10);
+        e.reason = Reason::new("other");
+        assert_eq!(m.insert(e), InsertOutcome::Refreshed);
+        let got = m.get(net("192.0.2.1/32")).unwrap();
+        assert_eq!(got.expires_ms, 2000, "expiry never shrinks");
+        assert_eq!(got.reason.as_str(), "other");
+        let s = m.stats();
+        assert_eq!((s.inserts, s.refreshes, s.unchanged), (1, 2, 1));
+    }
+
+    #[test]
+    fn prefixes_match_and_expired_specific_falls_back() {
+        let m = small(100, 100);
+        m.insert(entry("10.0.0.0/8", 5000));
+        m.insert(entry("10.1.0.0/16", 100));
+        let r = m.reader();
+        assert_eq!(r.lookup(ip("10.1.2.3"), 50).unwrap().net, net("10.1.0.0/16"));
+        assert_eq!(r.lookup(ip("10.1.2.3"), 200).unwrap().net, net("10.0.0.0/8"));
+        assert_eq!(r.lookup(ip("::ffff:10.9.9.9"), 200).unwrap().net, net("10.0.0.0/8"));
+        assert_eq!(m.stats().prefixes, 2);
+    }
+
+    #[test]
+    fn remove_and_expire_budget() {
+        let m = small(100, 1000);
+        for i in 0..10u64 {
+            m.insert(entry(&format!("192.0.2.{i}"), 100 + i));
+        }
+        assert!(m.remove(net("192.0.2.0"), RemoveCause::Operator));
+        assert!(!m.remove(net("192.0.2.0"), RemoveCause::Operator));
+        assert_eq!(m.expire(104, 2), 2);
+        assert_eq!(m.expire(104, 100), 2);
+        assert_eq!(m.expire(104, 100), 0);
+        assert_eq!(m.len(), 5);
+        let s = m.stats();
+        assert_eq!((s.removals, s.expirations), (1, 4));
+        // The survivors are the ones that expire latest.
+        let mut left: Vec<u64> = m.entries().iter().map(|e| e.expires_ms).collect();
+        left.sort();
+        assert_eq!(left, vec![105, 106, 107, 108, 109]);
+    }
+
+    #[test]
+    fn capacity_evicts_closest_to_expiry() {
+        let m = small(3, 100);
+        let mut sub = m.subscribe("t");
+        m.insert(entry("192.0.2.1", 300));
+        m.insert(entry("192.0.2.2", 100));
+        m.insert(entry("192.0.2.3", 200));
+        assert_eq!(
+            m.insert(entry("192.0.2.4", 50)),
+            InsertOutcome::Evicted(net("192.0.2.2/32"))
+        );
+        assert_eq!(m.len(), 3);
+        assert_eq!(m.stats().evictions, 1);
+        let Some(Delivery::Changes(ch)) = sub.poll(100) else {
+            panic!("expected changes")
+        };
+        assert_eq!(ch.len(), 5);
+        assert_eq!(
+            ch[3],
+            Change::Remove {
+                net: net("192.0.2.2/32"),
+                cause: RemoveCause::Evicted
+            }
+        );
+    }
+
+    #[test]
+    fn heap_stays_consistent_under_mixed_ops() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let m = small(50, 10);
+        for _ in 0..5000 {
+            let a: u8 = rng.random_range(0..80);
+            let exp: u64 = rng.random_range(0..1000);
+            match rng.random_range(0..4) {
+                0 => {
+                    m.remove(net(&format!("10.0.0.{a}")), RemoveCause::Local);
+                }
+                1 => {
+                    m.expire(rng.random_range(0..1000), 3);
+                }
+                _ => {
+                    m.insert(entry(&format!("10.0.0.{a}"), exp));
+                }
+            }
+            let w = lock(&m.inner.writer);
+            for (pos, &id) in w.heap.iter().enumerate() {
+                assert_eq!(w.slots[id].heap_pos, pos);
+                if pos > 0 {
+                    assert!(w.exp(w.heap[(pos - 1) / 2]) <= w.exp(id));
+                }
+            }
+            assert_eq!(w.heap.len(), w.by_net.len());
+        }
+    }
+
+    #[test]
+    fn feed_delivers_in_order_and_resyncs_after_lag() {
+        let m = small(1000, 4);
+        let mut sub = m.subscribe("x");
+        assert!(sub.poll(10).is_none());
+        m.insert(entry("192.0.2.1", 100));
+        m.insert(entry("192.0.2.2", 100));
+        assert!(sub.wait_timeout(Duration::from_millis(1)));
+        assert_eq!(
+            sub.poll(1),
+            Some(Delivery::Changes(vec![Change::Upsert(entry("192.0.2.1/32", 100))]))
+        );
+        for i in 3..10 {
+            m.insert(entry(&format!("192.0.2.{i}"), 100));
+        }
+        let Some(Delivery::Resync(all)) = sub.poll(10) else {
+            panic!("expected resync")
+        };
+        assert_eq!(all.len(), 9);
+        assert!(sub.poll(10).is_none());
+        m.remove(net("192.0.2.1"), RemoveCause::Operator);
+        assert_eq!(
+            sub.poll(10),
+            Some(Delivery::Changes(vec![Change::Remove {
+                net: net("192.0.2.1/32"),
+                cause: RemoveCause::Operator
+            }]))
+        );
+        let st = sub.stats();
+        assert_eq!((st.overflows, st.resyncs), (1, 1));
+        assert!(st.lagged >= 4);
+    }
+
+    #[test]
+    fn late_subscriber_starts_with_snapshot_and_drop_unsubscribes() {
+        let m = small(1000, 100);
+        m.insert(entry("192.0.2.1", 100));
+        let mut sub = m.subscribe("late");
+        assert_eq!(
+            sub.poll(10),
+            Some(Delivery::Resync(vec![entry("192.0.2.1/32", 100)]))
+        );
+        assert_eq!(sub.stats().resyncs, 0);
+        assert_eq!(m.stats().subscribers.len(), 1);
+        drop(sub);
+        assert!(m.stats().subscribers.is_empty());
+    }
+
+    #[test]
+    fn peer_origin_is_visible_to_subscribers() {
+        let m = small(1000, 100);
+        let mut sub = m.subscribe("redis");
+        let e = BlockEntry::with_ttl(
+            net("2001:db8::/48"),
+            Duration::from_secs(60),
+            1_000,
+            "peer says",
+            Origin::Peer,
+        )
+        .with_node("node-b");
+        assert_eq!(e.ttl_ms(31_000), 30_000);
+        m.insert(e);
+        let Some(Delivery::Changes(ch)) = sub.poll(10) else {
+            panic!()
+        };
+        let Change::Upsert(got) = &ch[0] else { panic!() };
+        assert_eq!(got.origin, Origin::Peer);
+        assert_eq!(got.node.as_deref(), Some("node-b"));
+        let json = serde_json::to_string(&ch[0]).unwrap();
+        let back: Change = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, ch[0]);
+    }
+
+    #[test]
+    fn changed_wakes_async_waiter() {
+        let m = small(1000, 100);
+        let mut sub = m.subscribe("async");
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let m2 = Arc::clone(&m);
+        let t = std::thread::spawn(move || m2.insert(entry("192.0.2.9", 100)));
+        rt.block_on(sub.changed());
+        t.join().unwrap();
+        assert!(matches!(sub.poll(10), Some(Delivery::Changes(_))));
+    }
+}

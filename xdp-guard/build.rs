@@ -1,0 +1,192 @@
+//! Compiles the XDP program (`bpf/guard.c`) with clang into `OUT_DIR/guard.o`, and checks that
+//! the Rust mirror of `bpf/guard.h` (src/maps.rs) has the same layout: a host-compiled probe of
+//! the header prints sizes, offsets and constants as Rust `const` assertions
+//! (`OUT_DIR/layout_check.rs`), which src/maps.rs includes. A mismatch fails the build.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// (C struct, Rust type, [(C field, Rust field)]) checked for size and offsets.
+const STRUCTS: &[(&str, &str, &[(&str, &str)])] = &[
+    ("guard_v4_key", "V4Key", &[("addr", "addr")]),
+    ("guard_v6_key", "V6Key", &[("addr", "addr")]),
+    (
+        "guard_lpm_v4_key",
+        "LpmV4Key",
+        &[("prefixlen", "prefixlen"), ("addr", "addr")],
+    ),
+    (
+        "guard_lpm_v6_key",
+        "LpmV6Key",
+        &[("prefixlen", "prefixlen"), ("addr", "addr")],
+    ),
+    ("guard_block", "BlockValue", &[("expires_ns", "expires_ns")]),
+    (
+        "guard_bucket",
+        "Bucket",
+        &[("tokens", "tokens"), ("last_ns", "last_ns")],
+    ),
+    (
+        "guard_config",
+        "GuardConfig",
+        &[
+            ("rate_pps", "rate_pps"),
+            ("cap_units", "cap_units"),
+            ("fill_ns", "fill_ns"),
+            ("flags", "flags"),
+            ("reserved", "reserved"),
+            ("dns_ports", "dns_ports"),
+        ],
+    ),
+    ("guard_counters", "RawCounters", &[("count", "count")]),
+];
+
+/// (C macro, Rust constant) checked for equal integer values.
+const INTS: &[(&str, &str)] = &[
+    ("GUARD_TOKEN_UNIT", "TOKEN_UNIT"),
+    ("GUARD_F_RATELIMIT", "F_RATELIMIT"),
+    ("GUARD_MAX_EXT_HEADERS", "MAX_EXT_HEADERS"),
+    ("GUARD_C_PASS", "C_PASS"),
+    ("GUARD_C_PASS_NOT_IP", "C_PASS_NOT_IP"),
+    ("GUARD_C_PASS_NOT_UNDERSTOOD", "C_PASS_NOT_UNDERSTOOD"),
+    ("GUARD_C_DROP_BLOCKED_ADDR", "C_DROP_BLOCKED_ADDR"),
+    ("GUARD_C_DROP_BLOCKED_PREFIX", "C_DROP_BLOCKED_PREFIX"),
+    ("GUARD_C_DROP_RATELIMIT", "C_DROP_RATELIMIT"),
+    ("GUARD_VERDICTS", "VERDICTS"),
+    ("GUARD_C_BLOCK_EXPIRED", "C_BLOCK_EXPIRED"),
+    ("GUARD_C_RATE_NEW_SOURCE", "C_RATE_NEW_SOURCE"),
+    ("GUARD_COUNTERS", "COUNTERS"),
+    ("GUARD_DEFAULT_BLOCK_V4_ENTRIES", "DEFAULT_BLOCK_V4_ENTRIES"),
+    ("GUARD_DEFAULT_BLOCK_V6_ENTRIES", "DEFAULT_BLOCK_V6_ENTRIES"),
+    ("GUARD_DEFAULT_PREFIX_V4_ENTRIES", "DEFAULT_PREFIX_V4_ENTRIES"),
+    ("GUARD_DEFAULT_PREFIX_V6_ENTRIES", "DEFAULT_PREFIX_V6_ENTRIES"),
+    ("GUARD_DEFAULT_RATE_ENTRIES", "DEFAULT_RATE_ENTRIES"),
+];
+
+/// (C macro, Rust constant) checked for equal strings (map names).
+const STRS: &[(&str, &str)] = &[
+    ("GUARD_MAP_BLOCK_V4", "MAP_BLOCK_V4"),
+    ("GUARD_MAP_BLOCK_V6", "MAP_BLOCK_V6"),
+    ("GUARD_MAP_PREFIX_V4", "MAP_PREFIX_V4"),
+    ("GUARD_MAP_PREFIX_V6", "MAP_PREFIX_V6"),
+    ("GUARD_MAP_RATE", "MAP_RATE"),
+    ("GUARD_MAP_CONFIG", "MAP_CONFIG"),
+    ("GUARD_MAP_COUNTERS", "MAP_COUNTERS"),
+];
+
+fn main() {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
+    let bpf_dir = manifest.join("bpf");
+    println!("cargo:rerun-if-changed=bpf/guard.c");
+    println!("cargo:rerun-if-changed=bpf/guard.h");
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=CLANG");
+
+    let clang = env::var("CLANG").unwrap_or_else(|_| "clang".to_owned());
+    check_tools(&clang);
+
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".to_owned());
+    let multiarch = format!("/usr/include/{arch}-linux-gnu");
+    let object = out.join("guard.o");
+    run(
+        Command::new(&clang)
+            .args(["-target", "bpf", "-O2", "-g", "-Wall", "-Werror"])
+            .arg(format!("-I{multiarch}"))
+            .arg("-I")
+            .arg(&bpf_dir)
+            .arg("-c")
+            .arg(bpf_dir.join("guard.c"))
+            .arg("-o")
+            .arg(&object),
+        "compiling bpf/guard.c for the BPF target",
+    );
+
+    let probe_src = out.join("layout_probe.c");
+    std::fs::write(&probe_src, probe_source()).expect("write layout probe");
+    let probe_bin = out.join("layout_probe");
+    run(
+        Command::new(&clang)
+            .arg("-I")
+            .arg(&bpf_dir)
+            .arg(&probe_src)
+            .arg("-o")
+            .arg(&probe_bin),
+        "compiling the host layout probe of bpf/guard.h",
+    );
+    let output = Command::new(&probe_bin)
+        .output()
+        .expect("run the layout probe");
+    assert!(output.status.success(), "layout probe failed");
+    std::fs::write(out.join("layout_check.rs"), output.stdout).expect("write layout_check.rs");
+}
+
+/// Fails with a message that says what to install when clang or libbpf-dev is missing.
+fn check_tools(clang: &str) {
+    match Command::new(clang).arg("--version").output() {
+        Ok(o) if o.status.success() => {}
+        _ => panic!(
+            "\n\nxdp-guard: `{clang}` not found or not working.\n\
+             The XDP program (bpf/guard.c) is compiled with clang for the BPF target.\n\
+             Install it with `apt-get install clang libbpf-dev` (or set CLANG=/path/to/clang).\n\n"
+        ),
+    }
+    if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
+        println!(
+            "cargo:warning=/usr/include/bpf/bpf_helpers.h is missing: apt-get install libbpf-dev"
+        );
+    }
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let output = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("xdp-guard: {what}: cannot run {cmd:?}: {e}"));
+    if !output.status.success() {
+        panic!(
+            "xdp-guard: {what} failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// A C program that prints Rust const assertions comparing the header with src/maps.rs.
+fn probe_source() -> String {
+    let mut c = String::from(
+        "#include <stddef.h>\n#include <stdio.h>\n#include \"guard.h\"\nint main(void) {\n",
+    );
+    c.push_str(
+        "  printf(\"// Generated by build.rs from bpf/guard.h: the Rust mirror must match.\\n\");\n",
+    );
+    for (cs, rs, fields) in STRUCTS {
+        c.push_str(&format!(
+            "  printf(\"const _: () = assert!(core::mem::size_of::<{rs}>() == %zu, \\\"size of {rs} != struct {cs}\\\");\\n\", sizeof(struct {cs}));\n"
+        ));
+        c.push_str(&format!(
+            "  printf(\"const _: () = assert!(core::mem::align_of::<{rs}>() == %zu, \\\"align of {rs} != struct {cs}\\\");\\n\", _Alignof(struct {cs}));\n"
+        ));
+        for (cf, rf) in *fields {
+            c.push_str(&format!(
+                "  printf(\"const _: () = assert!(core::mem::offset_of!({rs}, {rf}) == %zu, \\\"offset of {rs}.{rf} != {cs}.{cf}\\\");\\n\", offsetof(struct {cs}, {cf}));\n"
+            ));
+            c.push_str(&format!(
+                "  printf(\"const _: () = assert!(field_size!({rs}, {rf}) == %zu, \\\"size of {rs}.{rf} != {cs}.{cf}\\\");\\n\", sizeof(((struct {cs} *)0)->{cf}));\n"
+            ));
+        }
+    }
+    for (cm, rc) in INTS {
+        c.push_str(&format!(
+            "  printf(\"const _: () = assert!({rc} as u64 == %llu_u64, \\\"{rc} != {cm}\\\");\\n\", (unsigned long long)({cm}));\n"
+        ));
+    }
+    for (cm, rc) in STRS {
+        c.push_str(&format!(
+            "  printf(\"const _: () = assert!(str_eq({rc}, \\\"%s\\\"), \\\"{rc} != {cm}\\\");\\n\", {cm});\n"
+        ));
+    }
+    c.push_str("  return 0;\n}\n");
+    c
+}

@@ -1,0 +1,294 @@
+//! Loading the XDP program, pinning its maps, attaching it to an interface, and detaching it.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use aya::maps::{Map, MapData};
+use aya::programs::{TestRun as _, TestRunOptions, Xdp, XdpMode};
+use aya::{Ebpf, EbpfLoader};
+use tracing::{info, warn};
+
+use crate::available::check_available;
+use crate::config::{Mode, XdpConfig};
+use crate::guard_maps::{Counters, GuardMaps, pinned_matches};
+use crate::maps::ALL_MAPS;
+use crate::Error;
+
+/// The program's function name in `bpf/guard.c`.
+const PROGRAM: &str = "palisade_guard";
+
+/// The compiled object (`bpf/guard.c` built by build.rs).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/guard.o"));
+
+/// `BPF_FS_MAGIC` from linux/magic.h.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// The verdict of one `BPF_PROG_TEST_RUN`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// XDP_PASS.
+    Pass,
+    /// XDP_DROP.
+    Drop,
+    /// Anything else (the raw XDP action).
+    Other(u32),
+}
+
+/// Result of [`XdpGuard::test_run`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TestRunResult {
+    /// What the program returned (for the last repetition).
+    pub verdict: Verdict,
+    /// Mean time per repetition, as measured by the kernel.
+    pub per_run: Duration,
+}
+
+struct Attachment {
+    interface: String,
+    mode: Mode,
+    link: aya::programs::xdp::XdpLinkId,
+}
+
+/// The loaded XDP guard: program, maps, and at most one attachment. Dropping it detaches the
+/// program; pinned maps stay for the next process.
+pub struct XdpGuard {
+    ebpf: Ebpf,
+    maps: GuardMaps,
+    attached: Option<Attachment>,
+    pin_dir: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for XdpGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpGuard")
+            .field("attached", &self.attached())
+            .field("pin_dir", &self.pin_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn map_data(m: &Map) -> Option<&MapData> {
+    match m {
+        Map::HashMap(d) | Map::LpmTrie(d) | Map::PerCpuLruHashMap(d) | Map::Array(d) | Map::PerCpuArray(d) => {
+            Some(d)
+        }
+        _ => None,
+    }
+}
+
+impl XdpGuard {
+    /// Loads the program and attaches it to `cfg.interface` in `cfg.mode`: what dnsd calls.
+    pub fn start(cfg: &XdpConfig) -> Result<Self, Error> {
+        let mut g = Self::load(cfg)?;
+        g.attach(&cfg.interface, cfg.mode)?;
+        Ok(g)
+    }
+
+    /// Loads and verifies the program, creates its maps (or reuses the pinned ones under
+    /// `cfg.pin_path`, replacing any whose layout or size differs) and writes the rate-limit
+    /// config. Nothing is attached yet.
+    pub fn load(cfg: &XdpConfig) -> Result<Self, Error> {
+        cfg.validate()?;
+        check_available()?;
+        let sizes = [
+            cfg.block_v4_entries,
+            cfg.block_v6_entries,
+            cfg.prefix_v4_entries,
+            cfg.prefix_v6_entries,
+            cfg.rate_entries,
+            1,
+            1,
+        ];
+        let mut loader = EbpfLoader::new();
+        for (name, size) in ALL_MAPS.iter().zip(sizes) {
+            loader.map_max_entries(name, size);
+        }
+        let pin_dir = if cfg.pin {
+            ensure_bpffs(&cfg.pin_path)?;
+            for (i, (name, size)) in ALL_MAPS.iter().zip(sizes).enumerate() {
+                let path = cfg.pin_path.join(name);
+                if pinned_matches(&path, i, size)? == Some(false) {
+                    warn!(path = %path.display(), "pinned XDP map has another layout or size; replacing it");
+                    std::fs::remove_file(&path).map_err(|source| Error::Bpffs {
+                        path: path.clone(),
+                        source,
+                    })?;
+                }
+                loader.map_pin_path(name, path);
+            }
+            Some(cfg.pin_path.clone())
+        } else {
+            None
+        };
+        let mut ebpf = loader.load(OBJECT)?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROGRAM)
+            .ok_or_else(|| Error::Config(format!("object has no program {PROGRAM}")))?
+            .try_into()?;
+        prog.load()?;
+
+        let mut found = Vec::new();
+        for name in ALL_MAPS {
+            let data = ebpf.map(name).and_then(map_data).ok_or_else(|| Error::Config(format!("object has no map {name}")))?;
+            found.push((name, data));
+        }
+        let maps = GuardMaps::from_map_data(found)?;
+        maps.set_config(&cfg.kernel_config())?;
+        Ok(Self {
+            ebpf,
+            maps,
+            attached: None,
+            pin_dir,
+        })
+    }
+
+    fn program(&mut self) -> &mut Xdp {
+        self.ebpf
+            .program_mut(PROGRAM)
+            .and_then(|p| <&mut Xdp>::try_from(p).ok())
+            .expect("the program was loaded in XdpGuard::load")
+    }
+
+    /// Attaches to `interface` (resolved in the calling thread's network namespace); returns
+    /// the mode in effect (auto tries native, then generic). Replaces a previous attachment.
+    pub fn attach(&mut self, interface: &str, mode: Mode) -> Result<Mode, Error> {
+        let c = CString::new(interface).map_err(|_| Error::NoInterface(interface.to_owned()))?;
+        // SAFETY: c is a valid NUL-terminated string.
+        if unsafe { libc::if_nametoindex(c.as_ptr()) } == 0 {
+            return Err(Error::NoInterface(interface.to_owned()));
+        }
+        self.detach()?;
+        let tries: &[(Mode, XdpMode)] = match mode {
+            Mode::Native => &[(Mode::Native, XdpMode::Driver)],
+            Mode::Generic => &[(Mode::Generic, XdpMode::Skb)],
+            Mode::Auto => &[(Mode::Native, XdpMode::Driver), (Mode::Generic, XdpMode::Skb)],
+        };
+        let mut last = None;
+        for &(m, xm) in tries {
+            match self.program().attach(interface, xm) {
+                Ok(link) => {
+                    info!(interface, mode = %m, "XDP guard attached");
+                    self.attached = Some(Attachment {
+                        interface: interface.to_owned(),
+                        mode: m,
+                        link,
+                    });
+                    return Ok(m);
+                }
+                Err(e) => {
+                    if tries.len() > 1 {
+                        info!(interface, mode = %m, error = %e, "XDP attach failed; trying the next mode");
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(Error::Attach {
+            interface: interface.to_owned(),
+            mode,
+            source: Box::new(last.expect("at least one mode tried")),
+        })
+    }
+
+    /// Detaches from the interface (no-op when not attached).
+    pub fn detach(&mut self) -> Result<(), Error> {
+        if let Some(a) = self.attached.take() {
+            self.program().detach(a.link)?;
+            info!(interface = %a.interface, "XDP guard detached");
+        }
+        Ok(())
+    }
+
+    /// The interface and mode the program is attached with.
+    pub fn attached(&self) -> Option<(&str, Mode)> {
+        self.attached.as_ref().map(|a| (a.interface.as_str(), a.mode))
+    }
+
+    /// The kernel maps (clone it to give the mirror, metrics and ctl their own handle).
+    pub fn maps(&self) -> &GuardMaps {
+        &self.maps
+    }
+
+    /// The packet counters, summed over CPUs.
+    pub fn counters(&self) -> Result<Counters, Error> {
+        self.maps.counters()
+    }
+
+    /// Where the maps are pinned, when they are.
+    pub fn pin_dir(&self) -> Option<&Path> {
+        self.pin_dir.as_deref()
+    }
+
+    /// Runs the program on one Ethernet frame `repeat` times in the kernel
+    /// (`BPF_PROG_TEST_RUN`), with the real maps; the frame must be at least 14 bytes.
+    pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRunResult, Error> {
+        let prog: &Xdp = self
+            .ebpf
+            .program(PROGRAM)
+            .and_then(|p| <&Xdp>::try_from(p).ok())
+            .expect("the program was loaded in XdpGuard::load");
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            repeat: repeat.max(1),
+            ..Default::default()
+        };
+        let r = prog.test_run(opts).map_err(|e| Error::TestRun(Box::new(e)))?;
+        let verdict = match r.return_value {
+            1 => Verdict::Drop,
+            2 => Verdict::Pass,
+            v => Verdict::Other(v),
+        };
+        Ok(TestRunResult {
+            verdict,
+            per_run: r.duration,
+        })
+    }
+}
+
+impl Drop for XdpGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.detach() {
+            warn!(error = %e, "detaching the XDP guard");
+        }
+    }
+}
+
+/// Makes `dir` a directory on bpffs, mounting bpffs on /sys/fs/bpf first if `dir` is under it
+/// and nothing is mounted there.
+pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
+    let err = |path: &Path, source| Error::Bpffs {
+        path: path.to_path_buf(),
+        source,
+    };
+    let root = Path::new("/sys/fs/bpf");
+    if dir.starts_with(root) && !is_bpffs(root) {
+        std::fs::create_dir_all(root).map_err(|e| err(root, e))?;
+        let (src, target, fstype) = (c"bpf", c"/sys/fs/bpf", c"bpf");
+        // SAFETY: valid NUL-terminated strings; no data argument.
+        let r = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+        if r != 0 {
+            return Err(err(root, std::io::Error::last_os_error()));
+        }
+        info!("mounted bpffs on /sys/fs/bpf");
+    }
+    std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
+    if !is_bpffs(dir) {
+        return Err(err(
+            dir,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not on a bpf filesystem"),
+        ));
+    }
+    Ok(())
+}
+
+fn is_bpffs(p: &Path) -> bool {
+    let Ok(c) = CString::new(p.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs is plain data; zeroed is a valid initial value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is NUL-terminated and st is writable.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r == 0 && st.f_type as i64 == BPF_FS_MAGIC
+}

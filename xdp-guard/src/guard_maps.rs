@@ -1,0 +1,753 @@
+//! The kernel maps of one guard as a block table: install and remove blocks (in batches),
+//! list them, sweep expired ones, write the rate-limit config and read the counters.
+//!
+//! Routing: a /32 or /128 goes to the address hash of its family; any shorter prefix goes to
+//! the prefix trie (LPM lookups slow down as the trie grows, so it is sized small and long
+//! lists of single addresses never land in it).
+//!
+//! A [`GuardMaps`] is a set of file descriptors: cheap to clone, usable from any thread and any
+//! network namespace, and obtainable either from a loaded program ([`crate::XdpGuard::maps`])
+//! or from the pins of another process ([`GuardMaps::open_pinned`]).
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use aya::maps::MapData;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+use tracing::{debug, warn};
+
+use crate::Error;
+use crate::clock::ExpiryClock;
+use crate::maps::{
+    ALL_MAPS, BlockValue, C_BLOCK_EXPIRED, C_DROP_BLOCKED_ADDR, C_DROP_BLOCKED_PREFIX,
+    C_DROP_RATELIMIT, C_PASS, C_PASS_NOT_IP, C_PASS_NOT_UNDERSTOOD, C_RATE_NEW_SOURCE,
+    COUNTERS, GuardConfig, LpmV4Key, LpmV6Key, Plain, RawCounters, V4Key, V6Key,
+};
+use crate::sys;
+
+/// Elements per batch syscall.
+const CHUNK: usize = 4096;
+
+const BPF_MAP_TYPE_HASH: u32 = 1;
+const BPF_MAP_TYPE_ARRAY: u32 = 2;
+const BPF_MAP_TYPE_PERCPU_ARRAY: u32 = 6;
+const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
+const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
+
+/// What a map must look like: (type, key size, value size), in [`ALL_MAPS`] order.
+const SPECS: [(u32, u32, u32); 7] = [
+    (BPF_MAP_TYPE_HASH, 4, 8),
+    (BPF_MAP_TYPE_HASH, 16, 8),
+    (BPF_MAP_TYPE_LPM_TRIE, 8, 8),
+    (BPF_MAP_TYPE_LPM_TRIE, 20, 8),
+    (BPF_MAP_TYPE_LRU_PERCPU_HASH, 16, 16),
+    (BPF_MAP_TYPE_ARRAY, 4, size_of::<GuardConfig>() as u32),
+    (BPF_MAP_TYPE_PERCPU_ARRAY, 4, size_of::<RawCounters>() as u32),
+];
+
+/// One of the four block maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockMapKind {
+    /// IPv4 addresses (HASH).
+    AddrV4,
+    /// IPv6 addresses (HASH).
+    AddrV6,
+    /// IPv4 prefixes (LPM_TRIE).
+    PrefixV4,
+    /// IPv6 prefixes (LPM_TRIE).
+    PrefixV6,
+}
+
+impl BlockMapKind {
+    /// All four, in map order.
+    pub const ALL: [Self; 4] = [Self::AddrV4, Self::AddrV6, Self::PrefixV4, Self::PrefixV6];
+
+    /// The map that holds `net`.
+    pub fn of(net: &IpNet) -> Self {
+        match net {
+            IpNet::V4(n) if n.prefix_len() == 32 => Self::AddrV4,
+            IpNet::V4(_) => Self::PrefixV4,
+            IpNet::V6(n) if n.prefix_len() == 128 => Self::AddrV6,
+            IpNet::V6(_) => Self::PrefixV6,
+        }
+    }
+
+    /// The map's name.
+    pub fn name(self) -> &'static str {
+        ALL_MAPS[self as usize]
+    }
+
+    fn key_size(self) -> usize {
+        SPECS[self as usize].1 as usize
+    }
+}
+
+/// Encodes `net` (host bits cleared) as its map's key bytes.
+fn encode_key(net: &IpNet, out: &mut Vec<u8>) {
+    match net.trunc() {
+        IpNet::V4(n) if n.prefix_len() == 32 => out.extend_from_slice(V4Key::new(n.addr()).as_bytes()),
+        IpNet::V4(n) => out.extend_from_slice(
+            LpmV4Key {
+                prefixlen: n.prefix_len().into(),
+                addr: V4Key::new(n.addr()).addr,
+            }
+            .as_bytes(),
+        ),
+        IpNet::V6(n) if n.prefix_len() == 128 => out.extend_from_slice(V6Key::new(n.addr()).as_bytes()),
+        IpNet::V6(n) => out.extend_from_slice(
+            LpmV6Key {
+                prefixlen: n.prefix_len().into(),
+                addr: n.addr().octets(),
+            }
+            .as_bytes(),
+        ),
+    }
+}
+
+/// Decodes key bytes of `kind`'s map.
+fn decode_key(kind: BlockMapKind, b: &[u8]) -> Option<IpNet> {
+    Some(match kind {
+        BlockMapKind::AddrV4 => IpNet::V4(Ipv4Net::new(V4Key::read_from(b).ip(), 32).ok()?),
+        BlockMapKind::AddrV6 => IpNet::V6(Ipv6Net::new(V6Key::read_from(b).ip(), 128).ok()?),
+        BlockMapKind::PrefixV4 => {
+            let k = LpmV4Key::read_from(b);
+            let ip = Ipv4Addr::from(k.addr.to_ne_bytes());
+            IpNet::V4(Ipv4Net::new(ip, u8::try_from(k.prefixlen).ok()?).ok()?)
+        }
+        BlockMapKind::PrefixV6 => {
+            let k = LpmV6Key::read_from(b);
+            IpNet::V6(Ipv6Net::new(Ipv6Addr::from(k.addr), u8::try_from(k.prefixlen).ok()?).ok()?)
+        }
+    })
+}
+
+/// What one write to the block maps did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    /// Entries created or updated.
+    pub upserted: u64,
+    /// Entries deleted.
+    pub deleted: u64,
+    /// Deletions of entries that were not there (already expired or never mirrored).
+    pub absent: u64,
+    /// Inserts refused because the map was full (E2BIG / ENOSPC).
+    pub full: u64,
+    /// Other failures (logged).
+    pub failed: u64,
+    /// bpf(2) calls made.
+    pub syscalls: u64,
+}
+
+impl ApplyReport {
+    /// Adds `o` into `self`.
+    pub fn add(&mut self, o: &ApplyReport) {
+        self.upserted += o.upserted;
+        self.deleted += o.deleted;
+        self.absent += o.absent;
+        self.full += o.full;
+        self.failed += o.failed;
+        self.syscalls += o.syscalls;
+    }
+}
+
+/// Packet counters summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// IP packets allowed.
+    pub pass: u64,
+    /// Non-IP frames passed.
+    pub pass_not_ip: u64,
+    /// Truncated, malformed or too-deep packets passed unexamined.
+    pub pass_not_understood: u64,
+    /// Dropped: source address blocked.
+    pub drop_blocked_addr: u64,
+    /// Dropped: source inside a blocked prefix.
+    pub drop_blocked_prefix: u64,
+    /// Dropped: UDP to a DNS port above the source's rate.
+    pub drop_ratelimit: u64,
+    /// Expired address blocks seen (and deleted) by the program.
+    pub block_expired: u64,
+    /// Rate-limit buckets created.
+    pub rate_new_source: u64,
+}
+
+impl Counters {
+    /// Every counter with its metric-friendly name.
+    pub fn named(&self) -> [(&'static str, u64); COUNTERS] {
+        [
+            ("pass", self.pass),
+            ("pass_not_ip", self.pass_not_ip),
+            ("pass_not_understood", self.pass_not_understood),
+            ("drop_blocked_addr", self.drop_blocked_addr),
+            ("drop_blocked_prefix", self.drop_blocked_prefix),
+            ("drop_ratelimit", self.drop_ratelimit),
+            ("block_expired", self.block_expired),
+            ("rate_new_source", self.rate_new_source),
+        ]
+    }
+
+    /// Packets seen (the sum of the verdicts).
+    pub fn packets(&self) -> u64 {
+        self.pass + self.pass_not_ip + self.pass_not_understood + self.dropped()
+    }
+
+    /// Packets dropped.
+    pub fn dropped(&self) -> u64 {
+        self.drop_blocked_addr + self.drop_blocked_prefix + self.drop_ratelimit
+    }
+
+    fn from_raw(c: &[u64; COUNTERS]) -> Self {
+        Self {
+            pass: c[C_PASS],
+            pass_not_ip: c[C_PASS_NOT_IP],
+            pass_not_understood: c[C_PASS_NOT_UNDERSTOOD],
+            drop_blocked_addr: c[C_DROP_BLOCKED_ADDR],
+            drop_blocked_prefix: c[C_DROP_BLOCKED_PREFIX],
+            drop_ratelimit: c[C_DROP_RATELIMIT],
+            block_expired: c[C_BLOCK_EXPIRED],
+            rate_new_source: c[C_RATE_NEW_SOURCE],
+        }
+    }
+}
+
+/// A block as stored in the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelBlock {
+    /// The address or prefix.
+    pub net: IpNet,
+    /// CLOCK_BOOTTIME ns at which it ends; 0 = never.
+    pub expires_ns: u64,
+}
+
+struct Inner {
+    /// In [`ALL_MAPS`] order.
+    fds: Vec<OwnedFd>,
+    /// Capacity of each map, in [`ALL_MAPS`] order.
+    capacity: Vec<u32>,
+    /// Per block map: batch commands work (cleared on EINVAL/ENOTSUPP, then singles are used).
+    batch_ok: [AtomicBool; 4],
+    ncpus: usize,
+}
+
+/// Handle on the kernel maps of one guard (see the module docs).
+#[derive(Clone)]
+pub struct GuardMaps {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for GuardMaps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardMaps")
+            .field("capacity", &self.inner.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+fn errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+fn is_full(e: &io::Error) -> bool {
+    matches!(errno(e), libc::E2BIG | libc::ENOSPC)
+}
+
+fn is_unsupported(e: &io::Error) -> bool {
+    // ENOTSUPP (524) is the kernel-internal "not supported" that leaks to userspace.
+    matches!(errno(e), libc::EINVAL | libc::EOPNOTSUPP | 524)
+}
+
+impl GuardMaps {
+    /// Wraps the maps of a loaded program, checking their layout.
+    pub(crate) fn from_map_data(maps: Vec<(&'static str, &MapData)>) -> Result<Self, Error> {
+        let mut fds = Vec::with_capacity(ALL_MAPS.len());
+        let mut capacity = Vec::with_capacity(ALL_MAPS.len());
+        for (i, name) in ALL_MAPS.iter().enumerate() {
+            let (_, data) = maps
+                .iter()
+                .find(|(n, _)| n == name)
+                .ok_or_else(|| Error::Config(format!("program has no map {name}")))?;
+            capacity.push(check_spec(i, data, None)?);
+            let fd = data
+                .fd()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|source| syscall_err("dup", name, source))?;
+            fds.push(fd);
+        }
+        Self::new(fds, capacity)
+    }
+
+    /// Opens the maps pinned under `dir` by the process that loaded the program (for
+    /// `dnsd ctl`, the HTTP front, or a restarted daemon), checking their layout.
+    pub fn open_pinned(dir: &Path) -> Result<Self, Error> {
+        let mut fds = Vec::with_capacity(ALL_MAPS.len());
+        let mut capacity = Vec::with_capacity(ALL_MAPS.len());
+        for (i, name) in ALL_MAPS.iter().enumerate() {
+            let path = dir.join(name);
+            let data = MapData::from_pin(&path).map_err(|e| Error::Map {
+                name,
+                source: Box::new(e),
+            })?;
+            capacity.push(check_spec(i, &data, Some(&path))?);
+            let fd = data
+                .fd()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|source| syscall_err("dup", name, source))?;
+            fds.push(fd);
+        }
+        Self::new(fds, capacity)
+    }
+
+    fn new(fds: Vec<OwnedFd>, capacity: Vec<u32>) -> Result<Self, Error> {
+        let ncpus = sys::possible_cpus().map_err(|source| syscall_err("ncpus", "cpu", source))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                fds,
+                capacity,
+                batch_ok: std::array::from_fn(|_| AtomicBool::new(true)),
+                ncpus,
+            }),
+        })
+    }
+
+    fn fd(&self, i: usize) -> BorrowedFd<'_> {
+        self.inner.fds[i].as_fd()
+    }
+
+    /// Capacity (max entries) of a block map.
+    pub fn capacity(&self, kind: BlockMapKind) -> u32 {
+        self.inner.capacity[kind as usize]
+    }
+
+    /// Writes the rate-limit configuration the program reads for every UDP packet.
+    pub fn set_config(&self, cfg: &GuardConfig) -> Result<(), Error> {
+        sys::update(self.fd(5), 0u32.as_bytes(), cfg.as_bytes(), sys::BPF_ANY)
+            .map_err(|source| syscall_err("update", ALL_MAPS[5], source))
+    }
+
+    /// Reads the rate-limit configuration.
+    pub fn config(&self) -> Result<GuardConfig, Error> {
+        let mut buf = vec![0u8; size_of::<GuardConfig>()];
+        sys::lookup(self.fd(5), 0u32.as_bytes(), &mut buf)
+            .map_err(|source| syscall_err("lookup", ALL_MAPS[5], source))?;
+        Ok(GuardConfig::read_from(&buf))
+    }
+
+    /// The packet counters, summed over CPUs.
+    pub fn counters(&self) -> Result<Counters, Error> {
+        let stride = size_of::<RawCounters>().next_multiple_of(8);
+        let mut buf = vec![0u8; stride * self.inner.ncpus];
+        sys::lookup(self.fd(6), 0u32.as_bytes(), &mut buf)
+            .map_err(|source| syscall_err("lookup", ALL_MAPS[6], source))?;
+        let mut sum = [0u64; COUNTERS];
+        for cpu in buf.chunks_exact(stride) {
+            let c = RawCounters::read_from(cpu);
+            for (s, v) in sum.iter_mut().zip(c.count) {
+                *s = s.wrapping_add(v);
+            }
+        }
+        Ok(Counters::from_raw(&sum))
+    }
+
+    /// Sets every counter back to zero.
+    pub fn reset_counters(&self) -> Result<(), Error> {
+        let stride = size_of::<RawCounters>().next_multiple_of(8);
+        let buf = vec![0u8; stride * self.inner.ncpus];
+        sys::update(self.fd(6), 0u32.as_bytes(), &buf, sys::BPF_ANY)
+            .map_err(|source| syscall_err("update", ALL_MAPS[6], source))
+    }
+
+    /// Blocks `net` until `expires_unix_ms` (`u64::MAX` = never). `Ok(false)` if the expiry is
+    /// already past (nothing written).
+    pub fn block(&self, net: IpNet, expires_unix_ms: u64) -> Result<bool, Error> {
+        let Some(ns) = ExpiryClock::now().to_kernel(expires_unix_ms).map_value() else {
+            return Ok(false);
+        };
+        let kind = BlockMapKind::of(&net);
+        let mut key = Vec::with_capacity(20);
+        encode_key(&net, &mut key);
+        let value = BlockValue { expires_ns: ns };
+        sys::update(self.fd(kind as usize), &key, value.as_bytes(), sys::BPF_ANY)
+            .map_err(|source| syscall_err("update", kind.name(), source))?;
+        Ok(true)
+    }
+
+    /// Removes the block of exactly `net`; `Ok(false)` if there was none.
+    pub fn unblock(&self, net: IpNet) -> Result<bool, Error> {
+        let kind = BlockMapKind::of(&net);
+        let mut key = Vec::with_capacity(20);
+        encode_key(&net, &mut key);
+        sys::delete(self.fd(kind as usize), &key).map_err(|source| syscall_err("delete", kind.name(), source))
+    }
+
+    /// The stored block of exactly `net`, if any.
+    pub fn get(&self, net: IpNet) -> Result<Option<KernelBlock>, Error> {
+        let kind = BlockMapKind::of(&net);
+        let mut key = Vec::with_capacity(20);
+        encode_key(&net, &mut key);
+        let mut v = [0u8; 8];
+        let found = sys::lookup(self.fd(kind as usize), &key, &mut v)
+            .map_err(|source| syscall_err("lookup", kind.name(), source))?;
+        Ok(found.then(|| KernelBlock {
+            net: net.trunc(),
+            expires_ns: BlockValue::read_from(&v).expires_ns,
+        }))
+    }
+
+    /// Whether a packet from `ip` would be dropped as blocked right now (address or prefix).
+    pub fn is_blocked(&self, ip: IpAddr) -> Result<bool, Error> {
+        let now = crate::clock::boot_ns();
+        let live = |b: Option<KernelBlock>| b.is_some_and(|b| b.expires_ns == 0 || b.expires_ns > now);
+        if live(self.get(IpNet::from(ip))?) {
+            return Ok(true);
+        }
+        let (kind, key) = match ip {
+            IpAddr::V4(a) => (
+                BlockMapKind::PrefixV4,
+                LpmV4Key { prefixlen: 32, addr: V4Key::new(a).addr }.as_bytes().to_vec(),
+            ),
+            IpAddr::V6(a) => (
+                BlockMapKind::PrefixV6,
+                LpmV6Key { prefixlen: 128, addr: a.octets() }.as_bytes().to_vec(),
+            ),
+        };
+        let mut v = [0u8; 8];
+        let found = sys::lookup(self.fd(kind as usize), &key, &mut v)
+            .map_err(|source| syscall_err("lookup", kind.name(), source))?;
+        let expires_ns = BlockValue::read_from(&v).expires_ns;
+        Ok(found && (expires_ns == 0 || expires_ns > now))
+    }
+
+    /// Writes `upserts` and deletes `deletes`, grouped per map, in batches when `batch` (one
+    /// `BPF_MAP_UPDATE_BATCH`/`DELETE_BATCH` per [`CHUNK`] elements) or one syscall per element.
+    /// The two lists must not share a key. Full maps and failures are counted, never fatal.
+    pub fn apply(&self, upserts: &[KernelBlock], deletes: &[IpNet], batch: bool) -> ApplyReport {
+        let mut report = ApplyReport::default();
+        for kind in BlockMapKind::ALL {
+            let ks = kind.key_size();
+            let mut keys = Vec::new();
+            let mut values = Vec::new();
+            for b in upserts.iter().filter(|b| BlockMapKind::of(&b.net) == kind) {
+                encode_key(&b.net, &mut keys);
+                values.extend_from_slice(BlockValue { expires_ns: b.expires_ns }.as_bytes());
+            }
+            if !keys.is_empty() {
+                self.write(kind, &keys, &values, ks, batch, &mut report);
+            }
+            keys.clear();
+            for n in deletes.iter().filter(|n| BlockMapKind::of(n) == kind) {
+                encode_key(n, &mut keys);
+            }
+            if !keys.is_empty() {
+                self.remove(kind, &keys, ks, batch, &mut report);
+            }
+        }
+        report
+    }
+
+    fn write(&self, kind: BlockMapKind, keys: &[u8], values: &[u8], ks: usize, batch: bool, r: &mut ApplyReport) {
+        let fd = self.fd(kind as usize);
+        let n = keys.len() / ks;
+        let mut i = 0;
+        while i < n {
+            if batch && self.inner.batch_ok[kind as usize].load(Ordering::Relaxed) {
+                let count = (n - i).min(CHUNK);
+                let (done, res) = sys::update_batch(fd, &keys[i * ks..], &values[i * 8..], count);
+                r.syscalls += 1;
+                r.upserted += done as u64;
+                i += done;
+                match res {
+                    Ok(()) => {}
+                    Err(e) if done == 0 && i == 0 && is_unsupported(&e) => {
+                        debug!(map = kind.name(), error = %e, "batch update unsupported; single updates");
+                        self.inner.batch_ok[kind as usize].store(false, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        self.count_write_error(kind, &e, r);
+                        i += 1; // the element at `done` failed; go on after it
+                    }
+                }
+            } else {
+                let res = sys::update(fd, &keys[i * ks..(i + 1) * ks], &values[i * 8..(i + 1) * 8], sys::BPF_ANY);
+                r.syscalls += 1;
+                match res {
+                    Ok(()) => r.upserted += 1,
+                    Err(e) => self.count_write_error(kind, &e, r),
+                }
+                i += 1;
+            }
+        }
+    }
+
+    fn count_write_error(&self, kind: BlockMapKind, e: &io::Error, r: &mut ApplyReport) {
+        if is_full(e) {
+            if r.full == 0 {
+                warn!(map = kind.name(), capacity = self.capacity(kind), "XDP block map full: block not installed in the kernel");
+            }
+            r.full += 1;
+        } else {
+            if r.failed == 0 {
+                warn!(map = kind.name(), error = %e, "XDP block map update failed");
+            }
+            r.failed += 1;
+        }
+    }
+
+    fn remove(&self, kind: BlockMapKind, keys: &[u8], ks: usize, batch: bool, r: &mut ApplyReport) {
+        let fd = self.fd(kind as usize);
+        let n = keys.len() / ks;
+        let mut i = 0;
+        while i < n {
+            if batch && self.inner.batch_ok[kind as usize].load(Ordering::Relaxed) {
+                let count = (n - i).min(CHUNK);
+                let (done, res) = sys::delete_batch(fd, &keys[i * ks..], count);
+                r.syscalls += 1;
+                r.deleted += done as u64;
+                i += done;
+                match res {
+                    Ok(()) => {}
+                    Err(e) if errno(&e) == libc::ENOENT => {
+                        r.absent += 1;
+                        i += 1;
+                    }
+                    Err(e) if done == 0 && i == 0 && is_unsupported(&e) => {
+                        debug!(map = kind.name(), error = %e, "batch delete unsupported; single deletes");
+                        self.inner.batch_ok[kind as usize].store(false, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        if r.failed == 0 {
+                            warn!(map = kind.name(), error = %e, "XDP block map delete failed");
+                        }
+                        r.failed += 1;
+                        i += 1;
+                    }
+                }
+            } else {
+                r.syscalls += 1;
+                match sys::delete(fd, &keys[i * ks..(i + 1) * ks]) {
+                    Ok(true) => r.deleted += 1,
+                    Ok(false) => r.absent += 1,
+                    Err(e) => {
+                        if r.failed == 0 {
+                            warn!(map = kind.name(), error = %e, "XDP block map delete failed");
+                        }
+                        r.failed += 1;
+                    }
+                }
+                i += 1;
+            }
+        }
+    }
+
+    /// Every block in one map.
+    pub fn list(&self, kind: BlockMapKind) -> Result<Vec<KernelBlock>, Error> {
+        let fd = self.fd(kind as usize);
+        let ks = kind.key_size();
+        let mut out = Vec::new();
+        let push = |out: &mut Vec<KernelBlock>, k: &[u8], v: &[u8]| {
+            if let Some(net) = decode_key(kind, k) {
+                out.push(KernelBlock {
+                    net,
+                    expires_ns: BlockValue::read_from(v).expires_ns,
+                });
+            }
+        };
+        if matches!(kind, BlockMapKind::AddrV4 | BlockMapKind::AddrV6) {
+            // BPF_MAP_LOOKUP_BATCH walks the hash bucket by bucket.
+            let mut keys = vec![0u8; ks * CHUNK];
+            let mut values = vec![0u8; 8 * CHUNK];
+            let mut token = [0u8; 16];
+            let mut next = [0u8; 16];
+            let mut first = true;
+            loop {
+                let res = sys::lookup_batch(fd, (!first).then_some(&token[..]), &mut next, &mut keys, &mut values, CHUNK);
+                let (n, end) = match res {
+                    Ok(r) => r,
+                    Err(e) if first && is_unsupported(&e) => break,
+                    Err(e) => return Err(syscall_err("lookup_batch", kind.name(), e)),
+                };
+                for j in 0..n {
+                    push(&mut out, &keys[j * ks..(j + 1) * ks], &values[j * 8..(j + 1) * 8]);
+                }
+                if end {
+                    return Ok(out);
+                }
+                token = next;
+                first = false;
+            }
+        }
+        // LPM tries (and a kernel without batch lookups): key by key.
+        let mut key = vec![0u8; ks];
+        let mut next = vec![0u8; ks];
+        let mut v = [0u8; 8];
+        let mut started = false;
+        while sys::next_key(fd, started.then_some(&key[..]), &mut next)
+            .map_err(|e| syscall_err("get_next_key", kind.name(), e))?
+        {
+            std::mem::swap(&mut key, &mut next);
+            started = true;
+            if sys::lookup(fd, &key, &mut v).map_err(|e| syscall_err("lookup", kind.name(), e))? {
+                push(&mut out, &key, &v);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every block in the four maps.
+    pub fn list_all(&self) -> Result<Vec<KernelBlock>, Error> {
+        let mut out = Vec::new();
+        for kind in BlockMapKind::ALL {
+            out.extend(self.list(kind)?);
+        }
+        Ok(out)
+    }
+
+    /// Makes the block maps hold exactly `desired`: deletes every other entry, writes all of
+    /// `desired`. Returns what was done.
+    pub fn replace_all(&self, desired: &[KernelBlock], batch: bool) -> Result<ApplyReport, Error> {
+        let want: HashSet<IpNet> = desired.iter().map(|b| b.net.trunc()).collect();
+        let mut stale = Vec::new();
+        for kind in BlockMapKind::ALL {
+            stale.extend(self.list(kind)?.into_iter().map(|b| b.net).filter(|n| !want.contains(n)));
+        }
+        Ok(self.apply(desired, &stale, batch))
+    }
+
+    /// Deletes entries whose expiry is at or before `now_boot_ns`; returns how many.
+    pub fn sweep_expired(&self, now_boot_ns: u64, batch: bool) -> Result<ApplyReport, Error> {
+        let expired: Vec<IpNet> = self
+            .list_all()?
+            .into_iter()
+            .filter(|b| b.expires_ns != 0 && b.expires_ns <= now_boot_ns)
+            .map(|b| b.net)
+            .collect();
+        Ok(self.apply(&[], &expired, batch))
+    }
+
+    /// Removes every block.
+    pub fn clear(&self) -> Result<ApplyReport, Error> {
+        self.replace_all(&[], true)
+    }
+
+    /// Forgets every rate-limit bucket (all sources start with a full burst again).
+    pub fn clear_rate_buckets(&self) -> Result<(), Error> {
+        let fd = self.fd(4);
+        let mut key = [0u8; 16];
+        while sys::next_key(fd, None, &mut key).map_err(|e| syscall_err("get_next_key", ALL_MAPS[4], e))? {
+            sys::delete(fd, &key).map_err(|e| syscall_err("delete", ALL_MAPS[4], e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Coalesces a sequence of changes so that the last one per key wins; returns (upserts,
+/// deletes) with no key in both.
+pub(crate) fn coalesce(changes: impl IntoIterator<Item = (IpNet, Option<u64>)>) -> (Vec<KernelBlock>, Vec<IpNet>) {
+    let mut last: HashMap<IpNet, Option<u64>> = HashMap::new();
+    let mut order = Vec::new();
+    for (net, v) in changes {
+        let net = net.trunc();
+        if last.insert(net, v).is_none() {
+            order.push(net);
+        }
+    }
+    let mut ups = Vec::new();
+    let mut dels = Vec::new();
+    for net in order {
+        match last[&net] {
+            Some(expires_ns) => ups.push(KernelBlock { net, expires_ns }),
+            None => dels.push(net),
+        }
+    }
+    (ups, dels)
+}
+
+fn syscall_err(op: &'static str, map: &'static str, source: io::Error) -> Error {
+    Error::Syscall { op, map, source }
+}
+
+/// Checks a map's kernel info against [`SPECS`]; returns its capacity.
+fn check_spec(i: usize, data: &MapData, path: Option<&Path>) -> Result<u32, Error> {
+    let name = ALL_MAPS[i];
+    let info = data.info().map_err(|e| Error::Map {
+        name,
+        source: Box::new(e),
+    })?;
+    let (ty, ks, vs) = SPECS[i];
+    let got_ty = info.map_type().map(|t| t as u32).unwrap_or(u32::MAX);
+    if (got_ty, info.key_size(), info.value_size()) != (ty, ks, vs) {
+        return Err(Error::PinnedMismatch {
+            path: path.map_or_else(|| name.into(), Path::to_path_buf),
+            what: format!(
+                "type/key/value {got_ty}/{}/{}, expected {ty}/{ks}/{vs}",
+                info.key_size(),
+                info.value_size()
+            ),
+        });
+    }
+    Ok(info.max_entries())
+}
+
+/// Whether the pinned map at `path` has the layout of map `i` and capacity `max_entries`
+/// (`Ok(None)` when nothing is pinned there).
+pub(crate) fn pinned_matches(path: &Path, i: usize, max_entries: u32) -> Result<Option<bool>, Error> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let data = match MapData::from_pin(path) {
+        Ok(d) => d,
+        Err(_) => return Ok(Some(false)),
+    };
+    Ok(Some(matches!(check_spec(i, &data, Some(path)), Ok(cap) if cap == max_entries)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_addresses_to_hashes_and_prefixes_to_tries() {
+        let n = |s: &str| s.parse::<IpNet>().unwrap();
+        assert_eq!(BlockMapKind::of(&n("192.0.2.1/32")), BlockMapKind::AddrV4);
+        assert_eq!(BlockMapKind::of(&n("192.0.2.0/24")), BlockMapKind::PrefixV4);
+        assert_eq!(BlockMapKind::of(&n("2001:db8::1/128")), BlockMapKind::AddrV6);
+        assert_eq!(BlockMapKind::of(&n("2001:db8::/64")), BlockMapKind::PrefixV6);
+        for s in ["192.0.2.1/32", "192.0.2.0/24", "2001:db8::1/128", "2001:db8::/48"] {
+            let mut k = Vec::new();
+            encode_key(&n(s), &mut k);
+            assert_eq!(k.len(), BlockMapKind::of(&n(s)).key_size());
+            assert_eq!(decode_key(BlockMapKind::of(&n(s)), &k), Some(n(s)));
+        }
+        // Host bits are cleared.
+        let mut k = Vec::new();
+        encode_key(&n("192.0.2.77/24"), &mut k);
+        assert_eq!(k, [24, 0, 0, 0, 192, 0, 2, 0]);
+    }
+
+    #[test]
+    fn coalesce_keeps_the_last_change_per_key() {
+        let n = |s: &str| s.parse::<IpNet>().unwrap();
+        let (ups, dels) = coalesce([
+            (n("192.0.2.1/32"), Some(5)),
+            (n("192.0.2.2/32"), None),
+            (n("192.0.2.1/32"), None),
+            (n("192.0.2.2/32"), Some(7)),
+            (n("192.0.2.3/32"), Some(1)),
+            (n("192.0.2.3/32"), Some(2)),
+        ]);
+        assert_eq!(dels, vec![n("192.0.2.1/32")]);
+        assert_eq!(
+            ups,
+            vec![
+                KernelBlock { net: n("192.0.2.2/32"), expires_ns: 7 },
+                KernelBlock { net: n("192.0.2.3/32"), expires_ns: 2 },
+            ]
+        );
+    }
+}

@@ -1,0 +1,338 @@
+//! The Rust mirror of `bpf/guard.h`: map names, keys, values and counter indexes.
+//!
+//! Every type here is `#[repr(C)]` and matches its C struct field for field. build.rs compiles
+//! a probe of the header and emits `const` assertions on sizes, alignments, offsets and
+//! constants (included at the bottom of this file), so a layout drift fails the build.
+//! Addresses are in network byte order; expiry is CLOCK_BOOTTIME nanoseconds, 0 = never.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Name of the HASH of blocked IPv4 addresses (also its file name under the pin directory).
+pub const MAP_BLOCK_V4: &str = "guard_block_v4";
+/// Name of the HASH of blocked IPv6 addresses.
+pub const MAP_BLOCK_V6: &str = "guard_block_v6";
+/// Name of the LPM_TRIE of blocked IPv4 prefixes.
+pub const MAP_PREFIX_V4: &str = "guard_pfx_v4";
+/// Name of the LPM_TRIE of blocked IPv6 prefixes.
+pub const MAP_PREFIX_V6: &str = "guard_pfx_v6";
+/// Name of the per-CPU LRU hash of per-source token buckets.
+pub const MAP_RATE: &str = "guard_rate";
+/// Name of the one-element ARRAY holding [`GuardConfig`].
+pub const MAP_CONFIG: &str = "guard_config";
+/// Name of the one-element PERCPU_ARRAY holding [`RawCounters`].
+pub const MAP_COUNTERS: &str = "guard_counters";
+/// Every map of the program, in a fixed order.
+pub const ALL_MAPS: [&str; 7] = [
+    MAP_BLOCK_V4,
+    MAP_BLOCK_V6,
+    MAP_PREFIX_V4,
+    MAP_PREFIX_V6,
+    MAP_RATE,
+    MAP_CONFIG,
+    MAP_COUNTERS,
+];
+
+/// Default capacity of the IPv4 address hash.
+pub const DEFAULT_BLOCK_V4_ENTRIES: u32 = 262_144;
+/// Default capacity of the IPv6 address hash.
+pub const DEFAULT_BLOCK_V6_ENTRIES: u32 = 131_072;
+/// Default capacity of the IPv4 prefix trie.
+pub const DEFAULT_PREFIX_V4_ENTRIES: u32 = 16_384;
+/// Default capacity of the IPv6 prefix trie.
+pub const DEFAULT_PREFIX_V6_ENTRIES: u32 = 16_384;
+/// Default capacity of the rate-limit LRU (sources tracked per CPU).
+pub const DEFAULT_RATE_ENTRIES: u32 = 65_536;
+
+/// One packet's worth of tokens in a bucket ("nano-packets").
+pub const TOKEN_UNIT: u64 = 1_000_000_000;
+/// [`GuardConfig::flags`] bit: rate limiting is on.
+pub const F_RATELIMIT: u32 = 1;
+/// IPv6 extension headers walked before the program gives up and passes.
+pub const MAX_EXT_HEADERS: u32 = 6;
+
+/// Counter index: IP packet, allowed.
+pub const C_PASS: usize = 0;
+/// Counter index: not IPv4/IPv6, passed.
+pub const C_PASS_NOT_IP: usize = 1;
+/// Counter index: truncated, malformed or too deep to parse, passed.
+pub const C_PASS_NOT_UNDERSTOOD: usize = 2;
+/// Counter index: dropped, source address in a block hash.
+pub const C_DROP_BLOCKED_ADDR: usize = 3;
+/// Counter index: dropped, source inside a blocked prefix.
+pub const C_DROP_BLOCKED_PREFIX: usize = 4;
+/// Counter index: dropped, UDP to a DNS port above the source's rate.
+pub const C_DROP_RATELIMIT: usize = 5;
+/// Number of verdict counters (each packet counts in exactly one of them).
+pub const VERDICTS: usize = 6;
+/// Counter index (event): an expired address block was seen and deleted by the program.
+pub const C_BLOCK_EXPIRED: usize = 6;
+/// Counter index (event): a rate-limit bucket was created for a new source.
+pub const C_RATE_NEW_SOURCE: usize = 7;
+/// Number of counter slots.
+pub const COUNTERS: usize = 8;
+
+/// Key of the IPv4 address hash.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct V4Key {
+    /// The address, network byte order in memory.
+    pub addr: u32,
+}
+
+/// Key of the IPv6 address hash and of the rate-limit map (IPv4 as `::ffff:a.b.c.d`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct V6Key {
+    /// The address bytes.
+    pub addr: [u8; 16],
+}
+
+/// Key of the IPv4 prefix trie.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LpmV4Key {
+    /// Prefix length in bits.
+    pub prefixlen: u32,
+    /// The network address, network byte order in memory.
+    pub addr: u32,
+}
+
+/// Key of the IPv6 prefix trie.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LpmV6Key {
+    /// Prefix length in bits.
+    pub prefixlen: u32,
+    /// The network address bytes.
+    pub addr: [u8; 16],
+}
+
+/// Value of every block map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BlockValue {
+    /// End of the block in CLOCK_BOOTTIME nanoseconds; 0 = never.
+    pub expires_ns: u64,
+}
+
+/// Value of the rate-limit map: one token bucket (per CPU).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Bucket {
+    /// Tokens, [`TOKEN_UNIT`] per packet.
+    pub tokens: u64,
+    /// Monotonic ns of the last packet; 0 = fresh bucket.
+    pub last_ns: u64,
+}
+
+/// Value of the config map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuardConfig {
+    /// Tokens added per second, in packets.
+    pub rate_pps: u64,
+    /// Bucket capacity: burst × [`TOKEN_UNIT`].
+    pub cap_units: u64,
+    /// Time to refill an empty bucket, in ns.
+    pub fill_ns: u64,
+    /// `F_*` bits.
+    pub flags: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Bitmap of rate-limited destination ports (bit `p & 7` of byte `p >> 3`).
+    pub dns_ports: [u8; 8192],
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        Self {
+            rate_pps: 0,
+            cap_units: 0,
+            fill_ns: 0,
+            flags: 0,
+            reserved: 0,
+            dns_ports: [0; 8192],
+        }
+    }
+}
+
+impl GuardConfig {
+    /// Builds the kernel config for `rate` packets/s per source with `burst`, on `ports`.
+    ///
+    /// A rate of 0 or no ports turns rate limiting off.
+    pub fn new(rate: u64, burst: u64, ports: &[u16]) -> Self {
+        let mut c = Self::default();
+        for &p in ports {
+            c.dns_ports[usize::from(p >> 3)] |= 1 << (p & 7);
+        }
+        if rate > 0 && !ports.is_empty() {
+            c.flags |= F_RATELIMIT;
+            c.rate_pps = rate;
+            c.cap_units = burst.saturating_mul(TOKEN_UNIT);
+            c.fill_ns = c.cap_units.div_ceil(rate);
+        }
+        c
+    }
+
+    /// Whether `port` is rate-limited.
+    pub fn is_dns_port(&self, port: u16) -> bool {
+        self.dns_ports[usize::from(port >> 3)] & (1 << (port & 7)) != 0
+    }
+}
+
+/// Value of the counters map (one per CPU).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawCounters {
+    /// Indexed by the `C_*` constants.
+    pub count: [u64; COUNTERS],
+}
+
+impl V4Key {
+    /// The key of `ip`.
+    pub fn new(ip: Ipv4Addr) -> Self {
+        Self {
+            addr: u32::from_ne_bytes(ip.octets()),
+        }
+    }
+
+    /// The address of this key.
+    pub fn ip(&self) -> Ipv4Addr {
+        Ipv4Addr::from(self.addr.to_ne_bytes())
+    }
+}
+
+impl V6Key {
+    /// The key of `ip`.
+    pub fn new(ip: Ipv6Addr) -> Self {
+        Self { addr: ip.octets() }
+    }
+
+    /// The address of this key.
+    pub fn ip(&self) -> Ipv6Addr {
+        Ipv6Addr::from(self.addr)
+    }
+}
+
+/// Plain old data: any bit pattern is valid and there is no padding, so values can cross the
+/// syscall boundary as bytes.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` types without padding whose every bit pattern is valid.
+pub(crate) unsafe trait Plain: Copy + 'static {
+    /// The value's bytes.
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: Plain types have no padding (all bytes initialised).
+        unsafe { std::slice::from_raw_parts((self as *const Self).cast(), size_of::<Self>()) }
+    }
+
+    /// Reads a value from the start of `b`, which must hold at least `size_of::<Self>()` bytes.
+    fn read_from(b: &[u8]) -> Self {
+        assert!(b.len() >= size_of::<Self>());
+        // SAFETY: length checked; any bit pattern is valid; read_unaligned needs no alignment.
+        unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) }
+    }
+}
+
+// SAFETY: each is #[repr(C)] of integers/byte arrays with no padding (sizes asserted below).
+unsafe impl Plain for V4Key {}
+// SAFETY: as above.
+unsafe impl Plain for V6Key {}
+// SAFETY: as above.
+unsafe impl Plain for LpmV4Key {}
+// SAFETY: as above.
+unsafe impl Plain for LpmV6Key {}
+// SAFETY: as above.
+unsafe impl Plain for BlockValue {}
+// SAFETY: as above.
+unsafe impl Plain for Bucket {}
+// SAFETY: as above.
+unsafe impl Plain for GuardConfig {}
+// SAFETY: as above.
+unsafe impl Plain for RawCounters {}
+// SAFETY: integer.
+unsafe impl Plain for u32 {}
+
+// No padding anywhere: the sum of the fields is the size.
+const _: () = assert!(size_of::<LpmV6Key>() == 4 + 16);
+const _: () = assert!(size_of::<GuardConfig>() == 8 * 3 + 4 * 2 + 8192);
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+macro_rules! field_size {
+    ($t:ty, $f:ident) => {
+        // SAFETY: every mirrored type is plain data for which all-zero is valid.
+        size_of_val(&unsafe { core::mem::zeroed::<$t>() }.$f)
+    };
+}
+
+include!(concat!(env!("OUT_DIR"), "/layout_check.rs"));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The generated assertions exist and cover every mirrored struct and constant.
+    #[test]
+    fn layout_checks_cover_every_type() {
+        let generated = include_str!(concat!(env!("OUT_DIR"), "/layout_check.rs"));
+        for name in [
+            "V4Key",
+            "V6Key",
+            "LpmV4Key",
+            "LpmV6Key",
+            "BlockValue",
+            "Bucket",
+            "GuardConfig",
+            "RawCounters",
+            "COUNTERS",
+            "MAP_COUNTERS",
+        ] {
+            assert!(
+                generated.contains(&format!("<{name}>()")) || generated.contains(name),
+                "{name} is not checked"
+            );
+        }
+        assert!(generated.matches("offset_of!").count() >= 14);
+    }
+
+    #[test]
+    fn keys_round_trip() {
+        let ip = Ipv4Addr::new(192, 0, 2, 7);
+        assert_eq!(V4Key::new(ip).ip(), ip);
+        assert_eq!(V4Key::new(ip).as_bytes(), &[192, 0, 2, 7]);
+        let ip6: Ipv6Addr = "2001:db8::7".parse().unwrap();
+        assert_eq!(V6Key::new(ip6).ip(), ip6);
+        let k = LpmV4Key {
+            prefixlen: 24,
+            addr: V4Key::new(ip).addr,
+        };
+        assert_eq!(LpmV4Key::read_from(k.as_bytes()), k);
+    }
+
+    #[test]
+    fn config_port_bitmap_and_bucket_math() {
+        let c = GuardConfig::new(10, 5, &[53, 5353, 0, 65535]);
+        assert!(c.is_dns_port(53) && c.is_dns_port(5353) && c.is_dns_port(0));
+        assert!(c.is_dns_port(65535));
+        assert!(!c.is_dns_port(54) && !c.is_dns_port(52));
+        assert_eq!(c.flags, F_RATELIMIT);
+        assert_eq!(c.cap_units, 5 * TOKEN_UNIT);
+        assert_eq!(c.fill_ns, 500_000_000);
+        assert_eq!(GuardConfig::new(0, 5, &[53]).flags, 0);
+        assert_eq!(GuardConfig::new(10, 5, &[]).flags, 0);
+    }
+}

@@ -1,0 +1,81 @@
+//! Errors and warnings from reading and checking a zone, each with its file and line.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where in the input something was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The file (the including file's name for `$INCLUDE`d records is the included file).
+    pub file: Arc<PathBuf>,
+    /// 1-based line, 0 when the problem concerns the zone as a whole.
+    pub line: u32,
+    /// 1-based column, 0 when unknown.
+    pub col: u32,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if self.line > 0 {
+            write!(f, ":{}", self.line)?;
+            if self.col > 0 {
+                write!(f, ":{}", self.col)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One problem found in a zone: an error (the zone does not load) or a warning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Where.
+    pub at: Location,
+    /// What, and what was expected.
+    pub msg: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.at, self.msg)
+    }
+}
+
+/// Why a zone did not load: every error found (up to a limit), in input order.
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct ZoneError {
+    /// The errors, each with its location.
+    pub errors: Vec<Diagnostic>,
+    /// More errors were found than are listed.
+    pub truncated: bool,
+}
+
+impl fmt::Display for ZoneError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, d) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{d}")?;
+        }
+        if self.truncated {
+            write!(f, "\n(further errors not shown)")?;
+        }
+        Ok(())
+    }
+}
+
+impl ZoneError {
+    /// A single error.
+    pub fn one(at: Location, msg: impl Into<String>) -> ZoneError {
+        ZoneError {
+            errors: vec![Diagnostic {
+                at,
+                msg: msg.into(),
+            }],
+            truncated: false,
+        }
+    }
+}

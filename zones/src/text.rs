@@ -1,0 +1,82 @@
+//! Small presentation-format readers shared by the directives and the RDATA parsers.
+
+/// Reads a TTL: decimal seconds or BIND units (`1w2d3h4m5s`, any case).
+///
+/// Values above 2^31-1 are refused as RFC 2181 §8 asks.
+pub fn parse_ttl(s: &[u8]) -> Result<u32, &'static str> {
+    if s.is_empty() {
+        return Err("empty TTL");
+    }
+    if s.iter().all(u8::is_ascii_digit) {
+        let v = parse_u64(s).ok_or("TTL out of range")?;
+        return if v > i32::MAX as u64 {
+            Err("TTL out of range (above 2147483647)")
+        } else {
+            Ok(v as u32)
+        };
+    }
+    let mut total: u64 = 0;
+    let mut num: Option<u64> = None;
+    for &c in s {
+        if c.is_ascii_digit() {
+            let n = num.unwrap_or(0) * 10 + (c - b'0') as u64;
+            if n > u32::MAX as u64 {
+                return Err("TTL out of range");
+            }
+            num = Some(n);
+        } else {
+            let mult = match c.to_ascii_lowercase() {
+                b'w' => 604_800,
+                b'd' => 86_400,
+                b'h' => 3_600,
+                b'm' => 60,
+                b's' => 1,
+                _ => return Err("bad TTL: expected digits with units w, d, h, m, s"),
+            };
+            let n = num.take().ok_or("bad TTL: unit without a number")?;
+            total += n * mult;
+            if total > i32::MAX as u64 {
+                return Err("TTL out of range (above 2147483647)");
+            }
+        }
+    }
+    if num.is_some() {
+        // BIND refuses "1h30" (a bare number after units).
+        return Err("bad TTL: number without a unit after units");
+    }
+    Ok(total as u32)
+}
+
+/// Reads an unsigned decimal that fits in u64 (digits only).
+pub fn parse_u64(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in s {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add((c - b'0') as u64)?;
+    }
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls() {
+        assert_eq!(parse_ttl(b"3600"), Ok(3600));
+        assert_eq!(parse_ttl(b"1h30m"), Ok(5400));
+        assert_eq!(parse_ttl(b"1W"), Ok(604800));
+        assert_eq!(parse_ttl(b"1d2h3m4s"), Ok(93784));
+        assert_eq!(parse_ttl(b"2147483647"), Ok(2147483647));
+        assert!(parse_ttl(b"2147483648").is_err());
+        assert!(parse_ttl(b"1h30").is_err());
+        assert!(parse_ttl(b"h").is_err());
+        assert!(parse_ttl(b"1x").is_err());
+        assert!(parse_ttl(b"").is_err());
+    }
+}

@@ -1,0 +1,201 @@
+//! What an authoritative server must check before serving a zone.
+//!
+//! Errors (the zone does not load): no SOA or several at the apex, no NS at the apex,
+//! CNAME beside other data or several CNAMEs, several DNAMEs, NS beside a DNAME, names
+//! below a DNAME, DS at the apex or away from a zone cut. Warnings: data hidden below a
+//! zone cut other than glue, NS targets inside the zone without an address.
+
+use crate::build::{Src, display};
+use crate::rrtype::{self, t};
+use crate::zone::{NodeId, Zone, flags};
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// The zone must not be served.
+    Error,
+    /// Worth telling the operator; the zone loads.
+    Warning,
+}
+
+/// Checks a compiled zone; `srcs[i]` is where `zone.rrsets[i]` came from.
+pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, Src, String)) {
+    use Severity::*;
+    let src_of = |id: NodeId, rtype: u16| -> Src {
+        let n = zone.node(id);
+        let start = n.rrset_start as usize;
+        zone.rrsets(id)
+            .iter()
+            .position(|s| s.rtype == rtype)
+            .map(|i| srcs[start + i])
+            .unwrap_or_else(|| srcs.get(start).copied().unwrap_or_default())
+    };
+    // Apex: one SOA, some NS.
+    match zone.rrset(0, t::SOA) {
+        None => report(
+            Error,
+            Src::default(),
+            format!("no SOA record at the zone apex {}", zone.apex()),
+        ),
+        Some(s) if s.count > 1 => report(
+            Error,
+            src_of(0, t::SOA),
+            format!("multiple SOA records at the zone apex {}", zone.apex()),
+        ),
+        _ => {}
+    }
+    if zone.rrset(0, t::NS).is_none() {
+        report(
+            Error,
+            src_of(0, t::SOA),
+            format!("missing NS at the zone apex {}", zone.apex()),
+        );
+    }
+    if zone.rrset(0, t::DS).is_some() {
+        report(
+            Error,
+            src_of(0, t::DS),
+            format!("DS at the zone apex {}: DS belongs in the parent zone", zone.apex()),
+        );
+    }
+    let mut occluded_warned = 0usize;
+    for id in zone.node_ids() {
+        let node = zone.node(id);
+        let name = || display(zone.node_name(id));
+        let sets = zone.rrsets(id);
+        if node.has(flags::CNAME) {
+            let c = zone.rrset(id, t::CNAME).expect("CNAME flag");
+            if c.count > 1 {
+                report(Error, src_of(id, t::CNAME), format!("multiple CNAME records at {}", name()));
+            }
+            if let Some(other) = sets
+                .iter()
+                .find(|s| s.rtype != t::CNAME && !rrtype::is_dnssec(s.rtype))
+            {
+                report(
+                    Error,
+                    src_of(id, other.rtype),
+                    format!(
+                        "another record exists beside CNAME at {} ({}): a CNAME must stand alone",
+                        name(),
+                        rrtype::to_text(other.rtype)
+                    ),
+                );
+            }
+        }
+        if node.has(flags::DNAME) {
+            let d = zone.rrset(id, t::DNAME).expect("DNAME flag");
+            if d.count > 1 {
+                report(Error, src_of(id, t::DNAME), format!("multiple DNAME records at {}", name()));
+            }
+            if id != 0 && zone.rrset(id, t::NS).is_some() {
+                report(
+                    Error,
+                    src_of(id, t::NS),
+                    format!("NS record exists beside DNAME at {}", name()),
+                );
+            }
+        }
+        if node.has(flags::HAS_DS) && id != 0 && !node.has(flags::DELEG) && !node.has(flags::OCCLUDED)
+        {
+            report(
+                Error,
+                src_of(id, t::DS),
+                format!("DS record at {} which is not a delegation point", name()),
+            );
+        }
+        if id != 0 && zone.rrset(id, t::SOA).is_some() && !node.has(flags::OCCLUDED) {
+            report(
+                Error,
+                src_of(id, t::SOA),
+                format!("SOA record at {} which is not the zone apex", name()),
+            );
+        }
+        if node.has(flags::OCCLUDED) && !node.has(flags::EMPTY) {
+            // Below a DNAME nothing may exist; below a zone cut only glue is kept.
+            let mut top = node.parent();
+            while zone.node(top).has(flags::OCCLUDED) {
+                top = zone.node(top).parent();
+            }
+            if zone.node(top).has(flags::DNAME) {
+                report(
+                    Error,
+                    srcs[node.rrset_start as usize],
+                    format!(
+                        "child record exists under DNAME at {}: {} cannot be reached",
+                        display(zone.node_name(top)),
+                        name()
+                    ),
+                );
+            } else if let Some(s) = sets
+                .iter()
+                .find(|s| !matches!(s.rtype, t::A | t::AAAA) && !(s.rtype == t::NS || s.rtype == t::DS || s.rtype == t::RRSIG))
+            {
+                if occluded_warned < 20 {
+                    report(
+                        Warning,
+                        src_of(id, s.rtype),
+                        format!(
+                            "{} {} is below the zone cut at {}: not served (only glue is)",
+                            name(),
+                            rrtype::to_text(s.rtype),
+                            display(zone.node_name(top))
+                        ),
+                    );
+                }
+                occluded_warned += 1;
+            }
+        }
+        // NS targets inside the zone need an address (glue below a cut, or authoritative).
+        if let Some(ns) = zone.rrset(id, t::NS)
+            && (id == 0 || node.has(flags::DELEG))
+            && !node.has(flags::OCCLUDED)
+        {
+            for (_, rd) in zone.rrs(ns) {
+                let Some(len) = crate::name::wire_name_len(rd) else {
+                    continue;
+                };
+                let target = &rd[..len];
+                let mut lower = [0u8; 255];
+                lower[..len].copy_from_slice(target);
+                lower[..len].make_ascii_lowercase();
+                let target = &lower[..len];
+                if !crate::name::is_subdomain(target, zone.apex().as_wire()) {
+                    continue;
+                }
+                if !has_address(zone, target) {
+                    report(
+                        Warning,
+                        src_of(id, t::NS),
+                        format!(
+                            "missing glue record: NS target {} of {} has no A or AAAA",
+                            display(target),
+                            name()
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    if occluded_warned > 20 {
+        report(
+            Warning,
+            Src::default(),
+            format!("{} more occluded names below zone cuts", occluded_warned - 20),
+        );
+    }
+}
+
+/// True when `name` (lower case, in the zone) has an A or AAAA, itself or by wildcard.
+fn has_address(zone: &Zone, name: &[u8]) -> bool {
+    let has = |id: NodeId| zone.rrset(id, t::A).is_some() || zone.rrset(id, t::AAAA).is_some();
+    if let Some(id) = zone.find(name) {
+        return has(id);
+    }
+    let mut offs = [0u8; 128];
+    let n = crate::name::label_offsets(name, &mut offs);
+    match zone.lookup(name, &offs[..n]) {
+        crate::zone::Lookup::Wildcard { wildcard, .. } => has(wildcard),
+        _ => false,
+    }
+}
