@@ -1,9 +1,22 @@
 //! dnsd: the Palisade authoritative DNS daemon and its tools.
 
 mod check_zone;
+mod config;
+mod ctl;
+mod internet;
+mod metrics;
+mod process_query;
+mod response;
+mod server;
+mod stats;
+mod tcp;
+mod wire;
+mod zonereg;
+mod zoneset;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -17,6 +30,30 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run the server from a config file, or from flags.
+    Serve {
+        /// The config file (TOML).
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+        /// Address to listen on: IP:PORT, or IP / PREFIX with --port (repeatable).
+        #[arg(long)]
+        listen: Vec<String>,
+        /// Port for addresses given without one.
+        #[arg(long)]
+        port: Option<u16>,
+        /// A zone as ORIGIN=FILE (repeatable).
+        #[arg(long)]
+        zone: Vec<String>,
+        /// Control socket path.
+        #[arg(long)]
+        control: Option<PathBuf>,
+        /// Metrics address (IP:PORT).
+        #[arg(long)]
+        metrics: Option<String>,
+        /// UDP worker threads (0: one per core).
+        #[arg(long)]
+        workers: Option<usize>,
+    },
     /// Parse and validate a zone file; exit 0 when it would load, 1 when not.
     CheckZone {
         /// The zone's origin (default: the file name, or the SOA owner).
@@ -28,6 +65,31 @@ enum Cmd {
         /// The master file.
         file: PathBuf,
     },
+    /// Control a running server (reload [ZONE], stats, zones, status, ...).
+    Ctl {
+        /// Find the control socket in this config file.
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+        /// The control socket.
+        #[arg(long, short = 's')]
+        socket: Option<PathBuf>,
+        /// Seconds to wait for the reply.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+        /// The command and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 }
 
 fn main() -> ExitCode {
@@ -38,5 +100,126 @@ fn main() -> ExitCode {
             quiet,
             file,
         } => ExitCode::from(check_zone::run(&file, origin.as_deref(), quiet) as u8),
+        Cmd::Serve {
+            config,
+            listen,
+            port,
+            zone,
+            control,
+            metrics,
+            workers,
+        } => {
+            init_logging();
+            let cfg = match build_config(config.as_deref(), listen, port, zone, control, metrics, workers) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("dnsd: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match server::run(cfg, config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("dnsd: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Cmd::Ctl {
+            config,
+            socket,
+            timeout,
+            args,
+        } => {
+            let socket = match (socket, config) {
+                (Some(s), _) => s,
+                (None, Some(c)) => match config::Config::load(&c) {
+                    Ok(cfg) => match cfg.control.socket {
+                        Some(s) => s,
+                        None => {
+                            eprintln!("dnsd ctl: {} has no [control] socket", c.display());
+                            return ExitCode::from(2);
+                        }
+                    },
+                    Err(e) => {
+                        eprintln!("dnsd ctl: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+                (None, None) => PathBuf::from("/run/palisade/dnsd.sock"),
+            };
+            match ctl::call(&socket, &args, Duration::from_secs(timeout)) {
+                Ok(r) => {
+                    print!("{}", r.text);
+                    if r.ok {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("dnsd ctl: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
     }
+}
+
+/// The config from a file, with flags added on top (or from flags alone).
+fn build_config(
+    path: Option<&std::path::Path>,
+    listen: Vec<String>,
+    port: Option<u16>,
+    zones: Vec<String>,
+    control: Option<PathBuf>,
+    metrics: Option<String>,
+    workers: Option<usize>,
+) -> Result<config::Config, String> {
+    let mut cfg = match path {
+        Some(p) => config::Config::load(p).map_err(|e| e.to_string())?,
+        None => config::Config::default(),
+    };
+    if !listen.is_empty() {
+        let mut addrs = Vec::new();
+        let mut ports = Vec::new();
+        for l in &listen {
+            if let Ok(sa) = l.parse::<std::net::SocketAddr>() {
+                addrs.push(sa.ip().to_string());
+                ports.push(sa.port());
+            } else {
+                addrs.push(l.clone());
+            }
+        }
+        ports.dedup();
+        if ports.len() > 1 {
+            return Err("--listen: all addresses must use one port".into());
+        }
+        cfg.server.listen = addrs;
+        if let Some(p) = ports.first() {
+            cfg.server.port = *p;
+        }
+    }
+    if let Some(p) = port {
+        cfg.server.port = p;
+    }
+    for z in zones {
+        let (origin, file) = z
+            .split_once('=')
+            .ok_or_else(|| format!("--zone {z}: expected ORIGIN=FILE"))?;
+        cfg.zones.push(config::ZoneConfig {
+            origin: origin.into(),
+            file: file.into(),
+        });
+    }
+    if control.is_some() {
+        cfg.control.socket = control;
+    }
+    if metrics.is_some() {
+        cfg.metrics.listen = metrics;
+    }
+    if let Some(w) = workers {
+        cfg.server.workers = w;
+    }
+    Ok(cfg)
 }

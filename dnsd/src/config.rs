@@ -1,0 +1,265 @@
+//! The configuration file (TOML) and the flags that can stand in for it.
+//!
+//! Unknown keys are refused with their name; errors carry the file, line and column.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown or mistyped keys.
+    #[error("{path}:{line}:{col}: {msg}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        col: usize,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("{path}: {key}: {msg}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The key, dotted.
+        key: String,
+        /// What is wrong.
+        msg: String,
+    },
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Listening addresses and socket settings.
+    #[serde(default)]
+    pub server: Server,
+    /// Zones served.
+    #[serde(default, rename = "zone")]
+    pub zones: Vec<ZoneConfig>,
+    /// The control socket.
+    #[serde(default)]
+    pub control: Control,
+    /// The metrics endpoint.
+    #[serde(default)]
+    pub metrics: Metrics,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    /// Addresses and prefixes: one UDP socket per address; TCP on one wildcard socket.
+    #[serde(default = "default_listen")]
+    pub listen: Vec<String>,
+    /// Port for UDP and TCP.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// UDP worker threads (0: one per core).
+    #[serde(default)]
+    pub workers: usize,
+    /// Our EDNS UDP payload size.
+    #[serde(default = "default_udp_payload")]
+    pub udp_payload: u16,
+    /// SO_RCVBUF per UDP socket, bytes (0: kernel default).
+    #[serde(default)]
+    pub udp_rcvbuf: usize,
+    /// SO_SNDBUF per UDP socket, bytes (0: kernel default).
+    #[serde(default)]
+    pub udp_sndbuf: usize,
+    /// Datagrams per recvmmsg/sendmmsg batch.
+    #[serde(default = "default_batch")]
+    pub udp_batch: usize,
+    /// TCP: most connections at once.
+    #[serde(default = "default_tcp_max")]
+    pub tcp_max_connections: usize,
+    /// TCP: most connections from one source address.
+    #[serde(default = "default_tcp_per_source")]
+    pub tcp_max_per_source: usize,
+    /// TCP: idle time before a connection is closed, milliseconds.
+    #[serde(default = "default_tcp_idle")]
+    pub tcp_idle_timeout_ms: u64,
+    /// TCP: most queries answered on one connection.
+    #[serde(default = "default_tcp_queries")]
+    pub tcp_max_queries: usize,
+    /// TCP: responses queued for a connection before it stops reading queries.
+    #[serde(default = "default_tcp_queue")]
+    pub tcp_max_pipelined: usize,
+}
+
+fn default_listen() -> Vec<String> {
+    vec!["127.0.0.1".into()]
+}
+fn default_port() -> u16 {
+    53
+}
+fn default_udp_payload() -> u16 {
+    1232
+}
+fn default_batch() -> usize {
+    32
+}
+fn default_tcp_max() -> usize {
+    4096
+}
+fn default_tcp_per_source() -> usize {
+    16
+}
+fn default_tcp_idle() -> u64 {
+    10_000
+}
+fn default_tcp_queries() -> usize {
+    1000
+}
+fn default_tcp_queue() -> usize {
+    32
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        toml::from_str("").expect("defaults")
+    }
+}
+
+/// `[[zone]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneConfig {
+    /// The zone's apex.
+    pub origin: String,
+    /// The master file (relative paths are relative to the config file).
+    pub file: PathBuf,
+}
+
+/// `[control]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Control {
+    /// Unix socket path for `dnsd ctl`.
+    pub socket: Option<PathBuf>,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Metrics {
+    /// Address for the Prometheus endpoint (`/metrics`).
+    pub listen: Option<String>,
+}
+
+impl Config {
+    /// Reads and checks a config file; relative zone paths become relative to its directory.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        let mut c = Self::parse(path, &text)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for z in &mut c.zones {
+            if z.file.is_relative() {
+                z.file = dir.join(&z.file);
+            }
+        }
+        Ok(c)
+    }
+
+    /// Parses config text; `path` is used in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| {
+            let (line, col) = e
+                .span()
+                .map(|s| line_col(text, s.start))
+                .unwrap_or((0, 0));
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                line,
+                col,
+                msg: e.message().to_string(),
+            }
+        })?;
+        c.check(path)?;
+        Ok(c)
+    }
+
+    fn check(&self, path: &Path) -> Result<(), ConfigError> {
+        let inv = |key: &str, msg: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key: key.into(),
+            msg,
+        };
+        if !(512..=65535).contains(&self.server.udp_payload) {
+            return Err(inv("server.udp_payload", "must be between 512 and 65535".into()));
+        }
+        if self.server.udp_batch == 0 || self.server.udp_batch > 1024 {
+            return Err(inv("server.udp_batch", "must be between 1 and 1024".into()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, z) in self.zones.iter().enumerate() {
+            let n = zones::Name::parse(&z.origin, Some(&zones::Name::root()))
+                .map_err(|e| inv(&format!("zone[{i}].origin"), e.to_string()))?;
+            if !seen.insert(n.to_lowercase()) {
+                return Err(inv(
+                    &format!("zone[{i}].origin"),
+                    format!("zone {n} is configured twice"),
+                ));
+            }
+        }
+        listener::addrs::expand(&self.server.listen)
+            .map_err(|e| inv("server.listen", e.to_string()))?;
+        Ok(())
+    }
+}
+
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map_or(0, |p| p + 1) + 1;
+    (line, col)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_unknown_keys() {
+        let c = Config::parse(Path::new("x.toml"), "").unwrap();
+        assert_eq!(c.server.port, 53);
+        assert_eq!(c.server.udp_payload, 1232);
+        let e = Config::parse(Path::new("x.toml"), "[server]\nport = 5353\nbogus = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("x.toml:3:1:"), "{e}");
+        assert!(e.contains("bogus"), "{e}");
+        let e = Config::parse(Path::new("x.toml"), "[server]\nudp_payload = 100\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("server.udp_payload"), "{e}");
+        let e = Config::parse(
+            Path::new("x.toml"),
+            "[[zone]]\norigin = \"a.\"\nfile = \"a\"\n[[zone]]\norigin = \"A.\"\nfile = \"b\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("twice"), "{e}");
+        let e = Config::parse(Path::new("x.toml"), "[server]\nlisten = [\"nope\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("server.listen"), "{e}");
+    }
+}

@@ -1,0 +1,451 @@
+//! Answering in class IN: RFC 1034 §4.3.2 with wildcards (RFC 4592), DNAME (RFC 6672),
+//! negative answers (RFC 2308) and minimal ANY (RFC 8482).
+
+use zones::name::MAX_NAME_LEN;
+use zones::rdata;
+use zones::rrtype::t;
+use zones::zone::{Lookup, NodeId, flags};
+use zones::{RRset, Zone};
+
+use crate::response::{Full, Owner, Section, Writer};
+use crate::wire::{Query, hf, rcode};
+use crate::zoneset::ZoneSet;
+
+/// How many CNAME/DNAME steps are followed before giving up.
+const MAX_CHAIN: usize = 8;
+
+/// What kind of response was written (for response rate limiting and statistics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Data in the answer section.
+    Answer,
+    /// The name exists without the type.
+    NoData,
+    /// The name does not exist.
+    NxDomain,
+    /// A referral to a child zone.
+    Referral,
+    /// The name is in no zone served here.
+    Refused,
+}
+
+/// The result of answering one question.
+#[derive(Debug, Clone, Copy)]
+pub struct Answered {
+    /// Response kind.
+    pub kind: Kind,
+    /// Index of the zone (in the zone set) that answered, if any.
+    pub zone: Option<u32>,
+    /// The response was truncated.
+    pub truncated: bool,
+}
+
+/// A name being resolved: lower-case wire name and label offsets, in a fixed buffer.
+struct Target {
+    name: [u8; MAX_NAME_LEN],
+    len: usize,
+    offs: [u8; 128],
+    labels: usize,
+}
+
+impl Target {
+    fn from_query(q: &Query) -> Target {
+        let mut t = Target {
+            name: [0; MAX_NAME_LEN],
+            len: q.qname_len as usize,
+            offs: [0; 128],
+            labels: q.labels as usize,
+        };
+        t.name[..t.len].copy_from_slice(q.qname());
+        t.offs[..t.labels].copy_from_slice(q.label_offs());
+        t
+    }
+
+    fn set(&mut self, wire_lower: &[u8]) {
+        self.len = wire_lower.len();
+        self.name[..self.len].copy_from_slice(wire_lower);
+        self.labels = zones::name::label_offsets(&self.name[..self.len], &mut self.offs);
+    }
+
+    fn name(&self) -> &[u8] {
+        &self.name[..self.len]
+    }
+
+    fn offs(&self) -> &[u8] {
+        &self.offs[..self.labels]
+    }
+}
+
+/// Answers `q` into `w` (header and question already written).
+pub fn answer(w: &mut Writer<'_>, q: &Query, zones: &ZoneSet) -> Answered {
+    let Some((zi, zone)) = zones.find(q.qname(), q.label_offs()) else {
+        w.set_rcode(rcode::REFUSED);
+        return Answered {
+            kind: Kind::Refused,
+            zone: None,
+            truncated: false,
+        };
+    };
+    w.set_flags(hf::AA);
+    let mut a = Answerer {
+        w,
+        q,
+        zones,
+        dnssec: q.dnssec_ok(),
+        truncated: false,
+    };
+    let mut target = Target::from_query(q);
+    let kind = a.resolve(zone, &mut target, Owner::Qname, 0);
+    Answered {
+        kind,
+        zone: Some(zi),
+        truncated: a.truncated,
+    }
+}
+
+struct Answerer<'w, 'b, 'q> {
+    w: &'w mut Writer<'b>,
+    q: &'q Query,
+    zones: &'q ZoneSet,
+    dnssec: bool,
+    truncated: bool,
+}
+
+impl Answerer<'_, '_, '_> {
+    fn tc(&mut self) {
+        self.truncated = true;
+        self.w.set_flags(hf::TC);
+    }
+
+    /// Writes an RRset (and its RRSIGs when DO is set); sets TC when it does not fit.
+    fn put(&mut self, sec: Section, zone: &Zone, node: NodeId, s: &RRset, owner: Owner<'_>) -> bool {
+        let m = self.w.mark();
+        if self.w.rrset(sec, zone, s, owner).is_err() {
+            self.tc();
+            return false;
+        }
+        if self.dnssec
+            && let Some(sig) = zone.rrsig(node, s.rtype)
+            && self.w.rrset(sec, zone, sig, owner).is_err()
+        {
+            // Never an RRset without its signatures.
+            self.w.rollback(m);
+            self.tc();
+            return false;
+        }
+        true
+    }
+
+    fn resolve(&mut self, zone: &Zone, target: &mut Target, owner: Owner<'_>, depth: usize) -> Kind {
+        let qtype = self.q.qtype;
+        match zone.lookup(target.name(), target.offs()) {
+            Lookup::Exact(node) => self.positive(zone, node, target, owner, depth),
+            Lookup::Wildcard { wildcard, .. } => self.positive(zone, wildcard, target, owner, depth),
+            Lookup::Delegation { cut, exact } => {
+                if exact && qtype == t::DS {
+                    // DS lives on the parent side of the cut: answer it here.
+                    return match zone.rrset(cut, t::DS) {
+                        Some(ds) => {
+                            self.put(Section::Answer, zone, cut, ds, owner);
+                            Kind::Answer
+                        }
+                        None => {
+                            self.negative(zone);
+                            Kind::NoData
+                        }
+                    };
+                }
+                self.referral(zone, cut, depth);
+                Kind::Referral
+            }
+            Lookup::Dname(node) => self.dname(zone, node, target, owner, depth),
+            Lookup::NxDomain { .. } => {
+                self.w.set_rcode(rcode::NXDOMAIN);
+                self.negative(zone);
+                Kind::NxDomain
+            }
+        }
+    }
+
+    fn positive(
+        &mut self,
+        zone: &Zone,
+        node: NodeId,
+        target: &mut Target,
+        owner: Owner<'_>,
+        depth: usize,
+    ) -> Kind {
+        let qtype = self.q.qtype;
+        let n = zone.node(node);
+        if n.has(flags::CNAME) && qtype != t::CNAME {
+            let cname = *zone.rrset(node, t::CNAME).expect("CNAME flag");
+            if !self.put(Section::Answer, zone, node, &cname, owner) {
+                return Kind::Answer;
+            }
+            let Some((_, rd)) = zone.rrs(&cname).next() else {
+                return Kind::Answer;
+            };
+            return self.follow(rd, target, depth);
+        }
+        if qtype == t::ANY {
+            // RFC 8482: one RRset, not all of them.
+            let first = zone
+                .rrsets(node)
+                .iter()
+                .find(|s| s.rtype != t::RRSIG && s.rtype != t::NSEC)
+                .copied();
+            return match first {
+                Some(s) => {
+                    self.put(Section::Answer, zone, node, &s, owner);
+                    Kind::Answer
+                }
+                None => {
+                    self.negative(zone);
+                    Kind::NoData
+                }
+            };
+        }
+        if qtype == t::RRSIG {
+            let mut any = false;
+            for s in zone.rrsets(node).iter().filter(|s| s.rtype == t::RRSIG) {
+                any = true;
+                if self.w.rrset(Section::Answer, zone, s, owner).is_err() {
+                    self.tc();
+                    break;
+                }
+            }
+            if !any {
+                self.negative(zone);
+                return Kind::NoData;
+            }
+            return Kind::Answer;
+        }
+        match zone.rrset(node, qtype).copied() {
+            Some(s) => {
+                if self.put(Section::Answer, zone, node, &s, owner) && s.has_names() {
+                    self.additional(zone, &s);
+                }
+                Kind::Answer
+            }
+            None => {
+                self.negative(zone);
+                Kind::NoData
+            }
+        }
+    }
+
+    /// Follows a CNAME (or synthesised CNAME) to `rd`, the target name in wire format.
+    fn follow(&mut self, rd: &[u8], target: &mut Target, depth: usize) -> Kind {
+        let Some(len) = zones::name::wire_name_len(rd) else {
+            return Kind::Answer;
+        };
+        let mut lower = [0u8; MAX_NAME_LEN];
+        lower[..len].copy_from_slice(&rd[..len]);
+        lower[..len].make_ascii_lowercase();
+        let lower = &lower[..len];
+        // Stop at loops (the name is already the target) and at long chains.
+        if depth + 1 >= MAX_CHAIN || lower == target.name() || lower == self.q.qname() {
+            return Kind::Answer;
+        }
+        target.set(lower);
+        let Some((_, zone)) = self.zones.find(target.name(), target.offs()) else {
+            // Out of our zones: the resolver follows it.
+            return Kind::Answer;
+        };
+        let zone = zone.clone();
+        let at = self.w.find_name(lower);
+        let mut buf = [0u8; MAX_NAME_LEN];
+        buf[..len].copy_from_slice(lower);
+        let owner = match at {
+            Some(o) => Owner::At(o),
+            None => Owner::Name(&buf[..len]),
+        };
+        match self.resolve(&zone, target, owner, depth + 1) {
+            // The chain's answer data keeps the response positive; a missing end sets the rcode.
+            Kind::NoData | Kind::Answer | Kind::Referral => Kind::Answer,
+            Kind::NxDomain => Kind::NxDomain,
+            Kind::Refused => Kind::Answer,
+        }
+    }
+
+    fn dname(
+        &mut self,
+        zone: &Zone,
+        node: NodeId,
+        target: &mut Target,
+        owner: Owner<'_>,
+        depth: usize,
+    ) -> Kind {
+        let dn = *zone.rrset(node, t::DNAME).expect("DNAME flag");
+        let owner_name = zone.node_name(node);
+        let mut owner_buf = [0u8; MAX_NAME_LEN];
+        owner_buf[..owner_name.len()].copy_from_slice(owner_name);
+        let owner_name = &owner_buf[..owner_name.len()];
+        if !self.put(Section::Answer, zone, node, &dn, Owner::Name(owner_name)) {
+            return Kind::Answer;
+        }
+        let Some((_, dtarget)) = zone.rrs(&dn).next() else {
+            return Kind::Answer;
+        };
+        // New name: the labels of the target name above the DNAME owner, then the DNAME target.
+        let prefix_len = target.len - owner_name.len();
+        let Some(dlen) = zones::name::wire_name_len(dtarget) else {
+            return Kind::Answer;
+        };
+        if prefix_len + dlen > MAX_NAME_LEN {
+            self.w.set_rcode(rcode::YXDOMAIN);
+            return Kind::Answer;
+        }
+        let mut synth = [0u8; MAX_NAME_LEN];
+        synth[..prefix_len].copy_from_slice(&target.name()[..prefix_len]);
+        synth[prefix_len..prefix_len + dlen].copy_from_slice(&dtarget[..dlen]);
+        let synth = &synth[..prefix_len + dlen];
+        if self
+            .w
+            .rr(Section::Answer, owner, t::CNAME, dn.ttl, synth)
+            .is_err()
+        {
+            self.tc();
+            return Kind::Answer;
+        }
+        self.follow(synth, target, depth)
+    }
+
+    fn referral(&mut self, zone: &Zone, cut: NodeId, depth: usize) {
+        if depth == 0 {
+            self.w.clear_flags(hf::AA);
+        }
+        let Some(ns) = zone.rrset(cut, t::NS).copied() else {
+            return;
+        };
+        let cut_name = zone.node_name(cut);
+        let mut nb = [0u8; MAX_NAME_LEN];
+        nb[..cut_name.len()].copy_from_slice(cut_name);
+        let cut_name = &nb[..cut_name.len()];
+        if self
+            .w
+            .rrset(Section::Authority, zone, &ns, Owner::Name(cut_name))
+            .is_err()
+        {
+            self.tc();
+            return;
+        }
+        if self.dnssec
+            && let Some(ds) = zone.rrset(cut, t::DS).copied()
+        {
+            self.put(Section::Authority, zone, cut, &ds, Owner::Name(cut_name));
+        }
+        self.glue(zone, &ns, cut_name);
+    }
+
+    /// A and AAAA of the NS targets of a referral; in-bailiwick glue that does not fit sets TC.
+    fn glue(&mut self, zone: &Zone, ns: &RRset, cut_name: &[u8]) {
+        for (_, rd) in zone.rrs(ns) {
+            let Some(len) = zones::name::wire_name_len(rd) else {
+                continue;
+            };
+            let mut lower = [0u8; MAX_NAME_LEN];
+            lower[..len].copy_from_slice(&rd[..len]);
+            lower[..len].make_ascii_lowercase();
+            let lower = &lower[..len];
+            if !zones::name::is_subdomain(lower, zone.apex().as_wire()) {
+                continue;
+            }
+            let Some(node) = zone.find(lower) else {
+                continue;
+            };
+            let required = zones::name::is_subdomain(lower, cut_name);
+            for rtype in [t::A, t::AAAA] {
+                if let Some(s) = zone.rrset(node, rtype).copied() {
+                    let owner = match self.w.find_name(lower) {
+                        Some(o) => Owner::At(o),
+                        None => Owner::Name(lower),
+                    };
+                    if self.w.rrset(Section::Additional, zone, &s, owner).is_err() {
+                        if required {
+                            self.tc();
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A and AAAA for the names an answer points at (NS, MX, SRV targets), when we hold them.
+    fn additional(&mut self, zone: &Zone, s: &RRset) {
+        let mut targets: [(usize, usize); 16] = [(0, 0); 16];
+        for (_, rd) in zone.rrs(s) {
+            let mut n = 0;
+            rdata::names(s.rtype, rd, &mut |r| {
+                if r.additional && n < targets.len() {
+                    targets[n] = (r.offset, r.len);
+                    n += 1;
+                }
+            });
+            for &(off, len) in &targets[..n] {
+                let mut lower = [0u8; MAX_NAME_LEN];
+                lower[..len].copy_from_slice(&rd[off..off + len]);
+                lower[..len].make_ascii_lowercase();
+                let lower = &lower[..len];
+                if !zones::name::is_subdomain(lower, zone.apex().as_wire()) {
+                    continue;
+                }
+                let Some(node) = zone.find(lower) else {
+                    continue;
+                };
+                if zone.node(node).has(flags::OCCLUDED) {
+                    continue;
+                }
+                for rtype in [t::A, t::AAAA] {
+                    if let Some(a) = zone.rrset(node, rtype).copied() {
+                        let owner = match self.w.find_name(lower) {
+                            Some(o) => Owner::At(o),
+                            None => Owner::Name(lower),
+                        };
+                        let m = self.w.mark();
+                        let ok = self.w.rrset(Section::Additional, zone, &a, owner).is_ok()
+                            && (!self.dnssec
+                                || zone.rrsig(node, rtype).is_none_or(|sig| {
+                                    self.w
+                                        .rrset(Section::Additional, zone, sig, owner)
+                                        .is_ok()
+                                }));
+                        if !ok {
+                            // Additional data is optional: stop adding, no TC.
+                            self.w.rollback(m);
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// NXDOMAIN / NODATA authority: the SOA with the negative TTL (RFC 2308 §3).
+    fn negative(&mut self, zone: &Zone) {
+        let Some(soa) = zone.rrset(0, t::SOA).copied() else {
+            return;
+        };
+        let Some((_, rd)) = zone.rrs(&soa).next() else {
+            return;
+        };
+        let apex = zone.apex().as_wire();
+        let r: Result<(), Full> =
+            self.w
+                .rr(Section::Authority, Owner::Name(apex), t::SOA, zone.negative_ttl(), rd);
+        if r.is_err() {
+            self.tc();
+            return;
+        }
+        if self.dnssec
+            && let Some(sig) = zone.rrsig(0, t::SOA).copied()
+            && self
+                .w
+                .rrset(Section::Authority, zone, &sig, Owner::Name(apex))
+                .is_err()
+        {
+            self.tc();
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! Writing responses: the question echoed, RRsets copied from their stored wire form,
+//! names compressed, and nothing written partly: an RRset fits whole or not at all.
+
+use zones::Zone;
+use zones::rdata;
+use zones::rrtype::t;
+use zones::zone::{RR_HEAD, RRset};
+
+use crate::wire::{Query, hf};
+
+/// A response section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// Answer.
+    Answer = 0,
+    /// Authority.
+    Authority = 1,
+    /// Additional.
+    Additional = 2,
+}
+
+/// Whose name an RR carries as owner.
+#[derive(Debug, Clone, Copy)]
+pub enum Owner<'n> {
+    /// The question name (pointer to offset 12).
+    Qname,
+    /// A name already in the packet at this offset.
+    At(u16),
+    /// A name given in lower-case wire format (compressed against the packet).
+    Name(&'n [u8]),
+}
+
+/// The RRset did not fit in the space left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
+const COMP_ENTRIES: usize = 48;
+
+/// Names already written, by the offset of each of their suffixes, for compression.
+struct Compressor {
+    n: usize,
+    off: [u16; COMP_ENTRIES],
+    hash: [u32; COMP_ENTRIES],
+}
+
+#[inline]
+fn suffix_hash(name: &[u8]) -> u32 {
+    // FNV-1a over the lower-case wire suffix (names handed in are already lower case).
+    let mut h: u32 = 0x811c9dc5;
+    for &b in name {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x01000193);
+    }
+    h
+}
+
+impl Compressor {
+    fn clear(&mut self) {
+        self.n = 0;
+    }
+
+    fn add(&mut self, off: usize, suffix_lower: &[u8]) {
+        if self.n < COMP_ENTRIES && off < 0x3FFF && suffix_lower.len() > 1 {
+            self.off[self.n] = off as u16;
+            self.hash[self.n] = suffix_hash(suffix_lower);
+            self.n += 1;
+        }
+    }
+}
+
+/// Builds one response in a caller's buffer.
+pub struct Writer<'b> {
+    buf: &'b mut [u8],
+    len: usize,
+    limit: usize,
+    counts: [u16; 3],
+    comp: Compressor,
+}
+
+impl<'b> Writer<'b> {
+    /// A writer over `buf` that will not write past `limit` bytes (space for OPT reserved
+    /// by the caller).
+    pub fn new(buf: &'b mut [u8], limit: usize) -> Writer<'b> {
+        let limit = limit.min(buf.len());
+        Writer {
+            buf,
+            len: 0,
+            limit,
+            counts: [0; 3],
+            comp: Compressor {
+                n: 0,
+                off: [0; COMP_ENTRIES],
+                hash: [0; COMP_ENTRIES],
+            },
+        }
+    }
+
+    /// Bytes written.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The current size limit.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Changes the size limit (to make room for OPT, or after the question is known).
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.min(self.buf.len());
+    }
+
+    /// RRs written to a section.
+    pub fn count(&self, s: Section) -> u16 {
+        self.counts[s as usize]
+    }
+
+    /// Writes the header for a reply to `q` with `rcode` (low 4 bits), echoing the
+    /// question when `with_question`. `req` is the request bytes.
+    pub fn start(&mut self, req: &[u8], q: &Query, rcode: u16, with_question: bool) {
+        self.comp.clear();
+        self.counts = [0; 3];
+        let flags = hf::QR | (q.flags & (0x7800 | hf::RD | hf::CD)) | (rcode & 0xF);
+        self.buf[0..2].copy_from_slice(&q.id.to_be_bytes());
+        self.buf[2..4].copy_from_slice(&flags.to_be_bytes());
+        self.buf[4..12].fill(0);
+        self.len = 12;
+        if with_question && q.question_end > 12 && q.question_end <= self.buf.len() {
+            let qlen = q.question_end - 12;
+            self.buf[12..12 + qlen].copy_from_slice(&req[12..q.question_end]);
+            self.buf[5] = 1;
+            self.len += qlen;
+            let qn = q.qname();
+            for &o in q.label_offs() {
+                self.comp.add(12 + o as usize, &qn[o as usize..]);
+            }
+        }
+    }
+
+    /// Sets header flag bits.
+    pub fn set_flags(&mut self, bits: u16) {
+        let f = u16::from_be_bytes([self.buf[2], self.buf[3]]) | bits;
+        self.buf[2..4].copy_from_slice(&f.to_be_bytes());
+    }
+
+    /// Clears header flag bits.
+    pub fn clear_flags(&mut self, bits: u16) {
+        let f = u16::from_be_bytes([self.buf[2], self.buf[3]]) & !bits;
+        self.buf[2..4].copy_from_slice(&f.to_be_bytes());
+    }
+
+    /// Sets the low four bits of the rcode.
+    pub fn set_rcode(&mut self, rcode: u16) {
+        self.buf[3] = (self.buf[3] & 0xF0) | (rcode & 0xF) as u8;
+    }
+
+    /// The rcode's low four bits as written.
+    pub fn rcode(&self) -> u16 {
+        (self.buf[3] & 0xF) as u16
+    }
+
+    /// Finishes the message: writes the section counts, returns its length.
+    pub fn finish(&mut self) -> usize {
+        self.buf[6..8].copy_from_slice(&self.counts[0].to_be_bytes());
+        self.buf[8..10].copy_from_slice(&self.counts[1].to_be_bytes());
+        self.buf[10..12].copy_from_slice(&self.counts[2].to_be_bytes());
+        self.len
+    }
+
+    /// A mark to roll back to.
+    pub fn mark(&self) -> (usize, [u16; 3], usize) {
+        (self.len, self.counts, self.comp.n)
+    }
+
+    /// Rolls back to a mark.
+    pub fn rollback(&mut self, m: (usize, [u16; 3], usize)) {
+        self.len = m.0;
+        self.counts = m.1;
+        self.comp.n = m.2;
+    }
+
+    /// Writes a whole RRset from a zone, or nothing (returns `Full`).
+    pub fn rrset(
+        &mut self,
+        sec: Section,
+        zone: &Zone,
+        s: &RRset,
+        owner: Owner<'_>,
+    ) -> Result<(), Full> {
+        let data = zone.wire(s);
+        let compress_rdata = s.has_names() && compressible(s.rtype);
+        if !compress_rdata {
+            match owner {
+                Owner::Qname => {
+                    // The stored form already points at the question: one copy.
+                    if self.len + data.len() > self.limit {
+                        return Err(Full);
+                    }
+                    self.buf[self.len..self.len + data.len()].copy_from_slice(data);
+                    self.len += data.len();
+                }
+                Owner::At(off) => {
+                    if self.len + data.len() > self.limit {
+                        return Err(Full);
+                    }
+                    let start = self.len;
+                    self.buf[start..start + data.len()].copy_from_slice(data);
+                    let ptr = (0xC000 | off).to_be_bytes();
+                    let mut p = start;
+                    while p < start + data.len() {
+                        self.buf[p..p + 2].copy_from_slice(&ptr);
+                        let rdlen = u16::from_be_bytes([self.buf[p + 10], self.buf[p + 11]]);
+                        p += RR_HEAD + rdlen as usize;
+                    }
+                    self.len += data.len();
+                }
+                Owner::Name(name) => {
+                    let m = self.mark();
+                    let at = self.name(name).inspect_err(|_| self.rollback(m))?;
+                    // The first RR carries the name; the others point at it.
+                    let first = zone.rrs(s).next().map(|(rr, _)| rr.len()).unwrap_or(0);
+                    let rest = &data[first..];
+                    let need = first - 2 + rest.len();
+                    if self.len + need > self.limit {
+                        self.rollback(m);
+                        return Err(Full);
+                    }
+                    self.buf[self.len..self.len + first - 2].copy_from_slice(&data[2..first]);
+                    self.len += first - 2;
+                    let start = self.len;
+                    self.buf[start..start + rest.len()].copy_from_slice(rest);
+                    let ptr = (0xC000 | at as u16).to_be_bytes();
+                    let mut p = start;
+                    while p < start + rest.len() {
+                        self.buf[p..p + 2].copy_from_slice(&ptr);
+                        let rdlen = u16::from_be_bytes([self.buf[p + 10], self.buf[p + 11]]);
+                        p += RR_HEAD + rdlen as usize;
+                    }
+                    self.len += rest.len();
+                }
+            }
+            self.counts[sec as usize] += s.count;
+            return Ok(());
+        }
+        let m = self.mark();
+        let mut owner_at: Option<u16> = match owner {
+            Owner::Qname => Some(12),
+            Owner::At(o) => Some(o),
+            Owner::Name(_) => None,
+        };
+        for (rr, rd) in zone.rrs(s) {
+            let r = self.rr_compressed(s.rtype, &rr[2..10], rd, &mut owner_at, owner);
+            if r.is_err() {
+                self.rollback(m);
+                return Err(Full);
+            }
+        }
+        self.counts[sec as usize] += s.count;
+        Ok(())
+    }
+
+    /// One RR whose RDATA names may be compressed. `head` is TYPE CLASS TTL.
+    fn rr_compressed(
+        &mut self,
+        rtype: u16,
+        head: &[u8],
+        rd: &[u8],
+        owner_at: &mut Option<u16>,
+        owner: Owner<'_>,
+    ) -> Result<(), Full> {
+        match *owner_at {
+            Some(o) => self.put(&(0xC000 | o).to_be_bytes())?,
+            None => {
+                let Owner::Name(n) = owner else {
+                    unreachable!("owner offset known for Qname and At")
+                };
+                *owner_at = Some(self.name(n)? as u16);
+            }
+        }
+        self.rr_tail(rtype, head, rd)
+    }
+
+    /// TYPE CLASS TTL (`head`), RDLENGTH and RDATA with its compressible names compressed.
+    fn rr_tail(&mut self, rtype: u16, head: &[u8], rd: &[u8]) -> Result<(), Full> {
+        self.put(head)?;
+        let rdlen_at = self.len;
+        self.put(&[0, 0])?;
+        let rd_start = self.len;
+        let mut pos = 0usize;
+        let mut refs = [(0usize, 0usize, false); 4];
+        let mut nrefs = 0;
+        if compressible(rtype) {
+            rdata::names(rtype, rd, &mut |r| {
+                if nrefs < refs.len() {
+                    refs[nrefs] = (r.offset, r.len, r.compress);
+                    nrefs += 1;
+                }
+            });
+        }
+        let mut lower = [0u8; 255];
+        for &(off, len, compress) in &refs[..nrefs] {
+            self.put(&rd[pos..off])?;
+            let name = &rd[off..off + len];
+            if compress {
+                lower[..len].copy_from_slice(name);
+                lower[..len].make_ascii_lowercase();
+                self.name_with_case(&lower[..len], name)?;
+            } else {
+                self.put(name)?;
+            }
+            pos = off + len;
+        }
+        self.put(&rd[pos..])?;
+        let rdlen = (self.len - rd_start) as u16;
+        self.buf[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
+        Ok(())
+    }
+
+    #[inline]
+    fn put(&mut self, b: &[u8]) -> Result<(), Full> {
+        if self.len + b.len() > self.limit {
+            return Err(Full);
+        }
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+        Ok(())
+    }
+
+    /// Writes a lower-case name compressed; returns the offset where it starts.
+    pub fn name(&mut self, lower: &[u8]) -> Result<usize, Full> {
+        self.name_with_case(lower, lower)
+    }
+
+    /// Writes a name (labels as in `cased`, matching on `lower`) compressed against what the
+    /// packet holds; returns the offset where it starts.
+    fn name_with_case(&mut self, lower: &[u8], cased: &[u8]) -> Result<usize, Full> {
+        let start = self.len;
+        let mut i = 0usize;
+        while lower[i] != 0 {
+            if let Some(ptr) = self.find(&lower[i..]) {
+                // Labels before i literally, then a pointer.
+                self.put(&cased[..i])?;
+                self.put(&(0xC000 | ptr).to_be_bytes())?;
+                self.add_suffixes(start, lower, i);
+                return Ok(start);
+            }
+            i += 1 + lower[i] as usize;
+        }
+        self.put(cased)?;
+        self.add_suffixes(start, lower, lower.len() - 1);
+        Ok(start)
+    }
+
+    fn add_suffixes(&mut self, start: usize, lower: &[u8], upto: usize) {
+        let mut i = 0usize;
+        while i < upto {
+            self.comp.add(start + i, &lower[i..]);
+            i += 1 + lower[i] as usize;
+        }
+    }
+
+    /// An offset in the packet where the name `suffix` (lower case) is written.
+    fn find(&self, suffix: &[u8]) -> Option<u16> {
+        let h = suffix_hash(suffix);
+        for k in 0..self.comp.n {
+            if self.comp.hash[k] == h && self.matches_at(self.comp.off[k] as usize, suffix) {
+                return Some(self.comp.off[k]);
+            }
+        }
+        None
+    }
+
+    /// True when the name written at `off` (following pointers) equals `name` (lower case).
+    fn matches_at(&self, mut off: usize, name: &[u8]) -> bool {
+        let mut i = 0usize;
+        let mut hops = 0;
+        loop {
+            let Some(&l) = self.buf[..self.len].get(off) else {
+                return false;
+            };
+            if l & 0xC0 == 0xC0 {
+                hops += 1;
+                if hops > 16 || off + 1 >= self.len {
+                    return false;
+                }
+                off = (((l & 0x3F) as usize) << 8) | self.buf[off + 1] as usize;
+                continue;
+            }
+            let l = l as usize;
+            if name.get(i) != Some(&(l as u8)) {
+                return false;
+            }
+            if l == 0 {
+                return i + 1 == name.len();
+            }
+            if off + 1 + l > self.len || i + 1 + l > name.len() {
+                return false;
+            }
+            let a = &self.buf[off + 1..off + 1 + l];
+            let b = &name[i + 1..i + 1 + l];
+            if !a.iter().zip(b).all(|(x, y)| x.to_ascii_lowercase() == *y) {
+                return false;
+            }
+            off += 1 + l;
+            i += 1 + l;
+        }
+    }
+
+    /// Writes one RR from parts (for synthesised records): owner, TYPE, class IN, TTL, RDATA.
+    pub fn rr(
+        &mut self,
+        sec: Section,
+        owner: Owner<'_>,
+        rtype: u16,
+        ttl: u32,
+        rd: &[u8],
+    ) -> Result<(), Full> {
+        let m = self.mark();
+        let mut head = [0u8; 8];
+        head[0..2].copy_from_slice(&rtype.to_be_bytes());
+        head[2..4].copy_from_slice(&1u16.to_be_bytes());
+        head[4..8].copy_from_slice(&ttl.to_be_bytes());
+        let mut at = match owner {
+            Owner::Qname => Some(12),
+            Owner::At(o) => Some(o),
+            Owner::Name(_) => None,
+        };
+        if let Err(e) = self.rr_compressed(rtype, &head, rd, &mut at, owner) {
+            self.rollback(m);
+            return Err(e);
+        }
+        self.counts[sec as usize] += 1;
+        Ok(())
+    }
+
+    /// Appends raw bytes counted as `rrs` records of a section (OPT, TSIG).
+    pub fn raw_rr(&mut self, sec: Section, bytes: &[u8]) -> Result<(), Full> {
+        if self.len + bytes.len() > self.buf.len() {
+            return Err(Full);
+        }
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+        self.counts[sec as usize] += 1;
+        Ok(())
+    }
+
+    /// The bytes written so far.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// Where a lower-case name is already written in the packet, if it is.
+    pub fn find_name(&self, lower: &[u8]) -> Option<u16> {
+        self.find(lower)
+    }
+}
+
+/// Types whose RDATA names may be compressed (RFC 3597 §4).
+#[inline]
+pub fn compressible(rtype: u16) -> bool {
+    matches!(
+        rtype,
+        t::NS | t::MD | t::MF | t::CNAME | t::SOA | t::MB | t::MG | t::MR | t::PTR | t::MINFO | t::MX
+    )
+}

@@ -1,0 +1,464 @@
+//! `dnsd serve`: brings up zones, the UDP fleet, TCP, control and metrics, and runs until
+//! told to stop. UDP runs on dedicated worker threads; tokio runs everything else.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use listener::addrs::AddrSet;
+use listener::udp::{FleetCounters, Handler, UdpFleet, UdpOptions};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+
+use crate::config::Config;
+use crate::ctl::{Reply, Request};
+use crate::process_query::{Outcome, PipelineConfig, Processor, Transport};
+use crate::stats::{self, WorkerStats};
+use crate::tcp::{TcpLimits, TcpServer};
+use crate::zonereg::{self, Registry};
+
+/// Everything the control and metrics endpoints read.
+pub struct Shared {
+    /// Zones and their state.
+    pub registry: Mutex<Registry>,
+    /// The config file, for reloads (None when run from flags).
+    pub config_path: Option<PathBuf>,
+    /// Per-worker UDP counters.
+    pub udp_stats: Vec<Arc<WorkerStats>>,
+    /// TCP counters.
+    pub tcp_stats: Arc<WorkerStats>,
+    /// Per-address counters.
+    pub fleet: Arc<FleetCounters>,
+    /// Service addresses (index = fleet counter index).
+    pub addrs: Vec<SocketAddr>,
+    /// The TCP side.
+    pub tcp: Arc<TcpServer>,
+    /// When the server started.
+    pub started: Instant,
+    /// How long binding the UDP fleet took.
+    pub bind_time: Duration,
+}
+
+struct UdpHandler {
+    p: Processor,
+}
+
+impl Handler for UdpHandler {
+    #[inline]
+    fn begin_batch(&mut self) {
+        self.p.refresh();
+    }
+    #[inline]
+    fn handle(&mut self, req: &[u8], src: SocketAddr, _local: u32, out: &mut [u8]) -> Option<usize> {
+        match self.p.process(req, src, Transport::Udp, out) {
+            Outcome::Reply(n) => Some(n),
+            Outcome::Drop => None,
+        }
+    }
+}
+
+/// Runs the server until SIGTERM or SIGINT. Returns the process exit code.
+pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
+    let addrs: Vec<IpAddr> =
+        listener::addrs::expand(&cfg.server.listen).map_err(|e| format!("server.listen: {e}"))?;
+    if addrs.is_empty() {
+        return Err("server.listen: no addresses configured".into());
+    }
+    // Zones first: the server answers from its first packet.
+    let mut registry = Registry::new(
+        cfg.zones
+            .iter()
+            .map(|z| {
+                (
+                    zones::Name::parse(&z.origin, Some(&zones::Name::root()))
+                        .expect("checked by config"),
+                    z.file.clone(),
+                )
+            })
+            .collect(),
+    );
+    let plan = registry.plan(None, true);
+    let results = plan
+        .into_iter()
+        .map(|(i, origin, file)| {
+            let (r, m) = zonereg::load_one(&origin, &file);
+            (i, r, m)
+        })
+        .collect();
+    let reports = registry.apply(results);
+    let failed = reports.iter().filter(|r| r.result.is_err()).count();
+    if failed > 0 {
+        tracing::error!("{failed} of {} zones failed to load", reports.len());
+    }
+    registry.publish();
+    let zones = registry.published();
+
+    let pcfg = Arc::new(PipelineConfig {
+        udp_payload: cfg.server.udp_payload,
+    });
+    let opts = UdpOptions {
+        rcvbuf: cfg.server.udp_rcvbuf,
+        sndbuf: cfg.server.udp_sndbuf,
+        batch: cfg.server.udp_batch,
+        max_request: 4096,
+        max_response: (cfg.server.udp_payload as usize).max(512),
+    };
+    let fleet = UdpFleet::bind(&addrs, cfg.server.port, &opts).map_err(|e| e.to_string())?;
+    let bind_time = fleet.startup_time();
+    tracing::info!(
+        addresses = addrs.len(),
+        port = cfg.server.port,
+        ms = bind_time.as_millis() as u64,
+        "UDP sockets bound"
+    );
+    let tcp_listeners = listener::tcp::wildcard_listeners(
+        &addrs,
+        cfg.server.port,
+        &listener::tcp::TcpOptions::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let fleet_counters = fleet.counters();
+    let bound = fleet.addrs().to_vec();
+    let workers = if cfg.server.workers == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        cfg.server.workers
+    };
+    let udp_stats: Vec<Arc<WorkerStats>> = (0..workers.min(addrs.len()).max(1))
+        .map(|_| Arc::new(WorkerStats::default()))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (handles, waker) = {
+        let zones = zones.clone();
+        let pcfg = pcfg.clone();
+        let udp_stats = udp_stats.clone();
+        fleet
+            .run(
+                workers,
+                move |w| UdpHandler {
+                    p: Processor::new(zones.clone(), pcfg.clone(), udp_stats[w % udp_stats.len()].clone()),
+                },
+                stop.clone(),
+            )
+            .map_err(|e| e.to_string())?
+    };
+
+    let tcp_stats = Arc::new(WorkerStats::default());
+    let tcp = {
+        let zones = zones.clone();
+        let pcfg = pcfg.clone();
+        let ts = tcp_stats.clone();
+        TcpServer::new(
+            TcpLimits {
+                max_connections: cfg.server.tcp_max_connections,
+                max_per_source: cfg.server.tcp_max_per_source,
+                idle: Duration::from_millis(cfg.server.tcp_idle_timeout_ms),
+                max_queries: cfg.server.tcp_max_queries,
+                max_pipelined: cfg.server.tcp_max_pipelined,
+            },
+            AddrSet::new(&addrs),
+            tcp_stats.clone(),
+            Box::new(move || Processor::new(zones.clone(), pcfg.clone(), ts.clone())),
+        )
+    };
+    let shared = Arc::new(Shared {
+        registry: Mutex::new(registry),
+        config_path,
+        udp_stats,
+        tcp_stats,
+        fleet: fleet_counters,
+        addrs: bound,
+        tcp: tcp.clone(),
+        started: Instant::now(),
+        bind_time,
+    });
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("dnsd-rt")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let result = rt.block_on(async {
+        for l in tcp_listeners {
+            tokio::spawn(tcp.clone().serve(l));
+        }
+        if let Some(path) = cfg.control.socket.clone() {
+            let _ = std::fs::remove_file(&path);
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            let l = tokio::net::UnixListener::bind(&path)
+                .map_err(|e| format!("control.socket {}: {e}", path.display()))?;
+            tokio::spawn(control_loop(l, shared.clone()));
+        }
+        if let Some(m) = cfg.metrics.listen.clone() {
+            let sa: SocketAddr = m
+                .parse()
+                .map_err(|e| format!("metrics.listen {m}: {e}"))?;
+            let l = tokio::net::TcpListener::bind(sa)
+                .await
+                .map_err(|e| format!("metrics.listen {m}: {e}"))?;
+            tokio::spawn(crate::metrics::serve(l, shared.clone()));
+        }
+        tracing::info!("dnsd ready");
+        wait_for_signals(shared.clone()).await;
+        Ok::<(), String>(())
+    });
+    stop.store(true, Ordering::SeqCst);
+    waker.wake();
+    for h in handles {
+        let _ = h.join();
+    }
+    if let Some(p) = &cfg.control.socket {
+        let _ = std::fs::remove_file(p);
+    }
+    rt.shutdown_timeout(Duration::from_millis(500));
+    result
+}
+
+async fn wait_for_signals(shared: Arc<Shared>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading");
+                let r = reload(&shared, None, false).await;
+                tracing::info!("{}", r.text.trim_end());
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    tracing::info!("stopping");
+}
+
+/// Reloads one zone or every changed zone (all with `force`); re-reads the zone list from
+/// the config file when there is one.
+pub async fn reload(shared: &Arc<Shared>, zone: Option<&str>, force: bool) -> Reply {
+    let mut reg = shared.registry.lock().await;
+    if zone.is_none()
+        && let Some(path) = &shared.config_path
+    {
+        match Config::load(path) {
+            Ok(c) => {
+                let n = sync_zone_list(&mut reg, &c);
+                if n > 0 {
+                    tracing::info!("zone list changed in {}", path.display());
+                }
+            }
+            Err(e) => {
+                return Reply::err(format!("config not reloaded, keeping the running one: {e}"));
+            }
+        }
+    }
+    let only = match zone {
+        Some(z) => {
+            let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+                return Reply::err(format!("bad zone name {z}"));
+            };
+            match reg.find(&n) {
+                Some(i) => Some(i),
+                None => return Reply::err(format!("zone {n} is not configured")),
+            }
+        }
+        None => None,
+    };
+    let plan = reg.plan(only, force);
+    if plan.is_empty() {
+        return Reply::ok("no zone changed\n");
+    }
+    let results = tokio::task::spawn_blocking(move || {
+        plan.into_iter()
+            .map(|(i, origin, file)| {
+                let (r, m) = zonereg::load_one(&origin, &file);
+                (i, r, m)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    let reports = reg.apply(results);
+    let mut text = String::new();
+    let mut ok = true;
+    for r in &reports {
+        match &r.result {
+            Ok((serial, records)) => {
+                let _ = writeln!(text, "{}: loaded, serial {serial}, {records} records", r.origin);
+            }
+            Err(e) => {
+                ok = false;
+                let _ = writeln!(text, "{}: FAILED, last good version kept:\n{e}", r.origin);
+            }
+        }
+    }
+    Reply { ok, text }
+}
+
+/// Adds zones new in `c` and drops zones no longer in it; returns how many changed.
+fn sync_zone_list(reg: &mut Registry, c: &Config) -> usize {
+    let want: Vec<(zones::Name, PathBuf)> = c
+        .zones
+        .iter()
+        .filter_map(|z| {
+            zones::Name::parse(&z.origin, Some(&zones::Name::root()))
+                .ok()
+                .map(|n| (n, z.file.clone()))
+        })
+        .collect();
+    let same = want.len() == reg.entries().len()
+        && want
+            .iter()
+            .zip(reg.entries())
+            .all(|(w, e)| w.0 == e.origin && w.1 == e.file);
+    if same {
+        return 0;
+    }
+    let mut fresh = Registry::new(want);
+    // Keep what is loaded for zones that stay.
+    let mut kept = Vec::new();
+    for (i, e) in fresh.entries().iter().enumerate() {
+        if let Some(j) = reg.find(&e.origin)
+            && reg.entries()[j].file == e.file
+        {
+            kept.push((i, j));
+        }
+    }
+    let changed = fresh.entries().len() + reg.entries().len() - 2 * kept.len();
+    fresh.adopt(reg, &kept);
+    std::mem::swap(reg, &mut fresh);
+    reg.publish();
+    changed.max(1)
+}
+
+async fn control_loop(l: tokio::net::UnixListener, shared: Arc<Shared>) {
+    loop {
+        let Ok((s, _)) = l.accept().await else {
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let (rd, mut wr) = s.into_split();
+            let mut line = String::new();
+            let mut rd = BufReader::new(rd.take(crate::ctl::MAX_REQUEST as u64));
+            if rd.read_line(&mut line).await.is_err() {
+                return;
+            }
+            let reply = match serde_json::from_str::<Request>(&line) {
+                Ok(req) => command(&shared, &req.args).await,
+                Err(e) => Reply::err(format!("bad request: {e}")),
+            };
+            let mut out = serde_json::to_string(&reply).unwrap_or_default();
+            out.push('\n');
+            let _ = wr.write_all(out.as_bytes()).await;
+        });
+    }
+}
+
+async fn command(shared: &Arc<Shared>, args: &[String]) -> Reply {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["reload"] => reload(shared, None, false).await,
+        ["reload", "--force"] => reload(shared, None, true).await,
+        ["reload", z] => reload(shared, Some(z), true).await,
+        ["stats"] => Reply::ok(stats_text(shared).await),
+        ["zones"] => Reply::ok(zones_text(shared).await),
+        ["status"] => Reply::ok(format!(
+            "running for {} s, {} addresses, {} TCP connections\n",
+            shared.started.elapsed().as_secs(),
+            shared.addrs.len(),
+            shared.tcp.open_connections()
+        )),
+        _ => Reply::err(format!(
+            "unknown command {:?}; commands: reload [ZONE|--force], stats, zones, status",
+            args.join(" ")
+        )),
+    }
+}
+
+/// `ctl zones`: name, serial, records, load time, last error.
+pub async fn zones_text(shared: &Arc<Shared>) -> String {
+    let reg = shared.registry.lock().await;
+    let mut s = String::new();
+    for e in reg.entries() {
+        match &e.current {
+            Some(z) => {
+                let _ = write!(
+                    s,
+                    "{}\tserial {}\trecords {}\tloaded in {} ms\t{}",
+                    e.origin,
+                    z.serial(),
+                    z.record_count(),
+                    e.load_time.as_millis(),
+                    e.file.display()
+                );
+            }
+            None => {
+                let _ = write!(s, "{}\tNOT LOADED\t{}", e.origin, e.file.display());
+            }
+        }
+        if let Some(err) = &e.last_error {
+            let first = err.lines().next().unwrap_or("");
+            let _ = write!(s, "\tlast reload failed: {first}");
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// `ctl stats`: counters as text.
+pub async fn stats_text(shared: &Arc<Shared>) -> String {
+    let udp = stats::sum(shared.udp_stats.iter().map(|a| &**a));
+    let tcp = stats::sum(std::iter::once(&*shared.tcp_stats));
+    let mut s = String::new();
+    let _ = writeln!(s, "queries.udp\t{}", udp.queries);
+    let _ = writeln!(s, "queries.tcp\t{}", tcp.queries);
+    for (i, (_, name)) in stats::QTYPES.iter().enumerate() {
+        let n = udp.qtype[i] + tcp.qtype[i];
+        if n > 0 {
+            let _ = writeln!(s, "queries.qtype.{name}\t{n}");
+        }
+    }
+    let other = udp.qtype[stats::QTYPES.len()] + tcp.qtype[stats::QTYPES.len()];
+    if other > 0 {
+        let _ = writeln!(s, "queries.qtype.other\t{other}");
+    }
+    for (i, name) in stats::RCODES.iter().enumerate() {
+        let n = udp.rcode[i] + tcp.rcode[i];
+        if n > 0 {
+            let _ = writeln!(s, "responses.rcode.{name}\t{n}");
+        }
+    }
+    let _ = writeln!(s, "responses.truncated\t{}", udp.truncated + tcp.truncated);
+    for (i, name) in stats::DROPS.iter().enumerate() {
+        let _ = writeln!(s, "drops.{name}\t{}", udp.drops[i] + tcp.drops[i]);
+    }
+    let (rx, tx, kd) = shared.fleet.totals();
+    let _ = writeln!(s, "udp.received\t{rx}");
+    let _ = writeln!(s, "udp.answered\t{tx}");
+    let _ = writeln!(s, "udp.kernel_drops\t{kd}");
+    let _ = writeln!(
+        s,
+        "udp.oversized\t{}",
+        shared.fleet.oversized.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        s,
+        "udp.send_errors\t{}",
+        shared.fleet.send_errors.load(Ordering::Relaxed)
+    );
+    for (i, d) in shared.fleet.top_drops(10) {
+        let _ = writeln!(s, "udp.kernel_drops.top\t{}\t{d}", shared.addrs[i].ip());
+    }
+    let _ = writeln!(s, "tcp.connections\t{}", shared.tcp.open_connections());
+    let reg = shared.registry.lock().await;
+    let _ = writeln!(s, "reloads.ok\t{}", reg.stats.ok.load(Ordering::Relaxed));
+    let _ = writeln!(s, "reloads.failed\t{}", reg.stats.failed.load(Ordering::Relaxed));
+    s
+}

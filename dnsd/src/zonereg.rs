@@ -1,0 +1,211 @@
+//! The zones configured and their load state; reload publishes a new [`ZoneSet`].
+//!
+//! A zone that fails to load keeps serving its last good version; the error is kept for
+//! `ctl zones` and returned to whoever asked for the reload.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use zones::{Name, ReadOptions, Zone};
+
+use crate::zoneset::ZoneSet;
+
+/// One configured zone and what happened to it.
+pub struct ZoneEntry {
+    /// Apex.
+    pub origin: Name,
+    /// Master file.
+    pub file: PathBuf,
+    /// The version being served.
+    pub current: Option<Arc<Zone>>,
+    /// When the served version was loaded (wall clock).
+    pub loaded_at: Option<SystemTime>,
+    /// How long the last successful load took.
+    pub load_time: Duration,
+    /// The file's modification time at the last successful load.
+    pub mtime: Option<SystemTime>,
+    /// The last load error (cleared by a successful load).
+    pub last_error: Option<String>,
+}
+
+/// Reload counters.
+#[derive(Debug, Default)]
+pub struct ReloadStats {
+    /// Successful zone loads.
+    pub ok: AtomicU64,
+    /// Failed zone loads.
+    pub failed: AtomicU64,
+}
+
+/// All configured zones; owns the published zone set.
+pub struct Registry {
+    entries: Vec<ZoneEntry>,
+    published: Arc<ArcSwap<ZoneSet>>,
+    generation: u64,
+    /// Reload counters.
+    pub stats: Arc<ReloadStats>,
+}
+
+/// The result of loading one zone.
+#[derive(Debug, Clone)]
+pub struct LoadReport {
+    /// Zone apex.
+    pub origin: String,
+    /// Ok with (serial, records), or the error text.
+    pub result: Result<(u32, usize), String>,
+    /// The zone was skipped because its file did not change.
+    pub unchanged: bool,
+}
+
+impl Registry {
+    /// A registry for `zones` (origin, file); nothing is loaded yet.
+    pub fn new(zones: Vec<(Name, PathBuf)>) -> Registry {
+        let entries = zones
+            .into_iter()
+            .map(|(origin, file)| ZoneEntry {
+                origin,
+                file,
+                current: None,
+                loaded_at: None,
+                load_time: Duration::ZERO,
+                mtime: None,
+                last_error: None,
+            })
+            .collect();
+        Registry {
+            entries,
+            published: Arc::new(ArcSwap::from_pointee(ZoneSet::new(Vec::new(), 0))),
+            generation: 0,
+            stats: Arc::new(ReloadStats::default()),
+        }
+    }
+
+    /// The published zone set, for the query path.
+    pub fn published(&self) -> Arc<ArcSwap<ZoneSet>> {
+        self.published.clone()
+    }
+
+    /// The configured zones.
+    pub fn entries(&self) -> &[ZoneEntry] {
+        &self.entries
+    }
+
+    /// Index of the zone named `origin`, if configured.
+    pub fn find(&self, origin: &Name) -> Option<usize> {
+        self.entries.iter().position(|e| &e.origin == origin)
+    }
+
+    /// Which zones a reload would touch: `only` names one; otherwise those whose file
+    /// changed (all when `force`).
+    pub fn plan(&self, only: Option<usize>, force: bool) -> Vec<(usize, Name, PathBuf)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|(i, e)| match only {
+                Some(o) => *i == o,
+                None => force || e.current.is_none() || file_mtime(&e.file) != e.mtime,
+            })
+            .map(|(i, e)| (i, e.origin.clone(), e.file.clone()))
+            .collect()
+    }
+
+    /// Records load results, then publishes a new zone set if anything changed.
+    pub fn apply(&mut self, results: Vec<(usize, Result<zones::Loaded, String>, Option<SystemTime>)>) -> Vec<LoadReport> {
+        let mut reports = Vec::new();
+        let mut changed = false;
+        for (i, r, mtime) in results {
+            let e = &mut self.entries[i];
+            match r {
+                Ok(l) => {
+                    for w in l.warnings.iter().take(20) {
+                        tracing::warn!(zone = %e.origin, "{w}");
+                    }
+                    reports.push(LoadReport {
+                        origin: e.origin.to_string(),
+                        result: Ok((l.zone.serial(), l.zone.record_count())),
+                        unchanged: false,
+                    });
+                    tracing::info!(
+                        zone = %e.origin,
+                        serial = l.zone.serial(),
+                        records = l.zone.record_count(),
+                        ms = l.elapsed.as_millis() as u64,
+                        "zone loaded"
+                    );
+                    e.load_time = l.elapsed;
+                    e.current = Some(Arc::new(l.zone));
+                    e.loaded_at = Some(SystemTime::now());
+                    e.mtime = mtime;
+                    e.last_error = None;
+                    self.stats.ok.fetch_add(1, Ordering::Relaxed);
+                    changed = true;
+                }
+                Err(msg) => {
+                    tracing::error!(
+                        zone = %e.origin,
+                        serving = e.current.as_ref().map(|z| z.serial()),
+                        "zone not loaded, keeping the last good version: {msg}"
+                    );
+                    reports.push(LoadReport {
+                        origin: e.origin.to_string(),
+                        result: Err(msg.clone()),
+                        unchanged: false,
+                    });
+                    e.last_error = Some(msg);
+                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if changed {
+            self.publish();
+        }
+        reports
+    }
+
+    /// Publishes the current versions of all zones as a new zone set.
+    pub fn publish(&mut self) {
+        self.generation += 1;
+        let zones: Vec<Arc<Zone>> = self
+            .entries
+            .iter()
+            .filter_map(|e| e.current.clone())
+            .collect();
+        self.published
+            .store(Arc::new(ZoneSet::new(zones, self.generation)));
+    }
+}
+
+/// A file's modification time, if it can be read.
+pub fn file_mtime(p: &std::path::Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// Loads one zone (blocking: call from a blocking thread).
+pub fn load_one(origin: &Name, file: &std::path::Path) -> (Result<zones::Loaded, String>, Option<SystemTime>) {
+    let mtime = file_mtime(file);
+    let opts = ReadOptions::new(origin);
+    let r = zones::load_file(file, origin, &opts).map_err(|e| e.to_string());
+    (r, mtime)
+}
+
+impl Registry {
+    /// Takes over from `old`: its published set (which the query path holds), generation,
+    /// counters, and the loaded state of the zones in `kept` (pairs of new index, old index).
+    pub fn adopt(&mut self, old: &Registry, kept: &[(usize, usize)]) {
+        self.published = old.published.clone();
+        self.generation = old.generation;
+        self.stats = old.stats.clone();
+        for &(i, j) in kept {
+            let o = &old.entries[j];
+            let e = &mut self.entries[i];
+            e.current = o.current.clone();
+            e.loaded_at = o.loaded_at;
+            e.load_time = o.load_time;
+            e.mtime = o.mtime;
+            e.last_error = o.last_error.clone();
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! The set of zones served, and which one answers a name (the most specific wins).
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use zones::Zone;
+
+/// Zones served at one moment; replaced whole on reload (readers keep their snapshot).
+pub struct ZoneSet {
+    zones: Vec<Arc<Zone>>,
+    index: HashTable<u32>,
+    hasher: foldhash::fast::FixedState,
+    max_labels: usize,
+    generation: u64,
+}
+
+impl ZoneSet {
+    /// A set of zones; `generation` counts reloads.
+    pub fn new(zones: Vec<Arc<Zone>>, generation: u64) -> ZoneSet {
+        let hasher = foldhash::fast::FixedState::with_seed(7);
+        let mut index = HashTable::with_capacity(zones.len());
+        let mut max_labels = 0;
+        for (i, z) in zones.iter().enumerate() {
+            let h = hasher.hash_one(z.apex().as_wire());
+            max_labels = max_labels.max(z.apex().label_count());
+            index.insert_unique(h, i as u32, |&j| {
+                hasher.hash_one(zones[j as usize].apex().as_wire())
+            });
+        }
+        ZoneSet {
+            zones,
+            index,
+            hasher,
+            max_labels,
+            generation,
+        }
+    }
+
+    /// The zones, in configuration order.
+    pub fn zones(&self) -> &[Arc<Zone>] {
+        &self.zones
+    }
+
+    /// The reload generation this set belongs to.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The zone with exactly this apex (lower-case wire), if served.
+    pub fn get(&self, apex_lower: &[u8]) -> Option<(u32, &Arc<Zone>)> {
+        let h = self.hasher.hash_one(apex_lower);
+        self.index
+            .find(h, |&j| self.zones[j as usize].apex().as_wire() == apex_lower)
+            .map(|&j| (j, &self.zones[j as usize]))
+    }
+
+    /// The most specific zone holding `name` (lower-case wire with its label offsets).
+    #[inline]
+    pub fn find(&self, name: &[u8], label_offs: &[u8]) -> Option<(u32, &Arc<Zone>)> {
+        let n = label_offs.len();
+        // Suffixes with more labels than any apex cannot match: skip them.
+        let first = n.saturating_sub(self.max_labels);
+        for &off in &label_offs[first..] {
+            if let Some(hit) = self.get(&name[off as usize..]) {
+                return Some(hit);
+            }
+        }
+        self.get(b"\0")
+    }
+}
