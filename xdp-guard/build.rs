@@ -7,8 +7,11 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// (C struct, Rust type, [(C field, Rust field)]) checked for size and offsets.
-const STRUCTS: &[(&str, &str, &[(&str, &str)])] = &[
+/// (C field, Rust field).
+type Fields = &'static [(&'static str, &'static str)];
+
+/// (C struct, Rust type, fields) checked for size and offsets.
+const STRUCTS: &[(&str, &str, Fields)] = &[
     ("guard_v4_key", "V4Key", &[("addr", "addr")]),
     ("guard_v6_key", "V6Key", &[("addr", "addr")]),
     (
@@ -59,8 +62,14 @@ const INTS: &[(&str, &str)] = &[
     ("GUARD_COUNTERS", "COUNTERS"),
     ("GUARD_DEFAULT_BLOCK_V4_ENTRIES", "DEFAULT_BLOCK_V4_ENTRIES"),
     ("GUARD_DEFAULT_BLOCK_V6_ENTRIES", "DEFAULT_BLOCK_V6_ENTRIES"),
-    ("GUARD_DEFAULT_PREFIX_V4_ENTRIES", "DEFAULT_PREFIX_V4_ENTRIES"),
-    ("GUARD_DEFAULT_PREFIX_V6_ENTRIES", "DEFAULT_PREFIX_V6_ENTRIES"),
+    (
+        "GUARD_DEFAULT_PREFIX_V4_ENTRIES",
+        "DEFAULT_PREFIX_V4_ENTRIES",
+    ),
+    (
+        "GUARD_DEFAULT_PREFIX_V6_ENTRIES",
+        "DEFAULT_PREFIX_V6_ENTRIES",
+    ),
     ("GUARD_DEFAULT_RATE_ENTRIES", "DEFAULT_RATE_ENTRIES"),
 ];
 

@@ -165,19 +165,54 @@ impl VethPair {
         // Created inside A with the peer placed in B: nothing ever exists in the caller's
         // namespace, and deleting the namespaces deletes the pair.
         pair.a.ip(&[
-            "link", "add", &pair.if_a, "address", Self::MAC_A, "type", "veth", "peer", "name",
-            &pair.if_b, "address", Self::MAC_B, "netns", pair.b.name(),
+            "link",
+            "add",
+            &pair.if_a,
+            "address",
+            Self::MAC_A,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &pair.if_b,
+            "address",
+            Self::MAC_B,
+            "netns",
+            pair.b.name(),
         ])?;
         for (ns, ifn, v4, v6, peer4, peer6, peer_mac) in [
-            (&pair.a, &pair.if_a, Self::A4, Self::A6, Self::B4, Self::B6, Self::MAC_B),
-            (&pair.b, &pair.if_b, Self::B4, Self::B6, Self::A4, Self::A6, Self::MAC_A),
+            (
+                &pair.a,
+                &pair.if_a,
+                Self::A4,
+                Self::A6,
+                Self::B4,
+                Self::B6,
+                Self::MAC_B,
+            ),
+            (
+                &pair.b,
+                &pair.if_b,
+                Self::B4,
+                Self::B6,
+                Self::A4,
+                Self::A6,
+                Self::MAC_A,
+            ),
         ] {
             ns.ip(&["addr", "add", &format!("{v4}/24"), "dev", ifn])?;
             ns.ip(&["addr", "add", &format!("{v6}/64"), "dev", ifn, "nodad"])?;
             ns.ip(&["link", "set", ifn, "up"])?;
             for peer in [IpAddr::V4(peer4), IpAddr::V6(peer6)] {
                 ns.ip(&[
-                    "neigh", "replace", &peer.to_string(), "lladdr", peer_mac, "dev", ifn, "nud",
+                    "neigh",
+                    "replace",
+                    &peer.to_string(),
+                    "lladdr",
+                    peer_mac,
+                    "dev",
+                    ifn,
+                    "nud",
                     "permanent",
                 ])?;
             }
@@ -192,12 +227,25 @@ impl VethPair {
             IpAddr::V4(_) => (24, &[]),
             IpAddr::V6(_) => (64, &["nodad"]),
         };
-        let mut args = vec!["addr".to_owned(), "add".into(), format!("{ip}/{len}"), "dev".into(), self.if_a.clone()];
+        let mut args = vec![
+            "addr".to_owned(),
+            "add".into(),
+            format!("{ip}/{len}"),
+            "dev".into(),
+            self.if_a.clone(),
+        ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.a.ip(&args)?;
         self.b.ip(&[
-            "neigh", "replace", &ip.to_string(), "lladdr", Self::MAC_A, "dev", &self.if_b, "nud",
+            "neigh",
+            "replace",
+            &ip.to_string(),
+            "lladdr",
+            Self::MAC_A,
+            "dev",
+            &self.if_b,
+            "nud",
             "permanent",
         ])
     }

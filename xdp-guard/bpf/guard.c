@@ -7,6 +7,9 @@
  * IPv6 extension headers, a second VLAN tag) passes to the kernel stack and is counted as such.
  * The block check runs as soon as the source address is known, before any L4 parsing, so a
  * blocked source costs one hash lookup.
+ *
+ * Rate-limit buckets are per CPU (no atomics, no shared cache lines): a source whose packets
+ * the NIC spreads over N CPUs (RSS hashes the source port too) may get up to N x rate.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>

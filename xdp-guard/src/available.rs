@@ -36,7 +36,10 @@ pub fn unavailable_reason(cfg: Option<&XdpConfig>) -> Option<Unavailable> {
 
 fn effective_caps() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
     u64::from_str_radix(hex, 16).ok()
 }
 

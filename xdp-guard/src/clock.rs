@@ -105,7 +105,10 @@ mod tests {
     #[test]
     fn converts_with_the_offset() {
         let c = ExpiryClock::at(1_700_000_000_000, 5_000_000_000);
-        assert_eq!(c.to_kernel(1_700_000_001_500), KernelExpiry::At(6_500_000_000));
+        assert_eq!(
+            c.to_kernel(1_700_000_001_500),
+            KernelExpiry::At(6_500_000_000)
+        );
         assert_eq!(c.to_kernel(1_700_000_000_000), KernelExpiry::Expired);
         assert_eq!(c.to_kernel(1), KernelExpiry::Expired);
         assert_eq!(c.to_kernel(u64::MAX), KernelExpiry::Never);

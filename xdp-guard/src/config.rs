@@ -143,10 +143,16 @@ impl XdpConfig {
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |m: String| Err(Error::Config(m));
         if self.interface.is_empty() || self.interface.len() >= libc::IFNAMSIZ {
-            return bad(format!("interface {:?}: 1 to 15 characters", self.interface));
+            return bad(format!(
+                "interface {:?}: 1 to 15 characters",
+                self.interface
+            ));
         }
         if self.rate > TOKEN_UNIT {
-            return bad(format!("rate {}: at most {TOKEN_UNIT} packets/s", self.rate));
+            return bad(format!(
+                "rate {}: at most {TOKEN_UNIT} packets/s",
+                self.rate
+            ));
         }
         if self.rate > 0 && self.burst == 0 {
             return bad("burst 0 with a rate: every packet would be dropped".into());
@@ -166,7 +172,10 @@ impl XdpConfig {
             }
         }
         if self.pin && !self.pin_path.is_absolute() {
-            return bad(format!("pin_path {}: must be absolute", self.pin_path.display()));
+            return bad(format!(
+                "pin_path {}: must be absolute",
+                self.pin_path.display()
+            ));
         }
         Ok(())
     }

@@ -45,7 +45,9 @@ pub enum Error {
         source: Box<aya::maps::MapError>,
     },
     /// A pinned map exists but does not have this program's layout.
-    #[error("pinned map {path} does not match this program ({what}): remove it or use another pin_path")]
+    #[error(
+        "pinned map {path} does not match this program ({what}): remove it or use another pin_path"
+    )]
     PinnedMismatch {
         /// The pin.
         path: PathBuf,

@@ -9,11 +9,11 @@ use aya::programs::{TestRun as _, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use tracing::{info, warn};
 
+use crate::Error;
 use crate::available::check_available;
 use crate::config::{Mode, XdpConfig};
 use crate::guard_maps::{Counters, GuardMaps, pinned_matches};
 use crate::maps::ALL_MAPS;
-use crate::Error;
 
 /// The program's function name in `bpf/guard.c`.
 const PROGRAM: &str = "palisade_guard";
@@ -70,9 +70,11 @@ impl std::fmt::Debug for XdpGuard {
 
 fn map_data(m: &Map) -> Option<&MapData> {
     match m {
-        Map::HashMap(d) | Map::LpmTrie(d) | Map::PerCpuLruHashMap(d) | Map::Array(d) | Map::PerCpuArray(d) => {
-            Some(d)
-        }
+        Map::HashMap(d)
+        | Map::LpmTrie(d)
+        | Map::PerCpuLruHashMap(d)
+        | Map::Array(d)
+        | Map::PerCpuArray(d) => Some(d),
         _ => None,
     }
 }
@@ -130,7 +132,10 @@ impl XdpGuard {
 
         let mut found = Vec::new();
         for name in ALL_MAPS {
-            let data = ebpf.map(name).and_then(map_data).ok_or_else(|| Error::Config(format!("object has no map {name}")))?;
+            let data = ebpf
+                .map(name)
+                .and_then(map_data)
+                .ok_or_else(|| Error::Config(format!("object has no map {name}")))?;
             found.push((name, data));
         }
         let maps = GuardMaps::from_map_data(found)?;
@@ -162,7 +167,10 @@ impl XdpGuard {
         let tries: &[(Mode, XdpMode)] = match mode {
             Mode::Native => &[(Mode::Native, XdpMode::Driver)],
             Mode::Generic => &[(Mode::Generic, XdpMode::Skb)],
-            Mode::Auto => &[(Mode::Native, XdpMode::Driver), (Mode::Generic, XdpMode::Skb)],
+            Mode::Auto => &[
+                (Mode::Native, XdpMode::Driver),
+                (Mode::Generic, XdpMode::Skb),
+            ],
         };
         let mut last = None;
         for &(m, xm) in tries {
@@ -202,7 +210,9 @@ impl XdpGuard {
 
     /// The interface and mode the program is attached with.
     pub fn attached(&self) -> Option<(&str, Mode)> {
-        self.attached.as_ref().map(|a| (a.interface.as_str(), a.mode))
+        self.attached
+            .as_ref()
+            .map(|a| (a.interface.as_str(), a.mode))
     }
 
     /// The kernel maps (clone it to give the mirror, metrics and ctl their own handle).
@@ -233,7 +243,9 @@ impl XdpGuard {
             repeat: repeat.max(1),
             ..Default::default()
         };
-        let r = prog.test_run(opts).map_err(|e| Error::TestRun(Box::new(e)))?;
+        let r = prog
+            .test_run(opts)
+            .map_err(|e| Error::TestRun(Box::new(e)))?;
         let verdict = match r.return_value {
             1 => Verdict::Drop,
             2 => Verdict::Pass,
@@ -266,7 +278,15 @@ pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
         std::fs::create_dir_all(root).map_err(|e| err(root, e))?;
         let (src, target, fstype) = (c"bpf", c"/sys/fs/bpf", c"bpf");
         // SAFETY: valid NUL-terminated strings; no data argument.
-        let r = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+        let r = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
         if r != 0 {
             return Err(err(root, std::io::Error::last_os_error()));
         }

@@ -25,8 +25,8 @@ use crate::Error;
 use crate::clock::ExpiryClock;
 use crate::maps::{
     ALL_MAPS, BlockValue, C_BLOCK_EXPIRED, C_DROP_BLOCKED_ADDR, C_DROP_BLOCKED_PREFIX,
-    C_DROP_RATELIMIT, C_PASS, C_PASS_NOT_IP, C_PASS_NOT_UNDERSTOOD, C_RATE_NEW_SOURCE,
-    COUNTERS, GuardConfig, LpmV4Key, LpmV6Key, Plain, RawCounters, V4Key, V6Key,
+    C_DROP_RATELIMIT, C_PASS, C_PASS_NOT_IP, C_PASS_NOT_UNDERSTOOD, C_RATE_NEW_SOURCE, COUNTERS,
+    GuardConfig, LpmV4Key, LpmV6Key, Plain, RawCounters, V4Key, V6Key,
 };
 use crate::sys;
 
@@ -47,7 +47,11 @@ const SPECS: [(u32, u32, u32); 7] = [
     (BPF_MAP_TYPE_LPM_TRIE, 20, 8),
     (BPF_MAP_TYPE_LRU_PERCPU_HASH, 16, 16),
     (BPF_MAP_TYPE_ARRAY, 4, size_of::<GuardConfig>() as u32),
-    (BPF_MAP_TYPE_PERCPU_ARRAY, 4, size_of::<RawCounters>() as u32),
+    (
+        BPF_MAP_TYPE_PERCPU_ARRAY,
+        4,
+        size_of::<RawCounters>() as u32,
+    ),
 ];
 
 /// One of the four block maps.
@@ -90,7 +94,9 @@ impl BlockMapKind {
 /// Encodes `net` (host bits cleared) as its map's key bytes.
 fn encode_key(net: &IpNet, out: &mut Vec<u8>) {
     match net.trunc() {
-        IpNet::V4(n) if n.prefix_len() == 32 => out.extend_from_slice(V4Key::new(n.addr()).as_bytes()),
+        IpNet::V4(n) if n.prefix_len() == 32 => {
+            out.extend_from_slice(V4Key::new(n.addr()).as_bytes())
+        }
         IpNet::V4(n) => out.extend_from_slice(
             LpmV4Key {
                 prefixlen: n.prefix_len().into(),
@@ -98,7 +104,9 @@ fn encode_key(net: &IpNet, out: &mut Vec<u8>) {
             }
             .as_bytes(),
         ),
-        IpNet::V6(n) if n.prefix_len() == 128 => out.extend_from_slice(V6Key::new(n.addr()).as_bytes()),
+        IpNet::V6(n) if n.prefix_len() == 128 => {
+            out.extend_from_slice(V6Key::new(n.addr()).as_bytes())
+        }
         IpNet::V6(n) => out.extend_from_slice(
             LpmV6Key {
                 prefixlen: n.prefix_len().into(),
@@ -383,7 +391,8 @@ impl GuardMaps {
         let kind = BlockMapKind::of(&net);
         let mut key = Vec::with_capacity(20);
         encode_key(&net, &mut key);
-        sys::delete(self.fd(kind as usize), &key).map_err(|source| syscall_err("delete", kind.name(), source))
+        sys::delete(self.fd(kind as usize), &key)
+            .map_err(|source| syscall_err("delete", kind.name(), source))
     }
 
     /// The stored block of exactly `net`, if any.
@@ -403,18 +412,29 @@ impl GuardMaps {
     /// Whether a packet from `ip` would be dropped as blocked right now (address or prefix).
     pub fn is_blocked(&self, ip: IpAddr) -> Result<bool, Error> {
         let now = crate::clock::boot_ns();
-        let live = |b: Option<KernelBlock>| b.is_some_and(|b| b.expires_ns == 0 || b.expires_ns > now);
+        let live =
+            |b: Option<KernelBlock>| b.is_some_and(|b| b.expires_ns == 0 || b.expires_ns > now);
         if live(self.get(IpNet::from(ip))?) {
             return Ok(true);
         }
         let (kind, key) = match ip {
             IpAddr::V4(a) => (
                 BlockMapKind::PrefixV4,
-                LpmV4Key { prefixlen: 32, addr: V4Key::new(a).addr }.as_bytes().to_vec(),
+                LpmV4Key {
+                    prefixlen: 32,
+                    addr: V4Key::new(a).addr,
+                }
+                .as_bytes()
+                .to_vec(),
             ),
             IpAddr::V6(a) => (
                 BlockMapKind::PrefixV6,
-                LpmV6Key { prefixlen: 128, addr: a.octets() }.as_bytes().to_vec(),
+                LpmV6Key {
+                    prefixlen: 128,
+                    addr: a.octets(),
+                }
+                .as_bytes()
+                .to_vec(),
             ),
         };
         let mut v = [0u8; 8];
@@ -430,28 +450,42 @@ impl GuardMaps {
     pub fn apply(&self, upserts: &[KernelBlock], deletes: &[IpNet], batch: bool) -> ApplyReport {
         let mut report = ApplyReport::default();
         for kind in BlockMapKind::ALL {
+            // Deletes first: they make room for the inserts in a full map.
             let ks = kind.key_size();
             let mut keys = Vec::new();
-            let mut values = Vec::new();
-            for b in upserts.iter().filter(|b| BlockMapKind::of(&b.net) == kind) {
-                encode_key(&b.net, &mut keys);
-                values.extend_from_slice(BlockValue { expires_ns: b.expires_ns }.as_bytes());
-            }
-            if !keys.is_empty() {
-                self.write(kind, &keys, &values, ks, batch, &mut report);
-            }
-            keys.clear();
             for n in deletes.iter().filter(|n| BlockMapKind::of(n) == kind) {
                 encode_key(n, &mut keys);
             }
             if !keys.is_empty() {
                 self.remove(kind, &keys, ks, batch, &mut report);
             }
+            keys.clear();
+            let mut values = Vec::new();
+            for b in upserts.iter().filter(|b| BlockMapKind::of(&b.net) == kind) {
+                encode_key(&b.net, &mut keys);
+                values.extend_from_slice(
+                    BlockValue {
+                        expires_ns: b.expires_ns,
+                    }
+                    .as_bytes(),
+                );
+            }
+            if !keys.is_empty() {
+                self.write(kind, &keys, &values, ks, batch, &mut report);
+            }
         }
         report
     }
 
-    fn write(&self, kind: BlockMapKind, keys: &[u8], values: &[u8], ks: usize, batch: bool, r: &mut ApplyReport) {
+    fn write(
+        &self,
+        kind: BlockMapKind,
+        keys: &[u8],
+        values: &[u8],
+        ks: usize,
+        batch: bool,
+        r: &mut ApplyReport,
+    ) {
         let fd = self.fd(kind as usize);
         let n = keys.len() / ks;
         let mut i = 0;
@@ -474,7 +508,12 @@ impl GuardMaps {
                     }
                 }
             } else {
-                let res = sys::update(fd, &keys[i * ks..(i + 1) * ks], &values[i * 8..(i + 1) * 8], sys::BPF_ANY);
+                let res = sys::update(
+                    fd,
+                    &keys[i * ks..(i + 1) * ks],
+                    &values[i * 8..(i + 1) * 8],
+                    sys::BPF_ANY,
+                );
                 r.syscalls += 1;
                 match res {
                     Ok(()) => r.upserted += 1,
@@ -488,7 +527,11 @@ impl GuardMaps {
     fn count_write_error(&self, kind: BlockMapKind, e: &io::Error, r: &mut ApplyReport) {
         if is_full(e) {
             if r.full == 0 {
-                warn!(map = kind.name(), capacity = self.capacity(kind), "XDP block map full: block not installed in the kernel");
+                warn!(
+                    map = kind.name(),
+                    capacity = self.capacity(kind),
+                    "XDP block map full: block not installed in the kernel"
+                );
             }
             r.full += 1;
         } else {
@@ -566,14 +609,25 @@ impl GuardMaps {
             let mut next = [0u8; 16];
             let mut first = true;
             loop {
-                let res = sys::lookup_batch(fd, (!first).then_some(&token[..]), &mut next, &mut keys, &mut values, CHUNK);
+                let res = sys::lookup_batch(
+                    fd,
+                    (!first).then_some(&token[..]),
+                    &mut next,
+                    &mut keys,
+                    &mut values,
+                    CHUNK,
+                );
                 let (n, end) = match res {
                     Ok(r) => r,
                     Err(e) if first && is_unsupported(&e) => break,
                     Err(e) => return Err(syscall_err("lookup_batch", kind.name(), e)),
                 };
                 for j in 0..n {
-                    push(&mut out, &keys[j * ks..(j + 1) * ks], &values[j * 8..(j + 1) * 8]);
+                    push(
+                        &mut out,
+                        &keys[j * ks..(j + 1) * ks],
+                        &values[j * 8..(j + 1) * 8],
+                    );
                 }
                 if end {
                     return Ok(out);
@@ -614,7 +668,12 @@ impl GuardMaps {
         let want: HashSet<IpNet> = desired.iter().map(|b| b.net.trunc()).collect();
         let mut stale = Vec::new();
         for kind in BlockMapKind::ALL {
-            stale.extend(self.list(kind)?.into_iter().map(|b| b.net).filter(|n| !want.contains(n)));
+            stale.extend(
+                self.list(kind)?
+                    .into_iter()
+                    .map(|b| b.net)
+                    .filter(|n| !want.contains(n)),
+            );
         }
         Ok(self.apply(desired, &stale, batch))
     }
@@ -639,7 +698,9 @@ impl GuardMaps {
     pub fn clear_rate_buckets(&self) -> Result<(), Error> {
         let fd = self.fd(4);
         let mut key = [0u8; 16];
-        while sys::next_key(fd, None, &mut key).map_err(|e| syscall_err("get_next_key", ALL_MAPS[4], e))? {
+        while sys::next_key(fd, None, &mut key)
+            .map_err(|e| syscall_err("get_next_key", ALL_MAPS[4], e))?
+        {
             sys::delete(fd, &key).map_err(|e| syscall_err("delete", ALL_MAPS[4], e))?;
         }
         Ok(())
@@ -648,7 +709,9 @@ impl GuardMaps {
 
 /// Coalesces a sequence of changes so that the last one per key wins; returns (upserts,
 /// deletes) with no key in both.
-pub(crate) fn coalesce(changes: impl IntoIterator<Item = (IpNet, Option<u64>)>) -> (Vec<KernelBlock>, Vec<IpNet>) {
+pub(crate) fn coalesce(
+    changes: impl IntoIterator<Item = (IpNet, Option<u64>)>,
+) -> (Vec<KernelBlock>, Vec<IpNet>) {
     let mut last: HashMap<IpNet, Option<u64>> = HashMap::new();
     let mut order = Vec::new();
     for (net, v) in changes {
@@ -696,7 +759,11 @@ fn check_spec(i: usize, data: &MapData, path: Option<&Path>) -> Result<u32, Erro
 
 /// Whether the pinned map at `path` has the layout of map `i` and capacity `max_entries`
 /// (`Ok(None)` when nothing is pinned there).
-pub(crate) fn pinned_matches(path: &Path, i: usize, max_entries: u32) -> Result<Option<bool>, Error> {
+pub(crate) fn pinned_matches(
+    path: &Path,
+    i: usize,
+    max_entries: u32,
+) -> Result<Option<bool>, Error> {
     if !path.exists() {
         return Ok(None);
     }
@@ -704,7 +771,9 @@ pub(crate) fn pinned_matches(path: &Path, i: usize, max_entries: u32) -> Result<
         Ok(d) => d,
         Err(_) => return Ok(Some(false)),
     };
-    Ok(Some(matches!(check_spec(i, &data, Some(path)), Ok(cap) if cap == max_entries)))
+    Ok(Some(
+        matches!(check_spec(i, &data, Some(path)), Ok(cap) if cap == max_entries),
+    ))
 }
 
 #[cfg(test)]
@@ -716,9 +785,20 @@ mod tests {
         let n = |s: &str| s.parse::<IpNet>().unwrap();
         assert_eq!(BlockMapKind::of(&n("192.0.2.1/32")), BlockMapKind::AddrV4);
         assert_eq!(BlockMapKind::of(&n("192.0.2.0/24")), BlockMapKind::PrefixV4);
-        assert_eq!(BlockMapKind::of(&n("2001:db8::1/128")), BlockMapKind::AddrV6);
-        assert_eq!(BlockMapKind::of(&n("2001:db8::/64")), BlockMapKind::PrefixV6);
-        for s in ["192.0.2.1/32", "192.0.2.0/24", "2001:db8::1/128", "2001:db8::/48"] {
+        assert_eq!(
+            BlockMapKind::of(&n("2001:db8::1/128")),
+            BlockMapKind::AddrV6
+        );
+        assert_eq!(
+            BlockMapKind::of(&n("2001:db8::/64")),
+            BlockMapKind::PrefixV6
+        );
+        for s in [
+            "192.0.2.1/32",
+            "192.0.2.0/24",
+            "2001:db8::1/128",
+            "2001:db8::/48",
+        ] {
             let mut k = Vec::new();
             encode_key(&n(s), &mut k);
             assert_eq!(k.len(), BlockMapKind::of(&n(s)).key_size());
@@ -745,8 +825,14 @@ mod tests {
         assert_eq!(
             ups,
             vec![
-                KernelBlock { net: n("192.0.2.2/32"), expires_ns: 7 },
-                KernelBlock { net: n("192.0.2.3/32"), expires_ns: 2 },
+                KernelBlock {
+                    net: n("192.0.2.2/32"),
+                    expires_ns: 7
+                },
+                KernelBlock {
+                    net: n("192.0.2.3/32"),
+                    expires_ns: 2
+                },
             ]
         );
     }

@@ -222,7 +222,9 @@ impl Mirror {
             }
         };
         self.stats.changes.fetch_add(n as u64, Ordering::Relaxed);
-        self.stats.expired_skipped.fetch_add(skipped, Ordering::Relaxed);
+        self.stats
+            .expired_skipped
+            .fetch_add(skipped, Ordering::Relaxed);
         n
     }
 

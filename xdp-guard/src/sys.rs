@@ -108,7 +108,11 @@ pub(crate) fn delete(fd: BorrowedFd<'_>, key: &[u8]) -> io::Result<bool> {
 }
 
 /// Writes the key after `key` (the first key when `None`) into `next`; `Ok(false)` at the end.
-pub(crate) fn next_key(fd: BorrowedFd<'_>, key: Option<&[u8]>, next: &mut [u8]) -> io::Result<bool> {
+pub(crate) fn next_key(
+    fd: BorrowedFd<'_>,
+    key: Option<&[u8]>,
+    next: &mut [u8],
+) -> io::Result<bool> {
     let mut a = ElemAttr {
         map_fd: fd_u32(fd),
         key: key.map_or(0, |k| k.as_ptr() as u64),
@@ -145,7 +149,11 @@ pub(crate) fn update_batch(
 
 /// `BPF_MAP_DELETE_BATCH` of `count` packed keys. Returns how many were deleted, and the error
 /// that stopped the batch (`ENOENT` when the key at that index was absent).
-pub(crate) fn delete_batch(fd: BorrowedFd<'_>, keys: &[u8], count: usize) -> (usize, io::Result<()>) {
+pub(crate) fn delete_batch(
+    fd: BorrowedFd<'_>,
+    keys: &[u8],
+    count: usize,
+) -> (usize, io::Result<()>) {
     let mut a = BatchAttr {
         keys: keys.as_ptr() as u64,
         count: count as u32,

@@ -20,7 +20,10 @@ pub fn xdp_ready(test: &str) -> bool {
             panic!("{test}: XDP tests must run under CI, but: {why}")
         }
         Some(why) => {
-            eprintln!("\n!!! SKIPPED {test}: needs root and BPF: {why} !!!\n");
+            // Straight to fd 2: the test harness captures eprintln! of passing tests.
+            use std::io::Write as _;
+            let msg = format!("\n!!! SKIPPED {test}: needs root and BPF: {why} !!!\n");
+            let _ = std::io::stderr().write_all(msg.as_bytes());
             false
         }
     }
@@ -55,10 +58,13 @@ impl Drop for PinDir {
     }
 }
 
-/// Pins the calling thread to one CPU, so that per-CPU rate-limit buckets are deterministic.
-pub fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
+/// Pins the calling thread to the CPU it runs on, so that per-CPU rate-limit buckets are
+/// deterministic.
+pub fn pin_to_current_cpu() {
+    // SAFETY: sched_getcpu has no preconditions; a zeroed cpu_set_t is an empty set and
+    // CPU_SET writes within it.
     unsafe {
+        let cpu = usize::try_from(libc::sched_getcpu()).expect("sched_getcpu");
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
         assert_eq!(
@@ -107,9 +113,16 @@ pub fn tcp(sport: u16, dport: u16) -> Vec<u8> {
 }
 
 /// IPv4 header with `options` (padded to 4 bytes) and a fragment offset (8-byte units).
-pub fn ipv4(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, options: &[u8], frag: u16, l4: &[u8]) -> Vec<u8> {
+pub fn ipv4(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: u8,
+    options: &[u8],
+    frag: u16,
+    l4: &[u8],
+) -> Vec<u8> {
     let mut opts = options.to_vec();
-    while opts.len() % 4 != 0 {
+    while !opts.len().is_multiple_of(4) {
         opts.push(0);
     }
     let ihl = 5 + opts.len() / 4;
@@ -192,12 +205,20 @@ pub fn frame(tags: &[u16], proto: u16, ip: &[u8]) -> Vec<u8> {
 
 /// An IPv4 UDP frame from `src` to port `dport`.
 pub fn udp4(src: Ipv4Addr, dport: u16) -> Vec<u8> {
-    frame(&[], ETH_IP, &ipv4(src, DST4, UDP, &[], 0, &udp(40000, dport, b"hello")))
+    frame(
+        &[],
+        ETH_IP,
+        &ipv4(src, DST4, UDP, &[], 0, &udp(40000, dport, b"hello")),
+    )
 }
 
 /// An IPv6 UDP frame from `src` to port `dport`.
 pub fn udp6(src: Ipv6Addr, dport: u16) -> Vec<u8> {
-    frame(&[], ETH_IP6, &ipv6(src, DST6, &[], UDP, &udp(40000, dport, b"hello")))
+    frame(
+        &[],
+        ETH_IP6,
+        &ipv6(src, DST6, &[], UDP, &udp(40000, dport, b"hello")),
+    )
 }
 
 pub const DST4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);

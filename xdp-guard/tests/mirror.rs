@@ -1,0 +1,300 @@
+//! The mirror from the shield block map into the kernel maps: resyncs make the kernel exact,
+//! changes apply in order, expired entries are skipped and swept, full maps are counted.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use ipnet::IpNet;
+use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin, RemoveCause};
+use xdp_guard::{
+    ExpiryClock, GuardMaps, KernelBlock, KernelExpiry, Mirror, MirrorOptions, XdpConfig, XdpGuard,
+};
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn net(s: &str) -> IpNet {
+    s.parse().unwrap()
+}
+
+fn entry(s: &str, ttl_ms: u64) -> BlockEntry {
+    BlockEntry::new(net(s), now_ms() + ttl_ms, "test", Origin::Local)
+}
+
+fn kernel_nets(maps: &GuardMaps) -> BTreeSet<IpNet> {
+    maps.list_all()
+        .unwrap()
+        .into_iter()
+        .map(|b| b.net)
+        .collect()
+}
+
+fn shield_nets(blocks: &BlockMap) -> BTreeSet<IpNet> {
+    blocks.entries().into_iter().map(|e| e.net).collect()
+}
+
+fn guard_with(v4: u32, p4: u32) -> XdpGuard {
+    let mut cfg = XdpConfig::new("lo");
+    cfg.pin = false;
+    cfg.rate = 0;
+    cfg.block_v4_entries = v4;
+    cfg.prefix_v4_entries = p4;
+    XdpGuard::load(&cfg).unwrap()
+}
+
+const HOUR: u64 = 3_600_000;
+
+#[test]
+fn first_drain_makes_the_kernel_equal_to_the_block_map() {
+    if !xdp_ready("first_drain_makes_the_kernel_equal_to_the_block_map") {
+        return;
+    }
+    for batch in [true, false] {
+        let g = private_guard(&[53], 0, 0);
+        let maps = g.maps();
+        // Stale entries from an earlier run (pinned maps survive restarts).
+        for s in [
+            "192.0.2.200/32",
+            "192.0.2.128/25",
+            "2001:db8::200/128",
+            "2001:db8:f::/48",
+        ] {
+            maps.block(net(s), u64::MAX).unwrap();
+        }
+        let blocks = BlockMap::new(BlockConfig::default());
+        for s in [
+            "192.0.2.1/32",
+            "192.0.2.64/26",
+            "2001:db8::1/128",
+            "2001:db8:1::/48",
+        ] {
+            blocks.insert(entry(s, HOUR));
+        }
+        let opts = MirrorOptions {
+            batch,
+            ..Default::default()
+        };
+        let mut m = Mirror::with_options(maps.clone(), blocks.subscribe("xdp"), opts);
+        assert_eq!(m.drain(), 4);
+        assert_eq!(kernel_nets(maps), shield_nets(&blocks), "batch={batch}");
+        let s = m.stats().snapshot();
+        assert_eq!((s.resyncs, s.upserted, s.deleted), (1, 4, 4));
+        // Expiries land on the kernel clock within the conversion's rounding.
+        let e = blocks.get(net("192.0.2.1/32")).unwrap();
+        let k = maps.get(net("192.0.2.1/32")).unwrap().unwrap();
+        let want = match ExpiryClock::now().to_kernel(e.expires_ms) {
+            KernelExpiry::At(ns) => ns,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            k.expires_ns.abs_diff(want) < 2_000_000_000,
+            "{} vs {want}",
+            k.expires_ns
+        );
+    }
+
+    // An empty block map at subscription: the kernel is emptied on the first drain.
+    let g = private_guard(&[53], 0, 0);
+    g.maps().block(net("192.0.2.200/32"), u64::MAX).unwrap();
+    let blocks = BlockMap::new(BlockConfig::default());
+    let mut m = Mirror::new(g.maps().clone(), blocks.subscribe("xdp"));
+    m.drain();
+    assert!(kernel_nets(g.maps()).is_empty());
+}
+
+#[test]
+fn changes_apply_in_order_and_expired_entries_are_skipped() {
+    if !xdp_ready("changes_apply_in_order_and_expired_entries_are_skipped") {
+        return;
+    }
+    for batch in [true, false] {
+        let g = private_guard(&[53], 0, 0);
+        let blocks = BlockMap::new(BlockConfig::default());
+        let opts = MirrorOptions {
+            batch,
+            ..Default::default()
+        };
+        let mut m = Mirror::with_options(g.maps().clone(), blocks.subscribe("xdp"), opts);
+        m.drain();
+        blocks.insert(entry("192.0.2.1/32", HOUR));
+        blocks.insert(entry("192.0.2.2/32", HOUR));
+        blocks.insert(entry("192.0.2.0/28", HOUR));
+        blocks.remove(net("192.0.2.1/32"), RemoveCause::Operator);
+        blocks.insert(entry("192.0.2.1/32", HOUR)); // re-added after removal: must stay
+        blocks.insert(entry("2001:db8::5/128", HOUR));
+        blocks.remove(net("192.0.2.2/32"), RemoveCause::Operator);
+        // Already expired on arrival: not installed.
+        blocks.insert(BlockEntry::new(
+            net("192.0.2.3/32"),
+            now_ms() - 1,
+            "old",
+            Origin::Peer,
+        ));
+        m.drain();
+        let want: BTreeSet<IpNet> = ["192.0.2.1/32", "192.0.2.0/28", "2001:db8::5/128"]
+            .map(net)
+            .into();
+        assert_eq!(kernel_nets(g.maps()), want, "batch={batch}");
+        let s = m.stats().snapshot();
+        assert_eq!(s.expired_skipped, 1);
+        assert_eq!((s.full, s.failed), (0, 0));
+        if batch {
+            assert!(s.syscalls < s.changes, "batched: {s:?}");
+        }
+    }
+}
+
+#[test]
+fn feed_overflow_resyncs_without_loss() {
+    if !xdp_ready("feed_overflow_resyncs_without_loss") {
+        return;
+    }
+    let g = private_guard(&[53], 0, 0);
+    let blocks = BlockMap::new(BlockConfig {
+        capacity: 100_000,
+        feed_capacity: 16,
+    });
+    let mut m = Mirror::new(g.maps().clone(), blocks.subscribe("xdp"));
+    m.drain();
+    for i in 0..1000u32 {
+        let ip = std::net::Ipv4Addr::from(0xC000_0207u32 + (i << 8)); // distinct keys, no traffic
+        blocks.insert(BlockEntry::new(
+            IpNet::from(std::net::IpAddr::V4(ip)),
+            now_ms() + HOUR,
+            "burst",
+            Origin::Local,
+        ));
+    }
+    m.drain();
+    assert_eq!(kernel_nets(g.maps()).len(), 1000);
+    assert_eq!(kernel_nets(g.maps()), shield_nets(&blocks));
+    assert!(
+        m.stats().snapshot().resyncs >= 2,
+        "{:?}",
+        m.stats().snapshot()
+    );
+}
+
+#[test]
+fn full_kernel_maps_are_counted() {
+    if !xdp_ready("full_kernel_maps_are_counted") {
+        return;
+    }
+    for batch in [true, false] {
+        let g = guard_with(16, 4);
+        let blocks = BlockMap::new(BlockConfig::default());
+        let opts = MirrorOptions {
+            batch,
+            ..Default::default()
+        };
+        let mut m = Mirror::with_options(g.maps().clone(), blocks.subscribe("xdp"), opts);
+        m.drain();
+        for i in 0..40u8 {
+            blocks.insert(entry(&format!("192.0.2.{i}/32"), HOUR));
+        }
+        for i in 0..6u8 {
+            blocks.insert(entry(&format!("198.51.{i}.0/24"), HOUR));
+        }
+        m.drain();
+        let s = m.stats().snapshot();
+        assert_eq!(s.full, 24 + 2, "batch={batch}: {s:?}");
+        assert_eq!(s.failed, 0);
+        assert_eq!(
+            g.maps()
+                .list(xdp_guard::BlockMapKind::AddrV4)
+                .unwrap()
+                .len(),
+            16
+        );
+        assert_eq!(
+            g.maps()
+                .list(xdp_guard::BlockMapKind::PrefixV4)
+                .unwrap()
+                .len(),
+            4
+        );
+        // Room again after removals: a later change fits.
+        for i in 0..40u8 {
+            blocks.remove(net(&format!("192.0.2.{i}/32")), RemoveCause::Local);
+        }
+        blocks.insert(entry("192.0.2.99/32", HOUR));
+        m.drain();
+        assert_eq!(
+            g.maps()
+                .list(xdp_guard::BlockMapKind::AddrV4)
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}
+
+#[test]
+fn sweep_removes_expired_kernel_entries() {
+    if !xdp_ready("sweep_removes_expired_kernel_entries") {
+        return;
+    }
+    let g = private_guard(&[53], 0, 0);
+    let blocks = BlockMap::new(BlockConfig::default());
+    let mut m = Mirror::new(g.maps().clone(), blocks.subscribe("xdp"));
+    m.drain();
+    let past = xdp_guard::boot_ns() - 1;
+    g.maps().apply(
+        &[
+            KernelBlock {
+                net: net("192.0.2.1/32"),
+                expires_ns: past,
+            },
+            KernelBlock {
+                net: net("192.0.2.64/26"),
+                expires_ns: past,
+            },
+            KernelBlock {
+                net: net("2001:db8::/64"),
+                expires_ns: 0,
+            },
+        ],
+        &[],
+        true,
+    );
+    assert_eq!(m.sweep(), 2);
+    let left: BTreeSet<IpNet> = [net("2001:db8::/64")].into();
+    assert_eq!(kernel_nets(g.maps()), left);
+    assert_eq!(m.stats().snapshot().swept, 2);
+}
+
+#[test]
+fn background_mirror_follows_the_block_map_and_stops() {
+    if !xdp_ready("background_mirror_follows_the_block_map_and_stops") {
+        return;
+    }
+    let g = private_guard(&[53], 0, 0);
+    let blocks = BlockMap::new(BlockConfig::default());
+    let opts = MirrorOptions {
+        idle_wait: Duration::from_millis(5),
+        ..Default::default()
+    };
+    let handle = Mirror::with_options(g.maps().clone(), blocks.subscribe("xdp"), opts)
+        .spawn()
+        .unwrap();
+    for i in 0..200u8 {
+        blocks.insert(entry(&format!("192.0.2.{i}/32"), HOUR));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while kernel_nets(g.maps()).len() < 200 {
+        assert!(Instant::now() < deadline, "mirror did not catch up");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    blocks.remove(net("192.0.2.7/32"), RemoveCause::Operator);
+    // Stopping drains what is pending.
+    let m = handle.stop().expect("mirror thread");
+    assert_eq!(kernel_nets(g.maps()), shield_nets(&blocks));
+    assert_eq!(m.stats().snapshot().failed, 0);
+}

@@ -1,0 +1,575 @@
+//! Verdicts of the XDP program on crafted frames, run in the kernel with BPF_PROG_TEST_RUN
+//! against its real maps: blocks by address and prefix, VLAN, IPv4 options, IPv6 extension
+//! headers, fragments, truncated frames, expiry, and the per-source rate limit.
+
+mod common;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::Instant;
+
+use common::*;
+use ipnet::IpNet;
+use xdp_guard::{Counters, KernelBlock, Verdict, XdpGuard};
+
+const DNS: u16 = 53;
+
+fn net(s: &str) -> IpNet {
+    s.parse().unwrap()
+}
+
+fn v4(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+fn v6(s: &str) -> Ipv6Addr {
+    s.parse().unwrap()
+}
+
+/// Runs `frame` once and returns the verdict and the counter change it caused.
+fn run(g: &XdpGuard, frame: &[u8]) -> (Verdict, Counters) {
+    let before = g.counters().unwrap();
+    let v = g.test_run(frame, 1).unwrap().verdict;
+    let after = g.counters().unwrap();
+    let d = |a: u64, b: u64| a - b;
+    let delta = Counters {
+        pass: d(after.pass, before.pass),
+        pass_not_ip: d(after.pass_not_ip, before.pass_not_ip),
+        pass_not_understood: d(after.pass_not_understood, before.pass_not_understood),
+        drop_blocked_addr: d(after.drop_blocked_addr, before.drop_blocked_addr),
+        drop_blocked_prefix: d(after.drop_blocked_prefix, before.drop_blocked_prefix),
+        drop_ratelimit: d(after.drop_ratelimit, before.drop_ratelimit),
+        block_expired: d(after.block_expired, before.block_expired),
+        rate_new_source: d(after.rate_new_source, before.rate_new_source),
+    };
+    assert_eq!(
+        delta.packets(),
+        1,
+        "each frame counts in exactly one verdict: {delta:?}"
+    );
+    (v, delta)
+}
+
+fn assert_verdict(g: &XdpGuard, what: &str, frame: &[u8], want: Verdict, counter: &str) {
+    let (v, d) = run(g, frame);
+    assert_eq!(v, want, "{what}: verdict");
+    let hit: Vec<&str> = d
+        .named()
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, _)| *k)
+        .collect();
+    assert!(
+        hit.contains(&counter),
+        "{what}: expected counter {counter}, got {hit:?}"
+    );
+}
+
+fn block(g: &XdpGuard, s: &str) {
+    assert!(g.maps().block(net(s), u64::MAX).unwrap());
+}
+
+#[test]
+fn blocked_addresses_and_prefixes_drop_others_pass() {
+    if !xdp_ready("blocked_addresses_and_prefixes_drop_others_pass") {
+        return;
+    }
+    let g = private_guard(&[DNS], 0, 0);
+    block(&g, "192.0.2.10/32");
+    block(&g, "192.0.2.64/26");
+    block(&g, "2001:db8::10/128");
+    block(&g, "2001:db8:1::/48");
+
+    use Verdict::*;
+    assert_verdict(
+        &g,
+        "v4 addr",
+        &udp4(v4("192.0.2.10"), DNS),
+        Drop,
+        "drop_blocked_addr",
+    );
+    assert_verdict(
+        &g,
+        "v4 prefix",
+        &udp4(v4("192.0.2.70"), DNS),
+        Drop,
+        "drop_blocked_prefix",
+    );
+    assert_verdict(&g, "v4 other", &udp4(v4("192.0.2.11"), DNS), Pass, "pass");
+    assert_verdict(
+        &g,
+        "v4 outside prefix",
+        &udp4(v4("192.0.2.128"), 80),
+        Pass,
+        "pass",
+    );
+    assert_verdict(
+        &g,
+        "v6 addr",
+        &udp6(v6("2001:db8::10"), DNS),
+        Drop,
+        "drop_blocked_addr",
+    );
+    assert_verdict(
+        &g,
+        "v6 prefix",
+        &udp6(v6("2001:db8:1:ff::5"), DNS),
+        Drop,
+        "drop_blocked_prefix",
+    );
+    assert_verdict(
+        &g,
+        "v6 other",
+        &udp6(v6("2001:db8:2::5"), DNS),
+        Pass,
+        "pass",
+    );
+    // Any protocol from a blocked source: TCP and ICMP too.
+    let tcp4 = frame(
+        &[],
+        ETH_IP,
+        &ipv4(v4("192.0.2.10"), DST4, TCP, &[], 0, &tcp(1234, 443)),
+    );
+    assert_verdict(&g, "v4 tcp addr", &tcp4, Drop, "drop_blocked_addr");
+    let icmp = frame(
+        &[],
+        ETH_IP,
+        &ipv4(
+            v4("192.0.2.65"),
+            DST4,
+            ICMP,
+            &[],
+            0,
+            &[8, 0, 0, 0, 0, 0, 0, 0],
+        ),
+    );
+    assert_verdict(&g, "v4 icmp prefix", &icmp, Drop, "drop_blocked_prefix");
+    let arp = frame(&[], ETH_ARP, &[0; 28]);
+    assert_verdict(&g, "arp", &arp, Pass, "pass_not_ip");
+
+    // Unblocking takes effect at once.
+    assert!(g.maps().unblock(net("192.0.2.10/32")).unwrap());
+    assert!(g.maps().unblock(net("192.0.2.64/26")).unwrap());
+    assert!(!g.maps().unblock(net("192.0.2.64/26")).unwrap());
+    assert_verdict(
+        &g,
+        "v4 unblocked",
+        &udp4(v4("192.0.2.10"), DNS),
+        Pass,
+        "pass",
+    );
+    assert_verdict(
+        &g,
+        "v4 prefix unblocked",
+        &udp4(v4("192.0.2.70"), DNS),
+        Pass,
+        "pass",
+    );
+    assert!(
+        g.maps()
+            .is_blocked("2001:db8:1::9".parse().unwrap())
+            .unwrap()
+    );
+    assert!(!g.maps().is_blocked("192.0.2.70".parse().unwrap()).unwrap());
+}
+
+#[test]
+fn vlan_options_extension_headers_and_fragments() {
+    if !xdp_ready("vlan_options_extension_headers_and_fragments") {
+        return;
+    }
+    let g = private_guard(&[DNS], 0, 0);
+    block(&g, "192.0.2.10/32");
+    block(&g, "2001:db8::10/128");
+    let bad4 = v4("192.0.2.10");
+    let bad6 = v6("2001:db8::10");
+    let good6 = v6("2001:db8::11");
+    let u = udp(40000, DNS, b"q");
+    use Verdict::*;
+
+    // One VLAN tag (802.1Q or 802.1ad) is looked through; two are not.
+    let ip = ipv4(bad4, DST4, UDP, &[], 0, &u);
+    assert_verdict(
+        &g,
+        "802.1Q",
+        &frame(&[ETH_VLAN], ETH_IP, &ip),
+        Drop,
+        "drop_blocked_addr",
+    );
+    assert_verdict(
+        &g,
+        "802.1ad",
+        &frame(&[ETH_QINQ], ETH_IP, &ip),
+        Drop,
+        "drop_blocked_addr",
+    );
+    let ip6 = ipv6(bad6, DST6, &[], UDP, &u);
+    assert_verdict(
+        &g,
+        "802.1Q v6",
+        &frame(&[ETH_VLAN], ETH_IP6, &ip6),
+        Drop,
+        "drop_blocked_addr",
+    );
+    assert_verdict(
+        &g,
+        "QinQ",
+        &frame(&[ETH_QINQ, ETH_VLAN], ETH_IP, &ip),
+        Pass,
+        "pass_not_understood",
+    );
+
+    // IPv4 with options (IHL 8 and the maximum, 15).
+    let opts = ipv4(bad4, DST4, UDP, &[1; 12], 0, &u);
+    assert_verdict(
+        &g,
+        "v4 options",
+        &frame(&[], ETH_IP, &opts),
+        Drop,
+        "drop_blocked_addr",
+    );
+    let max = ipv4(v4("192.0.2.11"), DST4, UDP, &[1; 40], 0, &u);
+    assert_verdict(&g, "v4 IHL 15", &frame(&[], ETH_IP, &max), Pass, "pass");
+
+    // IPv4 fragments: the source is judged on every fragment.
+    let first = ipv4(bad4, DST4, UDP, &[], 0x2000, &u);
+    assert_verdict(
+        &g,
+        "v4 first fragment",
+        &frame(&[], ETH_IP, &first),
+        Drop,
+        "drop_blocked_addr",
+    );
+    let later = ipv4(bad4, DST4, UDP, &[], 185, b"rest of it");
+    assert_verdict(
+        &g,
+        "v4 later fragment",
+        &frame(&[], ETH_IP, &later),
+        Drop,
+        "drop_blocked_addr",
+    );
+    let later_ok = ipv4(v4("192.0.2.11"), DST4, UDP, &[], 185, b"rest");
+    assert_verdict(
+        &g,
+        "v4 later fragment ok",
+        &frame(&[], ETH_IP, &later_ok),
+        Pass,
+        "pass",
+    );
+
+    // IPv6 extension headers.
+    let chain = [
+        Ext::Opts(HOPOPTS, 0),
+        Ext::Opts(ROUTING, 1),
+        Ext::Opts(DSTOPTS, 0),
+    ];
+    let p = ipv6(good6, DST6, &chain, UDP, &u);
+    assert_verdict(&g, "v6 ext chain", &frame(&[], ETH_IP6, &p), Pass, "pass");
+    let p = ipv6(bad6, DST6, &chain, UDP, &u);
+    assert_verdict(
+        &g,
+        "v6 ext chain blocked",
+        &frame(&[], ETH_IP6, &p),
+        Drop,
+        "drop_blocked_addr",
+    );
+    let p = ipv6(
+        good6,
+        DST6,
+        &[Ext::Opts(HOPOPTS, 0), Ext::Frag(0, true)],
+        UDP,
+        &u,
+    );
+    assert_verdict(
+        &g,
+        "v6 first fragment",
+        &frame(&[], ETH_IP6, &p),
+        Pass,
+        "pass",
+    );
+    let p = ipv6(good6, DST6, &[Ext::Frag(100, false)], UDP, b"tail");
+    assert_verdict(
+        &g,
+        "v6 later fragment",
+        &frame(&[], ETH_IP6, &p),
+        Pass,
+        "pass",
+    );
+    let p = ipv6(bad6, DST6, &[Ext::Frag(100, false)], UDP, b"tail");
+    assert_verdict(
+        &g,
+        "v6 later fragment blocked",
+        &frame(&[], ETH_IP6, &p),
+        Drop,
+        "drop_blocked_addr",
+    );
+    // Seven extension headers: more than the program walks; passed unexamined.
+    let deep: Vec<Ext> = (0..7).map(|_| Ext::Opts(DSTOPTS, 0)).collect();
+    let p = ipv6(good6, DST6, &deep, UDP, &u);
+    assert_verdict(
+        &g,
+        "v6 too deep",
+        &frame(&[], ETH_IP6, &p),
+        Pass,
+        "pass_not_understood",
+    );
+    // ... but a blocked source is still dropped: its address is read first.
+    let p = ipv6(bad6, DST6, &deep, UDP, &u);
+    assert_verdict(
+        &g,
+        "v6 too deep blocked",
+        &frame(&[], ETH_IP6, &p),
+        Drop,
+        "drop_blocked_addr",
+    );
+    let p = ipv6(good6, DST6, &[], TCP, &tcp(1, 443));
+    assert_verdict(&g, "v6 tcp", &frame(&[], ETH_IP6, &p), Pass, "pass");
+}
+
+#[test]
+fn truncated_and_malformed_frames_pass() {
+    if !xdp_ready("truncated_and_malformed_frames_pass") {
+        return;
+    }
+    let g = private_guard(&[DNS], 0, 0);
+    block(&g, "192.0.2.10/32");
+    let good = udp4(v4("192.0.2.11"), DNS);
+    use Verdict::*;
+    // Ethernet header only; cut inside the IPv4 header; cut inside UDP.
+    assert_verdict(&g, "eth only", &good[..14], Pass, "pass_not_understood");
+    assert_verdict(
+        &g,
+        "cut ipv4",
+        &good[..14 + 19],
+        Pass,
+        "pass_not_understood",
+    );
+    assert_verdict(
+        &g,
+        "cut udp",
+        &good[..14 + 20 + 7],
+        Pass,
+        "pass_not_understood",
+    );
+    // A VLAN tag cut short.
+    assert_verdict(
+        &g,
+        "cut vlan",
+        &eth(&[ETH_VLAN], ETH_IP)[..16],
+        Pass,
+        "pass_not_understood",
+    );
+    // IHL says 60 bytes but the frame ends before.
+    let mut ihl = good.clone();
+    ihl[14] = 0x4f;
+    assert_verdict(&g, "ihl past end", &ihl, Pass, "pass_not_understood");
+    // IHL below 5, wrong version.
+    let mut low = good.clone();
+    low[14] = 0x44;
+    assert_verdict(&g, "ihl 4", &low, Pass, "pass_not_understood");
+    let mut ver = good.clone();
+    ver[14] = 0x65;
+    assert_verdict(&g, "version 6 in v4", &ver, Pass, "pass_not_understood");
+    // A blocked source with a truncated UDP header is still dropped (the address is complete).
+    let bad = udp4(v4("192.0.2.10"), DNS);
+    assert_verdict(
+        &g,
+        "cut udp blocked",
+        &bad[..14 + 20 + 3],
+        Drop,
+        "drop_blocked_addr",
+    );
+    // IPv6: cut fixed header; extension header running past the end.
+    let six = udp6(v6("2001:db8::11"), DNS);
+    assert_verdict(&g, "cut ipv6", &six[..14 + 39], Pass, "pass_not_understood");
+    let p = ipv6(
+        v6("2001:db8::11"),
+        DST6,
+        &[Ext::Opts(HOPOPTS, 3)],
+        UDP,
+        &udp(1, DNS, b""),
+    );
+    let f = frame(&[], ETH_IP6, &p);
+    assert_verdict(
+        &g,
+        "ext past end",
+        &f[..14 + 40 + 16],
+        Pass,
+        "pass_not_understood",
+    );
+    // TCP with a data offset below 5.
+    let mut t = tcp(1, 80);
+    t[12] = 4 << 4;
+    let f = frame(&[], ETH_IP, &ipv4(v4("192.0.2.11"), DST4, TCP, &[], 0, &t));
+    assert_verdict(&g, "tcp doff 4", &f, Pass, "pass_not_understood");
+}
+
+#[test]
+fn expired_blocks_do_not_drop_and_are_deleted() {
+    if !xdp_ready("expired_blocks_do_not_drop_and_are_deleted") {
+        return;
+    }
+    let g = private_guard(&[DNS], 0, 0);
+    // Expiry in the past on the kernel's clock (1 ns after boot).
+    let past = [
+        KernelBlock {
+            net: net("192.0.2.10/32"),
+            expires_ns: 1,
+        },
+        KernelBlock {
+            net: net("192.0.2.64/26"),
+            expires_ns: 1,
+        },
+    ];
+    let r = g.maps().apply(&past, &[], true);
+    assert_eq!(r.upserted, 2);
+    let (v, d) = run(&g, &udp4(v4("192.0.2.10"), DNS));
+    assert_eq!((v, d.pass, d.block_expired), (Verdict::Pass, 1, 1));
+    assert_eq!(
+        g.maps().get(net("192.0.2.10/32")).unwrap(),
+        None,
+        "deleted by the program"
+    );
+    let (v, _) = run(&g, &udp4(v4("192.0.2.70"), DNS));
+    assert_eq!(v, Verdict::Pass);
+    // The prefix is left to the sweep.
+    let swept = g.maps().sweep_expired(xdp_guard::boot_ns(), true).unwrap();
+    assert_eq!(swept.deleted, 1);
+    assert!(g.maps().list_all().unwrap().is_empty());
+    // A block in the future drops; `block` refuses an expiry already past.
+    let future = xdp_guard::boot_ns() + 3_600_000_000_000;
+    g.maps().apply(
+        &[KernelBlock {
+            net: net("192.0.2.10/32"),
+            expires_ns: future,
+        }],
+        &[],
+        true,
+    );
+    assert_eq!(run(&g, &udp4(v4("192.0.2.10"), DNS)).0, Verdict::Drop);
+    assert!(!g.maps().block(net("192.0.2.99/32"), 1).unwrap());
+}
+
+/// Counts passes and drops of `n` frames, and the bound on passes from the refill during
+/// the time taken: burst + rate × elapsed (+1 for rounding).
+fn burst_run(g: &XdpGuard, frame: &[u8], n: usize, rate: u64, burst: u64) -> (u64, u64, u64) {
+    let start = Instant::now();
+    let mut pass = 0;
+    for _ in 0..n {
+        if g.test_run(frame, 1).unwrap().verdict == Verdict::Pass {
+            pass += 1;
+        }
+    }
+    let bound = burst + (start.elapsed().as_secs_f64() * rate as f64).ceil() as u64 + 1;
+    (pass, n as u64 - pass, bound)
+}
+
+#[test]
+fn udp_to_dns_ports_is_rate_limited_per_source_with_burst() {
+    if !xdp_ready("udp_to_dns_ports_is_rate_limited_per_source_with_burst") {
+        return;
+    }
+    let (rate, burst) = (1, 4);
+    let g = private_guard(&[DNS, 5300], rate, burst);
+    // Per-CPU buckets: keep every run on one CPU.
+    pin_to_current_cpu();
+    let u = udp(40000, DNS, b"q");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("plain v4", udp4(v4("192.0.2.20"), DNS)),
+        (
+            "v4 options",
+            frame(
+                &[],
+                ETH_IP,
+                &ipv4(v4("192.0.2.21"), DST4, UDP, &[1; 8], 0, &u),
+            ),
+        ),
+        (
+            "vlan v4",
+            frame(
+                &[ETH_VLAN],
+                ETH_IP,
+                &ipv4(v4("192.0.2.22"), DST4, UDP, &[], 0, &u),
+            ),
+        ),
+        (
+            "v4 first fragment",
+            frame(
+                &[],
+                ETH_IP,
+                &ipv4(v4("192.0.2.23"), DST4, UDP, &[], 0x2000, &u),
+            ),
+        ),
+        ("plain v6", udp6(v6("2001:db8::20"), 5300)),
+        (
+            "v6 ext headers",
+            frame(
+                &[],
+                ETH_IP6,
+                &ipv6(
+                    v6("2001:db8::21"),
+                    DST6,
+                    &[Ext::Opts(HOPOPTS, 0), Ext::Opts(DSTOPTS, 1)],
+                    UDP,
+                    &u,
+                ),
+            ),
+        ),
+    ];
+    let mut drops = 0;
+    for (what, f) in &cases {
+        let (pass, drop, bound) = burst_run(&g, f, 40, rate, burst);
+        assert!(
+            pass >= burst,
+            "{what}: the burst of {burst} passes (passed {pass})"
+        );
+        assert!(
+            pass <= bound,
+            "{what}: passed {pass} > burst + refill {bound}"
+        );
+        assert!(
+            drop >= 40u64.saturating_sub(bound),
+            "{what}: dropped {drop}"
+        );
+        drops += drop;
+    }
+    let c = g.counters().unwrap();
+    assert_eq!(c.drop_ratelimit, drops, "{c:?}");
+    assert_eq!(c.rate_new_source, cases.len() as u64);
+
+    // A limited source does not limit another one.
+    assert_eq!(
+        g.test_run(&udp4(v4("192.0.2.30"), DNS), 1).unwrap().verdict,
+        Verdict::Pass
+    );
+    // Ports not configured, TCP, and later fragments are not rate-limited.
+    let limited = v4("192.0.2.20");
+    assert_eq!(
+        burst_run(&g, &udp4(limited, 54), 20, rate, burst).1,
+        0,
+        "port 54"
+    );
+    let t = frame(&[], ETH_IP, &ipv4(limited, DST4, TCP, &[], 0, &tcp(1, DNS)));
+    assert_eq!(burst_run(&g, &t, 20, rate, burst).1, 0, "tcp/53");
+    let frag = frame(&[], ETH_IP, &ipv4(limited, DST4, UDP, &[], 100, b"tail"));
+    assert_eq!(burst_run(&g, &frag, 20, rate, burst).1, 0, "later fragment");
+    // Forgetting the buckets gives the source its burst back.
+    g.maps().clear_rate_buckets().unwrap();
+    assert_eq!(
+        g.test_run(&udp4(limited, DNS), 1).unwrap().verdict,
+        Verdict::Pass
+    );
+}
+
+#[test]
+fn rate_limit_off_when_rate_is_zero() {
+    if !xdp_ready("rate_limit_off_when_rate_is_zero") {
+        return;
+    }
+    let g = private_guard(&[DNS], 0, 0);
+    let f = udp4(v4("192.0.2.20"), DNS);
+    let r = g.test_run(&f, 1000).unwrap();
+    assert_eq!(r.verdict, Verdict::Pass);
+    let c = g.counters().unwrap();
+    assert_eq!((c.pass, c.drop_ratelimit, c.rate_new_source), (1000, 0, 0));
+    assert!(!g.maps().config().unwrap().is_dns_port(54));
+}
