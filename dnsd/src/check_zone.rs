@@ -72,6 +72,9 @@ fn load(
     let start = Instant::now();
     let opts = ReadOptions::new(origin);
     let mut b = ZoneBuilder::new(origin);
+    if let Ok(m) = std::fs::metadata(file) {
+        b.reserve_for_text(m.len());
+    }
     let mut n: u64 = 0;
     let summary = zones::reader::read_file(file, &opts, &mut |r| {
         if first_soa.is_none() && r.rtype == zones::rrtype::t::SOA {

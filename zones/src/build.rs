@@ -1,6 +1,10 @@
 //! Building a compiled [`Zone`] from records: ordering, empty non-terminals, RRsets, flags.
+//!
+//! Owners are kept as canonical sort keys from the start (labels from the root, lower
+//! case), so ordering them is a byte-wise sort and creating the tree is one walk in that
+//! order with a stack of ancestors: no hashing until the final index, which is built once
+//! at its exact size. Records are bucketed by node with a counting sort.
 
-use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,32 +25,34 @@ pub(crate) struct Src {
     pub line: u32,
 }
 
+/// One record waiting to be compiled (24 bytes).
 #[derive(Clone, Copy)]
 struct Pending {
+    /// Owner run, then (after ordering) node id.
     owner: u32,
+    ttl: u32,
+    rdata_off: u32,
+    line: u32,
     rtype: u16,
     covered: u16,
-    ttl: u32,
     rdata_len: u16,
     file: u16,
-    rdata_off: u64,
-    line: u32,
-    seq: u32,
 }
 
 /// Collects records of one zone, then compiles them.
 pub struct ZoneBuilder {
     apex: Name,
-    hasher: foldhash::fast::FixedState,
-    owner_names: Vec<u8>,
-    owner_spans: Vec<(u32, u8)>,
-    owner_index: HashTable<u32>,
-    last_owner: Option<u32>,
+    apex_key_len: usize,
+    /// Canonical keys of owner runs (consecutive records with one owner share a run).
+    keys: Vec<u8>,
+    runs: Vec<(u32, u32)>,
+    last_owner: [u8; name::MAX_NAME_LEN],
+    last_owner_len: usize,
     recs: Vec<Pending>,
     rdata: Vec<u8>,
     errors: Vec<(Src, String)>,
     max_errors: usize,
-    lower: [u8; name::MAX_NAME_LEN],
+    too_big: bool,
 }
 
 /// A zone and what was noticed while building it.
@@ -58,99 +64,87 @@ pub struct Built {
     pub warnings: Vec<Diagnostic>,
 }
 
+/// The builder's arenas address RDATA with 32-bit offsets.
+const MAX_RDATA_BYTES: usize = u32::MAX as usize;
+
 impl ZoneBuilder {
     /// A builder for the zone whose apex is `apex`.
     pub fn new(apex: &Name) -> ZoneBuilder {
+        let apex = apex.to_lowercase();
+        let mut key = Vec::new();
+        name::canonical_key(apex.as_wire(), &mut key);
         ZoneBuilder {
-            apex: apex.to_lowercase(),
-            hasher: foldhash::fast::FixedState::with_seed(0x5eed_0f_da7a),
-            owner_names: Vec::new(),
-            owner_spans: Vec::new(),
-            owner_index: HashTable::new(),
-            last_owner: None,
+            apex_key_len: key.len(),
+            apex,
+            keys: Vec::new(),
+            runs: Vec::new(),
+            last_owner: [0; name::MAX_NAME_LEN],
+            last_owner_len: 0,
             recs: Vec::new(),
             rdata: Vec::new(),
             errors: Vec::new(),
             max_errors: 50,
-            lower: [0; name::MAX_NAME_LEN],
+            too_big: false,
         }
     }
 
-    fn owner_name(&self, id: u32) -> &[u8] {
-        let (off, len) = self.owner_spans[id as usize];
-        &self.owner_names[off as usize..off as usize + len as usize]
+    /// Reserves room for a master file of `bytes` bytes (avoids regrowing big arenas).
+    pub fn reserve_for_text(&mut self, bytes: u64) {
+        let recs = (bytes / 24).min(1 << 26) as usize;
+        self.recs.reserve(recs);
+        self.rdata.reserve(recs * 8);
+        self.runs.reserve(recs);
+        self.keys.reserve(recs * 8);
     }
 
     /// Adds one record. Records outside the zone are errors reported by [`ZoneBuilder::finish`].
     pub fn add(&mut self, r: Record<'_>) {
         let n = r.owner.len();
-        self.lower[..n].copy_from_slice(r.owner);
-        self.lower[..n].make_ascii_lowercase();
-        let owner = match self.last_owner {
-            Some(id) if self.owner_name(id) == &self.lower[..n] => id,
-            _ => {
-                if !name::is_subdomain(&self.lower[..n], self.apex.as_wire()) {
-                    if self.errors.len() < self.max_errors {
-                        let mut s = String::new();
-                        let _ = name::write_presentation(r.owner, &mut s);
-                        self.errors.push((
-                            Src {
-                                file: r.file,
-                                line: r.line,
-                            },
-                            format!("record {s} is outside the zone {}", self.apex),
-                        ));
-                    }
-                    return;
+        let same = n == self.last_owner_len
+            && !self.runs.is_empty()
+            && self.last_owner[..n].eq_ignore_ascii_case(r.owner);
+        if !same {
+            self.last_owner[..n].copy_from_slice(r.owner);
+            self.last_owner[..n].make_ascii_lowercase();
+            self.last_owner_len = n;
+            if !name::is_subdomain(&self.last_owner[..n], self.apex.as_wire()) {
+                if self.errors.len() < self.max_errors {
+                    let mut s = String::new();
+                    let _ = name::write_presentation(r.owner, &mut s);
+                    self.errors.push((
+                        Src {
+                            file: r.file,
+                            line: r.line,
+                        },
+                        format!("record {s} is outside the zone {}", self.apex),
+                    ));
                 }
-                let h = hash_name(&self.hasher, &self.lower[..n]);
-                let found = {
-                    let names = &self.owner_names;
-                    let spans = &self.owner_spans;
-                    let lower = &self.lower[..n];
-                    self.owner_index
-                        .find(h, |&id| {
-                            let (o, l) = spans[id as usize];
-                            &names[o as usize..o as usize + l as usize] == lower
-                        })
-                        .copied()
-                };
-                match found {
-                    Some(id) => id,
-                    None => {
-                        let id = self.owner_spans.len() as u32;
-                        self.owner_spans
-                            .push((self.owner_names.len() as u32, n as u8));
-                        self.owner_names.extend_from_slice(&self.lower[..n]);
-                        let names = &self.owner_names;
-                        let spans = &self.owner_spans;
-                        let hasher = &self.hasher;
-                        self.owner_index.insert_unique(h, id, |&id| {
-                            let (o, l) = spans[id as usize];
-                            hash_name(hasher, &names[o as usize..o as usize + l as usize])
-                        });
-                        id
-                    }
-                }
+                // Force a new run for the next record.
+                self.last_owner_len = 0;
+                return;
             }
-        };
-        self.last_owner = Some(owner);
+            let start = self.keys.len();
+            name::canonical_key(&self.last_owner[..n], &mut self.keys);
+            self.runs.push((start as u32, (self.keys.len() - start) as u32));
+        }
+        if self.rdata.len() + r.rdata.len() > MAX_RDATA_BYTES {
+            self.too_big = true;
+            return;
+        }
         let covered = if r.rtype == t::RRSIG && r.rdata.len() >= 2 {
             u16::from_be_bytes([r.rdata[0], r.rdata[1]])
         } else {
             0
         };
-        let seq = self.recs.len() as u32;
         self.recs.push(Pending {
-            owner,
+            owner: (self.runs.len() - 1) as u32,
+            ttl: r.ttl,
+            rdata_off: self.rdata.len() as u32,
+            line: r.line,
             rtype: r.rtype,
             covered,
-            ttl: r.ttl,
             rdata_len: r.rdata.len() as u16,
             file: r.file,
-            rdata_off: self.rdata.len() as u64,
-            line: r.line,
-            seq,
         });
         self.rdata.extend_from_slice(r.rdata);
     }
@@ -167,7 +161,7 @@ impl ZoneBuilder {
 
     /// Compiles the zone and checks it. `files` names the files that record file indexes
     /// refer to (from the reader's summary).
-    pub fn finish(self, files: &[Arc<PathBuf>]) -> Result<Built, ZoneError> {
+    pub fn finish(mut self, files: &[Arc<PathBuf>]) -> Result<Built, ZoneError> {
         let loc = |s: Src| Location {
             file: files
                 .get(s.file as usize)
@@ -176,6 +170,12 @@ impl ZoneBuilder {
             line: s.line,
             col: 0,
         };
+        if self.too_big {
+            self.errors.push((
+                Src::default(),
+                format!("zone holds more than {MAX_RDATA_BYTES} bytes of RDATA"),
+            ));
+        }
         if !self.errors.is_empty() {
             return Err(ZoneError {
                 truncated: self.errors.len() >= self.max_errors,
@@ -219,100 +219,187 @@ impl ZoneBuilder {
         Ok(Built { zone, warnings })
     }
 
-    fn compile(mut self, warn: &mut dyn FnMut(Src, String)) -> (Zone, Vec<Src>, usize) {
-        // 1. Owners in canonical order, by sort key.
-        let mut keys: Vec<u8> = Vec::with_capacity(self.owner_names.len() + self.owner_spans.len());
-        let mut key_spans: Vec<(u32, u32)> = Vec::with_capacity(self.owner_spans.len());
-        for id in 0..self.owner_spans.len() as u32 {
-            let start = keys.len();
-            name::canonical_key(self.owner_name(id), &mut keys);
-            key_spans.push((start as u32, (keys.len() - start) as u32));
-        }
-        let mut order: Vec<u32> = (0..self.owner_spans.len() as u32).collect();
-        order.sort_unstable_by(|&a, &b| {
-            let (ao, al) = key_spans[a as usize];
-            let (bo, bl) = key_spans[b as usize];
-            keys[ao as usize..(ao + al) as usize].cmp(&keys[bo as usize..(bo + bl) as usize])
-        });
-        drop(keys);
-        drop(key_spans);
+    fn key(&self, run: u32) -> &[u8] {
+        let (o, l) = self.runs[run as usize];
+        &self.keys[o as usize..(o + l) as usize]
+    }
 
-        // 2. Nodes in canonical order, with empty non-terminals and the apex first.
+    fn compile(mut self, warn: &mut dyn FnMut(Src, String)) -> (Zone, Vec<Src>, usize) {
+        // 1. Owner runs in canonical order. All keys start with the apex key: compare what
+        //    follows, with its first eight bytes as a number for speed.
+        let skip = self.apex_key_len;
+        let mut order: Vec<(u64, u32)> = (0..self.runs.len() as u32)
+            .map(|r| {
+                let k = &self.key(r)[skip..];
+                let mut p = [0u8; 8];
+                let n = k.len().min(8);
+                p[..n].copy_from_slice(&k[..n]);
+                (u64::from_be_bytes(p), r)
+            })
+            .collect();
+        order.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| self.key(a.1)[skip..].cmp(&self.key(b.1)[skip..]))
+        });
+
+        // 2. Nodes in canonical order with empty non-terminals, by a walk with a stack of
+        //    ancestors: (node id, key offset, key length). Owners holding only NSEC3 (and
+        //    its RRSIG) directly below the apex go to the NSEC3 chain instead of the tree.
+        let mut kinds = vec![0u8; self.runs.len()];
+        for r in &self.recs {
+            let n3 = r.rtype == t::NSEC3 || (r.rtype == t::RRSIG && r.covered == t::NSEC3);
+            kinds[r.owner as usize] |= if n3 { 1 } else { 2 };
+        }
         let apex_wire = self.apex.as_wire().to_vec();
         let mut z = Zone {
             apex: self.apex.clone(),
-            names: Vec::with_capacity(self.owner_names.len() + apex_wire.len()),
-            nodes: Vec::with_capacity(self.owner_spans.len() + 1),
+            names: Vec::with_capacity(self.keys.len() + apex_wire.len() + order.len()),
+            nodes: Vec::with_capacity(order.len() + 1),
             rrsets: Vec::new(),
             data: Vec::new(),
-            index: HashTable::with_capacity(self.owner_spans.len() + 1),
-            hasher: self.hasher,
+            index: HashTable::new(),
+            hasher: foldhash::fast::FixedState::with_seed(0x5eed_0f_da7a),
             serial: 0,
             neg_ttl: 0,
             records: 0,
             nsec3: None,
         };
-        let mut owner_node = vec![zone::NONE; self.owner_spans.len()];
+        let mut n3: Vec<Node> = Vec::new();
+        let mut run_node = vec![zone::NONE; self.runs.len()];
         push_node(&mut z, &apex_wire, zone::NONE);
-        let mut chain: Vec<&[u8]> = Vec::with_capacity(16);
-        for &oid in &order {
-            let (off, len) = self.owner_spans[oid as usize];
-            let wire = &self.owner_names[off as usize..off as usize + len as usize];
-            if wire == apex_wire.as_slice() {
-                owner_node[oid as usize] = 0;
-                continue;
+        let mut stack: Vec<(NodeId, u32, u32)> = vec![(0, 0, skip as u32)];
+        let mut wire = [0u8; name::MAX_NAME_LEN];
+        let mut g = 0;
+        while g < order.len() {
+            // A group of runs with the same owner.
+            let run = order[g].1;
+            let mut h = g + 1;
+            let mut kind = kinds[run as usize];
+            while h < order.len() && self.key(order[h].1) == self.key(run) {
+                kind |= kinds[order[h].1 as usize];
+                h += 1;
             }
-            // Find the nearest existing ancestor; create the missing ones top-down.
-            chain.clear();
-            let mut cur = &wire[1 + wire[0] as usize..];
-            let parent = loop {
-                if let Some(id) = z.find(cur) {
-                    break id;
+            let (koff, klen) = self.runs[run as usize];
+            let key = self.key(run);
+            let one_label_below_apex =
+                key.len() > skip && key[skip..key.len() - 1].iter().all(|&c| c != 0);
+            let id = if klen as usize == skip {
+                0
+            } else if kind == 1 && one_label_below_apex {
+                let wl = key_to_wire(key, &mut wire);
+                let off = z.names.len() as u32;
+                z.names.extend_from_slice(&wire[..wl]);
+                n3.push(Node {
+                    name_off: off,
+                    parent: 0,
+                    rrset_start: 0,
+                    wildcard: zone::NONE,
+                    rrset_count: 0,
+                    flags: 0,
+                    name_len: wl as u8,
+                    labels: name::label_count(&wire[..wl]) as u8,
+                });
+                NSEC3_ID | (n3.len() - 1) as NodeId
+            } else {
+                // Pop to the deepest ancestor on the stack.
+                while let Some(&(_, o, l)) = stack.last() {
+                    let l = l as usize;
+                    if l <= key.len()
+                        && (l == skip || self.keys[o as usize..o as usize + l] == key[..l])
+                    {
+                        break;
+                    }
+                    stack.pop();
                 }
-                chain.push(cur);
-                cur = &cur[1 + cur[0] as usize..];
+                let &(mut parent, _, base) = stack.last().expect("apex stays on the stack");
+                // Labels between the ancestor and this name are empty non-terminals.
+                let mut pos = base as usize;
+                while pos < key.len() {
+                    let end =
+                        pos + key[pos..].iter().position(|&c| c == 0).expect("separator") + 1;
+                    let wl = key_to_wire(&key[..end], &mut wire);
+                    let id = push_node(&mut z, &wire[..wl], parent);
+                    stack.push((id, koff, end as u32));
+                    parent = id;
+                    pos = end;
+                }
+                parent
             };
-            let mut parent = parent;
-            for anc in chain.iter().rev() {
-                parent = push_node(&mut z, anc, parent);
+            for &(_, r) in &order[g..h] {
+                run_node[r as usize] = id;
             }
-            owner_node[oid as usize] = push_node(&mut z, wire, parent);
+            g = h;
         }
+        drop(kinds);
         drop(order);
+        drop(stack);
+        self.keys = Vec::new();
+        self.runs = Vec::new();
 
-        // 3. Records grouped by (node, type, covered), RRs in canonical RDATA order.
+        // 3. Records bucketed by node (counting sort), then by type and canonical RDATA.
+        let tree = z.nodes.len() as NodeId;
         for r in self.recs.iter_mut() {
-            r.owner = owner_node[r.owner as usize];
+            let id = run_node[r.owner as usize];
+            // Buckets: tree nodes first, then NSEC3 owners.
+            r.owner = if id & NSEC3_ID != 0 { tree + (id & !NSEC3_ID) } else { id };
         }
-        drop(owner_node);
-        let rdata_all = std::mem::take(&mut self.rdata);
-        let rd = |p: &Pending| &rdata_all[p.rdata_off as usize..p.rdata_off as usize + p.rdata_len as usize];
-        self.recs.sort_unstable_by(|a, b| {
-            (a.owner, a.rtype, a.covered)
-                .cmp(&(b.owner, b.rtype, b.covered))
-                .then_with(|| rdata_cmp(a.rtype, rd(a), rd(b)))
-        });
+        drop(run_node);
+        let nodes = z.nodes.len() + n3.len();
+        let mut start = vec![0u32; nodes + 1];
+        for r in &self.recs {
+            start[r.owner as usize + 1] += 1;
+        }
+        for i in 0..nodes {
+            start[i + 1] += start[i];
+        }
+        let mut perm = vec![0u32; self.recs.len()];
+        {
+            let mut fill = start.clone();
+            for (i, r) in self.recs.iter().enumerate() {
+                let s = &mut fill[r.owner as usize];
+                perm[*s as usize] = i as u32;
+                *s += 1;
+            }
+        }
+        let recs = &self.recs;
+        let rdata_all = &self.rdata;
+        let rd = |p: &Pending| {
+            &rdata_all[p.rdata_off as usize..p.rdata_off as usize + p.rdata_len as usize]
+        };
+        let mut canon = (Vec::new(), Vec::new());
+        for node in 0..nodes {
+            let bucket = &mut perm[start[node] as usize..start[node + 1] as usize];
+            if bucket.len() > 1 {
+                bucket.sort_unstable_by(|&a, &b| {
+                    let (x, y) = (&recs[a as usize], &recs[b as usize]);
+                    (x.rtype, x.covered)
+                        .cmp(&(y.rtype, y.covered))
+                        .then_with(|| rdata_cmp(x.rtype, rd(x), rd(y), &mut canon))
+                        .then(a.cmp(&b))
+                });
+            }
+        }
+        drop(start);
         let mut srcs: Vec<Src> = Vec::new();
         let mut dups = 0usize;
-        let mut i = 0;
-        let recs = &self.recs;
         z.rrsets.reserve(recs.len());
-        z.data.reserve(rdata_all.len() + recs.len() * zone::RR_HEAD);
-        while i < recs.len() {
-            let first = recs[i];
+        z.data.reserve_exact(rdata_all.len() + recs.len() * zone::RR_HEAD);
+        let mut i = 0;
+        while i < perm.len() {
+            let first = recs[perm[i] as usize];
             let mut j = i + 1;
-            while j < recs.len()
-                && recs[j].owner == first.owner
-                && recs[j].rtype == first.rtype
-                && recs[j].covered == first.covered
-            {
+            while j < perm.len() {
+                let r = &recs[perm[j] as usize];
+                if r.owner != first.owner || r.rtype != first.rtype || r.covered != first.covered {
+                    break;
+                }
                 j += 1;
             }
-            let group = &recs[i..j];
+            let group = &perm[i..j];
             // The TTL of the first record in file order wins (as Knot does).
-            let lead = group.iter().min_by_key(|p| p.seq).copied().unwrap_or(first);
+            let lead = recs[*group.iter().min().expect("non-empty") as usize];
             let ttl = lead.ttl;
-            if group.iter().any(|p| p.ttl != ttl) && first.rtype != t::RRSIG {
+            if first.rtype != t::RRSIG && group.iter().any(|&k| recs[k as usize].ttl != ttl) {
                 warn(
                     Src {
                         file: lead.file,
@@ -321,21 +408,27 @@ impl ZoneBuilder {
                     format!(
                         "TTLs differ inside the {} RRset of {}: all set to {ttl}",
                         rrtype::to_text(first.rtype),
-                        display(z.node_name(first.owner))
+                        display(owner_name(&z, &n3, first.owner, tree))
                     ),
                 );
             }
-            let node = first.owner as usize;
-            if z.nodes[node].rrset_count == 0 {
-                z.nodes[node].rrset_start = z.rrsets.len() as u32;
+            let bucket = first.owner as usize;
+            let node = if bucket < tree as usize {
+                &mut z.nodes[bucket]
+            } else {
+                &mut n3[bucket - tree as usize]
+            };
+            if node.rrset_count == 0 {
+                node.rrset_start = z.rrsets.len() as u32;
             }
             let data_off = z.data.len() as u32;
             let mut count = 0u16;
             let mut prev: Option<&[u8]> = None;
-            for p in group {
+            for &k in group {
+                let p = &recs[k as usize];
                 let data = rd(p);
                 if let Some(pv) = prev
-                    && rdata_cmp(p.rtype, pv, data) == Ordering::Equal
+                    && rdata_cmp(p.rtype, pv, data, &mut canon) == Ordering::Equal
                 {
                     dups += 1;
                     continue;
@@ -365,16 +458,24 @@ impl ZoneBuilder {
                 line: lead.line,
             });
             z.records += count as usize;
-            z.nodes[node].rrset_count += 1;
+            if bucket < tree as usize {
+                z.nodes[bucket].rrset_count += 1;
+            } else {
+                n3[bucket - tree as usize].rrset_count += 1;
+            }
             i = j;
         }
-        drop(rdata_all);
+        drop(perm);
         self.recs = Vec::new();
+        self.rdata = Vec::new();
 
         // 4. Flags, wildcard links and occlusion (parents come before children).
         for id in 0..z.nodes.len() {
             let mut f = z.nodes[id].flags;
-            let (start, cnt) = (z.nodes[id].rrset_start as usize, z.nodes[id].rrset_count as usize);
+            let (start, cnt) = (
+                z.nodes[id].rrset_start as usize,
+                z.nodes[id].rrset_count as usize,
+            );
             if cnt == 0 {
                 f |= flags::EMPTY;
             }
@@ -402,7 +503,21 @@ impl ZoneBuilder {
             z.nodes[id].flags = f;
         }
 
-        // 5. SOA serial and negative TTL.
+        // 5. The index, built once at its final size.
+        z.index = HashTable::with_capacity(z.nodes.len());
+        for id in 0..z.nodes.len() as NodeId {
+            let h = hash_name(&z.hasher, z.node_name(id));
+            let (names, nodes, hasher) = (&z.names, &z.nodes, &z.hasher);
+            z.index.insert_unique(h, id, |&i| {
+                let n = &nodes[i as usize];
+                hash_name(
+                    hasher,
+                    &names[n.name_off as usize..n.name_off as usize + n.name_len as usize],
+                )
+            });
+        }
+
+        // 6. SOA serial and negative TTL.
         if let Some(soa) = z.rrset(0, t::SOA).copied()
             && let Some((_, rdata)) = z.rrs(&soa).next()
             && rdata.len() >= 20
@@ -413,12 +528,74 @@ impl ZoneBuilder {
             z.serial = serial;
             z.neg_ttl = soa.ttl.min(minimum);
         }
+        if !n3.is_empty() {
+            z.nsec3 = Some(crate::nsec3::Nsec3Chain { nodes: n3 });
+        }
         z.names.shrink_to_fit();
-        z.nodes.shrink_to_fit();
         z.rrsets.shrink_to_fit();
-        z.data.shrink_to_fit();
         (z, srcs, dups)
     }
+}
+
+/// Marks an id as an index into the NSEC3 chain while building.
+const NSEC3_ID: NodeId = 1 << 31;
+
+fn owner_name<'a>(z: &'a Zone, n3: &[Node], bucket: u32, tree: u32) -> &'a [u8] {
+    let n = if bucket < tree {
+        &z.nodes[bucket as usize]
+    } else {
+        &n3[(bucket - tree) as usize]
+    };
+    &z.names[n.name_off as usize..n.name_off as usize + n.name_len as usize]
+}
+
+/// Writes the wire name of a canonical key (the inverse of [`name::canonical_key`]).
+fn key_to_wire(key: &[u8], out: &mut [u8; name::MAX_NAME_LEN]) -> usize {
+    // Labels in the key run from the root down; the wire name runs the other way.
+    let total = {
+        let mut n = 1usize;
+        let mut i = 0;
+        while i < key.len() {
+            match key[i] {
+                0 => n += 1,
+                1 => {
+                    n += 1;
+                    i += 1;
+                }
+                _ => n += 1,
+            }
+            i += 1;
+        }
+        n
+    };
+    // Fill from the end: the root byte, then each label (from the root) placed before it.
+    let mut end = total;
+    out[end - 1] = 0;
+    end -= 1;
+    let mut i = 0;
+    while i < key.len() {
+        // One label: bytes up to the 0 separator.
+        let mut label = [0u8; name::MAX_LABEL_LEN];
+        let mut l = 0;
+        while key[i] != 0 {
+            let c = if key[i] == 1 {
+                i += 1;
+                key[i] - 1
+            } else {
+                key[i]
+            };
+            label[l] = c;
+            l += 1;
+            i += 1;
+        }
+        i += 1;
+        let s = end - l - 1;
+        out[s] = l as u8;
+        out[s + 1..s + 1 + l].copy_from_slice(&label[..l]);
+        end = s;
+    }
+    debug_assert_eq!(end, 0);
+    total
 }
 
 fn push_node(z: &mut Zone, wire: &[u8], parent: NodeId) -> NodeId {
@@ -435,39 +612,22 @@ fn push_node(z: &mut Zone, wire: &[u8], parent: NodeId) -> NodeId {
         name_len: wire.len() as u8,
         labels: name::label_count(wire) as u8,
     });
-    let h = hash_name(&z.hasher, wire);
-    let names = &z.names;
-    let nodes = &z.nodes;
-    let hasher = &z.hasher;
-    z.index.insert_unique(h, id, |&i| {
-        let n = &nodes[i as usize];
-        hash_name(
-            hasher,
-            &names[n.name_off as usize..n.name_off as usize + n.name_len as usize],
-        )
-    });
     id
 }
 
-thread_local! {
-    static CANON: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
-}
-
 /// Compares RDATA in canonical form (RFC 4034 §6.3): names of the §6.2 types lower-cased.
-fn rdata_cmp(rtype: u16, a: &[u8], b: &[u8]) -> Ordering {
+fn rdata_cmp(rtype: u16, a: &[u8], b: &[u8], bufs: &mut (Vec<u8>, Vec<u8>)) -> Ordering {
     if !canonical_lowers(rtype) {
         return a.cmp(b);
     }
-    CANON.with(|c| {
-        let (ca, cb) = &mut *c.borrow_mut();
-        ca.clear();
-        ca.extend_from_slice(a);
-        cb.clear();
-        cb.extend_from_slice(b);
-        rdata::to_canonical(rtype, ca);
-        rdata::to_canonical(rtype, cb);
-        ca.as_slice().cmp(cb.as_slice())
-    })
+    let (ca, cb) = bufs;
+    ca.clear();
+    ca.extend_from_slice(a);
+    cb.clear();
+    cb.extend_from_slice(b);
+    rdata::to_canonical(rtype, ca);
+    rdata::to_canonical(rtype, cb);
+    ca.as_slice().cmp(cb.as_slice())
 }
 
 /// Types whose canonical form lower-cases embedded names (RFC 4034 §6.2, RFC 6840 §5.1).
@@ -504,4 +664,22 @@ pub(crate) fn display(wire: &[u8]) -> String {
     let mut s = String::new();
     let _ = name::write_presentation(wire, &mut s);
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_round_trip() {
+        for s in ["example.com.", "a.b.example.com.", "\\000\\001x.y.", ".", "*.z."] {
+            let n: Name = s.parse().unwrap();
+            let n = n.to_lowercase();
+            let mut k = Vec::new();
+            name::canonical_key(n.as_wire(), &mut k);
+            let mut w = [0u8; name::MAX_NAME_LEN];
+            let l = key_to_wire(&k, &mut w);
+            assert_eq!(&w[..l], n.as_wire(), "{s}");
+        }
+    }
 }

@@ -24,6 +24,9 @@ pub struct Loaded {
 pub fn load_file(path: &Path, origin: &Name, opts: &ReadOptions) -> Result<Loaded, ZoneError> {
     let start = Instant::now();
     let mut b = ZoneBuilder::new(origin);
+    if let Ok(m) = std::fs::metadata(path) {
+        b.reserve_for_text(m.len());
+    }
     let summary = reader::read_file(path, opts, &mut |r| b.add(r))?;
     finish(b, summary, start)
 }

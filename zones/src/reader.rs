@@ -85,6 +85,8 @@ struct Frame {
     dir: PathBuf,
     /// Owner of the parent, restored when an included file ends (RFC 1035 §5.1).
     saved_owner: Option<Option<NameBuf>>,
+    /// `$TTL` and last TTL of the parent, restored too (as Knot does).
+    saved_ttls: Option<(Option<u32>, Option<u32>)>,
 }
 
 /// Reads a master file (and what it includes), calling `sink` for each record.
@@ -162,6 +164,7 @@ fn read(
             origin,
             dir,
             saved_owner: None,
+            saved_ttls: None,
         }],
         owner: None,
         default_ttl: None,
@@ -266,6 +269,10 @@ impl<'o> Reader<'o> {
                     let f = self.stack.pop().expect("frame");
                     if let Some(o) = f.saved_owner {
                         self.owner = o;
+                    }
+                    if let Some((d, l)) = f.saved_ttls {
+                        self.default_ttl = d;
+                        self.last_ttl = l;
                     }
                     continue;
                 }
@@ -415,12 +422,10 @@ impl<'o> Reader<'o> {
             if !name_text_ok(text, o.quoted) {
                 return Err(EntryError::at(o, "bad character in $INCLUDE origin"));
             }
-            // The origin must be absolute (RFC 1035 §5.1 allows relative; BIND and Knot refuse).
-            if text.last() != Some(&b'.') || text.ends_with(b"\\.") && !text.ends_with(b"\\\\.") {
-                return Err(EntryError::at(o, "$INCLUDE origin must be absolute"));
-            }
+            // A relative origin is relative to the current one (RFC 1035 §5.1, BIND).
+            let cur = frame.origin.clone();
             origin
-                .parse(text, None)
+                .parse(text, Some(cur.as_wire()))
                 .map_err(|e| EntryError::at(o, format!("bad $INCLUDE origin: {e}")))?;
         }
         // Refuse cycles: a file already open on the stack.
@@ -464,6 +469,7 @@ impl<'o> Reader<'o> {
             origin,
             dir,
             saved_owner: Some(saved_owner),
+            saved_ttls: Some((self.default_ttl, self.last_ttl)),
         });
         Ok(())
     }
@@ -701,6 +707,7 @@ impl<'o> Reader<'o> {
                 origin: origin.clone(),
                 dir: PathBuf::new(),
                 saved_owner: None,
+                saved_ttls: None,
             };
             self.stack.push(frame);
             let r = self.record(info, &etoks[1..], Some(owner.as_wire()), sink);
@@ -830,11 +837,16 @@ fn expand_template(text: &[u8], v: u64, out: &mut Vec<u8>) -> Result<(), &'stati
             }
             i += close + 1;
         }
+        // BIND computes in a signed 32-bit int: out of that range is an error; below zero
+        // prints signed in decimal and as 32-bit two's complement in the other bases.
         let val = v as i64 + offset;
-        if val < 0 {
-            return Err("$GENERATE value below zero");
+        if val > i32::MAX as i64 || val < i32::MIN as i64 {
+            return Err("$GENERATE value out of range");
         }
-        let val = val as u64;
+        if val < 0 && base == b'd' {
+            out.push(b'-');
+        }
+        let val = if base == b'd' { val.unsigned_abs() } else { val as i32 as u32 as u64 };
         match base {
             b'n' | b'N' => {
                 // Nibble mode: reversed hex digits separated by dots (for ip6.arpa).

@@ -237,15 +237,19 @@ pub fn to_text(code: u16) -> std::borrow::Cow<'static, str> {
     }
 }
 
-/// Meta types and QTYPEs that may not appear in a zone (RFC 6895 §3.1).
+/// The assigned meta types and QTYPEs, which may not appear in a zone (RFC 6895 §3.1).
+///
+/// Unassigned codes in 128-255 are let through as opaque data, as NSD does.
 pub fn is_meta(code: u16) -> bool {
-    matches!(code, t::OPT | t::TKEY | t::TSIG | t::IXFR | t::AXFR | t::MAILB | t::MAILA | t::ANY)
-        || (128..=255).contains(&code) && code != t::NXNAME
+    matches!(
+        code,
+        t::OPT | t::TKEY | t::TSIG | t::IXFR | t::AXFR | t::MAILB | t::MAILA | t::ANY | t::NXNAME
+    )
 }
 
-/// Types that are DNSSEC data: allowed beside a CNAME (RFC 4035 §2.5).
+/// Types allowed beside a CNAME (RFC 4035 §2.5: its RRSIG and NSEC).
 pub fn is_dnssec(code: u16) -> bool {
-    matches!(code, t::RRSIG | t::NSEC | t::NXT | t::SIG | t::KEY)
+    matches!(code, t::RRSIG | t::NSEC)
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! What an authoritative server must check before serving a zone.
 //!
 //! Errors (the zone does not load): no SOA or several at the apex, no NS at the apex,
-//! CNAME beside other data or several CNAMEs, several DNAMEs, NS beside a DNAME, names
-//! below a DNAME, DS at the apex or away from a zone cut. Warnings: data hidden below a
-//! zone cut other than glue, NS targets inside the zone without an address.
+//! CNAME beside other data or several CNAMEs, several DNAMEs, DS at the apex or away from
+//! a zone cut, SOA away from the apex. Warnings: data occluded by a zone cut (other than
+//! glue) or by a DNAME, a DNAME beside NS, NS targets inside the zone without an address.
 
 use crate::build::{Src, display};
 use crate::rrtype::{self, t};
@@ -89,10 +89,14 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                 report(Error, src_of(id, t::DNAME), format!("multiple DNAME records at {}", name()));
             }
             if id != 0 && zone.rrset(id, t::NS).is_some() {
+                // A zone cut wins: the DNAME is occluded (BIND loads this; Knot refuses).
                 report(
-                    Error,
+                    Warning,
                     src_of(id, t::NS),
-                    format!("NS record exists beside DNAME at {}", name()),
+                    format!(
+                        "NS record exists beside DNAME at {}: the delegation occludes the DNAME",
+                        name()
+                    ),
                 );
             }
         }
@@ -117,16 +121,20 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
             while zone.node(top).has(flags::OCCLUDED) {
                 top = zone.node(top).parent();
             }
-            if zone.node(top).has(flags::DNAME) {
-                report(
-                    Error,
-                    srcs[node.rrset_start as usize],
-                    format!(
-                        "child record exists under DNAME at {}: {} cannot be reached",
-                        display(zone.node_name(top)),
-                        name()
-                    ),
-                );
+            if zone.node(top).has(flags::DNAME) && !zone.node(top).has(flags::DELEG) {
+                // RFC 6672 §2.3: a server MAY refuse; BIND loads with a warning, Knot refuses.
+                if occluded_warned < 20 {
+                    report(
+                        Warning,
+                        srcs[node.rrset_start as usize],
+                        format!(
+                            "child record exists under DNAME at {}: {} is occluded, not served",
+                            display(zone.node_name(top)),
+                            name()
+                        ),
+                    );
+                }
+                occluded_warned += 1;
             } else if let Some(s) = sets
                 .iter()
                 .find(|s| !matches!(s.rtype, t::A | t::AAAA) && !(s.rtype == t::NS || s.rtype == t::DS || s.rtype == t::RRSIG))
@@ -163,7 +171,20 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                 if !crate::name::is_subdomain(target, zone.apex().as_wire()) {
                     continue;
                 }
-                if !has_address(zone, target) {
+                if below_dname(zone, target) {
+                    // BIND: the zone's own servers cannot be reached then; a child's can be
+                    // looked up elsewhere.
+                    let sev = if id == 0 { Error } else { Warning };
+                    report(
+                        sev,
+                        src_of(id, t::NS),
+                        format!(
+                            "NS target {} of {} is below a DNAME and cannot be resolved",
+                            display(target),
+                            name()
+                        ),
+                    );
+                } else if !has_address(zone, target) {
                     report(
                         Warning,
                         src_of(id, t::NS),
@@ -184,6 +205,13 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
             format!("{} more occluded names below zone cuts", occluded_warned - 20),
         );
     }
+}
+
+/// True when `name` (lower case, in the zone) lies strictly below a DNAME.
+fn below_dname(zone: &Zone, name: &[u8]) -> bool {
+    let mut offs = [0u8; 128];
+    let n = crate::name::label_offsets(name, &mut offs);
+    matches!(zone.lookup(name, &offs[..n]), crate::zone::Lookup::Dname(_))
 }
 
 /// True when `name` (lower case, in the zone) has an A or AAAA, itself or by wildcard.
