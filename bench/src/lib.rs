@@ -1,1 +1,1 @@
-//! Benchmark helpers shared by the bench binaries.
+//! Benchmark helpers shared by the bench binaries and scripts (see `bench/run`).

@@ -87,7 +87,10 @@ fn load(
         }
     });
     if progress && n >= 1 << 18 {
-        eprintln!("\r{n} records read, {:.1} s; compiling", start.elapsed().as_secs_f64());
+        eprintln!(
+            "\r{n} records read, {:.1} s; compiling",
+            start.elapsed().as_secs_f64()
+        );
     }
     let summary = summary?;
     let built = b.finish(&summary.files)?;

@@ -181,10 +181,7 @@ impl Config {
     /// Parses config text; `path` is used in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         let c: Config = toml::from_str(text).map_err(|e| {
-            let (line, col) = e
-                .span()
-                .map(|s| line_col(text, s.start))
-                .unwrap_or((0, 0));
+            let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
             ConfigError::Parse {
                 path: path.to_path_buf(),
                 line,
@@ -203,7 +200,10 @@ impl Config {
             msg,
         };
         if !(512..=65535).contains(&self.server.udp_payload) {
-            return Err(inv("server.udp_payload", "must be between 512 and 65535".into()));
+            return Err(inv(
+                "server.udp_payload",
+                "must be between 512 and 65535".into(),
+            ));
         }
         if self.server.udp_batch == 0 || self.server.udp_batch > 1024 {
             return Err(inv("server.udp_batch", "must be between 1 and 1024".into()));

@@ -46,8 +46,12 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 
 /// Sends `args` to the server at `socket`; returns its reply.
 pub fn call(socket: &Path, args: &[String], timeout: Duration) -> Result<Reply, String> {
-    let mut s = UnixStream::connect(socket)
-        .map_err(|e| format!("cannot connect to {}: {e} (is dnsd running?)", socket.display()))?;
+    let mut s = UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "cannot connect to {}: {e} (is dnsd running?)",
+            socket.display()
+        )
+    })?;
     s.set_read_timeout(Some(timeout)).ok();
     s.set_write_timeout(Some(timeout)).ok();
     let mut line = serde_json::to_string(&Request {

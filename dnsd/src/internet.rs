@@ -16,6 +16,7 @@ const MAX_CHAIN: usize = 8;
 
 /// What kind of response was written (for response rate limiting and statistics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
 pub enum Kind {
     /// Data in the answer section.
     Answer,
@@ -78,7 +79,7 @@ impl Target {
 
 /// Answers `q` into `w` (header and question already written).
 pub fn answer(w: &mut Writer<'_>, q: &Query, zones: &ZoneSet) -> Answered {
-    let Some((zi, zone)) = zones.find(q.qname(), q.label_offs()) else {
+    let Some((zi, zone)) = find_zone(q, zones) else {
         w.set_rcode(rcode::REFUSED);
         return Answered {
             kind: Kind::Refused,
@@ -103,6 +104,19 @@ pub fn answer(w: &mut Writer<'_>, q: &Query, zones: &ZoneSet) -> Answered {
     }
 }
 
+/// The zone that answers `q`: the most specific one, except that DS at a zone's apex is
+/// answered by the parent zone when we serve it (RFC 4035 §3.1.4.1).
+fn find_zone<'z>(q: &Query, zones: &'z ZoneSet) -> Option<(u32, &'z std::sync::Arc<Zone>)> {
+    let hit = zones.find(q.qname(), q.label_offs())?;
+    if q.qtype == t::DS && q.labels > 0 && hit.1.apex().as_wire() == q.qname() {
+        let offs = &q.label_offs()[1..];
+        if let Some(parent) = zones.find(q.qname(), offs) {
+            return Some(parent);
+        }
+    }
+    Some(hit)
+}
+
 struct Answerer<'w, 'b, 'q> {
     w: &'w mut Writer<'b>,
     q: &'q Query,
@@ -118,7 +132,14 @@ impl Answerer<'_, '_, '_> {
     }
 
     /// Writes an RRset (and its RRSIGs when DO is set); sets TC when it does not fit.
-    fn put(&mut self, sec: Section, zone: &Zone, node: NodeId, s: &RRset, owner: Owner<'_>) -> bool {
+    fn put(
+        &mut self,
+        sec: Section,
+        zone: &Zone,
+        node: NodeId,
+        s: &RRset,
+        owner: Owner<'_>,
+    ) -> bool {
         let m = self.w.mark();
         if self.w.rrset(sec, zone, s, owner).is_err() {
             self.tc();
@@ -136,11 +157,19 @@ impl Answerer<'_, '_, '_> {
         true
     }
 
-    fn resolve(&mut self, zone: &Zone, target: &mut Target, owner: Owner<'_>, depth: usize) -> Kind {
+    fn resolve(
+        &mut self,
+        zone: &Zone,
+        target: &mut Target,
+        owner: Owner<'_>,
+        depth: usize,
+    ) -> Kind {
         let qtype = self.q.qtype;
         match zone.lookup(target.name(), target.offs()) {
             Lookup::Exact(node) => self.positive(zone, node, target, owner, depth),
-            Lookup::Wildcard { wildcard, .. } => self.positive(zone, wildcard, target, owner, depth),
+            Lookup::Wildcard { wildcard, .. } => {
+                self.positive(zone, wildcard, target, owner, depth)
+            }
             Lookup::Delegation { cut, exact } => {
                 if exact && qtype == t::DS {
                     // DS lives on the parent side of the cut: answer it here.
@@ -177,18 +206,8 @@ impl Answerer<'_, '_, '_> {
     ) -> Kind {
         let qtype = self.q.qtype;
         let n = zone.node(node);
-        if n.has(flags::CNAME) && qtype != t::CNAME {
-            let cname = *zone.rrset(node, t::CNAME).expect("CNAME flag");
-            if !self.put(Section::Answer, zone, node, &cname, owner) {
-                return Kind::Answer;
-            }
-            let Some((_, rd)) = zone.rrs(&cname).next() else {
-                return Kind::Answer;
-            };
-            return self.follow(rd, target, depth);
-        }
         if qtype == t::ANY {
-            // RFC 8482: one RRset, not all of them.
+            // RFC 8482: one RRset, not all of them (a CNAME alone, not followed).
             let first = zone
                 .rrsets(node)
                 .iter()
@@ -204,6 +223,16 @@ impl Answerer<'_, '_, '_> {
                     Kind::NoData
                 }
             };
+        }
+        if n.has(flags::CNAME) && qtype != t::CNAME {
+            let cname = *zone.rrset(node, t::CNAME).expect("CNAME flag");
+            if !self.put(Section::Answer, zone, node, &cname, owner) {
+                return Kind::Answer;
+            }
+            let Some((_, rd)) = zone.rrs(&cname).next() else {
+                return Kind::Answer;
+            };
+            return self.follow(rd, target, depth);
         }
         if qtype == t::RRSIG {
             let mut any = false;
@@ -407,9 +436,7 @@ impl Answerer<'_, '_, '_> {
                         let ok = self.w.rrset(Section::Additional, zone, &a, owner).is_ok()
                             && (!self.dnssec
                                 || zone.rrsig(node, rtype).is_none_or(|sig| {
-                                    self.w
-                                        .rrset(Section::Additional, zone, sig, owner)
-                                        .is_ok()
+                                    self.w.rrset(Section::Additional, zone, sig, owner).is_ok()
                                 }));
                         if !ok {
                             // Additional data is optional: stop adding, no TC.
@@ -431,9 +458,13 @@ impl Answerer<'_, '_, '_> {
             return;
         };
         let apex = zone.apex().as_wire();
-        let r: Result<(), Full> =
-            self.w
-                .rr(Section::Authority, Owner::Name(apex), t::SOA, zone.negative_ttl(), rd);
+        let r: Result<(), Full> = self.w.rr(
+            Section::Authority,
+            Owner::Name(apex),
+            t::SOA,
+            zone.negative_ttl(),
+            rd,
+        );
         if r.is_err() {
             self.tc();
             return;

@@ -110,7 +110,15 @@ fn main() -> ExitCode {
             workers,
         } => {
             init_logging();
-            let cfg = match build_config(config.as_deref(), listen, port, zone, control, metrics, workers) {
+            let cfg = match build_config(
+                config.as_deref(),
+                listen,
+                port,
+                zone,
+                control,
+                metrics,
+                workers,
+            ) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("dnsd: {e}");

@@ -75,10 +75,18 @@ pub async fn render(shared: &Arc<Shared>) -> String {
         let n = udp.rcode[i] + tcp.rcode[i];
         let _ = writeln!(s, "dnsd_responses_total{{rcode=\"{name}\"}} {n}");
     }
+    let _ = writeln!(s, "# HELP dnsd_answers_total Responses by kind of answer.");
+    let _ = writeln!(s, "# TYPE dnsd_answers_total counter");
+    for (i, name) in stats::KINDS.iter().enumerate() {
+        let _ = writeln!(s, "dnsd_answers_total{{kind=\"{name}\"}} {}", udp.kinds[i] + tcp.kinds[i]);
+    }
     let _ = writeln!(s, "# HELP dnsd_truncated_total Responses with TC set.");
     let _ = writeln!(s, "# TYPE dnsd_truncated_total counter");
     let _ = writeln!(s, "dnsd_truncated_total {}", udp.truncated + tcp.truncated);
-    let _ = writeln!(s, "# HELP dnsd_drops_total Messages not answered, by cause.");
+    let _ = writeln!(
+        s,
+        "# HELP dnsd_drops_total Messages not answered, by cause."
+    );
     let _ = writeln!(s, "# TYPE dnsd_drops_total counter");
     for (i, name) in stats::DROPS.iter().enumerate() {
         let _ = writeln!(
@@ -88,10 +96,16 @@ pub async fn render(shared: &Arc<Shared>) -> String {
         );
     }
     let (rx, tx, kd) = shared.fleet.totals();
-    let _ = writeln!(s, "# HELP dnsd_udp_received_total Datagrams received on all addresses.");
+    let _ = writeln!(
+        s,
+        "# HELP dnsd_udp_received_total Datagrams received on all addresses."
+    );
     let _ = writeln!(s, "# TYPE dnsd_udp_received_total counter");
     let _ = writeln!(s, "dnsd_udp_received_total {rx}");
-    let _ = writeln!(s, "# HELP dnsd_udp_answered_total Datagrams sent on all addresses.");
+    let _ = writeln!(
+        s,
+        "# HELP dnsd_udp_answered_total Datagrams sent on all addresses."
+    );
     let _ = writeln!(s, "# TYPE dnsd_udp_answered_total counter");
     let _ = writeln!(s, "dnsd_udp_answered_total {tx}");
     let _ = writeln!(
@@ -112,14 +126,20 @@ pub async fn render(shared: &Arc<Shared>) -> String {
             shared.addrs[i].ip()
         );
     }
-    let _ = writeln!(s, "# HELP dnsd_udp_send_errors_total Replies the kernel refused.");
+    let _ = writeln!(
+        s,
+        "# HELP dnsd_udp_send_errors_total Replies the kernel refused."
+    );
     let _ = writeln!(s, "# TYPE dnsd_udp_send_errors_total counter");
     let _ = writeln!(
         s,
         "dnsd_udp_send_errors_total {}",
         shared.fleet.send_errors.load(Ordering::Relaxed)
     );
-    let _ = writeln!(s, "# HELP dnsd_udp_addresses Service addresses with a UDP socket.");
+    let _ = writeln!(
+        s,
+        "# HELP dnsd_udp_addresses Service addresses with a UDP socket."
+    );
     let _ = writeln!(s, "# TYPE dnsd_udp_addresses gauge");
     let _ = writeln!(s, "dnsd_udp_addresses {}", shared.addrs.len());
     let _ = writeln!(s, "# HELP dnsd_tcp_connections Open TCP connections.");
@@ -142,14 +162,24 @@ pub async fn render(shared: &Arc<Shared>) -> String {
     let _ = writeln!(s, "# TYPE dnsd_zone_serial gauge");
     for e in reg.entries() {
         if let Some(z) = &e.current {
-            let _ = writeln!(s, "dnsd_zone_serial{{zone=\"{}\"}} {}", e.origin, z.serial());
+            let _ = writeln!(
+                s,
+                "dnsd_zone_serial{{zone=\"{}\"}} {}",
+                e.origin,
+                z.serial()
+            );
         }
     }
     let _ = writeln!(s, "# HELP dnsd_zone_records Records in each zone served.");
     let _ = writeln!(s, "# TYPE dnsd_zone_records gauge");
     for e in reg.entries() {
         if let Some(z) = &e.current {
-            let _ = writeln!(s, "dnsd_zone_records{{zone=\"{}\"}} {}", e.origin, z.record_count());
+            let _ = writeln!(
+                s,
+                "dnsd_zone_records{{zone=\"{}\"}} {}",
+                e.origin,
+                z.record_count()
+            );
         }
     }
     s

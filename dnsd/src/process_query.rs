@@ -89,11 +89,6 @@ impl Processor {
         }
     }
 
-    /// The counters this processor writes.
-    pub fn stats(&self) -> &Arc<WorkerStats> {
-        &self.stats
-    }
-
     /// Processes one message from `src` into `out`.
     pub fn process(
         &mut self,
@@ -115,9 +110,9 @@ impl Processor {
                 stats.query(0);
                 return self.error_reply(req, out, rcode::FORMERR, question, edns, transport);
             }
-            Err(ParseError::NotImp) => {
+            Err(ParseError::NotImp { edns }) => {
                 stats.query(0);
-                return self.error_reply(req, out, rcode::NOTIMP, false, false, transport);
+                return self.error_reply(req, out, rcode::NOTIMP, false, edns, transport);
             }
         }
         let q = &*self.q;
@@ -132,21 +127,41 @@ impl Processor {
             // NOTIFY for a zone we are not a secondary of.
             return self.error_reply(req, out, rcode::NOTAUTH, true, q.edns.is_some(), transport);
         }
-        if q.qclass != 1 {
+        // Class IN, or ANY (answered from IN, as Knot and NSD do); other classes are not served.
+        if q.qclass != 1 && q.qclass != 255 {
             return self.error_reply(req, out, rcode::REFUSED, true, q.edns.is_some(), transport);
         }
         match q.qtype {
-            t::AXFR | t::IXFR if transport == Transport::Udp => {
-                return self.error_reply(req, out, rcode::FORMERR, true, q.edns.is_some(), transport);
+            // AXFR is TCP only (RFC 5936 §4.2): NOTIMP over UDP, as Knot and NSD answer.
+            t::AXFR if transport == Transport::Udp => {
+                return self.error_reply(
+                    req,
+                    out,
+                    rcode::NOTIMP,
+                    true,
+                    q.edns.is_some(),
+                    transport,
+                );
             }
             t::AXFR | t::IXFR => {
-                return self.error_reply(req, out, rcode::REFUSED, true, q.edns.is_some(), transport);
+                return self.error_reply(
+                    req,
+                    out,
+                    rcode::REFUSED,
+                    true,
+                    q.edns.is_some(),
+                    transport,
+                );
             }
-            t::OPT | t::TSIG | t::TKEY => {
-                return self.error_reply(req, out, rcode::FORMERR, true, q.edns.is_some(), transport);
-            }
-            t::MAILA | t::MAILB => {
-                return self.error_reply(req, out, rcode::NOTIMP, true, q.edns.is_some(), transport);
+            t::TSIG | t::TKEY => {
+                return self.error_reply(
+                    req,
+                    out,
+                    rcode::FORMERR,
+                    true,
+                    q.edns.is_some(),
+                    transport,
+                );
             }
             _ => {}
         }
@@ -159,11 +174,15 @@ impl Processor {
         // 6. EDNS and counters.
         w.set_limit(limit);
         if q.edns.is_some() {
-            let _ = w.raw_rr(Section::Additional, &opt_rr(self.cfg.udp_payload, 0, q.dnssec_ok()));
+            let _ = w.raw_rr(
+                Section::Additional,
+                &opt_rr(self.cfg.udp_payload, 0, q.dnssec_ok()),
+            );
         }
         let rc = w.rcode();
         let len = w.finish();
         stats.response(rc, ans.truncated);
+        stats.kind(ans.kind);
         Outcome::Reply(len)
     }
 
@@ -189,7 +208,10 @@ impl Processor {
         transport: Transport,
     ) -> Outcome {
         let q = &*self.q;
-        let limit = self.size_limit(q, transport, out.len()).max(512).min(out.len());
+        let limit = self
+            .size_limit(q, transport, out.len())
+            .max(512)
+            .min(out.len());
         let mut w = Writer::new(out, limit);
         w.start(req, q, rc & 0xF, with_question);
         if with_edns || rc > 15 {

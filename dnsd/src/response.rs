@@ -95,30 +95,14 @@ impl<'b> Writer<'b> {
         }
     }
 
-    /// Bytes written.
-    pub fn len(&self) -> usize {
-        self.len
-    }
 
-    /// True when nothing was written.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 
-    /// The current size limit.
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
 
     /// Changes the size limit (to make room for OPT, or after the question is known).
     pub fn set_limit(&mut self, limit: usize) {
         self.limit = limit.min(self.buf.len());
     }
 
-    /// RRs written to a section.
-    pub fn count(&self, s: Section) -> u16 {
-        self.counts[s as usize]
-    }
 
     /// Writes the header for a reply to `q` with `rcode` (low 4 bits), echoing the
     /// question when `with_question`. `req` is the request bytes.
@@ -449,10 +433,6 @@ impl<'b> Writer<'b> {
         Ok(())
     }
 
-    /// The bytes written so far.
-    pub fn bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
 
     /// Where a lower-case name is already written in the packet, if it is.
     pub fn find_name(&self, lower: &[u8]) -> Option<u16> {
@@ -465,6 +445,16 @@ impl<'b> Writer<'b> {
 pub fn compressible(rtype: u16) -> bool {
     matches!(
         rtype,
-        t::NS | t::MD | t::MF | t::CNAME | t::SOA | t::MB | t::MG | t::MR | t::PTR | t::MINFO | t::MX
+        t::NS
+            | t::MD
+            | t::MF
+            | t::CNAME
+            | t::SOA
+            | t::MB
+            | t::MG
+            | t::MR
+            | t::PTR
+            | t::MINFO
+            | t::MX
     )
 }

@@ -52,7 +52,13 @@ impl Handler for UdpHandler {
         self.p.refresh();
     }
     #[inline]
-    fn handle(&mut self, req: &[u8], src: SocketAddr, _local: u32, out: &mut [u8]) -> Option<usize> {
+    fn handle(
+        &mut self,
+        req: &[u8],
+        src: SocketAddr,
+        _local: u32,
+        out: &mut [u8],
+    ) -> Option<usize> {
         match self.p.process(req, src, Transport::Udp, out) {
             Outcome::Reply(n) => Some(n),
             Outcome::Drop => None,
@@ -139,7 +145,11 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             .run(
                 workers,
                 move |w| UdpHandler {
-                    p: Processor::new(zones.clone(), pcfg.clone(), udp_stats[w % udp_stats.len()].clone()),
+                    p: Processor::new(
+                        zones.clone(),
+                        pcfg.clone(),
+                        udp_stats[w % udp_stats.len()].clone(),
+                    ),
                 },
                 stop.clone(),
             )
@@ -196,9 +206,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             tokio::spawn(control_loop(l, shared.clone()));
         }
         if let Some(m) = cfg.metrics.listen.clone() {
-            let sa: SocketAddr = m
-                .parse()
-                .map_err(|e| format!("metrics.listen {m}: {e}"))?;
+            let sa: SocketAddr = m.parse().map_err(|e| format!("metrics.listen {m}: {e}"))?;
             let l = tokio::net::TcpListener::bind(sa)
                 .await
                 .map_err(|e| format!("metrics.listen {m}: {e}"))?;
@@ -290,7 +298,11 @@ pub async fn reload(shared: &Arc<Shared>, zone: Option<&str>, force: bool) -> Re
     for r in &reports {
         match &r.result {
             Ok((serial, records)) => {
-                let _ = writeln!(text, "{}: loaded, serial {serial}, {records} records", r.origin);
+                let _ = writeln!(
+                    text,
+                    "{}: loaded, serial {serial}, {records} records",
+                    r.origin
+                );
             }
             Err(e) => {
                 ok = false;
@@ -370,9 +382,10 @@ async fn command(shared: &Arc<Shared>, args: &[String]) -> Reply {
         ["stats"] => Reply::ok(stats_text(shared).await),
         ["zones"] => Reply::ok(zones_text(shared).await),
         ["status"] => Reply::ok(format!(
-            "running for {} s, {} addresses, {} TCP connections\n",
+            "running for {} s, {} addresses (bound in {} ms), {} TCP connections\n",
             shared.started.elapsed().as_secs(),
             shared.addrs.len(),
+            shared.bind_time.as_millis(),
             shared.tcp.open_connections()
         )),
         _ => Reply::err(format!(
@@ -436,6 +449,9 @@ pub async fn stats_text(shared: &Arc<Shared>) -> String {
         }
     }
     let _ = writeln!(s, "responses.truncated\t{}", udp.truncated + tcp.truncated);
+    for (i, name) in stats::KINDS.iter().enumerate() {
+        let _ = writeln!(s, "responses.kind.{name}\t{}", udp.kinds[i] + tcp.kinds[i]);
+    }
     for (i, name) in stats::DROPS.iter().enumerate() {
         let _ = writeln!(s, "drops.{name}\t{}", udp.drops[i] + tcp.drops[i]);
     }
@@ -459,6 +475,10 @@ pub async fn stats_text(shared: &Arc<Shared>) -> String {
     let _ = writeln!(s, "tcp.connections\t{}", shared.tcp.open_connections());
     let reg = shared.registry.lock().await;
     let _ = writeln!(s, "reloads.ok\t{}", reg.stats.ok.load(Ordering::Relaxed));
-    let _ = writeln!(s, "reloads.failed\t{}", reg.stats.failed.load(Ordering::Relaxed));
+    let _ = writeln!(
+        s,
+        "reloads.failed\t{}",
+        reg.stats.failed.load(Ordering::Relaxed)
+    );
     s
 }

@@ -25,11 +25,35 @@ pub const QTYPES: &[(u16, &str)] = &[
 
 /// Response codes counted by name (index = rcode); 24 and above are "other".
 pub const RCODES: &[&str] = &[
-    "NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED", "YXDOMAIN", "YXRRSET",
-    "NXRRSET", "NOTAUTH", "NOTZONE", "DSOTYPENI", "RCODE12", "RCODE13", "RCODE14", "RCODE15",
-    "BADVERS", "BADSIG", "BADKEY", "BADTIME", "BADMODE", "BADNAME", "BADALG", "BADTRUNC",
+    "NOERROR",
+    "FORMERR",
+    "SERVFAIL",
+    "NXDOMAIN",
+    "NOTIMP",
+    "REFUSED",
+    "YXDOMAIN",
+    "YXRRSET",
+    "NXRRSET",
+    "NOTAUTH",
+    "NOTZONE",
+    "DSOTYPENI",
+    "RCODE12",
+    "RCODE13",
+    "RCODE14",
+    "RCODE15",
+    "BADVERS",
+    "BADSIG",
+    "BADKEY",
+    "BADTIME",
+    "BADMODE",
+    "BADNAME",
+    "BADALG",
+    "BADTRUNC",
     "BADCOOKIE",
 ];
+
+/// Response kinds counted, by [`crate::internet::Kind`] order.
+pub const KINDS: &[&str] = &["answer", "nodata", "nxdomain", "referral", "refused"];
 
 /// Why a datagram or message got no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +105,8 @@ pub struct WorkerStats {
     pub cookie_valid: AtomicU64,
     /// BADCOOKIE responses.
     pub cookie_bad: AtomicU64,
+    /// Answers by kind (index into [`KINDS`]).
+    pub kinds: [AtomicU64; KINDS.len()],
 }
 
 impl Default for WorkerStats {
@@ -94,6 +120,7 @@ impl Default for WorkerStats {
             rrl_slipped: AtomicU64::new(0),
             cookie_valid: AtomicU64::new(0),
             cookie_bad: AtomicU64::new(0),
+            kinds: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
@@ -126,6 +153,12 @@ impl WorkerStats {
         }
     }
 
+    /// Counts an answer by kind.
+    #[inline]
+    pub fn kind(&self, k: crate::internet::Kind) {
+        bump(&self.kinds[k as usize]);
+    }
+
     /// Counts a dropped message.
     #[inline]
     pub fn dropped(&self, why: DropCause) {
@@ -152,6 +185,8 @@ pub struct Totals {
     pub cookie_valid: u64,
     /// BADCOOKIE responses.
     pub cookie_bad: u64,
+    /// Answers by kind.
+    pub kinds: Vec<u64>,
 }
 
 /// Sums counter blocks.
@@ -160,6 +195,7 @@ pub fn sum<'a>(blocks: impl Iterator<Item = &'a WorkerStats>) -> Totals {
         qtype: vec![0; QTYPES.len() + 1],
         rcode: vec![0; RCODES.len() + 1],
         drops: vec![0; DROPS.len()],
+        kinds: vec![0; KINDS.len()],
         ..Default::default()
     };
     let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -171,6 +207,9 @@ pub fn sum<'a>(blocks: impl Iterator<Item = &'a WorkerStats>) -> Totals {
             *d += l(s);
         }
         for (d, s) in t.drops.iter_mut().zip(&b.drops) {
+            *d += l(s);
+        }
+        for (d, s) in t.kinds.iter_mut().zip(&b.kinds) {
             *d += l(s);
         }
         t.truncated += l(&b.truncated);

@@ -16,10 +16,6 @@ pub mod hf {
     pub const TC: u16 = 0x0200;
     /// Recursion desired.
     pub const RD: u16 = 0x0100;
-    /// Recursion available.
-    pub const RA: u16 = 0x0080;
-    /// Authentic data.
-    pub const AD: u16 = 0x0020;
     /// Checking disabled.
     pub const CD: u16 = 0x0010;
 }
@@ -38,8 +34,6 @@ pub mod rcode {
     pub const NOERROR: u16 = 0;
     /// Format error.
     pub const FORMERR: u16 = 1;
-    /// Server failure.
-    pub const SERVFAIL: u16 = 2;
     /// Name error.
     pub const NXDOMAIN: u16 = 3;
     /// Not implemented.
@@ -166,8 +160,12 @@ pub enum ParseError {
         /// A well-formed OPT was seen.
         edns: bool,
     },
-    /// An opcode we do not implement.
-    NotImp,
+    /// An opcode we do not implement; `edns` when the message had a sound OPT (so that the
+    /// NOTIMP answer carries one, RFC 6891 §7).
+    NotImp {
+        /// A well-formed OPT was seen.
+        edns: bool,
+    },
 }
 
 #[inline]
@@ -197,8 +195,24 @@ pub fn parse_query(req: &[u8], q: &mut Query) -> Result<(), ParseError> {
     q.nscount = ns;
     let op = q.opcode();
     if op != opcode::QUERY && op != opcode::NOTIFY {
-        return Err(ParseError::NotImp);
+        // Read on only to learn whether the message carries EDNS.
+        let edns = parse_sections(req, q, qd, an, ns, ar, true).is_ok() && q.edns.is_some();
+        return Err(ParseError::NotImp { edns });
     }
+    parse_sections(req, q, qd, an, ns, ar, false)
+}
+
+/// Reads the question and the remaining sections; `lenient` skips the query-only rules.
+fn parse_sections(
+    req: &[u8],
+    q: &mut Query,
+    qd: u16,
+    an: u16,
+    ns: u16,
+    ar: u16,
+    lenient: bool,
+) -> Result<(), ParseError> {
+    let op = q.opcode();
     let fe = |question, edns| ParseError::FormErr { question, edns };
     if qd != 1 {
         return Err(fe(false, false));
@@ -242,7 +256,7 @@ pub fn parse_query(req: &[u8], q: &mut Query) -> Result<(), ParseError> {
     q.question_end = p;
     // Answer and authority must be empty in a query (IXFR and NOTIFY carry an SOA).
     let soa_allowed = (q.qtype == zones::rrtype::t::IXFR || op == opcode::NOTIFY) && ns <= 1;
-    let soa_allowed = soa_allowed || (op == opcode::NOTIFY && an <= 1);
+    let soa_allowed = soa_allowed || (op == opcode::NOTIFY && an <= 1) || lenient;
     if (an != 0 || ns != 0) && !soa_allowed {
         return Err(fe(true, false));
     }
@@ -390,35 +404,62 @@ pub(crate) mod tests {
         assert_eq!(parse_query(&m, &mut q), Err(ParseError::Drop));
         let mut m = build("a.", 1, None);
         m[5] = 2; // QDCOUNT 2
-        assert!(matches!(parse_query(&m, &mut q), Err(ParseError::FormErr { .. })));
+        assert!(matches!(
+            parse_query(&m, &mut q),
+            Err(ParseError::FormErr { .. })
+        ));
         let mut m = build("a.", 1, None);
         m[5] = 0;
-        assert!(matches!(parse_query(&m, &mut q), Err(ParseError::FormErr { .. })));
+        assert!(matches!(
+            parse_query(&m, &mut q),
+            Err(ParseError::FormErr { .. })
+        ));
         // Compression pointer in the question.
         let m = vec![0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xC0, 0x0C, 0, 1, 0, 1];
-        assert!(matches!(parse_query(&m, &mut q), Err(ParseError::FormErr { .. })));
+        assert!(matches!(
+            parse_query(&m, &mut q),
+            Err(ParseError::FormErr { .. })
+        ));
         // Truncated question.
         let m = build("abc.", 1, None);
         assert!(parse_query(&m[..m.len() - 2], &mut q).is_err());
         // ARCOUNT larger than the packet.
         let mut m = build("a.", 1, None);
         m[11] = 3;
-        assert!(matches!(parse_query(&m, &mut q), Err(ParseError::FormErr { question: true, .. })));
+        assert!(matches!(
+            parse_query(&m, &mut q),
+            Err(ParseError::FormErr { question: true, .. })
+        ));
         // Opcode 5 (UPDATE).
         let mut m = build("a.", 1, None);
         m[2] = 5 << 3;
-        assert_eq!(parse_query(&m, &mut q), Err(ParseError::NotImp));
+        assert_eq!(
+            parse_query(&m, &mut q),
+            Err(ParseError::NotImp { edns: false })
+        );
+        let mut m = build("a.", 1, Some(1232));
+        m[2] = 5 << 3;
+        assert_eq!(
+            parse_query(&m, &mut q),
+            Err(ParseError::NotImp { edns: true })
+        );
         // Two OPTs.
         let mut m = build("a.", 1, Some(1232));
         m[11] = 2;
         m.extend_from_slice(&[0, 0, 41, 4, 0, 0, 0, 0, 0, 0, 0]);
-        assert!(matches!(parse_query(&m, &mut q), Err(ParseError::FormErr { edns: false, .. })));
+        assert!(matches!(
+            parse_query(&m, &mut q),
+            Err(ParseError::FormErr { edns: false, .. })
+        ));
         // Bad cookie length.
         let mut m = build("a.", 1, Some(1232));
         let l = m.len();
         m[l - 1] = 7;
         m.extend_from_slice(&[0, 10, 0, 3, 1, 2, 3]);
-        assert!(matches!(parse_query(&m, &mut q), Err(ParseError::FormErr { .. })));
+        assert!(matches!(
+            parse_query(&m, &mut q),
+            Err(ParseError::FormErr { .. })
+        ));
     }
 
     #[test]

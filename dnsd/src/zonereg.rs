@@ -56,8 +56,6 @@ pub struct LoadReport {
     pub origin: String,
     /// Ok with (serial, records), or the error text.
     pub result: Result<(u32, usize), String>,
-    /// The zone was skipped because its file did not change.
-    pub unchanged: bool,
 }
 
 impl Registry {
@@ -113,7 +111,10 @@ impl Registry {
     }
 
     /// Records load results, then publishes a new zone set if anything changed.
-    pub fn apply(&mut self, results: Vec<(usize, Result<zones::Loaded, String>, Option<SystemTime>)>) -> Vec<LoadReport> {
+    pub fn apply(
+        &mut self,
+        results: Vec<(usize, Result<zones::Loaded, String>, Option<SystemTime>)>,
+    ) -> Vec<LoadReport> {
         let mut reports = Vec::new();
         let mut changed = false;
         for (i, r, mtime) in results {
@@ -126,7 +127,6 @@ impl Registry {
                     reports.push(LoadReport {
                         origin: e.origin.to_string(),
                         result: Ok((l.zone.serial(), l.zone.record_count())),
-                        unchanged: false,
                     });
                     tracing::info!(
                         zone = %e.origin,
@@ -152,7 +152,6 @@ impl Registry {
                     reports.push(LoadReport {
                         origin: e.origin.to_string(),
                         result: Err(msg.clone()),
-                        unchanged: false,
                     });
                     e.last_error = Some(msg);
                     self.stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -184,7 +183,10 @@ pub fn file_mtime(p: &std::path::Path) -> Option<SystemTime> {
 }
 
 /// Loads one zone (blocking: call from a blocking thread).
-pub fn load_one(origin: &Name, file: &std::path::Path) -> (Result<zones::Loaded, String>, Option<SystemTime>) {
+pub fn load_one(
+    origin: &Name,
+    file: &std::path::Path,
+) -> (Result<zones::Loaded, String>, Option<SystemTime>) {
     let mtime = file_mtime(file);
     let opts = ReadOptions::new(origin);
     let r = zones::load_file(file, origin, &opts).map_err(|e| e.to_string());

@@ -37,11 +37,6 @@ impl ZoneSet {
         }
     }
 
-    /// The zones, in configuration order.
-    pub fn zones(&self) -> &[Arc<Zone>] {
-        &self.zones
-    }
-
     /// The reload generation this set belongs to.
     pub fn generation(&self) -> u64 {
         self.generation
@@ -51,7 +46,9 @@ impl ZoneSet {
     pub fn get(&self, apex_lower: &[u8]) -> Option<(u32, &Arc<Zone>)> {
         let h = self.hasher.hash_one(apex_lower);
         self.index
-            .find(h, |&j| self.zones[j as usize].apex().as_wire() == apex_lower)
+            .find(h, |&j| {
+                self.zones[j as usize].apex().as_wire() == apex_lower
+            })
             .map(|&j| (j, &self.zones[j as usize]))
     }
 

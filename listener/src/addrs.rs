@@ -98,7 +98,10 @@ mod tests {
     fn expands_prefixes_and_dedups() {
         let v = expand(&["127.1.0.0/30".into(), "127.1.0.1".into(), "::1".into()]).unwrap();
         let s: Vec<String> = v.iter().map(|a| a.to_string()).collect();
-        assert_eq!(s, vec!["127.1.0.0", "127.1.0.1", "127.1.0.2", "127.1.0.3", "::1"]);
+        assert_eq!(
+            s,
+            vec!["127.1.0.0", "127.1.0.1", "127.1.0.2", "127.1.0.3", "::1"]
+        );
         assert_eq!(expand(&["127.1.0.0/18".into()]).unwrap().len(), 16384);
         assert!(expand(&["10.0.0.0/8".into()]).is_err());
         assert!(expand(&["bogus".into()]).is_err());

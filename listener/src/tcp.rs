@@ -54,10 +54,21 @@ pub fn wildcard_listeners(
 
 /// One listening socket bound to `sa` (SO_REUSEADDR, IPV6_V6ONLY for IPv6).
 pub fn listener(sa: SocketAddr, opts: &TcpOptions) -> Result<std::net::TcpListener, ListenerError> {
-    let bind_err = |e| ListenerError::Bind { addr: sa, source: e };
-    let domain = if sa.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
-    let s = Socket::new(domain, Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))
-        .map_err(bind_err)?;
+    let bind_err = |e| ListenerError::Bind {
+        addr: sa,
+        source: e,
+    };
+    let domain = if sa.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(
+        domain,
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )
+    .map_err(bind_err)?;
     if sa.is_ipv6() {
         s.set_only_v6(true).map_err(bind_err)?;
     }

@@ -89,7 +89,7 @@ impl FleetCounters {
             .map(|(i, c)| (i, c.kernel_drops.load(Ordering::Relaxed)))
             .filter(|&(_, d)| d > 0)
             .collect();
-        v.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+        v.sort_unstable_by_key(|e| std::cmp::Reverse(e.1));
         v.truncate(n);
         v
     }
@@ -124,7 +124,10 @@ impl UdpFleet {
         let mut bound = Vec::with_capacity(addrs.len());
         for &ip in addrs {
             let sa = SocketAddr::new(ip, port);
-            let s = udp_socket(sa, opts).map_err(|e| ListenerError::Bind { addr: sa, source: e })?;
+            let s = udp_socket(sa, opts).map_err(|e| ListenerError::Bind {
+                addr: sa,
+                source: e,
+            })?;
             // With port 0 each socket gets its own port: record what was bound.
             let actual = s
                 .local_addr()
@@ -222,8 +225,16 @@ impl Waker {
 }
 
 fn udp_socket(sa: SocketAddr, opts: &UdpOptions) -> io::Result<Socket> {
-    let domain = if sa.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
-    let s = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?;
+    let domain = if sa.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(
+        domain,
+        Type::DGRAM.nonblocking().cloexec(),
+        Some(Protocol::UDP),
+    )?;
     if sa.is_ipv6() {
         s.set_only_v6(true)?;
         s.set_freebind_v6(true)?;
@@ -367,7 +378,12 @@ fn worker<H: Handler>(
     while !stop.load(Ordering::Relaxed) {
         // SAFETY: events buffer is valid for its length.
         let ready = unsafe {
-            libc::epoll_wait(ep.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, 1000)
+            libc::epoll_wait(
+                ep.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                1000,
+            )
         };
         if ready < 0 {
             let e = io::Error::last_os_error();

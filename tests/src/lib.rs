@@ -1,3 +1,90 @@
-//! End-to-end test helpers: finding binaries, corpora, reference servers and network namespaces.
+//! End-to-end test helpers: binaries, corpora, loopback addresses, servers (dnsd, Knot, NSD),
+//! a DNS client and a response comparator.
+//!
+//! - [`bin()`]: the path of a workspace binary (`target/debug/dnsd`).
+//! - [`corpora::corpora_dir`]: the shared test corpora, or a loud `SKIPPED` line.
+//! - [`net`]: a loopback address and free ports for each test, so tests run in parallel.
+//! - [`servers`]: [`servers::Dnsd`], [`servers::Knot`] and [`servers::Nsd`] as child
+//!   processes that are killed on drop.
+//! - [`client`]: queries over UDP and TCP (exact bytes, mixed case, any EDNS), raw sends.
+//! - [`wire`]: raw message builders and a raw reader for what hickory-proto would hide.
+//! - [`compare`]: normalised responses and readable differences.
 
+pub mod client;
+pub mod compare;
+pub mod corpora;
+pub mod net;
 pub mod netns;
+pub mod rng;
+pub mod servers;
+pub mod wire;
+
+use std::path::PathBuf;
+
+/// The path of the workspace binary `name` (from `$PALISADE_BIN_DIR`, else the target
+/// directory this test runs from); panics, saying how to build it, when it is missing.
+pub fn bin(name: &str) -> PathBuf {
+    let dir = bin_dir();
+    let p = dir.join(name);
+    if !p.is_file() {
+        panic!(
+            "binary {name} not found at {}: run `cargo build --workspace --bins` first \
+             (or set PALISADE_BIN_DIR to the directory holding it)",
+            p.display()
+        );
+    }
+    p
+}
+
+/// The directory holding the workspace binaries: `$PALISADE_BIN_DIR`, else the profile
+/// directory of the running test (`target/debug` for `target/debug/deps/test-…`).
+pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("PALISADE_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut dir = exe
+        .parent()
+        .expect("test binary has a directory")
+        .to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// The directory of the zone files and other data of these tests (`tests/data`).
+pub fn data_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data")
+}
+
+/// True when `name` is an executable on `$PATH` (or in /usr/sbin, /sbin, where Debian puts
+/// knotd and nsd).
+pub fn have_program(name: &str) -> bool {
+    find_program(name).is_some()
+}
+
+/// The full path of the program `name` from `$PATH`, /usr/sbin or /sbin.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let extra = [PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")];
+    std::env::split_paths(&path)
+        .chain(extra)
+        .map(|d| d.join(name))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// Prints a loud `SKIPPED:` line (tests that need a missing tool call this and return).
+pub fn skipped(why: &str) {
+    eprintln!("\n==================== SKIPPED: {why} ====================\n");
+    println!("SKIPPED: {why}");
+}
+
+/// True when running under CI (`$CI` set), where every reference tool must be present.
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+}

@@ -125,7 +125,8 @@ impl ZoneBuilder {
             }
             let start = self.keys.len();
             name::canonical_key(&self.last_owner[..n], &mut self.keys);
-            self.runs.push((start as u32, (self.keys.len() - start) as u32));
+            self.runs
+                .push((start as u32, (self.keys.len() - start) as u32));
         }
         if self.rdata.len() + r.rdata.len() > MAX_RDATA_BYTES {
             self.too_big = true;
@@ -190,12 +191,8 @@ impl ZoneBuilder {
             });
         }
         let mut warnings = Vec::new();
-        let (zone, srcs, dups) = self.compile(&mut |s, m| {
-            warnings.push(Diagnostic {
-                at: loc(s),
-                msg: m,
-            })
-        });
+        let (zone, srcs, dups) =
+            self.compile(&mut |s, m| warnings.push(Diagnostic { at: loc(s), msg: m }));
         if dups > 0 {
             warnings.push(Diagnostic {
                 at: loc(Src::default()),
@@ -258,7 +255,7 @@ impl ZoneBuilder {
             rrsets: Vec::new(),
             data: Vec::new(),
             index: HashTable::new(),
-            hasher: foldhash::fast::FixedState::with_seed(0x5eed_0f_da7a),
+            hasher: foldhash::fast::FixedState::with_seed(0x5eed_0fda_7a00),
             serial: 0,
             neg_ttl: 0,
             records: 0,
@@ -315,8 +312,7 @@ impl ZoneBuilder {
                 // Labels between the ancestor and this name are empty non-terminals.
                 let mut pos = base as usize;
                 while pos < key.len() {
-                    let end =
-                        pos + key[pos..].iter().position(|&c| c == 0).expect("separator") + 1;
+                    let end = pos + key[pos..].iter().position(|&c| c == 0).expect("separator") + 1;
                     let wl = key_to_wire(&key[..end], &mut wire);
                     let id = push_node(&mut z, &wire[..wl], parent);
                     stack.push((id, koff, end as u32));
@@ -341,7 +337,11 @@ impl ZoneBuilder {
         for r in self.recs.iter_mut() {
             let id = run_node[r.owner as usize];
             // Buckets: tree nodes first, then NSEC3 owners.
-            r.owner = if id & NSEC3_ID != 0 { tree + (id & !NSEC3_ID) } else { id };
+            r.owner = if id & NSEC3_ID != 0 {
+                tree + (id & !NSEC3_ID)
+            } else {
+                id
+            };
         }
         drop(run_node);
         let nodes = z.nodes.len() + n3.len();
@@ -383,7 +383,8 @@ impl ZoneBuilder {
         let mut srcs: Vec<Src> = Vec::new();
         let mut dups = 0usize;
         z.rrsets.reserve(recs.len());
-        z.data.reserve_exact(rdata_all.len() + recs.len() * zone::RR_HEAD);
+        z.data
+            .reserve_exact(rdata_all.len() + recs.len() * zone::RR_HEAD);
         let mut i = 0;
         while i < perm.len() {
             let first = recs[perm[i] as usize];
@@ -672,7 +673,13 @@ mod tests {
 
     #[test]
     fn key_round_trip() {
-        for s in ["example.com.", "a.b.example.com.", "\\000\\001x.y.", ".", "*.z."] {
+        for s in [
+            "example.com.",
+            "a.b.example.com.",
+            "\\000\\001x.y.",
+            ".",
+            "*.z.",
+        ] {
             let n: Name = s.parse().unwrap();
             let n = n.to_lowercase();
             let mut k = Vec::new();

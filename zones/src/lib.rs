@@ -9,6 +9,7 @@
 //! Out of scope: sockets, threads, policy. The daemon decides what to do with a zone.
 
 pub mod build;
+pub mod dnssec;
 pub mod error;
 pub mod load;
 pub mod name;

@@ -44,7 +44,11 @@ pub fn load_bytes(
     finish(b, summary, start)
 }
 
-fn finish(b: ZoneBuilder, summary: reader::ReadSummary, start: Instant) -> Result<Loaded, ZoneError> {
+fn finish(
+    b: ZoneBuilder,
+    summary: reader::ReadSummary,
+    start: Instant,
+) -> Result<Loaded, ZoneError> {
     let built = b.finish(&summary.files)?;
     let mut warnings = summary.warnings;
     warnings.extend(built.warnings);

@@ -513,7 +513,10 @@ mod tests {
     #[test]
     fn parse_absolute_and_relative() {
         let origin = n("example.com.");
-        assert_eq!(n("www.example.com.").as_wire(), b"\x03www\x07example\x03com\x00");
+        assert_eq!(
+            n("www.example.com.").as_wire(),
+            b"\x03www\x07example\x03com\x00"
+        );
         let rel = Name::parse("www", Some(&origin)).unwrap();
         assert_eq!(rel, n("www.example.com."));
         assert_eq!(Name::parse("@", Some(&origin)).unwrap(), origin);

@@ -430,10 +430,7 @@ impl<'o> Reader<'o> {
         }
         // Refuse cycles: a file already open on the stack.
         let canon = std::fs::canonicalize(&path).map_err(|e| {
-            EntryError::at(
-                &toks[1],
-                format!("cannot include {}: {e}", path.display()),
-            )
+            EntryError::at(&toks[1], format!("cannot include {}: {e}", path.display()))
         })?;
         for f in &self.stack {
             let open = &self.summary.files[f.file as usize];
@@ -445,10 +442,7 @@ impl<'o> Reader<'o> {
             }
         }
         let file = File::open(&path).map_err(|e| {
-            EntryError::at(
-                &toks[1],
-                format!("cannot include {}: {e}", path.display()),
-            )
+            EntryError::at(&toks[1], format!("cannot include {}: {e}", path.display()))
         })?;
         if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
             return Err(EntryError::at(
@@ -572,13 +566,13 @@ impl<'o> Reader<'o> {
         }
         self.rdata.clear();
         let mut fields = Fields::new(&frame.scanner, &toks[i + 1..]);
-        rdata::parse(rtype, &mut fields, frame.origin.as_wire(), &mut self.rdata).map_err(
-            |e| EntryError {
+        rdata::parse(rtype, &mut fields, frame.origin.as_wire(), &mut self.rdata).map_err(|e| {
+            EntryError {
                 line: if e.line > 0 { e.line } else { type_tok.line },
                 col: e.col,
                 msg: format!("{} RDATA: {}", rrtype::to_text(rtype), e.msg),
-            },
-        )?;
+            }
+        })?;
         if self.rdata.len() > u16::MAX as usize {
             return Err(EntryError::at(type_tok, "RDATA longer than 65535 octets"));
         }
@@ -595,7 +589,11 @@ impl<'o> Reader<'o> {
                     // RFC 2308 §4 / BIND: no $TTL yet, take the SOA MINIMUM.
                     let m = &self.rdata[self.rdata.len() - 4..];
                     let v = u32::from_be_bytes([m[0], m[1], m[2], m[3]]);
-                    self.warn(file, type_tok.line, "no TTL given and no $TTL: using the SOA MINIMUM");
+                    self.warn(
+                        file,
+                        type_tok.line,
+                        "no TTL given and no $TTL: using the SOA MINIMUM",
+                    );
                     self.last_ttl = Some(v);
                     v
                 }
@@ -641,8 +639,9 @@ impl<'o> Reader<'o> {
         let frame = self.frame();
         let file = frame.file;
         let range_text = frame.scanner.text(&toks[1]).to_vec();
-        let (start, stop, step) = parse_range(&range_text)
-            .ok_or_else(|| EntryError::at(&toks[1], "bad $GENERATE range: expected START-STOP[/STEP]"))?;
+        let (start, stop, step) = parse_range(&range_text).ok_or_else(|| {
+            EntryError::at(&toks[1], "bad $GENERATE range: expected START-STOP[/STEP]")
+        })?;
         let count = (stop - start) / step + 1;
         if count > self.opts.max_generate {
             return Err(EntryError::at(
@@ -846,7 +845,11 @@ fn expand_template(text: &[u8], v: u64, out: &mut Vec<u8>) -> Result<(), &'stati
         if val < 0 && base == b'd' {
             out.push(b'-');
         }
-        let val = if base == b'd' { val.unsigned_abs() } else { val as i32 as u32 as u64 };
+        let val = if base == b'd' {
+            val.unsigned_abs()
+        } else {
+            val as i32 as u32 as u64
+        };
         match base {
             b'n' | b'N' => {
                 // Nibble mode: reversed hex digits separated by dots (for ip6.arpa).
@@ -919,7 +922,11 @@ mod tests {
         let e = read_all("a A 1.2.3.4\nb BOGUS x\nc CH A 1.2.3.4\nd A 1.2.3.4.5\n").unwrap_err();
         let lines: Vec<u32> = e.errors.iter().map(|d| d.at.line).collect();
         assert_eq!(lines, vec![2, 3, 4]);
-        assert!(e.errors[0].msg.contains("unknown record type BOGUS"), "{}", e);
+        assert!(
+            e.errors[0].msg.contains("unknown record type BOGUS"),
+            "{}",
+            e
+        );
         assert!(e.to_string().starts_with("t.zone:2:"));
     }
 

@@ -391,8 +391,20 @@ mod tests {
             "a 1 IN A 1.2.3.4 ; c\n\n  ; only comment\n\tTXT \"x y\" \"\" ; z\n@ SOA ( ns host\n 1 2 ; mid\n 3 4 5 )\n",
         );
         assert_eq!(e.len(), 3);
-        assert_eq!(e[0], (false, vec!["a", "1", "IN", "A", "1.2.3.4"].into_iter().map(String::from).collect()));
-        assert_eq!(e[1], (true, vec!["TXT".to_string(), "x y".into(), "".into()]));
+        assert_eq!(
+            e[0],
+            (
+                false,
+                vec!["a", "1", "IN", "A", "1.2.3.4"]
+                    .into_iter()
+                    .map(String::from)
+                    .collect()
+            )
+        );
+        assert_eq!(
+            e[1],
+            (true, vec!["TXT".to_string(), "x y".into(), "".into()])
+        );
         assert_eq!(e[2].1.len(), 9);
     }
 

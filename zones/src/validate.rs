@@ -55,8 +55,14 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
         report(
             Error,
             src_of(0, t::DS),
-            format!("DS at the zone apex {}: DS belongs in the parent zone", zone.apex()),
+            format!(
+                "DS at the zone apex {}: DS belongs in the parent zone",
+                zone.apex()
+            ),
         );
+    }
+    if zone.rrset(0, t::CDS).is_some() || zone.rrset(0, t::CDNSKEY).is_some() {
+        crate::dnssec::check_cds(zone, src_of(0, t::SOA), report);
     }
     let mut occluded_warned = 0usize;
     for id in zone.node_ids() {
@@ -66,7 +72,11 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
         if node.has(flags::CNAME) {
             let c = zone.rrset(id, t::CNAME).expect("CNAME flag");
             if c.count > 1 {
-                report(Error, src_of(id, t::CNAME), format!("multiple CNAME records at {}", name()));
+                report(
+                    Error,
+                    src_of(id, t::CNAME),
+                    format!("multiple CNAME records at {}", name()),
+                );
             }
             if let Some(other) = sets
                 .iter()
@@ -86,7 +96,11 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
         if node.has(flags::DNAME) {
             let d = zone.rrset(id, t::DNAME).expect("DNAME flag");
             if d.count > 1 {
-                report(Error, src_of(id, t::DNAME), format!("multiple DNAME records at {}", name()));
+                report(
+                    Error,
+                    src_of(id, t::DNAME),
+                    format!("multiple DNAME records at {}", name()),
+                );
             }
             if id != 0 && zone.rrset(id, t::NS).is_some() {
                 // A zone cut wins: the DNAME is occluded (BIND loads this; Knot refuses).
@@ -100,7 +114,10 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                 );
             }
         }
-        if node.has(flags::HAS_DS) && id != 0 && !node.has(flags::DELEG) && !node.has(flags::OCCLUDED)
+        if node.has(flags::HAS_DS)
+            && id != 0
+            && !node.has(flags::DELEG)
+            && !node.has(flags::OCCLUDED)
         {
             report(
                 Error,
@@ -137,7 +154,7 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                 occluded_warned += 1;
             } else if let Some(s) = sets
                 .iter()
-                .find(|s| !matches!(s.rtype, t::A | t::AAAA) && !(s.rtype == t::NS || s.rtype == t::DS || s.rtype == t::RRSIG))
+                .find(|s| !matches!(s.rtype, t::A | t::AAAA | t::NS | t::DS | t::RRSIG))
             {
                 if occluded_warned < 20 {
                     report(
@@ -202,7 +219,10 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
         report(
             Warning,
             Src::default(),
-            format!("{} more occluded names below zone cuts", occluded_warned - 20),
+            format!(
+                "{} more occluded names below zone cuts",
+                occluded_warned - 20
+            ),
         );
     }
 }

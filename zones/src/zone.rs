@@ -248,9 +248,7 @@ impl Zone {
 
     /// Iterates the RRs of an RRset as (RR bytes as stored, RDATA).
     pub fn rrs<'a>(&'a self, s: &RRset) -> RrIter<'a> {
-        RrIter {
-            data: self.wire(s),
-        }
+        RrIter { data: self.wire(s) }
     }
 
     /// The node of a name (lower-case wire format), if it exists.
@@ -390,7 +388,8 @@ impl Zone {
                 .map(move |s| (self.nsec3_name(i), s))
         });
         soa.chain(rest).chain(n3).flat_map(move |(owner, s)| {
-            self.rrs(s).map(move |(_, rdata)| (owner, s.rtype, s.ttl, rdata))
+            self.rrs(s)
+                .map(move |(_, rdata)| (owner, s.rtype, s.ttl, rdata))
         })
     }
 }
@@ -467,7 +466,10 @@ cn      CNAME www
         // Empty non-terminals exist.
         assert!(z.node(id(&z, "b.c.example.com.")).has(flags::EMPTY));
         assert!(z.node(id(&z, "c.example.com.")).has(flags::EMPTY));
-        assert!(z.node(id(&z, "below.sub.example.com.")).has(flags::OCCLUDED));
+        assert!(
+            z.node(id(&z, "below.sub.example.com."))
+                .has(flags::OCCLUDED)
+        );
         let www = id(&z, "www.example.com.");
         let a = z.rrset(www, t::A).unwrap();
         assert_eq!(a.count, 2);
@@ -484,37 +486,76 @@ cn      CNAME www
     #[test]
     fn lookups() {
         let z = zone();
-        assert_eq!(look(&z, "WWW.example.com."), Lookup::Exact(id(&z, "www.example.com.")));
+        assert_eq!(
+            look(&z, "WWW.example.com."),
+            Lookup::Exact(id(&z, "www.example.com."))
+        );
         assert_eq!(look(&z, "example.com."), Lookup::Exact(0));
-        assert_eq!(look(&z, "b.c.example.com."), Lookup::Exact(id(&z, "b.c.example.com.")));
+        assert_eq!(
+            look(&z, "b.c.example.com."),
+            Lookup::Exact(id(&z, "b.c.example.com."))
+        );
         assert_eq!(
             look(&z, "nope.example.com."),
-            Lookup::NxDomain { closest_encloser: 0 }
+            Lookup::NxDomain {
+                closest_encloser: 0
+            }
         );
         assert_eq!(
             look(&z, "z.b.c.example.com."),
-            Lookup::NxDomain { closest_encloser: id(&z, "b.c.example.com.") }
+            Lookup::NxDomain {
+                closest_encloser: id(&z, "b.c.example.com.")
+            }
         );
         let wild = id(&z, "wild.example.com.");
         assert_eq!(
             look(&z, "q.r.wild.example.com."),
-            Lookup::Wildcard { closest_encloser: wild, wildcard: id(&z, "*.wild.example.com.") }
+            Lookup::Wildcard {
+                closest_encloser: wild,
+                wildcard: id(&z, "*.wild.example.com.")
+            }
         );
         // An existing name under the wildcard's parent is not synthesised.
-        assert_eq!(look(&z, "x.wild.example.com."), Lookup::Exact(id(&z, "x.wild.example.com.")));
+        assert_eq!(
+            look(&z, "x.wild.example.com."),
+            Lookup::Exact(id(&z, "x.wild.example.com."))
+        );
         // Below an existing name that is not the wildcard parent: no wildcard.
         assert_eq!(
             look(&z, "y.x.wild.example.com."),
-            Lookup::NxDomain { closest_encloser: id(&z, "x.wild.example.com.") }
+            Lookup::NxDomain {
+                closest_encloser: id(&z, "x.wild.example.com.")
+            }
         );
         let sub = id(&z, "sub.example.com.");
-        assert_eq!(look(&z, "sub.example.com."), Lookup::Delegation { cut: sub, exact: true });
-        assert_eq!(look(&z, "ns.sub.example.com."), Lookup::Delegation { cut: sub, exact: false });
+        assert_eq!(
+            look(&z, "sub.example.com."),
+            Lookup::Delegation {
+                cut: sub,
+                exact: true
+            }
+        );
+        assert_eq!(
+            look(&z, "ns.sub.example.com."),
+            Lookup::Delegation {
+                cut: sub,
+                exact: false
+            }
+        );
         assert_eq!(
             look(&z, "a.deep.below.sub.example.com."),
-            Lookup::Delegation { cut: sub, exact: false }
+            Lookup::Delegation {
+                cut: sub,
+                exact: false
+            }
         );
-        assert_eq!(look(&z, "zz.sub.example.com."), Lookup::Delegation { cut: sub, exact: false });
+        assert_eq!(
+            look(&z, "zz.sub.example.com."),
+            Lookup::Delegation {
+                cut: sub,
+                exact: false
+            }
+        );
         let dn = id(&z, "dn.example.com.");
         assert_eq!(look(&z, "dn.example.com."), Lookup::Exact(dn));
         assert_eq!(look(&z, "a.dn.example.com."), Lookup::Dname(dn));
@@ -534,23 +575,55 @@ cn      CNAME www
         let origin: Name = "example.com.".parse().unwrap();
         let opts = ReadOptions::new(&origin);
         let bad = |extra: &str| {
-            let text = format!(
-                "$TTL 1\n@ SOA ns h 1 2 3 4 5\n@ NS ns\nns A 192.0.2.1\n{extra}"
-            );
-            load_bytes("t.zone", text, &origin, &opts).err().map(|e| e.to_string())
+            let text = format!("$TTL 1\n@ SOA ns h 1 2 3 4 5\n@ NS ns\nns A 192.0.2.1\n{extra}");
+            load_bytes("t.zone", text, &origin, &opts)
+                .err()
+                .map(|e| e.to_string())
         };
         assert_eq!(bad(""), None);
-        assert!(bad("c CNAME x\nc A 1.2.3.4\n").unwrap().contains("beside CNAME"));
-        assert!(bad("c CNAME x\nc CNAME y\n").unwrap().contains("multiple CNAME"));
-        assert!(bad("d DNAME x\nd DNAME y\n").unwrap().contains("multiple DNAME"));
+        assert!(
+            bad("c CNAME x\nc A 1.2.3.4\n")
+                .unwrap()
+                .contains("beside CNAME")
+        );
+        assert!(
+            bad("c CNAME x\nc CNAME y\n")
+                .unwrap()
+                .contains("multiple CNAME")
+        );
+        assert!(
+            bad("d DNAME x\nd DNAME y\n")
+                .unwrap()
+                .contains("multiple DNAME")
+        );
         // Occlusion by a DNAME or a cut beside it is a warning (BIND), not an error (Knot).
         assert_eq!(bad("d DNAME x\nd NS y\n"), None);
         assert_eq!(bad("d DNAME x\na.d A 1.2.3.4\n"), None);
-        assert!(bad("c CNAME x\nc KEY 256 3 8 AwEAAQ==\n").unwrap().contains("beside CNAME"));
-        assert!(bad("@ DS 1 8 2 49FD46E6C4B45C55D4AC69CBD3CD34AC1AFE51DE9BA6E1D9D5F7DB6E4C3DB9C9\n").unwrap().contains("DS at the zone apex"));
-        assert!(bad("x DS 1 8 2 49FD46E6C4B45C55D4AC69CBD3CD34AC1AFE51DE9BA6E1D9D5F7DB6E4C3DB9C9\n").unwrap().contains("not a delegation"));
-        assert!(bad("other.org. A 1.2.3.4\n").unwrap().contains("outside the zone"));
-        assert!(bad("@ SOA ns h 2 2 3 4 5\n").unwrap().contains("multiple SOA"));
+        assert!(
+            bad("c CNAME x\nc KEY 256 3 8 AwEAAQ==\n")
+                .unwrap()
+                .contains("beside CNAME")
+        );
+        assert!(
+            bad("@ DS 1 8 2 49FD46E6C4B45C55D4AC69CBD3CD34AC1AFE51DE9BA6E1D9D5F7DB6E4C3DB9C9\n")
+                .unwrap()
+                .contains("DS at the zone apex")
+        );
+        assert!(
+            bad("x DS 1 8 2 49FD46E6C4B45C55D4AC69CBD3CD34AC1AFE51DE9BA6E1D9D5F7DB6E4C3DB9C9\n")
+                .unwrap()
+                .contains("not a delegation")
+        );
+        assert!(
+            bad("other.org. A 1.2.3.4\n")
+                .unwrap()
+                .contains("outside the zone")
+        );
+        assert!(
+            bad("@ SOA ns h 2 2 3 4 5\n")
+                .unwrap()
+                .contains("multiple SOA")
+        );
         let e = bad("c CNAME x\nc A 1.2.3.4\n").unwrap();
         assert!(e.starts_with("t.zone:"), "{e}");
         let no_ns = load_bytes("t.zone", "@ 1 SOA ns h 1 2 3 4 5\n", &origin, &opts);
@@ -566,7 +639,11 @@ cn      CNAME www
         let text = "$TTL 1\n@ SOA ns h 1 2 3 4 5\n@ NS ns\n@ NS nx\nns A 192.0.2.1\nsub NS ns.sub\nns.sub A 192.0.2.2\nns.sub 5 A 192.0.2.3\nns.sub MX 1 x\nd DNAME x.\nd NS ns\nq.d A 1.2.3.4\n";
         let l = load_bytes("t.zone", text, &origin, &opts).unwrap();
         let w: Vec<String> = l.warnings.iter().map(|d| d.to_string()).collect();
-        assert!(w.iter().any(|m| m.contains("missing glue") && m.contains("nx.example.com.")), "{w:?}");
+        assert!(
+            w.iter()
+                .any(|m| m.contains("missing glue") && m.contains("nx.example.com.")),
+            "{w:?}"
+        );
         assert!(w.iter().any(|m| m.contains("TTLs differ")), "{w:?}");
         assert!(w.iter().any(|m| m.contains("below the zone cut")), "{w:?}");
         assert!(w.iter().any(|m| m.contains("beside DNAME")), "{w:?}");

@@ -54,7 +54,10 @@ fn rdata() -> impl Strategy<Value = String> {
             let n = if f == 1 { 20 } else { 32 };
             format!(
                 "SSHFP {a} {f} {}",
-                d[..n].iter().map(|b| format!("{b:02x}")).collect::<String>()
+                d[..n]
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
             )
         }),
         prop::collection::vec(any::<u8>(), 0..30).prop_map(|d| {

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Queries per second and CPU per answered query: dnsd, NSD, Knot DNS and a bare
+recvmmsg/sendmmsg echo (the floor), each pinned to CPU 0 with dnsperf on CPU 1.
+
+The zone has 10,000 names; the query mix is 70% existing names (A), 10% NXDOMAIN, and
+CNAME, wildcard, referral and AAAA queries. Response rate limiting is off everywhere.
+Usage: dns_qps.py [SECONDS]
+"""
+import os
+import random
+import sys
+import tempfile
+import time
+
+import common as c
+
+SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+ADDR = "127.0.0.1"
+
+
+def make_zone(path):
+    rnd = random.Random(7)
+    with open(path, "w") as f:
+        f.write("$ORIGIN bench.test.\n$TTL 3600\n@ SOA ns1 hostmaster 1 7200 3600 1209600 300\n")
+        f.write("@ NS ns1\n@ NS ns2\nns1 A 192.0.2.1\nns2 A 192.0.2.2\n")
+        for i in range(10000):
+            f.write(f"h{i} A 10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}\n")
+            if i % 5 == 0:
+                f.write(f"h{i} AAAA 2001:db8::{i:x}\n")
+        for i in range(500):
+            f.write(f"c{i} CNAME h{rnd.randrange(10000)}\n")
+        f.write("*.wild A 192.0.2.99\n")
+        for i in range(200):
+            f.write(f"d{i} NS ns.d{i}\nns.d{i} A 10.200.{i >> 8}.{i & 255}\n")
+
+
+def make_queries(path, n=100000):
+    rnd = random.Random(11)
+    with open(path, "w") as f:
+        for _ in range(n):
+            r = rnd.random()
+            if r < 0.70:
+                f.write(f"h{rnd.randrange(10000)}.bench.test A\n")
+            elif r < 0.80:
+                f.write(f"nx{rnd.randrange(10**6)}.bench.test A\n")
+            elif r < 0.86:
+                f.write(f"c{rnd.randrange(500)}.bench.test A\n")
+            elif r < 0.92:
+                f.write(f"w{rnd.randrange(10**5)}.wild.bench.test A\n")
+            elif r < 0.96:
+                f.write(f"www.d{rnd.randrange(200)}.bench.test A\n")
+            else:
+                f.write(f"h{rnd.randrange(0, 10000, 5)}.bench.test AAAA\n")
+
+
+def measure(name, server, port, qfile):
+    if not c.wait_udp(ADDR, port):
+        c.log(f"{name} did not start:\n{server.tail()}")
+        return None
+    # Warm up, then measure.
+    c.run_dnsperf(ADDR, port, qfile, 2, cpu=1)
+    before = c.cpu_ns(server.pid)
+    t0 = time.time()
+    done, lost, qps = c.run_dnsperf(ADDR, port, qfile, SECONDS, cpu=1)
+    cpu = c.cpu_ns(server.pid) - before
+    wall = time.time() - t0
+    us = cpu / 1000.0 / max(done, 1)
+    c.log(f"{name:>8}: {qps:10.0f} q/s, {us:5.2f} us CPU per answered query, {lost} lost, "
+          f"server CPU {cpu / 1e9 / wall * 100:.0f}%")
+    return {"name": name, "qps": qps, "us_per_query": us, "completed": done, "lost": lost,
+            "cpu_util": cpu / 1e9 / wall}
+
+
+def main():
+    c.need("dnsperf", "knotd", "nsd", "taskset")
+    tmp = tempfile.mkdtemp(prefix="palisade-qps-")
+    zone = os.path.join(tmp, "bench.test.zone")
+    qfile = os.path.join(tmp, "queries.txt")
+    make_zone(zone)
+    make_queries(qfile)
+    zones = [("bench.test.", zone)]
+    bin_dir = os.path.join(c.ROOT, "target", "release")
+    results = []
+    plans = [
+        ("echo", lambda p: c.Server("echo", [f"{bin_dir}/udp-echo", "--addr", ADDR, "--port", str(p)], 0)),
+        ("dnsd", lambda p: c.Server("dnsd", [f"{bin_dir}/dnsd", "serve", "-c",
+                                             c.dnsd_conf(tmp, [ADDR], p, zones,
+                                                         extra="")], 0,
+                                    env=dict(os.environ, RUST_LOG="warn"))),
+        ("nsd", lambda p: c.Server("nsd", ["nsd", "-d", "-c", c.nsd_conf(tmp, ADDR, p, zones)], 0)),
+        ("knot", lambda p: c.Server("knot", ["knotd", "-c", c.knot_conf(tmp, ADDR, p, zones)], 0)),
+    ]
+    port = 5390
+    for name, start in plans:
+        port += 1
+        s = start(port)
+        try:
+            r = measure(name, s, port, qfile)
+            if r:
+                results.append(r)
+        finally:
+            s.stop()
+    by = {r["name"]: r for r in results}
+    print(f"\nCPU per answered query, {c.machine()}, server on CPU 0, dnsperf on CPU 1, {SECONDS} s")
+    print(f"command: bench/scripts/dns_qps.py {SECONDS}")
+    print(f"{'server':>8} {'q/s':>10} {'us/query':>9} {'vs dnsd':>8}")
+    for r in results:
+        ratio = r["us_per_query"] / by["dnsd"]["us_per_query"] if "dnsd" in by else 0
+        print(f"{r['name']:>8} {r['qps']:10.0f} {r['us_per_query']:9.2f} {ratio:8.2f}x")
+    if "dnsd" in by and "echo" in by:
+        print(f"dnsd above the bare echo: {by['dnsd']['us_per_query'] - by['echo']['us_per_query']:.2f} us")
+    c.save("dns_qps", {"machine": c.machine(), "seconds": SECONDS, "results": results})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,606 @@
+//! Servers as child processes: dnsd under test, Knot DNS and NSD as oracles.
+//!
+//! Each runs in the foreground from a config written to its own temp dir, on its own
+//! loopback address and port ([`crate::net`]), with its output kept in a log file there.
+//! Starting waits (bounded) until every zone's SOA is answered authoritatively over UDP and
+//! TCP; a port taken meanwhile by someone else is retried with another. Each server runs in
+//! its own process group, which is killed on drop (also while a test panics, when the log
+//! is printed) and gets SIGKILL if the test thread dies first (PR_SET_PDEATHSIG).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::client;
+use crate::net;
+use crate::wire::{QueryOpts, qtype, rcode};
+
+/// How long a server may take to answer for all its zones.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How many times a start is retried on another port when the port was taken.
+const START_TRIES: usize = 5;
+
+/// A zone to serve: its origin and master file.
+#[derive(Debug, Clone)]
+pub struct Zone {
+    /// The origin, with its trailing dot.
+    pub origin: String,
+    /// The master file (absolute).
+    pub file: PathBuf,
+}
+
+impl Zone {
+    /// A zone from an origin and a file.
+    pub fn new(origin: &str, file: impl Into<PathBuf>) -> Zone {
+        let mut origin = origin.to_string();
+        if !origin.ends_with('.') {
+            origin.push('.');
+        }
+        Zone {
+            origin,
+            file: file.into(),
+        }
+    }
+
+    /// The zone `origin` from `tests/data/ORIGIN.zone` (origin without its trailing dot).
+    pub fn data(origin: &str) -> Zone {
+        let base = origin.trim_end_matches('.');
+        Zone::new(origin, crate::data_dir().join(format!("{base}.zone")))
+    }
+}
+
+/// A child process in its own process group with its output in a log file.
+struct Proc {
+    what: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(what: &str, mut cmd: Command, log: PathBuf) -> Proc {
+        let out = std::fs::File::create(&log).expect("create log file");
+        let err = out.try_clone().expect("clone log file");
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe and touches only the calling (child) process.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what} ({cmd:?}): {e}"));
+        Proc {
+            what: what.to_string(),
+            child,
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `Some(status)` when the process has exited.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    fn print_log(&self) {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        let from = lines.len().saturating_sub(300);
+        eprintln!(
+            "----- {} log ({}, last {} lines) -----",
+            self.what,
+            self.log.display(),
+            lines.len() - from
+        );
+        for l in &lines[from..] {
+            eprintln!("{l}");
+        }
+        eprintln!("----- end of {} log -----", self.what);
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.print_log();
+        }
+        let pgid = self.child.id() as libc::pid_t;
+        // SAFETY: kill has no memory preconditions; the group is the one this child leads.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Members forked by the leader (NSD's xfrd and server processes) keep the group alive.
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Why a start attempt failed.
+enum StartError {
+    /// The port was taken: try another.
+    AddrInUse(String),
+    /// Anything else: give up.
+    Fatal(String),
+}
+
+fn addr_in_use(log: &str) -> bool {
+    let l = log.to_ascii_lowercase();
+    l.contains("address already in use") || l.contains("address in use") || l.contains("eaddrinuse")
+}
+
+/// Waits until every zone's SOA is answered with NOERROR and AA over UDP, then over TCP.
+fn wait_ready(p: &mut Proc, addr: SocketAddr, zones: &[Zone]) -> Result<(), StartError> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut pending: Vec<&Zone> = zones.iter().collect();
+    let probe = QueryOpts {
+        timeout: Duration::from_millis(250),
+        ..QueryOpts::udp()
+    };
+    let mut last = String::new();
+    for _ in 0..2000 {
+        if let Some(st) = p.exited() {
+            let log = p.log();
+            return Err(if addr_in_use(&log) {
+                StartError::AddrInUse(log)
+            } else {
+                StartError::Fatal(format!(
+                    "{} exited ({st}) before it was ready:\n{log}",
+                    p.what
+                ))
+            });
+        }
+        if Instant::now() > deadline {
+            let log = p.log();
+            return Err(if addr_in_use(&log) {
+                StartError::AddrInUse(log)
+            } else {
+                StartError::Fatal(format!(
+                    "{} not ready on {addr} after {START_TIMEOUT:?} ({last}):\n{log}",
+                    p.what
+                ))
+            });
+        }
+        if pending.is_empty() {
+            // UDP answers everything: check TCP once.
+            let tcp = QueryOpts {
+                tcp: true,
+                ..probe.clone()
+            };
+            match client::try_query(addr, &zones[0].origin, qtype::SOA, &tcp) {
+                Ok(_) => return Ok(()),
+                Err(e) => last = e,
+            }
+        } else {
+            let z = pending[0];
+            match client::try_query(addr, &z.origin, qtype::SOA, &probe) {
+                Ok(r) if r.head.rcode() == rcode::NOERROR && r.msg.authoritative => {
+                    pending.remove(0);
+                    continue;
+                }
+                Ok(r) => {
+                    last = format!(
+                        "{} SOA: {}",
+                        z.origin,
+                        crate::wire::rcode_name(r.head.rcode())
+                    )
+                }
+                Err(e) => last = e,
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    Err(StartError::Fatal(format!(
+        "{} never became ready: {last}",
+        p.what
+    )))
+}
+
+/// Starts a server up to [`START_TRIES`] times, each on a fresh address and port.
+fn start_with_retries<T>(
+    what: &str,
+    mut attempt: impl FnMut(SocketAddr) -> Result<T, StartError>,
+) -> T {
+    let mut last = String::new();
+    for _ in 0..START_TRIES {
+        match attempt(net::test_addr()) {
+            Ok(t) => return t,
+            Err(StartError::AddrInUse(log)) => last = log,
+            Err(StartError::Fatal(msg)) => panic!("{msg}"),
+        }
+    }
+    panic!("{what}: ports kept being taken, {START_TRIES} tries; last log:\n{last}");
+}
+
+/// Builds a [`Dnsd`] with more settings than [`Dnsd::start`] takes.
+#[derive(Debug, Clone, Default)]
+pub struct DnsdBuilder {
+    zones: Vec<Zone>,
+    server_lines: Vec<String>,
+    extra: String,
+    no_metrics: bool,
+}
+
+impl DnsdBuilder {
+    /// Serves `zone` too.
+    pub fn zone(mut self, zone: Zone) -> Self {
+        self.zones.push(zone);
+        self
+    }
+
+    /// Serves these zones too.
+    pub fn zones(mut self, zones: &[Zone]) -> Self {
+        self.zones.extend_from_slice(zones);
+        self
+    }
+
+    /// Adds a `key = value` line to `[server]` (e.g. `tcp_idle_timeout_ms = 1000`).
+    pub fn server_option(mut self, line: &str) -> Self {
+        self.server_lines.push(line.to_string());
+        self
+    }
+
+    /// Appends raw TOML to the config (further sections).
+    pub fn raw(mut self, toml: &str) -> Self {
+        self.extra.push_str(toml);
+        self.extra.push('\n');
+        self
+    }
+
+    /// No `[metrics]` endpoint.
+    pub fn without_metrics(mut self) -> Self {
+        self.no_metrics = true;
+        self
+    }
+
+    /// Starts dnsd and waits until it answers for every zone.
+    pub fn start(self) -> Dnsd {
+        assert!(
+            !self.zones.is_empty(),
+            "dnsd needs at least one zone to be probed"
+        );
+        let exe = crate::bin("dnsd");
+        start_with_retries("dnsd", |addr| {
+            let dir = tempfile::Builder::new()
+                .prefix("palisade-dnsd-")
+                .tempdir()
+                .expect("temp dir");
+            let control = dir.path().join("dnsd.sock");
+            let ip = match addr {
+                SocketAddr::V4(a) => *a.ip(),
+                SocketAddr::V6(_) => unreachable!("test addresses are IPv4"),
+            };
+            let metrics = (!self.no_metrics).then(|| SocketAddr::from((ip, net::free_port(ip))));
+            let mut cfg = String::new();
+            let _ = writeln!(
+                cfg,
+                "[server]\nlisten = [\"{}\"]\nport = {}\nworkers = 1",
+                addr.ip(),
+                addr.port()
+            );
+            for l in &self.server_lines {
+                let _ = writeln!(cfg, "{l}");
+            }
+            for z in &self.zones {
+                let _ = writeln!(
+                    cfg,
+                    "\n[[zone]]\norigin = \"{}\"\nfile = \"{}\"",
+                    z.origin,
+                    z.file.display()
+                );
+            }
+            let _ = writeln!(cfg, "\n[control]\nsocket = \"{}\"", control.display());
+            if let Some(m) = metrics {
+                let _ = writeln!(cfg, "\n[metrics]\nlisten = \"{m}\"");
+            }
+            cfg.push_str(&self.extra);
+            let config = dir.path().join("dnsd.toml");
+            std::fs::write(&config, &cfg).expect("write dnsd.toml");
+            let mut cmd = Command::new(&exe);
+            cmd.arg("serve")
+                .arg("-c")
+                .arg(&config)
+                .env("RUST_LOG", "info");
+            let mut proc = Proc::spawn("dnsd", cmd, dir.path().join("dnsd.log"));
+            wait_ready(&mut proc, addr, &self.zones)?;
+            // The control socket comes up just after the listeners.
+            for _ in 0..200 {
+                if control.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(Dnsd {
+                proc,
+                addr,
+                config,
+                control,
+                metrics,
+                _dir: dir,
+            })
+        })
+    }
+}
+
+/// A running dnsd, killed on drop.
+pub struct Dnsd {
+    proc: Proc,
+    addr: SocketAddr,
+    config: PathBuf,
+    control: PathBuf,
+    metrics: Option<SocketAddr>,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for Dnsd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dnsd")
+            .field("addr", &self.addr)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Dnsd {
+    /// Starts dnsd serving `zones` on a fresh loopback address.
+    pub fn start(zones: &[Zone]) -> Dnsd {
+        Self::builder().zones(zones).start()
+    }
+
+    /// A builder for more settings.
+    pub fn builder() -> DnsdBuilder {
+        DnsdBuilder::default()
+    }
+
+    /// The service address (UDP and TCP).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The config file.
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
+    /// The control socket.
+    pub fn control_socket(&self) -> &Path {
+        &self.control
+    }
+
+    /// The metrics address, unless disabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
+    }
+
+    /// Runs `dnsd ctl -c CONFIG args...`: (exit status was success, stdout and stderr).
+    pub fn ctl(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new(crate::bin("dnsd"))
+            .arg("ctl")
+            .arg("-c")
+            .arg(&self.config)
+            .arg("--timeout")
+            .arg("10")
+            .args(args)
+            .output()
+            .expect("run dnsd ctl");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+
+    /// `dnsd ctl stats` as a map of counter name to value (lines `name<TAB>value`).
+    pub fn stats(&self) -> BTreeMap<String, u64> {
+        let (ok, text) = self.ctl(&["stats"]);
+        assert!(ok, "dnsd ctl stats failed: {text}");
+        text.lines()
+            .filter_map(|l| {
+                let mut f = l.split('\t');
+                let (k, v) = (f.next()?, f.next()?);
+                if f.next().is_some() {
+                    return None;
+                }
+                Some((k.to_string(), v.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// The body of `GET /metrics` (Prometheus text).
+    pub fn metrics(&self) -> String {
+        let addr = self.metrics.expect("dnsd started without metrics");
+        http_get(addr, "/metrics").unwrap_or_else(|e| panic!("GET http://{addr}/metrics: {e}"))
+    }
+
+    /// Everything dnsd has logged so far.
+    pub fn log(&self) -> String {
+        self.proc.log()
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.proc.exited().is_none()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.proc.child.id()
+    }
+}
+
+/// A minimal HTTP/1.0 GET with bounded waits; returns the body of a 200 response.
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
+    let t = Duration::from_secs(5);
+    let mut s = TcpStream::connect_timeout(&addr, t).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(t)).map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(t)).map_err(|e| e.to_string())?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut resp = Vec::new();
+    s.take(16 << 20)
+        .read_to_end(&mut resp)
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&resp);
+    let (head, body) = text.split_once("\r\n\r\n").ok_or("no end of headers")?;
+    let status = head.lines().next().unwrap_or("");
+    if !status.contains(" 200") {
+        return Err(format!("status {status}"));
+    }
+    Ok(body.to_string())
+}
+
+/// A running Knot DNS (knotd), killed on drop.
+pub struct Knot {
+    proc: Proc,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Knot {
+    /// True when knotd is installed.
+    pub fn available() -> bool {
+        crate::have_program("knotd")
+    }
+
+    /// Starts knotd serving `zones` on a fresh loopback address.
+    pub fn start(zones: &[Zone]) -> Knot {
+        let exe =
+            crate::find_program("knotd").expect("knotd not installed (check Knot::available)");
+        start_with_retries("knotd", |addr| {
+            let dir = tempfile::Builder::new()
+                .prefix("palisade-knot-")
+                .tempdir()
+                .expect("temp dir");
+            let d = dir.path().display();
+            let mut cfg = format!(
+                "server:\n  rundir: \"{d}\"\n  listen: {}@{}\n  udp-workers: 1\n  tcp-workers: 1\n  \
+                 background-workers: 1\n\ndatabase:\n  storage: \"{d}/db\"\n\nlog:\n  - target: stderr\n    \
+                 any: info\n\ntemplate:\n  - id: default\n    storage: \"{d}\"\n    \
+                 zonefile-sync: -1\n    zonefile-load: whole\n    journal-content: none\n    \
+                 semantic-checks: off\n\nzone:\n",
+                addr.ip(),
+                addr.port()
+            );
+            for z in zones {
+                let _ = writeln!(
+                    cfg,
+                    "  - domain: \"{}\"\n    file: \"{}\"",
+                    z.origin,
+                    z.file.display()
+                );
+            }
+            let conf = dir.path().join("knot.conf");
+            std::fs::write(&conf, cfg).expect("write knot.conf");
+            let mut cmd = Command::new(&exe);
+            cmd.arg("-c").arg(&conf);
+            let mut proc = Proc::spawn("knotd", cmd, dir.path().join("knotd.log"));
+            wait_ready(&mut proc, addr, zones)?;
+            Ok(Knot {
+                proc,
+                addr,
+                _dir: dir,
+            })
+        })
+    }
+
+    /// The service address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Everything knotd has logged so far.
+    pub fn log(&self) -> String {
+        self.proc.log()
+    }
+}
+
+/// A running NSD, killed on drop (with the processes it forks).
+pub struct Nsd {
+    proc: Proc,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Nsd {
+    /// True when nsd is installed.
+    pub fn available() -> bool {
+        crate::have_program("nsd")
+    }
+
+    /// Starts nsd serving `zones` on a fresh loopback address, with response rate limiting
+    /// off and `minimal-responses: yes` (no apex NS in the authority section of positive
+    /// answers, additional data only for referrals: the shape Knot and dnsd give).
+    pub fn start(zones: &[Zone]) -> Nsd {
+        Self::start_with(zones, &["minimal-responses: yes"])
+    }
+
+    /// Starts nsd with further `server:` lines (e.g. `refuse-any: yes`).
+    pub fn start_with(zones: &[Zone], server_lines: &[&str]) -> Nsd {
+        let exe = crate::find_program("nsd").expect("nsd not installed (check Nsd::available)");
+        start_with_retries("nsd", |addr| {
+            let dir = tempfile::Builder::new()
+                .prefix("palisade-nsd-")
+                .tempdir()
+                .expect("temp dir");
+            let d = dir.path().display();
+            let mut cfg = format!(
+                "server:\n  ip-address: {}@{}\n  server-count: 1\n  username: \"\"\n  chroot: \"\"\n  \
+                 database: \"\"\n  zonesdir: \"{d}\"\n  pidfile: \"{d}/nsd.pid\"\n  \
+                 xfrdfile: \"{d}/xfrd.state\"\n  xfrdir: \"{d}\"\n  zonelistfile: \"{d}/zone.list\"\n  \
+                 do-ip6: no\n  verbosity: 1\n  rrl-ratelimit: 0\n",
+                addr.ip(),
+                addr.port()
+            );
+            for l in server_lines {
+                let _ = writeln!(cfg, "  {l}");
+            }
+            cfg.push_str("\nremote-control:\n  control-enable: no\n");
+            for z in zones {
+                let _ = writeln!(
+                    cfg,
+                    "\nzone:\n  name: \"{}\"\n  zonefile: \"{}\"",
+                    z.origin,
+                    z.file.display()
+                );
+            }
+            let conf = dir.path().join("nsd.conf");
+            std::fs::write(&conf, cfg).expect("write nsd.conf");
+            let mut cmd = Command::new(&exe);
+            cmd.arg("-d").arg("-c").arg(&conf);
+            let mut proc = Proc::spawn("nsd", cmd, dir.path().join("nsd.log"));
+            wait_ready(&mut proc, addr, zones)?;
+            Ok(Nsd {
+                proc,
+                addr,
+                _dir: dir,
+            })
+        })
+    }
+
+    /// The service address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Everything nsd has logged so far.
+    pub fn log(&self) -> String {
+        self.proc.log()
+    }
+}

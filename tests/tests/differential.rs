@@ -1,0 +1,919 @@
+//! Differential test: the same zones in dnsd, Knot DNS and NSD, a few hundred queries, the
+//! answers compared.
+//!
+//! Rcode, AA and TC are compared exactly, the answer and authority sections as sets (owner
+//! names lower-cased, TTLs kept, RDATA in canonical wire form), the additional section
+//! loosely (ours ⊆ Knot's ∪ NSD's; referral glue both give must be ours too), OPT by
+//! presence and version. Where Knot and NSD agree and dnsd differs, the test fails; where
+//! Knot and NSD disagree with each other, the disagreement is recorded in a table and dnsd
+//! is only reported against each. Every query name is sent in mixed case, and the question
+//! must come back byte for byte.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+
+use palisade_tests::client::{self, Reply};
+use palisade_tests::compare::{Aspect, Normalized, diff, partial_rrsets, section_diff};
+use palisade_tests::rng::Rng;
+use palisade_tests::servers::{Dnsd, Knot, Nsd, Zone};
+use palisade_tests::wire::{QueryOpts, build_query, qtype as T, rcode_name, type_name};
+
+/// The seed of the case mixing: fixed, so that a failure can be replayed.
+const SEED: u64 = 0x5EED_0FD1_FF00;
+
+fn zones() -> Vec<Zone> {
+    vec![
+        Zone::data("example.com."),
+        Zone::data("example.net."),
+        Zone::data("child.example.com."),
+    ]
+}
+
+/// dnsd and whichever reference servers are installed; `None` (after SKIPPED) when none.
+struct Trio {
+    dnsd: Dnsd,
+    knot: Option<Knot>,
+    nsd: Option<Nsd>,
+}
+
+impl Trio {
+    fn start() -> Option<Trio> {
+        let (k, n) = (Knot::available(), Nsd::available());
+        if !k && !n {
+            palisade_tests::skipped(
+                "neither knotd nor nsd is installed: no oracle for the differential test",
+            );
+            assert!(
+                !palisade_tests::in_ci(),
+                "CI must have knotd and nsd (scripts/install-deps)"
+            );
+            return None;
+        }
+        if !k {
+            palisade_tests::skipped("knotd not installed: comparing with NSD alone");
+        }
+        if !n {
+            palisade_tests::skipped("nsd not installed: comparing with Knot alone");
+        }
+        let z = zones();
+        Some(Trio {
+            dnsd: Dnsd::start(&z),
+            knot: k.then(|| Knot::start(&z)),
+            nsd: n.then(|| Nsd::start(&z)),
+        })
+    }
+
+    fn refs(&self) -> Vec<(&'static str, SocketAddr)> {
+        let mut v = Vec::new();
+        if let Some(k) = &self.knot {
+            v.push(("knot", k.addr()));
+        }
+        if let Some(n) = &self.nsd {
+            v.push(("nsd", n.addr()));
+        }
+        v
+    }
+}
+
+/// One question of the test.
+#[derive(Debug, Clone)]
+struct Case {
+    cat: &'static str,
+    name: String,
+    qtype: u16,
+    qclass: u16,
+    /// A dnsd bug this case shows (reported to the owner of dnsd): the case still fails.
+    bug: Option<&'static str>,
+}
+
+fn c(cat: &'static str, name: &str, qtype: u16) -> Case {
+    Case {
+        cat,
+        name: name.to_string(),
+        qtype,
+        qclass: 1,
+        bug: None,
+    }
+}
+
+impl Case {
+    /// Marks the case as showing a known dnsd bug (it keeps failing until dnsd is fixed).
+    fn bug(mut self, why: &'static str) -> Case {
+        self.bug = Some(why);
+        self
+    }
+
+    fn class(mut self, qclass: u16) -> Case {
+        self.qclass = qclass;
+        self
+    }
+}
+
+/// Categories whose differences are recorded but never fail: server identity queries are
+/// deployment policy (RFC 4892), not protocol.
+const INFORMATIONAL: &[&str] = &["chaos"];
+
+fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    let com = |n: &str| {
+        if n.is_empty() {
+            "example.com.".to_string()
+        } else {
+            format!("{n}.example.com.")
+        }
+    };
+    // Exact matches and NODATA at existing names.
+    for t in [
+        T::SOA,
+        T::NS,
+        T::MX,
+        T::TXT,
+        T::CAA,
+        T::A,
+        T::AAAA,
+        T::DS,
+        T::DNAME,
+    ] {
+        v.push(c("exact", &com(""), t));
+    }
+    for (n, t) in [
+        ("www", T::A),
+        ("www", T::AAAA),
+        ("www", T::TXT),
+        ("www", T::CNAME),
+        ("www", T::MX),
+        ("www", 1000),
+        ("ttl60", T::A),
+        ("mixed-case", T::A),
+        ("ns1", T::A),
+        ("ns1", T::AAAA),
+        ("ns2", T::AAAA),
+        ("sip", T::AAAA),
+        ("www", T::RRSIG),
+    ] {
+        v.push(c("exact", &com(n), t));
+    }
+    for (n, t) in [
+        ("example.net.", T::SOA),
+        ("example.net.", T::A),
+        ("www.example.net.", T::A),
+        ("www.example.net.", T::AAAA),
+    ] {
+        v.push(c("exact", n, t));
+    }
+    // CNAME chains.
+    for (n, t) in [
+        ("a1", T::A),
+        ("a1", T::TXT),
+        ("a1", T::AAAA),
+        ("a1", T::CNAME),
+        ("a2", T::A),
+        ("alias", T::A),
+        ("alias", T::AAAA),
+        ("alias", T::MX),
+        ("alias-case", T::A),
+        ("to-net", T::A),
+        ("to-net-nx", T::A),
+        ("to-org", T::A),
+        ("to-child", T::A),
+        ("to-deleg", T::A),
+        ("to-wild", T::A),
+        ("to-nx", T::A),
+        ("to-ns2", T::AAAA),
+        ("to-mx", T::MX),
+        ("loop1", T::A),
+        ("loop2", T::AAAA),
+        ("self", T::A),
+        ("c1", T::A),
+        ("c5", T::A),
+        ("c9", T::A),
+    ] {
+        v.push(c("cname", &com(n), t));
+    }
+    v.push(c("cname", "alias.example.net.", T::A));
+    // DNAME substitution.
+    for (n, t) in [
+        ("www.old", T::A),
+        ("www.old", T::AAAA),
+        ("old", T::DNAME),
+        ("old", T::A),
+        ("nx.old", T::A),
+        ("a.www.old", T::A),
+        ("mail.old", T::MX),
+        ("www.d1", T::A),
+        ("d1", T::DNAME),
+        ("www.dnet", T::A),
+        ("nothere.dnet", T::A),
+        ("www.dorg", T::A),
+        ("www.new", T::A),
+        (
+            "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.dlong",
+            T::A,
+        ),
+        ("short.dlong", T::A),
+    ] {
+        v.push(c("dname", &com(n), t));
+    }
+    // Wildcards and the closest encloser.
+    for (n, t) in [
+        ("foo.wild", T::A),
+        ("foo.wild", T::TXT),
+        ("foo.wild", T::MX),
+        ("foo.bar.wild", T::A),
+        ("exists.wild", T::A),
+        ("exists.wild", T::TXT),
+        ("x.exists.wild", T::A),
+        ("ent.wild", T::A),
+        ("foo.ent.wild", T::A),
+        ("a.ent.wild", T::A),
+        ("wild", T::A),
+        ("*.wild", T::A),
+        ("foo.wc", T::A),
+        ("foo.wc", T::CNAME),
+        ("foo.wc", T::AAAA),
+        ("foo.wcnx", T::A),
+        ("foo.wmx", T::MX),
+        ("a.b.wmx", T::MX),
+    ] {
+        v.push(c("wildcard", &com(n), t));
+    }
+    // Delegations: referrals, DS on the parent side.
+    for (n, t) in [
+        ("deleg", T::A),
+        ("deleg", T::NS),
+        ("deleg", T::SOA),
+        ("host.deleg", T::A),
+        ("a.b.deleg", T::AAAA),
+        ("ns1.deleg", T::A),
+        ("deleg", T::DS),
+        ("x.deleg", T::DS),
+        ("nods", T::DS),
+        ("nods", T::A),
+        ("outdeleg", T::A),
+        ("sibling", T::A),
+        ("sibling", T::NS),
+    ] {
+        v.push(c("referral", &com(n), t));
+    }
+    // Negative answers (RFC 2308): NXDOMAIN and NODATA with the SOA and its negative TTL.
+    for (n, t) in [
+        ("nothere.example.com.", T::A),
+        ("a.b.c.nothere.example.com.", T::AAAA),
+        ("sub.example.com.", T::A),
+        ("_udp.example.com.", T::A),
+        ("_sip._udp.example.com.", T::A),
+        ("nothere.example.net.", T::A),
+        ("www.example.net.", T::TXT),
+        ("example.net.", T::MX),
+    ] {
+        v.push(c("negative", n, t));
+    }
+    // Names in no zone.
+    for (n, t) in [
+        ("www.example.org.", T::A),
+        (".", T::SOA),
+        ("com.", T::NS),
+        ("example.co.", T::A),
+        ("org.", T::SOA),
+    ] {
+        v.push(c("refused", n, t));
+    }
+    // Additional-section processing.
+    for (n, t) in [
+        ("example.com.", T::NS),
+        ("example.com.", T::MX),
+        ("mx.example.com.", T::MX),
+        ("_sip._udp.example.com.", T::SRV),
+        ("_ldap._tcp.example.com.", T::SRV),
+        ("example.net.", T::NS),
+    ] {
+        v.push(c("additional", n, t));
+    }
+    // A child zone served beside its parent.
+    for (n, t) in [
+        ("child.example.com.", T::SOA),
+        ("child.example.com.", T::NS),
+        ("child.example.com.", T::A),
+        ("www.child.example.com.", T::A),
+        ("ns1.child.example.com.", T::A),
+        ("nothere.child.example.com.", T::A),
+        ("www.child.example.com.", T::DS),
+    ] {
+        v.push(c("child", n, t));
+    }
+    v.push(c("child", "child.example.com.", T::DS));
+    // Minimal ANY (RFC 8482).
+    v.push(c("any", "a1.example.com.", T::ANY));
+    for n in [
+        "www.example.com.",
+        "example.com.",
+        "foo.wild.example.com.",
+        "nothere.example.com.",
+        "deleg.example.com.",
+    ] {
+        v.push(c("any", n, T::ANY));
+    }
+    // Meta types and classes.
+    v.push(c("meta", "example.com.", T::IXFR));
+    v.push(c("meta", "www.example.com.", T::A).class(3));
+    v.push(c("meta", "example.com.", T::AXFR));
+    v.push(c("meta", "www.example.com.", T::OPT));
+    for t in [253, 254] {
+        v.push(c("meta", "www.example.com.", t));
+    }
+    v.push(c("meta", "www.example.com.", T::A).class(255));
+    v.push(c("chaos", "version.bind.", T::TXT).class(3));
+    v.push(c("chaos", "id.server.", T::TXT).class(3));
+    v
+}
+
+/// The transports each case is asked over.
+fn variants() -> Vec<(&'static str, QueryOpts)> {
+    vec![
+        ("udp+edns", QueryOpts::edns(1232)),
+        ("udp", QueryOpts::udp()),
+        ("tcp+edns", QueryOpts::edns(1232).over_tcp()),
+    ]
+}
+
+/// What the run found.
+#[derive(Default)]
+struct Report {
+    queries: usize,
+    all_agree: usize,
+    /// dnsd differs from Knot and NSD agreeing: failures (with the known bug, if marked).
+    discrepancies: Vec<(Option<&'static str>, String)>,
+    /// Cases marked as known bugs that matched the references after all.
+    fixed: Vec<String>,
+    /// Knot and NSD disagree: (category, aspect) -> lines.
+    disagreements: BTreeMap<(String, String), Vec<String>>,
+    /// Differences that do not fail (loose aspects).
+    notes: Vec<String>,
+    /// What each server gives for ANY (RFC 8482 lets each choose).
+    any: Vec<String>,
+}
+
+impl Report {
+    fn disagree(&mut self, cat: &str, asp: &str, line: String) {
+        self.disagreements
+            .entry((cat.to_string(), asp.to_string()))
+            .or_default()
+            .push(line);
+    }
+
+    fn print(&self, title: &str) {
+        let mut s = String::new();
+        let _ = writeln!(s, "\n===== {title}: summary =====");
+        let _ = writeln!(
+            s,
+            "{} queries per server; all servers agree on {}; dnsd discrepancies: {}; \
+             Knot-vs-NSD disagreements: {}; notes: {}",
+            self.queries,
+            self.all_agree,
+            self.discrepancies.len(),
+            self.disagreements.values().map(Vec::len).sum::<usize>(),
+            self.notes.len()
+        );
+        if !self.disagreements.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n-- Knot vs NSD disagreements (recorded, not failures) --"
+            );
+            let _ = writeln!(s, "{:<11} {:<11} {:>5}", "category", "aspect", "count");
+            for ((cat, asp), lines) in &self.disagreements {
+                let _ = writeln!(s, "{cat:<11} {asp:<11} {:>5}", lines.len());
+            }
+            for ((cat, asp), lines) in &self.disagreements {
+                for l in lines {
+                    let _ = writeln!(s, "  [{cat}/{asp}] {l}");
+                }
+            }
+        }
+        if !self.any.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n-- ANY (RFC 8482 minimal answers): what each server gives --"
+            );
+            for l in &self.any {
+                let _ = writeln!(s, "  {l}");
+            }
+        }
+        if !self.notes.is_empty() {
+            let _ = writeln!(s, "\n-- notes (loose aspects, not failures) --");
+            for n in &self.notes {
+                let _ = writeln!(s, "  {n}");
+            }
+        }
+        for f in &self.fixed {
+            let _ = writeln!(s, "\nknown dnsd bug no longer seen, remove its mark: {f}");
+        }
+        if !self.discrepancies.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n-- dnsd DISCREPANCIES (Knot and NSD agree, dnsd differs) --"
+            );
+            for (bug, d) in &self.discrepancies {
+                if let Some(b) = bug {
+                    let _ = writeln!(s, "KNOWN DNSD BUG ({b}):");
+                }
+                let _ = writeln!(s, "{d}");
+            }
+        }
+        println!("{s}");
+    }
+
+    /// Fails when dnsd differed from agreeing references, known bugs included.
+    fn assert_clean(&self) {
+        let known = self.discrepancies.iter().filter(|d| d.0.is_some()).count();
+        let unexpected = self.discrepancies.len() - known;
+        assert!(
+            self.discrepancies.is_empty(),
+            "dnsd differs where Knot and NSD agree: {unexpected} unexpected discrepancies, {known} \
+             from known dnsd bugs (reported, still failing until dnsd is fixed); see the report above"
+        );
+    }
+}
+
+/// The RRsets of a section as `owner TYPE×count`, for the ANY table.
+fn types(s: &palisade_tests::compare::Section) -> String {
+    let sets = palisade_tests::compare::rrsets(s);
+    if sets.is_empty() {
+        return "nothing".into();
+    }
+    sets.iter()
+        .map(|((o, t), rs)| format!("{o} {}×{}", type_name(*t), rs.len()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn describe(case: &Case, qname: &str, var: &str) -> String {
+    let class = if case.qclass == 1 {
+        String::new()
+    } else {
+        format!(" CLASS{}", case.qclass)
+    };
+    format!(
+        "[{}] {qname} {}{class} ({var})",
+        case.cat,
+        type_name(case.qtype)
+    )
+}
+
+/// What each server answered (or why not).
+type Answers = (
+    Result<Reply, String>,
+    Vec<(&'static str, Result<Reply, String>)>,
+);
+
+/// Asks every server the same bytes.
+fn ask_all(trio: &Trio, q: &[u8], opts: &QueryOpts) -> Answers {
+    let d = client::exchange(trio.dnsd.addr(), q, opts);
+    let refs = trio
+        .refs()
+        .into_iter()
+        .map(|(n, a)| (n, client::exchange(a, q, opts)))
+        .collect();
+    (d, refs)
+}
+
+/// Compares one query's answers and records the outcome; true when dnsd differs from
+/// agreeing references.
+fn judge(
+    rep: &mut Report,
+    what: &str,
+    case: &Case,
+    d: &Normalized,
+    refs: &[(&'static str, Normalized)],
+) -> bool {
+    let cat = case.cat;
+    rep.queries += 1;
+    let mut lines = Vec::new();
+    let truncated = d.tc || refs.iter().any(|(_, r)| r.tc);
+    let loose_answer = cat == "any";
+    let mut all_same = true;
+    for asp in [
+        Aspect::Rcode,
+        Aspect::Aa,
+        Aspect::Tc,
+        Aspect::Answer,
+        Aspect::Authority,
+        Aspect::Opt,
+    ] {
+        if truncated && matches!(asp, Aspect::Answer | Aspect::Authority) {
+            continue; // what a truncated response keeps is the server's choice
+        }
+        if loose_answer && asp == Aspect::Answer {
+            continue; // checked below
+        }
+        let refs_agree = refs.windows(2).all(|w| w[0].1.same(&w[1].1, asp));
+        let dnsd_same = refs.iter().filter(|(_, r)| d.same(r, asp)).count();
+        if dnsd_same != refs.len() {
+            all_same = false;
+        }
+        if refs_agree {
+            if dnsd_same == 0 {
+                lines.push(format!(
+                    "{asp}: dnsd {} / reference {}",
+                    d.show(asp),
+                    refs[0].1.show(asp)
+                ));
+            }
+        } else {
+            all_same = false;
+            let mut l = format!("{what}: ");
+            for (n, r) in refs {
+                let _ = write!(l, "{n}: {} ; ", r.show(asp));
+            }
+            let _ = write!(l, "dnsd: {}", d.show(asp));
+            let m: Vec<&str> = refs
+                .iter()
+                .filter(|(_, r)| d.same(r, asp))
+                .map(|(n, _)| *n)
+                .collect();
+            let _ = write!(
+                l,
+                " (dnsd matches {})",
+                if m.is_empty() {
+                    "NEITHER".into()
+                } else {
+                    m.join("+")
+                }
+            );
+            rep.disagree(cat, &asp.to_string(), l);
+        }
+    }
+    // ANY (RFC 8482): each server may pick; dnsd's RRsets must come from what the
+    // references gave, whole, and be there exactly when theirs are.
+    if loose_answer && !truncated {
+        let mut union = palisade_tests::compare::Section::new();
+        for (_, r) in refs {
+            union.extend(r.answer.iter().cloned());
+        }
+        let extra: Vec<String> = d.answer.difference(&union).map(|r| r.to_string()).collect();
+        if !extra.is_empty() {
+            lines.push(format!(
+                "ANY answer: dnsd has records no reference gave: {extra:?}"
+            ));
+        }
+        if d.answer.is_empty() != refs[0].1.answer.is_empty()
+            && refs
+                .windows(2)
+                .all(|w| w[0].1.answer.is_empty() == w[1].1.answer.is_empty())
+        {
+            lines.push(format!(
+                "ANY answer: dnsd {} / references {}",
+                d.show(Aspect::Answer),
+                refs[0].1.show(Aspect::Answer)
+            ));
+        }
+        // What each server chose to give, recorded for every ANY query.
+        let mut l = format!("{what}: ");
+        for (n, r) in refs {
+            let _ = write!(l, "{n}: {} ; ", types(&r.answer));
+        }
+        let _ = write!(l, "dnsd: {}", types(&d.answer));
+        rep.any.push(l);
+    }
+    // Additional: ours ⊆ union of theirs; referral glue that all references give is ours too.
+    if !truncated {
+        let mut union = palisade_tests::compare::Section::new();
+        for (_, r) in refs {
+            union.extend(r.additional.iter().cloned());
+        }
+        let extra: Vec<String> = d
+            .additional
+            .difference(&union)
+            .map(|r| r.to_string())
+            .collect();
+        if !extra.is_empty() {
+            lines.push(format!(
+                "additional: dnsd has records no reference gave: {extra:?}"
+            ));
+        }
+        let mut common = refs[0].1.additional.clone();
+        for (_, r) in &refs[1..] {
+            common = common.intersection(&r.additional).cloned().collect();
+        }
+        let missing: Vec<String> = common
+            .difference(&d.additional)
+            .map(|r| r.to_string())
+            .collect();
+        let referral = !d.aa && d.answer.is_empty() && d.authority.iter().any(|r| r.rtype == T::NS);
+        if !missing.is_empty() {
+            all_same = false;
+            if referral {
+                lines.push(format!("referral glue: dnsd lacks {missing:?}"));
+            } else {
+                rep.notes
+                    .push(format!("{what}: dnsd's additional lacks {missing:?}"));
+            }
+        }
+        // Additional-section processing proper (NS, MX, SRV targets): NSD runs with minimal
+        // responses, so Knot's full additional section is the oracle here.
+        if cat == "additional"
+            && let Some((_, k)) = refs.iter().find(|(n, _)| *n == "knot")
+        {
+            let lacks: Vec<String> = k
+                .additional
+                .difference(&d.additional)
+                .map(|r| r.to_string())
+                .collect();
+            if !lacks.is_empty() {
+                lines.push(format!(
+                    "additional processing: dnsd lacks what Knot adds: {lacks:?}"
+                ));
+            }
+        }
+        if refs.len() > 1
+            && !refs
+                .windows(2)
+                .all(|w| w[0].1.same(&w[1].1, Aspect::Additional))
+        {
+            let (a, b) = (&refs[0], &refs[1]);
+            let dl = section_diff("additional", a.0, &a.1.additional, b.0, &b.1.additional);
+            rep.disagree(cat, "additional", format!("{what}: {}", dl.join("; ")));
+        }
+    }
+    // The question comes back in the exact case it was sent.
+    if !d.question_exact {
+        lines.push("question: not echoed byte for byte (case changed?)".into());
+    }
+    for (n, r) in refs {
+        if !r.question_exact {
+            rep.notes
+                .push(format!("{what}: {n} did not echo the question exactly"));
+        }
+    }
+    if lines.is_empty() {
+        if all_same {
+            rep.all_agree += 1;
+        }
+        return false;
+    }
+    if INFORMATIONAL.contains(&cat) {
+        rep.notes
+            .push(format!("{what} (informational): {}", lines.join("; ")));
+        return false;
+    }
+    let mut s = format!("DISCREPANCY {what}\n");
+    for l in &lines {
+        let _ = writeln!(s, "  - {l}");
+    }
+    let _ = writeln!(s, "  dnsd:\n{d}");
+    for (n, r) in refs {
+        let _ = writeln!(s, "  {n}:\n{r}");
+        for l in diff("dnsd", d, n, r) {
+            let _ = writeln!(s, "    {l}");
+        }
+    }
+    rep.discrepancies.push((case.bug, s));
+    true
+}
+
+#[test]
+fn differential_against_knot_and_nsd() {
+    let Some(trio) = Trio::start() else { return };
+    let mut rng = Rng::new(SEED);
+    let mut rep = Report::default();
+    for case in cases() {
+        let mut differed = false;
+        for (var, base) in variants() {
+            let qname = rng.mix_case(&case.name);
+            let opts = QueryOpts {
+                qclass: case.qclass,
+                ..base.clone()
+            };
+            let q = build_query(client::next_id(), &qname, case.qtype, &opts);
+            let what = describe(&case, &qname, var);
+            let (d, refs) = ask_all(&trio, &q, &opts);
+            let mut rn = Vec::new();
+            let mut silent = Vec::new();
+            for (n, r) in refs {
+                match r {
+                    Ok(r) => rn.push((n, Normalized::from_reply(&r))),
+                    Err(e) => silent.push(format!("{n}: {e}")),
+                }
+            }
+            let d = match d {
+                Ok(d) => Normalized::from_reply(&d),
+                Err(e) => {
+                    rep.queries += 1;
+                    if rn.is_empty() {
+                        rep.disagree(
+                            case.cat,
+                            "no answer",
+                            format!("{what}: nobody answered ({e})"),
+                        );
+                    } else {
+                        rep.discrepancies
+                            .push((case.bug, format!("DISCREPANCY {what}\n  - dnsd: {e}\n")));
+                        differed = true;
+                    }
+                    continue;
+                }
+            };
+            if !silent.is_empty() {
+                rep.disagree(
+                    case.cat,
+                    "no answer",
+                    format!(
+                        "{what}: {}; dnsd {}",
+                        silent.join(", "),
+                        rcode_name(d.rcode)
+                    ),
+                );
+            }
+            if rn.is_empty() {
+                rep.queries += 1;
+                continue;
+            }
+            differed |= judge(&mut rep, &what, &case, &d, &rn);
+        }
+        if let Some(b) = case.bug
+            && !differed
+        {
+            rep.fixed
+                .push(format!("{} {}: {b}", case.name, type_name(case.qtype)));
+        }
+    }
+    rep.print("differential");
+    rep.assert_clean();
+}
+
+/// Large responses: truncated over UDP at the client's limit (TC set, never part of an
+/// RRset), whole over TCP and equal to the references' there.
+#[test]
+fn truncation_udp_and_complete_over_tcp() {
+    let Some(trio) = Trio::start() else { return };
+    let mut rng = Rng::new(SEED ^ 1);
+    let mut rep = Report::default();
+    let mut failures = Vec::new();
+    let big = [
+        ("big.example.com.", T::TXT),
+        ("mid.example.com.", T::TXT),
+        ("manya.example.com.", T::A),
+        ("bigdeleg.example.com.", T::A),
+        ("www.bigdeleg.example.com.", T::AAAA),
+        ("example.com.", T::ANY),
+    ];
+    let sizes: [(&str, Option<u16>); 5] = [
+        ("no EDNS", None),
+        ("EDNS 512", Some(512)),
+        ("EDNS 1232", Some(1232)),
+        ("EDNS 4096", Some(4096)),
+        ("EDNS 100 (below 512)", Some(100)),
+    ];
+    for (name, t) in big {
+        let case = c("trunc", name, t);
+        let qname = rng.mix_case(name);
+        // The whole answer, over TCP.
+        let tcp = QueryOpts::edns(1232).over_tcp();
+        let q = build_query(client::next_id(), &qname, t, &tcp);
+        let (d_full, refs_full) = ask_all(&trio, &q, &tcp);
+        let d_full =
+            Normalized::from_reply(&d_full.unwrap_or_else(|e| panic!("{name} over TCP: {e}")));
+        if d_full.tc {
+            failures.push(format!("{name} {}: TC set over TCP", type_name(t)));
+        }
+        let rn: Vec<(&'static str, Normalized)> = refs_full
+            .into_iter()
+            .filter_map(|(n, r)| r.ok().map(|r| (n, Normalized::from_reply(&r))))
+            .collect();
+        let _ = judge(
+            &mut rep,
+            &describe(&case, &qname, "tcp+edns"),
+            &case,
+            &d_full,
+            &rn,
+        );
+        for (label, size) in sizes {
+            let opts = match size {
+                Some(s) => QueryOpts::edns(s),
+                None => QueryOpts::udp(),
+            };
+            let q = build_query(client::next_id(), &qname, t, &opts);
+            let what = describe(&case, &qname, label);
+            let (d, refs) = ask_all(&trio, &q, &opts);
+            let d_reply = match d {
+                Ok(r) => r,
+                Err(e) => {
+                    failures.push(format!("{what}: dnsd: {e}"));
+                    continue;
+                }
+            };
+            let limit = size.map_or(512, |s| s.clamp(512, 1232)) as usize;
+            if d_reply.raw.len() > limit {
+                failures.push(format!(
+                    "{what}: dnsd sent {} octets over a {limit}-octet limit",
+                    d_reply.raw.len()
+                ));
+            }
+            let d = Normalized::from_reply(&d_reply);
+            for (sec, s, f) in [
+                ("answer", &d.answer, &d_full.answer),
+                ("authority", &d.authority, &d_full.authority),
+            ] {
+                let p = partial_rrsets(s, f);
+                if !p.is_empty() {
+                    failures.push(format!("{what}: dnsd's {sec} holds partial RRsets: {p:?}"));
+                }
+            }
+            let mut shapes = format!(
+                "{what}: dnsd tc={} {} octets, answer {} RRs",
+                d.tc,
+                d_reply.raw.len(),
+                d.answer.len()
+            );
+            let rn: Vec<(&'static str, Normalized)> = refs
+                .into_iter()
+                .filter_map(|(n, r)| {
+                    r.ok().map(|r| {
+                        let _ = write!(
+                            shapes,
+                            "; {n} tc={} {} octets, answer {} RRs",
+                            r.head.has(palisade_tests::wire::flag::TC),
+                            r.raw.len(),
+                            r.msg.answers.len()
+                        );
+                        (n, Normalized::from_reply(&r))
+                    })
+                })
+                .collect();
+            rep.notes.push(shapes);
+            if !rn.is_empty() {
+                let _ = judge(&mut rep, &what, &case, &d, &rn);
+            }
+        }
+    }
+    rep.print("truncation");
+    for f in &failures {
+        println!("FAILURE {f}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} truncation failures (see above)",
+        failures.len()
+    );
+    rep.assert_clean();
+}
+
+/// What needs no oracle, checked on dnsd alone (so it runs even without Knot and NSD):
+/// RFC 2308 negative TTLs, the shape of a referral, REFUSED outside the zones, the
+/// question's case.
+#[test]
+fn dnsd_alone_negative_ttl_referral_refused_case() {
+    let dnsd = Dnsd::start(&zones());
+    let a = dnsd.addr();
+    let o = QueryOpts::edns(1232);
+    // Negative answers carry the SOA with TTL min(SOA TTL, MINIMUM): 300 in example.com
+    // (TTL 3600, MINIMUM 300), 60 in example.net (TTL 60, MINIMUM 600).
+    for (name, t, rc, ttl) in [
+        ("nothere.example.com.", T::A, 3, 300),
+        ("www.example.com.", T::MX, 0, 300),
+        ("nothere.example.net.", T::A, 3, 60),
+        ("www.example.net.", T::TXT, 0, 60),
+        ("nothere.child.example.com.", T::A, 3, 120),
+    ] {
+        let r = client::query_reply(a, name, t, &o);
+        assert_eq!(r.head.rcode(), rc, "{name} {}: {:?}", type_name(t), r.msg);
+        assert!(r.msg.authoritative, "{name}: AA clear");
+        assert!(r.msg.answers.is_empty(), "{name}: answer section not empty");
+        let soa: Vec<_> = r
+            .msg
+            .authorities
+            .iter()
+            .filter(|x| u16::from(x.record_type()) == T::SOA)
+            .collect();
+        assert_eq!(soa.len(), 1, "{name}: one SOA in authority: {:?}", r.msg);
+        assert_eq!(soa[0].ttl, ttl, "{name}: negative TTL (RFC 2308 §3)");
+    }
+    // A referral: AA clear, the NS RRset in authority, in-bailiwick glue in additional.
+    let r = client::query_reply(a, "host.deleg.example.com.", T::A, &o);
+    let n = Normalized::from_reply(&r);
+    assert_eq!(n.rcode, 0);
+    assert!(!n.aa, "referral with AA set");
+    assert!(n.answer.is_empty());
+    assert_eq!(
+        n.authority.iter().filter(|x| x.rtype == T::NS).count(),
+        3,
+        "{n}"
+    );
+    for glue in ["ns1.deleg.example.com.", "ns2.deleg.example.com."] {
+        assert!(
+            n.additional.iter().any(|x| x.owner == glue),
+            "glue {glue} missing:\n{n}"
+        );
+    }
+    // Names in no zone are refused.
+    for name in ["www.example.org.", "."] {
+        let r = client::query_reply(a, name, T::A, &o);
+        assert_eq!(r.head.rcode(), 5, "{name}: {:?}", r.msg);
+        assert!(!r.msg.authoritative, "{name}: REFUSED with AA");
+    }
+    // The question comes back in the case it was sent, over UDP and TCP.
+    for opts in [QueryOpts::udp(), QueryOpts::edns(1232).over_tcp()] {
+        let r = client::query_reply(a, "wWw.ExAmPlE.cOm.", T::A, &opts);
+        assert_eq!(r.head.question, palisade_tests::wire::question_of(&r.query));
+    }
+}
