@@ -24,31 +24,50 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def cpu_ns(pid):
-    """CPU time of every thread of `pid`, in nanoseconds."""
+def group_pids(pgid):
+    """Every process in process group `pgid` (servers such as NSD fork their workers)."""
+    pids = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid:
+                pids.append(int(p))
+        except (OSError, IndexError, ValueError):
+            pass
+    return pids
+
+
+def cpu_ns(pgid):
+    """CPU time of every thread of every process in group `pgid`, in nanoseconds."""
     total = 0
-    try:
-        for t in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{t}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except OSError:
-                pass
-    except OSError:
-        pass
+    for pid in group_pids(pgid):
+        try:
+            for t in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                        total += int(f.read().split()[0])
+                except OSError:
+                    pass
+        except OSError:
+            pass
     return total
 
 
-def rss_kb(pid):
-    """Resident memory of `pid` in KiB (VmHWM: the peak)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+def rss_kb(pgid):
+    """Peak resident memory (VmHWM) summed over process group `pgid`, in KiB."""
+    total = 0
+    for pid in group_pids(pgid):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
 
 
 def wait_udp(addr, port, timeout=30.0):

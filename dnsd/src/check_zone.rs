@@ -4,7 +4,6 @@ use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Instant;
 
-use zones::build::ZoneBuilder;
 use zones::{Name, ReadOptions};
 
 /// Checks `file`; prints `file:line: message` for each problem. Returns the exit code.
@@ -71,36 +70,20 @@ fn load(
 ) -> Result<zones::Loaded, zones::ZoneError> {
     let start = Instant::now();
     let opts = ReadOptions::new(origin);
-    let mut b = ZoneBuilder::new(origin);
-    if let Ok(m) = std::fs::metadata(file) {
-        b.reserve_for_text(m.len());
-    }
     let mut n: u64 = 0;
-    let summary = zones::reader::read_file(file, &opts, &mut |r| {
+    let r = zones::load::load_file_observed(file, origin, &opts, &mut |r| {
         if first_soa.is_none() && r.rtype == zones::rrtype::t::SOA {
             *first_soa = Name::from_wire(r.owner).ok();
         }
-        b.add(r);
         n += 1;
         if progress && n.is_multiple_of(1 << 18) {
             eprint!("\r{n} records read, {:.1} s", start.elapsed().as_secs_f64());
         }
     });
     if progress && n >= 1 << 18 {
-        eprintln!(
-            "\r{n} records read, {:.1} s; compiling",
-            start.elapsed().as_secs_f64()
-        );
+        eprintln!("\r{n} records read, {:.1} s", start.elapsed().as_secs_f64());
     }
-    let summary = summary?;
-    let built = b.finish(&summary.files)?;
-    let mut warnings = summary.warnings;
-    warnings.extend(built.warnings);
-    Ok(zones::Loaded {
-        zone: built.zone,
-        warnings,
-        elapsed: start.elapsed(),
-    })
+    r
 }
 
 /// The origin a file name suggests: `example.com.zone`, `db.example.com` → `example.com.`.

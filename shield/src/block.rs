@@ -19,15 +19,16 @@
 //!
 //! # Readers never wait
 //!
-//! The read side is a [left-right](https://docs.rs/left-right) pair of tables: readers use one
-//! copy while the writer applies its operation log to the other, then the two swap. A reader
-//! only bumps an epoch counter that lives on its own cache line and loads one pointer; it never
-//! takes a lock and never waits for a writer. Writers serialise on one mutex that readers never
-//! touch; `insert` publishes at once, so a returned insert is visible to every later lookup.
-//! `benches/block.rs` compares this with `RwLock<HashMap>` and `Mutex<HashMap>`.
+//! The read side is a left-right pair of tables (see the private `epoch` module): readers use
+//! one copy while the writer changes the other, then the two swap. A reader only swaps an epoch
+//! counter that lives on its own cache line and loads one index; it never takes a lock, never
+//! writes a line another core writes, and never waits for a writer. Writers serialise on one
+//! mutex that readers never touch; `insert` publishes at once, so a returned insert is visible
+//! to every later lookup. `benches/block.rs` compares this with `RwLock<HashMap>` and
+//! `Mutex<HashMap>`.
 //!
 //! A lookup first loads one flag that says whether the map holds anything (an empty map costs
-//! that load and nothing else), then walks the [`PrefixMap`](crate::prefix::PrefixMap): one
+//! that load and nothing else), then walks the [`PrefixMap`]: one
 //! hash probe when the map holds only host entries, one probe per prefix length in use
 //! otherwise. An entry whose expiry has passed is never a hit, even before `expire` removes it.
 //!
@@ -55,11 +56,11 @@
 //! publisher skips what came from peers. [`BlockEntry::with_ttl`] and [`BlockEntry::ttl_ms`]
 //! convert between relative TTLs (what travels between nodes) and absolute expiries.
 
+use crate::epoch;
 use crate::prefix::PrefixMap;
 use crate::util::{CachePadded, bump_owned};
 use hashbrown::HashMap;
 use ipnet::IpNet;
-use left_right::{Absorb, ReadHandle, ReadHandleFactory, WriteHandle};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::VecDeque;
 use std::fmt;
@@ -384,7 +385,7 @@ enum Op {
     Remove(IpNet),
 }
 
-impl Tables {
+impl epoch::Apply<Op> for Tables {
     fn apply(&mut self, op: &Op) {
         match op {
             Op::Upsert(net, slot) => {
@@ -395,22 +396,6 @@ impl Tables {
             }
         }
     }
-}
-
-impl Absorb<Op> for Tables {
-    fn absorb_first(&mut self, op: &mut Op, _: &Self) {
-        self.apply(op);
-    }
-
-    fn absorb_second(&mut self, op: Op, _: &Self) {
-        self.apply(&op);
-    }
-
-    fn sync_with(&mut self, first: &Self) {
-        self.map = first.map.clone();
-    }
-
-    fn drop_first(self: Box<Self>) {}
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -429,17 +414,18 @@ struct WriterCounters {
     removals: u64,
     expirations: u64,
     evictions: u64,
+    /// Entries that are prefixes rather than hosts (kept here so stats never scan).
+    prefixes: usize,
 }
 
 struct Writer {
-    handle: WriteHandle<Tables, Op>,
+    handle: epoch::Writer<Tables, Op>,
     slots: Vec<Meta>,
     free: Vec<usize>,
     by_net: HashMap<IpNet, usize>,
     /// Min-heap of slot ids by expiry.
     heap: Vec<usize>,
     pending: Vec<Change>,
-    dirty: bool,
     subs: Vec<Arc<SubShared>>,
     counters: WriterCounters,
 }
@@ -477,7 +463,11 @@ impl Writer {
                 break;
             }
             let r = l + 1;
-            let c = if r < n && self.exp(self.heap[r]) < self.exp(self.heap[l]) { r } else { l };
+            let c = if r < n && self.exp(self.heap[r]) < self.exp(self.heap[l]) {
+                r
+            } else {
+                l
+            };
             let cid = self.heap[c];
             if self.exp(id) <= self.exp(cid) {
                 break;
@@ -513,13 +503,15 @@ impl Writer {
     fn remove_id(&mut self, id: usize, cause: RemoveCause) {
         let net = self.slots[id].entry.net;
         self.by_net.remove(&net);
+        if is_prefix(&net) {
+            self.counters.prefixes -= 1;
+        }
         let pos = self.slots[id].heap_pos;
         self.heap_remove(pos);
         self.slots[id].entry.node = None;
         self.free.push(id);
         self.handle.append(Op::Remove(net));
         self.pending.push(Change::Remove { net, cause });
-        self.dirty = true;
         match cause {
             RemoveCause::Expired => self.counters.expirations += 1,
             RemoveCause::Evicted => self.counters.evictions += 1,
@@ -547,7 +539,6 @@ impl Writer {
             self.sift_down(pos);
             self.handle.append(Op::Upsert(e.net, slot));
             self.pending.push(change);
-            self.dirty = true;
             self.counters.refreshes += 1;
             return InsertOutcome::Refreshed;
         }
@@ -576,10 +567,12 @@ impl Writer {
             }
         };
         self.by_net.insert(net, id);
+        if is_prefix(&net) {
+            self.counters.prefixes += 1;
+        }
         self.heap.push(id);
         self.sift_up(self.heap.len() - 1);
         self.handle.append(Op::Upsert(net, slot));
-        self.dirty = true;
         self.counters.inserts += 1;
         outcome
     }
@@ -592,10 +585,14 @@ impl Writer {
     }
 }
 
+fn is_prefix(net: &IpNet) -> bool {
+    net.prefix_len() < net.max_prefix_len()
+}
+
 struct Inner {
     cfg: BlockConfig,
     nonempty: CachePadded<AtomicBool>,
-    factory: ReadHandleFactory<Tables>,
+    shared: Arc<epoch::Shared<Tables>>,
     writer: Mutex<Writer>,
     readers: Mutex<ReaderRegistry>,
 }
@@ -609,10 +606,7 @@ struct ReaderRegistry {
 impl Inner {
     /// Publishes pending operations, updates the empty flag and feeds subscribers.
     fn finish(&self, w: &mut Writer) {
-        if w.dirty {
-            w.handle.publish();
-            w.dirty = false;
-        }
+        w.handle.publish();
         self.nonempty.store(!w.by_net.is_empty(), Ordering::Release);
         if w.pending.is_empty() {
             return;
@@ -641,9 +635,8 @@ impl fmt::Debug for BlockMap {
 impl BlockMap {
     /// An empty map with the given bounds.
     pub fn new(cfg: BlockConfig) -> Arc<Self> {
-        let (mut handle, rh) = left_right::new::<Tables, Op>();
-        handle.publish();
-        let factory = rh.factory();
+        let handle = epoch::Writer::new(Tables::default());
+        let shared = Arc::clone(handle.shared());
         let writer = Writer {
             handle,
             slots: Vec::new(),
@@ -651,7 +644,6 @@ impl BlockMap {
             by_net: HashMap::new(),
             heap: Vec::new(),
             pending: Vec::new(),
-            dirty: false,
             subs: Vec::new(),
             counters: WriterCounters::default(),
         };
@@ -659,7 +651,7 @@ impl BlockMap {
             inner: Arc::new(Inner {
                 cfg,
                 nonempty: CachePadded(AtomicBool::new(false)),
-                factory,
+                shared,
                 writer: Mutex::new(writer),
                 readers: Mutex::new(ReaderRegistry::default()),
             }),
@@ -733,7 +725,9 @@ impl BlockMap {
     /// The entry stored for exactly `net`, expired or not.
     pub fn get(&self, net: IpNet) -> Option<BlockEntry> {
         let w = lock(&self.inner.writer);
-        w.by_net.get(&net.trunc()).map(|&id| w.slots[id].entry.clone())
+        w.by_net
+            .get(&net.trunc())
+            .map(|&id| w.slots[id].entry.clone())
     }
 
     /// Number of entries (including expired ones `expire` has not removed yet).
@@ -794,11 +788,7 @@ impl BlockMap {
         let c = &w.counters;
         BlockStats {
             len: w.by_net.len(),
-            prefixes: w
-                .by_net
-                .keys()
-                .filter(|n| n.prefix_len() < n.max_prefix_len())
-                .count(),
+            prefixes: c.prefixes,
             capacity: self.inner.cfg.capacity,
             inserts: c.inserts,
             refreshes: c.refreshes,
@@ -815,7 +805,7 @@ impl BlockMap {
 /// A per-thread lookup handle: `Send` and `Clone`, not `Sync`. Lookups never wait for writers.
 pub struct BlockReader {
     inner: Arc<Inner>,
-    handle: ReadHandle<Tables>,
+    handle: epoch::Reader<Tables>,
     hits: Arc<CachePadded<AtomicU64>>,
 }
 
@@ -843,7 +833,7 @@ impl BlockReader {
             r.retired_hits = r.retired_hits.wrapping_add(retired);
             r.live.push(Arc::clone(&hits));
         }
-        let handle = inner.factory.handle();
+        let handle = epoch::Reader::new(&inner.shared);
         BlockReader {
             inner,
             handle,
@@ -859,19 +849,23 @@ impl BlockReader {
         if !self.inner.nonempty.load(Ordering::Acquire) {
             return None;
         }
-        let tables = self.handle.enter()?;
-        for (net, slot) in tables.map.matches(ip) {
-            if slot.expires_ms > now_ms {
-                bump_owned(&self.hits, 1);
-                return Some(BlockHit {
-                    net,
-                    expires_ms: slot.expires_ms,
-                    reason: slot.reason,
-                    origin: slot.origin,
-                });
+        let hit = self.handle.read(|t| {
+            for (net, slot) in t.map.matches(ip) {
+                if slot.expires_ms > now_ms {
+                    return Some(BlockHit {
+                        net,
+                        expires_ms: slot.expires_ms,
+                        reason: slot.reason,
+                        origin: slot.origin,
+                    });
+                }
             }
+            None
+        });
+        if hit.is_some() {
+            bump_owned(&self.hits, 1);
         }
-        None
+        hit
     }
 
     /// True when `ip` is blocked at `now_ms`.
@@ -1071,6 +1065,15 @@ mod tests {
     }
 
     #[test]
+    fn handles_are_send() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<BlockReader>();
+        send::<Subscription>();
+        send_sync::<BlockMap>();
+    }
+
+    #[test]
     fn reason_is_cut_at_char_boundary() {
         let long = "é".repeat(30);
         let r = Reason::new(&long);
@@ -1121,10 +1124,22 @@ mod tests {
         m.insert(entry("10.0.0.0/8", 5000));
         m.insert(entry("10.1.0.0/16", 100));
         let r = m.reader();
-        assert_eq!(r.lookup(ip("10.1.2.3"), 50).unwrap().net, net("10.1.0.0/16"));
-        assert_eq!(r.lookup(ip("10.1.2.3"), 200).unwrap().net, net("10.0.0.0/8"));
-        assert_eq!(r.lookup(ip("::ffff:10.9.9.9"), 200).unwrap().net, net("10.0.0.0/8"));
+        assert_eq!(
+            r.lookup(ip("10.1.2.3"), 50).unwrap().net,
+            net("10.1.0.0/16")
+        );
+        assert_eq!(
+            r.lookup(ip("10.1.2.3"), 200).unwrap().net,
+            net("10.0.0.0/8")
+        );
+        assert_eq!(
+            r.lookup(ip("::ffff:10.9.9.9"), 200).unwrap().net,
+            net("10.0.0.0/8")
+        );
         assert_eq!(m.stats().prefixes, 2);
+        m.remove(net("10.1.0.0/16"), RemoveCause::Operator);
+        m.insert(entry("10.1.2.3", 100));
+        assert_eq!((m.stats().prefixes, m.stats().len), (1, 2));
     }
 
     #[test]
@@ -1213,7 +1228,10 @@ mod tests {
         assert!(sub.wait_timeout(Duration::from_millis(1)));
         assert_eq!(
             sub.poll(1),
-            Some(Delivery::Changes(vec![Change::Upsert(entry("192.0.2.1/32", 100))]))
+            Some(Delivery::Changes(vec![Change::Upsert(entry(
+                "192.0.2.1/32",
+                100
+            ))]))
         );
         for i in 3..10 {
             m.insert(entry(&format!("192.0.2.{i}"), 100));
@@ -1268,7 +1286,9 @@ mod tests {
         let Some(Delivery::Changes(ch)) = sub.poll(10) else {
             panic!()
         };
-        let Change::Upsert(got) = &ch[0] else { panic!() };
+        let Change::Upsert(got) = &ch[0] else {
+            panic!()
+        };
         assert_eq!(got.origin, Origin::Peer);
         assert_eq!(got.node.as_deref(), Some("node-b"));
         let json = serde_json::to_string(&ch[0]).unwrap();
@@ -1280,7 +1300,9 @@ mod tests {
     fn changed_wakes_async_waiter() {
         let m = small(1000, 100);
         let mut sub = m.subscribe("async");
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let m2 = Arc::clone(&m);
         let t = std::thread::spawn(move || m2.insert(entry("192.0.2.9", 100)));
         rt.block_on(sub.changed());

@@ -22,4 +22,5 @@ pub mod prefix;
 pub mod ratelimit;
 pub mod rules;
 
+mod epoch;
 mod util;

@@ -29,12 +29,20 @@ impl<V> Default for PrefixMap<V> {
 
 #[inline]
 fn mask4(addr: u32, len: u8) -> u32 {
-    if len == 0 { 0 } else { addr & (u32::MAX << (32 - len)) }
+    if len == 0 {
+        0
+    } else {
+        addr & (u32::MAX << (32 - len))
+    }
 }
 
 #[inline]
 fn mask6(addr: u128, len: u8) -> u128 {
-    if len == 0 { 0 } else { addr & (u128::MAX << (128 - len)) }
+    if len == 0 {
+        0
+    } else {
+        addr & (u128::MAX << (128 - len))
+    }
 }
 
 /// Turns an IPv4-mapped IPv6 address into the IPv4 address it carries.
@@ -65,8 +73,18 @@ impl<V> PrefixMap<V> {
 
     /// Number of entries that are not single hosts (shorter than /32 or /128).
     pub fn prefix_count(&self) -> usize {
-        let v4: usize = self.v4.iter().filter(|(l, _)| *l < 32).map(|(_, t)| t.len()).sum();
-        let v6: usize = self.v6.iter().filter(|(l, _)| *l < 128).map(|(_, t)| t.len()).sum();
+        let v4: usize = self
+            .v4
+            .iter()
+            .filter(|(l, _)| *l < 32)
+            .map(|(_, t)| t.len())
+            .sum();
+        let v6: usize = self
+            .v6
+            .iter()
+            .filter(|(l, _)| *l < 128)
+            .map(|(_, t)| t.len())
+            .sum();
         v4 + v6
     }
 
@@ -295,7 +313,10 @@ mod tests {
         let (n, v) = m.longest_match("10.200.0.1".parse().unwrap()).unwrap();
         assert_eq!((n, *v), (net("10.0.0.0/8"), 8));
         assert!(m.longest_match("11.0.0.1".parse().unwrap()).is_none());
-        let all: Vec<_> = m.matches("10.1.2.3".parse().unwrap()).map(|(_, v)| *v).collect();
+        let all: Vec<_> = m
+            .matches("10.1.2.3".parse().unwrap())
+            .map(|(_, v)| *v)
+            .collect();
         assert_eq!(all, vec![32, 16, 8]);
         assert_eq!(m.prefix_count(), 2);
         assert_eq!(m.lengths_in_use(), 3);
@@ -317,10 +338,18 @@ mod tests {
         m.insert(net("2001:db8::/32"), "v6");
         m.insert(net("198.51.100.0/24"), "v4");
         m.insert(net("::/0"), "all6");
-        assert_eq!(m.longest_match("2001:db8::1".parse().unwrap()).unwrap().1, &"v6");
-        assert_eq!(m.longest_match("2001:db9::1".parse().unwrap()).unwrap().1, &"all6");
         assert_eq!(
-            m.longest_match("::ffff:198.51.100.7".parse().unwrap()).unwrap().1,
+            m.longest_match("2001:db8::1".parse().unwrap()).unwrap().1,
+            &"v6"
+        );
+        assert_eq!(
+            m.longest_match("2001:db9::1".parse().unwrap()).unwrap().1,
+            &"all6"
+        );
+        assert_eq!(
+            m.longest_match("::ffff:198.51.100.7".parse().unwrap())
+                .unwrap()
+                .1,
             &"v4"
         );
         assert_eq!(m.iter().count(), 3);

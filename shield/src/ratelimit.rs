@@ -25,9 +25,10 @@
 //! keyed tables when a wrong over-count would punish an innocent source.
 
 use crate::util::StripedCounter;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 use std::hash::{BuildHasher, Hash};
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const WAYS: usize = 4;
@@ -128,7 +129,12 @@ impl Table {
                         None => return r,
                         Some(p) => {
                             if slot
-                                .compare_exchange(v, join(fp, p), Ordering::AcqRel, Ordering::Relaxed)
+                                .compare_exchange(
+                                    v,
+                                    join(fp, p),
+                                    Ordering::AcqRel,
+                                    Ordering::Relaxed,
+                                )
                                 .is_ok()
                             {
                                 return r;
@@ -179,11 +185,17 @@ impl Limit {
     /// `per_second` events per second sustained, `burst` at once (clamped to what 4 µs ticks
     /// and a 71-minute horizon can express: at most 250,000/s, at least one per 71 minutes).
     pub fn per_second(per_second: f64, burst: u32) -> Self {
-        let rate = if per_second.is_finite() && per_second > 0.0 { per_second } else { 1e-9 };
+        let rate = if per_second.is_finite() && per_second > 0.0 {
+            per_second
+        } else {
+            1e-9
+        };
         let ticks_per_s = 1_000_000.0 / TICK_US as f64;
-        let interval = (ticks_per_s / rate).round().clamp(1.0, (HORIZON_TICKS / 2) as f64) as u32;
-        let tolerance =
-            (interval as u64 * burst.saturating_sub(1) as u64).min((HORIZON_TICKS - interval) as u64);
+        let interval = (ticks_per_s / rate)
+            .round()
+            .clamp(1.0, (HORIZON_TICKS / 2) as f64) as u32;
+        let tolerance = (interval as u64 * burst.saturating_sub(1) as u64)
+            .min((HORIZON_TICKS - interval) as u64);
         Limit {
             interval,
             tolerance: tolerance as u32,
@@ -215,23 +227,61 @@ impl Decision {
     }
 }
 
-/// A key for a source address or its prefix: the address with host bits cleared and the length.
+/// A source address or prefix as a hashable key: the address with host bits cleared, and the length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceKey {
+    /// The masked address; IPv4 as its IPv4-mapped IPv6 form.
+    pub addr: u128,
+    /// Prefix length within its family.
+    pub len: u8,
+    /// True for IPv6.
+    pub v6: bool,
+}
+
+impl SourceKey {
+    /// The prefix this key stands for.
+    pub fn to_net(&self) -> IpNet {
+        if self.v6 {
+            IpNet::V6(Ipv6Net::new(Ipv6Addr::from(self.addr), self.len).expect("len <= 128"))
+        } else {
+            IpNet::V4(Ipv4Net::new(Ipv4Addr::from(self.addr as u32), self.len).expect("len <= 32"))
+        }
+    }
+}
+
+/// The key of `ip`'s prefix of `v4_len` (IPv4) or `v6_len` (IPv6) bits.
 ///
 /// IPv4-mapped IPv6 addresses are keyed as IPv4. Lengths longer than the family's are clamped.
 #[inline]
-pub fn source_key(ip: IpAddr, v4_len: u8, v6_len: u8) -> (u128, u8) {
+pub fn source_key(ip: IpAddr, v4_len: u8, v6_len: u8) -> SourceKey {
     match ip.to_canonical() {
         IpAddr::V4(a) => {
             let len = v4_len.min(32);
             let a = u32::from(a);
-            let m = if len == 0 { 0 } else { a & (u32::MAX << (32 - len)) };
-            ((0xffff_u128 << 32) | m as u128, len)
+            let m = if len == 0 {
+                0
+            } else {
+                a & (u32::MAX << (32 - len))
+            };
+            SourceKey {
+                addr: (0xffff_u128 << 32) | m as u128,
+                len,
+                v6: false,
+            }
         }
         IpAddr::V6(a) => {
             let len = v6_len.min(128);
             let a = u128::from(a);
-            let m = if len == 0 { 0 } else { a & (u128::MAX << (128 - len)) };
-            (m, len.wrapping_add(128))
+            let m = if len == 0 {
+                0
+            } else {
+                a & (u128::MAX << (128 - len))
+            };
+            SourceKey {
+                addr: m,
+                len,
+                v6: true,
+            }
         }
     }
 }
@@ -243,7 +293,9 @@ pub struct RateLimiter {
 
 impl std::fmt::Debug for RateLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateLimiter").field("stats", &self.stats()).finish()
+        f.debug_struct("RateLimiter")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -309,7 +361,9 @@ pub struct WindowCounter {
 
 impl std::fmt::Debug for WindowCounter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WindowCounter").field("stats", &self.stats()).finish()
+        f.debug_struct("WindowCounter")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -440,10 +494,14 @@ mod tests {
         let lim = Limit::per_second(10.0, 5);
         assert_eq!(lim.burst(), 5);
         let t0 = 1_000_000;
-        let allowed = (0..20).filter(|_| rl.check(&"k", &lim, t0).is_allow()).count();
+        let allowed = (0..20)
+            .filter(|_| rl.check(&"k", &lim, t0).is_allow())
+            .count();
         assert_eq!(allowed, 5, "the burst, then nothing at the same instant");
         match rl.check(&"k", &lim, t0) {
-            Decision::Limit { retry_after_us } => assert!(retry_after_us > 0 && retry_after_us <= 100_000),
+            Decision::Limit { retry_after_us } => {
+                assert!(retry_after_us > 0 && retry_after_us <= 100_000)
+            }
             Decision::Allow => panic!("should be limited"),
         }
         // 100 ms later exactly one more event conforms.
@@ -453,7 +511,9 @@ mod tests {
         assert!(rl.check(&"other", &lim, t0).is_allow());
         // Over a long idle gap the bucket refills fully (but not beyond the burst).
         let later = t0 + 60_000_000;
-        let allowed = (0..20).filter(|_| rl.check(&"k", &lim, later).is_allow()).count();
+        let allowed = (0..20)
+            .filter(|_| rl.check(&"k", &lim, later).is_allow())
+            .count();
         assert_eq!(allowed, 5);
     }
 
@@ -513,7 +573,13 @@ mod tests {
         let d = source_key("2001:db8:0:1::1".parse().unwrap(), 24, 56);
         let e = source_key("2001:db8:0:1:ffff::".parse().unwrap(), 24, 56);
         assert_eq!(d, e);
-        assert_ne!(source_key("192.0.2.1".parse().unwrap(), 32, 128).0, a.0);
+        assert_ne!(source_key("192.0.2.1".parse().unwrap(), 32, 128), a);
+        assert_eq!(a.to_net(), "192.0.2.0/24".parse::<IpNet>().unwrap());
+        assert_eq!(d.to_net(), "2001:db8:0::/56".parse::<IpNet>().unwrap());
+        let full = source_key("2001:db8::1".parse().unwrap(), 32, 128);
+        let none = source_key("192.0.2.1".parse().unwrap(), 0, 0);
+        assert_ne!(full.len, none.len);
+        assert_eq!(full.to_net(), "2001:db8::1/128".parse::<IpNet>().unwrap());
     }
 
     #[test]
@@ -541,7 +607,9 @@ mod tests {
             .map(|_| {
                 let rl = rl.clone();
                 std::thread::spawn(move || {
-                    (0..1000).filter(|_| rl.check(&"shared", &lim, 10_000_000).is_allow()).count()
+                    (0..1000)
+                        .filter(|_| rl.check(&"shared", &lim, 10_000_000).is_allow())
+                        .count()
                 })
             })
             .collect();

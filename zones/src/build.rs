@@ -42,8 +42,9 @@ struct Pending {
 /// Collects records of one zone, then compiles them.
 pub struct ZoneBuilder {
     apex: Name,
-    apex_key_len: usize,
-    /// Canonical keys of owner runs (consecutive records with one owner share a run).
+    apex_labels: usize,
+    /// Canonical keys of owner runs relative to the apex (consecutive records with one
+    /// owner share a run; the apex itself has the empty key).
     keys: Vec<u8>,
     runs: Vec<(u32, u32)>,
     last_owner: [u8; name::MAX_NAME_LEN],
@@ -71,10 +72,8 @@ impl ZoneBuilder {
     /// A builder for the zone whose apex is `apex`.
     pub fn new(apex: &Name) -> ZoneBuilder {
         let apex = apex.to_lowercase();
-        let mut key = Vec::new();
-        name::canonical_key(apex.as_wire(), &mut key);
         ZoneBuilder {
-            apex_key_len: key.len(),
+            apex_labels: apex.label_count(),
             apex,
             keys: Vec::new(),
             runs: Vec::new(),
@@ -124,7 +123,7 @@ impl ZoneBuilder {
                 return;
             }
             let start = self.keys.len();
-            name::canonical_key(&self.last_owner[..n], &mut self.keys);
+            name::canonical_key_below(&self.last_owner[..n], self.apex_labels, &mut self.keys);
             self.runs
                 .push((start as u32, (self.keys.len() - start) as u32));
         }
@@ -222,22 +221,19 @@ impl ZoneBuilder {
     }
 
     fn compile(mut self, warn: &mut dyn FnMut(Src, String)) -> (Zone, Vec<Src>, usize) {
-        // 1. Owner runs in canonical order. All keys start with the apex key: compare what
-        //    follows, with its first eight bytes as a number for speed.
-        let skip = self.apex_key_len;
+        // 1. Owner runs in canonical order (keys are relative to the apex), with each key's
+        //    first eight bytes as a number for speed.
+        let skip = 0usize;
         let mut order: Vec<(u64, u32)> = (0..self.runs.len() as u32)
             .map(|r| {
-                let k = &self.key(r)[skip..];
+                let k = self.key(r);
                 let mut p = [0u8; 8];
                 let n = k.len().min(8);
                 p[..n].copy_from_slice(&k[..n]);
                 (u64::from_be_bytes(p), r)
             })
             .collect();
-        order.sort_unstable_by(|a, b| {
-            a.0.cmp(&b.0)
-                .then_with(|| self.key(a.1)[skip..].cmp(&self.key(b.1)[skip..]))
-        });
+        order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| self.key(a.1).cmp(self.key(b.1))));
 
         // 2. Nodes in canonical order with empty non-terminals, by a walk with a stack of
         //    ancestors: (node id, key offset, key length). Owners holding only NSEC3 (and
@@ -250,7 +246,7 @@ impl ZoneBuilder {
         let apex_wire = self.apex.as_wire().to_vec();
         let mut z = Zone {
             apex: self.apex.clone(),
-            names: Vec::with_capacity(self.keys.len() + apex_wire.len() + order.len()),
+            names: Vec::with_capacity(self.keys.len() + (apex_wire.len() + 1) * (order.len() + 1)),
             nodes: Vec::with_capacity(order.len() + 1),
             rrsets: Vec::new(),
             data: Vec::new(),
@@ -283,14 +279,13 @@ impl ZoneBuilder {
             let id = if klen as usize == skip {
                 0
             } else if kind == 1 && one_label_below_apex {
-                let wl = key_to_wire(key, &mut wire);
+                let wl = key_to_wire(key, &apex_wire, &mut wire);
                 let off = z.names.len() as u32;
                 z.names.extend_from_slice(&wire[..wl]);
                 n3.push(Node {
                     name_off: off,
                     parent: 0,
                     rrset_start: 0,
-                    wildcard: zone::NONE,
                     rrset_count: 0,
                     flags: 0,
                     name_len: wl as u8,
@@ -313,7 +308,7 @@ impl ZoneBuilder {
                 let mut pos = base as usize;
                 while pos < key.len() {
                     let end = pos + key[pos..].iter().position(|&c| c == 0).expect("separator") + 1;
-                    let wl = key_to_wire(&key[..end], &mut wire);
+                    let wl = key_to_wire(&key[..end], &apex_wire, &mut wire);
                     let id = push_node(&mut z, &wire[..wl], parent);
                     stack.push((id, koff, end as u32));
                     parent = id;
@@ -332,11 +327,10 @@ impl ZoneBuilder {
         self.keys = Vec::new();
         self.runs = Vec::new();
 
-        // 3. Records bucketed by node (counting sort), then by type and canonical RDATA.
+        // Records now point at buckets: tree nodes first, then NSEC3 owners.
         let tree = z.nodes.len() as NodeId;
         for r in self.recs.iter_mut() {
             let id = run_node[r.owner as usize];
-            // Buckets: tree nodes first, then NSEC3 owners.
             r.owner = if id & NSEC3_ID != 0 {
                 tree + (id & !NSEC3_ID)
             } else {
@@ -344,6 +338,52 @@ impl ZoneBuilder {
             };
         }
         drop(run_node);
+
+        // The hash index needs only the names: build it on another thread while this one
+        // sorts and encodes the records (steps 3 and 4).
+        let names = std::mem::take(&mut z.names);
+        let name_offs: Vec<u32> = z.nodes.iter().map(|n| n.name_off).collect();
+        let hasher = z.hasher.clone();
+        let (srcs, dups, index) = std::thread::scope(|sc| {
+            let indexer = sc.spawn(|| build_index(&names, &name_offs, &hasher));
+            let (srcs, dups) = self.encode(&mut z, &mut n3, &names, warn);
+            (srcs, dups, indexer.join().expect("index thread"))
+        });
+        drop(name_offs);
+        z.names = names;
+        z.index = index;
+        if !n3.is_empty() {
+            z.nsec3 = Some(crate::nsec3::Nsec3Chain { nodes: n3 });
+        }
+
+        // 5. SOA serial and negative TTL.
+        if let Some(soa) = z.rrset(0, t::SOA).copied()
+            && let Some((_, rdata)) = z.rrs(&soa).next()
+            && rdata.len() >= 20
+        {
+            let n = rdata.len();
+            let serial = u32::from_be_bytes(rdata[n - 20..n - 16].try_into().expect("4 bytes"));
+            let minimum = u32::from_be_bytes(rdata[n - 4..].try_into().expect("4 bytes"));
+            z.serial = serial;
+            z.neg_ttl = soa.ttl.min(minimum);
+        }
+        z.names.shrink_to_fit();
+        z.rrsets.shrink_to_fit();
+        (z, srcs, dups)
+    }
+
+    /// Steps 3 and 4: records bucketed by node, RRsets encoded, flags set.
+    fn encode(
+        &mut self,
+        z: &mut Zone,
+        n3: &mut [Node],
+        names: &[u8],
+        warn: &mut dyn FnMut(Src, String),
+    ) -> (Vec<Src>, usize) {
+        let name_of =
+            |n: &Node| &names[n.name_off as usize..n.name_off as usize + n.name_len as usize];
+        // 3. Records bucketed by node (counting sort), then by type and canonical RDATA.
+        let tree = z.nodes.len() as NodeId;
         let nodes = z.nodes.len() + n3.len();
         let mut start = vec![0u32; nodes + 1];
         for r in &self.recs {
@@ -409,7 +449,11 @@ impl ZoneBuilder {
                     format!(
                         "TTLs differ inside the {} RRset of {}: all set to {ttl}",
                         rrtype::to_text(first.rtype),
-                        display(owner_name(&z, &n3, first.owner, tree))
+                        display(if first.owner < tree {
+                            name_of(&z.nodes[first.owner as usize])
+                        } else {
+                            name_of(&n3[(first.owner - tree) as usize])
+                        })
                     ),
                 );
             }
@@ -495,87 +539,60 @@ impl ZoneBuilder {
                 if pf & (flags::DELEG | flags::OCCLUDED | flags::DNAME) != 0 {
                     f |= flags::OCCLUDED;
                 }
-                let nm = z.node_name(id as NodeId);
+                let nm = name_of(&z.nodes[id]);
                 if nm[0] == 1 && nm[1] == b'*' {
                     f |= flags::WILDCARD;
-                    z.nodes[parent as usize].wildcard = id as NodeId;
+                    z.nodes[parent as usize].flags |= flags::HAS_WILDCARD;
                 }
             }
             z.nodes[id].flags = f;
         }
 
-        // 5. The index, built once at its final size.
-        z.index = HashTable::with_capacity(z.nodes.len());
-        for id in 0..z.nodes.len() as NodeId {
-            let h = hash_name(&z.hasher, z.node_name(id));
-            let (names, nodes, hasher) = (&z.names, &z.nodes, &z.hasher);
-            z.index.insert_unique(h, id, |&i| {
-                let n = &nodes[i as usize];
-                hash_name(
-                    hasher,
-                    &names[n.name_off as usize..n.name_off as usize + n.name_len as usize],
-                )
-            });
-        }
-
-        // 6. SOA serial and negative TTL.
-        if let Some(soa) = z.rrset(0, t::SOA).copied()
-            && let Some((_, rdata)) = z.rrs(&soa).next()
-            && rdata.len() >= 20
-        {
-            let n = rdata.len();
-            let serial = u32::from_be_bytes(rdata[n - 20..n - 16].try_into().expect("4 bytes"));
-            let minimum = u32::from_be_bytes(rdata[n - 4..].try_into().expect("4 bytes"));
-            z.serial = serial;
-            z.neg_ttl = soa.ttl.min(minimum);
-        }
-        if !n3.is_empty() {
-            z.nsec3 = Some(crate::nsec3::Nsec3Chain { nodes: n3 });
-        }
-        z.names.shrink_to_fit();
-        z.rrsets.shrink_to_fit();
-        (z, srcs, dups)
+        (srcs, dups)
     }
 }
 
 /// Marks an id as an index into the NSEC3 chain while building.
 const NSEC3_ID: NodeId = 1 << 31;
 
-fn owner_name<'a>(z: &'a Zone, n3: &[Node], bucket: u32, tree: u32) -> &'a [u8] {
-    let n = if bucket < tree {
-        &z.nodes[bucket as usize]
-    } else {
-        &n3[(bucket - tree) as usize]
+/// Builds the hash index over tree nodes: `name_offs[i]` is where node `i`'s name starts.
+fn build_index(
+    names: &[u8],
+    name_offs: &[u32],
+    hasher: &foldhash::fast::FixedState,
+) -> HashTable<NodeId> {
+    let name = |i: NodeId| {
+        let o = name_offs[i as usize] as usize;
+        let l = name::wire_name_len(&names[o..]).unwrap_or(1);
+        &names[o..o + l]
     };
-    &z.names[n.name_off as usize..n.name_off as usize + n.name_len as usize]
+    let mut index = HashTable::with_capacity(name_offs.len());
+    for id in 0..name_offs.len() as NodeId {
+        let h = hash_name(hasher, name(id));
+        index.insert_unique(h, id, |&i| hash_name(hasher, name(i)));
+    }
+    index
 }
 
-/// Writes the wire name of a canonical key (the inverse of [`name::canonical_key`]).
-fn key_to_wire(key: &[u8], out: &mut [u8; name::MAX_NAME_LEN]) -> usize {
-    // Labels in the key run from the root down; the wire name runs the other way.
-    let total = {
-        let mut n = 1usize;
-        let mut i = 0;
-        while i < key.len() {
-            match key[i] {
-                0 => n += 1,
-                1 => {
-                    n += 1;
-                    i += 1;
-                }
-                _ => n += 1,
-            }
-            i += 1;
-        }
-        n
-    };
-    // Fill from the end: the root byte, then each label (from the root) placed before it.
-    let mut end = total;
-    out[end - 1] = 0;
-    end -= 1;
+/// Writes the wire name of a key relative to `apex` (the inverse of
+/// [`name::canonical_key_below`]): the key's labels, then the apex.
+fn key_to_wire(key: &[u8], apex: &[u8], out: &mut [u8; name::MAX_NAME_LEN]) -> usize {
+    // Labels in the key run from the apex down; the wire name runs the other way.
+    let mut label_bytes = 0usize;
     let mut i = 0;
     while i < key.len() {
-        // One label: bytes up to the 0 separator.
+        if key[i] == 1 {
+            i += 1;
+        }
+        label_bytes += 1; // a label byte, or a separator that becomes a length byte
+        i += 1;
+    }
+    let total = label_bytes + apex.len();
+    out[label_bytes..total].copy_from_slice(apex);
+    // Fill labels backwards from the apex, each label taken from the key in order.
+    let mut end = label_bytes;
+    let mut i = 0;
+    while i < key.len() {
         let mut label = [0u8; name::MAX_LABEL_LEN];
         let mut l = 0;
         while key[i] != 0 {
@@ -607,7 +624,6 @@ fn push_node(z: &mut Zone, wire: &[u8], parent: NodeId) -> NodeId {
         name_off: off,
         parent,
         rrset_start: 0,
-        wildcard: zone::NONE,
         rrset_count: 0,
         flags: if parent == zone::NONE { flags::APEX } else { 0 },
         name_len: wire.len() as u8,
@@ -673,19 +689,24 @@ mod tests {
 
     #[test]
     fn key_round_trip() {
-        for s in [
-            "example.com.",
-            "a.b.example.com.",
-            "\\000\\001x.y.",
-            ".",
-            "*.z.",
+        for (s, skip) in [
+            ("example.com.", 0),
+            ("a.b.example.com.", 2),
+            ("\\000\\001x.y.", 1),
+            (".", 0),
+            ("*.z.", 1),
+            ("a.b.c.", 0),
         ] {
             let n: Name = s.parse().unwrap();
             let n = n.to_lowercase();
             let mut k = Vec::new();
-            name::canonical_key(n.as_wire(), &mut k);
+            name::canonical_key_below(n.as_wire(), skip, &mut k);
+            let mut apex = n.as_wire();
+            for _ in 0..n.label_count() - skip {
+                apex = &apex[1 + apex[0] as usize..];
+            }
             let mut w = [0u8; name::MAX_NAME_LEN];
-            let l = key_to_wire(&k, &mut w);
+            let l = key_to_wire(&k, apex, &mut w);
             assert_eq!(&w[..l], n.as_wire(), "{s}");
         }
     }

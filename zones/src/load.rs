@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use crate::build::ZoneBuilder;
 use crate::error::{Diagnostic, ZoneError};
 use crate::name::Name;
-use crate::reader::{self, ReadOptions};
+use crate::reader::{self, ReadOptions, Record};
 use crate::zone::Zone;
+use std::sync::mpsc;
 
 /// A zone that loaded, with what was noticed on the way.
 #[derive(Debug)]
@@ -22,13 +23,115 @@ pub struct Loaded {
 
 /// Loads the zone `origin` from a master file.
 pub fn load_file(path: &Path, origin: &Name, opts: &ReadOptions) -> Result<Loaded, ZoneError> {
+    load_file_observed(path, origin, opts, &mut |_| {})
+}
+
+/// Loads like [`load_file`], showing each record to `observe` (for progress and the like).
+///
+/// Reading (scanning and RDATA parsing) runs on a second thread and hands records over in
+/// batches, while this thread collects them into the builder.
+pub fn load_file_observed(
+    path: &Path,
+    origin: &Name,
+    opts: &ReadOptions,
+    observe: &mut dyn FnMut(&Record<'_>),
+) -> Result<Loaded, ZoneError> {
     let start = Instant::now();
     let mut b = ZoneBuilder::new(origin);
     if let Ok(m) = std::fs::metadata(path) {
         b.reserve_for_text(m.len());
     }
-    let summary = reader::read_file(path, opts, &mut |r| b.add(r))?;
+    let (full_tx, full_rx) = mpsc::sync_channel::<Batch>(4);
+    let (empty_tx, empty_rx) = mpsc::channel::<Batch>();
+    let summary = std::thread::scope(|sc| {
+        let reader = sc.spawn(move || {
+            let mut cur = Batch::default();
+            let r = reader::read_file(path, opts, &mut |r| {
+                cur.push(&r);
+                if cur.meta.len() >= BATCH {
+                    let next = empty_rx.try_recv().unwrap_or_default();
+                    let full = std::mem::replace(&mut cur, next);
+                    let _ = full_tx.send(full);
+                }
+            });
+            if !cur.meta.is_empty() {
+                let _ = full_tx.send(cur);
+            }
+            r
+        });
+        for mut batch in full_rx {
+            batch.for_each(&mut |r| {
+                observe(&r);
+                b.add(r);
+            });
+            batch.clear();
+            let _ = empty_tx.send(batch);
+        }
+        reader.join().expect("zone reader thread")
+    })?;
     finish(b, summary, start)
+}
+
+/// Records per batch handed from the reader thread to the builder.
+const BATCH: usize = 4096;
+
+/// Records copied out of the reader's buffers.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    meta: Vec<Meta>,
+}
+
+/// One record of a batch: where its owner and RDATA are in `bytes`, and the rest.
+#[derive(Clone, Copy)]
+struct Meta {
+    off: u32,
+    owner_len: u8,
+    rdata_len: u16,
+    ttl: u32,
+    rtype: u16,
+    file: u16,
+    line: u32,
+    ttl_explicit: bool,
+}
+
+impl Batch {
+    fn push(&mut self, r: &Record<'_>) {
+        let off = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(r.owner);
+        self.bytes.extend_from_slice(r.rdata);
+        self.meta.push(Meta {
+            off,
+            owner_len: r.owner.len() as u8,
+            rdata_len: r.rdata.len() as u16,
+            ttl: r.ttl,
+            rtype: r.rtype,
+            file: r.file,
+            line: r.line,
+            ttl_explicit: r.ttl_explicit,
+        });
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(Record<'_>)) {
+        for m in &self.meta {
+            let o = m.off as usize;
+            let ol = m.owner_len as usize;
+            f(Record {
+                owner: &self.bytes[o..o + ol],
+                ttl: m.ttl,
+                ttl_explicit: m.ttl_explicit,
+                rtype: m.rtype,
+                rdata: &self.bytes[o + ol..o + ol + m.rdata_len as usize],
+                file: m.file,
+                line: m.line,
+            });
+        }
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.meta.clear();
+    }
 }
 
 /// Loads the zone `origin` from master-file text in memory (`name` appears in errors).

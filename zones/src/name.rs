@@ -414,8 +414,14 @@ fn label_at(wire: &[u8], off: u8) -> &[u8] {
 /// Appends the canonical sort key of a wire name to `out`: byte-wise comparison of keys
 /// gives the canonical order (labels from the root, lower-cased, 0 as label separator).
 pub fn canonical_key(wire: &[u8], out: &mut Vec<u8>) {
+    canonical_key_below(wire, 0, out);
+}
+
+/// Like [`canonical_key`], but only for the labels above the last `skip_labels` ones
+/// (the key of a name relative to an ancestor, such as a zone apex).
+pub fn canonical_key_below(wire: &[u8], skip_labels: usize, out: &mut Vec<u8>) {
     let mut offs = [0u8; 128];
-    let n = label_offsets(wire, &mut offs);
+    let n = label_offsets(wire, &mut offs).saturating_sub(skip_labels);
     for k in (0..n).rev() {
         for &c in label_at(wire, offs[k]) {
             match c {

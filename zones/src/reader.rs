@@ -886,7 +886,10 @@ mod tests {
     use super::*;
     use crate::name::Name;
 
-    fn read_all(text: &str) -> Result<Vec<(String, u32, u16, Vec<u8>)>, ZoneError> {
+    /// (owner, TTL, type, RDATA) of each record read.
+    type Read = Vec<(String, u32, u16, Vec<u8>)>;
+
+    fn read_all(text: &str) -> Result<Read, ZoneError> {
         let origin: Name = "example.com.".parse().unwrap();
         let opts = ReadOptions::new(&origin);
         let mut out = Vec::new();

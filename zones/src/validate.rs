@@ -188,7 +188,8 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                 if !crate::name::is_subdomain(target, zone.apex().as_wire()) {
                     continue;
                 }
-                if below_dname(zone, target) {
+                let (under_dname, has_addr) = target_state(zone, id, target);
+                if under_dname {
                     // BIND: the zone's own servers cannot be reached then; a child's can be
                     // looked up elsewhere.
                     let sev = if id == 0 { Error } else { Warning };
@@ -201,7 +202,7 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                             name()
                         ),
                     );
-                } else if !has_address(zone, target) {
+                } else if !has_addr {
                     report(
                         Warning,
                         src_of(id, t::NS),
@@ -227,23 +228,40 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
     }
 }
 
-/// True when `name` (lower case, in the zone) lies strictly below a DNAME.
-fn below_dname(zone: &Zone, name: &[u8]) -> bool {
-    let mut offs = [0u8; 128];
-    let n = crate::name::label_offsets(name, &mut offs);
-    matches!(zone.lookup(name, &offs[..n]), crate::zone::Lookup::Dname(_))
-}
-
-/// True when `name` (lower case, in the zone) has an A or AAAA, itself or by wildcard.
-fn has_address(zone: &Zone, name: &[u8]) -> bool {
+/// For an NS target of node `at` inside the zone (lower case): whether it lies below a
+/// DNAME, and whether it has an address (itself or through a wildcard).
+///
+/// Glue below a cut sits just after the cut in canonical order: look there first, then
+/// fall back to one hash probe.
+fn target_state(zone: &Zone, at: NodeId, name: &[u8]) -> (bool, bool) {
     let has = |id: NodeId| zone.rrset(id, t::A).is_some() || zone.rrset(id, t::AAAA).is_some();
-    if let Some(id) = zone.find(name) {
-        return has(id);
+    let near = if at != 0 && crate::name::is_subdomain(name, zone.node_name(at)) {
+        let cut = zone.node_name(at);
+        (at + 1..(at + 17).min(zone.node_count() as NodeId))
+            .take_while(|&i| crate::name::is_subdomain(zone.node_name(i), cut))
+            .find(|&i| zone.node_name(i) == name)
+    } else {
+        None
+    };
+    if let Some(id) = near.or_else(|| zone.find(name)) {
+        let node = zone.node(id);
+        if node.has(flags::OCCLUDED) {
+            let mut top = node.parent();
+            while zone.node(top).has(flags::OCCLUDED) {
+                top = zone.node(top).parent();
+            }
+            let t = zone.node(top);
+            if t.has(flags::DNAME) && !t.has(flags::DELEG) {
+                return (true, has(id));
+            }
+        }
+        return (false, has(id));
     }
     let mut offs = [0u8; 128];
     let n = crate::name::label_offsets(name, &mut offs);
     match zone.lookup(name, &offs[..n]) {
-        crate::zone::Lookup::Wildcard { wildcard, .. } => has(wildcard),
-        _ => false,
+        crate::zone::Lookup::Dname(_) => (true, false),
+        crate::zone::Lookup::Wildcard { wildcard, .. } => (false, has(wildcard)),
+        _ => (false, false),
     }
 }

@@ -45,6 +45,8 @@ pub mod flags {
     pub const EMPTY: u16 = 64;
     /// Holds a DS RRset.
     pub const HAS_DS: u16 = 128;
+    /// Has a `*` child (a wildcard directly below).
+    pub const HAS_WILDCARD: u16 = 256;
 }
 
 /// A name in the zone with its RRsets.
@@ -53,7 +55,6 @@ pub struct Node {
     pub(crate) name_off: u32,
     pub(crate) parent: NodeId,
     pub(crate) rrset_start: u32,
-    pub(crate) wildcard: NodeId,
     pub(crate) rrset_count: u16,
     pub(crate) flags: u16,
     pub(crate) name_len: u8,
@@ -72,10 +73,6 @@ impl Node {
     /// The parent node (`NONE` for the apex).
     pub fn parent(&self) -> NodeId {
         self.parent
-    }
-    /// The `*` child, if any.
-    pub fn wildcard(&self) -> Option<NodeId> {
-        (self.wildcard != NONE).then_some(self.wildcard)
     }
     /// Number of labels of the node's name.
     pub fn labels(&self) -> usize {
@@ -304,7 +301,7 @@ impl Zone {
         if node.has(flags::DNAME) {
             return Lookup::Dname(found);
         }
-        match node.wildcard() {
+        match self.wildcard_of(found) {
             Some(w) => Lookup::Wildcard {
                 closest_encloser: found,
                 wildcard: w,
@@ -313,6 +310,20 @@ impl Zone {
                 closest_encloser: found,
             },
         }
+    }
+
+    /// The `*` child of a node, if it has one (one probe, only when the flag says so).
+    #[inline]
+    pub fn wildcard_of(&self, id: NodeId) -> Option<NodeId> {
+        if !self.node(id).has(flags::HAS_WILDCARD) {
+            return None;
+        }
+        let name = self.node_name(id);
+        let mut buf = [0u8; name::MAX_NAME_LEN];
+        buf[0] = 1;
+        buf[1] = b'*';
+        buf[2..2 + name.len()].copy_from_slice(name);
+        self.find(&buf[..2 + name.len()])
     }
 
     /// Convenience lookup of a [`Name`] (allocates; not for the query path).

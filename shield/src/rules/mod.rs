@@ -1,1 +1,1005 @@
-//! placeholder
+//! The rule engine shared by DNS and HTTP: per-tenant prepared rules answering "what applies to this source and request".
+//!
+//! # Flow
+//!
+//! A rules file (TOML, see [`schema`](self#rules-file)) is compiled once per change into a
+//! [`Prepared`]: per tenant, allow and deny prefix tables ([`PrefixMap`]), known-good crawler
+//! ranges, ASN deny lists, request rules with compiled attribute matchers, a rate limit and an
+//! escalation threshold. A [`RuleSet`] holds the current `Prepared` behind an atomic pointer
+//! (`arc-swap`) together with the state that outlives reloads ([`RuleState`]: rate-limit buckets
+//! and escalation counters in bounded lock-free tables, and the block map to escalate into).
+//! A reload that fails leaves the last good rules in place.
+//!
+//! [`RuleSet::check`] evaluates, with early exits, in this order:
+//!
+//! 1. tenant lookup: a tenant without rules costs one bounds check and one `Option` test;
+//! 2. `allow` prefixes → [`Action::Allow`] (skips everything else);
+//! 3. known-good crawlers, when the tenant allows them → [`Action::Allow`];
+//! 4. `deny` prefixes → [`Action::Deny`]; 5. `deny_asn` → [`Action::Deny`];
+//! 6. request rules in file order: the first matching allow/deny/challenge rule decides; a
+//!    matching `rate_limit` rule decides only when its own limit is exceeded;
+//! 7. the tenant's rate limit → [`Action::RateLimit`]; otherwise [`Action::Pass`].
+//!
+//! A deny, rate-limit or challenge verdict also counts towards the tenant's escalation
+//! threshold: the `after`-th such verdict for one source within `window_secs` inserts the
+//! source (or its prefix) into the block map with [`Origin::Local`] for `block_secs`, and the
+//! verdict says `escalated`.
+//!
+//! Requests are abstract: the caller implements [`Request`] (`attr(name) -> Option<&str>`), e.g.
+//! `path`, `method`, `host`, `user_agent`, `header:<name>` for HTTP, `qname`, `qtype` for DNS.
+//! shield parses neither protocol. The check allocates nothing and takes no lock.
+//!
+//! # Rules file
+//!
+//! ```toml
+//! [known_bots]                      # known-good crawler range files (Google/Bing JSON shape)
+//! files = ["googlebot.json", "bingbot.json"]   # paths relative to this file
+//!
+//! [asn]
+//! file = "asn.csv"                  # `prefix,asn` lines
+//!
+//! [[list]]                          # a named prefix list, referenced as "@scanners"
+//! name = "scanners"
+//! prefixes = ["192.0.2.0/24"]
+//! file = "scanners.txt"             # optional, one prefix per line
+//!
+//! [[tenant]]
+//! id = 7                            # 0 ..= 1048575
+//! allow = ["198.51.100.0/24"]
+//! deny = ["203.0.113.0/24", "@scanners"]
+//! deny_asn = [64496]
+//! allow_known_bots = true
+//! rate_limit = { per_second = 20.0, burst = 40 }           # v4_prefix = 32, v6_prefix = 128
+//! escalate = { after = 50, window_secs = 10, block_secs = 600 }   # on = ["deny", "rate_limit"]
+//!
+//! [[tenant.rule]]
+//! name = "no-wp-login"
+//! action = "deny"                   # allow | deny | challenge | rate_limit (needs `rate`)
+//! code = 101                        # optional reason code for events (default 100 + index)
+//! when = [{ attr = "path", prefix = "/wp-login" }, { attr = "method", one_of = ["POST"] }]
+//! source = ["@scanners"]            # optional: only for these sources
+//! ```
+//!
+//! A condition has `attr` and exactly one of `exact`, `prefix`, `suffix`, `contains`,
+//! `one_of`, `regex`, `present`; `not = true` inverts it. An absent attribute matches nothing
+//! (except `present = false`). Regexes are compiled once; those on one attribute also share a
+//! `RegexSet` that rules them all out in one pass. Every error names `file:line:col`.
+
+mod error;
+mod schema;
+mod sources;
+
+pub use error::RulesError;
+pub use sources::{AsnTable, load_crawler_ranges, parse_crawler_ranges, parse_prefix_list};
+
+use crate::block::{BlockEntry, BlockMap, Origin, Reason};
+use crate::prefix::{PrefixMap, PrefixSet};
+use crate::ratelimit::{Limit, RateLimiter, TableConfig, TableStats, WindowCounter, source_key};
+use crate::util::StripedCounter;
+use arc_swap::ArcSwap;
+use regex::{Regex, RegexSet};
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A tenant's id as configured (0 ..= [`MAX_TENANT_ID`]).
+pub type TenantId = u32;
+
+/// Largest tenant id a rules file may use (tenants are indexed directly by id).
+pub const MAX_TENANT_ID: TenantId = (1 << 20) - 1;
+
+/// Well-known attribute names; callers may use any others (`header:<lowercase name>` for headers).
+pub mod attr {
+    /// HTTP request path.
+    pub const PATH: &str = "path";
+    /// HTTP method.
+    pub const METHOD: &str = "method";
+    /// HTTP Host.
+    pub const HOST: &str = "host";
+    /// HTTP User-Agent.
+    pub const USER_AGENT: &str = "user_agent";
+    /// Prefix of header attributes: `header:x-forwarded-for`.
+    pub const HEADER_PREFIX: &str = "header:";
+    /// DNS query name.
+    pub const QNAME: &str = "qname";
+    /// DNS query type mnemonic (`A`, `AAAA`, `ANY`...).
+    pub const QTYPE: &str = "qtype";
+}
+
+/// Reason codes of the built-in checks (rules use their `code`, default 100 + index).
+pub mod codes {
+    /// Source in the tenant's allow list.
+    pub const ALLOW_LIST: u16 = 1;
+    /// Source is a known-good crawler.
+    pub const KNOWN_BOT: u16 = 2;
+    /// Source in a deny list.
+    pub const DENY_LIST: u16 = 3;
+    /// Source announced by a denied ASN.
+    pub const DENY_ASN: u16 = 4;
+    /// Tenant-wide rate limit exceeded.
+    pub const RATE_LIMIT: u16 = 5;
+    /// First code given to request rules without an explicit one.
+    pub const RULE_BASE: u16 = 100;
+}
+
+/// What the caller knows about a request, by attribute name; shield never parses wire formats.
+pub trait Request {
+    /// The value of attribute `name`, if the request has it.
+    fn attr(&self, name: &str) -> Option<&str>;
+}
+
+/// A request with no attributes: only source checks apply.
+impl Request for () {
+    fn attr(&self, _: &str) -> Option<&str> {
+        None
+    }
+}
+
+/// A request given as a few `(name, value)` pairs (tests, simple callers).
+#[derive(Clone, Copy, Debug)]
+pub struct Attrs<'a>(pub &'a [(&'a str, &'a str)]);
+
+impl Request for Attrs<'_> {
+    fn attr(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+}
+
+/// What a verdict tells the caller to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Nothing applied: serve normally.
+    Pass,
+    /// Explicitly allowed: serve, skipping the remaining checks.
+    Allow,
+    /// Refuse (HTTP 403, DNS drop or REFUSED).
+    Deny,
+    /// Ask the client to prove itself (HTTP challenge, DNS TC=1 / cookie).
+    Challenge,
+    /// Over a rate limit (HTTP 429, DNS drop or slip).
+    RateLimit,
+}
+
+/// The outcome of a check: action, reason code and text, and whether the source was escalated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// What to do.
+    pub action: Action,
+    /// Reason code (see [`codes`]); events carry it.
+    pub code: u16,
+    /// Short reason text (rule name, list name...).
+    pub reason: Reason,
+    /// This verdict pushed the source over its escalation threshold into the block map.
+    pub escalated: bool,
+}
+
+impl Verdict {
+    /// Nothing applied.
+    pub const PASS: Verdict = Verdict {
+        action: Action::Pass,
+        code: 0,
+        reason: Reason::EMPTY,
+        escalated: false,
+    };
+
+    pub(crate) fn new(action: Action, code: u16, reason: &str) -> Self {
+        Verdict {
+            action,
+            code,
+            reason: Reason::new(reason),
+            escalated: false,
+        }
+    }
+}
+
+/// The time a check runs at: wall clock for escalations and block expiry, monotonic for rates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Now {
+    /// Unix milliseconds ([`crate::clock::unix_ms`]).
+    pub unix_ms: u64,
+    /// Monotonic microseconds ([`crate::clock::mono_us`]).
+    pub mono_us: u64,
+}
+
+impl Now {
+    /// Reads both clocks.
+    pub fn read() -> Self {
+        Now {
+            unix_ms: crate::clock::unix_ms(),
+            mono_us: crate::clock::mono_us(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prepared (compiled) rules.
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RateSpec {
+    pub(crate) limit: Limit,
+    pub(crate) v4: u8,
+    pub(crate) v6: u8,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Escalation {
+    pub(crate) after: u32,
+    pub(crate) window_ms: u64,
+    pub(crate) ttl: Duration,
+    pub(crate) on_deny: bool,
+    pub(crate) on_rate_limit: bool,
+    pub(crate) on_challenge: bool,
+    pub(crate) v4: u8,
+    pub(crate) v6: u8,
+    pub(crate) reason: Reason,
+}
+
+#[derive(Debug)]
+pub(crate) enum Matcher {
+    Exact(Box<str>),
+    Prefix(Box<str>),
+    Suffix(Box<str>),
+    Contains(Box<str>),
+    OneOf(Box<[Box<str>]>),
+    OneOfSet(hashbrown::HashSet<Box<str>>),
+    Regex { re: Regex, prefilter: Option<u8> },
+    Present(bool),
+}
+
+#[derive(Debug)]
+pub(crate) struct Condition {
+    pub(crate) attr: Box<str>,
+    pub(crate) matcher: Matcher,
+    pub(crate) negate: bool,
+}
+
+/// Most attributes per tenant that get a shared `RegexSet` prefilter.
+pub(crate) const MAX_PREFILTERS: usize = 16;
+
+impl Condition {
+    #[inline]
+    fn matches<R: Request + ?Sized>(
+        &self,
+        req: &R,
+        prefilters: &[(Box<str>, RegexSet)],
+        cache: &mut [u8; MAX_PREFILTERS],
+    ) -> bool {
+        let value = req.attr(&self.attr);
+        let m = match (&self.matcher, value) {
+            (Matcher::Present(want), v) => v.is_some() == *want,
+            (_, None) => false,
+            (Matcher::Exact(s), Some(v)) => v == &**s,
+            (Matcher::Prefix(s), Some(v)) => v.starts_with(&**s),
+            (Matcher::Suffix(s), Some(v)) => v.ends_with(&**s),
+            (Matcher::Contains(s), Some(v)) => v.contains(&**s),
+            (Matcher::OneOf(set), Some(v)) => set.iter().any(|s| v == &**s),
+            (Matcher::OneOfSet(set), Some(v)) => set.contains(v),
+            (Matcher::Regex { re, prefilter }, Some(v)) => {
+                let ruled_out = match prefilter {
+                    Some(i) => {
+                        let i = *i as usize;
+                        if cache[i] == 0 {
+                            cache[i] = if prefilters[i].1.is_match(v) { 2 } else { 1 };
+                        }
+                        cache[i] == 1
+                    }
+                    None => false,
+                };
+                !ruled_out && re.is_match(v)
+            }
+        };
+        m != self.negate
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Rule {
+    pub(crate) index: u32,
+    pub(crate) verdict: Verdict,
+    pub(crate) conds: Vec<Condition>,
+    pub(crate) source: Option<PrefixSet>,
+    pub(crate) rate: Option<RateSpec>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Tenant {
+    pub(crate) id: TenantId,
+    pub(crate) allow: PrefixSet,
+    pub(crate) allow_bots: bool,
+    pub(crate) deny: PrefixMap<u16>,
+    pub(crate) deny_verdicts: Vec<Verdict>,
+    pub(crate) deny_asn: Vec<u32>,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) prefilters: Vec<(Box<str>, RegexSet)>,
+    pub(crate) rate: Option<RateSpec>,
+    pub(crate) escalate: Option<Escalation>,
+}
+
+impl Tenant {
+    /// True when no check of this tenant can ever apply.
+    pub(crate) fn is_noop(&self) -> bool {
+        self.allow.is_empty()
+            && !self.allow_bots
+            && self.deny.is_empty()
+            && self.deny_asn.is_empty()
+            && self.rules.is_empty()
+            && self.rate.is_none()
+    }
+}
+
+/// Rules compiled from one rules file: immutable, shared by all threads through a [`RuleSet`].
+#[derive(Debug, Default)]
+pub struct Prepared {
+    pub(crate) path: PathBuf,
+    pub(crate) tenants: Vec<Option<Box<Tenant>>>,
+    pub(crate) bots: PrefixSet,
+    pub(crate) asn: AsnTable,
+}
+
+const TENANT_RATE_RULE: u32 = u32::MAX;
+
+impl Prepared {
+    /// Rules that apply nothing to anyone.
+    pub fn empty() -> Self {
+        Prepared::default()
+    }
+
+    /// Reads and compiles a rules file; files it names are read relative to its directory.
+    pub fn load(path: &Path) -> Result<Self, RulesError> {
+        let text = std::fs::read_to_string(path).map_err(|e| RulesError::io(path, e))?;
+        Self::parse(path, &text)
+    }
+
+    /// Compiles rules from `text`; `path` names the file in errors and anchors relative paths.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, RulesError> {
+        schema::compile(path, text)
+    }
+
+    /// The file these rules came from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of tenants with rules.
+    pub fn tenant_count(&self) -> usize {
+        self.tenants.iter().filter(|t| t.is_some()).count()
+    }
+
+    /// True when the tenant has any rule (callers may skip the check entirely otherwise).
+    pub fn has_rules(&self, tenant: TenantId) -> bool {
+        self.tenants
+            .get(tenant as usize)
+            .is_some_and(Option::is_some)
+    }
+
+    /// True when `ip` is in the known-good crawler ranges.
+    pub fn is_known_bot(&self, ip: IpAddr) -> bool {
+        self.bots.contains(ip)
+    }
+
+    /// The ASN announcing `ip`, from the `[asn]` table.
+    pub fn asn_of(&self, ip: IpAddr) -> Option<u32> {
+        self.asn.lookup(ip)
+    }
+
+    /// Evaluates `tenant`'s rules for a request from `src`; see the module documentation.
+    ///
+    /// A tenant without rules costs a bounds check and an `Option` test (inlined here).
+    #[inline(always)]
+    pub fn check<R: Request + ?Sized>(
+        &self,
+        state: &RuleState,
+        tenant: TenantId,
+        src: IpAddr,
+        req: &R,
+        now: Now,
+    ) -> Verdict {
+        match self.tenants.get(tenant as usize) {
+            Some(Some(t)) => self.check_tenant(t, state, src, req, now),
+            _ => Verdict::PASS,
+        }
+    }
+
+    #[inline(never)]
+    fn check_tenant<R: Request + ?Sized>(
+        &self,
+        t: &Tenant,
+        state: &RuleState,
+        src: IpAddr,
+        req: &R,
+        now: Now,
+    ) -> Verdict {
+        let v = self.evaluate(t, state, src, req, now);
+        match (&t.escalate, v.action) {
+            (Some(e), Action::Deny) if e.on_deny => escalate(t, e, state, src, now, v),
+            (Some(e), Action::RateLimit) if e.on_rate_limit => escalate(t, e, state, src, now, v),
+            (Some(e), Action::Challenge) if e.on_challenge => escalate(t, e, state, src, now, v),
+            _ => v,
+        }
+    }
+
+    #[inline]
+    fn evaluate<R: Request + ?Sized>(
+        &self,
+        t: &Tenant,
+        state: &RuleState,
+        src: IpAddr,
+        req: &R,
+        now: Now,
+    ) -> Verdict {
+        if !t.allow.is_empty() && t.allow.contains(src) {
+            return Verdict::new(Action::Allow, codes::ALLOW_LIST, "allow-list");
+        }
+        if t.allow_bots && self.bots.contains(src) {
+            return Verdict::new(Action::Allow, codes::KNOWN_BOT, "known-bot");
+        }
+        if !t.deny.is_empty()
+            && let Some((_, &i)) = t.deny.longest_match(src)
+        {
+            return t.deny_verdicts[i as usize];
+        }
+        if !t.deny_asn.is_empty()
+            && let Some(asn) = self.asn.lookup(src)
+            && t.deny_asn.binary_search(&asn).is_ok()
+        {
+            return Verdict::new(Action::Deny, codes::DENY_ASN, "deny-asn");
+        }
+        let mut cache = [0u8; MAX_PREFILTERS];
+        for rule in &t.rules {
+            if let Some(s) = &rule.source
+                && !s.contains(src)
+            {
+                continue;
+            }
+            if !rule
+                .conds
+                .iter()
+                .all(|c| c.matches(req, &t.prefilters, &mut cache))
+            {
+                continue;
+            }
+            match (rule.verdict.action, &rule.rate) {
+                (Action::RateLimit, Some(spec)) => {
+                    if !rate_ok(state, t.id, rule.index, spec, src, now) {
+                        return rule.verdict;
+                    }
+                }
+                _ => return rule.verdict,
+            }
+        }
+        if let Some(spec) = &t.rate
+            && !rate_ok(state, t.id, TENANT_RATE_RULE, spec, src, now)
+        {
+            return Verdict::new(Action::RateLimit, codes::RATE_LIMIT, "rate-limit");
+        }
+        Verdict::PASS
+    }
+}
+
+#[inline]
+fn rate_ok(
+    state: &RuleState,
+    tenant: TenantId,
+    rule: u32,
+    spec: &RateSpec,
+    src: IpAddr,
+    now: Now,
+) -> bool {
+    let key = (tenant, rule, source_key(src, spec.v4, spec.v6));
+    state
+        .limiter
+        .check(&key, &spec.limit, now.mono_us)
+        .is_allow()
+}
+
+#[cold]
+fn escalate(
+    t: &Tenant,
+    e: &Escalation,
+    state: &RuleState,
+    src: IpAddr,
+    now: Now,
+    mut v: Verdict,
+) -> Verdict {
+    let key = (t.id, source_key(src, e.v4, e.v6));
+    let n = state.counter.add(&key, 1, e.window_ms, now.unix_ms);
+    if n == e.after
+        && let Some(blocks) = &state.blocks
+    {
+        let net = key.1.to_net();
+        blocks.insert(BlockEntry::with_ttl(
+            net,
+            e.ttl,
+            now.unix_ms,
+            e.reason.as_str(),
+            Origin::Local,
+        ));
+        state.escalations.add(n as usize ^ t.id as usize, 1);
+        tracing::info!(tenant = t.id, %net, reason = %v.reason, "source escalated into the block map");
+        v.escalated = true;
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// State and the swappable rule set.
+
+/// Sizes of the state that outlives reloads (`[rules.state]`-style config).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// Rate-limit buckets (keys: tenant, rule, source prefix).
+    pub limiter: TableConfig,
+    /// Escalation counters (keys: tenant, source prefix).
+    pub counters: TableConfig,
+}
+
+/// Rate-limit buckets, escalation counters and the block map escalations go to.
+pub struct RuleState {
+    limiter: RateLimiter,
+    counter: WindowCounter,
+    blocks: Option<Arc<BlockMap>>,
+    escalations: StripedCounter,
+}
+
+impl std::fmt::Debug for RuleState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleState")
+            .field("limiter", &self.limiter)
+            .field("counter", &self.counter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuleState {
+    /// State sized by `cfg`; escalations go into `blocks` (with `None`, thresholds count but block nothing).
+    pub fn new(cfg: &StateConfig, blocks: Option<Arc<BlockMap>>) -> Self {
+        RuleState {
+            limiter: RateLimiter::new(&cfg.limiter),
+            counter: WindowCounter::new(&cfg.counters),
+            blocks,
+            escalations: StripedCounter::default(),
+        }
+    }
+}
+
+/// Counters of a rule set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RulesStats {
+    /// Tenants with rules in the current set.
+    pub tenants: usize,
+    /// Successful reloads.
+    pub reloads: u64,
+    /// Refused reloads (the last good rules stayed).
+    pub reload_failures: u64,
+    /// Sources escalated into the block map.
+    pub escalations: u64,
+    /// Rate-limit table.
+    pub limiter: TableStats,
+    /// Escalation counter table.
+    pub counters: TableStats,
+}
+
+/// The current [`Prepared`] rules (swapped atomically on reload) plus their [`RuleState`].
+pub struct RuleSet {
+    current: Arc<ArcSwap<Prepared>>,
+    state: RuleState,
+    reloads: AtomicU64,
+    reload_failures: AtomicU64,
+}
+
+impl std::fmt::Debug for RuleSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleSet")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl RuleSet {
+    /// A rule set starting with `prepared`.
+    pub fn new(prepared: Prepared, state: RuleState) -> Self {
+        RuleSet {
+            current: Arc::new(ArcSwap::from_pointee(prepared)),
+            state,
+            reloads: AtomicU64::new(0),
+            reload_failures: AtomicU64::new(0),
+        }
+    }
+
+    /// The current rules (lock-free; hold the guard briefly).
+    #[inline]
+    pub fn current(&self) -> arc_swap::Guard<Arc<Prepared>> {
+        self.current.load()
+    }
+
+    /// Replaces the rules.
+    pub fn store(&self, prepared: Prepared) {
+        self.current.store(Arc::new(prepared));
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Loads and compiles `path`; on success swaps it in, on failure keeps the last good rules.
+    pub fn reload(&self, path: &Path) -> Result<(), RulesError> {
+        match Prepared::load(path) {
+            Ok(p) => {
+                tracing::info!(path = %path.display(), tenants = p.tenant_count(), "rules reloaded");
+                self.store(p);
+                Ok(())
+            }
+            Err(e) => {
+                self.reload_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "rules refused; keeping the last good rules");
+                Err(e)
+            }
+        }
+    }
+
+    /// Evaluates `tenant`'s current rules for a request from `src` (see [`Prepared::check`]).
+    ///
+    /// Loads the current rules through `arc-swap` (lock-free, about 10 ns); a thread that
+    /// checks often should use a [`LocalRules`] from [`RuleSet::local`] instead.
+    #[inline]
+    pub fn check<R: Request + ?Sized>(
+        &self,
+        tenant: TenantId,
+        src: IpAddr,
+        req: &R,
+        now: Now,
+    ) -> Verdict {
+        self.current
+            .load()
+            .check(&self.state, tenant, src, req, now)
+    }
+
+    /// A per-thread handle that caches the current rules and notices a reload with one relaxed load.
+    pub fn local(self: &Arc<Self>) -> LocalRules {
+        LocalRules {
+            cache: arc_swap::Cache::new(Arc::clone(&self.current)),
+            set: Arc::clone(self),
+        }
+    }
+
+    /// The state shared across reloads.
+    pub fn state(&self) -> &RuleState {
+        &self.state
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> RulesStats {
+        RulesStats {
+            tenants: self.current.load().tenant_count(),
+            reloads: self.reloads.load(Ordering::Relaxed),
+            reload_failures: self.reload_failures.load(Ordering::Relaxed),
+            escalations: self.state.escalations.sum(),
+            limiter: self.state.limiter.stats(),
+            counters: self.state.counter.stats(),
+        }
+    }
+}
+
+/// A per-thread view of a [`RuleSet`]: the current rules cached, refreshed when a reload swaps them.
+///
+/// Keeps the previous rules alive until this thread's next check after a reload.
+pub struct LocalRules {
+    cache: arc_swap::Cache<Arc<ArcSwap<Prepared>>, Arc<Prepared>>,
+    set: Arc<RuleSet>,
+}
+
+impl std::fmt::Debug for LocalRules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalRules").finish_non_exhaustive()
+    }
+}
+
+impl LocalRules {
+    /// The current rules (refreshed if a reload happened).
+    #[inline]
+    pub fn current(&mut self) -> &Arc<Prepared> {
+        self.cache.load()
+    }
+
+    /// As [`RuleSet::check`], without the shared load.
+    #[inline]
+    pub fn check<R: Request + ?Sized>(
+        &mut self,
+        tenant: TenantId,
+        src: IpAddr,
+        req: &R,
+        now: Now,
+    ) -> Verdict {
+        let state = &self.set.state;
+        self.cache.load().check(state, tenant, src, req, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::BlockConfig;
+    use ipnet::IpNet;
+
+    const NOW: Now = Now {
+        unix_ms: 1_700_000_000_000,
+        mono_us: 10_000_000,
+    };
+
+    fn prepared(text: &str) -> Prepared {
+        Prepared::parse(Path::new("test.toml"), text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn state() -> RuleState {
+        RuleState::new(&StateConfig::default(), None)
+    }
+
+    #[test]
+    fn tenant_without_rules_passes() {
+        let p = prepared("[[tenant]]\nid = 3\ndeny = [\"0.0.0.0/0\"]\n[[tenant]]\nid = 4\n");
+        let s = state();
+        assert_eq!(p.check(&s, 1, ip("192.0.2.1"), &(), NOW), Verdict::PASS);
+        assert_eq!(
+            p.check(&s, 99_999, ip("192.0.2.1"), &(), NOW),
+            Verdict::PASS
+        );
+        assert_eq!(
+            p.check(&s, 3, ip("192.0.2.1"), &(), NOW).action,
+            Action::Deny
+        );
+        assert!(p.has_rules(3) && !p.has_rules(1));
+        assert!(
+            !p.has_rules(4),
+            "a tenant without rules compiles to nothing"
+        );
+        assert_eq!(p.check(&s, 4, ip("192.0.2.1"), &(), NOW), Verdict::PASS);
+    }
+
+    #[test]
+    fn order_allow_beats_deny_and_lists_resolve() {
+        let p = prepared(
+            r#"
+[[list]]
+name = "bad"
+prefixes = ["203.0.113.0/24", "2001:db8:bad::/48"]
+
+[[tenant]]
+id = 1
+allow = ["203.0.113.7"]
+deny = ["@bad", "192.0.2.0/24"]
+"#,
+        );
+        let s = state();
+        let v = p.check(&s, 1, ip("203.0.113.7"), &(), NOW);
+        assert_eq!((v.action, v.code), (Action::Allow, codes::ALLOW_LIST));
+        let v = p.check(&s, 1, ip("203.0.113.8"), &(), NOW);
+        assert_eq!(
+            (v.action, v.code, v.reason.as_str()),
+            (Action::Deny, codes::DENY_LIST, "deny:@bad")
+        );
+        let v = p.check(&s, 1, ip("2001:db8:bad::1"), &(), NOW);
+        assert_eq!(v.action, Action::Deny);
+        let v = p.check(&s, 1, ip("192.0.2.9"), &(), NOW);
+        assert_eq!(v.reason.as_str(), "deny-list");
+        assert_eq!(p.check(&s, 1, ip("198.51.100.1"), &(), NOW), Verdict::PASS);
+    }
+
+    #[test]
+    fn request_rules_match_attributes() {
+        let p = prepared(
+            r#"
+[[tenant]]
+id = 2
+
+[[tenant.rule]]
+name = "ok-health"
+action = "allow"
+when = [{ attr = "path", exact = "/healthz" }]
+
+[[tenant.rule]]
+name = "wp"
+action = "deny"
+code = 7
+when = [{ attr = "path", prefix = "/wp-" }, { attr = "method", one_of = ["POST", "PUT"] }]
+
+[[tenant.rule]]
+name = "scanner-ua"
+action = "challenge"
+when = [{ attr = "user_agent", regex = "(?i)sqlmap|nikto" }]
+
+[[tenant.rule]]
+name = "no-ua"
+action = "challenge"
+when = [{ attr = "user_agent", present = false }, { attr = "path", suffix = ".php", not = true }]
+
+[[tenant.rule]]
+name = "any-dns"
+action = "deny"
+when = [{ attr = "qtype", exact = "ANY" }, { attr = "qname", contains = "example" }]
+"#,
+        );
+        let s = state();
+        let src = ip("192.0.2.1");
+        let check = |a: &[(&str, &str)]| p.check(&s, 2, src, &Attrs(a), NOW);
+        assert_eq!(check(&[("path", "/healthz")]).action, Action::Allow);
+        let v = check(&[
+            ("path", "/wp-login.php"),
+            ("method", "POST"),
+            ("user_agent", "x"),
+        ]);
+        assert_eq!(
+            (v.action, v.code, v.reason.as_str()),
+            (Action::Deny, 7, "wp")
+        );
+        assert_eq!(
+            check(&[
+                ("path", "/wp-login.php"),
+                ("method", "GET"),
+                ("user_agent", "x")
+            ])
+            .action,
+            Action::Pass
+        );
+        let v = check(&[("path", "/"), ("user_agent", "SQLMap/1.0")]);
+        assert_eq!(
+            (v.action, v.code),
+            (Action::Challenge, codes::RULE_BASE + 2)
+        );
+        assert_eq!(check(&[("path", "/")]).reason.as_str(), "no-ua");
+        assert_eq!(check(&[("path", "/x.php")]).action, Action::Pass);
+        assert_eq!(
+            check(&[
+                ("qtype", "ANY"),
+                ("qname", "www.example.com."),
+                ("user_agent", "-")
+            ])
+            .action,
+            Action::Deny
+        );
+    }
+
+    #[test]
+    fn regex_prefilter_is_shared_per_attribute() {
+        let p = prepared(
+            r#"
+[[tenant]]
+id = 1
+[[tenant.rule]]
+name = "a"
+action = "deny"
+when = [{ attr = "user_agent", regex = "^curl/" }]
+[[tenant.rule]]
+name = "b"
+action = "challenge"
+when = [{ attr = "user_agent", regex = "python-requests" }]
+"#,
+        );
+        let t = p.tenants[1].as_ref().unwrap();
+        assert_eq!(t.prefilters.len(), 1);
+        let s = state();
+        let v = p.check(
+            &s,
+            1,
+            ip("192.0.2.1"),
+            &Attrs(&[("user_agent", "python-requests/2")]),
+            NOW,
+        );
+        assert_eq!(v.reason.as_str(), "b");
+        let v = p.check(
+            &s,
+            1,
+            ip("192.0.2.1"),
+            &Attrs(&[("user_agent", "curl/8")]),
+            NOW,
+        );
+        assert_eq!(v.reason.as_str(), "a");
+        let v = p.check(
+            &s,
+            1,
+            ip("192.0.2.1"),
+            &Attrs(&[("user_agent", "Mozilla")]),
+            NOW,
+        );
+        assert_eq!(v, Verdict::PASS);
+    }
+
+    #[test]
+    fn rate_limit_and_escalation_into_block_map() {
+        let blocks = BlockMap::new(BlockConfig::default());
+        let s = RuleState::new(&StateConfig::default(), Some(blocks.clone()));
+        let p = prepared(
+            r#"
+[[tenant]]
+id = 5
+rate_limit = { per_second = 1.0, burst = 2 }
+escalate = { after = 3, window_secs = 10, block_secs = 60, v4_prefix = 24 }
+"#,
+        );
+        let src = ip("192.0.2.77");
+        let actions: Vec<Action> = (0..6)
+            .map(|_| p.check(&s, 5, src, &(), NOW).action)
+            .collect();
+        assert_eq!(
+            actions,
+            [
+                Action::Pass,
+                Action::Pass,
+                Action::RateLimit,
+                Action::RateLimit,
+                Action::RateLimit,
+                Action::RateLimit
+            ]
+        );
+        let r = blocks.reader();
+        let hit = r
+            .lookup(ip("192.0.2.1"), NOW.unix_ms)
+            .expect("escalated /24");
+        assert_eq!(hit.net, "192.0.2.0/24".parse::<IpNet>().unwrap());
+        assert_eq!(hit.origin, Origin::Local);
+        assert_eq!(hit.expires_ms, NOW.unix_ms + 60_000);
+        assert_eq!(blocks.len(), 1, "escalated once");
+        let rs = RuleSet::new(prepared("[[tenant]]\nid = 1\n"), s);
+        assert_eq!(rs.stats().escalations, 1);
+    }
+
+    #[test]
+    fn rate_limit_rule_limits_only_its_requests() {
+        let p = prepared(
+            r#"
+[[tenant]]
+id = 1
+[[tenant.rule]]
+name = "login"
+action = "rate_limit"
+when = [{ attr = "path", exact = "/login" }]
+rate = { per_second = 1.0, burst = 1 }
+"#,
+        );
+        let s = state();
+        let src = ip("192.0.2.1");
+        let login = Attrs(&[("path", "/login")]);
+        let home = Attrs(&[("path", "/")]);
+        assert_eq!(p.check(&s, 1, src, &login, NOW).action, Action::Pass);
+        assert_eq!(p.check(&s, 1, src, &login, NOW).action, Action::RateLimit);
+        assert_eq!(p.check(&s, 1, src, &home, NOW).action, Action::Pass);
+        assert_eq!(
+            p.check(&s, 1, ip("192.0.2.2"), &login, NOW).action,
+            Action::Pass
+        );
+    }
+
+    #[test]
+    fn rule_set_reload_keeps_last_good() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rules.toml");
+        std::fs::write(&path, "[[tenant]]\nid = 1\ndeny = [\"192.0.2.0/24\"]\n").unwrap();
+        let rs = RuleSet::new(Prepared::empty(), state());
+        assert_eq!(rs.check(1, ip("192.0.2.1"), &(), NOW).action, Action::Pass);
+        rs.reload(&path).unwrap();
+        assert_eq!(rs.check(1, ip("192.0.2.1"), &(), NOW).action, Action::Deny);
+        std::fs::write(&path, "[[tenant]]\nid = 1\ndeny = [\"192.0.2.0/33\"]\n").unwrap();
+        let e = rs.reload(&path).unwrap_err();
+        assert!(e.to_string().contains("rules.toml:3:9:"), "{e}");
+        assert_eq!(rs.check(1, ip("192.0.2.1"), &(), NOW).action, Action::Deny);
+        let st = rs.stats();
+        assert_eq!((st.reloads, st.reload_failures, st.tenants), (1, 1, 1));
+        let rs = Arc::new(rs);
+        let mut local = rs.local();
+        assert_eq!(
+            local.check(1, ip("192.0.2.1"), &(), NOW).action,
+            Action::Deny
+        );
+        rs.store(Prepared::empty());
+        assert_eq!(
+            local.check(1, ip("192.0.2.1"), &(), NOW).action,
+            Action::Pass,
+            "sees the swap"
+        );
+    }
+}

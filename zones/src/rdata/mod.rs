@@ -265,7 +265,6 @@ pub fn check_wire(rtype: u16, rdata: &[u8]) -> Result<(), String> {
     let Some(spec) = types::spec(rtype) else {
         return Ok(());
     };
-    let name = crate::rrtype::to_text(rtype);
     let r = match spec.def {
         Def::Fields(kinds) => field::check(kinds, rdata),
         Def::Custom(c) => match c {
@@ -282,7 +281,7 @@ pub fn check_wire(rtype: u16, rdata: &[u8]) -> Result<(), String> {
         Def::Opaque => Ok(()),
     };
     r.and_then(|()| spec.hook.map_or(Ok(()), |h| h(rtype, rdata)))
-        .map_err(|m| format!("bad {name} RDATA: {m}"))
+        .map_err(|m| format!("bad {} RDATA: {m}", crate::rrtype::to_text(rtype)))
 }
 
 /// Writes RDATA in presentation format: names absolute with RFC 1035 escapes, strings

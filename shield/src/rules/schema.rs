@@ -1,0 +1,633 @@
+//! The rules file schema (TOML, unknown keys refused) and its compilation into [`Prepared`].
+
+use super::error::RulesError;
+use super::sources::{AsnTable, load_crawler_ranges, parse_prefix_list};
+use super::{
+    Action, Condition, Escalation, MAX_PREFILTERS, MAX_TENANT_ID, Matcher, Prepared, RateSpec,
+    Rule, Tenant, Verdict, codes,
+};
+use crate::block::Reason;
+use crate::prefix::{PrefixMap, PrefixSet, parse_net};
+use crate::ratelimit::Limit;
+use ipnet::IpNet;
+use regex::{RegexBuilder, RegexSetBuilder};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::Spanned;
+
+/// Compiled size limit of one regex (and of one prefilter set).
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// Most request rules per tenant.
+const MAX_RULES_PER_TENANT: usize = 10_000;
+/// `one_of` lists longer than this are matched through a hash set.
+const ONE_OF_SET_MIN: usize = 8;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSchema {
+    known_bots: Option<KnownBotsSchema>,
+    asn: Option<AsnSchema>,
+    #[serde(default)]
+    list: Vec<ListSchema>,
+    #[serde(default)]
+    tenant: Vec<TenantSchema>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KnownBotsSchema {
+    files: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AsnSchema {
+    file: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListSchema {
+    name: Spanned<String>,
+    #[serde(default)]
+    prefixes: Vec<Spanned<String>>,
+    file: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantSchema {
+    id: Spanned<u32>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    name: Option<String>,
+    #[serde(default)]
+    allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    deny: Vec<Spanned<String>>,
+    deny_asn: Option<Spanned<Vec<u32>>>,
+    #[serde(default)]
+    allow_known_bots: bool,
+    rate_limit: Option<Spanned<RateSchema>>,
+    escalate: Option<Spanned<EscalateSchema>>,
+    #[serde(default)]
+    rule: Vec<RuleSchema>,
+}
+
+fn default_v4() -> u8 {
+    32
+}
+
+fn default_v6() -> u8 {
+    128
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateSchema {
+    per_second: f64,
+    burst: u32,
+    #[serde(default = "default_v4")]
+    v4_prefix: u8,
+    #[serde(default = "default_v6")]
+    v6_prefix: u8,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum ActionName {
+    Allow,
+    Deny,
+    Challenge,
+    RateLimit,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EscalateSchema {
+    after: u32,
+    window_secs: u64,
+    block_secs: u64,
+    on: Option<Vec<ActionName>>,
+    #[serde(default = "default_v4")]
+    v4_prefix: u8,
+    #[serde(default = "default_v6")]
+    v6_prefix: u8,
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleSchema {
+    name: Spanned<String>,
+    action: ActionName,
+    code: Option<u16>,
+    #[serde(default)]
+    when: Vec<CondSchema>,
+    #[serde(default)]
+    source: Vec<Spanned<String>>,
+    rate: Option<Spanned<RateSchema>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CondSchema {
+    attr: Spanned<String>,
+    exact: Option<String>,
+    prefix: Option<String>,
+    suffix: Option<String>,
+    contains: Option<String>,
+    one_of: Option<Vec<String>>,
+    regex: Option<Spanned<String>>,
+    present: Option<bool>,
+    #[serde(default)]
+    not: bool,
+}
+
+struct Ctx<'a> {
+    path: &'a Path,
+    text: &'a str,
+    base: PathBuf,
+    lists: HashMap<String, Vec<IpNet>>,
+}
+
+impl Ctx<'_> {
+    fn err<T>(
+        &self,
+        span: std::ops::Range<usize>,
+        msg: impl Into<String>,
+    ) -> Result<T, RulesError> {
+        Err(RulesError::at_offset(self.path, self.text, span.start, msg))
+    }
+
+    fn resolve(&self, file: &str) -> PathBuf {
+        let p = Path::new(file);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base.join(p)
+        }
+    }
+
+    /// Reads a referenced file; a missing one is reported at the line naming it.
+    fn read(&self, file: &Spanned<String>) -> Result<(PathBuf, String), RulesError> {
+        let p = self.resolve(file.get_ref());
+        match std::fs::read_to_string(&p) {
+            Ok(t) => Ok((p, t)),
+            Err(e) => self.err(file.span(), format!("cannot read {}: {e}", p.display())),
+        }
+    }
+
+    /// Expands prefix strings and `@list` references.
+    fn nets(&self, items: &[Spanned<String>]) -> Result<Vec<(IpNet, Option<String>)>, RulesError> {
+        let mut out = Vec::new();
+        for item in items {
+            let s = item.get_ref().trim();
+            if let Some(name) = s.strip_prefix('@') {
+                let Some(list) = self.lists.get(name) else {
+                    return self.err(item.span(), format!("unknown list {s:?}"));
+                };
+                out.extend(list.iter().map(|n| (*n, Some(name.to_string()))));
+            } else {
+                let Some(net) = parse_net(s) else {
+                    return self.err(item.span(), format!("not a prefix or @list: {s:?}"));
+                };
+                out.push((net, None));
+            }
+        }
+        Ok(out)
+    }
+
+    fn rate(&self, r: &Spanned<RateSchema>) -> Result<RateSpec, RulesError> {
+        let v = r.get_ref();
+        if !(v.per_second.is_finite() && v.per_second > 0.0 && v.per_second <= 250_000.0) {
+            return self.err(r.span(), "per_second must be in (0, 250000]");
+        }
+        if v.burst == 0 {
+            return self.err(r.span(), "burst must be at least 1");
+        }
+        if v.v4_prefix > 32 || v.v6_prefix > 128 {
+            return self.err(r.span(), "v4_prefix must be <= 32 and v6_prefix <= 128");
+        }
+        let limit = Limit::per_second(v.per_second, v.burst);
+        if limit.burst() < v.burst {
+            return self.err(
+                r.span(),
+                "burst / per_second exceeds the limiter's 71-minute horizon",
+            );
+        }
+        Ok(RateSpec {
+            limit,
+            v4: v.v4_prefix,
+            v6: v.v6_prefix,
+        })
+    }
+
+    fn condition(&self, c: &CondSchema) -> Result<Condition, RulesError> {
+        let set = [
+            c.exact.is_some(),
+            c.prefix.is_some(),
+            c.suffix.is_some(),
+            c.contains.is_some(),
+            c.one_of.is_some(),
+            c.regex.is_some(),
+            c.present.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
+        if set != 1 {
+            return self.err(
+                c.attr.span(),
+                "a condition needs exactly one of exact, prefix, suffix, contains, one_of, regex, present",
+            );
+        }
+        let attr = c.attr.get_ref().as_str();
+        if attr.is_empty() {
+            return self.err(c.attr.span(), "empty attribute name");
+        }
+        let matcher = if let Some(s) = &c.exact {
+            Matcher::Exact(s.as_str().into())
+        } else if let Some(s) = &c.prefix {
+            Matcher::Prefix(s.as_str().into())
+        } else if let Some(s) = &c.suffix {
+            Matcher::Suffix(s.as_str().into())
+        } else if let Some(s) = &c.contains {
+            Matcher::Contains(s.as_str().into())
+        } else if let Some(v) = &c.one_of {
+            if v.len() > ONE_OF_SET_MIN {
+                Matcher::OneOfSet(v.iter().map(|s| s.as_str().into()).collect())
+            } else {
+                Matcher::OneOf(v.iter().map(|s| s.as_str().into()).collect())
+            }
+        } else if let Some(r) = &c.regex {
+            match RegexBuilder::new(r.get_ref())
+                .size_limit(REGEX_SIZE_LIMIT)
+                .build()
+            {
+                Ok(re) => Matcher::Regex {
+                    re,
+                    prefilter: None,
+                },
+                Err(e) => return self.err(r.span(), format!("bad regex: {e}")),
+            }
+        } else {
+            Matcher::Present(c.present.unwrap_or(true))
+        };
+        Ok(Condition {
+            attr: attr.into(),
+            matcher,
+            negate: c.not,
+        })
+    }
+
+    fn tenant(
+        &self,
+        t: &TenantSchema,
+        bots_loaded: bool,
+        asn_loaded: bool,
+    ) -> Result<Tenant, RulesError> {
+        let id = *t.id.get_ref();
+        let mut allow = PrefixSet::new();
+        for (n, _) in self.nets(&t.allow)? {
+            allow.insert(n, ());
+        }
+        let mut deny = PrefixMap::new();
+        let mut deny_verdicts = vec![Verdict::new(Action::Deny, codes::DENY_LIST, "deny-list")];
+        let mut list_index: HashMap<String, u16> = HashMap::new();
+        for (n, list) in self.nets(&t.deny)? {
+            let idx = match list {
+                None => 0,
+                Some(name) => *list_index.entry(name.clone()).or_insert_with(|| {
+                    deny_verdicts.push(Verdict::new(
+                        Action::Deny,
+                        codes::DENY_LIST,
+                        &format!("deny:@{name}"),
+                    ));
+                    (deny_verdicts.len() - 1) as u16
+                }),
+            };
+            deny.insert(n, idx);
+        }
+        let mut deny_asn = t
+            .deny_asn
+            .as_ref()
+            .map(|v| v.get_ref().clone())
+            .unwrap_or_default();
+        deny_asn.sort_unstable();
+        deny_asn.dedup();
+        if let Some(span) = t.deny_asn.as_ref().map(Spanned::span)
+            && !deny_asn.is_empty()
+            && !asn_loaded
+        {
+            return self.err(span, "deny_asn needs an [asn] table");
+        }
+        if t.allow_known_bots && !bots_loaded {
+            return self.err(t.id.span(), "allow_known_bots needs [known_bots] files");
+        }
+        if t.rule.len() > MAX_RULES_PER_TENANT {
+            return self.err(
+                t.id.span(),
+                format!("more than {MAX_RULES_PER_TENANT} rules"),
+            );
+        }
+        let rate = t.rate_limit.as_ref().map(|r| self.rate(r)).transpose()?;
+        let escalate = t
+            .escalate
+            .as_ref()
+            .map(|e| self.escalation(id, e))
+            .transpose()?;
+
+        let mut rules = Vec::with_capacity(t.rule.len());
+        for (i, r) in t.rule.iter().enumerate() {
+            let name = r.name.get_ref();
+            let code = r.code.unwrap_or(codes::RULE_BASE.saturating_add(i as u16));
+            let action = match r.action {
+                ActionName::Allow => Action::Allow,
+                ActionName::Deny => Action::Deny,
+                ActionName::Challenge => Action::Challenge,
+                ActionName::RateLimit => Action::RateLimit,
+            };
+            let rate = match (&r.rate, action) {
+                (Some(rs), Action::RateLimit) => Some(self.rate(rs)?),
+                (None, Action::RateLimit) => {
+                    return self.err(r.name.span(), "action rate_limit needs `rate`");
+                }
+                (Some(rs), _) => {
+                    return self.err(rs.span(), "`rate` only goes with action rate_limit");
+                }
+                (None, _) => None,
+            };
+            let conds = r
+                .when
+                .iter()
+                .map(|c| self.condition(c))
+                .collect::<Result<Vec<_>, _>>()?;
+            let source = if r.source.is_empty() {
+                None
+            } else {
+                Some(
+                    self.nets(&r.source)?
+                        .into_iter()
+                        .map(|(n, _)| (n, ()))
+                        .collect(),
+                )
+            };
+            rules.push(Rule {
+                index: i as u32,
+                verdict: Verdict::new(action, code, name),
+                conds,
+                source,
+                rate,
+            });
+        }
+        let prefilters = self.prefilters(&mut rules)?;
+        Ok(Tenant {
+            id,
+            allow,
+            allow_bots: t.allow_known_bots,
+            deny,
+            deny_verdicts,
+            deny_asn,
+            rules,
+            prefilters,
+            rate,
+            escalate,
+        })
+    }
+
+    fn escalation(
+        &self,
+        tenant: u32,
+        e: &Spanned<EscalateSchema>,
+    ) -> Result<Escalation, RulesError> {
+        let v = e.get_ref();
+        if v.after == 0 || v.after > 65_535 {
+            return self.err(e.span(), "after must be in 1..=65535");
+        }
+        if v.window_secs == 0 || v.block_secs == 0 {
+            return self.err(e.span(), "window_secs and block_secs must be positive");
+        }
+        if v.v4_prefix > 32 || v.v6_prefix > 128 {
+            return self.err(e.span(), "v4_prefix must be <= 32 and v6_prefix <= 128");
+        }
+        let on =
+            v.on.clone()
+                .unwrap_or_else(|| vec![ActionName::Deny, ActionName::RateLimit]);
+        if on.contains(&ActionName::Allow) {
+            return self.err(e.span(), "`on` takes deny, rate_limit and challenge");
+        }
+        let reason = v
+            .reason
+            .clone()
+            .unwrap_or_else(|| format!("tenant {tenant} escalation"));
+        Ok(Escalation {
+            after: v.after,
+            window_ms: v.window_secs.saturating_mul(1000),
+            ttl: Duration::from_secs(v.block_secs),
+            on_deny: on.contains(&ActionName::Deny),
+            on_rate_limit: on.contains(&ActionName::RateLimit),
+            on_challenge: on.contains(&ActionName::Challenge),
+            v4: v.v4_prefix,
+            v6: v.v6_prefix,
+            reason: Reason::new(&reason),
+        })
+    }
+
+    /// Groups regex conditions by attribute; an attribute with several gets one `RegexSet`.
+    fn prefilters(
+        &self,
+        rules: &mut [Rule],
+    ) -> Result<Vec<(Box<str>, regex::RegexSet)>, RulesError> {
+        let mut by_attr: Vec<(Box<str>, Vec<String>)> = Vec::new();
+        for rule in rules.iter() {
+            for c in &rule.conds {
+                if let Matcher::Regex { re, .. } = &c.matcher {
+                    match by_attr.iter_mut().find(|(a, _)| *a == c.attr) {
+                        Some((_, v)) => v.push(re.as_str().to_string()),
+                        None => by_attr.push((c.attr.clone(), vec![re.as_str().to_string()])),
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (attr, patterns) in by_attr {
+            if patterns.len() < 2 || out.len() == MAX_PREFILTERS {
+                continue;
+            }
+            let set = RegexSetBuilder::new(&patterns)
+                .size_limit(REGEX_SIZE_LIMIT * 4)
+                .build()
+                .map_err(|e| {
+                    RulesError::at_offset(
+                        self.path,
+                        self.text,
+                        0,
+                        format!("regex set for {attr}: {e}"),
+                    )
+                })?;
+            let idx = out.len() as u8;
+            for rule in rules.iter_mut() {
+                for c in &mut rule.conds {
+                    if c.attr == attr
+                        && let Matcher::Regex { prefilter, .. } = &mut c.matcher
+                    {
+                        *prefilter = Some(idx);
+                    }
+                }
+            }
+            out.push((attr, set));
+        }
+        Ok(out)
+    }
+}
+
+/// Parses and compiles a rules file.
+pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
+    let file: FileSchema = toml::from_str(text).map_err(|e| {
+        let offset = e.span().map(|s| s.start).unwrap_or(0);
+        RulesError::at_offset(path, text, offset, e.message().trim())
+    })?;
+    let mut ctx = Ctx {
+        path,
+        text,
+        base: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        lists: HashMap::new(),
+    };
+
+    let mut bots = PrefixSet::new();
+    let bots_loaded = file.known_bots.is_some();
+    if let Some(kb) = &file.known_bots {
+        for f in &kb.files {
+            let p = ctx.resolve(f.get_ref());
+            if !p.exists() {
+                return ctx.err(
+                    f.span(),
+                    format!("cannot read {}: file not found", p.display()),
+                );
+            }
+            for n in load_crawler_ranges(&p)? {
+                bots.insert(n, ());
+            }
+        }
+    }
+    let asn = match &file.asn {
+        Some(a) => {
+            let (p, t) = ctx.read(&a.file)?;
+            AsnTable::parse(&p, &t)?
+        }
+        None => AsnTable::default(),
+    };
+    for l in &file.list {
+        let name = l.name.get_ref();
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return ctx.err(l.name.span(), "list names are non-empty words");
+        }
+        if ctx.lists.contains_key(name) {
+            return ctx.err(l.name.span(), format!("duplicate list {name:?}"));
+        }
+        let mut nets = Vec::new();
+        for p in &l.prefixes {
+            match parse_net(p.get_ref()) {
+                Some(n) => nets.push(n),
+                None => return ctx.err(p.span(), format!("not a prefix: {:?}", p.get_ref())),
+            }
+        }
+        if let Some(f) = &l.file {
+            let (p, t) = ctx.read(f)?;
+            nets.extend(parse_prefix_list(&p, &t)?);
+        }
+        ctx.lists.insert(name.clone(), nets);
+    }
+
+    let mut tenants: Vec<Option<Box<Tenant>>> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for t in &file.tenant {
+        let id = *t.id.get_ref();
+        if id > MAX_TENANT_ID {
+            return ctx.err(
+                t.id.span(),
+                format!("tenant id {id} is above {MAX_TENANT_ID}"),
+            );
+        }
+        let i = id as usize;
+        if tenants.len() <= i {
+            tenants.resize_with(i + 1, || None);
+        }
+        if seen.contains(&id) {
+            return ctx.err(t.id.span(), format!("duplicate tenant {id}"));
+        }
+        let tenant = ctx.tenant(t, bots_loaded, file.asn.is_some())?;
+        // A tenant that can never match anything costs the same as an absent one.
+        tenants[i] = (!tenant.is_noop()).then(|| Box::new(tenant));
+        seen.insert(id);
+    }
+    Ok(Prepared {
+        path: path.to_path_buf(),
+        tenants,
+        bots,
+        asn,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        compile(Path::new("r.toml"), text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn syntax_and_unknown_keys_have_lines() {
+        assert!(
+            err("[[tenant]]\nid = 1\nbogus = 2\n").starts_with("r.toml:3:1: unknown field `bogus`")
+        );
+        assert!(err("[[tenant]]\nid = \n").starts_with("r.toml:2:"));
+        assert!(
+            err("[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"x\"\naction = \"explode\"\n")
+                .starts_with("r.toml:5:")
+        );
+    }
+
+    #[test]
+    fn semantic_errors_have_lines() {
+        assert_eq!(
+            err("[[tenant]]\nid = 1\ndeny = [\"10.0.0.0/8\", \"@nope\"]\n"),
+            "r.toml:3:23: unknown list \"@nope\""
+        );
+        assert_eq!(
+            err("[[tenant]]\nid = 1\n[[tenant]]\nid = 1\n"),
+            "r.toml:4:6: duplicate tenant 1"
+        );
+        assert!(err("[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nwhen = [{ attr = \"path\", regex = \"(\" }]\n")
+            .starts_with("r.toml:6:34: bad regex"));
+        assert!(err("[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nwhen = [{ attr = \"path\" }]\n")
+            .starts_with("r.toml:6:18: a condition needs exactly one"));
+        assert!(
+            err("[[tenant]]\nid = 1\ndeny_asn = [1]\n").starts_with("r.toml:3:12: deny_asn needs")
+        );
+        assert!(
+            err("[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"rate_limit\"\n")
+                .starts_with("r.toml:4:8: action rate_limit needs `rate`")
+        );
+        assert!(err("[[tenant]]\nid = 2000000\n").starts_with("r.toml:2:6: tenant id"));
+        assert!(err("[asn]\nfile = \"missing.csv\"\n").starts_with("r.toml:2:8: cannot read"));
+    }
+
+    #[test]
+    fn one_of_sets_and_empty_file() {
+        let p = compile(Path::new("r.toml"), "").unwrap();
+        assert_eq!(p.tenant_count(), 0);
+        let vals: Vec<String> = (0..20).map(|i| format!("\"v{i}\"")).collect();
+        let text = format!(
+            "[[tenant]]\nid = 0\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nwhen = [{{ attr = \"qtype\", one_of = [{}] }}]\n",
+            vals.join(",")
+        );
+        let p = compile(Path::new("r.toml"), &text).unwrap();
+        let t = p.tenants[0].as_ref().unwrap();
+        assert!(matches!(t.rules[0].conds[0].matcher, Matcher::OneOfSet(_)));
+    }
+}
