@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::defence::config::{CookiePolicy, DefenceConfig};
+
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -57,6 +59,47 @@ pub struct Config {
     /// The metrics endpoint.
     #[serde(default)]
     pub metrics: Metrics,
+    /// Flood defences.
+    #[serde(default)]
+    pub defence: DefenceConfig,
+    /// The block map.
+    #[serde(default)]
+    pub block: shield::block::BlockConfig,
+    /// Where aggregated security events go.
+    #[serde(default)]
+    pub events: Events,
+}
+
+/// `[events]`: aggregated events of blocked, limited and escalated traffic, flushed as
+/// JSON lines (Vector reads them as they are).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Events {
+    /// Append JSON lines to this file.
+    pub file: Option<PathBuf>,
+    /// Send JSON lines to this Unix stream socket.
+    pub socket: Option<PathBuf>,
+    /// Write JSON lines to standard output.
+    pub stdout: bool,
+    /// Seconds between flushes.
+    pub interval: u64,
+    /// Node id written into events.
+    pub node: Option<String>,
+    /// Heavy-hitter counters per worker (memory bound of the aggregator).
+    pub top_k: usize,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Events {
+            file: None,
+            socket: None,
+            stdout: false,
+            interval: 10,
+            node: None,
+            top_k: 1024,
+        }
+    }
 }
 
 /// `[server]`.
@@ -143,6 +186,9 @@ pub struct ZoneConfig {
     pub origin: String,
     /// The master file (relative paths are relative to the config file).
     pub file: PathBuf,
+    /// Cookie policy for this zone: "off", "on" or "require" (default: `[defence.cookies] policy`).
+    #[serde(default)]
+    pub cookies: Option<CookiePolicy>,
 }
 
 /// `[control]`.
@@ -221,6 +267,13 @@ impl Config {
         }
         listener::addrs::expand(&self.server.listen)
             .map_err(|e| inv("server.listen", e.to_string()))?;
+        self.defence.check().map_err(|(k, m)| inv(&k, m))?;
+        if self.block.capacity == 0 {
+            return Err(inv("block.capacity", "must be at least 1".into()));
+        }
+        if self.events.interval == 0 {
+            return Err(inv("events.interval", "must be at least 1 second".into()));
+        }
         Ok(())
     }
 }
@@ -261,5 +314,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("server.listen"), "{e}");
+        let e = Config::parse(Path::new("x.toml"), "[defence.rrl]\nslip = 2\nrate = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("x.toml:3:1:") && e.contains("rate"), "{e}");
+        let e = Config::parse(
+            Path::new("x.toml"),
+            "[defence.rrl]\nexempt = [\"10.0.0.0/33\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("defence.rrl.exempt"), "{e}");
+        let c = Config::parse(
+            Path::new("x.toml"),
+            "[defence.rrl]\nenabled = false\n[[zone]]\norigin = \"a.\"\nfile = \"f\"\ncookies = \"require\"\n",
+        )
+        .unwrap();
+        assert!(!c.defence.rrl.enabled);
+        assert!(c.defence.cookies.enabled);
+        assert_eq!(c.zones[0].cookies, Some(CookiePolicy::Require));
     }
 }

@@ -35,8 +35,6 @@ pub enum Kind {
 pub struct Answered {
     /// Response kind.
     pub kind: Kind,
-    /// Index of the zone (in the zone set) that answered, if any.
-    pub zone: Option<u32>,
     /// The response was truncated.
     pub truncated: bool,
 }
@@ -77,13 +75,18 @@ impl Target {
     }
 }
 
-/// Answers `q` into `w` (header and question already written).
-pub fn answer(w: &mut Writer<'_>, q: &Query, zones: &ZoneSet) -> Answered {
-    let Some((zi, zone)) = find_zone(q, zones) else {
+/// Answers `q` into `w` (header and question already written) from `zone`, the zone
+/// [`find_zone`] chose (REFUSED when none).
+pub fn answer_in(
+    w: &mut Writer<'_>,
+    q: &Query,
+    zones: &ZoneSet,
+    zone: Option<(u32, &std::sync::Arc<Zone>)>,
+) -> Answered {
+    let Some((_, zone)) = zone else {
         w.set_rcode(rcode::REFUSED);
         return Answered {
             kind: Kind::Refused,
-            zone: None,
             truncated: false,
         };
     };
@@ -99,14 +102,13 @@ pub fn answer(w: &mut Writer<'_>, q: &Query, zones: &ZoneSet) -> Answered {
     let kind = a.resolve(zone, &mut target, Owner::Qname, 0);
     Answered {
         kind,
-        zone: Some(zi),
         truncated: a.truncated,
     }
 }
 
 /// The zone that answers `q`: the most specific one, except that DS at a zone's apex is
 /// answered by the parent zone when we serve it (RFC 4035 §3.1.4.1).
-fn find_zone<'z>(q: &Query, zones: &'z ZoneSet) -> Option<(u32, &'z std::sync::Arc<Zone>)> {
+pub fn find_zone<'z>(q: &Query, zones: &'z ZoneSet) -> Option<(u32, &'z std::sync::Arc<Zone>)> {
     let hit = zones.find(q.qname(), q.label_offs())?;
     if q.qtype == t::DS && q.labels > 0 && hit.1.apex().as_wire() == q.qname() {
         let offs = &q.label_offs()[1..];

@@ -1,18 +1,6 @@
 //! dnsd: the Palisade authoritative DNS daemon and its tools.
 
-mod check_zone;
-mod config;
-mod ctl;
-mod internet;
-mod metrics;
-mod process_query;
-mod response;
-mod server;
-mod stats;
-mod tcp;
-mod wire;
-mod zonereg;
-mod zoneset;
+use dnsd::{check_zone, config, ctl, server};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -218,6 +206,7 @@ fn build_config(
         cfg.zones.push(config::ZoneConfig {
             origin: origin.into(),
             file: file.into(),
+            cookies: None,
         });
     }
     if control.is_some() {

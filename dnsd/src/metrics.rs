@@ -78,7 +78,11 @@ pub async fn render(shared: &Arc<Shared>) -> String {
     let _ = writeln!(s, "# HELP dnsd_answers_total Responses by kind of answer.");
     let _ = writeln!(s, "# TYPE dnsd_answers_total counter");
     for (i, name) in stats::KINDS.iter().enumerate() {
-        let _ = writeln!(s, "dnsd_answers_total{{kind=\"{name}\"}} {}", udp.kinds[i] + tcp.kinds[i]);
+        let _ = writeln!(
+            s,
+            "dnsd_answers_total{{kind=\"{name}\"}} {}",
+            udp.kinds[i] + tcp.kinds[i]
+        );
     }
     let _ = writeln!(s, "# HELP dnsd_truncated_total Responses with TC set.");
     let _ = writeln!(s, "# TYPE dnsd_truncated_total counter");
@@ -145,6 +149,24 @@ pub async fn render(shared: &Arc<Shared>) -> String {
     let _ = writeln!(s, "# HELP dnsd_tcp_connections Open TCP connections.");
     let _ = writeln!(s, "# TYPE dnsd_tcp_connections gauge");
     let _ = writeln!(s, "dnsd_tcp_connections {}", shared.tcp.open_connections());
+    let mut last = "";
+    for c in shared.defence.counters(shield::clock::unix_ms()) {
+        if c.metric != last {
+            let _ = writeln!(s, "# HELP {} {}", c.metric, c.help);
+            let _ = writeln!(
+                s,
+                "# TYPE {} {}",
+                c.metric,
+                if c.gauge { "gauge" } else { "counter" }
+            );
+            last = c.metric;
+        }
+        if c.labels.is_empty() {
+            let _ = writeln!(s, "{} {}", c.metric, c.value);
+        } else {
+            let _ = writeln!(s, "{}{{{}}} {}", c.metric, c.labels, c.value);
+        }
+    }
     let reg = shared.registry.lock().await;
     let _ = writeln!(s, "# HELP dnsd_reloads_total Zone loads by result.");
     let _ = writeln!(s, "# TYPE dnsd_reloads_total counter");

@@ -95,14 +95,10 @@ impl<'b> Writer<'b> {
         }
     }
 
-
-
-
     /// Changes the size limit (to make room for OPT, or after the question is known).
     pub fn set_limit(&mut self, limit: usize) {
         self.limit = limit.min(self.buf.len());
     }
-
 
     /// Writes the header for a reply to `q` with `rcode` (low 4 bits), echoing the
     /// question when `with_question`. `req` is the request bytes.
@@ -432,7 +428,6 @@ impl<'b> Writer<'b> {
         self.counts[sec as usize] += 1;
         Ok(())
     }
-
 
     /// Where a lower-case name is already written in the packet, if it is.
     pub fn find_name(&self, lower: &[u8]) -> Option<u16> {

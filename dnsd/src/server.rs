@@ -15,6 +15,7 @@ use tokio::sync::Mutex;
 
 use crate::config::Config;
 use crate::ctl::{Reply, Request};
+use crate::defence;
 use crate::process_query::{Outcome, PipelineConfig, Processor, Transport};
 use crate::stats::{self, WorkerStats};
 use crate::tcp::{TcpLimits, TcpServer};
@@ -40,6 +41,10 @@ pub struct Shared {
     pub started: Instant,
     /// How long binding the UDP fleet took.
     pub bind_time: Duration,
+    /// The flood defences and the block map.
+    pub defence: Arc<defence::Shared>,
+    /// The event flusher, when sinks are configured.
+    pub flusher: std::sync::Mutex<Option<shield::events::Flusher>>,
 }
 
 struct UdpHandler {
@@ -74,18 +79,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         return Err("server.listen: no addresses configured".into());
     }
     // Zones first: the server answers from its first packet.
-    let mut registry = Registry::new(
-        cfg.zones
-            .iter()
-            .map(|z| {
-                (
-                    zones::Name::parse(&z.origin, Some(&zones::Name::root()))
-                        .expect("checked by config"),
-                    z.file.clone(),
-                )
-            })
-            .collect(),
-    );
+    let mut registry = Registry::new(zone_list(&cfg));
     let plan = registry.plan(None, true);
     let results = plan
         .into_iter()
@@ -105,6 +99,14 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let pcfg = Arc::new(PipelineConfig {
         udp_payload: cfg.server.udp_payload,
     });
+    let blocks = shield::block::BlockMap::new(cfg.block.clone());
+    let events = shield::events::Aggregator::new(shield::events::AggregatorConfig {
+        interval_secs: cfg.events.interval,
+        node: cfg.events.node.clone(),
+        top_k: cfg.events.top_k,
+        ..Default::default()
+    });
+    let defence = defence::Shared::new(cfg.defence.clone(), blocks.clone(), events.clone());
     let opts = UdpOptions {
         rcvbuf: cfg.server.udp_rcvbuf,
         sndbuf: cfg.server.udp_sndbuf,
@@ -141,6 +143,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         let zones = zones.clone();
         let pcfg = pcfg.clone();
         let udp_stats = udp_stats.clone();
+        let defence = defence.clone();
         fleet
             .run(
                 workers,
@@ -149,6 +152,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                         zones.clone(),
                         pcfg.clone(),
                         udp_stats[w % udp_stats.len()].clone(),
+                        Some(&defence),
                     ),
                 },
                 stop.clone(),
@@ -161,6 +165,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         let zones = zones.clone();
         let pcfg = pcfg.clone();
         let ts = tcp_stats.clone();
+        let d = defence.clone();
         TcpServer::new(
             TcpLimits {
                 max_connections: cfg.server.tcp_max_connections,
@@ -171,7 +176,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             },
             AddrSet::new(&addrs),
             tcp_stats.clone(),
-            Box::new(move || Processor::new(zones.clone(), pcfg.clone(), ts.clone())),
+            Some(blocks.clone()),
+            Box::new(move || Processor::new(zones.clone(), pcfg.clone(), ts.clone(), Some(&d))),
         )
     };
     let shared = Arc::new(Shared {
@@ -184,6 +190,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         tcp: tcp.clone(),
         started: Instant::now(),
         bind_time,
+        defence: defence.clone(),
+        flusher: std::sync::Mutex::new(start_flusher(&cfg, &events)),
     });
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -212,6 +220,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                 .map_err(|e| format!("metrics.listen {m}: {e}"))?;
             tokio::spawn(crate::metrics::serve(l, shared.clone()));
         }
+        tokio::spawn(housekeeping(shared.clone()));
         tracing::info!("dnsd ready");
         wait_for_signals(shared.clone()).await;
         Ok::<(), String>(())
@@ -225,7 +234,77 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         let _ = std::fs::remove_file(p);
     }
     rt.shutdown_timeout(Duration::from_millis(500));
+    if let Some(f) = shared.flusher.lock().expect("flusher lock").take() {
+        f.stop();
+    }
     result
+}
+
+/// The zones of a config: origin, file and cookie policy.
+fn zone_list(cfg: &Config) -> Vec<(zones::Name, PathBuf, defence::config::CookiePolicy)> {
+    cfg.zones
+        .iter()
+        .filter_map(|z| {
+            zones::Name::parse(&z.origin, Some(&zones::Name::root()))
+                .ok()
+                .map(|n| {
+                    (
+                        n,
+                        z.file.clone(),
+                        z.cookies.unwrap_or(cfg.defence.cookies.policy),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// Starts the event flusher when `[events]` names a sink.
+fn start_flusher(
+    cfg: &Config,
+    events: &Arc<shield::events::Aggregator>,
+) -> Option<shield::events::Flusher> {
+    use shield::events::{JsonLines, SinkWriter, UnixStreamSink};
+    let mut writers = Vec::new();
+    let queue = 16;
+    if let Some(p) = &cfg.events.file {
+        match JsonLines::file(p) {
+            Ok(s) => writers.extend(SinkWriter::spawn(Box::new(s), queue).ok()),
+            Err(e) => tracing::error!("events.file {}: {e}", p.display()),
+        }
+    }
+    if let Some(p) = &cfg.events.socket {
+        let s = UnixStreamSink::new(p, Duration::from_secs(1));
+        writers.extend(SinkWriter::spawn(Box::new(s), queue).ok());
+    }
+    if cfg.events.stdout {
+        writers.extend(SinkWriter::spawn(Box::new(JsonLines::stdout()), queue).ok());
+    }
+    if writers.is_empty() {
+        return None;
+    }
+    events.spawn_flusher(writers).ok()
+}
+
+/// Periodic work: block-map expiry in bounded steps, cookie secret rotation.
+async fn housekeeping(shared: Arc<Shared>) {
+    let d = &shared.defence;
+    let rotate = Duration::from_secs(d.cfg.cookies.rotate_hours * 3600);
+    let rotating = d.cookies.is_some() && d.cfg.cookies.secret.is_none() && !rotate.is_zero();
+    let mut last_rotation = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        let now = shield::clock::unix_ms();
+        // Bounded steps: at most 50,000 expirations per tick.
+        d.blocks.expire(now, 50_000);
+        if rotating && last_rotation.elapsed() >= rotate {
+            if let Some(c) = &d.cookies {
+                c.rotate(None);
+                tracing::info!("cookie secret rotated");
+            }
+            last_rotation = Instant::now();
+        }
+    }
 }
 
 async fn wait_for_signals(shared: Arc<Shared>) {
@@ -315,20 +394,12 @@ pub async fn reload(shared: &Arc<Shared>, zone: Option<&str>, force: bool) -> Re
 
 /// Adds zones new in `c` and drops zones no longer in it; returns how many changed.
 fn sync_zone_list(reg: &mut Registry, c: &Config) -> usize {
-    let want: Vec<(zones::Name, PathBuf)> = c
-        .zones
-        .iter()
-        .filter_map(|z| {
-            zones::Name::parse(&z.origin, Some(&zones::Name::root()))
-                .ok()
-                .map(|n| (n, z.file.clone()))
-        })
-        .collect();
+    let want = zone_list(c);
     let same = want.len() == reg.entries().len()
         && want
             .iter()
             .zip(reg.entries())
-            .all(|(w, e)| w.0 == e.origin && w.1 == e.file);
+            .all(|(w, e)| w.0 == e.origin && w.1 == e.file && w.2 == e.cookies);
     if same {
         return 0;
     }
@@ -380,6 +451,7 @@ async fn command(shared: &Arc<Shared>, args: &[String]) -> Reply {
         ["reload", "--force"] => reload(shared, None, true).await,
         ["reload", z] => reload(shared, Some(z), true).await,
         ["stats"] => Reply::ok(stats_text(shared).await),
+        ["block", rest @ ..] => crate::blockctl::command(&shared.defence.blocks, rest),
         ["zones"] => Reply::ok(zones_text(shared).await),
         ["status"] => Reply::ok(format!(
             "running for {} s, {} addresses (bound in {} ms), {} TCP connections\n",
@@ -389,7 +461,7 @@ async fn command(shared: &Arc<Shared>, args: &[String]) -> Reply {
             shared.tcp.open_connections()
         )),
         _ => Reply::err(format!(
-            "unknown command {:?}; commands: reload [ZONE|--force], stats, zones, status",
+            "unknown command {:?}; commands: reload [ZONE|--force], stats, zones, status, block add|del|list",
             args.join(" ")
         )),
     }
@@ -473,6 +545,19 @@ pub async fn stats_text(shared: &Arc<Shared>) -> String {
         let _ = writeln!(s, "udp.kernel_drops.top\t{}\t{d}", shared.addrs[i].ip());
     }
     let _ = writeln!(s, "tcp.connections\t{}", shared.tcp.open_connections());
+    let _ = writeln!(
+        s,
+        "rrl.slipped_responses\t{}",
+        udp.rrl_slipped + tcp.rrl_slipped
+    );
+    let _ = writeln!(
+        s,
+        "cookies.badcookie_responses\t{}",
+        udp.cookie_bad + tcp.cookie_bad
+    );
+    for c in shared.defence.counters(shield::clock::unix_ms()) {
+        let _ = writeln!(s, "{}\t{}", c.ctl, c.value);
+    }
     let reg = shared.registry.lock().await;
     let _ = writeln!(s, "reloads.ok\t{}", reg.stats.ok.load(Ordering::Relaxed));
     let _ = writeln!(

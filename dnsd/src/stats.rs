@@ -101,8 +101,10 @@ pub struct WorkerStats {
     pub queries: AtomicU64,
     /// Slipped (TC=1) responses from RRL.
     pub rrl_slipped: AtomicU64,
-    /// Responses with a valid server cookie presented.
+    /// Queries with a valid server cookie.
     pub cookie_valid: AtomicU64,
+    /// Queries with a server cookie that is not valid.
+    pub cookie_invalid: AtomicU64,
     /// BADCOOKIE responses.
     pub cookie_bad: AtomicU64,
     /// Answers by kind (index into [`KINDS`]).
@@ -119,6 +121,7 @@ impl Default for WorkerStats {
             queries: AtomicU64::new(0),
             rrl_slipped: AtomicU64::new(0),
             cookie_valid: AtomicU64::new(0),
+            cookie_invalid: AtomicU64::new(0),
             cookie_bad: AtomicU64::new(0),
             kinds: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -159,6 +162,28 @@ impl WorkerStats {
         bump(&self.kinds[k as usize]);
     }
 
+    /// Counts a checked cookie: valid or not.
+    #[inline]
+    pub fn cookie(&self, valid: bool) {
+        bump(if valid {
+            &self.cookie_valid
+        } else {
+            &self.cookie_invalid
+        });
+    }
+
+    /// Counts a BADCOOKIE response.
+    #[inline]
+    pub fn bad_cookie(&self) {
+        bump(&self.cookie_bad);
+    }
+
+    /// Counts a response that RRL slipped (TC=1 or BADCOOKIE).
+    #[inline]
+    pub fn slipped(&self) {
+        bump(&self.rrl_slipped);
+    }
+
     /// Counts a dropped message.
     #[inline]
     pub fn dropped(&self, why: DropCause) {
@@ -183,6 +208,8 @@ pub struct Totals {
     pub rrl_slipped: u64,
     /// Valid cookies.
     pub cookie_valid: u64,
+    /// Invalid cookies.
+    pub cookie_invalid: u64,
     /// BADCOOKIE responses.
     pub cookie_bad: u64,
     /// Answers by kind.
@@ -216,6 +243,7 @@ pub fn sum<'a>(blocks: impl Iterator<Item = &'a WorkerStats>) -> Totals {
         t.queries += l(&b.queries);
         t.rrl_slipped += l(&b.rrl_slipped);
         t.cookie_valid += l(&b.cookie_valid);
+        t.cookie_invalid += l(&b.cookie_invalid);
         t.cookie_bad += l(&b.cookie_bad);
     }
     t

@@ -50,6 +50,7 @@ pub struct TcpServer {
     slots: Arc<Semaphore>,
     per_source: Mutex<HashMap<IpAddr, usize>>,
     stats: Arc<WorkerStats>,
+    blocks: Option<Arc<shield::block::BlockMap>>,
     make: Box<dyn Fn() -> Processor + Send + Sync>,
 }
 
@@ -60,6 +61,7 @@ impl TcpServer {
         limits: TcpLimits,
         addrs: AddrSet,
         stats: Arc<WorkerStats>,
+        blocks: Option<Arc<shield::block::BlockMap>>,
         make: Box<dyn Fn() -> Processor + Send + Sync>,
     ) -> Arc<TcpServer> {
         Arc::new(TcpServer {
@@ -68,6 +70,7 @@ impl TcpServer {
             addrs,
             per_source: Mutex::new(HashMap::new()),
             stats,
+            blocks,
             make,
         })
     }
@@ -80,6 +83,8 @@ impl TcpServer {
     /// Accepts connections on `l` until the task is dropped.
     pub async fn serve(self: Arc<Self>, l: std::net::TcpListener) -> std::io::Result<()> {
         let l = TcpListener::from_std(l)?;
+        // A blocked source is closed at accept, before anything is read.
+        let reader = self.blocks.as_ref().map(|b| b.reader());
         loop {
             let (sock, peer) = match l.accept().await {
                 Ok(x) => x,
@@ -91,6 +96,14 @@ impl TcpServer {
                 }
             };
             let stats = &self.stats;
+            if let Some(r) = &reader
+                && !r.is_empty()
+                && r.is_blocked(peer.ip(), shield::clock::unix_ms())
+            {
+                stats.dropped(DropCause::Blocked);
+                drop(sock);
+                continue;
+            }
             let local = match sock.local_addr() {
                 Ok(a) => a,
                 Err(_) => continue,

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwap;
 use zones::{Name, ReadOptions, Zone};
 
+use crate::defence::config::CookiePolicy;
 use crate::zoneset::ZoneSet;
 
 /// One configured zone and what happened to it.
@@ -19,6 +20,8 @@ pub struct ZoneEntry {
     pub origin: Name,
     /// Master file.
     pub file: PathBuf,
+    /// Cookie policy for the zone.
+    pub cookies: CookiePolicy,
     /// The version being served.
     pub current: Option<Arc<Zone>>,
     /// When the served version was loaded (wall clock).
@@ -59,13 +62,14 @@ pub struct LoadReport {
 }
 
 impl Registry {
-    /// A registry for `zones` (origin, file); nothing is loaded yet.
-    pub fn new(zones: Vec<(Name, PathBuf)>) -> Registry {
+    /// A registry for `zones` (origin, file, cookie policy); nothing is loaded yet.
+    pub fn new(zones: Vec<(Name, PathBuf, CookiePolicy)>) -> Registry {
         let entries = zones
             .into_iter()
-            .map(|(origin, file)| ZoneEntry {
+            .map(|(origin, file, cookies)| ZoneEntry {
                 origin,
                 file,
+                cookies,
                 current: None,
                 loaded_at: None,
                 load_time: Duration::ZERO,
@@ -167,10 +171,10 @@ impl Registry {
     /// Publishes the current versions of all zones as a new zone set.
     pub fn publish(&mut self) {
         self.generation += 1;
-        let zones: Vec<Arc<Zone>> = self
+        let zones: Vec<(Arc<Zone>, CookiePolicy)> = self
             .entries
             .iter()
-            .filter_map(|e| e.current.clone())
+            .filter_map(|e| e.current.clone().map(|z| (z, e.cookies)))
             .collect();
         self.published
             .store(Arc::new(ZoneSet::new(zones, self.generation)));

@@ -6,9 +6,12 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use zones::Zone;
 
+use crate::defence::config::CookiePolicy;
+
 /// Zones served at one moment; replaced whole on reload (readers keep their snapshot).
 pub struct ZoneSet {
     zones: Vec<Arc<Zone>>,
+    policies: Vec<CookiePolicy>,
     index: HashTable<u32>,
     hasher: foldhash::fast::FixedState,
     max_labels: usize,
@@ -16,8 +19,9 @@ pub struct ZoneSet {
 }
 
 impl ZoneSet {
-    /// A set of zones; `generation` counts reloads.
-    pub fn new(zones: Vec<Arc<Zone>>, generation: u64) -> ZoneSet {
+    /// A set of zones with their cookie policies; `generation` counts reloads.
+    pub fn new(zones: Vec<(Arc<Zone>, CookiePolicy)>, generation: u64) -> ZoneSet {
+        let (zones, policies): (Vec<_>, Vec<_>) = zones.into_iter().unzip();
         let hasher = foldhash::fast::FixedState::with_seed(7);
         let mut index = HashTable::with_capacity(zones.len());
         let mut max_labels = 0;
@@ -30,11 +34,18 @@ impl ZoneSet {
         }
         ZoneSet {
             zones,
+            policies,
             index,
             hasher,
             max_labels,
             generation,
         }
+    }
+
+    /// The cookie policy of zone `i`.
+    #[inline]
+    pub fn cookie_policy(&self, i: u32) -> CookiePolicy {
+        self.policies[i as usize]
     }
 
     /// The reload generation this set belongs to.

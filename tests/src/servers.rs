@@ -32,6 +32,8 @@ pub struct Zone {
     pub origin: String,
     /// The master file (absolute).
     pub file: PathBuf,
+    /// Extra `key = value` lines for dnsd's `[[zone]]` table (e.g. `cookies = "require"`).
+    pub options: Vec<String>,
 }
 
 impl Zone {
@@ -44,6 +46,7 @@ impl Zone {
         Zone {
             origin,
             file: file.into(),
+            options: Vec::new(),
         }
     }
 
@@ -194,6 +197,21 @@ fn wait_ready(p: &mut Proc, addr: SocketAddr, zones: &[Zone]) -> Result<(), Star
                     pending.remove(0);
                     continue;
                 }
+                // A zone that requires DNS cookies sends UDP clients without one to TCP.
+                Ok(r) if r.head.flags & 0x0200 != 0 => {
+                    let tcp = QueryOpts {
+                        tcp: true,
+                        ..probe.clone()
+                    };
+                    if let Ok(r) = client::try_query(addr, &z.origin, qtype::SOA, &tcp)
+                        && r.head.rcode() == rcode::NOERROR
+                        && r.msg.authoritative
+                    {
+                        pending.remove(0);
+                        continue;
+                    }
+                    last = format!("{} SOA: TC over UDP, not ready over TCP", z.origin);
+                }
                 Ok(r) => {
                     last = format!(
                         "{} SOA: {}",
@@ -304,6 +322,9 @@ impl DnsdBuilder {
                     z.origin,
                     z.file.display()
                 );
+                for o in &z.options {
+                    let _ = writeln!(cfg, "{o}");
+                }
             }
             let _ = writeln!(cfg, "\n[control]\nsocket = \"{}\"", control.display());
             if let Some(m) = metrics {
@@ -481,6 +502,22 @@ impl Knot {
 
     /// Starts knotd serving `zones` on a fresh loopback address.
     pub fn start(zones: &[Zone]) -> Knot {
+        Self::start_with(zones, "", "")
+    }
+
+    /// Starts knotd with its response rate limiting module (mod-rrl) at `rate` responses
+    /// per second and `slip`, as an operator would configure it.
+    pub fn start_with_rrl(zones: &[Zone], rate: u32, slip: u32) -> Knot {
+        Self::start_with(
+            zones,
+            &format!("mod-rrl:\n  - id: rrl\n    rate-limit: {rate}\n    slip: {slip}\n\n"),
+            "    global-module: mod-rrl/rrl\n",
+        )
+    }
+
+    /// Starts knotd with extra top-level config (`modules`) and extra lines for the default
+    /// template (`template_lines`, indented by four spaces).
+    pub fn start_with(zones: &[Zone], modules: &str, template_lines: &str) -> Knot {
         let exe =
             crate::find_program("knotd").expect("knotd not installed (check Knot::available)");
         start_with_retries("knotd", |addr| {
@@ -492,9 +529,9 @@ impl Knot {
             let mut cfg = format!(
                 "server:\n  rundir: \"{d}\"\n  listen: {}@{}\n  udp-workers: 1\n  tcp-workers: 1\n  \
                  background-workers: 1\n\ndatabase:\n  storage: \"{d}/db\"\n\nlog:\n  - target: stderr\n    \
-                 any: info\n\ntemplate:\n  - id: default\n    storage: \"{d}\"\n    \
+                 any: info\n\n{modules}template:\n  - id: default\n    storage: \"{d}\"\n    \
                  zonefile-sync: -1\n    zonefile-load: whole\n    journal-content: none\n    \
-                 semantic-checks: off\n\nzone:\n",
+                 semantic-checks: off\n{template_lines}\nzone:\n",
                 addr.ip(),
                 addr.port()
             );

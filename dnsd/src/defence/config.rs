@@ -1,0 +1,198 @@
+//! `[defence]`: response rate limiting, cookies and the random-subdomain defence, with the
+//! documented defaults (RRL on, cookies on, random-subdomain defence on).
+
+use serde::Deserialize;
+
+/// `[defence]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DefenceConfig {
+    /// `[defence.rrl]`.
+    #[serde(default)]
+    pub rrl: RrlConfig,
+    /// `[defence.cookies]`.
+    #[serde(default)]
+    pub cookies: CookieConfig,
+    /// `[defence.water_torture]`.
+    #[serde(default)]
+    pub water_torture: WaterTortureConfig,
+}
+
+/// `[defence.rrl]`: response rate limiting.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RrlConfig {
+    /// RRL on.
+    pub enabled: bool,
+    /// Answers (and NODATA) per second per client prefix, name and type.
+    pub responses_per_second: f64,
+    /// NXDOMAIN per second per client prefix and zone (default: responses_per_second).
+    pub nxdomains_per_second: Option<f64>,
+    /// Referrals per second per client prefix and zone (default: responses_per_second).
+    pub referrals_per_second: Option<f64>,
+    /// Errors per second per client prefix (default: responses_per_second).
+    pub errors_per_second: Option<f64>,
+    /// Every Nth limited response is a TC=1 reply; 0: drop them all.
+    pub slip: u32,
+    /// Seconds of history (BIND's window): also the longest burst a quiet client may spend.
+    pub window: u32,
+    /// Client prefix length for IPv4.
+    pub ipv4_prefix: u8,
+    /// Client prefix length for IPv6.
+    pub ipv6_prefix: u8,
+    /// Prefixes never limited.
+    pub exempt: Vec<String>,
+    /// Slots of the shared state table (8 bytes each).
+    pub table_size: usize,
+}
+
+impl Default for RrlConfig {
+    fn default() -> Self {
+        RrlConfig {
+            enabled: true,
+            responses_per_second: 20.0,
+            nxdomains_per_second: None,
+            referrals_per_second: None,
+            errors_per_second: None,
+            slip: 2,
+            window: 15,
+            ipv4_prefix: 24,
+            ipv6_prefix: 56,
+            exempt: Vec::new(),
+            table_size: 1 << 18,
+        }
+    }
+}
+
+/// `[defence.cookies]`: DNS Cookies (RFC 7873, RFC 9018).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CookieConfig {
+    /// Cookies on: answer with a server cookie, check returned ones.
+    pub enabled: bool,
+    /// Shared secret (32 hex digits) so that an anycast set accepts each other's cookies;
+    /// random per start when absent.
+    pub secret: Option<String>,
+    /// Hours between secret rotations (the previous secret stays valid); 0: never.
+    pub rotate_hours: u64,
+    /// Default policy for zones: "on" (answer with cookies) or "require" (UDP queries
+    /// without a valid server cookie get BADCOOKIE or TC).
+    pub policy: CookiePolicy,
+}
+
+impl Default for CookieConfig {
+    fn default() -> Self {
+        CookieConfig {
+            enabled: true,
+            secret: None,
+            rotate_hours: 24,
+            policy: CookiePolicy::On,
+        }
+    }
+}
+
+/// Per-zone cookie policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CookiePolicy {
+    /// No cookie processing for the zone.
+    Off,
+    /// Cookies answered and checked; a missing or bad one only costs the RRL bypass.
+    #[default]
+    On,
+    /// UDP queries must carry a valid server cookie.
+    Require,
+}
+
+/// `[defence.water_torture]`: the random-subdomain defence.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WaterTortureConfig {
+    /// The defence on.
+    pub enabled: bool,
+    /// NXDOMAIN per second of one zone above which the zone is under a flood.
+    pub zone_nxdomains_per_second: f64,
+    /// NXDOMAIN per source per window beyond which its NXDOMAIN answers are dropped.
+    pub source_nxdomain_limit: u32,
+    /// NXDOMAIN per source per window at which it is blocked.
+    pub escalate_after: u32,
+    /// Share of a source's answers that must be NXDOMAIN for it to be limited.
+    pub min_nx_share: f64,
+    /// Window in seconds (also how long a zone stays "under attack").
+    pub window: u64,
+    /// Seconds an escalated source stays blocked.
+    pub block_ttl: u64,
+    /// Slots of each per-source table (8 bytes each).
+    pub table_size: usize,
+}
+
+impl Default for WaterTortureConfig {
+    fn default() -> Self {
+        WaterTortureConfig {
+            enabled: true,
+            zone_nxdomains_per_second: 500.0,
+            source_nxdomain_limit: 20,
+            escalate_after: 100,
+            min_nx_share: 0.8,
+            window: 10,
+            block_ttl: 600,
+            table_size: 1 << 18,
+        }
+    }
+}
+
+impl DefenceConfig {
+    /// Checks values; the error names the key.
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let e = |k: &str, m: &str| Err((format!("defence.{k}"), m.to_string()));
+        let r = &self.rrl;
+        if r.responses_per_second.is_nan() || r.responses_per_second <= 0.0 {
+            return e("rrl.responses_per_second", "must be above 0");
+        }
+        for (k, v) in [
+            ("rrl.nxdomains_per_second", r.nxdomains_per_second),
+            ("rrl.referrals_per_second", r.referrals_per_second),
+            ("rrl.errors_per_second", r.errors_per_second),
+        ] {
+            if v.is_some_and(|v| v.is_nan() || v <= 0.0) {
+                return e(k, "must be above 0");
+            }
+        }
+        if r.ipv4_prefix > 32 {
+            return e("rrl.ipv4_prefix", "must be at most 32");
+        }
+        if r.ipv6_prefix > 128 {
+            return e("rrl.ipv6_prefix", "must be at most 128");
+        }
+        if r.window == 0 {
+            return e("rrl.window", "must be at least 1 second");
+        }
+        for x in &r.exempt {
+            if shield::prefix::parse_net(x).is_none() {
+                return Err((
+                    "defence.rrl.exempt".into(),
+                    format!("{x:?} is not an address or prefix"),
+                ));
+            }
+        }
+        if let Some(s) = &self.cookies.secret
+            && let Err(m) = super::cookies::parse_secret(s)
+        {
+            return Err(("defence.cookies.secret".into(), m));
+        }
+        let w = &self.water_torture;
+        if w.zone_nxdomains_per_second.is_nan() || w.zone_nxdomains_per_second <= 0.0 {
+            return e("water_torture.zone_nxdomains_per_second", "must be above 0");
+        }
+        if !(0.0..=1.0).contains(&w.min_nx_share) {
+            return e("water_torture.min_nx_share", "must be between 0 and 1");
+        }
+        if w.window == 0 || w.escalate_after == 0 {
+            return e(
+                "water_torture",
+                "window and escalate_after must be at least 1",
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,166 @@
+//! The random-subdomain ("water torture") defence.
+//!
+//! A zone whose NXDOMAIN rate passes a threshold is under such a flood for a while. Then,
+//! per source address and zone, NXDOMAIN and all responses are counted in a window: a
+//! source that mostly draws NXDOMAIN beyond a limit has its NXDOMAIN answers dropped, and
+//! beyond a higher threshold is escalated into the block map for a TTL. Queries for names
+//! that exist are never limited here, and nothing is counted per source while the zone is
+//! calm. State: two of shield's fixed, lock-free window-counter tables, plus one word per
+//! zone.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use shield::ratelimit::{TableConfig, WindowCounter};
+
+use super::config::WaterTortureConfig;
+
+/// What to do with a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send it.
+    Pass,
+    /// Drop it (the source is limited harder).
+    Drop,
+    /// Drop it and block the source.
+    Escalate,
+}
+
+/// Shared state of the defence.
+pub struct WaterTorture {
+    cfg: WaterTortureConfig,
+    zone_nx: WindowCounter,
+    src_nx: WindowCounter,
+    src_all: WindowCounter,
+    /// Per zone index: unix ms until which the zone counts as under attack.
+    under_attack_until: Box<[AtomicU64]>,
+    /// Times a zone went under attack.
+    pub attacks: AtomicU64,
+    /// NXDOMAIN responses dropped for limited sources.
+    pub dropped: AtomicU64,
+    /// Sources escalated into the block map.
+    pub escalated: AtomicU64,
+}
+
+impl WaterTorture {
+    /// State for `zones` zones (zone indexes of the zone set).
+    pub fn new(cfg: &WaterTortureConfig, zones: usize) -> WaterTorture {
+        WaterTorture {
+            cfg: cfg.clone(),
+            zone_nx: WindowCounter::new(&TableConfig {
+                slots: (zones * 2).next_power_of_two().max(64),
+            }),
+            src_nx: WindowCounter::new(&TableConfig {
+                slots: cfg.table_size,
+            }),
+            src_all: WindowCounter::new(&TableConfig {
+                slots: cfg.table_size,
+            }),
+            under_attack_until: (0..zones.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            attacks: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            escalated: AtomicU64::new(0),
+        }
+    }
+
+    /// Zones under attack now.
+    pub fn zones_under_attack(&self, now_ms: u64) -> usize {
+        self.under_attack_until
+            .iter()
+            .filter(|u| u.load(Ordering::Relaxed) > now_ms)
+            .count()
+    }
+
+    /// Table evictions (per-source state lost to make room).
+    pub fn evictions(&self) -> u64 {
+        self.src_nx.stats().evictions + self.src_all.stats().evictions
+    }
+
+    /// Observes one response of zone `zone` to `src`; `nx` when it is NXDOMAIN.
+    #[inline]
+    pub fn observe(&self, zone: u32, src: IpAddr, nx: bool, now_ms: u64) -> Verdict {
+        let Some(flag) = self.under_attack_until.get(zone as usize) else {
+            return Verdict::Pass;
+        };
+        let mut attacked = flag.load(Ordering::Relaxed) > now_ms;
+        if nx {
+            let n = self.zone_nx.add(&zone, 1, 1000, now_ms);
+            if n as f64 > self.cfg.zone_nxdomains_per_second {
+                if !attacked {
+                    self.attacks.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(zone, "random-subdomain flood: NXDOMAIN rate over threshold");
+                }
+                flag.store(now_ms + self.cfg.window * 1000, Ordering::Relaxed);
+                attacked = true;
+            }
+        }
+        if !attacked {
+            return Verdict::Pass;
+        }
+        let window = self.cfg.window * 1000;
+        let all = self.src_all.add(&(src, zone), 1, window, now_ms);
+        if !nx {
+            return Verdict::Pass;
+        }
+        let n = self.src_nx.add(&(src, zone), 1, window, now_ms);
+        // "Mostly NXDOMAIN": at least min_nx_share of this source's answers in the window.
+        let mostly = n as f64 >= self.cfg.min_nx_share * all as f64;
+        if !mostly {
+            return Verdict::Pass;
+        }
+        if n >= self.cfg.escalate_after {
+            self.escalated.fetch_add(1, Ordering::Relaxed);
+            return Verdict::Escalate;
+        }
+        if n > self.cfg.source_nxdomain_limit {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return Verdict::Drop;
+        }
+        Verdict::Pass
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flooders_escalate_legit_pass() {
+        let cfg = WaterTortureConfig {
+            zone_nxdomains_per_second: 50.0,
+            source_nxdomain_limit: 5,
+            escalate_after: 20,
+            ..WaterTortureConfig::default()
+        };
+        let w = WaterTorture::new(&cfg, 2);
+        let legit: IpAddr = "192.0.2.1".parse().unwrap();
+        let now = 1_000_000;
+        // Calm zone: nothing limited.
+        for _ in 0..30 {
+            assert_eq!(w.observe(0, legit, true, now), Verdict::Pass);
+        }
+        // A flood from 10 sources pushes the zone over its threshold.
+        let mut escalated = 0;
+        let mut dropped = 0;
+        for i in 0..40 {
+            for s in 0..10u8 {
+                let src = IpAddr::from([198, 51, 100, s]);
+                match w.observe(0, src, true, now + i) {
+                    Verdict::Escalate => escalated += 1,
+                    Verdict::Drop => dropped += 1,
+                    Verdict::Pass => {}
+                }
+            }
+            // The legitimate client asks for names that exist: never limited.
+            assert_eq!(w.observe(0, legit, false, now + i), Verdict::Pass);
+        }
+        assert!(w.zones_under_attack(now + 40) == 1);
+        assert!(escalated >= 10, "escalated {escalated}");
+        assert!(dropped > 0);
+        // The other zone is calm.
+        assert_eq!(
+            w.observe(1, IpAddr::from([198, 51, 100, 1]), true, now + 41),
+            Verdict::Pass
+        );
+    }
+}
