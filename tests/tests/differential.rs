@@ -98,11 +98,6 @@ fn c(cat: &'static str, name: &str, qtype: u16) -> Case {
 }
 
 impl Case {
-    /// Marks the case as showing a known dnsd bug (it keeps failing until dnsd is fixed).
-    fn bug(mut self, why: &'static str) -> Case {
-        self.bug = Some(why);
-        self
-    }
 
     fn class(mut self, qclass: u16) -> Case {
         self.qclass = qclass;
