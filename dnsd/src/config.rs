@@ -68,6 +68,9 @@ pub struct Config {
     /// Where aggregated security events go.
     #[serde(default)]
     pub events: Events,
+    /// The XDP guard in front of the sockets (needs root; without it dnsd runs without XDP).
+    #[serde(default)]
+    pub xdp: Option<xdp_guard::XdpConfig>,
 }
 
 /// `[events]`: aggregated events of blocked, limited and escalated traffic, flushed as
@@ -270,6 +273,9 @@ impl Config {
         self.defence.check().map_err(|(k, m)| inv(&k, m))?;
         if self.block.capacity == 0 {
             return Err(inv("block.capacity", "must be at least 1".into()));
+        }
+        if let Some(x) = &self.xdp {
+            x.validate().map_err(|e| inv("xdp", e.to_string()))?;
         }
         if self.events.interval == 0 {
             return Err(inv("events.interval", "must be at least 1 second".into()));

@@ -150,7 +150,9 @@ pub async fn render(shared: &Arc<Shared>) -> String {
     let _ = writeln!(s, "# TYPE dnsd_tcp_connections gauge");
     let _ = writeln!(s, "dnsd_tcp_connections {}", shared.tcp.open_connections());
     let mut last = "";
-    for c in shared.defence.counters(shield::clock::unix_ms()) {
+    let mut counters = shared.defence.counters(shield::clock::unix_ms());
+    counters.extend(crate::server::xdp_counters(shared));
+    for c in counters {
         if c.metric != last {
             let _ = writeln!(s, "# HELP {} {}", c.metric, c.help);
             let _ = writeln!(

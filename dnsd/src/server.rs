@@ -45,6 +45,56 @@ pub struct Shared {
     pub defence: Arc<defence::Shared>,
     /// The event flusher, when sinks are configured.
     pub flusher: std::sync::Mutex<Option<shield::events::Flusher>>,
+    /// The XDP guard and the mirror feeding it, when attached.
+    pub xdp: std::sync::Mutex<Option<Xdp>>,
+}
+
+/// The XDP guard attached to an interface and the mirror of the block map into its maps.
+pub struct Xdp {
+    /// The mirror (dropped first on shutdown: a last drain, then its thread stops).
+    pub mirror: Option<xdp_guard::MirrorHandle>,
+    /// The attached program (dropped last: detaches it).
+    pub guard: xdp_guard::XdpGuard,
+}
+
+impl Drop for Xdp {
+    fn drop(&mut self) {
+        // The mirror goes before the guard detaches.
+        drop(self.mirror.take());
+    }
+}
+
+/// Attaches the XDP guard and mirrors the block map into it; says once why not when it
+/// cannot.
+fn start_xdp(
+    cfg: Option<&xdp_guard::XdpConfig>,
+    blocks: &Arc<shield::block::BlockMap>,
+) -> Option<Xdp> {
+    if let Some(reason) = xdp_guard::unavailable_reason(cfg) {
+        if cfg.is_some() {
+            tracing::warn!("running without XDP: {reason}");
+        } else {
+            tracing::info!("running without XDP: no [xdp] section");
+        }
+        return None;
+    }
+    let cfg = cfg?;
+    let guard = match xdp_guard::XdpGuard::start(cfg) {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::error!(
+                "running without XDP: cannot attach to {}: {e}",
+                cfg.interface
+            );
+            return None;
+        }
+    };
+    let mirror = xdp_guard::Mirror::new(guard.maps().clone(), blocks.subscribe("xdp"))
+        .spawn()
+        .map_err(|e| tracing::error!("XDP mirror thread: {e}"))
+        .ok();
+    tracing::info!(interface = %cfg.interface, "XDP guard attached");
+    Some(Xdp { mirror, guard })
 }
 
 struct UdpHandler {
@@ -107,6 +157,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         ..Default::default()
     });
     let defence = defence::Shared::new(cfg.defence.clone(), blocks.clone(), events.clone());
+    let xdp = start_xdp(cfg.xdp.as_ref(), &blocks);
     let opts = UdpOptions {
         rcvbuf: cfg.server.udp_rcvbuf,
         sndbuf: cfg.server.udp_sndbuf,
@@ -192,6 +243,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         bind_time,
         defence: defence.clone(),
         flusher: std::sync::Mutex::new(start_flusher(&cfg, &events)),
+        xdp: std::sync::Mutex::new(xdp),
     });
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -237,6 +289,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     if let Some(f) = shared.flusher.lock().expect("flusher lock").take() {
         f.stop();
     }
+    drop(shared.xdp.lock().expect("xdp lock").take());
     result
 }
 
@@ -558,6 +611,9 @@ pub async fn stats_text(shared: &Arc<Shared>) -> String {
     for c in shared.defence.counters(shield::clock::unix_ms()) {
         let _ = writeln!(s, "{}\t{}", c.ctl, c.value);
     }
+    for c in xdp_counters(shared) {
+        let _ = writeln!(s, "{}\t{}", c.ctl, c.value);
+    }
     let reg = shared.registry.lock().await;
     let _ = writeln!(s, "reloads.ok\t{}", reg.stats.ok.load(Ordering::Relaxed));
     let _ = writeln!(
@@ -566,4 +622,57 @@ pub async fn stats_text(shared: &Arc<Shared>) -> String {
         reg.stats.failed.load(Ordering::Relaxed)
     );
     s
+}
+
+/// The XDP guard's counters (verdicts summed over CPUs) and its mirror's, when attached.
+pub fn xdp_counters(shared: &Shared) -> Vec<defence::Counter> {
+    let x = shared.xdp.lock().expect("xdp lock");
+    let Some(x) = x.as_ref() else {
+        return Vec::new();
+    };
+    let mut v = Vec::new();
+    if let Ok(c) = x.guard.counters() {
+        for (name, value) in c.named() {
+            v.push(defence::Counter {
+                ctl: format!("xdp.{name}"),
+                metric: "dnsd_xdp_packets_total",
+                labels: format!("verdict=\"{name}\""),
+                help: "Packets the XDP guard saw, by verdict.",
+                gauge: false,
+                value,
+            });
+        }
+    }
+    if let Some(m) = &x.mirror {
+        let s = m.stats().snapshot();
+        for (name, value, help) in [
+            (
+                "upserted",
+                s.upserted,
+                "Block entries written into the kernel maps.",
+            ),
+            (
+                "deleted",
+                s.deleted,
+                "Block entries deleted from the kernel maps.",
+            ),
+            (
+                "resyncs",
+                s.resyncs,
+                "Full rebuilds of the kernel maps after a lag.",
+            ),
+            ("full", s.full, "Entries a full kernel map refused."),
+            ("failed", s.failed, "Kernel map updates that failed."),
+        ] {
+            v.push(defence::Counter {
+                ctl: format!("xdp.mirror.{name}"),
+                metric: "dnsd_xdp_mirror_total",
+                labels: format!("event=\"{name}\""),
+                help,
+                gauge: false,
+                value,
+            });
+        }
+    }
+    v
 }

@@ -98,7 +98,6 @@ fn c(cat: &'static str, name: &str, qtype: u16) -> Case {
 }
 
 impl Case {
-
     fn class(mut self, qclass: u16) -> Case {
         self.qclass = qclass;
         self
