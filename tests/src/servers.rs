@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -233,11 +233,20 @@ fn wait_ready(p: &mut Proc, addr: SocketAddr, zones: &[Zone]) -> Result<(), Star
 /// Starts a server up to [`START_TRIES`] times, each on a fresh address and port.
 fn start_with_retries<T>(
     what: &str,
+    attempt: impl FnMut(SocketAddr) -> Result<T, StartError>,
+) -> T {
+    start_with_retries_at(what, net::test_addr, attempt)
+}
+
+/// As [`start_with_retries`], with `pick` choosing each attempt's address.
+fn start_with_retries_at<T>(
+    what: &str,
+    pick: impl Fn() -> SocketAddr,
     mut attempt: impl FnMut(SocketAddr) -> Result<T, StartError>,
 ) -> T {
     let mut last = String::new();
     for _ in 0..START_TRIES {
-        match attempt(net::test_addr()) {
+        match attempt(pick()) {
             Ok(t) => return t,
             Err(StartError::AddrInUse(log)) => last = log,
             Err(StartError::Fatal(msg)) => panic!("{msg}"),
@@ -250,6 +259,7 @@ fn start_with_retries<T>(
 #[derive(Debug, Clone, Default)]
 pub struct DnsdBuilder {
     zones: Vec<Zone>,
+    listen: Option<(String, Ipv4Addr)>,
     server_lines: Vec<String>,
     extra: String,
     no_metrics: bool,
@@ -281,6 +291,19 @@ impl DnsdBuilder {
         self
     }
 
+    /// Listens on `entries` (addresses or prefixes, as `[server] listen` takes them)
+    /// instead of one test address; `probe`, one of them, is where readiness is checked
+    /// and what [`Dnsd::addr`] returns.
+    pub fn listen(mut self, entries: &[&str], probe: Ipv4Addr) -> Self {
+        let list = entries
+            .iter()
+            .map(|e| format!("\"{e}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.listen = Some((list, probe));
+        self
+    }
+
     /// No `[metrics]` endpoint.
     pub fn without_metrics(mut self) -> Self {
         self.no_metrics = true;
@@ -294,7 +317,11 @@ impl DnsdBuilder {
             "dnsd needs at least one zone to be probed"
         );
         let exe = crate::bin("dnsd");
-        start_with_retries("dnsd", |addr| {
+        let pick = || match &self.listen {
+            Some((_, ip)) => SocketAddr::from((*ip, net::free_port(*ip))),
+            None => net::test_addr(),
+        };
+        start_with_retries_at("dnsd", pick, |addr| {
             let dir = tempfile::Builder::new()
                 .prefix("palisade-dnsd-")
                 .tempdir()
@@ -306,10 +333,13 @@ impl DnsdBuilder {
             };
             let metrics = (!self.no_metrics).then(|| SocketAddr::from((ip, net::free_port(ip))));
             let mut cfg = String::new();
+            let listen = match &self.listen {
+                Some((list, _)) => list.clone(),
+                None => format!("\"{}\"", addr.ip()),
+            };
             let _ = writeln!(
                 cfg,
-                "[server]\nlisten = [\"{}\"]\nport = {}\nworkers = 1",
-                addr.ip(),
+                "[server]\nlisten = [{listen}]\nport = {}\nworkers = 1",
                 addr.port()
             );
             for l in &self.server_lines {

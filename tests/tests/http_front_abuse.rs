@@ -1,0 +1,307 @@
+//! Abusive clients against http-front stay bounded: HTTP/2 rapid reset (a burst, and streams
+//! cancelled after they were accepted), slowloris (partial heads, dribbled bytes, a stalled
+//! preface, an idle HTTP/2 connection), too many connections from one source, and long-lived
+//! connections (request cap and maximum age). Each attack ends with the server still serving
+//! others, and each bound hit shows in /metrics.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use palisade_tests::http::{
+    Front, H1Conn, H2Conn, H2End, Origin, base_config, connect_from, frame, get, hpack_encode,
+    wait_closed,
+};
+use palisade_tests::net;
+
+fn front_with(origin: &Origin, extra: &str) -> Front {
+    let o = origin.addr();
+    Front::start(
+        |a: SocketAddr, m: SocketAddr| {
+            format!(
+                "{}{extra}\n[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n",
+                base_config(a, m, o)
+            )
+        },
+        None,
+    )
+}
+
+#[test]
+fn http_rapid_reset_burst_gets_goaway() {
+    let origin = Origin::start();
+    let front = front_with(&origin, "");
+    let attacker = net::test_ip();
+    let mut h2 = H2Conn::connect(Some(attacker), front.addr()).unwrap();
+    let block = hpack_encode(&[
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":authority", "a.test"),
+        (":path", "/slow/300"),
+    ]);
+    const STREAMS: u32 = 5000;
+    let mut sent = 0;
+    let mut id = 1u32;
+    for _ in 0..STREAMS {
+        let ok = h2
+            .write_frame(
+                frame::HEADERS,
+                frame::END_HEADERS | frame::END_STREAM,
+                id,
+                &block,
+            )
+            .is_ok()
+            && h2
+                .write_frame(frame::RST_STREAM, 0, id, &8u32.to_be_bytes())
+                .is_ok();
+        if !ok {
+            break;
+        }
+        sent += 1;
+        id += 2;
+    }
+    let end = h2.wait_end(Duration::from_secs(15));
+    assert!(
+        matches!(end, Some(H2End::GoAway(_)) | Some(H2End::Closed(_))),
+        "connection survived {sent} resets: {end:?}"
+    );
+    let accepted = front.metric("http_front_requests_total{proto=\"http2\"}");
+    assert!(
+        accepted < u64::from(STREAMS) / 2,
+        "{accepted} of {sent} reset streams became requests"
+    );
+    assert!(
+        origin.requests() < 200,
+        "{} requests reached the origin",
+        origin.requests()
+    );
+    let hits = front.metric("http_front_limit_hits_total{limit=\"h2_goaway\"}")
+        + front.metric("http_front_limit_hits_total{limit=\"reset_flood\"}");
+    assert!(hits >= 1, "no bound reported:\n{}", front.log());
+    // Others are served, over both protocols.
+    let other = net::test_ip();
+    assert_eq!(
+        get(Some(other), front.addr(), "a.test", "/")
+            .unwrap()
+            .status,
+        200
+    );
+    assert_eq!(
+        H2Conn::connect(Some(other), front.addr())
+            .unwrap()
+            .get("a.test", "/")
+            .unwrap()
+            .status,
+        200
+    );
+}
+
+#[test]
+fn http_premature_resets_close_and_block_the_source() {
+    let origin = Origin::start();
+    let front = front_with(
+        &origin,
+        "[http2]\nreset_flood_min = 20\nreset_flood_ratio = 0.5\nreset_flood_block_secs = 60\nmax_pending_accept_reset_streams = 10000\n",
+    );
+    let attacker = net::test_ip();
+    let mut h2 = H2Conn::connect(Some(attacker), front.addr()).unwrap();
+    // A few honest streams first.
+    for _ in 0..3 {
+        assert_eq!(h2.get("a.test", "/").unwrap().status, 200);
+    }
+    // Then streams cancelled once the server has started on them.
+    let mut cancelled = 0;
+    let mut ended = None;
+    for _ in 0..500 {
+        let Ok(id) = h2.send_request("GET", "a.test", "/slow/2000", &[], true) else {
+            break;
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        if h2.reset(id).is_err() {
+            break;
+        }
+        cancelled += 1;
+        if let Some(e) = h2.wait_end(Duration::from_millis(1)) {
+            ended = Some(e);
+            break;
+        }
+    }
+    let ended = ended.or_else(|| h2.wait_end(Duration::from_secs(10)));
+    assert!(
+        matches!(ended, Some(H2End::GoAway(_)) | Some(H2End::Closed(_))),
+        "not closed after {cancelled} cancels: {ended:?}"
+    );
+    let premature = front.metric("http_front_h2_premature_resets_total");
+    assert!(
+        (20..=40).contains(&premature),
+        "premature resets {premature} (cancelled {cancelled})"
+    );
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"reset_flood\"}"),
+        1
+    );
+    assert_eq!(
+        front.metric("http_front_connections_closed_total{cause=\"reset_flood\"}"),
+        1
+    );
+    assert_eq!(
+        front.metric("http_front_escalations_total{by=\"reset_flood\"}"),
+        1
+    );
+    // The source is now blocked at accept; others are served.
+    assert!(get(Some(attacker), front.addr(), "a.test", "/").is_err());
+    assert_eq!(
+        get(Some(net::test_ip()), front.addr(), "a.test", "/")
+            .unwrap()
+            .status,
+        200
+    );
+}
+
+#[test]
+fn http_slowloris_is_bounded() {
+    let origin = Origin::start();
+    let o = origin.addr();
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "[server]\nlisten = [\"{a}\"]\nworkers = 2\nheader_read_timeout_ms = 1000\nidle_timeout_ms = 1500\n\
+                 max_connections_per_source = 8\n\n[metrics]\nlisten = \"{m}\"\n\n\
+                 [[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\n\n[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n"
+            )
+        },
+        None,
+    );
+    let fa = front.addr();
+    let attacker = net::test_ip();
+
+    // 20 connections that send half a request head and stall.
+    let mut conns = Vec::new();
+    for _ in 0..20 {
+        let mut s = connect_from(Some(attacker), fa).unwrap();
+        let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\nX-Slow: ");
+        conns.push(s);
+    }
+    // One that dribbles a byte every 100 ms.
+    let dribbler = std::thread::spawn(move || {
+        let mut s = connect_from(Some(net::test_ip()), fa).unwrap();
+        let _ = s.write_all(b"GET / HTTP/1.1\r\n");
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if s.write_all(b"X").is_err() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    });
+    // A stalled HTTP/2 preface, and an HTTP/2 connection that never sends a request.
+    let mut preface = connect_from(Some(net::test_ip()), fa).unwrap();
+    preface.write_all(b"PRI * HTTP/2.0\r\n").unwrap();
+    let mut idle_h2 = H2Conn::connect(Some(net::test_ip()), fa).unwrap();
+
+    // Meanwhile an ordinary client is served.
+    assert_eq!(
+        get(Some(net::test_ip()), fa, "a.test", "/").unwrap().status,
+        200
+    );
+
+    for (i, s) in conns.iter_mut().enumerate() {
+        assert!(
+            wait_closed(s, Duration::from_secs(15)),
+            "slow connection {i} still open"
+        );
+    }
+    assert!(
+        wait_closed(&mut preface, Duration::from_secs(15)),
+        "stalled preface still open"
+    );
+    assert!(
+        matches!(
+            idle_h2.wait_end(Duration::from_secs(15)),
+            Some(H2End::GoAway(_)) | Some(H2End::Closed(_))
+        ),
+        "idle HTTP/2 connection still open"
+    );
+    assert!(
+        dribbler.join().unwrap(),
+        "dribbling connection still open after 20 s"
+    );
+
+    assert!(
+        front.metric("http_front_limit_hits_total{limit=\"max_connections_per_source\"}") >= 12
+    );
+    assert!(front.metric("http_front_limit_hits_total{limit=\"header_read_timeout\"}") >= 10);
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"idle_timeout\"}"),
+        1
+    );
+    assert_eq!(origin.requests(), 1);
+    let end = Instant::now() + Duration::from_secs(10);
+    while front.metric("http_front_open_connections") > 0 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        front.metric("http_front_open_connections"),
+        0,
+        "connections left open"
+    );
+}
+
+#[test]
+fn http_long_lived_connections_hit_request_cap_and_max_age() {
+    let origin = Origin::start();
+    let o = origin.addr();
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "[server]\nlisten = [\"{a}\"]\nmax_requests_per_connection = 5\nmax_connection_age_secs = 2\n\n\
+                 [metrics]\nlisten = \"{m}\"\n\n[[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\n\n\
+                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n"
+            )
+        },
+        None,
+    );
+    let fa = front.addr();
+    let src = net::test_ip();
+
+    // HTTP/2: five streams are served, then GOAWAY.
+    let mut h2 = H2Conn::connect(Some(src), fa).unwrap();
+    for i in 0..5 {
+        assert_eq!(h2.get("a.test", &format!("/{i}")).unwrap().status, 200);
+    }
+    assert!(matches!(
+        h2.wait_end(Duration::from_secs(10)),
+        Some(H2End::GoAway(_))
+    ));
+
+    // HTTP/1.1 keep-alive: five requests, then the connection is closed.
+    let mut h1 = H1Conn::connect(Some(src), fa).unwrap();
+    for i in 0..5 {
+        assert_eq!(
+            h1.request("GET", "a.test", &format!("/{i}"), &[], b"")
+                .unwrap()
+                .status,
+            200
+        );
+    }
+    assert!(wait_closed(&mut h1.stream, Duration::from_secs(10)));
+
+    // An idle HTTP/2 connection is closed at its maximum age.
+    let mut old = H2Conn::connect(Some(src), fa).unwrap();
+    assert_eq!(old.get("a.test", "/").unwrap().status, 200);
+    assert!(matches!(
+        old.wait_end(Duration::from_secs(15)),
+        Some(H2End::GoAway(_))
+    ));
+
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"max_requests_per_connection\"}"),
+        2
+    );
+    assert!(front.metric("http_front_limit_hits_total{limit=\"max_connection_age\"}") >= 1);
+    assert_eq!(
+        front.metric("http_front_connections_closed_total{cause=\"max_requests\"}"),
+        2
+    );
+}

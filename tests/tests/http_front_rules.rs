@@ -1,0 +1,316 @@
+//! Per-site shield rules in http-front: 403 for denies (prefix, path, method, header and
+//! User-Agent matchers), 429 with Retry-After over the rate limit, sites without rules going
+//! straight through, events reaching the aggregator's output, and escalation into the block
+//! map closing the source's open connections (HTTP/2 with GOAWAY).
+
+use std::time::{Duration, Instant};
+
+use palisade_tests::http::{Front, H1Conn, H2Conn, H2End, Origin, base_config, get};
+use palisade_tests::net;
+
+fn sites(extra: &str) -> String {
+    format!(
+        "[rules]\nfile = \"rules.toml\"\n\n{extra}\n\
+         [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\nretry_after_secs = 7\n\n\
+         [[site]]\nhosts = [\"b.test\"]\nupstream = \"app\"\n\n\
+         [[site]]\nhosts = [\"c.test\"]\nupstream = \"app\"\ntenant = 2\n"
+    )
+}
+
+#[test]
+fn http_site_rules_answer_403_and_429_and_reach_the_aggregator() {
+    let denied = net::test_ip();
+    let rules = format!(
+        r#"
+[[tenant]]
+id = 1
+rate_limit = {{ per_second = 0.05, burst = 3 }}
+
+[[tenant.rule]]
+name = "health"
+action = "allow"
+when = [{{ attr = "path", exact = "/healthz" }}]
+
+[[tenant.rule]]
+name = "no-admin"
+action = "deny"
+when = [{{ attr = "path", prefix = "/admin" }}]
+
+[[tenant.rule]]
+name = "bad-ua"
+action = "deny"
+when = [{{ attr = "user_agent", regex = "(?i)sqlmap|nikto" }}]
+
+[[tenant.rule]]
+name = "scanner-ua"
+action = "deny"
+when = [{{ attr = "user_agent", regex = "^masscan/" }}]
+
+[[tenant.rule]]
+name = "attack-header"
+action = "deny"
+when = [{{ attr = "header:x-attack", present = true }}]
+
+[[tenant.rule]]
+name = "no-delete"
+action = "deny"
+when = [{{ attr = "method", one_of = ["DELETE"] }}]
+
+[[tenant]]
+id = 2
+deny = ["{denied}/32"]
+"#
+    );
+    let origin = Origin::start();
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "{}{}",
+                base_config(a, m, origin.addr()),
+                sites(
+                    "[events]\noutput = \"file:events.jsonl\"\n[events.aggregator]\ninterval_secs = 1\n"
+                )
+            )
+        },
+        Some(&rules),
+    );
+    let (fa, src) = (front.addr(), net::test_ip());
+
+    // Denies: path prefix, User-Agent regex, header presence, method.
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let deny_cases: [Case; 5] = [
+        ("GET", "/admin/x", &[]),
+        ("GET", "/", &[("user-agent", "SQLMap/1.7")]),
+        ("GET", "/", &[("user-agent", "masscan/1.3")]),
+        ("GET", "/", &[("x-attack", "1")]),
+        ("DELETE", "/thing", &[]),
+    ];
+    for (method, path, extra) in deny_cases {
+        let r = c.request(method, "a.test", path, extra, b"").unwrap();
+        assert_eq!(r.status, 403, "{method} {path} {extra:?}: {r:?}");
+    }
+    assert_eq!(
+        origin.requests(),
+        0,
+        "denied requests never reach the origin"
+    );
+
+    // The allow rule skips the rate limit.
+    for _ in 0..6 {
+        assert_eq!(
+            c.request("GET", "a.test", "/healthz", &[], b"")
+                .unwrap()
+                .status,
+            200
+        );
+    }
+    // Rate limit: a burst of 3 at one per 20 s, then 429 with the site's Retry-After.
+    let mut statuses = Vec::new();
+    let mut retry_after = None;
+    for _ in 0..8 {
+        let r = c.request("GET", "a.test", "/page", &[], b"").unwrap();
+        if r.status == 429 {
+            retry_after = r.header("retry-after").map(str::to_string);
+        }
+        statuses.push(r.status);
+    }
+    assert_eq!(statuses[0], 200, "{statuses:?}");
+    assert!(
+        statuses.iter().filter(|s| **s == 429).count() >= 3,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
+    assert_eq!(retry_after.as_deref(), Some("7"));
+
+    // The same source on a site without rules goes straight through; HTTP/2 sees the same rules.
+    assert_eq!(get(Some(src), fa, "b.test", "/page").unwrap().status, 200);
+    let mut h2 = H2Conn::connect(Some(src), fa).unwrap();
+    assert_eq!(h2.get("a.test", "/admin").unwrap().status, 403);
+    assert_eq!(h2.get("a.test", "/page").unwrap().status, 429);
+
+    // Prefix deny of tenant 2 applies to that source only.
+    assert_eq!(get(Some(denied), fa, "c.test", "/").unwrap().status, 403);
+    assert_eq!(get(Some(src), fa, "c.test", "/").unwrap().status, 200);
+
+    assert!(front.metric("http_front_verdicts_total{action=\"deny\"}") >= 7);
+    assert!(front.metric("http_front_verdicts_total{action=\"rate_limit\"}") >= 4);
+    assert_eq!(
+        front.metric("http_front_verdicts_total{action=\"allow\"}"),
+        6
+    );
+    assert_eq!(
+        front.metric("http_front_verdicts_total{action=\"no_rules\"}"),
+        1
+    );
+
+    // 403s and 429s reach the aggregator and its output.
+    let path = front.dir().join("events.jsonl");
+    let end = Instant::now() + Duration::from_secs(15);
+    let mut text = String::new();
+    while Instant::now() < end {
+        text = std::fs::read_to_string(&path).unwrap_or_default();
+        if text.contains("\"tenant\":1,\"action\":\"rate_limited\"")
+            && text.contains("\"tenant\":2,\"action\":\"denied\"")
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        text.contains("\"tenant\":1,\"action\":\"denied\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"tenant\":1,\"action\":\"rate_limited\""),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "\"prefix\":\"{}.0/24\"",
+            denied.to_string().rsplit_once('.').unwrap().0
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn http_known_crawlers_and_asn_rules() {
+    let (bot, asn_src, other) = (net::test_ip(), net::test_ip(), net::test_ip());
+    let data = tempfile::tempdir().unwrap();
+    let bots = data.path().join("googlebot.json");
+    std::fs::write(
+        &bots,
+        format!("{{\"prefixes\":[{{\"ipv4Prefix\":\"{bot}/32\"}}]}}"),
+    )
+    .unwrap();
+    let asn = data.path().join("asn.csv");
+    std::fs::write(&asn, format!("{asn_src}/32,64500\n")).unwrap();
+    let rules = format!(
+        r#"
+[known_bots]
+files = ["{}"]
+
+[asn]
+file = "{}"
+
+[[tenant]]
+id = 1
+allow_known_bots = true
+deny_asn = [64500]
+
+[[tenant.rule]]
+name = "fake-googlebot"
+action = "deny"
+when = [{{ attr = "user_agent", contains = "Googlebot" }}]
+"#,
+        bots.display(),
+        asn.display()
+    );
+    let origin = Origin::start();
+    let front = Front::start(
+        |a, m| format!("{}{}", base_config(a, m, origin.addr()), sites("")),
+        Some(&rules),
+    );
+    let fa = front.addr();
+    let ua = [("user-agent", "Mozilla/5.0 (compatible; Googlebot/2.1)")];
+    let status = |src, extra: &[(&str, &str)]| {
+        let mut c = H1Conn::connect(Some(src), fa).unwrap();
+        c.request("GET", "a.test", "/", extra, b"").unwrap().status
+    };
+    assert_eq!(status(bot, &ua), 200, "a crawler from its published range");
+    assert_eq!(
+        status(other, &ua),
+        403,
+        "a crawler's User-Agent from elsewhere"
+    );
+    assert_eq!(status(other, &[]), 200);
+    assert_eq!(
+        status(asn_src, &[]),
+        403,
+        "a source announced by a denied ASN"
+    );
+    assert_eq!(
+        front.metric("http_front_verdicts_total{action=\"allow\"}"),
+        1
+    );
+    assert_eq!(
+        front.metric("http_front_verdicts_total{action=\"deny\"}"),
+        2
+    );
+}
+
+#[test]
+fn http_escalation_closes_open_connections_of_the_source() {
+    let rules = r#"
+[[tenant]]
+id = 1
+escalate = { after = 3, window_secs = 60, block_secs = 600, on = ["deny"] }
+
+[[tenant.rule]]
+name = "bad"
+action = "deny"
+when = [{ attr = "path", prefix = "/bad" }]
+
+[[tenant]]
+id = 2
+"#;
+    let origin = Origin::start();
+    let front = Front::start(
+        |a, m| format!("{}{}", base_config(a, m, origin.addr()), sites("")),
+        Some(rules),
+    );
+    let fa = front.addr();
+    let (attacker, bystander) = (net::test_ip(), net::test_ip());
+
+    // Open connections of the soon-to-be-blocked source: HTTP/2 and keep-alive HTTP/1.1.
+    let mut h2 = H2Conn::connect(Some(attacker), fa).unwrap();
+    assert_eq!(h2.get("a.test", "/").unwrap().status, 200);
+    let mut h1 = H1Conn::connect(Some(attacker), fa).unwrap();
+    assert_eq!(
+        h1.request("GET", "b.test", "/", &[], b"").unwrap().status,
+        200
+    );
+    let mut other = H2Conn::connect(Some(bystander), fa).unwrap();
+    assert_eq!(other.get("a.test", "/").unwrap().status, 200);
+
+    // Three denies cross the threshold.
+    let mut c = H1Conn::connect(Some(attacker), fa).unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            c.request("GET", "a.test", "/bad", &[], b"").unwrap().status,
+            403
+        );
+    }
+
+    // The open HTTP/2 connection gets GOAWAY.
+    match h2.wait_end(Duration::from_secs(10)) {
+        Some(H2End::GoAway(_)) => {}
+        other => panic!("expected GOAWAY on the blocked source's HTTP/2 connection, got {other:?}"),
+    }
+    // The keep-alive HTTP/1.1 connection serves nothing more.
+    if let Ok(r) = h1.request("GET", "b.test", "/", &[], b"") {
+        assert_eq!(r.status, 403, "{r:?}");
+    }
+    // New connections are closed at accept, before any request is read.
+    for _ in 0..3 {
+        assert!(
+            get(Some(attacker), fa, "b.test", "/").is_err(),
+            "blocked source got an answer"
+        );
+    }
+    // Everyone else is served, on open and new connections.
+    assert_eq!(other.get("a.test", "/again").unwrap().status, 200);
+    assert_eq!(get(Some(bystander), fa, "b.test", "/").unwrap().status, 200);
+
+    assert_eq!(
+        front.metric("http_front_escalations_total{by=\"rules\"}"),
+        1
+    );
+    assert_eq!(front.metric("http_front_block_entries"), 1);
+    assert!(front.metric("http_front_connections_total{event=\"blocked_at_accept\"}") >= 3);
+    assert!(front.metric("http_front_connections_closed_total{cause=\"blocked\"}") >= 2);
+}
