@@ -256,6 +256,7 @@ impl ZoneBuilder {
             neg_ttl: 0,
             records: 0,
             nsec3: None,
+            nsec_prev: Vec::new(),
         };
         let mut n3: Vec<Node> = Vec::new();
         let mut run_node = vec![zone::NONE; self.runs.len()];
@@ -353,8 +354,12 @@ impl ZoneBuilder {
         z.names = names;
         z.index = index;
         if !n3.is_empty() {
-            z.nsec3 = Some(crate::nsec3::Nsec3Chain { nodes: n3 });
+            z.nsec3 = Some(crate::nsec3::Nsec3Chain {
+                nodes: n3,
+                ..Default::default()
+            });
         }
+        dnssec_indexes(&mut z);
 
         // 5. SOA serial and negative TTL.
         if let Some(soa) = z.rrset(0, t::SOA).copied()
@@ -554,6 +559,91 @@ impl ZoneBuilder {
 
 /// Marks an id as an index into the NSEC3 chain while building.
 const NSEC3_ID: NodeId = 1 << 31;
+
+/// Work done at load for DNSSEC answers: the NSEC3 chain's hashes and, per node, the
+/// entries matching it and covering its wildcard; for NSEC zones, each node's nearest NSEC.
+fn dnssec_indexes(z: &mut Zone) {
+    if z.rrset(0, t::NSEC).is_some() {
+        let mut last = zone::NONE;
+        z.nsec_prev = (0..z.nodes.len() as NodeId)
+            .map(|id| {
+                if z.rrset(id, t::NSEC).is_some() {
+                    last = id;
+                }
+                last
+            })
+            .collect();
+    }
+    let Some(mut chain) = z.nsec3.take() else {
+        return;
+    };
+    let params = z
+        .rrset(0, t::NSEC3PARAM)
+        .and_then(|s| z.rrs(s).next())
+        .and_then(|(_, rd)| crate::nsec3::Nsec3Params::from_rdata(rd))
+        .or_else(|| {
+            (0..chain.nodes.len()).find_map(|i| {
+                let n = &chain.nodes[i];
+                let sets = &z.rrsets
+                    [n.rrset_start as usize..(n.rrset_start + n.rrset_count as u32) as usize];
+                let s = sets.iter().find(|s| s.rtype == t::NSEC3)?;
+                let (_, rd) = z.rrs(s).next()?;
+                crate::nsec3::Nsec3Params::from_rdata(rd)
+            })
+        });
+    // Owner hashes, decoded from the first label (chain order is hash order).
+    chain.hashes = chain
+        .nodes
+        .iter()
+        .map(|n| {
+            let w = &z.names[n.name_off as usize..n.name_off as usize + n.name_len as usize];
+            let mut h = [0u8; crate::nsec3::HASH_LEN];
+            let mut buf = [0u8; 64];
+            if let Some(crate::nsec3::HASH_LEN) =
+                crate::nsec3::base32hex_decode(&w[1..1 + w[0] as usize], &mut buf)
+            {
+                h.copy_from_slice(&buf[..crate::nsec3::HASH_LEN]);
+            }
+            h
+        })
+        .collect();
+    if let Some(p) = params.as_ref().filter(|p| p.alg == 1) {
+        // Hash every name (and its wildcard) once, on both cores.
+        let n = z.nodes.len();
+        let half = n / 2;
+        let names = |r: std::ops::Range<usize>| -> (Vec<u32>, Vec<u32>) {
+            let mut m = Vec::with_capacity(r.len());
+            let mut w = Vec::with_capacity(r.len());
+            let mut star = [0u8; name::MAX_NAME_LEN + 2];
+            for id in r {
+                let nm = z.node_name(id as NodeId);
+                let h = p.hash(nm);
+                m.push(chain.find_match(&h).map_or(zone::NONE, |i| i as u32));
+                if nm.len() + 2 <= name::MAX_NAME_LEN {
+                    star[0] = 1;
+                    star[1] = b'*';
+                    star[2..2 + nm.len()].copy_from_slice(nm);
+                    let hw = p.hash(&star[..2 + nm.len()]);
+                    w.push(chain.find_cover(&hw).map_or(zone::NONE, |i| i as u32));
+                } else {
+                    w.push(zone::NONE);
+                }
+            }
+            (m, w)
+        };
+        let ((mut m1, mut w1), (m2, w2)) = std::thread::scope(|sc| {
+            let second = sc.spawn(|| names(half..n));
+            let first = names(0..half);
+            (first, second.join().expect("NSEC3 hashing thread"))
+        });
+        m1.extend(m2);
+        w1.extend(w2);
+        chain.node_match = m1;
+        chain.wildcard_cover = w1;
+    }
+    chain.params = params;
+    z.nsec3 = Some(chain);
+}
 
 /// Builds the hash index over tree nodes: `name_offs[i]` is where node `i`'s name starts.
 fn build_index(

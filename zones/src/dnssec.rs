@@ -132,6 +132,340 @@ pub(crate) fn check_cds(zone: &Zone, at: Src, report: &mut dyn FnMut(Severity, S
     }
 }
 
+/// The types listed in an NSEC/NSEC3 type bitmap (RFC 4034 §4.1.2), in order.
+pub fn bitmap_types(mut b: &[u8]) -> impl Iterator<Item = u16> + '_ {
+    let mut out: Vec<u16> = Vec::new();
+    while b.len() >= 2 {
+        let (win, len) = (b[0] as u16, b[1] as usize);
+        let Some(bits) = b.get(2..2 + len) else { break };
+        for (i, &byte) in bits.iter().enumerate() {
+            for k in 0..8 {
+                if byte & (0x80 >> k) != 0 {
+                    out.push(win * 256 + (i * 8 + k) as u16);
+                }
+            }
+        }
+        b = &b[2 + len..];
+    }
+    out.into_iter()
+}
+
+/// Where the type bitmap starts in NSEC RDATA (after the next owner name).
+fn nsec_bitmap(rd: &[u8]) -> Option<(&[u8], &[u8])> {
+    let n = crate::name::wire_name_len(rd)?;
+    Some((&rd[..n], &rd[n..]))
+}
+
+/// Where the next hashed owner and the bitmap are in NSEC3 RDATA.
+fn nsec3_parts(rd: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let salt = *rd.get(4)? as usize;
+    let hl = *rd.get(5 + salt)? as usize;
+    let next = rd.get(6 + salt..6 + salt + hl)?;
+    Some((rd[1], next, &rd[6 + salt + hl..]))
+}
+
+/// Load-time checks of a signed zone, as kzonecheck makes them; all warnings (the zone is
+/// served as signed): RRsets without an RRSIG, NSEC and NSEC3 chains that do not close,
+/// names without their NSEC/NSEC3, bitmaps that do not list a name's types, NSEC3PARAM
+/// with flags set.
+pub(crate) fn check_signed(
+    zone: &Zone,
+    at: &dyn Fn(u32) -> Src,
+    report: &mut dyn FnMut(Severity, Src, String),
+) {
+    use crate::zone::flags as f;
+    if zone.rrset(0, t::DNSKEY).is_none() || zone.rrsig(0, t::SOA).is_none() {
+        return; // not a signed zone
+    }
+    let mut left = 50usize;
+    let mut warn = |src: Src, msg: String, report: &mut dyn FnMut(Severity, Src, String)| {
+        if left > 0 {
+            report(Severity::Warning, src, msg);
+            left -= 1;
+        }
+    };
+    // Keys: protocol 3 (RFC 4034 §2.1.2), distinct key tags per algorithm.
+    if let Some(keys) = zone.rrset(0, t::DNSKEY) {
+        let mut tags = std::collections::HashMap::new();
+        for (_, rd) in zone.rrs(keys) {
+            if rd.len() < 4 || rd[2] != 3 {
+                warn(at(0), "invalid DNSKEY: protocol must be 3".into(), report);
+                continue;
+            }
+            *tags.entry((key_tag(rd), rd[3])).or_insert(0usize) += 1;
+        }
+        if tags.values().any(|&n| n > 1) {
+            warn(
+                at(0),
+                "many DNSKEYs with equal keytag and algorithm".into(),
+                report,
+            );
+        }
+    }
+    // CDS and CDNSKEY describe the same keys (RFC 7344 §4).
+    if let (Some(cds), Some(cdnskey)) = (zone.rrset(0, t::CDS), zone.rrset(0, t::CDNSKEY)) {
+        let apex = zone.apex().as_wire();
+        for (_, c) in zone.rrs(cds) {
+            if c.len() < 5 || cds_delete(c) {
+                continue;
+            }
+            let matched = zone.rrs(cdnskey).any(|(_, k)| {
+                k.len() >= 4
+                    && k[3] == c[2]
+                    && key_tag(k) == u16::from_be_bytes([c[0], c[1]])
+                    && ds_digest(apex, k, c[3]).is_none_or(|d| d == c[4..])
+            });
+            if !matched {
+                warn(at(0), "CDS not match CDNSKEY".into(), report);
+            }
+        }
+        for (_, k) in zone.rrs(cdnskey) {
+            if cdnskey_delete(k) {
+                continue;
+            }
+            let matched = zone.rrs(cds).any(|(_, c)| {
+                c.len() >= 5
+                    && c[2] == k.get(3).copied().unwrap_or(0)
+                    && u16::from_be_bytes([c[0], c[1]]) == key_tag(k)
+            });
+            if !matched {
+                warn(at(0), "CDNSKEY without corresponding CDS".into(), report);
+            }
+        }
+    }
+    // Signatures that cannot verify whatever the key: a foreign signer, an original TTL
+    // other than the RRset's, more labels than the owner has.
+    for id in zone.node_ids() {
+        for s in zone.rrsets(id).iter().filter(|s| s.rtype == t::RRSIG) {
+            let covered_ttl = zone.rrset(id, s.covered).map(|c| c.ttl);
+            for (_, rd) in zone.rrs(s) {
+                if rd.len() < 18 {
+                    continue;
+                }
+                let labels = rd[3] as usize;
+                let orig_ttl = u32::from_be_bytes([rd[4], rd[5], rd[6], rd[7]]);
+                let signer = &rd[18..];
+                let name = crate::build::display(zone.node_name(id));
+                let bad = if crate::name::wire_name_len(signer)
+                    .is_none_or(|l| !signer[..l].eq_ignore_ascii_case(zone.apex().as_wire()))
+                {
+                    Some("signer is not the zone apex")
+                } else if covered_ttl.is_some_and(|t| t != orig_ttl) {
+                    Some("original TTL differs from the RRset's TTL")
+                } else if labels > crate::name::label_count(zone.node_name(id)) {
+                    Some("more labels than the owner name")
+                } else if s.covered == t::RRSIG {
+                    Some("an RRSIG over RRSIG")
+                } else {
+                    None
+                };
+                if let Some(why) = bad {
+                    warn(
+                        at(id),
+                        format!(
+                            "no valid signature for a record: RRSIG {} at {name}: {why}",
+                            crate::rrtype::to_text(s.covered)
+                        ),
+                        report,
+                    );
+                }
+            }
+        }
+    }
+    // Authoritative data must be signed; at a cut only DS and NSEC are.
+    for id in zone.node_ids() {
+        let n = zone.node(id);
+        if n.has(f::OCCLUDED) {
+            continue;
+        }
+        let cut = n.has(f::DELEG);
+        for s in zone.rrsets(id) {
+            if s.rtype == t::RRSIG || (cut && !matches!(s.rtype, t::DS | t::NSEC)) {
+                continue;
+            }
+            if zone.rrsig(id, s.rtype).is_none() {
+                warn(
+                    at(id),
+                    format!(
+                        "no valid signature for a record: {} {} has no RRSIG",
+                        crate::build::display(zone.node_name(id)),
+                        crate::rrtype::to_text(s.rtype)
+                    ),
+                    report,
+                );
+            }
+        }
+    }
+    if zone.has_nsec() {
+        // Every authoritative name with data (and every cut) owns an NSEC; each points at
+        // the next such name, the last back at the apex; bitmaps list the types present.
+        let owners: Vec<u32> = zone
+            .node_ids()
+            .filter(|&id| {
+                let n = zone.node(id);
+                !n.has(f::OCCLUDED) && !n.has(f::EMPTY)
+            })
+            .collect();
+        for (k, &id) in owners.iter().enumerate() {
+            let name = crate::build::display(zone.node_name(id));
+            let Some(nsec) = zone.rrset(id, t::NSEC) else {
+                warn(at(id), format!("missing NSEC(3) record for {name}"), report);
+                continue;
+            };
+            let Some((_, rd)) = zone.rrs(nsec).next() else {
+                continue;
+            };
+            let Some((next, bitmap)) = nsec_bitmap(rd) else {
+                continue;
+            };
+            let want = zone.node_name(owners[(k + 1) % owners.len()]);
+            if !next.eq_ignore_ascii_case(want) {
+                warn(
+                    at(id),
+                    format!(
+                        "inconsistent NSEC(3) chain: NSEC of {name} points at {}, the next name is {}",
+                        crate::build::display(next),
+                        crate::build::display(want)
+                    ),
+                    report,
+                );
+            }
+            let listed: Vec<u16> = bitmap_types(bitmap).collect();
+            let present: Vec<u16> = zone
+                .rrsets(id)
+                .iter()
+                .filter(|s| s.covered == 0)
+                .map(|s| s.rtype)
+                .chain(
+                    // RRSIG is listed when the name has any signature.
+                    zone.rrsets(id)
+                        .iter()
+                        .any(|s| s.rtype == t::RRSIG)
+                        .then_some(t::RRSIG),
+                )
+                .collect::<std::collections::BTreeSet<u16>>()
+                .into_iter()
+                .collect();
+            if listed != present {
+                warn(at(id), format!("wrong NSEC(3) bitmap at {name}"), report);
+            }
+        }
+    }
+    if let Some(chain) = zone.nsec3() {
+        if let Some(p) = chain.params()
+            && p.flags != 0
+        {
+            warn(
+                at(0),
+                "invalid flags in NSEC3PARAM (must be 0)".into(),
+                report,
+            );
+        }
+        let nn = chain.len();
+        for i in 0..nn {
+            let Some(s) = zone.nsec3_rrsets(i).iter().find(|s| s.rtype == t::NSEC3) else {
+                continue;
+            };
+            let Some((_, rd)) = zone.rrs(s).next() else {
+                continue;
+            };
+            let Some((_, next, _)) = nsec3_parts(rd) else {
+                continue;
+            };
+            if next != &chain.hashes[(i + 1) % nn][..] {
+                warn(
+                    at(0),
+                    format!(
+                        "inconsistent NSEC(3) chain at {}",
+                        crate::build::display(zone.nsec3_name(i))
+                    ),
+                    report,
+                );
+            }
+        }
+        if chain.params().is_some() && !chain.node_match.is_empty() {
+            for id in zone.node_ids() {
+                let n = zone.node(id);
+                if n.has(f::OCCLUDED) {
+                    continue;
+                }
+                let name = crate::build::display(zone.node_name(id));
+                match chain.node_match(id) {
+                    Some(i) => {
+                        let s = zone.nsec3_rrsets(i).iter().find(|s| s.rtype == t::NSEC3);
+                        let Some((_, rd)) = s.and_then(|s| zone.rrs(s).next()) else {
+                            continue;
+                        };
+                        let Some((_, _, bitmap)) = nsec3_parts(rd) else {
+                            continue;
+                        };
+                        let listed: Vec<u16> = bitmap_types(bitmap).collect();
+                        let mut present: Vec<u16> = zone
+                            .rrsets(id)
+                            .iter()
+                            .filter(|s| s.covered == 0)
+                            .map(|s| s.rtype)
+                            .collect();
+                        if zone.rrsets(id).iter().any(|s| s.rtype == t::RRSIG) {
+                            present.push(t::RRSIG);
+                        }
+                        present.sort_unstable();
+                        present.dedup();
+                        if listed != present {
+                            warn(at(id), format!("wrong NSEC(3) bitmap at {name}"), report);
+                        }
+                    }
+                    None => {
+                        // Only names covered by an opt-out NSEC3 may go without: insecure
+                        // delegations and the empty non-terminals above them.
+                        let opted_out = if n.has(f::EMPTY) {
+                            only_insecure_below(zone, id) && covering_opt_out(zone, chain, id)
+                        } else {
+                            n.has(f::DELEG)
+                                && zone.rrset(id, t::DS).is_none()
+                                && covering_opt_out(zone, chain, id)
+                        };
+                        if !opted_out {
+                            warn(at(id), format!("missing NSEC(3) record for {name}"), report);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// True when everything below the empty non-terminal `id` is an insecure delegation (or
+/// lies below one): only then may opt-out leave it without an NSEC3 (RFC 5155 §7.1).
+fn only_insecure_below(zone: &Zone, id: u32) -> bool {
+    use crate::zone::flags as f;
+    let top = zone.node_name(id);
+    ((id + 1)..zone.node_count() as u32)
+        .take_while(|&d| crate::name::is_subdomain(zone.node_name(d), top))
+        .all(|d| {
+            let n = zone.node(d);
+            n.has(f::OCCLUDED)
+                || n.has(f::EMPTY)
+                || (n.has(f::DELEG) && zone.rrset(d, t::DS).is_none())
+        })
+}
+
+/// True when the NSEC3 covering node `id`'s hash has the opt-out flag.
+fn covering_opt_out(zone: &Zone, chain: &crate::nsec3::Nsec3Chain, id: u32) -> bool {
+    let Some(p) = chain.params() else {
+        return false;
+    };
+    let h = p.hash(zone.node_name(id));
+    let Some(i) = chain.find_cover(&h) else {
+        return false;
+    };
+    zone.nsec3_rrsets(i)
+        .iter()
+        .find(|s| s.rtype == t::NSEC3)
+        .and_then(|s| zone.rrs(s).next())
+        .is_some_and(|(_, rd)| rd.get(1).is_some_and(|fl| fl & 1 == 1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,6 +64,7 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
     if zone.rrset(0, t::CDS).is_some() || zone.rrset(0, t::CDNSKEY).is_some() {
         crate::dnssec::check_cds(zone, src_of(0, t::SOA), report);
     }
+    crate::dnssec::check_signed(zone, &|id| src_of(id, t::SOA), report);
     let mut occluded_warned = 0usize;
     for id in zone.node_ids() {
         let node = zone.node(id);

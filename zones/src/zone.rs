@@ -146,6 +146,9 @@ pub struct Zone {
     pub(crate) neg_ttl: u32,
     pub(crate) records: usize,
     pub(crate) nsec3: Option<crate::nsec3::Nsec3Chain>,
+    /// For a zone signed with NSEC: per node, the node at or before it (canonical order)
+    /// that owns an NSEC; empty otherwise.
+    pub(crate) nsec_prev: Vec<NodeId>,
 }
 
 impl std::fmt::Debug for Zone {
@@ -358,6 +361,26 @@ impl Zone {
         self.nsec3.as_ref()
     }
 
+    /// True when the zone is signed with NSEC (an NSEC chain from the apex).
+    pub fn has_nsec(&self) -> bool {
+        !self.nsec_prev.is_empty()
+    }
+
+    /// For an NSEC-signed zone: the node whose NSEC covers or matches `name_lower` (the
+    /// nearest NSEC owner at or before it in canonical order).
+    pub fn nsec_covering(&self, name_lower: &[u8]) -> Option<NodeId> {
+        let f = self.canonical_floor(name_lower);
+        self.nsec_prev
+            .get(f as usize)
+            .copied()
+            .filter(|&n| n != NONE)
+    }
+
+    /// The `i`-th NSEC3 owner's node (its RRsets, name).
+    pub fn nsec3_node(&self, i: usize) -> &Node {
+        &self.nsec3.as_ref().expect("NSEC3 chain").nodes[i]
+    }
+
     /// Bytes held by the compiled structure (for the memory figures).
     pub fn memory_bytes(&self) -> usize {
         self.names.capacity()
@@ -366,6 +389,7 @@ impl Zone {
             + self.data.capacity()
             + self.index.capacity() * (std::mem::size_of::<NodeId>() + 1)
             + self.nsec3.as_ref().map_or(0, |c| c.memory_bytes())
+            + self.nsec_prev.capacity() * 4
     }
 
     /// The owner name of the `i`-th NSEC3 owner (hash order).
