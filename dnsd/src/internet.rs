@@ -7,6 +7,7 @@ use zones::rrtype::t;
 use zones::zone::{Lookup, NodeId, flags};
 use zones::{RRset, Zone};
 
+use crate::nsec_proofs::Prover;
 use crate::response::{Full, Owner, Section, Writer};
 use crate::wire::{Query, hf, rcode};
 use crate::zoneset::ZoneSet;
@@ -40,6 +41,7 @@ pub struct Answered {
 }
 
 /// A name being resolved: lower-case wire name and label offsets, in a fixed buffer.
+#[derive(Clone)]
 struct Target {
     name: [u8; MAX_NAME_LEN],
     len: usize,
@@ -133,6 +135,13 @@ impl Answerer<'_, '_, '_> {
         self.w.set_flags(hf::TC);
     }
 
+    /// A proof that did not fit truncates the response.
+    fn proved(&mut self, r: Result<(), Full>) {
+        if r.is_err() {
+            self.tc();
+        }
+    }
+
     /// Writes an RRset (and its RRSIGs when DO is set); sets TC when it does not fit.
     fn put(
         &mut self,
@@ -168,9 +177,31 @@ impl Answerer<'_, '_, '_> {
     ) -> Kind {
         let qtype = self.q.qtype;
         match zone.lookup(target.name(), target.offs()) {
-            Lookup::Exact(node) => self.positive(zone, node, target, owner, depth),
-            Lookup::Wildcard { wildcard, .. } => {
-                self.positive(zone, wildcard, target, owner, depth)
+            Lookup::Exact(node) => {
+                let k = self.positive(zone, node, target, owner, depth);
+                if k == Kind::NoData && self.dnssec {
+                    let r = Prover::new(zone).nodata(self.w, node);
+                    self.proved(r);
+                }
+                k
+            }
+            Lookup::Wildcard {
+                closest_encloser: ce,
+                wildcard,
+            } => {
+                // The proof is about this name, which a CNAME chain may replace: keep it.
+                let asked = self.dnssec.then(|| target.clone());
+                let k = self.positive(zone, wildcard, target, owner, depth);
+                if let Some(q) = asked {
+                    let mut p = Prover::new(zone);
+                    let r = if k == Kind::NoData {
+                        p.wildcard_nodata(self.w, q.name(), q.offs(), ce, wildcard)
+                    } else {
+                        p.wildcard_answer(self.w, q.name(), q.offs(), ce)
+                    };
+                    self.proved(r);
+                }
+                k
             }
             Lookup::Delegation { cut, exact } => {
                 if exact && qtype == t::DS {
@@ -182,6 +213,10 @@ impl Answerer<'_, '_, '_> {
                         }
                         None => {
                             self.negative(zone);
+                            if self.dnssec {
+                                let r = Prover::new(zone).nodata(self.w, cut);
+                                self.proved(r);
+                            }
                             Kind::NoData
                         }
                     };
@@ -190,9 +225,18 @@ impl Answerer<'_, '_, '_> {
                 Kind::Referral
             }
             Lookup::Dname(node) => self.dname(zone, node, target, owner, depth),
-            Lookup::NxDomain { .. } => {
+            Lookup::NxDomain { closest_encloser } => {
                 self.w.set_rcode(rcode::NXDOMAIN);
                 self.negative(zone);
+                if self.dnssec {
+                    let r = Prover::new(zone).nxdomain(
+                        self.w,
+                        target.name(),
+                        target.offs(),
+                        closest_encloser,
+                    );
+                    self.proved(r);
+                }
                 Kind::NxDomain
             }
         }
@@ -361,10 +405,17 @@ impl Answerer<'_, '_, '_> {
             self.tc();
             return;
         }
-        if self.dnssec
-            && let Some(ds) = zone.rrset(cut, t::DS).copied()
-        {
-            self.put(Section::Authority, zone, cut, &ds, Owner::Name(cut_name));
+        if self.dnssec {
+            match zone.rrset(cut, t::DS).copied() {
+                Some(ds) => {
+                    self.put(Section::Authority, zone, cut, &ds, Owner::Name(cut_name));
+                }
+                // An unsigned child: prove that there is no DS.
+                None => {
+                    let r = Prover::new(zone).no_ds(self.w, cut);
+                    self.proved(r);
+                }
+            }
         }
         self.glue(zone, &ns, cut_name);
     }
@@ -475,7 +526,13 @@ impl Answerer<'_, '_, '_> {
             && let Some(sig) = zone.rrsig(0, t::SOA).copied()
             && self
                 .w
-                .rrset(Section::Authority, zone, &sig, Owner::Name(apex))
+                .rrset_ttl(
+                    Section::Authority,
+                    zone,
+                    &sig,
+                    Owner::Name(apex),
+                    zone.negative_ttl(),
+                )
                 .is_err()
         {
             self.tc();

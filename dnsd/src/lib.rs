@@ -14,6 +14,7 @@ pub mod ctl;
 pub mod defence;
 pub mod internet;
 pub mod metrics;
+pub mod nsec_proofs;
 pub mod process_query;
 pub mod response;
 pub mod server;

@@ -244,6 +244,41 @@ impl<'b> Writer<'b> {
         Ok(())
     }
 
+    /// Writes a whole RRset like [`Writer::rrset`], with every TTL replaced by `ttl` (the
+    /// negative TTL for the SOA's signatures, RFC 4035 §3.1.3 with RFC 2308).
+    pub fn rrset_ttl(
+        &mut self,
+        sec: Section,
+        zone: &Zone,
+        s: &RRset,
+        owner: Owner<'_>,
+        ttl: u32,
+    ) -> Result<(), Full> {
+        let start = self.len;
+        let first_count = self.counts[sec as usize];
+        self.rrset(sec, zone, s, owner)?;
+        // Walk the RRs just written and patch their TTLs.
+        let mut p = start;
+        for _ in first_count..self.counts[sec as usize] {
+            // Skip the owner: labels or a pointer.
+            loop {
+                let l = self.buf[p];
+                if l & 0xC0 == 0xC0 {
+                    p += 2;
+                    break;
+                }
+                p += 1 + l as usize;
+                if l == 0 {
+                    break;
+                }
+            }
+            self.buf[p + 4..p + 8].copy_from_slice(&ttl.to_be_bytes());
+            let rdlen = u16::from_be_bytes([self.buf[p + 8], self.buf[p + 9]]) as usize;
+            p += 10 + rdlen;
+        }
+        Ok(())
+    }
+
     /// One RR whose RDATA names may be compressed. `head` is TYPE CLASS TTL.
     fn rr_compressed(
         &mut self,

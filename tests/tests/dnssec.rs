@@ -1,0 +1,302 @@
+//! Pre-signed zones served with DO set: answers compared with Knot DNS and NSD serving the
+//! same signed files (rcode, AA, answer and authority as sets, signatures included), for
+//! zones signed with NSEC, NSEC3 and NSEC3 opt-out; the signed root zone too; and `delv`,
+//! a real validator, accepts dnsd's positive, NXDOMAIN, NODATA and wildcard answers.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+
+use palisade_tests::client;
+use palisade_tests::compare::{Normalized, diff};
+use palisade_tests::servers::{Dnsd, Knot, Nsd, Zone};
+use palisade_tests::wire::QueryOpts;
+
+const ZONE: &str = "\
+$TTL 3600
+@       SOA ns1 hostmaster 2026010101 7200 3600 1209600 300
+        NS ns1
+        NS ns2
+ns1     A 192.0.2.1
+ns2     A 192.0.2.2
+www     A 192.0.2.10
+        AAAA 2001:db8::10
+mail    MX 10 www
+a.b.c   TXT \"deep\"
+*.wild  A 192.0.2.20
+x.wild  TXT \"exists\"
+secure  NS ns.secure
+        DS 12345 13 2 49FD46E6C4B45C55D4AC69CBD3CD34AC1AFE51DE9BA6E1D9D5F7DB6E4C3DB9C9
+ns.secure A 192.0.2.30
+insecure NS ns.insecure
+ns.insecure A 192.0.2.31
+d.e.insecure2 NS ns.example.net.
+cn      CNAME www
+wcn     CNAME a.wild
+";
+
+/// (name, type) asked with DO.
+const QUERIES: &[(&str, u16)] = &[
+    ("www.example.com.", 1),             // positive
+    ("www.example.com.", 28),            // positive AAAA
+    ("nothere.example.com.", 1),         // NXDOMAIN
+    ("zzz.nothere.example.com.", 1),     // NXDOMAIN, deeper
+    ("www.example.com.", 15),            // NODATA
+    ("c.example.com.", 1),               // NODATA at an empty non-terminal
+    ("b.c.example.com.", 16),            // NODATA at an empty non-terminal
+    ("a.wild.example.com.", 1),          // wildcard answer
+    ("q.r.wild.example.com.", 1),        // wildcard answer, two labels deep
+    ("a.wild.example.com.", 15),         // wildcard NODATA
+    ("x.wild.example.com.", 16),         // existing name beside a wildcard
+    ("host.secure.example.com.", 1),     // referral to a signed child (DS)
+    ("host.insecure.example.com.", 1),   // referral to an unsigned child (no DS proof)
+    ("secure.example.com.", 43),         // DS at the cut
+    ("insecure.example.com.", 43),       // no DS at the cut
+    ("x.d.e.insecure2.example.com.", 1), // referral under an empty non-terminal
+    ("cn.example.com.", 1),              // CNAME
+    ("wcn.example.com.", 1),             // CNAME to a wildcard
+    ("example.com.", 48),                // DNSKEY
+    ("example.com.", 6),                 // SOA
+];
+
+fn sh(dir: &Path, cmd: &str) -> String {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(dir)
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Signs the zone three ways; returns (what, file) and the KSK as a delv trust anchor.
+fn sign(dir: &Path) -> (Vec<(&'static str, std::path::PathBuf)>, String) {
+    std::fs::write(dir.join("example.com.zone"), ZONE).unwrap();
+    sh(dir, "dnssec-keygen -q -a ECDSAP256SHA256 -K . example.com");
+    let ksk = sh(
+        dir,
+        "dnssec-keygen -q -f KSK -a ECDSAP256SHA256 -K . example.com",
+    );
+    sh(
+        dir,
+        "dnssec-signzone -q -o example.com -K . -S -f nsec.zone example.com.zone",
+    );
+    sh(
+        dir,
+        "dnssec-signzone -q -3 aabbccdd -H 0 -o example.com -K . -S -f nsec3.zone example.com.zone",
+    );
+    sh(
+        dir,
+        "dnssec-signzone -q -3 - -H 0 -A -o example.com -K . -S -f optout.zone example.com.zone",
+    );
+    let key = std::fs::read_to_string(dir.join(format!("{}.key", ksk.trim()))).unwrap();
+    // "example.com. IN DNSKEY 257 3 13 KEY..." -> a delv trust-anchors clause.
+    let line = key.lines().find(|l| l.contains("DNSKEY")).unwrap();
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let i = f.iter().position(|x| *x == "DNSKEY").unwrap();
+    let anchor = format!(
+        "trust-anchors {{ example.com. static-key {} {} {} \"{}\"; }};\n",
+        f[i + 1],
+        f[i + 2],
+        f[i + 3],
+        f[i + 4..].join("")
+    );
+    (
+        vec![
+            ("NSEC", dir.join("nsec.zone")),
+            ("NSEC3", dir.join("nsec3.zone")),
+            ("NSEC3 opt-out", dir.join("optout.zone")),
+        ],
+        anchor,
+    )
+}
+
+fn ask(addr: SocketAddr, name: &str, qtype: u16) -> Normalized {
+    let opts = QueryOpts::edns(4096).with_do();
+    Normalized::from_reply(&client::query_reply(addr, name, qtype, &opts))
+}
+
+#[test]
+fn signed_answers_match_knot_and_nsd_and_validate_with_delv() {
+    for t in ["dnssec-signzone", "dnssec-keygen"] {
+        if !palisade_tests::have_program(t) {
+            palisade_tests::skipped(&format!("{t} not installed (bind9-utils)"));
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (files, anchor) = sign(dir.path());
+    let anchor_file = dir.path().join("anchor.conf");
+    std::fs::write(&anchor_file, &anchor).unwrap();
+    let mut failures = Vec::new();
+    let mut peers_disagree = Vec::new();
+    let mut checked = 0;
+    for (what, file) in &files {
+        let zone = Zone::new("example.com.", file);
+        let dnsd = Dnsd::builder()
+            .zone(zone.clone())
+            .raw("[defence.rrl]\nenabled = false")
+            .start();
+        let knot = Knot::available().then(|| Knot::start(std::slice::from_ref(&zone)));
+        let nsd = Nsd::available().then(|| Nsd::start(std::slice::from_ref(&zone)));
+        for &(name, qtype) in QUERIES {
+            checked += 1;
+            let ours = ask(dnsd.addr(), name, qtype);
+            let k = knot.as_ref().map(|k| ask(k.addr(), name, qtype));
+            let n = nsd.as_ref().map(|n| ask(n.addr(), name, qtype));
+            // Answer and authority as sets, signatures included; additional loosely.
+            let strip = |x: &Normalized| Normalized {
+                additional: Default::default(),
+                opt: None,
+                ..x.clone()
+            };
+            let (ours_s, k_s, n_s) = (strip(&ours), k.as_ref().map(strip), n.as_ref().map(strip));
+            match (&k_s, &n_s) {
+                (Some(k), Some(n)) if k == n => {
+                    if &ours_s != k {
+                        failures.push(format!(
+                            "[{what}] {name} {qtype}: dnsd differs from Knot and NSD:\n  {}",
+                            diff("dnsd", &ours_s, "knot+nsd", k).join("\n  ")
+                        ));
+                    }
+                }
+                (Some(k), Some(n)) => {
+                    // The peers disagree: we must match one of them.
+                    if &ours_s != k && &ours_s != n {
+                        failures.push(format!(
+                            "[{what}] {name} {qtype}: dnsd matches neither:\n  vs knot: {}\n  vs nsd: {}",
+                            diff("dnsd", &ours_s, "knot", k).join("\n    "),
+                            diff("dnsd", &ours_s, "nsd", n).join("\n    ")
+                        ));
+                    } else {
+                        peers_disagree.push(format!(
+                            "[{what}] {name} {qtype}: Knot and NSD disagree, dnsd = {}",
+                            if &ours_s == k { "Knot" } else { "NSD" }
+                        ));
+                    }
+                }
+                (Some(p), None) | (None, Some(p)) => {
+                    if &ours_s != p {
+                        failures.push(format!(
+                            "[{what}] {name} {qtype}:\n  {}",
+                            diff("dnsd", &ours_s, "peer", p).join("\n  ")
+                        ));
+                    }
+                }
+                (None, None) => {}
+            }
+        }
+        // A real validator accepts our answers.
+        if palisade_tests::have_program("delv") {
+            // A wildcard answer whose next closer name is covered by an opt-out NSEC3 could
+            // hide an insecure delegation: validators call it insecure (RFC 5155 §8.8), and
+            // Knot and NSD send the same records.
+            let wild = if what.contains("opt-out") {
+                "; unsigned answer"
+            } else {
+                "; fully validated"
+            };
+            for (name, qtype, want) in [
+                ("www.example.com", "A", "; fully validated"),
+                (
+                    "nothere.example.com",
+                    "A",
+                    "; negative response, fully validated",
+                ),
+                (
+                    "www.example.com",
+                    "MX",
+                    "; negative response, fully validated",
+                ),
+                ("a.wild.example.com", "A", wild),
+                ("c.example.com", "A", "; negative response, fully validated"),
+            ] {
+                let out = Command::new("delv")
+                    .arg(format!("@{}", dnsd.addr().ip()))
+                    .arg("-p")
+                    .arg(dnsd.addr().port().to_string())
+                    .arg("-a")
+                    .arg(&anchor_file)
+                    .arg("+root=example.com")
+                    .args([name, qtype])
+                    .output()
+                    .expect("run delv");
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                if !text.contains(want) {
+                    failures.push(format!(
+                        "[{what}] delv {name} {qtype}: expected {want:?}:\n{text}"
+                    ));
+                }
+            }
+        } else {
+            palisade_tests::skipped("delv not installed (bind9-dnsutils)");
+        }
+    }
+    eprintln!(
+        "{checked} queries with DO; Knot and NSD disagree on {}:",
+        peers_disagree.len()
+    );
+    for d in &peers_disagree {
+        eprintln!("  {d}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn root_zone_with_do_matches_knot_and_nsd() {
+    let Some(c) = palisade_tests::corpora::corpora_dir() else {
+        return;
+    };
+    let zone = Zone::new(".", c.join("root-zone/root.zone"));
+    let dnsd = Dnsd::builder()
+        .zone(zone.clone())
+        .raw("[defence.rrl]\nenabled = false")
+        .start();
+    // Keep the servers alive for the whole test (dropping one stops it).
+    let knot = Knot::available().then(|| Knot::start(std::slice::from_ref(&zone)));
+    let nsd = Nsd::available().then(|| Nsd::start(std::slice::from_ref(&zone)));
+    let mut peers = Vec::new();
+    if let Some(k) = &knot {
+        peers.push(("knot", k.addr()));
+    }
+    if let Some(n) = &nsd {
+        peers.push(("nsd", n.addr()));
+    }
+    if peers.is_empty() {
+        palisade_tests::skipped("neither knotd nor nsd installed");
+        return;
+    }
+    let mut failures = Vec::new();
+    for (name, qtype) in [
+        (".", 6u16),
+        (".", 48),
+        ("com.", 1), // referral to a signed TLD
+        ("www.example.com.", 1),
+        ("com.", 43),            // DS at the cut
+        ("nonexistent-tld.", 1), // NXDOMAIN with NSEC
+        ("arpa.", 2),
+        ("zz.", 1), // NXDOMAIN near the end of the chain
+    ] {
+        let ours = ask(dnsd.addr(), name, qtype);
+        for (pn, pa) in &peers {
+            let theirs = ask(*pa, name, qtype);
+            let d: Vec<String> = diff("dnsd", &ours, pn, &theirs)
+                .into_iter()
+                .filter(|l| !l.starts_with("additional") && !l.starts_with("OPT"))
+                .collect();
+            if !d.is_empty() {
+                failures.push(format!("{name} {qtype} vs {pn}:\n  {}", d.join("\n  ")));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
