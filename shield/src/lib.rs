@@ -11,15 +11,17 @@
 //!   matchers, rate limits, escalation into the block map), loaded from TOML.
 //! - [`events`]: the bounded-memory event aggregator and its JSON-lines sinks.
 //! - [`clock`]: the two clocks the other modules take as plain integers.
+//! - [`redis_sync`]: block-map sync across nodes through Redis (snapshot, capped change stream,
+//!   bounded outbox), built on [`block::Subscription`] and [`block::Origin::Peer`].
 //!
-//! Out of scope here: Redis sync of blocks (a later issue builds it on [`block::Subscription`]
-//! and [`block::BlockMap::insert`] with [`block::Origin::Peer`]) and wire-format parsing.
+//! Out of scope here: wire-format parsing.
 
 pub mod block;
 pub mod clock;
 pub mod events;
 pub mod prefix;
 pub mod ratelimit;
+pub mod redis_sync;
 pub mod rules;
 
 mod epoch;

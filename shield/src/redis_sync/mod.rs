@@ -1,0 +1,677 @@
+//! Block-map sync across nodes through Redis: every local decision is written to Redis and every
+//! node applies every other node's decisions, losing none to a reconnect.
+//!
+//! # Shape
+//!
+//! ```text
+//! RedisSync::spawn(cfg, map) -> SyncHandle      three tasks on the caller's tokio runtime
+//!   collector: map.subscribe("redis") -> Outbox   local decisions only (Local/Operator upserts,
+//!                                                 operator removals); Peer changes never echo
+//!   writer:    Outbox -> MULTI/EXEC batches       SET key PX per decision, ZADD, XADD MAXLEN ~
+//!   reader:    XREAD BLOCK from its own last id   -> map.insert_batch(Peer) / remove(Peer)
+//! SyncHandle::stats() -> SyncStats                counters for /metrics (also SyncHandle::monitor())
+//! SyncHandle::shutdown().await                    final flush, then stop
+//! ```
+//!
+//! # Redis layout (prefix `palisade:` by default)
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `{prefix}block:{net}` | string, `PX` = time left | JSON record of the latest decision on `net` |
+//! | `{prefix}blocks` | sorted set | member `net`, score = expiry in Redis server time (ms): the snapshot index |
+//! | `{prefix}log` | stream, `MAXLEN ~ stream_maxlen` | field `d` = one JSON record, or a JSON array of up to 128 (one batch) |
+//! | `{prefix}epoch` | string, no TTL | random value set once per Redis data life |
+//!
+//! A record is `{"op":"add"|"del","net":"192.0.2.1/32","node":"a","exp":<ms>,"origin":"local",
+//! "reason":"..."}`. A batch of decisions is one MULTI/EXEC (keys, sorted set, then stream), so
+//! a reader that captures the stream position before reading the snapshot misses nothing: every
+//! decision is either in the snapshot or after that position.
+//!
+//! # Reading: tail, gap, resync
+//!
+//! Each node reads the stream with plain `XREAD BLOCK` from its own last-seen id (no consumer
+//! groups: every node must see every entry), pipelined with `XINFO STREAM` and `GET epoch`.
+//! When its position has been trimmed away (the oldest entry held is newer than it), it loads the snapshot (ZSCAN of the sorted set, MGET of the keys) after capturing the
+//! stream's last id, replaces its Peer entries with it ([`BlockMap::replace_peers`]) and tails
+//! from the captured id. On first start the snapshot also restores this node's own earlier
+//! decisions (with their own origin). A changed epoch means Redis lost its data (restart without
+//! persistence, flush, failover to an empty replica): every node keeps its Peer entries, reads
+//! the new stream from its start (everything written since the loss, removals included) and
+//! republishes all its local entries.
+//!
+//! # Time
+//!
+//! Expiries in Redis are in Redis server time. Each node measures `offset = redis TIME - local
+//! clock` (midpoint of the round trip) on every connect and every `time_sync_ms`, writes
+//! `local expiry + offset` and reads `redis expiry - offset`: a node whose clock is skewed
+//! still keeps a block exactly as long as its decider meant, on its own clock.
+//!
+//! # Redis down or slow
+//!
+//! Nothing here is on the query path: the map's readers never wait on this module. Local
+//! decisions wait in a bounded outbox (`buffer_max`) and are flushed on reconnect; a failed
+//! batch is retried. Overflow drops the queued upserts (counted) and queues a full republish of
+//! the local entries, which reaches Redis after reconnect; queued removals are kept.
+//!
+//! Operator removals act on every node, whatever the origin of the entry there. Removals for
+//! other causes (expiry, eviction, local lifts) are not published: each node expires by TTL.
+//! For Redis Cluster, give the prefix a hash tag (`{palisade}:`) so all keys share one slot.
+//! Use a `noeviction` (or `volatile-lru`) maxmemory policy: an evicted epoch key reads as data loss.
+
+mod outbox;
+mod reader;
+mod wire;
+mod writer;
+
+use crate::block::{BlockMap, Change, Delivery, NODE_MAX, Origin, RemoveCause, Subscription};
+use outbox::{Item, Outbox};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+/// A node's wall clock in unix milliseconds (the clock its daemons pass to the block map).
+pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// Redis sync configuration (`[redis]` in the daemons' configs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SyncConfig {
+    /// Redis URL (`redis://[user:pass@]host:port[/db]`).
+    pub url: String,
+    /// Prefix of every key (see the module doc for the layout).
+    pub prefix: String,
+    /// This node's id: unique per node, stable across restarts, no whitespace, at most 64 bytes.
+    pub node_id: String,
+    /// Most local decisions held while Redis is unreachable; overflow forces a full republish.
+    pub buffer_max: usize,
+    /// Most decisions per MULTI/EXEC write.
+    pub batch_max: usize,
+    /// Approximate length cap of the change stream in entries (`XADD MAXLEN ~`; an entry holds up to 128 decisions).
+    pub stream_maxlen: u64,
+    /// Most stream entries per `XREAD` (each up to 128 decisions).
+    pub read_count: usize,
+    /// How long one `XREAD BLOCK` waits, milliseconds.
+    pub block_ms: u64,
+    /// Connect and reply timeout, milliseconds (an `XREAD` gets `block_ms` on top).
+    pub io_timeout_ms: u64,
+    /// First delay before reconnecting, milliseconds (doubles up to `reconnect_max_ms`).
+    pub reconnect_min_ms: u64,
+    /// Longest delay between reconnect attempts, milliseconds.
+    pub reconnect_max_ms: u64,
+    /// How often the offset to Redis server time is measured again, milliseconds.
+    pub time_sync_ms: u64,
+    /// Sorted-set members per `ZSCAN` page while loading a snapshot.
+    pub snapshot_page: usize,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        SyncConfig {
+            url: "redis://127.0.0.1:6379".into(),
+            prefix: "palisade:".into(),
+            node_id: String::new(),
+            buffer_max: 500_000,
+            batch_max: 2_000,
+            stream_maxlen: 1_000_000,
+            read_count: 256,
+            block_ms: 1_000,
+            io_timeout_ms: 5_000,
+            reconnect_min_ms: 100,
+            reconnect_max_ms: 5_000,
+            time_sync_ms: 30_000,
+            snapshot_page: 1_000,
+        }
+    }
+}
+
+impl SyncConfig {
+    /// Checks the values that a TOML file may get wrong; the message names the key.
+    pub fn validate(&self) -> Result<(), SyncError> {
+        let bad = |m: String| Err(SyncError::Config(m));
+        if self.node_id.is_empty()
+            || self.node_id.len() > NODE_MAX
+            || self
+                .node_id
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return bad(format!(
+                "node_id {:?}: must be 1..={NODE_MAX} bytes without whitespace",
+                self.node_id
+            ));
+        }
+        if self
+            .prefix
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return bad(format!("prefix {:?}: no whitespace allowed", self.prefix));
+        }
+        for (name, v) in [
+            ("buffer_max", self.buffer_max as u64),
+            ("batch_max", self.batch_max as u64),
+            ("stream_maxlen", self.stream_maxlen),
+            ("read_count", self.read_count as u64),
+            ("block_ms", self.block_ms),
+            ("io_timeout_ms", self.io_timeout_ms),
+            ("reconnect_min_ms", self.reconnect_min_ms),
+            ("time_sync_ms", self.time_sync_ms),
+            ("snapshot_page", self.snapshot_page as u64),
+        ] {
+            if v == 0 {
+                return bad(format!("{name}: must be at least 1"));
+            }
+        }
+        if self.reconnect_max_ms < self.reconnect_min_ms {
+            return bad("reconnect_max_ms: must be at least reconnect_min_ms".into());
+        }
+        redis::Client::open(self.url.as_str())
+            .map_err(|e| SyncError::Config(format!("url {:?}: {e}", self.url)))?;
+        Ok(())
+    }
+}
+
+/// Why the sync could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// A configuration value is invalid.
+    #[error("redis config: {0}")]
+    Config(String),
+    /// `spawn` was called outside a tokio runtime.
+    #[error("redis sync must be spawned inside a tokio runtime")]
+    NoRuntime,
+}
+
+/// Counters of the sync, for metrics. Every bound that is hit has its counter here.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SyncStats {
+    /// This node's id.
+    pub node_id: String,
+    /// The writer holds a working connection.
+    pub writer_connected: bool,
+    /// The reader holds a working connection and tails the stream.
+    pub reader_connected: bool,
+    /// Connections made (writer and reader).
+    pub connects: u64,
+    /// Connection attempts that failed.
+    pub connect_errors: u64,
+    /// Write batches that failed (retried after reconnecting).
+    pub write_errors: u64,
+    /// Reads that failed (resumed from the last id after reconnecting).
+    pub read_errors: u64,
+    /// Decisions written (upserts and removals, republished ones included).
+    pub published: u64,
+    /// Operator removals written.
+    pub published_removals: u64,
+    /// MULTI/EXEC batches written.
+    pub batches: u64,
+    /// Decisions waiting in the outbox now.
+    pub buffered: u64,
+    /// Outbox bound (`buffer_max`).
+    pub buffer_max: u64,
+    /// Times the outbox overflowed.
+    pub buffer_overflows: u64,
+    /// Upserts dropped from the outbox by overflow (republished in full instead).
+    pub buffer_dropped: u64,
+    /// Removals dropped from the outbox because removals alone filled half of it.
+    pub removals_dropped: u64,
+    /// Times the block map's change feed lagged and handed over a resync.
+    pub feed_resyncs: u64,
+    /// Full republishes of this node's local entries done.
+    pub full_republishes: u64,
+    /// Entries written by full republishes.
+    pub republished: u64,
+    /// Local decisions already expired when their turn to be written came.
+    pub skipped_expired_local: u64,
+    /// Peer upserts applied from the stream.
+    pub received: u64,
+    /// Peer removals applied from the stream (that removed something).
+    pub received_removals: u64,
+    /// Stream entries of this node skipped.
+    pub skipped_own: u64,
+    /// Peer upserts already expired on arrival (by this node's clock).
+    pub skipped_expired: u64,
+    /// Stream entries or records that could not be decoded.
+    pub decode_errors: u64,
+    /// Snapshots loaded.
+    pub snapshots: u64,
+    /// Entries taken from snapshots.
+    pub snapshot_entries: u64,
+    /// Snapshot entries left out because the snapshot exceeded the map's capacity.
+    pub snapshot_truncated: u64,
+    /// Peer entries removed by a resync because Redis no longer held them.
+    pub resync_removed: u64,
+    /// Gaps detected: this node's stream position had been trimmed away.
+    pub gaps: u64,
+    /// Times Redis was found to have lost its data (epoch changed).
+    pub epoch_changes: u64,
+    /// Last measured offset of Redis server time over this node's clock, milliseconds.
+    pub clock_offset_ms: i64,
+}
+
+#[derive(Default)]
+struct Counters {
+    connects: AtomicU64,
+    connect_errors: AtomicU64,
+    write_errors: AtomicU64,
+    read_errors: AtomicU64,
+    published: AtomicU64,
+    published_removals: AtomicU64,
+    batches: AtomicU64,
+    buffer_overflows: AtomicU64,
+    buffer_dropped: AtomicU64,
+    removals_dropped: AtomicU64,
+    feed_resyncs: AtomicU64,
+    full_republishes: AtomicU64,
+    republished: AtomicU64,
+    skipped_expired_local: AtomicU64,
+    received: AtomicU64,
+    received_removals: AtomicU64,
+    skipped_own: AtomicU64,
+    skipped_expired: AtomicU64,
+    decode_errors: AtomicU64,
+    snapshots: AtomicU64,
+    snapshot_entries: AtomicU64,
+    snapshot_truncated: AtomicU64,
+    resync_removed: AtomicU64,
+    gaps: AtomicU64,
+    epoch_changes: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+/// State shared by the three tasks and the handle.
+struct Shared {
+    cfg: SyncConfig,
+    keys: wire::Keys,
+    node: Arc<str>,
+    map: Arc<BlockMap>,
+    clock: Clock,
+    client: redis::Client,
+    outbox: Mutex<Outbox>,
+    wake_writer: Notify,
+    offset_ms: AtomicI64,
+    writer_connected: AtomicBool,
+    reader_connected: AtomicBool,
+    /// The reader has loaded its first snapshot and tails the stream.
+    reader_ready: AtomicBool,
+    c: Counters,
+}
+
+impl Shared {
+    fn outbox(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> u64 {
+        (self.clock)()
+    }
+
+    fn offset(&self) -> i64 {
+        self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let ms = self
+            .cfg
+            .reconnect_min_ms
+            .saturating_mul(1u64 << attempt.min(20))
+            .min(self.cfg.reconnect_max_ms);
+        Duration::from_millis(ms)
+    }
+
+    /// Opens a connection named `role`, measures the clock offset and returns the Redis epoch.
+    async fn connect(
+        &self,
+        role: &str,
+        extra_timeout: Duration,
+    ) -> redis::RedisResult<(redis::aio::MultiplexedConnection, String)> {
+        let io = Duration::from_millis(self.cfg.io_timeout_ms);
+        let conf = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(io))
+            .set_response_timeout(Some(io + extra_timeout));
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&conf)
+            .await?;
+        // Best effort: lets `CLIENT LIST` tell the nodes apart.
+        let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(format!("palisade-{}-{role}", self.node))
+            .query_async(&mut conn)
+            .await;
+        self.measure_offset(&mut conn).await?;
+        let epoch = self.ensure_epoch(&mut conn).await?;
+        add(&self.c.connects, 1);
+        Ok((conn, epoch))
+    }
+
+    /// Measures Redis server time against this node's clock (midpoint of the round trip).
+    async fn measure_offset(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+    ) -> redis::RedisResult<()> {
+        let t0 = self.now();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
+        let t1 = self.now();
+        let redis_ms = secs * 1000 + micros / 1000;
+        let mid = t0 + t1.saturating_sub(t0) / 2;
+        self.offset_ms
+            .store(redis_ms as i64 - mid as i64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The Redis epoch, created when missing (first node after an empty start or a data loss).
+    async fn ensure_epoch(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+    ) -> redis::RedisResult<String> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let candidate = format!("{}-{}-{nanos}", self.node, std::process::id());
+        let (epoch,): (String,) = redis::pipe()
+            .cmd("SET")
+            .arg(&self.keys.epoch)
+            .arg(candidate)
+            .arg("NX")
+            .ignore()
+            .cmd("GET")
+            .arg(&self.keys.epoch)
+            .query_async(conn)
+            .await?;
+        Ok(epoch)
+    }
+
+    fn synced(&self) -> bool {
+        self.writer_connected.load(Ordering::Relaxed)
+            && self.reader_ready.load(Ordering::Relaxed)
+            && self.reader_connected.load(Ordering::Relaxed)
+    }
+
+    fn stats(&self) -> SyncStats {
+        let c = &self.c;
+        let (buffered, buffer_max) = {
+            let o = self.outbox();
+            (o.len() as u64, self.cfg.buffer_max as u64)
+        };
+        SyncStats {
+            node_id: self.node.to_string(),
+            writer_connected: self.writer_connected.load(Ordering::Relaxed),
+            reader_connected: self.reader_connected.load(Ordering::Relaxed),
+            connects: get(&c.connects),
+            connect_errors: get(&c.connect_errors),
+            write_errors: get(&c.write_errors),
+            read_errors: get(&c.read_errors),
+            published: get(&c.published),
+            published_removals: get(&c.published_removals),
+            batches: get(&c.batches),
+            buffered,
+            buffer_max,
+            buffer_overflows: get(&c.buffer_overflows),
+            buffer_dropped: get(&c.buffer_dropped),
+            removals_dropped: get(&c.removals_dropped),
+            feed_resyncs: get(&c.feed_resyncs),
+            full_republishes: get(&c.full_republishes),
+            republished: get(&c.republished),
+            skipped_expired_local: get(&c.skipped_expired_local),
+            received: get(&c.received),
+            received_removals: get(&c.received_removals),
+            skipped_own: get(&c.skipped_own),
+            skipped_expired: get(&c.skipped_expired),
+            decode_errors: get(&c.decode_errors),
+            snapshots: get(&c.snapshots),
+            snapshot_entries: get(&c.snapshot_entries),
+            snapshot_truncated: get(&c.snapshot_truncated),
+            resync_removed: get(&c.resync_removed),
+            gaps: get(&c.gaps),
+            epoch_changes: get(&c.epoch_changes),
+            clock_offset_ms: self.offset(),
+        }
+    }
+}
+
+/// Sleeps `d` unless `stop` turns true first; returns true when stopping.
+async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    let stopped = tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = stop.wait_for(|s| *s) => true,
+    };
+    stopped || *stop.borrow()
+}
+
+/// Entry point: starts the sync of one block map.
+#[derive(Debug)]
+pub struct RedisSync;
+
+impl RedisSync {
+    /// Starts the sync of `map` on the current tokio runtime, with the system clock.
+    pub fn spawn(cfg: SyncConfig, map: Arc<BlockMap>) -> Result<SyncHandle, SyncError> {
+        Self::spawn_with_clock(cfg, map, Arc::new(crate::clock::unix_ms))
+    }
+
+    /// Starts the sync with `clock` as this node's wall clock (the one its daemons use for expiry).
+    pub fn spawn_with_clock(
+        cfg: SyncConfig,
+        map: Arc<BlockMap>,
+        clock: Clock,
+    ) -> Result<SyncHandle, SyncError> {
+        cfg.validate()?;
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| SyncError::NoRuntime)?;
+        let client = redis::Client::open(cfg.url.as_str())
+            .map_err(|e| SyncError::Config(format!("url {:?}: {e}", cfg.url)))?;
+        // Subscribe before any task runs so that no decision made after spawn returns is missed.
+        let sub = map.subscribe("redis");
+        let shared = Arc::new(Shared {
+            keys: wire::Keys::new(&cfg.prefix),
+            node: Arc::from(cfg.node_id.as_str()),
+            outbox: Mutex::new(Outbox::new(cfg.buffer_max)),
+            cfg,
+            map,
+            clock,
+            client,
+            wake_writer: Notify::new(),
+            offset_ms: AtomicI64::new(0),
+            writer_connected: AtomicBool::new(false),
+            reader_connected: AtomicBool::new(false),
+            reader_ready: AtomicBool::new(false),
+            c: Counters::default(),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let (stop_writer, stop_writer_rx) = watch::channel(false);
+        let collector = rt.spawn(collect(Arc::clone(&shared), sub, stop_rx.clone()));
+        let reader = rt.spawn(reader::run(Arc::clone(&shared), stop_rx));
+        let writer = rt.spawn(writer::run(Arc::clone(&shared), stop_writer_rx));
+        tracing::info!(node = %shared.node, prefix = %shared.cfg.prefix, "redis block sync started");
+        Ok(SyncHandle {
+            shared,
+            stop,
+            stop_writer,
+            collector: Some(collector),
+            reader: Some(reader),
+            writer: Some(writer),
+        })
+    }
+}
+
+/// The running sync; dropping it aborts the tasks, [`SyncHandle::shutdown`] stops them cleanly.
+pub struct SyncHandle {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    stop_writer: watch::Sender<bool>,
+    collector: Option<JoinHandle<()>>,
+    reader: Option<JoinHandle<()>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for SyncHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SyncHandle")
+            .field("node", &self.shared.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SyncHandle {
+    /// This node's id.
+    pub fn node_id(&self) -> &str {
+        &self.shared.node
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> SyncStats {
+        self.shared.stats()
+    }
+
+    /// A cloneable read-only view (stats, sync state) for metrics and control tasks.
+    pub fn monitor(&self) -> SyncMonitor {
+        SyncMonitor {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// True once the writer is connected and the reader has loaded its snapshot and tails the stream.
+    pub fn is_synced(&self) -> bool {
+        self.shared.synced()
+    }
+
+    /// Waits until [`is_synced`](Self::is_synced) or `timeout`; true when synced.
+    pub async fn wait_synced(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.is_synced() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+
+    /// Stops reading, flushes what the outbox holds (bounded by `io_timeout_ms`), and stops.
+    pub async fn shutdown(mut self) -> SyncStats {
+        let io = Duration::from_millis(self.shared.cfg.io_timeout_ms);
+        let _ = self.stop.send(true);
+        for task in [self.collector.take(), self.reader.take()]
+            .into_iter()
+            .flatten()
+        {
+            join_or_abort(task, io).await;
+        }
+        let _ = self.stop_writer.send(true);
+        self.shared.wake_writer.notify_one();
+        if let Some(task) = self.writer.take() {
+            join_or_abort(task, io * 2).await;
+        }
+        let stats = self.shared.stats();
+        tracing::info!(node = %self.shared.node, unflushed = stats.buffered, "redis block sync stopped");
+        stats
+    }
+}
+
+/// A cloneable view of a running sync: its counters and state, without the power to stop it.
+#[derive(Clone)]
+pub struct SyncMonitor {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for SyncMonitor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SyncMonitor")
+            .field("node", &self.shared.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SyncMonitor {
+    /// Current counters.
+    pub fn stats(&self) -> SyncStats {
+        self.shared.stats()
+    }
+
+    /// True while the writer is connected and the reader tails the stream.
+    pub fn is_synced(&self) -> bool {
+        self.shared.synced()
+    }
+}
+
+async fn join_or_abort(mut task: JoinHandle<()>, limit: Duration) {
+    if tokio::time::timeout(limit, &mut task).await.is_err() {
+        task.abort();
+    }
+}
+
+impl Drop for SyncHandle {
+    fn drop(&mut self) {
+        for task in [&self.collector, &self.reader, &self.writer]
+            .into_iter()
+            .flatten()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// Moves this node's decisions from the map's change feed into the outbox.
+async fn collect(shared: Arc<Shared>, mut sub: Subscription, mut stop: watch::Receiver<bool>) {
+    loop {
+        let stopping = tokio::select! {
+            _ = sub.changed() => false,
+            _ = stop.wait_for(|s| *s) => true,
+        };
+        drain(&shared, &mut sub);
+        shared.wake_writer.notify_one();
+        if stopping {
+            return;
+        }
+    }
+}
+
+fn drain(shared: &Shared, sub: &mut Subscription) {
+    while let Some(d) = sub.poll(4096) {
+        let mut o = shared.outbox();
+        match d {
+            Delivery::Changes(changes) => {
+                for ch in changes {
+                    let item = match ch {
+                        Change::Upsert(e) if e.origin != Origin::Peer => Item::Add(e),
+                        Change::Remove {
+                            net,
+                            cause: RemoveCause::Operator,
+                        } => Item::Del(net),
+                        _ => continue,
+                    };
+                    if let Some(ov) = o.push(item) {
+                        add(&shared.c.buffer_overflows, 1);
+                        add(&shared.c.buffer_dropped, ov.upserts);
+                        add(&shared.c.removals_dropped, ov.removals);
+                        tracing::warn!(
+                            node = %shared.node,
+                            dropped = ov.upserts,
+                            "redis outbox full; a full republish follows"
+                        );
+                    }
+                }
+            }
+            Delivery::Resync(_) => {
+                // The first poll on a non-empty map, or the feed lagged: the writer republishes
+                // the map's local entries as they are when it gets there.
+                shared
+                    .c
+                    .feed_resyncs
+                    .store(sub.stats().resyncs, Ordering::Relaxed);
+                o.push_full();
+            }
+        }
+    }
+}

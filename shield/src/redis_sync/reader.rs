@@ -1,0 +1,295 @@
+//! The reader task: snapshot, then `XREAD BLOCK` from this node's own last id; detects gaps and
+//! data loss and resyncs.
+
+use super::wire::{self, RecordOp, StreamId};
+use super::{Shared, add, sleep_or_stop};
+use crate::block::{BlockEntry, Origin, RemoveCause};
+use hashbrown::HashMap;
+use ipnet::IpNet;
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+struct State {
+    /// Last stream id applied; `None` when a snapshot is due.
+    pos: Option<StreamId>,
+    epoch: Option<String>,
+    /// No snapshot loaded yet in this process: restore this node's own records too.
+    first_load: bool,
+}
+
+impl State {
+    /// Notes the epoch read from Redis. A new one means Redis lost its data: everything written
+    /// since is in the new stream, so this node reads it from the start (its Peer entries stay;
+    /// the nodes republish theirs). Were that stream trimmed already, the gap check resyncs.
+    fn observe_epoch(&mut self, shared: &Shared, e: String) {
+        if self.epoch.as_ref().is_some_and(|old| *old != e) {
+            add(&shared.c.epoch_changes, 1);
+            tracing::warn!(node = %shared.node, "redis lost its data (epoch changed); reading its stream from the start");
+            self.pos = Some(StreamId::default());
+        }
+        self.epoch = Some(e);
+    }
+}
+
+pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut st = State {
+        pos: None,
+        epoch: None,
+        first_load: true,
+    };
+    let block = Duration::from_millis(shared.cfg.block_ms);
+    let mut attempt = 0u32;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let (mut conn, e) = match shared.connect("reader", block).await {
+            Ok(c) => c,
+            Err(err) => {
+                add(&shared.c.connect_errors, 1);
+                tracing::warn!(node = %shared.node, error = %err, "redis reader: connect failed");
+                if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
+                    return;
+                }
+                attempt = attempt.saturating_add(1);
+                continue;
+            }
+        };
+        attempt = 0;
+        st.observe_epoch(&shared, e);
+        shared.reader_connected.store(true, Ordering::Relaxed);
+        tracing::info!(node = %shared.node, pos = ?st.pos.map(|p| p.to_string()), "redis reader connected");
+        let res = tail(&shared, &mut conn, &mut st, &mut stop).await;
+        shared.reader_connected.store(false, Ordering::Relaxed);
+        match res {
+            Ok(()) => return,
+            Err(err) => {
+                add(&shared.c.read_errors, 1);
+                tracing::warn!(node = %shared.node, error = %err, "redis reader: read failed; will resume");
+            }
+        }
+        if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
+            return;
+        }
+        attempt = attempt.saturating_add(1);
+    }
+}
+
+async fn tail(
+    shared: &Shared,
+    conn: &mut MultiplexedConnection,
+    st: &mut State,
+    stop: &mut watch::Receiver<bool>,
+) -> redis::RedisResult<()> {
+    let keys = &shared.keys;
+    let time_sync = Duration::from_millis(shared.cfg.time_sync_ms);
+    let mut next_time_sync = Instant::now() + time_sync;
+    loop {
+        let pos = match st.pos {
+            Some(p) => p,
+            None => {
+                let p = load_snapshot(shared, conn, st).await?;
+                st.pos = Some(p);
+                st.first_load = false;
+                shared.reader_ready.store(true, Ordering::Relaxed);
+                p
+            }
+        };
+        if Instant::now() >= next_time_sync {
+            shared.measure_offset(conn).await?;
+            next_time_sync = Instant::now() + time_sync;
+        }
+        // XINFO after XREAD: a position trimmed before or during the read shows there.
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("XREAD")
+            .arg("COUNT")
+            .arg(shared.cfg.read_count)
+            .arg("BLOCK")
+            .arg(shared.cfg.block_ms)
+            .arg("STREAMS")
+            .arg(&keys.log)
+            .arg(pos.to_string());
+        pipe.cmd("XINFO").arg("STREAM").arg(&keys.log);
+        pipe.cmd("GET").arg(&keys.epoch);
+        let reply: Vec<Value> = tokio::select! {
+            r = pipe.query_async(conn) => r?,
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        };
+        let [xread, xinfo, epoch] = <[Value; 3]>::try_from(reply).map_err(|_| {
+            redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "pipeline reply"))
+        })?;
+        if let Value::ServerError(e) = xread {
+            return Err(e.into());
+        }
+        let epoch = match wire::bytes(&epoch) {
+            Some(b) => String::from_utf8_lossy(b).into_owned(),
+            None => shared.ensure_epoch(conn).await?,
+        };
+        st.observe_epoch(shared, epoch);
+        if st.pos != Some(pos) {
+            continue;
+        }
+        let entries = wire::parse_xread(&xread);
+        let info = wire::parse_xinfo(&xinfo);
+        if wire::is_gap(pos, info.as_ref()) {
+            add(&shared.c.gaps, 1);
+            tracing::warn!(node = %shared.node, pos = %pos, "redis stream trimmed past this node's position; resyncing");
+            st.pos = None;
+            continue;
+        }
+        if let Some(&(last, _)) = entries.last() {
+            apply(shared, &entries);
+            st.pos = Some(last);
+        }
+    }
+}
+
+/// Applies stream entries in order: peer upserts in batches, removals one by one.
+fn apply(shared: &Shared, entries: &[(StreamId, Option<&[u8]>)]) {
+    let c = &shared.c;
+    let now = shared.now();
+    let offset = shared.offset();
+    let mut adds: Vec<BlockEntry> = Vec::new();
+    let flush = |adds: &mut Vec<BlockEntry>| {
+        if !adds.is_empty() {
+            add(&c.received, adds.len() as u64);
+            shared.map.insert_batch(adds.drain(..));
+        }
+    };
+    for rec in entries.iter().flat_map(|(_, d)| {
+        let recs = d.and_then(wire::decode_many);
+        if recs.is_none() {
+            add(&c.decode_errors, 1);
+        }
+        recs.into_iter().flatten()
+    }) {
+        if *rec.node == *shared.node {
+            add(&c.skipped_own, 1);
+            continue;
+        }
+        match rec.op {
+            RecordOp::Add => {
+                let e = rec.to_entry(offset, Origin::Peer);
+                if e.is_expired(now) {
+                    add(&c.skipped_expired, 1);
+                } else {
+                    adds.push(e);
+                }
+            }
+            RecordOp::Del => {
+                flush(&mut adds);
+                if shared.map.remove(rec.net, RemoveCause::Peer) {
+                    add(&c.received_removals, 1);
+                }
+            }
+        }
+    }
+    flush(&mut adds);
+}
+
+/// Loads the snapshot and replaces this node's Peer entries with it; returns the stream id to
+/// tail from, captured before the snapshot was read.
+async fn load_snapshot(
+    shared: &Shared,
+    conn: &mut MultiplexedConnection,
+    st: &State,
+) -> redis::RedisResult<StreamId> {
+    let keys = &shared.keys;
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("XINFO").arg("STREAM").arg(&keys.log);
+    let reply: Vec<Value> = pipe.query_async(conn).await?;
+    let start = reply
+        .first()
+        .and_then(wire::parse_xinfo)
+        .map(|i| i.last_generated)
+        .unwrap_or_default();
+
+    let max = shared.map.config().capacity.max(1);
+    let mut peers: HashMap<IpNet, BlockEntry> = HashMap::new();
+    let mut own: Vec<BlockEntry> = Vec::new();
+    let mut truncated = 0u64;
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, flat): (u64, Vec<String>) = redis::cmd("ZSCAN")
+            .arg(&keys.zset)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(shared.cfg.snapshot_page)
+            .query_async(conn)
+            .await?;
+        let redis_now = shared.now() as i64 + shared.offset();
+        let live: Vec<&str> = flat
+            .chunks_exact(2)
+            .filter(|p| p[1].parse::<f64>().is_ok_and(|s| s > redis_now as f64))
+            .map(|p| p[0].as_str())
+            .collect();
+        if !live.is_empty() {
+            let names: Vec<String> = live
+                .iter()
+                .filter_map(|m| m.parse::<IpNet>().ok())
+                .map(|n| keys.block(&n))
+                .collect();
+            let values: Vec<Option<Vec<u8>>> = if names.is_empty() {
+                Vec::new()
+            } else {
+                redis::cmd("MGET").arg(&names).query_async(conn).await?
+            };
+            let (now, offset) = (shared.now(), shared.offset());
+            for v in values.into_iter().flatten() {
+                let Some(rec) = wire::decode(&v).filter(|r| r.op == RecordOp::Add) else {
+                    add(&shared.c.decode_errors, 1);
+                    continue;
+                };
+                if *rec.node == *shared.node {
+                    // Our own earlier decisions: restored once, after a restart of this node.
+                    if st.first_load && own.len() < max {
+                        let origin = rec
+                            .origin
+                            .filter(|o| *o != Origin::Peer)
+                            .unwrap_or(Origin::Local);
+                        let e = rec.to_entry(offset, origin);
+                        if !e.is_expired(now) {
+                            own.push(e);
+                        }
+                    }
+                    continue;
+                }
+                let e = rec.to_entry(offset, Origin::Peer);
+                if e.is_expired(now) {
+                    continue;
+                }
+                if peers.len() >= max && !peers.contains_key(&e.net) {
+                    truncated += 1;
+                    continue;
+                }
+                peers.insert(e.net, e);
+            }
+        }
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    let c = &shared.c;
+    let n = peers.len() + own.len();
+    add(&c.snapshots, 1);
+    add(&c.snapshot_entries, n as u64);
+    add(&c.snapshot_truncated, truncated);
+    let peers: Vec<BlockEntry> = peers.into_values().collect();
+    let removed = shared.map.replace_peers(peers).removed;
+    add(&c.resync_removed, removed as u64);
+    if !own.is_empty() {
+        shared.map.insert_batch(own);
+    }
+    tracing::info!(
+        node = %shared.node, entries = n, removed, from = %start,
+        "redis snapshot loaded"
+    );
+    Ok(start)
+}

@@ -1,0 +1,393 @@
+//! What travels through Redis: key names, the record encoding, stream ids and reply parsing.
+
+use crate::block::{BlockEntry, Origin};
+use ipnet::IpNet;
+use redis::Value;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The key names under one prefix.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    prefix: String,
+    /// Sorted set: member = prefix text, score = expiry in Redis server time (ms).
+    pub(crate) zset: String,
+    /// Capped stream: one entry per decision, field `d` = the JSON record.
+    pub(crate) log: String,
+    /// A random value set once per Redis data life; a change means Redis lost its data.
+    pub(crate) epoch: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Keys {
+            prefix: prefix.to_string(),
+            zset: format!("{prefix}blocks"),
+            log: format!("{prefix}log"),
+            epoch: format!("{prefix}epoch"),
+        }
+    }
+
+    /// The key of one block: its JSON record, with a TTL.
+    pub(crate) fn block(&self, net: &IpNet) -> String {
+        format!("{}block:{}", self.prefix, net)
+    }
+}
+
+/// What one record does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RecordOp {
+    /// Block (or refresh) `net` until `exp`.
+    Add,
+    /// Lift the block on `net` (an operator removal; acts on every node).
+    Del,
+}
+
+/// One decision as stored in a block key and in a stream entry. Unknown fields are ignored so
+/// that newer nodes may add some.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub(crate) op: RecordOp,
+    pub(crate) net: IpNet,
+    /// Node that decided it.
+    pub(crate) node: String,
+    /// Expiry in Redis server time, unix ms (adds only).
+    #[serde(default)]
+    pub(crate) exp: i64,
+    /// Origin on the deciding node (adds only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) origin: Option<Origin>,
+    /// Reason (adds only).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub(crate) reason: String,
+}
+
+#[derive(Serialize)]
+struct RecordRef<'a> {
+    op: RecordOp,
+    net: &'a IpNet,
+    node: &'a str,
+    #[serde(skip_serializing_if = "is_zero")]
+    exp: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    origin: Option<Origin>,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    reason: &'a str,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+/// The JSON of an add: `entry` as decided on `node`, expiring at `exp_redis` (Redis time, ms).
+pub(crate) fn encode_add(entry: &BlockEntry, node: &str, exp_redis: i64) -> String {
+    let r = RecordRef {
+        op: RecordOp::Add,
+        net: &entry.net,
+        node,
+        exp: exp_redis,
+        origin: Some(entry.origin),
+        reason: entry.reason.as_str(),
+    };
+    serde_json::to_string(&r).unwrap_or_default()
+}
+
+/// The JSON of a removal of `net` by `node`.
+pub(crate) fn encode_del(net: &IpNet, node: &str) -> String {
+    let r = RecordRef {
+        op: RecordOp::Del,
+        net,
+        node,
+        exp: 0,
+        origin: None,
+        reason: "",
+    };
+    serde_json::to_string(&r).unwrap_or_default()
+}
+
+/// Parses a record.
+pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
+    serde_json::from_slice(bytes).ok()
+}
+
+/// Parses a stream entry's field: one record, or a JSON array of records (a packed batch).
+pub(crate) fn decode_many(bytes: &[u8]) -> Option<Vec<Record>> {
+    if bytes.first() == Some(&b'[') {
+        serde_json::from_slice(bytes).ok()
+    } else {
+        decode(bytes).map(|r| vec![r])
+    }
+}
+
+impl Record {
+    /// The entry this add makes on a node whose clock is `offset_ms` behind Redis, with `origin`.
+    pub(crate) fn to_entry(&self, offset_ms: i64, origin: Origin) -> BlockEntry {
+        let local = self.exp.saturating_sub(offset_ms).max(0) as u64;
+        BlockEntry::new(self.net, local, &self.reason, origin).with_node(&self.node)
+    }
+}
+
+/// A stream entry id (`ms-seq`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct StreamId {
+    pub(crate) ms: u64,
+    pub(crate) seq: u64,
+}
+
+impl StreamId {
+    pub(crate) fn parse(b: &[u8]) -> Option<Self> {
+        let s = std::str::from_utf8(b).ok()?;
+        let (ms, seq) = s.split_once('-').unwrap_or((s, "0"));
+        Some(StreamId {
+            ms: ms.parse().ok()?,
+            seq: seq.parse().ok()?,
+        })
+    }
+}
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
+}
+
+/// The bytes of a string-like reply.
+pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        Value::VerbatimString { text, .. } => Some(text.as_bytes()),
+        _ => None,
+    }
+}
+
+/// The items of an array-like reply (RESP2 arrays, RESP3 sets).
+fn items(v: &Value) -> Option<&[Value]> {
+    match v {
+        Value::Array(a) | Value::Set(a) => Some(a),
+        _ => None,
+    }
+}
+
+/// Key/value pairs of a map-like reply (RESP3 map or RESP2 flat array).
+fn pairs(v: &Value) -> Vec<(&[u8], &Value)> {
+    match v {
+        Value::Map(m) => m.iter().filter_map(|(k, v)| Some((bytes(k)?, v))).collect(),
+        Value::Array(a) => a
+            .chunks_exact(2)
+            .filter_map(|kv| Some((bytes(&kv[0])?, &kv[1])))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// What `XINFO STREAM` says about the stream's ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct StreamInfo {
+    /// Entries held.
+    pub(crate) length: u64,
+    /// Id of the last entry ever added.
+    pub(crate) last_generated: StreamId,
+    /// Entries ever added (Redis 7+).
+    pub(crate) entries_added: Option<u64>,
+    /// Id of the oldest entry still held.
+    pub(crate) first: Option<StreamId>,
+}
+
+fn int(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        v => std::str::from_utf8(bytes(v)?).ok()?.parse().ok(),
+    }
+}
+
+/// Parses an `XINFO STREAM` reply.
+pub(crate) fn parse_xinfo(v: &Value) -> Option<StreamInfo> {
+    let mut info = StreamInfo::default();
+    let mut seen = false;
+    for (k, v) in pairs(v) {
+        match k {
+            b"length" => info.length = int(v)?,
+            b"last-generated-id" => {
+                info.last_generated = StreamId::parse(bytes(v)?)?;
+                seen = true;
+            }
+            b"entries-added" => info.entries_added = int(v),
+            b"first-entry" => {
+                info.first = items(v)
+                    .and_then(|e| e.first())
+                    .and_then(bytes)
+                    .and_then(StreamId::parse)
+            }
+            _ => {}
+        }
+    }
+    seen.then_some(info)
+}
+
+/// True when entries after `pos` may have been trimmed before this node read them, with `info`
+/// taken after the read: the oldest entry held is newer than `pos` (the position itself was
+/// trimmed away). Trimming only ever cuts the head, so a position still held means nothing after
+/// it was lost. From the stream's start (`pos` 0-0), a gap is "entries were ever trimmed" (Redis
+/// 7's `entries-added` above `length`). A stream that restarted below `pos` (restored or
+/// replaced) or vanished also counts as a gap.
+pub(crate) fn is_gap(pos: StreamId, info: Option<&StreamInfo>) -> bool {
+    let Some(info) = info else {
+        return pos != StreamId::default();
+    };
+    if info.last_generated < pos {
+        return true;
+    }
+    if pos == StreamId::default() {
+        return info.entries_added.is_some_and(|added| added > info.length);
+    }
+    match info.first {
+        Some(first) => first > pos,
+        None => info.last_generated > pos,
+    }
+}
+
+/// The entries of an `XREAD` reply for one stream: (id, field `d`), in order.
+pub(crate) fn parse_xread(v: &Value) -> Vec<(StreamId, Option<&[u8]>)> {
+    let streams: Vec<&Value> = match v {
+        Value::Nil => return Vec::new(),
+        Value::Map(m) => m.iter().map(|(_, v)| v).collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|s| items(s).and_then(|s| s.get(1)))
+            .collect(),
+        _ => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    for entries in streams {
+        for e in items(entries).unwrap_or(&[]) {
+            let Some([id, fields]) = items(e).and_then(|e| e.get(..2)).map(|s| [&s[0], &s[1]])
+            else {
+                continue;
+            };
+            let Some(id) = bytes(id).and_then(StreamId::parse) else {
+                continue;
+            };
+            let d = pairs(fields)
+                .into_iter()
+                .find(|(k, _)| *k == b"d")
+                .and_then(|(_, v)| bytes(v));
+            out.push((id, d));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let e = BlockEntry::new(
+            "192.0.2.7/32".parse().unwrap(),
+            5_000,
+            "flood",
+            Origin::Operator,
+        );
+        let r = decode(encode_add(&e, "a", 9_000).as_bytes()).unwrap();
+        assert_eq!(r.op, RecordOp::Add);
+        assert_eq!(
+            (r.exp, r.node.as_str(), r.reason.as_str()),
+            (9_000, "a", "flood")
+        );
+        assert_eq!(r.origin, Some(Origin::Operator));
+        // A node 4 s behind Redis sees the expiry 4 s earlier on its own clock.
+        let got = r.to_entry(4_000, Origin::Peer);
+        assert_eq!((got.expires_ms, got.origin), (5_000, Origin::Peer));
+        assert_eq!(got.node.as_deref(), Some("a"));
+        let d = decode(encode_del(&e.net, "b").as_bytes()).unwrap();
+        assert_eq!((d.op, d.exp, d.origin), (RecordOp::Del, 0, None));
+        assert!(decode(b"{\"op\":\"add\"}").is_none());
+        let packed = format!("[{},{}]", encode_add(&e, "a", 1), encode_del(&e.net, "a"));
+        let both = decode_many(packed.as_bytes()).unwrap();
+        assert_eq!((both[0].op, both[1].op), (RecordOp::Add, RecordOp::Del));
+        assert_eq!(
+            decode_many(encode_del(&e.net, "a").as_bytes())
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(decode_many(b"[{}]").is_none());
+        assert!(decode(br#"{"op":"del","net":"10.0.0.0/8","node":"x","future":1}"#).is_some());
+    }
+
+    #[test]
+    fn stream_ids_order_and_gaps() {
+        let id = |s: &str| StreamId::parse(s.as_bytes()).unwrap();
+        assert!(id("5-1") > id("4-9") && id("5-1") < id("5-2"));
+        assert_eq!(id("7").to_string(), "7-0");
+        assert!(StreamId::parse(b"x-1").is_none());
+        let info = StreamInfo {
+            length: 50,
+            last_generated: id("100-0"),
+            entries_added: Some(100),
+            first: Some(id("51-0")),
+        };
+        assert!(!is_gap(id("51-0"), Some(&info)), "position still held");
+        assert!(!is_gap(id("70-0"), Some(&info)));
+        assert!(is_gap(id("49-0"), Some(&info)), "position trimmed away");
+        assert!(
+            is_gap(id("101-0"), Some(&info)),
+            "stream restarted below us"
+        );
+        assert!(
+            is_gap(StreamId::default(), Some(&info)),
+            "trimmed since the start"
+        );
+        let fresh = StreamInfo {
+            entries_added: Some(50),
+            ..info
+        };
+        assert!(!is_gap(StreamId::default(), Some(&fresh)));
+        let emptied = StreamInfo {
+            first: None,
+            length: 0,
+            ..info
+        };
+        assert!(is_gap(id("60-0"), Some(&emptied)));
+        assert!(!is_gap(id("100-0"), Some(&emptied)));
+        assert!(!is_gap(StreamId::default(), None));
+        assert!(is_gap(id("3-0"), None));
+    }
+
+    #[test]
+    fn parses_replies() {
+        let xinfo = Value::Array(vec![
+            bulk("length"),
+            Value::Int(2),
+            bulk("last-generated-id"),
+            bulk("9-1"),
+            bulk("entries-added"),
+            Value::Int(7),
+            bulk("first-entry"),
+            Value::Array(vec![bulk("3-0"), Value::Array(vec![bulk("d"), bulk("{}")])]),
+        ]);
+        let info = parse_xinfo(&xinfo).unwrap();
+        assert_eq!(info.last_generated.to_string(), "9-1");
+        assert_eq!(info.first.unwrap().to_string(), "3-0");
+        assert_eq!((info.length, info.entries_added), (2, Some(7)));
+        let xread = Value::Array(vec![Value::Array(vec![
+            bulk("p:log"),
+            Value::Array(vec![
+                Value::Array(vec![bulk("3-0"), Value::Array(vec![bulk("d"), bulk("x")])]),
+                Value::Array(vec![bulk("4-0"), Value::Nil]),
+            ]),
+        ])]);
+        let got = parse_xread(&xread);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].1, Some(&b"x"[..]));
+        assert_eq!(got[1].1, None);
+        assert!(parse_xread(&Value::Nil).is_empty());
+    }
+}

@@ -1,0 +1,238 @@
+//! The writer task: outbox → Redis in MULTI/EXEC batches, reconnecting with backoff.
+
+use super::outbox::Item;
+use super::{Shared, add, sleep_or_stop, wire};
+use crate::block::Origin;
+use hashbrown::HashMap;
+use ipnet::IpNet;
+use redis::aio::MultiplexedConnection;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Longest TTL written (ten years): Redis refuses expiries that overflow its clock, and a
+/// "forever" block is one that outlives any operator's memory.
+const MAX_TTL_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
+
+pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut attempt = 0u32;
+    let mut epoch: Option<String> = None;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let (mut conn, e) = match shared.connect("writer", Duration::ZERO).await {
+            Ok(c) => c,
+            Err(err) => {
+                add(&shared.c.connect_errors, 1);
+                tracing::warn!(node = %shared.node, error = %err, "redis writer: connect failed");
+                if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
+                    return;
+                }
+                attempt = attempt.saturating_add(1);
+                continue;
+            }
+        };
+        attempt = 0;
+        if epoch.as_ref().is_some_and(|old| *old != e) {
+            tracing::warn!(node = %shared.node, "redis lost its data; republishing local blocks");
+            shared.outbox().push_full();
+        }
+        epoch = Some(e);
+        shared.writer_connected.store(true, Ordering::Relaxed);
+        tracing::info!(node = %shared.node, "redis writer connected");
+        let res = serve(&shared, &mut conn, &mut epoch, &mut stop).await;
+        shared.writer_connected.store(false, Ordering::Relaxed);
+        match res {
+            Ok(()) => return,
+            Err(err) => {
+                add(&shared.c.write_errors, 1);
+                tracing::warn!(node = %shared.node, error = %err, "redis writer: write failed; will retry");
+            }
+        }
+        if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
+            return;
+        }
+        attempt = attempt.saturating_add(1);
+    }
+}
+
+/// Writes the outbox while the connection works; returns Ok when told to stop with nothing left.
+async fn serve(
+    shared: &Shared,
+    conn: &mut MultiplexedConnection,
+    epoch: &mut Option<String>,
+    stop: &mut watch::Receiver<bool>,
+) -> redis::RedisResult<()> {
+    let time_sync = Duration::from_millis(shared.cfg.time_sync_ms);
+    let mut next_time_sync = Instant::now() + time_sync;
+    loop {
+        if Instant::now() >= next_time_sync {
+            shared.measure_offset(conn).await?;
+            next_time_sync = Instant::now() + time_sync;
+        }
+        let batch = shared.outbox().peek(shared.cfg.batch_max);
+        let Some(&(last_seq, _)) = batch.last() else {
+            if *stop.borrow() {
+                return Ok(());
+            }
+            tokio::select! {
+                _ = shared.wake_writer.notified() => {}
+                _ = stop.wait_for(|s| *s) => {}
+                _ = tokio::time::sleep_until(next_time_sync.into()) => {}
+            }
+            continue;
+        };
+        let seen = if matches!(batch[0].1, Item::Full) {
+            republish(shared, conn).await?
+        } else {
+            let items: Vec<&Item> = batch.iter().map(|(_, i)| i).collect();
+            write(shared, conn, &items).await?
+        };
+        shared.outbox().ack(last_seq);
+        if seen.as_ref() != epoch.as_ref() {
+            // The epoch key vanished or changed under a live connection (FLUSHALL, eviction).
+            let e = shared.ensure_epoch(conn).await?;
+            tracing::warn!(node = %shared.node, "redis epoch changed; republishing local blocks");
+            shared.outbox().push_full();
+            *epoch = Some(e);
+        }
+    }
+}
+
+/// Republishes every local entry of the map in batches; returns the epoch seen by the last one.
+async fn republish(
+    shared: &Shared,
+    conn: &mut MultiplexedConnection,
+) -> redis::RedisResult<Option<String>> {
+    let now = shared.now();
+    let entries: Vec<Item> = shared
+        .map
+        .entries()
+        .into_iter()
+        .filter(|e| e.origin != Origin::Peer && !e.is_expired(now))
+        .map(Item::Add)
+        .collect();
+    let mut seen = None;
+    for chunk in entries.chunks(shared.cfg.batch_max) {
+        let items: Vec<&Item> = chunk.iter().collect();
+        seen = write(shared, conn, &items).await?;
+    }
+    if entries.is_empty() {
+        seen = write(shared, conn, &[]).await?;
+    }
+    add(&shared.c.full_republishes, 1);
+    add(&shared.c.republished, entries.len() as u64);
+    tracing::info!(node = %shared.node, entries = entries.len(), "redis: local blocks republished");
+    Ok(seen)
+}
+
+/// Most records packed into one stream entry.
+const PACK: usize = 128;
+
+/// Writes `items` in one MULTI/EXEC; returns the epoch value read at its start.
+///
+/// The key and sorted-set state is coalesced per prefix (the batch's last decision on a prefix
+/// is the one that stands): one `SET PX` per upsert, one variadic `ZADD`, `ZREM` and `DEL`. The
+/// stream keeps every decision in order, [`PACK`] records to an entry (a JSON array), written
+/// last. MULTI makes the batch all-or-nothing for readers: a snapshot sees it whole or not at all.
+async fn write(
+    shared: &Shared,
+    conn: &mut MultiplexedConnection,
+    items: &[&Item],
+) -> redis::RedisResult<Option<String>> {
+    let keys = &shared.keys;
+    let now = shared.now();
+    let offset = shared.offset();
+    let redis_now = now as i64 + offset;
+    // Per prefix, the last decision of the batch: Some((json, ttl, exp_redis)) or None (removed).
+    let mut last: HashMap<IpNet, Option<(usize, u64, i64)>> = HashMap::with_capacity(items.len());
+    let mut records: Vec<String> = Vec::with_capacity(items.len());
+    let (mut adds, mut dels, mut expired) = (0u64, 0u64, 0u64);
+    for item in items {
+        match item {
+            Item::Add(e) => {
+                let ttl = e.ttl_ms(now).min(MAX_TTL_MS);
+                if ttl == 0 {
+                    expired += 1;
+                    continue;
+                }
+                // `now + ttl` rather than the expiry itself: the same unless the TTL was capped.
+                let exp_redis = (now + ttl) as i64 + offset;
+                records.push(wire::encode_add(e, &shared.node, exp_redis));
+                last.insert(e.net, Some((records.len() - 1, ttl, exp_redis)));
+                adds += 1;
+            }
+            Item::Del(net) => {
+                records.push(wire::encode_del(net, &shared.node));
+                last.insert(*net, None);
+                dels += 1;
+            }
+            Item::Full => {}
+        }
+    }
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    pipe.cmd("GET").arg(&keys.epoch);
+    pipe.cmd("ZREMRANGEBYSCORE")
+        .arg(&keys.zset)
+        .arg("-inf")
+        .arg(redis_now)
+        .ignore();
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg(&keys.zset);
+    let mut zrem = redis::cmd("ZREM");
+    zrem.arg(&keys.zset);
+    let mut del = redis::cmd("DEL");
+    let (mut n_zadd, mut n_zrem) = (0, 0);
+    for (net, state) in &last {
+        match state {
+            Some((rec, ttl, exp_redis)) => {
+                pipe.cmd("SET")
+                    .arg(keys.block(net))
+                    .arg(&records[*rec])
+                    .arg("PX")
+                    .arg(*ttl)
+                    .ignore();
+                zadd.arg(*exp_redis).arg(net.to_string());
+                n_zadd += 1;
+            }
+            None => {
+                del.arg(keys.block(net));
+                zrem.arg(net.to_string());
+                n_zrem += 1;
+            }
+        }
+    }
+    if n_zadd > 0 {
+        pipe.add_command(zadd).ignore();
+    }
+    if n_zrem > 0 {
+        pipe.add_command(del).ignore();
+        pipe.add_command(zrem).ignore();
+    }
+    for chunk in records.chunks(PACK) {
+        let d = if chunk.len() == 1 {
+            chunk[0].clone()
+        } else {
+            format!("[{}]", chunk.join(","))
+        };
+        pipe.cmd("XADD")
+            .arg(&keys.log)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(shared.cfg.stream_maxlen)
+            .arg("*")
+            .arg("d")
+            .arg(d)
+            .ignore();
+    }
+    let (epoch,): (Option<String>,) = pipe.query_async(conn).await?;
+    let c = &shared.c;
+    add(&c.batches, 1);
+    add(&c.published, adds + dels);
+    add(&c.published_removals, dels);
+    add(&c.skipped_expired_local, expired);
+    Ok(epoch)
+}

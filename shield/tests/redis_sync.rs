@@ -1,0 +1,539 @@
+//! Block-map sync through a real redis-server: propagation, removals, restart without loss, gap
+//! resync, a 100,000-decision burst and clock skew. Times are printed, never asserted; deadlines
+//! are generous functional bounds.
+
+mod redis_harness;
+
+use ipnet::{IpNet, Ipv4Net};
+use redis_harness::RedisServer;
+use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin, RemoveCause};
+use shield::clock::unix_ms;
+use shield::redis_sync::{Clock, RedisSync, SyncConfig, SyncHandle};
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+const MIN: Duration = Duration::from_secs(60);
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn host(i: u32) -> IpNet {
+    IpNet::V4(Ipv4Net::new(Ipv4Addr::from(0x0a00_0000 + i), 32).unwrap())
+}
+
+fn local(i: u32, ttl: Duration) -> BlockEntry {
+    BlockEntry::with_ttl(host(i), ttl, unix_ms(), "test", Origin::Local)
+}
+
+fn cfg(url: &str, node: &str) -> SyncConfig {
+    SyncConfig {
+        url: url.to_string(),
+        node_id: node.to_string(),
+        prefix: "t:".to_string(),
+        block_ms: 250,
+        reconnect_min_ms: 20,
+        reconnect_max_ms: 300,
+        io_timeout_ms: 2_000,
+        ..SyncConfig::default()
+    }
+}
+
+/// Logs of the sync (shown for failing tests; `RUST_LOG` overrides the filter).
+fn logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("shield=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
+fn map() -> Arc<BlockMap> {
+    BlockMap::new(BlockConfig::default())
+}
+
+fn spawn(cfg: SyncConfig, map: &Arc<BlockMap>) -> SyncHandle {
+    RedisSync::spawn(cfg, Arc::clone(map)).expect("spawn sync")
+}
+
+async fn synced(h: &SyncHandle) {
+    assert!(
+        h.wait_synced(DEADLINE).await,
+        "node {} not synced within {DEADLINE:?}: {:?}",
+        h.node_id(),
+        h.stats()
+    );
+}
+
+/// Polls `f` until it holds; returns how long that took, or panics with `what` at the deadline.
+async fn until(what: &str, mut f: impl FnMut() -> bool) -> Duration {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < DEADLINE, "not within {DEADLINE:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    t0.elapsed()
+}
+
+fn nets(map: &BlockMap, pick: impl Fn(&BlockEntry) -> bool) -> HashSet<IpNet> {
+    map.entries()
+        .into_iter()
+        .filter(|e| pick(e))
+        .map(|e| e.net)
+        .collect()
+}
+
+fn xlen(r: &RedisServer) -> u64 {
+    redis::cmd("XLEN")
+        .arg("t:log")
+        .query(&mut r.conn())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_and_removal_propagate_without_echo() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (a, b) = (map(), map());
+    let (sa, sb) = (spawn(cfg(&r.url(), "a"), &a), spawn(cfg(&r.url(), "b"), &b));
+    synced(&sa).await;
+    synced(&sb).await;
+
+    a.insert(local(1, MIN));
+    let t = until("A's block on B", || b.get(host(1)).is_some()).await;
+    println!("block A -> B: {t:?}");
+    let got = b.get(host(1)).unwrap();
+    assert_eq!(got.origin, Origin::Peer);
+    assert_eq!(got.node.as_deref(), Some("a"));
+    assert_eq!(got.reason.as_str(), "test");
+    let want = a.get(host(1)).unwrap().expires_ms;
+    assert!(
+        got.expires_ms.abs_diff(want) < 1_000,
+        "expiry carried: {} vs {want}",
+        got.expires_ms
+    );
+
+    a.insert(BlockEntry::with_ttl(
+        host(2),
+        MIN,
+        unix_ms(),
+        "by hand",
+        Origin::Operator,
+    ));
+    until("A's operator block on B", || b.get(host(2)).is_some()).await;
+
+    // B's own decision: once A has it, B's sync has passed its Peer copies of 1 and 2 without
+    // writing them, so the stream holds exactly A's two entries and B's one.
+    b.insert(local(3, MIN));
+    let t = until("B's block on A", || a.get(host(3)).is_some()).await;
+    println!("block B -> A: {t:?}");
+    until("B's write counted", || sb.stats().published == 1).await;
+    assert_eq!(xlen(&r), 3, "peer copies were re-published");
+    assert_eq!(
+        a.get(host(1)).unwrap().origin,
+        Origin::Local,
+        "A's own entry untouched"
+    );
+    assert_eq!(
+        sa.stats().skipped_own,
+        2,
+        "A read its own two entries before B's"
+    );
+
+    // An operator removal on B lifts A's own block on A, and the reverse.
+    assert!(b.remove(host(1), RemoveCause::Operator));
+    let t = until("removal B -> A", || a.get(host(1)).is_none()).await;
+    println!("removal B -> A: {t:?}");
+    assert!(a.remove(host(3), RemoveCause::Operator));
+    until("removal A -> B", || b.get(host(3)).is_none()).await;
+    // Local lifts and expiry are not published: they act on each node by its own clock.
+    assert!(a.remove(host(2), RemoveCause::Local));
+    let short = local(4, Duration::from_millis(1_500));
+    a.insert(short.clone());
+    until("short block on B", || b.get(host(4)).is_some()).await;
+    let rb = b.reader();
+    let ip = std::net::IpAddr::V4(Ipv4Addr::from(0x0a00_0004));
+    assert!(rb.is_blocked(ip, unix_ms()));
+    assert!(
+        !rb.is_blocked(ip, short.expires_ms + 1_000),
+        "peer copy expires with the original"
+    );
+    assert!(b.get(host(2)).is_some(), "a local lift stays local");
+
+    let (fa, fb) = (sa.shutdown().await, sb.shutdown().await);
+    println!("stats A: {fa:?}\nstats B: {fb:?}");
+    assert_eq!((fa.published_removals, fb.published_removals), (1, 1));
+    assert_eq!(fb.received_removals, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_loses_no_decision() {
+    logs();
+    let Some(mut r) = RedisServer::start() else {
+        return;
+    };
+    // B reaches Redis through a relay, so that it can come back only after A has flushed.
+    let relay = Partition::start(r.port).await;
+    let (a, b) = (map(), map());
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    let sb = spawn(cfg(&relay.url(), "b"), &b);
+    synced(&sa).await;
+    synced(&sb).await;
+    a.insert_batch((0..100).map(|i| local(i, MIN)));
+    until("first 100 on B", || b.len() == 100).await;
+
+    relay.cut();
+    r.kill();
+    // Decisions made while Redis is down: blocks on both nodes, an operator removal on A.
+    a.insert_batch((100..1_100).map(|i| local(i, MIN)));
+    for i in 1_100..1_200 {
+        a.insert(local(i, MIN));
+    }
+    assert!(a.remove(host(5), RemoveCause::Operator));
+    b.insert(local(50_000, MIN));
+    // A third node comes up while Redis is down.
+    let c = map();
+    let sc = spawn(cfg(&r.url(), "c"), &c);
+    until("A notices Redis is down", || !sa.stats().writer_connected).await;
+    assert!(sa.stats().buffered > 0, "decisions wait in the outbox");
+
+    let t0 = Instant::now();
+    r.restart();
+    // A flushes its outbox (the removal included) and republishes before B is back: B must
+    // still learn the removal although Redis never held host 5 after the restart.
+    until("A flushed and republished", || {
+        let st = sa.stats();
+        st.buffered == 0 && st.full_republishes >= 1 && st.writer_connected
+    })
+    .await;
+    relay.heal();
+    let want_b: HashSet<IpNet> = nets(&a, |e| e.origin == Origin::Local);
+    assert_eq!(want_b.len(), 1_199);
+    until("B converges on A's set", || {
+        nets(&b, |e| e.origin == Origin::Peer) == want_b
+    })
+    .await;
+    until("A has B's block", || a.get(host(50_000)).is_some()).await;
+    let mut want_c = want_b.clone();
+    want_c.insert(host(50_000));
+    until("C converges", || nets(&c, |_| true) == want_c).await;
+    println!("converged {:?} after restart", t0.elapsed());
+    assert!(
+        b.get(host(5)).is_none(),
+        "removal made while Redis was down reached B"
+    );
+
+    let (fa, fb, fc) = (
+        sa.shutdown().await,
+        sb.shutdown().await,
+        sc.shutdown().await,
+    );
+    println!("stats A: {fa:?}\nstats B: {fb:?}\nstats C: {fc:?}");
+    assert!(fb.epoch_changes >= 1);
+    assert!(fc.connect_errors >= 1);
+    assert_eq!(fa.buffer_overflows, 0);
+}
+
+/// A TCP relay that can cut one node off Redis (a network partition) and heal it.
+struct Partition {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    accept: JoinHandle<()>,
+}
+
+impl Partition {
+    async fn start(target: u16) -> Self {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (cut2, conns2) = (Arc::clone(&cut), Arc::clone(&conns));
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = l.accept().await {
+                if cut2.load(Ordering::SeqCst) {
+                    continue; // dropped: refused in effect
+                }
+                let task = tokio::spawn(async move {
+                    if let Ok(mut out) = TcpStream::connect(("127.0.0.1", target)).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+                conns2.lock().unwrap().push(task);
+            }
+        });
+        Partition {
+            port,
+            cut,
+            conns,
+            accept,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for t in self.conns.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+
+    fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trimmed_position_is_detected_and_resynced_from_snapshot() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let relay = Partition::start(r.port).await;
+    let (a, b) = (map(), map());
+    let small = |url: &str, node: &str| SyncConfig {
+        // One decision per stream entry, so that 3,000 decisions overflow the stream.
+        stream_maxlen: 50,
+        batch_max: 1,
+        ..cfg(url, node)
+    };
+    let sa = spawn(small(&r.url(), "a"), &a);
+    let sb = spawn(small(&relay.url(), "b"), &b);
+    synced(&sa).await;
+    synced(&sb).await;
+    a.insert_batch((0..10).map(|i| local(i, MIN)));
+    until("first 10 on B", || b.len() == 10).await;
+
+    relay.cut();
+    until("B cut off", || !sb.stats().reader_connected).await;
+    for i in 10..3_010 {
+        a.insert(local(i, MIN));
+    }
+    assert!(a.remove(host(3), RemoveCause::Operator));
+    until("A wrote everything", || {
+        sa.stats().buffered == 0 && sa.stats().published >= 3_011
+    })
+    .await;
+    let len = xlen(&r);
+    println!("stream length after 3,011 decisions with MAXLEN ~ 50: {len}");
+    assert!(len < 1_000, "stream was trimmed");
+
+    let t0 = Instant::now();
+    relay.heal();
+    let want: HashSet<IpNet> = nets(&a, |e| e.origin == Origin::Local);
+    until("B resynced to A's set", || {
+        nets(&b, |e| e.origin == Origin::Peer) == want
+    })
+    .await;
+    println!("gap resync took {:?}", t0.elapsed());
+    let st = sb.stats();
+    println!("stats B: {st:?}");
+    assert!(st.gaps >= 1, "gap detected");
+    assert!(st.snapshots >= 2);
+    assert!(
+        st.resync_removed >= 1,
+        "the removal missed in the gap came from the snapshot"
+    );
+    assert!(b.get(host(3)).is_none());
+    sa.shutdown().await;
+    sb.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_of_100k_decisions_arrives_whole() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (a, b) = (map(), map());
+    let (sa, sb) = (spawn(cfg(&r.url(), "a"), &a), spawn(cfg(&r.url(), "b"), &b));
+    synced(&sa).await;
+    synced(&sb).await;
+    const N: u32 = 100_000;
+    let t0 = Instant::now();
+    for chunk in (0..N).collect::<Vec<_>>().chunks(1_000) {
+        a.insert_batch(chunk.iter().map(|&i| local(i, Duration::from_secs(600))));
+    }
+    let made = t0.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while sb.stats().received < u64::from(N) || b.len() < N as usize {
+        assert!(
+            Instant::now() < deadline,
+            "burst not through in 120 s: {:?}",
+            sb.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let t = t0.elapsed();
+    let (fa, fb) = (sa.stats(), sb.stats());
+    println!(
+        "100,000 decisions: made in {made:?}, all on B after {t:?} ({:.0}/s); \
+         A: {} batches, {} feed resyncs, {} overflows; B received {}",
+        f64::from(N) / t.as_secs_f64(),
+        fa.batches,
+        fa.feed_resyncs,
+        fa.buffer_overflows,
+        fb.received
+    );
+    assert_eq!(nets(&b, |e| e.origin == Origin::Peer).len(), N as usize);
+    sa.shutdown().await;
+    sb.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_follows_the_receivers_clock_under_skew() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    const HOUR: u64 = 3_600_000;
+    let behind: Clock = Arc::new(|| unix_ms() - HOUR);
+    let ahead: Clock = Arc::new(|| unix_ms() + HOUR);
+    let (a, b) = (map(), map());
+    let sa =
+        RedisSync::spawn_with_clock(cfg(&r.url(), "a"), Arc::clone(&a), behind.clone()).unwrap();
+    let sb =
+        RedisSync::spawn_with_clock(cfg(&r.url(), "b"), Arc::clone(&b), ahead.clone()).unwrap();
+    synced(&sa).await;
+    synced(&sb).await;
+    println!(
+        "offsets to Redis time: A {} ms, B {} ms",
+        sa.stats().clock_offset_ms,
+        sb.stats().clock_offset_ms
+    );
+    // A (an hour slow) blocks for 60 s by its own clock.
+    a.insert(BlockEntry::with_ttl(
+        host(1),
+        MIN,
+        behind(),
+        "skew",
+        Origin::Local,
+    ));
+    until("A's block on B", || b.get(host(1)).is_some()).await;
+    let left = b.get(host(1)).unwrap().ttl_ms(ahead());
+    println!("B (an hour fast) sees {left} ms left of A's 60,000");
+    assert!(
+        (50_000..=60_000).contains(&left),
+        "B keeps it ~60 s by B's clock, got {left} ms"
+    );
+    // The reverse: B blocks for 30 s; A sees 30 s on A's clock.
+    b.insert(BlockEntry::with_ttl(
+        host(2),
+        Duration::from_secs(30),
+        ahead(),
+        "skew",
+        Origin::Local,
+    ));
+    until("B's block on A", || a.get(host(2)).is_some()).await;
+    let left = a.get(host(2)).unwrap().ttl_ms(behind());
+    assert!(
+        (20_000..=30_000).contains(&left),
+        "A keeps it ~30 s by A's clock, got {left} ms"
+    );
+    // A node that joins later learns both from the snapshot, converted by its own clock.
+    let c = map();
+    let sc =
+        RedisSync::spawn_with_clock(cfg(&r.url(), "c"), Arc::clone(&c), ahead.clone()).unwrap();
+    synced(&sc).await;
+    let left = c
+        .get(host(1))
+        .expect("snapshot carried A's block")
+        .ttl_ms(ahead());
+    assert!(
+        (50_000..=60_000).contains(&left),
+        "snapshot path: got {left} ms"
+    );
+    sa.shutdown().await;
+    sb.shutdown().await;
+    sc.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_flushes_and_a_restarted_node_gets_its_blocks_back() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let a = map();
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    synced(&sa).await;
+    a.insert(BlockEntry::with_ttl(
+        host(7),
+        MIN,
+        unix_ms(),
+        "by hand",
+        Origin::Operator,
+    ));
+    let mon = sa.monitor();
+    assert!(mon.is_synced());
+    let st = sa.shutdown().await;
+    assert!(!mon.is_synced(), "stopped");
+    assert_eq!(
+        (st.published, st.buffered),
+        (1, 0),
+        "flushed on shutdown: {st:?}"
+    );
+    // Same node id, fresh process state: its earlier decision comes back with its origin.
+    let a2 = map();
+    let sa2 = spawn(cfg(&r.url(), "a"), &a2);
+    synced(&sa2).await;
+    let got = a2.get(host(7)).expect("own block restored");
+    assert_eq!(got.origin, Origin::Operator);
+    sa2.shutdown().await;
+}
+
+#[test]
+fn config_is_strict_and_validated() {
+    let c: SyncConfig =
+        toml::from_str("url = \"redis://10.0.0.1:6379\"\nnode_id = \"ns1\"").unwrap();
+    assert_eq!(c.prefix, "palisade:");
+    c.validate().unwrap();
+    let err = toml::from_str::<SyncConfig>("nodeid = \"x\"")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nodeid"), "{err}");
+    let bad = SyncConfig {
+        node_id: String::new(),
+        ..c.clone()
+    };
+    assert!(bad.validate().unwrap_err().to_string().contains("node_id"));
+    let bad = SyncConfig {
+        batch_max: 0,
+        ..c.clone()
+    };
+    assert!(
+        bad.validate()
+            .unwrap_err()
+            .to_string()
+            .contains("batch_max")
+    );
+    let bad = SyncConfig {
+        url: "http://x".into(),
+        ..c
+    };
+    assert!(bad.validate().is_err());
+    let m = map();
+    let outside = RedisSync::spawn(
+        SyncConfig {
+            node_id: "x".into(),
+            ..SyncConfig::default()
+        },
+        m,
+    );
+    assert!(outside.is_err(), "spawn needs a tokio runtime");
+}

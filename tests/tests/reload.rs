@@ -1,0 +1,151 @@
+//! Reloads: while a 1M-record zone reloads, every query is answered from the old version;
+//! a zone that fails to load keeps its last good version (and the caller hears why);
+//! SIGHUP reloads too.
+
+use std::fmt::Write as _;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
+
+/// Writes a zone of about `records` records with serial `serial`.
+fn write_zone(path: &Path, serial: u32, records: usize) {
+    let mut s = String::with_capacity(records * 30);
+    let _ = writeln!(
+        s,
+        "$TTL 300\n@ SOA ns1 hostmaster {serial} 7200 3600 1209600 300\n@ NS ns1\nns1 A 192.0.2.1\nwww A 192.0.2.{}",
+        serial % 250
+    );
+    for i in 0..records {
+        let _ = writeln!(
+            s,
+            "h{i} A 10.{}.{}.{}",
+            (i >> 16) & 255,
+            (i >> 8) & 255,
+            i & 255
+        );
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+fn serial_of(addr: SocketAddr) -> Option<u32> {
+    let r = palisade_tests::client::query_reply(addr, "big.test.", 6, &QueryOpts::udp());
+    let n = palisade_tests::compare::Normalized::from_reply(&r);
+    let soa = n.answer.iter().find(|rr| rr.rtype == 6)?;
+    let d = &soa.rdata;
+    // SERIAL is the first of the five 32-bit fields that end the SOA RDATA.
+    let s = d.len().checked_sub(20)?;
+    Some(u32::from_be_bytes(d[s..s + 4].try_into().ok()?))
+}
+
+#[test]
+fn queries_never_fail_while_a_million_record_zone_reloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.test.zone");
+    write_zone(&file, 1, 1_000_000);
+    let dnsd = Dnsd::builder()
+        .zone(Zone::new("big.test.", &file))
+        .raw("[defence.rrl]\nenabled = false")
+        .start();
+    let addr = dnsd.addr();
+    assert_eq!(serial_of(addr), Some(1));
+    // A steady stream of queries, each waiting for its answer (bounded count and time).
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let querier = {
+        let (stop, ok, failed) = (stop.clone(), ok.clone(), failed.clone());
+        std::thread::spawn(move || {
+            let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+            s.connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let opts = QueryOpts::udp();
+            let mut buf = [0u8; 1024];
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut i: u32 = 0;
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && i < 2_000_000 {
+                let q = build_query(i as u16, &format!("h{}.big.test.", i % 1_000_000), 1, &opts);
+                s.send(&q).unwrap();
+                let answered = loop {
+                    match s.recv(&mut buf) {
+                        Ok(n) => {
+                            let Ok(m) = RawMsg::parse(&buf[..n]) else {
+                                break false;
+                            };
+                            if m.id != i as u16 {
+                                continue; // a late reply to an earlier query
+                            }
+                            break m.rcode() == 0 && m.counts[1] == 1;
+                        }
+                        Err(_) => break false,
+                    }
+                };
+                if answered {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                i = i.wrapping_add(1);
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    write_zone(&file, 2, 1_000_000);
+    let t0 = Instant::now();
+    let (reloaded, out) = dnsd.ctl(&["reload", "big.test."]);
+    let took = t0.elapsed();
+    assert!(reloaded, "{out}");
+    assert_eq!(serial_of(addr), Some(2));
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    querier.join().unwrap();
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    eprintln!(
+        "reload of 1M records took {took:?}; {ok} queries answered during it, {failed} failed"
+    );
+    assert!(ok > 100, "the querier ran");
+    assert_eq!(failed, 0, "no query fails while the zone reloads");
+}
+
+#[test]
+fn a_bad_zone_keeps_the_last_good_version_and_sighup_reloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.test.zone");
+    write_zone(&file, 7, 10);
+    let dnsd = Dnsd::builder().zone(Zone::new("big.test.", &file)).start();
+    let addr = dnsd.addr();
+    assert_eq!(serial_of(addr), Some(7));
+    // Break the file: the reload fails with file:line, the old zone keeps serving.
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str("bad A 300.1.2.3\n");
+    std::fs::write(&file, &text).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload", "big.test."]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("big.test.zone:") && out.contains("FAILED"),
+        "{out}"
+    );
+    assert_eq!(serial_of(addr), Some(7), "last good version still served");
+    let (_, zones) = dnsd.ctl(&["zones"]);
+    assert!(
+        zones.contains("serial 7") && zones.contains("last reload failed"),
+        "{zones}"
+    );
+    assert!(
+        dnsd.metrics()
+            .contains("dnsd_reloads_total{result=\"failed\"} 1")
+    );
+    // Fixed and changed: SIGHUP reloads it.
+    write_zone(&file, 8, 10);
+    let pid = dnsd.pid() as libc::pid_t;
+    // SAFETY: kill(2) with a valid signal number.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while serial_of(addr) != Some(8) {
+        assert!(Instant::now() < deadline, "SIGHUP did not reload");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
