@@ -4,7 +4,7 @@ recvmmsg/sendmmsg echo (the floor), each pinned to CPU 0 with dnsperf on CPU 1.
 
 The zone has 10,000 names; the query mix is 70% existing names (A), 10% NXDOMAIN, and
 CNAME, wildcard, referral and AAAA queries. Response rate limiting is off everywhere.
-Usage: dns_qps.py [SECONDS]
+Usage: dns_qps.py [SECONDS] [--quick]
 """
 import os
 import random
@@ -14,7 +14,7 @@ import time
 
 import common as c
 
-SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+SECONDS = 10
 ADDR = "127.0.0.1"
 
 
@@ -60,19 +60,31 @@ def measure(name, server, port, qfile):
     # Warm up, then measure.
     c.run_dnsperf(ADDR, port, qfile, 2, cpu=1)
     before = c.cpu_ns(server.pid)
+    stat0 = c.proc_stat_cpus()
     t0 = time.time()
     done, lost, qps = c.run_dnsperf(ADDR, port, qfile, SECONDS, cpu=1)
     cpu = c.cpu_ns(server.pid) - before
     wall = time.time() - t0
+    stat1 = c.proc_stat_cpus()
+    busy0 = (stat1[0][0] - stat0[0][0]) / os.sysconf("SC_CLK_TCK") / wall
     us = cpu / 1000.0 / max(done, 1)
     c.log(f"{name:>8}: {qps:10.0f} q/s, {us:5.2f} us CPU per answered query, {lost} lost, "
           f"server CPU {cpu / 1e9 / wall * 100:.0f}%")
     return {"name": name, "qps": qps, "us_per_query": us, "completed": done, "lost": lost,
-            "cpu_util": cpu / 1e9 / wall}
+            "cpu_util": cpu / 1e9 / wall, "cpu0_other": max(0.0, busy0 - cpu / 1e9 / wall)}
 
 
 def main():
+    global SECONDS
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if args:
+        SECONDS = int(args[0])
+    elif "--quick" in sys.argv or c.quick():
+        SECONDS = 3
     c.need("dnsperf", "knotd", "nsd", "taskset")
+    rrl_off, why = c.dnsd_accepts(c.RRL_OFF)
+    dnsd_note = ("RRL off ([defence.rrl] enabled = false)" if rrl_off
+                 else "this dnsd has no [defence] section yet: ran with its defaults (" + why + ")")
     tmp = tempfile.mkdtemp(prefix="palisade-qps-")
     zone = os.path.join(tmp, "bench.test.zone")
     qfile = os.path.join(tmp, "queries.txt")
@@ -85,7 +97,7 @@ def main():
         ("echo", lambda p: c.Server("echo", [f"{bin_dir}/udp-echo", "--addr", ADDR, "--port", str(p)], 0)),
         ("dnsd", lambda p: c.Server("dnsd", [f"{bin_dir}/dnsd", "serve", "-c",
                                              c.dnsd_conf(tmp, [ADDR], p, zones,
-                                                         extra="")], 0,
+                                                         extra=c.RRL_OFF if rrl_off else "")], 0,
                                     env=dict(os.environ, RUST_LOG="warn"))),
         ("nsd", lambda p: c.Server("nsd", ["nsd", "-d", "-c", c.nsd_conf(tmp, ADDR, p, zones)], 0)),
         ("knot", lambda p: c.Server("knot", ["knotd", "-c", c.knot_conf(tmp, ADDR, p, zones)], 0)),
@@ -103,13 +115,19 @@ def main():
     by = {r["name"]: r for r in results}
     print(f"\nCPU per answered query, {c.machine()}, server on CPU 0, dnsperf on CPU 1, {SECONDS} s")
     print(f"command: bench/scripts/dns_qps.py {SECONDS}")
+    print(f"dnsd: {dnsd_note}")
     print(f"{'server':>8} {'q/s':>10} {'us/query':>9} {'vs dnsd':>8}")
     for r in results:
         ratio = r["us_per_query"] / by["dnsd"]["us_per_query"] if "dnsd" in by else 0
         print(f"{r['name']:>8} {r['qps']:10.0f} {r['us_per_query']:9.2f} {ratio:8.2f}x")
     if "dnsd" in by and "echo" in by:
         print(f"dnsd above the bare echo: {by['dnsd']['us_per_query'] - by['echo']['us_per_query']:.2f} us")
-    c.save("dns_qps", {"machine": c.machine(), "seconds": SECONDS, "results": results})
+    c.save("dns_qps", {"machine": c.machine(), "cores": os.cpu_count(), "seconds": SECONDS,
+                       "command": f"bench/scripts/dns_qps.py {SECONDS}", "dnsd_note": dnsd_note,
+                       "sched": c.sched_note(),
+                       "query_mix": "70% A existing, 10% NXDOMAIN, 6% CNAME, 6% wildcard, "
+                                    "4% referral, 4% AAAA; 10,000-name zone",
+                       "when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""http-front against nginx as a plain reverse proxy to the same origin, in one run.
+
+CPU 0: the proxy under test (nginx with one worker, or http-front with one worker).
+CPU 1: wrk (one thread) and the origin (nginx returning a 2-byte body).
+Each proxy's CPU time comes from /proc/PID/task/*/schedstat (all threads, user and kernel).
+
+Measured, each after a warm-up (keep-alive unless marked "close": one request per connection):
+  nginx            plain reverse proxy (pooled keep-alive upstream, forwarding headers)
+  nginx-close      the same, one request per connection
+  nginx-deny       nginx answering 403 to everything (`deny all`): nginx's refused request
+  front-plain      http-front, site without rules (early exit: straight to the proxy)
+  front-rules      http-front, site whose rules (prefix lists, regexes, header/method
+                   matchers, rate limit) are all evaluated on every request
+  front-rules-close  the same, one request per connection
+  front-blocked    http-front (SYN filter off) after wrk's source (127.0.0.1) was escalated
+                   into the block map: every connection is reset at accept, before a byte is
+                   read; cost = CPU time / connections blocked (from /metrics)
+  front-syn-filter http-front with its SYN filter: the blocked source's SYNs are dropped by
+                   the listener's socket filter in the kernel and never become connections;
+                   http-front's CPU per second of that load is reported (on loopback the
+                   kernel's receive work is charged to the sending CPU, so this shows what
+                   reaches the proxy, not the kernel's per-SYN cost)
+
+Usage: http_front.py [SECONDS] [CONNECTIONS]
+Writes bench/report/raw/http_front.json.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import common as c
+
+SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+CONNS = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+CONF = os.path.join(c.ROOT, "bench", "configs", "http_front")
+
+
+def free_ports(names):
+    """Ports free on 127.0.0.1 right now, one per name (so parallel runs do not collide)."""
+    import socket
+    socks, ports = [], {}
+    for n in names:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports[n] = s.getsockname()[1]
+    for s in socks:
+        s.close()
+    return ports
+
+
+PORTS = free_ports(["ORIGIN_PORT", "NGINX_PORT", "NGINX_DENY_PORT", "FRONT_PORT", "METRICS_PORT"])
+
+
+def render(name, tmp):
+    with open(os.path.join(CONF, name)) as f:
+        text = f.read()
+    for k, v in dict(PORTS, TMP=tmp).items():
+        text = text.replace("{" + k + "}", str(v))
+    out = os.path.join(tmp, name)
+    with open(out, "w") as f:
+        f.write(text)
+    return out
+
+
+def wait_tcp(port, timeout=20.0):
+    import socket
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def http(port, host, path="/"):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Host": host})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
+def metric(series):
+    with urllib.request.urlopen(f"http://127.0.0.1:{PORTS['METRICS_PORT']}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def wrk_cmd(port, host, seconds, close=False):
+    extra = ["-H", "Connection: close"] if close else []
+    return ["taskset", "-c", "1", "wrk", "-t1", f"-c{CONNS}", f"-d{seconds}s", "--latency",
+            "-H", f"Host: {host}"] + extra + [f"http://127.0.0.1:{port}/"]
+
+
+def unit_us(v, unit):
+    return float(v) * {"us": 1, "ms": 1000, "s": 1e6}[unit]
+
+
+def run_wrk(port, host, seconds, close=False):
+    out = subprocess.run(wrk_cmd(port, host, seconds, close), capture_output=True, text=True,
+                         check=False)
+    text = out.stdout + out.stderr
+    res = {"raw": text}
+    m = re.search(r"(\d+) requests in", text)
+    res["requests"] = int(m.group(1)) if m else 0
+    m = re.search(r"Requests/sec:\s+([\d.]+)", text)
+    res["rps"] = float(m.group(1)) if m else 0.0
+    for pct in ("50", "90", "99"):
+        m = re.search(rf"\s{pct}%\s+([\d.]+)(us|ms|s)", text)
+        res[f"p{pct}_us"] = unit_us(*m.groups()) if m else None
+    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    res["non_2xx"] = int(m.group(1)) if m else 0
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    res["socket_errors"] = sum(int(x) for x in m.groups()) if m else 0
+    return res
+
+
+def measure(name, server, port, host, count=None, close=False):
+    """Warm up, then measure; `count()` gives the server-side event count (default: wrk's requests)."""
+    run_wrk(port, host, 2, close)
+    before_cpu = c.cpu_ns(server.pid)
+    before = count() if count else 0
+    t0 = time.time()
+    res = run_wrk(port, host, SECONDS, close)
+    cpu = c.cpu_ns(server.pid) - before_cpu
+    wall = time.time() - t0
+    events = (count() - before) if count else res["requests"]
+    res.pop("raw")
+    res.update(name=name, events=events, cpu_util=cpu / 1e9 / wall,
+               us_per_event=cpu / 1000.0 / max(events, 1), cpu_us_per_s=cpu / 1000.0 / wall)
+    lat = f"p50 {res['p50_us']:.0f} us, p99 {res['p99_us']:.0f} us" if res["p50_us"] else "latency n/a"
+    c.log(f"{name:>13}: {res['rps']:9.0f} req/s, {lat}, {res['us_per_event']:6.2f} us CPU per "
+          f"{'request' if not count else 'event'}, proxy CPU {res['cpu_util'] * 100:.0f}%, "
+          f"non-2xx {res['non_2xx']}, socket errors {res['socket_errors']}")
+    return res
+
+
+def main():
+    c.need("wrk", "nginx", "taskset", "cargo")
+    subprocess.run(["cargo", "build", "--release", "-p", "http-front"], cwd=c.ROOT, check=True)
+    front_bin = os.path.join(c.ROOT, "target", "release", "http-front")
+    tmp = tempfile.mkdtemp(prefix="palisade-http-")
+    for d in ("origin-body", "proxy-body", "proxy-temp"):
+        os.makedirs(os.path.join(tmp, d), exist_ok=True)
+    shutil.copy(os.path.join(CONF, "rules.toml"), os.path.join(tmp, "rules.toml"))
+    results = {}
+    servers = []
+    try:
+        origin = c.Server("origin", ["nginx", "-p", tmp, "-c", render("nginx-origin.conf", tmp)], cpu=1)
+        servers.append(origin)
+        assert wait_tcp(PORTS["ORIGIN_PORT"]), origin.tail()
+
+        nginx = c.Server("nginx", ["nginx", "-p", tmp, "-c", render("nginx-proxy.conf", tmp)], cpu=0)
+        servers.append(nginx)
+        assert wait_tcp(PORTS["NGINX_PORT"]), nginx.tail()
+        assert http(PORTS["NGINX_PORT"], "rules.test") == 200
+        results["nginx"] = measure("nginx", nginx, PORTS["NGINX_PORT"], "rules.test")
+        results["nginx-close"] = measure("nginx-close", nginx, PORTS["NGINX_PORT"], "rules.test",
+                                         close=True)
+        results["nginx-deny"] = measure("nginx-deny", nginx, PORTS["NGINX_DENY_PORT"], "rules.test")
+        nginx.stop()
+        servers.remove(nginx)
+
+        blocked = 'http_front_connections_total{event="blocked_at_accept"}'
+        for syn_filter in (False, True):
+            conf = render("front.toml", tmp)
+            if not syn_filter:
+                with open(conf) as f:
+                    text = f.read().replace("[server]\n", "[server]\nsyn_filter_max = 0\n", 1)
+                with open(conf, "w") as f:
+                    f.write(text)
+            front = c.Server("http-front", [front_bin, "-c", conf], cpu=0,
+                             env=dict(os.environ, RUST_LOG="warn"))
+            servers.append(front)
+            assert wait_tcp(PORTS["FRONT_PORT"]) and wait_tcp(PORTS["METRICS_PORT"]), front.tail()
+            assert http(PORTS["FRONT_PORT"], "rules.test") == 200, front.tail()
+            if not syn_filter:
+                results["front-plain"] = measure("front-plain", front, PORTS["FRONT_PORT"],
+                                                 "plain.test")
+                results["front-rules"] = measure("front-rules", front, PORTS["FRONT_PORT"],
+                                                 "rules.test")
+                results["front-rules-close"] = measure("front-rules-close", front,
+                                                       PORTS["FRONT_PORT"], "rules.test",
+                                                       close=True)
+            # Escalate 127.0.0.1 (wrk's source): its first denied request puts it in the block map.
+            assert http(PORTS["FRONT_PORT"], "deny.test") == 403, front.tail()
+            time.sleep(0.5)
+            if syn_filter:
+                assert metric("http_front_syn_filter_entries") == 1, front.tail()
+                results["front-syn-filter"] = measure("front-syn-filter", front,
+                                                      PORTS["FRONT_PORT"], "rules.test",
+                                                      count=lambda: metric(blocked))
+            else:
+                assert http(PORTS["FRONT_PORT"], "rules.test") is None, "not blocked at accept"
+                results["front-blocked"] = measure("front-blocked", front, PORTS["FRONT_PORT"],
+                                                   "rules.test", count=lambda: metric(blocked))
+            front.stop()
+            servers.remove(front)
+    finally:
+        for s in servers:
+            s.stop()
+
+    n, nc, fp, fr, frc, fb, fs = (results[k] for k in (
+        "nginx", "nginx-close", "front-plain", "front-rules", "front-rules-close",
+        "front-blocked", "front-syn-filter"))
+    ratios = {
+        "rps_front_plain_vs_nginx": fp["rps"] / n["rps"],
+        "rps_front_rules_vs_nginx": fr["rps"] / n["rps"],
+        "rps_front_rules_close_vs_nginx_close": frc["rps"] / nc["rps"],
+        "p50_front_rules_vs_nginx": fr["p50_us"] / n["p50_us"],
+        "p99_front_rules_vs_nginx": fr["p99_us"] / n["p99_us"],
+        "cpu_per_request_front_plain_vs_nginx": fp["us_per_event"] / n["us_per_event"],
+        "cpu_per_request_front_rules_vs_nginx": fr["us_per_event"] / n["us_per_event"],
+        "cpu_per_request_front_rules_close_vs_nginx_close":
+            frc["us_per_event"] / nc["us_per_event"],
+        "cpu_blocked_conn_vs_proxied_request_keepalive": fb["us_per_event"] / fr["us_per_event"],
+        "cpu_blocked_conn_vs_proxied_request_close": fb["us_per_event"] / frc["us_per_event"],
+        "front_cpu_syn_filtered_vs_proxied_per_second": fs["cpu_us_per_s"] / fr["cpu_us_per_s"],
+    }
+    cmd = " ".join(wrk_cmd("PORT", "HOST", SECONDS))
+    print(f"\nhttp-front vs nginx reverse proxy, {c.machine()}; proxy pinned to CPU 0, "
+          f"wrk and the origin (nginx) to CPU 1")
+    print(f"load: {cmd}   (\"close\" runs add -H 'Connection: close')")
+    print(f"{'':>17} {'req/s':>9} {'p50 us':>8} {'p99 us':>8} {'CPU us/req':>12} {'proxy CPU':>9}")
+    for k, r in results.items():
+        p50 = f"{r['p50_us']:.0f}" if r["p50_us"] else "-"
+        p99 = f"{r['p99_us']:.0f}" if r["p99_us"] else "-"
+        per = f"{r['us_per_event']:8.2f}/conn" if k == "front-blocked" else (
+            "       -    " if k == "front-syn-filter" else f"{r['us_per_event']:8.2f}    ")
+        print(f"{k:>17} {r['rps']:9.0f} {p50:>8} {p99:>8} {per:>12} {r['cpu_util'] * 100:8.1f}%")
+    print("ratios:")
+    for k, v in ratios.items():
+        print(f"  {k:<52} {v:6.3f}")
+    print("  (front-blocked and front-syn-filter: wrk reconnects; its req/s are not served requests)")
+    c.save("http_front", {"machine": c.machine(), "cores": os.cpu_count(), "seconds": SECONDS,
+                          "connections": CONNS, "wrk": cmd, "results": results, "ratios": ratios,
+                          "layout": "proxy on CPU 0; wrk (1 thread) and origin nginx on CPU 1"})
+    print(f"saved {os.path.join(c.RAW, 'http_front.json')}")
+
+
+if __name__ == "__main__":
+    main()

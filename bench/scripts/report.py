@@ -1,0 +1,596 @@
+#!/usr/bin/python3
+"""Writes bench/report/REPORT.md and its PNG plots from the JSON results in
+bench/report/raw/ (attack, dns_qps, zone_load, isolation, listen_hash, http_front).
+A missing result is skipped with a note; nothing is measured here.
+Usage: report.py
+"""
+import json
+import os
+import sys
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+import common as c  # noqa: E402
+
+OUT = c.REPORT
+LABEL = {"dnsd": "dnsd", "nsd": "NSD 4.6", "knot": "Knot DNS 3.2", "echo": "bare echo (floor)"}
+COLOR = {"dnsd": "#1b7837", "nsd": "#2166ac", "knot": "#b2182b", "echo": "#999999"}
+
+
+def load(name):
+    p = os.path.join(c.RAW, name + ".json")
+    if not os.path.exists(p):
+        return None
+    with open(p) as f:
+        return json.load(f)
+
+
+def pct(v, digits=2):
+    return "n/a" if v is None else f"{100 * v:.{digits}f} %"
+
+
+def ms(v, n=None):
+    """A latency percentile in ms; None means the percentile fell on a lost query."""
+    if v is None:
+        return "n/a" if not n else "lost (>1 s)"
+    return f"{v:.2f} ms" if v < 100 else f"{v:.0f} ms"
+
+
+def ratio(v, base):
+    if v is None or base in (None, 0):
+        return ""
+    return f" ({v / base:.2f}x)"
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def savefig(fig, name):
+    path = os.path.join(OUT, name)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return name
+
+
+# ---------------------------------------------------------------------------------------
+# Attack
+
+
+def attack_window(s, name):
+    return next((w for w in s.get("windows", []) if w["name"] == name), None)
+
+
+def plot_attack(A):
+    servers = [s for s in A["servers"] if "series" in s]
+    if not servers:
+        return None
+    fig, axes = plt.subplots(len(servers), 1, figsize=(11, 2.5 * len(servers) + 0.6),
+                             sharex=True, squeeze=False)
+    handles = []
+    for ax, s in zip(axes[:, 0], servers):
+        col = COLOR.get(s["name"])
+        t = [r["t"] + 0.5 for r in s["series"]]
+        for w in s["windows"][1:-1]:
+            ax.axvspan(w["start"], w["end"], color="#fdb863", alpha=0.3, lw=0)
+            ax.text((w["start"] + w["end"]) / 2, 0.025, w["name"], ha="center", va="bottom",
+                    fontsize=7, color="#7f3b08")
+        ax2 = ax.twinx()
+        lost_o = [r["n"] - r["ok"] for r in s["series"]]
+        lost_f = [r.get("flooded_n", 0) - r.get("flooded_ok", 0) for r in s["series"]]
+        b1 = ax2.bar(t, lost_o, width=0.8, color="#b2182b", alpha=0.55,
+                     label="failed/s, addresses not flooded directly")
+        b2 = ax2.bar(t, lost_f, width=0.8, bottom=lost_o, color="#f4a582", alpha=0.55,
+                     label="failed/s, the flooded address")
+        ax2.set_ylim(0, max(10, max(a + b for a, b in zip(lost_o, lost_f)) * 3))
+        ax2.set_ylabel("failed queries/s")
+        lines = []
+        for key, style, lab in (("p50_ms", "-", "p50"), ("p99_ms", "--", "p99"),
+                                ("p999_ms", ":", "p99.9")):
+            lines += ax.plot(t, [r[key] if r[key] is not None else float("nan")
+                                 for r in s["series"]], style, color=col, lw=1.8,
+                             label=f"{lab} latency (addresses not flooded directly)")
+        ax.set_zorder(ax2.get_zorder() + 1)
+        ax.patch.set_visible(False)
+        ax.set_yscale("log")
+        ax.set_ylim(0.02, 2000)
+        ax.axhline(1000, color="#555", lw=0.6, ls="-.")
+        ax.set_ylabel("ms")
+        a = s["attack"]["others"]
+        ax.set_title(f"{LABEL.get(s['name'], s['name'])} — under attack {pct(a['success'])} answered, "
+                     f"p99 {ms(a['p99_ms'], a['n'])} — {s['note'][:80]}", fontsize=9, loc="left")
+        if not handles:
+            handles = lines + [b1, b2]
+    fig.legend(handles, [h.get_label() for h in handles], loc="upper center", ncol=3, fontsize=7,
+               bbox_to_anchor=(0.5, 1.0), frameon=False)
+    axes[-1, 0].set_xlabel(f"seconds, by send time (legitimate clients: {A['legit']['rate']} q/s over "
+                           "8 addresses; shaded: attack phases; a lost or wrong answer counts as "
+                           "the 1 s timeout)")
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return savefig(fig, "attack_latency.png")
+
+
+def plot_attack_answered(A):
+    servers = [s for s in A["servers"] if "floods" in s]
+    if not servers:
+        return None
+    phases = A["phases"]
+    fig, ax = plt.subplots(figsize=(10, 3.2))
+    width = 0.8 / len(servers)
+    for k, s in enumerate(servers):
+        full, tc = [], []
+        for ph in phases:
+            fl = [f for f in s["floods"] if f.get("phase") == ph and "sent" in f]
+            sent = sum(f["sent"] for f in fl) or 1
+            rep = sum(f["replies"] for f in fl)
+            slip = sum(f["replies_tc"] for f in fl)
+            full.append(100 * (rep - slip) / sent)
+            tc.append(100 * slip / sent)
+        x = [i + (k - (len(servers) - 1) / 2) * width for i in range(len(phases))]
+        ax.bar(x, full, width, color=COLOR.get(s["name"]), label=f"{LABEL.get(s['name'])}: answered")
+        ax.bar(x, tc, width, bottom=full, color=COLOR.get(s["name"]), alpha=0.4,
+               label=f"{LABEL.get(s['name'])}: TC slip")
+    ax.set_xticks(range(len(phases)))
+    ax.set_xticklabels(phases)
+    ax.set_ylabel("% of attack packets\nthat got a reply")
+    ax.set_ylim(0, 105)
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
+    return savefig(fig, "attack_answered.png")
+
+
+def attack_section(A, md):
+    md.append("## 1. Under attack: legitimate clients during floods (the headline)\n")
+    tl = A["timeline"]
+    lg = A["legit"]
+    md.append(
+        f"Each server listens on 8 service addresses ({A['service'][0]}–{A['service'][-1]}), "
+        "pinned to CPU 0 with one worker; load runs on CPU 1. Legitimate clients send "
+        f"{lg['rate']} queries/s in total from {lg['sources']} source addresses in {lg['prefix']} "
+        "(existing names, EDNS, DNS cookies — each client learns every server's cookie before "
+        "the run, as a resolver that knows the server has it, and retries once on BADCOOKIE — "
+        "TCP retry on TC as a resolver does; a query "
+        f"unanswered after {lg['timeout_ms']} ms is lost). Latency is the kernel receive time of the "
+        "reply minus the send time. After a {pre:.0f} s baseline come four attack phases of "
+        "{ph:.0f} s each, {pps}:\n".format(
+            pre=tl["pre"], ph=tl["phase"],
+            pps=("as fast as one core sends" if not A.get("flood_pps")
+                 else f"{A['flood_pps']:,.0f} attack packets/s per phase, the same for every server")))
+    md.append("1. **random-subdomain**: `<random>.victim.test` from 4,096 sources at addresses .1–.4;\n"
+              "2. **direct**: existing names from 256 sources at one address, "
+              f"{A['flooded']}, alone;\n"
+              "3. **repeat**: 16 sources repeating `amp.bench.test TXT` (≈700-byte answer) at .5–.7;\n"
+              "4. **all three** at once (45/45/10 % of the rate), from fresh source ranges.\n")
+    md.append("Legitimate queries go to all 8 addresses; success is reported separately for the 7 "
+              "addresses not under the direct flood (\"others\", the target: 100 %) and for the "
+              "flooded address. Percentiles count a lost or wrong answer as the 1 s timeout.\n")
+    rows = []
+    for s in A["servers"]:
+        if "attack" not in s:
+            rows.append([LABEL.get(s["name"], s["name"]), s.get("error", "failed"), "", "", "", ""])
+            continue
+        rows.append([LABEL.get(s["name"], s["name"]), s["note"]])
+    md.append(table(["server", "configuration (as an operator would)"], rows) + "\n")
+    for s in A["servers"]:
+        if "windows" not in s:
+            continue
+        md.append(f"**{LABEL.get(s['name'], s['name'])}**"
+                  + ("" if s.get("alive_after", True) else " — **the server exited during the run**")
+                  + "\n")
+        rows = []
+        for w in s["windows"]:
+            o, f = w["legit"]["others"], w["legit"]["flooded"]
+            fl = [d for d in s["floods"] if d.get("phase") == w["name"] and "sent" in d]
+            sent = sum(d["sent"] for d in fl)
+            rep = sum(d["replies"] for d in fl)
+            slip = sum(d["replies_tc"] for d in fl)
+            dur = max((d["wall"] for d in fl), default=0) or 1
+            rows.append([
+                w["name"], pct(o["success"]), ms(o["p50_ms"], o["n"]), ms(o["p99_ms"], o["n"]),
+                ms(o["p999_ms"], o["n"]), pct(f["success"], 1),
+                f"{sent / dur:,.0f}/s" if fl else "",
+                f"{pct(rep / sent, 1)} ({pct(slip / sent, 1)} TC)" if sent else "",
+                pct(w["server_cpu"], 0), pct(w["cpu0_other"], 0)])
+        md.append(table(["window", "legit answered (others)", "p50", "p99", "p99.9",
+                         f"legit answered ({A['flooded']})", "attack sent", "attackers got a reply",
+                         "server CPU", "CPU 0 other work"], rows) + "\n")
+        kd = s.get("kernel_drops", {})
+        if kd:
+            md.append("Kernel receive-queue drops per address (whole run): "
+                      + ", ".join(f"{ip.split('.')[-1]}: {v:,}" for ip, v in kd.items()) + ".")
+        if s.get("dnsd_metrics"):
+            md.append(" dnsd counters (whole run): " + ", ".join(
+                f"`{k}` {v:,.0f}" for k, v in sorted(s["dnsd_metrics"].items())) + ".")
+        md.append("\n")
+    img = plot_attack_answered(A)
+    if img:
+        md.append(f"![attack packets answered]({img})\n")
+    md.append("<details><summary>Configurations used</summary>\n")
+    for s in A["servers"]:
+        if s.get("config"):
+            md.append(f"{LABEL.get(s['name'], s['name'])}:\n\n```\n{s['config'].strip()}\n```\n")
+    md.append("</details>\n")
+    md.append(f"Command: `{A['command']}` ({A['machine']}; {A['when']}).\n")
+
+
+# ---------------------------------------------------------------------------------------
+# CPU per query
+
+
+def qps_section(Q, md):
+    md.append("## 2. CPU per query and queries per second\n")
+    res = {r["name"]: r for r in Q["results"]}
+    base = res.get("dnsd", {}).get("us_per_query")
+    rows = []
+    for r in Q["results"]:
+        rows.append([LABEL.get(r["name"], r["name"]), f"{r['us_per_query']:.2f} µs{ratio(r['us_per_query'], base)}",
+                     f"{r['qps']:,.0f}", f"{r['lost']:,}", pct(r["cpu_util"], 0),
+                     pct(r.get("cpu0_other"), 0)])
+    md.append(f"Server pinned to CPU 0, dnsperf on CPU 1 for {Q['seconds']} s after a 2 s warm-up "
+              f"(query mix: {Q.get('query_mix', '10,000-name zone')}). One dnsperf process "
+              "saturates near 100–150k q/s before the servers do, so the comparison is CPU time "
+              "per answered query (from /proc schedstat of the server's process group); ratios "
+              "are against dnsd. dnsd: " + Q.get("dnsd_note", "") + ".\n")
+    md.append(table(["server", "CPU per answered query", "queries/s", "lost", "server CPU",
+                     "CPU 0 other work"], rows) + "\n")
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    names = [r["name"] for r in Q["results"]]
+    ax.barh([LABEL.get(n, n) for n in names], [res[n]["us_per_query"] for n in names],
+            color=[COLOR.get(n, "#777") for n in names])
+    ax.set_xlabel("CPU µs per answered query (lower is better)")
+    ax.invert_yaxis()
+    md.append(f"![CPU per query]({savefig(fig, 'qps.png')})\n")
+    md.append(f"Command: `{Q.get('command', 'bench/scripts/dns_qps.py')}` ({Q['machine']}).\n")
+
+
+# ---------------------------------------------------------------------------------------
+# Zone load
+
+
+def zone_section(Z, md):
+    md.append("## 3. Zone load: time and memory\n")
+    md.append(f"A generated zone of {Z['records']:,} records ({Z.get('zone_mb')} MB of text: A, "
+              f"AAAA, CNAME, delegations with glue); median of {Z['runs']} run(s); ratios against dnsd.\n")
+    ck = Z.get("checkers", [])
+    if ck:
+        b = next((x for x in ck if x["name"] == "dnsd"), ck[0])
+        rows = [[x["command"], f"{x['seconds']:.2f} s{ratio(x['seconds'], b['seconds'])}",
+                 f"{x['max_rss_kib'] / 1024:.0f} MiB{ratio(x['max_rss_kib'], b['max_rss_kib'])}"]
+                for x in ck]
+        md.append("Checking the zone (parse and validate, `bench/zone-load`):\n")
+        md.append(table(["checker", "wall time", "peak memory (max RSS)"], rows) + "\n")
+    sv = Z.get("servers", [])
+    if sv:
+        b = next((x for x in sv if x["name"] == "dnsd"), sv[0])
+        rows = [[LABEL.get(x["name"], x["name"]),
+                 f"{x['seconds']:.2f} s{ratio(x['seconds'], b['seconds'])}",
+                 f"{x['pss_kib'] / 1024:.0f} MiB{ratio(x['pss_kib'], b['pss_kib'])}"] for x in sv]
+        md.append("Serving it (spawn until the zone's SOA is answered; memory once it is):\n")
+        md.append(table(["server", "start to first answer", "memory (PSS)"], rows) + "\n")
+    if ck or sv:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 2.8))
+        lab = [f"{x['name']} (check)" for x in ck] + [f"{LABEL.get(x['name'], x['name'])} (serve)" for x in sv]
+        col = [COLOR.get(x["name"], "#888") for x in ck] + [COLOR.get(x["name"], "#888") for x in sv]
+        axes[0].barh(lab, [x["seconds"] for x in ck] + [x["seconds"] for x in sv], color=col)
+        axes[0].set_xlabel("seconds")
+        axes[1].barh(lab, [x["max_rss_kib"] / 1024 for x in ck] + [x["pss_kib"] / 1024 for x in sv],
+                     color=col)
+        axes[1].set_xlabel("MiB (checkers: max RSS; servers: PSS)")
+        for a in axes:
+            a.invert_yaxis()
+        axes[1].set_yticklabels([])
+        md.append(f"![zone load]({savefig(fig, 'zone_load.png')})\n")
+    md.append(f"Command: `{Z['command']}` ({Z['machine']}).\n")
+
+
+# ---------------------------------------------------------------------------------------
+# Isolation
+
+
+def isolation_section(I, H, md):
+    md.append("## 4. Isolation of 16,384 addresses under a flood\n")
+    md.append(f"dnsd listens on 127.1.0.0/18: 16,384 UDP sockets (one per address) and one wildcard "
+              f"TCP socket. A flood ("
+              + (f"{I['flood_pps']:,.0f} packets/s" if I.get("flood_pps") else "as fast as one core sends")
+              + f") hits {I['flooded']} alone while probes query random other addresses at "
+              f"{I['probe_rate']} q/s and the flooded address at {I['flooded_probe_rate']} q/s (RRL off "
+              f"everywhere: this measures the socket fleet). Open-file limit here: {I['nofile'][1]:,}.\n")
+    rows = []
+    for name, a in I.get("sixteen_k_attempts", {}).items():
+        rows.append([LABEL.get(name, name), "started" if a["started"] else
+                     "**cannot start**: " + a["error"].replace("|", "/")[:220]])
+    if rows:
+        md.append("NSD and Knot DNS with 16,384 addresses (each opens a UDP and a TCP socket per "
+                  "address; Knot also caps its listen list):\n")
+        md.append(table(["server", "16,384 addresses"], rows) + "\n")
+        md.append("They are therefore measured with 4,096 addresses (127.1.0.0/20), the largest "
+                  "round count both manage here.\n")
+    rows = []
+    for s in I["servers"]:
+        if "windows" not in s:
+            rows.append([LABEL.get(s["name"], s["name"]), f"{s['addresses']:,}", "failed: "
+                         + s.get("error", "")[:100].replace("|", "/")] + [""] * 7)
+            continue
+        w = {x["name"]: x for x in s["windows"]}
+        f = w["flood"]
+        rows.append([LABEL.get(s["name"], s["name"]), f"{s['addresses']:,}",
+                     f"{s['startup_s']:.2f} s", f"{s['pss_kib'] / 1024:.0f} MiB / {s['fds']:,}",
+                     f"{s['flood']['sent'] / max(s['flood']['wall'], 1e-9):,.0f}/s",
+                     pct(f["probe"]["success"]),
+                     f"{ms(f['probe']['p50_ms'], f['probe']['n'])} / {ms(f['probe']['p99_ms'], f['probe']['n'])}",
+                     f"{ms(w['before']['probe']['p50_ms'], 1)} / {ms(w['before']['probe']['p99_ms'], 1)}",
+                     pct(f["flooded_probe"]["success"], 1),
+                     f"{s['flooded_socket_drops']:,} / {s['other_sockets_drops']:,}"])
+    md.append(table(["server", "addresses", "start-up (until the last answers)",
+                     "memory (PSS) / descriptors", "flood received",
+                     "probes to other addresses answered during the flood", "their p50 / p99",
+                     "p50 / p99 before the flood", "probes to the flooded address answered",
+                     "kernel drops: flooded socket / all others"], rows) + "\n")
+    for s in I["servers"]:
+        top = s.get("dnsd_kernel_drops_top")
+        if top:
+            md.append("dnsd's own view (`dnsd_udp_kernel_drops_top` in /metrics, during the run): "
+                      + ", ".join(f"{k.split('=')[1].rstrip('}').strip(chr(34))}: {v:,.0f}"
+                                  for k, v in top.items() if v) + ".\n")
+    servers = [s for s in I["servers"] if "windows" in s]
+    if servers:
+        fig, ax = plt.subplots(figsize=(9, 2.8))
+        wn = ["before", "flood", "after"]
+        width = 0.8 / len(servers)
+        for k, s in enumerate(servers):
+            w = {x["name"]: x for x in s["windows"]}
+            x = [i + (k - (len(servers) - 1) / 2) * width for i in range(3)]
+            p99 = [w[n]["probe"]["p99_ms"] or 1000 for n in wn]
+            p50 = [w[n]["probe"]["p50_ms"] or 1000 for n in wn]
+            ax.bar(x, p99, width, color=COLOR.get(s["name"]), alpha=0.45,
+                   label=f"{LABEL.get(s['name'])} ({s['addresses']:,} addr.) p99")
+            ax.bar(x, p50, width, color=COLOR.get(s["name"]), label=f"{LABEL.get(s['name'])} p50")
+        ax.set_xticks(range(3))
+        ax.set_xticklabels(["before the flood", "during the flood", "after"])
+        ax.set_yscale("log")
+        ax.set_ylabel("probe latency (ms)\nother addresses")
+        ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+                  frameon=False)
+        md.append(f"![isolation]({savefig(fig, 'isolation.png')})\n")
+    md.append(f"Command: `{I['command']}` ({I['machine']}).\n")
+    md.append("### TCP listener hash: 16,384 specific listeners versus one wildcard\n")
+    if not H or "cases" not in H:
+        md.append("Not measured" + (f": {H.get('error')}" if H else "") + ".\n")
+        return
+    cases = {x["name"]: x for x in H["cases"]}
+    base = cases.get("single", {}).get("p50_us")
+    rows = [[{"specific": "16,384 listeners on specific addresses, one port",
+              "wildcard": "one wildcard listener (0.0.0.0)",
+              "single": "one listener on one address (floor)"}[x["name"]],
+             f"{x['p50_us']:.1f} µs{ratio(x['p50_us'], base)}", f"{x['p99_us']:.1f} µs",
+             f"{x['mean_us']:.1f} µs", f"{x['bind_ms']:.0f} ms", f"{x['connects']:,}"]
+            for x in H["cases"]]
+    md.append(f"connect() on loopback (SYN → SYN-ACK → ACK complete inside the call), kernel "
+              f"{H['kernel']}:\n")
+    md.append(table(["listeners", "connect p50", "p99", "mean", "time to bind all", "connects"], rows) + "\n")
+    sp, wc = cases.get("specific"), cases.get("wildcard")
+    if sp and wc:
+        verdict = ("no pile-up: this kernel finds the listener by address and port (the lhash2 "
+                   "table), so 16,384 specific listeners on one port cost no more per SYN than "
+                   "one wildcard" if sp["p50_us"] < 1.5 * wc["p50_us"] else
+                   "a pile-up: SYNs to a port with 16,384 specific listeners are slower than to "
+                   "one wildcard listener")
+        md.append(f"Verdict: {verdict} (p50 {sp['p50_us'] / wc['p50_us']:.2f}x of the wildcard). "
+                  "dnsd keeps one wildcard TCP socket anyway: it also saves 16,383 descriptors, and "
+                  "older kernels hashed listeners by port alone.\n")
+    md.append(f"Command: `{H['command']}`.\n")
+
+
+# ---------------------------------------------------------------------------------------
+# HTTP front
+
+
+def scalar(v):
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.0f}"
+    if isinstance(v, (int, str, bool)) or v is None:
+        return str(v)
+    return None
+
+
+def http_section(W, md):
+    md.append("## 5. HTTP front versus nginx\n")
+    if W is None:
+        md.append("Not measured in this run: bench/report/raw/http_front.json does not exist "
+                  "(bench/scripts/http_front.py writes it; `bench/run http` runs it when present).\n")
+        return
+    if W.get("layout"):
+        md.append(f"Layout: {W['layout']}"
+                  + (f"; {W['seconds']} s per case" if W.get("seconds") else "")
+                  + (f", {W['connections']} connections" if W.get("connections") else "") + ".\n")
+    if W.get("summary_md"):
+        md.append(W["summary_md"].strip() + "\n")
+    results = W.get("results")
+    if isinstance(results, dict):
+        results = [dict({"name": k}, **v) for k, v in results.items() if isinstance(v, dict)]
+    if isinstance(results, list) and results and isinstance(results[0], dict):
+        keys = []
+        for r in results:
+            for k, v in r.items():
+                if k not in keys and scalar(v) is not None:
+                    keys.append(k)
+        keys = ["name"] + [k for k in keys if k != "name"]
+        md.append(table(keys, [[scalar(r.get(k)) or "" for k in keys] for r in results]) + "\n")
+        W_r = {r["name"]: r for r in results}
+        if "nginx" in W_r and any(n.startswith("front") for n in W_r):
+            fig, ax = plt.subplots(figsize=(8, 2.6))
+            names = [n for n in W_r if W_r[n].get("us_per_event") is not None]
+            ax.barh(names, [W_r[n]["us_per_event"] for n in names],
+                    color=["#1b7837" if n.startswith("front") else "#999999" for n in names])
+            ax.set_xlabel("proxy CPU µs per request (front-blocked: per blocked connection)")
+            ax.invert_yaxis()
+            md.append(f"![http front]({savefig(fig, 'http_front.png')})\n")
+    elif not W.get("summary_md"):
+        flat = [[k, scalar(v)] for k, v in W.items() if scalar(v) is not None]
+        md.append(table(["key", "value"], flat) + "\n")
+    if isinstance(W.get("ratios"), dict):
+        md.append(table(["ratio", "value"], [[k, f"{v:.3f}"] for k, v in W["ratios"].items()
+                                             if isinstance(v, (int, float))]) + "\n")
+    for img in W.get("plots", []):
+        if os.path.exists(os.path.join(OUT, img)):
+            md.append(f"![{img}]({img})\n")
+    cmd = W.get("command") or W.get("wrk")
+    if cmd:
+        md.append(f"Command: `{cmd}`" + (f" ({W['machine']})" if W.get("machine") else "") + ".\n")
+
+
+# ---------------------------------------------------------------------------------------
+# Summary
+
+
+def summary(A, Q, Z, I, md):
+    names = ["dnsd", "nsd", "knot"]
+    head = ["", *[LABEL[n] for n in names]]
+    rows = []
+    if A:
+        S = {s["name"]: s for s in A["servers"]}
+        p99s = {n: S[n]["attack"]["others"]["p99_ms"] for n in names if n in S and "attack" in S[n]}
+        best = min((v for v in p99s.values() if v is not None), default=None)
+        r1, r2, r3, r4 = (["under attack: legitimate queries answered (7 addresses not flooded directly)"],
+                          ["under attack: legitimate p50 / p99 / p99.9 (lost = 1 s)"],
+                          ["under attack: legitimate answered on the flooded address"],
+                          ["attack packets that got a reply (TC slips)"])
+        for n in names:
+            s = S.get(n)
+            if not s or "attack" not in s:
+                for r in (r1, r2, r3, r4):
+                    r.append("failed" if s else "not run")
+                continue
+            o = s["attack"]["others"]
+            r1.append(("**" if o["success"] == 1 else "") + pct(o["success"]) + ("**" if o["success"] == 1 else ""))
+            r2.append(f"{ms(o['p50_ms'], o['n'])} / {ms(o['p99_ms'], o['n'])}{ratio(o['p99_ms'], best)} / "
+                      f"{ms(o['p999_ms'], o['n'])}")
+            r3.append(pct(s["attack"]["flooded"]["success"], 1))
+            fl = [f for f in s["floods"] if "sent" in f]
+            sent = sum(f["sent"] for f in fl) or 1
+            r4.append(f"{pct(sum(f['replies'] for f in fl) / sent, 1)} "
+                      f"({pct(sum(f['replies_tc'] for f in fl) / sent, 1)})")
+        rows += [r1, r2, r3, r4]
+    if Q:
+        R = {r["name"]: r for r in Q["results"]}
+        b = R.get("dnsd", {}).get("us_per_query")
+        rows.append(["CPU per answered query, RRL off (ratio to dnsd)"] +
+                    [f"{R[n]['us_per_query']:.2f} µs{ratio(R[n]['us_per_query'], b)}" if n in R else "n/a"
+                     for n in names])
+    if Z and Z.get("servers"):
+        R = {r["name"]: r for r in Z["servers"]}
+        b = R.get("dnsd", {})
+        rows.append([f"zone of {Z['records']:,} records: start to first answer"] +
+                    [f"{R[n]['seconds']:.2f} s{ratio(R[n]['seconds'], b.get('seconds'))}" if n in R else "n/a"
+                     for n in names])
+        rows.append(["… and memory (PSS)"] +
+                    [f"{R[n]['pss_kib'] / 1024:.0f} MiB{ratio(R[n]['pss_kib'], b.get('pss_kib'))}" if n in R else "n/a"
+                     for n in names])
+    if I:
+        R = {r["name"]: r for r in I["servers"]}
+        att = I.get("sixteen_k_attempts", {})
+        row = ["start-up with 16,384 addresses"]
+        row2 = ["flood on one address: probes to the others answered, p99"]
+        for n in names:
+            s = R.get(n)
+            if n in att and not att[n]["started"]:
+                why = "config refused" if "config" in att[n].get("error", "") else "fd limit"
+                row.append(f"cannot start here ({why}); {s['addresses']:,} addr.: "
+                           f"{s['startup_s']:.2f} s" if s and "startup_s" in s
+                           else f"cannot start here ({why})")
+            elif s and "startup_s" in s:
+                row.append(f"{s['startup_s']:.2f} s")
+            else:
+                row.append("n/a")
+            if s and "windows" in s:
+                f = next(w for w in s["windows"] if w["name"] == "flood")
+                row2.append(f"{pct(f['probe']['success'])}, {ms(f['probe']['p99_ms'], f['probe']['n'])} "
+                            f"({s['addresses']:,} addr.)")
+            else:
+                row2.append("n/a")
+        rows += [row, row2]
+    if rows:
+        md.append(table(head, rows) + "\n")
+
+
+def noise(A, I, limit=0.25):
+    """A phrase saying how other work on the shared cores may have disturbed the run: in
+    the normal scheduling class, windows where it took more than `limit` of CPU 0; in any
+    mode, floods that fell short of their set rate (CPU 1 was busy)."""
+    bad, short = [], []
+    for D in (A, I):
+        D = D or {}
+        fifo = "SCHED_FIFO" in D.get("sched", "")
+        for s in D.get("servers", []):
+            for w in s.get("windows", []):
+                o = w.get("cpu0_other")
+                if not fifo and o is not None and o > limit:
+                    bad.append((o, f"{LABEL.get(s['name'], s['name'])} / {w['name']}"))
+            fl = s.get("floods") or ([dict(s["flood"], rate=D.get("flood_pps", 0))]
+                                     if s.get("flood") else [])
+            for f in fl:
+                if f.get("rate") and f.get("wall") and f["sent"] / f["wall"] < 0.95 * f["rate"]:
+                    short.append(f"{LABEL.get(s['name'], s['name'])} / {f.get('phase', 'flood')} "
+                                 f"{f['sent'] / f['wall']:,.0f} of {f['rate']:,.0f} packets/s")
+    out = []
+    if bad:
+        bad.sort(reverse=True)
+        out.append(f"other work took more than {limit:.0%} of CPU 0 in {len(bad)} measurement "
+                   "windows (worst: " + ", ".join(f"{n} {o:.0%}" for o, n in bad[:3]) + ")")
+    if short:
+        out.append(f"{len(short)} floods fell short of their rate (" + "; ".join(short[:3]) + ")")
+    return "; ".join(out)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    A, Q, Z, I, H, W = (load(n) for n in ("attack", "dns_qps", "zone_load", "isolation",
+                                          "listen_hash", "http_front"))
+    md = ["# Palisade benchmark report\n"]
+    machine = next((x["machine"] for x in (A, Q, Z, I) if x and x.get("machine")), c.machine())
+    quick = any(x.get("quick") for x in (A, I) if x)
+    md.append(f"Generated {time.strftime('%Y-%m-%d %H:%M')} from bench/report/raw/*.json by "
+              f"`bench/run` on {machine}. Servers run pinned to CPU 0 with one worker each, load "
+              "generators on CPU 1 (loopback only). Speed is given as ratios between servers "
+              "measured in the same run; the cores are shared with other work, whose share of "
+              "CPU 0 each table reports. Scheduling: "
+              + next((x["sched"] for x in (A, Q, Z, I) if x and x.get("sched")), "default") + "."
+              + (" **Quick mode: short durations, figures are indicative.**" if quick else "") + "\n")
+    noisy = noise(A, I)
+    if noisy:
+        md.append("**Disturbed run:** " + noisy + " — rerun when the machine is quieter "
+                  "before quoting these figures.\n")
+    md.append("## Summary\n")
+    summary(A, Q, Z, I, md)
+    if A:
+        img = plot_attack(A)
+        if img:
+            md.append(f"![legitimate latency under attack]({img})\n")
+    else:
+        md.append("(The attack benchmark has not been run: `bench/run attack`.)\n")
+    sections = [(A, lambda: attack_section(A, md), "attack"),
+                (Q, lambda: qps_section(Q, md), "qps"),
+                (Z, lambda: zone_section(Z, md), "zone"),
+                (I, lambda: isolation_section(I, H, md), "isolation")]
+    for data, fn, part in sections:
+        if data:
+            fn()
+        else:
+            md.append(f"## ({part}: not run — `bench/run {part}`)\n")
+    http_section(W, md)
+    md.append("## Reproduce\n")
+    md.append("`bench/run` (everything, ~10 min) or `bench/run --quick`; a subset: "
+              "`bench/run qps attack`; the report alone: `bench/run report`. See bench/README.md.\n")
+    with open(os.path.join(OUT, "REPORT.md"), "w") as f:
+        f.write("\n".join(md))
+    c.log(f"wrote {os.path.join(OUT, 'REPORT.md')}")
+
+
+if __name__ == "__main__":
+    main()
