@@ -71,6 +71,12 @@ pub struct Config {
     /// The XDP guard in front of the sockets (needs root; without it dnsd runs without XDP).
     #[serde(default)]
     pub xdp: Option<xdp_guard::XdpConfig>,
+    /// TSIG keys (`[[tsig_key]]`), named by zones' `tsig`.
+    #[serde(default, rename = "tsig_key")]
+    pub tsig_keys: Vec<crate::transfer::TsigKeyConfig>,
+    /// Zone transfer limits (`[transfer]`).
+    #[serde(default)]
+    pub transfer: crate::transfer::TransferConfig,
 }
 
 /// `[events]`: aggregated events of blocked, limited and escalated traffic, flushed as
@@ -182,7 +188,7 @@ impl Default for Server {
 }
 
 /// `[[zone]]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ZoneConfig {
     /// The zone's apex.
@@ -192,6 +198,21 @@ pub struct ZoneConfig {
     /// Cookie policy for this zone: "off", "on" or "require" (default: `[defence.cookies] policy`).
     #[serde(default)]
     pub cookies: Option<CookiePolicy>,
+    /// Primaries (`IP:PORT`): set, the zone is a secondary kept in `file`.
+    #[serde(default)]
+    pub primaries: Vec<String>,
+    /// Secondaries to NOTIFY (`IP:PORT`) on every change.
+    #[serde(default)]
+    pub notify: Vec<String>,
+    /// Prefixes allowed to transfer the zone (empty: no transfers).
+    #[serde(default)]
+    pub allow_transfer: Vec<String>,
+    /// Prefixes besides the primaries' addresses that may send NOTIFY for a secondary zone.
+    #[serde(default)]
+    pub allow_notify: Vec<String>,
+    /// The TSIG key (a `[[tsig_key]]` name) transfers and NOTIFY of this zone must use.
+    #[serde(default)]
+    pub tsig: Option<String>,
 }
 
 /// `[control]`.
@@ -280,6 +301,7 @@ impl Config {
         if self.events.interval == 0 {
             return Err(inv("events.interval", "must be at least 1 second".into()));
         }
+        crate::transfer::check_config(self).map_err(|(k, m)| inv(&k, m))?;
         Ok(())
     }
 }

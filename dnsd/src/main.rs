@@ -206,7 +206,7 @@ fn build_config(
         cfg.zones.push(config::ZoneConfig {
             origin: origin.into(),
             file: file.into(),
-            cookies: None,
+            ..Default::default()
         });
     }
     if control.is_some() {

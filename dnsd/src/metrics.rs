@@ -169,6 +169,7 @@ pub async fn render(shared: &Arc<Shared>) -> String {
             let _ = writeln!(s, "{}{{{}}} {}", c.metric, c.labels, c.value);
         }
     }
+    shared.xfr.metrics(&mut s);
     let reg = shared.registry.lock().await;
     let _ = writeln!(s, "# HELP dnsd_reloads_total Zone loads by result.");
     let _ = writeln!(s, "# TYPE dnsd_reloads_total counter");

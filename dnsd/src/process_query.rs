@@ -60,6 +60,8 @@ pub struct Processor {
     stats: Arc<WorkerStats>,
     defence: Option<defence::Local>,
     q: Box<Query>,
+    xfr: Option<Arc<crate::transfer::Transfers>>,
+    job: Option<Box<crate::axfr::Job>>,
 }
 
 /// The outcome of processing one message.
@@ -69,6 +71,8 @@ pub enum Outcome {
     Reply(usize),
     /// Send nothing.
     Drop,
+    /// Stream a zone transfer (TCP only): take it with [`Processor::take_transfer`].
+    Transfer,
 }
 
 /// The cookie option to answer with: the client cookie and our fresh server cookie.
@@ -93,7 +97,20 @@ impl Processor {
             stats,
             defence: defence.map(|d| d.local()),
             q: Box::default(),
+            xfr: None,
+            job: None,
         }
+    }
+
+    /// Hands transfers, NOTIFY and TSIG-signed messages to `x` (without it they are refused).
+    pub fn with_transfers(mut self, x: Arc<crate::transfer::Transfers>) -> Processor {
+        self.xfr = Some(x);
+        self
+    }
+
+    /// The transfer the last [`Outcome::Transfer`] asked for.
+    pub fn take_transfer(&mut self) -> Option<Box<crate::axfr::Job>> {
+        self.job.take()
     }
 
     /// Picks up a newer zone set if one was published and reads the clock (once per batch).
@@ -149,6 +166,28 @@ impl Processor {
         {
             return self.error_reply(req, out, rcode::BADVERS, true, true, transport, src);
         }
+        // Transfers, NOTIFY and TSIG-signed messages go to the transfer code.
+        if let Some(x) = &self.xfr
+            && crate::transfer::wants(q, transport)
+        {
+            let c = crate::transfer::Ctx {
+                x,
+                req,
+                q,
+                src,
+                transport,
+                zones: &self.snapshot,
+                stats: &stats,
+            };
+            return match crate::transfer::process(&c, out) {
+                crate::transfer::Handled::Reply(n) => Outcome::Reply(n),
+                crate::transfer::Handled::Drop => Outcome::Drop,
+                crate::transfer::Handled::Job(j) => {
+                    self.job = Some(j);
+                    Outcome::Transfer
+                }
+            };
+        }
         if q.opcode() != opcode::QUERY {
             // NOTIFY for a zone we are not a secondary of.
             return self.error_reply(req, out, rcode::NOTAUTH, true, has_edns, transport, src);
@@ -172,6 +211,10 @@ impl Processor {
         }
         let zone = internet::find_zone(q, &self.snapshot);
         let zone_idx = zone.map(|(i, _)| i);
+        if zone_idx.is_some_and(|i| self.snapshot.is_expired(i)) {
+            // A secondary zone whose primaries stopped answering.
+            return self.error_reply(req, out, rcode::SERVFAIL, true, has_edns, transport, src);
+        }
         // Cookies: check what the client returned; answer with a fresh one.
         let (cookie_status, cookie_out) = self.cookies(req, src.ip(), zone_idx);
         if cookie_status == CookieStatus::Valid {

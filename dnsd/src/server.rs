@@ -47,6 +47,8 @@ pub struct Shared {
     pub flusher: std::sync::Mutex<Option<shield::events::Flusher>>,
     /// The XDP guard and the mirror feeding it, when attached.
     pub xdp: std::sync::Mutex<Option<Xdp>>,
+    /// Zone transfers, NOTIFY and TSIG.
+    pub xfr: Arc<crate::transfer::Transfers>,
 }
 
 /// The XDP guard attached to an interface and the mirror of the block map into its maps.
@@ -116,7 +118,7 @@ impl Handler for UdpHandler {
     ) -> Option<usize> {
         match self.p.process(req, src, Transport::Udp, out) {
             Outcome::Reply(n) => Some(n),
-            Outcome::Drop => None,
+            Outcome::Drop | Outcome::Transfer => None,
         }
     }
 }
@@ -130,7 +132,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     }
     // Zones first: the server answers from its first packet.
     let mut registry = Registry::new(zone_list(&cfg));
-    let plan = registry.plan(None, true);
+    let (xfr, xfr_changes) = crate::transfer::Transfers::new(&cfg);
+    let plan = crate::secondary::skip_missing(&xfr, registry.plan(None, true), true);
     let results = plan
         .into_iter()
         .map(|(i, origin, file)| {
@@ -145,6 +148,12 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     }
     registry.publish();
     let zones = registry.published();
+    {
+        let x = xfr.clone();
+        registry.set_on_change(Arc::new(move |origin, old, new| {
+            x.changed(origin, old, new)
+        }));
+    }
 
     let pcfg = Arc::new(PipelineConfig {
         udp_payload: cfg.server.udp_payload,
@@ -195,6 +204,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         let pcfg = pcfg.clone();
         let udp_stats = udp_stats.clone();
         let defence = defence.clone();
+        let xfr = xfr.clone();
         fleet
             .run(
                 workers,
@@ -204,7 +214,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                         pcfg.clone(),
                         udp_stats[w % udp_stats.len()].clone(),
                         Some(&defence),
-                    ),
+                    )
+                    .with_transfers(xfr.clone()),
                 },
                 stop.clone(),
             )
@@ -217,6 +228,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         let pcfg = pcfg.clone();
         let ts = tcp_stats.clone();
         let d = defence.clone();
+        let x = xfr.clone();
         TcpServer::new(
             TcpLimits {
                 max_connections: cfg.server.tcp_max_connections,
@@ -228,7 +240,10 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             AddrSet::new(&addrs),
             tcp_stats.clone(),
             Some(blocks.clone()),
-            Box::new(move || Processor::new(zones.clone(), pcfg.clone(), ts.clone(), Some(&d))),
+            Box::new(move || {
+                Processor::new(zones.clone(), pcfg.clone(), ts.clone(), Some(&d))
+                    .with_transfers(x.clone())
+            }),
         )
     };
     let shared = Arc::new(Shared {
@@ -244,6 +259,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         defence: defence.clone(),
         flusher: std::sync::Mutex::new(start_flusher(&cfg, &events)),
         xdp: std::sync::Mutex::new(xdp),
+        xfr: xfr.clone(),
     });
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -273,6 +289,14 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             tokio::spawn(crate::metrics::serve(l, shared.clone()));
         }
         tokio::spawn(housekeeping(shared.clone()));
+        tokio::spawn(crate::transfer::run_changes(xfr.clone(), xfr_changes));
+        crate::secondary::spawn_all(&shared);
+        // Secondaries may have missed changes while we were down: tell them now.
+        for e in shared.registry.lock().await.entries() {
+            if let Some(z) = &e.current {
+                crate::notify::spawn_notify(&xfr, &e.origin, z, None);
+            }
+        }
         tracing::info!("dnsd ready");
         wait_for_signals(shared.clone()).await;
         Ok::<(), String>(())
@@ -388,6 +412,7 @@ pub async fn reload(shared: &Arc<Shared>, zone: Option<&str>, force: bool) -> Re
     {
         match Config::load(path) {
             Ok(c) => {
+                shared.xfr.set_policies(&c);
                 let n = sync_zone_list(&mut reg, &c);
                 if n > 0 {
                     tracing::info!("zone list changed in {}", path.display());
@@ -410,7 +435,8 @@ pub async fn reload(shared: &Arc<Shared>, zone: Option<&str>, force: bool) -> Re
         }
         None => None,
     };
-    let plan = reg.plan(only, force);
+    let plan =
+        crate::secondary::skip_missing(&shared.xfr, reg.plan(only, force), only.is_some() || force);
     if plan.is_empty() {
         return Reply::ok("no zone changed\n");
     }
@@ -506,6 +532,8 @@ async fn command(shared: &Arc<Shared>, args: &[String]) -> Reply {
         ["stats"] => Reply::ok(stats_text(shared).await),
         ["block", rest @ ..] => crate::blockctl::command(&shared.defence.blocks, rest),
         ["zones"] => Reply::ok(zones_text(shared).await),
+        ["zone-refresh", z] => zone_refresh(shared, z).await,
+        ["zone-notify", z] => zone_notify(shared, z).await,
         ["status"] => Reply::ok(format!(
             "running for {} s, {} addresses (bound in {} ms), {} TCP connections\n",
             shared.started.elapsed().as_secs(),
@@ -514,9 +542,53 @@ async fn command(shared: &Arc<Shared>, args: &[String]) -> Reply {
             shared.tcp.open_connections()
         )),
         _ => Reply::err(format!(
-            "unknown command {:?}; commands: reload [ZONE|--force], stats, zones, status, block add|del|list",
+            "unknown command {:?}; commands: reload [ZONE|--force], stats, zones, zone-refresh ZONE, zone-notify ZONE, status, block add|del|list",
             args.join(" ")
         )),
+    }
+}
+
+/// `ctl zone-refresh ZONE`: refreshes a secondary zone now and says how it went.
+async fn zone_refresh(shared: &Arc<Shared>, z: &str) -> Reply {
+    let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+        return Reply::err(format!("bad zone name {z}"));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let t = crate::transfer::Trigger { reply: Some(tx) };
+    if !shared.xfr.trigger(n.to_lowercase().as_wire(), t) {
+        return Reply::err(format!("{n} is not a secondary zone\n"));
+    }
+    match tokio::time::timeout(Duration::from_secs(50), rx).await {
+        Ok(Ok(text)) => Reply {
+            ok: !text.contains("FAILED"),
+            text,
+        },
+        // Merged into a refresh already pending: it reports in `ctl zones`.
+        Ok(Err(_)) => Reply::ok(format!("{n}: refresh already pending\n")),
+        Err(_) => Reply::ok(format!("{n}: refresh still running (see ctl zones)\n")),
+    }
+}
+
+/// `ctl zone-notify ZONE`: sends NOTIFY to the zone's targets now and reports each.
+async fn zone_notify(shared: &Arc<Shared>, z: &str) -> Reply {
+    let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+        return Reply::err(format!("bad zone name {z}"));
+    };
+    let cur = {
+        let reg = shared.registry.lock().await;
+        reg.find(&n).and_then(|i| reg.entries()[i].current.clone())
+    };
+    let Some(zone) = cur else {
+        return Reply::err(format!("zone {n} is not served\n"));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    crate::notify::spawn_notify(&shared.xfr, &n, &zone, Some(tx));
+    match tokio::time::timeout(Duration::from_secs(55), rx).await {
+        Ok(Ok(text)) => Reply {
+            ok: !text.contains("FAILED"),
+            text,
+        },
+        _ => Reply::ok(format!("{n}: NOTIFY still being retried (see ctl zones)\n")),
     }
 }
 
@@ -545,6 +617,7 @@ pub async fn zones_text(shared: &Arc<Shared>) -> String {
             let first = err.lines().next().unwrap_or("");
             let _ = write!(s, "\tlast reload failed: {first}");
         }
+        s.push_str(&shared.xfr.zone_line(&e.origin));
         s.push('\n');
     }
     s
@@ -614,6 +687,7 @@ pub async fn stats_text(shared: &Arc<Shared>) -> String {
     for c in xdp_counters(shared) {
         let _ = writeln!(s, "{}\t{}", c.ctl, c.value);
     }
+    shared.xfr.stats_lines(&mut s);
     let reg = shared.registry.lock().await;
     let _ = writeln!(s, "reloads.ok\t{}", reg.stats.ok.load(Ordering::Relaxed));
     let _ = writeln!(

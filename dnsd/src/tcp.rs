@@ -198,11 +198,18 @@ impl TcpServer {
                         out[..2].copy_from_slice(&(n as u16).to_be_bytes());
                         Some(out[..n + 2].to_vec())
                     }
-                    Outcome::Drop => None,
+                    Outcome::Drop | Outcome::Transfer => None,
                 }
             });
             if let Some(msg) = reply
                 && tx.send(msg).await.is_err()
+            {
+                break;
+            }
+            // A zone transfer streams its messages into the writer queue before the next
+            // query is read.
+            if let Some(job) = p.take_transfer()
+                && !job.run(&tx).await
             {
                 break;
             }

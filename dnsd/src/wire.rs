@@ -34,6 +34,8 @@ pub mod rcode {
     pub const NOERROR: u16 = 0;
     /// Format error.
     pub const FORMERR: u16 = 1;
+    /// Server failure.
+    pub const SERVFAIL: u16 = 2;
     /// Name error.
     pub const NXDOMAIN: u16 = 3;
     /// Not implemented.

@@ -32,7 +32,12 @@ pub struct ZoneEntry {
     pub mtime: Option<SystemTime>,
     /// The last load error (cleared by a successful load).
     pub last_error: Option<String>,
+    /// A secondary zone whose primaries stopped answering: served as SERVFAIL.
+    pub expired: bool,
 }
+
+/// Called when a zone's served version changes (reload or transfer): origin, old, new.
+pub type OnChange = Arc<dyn Fn(&Name, Option<Arc<Zone>>, Arc<Zone>) + Send + Sync>;
 
 /// Reload counters.
 #[derive(Debug, Default)]
@@ -50,6 +55,7 @@ pub struct Registry {
     generation: u64,
     /// Reload counters.
     pub stats: Arc<ReloadStats>,
+    on_change: Option<OnChange>,
 }
 
 /// The result of loading one zone.
@@ -75,6 +81,7 @@ impl Registry {
                 load_time: Duration::ZERO,
                 mtime: None,
                 last_error: None,
+                expired: false,
             })
             .collect();
         Registry {
@@ -82,6 +89,7 @@ impl Registry {
             published: Arc::new(ArcSwap::from_pointee(ZoneSet::new(Vec::new(), 0))),
             generation: 0,
             stats: Arc::new(ReloadStats::default()),
+            on_change: None,
         }
     }
 
@@ -140,7 +148,11 @@ impl Registry {
                         "zone loaded"
                     );
                     e.load_time = l.elapsed;
-                    e.current = Some(Arc::new(l.zone));
+                    let new = Arc::new(l.zone);
+                    if let Some(f) = &self.on_change {
+                        f(&e.origin, e.current.clone(), new.clone());
+                    }
+                    e.current = Some(new);
                     e.loaded_at = Some(SystemTime::now());
                     e.mtime = mtime;
                     e.last_error = None;
@@ -171,13 +183,50 @@ impl Registry {
     /// Publishes the current versions of all zones as a new zone set.
     pub fn publish(&mut self) {
         self.generation += 1;
-        let zones: Vec<(Arc<Zone>, CookiePolicy)> = self
+        let zones: Vec<(Arc<Zone>, CookiePolicy, bool)> = self
             .entries
             .iter()
-            .filter_map(|e| e.current.clone().map(|z| (z, e.cookies)))
+            .filter_map(|e| e.current.clone().map(|z| (z, e.cookies, e.expired)))
             .collect();
-        self.published
-            .store(Arc::new(ZoneSet::new(zones, self.generation)));
+        let expired: Vec<bool> = zones.iter().map(|z| z.2).collect();
+        let mut set = ZoneSet::new(
+            zones.into_iter().map(|(z, c, _)| (z, c)).collect(),
+            self.generation,
+        );
+        for (i, _) in expired.iter().enumerate().filter(|e| *e.1) {
+            set.set_expired(i);
+        }
+        self.published.store(Arc::new(set));
+    }
+
+    /// Sets the hook told of every change of a zone's served version.
+    pub fn set_on_change(&mut self, f: OnChange) {
+        self.on_change = Some(f);
+    }
+
+    /// Serves `zone` (received by transfer, already validated) for zone `i`, written to its
+    /// file: swaps it in and publishes.
+    pub fn install(&mut self, i: usize, zone: Arc<Zone>, took: Duration) {
+        let e = &mut self.entries[i];
+        if let Some(f) = &self.on_change {
+            f(&e.origin, e.current.clone(), zone.clone());
+        }
+        e.current = Some(zone);
+        e.loaded_at = Some(SystemTime::now());
+        e.load_time = took;
+        e.mtime = file_mtime(&e.file);
+        e.last_error = None;
+        e.expired = false;
+        self.stats.ok.fetch_add(1, Ordering::Relaxed);
+        self.publish();
+    }
+
+    /// Marks zone `i` expired (SERVFAIL) or not, and publishes.
+    pub fn set_expired(&mut self, i: usize, expired: bool) {
+        if self.entries[i].expired != expired {
+            self.entries[i].expired = expired;
+            self.publish();
+        }
     }
 }
 
@@ -204,6 +253,7 @@ impl Registry {
         self.published = old.published.clone();
         self.generation = old.generation;
         self.stats = old.stats.clone();
+        self.on_change = old.on_change.clone();
         for &(i, j) in kept {
             let o = &old.entries[j];
             let e = &mut self.entries[i];
@@ -212,6 +262,7 @@ impl Registry {
             e.load_time = o.load_time;
             e.mtime = o.mtime;
             e.last_error = o.last_error.clone();
+            e.expired = o.expired;
         }
     }
 }

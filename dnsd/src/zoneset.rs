@@ -16,12 +16,14 @@ pub struct ZoneSet {
     hasher: foldhash::fast::FixedState,
     max_labels: usize,
     generation: u64,
+    expired: Vec<bool>,
 }
 
 impl ZoneSet {
     /// A set of zones with their cookie policies; `generation` counts reloads.
     pub fn new(zones: Vec<(Arc<Zone>, CookiePolicy)>, generation: u64) -> ZoneSet {
         let (zones, policies): (Vec<_>, Vec<_>) = zones.into_iter().unzip();
+        let expired = vec![false; zones.len()];
         let hasher = foldhash::fast::FixedState::with_seed(7);
         let mut index = HashTable::with_capacity(zones.len());
         let mut max_labels = 0;
@@ -39,7 +41,19 @@ impl ZoneSet {
             hasher,
             max_labels,
             generation,
+            expired,
         }
+    }
+
+    /// Marks zone `i` expired (a secondary whose primaries stopped answering): SERVFAIL.
+    pub fn set_expired(&mut self, i: usize) {
+        self.expired[i] = true;
+    }
+
+    /// True when zone `i` has expired.
+    #[inline]
+    pub fn is_expired(&self, i: u32) -> bool {
+        self.expired[i as usize]
     }
 
     /// The cookie policy of zone `i`.

@@ -263,6 +263,7 @@ pub struct DnsdBuilder {
     server_lines: Vec<String>,
     extra: String,
     no_metrics: bool,
+    at: Option<SocketAddr>,
 }
 
 impl DnsdBuilder {
@@ -304,6 +305,13 @@ impl DnsdBuilder {
         self
     }
 
+    /// Listens on exactly `addr` (known in advance, e.g. to peers' configs) instead of a
+    /// fresh test address; a start that finds it taken fails.
+    pub fn at(mut self, addr: SocketAddr) -> Self {
+        self.at = Some(addr);
+        self
+    }
+
     /// No `[metrics]` endpoint.
     pub fn without_metrics(mut self) -> Self {
         self.no_metrics = true;
@@ -317,9 +325,10 @@ impl DnsdBuilder {
             "dnsd needs at least one zone to be probed"
         );
         let exe = crate::bin("dnsd");
-        let pick = || match &self.listen {
-            Some((_, ip)) => SocketAddr::from((*ip, net::free_port(*ip))),
-            None => net::test_addr(),
+        let pick = || match (&self.at, &self.listen) {
+            (Some(a), _) => *a,
+            (None, Some((_, ip))) => SocketAddr::from((*ip, net::free_port(*ip))),
+            (None, None) => net::test_addr(),
         };
         start_with_retries_at("dnsd", pick, |addr| {
             let dir = tempfile::Builder::new()
@@ -521,6 +530,7 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Result<String, String> {
 pub struct Knot {
     proc: Proc,
     addr: SocketAddr,
+    conf: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -582,9 +592,66 @@ impl Knot {
             Ok(Knot {
                 proc,
                 addr,
+                conf,
                 _dir: dir,
             })
         })
+    }
+
+    /// Starts knotd from a whole config that `config(dir, addr)` writes (its temp dir and
+    /// listen address), waiting until it answers for `ready` (e.g. zones it is a secondary
+    /// of, once transferred).
+    pub fn start_raw(ready: &[Zone], config: impl Fn(&Path, SocketAddr) -> String) -> Knot {
+        let exe =
+            crate::find_program("knotd").expect("knotd not installed (check Knot::available)");
+        start_with_retries("knotd", |addr| {
+            let dir = tempfile::Builder::new()
+                .prefix("palisade-knot-")
+                .tempdir()
+                .expect("temp dir");
+            let conf = dir.path().join("knot.conf");
+            std::fs::write(&conf, config(dir.path(), addr)).expect("write knot.conf");
+            let mut cmd = Command::new(&exe);
+            cmd.arg("-c").arg(&conf);
+            let mut proc = Proc::spawn("knotd", cmd, dir.path().join("knotd.log"));
+            wait_ready(&mut proc, addr, ready)?;
+            Ok(Knot {
+                proc,
+                addr,
+                conf,
+                _dir: dir,
+            })
+        })
+    }
+
+    /// The `server:`, `database:` and `log:` sections [`Knot::start`] uses, for configs of
+    /// [`Knot::start_raw`]: in `dir`, on `addr`, one worker of each kind.
+    pub fn server_section(dir: &Path, addr: SocketAddr) -> String {
+        let _ = std::fs::create_dir_all(dir.join("db"));
+        let d = dir.display();
+        format!(
+            "server:\n  rundir: \"{d}\"\n  listen: {}@{}\n  udp-workers: 1\n  tcp-workers: 1\n  \
+             background-workers: 1\n\ndatabase:\n  storage: \"{d}/db\"\n\nlog:\n  - target: stderr\n    \
+             any: info\n\n",
+            addr.ip(),
+            addr.port()
+        )
+    }
+
+    /// Runs `knotc -c CONF args...` against this knotd: (success, output).
+    pub fn knotc(&self, args: &[&str]) -> (bool, String) {
+        let exe = crate::find_program("knotc").expect("knotc not installed");
+        let out = Command::new(exe)
+            .arg("-c")
+            .arg(&self.conf)
+            .arg("-t")
+            .arg("10")
+            .args(args)
+            .output()
+            .expect("run knotc");
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
     }
 
     /// The service address.
@@ -659,6 +726,45 @@ impl Nsd {
                 _dir: dir,
             })
         })
+    }
+
+    /// Starts nsd from a whole config that `config(dir, addr)` writes (its temp dir and
+    /// listen address), waiting until it answers for `ready` (e.g. zones it is a secondary
+    /// of, once transferred).
+    pub fn start_raw(ready: &[Zone], config: impl Fn(&Path, SocketAddr) -> String) -> Nsd {
+        let exe = crate::find_program("nsd").expect("nsd not installed (check Nsd::available)");
+        start_with_retries("nsd", |addr| {
+            let dir = tempfile::Builder::new()
+                .prefix("palisade-nsd-")
+                .tempdir()
+                .expect("temp dir");
+            let conf = dir.path().join("nsd.conf");
+            std::fs::write(&conf, config(dir.path(), addr)).expect("write nsd.conf");
+            let mut cmd = Command::new(&exe);
+            cmd.arg("-d").arg("-c").arg(&conf);
+            let mut proc = Proc::spawn("nsd", cmd, dir.path().join("nsd.log"));
+            wait_ready(&mut proc, addr, ready)?;
+            Ok(Nsd {
+                proc,
+                addr,
+                _dir: dir,
+            })
+        })
+    }
+
+    /// The `server:` lines [`Nsd::start`] uses, for configs of [`Nsd::start_raw`]: in
+    /// `dir`, on `addr`, rate limiting off.
+    pub fn server_section(dir: &Path, addr: SocketAddr) -> String {
+        let d = dir.display();
+        format!(
+            "server:\n  ip-address: {}@{}\n  server-count: 1\n  username: \"\"\n  chroot: \"\"\n  \
+             database: \"\"\n  zonesdir: \"{d}\"\n  pidfile: \"{d}/nsd.pid\"\n  \
+             xfrdfile: \"{d}/xfrd.state\"\n  xfrdir: \"{d}\"\n  zonelistfile: \"{d}/zone.list\"\n  \
+             do-ip6: no\n  verbosity: 2\n  rrl-ratelimit: 0\n  minimal-responses: yes\n\n\
+             remote-control:\n  control-enable: no\n",
+            addr.ip(),
+            addr.port()
+        )
     }
 
     /// The service address.

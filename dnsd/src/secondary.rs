@@ -1,0 +1,530 @@
+//! Secondary zones: the SOA refresh, retry and expire timers (RFC 1034 §4.3.5, RFC 1996),
+//! transfer in (IXFR with AXFR fallback), validation, the atomic swap into the zones
+//! served, the copy written to the zone's file (so that a restart serves it before the
+//! primary answers), and SERVFAIL once the zone expires.
+//!
+//! Each secondary zone has one task. It refreshes at start, then when its refresh timer
+//! fires, when a primary sends NOTIFY, or on `ctl zone-refresh`; a failed refresh retries
+//! after the SOA's retry interval; with no success for the SOA's expire interval the zone
+//! is marked expired. The expire timer counts from the last successful refresh, which the
+//! zone file's modification time records (a refresh that finds the zone current touches
+//! it), so that restarts do not stretch the life of a copy whose primaries are gone.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+use zones::rrtype::t;
+use zones::{Name, Zone};
+
+use crate::axfr;
+use crate::ixfr::{IxfrIn, Received};
+use crate::server::Shared;
+use crate::transfer::{self, TcpClient, Transfers, Trigger, ZonePolicy, serial_gt};
+use crate::tsig::{self, Signer, Verifier};
+use crate::wire::{hf, opcode, rcode};
+
+/// Shortest and longest refresh or retry interval honoured, whatever the SOA says.
+const MIN_TIMER: u64 = 1;
+const MAX_TIMER: u64 = 7 * 86400;
+
+/// The SOA timers of a zone: (refresh, retry, expire), clamped.
+fn timers(z: &Zone) -> (Duration, Duration, Duration) {
+    let rd = z.records().next().map(|r| r.3).unwrap_or(&[]);
+    let get = |i: usize| -> u64 {
+        let a = zones::name::wire_name_len(rd).unwrap_or(0);
+        let b = rd
+            .get(a..)
+            .and_then(zones::name::wire_name_len)
+            .unwrap_or(0);
+        let o = a + b + 4 * i;
+        rd.get(o..o + 4).map_or(3600, |s| {
+            u32::from_be_bytes([s[0], s[1], s[2], s[3]]) as u64
+        })
+    };
+    let c = |v: u64| Duration::from_secs(v.clamp(MIN_TIMER, MAX_TIMER));
+    (c(get(1)), c(get(2)), c(get(3).max(1)))
+}
+
+/// Drops from a load plan the secondary zones whose file does not exist yet (they wait
+/// for their first transfer instead of failing to load), and, unless `explicit` (start,
+/// `reload ZONE`, `reload --force`), every secondary zone: their files are written by
+/// transfers (and touched by refreshes), not edited by the operator.
+pub fn skip_missing(
+    x: &Transfers,
+    plan: Vec<(usize, Name, PathBuf)>,
+    explicit: bool,
+) -> Vec<(usize, Name, PathBuf)> {
+    let pol = x.policies();
+    plan.into_iter()
+        .filter(|(_, origin, file)| {
+            let sec = pol
+                .zone(origin.to_lowercase().as_wire())
+                .is_some_and(|p| p.is_secondary());
+            !sec || (explicit && file.exists())
+        })
+        .collect()
+}
+
+/// When the zone file was last written or touched: the time of the last successful
+/// refresh, which the expire timer counts from across restarts.
+fn last_refresh(file: &std::path::Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(file).and_then(|m| m.modified()).ok()
+}
+
+/// Marks a successful refresh that brought nothing new on the zone file (blocking).
+fn touch(file: &std::path::Path) -> std::io::Result<()> {
+    std::fs::File::options()
+        .write(true)
+        .open(file)?
+        .set_modified(std::time::SystemTime::now())
+}
+
+/// Starts the task of every secondary zone.
+pub fn spawn_all(shared: &Arc<Shared>) {
+    let pol = shared.xfr.policies();
+    for p in pol.all().filter(|p| p.is_secondary()) {
+        let (tx, rx) = mpsc::channel(1);
+        shared.xfr.set_trigger(p.origin.as_wire(), tx);
+        tokio::spawn(run_zone(shared.clone(), p.origin.clone(), rx));
+    }
+}
+
+fn unix(at: Instant) -> u64 {
+    let now = Instant::now();
+    let t = tsig::now();
+    if at >= now {
+        t + (at - now).as_secs()
+    } else {
+        t.saturating_sub((now - at).as_secs())
+    }
+}
+
+async fn current(shared: &Shared, origin: &Name) -> (Option<usize>, Option<Arc<Zone>>) {
+    let reg = shared.registry.lock().await;
+    let i = reg.find(origin);
+    (i, i.and_then(|i| reg.entries()[i].current.clone()))
+}
+
+async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trigger>) {
+    let x = shared.xfr.clone();
+    let apex = origin.as_wire().to_vec();
+    let file = x
+        .policies()
+        .zone(&apex)
+        .map(|p| p.file.clone())
+        .unwrap_or_default();
+    // The expire timer runs from the last successful refresh, as the file's time says.
+    let mut expire_at = current(&shared, &origin).await.1.map(|z| {
+        let age = last_refresh(&file)
+            .and_then(|t| t.elapsed().ok())
+            .unwrap_or_default();
+        (Instant::now() + timers(&z).2)
+            .checked_sub(age)
+            .unwrap_or_else(Instant::now)
+    });
+    let mut expired = false;
+    let mut next = Instant::now();
+    loop {
+        let wake = match expire_at {
+            Some(e) if !expired => next.min(e),
+            _ => next,
+        };
+        let trig = tokio::select! {
+            _ = tokio::time::sleep_until(wake.into()) => None,
+            t = rx.recv() => match t {
+                Some(t) => Some(t),
+                None => return,
+            },
+        };
+        let now = Instant::now();
+        if trig.is_none() && now < next {
+            // Woken for the expire timer.
+            if let Some(e) = expire_at
+                && now >= e
+                && !expired
+            {
+                expire(&shared, &origin).await;
+                expired = true;
+            }
+            continue;
+        }
+        let reply = trig.and_then(|t| t.reply);
+        let permit = match x.in_slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                x.stats.in_waiting.fetch_add(1, Ordering::Relaxed);
+                match x.in_slots.clone().acquire_owned().await {
+                    Ok(p) => p,
+                    Err(_) => return,
+                }
+            }
+        };
+        x.with_status(&apex, |s| s.state = "refreshing");
+        let r = refresh(&shared, &origin).await;
+        drop(permit);
+        let (_, cur) = current(&shared, &origin).await;
+        let (refresh_t, retry_t, expire_t) = cur.as_ref().map(|z| timers(z)).unwrap_or((
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+            Duration::MAX,
+        ));
+        let now = Instant::now();
+        let text = match r {
+            Ok(line) => {
+                next = now + refresh_t;
+                expire_at = now.checked_add(expire_t);
+                if expired {
+                    unexpire(&shared, &origin).await;
+                    expired = false;
+                }
+                x.with_status(&apex, |s| {
+                    s.state = "idle";
+                    s.last = line.clone();
+                    s.last_ok = tsig::now();
+                });
+                line
+            }
+            Err(e) => {
+                x.stats.in_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(zone = %origin, "refresh failed: {e}");
+                next = now + retry_t;
+                if let Some(ea) = expire_at
+                    && now >= ea
+                    && !expired
+                {
+                    expire(&shared, &origin).await;
+                    expired = true;
+                }
+                x.with_status(&apex, |s| {
+                    s.failed += 1;
+                    s.last = format!("FAILED: {e}");
+                });
+                format!("FAILED: {e}")
+            }
+        };
+        x.with_status(&apex, |s| {
+            if expired {
+                s.state = "expired";
+            } else if s.state == "refreshing" {
+                s.state = "idle";
+            }
+            s.next_refresh = unix(next);
+            s.expires = expire_at.filter(|_| !expired).map_or(0, unix);
+        });
+        if let Some(r) = reply {
+            let _ = r.send(format!("{origin}: {text}\n"));
+        }
+    }
+}
+
+async fn expire(shared: &Shared, origin: &Name) {
+    tracing::error!(zone = %origin, "secondary zone expired: answering SERVFAIL until a primary answers");
+    shared.xfr.stats.expired.fetch_add(1, Ordering::Relaxed);
+    let mut reg = shared.registry.lock().await;
+    if let Some(i) = reg.find(origin) {
+        reg.set_expired(i, true);
+    }
+    shared
+        .xfr
+        .with_status(origin.as_wire(), |s| s.state = "expired");
+}
+
+async fn unexpire(shared: &Shared, origin: &Name) {
+    tracing::info!(zone = %origin, "secondary zone no longer expired");
+    let mut reg = shared.registry.lock().await;
+    if let Some(i) = reg.find(origin) {
+        reg.set_expired(i, false);
+    }
+}
+
+/// One refresh: each primary in turn until one answers.
+async fn refresh(shared: &Arc<Shared>, origin: &Name) -> Result<String, String> {
+    let pol = shared.xfr.policies();
+    let Some(p) = pol.zone(origin.as_wire()).cloned() else {
+        return Err("zone no longer configured".into());
+    };
+    drop(pol);
+    let mut errs = Vec::new();
+    for &primary in &p.primaries {
+        match refresh_from(shared, &p, primary).await {
+            Ok(line) => return Ok(line),
+            Err(e) => errs.push(format!("{primary}: {e}")),
+        }
+    }
+    Err(errs.join("; "))
+}
+
+async fn refresh_from(
+    shared: &Arc<Shared>,
+    p: &ZonePolicy,
+    primary: SocketAddr,
+) -> Result<String, String> {
+    let x = &shared.xfr;
+    let start = Instant::now();
+    let serial = query_soa(x, p, primary).await?;
+    x.with_status(p.origin.as_wire(), |s| s.primary_serial = Some(serial));
+    let (_, cur) = current(shared, &p.origin).await;
+    if let Some(z) = &cur
+        && !serial_gt(serial, z.serial())
+    {
+        x.stats.in_current.fetch_add(1, Ordering::Relaxed);
+        let f = p.file.clone();
+        let _ = tokio::task::spawn_blocking(move || touch(&f)).await;
+        return Ok(format!(
+            "current at serial {} (primary {primary})",
+            z.serial()
+        ));
+    }
+    x.with_status(p.origin.as_wire(), |s| s.state = "transferring");
+    let max = x.cfg.max_in_records;
+    let (what, zone) = match &cur {
+        Some(base) => match pull(x, p, primary, Some(base.serial())).await {
+            Ok(Received::Current(s)) => {
+                x.stats.in_current.fetch_add(1, Ordering::Relaxed);
+                let f = p.file.clone();
+                let _ = tokio::task::spawn_blocking(move || touch(&f)).await;
+                return Ok(format!("current at serial {s} (primary {primary})"));
+            }
+            Ok(Received::Incremental(ch)) => {
+                let base = base.clone();
+                let (del, add) = ch.counts();
+                let steps = ch.steps;
+                let r = tokio::task::spawn_blocking(move || {
+                    ch.apply(&base, max)
+                        .and_then(|c| c.finish(&format!("IXFR from {primary}")))
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+                match r {
+                    Ok(z) => {
+                        x.stats.in_ixfr.fetch_add(1, Ordering::Relaxed);
+                        (format!("IXFR ({steps} steps, -{del} +{add})"), z)
+                    }
+                    Err(e) => {
+                        tracing::warn!(zone = %p.origin, "IXFR not applied ({e}): trying AXFR");
+                        axfr_in(x, p, primary).await?
+                    }
+                }
+            }
+            Ok(Received::Full(c)) => {
+                let z = finish(c, primary).await?;
+                x.stats.in_axfr.fetch_add(1, Ordering::Relaxed);
+                ("IXFR (whole zone)".to_string(), z)
+            }
+            Err(e) => {
+                tracing::info!(zone = %p.origin, "IXFR from {primary} failed ({e}): trying AXFR");
+                axfr_in(x, p, primary).await?
+            }
+        },
+        None => axfr_in(x, p, primary).await?,
+    };
+    if zone.serial() != serial && !serial_gt(zone.serial(), serial) {
+        return Err(format!(
+            "transfer brought serial {}, the primary announced {serial}",
+            zone.serial()
+        ));
+    }
+    let zone = Arc::new(zone);
+    // The copy on disk first, so that a restart serves what we serve.
+    let (z2, file) = (zone.clone(), p.file.clone());
+    let written = tokio::task::spawn_blocking(move || axfr::write_zone_file(&z2, &file))
+        .await
+        .map_err(|e| e.to_string())?;
+    if let Err(e) = &written {
+        tracing::error!(zone = %p.origin, file = %p.file.display(), "cannot write the zone file: {e}");
+    }
+    {
+        let mut reg = shared.registry.lock().await;
+        let Some(i) = reg.find(&p.origin) else {
+            return Err("zone no longer configured".into());
+        };
+        reg.install(i, zone.clone(), start.elapsed());
+    }
+    x.with_status(p.origin.as_wire(), |s| s.ok += 1);
+    let line = format!(
+        "{what} from {primary}: serial {}, {} records, {} ms{}",
+        zone.serial(),
+        zone.record_count(),
+        start.elapsed().as_millis(),
+        if written.is_err() {
+            " (zone file NOT written)"
+        } else {
+            ""
+        }
+    );
+    tracing::info!(zone = %p.origin, "{line}");
+    Ok(line)
+}
+
+async fn finish(c: Box<axfr::Collector>, primary: SocketAddr) -> Result<Zone, String> {
+    tokio::task::spawn_blocking(move || c.finish(&format!("transfer from {primary}")))
+        .await
+        .map_err(|e| e.to_string())?
+}
+
+async fn axfr_in(
+    x: &Transfers,
+    p: &ZonePolicy,
+    primary: SocketAddr,
+) -> Result<(String, Zone), String> {
+    match pull(x, p, primary, None).await? {
+        Received::Full(c) => {
+            let z = finish(c, primary).await?;
+            x.stats.in_axfr.fetch_add(1, Ordering::Relaxed);
+            Ok(("AXFR".to_string(), z))
+        }
+        _ => Err("AXFR answer is not a zone".into()),
+    }
+}
+
+fn signer(p: &ZonePolicy) -> Option<Signer> {
+    p.key.clone().map(Signer::request)
+}
+
+/// Asks `primary` for the zone's SOA serial (UDP, then TCP when truncated or unanswered).
+async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: SocketAddr) -> Result<u32, String> {
+    let timeout = Duration::from_secs(x.cfg.message_timeout_secs.min(5));
+    let id: u16 = rand::random();
+    let mut s = signer(p);
+    let q = transfer::build_query(
+        id,
+        opcode::QUERY,
+        p.origin.as_wire(),
+        t::SOA,
+        None,
+        false,
+        s.as_mut(),
+    );
+    let resp = match transfer::udp_exchange(primary, &q, timeout).await {
+        Ok(r) if r.len() >= 4 && u16::from_be_bytes([r[2], r[3]]) & hf::TC == 0 => r,
+        _ => {
+            let mut c = TcpClient::connect(primary, timeout).await?;
+            c.send(&q).await?;
+            let mut buf = Vec::new();
+            c.recv(&mut buf).await?;
+            buf
+        }
+    };
+    let mut serial = None;
+    let mut b = transfer::RrBuf::default();
+    let origin = p.origin.as_wire();
+    let r = transfer::read_response(&resp, &mut b, &mut |rr| {
+        if rr.rtype == t::SOA && rr.owner.eq_ignore_ascii_case(origin) {
+            serial = crate::ixfr::soa_serial(rr.rdata);
+        }
+        Ok(())
+    })?;
+    if r.id != id {
+        return Err("answer with another ID".into());
+    }
+    if let Some(s) = &s {
+        Verifier::new(s).check(&resp, r.tsig.as_ref(), tsig::now())?;
+    }
+    if r.rcode != rcode::NOERROR {
+        return Err(format!("SOA query answered {}", rcode_name(r.rcode)));
+    }
+    if r.flags & hf::AA == 0 {
+        return Err("SOA answer is not authoritative".into());
+    }
+    serial.ok_or_else(|| "SOA answer without the SOA".into())
+}
+
+fn rcode_name(rc: u16) -> &'static str {
+    crate::stats::RCODES
+        .get(rc as usize)
+        .copied()
+        .unwrap_or("?")
+}
+
+/// Runs an IXFR (`ours` given) or AXFR with `primary` and follows the answer.
+async fn pull(
+    x: &Transfers,
+    p: &ZonePolicy,
+    primary: SocketAddr,
+    ours: Option<u32>,
+) -> Result<Received, String> {
+    let timeout = Duration::from_secs(x.cfg.message_timeout_secs);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(x.cfg.in_timeout_secs);
+    let mut c = TcpClient::connect(primary, timeout).await?;
+    let id: u16 = rand::random();
+    let mut s = signer(p);
+    let soa_owned;
+    let (qtype, soa) = match ours {
+        Some(serial) => {
+            // Our SOA with the serial we hold (the other fields do not matter to the primary).
+            let mut rd = Vec::new();
+            rd.extend_from_slice(b"\0\0");
+            rd.extend_from_slice(&serial.to_be_bytes());
+            rd.extend_from_slice(&[0; 16]);
+            soa_owned = rd;
+            (t::IXFR, Some((p.origin.as_wire(), 0u32, &soa_owned[..])))
+        }
+        None => (t::AXFR, None),
+    };
+    let q = transfer::build_query(
+        id,
+        opcode::QUERY,
+        p.origin.as_wire(),
+        qtype,
+        soa,
+        false,
+        s.as_mut(),
+    );
+    c.send(&q).await?;
+    let mut verifier = s.as_ref().map(Verifier::new);
+    let mut f = IxfrIn::new(&p.origin, ours, x.cfg.max_in_records);
+    let mut buf = Vec::new();
+    let mut b = transfer::RrBuf::default();
+    let mut first = true;
+    loop {
+        match tokio::time::timeout_at(deadline, c.recv(&mut buf)).await {
+            Ok(r) => r?,
+            Err(_) => {
+                x.stats.in_limit.fetch_add(1, Ordering::Relaxed);
+                return Err("transfer took longer than in_timeout_secs".into());
+            }
+        }
+        let mut bad = None;
+        let r = transfer::read_response(&buf, &mut b, &mut |rr| {
+            if bad.is_some() {
+                return Ok(());
+            }
+            if let Err(e) = f.add(rr) {
+                bad = Some(e);
+            }
+            Ok(())
+        })?;
+        if r.id != id {
+            return Err("message with another ID".into());
+        }
+        if let Some(v) = verifier.as_mut() {
+            v.check(&buf, r.tsig.as_ref(), tsig::now())?;
+        }
+        if r.rcode != rcode::NOERROR {
+            return Err(format!("answered {}", rcode_name(r.rcode)));
+        }
+        if let Some(e) = bad {
+            if e.contains("max_in_records") {
+                x.stats.in_limit.fetch_add(1, Ordering::Relaxed);
+            }
+            return Err(e);
+        }
+        if first && r.ancount == 0 {
+            return Err("empty answer".into());
+        }
+        first = false;
+        if f.done() || f.current_after_message() {
+            break;
+        }
+    }
+    if let Some(v) = &verifier
+        && !v.ends_signed()
+    {
+        return Err("the last message is not signed".into());
+    }
+    f.finish()
+}

@@ -1,0 +1,512 @@
+//! Zone transfers with real peers: Knot DNS as primary and dnsd as its secondary (AXFR,
+//! then NOTIFY and IXFR), dnsd as primary of NSD and Knot with TSIG (AXFR, then IXFR after
+//! a reload), refusals (ACL, wrong and unknown keys), a restarted secondary that serves its
+//! copy and then expires, and the signed root zone out of dnsd checked by ldns-verify-zone.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use palisade_tests::client;
+use palisade_tests::compare::{Aspect, Normalized};
+use palisade_tests::net;
+use palisade_tests::servers::{Dnsd, Knot, Nsd, Zone};
+use palisade_tests::wire::{QueryOpts, build_query, qtype as T, rcode};
+
+const ORIGIN: &str = "example.com.";
+/// A 256-bit secret (base64) for hmac-sha256, and a 512-bit one for hmac-sha512.
+const SECRET256: &str = "wqIQuCNXzAMa+fQZo7R6BPftjkZB/xEdW6bUz31wwec=";
+const SECRET512: &str =
+    "NpjYCG3SNoWGcRuuPxFD31DfS2036elq5s/AJNDPJeGF06vvLP373t9yAADmmwTZDbGFMsWFezG2Iau4kEr/CA==";
+
+/// The test zone at `serial`; `v2` changes, adds and deletes records. SOA timers: `timers`
+/// (refresh retry expire).
+fn zone_text(serial: u32, v2: bool, timers: &str) -> String {
+    let mut z = format!(
+        "$ORIGIN example.com.\n$TTL 300\n@ SOA ns1 hostmaster {serial} {timers} 60\n\
+         @ NS ns1\n@ NS ns2\n@ MX 10 mail\n@ TXT \"v=spf1 -all\"\n@ CAA 0 issue \"ca.example\"\n\
+         ns1 A 192.0.2.1\nns2 AAAA 2001:db8::2\nmail A 192.0.2.10\nwww CNAME @\n\
+         _sip._tcp SRV 10 5 5060 sip\nsip A 192.0.2.20\n*.wild TXT \"wildcard\"\n\
+         sub NS ns.sub\nns.sub A 192.0.2.53\n"
+    );
+    // Enough records that a transfer takes several messages.
+    for i in 1..=3000 {
+        z.push_str(&format!(
+            "filler{i} TXT \"record {i} of a zone that takes several messages\"\n"
+        ));
+    }
+    if v2 {
+        z.push_str("new A 192.0.2.100\nchanged A 192.0.2.2\nttl 600 TXT \"x\"\n");
+    } else {
+        z.push_str("gone A 192.0.2.99\nchanged A 192.0.2.1\nttl 300 TXT \"x\"\n");
+    }
+    z
+}
+
+/// The questions whose answers are compared.
+fn questions() -> Vec<(&'static str, u16)> {
+    vec![
+        ("example.com.", T::SOA),
+        ("example.com.", T::NS),
+        ("example.com.", T::MX),
+        ("example.com.", T::TXT),
+        ("example.com.", T::CAA),
+        ("ns1.example.com.", T::A),
+        ("ns2.example.com.", T::AAAA),
+        ("mail.example.com.", T::A),
+        ("www.example.com.", T::CNAME),
+        ("_sip._tcp.example.com.", T::SRV),
+        ("a.wild.example.com.", T::TXT),
+        ("gone.example.com.", T::A),
+        ("new.example.com.", T::A),
+        ("changed.example.com.", T::A),
+        ("ttl.example.com.", T::TXT),
+        ("nx.example.com.", T::A),
+        ("mail.example.com.", T::AAAA),
+    ]
+}
+
+fn skip_without(programs: &[&str]) -> bool {
+    for p in programs {
+        if !palisade_tests::have_program(p) {
+            palisade_tests::skipped(&format!("{p} not installed"));
+            assert!(
+                !palisade_tests::in_ci(),
+                "CI must have {p} (scripts/install-deps)"
+            );
+            return true;
+        }
+    }
+    false
+}
+
+/// Rcode and answer section of `name`/`qtype` from `addr`.
+fn answer(addr: SocketAddr, name: &str, qtype: u16) -> Normalized {
+    Normalized::from_reply(&client::query_reply(addr, name, qtype, &QueryOpts::udp()))
+}
+
+/// Fails when `a` and `b` differ in rcode or answer for any of [`questions`].
+fn assert_same_answers(an: &str, a: SocketAddr, bn: &str, b: SocketAddr) {
+    let mut diffs = Vec::new();
+    for (name, qt) in questions() {
+        let (x, y) = (answer(a, name, qt), answer(b, name, qt));
+        for asp in [Aspect::Rcode, Aspect::Answer] {
+            if !x.same(&y, asp) {
+                diffs.push(format!(
+                    "{name} {qt} {asp:?}: {an} {} / {bn} {}",
+                    x.show(asp),
+                    y.show(asp)
+                ));
+            }
+        }
+    }
+    assert!(diffs.is_empty(), "answers differ:\n{}", diffs.join("\n"));
+}
+
+/// The SOA serial `addr` serves for the test zone, if it answers one.
+fn serial(addr: SocketAddr) -> Option<u32> {
+    let r = client::try_query(addr, ORIGIN, T::SOA, &QueryOpts::udp()).ok()?;
+    let n = Normalized::from_reply(&r);
+    let soa = n.answer.iter().find(|r| r.rtype == T::SOA)?;
+    soa.text.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Waits (bounded) until `addr` serves `want`.
+fn wait_serial(what: &str, addr: SocketAddr, want: u32, limit: Duration) {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if serial(addr) == Some(want) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "{what} at {addr} does not serve serial {want} after {limit:?} (serves {:?})",
+        serial(addr)
+    );
+}
+
+fn stat(d: &Dnsd, name: &str) -> u64 {
+    d.stats().get(name).copied().unwrap_or(0)
+}
+
+/// A Knot primary of the test zone in `file`, with `notify` (dnsd, as `via` its own
+/// address so that dnsd sees NOTIFY come from its primary) and the key `key`/`alg`.
+fn knot_primary(file: &Path, notify: SocketAddr, key: (&str, &str, &str)) -> Knot {
+    let file = file.to_path_buf();
+    Knot::start_raw(&[Zone::new(ORIGIN, &file)], move |dir, addr| {
+        let (kname, alg, secret) = key;
+        format!(
+            "{}key:\n  - id: {kname}\n    algorithm: {alg}\n    secret: {secret}\n\n\
+             remote:\n  - id: dnsd\n    address: {}@{}\n    via: {}\n    key: {kname}\n\n\
+             acl:\n  - id: xfr\n    address: 127.0.0.0/8\n    action: transfer\n    key: {kname}\n\n\
+             template:\n  - id: default\n    storage: \"{}\"\n    zonefile-sync: -1\n    \
+             zonefile-load: difference\n    journal-content: changes\n    semantic-checks: off\n    \
+             notify: dnsd\n    acl: xfr\n\nzone:\n  - domain: {ORIGIN}\n    file: \"{}\"\n",
+            Knot::server_section(dir, addr),
+            notify.ip(),
+            notify.port(),
+            addr.ip(),
+            dir.display(),
+            file.display()
+        )
+    })
+}
+
+fn dnsd_secondary(at: SocketAddr, file: &Path, primary: SocketAddr) -> Dnsd {
+    let mut z = Zone::new(ORIGIN, file);
+    z.options = vec![
+        format!("primaries = [\"{primary}\"]"),
+        "tsig = \"k512\"".into(),
+        "allow_transfer = [\"127.0.0.0/8\"]".into(),
+    ];
+    Dnsd::builder()
+        .at(at)
+        .zone(z)
+        .raw(&format!(
+            "[[tsig_key]]\nname = \"k512\"\nalgorithm = \"hmac-sha512\"\nsecret = \"{SECRET512}\"\n"
+        ))
+        .start()
+}
+
+fn fresh_addr() -> SocketAddr {
+    let ip = net::test_ip();
+    SocketAddr::from((ip, net::free_port(ip)))
+}
+
+#[test]
+fn knot_primary_dnsd_secondary_axfr_then_notify_ixfr() {
+    if skip_without(&["knotd", "knotc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let primary_file = dir.path().join("primary.zone");
+    std::fs::write(&primary_file, zone_text(1, false, "3600 600 86400")).unwrap();
+    let copy = dir.path().join("secondary").join("example.com.zone");
+    let at = fresh_addr();
+    let knot = knot_primary(&primary_file, at, ("k512", "hmac-sha512", SECRET512));
+    // dnsd starts without the zone and is ready once the AXFR brought it.
+    let dnsd = dnsd_secondary(at, &copy, knot.addr());
+    assert_eq!(stat(&dnsd, "transfer.in.axfr"), 1, "{}", dnsd.log());
+    assert_same_answers("dnsd", dnsd.addr(), "knot", knot.addr());
+    assert!(copy.exists(), "the transferred zone is written to its file");
+
+    // The primary's zone changes: Knot reloads it, journals the difference and notifies.
+    std::fs::write(&primary_file, zone_text(2, true, "3600 600 86400")).unwrap();
+    let (ok, out) = knot.knotc(&["zone-reload", ORIGIN]);
+    assert!(ok, "knotc zone-reload: {out}");
+    wait_serial("dnsd", dnsd.addr(), 2, Duration::from_secs(20));
+    let s = dnsd.stats();
+    assert!(
+        s["notify.in.accepted"] >= 1,
+        "NOTIFY from Knot accepted: {s:?}"
+    );
+    assert_eq!(s["transfer.in.ixfr"], 1, "the change came by IXFR: {s:?}");
+    assert_eq!(s["transfer.in.axfr"], 1, "no second AXFR: {s:?}");
+    assert_same_answers("dnsd", dnsd.addr(), "knot", knot.addr());
+    let text = std::fs::read_to_string(&copy).unwrap();
+    assert!(text.contains("new.example.com.") && !text.contains("gone.example.com."));
+    let (ok, zones) = dnsd.ctl(&["zones"]);
+    assert!(
+        ok && zones.contains("secondary of") && zones.contains("IXFR"),
+        "{zones}"
+    );
+    assert!(
+        dnsd.metrics()
+            .contains("dnsd_zone_transfers_in_total{zone=\"example.com.\",result=\"ok\"} 2")
+    );
+    // ctl zone-refresh: current.
+    let (ok, out) = dnsd.ctl(&["zone-refresh", ORIGIN]);
+    assert!(ok && out.contains("current at serial 2"), "{out}");
+}
+
+#[test]
+fn secondary_restart_serves_its_copy_then_expires() {
+    if skip_without(&["knotd"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let primary_file = dir.path().join("primary.zone");
+    // Refresh 1 s, retry 1 s, expire 4 s.
+    std::fs::write(&primary_file, zone_text(7, false, "1 1 4")).unwrap();
+    let copy = dir.path().join("copy.zone");
+    let at = fresh_addr();
+    let knot = knot_primary(&primary_file, at, ("k512", "hmac-sha512", SECRET512));
+    let primary = knot.addr();
+    let first = dnsd_secondary(at, &copy, primary);
+    assert_eq!(serial(first.addr()), Some(7));
+    drop(first);
+    drop(knot);
+    // Restarted with the primary gone: serves its copy at once...
+    let again = dnsd_secondary(fresh_addr(), &copy, primary);
+    assert_eq!(serial(again.addr()), Some(7));
+    // ...until the zone expires: SERVFAIL.
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = client::query_reply(again.addr(), "ns1.example.com.", T::A, &QueryOpts::udp());
+        if r.head.rcode() == rcode::SERVFAIL {
+            break;
+        }
+        assert!(Instant::now() < end, "zone never expired:\n{}", again.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, zones) = again.ctl(&["zones"]);
+    assert!(zones.contains("state expired"), "{zones}");
+    assert!(
+        again
+            .metrics()
+            .contains("dnsd_zone_expired{zone=\"example.com.\"} 1")
+    );
+    assert_eq!(stat(&again, "transfer.in.expired"), 1);
+}
+
+/// dnsd as primary of NSD and Knot, with TSIG.
+#[test]
+fn dnsd_primary_nsd_and_knot_secondaries_with_tsig() {
+    if skip_without(&["knotd", "nsd"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("example.com.zone");
+    std::fs::write(&file, zone_text(1, false, "3600 600 86400")).unwrap();
+    let mut z = Zone::new(ORIGIN, &file);
+    z.options = vec![
+        "allow_transfer = [\"127.0.0.0/8\"]".into(),
+        "tsig = \"k1\"".into(),
+        "notify = []".into(),
+    ];
+    let dnsd = Dnsd::builder()
+        .zone(z)
+        .raw(&format!(
+            "[[tsig_key]]\nname = \"k1\"\nalgorithm = \"hmac-sha256\"\nsecret = \"{SECRET256}\"\n"
+        ))
+        .start();
+    let p = dnsd.addr();
+    let ready = [Zone::new(ORIGIN, dir.path().join("unused"))];
+    let nsd = Nsd::start_raw(&ready, |d, addr| {
+        format!(
+            "{}\nkey:\n  name: \"k1\"\n  algorithm: hmac-sha256\n  secret: \"{SECRET256}\"\n\n\
+             zone:\n  name: \"{ORIGIN}\"\n  zonefile: \"{}/example.com.zone\"\n  \
+             request-xfr: {}@{} k1\n  allow-notify: 127.0.0.0/8 k1\n",
+            Nsd::server_section(d, addr),
+            d.display(),
+            p.ip(),
+            p.port()
+        )
+    });
+    let knot = Knot::start_raw(&ready, |d, addr| {
+        format!(
+            "{}key:\n  - id: k1\n    algorithm: hmac-sha256\n    secret: {SECRET256}\n\n\
+             remote:\n  - id: dnsd\n    address: {}@{}\n    key: k1\n\n\
+             acl:\n  - id: notify\n    address: 127.0.0.0/8\n    action: notify\n    key: k1\n\n\
+             template:\n  - id: default\n    storage: \"{}\"\n    zonefile-sync: -1\n    \
+             journal-content: changes\n    semantic-checks: off\n    master: dnsd\n    acl: notify\n\n\
+             zone:\n  - domain: {ORIGIN}\n    file: \"{}/example.com.zone\"\n",
+            Knot::server_section(d, addr),
+            p.ip(),
+            p.port(),
+            d.display(),
+            d.display()
+        )
+    });
+    assert_eq!(stat(&dnsd, "transfer.out.axfr"), 2, "{}", dnsd.log());
+    assert_same_answers("nsd", nsd.addr(), "dnsd", dnsd.addr());
+    assert_same_answers("knot", knot.addr(), "dnsd", dnsd.addr());
+
+    // Now that their addresses are known: NOTIFY them, and change the zone.
+    let cfg = std::fs::read_to_string(dnsd.config_path()).unwrap();
+    let cfg = cfg.replace(
+        "notify = []",
+        &format!("notify = [\"{}\", \"{}\"]", nsd.addr(), knot.addr()),
+    );
+    std::fs::write(dnsd.config_path(), cfg).unwrap();
+    std::fs::write(&file, zone_text(2, true, "3600 600 86400")).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    wait_serial("nsd", nsd.addr(), 2, Duration::from_secs(30));
+    wait_serial("knot", knot.addr(), 2, Duration::from_secs(30));
+    let s = dnsd.stats();
+    assert_eq!(s["transfer.out.ixfr"], 2, "both came back by IXFR: {s:?}");
+    assert_eq!(s["transfer.out.ixfr_full"], 0, "{s:?}");
+    assert_eq!(s["transfer.out.axfr"], 2, "{s:?}");
+    assert!(s["notify.out.acked"] >= 2, "{s:?}");
+    assert!(s["tsig.verified"] >= 4, "{s:?}");
+    assert!(knot.log().contains("IXFR"), "{}", knot.log());
+    assert_same_answers("nsd", nsd.addr(), "dnsd", dnsd.addr());
+    assert_same_answers("knot", knot.addr(), "dnsd", dnsd.addr());
+    let (ok, out) = dnsd.ctl(&["zone-notify", ORIGIN]);
+    assert!(ok && out.matches(" ok (").count() == 2, "{out}");
+}
+
+/// One AXFR over TCP, raw: the rcode of the first message.
+fn axfr_rcode(addr: SocketAddr, zone: &str) -> u16 {
+    let q = build_query(client::next_id(), zone, T::AXFR, &QueryOpts::udp());
+    let r = client::tcp_exchange(addr, &q, Duration::from_secs(5))
+        .unwrap()
+        .expect("an answer");
+    (r[3] & 0xF) as u16
+}
+
+fn kdig(args: &[&str]) -> String {
+    let out = Command::new("kdig").args(args).output().expect("run kdig");
+    let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+    s.push_str(&String::from_utf8_lossy(&out.stderr));
+    s
+}
+
+#[test]
+fn refusals_acl_and_tsig() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("example.com.zone");
+    std::fs::write(&file, zone_text(1, false, "3600 600 86400")).unwrap();
+    let other = dir.path().join("example.net.zone");
+    std::fs::write(
+        &other,
+        zone_text(1, false, "3600 600 86400").replace("example.com.", "example.net."),
+    )
+    .unwrap();
+    let mut z1 = Zone::new(ORIGIN, &file);
+    z1.options = vec![
+        "allow_transfer = [\"127.0.0.0/8\"]".into(),
+        "tsig = \"k1\"".into(),
+    ];
+    let mut z2 = Zone::new("example.net.", &other);
+    z2.options = vec!["allow_transfer = [\"192.0.2.0/24\"]".into()];
+    let dnsd = Dnsd::builder()
+        .zone(z1)
+        .zone(z2)
+        .raw(&format!(
+            "[[tsig_key]]\nname = \"k1\"\nalgorithm = \"hmac-sha256\"\nsecret = \"{SECRET256}\"\n"
+        ))
+        .start();
+    let a = dnsd.addr();
+    // Outside allow_transfer, and unsigned where the zone wants its key: REFUSED.
+    assert_eq!(axfr_rcode(a, "example.net."), rcode::REFUSED);
+    assert_eq!(axfr_rcode(a, ORIGIN), rcode::REFUSED);
+    // Not served: NOTAUTH.
+    assert_eq!(axfr_rcode(a, "example.org."), rcode::NOTAUTH);
+    assert!(stat(&dnsd, "transfer.out.refused") >= 2);
+    if skip_without(&["kdig"]) {
+        return;
+    }
+    let (ip, port) = (format!("@{}", a.ip()), a.port().to_string());
+    let base = [ip.as_str(), "-p", port.as_str(), "+tcp", ORIGIN, "AXFR"];
+    let wrong = format!("hmac-sha256:k1:{}", SECRET512);
+    let out = kdig(&[&base[..], &["-y", &wrong]].concat());
+    assert!(out.contains("BADSIG"), "{out}");
+    let unknown = format!("hmac-sha256:nokey:{SECRET256}");
+    let out = kdig(&[&base[..], &["-y", &unknown]].concat());
+    assert!(out.contains("BADKEY"), "{out}");
+    let good = format!("hmac-sha256:k1:{SECRET256}");
+    let out = kdig(&[&base[..], &["-y", &good]].concat());
+    assert!(
+        out.contains("new.example.com.") || out.contains("gone.example.com."),
+        "{out}"
+    );
+    // Several messages, each signed and chained to the one before (kdig checks them all).
+    assert!(out.contains("messages, 3019 records"), "{out}");
+    assert!(!out.contains(";; ERROR"), "{out}");
+    let s = dnsd.stats();
+    assert_eq!((s["tsig.badsig"], s["tsig.badkey"]), (1, 1), "{s:?}");
+    assert_eq!(s["transfer.out.axfr"], 1, "{s:?}");
+    // IXFR from a serial the journal does not hold: the whole zone.
+    let out = kdig(&[&base[..4], &[ORIGIN, "IXFR=0", "-y", &good]].concat());
+    assert!(
+        out.contains("3019 records") && !out.contains(";; ERROR"),
+        "{out}"
+    );
+    assert_eq!(stat(&dnsd, "transfer.out.ixfr_full"), 1);
+    // IXFR over UDP from a current client: the SOA alone, signed.
+    let out = kdig(&[
+        ip.as_str(),
+        "-p",
+        &port,
+        ORIGIN,
+        "IXFR=1",
+        "+notcp",
+        "-y",
+        &good,
+    ]);
+    assert!(
+        out.contains("SOA") && out.contains("NOERROR") && !out.contains("ERROR:"),
+        "{out}"
+    );
+}
+
+#[test]
+fn root_zone_axfr_verifies_with_ldns() {
+    let Some(corpora) = palisade_tests::corpora::corpora_dir() else {
+        return;
+    };
+    if skip_without(&["kdig", "ldns-verify-zone"]) {
+        return;
+    }
+    let root = corpora.join("root-zone/root.zone");
+    let mut z = Zone::new(".", &root);
+    z.options = vec![
+        "allow_transfer = [\"127.0.0.0/8\"]".into(),
+        "tsig = \"k512\"".into(),
+    ];
+    let dnsd = Dnsd::builder()
+        .zone(z)
+        .raw(&format!(
+            "[[tsig_key]]\nname = \"k512\"\nalgorithm = \"hmac-sha512\"\nsecret = \"{SECRET512}\"\n"
+        ))
+        .start();
+    let a = dnsd.addr();
+    // Signed: kdig checks the TSIG of every message and its chaining to the one before.
+    let key = format!("hmac-sha512:k512:{SECRET512}");
+    let out = kdig(&[
+        "-y",
+        &key,
+        &format!("@{}", a.ip()),
+        "-p",
+        &a.port().to_string(),
+        "+tcp",
+        "+noidn",
+        ".",
+        "AXFR",
+    ]);
+    let stats = out
+        .lines()
+        .find(|l| l.starts_with(";; Received"))
+        .unwrap_or_else(|| panic!("no transfer: {}", &out[..out.len().min(2000)]))
+        .to_string();
+    // Streamed as several messages.
+    let msgs: u64 = stats
+        .split('(')
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(msgs > 1, "{stats}");
+    assert!(
+        !out.contains(";; ERROR") && !out.contains(";; WARNING"),
+        "{stats}"
+    );
+    let mut recs: Vec<&str> = out
+        .lines()
+        .filter(|l| !l.starts_with(';') && !l.trim().is_empty())
+        .filter(|l| l.split_whitespace().nth(3) != Some("TSIG"))
+        .collect();
+    // The closing SOA repeats the first.
+    assert_eq!(recs.first(), recs.last());
+    recs.pop();
+    assert_eq!(recs.len(), 25031, "{stats}");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("root.axfr");
+    std::fs::write(&copy, recs.join("\n") + "\n").unwrap();
+    let v = Command::new("ldns-verify-zone")
+        .args(["-Z", "-t", "20260217000000"])
+        .arg(&copy)
+        .output()
+        .expect("run ldns-verify-zone");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&v.stdout),
+        String::from_utf8_lossy(&v.stderr)
+    );
+    assert!(v.status.success(), "ldns-verify-zone failed: {text}");
+    assert!(text.contains("verified"), "{text}");
+}
