@@ -26,16 +26,16 @@ pub fn command(blocks: &BlockMap, args: &[&str]) -> Reply {
             None => Reply::err(format!("{net:?} is not an address or prefix\n")),
         },
         ["list"] => Reply::ok(list(blocks)),
+        ["import", file, opts @ ..] => import(blocks, file, opts),
         _ => Reply::err(
-            "usage: block add PREFIX [--ttl SECONDS] [--reason TEXT] | block del PREFIX | block list\n",
+            "usage: block add PREFIX [--ttl SECONDS] [--reason TEXT] | block del PREFIX | block list | \
+             block import FILE [--ttl SECONDS] [--reason TEXT]\n",
         ),
     }
 }
 
-fn add(blocks: &BlockMap, net: &str, opts: &[&str]) -> Reply {
-    let Some(n) = shield::prefix::parse_net(net) else {
-        return Reply::err(format!("{net:?} is not an address or prefix\n"));
-    };
+/// `--ttl SECONDS` and `--reason TEXT`, with their defaults.
+fn options(opts: &[&str]) -> Result<(u64, String), Reply> {
     let mut ttl = DEFAULT_TTL_SECS;
     let mut reason = "operator".to_string();
     let mut i = 0;
@@ -43,13 +43,69 @@ fn add(blocks: &BlockMap, net: &str, opts: &[&str]) -> Reply {
         match (opts[i], opts.get(i + 1)) {
             ("--ttl", Some(v)) => match v.parse::<u64>() {
                 Ok(t) if t > 0 => ttl = t,
-                _ => return Reply::err(format!("--ttl {v}: expected seconds above 0\n")),
+                _ => return Err(Reply::err(format!("--ttl {v}: expected seconds above 0\n"))),
             },
             ("--reason", Some(v)) => reason = v.to_string(),
-            (o, _) => return Reply::err(format!("unknown or incomplete option {o}\n")),
+            (o, _) => return Err(Reply::err(format!("unknown or incomplete option {o}\n"))),
         }
         i += 2;
     }
+    Ok((ttl, reason))
+}
+
+/// Most lines `block import` reads from one file.
+pub const MAX_IMPORT: usize = 10_000_000;
+
+/// Blocks every address or prefix listed in `file` (one per line, `#` comments), in one
+/// batch; a bad line refuses the whole file with its line number.
+fn import(blocks: &BlockMap, file: &str, opts: &[&str]) -> Reply {
+    let (ttl, reason) = match options(opts) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => return Reply::err(format!("{file}: {e}\n")),
+    };
+    let now = shield::clock::unix_ms();
+    let mut entries = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let l = line.split('#').next().unwrap_or("").trim();
+        if l.is_empty() {
+            continue;
+        }
+        if entries.len() >= MAX_IMPORT {
+            return Reply::err(format!("{file}: more than {MAX_IMPORT} entries\n"));
+        }
+        match shield::prefix::parse_net(l) {
+            Some(n) => entries.push(BlockEntry::with_ttl(
+                n,
+                Duration::from_secs(ttl),
+                now,
+                &reason,
+                Origin::Operator,
+            )),
+            None => {
+                return Reply::err(format!(
+                    "{file}:{}: {l:?} is not an address or prefix\n",
+                    i + 1
+                ));
+            }
+        }
+    }
+    let n = entries.len();
+    let out = blocks.insert_batch(entries);
+    Reply::ok(format!("{n} entries imported for {ttl} s ({out:?})\n"))
+}
+
+fn add(blocks: &BlockMap, net: &str, opts: &[&str]) -> Reply {
+    let Some(n) = shield::prefix::parse_net(net) else {
+        return Reply::err(format!("{net:?} is not an address or prefix\n"));
+    };
+    let (ttl, reason) = match options(opts) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
     let now = shield::clock::unix_ms();
     let e = BlockEntry::with_ttl(n, Duration::from_secs(ttl), now, &reason, Origin::Operator);
     let what = match blocks.insert(e) {
@@ -74,9 +130,13 @@ fn list(blocks: &BlockMap) -> String {
         };
         let _ = writeln!(
             s,
-            "{}\texpires in {} s\t{origin}\t{}",
+            "{}\texpires in {} s\t{origin}{}\t{}",
             x.net,
             x.ttl_ms(now).div_ceil(1000),
+            x.node
+                .as_deref()
+                .map(|n| format!(" ({n})"))
+                .unwrap_or_default(),
             x.reason.as_str()
         );
     }

@@ -71,6 +71,9 @@ pub struct Config {
     /// The XDP guard in front of the sockets (needs root; without it dnsd runs without XDP).
     #[serde(default)]
     pub xdp: Option<xdp_guard::XdpConfig>,
+    /// Block-map sync across nodes through Redis (`node_id` defaults to the host name).
+    #[serde(default)]
+    pub redis: Option<shield::redis_sync::SyncConfig>,
     /// TSIG keys (`[[tsig_key]]`), named by zones' `tsig`.
     #[serde(default, rename = "tsig_key")]
     pub tsig_keys: Vec<crate::transfer::TsigKeyConfig>,
@@ -297,6 +300,13 @@ impl Config {
         }
         if let Some(x) = &self.xdp {
             x.validate().map_err(|e| inv("xdp", e.to_string()))?;
+        }
+        if let Some(r) = &self.redis {
+            let mut r = r.clone();
+            if r.node_id.is_empty() {
+                r.node_id = "node".into(); // filled from the host name at start
+            }
+            r.validate().map_err(|e| inv("redis", e.to_string()))?;
         }
         if self.events.interval == 0 {
             return Err(inv("events.interval", "must be at least 1 second".into()));

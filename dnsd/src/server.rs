@@ -47,6 +47,8 @@ pub struct Shared {
     pub flusher: std::sync::Mutex<Option<shield::events::Flusher>>,
     /// The XDP guard and the mirror feeding it, when attached.
     pub xdp: std::sync::Mutex<Option<Xdp>>,
+    /// The Redis block sync's counters, when `[redis]` is configured.
+    pub redis: std::sync::OnceLock<shield::redis_sync::SyncMonitor>,
     /// Zone transfers, NOTIFY and TSIG.
     pub xfr: Arc<crate::transfer::Transfers>,
 }
@@ -259,6 +261,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         defence: defence.clone(),
         flusher: std::sync::Mutex::new(start_flusher(&cfg, &events)),
         xdp: std::sync::Mutex::new(xdp),
+        redis: std::sync::OnceLock::new(),
         xfr: xfr.clone(),
     });
 
@@ -297,8 +300,34 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                 crate::notify::spawn_notify(&xfr, &e.origin, z, None);
             }
         }
+        let sync = match cfg.redis.clone() {
+            Some(mut r) => {
+                if r.node_id.is_empty() {
+                    r.node_id = host_name();
+                }
+                let node = r.node_id.clone();
+                match shield::redis_sync::RedisSync::spawn(r, blocks.clone()) {
+                    Ok(h) => {
+                        let _ = shared.redis.set(h.monitor());
+                        tracing::info!(node = %node, "block map synced through Redis");
+                        Some(h)
+                    }
+                    Err(e) => return Err(format!("redis: {e}")),
+                }
+            }
+            None => None,
+        };
         tracing::info!("dnsd ready");
         wait_for_signals(shared.clone()).await;
+        if let Some(h) = sync {
+            // Last decisions out before leaving (bounded by the sync's I/O timeout).
+            let st = h.shutdown().await;
+            tracing::info!(
+                published = st.published,
+                buffered = st.buffered,
+                "Redis sync stopped"
+            );
+        }
         Ok::<(), String>(())
     });
     stop.store(true, Ordering::SeqCst);
@@ -315,6 +344,55 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     }
     drop(shared.xdp.lock().expect("xdp lock").take());
     result
+}
+
+/// This host's name (the Redis node id when none is configured).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("dnsd-{}", std::process::id()))
+}
+
+/// The Redis sync's counters, when it runs.
+pub fn redis_counters(shared: &Shared) -> Vec<defence::Counter> {
+    let Some(m) = shared.redis.get() else {
+        return Vec::new();
+    };
+    let s = m.stats();
+    let mut v = Vec::new();
+    let mut c = |name: &str, help: &'static str, gauge: bool, value: u64| {
+        v.push(defence::Counter {
+            ctl: format!("redis.{name}"),
+            metric: "dnsd_redis_sync",
+            labels: format!("what=\"{name}\""),
+            help,
+            gauge,
+            value,
+        })
+    };
+    let help = "Redis block sync: connections, decisions published and received, buffer, resyncs.";
+    c(
+        "connected",
+        help,
+        true,
+        (s.writer_connected && s.reader_connected) as u64,
+    );
+    c("connects", help, false, s.connects);
+    c("connect_errors", help, false, s.connect_errors);
+    c("write_errors", help, false, s.write_errors);
+    c("read_errors", help, false, s.read_errors);
+    c("published", help, false, s.published);
+    c("received", help, false, s.received);
+    c("received_removals", help, false, s.received_removals);
+    c("buffered", help, true, s.buffered);
+    c("buffer_overflows", help, false, s.buffer_overflows);
+    c("buffer_dropped", help, false, s.buffer_dropped);
+    c("full_republishes", help, false, s.full_republishes);
+    c("snapshots", help, false, s.snapshots);
+    c("decode_errors", help, false, s.decode_errors);
+    v
 }
 
 /// The zones of a config: origin, file and cookie policy.
@@ -684,7 +762,10 @@ pub async fn stats_text(shared: &Arc<Shared>) -> String {
     for c in shared.defence.counters(shield::clock::unix_ms()) {
         let _ = writeln!(s, "{}\t{}", c.ctl, c.value);
     }
-    for c in xdp_counters(shared) {
+    for c in xdp_counters(shared)
+        .into_iter()
+        .chain(redis_counters(shared))
+    {
         let _ = writeln!(s, "{}\t{}", c.ctl, c.value);
     }
     shared.xfr.stats_lines(&mut s);

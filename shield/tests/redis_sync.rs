@@ -5,7 +5,7 @@
 mod redis_harness;
 
 use ipnet::{IpNet, Ipv4Net};
-use redis_harness::RedisServer;
+use redis_harness::{Conn, RedisServer};
 use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin, RemoveCause};
 use shield::clock::unix_ms;
 use shield::redis_sync::{Clock, RedisSync, SyncConfig, SyncHandle};

@@ -17,6 +17,7 @@ pub mod corpora;
 pub mod http;
 pub mod net;
 pub mod netns;
+pub mod redis;
 pub mod rng;
 pub mod servers;
 pub mod wire;

@@ -1,0 +1,110 @@
+//! A private redis-server for one test or bench: free loopback port, no persistence,
+//! killed on drop, restartable on the same port.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One redis-server process on 127.0.0.1, restartable on the same port.
+pub struct RedisServer {
+    child: Option<Child>,
+    /// Its port.
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+/// True when `redis-server` can be run.
+pub fn available() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+impl RedisServer {
+    /// Starts a server, or says loudly why not and returns None when redis-server is missing.
+    pub fn start() -> Option<Self> {
+        if !available() {
+            eprintln!(
+                "SKIPPED: redis-server is not installed (apt-get install redis-server); \
+                 the Redis tests did not run"
+            );
+            return None;
+        }
+        let mut s = RedisServer {
+            child: None,
+            port: free_port(),
+            dir: tempfile::tempdir().expect("tempdir"),
+        };
+        s.spawn();
+        Some(s)
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.ping() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not answer PING within 10 s",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// True when the server answers PING.
+    pub fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    /// Kills the server (SIGKILL): everything it held is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again, empty, on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
