@@ -310,11 +310,13 @@ def dnsd_bin():
     return bin_path("dnsd")
 
 
-def run_dnsperf(addr, port, qfile, seconds, cpu, clients=4, outstanding=200):
-    """Runs dnsperf pinned to `cpu`; returns (completed, lost, qps)."""
+def run_dnsperf(addr, port, qfile, seconds, cpu, clients=4, outstanding=200, extra=()):
+    """Runs dnsperf pinned to `cpu` (`extra`: more flags, e.g. -D for DO); returns
+    (completed, lost, qps)."""
     out = subprocess.run(
         niced(["dnsperf", "-s", addr, "-p", str(port), "-d", qfile,
-         "-l", str(seconds), "-c", str(clients), "-q", str(outstanding), "-t", "2"], "load", cpu),
+         "-l", str(seconds), "-c", str(clients), "-q", str(outstanding), "-t", "2", *extra],
+              "load", cpu),
         capture_output=True, text=True, check=False)
     text = out.stdout + out.stderr
     completed = int(re.search(r"Queries completed:\s+(\d+)", text).group(1))

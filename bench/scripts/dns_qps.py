@@ -53,16 +53,17 @@ def make_queries(path, n=100000):
                 f.write(f"h{rnd.randrange(0, 10000, 5)}.bench.test AAAA\n")
 
 
-def measure(name, server, port, qfile):
-    if not c.wait_udp(ADDR, port):
+def measure(name, server, port, qfile, extra=(), seconds=None):
+    seconds = seconds or SECONDS
+    if not c.wait_udp(ADDR, port, timeout=120):
         c.log(f"{name} did not start:\n{server.tail()}")
         return None
     # Warm up, then measure.
-    c.run_dnsperf(ADDR, port, qfile, 2, cpu=1)
+    c.run_dnsperf(ADDR, port, qfile, 2, cpu=1, extra=extra)
     before = c.cpu_ns(server.pid)
     stat0 = c.proc_stat_cpus()
     t0 = time.time()
-    done, lost, qps = c.run_dnsperf(ADDR, port, qfile, SECONDS, cpu=1)
+    done, lost, qps = c.run_dnsperf(ADDR, port, qfile, seconds, cpu=1, extra=extra)
     cpu = c.cpu_ns(server.pid) - before
     wall = time.time() - t0
     stat1 = c.proc_stat_cpus()

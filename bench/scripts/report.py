@@ -249,6 +249,20 @@ def qps_section(Q, md):
     md.append(f"Command: `{Q.get('command', 'bench/scripts/dns_qps.py')}` ({Q['machine']}).\n")
 
 
+def dnssec_section(D, md):
+    md.append("## 2b. CPU per query with DO set, signed zone\n")
+    res = {r["name"]: r for r in D["results"]}
+    base = res.get("dnsd", {}).get("us_per_query")
+    rows = [[LABEL.get(r["name"], r["name"]), f"{r['us_per_query']:.2f} µs{ratio(r['us_per_query'], base)}",
+             f"{r['qps']:,.0f}", f"{r['lost']:,}"] for r in D["results"]]
+    md.append(f"A zone of {D.get('names', 100000):,} names signed with NSEC3 (dnssec-signzone, "
+              "ECDSA P-256, no salt, no extra iterations); dnsperf with DO (-D): 70% existing "
+              "names (answer and RRSIG), 20% NXDOMAIN (SOA, RRSIG and three NSEC3 with their "
+              f"RRSIGs), 10% NODATA; {D['seconds']} s after a 2 s warm-up, same pinning as above.\n")
+    md.append(table(["server", "CPU per answered query", "queries/s", "lost"], rows) + "\n")
+    md.append(f"Command: `bench/scripts/dnssec_qps.py {D['seconds']}` ({D['machine']}).\n")
+
+
 # ---------------------------------------------------------------------------------------
 # Zone load
 
@@ -552,6 +566,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     A, Q, Z, I, H, W = (load(n) for n in ("attack", "dns_qps", "zone_load", "isolation",
                                           "listen_hash", "http_front"))
+    D = load("dnssec_qps")
     md = ["# Palisade benchmark report\n"]
     machine = next((x["machine"] for x in (A, Q, Z, I) if x and x.get("machine")), c.machine())
     quick = any(x.get("quick") for x in (A, I) if x)
@@ -576,6 +591,7 @@ def main():
         md.append("(The attack benchmark has not been run: `bench/run attack`.)\n")
     sections = [(A, lambda: attack_section(A, md), "attack"),
                 (Q, lambda: qps_section(Q, md), "qps"),
+                (D, lambda: dnssec_section(D, md), "dnssec"),
                 (Z, lambda: zone_section(Z, md), "zone"),
                 (I, lambda: isolation_section(I, H, md), "isolation")]
     for data, fn, part in sections:

@@ -15,6 +15,9 @@ use shield::ratelimit::{TableConfig, WindowCounter};
 
 use super::config::WaterTortureConfig;
 
+/// A window count at its ceiling (shield's window counters hold 16 bits).
+const SATURATED: u32 = 65_535;
+
 /// What to do with a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -99,7 +102,10 @@ impl WaterTorture {
         }
         let window = self.cfg.window * 1000;
         let all = self.src_all.add(&(src, zone), 1, window, now_ms);
-        if !nx {
+        // The window counters saturate at 65,535: past that the share of NXDOMAIN cannot be
+        // judged (a busy resolver would drift towards "mostly NXDOMAIN"). A flooder that
+        // only draws NXDOMAIN is escalated long before, at `escalate_after`.
+        if !nx || all >= SATURATED {
             return Verdict::Pass;
         }
         let n = self.src_nx.add(&(src, zone), 1, window, now_ms);
@@ -162,5 +168,23 @@ mod tests {
             w.observe(1, IpAddr::from([198, 51, 100, 1]), true, now + 41),
             Verdict::Pass
         );
+    }
+
+    #[test]
+    fn a_busy_source_with_some_nxdomain_is_never_limited() {
+        // A resolver sending 400,000 queries in one window, 20% NXDOMAIN, during a flood:
+        // its counts saturate, and it must not drift into "mostly NXDOMAIN".
+        let cfg = WaterTortureConfig {
+            zone_nxdomains_per_second: 10.0,
+            ..WaterTortureConfig::default()
+        };
+        let w = WaterTorture::new(&cfg, 1);
+        let busy: IpAddr = "192.0.2.53".parse().unwrap();
+        let now = 5_000_000;
+        for i in 0..400_000u64 {
+            let v = w.observe(0, busy, i % 5 == 0, now + i / 100);
+            assert_eq!(v, Verdict::Pass, "query {i}");
+        }
+        assert_eq!(w.zones_under_attack(now + 100), 1);
     }
 }
