@@ -99,6 +99,8 @@ pub struct Events {
     pub node: Option<String>,
     /// Heavy-hitter counters per worker (memory bound of the aggregator).
     pub top_k: usize,
+    /// `[events.clickhouse]`: the events into ClickHouse too.
+    pub clickhouse: Option<shield::events::ClickHouseConfig>,
 }
 
 impl Default for Events {
@@ -110,6 +112,7 @@ impl Default for Events {
             interval: 10,
             node: None,
             top_k: 1024,
+            clickhouse: None,
         }
     }
 }
@@ -310,6 +313,9 @@ impl Config {
         }
         if self.events.interval == 0 {
             return Err(inv("events.interval", "must be at least 1 second".into()));
+        }
+        if let Some(c) = &self.events.clickhouse {
+            c.validate().map_err(|e| inv("events.clickhouse", e))?;
         }
         crate::transfer::check_config(self).map_err(|(k, m)| inv(&k, m))?;
         Ok(())

@@ -15,6 +15,7 @@ pub mod check_zone;
 pub mod config;
 pub mod ctl;
 pub mod defence;
+pub mod event_sinks;
 pub mod internet;
 pub mod ixfr;
 pub mod metrics;

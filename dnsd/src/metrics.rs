@@ -153,6 +153,7 @@ pub async fn render(shared: &Arc<Shared>) -> String {
     let mut counters = shared.defence.counters(shield::clock::unix_ms());
     counters.extend(crate::server::xdp_counters(shared));
     counters.extend(crate::server::redis_counters(shared));
+    counters.extend(crate::event_sinks::counters(shared));
     for c in counters {
         if c.metric != last {
             let _ = writeln!(s, "# HELP {} {}", c.metric, c.help);

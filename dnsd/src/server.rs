@@ -45,6 +45,8 @@ pub struct Shared {
     pub defence: Arc<defence::Shared>,
     /// The event flusher, when sinks are configured.
     pub flusher: std::sync::Mutex<Option<shield::events::Flusher>>,
+    /// The ClickHouse event sink's counters, when `[events.clickhouse]` is configured.
+    pub clickhouse: Option<shield::events::ClickHouseMonitor>,
     /// The XDP guard and the mirror feeding it, when attached.
     pub xdp: std::sync::Mutex<Option<Xdp>>,
     /// The Redis block sync's counters, when `[redis]` is configured.
@@ -248,6 +250,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             }),
         )
     };
+    let mut clickhouse = None;
+    let flusher = start_flusher(&cfg, &events, &mut clickhouse);
     let shared = Arc::new(Shared {
         registry: Mutex::new(registry),
         config_path,
@@ -259,7 +263,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         started: Instant::now(),
         bind_time,
         defence: defence.clone(),
-        flusher: std::sync::Mutex::new(start_flusher(&cfg, &events)),
+        flusher: std::sync::Mutex::new(flusher),
+        clickhouse,
         xdp: std::sync::Mutex::new(xdp),
         redis: std::sync::OnceLock::new(),
         xfr: xfr.clone(),
@@ -417,6 +422,7 @@ fn zone_list(cfg: &Config) -> Vec<(zones::Name, PathBuf, defence::config::Cookie
 fn start_flusher(
     cfg: &Config,
     events: &Arc<shield::events::Aggregator>,
+    clickhouse: &mut Option<shield::events::ClickHouseMonitor>,
 ) -> Option<shield::events::Flusher> {
     use shield::events::{JsonLines, SinkWriter, UnixStreamSink};
     let mut writers = Vec::new();
@@ -433,6 +439,10 @@ fn start_flusher(
     }
     if cfg.events.stdout {
         writers.extend(SinkWriter::spawn(Box::new(JsonLines::stdout()), queue).ok());
+    }
+    if let Some((w, m)) = crate::event_sinks::clickhouse(cfg, queue) {
+        writers.push(w);
+        *clickhouse = Some(m);
     }
     if writers.is_empty() {
         return None;
@@ -610,6 +620,7 @@ async fn command(shared: &Arc<Shared>, args: &[String]) -> Reply {
         ["stats"] => Reply::ok(stats_text(shared).await),
         ["block", rest @ ..] => crate::blockctl::command(&shared.defence.blocks, rest),
         ["zones"] => Reply::ok(zones_text(shared).await),
+        ["events-init"] => crate::event_sinks::events_init(shared).await,
         ["zone-refresh", z] => zone_refresh(shared, z).await,
         ["zone-notify", z] => zone_notify(shared, z).await,
         ["status"] => Reply::ok(format!(
@@ -620,7 +631,7 @@ async fn command(shared: &Arc<Shared>, args: &[String]) -> Reply {
             shared.tcp.open_connections()
         )),
         _ => Reply::err(format!(
-            "unknown command {:?}; commands: reload [ZONE|--force], stats, zones, zone-refresh ZONE, zone-notify ZONE, status, block add|del|list",
+            "unknown command {:?}; commands: reload [ZONE|--force], stats, zones, zone-refresh ZONE, zone-notify ZONE, status, block add|del|list, events-init",
             args.join(" ")
         )),
     }
@@ -765,6 +776,7 @@ pub async fn stats_text(shared: &Arc<Shared>) -> String {
     for c in xdp_counters(shared)
         .into_iter()
         .chain(redis_counters(shared))
+        .chain(crate::event_sinks::counters(shared))
     {
         let _ = writeln!(s, "{}\t{}", c.ctl, c.value);
     }

@@ -9,7 +9,7 @@
 //! - [`ratelimit`]: lock-free rate limiters and window counters in bounded tables.
 //! - [`rules`]: per-tenant prepared rules (prefix lists, known crawlers, ASNs, attribute
 //!   matchers, rate limits, escalation into the block map), loaded from TOML.
-//! - [`events`]: the bounded-memory event aggregator and its JSON-lines sinks.
+//! - [`events`]: the bounded-memory event aggregator and its sinks (JSON lines, ClickHouse).
 //! - [`clock`]: the two clocks the other modules take as plain integers.
 //! - [`redis_sync`]: block-map sync across nodes through Redis (snapshot, capped change stream,
 //!   bounded outbox), built on [`block::Subscription`] and [`block::Origin::Peer`].

@@ -9,8 +9,10 @@
 //! - [`client`]: queries over UDP and TCP (exact bytes, mixed case, any EDNS), raw sends.
 //! - [`wire`]: raw message builders and a raw reader for what hickory-proto would hide.
 //! - [`compare`]: normalised responses and readable differences.
+//! - [`clickhouse`]: a private clickhouse-server per test, restartable on the same ports.
 //! - [`http`]: an echoing HTTP origin, http-front as a child process, HTTP/1.1 and raw HTTP/2 clients.
 
+pub mod clickhouse;
 pub mod client;
 pub mod compare;
 pub mod corpora;

@@ -1,4 +1,4 @@
-//! The event aggregator: blocked, rate-limited and challenged traffic summed per (tenant, source prefix, action) in fixed memory, flushed as JSON lines.
+//! The event aggregator: blocked, rate-limited and challenged traffic summed per (tenant, source prefix, action) in fixed memory, flushed as JSON lines or into ClickHouse ([`clickhouse`]).
 //!
 //! # Recording
 //!
@@ -41,9 +41,14 @@
 //! | `other` | `total` minus the `count`s listed: traffic folded into "other" |
 //! | `tracked` | distinct prefixes the summaries held for the group |
 
+pub mod clickhouse;
 mod sink;
 mod topk;
 
+pub use clickhouse::{
+    ClickHouseConfig, ClickHouseError, ClickHouseMonitor, ClickHouseSink, ClickHouseStats,
+    ClickHouseWriter,
+};
 pub use sink::{
     JsonLines, Sink, SinkError, SinkStats, SinkWriter, UnixDatagramSink, UnixStreamSink,
 };

@@ -1,0 +1,266 @@
+//! A small blocking HTTP/1.1 client for ClickHouse's HTTP interface: one POST per connection, bounded waits, bounded reply.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// Longest reply body read (ClickHouse's error texts and small query results).
+const MAX_REPLY: usize = 4 << 20;
+
+/// Where ClickHouse listens: `http://host[:port][/path]`.
+#[derive(Clone, Debug)]
+pub(super) struct Endpoint {
+    host: String,
+    port: u16,
+    path: String,
+    auth: Option<String>,
+}
+
+/// A reply: status and body (de-chunked).
+#[derive(Debug)]
+pub(super) struct Reply {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl Endpoint {
+    /// Parses `url` (plain `http://` only) with optional basic-auth credentials.
+    pub fn parse(url: &str, user: Option<&str>, password: Option<&str>) -> Result<Self, String> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
+        let (hostport, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        if hostport.contains('@') {
+            return Err(format!("{url}: put credentials in user and password"));
+        }
+        let (host, port) = if let Some(h) = hostport.strip_prefix('[') {
+            let (h, p) = h
+                .split_once(']')
+                .ok_or_else(|| format!("{url}: unclosed [ in host"))?;
+            (h.to_string(), p.strip_prefix(':'))
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((h, p)) => (h.to_string(), Some(p)),
+                None => (hostport.to_string(), None),
+            }
+        };
+        if host.is_empty() {
+            return Err(format!("{url}: no host"));
+        }
+        let port = match port {
+            Some(p) => p.parse().map_err(|_| format!("{url}: bad port {p:?}"))?,
+            None => 8123,
+        };
+        let auth = match (user, password) {
+            (None, None) => None,
+            (u, p) => Some(base64(
+                format!("{}:{}", u.unwrap_or("default"), p.unwrap_or("")).as_bytes(),
+            )),
+        };
+        Ok(Endpoint {
+            host,
+            port,
+            path: path.to_string(),
+            auth,
+        })
+    }
+
+    /// POSTs `body` (already gzipped when `gzip`), with `query` as the URL's query parameter when given.
+    pub fn post(
+        &self,
+        query: Option<&str>,
+        body: &[u8],
+        gzip: bool,
+        timeout: Duration,
+    ) -> io::Result<Reply> {
+        let mut s = self.connect(timeout)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        s.set_nodelay(true)?;
+        let mut head = Vec::with_capacity(256 + query.map_or(0, |q| q.len() * 3));
+        head.extend_from_slice(b"POST ");
+        head.extend_from_slice(self.path.as_bytes());
+        if let Some(q) = query {
+            head.extend_from_slice(if self.path.contains('?') { b"&" } else { b"?" });
+            head.extend_from_slice(b"query=");
+            url_encode(&mut head, q);
+        }
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        let _ = write!(
+            head,
+            " HTTP/1.1\r\nHost: {host}:{}\r\nUser-Agent: palisade-shield\r\nContent-Length: {}\r\nConnection: close\r\n",
+            self.port,
+            body.len()
+        );
+        if gzip {
+            head.extend_from_slice(b"Content-Encoding: gzip\r\n");
+        }
+        if let Some(a) = &self.auth {
+            head.extend_from_slice(b"Authorization: Basic ");
+            head.extend_from_slice(a.as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
+        head.extend_from_slice(b"\r\n");
+        let sent = s.write_all(&head).and_then(|()| s.write_all(body));
+        // The server may answer (an early error) and close before taking the whole body:
+        // its reply, when there is one, says more than the write error.
+        let mut raw = Vec::new();
+        let read = (&mut s)
+            .take(MAX_REPLY as u64 + 64 * 1024)
+            .read_to_end(&mut raw);
+        match parse_reply(&raw) {
+            Some(r) => Ok(r),
+            None => {
+                sent?;
+                read?;
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "incomplete HTTP reply",
+                ))
+            }
+        }
+    }
+
+    fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
+        let mut last = None;
+        for a in (self.host.as_str(), self.port).to_socket_addrs()? {
+            match TcpStream::connect_timeout(&a, timeout) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other(format!("{}: no address", self.host))))
+    }
+}
+
+/// Parses a whole HTTP/1.1 reply (status line, headers, body plain or chunked).
+fn parse_reply(raw: &[u8]) -> Option<Reply> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let mut chunked = false;
+    let mut length = None;
+    for l in lines {
+        let (k, v) = l.split_once(':')?;
+        let v = v.trim();
+        if k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked") {
+            chunked = true;
+        } else if k.eq_ignore_ascii_case("content-length") {
+            length = v.parse::<usize>().ok();
+        }
+    }
+    let rest = &raw[end + 4..];
+    let body = if chunked {
+        dechunk(rest)?
+    } else {
+        match length {
+            Some(n) if rest.len() >= n => rest[..n].to_vec(),
+            Some(_) => return None,
+            None => rest.to_vec(),
+        }
+    };
+    Some(Reply {
+        status,
+        body: body[..body.len().min(MAX_REPLY)].to_vec(),
+    })
+}
+
+fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let nl = b.windows(2).position(|w| w == b"\r\n")?;
+        let size = std::str::from_utf8(&b[..nl]).ok()?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        b = &b[nl + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        if b.len() < size + 2 {
+            // A reply cut at MAX_REPLY: keep what came.
+            out.extend_from_slice(&b[..size.min(b.len())]);
+            return (out.len() >= MAX_REPLY).then_some(out);
+        }
+        out.extend_from_slice(&b[..size]);
+        b = &b[size + 2..];
+    }
+}
+
+fn url_encode(out: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &c in s.as_bytes() {
+        if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'~') {
+            out.push(c);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[(c >> 4) as usize], HEX[(c & 15) as usize]]);
+        }
+    }
+}
+
+fn base64(b: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
+    for c in b.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse() {
+        let e = Endpoint::parse("http://127.0.0.1:18123", None, None).unwrap();
+        assert_eq!(
+            (e.host.as_str(), e.port, e.path.as_str()),
+            ("127.0.0.1", 18123, "/")
+        );
+        let e = Endpoint::parse("http://[::1]/ch/", Some("u"), Some("p")).unwrap();
+        assert_eq!(
+            (e.host.as_str(), e.port, e.path.as_str()),
+            ("::1", 8123, "/ch/")
+        );
+        assert_eq!(e.auth.as_deref(), Some("dTpw"));
+        assert!(Endpoint::parse("https://x", None, None).is_err());
+        assert!(Endpoint::parse("http://:80", None, None).is_err());
+    }
+
+    #[test]
+    fn replies_parse_plain_and_chunked() {
+        let r = parse_reply(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+        let r = parse_reply(
+            b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nCode\r\n3\r\n: 1\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (500, &b"Code: 1"[..]));
+        assert!(parse_reply(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nok").is_none());
+    }
+
+    #[test]
+    fn encodings() {
+        assert_eq!(base64(b"default:"), "ZGVmYXVsdDo=");
+        assert_eq!(base64(b"ab"), "YWI=");
+        let mut o = Vec::new();
+        url_encode(&mut o, "INSERT INTO a.b FORMAT JSONEachRow");
+        assert_eq!(o, b"INSERT%20INTO%20a.b%20FORMAT%20JSONEachRow");
+    }
+}

@@ -1,0 +1,313 @@
+//! The writer against a fake ClickHouse (a loopback HTTP server that can fail, reject and record).
+
+use super::*;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::AtomicBool;
+
+/// What the fake does with one insert.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Normal,
+    /// Answer 503 with a non-data error to the next `n` requests.
+    Down,
+}
+
+struct Fake {
+    port: u16,
+    rows: Arc<Mutex<Vec<String>>>,
+    requests: Arc<AtomicU64>,
+    fail_next: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Fake {
+    fn start() -> Fake {
+        Self::start_on(TcpListener::bind("127.0.0.1:0").unwrap())
+    }
+
+    fn start_on(l: TcpListener) -> Fake {
+        let port = l.local_addr().unwrap().port();
+        l.set_nonblocking(true).unwrap();
+        let rows = Arc::new(Mutex::new(Vec::new()));
+        let requests = Arc::new(AtomicU64::new(0));
+        let fail_next = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, n, f, s) = (
+            rows.clone(),
+            requests.clone(),
+            fail_next.clone(),
+            stop.clone(),
+        );
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((c, _)) => {
+                        n.fetch_add(1, Ordering::Relaxed);
+                        let mode = if f.load(Ordering::Relaxed) > 0 {
+                            f.fetch_sub(1, Ordering::Relaxed);
+                            Mode::Down
+                        } else {
+                            Mode::Normal
+                        };
+                        serve(c, mode, &r);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Fake {
+            port,
+            rows,
+            requests,
+            fail_next,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn rows(&self) -> Vec<String> {
+        self.rows.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(c: TcpStream, mode: Mode, rows: &Mutex<Vec<String>>) {
+    c.set_nonblocking(false).unwrap();
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    let (mut len, mut gz) = (0usize, false);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let l = line.trim_end().to_ascii_lowercase();
+        if l.is_empty() {
+            break;
+        }
+        if let Some(v) = l.strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+        gz |= l == "content-encoding: gzip";
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).unwrap();
+    if gz {
+        let mut d = Vec::new();
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut d)
+            .unwrap();
+        body = d;
+    }
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let (status, reply) = if mode == Mode::Down {
+        (
+            503,
+            "Code: 241, e.displayText() = DB::Exception: Memory limit exceeded".to_string(),
+        )
+    } else if text.contains("POISON") {
+        (
+            500,
+            "Code: 131, e.displayText() = DB::Exception: Too large value for FixedString(16)"
+                .to_string(),
+        )
+    } else {
+        rows.lock()
+            .unwrap()
+            .extend(text.lines().map(str::to_string));
+        (200, String::new())
+    };
+    let mut c = c;
+    let _ = write!(
+        c,
+        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+        reply.len()
+    );
+}
+
+fn cfg(port: u16) -> ClickHouseConfig {
+    ClickHouseConfig {
+        url: format!("http://127.0.0.1:{port}"),
+        batch_rows: 10,
+        flush_ms: 20,
+        max_buffered_rows: 50,
+        timeout_ms: 2_000,
+        max_backoff_ms: 50,
+        ..ClickHouseConfig::default()
+    }
+}
+
+fn rows(range: std::ops::Range<u32>) -> Rows {
+    let mut r = Rows::new();
+    for i in range {
+        r.push_unvalidated(format!("{{\"seq\":{i}}}").as_bytes());
+    }
+    r
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn seqs(f: &Fake) -> Vec<u32> {
+    f.rows()
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap() as u32
+        })
+        .collect()
+}
+
+#[test]
+fn batches_land_in_order_after_retries() {
+    let fake = Fake::start();
+    fake.fail_next.store(3, Ordering::Relaxed);
+    let w = ClickHouseWriter::spawn(&cfg(fake.port), Table::Events).unwrap();
+    assert_eq!(w.push(&rows(0..25)), 25);
+    wait_for("25 rows", || fake.rows().len() == 25);
+    assert_eq!(w.push(&rows(25..30)), 5);
+    let st = w.close();
+    assert_eq!(seqs(&fake), (0..30).collect::<Vec<_>>());
+    assert_eq!((st.landed, st.request_failures, st.overflow), (30, 3, 0));
+    assert_eq!(st.buffered_rows, 0);
+    assert!(st.batches >= 3, "10-row batches: {st:?}");
+}
+
+#[test]
+fn a_rejected_batch_is_bisected_and_the_rest_lands() {
+    let fake = Fake::start();
+    let w = ClickHouseWriter::spawn(&cfg(fake.port), Table::Events).unwrap();
+    let mut r = rows(0..5);
+    r.push_unvalidated(b"{\"POISON\":1}");
+    for i in 6..10 {
+        r.push_unvalidated(format!("{{\"seq\":{i}}}").as_bytes());
+    }
+    assert_eq!(w.push(&r), 10);
+    let st = w.close();
+    assert_eq!(seqs(&fake), vec![0, 1, 2, 3, 4, 6, 7, 8, 9]);
+    assert_eq!((st.landed, st.rejected), (9, 1));
+    assert_eq!(st.rejected_by_code, vec![(131, 1)]);
+    assert!(st.request_rejections >= 2, "{st:?}");
+}
+
+#[test]
+fn overflow_is_counted_exactly_and_the_buffer_lands_on_recovery() {
+    // Reserve a port, then close it: nothing listens until the fake starts there.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let w = ClickHouseWriter::spawn(&cfg(port), Table::Events).unwrap();
+    let mut offered = 0;
+    for k in 0..8u32 {
+        offered += 10;
+        w.push(&rows(k * 10..k * 10 + 10));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_for("failures", || w.stats().request_failures > 0);
+    let st = w.stats();
+    assert_eq!(st.buffered_rows, 50, "{st:?}");
+    assert_eq!(st.overflow, offered - 50);
+    assert_eq!(st.accepted, 50);
+    let fake = Fake::start_on(TcpListener::bind(("127.0.0.1", port)).unwrap());
+    wait_for("the buffer to land", || w.stats().landed == 50);
+    let st = w.close();
+    assert_eq!(
+        seqs(&fake),
+        (0..50).collect::<Vec<_>>(),
+        "the first 50, in order"
+    );
+    assert_eq!(st.lost(), st.overflow);
+    assert_eq!(st.accepted, st.landed);
+    assert!(fake.requests.load(Ordering::Relaxed) >= 5);
+}
+
+#[test]
+fn close_gives_up_after_the_drain_time() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut c = cfg(port);
+    c.timeout_ms = 200;
+    let w = ClickHouseWriter::spawn(&c, Table::Events).unwrap();
+    w.push(&rows(0..15));
+    let t = Instant::now();
+    let st = w.close();
+    assert!(t.elapsed() < Duration::from_secs(3));
+    assert_eq!((st.shutdown_dropped, st.landed), (15, 0));
+    assert_eq!(st.buffered_rows, 0);
+}
+
+#[test]
+fn errors_are_classified() {
+    assert!(matches!(
+        classify(
+            500,
+            b"Code: 27, e.displayText() = DB::Exception: Cannot parse input"
+        ),
+        Failure::Rejected { code: 27, .. }
+    ));
+    assert!(matches!(
+        classify(
+            400,
+            b"Code: 72. DB::Exception: Unsigned type must not contain '-' symbol"
+        ),
+        Failure::Rejected { code: 72, .. }
+    ));
+    assert!(matches!(
+        classify(500, b"Code: 117, e.displayText() = DB::Exception: Unknown field found while parsing JSONEachRow format: x"),
+        Failure::Transient { code: 117, .. }
+    ));
+    assert!(matches!(
+        classify(
+            404,
+            b"Code: 60, e.displayText() = DB::Exception: Table x.y doesn't exist."
+        ),
+        Failure::Transient { code: 60, .. }
+    ));
+    assert!(matches!(
+        classify(502, b"bad gateway"),
+        Failure::Transient { code: 0, .. }
+    ));
+}
+
+#[test]
+fn schema_names_are_substituted() {
+    let c = ClickHouseConfig {
+        database: "sec".into(),
+        table: "ev".into(),
+        access_table: "acc".into(),
+        ..ClickHouseConfig::default()
+    };
+    let s = c.schema();
+    assert_eq!(s.len(), 3, "{s:?}");
+    assert!(s[0].contains("DATABASE IF NOT EXISTS sec"), "{}", s[0]);
+    assert!(s[1].contains("TABLE IF NOT EXISTS sec.ev"), "{}", s[1]);
+    assert!(s[2].contains("TABLE IF NOT EXISTS sec.acc"), "{}", s[2]);
+    assert!(s.iter().all(|x| !x.contains("--")));
+    let mut bad = c.clone();
+    bad.table = "ev; DROP".into();
+    assert!(bad.validate().is_err());
+    bad = c;
+    bad.max_buffered_rows = 1;
+    assert!(bad.validate().unwrap_err().contains("max_buffered_rows"));
+}

@@ -1,0 +1,338 @@
+//! dnsd's events into a real ClickHouse: `ctl events-init` applies the schema, blocked and
+//! rate-limited traffic arrives with counts equal to dnsd's own counters in /metrics (and
+//! to the JSON-lines file sink running alongside), and a ClickHouse stopped under attack
+//! loses exactly the rows dnsd counted as overflow.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use palisade_tests::clickhouse::ClickHouseServer;
+use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::wire::{QueryOpts, build_query};
+
+/// The sum of every series of `metric` in a Prometheus text body (labels given as `k="v"` filter).
+fn metric(text: &str, name: &str, label: &str) -> u64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let bare = series.split('{').next()?;
+            (bare == name && series.contains(label)).then(|| value.parse::<u64>().ok())?
+        })
+        .sum()
+}
+
+/// Sends `n` queries from `src` to `server` without waiting for answers (paced a little so
+/// that the kernel's queue never overflows).
+fn send_from(server: SocketAddr, src: &str, n: usize) {
+    let s = UdpSocket::bind(SocketAddr::new(src.parse().unwrap(), 0)).expect("bind source");
+    s.connect(server).unwrap();
+    for i in 0..n {
+        s.send(&build_query(
+            i as u16,
+            "www.example.com.",
+            1,
+            &QueryOpts::edns(1232),
+        ))
+        .unwrap();
+        if i % 50 == 49 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Waits until `f` returns the same value twice 300 ms apart; returns it.
+fn settled(mut f: impl FnMut() -> String) -> String {
+    let mut last = f();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = f();
+        if now == last || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
+fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Rows the events in a JSON-lines file make (one per listed prefix, one for the rest).
+fn rows_in_file(path: &Path) -> (u64, u64) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let (mut rows, mut total) = (0, 0);
+    for l in text.lines() {
+        let v: serde_like::Value = serde_like::parse(l);
+        let top = v.top;
+        rows += top + u64::from(v.other > 0 || top == 0);
+        total += v.total;
+    }
+    (rows, total)
+}
+
+/// Just enough JSON reading for the event lines (the tests crate has no serde).
+mod serde_like {
+    pub struct Value {
+        pub top: u64,
+        pub other: u64,
+        pub total: u64,
+    }
+
+    fn num(line: &str, key: &str) -> u64 {
+        let at = line.find(&format!("\"{key}\":")).expect(key) + key.len() + 3;
+        line[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .expect(key)
+    }
+
+    pub fn parse(line: &str) -> Value {
+        Value {
+            top: line.matches("\"prefix\":").count() as u64,
+            other: num(line, "other"),
+            total: num(line, "total"),
+        }
+    }
+}
+
+fn dnsd_with_clickhouse(ch: &ClickHouseServer, dir: &Path, extra: &str) -> Dnsd {
+    Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .raw("[defence.rrl]\nresponses_per_second = 10\nslip = 2")
+        .raw("[defence.water_torture]\nenabled = false")
+        .raw(&format!(
+            "[events]\ninterval = 1\nfile = \"{}\"\n\n[events.clickhouse]\nurl = \"{}\"\n\
+             flush_ms = 200\nmax_backoff_ms = 200\n{extra}",
+            dir.join("events.jsonl").display(),
+            ch.url()
+        ))
+        .start()
+}
+
+#[test]
+fn blocked_and_rate_limited_traffic_lands_with_the_counts_of_metrics() {
+    let Some(ch) = ClickHouseServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let dnsd = dnsd_with_clickhouse(&ch, dir.path(), "");
+    let (ok, out) = dnsd.ctl(&["events-init"]);
+    assert!(ok, "events-init: {out}");
+    assert_eq!(
+        out.lines().filter(|l| l.ends_with(": ok")).count(),
+        3,
+        "{out}"
+    );
+
+    let (ok, out) = dnsd.ctl(&["block", "add", "127.250.1.0/24", "--ttl", "600"]);
+    assert!(ok, "{out}");
+    send_from(dnsd.addr(), "127.250.1.1", 300);
+    send_from(dnsd.addr(), "127.250.1.2", 200);
+    send_from(dnsd.addr(), "127.251.1.1", 400); // an RRL flood from one source
+    send_from(dnsd.addr(), "127.252.1.1", 3); // a calm client
+
+    let m = settled(|| dnsd.metrics());
+    let blocked = metric(&m, "dnsd_blocked_total", "");
+    let limited = metric(&m, "dnsd_rrl_limited_total", "");
+    eprintln!("metrics: blocked {blocked}, rrl limited {limited}");
+    assert!(blocked >= 400, "most blocked datagrams arrive: {blocked}");
+    assert!(limited >= 300, "the flood is limited: {limited}");
+
+    let sum = |action: &str| {
+        ch.number(&format!(
+            "SELECT sum(hits) FROM palisade.events WHERE service = 'dnsd' AND action = '{action}'"
+        ))
+    };
+    wait_until(
+        "ClickHouse to have every blocked and limited event",
+        20,
+        || sum("blocked") == blocked && sum("rate_limited") == limited,
+    );
+    // One source prefix holds all of it.
+    assert_eq!(
+        ch.query(
+            "SELECT IPv6NumToString(src), src_len, sum(hits), sum(min_hits) FROM palisade.events \
+             WHERE action = 'blocked' AND is_other = 0 GROUP BY src, src_len FORMAT TSV"
+        )
+        .unwrap(),
+        format!("::ffff:127.250.1.0\t120\t{blocked}\t{blocked}\n")
+    );
+    assert_eq!(
+        ch.query(
+            "SELECT IPv6NumToString(src), groupUniqArray(reason), sum(hits) FROM palisade.events \
+             WHERE action = 'rate_limited' GROUP BY src FORMAT TSV"
+        )
+        .unwrap(),
+        format!("::ffff:127.251.1.0\t[1001]\t{limited}\n")
+    );
+
+    // The JSON-lines file sink ran alongside and says the same.
+    let file = dir.path().join("events.jsonl");
+    wait_until("the file sink", 10, || {
+        rows_in_file(&file).1 == blocked + limited
+    });
+    let (rows, _) = rows_in_file(&file);
+    assert_eq!(ch.number("SELECT count() FROM palisade.events"), rows);
+
+    let m = dnsd.metrics();
+    for (series, want) in [
+        ("result=\"overflow\"", 0),
+        ("result=\"rejected\"", 0),
+        ("result=\"shutdown_dropped\"", 0),
+        ("result=\"landed\"", rows),
+    ] {
+        assert_eq!(
+            metric(&m, "dnsd_events_clickhouse_rows_total", series),
+            want,
+            "{series}"
+        );
+    }
+    assert_eq!(
+        metric(&m, "dnsd_events_clickhouse_invalid_rows_total", ""),
+        0
+    );
+    assert_eq!(metric(&m, "dnsd_events_clickhouse_buffered_rows", ""), 0);
+    assert_eq!(
+        metric(&m, "dnsd_events_sink_events_total", "result=\"dropped\""),
+        0
+    );
+    assert_eq!(metric(&m, "dnsd_events_sink_queue_full_total", ""), 0);
+    let stats = dnsd.stats();
+    assert_eq!(stats["events.clickhouse.landed"], rows);
+    assert_eq!(stats["events.clickhouse.overflow"], 0);
+}
+
+#[test]
+fn clickhouse_stopped_under_attack_loses_exactly_the_counted_overflow() {
+    let Some(mut ch) = ClickHouseServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // 60 rows of room: about three flushes of 21 rows (20 listed prefixes and the rest).
+    let dnsd = dnsd_with_clickhouse(
+        &ch,
+        dir.path(),
+        "init = true\nbatch_rows = 30\nmax_buffered_rows = 60\ntimeout_ms = 2000",
+    );
+    let (ok, out) = dnsd.ctl(&["block", "add", "127.250.0.0/16", "--ttl", "600"]);
+    assert!(ok, "{out}");
+
+    // An attack from 100 source prefixes, each sending every 100 ms, until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let attack = {
+        let (stop, server) = (stop.clone(), dnsd.addr());
+        std::thread::spawn(move || {
+            let socks: Vec<UdpSocket> = (0..100u8)
+                .map(|i| {
+                    let s = UdpSocket::bind(SocketAddr::new(IpAddr::from([127, 250, i, 1]), 0))
+                        .unwrap();
+                    s.connect(server).unwrap();
+                    s
+                })
+                .collect();
+            let q = build_query(1, "www.example.com.", 1, &QueryOpts::edns(1232));
+            while !stop.load(Ordering::Relaxed) {
+                for s in &socks {
+                    let _ = s.send(&q);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let landed = || {
+        metric(
+            &dnsd.metrics(),
+            "dnsd_events_clickhouse_rows_total",
+            "result=\"landed\"",
+        )
+    };
+    wait_until("rows landing", 20, || landed() >= 40);
+    ch.stop();
+    wait_until("overflow while ClickHouse is down", 30, || {
+        metric(
+            &dnsd.metrics(),
+            "dnsd_events_clickhouse_rows_total",
+            "result=\"overflow\"",
+        ) >= 40
+    });
+    let m = dnsd.metrics();
+    assert_eq!(
+        metric(&m, "dnsd_events_clickhouse_buffered_rows", ""),
+        60,
+        "bounded"
+    );
+    assert!(
+        metric(
+            &m,
+            "dnsd_events_clickhouse_requests_total",
+            "result=\"failed\""
+        ) > 0
+    );
+    assert_eq!(
+        metric(&m, "dnsd_events_sink_events_total", "result=\"dropped\""),
+        0,
+        "the sink writers' queues never back up"
+    );
+    ch.restart();
+    wait_until("the buffer to drain", 30, || {
+        metric(&dnsd.metrics(), "dnsd_events_clickhouse_buffered_rows", "") < 30
+    });
+    stop.store(true, Ordering::Relaxed);
+    attack.join().unwrap();
+    let file = dir.path().join("events.jsonl");
+    // Quiet: the last flush is in the file, and every row of it was taken by the ClickHouse
+    // writer (accepted or counted) and sent.
+    let rows = |m: &str, r: &str| metric(m, "dnsd_events_clickhouse_rows_total", r);
+    wait_until("the last flush", 20, || {
+        let m = dnsd.metrics();
+        let (offered, total) = rows_in_file(&file);
+        total == metric(&m, "dnsd_blocked_total", "")
+            && rows(&m, "result=\"accepted\"") + rows(&m, "result=\"overflow\"") == offered
+            && metric(&m, "dnsd_events_clickhouse_buffered_rows", "") == 0
+    });
+    let m = dnsd.metrics();
+    let accepted = metric(
+        &m,
+        "dnsd_events_clickhouse_rows_total",
+        "result=\"accepted\"",
+    );
+    let landed = metric(&m, "dnsd_events_clickhouse_rows_total", "result=\"landed\"");
+    let overflow = metric(
+        &m,
+        "dnsd_events_clickhouse_rows_total",
+        "result=\"overflow\"",
+    );
+    let (offered, total) = rows_in_file(&file);
+    let blocked = metric(&m, "dnsd_blocked_total", "");
+    eprintln!(
+        "offered {offered} rows ({total} events, dnsd_blocked_total {blocked}); accepted {accepted}, landed {landed}, overflow {overflow}"
+    );
+    assert_eq!(total, blocked, "the file sink has every event");
+    assert!(overflow > 0);
+    assert_eq!(
+        accepted + overflow,
+        offered,
+        "every row is accepted or counted"
+    );
+    assert_eq!(landed, accepted, "nothing accepted is lost");
+    assert_eq!(ch.number("SELECT count() FROM palisade.events"), landed);
+    assert_eq!(
+        metric(
+            &m,
+            "dnsd_events_clickhouse_rows_total",
+            "result=\"rejected\""
+        ),
+        0
+    );
+}
