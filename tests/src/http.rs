@@ -30,6 +30,8 @@ use crate::net;
 
 /// How long a read waits by default.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connect waits (a filtered SYN is never answered).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 // ---------------------------------------------------------------------------------------------
 // Sockets from a chosen source address.
@@ -37,7 +39,7 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// A TCP connection to `to` from source address `from` (any port), with read/write timeouts.
 pub fn connect_from(from: Option<Ipv4Addr>, to: SocketAddr) -> io::Result<TcpStream> {
     let Some(src) = from else {
-        let s = TcpStream::connect_timeout(&to, Duration::from_secs(5))?;
+        let s = TcpStream::connect_timeout(&to, CONNECT_TIMEOUT)?;
         s.set_read_timeout(Some(READ_TIMEOUT))?;
         s.set_write_timeout(Some(READ_TIMEOUT))?;
         return Ok(s);
@@ -65,6 +67,8 @@ pub fn connect_from(from: Option<Ipv4Addr>, to: SocketAddr) -> io::Result<TcpStr
         if libc::bind(fd, &local as *const _ as *const libc::sockaddr, len) != 0 {
             return Err(io::Error::last_os_error());
         }
+        // Bounds the connect: a SYN dropped by a filter is never answered.
+        stream.set_write_timeout(Some(CONNECT_TIMEOUT))?;
         let remote = sa(*dst.ip(), dst.port());
         if libc::connect(fd, &remote as *const _ as *const libc::sockaddr, len) != 0 {
             return Err(io::Error::last_os_error());

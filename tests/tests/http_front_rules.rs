@@ -295,13 +295,20 @@ id = 2
     if let Ok(r) = h1.request("GET", "b.test", "/", &[], b"") {
         assert_eq!(r.status, 403, "{r:?}");
     }
-    // New connections are closed at accept, before any request is read.
-    for _ in 0..3 {
-        assert!(
-            get(Some(attacker), fa, "b.test", "/").is_err(),
-            "blocked source got an answer"
-        );
-    }
+    // New connections are refused: reset at accept before any request is read, and once the
+    // listeners' SYN filter has the source, never established at all.
+    assert!(
+        get(Some(attacker), fa, "b.test", "/").is_err(),
+        "blocked source got an answer"
+    );
+    assert_eq!(
+        front.wait_metric("http_front_syn_filter_entries", 1, Duration::from_secs(10)),
+        1
+    );
+    assert!(
+        get(Some(attacker), fa, "b.test", "/").is_err(),
+        "blocked source got an answer"
+    );
     // Everyone else is served, on open and new connections.
     assert_eq!(other.get("a.test", "/again").unwrap().status, 200);
     assert_eq!(get(Some(bystander), fa, "b.test", "/").unwrap().status, 200);
@@ -311,6 +318,52 @@ id = 2
         1
     );
     assert_eq!(front.metric("http_front_block_entries"), 1);
-    assert!(front.metric("http_front_connections_total{event=\"blocked_at_accept\"}") >= 3);
     assert!(front.metric("http_front_connections_closed_total{cause=\"blocked\"}") >= 2);
+}
+
+#[test]
+fn http_blocked_sources_are_reset_at_accept_without_the_syn_filter() {
+    let rules = r#"
+[[tenant]]
+id = 1
+escalate = { after = 1, window_secs = 60, block_secs = 600, on = ["deny"] }
+[[tenant.rule]]
+name = "bad"
+action = "deny"
+when = [{ attr = "path", prefix = "/bad" }]
+"#;
+    let origin = Origin::start();
+    let o = origin.addr();
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "[server]\nlisten = [\"{a}\"]\nsyn_filter_max = 0\n[metrics]\nlisten = \"{m}\"\n\
+                 [[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\n{}",
+                sites("")
+            )
+        },
+        Some(rules),
+    );
+    let (fa, attacker) = (front.addr(), net::test_ip());
+    assert_eq!(
+        get(Some(attacker), fa, "a.test", "/bad").unwrap().status,
+        403
+    );
+    for _ in 0..5 {
+        let mut c = H1Conn::connect(Some(attacker), fa).expect("the handshake completes");
+        assert!(
+            c.request("GET", "a.test", "/", &[], b"").is_err(),
+            "blocked source got an answer"
+        );
+    }
+    assert_eq!(
+        front.metric("http_front_connections_total{event=\"blocked_at_accept\"}"),
+        5
+    );
+    assert_eq!(front.metric("http_front_syn_filter_entries"), 0);
+    assert_eq!(
+        get(Some(net::test_ip()), fa, "a.test", "/").unwrap().status,
+        200
+    );
+    assert_eq!(origin.requests(), 1);
 }

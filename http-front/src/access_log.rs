@@ -1,0 +1,406 @@
+//! Sampled access logs of passed requests: records normalised at the source (RFC 3339 and epoch-ms time, full URL, non-negative duration, status), a bounded queue, and a writer thread feeding a [`RecordSink`].
+//!
+//! # Record shape (one JSON object per line)
+//!
+//! ```json
+//! {"kind":"http_front.access","timestamp":"2025-01-01T00:00:10.123Z","ts_ms":1735689610123,
+//!  "site":"example.com","tenant":7,"client":"192.0.2.1","method":"GET",
+//!  "url":"http://example.com/a?b=1","proto":"HTTP/1.1","status":200,"duration_ms":1.234,
+//!  "upstream":"app","action":"pass","user_agent":"curl/8","referer":null,
+//!  "request_bytes":null,"response_bytes":2}
+//! ```
+//!
+//! `duration_ms` runs from the request's arrival to the upstream's response head, measured on
+//! the monotonic clock (never negative), in milliseconds with microsecond precision. Byte
+//! counts come from `Content-Length` (null when the body is streamed without one).
+//!
+//! Sinks mirror shield's `events::Sink` (same error type, same batch shape), so a ClickHouse
+//! sink can take both aggregates and access records.
+
+use std::io::{self, BufWriter, Write};
+use std::net::IpAddr;
+use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::Serialize;
+use shield::events::SinkError;
+
+use crate::config::Output;
+use crate::metrics::{Counter, Counters};
+
+/// One passed request, every field ready for a log shipper.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AccessRecord {
+    /// Always `http_front.access`.
+    pub kind: &'static str,
+    /// Arrival time, RFC 3339 UTC with milliseconds.
+    pub timestamp: String,
+    /// Arrival time, unix milliseconds.
+    pub ts_ms: u64,
+    /// Site name.
+    pub site: Arc<str>,
+    /// Tenant id, when the site has one.
+    pub tenant: Option<u32>,
+    /// Client address.
+    pub client: IpAddr,
+    /// Method.
+    pub method: String,
+    /// Full URL: scheme, host as sent (lower case), path and query.
+    pub url: String,
+    /// `HTTP/1.1` or `HTTP/2`.
+    pub proto: &'static str,
+    /// Status sent to the client.
+    pub status: u16,
+    /// Milliseconds from arrival to the response head (monotonic, never negative).
+    pub duration_ms: f64,
+    /// Upstream name.
+    pub upstream: String,
+    /// `pass` (no rule applied) or `allow` (a rule allowed it).
+    pub action: &'static str,
+    /// User-Agent, when sent and valid text.
+    pub user_agent: Option<String>,
+    /// Referer, when sent and valid text.
+    pub referer: Option<String>,
+    /// Request Content-Length, when given.
+    pub request_bytes: Option<u64>,
+    /// Response Content-Length, when given.
+    pub response_bytes: Option<u64>,
+}
+
+/// Milliseconds (with microsecond precision) of a duration.
+pub fn duration_ms(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
+/// An output for access records; runs on the writer thread, so it may block.
+pub trait RecordSink: Send {
+    /// A short name for logs.
+    fn name(&self) -> &str;
+    /// Writes one batch; an error counts the batch as failed.
+    fn write(&mut self, records: &[AccessRecord]) -> Result<(), SinkError>;
+}
+
+fn encode(buf: &mut Vec<u8>, records: &[AccessRecord]) -> Result<(), SinkError> {
+    buf.clear();
+    for r in records {
+        serde_json::to_writer(&mut *buf, r)?;
+        buf.push(b'\n');
+    }
+    Ok(())
+}
+
+/// JSON lines to a writer (file, stdout).
+pub struct JsonLines<W: Write + Send> {
+    name: String,
+    out: W,
+    buf: Vec<u8>,
+}
+
+impl<W: Write + Send> JsonLines<W> {
+    /// JSON lines to `out`.
+    pub fn new(name: &str, out: W) -> Self {
+        JsonLines {
+            name: name.to_string(),
+            out,
+            buf: Vec::new(),
+        }
+    }
+}
+
+impl<W: Write + Send> RecordSink for JsonLines<W> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn write(&mut self, records: &[AccessRecord]) -> Result<(), SinkError> {
+        encode(&mut self.buf, records)?;
+        self.out.write_all(&self.buf)?;
+        self.out.flush()?;
+        Ok(())
+    }
+}
+
+/// JSON lines over a Unix stream socket, reconnecting after errors.
+pub struct UnixLines {
+    name: String,
+    path: PathBuf,
+    conn: Option<UnixStream>,
+    buf: Vec<u8>,
+}
+
+impl RecordSink for UnixLines {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn write(&mut self, records: &[AccessRecord]) -> Result<(), SinkError> {
+        encode(&mut self.buf, records)?;
+        if self.conn.is_none() {
+            let c = UnixStream::connect(&self.path)?;
+            c.set_write_timeout(Some(Duration::from_secs(2)))?;
+            self.conn = Some(c);
+        }
+        let res = self
+            .conn
+            .as_mut()
+            .map_or(Ok(()), |c| c.write_all(&self.buf));
+        if res.is_err() {
+            self.conn = None;
+        }
+        Ok(res?)
+    }
+}
+
+/// One JSON record per datagram on a Unix datagram socket.
+pub struct UnixDatagrams {
+    name: String,
+    path: PathBuf,
+    sock: UnixDatagram,
+    buf: Vec<u8>,
+}
+
+impl RecordSink for UnixDatagrams {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn write(&mut self, records: &[AccessRecord]) -> Result<(), SinkError> {
+        for r in records {
+            self.buf.clear();
+            serde_json::to_writer(&mut self.buf, r)?;
+            self.sock.send_to(&self.buf, &self.path)?;
+        }
+        Ok(())
+    }
+}
+
+/// The sink for an `[access_log] output` (`None` for `none`).
+pub fn sink_for(output: &Output) -> io::Result<Option<Box<dyn RecordSink>>> {
+    let s: Box<dyn RecordSink> = match output {
+        Output::None => return Ok(None),
+        Output::Stdout => Box::new(JsonLines::new("stdout", io::stdout())),
+        Output::File(p) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)?;
+            Box::new(JsonLines::new(
+                &format!("file:{}", p.display()),
+                BufWriter::new(f),
+            ))
+        }
+        Output::Unix(p) => Box::new(UnixLines {
+            name: format!("unix:{}", p.display()),
+            path: p.clone(),
+            conn: None,
+            buf: Vec::new(),
+        }),
+        Output::UnixGram(p) => {
+            let sock = UnixDatagram::unbound()?;
+            sock.set_write_timeout(Some(Duration::from_secs(2)))?;
+            Box::new(UnixDatagrams {
+                name: format!("unixgram:{}", p.display()),
+                path: p.clone(),
+                sock,
+                buf: Vec::new(),
+            })
+        }
+    };
+    Ok(Some(s))
+}
+
+/// The queue into the writer thread; `log` never blocks.
+pub struct AccessLogger {
+    tx: Option<SyncSender<AccessRecord>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for AccessLogger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessLogger").finish_non_exhaustive()
+    }
+}
+
+/// Records written per sink call at most.
+const BATCH: usize = 512;
+
+impl AccessLogger {
+    /// Starts the writer thread for `sink` with room for `queue` records.
+    pub fn spawn(
+        mut sink: Box<dyn RecordSink>,
+        queue: usize,
+        counters: Arc<Counters>,
+    ) -> io::Result<Self> {
+        let (tx, rx): (SyncSender<AccessRecord>, Receiver<AccessRecord>) =
+            sync_channel(queue.max(1));
+        let thread = std::thread::Builder::new()
+            .name("access-log".into())
+            .spawn(move || {
+                let mut batch = Vec::with_capacity(BATCH);
+                while let Ok(first) = rx.recv() {
+                    batch.push(first);
+                    while batch.len() < BATCH {
+                        match rx.try_recv() {
+                            Ok(r) => batch.push(r),
+                            Err(_) => break,
+                        }
+                    }
+                    match sink.write(&batch) {
+                        Ok(()) => {
+                            counters
+                                .access_log_written
+                                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            counters.access_log_write_errors.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(sink = sink.name(), error = %e, records = batch.len(), "access records dropped");
+                        }
+                    }
+                    batch.clear();
+                }
+            })?;
+        Ok(AccessLogger {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// A sender for one thread (the writer stops once every sender and the logger are gone).
+    pub fn sender(&self) -> Option<SyncSender<AccessRecord>> {
+        self.tx.clone()
+    }
+
+    /// Queues a record; when the queue is full it is dropped and counted.
+    pub fn log(&self, rec: AccessRecord, counters: &Counters) {
+        match &self.tx {
+            Some(tx) => send(tx, rec, counters),
+            None => counters.bump(Counter::AccessLogDropped),
+        }
+    }
+
+    /// Stops taking records and waits until the queued ones are written.
+    pub fn close(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for AccessLogger {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Queues `rec` on `tx` without blocking; a full queue drops it and counts.
+pub fn send(tx: &SyncSender<AccessRecord>, rec: AccessRecord, counters: &Counters) {
+    match tx.try_send(rec) {
+        Ok(()) => counters.bump(Counter::AccessLogQueued),
+        Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+            counters.bump(Counter::AccessLogDropped);
+            counters.bump(Counter::LimitAccessLogQueue);
+        }
+    }
+}
+
+/// `ms` unix milliseconds as RFC 3339 UTC with milliseconds (`2025-01-01T00:00:10.123Z`).
+pub fn rfc3339_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec() -> AccessRecord {
+        AccessRecord {
+            kind: "http_front.access",
+            timestamp: rfc3339_ms(1_735_689_610_123),
+            ts_ms: 1_735_689_610_123,
+            site: "example.com".into(),
+            tenant: Some(7),
+            client: "192.0.2.1".parse().unwrap(),
+            method: "GET".into(),
+            url: "http://example.com/a?b=1".into(),
+            proto: "HTTP/1.1",
+            status: 200,
+            duration_ms: duration_ms(Duration::from_micros(1234)),
+            upstream: "app".into(),
+            action: "pass",
+            user_agent: Some("curl/8".into()),
+            referer: None,
+            request_bytes: None,
+            response_bytes: Some(2),
+        }
+    }
+
+    #[test]
+    fn timestamps_and_shape() {
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(1_735_689_610_123), "2025-01-01T00:00:10.123Z");
+        assert_eq!(rfc3339_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        let j = serde_json::to_string(&rec()).unwrap();
+        assert!(j.starts_with(r#"{"kind":"http_front.access","timestamp":"2025-01-01T00:00:10.123Z","ts_ms":1735689610123,"#), "{j}");
+        assert!(j.contains(r#""duration_ms":1.234"#), "{j}");
+        assert!(j.contains(r#""client":"192.0.2.1""#), "{j}");
+    }
+
+    #[test]
+    fn writer_drains_queue_and_counts_drops() {
+        struct Mem(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl Write for Mem {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let counters = Arc::new(Counters::default());
+        let mut l = AccessLogger::spawn(
+            Box::new(JsonLines::new("mem", Mem(buf.clone()))),
+            4,
+            counters.clone(),
+        )
+        .unwrap();
+        for _ in 0..3 {
+            l.log(rec(), &counters);
+        }
+        l.close();
+        let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 3);
+        assert_eq!(counters.access_log_written.load(Ordering::Relaxed), 3);
+        l.log(rec(), &counters);
+        assert_eq!(
+            counters.get(Counter::AccessLogDropped),
+            1,
+            "closed logger drops"
+        );
+    }
+}

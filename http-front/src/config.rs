@@ -1,0 +1,1079 @@
+//! `front.toml`: the schema with its defaults, and the checks that refuse a bad file with `file:line:col: key: message`.
+//!
+//! Values are range-checked while they are read, so that a bad value is reported at its own
+//! line with its dotted key; references between sections (a site's upstream, duplicate hosts)
+//! and the files the config names (rules, certificates) are checked afterwards, again at the
+//! line of the key that names them. Unknown keys are refused by name.
+//!
+//! ```toml
+//! [server]                        # defaults shown
+//! listen = ["127.0.0.1:8080"]     # HTTP/1.1, and h2c by prior knowledge when h2c = true
+//! workers = 0                     # 0: one per core; 1: a single-threaded runtime
+//! h2c = true
+//! max_connections = 50000
+//! max_connections_per_source = 256
+//! header_read_timeout_ms = 10000  # request head, TLS handshake, HTTP/2 preface, h1 keep-alive idle
+//! idle_timeout_ms = 60000         # HTTP/2 without requests in flight
+//! max_connection_age_secs = 3600
+//! max_requests_per_connection = 1000
+//! graceful_close_ms = 5000
+//! syn_filter_max = 1024           # blocked IPv4 sources dropped at SYN by a socket filter
+//!
+//! [limits]
+//! max_uri_bytes = 8192            # 414
+//! max_header_bytes = 32768        # 431 (h1 head; h2 header list)
+//! max_headers = 100               # 431 (h1)
+//! max_body_bytes = 16777216       # 413
+//!
+//! [http2]
+//! max_concurrent_streams = 128
+//! max_pending_accept_reset_streams = 20
+//! max_local_error_reset_streams = 256
+//! reset_flood_min = 100           # premature resets before the ratio applies
+//! reset_flood_ratio = 0.5
+//! reset_flood_block_secs = 0      # > 0: a reset flood also blocks the source
+//! initial_stream_window = 262144
+//! initial_connection_window = 1048576
+//! max_send_buf_size = 262144
+//! keep_alive_interval_ms = 30000
+//! keep_alive_timeout_ms = 20000
+//!
+//! [tls]                           # optional; ALPN h2, http/1.1
+//! listen = ["0.0.0.0:443"]
+//! cert = "cert.pem"
+//! key = "key.pem"
+//!
+//! [forwarded]
+//! x_forwarded = true              # X-Forwarded-For/-Proto/-Host
+//! forwarded = true                # Forwarded: for=...;proto=...
+//! trust_incoming = false          # append to the client's own instead of replacing
+//!
+//! [rules]
+//! file = "rules.toml"             # shield's rules format
+//! state = { limiter = { slots = 65536 }, counters = { slots = 65536 } }
+//!
+//! [block]
+//! capacity = 1000000
+//! feed_capacity = 65536
+//!
+//! [xdp]
+//! pin_path = "/sys/fs/bpf/palisade"   # optional: mirror the block map into the XDP guard
+//!
+//! [events]
+//! output = "none"                 # none | stdout | file:PATH | unix:PATH | unixgram:PATH
+//! connection_tenant = 0
+//! aggregator = { interval_secs = 10, top_k = 1024, top_n = 20, v4_prefix = 24, v6_prefix = 56 }
+//!
+//! [access_log]
+//! output = "none"
+//! sample_rate = 0.01
+//! queue = 65536
+//!
+//! [metrics]
+//! listen = "127.0.0.1:9180"       # optional: /metrics
+//!
+//! [[upstream]]
+//! name = "app"
+//! servers = ["127.0.0.1:9000"]
+//! protocol = "http1"              # or "h2c"
+//! connect_timeout_ms = 2000
+//! response_timeout_ms = 30000
+//! pool_idle_timeout_ms = 60000
+//! pool_max_idle = 256
+//!
+//! [[site]]
+//! hosts = ["example.com", "*.example.com"]   # "*": any host
+//! upstream = "app"
+//! tenant = 7                      # none: no rules, straight to the proxy
+//! retry_after_secs = 1
+//! access_log = true
+//! ```
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{Deserializer, Error as _};
+use shield::block::BlockConfig;
+use shield::events::AggregatorConfig;
+use shield::rules::{MAX_TENANT_ID, StateConfig};
+use toml::Spanned;
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is wrong at this place.
+    #[error("{}", fmt_at(path, *line, *col, key, msg))]
+    At {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line (0 when unknown).
+        line: usize,
+        /// 1-based column (0 when unknown).
+        col: usize,
+        /// The dotted key (`site[1].upstream`), empty when the error is not about one key.
+        key: String,
+        /// What is wrong.
+        msg: String,
+    },
+}
+
+fn fmt_at(path: &Path, line: usize, col: usize, key: &str, msg: &str) -> String {
+    let mut s = path.display().to_string();
+    if line > 0 {
+        s.push_str(&format!(":{line}:{col}"));
+    }
+    s.push_str(": ");
+    if !key.is_empty() {
+        s.push_str(key);
+        s.push_str(": ");
+    }
+    s.push_str(msg);
+    s
+}
+
+impl ConfigError {
+    /// The line the error points at, when known.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            ConfigError::At { line, .. } if *line > 0 => Some(*line),
+            _ => None,
+        }
+    }
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let start = before.rfind('\n').map_or(0, |p| p + 1);
+    (line, text[start..offset].chars().count() + 1)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Value readers that check while reading (errors carry the value's span and key).
+
+fn range<'de, const LO: u64, const HI: u64, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let v = u64::deserialize(d)?;
+    if v < LO || v > HI {
+        return Err(D::Error::custom(format!(
+            "must be between {LO} and {HI}, not {v}"
+        )));
+    }
+    Ok(v)
+}
+
+fn range_u32<'de, const LO: u64, const HI: u64, D: Deserializer<'de>>(
+    d: D,
+) -> Result<u32, D::Error> {
+    range::<LO, HI, D>(d).map(|v| v as u32)
+}
+
+fn range_usize<'de, const LO: u64, const HI: u64, D: Deserializer<'de>>(
+    d: D,
+) -> Result<usize, D::Error> {
+    range::<LO, HI, D>(d).map(|v| v as usize)
+}
+
+fn fraction<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = f64::deserialize(d)?;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(D::Error::custom(format!(
+            "must be between 0.0 and 1.0, not {v}"
+        )));
+    }
+    Ok(v)
+}
+
+/// Where a stream of JSON lines goes.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum Output {
+    /// Nowhere.
+    #[default]
+    None,
+    /// Standard output.
+    Stdout,
+    /// Appended to a file.
+    File(PathBuf),
+    /// A Unix stream socket (Vector's `socket` source, `mode = "unix"`).
+    Unix(PathBuf),
+    /// A Unix datagram socket, one record per datagram.
+    UnixGram(PathBuf),
+}
+
+impl<'de> Deserialize<'de> for Output {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let out = match s.as_str() {
+            "none" | "" => Output::None,
+            "stdout" => Output::Stdout,
+            _ => match s.split_once(':') {
+                Some(("file", p)) if !p.is_empty() => Output::File(p.into()),
+                Some(("unix", p)) if !p.is_empty() => Output::Unix(p.into()),
+                Some(("unixgram", p)) if !p.is_empty() => Output::UnixGram(p.into()),
+                _ => {
+                    return Err(D::Error::custom(format!(
+                        "{s:?}: expected \"none\", \"stdout\", \"file:PATH\", \"unix:PATH\" or \"unixgram:PATH\""
+                    )));
+                }
+            },
+        };
+        Ok(out)
+    }
+}
+
+impl Output {
+    fn resolve(self, dir: &Path) -> Output {
+        let abs = |p: PathBuf| if p.is_relative() { dir.join(p) } else { p };
+        match self {
+            Output::File(p) => Output::File(abs(p)),
+            Output::Unix(p) => Output::Unix(abs(p)),
+            Output::UnixGram(p) => Output::UnixGram(abs(p)),
+            o => o,
+        }
+    }
+}
+
+/// Protocol spoken to an upstream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 with pooled keep-alive connections.
+    #[default]
+    Http1,
+    /// HTTP/2 over cleartext by prior knowledge, multiplexed.
+    H2c,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The schema. Every section has defaults; the checked form is built by `Config::parse`.
+
+/// `[server]`: listeners and connection lifecycle.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Server {
+    /// Plaintext listeners: HTTP/1.1, and HTTP/2 by prior knowledge (h2c) when `h2c`.
+    pub listen: Vec<SocketAddr>,
+    /// Runtime worker threads (0: one per core the process may run on). Start-time only.
+    #[serde(deserialize_with = "range_usize::<0, 1024, _>")]
+    pub workers: usize,
+    /// Accept HTTP/2 by prior knowledge on the plaintext listeners.
+    pub h2c: bool,
+    /// Most open client connections; further ones are closed at accept and counted.
+    #[serde(deserialize_with = "range_usize::<1, 10000000, _>")]
+    pub max_connections: usize,
+    /// Most open connections from one source address; further ones are closed at accept.
+    #[serde(deserialize_with = "range_usize::<1, 10000000, _>")]
+    pub max_connections_per_source: usize,
+    /// A request head (and a TLS handshake, and the HTTP/2 preface) must arrive within this; also the HTTP/1.1 keep-alive idle limit.
+    #[serde(deserialize_with = "range::<100, 3600000, _>")]
+    pub header_read_timeout_ms: u64,
+    /// An HTTP/2 connection with no request in flight for this long is closed (GOAWAY).
+    #[serde(deserialize_with = "range::<100, 86400000, _>")]
+    pub idle_timeout_ms: u64,
+    /// A connection older than this is closed after its current requests (GOAWAY / `Connection: close`).
+    #[serde(deserialize_with = "range::<1, 604800, _>")]
+    pub max_connection_age_secs: u64,
+    /// A connection that has carried this many requests (HTTP/2: streams) is closed after them.
+    #[serde(deserialize_with = "range_u32::<1, 4000000000, _>")]
+    pub max_requests_per_connection: u32,
+    /// Blocked IPv4 sources (the first this many entries of the block map) whose SYNs a
+    /// kernel socket filter on the listeners drops before any connection exists (0: off;
+    /// the accept-time check covers the rest). Start-time only.
+    #[serde(deserialize_with = "range_usize::<0, 3500, _>")]
+    pub syn_filter_max: usize,
+    /// After GOAWAY (or `Connection: close`), how long in-flight requests may still finish.
+    #[serde(deserialize_with = "range::<0, 600000, _>")]
+    pub graceful_close_ms: u64,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            workers: 0,
+            h2c: true,
+            max_connections: 50_000,
+            max_connections_per_source: 256,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_connection_age_secs: 3_600,
+            max_requests_per_connection: 1_000,
+            graceful_close_ms: 5_000,
+            syn_filter_max: 1_024,
+        }
+    }
+}
+
+/// `[limits]`: sizes of what a client may send.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Longest request target (path and query), bytes; longer gets 414.
+    #[serde(deserialize_with = "range_usize::<64, 1048576, _>")]
+    pub max_uri_bytes: usize,
+    /// Largest request head: request line and headers (HTTP/1.1), header list (HTTP/2); larger gets 431.
+    #[serde(deserialize_with = "range_usize::<1024, 1048576, _>")]
+    pub max_header_bytes: usize,
+    /// Most header fields in one HTTP/1.1 request; more gets 431.
+    #[serde(deserialize_with = "range_usize::<8, 10000, _>")]
+    pub max_headers: usize,
+    /// Largest request body, bytes; larger gets 413 (from Content-Length at once, else when reached).
+    #[serde(deserialize_with = "range::<0, 1099511627776, _>")]
+    pub max_body_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_uri_bytes: 8_192,
+            max_header_bytes: 32_768,
+            max_headers: 100,
+            max_body_bytes: 16 << 20,
+        }
+    }
+}
+
+/// `[http2]`: limits against abusive HTTP/2 clients (hyper and h2 knobs, and our own reset-flood check).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http2 {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS.
+    #[serde(deserialize_with = "range_u32::<1, 10000, _>")]
+    pub max_concurrent_streams: u32,
+    /// Streams reset by the client before we accepted them; beyond, GOAWAY ENHANCE_YOUR_CALM (h2).
+    #[serde(deserialize_with = "range_usize::<1, 100000, _>")]
+    pub max_pending_accept_reset_streams: usize,
+    /// Streams we had to reset for protocol errors; beyond, GOAWAY (h2, RUSTSEC-2024-0003).
+    #[serde(deserialize_with = "range_usize::<1, 100000, _>")]
+    pub max_local_error_reset_streams: usize,
+    /// Requests cancelled by the client before their response head are "premature resets"; a
+    /// connection with at least this many, making up more than `reset_flood_ratio` of its
+    /// requests, is closed (Envoy's rapid-reset heuristic).
+    #[serde(deserialize_with = "range_u32::<1, 1000000, _>")]
+    pub reset_flood_min: u32,
+    /// Share of premature resets among a connection's requests beyond which it is closed.
+    #[serde(deserialize_with = "fraction")]
+    pub reset_flood_ratio: f64,
+    /// When positive, a source caught in a reset flood also enters the block map for this long.
+    #[serde(deserialize_with = "range::<0, 2592000, _>")]
+    pub reset_flood_block_secs: u64,
+    /// SETTINGS_INITIAL_WINDOW_SIZE per stream, bytes.
+    #[serde(deserialize_with = "range_u32::<65535, 2147483647, _>")]
+    pub initial_stream_window: u32,
+    /// Connection-level receive window, bytes.
+    #[serde(deserialize_with = "range_u32::<65535, 2147483647, _>")]
+    pub initial_connection_window: u32,
+    /// Bytes buffered per stream for a slow reader.
+    #[serde(deserialize_with = "range_usize::<16384, 67108864, _>")]
+    pub max_send_buf_size: usize,
+    /// Interval of PINGs that detect dead peers (0: none).
+    #[serde(deserialize_with = "range::<0, 3600000, _>")]
+    pub keep_alive_interval_ms: u64,
+    /// A PING not answered within this closes the connection.
+    #[serde(deserialize_with = "range::<100, 3600000, _>")]
+    pub keep_alive_timeout_ms: u64,
+}
+
+impl Default for Http2 {
+    fn default() -> Self {
+        Http2 {
+            max_concurrent_streams: 128,
+            max_pending_accept_reset_streams: 20,
+            max_local_error_reset_streams: 256,
+            reset_flood_min: 100,
+            reset_flood_ratio: 0.5,
+            reset_flood_block_secs: 0,
+            initial_stream_window: 256 * 1024,
+            initial_connection_window: 1 << 20,
+            max_send_buf_size: 256 * 1024,
+            keep_alive_interval_ms: 30_000,
+            keep_alive_timeout_ms: 20_000,
+        }
+    }
+}
+
+/// `[tls]`: TLS listeners through rustls (ALPN h2 and http/1.1).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsSchema {
+    listen: Vec<SocketAddr>,
+    cert: Spanned<PathBuf>,
+    key: Spanned<PathBuf>,
+}
+
+/// `[forwarded]`: what the proxy tells the upstream about the client.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Forwarded {
+    /// Set `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host`.
+    pub x_forwarded: bool,
+    /// Set `Forwarded: for=...;proto=...;host=...` (RFC 7239).
+    pub forwarded: bool,
+    /// Append to the client's own `X-Forwarded-For`/`Forwarded` instead of replacing them (only behind a trusted proxy).
+    pub trust_incoming: bool,
+}
+
+impl Default for Forwarded {
+    fn default() -> Self {
+        Forwarded {
+            x_forwarded: true,
+            forwarded: true,
+            trust_incoming: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RulesSchema {
+    file: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    state: StateConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct XdpSchema {
+    pin_path: Option<PathBuf>,
+}
+
+/// `[events]`: where 403/429 aggregates go.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Events {
+    /// Where flushed aggregates go (`none`, `stdout`, `file:PATH`, `unix:PATH`, `unixgram:PATH`). Start-time only.
+    pub output: Output,
+    /// Tenant id under which connection-level blocks (before any Host is known) are recorded. Reloadable.
+    #[serde(deserialize_with = "range_u32::<0, 1048575, _>")]
+    pub connection_tenant: u32,
+    /// The shield aggregator (`interval_secs`, `top_k`, `top_n`, `max_recorders`, ...). Start-time only.
+    pub aggregator: AggregatorConfig,
+    /// `[events.clickhouse]`: aggregates (and access records, see `AccessLog::clickhouse`) into ClickHouse too. Start-time only.
+    pub clickhouse: Option<shield::events::ClickHouseConfig>,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Events {
+            output: Output::None,
+            connection_tenant: 0,
+            aggregator: AggregatorConfig::default(),
+            clickhouse: None,
+        }
+    }
+}
+
+/// `[access_log]`: sampled, normalised records of passed requests.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessLog {
+    /// Where records go; `none` turns access logs off. Start-time only.
+    pub output: Output,
+    /// Share of passed requests logged (1.0: all; 0.01: one in a hundred, deterministic per thread).
+    #[serde(deserialize_with = "fraction")]
+    pub sample_rate: f64,
+    /// Records queued for the writer; beyond, records are dropped and counted.
+    #[serde(deserialize_with = "range_usize::<1, 10000000, _>")]
+    pub queue: usize,
+    /// Also send records to `[events.clickhouse]`'s access table. Start-time only.
+    pub clickhouse: bool,
+}
+
+impl Default for AccessLog {
+    fn default() -> Self {
+        AccessLog {
+            output: Output::None,
+            sample_rate: 0.01,
+            queue: 65_536,
+            clickhouse: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct MetricsSchema {
+    listen: Option<SocketAddr>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpstreamSchema {
+    name: Spanned<String>,
+    servers: Spanned<Vec<SocketAddr>>,
+    #[serde(default)]
+    protocol: UpstreamProtocol,
+    #[serde(default = "d_connect", deserialize_with = "range::<1, 600000, _>")]
+    connect_timeout_ms: u64,
+    #[serde(default = "d_response", deserialize_with = "range::<1, 3600000, _>")]
+    response_timeout_ms: u64,
+    #[serde(default = "d_pool_idle", deserialize_with = "range::<0, 3600000, _>")]
+    pool_idle_timeout_ms: u64,
+    #[serde(
+        default = "d_pool_max",
+        deserialize_with = "range_usize::<0, 100000, _>"
+    )]
+    pool_max_idle: usize,
+}
+
+fn d_connect() -> u64 {
+    2_000
+}
+fn d_response() -> u64 {
+    30_000
+}
+fn d_pool_idle() -> u64 {
+    60_000
+}
+fn d_pool_max() -> usize {
+    256
+}
+fn d_retry_after() -> u32 {
+    1
+}
+fn d_true() -> bool {
+    true
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SiteSchema {
+    name: Option<String>,
+    hosts: Vec<Spanned<String>>,
+    upstream: Spanned<String>,
+    #[serde(default, deserialize_with = "tenant")]
+    tenant: Option<u32>,
+    #[serde(
+        default = "d_retry_after",
+        deserialize_with = "range_u32::<1, 86400, _>"
+    )]
+    retry_after_secs: u32,
+    #[serde(default = "d_true")]
+    access_log: bool,
+}
+
+fn tenant<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    range_u32::<0, { MAX_TENANT_ID as u64 }, D>(d).map(Some)
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSchema {
+    #[serde(default)]
+    server: Server,
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    http2: Http2,
+    tls: Option<TlsSchema>,
+    #[serde(default)]
+    forwarded: Forwarded,
+    rules: Option<RulesSchema>,
+    #[serde(default)]
+    block: BlockConfig,
+    #[serde(default)]
+    xdp: XdpSchema,
+    #[serde(default)]
+    events: Events,
+    #[serde(default)]
+    access_log: AccessLog,
+    #[serde(default)]
+    metrics: MetricsSchema,
+    #[serde(default)]
+    upstream: Vec<UpstreamSchema>,
+    #[serde(default)]
+    site: Vec<SiteSchema>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checked configuration.
+
+/// `[tls]`, checked: the files exist and were read at load time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tls {
+    /// TLS listeners. Start-time only.
+    pub listen: Vec<SocketAddr>,
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+}
+
+/// One `[[upstream]]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Upstream {
+    /// Name sites refer to.
+    pub name: String,
+    /// Servers, connected to in turn.
+    pub servers: Vec<SocketAddr>,
+    /// HTTP/1.1 or h2c.
+    pub protocol: UpstreamProtocol,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Time from sending the request until the response head.
+    pub response_timeout: Duration,
+    /// Idle pooled connections are closed after this.
+    pub pool_idle_timeout: Duration,
+    /// Most idle pooled connections kept.
+    pub pool_max_idle: usize,
+}
+
+/// One `[[site]]`: a tenant's hosts, its upstream and its rules.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Site {
+    /// Name for logs and metrics (default: its first host).
+    pub name: String,
+    /// Hosts, lower case: `example.com`, `*.example.com` (any subdomain), `*` (any host).
+    pub hosts: Vec<String>,
+    /// Index into [`Config::upstreams`].
+    pub upstream: usize,
+    /// Tenant id in the rules file; `None` or a tenant without rules: straight to the proxy.
+    pub tenant: Option<u32>,
+    /// `Retry-After` seconds sent with 429.
+    pub retry_after_secs: u32,
+    /// Sampled access logs for this site's passed requests.
+    pub access_log: bool,
+}
+
+/// The whole configuration, checked.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// `[server]`.
+    pub server: Server,
+    /// `[limits]`.
+    pub limits: Limits,
+    /// `[http2]`.
+    pub http2: Http2,
+    /// `[tls]`.
+    pub tls: Option<Tls>,
+    /// `[forwarded]`.
+    pub forwarded: Forwarded,
+    /// `[rules] file`: the shield rules file.
+    pub rules_file: Option<PathBuf>,
+    /// `[rules.state]`: rate-limit and escalation tables. Start-time only.
+    pub rules_state: StateConfig,
+    /// `[block]`: the block map. Start-time only.
+    pub block: BlockConfig,
+    /// `[xdp] pin_path`: mirror the block map into the XDP guard's maps pinned there. Start-time only.
+    pub xdp_pin_path: Option<PathBuf>,
+    /// `[events]`.
+    pub events: Events,
+    /// `[access_log]`.
+    pub access_log: AccessLog,
+    /// `[metrics] listen`. Start-time only.
+    pub metrics: Option<SocketAddr>,
+    /// `[[upstream]]`.
+    pub upstreams: Vec<Upstream>,
+    /// `[[site]]`.
+    pub sites: Vec<Site>,
+}
+
+/// A checked configuration with what it names already loaded: compiled rules, TLS settings.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The configuration.
+    pub config: Config,
+    /// The rules compiled from `[rules] file` (empty rules without one).
+    pub rules: shield::rules::Prepared,
+    /// The rustls server settings from `[tls]`.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+}
+
+impl Config {
+    /// Reads and checks `path`; compiles the rules file and reads the certificates it names.
+    pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Checks config `text`; `path` names it in errors and anchors relative paths.
+    pub fn parse(path: &Path, text: &str) -> Result<Loaded, ConfigError> {
+        let at = |span: Option<std::ops::Range<usize>>, key: &str, msg: String| {
+            let (line, col) = span.map_or((0, 0), |s| line_col(text, s.start));
+            ConfigError::At {
+                path: path.to_path_buf(),
+                line,
+                col,
+                key: key.to_string(),
+                msg,
+            }
+        };
+        let f: FileSchema = toml::from_str(text).map_err(|e| {
+            let (key, msg) = split_toml_error(&e);
+            at(e.span(), &key, msg)
+        })?;
+        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let abs = |p: &Path| {
+            if p.is_relative() {
+                dir.join(p)
+            } else {
+                p.to_path_buf()
+            }
+        };
+
+        // Upstreams: unique names, at least one server.
+        let mut upstreams: Vec<Upstream> = Vec::with_capacity(f.upstream.len());
+        for (i, u) in f.upstream.iter().enumerate() {
+            let name = u.name.get_ref().trim().to_string();
+            if name.is_empty() {
+                return Err(at(
+                    Some(u.name.span()),
+                    &format!("upstream[{i}].name"),
+                    "empty name".into(),
+                ));
+            }
+            if upstreams.iter().any(|x| x.name == name) {
+                return Err(at(
+                    Some(u.name.span()),
+                    &format!("upstream[{i}].name"),
+                    format!("upstream {name:?} is defined twice"),
+                ));
+            }
+            if u.servers.get_ref().is_empty() {
+                return Err(at(
+                    Some(u.servers.span()),
+                    &format!("upstream[{i}].servers"),
+                    "needs at least one server address".into(),
+                ));
+            }
+            upstreams.push(Upstream {
+                name,
+                servers: u.servers.get_ref().clone(),
+                protocol: u.protocol,
+                connect_timeout: Duration::from_millis(u.connect_timeout_ms),
+                response_timeout: Duration::from_millis(u.response_timeout_ms),
+                pool_idle_timeout: Duration::from_millis(u.pool_idle_timeout_ms),
+                pool_max_idle: u.pool_max_idle,
+            });
+        }
+
+        // Sites: known upstream, valid unique hosts.
+        let mut sites = Vec::with_capacity(f.site.len());
+        let mut seen_hosts: std::collections::HashMap<String, usize> = Default::default();
+        for (i, s) in f.site.iter().enumerate() {
+            let Some(up) = upstreams
+                .iter()
+                .position(|u| u.name == *s.upstream.get_ref())
+            else {
+                return Err(at(
+                    Some(s.upstream.span()),
+                    &format!("site[{i}].upstream"),
+                    format!("no [[upstream]] named {:?}", s.upstream.get_ref()),
+                ));
+            };
+            if s.hosts.is_empty() {
+                return Err(at(
+                    None,
+                    &format!("site[{i}].hosts"),
+                    "needs at least one host".into(),
+                ));
+            }
+            let mut hosts = Vec::with_capacity(s.hosts.len());
+            for h in &s.hosts {
+                let key = format!("site[{i}].hosts");
+                let host = h.get_ref().trim().to_ascii_lowercase();
+                if let Err(msg) = check_host(&host) {
+                    return Err(at(Some(h.span()), &key, format!("{host:?}: {msg}")));
+                }
+                if let Some(prev) = seen_hosts.insert(host.clone(), i) {
+                    return Err(at(
+                        Some(h.span()),
+                        &key,
+                        format!("host {host:?} is already served by site[{prev}]"),
+                    ));
+                }
+                hosts.push(host);
+            }
+            sites.push(Site {
+                name: s.name.clone().unwrap_or_else(|| hosts[0].clone()),
+                hosts,
+                upstream: up,
+                tenant: s.tenant,
+                retry_after_secs: s.retry_after_secs,
+                access_log: s.access_log,
+            });
+        }
+
+        // Rules: compiled now, so that a bad rules file refuses the whole config.
+        let rules_schema = f.rules.clone().unwrap_or_default();
+        let (rules_file, prepared) = match &rules_schema.file {
+            None => (None, shield::rules::Prepared::empty()),
+            Some(p) => {
+                let file = abs(p.get_ref());
+                let prepared = shield::rules::Prepared::load(&file)
+                    .map_err(|e| at(Some(p.span()), "rules.file", e.to_string()))?;
+                (Some(file), prepared)
+            }
+        };
+
+        let (tls, tls_config) = match &f.tls {
+            None => (None, None),
+            Some(t) => {
+                if t.listen.is_empty() {
+                    return Err(at(None, "tls.listen", "needs at least one address".into()));
+                }
+                let tls = Tls {
+                    listen: t.listen.clone(),
+                    cert: abs(t.cert.get_ref()),
+                    key: abs(t.key.get_ref()),
+                };
+                let sc = crate::tls::server_config(&tls.cert, &tls.key).map_err(|e| {
+                    let (span, key) = match e.which {
+                        crate::tls::Which::Cert => (t.cert.span(), "tls.cert"),
+                        crate::tls::Which::Key => (t.key.span(), "tls.key"),
+                    };
+                    at(Some(span), key, e.to_string())
+                })?;
+                (Some(tls), Some(sc))
+            }
+        };
+
+        if f.server.listen.is_empty() && tls.is_none() {
+            return Err(at(
+                None,
+                "server.listen",
+                "no listener: give server.listen or [tls] listen".into(),
+            ));
+        }
+        if f.block.capacity == 0 {
+            return Err(at(None, "block.capacity", "must be at least 1".into()));
+        }
+
+        let mut events = f.events.clone();
+        events.output = events.output.resolve(&dir);
+        let mut access_log = f.access_log.clone();
+        access_log.output = access_log.output.resolve(&dir);
+
+        let config = Config {
+            path: path.to_path_buf(),
+            server: f.server,
+            limits: f.limits,
+            http2: f.http2,
+            tls,
+            forwarded: f.forwarded,
+            rules_file,
+            rules_state: rules_schema.state,
+            block: f.block,
+            xdp_pin_path: f.xdp.pin_path.map(|p| abs(&p)),
+            events,
+            access_log,
+            metrics: f.metrics.listen,
+            upstreams,
+            sites,
+        };
+        Ok(Loaded {
+            config,
+            rules: prepared,
+            tls: tls_config,
+        })
+    }
+
+    /// Start-time-only settings that differ from `other` (reload keeps the running ones).
+    pub fn restart_only_changes(&self, other: &Config) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.server.listen != other.server.listen {
+            out.push("server.listen");
+        }
+        if self.server.workers != other.server.workers {
+            out.push("server.workers");
+        }
+        if self.server.syn_filter_max != other.server.syn_filter_max {
+            out.push("server.syn_filter_max");
+        }
+        if self.tls.as_ref().map(|t| &t.listen) != other.tls.as_ref().map(|t| &t.listen) {
+            out.push("tls.listen");
+        }
+        if self.metrics != other.metrics {
+            out.push("metrics.listen");
+        }
+        if self.block != other.block {
+            out.push("block");
+        }
+        if self.rules_state != other.rules_state {
+            out.push("rules.state");
+        }
+        if self.xdp_pin_path != other.xdp_pin_path {
+            out.push("xdp.pin_path");
+        }
+        if self.events.output != other.events.output
+            || self.events.aggregator != other.events.aggregator
+            || self.events.clickhouse != other.events.clickhouse
+        {
+            out.push("events");
+        }
+        if self.access_log.output != other.access_log.output
+            || self.access_log.queue != other.access_log.queue
+            || self.access_log.clickhouse != other.access_log.clickhouse
+        {
+            out.push("access_log.output");
+        }
+        out
+    }
+}
+
+/// Splits a TOML error into its dotted key and its message.
+fn split_toml_error(e: &toml::de::Error) -> (String, String) {
+    let mut bare = e.clone();
+    bare.set_input(None);
+    let shown = bare.to_string();
+    let key = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("in `").and_then(|k| k.strip_suffix('`')))
+        .unwrap_or("")
+        .to_string();
+    (key, e.message().trim().to_string())
+}
+
+fn check_host(h: &str) -> Result<(), &'static str> {
+    if h == "*" {
+        return Ok(());
+    }
+    let name = h.strip_prefix("*.").unwrap_or(h);
+    if name.is_empty() || name.len() > 253 {
+        return Err("not a host name");
+    }
+    if name.contains(':') {
+        return Err("give the host without a port");
+    }
+    let ok = name.split('.').all(|l| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    });
+    if !ok {
+        return Err("not a host name (letters, digits, '-', '_', dots; '*.' only in front)");
+    }
+    Ok(())
+}
+
+impl fmt::Display for UpstreamProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UpstreamProtocol::Http1 => "http1",
+            UpstreamProtocol::H2c => "h2c",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(t: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("front.toml"), t).map(|l| l.config)
+    }
+
+    const MIN: &str = "[[upstream]]\nname = \"app\"\nservers = [\"127.0.0.1:9000\"]\n\n[[site]]\nhosts = [\"example.com\"]\nupstream = \"app\"\n";
+
+    #[test]
+    fn defaults() {
+        let c = parse(MIN).unwrap();
+        assert_eq!(c.server, Server::default());
+        assert_eq!(c.limits.max_uri_bytes, 8192);
+        assert_eq!(c.sites[0].name, "example.com");
+        assert_eq!(c.sites[0].retry_after_secs, 1);
+        assert_eq!(c.upstreams[0].protocol, UpstreamProtocol::Http1);
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_and_key() {
+        let e = parse(&format!("[server]\nworkers = 1\nbogus = 3\n{MIN}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("front.toml:3:1: "), "{e}");
+        assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn bad_value_names_key_and_line() {
+        let e = parse(&format!("{MIN}[limits]\nmax_uri_bytes = 5\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("front.toml:9:17: limits.max_uri_bytes: must be between 64"),
+            "{e}"
+        );
+        let e = parse(&format!("[server]\nlisten = [\"nope\"]\n{MIN}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("front.toml:2:"), "{e}");
+        assert!(e.contains("server.listen"), "{e}");
+    }
+
+    #[test]
+    fn references_are_checked() {
+        let t = MIN.replace("upstream = \"app\"", "upstream = \"ap\"");
+        let e = parse(&t).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "front.toml:7:12: site[0].upstream: no [[upstream]] named \"ap\""
+        );
+        let t = format!("{MIN}[[site]]\nhosts = [\"Example.com\"]\nupstream = \"app\"\n");
+        let e = parse(&t).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "front.toml:9:10: site[1].hosts: host \"example.com\" is already served by site[0]"
+            ),
+            "{e}"
+        );
+        let t = MIN.replace("example.com\"", "ex ample.com\"");
+        assert!(
+            parse(&t)
+                .unwrap_err()
+                .to_string()
+                .contains("not a host name")
+        );
+    }
+
+    #[test]
+    fn rules_errors_carry_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("rules.toml"),
+            "[[tenant]]\nid = 1\ndeny = [\"1.2.3.0/33\"]\n",
+        )
+        .unwrap();
+        let p = dir.path().join("front.toml");
+        std::fs::write(&p, format!("{MIN}[rules]\nfile = \"rules.toml\"\n")).unwrap();
+        let e = Config::load(&p).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("front.toml:9:8: rules.file: "), "{e}");
+        assert!(e.contains("rules.toml:3:9:"), "{e}");
+    }
+
+    #[test]
+    fn outputs() {
+        let c = parse(&format!(
+            "{MIN}[access_log]\noutput = \"file:log.jsonl\"\nsample_rate = 1.0\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.access_log.output,
+            Output::File(PathBuf::from("log.jsonl"))
+        );
+        let e = parse(&format!("{MIN}[events]\noutput = \"kafka\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("events.output"), "{e}");
+    }
+}

@@ -1,0 +1,375 @@
+//! Client connections: the blocked-source check at accept (before a byte is read), the connection bounds, the protocol (ALPN, or the HTTP/2 preface on plaintext), and each connection's lifecycle — GOAWAY or `Connection: close` when it is blocked, too old, has served its requests, sits idle (HTTP/2), or floods resets.
+
+use std::future::Future;
+use std::io;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, sleep_until};
+
+use crate::conns::{CloseCause, ConnGuard, Refused};
+use crate::front::{Front, Snapshot};
+use crate::local;
+use crate::metrics::{Counter, Counters};
+use crate::proxy::ClientInfo;
+use crate::service::{self, ConnCtx};
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Closes a raw accepted descriptor with a reset (`SO_LINGER` 0, then `close`): two syscalls.
+fn reset_fd(fd: OwnedFd) {
+    let _ = socket2::SockRef::from(&fd).set_linger(Some(Duration::ZERO));
+    drop(fd);
+}
+
+/// Most connections accepted in one go before the accept task lets others run.
+const ACCEPT_BATCH: usize = 128;
+
+/// One `accept4(2)`: the new descriptor (non-blocking, close-on-exec) and the peer address.
+fn accept_raw(listener: &std::net::TcpListener) -> io::Result<(OwnedFd, SocketAddr)> {
+    // SAFETY: an all-zero sockaddr_storage is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: the listener's descriptor is valid for its lifetime; storage and len describe a
+    // buffer large enough for any socket address.
+    let fd = unsafe {
+        libc::accept4(
+            listener.as_raw_fd(),
+            (&raw mut storage).cast::<libc::sockaddr>(),
+            &mut len,
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: accept4 returned a new descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let addr = match storage.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in (family AF_INET) into storage.
+            let a = unsafe { &*(&raw const storage).cast::<libc::sockaddr_in>() };
+            SocketAddr::from((
+                u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
+                u16::from_be(a.sin_port),
+            ))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the kernel wrote a sockaddr_in6 (family AF_INET6) into storage.
+            let a = unsafe { &*(&raw const storage).cast::<libc::sockaddr_in6>() };
+            SocketAddr::from((a.sin6_addr.s6_addr, u16::from_be(a.sin6_port)))
+        }
+        _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "not an IP peer")),
+    };
+    Ok((fd, addr))
+}
+
+/// Accepts connections on `listener` until the task is dropped.
+///
+/// Connections are taken with raw `accept4(2)` in batches; the source is checked against the
+/// block map before the socket is registered with the runtime, so a blocked source costs
+/// `accept4`, one lookup, `setsockopt` and `close` — no allocation, no epoll registration,
+/// no task, no byte read.
+pub async fn accept_loop(front: Arc<Front>, listener: std::net::TcpListener, tls: bool) {
+    let c = &front.counters;
+    // SAFETY: the listener owns its descriptor and is neither closed nor replaced while the
+    // AsyncFd holds it.
+    let listener = match unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) } {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot register a listener");
+            return;
+        }
+    };
+    loop {
+        let mut ready = match listener.readable().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "listener failed");
+                return;
+            }
+        };
+        for _ in 0..ACCEPT_BATCH {
+            let (fd, peer) = match accept_raw(listener.get_ref()) {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ready.clear_ready();
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    c.bump(Counter::ConnAcceptErrors);
+                    tracing::debug!(error = %e, "accept failed");
+                    // Out of descriptors or memory: back off instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    break;
+                }
+            };
+            let ip = peer.ip().to_canonical();
+            let blocked = local::with(&front, |l| {
+                let b = l.is_blocked(ip);
+                if b {
+                    l.record_blocked(front.conn_tenant.load(Ordering::Relaxed), ip);
+                }
+                b
+            });
+            if blocked {
+                c.bump(Counter::ConnBlocked);
+                reset_fd(fd);
+                continue;
+            }
+            let snap = front.snapshot();
+            let s = &snap.cfg.server;
+            match front
+                .registry
+                .register(ip, s.max_connections, s.max_connections_per_source)
+            {
+                Err(Refused::Total) => {
+                    c.bump(Counter::LimitMaxConnections);
+                    reset_fd(fd);
+                }
+                Err(Refused::PerSource) => {
+                    c.bump(Counter::LimitPerSource);
+                    reset_fd(fd);
+                }
+                Ok(guard) => {
+                    let stream = match TcpStream::from_std(std::net::TcpStream::from(fd)) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            c.bump(Counter::ConnAcceptErrors);
+                            tracing::debug!(error = %e, "cannot register a connection");
+                            continue;
+                        }
+                    };
+                    c.bump(Counter::ConnAccepted);
+                    tokio::spawn(serve(Arc::clone(&front), snap, stream, guard, tls));
+                }
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Waits until the peer has sent enough to tell the HTTP/2 preface from an HTTP/1 request line.
+async fn is_h2_preface(s: &TcpStream) -> io::Result<bool> {
+    let mut buf = [0u8; 24];
+    loop {
+        let n = s.peek(&mut buf).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        if buf[..n] != PREFACE[..n] {
+            return Ok(false);
+        }
+        if n == PREFACE.len() {
+            return Ok(true);
+        }
+        // A split preface: peek would return the same bytes at once, so wait a little.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Time limits of one connection.
+#[derive(Clone, Copy, Debug)]
+struct Life {
+    max_age: Duration,
+    idle: Duration,
+    grace: Duration,
+}
+
+async fn serve(
+    front: Arc<Front>,
+    snap: Arc<Snapshot>,
+    stream: TcpStream,
+    guard: ConnGuard,
+    tls: bool,
+) {
+    let _ = stream.set_nodelay(true);
+    let s = &snap.cfg.server;
+    let head_timeout = Duration::from_millis(s.header_read_timeout_ms);
+    let life = Life {
+        max_age: Duration::from_secs(s.max_connection_age_secs),
+        idle: Duration::from_millis(s.idle_timeout_ms),
+        grace: Duration::from_millis(s.graceful_close_ms),
+    };
+    let ip = guard.ctl.ip;
+    let make_cx = |h2: bool| {
+        Arc::new(ConnCtx {
+            front: Arc::clone(&front),
+            ctl: Arc::clone(&guard.ctl),
+            ip,
+            h2,
+            client: ClientInfo::new(ip, tls),
+            max_requests: s.max_requests_per_connection,
+            flood_min: snap.cfg.http2.reset_flood_min,
+            flood_ratio: snap.cfg.http2.reset_flood_ratio,
+            flood_block_secs: snap.cfg.http2.reset_flood_block_secs,
+        })
+    };
+    let c = &front.counters;
+    if tls {
+        let Some(acceptor) = snap.tls.clone() else {
+            return;
+        };
+        let stream = match tokio::time::timeout(head_timeout, acceptor.accept(stream)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(_)) => {
+                c.bump(Counter::ConnTlsFailed);
+                return;
+            }
+            Err(_) => {
+                c.bump(Counter::ConnTlsFailed);
+                c.bump(Counter::LimitHeaderTimeout);
+                return;
+            }
+        };
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        let cx = make_cx(h2);
+        let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
+        drop(snap);
+        run(cx, stream, h2, b1, b2, life).await;
+    } else {
+        let h2 = if s.h2c {
+            match tokio::time::timeout(head_timeout, is_h2_preface(&stream)).await {
+                Ok(Ok(h2)) => h2,
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    c.bump(Counter::LimitHeaderTimeout);
+                    return;
+                }
+            }
+        } else {
+            false
+        };
+        let cx = make_cx(h2);
+        let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
+        drop(snap);
+        run(cx, stream, h2, b1, b2, life).await;
+    }
+    drop(guard);
+}
+
+async fn run<I>(
+    cx: Arc<ConnCtx>,
+    io: I,
+    h2: bool,
+    b1: hyper::server::conn::http1::Builder,
+    b2: hyper::server::conn::http2::Builder<hyper_util::rt::TokioExecutor>,
+    life: Life,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = {
+        let cx = Arc::clone(&cx);
+        service_fn(move |req: hyper::Request<Incoming>| service::handle(Arc::clone(&cx), req))
+    };
+    let io = TokioIo::new(io);
+    if h2 {
+        let conn = b2.serve_connection(io, svc);
+        drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
+    } else {
+        let conn = b1.serve_connection(io, svc);
+        drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
+    }
+}
+
+fn count_close(c: &Counters, cause: Option<CloseCause>) {
+    c.bump(match cause {
+        Some(CloseCause::Blocked) => Counter::ClosedBlocked,
+        Some(CloseCause::MaxAge) => Counter::ClosedMaxAge,
+        Some(CloseCause::MaxRequests) => Counter::ClosedMaxRequests,
+        Some(CloseCause::Idle) => Counter::ClosedIdle,
+        Some(CloseCause::ResetFlood) => Counter::ClosedResetFlood,
+        Some(CloseCause::Shutdown) | None => Counter::ClosedShutdown,
+    });
+}
+
+fn count_error(c: &Counters, e: &hyper::Error) {
+    if e.is_parse_too_large() {
+        c.bump(Counter::LimitHeaderBytes);
+    } else if e.is_timeout() {
+        c.bump(Counter::LimitHeaderTimeout);
+    } else if let Some(h2e) =
+        std::error::Error::source(e).and_then(|s| s.downcast_ref::<h2::Error>())
+        && h2e.is_go_away()
+        && h2e.is_library()
+    {
+        // h2 itself sent GOAWAY: pending-accept resets, local error resets, CONTINUATION abuse.
+        c.bump(Counter::LimitH2Protocol);
+    } else {
+        c.bump(Counter::ConnErrors);
+    }
+}
+
+/// Polls a connection until it ends, asking it to shut down gracefully when its control block
+/// says so or a time limit passes, and dropping it when the grace period after that runs out.
+async fn drive<F, G>(cx: &ConnCtx, conn: F, life: Life, mut shutdown: G)
+where
+    F: Future<Output = hyper::Result<()>>,
+    G: FnMut(Pin<&mut F>),
+{
+    let c = &cx.front.counters;
+    let ctl = &cx.ctl;
+    let mut conn = pin!(conn);
+    let start = Instant::now();
+    let mut age = pin!(sleep_until(start + life.max_age));
+    let mut idle_at = start + life.idle;
+    let mut grace_end: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            biased;
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    count_error(c, &e);
+                }
+                return;
+            }
+            _ = ctl.closed(), if grace_end.is_none() => {
+                let cause = ctl.cause();
+                count_close(c, cause);
+                shutdown(conn.as_mut());
+                // A hostile source gets little time to finish.
+                let grace = match cause {
+                    Some(CloseCause::Blocked | CloseCause::ResetFlood) => life.grace.min(Duration::from_secs(1)),
+                    _ => life.grace,
+                };
+                grace_end = Some(Instant::now() + grace);
+            }
+            _ = &mut age, if grace_end.is_none() => {
+                if ctl.close(CloseCause::MaxAge) {
+                    c.bump(Counter::LimitMaxAge);
+                }
+            }
+            _ = sleep_until(idle_at), if cx.h2 && grace_end.is_none() => {
+                let now_ms = shield::clock::mono_us() / 1000;
+                let last = ctl.last_active_ms.load(Ordering::Relaxed);
+                let idle_ms = life.idle.as_millis() as u64;
+                let quiet_ms = if last == 0 { start.elapsed().as_millis() as u64 } else { now_ms.saturating_sub(last) };
+                if ctl.inflight.load(Ordering::Relaxed) == 0 && quiet_ms >= idle_ms {
+                    if ctl.close(CloseCause::Idle) {
+                        c.bump(Counter::LimitIdle);
+                    }
+                } else {
+                    idle_at = Instant::now() + Duration::from_millis(idle_ms.saturating_sub(quiet_ms).max(10));
+                }
+            }
+            _ = sleep_until(grace_end.unwrap_or(start)), if grace_end.is_some() => {
+                c.bump(Counter::ClosedGraceExpired);
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! Open client connections by source address, so that a source entering the block map has its connections closed; also the connection bounds (total, per source).
+//!
+//! The registry is touched twice per connection (accept, close), never per request: it is
+//! sharded by address hash, so two cores only meet when their sources share a shard. Each
+//! connection owns a [`ConnCtl`]: a close cause and a wake-up the connection task waits on,
+//! plus the per-connection request and reset counts the request path bumps.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use hashbrown::HashMap;
+use ipnet::IpNet;
+use tokio::sync::Notify;
+
+const SHARDS: usize = 64;
+
+/// Why the front closes a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CloseCause {
+    /// Its source is in the block map.
+    Blocked = 1,
+    /// It reached `max_connection_age_secs`.
+    MaxAge = 2,
+    /// It carried `max_requests_per_connection` requests.
+    MaxRequests = 3,
+    /// HTTP/2 without requests for `idle_timeout_ms`.
+    Idle = 4,
+    /// Too many requests cancelled before their response (rapid reset).
+    ResetFlood = 5,
+    /// The server is shutting down.
+    Shutdown = 6,
+}
+
+impl CloseCause {
+    fn from_u8(v: u8) -> Option<CloseCause> {
+        Some(match v {
+            1 => CloseCause::Blocked,
+            2 => CloseCause::MaxAge,
+            3 => CloseCause::MaxRequests,
+            4 => CloseCause::Idle,
+            5 => CloseCause::ResetFlood,
+            6 => CloseCause::Shutdown,
+            _ => return None,
+        })
+    }
+}
+
+/// One connection's control block.
+#[derive(Debug)]
+pub struct ConnCtl {
+    /// The source address (IPv4-mapped addresses as IPv4).
+    pub ip: IpAddr,
+    cause: AtomicU8,
+    notify: Notify,
+    /// Requests (HTTP/2: streams) started on it.
+    pub requests: AtomicU32,
+    /// Requests in flight.
+    pub inflight: AtomicU32,
+    /// Requests cancelled by the client before their response head.
+    pub premature: AtomicU32,
+    /// Monotonic milliseconds of the last request start or end (for the HTTP/2 idle timeout).
+    pub last_active_ms: std::sync::atomic::AtomicU64,
+}
+
+impl ConnCtl {
+    fn new(ip: IpAddr) -> Self {
+        ConnCtl {
+            ip,
+            cause: AtomicU8::new(0),
+            notify: Notify::new(),
+            requests: AtomicU32::new(0),
+            inflight: AtomicU32::new(0),
+            premature: AtomicU32::new(0),
+            last_active_ms: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Asks the connection to close for `cause`; the first cause wins. True when this call set it.
+    pub fn close(&self, cause: CloseCause) -> bool {
+        let set = self
+            .cause
+            .compare_exchange(0, cause as u8, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if set {
+            self.notify.notify_one();
+        }
+        set
+    }
+
+    /// Why the connection is closing, if it is.
+    #[inline]
+    pub fn cause(&self) -> Option<CloseCause> {
+        CloseCause::from_u8(self.cause.load(Ordering::Acquire))
+    }
+
+    /// Waits until [`close`](Self::close) has been called.
+    pub async fn closed(&self) {
+        loop {
+            if self.cause().is_some() {
+                return;
+            }
+            self.notify.notified().await;
+        }
+    }
+}
+
+/// Why a connection was refused at accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// `max_connections` are open.
+    Total,
+    /// `max_connections_per_source` are open from this source.
+    PerSource,
+}
+
+type Shard = HashMap<IpAddr, Vec<Arc<ConnCtl>>, foldhash::fast::RandomState>;
+
+/// Open connections by source; see the module documentation.
+#[derive(Debug)]
+pub struct Registry {
+    shards: Box<[Mutex<Shard>]>,
+    open: AtomicUsize,
+    hasher: foldhash::fast::RandomState,
+}
+
+fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            open: AtomicUsize::new(0),
+            hasher: foldhash::fast::RandomState::default(),
+        }
+    }
+}
+
+/// A registered connection; dropping it unregisters.
+#[derive(Debug)]
+pub struct ConnGuard {
+    registry: Arc<Registry>,
+    /// Its control block.
+    pub ctl: Arc<ConnCtl>,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.registry.unregister(&self.ctl);
+    }
+}
+
+impl Registry {
+    fn shard(&self, ip: &IpAddr) -> &Mutex<Shard> {
+        use std::hash::BuildHasher;
+        &self.shards[(self.hasher.hash_one(ip) as usize) % SHARDS]
+    }
+
+    /// Registers a connection from `ip` unless a bound refuses it.
+    pub fn register(
+        self: &Arc<Self>,
+        ip: IpAddr,
+        max_total: usize,
+        max_per_source: usize,
+    ) -> Result<ConnGuard, Refused> {
+        if self.open.fetch_add(1, Ordering::AcqRel) >= max_total {
+            self.open.fetch_sub(1, Ordering::AcqRel);
+            return Err(Refused::Total);
+        }
+        let ctl = Arc::new(ConnCtl::new(ip));
+        {
+            let mut s = lock(self.shard(&ip));
+            let list = s.entry(ip).or_default();
+            if list.len() >= max_per_source {
+                drop(s);
+                self.open.fetch_sub(1, Ordering::AcqRel);
+                return Err(Refused::PerSource);
+            }
+            list.push(Arc::clone(&ctl));
+        }
+        Ok(ConnGuard {
+            registry: Arc::clone(self),
+            ctl,
+        })
+    }
+
+    fn unregister(&self, ctl: &Arc<ConnCtl>) {
+        {
+            let mut s = lock(self.shard(&ctl.ip));
+            if let Some(list) = s.get_mut(&ctl.ip) {
+                list.retain(|c| !Arc::ptr_eq(c, ctl));
+                if list.is_empty() {
+                    s.remove(&ctl.ip);
+                }
+            }
+        }
+        self.open.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Open connections.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Asks every connection from inside `net` to close; returns how many were asked.
+    ///
+    /// A host entry costs one shard lookup; a shorter prefix walks every shard (escalations
+    /// are mostly hosts, and the walk holds one shard at a time).
+    pub fn close_net(&self, net: IpNet, cause: CloseCause) -> usize {
+        let mut n = 0;
+        if net.prefix_len() == net.max_prefix_len() {
+            let ip = net.addr();
+            if let Some(list) = lock(self.shard(&ip)).get(&ip) {
+                for c in list {
+                    n += usize::from(c.close(cause));
+                }
+            }
+            return n;
+        }
+        for shard in self.shards.iter() {
+            for (ip, list) in lock(shard).iter() {
+                if net.contains(ip) {
+                    for c in list {
+                        n += usize::from(c.close(cause));
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    /// Asks every connection to close.
+    pub fn close_all(&self, cause: CloseCause) -> usize {
+        let mut n = 0;
+        for shard in self.shards.iter() {
+            for list in lock(shard).values() {
+                for c in list {
+                    n += usize::from(c.close(cause));
+                }
+            }
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn bounds_and_close_by_prefix() {
+        let r = Arc::new(Registry::default());
+        let a1 = r.register(ip("192.0.2.1"), 3, 2).unwrap();
+        let a2 = r.register(ip("192.0.2.1"), 3, 2).unwrap();
+        assert_eq!(
+            r.register(ip("192.0.2.1"), 3, 2).unwrap_err(),
+            Refused::PerSource
+        );
+        let b = r.register(ip("192.0.2.9"), 3, 2).unwrap();
+        assert_eq!(
+            r.register(ip("198.51.100.1"), 3, 2).unwrap_err(),
+            Refused::Total
+        );
+        assert_eq!(r.open(), 3);
+        assert_eq!(
+            r.close_net("192.0.2.1/32".parse().unwrap(), CloseCause::Blocked),
+            2
+        );
+        assert_eq!(a1.ctl.cause(), Some(CloseCause::Blocked));
+        assert_eq!(b.ctl.cause(), None);
+        assert_eq!(
+            r.close_net("192.0.2.0/24".parse().unwrap(), CloseCause::Blocked),
+            1
+        );
+        assert!(!b.ctl.close(CloseCause::Idle), "first cause wins");
+        assert_eq!(b.ctl.cause(), Some(CloseCause::Blocked));
+        drop((a1, a2, b));
+        assert_eq!(r.open(), 0);
+        assert!(r.register(ip("192.0.2.1"), 3, 2).is_ok());
+    }
+}

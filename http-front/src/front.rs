@@ -1,0 +1,355 @@
+//! The running front: the prepared configuration (one snapshot, swapped whole on reload), and what outlives reloads — block map, rules state, aggregator, counters, connection registry.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use shield::block::BlockMap;
+use shield::events::{
+    Aggregator, Flusher, JsonLines, SinkStats, SinkWriter, UnixDatagramSink, UnixStreamSink,
+};
+use shield::rules::{Prepared, RuleSet, RuleState};
+use tokio_rustls::TlsAcceptor;
+
+use crate::access_log::{self, AccessLogger, AccessRecord};
+use crate::config::{Config, ConfigError, Loaded, Output};
+use crate::conns::Registry;
+use crate::metrics::{Counter, Counters};
+use crate::site::Sites;
+use crate::upstream::Upstream;
+
+/// Why the front could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// An event or access-log output could not be opened.
+    #[error("{what} output: {source}")]
+    Output {
+        /// Which output.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The XDP guard's pinned maps could not be opened.
+    #[error("xdp.pin_path {}: {source}", path.display())]
+    Xdp {
+        /// The pin directory.
+        path: PathBuf,
+        /// The error.
+        source: xdp_guard::Error,
+    },
+}
+
+/// Everything the request path reads from the configuration, prepared once per change.
+pub struct Snapshot {
+    /// The configuration.
+    pub cfg: Config,
+    /// Sites by host.
+    pub sites: Sites,
+    /// Upstreams with their pools (kept across reloads when their settings are unchanged).
+    pub upstreams: Vec<Arc<Upstream>>,
+    /// TLS acceptor for the TLS listeners.
+    pub tls: Option<TlsAcceptor>,
+    /// HTTP/1.1 connection settings.
+    pub h1: http1::Builder,
+    /// HTTP/2 connection settings.
+    pub h2: http2::Builder<TokioExecutor>,
+    /// Log one passed request in this many per thread (0: off).
+    pub sample_period: u64,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("sites", &self.sites.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Snapshot {
+    /// Prepares `cfg` (with `rules` for which tenants have any); reuses `prev`'s upstreams whose settings did not change.
+    pub fn build(
+        cfg: Config,
+        rules: &Prepared,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        prev: Option<&Snapshot>,
+    ) -> Snapshot {
+        let upstreams: Vec<Arc<Upstream>> = cfg
+            .upstreams
+            .iter()
+            .map(|u| {
+                prev.and_then(|p| p.upstreams.iter().find(|x| x.cfg == *u))
+                    .map(Arc::clone)
+                    .unwrap_or_else(|| Arc::new(Upstream::new(u)))
+            })
+            .collect();
+        let sites = Sites::prepare(&cfg, rules, &upstreams);
+        let mut h1 = http1::Builder::new();
+        h1.timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_millis(cfg.server.header_read_timeout_ms))
+            .max_header_size(cfg.limits.max_header_bytes)
+            .keep_alive(true);
+        if cfg.limits.max_headers != 100 {
+            // Any other value makes hyper allocate the header array per request.
+            h1.max_headers(cfg.limits.max_headers);
+        }
+        let h = &cfg.http2;
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_concurrent_streams(h.max_concurrent_streams)
+            .max_pending_accept_reset_streams(h.max_pending_accept_reset_streams)
+            .max_local_error_reset_streams(h.max_local_error_reset_streams)
+            .max_header_list_size(cfg.limits.max_header_bytes as u32)
+            .initial_stream_window_size(h.initial_stream_window)
+            .initial_connection_window_size(h.initial_connection_window)
+            .max_send_buf_size(h.max_send_buf_size)
+            .keep_alive_timeout(Duration::from_millis(h.keep_alive_timeout_ms));
+        if h.keep_alive_interval_ms > 0 {
+            h2.keep_alive_interval(Duration::from_millis(h.keep_alive_interval_ms));
+        }
+        let rate = cfg.access_log.sample_rate;
+        let logging = cfg.access_log.output != Output::None || cfg.access_log.clickhouse;
+        let sample_period = if !logging || rate <= 0.0 {
+            0
+        } else {
+            (1.0 / rate).round().max(1.0) as u64
+        };
+        Snapshot {
+            sites,
+            upstreams,
+            tls: tls.map(TlsAcceptor::from),
+            h1,
+            h2,
+            sample_period,
+            cfg,
+        }
+    }
+}
+
+/// The running front; see the module documentation.
+pub struct Front {
+    id: u64,
+    /// Counters shown by /metrics.
+    pub counters: Arc<Counters>,
+    /// The block map (escalations land here; the XDP mirror and connection closer read its feed).
+    pub blocks: Arc<BlockMap>,
+    /// The shield rules and their state.
+    pub rules: Arc<RuleSet>,
+    /// The 403/429/blocked event aggregator.
+    pub events: Arc<Aggregator>,
+    /// Open connections by source.
+    pub registry: Arc<Registry>,
+    /// Tenant under which connection-level blocks are recorded.
+    pub conn_tenant: AtomicU32,
+    /// Counters of the listeners' SYN filter.
+    pub syn_filter: Arc<crate::synfilter::FilterStats>,
+    snapshot: ArcSwap<Snapshot>,
+    flusher: Mutex<Option<Flusher>>,
+    access_log: Mutex<Option<AccessLogger>>,
+    clickhouse: Vec<shield::events::ClickHouseMonitor>,
+    xdp: Mutex<Option<xdp_guard::MirrorHandle>>,
+    config_path: PathBuf,
+}
+
+impl std::fmt::Debug for Front {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Front")
+            .field("config", &self.config_path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn event_writer(out: &Output, queue: usize) -> std::io::Result<Option<SinkWriter>> {
+    let sink: Box<dyn shield::events::Sink> = match out {
+        Output::None => return Ok(None),
+        Output::Stdout => Box::new(JsonLines::stdout()),
+        Output::File(p) => Box::new(JsonLines::file(p)?),
+        Output::Unix(p) => Box::new(UnixStreamSink::new(p, Duration::from_secs(2))),
+        Output::UnixGram(p) => Box::new(UnixDatagramSink::new(p, Duration::from_secs(2))?),
+    };
+    SinkWriter::spawn(sink, queue).map(Some)
+}
+
+impl Front {
+    /// Builds the front from a loaded configuration: block map, rules, aggregator and its flusher, access log, XDP mirror.
+    pub fn new(loaded: Loaded) -> Result<Arc<Front>, StartError> {
+        static IDS: AtomicU64 = AtomicU64::new(1);
+        let Loaded {
+            config: cfg,
+            rules,
+            tls,
+        } = loaded;
+        let blocks = BlockMap::new(cfg.block.clone());
+        let events = Aggregator::new(cfg.events.aggregator.clone());
+        let writers = event_writer(&cfg.events.output, cfg.events.aggregator.queue_batches)
+            .map_err(|source| StartError::Output {
+                what: "events",
+                source,
+            })?;
+        let mut clickhouse = Vec::new();
+        let ch = crate::clickhouse::event_writer(&cfg).map_err(|source| StartError::Output {
+            what: "events.clickhouse",
+            source,
+        })?;
+        let ch = ch.map(|(w, m)| {
+            clickhouse.push(m);
+            w
+        });
+        let flusher = events
+            .spawn_flusher(writers.into_iter().chain(ch).collect())
+            .map_err(|source| StartError::Output {
+                what: "events",
+                source,
+            })?;
+        let counters = Arc::new(Counters::default());
+        let access_log = access_log::sink_for(&cfg.access_log.output)
+            .and_then(|s| crate::clickhouse::access_sink(&cfg, s))
+            .map(|(s, m)| {
+                clickhouse.extend(m);
+                s
+            })
+            .and_then(|s| match s {
+                Some(s) => {
+                    AccessLogger::spawn(s, cfg.access_log.queue, Arc::clone(&counters)).map(Some)
+                }
+                None => Ok(None),
+            })
+            .map_err(|source| StartError::Output {
+                what: "access_log",
+                source,
+            })?;
+        let xdp = match &cfg.xdp_pin_path {
+            None => None,
+            Some(path) => {
+                let maps =
+                    xdp_guard::GuardMaps::open_pinned(path).map_err(|source| StartError::Xdp {
+                        path: path.clone(),
+                        source,
+                    })?;
+                let handle = xdp_guard::Mirror::new(maps, blocks.subscribe("xdp"))
+                    .spawn()
+                    .map_err(|e| StartError::Output {
+                        what: "xdp mirror",
+                        source: e,
+                    })?;
+                tracing::info!(path = %path.display(), "mirroring the block map into the XDP guard's maps");
+                Some(handle)
+            }
+        };
+        let state = RuleState::new(&cfg.rules_state, Some(Arc::clone(&blocks)));
+        let conn_tenant = AtomicU32::new(cfg.events.connection_tenant);
+        let config_path = cfg.path.clone();
+        let snapshot = Snapshot::build(cfg, &rules, tls, None);
+        Ok(Arc::new(Front {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            counters,
+            blocks,
+            rules: Arc::new(RuleSet::new(rules, state)),
+            events,
+            registry: Arc::new(Registry::default()),
+            conn_tenant,
+            syn_filter: Arc::default(),
+            snapshot: ArcSwap::from_pointee(snapshot),
+            flusher: Mutex::new(Some(flusher)),
+            access_log: Mutex::new(access_log),
+            clickhouse,
+            xdp: Mutex::new(xdp),
+            config_path,
+        }))
+    }
+
+    /// A process-unique id (thread-local handles are keyed by it).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The current snapshot.
+    #[inline]
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// The config file this front reloads from.
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    /// Re-reads the config file; on success swaps in the new snapshot and rules, on failure keeps the last good ones.
+    pub fn reload(&self) -> Result<(), ConfigError> {
+        let loaded = match Config::load(&self.config_path) {
+            Ok(l) => l,
+            Err(e) => {
+                self.counters.bump(Counter::ReloadFailed);
+                tracing::error!(error = %e, "config refused; keeping the last good config");
+                return Err(e);
+            }
+        };
+        let prev = self.snapshot.load_full();
+        let ignored = loaded.config.restart_only_changes(&prev.cfg);
+        if !ignored.is_empty() {
+            tracing::warn!(keys = ?ignored, "these settings change only at restart; keeping the running ones");
+        }
+        let Loaded { config, rules, tls } = loaded;
+        let snap = Snapshot::build(config, &rules, tls, Some(&prev));
+        self.conn_tenant
+            .store(snap.cfg.events.connection_tenant, Ordering::Relaxed);
+        self.rules.store(rules);
+        self.snapshot.store(Arc::new(snap));
+        self.counters.bump(Counter::ReloadOk);
+        tracing::info!(path = %self.config_path.display(), "config reloaded");
+        Ok(())
+    }
+
+    /// A sender into the access-log writer, when access logs are on.
+    pub fn access_log_sender(&self) -> Option<std::sync::mpsc::SyncSender<AccessRecord>> {
+        lock(&self.access_log)
+            .as_ref()
+            .and_then(AccessLogger::sender)
+    }
+
+    /// Counters of the event sinks.
+    pub fn sink_stats(&self) -> Option<Vec<SinkStats>> {
+        lock(&self.flusher).as_ref().map(Flusher::sink_stats)
+    }
+
+    /// The ClickHouse writers' monitors (events, access records), when configured.
+    pub fn clickhouse_monitors(&self) -> &[shield::events::ClickHouseMonitor] {
+        &self.clickhouse
+    }
+
+    /// Counters of the XDP mirror, when one runs.
+    pub fn xdp_stats(&self) -> Option<xdp_guard::MirrorSnapshot> {
+        lock(&self.xdp).as_ref().map(|h| h.stats().snapshot())
+    }
+
+    /// Last flush of events and access logs, stop of the XDP mirror (after the runtime is gone).
+    pub fn finish(&self) {
+        // This thread's handles hold an access-log sender; the writer ends when all are gone.
+        crate::local::clear();
+        if let Some(f) = lock(&self.flusher).take() {
+            f.stop();
+        }
+        if let Some(mut l) = lock(&self.access_log).take() {
+            l.close();
+        }
+        if let Some(x) = lock(&self.xdp).take() {
+            x.stop();
+        }
+    }
+}

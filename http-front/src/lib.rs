@@ -1,0 +1,32 @@
+//! http-front: Palisade's WAF reverse proxy (hyper, HTTP/1.1 and HTTP/2) on the shared policy core, `shield`.
+//!
+//! A request walks, with early exits: the block map at accept (a blocked source costs one
+//! lookup and a reset, before any byte is read) → Host → the site prepared for it → size
+//! limits → the site's shield rules (skipped entirely when it has none) → the upstream's
+//! connection pool. 403 and 429 go to the shield aggregator; a source crossing its tenant's
+//! escalation threshold enters the block map, which closes its open connections (HTTP/2 with
+//! GOAWAY). See `config` for `front.toml`.
+//!
+//! Files by job: [`config`] (the file), [`front`] (running state and reload), [`conn`]
+//! (accept and connection lifecycle), [`conns`] (connections by source), [`service`] (the
+//! request path), [`site`] (Host → site), [`proxy`] (forwarding), [`upstream`] (pools),
+//! [`blockwatch`] (block feed → closed connections), [`local`] (per-thread handles),
+//! [`synfilter`] (blocked IPv4 sources' SYNs dropped in the kernel), [`access_log`],
+//! [`metrics`], [`tls`], [`server`] (start, signals, stop).
+
+pub mod access_log;
+pub mod blockwatch;
+pub mod clickhouse;
+pub mod config;
+pub mod conn;
+pub mod conns;
+pub mod front;
+pub mod local;
+pub mod metrics;
+pub mod proxy;
+pub mod server;
+pub mod service;
+pub mod site;
+pub mod synfilter;
+pub mod tls;
+pub mod upstream;

@@ -1,0 +1,253 @@
+//! Forwarding: hop-by-hop headers out, `X-Forwarded-*` and `Forwarded` in, the request sent through the upstream's pool within its response timeout, and the response cleaned for the client.
+
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Version};
+use http_body_util::{Either, Full, Limited};
+use hyper::body::Incoming;
+
+use crate::config::{Forwarded, UpstreamProtocol};
+use crate::upstream::Upstream;
+
+/// The response body: the upstream's, streamed, or one of ours.
+pub type RespBody = Either<Incoming, Full<bytes::Bytes>>;
+
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+
+/// What the proxy says about one client connection, formatted once per connection.
+#[derive(Debug)]
+pub struct ClientInfo {
+    /// The client address as `X-Forwarded-For` carries it.
+    pub xff: HeaderValue,
+    /// `for=...;proto=...` as `Forwarded` carries it (IPv6 quoted and bracketed).
+    pub forwarded: HeaderValue,
+    /// `http` or `https`.
+    pub proto: HeaderValue,
+}
+
+impl ClientInfo {
+    /// The forwarding values for a client at `ip` over TLS or not.
+    pub fn new(ip: IpAddr, tls: bool) -> ClientInfo {
+        let scheme = if tls { "https" } else { "http" };
+        let for_ = match ip {
+            IpAddr::V4(a) => format!("for={a};proto={scheme}"),
+            IpAddr::V6(a) => format!("for=\"[{a}]\";proto={scheme}"),
+        };
+        ClientInfo {
+            xff: HeaderValue::from_str(&ip.to_string()).expect("an address is a header value"),
+            forwarded: HeaderValue::from_str(&for_).expect("ascii"),
+            proto: HeaderValue::from_static(scheme),
+        }
+    }
+}
+
+/// Removes hop-by-hop headers: those named in `Connection`, and the fixed list of RFC 9110 §7.6.1.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    if h.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderValue> = h.get_all(header::CONNECTION).iter().cloned().collect();
+        for v in &named {
+            for tok in v.to_str().unwrap_or("").split(',') {
+                let t = tok.trim();
+                if !t.is_empty() {
+                    h.remove(t);
+                }
+            }
+        }
+        h.remove(header::CONNECTION);
+    }
+    for name in [
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &header::TE,
+        &header::TRAILER,
+        &header::TRANSFER_ENCODING,
+        &header::UPGRADE,
+    ] {
+        h.remove(name);
+    }
+}
+
+/// Sets the forwarding headers on a request about to go upstream.
+pub fn set_forwarding(
+    h: &mut HeaderMap,
+    cfg: &Forwarded,
+    client: &ClientInfo,
+    host: Option<&HeaderValue>,
+) {
+    if !cfg.trust_incoming {
+        h.remove(&X_FORWARDED_FOR);
+        h.remove(&X_FORWARDED_PROTO);
+        h.remove(&X_FORWARDED_HOST);
+        h.remove(&FORWARDED);
+    }
+    if cfg.x_forwarded {
+        let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+            Some(prev) if cfg.trust_incoming => {
+                let joined = format!("{prev}, {}", client.xff.to_str().unwrap_or(""));
+                HeaderValue::from_str(&joined).unwrap_or_else(|_| client.xff.clone())
+            }
+            _ => client.xff.clone(),
+        };
+        h.insert(X_FORWARDED_FOR.clone(), xff);
+        h.insert(X_FORWARDED_PROTO.clone(), client.proto.clone());
+        if let Some(host) = host {
+            h.insert(X_FORWARDED_HOST.clone(), host.clone());
+        }
+    }
+    if cfg.forwarded {
+        let fwd = match h.get(&FORWARDED).and_then(|v| v.to_str().ok()) {
+            Some(prev) if cfg.trust_incoming => {
+                let joined = format!("{prev}, {}", client.forwarded.to_str().unwrap_or(""));
+                HeaderValue::from_str(&joined).unwrap_or_else(|_| client.forwarded.clone())
+            }
+            _ => client.forwarded.clone(),
+        };
+        h.insert(FORWARDED.clone(), fwd);
+    }
+}
+
+/// How a forward ended when it did not produce the upstream's response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardError {
+    /// Connect or protocol failure: 502.
+    Upstream,
+    /// No response head within the upstream's response timeout: 504.
+    Timeout,
+    /// The request body went over `limits.max_body_bytes` while streaming: 413.
+    BodyTooLarge,
+}
+
+/// Rewrites `req` for `up` and sends it; returns the cleaned response.
+pub async fn forward(
+    up: &Upstream,
+    req: Request<Incoming>,
+    host: Option<HeaderValue>,
+    fwd: &Forwarded,
+    client: &ClientInfo,
+    max_body: u64,
+) -> Result<Response<Incoming>, ForwardError> {
+    let (mut parts, body) = req.into_parts();
+    let te_trailers = up.cfg.protocol == UpstreamProtocol::H2c
+        && parts
+            .headers
+            .get(header::TE)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+    strip_hop_by_hop(&mut parts.headers);
+    if te_trailers {
+        parts
+            .headers
+            .insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    if let Some(h) = &host
+        && !parts.headers.contains_key(header::HOST)
+    {
+        parts.headers.insert(header::HOST, h.clone());
+    }
+    set_forwarding(&mut parts.headers, fwd, client, host.as_ref());
+    parts.uri = up.uri(parts.uri.path_and_query(), host.as_ref());
+    parts.version = up.version;
+    let req = Request::from_parts(
+        parts,
+        Limited::new(body, usize::try_from(max_body).unwrap_or(usize::MAX)),
+    );
+    let resp = match tokio::time::timeout(up.cfg.response_timeout, up.client.request(req)).await {
+        Err(_) => return Err(ForwardError::Timeout),
+        Ok(Err(e)) => {
+            return Err(if is_body_limit(&e) {
+                ForwardError::BodyTooLarge
+            } else {
+                tracing::debug!(upstream = %up.cfg.name, error = %e, "upstream request failed");
+                ForwardError::Upstream
+            });
+        }
+        Ok(Ok(r)) => r,
+    };
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    parts.version = Version::HTTP_11;
+    Ok(Response::from_parts(parts, body))
+}
+
+fn is_body_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// A short plain-text response of ours; `close` adds `Connection: close` (HTTP/1.1 only).
+pub fn simple(status: StatusCode, body: &'static str, close: bool) -> Response<RespBody> {
+    let mut r = Response::new(Either::Right(Full::new(bytes::Bytes::from_static(
+        body.as_bytes(),
+    ))));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if close {
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::USER_AGENT, HeaderValue::from_static("ua"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key(header::USER_AGENT));
+    }
+
+    #[test]
+    fn forwarding_replaces_or_appends() {
+        let c4 = ClientInfo::new("192.0.2.7".parse().unwrap(), false);
+        let c6 = ClientInfo::new("2001:db8::1".parse().unwrap(), true);
+        assert_eq!(c6.forwarded, "for=\"[2001:db8::1]\";proto=https");
+        let mut h = HeaderMap::new();
+        h.insert(&X_FORWARDED_FOR, HeaderValue::from_static("6.6.6.6"));
+        h.insert(&FORWARDED, HeaderValue::from_static("for=6.6.6.6"));
+        let host = HeaderValue::from_static("example.com");
+        let mut h2 = h.clone();
+        set_forwarding(&mut h, &Forwarded::default(), &c4, Some(&host));
+        assert_eq!(h[&X_FORWARDED_FOR], "192.0.2.7");
+        assert_eq!(h[&FORWARDED], "for=192.0.2.7;proto=http");
+        assert_eq!(h[&X_FORWARDED_PROTO], "http");
+        assert_eq!(h[&X_FORWARDED_HOST], "example.com");
+        let trust = Forwarded {
+            trust_incoming: true,
+            ..Forwarded::default()
+        };
+        set_forwarding(&mut h2, &trust, &c4, None);
+        assert_eq!(h2[&X_FORWARDED_FOR], "6.6.6.6, 192.0.2.7");
+        assert_eq!(h2[&FORWARDED], "for=6.6.6.6, for=192.0.2.7;proto=http");
+    }
+}

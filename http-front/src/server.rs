@@ -1,0 +1,138 @@
+//! Starting and stopping: listeners bound before anything else, the accept loops, the background tasks, SIGHUP reload and a graceful SIGTERM/SIGINT.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::task::JoinSet;
+
+use crate::config::Loaded;
+use crate::conns::CloseCause;
+use crate::front::{Front, StartError};
+use crate::{blockwatch, conn, metrics, synfilter};
+
+/// Listen backlog of client listeners.
+const BACKLOG: i32 = 4096;
+
+/// Binds a TCP listener with `SO_REUSEADDR` and a deep backlog.
+pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
+    let err = |source| StartError::Listen { addr, source };
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .map_err(err)?;
+    sock.set_reuse_address(true).map_err(err)?;
+    sock.set_nonblocking(true).map_err(err)?;
+    sock.bind(&addr.into()).map_err(err)?;
+    sock.listen(BACKLOG).map_err(err)?;
+    Ok(sock.into())
+}
+
+/// Runs the front until SIGTERM or SIGINT; returns it so that the caller can flush its outputs
+/// once the runtime is gone.
+pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
+    let cfg = &loaded.config;
+    let mut plain = Vec::new();
+    for a in &cfg.server.listen {
+        plain.push((*a, bind(*a)?));
+    }
+    let mut tls = Vec::new();
+    for a in cfg.tls.iter().flat_map(|t| t.listen.iter()) {
+        tls.push((*a, bind(*a)?));
+    }
+    let metrics_listener = cfg.metrics.map(bind).transpose()?;
+    let syn_filter_max = cfg.server.syn_filter_max;
+    // Handles on the IPv4 listeners for the SYN filter (a filter is per socket, not per fd).
+    let mut filtered = Vec::new();
+    if syn_filter_max > 0 {
+        for (addr, l) in plain.iter().chain(tls.iter()) {
+            if addr.is_ipv4() {
+                let dup = l.try_clone().map_err(|source| StartError::Listen {
+                    addr: *addr,
+                    source,
+                })?;
+                filtered.push(std::os::fd::OwnedFd::from(dup));
+            }
+        }
+    }
+    let front = Front::new(loaded)?;
+
+    let mut accept = JoinSet::new();
+    for (is_tls, list) in [(false, plain), (true, tls)] {
+        for (addr, l) in list {
+            tracing::info!(%addr, tls = is_tls, "listening");
+            accept.spawn(conn::accept_loop(Arc::clone(&front), l, is_tls));
+        }
+    }
+    let mut background = JoinSet::new();
+    if let Some(l) = metrics_listener {
+        let addr = l.local_addr().map_err(|source| StartError::Listen {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            source,
+        })?;
+        let l = tokio::net::TcpListener::from_std(l)
+            .map_err(|source| StartError::Listen { addr, source })?;
+        tracing::info!(%addr, "metrics at /metrics");
+        background.spawn(metrics::serve(l, Arc::clone(&front)));
+    }
+    background.spawn(blockwatch::close_blocked(Arc::clone(&front)));
+    if !filtered.is_empty() {
+        let stats = Arc::clone(&front.syn_filter);
+        background.spawn(synfilter::run(
+            Arc::clone(&front),
+            filtered,
+            syn_filter_max,
+            stats,
+        ));
+    }
+    background.spawn(blockwatch::expire(Arc::clone(&front)));
+
+    let sig = |k| {
+        signal(k).map_err(|source| StartError::Output {
+            what: "signal",
+            source,
+        })
+    };
+    let (mut hup, mut term, mut int) = (
+        sig(SignalKind::hangup())?,
+        sig(SignalKind::terminate())?,
+        sig(SignalKind::interrupt())?,
+    );
+    let snap = front.snapshot();
+    tracing::info!(
+        sites = snap.sites.len(),
+        with_rules = snap.sites.with_rules(),
+        "http-front ready"
+    );
+    drop(snap);
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                let f = Arc::clone(&front);
+                // Compiling rules may take a while: off the async workers.
+                let _ = tokio::task::spawn_blocking(move || f.reload()).await;
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    tracing::info!("shutting down: no new connections, GOAWAY to open ones");
+    accept.abort_all();
+    let n = front.registry.close_all(CloseCause::Shutdown);
+    let grace = Duration::from_millis(front.snapshot().cfg.server.graceful_close_ms)
+        + Duration::from_millis(500);
+    let deadline = tokio::time::Instant::now() + grace;
+    while front.registry.open() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tracing::info!(
+        asked = n,
+        left = front.registry.open(),
+        "connections closed"
+    );
+    background.abort_all();
+    Ok(front)
+}

@@ -1,0 +1,393 @@
+//! The request path, in order, with early exits: blocked source → Host → site → size limits → rules (skipped when the site has none) → proxy; and the HTTP view shield's rules read.
+
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use http::header::{self, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Either;
+use hyper::body::Incoming;
+use shield::block::{BlockEntry, Origin};
+use shield::events::Action as EventAction;
+use shield::rules::{Action, Now};
+
+use crate::access_log::{self, AccessRecord};
+use crate::conns::{CloseCause, ConnCtl};
+use crate::front::Front;
+use crate::local;
+use crate::metrics::Counter;
+use crate::proxy::{self, ClientInfo, ForwardError, RespBody, simple};
+use crate::site::{HOST_MAX, normalize_host};
+
+/// What the request path knows about the connection a request came on.
+#[derive(Debug)]
+pub struct ConnCtx {
+    /// The front.
+    pub front: Arc<Front>,
+    /// The connection's control block.
+    pub ctl: Arc<ConnCtl>,
+    /// Source address.
+    pub ip: IpAddr,
+    /// HTTP/2 (else HTTP/1.1).
+    pub h2: bool,
+    /// Forwarding header values for this client.
+    pub client: ClientInfo,
+    /// `server.max_requests_per_connection` when the connection opened.
+    pub max_requests: u32,
+    /// `http2.reset_flood_min`.
+    pub flood_min: u32,
+    /// `http2.reset_flood_ratio`.
+    pub flood_ratio: f64,
+    /// `http2.reset_flood_block_secs`.
+    pub flood_block_secs: u64,
+}
+
+/// Counts a request in flight on its connection; a request dropped before its response head
+/// (an HTTP/2 stream reset by the client) is a premature reset, and too many close the connection.
+struct Flight<'a> {
+    cx: &'a ConnCtx,
+    done: bool,
+}
+
+fn mono_ms() -> u64 {
+    shield::clock::mono_us() / 1000
+}
+
+impl<'a> Flight<'a> {
+    fn start(cx: &'a ConnCtx) -> Self {
+        let ctl = &cx.ctl;
+        let n = ctl.requests.fetch_add(1, Ordering::Relaxed) + 1;
+        ctl.inflight.fetch_add(1, Ordering::Relaxed);
+        if cx.h2 {
+            ctl.last_active_ms.store(mono_ms(), Ordering::Relaxed);
+        }
+        if n == cx.max_requests {
+            cx.front.counters.bump(Counter::LimitMaxRequests);
+            ctl.close(CloseCause::MaxRequests);
+        }
+        Flight { cx, done: false }
+    }
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let cx = self.cx;
+        let ctl = &cx.ctl;
+        ctl.inflight.fetch_sub(1, Ordering::Relaxed);
+        if !cx.h2 {
+            return;
+        }
+        ctl.last_active_ms.store(mono_ms(), Ordering::Relaxed);
+        if self.done {
+            return;
+        }
+        let c = &cx.front.counters;
+        c.bump(Counter::H2PrematureResets);
+        let p = ctl.premature.fetch_add(1, Ordering::Relaxed) + 1;
+        let r = ctl.requests.load(Ordering::Relaxed);
+        if p >= cx.flood_min
+            && f64::from(p) > cx.flood_ratio * f64::from(r)
+            && ctl.close(CloseCause::ResetFlood)
+        {
+            c.bump(Counter::LimitResetFlood);
+            tracing::info!(source = %cx.ip, resets = p, requests = r, "HTTP/2 reset flood: closing the connection");
+            if cx.flood_block_secs > 0 {
+                let now = shield::clock::unix_ms();
+                cx.front.blocks.insert(BlockEntry::with_ttl(
+                    ipnet::IpNet::from(cx.ip),
+                    std::time::Duration::from_secs(cx.flood_block_secs),
+                    now,
+                    "h2-reset-flood",
+                    Origin::Local,
+                ));
+                c.bump(Counter::EscalationsResetFlood);
+            }
+        }
+    }
+}
+
+/// The request as shield's rules see it: `path`, `query`, `method`, `host`, `user_agent`, `version`, `header:<lower-case name>`.
+pub struct HttpView<'a> {
+    req: &'a Request<Incoming>,
+    host: &'a str,
+}
+
+impl shield::rules::Request for HttpView<'_> {
+    #[inline]
+    fn attr(&self, name: &str) -> Option<&str> {
+        match name {
+            "path" => Some(self.req.uri().path()),
+            "method" => Some(self.req.method().as_str()),
+            "host" => Some(self.host),
+            "user_agent" => self.req.headers().get(header::USER_AGENT)?.to_str().ok(),
+            "query" => self.req.uri().query(),
+            "version" => Some(version_str(self.req.version())),
+            _ => {
+                let h = name.strip_prefix(shield::rules::attr::HEADER_PREFIX)?;
+                self.req.headers().get(h)?.to_str().ok()
+            }
+        }
+    }
+}
+
+fn version_str(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
+    }
+}
+
+/// Serves one request (hyper's service function).
+pub async fn handle(
+    cx: Arc<ConnCtx>,
+    req: Request<Incoming>,
+) -> Result<Response<RespBody>, Infallible> {
+    let t0 = Instant::now();
+    let mut flight = Flight::start(&cx);
+    let resp = pipeline(&cx, req, t0).await;
+    flight.done = true;
+    Ok(resp)
+}
+
+/// The parts of a sampled request kept for its access record.
+struct Sampled {
+    ts_ms: u64,
+    method: String,
+    url: String,
+    user_agent: Option<String>,
+    referer: Option<String>,
+    request_bytes: Option<u64>,
+}
+
+async fn pipeline(cx: &ConnCtx, req: Request<Incoming>, t0: Instant) -> Response<RespBody> {
+    let front = &*cx.front;
+    let c = &front.counters;
+    c.bump(if cx.h2 {
+        Counter::RequestsH2
+    } else {
+        Counter::RequestsH1
+    });
+
+    // 1. A source blocked since the connection opened: refuse and close, before anything else.
+    let blocked = cx.ctl.cause() == Some(CloseCause::Blocked)
+        || local::with(front, |l| {
+            let b = l.is_blocked(cx.ip);
+            if b {
+                l.record_blocked(front.conn_tenant.load(Ordering::Relaxed), cx.ip);
+            }
+            b
+        });
+    if blocked {
+        cx.ctl.close(CloseCause::Blocked);
+        c.bump(Counter::RespBlocked);
+        return simple(StatusCode::FORBIDDEN, "blocked\n", !cx.h2);
+    }
+    if req.method() == Method::CONNECT {
+        c.bump(Counter::RespBadRequest);
+        return simple(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "CONNECT is not proxied\n",
+            false,
+        );
+    }
+
+    // 2. Host → site.
+    let snap = front.snapshot();
+    let raw_host = match req.uri().authority() {
+        Some(a) => Some(a.as_str()),
+        None => req
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok()),
+    };
+    let mut buf = [0u8; HOST_MAX];
+    let Some(host) = raw_host.and_then(|r| normalize_host(r, &mut buf)) else {
+        c.bump(Counter::RespBadRequest);
+        return simple(StatusCode::BAD_REQUEST, "missing or bad Host\n", false);
+    };
+    let Some(site) = snap.sites.lookup(host) else {
+        c.bump(Counter::RespUnknownHost);
+        return simple(StatusCode::MISDIRECTED_REQUEST, "unknown host\n", false);
+    };
+
+    // 3. Sizes.
+    let limits = &snap.cfg.limits;
+    if req.uri().path_and_query().map_or(1, |p| p.as_str().len()) > limits.max_uri_bytes {
+        c.bump(Counter::LimitUriBytes);
+        c.bump(Counter::RespUriTooLong);
+        return simple(StatusCode::URI_TOO_LONG, "request target too long\n", false);
+    }
+    let request_bytes = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if request_bytes.is_some_and(|n| n > limits.max_body_bytes) {
+        c.bump(Counter::LimitBodyBytes);
+        c.bump(Counter::RespBodyTooLarge);
+        return simple(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body too large\n",
+            !cx.h2,
+        );
+    }
+
+    // 4. Rules: a site without any goes straight to the proxy.
+    let mut action = "pass";
+    if site.has_rules {
+        let view = HttpView { req: &req, host };
+        let now = Now::read();
+        let v = local::with(front, |l| {
+            let v = l.rules.check(site.tenant, cx.ip, &view, now);
+            if let Some(a) = EventAction::from_rules(v.action) {
+                l.recorder.record(site.tenant, cx.ip, a, v.code);
+                if v.escalated {
+                    l.recorder
+                        .record(site.tenant, cx.ip, EventAction::Escalated, v.code);
+                }
+            }
+            v
+        });
+        if v.escalated {
+            c.bump(Counter::Escalations);
+        }
+        match v.action {
+            Action::Pass => c.bump(Counter::VerdictPass),
+            Action::Allow => {
+                c.bump(Counter::VerdictAllow);
+                action = "allow";
+            }
+            Action::Deny => {
+                c.bump(Counter::VerdictDeny);
+                c.bump(Counter::RespDenied);
+                return simple(StatusCode::FORBIDDEN, "forbidden\n", false);
+            }
+            Action::Challenge => {
+                c.bump(Counter::VerdictChallenge);
+                c.bump(Counter::RespChallenged);
+                return simple(StatusCode::FORBIDDEN, "forbidden\n", false);
+            }
+            Action::RateLimit => {
+                c.bump(Counter::VerdictRateLimit);
+                c.bump(Counter::RespRateLimited);
+                let mut r = simple(StatusCode::TOO_MANY_REQUESTS, "too many requests\n", false);
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, site.retry_after.clone());
+                return r;
+            }
+        }
+    } else {
+        c.bump(Counter::VerdictNoRules);
+    }
+
+    // 5. Proxy.
+    let sample = site.access_log
+        && snap.sample_period > 0
+        && local::with(front, |l| {
+            l.sample_tick += 1;
+            l.access.is_some() && l.sample_tick.is_multiple_of(snap.sample_period)
+        });
+    let sampled = sample.then(|| {
+        let text = |n: header::HeaderName| {
+            req.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let scheme = cx.client.proto.to_str().unwrap_or("http");
+        let port = raw_host
+            .and_then(|r| r.rsplit_once(':'))
+            .map(|(_, p)| p)
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()));
+        let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let url = match port {
+            Some(p) if !raw_host.is_some_and(|r| r.ends_with(']')) => {
+                format!("{scheme}://{host}:{p}{pq}")
+            }
+            _ => format!("{scheme}://{host}{pq}"),
+        };
+        Sampled {
+            ts_ms: shield::clock::unix_ms(),
+            method: req.method().as_str().to_string(),
+            url,
+            user_agent: text(header::USER_AGENT),
+            referer: text(header::REFERER),
+            request_bytes,
+        }
+    });
+    let host_value = if cx.h2 {
+        raw_host.and_then(|h| HeaderValue::from_str(h).ok())
+    } else {
+        req.headers().get(header::HOST).cloned()
+    };
+    let up = &site.upstream;
+    let resp = match proxy::forward(
+        up,
+        req,
+        host_value,
+        &snap.cfg.forwarded,
+        &cx.client,
+        limits.max_body_bytes,
+    )
+    .await
+    {
+        Ok(r) => {
+            c.bump(Counter::RespProxied);
+            r.map(Either::Left)
+        }
+        Err(ForwardError::Timeout) => {
+            c.bump(Counter::RespUpstreamTimeout);
+            simple(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n", false)
+        }
+        Err(ForwardError::Upstream) => {
+            c.bump(Counter::RespUpstreamError);
+            simple(StatusCode::BAD_GATEWAY, "upstream unavailable\n", false)
+        }
+        Err(ForwardError::BodyTooLarge) => {
+            c.bump(Counter::LimitBodyBytes);
+            c.bump(Counter::RespBodyTooLarge);
+            simple(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large\n",
+                !cx.h2,
+            )
+        }
+    };
+    if let Some(s) = sampled {
+        let rec = AccessRecord {
+            kind: "http_front.access",
+            timestamp: access_log::rfc3339_ms(s.ts_ms),
+            ts_ms: s.ts_ms,
+            site: Arc::clone(&site.name),
+            tenant: site.tenant_id,
+            client: cx.ip,
+            method: s.method,
+            url: s.url,
+            proto: if cx.h2 { "HTTP/2" } else { "HTTP/1.1" },
+            status: resp.status().as_u16(),
+            duration_ms: access_log::duration_ms(t0.elapsed()),
+            upstream: up.cfg.name.clone(),
+            action,
+            user_agent: s.user_agent,
+            referer: s.referer,
+            request_bytes: s.request_bytes,
+            response_bytes: resp
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok()),
+        };
+        local::with(front, |l| {
+            if let Some(tx) = &l.access {
+                access_log::send(tx, rec, c);
+            }
+        });
+    }
+    resp
+}
