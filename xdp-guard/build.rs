@@ -48,6 +48,7 @@ const STRUCTS: &[(&str, &str, Fields)] = &[
 /// (C macro, Rust constant) checked for equal integer values.
 const INTS: &[(&str, &str)] = &[
     ("GUARD_TOKEN_UNIT", "TOKEN_UNIT"),
+    ("GUARD_OWNER_MASK", "OWNER_MASK"),
     ("GUARD_F_RATELIMIT", "F_RATELIMIT"),
     ("GUARD_MAX_EXT_HEADERS", "MAX_EXT_HEADERS"),
     ("GUARD_C_PASS", "C_PASS"),

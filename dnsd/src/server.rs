@@ -95,10 +95,13 @@ fn start_xdp(
             return None;
         }
     };
-    let mirror = xdp_guard::Mirror::new(guard.maps().clone(), blocks.subscribe("xdp"))
-        .spawn()
-        .map_err(|e| tracing::error!("XDP mirror thread: {e}"))
-        .ok();
+    let mirror = xdp_guard::Mirror::new(
+        guard.maps().clone().with_owner(xdp_guard::OWNER_DNSD),
+        blocks.subscribe("xdp"),
+    )
+    .spawn()
+    .map_err(|e| tracing::error!("XDP mirror thread: {e}"))
+    .ok();
     tracing::info!(interface = %cfg.interface, "XDP guard attached");
     Some(Xdp { mirror, guard })
 }

@@ -242,6 +242,7 @@ impl Front {
                         path: path.clone(),
                         source,
                     })?;
+                let maps = maps.with_owner(xdp_guard::OWNER_HTTP_FRONT);
                 let handle = xdp_guard::Mirror::new(maps, blocks.subscribe("xdp"))
                     .spawn()
                     .map_err(|e| StartError::Output {

@@ -96,7 +96,7 @@ static __always_inline int block_live(void *map, void *key, struct guard_block *
 {
 	if (!b)
 		return 0;
-	if (b->expires_ns == 0 || b->expires_ns > bpf_ktime_get_boot_ns())
+	if (b->expires_ns <= GUARD_OWNER_MASK || b->expires_ns > bpf_ktime_get_boot_ns())
 		return 1;
 	bpf_map_delete_elem(map, key);
 	cnt->count[GUARD_C_BLOCK_EXPIRED]++;
@@ -110,7 +110,7 @@ static __always_inline int check_v4(__be32 saddr, struct guard_counters *cnt)
 		return GUARD_C_DROP_BLOCKED_ADDR;
 	struct guard_lpm_v4_key lk = { .prefixlen = 32, .addr = saddr };
 	struct guard_block *b = bpf_map_lookup_elem(&guard_pfx_v4, &lk);
-	if (b && (b->expires_ns == 0 || b->expires_ns > bpf_ktime_get_boot_ns()))
+	if (b && (b->expires_ns <= GUARD_OWNER_MASK || b->expires_ns > bpf_ktime_get_boot_ns()))
 		return GUARD_C_DROP_BLOCKED_PREFIX;
 	/* An expired prefix is left for userspace to remove: the lookup does not say which
 	 * prefix matched, so the program cannot delete it. */
@@ -126,7 +126,7 @@ static __always_inline int check_v6(const struct in6_addr *saddr, struct guard_c
 	struct guard_lpm_v6_key lk = { .prefixlen = 128 };
 	__builtin_memcpy(lk.addr, saddr, 16);
 	struct guard_block *b = bpf_map_lookup_elem(&guard_pfx_v6, &lk);
-	if (b && (b->expires_ns == 0 || b->expires_ns > bpf_ktime_get_boot_ns()))
+	if (b && (b->expires_ns <= GUARD_OWNER_MASK || b->expires_ns > bpf_ktime_get_boot_ns()))
 		return GUARD_C_DROP_BLOCKED_PREFIX;
 	return GUARD_C_PASS;
 }

@@ -75,10 +75,14 @@ struct guard_lpm_v6_key {
 	__u8 addr[16];
 };
 
-/* Value of every block map: when the block ends. */
+/* Value of every block map: when the block ends, with the writer's tag in the low bits. */
 struct guard_block {
-	__u64 expires_ns; /* CLOCK_BOOTTIME ns; 0 = never */
+	__u64 expires_ns; /* CLOCK_BOOTTIME ns | owner; at most GUARD_OWNER_MASK = never */
 };
+
+/* Low bits of guard_block.expires_ns: which process wrote the entry (dnsd, http-front), so
+ * that one process's resync deletes only its own stale entries. */
+#define GUARD_OWNER_MASK 7ULL
 
 /* guard_rate value (per-CPU LRU hash): a token bucket. */
 struct guard_bucket {

@@ -242,10 +242,17 @@ struct Inner {
     ncpus: usize,
 }
 
+/// The tag dnsd writes its blocks with ([`GuardMaps::with_owner`]).
+pub const OWNER_DNSD: u8 = 1;
+/// The tag http-front writes its blocks with.
+pub const OWNER_HTTP_FRONT: u8 = 2;
+
 /// Handle on the kernel maps of one guard (see the module docs).
 #[derive(Clone)]
 pub struct GuardMaps {
     inner: Arc<Inner>,
+    /// Tag of the entries this handle writes, and the only ones its resyncs delete.
+    owner: u8,
 }
 
 impl std::fmt::Debug for GuardMaps {
@@ -321,7 +328,21 @@ impl GuardMaps {
                 batch_ok: std::array::from_fn(|_| AtomicBool::new(true)),
                 ncpus,
             }),
+            owner: 0,
         })
+    }
+
+    /// The same maps, writing entries tagged `owner` (0..=7): a resync ([`Self::replace_all`])
+    /// deletes only stale entries of its own tag, so dnsd and http-front can mirror their
+    /// block maps into one guard without erasing each other's blocks.
+    pub fn with_owner(mut self, owner: u8) -> Self {
+        self.owner = owner & crate::maps::OWNER_MASK as u8;
+        self
+    }
+
+    /// The tag this handle writes.
+    pub fn owner(&self) -> u8 {
+        self.owner
     }
 
     fn fd(&self, i: usize) -> BorrowedFd<'_> {
@@ -380,7 +401,7 @@ impl GuardMaps {
         let kind = BlockMapKind::of(&net);
         let mut key = Vec::with_capacity(20);
         encode_key(&net, &mut key);
-        let value = BlockValue { expires_ns: ns };
+        let value = BlockValue::tagged(ns, self.owner);
         sys::update(self.fd(kind as usize), &key, value.as_bytes(), sys::BPF_ANY)
             .map_err(|source| syscall_err("update", kind.name(), source))?;
         Ok(true)
@@ -405,7 +426,7 @@ impl GuardMaps {
             .map_err(|source| syscall_err("lookup", kind.name(), source))?;
         Ok(found.then(|| KernelBlock {
             net: net.trunc(),
-            expires_ns: BlockValue::read_from(&v).expires_ns,
+            expires_ns: BlockValue::read_from(&v).expiry(),
         }))
     }
 
@@ -440,7 +461,7 @@ impl GuardMaps {
         let mut v = [0u8; 8];
         let found = sys::lookup(self.fd(kind as usize), &key, &mut v)
             .map_err(|source| syscall_err("lookup", kind.name(), source))?;
-        let expires_ns = BlockValue::read_from(&v).expires_ns;
+        let expires_ns = BlockValue::read_from(&v).expiry();
         Ok(found && (expires_ns == 0 || expires_ns > now))
     }
 
@@ -463,12 +484,7 @@ impl GuardMaps {
             let mut values = Vec::new();
             for b in upserts.iter().filter(|b| BlockMapKind::of(&b.net) == kind) {
                 encode_key(&b.net, &mut keys);
-                values.extend_from_slice(
-                    BlockValue {
-                        expires_ns: b.expires_ns,
-                    }
-                    .as_bytes(),
-                );
+                values.extend_from_slice(BlockValue::tagged(b.expires_ns, self.owner).as_bytes());
             }
             if !keys.is_empty() {
                 self.write(kind, &keys, &values, ks, batch, &mut report);
@@ -590,15 +606,28 @@ impl GuardMaps {
 
     /// Every block in one map.
     pub fn list(&self, kind: BlockMapKind) -> Result<Vec<KernelBlock>, Error> {
+        Ok(self
+            .list_tagged(kind)?
+            .into_iter()
+            .map(|(b, _)| b)
+            .collect())
+    }
+
+    /// Every block in one map, with the tag of its writer.
+    fn list_tagged(&self, kind: BlockMapKind) -> Result<Vec<(KernelBlock, u8)>, Error> {
         let fd = self.fd(kind as usize);
         let ks = kind.key_size();
         let mut out = Vec::new();
-        let push = |out: &mut Vec<KernelBlock>, k: &[u8], v: &[u8]| {
+        let push = |out: &mut Vec<(KernelBlock, u8)>, k: &[u8], v: &[u8]| {
             if let Some(net) = decode_key(kind, k) {
-                out.push(KernelBlock {
-                    net,
-                    expires_ns: BlockValue::read_from(v).expires_ns,
-                });
+                let v = BlockValue::read_from(v);
+                out.push((
+                    KernelBlock {
+                        net,
+                        expires_ns: v.expiry(),
+                    },
+                    v.owner(),
+                ));
             }
         };
         if matches!(kind, BlockMapKind::AddrV4 | BlockMapKind::AddrV6) {
@@ -662,17 +691,27 @@ impl GuardMaps {
         Ok(out)
     }
 
-    /// Makes the block maps hold exactly `desired`: deletes every other entry, writes all of
-    /// `desired`. Returns what was done.
+    /// Makes this owner's entries exactly `desired`: deletes every other entry of its tag
+    /// ([`Self::with_owner`]; other writers' entries stay), writes all of `desired`.
+    /// Returns what was done.
     pub fn replace_all(&self, desired: &[KernelBlock], batch: bool) -> Result<ApplyReport, Error> {
+        self.replace(desired, batch, Some(self.owner))
+    }
+
+    fn replace(
+        &self,
+        desired: &[KernelBlock],
+        batch: bool,
+        owner: Option<u8>,
+    ) -> Result<ApplyReport, Error> {
         let want: HashSet<IpNet> = desired.iter().map(|b| b.net.trunc()).collect();
         let mut stale = Vec::new();
         for kind in BlockMapKind::ALL {
             stale.extend(
-                self.list(kind)?
+                self.list_tagged(kind)?
                     .into_iter()
-                    .map(|b| b.net)
-                    .filter(|n| !want.contains(n)),
+                    .filter(|(b, o)| owner.is_none_or(|w| w == *o) && !want.contains(&b.net))
+                    .map(|(b, _)| b.net),
             );
         }
         Ok(self.apply(desired, &stale, batch))
@@ -689,9 +728,9 @@ impl GuardMaps {
         Ok(self.apply(&[], &expired, batch))
     }
 
-    /// Removes every block.
+    /// Removes every block, whoever wrote it.
     pub fn clear(&self) -> Result<ApplyReport, Error> {
-        self.replace_all(&[], true)
+        self.replace(&[], true, None)
     }
 
     /// Forgets every rate-limit bucket (all sources start with a full burst again).

@@ -41,5 +41,7 @@ pub use clock::{ExpiryClock, KernelExpiry, boot_ns};
 pub use config::{DEFAULT_PIN_PATH, Mode, XdpConfig};
 pub use error::{Error, Unavailable};
 pub use guard::{TestRunResult, Verdict, XdpGuard, ensure_bpffs};
-pub use guard_maps::{ApplyReport, BlockMapKind, Counters, GuardMaps, KernelBlock};
+pub use guard_maps::{
+    ApplyReport, BlockMapKind, Counters, GuardMaps, KernelBlock, OWNER_DNSD, OWNER_HTTP_FRONT,
+};
 pub use mirror::{Mirror, MirrorHandle, MirrorOptions, MirrorSnapshot, MirrorStats};

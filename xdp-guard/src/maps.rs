@@ -45,6 +45,10 @@ pub const DEFAULT_RATE_ENTRIES: u32 = 65_536;
 
 /// One packet's worth of tokens in a bucket ("nano-packets").
 pub const TOKEN_UNIT: u64 = 1_000_000_000;
+
+/// Low bits of a stored expiry that name the writer ([`crate::GuardMaps::with_owner`]);
+/// a stored value at most this is a block that never ends.
+pub const OWNER_MASK: u64 = 7;
 /// [`GuardConfig::flags`] bit: rate limiting is on.
 pub const F_RATELIMIT: u32 = 1;
 /// IPv6 extension headers walked before the program gives up and passes.
@@ -111,8 +115,38 @@ pub struct LpmV6Key {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct BlockValue {
-    /// End of the block in CLOCK_BOOTTIME nanoseconds; 0 = never.
+    /// End of the block in CLOCK_BOOTTIME nanoseconds, its low bits ([`OWNER_MASK`]) the
+    /// writer's tag; at most [`OWNER_MASK`] = never.
     pub expires_ns: u64,
+}
+
+impl BlockValue {
+    /// The stored value of a block ending at `expires_ns` (0 = never), written by `owner`.
+    pub fn tagged(expires_ns: u64, owner: u8) -> Self {
+        // An expiry within the tag bits (long past) must not read back as "never".
+        let e = if expires_ns != 0 && expires_ns <= OWNER_MASK {
+            OWNER_MASK + 1
+        } else {
+            expires_ns
+        };
+        Self {
+            expires_ns: (e & !OWNER_MASK) | (u64::from(owner) & OWNER_MASK),
+        }
+    }
+
+    /// The expiry without the tag (0 = never).
+    pub fn expiry(self) -> u64 {
+        if self.expires_ns <= OWNER_MASK {
+            0
+        } else {
+            self.expires_ns & !OWNER_MASK
+        }
+    }
+
+    /// The writer's tag.
+    pub fn owner(self) -> u8 {
+        (self.expires_ns & OWNER_MASK) as u8
+    }
 }
 
 /// Value of the rate-limit map: one token bucket (per CPU).

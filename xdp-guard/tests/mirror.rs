@@ -298,3 +298,66 @@ fn background_mirror_follows_the_block_map_and_stops() {
     assert_eq!(kernel_nets(g.maps()), shield_nets(&blocks));
     assert_eq!(m.stats().snapshot().failed, 0);
 }
+
+#[test]
+fn two_mirrors_into_one_guard_keep_each_others_blocks() {
+    if !xdp_ready("two_mirrors_into_one_guard_keep_each_others_blocks") {
+        return;
+    }
+    let g = private_guard(&[53], 0, 0);
+    let dns_blocks = BlockMap::new(BlockConfig::default());
+    let http_blocks = BlockMap::new(BlockConfig::default());
+    dns_blocks.insert(entry("192.0.2.1/32", HOUR));
+    http_blocks.insert(entry("198.51.100.0/24", HOUR));
+    http_blocks.insert(BlockEntry::new(
+        net("198.51.100.7/32"),
+        u64::MAX,
+        "test",
+        Origin::Local,
+    ));
+    let dns_maps = g.maps().clone().with_owner(xdp_guard::OWNER_DNSD);
+    let http_maps = g.maps().clone().with_owner(xdp_guard::OWNER_HTTP_FRONT);
+    let mut dns = Mirror::new(dns_maps.clone(), dns_blocks.subscribe("xdp"));
+    let mut http = Mirror::new(http_maps, http_blocks.subscribe("xdp"));
+    // Each first drain is a resync; the second must not erase the first one's entries.
+    dns.drain();
+    http.drain();
+    let all: BTreeSet<IpNet> = ["192.0.2.1/32", "198.51.100.0/24", "198.51.100.7/32"]
+        .iter()
+        .map(|s| net(s))
+        .collect();
+    assert_eq!(kernel_nets(g.maps()), all);
+    // dnsd resyncs again (say its feed overflowed) with a changed map: its stale entry goes,
+    // http-front's stay.
+    dns_maps
+        .replace_all(
+            &[KernelBlock {
+                net: net("192.0.2.2/32"),
+                expires_ns: xdp_guard::boot_ns() + HOUR * 1_000_000,
+            }],
+            true,
+        )
+        .unwrap();
+    let after: BTreeSet<IpNet> = ["192.0.2.2/32", "198.51.100.0/24", "198.51.100.7/32"]
+        .iter()
+        .map(|s| net(s))
+        .collect();
+    assert_eq!(kernel_nets(g.maps()), after);
+    // The never-ending block keeps reading back as never, whatever the tag.
+    let never = g.maps().get(net("198.51.100.7/32")).unwrap().unwrap();
+    assert_eq!(never.expires_ns, 0);
+    assert!(
+        g.maps()
+            .is_blocked("198.51.100.7".parse().unwrap())
+            .unwrap()
+    );
+    // Both sources are dropped by the program, and clear() empties the maps whoever wrote.
+    assert!(g.maps().is_blocked("192.0.2.2".parse().unwrap()).unwrap());
+    assert!(
+        g.maps()
+            .is_blocked("198.51.100.9".parse().unwrap())
+            .unwrap()
+    );
+    g.maps().clear().unwrap();
+    assert!(kernel_nets(g.maps()).is_empty());
+}
