@@ -85,7 +85,7 @@
 //! hosts = ["example.com", "*.example.com"]   # "*": any host
 //! upstream = "app"
 //! tenant = 7                      # none: no rules, straight to the proxy
-//! retry_after_secs = 1
+//! retry_after_secs = 1           # Retry-After of a 429 when the limiter gives no wait
 //! access_log = true
 //! ```
 

@@ -277,8 +277,12 @@ async fn pipeline(cx: &ConnCtx, req: Request<Incoming>, t0: Instant) -> Response
                 c.bump(Counter::VerdictRateLimit);
                 c.bump(Counter::RespRateLimited);
                 let mut r = simple(StatusCode::TOO_MANY_REQUESTS, "too many requests\n", false);
-                r.headers_mut()
-                    .insert(header::RETRY_AFTER, site.retry_after.clone());
+                // The limiter's own wait, in whole seconds; the site's value when it has none.
+                let retry = match v.retry_after_ms {
+                    0 => site.retry_after.clone(),
+                    ms => HeaderValue::from(ms.div_ceil(1000)),
+                };
+                r.headers_mut().insert(header::RETRY_AFTER, retry);
                 return r;
             }
         }

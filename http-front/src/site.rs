@@ -23,7 +23,7 @@ pub struct PreparedSite {
     pub has_rules: bool,
     /// The upstream requests go to.
     pub upstream: Arc<Upstream>,
-    /// `Retry-After` value sent with 429.
+    /// `Retry-After` sent with a 429 whose verdict carries no wait of its own.
     pub retry_after: HeaderValue,
     /// Sampled access logs for passed requests.
     pub access_log: bool,

@@ -175,6 +175,9 @@ pub struct Verdict {
     pub reason: Reason,
     /// This verdict pushed the source over its escalation threshold into the block map.
     pub escalated: bool,
+    /// For a rate limit: milliseconds until the source's next request would conform (a
+    /// Retry-After); 0 otherwise.
+    pub retry_after_ms: u32,
 }
 
 impl Verdict {
@@ -184,6 +187,7 @@ impl Verdict {
         code: 0,
         reason: Reason::EMPTY,
         escalated: false,
+        retry_after_ms: 0,
     };
 
     pub(crate) fn new(action: Action, code: u16, reason: &str) -> Self {
@@ -192,6 +196,7 @@ impl Verdict {
             code,
             reason: Reason::new(reason),
             escalated: false,
+            retry_after_ms: 0,
         }
     }
 }
@@ -464,36 +469,46 @@ impl Prepared {
             }
             match (rule.verdict.action, &rule.rate) {
                 (Action::RateLimit, Some(spec)) => {
-                    if !rate_ok(state, t.id, rule.index, spec, src, now) {
-                        return rule.verdict;
+                    if let Some(ms) = rate_limited(state, t.id, rule.index, spec, src, now) {
+                        return Verdict {
+                            retry_after_ms: ms,
+                            ..rule.verdict
+                        };
                     }
                 }
                 _ => return rule.verdict,
             }
         }
         if let Some(spec) = &t.rate
-            && !rate_ok(state, t.id, TENANT_RATE_RULE, spec, src, now)
+            && let Some(ms) = rate_limited(state, t.id, TENANT_RATE_RULE, spec, src, now)
         {
-            return Verdict::new(Action::RateLimit, codes::RATE_LIMIT, "rate-limit");
+            return Verdict {
+                retry_after_ms: ms,
+                ..Verdict::new(Action::RateLimit, codes::RATE_LIMIT, "rate-limit")
+            };
         }
         Verdict::PASS
     }
 }
 
+/// `None` when the request conforms (and was counted); else milliseconds until one would
+/// (at least 1).
 #[inline]
-fn rate_ok(
+fn rate_limited(
     state: &RuleState,
     tenant: TenantId,
     rule: u32,
     spec: &RateSpec,
     src: IpAddr,
     now: Now,
-) -> bool {
+) -> Option<u32> {
     let key = (tenant, rule, source_key(src, spec.v4, spec.v6));
-    state
-        .limiter
-        .check(&key, &spec.limit, now.mono_us)
-        .is_allow()
+    match state.limiter.check(&key, &spec.limit, now.mono_us) {
+        crate::ratelimit::Decision::Allow => None,
+        crate::ratelimit::Decision::Limit { retry_after_us } => {
+            Some(retry_after_us.div_ceil(1000).clamp(1, u64::from(u32::MAX)) as u32)
+        }
+    }
 }
 
 #[cold]
@@ -966,7 +981,14 @@ rate = { per_second = 1.0, burst = 1 }
         let login = Attrs(&[("path", "/login")]);
         let home = Attrs(&[("path", "/")]);
         assert_eq!(p.check(&s, 1, src, &login, NOW).action, Action::Pass);
-        assert_eq!(p.check(&s, 1, src, &login, NOW).action, Action::RateLimit);
+        let limited = p.check(&s, 1, src, &login, NOW);
+        assert_eq!(limited.action, Action::RateLimit);
+        // One per second, just spent: the next conforms in a second.
+        assert!(
+            (990..=1000).contains(&limited.retry_after_ms),
+            "{limited:?}"
+        );
+        assert_eq!(p.check(&s, 1, src, &home, NOW).retry_after_ms, 0);
         assert_eq!(p.check(&s, 1, src, &home, NOW).action, Action::Pass);
         assert_eq!(
             p.check(&s, 1, ip("192.0.2.2"), &login, NOW).action,
