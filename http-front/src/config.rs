@@ -63,11 +63,13 @@
 //! output = "none"                 # none | stdout | file:PATH | unix:PATH | unixgram:PATH
 //! connection_tenant = 0
 //! aggregator = { interval_secs = 10, top_k = 1024, top_n = 20, v4_prefix = 24, v6_prefix = 56 }
+//! # [events.clickhouse] as in palisade.toml: aggregates into ClickHouse too
 //!
 //! [access_log]
 //! output = "none"
 //! sample_rate = 0.01
 //! queue = 65536
+//! clickhouse = false              # true: records into [events.clickhouse]'s access table
 //!
 //! [metrics]
 //! listen = "127.0.0.1:9180"       # optional: /metrics
@@ -85,7 +87,7 @@
 //! hosts = ["example.com", "*.example.com"]   # "*": any host
 //! upstream = "app"
 //! tenant = 7                      # none: no rules, straight to the proxy
-//! retry_after_secs = 1           # Retry-After of a 429 when the limiter gives no wait
+//! retry_after_secs = 1            # Retry-After of a 429 when the limiter gives no wait
 //! access_log = true
 //! ```
 
