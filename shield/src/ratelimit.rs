@@ -176,6 +176,9 @@ pub struct Limit {
     interval: u32,
     /// Ticks an arrival may run ahead of the sustained schedule.
     tolerance: u32,
+    /// Ticks of debt limited events may run up beyond the tolerance (BIND's RRL window); 0:
+    /// limited events are not counted (plain GCRA).
+    penalty: u32,
 }
 
 /// Microseconds per GCRA tick.
@@ -199,6 +202,19 @@ impl Limit {
         Limit {
             interval,
             tolerance: tolerance as u32,
+            penalty: 0,
+        }
+    }
+
+    /// The same rate, where limited events count too, up to `window_secs` of debt: a source
+    /// that keeps going over the rate stays limited until it slows below it, and its excess
+    /// is remembered for at most that long (BIND's RRL `window`).
+    pub fn with_window(self, window_secs: u32) -> Self {
+        let ticks = u64::from(window_secs) * (1_000_000 / TICK_US);
+        let room = u64::from(HORIZON_TICKS - self.interval - self.tolerance);
+        Limit {
+            penalty: ticks.min(room) as u32,
+            ..self
         }
     }
 
@@ -321,6 +337,7 @@ impl RateLimiter {
     pub fn check_hash(&self, h: u64, limit: &Limit, now_us: u64) -> Decision {
         let now = (now_us / TICK_US) as u32;
         let (t, tol) = (limit.interval, limit.tolerance);
+        let cap = tol + limit.penalty;
         self.table.update(
             h,
             |tat| {
@@ -333,7 +350,7 @@ impl RateLimiter {
                     Some(tat) => {
                         let d = tat.wrapping_sub(now);
                         // Behind now (wrapped high) or beyond any legal horizon: stale.
-                        if d > tol.saturating_add(t) { now } else { tat }
+                        if d > cap.saturating_add(t) { now } else { tat }
                     }
                     None => now,
                 };
@@ -342,7 +359,9 @@ impl RateLimiter {
                     (Some(tat.wrapping_add(t)), Decision::Allow)
                 } else {
                     let retry_after_us = (ahead - tol) as u64 * TICK_US;
-                    (None, Decision::Limit { retry_after_us })
+                    // With a window, the limited event is a debt too, up to the cap.
+                    let debt = (limit.penalty > 0).then(|| now.wrapping_add(cap.min(ahead + t)));
+                    (debt, Decision::Limit { retry_after_us })
                 }
             },
         )
@@ -515,6 +534,38 @@ mod tests {
             .filter(|_| rl.check(&"k", &lim, later).is_allow())
             .count();
         assert_eq!(allowed, 5);
+    }
+
+    #[test]
+    fn a_window_keeps_a_source_over_the_rate_limited_until_it_slows_down() {
+        let rl = RateLimiter::new(&TableConfig { slots: 64 });
+        let plain = Limit::per_second(10.0, 10);
+        let windowed = plain.with_window(5);
+        // 20 events per second for 10 seconds: plain GCRA lets 10/s through; with a window
+        // the excess accumulates until nothing conforms.
+        let run = |lim: &Limit, key: &str, from: u64, per_s: u64, secs: u64| {
+            (0..per_s * secs)
+                .filter(|i| {
+                    rl.check(&key, lim, from + i * (1_000_000 / per_s))
+                        .is_allow()
+                })
+                .count()
+        };
+        let t0 = 1_000_000;
+        let p = run(&plain, "plain", t0, 20, 10);
+        assert!((100..=111).contains(&p), "plain {p}");
+        let w = run(&windowed, "win", t0, 20, 10);
+        assert!(w < 30, "windowed {w}: the debt must stop it");
+        // Slowing to 5 per second (half the rate) pays the 5 s of debt off in about 10 s,
+        // then every request conforms: about half of 20 s worth.
+        let later = t0 + 10_000_000;
+        let slow = run(&windowed, "win", later, 5, 20);
+        assert!((45..=60).contains(&slow), "after slowing down {slow}");
+        assert_eq!(
+            run(&windowed, "win", later + 20_000_000, 5, 4),
+            20,
+            "debt paid"
+        );
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub struct RrlConfig {
     pub errors_per_second: Option<f64>,
     /// Every Nth limited response is a TC=1 reply; 0: drop them all.
     pub slip: u32,
-    /// Seconds of history (BIND's window): also the longest burst a quiet client may spend.
+    /// Seconds of debt a client's excess runs up (BIND's window): a client that keeps
+    /// sending above the rate stays limited until it slows down, for at most this long.
     pub window: u32,
     /// Client prefix length for IPv4.
     pub ipv4_prefix: u8,
@@ -71,8 +72,11 @@ pub struct CookieConfig {
     /// Cookies on: answer with a server cookie, check returned ones.
     pub enabled: bool,
     /// Shared secret (32 hex digits) so that an anycast set accepts each other's cookies;
-    /// random per start when absent.
+    /// random per start when absent. A reload applies a changed secret.
     pub secret: Option<String>,
+    /// The shared secret before `secret`, still accepted: rotate a shared secret by moving
+    /// it here, setting a new `secret` and reloading every node.
+    pub previous_secret: Option<String>,
     /// Hours between secret rotations (the previous secret stays valid); 0: never.
     pub rotate_hours: u64,
     /// Default policy for zones: "on" (answer with cookies) or "require" (UDP queries
@@ -85,6 +89,7 @@ impl Default for CookieConfig {
         CookieConfig {
             enabled: true,
             secret: None,
+            previous_secret: None,
             rotate_hours: 24,
             policy: CookiePolicy::On,
         }
@@ -124,6 +129,9 @@ pub struct WaterTortureConfig {
     pub block_ttl: u64,
     /// Slots of each per-source table (8 bytes each).
     pub table_size: usize,
+    /// Sources never limited nor blocked by this defence (big recursive resolvers: they
+    /// carry the flood of their own clients); `[defence.rrl] exempt` is exempt here too.
+    pub exempt: Vec<String>,
 }
 
 impl Default for WaterTortureConfig {
@@ -137,6 +145,7 @@ impl Default for WaterTortureConfig {
             window: 10,
             block_ttl: 600,
             table_size: 1 << 18,
+            exempt: Vec::new(),
         }
     }
 }
@@ -164,8 +173,8 @@ impl DefenceConfig {
         if r.ipv6_prefix > 128 {
             return e("rrl.ipv6_prefix", "must be at most 128");
         }
-        if r.window == 0 {
-            return e("rrl.window", "must be at least 1 second");
+        if r.window == 0 || r.window > 3600 {
+            return e("rrl.window", "must be 1 to 3600 seconds");
         }
         for x in &r.exempt {
             if shield::prefix::parse_net(x).is_none() {
@@ -175,10 +184,29 @@ impl DefenceConfig {
                 ));
             }
         }
-        if let Some(s) = &self.cookies.secret
-            && let Err(m) = super::cookies::parse_secret(s)
-        {
-            return Err(("defence.cookies.secret".into(), m));
+        for (k, v) in [
+            ("secret", &self.cookies.secret),
+            ("previous_secret", &self.cookies.previous_secret),
+        ] {
+            if let Some(s) = v
+                && let Err(m) = super::cookies::parse_secret(s)
+            {
+                return Err((format!("defence.cookies.{k}"), m));
+            }
+        }
+        if self.cookies.previous_secret.is_some() && self.cookies.secret.is_none() {
+            return e(
+                "cookies.previous_secret",
+                "needs a secret: it is the one before it",
+            );
+        }
+        for x in &self.water_torture.exempt {
+            if shield::prefix::parse_net(x).is_none() {
+                return Err((
+                    "defence.water_torture.exempt".into(),
+                    format!("{x:?} is not an address or prefix"),
+                ));
+            }
         }
         let w = &self.water_torture;
         if w.zone_nxdomains_per_second.is_nan() || w.zone_nxdomains_per_second <= 0.0 {

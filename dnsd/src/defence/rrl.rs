@@ -61,7 +61,8 @@ pub struct Rrl {
 impl Rrl {
     /// RRL from its config (exempt prefixes already checked by the config loader).
     pub fn new(cfg: &RrlConfig) -> Rrl {
-        let lim = |rate: f64| Limit::per_second(rate, rate.max(1.0) as u32);
+        // BIND's account: a second's worth of credit at most, `window` seconds of debt.
+        let lim = |rate: f64| Limit::per_second(rate, rate.max(1.0) as u32).with_window(cfg.window);
         let mut exempt = PrefixSet::new();
         for e in &cfg.exempt {
             if let Some(n) = shield::prefix::parse_net(e) {
@@ -178,9 +179,14 @@ mod tests {
             r.check(near, Class::Answer, b"\x01a\x00", 1, 1_000_000, &mut slip),
             Verdict::Pass
         );
-        // A second later the rate allows some again.
-        assert_eq!(
+        // The 100 limited responses are a debt of 10 s (BIND's window, 15 s by default):
+        // a second later the source is still limited, once paid it is answered again.
+        assert_ne!(
             r.check(src, Class::Answer, b"\x01a\x00", 1, 2_100_000, &mut slip),
+            Verdict::Pass
+        );
+        assert_eq!(
+            r.check(src, Class::Answer, b"\x01a\x00", 1, 12_500_000, &mut slip),
             Verdict::Pass
         );
     }
