@@ -254,6 +254,28 @@ impl Config {
         Ok(c)
     }
 
+    /// Only `[control] socket` of a config file, read leniently: `dnsd ctl` must reach the
+    /// running server even while the file holds an edit the server would refuse.
+    pub fn control_socket(path: &Path) -> Result<Option<PathBuf>, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        let v: toml::Table = toml::from_str(&text).map_err(|e| {
+            let (line, col) = e.span().map(|s| line_col(&text, s.start)).unwrap_or((0, 0));
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                line,
+                col,
+                msg: e.message().to_string(),
+            }
+        })?;
+        Ok(v.get("control")
+            .and_then(|c| c.get("socket"))
+            .and_then(|s| s.as_str())
+            .map(PathBuf::from))
+    }
+
     /// Parses config text; `path` is used in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
         let c: Config = toml::from_str(text).map_err(|e| {

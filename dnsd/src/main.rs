@@ -129,8 +129,8 @@ fn main() -> ExitCode {
         } => {
             let socket = match (socket, config) {
                 (Some(s), _) => s,
-                (None, Some(c)) => match config::Config::load(&c) {
-                    Ok(cfg) => match cfg.control.socket {
+                (None, Some(c)) => match config::Config::control_socket(&c) {
+                    Ok(socket) => match socket {
                         Some(s) => s,
                         None => {
                             eprintln!("dnsd ctl: {} has no [control] socket", c.display());

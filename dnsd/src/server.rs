@@ -181,6 +181,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         max_request: 4096,
         max_response: (cfg.server.udp_payload as usize).max(512),
     };
+    let tcp_max_connections = fit_descriptors(&cfg, addrs.len());
     let fleet = UdpFleet::bind(&addrs, cfg.server.port, &opts).map_err(|e| e.to_string())?;
     let bind_time = fleet.startup_time();
     tracing::info!(
@@ -238,7 +239,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         let x = xfr.clone();
         TcpServer::new(
             TcpLimits {
-                max_connections: cfg.server.tcp_max_connections,
+                max_connections: tcp_max_connections,
                 max_per_source: cfg.server.tcp_max_per_source,
                 idle: Duration::from_millis(cfg.server.tcp_idle_timeout_ms),
                 max_queries: cfg.server.tcp_max_queries,
@@ -453,11 +454,40 @@ fn start_flusher(
     events.spawn_flusher(writers).ok()
 }
 
+/// Raises RLIMIT_NOFILE to what the config needs: a descriptor per UDP address, per TCP
+/// connection and per transfer, and a reserve. When the hard limit is lower, TCP gets what
+/// is left (said once, loudly) so that accept never runs out of descriptors; the UDP fleet
+/// itself reports a limit too low for its sockets.
+fn fit_descriptors(cfg: &Config, udp: usize) -> usize {
+    use listener::limits::{RESERVED_FDS, ensure_nofile, nofile};
+    let others = RESERVED_FDS + cfg.transfer.max_out + cfg.transfer.max_in;
+    let tcp = cfg.server.tcp_max_connections;
+    if ensure_nofile(udp + tcp + others).is_ok() {
+        return tcp;
+    }
+    let (_, hard) = nofile();
+    let _ = ensure_nofile(usize::try_from(hard).unwrap_or(usize::MAX));
+    let room = usize::try_from(hard)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(udp + others)
+        .max(16);
+    let fitted = tcp.min(room);
+    tracing::warn!(
+        configured = tcp,
+        effective = fitted,
+        rlimit_nofile_hard = hard,
+        "server.tcp_max_connections lowered to fit RLIMIT_NOFILE: raise the hard limit \
+         (LimitNOFILE= in systemd) to {}",
+        udp + tcp + others
+    );
+    fitted
+}
+
 /// Periodic work: block-map expiry in bounded steps, cookie secret rotation.
 async fn housekeeping(shared: Arc<Shared>) {
     let d = &shared.defence;
     let rotate = Duration::from_secs(d.cfg.cookies.rotate_hours * 3600);
-    let rotating = d.cookies.is_some() && d.cfg.cookies.secret.is_none() && !rotate.is_zero();
+    let rotating = d.cookies.is_some() && !rotate.is_zero();
     let mut last_rotation = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
@@ -466,7 +496,10 @@ async fn housekeeping(shared: Arc<Shared>) {
         // Bounded steps: at most 50,000 expirations per tick.
         d.blocks.expire(now, 50_000);
         if rotating && last_rotation.elapsed() >= rotate {
-            if let Some(c) = &d.cookies {
+            // Configured (shared) secrets are rotated by the operator, through a reload.
+            if let Some(c) = &d.cookies
+                && !c.configured()
+            {
                 c.rotate(None);
                 tracing::info!("cookie secret rotated");
             }
@@ -504,6 +537,7 @@ pub async fn reload(shared: &Arc<Shared>, zone: Option<&str>, force: bool) -> Re
         match Config::load(path) {
             Ok(c) => {
                 shared.xfr.set_policies(&c);
+                reload_cookie_secrets(shared, &c);
                 let n = sync_zone_list(&mut reg, &c);
                 if n > 0 {
                     tracing::info!("zone list changed in {}", path.display());
@@ -560,6 +594,19 @@ pub async fn reload(shared: &Arc<Shared>, zone: Option<&str>, force: bool) -> Re
         }
     }
     Reply { ok, text }
+}
+
+/// Installs `c`'s shared cookie secrets when they changed (a shared secret is rotated by
+/// hand: the old one moves to `previous_secret`). Other `[defence]` settings need a restart.
+fn reload_cookie_secrets(shared: &Shared, c: &Config) {
+    let Some(cookies) = &shared.defence.cookies else {
+        return;
+    };
+    if let (Some(secret), previous) = defence::configured_secrets(&c.defence.cookies)
+        && cookies.set(secret, previous)
+    {
+        tracing::info!("cookie secrets changed by the config");
+    }
 }
 
 /// Adds zones new in `c` and drops zones no longer in it; returns how many changed.

@@ -418,3 +418,65 @@ fn ctl_block_add_del_list() {
     let (ok, out) = dnsd.ctl(&["block", "add", "not-an-address"]);
     assert!(!ok && out.contains("not an address"), "{out}");
 }
+
+#[test]
+fn a_shared_cookie_secret_rotates_by_reload_across_an_anycast_set() {
+    if !palisade_tests::have_program("dig") {
+        palisade_tests::skipped("dig not installed");
+        return;
+    }
+    const OLD: &str = "0123456789abcdef0123456789abcdef";
+    const NEW: &str = "fedcba9876543210fedcba9876543210";
+    let shared = format!(
+        "{}\n[defence.cookies]\nsecret = \"{OLD}\"\n",
+        no_water_torture()
+    );
+    let a = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .raw(&shared)
+        .start();
+    let b = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .raw(&shared)
+        .start();
+    let src = "127.27.0.1";
+    let valid = |d: &Dnsd, cookie: &str| {
+        let before = d.stats()["cookies.valid"];
+        let out = dig(
+            d.addr(),
+            src,
+            &[&format!("+cookie={cookie}"), "www.example.com", "A"],
+        );
+        assert!(out.contains("status: NOERROR"), "{out}");
+        d.stats()["cookies.valid"] == before + 1
+    };
+    // A cookie from node B is valid at node A: one secret for the set.
+    let out = dig(b.addr(), src, &["+cookie", "www.example.com", "A"]);
+    let (from_b, _) = dig_cookie(&out).unwrap_or_else(|| panic!("no COOKIE in:\n{out}"));
+    assert!(valid(&a, &from_b));
+    // Rotate A: the new secret, the old one kept as previous, by a reload.
+    let cfg = std::fs::read_to_string(a.config_path()).unwrap();
+    let rotated = cfg.replace(
+        &format!("secret = \"{OLD}\""),
+        &format!("secret = \"{NEW}\"\nprevious_secret = \"{OLD}\""),
+    );
+    assert_ne!(cfg, rotated);
+    std::fs::write(a.config_path(), rotated).unwrap();
+    let (ok, text) = a.ctl(&["reload"]);
+    assert!(ok, "{text}");
+    // B's cookies (old secret) still pass at A; A's new cookies pass at A but not yet at B,
+    // until B is rotated the same way.
+    assert!(valid(&a, &from_b), "the previous secret is still accepted");
+    let out = dig(a.addr(), src, &["+cookie", "www.example.com", "A"]);
+    let (from_a, _) = dig_cookie(&out).unwrap_or_else(|| panic!("no COOKIE in:\n{out}"));
+    assert!(valid(&a, &from_a));
+    assert!(!valid(&b, &from_a), "B does not know the new secret yet");
+    // A previous_secret without a secret is refused with its key, and the running one stays.
+    let bad = std::fs::read_to_string(a.config_path())
+        .unwrap()
+        .replace(&format!("secret = \"{NEW}\"\n"), "");
+    std::fs::write(a.config_path(), bad).unwrap();
+    let (ok, text) = a.ctl(&["reload"]);
+    assert!(!ok && text.contains("previous_secret"), "{text}");
+    assert!(valid(&a, &from_a));
+}

@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use siphasher::sip::SipHasher24;
@@ -47,20 +47,28 @@ pub struct Cookies {
     pub invalid: AtomicU64,
     /// Secret rotations.
     pub rotations: AtomicU64,
+    /// The secrets come from the config: never rotated to random ones.
+    configured: AtomicBool,
 }
 
 impl Cookies {
-    /// Cookie state with `secret` (random when `None`).
-    pub fn new(secret: Option<[u8; 16]>) -> Arc<Cookies> {
+    /// Cookie state with `secret` (random when `None`) and the `previous` one still accepted.
+    pub fn new(secret: Option<[u8; 16]>, previous: Option<[u8; 16]>) -> Arc<Cookies> {
         Arc::new(Cookies {
             secrets: ArcSwap::from_pointee(Secrets {
                 current: secret.unwrap_or_else(rand::random),
-                previous: None,
+                previous,
             }),
             valid: AtomicU64::new(0),
             invalid: AtomicU64::new(0),
             rotations: AtomicU64::new(0),
+            configured: AtomicBool::new(secret.is_some()),
         })
+    }
+
+    /// The secrets come from the config (shared by an anycast set): only a reload changes them.
+    pub fn configured(&self) -> bool {
+        self.configured.load(Ordering::Relaxed)
     }
 
     /// Makes a new secret current; the old one is still accepted until the next rotation.
@@ -71,6 +79,18 @@ impl Cookies {
             previous: Some(cur.current),
         }));
         self.rotations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Installs configured secrets (a reload); false when they are the ones in force.
+    pub fn set(&self, current: [u8; 16], previous: Option<[u8; 16]>) -> bool {
+        let cur = self.secrets.load();
+        if cur.current == current && cur.previous == previous {
+            return false;
+        }
+        self.configured.store(true, Ordering::Relaxed);
+        self.secrets.store(Arc::new(Secrets { current, previous }));
+        self.rotations.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// The secrets now in force (a worker keeps this between batches).
@@ -196,7 +216,7 @@ mod tests {
 
     #[test]
     fn stale_forged_rotated() {
-        let c = Cookies::new(None);
+        let c = Cookies::new(None, None);
         let client = [7u8; 8];
         let ip: IpAddr = "192.0.2.1".parse().unwrap();
         let mut out = [0u8; 16];

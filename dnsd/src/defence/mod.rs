@@ -54,6 +54,12 @@ pub struct Shared {
     pub escalations: AtomicU64,
 }
 
+/// The configured cookie secrets (checked by the config loader): current and previous.
+pub fn configured_secrets(c: &config::CookieConfig) -> (Option<[u8; 16]>, Option<[u8; 16]>) {
+    let parse = |s: &Option<String>| s.as_deref().and_then(|s| cookies::parse_secret(s).ok());
+    (parse(&c.secret), parse(&c.previous_secret))
+}
+
 /// Most zones the random-subdomain defence tracks (zone indexes beyond are not watched).
 const MAX_WATCHED_ZONES: usize = 1 << 16;
 
@@ -61,19 +67,18 @@ impl Shared {
     /// Defence state from its config.
     pub fn new(cfg: DefenceConfig, blocks: Arc<BlockMap>, events: Arc<Aggregator>) -> Arc<Shared> {
         let cookies = cfg.cookies.enabled.then(|| {
-            Cookies::new(
-                cfg.cookies
-                    .secret
-                    .as_deref()
-                    .and_then(|s| cookies::parse_secret(s).ok()),
-            )
+            let (secret, previous) = configured_secrets(&cfg.cookies);
+            Cookies::new(secret, previous)
         });
         Arc::new(Shared {
             rrl: cfg.rrl.enabled.then(|| rrl::Rrl::new(&cfg.rrl)),
-            water: cfg
-                .water_torture
-                .enabled
-                .then(|| water_torture::WaterTorture::new(&cfg.water_torture, MAX_WATCHED_ZONES)),
+            water: cfg.water_torture.enabled.then(|| {
+                water_torture::WaterTorture::new(
+                    &cfg.water_torture,
+                    MAX_WATCHED_ZONES,
+                    &cfg.rrl.exempt,
+                )
+            }),
             cookies,
             cfg,
             blocks,
@@ -256,6 +261,14 @@ impl Shared {
             );
         }
         if let Some(w) = &self.water {
+            c(
+                "random_subdomain.exempted",
+                "dnsd_random_subdomain_exempted_total",
+                "",
+                "Responses the random-subdomain defence would have dropped or escalated but for an exempt source.",
+                false,
+                l(&w.exempted),
+            );
             c(
                 "random_subdomain.attacks",
                 "dnsd_random_subdomain_attacks_total",

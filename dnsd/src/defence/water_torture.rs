@@ -11,6 +11,7 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use shield::prefix::PrefixSet;
 use shield::ratelimit::{TableConfig, WindowCounter};
 
 use super::config::WaterTortureConfig;
@@ -43,12 +44,25 @@ pub struct WaterTorture {
     pub dropped: AtomicU64,
     /// Sources escalated into the block map.
     pub escalated: AtomicU64,
+    /// Sources never limited here (the config's exempt prefixes and RRL's).
+    exempt: PrefixSet,
+    /// Responses that would have been dropped or escalated but for an exempt source.
+    pub exempted: AtomicU64,
 }
 
 impl WaterTorture {
-    /// State for `zones` zones (zone indexes of the zone set).
-    pub fn new(cfg: &WaterTortureConfig, zones: usize) -> WaterTorture {
+    /// State for `zones` zones (zone indexes of the zone set); `also_exempt` adds prefixes
+    /// to the config's exempt list (checked by the config loader).
+    pub fn new(cfg: &WaterTortureConfig, zones: usize, also_exempt: &[String]) -> WaterTorture {
+        let mut exempt = PrefixSet::new();
+        for e in cfg.exempt.iter().chain(also_exempt) {
+            if let Some(n) = shield::prefix::parse_net(e) {
+                exempt.insert(n, ());
+            }
+        }
         WaterTorture {
+            exempt,
+            exempted: AtomicU64::new(0),
             cfg: cfg.clone(),
             zone_nx: WindowCounter::new(&TableConfig {
                 slots: (zones * 2).next_power_of_two().max(64),
@@ -114,15 +128,23 @@ impl WaterTorture {
         if !mostly {
             return Verdict::Pass;
         }
-        if n >= self.cfg.escalate_after {
-            self.escalated.fetch_add(1, Ordering::Relaxed);
-            return Verdict::Escalate;
+        let verdict = if n >= self.cfg.escalate_after {
+            Verdict::Escalate
+        } else if n > self.cfg.source_nxdomain_limit {
+            Verdict::Drop
+        } else {
+            return Verdict::Pass;
+        };
+        if !self.exempt.is_empty() && self.exempt.contains(src) {
+            self.exempted.fetch_add(1, Ordering::Relaxed);
+            return Verdict::Pass;
         }
-        if n > self.cfg.source_nxdomain_limit {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            return Verdict::Drop;
-        }
-        Verdict::Pass
+        let counter = match verdict {
+            Verdict::Escalate => &self.escalated,
+            _ => &self.dropped,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        verdict
     }
 }
 
@@ -138,7 +160,7 @@ mod tests {
             escalate_after: 20,
             ..WaterTortureConfig::default()
         };
-        let w = WaterTorture::new(&cfg, 2);
+        let w = WaterTorture::new(&cfg, 2, &[]);
         let legit: IpAddr = "192.0.2.1".parse().unwrap();
         let now = 1_000_000;
         // Calm zone: nothing limited.
@@ -171,6 +193,32 @@ mod tests {
     }
 
     #[test]
+    fn exempt_resolvers_are_never_dropped_nor_escalated() {
+        let cfg = WaterTortureConfig {
+            zone_nxdomains_per_second: 10.0,
+            source_nxdomain_limit: 5,
+            escalate_after: 20,
+            exempt: vec!["198.51.100.0/24".into()],
+            ..WaterTortureConfig::default()
+        };
+        let w = WaterTorture::new(&cfg, 1, &["2001:db8::/32".to_string()]);
+        let now = 1_000_000;
+        let resolver = IpAddr::from([198, 51, 100, 53]);
+        let v6: IpAddr = "2001:db8::53".parse().unwrap();
+        let flooder = IpAddr::from([203, 0, 113, 9]);
+        let mut flooder_limited = 0;
+        for i in 0..100 {
+            assert_eq!(w.observe(0, resolver, true, now + i), Verdict::Pass);
+            assert_eq!(w.observe(0, v6, true, now + i), Verdict::Pass);
+            if w.observe(0, flooder, true, now + i) != Verdict::Pass {
+                flooder_limited += 1;
+            }
+        }
+        assert!(flooder_limited > 80, "{flooder_limited}");
+        assert!(w.exempted.load(Ordering::Relaxed) >= 180);
+    }
+
+    #[test]
     fn a_busy_source_with_some_nxdomain_is_never_limited() {
         // A resolver sending 400,000 queries in one window, 20% NXDOMAIN, during a flood:
         // its counts saturate, and it must not drift into "mostly NXDOMAIN".
@@ -178,7 +226,7 @@ mod tests {
             zone_nxdomains_per_second: 10.0,
             ..WaterTortureConfig::default()
         };
-        let w = WaterTorture::new(&cfg, 1);
+        let w = WaterTorture::new(&cfg, 1, &[]);
         let busy: IpAddr = "192.0.2.53".parse().unwrap();
         let now = 5_000_000;
         for i in 0..400_000u64 {
