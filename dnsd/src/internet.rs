@@ -511,6 +511,7 @@ impl Answerer<'_, '_, '_> {
             return;
         };
         let apex = zone.apex().as_wire();
+        let m = self.w.mark();
         let r: Result<(), Full> = self.w.rr(
             Section::Authority,
             Owner::Name(apex),
@@ -535,6 +536,8 @@ impl Answerer<'_, '_, '_> {
                 )
                 .is_err()
         {
+            // Never the SOA without its signature.
+            self.w.rollback(m);
             self.tc();
         }
     }

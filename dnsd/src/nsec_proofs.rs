@@ -55,10 +55,19 @@ impl<'z> Prover<'z> {
         let mut buf = [0u8; MAX_NAME_LEN];
         buf[..owner.len()].copy_from_slice(owner);
         let owner = &buf[..owner.len()];
+        // Once TC is set nothing more goes in; a record and its RRSIG go in together or not
+        // at all (never one without the other).
+        if w.truncated() {
+            return Err(Full);
+        }
+        let m = w.mark();
         for s in sets.iter().filter(|s| {
             (s.rtype == want && s.covered == 0) || (s.rtype == t::RRSIG && s.covered == want)
         }) {
-            w.rrset(Section::Authority, z, s, Owner::Name(owner))?;
+            if let Err(e) = w.rrset(Section::Authority, z, s, Owner::Name(owner)) {
+                w.rollback(m);
+                return Err(e);
+            }
         }
         if let Some(slot) = self.written.iter_mut().find(|s| s.is_none()) {
             *slot = Some(p);

@@ -134,6 +134,11 @@ impl<'b> Writer<'b> {
         self.buf[2..4].copy_from_slice(&f.to_be_bytes());
     }
 
+    /// TC is set: the response already lacks something it needed.
+    pub fn truncated(&self) -> bool {
+        self.buf[2] & 0x02 != 0
+    }
+
     /// Sets the low four bits of the rcode.
     pub fn set_rcode(&mut self, rcode: u16) {
         self.buf[3] = (self.buf[3] & 0xF0) | (rcode & 0xF) as u8;

@@ -300,3 +300,118 @@ fn root_zone_with_do_matches_knot_and_nsd() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Problems with the signatures of one section: an RRSIG whose RRset is absent, or an RRset
+/// (other than a delegation's NS and glue) without its RRSIG.
+fn unsigned_or_orphaned(
+    what: &str,
+    sec: &palisade_tests::compare::Section,
+    ns_ok: bool,
+) -> Vec<String> {
+    use std::collections::BTreeSet;
+    let sets: BTreeSet<(String, u16)> = sec
+        .iter()
+        .filter(|r| r.rtype != 46)
+        .map(|r| (r.owner.to_lowercase(), r.rtype))
+        .collect();
+    let signed: BTreeSet<(String, u16)> = sec
+        .iter()
+        .filter(|r| r.rtype == 46 && r.rdata.len() >= 2)
+        .map(|r| {
+            (
+                r.owner.to_lowercase(),
+                u16::from_be_bytes([r.rdata[0], r.rdata[1]]),
+            )
+        })
+        .collect();
+    let mut out = Vec::new();
+    for s in signed.difference(&sets) {
+        out.push(format!(
+            "{what}: RRSIG of {} type {} without its RRset",
+            s.0, s.1
+        ));
+    }
+    for s in sets.difference(&signed) {
+        if !(ns_ok && s.1 == 2) {
+            out.push(format!("{what}: {} type {} without its RRSIG", s.0, s.1));
+        }
+    }
+    out
+}
+
+#[test]
+fn truncation_never_leaves_an_rrset_without_its_signatures_and_no_do_gets_none() {
+    for t in ["dnssec-signzone", "dnssec-keygen"] {
+        if !palisade_tests::have_program(t) {
+            palisade_tests::skipped(&format!("{t} not installed (bind9-utils)"));
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (files, _) = sign(dir.path());
+    let mut failures = Vec::new();
+    let mut truncated = 0;
+    for (what, file) in &files {
+        let dnsd = Dnsd::builder()
+            .zone(Zone::new("example.com.", file))
+            .raw("[defence.rrl]\nenabled = false")
+            .start();
+        for &(name, qtype) in QUERIES {
+            // Every size from the smallest EDNS buffer up: some cut through proofs, some
+            // through the SOA and its signature, some through the answer.
+            for size in (512..=1232).step_by(24) {
+                let opts = QueryOpts::edns(size).with_do();
+                let r =
+                    Normalized::from_reply(&client::query_reply(dnsd.addr(), name, qtype, &opts));
+                truncated += usize::from(r.tc);
+                let at = format!("[{what}] {name} {qtype} @{size}");
+                failures.extend(unsigned_or_orphaned(
+                    &format!("{at} answer"),
+                    &r.answer,
+                    false,
+                ));
+                failures.extend(unsigned_or_orphaned(
+                    &format!("{at} authority"),
+                    &r.authority,
+                    true,
+                ));
+            }
+            // Without DO a signed zone answers as if unsigned: no RRSIG, NSEC or NSEC3
+            // (unless asked for by type), and the same data otherwise.
+            let plain = Normalized::from_reply(&client::query_reply(
+                dnsd.addr(),
+                name,
+                qtype,
+                &QueryOpts::edns(4096),
+            ));
+            let dnssec_types = [46u16, 47, 50];
+            for r in plain
+                .answer
+                .iter()
+                .chain(&plain.authority)
+                .chain(&plain.additional)
+            {
+                if dnssec_types.contains(&r.rtype) && r.rtype != qtype {
+                    failures.push(format!("[{what}] {name} {qtype} without DO: {r}"));
+                }
+            }
+            let with_do = ask(dnsd.addr(), name, qtype);
+            let strip = |s: &palisade_tests::compare::Section| {
+                s.iter()
+                    .filter(|r| !dnssec_types.contains(&r.rtype))
+                    .cloned()
+                    .collect::<palisade_tests::compare::Section>()
+            };
+            if strip(&with_do.answer) != plain.answer || plain.rcode != with_do.rcode {
+                failures.push(format!(
+                    "[{what}] {name} {qtype}: the answer without DO is not the DO answer unsigned"
+                ));
+            }
+        }
+    }
+    assert!(
+        truncated > 20,
+        "the sizes never cut a response ({truncated})"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
