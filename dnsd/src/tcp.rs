@@ -85,12 +85,20 @@ impl TcpServer {
         let l = TcpListener::from_std(l)?;
         // A blocked source is closed at accept, before anything is read.
         let reader = self.blocks.as_ref().map(|b| b.reader());
+        let mut last_warn = None;
         loop {
             let (sock, peer) = match l.accept().await {
                 Ok(x) => x,
                 Err(e) => {
-                    // Out of descriptors and the like: back off briefly, keep serving.
-                    tracing::warn!(error = %e, "TCP accept failed");
+                    // Out of descriptors and the like: back off briefly, keep serving, and
+                    // say so at most once a second.
+                    let now = std::time::Instant::now();
+                    if last_warn
+                        .is_none_or(|t: std::time::Instant| now - t >= Duration::from_secs(1))
+                    {
+                        tracing::warn!(error = %e, "TCP accept failed");
+                        last_warn = Some(now);
+                    }
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
