@@ -14,7 +14,7 @@ pub fn corpora_dir() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        crate::skipped(&format!(
+        crate::announce_skip(&format!(
             "corpora not found at {}; set PALISADE_CORPORA",
             dir.display()
         ));

@@ -83,13 +83,28 @@ pub fn find_program(name: &str) -> Option<PathBuf> {
         })
 }
 
-/// Prints a loud `SKIPPED:` line (tests that need a missing tool call this and return).
+/// Prints a loud `SKIPPED:` line (tests that need a missing tool call this and return); under
+/// CI or `PALISADE_STRICT` ([`in_ci`]), where `scripts/test-all` installed every tool, a skip
+/// would hide a broken setup and fails the test instead.
 pub fn skipped(why: &str) {
+    assert!(
+        !in_ci(),
+        "{why} (a required tool or facility is missing: CI / PALISADE_STRICT allow no skips)"
+    );
+    announce_skip(why);
+}
+
+/// Prints a loud `SKIPPED:` line whatever the mode (for data that a clone may lack, such as
+/// the shared corpora).
+pub fn announce_skip(why: &str) {
     eprintln!("\n==================== SKIPPED: {why} ====================\n");
     println!("SKIPPED: {why}");
 }
 
-/// True when running under CI (`$CI` set), where every reference tool must be present.
+/// True under CI (`$CI`) or `$PALISADE_STRICT` (set by `scripts/test-all` as root): every
+/// reference tool must be present and nothing may be skipped for want of one.
 pub fn in_ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+    let set =
+        |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty() && v != "0" && v != "false");
+    set("CI") || set("PALISADE_STRICT")
 }

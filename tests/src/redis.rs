@@ -36,9 +36,9 @@ impl RedisServer {
     /// Starts a server, or says loudly why not and returns None when redis-server is missing.
     pub fn start() -> Option<Self> {
         if !available() {
-            eprintln!(
-                "SKIPPED: redis-server is not installed (apt-get install redis-server); \
-                 the Redis tests did not run"
+            crate::skipped(
+                "redis-server is not installed (apt-get install redis-server); \
+                 the Redis tests did not run",
             );
             return None;
         }

@@ -138,7 +138,7 @@ fn rrl_limits_a_burst_with_slip_and_compares_with_knot() {
 
     // The same burst against Knot DNS's mod-rrl with the same rate and slip.
     if !Knot::available() {
-        eprintln!("SKIPPED: knotd not installed, no comparison");
+        palisade_tests::skipped("knotd not installed, no comparison with Knot's RRL");
         return;
     }
     let knot = Knot::start_with_rrl(&[zone], 10, 2);

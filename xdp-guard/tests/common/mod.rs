@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use xdp_guard::{XdpConfig, XdpGuard};
 
-/// True when XDP tests can run. Otherwise prints a loud skip message, or panics under CI
-/// (`CI` set), where the suite runs as root and a skip would hide a broken setup.
+/// True when XDP tests can run. Otherwise prints a loud skip message, or panics under CI or
+/// `PALISADE_STRICT`, where the suite runs as root and a skip would hide a broken setup.
 pub fn xdp_ready(test: &str) -> bool {
     let why = xdp_guard::check_available()
         .err()
@@ -16,7 +16,7 @@ pub fn xdp_ready(test: &str) -> bool {
         .or_else(|| palisade_tests::netns::available().err());
     match why {
         None => true,
-        Some(why) if std::env::var_os("CI").is_some() => {
+        Some(why) if palisade_tests::in_ci() => {
             panic!("{test}: XDP tests must run under CI, but: {why}")
         }
         Some(why) => {
