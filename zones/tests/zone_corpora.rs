@@ -426,3 +426,161 @@ fn root_zone_round_trip() {
         assert_eq!(x, y);
     }
 }
+
+/// The 16 parser cases of NLnet Labs' `domain` crate (`nlnetlabs-domain/zonefiles/*.yaml`):
+/// each zone text read by our reader must give the records of its `result`, which are
+/// written here in the plainest master-file form and read back to wire for the comparison.
+#[test]
+fn nlnetlabs_domain_parser_cases() {
+    use serde_yaml::Value;
+    let Some(c) = common::corpora_dir() else {
+        return;
+    };
+    // Cases where the `domain` crate's parser and ours (with BIND, Knot and NSD) part ways:
+    // case → why. A listed case must still differ, so the list cannot go stale.
+    let disputed: BTreeMap<&str, &str> = [
+        (
+            "stroverflow.yaml",
+            "a 256-octet character-string: `domain` keeps it, BIND, Knot and NSD refuse it as we do",
+        ),
+        (
+            "mixedclass.yaml",
+            "class CH in an IN zone: BIND and Knot refuse the record, as we do (we serve IN only)",
+        ),
+        (
+            "defaultclass.yaml",
+            "a zone of class CH: we serve IN only and refuse other classes",
+        ),
+        (
+            "unknown-zero-length.yaml",
+            "TXT \\# 0 (no character-string): BIND and Knot refuse it as we do; NSD and ldns keep it",
+        ),
+    ]
+    .into_iter()
+    .collect();
+    let dir = c.join("nlnetlabs-domain/zonefiles");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    cases.sort();
+    assert_eq!(cases.len(), 16, "the corpus has 16 cases");
+    let s = |v: &Value, k: &str| -> String {
+        match &v[k] {
+            Value::String(x) => x.clone(),
+            Value::Number(n) => n.to_string(),
+            Value::Null => String::new(),
+            other => panic!("{k}: {other:?}"),
+        }
+    };
+    let quote = |t: &str| {
+        let mut q = String::from("\"");
+        for ch in t.chars() {
+            if ch == '"' || ch == '\\' {
+                q.push('\\');
+            }
+            q.push(ch);
+        }
+        q.push('"');
+        q
+    };
+    let mut failures = Vec::new();
+    for case in &cases {
+        let name = case.file_name().unwrap().to_str().unwrap();
+        let raw = std::fs::read_to_string(case).unwrap();
+        let doc: Value = serde_yaml::from_str(&raw).unwrap();
+        // TXT strings as written: YAML would read a long run of digits as a (lossy) number.
+        let mut txt_lists: Vec<Vec<String>> = Vec::new();
+        let mut in_txt = false;
+        for l in raw.lines() {
+            if l.trim_end().ends_with("data: !Txt") {
+                txt_lists.push(Vec::new());
+                in_txt = true;
+            } else if in_txt && let Some(item) = l.strip_prefix("      - ") {
+                txt_lists.last_mut().unwrap().push(item.to_string());
+            } else {
+                in_txt = false;
+            }
+        }
+        let mut txt_lists = txt_lists.into_iter();
+        let org = origin(&s(&doc, "origin"));
+        // What we read from the case's zone text.
+        let read = |text: &str| -> Result<Vec<String>, String> {
+            let mut opts = ReadOptions::new(&org);
+            opts.default_ttl = 0;
+            let mut out = Vec::new();
+            reader::read_bytes(name, text.as_bytes().to_vec(), &opts, &mut |r| {
+                out.push(format!(
+                    "{} {} {} {}",
+                    hex(&r.owner.to_ascii_lowercase()),
+                    r.ttl,
+                    r.rtype,
+                    hex(r.rdata)
+                ))
+            })
+            .map_err(|e| e.to_string())?;
+            Ok(out)
+        };
+        let ours = read(&s(&doc, "zonefile"));
+        // The expected records as plain master-file lines.
+        let mut lines = String::new();
+        for rec in doc["result"].as_sequence().unwrap() {
+            let Value::Tagged(t) = &rec["data"] else {
+                panic!("{name}: untagged data");
+            };
+            let d = &t.value;
+            let rdata = match t.tag.to_string().as_str() {
+                "!A" => format!("A {}", s(d, "addr")),
+                "!Aaaa" => format!("AAAA {}", s(d, "addr")),
+                "!Ns" => format!("NS {}", s(d, "nsdname")),
+                "!Mx" => format!("MX {} {}", s(d, "preference"), s(d, "exchange")),
+                "!Soa" => format!(
+                    "SOA {} {} {} {} {} {} {}",
+                    s(d, "mname"),
+                    s(d, "rname"),
+                    s(d, "serial"),
+                    s(d, "refresh"),
+                    s(d, "retry"),
+                    s(d, "expire"),
+                    s(d, "minimum")
+                ),
+                "!Txt" => {
+                    let items = txt_lists.next().expect("a TXT list in the text");
+                    assert_eq!(items.len(), d.as_sequence().unwrap().len(), "{name}");
+                    let parts: Vec<String> = items.iter().map(|x| quote(x)).collect();
+                    format!("TXT {}", parts.join(" "))
+                }
+                "!Unknown" => {
+                    let data = s(d, "data");
+                    format!(
+                        "{} \\# {} {}",
+                        s(d, "rtype").to_uppercase(),
+                        data.len() / 2,
+                        data
+                    )
+                }
+                other => panic!("{name}: tag {other} not handled"),
+            };
+            lines.push_str(&format!(
+                "{} {} {} {rdata}\n",
+                s(rec, "owner"),
+                s(rec, "ttl"),
+                s(rec, "class")
+            ));
+        }
+        let expected = read(&lines);
+        let agree = matches!((&ours, &expected), (Ok(a), Ok(b)) if a == b);
+        match (disputed.get(name), agree) {
+            (None, true) => {}
+            (None, false) => failures.push(format!(
+                "{name}: ours {ours:?}\n  expected {expected:?}\n  (from:\n{lines})"
+            )),
+            (Some(why), false) => eprintln!("{name}: disputed, as listed: {why}"),
+            (Some(_), true) => failures.push(format!(
+                "{name}: listed as disputed but now agrees: take it off the list"
+            )),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
