@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes bench/report/REPORT.md and its PNG plots from the JSON results in
-bench/report/raw/ (attack, dns_qps, zone_load, isolation, listen_hash, http_front).
+bench/report/raw/ (attack, dns_qps, dnssec_qps, zone_load, axfr, isolation, listen_hash, http_front).
 A missing result is skipped with a note; nothing is measured here.
 Usage: report.py
 """
@@ -261,6 +261,33 @@ def dnssec_section(D, md):
               f"RRSIGs), 10% NODATA; {D['seconds']} s after a 2 s warm-up, same pinning as above.\n")
     md.append(table(["server", "CPU per answered query", "queries/s", "lost"], rows) + "\n")
     md.append(f"Command: `bench/scripts/dnssec_qps.py {D['seconds']}` ({D['machine']}).\n")
+
+
+def axfr_section(X, md):
+    md.append("## 3b. Zone transfers, dnsd beside Knot DNS\n")
+    r = X["ratios"]
+    out = {x["name"]: x for x in X["axfr_out"]}
+    inn = {x["name"]: x for x in X["transfer_in"]}
+    d, k = out.get("dnsd"), out.get("knot")
+    rows = []
+    if d and k:
+        rows.append(["AXFR out: wall time", f"{d['seconds']:.2f} s", f"{k['seconds']:.2f} s",
+                     f"{r['axfr_out_time_dnsd_over_knot']:.2f}×"])
+        rows.append(["AXFR out: server CPU", f"{d['server_cpu_s']:.3f} s", f"{k['server_cpu_s']:.3f} s",
+                     f"{r['axfr_out_server_cpu_dnsd_over_knot']:.2f}×"])
+        rows.append(["AXFR out: server peak RSS", f"{d['peak_rss_kib'] / 1024:.0f} MiB",
+                     f"{k['peak_rss_kib'] / 1024:.0f} MiB", f"{r['axfr_out_peak_rss_dnsd_over_knot']:.2f}×"])
+    d, k = inn.get("dnsd"), inn.get("knot")
+    if d and k:
+        rows.append(["as a secondary: spawn to zone served", f"{d['seconds']:.2f} s", f"{k['seconds']:.2f} s",
+                     f"{r['transfer_in_time_dnsd_over_knot']:.2f}×"])
+        rows.append(["as a secondary: peak RSS", f"{d['peak_rss_kib'] / 1024:.0f} MiB",
+                     f"{k['peak_rss_kib'] / 1024:.0f} MiB", f"{r['transfer_in_peak_rss_dnsd_over_knot']:.2f}×"])
+    md.append(f"A generated zone of {X['records']:,} records; AXFR out to `kdig` (median of "
+              f"{X['axfr_out'][0].get('runs', 1)} runs), and in from a Knot primary. Ratios are "
+              "dnsd / Knot: below 1, dnsd is faster or smaller.\n")
+    md.append(table(["", "dnsd", "Knot DNS", "dnsd / Knot"], rows) + "\n")
+    md.append(f"Command: `bench/scripts/axfr.py` ({X['machine']}).\n")
 
 
 # ---------------------------------------------------------------------------------------
@@ -567,6 +594,7 @@ def main():
     A, Q, Z, I, H, W = (load(n) for n in ("attack", "dns_qps", "zone_load", "isolation",
                                           "listen_hash", "http_front"))
     D = load("dnssec_qps")
+    X = load("axfr")
     md = ["# Palisade benchmark report\n"]
     machine = next((x["machine"] for x in (A, Q, Z, I) if x and x.get("machine")), c.machine())
     quick = any(x.get("quick") for x in (A, I) if x)
@@ -593,6 +621,7 @@ def main():
                 (Q, lambda: qps_section(Q, md), "qps"),
                 (D, lambda: dnssec_section(D, md), "dnssec"),
                 (Z, lambda: zone_section(Z, md), "zone"),
+                (X, lambda: axfr_section(X, md), "axfr"),
                 (I, lambda: isolation_section(I, H, md), "isolation")]
     for data, fn, part in sections:
         if data:
