@@ -4,7 +4,9 @@
 //! Each socket has its own kernel receive queue, so a flood that overflows one address's
 //! queue leaves every other address answering. Workers own disjoint sets of sockets and
 //! wait on them with level-triggered epoll; each round reads at most one batch from a
-//! ready socket, so a flooded socket cannot starve the others on the same worker.
+//! ready socket, so a flooded socket cannot starve the others on the same worker, and the
+//! sockets whose last read filled a whole batch (flooded ones) are served last in a round,
+//! so a quiet address's query waits for at most the batch being processed.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -372,6 +374,8 @@ fn worker<H: Handler>(
     add(wake.as_raw_fd(), WAKE_TOKEN)?;
     let n = opts.batch.clamp(1, 1024);
     let mut b = Batch::new(n, opts.max_request.max(512), opts.max_response.max(512));
+    // Per socket: its last read filled a whole batch (more is probably waiting).
+    let mut hot = vec![false; socks.len()];
     // SAFETY: epoll_event is a plain C struct.
     let mut events: Vec<libc::epoll_event> =
         vec![unsafe { MaybeUninit::zeroed().assume_init() }; 256];
@@ -392,25 +396,31 @@ fn worker<H: Handler>(
             }
             return Err(e);
         }
-        for ev in &events[..ready as usize] {
-            let token = ev.u64;
-            if token == WAKE_TOKEN {
-                continue;
+        // Quiet sockets first, then those whose last read filled a batch.
+        let evs = &events[..ready as usize];
+        for pass_hot in [false, true] {
+            for ev in evs {
+                let token = ev.u64;
+                if token == WAKE_TOKEN || hot[token as usize] != pass_hot {
+                    continue;
+                }
+                let (idx, sock) = &socks[token as usize];
+                let got = serve_socket(sock.as_raw_fd(), *idx, &mut b, &mut handler, &counters);
+                hot[token as usize] = got >= n;
             }
-            let (idx, sock) = &socks[token as usize];
-            serve_socket(sock.as_raw_fd(), *idx, &mut b, &mut handler, &counters);
         }
     }
     Ok(())
 }
 
+/// Reads one batch from a socket and answers it; returns how many datagrams were read.
 fn serve_socket<H: Handler>(
     fd: RawFd,
     idx: u32,
     b: &mut Batch,
     handler: &mut H,
     counters: &FleetCounters,
-) {
+) -> usize {
     b.arm_recv();
     let n = b.hdr_in.len();
     // SAFETY: headers point into buffers owned by `b`, valid for the call.
@@ -430,7 +440,7 @@ fn serve_socket<H: Handler>(
                 counters.recv_errors.fetch_add(1, Ordering::Relaxed);
             }
         }
-        return;
+        return 0;
     }
     let got = got as usize;
     let c = &counters.addrs[idx as usize];
@@ -466,7 +476,7 @@ fn serve_socket<H: Handler>(
         }
     }
     if out == 0 {
-        return;
+        return got;
     }
     for k in 0..out {
         b.iov_out[k].iov_len = b.lens[k];
@@ -507,6 +517,7 @@ fn serve_socket<H: Handler>(
         sent += r as usize;
         c.answered.fetch_add(r as u64, Ordering::Relaxed);
     }
+    got
 }
 
 fn rxq_ovfl(h: &libc::msghdr) -> Option<u32> {
