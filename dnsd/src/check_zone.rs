@@ -8,6 +8,7 @@ use zones::{Name, ReadOptions};
 
 /// Checks `file`; prints `file:line: message` for each problem. Returns the exit code.
 pub fn run(file: &Path, origin: Option<&str>, quiet: bool) -> i32 {
+    let given = origin.is_some();
     let origin = match origin {
         Some(o) => match Name::parse(o, Some(&Name::root())) {
             Ok(n) => n,
@@ -24,7 +25,7 @@ pub fn run(file: &Path, origin: Option<&str>, quiet: bool) -> i32 {
     let result = load(file, &origin, progress, &mut first_soa);
     // Without --origin, the zone's own SOA owner decides when the file name guessed wrong.
     let (origin, result) = match (&result, first_soa) {
-        (Err(_), Some(soa)) if soa != origin => {
+        (Err(_), Some(soa)) if soa != origin && !given => {
             let r = load(file, &soa, progress, &mut None);
             (soa, r)
         }

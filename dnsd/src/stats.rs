@@ -71,8 +71,10 @@ pub enum DropCause {
     TcpWrongAddress = 4,
     /// A TCP connection over the total or per-source limit.
     TcpLimit = 5,
-    /// A TCP connection closed for idleness or for the query limit.
+    /// A TCP connection closed for idleness.
     TcpTimeout = 6,
+    /// A TCP connection closed after `tcp_max_queries` queries.
+    TcpQueryLimit = 7,
 }
 
 /// Names of [`DropCause`] causes, by index.
@@ -84,6 +86,7 @@ pub const DROPS: &[&str] = &[
     "tcp_wrong_address",
     "tcp_limit",
     "tcp_timeout",
+    "tcp_query_limit",
 ];
 
 /// Counters of one worker (or of TCP).

@@ -179,7 +179,8 @@ impl TcpServer {
         let stats = self.stats.clone();
         let mut len_buf = [0u8; 2];
         let mut req = vec![0u8; 512];
-        for _ in 0..self.limits.max_queries {
+        let mut served = 0;
+        while served < self.limits.max_queries {
             match tokio::time::timeout(idle, rd.read_exact(&mut len_buf)).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(_)) => break,
@@ -221,6 +222,11 @@ impl TcpServer {
             {
                 break;
             }
+            served += 1;
+        }
+        if served == self.limits.max_queries {
+            // Closed at the query limit: a bound hit, counted.
+            stats.dropped(DropCause::TcpQueryLimit);
         }
         drop(tx);
         let _ = writer.await;

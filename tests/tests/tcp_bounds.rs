@@ -1,0 +1,315 @@
+//! The TCP bounds of dnsd end to end (dnsd/src/tcp.rs): `tcp_max_connections` (the extra
+//! connections are closed unanswered and counted, and served again once others close),
+//! `tcp_max_per_source` (one source is held to its share while others are served), and
+//! `tcp_max_queries` (a connection is closed after that many queries, every one of them
+//! answered, and the close is counted).
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use palisade_tests::client::{self, frame};
+use palisade_tests::net;
+use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::wire::{QueryOpts, RawMsg, build_query, qtype, rcode};
+use socket2::{Domain, Socket, Type};
+
+/// How long any single read or write may wait.
+const IO_WAIT: Duration = Duration::from_secs(5);
+
+fn stat(d: &Dnsd, key: &str) -> u64 {
+    d.stats().get(key).copied().unwrap_or(0)
+}
+
+/// Waits (bounded) until `f` holds.
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    for _ in 0..10_000 {
+        if f() {
+            return;
+        }
+        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("gave up waiting for {what}");
+}
+
+/// A TCP connection to `to` from the loopback address `from`, with bounded waits.
+fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    s.bind(&SocketAddr::from((from, 0)).into())
+        .unwrap_or_else(|e| panic!("bind {from}: {e}"));
+    s.connect_timeout(&to.into(), IO_WAIT)
+        .unwrap_or_else(|e| panic!("connect {from} -> {to}: {e}"));
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(IO_WAIT)).unwrap();
+    s.set_write_timeout(Some(IO_WAIT)).unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// The query with ID `id` for www.example.com/A.
+fn query(id: u16) -> Vec<u8> {
+    build_query(id, "www.example.com.", qtype::A, &QueryOpts::udp())
+}
+
+/// What a connection did with one query.
+#[derive(Debug, PartialEq, Eq)]
+enum Fate {
+    /// Answered NOERROR with the query's ID.
+    Answered,
+    /// Closed (EOF or reset) without an answer.
+    Closed,
+    /// Something else: no answer within the wait, or a wrong one.
+    Other(String),
+}
+
+/// Sends one query on `s` and reads what comes back.
+fn ask(s: &mut TcpStream, id: u16) -> Fate {
+    if let Err(e) = s.write_all(&frame(&query(id))) {
+        return match e.kind() {
+            ErrorKind::BrokenPipe | ErrorKind::ConnectionReset => Fate::Closed,
+            _ => Fate::Other(format!("write: {e}")),
+        };
+    }
+    match client::tcp_read_msg(s) {
+        Ok(Some(m)) => match RawMsg::parse(&m) {
+            Ok(r) if r.id == id && r.rcode() == rcode::NOERROR && r.counts[1] > 0 => Fate::Answered,
+            Ok(r) => Fate::Other(format!("answer id {} rcode {}", r.id, r.rcode())),
+            Err(e) => Fate::Other(e),
+        },
+        Ok(None) => Fate::Closed,
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => Fate::Closed,
+        Err(e) if e.kind() == ErrorKind::UnexpectedEof => Fate::Closed,
+        Err(e) => Fate::Other(format!("read: {e}")),
+    }
+}
+
+/// True when the server closes `s` (EOF or reset) within [`IO_WAIT`] without sending more.
+fn closed_by_server(s: &mut TcpStream) -> Result<(), String> {
+    let mut b = [0u8; 512];
+    match s.read(&mut b) {
+        Ok(0) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => Ok(()),
+        Ok(n) => Err(format!("{n} more octets instead of a close")),
+        Err(e) => Err(format!("no close within {IO_WAIT:?}: {e}")),
+    }
+}
+
+/// A dnsd serving example.com with these extra `[server]` lines; returns once no TCP
+/// connection (the readiness probe's) is open any more.
+fn start(options: &[&str]) -> Dnsd {
+    let mut b = Dnsd::builder()
+        .zone(Zone::data("example.com"))
+        // Long enough that no connection of these tests is closed for idleness.
+        .server_option("tcp_idle_timeout_ms = 60000");
+    for o in options {
+        b = b.server_option(o);
+    }
+    let d = b.start();
+    wait_for("the readiness probe's connection to close", IO_WAIT, || {
+        stat(&d, "tcp.connections") == 0
+    });
+    d
+}
+
+#[test]
+fn connections_over_tcp_max_connections_are_closed_counted_and_served_again_later() {
+    const MAX: usize = 8;
+    let dnsd = start(&[&format!("tcp_max_connections = {MAX}")]);
+    let addr = dnsd.addr();
+    let src = net::test_ip();
+
+    // MAX connections are accepted and answered, and stay open.
+    let mut held: Vec<TcpStream> = (0..MAX).map(|_| connect_from(src, addr)).collect();
+    for (i, s) in held.iter_mut().enumerate() {
+        assert_eq!(ask(s, 100 + i as u16), Fate::Answered, "connection {i}");
+    }
+    assert_eq!(stat(&dnsd, "tcp.connections"), MAX as u64);
+    assert_eq!(stat(&dnsd, "drops.tcp_limit"), 0);
+
+    // Each one more is closed without an answer, from this source or any other.
+    for i in 0..3u16 {
+        let from = if i == 0 { src } else { net::test_ip() };
+        let mut extra = connect_from(from, addr);
+        assert_eq!(
+            ask(&mut extra, 200 + i),
+            Fate::Closed,
+            "extra connection {i}"
+        );
+    }
+    assert_eq!(
+        stat(&dnsd, "drops.tcp_limit"),
+        3,
+        "every refusal is counted"
+    );
+    assert_eq!(stat(&dnsd, "tcp.connections"), MAX as u64);
+
+    // The connections held are not disturbed by the refusals.
+    for (i, s) in held.iter_mut().enumerate() {
+        assert_eq!(
+            ask(s, 300 + i as u16),
+            Fate::Answered,
+            "connection {i} again"
+        );
+    }
+
+    // Two close: two new connections are served, and the one after them is refused again.
+    held.truncate(MAX - 2);
+    wait_for("two connections to be released", IO_WAIT, || {
+        stat(&dnsd, "tcp.connections") == (MAX - 2) as u64
+    });
+    for i in 0..2u16 {
+        let mut s = connect_from(net::test_ip(), addr);
+        assert_eq!(ask(&mut s, 400 + i), Fate::Answered, "new connection {i}");
+        held.push(s);
+    }
+    let mut extra = connect_from(net::test_ip(), addr);
+    assert_eq!(ask(&mut extra, 500), Fate::Closed, "full again");
+    assert_eq!(stat(&dnsd, "drops.tcp_limit"), 4);
+
+    // UDP does not share the TCP bound.
+    let r = client::query_reply(addr, "www.example.com.", qtype::A, &QueryOpts::udp());
+    assert_eq!(r.head.rcode(), rcode::NOERROR);
+}
+
+#[test]
+fn one_source_is_held_to_tcp_max_per_source_while_others_are_served() {
+    const PER_SOURCE: usize = 3;
+    let dnsd = start(&[
+        "tcp_max_connections = 64",
+        &format!("tcp_max_per_source = {PER_SOURCE}"),
+    ]);
+    let addr = dnsd.addr();
+    let (greedy, other) = (net::test_ip(), net::test_ip());
+
+    let mut mine: Vec<TcpStream> = (0..PER_SOURCE)
+        .map(|_| connect_from(greedy, addr))
+        .collect();
+    for (i, s) in mine.iter_mut().enumerate() {
+        assert_eq!(
+            ask(s, 10 + i as u16),
+            Fate::Answered,
+            "{greedy} connection {i}"
+        );
+    }
+    for i in 0..2u16 {
+        let mut s = connect_from(greedy, addr);
+        assert_eq!(ask(&mut s, 20 + i), Fate::Closed, "{greedy} over its share");
+    }
+    assert_eq!(stat(&dnsd, "drops.tcp_limit"), 2);
+
+    // Another source has its own share, whole.
+    let mut theirs: Vec<TcpStream> = (0..PER_SOURCE).map(|_| connect_from(other, addr)).collect();
+    for (i, s) in theirs.iter_mut().enumerate() {
+        assert_eq!(
+            ask(s, 30 + i as u16),
+            Fate::Answered,
+            "{other} connection {i}"
+        );
+    }
+    let mut s = connect_from(other, addr);
+    assert_eq!(ask(&mut s, 40), Fate::Closed, "{other} over its share");
+    assert_eq!(stat(&dnsd, "drops.tcp_limit"), 3);
+    assert_eq!(stat(&dnsd, "tcp.connections"), 2 * PER_SOURCE as u64);
+
+    // One of the greedy source's connections closes: it may open one more, not two.
+    mine.pop();
+    wait_for("a connection to be released", IO_WAIT, || {
+        stat(&dnsd, "tcp.connections") == 2 * PER_SOURCE as u64 - 1
+    });
+    let mut s = connect_from(greedy, addr);
+    assert_eq!(ask(&mut s, 50), Fate::Answered, "{greedy} after a close");
+    mine.push(s);
+    let mut s = connect_from(greedy, addr);
+    assert_eq!(ask(&mut s, 51), Fate::Closed, "{greedy} full again");
+    assert_eq!(stat(&dnsd, "drops.tcp_limit"), 4);
+    for (i, s) in mine.iter_mut().chain(theirs.iter_mut()).enumerate() {
+        assert_eq!(ask(s, 60 + i as u16), Fate::Answered, "held connection {i}");
+    }
+}
+
+/// Reads framed messages from `s` until the server closes it: (the IDs of the answers
+/// read, the connection was closed). At most `max` messages are read.
+fn read_until_close(s: &mut TcpStream, max: usize) -> (Vec<u16>, Result<(), String>) {
+    let mut ids = Vec::new();
+    for _ in 0..max {
+        match client::tcp_read_msg(s) {
+            Ok(Some(m)) => {
+                let r = RawMsg::parse(&m).expect("an answer that parses");
+                assert_eq!(r.rcode(), rcode::NOERROR, "answer {}", r.id);
+                ids.push(r.id);
+            }
+            Ok(None) => return (ids, Ok(())),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::ConnectionReset | ErrorKind::UnexpectedEof
+                ) =>
+            {
+                return (ids, Ok(()));
+            }
+            Err(e) => return (ids, Err(format!("read: {e}"))),
+        }
+    }
+    let closed = closed_by_server(s);
+    (ids, closed)
+}
+
+#[test]
+fn a_connection_is_closed_after_tcp_max_queries_all_of_them_answered() {
+    const MAX_Q: u16 = 5;
+    let dnsd = start(&[&format!("tcp_max_queries = {MAX_Q}")]);
+    let addr = dnsd.addr();
+    let closes0 = stat(&dnsd, "drops.tcp_query_limit");
+
+    // One query at a time: each of the first MAX_Q is answered; then the server closes the
+    // connection although the client keeps it open (the idle timeout is a minute away).
+    let mut s = connect_from(net::test_ip(), addr);
+    for i in 0..MAX_Q {
+        assert_eq!(ask(&mut s, 1000 + i), Fate::Answered, "query {i}");
+    }
+    // (A close within IO_WAIT cannot be the idle timeout's.)
+    closed_by_server(&mut s).expect("closed after the last query allowed");
+
+    // Pipelined in one write: every query up to the limit is answered (in any order), then
+    // the connection is closed.
+    let mut s = connect_from(net::test_ip(), addr);
+    let batch: Vec<u8> = (0..MAX_Q).flat_map(|i| frame(&query(2000 + i))).collect();
+    s.write_all(&batch).unwrap();
+    let (mut ids, closed) = read_until_close(&mut s, MAX_Q as usize + 1);
+    ids.sort_unstable();
+    assert_eq!(ids, (2000..2000 + MAX_Q).collect::<Vec<_>>());
+    closed.expect("closed after the pipelined queries");
+
+    // More queries than the limit in one write: exactly the first MAX_Q are answered.
+    let mut s = connect_from(net::test_ip(), addr);
+    let batch: Vec<u8> = (0..MAX_Q + 3)
+        .flat_map(|i| frame(&query(3000 + i)))
+        .collect();
+    s.write_all(&batch).unwrap();
+    let (mut ids, closed) = read_until_close(&mut s, MAX_Q as usize + 3);
+    ids.sort_unstable();
+    assert_eq!(ids, (3000..3000 + MAX_Q).collect::<Vec<_>>());
+    closed.expect("closed after the limit");
+
+    // A connection that stays under the limit is not closed: its next query is answered.
+    let mut s = connect_from(net::test_ip(), addr);
+    for i in 0..MAX_Q - 1 {
+        assert_eq!(ask(&mut s, 4000 + i), Fate::Answered, "query {i}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(ask(&mut s, 4100), Fate::Answered, "the last query allowed");
+    closed_by_server(&mut s).expect("closed once at the limit");
+
+    // Every close at the limit is counted, apart from idle closes.
+    let s = dnsd.stats();
+    assert_eq!(s["drops.tcp_timeout"], 0, "{s:?}");
+    assert_eq!(
+        s["drops.tcp_query_limit"] - closes0,
+        4,
+        "connections closed at tcp_max_queries are counted: {s:?}"
+    );
+    assert_eq!(s["drops.tcp_limit"], 0, "{s:?}");
+    assert_eq!(s["tcp.connections"], 0, "{s:?}");
+}
