@@ -22,6 +22,7 @@ pub mod netns;
 pub mod redis;
 pub mod rng;
 pub mod servers;
+pub mod stelline;
 pub mod wire;
 
 use std::path::PathBuf;

@@ -46,39 +46,40 @@ pub mod rcode {
     pub const BADVERS: u16 = 16;
 }
 
+/// Response code names by value (RFC 6895 §2.3): 16 is BADVERS in an OPT (BADSIG in a TSIG),
+/// 23 BADCOOKIE.
+pub const RCODE_NAMES: [&str; 24] = [
+    "NOERROR",
+    "FORMERR",
+    "SERVFAIL",
+    "NXDOMAIN",
+    "NOTIMP",
+    "REFUSED",
+    "YXDOMAIN",
+    "YXRRSET",
+    "NXRRSET",
+    "NOTAUTH",
+    "NOTZONE",
+    "DSOTYPENI",
+    "RCODE12",
+    "RCODE13",
+    "RCODE14",
+    "RCODE15",
+    "BADVERS",
+    "BADKEY",
+    "BADTIME",
+    "BADMODE",
+    "BADNAME",
+    "BADALG",
+    "BADTRUNC",
+    "BADCOOKIE",
+];
+
 /// The name of a response code (`RCODE42` for unnamed ones).
 pub fn rcode_name(rc: u16) -> String {
-    const NAMES: [&str; 24] = [
-        "NOERROR",
-        "FORMERR",
-        "SERVFAIL",
-        "NXDOMAIN",
-        "NOTIMP",
-        "REFUSED",
-        "YXDOMAIN",
-        "YXRRSET",
-        "NXRRSET",
-        "NOTAUTH",
-        "NOTZONE",
-        "DSOTYPENI",
-        "RCODE12",
-        "RCODE13",
-        "RCODE14",
-        "RCODE15",
-        "BADVERS",
-        "BADSIG",
-        "BADKEY",
-        "BADTIME",
-        "BADMODE",
-        "BADNAME",
-        "BADALG",
-        "BADTRUNC",
-    ];
-    match NAMES.get(rc as usize) {
-        Some(n) => (*n).to_string(),
-        None if rc == 23 => "BADCOOKIE".into(),
-        None => format!("RCODE{rc}"),
-    }
+    RCODE_NAMES
+        .get(rc as usize)
+        .map_or_else(|| format!("RCODE{rc}"), |n| n.to_string())
 }
 
 /// The mnemonic of a record type (`TYPE1000` for unknown ones).
