@@ -81,7 +81,7 @@
 //! connect_timeout_ms = 2000
 //! response_timeout_ms = 30000
 //! pool_idle_timeout_ms = 60000
-//! pool_max_idle = 256
+//! pool_max_idle = 256             # idle connections kept per worker thread
 //!
 //! [[site]]
 //! hosts = ["example.com", "*.example.com"]   # "*": any host
@@ -631,7 +631,7 @@ pub struct Upstream {
     pub response_timeout: Duration,
     /// Idle pooled connections are closed after this.
     pub pool_idle_timeout: Duration,
-    /// Most idle pooled connections kept.
+    /// Most idle pooled connections kept by each worker thread.
     pub pool_max_idle: usize,
 }
 

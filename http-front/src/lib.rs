@@ -9,7 +9,8 @@
 //!
 //! Files by job: [`config`] (the file), [`front`] (running state and reload), [`conn`]
 //! (accept and connection lifecycle), [`conns`] (connections by source), [`service`] (the
-//! request path), [`site`] (Host → site), [`proxy`] (forwarding), [`upstream`] (pools),
+//! request path), [`site`] (Host → site), [`proxy`] (forwarding), [`h1`] (the HTTP/1.1
+//! upstream exchange), [`upstream`] (pools),
 //! [`blockwatch`] (block feed → closed connections), [`local`] (per-thread handles),
 //! [`synfilter`] (blocked IPv4 sources' SYNs dropped in the kernel), [`access_log`],
 //! [`metrics`], [`tls`], [`server`] (start, signals, stop).
@@ -21,6 +22,7 @@ pub mod config;
 pub mod conn;
 pub mod conns;
 pub mod front;
+pub mod h1;
 pub mod local;
 pub mod metrics;
 pub mod proxy;

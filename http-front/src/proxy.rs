@@ -1,17 +1,77 @@
 //! Forwarding: hop-by-hop headers out, `X-Forwarded-*` and `Forwarded` in, the request sent through the upstream's pool within its response timeout, and the response cleaned for the client.
+//!
+//! HTTP/1.1 upstreams are spoken to by [`crate::h1`] (head written straight from the client's
+//! headers); h2c upstreams through hyper, with the header map edited here.
 
 use std::net::IpAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
-use http_body_util::{Either, Full, Limited};
-use hyper::body::Incoming;
+use http_body_util::Limited;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use crate::config::{Forwarded, UpstreamProtocol};
+use crate::config::Forwarded;
+use crate::h1::{BoxError, H1Body};
 use crate::upstream::Upstream;
 
-/// The response body: the upstream's, streamed, or one of ours.
-pub type RespBody = Either<Incoming, Full<bytes::Bytes>>;
+/// The response body: one of ours or a complete upstream body (whole), an HTTP/1.1 upstream
+/// body streamed from its connection, or an h2c upstream's.
+#[derive(Debug)]
+pub enum RespBody {
+    /// All of it (`None`: empty).
+    Full(Option<Bytes>),
+    /// Streamed from an HTTP/1.1 upstream connection.
+    H1(H1Body),
+    /// An h2c upstream's body.
+    H2(Incoming),
+}
+
+impl Body for RespBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            RespBody::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            RespBody::H1(b) => b.poll_data(cx),
+            RespBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RespBody::Full(data) => data.is_none(),
+            RespBody::H1(b) => b.is_end(),
+            RespBody::H2(b) => b.is_end_stream(),
+        }
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            RespBody::Full(data) => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            RespBody::H1(b) => b.size_hint(),
+            RespBody::H2(b) => b.size_hint(),
+        }
+    }
+}
+
+impl RespBody {
+    /// A body of `data` (empty: none).
+    pub fn full(data: Bytes) -> RespBody {
+        RespBody::Full((!data.is_empty()).then_some(data))
+    }
+}
 
 static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
@@ -123,21 +183,20 @@ pub enum ForwardError {
     BodyTooLarge,
 }
 
-/// Rewrites `req` for `up` and sends it; returns the cleaned response.
-pub async fn forward(
+/// Forwards `req` over this worker's h2c connection to `up`; returns the cleaned response.
+pub async fn forward_h2(
     up: &Upstream,
     req: Request<Incoming>,
     host: Option<HeaderValue>,
     fwd: &Forwarded,
     client: &ClientInfo,
     max_body: u64,
-) -> Result<Response<Incoming>, ForwardError> {
+) -> Result<Response<RespBody>, ForwardError> {
     let (mut parts, body) = req.into_parts();
-    let te_trailers = up.cfg.protocol == UpstreamProtocol::H2c
-        && parts
-            .headers
-            .get(header::TE)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
+    let te_trailers = parts
+        .headers
+        .get(header::TE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
     strip_hop_by_hop(&mut parts.headers);
     if te_trailers {
         parts
@@ -150,28 +209,38 @@ pub async fn forward(
         parts.headers.insert(header::HOST, h.clone());
     }
     set_forwarding(&mut parts.headers, fwd, client, host.as_ref());
-    parts.uri = up.uri(parts.uri.path_and_query(), host.as_ref());
-    parts.version = up.version;
+    parts.uri = up.h2_uri(parts.uri.path_and_query(), host.as_ref());
+    parts.version = Version::HTTP_2;
     let req = Request::from_parts(
         parts,
         Limited::new(body, usize::try_from(max_body).unwrap_or(usize::MAX)),
     );
-    let resp = match tokio::time::timeout(up.cfg.response_timeout, up.client.request(req)).await {
-        Err(_) => return Err(ForwardError::Timeout),
-        Ok(Err(e)) => {
-            return Err(if is_body_limit(&e) {
+    let send = async {
+        let mut sender = up.h2_sender().await.map_err(|e| {
+            tracing::debug!(upstream = %up.cfg.name, error = %e, "no h2c connection");
+            ForwardError::Upstream
+        })?;
+        sender.ready().await.map_err(|e| {
+            tracing::debug!(upstream = %up.cfg.name, error = %e, "h2c connection failed");
+            ForwardError::Upstream
+        })?;
+        sender.send_request(req).await.map_err(|e| {
+            if is_body_limit(&e) {
                 ForwardError::BodyTooLarge
             } else {
                 tracing::debug!(upstream = %up.cfg.name, error = %e, "upstream request failed");
                 ForwardError::Upstream
-            });
-        }
-        Ok(Ok(r)) => r,
+            }
+        })
+    };
+    let resp = match tokio::time::timeout(up.cfg.response_timeout, send).await {
+        Err(_) => return Err(ForwardError::Timeout),
+        Ok(r) => r?,
     };
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     parts.version = Version::HTTP_11;
-    Ok(Response::from_parts(parts, body))
+    Ok(Response::from_parts(parts, RespBody::H2(body)))
 }
 
 fn is_body_limit(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -187,9 +256,7 @@ fn is_body_limit(e: &(dyn std::error::Error + 'static)) -> bool {
 
 /// A short plain-text response of ours; `close` adds `Connection: close` (HTTP/1.1 only).
 pub fn simple(status: StatusCode, body: &'static str, close: bool) -> Response<RespBody> {
-    let mut r = Response::new(Either::Right(Full::new(bytes::Bytes::from_static(
-        body.as_bytes(),
-    ))));
+    let mut r = Response::new(RespBody::full(Bytes::from_static(body.as_bytes())));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -89,6 +89,7 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         ));
     }
     background.spawn(blockwatch::expire(Arc::clone(&front)));
+    background.spawn(crate::upstream::sweep_loop());
 
     let sig = |k| {
         signal(k).map_err(|source| StartError::Output {

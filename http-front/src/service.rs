@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Either;
 use hyper::body::Incoming;
 use shield::block::{BlockEntry, Origin};
 use shield::events::Action as EventAction;
@@ -17,6 +16,8 @@ use shield::rules::{Action, Now};
 use crate::access_log::{self, AccessRecord};
 use crate::conns::{CloseCause, ConnCtl};
 use crate::front::Front;
+use crate::front::Snapshot;
+use crate::h1;
 use crate::local;
 use crate::metrics::Counter;
 use crate::proxy::{self, ClientInfo, ForwardError, RespBody, simple};
@@ -47,8 +48,8 @@ pub struct ConnCtx {
 
 /// Counts a request in flight on its connection; a request dropped before its response head
 /// (an HTTP/2 stream reset by the client) is a premature reset, and too many close the connection.
-struct Flight<'a> {
-    cx: &'a ConnCtx,
+struct Flight {
+    cx: Arc<ConnCtx>,
     done: bool,
 }
 
@@ -56,8 +57,8 @@ fn mono_ms() -> u64 {
     shield::clock::mono_us() / 1000
 }
 
-impl<'a> Flight<'a> {
-    fn start(cx: &'a ConnCtx) -> Self {
+impl Flight {
+    fn start(cx: Arc<ConnCtx>) -> Self {
         let ctl = &cx.ctl;
         let n = ctl.requests.fetch_add(1, Ordering::Relaxed) + 1;
         ctl.inflight.fetch_add(1, Ordering::Relaxed);
@@ -72,9 +73,9 @@ impl<'a> Flight<'a> {
     }
 }
 
-impl Drop for Flight<'_> {
+impl Drop for Flight {
     fn drop(&mut self) {
-        let cx = self.cx;
+        let cx = &*self.cx;
         let ctl = &cx.ctl;
         ctl.inflight.fetch_sub(1, Ordering::Relaxed);
         if !cx.h2 {
@@ -143,16 +144,23 @@ fn version_str(v: http::Version) -> &'static str {
     }
 }
 
-/// Serves one request (hyper's service function).
-pub async fn handle(
+/// Serves one request (hyper's service function). Everything up to the proxy runs here, when
+/// hyper hands the request over; the future returned only forwards (or returns the answer).
+pub fn handle(
     cx: Arc<ConnCtx>,
     req: Request<Incoming>,
-) -> Result<Response<RespBody>, Infallible> {
-    let t0 = Instant::now();
-    let mut flight = Flight::start(&cx);
-    let resp = pipeline(&cx, req, t0).await;
-    flight.done = true;
-    Ok(resp)
+) -> impl Future<Output = Result<Response<RespBody>, Infallible>> + Send + 'static {
+    let flight = Flight::start(cx);
+    let verdict = decide(&flight.cx, req);
+    async move {
+        let mut flight = flight;
+        let resp = match verdict {
+            Verdict::Respond(r) => r,
+            Verdict::Proxy(mut job) => proxy(&flight.cx, &mut job).await,
+        };
+        flight.done = true;
+        Ok(resp)
+    }
 }
 
 /// The parts of a sampled request kept for its access record.
@@ -163,9 +171,33 @@ struct Sampled {
     user_agent: Option<String>,
     referer: Option<String>,
     request_bytes: Option<u64>,
+    action: &'static str,
+    t0: Instant,
 }
 
-async fn pipeline(cx: &ConnCtx, req: Request<Incoming>, t0: Instant) -> Response<RespBody> {
+/// What the request path decided before any waiting.
+enum Verdict {
+    /// Answer this.
+    Respond(Response<RespBody>),
+    /// Forward to the site's upstream.
+    Proxy(Job),
+}
+
+/// A request to forward, with what the forwarding needs.
+struct Job {
+    snap: Arc<Snapshot>,
+    site: usize,
+    parts: http::request::Parts,
+    body: Option<Incoming>,
+    /// `Host` for the upstream (HTTP/2 clients: from `:authority`).
+    host: Option<HeaderValue>,
+    /// Kept for the access record, when this request is sampled (boxed: rare, and it keeps
+    /// the future small).
+    sampled: Option<Box<Sampled>>,
+}
+
+fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
+    use Verdict::Respond;
     let front = &*cx.front;
     let c = &front.counters;
     c.bump(if cx.h2 {
@@ -186,19 +218,21 @@ async fn pipeline(cx: &ConnCtx, req: Request<Incoming>, t0: Instant) -> Response
     if blocked {
         cx.ctl.close(CloseCause::Blocked);
         c.bump(Counter::RespBlocked);
-        return simple(StatusCode::FORBIDDEN, "blocked\n", !cx.h2);
+        return Respond(simple(StatusCode::FORBIDDEN, "blocked\n", !cx.h2));
     }
     if req.method() == Method::CONNECT {
         c.bump(Counter::RespBadRequest);
-        return simple(
+        return Respond(simple(
             StatusCode::METHOD_NOT_ALLOWED,
             "CONNECT is not proxied\n",
             false,
-        );
+        ));
     }
 
     // 2. Host → site.
     let snap = front.snapshot();
+    // Only a sampled access record needs the duration.
+    let t0 = (snap.sample_period > 0).then(Instant::now);
     let raw_host = match req.uri().authority() {
         Some(a) => Some(a.as_str()),
         None => req
@@ -209,19 +243,32 @@ async fn pipeline(cx: &ConnCtx, req: Request<Incoming>, t0: Instant) -> Response
     let mut buf = [0u8; HOST_MAX];
     let Some(host) = raw_host.and_then(|r| normalize_host(r, &mut buf)) else {
         c.bump(Counter::RespBadRequest);
-        return simple(StatusCode::BAD_REQUEST, "missing or bad Host\n", false);
+        return Respond(simple(
+            StatusCode::BAD_REQUEST,
+            "missing or bad Host\n",
+            false,
+        ));
     };
-    let Some(site) = snap.sites.lookup(host) else {
+    let Some(site_ix) = snap.sites.index(host) else {
         c.bump(Counter::RespUnknownHost);
-        return simple(StatusCode::MISDIRECTED_REQUEST, "unknown host\n", false);
+        return Respond(simple(
+            StatusCode::MISDIRECTED_REQUEST,
+            "unknown host\n",
+            false,
+        ));
     };
+    let site = snap.sites.get(site_ix);
 
     // 3. Sizes.
     let limits = &snap.cfg.limits;
     if req.uri().path_and_query().map_or(1, |p| p.as_str().len()) > limits.max_uri_bytes {
         c.bump(Counter::LimitUriBytes);
         c.bump(Counter::RespUriTooLong);
-        return simple(StatusCode::URI_TOO_LONG, "request target too long\n", false);
+        return Respond(simple(
+            StatusCode::URI_TOO_LONG,
+            "request target too long\n",
+            false,
+        ));
     }
     let request_bytes = req
         .headers()
@@ -231,11 +278,11 @@ async fn pipeline(cx: &ConnCtx, req: Request<Incoming>, t0: Instant) -> Response
     if request_bytes.is_some_and(|n| n > limits.max_body_bytes) {
         c.bump(Counter::LimitBodyBytes);
         c.bump(Counter::RespBodyTooLarge);
-        return simple(
+        return Respond(simple(
             StatusCode::PAYLOAD_TOO_LARGE,
             "request body too large\n",
             !cx.h2,
-        );
+        ));
     }
 
     // 4. Rules: a site without any goes straight to the proxy.
@@ -266,12 +313,12 @@ async fn pipeline(cx: &ConnCtx, req: Request<Incoming>, t0: Instant) -> Response
             Action::Deny => {
                 c.bump(Counter::VerdictDeny);
                 c.bump(Counter::RespDenied);
-                return simple(StatusCode::FORBIDDEN, "forbidden\n", false);
+                return Respond(simple(StatusCode::FORBIDDEN, "forbidden\n", false));
             }
             Action::Challenge => {
                 c.bump(Counter::VerdictChallenge);
                 c.bump(Counter::RespChallenged);
-                return simple(StatusCode::FORBIDDEN, "forbidden\n", false);
+                return Respond(simple(StatusCode::FORBIDDEN, "forbidden\n", false));
             }
             Action::RateLimit => {
                 c.bump(Counter::VerdictRateLimit);
@@ -283,7 +330,7 @@ async fn pipeline(cx: &ConnCtx, req: Request<Incoming>, t0: Instant) -> Response
                     ms => HeaderValue::from(ms.div_ceil(1000)),
                 };
                 r.headers_mut().insert(header::RETRY_AFTER, retry);
-                return r;
+                return Respond(r);
             }
         }
     } else {
@@ -316,34 +363,70 @@ async fn pipeline(cx: &ConnCtx, req: Request<Incoming>, t0: Instant) -> Response
             }
             _ => format!("{scheme}://{host}{pq}"),
         };
-        Sampled {
+        Box::new(Sampled {
             ts_ms: shield::clock::unix_ms(),
             method: req.method().as_str().to_string(),
             url,
             user_agent: text(header::USER_AGENT),
             referer: text(header::REFERER),
             request_bytes,
-        }
+            action,
+            t0: t0.unwrap_or_else(Instant::now),
+        })
     });
-    let host_value = if cx.h2 {
-        raw_host.and_then(|h| HeaderValue::from_str(h).ok())
+    // The upstream gets the host the site was chosen by, whatever else the client sent.
+    let host = raw_host.and_then(|h| HeaderValue::from_str(h).ok());
+    let (parts, body) = req.into_parts();
+    Verdict::Proxy(Job {
+        site: site_ix,
+        snap,
+        parts,
+        body: Some(body),
+        host,
+        sampled,
+    })
+}
+
+/// Forwards `job` to its site's upstream; the response, or ours when that fails.
+async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
+    let front = &*cx.front;
+    let c = &front.counters;
+    let snap = &*job.snap;
+    let site = snap.sites.get(job.site);
+    let up = &*site.upstream;
+    let max_body = snap.cfg.limits.max_body_bytes;
+    let fwd = &snap.cfg.forwarded;
+    let result = if up.is_h2c() {
+        let parts = std::mem::replace(&mut job.parts, Request::new(()).into_parts().0);
+        let body = job.body.take().expect("the body is forwarded once");
+        let req = Request::from_parts(parts, body);
+        // Boxed: the h2c path is the rarer one, and its future is large.
+        Box::pin(proxy::forward_h2(
+            up,
+            req,
+            job.host.take(),
+            fwd,
+            &cx.client,
+            max_body,
+        ))
+        .await
     } else {
-        req.headers().get(header::HOST).cloned()
+        let body = job.body.as_mut().expect("the body is forwarded once");
+        h1::forward(
+            up,
+            &job.parts,
+            body,
+            job.host.as_ref(),
+            fwd,
+            &cx.client,
+            max_body,
+        )
+        .await
     };
-    let up = &site.upstream;
-    let resp = match proxy::forward(
-        up,
-        req,
-        host_value,
-        &snap.cfg.forwarded,
-        &cx.client,
-        limits.max_body_bytes,
-    )
-    .await
-    {
+    let resp = match result {
         Ok(r) => {
             c.bump(Counter::RespProxied);
-            r.map(Either::Left)
+            r
         }
         Err(ForwardError::Timeout) => {
             c.bump(Counter::RespUpstreamTimeout);
@@ -363,7 +446,8 @@ async fn pipeline(cx: &ConnCtx, req: Request<Incoming>, t0: Instant) -> Response
             )
         }
     };
-    if let Some(s) = sampled {
+    if let Some(s) = job.sampled.take() {
+        let s = *s;
         let rec = AccessRecord {
             kind: "http_front.access",
             timestamp: access_log::rfc3339_ms(s.ts_ms),
@@ -375,9 +459,9 @@ async fn pipeline(cx: &ConnCtx, req: Request<Incoming>, t0: Instant) -> Response
             url: s.url,
             proto: if cx.h2 { "HTTP/2" } else { "HTTP/1.1" },
             status: resp.status().as_u16(),
-            duration_ms: access_log::duration_ms(t0.elapsed()),
+            duration_ms: access_log::duration_ms(s.t0.elapsed()),
             upstream: up.cfg.name.clone(),
-            action,
+            action: s.action,
             user_agent: s.user_agent,
             referer: s.referer,
             request_bytes: s.request_bytes,

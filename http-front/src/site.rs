@@ -74,19 +74,31 @@ impl Sites {
     /// The site for a normalised host (lower case, no port, no trailing dot).
     #[inline]
     pub fn lookup(&self, host: &str) -> Option<&PreparedSite> {
+        self.index(host).map(|i| self.get(i))
+    }
+
+    /// The index of the site for a normalised host (see [`lookup`](Self::lookup)).
+    #[inline]
+    pub fn index(&self, host: &str) -> Option<usize> {
         if let Some(&i) = self.exact.get(host) {
-            return Some(&self.sites[i as usize]);
+            return Some(i as usize);
         }
         if !self.wildcard.is_empty() {
             let mut rest = host;
             while let Some((_, suffix)) = rest.split_once('.') {
                 if let Some(&i) = self.wildcard.get(suffix) {
-                    return Some(&self.sites[i as usize]);
+                    return Some(i as usize);
                 }
                 rest = suffix;
             }
         }
-        self.any.map(|i| &self.sites[i as usize])
+        self.any.map(|i| i as usize)
+    }
+
+    /// The site at `index` (from [`index`](Self::index)).
+    #[inline]
+    pub fn get(&self, index: usize) -> &PreparedSite {
+        &self.sites[index]
     }
 
     /// Number of sites.

@@ -1,135 +1,389 @@
-//! Upstreams: a pooled hyper client per `[[upstream]]` whose connector dials the configured servers in turn (HTTP/1.1 keep-alive or h2c).
+//! Upstreams and their connection pools: one pool per upstream *per worker thread*, so that a
+//! request takes and returns a connection without a lock or a shared cache line.
+//!
+//! HTTP/1.1 upstreams pool raw connections that [`crate::h1`] drives inline, in the task of
+//! the request that uses them (no connection task, no channel). A pool keeps at most
+//! `pool_max_idle` idle connections (most recently used first), drops one idle for longer than
+//! `pool_idle_timeout`, and drops one whose server closed it or sent bytes nobody asked for
+//! (seen at checkout from the socket's readiness, without a system call, and by the sweep
+//! each worker runs at most once a second as connections come back, and [`sweep_loop`]). A connection that errors, or whose
+//! response said it is not reusable, is never returned.
+//!
+//! h2c upstreams keep one multiplexed hyper connection per worker thread (its task spawned from
+//! that worker), replaced when it closes. New connections dial the upstream's servers in
+//! turn, each within the connect timeout.
 
-use std::future::Future;
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
+use http::Uri;
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{Uri, Version};
 use http_body_util::Limited;
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use crate::config::{self, UpstreamProtocol};
 
-/// The body type sent upstream: the client's body, bounded by `limits.max_body_bytes`.
+/// The body type sent to h2c upstreams: the client's body, bounded by `limits.max_body_bytes`.
 pub type UpBody = Limited<Incoming>;
 
-/// Dials an upstream's servers in turn, each within the connect timeout; the URI is ignored.
-#[derive(Clone, Debug)]
-pub struct Connector {
-    servers: Arc<[SocketAddr]>,
-    next: Arc<AtomicUsize>,
-    timeout: Duration,
+/// Initial read buffer of an upstream connection.
+pub(crate) const READ_BUF: usize = 8 * 1024;
+
+/// One `[[upstream]]`: its settings, and what identifies its per-thread pools.
+#[derive(Debug)]
+pub struct Upstream {
+    /// The settings it was built from (a reload with equal settings keeps this upstream and its pools).
+    pub cfg: config::Upstream,
+    id: u64,
+    next: AtomicUsize,
+    /// Alive while this upstream is: pools of an upstream gone after a reload are dropped by the sweep.
+    token: Arc<()>,
+    /// `:authority` of h2c requests without a client host.
+    authority: Authority,
 }
 
-impl Connector {
-    async fn dial(self) -> io::Result<TokioIo<TcpStream>> {
-        let n = self.servers.len();
+/// What a pooled connection needs to find its way back: the pool's key and bounds (no
+/// reference to the upstream, so that a response body does not touch a shared counter).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PoolKey {
+    id: u64,
+    max_idle: usize,
+}
+
+/// An HTTP/1.1 connection to an upstream server, with its buffers.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) io: TcpStream,
+    /// Bytes read and not yet consumed.
+    pub(crate) rbuf: BytesMut,
+    /// The request head being written.
+    pub(crate) wbuf: Vec<u8>,
+}
+
+struct Idle {
+    conn: Conn,
+    since: Instant,
+}
+
+/// One upstream's pool on one thread.
+struct Pool {
+    id: u64,
+    token: Weak<()>,
+    idle_timeout: Duration,
+    /// Oldest first; checkout takes the newest.
+    idle: VecDeque<Idle>,
+    h2: Option<http2::SendRequest<UpBody>>,
+}
+
+thread_local! {
+    static POOLS: RefCell<Vec<Pool>> = const { RefCell::new(Vec::new()) };
+    /// When this thread's pools were last swept.
+    static LAST_SWEEP: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Least time between two sweeps of a thread's pools.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// True while an idle connection has nothing to read: a FIN, a reset or stray bytes make it
+/// readable. The readiness check is a load; a read happens only when the socket is readable.
+fn idle_ok(io: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    matches!(io.try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
+impl Upstream {
+    /// The upstream for `cfg` (connects lazily).
+    pub fn new(cfg: &config::Upstream) -> Upstream {
+        static IDS: AtomicU64 = AtomicU64::new(1);
+        Upstream {
+            cfg: cfg.clone(),
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            next: AtomicUsize::new(0),
+            token: Arc::new(()),
+            authority: Authority::try_from(cfg.servers[0].to_string().as_str())
+                .expect("a socket address is an authority"),
+        }
+    }
+
+    pub(crate) fn key(&self) -> PoolKey {
+        PoolKey {
+            id: self.id,
+            max_idle: self.cfg.pool_max_idle,
+        }
+    }
+
+    fn with_pool<R>(&self, f: impl FnOnce(&mut Pool) -> R) -> R {
+        POOLS.with(|p| {
+            let mut pools = p.borrow_mut();
+            let i = match pools.iter().position(|p| p.id == self.id) {
+                Some(i) => i,
+                None => {
+                    pools.push(Pool {
+                        id: self.id,
+                        token: Arc::downgrade(&self.token),
+                        idle_timeout: self.cfg.pool_idle_timeout,
+                        idle: VecDeque::new(),
+                        h2: None,
+                    });
+                    pools.len() - 1
+                }
+            };
+            f(&mut pools[i])
+        })
+    }
+
+    /// This thread's most recently used idle connection that is still good, if any.
+    /// (Makes this thread's pool on first use, so that [`checkin`] finds it.)
+    pub(crate) fn checkout(&self) -> Option<Conn> {
+        self.with_pool(|pool| {
+            while let Some(idle) = pool.idle.pop_back() {
+                if idle.since.elapsed() >= pool.idle_timeout {
+                    // Every older one has expired too.
+                    pool.idle.clear();
+                    return None;
+                }
+                if idle_ok(&idle.conn.io) {
+                    return Some(idle.conn);
+                }
+            }
+            None
+        })
+    }
+
+    /// A new connection to the next server that accepts one within the connect timeout.
+    pub(crate) async fn connect(&self) -> io::Result<TcpStream> {
+        let servers = &self.cfg.servers;
+        let n = servers.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no upstream server");
         for k in 0..n {
-            let addr = self.servers[(start + k) % n];
-            match tokio::time::timeout(self.timeout, TcpStream::connect(addr)).await {
+            let addr: SocketAddr = servers[(start + k) % n];
+            match tokio::time::timeout(self.cfg.connect_timeout, TcpStream::connect(addr)).await {
                 Ok(Ok(s)) => {
                     let _ = s.set_nodelay(true);
-                    return Ok(TokioIo::new(s));
+                    return Ok(s);
                 }
-                Ok(Err(e)) => last = e,
+                Ok(Err(e)) => {
+                    tracing::debug!(upstream = %self.cfg.name, %addr, error = %e, "connect failed");
+                    last = e;
+                }
                 Err(_) => {
-                    last = io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("connect to {addr} timed out"),
-                    )
+                    tracing::debug!(upstream = %self.cfg.name, %addr, "connect timed out");
+                    last = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
                 }
             }
         }
         Err(last)
     }
-}
 
-impl tower_service::Service<Uri> for Connector {
-    type Response = TokioIo<TcpStream>;
-    type Error = io::Error;
-    type Future = Pin<Box<dyn Future<Output = io::Result<TokioIo<TcpStream>>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
+    /// A new HTTP/1.1 connection.
+    pub(crate) async fn connect_h1(&self) -> io::Result<Conn> {
+        Ok(Conn {
+            io: self.connect().await?,
+            rbuf: BytesMut::with_capacity(READ_BUF),
+            wbuf: Vec::with_capacity(1024),
+        })
     }
 
-    fn call(&mut self, _: Uri) -> Self::Future {
-        Box::pin(self.clone().dial())
-    }
-}
-
-/// One upstream: its settings and its pooled client.
-#[derive(Debug)]
-pub struct Upstream {
-    /// The settings it was built from (a reload with equal settings keeps this upstream and its pool).
-    pub cfg: config::Upstream,
-    /// The pooled client.
-    pub client: Client<Connector, UpBody>,
-    /// Pool key put in request URIs (the first server's address).
-    authority: Authority,
-    /// Version requests are sent with.
-    pub version: Version,
-}
-
-impl Upstream {
-    /// Builds the client for `cfg` (connects lazily).
-    pub fn new(cfg: &config::Upstream) -> Upstream {
-        let connector = Connector {
-            servers: cfg.servers.clone().into(),
-            next: Arc::new(AtomicUsize::new(0)),
-            timeout: cfg.connect_timeout,
-        };
-        let mut b = Client::builder(TokioExecutor::new());
-        b.pool_idle_timeout(cfg.pool_idle_timeout)
-            .pool_max_idle_per_host(cfg.pool_max_idle)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .set_host(false);
-        if cfg.protocol == UpstreamProtocol::H2c {
-            b.http2_only(true)
-                .http2_keep_alive_interval(Duration::from_secs(30))
-                .http2_keep_alive_timeout(Duration::from_secs(20));
+    /// This thread's h2c connection, dialled when there is none or it has closed.
+    pub(crate) async fn h2_sender(&self) -> io::Result<http2::SendRequest<UpBody>> {
+        if let Some(s) = self.with_pool(|p| {
+            p.h2.as_ref()
+                .filter(|s| !s.is_closed())
+                .cloned()
+                .or_else(|| {
+                    p.h2 = None;
+                    None
+                })
+        }) {
+            return Ok(s);
         }
-        let authority = Authority::try_from(cfg.servers[0].to_string().as_str())
-            .expect("a socket address is an authority");
-        Upstream {
-            cfg: cfg.clone(),
-            client: b.build(connector),
-            authority,
-            version: match cfg.protocol {
-                UpstreamProtocol::Http1 => Version::HTTP_11,
-                UpstreamProtocol::H2c => Version::HTTP_2,
-            },
-        }
+        let io = self.connect().await?;
+        let mut b = http2::Builder::new(TokioExecutor::new());
+        b.timer(TokioTimer::new())
+            .keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_timeout(Duration::from_secs(20));
+        let (sender, conn) = b
+            .handshake::<_, UpBody>(TokioIo::new(io))
+            .await
+            .map_err(io::Error::other)?;
+        let name = self.cfg.name.clone();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(upstream = %name, error = %e, "h2c upstream connection ended");
+            }
+        });
+        self.with_pool(|p| p.h2 = Some(sender.clone()));
+        Ok(sender)
     }
 
-    /// The URI a request for `pq` is sent with: path and query, and as authority the pool key
-    /// (HTTP/1.1, where `Host` carries the client's host) or the client's host (h2c, where
-    /// `:authority` must carry it; one multiplexed connection per host).
-    #[inline]
-    pub fn uri(&self, pq: Option<&PathAndQuery>, host: Option<&http::HeaderValue>) -> Uri {
+    /// The URI an h2c request for `pq` is sent with: `:authority` is the client's host when it
+    /// has one (else the first server's address), `:path` its path and query.
+    pub fn h2_uri(&self, pq: Option<&PathAndQuery>, host: Option<&http::HeaderValue>) -> Uri {
         let mut parts = http::uri::Parts::default();
         parts.scheme = Some(Scheme::HTTP);
-        let client_host = match (self.cfg.protocol, host) {
-            (UpstreamProtocol::H2c, Some(h)) => Authority::try_from(h.as_bytes()).ok(),
-            _ => None,
-        };
-        parts.authority = Some(client_host.unwrap_or_else(|| self.authority.clone()));
+        parts.authority = Some(
+            host.and_then(|h| Authority::try_from(h.as_bytes()).ok())
+                .unwrap_or_else(|| self.authority.clone()),
+        );
         parts.path_and_query = Some(
             pq.cloned()
                 .unwrap_or_else(|| PathAndQuery::from_static("/")),
         );
         Uri::from_parts(parts).expect("scheme, authority and path make a URI")
+    }
+
+    /// Whether requests go out over h2c.
+    pub fn is_h2c(&self) -> bool {
+        self.cfg.protocol == UpstreamProtocol::H2c
+    }
+}
+
+/// Returns a connection that finished an exchange and may carry another to this thread's pool
+/// of `key` (dropped when the pool is full, or gone).
+pub(crate) fn checkin(key: PoolKey, conn: Conn) {
+    if key.max_idle == 0 {
+        return;
+    }
+    let now = Instant::now();
+    // Each worker sweeps its own pools as it works: the runtime moves tasks between threads,
+    // so no single timer task sees every thread's pools.
+    if LAST_SWEEP
+        .get()
+        .is_none_or(|t| now.duration_since(t) >= SWEEP_EVERY)
+    {
+        LAST_SWEEP.set(Some(now));
+        sweep();
+    }
+    let overflow = POOLS.with(|p| {
+        let mut pools = p.borrow_mut();
+        let pool = pools.iter_mut().find(|p| p.id == key.id)?;
+        pool.idle.push_back(Idle { conn, since: now });
+        if pool.idle.len() > key.max_idle {
+            pool.idle.pop_front()
+        } else {
+            None
+        }
+    });
+    drop(overflow);
+}
+
+/// Drops this thread's idle connections that expired or were closed by their server, and
+/// the pools (with their h2c connection) of upstreams that no longer exist.
+pub fn sweep() {
+    let gone: Vec<Pool> = POOLS.with(|p| {
+        let mut pools = p.borrow_mut();
+        let mut gone = Vec::new();
+        let mut i = 0;
+        while i < pools.len() {
+            if pools[i].token.strong_count() == 0 {
+                gone.push(pools.swap_remove(i));
+                continue;
+            }
+            let pool = &mut pools[i];
+            let timeout = pool.idle_timeout;
+            pool.idle
+                .retain(|c| c.since.elapsed() < timeout && idle_ok(&c.conn.io));
+            i += 1;
+        }
+        gone
+    });
+    drop(gone);
+}
+
+/// Runs [`sweep`] every second on whichever worker polls it (busy workers also sweep their
+/// own pools as connections come back: see [`checkin`]).
+pub async fn sweep_loop() {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        sweep();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(max_idle: usize, idle_ms: u64) -> config::Upstream {
+        config::Upstream {
+            name: "t".into(),
+            servers: vec!["127.0.0.1:1".parse().unwrap()],
+            protocol: UpstreamProtocol::Http1,
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+            pool_idle_timeout: Duration::from_millis(idle_ms),
+            pool_max_idle: max_idle,
+        }
+    }
+
+    async fn pair(l: &tokio::net::TcpListener) -> (Conn, TcpStream) {
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (
+            Conn {
+                io: c,
+                rbuf: BytesMut::new(),
+                wbuf: Vec::new(),
+            },
+            s,
+        )
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn pool_is_bounded_lifo_and_drops_closed_and_expired() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up = Upstream::new(&cfg(2, 60_000));
+        assert!(up.checkout().is_none());
+        let mut peers = Vec::new();
+        let mut ports = Vec::new();
+        for _ in 0..3 {
+            let (c, s) = pair(&l).await;
+            ports.push(c.io.local_addr().unwrap().port());
+            checkin(up.key(), c);
+            peers.push(s);
+        }
+        // Bounded at two: the oldest went; the newest comes out first.
+        let a = up.checkout().unwrap();
+        assert_eq!(a.io.local_addr().unwrap().port(), ports[2]);
+        checkin(up.key(), a);
+        // The server closes the newest: checkout skips it once its FIN is seen.
+        drop(peers.pop());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::task::yield_now().await;
+        let b = up.checkout().unwrap();
+        assert_eq!(b.io.local_addr().unwrap().port(), ports[1]);
+        assert!(up.checkout().is_none());
+
+        // Expiry.
+        let up = Upstream::new(&cfg(4, 20));
+        assert!(up.checkout().is_none());
+        let (c, _s) = pair(&l).await;
+        checkin(up.key(), c);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(up.checkout().is_none());
+
+        // No pooling at all.
+        let up = Upstream::new(&cfg(0, 60_000));
+        assert!(up.checkout().is_none());
+        let (c, _s) = pair(&l).await;
+        checkin(up.key(), c);
+        assert!(up.checkout().is_none());
+
+        // A pool whose upstream is gone is swept.
+        let n = POOLS.with(|p| p.borrow().len());
+        drop(up);
+        sweep();
+        assert!(POOLS.with(|p| p.borrow().len()) < n);
     }
 }
