@@ -10,11 +10,22 @@ use crate::ListenerError;
 /// Most addresses one prefix may expand to (a /16 of IPv4); larger prefixes are refused.
 pub const MAX_EXPAND: u64 = 1 << 16;
 
+/// Most addresses a whole `listen` list may expand to: one UDP socket each, so far past any
+/// descriptor limit; without this bound a generated list of many /16s made the config check
+/// itself allocate gigabytes (found by the abuse tests: 2000 × /16 = 131M addresses).
+pub const MAX_TOTAL: usize = 1 << 20;
+
 /// Expands `listen` entries (addresses or CIDR prefixes) into distinct addresses, in order.
 pub fn expand(entries: &[String]) -> Result<Vec<IpAddr>, ListenerError> {
     let mut out = Vec::new();
     let mut seen: HashSet<IpAddr> = HashSet::new();
     for e in entries {
+        if out.len() >= MAX_TOTAL {
+            return Err(ListenerError::BadAddress {
+                entry: e.clone(),
+                why: format!("the listen list expands to more than {MAX_TOTAL} addresses"),
+            });
+        }
         let s = e.trim();
         if let Ok(ip) = s.parse::<IpAddr>() {
             if seen.insert(ip) {
@@ -46,6 +57,12 @@ pub fn expand(entries: &[String]) -> Result<Vec<IpAddr>, ListenerError> {
                 out.push(ip);
             }
         }
+    }
+    if out.len() > MAX_TOTAL {
+        return Err(ListenerError::BadAddress {
+            entry: entries.last().cloned().unwrap_or_default(),
+            why: format!("the listen list expands to more than {MAX_TOTAL} addresses"),
+        });
     }
     Ok(out)
 }
@@ -107,6 +124,17 @@ mod tests {
         assert!(expand(&["bogus".into()]).is_err());
         let v6 = expand(&["2001:db8::/126".into()]).unwrap();
         assert_eq!(v6.len(), 4);
+    }
+
+    #[test]
+    fn a_generated_list_past_the_total_is_refused_without_expanding_it() {
+        // 2000 distinct /16s would be 131M addresses.
+        let list: Vec<String> = (0..2000u32)
+            .map(|i| format!("{}.{}.0.0/16", 10 + i / 256, i % 256))
+            .collect();
+        let e = expand(&list).unwrap_err().to_string();
+        assert!(e.contains("more than 1048576 addresses"), "{e}");
+        assert_eq!(expand(&list[..16]).unwrap().len(), 16 << 16);
     }
 
     #[test]

@@ -1,0 +1,179 @@
+//! http-front's request matching on arbitrary request heads: the head as hyper reads it
+//! (httparse, then `http` types), the Host (authority or header) normalised
+//! (`http_front::site::normalize_host`), the site looked up (`Sites::lookup`: exact,
+//! wildcard, catch-all) and, for a site with rules, shield's rules checked with the
+//! request's attributes (`palisade_fuzz::http_view::View`, which mirrors http-front's
+//! `HttpView`). Nothing panics, and a normalised host is lower-case, without port or
+//! trailing dot, at most 253 bytes.
+//!
+//! Input: one byte choosing the source address, then the request head.
+#![no_main]
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use http_front::site::{HOST_MAX, Sites, normalize_host};
+use http_front::upstream::Upstream;
+use libfuzzer_sys::fuzz_target;
+use palisade_fuzz::http_view::{View, parse_head};
+use shield::rules::{Now, Prepared, RuleState, StateConfig};
+
+const RULES: &str = r#"
+[[list]]
+name = "scanners"
+prefixes = ["192.0.2.0/24", "2001:db8:bad::/48"]
+
+[[tenant]]
+id = 1
+allow = ["198.51.100.7/32"]
+rate_limit = { per_second = 5.0, burst = 10 }
+escalate = { after = 20, window_secs = 10, block_secs = 60 }
+
+[[tenant.rule]]
+name = "health"
+action = "allow"
+when = [{ attr = "path", exact = "/healthz" }]
+
+[[tenant.rule]]
+name = "wp"
+action = "deny"
+when = [{ attr = "path", prefix = "/wp-" }, { attr = "method", one_of = ["POST", "PUT"] }]
+
+[[tenant.rule]]
+name = "ua"
+action = "deny"
+when = [{ attr = "user_agent", regex = "(?i)sqlmap|nikto|^masscan/" }]
+
+[[tenant.rule]]
+name = "ua2"
+action = "challenge"
+when = [{ attr = "user_agent", regex = "curl/[0-9.]+$" }, { attr = "query", contains = "id=" }]
+
+[[tenant.rule]]
+name = "methods"
+action = "deny"
+when = [{ attr = "method", one_of = ["DELETE", "TRACE", "CONNECT", "PATCH", "OPTIONS", "PROPFIND", "MKCOL", "COPY", "MOVE"] }]
+
+[[tenant.rule]]
+name = "hdr"
+action = "deny"
+when = [{ attr = "header:x-attack", present = true }, { attr = "header:accept", present = false, not = true }]
+
+[[tenant.rule]]
+name = "scanners-slow"
+action = "rate_limit"
+source = ["@scanners"]
+rate = { per_second = 1.0, burst = 2 }
+when = [{ attr = "path", suffix = ".php" }]
+
+[[tenant]]
+id = 2
+deny = ["@scanners", "203.0.113.0/24"]
+
+[[tenant.rule]]
+name = "old-http"
+action = "deny"
+when = [{ attr = "version", exact = "HTTP/1.0" }, { attr = "host", suffix = ".test" }]
+"#;
+
+const FRONT: &str = r#"
+[server]
+listen = ["127.0.0.1:1"]
+
+[rules]
+file = "rules.toml"
+
+[[upstream]]
+name = "app"
+servers = ["127.0.0.1:2"]
+
+[[site]]
+hosts = ["a.test", "www.a.test"]
+upstream = "app"
+tenant = 1
+
+[[site]]
+hosts = ["*.b.test"]
+upstream = "app"
+tenant = 2
+
+[[site]]
+hosts = ["*"]
+upstream = "app"
+tenant = 3
+"#;
+
+struct Fixture {
+    sites: Sites,
+    rules: Prepared,
+    state: RuleState,
+}
+
+fn fixture() -> Fixture {
+    let dir = std::env::temp_dir().join(format!("palisade-fuzz-http-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("rules.toml"), RULES).unwrap();
+    std::fs::write(dir.join("front.toml"), FRONT).unwrap();
+    let l = http_front::config::Config::load(&dir.join("front.toml")).expect("fixture config");
+    let _ = std::fs::remove_dir_all(&dir);
+    let ups: Vec<_> = l
+        .config
+        .upstreams
+        .iter()
+        .map(|u| Arc::new(Upstream::new(u)))
+        .collect();
+    Fixture {
+        sites: Sites::prepare(&l.config, &l.rules, &ups),
+        rules: l.rules,
+        state: RuleState::new(&StateConfig::default(), None),
+    }
+}
+
+thread_local! {
+    static F: Fixture = fixture();
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&sel, head)) = data.split_first() else {
+        return;
+    };
+    let Some(req) = parse_head(head) else {
+        return;
+    };
+    let src = match sel & 3 {
+        0 => IpAddr::V4(Ipv4Addr::new(192, 0, 2, sel)),
+        1 => IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7)),
+        2 => IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0xbad, 0, 0, 0, 0, sel as u16)),
+        _ => IpAddr::V4(Ipv4Addr::new(203, 0, 113, sel)),
+    };
+    let raw_host = match req.uri().authority() {
+        Some(a) => Some(a.as_str()),
+        None => req
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|v| v.to_str().ok()),
+    };
+    let mut buf = [0u8; HOST_MAX];
+    let Some(host) = raw_host.and_then(|r| normalize_host(r, &mut buf)) else {
+        return;
+    };
+    assert!(!host.is_empty() && host.len() <= HOST_MAX, "host length");
+    assert!(
+        !host.bytes().any(|b| b.is_ascii_uppercase()),
+        "host not lower-cased"
+    );
+    assert!(!host.ends_with('.'), "trailing dot kept");
+    F.with(|f| {
+        let Some(site) = f.sites.lookup(host) else {
+            return;
+        };
+        if site.has_rules {
+            let now = Now {
+                unix_ms: 1_800_000_000_000,
+                mono_us: 1_000_000,
+            };
+            let view = View { req: &req, host };
+            let _ = f.rules.check(&f.state, site.tenant, src, &view, now);
+        }
+    });
+});
