@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use shield::events::{Action, Aggregator, AggregatorConfig};
 use shield::ratelimit::{Limit, RateLimiter, TableConfig, WindowCounter, source_key};
