@@ -79,7 +79,7 @@
 //! servers = ["127.0.0.1:9000"]
 //! protocol = "http1"              # or "h2c"
 //! connect_timeout_ms = 2000
-//! response_timeout_ms = 30000
+//! response_timeout_ms = 30000       # until the response head; then each wait for more body
 //! pool_idle_timeout_ms = 60000
 //! pool_max_idle = 256             # idle connections kept per worker thread
 //!
@@ -627,7 +627,8 @@ pub struct Upstream {
     pub protocol: UpstreamProtocol,
     /// Connect timeout.
     pub connect_timeout: Duration,
-    /// Time from sending the request until the response head.
+    /// Time from sending the request until the response head, and most time between two
+    /// reads of a response body (HTTP/1.1 upstreams).
     pub response_timeout: Duration,
     /// Idle pooled connections are closed after this.
     pub pool_idle_timeout: Duration,

@@ -565,16 +565,27 @@ pub(crate) async fn forward(
             done(conn, head.keep_alive);
             RespBody::Full(Some(data))
         }
-        RespFraming::Length(n) => {
-            RespBody::H1(H1Body::new(conn, Decode::Length(n), head.keep_alive, key))
-        }
+        RespFraming::Length(n) => RespBody::H1(H1Body::new(
+            conn,
+            Decode::Length(n),
+            head.keep_alive,
+            key,
+            up.cfg.response_timeout,
+        )),
         RespFraming::Chunked => RespBody::H1(H1Body::new(
             conn,
             Decode::Chunked(Chunk::Size),
             head.keep_alive,
             key,
+            up.cfg.response_timeout,
         )),
-        RespFraming::Eof => RespBody::H1(H1Body::new(conn, Decode::Eof, false, key)),
+        RespFraming::Eof => RespBody::H1(H1Body::new(
+            conn,
+            Decode::Eof,
+            false,
+            key,
+            up.cfg.response_timeout,
+        )),
     };
     let mut resp = Response::new(body);
     *resp.status_mut() = head.status;
@@ -607,6 +618,12 @@ pub struct H1Body {
     decode: Decode,
     keep_alive: bool,
     key: PoolKey,
+    /// Longest wait for more of the body (the upstream's response timeout): a stalled
+    /// upstream must not hold the client's connection and its own forever.
+    stall: std::time::Duration,
+    /// Armed while a read waits; made on the first wait of a body that streams.
+    timer: Option<Pin<Box<Sleep>>>,
+    waiting: bool,
 }
 
 #[derive(Debug)]
@@ -621,12 +638,21 @@ impl std::fmt::Display for BodyError {
 impl std::error::Error for BodyError {}
 
 impl H1Body {
-    fn new(conn: Conn, decode: Decode, keep_alive: bool, key: PoolKey) -> H1Body {
+    fn new(
+        conn: Conn,
+        decode: Decode,
+        keep_alive: bool,
+        key: PoolKey,
+        stall: std::time::Duration,
+    ) -> H1Body {
         let mut b = H1Body {
             conn: Some(conn),
             decode,
             keep_alive,
             key,
+            stall,
+            timer: None,
+            waiting: false,
         };
         if decode == Decode::Length(0) {
             b.finish();
@@ -735,8 +761,24 @@ impl H1Body {
                 }
                 _ => {}
             }
-            // More bytes are needed.
-            match ready!(poll_fill(&mut conn.io, &mut conn.rbuf, cx)) {
+            // More bytes are needed, within the stall bound.
+            let filled = match poll_fill(&mut conn.io, &mut conn.rbuf, cx) {
+                Poll::Ready(r) => r,
+                Poll::Pending => {
+                    let deadline = tokio::time::Instant::now() + self.stall;
+                    let timer = self
+                        .timer
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                    if !self.waiting {
+                        self.waiting = true;
+                        timer.as_mut().reset(deadline);
+                    }
+                    ready!(timer.as_mut().poll(cx));
+                    return self.fail("upstream body stalled");
+                }
+            };
+            self.waiting = false;
+            match filled {
                 Ok(0) if self.decode == Decode::Eof => {
                     self.decode = Decode::Done;
                     self.conn = None;
@@ -1002,7 +1044,13 @@ mod tests {
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
         };
-        let mut b = H1Body::new(conn, decode, true, up.key());
+        let mut b = H1Body::new(
+            conn,
+            decode,
+            true,
+            up.key(),
+            std::time::Duration::from_secs(5),
+        );
         let mut out = Vec::new();
         let r = loop {
             match poll_fn(|cx| b.poll_data(cx)).await {
@@ -1044,6 +1092,41 @@ mod tests {
                 assert!(!pooled);
             }
         }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stalled_body_fails_and_the_connection_is_closed() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let io = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (mut s, _) = l.accept().await.unwrap();
+        s.write_all(b"5\r\nhel").await.unwrap();
+        let up = Upstream::new(&crate::config::Upstream {
+            name: "t".into(),
+            servers: vec!["127.0.0.1:1".parse().unwrap()],
+            protocol: crate::config::UpstreamProtocol::Http1,
+            connect_timeout: std::time::Duration::from_secs(1),
+            response_timeout: std::time::Duration::from_secs(1),
+            pool_idle_timeout: std::time::Duration::from_secs(60),
+            pool_max_idle: 4,
+        });
+        let conn = Conn {
+            io,
+            rbuf: BytesMut::new(),
+            wbuf: Vec::new(),
+        };
+        let stall = std::time::Duration::from_millis(200);
+        let mut b = H1Body::new(conn, Decode::Chunked(Chunk::Size), true, up.key(), stall);
+        let first = poll_fn(|cx| b.poll_data(cx)).await.unwrap().unwrap();
+        assert_eq!(&first.into_data().unwrap()[..], b"hel");
+        // The upstream keeps the connection open and sends nothing more.
+        let e = poll_fn(|cx| b.poll_data(cx)).await.unwrap().unwrap_err();
+        assert_eq!(e.to_string(), "upstream body stalled");
+        assert!(b.is_end());
+        assert!(
+            up.checkout().is_none(),
+            "a stalled connection is not pooled"
+        );
+        drop(s);
     }
 
     #[test]
