@@ -717,7 +717,7 @@ impl Ctx<'_> {
         }
         let mut n = w.finish();
         if let Some(s) = signer {
-            n = s.sign(out, n, tsig::now()).unwrap_or(n);
+            n = s.sign(&mut out[..limit], n, tsig::now()).unwrap_or(n);
         }
         self.stats.response(rc, false);
         n
@@ -774,15 +774,21 @@ fn tsig_error(c: &Ctx<'_>, out: &mut [u8], f: &tsig::Failure) -> usize {
     if f.rcode == rcode::FORMERR {
         return n;
     }
-    match (&f.key, f.error) {
+    // The TSIG echoes the request's key and algorithm names (up to 255 octets each): over
+    // UDP it may not fit. Then the reply goes without it, truncated, for a retry over TCP.
+    let room = &mut out[..limit];
+    let signed = match (&f.key, f.error) {
         (Some(k), tsig::error::BADTIME) => {
             let now = tsig::now().to_be_bytes();
             let mut s = Signer::badtime(k.clone(), rr);
-            s.sign_with(out, n, rr.time, tsig::error::BADTIME, &now[2..8])
-                .unwrap_or(n)
+            s.sign_with(room, n, rr.time, tsig::error::BADTIME, &now[2..8])
         }
-        _ => tsig::append_unsigned_error(out, n, rr, f.error).unwrap_or(n),
-    }
+        _ => tsig::append_unsigned_error(room, n, rr, f.error),
+    };
+    signed.unwrap_or_else(|| {
+        out[2] |= 0x02; // TC
+        n
+    })
 }
 
 /// An ordinary query that came signed: answered as usual (no rate limiting: the key
@@ -813,7 +819,7 @@ fn signed_answer(c: &Ctx<'_>, out: &mut [u8], mut signer: Option<Signer>) -> usi
     let rc = w.rcode();
     let mut n = w.finish();
     if let Some(s) = signer.as_mut() {
-        n = s.sign(out, n, tsig::now()).unwrap_or(n);
+        n = s.sign(&mut out[..limit], n, tsig::now()).unwrap_or(n);
     }
     c.stats.response(rc, ans.truncated);
     c.stats.kind(ans.kind);

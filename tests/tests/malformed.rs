@@ -789,3 +789,51 @@ fn malformed_input_never_crashes_dnsd() {
         failures.len()
     );
 }
+
+/// fuzz/process_query: a TSIG error echoes the request's key and algorithm names, up to 255
+/// octets each; behind a 255-octet question, without EDNS, that made a 541-octet UDP reply.
+/// Now a TSIG error that does not fit goes unsigned with TC set (retry over TCP), within 512.
+#[test]
+fn a_tsig_error_never_exceeds_the_udp_limit() {
+    let dnsd = Dnsd::builder().zone(Zone::data("example.com.")).start();
+    let long_name = |fill: u8| -> Vec<u8> {
+        let l = [fill; 63];
+        raw_name(&[&l, &l, &l, &l[..61]])
+    };
+    let mut msg = hdr(0x5151, 0, 1, 0, 0, 1);
+    msg.extend_from_slice(&long_name(b'q'));
+    msg.extend_from_slice(&[0, 1, 0, 1]); // A IN
+    // TSIG: an unknown 255-octet key name, a 255-octet algorithm name, a 32-octet MAC.
+    let mut rdata = long_name(b'a');
+    rdata.extend_from_slice(&[0, 0, 0x65, 0x5f, 0x00, 0x00, 1, 0x2c, 0, 32]);
+    rdata.extend_from_slice(&[7; 32]);
+    rdata.extend_from_slice(&[0x51, 0x51, 0, 0, 0, 0]);
+    msg.extend_from_slice(&long_name(b'k'));
+    msg.extend_from_slice(&[0, 250, 0, 255, 0, 0, 0, 0]);
+    msg.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+    msg.extend_from_slice(&rdata);
+
+    let reply = client::udp_raw(dnsd.addr(), &msg, Duration::from_secs(2))
+        .unwrap()
+        .expect("a TSIG error is answered");
+    let head = RawMsg::parse(&reply).unwrap();
+    assert!(reply.len() <= 512, "UDP reply of {} octets", reply.len());
+    assert_eq!(head.rcode(), rcode::NOTAUTH, "{}", rcode_name(head.rcode()));
+    assert!(
+        head.has(flag::TC),
+        "the TSIG did not fit: TC tells the client to use TCP"
+    );
+
+    // Over TCP the same request gets its TSIG error record.
+    let reply = client::tcp_exchange(dnsd.addr(), &msg, Duration::from_secs(2))
+        .unwrap()
+        .expect("answered over TCP");
+    let head = RawMsg::parse(&reply).unwrap();
+    assert_eq!(head.rcode(), rcode::NOTAUTH);
+    assert!(!head.has(flag::TC));
+    assert_eq!(
+        u16::from_be_bytes([reply[10], reply[11]]),
+        1,
+        "ARCOUNT: the TSIG"
+    );
+}
