@@ -464,6 +464,39 @@ def udp_drops(port):
     return out
 
 
+def ctl(sock, *args, timeout=10.0):
+    """One control-socket request (JSON line in, JSON line out), as `dnsd ctl` sends it."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(sock)
+        s.sendall((json.dumps({"args": list(args)}) + "\n").encode())
+        buf = b""
+        while not buf.endswith(b"\n"):
+            d = s.recv(65536)
+            if not d:
+                break
+            buf += d
+    finally:
+        s.close()
+    r = json.loads(buf)
+    if not r.get("ok"):
+        raise RuntimeError(f"dnsd ctl {' '.join(args)}: {r.get('text', '').strip()}")
+    return r["text"]
+
+
+def ctl_stats(sock):
+    """`dnsd ctl stats` as a dict of its integer counters."""
+    out = {}
+    for line in ctl(sock, "stats").splitlines():
+        k, _, v = line.partition("\t")
+        try:
+            out[k.strip()] = int(v)
+        except ValueError:
+            pass
+    return out
+
+
 def scrape(url, timeout=5.0):
     """Prometheus text from `url` as {series: value}; {} when unreachable."""
     import urllib.request

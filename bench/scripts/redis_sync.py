@@ -77,38 +77,6 @@ def measuring_thread_fifo(on):
         pass
 
 
-def ctl(sock, *args, timeout=10.0):
-    """One control-socket request (JSON line in, JSON line out), as `dnsd ctl` sends it."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    try:
-        s.connect(sock)
-        s.sendall((json.dumps({"args": list(args)}) + "\n").encode())
-        buf = b""
-        while not buf.endswith(b"\n"):
-            d = s.recv(65536)
-            if not d:
-                break
-            buf += d
-    finally:
-        s.close()
-    r = json.loads(buf)
-    if not r.get("ok"):
-        raise RuntimeError(f"dnsd ctl {' '.join(args)}: {r.get('text', '').strip()}")
-    return r["text"]
-
-
-def ctl_stats(sock):
-    out = {}
-    for line in ctl(sock, "stats").splitlines():
-        k, _, v = line.partition("\t")
-        try:
-            out[k.strip()] = int(v)
-        except ValueError:
-            pass
-    return out
-
-
 def make_zone(path):
     with open(path, "w") as f:
         f.write("$ORIGIN bench.test.\n$TTL 3600\n@ SOA ns1 hostmaster 1 7200 3600 1209600 300\n")
@@ -156,7 +124,7 @@ def start_dnsd(name, tmpbase, addr, port, zone, redis_port, prefix, cpu):
     sock = os.path.join(tmp, "dnsd.sock")
     t0 = time.monotonic()
     while time.monotonic() - t0 < 10:
-        st = ctl_stats(sock)
+        st = c.ctl_stats(sock)
         if st.get("redis.connected", st.get("redis.writer_connected", 1)):
             break
         time.sleep(0.05)
@@ -219,7 +187,7 @@ def one_decision(i, a_sock, b_port):
         def decide():
             box["t0"] = time.monotonic()
             try:
-                ctl(a_sock, "block", "add", f"{src}/32", "--ttl", "600", "--reason", "bench")
+                c.ctl(a_sock, "block", "add", f"{src}/32", "--ttl", "600", "--reason", "bench")
                 box["t1"] = time.monotonic()
             except Exception as e:  # noqa: BLE001
                 box["error"] = str(e)
@@ -321,7 +289,7 @@ def run_phase(name, n, first, a, b, qfile, cpu_pgids):
         cpu_pgids.update({"dnsperf_A": perfs[0].pid, "dnsperf_B": perfs[1].pid})
     stat0 = c.proc_stat_cpus()
     cpu0 = {k: c.cpu_ns(p) for k, p in cpu_pgids.items()}
-    b0 = ctl_stats(b["sock"])
+    b0 = c.ctl_stats(b["sock"])
     w0 = time.time()
     rows = []
     measuring_thread_fifo(True)
@@ -347,7 +315,7 @@ def run_phase(name, n, first, a, b, qfile, cpu_pgids):
                 if p.poll() is None:
                     os.killpg(p.pid, 2)  # SIGINT: dnsperf prints its statistics
             loads = {"A": dnsperf_finish(perfs[0]), "B": dnsperf_finish(perfs[1])}
-    b1 = ctl_stats(b["sock"])
+    b1 = c.ctl_stats(b["sock"])
     out = summarize(rows)
     out.update({
         "name": name,

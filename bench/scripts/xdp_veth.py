@@ -497,38 +497,6 @@ def stat_delta(a, b):
     return si, busy
 
 
-def ctl(sock, *args, timeout=10.0):
-    """One control-socket request (JSON line in, JSON line out), as `dnsd ctl` sends it."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    try:
-        s.connect(sock)
-        s.sendall((json.dumps({"args": list(args)}) + "\n").encode())
-        buf = b""
-        while not buf.endswith(b"\n"):
-            d = s.recv(65536)
-            if not d:
-                break
-            buf += d
-    finally:
-        s.close()
-    r = json.loads(buf)
-    if not r.get("ok"):
-        raise RuntimeError(f"dnsd ctl {' '.join(args)}: {r.get('text', '').strip()}")
-    return r["text"]
-
-
-def ctl_stats(sock):
-    out = {}
-    for line in ctl(sock, "stats").splitlines():
-        k, _, v = line.partition("\t")
-        try:
-            out[k.strip()] = int(v)
-        except ValueError:
-            pass
-    return out
-
-
 NFT_HOOK = {
     "nft-ingress": ("netdev", "type filter hook ingress device \"{dev}\" priority -500;"),
     "nft-raw": ("ip", "type filter hook prerouting priority raw;"),
@@ -588,7 +556,7 @@ def start_dnsd(veth, tmp, case):
             raise RuntimeError(f"dnsd exited:\n{srv.tail()}")
         if os.path.exists(sock):
             try:
-                st = ctl_stats(sock)
+                st = c.ctl_stats(sock)
                 if not case.startswith("xdp") or "xdp.pass" in st:
                     return srv, sock, conf
                 if "running without XDP" in srv.tail():
@@ -635,7 +603,7 @@ def collect(procs, timeout):
 
 def dropped_counter(case, sock, veth, fam):
     if case.startswith("xdp"):
-        st = ctl_stats(sock)
+        st = c.ctl_stats(sock)
         return st.get("xdp.drop_blocked_addr", 0) + st.get("xdp.drop_blocked_prefix", 0)
     return nft_dropped(veth, fam)
 
@@ -722,7 +690,7 @@ def run_case(gen, case, veth, tmpbase, args):
             veth.gro(False)
         else:
             srv, sock, conf = start_dnsd(veth, tmp, case)
-            ctl(sock, "block", "add", f"{BLOCKED}/32", "--ttl", "3600", "--reason", "bench")
+            c.ctl(sock, "block", "add", f"{BLOCKED}/32", "--ttl", "3600", "--reason", "bench")
             if not case.startswith("xdp"):
                 fam = nft_setup(veth, case)
             veth.gro(gen == "xdp")
@@ -737,7 +705,7 @@ def run_case(gen, case, veth, tmpbase, args):
         bg = background_softirq(1.0 if args.quick else 2.0)
         out["fixed"] = run_load(case, veth, sock, fam, args.seconds, args.fixed_pps, bg, gen)
         if case.startswith("xdp"):
-            st = ctl_stats(sock)
+            st = c.ctl_stats(sock)
             out["xdp_counters"] = {k: v for k, v in st.items() if k.startswith("xdp.")}
             out["attached_mode"] = case.split("-")[1]
         m, f = out["max"], out["fixed"]
@@ -768,20 +736,20 @@ def burst(veth, tmpbase, args):
     srv = None
     try:
         srv, sock, _ = start_dnsd(veth, tmp, "xdp-native")
-        ctl(sock, "block", "add", f"{BLOCKED}/32", "--ttl", "3600", "--reason", "bench")
+        c.ctl(sock, "block", "add", f"{BLOCKED}/32", "--ttl", "3600", "--reason", "bench")
         base = struct.unpack("!I", socket.inet_aton(BURST_NET))[0]
         lst = os.path.join(tmp, "burst.txt")
         with open(lst, "w") as f:
             for i in range(BURST_N):
                 f.write(socket.inet_ntoa(struct.pack("!I", base + i)) + "\n")
         time.sleep(0.5)
-        st0 = ctl_stats(sock)
+        st0 = c.ctl_stats(sock)
         flood_s = 8.0 if args.quick else 12.0
         veth.gro(args.burst_gen == "xdp")
         start_at = time.time() + 0.8
         procs = start_senders(veth, flood_s, 0, start_at, args.burst_gen)
         time.sleep(max(0.0, start_at + 1.5 - time.time()))
-        d0 = ctl_stats(sock)
+        d0 = c.ctl_stats(sock)
         w_d0 = time.time()
         # The import runs on a thread; this one polls the mirror's counter meanwhile (the
         # control socket serves both at once), every ~2 ms.
@@ -807,7 +775,7 @@ def burst(veth, tmpbase, args):
         last = d0
         first_seen = None
         while time.monotonic() - t_req < 30:
-            last = ctl_stats(sock)
+            last = c.ctl_stats(sock)
             polls += 1
             n = last.get("xdp.mirror.upserted", 0) - d0.get("xdp.mirror.upserted", 0)
             if n and first_seen is None:
@@ -823,13 +791,13 @@ def burst(veth, tmpbase, args):
             raise RuntimeError(box["error"])
         reply, t_ack = box.get("reply", ""), box.get("t", time.monotonic())
         done_progress()
-        d1 = ctl_stats(sock)
+        d1 = c.ctl_stats(sock)
         w_d1 = time.time()
         sent = collect(procs, flood_s + 30)
         flood_running = w_all is not None and w_all < start_at + flood_s
         # Verification, flood over: one packet from each address.
         time.sleep(0.3)
-        v0 = ctl_stats(sock)
+        v0 = c.ctl_stats(sock)
         p = subprocess.run(veth.exec(veth.ns_s, [sys.executable, os.path.abspath(__file__),
                                                  "_send", "--ifname", veth.if_s,
                                                  "--burst-sources", str(BURST_N)]),
@@ -838,7 +806,7 @@ def burst(veth, tmpbase, args):
             raise RuntimeError(f"burst sender: {p.stderr.strip()[-400:]}")
         vsent = json.loads(p.stdout.strip().splitlines()[-1])["sent"]
         time.sleep(0.5)
-        v1 = ctl_stats(sock)
+        v1 = c.ctl_stats(sock)
         dv = {k: v1.get(k, 0) - v0.get(k, 0) for k in v1 if k.startswith("xdp.")}
         dm = {k: last.get(k, 0) - st0.get(k, 0) for k in last if k.startswith("xdp.mirror.")}
         res = {

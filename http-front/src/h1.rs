@@ -162,31 +162,26 @@ fn encode_head(
             put(dst, name.as_str(), value.as_bytes());
         }
     }
-    // Appended to the client's own only behind a trusted proxy, and only when printable.
-    fn prev(v: Option<&HeaderValue>, trust: bool) -> Option<&HeaderValue> {
-        v.filter(|v| trust && v.to_str().is_ok())
-    }
-    if fwd.x_forwarded {
-        dst.extend_from_slice(b"x-forwarded-for: ");
-        if let Some(p) = prev(prev_xff, trust) {
+    // Ours appended to the client's own only behind a trusted proxy, and only when printable.
+    let list = |dst: &mut Vec<u8>, name: &str, prev: Option<&HeaderValue>, ours: &HeaderValue| {
+        dst.extend_from_slice(name.as_bytes());
+        dst.extend_from_slice(b": ");
+        if let Some(p) = prev.filter(|v| trust && v.to_str().is_ok()) {
             dst.extend_from_slice(p.as_bytes());
             dst.extend_from_slice(b", ");
         }
-        dst.extend_from_slice(client.xff.as_bytes());
+        dst.extend_from_slice(ours.as_bytes());
         dst.extend_from_slice(b"\r\n");
+    };
+    if fwd.x_forwarded {
+        list(dst, "x-forwarded-for", prev_xff, &client.xff);
         put(dst, "x-forwarded-proto", client.proto.as_bytes());
         if let Some(v) = host {
             put(dst, "x-forwarded-host", v.as_bytes());
         }
     }
     if fwd.forwarded {
-        dst.extend_from_slice(b"forwarded: ");
-        if let Some(p) = prev(prev_fwd, trust) {
-            dst.extend_from_slice(p.as_bytes());
-            dst.extend_from_slice(b", ");
-        }
-        dst.extend_from_slice(client.forwarded.as_bytes());
-        dst.extend_from_slice(b"\r\n");
+        list(dst, "forwarded", prev_fwd, &client.forwarded);
     }
     match body {
         ReqBody::None { zero_length: true } => dst.extend_from_slice(b"content-length: 0\r\n"),
