@@ -152,13 +152,6 @@ def per_second(samples, seconds, flooded_idx):
     return rows
 
 
-def progress(msg):
-    """A one-line progress display, when a terminal watches (directly or via bench/run)."""
-    if sys.stderr.isatty() or os.environ.get("BENCH_TTY") == "1":
-        sys.stderr.write("\r\033[K" + msg)
-        sys.stderr.flush()
-
-
 def run_server(name, args, tmpbase, zones, timeline):
     tmp = tempfile.mkdtemp(prefix=f"{name}-", dir=tmpbase)
     argv, conf, note, defences = server_plan(name, tmp, zones)
@@ -203,9 +196,9 @@ def run_server(name, args, tmpbase, zones, timeline):
             for i, (a, b) in enumerate(timeline["phases"]):
                 if a <= el < b:
                     cur = f"phase {i + 1}/4 {PHASES[i][0]}"
-            progress(f"  {name}: {max(0, el):5.1f}/{total} s  {cur}")
+            c.progress(f"  {name}: {max(0, el):5.1f}/{total} s  {cur}")
             time.sleep(0.5)
-        progress("")
+        c.progress("")
         for p in children:
             try:
                 p.wait(timeout=max(1, deadline - time.time()))

@@ -110,6 +110,35 @@ def sched_prefix(kind="server"):
     return ["nice", "-n", "-10" if mode == "fifo" else "-5"]
 
 
+def progress(msg):
+    """A one-line progress display, when a terminal watches (directly or via bench/run);
+    an empty `msg` clears it."""
+    if sys.stderr.isatty() or os.environ.get("BENCH_TTY") == "1":
+        sys.stderr.write("\r\033[K" + msg)
+        sys.stderr.flush()
+
+
+def done_progress():
+    """Clears the progress line."""
+    progress("")
+
+
+def measuring_thread_fifo(on):
+    """Puts the calling thread (the probe or poll loop, not the processes it has already
+    started) in SCHED_FIFO like the servers and legitimate clients (see sched_prefix),
+    so that a compiler's time slice does not stretch what it times; back to normal with
+    on=False. Only as root with BENCH_SCHED=fifo (the default)."""
+    if os.geteuid() != 0 or os.environ.get("BENCH_SCHED", "fifo") != "fifo":
+        return
+    try:
+        if on:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+        else:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except OSError:
+        pass
+
+
 def sched_note():
     """One line for reports: how processes were scheduled."""
     mode = os.environ.get("BENCH_SCHED", "fifo")

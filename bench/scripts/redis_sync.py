@@ -49,34 +49,6 @@ GIVE_UP = 3.0
 QNAME = "h1.bench.test"
 
 
-def progress(msg):
-    if sys.stderr.isatty() or os.environ.get("BENCH_TTY") == "1":
-        sys.stderr.write("\r\033[K" + msg)
-        sys.stderr.flush()
-
-
-def done_progress():
-    if sys.stderr.isatty() or os.environ.get("BENCH_TTY") == "1":
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
-
-
-def measuring_thread_fifo(on):
-    """Puts the calling thread (the probe or poll loop, not the processes it has already
-    started) in SCHED_FIFO like the servers and legitimate clients (see common.sched_prefix),
-    so that a compiler's time slice does not stretch what it times; back to normal with
-    on=False. Only as root with BENCH_SCHED=fifo (the default)."""
-    if os.geteuid() != 0 or os.environ.get("BENCH_SCHED", "fifo") != "fifo":
-        return
-    try:
-        if on:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-        else:
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    except OSError:
-        pass
-
-
 def make_zone(path):
     with open(path, "w") as f:
         f.write("$ORIGIN bench.test.\n$TTL 3600\n@ SOA ns1 hostmaster 1 7200 3600 1209600 300\n")
@@ -292,18 +264,18 @@ def run_phase(name, n, first, a, b, qfile, cpu_pgids):
     b0 = c.ctl_stats(b["sock"])
     w0 = time.time()
     rows = []
-    measuring_thread_fifo(True)
+    c.measuring_thread_fifo(True)
     try:
         for k in range(n):
             rows.append(one_decision(first + k, a["sock"], b["port"]))
             lat = [r["latency_ms"] for r in rows if "latency_ms" in r]
-            progress(f"  {name}: decision {k + 1}/{n}, last "
+            c.progress(f"  {name}: decision {k + 1}/{n}, last "
                      f"{rows[-1].get('latency_ms', float('nan')):.1f} ms, max "
                      f"{max(lat) if lat else float('nan'):.1f} ms")
             time.sleep(0.005)
-        done_progress()
+        c.done_progress()
     finally:
-        measuring_thread_fifo(False)
+        c.measuring_thread_fifo(False)
         wall = time.time() - w0
         stat1 = c.proc_stat_cpus()
         cpu1 = {k: c.cpu_ns(p) for k, p in cpu_pgids.items()}

@@ -100,34 +100,6 @@ NOTE = {
 HZ = os.sysconf("SC_CLK_TCK")
 
 
-def progress(msg):
-    if sys.stderr.isatty() or os.environ.get("BENCH_TTY") == "1":
-        sys.stderr.write("\r\033[K" + msg)
-        sys.stderr.flush()
-
-
-def done_progress():
-    if sys.stderr.isatty() or os.environ.get("BENCH_TTY") == "1":
-        sys.stderr.write("\r\033[K")
-        sys.stderr.flush()
-
-
-def measuring_thread_fifo(on):
-    """Puts the calling thread (the probe or poll loop, not the processes it has already
-    started) in SCHED_FIFO like the servers and legitimate clients (see common.sched_prefix),
-    so that a compiler's time slice does not stretch what it times; back to normal with
-    on=False. Only as root with BENCH_SCHED=fifo (the default)."""
-    if os.geteuid() != 0 or os.environ.get("BENCH_SCHED", "fifo") != "fifo":
-        return
-    try:
-        if on:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
-        else:
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    except OSError:
-        pass
-
-
 # ---------------------------------------------------------------------------------------
 # The sender (runs inside the sender namespace: `xdp_veth.py _send ...`)
 
@@ -625,13 +597,13 @@ def run_load(case, veth, sock, fam, seconds, rate_total, base_si_rate, gen):
     sn0 = softnet_dropped()
     while time.time() < start_at + seconds - margin:
         left = start_at + seconds - margin - time.time()
-        progress(f"  {gen}/{case}: {'full speed' if not rate_total else f'{rate_total:,.0f}/s'} "
+        c.progress(f"  {gen}/{case}: {'full speed' if not rate_total else f'{rate_total:,.0f}/s'} "
                  f"{left:4.1f} s left")
         time.sleep(min(0.5, max(0.0, left)))
     d1 = 0 if floor else dropped_counter(case, sock, veth, fam)
     s1, t1 = stat_cpus(), time.time()
     sn1 = softnet_dropped()
-    done_progress()
+    c.done_progress()
     sent = collect(procs, seconds + 30)
     time.sleep(0.05)
     k1 = ksoftirqd_ns()
@@ -766,7 +738,7 @@ def burst(veth, tmpbase, args):
                 box["error"] = f"dnsd ctl block import: {(p.stdout + p.stderr).strip()[-300:]}"
             box["reply"] = p.stdout
 
-        measuring_thread_fifo(True)
+        c.measuring_thread_fifo(True)
         th = threading.Thread(target=do_import, daemon=True)
         t_req = time.monotonic()
         th.start()
@@ -783,14 +755,14 @@ def burst(veth, tmpbase, args):
             if n >= BURST_N:
                 t_all, w_all = time.monotonic(), time.time()
                 break
-            progress(f"  burst: {n:,} of {BURST_N:,} in the kernel map")
+            c.progress(f"  burst: {n:,} of {BURST_N:,} in the kernel map")
             time.sleep(0.002)
-        measuring_thread_fifo(False)
+        c.measuring_thread_fifo(False)
         th.join(60)
         if "error" in box:
             raise RuntimeError(box["error"])
         reply, t_ack = box.get("reply", ""), box.get("t", time.monotonic())
-        done_progress()
+        c.done_progress()
         d1 = c.ctl_stats(sock)
         w_d1 = time.time()
         sent = collect(procs, flood_s + 30)
