@@ -41,8 +41,7 @@ pub const RCODES: &[&str] = &[
     "RCODE13",
     "RCODE14",
     "RCODE15",
-    "BADVERS",
-    "BADSIG",
+    "BADVERS", // also BADSIG (TSIG error 16)
     "BADKEY",
     "BADTIME",
     "BADMODE",
@@ -250,4 +249,20 @@ pub fn sum<'a>(blocks: impl Iterator<Item = &'a WorkerStats>) -> Totals {
         t.cookie_bad += l(&b.cookie_bad);
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RCODES;
+    use crate::wire::rcode;
+
+    #[test]
+    fn rcode_names_are_indexed_by_value() {
+        assert_eq!(RCODES.len(), 24);
+        assert_eq!(RCODES[rcode::NOTAUTH as usize], "NOTAUTH");
+        assert_eq!(RCODES[16], "BADVERS");
+        assert_eq!(RCODES[17], "BADKEY");
+        assert_eq!(RCODES[18], "BADTIME");
+        assert_eq!(RCODES[rcode::BADCOOKIE as usize], "BADCOOKIE");
+    }
 }
