@@ -28,6 +28,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde::Serialize;
+pub use shield::clock::rfc3339_ms;
 use shield::events::SinkError;
 
 use crate::config::Output;
@@ -307,29 +308,6 @@ pub fn send(tx: &SyncSender<AccessRecord>, rec: AccessRecord, counters: &Counter
             counters.bump(Counter::LimitAccessLogQueue);
         }
     }
-}
-
-/// `ms` unix milliseconds as RFC 3339 UTC with milliseconds (`2025-01-01T00:00:10.123Z`).
-pub fn rfc3339_ms(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
 }
 
 #[cfg(test)]
