@@ -162,6 +162,12 @@ fn family(s: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(s, "# TYPE http_front_{name} {kind}");
 }
 
+/// A family with one unlabelled sample.
+fn single(s: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+    family(s, name, kind, help);
+    let _ = writeln!(s, "http_front_{name} {value}");
+}
+
 fn help_of(fam: &str) -> &'static str {
     match fam {
         "connections_total" => "Client connections by what happened at accept.",
@@ -201,34 +207,26 @@ pub fn render(front: &Front) -> String {
         }
     }
     let c = &front.counters;
-    family(
+    single(
         &mut s,
         "open_connections",
         "gauge",
         "Client connections open now.",
+        front.registry.open(),
     );
-    let _ = writeln!(s, "http_front_open_connections {}", front.registry.open());
-    family(
+    single(
         &mut s,
         "access_log_written_total",
         "counter",
         "Access-log records written.",
+        c.access_log_written.load(Ordering::Relaxed),
     );
-    let _ = writeln!(
-        s,
-        "http_front_access_log_written_total {}",
-        c.access_log_written.load(Ordering::Relaxed)
-    );
-    family(
+    single(
         &mut s,
         "access_log_write_errors_total",
         "counter",
         "Access-log batches that failed to write.",
-    );
-    let _ = writeln!(
-        s,
-        "http_front_access_log_write_errors_total {}",
-        c.access_log_write_errors.load(Ordering::Relaxed)
+        c.access_log_write_errors.load(Ordering::Relaxed),
     );
 
     let snap = front.snapshot();
@@ -246,20 +244,20 @@ pub fn render(front: &Front) -> String {
     );
 
     let b = front.blocks.stats();
-    family(
+    single(
         &mut s,
         "block_entries",
         "gauge",
         "Entries in the block map.",
+        b.len,
     );
-    let _ = writeln!(s, "http_front_block_entries {}", b.len);
-    family(
+    single(
         &mut s,
         "block_capacity",
         "gauge",
         "Capacity of the block map.",
+        b.capacity,
     );
-    let _ = writeln!(s, "http_front_block_capacity {}", b.capacity);
     family(
         &mut s,
         "block_changes_total",
@@ -275,13 +273,13 @@ pub fn render(front: &Front) -> String {
     ] {
         let _ = writeln!(s, "http_front_block_changes_total{{kind=\"{k}\"}} {v}");
     }
-    family(
+    single(
         &mut s,
         "block_hits_total",
         "counter",
         "Block map lookups that hit.",
+        b.hits,
     );
-    let _ = writeln!(s, "http_front_block_hits_total {}", b.hits);
     family(
         &mut s,
         "block_feed_lag_total",
@@ -297,27 +295,19 @@ pub fn render(front: &Front) -> String {
     }
 
     let f = &front.syn_filter;
-    family(
+    single(
         &mut s,
         "syn_filter_entries",
         "gauge",
         "Blocked IPv4 sources whose SYNs the listeners' socket filter drops.",
+        f.entries.load(Ordering::Relaxed),
     );
-    let _ = writeln!(
-        s,
-        "http_front_syn_filter_entries {}",
-        f.entries.load(Ordering::Relaxed)
-    );
-    family(
+    single(
         &mut s,
         "syn_filter_overflow",
         "gauge",
         "Block entries beyond the SYN filter (checked at accept instead).",
-    );
-    let _ = writeln!(
-        s,
-        "http_front_syn_filter_overflow {}",
-        f.overflow.load(Ordering::Relaxed)
+        f.overflow.load(Ordering::Relaxed),
     );
     family(
         &mut s,
@@ -373,38 +363,34 @@ pub fn render(front: &Front) -> String {
     );
 
     let a = front.events.stats();
-    family(
+    single(
         &mut s,
         "events_records_total",
         "counter",
         "403/429/blocked events aggregated (as of the last flush).",
+        a.records,
     );
-    let _ = writeln!(s, "http_front_events_records_total {}", a.records);
-    family(
+    single(
         &mut s,
         "events_replaced_total",
         "counter",
         "Aggregation keys that lost their counter (bounded top-k).",
+        a.replaced,
     );
-    let _ = writeln!(s, "http_front_events_replaced_total {}", a.replaced);
-    family(
+    single(
         &mut s,
         "events_totals_overflow_total",
         "counter",
         "Events whose (tenant, action) total did not fit.",
+        a.totals_overflow,
     );
-    let _ = writeln!(
-        s,
-        "http_front_events_totals_overflow_total {}",
-        a.totals_overflow
-    );
-    family(
+    single(
         &mut s,
         "events_flushes_total",
         "counter",
         "Aggregator flushes.",
+        a.flushes,
     );
-    let _ = writeln!(s, "http_front_events_flushes_total {}", a.flushes);
     family(
         &mut s,
         "events_memory_bytes",
