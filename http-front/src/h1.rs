@@ -45,6 +45,10 @@ const MIN_READ: usize = 2 * 1024;
 /// Chunks up to this size are copied behind their size line and written with it.
 const CHUNK_COPY_MAX: usize = 16 * 1024;
 
+/// Upstream response bodies ended because no byte came within the upstream's response
+/// timeout (shown in /metrics).
+pub static BODY_STALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Errors of a streamed response body.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -769,6 +773,7 @@ impl H1Body {
                         timer.as_mut().reset(deadline);
                     }
                     ready!(timer.as_mut().poll(cx));
+                    BODY_STALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return self.fail("upstream body stalled");
                 }
             };
@@ -1116,6 +1121,7 @@ mod tests {
         // The upstream keeps the connection open and sends nothing more.
         let e = poll_fn(|cx| b.poll_data(cx)).await.unwrap().unwrap_err();
         assert_eq!(e.to_string(), "upstream body stalled");
+        assert!(BODY_STALLS.load(std::sync::atomic::Ordering::Relaxed) >= 1);
         assert!(b.is_end());
         assert!(
             up.checkout().is_none(),

@@ -304,6 +304,13 @@ pub fn render(front: &Front) -> String {
     );
     single(
         &mut s,
+        "upstream_body_stalls_total",
+        "counter",
+        "Upstream response bodies ended: no byte within the upstream's response timeout.",
+        crate::h1::BODY_STALLS.load(Ordering::Relaxed),
+    );
+    single(
+        &mut s,
         "syn_filter_overflow",
         "gauge",
         "Block entries beyond the SYN filter (checked at accept instead).",
