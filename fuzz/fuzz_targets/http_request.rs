@@ -1,21 +1,26 @@
 //! http-front's request matching on arbitrary request heads: the head as hyper reads it
-//! (httparse, then `http` types), the Host (authority or header) normalised
-//! (`http_front::site::normalize_host`), the site looked up (`Sites::lookup`: exact,
-//! wildcard, catch-all) and, for a site with rules, shield's rules checked with the
-//! request's attributes (`palisade_fuzz::http_view::View`, which mirrors http-front's
-//! `HttpView`). Nothing panics, and a normalised host is lower-case, without port or
-//! trailing dot, at most 253 bytes.
+//! (httparse, then `http` types), the Host read as the request path reads it
+//! (`http_front::target::request_host`), the site looked up (`Sites::lookup`: exact,
+//! wildcard, catch-all), the path normalised for the site (`target::request_path`, with the
+//! path options the selector byte chooses) and, for a site with rules, shield's rules checked
+//! with http-front's own `HttpView`. Nothing panics; a host is lower-case, without port or
+//! trailing dot, at most 253 bytes; and, differentially, what the rules see of the path is
+//! what the origin gets once it decodes the forwarded path: the forwarded path is already
+//! normal (normalising it again changes neither form), has no empty or dot segment, and
+//! decodes (once, by a separate decoder here) to the rules' view.
 //!
-//! Input: one byte choosing the source address, then the request head.
+//! Input: one byte choosing the source address and the path options, then the request head.
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use http_front::site::{HOST_MAX, Sites, normalize_host};
+use http_front::site::Sites;
+use http_front::target::{self, HOST_MAX, PathOptions};
 use http_front::upstream::Upstream;
+use http_front::view::HttpView;
 use libfuzzer_sys::fuzz_target;
-use palisade_fuzz::http_view::{View, parse_head};
+use palisade_fuzz::http_view::{decode_once, parse_head};
 use shield::rules::{Now, Prepared, RuleState, StateConfig};
 
 const RULES: &str = r#"
@@ -146,23 +151,44 @@ fuzz_target!(|data: &[u8]| {
         2 => IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0xbad, 0, 0, 0, 0, sel as u16)),
         _ => IpAddr::V4(Ipv4Addr::new(203, 0, 113, sel)),
     };
-    let raw_host = match req.uri().authority() {
-        Some(a) => Some(a.as_str()),
-        None => req
-            .headers()
-            .get(http::header::HOST)
-            .and_then(|v| v.to_str().ok()),
-    };
     let mut buf = [0u8; HOST_MAX];
-    let Some(host) = raw_host.and_then(|r| normalize_host(r, &mut buf)) else {
+    let Ok((host, _)) = target::request_host(&req, false, &mut buf) else {
         return;
     };
+    let host = host.name;
     assert!(!host.is_empty() && host.len() <= HOST_MAX, "host length");
     assert!(
         !host.bytes().any(|b| b.is_ascii_uppercase()),
         "host not lower-cased"
     );
     assert!(!host.ends_with('.'), "trailing dot kept");
+    let opts = PathOptions {
+        keep_encoded_slash: sel & 4 != 0,
+        case_insensitive: sel & 8 != 0,
+        strip_params: sel & 16 != 0,
+    };
+    let Ok(path) = target::request_path(&req, opts) else {
+        return;
+    };
+    if path.forward != "*" {
+        let fwd = &*path.forward;
+        assert!(fwd.starts_with('/'), "forwarded path not absolute: {fwd:?}");
+        assert!(!fwd.contains("//"), "empty segment forwarded: {fwd:?}");
+        assert!(
+            !fwd.split('/').any(|s| s == "." || s == ".."),
+            "dot segment forwarded: {fwd:?}"
+        );
+        let again = target::normalize_path(fwd, opts).expect("a forwarded path normalises");
+        assert_eq!(again.forward, path.forward, "normalising twice changed the path");
+        assert_eq!(again.view, path.view, "the rules' view of the forwarded path differs");
+        if !opts.case_insensitive && !opts.strip_params {
+            assert_eq!(
+                decode_once(fwd, opts.keep_encoded_slash).as_deref(),
+                Some(&*path.view),
+                "the origin's decoding of {fwd:?} is not what the rules saw"
+            );
+        }
+    }
     F.with(|f| {
         let Some(site) = f.sites.lookup(host) else {
             return;
@@ -172,7 +198,7 @@ fuzz_target!(|data: &[u8]| {
                 unix_ms: 1_800_000_000_000,
                 mono_us: 1_000_000,
             };
-            let view = View { req: &req, host };
+            let view = HttpView::new(&req, host, &path.view);
             let _ = f.rules.check(&f.state, site.tenant, src, &view, now);
         }
     });

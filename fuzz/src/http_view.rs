@@ -1,11 +1,7 @@
-//! A request head as http-front's rules see it.
-//!
-//! http-front's own view (`http_front::service::HttpView`) wraps a `Request<hyper::body::Incoming>`,
-//! which only hyper's connection code can make, so this mirrors its attribute mapping over a
-//! `Request<()>` built from the head (as hyper builds it: httparse, then `http` types). Keep
-//! the two in step; making `HttpView` generic over the body would let the fuzzer use it as is.
+//! A request head as hyper reads it, for http-front's own `HttpView` (generic over the body),
+//! and an independent percent-decoder for the path differential.
 
-use http::{Request, header};
+use http::Request;
 
 /// Parses an HTTP/1.x request head the way hyper does (httparse, up to 100 headers, then the
 /// `http` crate's checks); `None` where hyper would answer 400/431 instead.
@@ -30,31 +26,27 @@ pub fn parse_head(head: &[u8]) -> Option<Request<()>> {
     b.body(()).ok()
 }
 
-/// The rules' view of a request: `path`, `query`, `method`, `host`, `user_agent`, `version`,
-/// `header:<lower-case name>`.
-pub struct View<'a> {
-    /// The request.
-    pub req: &'a Request<()>,
-    /// The normalised host.
-    pub host: &'a str,
-}
-
-impl shield::rules::Request for View<'_> {
-    fn attr(&self, name: &str) -> Option<&str> {
-        match name {
-            "path" => Some(self.req.uri().path()),
-            "method" => Some(self.req.method().as_str()),
-            "host" => Some(self.host),
-            "user_agent" => self.req.headers().get(header::USER_AGENT)?.to_str().ok(),
-            "query" => self.req.uri().query(),
-            "version" => Some(match self.req.version() {
-                http::Version::HTTP_10 => "HTTP/1.0",
-                _ => "HTTP/1.1",
-            }),
-            _ => {
-                let h = name.strip_prefix(shield::rules::attr::HEADER_PREFIX)?;
-                self.req.headers().get(h)?.to_str().ok()
+/// `path` percent-decoded once, as an origin decodes it (`%2F`/`%5C` left as they are when
+/// `keep_slash`); `None` when an encoding is invalid or the result is not UTF-8. Written apart
+/// from http-front's normaliser on purpose: the differential check compares the two.
+pub fn decode_once(path: &str, keep_slash: bool) -> Option<String> {
+    let b = path.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            let v = u8::from_str_radix(hex, 16).ok()?;
+            if keep_slash && (v == b'/' || v == b'\\') {
+                out.extend_from_slice(&b[i..i + 3]);
+            } else {
+                out.push(v);
             }
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
         }
     }
+    String::from_utf8(out).ok()
 }

@@ -89,6 +89,9 @@
 //! tenant = 7                      # none: no rules, straight to the proxy
 //! retry_after_secs = 1            # Retry-After of a 429 when the limiter gives no wait
 //! access_log = true
+//! encoded_slash = "reject"        # %2F, %5C, \ in a path: 400; "keep": passed on encoded
+//! path_case_insensitive = false   # true: rules see the path lower-cased (case-insensitive origins)
+//! path_params = false             # true: rules see segments without ";params" (servlet origins)
 //! ```
 
 use std::fmt;
@@ -102,6 +105,8 @@ use shield::block::BlockConfig;
 use shield::events::AggregatorConfig;
 use shield::rules::{MAX_TENANT_ID, StateConfig};
 use toml::Spanned;
+
+use crate::target::PathOptions;
 
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -567,6 +572,23 @@ struct SiteSchema {
     retry_after_secs: u32,
     #[serde(default = "d_true")]
     access_log: bool,
+    #[serde(default)]
+    encoded_slash: EncodedSlash,
+    #[serde(default)]
+    path_case_insensitive: bool,
+    #[serde(default)]
+    path_params: bool,
+}
+
+/// `[[site]] encoded_slash`: what `%2F`, `%5C` and `\` in a path get.
+#[derive(Clone, Copy, Debug, Deserialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EncodedSlash {
+    /// 400 (the default: a separator to some origins, data to others).
+    #[default]
+    Reject,
+    /// Passed on, kept encoded; one segment to the rules.
+    Keep,
 }
 
 fn tenant<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
@@ -651,6 +673,8 @@ pub struct Site {
     pub retry_after_secs: u32,
     /// Sampled access logs for this site's passed requests.
     pub access_log: bool,
+    /// How its paths are normalised (`encoded_slash`, `path_case_insensitive`, `path_params`).
+    pub path: PathOptions,
 }
 
 /// The whole configuration, checked.
@@ -814,6 +838,11 @@ impl Config {
                 tenant: s.tenant,
                 retry_after_secs: s.retry_after_secs,
                 access_log: s.access_log,
+                path: PathOptions {
+                    keep_encoded_slash: s.encoded_slash == EncodedSlash::Keep,
+                    case_insensitive: s.path_case_insensitive,
+                    strip_params: s.path_params,
+                },
             });
         }
 

@@ -9,8 +9,8 @@
 //!
 //! Files by job: [`config`] (the file), [`front`] (running state and reload), [`conn`]
 //! (accept and connection lifecycle), [`conns`] (connections by source), [`service`] (the
-//! request path), [`site`] (Host → site), [`proxy`] (forwarding), [`h1`] (the HTTP/1.1
-//! upstream exchange), [`upstream`] (pools),
+//! request path), [`target`] (Host and path as the rules see them and the origin gets them), [`site`] (Host → site), [`proxy`] (forwarding), [`h1`] (the HTTP/1.1
+//! upstream exchange), [`upstream`] (pools), [`view`] (the request as the rules see it),
 //! [`blockwatch`] (block feed → closed connections), [`local`] (per-thread handles),
 //! [`synfilter`] (blocked IPv4 sources' SYNs dropped in the kernel), [`access_log`],
 //! [`metrics`], [`tls`], [`server`] (start, signals, stop).
@@ -30,5 +30,7 @@ pub mod server;
 pub mod service;
 pub mod site;
 pub mod synfilter;
+pub mod target;
 pub mod tls;
 pub mod upstream;
+pub mod view;

@@ -203,11 +203,9 @@ pub async fn forward_h2(
             .headers
             .insert(header::TE, HeaderValue::from_static("trailers"));
     }
-    if let Some(h) = &host
-        && !parts.headers.contains_key(header::HOST)
-    {
-        parts.headers.insert(header::HOST, h.clone());
-    }
+    // `:authority` only (RFC 9113 §8.3.1): an origin refuses a request with both as a
+    // duplicate host, and the two could differ.
+    parts.headers.remove(header::HOST);
     set_forwarding(&mut parts.headers, fwd, client, host.as_ref());
     parts.uri = up.h2_uri(parts.uri.path_and_query(), host.as_ref());
     parts.version = Version::HTTP_2;

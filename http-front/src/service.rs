@@ -1,4 +1,4 @@
-//! The request path, in order, with early exits: blocked source → Host → site → size limits → rules (skipped when the site has none) → proxy; and the HTTP view shield's rules read.
+//! The request path, in order, with early exits: blocked source → Host → site → size limits → path normalised → rules (skipped when the site has none) → proxy.
 
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -21,7 +21,8 @@ use crate::h1;
 use crate::local;
 use crate::metrics::Counter;
 use crate::proxy::{self, ClientInfo, ForwardError, RespBody, simple};
-use crate::site::{HOST_MAX, normalize_host};
+use crate::target::{self, HOST_MAX, Host};
+use crate::view::HttpView;
 
 /// What the request path knows about the connection a request came on.
 #[derive(Debug)]
@@ -110,40 +111,6 @@ impl Drop for Flight {
     }
 }
 
-/// The request as shield's rules see it: `path`, `query`, `method`, `host`, `user_agent`, `version`, `header:<lower-case name>`.
-pub struct HttpView<'a> {
-    req: &'a Request<Incoming>,
-    host: &'a str,
-}
-
-impl shield::rules::Request for HttpView<'_> {
-    #[inline]
-    fn attr(&self, name: &str) -> Option<&str> {
-        match name {
-            "path" => Some(self.req.uri().path()),
-            "method" => Some(self.req.method().as_str()),
-            "host" => Some(self.host),
-            "user_agent" => self.req.headers().get(header::USER_AGENT)?.to_str().ok(),
-            "query" => self.req.uri().query(),
-            "version" => Some(version_str(self.req.version())),
-            _ => {
-                let h = name.strip_prefix(shield::rules::attr::HEADER_PREFIX)?;
-                self.req.headers().get(h)?.to_str().ok()
-            }
-        }
-    }
-}
-
-fn version_str(v: http::Version) -> &'static str {
-    match v {
-        http::Version::HTTP_2 => "HTTP/2",
-        http::Version::HTTP_10 => "HTTP/1.0",
-        http::Version::HTTP_09 => "HTTP/0.9",
-        http::Version::HTTP_3 => "HTTP/3",
-        _ => "HTTP/1.1",
-    }
-}
-
 /// Serves one request (hyper's service function). Everything up to the proxy runs here, when
 /// hyper hands the request over; the future returned only forwards (or returns the answer).
 pub fn handle(
@@ -229,27 +196,19 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
         ));
     }
 
-    // 2. Host → site.
+    // 2. Host → site: one strict reading of the authority, or 400 (never another site).
     let snap = front.snapshot();
     // Only a sampled access record needs the duration.
     let t0 = (snap.sample_period > 0).then(Instant::now);
-    let raw_host = match req.uri().authority() {
-        Some(a) => Some(a.as_str()),
-        None => req
-            .headers()
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok()),
-    };
     let mut buf = [0u8; HOST_MAX];
-    let Some(host) = raw_host.and_then(|r| normalize_host(r, &mut buf)) else {
-        c.bump(Counter::RespBadRequest);
-        return Respond(simple(
-            StatusCode::BAD_REQUEST,
-            "missing or bad Host\n",
-            false,
-        ));
+    let (host, raw_host) = match target::request_host(&req, cx.h2, &mut buf) {
+        Ok(h) => h,
+        Err(why) => {
+            c.bump(Counter::RespBadHost);
+            return Respond(simple(StatusCode::BAD_REQUEST, why, false));
+        }
     };
-    let Some(site_ix) = snap.sites.index(host) else {
+    let Some(site_ix) = snap.sites.index(host.name) else {
         c.bump(Counter::RespUnknownHost);
         return Respond(simple(
             StatusCode::MISDIRECTED_REQUEST,
@@ -285,10 +244,19 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
         ));
     }
 
-    // 4. Rules: a site without any goes straight to the proxy.
+    // 4. The path the rules see and the origin gets (400 for what cannot be both).
+    let path = match target::request_path(&req, site.path) {
+        Ok(p) => p,
+        Err(e) => {
+            c.bump(Counter::RespBadPath);
+            return Respond(simple(StatusCode::BAD_REQUEST, bad_path_text(e), false));
+        }
+    };
+
+    // 5. Rules: a site without any goes straight to the proxy.
     let mut action = "pass";
     if site.has_rules {
-        let view = HttpView { req: &req, host };
+        let view = HttpView::new(&req, host.name, &path.view);
         let now = Now::read();
         let v = local::with(front, |l| {
             let v = l.rules.check(site.tenant, cx.ip, &view, now);
@@ -337,7 +305,7 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
         c.bump(Counter::VerdictNoRules);
     }
 
-    // 5. Proxy.
+    // 6. Proxy.
     let sample = site.access_log
         && snap.sample_period > 0
         && local::with(front, |l| {
@@ -352,16 +320,10 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
                 .map(str::to_string)
         };
         let scheme = cx.client.proto.to_str().unwrap_or("http");
-        let port = raw_host
-            .and_then(|r| r.rsplit_once(':'))
-            .map(|(_, p)| p)
-            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()));
         let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());
-        let url = match port {
-            Some(p) if !raw_host.is_some_and(|r| r.ends_with(']')) => {
-                format!("{scheme}://{host}:{p}{pq}")
-            }
-            _ => format!("{scheme}://{host}{pq}"),
+        let url = match host.port {
+            Some(p) => format!("{scheme}://{}:{p}{pq}", host.name),
+            None => format!("{scheme}://{}{pq}", host.name),
         };
         Box::new(Sampled {
             ts_ms: shield::clock::unix_ms(),
@@ -374,9 +336,19 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
             t0: t0.unwrap_or_else(Instant::now),
         })
     });
-    // The upstream gets the host the site was chosen by, whatever else the client sent.
-    let host = raw_host.and_then(|h| HeaderValue::from_str(h).ok());
-    let (parts, body) = req.into_parts();
+    // The upstream gets the host the site was chosen by, whatever else the client sent, and
+    // the path the rules saw.
+    let host = upstream_host(&host, raw_host);
+    let path_changed = path.forward != req.uri().path();
+    let forward = match path.forward {
+        std::borrow::Cow::Owned(p) if path_changed => Some(p),
+        _ => None,
+    };
+    let (mut parts, body) = req.into_parts();
+    if let Some(p) = forward {
+        c.bump(Counter::PathNormalized);
+        set_path(&mut parts.uri, &p);
+    }
     Verdict::Proxy(Job {
         site: site_ix,
         snap,
@@ -385,6 +357,43 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
         host,
         sampled,
     })
+}
+
+/// The `Host` the upstream gets: the client's own value when it is already canonical (no copy).
+fn upstream_host(host: &Host<'_>, raw: Option<&HeaderValue>) -> Option<HeaderValue> {
+    if host.canonical
+        && let Some(v) = raw
+    {
+        return Some(v.clone());
+    }
+    let text = match host.port {
+        Some(p) => format!("{}:{p}", host.name),
+        None => host.name.to_string(),
+    };
+    HeaderValue::from_str(&text).ok()
+}
+
+/// Replaces the path of `uri`, keeping its query.
+fn set_path(uri: &mut http::Uri, path: &str) {
+    let pq = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    };
+    let mut parts = std::mem::take(uri).into_parts();
+    parts.path_and_query = http::uri::PathAndQuery::from_maybe_shared(pq).ok();
+    if let Ok(u) = http::Uri::from_parts(parts) {
+        *uri = u;
+    }
+}
+
+fn bad_path_text(e: target::PathError) -> &'static str {
+    match e {
+        target::PathError::NotAbsolute => "request target is not an absolute path\n",
+        target::PathError::BadPercent => "invalid percent-encoding in the path\n",
+        target::PathError::Nul => "encoded NUL in the path\n",
+        target::PathError::EncodedSlash => "encoded slash or backslash in the path\n",
+        target::PathError::NotUtf8 => "path is not UTF-8\n",
+    }
 }
 
 /// Forwards `job` to its site's upstream; the response, or ours when that fails.

@@ -6,6 +6,7 @@ use hashbrown::HashMap;
 use http::HeaderValue;
 
 use crate::config::Config;
+use crate::target::PathOptions;
 use crate::upstream::Upstream;
 
 type Map = HashMap<Box<str>, u32, foldhash::fast::RandomState>;
@@ -27,6 +28,8 @@ pub struct PreparedSite {
     pub retry_after: HeaderValue,
     /// Sampled access logs for passed requests.
     pub access_log: bool,
+    /// How its paths are normalised.
+    pub path: PathOptions,
 }
 
 /// Every site, indexed by host.
@@ -66,12 +69,13 @@ impl Sites {
                 upstream: Arc::clone(&upstreams[s.upstream]),
                 retry_after: HeaderValue::from(s.retry_after_secs),
                 access_log: s.access_log,
+                path: s.path,
             });
         }
         out
     }
 
-    /// The site for a normalised host (lower case, no port, no trailing dot).
+    /// The site for a host as [`crate::target::parse_host`] gives it (lower case, no port, no trailing dot).
     #[inline]
     pub fn lookup(&self, host: &str) -> Option<&PreparedSite> {
         self.index(host).map(|i| self.get(i))
@@ -117,64 +121,9 @@ impl Sites {
     }
 }
 
-/// Longest host name accepted.
-pub const HOST_MAX: usize = 253;
-
-/// Normalises a Host header or authority: drops the port and a trailing dot, lowers the case
-/// (into `buf` only when needed). `None` for an empty or over-long host.
-#[inline]
-pub fn normalize_host<'a>(raw: &'a str, buf: &'a mut [u8; HOST_MAX]) -> Option<&'a str> {
-    let host = if raw.starts_with('[') {
-        // IPv6 literal: keep the brackets, drop the port.
-        &raw[..=raw.find(']')?]
-    } else {
-        match raw.rsplit_once(':') {
-            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-            _ => raw,
-        }
-    };
-    let host = host.strip_suffix('.').unwrap_or(host);
-    // A second trailing dot (`a.test..`) is an empty label, not a name: refused, or it would
-    // miss `a.test`'s site and its rules and land on a wildcard or catch-all site (found by
-    // the http_request fuzzer).
-    if host.is_empty() || host.len() > HOST_MAX || host.ends_with('.') {
-        return None;
-    }
-    if !host.bytes().any(|b| b.is_ascii_uppercase()) {
-        return Some(host);
-    }
-    let out = &mut buf[..host.len()];
-    out.copy_from_slice(host.as_bytes());
-    out.make_ascii_lowercase();
-    std::str::from_utf8(out).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn host_normalisation() {
-        let mut b = [0u8; HOST_MAX];
-        assert_eq!(
-            normalize_host("Example.COM:8080", &mut b),
-            Some("example.com")
-        );
-        let mut b = [0u8; HOST_MAX];
-        assert_eq!(normalize_host("example.com.", &mut b), Some("example.com"));
-        let mut b = [0u8; HOST_MAX];
-        assert_eq!(normalize_host("[::1]:80", &mut b), Some("[::1]"));
-        let mut b = [0u8; HOST_MAX];
-        assert_eq!(normalize_host(":80", &mut b), None);
-        // Regression (fuzz/http_request): more than one trailing dot.
-        let mut b = [0u8; HOST_MAX];
-        assert_eq!(normalize_host("ae.tst!!!!!!!!!!!.....", &mut b), None);
-        let mut b = [0u8; HOST_MAX];
-        assert_eq!(normalize_host("Example.COM..:8080", &mut b), None);
-        let long = "a".repeat(300);
-        let mut b = [0u8; HOST_MAX];
-        assert_eq!(normalize_host(&long, &mut b), None);
-    }
 
     #[test]
     fn lookup_exact_wildcard_any() {

@@ -11,6 +11,7 @@
 //! - [`compare`]: normalised responses and readable differences.
 //! - [`clickhouse`]: a private clickhouse-server per test, restartable on the same ports.
 //! - [`http`]: an echoing HTTP origin, http-front as a child process, HTTP/1.1 and raw HTTP/2 clients.
+//! - [`nginx`]: a real nginx as the origin (what an origin that normalises paths will serve).
 
 pub mod clickhouse;
 pub mod client;
@@ -19,6 +20,7 @@ pub mod corpora;
 pub mod http;
 pub mod net;
 pub mod netns;
+pub mod nginx;
 pub mod redis;
 pub mod rng;
 pub mod servers;

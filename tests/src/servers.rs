@@ -58,14 +58,14 @@ impl Zone {
 }
 
 /// A child process in its own process group with its output in a log file.
-struct Proc {
+pub(crate) struct Proc {
     what: String,
     child: Child,
     log: PathBuf,
 }
 
 impl Proc {
-    fn spawn(what: &str, mut cmd: Command, log: PathBuf) -> Proc {
+    pub(crate) fn spawn(what: &str, mut cmd: Command, log: PathBuf) -> Proc {
         let out = std::fs::File::create(&log).expect("create log file");
         let err = out.try_clone().expect("clone log file");
         cmd.stdin(Stdio::null())
@@ -89,12 +89,12 @@ impl Proc {
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// `Some(status)` when the process has exited.
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
 

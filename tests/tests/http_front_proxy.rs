@@ -71,7 +71,8 @@ fn http_proxies_http1_and_http2_with_forwarding_headers_and_access_logs() {
         r.body
     );
     assert!(r.body.contains("x-forwarded-proto: http\n"), "{}", r.body);
-    assert!(r.body.contains("host: Site.Test\n"), "{}", r.body);
+    // The upstream gets the host the site was chosen by, normalised.
+    assert!(r.body.contains("host: site.test\n"), "{}", r.body);
     assert_eq!(r.header("x-origin"), Some("yes"));
     let r = c
         .request("POST", "site.test", "/upload", &[], &[b'x'; 100_000])
@@ -360,4 +361,44 @@ fn http_tls_listener_negotiates_h2_and_http1() {
         assert!(text.contains("x-forwarded-proto: https\n"), "{text}");
     }
     assert_eq!(origin.requests(), 2);
+}
+
+/// An nginx h2c origin refuses a request that carries both `:authority` and `host` (a
+/// duplicate host): http-front sends `:authority` only, whatever the client sent.
+#[test]
+fn http_h2c_upstream_nginx_gets_authority_only() {
+    let Some(origin) = palisade_tests::nginx::Nginx::start(
+        "server {\n    listen {LISTEN} http2;\n    server_name _;\n    \
+         location / { return 200 \"h2c $host $uri $server_protocol\\n\"; }\n}\n",
+    ) else {
+        return;
+    };
+    let o = origin.addr();
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "[server]\nlisten = [\"{a}\"]\nworkers = 2\n\n[metrics]\nlisten = \"{m}\"\n\n\
+                 [[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\nprotocol = \"h2c\"\n\n{}",
+                site("site.test", "")
+            )
+        },
+        None,
+    );
+    let src = net::test_ip();
+    let r = get(Some(src), front.addr(), "Site.Test:8080", "/a/./b").unwrap();
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, "h2c site.test /a/b HTTP/2.0\n"),
+        "{}",
+        origin.error_log()
+    );
+    let mut h2 = H2Conn::connect(Some(src), front.addr()).unwrap();
+    let id = h2
+        .send_request("GET", "site.test", "/x", &[("host", "site.test")], true)
+        .unwrap();
+    let r = h2.read_response(id).unwrap();
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, "h2c site.test /x HTTP/2.0\n")
+    );
 }

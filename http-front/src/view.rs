@@ -1,0 +1,58 @@
+//! The request as shield's rules see it: `path` (normalised, see [`crate::target`]), `query`, `method`, `host`, `user_agent`, `version`, `header:<lower-case name>`.
+
+use http::header::{self, HeaderMap};
+use http::{Method, Request, Version};
+
+/// A request's attributes for the rule engine; generic over the body, so that tests and
+/// fuzzers use the very view the request path uses.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpView<'a> {
+    method: &'a Method,
+    version: Version,
+    headers: &'a HeaderMap,
+    query: Option<&'a str>,
+    host: &'a str,
+    path: &'a str,
+}
+
+impl<'a> HttpView<'a> {
+    /// The view of `req` routed by `host` (normalised) whose path the rules see as `path`.
+    pub fn new<B>(req: &'a Request<B>, host: &'a str, path: &'a str) -> HttpView<'a> {
+        HttpView {
+            method: req.method(),
+            version: req.version(),
+            headers: req.headers(),
+            query: req.uri().query(),
+            host,
+            path,
+        }
+    }
+}
+
+impl shield::rules::Request for HttpView<'_> {
+    #[inline]
+    fn attr(&self, name: &str) -> Option<&str> {
+        match name {
+            "path" => Some(self.path),
+            "method" => Some(self.method.as_str()),
+            "host" => Some(self.host),
+            "user_agent" => self.headers.get(header::USER_AGENT)?.to_str().ok(),
+            "query" => self.query,
+            "version" => Some(version_str(self.version)),
+            _ => {
+                let h = name.strip_prefix(shield::rules::attr::HEADER_PREFIX)?;
+                self.headers.get(h)?.to_str().ok()
+            }
+        }
+    }
+}
+
+fn version_str(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_2 => "HTTP/2",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
+    }
+}

@@ -1,0 +1,350 @@
+//! Rule bypasses tried as an attacker would, against http-front in front of a real nginx
+//! origin (which normalises paths and cuts the Host at its first `:` before it routes): for
+//! every encoding of a denied path, and every malformed or conflicting Host, over HTTP/1.1
+//! and HTTP/2, the request is refused or the origin never serves the denied resource. Control
+//! requests show that the origin does serve it when asked without a rule.
+
+use palisade_tests::http::{Front, H1Conn, H2Conn, H2End, base_config};
+use palisade_tests::net;
+use palisade_tests::nginx::Nginx;
+
+/// The origin: `/admin…` is the secret on the protected hosts, everything else is public.
+const ORIGIN: &str = r#"
+server {
+    listen {LISTEN};
+    server_name a.test b.test c.test k.test ci.test p.test open.test;
+    location / { return 200 "public $uri\n"; }
+    location /admin { return 200 "SECRET $uri\n"; }
+}
+server {
+    listen {LISTEN} default_server;
+    server_name _;
+    location / { return 200 "other $host $uri\n"; }
+}
+"#;
+
+/// Tenants 1–3 deny `/admin` as a prefix, an exact path and a regex.
+const RULES: &str = r#"
+[[tenant]]
+id = 1
+[[tenant.rule]]
+name = "admin-prefix"
+action = "deny"
+when = [{ attr = "path", prefix = "/admin" }]
+
+[[tenant]]
+id = 2
+[[tenant.rule]]
+name = "admin-exact"
+action = "deny"
+when = [{ attr = "path", exact = "/admin" }]
+
+[[tenant]]
+id = 3
+[[tenant.rule]]
+name = "admin-regex"
+action = "deny"
+when = [{ attr = "path", regex = "^/admin" }]
+"#;
+
+fn sites() -> String {
+    "[rules]\nfile = \"rules.toml\"\n\n\
+     [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\n\n\
+     [[site]]\nhosts = [\"b.test\"]\nupstream = \"app\"\ntenant = 2\n\n\
+     [[site]]\nhosts = [\"c.test\"]\nupstream = \"app\"\ntenant = 3\n\n\
+     [[site]]\nhosts = [\"k.test\"]\nupstream = \"app\"\ntenant = 1\nencoded_slash = \"keep\"\n\n\
+     [[site]]\nhosts = [\"ci.test\"]\nupstream = \"app\"\ntenant = 1\npath_case_insensitive = true\n\n\
+     [[site]]\nhosts = [\"p.test\"]\nupstream = \"app\"\ntenant = 1\npath_params = true\n\n\
+     [[site]]\nhosts = [\"open.test\"]\nupstream = \"app\"\n\n\
+     [[site]]\nhosts = [\"*\"]\nupstream = \"app\"\n"
+        .to_string()
+}
+
+fn start() -> Option<(Nginx, Front)> {
+    let origin = Nginx::start(ORIGIN)?;
+    let o = origin.addr();
+    let front = Front::start(
+        |a, m| format!("{}{}", base_config(a, m, o), sites()),
+        Some(RULES),
+    );
+    Some((origin, front))
+}
+
+/// Every spelling of `/admin` (and below it) an attacker would try.
+const PATHS: &[&str] = &[
+    "/admin",
+    "/admin/",
+    "/admin/x",
+    "/%61dmin",
+    "/%61%64%6d%69%6e",
+    "/%61%64%6D%69%6E/",
+    "/adm%69n/x",
+    "//admin",
+    "///admin/x",
+    "/./admin",
+    "/%2e/admin",
+    "/x/../admin",
+    "/x/%2e%2e/admin",
+    "/x/%2E%2E/admin",
+    "/x/.%2e/admin",
+    "/x/%2e./admin",
+    "/x//..//admin",
+    "/../admin",
+    "/../../admin/",
+    "/x/y/../../admin",
+    "/admin/.",
+    "/admin/x/..",
+    "/admin%2f",
+    "/admin%2Fx",
+    "/%2Fadmin",
+    "/x/..%2Fadmin",
+    "/x/..%2fadmin",
+    "/admin%5c",
+    "/%5cadmin",
+    "/x/..%5cadmin",
+    "/admin%00",
+    "/admin%00.html",
+    "/admin%",
+    "/admin%2",
+    "/admin%zz",
+    "/admin;x",
+    "/admin;/x",
+    "/%2561dmin",
+    "/admin?q=1",
+    "/%2e%2e/admin",
+];
+
+/// A body that shows the origin served the denied resource, per rule kind.
+fn leaked(tenant_kind: char, status: u16, body: &str) -> bool {
+    if status != 200 {
+        return false;
+    }
+    match tenant_kind {
+        // Exact `/admin`: only the resource `/admin` itself is denied.
+        'b' => body.trim_end() == "SECRET /admin",
+        _ => body.starts_with("SECRET"),
+    }
+}
+
+#[test]
+fn http_front_no_path_encoding_reaches_a_denied_resource() {
+    let Some((origin, front)) = start() else {
+        return;
+    };
+    let fa = front.addr();
+    let src = net::test_ip();
+
+    // Controls: without a rule the origin serves the secret for these forms, so the checks
+    // below can see a leak.
+    for p in ["/admin", "/%61dmin", "//admin", "/x/../admin"] {
+        let mut c = H1Conn::connect(Some(src), fa).unwrap();
+        let r = c.request("GET", "open.test", p, &[], b"").unwrap();
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (200, "SECRET /admin\n"),
+            "control {p}"
+        );
+    }
+    // The forwarded path is the normalised one (the origin logs what it received).
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    let r = c
+        .request("GET", "a.test", "/x/%2e%2e//%70ublic?a=%41", &[], b"")
+        .unwrap();
+    assert_eq!((r.status, r.body.as_str()), (200, "public /public\n"));
+    assert!(
+        origin
+            .access_log()
+            .iter()
+            .any(|l| l.starts_with("/public?a=%41|/public|a.test|200")),
+        "{:?}",
+        origin.access_log()
+    );
+
+    let mut leaks = Vec::new();
+    for site in ["a.test", "b.test", "c.test"] {
+        let kind = site.chars().next().unwrap();
+        for p in PATHS {
+            let mut c = H1Conn::connect(Some(src), fa).unwrap();
+            match c.request("GET", site, p, &[("connection", "close")], b"") {
+                Ok(r) if leaked(kind, r.status, &r.body) => {
+                    leaks.push(format!("h1 {site}{p}: {} {}", r.status, r.body.trim()))
+                }
+                Ok(_) | Err(_) => {}
+            }
+            let mut h2 = H2Conn::connect(Some(src), fa).unwrap();
+            match h2.get(site, p) {
+                Ok(r) if leaked(kind, r.status, &r.body) => {
+                    leaks.push(format!("h2 {site}{p}: {} {}", r.status, r.body.trim()))
+                }
+                Ok(_) | Err(H2End::Reset(_)) | Err(_) => {}
+            }
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "the origin served denied resources:\n{}",
+        leaks.join("\n")
+    );
+    assert!(front.metric("http_front_responses_total{cause=\"bad_path\"}") > 0);
+    assert!(front.metric("http_front_paths_normalized_total") > 0);
+
+    // Refused forms are 400, with the reason.
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    let r = c
+        .request("GET", "a.test", "/a%2Fb", &[("connection", "close")], b"")
+        .unwrap();
+    assert_eq!(r.status, 400, "{r:?}");
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    let r = c
+        .request("GET", "a.test", "/a%00", &[("connection", "close")], b"")
+        .unwrap();
+    assert_eq!(r.status, 400, "{r:?}");
+}
+
+#[test]
+fn http_front_site_path_options() {
+    let Some((origin, front)) = start() else {
+        return;
+    };
+    let fa = front.addr();
+    let src = net::test_ip();
+    let req = |host: &str, p: &str| {
+        let mut c = H1Conn::connect(Some(src), fa).unwrap();
+        c.request("GET", host, p, &[("connection", "close")], b"")
+            .unwrap()
+    };
+    // encoded_slash = "keep": %2F passes, encoded, as one segment; dot segments still go.
+    let r = req("k.test", "/files/a%2fb");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(
+        origin
+            .access_log()
+            .iter()
+            .any(|l| l.starts_with("/files/a%2Fb|")),
+        "{:?}",
+        origin.access_log()
+    );
+    assert_eq!(req("k.test", "/x/%2e%2e/admin").status, 403);
+    assert_eq!(req("k.test", "/a%00").status, 400);
+    // path_case_insensitive: the rules see lower case (for case-insensitive origins).
+    assert_eq!(req("ci.test", "/ADMIN").status, 403);
+    assert_eq!(req("ci.test", "/Adm%49n/x").status, 403);
+    assert_eq!(
+        req("a.test", "/ADMIN").status,
+        200,
+        "case matters by default"
+    );
+    // path_params: `;` parameters cut for the rules (servlet containers route `/x/..;/admin`
+    // to `/admin`).
+    assert_eq!(req("p.test", "/public/..;/admin").status, 403);
+    assert_eq!(req("p.test", "/admin;jsessionid=1").status, 403);
+    assert_eq!(req("p.test", "/public;x").status, 200);
+}
+
+#[test]
+fn http_front_a_malformed_or_conflicting_host_is_refused_never_rerouted() {
+    let Some((origin, front)) = start() else {
+        return;
+    };
+    let fa = front.addr();
+    let src = net::test_ip();
+    let raw = |head: &str| -> (u16, String) {
+        let mut c = H1Conn::connect(Some(src), fa).unwrap();
+        c.send_raw(head.as_bytes()).unwrap();
+        match c.read_response() {
+            Ok(r) => (r.status, r.body),
+            Err(e) => (0, e.to_string()),
+        }
+    };
+    // Control: the catch-all site (no rules) reaches the origin's protected server when the
+    // Host names it, as an origin that cuts at ':' would.
+    let (s, b) = raw("GET /admin HTTP/1.1\r\nhost: a.test\r\nconnection: close\r\n\r\n");
+    assert_eq!(s, 403, "{b}");
+    let (s, b) = raw("GET /admin HTTP/1.1\r\nhost: a.test:8080\r\nconnection: close\r\n\r\n");
+    assert_eq!(s, 403, "a numeric port keeps the site: {b}");
+    let (s, b) = raw("GET /public HTTP/1.1\r\nhost: A.Test.:8080\r\nconnection: close\r\n\r\n");
+    assert_eq!((s, b.as_str()), (200, "public /public\n"));
+
+    let mut leaks = Vec::new();
+    let hosts = [
+        "a.test:abc",
+        "a.test:80x",
+        "a.test:8080:1",
+        "a.test:99999",
+        "a.test:-1",
+        "a.test: 80",
+        "a.test:+80",
+        "user@a.test",
+        "a.test@other.test",
+        "a.test/x",
+        "a.test..",
+        ".a.test",
+        "a.test%00",
+        "a.test\\",
+        "[::1",
+        "a.test,other.test",
+        "a.test other.test",
+    ];
+    for h in hosts {
+        let (s, b) = raw(&format!(
+            "GET /admin HTTP/1.1\r\nhost: {h}\r\nconnection: close\r\n\r\n"
+        ));
+        if b.starts_with("SECRET") {
+            leaks.push(format!("h1 Host {h:?}: {s} {b}"));
+        } else if s != 400 && s != 0 {
+            leaks.push(format!("h1 Host {h:?} was not refused: {s} {b}"));
+        }
+        // The same as an absolute-form target.
+        let (s, b) = raw(&format!(
+            "GET http://{h}/admin HTTP/1.1\r\nhost: other.test\r\nconnection: close\r\n\r\n"
+        ));
+        if b.starts_with("SECRET") {
+            leaks.push(format!("h1 absolute {h:?}: {s} {b}"));
+        }
+        let mut h2 = H2Conn::connect(Some(src), fa).unwrap();
+        if let Ok(r) = h2.get(h, "/admin") {
+            if r.body.starts_with("SECRET") {
+                leaks.push(format!("h2 :authority {h:?}: {} {}", r.status, r.body));
+            } else if r.status != 400 {
+                leaks.push(format!("h2 :authority {h:?} was not refused: {}", r.status));
+            }
+        }
+    }
+    // Two Hosts, or a Host beside an absolute-form target that names another.
+    for head in [
+        "GET /admin HTTP/1.1\r\nhost: other.test\r\nhost: a.test\r\nconnection: close\r\n\r\n",
+        "GET /admin HTTP/1.1\r\nhost: a.test\r\nhost: other.test\r\nconnection: close\r\n\r\n",
+        "GET http://other.test/admin HTTP/1.1\r\nhost: a.test\r\nconnection: close\r\n\r\n",
+        "GET http://a.test/admin HTTP/1.1\r\nhost: other.test\r\nconnection: close\r\n\r\n",
+        "GET /admin HTTP/1.1\r\nhost: other.test\r\nconnection: host\r\nhost: a.test\r\n\r\n",
+    ] {
+        let (s, b) = raw(head);
+        if b.starts_with("SECRET") {
+            leaks.push(format!("{head:?}: {s} {b}"));
+        }
+    }
+    // HTTP/2: `:authority` and `host` that differ, either way round.
+    for (auth, host) in [("other.test", "a.test"), ("a.test", "other.test")] {
+        let mut h2 = H2Conn::connect(Some(src), fa).unwrap();
+        let id = h2
+            .send_request("GET", auth, "/admin", &[("host", host)], true)
+            .unwrap();
+        if let Ok(r) = h2.read_response(id) {
+            if r.body.starts_with("SECRET") {
+                leaks.push(format!("h2 {auth}/{host}: {} {}", r.status, r.body));
+            } else if r.status != 400 {
+                leaks.push(format!("h2 {auth}/{host} was not refused: {}", r.status));
+            }
+        }
+    }
+    assert!(leaks.is_empty(), "{}", leaks.join("\n"));
+    assert!(front.metric("http_front_responses_total{cause=\"bad_host\"}") > 0);
+    // The origin saw only the canonical host names.
+    for l in origin.access_log() {
+        let host = l.split('|').nth(2).unwrap_or("");
+        assert!(
+            ["a.test", "other.test", "open.test"].contains(&host),
+            "origin saw {l}"
+        );
+    }
+}
