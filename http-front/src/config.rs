@@ -18,6 +18,11 @@
 //! max_requests_per_connection = 1000
 //! graceful_close_ms = 5000
 //! syn_filter_max = 1024           # blocked IPv4 sources dropped at SYN by a socket filter
+//! send_timeout_ms = 60000         # a client that takes none of a response for this long: ended, upstream closed
+//! body_buffer_bytes = 131072      # request bodies read into memory before the upstream is contacted
+//! body_buffer_total_bytes = 268435456  # over all requests; past it bodies stream unbuffered
+//! body_min_rate_bytes_per_sec = 1024   # after the first 2 s of a body (0: none); slower: 408
+//! body_timeout_ms = 60000         # a whole request body; slower: 408
 //!
 //! [limits]
 //! max_uri_bytes = 8192            # 414
@@ -47,6 +52,7 @@
 //! x_forwarded = true              # X-Forwarded-For/-Proto/-Host
 //! forwarded = true                # Forwarded: for=...;proto=...
 //! trust_incoming = false          # append to the client's own instead of replacing
+//! x_real_ip = true                # X-Real-IP: the client address (the client's own is replaced)
 //!
 //! [rules]
 //! file = "rules.toml"             # shield's rules format
@@ -92,6 +98,9 @@
 //! encoded_slash = "reject"        # %2F, %5C, \ in a path: 400; "keep": passed on encoded
 //! path_case_insensitive = false   # true: rules see the path lower-cased (case-insensitive origins)
 //! path_params = false             # true: rules see segments without ";params" (servlet origins)
+//! allow_trace = false             # TRACE: 405 unless true
+//! strip_headers = [...]           # never passed upstream; default: DEFAULT_STRIP_HEADERS
+//! underscores_in_headers = false  # headers with '_' in the name are dropped unless true
 //! ```
 
 use std::fmt;
@@ -306,6 +315,25 @@ pub struct Server {
     /// After GOAWAY (or `Connection: close`), how long in-flight requests may still finish.
     #[serde(deserialize_with = "range::<0, 600000, _>")]
     pub graceful_close_ms: u64,
+    /// A response whose client takes none of it for this long is ended, and its upstream
+    /// connection closed (nginx's `send_timeout`).
+    #[serde(deserialize_with = "range::<100, 3600000, _>")]
+    pub send_timeout_ms: u64,
+    /// A request body is read into memory up to this many bytes before the upstream is
+    /// contacted (nginx's `client_body_buffer_size`); a larger one streams.
+    #[serde(deserialize_with = "range_usize::<0, 67108864, _>")]
+    pub body_buffer_bytes: usize,
+    /// Most bytes of request bodies buffered at once over all requests; past it, bodies
+    /// stream without a buffer (counted).
+    #[serde(deserialize_with = "range_usize::<0, 68719476736, _>")]
+    pub body_buffer_total_bytes: usize,
+    /// A request body must keep at least this rate after its first two seconds (0: no
+    /// minimum); a slower one is answered 408 and its upstream connection closed.
+    #[serde(deserialize_with = "range::<0, 1073741824, _>")]
+    pub body_min_rate_bytes_per_sec: u64,
+    /// A whole request body must arrive within this.
+    #[serde(deserialize_with = "range::<100, 86400000, _>")]
+    pub body_timeout_ms: u64,
 }
 
 impl Default for Server {
@@ -322,6 +350,11 @@ impl Default for Server {
             max_requests_per_connection: 1_000,
             graceful_close_ms: 5_000,
             syn_filter_max: 1_024,
+            send_timeout_ms: 60_000,
+            body_buffer_bytes: 128 * 1024,
+            body_buffer_total_bytes: 256 << 20,
+            body_min_rate_bytes_per_sec: 1024,
+            body_timeout_ms: 60_000,
         }
     }
 }
@@ -433,6 +466,8 @@ pub struct Forwarded {
     pub forwarded: bool,
     /// Append to the client's own `X-Forwarded-For`/`Forwarded` instead of replacing them (only behind a trusted proxy).
     pub trust_incoming: bool,
+    /// Set `X-Real-IP` to the client address (replacing the client's own).
+    pub x_real_ip: bool,
 }
 
 impl Default for Forwarded {
@@ -441,6 +476,7 @@ impl Default for Forwarded {
             x_forwarded: true,
             forwarded: true,
             trust_incoming: false,
+            x_real_ip: true,
         }
     }
 }
@@ -578,6 +614,39 @@ struct SiteSchema {
     path_case_insensitive: bool,
     #[serde(default)]
     path_params: bool,
+    #[serde(default)]
+    allow_trace: bool,
+    #[serde(default = "d_strip_headers")]
+    strip_headers: Vec<Spanned<String>>,
+    #[serde(default)]
+    underscores_in_headers: bool,
+}
+
+/// Request headers that origins may trust for the client's address or for the URL or
+/// method they serve: stripped unless a site lists its own.
+pub const DEFAULT_STRIP_HEADERS: &[&str] = &[
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "client-ip",
+    "x-cluster-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-original-url",
+    "x-original-uri",
+    "x-rewrite-url",
+    "x-forwarded-server",
+    "x-host",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+fn d_strip_headers() -> Vec<Spanned<String>> {
+    DEFAULT_STRIP_HEADERS
+        .iter()
+        .map(|h| Spanned::new(0..0, (*h).to_string()))
+        .collect()
 }
 
 /// `[[site]] encoded_slash`: what `%2F`, `%5C` and `\` in a path get.
@@ -675,6 +744,12 @@ pub struct Site {
     pub access_log: bool,
     /// How its paths are normalised (`encoded_slash`, `path_case_insensitive`, `path_params`).
     pub path: PathOptions,
+    /// TRACE is proxied (else 405).
+    pub allow_trace: bool,
+    /// Request headers never passed upstream (lower case).
+    pub strip_headers: Vec<String>,
+    /// Request headers with `_` in their names are passed (else dropped, as nginx does).
+    pub underscores_in_headers: bool,
 }
 
 /// The whole configuration, checked.
@@ -831,6 +906,18 @@ impl Config {
                 }
                 hosts.push(host);
             }
+            let mut strip_headers = Vec::with_capacity(s.strip_headers.len());
+            for h in &s.strip_headers {
+                let name = h.get_ref().trim().to_ascii_lowercase();
+                if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    return Err(at(
+                        Some(h.span()),
+                        &format!("site[{i}].strip_headers"),
+                        format!("{name:?} is not a header name"),
+                    ));
+                }
+                strip_headers.push(name);
+            }
             sites.push(Site {
                 name: s.name.clone().unwrap_or_else(|| hosts[0].clone()),
                 hosts,
@@ -843,6 +930,9 @@ impl Config {
                     case_insensitive: s.path_case_insensitive,
                     strip_params: s.path_params,
                 },
+                allow_trace: s.allow_trace,
+                strip_headers,
+                underscores_in_headers: s.underscores_in_headers,
             });
         }
 

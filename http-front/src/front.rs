@@ -99,7 +99,9 @@ impl Snapshot {
         let mut h1 = http1::Builder::new();
         h1.timer(TokioTimer::new())
             .header_read_timeout(Duration::from_millis(cfg.server.header_read_timeout_ms))
-            .max_header_size(cfg.limits.max_header_bytes)
+            // The request line counts against hyper's head limit: give the URI its own room,
+            // so that a long URI is answered 414 by the request path, not 431 by hyper.
+            .max_header_size(cfg.limits.max_header_bytes + cfg.limits.max_uri_bytes + 64)
             .keep_alive(true);
         if cfg.limits.max_headers != 100 {
             // Any other value makes hyper allocate the header array per request.
@@ -111,7 +113,9 @@ impl Snapshot {
             .max_concurrent_streams(h.max_concurrent_streams)
             .max_pending_accept_reset_streams(h.max_pending_accept_reset_streams)
             .max_local_error_reset_streams(h.max_local_error_reset_streams)
-            .max_header_list_size(cfg.limits.max_header_bytes as u32)
+            .max_header_list_size(
+                (cfg.limits.max_header_bytes + cfg.limits.max_uri_bytes + 64) as u32,
+            )
             .initial_stream_window_size(h.initial_stream_window)
             .initial_connection_window_size(h.initial_connection_window)
             .max_send_buf_size(h.max_send_buf_size)
@@ -155,6 +159,8 @@ pub struct Front {
     pub conn_tenant: AtomicU32,
     /// Counters of the listeners' SYN filter.
     pub syn_filter: Arc<crate::synfilter::FilterStats>,
+    /// Bytes of request bodies buffered now (bounded by `server.body_buffer_total_bytes`).
+    pub body_buffered: std::sync::atomic::AtomicUsize,
     snapshot: ArcSwap<Snapshot>,
     flusher: Mutex<Option<Flusher>>,
     access_log: Mutex<Option<AccessLogger>>,
@@ -266,6 +272,7 @@ impl Front {
             registry: Arc::new(Registry::default()),
             conn_tenant,
             syn_filter: Arc::default(),
+            body_buffered: std::sync::atomic::AtomicUsize::new(0),
             snapshot: ArcSwap::from_pointee(snapshot),
             flusher: Mutex::new(Some(flusher)),
             access_log: Mutex::new(access_log),

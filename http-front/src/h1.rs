@@ -23,13 +23,14 @@ use std::task::{Context, Poll, ready};
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Response, StatusCode};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use crate::config::Forwarded;
-use crate::proxy::{ClientInfo, ForwardError, RespBody};
+use crate::proxy::{ClientInfo, ForwardError, HeaderPolicy, RespBody};
+use crate::reqbody::ClientBody;
 use crate::upstream::{Conn, PoolKey, READ_BUF, Upstream, checkin};
 
 /// Most header fields in an upstream's response head (as hyper's default).
@@ -71,6 +72,7 @@ enum Class {
     XfProto,
     XfHost,
     Forwarded,
+    XRealIp,
     /// `Host`: replaced by the one the site was chosen by.
     Host,
 }
@@ -79,11 +81,12 @@ enum Class {
 fn classify(name: &str) -> Class {
     match name {
         "connection" | "keep-alive" | "proxy-connection" | "te" | "trailer"
-        | "transfer-encoding" | "upgrade" | "content-length" => Class::Hop,
+        | "transfer-encoding" | "upgrade" | "content-length" | "expect" => Class::Hop,
         "x-forwarded-for" => Class::Xff,
         "x-forwarded-proto" => Class::XfProto,
         "x-forwarded-host" => Class::XfHost,
         "forwarded" => Class::Forwarded,
+        "x-real-ip" => Class::XRealIp,
         "host" => Class::Host,
         _ => Class::Pass,
     }
@@ -125,6 +128,7 @@ fn encode_head(
     parts: &http::request::Parts,
     host: Option<&HeaderValue>,
     fwd: &Forwarded,
+    policy: &HeaderPolicy,
     client: &ClientInfo,
     body: ReqBody,
 ) {
@@ -148,8 +152,12 @@ fn encode_head(
     let (mut prev_xff, mut prev_fwd) = (None, None);
     for (name, value) in h {
         let keep = match classify(name.as_str()) {
-            Class::Pass => !(conn_names && named_in_connection(h, name.as_str())),
+            Class::Pass => {
+                !(policy.drops(name.as_str())
+                    || (conn_names && named_in_connection(h, name.as_str())))
+            }
             Class::Hop | Class::Host => false,
+            Class::XRealIp => !fwd.x_real_ip && !policy.drops("x-real-ip"),
             Class::Xff if fwd.x_forwarded => {
                 prev_xff = prev_xff.or(Some(value));
                 false
@@ -186,6 +194,9 @@ fn encode_head(
     }
     if fwd.forwarded {
         list(dst, "forwarded", prev_fwd, &client.forwarded);
+    }
+    if fwd.x_real_ip {
+        put(dst, "x-real-ip", client.xff.as_bytes());
     }
     match body {
         ReqBody::None { zero_length: true } => dst.extend_from_slice(b"content-length: 0\r\n"),
@@ -407,35 +418,22 @@ async fn read_head(conn: &mut Conn, head_req: bool) -> Result<Head, ReadError> {
     }
 }
 
-/// Streams the client's body upstream in `framing`, bounded by `max_body`.
+/// Sends the client's body upstream in `framing`: its buffered part, then the rest as it
+/// arrives (under the body's own bounds).
 async fn send_body(
     conn: &mut Conn,
-    body: &mut Incoming,
+    body: &mut ClientBody,
     framing: ReqBody,
-    max_body: u64,
 ) -> Result<(), ForwardError> {
     let up_err = |_| ForwardError::Upstream;
     let mut sent: u64 = 0;
-    while let Some(frame) = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
-        let frame = frame.map_err(|e| {
-            tracing::debug!(error = %e, "client body failed");
-            ForwardError::Upstream
-        })?;
-        // Trailers are not passed on.
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        if data.is_empty() {
-            continue;
-        }
+    while let Some(data) = poll_fn(|cx| body.poll_next(cx)).await {
+        let data = data.map_err(ForwardError::Body)?;
         sent += data.len() as u64;
-        if sent > max_body {
-            return Err(ForwardError::BodyTooLarge);
-        }
         match framing {
             ReqBody::Length(n) => {
                 if sent > n {
-                    return Err(ForwardError::Upstream);
+                    return Err(ForwardError::Body(crate::reqbody::BodyError::Malformed));
                 }
                 conn.io.write_all(&data).await.map_err(up_err)?;
             }
@@ -457,7 +455,9 @@ async fn send_body(
     }
     match framing {
         ReqBody::Chunked => conn.io.write_all(b"0\r\n\r\n").await.map_err(up_err),
-        ReqBody::Length(n) if sent != n => Err(ForwardError::Upstream),
+        ReqBody::Length(n) if sent != n => {
+            Err(ForwardError::Body(crate::reqbody::BodyError::Malformed))
+        }
         _ => Ok(()),
     }
 }
@@ -487,27 +487,29 @@ async fn timed<F: Future>(deadline: Pin<&mut Sleep>, fut: F) -> Result<F::Output
 
 /// Sends the request (`parts`, `body`) to the HTTP/1.1 upstream `up` and returns its
 /// response; the head must come within the upstream's response timeout.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn forward(
     up: &Upstream,
     parts: &http::request::Parts,
-    body: &mut Incoming,
+    body: &mut ClientBody,
     host: Option<&HeaderValue>,
     fwd: &Forwarded,
+    policy: &HeaderPolicy,
     client: &ClientInfo,
-    max_body: u64,
 ) -> Result<Response<RespBody>, ForwardError> {
-    let framing = if body.is_end_stream() {
+    let framing = if body.is_empty() {
         ReqBody::None {
             zero_length: parts.headers.contains_key(header::CONTENT_LENGTH),
         }
     } else {
-        match body.size_hint().exact() {
+        match body.len() {
             Some(n) => ReqBody::Length(n),
             None => ReqBody::Chunked,
         }
     };
     let head_req = parts.method == Method::HEAD;
-    let retry_ok = matches!(framing, ReqBody::None { .. }) && idempotent(&parts.method);
+    // A body held whole in memory can be sent again; a streamed one cannot.
+    let retry_ok = body.is_complete() && idempotent(&parts.method);
     let mut deadline = pin!(tokio::time::sleep(up.cfg.response_timeout));
     let mut fresh = false;
     let (mut conn, head) = loop {
@@ -524,10 +526,10 @@ pub(crate) async fn forward(
                 })?,
         };
         conn.wbuf.clear();
-        encode_head(&mut conn.wbuf, parts, host, fwd, client, framing);
+        encode_head(&mut conn.wbuf, parts, host, fwd, policy, client, framing);
         let Conn { io, wbuf, .. } = &mut conn;
         if let Err(e) = timed(deadline.as_mut(), io.write_all(wbuf)).await? {
-            if reused && retry_ok {
+            if reused && retry_ok && body.rewind() {
                 fresh = true;
                 continue;
             }
@@ -535,13 +537,16 @@ pub(crate) async fn forward(
             return Err(ForwardError::Upstream);
         }
         if !matches!(framing, ReqBody::None { .. }) {
-            // Boxed: requests with a body are the rarer ones.
-            let send = Box::pin(send_body(&mut conn, body, framing, max_body));
-            timed(deadline.as_mut(), send).await??;
+            // Boxed: requests with a body are the rarer ones. The body has its own bounds
+            // (body_timeout_ms, the minimum rate), not the response timeout.
+            Box::pin(send_body(&mut conn, body, framing)).await?;
+            deadline
+                .as_mut()
+                .reset(tokio::time::Instant::now() + up.cfg.response_timeout);
         }
         match timed(deadline.as_mut(), read_head(&mut conn, head_req)).await? {
             Ok(h) => break (conn, h),
-            Err(ReadError::ClosedEarly) if reused && retry_ok => fresh = true,
+            Err(ReadError::ClosedEarly) if reused && retry_ok && body.rewind() => fresh = true,
             Err(_) => {
                 tracing::debug!(upstream = %up.cfg.name, "upstream gave no response");
                 return Err(ForwardError::Upstream);
@@ -828,7 +833,14 @@ mod tests {
         let c = ClientInfo::new("192.0.2.7".parse().unwrap(), false);
         let host = host.map(|h| HeaderValue::from_str(h).unwrap());
         let mut out = Vec::new();
-        encode_head(&mut out, p, host.as_ref(), fwd, &c, body);
+        let policy = HeaderPolicy::new(
+            &crate::config::DEFAULT_STRIP_HEADERS
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>(),
+            false,
+        );
+        encode_head(&mut out, p, host.as_ref(), fwd, &policy, &c, body);
         String::from_utf8(out).unwrap()
     }
 
@@ -848,6 +860,10 @@ mod tests {
                 ("x-forwarded-host", "evil"),
                 ("forwarded", "for=6.6.6.6"),
                 ("user-agent", "ua"),
+                ("x-real-ip", "6.6.6.6"),
+                ("x-original-url", "/admin"),
+                ("x_forwarded_for", "6.6.6.6"),
+                ("expect", "100-continue"),
             ],
         );
         let h = head(
@@ -856,11 +872,13 @@ mod tests {
             &Forwarded::default(),
             ReqBody::Length(12),
         );
+        // The client's X-Real-IP is replaced, path overrides and names with '_' are dropped,
+        // the expectation was answered here.
         assert_eq!(
             h,
             "GET /a?b=1 HTTP/1.1\r\nhost: Site.Test\r\nuser-agent: ua\r\n\
              x-forwarded-for: 192.0.2.7\r\nx-forwarded-proto: http\r\nx-forwarded-host: Site.Test\r\n\
-             forwarded: for=192.0.2.7;proto=http\r\ncontent-length: 12\r\n\r\n"
+             forwarded: for=192.0.2.7;proto=http\r\nx-real-ip: 192.0.2.7\r\ncontent-length: 12\r\n\r\n"
         );
         let trust = Forwarded {
             trust_incoming: true,
@@ -892,11 +910,7 @@ mod tests {
             ReqBody::None { zero_length: false },
         );
         assert_eq!(h, "GET / HTTP/1.1\r\nhost: protected.test\r\n\r\n");
-        let off = Forwarded {
-            x_forwarded: false,
-            forwarded: false,
-            trust_incoming: false,
-        };
+        let off = off_forwarding();
         let h = head(
             &parts("/", &[("x-forwarded-for", "6.6.6.6")]),
             Some("a.test"),
@@ -914,6 +928,7 @@ mod tests {
             x_forwarded: false,
             forwarded: false,
             trust_incoming: false,
+            x_real_ip: false,
         }
     }
 

@@ -10,7 +10,7 @@
 //! Files by job: [`config`] (the file), [`front`] (running state and reload), [`conn`]
 //! (accept and connection lifecycle), [`conns`] (connections by source), [`service`] (the
 //! request path), [`target`] (Host and path as the rules see them and the origin gets them), [`site`] (Host → site), [`proxy`] (forwarding), [`h1`] (the HTTP/1.1
-//! upstream exchange), [`upstream`] (pools), [`view`] (the request as the rules see it),
+//! upstream exchange), [`reqbody`] (request bodies buffered and timed), [`relay`] (response bodies a slow reader cannot hold an upstream with), [`upstream`] (pools), [`view`] (the request as the rules see it),
 //! [`blockwatch`] (block feed → closed connections), [`local`] (per-thread handles),
 //! [`synfilter`] (blocked IPv4 sources' SYNs dropped in the kernel), [`access_log`],
 //! [`metrics`], [`tls`], [`server`] (start, signals, stop).
@@ -26,6 +26,8 @@ pub mod h1;
 pub mod local;
 pub mod metrics;
 pub mod proxy;
+pub mod relay;
+pub mod reqbody;
 pub mod server;
 pub mod service;
 pub mod site;

@@ -10,11 +10,11 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Version};
-use http_body_util::Limited;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::config::Forwarded;
 use crate::h1::{BoxError, H1Body};
+use crate::reqbody::ClientBody;
 use crate::upstream::Upstream;
 
 /// The response body: one of ours or a complete upstream body (whole), an HTTP/1.1 upstream
@@ -27,6 +27,8 @@ pub enum RespBody {
     H1(H1Body),
     /// An h2c upstream's body.
     H2(Incoming),
+    /// Either of the two above, read by a relay task into a bounded buffer ([`crate::relay`]).
+    Relay(crate::relay::Relayed),
 }
 
 impl Body for RespBody {
@@ -42,6 +44,7 @@ impl Body for RespBody {
             RespBody::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             RespBody::H1(b) => b.poll_data(cx),
             RespBody::H2(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            RespBody::Relay(b) => b.poll_data(cx),
         }
     }
 
@@ -51,6 +54,7 @@ impl Body for RespBody {
             RespBody::Full(data) => data.is_none(),
             RespBody::H1(b) => b.is_end(),
             RespBody::H2(b) => b.is_end_stream(),
+            RespBody::Relay(b) => b.is_end(),
         }
     }
 
@@ -62,6 +66,7 @@ impl Body for RespBody {
             }
             RespBody::H1(b) => b.size_hint(),
             RespBody::H2(b) => b.size_hint(),
+            RespBody::Relay(b) => b.size_hint(),
         }
     }
 }
@@ -79,6 +84,46 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
+static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+/// Which request headers a site never passes upstream: its `strip_headers`, and names with
+/// `_` unless `underscores_in_headers` (a CGI origin reads `X_Real_IP` as `X-Real-IP`).
+#[derive(Debug, Default, Clone)]
+pub struct HeaderPolicy {
+    strip: hashbrown::HashSet<Box<str>, foldhash::fast::RandomState>,
+    underscores: bool,
+}
+
+impl HeaderPolicy {
+    /// The policy of a site that strips `strip` (lower case) and passes underscores or not.
+    pub fn new(strip: &[String], underscores: bool) -> HeaderPolicy {
+        HeaderPolicy {
+            strip: strip.iter().map(|s| s.as_str().into()).collect(),
+            underscores,
+        }
+    }
+
+    /// True when the header `name` (lower case) is not passed upstream.
+    #[inline]
+    pub fn drops(&self, name: &str) -> bool {
+        (!self.underscores && name.as_bytes().contains(&b'_'))
+            || (!self.strip.is_empty() && self.strip.contains(name))
+    }
+
+    /// Removes from `h` every header this policy drops.
+    pub fn apply(&self, h: &mut HeaderMap) {
+        if h.keys().any(|k| self.drops(k.as_str())) {
+            let names: Vec<HeaderName> = h
+                .keys()
+                .filter(|k| self.drops(k.as_str()))
+                .cloned()
+                .collect();
+            for n in names {
+                h.remove(n);
+            }
+        }
+    }
+}
 
 /// What the proxy says about one client connection, formatted once per connection.
 #[derive(Debug)]
@@ -128,6 +173,7 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
         &header::TRAILER,
         &header::TRANSFER_ENCODING,
         &header::UPGRADE,
+        &header::EXPECT,
     ] {
         h.remove(name);
     }
@@ -160,6 +206,9 @@ pub fn set_forwarding(
             h.insert(X_FORWARDED_HOST.clone(), host.clone());
         }
     }
+    if cfg.x_real_ip {
+        h.insert(X_REAL_IP.clone(), client.xff.clone());
+    }
     if cfg.forwarded {
         let fwd = match h.get(&FORWARDED).and_then(|v| v.to_str().ok()) {
             Some(prev) if cfg.trust_incoming => {
@@ -179,20 +228,21 @@ pub enum ForwardError {
     Upstream,
     /// No response head within the upstream's response timeout: 504.
     Timeout,
-    /// The request body went over `limits.max_body_bytes` while streaming: 413.
-    BodyTooLarge,
+    /// The client's body failed (malformed 400, too large 413, too slow 408).
+    Body(crate::reqbody::BodyError),
 }
 
 /// Forwards `req` over this worker's h2c connection to `up`; returns the cleaned response.
 pub async fn forward_h2(
     up: &Upstream,
-    req: Request<Incoming>,
+    req: Request<ClientBody>,
     host: Option<HeaderValue>,
     fwd: &Forwarded,
+    policy: &HeaderPolicy,
     client: &ClientInfo,
-    max_body: u64,
 ) -> Result<Response<RespBody>, ForwardError> {
     let (mut parts, body) = req.into_parts();
+    policy.apply(&mut parts.headers);
     let te_trailers = parts
         .headers
         .get(header::TE)
@@ -209,28 +259,25 @@ pub async fn forward_h2(
     set_forwarding(&mut parts.headers, fwd, client, host.as_ref());
     parts.uri = up.h2_uri(parts.uri.path_and_query(), host.as_ref());
     parts.version = Version::HTTP_2;
-    let req = Request::from_parts(
-        parts,
-        Limited::new(body, usize::try_from(max_body).unwrap_or(usize::MAX)),
-    );
-    let send = async {
-        let mut sender = up.h2_sender().await.map_err(|e| {
-            tracing::debug!(upstream = %up.cfg.name, error = %e, "no h2c connection");
-            ForwardError::Upstream
-        })?;
-        sender.ready().await.map_err(|e| {
-            tracing::debug!(upstream = %up.cfg.name, error = %e, "h2c connection failed");
-            ForwardError::Upstream
-        })?;
-        sender.send_request(req).await.map_err(|e| {
-            if is_body_limit(&e) {
-                ForwardError::BodyTooLarge
-            } else {
+    let req = Request::from_parts(parts, body);
+    let send =
+        async {
+            let mut sender = up.h2_sender().await.map_err(|e| {
+                tracing::debug!(upstream = %up.cfg.name, error = %e, "no h2c connection");
+                ForwardError::Upstream
+            })?;
+            sender.ready().await.map_err(|e| {
+                tracing::debug!(upstream = %up.cfg.name, error = %e, "h2c connection failed");
+                ForwardError::Upstream
+            })?;
+            sender.send_request(req).await.map_err(|e| match body_error(&e) {
+            Some(b) => ForwardError::Body(b),
+            None => {
                 tracing::debug!(upstream = %up.cfg.name, error = %e, "upstream request failed");
                 ForwardError::Upstream
             }
         })
-    };
+        };
     let resp = match tokio::time::timeout(up.cfg.response_timeout, send).await {
         Err(_) => return Err(ForwardError::Timeout),
         Ok(r) => r?,
@@ -241,15 +288,16 @@ pub async fn forward_h2(
     Ok(Response::from_parts(parts, RespBody::H2(body)))
 }
 
-fn is_body_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+/// The client body's own error, when that is what failed the exchange.
+fn body_error(e: &(dyn std::error::Error + 'static)) -> Option<crate::reqbody::BodyError> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return true;
+        if let Some(b) = err.downcast_ref::<crate::reqbody::BodyError>() {
+            return Some(*b);
         }
         cur = err.source();
     }
-    false
+    None
 }
 
 /// A short plain-text response of ours; `close` adds `Connection: close` (HTTP/1.1 only).

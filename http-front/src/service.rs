@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
@@ -21,6 +21,8 @@ use crate::h1;
 use crate::local;
 use crate::metrics::Counter;
 use crate::proxy::{self, ClientInfo, ForwardError, RespBody, simple};
+use crate::relay;
+use crate::reqbody::{BodyError, BodyLimits, ClientBody};
 use crate::target::{self, HOST_MAX, Host};
 use crate::view::HttpView;
 
@@ -218,8 +220,20 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
     };
     let site = snap.sites.get(site_ix);
 
-    // 3. Sizes.
+    if req.method() == Method::TRACE && !site.allow_trace {
+        c.bump(Counter::RespMethodNotAllowed);
+        return Respond(simple(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "TRACE is not allowed\n",
+            false,
+        ));
+    }
+
+    // 3. Sizes, and what hyper leaves to us of the head.
     let limits = &snap.cfg.limits;
+    if let Err((status, text)) = check_head(&req, limits, c) {
+        return Respond(simple(status, text, true));
+    }
     if req.uri().path_and_query().map_or(1, |p| p.as_str().len()) > limits.max_uri_bytes {
         c.bump(Counter::LimitUriBytes);
         c.bump(Counter::RespUriTooLong);
@@ -373,6 +387,111 @@ fn upstream_host(host: &Host<'_>, raw: Option<&HeaderValue>) -> Option<HeaderVal
     HeaderValue::from_str(&text).ok()
 }
 
+/// Request headers that may appear once only: a second copy is refused (400) rather than
+/// matched by the rules in one copy and read by the origin in the other.
+const SINGLE_VALUED: &[header::HeaderName] = &[
+    header::USER_AGENT,
+    header::CONTENT_LENGTH,
+    header::CONTENT_TYPE,
+    header::AUTHORIZATION,
+    header::PROXY_AUTHORIZATION,
+    header::REFERER,
+    header::ORIGIN,
+    header::RANGE,
+    header::IF_RANGE,
+    header::IF_MODIFIED_SINCE,
+    header::IF_UNMODIFIED_SINCE,
+    header::MAX_FORWARDS,
+    header::FROM,
+];
+
+/// The head checks hyper leaves to us: header bytes (431; hyper's own limit also covers the
+/// URI, which has its own), single-valued headers sent twice (400), and `Transfer-Encoding`
+/// other than one final `chunked` (501, as nginx; `chunked` twice: 400).
+fn check_head<B>(
+    req: &Request<B>,
+    limits: &crate::config::Limits,
+    c: &crate::metrics::Counters,
+) -> Result<(), (StatusCode, &'static str)> {
+    let h = req.headers();
+    let bytes: usize = h.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
+    if bytes > limits.max_header_bytes {
+        c.bump(Counter::LimitHeaderBytes);
+        c.bump(Counter::RespHeaderTooLarge);
+        return Err((
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "request headers too large\n",
+        ));
+    }
+    if h.len() != h.keys_len()
+        && let Some(n) = SINGLE_VALUED
+            .iter()
+            .find(|n| h.get_all(*n).iter().nth(1).is_some())
+    {
+        c.bump(Counter::RespDuplicateHeader);
+        tracing::debug!(header = %n, "single-valued header sent twice");
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "a single-valued header was sent twice\n",
+        ));
+    }
+    let mut chunked = 0;
+    for v in h.get_all(header::TRANSFER_ENCODING) {
+        for t in v.as_bytes().split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+            if t.is_empty() {
+                continue;
+            }
+            if !t.eq_ignore_ascii_case(b"chunked") {
+                c.bump(Counter::RespNotImplemented);
+                return Err((
+                    StatusCode::NOT_IMPLEMENTED,
+                    "transfer coding not implemented\n",
+                ));
+            }
+            chunked += 1;
+        }
+    }
+    if chunked > 1 {
+        c.bump(Counter::RespBadRequest);
+        return Err((StatusCode::BAD_REQUEST, "chunked applied twice\n"));
+    }
+    Ok(())
+}
+
+/// Our answer to a request whose body failed (the connection closes: the rest of the body
+/// is not read).
+fn body_refused(c: &crate::metrics::Counters, e: BodyError) -> Response<RespBody> {
+    match e {
+        BodyError::Malformed => {
+            c.bump(Counter::RespBadBody);
+            simple(StatusCode::BAD_REQUEST, "malformed request body\n", true)
+        }
+        BodyError::TooLarge => {
+            c.bump(Counter::LimitBodyBytes);
+            c.bump(Counter::RespBodyTooLarge);
+            simple(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large\n",
+                true,
+            )
+        }
+        BodyError::Timeout => {
+            c.bump(Counter::LimitBodyTimeout);
+            c.bump(Counter::RespBodyTimeout);
+            simple(
+                StatusCode::REQUEST_TIMEOUT,
+                "request body timed out\n",
+                true,
+            )
+        }
+        BodyError::TooSlow => {
+            c.bump(Counter::LimitBodyMinRate);
+            c.bump(Counter::RespBodyTimeout);
+            simple(StatusCode::REQUEST_TIMEOUT, "request body too slow\n", true)
+        }
+    }
+}
+
 /// Replaces the path of `uri`, keeping its query.
 fn set_path(uri: &mut http::Uri, path: &str) {
     let pq = match uri.query() {
@@ -403,39 +522,82 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
     let snap = &*job.snap;
     let site = snap.sites.get(job.site);
     let up = &*site.upstream;
-    let max_body = snap.cfg.limits.max_body_bytes;
     let fwd = &snap.cfg.forwarded;
-    let result = if up.is_h2c() {
-        let parts = std::mem::replace(&mut job.parts, Request::new(()).into_parts().0);
-        let body = job.body.take().expect("the body is forwarded once");
-        let req = Request::from_parts(parts, body);
-        // Boxed: the h2c path is the rarer one, and its future is large.
-        Box::pin(proxy::forward_h2(
-            up,
-            req,
-            job.host.take(),
-            fwd,
-            &cx.client,
-            max_body,
-        ))
-        .await
+    let srv = &snap.cfg.server;
+    let limits = BodyLimits {
+        max_body: snap.cfg.limits.max_body_bytes,
+        buffer: srv.body_buffer_bytes,
+        buffer_total: srv.body_buffer_total_bytes,
+        min_rate: srv.body_min_rate_bytes_per_sec,
+        timeout: Duration::from_millis(srv.body_timeout_ms),
+    };
+    let mut body = ClientBody::new(&cx.front, job.body.take(), limits);
+    // The body is read before the upstream is contacted (up to its buffer): a malformed or
+    // slow one never reaches the origin.
+    let buffered = if body.is_empty() {
+        Ok(())
     } else {
-        let body = job.body.as_mut().expect("the body is forwarded once");
-        h1::forward(
-            up,
-            &job.parts,
-            body,
-            job.host.as_ref(),
-            fwd,
-            &cx.client,
-            max_body,
-        )
-        .await
+        match body.buffer().await {
+            Ok(whole) => {
+                c.bump(if whole {
+                    Counter::BodiesBuffered
+                } else {
+                    Counter::BodiesStreamed
+                });
+                Ok(())
+            }
+            Err(e) => Err(ForwardError::Body(e)),
+        }
+    };
+    let result = match buffered {
+        Err(e) => Err(e),
+        Ok(()) if up.is_h2c() => {
+            let parts = std::mem::replace(&mut job.parts, Request::new(()).into_parts().0);
+            let watch = body.watch();
+            let req = Request::from_parts(parts, body);
+            // Boxed: the h2c path is the rarer one, and its future is large.
+            let r = Box::pin(proxy::forward_h2(
+                up,
+                req,
+                job.host.take(),
+                fwd,
+                &site.headers,
+                &cx.client,
+            ))
+            .await;
+            match (r, watch.get()) {
+                (Err(_), Some(e)) => Err(ForwardError::Body(e)),
+                (r, _) => r,
+            }
+        }
+        Ok(()) => {
+            h1::forward(
+                up,
+                &job.parts,
+                &mut body,
+                job.host.as_ref(),
+                fwd,
+                &site.headers,
+                &cx.client,
+            )
+            .await
+        }
     };
     let resp = match result {
         Ok(r) => {
             c.bump(Counter::RespProxied);
-            r
+            let (parts, b) = r.into_parts();
+            let b = match b {
+                // A streamed upstream body goes through a relay, so that a client that does
+                // not read cannot hold the upstream connection.
+                b @ (RespBody::H1(_) | RespBody::H2(_)) => RespBody::Relay(relay::relay(
+                    &cx.front,
+                    b,
+                    Duration::from_millis(srv.send_timeout_ms),
+                )),
+                b => b,
+            };
+            Response::from_parts(parts, b)
         }
         Err(ForwardError::Timeout) => {
             c.bump(Counter::RespUpstreamTimeout);
@@ -445,15 +607,7 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
             c.bump(Counter::RespUpstreamError);
             simple(StatusCode::BAD_GATEWAY, "upstream unavailable\n", false)
         }
-        Err(ForwardError::BodyTooLarge) => {
-            c.bump(Counter::LimitBodyBytes);
-            c.bump(Counter::RespBodyTooLarge);
-            simple(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request body too large\n",
-                !cx.h2,
-            )
-        }
+        Err(ForwardError::Body(e)) => body_refused(c, e),
     };
     if let Some(s) = job.sampled.take() {
         let s = *s;

@@ -6,6 +6,7 @@ use hashbrown::HashMap;
 use http::HeaderValue;
 
 use crate::config::Config;
+use crate::proxy::HeaderPolicy;
 use crate::target::PathOptions;
 use crate::upstream::Upstream;
 
@@ -30,6 +31,10 @@ pub struct PreparedSite {
     pub access_log: bool,
     /// How its paths are normalised.
     pub path: PathOptions,
+    /// TRACE is proxied (else 405).
+    pub allow_trace: bool,
+    /// Request headers it never passes upstream.
+    pub headers: HeaderPolicy,
 }
 
 /// Every site, indexed by host.
@@ -70,6 +75,8 @@ impl Sites {
                 retry_after: HeaderValue::from(s.retry_after_secs),
                 access_log: s.access_log,
                 path: s.path,
+                allow_trace: s.allow_trace,
+                headers: HeaderPolicy::new(&s.strip_headers, s.underscores_in_headers),
             });
         }
         out

@@ -24,16 +24,14 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use http::Uri;
 use http::uri::{Authority, PathAndQuery, Scheme};
-use http_body_util::Limited;
-use hyper::body::Incoming;
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use crate::config::{self, UpstreamProtocol};
 
-/// The body type sent to h2c upstreams: the client's body, bounded by `limits.max_body_bytes`.
-pub type UpBody = Limited<Incoming>;
+/// The body type sent to h2c upstreams: the client's body, under its bounds ([`crate::reqbody`]).
+pub type UpBody = crate::reqbody::ClientBody;
 
 /// Initial read buffer of an upstream connection.
 pub(crate) const READ_BUF: usize = 8 * 1024;

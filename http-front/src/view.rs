@@ -1,4 +1,4 @@
-//! The request as shield's rules see it: `path` (normalised, see [`crate::target`]), `query`, `method`, `host`, `user_agent`, `version`, `header:<lower-case name>`.
+//! The request as shield's rules see it: `path` (normalised, see [`crate::target`]), `query`, `method`, `host`, `user_agent`, `version`, `header:<lower-case name>` (every value of a header sent more than once is matched).
 
 use http::header::{self, HeaderMap};
 use http::{Method, Request, Version};
@@ -44,6 +44,23 @@ impl shield::rules::Request for HttpView<'_> {
                 self.headers.get(h)?.to_str().ok()
             }
         }
+    }
+
+    fn attr_nth(&self, name: &str, n: usize) -> Option<&str> {
+        if n == 0 {
+            return self.attr(name);
+        }
+        let h = match name {
+            "user_agent" => "user-agent",
+            _ => name.strip_prefix(shield::rules::attr::HEADER_PREFIX)?,
+        };
+        self.headers.get_all(h).iter().nth(n)?.to_str().ok()
+    }
+
+    #[inline]
+    fn multi_valued(&self) -> bool {
+        // HeaderMap counts fields and distinct names: they differ when a name repeats.
+        self.headers.len() != self.headers.keys_len()
     }
 }
 

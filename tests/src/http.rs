@@ -664,7 +664,7 @@ impl H1Conn {
                 self.fill()?;
             }
             self.buf.drain(..n).collect()
-        } else if status == 204 || status == 304 {
+        } else if status == 204 || status == 304 || (100..200).contains(&status) {
             Vec::new()
         } else {
             loop {
@@ -913,6 +913,17 @@ impl H2Conn {
     /// Connects from `from`, sends the preface and our SETTINGS (HPACK table 0, no push), and
     /// reads the server's SETTINGS.
     pub fn connect(from: Option<Ipv4Addr>, to: SocketAddr) -> io::Result<H2Conn> {
+        Self::connect_with(from, to, &[], true)
+    }
+
+    /// As [`connect`](Self::connect), with extra SETTINGS (`(id, value)`, e.g. `(4, 0)` for a
+    /// zero stream window) and, when `open_window`, the connection window opened to 16 MiB.
+    pub fn connect_with(
+        from: Option<Ipv4Addr>,
+        to: SocketAddr,
+        extra_settings: &[(u16, u32)],
+        open_window: bool,
+    ) -> io::Result<H2Conn> {
         let stream = connect_from(from, to)?;
         let mut c = H2Conn {
             stream,
@@ -922,17 +933,19 @@ impl H2Conn {
         };
         let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         let mut settings = Vec::new();
-        for (id, v) in [(1u16, 0u32), (2, 0)] {
+        for &(id, v) in [(1u16, 0u32), (2, 0)].iter().chain(extra_settings) {
             settings.extend_from_slice(&id.to_be_bytes());
             settings.extend_from_slice(&v.to_be_bytes());
         }
         out.extend(Self::frame_bytes(frame::SETTINGS, 0, 0, &settings));
-        out.extend(Self::frame_bytes(
-            frame::WINDOW_UPDATE,
-            0,
-            0,
-            &(1u32 << 24).to_be_bytes(),
-        ));
+        if open_window {
+            out.extend(Self::frame_bytes(
+                frame::WINDOW_UPDATE,
+                0,
+                0,
+                &(1u32 << 24).to_be_bytes(),
+            ));
+        }
         c.stream.write_all(&out)?;
         // The server's SETTINGS comes first.
         let f = c.read_frame()?;

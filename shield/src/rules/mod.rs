@@ -129,6 +129,19 @@ pub mod codes {
 pub trait Request {
     /// The value of attribute `name`, if the request has it.
     fn attr(&self, name: &str) -> Option<&str>;
+
+    /// The `n`-th value of an attribute a request may carry more than once (an HTTP header
+    /// sent twice); `n = 0` is [`attr`](Self::attr).
+    fn attr_nth(&self, name: &str, n: usize) -> Option<&str> {
+        if n == 0 { self.attr(name) } else { None }
+    }
+
+    /// True when some attribute has more than one value: a condition then matches when any
+    /// value matches (a negated one when none does), so that a second copy of a header
+    /// cannot hide a value from the rules.
+    fn multi_valued(&self) -> bool {
+        false
+    }
 }
 
 /// A request with no attributes: only source checks apply.
@@ -273,33 +286,64 @@ impl Condition {
         prefilters: &[(Box<str>, RegexSet)],
         cache: &mut [u8; MAX_PREFILTERS],
     ) -> bool {
+        if req.multi_valued() && !matches!(self.matcher, Matcher::Present(_)) {
+            let mut any = false;
+            for n in 0..MAX_VALUES {
+                let Some(v) = req.attr_nth(&self.attr, n) else {
+                    break;
+                };
+                // The shared prefilter caches one value per attribute: not used here.
+                if self.value_matches(v, &[], &mut [0; MAX_PREFILTERS], false) {
+                    any = true;
+                    break;
+                }
+            }
+            return any != self.negate;
+        }
         let value = req.attr(&self.attr);
-        let m = match (&self.matcher, value) {
-            (Matcher::Present(want), v) => v.is_some() == *want,
-            (_, None) => false,
-            (Matcher::Exact(s), Some(v)) => v == &**s,
-            (Matcher::Prefix(s), Some(v)) => v.starts_with(&**s),
-            (Matcher::Suffix(s), Some(v)) => v.ends_with(&**s),
-            (Matcher::Contains(s), Some(v)) => v.contains(&**s),
-            (Matcher::OneOf(set), Some(v)) => set.iter().any(|s| v == &**s),
-            (Matcher::OneOfSet(set), Some(v)) => set.contains(v),
-            (Matcher::Regex { re, prefilter }, Some(v)) => {
+        let m = match value {
+            None => matches!(self.matcher, Matcher::Present(false)),
+            Some(v) => self.value_matches(v, prefilters, cache, true),
+        };
+        m != self.negate
+    }
+
+    /// Whether a present value matches.
+    #[inline]
+    fn value_matches(
+        &self,
+        v: &str,
+        prefilters: &[(Box<str>, RegexSet)],
+        cache: &mut [u8; MAX_PREFILTERS],
+        use_prefilter: bool,
+    ) -> bool {
+        match &self.matcher {
+            Matcher::Present(want) => *want,
+            Matcher::Exact(s) => v == &**s,
+            Matcher::Prefix(s) => v.starts_with(&**s),
+            Matcher::Suffix(s) => v.ends_with(&**s),
+            Matcher::Contains(s) => v.contains(&**s),
+            Matcher::OneOf(set) => set.iter().any(|s| v == &**s),
+            Matcher::OneOfSet(set) => set.contains(v),
+            Matcher::Regex { re, prefilter } => {
                 let ruled_out = match prefilter {
-                    Some(i) => {
+                    Some(i) if use_prefilter => {
                         let i = *i as usize;
                         if cache[i] == 0 {
                             cache[i] = if prefilters[i].1.is_match(v) { 2 } else { 1 };
                         }
                         cache[i] == 1
                     }
-                    None => false,
+                    _ => false,
                 };
                 !ruled_out && re.is_match(v)
             }
-        };
-        m != self.negate
+        }
     }
 }
+
+/// Most values of one attribute a condition looks at.
+const MAX_VALUES: usize = 64;
 
 #[derive(Debug)]
 pub(crate) struct Rule {
@@ -753,6 +797,42 @@ mod tests {
 
     fn state() -> RuleState {
         RuleState::new(&StateConfig::default(), None)
+    }
+
+    /// A request whose `header:x-tool` was sent twice.
+    struct Twice<'a>(&'a [&'a str]);
+
+    impl Request for Twice<'_> {
+        fn attr(&self, name: &str) -> Option<&str> {
+            self.attr_nth(name, 0)
+        }
+        fn attr_nth(&self, name: &str, n: usize) -> Option<&str> {
+            (name == "header:x-tool")
+                .then(|| self.0.get(n).copied())
+                .flatten()
+        }
+        fn multi_valued(&self) -> bool {
+            self.0.len() > 1
+        }
+    }
+
+    #[test]
+    fn every_value_of_a_repeated_attribute_is_matched() {
+        let p = prepared(
+            "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"t\"\naction = \"deny\"\n\
+             when = [{ attr = \"header:x-tool\", regex = \"sqlmap\" }]\n\
+             [[tenant.rule]]\nname = \"n\"\naction = \"challenge\"\n\
+             when = [{ attr = \"header:x-tool\", exact = \"curl\", not = true }]\n",
+        );
+        let s = state();
+        let src = ip("192.0.2.1");
+        let v = |vals: &[&str]| p.check(&s, 1, src, &Twice(vals), NOW).action;
+        assert_eq!(v(&["curl"]), Action::Pass);
+        assert_eq!(v(&["curl", "sqlmap"]), Action::Deny);
+        assert_eq!(v(&["sqlmap", "curl"]), Action::Deny);
+        // Negated: matches when no value matches.
+        assert_eq!(v(&["wget"]), Action::Challenge);
+        assert_eq!(v(&["wget", "curl"]), Action::Pass);
     }
 
     #[test]

@@ -1,0 +1,317 @@
+//! Request bodies: read into memory before the upstream is contacted, and timed while they
+//! arrive, so that a slow upload never holds an origin connection and a malformed body never
+//! reaches the origin.
+//!
+//! [`ClientBody::buffer`] reads the body into memory up to `[server] body_buffer_bytes`
+//! (nginx's `client_body_buffer_size` model, without temporary files) before the request goes
+//! upstream: a body that fits — nearly every form and API call — is sent in one write with a
+//! `Content-Length`, and a malformed one (bad chunking, a length that does not match) is
+//! answered 400 without touching the origin. A larger body sends its buffered part, then
+//! streams the rest. Either way the whole body must arrive within `body_timeout_ms`, and after
+//! its first [`GRACE`] it must keep `body_min_rate_bytes_per_sec`; otherwise the request is
+//! answered 408 and the upstream connection, if one was opened, is closed. Buffers over all
+//! requests share `body_buffer_total_bytes`; past it a body streams without one (counted).
+//!
+//! `Expect: 100-continue` is answered by http-front itself: hyper sends `100 Continue` when
+//! the body is first read, which is here, after the rules passed the request; the upstream
+//! never sees the expectation.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use tokio::time::{Instant, Sleep};
+
+use crate::front::Front;
+use crate::h1::BoxError;
+
+/// Time a body may take before the minimum rate applies.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// Why a request body was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    /// The client's framing was wrong (400).
+    #[error("malformed request body")]
+    Malformed,
+    /// Over `limits.max_body_bytes` (413).
+    #[error("request body too large")]
+    TooLarge,
+    /// Not whole within `body_timeout_ms` (408).
+    #[error("request body not received within body_timeout_ms")]
+    Timeout,
+    /// Below `body_min_rate_bytes_per_sec` (408).
+    #[error("request body slower than body_min_rate_bytes_per_sec")]
+    TooSlow,
+}
+
+/// The bounds a body is read under.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    /// `limits.max_body_bytes`.
+    pub max_body: u64,
+    /// `server.body_buffer_bytes`.
+    pub buffer: usize,
+    /// `server.body_buffer_total_bytes`.
+    pub buffer_total: usize,
+    /// `server.body_min_rate_bytes_per_sec` (0: none).
+    pub min_rate: u64,
+    /// `server.body_timeout_ms`.
+    pub timeout: Duration,
+}
+
+/// A client's request body: what was buffered, then the rest as it arrives, under the bounds.
+pub struct ClientBody {
+    front: Arc<Front>,
+    /// The buffered part.
+    head: Bytes,
+    /// The buffered part went out (a retry may send it again while `rest` is `None`).
+    head_sent: bool,
+    /// What is still to come from the client; `None` once it ended.
+    rest: Option<Incoming>,
+    /// The client's `Content-Length`, when it sent one.
+    exact: Option<u64>,
+    received: u64,
+    limits: BodyLimits,
+    start: Instant,
+    timer: Option<Pin<Box<Sleep>>>,
+    /// Bytes of the shared budget this body holds.
+    reserved: usize,
+    failed: Option<BodyError>,
+    /// Told of the error that ends the body, for a caller that gave the body away (h2c).
+    watch: Option<Arc<Watch>>,
+}
+
+/// The error a body ended with, readable by whoever handed the body on.
+#[derive(Debug, Default)]
+pub struct Watch(std::sync::OnceLock<BodyError>);
+
+impl Watch {
+    /// The error, once there is one.
+    pub fn get(&self) -> Option<BodyError> {
+        self.0.get().copied()
+    }
+}
+
+impl std::fmt::Debug for ClientBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBody")
+            .field("buffered", &self.head.len())
+            .field("received", &self.received)
+            .field("complete", &self.rest.is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientBody {
+    /// The body of a request (`None`: it has none).
+    pub fn new(front: &Arc<Front>, body: Option<Incoming>, limits: BodyLimits) -> ClientBody {
+        let rest = body.filter(|b| !b.is_end_stream());
+        let exact = rest.as_ref().and_then(|b| b.size_hint().exact());
+        ClientBody {
+            front: Arc::clone(front),
+            head: Bytes::new(),
+            head_sent: false,
+            rest,
+            exact,
+            received: 0,
+            limits,
+            start: Instant::now(),
+            timer: None,
+            reserved: 0,
+            failed: None,
+            watch: None,
+        }
+    }
+
+    /// True when the request has no body at all.
+    pub fn is_empty(&self) -> bool {
+        self.rest.is_none() && self.head.is_empty()
+    }
+
+    /// True when the whole body is in memory.
+    pub fn is_complete(&self) -> bool {
+        self.rest.is_none()
+    }
+
+    /// The body's length when known: all of it buffered, or the client's `Content-Length`.
+    pub fn len(&self) -> Option<u64> {
+        if self.rest.is_none() {
+            Some(self.head.len() as u64)
+        } else {
+            self.exact
+        }
+    }
+
+    /// The error that ended the body, if one did.
+    pub fn failed(&self) -> Option<BodyError> {
+        self.failed
+    }
+
+    /// Sends the buffered part again on the next read (a retry on a fresh connection);
+    /// false when the body was streamed and cannot be.
+    pub fn rewind(&mut self) -> bool {
+        if self.rest.is_some() {
+            return false;
+        }
+        self.head_sent = false;
+        true
+    }
+
+    /// Reads the body into memory up to the buffer size (less when the shared budget is
+    /// short). `Ok(true)`: it was buffered whole.
+    pub async fn buffer(&mut self) -> Result<bool, BodyError> {
+        if self.rest.is_none() {
+            return Ok(true);
+        }
+        let want = match self.exact {
+            Some(n) => self
+                .limits
+                .buffer
+                .min(usize::try_from(n).unwrap_or(usize::MAX)),
+            None => self.limits.buffer,
+        };
+        if want > 0 {
+            let total = &self.front.body_buffered;
+            let now = total.fetch_add(want, Ordering::Relaxed) + want;
+            if now > self.limits.buffer_total {
+                total.fetch_sub(want, Ordering::Relaxed);
+                self.front
+                    .counters
+                    .bump(crate::metrics::Counter::LimitBodyBufferTotal);
+                return Ok(false);
+            }
+            self.reserved = want;
+        }
+        let mut buf = BytesMut::new();
+        while buf.len() < want {
+            match std::future::poll_fn(|cx| self.poll_rest(cx)).await {
+                None => break,
+                Some(Ok(d)) => buf.extend_from_slice(&d),
+                Some(Err(e)) => return Err(e),
+            }
+        }
+        self.head = buf.freeze();
+        Ok(self.rest.is_none())
+    }
+
+    /// A handle that reports the error this body ends with (for when it is given away).
+    pub fn watch(&mut self) -> Arc<Watch> {
+        Arc::clone(self.watch.get_or_insert_with(Arc::default))
+    }
+
+    fn fail(&mut self, e: BodyError) -> Poll<Option<Result<Bytes, BodyError>>> {
+        self.failed = Some(e);
+        if let Some(w) = &self.watch {
+            let _ = w.0.set(e);
+        }
+        self.rest = None;
+        Poll::Ready(Some(Err(e)))
+    }
+
+    /// The next piece of the body from the client, under the bounds.
+    fn poll_rest(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BodyError>>> {
+        loop {
+            let Some(rest) = self.rest.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match Pin::new(rest).poll_frame(cx) {
+                Poll::Ready(None) => {
+                    self.rest = None;
+                    if self.exact.is_some_and(|n| n != self.received) {
+                        return self.fail(BodyError::Malformed);
+                    }
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Some(Err(_))) => return self.fail(BodyError::Malformed),
+                Poll::Ready(Some(Ok(f))) => {
+                    // Trailers are not passed on.
+                    let Ok(d) = f.into_data() else { continue };
+                    if d.is_empty() {
+                        continue;
+                    }
+                    self.received += d.len() as u64;
+                    if self.received > self.limits.max_body {
+                        return self.fail(BodyError::TooLarge);
+                    }
+                    return Poll::Ready(Some(Ok(d)));
+                }
+                Poll::Pending => {}
+            }
+            // Nothing yet: wake when the body would be too late or too slow.
+            let now = Instant::now();
+            let deadline = self.start + self.limits.timeout;
+            if now >= deadline {
+                return self.fail(BodyError::Timeout);
+            }
+            let mut wake = deadline;
+            if self.limits.min_rate > 0 {
+                let due = self.start
+                    + GRACE
+                    + Duration::from_secs_f64(self.received as f64 / self.limits.min_rate as f64);
+                if now >= due {
+                    return self.fail(BodyError::TooSlow);
+                }
+                wake = wake.min(due);
+            }
+            let timer = self
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(wake)));
+            if timer.deadline() != wake {
+                timer.as_mut().reset(wake);
+            }
+            ready!(timer.as_mut().poll(cx));
+        }
+    }
+
+    /// The next piece to send upstream: the buffered part, then the rest as it arrives.
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BodyError>>> {
+        if !self.head_sent {
+            self.head_sent = true;
+            if !self.head.is_empty() {
+                return Poll::Ready(Some(Ok(self.head.clone())));
+            }
+        }
+        self.poll_rest(cx)
+    }
+}
+
+impl Drop for ClientBody {
+    fn drop(&mut self) {
+        if self.reserved > 0 {
+            self.front
+                .body_buffered
+                .fetch_sub(self.reserved, Ordering::Relaxed);
+        }
+    }
+}
+
+/// For h2c upstreams (hyper's client pulls the body).
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.get_mut()
+            .poll_next(cx)
+            .map(|o| o.map(|r| r.map(Frame::data).map_err(|e| Box::new(e) as BoxError)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.head_sent && self.rest.is_none() || self.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.len() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}

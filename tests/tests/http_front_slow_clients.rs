@@ -1,0 +1,416 @@
+//! Slow clients must not hold origin connections, and request heads an origin could read
+//! differently from the rules are refused — against http-front in front of a real nginx
+//! origin, whose `stub_status` says how many connections it holds.
+//!
+//! - A client that never reads a large response (HTTP/1.1), or opens HTTP/2 streams with a
+//!   zero window, releases its origin connections within `send_timeout_ms` (counted).
+//! - A slow upload is read before the origin is contacted; one that is too slow or too long is
+//!   answered 408 and, when it had reached the origin (a body over the buffer), the origin
+//!   connection is released. A malformed body never reaches the origin. `Expect: 100-continue`
+//!   is answered by http-front.
+//! - `Transfer-Encoding` other than one final `chunked`, TRACE, bad request-targets, a URI over
+//!   the header budget, single-valued headers sent twice, and headers an origin may trust for
+//!   the client's address or the URL it serves.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use palisade_tests::http::{Front, H1Conn, H2Conn, base_config, frame, http_get_text};
+use palisade_tests::net;
+use palisade_tests::nginx::Nginx;
+
+const ORIGIN: &str = r#"
+server {
+    listen {LISTEN};
+    server_name _;
+    underscores_in_headers on;
+    root {ROOT};
+    location = /nginx_status { stub_status; }
+    location = /echo {
+        return 200 "xrip=[$http_x_real_ip] xou=[$http_x_original_url] expect=[$http_expect] len=[$content_length] uri=[$uri]\n";
+    }
+    location /upload { client_body_timeout 60s; proxy_pass http://127.0.0.1:9/; }
+    location / { }
+}
+"#;
+
+const RULES: &str = r#"
+[[tenant]]
+id = 1
+[[tenant.rule]]
+name = "no-sqlmap"
+action = "deny"
+when = [{ attr = "header:x-tool", contains = "sqlmap" }]
+[[tenant.rule]]
+name = "no-scanner-ua"
+action = "deny"
+when = [{ attr = "user_agent", contains = "scanner" }]
+"#;
+
+struct Setup {
+    origin: Nginx,
+    front: Front,
+    _root: tempfile::TempDir,
+}
+
+/// An nginx origin serving `big` (64 MiB) and `small`, and http-front in front of it.
+fn setup(server_extra: &str) -> Option<Setup> {
+    let root = tempfile::tempdir().expect("root");
+    let big = vec![b'x'; 64 << 20];
+    std::fs::write(root.path().join("big"), &big).unwrap();
+    std::fs::write(root.path().join("small"), b"small\n").unwrap();
+    let origin = Nginx::start(&ORIGIN.replace("{ROOT}", &root.path().display().to_string()))?;
+    let o = origin.addr();
+    let extra = server_extra.to_string();
+    let front = Front::start(
+        |a, m| {
+            base_config(a, m, o).replace("workers = 2\n", &format!("workers = 2\n{extra}"))
+                + "[rules]\nfile = \"rules.toml\"\n\n[[site]]\nhosts = [\"s.test\"]\nupstream = \"app\"\ntenant = 1\n"
+        },
+        Some(RULES),
+    );
+    Some(Setup {
+        origin,
+        front,
+        _root: root,
+    })
+}
+
+/// Connections the origin holds now, besides the one asking.
+fn origin_active(origin: &Nginx) -> u64 {
+    let text = http_get_text(origin.addr(), "/nginx_status").unwrap_or_default();
+    let n: u64 = text
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no stub_status from the origin: {text:?}"));
+    n.saturating_sub(1)
+}
+
+/// Waits (bounded) until the origin holds at most `n` connections; what it holds then.
+fn wait_origin_at_most(origin: &Nginx, n: u64, within: Duration) -> u64 {
+    let end = Instant::now() + within;
+    loop {
+        let a = origin_active(origin);
+        if a <= n || Instant::now() > end {
+            return a;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn http_front_slow_readers_release_origin_connections() {
+    let Some(Setup {
+        origin,
+        front,
+        _root,
+    }) = setup("send_timeout_ms = 1000\n")
+    else {
+        return;
+    };
+    let fa = front.addr();
+    let src = net::test_ip();
+    // Control: a reading client gets the whole body.
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    let r = c.request("GET", "s.test", "/small", &[], b"").unwrap();
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, "small\n"),
+        "{}",
+        origin.error_log()
+    );
+
+    // HTTP/1.1 clients that never read a 64 MiB response.
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        let mut s = palisade_tests::http::connect_from(Some(src), fa).unwrap();
+        s.write_all(b"GET /big HTTP/1.1\r\nhost: s.test\r\n\r\n")
+            .unwrap();
+        idle.push(s);
+    }
+    // HTTP/2 streams with a zero window.
+    let mut h2 = H2Conn::connect_with(Some(src), fa, &[(4, 0)], false).unwrap();
+    for _ in 0..4 {
+        h2.send_request("GET", "s.test", "/big", &[], true).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while origin_active(&origin) < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The origin connections go within the send timeout (1 s), and it is counted, while the
+    // clients stay connected and idle.
+    let left = wait_origin_at_most(&origin, 0, Duration::from_secs(10));
+    assert_eq!(
+        left, 0,
+        "origin connections still held by non-reading clients"
+    );
+    let hits = front.wait_metric(
+        "http_front_limit_hits_total{limit=\"send_timeout\"}",
+        8,
+        Duration::from_secs(5),
+    );
+    assert!(hits >= 8, "send_timeout hits {hits}");
+    // The HTTP/2 streams end with a reset once the client opens its window (the relay's
+    // error comes after what it had buffered).
+    for id in [1u32, 3, 5, 7] {
+        h2.write_frame(frame::WINDOW_UPDATE, 0, id, &(1u32 << 20).to_be_bytes())
+            .unwrap();
+    }
+    h2.write_frame(frame::WINDOW_UPDATE, 0, 0, &(1u32 << 24).to_be_bytes())
+        .unwrap();
+    let mut resets = std::collections::BTreeSet::new();
+    for _ in 0..5000 {
+        match h2.read_frame() {
+            Ok(f) if f.kind == frame::RST_STREAM => {
+                resets.insert(f.stream);
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+        if resets.len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(resets.len(), 4, "every stalled stream is reset: {resets:?}");
+    drop(idle);
+}
+
+/// Sends `head` then `body` at `bytes_per_sec` in small pieces for at most `max`; the response.
+fn slow_post(
+    fa: std::net::SocketAddr,
+    src: std::net::Ipv4Addr,
+    head: &str,
+    piece: &[u8],
+    pause: Duration,
+    max: Duration,
+) -> (u16, String) {
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    c.stream
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    c.send_raw(head.as_bytes()).unwrap();
+    let end = Instant::now() + max;
+    let mut got = Vec::new();
+    while Instant::now() < end {
+        if c.stream.write_all(piece).is_err() {
+            break;
+        }
+        std::thread::sleep(pause);
+        let mut buf = [0u8; 4096];
+        match c.stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                got.extend_from_slice(&buf[..n]);
+                if got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            Err(_) => {}
+        }
+    }
+    c.stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    if let Ok(n) = c.stream.read(&mut buf) {
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).to_string();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+#[test]
+fn http_front_slow_uploads_never_hold_the_origin() {
+    let Some(Setup {
+        origin,
+        front,
+        _root,
+    }) = setup(
+        "body_buffer_bytes = 4096\nbody_min_rate_bytes_per_sec = 200\nbody_timeout_ms = 6000\n",
+    )
+    else {
+        return;
+    };
+    let fa = front.addr();
+    let src = net::test_ip();
+
+    // A small body sent one byte per 50 ms (20 B/s, under the minimum): buffered, so the
+    // origin is never contacted; 408 after the grace period.
+    let (s, t) = slow_post(
+        fa,
+        src,
+        "POST /echo?slow-small HTTP/1.1\r\nhost: s.test\r\ncontent-length: 1000\r\n\r\n",
+        b"x",
+        Duration::from_millis(50),
+        Duration::from_secs(8),
+    );
+    assert_eq!(s, 408, "{t}");
+    assert!(
+        !origin.access_log().iter().any(|l| l.contains("slow-small")),
+        "a buffered slow upload reached the origin: {:?}",
+        origin.access_log()
+    );
+    assert!(front.metric("http_front_limit_hits_total{limit=\"body_min_rate\"}") >= 1);
+
+    // A body over the buffer (4 KiB) streams to the origin: first fast, then stalled. The
+    // origin connection goes when the rate is missed.
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    c.send_raw(b"POST /upload HTTP/1.1\r\nhost: s.test\r\ncontent-length: 100000\r\n\r\n")
+        .unwrap();
+    c.send_raw(&[b'y'; 8192]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while origin_active(&origin) < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        origin_active(&origin) >= 1,
+        "the streamed body reached the origin"
+    );
+    let left = wait_origin_at_most(&origin, 0, Duration::from_secs(10));
+    assert_eq!(left, 0, "a stalled upload still holds the origin");
+    let r = c.read_response().unwrap();
+    assert_eq!(r.status, 408, "{r:?}");
+
+    // A body that keeps the rate but never ends within body_timeout_ms (6 s): 408.
+    let (s, t) = slow_post(
+        fa,
+        src,
+        "POST /echo?too-long HTTP/1.1\r\nhost: s.test\r\ncontent-length: 100000\r\n\r\n",
+        &[b'z'; 100],
+        Duration::from_millis(250),
+        Duration::from_secs(10),
+    );
+    assert_eq!(s, 408, "{t}");
+    assert!(front.metric("http_front_limit_hits_total{limit=\"body_timeout\"}") >= 1);
+
+    // A malformed chunked body: 400, the origin never sees the request.
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    c.send_raw(
+        b"POST /echo?bad-chunks HTTP/1.1\r\nhost: s.test\r\ntransfer-encoding: chunked\r\n\r\n\
+          5\r\nhello\r\nzz\r\nxx\r\n0\r\n\r\n",
+    )
+    .unwrap();
+    let r = c.read_response().unwrap();
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(!origin.access_log().iter().any(|l| l.contains("bad-chunks")));
+
+    // Expect: 100-continue is answered here; the origin gets the whole body, no expectation.
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    c.send_raw(
+        b"POST /echo HTTP/1.1\r\nhost: s.test\r\ncontent-length: 5\r\nexpect: 100-continue\r\n\r\n",
+    )
+    .unwrap();
+    let interim = c.read_response().unwrap();
+    assert_eq!(interim.status, 100, "{interim:?}");
+    c.send_raw(b"hello").unwrap();
+    let r = c.read_response().unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.body.contains("expect=[] len=[5]"), "{}", r.body);
+
+    // HTTP/2: a stream whose body stalls is answered 408.
+    let mut h2 = H2Conn::connect(Some(src), fa).unwrap();
+    let id = h2
+        .send_request(
+            "POST",
+            "s.test",
+            "/echo?h2-slow",
+            &[("content-length", "1000")],
+            false,
+        )
+        .unwrap();
+    h2.write_frame(frame::DATA, 0, id, b"abc").unwrap();
+    let r = h2.read_response(id).unwrap();
+    assert_eq!(r.status, 408);
+    assert!(!origin.access_log().iter().any(|l| l.contains("h2-slow")));
+    // And a whole HTTP/2 body goes through.
+    let id = h2
+        .send_request("POST", "s.test", "/echo", &[("content-length", "3")], false)
+        .unwrap();
+    h2.write_frame(frame::DATA, frame::END_STREAM, id, b"abc")
+        .unwrap();
+    let r = h2.read_response(id).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("len=[3]"), "{}", r.body);
+}
+
+#[test]
+fn http_front_refuses_heads_an_origin_could_read_otherwise() {
+    let Some(Setup {
+        origin,
+        front,
+        _root,
+    }) = setup("")
+    else {
+        return;
+    };
+    let fa = front.addr();
+    let src = net::test_ip();
+    let raw = |head: &str| -> (u16, String) {
+        let mut c = H1Conn::connect(Some(src), fa).unwrap();
+        c.send_raw(head.as_bytes()).unwrap();
+        match c.read_response() {
+            Ok(r) => (r.status, r.body),
+            Err(e) => (0, e.to_string()),
+        }
+    };
+    let cases: &[(&str, u16)] = &[
+        (
+            "POST /echo HTTP/1.1\r\nhost: s.test\r\ntransfer-encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+            501,
+        ),
+        (
+            "POST /echo HTTP/1.1\r\nhost: s.test\r\ntransfer-encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+            400,
+        ),
+        ("TRACE /echo HTTP/1.1\r\nhost: s.test\r\n\r\n", 405),
+        ("GET * HTTP/1.1\r\nhost: s.test\r\n\r\n", 400),
+        (
+            "GET /echo HTTP/1.1\r\nhost: s.test\r\nuser-agent: a\r\nuser-agent: b\r\n\r\n",
+            400,
+        ),
+        (
+            "POST /echo HTTP/1.1\r\nhost: s.test\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nx",
+            400,
+        ),
+        // A header the rules read, sent twice: every value is matched.
+        (
+            "GET /echo HTTP/1.1\r\nhost: s.test\r\nx-tool: curl\r\nx-tool: sqlmap\r\n\r\n",
+            403,
+        ),
+    ];
+    for (head, want) in cases {
+        let (s, b) = raw(head);
+        assert_eq!(s, *want, "{head:?}: {b}");
+    }
+    // A URI over the header budget (32 KiB) is a 414, not a 431.
+    let long = format!("/{}", "a".repeat(40_000));
+    let (s, b) = raw(&format!("GET {long} HTTP/1.1\r\nhost: s.test\r\n\r\n"));
+    assert_eq!(s, 414, "{b}");
+    // Headers over the budget are a 431.
+    let big = "h".repeat(40_000);
+    let (s, b) = raw(&format!(
+        "GET /echo HTTP/1.1\r\nhost: s.test\r\nx-big: {big}\r\n\r\n"
+    ));
+    assert_eq!(s, 431, "{b}");
+    // Headers an origin may trust for the client's address or the URL it serves: replaced or
+    // stripped, names with '_' dropped.
+    let (s, b) = raw(
+        "GET /echo HTTP/1.1\r\nhost: s.test\r\nx-real-ip: 6.6.6.6\r\nx-original-url: /admin\r\n\r\n",
+    );
+    assert_eq!(s, 200, "{b}");
+    assert!(b.contains(&format!("xrip=[{src}] xou=[]")), "{b}");
+    let (s, b) = raw("GET /echo HTTP/1.1\r\nhost: s.test\r\nx_real_ip: 6.6.6.6\r\n\r\n");
+    assert_eq!(s, 200, "{b}");
+    assert!(b.contains(&format!("xrip=[{src}]")), "{b}");
+    // None of the refused requests reached the origin.
+    for l in origin.access_log() {
+        assert!(l.starts_with("/echo|/echo|s.test|200"), "origin saw {l}");
+    }
+}
