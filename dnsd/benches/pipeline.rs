@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use criterion::{Criterion, criterion_group, criterion_main};
-use dnsd::defence::{self, config::DefenceConfig};
+use dnsd::config::defence::DefenceConfig;
+use dnsd::defence;
 use dnsd::process_query::{PipelineConfig, Processor, Transport};
 use dnsd::stats::WorkerStats;
 use dnsd::zoneset::ZoneSet;
@@ -24,7 +25,7 @@ fn zones() -> Arc<ArcSwap<ZoneSet>> {
         .unwrap()
         .zone;
     Arc::new(ArcSwap::from_pointee(ZoneSet::new(
-        vec![(Arc::new(z), defence::config::CookiePolicy::On)],
+        vec![(Arc::new(z), dnsd::zoneset::ServeOptions::default())],
         1,
     )))
 }
@@ -80,7 +81,7 @@ fn off() -> DefenceConfig {
     let mut c = DefenceConfig::default();
     c.rrl.enabled = false;
     c.cookies.enabled = false;
-    c.water_torture.enabled = false;
+    c.random_subdomain.enabled = false;
     c
 }
 

@@ -15,7 +15,6 @@ use zones::reader::Record;
 use zones::{Name, Zone};
 
 use crate::ixfr::Diff;
-use crate::process_query::opt_rr;
 use crate::response::{Owner, Section, Writer};
 use crate::transfer::{RrRef, Slot, Transfers};
 use crate::tsig::{self, Signer};
@@ -105,6 +104,7 @@ impl Job {
             q: &q,
             signer: self.signer.as_mut(),
             pending: None,
+            udp_payload: self.x.udp_payload,
         };
         let mut msgs = 0u64;
         let mut records = 0u64;
@@ -148,6 +148,7 @@ struct Encoder<'a, 'q> {
     q: &'q Query,
     signer: Option<&'a mut Signer>,
     pending: Option<Rec<'a>>,
+    udp_payload: u16,
 }
 
 impl<'a> Encoder<'a, '_> {
@@ -162,7 +163,7 @@ impl<'a> Encoder<'a, '_> {
             None => return Ok(None),
         };
         let tsig_room = self.signer.as_ref().map_or(0, |s| s.reserve());
-        let opt_room = if self.q.edns.is_some() { 11 } else { 0 };
+        let opt_room = crate::response::opt_room(self.q, false);
         let mut buf = vec![0u8; 2 + MSG_MAX];
         let mut w = Writer::new(&mut buf[2..], MSG_MAX - tsig_room - opt_room);
         w.start(self.req, self.q, rcode::NOERROR, true);
@@ -183,8 +184,8 @@ impl<'a> Encoder<'a, '_> {
             next = it.next();
         }
         w.set_limit(MSG_MAX - tsig_room);
-        if let Some(e) = self.q.edns {
-            let _ = w.raw_rr(Section::Additional, &opt_rr(1232, 0, e.dnssec_ok));
+        if self.q.edns.is_some() {
+            crate::response::put_opt(&mut w, self.q, self.udp_payload, 0, None);
         }
         let mut len = w.finish();
         if let Some(s) = self.signer.as_deref_mut() {

@@ -1,18 +1,27 @@
 //! The Palisade authoritative DNS daemon as a library: the binary `dnsd` is a thin CLI
 //! over it, and benches and fuzzers reach the query parser and pipeline through it.
 //!
-//! Layout, by protocol responsibility (as Knot's `nameserver/`): [`wire`] parses queries,
-//! [`process_query`] is the pipeline a query walks, [`internet`] answers in class IN,
-//! [`response`] writes responses, [`defence`] holds the flood defences that plug into the
-//! pipeline, [`tcp`] and [`server`] are the transports and the daemon, [`zonereg`] and
-//! [`zoneset`] the zones served. Zone transfers: [`transfer`] (shared pieces and the
-//! pipeline's entry point), [`axfr`], [`ixfr`] (with the journal), [`notify`], [`tsig`] and
-//! [`secondary`] (refresh timers and transfer in).
+//! Layout, by protocol responsibility (as Knot's `nameserver/`):
+//! - the query: [`wire`] parses it, [`process_query`] is the pipeline it walks,
+//!   [`query_module`] names the pipeline's points, [`defence`] holds the modules plugged into
+//!   them (block map, cookies, random-subdomain, RRL), [`internet`] answers in class IN,
+//!   [`nsec_proofs`] builds DNSSEC denials, [`response`] writes responses and the glue every
+//!   reply shares (OPT, size limit, slip);
+//! - transports, mirrored around that core: [`udp`] (the socket fleet's handler) and [`tcp`];
+//! - zones: [`zonereg`] (configured zones and their load state), [`zoneset`] (the set the
+//!   query path reads);
+//! - zone transfers: [`transfer`] (shared pieces and the pipeline's entry point), [`axfr`],
+//!   [`ixfr`] (with the journal), [`notify`], [`tsig`] and [`secondary`];
+//! - the daemon: [`config`], [`server`] (start and stop), [`state`] (what it holds),
+//!   [`reload`], [`control`] (the control socket) and [`ctl`] (its client), [`metrics`]
+//!   (dnsd's counter sources; [`stats`] the per-worker counters), [`xdp`], [`event_sinks`],
+//!   [`blockctl`], [`check_zone`].
 
 pub mod axfr;
 pub mod blockctl;
 pub mod check_zone;
 pub mod config;
+pub mod control;
 pub mod ctl;
 pub mod defence;
 pub mod event_sinks;
@@ -22,13 +31,18 @@ pub mod metrics;
 pub mod notify;
 pub mod nsec_proofs;
 pub mod process_query;
+pub mod query_module;
+pub mod reload;
 pub mod response;
 pub mod secondary;
 pub mod server;
+pub mod state;
 pub mod stats;
 pub mod tcp;
 pub mod transfer;
 pub mod tsig;
+pub mod udp;
 pub mod wire;
+pub mod xdp;
 pub mod zonereg;
 pub mod zoneset;

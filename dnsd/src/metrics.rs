@@ -1,213 +1,215 @@
-//! /metrics in the Prometheus text format: queries by transport and qtype, responses by
-//! rcode, drops by cause, per-address totals and the top addresses by kernel drops
-//! (bounded: never one series per address), reloads and zone serials.
+//! dnsd's own counters as sources of shield's registry ([`shield::metrics`]): queries by
+//! transport and qtype, responses by rcode and kind, drops by cause (summed over the UDP
+//! workers and TCP), the UDP fleet (totals and the top addresses by kernel drops: never one
+//! series per address), TCP connections, zone reloads, serials and record counts. The
+//! defences, transfers, the XDP guard and shield's own parts are sources of their own; the
+//! daemon registers them all, and one renderer writes both `ctl stats` and `/metrics`.
 
-use std::convert::Infallible;
-use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use arc_swap::ArcSwap;
+use listener::udp::FleetCounters;
+use shield::metrics::{Samples, Source, label_value};
 
-use crate::server::Shared;
-use crate::stats;
+use crate::stats::{self, WorkerStats};
+use crate::tcp::TcpServer;
+use crate::zonereg::ReloadStats;
+use crate::zoneset::ZoneSet;
 
 /// How many addresses the kernel-drop top list shows.
 const TOP_N: usize = 10;
 
-/// Serves /metrics on `l` until the task is dropped.
-pub async fn serve(l: tokio::net::TcpListener, shared: Arc<Shared>) {
-    loop {
-        let Ok((s, _)) = l.accept().await else {
-            continue;
-        };
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                let shared = shared.clone();
-                async move {
-                    let resp = if req.uri().path() == "/metrics" {
-                        Response::builder()
-                            .header("content-type", "text/plain; version=0.0.4")
-                            .body(Full::new(Bytes::from(render(&shared).await)))
-                    } else {
-                        Response::builder()
-                            .status(404)
-                            .body(Full::new(Bytes::from_static(b"see /metrics\n")))
-                    };
-                    Ok::<_, Infallible>(resp.expect("static response"))
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(s), svc)
-                .await;
-        });
+/// Query, response and drop counters of the UDP workers and TCP.
+pub struct QueryStats {
+    /// One block per UDP worker.
+    pub udp: Vec<Arc<WorkerStats>>,
+    /// TCP's block.
+    pub tcp: Arc<WorkerStats>,
+}
+
+impl Source for QueryStats {
+    fn collect(&self, out: &mut Samples) {
+        let udp = stats::sum(self.udp.iter().map(|a| &**a));
+        let tcp = stats::sum(std::iter::once(&*self.tcp));
+        let help = "Queries received.";
+        for (tr, t) in [("udp", &udp), ("tcp", &tcp)] {
+            out.counter(format!("queries.{tr}"), "", "", help, t.queries);
+        }
+        let names = || stats::QTYPES.iter().map(|(_, n)| *n).chain(["other"]);
+        for (tr, t) in [("udp", &udp), ("tcp", &tcp)] {
+            for (i, name) in names().enumerate() {
+                out.counter(
+                    "",
+                    "dnsd_queries_total",
+                    format!("transport=\"{tr}\",qtype=\"{name}\""),
+                    help,
+                    t.qtype[i],
+                );
+            }
+        }
+        // `ctl stats` sums the transports and leaves out types never seen.
+        for (i, name) in names().enumerate() {
+            let n = udp.qtype[i] + tcp.qtype[i];
+            if n > 0 {
+                out.counter(format!("queries.qtype.{name}"), "", "", help, n);
+            }
+        }
+        for (i, name) in stats::RCODES.iter().enumerate() {
+            out.counter(
+                format!("responses.rcode.{name}"),
+                "dnsd_responses_total",
+                format!("rcode=\"{name}\""),
+                "Responses sent, by rcode.",
+                udp.rcode[i] + tcp.rcode[i],
+            );
+        }
+        out.counter(
+            "responses.truncated",
+            "dnsd_truncated_total",
+            "",
+            "Responses with TC set.",
+            udp.truncated + tcp.truncated,
+        );
+        for (i, name) in stats::KINDS.iter().enumerate() {
+            out.counter(
+                format!("responses.kind.{name}"),
+                "dnsd_answers_total",
+                format!("kind=\"{name}\""),
+                "Responses by kind of answer.",
+                udp.kinds[i] + tcp.kinds[i],
+            );
+        }
+        for (i, name) in stats::DROPS.iter().enumerate() {
+            out.counter(
+                format!("drops.{name}"),
+                "dnsd_drops_total",
+                format!("cause=\"{name}\""),
+                "Messages not answered (TCP: connections closed), by cause.",
+                udp.drops[i] + tcp.drops[i],
+            );
+        }
     }
 }
 
-/// The metrics text.
-pub async fn render(shared: &Arc<Shared>) -> String {
-    let mut s = String::with_capacity(4096);
-    let udp = stats::sum(shared.udp_stats.iter().map(|a| &**a));
-    let tcp = stats::sum(std::iter::once(&*shared.tcp_stats));
-    let _ = writeln!(s, "# HELP dnsd_queries_total Queries received.");
-    let _ = writeln!(s, "# TYPE dnsd_queries_total counter");
-    for (tr, t) in [("udp", &udp), ("tcp", &tcp)] {
-        for (i, (_, name)) in stats::QTYPES.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "dnsd_queries_total{{transport=\"{tr}\",qtype=\"{name}\"}} {}",
-                t.qtype[i]
+/// The UDP socket fleet: totals, sockets, and the addresses with most kernel drops.
+pub struct Fleet {
+    /// The fleet's counters.
+    pub counters: Arc<FleetCounters>,
+    /// Service addresses (index = counter index).
+    pub addrs: Vec<SocketAddr>,
+}
+
+impl Source for Fleet {
+    fn collect(&self, out: &mut Samples) {
+        let f = &self.counters;
+        let (rx, tx, kd) = f.totals();
+        out.counter(
+            "udp.received",
+            "dnsd_udp_received_total",
+            "",
+            "Datagrams received on all addresses.",
+            rx,
+        );
+        out.counter(
+            "udp.answered",
+            "dnsd_udp_answered_total",
+            "",
+            "Datagrams sent on all addresses.",
+            tx,
+        );
+        out.counter(
+            "udp.kernel_drops",
+            "dnsd_udp_kernel_drops_total",
+            "",
+            "Datagrams the kernel dropped on full receive queues.",
+            kd,
+        );
+        out.counter(
+            "udp.oversized",
+            "dnsd_udp_oversized_total",
+            "",
+            "Datagrams longer than the largest query accepted.",
+            f.oversized.load(Ordering::Relaxed),
+        );
+        out.counter(
+            "udp.send_errors",
+            "dnsd_udp_send_errors_total",
+            "",
+            "Replies the kernel refused.",
+            f.send_errors.load(Ordering::Relaxed),
+        );
+        for (i, d) in f.top_drops(TOP_N) {
+            let ip = self.addrs[i].ip();
+            out.gauge(
+                format!("udp.kernel_drops.top\t{ip}"),
+                "dnsd_udp_kernel_drops_top",
+                format!("address=\"{ip}\""),
+                "Kernel drops of the 10 addresses with most drops.",
+                d,
             );
         }
-        let _ = writeln!(
-            s,
-            "dnsd_queries_total{{transport=\"{tr}\",qtype=\"other\"}} {}",
-            t.qtype[stats::QTYPES.len()]
+        out.gauge(
+            "udp.addresses",
+            "dnsd_udp_addresses",
+            "",
+            "Service addresses with a UDP socket.",
+            self.addrs.len() as u64,
         );
     }
-    let _ = writeln!(s, "# HELP dnsd_responses_total Responses sent, by rcode.");
-    let _ = writeln!(s, "# TYPE dnsd_responses_total counter");
-    for (i, name) in stats::RCODES.iter().enumerate() {
-        let n = udp.rcode[i] + tcp.rcode[i];
-        let _ = writeln!(s, "dnsd_responses_total{{rcode=\"{name}\"}} {n}");
-    }
-    let _ = writeln!(s, "# HELP dnsd_answers_total Responses by kind of answer.");
-    let _ = writeln!(s, "# TYPE dnsd_answers_total counter");
-    for (i, name) in stats::KINDS.iter().enumerate() {
-        let _ = writeln!(
-            s,
-            "dnsd_answers_total{{kind=\"{name}\"}} {}",
-            udp.kinds[i] + tcp.kinds[i]
+}
+
+/// Open TCP connections.
+impl Source for TcpServer {
+    fn collect(&self, out: &mut Samples) {
+        out.gauge(
+            "tcp.connections",
+            "dnsd_tcp_connections",
+            "",
+            "Open TCP connections.",
+            self.open_connections() as u64,
         );
     }
-    let _ = writeln!(s, "# HELP dnsd_truncated_total Responses with TC set.");
-    let _ = writeln!(s, "# TYPE dnsd_truncated_total counter");
-    let _ = writeln!(s, "dnsd_truncated_total {}", udp.truncated + tcp.truncated);
-    let _ = writeln!(
-        s,
-        "# HELP dnsd_drops_total Messages not answered, by cause."
-    );
-    let _ = writeln!(s, "# TYPE dnsd_drops_total counter");
-    for (i, name) in stats::DROPS.iter().enumerate() {
-        let _ = writeln!(
-            s,
-            "dnsd_drops_total{{cause=\"{name}\"}} {}",
-            udp.drops[i] + tcp.drops[i]
-        );
-    }
-    let (rx, tx, kd) = shared.fleet.totals();
-    let _ = writeln!(
-        s,
-        "# HELP dnsd_udp_received_total Datagrams received on all addresses."
-    );
-    let _ = writeln!(s, "# TYPE dnsd_udp_received_total counter");
-    let _ = writeln!(s, "dnsd_udp_received_total {rx}");
-    let _ = writeln!(
-        s,
-        "# HELP dnsd_udp_answered_total Datagrams sent on all addresses."
-    );
-    let _ = writeln!(s, "# TYPE dnsd_udp_answered_total counter");
-    let _ = writeln!(s, "dnsd_udp_answered_total {tx}");
-    let _ = writeln!(
-        s,
-        "# HELP dnsd_udp_kernel_drops_total Datagrams the kernel dropped on full receive queues."
-    );
-    let _ = writeln!(s, "# TYPE dnsd_udp_kernel_drops_total counter");
-    let _ = writeln!(s, "dnsd_udp_kernel_drops_total {kd}");
-    let _ = writeln!(
-        s,
-        "# HELP dnsd_udp_kernel_drops_top Kernel drops of the {TOP_N} addresses with most drops."
-    );
-    let _ = writeln!(s, "# TYPE dnsd_udp_kernel_drops_top gauge");
-    for (i, d) in shared.fleet.top_drops(TOP_N) {
-        let _ = writeln!(
-            s,
-            "dnsd_udp_kernel_drops_top{{address=\"{}\"}} {d}",
-            shared.addrs[i].ip()
-        );
-    }
-    let _ = writeln!(
-        s,
-        "# HELP dnsd_udp_send_errors_total Replies the kernel refused."
-    );
-    let _ = writeln!(s, "# TYPE dnsd_udp_send_errors_total counter");
-    let _ = writeln!(
-        s,
-        "dnsd_udp_send_errors_total {}",
-        shared.fleet.send_errors.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        s,
-        "# HELP dnsd_udp_addresses Service addresses with a UDP socket."
-    );
-    let _ = writeln!(s, "# TYPE dnsd_udp_addresses gauge");
-    let _ = writeln!(s, "dnsd_udp_addresses {}", shared.addrs.len());
-    let _ = writeln!(s, "# HELP dnsd_tcp_connections Open TCP connections.");
-    let _ = writeln!(s, "# TYPE dnsd_tcp_connections gauge");
-    let _ = writeln!(s, "dnsd_tcp_connections {}", shared.tcp.open_connections());
-    let mut last = "";
-    let mut counters = shared.defence.counters(shield::clock::unix_ms());
-    counters.extend(crate::server::xdp_counters(shared));
-    counters.extend(crate::server::redis_counters(shared));
-    counters.extend(crate::event_sinks::counters(shared));
-    for c in counters {
-        if c.metric != last {
-            let _ = writeln!(s, "# HELP {} {}", c.metric, c.help);
-            let _ = writeln!(
-                s,
-                "# TYPE {} {}",
-                c.metric,
-                if c.gauge { "gauge" } else { "counter" }
+}
+
+/// Zone loads by result, and each served zone's serial and record count.
+pub struct Zones {
+    /// Reload counters.
+    pub reloads: Arc<ReloadStats>,
+    /// The zone set the query path reads.
+    pub published: Arc<ArcSwap<ZoneSet>>,
+}
+
+impl Source for Zones {
+    fn collect(&self, out: &mut Samples) {
+        for (what, a) in [("ok", &self.reloads.ok), ("failed", &self.reloads.failed)] {
+            out.counter(
+                format!("reloads.{what}"),
+                "dnsd_reloads_total",
+                format!("result=\"{what}\""),
+                "Zone loads by result.",
+                a.load(Ordering::Relaxed),
             );
-            last = c.metric;
         }
-        if c.labels.is_empty() {
-            let _ = writeln!(s, "{} {}", c.metric, c.value);
-        } else {
-            let _ = writeln!(s, "{}{{{}}} {}", c.metric, c.labels, c.value);
+        let set = self.published.load();
+        for z in set.zones() {
+            out.gauge(
+                "",
+                "dnsd_zone_serial",
+                format!("zone=\"{}\"", label_value(&z.apex().to_string())),
+                "SOA serial of each zone served.",
+                u64::from(z.serial()),
+            );
         }
-    }
-    shared.xfr.metrics(&mut s);
-    let reg = shared.registry.lock().await;
-    let _ = writeln!(s, "# HELP dnsd_reloads_total Zone loads by result.");
-    let _ = writeln!(s, "# TYPE dnsd_reloads_total counter");
-    let _ = writeln!(
-        s,
-        "dnsd_reloads_total{{result=\"ok\"}} {}",
-        reg.stats.ok.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        s,
-        "dnsd_reloads_total{{result=\"failed\"}} {}",
-        reg.stats.failed.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(s, "# HELP dnsd_zone_serial SOA serial of each zone served.");
-    let _ = writeln!(s, "# TYPE dnsd_zone_serial gauge");
-    for e in reg.entries() {
-        if let Some(z) = &e.current {
-            let _ = writeln!(
-                s,
-                "dnsd_zone_serial{{zone=\"{}\"}} {}",
-                e.origin,
-                z.serial()
+        for z in set.zones() {
+            out.gauge(
+                "",
+                "dnsd_zone_records",
+                format!("zone=\"{}\"", label_value(&z.apex().to_string())),
+                "Records in each zone served.",
+                z.record_count() as u64,
             );
         }
     }
-    let _ = writeln!(s, "# HELP dnsd_zone_records Records in each zone served.");
-    let _ = writeln!(s, "# TYPE dnsd_zone_records gauge");
-    for e in reg.entries() {
-        if let Some(z) = &e.current {
-            let _ = writeln!(
-                s,
-                "dnsd_zone_records{{zone=\"{}\"}} {}",
-                e.origin,
-                z.record_count()
-            );
-        }
-    }
-    s
 }

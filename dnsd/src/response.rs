@@ -493,3 +493,107 @@ pub fn compressible(rtype: u16) -> bool {
             | t::MX
     )
 }
+
+// ---------------------------------------------------------------------------------------------
+// The glue every reply shares: OPT, the size limit, the slip and BADCOOKIE replies. Written
+// once here; the query pipeline and the transfers use it.
+
+/// Bytes of an OPT RR without options.
+pub const OPT_LEN: usize = 11;
+/// Bytes of a COOKIE option with a client and a server cookie.
+pub const COOKIE_OPT_LEN: usize = 4 + 8 + 16;
+
+/// An OPT RR with our payload size, an extended rcode and the DO bit echoed.
+pub fn opt_rr(udp_payload: u16, ext_rcode: u8, dnssec_ok: bool) -> [u8; OPT_LEN] {
+    let mut o = [0u8; OPT_LEN];
+    o[1..3].copy_from_slice(&t::OPT.to_be_bytes());
+    o[3..5].copy_from_slice(&udp_payload.to_be_bytes());
+    o[5] = ext_rcode;
+    o[6] = 0; // version
+    if dnssec_ok {
+        o[7] = 0x80;
+    }
+    o
+}
+
+/// Room an OPT takes at the end of a response to `q` (none without EDNS).
+#[inline]
+pub fn opt_room(q: &Query, cookie: bool) -> usize {
+    match q.edns {
+        None => 0,
+        Some(_) => OPT_LEN + if cookie { COOKIE_OPT_LEN } else { 0 },
+    }
+}
+
+/// Appends OPT (our payload `udp_payload`, the extended bits of `rc`, DO echoed from `q`)
+/// and, when given, the cookie option.
+pub fn put_opt(
+    w: &mut Writer<'_>,
+    q: &Query,
+    udp_payload: u16,
+    rc: u16,
+    cookie: Option<&crate::query_module::CookieOut>,
+) {
+    let mut buf = [0u8; OPT_LEN + COOKIE_OPT_LEN];
+    buf[..OPT_LEN].copy_from_slice(&opt_rr(udp_payload, (rc >> 4) as u8, q.dnssec_ok()));
+    let mut len = OPT_LEN;
+    if let Some(c) = cookie {
+        buf[len..len + 2].copy_from_slice(&crate::wire::OPT_COOKIE.to_be_bytes());
+        buf[len + 2..len + 4].copy_from_slice(&24u16.to_be_bytes());
+        buf[len + 4..len + 12].copy_from_slice(&c.client);
+        buf[len + 12..len + 28].copy_from_slice(&c.server);
+        buf[9..11].copy_from_slice(&(COOKIE_OPT_LEN as u16).to_be_bytes());
+        len += COOKIE_OPT_LEN;
+    }
+    let _ = w.raw_rr(Section::Additional, &buf[..len]);
+}
+
+/// The most a response to `q` may take: over UDP the smaller of the client's EDNS size
+/// (512 without EDNS) and ours, over TCP 65535; never more than the buffer.
+#[inline]
+pub fn size_limit(
+    q: &Query,
+    transport: crate::query_module::Transport,
+    udp_payload: u16,
+    buf: usize,
+) -> usize {
+    match transport {
+        crate::query_module::Transport::Tcp => buf.min(65535),
+        crate::query_module::Transport::Udp => {
+            let client = q.edns.map_or(512, |e| e.udp_size) as usize;
+            client.min(udp_payload.max(512) as usize).min(buf)
+        }
+    }
+}
+
+/// The minimal reply that makes a client prove itself: BADCOOKIE with our cookie to a
+/// client that sent one, else TC=1 (so that it comes back over TCP). Returns its length and
+/// rcode.
+pub fn slip(
+    out: &mut [u8],
+    req: &[u8],
+    q: &Query,
+    udp_payload: u16,
+    with_question: bool,
+    cookie: Option<&crate::query_module::CookieOut>,
+) -> (usize, u16) {
+    let mut w = Writer::new(out, out.len().min(512));
+    if cookie.is_some() {
+        w.start(req, q, crate::wire::rcode::BADCOOKIE & 0xF, with_question);
+        put_opt(
+            &mut w,
+            q,
+            udp_payload,
+            crate::wire::rcode::BADCOOKIE,
+            cookie,
+        );
+        (w.finish(), crate::wire::rcode::BADCOOKIE)
+    } else {
+        w.start(req, q, crate::wire::rcode::NOERROR, with_question);
+        w.set_flags(hf::TC);
+        if q.edns.is_some() {
+            put_opt(&mut w, q, udp_payload, 0, None);
+        }
+        (w.finish(), crate::wire::rcode::NOERROR)
+    }
+}

@@ -22,7 +22,6 @@ use zones::{Name, Zone};
 
 use crate::axfr;
 use crate::ixfr::{IxfrIn, Received};
-use crate::server::Shared;
 use crate::transfer::{self, TcpClient, Transfers, Trigger, ZonePolicy, serial_gt};
 use crate::tsig::{self, Signer, Verifier};
 use crate::wire::{hf, opcode, rcode};
@@ -84,13 +83,24 @@ fn touch(file: &std::path::Path) -> std::io::Result<()> {
 }
 
 /// Starts the task of every secondary zone.
-pub fn spawn_all(shared: &Arc<Shared>) {
+pub fn spawn_all(zones: &Arc<tokio::sync::Mutex<crate::zonereg::Registry>>, xfr: &Arc<Transfers>) {
+    let shared = Arc::new(Shared {
+        registry: Arc::clone(zones),
+        xfr: Arc::clone(xfr),
+    });
     let pol = shared.xfr.policies();
     for p in pol.all().filter(|p| p.is_secondary()) {
         let (tx, rx) = mpsc::channel(1);
         shared.xfr.set_trigger(p.origin.as_wire(), tx);
         tokio::spawn(run_zone(shared.clone(), p.origin.clone(), rx));
     }
+}
+
+/// What the refresh tasks work with: the zones (to publish what they transfer) and the
+/// transfer state.
+struct Shared {
+    registry: Arc<tokio::sync::Mutex<crate::zonereg::Registry>>,
+    xfr: Arc<Transfers>,
 }
 
 fn unix(at: Instant) -> u64 {

@@ -65,7 +65,7 @@ pub enum DropCause {
     /// Response rate limiting dropped it.
     Rrl = 2,
     /// The random-subdomain defence dropped it.
-    WaterTorture = 3,
+    RandomSubdomain = 3,
     /// A TCP connection to an address that is not served.
     TcpWrongAddress = 4,
     /// A TCP connection over the total or per-source limit.
@@ -81,7 +81,7 @@ pub const DROPS: &[&str] = &[
     "malformed",
     "blocked",
     "rrl",
-    "water_torture",
+    "random_subdomain",
     "tcp_wrong_address",
     "tcp_limit",
     "tcp_timeout",
@@ -101,14 +101,6 @@ pub struct WorkerStats {
     pub truncated: AtomicU64,
     /// Queries received.
     pub queries: AtomicU64,
-    /// Slipped (TC=1) responses from RRL.
-    pub rrl_slipped: AtomicU64,
-    /// Queries with a valid server cookie.
-    pub cookie_valid: AtomicU64,
-    /// Queries with a server cookie that is not valid.
-    pub cookie_invalid: AtomicU64,
-    /// BADCOOKIE responses.
-    pub cookie_bad: AtomicU64,
     /// Answers by kind (index into [`KINDS`]).
     pub kinds: [AtomicU64; KINDS.len()],
 }
@@ -121,10 +113,6 @@ impl Default for WorkerStats {
             drops: std::array::from_fn(|_| AtomicU64::new(0)),
             truncated: AtomicU64::new(0),
             queries: AtomicU64::new(0),
-            rrl_slipped: AtomicU64::new(0),
-            cookie_valid: AtomicU64::new(0),
-            cookie_invalid: AtomicU64::new(0),
-            cookie_bad: AtomicU64::new(0),
             kinds: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
@@ -158,32 +146,12 @@ impl WorkerStats {
         }
     }
 
-    /// Counts an answer by kind.
+    /// Counts an answer by kind: the index of its name in [`KINDS`] (`Kind as usize`).
     #[inline]
-    pub fn kind(&self, k: crate::internet::Kind) {
-        bump(&self.kinds[k as usize]);
-    }
-
-    /// Counts a checked cookie: valid or not.
-    #[inline]
-    pub fn cookie(&self, valid: bool) {
-        bump(if valid {
-            &self.cookie_valid
-        } else {
-            &self.cookie_invalid
-        });
-    }
-
-    /// Counts a BADCOOKIE response.
-    #[inline]
-    pub fn bad_cookie(&self) {
-        bump(&self.cookie_bad);
-    }
-
-    /// Counts a response that RRL slipped (TC=1 or BADCOOKIE).
-    #[inline]
-    pub fn slipped(&self) {
-        bump(&self.rrl_slipped);
+    pub fn kind(&self, k: usize) {
+        if let Some(c) = self.kinds.get(k) {
+            bump(c);
+        }
     }
 
     /// Counts a dropped message.
@@ -206,14 +174,6 @@ pub struct Totals {
     pub truncated: u64,
     /// Queries.
     pub queries: u64,
-    /// RRL slips.
-    pub rrl_slipped: u64,
-    /// Valid cookies.
-    pub cookie_valid: u64,
-    /// Invalid cookies.
-    pub cookie_invalid: u64,
-    /// BADCOOKIE responses.
-    pub cookie_bad: u64,
     /// Answers by kind.
     pub kinds: Vec<u64>,
 }
@@ -243,10 +203,6 @@ pub fn sum<'a>(blocks: impl Iterator<Item = &'a WorkerStats>) -> Totals {
         }
         t.truncated += l(&b.truncated);
         t.queries += l(&b.queries);
-        t.rrl_slipped += l(&b.rrl_slipped);
-        t.cookie_valid += l(&b.cookie_valid);
-        t.cookie_invalid += l(&b.cookie_invalid);
-        t.cookie_bad += l(&b.cookie_bad);
     }
     t
 }

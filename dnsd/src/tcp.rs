@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::process_query::{Outcome, Processor, Transport};
+use crate::query_module::Step;
 use crate::stats::{DropCause, WorkerStats};
 
 /// Longest query accepted over TCP; a longer length prefix closes the connection.
@@ -50,18 +51,18 @@ pub struct TcpServer {
     slots: Arc<Semaphore>,
     per_source: Mutex<HashMap<IpAddr, usize>>,
     stats: Arc<WorkerStats>,
-    blocks: Option<Arc<shield::block::BlockMap>>,
+    defence: Option<Arc<crate::defence::Shared>>,
     make: Box<dyn Fn() -> Processor + Send + Sync>,
 }
 
 impl TcpServer {
     /// A TCP server for the service addresses `addrs`; `make` builds a query processor
-    /// (writing to `stats`).
+    /// (writing to `stats`); with `defence`, accepted connections walk its `on_accept` point.
     pub fn new(
         limits: TcpLimits,
         addrs: AddrSet,
         stats: Arc<WorkerStats>,
-        blocks: Option<Arc<shield::block::BlockMap>>,
+        defence: Option<Arc<crate::defence::Shared>>,
         make: Box<dyn Fn() -> Processor + Send + Sync>,
     ) -> Arc<TcpServer> {
         Arc::new(TcpServer {
@@ -70,7 +71,7 @@ impl TcpServer {
             addrs,
             per_source: Mutex::new(HashMap::new()),
             stats,
-            blocks,
+            defence,
             make,
         })
     }
@@ -83,8 +84,9 @@ impl TcpServer {
     /// Accepts connections on `l` until the task is dropped.
     pub async fn serve(self: Arc<Self>, l: std::net::TcpListener) -> std::io::Result<()> {
         let l = TcpListener::from_std(l)?;
-        // A blocked source is closed at accept, before anything is read.
-        let reader = self.blocks.as_ref().map(|b| b.reader());
+        // The pipeline's `on_accept` point (a blocked source is closed before anything is
+        // read): one plan for this accept loop.
+        let mut plan = self.defence.as_ref().map(|d| d.plan());
         let mut last_warn = None;
         loop {
             let (sock, peer) = match l.accept().await {
@@ -104,13 +106,13 @@ impl TcpServer {
                 }
             };
             let stats = &self.stats;
-            if let Some(r) = &reader
-                && !r.is_empty()
-                && r.is_blocked(peer.ip(), shield::clock::unix_ms())
-            {
-                stats.dropped(DropCause::Blocked);
-                drop(sock);
-                continue;
+            if let Some(p) = &mut plan {
+                p.refresh();
+                if let Step::Drop(why) = p.on_accept(peer.ip()) {
+                    stats.dropped(why);
+                    drop(sock);
+                    continue;
+                }
             }
             let local = match sock.local_addr() {
                 Ok(a) => a,

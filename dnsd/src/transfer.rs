@@ -17,9 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use base64::Engine as _;
 use ipnet::IpNet;
-use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use zones::rrtype::t;
@@ -27,155 +25,15 @@ use zones::{Name, Zone};
 
 use crate::axfr::{Job, JobKind};
 use crate::config::Config;
+use crate::config::transfer::{TransferConfig, decode_secret, parse_addr, parse_prefix};
 use crate::internet;
 use crate::ixfr::Journal;
-use crate::process_query::{Transport, opt_rr};
+use crate::query_module::Transport;
 use crate::response::{Owner, Section, Writer};
 use crate::stats::WorkerStats;
 use crate::tsig::{self, KeyStore, Signer};
 use crate::wire::{Query, hf, opcode, rcode};
 use crate::zoneset::ZoneSet;
-
-/// `[[tsig_key]]`: a TSIG key.
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct TsigKeyConfig {
-    /// Key name (a domain name, as peers name it).
-    pub name: String,
-    /// `hmac-sha256` or `hmac-sha512`.
-    pub algorithm: String,
-    /// The shared secret, base64.
-    pub secret: String,
-}
-
-/// `[transfer]`: bounds of zone transfers in and out, and NOTIFY retries.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TransferConfig {
-    /// Outgoing transfers at once, all clients together.
-    pub max_out: usize,
-    /// Outgoing transfers at once to one client address.
-    pub max_out_per_client: usize,
-    /// Incoming transfers (secondary zones) at once.
-    pub max_in: usize,
-    /// Bytes of differences kept per zone for IXFR (0: no journal, IXFR falls back to AXFR).
-    pub journal_max_bytes: usize,
-    /// Records an incoming transfer may carry.
-    pub max_in_records: usize,
-    /// Seconds an incoming transfer may take in all.
-    pub in_timeout_secs: u64,
-    /// Seconds to wait for each message of an incoming transfer or a SOA answer.
-    pub message_timeout_secs: u64,
-    /// NOTIFY attempts per target.
-    pub notify_retries: u32,
-    /// Milliseconds to wait for the first NOTIFY answer (doubled on each retry).
-    pub notify_timeout_ms: u64,
-}
-
-impl Default for TransferConfig {
-    fn default() -> Self {
-        TransferConfig {
-            max_out: 16,
-            max_out_per_client: 2,
-            max_in: 4,
-            journal_max_bytes: 16 << 20,
-            max_in_records: 10_000_000,
-            in_timeout_secs: 600,
-            message_timeout_secs: 30,
-            notify_retries: 5,
-            notify_timeout_ms: 1000,
-        }
-    }
-}
-
-/// Parses `IP:PORT`, `IP@PORT` or `IP` (port 53).
-pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
-    if let Ok(a) = s.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    if let Some((ip, port)) = s.rsplit_once('@')
-        && let (Ok(ip), Ok(port)) = (ip.parse::<IpAddr>(), port.parse::<u16>())
-    {
-        return Ok(SocketAddr::new(ip, port));
-    }
-    s.parse::<IpAddr>()
-        .map(|ip| SocketAddr::new(ip, 53))
-        .map_err(|_| format!("{s:?} is not IP:PORT"))
-}
-
-/// Parses a prefix (`10.0.0.0/8`) or a single address.
-pub fn parse_prefix(s: &str) -> Result<IpNet, String> {
-    if let Ok(n) = s.parse::<IpNet>() {
-        return Ok(n.trunc());
-    }
-    s.parse::<IpAddr>()
-        .map(IpNet::from)
-        .map_err(|_| format!("{s:?} is not a prefix"))
-}
-
-fn decode_secret(s: &str) -> Result<Vec<u8>, String> {
-    let v = base64::engine::general_purpose::STANDARD
-        .decode(s.trim())
-        .map_err(|e| format!("secret is not base64: {e}"))?;
-    if v.is_empty() {
-        return Err("secret is empty".into());
-    }
-    Ok(v)
-}
-
-/// Checks the transfer keys of a config: `Err((key, message))`.
-pub fn check_config(c: &Config) -> Result<(), (String, String)> {
-    let mut names = std::collections::HashSet::new();
-    for (i, k) in c.tsig_keys.iter().enumerate() {
-        let at = |f: &str| format!("tsig_key[{i}].{f}");
-        let key = tsig::Key::new(&k.name, tsig::Algorithm::HmacSha256, Vec::new())
-            .map_err(|e| (at("name"), e))?;
-        if !names.insert(key.name.clone()) {
-            return Err((at("name"), format!("key {} is defined twice", key.name)));
-        }
-        if tsig::Algorithm::from_config(&k.algorithm).is_none() {
-            return Err((
-                at("algorithm"),
-                format!("{:?}: expected hmac-sha256 or hmac-sha512", k.algorithm),
-            ));
-        }
-        decode_secret(&k.secret).map_err(|e| (at("secret"), e))?;
-    }
-    for (i, z) in c.zones.iter().enumerate() {
-        let at = |f: &str| format!("zone[{i}].{f}");
-        for a in z.primaries.iter() {
-            parse_addr(a).map_err(|e| (at("primaries"), e))?;
-        }
-        for a in z.notify.iter() {
-            parse_addr(a).map_err(|e| (at("notify"), e))?;
-        }
-        for p in z.allow_transfer.iter() {
-            parse_prefix(p).map_err(|e| (at("allow_transfer"), e))?;
-        }
-        for p in z.allow_notify.iter() {
-            parse_prefix(p).map_err(|e| (at("allow_notify"), e))?;
-        }
-        if let Some(k) = &z.tsig {
-            let n = Name::parse(k, Some(&Name::root()))
-                .map_err(|e| (at("tsig"), e.to_string()))?
-                .to_lowercase();
-            if !names.contains(&n) {
-                return Err((at("tsig"), format!("no [[tsig_key]] named {k}")));
-            }
-        }
-    }
-    let t = &c.transfer;
-    if t.max_out == 0 || t.max_out_per_client == 0 || t.max_in == 0 {
-        return Err((
-            "transfer".into(),
-            "max_out, max_out_per_client and max_in must be at least 1".into(),
-        ));
-    }
-    if t.message_timeout_secs == 0 || t.in_timeout_secs == 0 || t.notify_timeout_ms == 0 {
-        return Err(("transfer".into(), "timeouts must be above 0".into()));
-    }
-    Ok(())
-}
 
 /// What one zone allows and whom it talks to.
 #[derive(Debug, Clone)]
@@ -366,6 +224,8 @@ pub struct Transfers {
     policies: ArcSwap<Policies>,
     /// Bounds and timers.
     pub cfg: TransferConfig,
+    /// Our EDNS payload size, advertised in transfer messages' OPT.
+    pub udp_payload: u16,
     out_total: Arc<Semaphore>,
     per_client: Mutex<HashMap<IpAddr, usize>>,
     /// Slots for incoming transfers.
@@ -387,6 +247,7 @@ impl Transfers {
         let x = Transfers {
             policies: ArcSwap::from_pointee(Policies::from_config(c)),
             cfg: c.transfer.clone(),
+            udp_payload: c.server.udp_payload,
             out_total: Arc::new(Semaphore::new(c.transfer.max_out)),
             per_client: Mutex::new(HashMap::new()),
             in_slots: Arc::new(Semaphore::new(c.transfer.max_in)),
@@ -484,80 +345,6 @@ impl Transfers {
             ip,
             _permit: permit,
         })
-    }
-
-    /// The counters and per-zone state as `ctl stats` lines.
-    pub fn stats_lines(&self, s: &mut String) {
-        use std::fmt::Write as _;
-        for (name, _, v) in self.stats.list() {
-            let _ = writeln!(s, "{name}\t{v}");
-        }
-    }
-
-    /// The counters and per-zone state in the Prometheus text format.
-    pub fn metrics(&self, s: &mut String) {
-        use std::fmt::Write as _;
-        let _ = writeln!(
-            s,
-            "# HELP dnsd_transfer_total Zone transfer, NOTIFY, TSIG and journal events (see ctl stats for each)."
-        );
-        let _ = writeln!(s, "# TYPE dnsd_transfer_total counter");
-        for (name, _, v) in self.stats.list() {
-            let _ = writeln!(s, "dnsd_transfer_total{{event=\"{name}\"}} {v}");
-        }
-        let st = self.status.lock().expect("status lock");
-        let mut zones: Vec<_> = st.iter().collect();
-        zones.sort_by(|a, b| a.0.cmp(b.0));
-        let zname = |w: &[u8]| {
-            Name::from_wire(w)
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        };
-        let _ = writeln!(
-            s,
-            "# HELP dnsd_zone_expired 1 when a secondary zone has expired and is answered with SERVFAIL."
-        );
-        let _ = writeln!(s, "# TYPE dnsd_zone_expired gauge");
-        for (z, v) in &zones {
-            let _ = writeln!(
-                s,
-                "dnsd_zone_expired{{zone=\"{}\"}} {}",
-                zname(z),
-                (v.state == "expired") as u8
-            );
-        }
-        let _ = writeln!(
-            s,
-            "# HELP dnsd_zone_transfer_last_success_seconds When a secondary zone last refreshed or transferred (unix time)."
-        );
-        let _ = writeln!(s, "# TYPE dnsd_zone_transfer_last_success_seconds gauge");
-        for (z, v) in &zones {
-            let _ = writeln!(
-                s,
-                "dnsd_zone_transfer_last_success_seconds{{zone=\"{}\"}} {}",
-                zname(z),
-                v.last_ok
-            );
-        }
-        let _ = writeln!(
-            s,
-            "# HELP dnsd_zone_transfers_in_total Transfers into secondary zones, by result."
-        );
-        let _ = writeln!(s, "# TYPE dnsd_zone_transfers_in_total counter");
-        for (z, v) in &zones {
-            let _ = writeln!(
-                s,
-                "dnsd_zone_transfers_in_total{{zone=\"{}\",result=\"ok\"}} {}",
-                zname(z),
-                v.ok
-            );
-            let _ = writeln!(
-                s,
-                "dnsd_zone_transfers_in_total{{zone=\"{}\",result=\"failed\"}} {}",
-                zname(z),
-                v.failed
-            );
-        }
     }
 
     /// The transfer state of a zone for `ctl zones` (empty when it has none).
@@ -674,17 +461,14 @@ pub struct Ctx<'a> {
     pub zones: &'a ZoneSet,
     /// Counters of the transport.
     pub stats: &'a WorkerStats,
+    /// Our EDNS UDP payload size (`[server] udp_payload`).
+    pub udp_payload: u16,
 }
 
 impl Ctx<'_> {
-    /// The most a response may take.
+    /// The most a response may take (as for any other response).
     pub fn limit(&self, out: usize) -> usize {
-        match self.transport {
-            Transport::Tcp => out.min(65535),
-            Transport::Udp => (self.q.edns.map_or(512, |e| e.udp_size) as usize)
-                .min(out)
-                .max(512.min(out)),
-        }
+        crate::response::size_limit(self.q, self.transport, self.udp_payload, out)
     }
 
     /// A reply with `rc`, the question echoed, an optional SOA answer, OPT when the request
@@ -709,11 +493,8 @@ impl Ctx<'_> {
             let _ = w.rr(Section::Answer, Owner::Name(owner), rtype, ttl, rd);
         }
         w.set_limit(limit);
-        if let Some(e) = self.q.edns {
-            let _ = w.raw_rr(
-                Section::Additional,
-                &opt_rr(1232, (rc >> 4) as u8, e.dnssec_ok),
-            );
+        if self.q.edns.is_some() {
+            crate::response::put_opt(&mut w, self.q, self.udp_payload, rc, None);
         }
         let mut n = w.finish();
         if let Some(s) = signer {
@@ -813,8 +594,8 @@ fn signed_answer(c: &Ctx<'_>, out: &mut [u8], mut signer: Option<Signer>) -> usi
     w.start(c.req, q, rcode::NOERROR, true);
     let ans = internet::answer_in(&mut w, q, c.zones, zone);
     w.set_limit(limit);
-    if let Some(e) = q.edns {
-        let _ = w.raw_rr(Section::Additional, &opt_rr(1232, 0, e.dnssec_ok));
+    if q.edns.is_some() {
+        crate::response::put_opt(&mut w, q, c.udp_payload, 0, None);
     }
     let rc = w.rcode();
     let mut n = w.finish();
@@ -822,7 +603,7 @@ fn signed_answer(c: &Ctx<'_>, out: &mut [u8], mut signer: Option<Signer>) -> usi
         n = s.sign(&mut out[..limit], n, tsig::now()).unwrap_or(n);
     }
     c.stats.response(rc, ans.truncated);
-    c.stats.kind(ans.kind);
+    c.stats.kind(ans.kind as usize);
     n
 }
 
@@ -1337,5 +1118,57 @@ mod tests {
         bad[13] = 12;
         assert!(read_response(&bad, &mut b, &mut |_| Ok(())).is_err());
         assert!(serial_gt(1, 0) && serial_gt(0, u32::MAX) && !serial_gt(5, 5));
+    }
+}
+
+/// The transfer counters and per-zone transfer state, for `ctl stats` and /metrics.
+impl shield::metrics::Source for Transfers {
+    fn collect(&self, out: &mut shield::metrics::Samples) {
+        for (name, _, v) in self.stats.list() {
+            out.counter(
+                name,
+                "dnsd_transfer_total",
+                format!("event=\"{name}\""),
+                "Zone transfer, NOTIFY, TSIG and journal events (see ctl stats for each).",
+                v,
+            );
+        }
+        let st = self.status.lock().expect("status lock");
+        let mut zones: Vec<_> = st.iter().collect();
+        zones.sort_by(|a, b| a.0.cmp(b.0));
+        let zname = |w: &[u8]| {
+            Name::from_wire(w)
+                .map(|n| shield::metrics::label_value(&n.to_string()))
+                .unwrap_or_default()
+        };
+        for (z, v) in &zones {
+            out.gauge(
+                "",
+                "dnsd_zone_expired",
+                format!("zone=\"{}\"", zname(z)),
+                "1 when a secondary zone has expired and is answered with SERVFAIL.",
+                (v.state == "expired") as u64,
+            );
+        }
+        for (z, v) in &zones {
+            out.gauge(
+                "",
+                "dnsd_zone_transfer_last_success_seconds",
+                format!("zone=\"{}\"", zname(z)),
+                "When a secondary zone last refreshed or transferred (unix time).",
+                v.last_ok,
+            );
+        }
+        for (z, v) in &zones {
+            for (what, n) in [("ok", v.ok), ("failed", v.failed)] {
+                out.counter(
+                    "",
+                    "dnsd_zone_transfers_in_total",
+                    format!("zone=\"{}\",result=\"{what}\"", zname(z)),
+                    "Transfers into secondary zones, by result.",
+                    n,
+                );
+            }
+        }
     }
 }

@@ -35,25 +35,10 @@ pub mod error {
     pub const BADTRUNC: u16 = 22;
 }
 
-/// A MAC algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algorithm {
-    /// HMAC-SHA256 (`hmac-sha256.`).
-    HmacSha256,
-    /// HMAC-SHA512 (`hmac-sha512.`).
-    HmacSha512,
-}
+/// A MAC algorithm (the config's).
+pub use crate::config::transfer::TsigAlgorithm as Algorithm;
 
 impl Algorithm {
-    /// The algorithm named in a config (`hmac-sha256`, `hmac-sha512`, any case, dot optional).
-    pub fn from_config(s: &str) -> Option<Algorithm> {
-        match s.trim_end_matches('.').to_ascii_lowercase().as_str() {
-            "hmac-sha256" => Some(Algorithm::HmacSha256),
-            "hmac-sha512" => Some(Algorithm::HmacSha512),
-            _ => None,
-        }
-    }
-
     /// The algorithm name in wire form.
     pub fn wire_name(self) -> &'static [u8] {
         match self {

@@ -11,8 +11,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwap;
 use zones::{Name, ReadOptions, Zone};
 
-use crate::defence::config::CookiePolicy;
-use crate::zoneset::ZoneSet;
+use crate::zoneset::{ServeOptions, ZoneSet};
 
 /// One configured zone and what happened to it.
 pub struct ZoneEntry {
@@ -20,8 +19,8 @@ pub struct ZoneEntry {
     pub origin: Name,
     /// Master file.
     pub file: PathBuf,
-    /// Cookie policy for the zone.
-    pub cookies: CookiePolicy,
+    /// What the query path reads of its settings (cookie policy, tenant).
+    pub serve: ServeOptions,
     /// The version being served.
     pub current: Option<Arc<Zone>>,
     /// When the served version was loaded (wall clock).
@@ -68,14 +67,14 @@ pub struct LoadReport {
 }
 
 impl Registry {
-    /// A registry for `zones` (origin, file, cookie policy); nothing is loaded yet.
-    pub fn new(zones: Vec<(Name, PathBuf, CookiePolicy)>) -> Registry {
+    /// A registry for `zones` (origin, file, settings); nothing is loaded yet.
+    pub fn new(zones: Vec<(Name, PathBuf, ServeOptions)>) -> Registry {
         let entries = zones
             .into_iter()
-            .map(|(origin, file, cookies)| ZoneEntry {
+            .map(|(origin, file, serve)| ZoneEntry {
                 origin,
                 file,
-                cookies,
+                serve,
                 current: None,
                 loaded_at: None,
                 load_time: Duration::ZERO,
@@ -183,10 +182,10 @@ impl Registry {
     /// Publishes the current versions of all zones as a new zone set.
     pub fn publish(&mut self) {
         self.generation += 1;
-        let zones: Vec<(Arc<Zone>, CookiePolicy, bool)> = self
+        let zones: Vec<(Arc<Zone>, ServeOptions, bool)> = self
             .entries
             .iter()
-            .filter_map(|e| e.current.clone().map(|z| (z, e.cookies, e.expired)))
+            .filter_map(|e| e.current.clone().map(|z| (z, e.serve, e.expired)))
             .collect();
         let expired: Vec<bool> = zones.iter().map(|z| z.2).collect();
         let mut set = ZoneSet::new(

@@ -6,12 +6,21 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use zones::Zone;
 
-use crate::defence::config::CookiePolicy;
+use crate::config::defence::CookiePolicy;
+
+/// What the query path reads of a zone's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServeOptions {
+    /// Cookie policy.
+    pub cookies: CookiePolicy,
+    /// Tenant id (0: none).
+    pub tenant: u32,
+}
 
 /// Zones served at one moment; replaced whole on reload (readers keep their snapshot).
 pub struct ZoneSet {
     zones: Vec<Arc<Zone>>,
-    policies: Vec<CookiePolicy>,
+    opts: Vec<ServeOptions>,
     index: HashTable<u32>,
     hasher: foldhash::fast::FixedState,
     max_labels: usize,
@@ -20,9 +29,9 @@ pub struct ZoneSet {
 }
 
 impl ZoneSet {
-    /// A set of zones with their cookie policies; `generation` counts reloads.
-    pub fn new(zones: Vec<(Arc<Zone>, CookiePolicy)>, generation: u64) -> ZoneSet {
-        let (zones, policies): (Vec<_>, Vec<_>) = zones.into_iter().unzip();
+    /// A set of zones with their settings; `generation` counts reloads.
+    pub fn new(zones: Vec<(Arc<Zone>, ServeOptions)>, generation: u64) -> ZoneSet {
+        let (zones, opts): (Vec<_>, Vec<_>) = zones.into_iter().unzip();
         let expired = vec![false; zones.len()];
         let hasher = foldhash::fast::FixedState::with_seed(7);
         let mut index = HashTable::with_capacity(zones.len());
@@ -36,7 +45,7 @@ impl ZoneSet {
         }
         ZoneSet {
             zones,
-            policies,
+            opts,
             index,
             hasher,
             max_labels,
@@ -59,7 +68,18 @@ impl ZoneSet {
     /// The cookie policy of zone `i`.
     #[inline]
     pub fn cookie_policy(&self, i: u32) -> CookiePolicy {
-        self.policies[i as usize]
+        self.opts[i as usize].cookies
+    }
+
+    /// The tenant of zone `i`.
+    #[inline]
+    pub fn tenant(&self, i: u32) -> u32 {
+        self.opts[i as usize].tenant
+    }
+
+    /// Every zone in the set.
+    pub fn zones(&self) -> &[Arc<Zone>] {
+        &self.zones
     }
 
     /// The reload generation this set belongs to.

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use dnsd::defence::config::CookiePolicy;
+use dnsd::config::defence::CookiePolicy;
 use dnsd::process_query::{Outcome, PipelineConfig, Processor, Transport};
 use dnsd::stats::WorkerStats;
 use dnsd::zoneset::ZoneSet;
@@ -54,7 +54,16 @@ fuzz_target!(|data: &[u8]| {
         .take(12)
         .map(|id| zone.node_name(id).to_vec())
         .collect();
-    let set = ZoneSet::new(vec![(zone, CookiePolicy::On)], 1);
+    let set = ZoneSet::new(
+        vec![(
+            zone,
+            dnsd::zoneset::ServeOptions {
+                cookies: CookiePolicy::On,
+                tenant: 0,
+            },
+        )],
+        1,
+    );
     let mut p = Processor::new(
         Arc::new(ArcSwap::from_pointee(set)),
         Arc::new(PipelineConfig::default()),

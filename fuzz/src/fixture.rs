@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use dnsd::config::Config;
-use dnsd::defence::{self, config::CookiePolicy};
+use dnsd::config::defence::CookiePolicy;
+use dnsd::defence;
+use dnsd::zoneset::ServeOptions;
 use dnsd::process_query::{PipelineConfig, Processor};
 use dnsd::stats::WorkerStats;
 use dnsd::transfer::Transfers;
@@ -62,10 +64,10 @@ fn load(origin: &str, text: &str) -> Arc<zones::Zone> {
 pub fn zones() -> Arc<ArcSwap<ZoneSet>> {
     let set = ZoneSet::new(
         vec![
-            (load("example.com.", EXAMPLE_COM), CookiePolicy::On),
-            (load("example.net.", EXAMPLE_NET), CookiePolicy::Off),
-            (load("child.example.com.", CHILD), CookiePolicy::On),
-            (load("strict.test.", STRICT), CookiePolicy::Require),
+            (load("example.com.", EXAMPLE_COM), ServeOptions { cookies: CookiePolicy::On, tenant: 0 }),
+            (load("example.net.", EXAMPLE_NET), ServeOptions { cookies: CookiePolicy::Off, tenant: 0 }),
+            (load("child.example.com.", CHILD), ServeOptions { cookies: CookiePolicy::On, tenant: 0 }),
+            (load("strict.test.", STRICT), ServeOptions { cookies: CookiePolicy::Require, tenant: 0 }),
         ],
         1,
     );

@@ -11,6 +11,8 @@
 //!   matchers, rate limits, escalation into the block map), loaded from TOML.
 //! - [`events`]: the bounded-memory event aggregator and its sinks (JSON lines, ClickHouse).
 //! - [`clock`]: the two clocks the other modules take as plain integers.
+//! - [`metrics`]: the counter registry both daemons render for `ctl stats` and `/metrics`,
+//!   and the one `/metrics` server.
 //! - [`redis_sync`]: block-map sync across nodes through Redis (snapshot, capped change stream,
 //!   bounded outbox), built on [`block::Subscription`] and [`block::Origin::Peer`].
 //!
@@ -19,6 +21,7 @@
 pub mod block;
 pub mod clock;
 pub mod events;
+pub mod metrics;
 pub mod prefix;
 pub mod ratelimit;
 pub mod redis_sync;

@@ -3,6 +3,11 @@
 //! rotates while the previous one stays valid.
 //!
 //! Servers of one anycast set that share the secret accept each other's cookies.
+//!
+//! As a pipeline module ([`CookieCheck`], at `after_parse`): a query's cookie is checked and
+//! a fresh server cookie made for the answer; a valid one exempts the query from the rate
+//! defences after answering; a zone with `cookies = "require"` slips UDP queries without a
+//! valid one (TC=1, or BADCOOKIE to a client that sent a cookie).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -18,18 +23,7 @@ const MAX_AGE_S: u32 = 3600;
 /// ... and may run at most five minutes ahead of our clock.
 const MAX_AHEAD_S: u32 = 300;
 
-/// What a query's COOKIE option said.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CookieStatus {
-    /// No COOKIE option.
-    Absent,
-    /// A client cookie alone (first contact).
-    ClientOnly,
-    /// A server cookie we made, still fresh.
-    Valid,
-    /// A server cookie that is not ours, expired, or malformed.
-    Invalid,
-}
+pub use crate::query_module::CookieStatus;
 
 /// The secrets: the current one makes cookies, both are accepted.
 #[derive(Debug, Clone)]
@@ -47,6 +41,8 @@ pub struct Cookies {
     pub invalid: AtomicU64,
     /// Secret rotations.
     pub rotations: AtomicU64,
+    /// UDP queries slipped because their zone requires a valid cookie.
+    pub challenged: AtomicU64,
     /// The secrets come from the config: never rotated to random ones.
     configured: AtomicBool,
 }
@@ -62,6 +58,7 @@ impl Cookies {
             valid: AtomicU64::new(0),
             invalid: AtomicU64::new(0),
             rotations: AtomicU64::new(0),
+            challenged: AtomicU64::new(0),
             configured: AtomicBool::new(secret.is_some()),
         })
     }
@@ -96,6 +93,118 @@ impl Cookies {
     /// The secrets now in force (a worker keeps this between batches).
     pub fn secrets(&self) -> Arc<Secrets> {
         self.secrets.load_full()
+    }
+}
+
+impl Cookies {
+    /// Counters for `ctl stats` and /metrics.
+    pub fn collect(&self, out: &mut shield::metrics::Samples) {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (what, a) in [("valid", &self.valid), ("invalid", &self.invalid)] {
+            out.counter(
+                format!("cookies.{what}"),
+                "dnsd_cookies_total",
+                format!("result=\"{what}\""),
+                "Server cookies checked, by result.",
+                l(a),
+            );
+        }
+        out.counter(
+            "cookies.challenged",
+            "dnsd_cookies_challenged_total",
+            "",
+            "UDP queries slipped (TC or BADCOOKIE) because their zone requires a valid cookie.",
+            l(&self.challenged),
+        );
+        out.counter(
+            "cookies.rotations",
+            "dnsd_cookie_rotations_total",
+            "",
+            "Cookie secret rotations.",
+            l(&self.rotations),
+        );
+    }
+}
+
+/// A worker's cookie module: the secrets in force (picked up once per batch).
+pub struct CookieCheck {
+    shared: Arc<super::Shared>,
+    secrets: Option<Arc<Secrets>>,
+}
+
+impl CookieCheck {
+    /// The module for `shared`'s cookies.
+    pub fn new(shared: &Arc<super::Shared>) -> CookieCheck {
+        let mut c = CookieCheck {
+            shared: Arc::clone(shared),
+            secrets: None,
+        };
+        c.refresh();
+        c
+    }
+
+    /// Picks up rotated secrets.
+    #[inline]
+    pub fn refresh(&mut self) {
+        if let Some(c) = &self.shared.cookies {
+            self.secrets = Some(c.secrets());
+        }
+    }
+}
+
+impl crate::query_module::QueryModule for CookieCheck {
+    #[inline]
+    fn after_parse(
+        &mut self,
+        env: &mut crate::query_module::Env,
+        p: &mut crate::query_module::Parsed<'_>,
+    ) -> crate::query_module::Step {
+        use crate::config::defence::CookiePolicy;
+        use crate::query_module::{CookieOut, Step};
+        let (Some(secrets), Some(cookies)) = (&self.secrets, &self.shared.cookies) else {
+            return Step::Continue;
+        };
+        if p.cookie_policy == CookiePolicy::Off {
+            return Step::Continue;
+        }
+        if let Some((client, server)) = p.q.edns.and_then(|e| e.cookie(p.req)) {
+            let now_s = (env.now_ms / 1000) as u32;
+            p.cookie = secrets.check(client, server, p.src, now_s);
+            match p.cookie {
+                CookieStatus::Valid => {
+                    cookies.valid.fetch_add(1, Ordering::Relaxed);
+                    // A client that proved its address skips the rate defences.
+                    p.exempt = true;
+                }
+                CookieStatus::Invalid => {
+                    cookies.invalid.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+            let mut out = CookieOut {
+                client: [0; 8],
+                server: [0; 16],
+            };
+            out.client.copy_from_slice(client);
+            secrets.make(client, p.src, now_s, &mut out.server);
+            p.cookie_out = Some(out);
+        }
+        if p.transport == crate::query_module::Transport::Udp
+            && p.cookie_policy == CookiePolicy::Require
+            && p.cookie != CookieStatus::Valid
+        {
+            // RFC 7873 §5.2.3: without a valid server cookie, BADCOOKIE (with a fresh one)
+            // or, to a client without cookies, TC=1 so that it comes back over TCP.
+            cookies.challenged.fetch_add(1, Ordering::Relaxed);
+            env.recorder.record(
+                p.tenant,
+                p.src,
+                shield::events::Action::Challenged,
+                super::reason::COOKIE,
+            );
+            return Step::Slip;
+        }
+        Step::Continue
     }
 }
 
@@ -151,20 +260,7 @@ impl Secrets {
     }
 }
 
-/// Parses a 16-byte secret written as 32 hex digits.
-pub fn parse_secret(hex: &str) -> Result<[u8; 16], String> {
-    let b = hex.trim().as_bytes();
-    if b.len() != 32 {
-        return Err("the cookie secret must be 32 hex digits (16 bytes)".into());
-    }
-    let mut out = [0u8; 16];
-    for (i, pair) in b.chunks(2).enumerate() {
-        let s = std::str::from_utf8(pair).map_err(|_| "bad hex".to_string())?;
-        out[i] =
-            u8::from_str_radix(s, 16).map_err(|_| "bad hex in the cookie secret".to_string())?;
-    }
-    Ok(out)
-}
+pub use crate::config::defence::parse_secret;
 
 #[cfg(test)]
 mod tests {

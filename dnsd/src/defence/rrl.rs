@@ -15,20 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use shield::prefix::PrefixSet;
 use shield::ratelimit::{Decision, Limit, RateLimiter, TableConfig, source_key};
 
-use super::config::RrlConfig;
+use crate::config::defence::RrlConfig;
 
-/// Which rate a response counts against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
-    /// Answers and NODATA, keyed by name and type.
-    Answer,
-    /// NXDOMAIN, keyed by zone.
-    NxDomain,
-    /// Referrals, keyed by zone.
-    Referral,
-    /// FORMERR, REFUSED, SERVFAIL, NOTIMP..., keyed by class alone.
-    Error,
-}
+pub use crate::query_module::AnswerClass as Class;
 
 /// What to do with a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +122,101 @@ impl Rrl {
     /// Table evictions (state lost to make room).
     pub fn evictions(&self) -> u64 {
         self.limiter.stats().evictions
+    }
+
+    /// Counters for `ctl stats` and /metrics.
+    pub fn collect(&self, out: &mut shield::metrics::Samples) {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        out.counter(
+            "rrl.limited",
+            "dnsd_rrl_limited_total",
+            "",
+            "Responses over the RRL rate (slipped or dropped).",
+            l(&self.limited),
+        );
+        out.counter(
+            "rrl.slipped",
+            "dnsd_rrl_slipped_total",
+            "",
+            "Limited responses sent as TC=1 or BADCOOKIE.",
+            l(&self.slipped),
+        );
+        out.counter(
+            "rrl.dropped",
+            "dnsd_rrl_dropped_total",
+            "",
+            "Limited responses dropped.",
+            l(&self.dropped),
+        );
+        out.counter(
+            "rrl.evictions",
+            "dnsd_rrl_table_evictions_total",
+            "",
+            "RRL state evicted because its table was full.",
+            self.evictions(),
+        );
+    }
+}
+
+/// RRL as a pipeline module (`after_answer`, UDP only, queries no module vouched for).
+pub struct Module {
+    shared: std::sync::Arc<super::Shared>,
+    /// This worker's count of limited responses (every `slip`-th slips).
+    slip_count: u32,
+}
+
+impl Module {
+    /// The module for `shared`'s RRL.
+    pub fn new(shared: &std::sync::Arc<super::Shared>) -> Module {
+        Module {
+            shared: std::sync::Arc::clone(shared),
+            slip_count: 0,
+        }
+    }
+}
+
+impl crate::query_module::QueryModule for Module {
+    #[inline]
+    fn after_answer(
+        &mut self,
+        env: &mut crate::query_module::Env,
+        p: &crate::query_module::Parsed<'_>,
+        a: &crate::query_module::Answered<'_>,
+    ) -> crate::query_module::Step {
+        use crate::query_module::{Step, Transport};
+        use crate::stats::DropCause;
+        if p.transport != Transport::Udp || p.exempt {
+            return Step::Continue;
+        }
+        let Some(r) = &self.shared.rrl else {
+            return Step::Continue;
+        };
+        let qtype = if a.class == Class::Error {
+            0
+        } else {
+            p.q.qtype
+        };
+        let v = r.check(
+            p.src,
+            a.class,
+            a.key,
+            qtype,
+            env.now_us,
+            &mut self.slip_count,
+        );
+        if v == Verdict::Pass {
+            return Step::Continue;
+        }
+        env.recorder.record(
+            p.tenant,
+            p.src,
+            shield::events::Action::RateLimited,
+            super::reason::RRL,
+        );
+        match v {
+            Verdict::Slip => Step::Slip,
+            _ => Step::Drop(DropCause::Rrl),
+        }
     }
 }
 

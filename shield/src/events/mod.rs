@@ -46,11 +46,12 @@ mod sink;
 mod topk;
 
 pub use clickhouse::{
-    ClickHouseConfig, ClickHouseError, ClickHouseMonitor, ClickHouseSink, ClickHouseStats,
-    ClickHouseWriter,
+    ClickHouseConfig, ClickHouseError, ClickHouseMonitor, ClickHouseSink, ClickHouseSource,
+    ClickHouseStats, ClickHouseWriter,
 };
 pub use sink::{
-    JsonLines, Sink, SinkError, SinkStats, SinkWriter, UnixDatagramSink, UnixStreamSink,
+    JsonLines, Sink, SinkError, SinkStats, SinkStatsHandle, SinkWriter, SinksSource,
+    UnixDatagramSink, UnixStreamSink,
 };
 
 use crate::ratelimit::{SourceKey, source_key};
@@ -562,6 +563,11 @@ impl std::fmt::Debug for Flusher {
 }
 
 impl Flusher {
+    /// The sinks' counters as a metrics source (it outlives the flusher).
+    pub fn sinks_source(&self) -> SinksSource {
+        SinksSource(self.writers.iter().map(SinkWriter::stats_handle).collect())
+    }
+
     /// Counters of every sink.
     pub fn sink_stats(&self) -> Vec<SinkStats> {
         self.writers.iter().map(SinkWriter::stats).collect()
@@ -710,5 +716,66 @@ mod tests {
         }
         assert_eq!(agg.flush(1).len(), 2);
         assert_eq!(agg.stats().totals_overflow, 3);
+    }
+}
+
+/// The aggregator's counters, named `palisade_events_*` in both daemons.
+impl crate::metrics::Source for Aggregator {
+    fn collect(&self, out: &mut crate::metrics::Samples) {
+        let a = self.stats();
+        for (ctl, m, help, v) in [
+            (
+                "events.records",
+                "palisade_events_recorded_total",
+                "Events recorded into the aggregator (as of the last flush).",
+                a.records,
+            ),
+            (
+                "events.replaced",
+                "palisade_events_replaced_total",
+                "Heavy-hitter counters replaced (sources folded into other).",
+                a.replaced,
+            ),
+            (
+                "events.totals_overflow",
+                "palisade_events_totals_overflow_total",
+                "Events whose (tenant, action) total did not fit.",
+                a.totals_overflow,
+            ),
+            (
+                "events.flushes",
+                "palisade_events_flushes_total",
+                "Aggregator flushes.",
+                a.flushes,
+            ),
+            (
+                "events.flushed",
+                "palisade_events_flushed_total",
+                "Aggregated events flushed.",
+                a.events,
+            ),
+            (
+                "events.shared_recorders",
+                "palisade_events_shared_recorders_total",
+                "Recorders that had to share a shard (more than max_recorders).",
+                a.shared_recorders,
+            ),
+        ] {
+            out.counter(ctl, m, "", help, v);
+        }
+        out.gauge(
+            "events.memory_bytes",
+            "palisade_events_memory_bytes",
+            "of=\"used\"",
+            "Memory of the event aggregator now, and its budget.",
+            a.memory_bytes as u64,
+        );
+        out.gauge(
+            "events.budget_bytes",
+            "palisade_events_memory_bytes",
+            "of=\"budget\"",
+            "Memory of the event aggregator now, and its budget.",
+            a.budget_bytes as u64,
+        );
     }
 }

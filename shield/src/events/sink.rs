@@ -206,6 +206,74 @@ struct Counters {
     write_errors: AtomicU64,
 }
 
+/// The counters of one sink writer, readable after the writer is gone.
+#[derive(Clone)]
+pub struct SinkStatsHandle {
+    name: String,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for SinkStatsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkStatsHandle")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl SinkStatsHandle {
+    /// Current counters.
+    pub fn stats(&self) -> SinkStats {
+        SinkStats {
+            name: self.name.clone(),
+            written: self.counters.written.load(Ordering::Relaxed),
+            dropped: self.counters.dropped.load(Ordering::Relaxed),
+            queue_full: self.counters.queue_full.load(Ordering::Relaxed),
+            write_errors: self.counters.write_errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Every sink writer's counters, named `palisade_events_sink_*` in both daemons.
+#[derive(Debug, Clone, Default)]
+pub struct SinksSource(pub Vec<SinkStatsHandle>);
+
+impl crate::metrics::Source for SinksSource {
+    fn collect(&self, out: &mut crate::metrics::Samples) {
+        let stats: Vec<SinkStats> = self.0.iter().map(SinkStatsHandle::stats).collect();
+        for s in &stats {
+            let sink = crate::metrics::label_value(&s.name);
+            for (what, n) in [("written", s.written), ("dropped", s.dropped)] {
+                out.counter(
+                    format!("events.sink.{}.{what}", s.name),
+                    "palisade_events_sink_events_total",
+                    format!("sink=\"{sink}\",result=\"{what}\""),
+                    "Records handed to each sink's writer thread, by result (dropped: queue full or write failed).",
+                    n,
+                );
+            }
+        }
+        for s in &stats {
+            out.counter(
+                format!("events.sink.{}.queue_full", s.name),
+                "palisade_events_sink_queue_full_total",
+                format!("sink=\"{}\"", crate::metrics::label_value(&s.name)),
+                "Batches a sink's queue had no room for.",
+                s.queue_full,
+            );
+        }
+        for s in &stats {
+            out.counter(
+                format!("events.sink.{}.write_errors", s.name),
+                "palisade_events_sink_write_errors_total",
+                format!("sink=\"{}\"", crate::metrics::label_value(&s.name)),
+                "Batches a sink failed to write.",
+                s.write_errors,
+            );
+        }
+    }
+}
+
 /// A sink on its own thread behind a bounded queue: `send` never blocks; what does not fit is counted as dropped.
 pub struct SinkWriter {
     name: String,
@@ -267,6 +335,14 @@ impl SinkWriter {
                 self.counters.dropped.fetch_add(n, Ordering::Relaxed);
                 false
             }
+        }
+    }
+
+    /// A handle on this writer's counters that outlives it (for a metrics source).
+    pub fn stats_handle(&self) -> SinkStatsHandle {
+        SinkStatsHandle {
+            name: self.name.clone(),
+            counters: Arc::clone(&self.counters),
         }
     }
 

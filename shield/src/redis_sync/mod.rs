@@ -675,3 +675,52 @@ fn drain(shared: &Shared, sub: &mut Subscription) {
         }
     }
 }
+
+/// The Redis sync's counters, named `palisade_redis_sync{what=…}` in both daemons.
+impl crate::metrics::Source for SyncMonitor {
+    fn collect(&self, out: &mut crate::metrics::Samples) {
+        let s = self.stats();
+        let help =
+            "Redis block sync: connections, decisions published and received, outbox, resyncs.";
+        // One family of mixed counts and states: a gauge (as Prometheus requires of a family
+        // whose series are not all counters).
+        let mut c = |name: &str, _state: bool, value: u64| {
+            let kind = crate::metrics::Kind::Gauge;
+            out.push(
+                format!("redis.{name}"),
+                "palisade_redis_sync",
+                format!("what=\"{name}\""),
+                help,
+                kind,
+                value,
+            );
+        };
+        c(
+            "connected",
+            true,
+            (s.writer_connected && s.reader_connected) as u64,
+        );
+        c("writer_connected", true, s.writer_connected as u64);
+        c("reader_connected", true, s.reader_connected as u64);
+        c("connects", false, s.connects);
+        c("connect_errors", false, s.connect_errors);
+        c("write_errors", false, s.write_errors);
+        c("read_errors", false, s.read_errors);
+        c("published", false, s.published);
+        c("published_removals", false, s.published_removals);
+        c("received", false, s.received);
+        c("received_removals", false, s.received_removals);
+        c("buffered", true, s.buffered);
+        c("buffer_max", true, s.buffer_max);
+        c("buffer_overflows", false, s.buffer_overflows);
+        c("buffer_dropped", false, s.buffer_dropped);
+        c("removals_dropped", false, s.removals_dropped);
+        c("feed_resyncs", false, s.feed_resyncs);
+        c("full_republishes", false, s.full_republishes);
+        c("republished", false, s.republished);
+        c("skipped_own", false, s.skipped_own);
+        c("skipped_expired", false, s.skipped_expired);
+        c("decode_errors", false, s.decode_errors);
+        c("snapshots", false, s.snapshots);
+    }
+}

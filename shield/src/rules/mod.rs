@@ -741,6 +741,54 @@ impl RuleSet {
     }
 }
 
+/// The rules' counters, named `palisade_rules_*` in both daemons.
+impl crate::metrics::Source for RuleSet {
+    fn collect(&self, out: &mut crate::metrics::Samples) {
+        let r = self.stats();
+        out.gauge(
+            "rules.tenants",
+            "palisade_rules_tenants",
+            "",
+            "Tenants with rules.",
+            r.tenants as u64,
+        );
+        for (what, n) in [("ok", r.reloads), ("failed", r.reload_failures)] {
+            out.counter(
+                format!("rules.reloads.{what}"),
+                "palisade_rules_reloads_total",
+                format!("result=\"{what}\""),
+                "Rules file reloads, by result (a failed one keeps the running rules).",
+                n,
+            );
+        }
+        out.counter(
+            "rules.escalations",
+            "palisade_rules_escalations_total",
+            "",
+            "Sources the rules escalated into the block map.",
+            r.escalations,
+        );
+        for (table, t) in [("limiter", &r.limiter), ("escalation", &r.counters)] {
+            out.counter(
+                format!("rules.{table}.evictions"),
+                "palisade_rules_table_evictions_total",
+                format!("table=\"{table}\""),
+                "Live rate-limit or escalation state evicted from its full table.",
+                t.evictions,
+            );
+        }
+        for (table, t) in [("limiter", &r.limiter), ("escalation", &r.counters)] {
+            out.gauge(
+                format!("rules.{table}.slots"),
+                "palisade_rules_table_slots",
+                format!("table=\"{table}\""),
+                "Capacity of the rate-limit and escalation tables.",
+                t.slots as u64,
+            );
+        }
+    }
+}
+
 /// A per-thread view of a [`RuleSet`]: the current rules cached, refreshed when a reload swaps them.
 ///
 /// Keeps the previous rules alive until this thread's next check after a reload.

@@ -908,3 +908,107 @@ impl Sink for ClickHouseSink {
 
 #[cfg(test)]
 mod tests;
+
+/// A ClickHouse writer's counters as a metrics source, named `palisade_clickhouse_*{table=…}`
+/// in both daemons; `ctl` prefixes its `ctl stats` names (`events.clickhouse`,
+/// `access.clickhouse`).
+#[derive(Debug, Clone)]
+pub struct ClickHouseSource {
+    /// The writer.
+    pub monitor: ClickHouseMonitor,
+    /// `ctl stats` prefix.
+    pub ctl: &'static str,
+    /// The `table` label: `events` or `access`.
+    pub table: &'static str,
+}
+
+impl crate::metrics::Source for ClickHouseSource {
+    fn collect(&self, out: &mut crate::metrics::Samples) {
+        let s = self.monitor.stats();
+        let (p, t) = (self.ctl, self.table);
+        let help = "Rows for ClickHouse: accepted into the buffer, landed, or lost (overflow: buffer full; rejected: refused by the server; shutdown: left at stop).";
+        for (what, n) in [
+            ("accepted", s.accepted),
+            ("landed", s.landed),
+            ("overflow", s.overflow),
+            ("rejected", s.rejected),
+            ("shutdown_dropped", s.shutdown_dropped),
+        ] {
+            out.counter(
+                format!("{p}.{what}"),
+                "palisade_clickhouse_rows_total",
+                format!("table=\"{t}\",result=\"{what}\""),
+                help,
+                n,
+            );
+        }
+        for (what, n) in &s.invalid {
+            out.counter(
+                format!("{p}.invalid.{what}"),
+                "palisade_clickhouse_invalid_rows_total",
+                format!("table=\"{t}\",reason=\"{what}\""),
+                "Rows refused before buffering because a value could not be made valid.",
+                *n,
+            );
+        }
+        for (what, n) in &s.fixed {
+            out.counter(
+                format!("{p}.fixed.{what}"),
+                "palisade_clickhouse_fixed_values_total",
+                format!("table=\"{t}\",kind=\"{what}\""),
+                "Values normalised in rows that were kept.",
+                *n,
+            );
+        }
+        for (code, n) in &s.rejected_by_code {
+            out.counter(
+                format!("{p}.rejected.code.{code}"),
+                "palisade_clickhouse_rejected_rows_by_code_total",
+                format!("table=\"{t}\",code=\"{code}\""),
+                "Rows the server rejected, by ClickHouse error code (0: codes beyond the first 32 seen).",
+                *n,
+            );
+        }
+        for (what, n) in [
+            ("ok", s.requests),
+            ("failed", s.request_failures),
+            ("rejected", s.request_rejections),
+        ] {
+            out.counter(
+                format!("{p}.requests.{what}"),
+                "palisade_clickhouse_requests_total",
+                format!("table=\"{t}\",result=\"{what}\""),
+                "Inserts by result (failed: retried later; rejected: split to find the bad rows).",
+                n,
+            );
+        }
+        out.gauge(
+            format!("{p}.buffered_rows"),
+            "palisade_clickhouse_buffered_rows",
+            format!("table=\"{t}\""),
+            "Rows held for ClickHouse now (waiting or being sent).",
+            s.buffered_rows,
+        );
+        out.gauge(
+            format!("{p}.buffered_bytes"),
+            "palisade_clickhouse_buffered_bytes",
+            format!("table=\"{t}\""),
+            "Bytes held for ClickHouse now.",
+            s.buffered_bytes,
+        );
+        out.counter(
+            format!("{p}.sent_bytes"),
+            "palisade_clickhouse_sent_bytes_total",
+            format!("table=\"{t}\""),
+            "Bytes of successful inserts (compressed).",
+            s.bytes_sent,
+        );
+        out.gauge(
+            format!("{p}.failing"),
+            "palisade_clickhouse_failing",
+            format!("table=\"{t}\""),
+            "1 while inserts fail for want of the server.",
+            s.last_error.is_some() as u64,
+        );
+    }
+}

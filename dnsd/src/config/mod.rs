@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::defence::config::{CookiePolicy, DefenceConfig};
+pub mod defence;
+pub mod transfer;
+
+use defence::{CookiePolicy, DefenceConfig};
 
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -76,10 +79,10 @@ pub struct Config {
     pub redis: Option<shield::redis_sync::SyncConfig>,
     /// TSIG keys (`[[tsig_key]]`), named by zones' `tsig`.
     #[serde(default, rename = "tsig_key")]
-    pub tsig_keys: Vec<crate::transfer::TsigKeyConfig>,
+    pub tsig_keys: Vec<transfer::TsigKeyConfig>,
     /// Zone transfer limits (`[transfer]`).
     #[serde(default)]
-    pub transfer: crate::transfer::TransferConfig,
+    pub transfer: transfer::TransferConfig,
 }
 
 /// `[events]`: aggregated events of blocked, limited and escalated traffic, flushed as
@@ -204,6 +207,10 @@ pub struct ZoneConfig {
     /// Cookie policy for this zone: "off", "on" or "require" (default: `[defence.cookies] policy`).
     #[serde(default)]
     pub cookies: Option<CookiePolicy>,
+    /// The tenant in the rules file whose rules, events and metrics this zone's queries
+    /// belong to (0: none).
+    #[serde(default)]
+    pub tenant: u32,
     /// Primaries (`IP:PORT`): set, the zone is a secondary kept in `file`.
     #[serde(default)]
     pub primaries: Vec<String>,
@@ -339,7 +346,7 @@ impl Config {
         if let Some(c) = &self.events.clickhouse {
             c.validate().map_err(|e| inv("events.clickhouse", e))?;
         }
-        crate::transfer::check_config(self).map_err(|(k, m)| inv(&k, m))?;
+        transfer::check_config(self).map_err(|(k, m)| inv(&k, m))?;
         Ok(())
     }
 }

@@ -13,9 +13,9 @@ pub struct DefenceConfig {
     /// `[defence.cookies]`.
     #[serde(default)]
     pub cookies: CookieConfig,
-    /// `[defence.water_torture]`.
-    #[serde(default)]
-    pub water_torture: WaterTortureConfig,
+    /// `[defence.random_subdomain]` (`[defence.water_torture]` is the old spelling).
+    #[serde(default, alias = "water_torture")]
+    pub random_subdomain: RandomSubdomainConfig,
 }
 
 /// `[defence.rrl]`: response rate limiting.
@@ -109,10 +109,10 @@ pub enum CookiePolicy {
     Require,
 }
 
-/// `[defence.water_torture]`: the random-subdomain defence.
+/// `[defence.random_subdomain]`: the random-subdomain defence.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct WaterTortureConfig {
+pub struct RandomSubdomainConfig {
     /// The defence on.
     pub enabled: bool,
     /// NXDOMAIN per second of one zone above which the zone is under a flood.
@@ -134,9 +134,9 @@ pub struct WaterTortureConfig {
     pub exempt: Vec<String>,
 }
 
-impl Default for WaterTortureConfig {
+impl Default for RandomSubdomainConfig {
     fn default() -> Self {
-        WaterTortureConfig {
+        RandomSubdomainConfig {
             enabled: true,
             zone_nxdomains_per_second: 500.0,
             source_nxdomain_limit: 20,
@@ -189,7 +189,7 @@ impl DefenceConfig {
             ("previous_secret", &self.cookies.previous_secret),
         ] {
             if let Some(s) = v
-                && let Err(m) = super::cookies::parse_secret(s)
+                && let Err(m) = parse_secret(s)
             {
                 return Err((format!("defence.cookies.{k}"), m));
             }
@@ -200,27 +200,45 @@ impl DefenceConfig {
                 "needs a secret: it is the one before it",
             );
         }
-        for x in &self.water_torture.exempt {
+        for x in &self.random_subdomain.exempt {
             if shield::prefix::parse_net(x).is_none() {
                 return Err((
-                    "defence.water_torture.exempt".into(),
+                    "defence.random_subdomain.exempt".into(),
                     format!("{x:?} is not an address or prefix"),
                 ));
             }
         }
-        let w = &self.water_torture;
+        let w = &self.random_subdomain;
         if w.zone_nxdomains_per_second.is_nan() || w.zone_nxdomains_per_second <= 0.0 {
-            return e("water_torture.zone_nxdomains_per_second", "must be above 0");
+            return e(
+                "random_subdomain.zone_nxdomains_per_second",
+                "must be above 0",
+            );
         }
         if !(0.0..=1.0).contains(&w.min_nx_share) {
-            return e("water_torture.min_nx_share", "must be between 0 and 1");
+            return e("random_subdomain.min_nx_share", "must be between 0 and 1");
         }
         if w.window == 0 || w.escalate_after == 0 {
             return e(
-                "water_torture",
+                "random_subdomain",
                 "window and escalate_after must be at least 1",
             );
         }
         Ok(())
     }
+}
+
+/// Parses a 16-byte cookie secret written as 32 hex digits.
+pub fn parse_secret(hex: &str) -> Result<[u8; 16], String> {
+    let b = hex.trim().as_bytes();
+    if b.len() != 32 {
+        return Err("the cookie secret must be 32 hex digits (16 bytes)".into());
+    }
+    let mut out = [0u8; 16];
+    for (i, pair) in b.chunks(2).enumerate() {
+        let s = std::str::from_utf8(pair).map_err(|_| "bad hex".to_string())?;
+        out[i] =
+            u8::from_str_radix(s, 16).map_err(|_| "bad hex in the cookie secret".to_string())?;
+    }
+    Ok(out)
 }

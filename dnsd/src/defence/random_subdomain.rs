@@ -1,4 +1,4 @@
-//! The random-subdomain ("water torture") defence.
+//! The random-subdomain (also "water torture") defence: an `after_answer` module.
 //!
 //! A zone whose NXDOMAIN rate passes a threshold is under such a flood for a while. Then,
 //! per source address and zone, NXDOMAIN and all responses are counted in a window: a
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use shield::prefix::PrefixSet;
 use shield::ratelimit::{TableConfig, WindowCounter};
 
-use super::config::WaterTortureConfig;
+use crate::config::defence::RandomSubdomainConfig;
 
 /// A window count at its ceiling (shield's window counters hold 16 bits).
 const SATURATED: u32 = 65_535;
@@ -31,8 +31,8 @@ pub enum Verdict {
 }
 
 /// Shared state of the defence.
-pub struct WaterTorture {
-    cfg: WaterTortureConfig,
+pub struct RandomSubdomain {
+    cfg: RandomSubdomainConfig,
     zone_nx: WindowCounter,
     src_nx: WindowCounter,
     src_all: WindowCounter,
@@ -50,17 +50,21 @@ pub struct WaterTorture {
     pub exempted: AtomicU64,
 }
 
-impl WaterTorture {
+impl RandomSubdomain {
     /// State for `zones` zones (zone indexes of the zone set); `also_exempt` adds prefixes
     /// to the config's exempt list (checked by the config loader).
-    pub fn new(cfg: &WaterTortureConfig, zones: usize, also_exempt: &[String]) -> WaterTorture {
+    pub fn new(
+        cfg: &RandomSubdomainConfig,
+        zones: usize,
+        also_exempt: &[String],
+    ) -> RandomSubdomain {
         let mut exempt = PrefixSet::new();
         for e in cfg.exempt.iter().chain(also_exempt) {
             if let Some(n) = shield::prefix::parse_net(e) {
                 exempt.insert(n, ());
             }
         }
-        WaterTorture {
+        RandomSubdomain {
             exempt,
             exempted: AtomicU64::new(0),
             cfg: cfg.clone(),
@@ -91,6 +95,53 @@ impl WaterTorture {
     /// Table evictions (per-source state lost to make room).
     pub fn evictions(&self) -> u64 {
         self.src_nx.stats().evictions + self.src_all.stats().evictions
+    }
+
+    /// Counters for `ctl stats` and /metrics.
+    pub fn collect(&self, out: &mut shield::metrics::Samples, now_ms: u64) {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        out.counter(
+            "random_subdomain.exempted",
+            "dnsd_random_subdomain_exempted_total",
+            "",
+            "Responses the random-subdomain defence would have dropped or escalated but for an exempt source.",
+            l(&self.exempted),
+        );
+        out.counter(
+            "random_subdomain.attacks",
+            "dnsd_random_subdomain_attacks_total",
+            "",
+            "Times a zone's NXDOMAIN rate crossed the flood threshold.",
+            l(&self.attacks),
+        );
+        out.gauge(
+            "random_subdomain.zones_under_attack",
+            "dnsd_random_subdomain_zones_under_attack",
+            "",
+            "Zones under a random-subdomain flood now.",
+            self.zones_under_attack(now_ms) as u64,
+        );
+        out.counter(
+            "random_subdomain.dropped",
+            "dnsd_random_subdomain_dropped_total",
+            "",
+            "NXDOMAIN answers dropped for limited sources.",
+            l(&self.dropped),
+        );
+        out.counter(
+            "random_subdomain.escalated",
+            "dnsd_random_subdomain_escalated_total",
+            "",
+            "Sources blocked by the random-subdomain defence.",
+            l(&self.escalated),
+        );
+        out.counter(
+            "random_subdomain.evictions",
+            "dnsd_random_subdomain_table_evictions_total",
+            "",
+            "Per-source state evicted because its table was full.",
+            self.evictions(),
+        );
     }
 
     /// Observes one response of zone `zone` to `src`; `nx` when it is NXDOMAIN.
@@ -148,19 +199,87 @@ impl WaterTorture {
     }
 }
 
+/// The defence as a pipeline module (`after_answer`, UDP only, queries no module vouched
+/// for, answers of a served zone); an escalation goes into the block map.
+pub struct Module {
+    shared: std::sync::Arc<super::Shared>,
+}
+
+impl Module {
+    /// The module for `shared`'s defence.
+    pub fn new(shared: &std::sync::Arc<super::Shared>) -> Module {
+        Module {
+            shared: std::sync::Arc::clone(shared),
+        }
+    }
+}
+
+impl crate::query_module::QueryModule for Module {
+    #[inline]
+    fn after_answer(
+        &mut self,
+        env: &mut crate::query_module::Env,
+        p: &crate::query_module::Parsed<'_>,
+        a: &crate::query_module::Answered<'_>,
+    ) -> crate::query_module::Step {
+        use crate::query_module::{AnswerClass, Step, Transport};
+        use crate::stats::DropCause;
+        use shield::block::{BlockEntry, Origin};
+        use shield::events::Action;
+        if p.transport != Transport::Udp || p.exempt || a.class == AnswerClass::Error {
+            return Step::Continue;
+        }
+        let (Some(zone), Some(w)) = (p.zone, &self.shared.random_subdomain) else {
+            return Step::Continue;
+        };
+        match w.observe(zone, p.src, a.class == AnswerClass::NxDomain, env.now_ms) {
+            Verdict::Pass => Step::Continue,
+            Verdict::Drop => {
+                env.recorder.record(
+                    p.tenant,
+                    p.src,
+                    Action::RateLimited,
+                    super::reason::RANDOM_SUBDOMAIN,
+                );
+                Step::Drop(DropCause::RandomSubdomain)
+            }
+            Verdict::Escalate => {
+                let s = &self.shared;
+                let ttl = std::time::Duration::from_secs(s.cfg.random_subdomain.block_ttl);
+                s.blocks.insert(BlockEntry::with_ttl(
+                    ipnet::IpNet::from(p.src),
+                    ttl,
+                    env.now_ms,
+                    "dns random-subdomain flood",
+                    Origin::Local,
+                ));
+                s.escalations.fetch_add(1, Ordering::Relaxed);
+                env.recorder.record(
+                    p.tenant,
+                    p.src,
+                    Action::Escalated,
+                    super::reason::RANDOM_SUBDOMAIN,
+                );
+                tracing::info!(src = %p.src, zone, "source blocked: random-subdomain flood");
+                Step::Drop(DropCause::RandomSubdomain)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn flooders_escalate_legit_pass() {
-        let cfg = WaterTortureConfig {
+        let cfg = RandomSubdomainConfig {
             zone_nxdomains_per_second: 50.0,
             source_nxdomain_limit: 5,
             escalate_after: 20,
-            ..WaterTortureConfig::default()
+            ..RandomSubdomainConfig::default()
         };
-        let w = WaterTorture::new(&cfg, 2, &[]);
+        let w = RandomSubdomain::new(&cfg, 2, &[]);
         let legit: IpAddr = "192.0.2.1".parse().unwrap();
         let now = 1_000_000;
         // Calm zone: nothing limited.
@@ -194,14 +313,14 @@ mod tests {
 
     #[test]
     fn exempt_resolvers_are_never_dropped_nor_escalated() {
-        let cfg = WaterTortureConfig {
+        let cfg = RandomSubdomainConfig {
             zone_nxdomains_per_second: 10.0,
             source_nxdomain_limit: 5,
             escalate_after: 20,
             exempt: vec!["198.51.100.0/24".into()],
-            ..WaterTortureConfig::default()
+            ..RandomSubdomainConfig::default()
         };
-        let w = WaterTorture::new(&cfg, 1, &["2001:db8::/32".to_string()]);
+        let w = RandomSubdomain::new(&cfg, 1, &["2001:db8::/32".to_string()]);
         let now = 1_000_000;
         let resolver = IpAddr::from([198, 51, 100, 53]);
         let v6: IpAddr = "2001:db8::53".parse().unwrap();
@@ -222,11 +341,11 @@ mod tests {
     fn a_busy_source_with_some_nxdomain_is_never_limited() {
         // A resolver sending 400,000 queries in one window, 20% NXDOMAIN, during a flood:
         // its counts saturate, and it must not drift into "mostly NXDOMAIN".
-        let cfg = WaterTortureConfig {
+        let cfg = RandomSubdomainConfig {
             zone_nxdomains_per_second: 10.0,
-            ..WaterTortureConfig::default()
+            ..RandomSubdomainConfig::default()
         };
-        let w = WaterTorture::new(&cfg, 1, &[]);
+        let w = RandomSubdomain::new(&cfg, 1, &[]);
         let busy: IpAddr = "192.0.2.53".parse().unwrap();
         let now = 5_000_000;
         for i in 0..400_000u64 {

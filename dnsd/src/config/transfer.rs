@@ -1,0 +1,174 @@
+//! `[transfer]` and `[[tsig_key]]`, and the values zones' transfer keys hold (addresses,
+//! prefixes, key names), checked at load with the key that is wrong.
+
+use std::net::{IpAddr, SocketAddr};
+
+use base64::Engine as _;
+use ipnet::IpNet;
+use serde::Deserialize;
+use zones::Name;
+
+use super::Config;
+
+/// A TSIG algorithm (RFC 8945).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TsigAlgorithm {
+    /// `hmac-sha256`.
+    HmacSha256,
+    /// `hmac-sha512`.
+    HmacSha512,
+}
+
+impl TsigAlgorithm {
+    /// The algorithm a config names (`hmac-sha256`, `hmac-sha512`, with or without the final dot).
+    pub fn from_config(s: &str) -> Option<TsigAlgorithm> {
+        match s.trim_end_matches('.').to_ascii_lowercase().as_str() {
+            "hmac-sha256" => Some(TsigAlgorithm::HmacSha256),
+            "hmac-sha512" => Some(TsigAlgorithm::HmacSha512),
+            _ => None,
+        }
+    }
+}
+
+/// `[[tsig_key]]`: a TSIG key.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TsigKeyConfig {
+    /// Key name (a domain name, as peers name it).
+    pub name: String,
+    /// `hmac-sha256` or `hmac-sha512`.
+    pub algorithm: String,
+    /// The shared secret, base64.
+    pub secret: String,
+}
+
+/// `[transfer]`: bounds of zone transfers in and out, and NOTIFY retries.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransferConfig {
+    /// Outgoing transfers at once, all clients together.
+    pub max_out: usize,
+    /// Outgoing transfers at once to one client address.
+    pub max_out_per_client: usize,
+    /// Incoming transfers (secondary zones) at once.
+    pub max_in: usize,
+    /// Bytes of differences kept per zone for IXFR (0: no journal, IXFR falls back to AXFR).
+    pub journal_max_bytes: usize,
+    /// Records an incoming transfer may carry.
+    pub max_in_records: usize,
+    /// Seconds an incoming transfer may take in all.
+    pub in_timeout_secs: u64,
+    /// Seconds to wait for each message of an incoming transfer or a SOA answer.
+    pub message_timeout_secs: u64,
+    /// NOTIFY attempts per target.
+    pub notify_retries: u32,
+    /// Milliseconds to wait for the first NOTIFY answer (doubled on each retry).
+    pub notify_timeout_ms: u64,
+}
+
+impl Default for TransferConfig {
+    fn default() -> Self {
+        TransferConfig {
+            max_out: 16,
+            max_out_per_client: 2,
+            max_in: 4,
+            journal_max_bytes: 16 << 20,
+            max_in_records: 10_000_000,
+            in_timeout_secs: 600,
+            message_timeout_secs: 30,
+            notify_retries: 5,
+            notify_timeout_ms: 1000,
+        }
+    }
+}
+
+/// Parses `IP:PORT`, `IP@PORT` or `IP` (port 53).
+pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if let Some((ip, port)) = s.rsplit_once('@')
+        && let (Ok(ip), Ok(port)) = (ip.parse::<IpAddr>(), port.parse::<u16>())
+    {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    s.parse::<IpAddr>()
+        .map(|ip| SocketAddr::new(ip, 53))
+        .map_err(|_| format!("{s:?} is not IP:PORT"))
+}
+
+/// Parses a prefix (`10.0.0.0/8`) or a single address.
+pub fn parse_prefix(s: &str) -> Result<IpNet, String> {
+    if let Ok(n) = s.parse::<IpNet>() {
+        return Ok(n.trunc());
+    }
+    s.parse::<IpAddr>()
+        .map(IpNet::from)
+        .map_err(|_| format!("{s:?} is not a prefix"))
+}
+
+/// The bytes of a base64 TSIG secret.
+pub fn decode_secret(s: &str) -> Result<Vec<u8>, String> {
+    let v = base64::engine::general_purpose::STANDARD
+        .decode(s.trim())
+        .map_err(|e| format!("secret is not base64: {e}"))?;
+    if v.is_empty() {
+        return Err("secret is empty".into());
+    }
+    Ok(v)
+}
+
+/// Checks the transfer keys of a config: `Err((key, message))`.
+pub fn check_config(c: &Config) -> Result<(), (String, String)> {
+    let mut names = std::collections::HashSet::new();
+    for (i, k) in c.tsig_keys.iter().enumerate() {
+        let at = |f: &str| format!("tsig_key[{i}].{f}");
+        let name = Name::parse(&k.name, Some(&Name::root()))
+            .map_err(|e| (at("name"), e.to_string()))?
+            .to_lowercase();
+        if !names.insert(name.clone()) {
+            return Err((at("name"), format!("key {name} is defined twice")));
+        }
+        if TsigAlgorithm::from_config(&k.algorithm).is_none() {
+            return Err((
+                at("algorithm"),
+                format!("{:?}: expected hmac-sha256 or hmac-sha512", k.algorithm),
+            ));
+        }
+        decode_secret(&k.secret).map_err(|e| (at("secret"), e))?;
+    }
+    for (i, z) in c.zones.iter().enumerate() {
+        let at = |f: &str| format!("zone[{i}].{f}");
+        for a in z.primaries.iter() {
+            parse_addr(a).map_err(|e| (at("primaries"), e))?;
+        }
+        for a in z.notify.iter() {
+            parse_addr(a).map_err(|e| (at("notify"), e))?;
+        }
+        for p in z.allow_transfer.iter() {
+            parse_prefix(p).map_err(|e| (at("allow_transfer"), e))?;
+        }
+        for p in z.allow_notify.iter() {
+            parse_prefix(p).map_err(|e| (at("allow_notify"), e))?;
+        }
+        if let Some(k) = &z.tsig {
+            let n = Name::parse(k, Some(&Name::root()))
+                .map_err(|e| (at("tsig"), e.to_string()))?
+                .to_lowercase();
+            if !names.contains(&n) {
+                return Err((at("tsig"), format!("no [[tsig_key]] named {k}")));
+            }
+        }
+    }
+    let t = &c.transfer;
+    if t.max_out == 0 || t.max_out_per_client == 0 || t.max_in == 0 {
+        return Err((
+            "transfer".into(),
+            "max_out, max_out_per_client and max_in must be at least 1".into(),
+        ));
+    }
+    if t.message_timeout_secs == 0 || t.in_timeout_secs == 0 || t.notify_timeout_ms == 0 {
+        return Err(("transfer".into(), "timeouts must be above 0".into()));
+    }
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! The control socket (`dnsd ctl`): one JSON request per connection, a reply, and the
+//! commands it runs — reload, stats, zones, zone-refresh, zone-notify, status, block, events-init.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use crate::ctl::{Reply, Request};
+use crate::reload::reload;
+use crate::state::State;
+
+/// Serves the control socket `l` until the task is dropped.
+pub async fn serve(l: tokio::net::UnixListener, shared: Arc<State>) {
+    loop {
+        let Ok((s, _)) = l.accept().await else {
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let (rd, mut wr) = s.into_split();
+            let mut line = String::new();
+            let mut rd = BufReader::new(rd.take(crate::ctl::MAX_REQUEST as u64));
+            if rd.read_line(&mut line).await.is_err() {
+                return;
+            }
+            let reply = match serde_json::from_str::<Request>(&line) {
+                Ok(req) => command(&shared, &req.args).await,
+                Err(e) => Reply::err(format!("bad request: {e}")),
+            };
+            let mut out = serde_json::to_string(&reply).unwrap_or_default();
+            out.push('\n');
+            let _ = wr.write_all(out.as_bytes()).await;
+        });
+    }
+}
+
+async fn command(shared: &Arc<State>, args: &[String]) -> Reply {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["reload"] => reload(shared, None, false).await,
+        ["reload", "--force"] => reload(shared, None, true).await,
+        ["reload", z] => reload(shared, Some(z), true).await,
+        ["stats"] => Reply::ok(shared.metrics.render_ctl()),
+        ["block", rest @ ..] => crate::blockctl::command(&shared.defence.blocks, rest),
+        ["zones"] => Reply::ok(zones_text(shared).await),
+        ["events-init"] => crate::event_sinks::events_init(shared.clickhouse.as_ref()).await,
+        ["zone-refresh", z] => zone_refresh(shared, z).await,
+        ["zone-notify", z] => zone_notify(shared, z).await,
+        ["status"] => Reply::ok(format!(
+            "running for {} s, {} addresses (bound in {} ms), {} TCP connections\n",
+            shared.started.elapsed().as_secs(),
+            shared.addrs.len(),
+            shared.bind_time.as_millis(),
+            shared.tcp.open_connections()
+        )),
+        _ => Reply::err(format!(
+            "unknown command {:?}; commands: reload [ZONE|--force], stats, zones, zone-refresh ZONE, zone-notify ZONE, status, block add|del|list, events-init",
+            args.join(" ")
+        )),
+    }
+}
+
+/// `ctl zone-refresh ZONE`: refreshes a secondary zone now and says how it went.
+async fn zone_refresh(shared: &Arc<State>, z: &str) -> Reply {
+    let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+        return Reply::err(format!("bad zone name {z}"));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let t = crate::transfer::Trigger { reply: Some(tx) };
+    if !shared.xfr.trigger(n.to_lowercase().as_wire(), t) {
+        return Reply::err(format!("{n} is not a secondary zone\n"));
+    }
+    match tokio::time::timeout(Duration::from_secs(50), rx).await {
+        Ok(Ok(text)) => Reply {
+            ok: !text.contains("FAILED"),
+            text,
+        },
+        // Merged into a refresh already pending: it reports in `ctl zones`.
+        Ok(Err(_)) => Reply::ok(format!("{n}: refresh already pending\n")),
+        Err(_) => Reply::ok(format!("{n}: refresh still running (see ctl zones)\n")),
+    }
+}
+
+/// `ctl zone-notify ZONE`: sends NOTIFY to the zone's targets now and reports each.
+async fn zone_notify(shared: &Arc<State>, z: &str) -> Reply {
+    let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+        return Reply::err(format!("bad zone name {z}"));
+    };
+    let cur = {
+        let reg = shared.zones.lock().await;
+        reg.find(&n).and_then(|i| reg.entries()[i].current.clone())
+    };
+    let Some(zone) = cur else {
+        return Reply::err(format!("zone {n} is not served\n"));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    crate::notify::spawn_notify(&shared.xfr, &n, &zone, Some(tx));
+    match tokio::time::timeout(Duration::from_secs(55), rx).await {
+        Ok(Ok(text)) => Reply {
+            ok: !text.contains("FAILED"),
+            text,
+        },
+        _ => Reply::ok(format!("{n}: NOTIFY still being retried (see ctl zones)\n")),
+    }
+}
+
+/// `ctl zones`: name, serial, records, load time, last error.
+pub async fn zones_text(shared: &Arc<State>) -> String {
+    let reg = shared.zones.lock().await;
+    let mut s = String::new();
+    for e in reg.entries() {
+        match &e.current {
+            Some(z) => {
+                let _ = write!(
+                    s,
+                    "{}\tserial {}\trecords {}\tloaded in {} ms\t{}",
+                    e.origin,
+                    z.serial(),
+                    z.record_count(),
+                    e.load_time.as_millis(),
+                    e.file.display()
+                );
+            }
+            None => {
+                let _ = write!(s, "{}\tNOT LOADED\t{}", e.origin, e.file.display());
+            }
+        }
+        if let Some(err) = &e.last_error {
+            let first = err.lines().next().unwrap_or("");
+            let _ = write!(s, "\tlast reload failed: {first}");
+        }
+        s.push_str(&shared.xfr.zone_line(&e.origin));
+        s.push('\n');
+    }
+    s
+}

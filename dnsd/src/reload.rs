@@ -1,0 +1,143 @@
+//! Reloads: the config's zone list and cookie secrets re-read, changed zones (or one zone)
+//! loaded off the runtime's threads, a zone that fails keeping its last good version.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::ctl::Reply;
+use crate::defence;
+use crate::state::State;
+use crate::zonereg::{self, Registry};
+
+/// Reloads one zone or every changed zone (all with `force`); re-reads the zone list from
+/// the config file when there is one.
+pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Reply {
+    let mut reg = shared.zones.lock().await;
+    if zone.is_none()
+        && let Some(path) = &shared.config_path
+    {
+        match Config::load(path) {
+            Ok(c) => {
+                shared.xfr.set_policies(&c);
+                reload_cookie_secrets(shared, &c);
+                let n = sync_zone_list(&mut reg, &c);
+                if n > 0 {
+                    tracing::info!("zone list changed in {}", path.display());
+                }
+            }
+            Err(e) => {
+                return Reply::err(format!("config not reloaded, keeping the running one: {e}"));
+            }
+        }
+    }
+    let only = match zone {
+        Some(z) => {
+            let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+                return Reply::err(format!("bad zone name {z}"));
+            };
+            match reg.find(&n) {
+                Some(i) => Some(i),
+                None => return Reply::err(format!("zone {n} is not configured")),
+            }
+        }
+        None => None,
+    };
+    let plan =
+        crate::secondary::skip_missing(&shared.xfr, reg.plan(only, force), only.is_some() || force);
+    if plan.is_empty() {
+        return Reply::ok("no zone changed\n");
+    }
+    let results = tokio::task::spawn_blocking(move || {
+        plan.into_iter()
+            .map(|(i, origin, file)| {
+                let (r, m) = zonereg::load_one(&origin, &file);
+                (i, r, m)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    let reports = reg.apply(results);
+    let mut text = String::new();
+    let mut ok = true;
+    for r in &reports {
+        match &r.result {
+            Ok((serial, records)) => {
+                let _ = writeln!(
+                    text,
+                    "{}: loaded, serial {serial}, {records} records",
+                    r.origin
+                );
+            }
+            Err(e) => {
+                ok = false;
+                let _ = writeln!(text, "{}: FAILED, last good version kept:\n{e}", r.origin);
+            }
+        }
+    }
+    Reply { ok, text }
+}
+
+/// Installs `c`'s shared cookie secrets when they changed (a shared secret is rotated by
+/// hand: the old one moves to `previous_secret`). Other `[defence]` settings need a restart.
+fn reload_cookie_secrets(shared: &State, c: &Config) {
+    let Some(cookies) = &shared.defence.cookies else {
+        return;
+    };
+    if let (Some(secret), previous) = defence::configured_secrets(&c.defence.cookies)
+        && cookies.set(secret, previous)
+    {
+        tracing::info!("cookie secrets changed by the config");
+    }
+}
+
+/// Adds zones new in `c` and drops zones no longer in it; returns how many changed.
+fn sync_zone_list(reg: &mut Registry, c: &Config) -> usize {
+    let want = zone_list(c);
+    let same = want.len() == reg.entries().len()
+        && want
+            .iter()
+            .zip(reg.entries())
+            .all(|(w, e)| w.0 == e.origin && w.1 == e.file && w.2 == e.serve);
+    if same {
+        return 0;
+    }
+    let mut fresh = Registry::new(want);
+    // Keep what is loaded for zones that stay.
+    let mut kept = Vec::new();
+    for (i, e) in fresh.entries().iter().enumerate() {
+        if let Some(j) = reg.find(&e.origin)
+            && reg.entries()[j].file == e.file
+        {
+            kept.push((i, j));
+        }
+    }
+    let changed = fresh.entries().len() + reg.entries().len() - 2 * kept.len();
+    fresh.adopt(reg, &kept);
+    std::mem::swap(reg, &mut fresh);
+    reg.publish();
+    changed.max(1)
+}
+
+/// The zones of a config: origin, file and what the query path reads of their settings.
+pub fn zone_list(cfg: &Config) -> Vec<(zones::Name, PathBuf, crate::zoneset::ServeOptions)> {
+    cfg.zones
+        .iter()
+        .filter_map(|z| {
+            zones::Name::parse(&z.origin, Some(&zones::Name::root()))
+                .ok()
+                .map(|n| {
+                    (
+                        n,
+                        z.file.clone(),
+                        crate::zoneset::ServeOptions {
+                            cookies: z.cookies.unwrap_or(cfg.defence.cookies.policy),
+                            tenant: z.tenant,
+                        },
+                    )
+                })
+        })
+        .collect()
+}

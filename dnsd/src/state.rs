@@ -1,0 +1,43 @@
+//! What the running server holds for its control socket, reloads and metrics: the zones,
+//! the transport sides, the defences, the optional parts (event sinks, XDP, Redis) and the
+//! counter registry they all report into.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::defence;
+use crate::tcp::TcpServer;
+use crate::xdp::Xdp;
+use crate::zonereg::Registry;
+
+/// The running server's state.
+pub struct State {
+    /// Zones and their load state.
+    pub zones: Arc<tokio::sync::Mutex<Registry>>,
+    /// The config file, for reloads (None when run from flags).
+    pub config_path: Option<PathBuf>,
+    /// Service addresses.
+    pub addrs: Vec<SocketAddr>,
+    /// The TCP side.
+    pub tcp: Arc<TcpServer>,
+    /// When the server started.
+    pub started: Instant,
+    /// How long binding the UDP fleet took.
+    pub bind_time: Duration,
+    /// The flood defences and the block map.
+    pub defence: Arc<defence::Shared>,
+    /// The event flusher, when sinks are configured.
+    pub flusher: Mutex<Option<shield::events::Flusher>>,
+    /// The ClickHouse event sink, when `[events.clickhouse]` is configured.
+    pub clickhouse: Option<shield::events::ClickHouseMonitor>,
+    /// The XDP guard and the mirror feeding it, when attached.
+    pub xdp: Arc<Mutex<Option<Xdp>>>,
+    /// The Redis block sync, when `[redis]` is configured and it started.
+    pub redis: OnceLock<shield::redis_sync::SyncMonitor>,
+    /// Zone transfers, NOTIFY and TSIG.
+    pub xfr: Arc<crate::transfer::Transfers>,
+    /// Every counter, for `ctl stats` and /metrics.
+    pub metrics: Arc<shield::metrics::Registry>,
+}

@@ -1,0 +1,34 @@
+//! The UDP side's adapter: the socket fleet's handler runs the query pipeline on each
+//! datagram of a batch (its twin for TCP is [`crate::tcp`]).
+
+use std::net::SocketAddr;
+
+use listener::udp::Handler;
+
+use crate::process_query::{Outcome, Processor, Transport};
+
+/// One UDP worker's handler: its own query processor.
+pub struct UdpHandler {
+    /// The worker's processor.
+    pub p: Processor,
+}
+
+impl Handler for UdpHandler {
+    #[inline]
+    fn begin_batch(&mut self) {
+        self.p.refresh();
+    }
+    #[inline]
+    fn handle(
+        &mut self,
+        req: &[u8],
+        src: SocketAddr,
+        _local: u32,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        match self.p.process(req, src, Transport::Udp, out) {
+            Outcome::Reply(n) => Some(n),
+            Outcome::Drop | Outcome::Transfer => None,
+        }
+    }
+}

@@ -1,0 +1,407 @@
+//! One counter registry for both daemons: each component describes its counters once — the
+//! `ctl stats` name, the Prometheus family, labels, help and kind — and one encoder writes
+//! `/metrics` while another writes `ctl stats`, so that one object has one name everywhere.
+//!
+//! A component implements [`Source`]; a daemon registers its sources in a [`Registry`] at
+//! start (and later, when an optional part such as Redis or XDP comes up), and serves the
+//! registry with [`serve`], the one `/metrics` server of both daemons (bounded request head,
+//! header timeout, bounded concurrent scrapes, accept backoff). Values are read when asked:
+//! nothing on a hot path touches the registry.
+//!
+//! Names: what `shield` owns (block map, event aggregator, sinks, Redis sync, rules state)
+//! is named `palisade_*` in both daemons; what a daemon owns is named after it (`dnsd_*`,
+//! `http_front_*`).
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A counter only goes up; a gauge goes both ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Monotonic.
+    Counter,
+    /// Up and down.
+    Gauge,
+}
+
+/// One value, named for `ctl stats` and for `/metrics`.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Name in `ctl stats` (empty: not shown there).
+    pub ctl: String,
+    /// Prometheus family (empty: not exported).
+    pub metric: &'static str,
+    /// Prometheus labels, `k="v",…` (may be empty).
+    pub labels: String,
+    /// Help text of the family.
+    pub help: &'static str,
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// The value.
+    pub value: u64,
+}
+
+/// What a source adds its samples to.
+#[derive(Debug, Default)]
+pub struct Samples(Vec<Sample>);
+
+impl Samples {
+    /// A counter named `ctl` in `ctl stats` and `metric{labels}` in `/metrics`.
+    pub fn counter(
+        &mut self,
+        ctl: impl Into<String>,
+        metric: &'static str,
+        labels: impl Into<String>,
+        help: &'static str,
+        value: u64,
+    ) {
+        self.push(
+            ctl.into(),
+            metric,
+            labels.into(),
+            help,
+            Kind::Counter,
+            value,
+        );
+    }
+
+    /// A gauge (see [`counter`](Self::counter)).
+    pub fn gauge(
+        &mut self,
+        ctl: impl Into<String>,
+        metric: &'static str,
+        labels: impl Into<String>,
+        help: &'static str,
+        value: u64,
+    ) {
+        self.push(ctl.into(), metric, labels.into(), help, Kind::Gauge, value);
+    }
+
+    /// Adds a sample.
+    pub fn push(
+        &mut self,
+        ctl: String,
+        metric: &'static str,
+        labels: String,
+        help: &'static str,
+        kind: Kind,
+        value: u64,
+    ) {
+        self.0.push(Sample {
+            ctl,
+            metric,
+            labels,
+            help,
+            kind,
+            value,
+        });
+    }
+
+    /// The samples so far.
+    pub fn as_slice(&self) -> &[Sample] {
+        &self.0
+    }
+
+    /// The value of the sample named `ctl` (tests).
+    pub fn get(&self, ctl: &str) -> Option<u64> {
+        self.0.iter().find(|s| s.ctl == ctl).map(|s| s.value)
+    }
+}
+
+/// A component with counters.
+pub trait Source: Send + Sync {
+    /// Adds the component's current values.
+    fn collect(&self, out: &mut Samples);
+}
+
+impl<F: Fn(&mut Samples) + Send + Sync> Source for F {
+    fn collect(&self, out: &mut Samples) {
+        self(out)
+    }
+}
+
+/// The sources of one daemon.
+#[derive(Default)]
+pub struct Registry {
+    sources: Mutex<Vec<(&'static str, Arc<dyn Source>)>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = lock(&self.sources).iter().map(|(n, _)| *n).collect();
+        f.debug_struct("Registry").field("sources", &names).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Arc<Registry> {
+        Arc::new(Registry::default())
+    }
+
+    /// Adds `source` under `name` (a source registered again under the same name replaces
+    /// the earlier one: an optional part that restarts).
+    pub fn register(&self, name: &'static str, source: Arc<dyn Source>) {
+        let mut v = lock(&self.sources);
+        v.retain(|(n, _)| *n != name);
+        v.push((name, source));
+    }
+
+    /// Removes the source registered under `name`.
+    pub fn unregister(&self, name: &'static str) {
+        lock(&self.sources).retain(|(n, _)| *n != name);
+    }
+
+    /// Every sample now, in registration order.
+    pub fn collect(&self) -> Samples {
+        let sources: Vec<Arc<dyn Source>> = lock(&self.sources)
+            .iter()
+            .map(|(_, s)| Arc::clone(s))
+            .collect();
+        let mut out = Samples::default();
+        for s in sources {
+            s.collect(&mut out);
+        }
+        out
+    }
+
+    /// `/metrics` in the Prometheus text format (0.0.4): each family's HELP and TYPE once,
+    /// its samples together.
+    pub fn render_prometheus(&self) -> String {
+        render_prometheus(self.collect().as_slice())
+    }
+
+    /// `ctl stats`: one `name<TAB>value` line per sample that has a `ctl` name.
+    pub fn render_ctl(&self) -> String {
+        render_ctl(self.collect().as_slice())
+    }
+}
+
+/// Prometheus text for `samples` (see [`Registry::render_prometheus`]).
+pub fn render_prometheus(samples: &[Sample]) -> String {
+    let mut s = String::with_capacity(64 * samples.len() + 64);
+    let mut order: Vec<&'static str> = Vec::new();
+    let mut by_family: hashbrown::HashMap<&'static str, Vec<&Sample>> = hashbrown::HashMap::new();
+    for x in samples.iter().filter(|x| !x.metric.is_empty()) {
+        by_family
+            .entry(x.metric)
+            .or_insert_with(|| {
+                order.push(x.metric);
+                Vec::new()
+            })
+            .push(x);
+    }
+    for name in order {
+        let v = &by_family[name];
+        let first = v[0];
+        let kind = match first.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        };
+        let _ = writeln!(s, "# HELP {name} {}", first.help);
+        let _ = writeln!(s, "# TYPE {name} {kind}");
+        for x in v {
+            if x.labels.is_empty() {
+                let _ = writeln!(s, "{name} {}", x.value);
+            } else {
+                let _ = writeln!(s, "{name}{{{}}} {}", x.labels, x.value);
+            }
+        }
+    }
+    s
+}
+
+/// `ctl stats` text for `samples` (see [`Registry::render_ctl`]).
+pub fn render_ctl(samples: &[Sample]) -> String {
+    let mut s = String::with_capacity(32 * samples.len());
+    for x in samples.iter().filter(|x| !x.ctl.is_empty()) {
+        let _ = writeln!(s, "{}\t{}", x.ctl, x.value);
+    }
+    s
+}
+
+/// Escapes a label value (backslash, double quote, newline).
+pub fn label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Longest request head the metrics server reads.
+const MAX_HEAD: usize = 8 * 1024;
+/// A request head must arrive within this.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// A response must be taken within this.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Scrapes served at once; further connections wait in the accept queue.
+const MAX_SCRAPES: usize = 16;
+
+/// Serves `GET /metrics` from `registry` on `l` until the task is dropped: one request per
+/// connection, heads bounded in size and time, at most a few scrapes at once, and a short
+/// pause after a failed accept (out of descriptors) instead of a spin.
+pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
+    loop {
+        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let mut stream = match l.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::debug!(error = %e, "metrics accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let registry = Arc::clone(&registry);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let mut buf = Vec::with_capacity(1024);
+            let read = async {
+                let mut tmp = [0u8; 1024];
+                loop {
+                    let n = stream.read(&mut tmp).await.ok()?;
+                    if n == 0 {
+                        return None;
+                    }
+                    buf.extend_from_slice(&tmp[..n]);
+                    if buf.windows(4).any(|w| w == b"\r\n\r\n")
+                        || buf.windows(2).any(|w| w == b"\n\n")
+                    {
+                        return Some(());
+                    }
+                    if buf.len() > MAX_HEAD {
+                        return None;
+                    }
+                }
+            };
+            if tokio::time::timeout(HEAD_TIMEOUT, read)
+                .await
+                .ok()
+                .flatten()
+                .is_none()
+            {
+                return;
+            }
+            let line = buf.split(|&b| b == b'\n').next().unwrap_or(&[]);
+            let mut parts = line.split(|&b| b == b' ');
+            let method = parts.next().unwrap_or(&[]);
+            let target = parts.next().unwrap_or(&[]);
+            let path = target.split(|&b| b == b'?').next().unwrap_or(&[]);
+            let resp = if method != b"GET" && method != b"HEAD" {
+                response(
+                    "405 Method Not Allowed",
+                    "text/plain",
+                    "GET /metrics\n".into(),
+                )
+            } else if path == b"/metrics" {
+                let body = registry.render_prometheus();
+                if method == b"HEAD" {
+                    let mut r = response("200 OK", "text/plain; version=0.0.4", body);
+                    let cut = r
+                        .windows(4)
+                        .position(|w| w == b"\r\n\r\n")
+                        .map_or(r.len(), |p| p + 4);
+                    r.truncate(cut);
+                    r
+                } else {
+                    response("200 OK", "text/plain; version=0.0.4", body)
+                }
+            } else {
+                response("404 Not Found", "text/plain", "see /metrics\n".into())
+            };
+            let _ = tokio::time::timeout(WRITE_TIMEOUT, async {
+                let _ = stream.write_all(&resp).await;
+                let _ = stream.shutdown().await;
+            })
+            .await;
+        });
+    }
+}
+
+fn response(status: &str, ctype: &str, body: String) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_family_header_and_both_renderings() {
+        let r = Registry::new();
+        r.register(
+            "a",
+            Arc::new(|s: &mut Samples| {
+                s.counter("x.one", "t_x_total", "k=\"1\"", "X things.", 3);
+                s.gauge("y", "t_y", "", "Y now.", 7);
+                s.counter("", "t_x_total", "k=\"2\"", "X things.", 4);
+                s.counter("ctl.only", "", "", "", 9);
+            }),
+        );
+        let p = r.render_prometheus();
+        assert_eq!(p.matches("# TYPE t_x_total counter").count(), 1);
+        assert!(
+            p.contains("t_x_total{k=\"1\"} 3\nt_x_total{k=\"2\"} 4\n"),
+            "{p}"
+        );
+        assert!(p.contains("# TYPE t_y gauge\nt_y 7\n"), "{p}");
+        assert!(!p.contains("ctl.only"));
+        let c = r.render_ctl();
+        assert_eq!(c, "x.one\t3\ny\t7\nctl.only\t9\n");
+        // Registering under the same name replaces.
+        r.register(
+            "a",
+            Arc::new(|s: &mut Samples| s.gauge("z", "t_z", "", "Z.", 1)),
+        );
+        assert_eq!(r.render_ctl(), "z\t1\n");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_server_answers_metrics_and_refuses_the_rest() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let r = Registry::new();
+        r.register(
+            "a",
+            Arc::new(|s: &mut Samples| s.counter("c", "t_c_total", "", "C.", 1)),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(serve(l, r));
+        for (req, want) in [
+            ("GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n", "t_c_total 1"),
+            ("GET /other HTTP/1.1\r\n\r\n", "404"),
+            ("POST /metrics HTTP/1.1\r\n\r\n", "405"),
+        ] {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            assert!(out.contains(want), "{req:?}: {out}");
+        }
+    }
+}
