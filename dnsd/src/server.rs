@@ -60,12 +60,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         udp_payload: cfg.server.udp_payload,
     });
     let blocks = shield::block::BlockMap::new(cfg.block.clone());
-    let events = shield::events::Aggregator::new(shield::events::AggregatorConfig {
-        interval_secs: cfg.events.interval,
-        node: cfg.events.node.clone(),
-        top_k: cfg.events.top_k,
-        ..Default::default()
-    });
+    let events = shield::events::Aggregator::new(cfg.events.aggregator());
     let defence = defence::Shared::new(cfg.defence.clone(), blocks.clone(), events.clone());
     let xdp = Arc::new(Mutex::new(crate::xdp::start(cfg.xdp.as_ref(), &blocks)));
     let opts = UdpOptions {
@@ -308,21 +303,17 @@ fn start_flusher(
     events: &Arc<shield::events::Aggregator>,
     clickhouse: &mut Option<shield::events::ClickHouseMonitor>,
 ) -> Option<shield::events::Flusher> {
-    use shield::events::{JsonLines, SinkWriter, UnixStreamSink};
+    let queue = cfg.events.queue_batches;
+    // An output that cannot be opened is reported, and the others still run.
     let mut writers = Vec::new();
-    let queue = 16;
-    if let Some(p) = &cfg.events.file {
-        match JsonLines::file(p) {
-            Ok(s) => writers.extend(SinkWriter::spawn(Box::new(s), queue).ok()),
-            Err(e) => tracing::error!("events.file {}: {e}", p.display()),
+    for o in cfg.events.output.active() {
+        match o.sink::<shield::events::Event>().and_then(|s| {
+            s.map(|s| shield::events::SinkWriter::spawn(s, queue))
+                .transpose()
+        }) {
+            Ok(w) => writers.extend(w),
+            Err(e) => tracing::error!("events.output {o:?}: {e}; running without it"),
         }
-    }
-    if let Some(p) = &cfg.events.socket {
-        let s = UnixStreamSink::new(p, Duration::from_secs(1));
-        writers.extend(SinkWriter::spawn(Box::new(s), queue).ok());
-    }
-    if cfg.events.stdout {
-        writers.extend(SinkWriter::spawn(Box::new(JsonLines::stdout()), queue).ok());
     }
     if let Some((w, m)) = crate::event_sinks::clickhouse(cfg, queue) {
         writers.push(w);

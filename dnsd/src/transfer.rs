@@ -1034,6 +1034,58 @@ pub async fn run_changes(x: Arc<Transfers>, mut rx: mpsc::Receiver<Change>) {
     }
 }
 
+/// The transfer counters and per-zone transfer state, for `ctl stats` and /metrics.
+impl shield::metrics::Source for Transfers {
+    fn collect(&self, out: &mut shield::metrics::Samples) {
+        for (name, _, v) in self.stats.list() {
+            out.counter(
+                name,
+                "dnsd_transfer_total",
+                format!("event=\"{name}\""),
+                "Zone transfer, NOTIFY, TSIG and journal events (see ctl stats for each).",
+                v,
+            );
+        }
+        let st = self.status.lock().expect("status lock");
+        let mut zones: Vec<_> = st.iter().collect();
+        zones.sort_by(|a, b| a.0.cmp(b.0));
+        let zname = |w: &[u8]| {
+            Name::from_wire(w)
+                .map(|n| shield::metrics::label_value(&n.to_string()))
+                .unwrap_or_default()
+        };
+        for (z, v) in &zones {
+            out.gauge(
+                "",
+                "dnsd_zone_expired",
+                format!("zone=\"{}\"", zname(z)),
+                "1 when a secondary zone has expired and is answered with SERVFAIL.",
+                (v.state == "expired") as u64,
+            );
+        }
+        for (z, v) in &zones {
+            out.gauge(
+                "",
+                "dnsd_zone_transfer_last_success_seconds",
+                format!("zone=\"{}\"", zname(z)),
+                "When a secondary zone last refreshed or transferred (unix time).",
+                v.last_ok,
+            );
+        }
+        for (z, v) in &zones {
+            for (what, n) in [("ok", v.ok), ("failed", v.failed)] {
+                out.counter(
+                    "",
+                    "dnsd_zone_transfers_in_total",
+                    format!("zone=\"{}\",result=\"{what}\"", zname(z)),
+                    "Transfers into secondary zones, by result.",
+                    n,
+                );
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1118,57 +1170,5 @@ mod tests {
         bad[13] = 12;
         assert!(read_response(&bad, &mut b, &mut |_| Ok(())).is_err());
         assert!(serial_gt(1, 0) && serial_gt(0, u32::MAX) && !serial_gt(5, 5));
-    }
-}
-
-/// The transfer counters and per-zone transfer state, for `ctl stats` and /metrics.
-impl shield::metrics::Source for Transfers {
-    fn collect(&self, out: &mut shield::metrics::Samples) {
-        for (name, _, v) in self.stats.list() {
-            out.counter(
-                name,
-                "dnsd_transfer_total",
-                format!("event=\"{name}\""),
-                "Zone transfer, NOTIFY, TSIG and journal events (see ctl stats for each).",
-                v,
-            );
-        }
-        let st = self.status.lock().expect("status lock");
-        let mut zones: Vec<_> = st.iter().collect();
-        zones.sort_by(|a, b| a.0.cmp(b.0));
-        let zname = |w: &[u8]| {
-            Name::from_wire(w)
-                .map(|n| shield::metrics::label_value(&n.to_string()))
-                .unwrap_or_default()
-        };
-        for (z, v) in &zones {
-            out.gauge(
-                "",
-                "dnsd_zone_expired",
-                format!("zone=\"{}\"", zname(z)),
-                "1 when a secondary zone has expired and is answered with SERVFAIL.",
-                (v.state == "expired") as u64,
-            );
-        }
-        for (z, v) in &zones {
-            out.gauge(
-                "",
-                "dnsd_zone_transfer_last_success_seconds",
-                format!("zone=\"{}\"", zname(z)),
-                "When a secondary zone last refreshed or transferred (unix time).",
-                v.last_ok,
-            );
-        }
-        for (z, v) in &zones {
-            for (what, n) in [("ok", v.ok), ("failed", v.failed)] {
-                out.counter(
-                    "",
-                    "dnsd_zone_transfers_in_total",
-                    format!("zone=\"{}\",result=\"{what}\"", zname(z)),
-                    "Transfers into secondary zones, by result.",
-                    n,
-                );
-            }
-        }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use http_front::config::Config;
 use http_front::site::Sites;
-use http_front::upstream::Upstream;
+use http_front::forward::upstream::Upstream;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

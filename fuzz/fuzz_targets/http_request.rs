@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use http_front::site::Sites;
 use http_front::target::{self, HOST_MAX, PathOptions};
-use http_front::upstream::Upstream;
+use http_front::forward::upstream::Upstream;
 use http_front::view::HttpView;
 use libfuzzer_sys::fuzz_target;
 use palisade_fuzz::http_view::{decode_once, parse_head};

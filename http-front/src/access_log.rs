@@ -14,13 +14,11 @@
 //! the monotonic clock (never negative), in milliseconds with microsecond precision. Byte
 //! counts come from `Content-Length` (null when the body is streamed without one).
 //!
-//! Sinks mirror shield's `events::Sink` (same error type, same batch shape), so a ClickHouse
-//! sink can take both aggregates and access records.
+//! Records go to shield's sinks (generic over the record type): the same JSON-lines and
+//! Unix-socket outputs as the events, and ClickHouse's access table.
 
-use std::io::{self, BufWriter, Write};
+use std::io;
 use std::net::IpAddr;
-use std::os::unix::net::{UnixDatagram, UnixStream};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
@@ -29,10 +27,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 pub use shield::clock::rfc3339_ms;
-use shield::events::SinkError;
 
 use crate::config::Output;
-use crate::metrics::{Counter, Counters};
+use crate::counters::{Counter, Counters};
 
 /// One passed request, every field ready for a log shipper.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -78,141 +75,13 @@ pub fn duration_ms(d: Duration) -> f64 {
     d.as_micros() as f64 / 1000.0
 }
 
-/// An output for access records; runs on the writer thread, so it may block.
-pub trait RecordSink: Send {
-    /// A short name for logs.
-    fn name(&self) -> &str;
-    /// Writes one batch; an error counts the batch as failed.
-    fn write(&mut self, records: &[AccessRecord]) -> Result<(), SinkError>;
-}
-
-fn encode(buf: &mut Vec<u8>, records: &[AccessRecord]) -> Result<(), SinkError> {
-    buf.clear();
-    for r in records {
-        serde_json::to_writer(&mut *buf, r)?;
-        buf.push(b'\n');
-    }
-    Ok(())
-}
-
-/// JSON lines to a writer (file, stdout).
-pub struct JsonLines<W: Write + Send> {
-    name: String,
-    out: W,
-    buf: Vec<u8>,
-}
-
-impl<W: Write + Send> JsonLines<W> {
-    /// JSON lines to `out`.
-    pub fn new(name: &str, out: W) -> Self {
-        JsonLines {
-            name: name.to_string(),
-            out,
-            buf: Vec::new(),
-        }
-    }
-}
-
-impl<W: Write + Send> RecordSink for JsonLines<W> {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn write(&mut self, records: &[AccessRecord]) -> Result<(), SinkError> {
-        encode(&mut self.buf, records)?;
-        self.out.write_all(&self.buf)?;
-        self.out.flush()?;
-        Ok(())
-    }
-}
-
-/// JSON lines over a Unix stream socket, reconnecting after errors.
-pub struct UnixLines {
-    name: String,
-    path: PathBuf,
-    conn: Option<UnixStream>,
-    buf: Vec<u8>,
-}
-
-impl RecordSink for UnixLines {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn write(&mut self, records: &[AccessRecord]) -> Result<(), SinkError> {
-        encode(&mut self.buf, records)?;
-        if self.conn.is_none() {
-            let c = UnixStream::connect(&self.path)?;
-            c.set_write_timeout(Some(Duration::from_secs(2)))?;
-            self.conn = Some(c);
-        }
-        let res = self
-            .conn
-            .as_mut()
-            .map_or(Ok(()), |c| c.write_all(&self.buf));
-        if res.is_err() {
-            self.conn = None;
-        }
-        Ok(res?)
-    }
-}
-
-/// One JSON record per datagram on a Unix datagram socket.
-pub struct UnixDatagrams {
-    name: String,
-    path: PathBuf,
-    sock: UnixDatagram,
-    buf: Vec<u8>,
-}
-
-impl RecordSink for UnixDatagrams {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn write(&mut self, records: &[AccessRecord]) -> Result<(), SinkError> {
-        for r in records {
-            self.buf.clear();
-            serde_json::to_writer(&mut self.buf, r)?;
-            self.sock.send_to(&self.buf, &self.path)?;
-        }
-        Ok(())
-    }
-}
+/// An output for access records: shield's record sinks (JSON lines to a file, stdout or a
+/// Unix socket; ClickHouse), which run on the writer thread and may block.
+pub use shield::events::Sink as RecordSink;
 
 /// The sink for an `[access_log] output` (`None` for `none`).
-pub fn sink_for(output: &Output) -> io::Result<Option<Box<dyn RecordSink>>> {
-    let s: Box<dyn RecordSink> = match output {
-        Output::None => return Ok(None),
-        Output::Stdout => Box::new(JsonLines::new("stdout", io::stdout())),
-        Output::File(p) => {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(p)?;
-            Box::new(JsonLines::new(
-                &format!("file:{}", p.display()),
-                BufWriter::new(f),
-            ))
-        }
-        Output::Unix(p) => Box::new(UnixLines {
-            name: format!("unix:{}", p.display()),
-            path: p.clone(),
-            conn: None,
-            buf: Vec::new(),
-        }),
-        Output::UnixGram(p) => {
-            let sock = UnixDatagram::unbound()?;
-            sock.set_write_timeout(Some(Duration::from_secs(2)))?;
-            Box::new(UnixDatagrams {
-                name: format!("unixgram:{}", p.display()),
-                path: p.clone(),
-                sock,
-                buf: Vec::new(),
-            })
-        }
-    };
-    Ok(Some(s))
+pub fn sink_for(output: &Output) -> io::Result<Option<Box<dyn RecordSink<AccessRecord>>>> {
+    output.sink()
 }
 
 /// The queue into the writer thread; `log` never blocks.
@@ -233,7 +102,7 @@ const BATCH: usize = 512;
 impl AccessLogger {
     /// Starts the writer thread for `sink` with room for `queue` records.
     pub fn spawn(
-        mut sink: Box<dyn RecordSink>,
+        mut sink: Box<dyn RecordSink<AccessRecord>>,
         queue: usize,
         counters: Arc<Counters>,
     ) -> io::Result<Self> {
@@ -349,6 +218,7 @@ mod tests {
 
     #[test]
     fn writer_drains_queue_and_counts_drops() {
+        use std::io::Write;
         struct Mem(Arc<std::sync::Mutex<Vec<u8>>>);
         impl Write for Mem {
             fn write(&mut self, b: &[u8]) -> io::Result<usize> {
@@ -362,7 +232,7 @@ mod tests {
         let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
         let counters = Arc::new(Counters::default());
         let mut l = AccessLogger::spawn(
-            Box::new(JsonLines::new("mem", Mem(buf.clone()))),
+            Box::new(shield::events::JsonLines::new("mem", Mem(buf.clone()))),
             4,
             counters.clone(),
         )

@@ -65,10 +65,14 @@
 //! [xdp]
 //! pin_path = "/sys/fs/bpf/palisade"   # optional: mirror the block map into the XDP guard
 //!
-//! [events]
-//! output = "none"                 # none | stdout | file:PATH | unix:PATH | unixgram:PATH
+//! [events]                        # the same section as dnsd's (shield::events::EventsConfig)
+//! output = "none"                 # or a list; none | stdout | file:PATH | unix:PATH | unixgram:PATH
+//! interval_secs = 10
+//! top_k = 1024
+//! top_n = 20
+//! v4_prefix = 24
+//! v6_prefix = 56
 //! connection_tenant = 0
-//! aggregator = { interval_secs = 10, top_k = 1024, top_n = 20, v4_prefix = 24, v6_prefix = 56 }
 //! # [events.clickhouse] as in palisade.toml: aggregates into ClickHouse too
 //!
 //! [access_log]
@@ -111,7 +115,6 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{Deserializer, Error as _};
 use shield::block::BlockConfig;
-use shield::events::AggregatorConfig;
 use shield::rules::{MAX_TENANT_ID, StateConfig};
 use toml::Spanned;
 
@@ -168,17 +171,7 @@ impl ConfigError {
     }
 }
 
-/// 1-based line and column of byte `offset` in `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let mut offset = offset.min(text.len());
-    while !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let start = before.rfind('\n').map_or(0, |p| p + 1);
-    (line, text[start..offset].chars().count() + 1)
-}
+use shield::toml_pos::line_col;
 
 // ---------------------------------------------------------------------------------------------
 // Value readers that check while reading (errors carry the value's span and key).
@@ -215,54 +208,7 @@ fn fraction<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(v)
 }
 
-/// Where a stream of JSON lines goes.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub enum Output {
-    /// Nowhere.
-    #[default]
-    None,
-    /// Standard output.
-    Stdout,
-    /// Appended to a file.
-    File(PathBuf),
-    /// A Unix stream socket (Vector's `socket` source, `mode = "unix"`).
-    Unix(PathBuf),
-    /// A Unix datagram socket, one record per datagram.
-    UnixGram(PathBuf),
-}
-
-impl<'de> Deserialize<'de> for Output {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        let out = match s.as_str() {
-            "none" | "" => Output::None,
-            "stdout" => Output::Stdout,
-            _ => match s.split_once(':') {
-                Some(("file", p)) if !p.is_empty() => Output::File(p.into()),
-                Some(("unix", p)) if !p.is_empty() => Output::Unix(p.into()),
-                Some(("unixgram", p)) if !p.is_empty() => Output::UnixGram(p.into()),
-                _ => {
-                    return Err(D::Error::custom(format!(
-                        "{s:?}: expected \"none\", \"stdout\", \"file:PATH\", \"unix:PATH\" or \"unixgram:PATH\""
-                    )));
-                }
-            },
-        };
-        Ok(out)
-    }
-}
-
-impl Output {
-    fn resolve(self, dir: &Path) -> Output {
-        let abs = |p: PathBuf| if p.is_relative() { dir.join(p) } else { p };
-        match self {
-            Output::File(p) => Output::File(abs(p)),
-            Output::Unix(p) => Output::Unix(abs(p)),
-            Output::UnixGram(p) => Output::UnixGram(abs(p)),
-            o => o,
-        }
-    }
-}
+pub use shield::events::{EventsConfig as Events, Output};
 
 /// Protocol spoken to an upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
@@ -493,32 +439,6 @@ struct RulesSchema {
 #[serde(deny_unknown_fields)]
 struct XdpSchema {
     pin_path: Option<PathBuf>,
-}
-
-/// `[events]`: where 403/429 aggregates go.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct Events {
-    /// Where flushed aggregates go (`none`, `stdout`, `file:PATH`, `unix:PATH`, `unixgram:PATH`). Start-time only.
-    pub output: Output,
-    /// Tenant id under which connection-level blocks (before any Host is known) are recorded. Reloadable.
-    #[serde(deserialize_with = "range_u32::<0, 1048575, _>")]
-    pub connection_tenant: u32,
-    /// The shield aggregator (`interval_secs`, `top_k`, `top_n`, `max_recorders`, ...). Start-time only.
-    pub aggregator: AggregatorConfig,
-    /// `[events.clickhouse]`: aggregates (and access records, see `AccessLog::clickhouse`) into ClickHouse too. Start-time only.
-    pub clickhouse: Option<shield::events::ClickHouseConfig>,
-}
-
-impl Default for Events {
-    fn default() -> Self {
-        Events {
-            output: Output::None,
-            connection_tenant: 0,
-            aggregator: AggregatorConfig::default(),
-            clickhouse: None,
-        }
-    }
 }
 
 /// `[access_log]`: sampled, normalised records of passed requests.
@@ -821,8 +741,8 @@ impl Config {
             }
         };
         let f: FileSchema = toml::from_str(text).map_err(|e| {
-            let (key, msg) = split_toml_error(&e);
-            at(e.span(), &key, msg)
+            let l = shield::toml_pos::locate(text, &e);
+            at(e.span(), &l.key, l.message)
         })?;
         let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let abs = |p: &Path| {
@@ -982,7 +902,10 @@ impl Config {
         }
 
         let mut events = f.events.clone();
-        events.output = events.output.resolve(&dir);
+        for w in events.upgrade(&dir) {
+            tracing::warn!(file = %path.display(), "{w}");
+        }
+        events.check().map_err(|(k, m)| at(None, &k, m))?;
         let mut access_log = f.access_log.clone();
         access_log.output = access_log.output.resolve(&dir);
 
@@ -1038,7 +961,7 @@ impl Config {
             out.push("xdp.pin_path");
         }
         if self.events.output != other.events.output
-            || self.events.aggregator != other.events.aggregator
+            || self.events.aggregator() != other.events.aggregator()
             || self.events.clickhouse != other.events.clickhouse
         {
             out.push("events");
@@ -1054,18 +977,6 @@ impl Config {
 }
 
 /// Splits a TOML error into its dotted key and its message.
-fn split_toml_error(e: &toml::de::Error) -> (String, String) {
-    let mut bare = e.clone();
-    bare.set_input(None);
-    let shown = bare.to_string();
-    let key = shown
-        .lines()
-        .find_map(|l| l.strip_prefix("in `").and_then(|k| k.strip_suffix('`')))
-        .unwrap_or("")
-        .to_string();
-    (key, e.message().trim().to_string())
-}
-
 fn check_host(h: &str) -> Result<(), &'static str> {
     if h == "*" {
         return Ok(());

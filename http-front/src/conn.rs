@@ -20,10 +20,10 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep_until};
 
 use crate::conns::{CloseCause, ConnGuard, Refused};
+use crate::counters::{Counter, Counters};
+use crate::forward::ClientInfo;
 use crate::front::{Front, Snapshot};
 use crate::local;
-use crate::metrics::{Counter, Counters};
-use crate::proxy::ClientInfo;
 use crate::service::{self, ConnCtx};
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
@@ -119,7 +119,7 @@ pub async fn accept_loop(front: Arc<Front>, listener: std::net::TcpListener, tls
                 }
             };
             let ip = peer.ip().to_canonical();
-            let blocked = local::with(&front, |l| {
+            let blocked = local::with(&*front, |l| {
                 let b = l.is_blocked(ip);
                 if b {
                     l.record_blocked(front.conn_tenant.load(Ordering::Relaxed), ip);

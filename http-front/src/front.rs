@@ -10,18 +10,16 @@ use arc_swap::ArcSwap;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use shield::block::BlockMap;
-use shield::events::{
-    Aggregator, Flusher, JsonLines, SinkStats, SinkWriter, UnixDatagramSink, UnixStreamSink,
-};
+use shield::events::{Aggregator, Flusher};
 use shield::rules::{Prepared, RuleSet, RuleState};
 use tokio_rustls::TlsAcceptor;
 
 use crate::access_log::{self, AccessLogger, AccessRecord};
 use crate::config::{Config, ConfigError, Loaded, Output};
 use crate::conns::Registry;
-use crate::metrics::{Counter, Counters};
+use crate::counters::{Counter, Counters};
+use crate::forward::upstream::Upstream;
 use crate::site::Sites;
-use crate::upstream::Upstream;
 
 /// Why the front could not start.
 #[derive(Debug, thiserror::Error)]
@@ -160,13 +158,32 @@ pub struct Front {
     /// Counters of the listeners' SYN filter.
     pub syn_filter: Arc<crate::synfilter::FilterStats>,
     /// Bytes of request bodies buffered now (bounded by `server.body_buffer_total_bytes`).
-    pub body_buffered: std::sync::atomic::AtomicUsize,
-    snapshot: ArcSwap<Snapshot>,
+    pub body_buffered: Arc<std::sync::atomic::AtomicUsize>,
+    /// Every counter, for /metrics.
+    pub metrics: Arc<shield::metrics::Registry>,
+    snapshot: Arc<ArcSwap<Snapshot>>,
     flusher: Mutex<Option<Flusher>>,
     access_log: Mutex<Option<AccessLogger>>,
-    clickhouse: Vec<shield::events::ClickHouseMonitor>,
-    xdp: Mutex<Option<xdp_guard::MirrorHandle>>,
+    xdp: Arc<Mutex<Option<xdp_guard::MirrorHandle>>>,
     config_path: PathBuf,
+}
+
+impl crate::local::Parts for Front {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn blocks(&self) -> &Arc<BlockMap> {
+        &self.blocks
+    }
+    fn events(&self) -> &Arc<Aggregator> {
+        &self.events
+    }
+    fn rules(&self) -> &Arc<RuleSet> {
+        &self.rules
+    }
+    fn access_log_sender(&self) -> Option<std::sync::mpsc::SyncSender<AccessRecord>> {
+        Front::access_log_sender(self)
+    }
 }
 
 impl std::fmt::Debug for Front {
@@ -181,17 +198,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn event_writer(out: &Output, queue: usize) -> std::io::Result<Option<SinkWriter>> {
-    let sink: Box<dyn shield::events::Sink> = match out {
-        Output::None => return Ok(None),
-        Output::Stdout => Box::new(JsonLines::stdout()),
-        Output::File(p) => Box::new(JsonLines::file(p)?),
-        Output::Unix(p) => Box::new(UnixStreamSink::new(p, Duration::from_secs(2))),
-        Output::UnixGram(p) => Box::new(UnixDatagramSink::new(p, Duration::from_secs(2))?),
-    };
-    SinkWriter::spawn(sink, queue).map(Some)
-}
-
 impl Front {
     /// Builds the front from a loaded configuration: block map, rules, aggregator and its flusher, access log, XDP mirror.
     pub fn new(loaded: Loaded) -> Result<Arc<Front>, StartError> {
@@ -202,19 +208,18 @@ impl Front {
             tls,
         } = loaded;
         let blocks = BlockMap::new(cfg.block.clone());
-        let events = Aggregator::new(cfg.events.aggregator.clone());
-        let writers = event_writer(&cfg.events.output, cfg.events.aggregator.queue_batches)
-            .map_err(|source| StartError::Output {
-                what: "events",
-                source,
-            })?;
+        let events = Aggregator::new(cfg.events.aggregator());
+        let writers = cfg.events.writers().map_err(|source| StartError::Output {
+            what: "events",
+            source,
+        })?;
         let mut clickhouse = Vec::new();
         let ch = crate::clickhouse::event_writer(&cfg).map_err(|source| StartError::Output {
             what: "events.clickhouse",
             source,
         })?;
         let ch = ch.map(|(w, m)| {
-            clickhouse.push(m);
+            clickhouse.push((m, "events.clickhouse", "clickhouse_events"));
             w
         });
         let flusher = events
@@ -227,7 +232,7 @@ impl Front {
         let access_log = access_log::sink_for(&cfg.access_log.output)
             .and_then(|s| crate::clickhouse::access_sink(&cfg, s))
             .map(|(s, m)| {
-                clickhouse.extend(m);
+                clickhouse.extend(m.map(|m| (m, "access.clickhouse", "clickhouse_access")));
                 s
             })
             .and_then(|s| match s {
@@ -262,22 +267,70 @@ impl Front {
         let state = RuleState::new(&cfg.rules_state, Some(Arc::clone(&blocks)));
         let conn_tenant = AtomicU32::new(cfg.events.connection_tenant);
         let config_path = cfg.path.clone();
-        let snapshot = Snapshot::build(cfg, &rules, tls, None);
+        let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::build(
+            cfg, &rules, tls, None,
+        )));
+        let rules = Arc::new(RuleSet::new(rules, state));
+        let registry = Arc::new(Registry::default());
+        let syn_filter: Arc<crate::synfilter::FilterStats> = Arc::default();
+        let xdp = Arc::new(Mutex::new(xdp));
+        // Every counter in one registry: http-front's own (`http_front_*`) and shield's
+        // parts (`palisade_*`, the names dnsd gives the same parts).
+        let metrics = shield::metrics::Registry::new();
+        metrics.register("counters", counters.clone());
+        metrics.register("connections", registry.clone());
+        let snap = Arc::clone(&snapshot);
+        metrics.register(
+            "sites",
+            Arc::new(move |out: &mut shield::metrics::Samples| {
+                let s = snap.load();
+                for (what, n) in [("any", s.sites.len()), ("with_rules", s.sites.with_rules())] {
+                    out.gauge(
+                        format!("sites.{what}"),
+                        "http_front_sites",
+                        format!("rules=\"{what}\""),
+                        "Sites configured; with_rules: those whose tenant has rules.",
+                        n as u64,
+                    );
+                }
+            }),
+        );
+        metrics.register("syn_filter", syn_filter.clone());
+        metrics.register("stalls", Arc::new(crate::metrics::Stalls));
+        metrics.register("blockmap", blocks.clone());
+        metrics.register("rules", rules.clone());
+        metrics.register("events", events.clone());
+        metrics.register("sinks", Arc::new(flusher.sinks_source()));
+        for (m, ctl, table) in clickhouse {
+            metrics.register(
+                table,
+                Arc::new(shield::events::ClickHouseSource {
+                    monitor: m,
+                    ctl,
+                    table: if table == "clickhouse_events" {
+                        "events"
+                    } else {
+                        "access"
+                    },
+                }),
+            );
+        }
+        metrics.register("xdp", Arc::new(crate::metrics::XdpMirror(xdp.clone())));
         Ok(Arc::new(Front {
             id: IDS.fetch_add(1, Ordering::Relaxed),
             counters,
             blocks,
-            rules: Arc::new(RuleSet::new(rules, state)),
+            rules,
             events,
-            registry: Arc::new(Registry::default()),
+            registry,
             conn_tenant,
-            syn_filter: Arc::default(),
-            body_buffered: std::sync::atomic::AtomicUsize::new(0),
-            snapshot: ArcSwap::from_pointee(snapshot),
+            syn_filter,
+            body_buffered: Arc::default(),
+            metrics,
+            snapshot,
             flusher: Mutex::new(Some(flusher)),
             access_log: Mutex::new(access_log),
-            clickhouse,
-            xdp: Mutex::new(xdp),
+            xdp,
             config_path,
         }))
     }
@@ -329,21 +382,6 @@ impl Front {
         lock(&self.access_log)
             .as_ref()
             .and_then(AccessLogger::sender)
-    }
-
-    /// Counters of the event sinks.
-    pub fn sink_stats(&self) -> Option<Vec<SinkStats>> {
-        lock(&self.flusher).as_ref().map(Flusher::sink_stats)
-    }
-
-    /// The ClickHouse writers' monitors (events, access records), when configured.
-    pub fn clickhouse_monitors(&self) -> &[shield::events::ClickHouseMonitor] {
-        &self.clickhouse
-    }
-
-    /// Counters of the XDP mirror, when one runs.
-    pub fn xdp_stats(&self) -> Option<xdp_guard::MirrorSnapshot> {
-        lock(&self.xdp).as_ref().map(|h| h.stats().snapshot())
     }
 
     /// Last flush of events and access logs, stop of the XDP mirror (after the runtime is gone).

@@ -9,9 +9,23 @@ use shield::events::{Action, Recorder};
 use shield::rules::LocalRules;
 
 use crate::access_log::AccessRecord;
-use crate::front::Front;
 
-/// One thread's handles for one [`Front`].
+/// What a thread's handles are made from: the front's shared parts (a trait so that this
+/// module needs nothing of the front that assembles them).
+pub trait Parts {
+    /// A process-unique id of the parts (handles are remade when it changes).
+    fn id(&self) -> u64;
+    /// The block map.
+    fn blocks(&self) -> &std::sync::Arc<shield::block::BlockMap>;
+    /// The event aggregator.
+    fn events(&self) -> &std::sync::Arc<shield::events::Aggregator>;
+    /// The rules.
+    fn rules(&self) -> &std::sync::Arc<shield::rules::RuleSet>;
+    /// A sender into the access-log writer, when access logs are on.
+    fn access_log_sender(&self) -> Option<SyncSender<AccessRecord>>;
+}
+
+/// One thread's handles for one front.
 pub struct Local {
     owner: u64,
     /// Block-map lookups.
@@ -27,13 +41,13 @@ pub struct Local {
 }
 
 impl Local {
-    fn new(front: &Front) -> Local {
+    fn new<P: Parts + ?Sized>(p: &P) -> Local {
         Local {
-            owner: front.id(),
-            reader: front.blocks.reader(),
-            recorder: front.events.recorder(),
-            rules: front.rules.local(),
-            access: front.access_log_sender(),
+            owner: p.id(),
+            reader: p.blocks().reader(),
+            recorder: p.events().recorder(),
+            rules: p.rules().local(),
+            access: p.access_log_sender(),
             sample_tick: 0,
         }
     }
@@ -57,7 +71,7 @@ thread_local! {
 
 /// Runs `f` with this thread's handles for `front` (made on first use). Must not nest.
 #[inline]
-pub fn with<R>(front: &Front, f: impl FnOnce(&mut Local) -> R) -> R {
+pub fn with<R, P: Parts + ?Sized>(front: &P, f: impl FnOnce(&mut Local) -> R) -> R {
     LOCAL.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.as_ref().is_none_or(|l| l.owner != front.id()) {

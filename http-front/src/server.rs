@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 use crate::config::Loaded;
 use crate::conns::CloseCause;
 use crate::front::{Front, StartError};
-use crate::{blockwatch, conn, metrics, synfilter};
+use crate::{blockwatch, conn, synfilter};
 
 /// Listen backlog of client listeners.
 const BACKLOG: i32 = 4096;
@@ -76,20 +76,20 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         let l = tokio::net::TcpListener::from_std(l)
             .map_err(|source| StartError::Listen { addr, source })?;
         tracing::info!(%addr, "metrics at /metrics");
-        background.spawn(metrics::serve(l, Arc::clone(&front)));
+        background.spawn(shield::metrics::serve(l, Arc::clone(&front.metrics)));
     }
     background.spawn(blockwatch::close_blocked(Arc::clone(&front)));
     if !filtered.is_empty() {
         let stats = Arc::clone(&front.syn_filter);
         background.spawn(synfilter::run(
-            Arc::clone(&front),
+            Arc::clone(&front.blocks),
             filtered,
             syn_filter_max,
             stats,
         ));
     }
     background.spawn(blockwatch::expire(Arc::clone(&front)));
-    background.spawn(crate::upstream::sweep_loop());
+    background.spawn(crate::forward::upstream::sweep_loop());
 
     let sig = |k| {
         signal(k).map_err(|source| StartError::Output {

@@ -15,14 +15,14 @@ use shield::rules::{Action, Now};
 
 use crate::access_log::{self, AccessRecord};
 use crate::conns::{CloseCause, ConnCtl};
+use crate::counters::Counter;
+use crate::forward::h1;
+use crate::forward::relay;
+use crate::forward::reqbody::{BodyError, BodyLimits, ClientBody};
+use crate::forward::{self, ClientInfo, ForwardError, RespBody, simple};
 use crate::front::Front;
 use crate::front::Snapshot;
-use crate::h1;
 use crate::local;
-use crate::metrics::Counter;
-use crate::proxy::{self, ClientInfo, ForwardError, RespBody, simple};
-use crate::relay;
-use crate::reqbody::{BodyError, BodyLimits, ClientBody};
 use crate::target::{self, HOST_MAX, Host};
 use crate::view::HttpView;
 
@@ -411,7 +411,7 @@ const SINGLE_VALUED: &[header::HeaderName] = &[
 fn check_head<B>(
     req: &Request<B>,
     limits: &crate::config::Limits,
-    c: &crate::metrics::Counters,
+    c: &crate::counters::Counters,
 ) -> Result<(), (StatusCode, &'static str)> {
     let h = req.headers();
     let bytes: usize = h.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
@@ -460,7 +460,7 @@ fn check_head<B>(
 
 /// Our answer to a request whose body failed (the connection closes: the rest of the body
 /// is not read).
-fn body_refused(c: &crate::metrics::Counters, e: BodyError) -> Response<RespBody> {
+fn body_refused(c: &crate::counters::Counters, e: BodyError) -> Response<RespBody> {
     match e {
         BodyError::Malformed => {
             c.bump(Counter::RespBadBody);
@@ -531,7 +531,12 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
         min_rate: srv.body_min_rate_bytes_per_sec,
         timeout: Duration::from_millis(srv.body_timeout_ms),
     };
-    let mut body = ClientBody::new(&cx.front, job.body.take(), limits);
+    let mut body = ClientBody::new(
+        &front.counters,
+        &front.body_buffered,
+        job.body.take(),
+        limits,
+    );
     // The body is read before the upstream is contacted (up to its buffer): a malformed or
     // slow one never reaches the origin.
     let buffered = if body.is_empty() {
@@ -556,7 +561,7 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
             let watch = body.watch();
             let req = Request::from_parts(parts, body);
             // Boxed: the h2c path is the rarer one, and its future is large.
-            let r = Box::pin(proxy::forward_h2(
+            let r = Box::pin(forward::h2::forward(
                 up,
                 req,
                 job.host.take(),
@@ -591,7 +596,7 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
                 // A streamed upstream body goes through a relay, so that a client that does
                 // not read cannot hold the upstream connection.
                 b @ (RespBody::H1(_) | RespBody::H2(_)) => RespBody::Relay(relay::relay(
-                    &cx.front,
+                    &front.counters,
                     b,
                     Duration::from_millis(srv.send_timeout_ms),
                 )),

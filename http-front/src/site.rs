@@ -6,9 +6,9 @@ use hashbrown::HashMap;
 use http::HeaderValue;
 
 use crate::config::Config;
-use crate::proxy::HeaderPolicy;
+use crate::forward::HeaderPolicy;
+use crate::forward::upstream::Upstream;
 use crate::target::PathOptions;
-use crate::upstream::Upstream;
 
 type Map = HashMap<Box<str>, u32, foldhash::fast::RandomState>;
 

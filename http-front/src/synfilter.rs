@@ -24,8 +24,6 @@ use ipnet::{IpNet, Ipv4Net};
 use shield::block::{Change, Delivery};
 use socket2::{SockFilter, Socket};
 
-use crate::front::Front;
-
 const LD_B_ABS: u16 = 0x30;
 const LD_W_ABS: u16 = 0x20;
 const JSET_K: u16 = 0x45;
@@ -113,10 +111,15 @@ pub struct FilterStats {
 }
 
 /// Keeps the listeners' filter equal to (the first `max` IPv4 entries of) the block map.
-pub async fn run(front: Arc<Front>, listeners: Vec<OwnedFd>, max: usize, stats: Arc<FilterStats>) {
+pub async fn run(
+    blocks: Arc<shield::block::BlockMap>,
+    listeners: Vec<OwnedFd>,
+    max: usize,
+    stats: Arc<FilterStats>,
+) {
     let max = max.min(MAX_ENTRIES);
     let socks: Vec<Socket> = listeners.into_iter().map(Socket::from).collect();
-    let mut sub = front.blocks.subscribe("http-front-syn-filter");
+    let mut sub = blocks.subscribe("http-front-syn-filter");
     let mut set: BTreeMap<Ipv4Net, u64> = BTreeMap::new();
     let mut overflow = false;
     let mut refill = tokio::time::interval(Duration::from_secs(5));
@@ -175,7 +178,7 @@ pub async fn run(front: Arc<Front>, listeners: Vec<OwnedFd>, max: usize, stats: 
                 changed = set.len() != before;
                 if overflow && set.len() < max {
                     overflow = false;
-                    for e in front.blocks.entries() {
+                    for e in blocks.entries() {
                         if let Some(n) = v4(e.net) && !e.is_expired(now) && !set.contains_key(&n) {
                             if set.len() < max {
                                 set.insert(n, e.expires_ms);
@@ -211,7 +214,7 @@ pub async fn run(front: Arc<Front>, listeners: Vec<OwnedFd>, max: usize, stats: 
         }
         stats.entries.store(held as u64, Ordering::Relaxed);
         let missing = if overflow || held < nets.len() {
-            (front.blocks.len() as u64).saturating_sub(held as u64)
+            (blocks.len() as u64).saturating_sub(held as u64)
         } else {
             0
         };

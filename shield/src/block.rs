@@ -1087,6 +1087,101 @@ impl Drop for Subscription {
     }
 }
 
+/// The block map's counters, named `palisade_blockmap_*` in both daemons.
+impl crate::metrics::Source for BlockMap {
+    fn collect(&self, out: &mut crate::metrics::Samples) {
+        let b = self.stats();
+        let g = |out: &mut crate::metrics::Samples, what: &str, m, help, v: usize| {
+            out.gauge(format!("blockmap.{what}"), m, "", help, v as u64)
+        };
+        g(
+            out,
+            "entries",
+            "palisade_blockmap_entries",
+            "Entries in the block map.",
+            b.len,
+        );
+        g(
+            out,
+            "prefixes",
+            "palisade_blockmap_prefixes",
+            "Prefix entries in the block map.",
+            b.prefixes,
+        );
+        g(
+            out,
+            "capacity",
+            "palisade_blockmap_capacity",
+            "Capacity of the block map.",
+            b.capacity,
+        );
+        for (what, m, help, v) in [
+            (
+                "inserts",
+                "palisade_blockmap_inserts_total",
+                "Entries added to the block map.",
+                b.inserts,
+            ),
+            (
+                "refreshes",
+                "palisade_blockmap_refreshes_total",
+                "Entries given a later expiry or a new reason.",
+                b.refreshes,
+            ),
+            (
+                "removals",
+                "palisade_blockmap_removals_total",
+                "Entries removed.",
+                b.removals,
+            ),
+            (
+                "expirations",
+                "palisade_blockmap_expirations_total",
+                "Entries that expired.",
+                b.expirations,
+            ),
+            (
+                "evictions",
+                "palisade_blockmap_evictions_total",
+                "Entries evicted because the map was full.",
+                b.evictions,
+            ),
+            (
+                "hits",
+                "palisade_blockmap_hits_total",
+                "Lookups that hit a live entry.",
+                b.hits,
+            ),
+        ] {
+            out.counter(format!("blockmap.{what}"), m, "", help, v);
+        }
+        for s in &b.subscribers {
+            let l = format!("subscriber=\"{}\"", crate::metrics::label_value(&s.name));
+            out.gauge(
+                format!("blockmap.feed.{}.lag", s.name),
+                "palisade_blockmap_feed_queued",
+                l.clone(),
+                "Changes waiting for a change-feed subscriber.",
+                s.queued as u64,
+            );
+            out.counter(
+                format!("blockmap.feed.{}.lost", s.name),
+                "palisade_blockmap_feed_lost_total",
+                l.clone(),
+                "Changes a subscriber's full queue could not take (replaced by a resync).",
+                s.lagged,
+            );
+            out.counter(
+                format!("blockmap.feed.{}.resyncs", s.name),
+                "palisade_blockmap_feed_resyncs_total",
+                l,
+                "Full resyncs of a change-feed subscriber that fell behind.",
+                s.resyncs,
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1383,100 +1478,5 @@ mod tests {
         rt.block_on(sub.changed());
         t.join().unwrap();
         assert!(matches!(sub.poll(10), Some(Delivery::Changes(_))));
-    }
-}
-
-/// The block map's counters, named `palisade_blockmap_*` in both daemons.
-impl crate::metrics::Source for BlockMap {
-    fn collect(&self, out: &mut crate::metrics::Samples) {
-        let b = self.stats();
-        let g = |out: &mut crate::metrics::Samples, what: &str, m, help, v: usize| {
-            out.gauge(format!("blockmap.{what}"), m, "", help, v as u64)
-        };
-        g(
-            out,
-            "entries",
-            "palisade_blockmap_entries",
-            "Entries in the block map.",
-            b.len,
-        );
-        g(
-            out,
-            "prefixes",
-            "palisade_blockmap_prefixes",
-            "Prefix entries in the block map.",
-            b.prefixes,
-        );
-        g(
-            out,
-            "capacity",
-            "palisade_blockmap_capacity",
-            "Capacity of the block map.",
-            b.capacity,
-        );
-        for (what, m, help, v) in [
-            (
-                "inserts",
-                "palisade_blockmap_inserts_total",
-                "Entries added to the block map.",
-                b.inserts,
-            ),
-            (
-                "refreshes",
-                "palisade_blockmap_refreshes_total",
-                "Entries given a later expiry or a new reason.",
-                b.refreshes,
-            ),
-            (
-                "removals",
-                "palisade_blockmap_removals_total",
-                "Entries removed.",
-                b.removals,
-            ),
-            (
-                "expirations",
-                "palisade_blockmap_expirations_total",
-                "Entries that expired.",
-                b.expirations,
-            ),
-            (
-                "evictions",
-                "palisade_blockmap_evictions_total",
-                "Entries evicted because the map was full.",
-                b.evictions,
-            ),
-            (
-                "hits",
-                "palisade_blockmap_hits_total",
-                "Lookups that hit a live entry.",
-                b.hits,
-            ),
-        ] {
-            out.counter(format!("blockmap.{what}"), m, "", help, v);
-        }
-        for s in &b.subscribers {
-            let l = format!("subscriber=\"{}\"", crate::metrics::label_value(&s.name));
-            out.gauge(
-                format!("blockmap.feed.{}.lag", s.name),
-                "palisade_blockmap_feed_queued",
-                l.clone(),
-                "Changes waiting for a change-feed subscriber.",
-                s.queued as u64,
-            );
-            out.counter(
-                format!("blockmap.feed.{}.lost", s.name),
-                "palisade_blockmap_feed_lost_total",
-                l.clone(),
-                "Changes a subscriber's full queue could not take (replaced by a resync).",
-                s.lagged,
-            );
-            out.counter(
-                format!("blockmap.feed.{}.resyncs", s.name),
-                "palisade_blockmap_feed_resyncs_total",
-                l,
-                "Full resyncs of a change-feed subscriber that fell behind.",
-                s.resyncs,
-            );
-        }
     }
 }

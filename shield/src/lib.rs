@@ -13,6 +13,7 @@
 //! - [`clock`]: the two clocks the other modules take as plain integers.
 //! - [`metrics`]: the counter registry both daemons render for `ctl stats` and `/metrics`,
 //!   and the one `/metrics` server.
+//! - [`toml_pos`]: `file:line:col` and the key of a TOML error, for every config file.
 //! - [`redis_sync`]: block-map sync across nodes through Redis (snapshot, capped change stream,
 //!   bounded outbox), built on [`block::Subscription`] and [`block::Origin::Peer`].
 //!
@@ -26,6 +27,7 @@ pub mod prefix;
 pub mod ratelimit;
 pub mod redis_sync;
 pub mod rules;
+pub mod toml_pos;
 
 mod epoch;
 mod util;

@@ -7,7 +7,7 @@
 //! - [`Front`]: http-front from a `front.toml` (and optional `rules.toml`) written to its own
 //!   temp dir, started in its own process group (killed on drop, log printed on panic),
 //!   ready once `/metrics` answers; [`Front::reload`] sends SIGHUP and waits for the reload
-//!   counters to move; [`Front::metric`] reads one series.
+//!   counters to move; [`Front::metric`] reads one series (absent: the test fails).
 //! - [`H1Conn`] and [`get`]: HTTP/1.1 requests over a connection from a chosen source.
 //! - [`H2Conn`]: HTTP/2 by prior knowledge with hand-made frames: requests, resets, and a
 //!   reader that reports GOAWAY. It announces a zero HPACK table so that responses only use
@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::counters;
 use crate::net;
 
 /// How long a read waits by default.
@@ -423,16 +424,14 @@ impl Front {
     pub fn metrics(&self) -> BTreeMap<String, f64> {
         let text = http_get_text(self.metrics, "/metrics")
             .unwrap_or_else(|e| panic!("metrics: {e}\n{}", self.log()));
-        text.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| l.rsplit_once(' '))
-            .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v)))
-            .collect()
+        counters::prometheus_series(&text)
     }
 
-    /// One series (0 when absent), e.g. `http_front_limit_hits_total{limit="max_uri_bytes"}`.
+    /// One series, e.g. `http_front_limit_hits_total{limit="max_uri_bytes"}`; panics, listing
+    /// the series there are, when it is absent (a misspelt series must not read as 0).
+    #[track_caller]
     pub fn metric(&self, series: &str) -> u64 {
-        self.metrics().get(series).copied().unwrap_or(0.0) as u64
+        counters::prometheus_value(&self.metrics(), series) as u64
     }
 
     /// Waits (at most `timeout`) until `series` reaches `at_least`; its last value.

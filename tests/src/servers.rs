@@ -7,7 +7,6 @@
 //! its own process group, which is killed on drop (also while a test panics, when the log
 //! is printed) and gets SIGKILL if the test thread dies first (PR_SET_PDEATHSIG).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -17,6 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::client;
+use crate::counters::Counters;
 use crate::net;
 use crate::wire::{QueryOpts, qtype, rcode};
 
@@ -464,20 +464,19 @@ impl Dnsd {
         (out.status.success(), text)
     }
 
-    /// `dnsd ctl stats` as a map of counter name to value (lines `name<TAB>value`).
-    pub fn stats(&self) -> BTreeMap<String, u64> {
+    /// `dnsd ctl stats` (lines `name<TAB>value`) as one snapshot; reading a counter that is
+    /// not there fails the test.
+    pub fn stats(&self) -> Counters {
         let (ok, text) = self.ctl(&["stats"]);
         assert!(ok, "dnsd ctl stats failed: {text}");
-        text.lines()
-            .filter_map(|l| {
-                let mut f = l.split('\t');
-                let (k, v) = (f.next()?, f.next()?);
-                if f.next().is_some() {
-                    return None;
-                }
-                Some((k.to_string(), v.trim().parse().ok()?))
-            })
-            .collect()
+        Counters::parse(&text)
+    }
+
+    /// The counter `name` of `dnsd ctl stats`, read now; panics, listing the counters there
+    /// are, when it is absent.
+    #[track_caller]
+    pub fn stat(&self, name: &str) -> u64 {
+        self.stats().get(name)
     }
 
     /// The body of `GET /metrics` (Prometheus text).

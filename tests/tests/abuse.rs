@@ -13,16 +13,19 @@ use std::time::{Duration, Instant};
 
 use palisade_tests::client::{self, frame};
 use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
 use socket2::{Domain, Socket, Type};
 
-/// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`).
+/// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`); panics when there is none (a
+/// size that reads as 0 would pass every bound).
 fn status_kib(pid: u32, field: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status (has the process exited?): {e}"));
     s.lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{s}"))
 }
 
 /// Raises this process's descriptor limit to its hard limit (thousands of client sockets).
@@ -90,19 +93,6 @@ fn ctl_socket(d: &Dnsd, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
-fn stat(d: &Dnsd, key: &str) -> u64 {
-    d.stats().get(key).copied().unwrap_or(0)
-}
-
-/// Waits (bounded) until `f` holds.
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn thousands_of_idle_tcp_connections_stay_bounded_and_others_are_served() {
     assert!(raise_nofile() > 8000, "the test needs 8000 descriptors");
@@ -123,7 +113,7 @@ fn thousands_of_idle_tcp_connections_stay_bounded_and_others_are_served() {
         .filter_map(|_| connect_from(greedy, addr).ok())
         .collect();
     wait_for("the per-source limit", Duration::from_secs(10), || {
-        stat(&dnsd, "drops.tcp_limit") >= 4
+        dnsd.stat("drops.tcp_limit") >= 4
     });
 
     let t0 = Instant::now();
@@ -137,7 +127,7 @@ fn thousands_of_idle_tcp_connections_stay_bounded_and_others_are_served() {
     wait_for(
         "every idle connection accepted",
         Duration::from_secs(20),
-        || stat(&dnsd, "tcp.connections") >= want,
+        || dnsd.stat("tcp.connections") >= want,
     );
     let rss1 = status_kib(pid, "VmRSS");
     assert!(
@@ -155,9 +145,9 @@ fn thousands_of_idle_tcp_connections_stay_bounded_and_others_are_served() {
 
     // Idle connections are closed after the idle time, and counted.
     wait_for("idle connections closed", Duration::from_secs(30), || {
-        stat(&dnsd, "tcp.connections") == 0
+        dnsd.stat("tcp.connections") == 0
     });
-    assert!(stat(&dnsd, "drops.tcp_timeout") >= want - 4);
+    assert!(dnsd.stat("drops.tcp_timeout") >= want - 4);
     let mut buf = [0u8; 1];
     let closed = held
         .iter_mut()
@@ -237,7 +227,7 @@ fn tcp_clients_that_never_read_stay_bounded_and_others_are_served() {
     wait_for(
         "stalled connections closed",
         Duration::from_secs(30),
-        || stat(&dnsd, "tcp.connections") == 0,
+        || dnsd.stat("tcp.connections") == 0,
     );
     drop(clients);
     assert!(tcp_served(addr, attacker(3101)));
@@ -315,7 +305,7 @@ fn hundreds_of_thousands_of_udp_sources_through_rrl_stay_within_budget() {
     }
     let sent_in = t0.elapsed();
     std::thread::sleep(Duration::from_millis(1500));
-    let received = stat(&dnsd, "udp.received");
+    let received = dnsd.stat("udp.received");
     let rss1 = status_kib(pid, "VmRSS");
     let hwm = status_kib(pid, "VmHWM");
     let stats = dnsd.stats();
@@ -323,6 +313,7 @@ fn hundreds_of_thousands_of_udp_sources_through_rrl_stay_within_budget() {
         "{SOURCES} unique sources sent in {sent_in:?}, {received} received: dnsd RSS {rss0} -> \
          {rss1} KiB (peak {hwm}); rrl/aggregator counters: {:?}",
         stats
+            .as_map()
             .iter()
             .filter(|(k, _)| k.starts_with("rrl") || k.starts_with("events") || k.contains("evict"))
             .collect::<Vec<_>>()
@@ -335,7 +326,7 @@ fn hundreds_of_thousands_of_udp_sources_through_rrl_stay_within_budget() {
     // fixed; RSS grows by less than 32 MiB whatever the number of sources.
     assert!(rss1 < rss0 + 32 * 1024, "RSS {rss0} -> {rss1} KiB");
     assert!(
-        stat(&dnsd, "rrl.evictions") > 0,
+        dnsd.stat("rrl.evictions") > 0,
         "more keys than slots: evictions counted"
     );
     let lines = std::fs::read_to_string(&events)
@@ -347,7 +338,7 @@ fn hundreds_of_thousands_of_udp_sources_through_rrl_stay_within_budget() {
         lines > 0 && lines < 1000,
         "events are aggregates, not one per source"
     );
-    assert!(stat(&dnsd, "rrl.limited") > u64::from(SOURCES) / 2);
+    assert!(dnsd.stat("rrl.limited") > u64::from(SOURCES) / 2);
     assert!(udp_served(addr), "a new source is answered");
 }
 

@@ -10,20 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use palisade_tests::clickhouse::ClickHouseServer;
+use palisade_tests::counters::prometheus_sum;
 use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, build_query};
-
-/// The sum of every series of `metric` in a Prometheus text body (labels given as `k="v"` filter).
-fn metric(text: &str, name: &str, label: &str) -> u64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let bare = series.split('{').next()?;
-            (bare == name && series.contains(label)).then(|| value.parse::<u64>().ok())?
-        })
-        .sum()
-}
 
 /// Sends `n` queries from `src` to `server` without waiting for answers (paced a little so
 /// that the kernel's queue never overflows).
@@ -55,14 +45,6 @@ fn settled(mut f: impl FnMut() -> String) -> String {
             return now;
         }
         last = now;
-    }
-}
-
-fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -143,8 +125,8 @@ fn blocked_and_rate_limited_traffic_lands_with_the_counts_of_metrics() {
     send_from(dnsd.addr(), "127.252.1.1", 3); // a calm client
 
     let m = settled(|| dnsd.metrics());
-    let blocked = metric(&m, "dnsd_blocked_total", "");
-    let limited = metric(&m, "dnsd_rrl_limited_total", "");
+    let blocked = prometheus_sum(&m, "dnsd_blocked_total", "");
+    let limited = prometheus_sum(&m, "dnsd_rrl_limited_total", "");
     eprintln!("metrics: blocked {blocked}, rrl limited {limited}");
     assert!(blocked >= 400, "most blocked datagrams arrive: {blocked}");
     assert!(limited >= 300, "the flood is limited: {limited}");
@@ -154,9 +136,9 @@ fn blocked_and_rate_limited_traffic_lands_with_the_counts_of_metrics() {
             "SELECT sum(hits) FROM palisade.events WHERE service = 'dnsd' AND action = '{action}'"
         ))
     };
-    wait_until(
+    wait_for(
         "ClickHouse to have every blocked and limited event",
-        20,
+        Duration::from_secs(20),
         || sum("blocked") == blocked && sum("rate_limited") == limited,
     );
     // One source prefix holds all of it.
@@ -179,7 +161,7 @@ fn blocked_and_rate_limited_traffic_lands_with_the_counts_of_metrics() {
 
     // The JSON-lines file sink ran alongside and says the same.
     let file = dir.path().join("events.jsonl");
-    wait_until("the file sink", 10, || {
+    wait_for("the file sink", Duration::from_secs(10), || {
         rows_in_file(&file).1 == blocked + limited
     });
     let (rows, _) = rows_in_file(&file);
@@ -193,21 +175,31 @@ fn blocked_and_rate_limited_traffic_lands_with_the_counts_of_metrics() {
         ("result=\"landed\"", rows),
     ] {
         assert_eq!(
-            metric(&m, "dnsd_events_clickhouse_rows_total", series),
+            prometheus_sum(&m, "palisade_clickhouse_rows_total", series),
             want,
             "{series}"
         );
     }
     assert_eq!(
-        metric(&m, "dnsd_events_clickhouse_invalid_rows_total", ""),
+        prometheus_sum(&m, "palisade_clickhouse_invalid_rows_total", ""),
         0
     );
-    assert_eq!(metric(&m, "dnsd_events_clickhouse_buffered_rows", ""), 0);
     assert_eq!(
-        metric(&m, "dnsd_events_sink_events_total", "result=\"dropped\""),
+        prometheus_sum(&m, "palisade_clickhouse_buffered_rows", ""),
         0
     );
-    assert_eq!(metric(&m, "dnsd_events_sink_queue_full_total", ""), 0);
+    assert_eq!(
+        prometheus_sum(
+            &m,
+            "palisade_events_sink_events_total",
+            "result=\"dropped\""
+        ),
+        0
+    );
+    assert_eq!(
+        prometheus_sum(&m, "palisade_events_sink_queue_full_total", ""),
+        0
+    );
     let stats = dnsd.stats();
     assert_eq!(stats["events.clickhouse.landed"], rows);
     assert_eq!(stats["events.clickhouse.overflow"], 0);
@@ -251,70 +243,70 @@ fn clickhouse_stopped_under_attack_loses_exactly_the_counted_overflow() {
         })
     };
     let landed = || {
-        metric(
+        prometheus_sum(
             &dnsd.metrics(),
-            "dnsd_events_clickhouse_rows_total",
+            "palisade_clickhouse_rows_total",
             "result=\"landed\"",
         )
     };
-    wait_until("rows landing", 20, || landed() >= 40);
+    wait_for("rows landing", Duration::from_secs(20), || landed() >= 40);
     ch.stop();
-    wait_until("overflow while ClickHouse is down", 30, || {
-        metric(
-            &dnsd.metrics(),
-            "dnsd_events_clickhouse_rows_total",
-            "result=\"overflow\"",
-        ) >= 40
-    });
+    wait_for(
+        "overflow while ClickHouse is down",
+        Duration::from_secs(30),
+        || {
+            prometheus_sum(
+                &dnsd.metrics(),
+                "palisade_clickhouse_rows_total",
+                "result=\"overflow\"",
+            ) >= 40
+        },
+    );
     let m = dnsd.metrics();
     assert_eq!(
-        metric(&m, "dnsd_events_clickhouse_buffered_rows", ""),
+        prometheus_sum(&m, "palisade_clickhouse_buffered_rows", ""),
         60,
         "bounded"
     );
     assert!(
-        metric(
+        prometheus_sum(
             &m,
-            "dnsd_events_clickhouse_requests_total",
+            "palisade_clickhouse_requests_total",
             "result=\"failed\""
         ) > 0
     );
     assert_eq!(
-        metric(&m, "dnsd_events_sink_events_total", "result=\"dropped\""),
+        prometheus_sum(
+            &m,
+            "palisade_events_sink_events_total",
+            "result=\"dropped\""
+        ),
         0,
         "the sink writers' queues never back up"
     );
     ch.restart();
-    wait_until("the buffer to drain", 30, || {
-        metric(&dnsd.metrics(), "dnsd_events_clickhouse_buffered_rows", "") < 30
+    wait_for("the buffer to drain", Duration::from_secs(30), || {
+        prometheus_sum(&dnsd.metrics(), "palisade_clickhouse_buffered_rows", "") < 30
     });
     stop.store(true, Ordering::Relaxed);
     attack.join().unwrap();
     let file = dir.path().join("events.jsonl");
     // Quiet: the last flush is in the file, and every row of it was taken by the ClickHouse
     // writer (accepted or counted) and sent.
-    let rows = |m: &str, r: &str| metric(m, "dnsd_events_clickhouse_rows_total", r);
-    wait_until("the last flush", 20, || {
+    let rows = |m: &str, r: &str| prometheus_sum(m, "palisade_clickhouse_rows_total", r);
+    wait_for("the last flush", Duration::from_secs(20), || {
         let m = dnsd.metrics();
         let (offered, total) = rows_in_file(&file);
-        total == metric(&m, "dnsd_blocked_total", "")
+        total == prometheus_sum(&m, "dnsd_blocked_total", "")
             && rows(&m, "result=\"accepted\"") + rows(&m, "result=\"overflow\"") == offered
-            && metric(&m, "dnsd_events_clickhouse_buffered_rows", "") == 0
+            && prometheus_sum(&m, "palisade_clickhouse_buffered_rows", "") == 0
     });
     let m = dnsd.metrics();
-    let accepted = metric(
-        &m,
-        "dnsd_events_clickhouse_rows_total",
-        "result=\"accepted\"",
-    );
-    let landed = metric(&m, "dnsd_events_clickhouse_rows_total", "result=\"landed\"");
-    let overflow = metric(
-        &m,
-        "dnsd_events_clickhouse_rows_total",
-        "result=\"overflow\"",
-    );
+    let accepted = prometheus_sum(&m, "palisade_clickhouse_rows_total", "result=\"accepted\"");
+    let landed = prometheus_sum(&m, "palisade_clickhouse_rows_total", "result=\"landed\"");
+    let overflow = prometheus_sum(&m, "palisade_clickhouse_rows_total", "result=\"overflow\"");
     let (offered, total) = rows_in_file(&file);
-    let blocked = metric(&m, "dnsd_blocked_total", "");
+    let blocked = prometheus_sum(&m, "dnsd_blocked_total", "");
     eprintln!(
         "offered {offered} rows ({total} events, dnsd_blocked_total {blocked}); accepted {accepted}, landed {landed}, overflow {overflow}"
     );
@@ -328,11 +320,7 @@ fn clickhouse_stopped_under_attack_loses_exactly_the_counted_overflow() {
     assert_eq!(landed, accepted, "nothing accepted is lost");
     assert_eq!(ch.number("SELECT count() FROM palisade.events"), landed);
     assert_eq!(
-        metric(
-            &m,
-            "dnsd_events_clickhouse_rows_total",
-            "result=\"rejected\""
-        ),
+        prometheus_sum(&m, "palisade_clickhouse_rows_total", "result=\"rejected\""),
         0
     );
 }

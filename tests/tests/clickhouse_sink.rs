@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use palisade_tests::clickhouse::ClickHouseServer;
+use palisade_tests::wait::wait_for;
 use shield::events::clickhouse::{AccessRow, ClickHouseConfig, ClickHouseWriter, Rows, Table};
 use shield::events::{Action, Event, TopSource};
 
@@ -45,14 +46,6 @@ fn access(seq: u64, client: IpAddr, url: &str) -> AccessRow<'_> {
         referer: None,
         request_bytes: Some(seq),
         response_bytes: None,
-    }
-}
-
-fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -260,17 +253,21 @@ fn a_server_stopped_under_load_loses_exactly_the_counted_overflow() {
             }
         })
     };
-    wait_for("rows landing", 20, || w.stats().landed > 5_000);
+    wait_for("rows landing", Duration::from_secs(20), || {
+        w.stats().landed > 5_000
+    });
     ch.stop();
     let down = Instant::now();
-    wait_for("overflow while down", 30, || w.stats().overflow > 10_000);
+    wait_for("overflow while down", Duration::from_secs(30), || {
+        w.stats().overflow > 10_000
+    });
     let st = w.stats();
     eprintln!("after {:?} down: {st:?}", down.elapsed());
     assert_eq!(st.buffered_rows, 20_000, "the buffer is full and bounded");
     assert!(st.request_failures > 0);
     ch.restart();
     let up = Instant::now();
-    wait_for("the buffer to drain", 60, || {
+    wait_for("the buffer to drain", Duration::from_secs(60), || {
         w.stats().buffered_rows < 2_000
     });
     eprintln!("drained in {:?}", up.elapsed());

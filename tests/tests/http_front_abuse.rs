@@ -13,6 +13,7 @@ use palisade_tests::http::{
     wait_closed,
 };
 use palisade_tests::net;
+use palisade_tests::wait::wait_for;
 
 fn front_with(origin: &Origin, extra: &str) -> Front {
     let o = origin.addr();
@@ -237,15 +238,9 @@ fn http_slowloris_is_bounded() {
         1
     );
     assert_eq!(origin.requests(), 1);
-    let end = Instant::now() + Duration::from_secs(10);
-    while front.metric("http_front_open_connections") > 0 && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(
-        front.metric("http_front_open_connections"),
-        0,
-        "connections left open"
-    );
+    wait_for("every connection to close", Duration::from_secs(10), || {
+        front.metric("http_front_open_connections") == 0
+    });
 }
 
 #[test]

@@ -319,7 +319,7 @@ id = 2
         front.metric("http_front_escalations_total{by=\"rules\"}"),
         1
     );
-    assert_eq!(front.metric("http_front_block_entries"), 1);
+    assert_eq!(front.metric("palisade_blockmap_entries"), 1);
     assert!(front.metric("http_front_connections_closed_total{cause=\"blocked\"}") >= 2);
 }
 

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use palisade_tests::http::{Front, H1Conn, H2Conn, base_config, frame, http_get_text};
 use palisade_tests::net;
 use palisade_tests::nginx::Nginx;
+use palisade_tests::wait::wait_for;
 
 const ORIGIN: &str = r#"
 server {
@@ -265,13 +266,10 @@ fn http_front_slow_uploads_never_hold_the_origin() {
     c.send_raw(b"POST /upload HTTP/1.1\r\nhost: s.test\r\ncontent-length: 100000\r\n\r\n")
         .unwrap();
     c.send_raw(&[b'y'; 8192]).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while origin_active(&origin) < 1 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(
-        origin_active(&origin) >= 1,
-        "the streamed body reached the origin"
+    wait_for(
+        "the streamed body to reach the origin",
+        Duration::from_secs(3),
+        || origin_active(&origin) >= 1,
     );
     let left = wait_origin_at_most(&origin, 0, Duration::from_secs(10));
     assert_eq!(left, 0, "a stalled upload still holds the origin");

@@ -2,7 +2,6 @@
 //! all behind one wildcard TCP socket; and isolation: a flood that overflows one address's
 //! receive queue leaves every other address answering.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -152,7 +151,7 @@ fn a_flooded_address_does_not_hurt_the_others() {
     let sent: u64 = floods.into_iter().map(|h| h.join().unwrap()).sum();
     lat.sort();
     let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
-    let stats: BTreeMap<String, u64> = dnsd.stats();
+    let stats = dnsd.stats();
     let top: Vec<&str> = dnsd_top(&dnsd);
     eprintln!(
         "flood: {sent} queries to {target}; probes: {} answered, {failed} failed, p50 {:?}, p99 {:?}, max {:?}; \

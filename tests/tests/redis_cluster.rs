@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use palisade_tests::redis::RedisServer;
 use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
 
 fn node(redis: &RedisServer, id: &str) -> Dnsd {
@@ -36,16 +37,6 @@ fn answered(server: SocketAddr, src: IpAddr) -> bool {
         .is_some_and(|m| m.rcode() == 0)
 }
 
-/// Waits (bounded) until `f` holds; returns how long it took.
-fn until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    t0.elapsed()
-}
-
 /// The prefixes in `block list`.
 fn listed(d: &Dnsd) -> BTreeSet<String> {
     let (_, out) = d.ctl(&["block", "list"]);
@@ -53,10 +44,6 @@ fn listed(d: &Dnsd) -> BTreeSet<String> {
         .filter(|l| !l.starts_with('('))
         .filter_map(|l| l.split('\t').next().map(str::to_string))
         .collect()
-}
-
-fn stat(d: &Dnsd, key: &str) -> u64 {
-    d.stats().get(key).copied().unwrap_or(0)
 }
 
 #[test]
@@ -78,7 +65,7 @@ fn a_block_on_one_node_is_enforced_on_the_other() {
         "abuse",
     ]);
     assert!(ok, "{out}");
-    let took = until("block reaches B", Duration::from_secs(5), || {
+    let took = wait_for("block reaches B", Duration::from_secs(5), || {
         !answered(b.addr(), client)
     });
     eprintln!("block on A enforced on B after {took:?}");
@@ -87,18 +74,22 @@ fn a_block_on_one_node_is_enforced_on_the_other() {
         list.contains("127.31.0.1/32") && list.contains("peer (a)") && list.contains("abuse"),
         "{list}"
     );
-    assert!(stat(&b, "redis.received") >= 1);
+    assert!(b.stat("redis.received") >= 1);
     // B does not echo A's decision back.
-    assert_eq!(stat(&b, "redis.published"), 0);
+    assert_eq!(b.stat("redis.published"), 0);
     let (ok, out) = a.ctl(&["block", "del", "127.31.0.1"]);
     assert!(ok, "{out}");
-    let took = until("removal reaches B", Duration::from_secs(5), || {
+    let took = wait_for("removal reaches B", Duration::from_secs(5), || {
         answered(b.addr(), client)
     });
     eprintln!("removal on A reached B after {took:?}");
+    let m = b.metrics();
     assert!(
-        b.metrics()
-            .contains("dnsd_redis_sync{what=\"received_removals\"} 1")
+        m.contains("palisade_redis_sync{what=\"received_removals\"} 1"),
+        "the redis lines of /metrics: {:?}",
+        m.lines()
+            .filter(|l| l.contains("redis"))
+            .collect::<Vec<_>>()
     );
 }
 
@@ -111,7 +102,7 @@ fn blocks_made_while_redis_is_down_arrive_after_it_restarts() {
     let b = node(&redis, "b");
     let (ok, _) = a.ctl(&["block", "add", "198.51.100.1"]);
     assert!(ok);
-    until("first block on B", Duration::from_secs(5), || {
+    wait_for("first block on B", Duration::from_secs(5), || {
         listed(&b).contains("198.51.100.1/32")
     });
     redis.kill();
@@ -123,7 +114,7 @@ fn blocks_made_while_redis_is_down_arrive_after_it_restarts() {
     assert!(listed(&a).contains("198.51.100.2/32"));
     std::thread::sleep(Duration::from_millis(500));
     redis.restart();
-    let took = until("B converges to A's set", Duration::from_secs(15), || {
+    let took = wait_for("B converges to A's set", Duration::from_secs(15), || {
         listed(&a) == listed(&b)
     });
     eprintln!(
@@ -151,14 +142,14 @@ fn a_burst_of_100k_blocks_all_arrive() {
     let t0 = Instant::now();
     let (ok, out) = a.ctl(&["block", "import", file.to_str().unwrap(), "--ttl", "600"]);
     assert!(ok, "{out}");
-    until("100,000 entries on B", Duration::from_secs(60), || {
-        stat(&b, "blockmap.entries") >= 100_000
+    wait_for("100,000 entries on B", Duration::from_secs(60), || {
+        b.stat("blockmap.entries") >= 100_000
     });
     eprintln!(
         "100,000 blocks from A on B after {:?}; B received {}",
         t0.elapsed(),
-        stat(&b, "redis.received")
+        b.stat("redis.received")
     );
-    assert_eq!(stat(&b, "blockmap.entries"), 100_000);
-    assert_eq!(stat(&a, "redis.buffer_overflows"), 0);
+    assert_eq!(b.stat("blockmap.entries"), 100_000);
+    assert_eq!(a.stat("redis.buffer_overflows"), 0);
 }

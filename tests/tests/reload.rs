@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
 
 /// Writes a zone of about `records` records with serial `serial`.
@@ -143,9 +144,7 @@ fn a_bad_zone_keeps_the_last_good_version_and_sighup_reloads() {
     let pid = dnsd.pid() as libc::pid_t;
     // SAFETY: kill(2) with a valid signal number.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while serial_of(addr) != Some(8) {
-        assert!(Instant::now() < deadline, "SIGHUP did not reload");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for("SIGHUP to reload", Duration::from_secs(10), || {
+        serial_of(addr) == Some(8)
+    });
 }

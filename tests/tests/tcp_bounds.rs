@@ -6,33 +6,17 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use palisade_tests::client::{self, frame};
 use palisade_tests::net;
 use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, RawMsg, build_query, qtype, rcode};
 use socket2::{Domain, Socket, Type};
 
 /// How long any single read or write may wait.
 const IO_WAIT: Duration = Duration::from_secs(5);
-
-fn stat(d: &Dnsd, key: &str) -> u64 {
-    d.stats().get(key).copied().unwrap_or(0)
-}
-
-/// Waits (bounded) until `f` holds.
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    for _ in 0..10_000 {
-        if f() {
-            return;
-        }
-        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("gave up waiting for {what}");
-}
 
 /// A TCP connection to `to` from the loopback address `from`, with bounded waits.
 fn connect_from(from: Ipv4Addr, to: SocketAddr) -> TcpStream {
@@ -108,7 +92,7 @@ fn start(options: &[&str]) -> Dnsd {
     }
     let d = b.start();
     wait_for("the readiness probe's connection to close", IO_WAIT, || {
-        stat(&d, "tcp.connections") == 0
+        d.stat("tcp.connections") == 0
     });
     d
 }
@@ -125,8 +109,8 @@ fn connections_over_tcp_max_connections_are_closed_counted_and_served_again_late
     for (i, s) in held.iter_mut().enumerate() {
         assert_eq!(ask(s, 100 + i as u16), Fate::Answered, "connection {i}");
     }
-    assert_eq!(stat(&dnsd, "tcp.connections"), MAX as u64);
-    assert_eq!(stat(&dnsd, "drops.tcp_limit"), 0);
+    assert_eq!(dnsd.stat("tcp.connections"), MAX as u64);
+    assert_eq!(dnsd.stat("drops.tcp_limit"), 0);
 
     // Each one more is closed without an answer, from this source or any other.
     for i in 0..3u16 {
@@ -138,12 +122,8 @@ fn connections_over_tcp_max_connections_are_closed_counted_and_served_again_late
             "extra connection {i}"
         );
     }
-    assert_eq!(
-        stat(&dnsd, "drops.tcp_limit"),
-        3,
-        "every refusal is counted"
-    );
-    assert_eq!(stat(&dnsd, "tcp.connections"), MAX as u64);
+    assert_eq!(dnsd.stat("drops.tcp_limit"), 3, "every refusal is counted");
+    assert_eq!(dnsd.stat("tcp.connections"), MAX as u64);
 
     // The connections held are not disturbed by the refusals.
     for (i, s) in held.iter_mut().enumerate() {
@@ -157,7 +137,7 @@ fn connections_over_tcp_max_connections_are_closed_counted_and_served_again_late
     // Two close: two new connections are served, and the one after them is refused again.
     held.truncate(MAX - 2);
     wait_for("two connections to be released", IO_WAIT, || {
-        stat(&dnsd, "tcp.connections") == (MAX - 2) as u64
+        dnsd.stat("tcp.connections") == (MAX - 2) as u64
     });
     for i in 0..2u16 {
         let mut s = connect_from(net::test_ip(), addr);
@@ -166,7 +146,7 @@ fn connections_over_tcp_max_connections_are_closed_counted_and_served_again_late
     }
     let mut extra = connect_from(net::test_ip(), addr);
     assert_eq!(ask(&mut extra, 500), Fate::Closed, "full again");
-    assert_eq!(stat(&dnsd, "drops.tcp_limit"), 4);
+    assert_eq!(dnsd.stat("drops.tcp_limit"), 4);
 
     // UDP does not share the TCP bound.
     let r = client::query_reply(addr, "www.example.com.", qtype::A, &QueryOpts::udp());
@@ -197,7 +177,7 @@ fn one_source_is_held_to_tcp_max_per_source_while_others_are_served() {
         let mut s = connect_from(greedy, addr);
         assert_eq!(ask(&mut s, 20 + i), Fate::Closed, "{greedy} over its share");
     }
-    assert_eq!(stat(&dnsd, "drops.tcp_limit"), 2);
+    assert_eq!(dnsd.stat("drops.tcp_limit"), 2);
 
     // Another source has its own share, whole.
     let mut theirs: Vec<TcpStream> = (0..PER_SOURCE).map(|_| connect_from(other, addr)).collect();
@@ -210,20 +190,20 @@ fn one_source_is_held_to_tcp_max_per_source_while_others_are_served() {
     }
     let mut s = connect_from(other, addr);
     assert_eq!(ask(&mut s, 40), Fate::Closed, "{other} over its share");
-    assert_eq!(stat(&dnsd, "drops.tcp_limit"), 3);
-    assert_eq!(stat(&dnsd, "tcp.connections"), 2 * PER_SOURCE as u64);
+    assert_eq!(dnsd.stat("drops.tcp_limit"), 3);
+    assert_eq!(dnsd.stat("tcp.connections"), 2 * PER_SOURCE as u64);
 
     // One of the greedy source's connections closes: it may open one more, not two.
     mine.pop();
     wait_for("a connection to be released", IO_WAIT, || {
-        stat(&dnsd, "tcp.connections") == 2 * PER_SOURCE as u64 - 1
+        dnsd.stat("tcp.connections") == 2 * PER_SOURCE as u64 - 1
     });
     let mut s = connect_from(greedy, addr);
     assert_eq!(ask(&mut s, 50), Fate::Answered, "{greedy} after a close");
     mine.push(s);
     let mut s = connect_from(greedy, addr);
     assert_eq!(ask(&mut s, 51), Fate::Closed, "{greedy} full again");
-    assert_eq!(stat(&dnsd, "drops.tcp_limit"), 4);
+    assert_eq!(dnsd.stat("drops.tcp_limit"), 4);
     for (i, s) in mine.iter_mut().chain(theirs.iter_mut()).enumerate() {
         assert_eq!(ask(s, 60 + i as u16), Fate::Answered, "held connection {i}");
     }
@@ -261,7 +241,7 @@ fn a_connection_is_closed_after_tcp_max_queries_all_of_them_answered() {
     const MAX_Q: u16 = 5;
     let dnsd = start(&[&format!("tcp_max_queries = {MAX_Q}")]);
     let addr = dnsd.addr();
-    let closes0 = stat(&dnsd, "drops.tcp_query_limit");
+    let closes0 = dnsd.stat("drops.tcp_query_limit");
 
     // One query at a time: each of the first MAX_Q is answered; then the server closes the
     // connection although the client keeps it open (the idle timeout is a minute away).

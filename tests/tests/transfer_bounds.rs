@@ -12,7 +12,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
@@ -20,6 +20,7 @@ use palisade_tests::client::{self, frame};
 use palisade_tests::compare::Normalized;
 use palisade_tests::net;
 use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, RawMsg, build_query, flag, qtype, rcode};
 use socket2::{Domain, Socket, Type};
 
@@ -63,23 +64,6 @@ fn start_big(dir: &Path, transfer: &str) -> Dnsd {
         .raw("[defence.rrl]\nenabled = false")
         .raw(&format!("[transfer]\n{transfer}"))
         .start()
-}
-
-fn stat(d: &Dnsd, key: &str) -> u64 {
-    d.stats().get(key).copied().unwrap_or(0)
-}
-
-/// Waits (bounded) until `f` holds.
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    for _ in 0..10_000 {
-        if f() {
-            return;
-        }
-        assert!(t0.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("gave up waiting for {what}");
 }
 
 /// A TCP connection to `to` from the loopback address `from`; with `small_window`, a small
@@ -254,19 +238,19 @@ fn concurrent_axfrs_out_are_bounded_in_total_and_per_client() {
     // a1's client goes away: its slot (and a's share) comes back; c is served.
     drop(a1);
     wait_for("a1 to be released", Duration::from_secs(10), || {
-        stat(&dnsd, "transfer.out.aborted") == 1
+        dnsd.stat("transfer.out.aborted") == 1
     });
     let c2 = start_axfr(c, addr, true);
     assert!(c2.running(), "a freed slot is used: {:?}", c2.first);
     // Full again.
     let c3 = start_axfr(c, addr, true);
     assert_eq!(c3.first.rcode, rcode::SERVFAIL, "{:?}", c3.first);
-    assert_eq!(stat(&dnsd, "transfer.out.limit_total"), 2);
+    assert_eq!(dnsd.stat("transfer.out.limit_total"), 2);
 
     // b1 goes away: a, below its share again, is served.
     drop(b1);
     wait_for("b1 to be released", Duration::from_secs(10), || {
-        stat(&dnsd, "transfer.out.aborted") == 2
+        dnsd.stat("transfer.out.aborted") == 2
     });
     let a4 = start_axfr(a, addr, true);
     assert!(a4.running(), "{:?}", a4.first);
@@ -493,7 +477,7 @@ fn refreshes(d: &Dnsd) -> u64 {
         "transfer.in.failed",
     ]
     .iter()
-    .map(|k| s.get(*k).copied().unwrap_or(0))
+    .map(|k| s.get(k))
     .sum()
 }
 
@@ -564,7 +548,7 @@ fn notify_is_taken_only_from_primaries_and_allow_notify() {
     wait_for("serial 2 on the secondary", Duration::from_secs(20), || {
         serial(sa) == Some(2)
     });
-    assert_eq!(stat(&secondary, "notify.in.accepted"), 1);
+    assert_eq!(secondary.stat("notify.in.accepted"), 1);
     let r1 = refreshes(&secondary);
     assert_eq!(r1, r0 + 1);
 
@@ -574,7 +558,7 @@ fn notify_is_taken_only_from_primaries_and_allow_notify() {
     wait_for("serial 3 on the secondary", Duration::from_secs(20), || {
         serial(sa) == Some(3)
     });
-    assert_eq!(stat(&secondary, "notify.in.accepted"), 2);
+    assert_eq!(secondary.stat("notify.in.accepted"), 2);
     let r2 = refreshes(&secondary);
 
     // Any other address is a stranger still, after NOTIFYs were accepted.

@@ -6,9 +6,11 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use palisade_tests::counters::Counters;
 use palisade_tests::netns::{self, VethPair};
+use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
 
 /// The daemon, killed on drop.
@@ -63,11 +65,11 @@ fn ctl(config: &std::path::Path, args: &[&str]) -> (bool, String) {
     )
 }
 
-fn stat(config: &std::path::Path, key: &str) -> u64 {
-    let (_, s) = ctl(config, &["stats"]);
-    s.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix('\t')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in stats:\n{s}"))
+/// `dnsd ctl stats` of the dnsd running from `config`.
+fn stats(config: &std::path::Path) -> Counters {
+    let (ok, s) = ctl(config, &["stats"]);
+    assert!(ok, "dnsd ctl stats failed: {s}");
+    Counters::parse(&s)
 }
 
 #[test]
@@ -113,14 +115,12 @@ fn dnsd_with_xdp_on_veth_blocks_and_unblocks_in_the_kernel() {
         log: log.clone(),
     };
     // Ready: answered from namespace A (bounded wait).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !ask(&pair, server) {
-        assert!(Instant::now() < deadline, "dnsd never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for("dnsd to answer", Duration::from_secs(20), || {
+        ask(&pair, server)
+    });
     let log_text = std::fs::read_to_string(&log).unwrap();
     assert!(log_text.contains("XDP guard attached"), "{log_text}");
-    let before = stat(&config, "xdp.drop_blocked_addr");
+    let before = stats(&config).get("xdp.drop_blocked_addr");
 
     // Block the client: its queries now die in XDP, before the socket.
     let (ok, out) = ctl(
@@ -132,21 +132,18 @@ fn dnsd_with_xdp_on_veth_blocks_and_unblocks_in_the_kernel() {
     for _ in 0..5 {
         assert!(!ask(&pair, server), "a blocked client must get no answer");
     }
-    let dropped = stat(&config, "xdp.drop_blocked_addr");
+    let dropped = stats(&config).get("xdp.drop_blocked_addr");
     assert!(dropped >= before + 5, "XDP drops: {before} -> {dropped}");
     // dnsd itself never saw them: its own block-map drops did not count these packets.
-    assert_eq!(stat(&config, "blocked.operator"), 0);
+    assert_eq!(stats(&config).get("blocked.operator"), 0);
 
     // Unblock: answered again.
     let (ok, out) = ctl(&config, &["block", "del", &VethPair::A4.to_string()]);
     assert!(ok, "{out}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !ask(&pair, server) {
-        assert!(
-            Instant::now() < deadline,
-            "never answered again after block del"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(
+        "an answer again after block del",
+        Duration::from_secs(5),
+        || ask(&pair, server),
+    );
     drop(daemon);
 }

@@ -85,40 +85,9 @@ pub struct Config {
     pub transfer: transfer::TransferConfig,
 }
 
-/// `[events]`: aggregated events of blocked, limited and escalated traffic, flushed as
-/// JSON lines (Vector reads them as they are).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Events {
-    /// Append JSON lines to this file.
-    pub file: Option<PathBuf>,
-    /// Send JSON lines to this Unix stream socket.
-    pub socket: Option<PathBuf>,
-    /// Write JSON lines to standard output.
-    pub stdout: bool,
-    /// Seconds between flushes.
-    pub interval: u64,
-    /// Node id written into events.
-    pub node: Option<String>,
-    /// Heavy-hitter counters per worker (memory bound of the aggregator).
-    pub top_k: usize,
-    /// `[events.clickhouse]`: the events into ClickHouse too.
-    pub clickhouse: Option<shield::events::ClickHouseConfig>,
-}
-
-impl Default for Events {
-    fn default() -> Self {
-        Events {
-            file: None,
-            socket: None,
-            stdout: false,
-            interval: 10,
-            node: None,
-            top_k: 1024,
-            clickhouse: None,
-        }
-    }
-}
+/// `[events]`: aggregated events of blocked, limited and escalated traffic — the same
+/// section as http-front's ([`shield::events::EventsConfig`]).
+pub type Events = shield::events::EventsConfig;
 
 /// `[server]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -285,15 +254,23 @@ impl Config {
 
     /// Parses config text; `path` is used in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|e| {
-            let (line, col) = e.span().map(|s| line_col(text, s.start)).unwrap_or((0, 0));
+        let mut c: Config = toml::from_str(text).map_err(|e| {
+            let l = shield::toml_pos::locate(text, &e);
             ConfigError::Parse {
                 path: path.to_path_buf(),
-                line,
-                col,
-                msg: e.message().to_string(),
+                line: l.line,
+                col: l.col,
+                msg: if l.key.is_empty() {
+                    l.message
+                } else {
+                    format!("{}: {}", l.key, l.message)
+                },
             }
         })?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for w in c.events.upgrade(dir) {
+            tracing::warn!(file = %path.display(), "{w}");
+        }
         c.check(path)?;
         Ok(c)
     }
@@ -340,23 +317,13 @@ impl Config {
             }
             r.validate().map_err(|e| inv("redis", e.to_string()))?;
         }
-        if self.events.interval == 0 {
-            return Err(inv("events.interval", "must be at least 1 second".into()));
-        }
-        if let Some(c) = &self.events.clickhouse {
-            c.validate().map_err(|e| inv("events.clickhouse", e))?;
-        }
+        self.events.check().map_err(|(k, m)| inv(&k, m))?;
         transfer::check_config(self).map_err(|(k, m)| inv(&k, m))?;
         Ok(())
     }
 }
 
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before.len() - before.rfind('\n').map_or(0, |p| p + 1) + 1;
-    (line, col)
-}
+use shield::toml_pos::line_col;
 
 #[cfg(test)]
 mod tests {

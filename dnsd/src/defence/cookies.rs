@@ -153,7 +153,7 @@ impl CookieCheck {
 }
 
 impl crate::query_module::QueryModule for CookieCheck {
-    #[inline]
+    #[inline(always)]
     fn after_parse(
         &mut self,
         env: &mut crate::query_module::Env,

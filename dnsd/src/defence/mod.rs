@@ -197,7 +197,7 @@ impl Plan {
     }
 
     /// `before_parse`: a message from `src`.
-    #[inline]
+    #[inline(always)]
     pub fn before_parse(&mut self, src: std::net::IpAddr) -> Step {
         let env = &mut self.env;
         step!(self.block.as_mut().map(|m| m.before_parse(env, src)));
@@ -205,7 +205,7 @@ impl Plan {
     }
 
     /// `after_parse`: the query parsed, its zone and tenant known.
-    #[inline]
+    #[inline(always)]
     pub fn after_parse(&mut self, p: &mut Parsed<'_>) -> Step {
         let env = &mut self.env;
         step!(self.cookies.as_mut().map(|m| m.after_parse(env, p)));
@@ -213,7 +213,7 @@ impl Plan {
     }
 
     /// `after_answer`: the answer written.
-    #[inline]
+    #[inline(always)]
     pub fn after_answer(&mut self, p: &Parsed<'_>, a: &Answered<'_>) -> Step {
         let env = &mut self.env;
         step!(

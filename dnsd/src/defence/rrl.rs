@@ -176,7 +176,7 @@ impl Module {
 }
 
 impl crate::query_module::QueryModule for Module {
-    #[inline]
+    #[inline(always)]
     fn after_answer(
         &mut self,
         env: &mut crate::query_module::Env,

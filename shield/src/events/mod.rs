@@ -42,6 +42,7 @@
 //! | `tracked` | distinct prefixes the summaries held for the group |
 
 pub mod clickhouse;
+mod config;
 mod sink;
 mod topk;
 
@@ -49,6 +50,7 @@ pub use clickhouse::{
     ClickHouseConfig, ClickHouseError, ClickHouseMonitor, ClickHouseSink, ClickHouseSource,
     ClickHouseStats, ClickHouseWriter,
 };
+pub use config::{EventsConfig, Output, Outputs};
 pub use sink::{
     JsonLines, Sink, SinkError, SinkStats, SinkStatsHandle, SinkWriter, SinksSource,
     UnixDatagramSink, UnixStreamSink,
@@ -597,6 +599,67 @@ impl Drop for Flusher {
     }
 }
 
+/// The aggregator's counters, named `palisade_events_*` in both daemons.
+impl crate::metrics::Source for Aggregator {
+    fn collect(&self, out: &mut crate::metrics::Samples) {
+        let a = self.stats();
+        for (ctl, m, help, v) in [
+            (
+                "events.records",
+                "palisade_events_recorded_total",
+                "Events recorded into the aggregator (as of the last flush).",
+                a.records,
+            ),
+            (
+                "events.replaced",
+                "palisade_events_replaced_total",
+                "Heavy-hitter counters replaced (sources folded into other).",
+                a.replaced,
+            ),
+            (
+                "events.totals_overflow",
+                "palisade_events_totals_overflow_total",
+                "Events whose (tenant, action) total did not fit.",
+                a.totals_overflow,
+            ),
+            (
+                "events.flushes",
+                "palisade_events_flushes_total",
+                "Aggregator flushes.",
+                a.flushes,
+            ),
+            (
+                "events.flushed",
+                "palisade_events_flushed_total",
+                "Aggregated events flushed.",
+                a.events,
+            ),
+            (
+                "events.shared_recorders",
+                "palisade_events_shared_recorders_total",
+                "Recorders that had to share a shard (more than max_recorders).",
+                a.shared_recorders,
+            ),
+        ] {
+            out.counter(ctl, m, "", help, v);
+        }
+        out.gauge(
+            "events.memory_bytes",
+            "palisade_events_memory_bytes",
+            "of=\"used\"",
+            "Memory of the event aggregator now, and its budget.",
+            a.memory_bytes as u64,
+        );
+        out.gauge(
+            "events.budget_bytes",
+            "palisade_events_memory_bytes",
+            "of=\"budget\"",
+            "Memory of the event aggregator now, and its budget.",
+            a.budget_bytes as u64,
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -716,66 +779,5 @@ mod tests {
         }
         assert_eq!(agg.flush(1).len(), 2);
         assert_eq!(agg.stats().totals_overflow, 3);
-    }
-}
-
-/// The aggregator's counters, named `palisade_events_*` in both daemons.
-impl crate::metrics::Source for Aggregator {
-    fn collect(&self, out: &mut crate::metrics::Samples) {
-        let a = self.stats();
-        for (ctl, m, help, v) in [
-            (
-                "events.records",
-                "palisade_events_recorded_total",
-                "Events recorded into the aggregator (as of the last flush).",
-                a.records,
-            ),
-            (
-                "events.replaced",
-                "palisade_events_replaced_total",
-                "Heavy-hitter counters replaced (sources folded into other).",
-                a.replaced,
-            ),
-            (
-                "events.totals_overflow",
-                "palisade_events_totals_overflow_total",
-                "Events whose (tenant, action) total did not fit.",
-                a.totals_overflow,
-            ),
-            (
-                "events.flushes",
-                "palisade_events_flushes_total",
-                "Aggregator flushes.",
-                a.flushes,
-            ),
-            (
-                "events.flushed",
-                "palisade_events_flushed_total",
-                "Aggregated events flushed.",
-                a.events,
-            ),
-            (
-                "events.shared_recorders",
-                "palisade_events_shared_recorders_total",
-                "Recorders that had to share a shard (more than max_recorders).",
-                a.shared_recorders,
-            ),
-        ] {
-            out.counter(ctl, m, "", help, v);
-        }
-        out.gauge(
-            "events.memory_bytes",
-            "palisade_events_memory_bytes",
-            "of=\"used\"",
-            "Memory of the event aggregator now, and its budget.",
-            a.memory_bytes as u64,
-        );
-        out.gauge(
-            "events.budget_bytes",
-            "palisade_events_memory_bytes",
-            "of=\"budget\"",
-            "Memory of the event aggregator now, and its budget.",
-            a.budget_bytes as u64,
-        );
     }
 }

@@ -1,6 +1,10 @@
-//! Event sinks: the [`Sink`] trait, JSON-lines sinks (file, stdout, Unix stream and datagram sockets), and the bounded writer thread that feeds one.
+//! Record sinks, generic over the record type: the [`Sink`] trait, JSON-lines sinks (file,
+//! stdout, Unix stream and datagram sockets) for anything serde can write, and the bounded
+//! writer thread that feeds one. The aggregator's events use them as they are; http-front's
+//! access records (a type of its own) go through the same sinks.
 
 use super::Event;
+use serde::Serialize;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::net::{UnixDatagram, UnixStream};
@@ -22,18 +26,19 @@ pub enum SinkError {
     Encode(#[from] serde_json::Error),
 }
 
-/// An output for flushed events. Runs on its own writer thread, so it may block.
+/// An output for records (by default the aggregator's events). Runs on its own writer
+/// thread, so it may block.
 ///
 /// Implement this for new outputs (a ClickHouse sink, say); [`SinkWriter`] supplies the bounded
 /// queue and the drop accounting.
-pub trait Sink: Send {
+pub trait Sink<R = Event>: Send {
     /// A short name for logs and stats.
     fn name(&self) -> &str;
-    /// Writes one flush's events; an error counts the whole batch as dropped.
-    fn write(&mut self, events: &[Event]) -> Result<(), SinkError>;
+    /// Writes one batch; an error counts the whole batch as dropped.
+    fn write(&mut self, records: &[R]) -> Result<(), SinkError>;
 }
 
-fn encode_line(buf: &mut Vec<u8>, e: &Event) -> Result<(), SinkError> {
+fn encode_line<R: Serialize>(buf: &mut Vec<u8>, e: &R) -> Result<(), SinkError> {
     serde_json::to_writer(&mut *buf, e)?;
     buf.push(b'\n');
     Ok(())
@@ -80,12 +85,12 @@ impl JsonLines<io::Stdout> {
     }
 }
 
-impl<W: Write + Send> Sink for JsonLines<W> {
+impl<R: Serialize, W: Write + Send> Sink<R> for JsonLines<W> {
     fn name(&self) -> &str {
         &self.name
     }
 
-    fn write(&mut self, events: &[Event]) -> Result<(), SinkError> {
+    fn write(&mut self, events: &[R]) -> Result<(), SinkError> {
         self.buf.clear();
         for e in events {
             encode_line(&mut self.buf, e)?;
@@ -121,12 +126,12 @@ impl UnixStreamSink {
     }
 }
 
-impl Sink for UnixStreamSink {
+impl<R: Serialize> Sink<R> for UnixStreamSink {
     fn name(&self) -> &str {
         &self.name
     }
 
-    fn write(&mut self, events: &[Event]) -> Result<(), SinkError> {
+    fn write(&mut self, events: &[R]) -> Result<(), SinkError> {
         self.buf.clear();
         for e in events {
             encode_line(&mut self.buf, e)?;
@@ -168,12 +173,12 @@ impl UnixDatagramSink {
     }
 }
 
-impl Sink for UnixDatagramSink {
+impl<R: Serialize> Sink<R> for UnixDatagramSink {
     fn name(&self) -> &str {
         &self.name
     }
 
-    fn write(&mut self, events: &[Event]) -> Result<(), SinkError> {
+    fn write(&mut self, events: &[R]) -> Result<(), SinkError> {
         for e in events {
             self.buf.clear();
             serde_json::to_writer(&mut self.buf, e)?;

@@ -71,18 +71,7 @@ impl RulesError {
     }
 }
 
-/// 1-based line and column (in characters) of byte `offset` in `text`.
-pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let mut offset = offset.min(text.len());
-    while !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &text[..offset];
-    let line = before.bytes().filter(|&b| b == b'\n').count() + 1;
-    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
-    let col = text[line_start..offset].chars().count() + 1;
-    (line, col)
-}
+pub(crate) use crate::toml_pos::line_col;
 
 #[cfg(test)]
 mod tests {

@@ -906,9 +906,6 @@ impl Sink for ClickHouseSink {
     }
 }
 
-#[cfg(test)]
-mod tests;
-
 /// A ClickHouse writer's counters as a metrics source, named `palisade_clickhouse_*{table=…}`
 /// in both daemons; `ctl` prefixes its `ctl stats` names (`events.clickhouse`,
 /// `access.clickhouse`).
@@ -1012,3 +1009,6 @@ impl crate::metrics::Source for ClickHouseSource {
         );
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,15 @@
-//! Forwarding: hop-by-hop headers out, `X-Forwarded-*` and `Forwarded` in, the request sent through the upstream's pool within its response timeout, and the response cleaned for the client.
-//!
-//! HTTP/1.1 upstreams are spoken to by [`crate::h1`] (head written straight from the client's
-//! headers); h2c upstreams through hyper, with the header map edited here.
+//! Forwarding to the upstreams: what every exchange shares — the hop-by-hop list and the
+//! forwarding-header policy (written once here), the client's forwarding values, the
+//! response body type, errors — and, by job: [`h1`] (the HTTP/1.1 exchange, head written
+//! straight from the client's headers), [`h2`] (h2c through hyper), [`upstream`] (per-worker
+//! pools), [`reqbody`] (request bodies buffered and timed before the upstream is contacted),
+//! [`relay`] (response bodies a client that does not read cannot hold an upstream with).
+
+pub mod h1;
+pub mod h2;
+pub mod relay;
+pub mod reqbody;
+pub mod upstream;
 
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -9,13 +17,14 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, Response, StatusCode, Version};
+use http::{Response, StatusCode};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::config::Forwarded;
-use crate::h1::{BoxError, H1Body};
-use crate::reqbody::ClientBody;
-use crate::upstream::Upstream;
+use h1::H1Body;
+
+/// Errors of a streamed body.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The response body: one of ours or a complete upstream body (whole), an HTTP/1.1 upstream
 /// body streamed from its connection, or an h2c upstream's.
@@ -27,8 +36,8 @@ pub enum RespBody {
     H1(H1Body),
     /// An h2c upstream's body.
     H2(Incoming),
-    /// Either of the two above, read by a relay task into a bounded buffer ([`crate::relay`]).
-    Relay(crate::relay::Relayed),
+    /// Either of the two above, read by a relay task into a bounded buffer ([`crate::forward::relay`]).
+    Relay(crate::forward::relay::Relayed),
 }
 
 impl Body for RespBody {
@@ -78,8 +87,70 @@ impl RespBody {
     }
 }
 
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+/// Hop-by-hop headers (RFC 9110 §7.6.1, and `Proxy-Connection`), and `Expect` (answered
+/// here): never passed on in either direction. Headers a `Connection` header names go too.
+pub const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+];
+
+/// True when `name` (any case) is hop-by-hop.
+#[inline]
+pub fn is_hop_by_hop(name: &[u8]) -> bool {
+    HOP_BY_HOP
+        .iter()
+        .any(|h| h.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The client's forwarding headers (`X-Forwarded-*`, `Forwarded`, `X-Real-IP`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forwarding {
+    /// `X-Forwarded-For`.
+    Xff,
+    /// `X-Forwarded-Proto`.
+    XfProto,
+    /// `X-Forwarded-Host`.
+    XfHost,
+    /// `Forwarded`.
+    Forwarded,
+    /// `X-Real-IP`.
+    XRealIp,
+}
+
+impl Forwarding {
+    /// Which forwarding header `name` (lower case) is, if any.
+    #[inline]
+    pub fn of(name: &str) -> Option<Forwarding> {
+        Some(match name {
+            "x-forwarded-for" => Forwarding::Xff,
+            "x-forwarded-proto" => Forwarding::XfProto,
+            "x-forwarded-host" => Forwarding::XfHost,
+            "forwarded" => Forwarding::Forwarded,
+            "x-real-ip" => Forwarding::XRealIp,
+            _ => return None,
+        })
+    }
+
+    /// Whether the client's own header of this kind goes upstream: dropped when we set our
+    /// own, or when the client is not trusted to send it (`x_forwarded`/`forwarded` with
+    /// `trust_incoming` append to it instead: the caller keeps the client's value for that).
+    #[inline]
+    pub fn pass_client(self, cfg: &Forwarded, host_known: bool) -> bool {
+        match self {
+            Forwarding::Xff => !cfg.x_forwarded && cfg.trust_incoming,
+            Forwarding::Forwarded => !cfg.forwarded && cfg.trust_incoming,
+            Forwarding::XfProto => cfg.trust_incoming && !cfg.x_forwarded,
+            Forwarding::XfHost => cfg.trust_incoming && !(cfg.x_forwarded && host_known),
+            Forwarding::XRealIp => !cfg.x_real_ip,
+        }
+    }
+}
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
@@ -152,7 +223,7 @@ impl ClientInfo {
     }
 }
 
-/// Removes hop-by-hop headers: those named in `Connection`, and the fixed list of RFC 9110 §7.6.1.
+/// Removes hop-by-hop headers: those named in `Connection`, and [`HOP_BY_HOP`].
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     if h.contains_key(header::CONNECTION) {
         let named: Vec<HeaderValue> = h.get_all(header::CONNECTION).iter().cloned().collect();
@@ -164,43 +235,48 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap) {
                 }
             }
         }
-        h.remove(header::CONNECTION);
     }
-    for name in [
-        &KEEP_ALIVE,
-        &PROXY_CONNECTION,
-        &header::TE,
-        &header::TRAILER,
-        &header::TRANSFER_ENCODING,
-        &header::UPGRADE,
-        &header::EXPECT,
-    ] {
-        h.remove(name);
+    for name in HOP_BY_HOP {
+        h.remove(*name);
     }
 }
 
-/// Sets the forwarding headers on a request about to go upstream.
+/// Sets the forwarding headers on a request about to go upstream (a header map: h2c; the
+/// HTTP/1.1 path writes the same policy straight into the head, see [`h1`]).
 pub fn set_forwarding(
     h: &mut HeaderMap,
     cfg: &Forwarded,
     client: &ClientInfo,
     host: Option<&HeaderValue>,
 ) {
-    if !cfg.trust_incoming {
-        h.remove(&X_FORWARDED_FOR);
-        h.remove(&X_FORWARDED_PROTO);
-        h.remove(&X_FORWARDED_HOST);
-        h.remove(&FORWARDED);
+    let prev_xff = h
+        .get(&X_FORWARDED_FOR)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let prev_fwd = h
+        .get(&FORWARDED)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    for (name, kind) in [
+        (&X_FORWARDED_FOR, Forwarding::Xff),
+        (&X_FORWARDED_PROTO, Forwarding::XfProto),
+        (&X_FORWARDED_HOST, Forwarding::XfHost),
+        (&FORWARDED, Forwarding::Forwarded),
+        (&X_REAL_IP, Forwarding::XRealIp),
+    ] {
+        if !kind.pass_client(cfg, host.is_some()) {
+            h.remove(name);
+        }
     }
+    let appended = |prev: Option<String>, ours: &HeaderValue| match prev {
+        Some(p) if cfg.trust_incoming => {
+            HeaderValue::from_str(&format!("{p}, {}", ours.to_str().unwrap_or("")))
+                .unwrap_or_else(|_| ours.clone())
+        }
+        _ => ours.clone(),
+    };
     if cfg.x_forwarded {
-        let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-            Some(prev) if cfg.trust_incoming => {
-                let joined = format!("{prev}, {}", client.xff.to_str().unwrap_or(""));
-                HeaderValue::from_str(&joined).unwrap_or_else(|_| client.xff.clone())
-            }
-            _ => client.xff.clone(),
-        };
-        h.insert(X_FORWARDED_FOR.clone(), xff);
+        h.insert(X_FORWARDED_FOR.clone(), appended(prev_xff, &client.xff));
         h.insert(X_FORWARDED_PROTO.clone(), client.proto.clone());
         if let Some(host) = host {
             h.insert(X_FORWARDED_HOST.clone(), host.clone());
@@ -210,14 +286,7 @@ pub fn set_forwarding(
         h.insert(X_REAL_IP.clone(), client.xff.clone());
     }
     if cfg.forwarded {
-        let fwd = match h.get(&FORWARDED).and_then(|v| v.to_str().ok()) {
-            Some(prev) if cfg.trust_incoming => {
-                let joined = format!("{prev}, {}", client.forwarded.to_str().unwrap_or(""));
-                HeaderValue::from_str(&joined).unwrap_or_else(|_| client.forwarded.clone())
-            }
-            _ => client.forwarded.clone(),
-        };
-        h.insert(FORWARDED.clone(), fwd);
+        h.insert(FORWARDED.clone(), appended(prev_fwd, &client.forwarded));
     }
 }
 
@@ -229,75 +298,7 @@ pub enum ForwardError {
     /// No response head within the upstream's response timeout: 504.
     Timeout,
     /// The client's body failed (malformed 400, too large 413, too slow 408).
-    Body(crate::reqbody::BodyError),
-}
-
-/// Forwards `req` over this worker's h2c connection to `up`; returns the cleaned response.
-pub async fn forward_h2(
-    up: &Upstream,
-    req: Request<ClientBody>,
-    host: Option<HeaderValue>,
-    fwd: &Forwarded,
-    policy: &HeaderPolicy,
-    client: &ClientInfo,
-) -> Result<Response<RespBody>, ForwardError> {
-    let (mut parts, body) = req.into_parts();
-    policy.apply(&mut parts.headers);
-    let te_trailers = parts
-        .headers
-        .get(header::TE)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
-    strip_hop_by_hop(&mut parts.headers);
-    if te_trailers {
-        parts
-            .headers
-            .insert(header::TE, HeaderValue::from_static("trailers"));
-    }
-    // `:authority` only (RFC 9113 §8.3.1): an origin refuses a request with both as a
-    // duplicate host, and the two could differ.
-    parts.headers.remove(header::HOST);
-    set_forwarding(&mut parts.headers, fwd, client, host.as_ref());
-    parts.uri = up.h2_uri(parts.uri.path_and_query(), host.as_ref());
-    parts.version = Version::HTTP_2;
-    let req = Request::from_parts(parts, body);
-    let send =
-        async {
-            let mut sender = up.h2_sender().await.map_err(|e| {
-                tracing::debug!(upstream = %up.cfg.name, error = %e, "no h2c connection");
-                ForwardError::Upstream
-            })?;
-            sender.ready().await.map_err(|e| {
-                tracing::debug!(upstream = %up.cfg.name, error = %e, "h2c connection failed");
-                ForwardError::Upstream
-            })?;
-            sender.send_request(req).await.map_err(|e| match body_error(&e) {
-            Some(b) => ForwardError::Body(b),
-            None => {
-                tracing::debug!(upstream = %up.cfg.name, error = %e, "upstream request failed");
-                ForwardError::Upstream
-            }
-        })
-        };
-    let resp = match tokio::time::timeout(up.cfg.response_timeout, send).await {
-        Err(_) => return Err(ForwardError::Timeout),
-        Ok(r) => r?,
-    };
-    let (mut parts, body) = resp.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    parts.version = Version::HTTP_11;
-    Ok(Response::from_parts(parts, RespBody::H2(body)))
-}
-
-/// The client body's own error, when that is what failed the exchange.
-fn body_error(e: &(dyn std::error::Error + 'static)) -> Option<crate::reqbody::BodyError> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(b) = err.downcast_ref::<crate::reqbody::BodyError>() {
-            return Some(*b);
-        }
-        cur = err.source();
-    }
-    None
+    Body(crate::forward::reqbody::BodyError),
 }
 
 /// A short plain-text response of ours; `close` adds `Connection: close` (HTTP/1.1 only).

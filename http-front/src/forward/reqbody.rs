@@ -26,8 +26,8 @@ use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use crate::front::Front;
-use crate::h1::BoxError;
+use super::BoxError;
+use crate::counters::{Counter, Counters};
 
 /// Time a body may take before the minimum rate applies.
 pub const GRACE: Duration = Duration::from_secs(2);
@@ -66,7 +66,9 @@ pub struct BodyLimits {
 
 /// A client's request body: what was buffered, then the rest as it arrives, under the bounds.
 pub struct ClientBody {
-    front: Arc<Front>,
+    counters: Arc<Counters>,
+    /// Bytes of request bodies buffered now, over all requests.
+    buffered_total: Arc<std::sync::atomic::AtomicUsize>,
     /// The buffered part.
     head: Bytes,
     /// The buffered part went out (a retry may send it again while `rest` is `None`).
@@ -108,12 +110,19 @@ impl std::fmt::Debug for ClientBody {
 }
 
 impl ClientBody {
-    /// The body of a request (`None`: it has none).
-    pub fn new(front: &Arc<Front>, body: Option<Incoming>, limits: BodyLimits) -> ClientBody {
+    /// The body of a request (`None`: it has none); `buffered_total` counts the bytes all
+    /// requests hold in buffers now.
+    pub fn new(
+        counters: &Arc<Counters>,
+        buffered_total: &Arc<std::sync::atomic::AtomicUsize>,
+        body: Option<Incoming>,
+        limits: BodyLimits,
+    ) -> ClientBody {
         let rest = body.filter(|b| !b.is_end_stream());
         let exact = rest.as_ref().and_then(|b| b.size_hint().exact());
         ClientBody {
-            front: Arc::clone(front),
+            counters: Arc::clone(counters),
+            buffered_total: Arc::clone(buffered_total),
             head: Bytes::new(),
             head_sent: false,
             rest,
@@ -176,13 +185,11 @@ impl ClientBody {
             None => self.limits.buffer,
         };
         if want > 0 {
-            let total = &self.front.body_buffered;
+            let total = &self.buffered_total;
             let now = total.fetch_add(want, Ordering::Relaxed) + want;
             if now > self.limits.buffer_total {
                 total.fetch_sub(want, Ordering::Relaxed);
-                self.front
-                    .counters
-                    .bump(crate::metrics::Counter::LimitBodyBufferTotal);
+                self.counters.bump(Counter::LimitBodyBufferTotal);
                 return Ok(false);
             }
             self.reserved = want;
@@ -283,8 +290,7 @@ impl ClientBody {
 impl Drop for ClientBody {
     fn drop(&mut self) {
         if self.reserved > 0 {
-            self.front
-                .body_buffered
+            self.buffered_total
                 .fetch_sub(self.reserved, Ordering::Relaxed);
         }
     }

@@ -28,10 +28,10 @@ use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
+use super::reqbody::ClientBody;
+use super::upstream::{Conn, PoolKey, READ_BUF, Upstream, checkin};
+use super::{ClientInfo, ForwardError, Forwarding, HeaderPolicy, RespBody};
 use crate::config::Forwarded;
-use crate::proxy::{ClientInfo, ForwardError, HeaderPolicy, RespBody};
-use crate::reqbody::ClientBody;
-use crate::upstream::{Conn, PoolKey, READ_BUF, Upstream, checkin};
 
 /// Most header fields in an upstream's response head (as hyper's default).
 const MAX_HEADERS: usize = 100;
@@ -50,8 +50,7 @@ const CHUNK_COPY_MAX: usize = 16 * 1024;
 /// timeout (shown in /metrics).
 pub static BODY_STALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Errors of a streamed response body.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use super::BoxError;
 
 /// How the request body goes upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,31 +63,29 @@ enum ReqBody {
     Chunked,
 }
 
+/// What the head writer does with a client header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
     Pass,
+    /// Hop-by-hop, or framing we write ourselves (`Content-Length`).
     Hop,
-    Xff,
-    XfProto,
-    XfHost,
-    Forwarded,
-    XRealIp,
+    /// A forwarding header (policy in [`super::Forwarding`]).
+    Fwd(Forwarding),
     /// `Host`: replaced by the one the site was chosen by.
     Host,
 }
 
 #[inline]
 fn classify(name: &str) -> Class {
-    match name {
-        "connection" | "keep-alive" | "proxy-connection" | "te" | "trailer"
-        | "transfer-encoding" | "upgrade" | "content-length" | "expect" => Class::Hop,
-        "x-forwarded-for" => Class::Xff,
-        "x-forwarded-proto" => Class::XfProto,
-        "x-forwarded-host" => Class::XfHost,
-        "forwarded" => Class::Forwarded,
-        "x-real-ip" => Class::XRealIp,
-        "host" => Class::Host,
-        _ => Class::Pass,
+    if name == "host" {
+        return Class::Host;
+    }
+    if name == "content-length" || super::is_hop_by_hop(name.as_bytes()) {
+        return Class::Hop;
+    }
+    match Forwarding::of(name) {
+        Some(f) => Class::Fwd(f),
+        None => Class::Pass,
     }
 }
 
@@ -157,18 +154,15 @@ fn encode_head(
                     || (conn_names && named_in_connection(h, name.as_str())))
             }
             Class::Hop | Class::Host => false,
-            Class::XRealIp => !fwd.x_real_ip && !policy.drops("x-real-ip"),
-            Class::Xff if fwd.x_forwarded => {
+            Class::Fwd(Forwarding::Xff) if fwd.x_forwarded => {
                 prev_xff = prev_xff.or(Some(value));
                 false
             }
-            Class::Forwarded if fwd.forwarded => {
+            Class::Fwd(Forwarding::Forwarded) if fwd.forwarded => {
                 prev_fwd = prev_fwd.or(Some(value));
                 false
             }
-            Class::Xff | Class::Forwarded => trust,
-            Class::XfProto => trust && !fwd.x_forwarded,
-            Class::XfHost => trust && !(fwd.x_forwarded && host.is_some()),
+            Class::Fwd(f) => f.pass_client(fwd, host.is_some()) && !policy.drops(name.as_str()),
         };
         if keep {
             put(dst, name.as_str(), value.as_bytes());
@@ -231,19 +225,6 @@ struct Head {
 /// A response the proxy cannot pass on.
 #[derive(Debug)]
 struct BadResponse(&'static str);
-
-fn is_hop_by_hop(name: &[u8]) -> bool {
-    const HOP: [&[u8]; 7] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-    ];
-    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
-}
 
 /// Parses a response head at the start of `rbuf` (skipping interim 1xx responses); `None`
 /// while it is incomplete. The head's bytes leave `rbuf`; header values point into them.
@@ -339,7 +320,7 @@ fn parse_head(rbuf: &mut BytesMut, head_req: bool) -> Result<Option<Head>, BadRe
         for &(no, nl, vo, vl) in &spans[..count] {
             let name = &head[no as usize..(no + nl) as usize];
             // With a transfer coding the length is not the body's: hyper frames it anew.
-            if is_hop_by_hop(name) || (te && name.eq_ignore_ascii_case(b"content-length")) {
+            if super::is_hop_by_hop(name) || (te && name.eq_ignore_ascii_case(b"content-length")) {
                 continue;
             }
             let name =
@@ -433,7 +414,9 @@ async fn send_body(
         match framing {
             ReqBody::Length(n) => {
                 if sent > n {
-                    return Err(ForwardError::Body(crate::reqbody::BodyError::Malformed));
+                    return Err(ForwardError::Body(
+                        crate::forward::reqbody::BodyError::Malformed,
+                    ));
                 }
                 conn.io.write_all(&data).await.map_err(up_err)?;
             }
@@ -455,9 +438,9 @@ async fn send_body(
     }
     match framing {
         ReqBody::Chunked => conn.io.write_all(b"0\r\n\r\n").await.map_err(up_err),
-        ReqBody::Length(n) if sent != n => {
-            Err(ForwardError::Body(crate::reqbody::BodyError::Malformed))
-        }
+        ReqBody::Length(n) if sent != n => Err(ForwardError::Body(
+            crate::forward::reqbody::BodyError::Malformed,
+        )),
         _ => Ok(()),
     }
 }
@@ -814,7 +797,7 @@ impl H1Body {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::ClientInfo;
+    use crate::forward::ClientInfo;
 
     fn parts(req: &str, headers: &[(&str, &str)]) -> http::request::Parts {
         let mut b = http::Request::builder().uri(req);

@@ -11,7 +11,7 @@
 //! (HTTP/1.1: the connection closes; HTTP/2: the stream is reset). A client that goes away
 //! ends the relay too.
 //!
-//! Bodies complete in the first read never get here (see [`crate::h1`]).
+//! Bodies complete in the first read never get here (see [`crate::forward::h1`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,10 +22,8 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::sync::mpsc;
 
-use crate::front::Front;
-use crate::h1::BoxError;
-use crate::metrics::Counter;
-use crate::proxy::RespBody;
+use super::{BoxError, RespBody};
+use crate::counters::{Counter, Counters};
 
 /// Frames buffered between the upstream and a client (each at most one upstream read).
 pub const FRAMES: usize = 16;
@@ -51,11 +49,11 @@ pub struct Relayed {
 }
 
 /// Starts relaying `body` (an upstream's streamed body); the body the client gets.
-pub fn relay(front: &Arc<Front>, body: RespBody, send_timeout: Duration) -> Relayed {
+pub fn relay(counters: &Arc<Counters>, body: RespBody, send_timeout: Duration) -> Relayed {
     let (tx, rx) = mpsc::channel(FRAMES);
     let left = body.size_hint().exact();
-    let front = Arc::clone(front);
-    front.counters.bump(Counter::ResponsesRelayed);
+    let counters = Arc::clone(counters);
+    counters.bump(Counter::ResponsesRelayed);
     tokio::spawn(async move {
         let mut body = body;
         // One slot is held back for the error that ends a relay that gave up.
@@ -80,7 +78,7 @@ pub fn relay(front: &Arc<Front>, body: RespBody, send_timeout: Duration) -> Rela
                 Ok(Ok(())) if failed => return,
                 Ok(Ok(())) => {}
                 Err(_) => {
-                    front.counters.bump(Counter::LimitSendTimeout);
+                    counters.bump(Counter::LimitSendTimeout);
                     tracing::debug!("client took nothing within send_timeout: response ended");
                     last.send(Err(Box::new(SendTimeout)));
                     return;

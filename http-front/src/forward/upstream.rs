@@ -1,7 +1,7 @@
 //! Upstreams and their connection pools: one pool per upstream *per worker thread*, so that a
 //! request takes and returns a connection without a lock or a shared cache line.
 //!
-//! HTTP/1.1 upstreams pool raw connections that [`crate::h1`] drives inline, in the task of
+//! HTTP/1.1 upstreams pool raw connections that [`crate::forward::h1`] drives inline, in the task of
 //! the request that uses them (no connection task, no channel). A pool keeps at most
 //! `pool_max_idle` idle connections (most recently used first), drops one idle for longer than
 //! `pool_idle_timeout`, and drops one whose server closed it or sent bytes nobody asked for
@@ -30,8 +30,8 @@ use tokio::net::TcpStream;
 
 use crate::config::{self, UpstreamProtocol};
 
-/// The body type sent to h2c upstreams: the client's body, under its bounds ([`crate::reqbody`]).
-pub type UpBody = crate::reqbody::ClientBody;
+/// The body type sent to h2c upstreams: the client's body, under its bounds ([`crate::forward::reqbody`]).
+pub type UpBody = crate::forward::reqbody::ClientBody;
 
 /// Initial read buffer of an upstream connection.
 pub(crate) const READ_BUF: usize = 8 * 1024;
