@@ -68,7 +68,7 @@ async fn zone_refresh(shared: &Arc<State>, z: &str) -> Reply {
         return Reply::err(format!("bad zone name {z}"));
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let t = crate::transfer::Trigger { reply: Some(tx) };
+    let t = crate::xfr::Trigger { reply: Some(tx) };
     if !shared.xfr.trigger(n.to_lowercase().as_wire(), t) {
         return Reply::err(format!("{n} is not a secondary zone\n"));
     }
@@ -96,7 +96,7 @@ async fn zone_notify(shared: &Arc<State>, z: &str) -> Reply {
         return Reply::err(format!("zone {n} is not served\n"));
     };
     let (tx, rx) = tokio::sync::oneshot::channel();
-    crate::notify::spawn_notify(&shared.xfr, &n, &zone, Some(tx));
+    crate::xfr::notify::spawn_notify(&shared.xfr, &n, &zone, Some(tx));
     match tokio::time::timeout(Duration::from_secs(55), rx).await {
         Ok(Ok(text)) => Reply {
             ok: !text.contains("FAILED"),

@@ -10,14 +10,13 @@
 //! - transports, mirrored around that core: [`udp`] (the socket fleet's handler) and [`tcp`];
 //! - zones: [`zonereg`] (configured zones and their load state), [`zoneset`] (the set the
 //!   query path reads);
-//! - zone transfers: [`transfer`] (shared pieces and the pipeline's entry point), [`axfr`],
-//!   [`ixfr`] (with the journal), [`notify`], [`tsig`] and [`secondary`];
+//! - zone transfers: the [`xfr`] subsystem (AXFR, IXFR, journal, NOTIFY, TSIG, secondary
+//!   zones);
 //! - the daemon: [`config`], [`server`] (start and stop), [`state`] (what it holds),
 //!   [`reload`], [`control`] (the control socket) and [`ctl`] (its client), [`metrics`]
 //!   (dnsd's counter sources; [`stats`] the per-worker counters), [`xdp`], [`event_sinks`],
 //!   [`blockctl`], [`check_zone`].
 
-pub mod axfr;
 pub mod blockctl;
 pub mod check_zone;
 pub mod config;
@@ -26,23 +25,19 @@ pub mod ctl;
 pub mod defence;
 pub mod event_sinks;
 pub mod internet;
-pub mod ixfr;
 pub mod metrics;
-pub mod notify;
 pub mod nsec_proofs;
 pub mod process_query;
 pub mod query_module;
 pub mod reload;
 pub mod response;
-pub mod secondary;
 pub mod server;
 pub mod state;
 pub mod stats;
 pub mod tcp;
-pub mod transfer;
-pub mod tsig;
 pub mod udp;
 pub mod wire;
 pub mod xdp;
+pub mod xfr;
 pub mod zonereg;
 pub mod zoneset;

@@ -56,8 +56,8 @@ pub struct Processor {
     stats: Arc<WorkerStats>,
     plan: Option<defence::Plan>,
     q: Box<Query>,
-    xfr: Option<Arc<crate::transfer::Transfers>>,
-    job: Option<Box<crate::axfr::Job>>,
+    xfr: Option<Arc<crate::xfr::Transfers>>,
+    job: Option<Box<crate::xfr::axfr::Job>>,
 }
 
 /// The outcome of processing one message.
@@ -93,13 +93,13 @@ impl Processor {
     }
 
     /// Hands transfers, NOTIFY and TSIG-signed messages to `x` (without it they are refused).
-    pub fn with_transfers(mut self, x: Arc<crate::transfer::Transfers>) -> Processor {
+    pub fn with_transfers(mut self, x: Arc<crate::xfr::Transfers>) -> Processor {
         self.xfr = Some(x);
         self
     }
 
     /// The transfer the last [`Outcome::Transfer`] asked for.
-    pub fn take_transfer(&mut self) -> Option<Box<crate::axfr::Job>> {
+    pub fn take_transfer(&mut self) -> Option<Box<crate::xfr::axfr::Job>> {
         self.job.take()
     }
 
@@ -153,9 +153,9 @@ impl Processor {
         }
         // Transfers, NOTIFY and TSIG-signed messages go to the transfer code.
         if let Some(x) = &self.xfr
-            && crate::transfer::wants(q, transport)
+            && crate::xfr::wants(q, transport)
         {
-            let c = crate::transfer::Ctx {
+            let c = crate::xfr::Ctx {
                 x,
                 req,
                 q,
@@ -165,10 +165,10 @@ impl Processor {
                 stats,
                 udp_payload: self.cfg.udp_payload,
             };
-            return match crate::transfer::process(&c, out) {
-                crate::transfer::Handled::Reply(n) => Outcome::Reply(n),
-                crate::transfer::Handled::Drop => Outcome::Drop,
-                crate::transfer::Handled::Job(j) => {
+            return match crate::xfr::process(&c, out) {
+                crate::xfr::Handled::Reply(n) => Outcome::Reply(n),
+                crate::xfr::Handled::Drop => Outcome::Drop,
+                crate::xfr::Handled::Job(j) => {
                     self.job = Some(j);
                     Outcome::Transfer
                 }

@@ -44,8 +44,11 @@ pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
         }
         None => None,
     };
-    let plan =
-        crate::secondary::skip_missing(&shared.xfr, reg.plan(only, force), only.is_some() || force);
+    let plan = crate::xfr::secondary::skip_missing(
+        &shared.xfr,
+        reg.plan(only, force),
+        only.is_some() || force,
+    );
     if plan.is_empty() {
         return Reply::ok("no zone changed\n");
     }

@@ -475,23 +475,10 @@ impl<'b> Writer<'b> {
     }
 }
 
-/// Types whose RDATA names may be compressed (RFC 3597 §4).
+/// Types whose RDATA names may be compressed (RFC 3597 §4), as `zones` describes each type.
 #[inline]
 pub fn compressible(rtype: u16) -> bool {
-    matches!(
-        rtype,
-        t::NS
-            | t::MD
-            | t::MF
-            | t::CNAME
-            | t::SOA
-            | t::MB
-            | t::MG
-            | t::MR
-            | t::PTR
-            | t::MINFO
-            | t::MX
-    )
+    zones::rdata::compresses_names(rtype)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -33,8 +33,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     }
     // Zones first: the server answers from its first packet.
     let mut registry = Registry::new(zone_list(&cfg));
-    let (xfr, xfr_changes) = crate::transfer::Transfers::new(&cfg);
-    let plan = crate::secondary::skip_missing(&xfr, registry.plan(None, true), true);
+    let (xfr, xfr_changes) = crate::xfr::Transfers::new(&cfg);
+    let plan = crate::xfr::secondary::skip_missing(&xfr, registry.plan(None, true), true);
     let results = plan
         .into_iter()
         .map(|(i, origin, file)| {
@@ -229,12 +229,12 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             tokio::spawn(shield::metrics::serve(l, metrics.clone()));
         }
         tokio::spawn(housekeeping(shared.clone()));
-        tokio::spawn(crate::transfer::run_changes(xfr.clone(), xfr_changes));
-        crate::secondary::spawn_all(&shared.zones, &xfr);
+        tokio::spawn(crate::xfr::run_changes(xfr.clone(), xfr_changes));
+        crate::xfr::secondary::spawn_all(&shared.zones, &xfr);
         // Secondaries may have missed changes while we were down: tell them now.
         for e in shared.zones.lock().await.entries() {
             if let Some(z) = &e.current {
-                crate::notify::spawn_notify(&xfr, &e.origin, z, None);
+                crate::xfr::notify::spawn_notify(&xfr, &e.origin, z, None);
             }
         }
         let sync = match cfg.redis.clone() {

@@ -37,7 +37,7 @@ pub struct State {
     /// The Redis block sync, when `[redis]` is configured and it started.
     pub redis: OnceLock<shield::redis_sync::SyncMonitor>,
     /// Zone transfers, NOTIFY and TSIG.
-    pub xfr: Arc<crate::transfer::Transfers>,
+    pub xfr: Arc<crate::xfr::Transfers>,
     /// Every counter, for `ctl stats` and /metrics.
     pub metrics: Arc<shield::metrics::Registry>,
 }

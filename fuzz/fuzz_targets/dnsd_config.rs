@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(c) = Config::parse(Path::new("/nonexistent/palisade/dnsd.toml"), text) else {
         return;
     };
-    let _ = dnsd::transfer::Policies::from_config(&c);
+    let _ = dnsd::xfr::Policies::from_config(&c);
     let blocks = shield::block::BlockMap::new(c.block.clone());
     let events = shield::events::Aggregator::new(shield::events::AggregatorConfig::default());
     let _ = dnsd::defence::Shared::new(c.defence.clone(), blocks, events);

@@ -13,7 +13,7 @@ use dnsd::defence;
 use dnsd::zoneset::ServeOptions;
 use dnsd::process_query::{PipelineConfig, Processor};
 use dnsd::stats::WorkerStats;
-use dnsd::transfer::Transfers;
+use dnsd::xfr::Transfers;
 use dnsd::zoneset::ZoneSet;
 use shield::block::{BlockConfig, BlockMap};
 use shield::events::{Aggregator, AggregatorConfig};

@@ -508,6 +508,42 @@ impl std::str::FromStr for Name {
     }
 }
 
+/// Reads a possibly compressed name at `pos` of `msg`, appending it uncompressed (wire form,
+/// case kept) to `out`; returns the offset just past it in place. Pointers must point
+/// backwards, at most 127 of them are followed, and the name is at most 255 octets; `None`
+/// otherwise.
+pub fn read_compressed(msg: &[u8], mut pos: usize, out: &mut Vec<u8>) -> Option<usize> {
+    let mut len = 0usize;
+    let mut after = None;
+    let mut hops = 0;
+    let mut limit = pos;
+    loop {
+        let l = *msg.get(pos)? as usize;
+        if l & 0xC0 == 0xC0 {
+            let ptr = ((l & 0x3F) << 8) | *msg.get(pos + 1)? as usize;
+            if after.is_none() {
+                after = Some(pos + 2);
+            }
+            hops += 1;
+            if hops > 127 || ptr >= limit {
+                return None;
+            }
+            limit = ptr;
+            pos = ptr;
+            continue;
+        }
+        if l & 0xC0 != 0 || len + 1 + l > 255 {
+            return None;
+        }
+        out.extend_from_slice(msg.get(pos..pos + 1 + l)?);
+        len += 1 + l;
+        pos += 1 + l;
+        if l == 0 {
+            return Some(after.unwrap_or(pos));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -712,6 +712,41 @@ pub(crate) fn present(kinds: &[Kind], rdata: &[u8], out: &mut String) -> bool {
     true
 }
 
+/// Copies RDATA described by `kinds` that starts at `start` of message `msg` and ends at
+/// `end` into `out`, with its names decompressed (pointers may go anywhere before `end`).
+/// `None` when it does not parse.
+pub(crate) fn decompress(
+    kinds: &[Kind],
+    msg: &[u8],
+    start: usize,
+    end: usize,
+    out: &mut Vec<u8>,
+) -> Option<()> {
+    let rdata = msg.get(start..end)?;
+    let mut pos = 0;
+    for &k in kinds {
+        if let Kind::Name(_) = k {
+            let next = crate::name::read_compressed(&msg[..end], start + pos, out)?;
+            pos = next - start;
+        } else {
+            let e = end_of(k, rdata, pos).ok()?;
+            out.extend_from_slice(&rdata[pos..e]);
+            pos = e;
+        }
+        if pos > rdata.len() {
+            return None;
+        }
+    }
+    (pos == rdata.len()).then_some(())
+}
+
+/// True when `kinds` holds a name senders may compress.
+pub(crate) fn has_compressed_name(kinds: &[Kind]) -> bool {
+    kinds
+        .iter()
+        .any(|k| matches!(k, Kind::Name(fl) if fl.compress))
+}
+
 /// Reports the names in checked RDATA described by `kinds`.
 pub(crate) fn names(kinds: &[Kind], rdata: &[u8], f: &mut dyn FnMut(NameRef)) {
     let mut pos = 0;

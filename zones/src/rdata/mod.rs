@@ -30,7 +30,7 @@ mod types;
 use std::fmt::Write;
 
 use crate::scan::{Scanner, Tok};
-use types::{Custom, Def};
+use types::{Custom, Def, Spec};
 
 /// Tokens of one record's RDATA, read one after another.
 pub struct Fields<'a> {
@@ -347,6 +347,49 @@ pub fn names(rtype: u16, rdata: &[u8], f: &mut dyn FnMut(NameRef)) {
     }
 }
 
+/// True when a sender may compress names in RDATA of `rtype` (RFC 3597 §4: the RFC 1035
+/// types only).
+pub fn compresses_names(rtype: u16) -> bool {
+    matches!(types::spec(rtype), Some(Spec { def: Def::Fields(k), .. }) if field::has_compressed_name(k))
+}
+
+/// True when a receiver decompresses names in RDATA of `rtype`: the types senders may
+/// compress, those RFC 3597 §4 lists for receivers (RP, AFSDB, RT, SIG, PX, NXT, NAPTR,
+/// SRV), and DNAME (RFC 6672 forbids compressing its target; peers that do are still read).
+pub fn decompressed_on_receipt(rtype: u16) -> bool {
+    use crate::rrtype::t;
+    compresses_names(rtype)
+        || matches!(
+            rtype,
+            t::RP | t::AFSDB | t::RT | t::SIG | t::PX | t::NXT | t::NAPTR | t::SRV | t::DNAME
+        )
+}
+
+/// Appends to `out` the RDATA of type `rtype` that occupies `start..end` of the message
+/// `msg`, its names decompressed when [`decompressed_on_receipt`] says so (copied as it is
+/// otherwise). `None` when the RDATA does not parse.
+pub fn decompress(
+    rtype: u16,
+    msg: &[u8],
+    start: usize,
+    end: usize,
+    out: &mut Vec<u8>,
+) -> Option<()> {
+    if end > msg.len() || start > end {
+        return None;
+    }
+    if decompressed_on_receipt(rtype)
+        && let Some(Spec {
+            def: Def::Fields(kinds),
+            ..
+        }) = types::spec(rtype)
+    {
+        return field::decompress(kinds, msg, start, end, out);
+    }
+    out.extend_from_slice(&msg[start..end]);
+    Some(())
+}
+
 /// Lower-cases, in place, the names that RFC 4034 §6.2 (as updated by RFC 6840 §5.1) puts
 /// in canonical form (those [`names`] reports with `canonical_lower`).
 pub fn to_canonical(rtype: u16, rdata: &mut [u8]) {
@@ -591,6 +634,38 @@ mod tests {
             "0000000100030004600000 08".replace(' ', "").as_str(),
             "1 3 A NS AAAA",
         );
+    }
+
+    #[test]
+    fn compression_knowledge_comes_from_the_descriptions() {
+        use crate::rrtype::t;
+        for rt in [t::NS, t::CNAME, t::SOA, t::MX, t::PTR, t::MINFO] {
+            assert!(compresses_names(rt), "{rt}");
+        }
+        for rt in [t::SRV, t::NAPTR, t::DNAME, t::RP, t::A, t::TXT, t::RRSIG] {
+            assert!(!compresses_names(rt), "{rt}");
+        }
+        assert!(decompressed_on_receipt(t::SRV) && decompressed_on_receipt(t::DNAME));
+        assert!(!decompressed_on_receipt(t::TXT));
+        // An MX whose exchange points back to the owner name at offset 0.
+        let mut msg = b"\x04mail\x07example\x00".to_vec();
+        let start = msg.len();
+        msg.extend_from_slice(&[0, 10, 0xC0, 0]);
+        let mut out = Vec::new();
+        decompress(t::MX, &msg, start, msg.len(), &mut out).unwrap();
+        assert_eq!(out, b"\x00\x0a\x04mail\x07example\x00");
+        // A forward pointer, or RDATA longer than its fields, is refused.
+        let mut bad = msg.clone();
+        let n = bad.len();
+        bad[n - 1] = 50;
+        assert!(decompress(t::MX, &bad, start, n, &mut Vec::new()).is_none());
+        let mut long = msg.clone();
+        long.push(0);
+        assert!(decompress(t::MX, &long, start, long.len(), &mut Vec::new()).is_none());
+        // Types without compressed names are copied as they are.
+        let mut out = Vec::new();
+        decompress(t::TXT, b"\x02hi", 0, 3, &mut out).unwrap();
+        assert_eq!(out, b"\x02hi");
     }
 
     #[test]

@@ -20,10 +20,12 @@ use tokio::sync::mpsc;
 use zones::rrtype::t;
 use zones::{Name, Zone};
 
-use crate::axfr;
-use crate::ixfr::{IxfrIn, Received};
-use crate::transfer::{self, TcpClient, Transfers, Trigger, ZonePolicy, serial_gt};
-use crate::tsig::{self, Signer, Verifier};
+use super::axfr;
+use super::client::TcpClient;
+use super::ixfr::{IxfrIn, Received};
+use super::tsig::{self, Signer, Verifier};
+use super::wire::{self, RrBuf};
+use super::{Transfers, Trigger, XfrError, ZonePolicy, ZoneState, serial_gt};
 use crate::wire::{hf, opcode, rcode};
 
 /// Shortest and longest refresh or retry interval honoured, whatever the SOA says.
@@ -173,7 +175,7 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
                 }
             }
         };
-        x.with_status(&apex, |s| s.state = "refreshing");
+        x.with_status(&apex, |s| s.state = ZoneState::Refreshing);
         let r = refresh(&shared, &origin).await;
         drop(permit);
         let (_, cur) = current(&shared, &origin).await;
@@ -192,7 +194,7 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
                     expired = false;
                 }
                 x.with_status(&apex, |s| {
-                    s.state = "idle";
+                    s.state = ZoneState::Idle;
                     s.last = line.clone();
                     s.last_ok = tsig::now();
                 });
@@ -218,9 +220,9 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
         };
         x.with_status(&apex, |s| {
             if expired {
-                s.state = "expired";
-            } else if s.state == "refreshing" {
-                s.state = "idle";
+                s.state = ZoneState::Expired;
+            } else if s.state == ZoneState::Refreshing {
+                s.state = ZoneState::Idle;
             }
             s.next_refresh = unix(next);
             s.expires = expire_at.filter(|_| !expired).map_or(0, unix);
@@ -240,7 +242,7 @@ async fn expire(shared: &Shared, origin: &Name) {
     }
     shared
         .xfr
-        .with_status(origin.as_wire(), |s| s.state = "expired");
+        .with_status(origin.as_wire(), |s| s.state = ZoneState::Expired);
 }
 
 async fn unexpire(shared: &Shared, origin: &Name) {
@@ -252,27 +254,27 @@ async fn unexpire(shared: &Shared, origin: &Name) {
 }
 
 /// One refresh: each primary in turn until one answers.
-async fn refresh(shared: &Arc<Shared>, origin: &Name) -> Result<String, String> {
+async fn refresh(shared: &Arc<Shared>, origin: &Name) -> Result<String, XfrError> {
     let pol = shared.xfr.policies();
     let Some(p) = pol.zone(origin.as_wire()).cloned() else {
-        return Err("zone no longer configured".into());
+        return Err(XfrError::Unconfigured);
     };
     drop(pol);
     let mut errs = Vec::new();
     for &primary in &p.primaries {
         match refresh_from(shared, &p, primary).await {
             Ok(line) => return Ok(line),
-            Err(e) => errs.push(format!("{primary}: {e}")),
+            Err(e) => errs.push((primary, e)),
         }
     }
-    Err(errs.join("; "))
+    Err(XfrError::AllPrimaries(errs))
 }
 
 async fn refresh_from(
     shared: &Arc<Shared>,
     p: &ZonePolicy,
     primary: SocketAddr,
-) -> Result<String, String> {
+) -> Result<String, XfrError> {
     let x = &shared.xfr;
     let start = Instant::now();
     let serial = query_soa(x, p, primary).await?;
@@ -289,7 +291,7 @@ async fn refresh_from(
             z.serial()
         ));
     }
-    x.with_status(p.origin.as_wire(), |s| s.state = "transferring");
+    x.with_status(p.origin.as_wire(), |s| s.state = ZoneState::Transferring);
     let max = x.cfg.max_in_records;
     let (what, zone) = match &cur {
         Some(base) => match pull(x, p, primary, Some(base.serial())).await {
@@ -308,7 +310,7 @@ async fn refresh_from(
                         .and_then(|c| c.finish(&format!("IXFR from {primary}")))
                 })
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| XfrError::Zone(e.to_string()))?;
                 match r {
                     Ok(z) => {
                         x.stats.in_ixfr.fetch_add(1, Ordering::Relaxed);
@@ -333,9 +335,8 @@ async fn refresh_from(
         None => axfr_in(x, p, primary).await?,
     };
     if zone.serial() != serial && !serial_gt(zone.serial(), serial) {
-        return Err(format!(
-            "transfer brought serial {}, the primary announced {serial}",
-            zone.serial()
+        return Err(XfrError::Protocol(
+            "the transfer brought an older serial than the primary announced",
         ));
     }
     let zone = Arc::new(zone);
@@ -343,14 +344,14 @@ async fn refresh_from(
     let (z2, file) = (zone.clone(), p.file.clone());
     let written = tokio::task::spawn_blocking(move || axfr::write_zone_file(&z2, &file))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| XfrError::Zone(e.to_string()))?;
     if let Err(e) = &written {
         tracing::error!(zone = %p.origin, file = %p.file.display(), "cannot write the zone file: {e}");
     }
     {
         let mut reg = shared.registry.lock().await;
         let Some(i) = reg.find(&p.origin) else {
-            return Err("zone no longer configured".into());
+            return Err(XfrError::Unconfigured);
         };
         reg.install(i, zone.clone(), start.elapsed());
     }
@@ -370,24 +371,24 @@ async fn refresh_from(
     Ok(line)
 }
 
-async fn finish(c: Box<axfr::Collector>, primary: SocketAddr) -> Result<Zone, String> {
+async fn finish(c: Box<axfr::Collector>, primary: SocketAddr) -> Result<Zone, XfrError> {
     tokio::task::spawn_blocking(move || c.finish(&format!("transfer from {primary}")))
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| XfrError::Zone(e.to_string()))?
 }
 
 async fn axfr_in(
     x: &Transfers,
     p: &ZonePolicy,
     primary: SocketAddr,
-) -> Result<(String, Zone), String> {
+) -> Result<(String, Zone), XfrError> {
     match pull(x, p, primary, None).await? {
         Received::Full(c) => {
             let z = finish(c, primary).await?;
             x.stats.in_axfr.fetch_add(1, Ordering::Relaxed);
             Ok(("AXFR".to_string(), z))
         }
-        _ => Err("AXFR answer is not a zone".into()),
+        _ => Err(XfrError::Protocol("AXFR answer is not a zone")),
     }
 }
 
@@ -396,11 +397,11 @@ fn signer(p: &ZonePolicy) -> Option<Signer> {
 }
 
 /// Asks `primary` for the zone's SOA serial (UDP, then TCP when truncated or unanswered).
-async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: SocketAddr) -> Result<u32, String> {
+async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: SocketAddr) -> Result<u32, XfrError> {
     let timeout = Duration::from_secs(x.cfg.message_timeout_secs.min(5));
     let id: u16 = rand::random();
     let mut s = signer(p);
-    let q = transfer::build_query(
+    let q = wire::build_query(
         id,
         opcode::QUERY,
         p.origin.as_wire(),
@@ -409,7 +410,7 @@ async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: SocketAddr) -> Result
         false,
         s.as_mut(),
     );
-    let resp = match transfer::udp_exchange(primary, &q, timeout).await {
+    let resp = match super::client::udp_exchange(primary, &q, timeout).await {
         Ok(r) if r.len() >= 4 && u16::from_be_bytes([r[2], r[3]]) & hf::TC == 0 => r,
         _ => {
             let mut c = TcpClient::connect(primary, timeout).await?;
@@ -420,27 +421,27 @@ async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: SocketAddr) -> Result
         }
     };
     let mut serial = None;
-    let mut b = transfer::RrBuf::default();
+    let mut b = RrBuf::default();
     let origin = p.origin.as_wire();
-    let r = transfer::read_response(&resp, &mut b, &mut |rr| {
+    let r = wire::read_response(&resp, &mut b, &mut |rr| {
         if rr.rtype == t::SOA && rr.owner.eq_ignore_ascii_case(origin) {
-            serial = crate::ixfr::soa_serial(rr.rdata);
+            serial = wire::soa_serial(rr.rdata);
         }
         Ok(())
     })?;
     if r.id != id {
-        return Err("answer with another ID".into());
+        return Err(XfrError::Protocol("answer with another ID"));
     }
     if let Some(s) = &s {
         Verifier::new(s).check(&resp, r.tsig.as_ref(), tsig::now())?;
     }
     if r.rcode != rcode::NOERROR {
-        return Err(format!("SOA query answered {}", rcode_name(r.rcode)));
+        return Err(XfrError::Rcode(rcode_name(r.rcode)));
     }
     if r.flags & hf::AA == 0 {
-        return Err("SOA answer is not authoritative".into());
+        return Err(XfrError::Protocol("SOA answer is not authoritative"));
     }
-    serial.ok_or_else(|| "SOA answer without the SOA".into())
+    serial.ok_or(XfrError::Protocol("SOA answer without the SOA"))
 }
 
 fn rcode_name(rc: u16) -> &'static str {
@@ -456,7 +457,7 @@ async fn pull(
     p: &ZonePolicy,
     primary: SocketAddr,
     ours: Option<u32>,
-) -> Result<Received, String> {
+) -> Result<Received, XfrError> {
     let timeout = Duration::from_secs(x.cfg.message_timeout_secs);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(x.cfg.in_timeout_secs);
     let mut c = TcpClient::connect(primary, timeout).await?;
@@ -475,7 +476,7 @@ async fn pull(
         }
         None => (t::AXFR, None),
     };
-    let q = transfer::build_query(
+    let q = wire::build_query(
         id,
         opcode::QUERY,
         p.origin.as_wire(),
@@ -488,18 +489,18 @@ async fn pull(
     let mut verifier = s.as_ref().map(Verifier::new);
     let mut f = IxfrIn::new(&p.origin, ours, x.cfg.max_in_records);
     let mut buf = Vec::new();
-    let mut b = transfer::RrBuf::default();
+    let mut b = RrBuf::default();
     let mut first = true;
     loop {
         match tokio::time::timeout_at(deadline, c.recv(&mut buf)).await {
             Ok(r) => r?,
             Err(_) => {
                 x.stats.in_limit.fetch_add(1, Ordering::Relaxed);
-                return Err("transfer took longer than in_timeout_secs".into());
+                return Err(XfrError::TooSlow);
             }
         }
         let mut bad = None;
-        let r = transfer::read_response(&buf, &mut b, &mut |rr| {
+        let r = wire::read_response(&buf, &mut b, &mut |rr| {
             if bad.is_some() {
                 return Ok(());
             }
@@ -509,22 +510,22 @@ async fn pull(
             Ok(())
         })?;
         if r.id != id {
-            return Err("message with another ID".into());
+            return Err(XfrError::Protocol("message with another ID"));
         }
         if let Some(v) = verifier.as_mut() {
             v.check(&buf, r.tsig.as_ref(), tsig::now())?;
         }
         if r.rcode != rcode::NOERROR {
-            return Err(format!("answered {}", rcode_name(r.rcode)));
+            return Err(XfrError::Rcode(rcode_name(r.rcode)));
         }
         if let Some(e) = bad {
-            if e.contains("max_in_records") {
+            if matches!(e, XfrError::TooManyRecords(_)) {
                 x.stats.in_limit.fetch_add(1, Ordering::Relaxed);
             }
             return Err(e);
         }
         if first && r.ancount == 0 {
-            return Err("empty answer".into());
+            return Err(XfrError::Protocol("empty answer"));
         }
         first = false;
         if f.done() || f.current_after_message() {
@@ -534,7 +535,7 @@ async fn pull(
     if let Some(v) = &verifier
         && !v.ends_signed()
     {
-        return Err("the last message is not signed".into());
+        return Err(XfrError::Tsig("the last message is not signed"));
     }
     f.finish()
 }

@@ -1,273 +1,17 @@
-//! IXFR (RFC 1995): the per-zone [`Journal`] of differences recorded when a reload or a
-//! transfer changes a zone (bounded in bytes, oldest dropped first), the difference of two
-//! compiled zones ([`diff`]), the client's serial in a request, and the client side
-//! ([`IxfrIn`]) that follows an IXFR answer, incremental or AXFR-style, and applies it.
+//! IXFR (RFC 1995), the client side: [`IxfrIn`] follows an IXFR answer, incremental or
+//! AXFR-style, and applies it (the journal that answers IXFR requests is
+//! [`super::journal`]).
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::Hasher;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 
-use siphasher::sip128::{Hasher128, SipHasher13};
 use zones::rrtype::t;
 use zones::{Name, Zone};
 
-use crate::axfr::{Collector, Rec};
-use crate::transfer::{RrRef, serial_gt};
-use crate::wire::Query;
-
-/// Records in a compact buffer: owner length, owner, type, TTL, RDATA length, RDATA.
-#[derive(Debug, Default, Clone)]
-pub struct RecBuf {
-    bytes: Vec<u8>,
-    n: usize,
-}
-
-impl RecBuf {
-    /// Appends a record.
-    pub fn push(&mut self, owner: &[u8], rtype: u16, ttl: u32, rdata: &[u8]) {
-        self.bytes.push(owner.len() as u8);
-        self.bytes.extend_from_slice(owner);
-        self.bytes.extend_from_slice(&rtype.to_be_bytes());
-        self.bytes.extend_from_slice(&ttl.to_be_bytes());
-        self.bytes
-            .extend_from_slice(&(rdata.len() as u16).to_be_bytes());
-        self.bytes.extend_from_slice(rdata);
-        self.n += 1;
-    }
-
-    /// The records, in order.
-    pub fn iter(&self) -> impl Iterator<Item = Rec<'_>> + Send + '_ {
-        let b = &self.bytes;
-        let mut p = 0usize;
-        std::iter::from_fn(move || {
-            if p >= b.len() {
-                return None;
-            }
-            let ol = b[p] as usize;
-            let owner = &b[p + 1..p + 1 + ol];
-            let q = p + 1 + ol;
-            let rtype = u16::from_be_bytes([b[q], b[q + 1]]);
-            let ttl = u32::from_be_bytes([b[q + 2], b[q + 3], b[q + 4], b[q + 5]]);
-            let rl = u16::from_be_bytes([b[q + 6], b[q + 7]]) as usize;
-            let rd = &b[q + 8..q + 8 + rl];
-            p = q + 8 + rl;
-            Some((owner, rtype, ttl, rd))
-        })
-    }
-
-    /// Records held.
-    pub fn len(&self) -> usize {
-        self.n
-    }
-
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.n == 0
-    }
-
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        self.bytes.len()
-    }
-}
-
-/// One step of a zone's history: from one serial to the next.
-#[derive(Debug, Clone)]
-pub struct Diff {
-    /// Serial before.
-    pub from: u32,
-    /// Serial after.
-    pub to: u32,
-    old_soa: RecBuf,
-    new_soa: RecBuf,
-    /// Records deleted (SOA excluded).
-    pub removed: RecBuf,
-    /// Records added (SOA excluded).
-    pub added: RecBuf,
-}
-
-impl Diff {
-    /// The records of this step as IXFR sends them: old SOA, deletions, new SOA, additions.
-    pub fn records(&self) -> impl Iterator<Item = Rec<'_>> + Send + '_ {
-        self.old_soa
-            .iter()
-            .chain(self.removed.iter())
-            .chain(self.new_soa.iter())
-            .chain(self.added.iter())
-    }
-
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        self.old_soa.bytes() + self.new_soa.bytes() + self.removed.bytes() + self.added.bytes()
-    }
-}
-
-/// A zone's recent differences, oldest first, within a byte budget.
-#[derive(Debug)]
-pub struct Journal {
-    diffs: VecDeque<Arc<Diff>>,
-    bytes: usize,
-    max: usize,
-}
-
-impl Journal {
-    /// An empty journal holding at most `max` bytes.
-    pub fn new(max: usize) -> Journal {
-        Journal {
-            diffs: VecDeque::new(),
-            bytes: 0,
-            max,
-        }
-    }
-
-    /// Appends a step (a step that does not follow the last one starts the journal afresh);
-    /// returns how many old steps were dropped to stay within the budget.
-    pub fn push(&mut self, d: Diff) -> usize {
-        if self.diffs.back().is_some_and(|l| l.to != d.from) {
-            self.clear();
-        }
-        if d.bytes() > self.max {
-            self.clear();
-            return 0;
-        }
-        self.bytes += d.bytes();
-        self.diffs.push_back(Arc::new(d));
-        let mut trimmed = 0;
-        while self.bytes > self.max {
-            let Some(old) = self.diffs.pop_front() else {
-                break;
-            };
-            self.bytes -= old.bytes();
-            trimmed += 1;
-        }
-        trimmed
-    }
-
-    /// Forgets everything.
-    pub fn clear(&mut self) {
-        self.diffs.clear();
-        self.bytes = 0;
-    }
-
-    /// The steps from serial `from` to serial `to`, when the journal holds all of them.
-    pub fn chain(&self, from: u32, to: u32) -> Option<Vec<Arc<Diff>>> {
-        let i = self.diffs.iter().position(|d| d.from == from)?;
-        let mut out = Vec::new();
-        let mut at = from;
-        for d in self.diffs.iter().skip(i) {
-            if d.from != at {
-                return None;
-            }
-            out.push(d.clone());
-            at = d.to;
-            if at == to {
-                return Some(out);
-            }
-        }
-        None
-    }
-
-    /// Steps held.
-    pub fn len(&self) -> usize {
-        self.diffs.len()
-    }
-
-    /// True when empty.
-    pub fn is_empty(&self) -> bool {
-        self.diffs.is_empty()
-    }
-}
-
-fn hasher() -> SipHasher13 {
-    SipHasher13::new_with_keys(0x1f2e_3d4c_5b6a_7988, 0x0102_0304_0506_0708)
-}
-
-/// A record's identity: owner (lower case), type, RDATA in canonical form, and the TTL
-/// when `ttl` is given.
-fn key(owner: &[u8], rtype: u16, ttl: Option<u32>, rdata: &[u8], scratch: &mut Vec<u8>) -> u128 {
-    let mut h = hasher();
-    scratch.clear();
-    scratch.extend_from_slice(owner);
-    scratch.make_ascii_lowercase();
-    h.write(scratch);
-    h.write_u16(rtype);
-    if let Some(t) = ttl {
-        h.write_u32(t);
-    }
-    scratch.clear();
-    scratch.extend_from_slice(rdata);
-    zones::rdata::to_canonical(rtype, scratch);
-    h.write_usize(scratch.len());
-    h.write(scratch);
-    h.finish128().as_u128()
-}
-
-/// The SOA record of a zone.
-fn soa(z: &Zone) -> Option<Rec<'_>> {
-    z.records().next().filter(|r| r.1 == t::SOA)
-}
-
-/// The difference from `old` to `new` (a TTL change is a deletion and an addition), or
-/// `None` when it takes more than `max` bytes. Blocking; memory: one 16-byte key per record
-/// of `old`.
-pub fn diff(old: &Zone, new: &Zone, max: usize) -> Option<Diff> {
-    let (os, ns) = (soa(old)?, soa(new)?);
-    let mut d = Diff {
-        from: old.serial(),
-        to: new.serial(),
-        old_soa: RecBuf::default(),
-        new_soa: RecBuf::default(),
-        removed: RecBuf::default(),
-        added: RecBuf::default(),
-    };
-    d.old_soa.push(os.0, os.1, os.2, os.3);
-    d.new_soa.push(ns.0, ns.1, ns.2, ns.3);
-    let mut scratch = Vec::with_capacity(512);
-    let mut left: HashSet<u128> = HashSet::with_capacity(old.record_count());
-    for (o, rt, ttl, rd) in old.records().skip(1) {
-        left.insert(key(o, rt, Some(ttl), rd, &mut scratch));
-    }
-    for (o, rt, ttl, rd) in new.records().skip(1) {
-        if !left.remove(&key(o, rt, Some(ttl), rd, &mut scratch)) {
-            d.added.push(o, rt, ttl, rd);
-            if d.bytes() > max {
-                return None;
-            }
-        }
-    }
-    if !left.is_empty() {
-        for (o, rt, ttl, rd) in old.records().skip(1) {
-            if left.contains(&key(o, rt, Some(ttl), rd, &mut scratch)) {
-                d.removed.push(o, rt, ttl, rd);
-                if d.bytes() > max {
-                    return None;
-                }
-            }
-        }
-    }
-    Some(d)
-}
-
-/// The serial of an SOA's RDATA (uncompressed).
-pub fn soa_serial(rd: &[u8]) -> Option<u32> {
-    let a = zones::name::wire_name_len(rd)?;
-    let b = zones::name::wire_name_len(rd.get(a..)?)?;
-    let s = rd.get(a + b..a + b + 4)?;
-    Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-/// The client's serial: the SOA in the authority section of an IXFR request.
-pub fn request_serial(req: &[u8], q: &Query) -> Option<u32> {
-    if q.nscount != 1 || req.len() < 12 || req[6..8] != [0, 0] {
-        return None;
-    }
-    let mut b = crate::transfer::RrBuf::default();
-    let (r, _) = crate::transfer::read_rr(req, q.question_end, &mut b)?;
-    if r.rtype != t::SOA {
-        return None;
-    }
-    soa_serial(r.rdata)
-}
+use super::axfr::Collector;
+use super::journal::key;
+pub use super::wire::soa_serial as serial_of;
+use super::wire::{RrRef, soa_serial};
+use super::{XfrError, serial_gt};
 
 /// What an IXFR answer said.
 pub enum Received {
@@ -298,12 +42,10 @@ impl Changes {
     }
 
     /// The zone `base` with the changes applied, collected for validation (blocking).
-    pub fn apply(&self, base: &Zone, max: usize) -> Result<Collector, String> {
+    pub fn apply(&self, base: &Zone, max: usize) -> Result<Collector, XfrError> {
         if base.serial() != self.serials.0 {
-            return Err(format!(
-                "IXFR starts at serial {}, we hold {}",
-                self.serials.0,
-                base.serial()
+            return Err(XfrError::Protocol(
+                "the IXFR starts at another serial than ours",
             ));
         }
         let mut c = Collector::new(base.apex(), max);
@@ -378,24 +120,25 @@ impl IxfrIn {
     }
 
     /// Takes one record.
-    pub fn add(&mut self, r: RrRef<'_>) -> Result<(), String> {
+    pub fn add(&mut self, r: RrRef<'_>) -> Result<(), XfrError> {
         self.count += 1;
         if self.count > self.max.saturating_add(8) {
-            return Err(format!("more than {} records (max_in_records)", self.max));
+            return Err(XfrError::TooManyRecords(self.max));
         }
         let is_soa = r.rtype == t::SOA;
         let serial = if is_soa {
-            Some(soa_serial(r.rdata).ok_or("malformed SOA")?)
+            Some(soa_serial(r.rdata).ok_or(XfrError::Malformed("SOA"))?)
         } else {
             None
         };
         match self.state {
             State::First => {
-                let s = serial.ok_or("the answer does not start with the SOA")?;
+                let s =
+                    serial.ok_or(XfrError::Protocol("the answer does not start with the SOA"))?;
                 if !zones::name::is_subdomain(r.owner, self.apex.as_wire())
                     || r.owner.len() != self.apex.wire_len()
                 {
-                    return Err("the first SOA is not the zone's".into());
+                    return Err(XfrError::Protocol("the first SOA is not the zone's"));
                 }
                 self.new_serial = s;
                 self.first_soa = Some((r.owner.to_vec(), r.ttl, r.rdata.to_vec()));
@@ -418,7 +161,7 @@ impl IxfrIn {
                 Some(_) => {
                     // An AXFR of a zone holding only its SOA (not a valid zone), or an IXFR
                     // that starts elsewhere.
-                    return Err("unexpected second SOA in the answer".into());
+                    return Err(XfrError::Protocol("unexpected second SOA in the answer"));
                 }
                 _ => {
                     let mut c = Collector::new(&self.apex, self.max);
@@ -432,7 +175,7 @@ impl IxfrIn {
             State::Body => match serial {
                 Some(s) => {
                     if s != self.new_serial {
-                        return Err("the closing SOA differs from the first".into());
+                        return Err(XfrError::Protocol("the closing SOA differs from the first"));
                     }
                     self.state = State::Done;
                 }
@@ -443,7 +186,7 @@ impl IxfrIn {
                 match serial {
                     Some(s) => {
                         if !serial_gt(s, self.running) {
-                            return Err(format!("IXFR step goes from {} to {s}", self.running));
+                            return Err(XfrError::Protocol("an IXFR step goes backwards"));
                         }
                         self.running = s;
                         self.state = State::Add;
@@ -467,10 +210,9 @@ impl IxfrIn {
                         ch.steps += 1;
                         self.state = State::Del;
                     }
-                    Some(s) => {
-                        return Err(format!(
-                            "IXFR step starts at {s}, expected {}",
-                            self.running
+                    Some(_s) => {
+                        return Err(XfrError::Protocol(
+                            "an IXFR step starts at another serial than the last ended at",
                         ));
                     }
                     None => {
@@ -482,25 +224,25 @@ impl IxfrIn {
                     }
                 }
             }
-            State::Done => return Err("records after the closing SOA".into()),
+            State::Done => return Err(XfrError::Protocol("records after the closing SOA")),
         }
         Ok(())
     }
 
     /// The answer, once complete (or the SOA alone).
-    pub fn finish(self) -> Result<Received, String> {
+    pub fn finish(self) -> Result<Received, XfrError> {
         if self.current_after_message() {
             return Ok(Received::Current(self.new_serial));
         }
         if self.state != State::Done {
-            return Err("the answer ended early".into());
+            return Err(XfrError::Protocol("the answer ended early"));
         }
         if let Some(c) = self.full {
             return Ok(Received::Full(Box::new(c)));
         }
         self.ch
             .map(Received::Incremental)
-            .ok_or_else(|| "empty answer".into())
+            .ok_or(XfrError::Protocol("empty answer"))
     }
 
     /// The serial the answer brings.
@@ -511,6 +253,7 @@ impl IxfrIn {
 
 #[cfg(test)]
 mod tests {
+    use super::super::journal::{Journal, Rec, diff, soa};
     use super::*;
 
     fn zone(serial: u32, extra: &str) -> Zone {

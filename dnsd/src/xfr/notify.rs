@@ -12,8 +12,9 @@ use tokio::sync::oneshot;
 use zones::rrtype::t;
 use zones::{Name, Zone};
 
-use crate::transfer::{self, Ctx, Transfers, Trigger};
-use crate::tsig::{self, Signer, Verifier};
+use super::tsig::{self, Signer, Verifier};
+use super::wire::{self, RrBuf};
+use super::{Ctx, Transfers, Trigger, XfrError};
 use crate::wire::{opcode, rcode};
 
 /// Answers a NOTIFY (already TSIG-verified when `signer` is given).
@@ -116,7 +117,7 @@ pub fn spawn_notify(
 }
 
 fn ssn(rd: &[u8]) -> u32 {
-    crate::ixfr::soa_serial(rd).unwrap_or(0)
+    wire::soa_serial(rd).unwrap_or(0)
 }
 
 /// Sends one NOTIFY, retrying with a doubling timeout; returns the attempts it took.
@@ -126,13 +127,13 @@ async fn notify_one(
     origin: &Name,
     soa: &(Vec<u8>, u32, Vec<u8>),
     key: Option<Arc<tsig::Key>>,
-) -> Result<u32, String> {
+) -> Result<u32, XfrError> {
     let mut timeout = Duration::from_millis(x.cfg.notify_timeout_ms);
-    let mut last = String::new();
+    let mut last = XfrError::Protocol("no NOTIFY sent");
     for attempt in 1..=x.cfg.notify_retries.max(1) {
         let mut signer = key.clone().map(Signer::request);
         let id: u16 = rand::random();
-        let msg = transfer::build_query(
+        let msg = wire::build_query(
             id,
             opcode::NOTIFY,
             origin.as_wire(),
@@ -141,23 +142,22 @@ async fn notify_one(
             true,
             signer.as_mut(),
         );
-        match transfer::udp_exchange(target, &msg, timeout).await {
+        match super::client::udp_exchange(target, &msg, timeout).await {
             Ok(resp) => {
-                let mut b = transfer::RrBuf::default();
-                let r = transfer::read_response(&resp, &mut b, &mut |_| Ok(()))?;
+                let mut b = RrBuf::default();
+                let r = wire::read_response(&resp, &mut b, &mut |_| Ok(()))?;
                 if ((r.flags >> 11) & 0xF) as u8 != opcode::NOTIFY {
-                    return Err("answer is not a NOTIFY response".into());
+                    return Err(XfrError::Protocol("answer is not a NOTIFY response"));
                 }
                 if let Some(s) = &signer {
                     Verifier::new(s).check(&resp, r.tsig.as_ref(), tsig::now())?;
                 }
                 if r.rcode != rcode::NOERROR {
-                    return Err(format!(
-                        "answered {}",
+                    return Err(XfrError::Rcode(
                         crate::stats::RCODES
                             .get(r.rcode as usize)
                             .copied()
-                            .unwrap_or("?")
+                            .unwrap_or("?"),
                     ));
                 }
                 return Ok(attempt);

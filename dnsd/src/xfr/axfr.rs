@@ -14,10 +14,11 @@ use zones::build::ZoneBuilder;
 use zones::reader::Record;
 use zones::{Name, Zone};
 
-use crate::ixfr::Diff;
+use super::journal::{Diff, Rec};
+use super::tsig::{self, Signer};
+use super::wire::RrRef;
+use super::{Slot, Transfers, XfrError};
 use crate::response::{Owner, Section, Writer};
-use crate::transfer::{RrRef, Slot, Transfers};
-use crate::tsig::{self, Signer};
 use crate::wire::{self, Query, hf, rcode};
 
 /// Largest message of an outgoing transfer.
@@ -43,9 +44,6 @@ pub struct Job {
     x: Arc<Transfers>,
     _slot: Slot,
 }
-
-/// One record to send: owner (lower-case wire), type, TTL, RDATA.
-pub type Rec<'a> = (&'a [u8], u16, u32, &'a [u8]);
 
 impl Job {
     /// A job answering `req` from `peer` with `zone`; holds a transfer slot until done.
@@ -220,7 +218,7 @@ impl Collector {
     }
 
     /// Adds one record.
-    pub fn add(&mut self, r: RrRef<'_>) -> Result<(), String> {
+    pub fn add(&mut self, r: RrRef<'_>) -> Result<(), XfrError> {
         self.add_parts(r.owner, r.rtype, r.class, r.ttl, r.rdata)
     }
 
@@ -232,18 +230,18 @@ impl Collector {
         class: u16,
         ttl: u32,
         rdata: &[u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), XfrError> {
         if class != 1 {
-            return Err(format!("record of class {class} in the transfer"));
+            return Err(XfrError::Protocol("a record of another class than IN"));
         }
         self.count += 1;
         if self.count > self.max {
-            return Err(format!("more than {} records (max_in_records)", self.max));
+            return Err(XfrError::TooManyRecords(self.max));
         }
         zones::rdata::check_wire(rtype, rdata).map_err(|e| {
             let mut s = String::new();
             let _ = zones::name::write_presentation(owner, &mut s);
-            format!("{s}: {e}")
+            XfrError::Zone(format!("{s}: {e}"))
         })?;
         self.b.add(Record {
             owner,
@@ -268,7 +266,7 @@ impl Collector {
     }
 
     /// Compiles and validates the zone (blocking: call off the runtime threads).
-    pub fn finish(self, source: &str) -> Result<Zone, String> {
+    pub fn finish(self, source: &str) -> Result<Zone, XfrError> {
         let files = [Arc::new(PathBuf::from(source))];
         match self.b.finish(&files) {
             Ok(b) => {
@@ -277,7 +275,7 @@ impl Collector {
                 }
                 Ok(b.zone)
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(XfrError::Zone(e.to_string())),
         }
     }
 }

@@ -188,9 +188,8 @@ fn u16_at(b: &[u8], o: usize) -> Option<u16> {
 
 /// Reads the TSIG RR at `start` (the last RR of `msg`); `None` when malformed.
 pub fn read(msg: &[u8], start: usize) -> Option<TsigRr> {
-    let mut name = [0u8; 255];
-    let (nlen, p) = crate::transfer::read_name(msg, start, &mut name)?;
-    let mut key_name = name[..nlen].to_vec();
+    let mut key_name = Vec::with_capacity(64);
+    let p = zones::name::read_compressed(msg, start, &mut key_name)?;
     key_name.make_ascii_lowercase();
     if u16_at(msg, p)? != TSIG {
         return None;
@@ -202,8 +201,8 @@ pub fn read(msg: &[u8], start: usize) -> Option<TsigRr> {
         return None;
     }
     // The algorithm name is never compressed; read it as a plain name within RDATA.
-    let (alen, mut q) = crate::transfer::read_name(&msg[..end], rd, &mut name)?;
-    let mut alg = name[..alen].to_vec();
+    let mut alg = Vec::with_capacity(32);
+    let mut q = zones::name::read_compressed(&msg[..end], rd, &mut alg)?;
     alg.make_ascii_lowercase();
     if q + 10 > end {
         return None;
@@ -305,16 +304,47 @@ pub struct Failure {
     pub key: Option<Arc<Key>>,
 }
 
+/// What kind of TSIG failure a request had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// A malformed TSIG (FORMERR).
+    FormErr,
+    /// An unknown key or algorithm.
+    BadKey,
+    /// A MAC that does not verify.
+    BadSig,
+    /// A time outside the fudge.
+    BadTime,
+    /// A truncated MAC too short.
+    BadTrunc,
+    /// Anything else.
+    Other,
+}
+
+impl FailureKind {
+    /// The kind's name, for logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::FormErr => "formerr",
+            FailureKind::BadKey => "badkey",
+            FailureKind::BadSig => "badsig",
+            FailureKind::BadTime => "badtime",
+            FailureKind::BadTrunc => "badtrunc",
+            FailureKind::Other => "other",
+        }
+    }
+}
+
 impl Failure {
-    /// The error's name, for logs and counters.
-    pub fn name(&self) -> &'static str {
+    /// What kind of failure it is.
+    pub fn kind(&self) -> FailureKind {
         match (self.rcode, self.error) {
-            (rcode::FORMERR, _) => "formerr",
-            (_, error::BADKEY) => "badkey",
-            (_, error::BADSIG) => "badsig",
-            (_, error::BADTIME) => "badtime",
-            (_, error::BADTRUNC) => "badtrunc",
-            _ => "other",
+            (rcode::FORMERR, _) => FailureKind::FormErr,
+            (_, error::BADKEY) => FailureKind::BadKey,
+            (_, error::BADSIG) => FailureKind::BadSig,
+            (_, error::BADTIME) => FailureKind::BadTime,
+            (_, error::BADTRUNC) => FailureKind::BadTrunc,
+            _ => FailureKind::Other,
         }
     }
 }
@@ -583,7 +613,13 @@ impl Verifier {
     }
 
     /// Checks one message; `tsig` is its TSIG RR when it has one.
-    pub fn check(&mut self, msg: &[u8], tsig: Option<&TsigRr>, now: u64) -> Result<(), String> {
+    pub fn check(
+        &mut self,
+        msg: &[u8],
+        tsig: Option<&TsigRr>,
+        now: u64,
+    ) -> Result<(), super::XfrError> {
+        use super::XfrError::Tsig;
         let m = self.pending.get_or_insert_with(|| {
             let mut m = self.key.mac();
             feed_prior(&mut m, &self.prior);
@@ -591,24 +627,20 @@ impl Verifier {
         });
         let Some(rr) = tsig else {
             if self.first {
-                return Err("response is not signed".into());
+                return Err(Tsig("response is not signed"));
             }
             self.unsigned += 1;
             if self.unsigned > 99 {
-                return Err("more than 99 unsigned messages in a row".into());
+                return Err(Tsig("more than 99 unsigned messages in a row"));
             }
             m.update(msg);
             return Ok(());
         };
         if rr.key_name != self.key.name.as_wire() || rr.alg != self.key.alg.wire_name() {
-            return Err("response signed with another key".into());
+            return Err(Tsig("response signed with another key"));
         }
         if rr.error != 0 {
-            return Err(format!(
-                "TSIG error {} ({})",
-                rr.error,
-                error_name(rr.error)
-            ));
+            return Err(Tsig(error_name(rr.error)));
         }
         feed_message(m, msg, rr.start, rr.orig_id);
         feed_vars(
@@ -623,14 +655,14 @@ impl Verifier {
         );
         let full = self.key.alg.mac_len();
         if rr.mac.len() > full || rr.mac.len() < (full / 2).max(10) {
-            return Err("bad MAC length".into());
+            return Err(Tsig("bad MAC length"));
         }
         let m = self.pending.take().expect("set above");
         if !m.verify(&rr.mac) {
-            return Err("bad TSIG MAC in response".into());
+            return Err(Tsig("bad MAC in response"));
         }
         if now.abs_diff(rr.time) > rr.fudge as u64 {
-            return Err("TSIG time outside the fudge".into());
+            return Err(Tsig("time outside the fudge"));
         }
         self.prior = rr.mac.clone();
         self.first = false;

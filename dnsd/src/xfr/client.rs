@@ -1,0 +1,96 @@
+//! The client side's exchanges: one query over UDP, framed messages over a TCP connection,
+//! each bounded in time.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::XfrError;
+
+fn timeout(peer: SocketAddr, t: Duration) -> XfrError {
+    XfrError::Timeout {
+        peer,
+        secs: t.as_secs().max(1),
+    }
+}
+
+/// Sends `msg` over UDP to `to` and waits up to `timeout` for the answer with its ID.
+pub async fn udp_exchange(
+    to: SocketAddr,
+    msg: &[u8],
+    limit: Duration,
+) -> Result<Vec<u8>, XfrError> {
+    let io = |source| XfrError::Io { peer: to, source };
+    let local: SocketAddr = if to.is_ipv4() {
+        "0.0.0.0:0".parse().expect("addr")
+    } else {
+        "[::]:0".parse().expect("addr")
+    };
+    let s = tokio::net::UdpSocket::bind(local).await.map_err(io)?;
+    s.connect(to).await.map_err(io)?;
+    s.send(msg).await.map_err(io)?;
+    let mut buf = vec![0u8; 65535];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let n = tokio::time::timeout_at(deadline, s.recv(&mut buf))
+            .await
+            .map_err(|_| timeout(to, limit))?
+            .map_err(io)?;
+        if n >= 12 && buf[..2] == msg[..2] && buf[2] & 0x80 != 0 {
+            buf.truncate(n);
+            return Ok(buf);
+        }
+    }
+}
+
+/// A TCP connection to a primary: framed messages, each read with a timeout.
+pub struct TcpClient {
+    s: tokio::net::TcpStream,
+    peer: SocketAddr,
+    timeout: Duration,
+}
+
+impl TcpClient {
+    /// Connects to `to` within `timeout` (which also bounds each later read).
+    pub async fn connect(to: SocketAddr, limit: Duration) -> Result<TcpClient, XfrError> {
+        let s = tokio::time::timeout(limit, tokio::net::TcpStream::connect(to))
+            .await
+            .map_err(|_| timeout(to, limit))?
+            .map_err(|source| XfrError::Io { peer: to, source })?;
+        let _ = s.set_nodelay(true);
+        Ok(TcpClient {
+            s,
+            peer: to,
+            timeout: limit,
+        })
+    }
+
+    /// Sends one message.
+    pub async fn send(&mut self, msg: &[u8]) -> Result<(), XfrError> {
+        let mut v = Vec::with_capacity(msg.len() + 2);
+        v.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+        v.extend_from_slice(msg);
+        let peer = self.peer;
+        tokio::time::timeout(self.timeout, self.s.write_all(&v))
+            .await
+            .map_err(|_| timeout(peer, self.timeout))?
+            .map_err(|source| XfrError::Io { peer, source })
+    }
+
+    /// Reads one message into `buf`.
+    pub async fn recv(&mut self, buf: &mut Vec<u8>) -> Result<(), XfrError> {
+        let mut len = [0u8; 2];
+        let peer = self.peer;
+        let r = async {
+            self.s.read_exact(&mut len).await?;
+            buf.resize(u16::from_be_bytes(len) as usize, 0);
+            self.s.read_exact(buf).await
+        };
+        tokio::time::timeout(self.timeout, r)
+            .await
+            .map_err(|_| timeout(peer, self.timeout))?
+            .map(|_| ())
+            .map_err(|source| XfrError::Io { peer, source })
+    }
+}

@@ -1,0 +1,104 @@
+//! What each zone allows and whom it talks to (ACL, TSIG key, NOTIFY targets, primaries),
+//! from the config; replaced whole on reload.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use zones::Name;
+
+use super::tsig::{self, KeyStore};
+use crate::config::Config;
+use crate::config::transfer::{decode_secret, parse_addr, parse_prefix};
+
+/// What one zone allows and whom it talks to.
+#[derive(Debug, Clone)]
+pub struct ZonePolicy {
+    /// Apex (lower case).
+    pub origin: Name,
+    /// The master file (for a secondary: where the copy is kept).
+    pub file: PathBuf,
+    /// Prefixes allowed to transfer the zone.
+    pub allow: Vec<IpNet>,
+    /// The key transfers and NOTIFY must be signed with.
+    pub key: Option<Arc<tsig::Key>>,
+    /// Secondaries to NOTIFY.
+    pub notify: Vec<SocketAddr>,
+    /// Primaries (non-empty: the zone is a secondary).
+    pub primaries: Vec<SocketAddr>,
+    /// Prefixes besides the primaries that may send NOTIFY.
+    pub allow_notify: Vec<IpNet>,
+}
+
+impl ZonePolicy {
+    /// True when the zone is a secondary.
+    pub fn is_secondary(&self) -> bool {
+        !self.primaries.is_empty()
+    }
+}
+
+/// Policies of all zones and the keys, replaced whole on config reload.
+#[derive(Debug, Default)]
+pub struct Policies {
+    zones: HashMap<Vec<u8>, Arc<ZonePolicy>>,
+    /// The TSIG keys.
+    pub keys: KeyStore,
+}
+
+impl Policies {
+    /// The policies of a (checked) config.
+    pub fn from_config(c: &Config) -> Policies {
+        let keys: Vec<Arc<tsig::Key>> = c
+            .tsig_keys
+            .iter()
+            .filter_map(|k| {
+                let alg = tsig::Algorithm::from_config(&k.algorithm)?;
+                let secret = decode_secret(&k.secret).ok()?;
+                tsig::Key::new(&k.name, alg, secret).ok().map(Arc::new)
+            })
+            .collect();
+        let keys = KeyStore::new(keys);
+        let mut zones = HashMap::new();
+        for z in &c.zones {
+            let Ok(origin) = Name::parse(&z.origin, Some(&Name::root())) else {
+                continue;
+            };
+            let origin = origin.to_lowercase();
+            let p = ZonePolicy {
+                file: z.file.clone(),
+                allow: z
+                    .allow_transfer
+                    .iter()
+                    .filter_map(|p| parse_prefix(p).ok())
+                    .collect(),
+                key: z.tsig.as_deref().and_then(|k| keys.by_name(k).cloned()),
+                notify: z.notify.iter().filter_map(|a| parse_addr(a).ok()).collect(),
+                primaries: z
+                    .primaries
+                    .iter()
+                    .filter_map(|a| parse_addr(a).ok())
+                    .collect(),
+                allow_notify: z
+                    .allow_notify
+                    .iter()
+                    .filter_map(|p| parse_prefix(p).ok())
+                    .collect(),
+                origin: origin.clone(),
+            };
+            zones.insert(origin.as_wire().to_vec(), Arc::new(p));
+        }
+        Policies { zones, keys }
+    }
+
+    /// The policy of the zone with this lower-case apex.
+    pub fn zone(&self, apex: &[u8]) -> Option<&Arc<ZonePolicy>> {
+        self.zones.get(apex)
+    }
+
+    /// Every zone's policy.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<ZonePolicy>> {
+        self.zones.values()
+    }
+}
