@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use shield::block::BlockMap;
-use shield::events::{Aggregator, Flusher};
+use shield::events::{Aggregator, Flusher, SinkWriter};
 use shield::rules::{Prepared, RuleSet, RuleState};
 use tokio_rustls::TlsAcceptor;
 
@@ -39,14 +39,6 @@ pub enum StartError {
         what: &'static str,
         /// The error.
         source: std::io::Error,
-    },
-    /// The XDP guard's pinned maps could not be opened.
-    #[error("xdp.pin_path {}: {source}", path.display())]
-    Xdp {
-        /// The pin directory.
-        path: PathBuf,
-        /// The error.
-        source: xdp_guard::Error,
     },
 }
 
@@ -209,27 +201,36 @@ impl Front {
         } = loaded;
         let blocks = BlockMap::new(cfg.block.clone());
         let events = Aggregator::new(cfg.events.aggregator());
-        let writers = cfg.events.writers().map_err(|source| StartError::Output {
-            what: "events",
-            source,
-        })?;
+        // Optional parts (event outputs, ClickHouse, the access log, the XDP mirror) never
+        // stop the front from serving: one that cannot start is an error in the log, its
+        // metrics stay absent, and the front runs without it — as dnsd does.
+        let mut writers = Vec::new();
+        for o in cfg.events.output.active() {
+            match o.sink::<shield::events::Event>().and_then(|s| {
+                s.map(|s| SinkWriter::spawn(s, cfg.events.queue_batches))
+                    .transpose()
+            }) {
+                Ok(w) => writers.extend(w),
+                Err(e) => tracing::error!("events.output {o:?}: {e}; running without it"),
+            }
+        }
         let mut clickhouse = Vec::new();
-        let ch = crate::clickhouse::event_writer(&cfg).map_err(|source| StartError::Output {
-            what: "events.clickhouse",
-            source,
-        })?;
-        let ch = ch.map(|(w, m)| {
-            clickhouse.push((m, "events.clickhouse", "clickhouse_events"));
-            w
-        });
+        match crate::clickhouse::event_writer(&cfg) {
+            Ok(Some((w, m))) => {
+                clickhouse.push((m, "events.clickhouse", "clickhouse_events"));
+                writers.push(w);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!("events.clickhouse: {e}; running without it"),
+        }
         let flusher = events
-            .spawn_flusher(writers.into_iter().chain(ch).collect())
+            .spawn_flusher(writers)
             .map_err(|source| StartError::Output {
                 what: "events",
                 source,
             })?;
         let counters = Arc::new(Counters::default());
-        let access_log = access_log::sink_for(&cfg.access_log.output)
+        let access_log = match access_log::sink_for(&cfg.access_log.output)
             .and_then(|s| crate::clickhouse::access_sink(&cfg, s))
             .map(|(s, m)| {
                 clickhouse.extend(m.map(|m| (m, "access.clickhouse", "clickhouse_access")));
@@ -240,29 +241,37 @@ impl Front {
                     AccessLogger::spawn(s, cfg.access_log.queue, Arc::clone(&counters)).map(Some)
                 }
                 None => Ok(None),
-            })
-            .map_err(|source| StartError::Output {
-                what: "access_log",
-                source,
-            })?;
+            }) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("access_log: {e}; running without access records");
+                None
+            }
+        };
         let xdp = match &cfg.xdp_pin_path {
             None => None,
-            Some(path) => {
-                let maps =
-                    xdp_guard::GuardMaps::open_pinned(path).map_err(|source| StartError::Xdp {
-                        path: path.clone(),
-                        source,
-                    })?;
-                let maps = maps.with_owner(xdp_guard::OWNER_HTTP_FRONT);
-                let handle = xdp_guard::Mirror::new(maps, blocks.subscribe("xdp"))
-                    .spawn()
-                    .map_err(|e| StartError::Output {
-                        what: "xdp mirror",
-                        source: e,
-                    })?;
-                tracing::info!(path = %path.display(), "mirroring the block map into the XDP guard's maps");
-                Some(handle)
-            }
+            Some(path) => match xdp_guard::GuardMaps::open_pinned(path) {
+                Err(e) => {
+                    tracing::error!(
+                        "xdp.pin_path {}: {e}; running without the XDP guard",
+                        path.display()
+                    );
+                    None
+                }
+                Ok(maps) => {
+                    let maps = maps.with_owner(xdp_guard::OWNER_HTTP_FRONT);
+                    match xdp_guard::Mirror::new(maps, blocks.subscribe("xdp")).spawn() {
+                        Ok(handle) => {
+                            tracing::info!(path = %path.display(), "mirroring the block map into the XDP guard's maps");
+                            Some(handle)
+                        }
+                        Err(e) => {
+                            tracing::error!("XDP mirror thread: {e}; running without it");
+                            None
+                        }
+                    }
+                }
+            },
         };
         let state = RuleState::new(&cfg.rules_state, Some(Arc::clone(&blocks)));
         let conn_tenant = AtomicU32::new(cfg.events.connection_tenant);
