@@ -54,8 +54,8 @@ pub fn run(file: &Path, origin: Option<&str>, quiet: bool) -> i32 {
             for d in &e.errors {
                 println!("{}: {}", d.at, d.msg);
             }
-            if e.truncated {
-                println!("{}: further errors not shown", file.display());
+            if e.more > 0 {
+                println!("{}: {} more errors", file.display(), e.more);
             }
             println!("{}: zone {} does not load", file.display(), origin);
             1

@@ -274,3 +274,33 @@ fn check_zone_and_a_running_server_agree_on_the_same_files() {
     let (ok, reload) = dnsd.ctl(&["reload", "example.org."]);
     assert!(!ok, "{reload}");
 }
+
+/// Every error of a file is reported in one run: after a syntax error reading goes on at the
+/// next line outside parentheses (an unclosed `(` included), at most 100 errors are listed,
+/// then how many more there are.
+#[test]
+fn check_zone_reports_every_error_in_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{HEAD}a A 999.1.1.1\nb TXT \"unterminated\nc MX bogus\nd ( A 192.0.2.4\ne A 192.0.2.5\n\
+         f A 1.2.3.4 extra\nh BOGUS 1\n"
+    );
+    let f = write(dir.path(), "many.zone", &text);
+    let (code, out) = check_zone(&["--origin", "example.org."], &f);
+    assert_eq!(code, 1, "{out}");
+    let lines: Vec<u32> = error_lines(&out).into_iter().map(|(_, l)| l).collect();
+    // Lines 6, 7, 8 and 9 (a '(' never closed), then 11 and 12 after it.
+    for want in [6, 7, 8, 9, 11, 12] {
+        assert!(lines.contains(&want), "no error at line {want}:\n{out}");
+    }
+    // 150 bad records: 100 listed, then the count of the rest.
+    let mut big = HEAD.to_string();
+    for i in 0..150 {
+        big.push_str(&format!("x{i} A 300.0.0.{i}\n"));
+    }
+    let f = write(dir.path(), "big.zone", &big);
+    let (code, out) = check_zone(&["--origin", "example.org."], &f);
+    assert_eq!(code, 1);
+    assert_eq!(error_lines(&out).len(), 100, "{out}");
+    assert!(out.contains("50 more errors"), "{out}");
+}

@@ -53,6 +53,7 @@ pub struct ZoneBuilder {
     rdata: Vec<u8>,
     errors: Vec<(Src, String)>,
     max_errors: usize,
+    more_errors: usize,
     too_big: bool,
 }
 
@@ -82,7 +83,8 @@ impl ZoneBuilder {
             recs: Vec::new(),
             rdata: Vec::new(),
             errors: Vec::new(),
-            max_errors: 50,
+            max_errors: 100,
+            more_errors: 0,
             too_big: false,
         }
     }
@@ -107,7 +109,9 @@ impl ZoneBuilder {
             self.last_owner[..n].make_ascii_lowercase();
             self.last_owner_len = n;
             if !name::is_subdomain(&self.last_owner[..n], self.apex.as_wire()) {
-                if self.errors.len() < self.max_errors {
+                if self.errors.len() >= self.max_errors {
+                    self.more_errors += 1;
+                } else {
                     let mut s = String::new();
                     let _ = name::write_presentation(r.owner, &mut s);
                     self.errors.push((
@@ -178,7 +182,7 @@ impl ZoneBuilder {
         }
         if !self.errors.is_empty() {
             return Err(ZoneError {
-                truncated: self.errors.len() >= self.max_errors,
+                more: self.more_errors,
                 errors: self
                     .errors
                     .iter()
@@ -207,10 +211,7 @@ impl ZoneBuilder {
             }
         });
         if !errors.is_empty() {
-            return Err(ZoneError {
-                errors,
-                truncated: false,
-            });
+            return Err(ZoneError { errors, more: 0 });
         }
         Ok(Built { zone, warnings })
     }

@@ -48,8 +48,8 @@ impl fmt::Display for Diagnostic {
 pub struct ZoneError {
     /// The errors, each with its location.
     pub errors: Vec<Diagnostic>,
-    /// More errors were found than are listed.
-    pub truncated: bool,
+    /// Errors found beyond those listed (the list is bounded).
+    pub more: usize,
 }
 
 impl fmt::Display for ZoneError {
@@ -60,8 +60,8 @@ impl fmt::Display for ZoneError {
             }
             write!(f, "{d}")?;
         }
-        if self.truncated {
-            write!(f, "\n(further errors not shown)")?;
+        if self.more > 0 {
+            write!(f, "\n{} more errors", self.more)?;
         }
         Ok(())
     }
@@ -75,7 +75,7 @@ impl ZoneError {
                 at,
                 msg: msg.into(),
             }],
-            truncated: false,
+            more: 0,
         }
     }
 }

@@ -27,7 +27,8 @@ pub struct ReadOptions {
     pub max_generate: u64,
     /// Most records all the `$GENERATE`s of a zone (with its includes) may make together.
     pub max_generate_total: u64,
-    /// Stop after this many errors.
+    /// Errors listed at most; further ones are counted (the whole file is still read, so
+    /// that a check reports every error at once).
     pub max_errors: usize,
     /// Most warnings kept (further ones are counted only).
     pub max_warnings: usize,
@@ -43,7 +44,7 @@ impl ReadOptions {
             max_include_depth: 16,
             max_generate: 65_536,
             max_generate_total: 1 << 20,
-            max_errors: 50,
+            max_errors: 100,
             max_warnings: 200,
         }
     }
@@ -160,7 +161,7 @@ fn read(
             ..Default::default()
         },
         errors: Vec::new(),
-        truncated: false,
+        more: 0,
         stack: vec![Frame {
             scanner,
             file: 0,
@@ -183,7 +184,7 @@ fn read(
     } else {
         Err(ZoneError {
             errors: r.errors,
-            truncated: r.truncated,
+            more: r.more,
         })
     }
 }
@@ -192,7 +193,8 @@ struct Reader<'o> {
     opts: &'o ReadOptions,
     summary: ReadSummary,
     errors: Vec<Diagnostic>,
-    truncated: bool,
+    /// Errors found past `max_errors` (counted, not kept).
+    more: usize,
     stack: Vec<Frame>,
     owner: Option<NameBuf>,
     default_ttl: Option<u32>,
@@ -239,7 +241,7 @@ impl<'o> Reader<'o> {
 
     fn error(&mut self, file: u16, line: u32, col: u32, msg: impl Into<String>) {
         if self.errors.len() >= self.opts.max_errors {
-            self.truncated = true;
+            self.more += 1;
             return;
         }
         let at = self.loc(file, line, col);
@@ -264,10 +266,6 @@ impl<'o> Reader<'o> {
     fn run(&mut self, sink: &mut dyn FnMut(Record<'_>)) {
         let mut toks = std::mem::take(&mut self.toks);
         while let Some(frame) = self.stack.last_mut() {
-            if self.errors.len() >= self.opts.max_errors {
-                self.truncated = true;
-                break;
-            }
             let file = frame.file;
             let info = match frame.scanner.next_entry(&mut toks) {
                 Ok(Some(info)) => info,

@@ -208,6 +208,9 @@ impl Scanner {
     fn try_entry(&mut self, out: &mut Vec<Tok>) -> Result<Step, ScanError> {
         let mut depth = 0u32;
         let mut paren_line = 0u32;
+        // Where the line that opened the outermost '(' ends: an entry whose '(' is never
+        // closed is reported there, and reading resumes on the next line.
+        let mut paren_line_end: Option<usize> = None;
         let mut info = EntryInfo {
             blank_owner: false,
             line: self.line,
@@ -219,11 +222,23 @@ impl Scanner {
                     return Ok(Step::NeedMore);
                 }
                 if depth > 0 {
+                    let Some(end) = paren_line_end else {
+                        return Err(ScanError {
+                            line: paren_line,
+                            col: 1,
+                            msg: "unbalanced parentheses: '(' not closed".into(),
+                            fatal: true,
+                        });
+                    };
+                    // Resume after the opening line (the caller skips its newline).
+                    self.pos = end;
+                    self.line = paren_line;
+                    self.line_start = end;
                     return Err(ScanError {
                         line: paren_line,
                         col: 1,
                         msg: "unbalanced parentheses: '(' not closed".into(),
-                        fatal: true,
+                        fatal: false,
                     });
                 }
                 return Ok(if out.is_empty() {
@@ -235,6 +250,9 @@ impl Scanner {
             let c = self.buf[self.pos];
             match c {
                 b'\n' => {
+                    if depth > 0 && paren_line_end.is_none() {
+                        paren_line_end = Some(self.pos);
+                    }
                     self.pos += 1;
                     self.line += 1;
                     self.line_start = self.pos;
