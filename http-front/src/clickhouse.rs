@@ -45,7 +45,10 @@ pub fn access_sink(cfg: &Config, base: Option<BoxSink>) -> io::Result<AccessSink
     let m = writer.monitor();
     let ch: BoxSink = Box::new(AccessRecords {
         writer,
-        rows: Rows::new(),
+        rows: Rows::for_writer(shield::events::clickhouse::writer_id(
+            cfg.events.node.as_deref().unwrap_or(""),
+            "http-front",
+        )),
         node: cfg.events.node.clone().unwrap_or_default(),
     });
     let sink = match base {

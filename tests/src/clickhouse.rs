@@ -174,6 +174,27 @@ impl ClickHouseServer {
         }
     }
 
+    /// Freezes the server (SIGSTOP): connections are still accepted by the kernel, nothing
+    /// is answered — a server that hangs rather than one that is down.
+    pub fn pause(&self) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as libc::pid_t, libc::SIGSTOP);
+            }
+        }
+    }
+
+    /// Lets a frozen server run on (SIGCONT).
+    pub fn resume(&self) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as libc::pid_t, libc::SIGCONT);
+            }
+        }
+    }
+
     /// Starts it again on the same ports with the same data.
     pub fn restart(&mut self) {
         self.stop();

@@ -324,3 +324,82 @@ fn clickhouse_stopped_under_attack_loses_exactly_the_counted_overflow() {
         0
     );
 }
+
+/// A ClickHouse that hangs (SIGSTOP) past the writer's timeout while traffic flows: the
+/// writer retries batches the server may already have stored, and when it resumes it runs
+/// the abandoned INSERTs too. Rows keep their identity across retries, the tables are
+/// ReplacingMergeTrees, and the operator queries (with FINAL) give exact totals; the
+/// uncertain retries are counted.
+#[test]
+fn a_frozen_clickhouse_never_makes_rows_count_twice() {
+    let Some(ch) = ClickHouseServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let dnsd = dnsd_with_clickhouse(&ch, dir.path(), "init = true\ntimeout_ms = 1000");
+    let (ok, out) = dnsd.ctl(&["block", "add", "127.250.0.0/16", "--ttl", "600"]);
+    assert!(ok, "{out}");
+    // Traffic before, during and after a 4 s freeze.
+    let stop = Arc::new(AtomicBool::new(false));
+    let attack = {
+        let (stop, server) = (stop.clone(), dnsd.addr());
+        std::thread::spawn(move || {
+            let socks: Vec<UdpSocket> = (0..20u8)
+                .map(|i| {
+                    let s = UdpSocket::bind(SocketAddr::new(IpAddr::from([127, 250, i, 1]), 0))
+                        .unwrap();
+                    s.connect(server).unwrap();
+                    s
+                })
+                .collect();
+            let q = build_query(1, "www.example.com.", 1, &QueryOpts::edns(1232));
+            let end = Instant::now() + Duration::from_secs(30);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+                for s in &socks {
+                    let _ = s.send(&q);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(2500));
+    ch.pause();
+    std::thread::sleep(Duration::from_secs(4));
+    ch.resume();
+    std::thread::sleep(Duration::from_millis(2500));
+    stop.store(true, Ordering::Relaxed);
+    attack.join().unwrap();
+
+    let m = settled(|| dnsd.metrics());
+    let blocked = prometheus_sum(&m, "dnsd_blocked_total", "");
+    assert!(blocked > 500, "{blocked}");
+    wait_for("the buffer to drain", Duration::from_secs(30), || {
+        prometheus_sum(&dnsd.metrics(), "palisade_clickhouse_buffered_rows", "") == 0
+            && prometheus_sum(&dnsd.metrics(), "palisade_events_flushed_total", "") > 0
+    });
+    let m = dnsd.metrics();
+    let uncertain = prometheus_sum(&m, "palisade_clickhouse_uncertain_retries_total", "");
+    assert!(uncertain >= 1, "the freeze made no uncertain retry: {m}");
+    assert_eq!(
+        prometheus_sum(&m, "palisade_clickhouse_rows_total", "result=\"overflow\""),
+        0
+    );
+    // README's per-tenant total, read with FINAL: exactly dnsd's own count.
+    let total = |final_: &str| {
+        ch.number(&format!(
+            "SELECT sum(hits) FROM palisade.events {final_} WHERE service = 'dnsd' AND action = 'blocked'"
+        ))
+    };
+    wait_for(
+        "ClickHouse to hold every blocked event",
+        Duration::from_secs(30),
+        || total("FINAL") == blocked,
+    );
+    let stored = ch.number("SELECT count() FROM palisade.events");
+    let distinct = ch.number("SELECT count() FROM palisade.events FINAL");
+    eprintln!(
+        "blocked {blocked}, uncertain retries {uncertain}, rows stored {stored}, distinct {distinct}, sum without FINAL {}",
+        total("")
+    );
+    assert!(stored >= distinct);
+}

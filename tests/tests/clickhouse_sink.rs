@@ -312,3 +312,66 @@ fn a_server_stopped_under_load_loses_exactly_the_counted_overflow() {
     );
     eprintln!("gaps in the sequence: {gaps}");
 }
+
+/// A batch stored twice (what a retry does when its first attempt landed after all) is one
+/// batch to every query that reads with FINAL, before any merge; and a table of the older
+/// MergeTree layout is moved to the new one by `init_schema` with its rows.
+#[test]
+fn a_batch_stored_twice_counts_once_and_old_tables_migrate() {
+    let Some(ch) = ClickHouseServer::start() else {
+        return;
+    };
+    let cfg = config(&ch);
+    // An access table of the older layout, with two rows in it.
+    ch.query("CREATE DATABASE IF NOT EXISTS palisade").unwrap();
+    ch.query(
+        "CREATE TABLE palisade.access (ts DateTime, ts_ms UInt64, service String, node String, \
+         site String, tenant UInt32, client FixedString(16), method String, url String, \
+         proto String, status UInt16, duration_us UInt64, upstream String, action String, \
+         user_agent String, referer String, request_bytes Nullable(UInt64), \
+         response_bytes Nullable(UInt64)) ENGINE = MergeTree() PARTITION BY toYYYYMM(ts) \
+         ORDER BY (tenant, site, ts)",
+    )
+    .unwrap();
+    ch.query(
+        "INSERT INTO palisade.access (ts, ts_ms, site, tenant, status) VALUES \
+         (now(), 1, 'old.test', 7, 200), (now(), 2, 'old.test', 7, 200)",
+    )
+    .unwrap();
+    let report = shield::events::clickhouse::init_schema(&cfg).expect("schema");
+    assert!(report.contains("moved from MergeTree"), "{report}");
+    assert_eq!(
+        ch.query("SELECT engine FROM system.tables WHERE database = 'palisade' AND name = 'access' FORMAT TSVRaw")
+            .unwrap()
+            .trim(),
+        "ReplacingMergeTree"
+    );
+    assert_eq!(
+        ch.number("SELECT count() FROM palisade.access FINAL WHERE site = 'old.test'"),
+        2
+    );
+
+    // The same rows (same writer, same row numbers) pushed twice.
+    let w = ClickHouseWriter::spawn(&cfg, Table::Access).unwrap();
+    let mut rows = Rows::new();
+    for i in 0..50 {
+        rows.push_access(
+            "http-front",
+            &access(i, "192.0.2.9".parse().unwrap(), "/twice"),
+        )
+        .unwrap();
+    }
+    assert_eq!(w.push(&rows), 50);
+    assert_eq!(w.push(&rows), 50);
+    let st = w.close();
+    assert_eq!(st.landed, 100);
+    let q = |f: &str| {
+        ch.number(&format!(
+            "SELECT count() FROM palisade.access {f} WHERE url = '/twice'"
+        ))
+    };
+    // Both copies were inserted (landed 100; a background merge may already have folded
+    // them), and FINAL reads them once whether or not it has.
+    assert!(q("") >= 50);
+    assert_eq!(q("FINAL"), 50, "a batch stored twice is read once");
+}

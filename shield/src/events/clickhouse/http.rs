@@ -68,6 +68,14 @@ impl Endpoint {
         })
     }
 
+    /// The same endpoint with `param` (`name=value`) added to every request's URL.
+    pub fn with_param(&self, param: &str) -> Endpoint {
+        let mut e = self.clone();
+        e.path.push(if e.path.contains('?') { '&' } else { '?' });
+        e.path.push_str(param);
+        e
+    }
+
     /// POSTs `body` (already gzipped when `gzip`), with `query` as the URL's query parameter when given.
     pub fn post(
         &self,
@@ -75,6 +83,19 @@ impl Endpoint {
         body: &[u8],
         gzip: bool,
         timeout: Duration,
+    ) -> io::Result<Reply> {
+        self.post_tracked(query, body, gzip, timeout, &mut false)
+    }
+
+    /// As [`post`](Self::post); `sent` is set once the whole request went out (a failure
+    /// after that may have been carried out by the server).
+    pub fn post_tracked(
+        &self,
+        query: Option<&str>,
+        body: &[u8],
+        gzip: bool,
+        timeout: Duration,
+        sent_all: &mut bool,
     ) -> io::Result<Reply> {
         let mut s = self.connect(timeout)?;
         s.set_read_timeout(Some(timeout))?;
@@ -109,6 +130,7 @@ impl Endpoint {
         }
         head.extend_from_slice(b"\r\n");
         let sent = s.write_all(&head).and_then(|()| s.write_all(body));
+        *sent_all = sent.is_ok();
         // The server may answer (an early error) and close before taking the whole body:
         // its reply, when there is one, says more than the write error.
         let mut raw = Vec::new();
@@ -119,7 +141,14 @@ impl Endpoint {
             Some(r) => Ok(r),
             None => {
                 sent?;
-                read?;
+                read.map_err(|e| match e.kind() {
+                    // A read timeout shows as EAGAIN on a socket with SO_RCVTIMEO.
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no reply within {} ms", timeout.as_millis()),
+                    ),
+                    _ => e,
+                })?;
                 Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "incomplete HTTP reply",

@@ -29,7 +29,7 @@ mod rows;
 
 pub use rows::{
     AccessRow, Fix, Invalid, MAX_HEADER, MAX_SHORT, MAX_TS_MS, MAX_URL, MIN_TS_MS, Rows, addr16,
-    bounded, prefix16,
+    bounded, prefix16, writer_id,
 };
 
 use super::{Event, Sink, SinkError};
@@ -207,6 +207,14 @@ impl ClickHouseConfig {
     }
 }
 
+/// This host's name (part of a writer's identity, for reading; its random part makes it
+/// unique).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
 /// Which table a writer feeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Table {
@@ -253,11 +261,78 @@ pub fn query(cfg: &ClickHouseConfig, sql: &str) -> Result<String, ClickHouseErro
     }
 }
 
-/// Applies the schema (database and both tables, `IF NOT EXISTS`); returns what was done, one line per statement.
+/// Applies the schema (database and both tables, `IF NOT EXISTS`), first moving a table of
+/// the older layout (a plain `MergeTree` without the row identity) to the current one: it is
+/// renamed aside, the new table made, its rows copied in (with the identity `migrated`/row
+/// number), and the old one dropped once the counts match. Returns what was done, one line
+/// per step.
 pub fn init_schema(cfg: &ClickHouseConfig) -> Result<String, ClickHouseError> {
     cfg.validate().map_err(ClickHouseError::Config)?;
     let mut out = String::new();
-    for s in cfg.schema() {
+    let schema = cfg.schema();
+    // The database first: the engine check reads system.tables.
+    if let Some(db) = schema.iter().find(|s| s.starts_with("CREATE DATABASE")) {
+        query(cfg, db)?;
+    }
+    for (t, name) in [
+        (Table::Events, cfg.table.as_str()),
+        (Table::Access, cfg.access_table.as_str()),
+    ] {
+        let engine = query(
+            cfg,
+            &format!(
+                "SELECT engine FROM system.tables WHERE database = '{}' AND name = '{name}' FORMAT TSVRaw",
+                cfg.database
+            ),
+        )?;
+        if engine.trim() != "MergeTree" {
+            continue;
+        }
+        let full = cfg.table_name(t);
+        let old = format!("{full}_mergetree_{}", crate::clock::unix_ms() / 1000);
+        query(cfg, &format!("RENAME TABLE {full} TO {old}"))?;
+        let create = schema
+            .iter()
+            .find(|s| s.contains(&format!("TABLE IF NOT EXISTS {full}")))
+            .ok_or_else(|| ClickHouseError::Config(format!("no schema for {full}")))?;
+        query(cfg, create)?;
+        let cols = query(
+            cfg,
+            &format!(
+                "SELECT name FROM system.columns WHERE database = '{}' AND table = '{}' FORMAT TSVRaw",
+                cfg.database,
+                old.rsplit('.').next().unwrap_or(&old)
+            ),
+        )?;
+        let cols: Vec<&str> = cols.lines().filter(|c| !c.is_empty()).collect();
+        let list = cols.join(", ");
+        query(
+            cfg,
+            &format!(
+                "INSERT INTO {full} ({list}, wid, rid) SELECT {list}, 'migrated', rowNumberInAllBlocks() FROM {old}"
+            ),
+        )?;
+        let count = |t: &str| -> Result<u64, ClickHouseError> {
+            Ok(
+                query(cfg, &format!("SELECT count() FROM {t} FORMAT TSVRaw"))?
+                    .trim()
+                    .parse()
+                    .unwrap_or(u64::MAX),
+            )
+        };
+        let (a, b) = (count(&old)?, count(&full)?);
+        if a == b {
+            query(cfg, &format!("DROP TABLE {old}"))?;
+            out.push_str(&format!(
+                "{full}: moved from MergeTree to ReplacingMergeTree with row identity ({a} rows)\n"
+            ));
+        } else {
+            out.push_str(&format!(
+                "{full}: moved to ReplacingMergeTree; {b} of {a} rows copied, the old table is kept as {old}\n"
+            ));
+        }
+    }
+    for s in schema {
         query(cfg, &s)?;
         let first = s.lines().next().unwrap_or("").trim_end_matches('(').trim();
         out.push_str(first);
@@ -342,6 +417,7 @@ struct Counters {
     bytes_sent: AtomicU64,
     batches: AtomicU64,
     schema_applied: AtomicU64,
+    uncertain_retries: AtomicU64,
 }
 
 struct Inner {
@@ -393,6 +469,9 @@ pub struct ClickHouseStats {
     pub batches: u64,
     /// Times the schema was applied.
     pub schema_applied: u64,
+    /// Failed inserts whose request had gone out whole: the server may have stored them, and
+    /// the retry relies on the row identity to be stored once.
+    pub uncertain_retries: u64,
     /// The last failure, while the server is failing.
     pub last_error: Option<String>,
 }
@@ -438,6 +517,7 @@ impl Inner {
             bytes_sent: l(&self.c.bytes_sent),
             batches: l(&self.c.batches),
             schema_applied: l(&self.c.schema_applied),
+            uncertain_retries: l(&self.c.uncertain_retries),
             last_error: lock(&self.last_error).clone(),
         }
     }
@@ -527,11 +607,13 @@ impl Inner {
         } else {
             body
         };
-        match self.endpoint.post(
+        let mut sent = false;
+        match self.endpoint.post_tracked(
             Some(&self.insert),
             payload,
             self.cfg.gzip,
             self.cfg.timeout(),
+            &mut sent,
         ) {
             Ok(r) if r.status == 200 => {
                 self.c.requests.fetch_add(1, Ordering::Relaxed);
@@ -541,10 +623,17 @@ impl Inner {
                 Ok(())
             }
             Ok(r) => Err(classify(r.status, &r.body)),
-            Err(e) => Err(Failure::Transient {
-                code: 0,
-                message: e.to_string(),
-            }),
+            Err(e) => {
+                if sent {
+                    // The server may have stored the batch before it failed to answer: the
+                    // retry is harmless (rows keep their identity) but counted.
+                    self.c.uncertain_retries.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(Failure::Transient {
+                    code: 0,
+                    message: e.to_string(),
+                })
+            }
         }
     }
 
@@ -719,7 +808,10 @@ impl ClickHouseWriter {
     /// Starts the sender thread for `table` (the config is checked first).
     pub fn spawn(cfg: &ClickHouseConfig, table: Table) -> Result<Self, ClickHouseError> {
         cfg.validate().map_err(ClickHouseError::Config)?;
-        let endpoint = cfg.endpoint()?;
+        // A table of the older layout (without the row identity) still takes the rows.
+        let endpoint = cfg
+            .endpoint()?
+            .with_param("input_format_skip_unknown_fields=1");
         let table_name = cfg.table_name(table);
         let inner = Arc::new(Inner {
             cfg: cfg.clone(),
@@ -878,7 +970,7 @@ impl ClickHouseSink {
         Ok(ClickHouseSink {
             writer: ClickHouseWriter::spawn(cfg, Table::Events)?,
             service: bounded(service, MAX_SHORT).0.to_string(),
-            rows: Rows::new(),
+            rows: Rows::for_writer(rows::writer_id(&host_name(), service)),
         })
     }
 
@@ -999,6 +1091,13 @@ impl crate::metrics::Source for ClickHouseSource {
             format!("table=\"{t}\""),
             "Bytes of successful inserts (compressed).",
             s.bytes_sent,
+        );
+        out.counter(
+            format!("{p}.uncertain_retries"),
+            "palisade_clickhouse_uncertain_retries_total",
+            format!("table=\"{t}\""),
+            "Inserts retried after the request had gone out whole (the first may have landed; rows keep their identity, so they are stored once).",
+            s.uncertain_retries,
         );
         out.gauge(
             format!("{p}.failing"),

@@ -118,21 +118,62 @@ pub struct AccessRow<'a> {
 }
 
 /// Encoded rows (one JSON object per line) with their boundaries and what validation counted.
+///
+/// Every row carries an identity that a retry does not change: `wid`, the writer (node,
+/// service and a random id drawn when the writer started), and `rid`, the row's number in
+/// that writer. The tables are `ReplacingMergeTree`s ordered by it, so a batch inserted
+/// twice (a retry after a timeout whose first attempt landed) is stored once; queries with
+/// `FINAL` are exact before the merge.
 #[derive(Clone, Debug, Default)]
 pub struct Rows {
     pub(super) bytes: Vec<u8>,
     pub(super) ends: Vec<usize>,
     pub(super) invalid: [u64; Invalid::ALL.len()],
     pub(super) fixed: [u64; Fix::ALL.len()],
+    wid: String,
+    next_rid: u64,
+}
+
+/// A writer identity: `node/service/` and 16 random hex digits.
+pub fn writer_id(node: &str, service: &str) -> String {
+    let r: u64 = rand_u64();
+    format!(
+        "{}/{}/{r:016x}",
+        bounded(node, 64).0,
+        bounded(service, 64).0
+    )
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // RandomState is seeded from the OS per process; mix in the time and a counter.
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(crate::clock::unix_ms());
+    h.write_u64(N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    h.finish()
 }
 
 impl Rows {
-    /// No rows.
+    /// No rows, written under a fresh writer identity.
     pub fn new() -> Self {
-        Self::default()
+        Self::for_writer(writer_id("", ""))
     }
 
-    /// Forgets the rows and the counts (keeps the memory).
+    /// No rows, written under `wid` (see [`writer_id`]).
+    pub fn for_writer(wid: String) -> Self {
+        Rows {
+            wid,
+            ..Self::default()
+        }
+    }
+
+    /// This writer's identity.
+    pub fn writer(&self) -> &str {
+        &self.wid
+    }
+
+    /// Forgets the rows and the counts (keeps the memory and the row numbering).
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();
@@ -227,7 +268,10 @@ impl Rows {
         w.u64("is_other", u64::from(other));
         w.u64("hits", hits);
         w.u64("min_hits", min_hits);
+        w.str("wid", &self.wid, MAX_SHORT);
+        w.u64("rid", self.next_rid);
         w.end();
+        self.next_rid += 1;
         if cut {
             self.fix(Fix::Truncated);
         }
@@ -276,7 +320,10 @@ impl Rows {
         cut |= w.str("referer", r.referer.unwrap_or(""), MAX_HEADER);
         w.opt_u64("request_bytes", r.request_bytes);
         w.opt_u64("response_bytes", r.response_bytes);
+        w.str("wid", &self.wid, MAX_SHORT);
+        w.u64("rid", self.next_rid);
         w.end();
+        self.next_rid += 1;
         debug_assert!(self.bytes.len() > start);
         if cut {
             self.fix(Fix::Truncated);
