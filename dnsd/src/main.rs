@@ -127,6 +127,12 @@ fn main() -> ExitCode {
             timeout,
             args,
         } => {
+            // `events-init` needs only the config: it works without a running server.
+            if args.first().map(String::as_str) == Some("events-init")
+                && let Some(c) = &config
+            {
+                return events_init_from_config(c);
+            }
             let socket = match (socket, config) {
                 (Some(s), _) => s,
                 (None, Some(c)) => match config::Config::control_socket(&c) {
@@ -158,6 +164,35 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             }
+        }
+    }
+}
+
+/// `dnsd ctl -c CONFIG events-init`: applies the ClickHouse schema of the config's
+/// `[events.clickhouse]`, whether or not a server runs.
+fn events_init_from_config(path: &std::path::Path) -> ExitCode {
+    let cfg = match config::Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dnsd ctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(ch) = &cfg.events.clickhouse else {
+        eprintln!(
+            "dnsd ctl: {} has no [events.clickhouse] section",
+            path.display()
+        );
+        return ExitCode::from(1);
+    };
+    match shield::events::clickhouse::init_schema(ch) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("dnsd ctl: events-init: {e}");
+            ExitCode::from(1)
         }
     }
 }

@@ -403,3 +403,40 @@ fn a_frozen_clickhouse_never_makes_rows_count_twice() {
     );
     assert!(stored >= distinct);
 }
+
+/// `dnsd ctl -c CONFIG events-init` applies the schema from the config alone, no server running.
+#[test]
+fn events_init_works_from_the_config_without_a_server() {
+    let Some(ch) = ClickHouseServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("palisade.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[control]\nsocket = \"{}\"\n\n[events.clickhouse]\nurl = \"{}\"\ndatabase = \"offline\"\n",
+            dir.path().join("none.sock").display(),
+            ch.url()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(palisade_tests::bin("dnsd"))
+        .args(["ctl", "-c"])
+        .arg(&conf)
+        .arg("events-init")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        ch.query("SELECT count() FROM system.tables WHERE database = 'offline' FORMAT TSVRaw")
+            .unwrap()
+            .trim(),
+        "2"
+    );
+}
