@@ -542,3 +542,239 @@ impl Answerer<'_, '_, '_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Answering in class IN, straight into a writer: answers, NODATA and NXDOMAIN with the
+    //! SOA (negative TTL) in authority, referrals with glue, CNAME chains, wildcards, DNAME.
+
+    use super::*;
+    use crate::process_query::tests::{Q, Reply, example_set, load_zone, zone_set};
+    use crate::zoneset::ServeOptions;
+
+    /// Asks `q` of `zones`: the reply and what the answerer said it was.
+    fn ask(zones: &ZoneSet, q: Q) -> (Reply, Answered) {
+        let (req, q) = q.parsed();
+        let mut out = vec![0u8; 65535];
+        let mut w = Writer::new(&mut out, 65535);
+        w.start(&req, &q, rcode::NOERROR, true);
+        let a = answer_in(&mut w, &q, zones, find_zone(&q, zones));
+        let n = w.finish();
+        (Reply::parse(&out[..n]), a)
+    }
+
+    fn example() -> std::sync::Arc<ZoneSet> {
+        example_set().load_full()
+    }
+
+    /// The SOA in authority with the negative TTL (min of SOA TTL 300 and minimum 60).
+    fn assert_negative(r: &Reply) {
+        assert_eq!(r.authority.len(), 1, "{r:?}");
+        let soa = &r.authority[0];
+        assert_eq!((soa.owner.as_str(), soa.rtype), ("example.com.", t::SOA));
+        assert_eq!(soa.ttl, 60);
+        assert_eq!(r.rdata_name(soa, 0), "ns1.example.com.");
+    }
+
+    #[test]
+    fn an_answer_with_additional_data() {
+        let z = example();
+        let (r, a) = ask(&z, Q::new("WWW.Example.com.", t::A));
+        assert_eq!((a.kind, a.truncated), (Kind::Answer, false));
+        assert!(r.aa() && !r.tc() && r.rcode() == rcode::NOERROR);
+        // The question is echoed in its case; the answer points at it.
+        assert_eq!(&r.bytes[13..16], b"WWW");
+        assert_eq!(r.answer.len(), 1);
+        assert_eq!(
+            (r.answer[0].owner.as_str(), r.answer[0].ttl),
+            ("www.example.com.", 300)
+        );
+        assert_eq!(r.answer[0].rdata, [192, 0, 2, 10]);
+        assert!(r.authority.is_empty() && r.additional.is_empty());
+        // MX: the exchange's A and AAAA go in additional.
+        let (r, a) = ask(&z, Q::new("mail.example.com.", t::MX));
+        assert_eq!(a.kind, Kind::Answer);
+        assert_eq!(r.rdata_name(&r.answer[0], 2), "www.example.com.");
+        let add: Vec<(&str, u16)> = r
+            .additional
+            .iter()
+            .map(|x| (x.owner.as_str(), x.rtype))
+            .collect();
+        assert_eq!(
+            add,
+            [("www.example.com.", t::A), ("www.example.com.", t::AAAA)]
+        );
+        // ANY: one RRset (RFC 8482).
+        let (r, _) = ask(&z, Q::new("www.example.com.", t::ANY));
+        assert_eq!(r.answer.len(), 1);
+    }
+
+    #[test]
+    fn nodata_and_nxdomain_carry_the_soa_with_the_negative_ttl() {
+        let z = example();
+        let (r, a) = ask(&z, Q::new("www.example.com.", t::MX));
+        assert_eq!(a.kind, Kind::NoData);
+        assert!(r.aa() && r.rcode() == rcode::NOERROR && r.answer.is_empty());
+        assert_negative(&r);
+        // An empty non-terminal exists: NODATA, not NXDOMAIN.
+        let (r, a) = ask(&z, Q::new("target.example.com.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::NoData, rcode::NOERROR));
+        assert_negative(&r);
+        let (r, a) = ask(&z, Q::new("nothere.example.com.", t::A));
+        assert_eq!(a.kind, Kind::NxDomain);
+        assert!(r.aa() && r.rcode() == rcode::NXDOMAIN && r.answer.is_empty());
+        assert_negative(&r);
+        // A name in no zone: REFUSED, nothing else.
+        let (r, a) = ask(&z, Q::new("example.org.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::Refused, rcode::REFUSED));
+        assert!(!r.aa() && r.is_empty());
+    }
+
+    #[test]
+    fn a_referral_has_the_ns_in_authority_and_glue_in_additional() {
+        let z = example();
+        for name in ["host.sub.example.com.", "sub.example.com."] {
+            let (r, a) = ask(&z, Q::new(name, t::A));
+            assert_eq!(a.kind, Kind::Referral, "{name}");
+            assert!(!r.aa() && r.rcode() == rcode::NOERROR && r.answer.is_empty());
+            let ns: Vec<String> = r
+                .authority
+                .iter()
+                .map(|x| {
+                    assert_eq!((x.owner.as_str(), x.rtype), ("sub.example.com.", t::NS));
+                    r.rdata_name(x, 0)
+                })
+                .collect();
+            assert_eq!(ns, ["ns.sub.example.com.", "ns.elsewhere.net."]);
+            // Glue for the in-bailiwick server only.
+            assert_eq!(r.additional.len(), 1, "{r:?}");
+            assert_eq!(r.additional[0].owner, "ns.sub.example.com.");
+            assert_eq!(r.additional[0].rdata, [192, 0, 2, 30]);
+        }
+        // DS at the cut is the parent's: NODATA here.
+        let (r, a) = ask(&z, Q::new("sub.example.com.", t::DS));
+        assert_eq!(a.kind, Kind::NoData);
+        assert!(r.aa());
+        assert_negative(&r);
+    }
+
+    #[test]
+    fn cname_chains_are_followed_and_loops_end() {
+        let z = example();
+        let (r, a) = ask(&z, Q::new("cn.example.com.", t::A));
+        assert_eq!(a.kind, Kind::Answer);
+        let chain: Vec<(&str, u16)> = r
+            .answer
+            .iter()
+            .map(|x| (x.owner.as_str(), x.rtype))
+            .collect();
+        assert_eq!(
+            chain,
+            [
+                ("cn.example.com.", t::CNAME),
+                ("cn2.example.com.", t::CNAME),
+                ("www.example.com.", t::A)
+            ]
+        );
+        assert_eq!(r.rdata_name(&r.answer[0], 0), "cn2.example.com.");
+        assert_eq!(r.answer[2].rdata, [192, 0, 2, 10]);
+        // Asked for the CNAME itself: not followed.
+        let (r, _) = ask(&z, Q::new("cn.example.com.", t::CNAME));
+        assert_eq!(r.answer.len(), 1);
+        // A chain to a name that does not exist: NXDOMAIN with the CNAME (RFC 6604).
+        let (r, a) = ask(&z, Q::new("cnx.example.com.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::NxDomain, rcode::NXDOMAIN));
+        assert_eq!(r.answer.len(), 1);
+        assert_eq!(r.answer[0].rtype, t::CNAME);
+        assert_negative(&r);
+        // A loop: each CNAME once, then stop.
+        let (r, a) = ask(&z, Q::new("loop1.example.com.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::Answer, rcode::NOERROR));
+        let owners: Vec<&str> = r.answer.iter().map(|x| x.owner.as_str()).collect();
+        assert_eq!(owners, ["loop1.example.com.", "loop2.example.com."]);
+    }
+
+    #[test]
+    fn wildcards_synthesise_for_the_asked_name_only() {
+        let z = example();
+        let (r, a) = ask(&z, Q::new("a.b.wild.example.com.", t::A));
+        assert_eq!(a.kind, Kind::Answer);
+        assert!(r.aa());
+        assert_eq!(r.answer.len(), 1);
+        assert_eq!(r.answer[0].owner, "a.b.wild.example.com.");
+        assert_eq!(r.answer[0].rdata, [192, 0, 2, 20]);
+        // The wildcard without the type: NODATA.
+        let (r, a) = ask(&z, Q::new("q.wild.example.com.", t::AAAA));
+        assert_eq!((a.kind, r.rcode()), (Kind::NoData, rcode::NOERROR));
+        assert_negative(&r);
+        // A name that exists beside the wildcard is not synthesised.
+        let (r, a) = ask(&z, Q::new("x.wild.example.com.", t::A));
+        assert_eq!(a.kind, Kind::NoData);
+        assert!(r.answer.is_empty());
+        // Nor is the parent of the wildcard matched by it.
+        let (_, a) = ask(&z, Q::new("wild.example.com.", t::A));
+        assert_eq!(a.kind, Kind::NoData);
+    }
+
+    #[test]
+    fn dname_substitutes_and_synthesises_a_cname() {
+        let z = example();
+        let (r, a) = ask(&z, Q::new("x.dn.example.com.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::Answer, rcode::NOERROR));
+        let got: Vec<(&str, u16)> = r
+            .answer
+            .iter()
+            .map(|x| (x.owner.as_str(), x.rtype))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("dn.example.com.", t::DNAME),
+                ("x.dn.example.com.", t::CNAME),
+                ("x.target.example.com.", t::A)
+            ]
+        );
+        assert_eq!(r.rdata_name(&r.answer[0], 0), "target.example.com.");
+        assert_eq!(r.rdata_name(&r.answer[1], 0), "x.target.example.com.");
+        assert_eq!(
+            r.answer[1].ttl, r.answer[0].ttl,
+            "the CNAME has the DNAME's TTL"
+        );
+        assert_eq!(r.answer[2].rdata, [192, 0, 2, 40]);
+        // Below the DNAME to nothing: the DNAME, the CNAME, NXDOMAIN.
+        let (r, a) = ask(&z, Q::new("y.dn.example.com.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::NxDomain, rcode::NXDOMAIN));
+        assert_eq!(r.answer.len(), 2);
+        // The DNAME owner itself is not substituted.
+        let (r, a) = ask(&z, Q::new("dn.example.com.", t::DNAME));
+        assert_eq!(a.kind, Kind::Answer);
+        assert_eq!(r.answer.len(), 1);
+    }
+
+    #[test]
+    fn ds_at_a_child_apex_is_answered_by_the_parent_when_both_are_served() {
+        let child = load_zone(
+            "sub.example.com.",
+            "$TTL 300\n@ SOA ns hm 1 2 3 4 5\n@ NS ns\nns A 192.0.2.30\n",
+        );
+        let z = zone_set(vec![
+            (
+                load_zone("example.com.", &crate::process_query::tests::example_text()),
+                ServeOptions::default(),
+            ),
+            (child, ServeOptions::default()),
+        ])
+        .load_full();
+        // Below the cut the child answers.
+        let (r, a) = ask(&z, Q::new("ns.sub.example.com.", t::A));
+        assert!(a.kind == Kind::Answer && r.aa());
+        // DS at its apex: the parent's NODATA, with the parent's SOA.
+        let (r, a) = ask(&z, Q::new("sub.example.com.", t::DS));
+        assert_eq!(a.kind, Kind::NoData);
+        assert_negative(&r);
+        // Any other type at the child apex: the child.
+        let (r, _) = ask(&z, Q::new("sub.example.com.", t::SOA));
+        assert_eq!(r.answer[0].owner, "sub.example.com.");
+        assert!(r.aa());
+    }
+}

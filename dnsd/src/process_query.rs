@@ -348,3 +348,822 @@ impl Processor {
         Outcome::Reply(len)
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    //! The pipeline in-process: the named points in order (block map before parsing, cookies
+    //! after parsing, RRL after answering), the error replies and their rate limit. The
+    //! helpers here (a test zone, a query builder, a strict reply reader, a processor rig)
+    //! serve the tests of `internet`, `response`, `nsec_proofs` and `tcp` too.
+
+    use std::net::{IpAddr, SocketAddr};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use arc_swap::ArcSwap;
+    use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin};
+    use shield::events::{Action, Aggregator, AggregatorConfig, Event};
+    use zones::Zone;
+
+    use super::*;
+    use crate::config::defence::{DefenceConfig, RrlConfig};
+    use crate::defence::Shared;
+    use crate::zoneset::ServeOptions;
+
+    /// The test zone `example.com.`: answers, CNAME chains and loops, a wildcard, a
+    /// delegation with glue, a DNAME and an RRset too big for UDP.
+    pub(crate) fn example_text() -> String {
+        let mut t = String::from(
+            "$TTL 300\n\
+             @        SOA ns1 hostmaster 2026010101 7200 3600 1209600 60\n\
+             @        NS ns1\n\
+             @        NS ns2.example.net.\n\
+             ns1      A 192.0.2.1\n\
+             www      A 192.0.2.10\n\
+             www      AAAA 2001:db8::10\n\
+             mail     MX 10 www\n\
+             cn       CNAME cn2\n\
+             cn2      CNAME www\n\
+             cnx      CNAME nothere\n\
+             loop1    CNAME loop2\n\
+             loop2    CNAME loop1\n\
+             *.wild   A 192.0.2.20\n\
+             x.wild   TXT \"exists\"\n\
+             sub      NS ns.sub\n\
+             sub      NS ns.elsewhere.net.\n\
+             ns.sub   A 192.0.2.30\n\
+             dn       DNAME target\n\
+             x.target A 192.0.2.40\n",
+        );
+        for i in 0..12 {
+            t.push_str(&format!("big TXT \"{i:02}{}\"\n", "x".repeat(198)));
+        }
+        t
+    }
+
+    /// Loads `text` as the zone `origin`.
+    pub(crate) fn load_zone(origin: &str, text: &str) -> Arc<Zone> {
+        let o: zones::Name = origin.parse().unwrap();
+        let l = zones::load_bytes("test", text, &o, &zones::ReadOptions::new(&o))
+            .unwrap_or_else(|e| panic!("{origin}: {e}"));
+        Arc::new(l.zone)
+    }
+
+    /// A published zone set of these zones.
+    pub(crate) fn zone_set(zones: Vec<(Arc<Zone>, ServeOptions)>) -> Arc<ArcSwap<ZoneSet>> {
+        Arc::new(ArcSwap::from_pointee(ZoneSet::new(zones, 1)))
+    }
+
+    /// `example.com.` alone, default options.
+    pub(crate) fn example_set() -> Arc<ArcSwap<ZoneSet>> {
+        zone_set(vec![(
+            load_zone("example.com.", &example_text()),
+            ServeOptions::default(),
+        )])
+    }
+
+    /// A query to build.
+    #[derive(Clone, Debug)]
+    pub(crate) struct Q {
+        pub id: u16,
+        pub name: String,
+        pub qtype: u16,
+        pub qclass: u16,
+        pub opcode: u8,
+        pub edns: Option<u16>,
+        pub version: u8,
+        pub dnssec: bool,
+        pub cookie: Option<Vec<u8>>,
+    }
+
+    impl Q {
+        /// `name` `qtype` IN, RD, no EDNS.
+        pub(crate) fn new(name: &str, qtype: u16) -> Q {
+            Q {
+                id: 0x1234,
+                name: name.into(),
+                qtype,
+                qclass: 1,
+                opcode: 0,
+                edns: None,
+                version: 0,
+                dnssec: false,
+                cookie: None,
+            }
+        }
+        pub(crate) fn id(mut self, id: u16) -> Q {
+            self.id = id;
+            self
+        }
+        pub(crate) fn edns(mut self, size: u16) -> Q {
+            self.edns = Some(size);
+            self
+        }
+        pub(crate) fn version(mut self, v: u8) -> Q {
+            self.version = v;
+            self
+        }
+        pub(crate) fn dnssec(mut self) -> Q {
+            self.dnssec = true;
+            self.edns.get_or_insert(4096);
+            self
+        }
+        pub(crate) fn cookie(mut self, c: &[u8]) -> Q {
+            self.cookie = Some(c.to_vec());
+            self.edns.get_or_insert(1232);
+            self
+        }
+        pub(crate) fn class(mut self, c: u16) -> Q {
+            self.qclass = c;
+            self
+        }
+        pub(crate) fn opcode(mut self, op: u8) -> Q {
+            self.opcode = op;
+            self
+        }
+
+        /// The wire form.
+        pub(crate) fn bytes(&self) -> Vec<u8> {
+            let flags: u16 = ((self.opcode as u16) << 11) | crate::wire::hf::RD;
+            let mut m = self.id.to_be_bytes().to_vec();
+            m.extend_from_slice(&flags.to_be_bytes());
+            m.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, self.edns.is_some() as u8]);
+            let n = zones::Name::parse(&self.name, Some(&zones::Name::root())).unwrap();
+            m.extend_from_slice(n.as_wire());
+            m.extend_from_slice(&self.qtype.to_be_bytes());
+            m.extend_from_slice(&self.qclass.to_be_bytes());
+            if let Some(size) = self.edns {
+                m.extend_from_slice(&[0, 0, 41]);
+                m.extend_from_slice(&size.to_be_bytes());
+                m.extend_from_slice(&[0, self.version, if self.dnssec { 0x80 } else { 0 }, 0]);
+                let mut rd = Vec::new();
+                if let Some(c) = &self.cookie {
+                    rd.extend_from_slice(&crate::wire::OPT_COOKIE.to_be_bytes());
+                    rd.extend_from_slice(&(c.len() as u16).to_be_bytes());
+                    rd.extend_from_slice(c);
+                }
+                m.extend_from_slice(&(rd.len() as u16).to_be_bytes());
+                m.extend_from_slice(&rd);
+            }
+            m
+        }
+
+        /// The parsed form.
+        pub(crate) fn parsed(&self) -> (Vec<u8>, Query) {
+            let b = self.bytes();
+            let mut q = Query::default();
+            crate::wire::parse_query(&b, &mut q).unwrap();
+            (b, q)
+        }
+    }
+
+    /// One record of a reply.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Rr {
+        /// Owner, lower case, with its trailing dot.
+        pub owner: String,
+        pub rtype: u16,
+        pub class: u16,
+        pub ttl: u32,
+        pub rdata: Vec<u8>,
+        /// Where the RDATA starts in the message (to read compressed names in it).
+        pub rdata_at: usize,
+    }
+
+    /// A reply read strictly: every count matches, every byte is read.
+    #[derive(Debug)]
+    pub(crate) struct Reply {
+        pub bytes: Vec<u8>,
+        pub id: u16,
+        pub flags: u16,
+        /// (name, type, class) when the question is echoed.
+        pub question: Option<(String, u16, u16)>,
+        pub answer: Vec<Rr>,
+        pub authority: Vec<Rr>,
+        /// Additional records other than OPT.
+        pub additional: Vec<Rr>,
+        pub opt: Option<Rr>,
+    }
+
+    /// The name at `off` in `m` (compression followed), lower case with its trailing dot,
+    /// and the offset after it where it is written.
+    pub(crate) fn read_name(m: &[u8], mut off: usize) -> (String, usize) {
+        let mut s = String::new();
+        let mut end = None;
+        for _ in 0..128 {
+            let l = m[off] as usize;
+            if l & 0xC0 == 0xC0 {
+                end.get_or_insert(off + 2);
+                off = ((l & 0x3F) << 8) | m[off + 1] as usize;
+                continue;
+            }
+            assert!(l < 64, "label length {l} at {off}");
+            if l == 0 {
+                if s.is_empty() {
+                    s.push('.');
+                }
+                return (s, end.unwrap_or(off + 1));
+            }
+            for &b in &m[off + 1..off + 1 + l] {
+                s.push(b.to_ascii_lowercase() as char);
+            }
+            s.push('.');
+            off += 1 + l;
+        }
+        panic!("name loop in {m:?}");
+    }
+
+    fn u16_at(m: &[u8], o: usize) -> u16 {
+        u16::from_be_bytes([m[o], m[o + 1]])
+    }
+
+    impl Reply {
+        pub(crate) fn parse(m: &[u8]) -> Reply {
+            assert!(m.len() >= 12, "short reply {m:?}");
+            let counts = [u16_at(m, 4), u16_at(m, 6), u16_at(m, 8), u16_at(m, 10)];
+            assert!(counts[0] <= 1, "QDCOUNT {}", counts[0]);
+            let mut p = 12;
+            let mut question = None;
+            if counts[0] == 1 {
+                let (n, e) = read_name(m, p);
+                question = Some((n, u16_at(m, e), u16_at(m, e + 2)));
+                p = e + 4;
+            }
+            let mut secs: [Vec<Rr>; 3] = Default::default();
+            for (i, sec) in secs.iter_mut().enumerate() {
+                for _ in 0..counts[i + 1] {
+                    let (owner, e) = read_name(m, p);
+                    let rdlen = u16_at(m, e + 8) as usize;
+                    assert!(e + 10 + rdlen <= m.len(), "RR past the end");
+                    sec.push(Rr {
+                        owner,
+                        rtype: u16_at(m, e),
+                        class: u16_at(m, e + 2),
+                        ttl: u32::from_be_bytes([m[e + 4], m[e + 5], m[e + 6], m[e + 7]]),
+                        rdata: m[e + 10..e + 10 + rdlen].to_vec(),
+                        rdata_at: e + 10,
+                    });
+                    p = e + 10 + rdlen;
+                }
+            }
+            assert_eq!(p, m.len(), "bytes after the last record");
+            let [answer, authority, additional] = secs;
+            assert!(answer.iter().chain(&authority).all(|r| r.rtype != 41));
+            let (opts, additional): (Vec<Rr>, Vec<Rr>) =
+                additional.into_iter().partition(|r| r.rtype == 41);
+            assert!(opts.len() <= 1, "more than one OPT");
+            Reply {
+                bytes: m.to_vec(),
+                id: u16_at(m, 0),
+                flags: u16_at(m, 2),
+                question,
+                answer,
+                authority,
+                additional,
+                opt: opts.into_iter().next(),
+            }
+        }
+
+        /// The full rcode (extended bits from OPT).
+        pub(crate) fn rcode(&self) -> u16 {
+            (self.flags & 0xF) | self.opt.as_ref().map_or(0, |o| ((o.ttl >> 24) as u16) << 4)
+        }
+        pub(crate) fn tc(&self) -> bool {
+            self.flags & crate::wire::hf::TC != 0
+        }
+        pub(crate) fn aa(&self) -> bool {
+            self.flags & crate::wire::hf::AA != 0
+        }
+        pub(crate) fn qr(&self) -> bool {
+            self.flags & crate::wire::hf::QR != 0
+        }
+        /// The COOKIE option's data.
+        pub(crate) fn cookie(&self) -> Option<Vec<u8>> {
+            let rd = &self.opt.as_ref()?.rdata;
+            let mut p = 0;
+            while p + 4 <= rd.len() {
+                let (code, len) = (u16_at(rd, p), u16_at(rd, p + 2) as usize);
+                if code == crate::wire::OPT_COOKIE {
+                    return Some(rd[p + 4..p + 4 + len].to_vec());
+                }
+                p += 4 + len;
+            }
+            None
+        }
+        /// The name at `off` bytes into the RDATA of `rr`.
+        pub(crate) fn rdata_name(&self, rr: &Rr, off: usize) -> String {
+            read_name(&self.bytes, rr.rdata_at + off).0
+        }
+        /// Records of no section at all.
+        pub(crate) fn is_empty(&self) -> bool {
+            self.answer.is_empty() && self.authority.is_empty() && self.additional.is_empty()
+        }
+    }
+
+    /// Defence settings: RRL as given (off without), cookies on or off, the
+    /// random-subdomain defence off.
+    pub(crate) fn defences(rrl: Option<RrlConfig>, cookies: bool) -> DefenceConfig {
+        let mut c = DefenceConfig {
+            rrl: rrl.unwrap_or_else(|| RrlConfig {
+                enabled: false,
+                ..RrlConfig::default()
+            }),
+            ..DefenceConfig::default()
+        };
+        c.cookies.enabled = cookies;
+        c.random_subdomain.enabled = false;
+        c
+    }
+
+    /// Shared defence state over an empty block map.
+    pub(crate) fn shared(cfg: DefenceConfig) -> Arc<Shared> {
+        Shared::new(
+            cfg,
+            BlockMap::new(BlockConfig::default()),
+            Aggregator::new(AggregatorConfig::default()),
+        )
+    }
+
+    /// Blocks `net` for a minute, decided by `origin`.
+    pub(crate) fn block(s: &Shared, net: &str, origin: Origin) {
+        s.blocks.insert(BlockEntry::with_ttl(
+            net.parse().unwrap(),
+            Duration::from_secs(60),
+            shield::clock::unix_ms(),
+            "test",
+            origin,
+        ));
+    }
+
+    /// The events flushed now.
+    pub(crate) fn events(s: &Shared, action: Action) -> Vec<Event> {
+        s.events
+            .flush(shield::clock::unix_ms())
+            .into_iter()
+            .filter(|e| e.action == action)
+            .collect()
+    }
+
+    pub(crate) fn load(a: &AtomicU64) -> u64 {
+        a.load(Ordering::Relaxed)
+    }
+
+    /// A processor over a zone set with its counters; the clock is read once (at `new`),
+    /// so rate limits see every query at the same instant.
+    pub(crate) struct Rig {
+        pub p: Processor,
+        pub stats: Arc<WorkerStats>,
+        pub shared: Option<Arc<Shared>>,
+        out: Vec<u8>,
+    }
+
+    impl Rig {
+        pub(crate) fn new(zones: Arc<ArcSwap<ZoneSet>>, cfg: Option<DefenceConfig>) -> Rig {
+            Rig::with_shared(zones, cfg.map(shared))
+        }
+
+        pub(crate) fn with_shared(zones: Arc<ArcSwap<ZoneSet>>, s: Option<Arc<Shared>>) -> Rig {
+            let stats = Arc::new(WorkerStats::default());
+            let mut p = Processor::new(
+                zones,
+                Arc::new(PipelineConfig::default()),
+                stats.clone(),
+                s.as_ref(),
+            );
+            p.refresh();
+            Rig {
+                p,
+                stats,
+                shared: s,
+                out: vec![0u8; 65535],
+            }
+        }
+
+        /// Processes `req` from `src` (an address, port 5353): the reply, or `None` for a drop.
+        pub(crate) fn send(&mut self, req: &[u8], src: &str, t: Transport) -> Option<Reply> {
+            let src = SocketAddr::new(src.parse::<IpAddr>().unwrap(), 5353);
+            match self.p.process(req, src, t, &mut self.out) {
+                Outcome::Reply(n) => {
+                    if t == Transport::Udp {
+                        assert!(n <= 1232, "a UDP reply of {n} bytes");
+                    }
+                    Some(Reply::parse(&self.out[..n]))
+                }
+                Outcome::Drop => None,
+                Outcome::Transfer => panic!("a transfer without transfers configured"),
+            }
+        }
+
+        pub(crate) fn drops(&self, c: DropCause) -> u64 {
+            load(&self.stats.drops[c as usize])
+        }
+
+        pub(crate) fn rcodes(&self, rc: u16) -> u64 {
+            load(&self.stats.rcode[rc as usize])
+        }
+
+        pub(crate) fn shared(&self) -> &Shared {
+            self.shared.as_ref().expect("defences on")
+        }
+    }
+
+    const UDP: Transport = Transport::Udp;
+    const TCP: Transport = Transport::Tcp;
+    const WWW: &str = "www.example.com.";
+
+    #[test]
+    fn a_blocked_source_is_dropped_and_counted_before_parsing() {
+        let s = shared(defences(None, false));
+        block(&s, "192.0.2.0/24", Origin::Operator);
+        block(&s, "203.0.113.5/32", Origin::Peer);
+        let mut r = Rig::with_shared(example_set(), Some(s.clone()));
+        let q = Q::new(WWW, 1).bytes();
+        // A runt from a blocked source counts as blocked, not malformed: nothing was read.
+        assert!(r.send(&[1, 2, 3], "192.0.2.7", UDP).is_none());
+        assert!(r.send(&q, "192.0.2.7", UDP).is_none());
+        assert!(r.send(&q, "192.0.2.200", TCP).is_none());
+        assert!(r.send(&q, "203.0.113.5", UDP).is_none());
+        assert_eq!(r.drops(DropCause::Blocked), 4);
+        assert_eq!(r.drops(DropCause::Malformed), 0);
+        assert_eq!(load(&r.stats.queries), 0, "nothing parsed");
+        assert_eq!(r.stats.rcode.iter().map(load).sum::<u64>(), 0);
+        let by_origin: Vec<u64> = s.blocked.iter().map(load).collect();
+        assert_eq!(by_origin, [0, 3, 1], "local, operator, peer");
+        // Outside the blocked prefixes the same bytes are parsed: a runt is malformed, the
+        // query answered.
+        assert!(r.send(&[1, 2, 3], "192.0.3.7", UDP).is_none());
+        assert_eq!(r.drops(DropCause::Malformed), 1);
+        let a = r.send(&q, "192.0.3.7", UDP).unwrap();
+        assert_eq!(a.rcode(), rcode::NOERROR);
+        assert_eq!(a.answer[0].rdata, [192, 0, 2, 10]);
+        assert_eq!(r.drops(DropCause::Blocked), 4);
+        // One `blocked` event (tenant 0: nothing of the query known), by source prefix.
+        let ev = events(&s, shield::events::Action::Blocked);
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert_eq!((ev[0].tenant, ev[0].total), (0, 4));
+        let top = &ev[0].top[0];
+        assert_eq!(top.prefix.to_string(), "192.0.2.0/24");
+        assert_eq!(
+            (top.count, top.reason),
+            (3, crate::defence::reason::BLOCKED)
+        );
+    }
+
+    #[test]
+    fn malformed_queries_get_formerr_and_runts_and_responses_are_dropped() {
+        let mut r = Rig::new(example_set(), None);
+        let good = Q::new(WWW, 1).id(77).bytes();
+        // Two questions: FORMERR without a question.
+        let mut m = good.clone();
+        m[5] = 2;
+        let a = r.send(&m, "192.0.2.1", UDP).unwrap();
+        assert!(a.qr());
+        assert_eq!((a.id, a.rcode()), (77, rcode::FORMERR));
+        assert!(a.question.is_none() && a.is_empty() && a.opt.is_none());
+        // A question, then an additional count past the end: FORMERR echoing the question.
+        let mut m = good.clone();
+        m[11] = 3;
+        let a = r.send(&m, "192.0.2.1", UDP).unwrap();
+        assert_eq!(a.rcode(), rcode::FORMERR);
+        assert_eq!(a.question, Some((WWW.into(), 1, 1)));
+        assert!(a.is_empty());
+        // A record in the answer section of a query.
+        let mut m = good.clone();
+        m[7] = 1;
+        m.extend_from_slice(&[0, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1]);
+        let a = r.send(&m, "192.0.2.1", UDP).unwrap();
+        assert_eq!(a.rcode(), rcode::FORMERR);
+        assert!(a.question.is_some());
+        // A sound OPT followed by a broken record: FORMERR with OPT (RFC 6891 §7); two
+        // OPTs: FORMERR without.
+        let mut m = Q::new(WWW, 1).edns(1232).bytes();
+        m[11] = 2;
+        m.extend_from_slice(&[0, 0, 1, 0]);
+        let a = r.send(&m, "192.0.2.1", TCP).unwrap();
+        assert_eq!(a.rcode(), rcode::FORMERR);
+        assert!(
+            a.opt.is_some(),
+            "FORMERR to a query with a sound OPT carries OPT"
+        );
+        let mut m = Q::new(WWW, 1).edns(1232).bytes();
+        m[11] = 2;
+        m.extend_from_slice(&[0, 0, 41, 4, 0, 0, 0, 0, 0, 0, 0]);
+        let a = r.send(&m, "192.0.2.1", TCP).unwrap();
+        assert_eq!(a.rcode(), rcode::FORMERR);
+        assert!(a.opt.is_none(), "{a:?}");
+        assert_eq!(r.rcodes(rcode::FORMERR), 5);
+        // Shorter than a header, or a response: no answer at all.
+        assert!(r.send(&good[..11], "192.0.2.1", UDP).is_none());
+        let mut resp = good.clone();
+        resp[2] |= 0x80;
+        assert!(r.send(&resp, "192.0.2.1", UDP).is_none());
+        assert_eq!(r.drops(DropCause::Malformed), 2);
+        assert_eq!(r.rcodes(rcode::FORMERR), 5);
+    }
+
+    #[test]
+    fn an_edns_version_above_zero_gets_badvers() {
+        let mut r = Rig::new(example_set(), None);
+        let q = Q::new(WWW, 1).edns(4096).version(1).dnssec().id(9).bytes();
+        let a = r.send(&q, "192.0.2.1", UDP).unwrap();
+        assert_eq!(a.rcode(), rcode::BADVERS);
+        assert_eq!(
+            a.flags & 0xF,
+            0,
+            "BADVERS lives in the OPT's extended rcode"
+        );
+        let opt = a.opt.as_ref().unwrap();
+        assert_eq!(opt.ttl >> 24, 1, "extended rcode 1 (16 >> 4)");
+        assert_eq!((opt.ttl >> 16) & 0xFF, 0, "our version: 0");
+        assert_eq!(opt.ttl & 0x8000, 0x8000, "DO echoed");
+        assert_eq!(opt.class, 1232, "our payload size");
+        assert_eq!(a.question, Some((WWW.into(), 1, 1)));
+        assert!(a.is_empty());
+        assert_eq!(r.rcodes(rcode::BADVERS), 1);
+        assert_eq!(r.rcodes(rcode::NOERROR), 0);
+    }
+
+    #[test]
+    fn axfr_over_udp_is_notimp_and_other_meta_queries_are_refused() {
+        let mut r = Rig::new(example_set(), None);
+        let ask = |r: &mut Rig, q: Q, t: Transport| {
+            let a = r.send(&q.bytes(), "192.0.2.1", t).unwrap();
+            assert!(a.answer.is_empty(), "{q:?}: {a:?}");
+            a.rcode()
+        };
+        let apex = "example.com.";
+        // RFC 5936 §4.2: AXFR is TCP only; over TCP without transfers configured, refused.
+        assert_eq!(ask(&mut r, Q::new(apex, 252), UDP), rcode::NOTIMP);
+        assert_eq!(ask(&mut r, Q::new(apex, 252), TCP), rcode::REFUSED);
+        assert_eq!(ask(&mut r, Q::new(apex, 251), UDP), rcode::REFUSED);
+        // TSIG and TKEY are not question types.
+        assert_eq!(ask(&mut r, Q::new(apex, 250), UDP), rcode::FORMERR);
+        assert_eq!(ask(&mut r, Q::new(apex, 249), UDP), rcode::FORMERR);
+        // Class CH, a name in no zone, NOTIFY for a zone we are not a secondary of.
+        assert_eq!(ask(&mut r, Q::new(apex, 16).class(3), UDP), rcode::REFUSED);
+        assert_eq!(ask(&mut r, Q::new("example.org.", 1), UDP), rcode::REFUSED);
+        assert_eq!(ask(&mut r, Q::new(apex, 6).opcode(4), UDP), rcode::NOTAUTH);
+        // UPDATE: not implemented.
+        assert_eq!(ask(&mut r, Q::new(apex, 6).opcode(5), UDP), rcode::NOTIMP);
+        // Class ANY is answered from IN.
+        let a = r
+            .send(&Q::new(WWW, 1).class(255).bytes(), "192.0.2.1", UDP)
+            .unwrap();
+        assert_eq!((a.rcode(), a.answer.len()), (rcode::NOERROR, 1));
+        assert_eq!(r.rcodes(rcode::NOTIMP), 2);
+        assert_eq!(r.rcodes(rcode::REFUSED), 4);
+    }
+
+    #[test]
+    fn rrl_slips_and_drops_a_udp_flood_from_one_source_but_never_over_tcp() {
+        let rrl = RrlConfig {
+            responses_per_second: 5.0,
+            slip: 2,
+            ..RrlConfig::default()
+        };
+        let mut r = Rig::new(example_set(), Some(defences(Some(rrl), false)));
+        let (mut answered, mut slipped, mut dropped) = (0, 0, 0);
+        for id in 0..50 {
+            let q = Q::new(WWW, 1).edns(1232).id(id).bytes();
+            match r.send(&q, "192.0.2.1", UDP) {
+                None => dropped += 1,
+                Some(a) if a.tc() => {
+                    // The slip: TC=1, the question, OPT, nothing else.
+                    assert_eq!((a.id, a.rcode()), (id, rcode::NOERROR));
+                    assert!(a.is_empty() && a.opt.is_some());
+                    assert_eq!(a.question, Some((WWW.into(), 1, 1)));
+                    slipped += 1;
+                }
+                Some(a) => {
+                    assert_eq!(a.answer.len(), 1);
+                    answered += 1;
+                }
+            }
+        }
+        assert_eq!((answered, slipped, dropped), (5, 22, 23));
+        let rrl = r.shared().rrl.as_ref().unwrap();
+        assert_eq!(load(&rrl.limited), 45);
+        assert_eq!(load(&rrl.slipped), 22);
+        assert_eq!(load(&rrl.dropped), 23);
+        assert_eq!(r.drops(DropCause::Rrl), 23);
+        assert_eq!(load(&r.stats.truncated), 22);
+        // The same flood over TCP: every answer, nothing counted.
+        for id in 0..50 {
+            let q = Q::new(WWW, 1).edns(1232).id(id).bytes();
+            let a = r.send(&q, "192.0.2.1", TCP).unwrap();
+            assert!(!a.tc() && a.answer.len() == 1, "TCP {id}: {a:?}");
+        }
+        // Another prefix has its own account.
+        let a = r.send(&Q::new(WWW, 1).bytes(), "192.0.3.1", UDP).unwrap();
+        assert_eq!(a.answer.len(), 1);
+        let rrl = r.shared().rrl.as_ref().unwrap();
+        assert_eq!(load(&rrl.limited), 45);
+        assert_eq!(r.drops(DropCause::Rrl), 23);
+        let ev = events(r.shared(), Action::RateLimited);
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert_eq!(ev[0].total, 45);
+        assert_eq!(ev[0].top[0].reason, crate::defence::reason::RRL);
+    }
+
+    #[test]
+    fn a_valid_server_cookie_exempts_from_rrl_and_a_forged_one_does_not() {
+        let rrl = RrlConfig {
+            responses_per_second: 1.0,
+            slip: 1,
+            ..RrlConfig::default()
+        };
+        let mut r = Rig::new(example_set(), Some(defences(Some(rrl), true)));
+        let client = [1u8, 2, 3, 4, 5, 6, 7, 8];
+        let first = r
+            .send(&Q::new(WWW, 1).cookie(&client).bytes(), "192.0.2.1", UDP)
+            .unwrap();
+        assert_eq!(first.answer.len(), 1);
+        let full = first.cookie().expect("a server cookie");
+        assert_eq!((full.len(), &full[..8]), (24, &client[..]));
+        // Far over the rate with the cookie: every query answered.
+        for id in 0..20 {
+            let a = r
+                .send(
+                    &Q::new(WWW, 1).cookie(&full).id(id).bytes(),
+                    "192.0.2.1",
+                    UDP,
+                )
+                .unwrap();
+            assert!(
+                !a.tc() && a.rcode() == 0 && a.answer.len() == 1,
+                "{id}: {a:?}"
+            );
+            assert_eq!(a.cookie().unwrap()[..8], client);
+        }
+        let k = r.shared().cookies.as_ref().unwrap();
+        assert_eq!(load(&k.valid), 20);
+        assert_eq!(load(&r.shared().rrl.as_ref().unwrap().limited), 0);
+        // A forged server cookie: not exempt, and its slips are BADCOOKIE with a fresh one.
+        let mut forged = full.clone();
+        forged[23] ^= 0xFF;
+        for id in 0..5 {
+            let a = r
+                .send(
+                    &Q::new(WWW, 1).cookie(&forged).id(id).bytes(),
+                    "192.0.2.1",
+                    UDP,
+                )
+                .unwrap();
+            assert_eq!(a.rcode(), rcode::BADCOOKIE, "{id}: {a:?}");
+            assert!(a.is_empty());
+            let c = a.cookie().unwrap();
+            assert_eq!((c.len(), &c[..8]), (24, &client[..]));
+        }
+        let k = r.shared().cookies.as_ref().unwrap();
+        assert_eq!(load(&k.invalid), 5);
+        assert_eq!(load(&r.shared().rrl.as_ref().unwrap().limited), 5);
+        // A client cookie alone from another prefix: one answer, then BADCOOKIE slips.
+        let mut badcookie = 0;
+        for id in 0..20 {
+            let a = r
+                .send(
+                    &Q::new(WWW, 1).cookie(&client).id(id).bytes(),
+                    "192.0.3.1",
+                    UDP,
+                )
+                .unwrap();
+            if a.rcode() == rcode::BADCOOKIE {
+                badcookie += 1;
+            } else {
+                assert_eq!((id, a.answer.len()), (0, 1));
+            }
+        }
+        assert_eq!(badcookie, 19);
+        assert_eq!(load(&r.shared().rrl.as_ref().unwrap().slipped), 24);
+        assert_eq!(r.rcodes(rcode::BADCOOKIE), 24);
+    }
+
+    #[test]
+    fn a_zone_that_requires_cookies_sends_udp_clients_to_tcp_or_badcookie() {
+        use crate::config::defence::CookiePolicy;
+        let zones = zone_set(vec![(
+            load_zone("example.com.", &example_text()),
+            ServeOptions {
+                cookies: CookiePolicy::Require,
+                tenant: 7,
+            },
+        )]);
+        let mut r = Rig::new(zones, Some(defences(None, true)));
+        let src = "192.0.2.1";
+        // No cookie, with and without EDNS: TC=1 with the question and nothing else.
+        let a = r
+            .send(&Q::new(WWW, 1).edns(1232).bytes(), src, UDP)
+            .unwrap();
+        assert!(
+            a.tc() && a.is_empty() && a.rcode() == rcode::NOERROR,
+            "{a:?}"
+        );
+        assert_eq!(a.question, Some((WWW.into(), 1, 1)));
+        assert!(a.opt.is_some() && a.cookie().is_none());
+        let a = r.send(&Q::new(WWW, 1).bytes(), src, UDP).unwrap();
+        assert!(a.tc() && a.is_empty() && a.opt.is_none(), "{a:?}");
+        // A client cookie alone, or a server cookie that is not ours: BADCOOKIE with a
+        // fresh one.
+        let client = [9u8; 8];
+        let a = r
+            .send(&Q::new(WWW, 1).cookie(&client).bytes(), src, UDP)
+            .unwrap();
+        assert_eq!(a.rcode(), rcode::BADCOOKIE);
+        assert!(!a.tc() && a.is_empty());
+        let mut forged = client.to_vec();
+        forged.extend_from_slice(&[1, 0, 0, 0]);
+        forged.extend_from_slice(&((shield::clock::unix_ms() / 1000) as u32).to_be_bytes());
+        forged.extend_from_slice(&[0xAB; 8]);
+        let a = r
+            .send(&Q::new(WWW, 1).cookie(&forged).bytes(), src, UDP)
+            .unwrap();
+        assert_eq!(a.rcode(), rcode::BADCOOKIE);
+        let fresh = a.cookie().unwrap();
+        assert_eq!((fresh.len(), &fresh[..8]), (24, &client[..]));
+        assert_ne!(fresh, forged);
+        // The cookie we gave back is good: answered.
+        let a = r
+            .send(&Q::new(WWW, 1).cookie(&fresh).bytes(), src, UDP)
+            .unwrap();
+        assert!(
+            a.aa() && !a.tc() && a.rcode() == 0 && a.answer.len() == 1,
+            "{a:?}"
+        );
+        // Over TCP no cookie is needed.
+        let a = r.send(&Q::new(WWW, 1).bytes(), src, TCP).unwrap();
+        assert!(!a.tc() && a.answer.len() == 1, "{a:?}");
+        let k = r.shared().cookies.as_ref().unwrap();
+        assert_eq!(load(&k.challenged), 4);
+        assert_eq!(load(&k.invalid), 1);
+        assert_eq!(load(&k.valid), 1);
+        assert_eq!(r.rcodes(rcode::BADCOOKIE), 2);
+        // Challenges are events of the zone's tenant.
+        let ev = events(r.shared(), Action::Challenged);
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert_eq!((ev[0].tenant, ev[0].total), (7, 4));
+        assert_eq!(ev[0].top[0].reason, crate::defence::reason::COOKIE);
+    }
+
+    #[test]
+    fn error_replies_are_rate_limited_too_over_udp_only() {
+        let rrl = RrlConfig {
+            responses_per_second: 100.0,
+            errors_per_second: Some(2.0),
+            slip: 0,
+            ..RrlConfig::default()
+        };
+        let mut r = Rig::new(example_set(), Some(defences(Some(rrl), false)));
+        let mut formerr = Q::new(WWW, 1).bytes();
+        formerr[5] = 2;
+        let replies = (0..10)
+            .filter(|_| r.send(&formerr, "192.0.2.1", UDP).is_some())
+            .count();
+        assert_eq!(replies, 2, "2 errors a second, then drops (slip 0)");
+        assert_eq!(r.drops(DropCause::Rrl), 8);
+        // Errors of any kind share the account: REFUSED and NOTIMP are dropped now too.
+        let refused = Q::new("example.org.", 1).bytes();
+        assert!(r.send(&refused, "192.0.2.1", UDP).is_none());
+        let notimp = Q::new("example.com.", 252).bytes();
+        assert!(r.send(&notimp, "192.0.2.1", UDP).is_none());
+        assert_eq!(r.drops(DropCause::Rrl), 10);
+        // Answers are another class, errors over TCP are never limited, and another
+        // prefix has its own account.
+        let a = r.send(&Q::new(WWW, 1).bytes(), "192.0.2.1", UDP).unwrap();
+        assert_eq!(a.answer.len(), 1);
+        for _ in 0..10 {
+            let a = r.send(&formerr, "192.0.2.1", TCP).unwrap();
+            assert_eq!(a.rcode(), rcode::FORMERR);
+        }
+        let a = r.send(&formerr, "192.0.3.1", UDP).unwrap();
+        assert_eq!(a.rcode(), rcode::FORMERR);
+        assert_eq!(r.rcodes(rcode::FORMERR), 2 + 10 + 1);
+        assert_eq!(load(&r.shared().rrl.as_ref().unwrap().limited), 10);
+    }
+
+    #[test]
+    fn udp_replies_fit_the_size_limit_and_tcp_gets_the_whole_rrset() {
+        let mut r = Rig::new(example_set(), None);
+        let big = "big.example.com.";
+        // Without EDNS: 512 bytes; the 12 TXT records do not fit, none is sent, TC=1.
+        let a = r.send(&Q::new(big, 16).bytes(), "192.0.2.1", UDP).unwrap();
+        assert!(
+            a.bytes.len() <= 512 && a.tc() && a.answer.is_empty(),
+            "{a:?}"
+        );
+        // EDNS 4096 from the client, 1232 ours: still too big.
+        let a = r
+            .send(&Q::new(big, 16).edns(4096).bytes(), "192.0.2.1", UDP)
+            .unwrap();
+        assert!(
+            a.bytes.len() <= 1232 && a.tc() && a.answer.is_empty(),
+            "{a:?}"
+        );
+        assert_eq!(a.opt.as_ref().unwrap().class, 1232);
+        // TCP: all of it.
+        let a = r.send(&Q::new(big, 16).bytes(), "192.0.2.1", TCP).unwrap();
+        assert!(!a.tc() && a.answer.len() == 12, "{a:?}");
+        assert!(a.bytes.len() > 2400);
+        assert_eq!(load(&r.stats.truncated), 2);
+    }
+}

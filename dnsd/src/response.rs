@@ -584,3 +584,222 @@ pub fn slip(
         (w.finish(), crate::wire::rcode::NOERROR)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The writer and the glue every reply shares: the size limit, the slip and BADCOOKIE
+    //! replies, OPT; and an RRset never written partly.
+
+    use super::*;
+    use crate::process_query::tests::{Q, Reply, example_text, load_zone};
+    use crate::query_module::{CookieOut, Transport};
+    use crate::wire::rcode;
+
+    #[test]
+    fn size_limit_over_udp_with_and_without_edns_and_over_tcp() {
+        let lim =
+            |q: Q, t: Transport, ours: u16, buf: usize| size_limit(&q.parsed().1, t, ours, buf);
+        let www = || Q::new("www.example.com.", 1);
+        let (udp, tcp) = (Transport::Udp, Transport::Tcp);
+        // No EDNS: 512 (RFC 1035), whatever we would take.
+        assert_eq!(lim(www(), udp, 1232, 65535), 512);
+        assert_eq!(lim(www(), udp, 4096, 65535), 512);
+        // EDNS: the smaller of the client's size and ours.
+        assert_eq!(lim(www().edns(4096), udp, 1232, 65535), 1232);
+        assert_eq!(lim(www().edns(1000), udp, 1232, 65535), 1000);
+        assert_eq!(lim(www().edns(4096), udp, 4000, 65535), 4000);
+        // Sizes below 512 count as 512 (RFC 6891 §6.2.5), theirs and ours.
+        assert_eq!(lim(www().edns(100), udp, 1232, 65535), 512);
+        assert_eq!(lim(www().edns(4096), udp, 200, 65535), 512);
+        // Never more than the buffer.
+        assert_eq!(lim(www().edns(4096), udp, 1232, 700), 700);
+        // TCP: 65535 or the buffer, EDNS or not.
+        assert_eq!(lim(www(), tcp, 1232, 70000), 65535);
+        assert_eq!(lim(www().edns(512), tcp, 1232, 65535), 65535);
+        assert_eq!(lim(www(), tcp, 1232, 4000), 4000);
+    }
+
+    #[test]
+    fn slip_is_badcookie_to_a_client_with_a_cookie_else_tc() {
+        let mut out = vec![0u8; 4096];
+        // A client cookie: BADCOOKIE (23: 7 in the header, 1 in OPT) with ours, no TC.
+        let client = [5u8; 8];
+        let (req, q) = Q::new("www.example.com.", 1)
+            .cookie(&client)
+            .id(42)
+            .parsed();
+        let c = CookieOut {
+            client,
+            server: [7u8; 16],
+        };
+        let (n, rc) = slip(&mut out, &req, &q, 1232, true, Some(&c));
+        assert_eq!(rc, rcode::BADCOOKIE);
+        let r = Reply::parse(&out[..n]);
+        assert_eq!((r.id, r.rcode(), r.flags & 0xF), (42, rcode::BADCOOKIE, 7));
+        assert!(r.qr() && !r.tc() && !r.aa() && r.is_empty());
+        assert_eq!(r.question, Some(("www.example.com.".into(), 1, 1)));
+        let mut want = client.to_vec();
+        want.extend_from_slice(&[7u8; 16]);
+        assert_eq!(r.cookie(), Some(want));
+        assert_eq!(r.opt.as_ref().unwrap().class, 1232);
+        // No cookie: TC=1, NOERROR, the question, OPT only when the query had EDNS.
+        let (req, q) = Q::new("www.example.com.", 1).edns(1232).parsed();
+        let (n, rc) = slip(&mut out, &req, &q, 1232, true, None);
+        assert_eq!(rc, rcode::NOERROR);
+        let r = Reply::parse(&out[..n]);
+        assert!(r.tc() && r.rcode() == rcode::NOERROR && r.is_empty());
+        assert!(r.opt.is_some() && r.cookie().is_none());
+        let (req, q) = Q::new("www.example.com.", 1).parsed();
+        let (n, _) = slip(&mut out, &req, &q, 1232, false, None);
+        let r = Reply::parse(&out[..n]);
+        assert!(r.tc() && r.opt.is_none() && r.question.is_none());
+        assert_eq!(n, 12, "a bare header");
+        // Recursion desired is echoed, QR set, AA not.
+        assert_eq!(r.flags & 0x8500, 0x8100);
+    }
+
+    #[test]
+    fn put_opt_writes_the_extended_rcode_do_and_the_cookie() {
+        let mut out = vec![0u8; 512];
+        let (req, q) = Q::new("www.example.com.", 1).dnssec().parsed();
+        let mut w = Writer::new(&mut out, 512);
+        w.start(&req, &q, rcode::BADVERS & 0xF, true);
+        let c = CookieOut {
+            client: [1; 8],
+            server: [2; 16],
+        };
+        put_opt(&mut w, &q, 1400, rcode::BADVERS, Some(&c));
+        let n = w.finish();
+        let r = Reply::parse(&out[..n]);
+        let opt = r.opt.as_ref().unwrap();
+        assert_eq!((opt.owner.as_str(), opt.class), (".", 1400));
+        assert_eq!(opt.ttl, 0x0100_8000, "ext rcode 1, version 0, DO");
+        assert_eq!(opt.rdata.len(), COOKIE_OPT_LEN);
+        assert_eq!(r.rcode(), rcode::BADVERS);
+        assert_eq!(opt_room(&q, true), OPT_LEN + COOKIE_OPT_LEN);
+        assert_eq!(opt_room(&Q::new("a.", 1).parsed().1, true), 0);
+    }
+
+    /// Writes the `rtype` RRset of `owner_name` after the question `qname` at every limit
+    /// from nothing to all of it: below the whole RRset nothing is written (and the writer
+    /// is as before), from it on all of it.
+    fn whole_or_nothing(
+        zone: &zones::Zone,
+        qname: &str,
+        owner_name: &str,
+        rtype: u16,
+        owner: Owner<'_>,
+    ) {
+        let wire = zones::Name::parse(owner_name, None).unwrap();
+        let node = zone.find(wire.as_wire()).expect("node");
+        let s = *zone.rrset(node, rtype).expect("rrset");
+        let (req, q) = Q::new(qname, rtype).parsed();
+        let mut out = vec![0u8; 65535];
+        // The size of the whole RRset after the question.
+        let full = {
+            let mut w = Writer::new(&mut out, 65535);
+            w.start(&req, &q, 0, true);
+            let before = w.mark().0;
+            w.rrset(Section::Answer, zone, &s, owner).unwrap();
+            w.mark().0 - before
+        };
+        let mut fits = 0;
+        for extra in 0..full + 3 {
+            let mut w = Writer::new(&mut out, 65535);
+            w.start(&req, &q, 0, true);
+            let m = w.mark();
+            w.set_limit(m.0 + extra);
+            match w.rrset(Section::Answer, zone, &s, owner) {
+                Ok(()) => {
+                    assert!(extra >= full, "{owner_name}: wrote {full} bytes in {extra}");
+                    fits += 1;
+                    let n = w.finish();
+                    let r = Reply::parse(&out[..n]);
+                    assert_eq!(r.answer.len(), s.count as usize);
+                    assert!(
+                        r.answer
+                            .iter()
+                            .all(|x| x.owner == owner_name && x.rtype == rtype)
+                    );
+                }
+                Err(Full) => {
+                    assert!(
+                        extra < full,
+                        "{owner_name}: refused with {extra} for {full}"
+                    );
+                    assert_eq!(w.mark(), m, "{owner_name}: a partial RRset at {extra}");
+                    let n = w.finish();
+                    let r = Reply::parse(&out[..n]);
+                    assert!(r.is_empty());
+                }
+            }
+        }
+        assert_eq!(fits, 3);
+    }
+
+    #[test]
+    fn an_rrset_is_written_whole_or_not_at_all() {
+        let zone = load_zone("example.com.", &example_text());
+        let big = "big.example.com.";
+        let apex = b"\x07example\x03com\x00";
+        // The stored form copied as is, owned by the question …
+        whole_or_nothing(&zone, big, big, t::TXT, Owner::Qname);
+        // … with the owner written out …
+        whole_or_nothing(
+            &zone,
+            "x.",
+            big,
+            t::TXT,
+            Owner::Name(b"\x03big\x07example\x03com\x00"),
+        );
+        // … names in RDATA compressed one by one, the owner written out or already in the
+        // packet (the question's suffix `example.com.` at offset 16).
+        whole_or_nothing(&zone, "x.", "example.com.", t::NS, Owner::Name(apex));
+        whole_or_nothing(
+            &zone,
+            "www.example.com.",
+            "example.com.",
+            t::NS,
+            Owner::At(16),
+        );
+        whole_or_nothing(
+            &zone,
+            "www.example.com.",
+            "sub.example.com.",
+            t::NS,
+            Owner::Name(b"\x03sub\x07example\x03com\x00"),
+        );
+    }
+
+    #[test]
+    fn rrset_ttl_rewrites_every_ttl_and_rr_rolls_back_when_full() {
+        let zone = load_zone("example.com.", &example_text());
+        let node = zone.find(b"\x03big\x07example\x03com\x00").unwrap();
+        let s = *zone.rrset(node, t::TXT).unwrap();
+        let (req, q) = Q::new("big.example.com.", t::TXT).parsed();
+        let mut out = vec![0u8; 65535];
+        let mut w = Writer::new(&mut out, 65535);
+        w.start(&req, &q, 0, true);
+        w.rrset_ttl(Section::Authority, &zone, &s, Owner::Qname, 42)
+            .unwrap();
+        let m = w.mark();
+        // A synthesised record that does not fit leaves nothing behind.
+        w.set_limit(m.0 + 10);
+        assert_eq!(
+            w.rr(
+                Section::Answer,
+                Owner::Name(b"\x01x\x07example\x03com\x00"),
+                t::A,
+                5,
+                &[1, 2, 3, 4]
+            ),
+            Err(Full)
+        );
+        assert_eq!(w.mark(), m);
+        let n = w.finish();
+        let r = Reply::parse(&out[..n]);
+        assert_eq!(r.authority.len(), 12);
+        assert!(r.authority.iter().all(|x| x.ttl == 42), "{:?}", r.authority);
+        assert!(r.answer.is_empty());
+    }
+}

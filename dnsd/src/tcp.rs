@@ -234,3 +234,208 @@ impl TcpServer {
         let _ = writer.await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! A TcpServer on loopback, clients bound to chosen 127.0.0.x sources: pipelined queries
+    //! answered in order, the query limit, the per-source and total connection limits, the
+    //! block map at accept and connections to an address that is not served.
+
+    use std::sync::atomic::Ordering;
+
+    use tokio::net::TcpSocket;
+
+    use super::*;
+    use crate::defence::Shared;
+    use crate::process_query::PipelineConfig;
+    use crate::process_query::tests::{Q, Reply, block, defences, events, example_set, shared};
+
+    fn limits() -> TcpLimits {
+        TcpLimits {
+            max_connections: 8,
+            max_per_source: 4,
+            idle: Duration::from_secs(10),
+            max_queries: 100,
+            max_pipelined: 4,
+        }
+    }
+
+    /// A server on 127.0.0.1 (an ephemeral port) serving `example.com.`, accepting for
+    /// `served` (127.0.0.1 when `None`).
+    fn start(
+        limits: TcpLimits,
+        defence: Option<Arc<Shared>>,
+        served: Option<IpAddr>,
+    ) -> (Arc<TcpServer>, SocketAddr, Arc<WorkerStats>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let stats = Arc::new(WorkerStats::default());
+        let zones = example_set();
+        let s2 = stats.clone();
+        let make = Box::new(move || {
+            Processor::new(
+                zones.clone(),
+                Arc::new(PipelineConfig::default()),
+                s2.clone(),
+                None,
+            )
+        });
+        let server = TcpServer::new(
+            limits,
+            AddrSet::new(&[served.unwrap_or(addr.ip())]),
+            stats.clone(),
+            defence,
+            make,
+        );
+        tokio::spawn(server.clone().serve(l));
+        (server, addr, stats)
+    }
+
+    async fn connect(src: &str, to: SocketAddr) -> TcpStream {
+        let s = TcpSocket::new_v4().unwrap();
+        s.bind(SocketAddr::new(src.parse().unwrap(), 0)).unwrap();
+        s.connect(to).await.unwrap()
+    }
+
+    fn frame(m: &[u8]) -> Vec<u8> {
+        let mut f = (m.len() as u16).to_be_bytes().to_vec();
+        f.extend_from_slice(m);
+        f
+    }
+
+    /// The next message, or `None` when the server closed the connection.
+    async fn read_msg(s: &mut TcpStream) -> Option<Reply> {
+        let mut len = [0u8; 2];
+        match tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut len)).await {
+            Err(_) => panic!("no reply and not closed after 5 s"),
+            Ok(Err(_)) => return None,
+            Ok(Ok(_)) => {}
+        }
+        let mut m = vec![0u8; u16::from_be_bytes(len) as usize];
+        s.read_exact(&mut m).await.unwrap();
+        Some(Reply::parse(&m))
+    }
+
+    /// One query on `s`, its reply.
+    async fn ask(s: &mut TcpStream, id: u16) -> Option<Reply> {
+        let q = Q::new("www.example.com.", 1).id(id).bytes();
+        if s.write_all(&frame(&q)).await.is_err() {
+            return None;
+        }
+        read_msg(s).await
+    }
+
+    fn drops(st: &WorkerStats, c: DropCause) -> u64 {
+        st.drops[c as usize].load(Ordering::Relaxed)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pipelined_queries_are_answered_in_order_until_the_query_limit() {
+        let (_srv, addr, stats) = start(
+            TcpLimits {
+                max_queries: 3,
+                ..limits()
+            },
+            None,
+            None,
+        );
+        let mut s = connect("127.0.0.2", addr).await;
+        // Four queries in one write: three answered in order, then the limit closes.
+        let mut burst = Vec::new();
+        for (id, name, qtype) in [
+            (1, "www.example.com.", 1),
+            (2, "www.example.com.", 28),
+            (3, "nothere.example.com.", 1),
+            (4, "www.example.com.", 1),
+        ] {
+            burst.extend(frame(&Q::new(name, qtype).id(id).bytes()));
+        }
+        s.write_all(&burst).await.unwrap();
+        let a = read_msg(&mut s).await.unwrap();
+        assert_eq!((a.id, a.answer.len()), (1, 1));
+        assert_eq!(a.answer[0].rdata, [192, 0, 2, 10]);
+        let a = read_msg(&mut s).await.unwrap();
+        assert_eq!((a.id, a.answer[0].rtype), (2, 28));
+        let a = read_msg(&mut s).await.unwrap();
+        assert_eq!((a.id, a.rcode()), (3, crate::wire::rcode::NXDOMAIN));
+        assert!(read_msg(&mut s).await.is_none(), "closed after 3 queries");
+        assert_eq!(drops(&stats, DropCause::TcpQueryLimit), 1);
+        assert_eq!(stats.queries.load(Ordering::Relaxed), 3);
+        // A large answer goes whole over TCP.
+        let mut s = connect("127.0.0.2", addr).await;
+        s.write_all(&frame(&Q::new("big.example.com.", 16).bytes()))
+            .await
+            .unwrap();
+        let a = read_msg(&mut s).await.unwrap();
+        assert!(!a.tc() && a.answer.len() == 12);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_over_the_per_source_or_total_limit_are_closed_and_counted() {
+        let (srv, addr, stats) = start(
+            TcpLimits {
+                max_connections: 2,
+                max_per_source: 1,
+                ..limits()
+            },
+            None,
+            None,
+        );
+        let mut a = connect("127.0.0.2", addr).await;
+        assert!(ask(&mut a, 1).await.is_some());
+        // A second connection from the same source: closed at once, counted.
+        let mut b = connect("127.0.0.2", addr).await;
+        assert!(ask(&mut b, 2).await.is_none(), "over the per-source limit");
+        assert_eq!(drops(&stats, DropCause::TcpLimit), 1);
+        // Another source is served.
+        let mut c = connect("127.0.0.3", addr).await;
+        assert!(ask(&mut c, 3).await.is_some());
+        assert_eq!(srv.open_connections(), 2);
+        // Two open, the total limit: a third source is closed too.
+        let mut d = connect("127.0.0.4", addr).await;
+        assert!(ask(&mut d, 4).await.is_none(), "over the total limit");
+        assert_eq!(drops(&stats, DropCause::TcpLimit), 2);
+        // Once the first source's connection is gone it may connect again.
+        drop(a);
+        for _ in 0..500 {
+            if srv.open_connections() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(srv.open_connections(), 1);
+        let mut e = connect("127.0.0.2", addr).await;
+        assert!(ask(&mut e, 5).await.is_some());
+        assert_eq!(drops(&stats, DropCause::TcpLimit), 2);
+        drop(c);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_blocked_source_is_closed_at_accept_before_anything_is_read() {
+        let sh = shared(defences(None, false));
+        block(&sh, "127.0.0.5/32", shield::block::Origin::Operator);
+        let (_srv, addr, stats) = start(limits(), Some(sh.clone()), None);
+        let mut s = connect("127.0.0.5", addr).await;
+        assert!(ask(&mut s, 1).await.is_none(), "closed at accept");
+        assert_eq!(drops(&stats, DropCause::Blocked), 1);
+        assert_eq!(sh.blocked[1].load(Ordering::Relaxed), 1, "operator");
+        assert_eq!(stats.queries.load(Ordering::Relaxed), 0, "nothing read");
+        let ev = events(&sh, shield::events::Action::Blocked);
+        assert_eq!(ev.len(), 1);
+        assert_eq!((ev[0].tenant, ev[0].total), (0, 1));
+        // Its neighbour is served.
+        let mut s = connect("127.0.0.6", addr).await;
+        assert!(ask(&mut s, 2).await.is_some());
+        assert_eq!(drops(&stats, DropCause::Blocked), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_to_an_address_not_served_is_closed() {
+        let (_srv, addr, stats) = start(limits(), None, Some("127.0.0.99".parse().unwrap()));
+        let mut s = connect("127.0.0.2", addr).await;
+        assert!(ask(&mut s, 1).await.is_none());
+        assert_eq!(drops(&stats, DropCause::TcpWrongAddress), 1);
+        assert_eq!(stats.queries.load(Ordering::Relaxed), 0);
+    }
+}

@@ -106,14 +106,21 @@ fn sign(dir: &Path) -> (Vec<(&'static str, std::path::PathBuf)>, String) {
         f[i + 3],
         f[i + 4..].join("")
     );
-    (
-        vec![
-            ("NSEC", dir.join("nsec.zone")),
-            ("NSEC3", dir.join("nsec3.zone")),
-            ("NSEC3 opt-out", dir.join("optout.zone")),
-        ],
-        anchor,
-    )
+    let files = vec![
+        ("NSEC", dir.join("nsec.zone")),
+        ("NSEC3", dir.join("nsec3.zone")),
+        ("NSEC3 opt-out", dir.join("optout.zone")),
+    ];
+    // A signer that succeeded without writing its file is a broken setup: the test fails
+    // (in CI and out), naming the file, instead of serving nothing or skipping.
+    for (what, file) in &files {
+        assert!(
+            file.metadata().is_ok_and(|m| m.is_file() && m.len() > 0),
+            "dnssec-signzone ({what}) succeeded but {} was not made",
+            file.display()
+        );
+    }
+    (files, anchor)
 }
 
 fn ask(addr: SocketAddr, name: &str, qtype: u16) -> Normalized {
