@@ -69,6 +69,9 @@ pub enum Outcome {
     Drop,
     /// Stream a zone transfer (TCP only): take it with [`Processor::take_transfer`].
     Transfer,
+    /// Send nothing, and serve this source no further: over TCP the connection closes (a
+    /// source blocked after its connection opened).
+    Refused,
 }
 
 impl Processor {
@@ -129,7 +132,7 @@ impl Processor {
             && let Step::Drop(why) = p.before_parse(src.ip())
         {
             stats.dropped(why);
-            return Outcome::Drop;
+            return Outcome::Refused;
         }
         // 2. Parse.
         let (err, question, edns) = match wire::parse_query(req, &mut self.q) {
@@ -221,6 +224,17 @@ impl Processor {
                     return Outcome::Drop;
                 }
                 Step::Slip => {
+                    // The challenge is a reply too: rate limited like any other (a spoofed
+                    // flood against a zone that requires cookies must not get one per packet).
+                    let a = Answered {
+                        class: AnswerClass::Error,
+                        key: b"",
+                        rcode: rcode::BADCOOKIE,
+                    };
+                    if let Step::Drop(why) = p.after_answer(&parsed, &a) {
+                        stats.dropped(why);
+                        return Outcome::Drop;
+                    }
                     let (n, rc) = response::slip(
                         out,
                         req,
@@ -750,7 +764,7 @@ pub(crate) mod tests {
                     }
                     Some(Reply::parse(&self.out[..n]))
                 }
-                Outcome::Drop => None,
+                Outcome::Drop | Outcome::Refused => None,
                 Outcome::Transfer => panic!("a transfer without transfers configured"),
             }
         }
@@ -771,6 +785,33 @@ pub(crate) mod tests {
     const UDP: Transport = Transport::Udp;
     const TCP: Transport = Transport::Tcp;
     const WWW: &str = "www.example.com.";
+
+    #[test]
+    fn cookie_challenges_are_rate_limited_like_any_reply() {
+        use crate::config::defence::CookiePolicy;
+        let zones = zone_set(vec![(
+            load_zone("example.com.", &example_text()),
+            ServeOptions {
+                cookies: CookiePolicy::Require,
+                tenant: 0,
+            },
+        )]);
+        let rrl = RrlConfig {
+            responses_per_second: 5.0,
+            slip: 0,
+            ..RrlConfig::default()
+        };
+        let mut r = Rig::new(zones, Some(defences(Some(rrl), true)));
+        // A spoofed flood without cookies: a challenge per packet only up to the error rate.
+        let q = Q::new(WWW, 1).edns(1232).bytes();
+        let answered = (0..50)
+            .filter(|_| r.send(&q, "192.0.2.1", UDP).is_some())
+            .count();
+        assert!(
+            (1..=6).contains(&answered),
+            "{answered} challenges for 50 packets"
+        );
+    }
 
     #[test]
     fn a_blocked_source_is_dropped_and_counted_before_parsing() {

@@ -61,7 +61,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     });
     let blocks = shield::block::BlockMap::new(cfg.block.clone());
     let events = shield::events::Aggregator::new(cfg.events.aggregator());
-    let defence = defence::Shared::new(cfg.defence.clone(), blocks.clone(), events.clone());
+    let defence = defence::Shared::new(cfg.defence.clone(), blocks.clone(), events.clone())
+        .with_connection_tenant(cfg.events.connection_tenant);
     let xdp = Arc::new(Mutex::new(crate::xdp::start(cfg.xdp.as_ref(), &blocks)));
     let opts = UdpOptions {
         rcvbuf: cfg.server.udp_rcvbuf,

@@ -207,11 +207,16 @@ impl TcpServer {
                 match p.process(&req[..len], peer, Transport::Tcp, &mut out[2..]) {
                     Outcome::Reply(n) => {
                         out[..2].copy_from_slice(&(n as u16).to_be_bytes());
-                        Some(out[..n + 2].to_vec())
+                        Ok(Some(out[..n + 2].to_vec()))
                     }
-                    Outcome::Drop | Outcome::Transfer => None,
+                    Outcome::Drop | Outcome::Transfer => Ok(None),
+                    // Blocked since the connection opened: nothing more is read from it.
+                    Outcome::Refused => Err(()),
                 }
             });
+            let Ok(reply) = reply else {
+                break;
+            };
             if let Some(msg) = reply
                 && tx.send(msg).await.is_err()
             {

@@ -28,7 +28,7 @@ impl Handler for UdpHandler {
     ) -> Option<usize> {
         match self.p.process(req, src, Transport::Udp, out) {
             Outcome::Reply(n) => Some(n),
-            Outcome::Drop | Outcome::Transfer => None,
+            Outcome::Drop | Outcome::Transfer | Outcome::Refused => None,
         }
     }
 }

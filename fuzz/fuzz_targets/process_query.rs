@@ -89,7 +89,7 @@ fuzz_target!(|data: &[u8]| {
                     assert!(n <= out.len());
                     check_reply(req, &out[..n], transport);
                 }
-                Outcome::Drop => {}
+                Outcome::Drop | Outcome::Refused => {}
                 Outcome::Transfer => {
                     assert_eq!(transport, Transport::Tcp, "a transfer over UDP");
                     let job = proc

@@ -132,3 +132,39 @@ fn a_tcp_connection_from_a_blocked_source_is_closed_at_accept_counted_and_report
         "reason BLOCKED (1000): {line}"
     );
 }
+
+/// A source blocked while its TCP connection is open: its next query gets no answer and the
+/// connection closes (it holds no connection slot until the idle timeout).
+#[test]
+fn an_open_tcp_connection_of_a_source_blocked_meanwhile_is_closed() {
+    use socket2::{Domain, Socket, Type};
+    let dnsd = Dnsd::builder().zone(Zone::data("example.com.")).start();
+    let src = palisade_tests::net::test_ip();
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    sock.bind(&SocketAddr::from((src, 0)).into()).unwrap();
+    sock.connect_timeout(&dnsd.addr().into(), Duration::from_secs(5))
+        .unwrap();
+    let mut s: TcpStream = sock.into();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let q =
+        palisade_tests::client::frame(&build_query(1, "www.example.com.", 1, &QueryOpts::udp()));
+    s.write_all(&q).unwrap();
+    let mut len = [0u8; 2];
+    s.read_exact(&mut len).expect("an answer before the block");
+    let mut m = vec![0u8; u16::from_be_bytes(len) as usize];
+    s.read_exact(&mut m).unwrap();
+    let (ok, out) = dnsd.ctl(&["block", "add", &format!("{src}/32")]);
+    assert!(ok, "{out}");
+    let _ = s.write_all(&q);
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("the connection of a blocked source stays open: {other:?}"),
+    }
+    wait_for(
+        "the connection to be released",
+        Duration::from_secs(5),
+        || dnsd.stat("tcp.connections") == 0,
+    );
+}

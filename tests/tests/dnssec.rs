@@ -149,6 +149,11 @@ fn signed_answers_match_knot_and_nsd_and_validate_with_delv() {
             .zone(zone.clone())
             .raw("[defence.rrl]\nenabled = false")
             .start();
+        if !Knot::available() && !Nsd::available() {
+            // Nothing to compare with: a skip, which CI does not allow.
+            palisade_tests::skipped("neither knotd nor nsd is installed");
+            return;
+        }
         let knot = Knot::available().then(|| Knot::start(std::slice::from_ref(&zone)));
         let nsd = Nsd::available().then(|| Nsd::start(std::slice::from_ref(&zone)));
         for &(name, qtype) in QUERIES {

@@ -1,7 +1,7 @@
 //! The block map as a pipeline module: at `on_accept` (TCP) and `before_parse` (every
 //! message), a blocked source costs one lookup and nothing else — no parsing, no answer.
 //! Hits are counted by who decided (local, operator, peer) and recorded as `blocked`
-//! events (tenant 0: nothing of the query is known yet).
+//! events (under `[events] connection_tenant`: nothing of the query is known yet).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -44,8 +44,12 @@ impl BlockCheck {
                     Origin::Peer => 2,
                 };
                 self.shared.blocked[i].fetch_add(1, Ordering::Relaxed);
-                env.recorder
-                    .record(0, src, Action::Blocked, reason::BLOCKED);
+                env.recorder.record(
+                    self.shared.connection_tenant,
+                    src,
+                    Action::Blocked,
+                    reason::BLOCKED,
+                );
                 Step::Drop(DropCause::Blocked)
             }
         }

@@ -60,6 +60,8 @@ pub struct Shared {
     pub blocked: [AtomicU64; 3],
     /// Escalations that the block map took.
     pub escalations: AtomicU64,
+    /// Tenant of blocks seen before a zone is known (`[events] connection_tenant`).
+    pub connection_tenant: u32,
 }
 
 /// The configured cookie secrets (checked by the config loader): current and previous.
@@ -93,7 +95,19 @@ impl Shared {
             events,
             blocked: Default::default(),
             escalations: AtomicU64::new(0),
+            connection_tenant: 0,
         })
+    }
+
+    /// The same, recording blocks seen before a zone is known under `tenant`.
+    pub fn with_connection_tenant(self: Arc<Self>, tenant: u32) -> Arc<Shared> {
+        match Arc::try_unwrap(self) {
+            Ok(mut s) => {
+                s.connection_tenant = tenant;
+                Arc::new(s)
+            }
+            Err(a) => a,
+        }
     }
 
     /// A plan: this worker's instance of every module that is on.
