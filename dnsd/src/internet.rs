@@ -383,6 +383,11 @@ impl Answerer<'_, '_, '_> {
             self.tc();
             return Kind::Answer;
         }
+        if self.q.qtype == t::CNAME {
+            // The synthesised CNAME is the answer to a CNAME query (RFC 6672 §3, RFC 1034
+            // §4.3.2 step 3a): nothing to follow, nothing in authority.
+            return Kind::Answer;
+        }
         self.follow(synth, target, depth)
     }
 
@@ -405,7 +410,9 @@ impl Answerer<'_, '_, '_> {
             self.tc();
             return;
         }
-        if self.dnssec {
+        // DS and its proofs belong to signed zones (RFC 4035 §3.1.4): an unsigned zone's
+        // referral is NS and glue whatever DO says, as Knot and NSD answer.
+        if self.dnssec && is_signed(zone) {
             match zone.rrset(cut, t::DS).copied() {
                 Some(ds) => {
                     self.put(Section::Authority, zone, cut, &ds, Owner::Name(cut_name));
@@ -541,6 +548,13 @@ impl Answerer<'_, '_, '_> {
             self.tc();
         }
     }
+}
+
+/// True when `zone` is signed: a DNSKEY or a signed SOA at its apex.
+#[inline]
+fn is_signed(zone: &Zone) -> bool {
+    let apex = zone.apex_node();
+    zone.rrset(apex, t::DNSKEY).is_some() || zone.rrsig(apex, t::SOA).is_some()
 }
 
 #[cfg(test)]

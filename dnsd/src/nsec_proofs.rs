@@ -83,14 +83,14 @@ impl<'z> Prover<'z> {
     }
 
     /// The closest provable encloser of node `id` (itself or its nearest ancestor with an
-    /// NSEC3) and the name one label below it on the way to `name`, for opt-out proofs.
-    fn closest_provable(&self, id: NodeId) -> Option<(usize, NodeId)> {
+    /// NSEC3): its NSEC3, the node, and the node one label below it on the way to `id`.
+    fn closest_provable(&self, id: NodeId) -> Option<(usize, NodeId, NodeId)> {
         let c = self.zone.nsec3()?;
         let mut child = id;
         let mut cur = id;
         loop {
             if let Some(m) = c.node_match(cur) {
-                return Some((m, child));
+                return Some((m, cur, child));
             }
             let p = self.zone.node(cur).parent();
             if p == zones::zone::NONE {
@@ -132,7 +132,18 @@ impl<'z> Prover<'z> {
             return Ok(());
         }
         let Some(c) = z.nsec3() else { return Ok(()) };
-        if let Some(m) = c.node_match(ce) {
+        // The closest encloser has no NSEC3 when it is an empty non-terminal whose only
+        // descendants are opt-out delegations: prove from the nearest ancestor that has one
+        // (the closest provable encloser, as Knot does); the next closer name below it is then
+        // covered by an opt-out NSEC3 and the answer validates as insecure.
+        let (ce, m) = match c.node_match(ce) {
+            Some(m) => (ce, Some(m)),
+            None => match self.closest_provable(ce) {
+                Some((m, node, _)) => (node, Some(m)),
+                None => (ce, None),
+            },
+        };
+        if let Some(m) = m {
             self.put(w, Proof::Nsec3(m))?;
         }
         if let Some(nc) = next_closer(qname, offs, z.node(ce).labels())
@@ -169,7 +180,7 @@ impl<'z> Prover<'z> {
         if let Some(m) = c.node_match(node) {
             return self.put(w, Proof::Nsec3(m));
         }
-        if let Some((m, next)) = self.closest_provable(node) {
+        if let Some((m, _, next)) = self.closest_provable(node) {
             self.put(w, Proof::Nsec3(m))?;
             if let Some(i) = self.nsec3_cover(z.node_name(next)) {
                 self.put(w, Proof::Nsec3(i))?;

@@ -12,6 +12,7 @@
 //! - [`clickhouse`]: a private clickhouse-server per test, restartable on the same ports.
 //! - [`http`]: an echoing HTTP origin, http-front as a child process, HTTP/1.1 and raw HTTP/2 clients.
 //! - [`nginx`]: a real nginx as the origin (what an origin that normalises paths will serve).
+//! - [`dnsviz`]: DNSViz's probe and assessment of a served zone, its errors listed.
 //! - [`wait`]: [`wait::wait_for`], the one bounded wait for a condition.
 //! - [`counters`]: counters by name (`dnsd ctl stats`, Prometheus text); an absent name
 //!   fails the test instead of reading as 0.
@@ -21,6 +22,7 @@ pub mod client;
 pub mod compare;
 pub mod corpora;
 pub mod counters;
+pub mod dnsviz;
 pub mod http;
 pub mod net;
 pub mod netns;

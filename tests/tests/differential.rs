@@ -58,7 +58,13 @@ impl Trio {
         }
         let z = zones();
         Some(Trio {
-            dnsd: Dnsd::start(&z),
+            // Rate limiting off, as in the references (NSD's rrl-ratelimit 0, Knot without
+            // mod-rrl): this compares answers, and four transports of every case from one
+            // source would otherwise meet RRL's slip and drop.
+            dnsd: Dnsd::builder()
+                .zones(&z)
+                .raw("[defence.rrl]\nenabled = false")
+                .start(),
             knot: k.then(|| Knot::start(&z)),
             nsd: n.then(|| Nsd::start(&z)),
         })
@@ -206,6 +212,15 @@ fn cases() -> Vec<Case> {
             T::A,
         ),
         ("short.dlong", T::A),
+        // A CNAME query below a DNAME: the DNAME and the synthesised CNAME answer it, with
+        // nothing chased and nothing in authority (RFC 6672 §3), into this zone, another
+        // served one, and one not served.
+        ("www.old", T::CNAME),
+        ("nx.old", T::CNAME),
+        ("www.d1", T::CNAME),
+        ("www.dnet", T::CNAME),
+        ("nothere.dnet", T::CNAME),
+        ("www.dorg", T::CNAME),
     ] {
         v.push(c("dname", &com(n), t));
     }
@@ -328,6 +343,9 @@ fn variants() -> Vec<(&'static str, QueryOpts)> {
         ("udp+edns", QueryOpts::edns(1232)),
         ("udp", QueryOpts::udp()),
         ("tcp+edns", QueryOpts::edns(1232).over_tcp()),
+        // DO on unsigned zones: no DS in referrals, no proofs, the same answers (RFC 4035
+        // §3.1.4's rules are for signed zones).
+        ("udp+edns+do", QueryOpts::edns(1232).with_do()),
     ]
 }
 
