@@ -160,7 +160,7 @@ impl Source for Fleet {
     }
 }
 
-/// Open TCP connections.
+/// Open TCP connections, and connections held at the pipelining bound.
 impl Source for TcpServer {
     fn collect(&self, out: &mut Samples) {
         out.gauge(
@@ -169,6 +169,13 @@ impl Source for TcpServer {
             "",
             "Open TCP connections.",
             self.open_connections() as u64,
+        );
+        out.counter(
+            "tcp.pipeline_full",
+            "dnsd_tcp_pipeline_full_total",
+            "",
+            "Times a TCP connection stopped being read at tcp_max_pipelined unanswered queries.",
+            self.pipeline_full(),
         );
     }
 }

@@ -39,11 +39,32 @@ pub use crate::response::opt_rr;
 pub struct PipelineConfig {
     /// Our EDNS UDP payload size (what we advertise and the most we send).
     pub udp_payload: u16,
+    /// The TCP idle timeout announced to clients that ask (RFC 7828), in units of 100 ms.
+    pub tcp_keepalive: u16,
 }
 
 impl Default for PipelineConfig {
     fn default() -> Self {
-        PipelineConfig { udp_payload: 1232 }
+        PipelineConfig {
+            udp_payload: 1232,
+            tcp_keepalive: 100,
+        }
+    }
+}
+
+impl PipelineConfig {
+    /// The edns-tcp-keepalive TIMEOUT for a TCP idle timeout of `ms` milliseconds (in units
+    /// of 100 ms, at most 65535).
+    pub fn keepalive_units(ms: u64) -> u16 {
+        (ms / 100).min(u16::MAX as u64) as u16
+    }
+
+    /// The keepalive option for a response to `q` over `transport`: over TCP, to a query
+    /// that carried the option (RFC 7828 §3.3.2); never over UDP.
+    #[inline]
+    fn keepalive(&self, q: &Query, transport: Transport) -> Option<u16> {
+        (transport == Transport::Tcp && q.edns.is_some_and(|e| e.keepalive))
+            .then_some(self.tcp_keepalive)
     }
 }
 
@@ -254,7 +275,11 @@ impl Processor {
         // 5. Answer.
         let udp_payload = self.cfg.udp_payload;
         let limit = response::size_limit(q, transport, udp_payload, out.len());
-        let opt = response::opt_room(q, parsed.cookie_out.is_some());
+        let opts = response::OptOptions {
+            cookie: parsed.cookie_out.as_ref(),
+            keepalive: self.cfg.keepalive(q, transport),
+        };
+        let opt = response::opt_room(q, &opts);
         let mut w = Writer::new(out, limit - opt);
         w.start(req, q, rcode::NOERROR, true);
         let ans = internet::answer_in(&mut w, q, zones, zone);
@@ -293,7 +318,7 @@ impl Processor {
         // 7. EDNS and counters.
         w.set_limit(limit);
         if edns {
-            response::put_opt(&mut w, q, udp_payload, 0, parsed.cookie_out.as_ref());
+            response::put_opt(&mut w, q, udp_payload, 0, opts);
         }
         let rc = w.rcode();
         let len = w.finish();
@@ -355,7 +380,11 @@ impl Processor {
         let mut w = Writer::new(out, limit);
         w.start(req, q, rc & 0xF, with_question);
         if with_edns || rc > 15 {
-            response::put_opt(&mut w, q, udp_payload, rc, None);
+            let opts = response::OptOptions {
+                cookie: None,
+                keepalive: self.cfg.keepalive(q, transport),
+            };
+            response::put_opt(&mut w, q, udp_payload, rc, opts);
         }
         let len = w.finish();
         self.stats.response(rc, false);

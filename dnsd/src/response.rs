@@ -489,6 +489,39 @@ pub fn compressible(rtype: u16) -> bool {
 pub const OPT_LEN: usize = 11;
 /// Bytes of a COOKIE option with a client and a server cookie.
 pub const COOKIE_OPT_LEN: usize = 4 + 8 + 16;
+/// Bytes of an edns-tcp-keepalive option with its TIMEOUT.
+pub const KEEPALIVE_OPT_LEN: usize = 4 + 2;
+
+/// The options our OPT carries.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OptOptions<'a> {
+    /// Our cookie for the client (RFC 7873).
+    pub cookie: Option<&'a crate::query_module::CookieOut>,
+    /// The idle timeout announced to a TCP client that asked, in units of 100 ms (RFC 7828).
+    pub keepalive: Option<u16>,
+}
+
+impl<'a> OptOptions<'a> {
+    /// Only our cookie, if any.
+    pub fn cookie(cookie: Option<&'a crate::query_module::CookieOut>) -> Self {
+        OptOptions {
+            cookie,
+            keepalive: None,
+        }
+    }
+
+    /// Bytes the options take.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.cookie.map_or(0, |_| COOKIE_OPT_LEN) + self.keepalive.map_or(0, |_| KEEPALIVE_OPT_LEN)
+    }
+
+    /// True when there are none.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// An OPT RR with our payload size, an extended rcode and the DO bit echoed.
 pub fn opt_rr(udp_payload: u16, ext_rcode: u8, dnssec_ok: bool) -> [u8; OPT_LEN] {
@@ -503,35 +536,35 @@ pub fn opt_rr(udp_payload: u16, ext_rcode: u8, dnssec_ok: bool) -> [u8; OPT_LEN]
     o
 }
 
-/// Room an OPT takes at the end of a response to `q` (none without EDNS).
+/// Room an OPT with `opts` takes at the end of a response to `q` (none without EDNS).
 #[inline]
-pub fn opt_room(q: &Query, cookie: bool) -> usize {
+pub fn opt_room(q: &Query, opts: &OptOptions<'_>) -> usize {
     match q.edns {
         None => 0,
-        Some(_) => OPT_LEN + if cookie { COOKIE_OPT_LEN } else { 0 },
+        Some(_) => OPT_LEN + opts.len(),
     }
 }
 
 /// Appends OPT (our payload `udp_payload`, the extended bits of `rc`, DO echoed from `q`)
-/// and, when given, the cookie option.
-pub fn put_opt(
-    w: &mut Writer<'_>,
-    q: &Query,
-    udp_payload: u16,
-    rc: u16,
-    cookie: Option<&crate::query_module::CookieOut>,
-) {
-    let mut buf = [0u8; OPT_LEN + COOKIE_OPT_LEN];
+/// with `opts`.
+pub fn put_opt(w: &mut Writer<'_>, q: &Query, udp_payload: u16, rc: u16, opts: OptOptions<'_>) {
+    let mut buf = [0u8; OPT_LEN + COOKIE_OPT_LEN + KEEPALIVE_OPT_LEN];
     buf[..OPT_LEN].copy_from_slice(&opt_rr(udp_payload, (rc >> 4) as u8, q.dnssec_ok()));
     let mut len = OPT_LEN;
-    if let Some(c) = cookie {
+    if let Some(c) = opts.cookie {
         buf[len..len + 2].copy_from_slice(&crate::wire::OPT_COOKIE.to_be_bytes());
         buf[len + 2..len + 4].copy_from_slice(&24u16.to_be_bytes());
         buf[len + 4..len + 12].copy_from_slice(&c.client);
         buf[len + 12..len + 28].copy_from_slice(&c.server);
-        buf[9..11].copy_from_slice(&(COOKIE_OPT_LEN as u16).to_be_bytes());
         len += COOKIE_OPT_LEN;
     }
+    if let Some(t) = opts.keepalive {
+        buf[len..len + 2].copy_from_slice(&crate::wire::OPT_TCP_KEEPALIVE.to_be_bytes());
+        buf[len + 2..len + 4].copy_from_slice(&2u16.to_be_bytes());
+        buf[len + 4..len + 6].copy_from_slice(&t.to_be_bytes());
+        len += KEEPALIVE_OPT_LEN;
+    }
+    buf[9..11].copy_from_slice(&((len - OPT_LEN) as u16).to_be_bytes());
     let _ = w.raw_rr(Section::Additional, &buf[..len]);
 }
 
@@ -572,14 +605,14 @@ pub fn slip(
             q,
             udp_payload,
             crate::wire::rcode::BADCOOKIE,
-            cookie,
+            OptOptions::cookie(cookie),
         );
         (w.finish(), crate::wire::rcode::BADCOOKIE)
     } else {
         w.start(req, q, crate::wire::rcode::NOERROR, with_question);
         w.set_flags(hf::TC);
         if q.edns.is_some() {
-            put_opt(&mut w, q, udp_payload, 0, None);
+            put_opt(&mut w, q, udp_payload, 0, OptOptions::default());
         }
         (w.finish(), crate::wire::rcode::NOERROR)
     }
@@ -668,7 +701,13 @@ mod tests {
             client: [1; 8],
             server: [2; 16],
         };
-        put_opt(&mut w, &q, 1400, rcode::BADVERS, Some(&c));
+        put_opt(
+            &mut w,
+            &q,
+            1400,
+            rcode::BADVERS,
+            OptOptions::cookie(Some(&c)),
+        );
         let n = w.finish();
         let r = Reply::parse(&out[..n]);
         let opt = r.opt.as_ref().unwrap();
@@ -676,8 +715,9 @@ mod tests {
         assert_eq!(opt.ttl, 0x0100_8000, "ext rcode 1, version 0, DO");
         assert_eq!(opt.rdata.len(), COOKIE_OPT_LEN);
         assert_eq!(r.rcode(), rcode::BADVERS);
-        assert_eq!(opt_room(&q, true), OPT_LEN + COOKIE_OPT_LEN);
-        assert_eq!(opt_room(&Q::new("a.", 1).parsed().1, true), 0);
+        let with_cookie = OptOptions::cookie(Some(&c));
+        assert_eq!(opt_room(&q, &with_cookie), OPT_LEN + COOKIE_OPT_LEN);
+        assert_eq!(opt_room(&Q::new("a.", 1).parsed().1, &with_cookie), 0);
     }
 
     /// Writes the `rtype` RRset of `owner_name` after the question `qname` at every limit

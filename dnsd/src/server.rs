@@ -58,6 +58,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
 
     let pcfg = Arc::new(PipelineConfig {
         udp_payload: cfg.server.udp_payload,
+        tcp_keepalive: PipelineConfig::keepalive_units(cfg.server.tcp_idle_timeout_ms),
     });
     let blocks = shield::block::BlockMap::new(cfg.block.clone());
     let events = shield::events::Aggregator::new(cfg.events.aggregator());

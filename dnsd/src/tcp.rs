@@ -1,21 +1,29 @@
-//! DNS over TCP (RFC 7766): one wildcard listener, pipelined queries, bounded everything.
+//! DNS over TCP (RFC 7766): one wildcard listener, pipelined queries answered out of order,
+//! bounded everything.
 //!
 //! The local address of an accepted connection says which service address was asked; a
 //! connection to any other address is closed. Queries on a connection are read while
-//! earlier answers are still being written (a reader and a writer task joined by a
-//! bounded queue), so a client that does not read stops being read from instead of
-//! growing our memory. Connections are bounded in total and per source, idle connections
-//! are closed, and so are connections that reach the query limit.
+//! earlier answers are still being written, and each is answered as soon as it is ready
+//! (RFC 7766 §7): a zone transfer streams from a task of its own, and the answers to the
+//! queries read after it go out between its messages instead of waiting for its end.
+//! `tcp_max_pipelined` bounds the queries read but not yet answered (a transfer counts
+//! until its last message is written): at the bound reading stops, so a client that does
+//! not read stops being read from instead of growing our memory. Connections are bounded
+//! in total and per source, idle connections are closed, and so are connections that reach
+//! the query limit. A client that asks (RFC 7828) is told the idle timeout.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use listener::addrs::AddrSet;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::task::JoinSet;
 
 use crate::process_query::{Outcome, Processor, Transport};
 use crate::query_module::Step;
@@ -23,6 +31,10 @@ use crate::stats::{DropCause, WorkerStats};
 
 /// Longest query accepted over TCP; a longer length prefix closes the connection.
 const MAX_QUERY: usize = 16 * 1024;
+
+/// Messages of the transfers of one connection queued for writing; a transfer waits while
+/// the queue is full (answers to queries go first, from a queue of their own).
+const XFR_QUEUE: usize = 4;
 
 thread_local! {
     /// Scratch space for one response: processing never awaits, so one per thread is enough.
@@ -40,8 +52,22 @@ pub struct TcpLimits {
     pub idle: Duration,
     /// Queries per connection.
     pub max_queries: usize,
-    /// Answers queued for writing before reading stops.
+    /// Queries read but not yet answered on one connection before reading stops.
     pub max_pipelined: usize,
+}
+
+/// A message on its way to the writer, with the pipeline slot its query holds until it is
+/// written (an answer, or the empty marker that follows a transfer's last message).
+struct Answer {
+    msg: Vec<u8>,
+    slot: Option<OwnedSemaphorePermit>,
+}
+
+impl From<Vec<u8>> for Answer {
+    /// A transfer message: its query's slot comes with the marker after the last one.
+    fn from(msg: Vec<u8>) -> Self {
+        Answer { msg, slot: None }
+    }
 }
 
 /// Shared state of the TCP side.
@@ -53,6 +79,8 @@ pub struct TcpServer {
     stats: Arc<WorkerStats>,
     defence: Option<Arc<crate::defence::Shared>>,
     make: Box<dyn Fn() -> Processor + Send + Sync>,
+    /// Times a connection stopped reading at `max_pipelined` unanswered queries.
+    pipeline_full: AtomicU64,
 }
 
 impl TcpServer {
@@ -73,7 +101,13 @@ impl TcpServer {
             stats,
             defence,
             make,
+            pipeline_full: AtomicU64::new(0),
         })
+    }
+
+    /// Times a connection stopped reading at `tcp_max_pipelined` unanswered queries.
+    pub fn pipeline_full(&self) -> u64 {
+        self.pipeline_full.load(Ordering::Relaxed)
     }
 
     /// Connections open now.
@@ -164,30 +198,44 @@ impl TcpServer {
 
     async fn connection(&self, sock: TcpStream, peer: SocketAddr) {
         let _ = sock.set_nodelay(true);
-        let (mut rd, mut wr) = sock.into_split();
-        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(self.limits.max_pipelined.max(1));
+        let (mut rd, wr) = sock.into_split();
+        let depth = self.limits.max_pipelined.max(1);
         let idle = self.limits.idle;
-        let writer = tokio::spawn(async move {
-            while let Some(msg) = rx.recv().await {
-                // A client that does not read is cut off after the idle time.
-                match tokio::time::timeout(idle, wr.write_all(&msg)).await {
-                    Ok(Ok(())) => {}
-                    _ => return,
-                }
-            }
-            let _ = wr.shutdown().await;
-        });
+        // One slot per query read and not yet answered.
+        let slots = Arc::new(Semaphore::new(depth));
+        let (tx, rx) = mpsc::channel::<Answer>(depth);
+        let (xtx, xrx) = mpsc::channel::<Answer>(XFR_QUEUE);
+        let writer = tokio::spawn(write(wr, rx, xrx, idle));
+        let mut transfers = JoinSet::new();
         let mut p = (self.make)();
         let stats = self.stats.clone();
         let mut len_buf = [0u8; 2];
         let mut req = vec![0u8; 512];
         let mut served = 0;
+        let mut refused = false;
         while served < self.limits.max_queries {
+            // Finished transfers leave the set (their results are logged by the job).
+            while transfers.try_join_next().is_some() {}
+            let slot = match slots.clone().try_acquire_owned() {
+                Ok(s) => s,
+                Err(_) => {
+                    // At the bound: nothing more is read until an answer is written.
+                    self.pipeline_full.fetch_add(1, Ordering::Relaxed);
+                    match slots.clone().acquire_owned().await {
+                        Ok(s) => s,
+                        Err(_) => break,
+                    }
+                }
+            };
             match tokio::time::timeout(idle, rd.read_exact(&mut len_buf)).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(_)) => break,
                 Err(_) => {
-                    stats.dropped(DropCause::TcpTimeout);
+                    // Idle: no query for the idle time (a transfer still streaming keeps
+                    // the connection open until it ends, and is not an idle connection).
+                    if transfers.is_empty() {
+                        stats.dropped(DropCause::TcpTimeout);
+                    }
                     break;
                 }
             }
@@ -215,19 +263,30 @@ impl TcpServer {
                 }
             });
             let Ok(reply) = reply else {
+                refused = true;
                 break;
             };
-            if let Some(msg) = reply
-                && tx.send(msg).await.is_err()
-            {
-                break;
-            }
-            // A zone transfer streams its messages into the writer queue before the next
-            // query is read.
-            if let Some(job) = p.take_transfer()
-                && !job.run(&tx).await
-            {
-                break;
+            if let Some(msg) = reply {
+                let a = Answer {
+                    msg,
+                    slot: Some(slot),
+                };
+                if tx.send(a).await.is_err() {
+                    break;
+                }
+            } else if let Some(job) = p.take_transfer() {
+                // A zone transfer streams from a task of its own; its slot follows its last
+                // message to the writer. Later queries are answered meanwhile.
+                let xtx = xtx.clone();
+                transfers.spawn(async move {
+                    let done = job.run(&xtx).await;
+                    let marker = Answer {
+                        msg: Vec::new(),
+                        slot: Some(slot),
+                    };
+                    let _ = xtx.send(marker).await;
+                    done
+                });
             }
             served += 1;
         }
@@ -235,9 +294,46 @@ impl TcpServer {
             // Closed at the query limit: a bound hit, counted.
             stats.dropped(DropCause::TcpQueryLimit);
         }
+        if refused {
+            // A source blocked mid-connection gets nothing more, transfers included.
+            transfers.abort_all();
+            writer.abort();
+            return;
+        }
         drop(tx);
+        drop(xtx);
+        // The transfers under way run to their end; the writer ends after their last message.
+        while transfers.join_next().await.is_some() {}
         let _ = writer.await;
     }
+}
+
+/// Writes a connection's answers and transfer messages as they come, answers first; ends
+/// when both queues are closed and empty, or when the client does not read for `idle`.
+async fn write(
+    mut wr: OwnedWriteHalf,
+    mut answers: mpsc::Receiver<Answer>,
+    mut xfr: mpsc::Receiver<Answer>,
+    idle: Duration,
+) {
+    loop {
+        let a = tokio::select! {
+            biased;
+            Some(a) = answers.recv() => a,
+            Some(a) = xfr.recv() => a,
+            else => break,
+        };
+        // A client that does not read is cut off after the idle time.
+        if !a.msg.is_empty() {
+            match tokio::time::timeout(idle, wr.write_all(&a.msg)).await {
+                Ok(Ok(())) => {}
+                _ => return,
+            }
+        }
+        // The query is answered: its slot frees the reader for the next one.
+        drop(a.slot);
+    }
+    let _ = wr.shutdown().await;
 }
 
 #[cfg(test)]

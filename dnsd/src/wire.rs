@@ -54,6 +54,8 @@ pub mod rcode {
 
 /// EDNS option codes.
 pub const OPT_COOKIE: u16 = 10;
+/// EDNS option code of edns-tcp-keepalive (RFC 7828).
+pub const OPT_TCP_KEEPALIVE: u16 = 11;
 
 /// What EDNS(0) said in a query.
 #[derive(Debug, Clone, Copy, Default)]
@@ -68,6 +70,8 @@ pub struct Edns {
     pub cookie_off: u16,
     /// Length of the COOKIE option data (8 for a client cookie alone, 16..=40 with a server cookie).
     pub cookie_len: u8,
+    /// The query carried edns-tcp-keepalive (RFC 7828): a TCP client asks our idle timeout.
+    pub keepalive: bool,
 }
 
 impl Edns {
@@ -339,6 +343,7 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Option<Edns>
         dnssec_ok: flags & 0x8000 != 0,
         cookie_off: 0,
         cookie_len: 0,
+        keepalive: false,
     };
     let mut p = rdata;
     while p < end {
@@ -357,6 +362,10 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Option<Edns>
             }
             e.cookie_off = (p + 4) as u16;
             e.cookie_len = len as u8;
+        } else if code == OPT_TCP_KEEPALIVE {
+            // Clients send it empty (RFC 7828 §3.2.1); a TIMEOUT from a client means nothing
+            // to us and is ignored, as Knot does.
+            e.keepalive = true;
         }
         p += 4 + len;
     }

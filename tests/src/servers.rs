@@ -776,3 +776,87 @@ impl Nsd {
         self.proc.log()
     }
 }
+
+/// A running BIND named, killed on drop: the oracle for what Knot and NSD do not implement
+/// (edns-tcp-keepalive).
+pub struct Bind {
+    proc: Proc,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Bind {
+    /// True when named is installed.
+    pub fn available() -> bool {
+        crate::have_program("named")
+    }
+
+    /// Starts named as an authoritative server of `zones` on 127.0.0.1 (named listens only
+    /// on addresses its interfaces carry) and a free port, with further `options { }` lines
+    /// (e.g. `tcp-advertised-timeout 70;`). Nothing it sends leaves loopback: validation is
+    /// off (no trust-anchor fetch), its root hints name only 127.0.0.1, no control channel.
+    pub fn start_with(zones: &[Zone], option_lines: &[&str]) -> Bind {
+        let exe =
+            crate::find_program("named").expect("named not installed (check Bind::available)");
+        let lo = Ipv4Addr::LOCALHOST;
+        let pick = || SocketAddr::from((lo, net::free_port(lo)));
+        start_with_retries_at("named", pick, |addr| {
+            let dir = tempfile::Builder::new()
+                .prefix("palisade-named-")
+                .tempdir()
+                .expect("temp dir");
+            let d = dir.path().display();
+            std::fs::write(
+                dir.path().join("root.hints"),
+                ".  3600000 NS a.root.test.\na.root.test. 3600000 A 127.0.0.1\n",
+            )
+            .expect("write root.hints");
+            let mut cfg = String::from("options {\n");
+            for l in [
+                format!("directory \"{d}\";"),
+                format!("pid-file \"{d}/named.pid\";"),
+                format!("listen-on port {} {{ {}; }};", addr.port(), addr.ip()),
+                "listen-on-v6 { none; };".into(),
+                "recursion no;".into(),
+                "dnssec-validation no;".into(),
+                "notify no;".into(),
+            ] {
+                let _ = writeln!(cfg, "  {l}");
+            }
+            for l in option_lines {
+                let _ = writeln!(cfg, "  {l}");
+            }
+            cfg.push_str("};\ncontrols { };\n");
+            let _ = writeln!(cfg, "zone \".\" {{ type hint; file \"{d}/root.hints\"; }};");
+            for z in zones {
+                let _ = writeln!(
+                    cfg,
+                    "zone \"{}\" {{ type primary; file \"{}\"; }};",
+                    z.origin,
+                    z.file.display()
+                );
+            }
+            let conf = dir.path().join("named.conf");
+            std::fs::write(&conf, cfg).expect("write named.conf");
+            let mut cmd = Command::new(&exe);
+            cmd.args(["-g", "-n", "1", "-U", "1", "-c"]).arg(&conf);
+            let mut proc = Proc::spawn("named", cmd, dir.path().join("named.log"));
+            wait_ready(&mut proc, addr, zones)?;
+            Ok(Bind {
+                proc,
+                addr,
+                _dir: dir,
+            })
+        })
+    }
+
+    /// The service address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Everything named has logged so far.
+    pub fn log(&self) -> String {
+        self.proc.log()
+    }
+}

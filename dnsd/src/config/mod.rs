@@ -126,7 +126,7 @@ pub struct Server {
     /// TCP: most queries answered on one connection.
     #[serde(default = "default_tcp_queries")]
     pub tcp_max_queries: usize,
-    /// TCP: responses queued for a connection before it stops reading queries.
+    /// TCP: queries read but not yet answered on one connection before it stops reading.
     #[serde(default = "default_tcp_queue")]
     pub tcp_max_pipelined: usize,
 }

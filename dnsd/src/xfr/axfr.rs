@@ -67,9 +67,10 @@ impl Job {
         }
     }
 
-    /// Streams the transfer into the connection's writer queue (waiting while it is full).
-    /// Returns false when the connection went away.
-    pub async fn run(mut self, tx: &mpsc::Sender<Vec<u8>>) -> bool {
+    /// Streams the transfer into the connection's writer queue (waiting while it is full),
+    /// each message a framed `Vec<u8>` made into the queue's item. Returns false when the
+    /// connection went away.
+    pub async fn run<T: From<Vec<u8>>>(mut self, tx: &mpsc::Sender<T>) -> bool {
         let start = Instant::now();
         let mut q = Box::<Query>::default();
         if wire::parse_query(&self.req, &mut q).is_err() {
@@ -121,7 +122,7 @@ impl Job {
             };
             msgs += 1;
             self.x.stats.out_messages.fetch_add(1, Ordering::Relaxed);
-            if tx.send(m).await.is_err() {
+            if tx.send(T::from(m)).await.is_err() {
                 self.x.stats.out_aborted.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(peer = %self.peer, zone = %zone.apex(), "{what} out cut off by the client");
                 return false;
@@ -161,7 +162,7 @@ impl<'a> Encoder<'a, '_> {
             None => return Ok(None),
         };
         let tsig_room = self.signer.as_ref().map_or(0, |s| s.reserve());
-        let opt_room = crate::response::opt_room(self.q, false);
+        let opt_room = crate::response::opt_room(self.q, &Default::default());
         let mut buf = vec![0u8; 2 + MSG_MAX];
         let mut w = Writer::new(&mut buf[2..], MSG_MAX - tsig_room - opt_room);
         w.start(self.req, self.q, rcode::NOERROR, true);
@@ -183,7 +184,7 @@ impl<'a> Encoder<'a, '_> {
         }
         w.set_limit(MSG_MAX - tsig_room);
         if self.q.edns.is_some() {
-            crate::response::put_opt(&mut w, self.q, self.udp_payload, 0, None);
+            crate::response::put_opt(&mut w, self.q, self.udp_payload, 0, Default::default());
         }
         let mut len = w.finish();
         if let Some(s) = self.signer.as_deref_mut() {

@@ -88,7 +88,7 @@ impl Ctx<'_> {
         }
         w.set_limit(limit);
         if self.q.edns.is_some() {
-            crate::response::put_opt(&mut w, self.q, self.udp_payload, rc, None);
+            crate::response::put_opt(&mut w, self.q, self.udp_payload, rc, Default::default());
         }
         let mut n = w.finish();
         if let Some(s) = signer {
@@ -190,7 +190,7 @@ fn signed_answer(c: &Ctx<'_>, out: &mut [u8], mut signer: Option<Signer>) -> usi
     let ans = internet::answer_in(&mut w, q, c.zones, zone);
     w.set_limit(limit);
     if q.edns.is_some() {
-        crate::response::put_opt(&mut w, q, c.udp_payload, 0, None);
+        crate::response::put_opt(&mut w, q, c.udp_payload, 0, Default::default());
     }
     let rc = w.rcode();
     let mut n = w.finish();
