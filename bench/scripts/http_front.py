@@ -42,7 +42,7 @@ import common as c
 
 SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 CONNS = int(sys.argv[2]) if len(sys.argv) > 2 else 64
-ROUNDS = int(os.environ.get("HTTP_BENCH_ROUNDS", "1" if os.environ.get("BENCH_QUICK") else "3"))
+ROUNDS = int(os.environ.get("HTTP_BENCH_ROUNDS", "1" if os.environ.get("BENCH_QUICK") == "1" else "3"))
 CONF = os.path.join(c.ROOT, "bench", "configs", "http_front")
 
 

@@ -10,8 +10,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use dnsd::config::defence::DefenceConfig;
 use dnsd::defence;
 use dnsd::process_query::{PipelineConfig, Processor, Transport};
+use dnsd::served_zones::ZoneSet;
 use dnsd::stats::WorkerStats;
-use dnsd::zoneset::ZoneSet;
 use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin};
 use shield::events::{Aggregator, AggregatorConfig};
 
@@ -25,7 +25,7 @@ fn zones() -> Arc<ArcSwap<ZoneSet>> {
         .unwrap()
         .zone;
     Arc::new(ArcSwap::from_pointee(ZoneSet::new(
-        vec![(Arc::new(z), dnsd::zoneset::ServeOptions::default())],
+        vec![(Arc::new(z), dnsd::served_zones::ServeOptions::default())],
         1,
     )))
 }

@@ -9,8 +9,8 @@ use zones::{RRset, Zone};
 
 use crate::nsec_proofs::Prover;
 use crate::response::{Full, Owner, Section, Writer};
+use crate::served_zones::ZoneSet;
 use crate::wire::{Query, hf, rcode};
-use crate::zoneset::ZoneSet;
 
 /// How many CNAME/DNAME steps are followed before giving up.
 const MAX_CHAIN: usize = 8;
@@ -564,7 +564,7 @@ mod tests {
 
     use super::*;
     use crate::process_query::tests::{Q, Reply, example_set, load_zone, zone_set};
-    use crate::zoneset::ServeOptions;
+    use crate::served_zones::ServeOptions;
 
     /// Asks `q` of `zones`: the reply and what the answerer said it was.
     fn ask(zones: &ZoneSet, q: Q) -> (Reply, Answered) {

@@ -8,7 +8,7 @@
 //!   [`nsec_proofs`] builds DNSSEC denials, [`response`] writes responses and the glue every
 //!   reply shares (OPT, size limit, slip);
 //! - transports, mirrored around that core: [`udp`] (the socket fleet's handler) and [`tcp`];
-//! - zones: [`zonereg`] (configured zones and their load state), [`zoneset`] (the set the
+//! - zones: [`zone_registry`] (configured zones and their load state), [`served_zones`] (the set the
 //!   query path reads);
 //! - zone transfers: the [`xfr`] subsystem (AXFR, IXFR, journal, NOTIFY, TSIG, secondary
 //!   zones);
@@ -31,6 +31,7 @@ pub mod process_query;
 pub mod query_module;
 pub mod reload;
 pub mod response;
+pub mod served_zones;
 pub mod server;
 pub mod state;
 pub mod stats;
@@ -39,5 +40,4 @@ pub mod udp;
 pub mod wire;
 pub mod xdp;
 pub mod xfr;
-pub mod zonereg;
-pub mod zoneset;
+pub mod zone_registry;

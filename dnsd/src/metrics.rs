@@ -13,10 +13,10 @@ use arc_swap::ArcSwap;
 use listener::udp::FleetCounters;
 use shield::metrics::{Samples, Source, label_value};
 
+use crate::served_zones::ZoneSet;
 use crate::stats::{self, WorkerStats};
 use crate::tcp::TcpServer;
-use crate::zonereg::ReloadStats;
-use crate::zoneset::ZoneSet;
+use crate::zone_registry::ReloadStats;
 
 /// How many addresses the kernel-drop top list shows.
 const TOP_N: usize = 10;

@@ -289,8 +289,8 @@ mod tests {
     use super::*;
     use crate::internet::{Kind, answer_in, find_zone};
     use crate::process_query::tests::{Q, Reply, Rr, load_zone, zone_set};
+    use crate::served_zones::{ServeOptions, ZoneSet};
     use crate::wire::rcode;
-    use crate::zoneset::{ServeOptions, ZoneSet};
 
     const ORIGIN: &str = "example.com.";
     const UNSIGNED: &str = "$TTL 300

@@ -27,9 +27,9 @@ use crate::defence;
 use crate::internet::{self, Kind};
 use crate::query_module::{AnswerClass, Answered, CookieStatus, Parsed, Step};
 use crate::response::{self, Writer};
+use crate::served_zones::ZoneSet;
 use crate::stats::{DropCause, WorkerStats};
 use crate::wire::{self, ParseError, Query, opcode, rcode};
-use crate::zoneset::ZoneSet;
 
 pub use crate::query_module::Transport;
 pub use crate::response::opt_rr;
@@ -412,7 +412,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::config::defence::{DefenceConfig, RrlConfig};
     use crate::defence::Shared;
-    use crate::zoneset::ServeOptions;
+    use crate::served_zones::ServeOptions;
 
     /// The test zone `example.com.`: answers, CNAME chains and loops, a wildcard, a
     /// delegation with glue, a DNAME and an RRset too big for UDP.

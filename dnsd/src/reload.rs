@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::ctl::Reply;
 use crate::defence;
 use crate::state::State;
-use crate::zonereg::{self, Registry};
+use crate::zone_registry::{self, Registry};
 
 /// Reloads one zone or every changed zone (all with `force`); re-reads the zone list from
 /// the config file when there is one.
@@ -55,7 +55,7 @@ pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
     let results = tokio::task::spawn_blocking(move || {
         plan.into_iter()
             .map(|(i, origin, file)| {
-                let (r, m) = zonereg::load_one(&origin, &file);
+                let (r, m) = zone_registry::load_one(&origin, &file);
                 (i, r, m)
             })
             .collect::<Vec<_>>()
@@ -125,7 +125,7 @@ fn sync_zone_list(reg: &mut Registry, c: &Config) -> usize {
 }
 
 /// The zones of a config: origin, file and what the query path reads of their settings.
-pub fn zone_list(cfg: &Config) -> Vec<(zones::Name, PathBuf, crate::zoneset::ServeOptions)> {
+pub fn zone_list(cfg: &Config) -> Vec<(zones::Name, PathBuf, crate::served_zones::ServeOptions)> {
     cfg.zones
         .iter()
         .filter_map(|z| {
@@ -135,7 +135,7 @@ pub fn zone_list(cfg: &Config) -> Vec<(zones::Name, PathBuf, crate::zoneset::Ser
                     (
                         n,
                         z.file.clone(),
-                        crate::zoneset::ServeOptions {
+                        crate::served_zones::ServeOptions {
                             cookies: z.cookies.unwrap_or(cfg.defence.cookies.policy),
                             tenant: z.tenant,
                         },

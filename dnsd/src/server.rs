@@ -22,7 +22,7 @@ use crate::state::State;
 use crate::stats::WorkerStats;
 use crate::tcp::{TcpLimits, TcpServer};
 use crate::udp::UdpHandler;
-use crate::zonereg::{self, Registry};
+use crate::zone_registry::{self, Registry};
 
 /// Runs the server until SIGTERM or SIGINT. Returns the process exit code.
 pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
@@ -38,7 +38,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let results = plan
         .into_iter()
         .map(|(i, origin, file)| {
-            let (r, m) = zonereg::load_one(&origin, &file);
+            let (r, m) = zone_registry::load_one(&origin, &file);
             (i, r, m)
         })
         .collect();

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::defence;
 use crate::tcp::TcpServer;
 use crate::xdp::Xdp;
-use crate::zonereg::Registry;
+use crate::zone_registry::Registry;
 
 /// The running server's state.
 pub struct State {

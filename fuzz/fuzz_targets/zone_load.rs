@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use dnsd::config::defence::CookiePolicy;
 use dnsd::process_query::{Outcome, PipelineConfig, Processor, Transport};
 use dnsd::stats::WorkerStats;
-use dnsd::zoneset::ZoneSet;
+use dnsd::served_zones::ZoneSet;
 use libfuzzer_sys::fuzz_target;
 use zones::present::zone_to_text;
 use zones::{Name, ReadOptions};
@@ -57,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
     let set = ZoneSet::new(
         vec![(
             zone,
-            dnsd::zoneset::ServeOptions {
+            dnsd::served_zones::ServeOptions {
                 cookies: CookiePolicy::On,
                 tenant: 0,
             },

@@ -10,11 +10,11 @@ use arc_swap::ArcSwap;
 use dnsd::config::Config;
 use dnsd::config::defence::CookiePolicy;
 use dnsd::defence;
-use dnsd::zoneset::ServeOptions;
+use dnsd::served_zones::ServeOptions;
 use dnsd::process_query::{PipelineConfig, Processor};
 use dnsd::stats::WorkerStats;
 use dnsd::xfr::Transfers;
-use dnsd::zoneset::ZoneSet;
+use dnsd::served_zones::ZoneSet;
 use shield::block::{BlockConfig, BlockMap};
 use shield::events::{Aggregator, AggregatorConfig};
 

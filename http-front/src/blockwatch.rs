@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use shield::block::{Change, Delivery};
 
-use crate::conns::CloseCause;
+use crate::conn_registry::CloseCause;
 use crate::front::Front;
 
 /// Most changes taken from the feed at once.

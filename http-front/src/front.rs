@@ -16,7 +16,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::access_log::{self, AccessLogger, AccessRecord};
 use crate::config::{Config, ConfigError, Loaded, Output};
-use crate::conns::Registry;
+use crate::conn_registry::Registry;
 use crate::counters::{Counter, Counters};
 use crate::forward::upstream::Upstream;
 use crate::site::Sites;

@@ -7,8 +7,8 @@
 //! escalation threshold enters the block map, which closes its open connections (HTTP/2 with
 //! GOAWAY). See `config` for `front.toml`.
 //!
-//! Files by job: [`config`] (the file), [`front`] (running state and reload), [`conn`]
-//! (accept and connection lifecycle), [`conns`] (connections by source), [`service`] (the
+//! Files by job: [`config`] (the file), [`front`] (running state and reload), [`client_conn`]
+//! (accept and connection lifecycle), [`conn_registry`] (connections by source), [`service`] (the
 //! request path), [`target`] (Host and path as the rules see them and the origin gets them), [`site`] (Host → site), [`proxy`] (forwarding), [`h1`] (the HTTP/1.1
 //! upstream exchange), [`reqbody`] (request bodies buffered and timed), [`relay`] (response bodies a slow reader cannot hold an upstream with), [`upstream`] (pools), [`view`] (the request as the rules see it),
 //! [`blockwatch`] (block feed → closed connections), [`local`] (per-thread handles),
@@ -18,9 +18,9 @@
 pub mod access_log;
 pub mod blockwatch;
 pub mod clickhouse;
+pub mod client_conn;
 pub mod config;
-pub mod conn;
-pub mod conns;
+pub mod conn_registry;
 pub mod counters;
 pub mod forward;
 pub mod front;

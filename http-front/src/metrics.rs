@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use shield::metrics::{Samples, Source};
 
-use crate::conns::Registry;
+use crate::conn_registry::Registry;
 use crate::synfilter::FilterStats;
 
 /// Open client connections.

@@ -8,9 +8,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::task::JoinSet;
 
 use crate::config::Loaded;
-use crate::conns::CloseCause;
+use crate::conn_registry::CloseCause;
 use crate::front::{Front, StartError};
-use crate::{blockwatch, conn, synfilter};
+use crate::{blockwatch, client_conn, synfilter};
 
 /// Listen backlog of client listeners.
 const BACKLOG: i32 = 4096;
@@ -64,7 +64,7 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
     for (is_tls, list) in [(false, plain), (true, tls)] {
         for (addr, l) in list {
             tracing::info!(%addr, tls = is_tls, "listening");
-            accept.spawn(conn::accept_loop(Arc::clone(&front), l, is_tls));
+            accept.spawn(client_conn::accept_loop(Arc::clone(&front), l, is_tls));
         }
     }
     let mut background = JoinSet::new();

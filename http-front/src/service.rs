@@ -14,7 +14,7 @@ use shield::events::Action as EventAction;
 use shield::rules::{Action, Now};
 
 use crate::access_log::{self, AccessRecord};
-use crate::conns::{CloseCause, ConnCtl};
+use crate::conn_registry::{CloseCause, ConnCtl};
 use crate::counters::Counter;
 use crate::forward::h1;
 use crate::forward::relay;

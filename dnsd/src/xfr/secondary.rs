@@ -85,7 +85,10 @@ fn touch(file: &std::path::Path) -> std::io::Result<()> {
 }
 
 /// Starts the task of every secondary zone.
-pub fn spawn_all(zones: &Arc<tokio::sync::Mutex<crate::zonereg::Registry>>, xfr: &Arc<Transfers>) {
+pub fn spawn_all(
+    zones: &Arc<tokio::sync::Mutex<crate::zone_registry::Registry>>,
+    xfr: &Arc<Transfers>,
+) {
     let shared = Arc::new(Shared {
         registry: Arc::clone(zones),
         xfr: Arc::clone(xfr),
@@ -101,7 +104,7 @@ pub fn spawn_all(zones: &Arc<tokio::sync::Mutex<crate::zonereg::Registry>>, xfr:
 /// What the refresh tasks work with: the zones (to publish what they transfer) and the
 /// transfer state.
 struct Shared {
-    registry: Arc<tokio::sync::Mutex<crate::zonereg::Registry>>,
+    registry: Arc<tokio::sync::Mutex<crate::zone_registry::Registry>>,
     xfr: Arc<Transfers>,
 }
 

@@ -14,9 +14,9 @@ use super::{Transfers, serial_gt, wire};
 use crate::internet;
 use crate::query_module::Transport;
 use crate::response::{Owner, Section, Writer};
+use crate::served_zones::ZoneSet;
 use crate::stats::WorkerStats;
 use crate::wire::{Query, hf, opcode, rcode};
-use crate::zoneset::ZoneSet;
 use zones::Zone;
 
 /// What the pipeline should do with a message the transfer code took.

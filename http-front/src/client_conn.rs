@@ -19,7 +19,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep_until};
 
-use crate::conns::{CloseCause, ConnGuard, Refused};
+use crate::conn_registry::{CloseCause, ConnGuard, Refused};
 use crate::counters::{Counter, Counters};
 use crate::forward::ClientInfo;
 use crate::front::{Front, Snapshot};

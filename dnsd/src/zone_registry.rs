@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwap;
 use zones::{Name, ReadOptions, Zone};
 
-use crate::zoneset::{ServeOptions, ZoneSet};
+use crate::served_zones::{ServeOptions, ZoneSet};
 
 /// One configured zone and what happened to it.
 pub struct ZoneEntry {
