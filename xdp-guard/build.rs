@@ -48,7 +48,13 @@ const STRUCTS: &[(&str, &str, Fields)] = &[
 /// (C macro, Rust constant) checked for equal integer values.
 const INTS: &[(&str, &str)] = &[
     ("GUARD_TOKEN_UNIT", "TOKEN_UNIT"),
-    ("GUARD_OWNER_MASK", "OWNER_MASK"),
+    ("GUARD_SLOT_DNSD", "SLOT_DNSD"),
+    ("GUARD_SLOT_HTTP_FRONT", "SLOT_HTTP_FRONT"),
+    ("GUARD_SLOT_OPERATOR", "SLOT_OPERATOR"),
+    ("GUARD_SLOT_SPARE", "SLOT_SPARE"),
+    ("GUARD_SLOTS", "SLOTS"),
+    ("GUARD_SLOT_EMPTY", "SLOT_EMPTY"),
+    ("GUARD_NEVER", "NEVER"),
     ("GUARD_F_RATELIMIT", "F_RATELIMIT"),
     ("GUARD_MAX_EXT_HEADERS", "MAX_EXT_HEADERS"),
     ("GUARD_C_PASS", "C_PASS"),

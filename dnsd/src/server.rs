@@ -240,10 +240,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             }
         }
         let sync = match cfg.redis.clone() {
-            Some(mut r) => {
-                if r.node_id.is_empty() {
-                    r.node_id = host_name();
-                }
+            Some(r) => {
+                let r = r.with_node_id_for("dnsd");
                 let node = r.node_id.clone();
                 match shield::redis_sync::RedisSync::spawn(r, blocks.clone()) {
                     Ok(h) => {
@@ -288,15 +286,6 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     }
     drop(shared.xdp.lock().unwrap_or_else(|e| e.into_inner()).take());
     result
-}
-
-/// This host's name (the Redis node id when none is configured).
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| format!("dnsd-{}", std::process::id()))
 }
 
 /// Starts the event flusher when `[events]` names a sink.

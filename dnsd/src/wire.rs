@@ -364,7 +364,7 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Option<Edns>
             e.cookie_len = len as u8;
         } else if code == OPT_TCP_KEEPALIVE {
             // Clients send it empty (RFC 7828 §3.2.1); a TIMEOUT from a client means nothing
-            // to us and is ignored, as Knot does.
+            // to us and is ignored, as BIND ignores it (unbound answers FORMERR).
             e.keepalive = true;
         }
         p += 4 + len;

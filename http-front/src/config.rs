@@ -63,7 +63,12 @@
 //! feed_capacity = 65536
 //!
 //! [xdp]
-//! pin_path = "/sys/fs/bpf/palisade"   # optional: mirror the block map into the XDP guard
+//! pin_path = "/sys/fs/bpf/palisade"   # optional: mirror the block map into the XDP guard's
+//!                                     # maps (xdp-guard attach), http-front's writer slot
+//!
+//! [redis]                         # optional: the block map synced through Redis, as dnsd's
+//! url = "redis://127.0.0.1:6379"  # (shield::redis_sync::SyncConfig; node id {host}-http-front)
+//! instance = ""                   # several http-fronts on one host: each its own
 //!
 //! [events]                        # the same section as dnsd's (shield::events::EventsConfig)
 //! output = "none"                 # or a list; none | stdout | file:PATH | unix:PATH | unixgram:PATH
@@ -601,6 +606,7 @@ struct FileSchema {
     block: BlockConfig,
     #[serde(default)]
     xdp: XdpSchema,
+    redis: Option<shield::redis_sync::SyncConfig>,
     #[serde(default)]
     events: Events,
     #[serde(default)]
@@ -695,6 +701,8 @@ pub struct Config {
     pub block: BlockConfig,
     /// `[xdp] pin_path`: mirror the block map into the XDP guard's maps pinned there. Start-time only.
     pub xdp_pin_path: Option<PathBuf>,
+    /// `[redis]`: the block map synced with the other nodes (node id filled in). Start-time only.
+    pub redis: Option<shield::redis_sync::SyncConfig>,
     /// `[events]`.
     pub events: Events,
     /// `[access_log]`.
@@ -906,6 +914,14 @@ impl Config {
             tracing::warn!(file = %path.display(), "{w}");
         }
         events.check().map_err(|(k, m)| at(None, &k, m))?;
+        let redis = match f.redis.clone() {
+            Some(r) => {
+                let r = r.with_node_id_for("http-front");
+                r.validate().map_err(|e| at(None, "redis", e.to_string()))?;
+                Some(r)
+            }
+            None => None,
+        };
         let mut access_log = f.access_log.clone();
         access_log.output = access_log.output.resolve(&dir);
 
@@ -920,6 +936,7 @@ impl Config {
             rules_state: rules_schema.state,
             block: f.block,
             xdp_pin_path: f.xdp.pin_path.map(|p| abs(&p)),
+            redis,
             events,
             access_log,
             metrics: f.metrics.listen,
@@ -959,6 +976,9 @@ impl Config {
         }
         if self.xdp_pin_path != other.xdp_pin_path {
             out.push("xdp.pin_path");
+        }
+        if self.redis != other.redis {
+            out.push("redis");
         }
         if self.events.output != other.events.output
             || self.events.aggregator() != other.events.aggregator()

@@ -156,7 +156,7 @@ pub struct Front {
     snapshot: Arc<ArcSwap<Snapshot>>,
     flusher: Mutex<Option<Flusher>>,
     access_log: Mutex<Option<AccessLogger>>,
-    xdp: Arc<Mutex<Option<xdp_guard::MirrorHandle>>>,
+    xdp: Arc<Mutex<Option<xdp_guard::daemon::DaemonXdp>>>,
     config_path: PathBuf,
 }
 
@@ -248,31 +248,12 @@ impl Front {
                 None
             }
         };
-        let xdp = match &cfg.xdp_pin_path {
-            None => None,
-            Some(path) => match xdp_guard::GuardMaps::open_pinned(path) {
-                Err(e) => {
-                    tracing::error!(
-                        "xdp.pin_path {}: {e}; running without the XDP guard",
-                        path.display()
-                    );
-                    None
-                }
-                Ok(maps) => {
-                    let maps = maps.with_owner(xdp_guard::OWNER_HTTP_FRONT);
-                    match xdp_guard::Mirror::new(maps, blocks.subscribe("xdp")).spawn() {
-                        Ok(handle) => {
-                            tracing::info!(path = %path.display(), "mirroring the block map into the XDP guard's maps");
-                            Some(handle)
-                        }
-                        Err(e) => {
-                            tracing::error!("XDP mirror thread: {e}; running without it");
-                            None
-                        }
-                    }
-                }
-            },
-        };
+        let xdp = cfg.xdp_pin_path.as_ref().and_then(|path| {
+            let x = xdp_guard::XdpConfig::pinned_only(path);
+            xdp_guard::daemon::start(Some(&x), "http-front", xdp_guard::SLOT_HTTP_FRONT, || {
+                blocks.subscribe("xdp")
+            })
+        });
         let state = RuleState::new(&cfg.rules_state, Some(Arc::clone(&blocks)));
         let conn_tenant = AtomicU32::new(cfg.events.connection_tenant);
         let config_path = cfg.path.clone();
@@ -324,7 +305,7 @@ impl Front {
                 }),
             );
         }
-        metrics.register("xdp", Arc::new(crate::metrics::XdpMirror(xdp.clone())));
+        metrics.register("xdp", Arc::new(xdp_guard::daemon::XdpSource(xdp.clone())));
         Ok(Arc::new(Front {
             id: IDS.fetch_add(1, Ordering::Relaxed),
             counters,
@@ -403,8 +384,6 @@ impl Front {
         if let Some(mut l) = lock(&self.access_log).take() {
             l.close();
         }
-        if let Some(x) = lock(&self.xdp).take() {
-            x.stop();
-        }
+        drop(lock(&self.xdp).take());
     }
 }

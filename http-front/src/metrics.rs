@@ -4,7 +4,6 @@
 //! ClickHouse, rules, XDP mirror: named `palisade_*`, as in dnsd), and shield's one `/metrics`
 //! server renders them.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use shield::metrics::{Samples, Source};
@@ -66,33 +65,5 @@ impl Source for Stalls {
             "Upstream response bodies ended: no byte within the upstream's response timeout.",
             crate::forward::h1::BODY_STALLS.load(Ordering::Relaxed),
         );
-    }
-}
-
-/// The XDP mirror's counters (`palisade_xdp_mirror_total`, as dnsd's).
-pub struct XdpMirror(pub Arc<std::sync::Mutex<Option<xdp_guard::MirrorHandle>>>);
-
-impl Source for XdpMirror {
-    fn collect(&self, out: &mut Samples) {
-        let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(h) = g.as_ref() else {
-            return;
-        };
-        let s = h.stats().snapshot();
-        for (name, value) in [
-            ("upserted", s.upserted),
-            ("deleted", s.deleted),
-            ("resyncs", s.resyncs),
-            ("full", s.full),
-            ("failed", s.failed),
-        ] {
-            out.counter(
-                format!("xdp.mirror.{name}"),
-                "palisade_xdp_mirror_total",
-                format!("event=\"{name}\""),
-                "Block-map changes mirrored into the XDP maps, by outcome (full: refused by a full map).",
-                value,
-            );
-        }
     }
 }

@@ -59,6 +59,25 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         }
     }
     let front = Front::new(loaded)?;
+    // The block map synced with the other nodes' daemons (dnsd's and http-front's alike). An
+    // optional part: a sync that cannot start is reported and the proxy serves on.
+    let sync = match front.snapshot().cfg.redis.clone() {
+        Some(r) => {
+            let node = r.node_id.clone();
+            match shield::redis_sync::RedisSync::spawn(r, Arc::clone(&front.blocks)) {
+                Ok(h) => {
+                    front.metrics.register("redis", Arc::new(h.monitor()));
+                    tracing::info!(node = %node, "block map synced through Redis");
+                    Some(h)
+                }
+                Err(e) => {
+                    tracing::error!("running without the Redis block sync: {e}");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
 
     let mut accept = JoinSet::new();
     for (is_tls, list) in [(false, plain), (true, tls)] {
@@ -135,5 +154,14 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         "connections closed"
     );
     background.abort_all();
+    if let Some(h) = sync {
+        // Last decisions out before leaving (bounded by the sync's I/O timeout).
+        let st = h.shutdown().await;
+        tracing::info!(
+            published = st.published,
+            buffered = st.buffered,
+            "Redis sync stopped"
+        );
+    }
     Ok(front)
 }

@@ -1048,6 +1048,13 @@ impl Subscription {
         Some(Delivery::Resync(snapshot))
     }
 
+    /// Makes the next poll return a full snapshot (a mirror whose target was replaced).
+    pub fn request_resync(&mut self) {
+        lock(&self.shared.q).initial = true;
+        self.shared.cv.notify_all();
+        self.shared.notify.notify_one();
+    }
+
     /// True when a poll would return something.
     pub fn is_ready(&self) -> bool {
         lock(&self.shared.q).ready()

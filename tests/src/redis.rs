@@ -1,5 +1,6 @@
-//! A private redis-server for one test or bench: free loopback port, no persistence,
-//! killed on drop, restartable on the same port.
+//! A private redis-server for one test or bench: free loopback port and a Unix socket (which
+//! every network namespace reaches: the file system is shared), no persistence, killed on
+//! drop, restartable on the same port and socket.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -56,10 +57,23 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The Unix socket's path.
+    pub fn socket_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    /// `redis+unix:///PATH`: reachable from any network namespace of this host.
+    pub fn unix_url(&self) -> String {
+        format!("redis+unix://{}", self.socket_path().display())
+    }
+
     fn spawn(&mut self) {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--unixsocket")
+            .arg(self.socket_path())
+            .args(["--unixsocketperm", "700"])
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(Stdio::null())

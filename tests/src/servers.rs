@@ -499,6 +499,26 @@ impl Dnsd {
     pub fn pid(&self) -> u32 {
         self.proc.child.id()
     }
+
+    /// Kills it at once (SIGKILL: no clean stop, nothing flushed).
+    pub fn kill(&mut self) {
+        let _ = self.proc.child.kill();
+        let _ = self.proc.child.wait();
+    }
+
+    /// Stops it cleanly (SIGTERM) and waits up to `limit` for it to exit; true when it did.
+    pub fn terminate(&mut self, limit: Duration) -> bool {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.proc.child.id() as i32, libc::SIGTERM) };
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if self.proc.exited().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
 }
 
 /// A minimal HTTP/1.0 GET with bounded waits; returns the body of a 200 response.

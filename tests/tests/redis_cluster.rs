@@ -1,11 +1,15 @@
-//! Two dnsd nodes sharing one Redis: a block made on A is enforced on B; removals follow;
-//! blocks made while Redis is down arrive after it comes back; a burst of 100,000 blocks
-//! all arrives. Each test starts its own redis-server on a free loopback port.
+//! Nodes sharing one Redis: a block made on A is enforced on B; removals follow; blocks made
+//! while Redis is down arrive after it comes back; a burst of 100,000 blocks all arrives;
+//! http-front's escalations reach dnsd on another node and dnsd's blocks reach http-front;
+//! dnsd and http-front on one host get distinct default node ids; two live processes with
+//! one node id are reported by both. Each test starts its own redis-server on a free
+//! loopback port.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
+use palisade_tests::http::{Front, Origin, base_config, get};
 use palisade_tests::redis::RedisServer;
 use palisade_tests::servers::{Dnsd, Zone};
 use palisade_tests::wait::wait_for;
@@ -152,4 +156,157 @@ fn a_burst_of_100k_blocks_all_arrive() {
     );
     assert_eq!(b.stat("blockmap.entries"), 100_000);
     assert_eq!(a.stat("redis.buffer_overflows"), 0);
+}
+
+/// An http-front whose site `a.test` (tenant 1) denies `deny` and escalates its first deny
+/// into a 600 s block, synced through `redis` with `redis_extra` in its `[redis]`.
+fn front(
+    redis: &RedisServer,
+    origin: &Origin,
+    deny: std::net::Ipv4Addr,
+    redis_extra: &str,
+) -> Front {
+    let rules = format!(
+        "[[tenant]]\nid = 1\ndeny = [\"{deny}/32\"]\n\
+         escalate = {{ after = 1, window_secs = 60, block_secs = 600, on = [\"deny\"] }}\n"
+    );
+    let url = redis.url();
+    let extra = redis_extra.to_string();
+    Front::start(
+        move |a, m| {
+            format!(
+                "{}[rules]\nfile = \"rules.toml\"\n\n[redis]\nurl = \"{url}\"\n\
+                 reconnect_max_ms = 300\n{extra}\n\n\
+                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\n",
+                base_config(a, m, origin.addr())
+            )
+        },
+        Some(&rules),
+    )
+}
+
+#[test]
+fn http_front_escalations_reach_dnsd_on_another_node_and_dnsd_blocks_reach_http_front() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::start();
+    let attacker = palisade_tests::net::test_ip();
+    let other = palisade_tests::net::test_ip();
+    let a = front(&redis, &origin, attacker, "instance = \"a\"");
+    let b = node(&redis, "b");
+    wait_for("http-front synced", Duration::from_secs(10), || {
+        a.metric("palisade_redis_sync{what=\"connected\"}") == 1
+    });
+    assert!(answered(b.addr(), attacker.into()));
+    // The attacker's first request is denied and escalated at http-front on node A ...
+    let t0 = Instant::now();
+    assert_eq!(
+        get(Some(attacker), a.addr(), "a.test", "/").unwrap().status,
+        403
+    );
+    // ... and dnsd on node B ignores its queries within a second.
+    wait_for(
+        "the escalation reaches dnsd on B",
+        Duration::from_secs(5),
+        || !answered(b.addr(), attacker.into()),
+    );
+    let took = t0.elapsed();
+    eprintln!("escalation at http-front on A enforced by dnsd on B after {took:?}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(
+        b.ctl(&["block", "list"])
+            .1
+            .contains(&format!("{attacker}/32"))
+    );
+    // The other way: dnsd's operator block reaches http-front, which refuses the source.
+    assert_eq!(
+        get(Some(other), a.addr(), "a.test", "/").unwrap().status,
+        200
+    );
+    let (ok, out) = b.ctl(&["block", "add", &other.to_string(), "--ttl", "600"]);
+    assert!(ok, "{out}");
+    wait_for(
+        "dnsd's block reaches http-front",
+        Duration::from_secs(5),
+        || get(Some(other), a.addr(), "a.test", "/").is_err(),
+    );
+    assert!(a.metric("palisade_redis_sync{what=\"received\"}") >= 1);
+    assert!(a.metric("palisade_redis_sync{what=\"published\"}") >= 1);
+}
+
+#[test]
+fn dnsd_and_http_front_on_one_host_have_distinct_node_ids() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::start();
+    let host = shield::redis_sync::host_name();
+    let d = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .raw(&format!("[redis]\nurl = \"{}\"", redis.url()))
+        .start();
+    let f = front(&redis, &origin, palisade_tests::net::test_ip(), "");
+    for (what, log) in [("dnsd", d.log()), ("http-front", f.log())] {
+        let id = format!("{host}-{what}");
+        assert!(
+            log.contains(&format!("node={id}")) || log.contains(&format!("node=\"{id}\"")),
+            "{what} should sync as {id}:\n{log}"
+        );
+    }
+    // Both beat, and neither sees the other as a clash.
+    wait_for("heartbeats", Duration::from_secs(10), || {
+        f.metric("palisade_redis_sync{what=\"heartbeats\"}") >= 3 && d.stat("redis.heartbeats") >= 3
+    });
+    assert_eq!(
+        f.metric("palisade_redis_sync{what=\"node_id_conflicts\"}"),
+        0
+    );
+    assert_eq!(d.stat("redis.node_id_conflicts"), 0);
+}
+
+#[test]
+fn two_live_processes_with_one_node_id_are_reported_by_both() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let one = node(&redis, "same");
+    let two = node(&redis, "same");
+    for d in [&one, &two] {
+        wait_for("the clash reported", Duration::from_secs(15), || {
+            d.stat("redis.node_id_conflict") == 1
+                && d.log()
+                    .contains("another live process uses this Redis node id")
+        });
+        assert!(d.stat("redis.node_id_conflicts") >= 1);
+    }
+    // One goes away cleanly: the other stops reporting.
+    drop(two);
+    wait_for("the clash over", Duration::from_secs(15), || {
+        one.stat("redis.node_id_conflict") == 0
+    });
+}
+
+#[test]
+fn a_restarted_process_is_not_taken_for_a_clash() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // A process killed without a clean stop leaves its heartbeat behind; its successor on the
+    // same id must not report it (the old heartbeat stands still).
+    let mut first = node(&redis, "again");
+    wait_for("heartbeats", Duration::from_secs(10), || {
+        first.stat("redis.heartbeats") >= 2
+    });
+    first.kill();
+    let second = node(&redis, "again");
+    wait_for("heartbeats", Duration::from_secs(10), || {
+        second.stat("redis.heartbeats") >= 4
+    });
+    assert_eq!(
+        second.stat("redis.node_id_conflicts"),
+        0,
+        "{}",
+        second.log()
+    );
 }

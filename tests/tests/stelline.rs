@@ -21,9 +21,10 @@
 //!   `cookies = "require"`. The scenario's server cookies are RFC 9018 ones (their hashes
 //!   verify with the secret for 127.0.0.1), so their timestamps are moved from the mock clock
 //!   to the wall clock with the ages the scenario means (see the driver's doc).
-//! - `edns_keepalive.rpl`: dnsd does not implement RFC 7828 (edns-tcp-keepalive, a MAY);
-//!   the steps that check the option are listed as disputed so that the list goes stale (and
-//!   this test fails) the day dnsd answers with it.
+//! - `edns_keepalive.rpl`: dnsd answers edns-tcp-keepalive over TCP with its idle timeout
+//!   (RFC 7828) and ignores it over UDP; a query whose option carries a TIMEOUT (a client's
+//!   error) is answered as BIND answers it, not with unbound's FORMERR (step 11 compares no
+//!   rcode).
 //!
 //! Mapping notes: a `local-data:` zone without NS records at its apex gets one (dnsd
 //! refuses such a zone, RFC 1034 §4.2.1; no step asks for it). The driver compares a TTL
@@ -82,21 +83,6 @@ const DISPUTED: &[Disputed] = &[
                  REFUSED sends resolvers to another server instead of to TCP. Local policy \
                  either way; dnsd's keeps a cookie-less client able to get its answer.",
     },
-    Disputed {
-        scenario: "edns_keepalive.rpl",
-        step: 31,
-        differs_in: "OPT options",
-        reason: "dnsd does not implement RFC 7828: it ignores edns-tcp-keepalive and sends no \
-                 TIMEOUT. A server MAY send it (§3.3.2); its idle timeout is \
-                 `tcp_idle_timeout_ms` regardless.",
-    },
-    Disputed {
-        scenario: "edns_keepalive.rpl",
-        step: 51,
-        differs_in: "OPT options",
-        reason: "as step 31: no edns-tcp-keepalive option in dnsd's answers (RFC 7828 not \
-                 implemented, a MAY).",
-    },
 ];
 
 /// Steps (CHECK_ANSWER numbers) not run, and why.
@@ -112,8 +98,7 @@ const NOT_RUN: &[(&str, u64, &str)] = &[
         "edns_keepalive.rpl",
         71,
         "expects the server to have closed the TCP connection of step 50 after 31 s of mock \
-         time idle; needs that connection kept across steps and a real 31 s wait (and the \
-         30 s TIMEOUT is an RFC 7828 value dnsd does not signal)",
+         time idle; needs that connection kept across steps and a real 31 s wait",
     ),
 ];
 
@@ -482,8 +467,8 @@ fn edns_keepalive() {
     };
     let out = stelline::run(&s, dnsd.addr(), &opts);
     // 11 and 21 compare nothing (`MATCH TCP` / `MATCH UDP` alone): they match as long as an
-    // answer comes.
-    assert_eq!(judge(&s, &out), 2);
+    // answer comes; 31 and 51 compare the option and its TIMEOUT (the idle timeout / 100 ms).
+    assert_eq!(judge(&s, &out), 4);
 }
 
 /// The corpus holds no scenario this file does not know.

@@ -90,15 +90,25 @@ struct ipv6_frag {
 	__be32 id;
 };
 
-/* Result of a block lookup: live entry, none, or an expired entry (deleted on sight). */
-static __always_inline int block_live(void *map, void *key, struct guard_block *b,
-				      struct guard_counters *cnt)
+/* True when any writer's slot of `b` ends after now (GUARD_NEVER always does). */
+static __always_inline int block_live(const struct guard_block *b)
+{
+	__u64 now = bpf_ktime_get_boot_ns();
+#pragma unroll
+	for (int i = 0; i < GUARD_SLOTS; i++) {
+		if (b->expires_ns[i] > now)
+			return 1;
+	}
+	return 0;
+}
+
+/* An entry found whose slots have all passed: counted, left for the userspace sweep. */
+static __always_inline int found_live(const struct guard_block *b, struct guard_counters *cnt)
 {
 	if (!b)
 		return 0;
-	if (b->expires_ns <= GUARD_OWNER_MASK || b->expires_ns > bpf_ktime_get_boot_ns())
+	if (block_live(b))
 		return 1;
-	bpf_map_delete_elem(map, key);
 	cnt->count[GUARD_C_BLOCK_EXPIRED]++;
 	return 0;
 }
@@ -106,14 +116,11 @@ static __always_inline int block_live(void *map, void *key, struct guard_block *
 static __always_inline int check_v4(__be32 saddr, struct guard_counters *cnt)
 {
 	struct guard_v4_key k = { .addr = saddr };
-	if (block_live(&guard_block_v4, &k, bpf_map_lookup_elem(&guard_block_v4, &k), cnt))
+	if (found_live(bpf_map_lookup_elem(&guard_block_v4, &k), cnt))
 		return GUARD_C_DROP_BLOCKED_ADDR;
 	struct guard_lpm_v4_key lk = { .prefixlen = 32, .addr = saddr };
-	struct guard_block *b = bpf_map_lookup_elem(&guard_pfx_v4, &lk);
-	if (b && (b->expires_ns <= GUARD_OWNER_MASK || b->expires_ns > bpf_ktime_get_boot_ns()))
+	if (found_live(bpf_map_lookup_elem(&guard_pfx_v4, &lk), cnt))
 		return GUARD_C_DROP_BLOCKED_PREFIX;
-	/* An expired prefix is left for userspace to remove: the lookup does not say which
-	 * prefix matched, so the program cannot delete it. */
 	return GUARD_C_PASS;
 }
 
@@ -121,12 +128,11 @@ static __always_inline int check_v6(const struct in6_addr *saddr, struct guard_c
 {
 	struct guard_v6_key k;
 	__builtin_memcpy(k.addr, saddr, 16);
-	if (block_live(&guard_block_v6, &k, bpf_map_lookup_elem(&guard_block_v6, &k), cnt))
+	if (found_live(bpf_map_lookup_elem(&guard_block_v6, &k), cnt))
 		return GUARD_C_DROP_BLOCKED_ADDR;
 	struct guard_lpm_v6_key lk = { .prefixlen = 128 };
 	__builtin_memcpy(lk.addr, saddr, 16);
-	struct guard_block *b = bpf_map_lookup_elem(&guard_pfx_v6, &lk);
-	if (b && (b->expires_ns <= GUARD_OWNER_MASK || b->expires_ns > bpf_ktime_get_boot_ns()))
+	if (found_live(bpf_map_lookup_elem(&guard_pfx_v6, &lk), cnt))
 		return GUARD_C_DROP_BLOCKED_PREFIX;
 	return GUARD_C_PASS;
 }

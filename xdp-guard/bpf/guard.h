@@ -8,7 +8,12 @@
  * match. The _Static_asserts below pin the sizes for the BPF target as well.
  *
  * Addresses are stored in network byte order. Expiry times are CLOCK_BOOTTIME nanoseconds
- * (bpf_ktime_get_boot_ns); 0 means "never expires".
+ * (bpf_ktime_get_boot_ns).
+ *
+ * A block entry holds one expiry per writer slot (dnsd, http-front, rules/operator, spare):
+ * the program drops while any slot is live, and each writer sets and clears only its own
+ * slot (userspace read-modify-writes under an flock of the pin directory), so two writers of
+ * one key never undo each other and a stopped writer's blocks stay until they expire.
  */
 #ifndef PALISADE_GUARD_H
 #define PALISADE_GUARD_H
@@ -49,7 +54,7 @@
 #define GUARD_C_DROP_RATELIMIT 5      /* UDP to a DNS port above the per-source rate */
 #define GUARD_VERDICTS 6
 /* Events, not verdicts. */
-#define GUARD_C_BLOCK_EXPIRED 6       /* an expired block entry was seen (and deleted) */
+#define GUARD_C_BLOCK_EXPIRED 6       /* a block entry with every slot expired was seen */
 #define GUARD_C_RATE_NEW_SOURCE 7     /* a rate-limit bucket was created */
 #define GUARD_COUNTERS 8
 
@@ -75,14 +80,25 @@ struct guard_lpm_v6_key {
 	__u8 addr[16];
 };
 
-/* Value of every block map: when the block ends, with the writer's tag in the low bits. */
-struct guard_block {
-	__u64 expires_ns; /* CLOCK_BOOTTIME ns | owner; at most GUARD_OWNER_MASK = never */
-};
+/* Writer slots of a block entry. */
+#define GUARD_SLOT_DNSD 0
+#define GUARD_SLOT_HTTP_FRONT 1
+#define GUARD_SLOT_OPERATOR 2 /* the rules file's global lists, the operator */
+#define GUARD_SLOT_SPARE 3
+#define GUARD_SLOTS 4
 
-/* Low bits of guard_block.expires_ns: which process wrote the entry (dnsd, http-front), so
- * that one process's resync deletes only its own stale entries. */
-#define GUARD_OWNER_MASK 7ULL
+/* A slot that is empty (this writer holds no block on the key). */
+#define GUARD_SLOT_EMPTY 0ULL
+/* A slot whose block never ends. */
+#define GUARD_NEVER 0xffffffffffffffffULL
+
+/* Value of every block map: one expiry per writer slot (CLOCK_BOOTTIME ns, GUARD_NEVER, or
+ * GUARD_SLOT_EMPTY). The entry is live while any slot is later than now; expired slots are
+ * cleared, and empty entries deleted, by userspace sweeps (never by the program, which
+ * cannot read-modify-write under the writers' lock). */
+struct guard_block {
+	__u64 expires_ns[GUARD_SLOTS];
+};
 
 /* guard_rate value (per-CPU LRU hash): a token bucket. */
 struct guard_bucket {
@@ -109,7 +125,7 @@ _Static_assert(sizeof(struct guard_v4_key) == 4, "guard_v4_key");
 _Static_assert(sizeof(struct guard_v6_key) == 16, "guard_v6_key");
 _Static_assert(sizeof(struct guard_lpm_v4_key) == 8, "guard_lpm_v4_key");
 _Static_assert(sizeof(struct guard_lpm_v6_key) == 20, "guard_lpm_v6_key");
-_Static_assert(sizeof(struct guard_block) == 8, "guard_block");
+_Static_assert(sizeof(struct guard_block) == 8 * GUARD_SLOTS, "guard_block");
 _Static_assert(sizeof(struct guard_bucket) == 16, "guard_bucket");
 _Static_assert(sizeof(struct guard_config) == 32 + 8192, "guard_config");
 _Static_assert(sizeof(struct guard_counters) == 8 * GUARD_COUNTERS, "guard_counters");

@@ -1,4 +1,6 @@
-//! The `[xdp]` section of the dnsd config.
+//! The XDP guard's settings: `guard.toml` of `xdp-guard attach`, and the `[xdp]` section of
+//! the daemons (where `interface` is left out when `xdp-guard` attaches the program and the
+//! daemon only mirrors into its pinned maps).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -37,10 +39,10 @@ impl fmt::Display for Mode {
     }
 }
 
-/// The `[xdp]` section: where to attach, what to rate-limit, how big the maps are.
+/// Where to attach, what to rate-limit, how big the maps are, where they are pinned.
 ///
 /// ```toml
-/// [xdp]
+/// # guard.toml (xdp-guard attach -c guard.toml), or [xdp] in dnsd's config
 /// interface = "eth0"
 /// mode = "auto"            # "native" | "generic" | "auto"
 /// dns_ports = [53]
@@ -52,7 +54,9 @@ impl fmt::Display for Mode {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct XdpConfig {
-    /// Interface to attach to.
+    /// Interface to attach to; empty (left out) in a daemon's `[xdp]`: the daemon does not
+    /// attach, it opens the maps `xdp-guard` pinned at `pin_path`.
+    #[serde(default)]
     pub interface: String,
     /// Attach mode.
     #[serde(default)]
@@ -139,12 +143,24 @@ impl XdpConfig {
         }
     }
 
+    /// Whether these settings attach the program (an interface is named).
+    pub fn attaches(&self) -> bool {
+        !self.interface.is_empty()
+    }
+
+    /// The settings of a daemon that only opens the maps pinned at `pin_path`.
+    pub fn pinned_only(pin_path: &std::path::Path) -> Self {
+        let mut c = Self::new("");
+        c.pin_path = pin_path.to_path_buf();
+        c
+    }
+
     /// Checks the values that serde cannot: names, ranges, sizes.
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |m: String| Err(Error::Config(m));
-        if self.interface.is_empty() || self.interface.len() >= libc::IFNAMSIZ {
+        if self.attaches() && self.interface.len() >= libc::IFNAMSIZ {
             return bad(format!(
-                "interface {:?}: 1 to 15 characters",
+                "interface {:?}: at most 15 characters",
                 self.interface
             ));
         }
@@ -170,6 +186,9 @@ impl XdpConfig {
             if n == 0 {
                 return bad(format!("{name} must be at least 1"));
             }
+        }
+        if !self.attaches() && !self.pin {
+            return bad("pin = false without an interface: there are no maps to open".into());
         }
         if self.pin && !self.pin_path.is_absolute() {
             return bad(format!(
@@ -213,7 +232,10 @@ mod tests {
         let e = toml::from_str::<XdpConfig>("interface = \"eth0\"\nrat = 5").unwrap_err();
         assert!(e.to_string().contains("rat"), "{e}");
         assert!(toml::from_str::<XdpConfig>("interface = \"eth0\"\nmode = \"fast\"").is_err());
-        assert!(toml::from_str::<XdpConfig>("mode = \"auto\"").is_err());
+        // No interface: a daemon that opens the pinned maps.
+        let c = toml::from_str::<XdpConfig>("mode = \"auto\"").unwrap();
+        assert!(!c.attaches());
+        c.validate().unwrap();
         let mut c = XdpConfig::new("eth0");
         c.burst = 0;
         assert!(c.validate().is_err());

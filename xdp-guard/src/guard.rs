@@ -1,10 +1,13 @@
-//! Loading the XDP program, pinning its maps, attaching it to an interface, and detaching it.
+//! Loading the XDP program, pinning its maps, attaching it to an interface, and detaching it;
+//! and the node service's attachment, which outlives the process that made it (`xdp-guard
+//! attach` pins the link as `link.<interface>.<mode>` beside the maps; `detach` unpins it).
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aya::maps::{Map, MapData};
+use aya::programs::links::FdLink;
 use aya::programs::{TestRun as _, TestRunOptions, Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader};
 use tracing::{info, warn};
@@ -20,6 +23,12 @@ const PROGRAM: &str = "palisade_guard";
 
 /// The compiled object (`bpf/guard.c` built by build.rs).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/guard.o"));
+
+/// Prefix of a pinned attachment's file name: `link.<interface>.<mode>`.
+const LINK_PREFIX: &str = "link.";
+
+/// File name of the pinned program.
+const PROG_PIN: &str = "prog";
 
 /// `BPF_FS_MAGIC` from linux/magic.h.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -82,6 +91,9 @@ fn map_data(m: &Map) -> Option<&MapData> {
 impl XdpGuard {
     /// Loads the program and attaches it to `cfg.interface` in `cfg.mode`: what dnsd calls.
     pub fn start(cfg: &XdpConfig) -> Result<Self, Error> {
+        if !cfg.attaches() {
+            return Err(Error::Config("interface: required to attach".into()));
+        }
         let mut g = Self::load(cfg)?;
         g.attach(&cfg.interface, cfg.mode)?;
         Ok(g)
@@ -138,7 +150,7 @@ impl XdpGuard {
                 .ok_or_else(|| Error::Config(format!("object has no map {name}")))?;
             found.push((name, data));
         }
-        let maps = GuardMaps::from_map_data(found)?;
+        let maps = GuardMaps::from_map_data(found, pin_dir.as_deref())?;
         maps.set_config(&cfg.kernel_config())?;
         Ok(Self {
             ebpf,
@@ -215,6 +227,44 @@ impl XdpGuard {
             .map(|a| (a.interface.as_str(), a.mode))
     }
 
+    /// Leaves the program attached and its maps pinned after this process exits (the node
+    /// service): pins the attachment as `link.<interface>.<mode>` and the program as `prog`
+    /// in the pin directory. Needs pinned maps and a kernel that attaches XDP by bpf_link.
+    pub fn persist(mut self) -> Result<NodeAttachment, Error> {
+        let Some(dir) = self.pin_dir.clone() else {
+            return Err(Error::Config(
+                "pin = false: nothing outlives the process".into(),
+            ));
+        };
+        let Some(a) = self.attached.take() else {
+            return Err(Error::Config("not attached".into()));
+        };
+        let link = self
+            .program()
+            .take_link(a.link)
+            .map_err(|e| Error::Program(Box::new(e)))?;
+        let fd_link = FdLink::try_from(link).map_err(|e| {
+            Error::Config(format!(
+                "this kernel attached XDP through netlink, not a bpf_link: the guard cannot \
+                 outlive the process ({e})"
+            ))
+        })?;
+        let path = dir.join(format!("{LINK_PREFIX}{}.{}", a.interface, a.mode));
+        let pinned = fd_link.pin(&path).map_err(|e| Error::Bpffs {
+            path: path.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let prog_path = dir.join(PROG_PIN);
+        let _ = std::fs::remove_file(&prog_path);
+        if let Err(e) = self.program().pin(&prog_path) {
+            warn!(path = %prog_path.display(), error = %e, "pinning the XDP program");
+        }
+        drop(pinned);
+        let att = read_attachment(&path)?;
+        info!(interface = %att.interface, mode = %att.mode, pin = %dir.display(), "XDP guard attached for the node");
+        Ok(att)
+    }
+
     /// The kernel maps (clone it to give the mirror, metrics and ctl their own handle).
     pub fn maps(&self) -> &GuardMaps {
         &self.maps
@@ -264,6 +314,100 @@ impl Drop for XdpGuard {
             warn!(error = %e, "detaching the XDP guard");
         }
     }
+}
+
+/// An attachment made by `xdp-guard attach`: a link pinned in the pin directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeAttachment {
+    /// The interface it is attached to (from the pin's name).
+    pub interface: String,
+    /// The mode in effect (from the pin's name).
+    pub mode: Mode,
+    /// The interface index the kernel holds the link on.
+    pub ifindex: u32,
+    /// The kernel's link id.
+    pub link_id: u32,
+    /// The kernel's id of the attached program.
+    pub program_id: u32,
+    /// The pin.
+    pub path: PathBuf,
+}
+
+fn read_attachment(path: &Path) -> Result<NodeAttachment, Error> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix(LINK_PREFIX))
+        .ok_or_else(|| Error::Config(format!("{}: not a link pin", path.display())))?;
+    let (interface, mode) = name
+        .rsplit_once('.')
+        .ok_or_else(|| Error::Config(format!("{}: no mode in the name", path.display())))?;
+    let mode = match mode {
+        "native" => Mode::Native,
+        "generic" => Mode::Generic,
+        _ => Mode::Auto,
+    };
+    let bpf_err = |source| Error::Bpffs {
+        path: path.to_path_buf(),
+        source,
+    };
+    let fd = crate::sys::obj_get(path).map_err(bpf_err)?;
+    let (link_id, program_id, ifindex) = {
+        use std::os::fd::AsFd as _;
+        crate::sys::link_info(fd.as_fd()).map_err(bpf_err)?
+    };
+    Ok(NodeAttachment {
+        interface: interface.to_owned(),
+        mode,
+        ifindex,
+        link_id,
+        program_id,
+        path: path.to_path_buf(),
+    })
+}
+
+/// The attachments `xdp-guard attach` left in `pin_dir` (none when the directory is absent).
+pub fn node_attachments(pin_dir: &Path) -> Result<Vec<NodeAttachment>, Error> {
+    let rd = match std::fs::read_dir(pin_dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(Error::Bpffs {
+                path: pin_dir.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        if e.file_name().to_string_lossy().starts_with(LINK_PREFIX) {
+            out.push(read_attachment(&e.path())?);
+        }
+    }
+    out.sort_by(|a, b| a.interface.cmp(&b.interface));
+    Ok(out)
+}
+
+/// Detaches what `xdp-guard attach` attached (on `interface` only, when given): unpins the
+/// links (the kernel detaches a link when its last reference goes) and the program. The
+/// maps stay pinned, with their blocks, for the next attach and for the daemons.
+pub fn detach_node(pin_dir: &Path, interface: Option<&str>) -> Result<Vec<NodeAttachment>, Error> {
+    let mut gone = Vec::new();
+    for a in node_attachments(pin_dir)? {
+        if interface.is_some_and(|i| i != a.interface) {
+            continue;
+        }
+        std::fs::remove_file(&a.path).map_err(|source| Error::Bpffs {
+            path: a.path.clone(),
+            source,
+        })?;
+        info!(interface = %a.interface, "XDP guard detached from the node");
+        gone.push(a);
+    }
+    if node_attachments(pin_dir)?.is_empty() {
+        let _ = std::fs::remove_file(pin_dir.join(PROG_PIN));
+    }
+    Ok(gone)
 }
 
 /// Makes `dir` a directory on bpffs, mounting bpffs on /sys/fs/bpf first if `dir` is under it

@@ -5,6 +5,13 @@
 //! the prefix trie (LPM lookups slow down as the trie grows, so it is sized small and long
 //! lists of single addresses never land in it).
 //!
+//! Writers: each entry holds one expiry per writer slot ([`crate::maps::BlockValue`]), and a
+//! handle writes only its own slot ([`GuardMaps::with_slot`]): dnsd, http-front and the
+//! operator can block the same address, each until its own time, and a resync of one
+//! never lifts another's blocks. Every change is a read-modify-write made under the writers'
+//! lock: a process-wide mutex and an `flock` of the pin directory, shared by every process
+//! that opened the pins.
+//!
 //! A [`GuardMaps`] is a set of file descriptors: cheap to clone, usable from any thread and any
 //! network namespace, and obtainable either from a loaded program ([`crate::XdpGuard::maps`])
 //! or from the pins of another process ([`GuardMaps::open_pinned`]).
@@ -12,10 +19,10 @@
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use aya::maps::MapData;
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
@@ -26,12 +33,19 @@ use crate::clock::ExpiryClock;
 use crate::maps::{
     ALL_MAPS, BlockValue, C_BLOCK_EXPIRED, C_DROP_BLOCKED_ADDR, C_DROP_BLOCKED_PREFIX,
     C_DROP_RATELIMIT, C_PASS, C_PASS_NOT_IP, C_PASS_NOT_UNDERSTOOD, C_RATE_NEW_SOURCE, COUNTERS,
-    GuardConfig, LpmV4Key, LpmV6Key, Plain, RawCounters, V4Key, V6Key,
+    GuardConfig, LpmV4Key, LpmV6Key, Plain, RawCounters, SLOTS, V4Key, V6Key,
 };
 use crate::sys;
 
 /// Elements per batch syscall.
 const CHUNK: usize = 4096;
+
+/// Bytes of a block value (one expiry per writer slot).
+const VS: usize = size_of::<BlockValue>();
+
+/// Changes to one address hash from which the whole map is read in batches instead of key by
+/// key (prefix tries are always read whole: a lookup there is longest-match, not exact).
+const DUMP_MIN: usize = 256;
 
 const BPF_MAP_TYPE_HASH: u32 = 1;
 const BPF_MAP_TYPE_ARRAY: u32 = 2;
@@ -41,10 +55,10 @@ const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
 
 /// What a map must look like: (type, key size, value size), in [`ALL_MAPS`] order.
 const SPECS: [(u32, u32, u32); 7] = [
-    (BPF_MAP_TYPE_HASH, 4, 8),
-    (BPF_MAP_TYPE_HASH, 16, 8),
-    (BPF_MAP_TYPE_LPM_TRIE, 8, 8),
-    (BPF_MAP_TYPE_LPM_TRIE, 20, 8),
+    (BPF_MAP_TYPE_HASH, 4, VS as u32),
+    (BPF_MAP_TYPE_HASH, 16, VS as u32),
+    (BPF_MAP_TYPE_LPM_TRIE, 8, VS as u32),
+    (BPF_MAP_TYPE_LPM_TRIE, 20, VS as u32),
     (BPF_MAP_TYPE_LRU_PERCPU_HASH, 16, 16),
     (BPF_MAP_TYPE_ARRAY, 4, size_of::<GuardConfig>() as u32),
     (
@@ -88,6 +102,10 @@ impl BlockMapKind {
 
     fn key_size(self) -> usize {
         SPECS[self as usize].1 as usize
+    }
+
+    fn is_trie(self) -> bool {
+        matches!(self, Self::PrefixV4 | Self::PrefixV6)
     }
 }
 
@@ -134,14 +152,14 @@ fn decode_key(kind: BlockMapKind, b: &[u8]) -> Option<IpNet> {
     })
 }
 
-/// What one write to the block maps did.
+/// What one write to the block maps did (counted from the writer's side: its slot).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ApplyReport {
-    /// Entries created or updated.
+    /// Blocks of this writer set or changed.
     pub upserted: u64,
-    /// Entries deleted.
+    /// Blocks of this writer lifted (the entry deleted, or only this writer's slot cleared).
     pub deleted: u64,
-    /// Deletions of entries that were not there (already expired or never mirrored).
+    /// Lifts of blocks this writer did not hold (already expired, or never mirrored).
     pub absent: u64,
     /// Inserts refused because the map was full (E2BIG / ENOSPC).
     pub full: u64,
@@ -178,7 +196,7 @@ pub struct Counters {
     pub drop_blocked_prefix: u64,
     /// Dropped: UDP to a DNS port above the source's rate.
     pub drop_ratelimit: u64,
-    /// Expired address blocks seen (and deleted) by the program.
+    /// Block entries found with every slot expired (passed; the sweep removes them).
     pub block_expired: u64,
     /// Rate-limit buckets created.
     pub rate_new_source: u64,
@@ -223,13 +241,32 @@ impl Counters {
     }
 }
 
-/// A block as stored in the kernel.
+/// A block as one writer sees it: the address or prefix and when that writer's block ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KernelBlock {
     /// The address or prefix.
     pub net: IpNet,
     /// CLOCK_BOOTTIME ns at which it ends; 0 = never.
     pub expires_ns: u64,
+}
+
+/// An entry as stored: the address or prefix and every writer's slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelEntry {
+    /// The address or prefix.
+    pub net: IpNet,
+    /// One expiry per writer slot.
+    pub value: BlockValue,
+}
+
+impl KernelEntry {
+    /// The entry as one block ending at its latest slot (0 = never).
+    pub fn combined(&self) -> KernelBlock {
+        KernelBlock {
+            net: self.net,
+            expires_ns: self.value.expiry().unwrap_or(0),
+        }
+    }
 }
 
 struct Inner {
@@ -240,25 +277,40 @@ struct Inner {
     /// Per block map: batch commands work (cleared on EINVAL/ENOTSUPP, then singles are used).
     batch_ok: [AtomicBool; 4],
     ncpus: usize,
+    /// The pin directory, `flock`ed around every read-modify-write (other processes write too).
+    pin_dir: Option<OwnedFd>,
+    /// The writers of this process, one at a time (an `flock` does not exclude its own holder).
+    local: Mutex<()>,
 }
 
-/// The tag dnsd writes its blocks with ([`GuardMaps::with_owner`]).
-pub const OWNER_DNSD: u8 = 1;
-/// The tag http-front writes its blocks with.
-pub const OWNER_HTTP_FRONT: u8 = 2;
+/// The writers' lock: held for one read-modify-write.
+struct WriteLock<'a> {
+    _local: MutexGuard<'a, ()>,
+    dir: Option<BorrowedFd<'a>>,
+}
+
+impl Drop for WriteLock<'_> {
+    fn drop(&mut self) {
+        if let Some(d) = self.dir {
+            // SAFETY: d is an open descriptor this process holds the lock on.
+            unsafe { libc::flock(d.as_raw_fd(), libc::LOCK_UN) };
+        }
+    }
+}
 
 /// Handle on the kernel maps of one guard (see the module docs).
 #[derive(Clone)]
 pub struct GuardMaps {
     inner: Arc<Inner>,
-    /// Tag of the entries this handle writes, and the only ones its resyncs delete.
-    owner: u8,
+    /// The writer slot this handle sets and clears.
+    slot: usize,
 }
 
 impl std::fmt::Debug for GuardMaps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GuardMaps")
             .field("capacity", &self.inner.capacity)
+            .field("slot", &self.slot)
             .finish_non_exhaustive()
     }
 }
@@ -276,9 +328,23 @@ fn is_unsupported(e: &io::Error) -> bool {
     matches!(errno(e), libc::EINVAL | libc::EOPNOTSUPP | 524)
 }
 
+/// Opens `dir` for `flock` (a directory on bpffs takes locks like any file).
+fn open_dir(dir: &Path) -> Result<OwnedFd, Error> {
+    std::fs::File::open(dir)
+        .map(OwnedFd::from)
+        .map_err(|source| Error::Bpffs {
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
 impl GuardMaps {
-    /// Wraps the maps of a loaded program, checking their layout.
-    pub(crate) fn from_map_data(maps: Vec<(&'static str, &MapData)>) -> Result<Self, Error> {
+    /// Wraps the maps of a loaded program, checking their layout; `pin_dir` is where they are
+    /// pinned (its `flock` is the writers' lock), when they are.
+    pub(crate) fn from_map_data(
+        maps: Vec<(&'static str, &MapData)>,
+        pin_dir: Option<&Path>,
+    ) -> Result<Self, Error> {
         let mut fds = Vec::with_capacity(ALL_MAPS.len());
         let mut capacity = Vec::with_capacity(ALL_MAPS.len());
         for (i, name) in ALL_MAPS.iter().enumerate() {
@@ -294,11 +360,13 @@ impl GuardMaps {
                 .map_err(|source| syscall_err("dup", name, source))?;
             fds.push(fd);
         }
-        Self::new(fds, capacity)
+        let dir = pin_dir.map(open_dir).transpose()?;
+        Self::new(fds, capacity, dir)
     }
 
-    /// Opens the maps pinned under `dir` by the process that loaded the program (for
-    /// `dnsd ctl`, the HTTP front, or a restarted daemon), checking their layout.
+    /// Opens the maps pinned under `dir` by the process that loaded the program (`xdp-guard
+    /// attach`, or a daemon attached itself), checking their layout: a map of an older layout
+    /// is an error that says so ([`Error::PinnedMismatch`]).
     pub fn open_pinned(dir: &Path) -> Result<Self, Error> {
         let mut fds = Vec::with_capacity(ALL_MAPS.len());
         let mut capacity = Vec::with_capacity(ALL_MAPS.len());
@@ -316,10 +384,10 @@ impl GuardMaps {
                 .map_err(|source| syscall_err("dup", name, source))?;
             fds.push(fd);
         }
-        Self::new(fds, capacity)
+        Self::new(fds, capacity, Some(open_dir(dir)?))
     }
 
-    fn new(fds: Vec<OwnedFd>, capacity: Vec<u32>) -> Result<Self, Error> {
+    fn new(fds: Vec<OwnedFd>, capacity: Vec<u32>, pin_dir: Option<OwnedFd>) -> Result<Self, Error> {
         let ncpus = sys::possible_cpus().map_err(|source| syscall_err("ncpus", "cpu", source))?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -327,26 +395,52 @@ impl GuardMaps {
                 capacity,
                 batch_ok: std::array::from_fn(|_| AtomicBool::new(true)),
                 ncpus,
+                pin_dir,
+                local: Mutex::new(()),
             }),
-            owner: 0,
+            slot: crate::maps::SLOT_SPARE,
         })
     }
 
-    /// The same maps, writing entries tagged `owner` (0..=7): a resync ([`Self::replace_all`])
-    /// deletes only stale entries of its own tag, so dnsd and http-front can mirror their
-    /// block maps into one guard without erasing each other's blocks.
-    pub fn with_owner(mut self, owner: u8) -> Self {
-        self.owner = owner & crate::maps::OWNER_MASK as u8;
+    /// The same maps, writing writer slot `slot` ([`crate::maps::SLOT_DNSD`],
+    /// [`crate::maps::SLOT_HTTP_FRONT`], ...): its blocks and resyncs touch that slot only.
+    pub fn with_slot(mut self, slot: usize) -> Self {
+        assert!(slot < SLOTS, "writer slot {slot} out of range");
+        self.slot = slot;
         self
     }
 
-    /// The tag this handle writes.
-    pub fn owner(&self) -> u8 {
-        self.owner
+    /// The writer slot this handle writes.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// The kernel id of map `i` (changes when the pins are replaced).
+    pub fn map_id(&self, i: usize) -> Option<u32> {
+        sys::map_id(self.fd(i)).ok()
     }
 
     fn fd(&self, i: usize) -> BorrowedFd<'_> {
         self.inner.fds[i].as_fd()
+    }
+
+    /// Takes the writers' lock (this process's writers, then every process's).
+    fn lock(&self) -> WriteLock<'_> {
+        let local = self.inner.local.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = self.inner.pin_dir.as_ref().map(|d| d.as_fd());
+        if let Some(d) = dir {
+            // SAFETY: d is an open descriptor; LOCK_EX waits for the other writers.
+            while unsafe { libc::flock(d.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                    warn!("flock of the XDP pin directory failed; writing without it");
+                    return WriteLock {
+                        _local: local,
+                        dir: None,
+                    };
+                }
+            }
+        }
+        WriteLock { _local: local, dir }
     }
 
     /// Capacity (max entries) of a block map.
@@ -392,55 +486,58 @@ impl GuardMaps {
             .map_err(|source| syscall_err("update", ALL_MAPS[6], source))
     }
 
-    /// Blocks `net` until `expires_unix_ms` (`u64::MAX` = never). `Ok(false)` if the expiry is
-    /// already past (nothing written).
+    /// Blocks `net` in this writer's slot until `expires_unix_ms` (`u64::MAX` = never).
+    /// `Ok(false)` if the expiry is already past (nothing written).
     pub fn block(&self, net: IpNet, expires_unix_ms: u64) -> Result<bool, Error> {
         let Some(ns) = ExpiryClock::now().to_kernel(expires_unix_ms).map_value() else {
             return Ok(false);
         };
-        let kind = BlockMapKind::of(&net);
-        let mut key = Vec::with_capacity(20);
-        encode_key(&net, &mut key);
-        let value = BlockValue::tagged(ns, self.owner);
-        sys::update(self.fd(kind as usize), &key, value.as_bytes(), sys::BPF_ANY)
-            .map_err(|source| syscall_err("update", kind.name(), source))?;
+        let r = self.edit(&[(net.trunc(), Some(ns))], true, None);
+        if r.failed > 0 || r.full > 0 {
+            let kind = BlockMapKind::of(&net);
+            return Err(syscall_err(
+                "update",
+                kind.name(),
+                io::Error::from_raw_os_error(if r.full > 0 { libc::E2BIG } else { libc::EIO }),
+            ));
+        }
         Ok(true)
     }
 
-    /// Removes the block of exactly `net`; `Ok(false)` if there was none.
+    /// Lifts this writer's block of exactly `net` (other writers' stay); `Ok(false)` if it
+    /// held none.
     pub fn unblock(&self, net: IpNet) -> Result<bool, Error> {
-        let kind = BlockMapKind::of(&net);
-        let mut key = Vec::with_capacity(20);
-        encode_key(&net, &mut key);
-        sys::delete(self.fd(kind as usize), &key)
-            .map_err(|source| syscall_err("delete", kind.name(), source))
+        let r = self.edit(&[(net.trunc(), None)], true, None);
+        Ok(r.deleted > 0)
     }
 
-    /// The stored block of exactly `net`, if any.
-    pub fn get(&self, net: IpNet) -> Result<Option<KernelBlock>, Error> {
+    /// The stored entry of exactly `net`, every writer's slot, if any.
+    pub fn get(&self, net: IpNet) -> Result<Option<KernelEntry>, Error> {
+        let net = net.trunc();
         let kind = BlockMapKind::of(&net);
+        if kind.is_trie() {
+            return Ok(self.entries(kind)?.into_iter().find(|e| e.net == net));
+        }
         let mut key = Vec::with_capacity(20);
         encode_key(&net, &mut key);
-        let mut v = [0u8; 8];
+        let mut v = [0u8; VS];
         let found = sys::lookup(self.fd(kind as usize), &key, &mut v)
             .map_err(|source| syscall_err("lookup", kind.name(), source))?;
-        Ok(found.then(|| KernelBlock {
-            net: net.trunc(),
-            expires_ns: BlockValue::read_from(&v).expiry(),
+        Ok(found.then(|| KernelEntry {
+            net,
+            value: BlockValue::read_from(&v),
         }))
     }
 
-    /// Whether a packet from `ip` would be dropped as blocked right now (address or prefix).
+    /// Whether a packet from `ip` would be dropped as blocked right now (address or prefix),
+    /// decided as the program decides.
     pub fn is_blocked(&self, ip: IpAddr) -> Result<bool, Error> {
         let now = crate::clock::boot_ns();
-        let live =
-            |b: Option<KernelBlock>| b.is_some_and(|b| b.expires_ns == 0 || b.expires_ns > now);
-        if live(self.get(IpNet::from(ip))?) {
-            return Ok(true);
-        }
-        let (kind, key) = match ip {
+        let (akind, pkind, akey, pkey) = match ip {
             IpAddr::V4(a) => (
+                BlockMapKind::AddrV4,
                 BlockMapKind::PrefixV4,
+                V4Key::new(a).as_bytes().to_vec(),
                 LpmV4Key {
                     prefixlen: 32,
                     addr: V4Key::new(a).addr,
@@ -449,7 +546,9 @@ impl GuardMaps {
                 .to_vec(),
             ),
             IpAddr::V6(a) => (
+                BlockMapKind::AddrV6,
                 BlockMapKind::PrefixV6,
+                V6Key::new(a).as_bytes().to_vec(),
                 LpmV6Key {
                     prefixlen: 128,
                     addr: a.octets(),
@@ -458,36 +557,127 @@ impl GuardMaps {
                 .to_vec(),
             ),
         };
-        let mut v = [0u8; 8];
-        let found = sys::lookup(self.fd(kind as usize), &key, &mut v)
-            .map_err(|source| syscall_err("lookup", kind.name(), source))?;
-        let expires_ns = BlockValue::read_from(&v).expiry();
-        Ok(found && (expires_ns == 0 || expires_ns > now))
+        for (kind, key) in [(akind, akey), (pkind, pkey)] {
+            let mut v = [0u8; VS];
+            // In the trie this is the longest match, as in the program.
+            let found = sys::lookup(self.fd(kind as usize), &key, &mut v)
+                .map_err(|source| syscall_err("lookup", kind.name(), source))?;
+            if found && BlockValue::read_from(&v).is_live(now) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
-    /// Writes `upserts` and deletes `deletes`, grouped per map, in batches when `batch` (one
-    /// `BPF_MAP_UPDATE_BATCH`/`DELETE_BATCH` per [`CHUNK`] elements) or one syscall per element.
-    /// The two lists must not share a key. Full maps and failures are counted, never fatal.
+    /// Sets this writer's slot on each `upserts` entry and clears it on each of `deletes`
+    /// (an entry no writer holds any more is deleted), in batches when `batch` (one
+    /// `BPF_MAP_UPDATE_BATCH`/`DELETE_BATCH` per [`CHUNK`] elements) or one syscall per
+    /// element. The two lists must not share a key. Full maps and failures are counted,
+    /// never fatal.
     pub fn apply(&self, upserts: &[KernelBlock], deletes: &[IpNet], batch: bool) -> ApplyReport {
+        let edits: Vec<(IpNet, Option<u64>)> = deletes
+            .iter()
+            .map(|n| (n.trunc(), None))
+            .chain(upserts.iter().map(|b| (b.net.trunc(), Some(b.expires_ns))))
+            .collect();
+        self.edit(&edits, batch, None)
+    }
+
+    /// The read-modify-write of this writer's slot on `edits` (Some = set to that expiry,
+    /// 0 = never; None = clear), under the writers' lock; `known` holds every entry of the
+    /// maps when the caller has just read them under the same lock.
+    fn edit(
+        &self,
+        edits: &[(IpNet, Option<u64>)],
+        batch: bool,
+        known: Option<&HashMap<IpNet, BlockValue>>,
+    ) -> ApplyReport {
         let mut report = ApplyReport::default();
+        let _lock = (known.is_none()).then(|| self.lock());
         for kind in BlockMapKind::ALL {
-            // Deletes first: they make room for the inserts in a full map.
+            let mine: Vec<&(IpNet, Option<u64>)> = edits
+                .iter()
+                .filter(|(n, _)| BlockMapKind::of(n) == kind)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
             let ks = kind.key_size();
-            let mut keys = Vec::new();
-            for n in deletes.iter().filter(|n| BlockMapKind::of(n) == kind) {
-                encode_key(n, &mut keys);
+            // What the maps hold now for these keys.
+            let dumped;
+            let table: Option<&HashMap<IpNet, BlockValue>> = match known {
+                Some(k) => Some(k),
+                None if kind.is_trie() || mine.len() >= DUMP_MIN => match self.dump(kind) {
+                    Ok(d) => {
+                        report.syscalls += 1;
+                        dumped = d.into_iter().collect::<HashMap<_, _>>();
+                        Some(&dumped)
+                    }
+                    Err(e) => {
+                        warn!(map = kind.name(), error = %e, "reading an XDP block map failed");
+                        report.failed += mine.len() as u64;
+                        continue;
+                    }
+                },
+                None => None,
+            };
+            let mut set = (Vec::new(), Vec::new());
+            let mut cleared = (Vec::new(), Vec::new());
+            let mut gone = Vec::new();
+            let mut key = Vec::with_capacity(ks);
+            for (net, want) in mine {
+                key.clear();
+                encode_key(net, &mut key);
+                let cur = match table {
+                    Some(t) => t.get(net).copied(),
+                    None => {
+                        let mut v = [0u8; VS];
+                        report.syscalls += 1;
+                        match sys::lookup(self.fd(kind as usize), &key, &mut v) {
+                            Ok(true) => Some(BlockValue::read_from(&v)),
+                            Ok(false) => None,
+                            Err(e) => {
+                                self.count_write_error(kind, &e, &mut report);
+                                continue;
+                            }
+                        }
+                    }
+                };
+                let new = cur.unwrap_or_default().with_slot(self.slot, *want);
+                match want {
+                    Some(_) => {
+                        if cur != Some(new) {
+                            set.0.extend_from_slice(&key);
+                            set.1.extend_from_slice(new.as_bytes());
+                        } else {
+                            report.upserted += 1;
+                        }
+                    }
+                    None if cur.is_none_or(|c| c.slot(self.slot).is_none()) => report.absent += 1,
+                    None if new.is_empty() => gone.extend_from_slice(&key),
+                    None => {
+                        cleared.0.extend_from_slice(&key);
+                        cleared.1.extend_from_slice(new.as_bytes());
+                    }
+                }
             }
-            if !keys.is_empty() {
-                self.remove(kind, &keys, ks, batch, &mut report);
+            // Deletes first: they make room for the inserts in a full map.
+            if !gone.is_empty() {
+                let mut r = ApplyReport::default();
+                self.remove(kind, &gone, ks, batch, &mut r);
+                report.deleted += r.deleted + r.absent;
+                report.syscalls += r.syscalls;
+                report.failed += r.failed;
             }
-            keys.clear();
-            let mut values = Vec::new();
-            for b in upserts.iter().filter(|b| BlockMapKind::of(&b.net) == kind) {
-                encode_key(&b.net, &mut keys);
-                values.extend_from_slice(BlockValue::tagged(b.expires_ns, self.owner).as_bytes());
+            if !cleared.0.is_empty() {
+                let mut r = ApplyReport::default();
+                self.write(kind, &cleared.0, &cleared.1, ks, batch, &mut r);
+                report.deleted += r.upserted;
+                report.syscalls += r.syscalls;
+                report.failed += r.failed + r.full;
             }
-            if !keys.is_empty() {
-                self.write(kind, &keys, &values, ks, batch, &mut report);
+            if !set.0.is_empty() {
+                self.write(kind, &set.0, &set.1, ks, batch, &mut report);
             }
         }
         report
@@ -508,7 +698,7 @@ impl GuardMaps {
         while i < n {
             if batch && self.inner.batch_ok[kind as usize].load(Ordering::Relaxed) {
                 let count = (n - i).min(CHUNK);
-                let (done, res) = sys::update_batch(fd, &keys[i * ks..], &values[i * 8..], count);
+                let (done, res) = sys::update_batch(fd, &keys[i * ks..], &values[i * VS..], count);
                 r.syscalls += 1;
                 r.upserted += done as u64;
                 i += done;
@@ -527,7 +717,7 @@ impl GuardMaps {
                 let res = sys::update(
                     fd,
                     &keys[i * ks..(i + 1) * ks],
-                    &values[i * 8..(i + 1) * 8],
+                    &values[i * VS..(i + 1) * VS],
                     sys::BPF_ANY,
                 );
                 r.syscalls += 1;
@@ -604,36 +794,20 @@ impl GuardMaps {
         }
     }
 
-    /// Every block in one map.
-    pub fn list(&self, kind: BlockMapKind) -> Result<Vec<KernelBlock>, Error> {
-        Ok(self
-            .list_tagged(kind)?
-            .into_iter()
-            .map(|(b, _)| b)
-            .collect())
-    }
-
-    /// Every block in one map, with the tag of its writer.
-    fn list_tagged(&self, kind: BlockMapKind) -> Result<Vec<(KernelBlock, u8)>, Error> {
+    /// Every entry of one map with its slots, as read (hashes in batches, tries key by key).
+    fn dump(&self, kind: BlockMapKind) -> Result<Vec<(IpNet, BlockValue)>, Error> {
         let fd = self.fd(kind as usize);
         let ks = kind.key_size();
         let mut out = Vec::new();
-        let push = |out: &mut Vec<(KernelBlock, u8)>, k: &[u8], v: &[u8]| {
+        let push = |out: &mut Vec<(IpNet, BlockValue)>, k: &[u8], v: &[u8]| {
             if let Some(net) = decode_key(kind, k) {
-                let v = BlockValue::read_from(v);
-                out.push((
-                    KernelBlock {
-                        net,
-                        expires_ns: v.expiry(),
-                    },
-                    v.owner(),
-                ));
+                out.push((net, BlockValue::read_from(v)));
             }
         };
-        if matches!(kind, BlockMapKind::AddrV4 | BlockMapKind::AddrV6) {
+        if !kind.is_trie() {
             // BPF_MAP_LOOKUP_BATCH walks the hash bucket by bucket.
             let mut keys = vec![0u8; ks * CHUNK];
-            let mut values = vec![0u8; 8 * CHUNK];
+            let mut values = vec![0u8; VS * CHUNK];
             let mut token = [0u8; 16];
             let mut next = [0u8; 16];
             let mut first = true;
@@ -655,7 +829,7 @@ impl GuardMaps {
                     push(
                         &mut out,
                         &keys[j * ks..(j + 1) * ks],
-                        &values[j * 8..(j + 1) * 8],
+                        &values[j * VS..(j + 1) * VS],
                     );
                 }
                 if end {
@@ -668,7 +842,7 @@ impl GuardMaps {
         // LPM tries (and a kernel without batch lookups): key by key.
         let mut key = vec![0u8; ks];
         let mut next = vec![0u8; ks];
-        let mut v = [0u8; 8];
+        let mut v = [0u8; VS];
         let mut started = false;
         while sys::next_key(fd, started.then_some(&key[..]), &mut next)
             .map_err(|e| syscall_err("get_next_key", kind.name(), e))?
@@ -682,7 +856,26 @@ impl GuardMaps {
         Ok(out)
     }
 
-    /// Every block in the four maps.
+    /// Every entry in one map, with every writer's slot.
+    pub fn entries(&self, kind: BlockMapKind) -> Result<Vec<KernelEntry>, Error> {
+        Ok(self
+            .dump(kind)?
+            .into_iter()
+            .map(|(net, value)| KernelEntry { net, value })
+            .collect())
+    }
+
+    /// Every block in one map, each ending at its latest slot.
+    pub fn list(&self, kind: BlockMapKind) -> Result<Vec<KernelBlock>, Error> {
+        Ok(self
+            .entries(kind)?
+            .iter()
+            .filter(|e| !e.value.is_empty())
+            .map(KernelEntry::combined)
+            .collect())
+    }
+
+    /// Every block in the four maps, each ending at its latest slot.
     pub fn list_all(&self) -> Result<Vec<KernelBlock>, Error> {
         let mut out = Vec::new();
         for kind in BlockMapKind::ALL {
@@ -691,46 +884,93 @@ impl GuardMaps {
         Ok(out)
     }
 
-    /// Makes this owner's entries exactly `desired`: deletes every other entry of its tag
-    /// ([`Self::with_owner`]; other writers' entries stay), writes all of `desired`.
-    /// Returns what was done.
-    pub fn replace_all(&self, desired: &[KernelBlock], batch: bool) -> Result<ApplyReport, Error> {
-        self.replace(desired, batch, Some(self.owner))
-    }
-
-    fn replace(
-        &self,
-        desired: &[KernelBlock],
-        batch: bool,
-        owner: Option<u8>,
-    ) -> Result<ApplyReport, Error> {
-        let want: HashSet<IpNet> = desired.iter().map(|b| b.net.trunc()).collect();
-        let mut stale = Vec::new();
+    /// This writer's blocks in the four maps.
+    pub fn list_mine(&self) -> Result<Vec<KernelBlock>, Error> {
+        let mut out = Vec::new();
         for kind in BlockMapKind::ALL {
-            stale.extend(
-                self.list_tagged(kind)?
-                    .into_iter()
-                    .filter(|(b, o)| owner.is_none_or(|w| w == *o) && !want.contains(&b.net))
-                    .map(|(b, _)| b.net),
-            );
+            for e in self.entries(kind)? {
+                if let Some(expires_ns) = e.value.slot(self.slot) {
+                    out.push(KernelBlock {
+                        net: e.net,
+                        expires_ns,
+                    });
+                }
+            }
         }
-        Ok(self.apply(desired, &stale, batch))
+        Ok(out)
     }
 
-    /// Deletes entries whose expiry is at or before `now_boot_ns`; returns how many.
-    pub fn sweep_expired(&self, now_boot_ns: u64, batch: bool) -> Result<ApplyReport, Error> {
-        let expired: Vec<IpNet> = self
-            .list_all()?
-            .into_iter()
-            .filter(|b| b.expires_ns != 0 && b.expires_ns <= now_boot_ns)
-            .map(|b| b.net)
+    /// Makes this writer's blocks exactly `desired`: clears its slot everywhere else (other
+    /// writers' blocks stay) and sets it on all of `desired`, in one read-modify-write.
+    pub fn replace_all(&self, desired: &[KernelBlock], batch: bool) -> Result<ApplyReport, Error> {
+        let _lock = self.lock();
+        let mut known = HashMap::new();
+        for kind in BlockMapKind::ALL {
+            known.extend(self.dump(kind)?);
+        }
+        let want: HashSet<IpNet> = desired.iter().map(|b| b.net.trunc()).collect();
+        let mut edits: Vec<(IpNet, Option<u64>)> = known
+            .iter()
+            .filter(|(n, v)| v.slot(self.slot).is_some() && !want.contains(n))
+            .map(|(n, _)| (*n, None))
             .collect();
-        Ok(self.apply(&[], &expired, batch))
+        edits.extend(desired.iter().map(|b| (b.net.trunc(), Some(b.expires_ns))));
+        Ok(self.edit(&edits, batch, Some(&known)))
+    }
+
+    /// Clears every writer's slot that ended at or before `now_boot_ns` and deletes entries
+    /// left empty; returns the slots cleared as `deleted`.
+    pub fn sweep_expired(&self, now_boot_ns: u64, batch: bool) -> Result<ApplyReport, Error> {
+        let _lock = self.lock();
+        let mut report = ApplyReport::default();
+        for kind in BlockMapKind::ALL {
+            let ks = kind.key_size();
+            let (mut keys, mut values, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+            for (net, v) in self.dump(kind)? {
+                let kept = v.without_expired(now_boot_ns);
+                if kept == v {
+                    continue;
+                }
+                report.deleted += v
+                    .expires_ns
+                    .iter()
+                    .zip(kept.expires_ns)
+                    .filter(|(a, b)| **a != *b)
+                    .count() as u64;
+                if kept.is_empty() {
+                    encode_key(&net, &mut gone);
+                } else {
+                    encode_key(&net, &mut keys);
+                    values.extend_from_slice(kept.as_bytes());
+                }
+            }
+            let mut r = ApplyReport::default();
+            if !gone.is_empty() {
+                self.remove(kind, &gone, ks, batch, &mut r);
+            }
+            if !keys.is_empty() {
+                self.write(kind, &keys, &values, ks, batch, &mut r);
+            }
+            report.syscalls += r.syscalls;
+            report.failed += r.failed + r.full;
+        }
+        Ok(report)
     }
 
     /// Removes every block, whoever wrote it.
     pub fn clear(&self) -> Result<ApplyReport, Error> {
-        self.replace(&[], true, None)
+        let _lock = self.lock();
+        let mut report = ApplyReport::default();
+        for kind in BlockMapKind::ALL {
+            let mut keys = Vec::new();
+            for (net, _) in self.dump(kind)? {
+                encode_key(&net, &mut keys);
+            }
+            if !keys.is_empty() {
+                self.remove(kind, &keys, kind.key_size(), true, &mut report);
+            }
+        }
+        Ok(report)
     }
 
     /// Forgets every rate-limit bucket (all sources start with a full burst again).

@@ -29,6 +29,7 @@
 mod available;
 mod clock;
 mod config;
+pub mod daemon;
 mod error;
 mod guard;
 mod guard_maps;
@@ -40,8 +41,9 @@ pub use available::{check_available, unavailable_reason};
 pub use clock::{ExpiryClock, KernelExpiry, boot_ns};
 pub use config::{DEFAULT_PIN_PATH, Mode, XdpConfig};
 pub use error::{Error, Unavailable};
-pub use guard::{TestRunResult, Verdict, XdpGuard, ensure_bpffs};
-pub use guard_maps::{
-    ApplyReport, BlockMapKind, Counters, GuardMaps, KernelBlock, OWNER_DNSD, OWNER_HTTP_FRONT,
+pub use guard::{
+    NodeAttachment, TestRunResult, Verdict, XdpGuard, detach_node, ensure_bpffs, node_attachments,
 };
+pub use guard_maps::{ApplyReport, BlockMapKind, Counters, GuardMaps, KernelBlock, KernelEntry};
+pub use maps::{SLOT_DNSD, SLOT_HTTP_FRONT, SLOT_NAMES, SLOT_OPERATOR, SLOT_SPARE, SLOTS};
 pub use mirror::{Mirror, MirrorHandle, MirrorOptions, MirrorSnapshot, MirrorStats};

@@ -3,7 +3,8 @@
 //! Every type here is `#[repr(C)]` and matches its C struct field for field. build.rs compiles
 //! a probe of the header and emits `const` assertions on sizes, alignments, offsets and
 //! constants (included at the bottom of this file), so a layout drift fails the build.
-//! Addresses are in network byte order; expiry is CLOCK_BOOTTIME nanoseconds, 0 = never.
+//! Addresses are in network byte order; expiry is CLOCK_BOOTTIME nanoseconds, one per writer
+//! slot ([`BlockValue`]).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -46,9 +47,22 @@ pub const DEFAULT_RATE_ENTRIES: u32 = 65_536;
 /// One packet's worth of tokens in a bucket ("nano-packets").
 pub const TOKEN_UNIT: u64 = 1_000_000_000;
 
-/// Low bits of a stored expiry that name the writer ([`crate::GuardMaps::with_owner`]);
-/// a stored value at most this is a block that never ends.
-pub const OWNER_MASK: u64 = 7;
+/// Writer slot of dnsd.
+pub const SLOT_DNSD: usize = 0;
+/// Writer slot of http-front.
+pub const SLOT_HTTP_FRONT: usize = 1;
+/// Writer slot of the rules file's global lists and of the operator.
+pub const SLOT_OPERATOR: usize = 2;
+/// Writer slot kept free for another writer.
+pub const SLOT_SPARE: usize = 3;
+/// Writer slots per block entry.
+pub const SLOTS: usize = 4;
+/// A slot value: this writer holds no block on the key.
+pub const SLOT_EMPTY: u64 = 0;
+/// A slot value: this writer's block never ends.
+pub const NEVER: u64 = u64::MAX;
+/// Names of the writer slots, by index.
+pub const SLOT_NAMES: [&str; SLOTS] = ["dnsd", "http-front", "operator", "spare"];
 /// [`GuardConfig::flags`] bit: rate limiting is on.
 pub const F_RATELIMIT: u32 = 1;
 /// IPv6 extension headers walked before the program gives up and passes.
@@ -68,7 +82,7 @@ pub const C_DROP_BLOCKED_PREFIX: usize = 4;
 pub const C_DROP_RATELIMIT: usize = 5;
 /// Number of verdict counters (each packet counts in exactly one of them).
 pub const VERDICTS: usize = 6;
-/// Counter index (event): an expired address block was seen and deleted by the program.
+/// Counter index (event): a block entry with every slot expired was seen (left for the sweep).
 pub const C_BLOCK_EXPIRED: usize = 6;
 /// Counter index (event): a rate-limit bucket was created for a new source.
 pub const C_RATE_NEW_SOURCE: usize = 7;
@@ -111,41 +125,67 @@ pub struct LpmV6Key {
     pub addr: [u8; 16],
 }
 
-/// Value of every block map.
+/// Value of every block map: one expiry per writer slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct BlockValue {
-    /// End of the block in CLOCK_BOOTTIME nanoseconds, its low bits ([`OWNER_MASK`]) the
-    /// writer's tag; at most [`OWNER_MASK`] = never.
-    pub expires_ns: u64,
+    /// Per slot: CLOCK_BOOTTIME ns at which that writer's block ends, [`NEVER`], or
+    /// [`SLOT_EMPTY`].
+    pub expires_ns: [u64; SLOTS],
 }
 
 impl BlockValue {
-    /// The stored value of a block ending at `expires_ns` (0 = never), written by `owner`.
-    pub fn tagged(expires_ns: u64, owner: u8) -> Self {
-        // An expiry within the tag bits (long past) must not read back as "never".
-        let e = if expires_ns != 0 && expires_ns <= OWNER_MASK {
-            OWNER_MASK + 1
-        } else {
-            expires_ns
-        };
-        Self {
-            expires_ns: (e & !OWNER_MASK) | (u64::from(owner) & OWNER_MASK),
+    /// The stored slot value of an expiry in the API's terms (0 = never).
+    pub fn stored(expires_ns: u64) -> u64 {
+        if expires_ns == 0 { NEVER } else { expires_ns }
+    }
+
+    /// Slot `i` in the API's terms: `None` when empty, `Some(0)` for never, else the expiry.
+    pub fn slot(&self, i: usize) -> Option<u64> {
+        match self.expires_ns[i] {
+            SLOT_EMPTY => None,
+            NEVER => Some(0),
+            e => Some(e),
         }
     }
 
-    /// The expiry without the tag (0 = never).
-    pub fn expiry(self) -> u64 {
-        if self.expires_ns <= OWNER_MASK {
-            0
-        } else {
-            self.expires_ns & !OWNER_MASK
-        }
+    /// The same value with slot `i` set to `expires_ns` (0 = never) or emptied (`None`).
+    pub fn with_slot(mut self, i: usize, expires_ns: Option<u64>) -> Self {
+        self.expires_ns[i] = expires_ns.map_or(SLOT_EMPTY, Self::stored);
+        self
     }
 
-    /// The writer's tag.
-    pub fn owner(self) -> u8 {
-        (self.expires_ns & OWNER_MASK) as u8
+    /// True when no writer holds the key.
+    pub fn is_empty(&self) -> bool {
+        self.expires_ns.iter().all(|&e| e == SLOT_EMPTY)
+    }
+
+    /// True when a packet is dropped at `now_ns` (some slot ends later), as the program decides.
+    pub fn is_live(&self, now_ns: u64) -> bool {
+        self.expires_ns.iter().any(|&e| e > now_ns)
+    }
+
+    /// The latest end over the slots in the API's terms (0 = never; `None` when empty).
+    pub fn expiry(&self) -> Option<u64> {
+        let mut out = None;
+        for e in self.expires_ns {
+            match e {
+                SLOT_EMPTY => {}
+                NEVER => return Some(0),
+                e => out = Some(out.map_or(e, |o: u64| o.max(e))),
+            }
+        }
+        out
+    }
+
+    /// The same value with every slot that ended at or before `now_ns` emptied.
+    pub fn without_expired(mut self, now_ns: u64) -> Self {
+        for e in &mut self.expires_ns {
+            if *e != NEVER && *e <= now_ns {
+                *e = SLOT_EMPTY;
+            }
+        }
+        self
     }
 }
 
@@ -335,6 +375,8 @@ mod tests {
             "LpmV6Key",
             "BlockValue",
             "Bucket",
+            "SLOTS",
+            "NEVER",
             "GuardConfig",
             "RawCounters",
             "COUNTERS",
@@ -360,6 +402,30 @@ mod tests {
             addr: V4Key::new(ip).addr,
         };
         assert_eq!(LpmV4Key::read_from(k.as_bytes()), k);
+    }
+
+    #[test]
+    fn block_values_hold_one_expiry_per_writer() {
+        let v = BlockValue::default()
+            .with_slot(SLOT_DNSD, Some(100))
+            .with_slot(SLOT_HTTP_FRONT, Some(0));
+        assert_eq!(v.expires_ns, [100, NEVER, SLOT_EMPTY, SLOT_EMPTY]);
+        assert_eq!(
+            (v.slot(SLOT_DNSD), v.slot(SLOT_HTTP_FRONT)),
+            (Some(100), Some(0))
+        );
+        assert_eq!(v.slot(SLOT_OPERATOR), None);
+        assert_eq!(v.expiry(), Some(0), "never wins");
+        assert!(v.is_live(u64::MAX - 1));
+        let v = v
+            .with_slot(SLOT_HTTP_FRONT, None)
+            .with_slot(SLOT_SPARE, Some(50));
+        assert_eq!(v.expiry(), Some(100));
+        assert!(v.is_live(99) && !v.is_live(100));
+        let v = v.without_expired(60);
+        assert_eq!(v.expires_ns, [100, SLOT_EMPTY, SLOT_EMPTY, SLOT_EMPTY]);
+        assert!(v.without_expired(100).is_empty());
+        assert_eq!(BlockValue::default().expiry(), None);
     }
 
     #[test]

@@ -7,9 +7,16 @@
 //! map, even when pinned maps still hold entries from a previous process. Entries already
 //! expired are not installed; a periodic sweep deletes kernel entries whose expiry has passed.
 //! A full kernel map is counted ([`MirrorStats::full`]) and logged, never fatal.
+//!
+//! A mirror writes one writer slot ([`GuardMaps::with_slot`]). Made with [`Mirror::pinned`],
+//! it follows the maps `xdp-guard` pinned: it waits for them to appear (changes meanwhile
+//! are taken and dropped, and the first write after they appear is a full resync), and
+//! when the pins are replaced (`xdp-guard attach` of a new layout or size) it reopens them
+//! and resyncs its slot.
 
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -18,6 +25,7 @@ use tracing::{debug, warn};
 
 use crate::clock::{ExpiryClock, boot_ns};
 use crate::guard_maps::{ApplyReport, GuardMaps, KernelBlock, coalesce};
+use crate::maps::ALL_MAPS;
 
 /// How the mirror writes and how often it sweeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +38,8 @@ pub struct MirrorOptions {
     pub sweep_every: Duration,
     /// Longest the background thread sleeps between checks for work or shutdown.
     pub idle_wait: Duration,
+    /// How often a mirror of pinned maps checks that they exist and were not replaced.
+    pub recheck_every: Duration,
 }
 
 impl Default for MirrorOptions {
@@ -39,6 +49,7 @@ impl Default for MirrorOptions {
             max_changes: 65_536,
             sweep_every: Duration::from_secs(60),
             idle_wait: Duration::from_millis(200),
+            recheck_every: Duration::from_secs(2),
         }
     }
 }
@@ -57,6 +68,9 @@ pub struct MirrorStats {
     expired_skipped: AtomicU64,
     swept: AtomicU64,
     syscalls: AtomicU64,
+    reopens: AtomicU64,
+    dropped_unopened: AtomicU64,
+    open: AtomicBool,
 }
 
 /// A copy of [`MirrorStats`] at one instant.
@@ -84,6 +98,12 @@ pub struct MirrorSnapshot {
     pub swept: u64,
     /// bpf(2) calls made.
     pub syscalls: u64,
+    /// Times the pinned maps were (re)opened after being absent or replaced.
+    pub reopens: u64,
+    /// Changes taken while the pinned maps were absent (written by the resync that follows).
+    pub dropped_unopened: u64,
+    /// The mirror holds maps to write into.
+    pub open: bool,
 }
 
 impl MirrorStats {
@@ -102,6 +122,9 @@ impl MirrorStats {
             expired_skipped: l(&self.expired_skipped),
             swept: l(&self.swept),
             syscalls: l(&self.syscalls),
+            reopens: l(&self.reopens),
+            dropped_unopened: l(&self.dropped_unopened),
+            open: self.open.load(Ordering::Relaxed),
         }
     }
 
@@ -116,10 +139,23 @@ impl MirrorStats {
     }
 }
 
-/// Mirrors one block-map subscription into one set of kernel maps.
+/// Pinned maps a mirror follows: where, which slot, and the id of the maps it holds.
+#[derive(Debug)]
+struct Pinned {
+    dir: PathBuf,
+    slot: usize,
+    held_id: Option<u32>,
+    last_check: Option<Instant>,
+    warned: bool,
+}
+
+/// Mirrors one block-map subscription into one writer slot of one set of kernel maps.
 #[derive(Debug)]
 pub struct Mirror {
-    maps: GuardMaps,
+    maps: Option<GuardMaps>,
+    /// The maps written now, for whoever reads their counters.
+    current: Arc<Mutex<Option<GuardMaps>>>,
+    pinned: Option<Pinned>,
     sub: Subscription,
     opts: MirrorOptions,
     stats: Arc<MirrorStats>,
@@ -128,21 +164,49 @@ pub struct Mirror {
 }
 
 impl Mirror {
-    /// A mirror with default options. Subscribe with `block_map.subscribe("xdp")`.
+    /// A mirror with default options into `maps` (its slot: [`GuardMaps::with_slot`]).
+    /// Subscribe with `block_map.subscribe("xdp")`.
     pub fn new(maps: GuardMaps, sub: Subscription) -> Self {
         Self::with_options(maps, sub, MirrorOptions::default())
     }
 
     /// A mirror with the given options.
     pub fn with_options(maps: GuardMaps, sub: Subscription, opts: MirrorOptions) -> Self {
+        let stats = Arc::new(MirrorStats::default());
+        stats.open.store(true, Ordering::Relaxed);
         Self {
-            maps,
+            current: Arc::new(Mutex::new(Some(maps.clone()))),
+            maps: Some(maps),
+            pinned: None,
+            sub,
+            opts,
+            stats,
+            synced: false,
+            last_sweep: Instant::now(),
+        }
+    }
+
+    /// A mirror into slot `slot` of the maps pinned under `dir` by `xdp-guard attach`,
+    /// opened now or as soon as they appear, and reopened when they are replaced.
+    pub fn pinned(dir: PathBuf, slot: usize, sub: Subscription, opts: MirrorOptions) -> Self {
+        let mut m = Self {
+            maps: None,
+            current: Arc::new(Mutex::new(None)),
+            pinned: Some(Pinned {
+                dir,
+                slot,
+                held_id: None,
+                last_check: None,
+                warned: false,
+            }),
             sub,
             opts,
             stats: Arc::new(MirrorStats::default()),
             synced: false,
             last_sweep: Instant::now(),
-        }
+        };
+        m.recheck();
+        m
     }
 
     /// The counters (clone the `Arc` for metrics).
@@ -150,9 +214,77 @@ impl Mirror {
         &self.stats
     }
 
+    /// The maps written now (`None` while pinned maps are awaited).
+    pub fn maps(&self) -> Option<&GuardMaps> {
+        self.maps.as_ref()
+    }
+
+    /// For pinned maps: opens them when absent, reopens them when replaced (then the next
+    /// drain resyncs this writer's slot). Returns true when the maps changed.
+    pub fn recheck(&mut self) -> bool {
+        let Some(p) = &mut self.pinned else {
+            return false;
+        };
+        p.last_check = Some(Instant::now());
+        let pinned_id = crate::sys::obj_get(&p.dir.join(ALL_MAPS[0]))
+            .ok()
+            .and_then(|fd| {
+                use std::os::fd::AsFd as _;
+                crate::sys::map_id(fd.as_fd()).ok()
+            });
+        if pinned_id.is_some() && pinned_id == p.held_id {
+            return false;
+        }
+        let Some(id) = pinned_id else {
+            if !p.warned {
+                warn!(pin = %p.dir.display(), "XDP maps not pinned (yet): waiting for xdp-guard attach");
+                p.warned = true;
+            }
+            return false;
+        };
+        match GuardMaps::open_pinned(&p.dir) {
+            Ok(maps) => {
+                let again = p.held_id.is_some();
+                tracing::info!(pin = %p.dir.display(), slot = p.slot, again, "mirroring the block map into the pinned XDP maps");
+                let maps = maps.with_slot(p.slot);
+                *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(maps.clone());
+                self.maps = Some(maps);
+                p.held_id = Some(id);
+                p.warned = false;
+                self.stats.open.store(true, Ordering::Relaxed);
+                self.stats.reopens.fetch_add(1, Ordering::Relaxed);
+                self.sub.request_resync();
+                self.synced = true;
+                true
+            }
+            Err(e) => {
+                if !p.warned {
+                    warn!(pin = %p.dir.display(), error = %e, "pinned XDP maps cannot be used (an older layout? run xdp-guard attach)");
+                    p.warned = true;
+                }
+                false
+            }
+        }
+    }
+
     /// Applies everything pending now and returns how many changes (or snapshot entries) it
     /// took. Never blocks on the feed.
     pub fn drain(&mut self) -> usize {
+        if self.maps.is_none() {
+            // No maps yet: the feed is taken and dropped; opening them resyncs.
+            let mut n = 0;
+            while let Some(d) = self.sub.poll(self.opts.max_changes) {
+                n += match d {
+                    Delivery::Changes(c) => c.len(),
+                    Delivery::Resync(e) => e.len(),
+                };
+            }
+            self.synced = true;
+            self.stats
+                .dropped_unopened
+                .fetch_add(n as u64, Ordering::Relaxed);
+            return n;
+        }
         let mut n = 0;
         if !self.synced {
             // The first poll of a non-empty block map is a resync; of an empty one, nothing:
@@ -171,6 +303,9 @@ impl Mirror {
 
     /// Applies one delivery; returns how many changes or entries it held.
     pub fn apply(&mut self, d: Delivery) -> usize {
+        let Some(maps) = self.maps.clone() else {
+            return 0;
+        };
         let clock = ExpiryClock::now();
         self.stats.deliveries.fetch_add(1, Ordering::Relaxed);
         let mut skipped = 0u64;
@@ -187,7 +322,7 @@ impl Mirror {
                     },
                     Change::Remove { net, .. } => (net, None),
                 }));
-                let r = self.maps.apply(&ups, &dels, self.opts.batch);
+                let r = maps.apply(&ups, &dels, self.opts.batch);
                 self.stats.add_report(&r);
                 n
             }
@@ -207,7 +342,7 @@ impl Mirror {
                     })
                     .collect();
                 self.stats.resyncs.fetch_add(1, Ordering::Relaxed);
-                match self.maps.replace_all(&desired, self.opts.batch) {
+                match maps.replace_all(&desired, self.opts.batch) {
                     Ok(r) => {
                         debug!(entries = n, ?r, "XDP maps resynced");
                         self.stats.add_report(&r);
@@ -231,7 +366,10 @@ impl Mirror {
     /// Deletes kernel entries whose expiry has passed; returns how many.
     pub fn sweep(&mut self) -> u64 {
         self.last_sweep = Instant::now();
-        match self.maps.sweep_expired(boot_ns(), self.opts.batch) {
+        let Some(maps) = &self.maps else {
+            return 0;
+        };
+        match maps.sweep_expired(boot_ns(), self.opts.batch) {
             Ok(r) => {
                 self.stats.add_report(&ApplyReport { deleted: 0, ..r });
                 self.stats.swept.fetch_add(r.deleted, Ordering::Relaxed);
@@ -251,6 +389,12 @@ impl Mirror {
         if self.synced {
             self.sub.wait_timeout(self.opts.idle_wait);
         }
+        if self.pinned.as_ref().is_some_and(|p| {
+            p.last_check
+                .is_none_or(|t| t.elapsed() >= self.opts.recheck_every)
+        }) {
+            self.recheck();
+        }
         self.drain();
         if self.last_sweep.elapsed() >= self.opts.sweep_every {
             self.sweep();
@@ -261,6 +405,7 @@ impl Mirror {
     pub fn spawn(self) -> std::io::Result<MirrorHandle> {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::clone(&self.stats);
+        let current = Arc::clone(&self.current);
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("xdp-mirror".into())
@@ -275,6 +420,7 @@ impl Mirror {
         Ok(MirrorHandle {
             stop,
             stats,
+            current,
             thread: Some(thread),
         })
     }
@@ -285,6 +431,7 @@ impl Mirror {
 pub struct MirrorHandle {
     stop: Arc<AtomicBool>,
     stats: Arc<MirrorStats>,
+    current: Arc<Mutex<Option<GuardMaps>>>,
     thread: Option<JoinHandle<Mirror>>,
 }
 
@@ -292,6 +439,14 @@ impl MirrorHandle {
     /// The mirror's counters.
     pub fn stats(&self) -> &Arc<MirrorStats> {
         &self.stats
+    }
+
+    /// The maps the mirror writes now (`None` while pinned maps are awaited).
+    pub fn maps(&self) -> Option<GuardMaps> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Stops the thread after a last drain and returns the mirror (`None` if it panicked).

@@ -14,6 +14,8 @@ const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 const BPF_MAP_DELETE_BATCH: libc::c_long = 27;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+const BPF_OBJ_GET: libc::c_long = 7;
 
 /// `BPF_ANY`: create or update.
 pub(crate) const BPF_ANY: u64 = 0;
@@ -190,6 +192,78 @@ pub(crate) fn lookup_batch(
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok((a.count as usize, true)),
         Err(e) => Err(e),
     }
+}
+
+/// `union bpf_attr` for `BPF_OBJ_GET_INFO_BY_FD`.
+#[repr(C)]
+#[derive(Default)]
+struct InfoAttr {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+/// Fills `buf` with the kernel's info struct of the object `fd` (map, program or link).
+fn obj_info(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<()> {
+    let mut a = InfoAttr {
+        bpf_fd: fd_u32(fd),
+        info_len: buf.len() as u32,
+        info: buf.as_mut_ptr() as u64,
+    };
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut a)
+}
+
+/// `union bpf_attr` for `BPF_OBJ_GET`.
+#[repr(C)]
+#[derive(Default)]
+struct ObjGetAttr {
+    pathname: u64,
+    bpf_fd: u32,
+    file_flags: u32,
+}
+
+/// Opens the object pinned at `path` (a map, a program or a link).
+pub(crate) fn obj_get(path: &std::path::Path) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+    let mut a = ObjGetAttr {
+        pathname: c.as_ptr() as u64,
+        ..Default::default()
+    };
+    // SAFETY: a is a valid bpf_attr prefix; c outlives the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET,
+            (&mut a as *mut ObjGetAttr).cast::<libc::c_void>(),
+            size_of::<ObjGetAttr>() as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    u32::from_ne_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+/// The kernel id of a map (`bpf_map_info.id`): new maps get new ids, so a replaced pin shows.
+pub(crate) fn map_id(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    let mut b = [0u8; 80];
+    obj_info(fd, &mut b)?;
+    Ok(u32_at(&b, 4))
+}
+
+/// A link's id, its program's id and, for an XDP link, its interface index
+/// (`bpf_link_info`: type, id, prog_id, then the union at offset 16).
+pub(crate) fn link_info(fd: BorrowedFd<'_>) -> io::Result<(u32, u32, u32)> {
+    let mut b = [0u8; 64];
+    obj_info(fd, &mut b)?;
+    Ok((u32_at(&b, 4), u32_at(&b, 8), u32_at(&b, 16)))
 }
 
 /// Number of possible CPUs (the stride of per-CPU map values), from

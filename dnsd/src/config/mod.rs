@@ -74,7 +74,8 @@ pub struct Config {
     /// The XDP guard in front of the sockets (needs root; without it dnsd runs without XDP).
     #[serde(default)]
     pub xdp: Option<xdp_guard::XdpConfig>,
-    /// Block-map sync across nodes through Redis (`node_id` defaults to the host name).
+    /// Block-map sync across nodes through Redis (`node_id` defaults to `{host}-dnsd`, with
+    /// `-{instance}` when `instance` is set).
     #[serde(default)]
     pub redis: Option<shield::redis_sync::SyncConfig>,
     /// TSIG keys (`[[tsig_key]]`), named by zones' `tsig`.
@@ -311,10 +312,7 @@ impl Config {
             x.validate().map_err(|e| inv("xdp", e.to_string()))?;
         }
         if let Some(r) = &self.redis {
-            let mut r = r.clone();
-            if r.node_id.is_empty() {
-                r.node_id = "node".into(); // filled from the host name at start
-            }
+            let r = r.clone().with_node_id_for("dnsd");
             r.validate().map_err(|e| inv("redis", e.to_string()))?;
         }
         self.events.check().map_err(|(k, m)| inv(&k, m))?;

@@ -21,6 +21,17 @@
 //! | `{prefix}blocks` | sorted set | member `net`, score = expiry in Redis server time (ms): the snapshot index |
 //! | `{prefix}log` | stream, `MAXLEN ~ stream_maxlen` | field `d` = one JSON record, or a JSON array of up to 128 (one batch) |
 //! | `{prefix}epoch` | string, no TTL | random value set once per Redis data life |
+//! | `{prefix}node:{id}` | sorted set, TTL | member = one process's token, score = its last heartbeat (Redis time, ms) |
+//!
+//! # Node ids
+//!
+//! A node id names one process (each process drops its own id's records from the stream as
+//! its own): by default `{host}-{daemon}`, or `{host}-{daemon}-{instance}` with `[redis]
+//! instance` (several of one daemon on a host; network namespaces share the host name). Every
+//! process beats in `{prefix}node:{id}` each `presence_ms`; a second live process on the same
+//! id — a token whose heartbeat advances — is reported at error level by both, every ten
+//! seconds while it lasts, and counted (`node_id_conflicts`). A predecessor that crashed does
+//! not count: its heartbeat stands still and ages out.
 //!
 //! A record is `{"op":"add"|"del","net":"192.0.2.1/32","node":"a","exp":<ms>,"origin":"local",
 //! "reason":"..."}`. A batch of decisions is one MULTI/EXEC (keys, sorted set, then stream), so
@@ -59,6 +70,7 @@
 //! Use a `noeviction` (or `volatile-lru`) maxmemory policy: an evicted epoch key reads as data loss.
 
 mod outbox;
+mod presence;
 mod reader;
 mod wire;
 mod writer;
@@ -84,8 +96,14 @@ pub struct SyncConfig {
     pub url: String,
     /// Prefix of every key (see the module doc for the layout).
     pub prefix: String,
-    /// This node's id: unique per node, stable across restarts, no whitespace, at most 64 bytes.
+    /// This process's id: unique per process, stable across restarts, no whitespace, at most
+    /// 64 bytes (default: `{host}-{daemon}`, with `-{instance}` when `instance` is set).
     pub node_id: String,
+    /// Told apart several processes of one daemon on one host: appended to the default node id.
+    pub instance: String,
+    /// How often this process beats in `{prefix}node:{id}`, milliseconds (its heartbeat ages
+    /// out after five times this).
+    pub presence_ms: u64,
     /// Most local decisions held while Redis is unreachable; overflow forces a full republish.
     pub buffer_max: usize,
     /// Most decisions per MULTI/EXEC write.
@@ -114,6 +132,8 @@ impl Default for SyncConfig {
             url: "redis://127.0.0.1:6379".into(),
             prefix: "palisade:".into(),
             node_id: String::new(),
+            instance: String::new(),
+            presence_ms: 1_000,
             buffer_max: 500_000,
             batch_max: 2_000,
             stream_maxlen: 1_000_000,
@@ -129,6 +149,20 @@ impl Default for SyncConfig {
 }
 
 impl SyncConfig {
+    /// The same config with `node_id` filled in when empty: `{host}-{daemon}`, then
+    /// `-{instance}` when set. An explicit `node_id` is kept as written.
+    pub fn with_node_id_for(mut self, daemon: &str) -> Self {
+        if self.node_id.is_empty() {
+            let mut id = format!("{}-{daemon}", host_name());
+            if !self.instance.is_empty() {
+                id.push('-');
+                id.push_str(&self.instance);
+            }
+            self.node_id = id;
+        }
+        self
+    }
+
     /// Checks the values that a TOML file may get wrong; the message names the key.
     pub fn validate(&self) -> Result<(), SyncError> {
         let bad = |m: String| Err(SyncError::Config(m));
@@ -161,10 +195,30 @@ impl SyncConfig {
             ("reconnect_min_ms", self.reconnect_min_ms),
             ("time_sync_ms", self.time_sync_ms),
             ("snapshot_page", self.snapshot_page as u64),
+            ("presence_ms", self.presence_ms),
         ] {
             if v == 0 {
                 return bad(format!("{name}: must be at least 1"));
             }
+        }
+        if !self.node_id.is_empty()
+            && !self.instance.is_empty()
+            && !self.node_id.ends_with(&self.instance)
+        {
+            return bad(format!(
+                "instance {:?}: set node_id or instance, not both (node_id {:?} is used as written)",
+                self.instance, self.node_id
+            ));
+        }
+        if self
+            .instance
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return bad(format!(
+                "instance {:?}: no whitespace allowed",
+                self.instance
+            ));
         }
         if self.reconnect_max_ms < self.reconnect_min_ms {
             return bad("reconnect_max_ms: must be at least reconnect_min_ms".into());
@@ -173,6 +227,15 @@ impl SyncConfig {
             .map_err(|e| SyncError::Config(format!("url {:?}: {e}", self.url)))?;
         Ok(())
     }
+}
+
+/// This host's name (`/proc/sys/kernel/hostname`), the first part of default node ids.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// Why the sync could not start.
@@ -251,6 +314,12 @@ pub struct SyncStats {
     pub epoch_changes: u64,
     /// Last measured offset of Redis server time over this node's clock, milliseconds.
     pub clock_offset_ms: i64,
+    /// Heartbeats that found another live process using this node id.
+    pub node_id_conflicts: u64,
+    /// Another live process uses this node id now.
+    pub node_id_conflict: bool,
+    /// Heartbeats written.
+    pub heartbeats: u64,
 }
 
 #[derive(Default)]
@@ -280,6 +349,8 @@ struct Counters {
     resync_removed: AtomicU64,
     gaps: AtomicU64,
     epoch_changes: AtomicU64,
+    node_id_conflicts: AtomicU64,
+    heartbeats: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -305,6 +376,10 @@ struct Shared {
     reader_connected: AtomicBool,
     /// The reader has loaded its first snapshot and tails the stream.
     reader_ready: AtomicBool,
+    /// Another live process uses this node id (last heartbeat's finding).
+    conflict: AtomicBool,
+    /// This process's presence token.
+    token: String,
     c: Counters,
 }
 
@@ -438,6 +513,9 @@ impl Shared {
             gaps: get(&c.gaps),
             epoch_changes: get(&c.epoch_changes),
             clock_offset_ms: self.offset(),
+            node_id_conflicts: get(&c.node_id_conflicts),
+            node_id_conflict: self.conflict.load(Ordering::Relaxed),
+            heartbeats: get(&c.heartbeats),
         }
     }
 }
@@ -486,13 +564,16 @@ impl RedisSync {
             writer_connected: AtomicBool::new(false),
             reader_connected: AtomicBool::new(false),
             reader_ready: AtomicBool::new(false),
+            conflict: AtomicBool::new(false),
+            token: presence::token(),
             c: Counters::default(),
         });
         let (stop, stop_rx) = watch::channel(false);
         let (stop_writer, stop_writer_rx) = watch::channel(false);
         let collector = rt.spawn(collect(Arc::clone(&shared), sub, stop_rx.clone()));
         let reader = rt.spawn(reader::run(Arc::clone(&shared), stop_rx));
-        let writer = rt.spawn(writer::run(Arc::clone(&shared), stop_writer_rx));
+        let writer = rt.spawn(writer::run(Arc::clone(&shared), stop_writer_rx.clone()));
+        let presence = rt.spawn(presence::run(Arc::clone(&shared), stop_writer_rx));
         tracing::info!(node = %shared.node, prefix = %shared.cfg.prefix, "redis block sync started");
         Ok(SyncHandle {
             shared,
@@ -501,6 +582,7 @@ impl RedisSync {
             collector: Some(collector),
             reader: Some(reader),
             writer: Some(writer),
+            presence: Some(presence),
         })
     }
 }
@@ -513,6 +595,7 @@ pub struct SyncHandle {
     collector: Option<JoinHandle<()>>,
     reader: Option<JoinHandle<()>>,
     writer: Option<JoinHandle<()>>,
+    presence: Option<JoinHandle<()>>,
 }
 
 impl fmt::Debug for SyncHandle {
@@ -573,6 +656,9 @@ impl SyncHandle {
         if let Some(task) = self.writer.take() {
             join_or_abort(task, io * 2).await;
         }
+        if let Some(task) = self.presence.take() {
+            join_or_abort(task, io).await;
+        }
         let stats = self.shared.stats();
         tracing::info!(node = %self.shared.node, unflushed = stats.buffered, "redis block sync stopped");
         stats
@@ -613,7 +699,7 @@ async fn join_or_abort(mut task: JoinHandle<()>, limit: Duration) {
 
 impl Drop for SyncHandle {
     fn drop(&mut self) {
-        for task in [&self.collector, &self.reader, &self.writer]
+        for task in [&self.collector, &self.reader, &self.writer, &self.presence]
             .into_iter()
             .flatten()
         {
@@ -722,5 +808,8 @@ impl crate::metrics::Source for SyncMonitor {
         c("skipped_expired", false, s.skipped_expired);
         c("decode_errors", false, s.decode_errors);
         c("snapshots", false, s.snapshots);
+        c("heartbeats", false, s.heartbeats);
+        c("node_id_conflict", true, s.node_id_conflict as u64);
+        c("node_id_conflicts", false, s.node_id_conflicts);
     }
 }

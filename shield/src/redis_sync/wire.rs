@@ -28,6 +28,11 @@ impl Keys {
         }
     }
 
+    /// The key of one node id's presence: a sorted set of process tokens by last heartbeat.
+    pub(crate) fn node(&self, node: &str) -> String {
+        format!("{}node:{}", self.prefix, node)
+    }
+
     /// The key of one block: its JSON record, with a TTL.
     pub(crate) fn block(&self, net: &IpNet) -> String {
         format!("{}block:{}", self.prefix, net)

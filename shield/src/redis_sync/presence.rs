@@ -1,0 +1,139 @@
+//! The presence task: each process beats in `{prefix}node:{id}` (a sorted set of process
+//! tokens scored by their last heartbeat, in Redis time) and reads who else beats there. A
+//! token whose heartbeat moved since the previous look is another live process with this
+//! node id: reported at error level (at most every ten seconds while it lasts) and counted.
+//! A crashed predecessor's token does not move and ages out; a clean stop removes its own.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::{Shared, add, sleep_or_stop};
+
+/// Heartbeats a token may miss before it is forgotten.
+const AGE_OUT: u64 = 5;
+
+/// What one heartbeat's pipeline returns: ZADD, ZREMRANGEBYSCORE, ZRANGE WITHSCORES, PEXPIRE.
+type Beat = ((), (), Vec<(String, f64)>, ());
+
+/// How often a lasting conflict is logged again.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// A token unique to this process: host, pid, and random bits.
+pub(super) fn token() -> String {
+    format!("{}:{}:{:016x}", super::host_name(), std::process::id(), {
+        use std::hash::{BuildHasher, Hasher};
+        // RandomState is seeded from the OS per process: random bits without a dependency.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.finish()
+    })
+}
+
+pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let every = Duration::from_millis(shared.cfg.presence_ms);
+    let key = shared.keys.node(&shared.node);
+    let mut conn = None;
+    let mut attempt = 0u32;
+    // Other tokens and the heartbeat score last seen for each.
+    let mut seen: HashMap<String, f64> = HashMap::new();
+    let mut last_report: Option<Instant> = None;
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        if conn.is_none() {
+            match shared.connect("presence", Duration::ZERO).await {
+                Ok((c, _)) => {
+                    conn = Some(c);
+                    attempt = 0;
+                }
+                Err(_) => {
+                    attempt += 1;
+                    if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
+                        break;
+                    }
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected");
+        let now = shared.now() as i64 + shared.offset();
+        let ttl_ms = shared.cfg.presence_ms.saturating_mul(AGE_OUT);
+        let beat: redis::RedisResult<Beat> = redis::pipe()
+            .cmd("ZADD")
+            .arg(&key)
+            .arg(now)
+            .arg(&shared.token)
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(format!("({}", now - ttl_ms as i64))
+            .cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(ttl_ms * 2)
+            .query_async(c)
+            .await;
+        match beat {
+            Ok((_, _, members, _)) => {
+                add(&shared.c.heartbeats, 1);
+                let mut live = Vec::new();
+                let mut next = HashMap::new();
+                for (tok, score) in members {
+                    if tok == shared.token {
+                        continue;
+                    }
+                    if seen.get(&tok).is_some_and(|&prev| score > prev) {
+                        live.push(tok.clone());
+                    }
+                    next.insert(tok, score);
+                }
+                seen = next;
+                if live.is_empty() {
+                    shared.conflict.store(false, Ordering::Relaxed);
+                } else {
+                    shared.conflict.store(true, Ordering::Relaxed);
+                    add(&shared.c.node_id_conflicts, 1);
+                    if last_report.is_none_or(|t| t.elapsed() >= REPORT_EVERY) {
+                        last_report = Some(Instant::now());
+                        tracing::error!(
+                            node = %shared.node,
+                            others = ?live,
+                            "another live process uses this Redis node id: each drops the \
+                             other's blocks as its own. Give each process its own [redis] \
+                             instance (or node_id)"
+                        );
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(node = %shared.node, error = %e, "redis presence heartbeat failed");
+                conn = None;
+                continue;
+            }
+        }
+        if sleep_or_stop(every, &mut stop).await {
+            break;
+        }
+    }
+    // A clean stop leaves no token behind (a restart would otherwise see it for a while).
+    if let Some(c) = conn.as_mut() {
+        let _: redis::RedisResult<()> = redis::cmd("ZREM")
+            .arg(&key)
+            .arg(&shared.token)
+            .query_async(c)
+            .await;
+    }
+}
