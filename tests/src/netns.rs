@@ -97,6 +97,27 @@ impl Netns {
         Ok(())
     }
 
+    /// A command whose process enters this namespace (its network namespace only: unlike
+    /// `ip netns exec`, which remounts /sys, the process sees the host's /sys/fs/bpf, as a
+    /// daemon on a real node does), and is killed when the test process dies.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+        use std::os::unix::process::CommandExt as _;
+        let f = File::open(format!("/run/netns/{}", self.name)).expect("netns file");
+        let mut cmd = std::process::Command::new(program);
+        // SAFETY: setns and prctl are async-signal-safe; the file stays open in the parent
+        // until the child has execed (moved into the closure; O_CLOEXEC closes it on exec).
+        unsafe {
+            cmd.pre_exec(move || {
+                if setns(f.as_raw_fd(), CLONE_NEWNET) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        cmd
+    }
+
     /// Runs `f` on a new thread inside this namespace and returns its result; a panic in `f`
     /// is re-raised here.
     pub fn run<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> io::Result<T> {

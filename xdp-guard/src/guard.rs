@@ -1,6 +1,6 @@
 //! Loading the XDP program, pinning its maps, attaching it to an interface, and detaching it;
 //! and the node service's attachment, which outlives the process that made it (`xdp-guard
-//! attach` pins the link as `link.<interface>.<mode>` beside the maps; `detach` unpins it).
+//! attach` pins the link as `link-<mode>-<interface>` beside the maps; `detach` unpins it).
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -24,8 +24,9 @@ const PROGRAM: &str = "palisade_guard";
 /// The compiled object (`bpf/guard.c` built by build.rs).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/guard.o"));
 
-/// Prefix of a pinned attachment's file name: `link.<interface>.<mode>`.
-const LINK_PREFIX: &str = "link.";
+/// Prefix of a pinned attachment's file name: `link-<mode>-<interface>` (bpffs refuses
+/// names with a dot: a dot in the interface name is written `%`).
+const LINK_PREFIX: &str = "link-";
 
 /// File name of the pinned program.
 const PROG_PIN: &str = "prog";
@@ -228,7 +229,7 @@ impl XdpGuard {
     }
 
     /// Leaves the program attached and its maps pinned after this process exits (the node
-    /// service): pins the attachment as `link.<interface>.<mode>` and the program as `prog`
+    /// service): pins the attachment as `link-<mode>-<interface>` and the program as `prog`
     /// in the pin directory. Needs pinned maps and a kernel that attaches XDP by bpf_link.
     pub fn persist(mut self) -> Result<NodeAttachment, Error> {
         let Some(dir) = self.pin_dir.clone() else {
@@ -249,10 +250,19 @@ impl XdpGuard {
                  outlive the process ({e})"
             ))
         })?;
-        let path = dir.join(format!("{LINK_PREFIX}{}.{}", a.interface, a.mode));
+        let path = dir.join(format!(
+            "{LINK_PREFIX}{}-{}",
+            a.mode,
+            a.interface.replace('.', "%")
+        ));
         let pinned = fd_link.pin(&path).map_err(|e| Error::Bpffs {
             path: path.clone(),
-            source: std::io::Error::other(e.to_string()),
+            source: match &e {
+                aya::pin::PinError::SyscallError(s) => {
+                    std::io::Error::new(s.io_error.kind(), format!("{e}: {}", s.io_error))
+                }
+                _ => std::io::Error::other(e.to_string()),
+            },
         })?;
         let prog_path = dir.join(PROG_PIN);
         let _ = std::fs::remove_file(&prog_path);
@@ -339,9 +349,10 @@ fn read_attachment(path: &Path) -> Result<NodeAttachment, Error> {
         .and_then(|n| n.to_str())
         .and_then(|n| n.strip_prefix(LINK_PREFIX))
         .ok_or_else(|| Error::Config(format!("{}: not a link pin", path.display())))?;
-    let (interface, mode) = name
-        .rsplit_once('.')
+    let (mode, interface) = name
+        .split_once('-')
         .ok_or_else(|| Error::Config(format!("{}: no mode in the name", path.display())))?;
+    let interface = interface.replace('%', ".");
     let mode = match mode {
         "native" => Mode::Native,
         "generic" => Mode::Generic,
@@ -357,7 +368,7 @@ fn read_attachment(path: &Path) -> Result<NodeAttachment, Error> {
         crate::sys::link_info(fd.as_fd()).map_err(bpf_err)?
     };
     Ok(NodeAttachment {
-        interface: interface.to_owned(),
+        interface,
         mode,
         ifindex,
         link_id,

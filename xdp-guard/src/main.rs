@@ -1,9 +1,12 @@
 //! xdp-guard: the node's XDP guard as a service of its own. `attach` loads the program, pins
 //! its maps and its attachment, and exits: the guard then outlives dnsd's and http-front's
 //! restarts, and both daemons mirror their block maps into the pinned maps (each its own
-//! writer slot). `detach`, `status`, `stats` and `list` work on what is pinned.
+//! writer slot). `detach`, `status`, `stats` and `list` work on what is pinned; `block` and
+//! `unblock` write the operator's slot (a daemon's blocks are its own to lift).
 
 use std::net::IpAddr;
+
+use ipnet::IpNet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -66,6 +69,25 @@ enum Cmd {
         #[arg(long)]
         reset: bool,
     },
+    /// Block an address or prefix in the operator's slot, for SECONDS (default: until unblocked).
+    Block {
+        #[command(flatten)]
+        at: Where,
+        /// The address or prefix.
+        #[arg(value_parser = parse_net)]
+        net: IpNet,
+        /// How long, in seconds.
+        #[arg(long)]
+        ttl: Option<u64>,
+    },
+    /// Lift the operator's block of exactly this address or prefix (daemons' blocks stay).
+    Unblock {
+        #[command(flatten)]
+        at: Where,
+        /// The address or prefix.
+        #[arg(value_parser = parse_net)]
+        net: IpNet,
+    },
     /// The blocks in the maps, every writer slot's expiry.
     List {
         #[command(flatten)]
@@ -74,6 +96,13 @@ enum Cmd {
         #[arg(long)]
         addr: Option<IpAddr>,
     },
+}
+
+/// An address (a host prefix) or a prefix.
+fn parse_net(s: &str) -> Result<IpNet, String> {
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("{s:?}: not an address or prefix"))
 }
 
 fn init_logging() {
@@ -311,6 +340,30 @@ fn list(at: &Where, addr: Option<IpAddr>) -> Result<(), String> {
     Ok(())
 }
 
+fn block(at: &Where, net: IpNet, ttl: Option<u64>) -> Result<(), String> {
+    let maps = open(&pin_dir(at)?)?.with_slot(xdp_guard::SLOT_OPERATOR);
+    let until = match ttl {
+        Some(s) => shield::clock::unix_ms().saturating_add(s.saturating_mul(1000)),
+        None => u64::MAX,
+    };
+    maps.block(net, until).map_err(|e| e.to_string())?;
+    match ttl {
+        Some(s) => println!("{} blocked for {s} s (operator)", net.trunc()),
+        None => println!("{} blocked until unblocked (operator)", net.trunc()),
+    }
+    Ok(())
+}
+
+fn unblock(at: &Where, net: IpNet) -> Result<(), String> {
+    let maps = open(&pin_dir(at)?)?.with_slot(xdp_guard::SLOT_OPERATOR);
+    if maps.unblock(net).map_err(|e| e.to_string())? {
+        println!("{} unblocked (operator)", net.trunc());
+        Ok(())
+    } else {
+        Err(format!("{}: no operator block", net.trunc()))
+    }
+}
+
 fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
@@ -324,6 +377,8 @@ fn main() -> ExitCode {
         Cmd::Status { at } => status(at),
         Cmd::Stats { at, reset } => stats(at, *reset).map(|_| true),
         Cmd::List { at, addr } => list(at, *addr).map(|_| true),
+        Cmd::Block { at, net, ttl } => block(at, *net, *ttl).map(|_| true),
+        Cmd::Unblock { at, net } => unblock(at, *net).map(|_| true),
     };
     match r {
         Ok(true) => ExitCode::SUCCESS,
