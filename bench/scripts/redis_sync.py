@@ -107,8 +107,16 @@ def query(qid):
     return c.dns_query(QNAME, 1, qid)
 
 
-def one_decision(i, a_sock, b_port):
-    """Blocks a fresh source on A and times until B stops answering it."""
+def ctl_decision(a_sock):
+    """The decision of this benchmark: `block add` on A's control socket."""
+    return lambda src: c.ctl(a_sock, "block", "add", f"{src}/32", "--ttl", "600",
+                             "--reason", "bench")
+
+
+def one_decision(i, decide, b_port, b_addr=None):
+    """Runs `decide(source)` for a fresh source (on node A) and times until B stops
+    answering it (node_blocks.py decides through http-front instead)."""
+    b_addr = b_addr or B_ADDR
     src = f"{PROBE_NET}.{(i >> 8) & 255}.{i & 255}"
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind((src, 0))
@@ -122,7 +130,7 @@ def one_decision(i, a_sock, b_port):
         nonlocal qid
         qid = (qid + 1) & 0xFFFF
         try:
-            s.sendto(query(qid), (B_ADDR, b_port))
+            s.sendto(query(qid), (b_addr, b_port))
             sent[qid] = time.monotonic()
         except OSError:
             pass
@@ -156,15 +164,15 @@ def one_decision(i, a_sock, b_port):
         # The decision, from another thread; probing goes on.
         box = {}
 
-        def decide():
+        def run_decision():
             box["t0"] = time.monotonic()
             try:
-                c.ctl(a_sock, "block", "add", f"{src}/32", "--ttl", "600", "--reason", "bench")
+                decide(src)
                 box["t1"] = time.monotonic()
             except Exception as e:  # noqa: BLE001
                 box["error"] = str(e)
 
-        th = threading.Thread(target=decide, daemon=True)
+        th = threading.Thread(target=run_decision, daemon=True)
         th.start()
         while "t0" not in box:
             time.sleep(0.00005)
@@ -267,7 +275,7 @@ def run_phase(name, n, first, a, b, qfile, cpu_pgids):
     c.measuring_thread_fifo(True)
     try:
         for k in range(n):
-            rows.append(one_decision(first + k, a["sock"], b["port"]))
+            rows.append(one_decision(first + k, a["decide"], b["port"]))
             lat = [r["latency_ms"] for r in rows if "latency_ms" in r]
             c.progress(f"  {name}: decision {k + 1}/{n}, last "
                      f"{rows[-1].get('latency_ms', float('nan')):.1f} ms, max "
@@ -341,14 +349,15 @@ def main():
         a_srv, a_sock, a_conf = start_dnsd("A", tmpbase, A_ADDR, c.free_udp_port(), zone, rport,
                                            prefix, 0)
         servers.append(a_srv)
-        a = {"sock": a_sock, "port": int(re.search(r"port = (\d+)", open(a_conf).read()).group(1))}
+        a = {"sock": a_sock, "decide": ctl_decision(a_sock),
+             "port": int(re.search(r"port = (\d+)", open(a_conf).read()).group(1))}
         b_srv, b_sock, b_conf = start_dnsd("B", tmpbase, B_ADDR, c.free_udp_port(), zone, rport,
                                            prefix, 1)
         servers.append(b_srv)
         b = {"sock": b_sock, "port": int(re.search(r"port = (\d+)", open(b_conf).read()).group(1))}
         pgids = {"dnsd_A": a_srv.pid, "dnsd_B": b_srv.pid, "redis": redis.pid}
         # A first decision, not measured: connections warm.
-        one_decision(65000, a_sock, b["port"])
+        one_decision(65000, a["decide"], b["port"])
         phases.append(run_phase("idle", n, 0, a, b, qfile, pgids))
         phases.append(run_phase("loaded", n, n, a, b, qfile, pgids))
         config = open(b_conf).read()

@@ -678,6 +678,49 @@ def redis_section(R, md):
 
 
 # ---------------------------------------------------------------------------------------
+# The node-wide block map
+
+
+def node_section(N, md):
+    md.append("## 8. One block map for the node and the fleet\n")
+    md.append(
+        "http-front on node A (127.0.2.1, CPU 0) and dnsd on node B (127.0.2.2, CPU 1) share "
+        "one redis-server through `[redis]`; A's site denies 127.9.0.0/16 and escalates a "
+        "source's first deny into a block. For each decision a fresh source queries B every "
+        "millisecond until answered, then sends one HTTP request to A (denied and escalated: the "
+        "decision) while the probes go on; the latency runs from that request to the first "
+        "probe B no longer answers (as in section 7). **loaded**: dnsperf floods B and wrk "
+        "drives A at once; **loaded, dnsd A**: the same load with the decision made by a dnsd "
+        "on A (`ctl block add`, the Redis path alone), the reference for what deciding at "
+        "http-front adds. Then 100,000 addresses imported at http-front A "
+        "(`http-front ctl block import`) are counted live in "
+        f"{N.get('imports', {}).get('counted_in', 'B')} until all are there (xdp-guard attached "
+        "for the run; dnsd B mirrors into its slot), against the same import made on B itself.\n")
+    rows = []
+    for p in N.get("phases", []):
+        rows.append([p["name"], f"{p['propagated']}/{p['decisions']}", ms(p["p50_ms"]),
+                     ms(p["p99_ms"]), ms(p["max_ms"]),
+                     " / ".join(f"{float(v) * 100:.0f} %" for v in p["cpu_busy"].values())])
+    md.append(table(["phase", "propagated", "p50", "p99", "max", "CPU 0 / CPU 1 busy"], rows)
+              + "\n")
+    rows = []
+    for k, label in (("via_front", "at http-front A, through Redis"),
+                     ("local_b", "at dnsd B itself (reference)")):
+        i = N.get("imports", {}).get(k)
+        if i:
+            rows.append([label, f"{i['arrived']:,}", f"{i['lost']:,}", f"{i['seconds']:.2f} s",
+                         f"{i['ctl_seconds']:.2f} s"])
+    if rows:
+        md.append(table(["100,000 imported", "arrived", "lost", "all live after",
+                         "import call"], rows) + "\n")
+    if N.get("ratios"):
+        md.append("Ratios (same run): " + "; ".join(
+            f"{k} {v:.2f}x" for k, v in N["ratios"].items()) + ".\n")
+    md.append(f"Machine: {N['machine']}. Command: `{N['command']}`"
+              + (" (quick)" if N.get("quick") else "") + ".\n")
+
+
+# ---------------------------------------------------------------------------------------
 # Summary
 
 
@@ -788,6 +831,7 @@ def main():
     X = load("axfr")
     V = load("xdp_veth")
     R = load("redis_sync")
+    N = load("node_blocks")
     md = ["# Palisade benchmark report\n"]
     machine = next((x["machine"] for x in (A, Q, Z, I) if x and x.get("machine")), c.machine())
     quick = any(x.get("quick") for x in (A, I) if x)
@@ -830,6 +874,16 @@ def main():
                          f"{ms(P['loaded']['p50_ms'])}, p99 {ms(P['loaded']['p99_ms'])}, max "
                          f"{ms(P['loaded']['max_ms'])} (idle: p50 {ms(P['idle']['p50_ms'])}, p99 "
                          f"{ms(P['idle']['p99_ms'])}); section 7.")
+    if N and N.get("phases"):
+        P = {p["name"]: p for p in N["phases"]}
+        if "loaded" in P:
+            i = N.get("imports", {}).get("via_front", {})
+            extra.append(f"- A block decided by http-front on A enforced by dnsd on B with both "
+                         f"cores busy: p50 {ms(P['loaded']['p50_ms'])}, p99 "
+                         f"{ms(P['loaded']['p99_ms'])}"
+                         + (f"; 100,000 imported at http-front all live in "
+                            f"{N['imports'].get('counted_in')} after {i['seconds']:.2f} s, "
+                            f"{i['lost']:,} lost" if i else "") + " (section 8).")
     if extra:
         md.append("\n".join(extra) + "\n")
     if A:
@@ -851,7 +905,8 @@ def main():
             md.append(f"## ({part}: not run — `bench/run {part}`)\n")
     http_section(W, md)
     for data, fn, part in ((V, lambda: xdp_section(V, md), "xdp"),
-                           (R, lambda: redis_section(R, md), "redis")):
+                           (R, lambda: redis_section(R, md), "redis"),
+                           (N, lambda: node_section(N, md), "node")):
         if data:
             fn()
         else:

@@ -5,35 +5,17 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-
-use crate::ctl::{Reply, Request};
 use crate::reload::reload;
 use crate::state::State;
+use shield::control::Reply;
 
 /// Serves the control socket `l` until the task is dropped.
 pub async fn serve(l: tokio::net::UnixListener, shared: Arc<State>) {
-    loop {
-        let Ok((s, _)) = l.accept().await else {
-            continue;
-        };
+    shield::control::serve(l, move |args| {
         let shared = shared.clone();
-        tokio::spawn(async move {
-            let (rd, mut wr) = s.into_split();
-            let mut line = String::new();
-            let mut rd = BufReader::new(rd.take(crate::ctl::MAX_REQUEST as u64));
-            if rd.read_line(&mut line).await.is_err() {
-                return;
-            }
-            let reply = match serde_json::from_str::<Request>(&line) {
-                Ok(req) => command(&shared, &req.args).await,
-                Err(e) => Reply::err(format!("bad request: {e}")),
-            };
-            let mut out = serde_json::to_string(&reply).unwrap_or_default();
-            out.push('\n');
-            let _ = wr.write_all(out.as_bytes()).await;
-        });
-    }
+        async move { command(&shared, &args).await }
+    })
+    .await
 }
 
 async fn command(shared: &Arc<State>, args: &[String]) -> Reply {
@@ -43,7 +25,7 @@ async fn command(shared: &Arc<State>, args: &[String]) -> Reply {
         ["reload", "--force"] => reload(shared, None, true).await,
         ["reload", z] => reload(shared, Some(z), true).await,
         ["stats"] => Reply::ok(shared.metrics.render_ctl()),
-        ["block", rest @ ..] => crate::blockctl::command(&shared.defence.blocks, rest),
+        ["block", rest @ ..] => shield::control::block::command(&shared.defence.blocks, rest),
         ["zones"] => Reply::ok(zones_text(shared).await),
         ["events-init"] => crate::event_sinks::events_init(shared.clickhouse.as_ref()).await,
         ["zone-refresh", z] => zone_refresh(shared, z).await,

@@ -3,7 +3,7 @@
 use shield::events::{ClickHouseMonitor, ClickHouseSink, SinkWriter};
 
 use crate::config::Config;
-use crate::ctl::Reply;
+use shield::control::Reply;
 
 /// The ClickHouse sink's writer and its monitor, when `[events.clickhouse]` is configured.
 pub fn clickhouse(cfg: &Config, queue: usize) -> Option<(SinkWriter, ClickHouseMonitor)> {

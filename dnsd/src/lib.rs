@@ -13,15 +13,14 @@
 //! - zone transfers: the [`xfr`] subsystem (AXFR, IXFR, journal, NOTIFY, TSIG, secondary
 //!   zones);
 //! - the daemon: [`config`], [`server`] (start and stop), [`state`] (what it holds),
-//!   [`reload`], [`control`] (the control socket) and [`ctl`] (its client), [`metrics`]
+//!   [`reload`], [`control`] (the control socket's commands; the protocol and
+//!   the block commands are `shield::control`'s), [`metrics`]
 //!   (dnsd's counter sources; [`stats`] the per-worker counters), [`xdp`], [`event_sinks`],
-//!   [`blockctl`], [`check_zone`].
+//!   [`check_zone`].
 
-pub mod blockctl;
 pub mod check_zone;
 pub mod config;
 pub mod control;
-pub mod ctl;
 pub mod defence;
 pub mod event_sinks;
 pub mod internet;

@@ -1,6 +1,7 @@
 //! dnsd: the Palisade authoritative DNS daemon and its tools.
 
-use dnsd::{check_zone, config, ctl, server};
+use dnsd::{check_zone, config, server};
+use shield::control as ctl;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::ctl::Reply;
 use crate::defence;
 use crate::state::State;
 use crate::zone_registry::{self, Registry};
+use shield::control::Reply;
 
 /// Reloads one zone or every changed zone (all with `force`); re-reads the zone list from
 /// the config file when there is one.

@@ -215,11 +215,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             tokio::spawn(tcp.clone().serve(l));
         }
         if let Some(path) = cfg.control.socket.clone() {
-            let _ = std::fs::remove_file(&path);
-            if let Some(dir) = path.parent() {
-                let _ = std::fs::create_dir_all(dir);
-            }
-            let l = tokio::net::UnixListener::bind(&path)
+            // A stale socket is replaced; one another live server answers on is refused.
+            let l = shield::control::bind(&path)
                 .map_err(|e| format!("control.socket {}: {e}", path.display()))?;
             tokio::spawn(crate::control::serve(l, shared.clone()));
         }

@@ -89,6 +89,9 @@
 //! [metrics]
 //! listen = "127.0.0.1:9180"       # optional: /metrics
 //!
+//! [control]
+//! socket = "/run/palisade/http-front.sock"   # optional: http-front ctl (block, stats, status, reload)
+//!
 //! [[upstream]]
 //! name = "app"
 //! servers = ["127.0.0.1:9000"]
@@ -479,6 +482,12 @@ struct MetricsSchema {
     listen: Option<SocketAddr>,
 }
 
+#[derive(Clone, Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ControlSchema {
+    socket: Option<PathBuf>,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct UpstreamSchema {
@@ -614,6 +623,8 @@ struct FileSchema {
     #[serde(default)]
     metrics: MetricsSchema,
     #[serde(default)]
+    control: ControlSchema,
+    #[serde(default)]
     upstream: Vec<UpstreamSchema>,
     #[serde(default)]
     site: Vec<SiteSchema>,
@@ -709,6 +720,8 @@ pub struct Config {
     pub access_log: AccessLog,
     /// `[metrics] listen`. Start-time only.
     pub metrics: Option<SocketAddr>,
+    /// `[control] socket`: `http-front ctl` talks to the running proxy there. Start-time only.
+    pub control_socket: Option<PathBuf>,
     /// `[[upstream]]`.
     pub upstreams: Vec<Upstream>,
     /// `[[site]]`.
@@ -940,6 +953,7 @@ impl Config {
             events,
             access_log,
             metrics: f.metrics.listen,
+            control_socket: f.control.socket.map(|p| abs(&p)),
             upstreams,
             sites,
         };
@@ -967,6 +981,9 @@ impl Config {
         }
         if self.metrics != other.metrics {
             out.push("metrics.listen");
+        }
+        if self.control_socket != other.control_socket {
+            out.push("control.socket");
         }
         if self.block != other.block {
             out.push("block");

@@ -1,9 +1,10 @@
-//! `http-front -c front.toml`: the Palisade WAF reverse proxy.
+//! `http-front -c front.toml`: the Palisade WAF reverse proxy; `http-front ctl -c front.toml
+//! COMMAND` drives a running one through its control socket.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use http_front::config::Config;
 
 /// mimalloc: per-thread free lists make the request path's few allocations cheap.
@@ -15,15 +16,85 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(name = "http-front", version, about)]
 struct Args {
     /// The configuration file (front.toml).
-    #[arg(short, long)]
-    config: PathBuf,
+    #[arg(short, long, global = true)]
+    config: Option<PathBuf>,
     /// Check the configuration (and the rules and certificates it names), then exit.
     #[arg(long)]
     check: bool,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Control a running http-front: block add|del|list|import, stats, status, reload.
+    Ctl {
+        /// The control socket (default: the config's `[control] socket`).
+        #[arg(long, short = 's')]
+        socket: Option<PathBuf>,
+        /// Seconds to wait for the reply.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+        /// The command and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
+}
+
+/// `http-front ctl`: sends the command, prints the reply; exit 0 ok, 1 refused, 2 no server.
+fn ctl(
+    config: Option<&std::path::Path>,
+    socket: Option<PathBuf>,
+    timeout: u64,
+    args: &[String],
+) -> ExitCode {
+    let socket = match (socket, config) {
+        (Some(s), _) => s,
+        (None, Some(c)) => match Config::load(c) {
+            Ok(l) => match l.config.control_socket {
+                Some(s) => s,
+                None => {
+                    eprintln!("http-front ctl: {} has no [control] socket", c.display());
+                    return ExitCode::from(2);
+                }
+            },
+            Err(e) => {
+                eprintln!("http-front ctl: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => PathBuf::from("/run/palisade/http-front.sock"),
+    };
+    match shield::control::call(&socket, args, std::time::Duration::from_secs(timeout)) {
+        Ok(r) => {
+            print!("{}", r.text);
+            if r.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("http-front ctl: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Cmd::Ctl {
+        socket,
+        timeout,
+        args: words,
+    }) = &args.cmd
+    {
+        return ctl(args.config.as_deref(), socket.clone(), *timeout, words);
+    }
+    let Some(config) = args.config.clone() else {
+        eprintln!("http-front: -c CONFIG is required");
+        return ExitCode::from(2);
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -32,7 +103,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let loaded = match Config::load(&args.config) {
+    let loaded = match Config::load(&config) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("http-front: config refused: {e}");
@@ -42,7 +113,7 @@ fn main() -> ExitCode {
     if args.check {
         println!(
             "{}: ok ({} sites, {} upstreams, {} tenants with rules)",
-            args.config.display(),
+            config.display(),
             loaded.config.sites.len(),
             loaded.config.upstreams.len(),
             loaded.rules.tenant_count()

@@ -97,6 +97,19 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         tracing::info!(%addr, "metrics at /metrics");
         background.spawn(shield::metrics::serve(l, Arc::clone(&front.metrics)));
     }
+    if let Some(path) = front.snapshot().cfg.control_socket.clone() {
+        let l = shield::control::bind(&path).map_err(|source| StartError::Output {
+            what: "control.socket",
+            source,
+        })?;
+        tracing::info!(socket = %path.display(), "control socket");
+        let f = Arc::clone(&front);
+        let started = std::time::Instant::now();
+        background.spawn(shield::control::serve(l, move |args| {
+            let f = Arc::clone(&f);
+            async move { control(&f, &args, started).await }
+        }));
+    }
     background.spawn(blockwatch::close_blocked(Arc::clone(&front)));
     if !filtered.is_empty() {
         let stats = Arc::clone(&front.syn_filter);
@@ -154,6 +167,9 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         "connections closed"
     );
     background.abort_all();
+    if let Some(p) = &front.snapshot().cfg.control_socket {
+        let _ = std::fs::remove_file(p);
+    }
     if let Some(h) = sync {
         // Last decisions out before leaving (bounded by the sync's I/O timeout).
         let st = h.shutdown().await;
@@ -164,4 +180,43 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         );
     }
     Ok(front)
+}
+
+/// The commands of `http-front ctl`: block (add, del, list, import), stats, status, reload.
+async fn control(
+    front: &Arc<Front>,
+    args: &[String],
+    started: std::time::Instant,
+) -> shield::control::Reply {
+    use shield::control::Reply;
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["block", rest @ ..] => shield::control::block::command(&front.blocks, rest),
+        ["stats"] => Reply::ok(front.metrics.render_ctl()),
+        ["status"] => {
+            let snap = front.snapshot();
+            Reply::ok(format!(
+                "running for {} s, {} sites ({} with rules), {} client connections, {} blocked sources\n",
+                started.elapsed().as_secs(),
+                snap.sites.len(),
+                snap.sites.with_rules(),
+                front.registry.open(),
+                front.blocks.len()
+            ))
+        }
+        ["reload"] => {
+            let f = Arc::clone(front);
+            match tokio::task::spawn_blocking(move || f.reload()).await {
+                Ok(Ok(())) => Reply::ok("reloaded\n"),
+                Ok(Err(e)) => {
+                    Reply::err(format!("reload refused, the running config stays: {e}\n"))
+                }
+                Err(e) => Reply::err(format!("reload: {e}\n")),
+            }
+        }
+        _ => Reply::err(format!(
+            "unknown command {:?}; commands: block add|del|list|import, stats, status, reload\n",
+            args.join(" ")
+        )),
+    }
 }

@@ -16,11 +16,14 @@
 //! - [`toml_pos`]: `file:line:col` and the key of a TOML error, for every config file.
 //! - [`redis_sync`]: block-map sync across nodes through Redis (snapshot, capped change stream,
 //!   bounded outbox), built on [`block::Subscription`] and [`block::Origin::Peer`].
+//! - [`control`]: the control socket's protocol, server loop and client, and the block-map
+//!   commands both daemons answer (`ctl block add|del|list|import`).
 //!
 //! Out of scope here: wire-format parsing.
 
 pub mod block;
 pub mod clock;
+pub mod control;
 pub mod events;
 pub mod metrics;
 pub mod prefix;

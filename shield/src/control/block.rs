@@ -1,12 +1,12 @@
-//! `dnsd ctl block add PREFIX [--ttl SECONDS] [--reason TEXT]`, `block del PREFIX`,
-//! `block list`: the operator's hand on the block map.
+//! `ctl block add PREFIX [--ttl SECONDS] [--reason TEXT]`, `block del PREFIX`, `block list`,
+//! `block import FILE`: the operator's hand on the block map, the same in both daemons.
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use shield::block::{BlockEntry, BlockMap, InsertOutcome, Origin, RemoveCause};
+use crate::block::{BlockEntry, BlockMap, InsertOutcome, Origin, RemoveCause};
 
-use crate::ctl::Reply;
+use super::Reply;
 
 /// TTL of an operator block when none is given.
 pub const DEFAULT_TTL_SECS: u64 = 3600;
@@ -15,7 +15,7 @@ pub const DEFAULT_TTL_SECS: u64 = 3600;
 pub fn command(blocks: &BlockMap, args: &[&str]) -> Reply {
     match args {
         ["add", net, opts @ ..] => add(blocks, net, opts),
-        ["del", net] => match shield::prefix::parse_net(net) {
+        ["del", net] => match crate::prefix::parse_net(net) {
             Some(n) => {
                 if blocks.remove(n, RemoveCause::Operator) {
                     Reply::ok(format!("{n} unblocked\n"))
@@ -67,7 +67,7 @@ fn import(blocks: &BlockMap, file: &str, opts: &[&str]) -> Reply {
         Ok(t) => t,
         Err(e) => return Reply::err(format!("{file}: {e}\n")),
     };
-    let now = shield::clock::unix_ms();
+    let now = crate::clock::unix_ms();
     let mut entries = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let l = line.split('#').next().unwrap_or("").trim();
@@ -77,7 +77,7 @@ fn import(blocks: &BlockMap, file: &str, opts: &[&str]) -> Reply {
         if entries.len() >= MAX_IMPORT {
             return Reply::err(format!("{file}: more than {MAX_IMPORT} entries\n"));
         }
-        match shield::prefix::parse_net(l) {
+        match crate::prefix::parse_net(l) {
             Some(n) => entries.push(BlockEntry::with_ttl(
                 n,
                 Duration::from_secs(ttl),
@@ -99,14 +99,14 @@ fn import(blocks: &BlockMap, file: &str, opts: &[&str]) -> Reply {
 }
 
 fn add(blocks: &BlockMap, net: &str, opts: &[&str]) -> Reply {
-    let Some(n) = shield::prefix::parse_net(net) else {
+    let Some(n) = crate::prefix::parse_net(net) else {
         return Reply::err(format!("{net:?} is not an address or prefix\n"));
     };
     let (ttl, reason) = match options(opts) {
         Ok(x) => x,
         Err(r) => return r,
     };
-    let now = shield::clock::unix_ms();
+    let now = crate::clock::unix_ms();
     let e = BlockEntry::with_ttl(n, Duration::from_secs(ttl), now, &reason, Origin::Operator);
     let what = match blocks.insert(e) {
         InsertOutcome::New => "blocked".to_string(),
@@ -118,7 +118,7 @@ fn add(blocks: &BlockMap, net: &str, opts: &[&str]) -> Reply {
 }
 
 fn list(blocks: &BlockMap) -> String {
-    let now = shield::clock::unix_ms();
+    let now = crate::clock::unix_ms();
     let mut e = blocks.entries();
     e.sort_by_key(|x| x.net);
     let mut s = String::new();
