@@ -15,8 +15,8 @@ row; the latency is the send time of the first probe of that run minus the momen
 was sent (redis_sync.py's method: an upper bound, 1 ms resolution). Phases `idle` and
 `loaded` (dnsperf floods B from CPU 0 and wrk drives http-front A from CPU 1, both cores
 busy). Reported: p50, p99, max, decisions not propagated, loaded/idle ratios; and the same
-decision made by dnsd on A (`ctl block add`, the Redis path alone) as the reference in the same
-run, so the ratio shows what deciding at http-front adds.
+decision made by dnsd on A (`ctl block add`, the Redis path alone) with no load, the reference
+in the same run for what deciding at http-front adds.
 
 Part 2, volume: `http-front ctl block import` of 100,000 addresses on A; the time until B's
 XDP maps hold all of them live (read with `xdp-guard status`), and how many never arrive
@@ -257,7 +257,9 @@ def main():
         rs.one_decision(65000, by_front, b_port)  # warm-up, not measured
         phases.append(run_phase("idle", n, 0, by_front, b_port, qfile, front_port, pgids))
         phases.append(run_phase("loaded", n, n, by_front, b_port, qfile, front_port, pgids))
-        phases.append(run_phase("loaded, dnsd A", n, 2 * n, by_dnsd, b_port, qfile, front_port,
+        # The reference decider idle: under load it would share CPU 0 with http-front, both
+        # SCHED_FIFO, and measure the scheduler rather than the path.
+        phases.append(run_phase("idle, dnsd A", n, 2 * n, by_dnsd, b_port, qfile, front_port,
                                 pgids))
 
         # Part 2: 100,000 imported at http-front A, counted in B's XDP maps (or block map).
@@ -291,9 +293,9 @@ def main():
     if by.get("idle", {}).get("p50_ms") and by.get("loaded", {}).get("p50_ms") is not None:
         for k in ("p50_ms", "p99_ms"):
             ratios[f"{k[:-3]} loaded / idle"] = by["loaded"][k] / by["idle"][k]
-            if by.get("loaded, dnsd A", {}).get(k):
-                ratios[f"{k[:-3]} http-front decision / dnsd decision (loaded)"] = (
-                    by["loaded"][k] / by["loaded, dnsd A"][k])
+            if by.get("idle, dnsd A", {}).get(k):
+                ratios[f"{k[:-3]} http-front decision / dnsd decision (idle)"] = (
+                    by["idle"][k] / by["idle, dnsd A"][k])
     if imports.get("local_b", {}).get("seconds"):
         ratios["import time via http-front+Redis / local import"] = (
             imports["via_front"]["seconds"] / imports["local_b"]["seconds"])
