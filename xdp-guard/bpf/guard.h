@@ -10,7 +10,7 @@
  * Addresses are stored in network byte order. Expiry times are CLOCK_BOOTTIME nanoseconds
  * (bpf_ktime_get_boot_ns).
  *
- * A block entry holds one expiry per writer slot (dnsd, http-front, rules/operator, spare):
+ * A block entry holds one expiry per writer slot (dnsd, http-front, rules, operator):
  * the program drops while any slot is live, and each writer sets and clears only its own
  * slot (userspace read-modify-writes under an flock of the pin directory), so two writers of
  * one key never undo each other and a stopped writer's blocks stay until they expire.
@@ -83,8 +83,8 @@ struct guard_lpm_v6_key {
 /* Writer slots of a block entry. */
 #define GUARD_SLOT_DNSD 0
 #define GUARD_SLOT_HTTP_FRONT 1
-#define GUARD_SLOT_OPERATOR 2 /* the rules file's global lists, the operator */
-#define GUARD_SLOT_SPARE 3
+#define GUARD_SLOT_RULES 2    /* the rules file's global lists */
+#define GUARD_SLOT_OPERATOR 3 /* the operator's own blocks (xdp-guard block) */
 #define GUARD_SLOTS 4
 
 /* A slot that is empty (this writer holds no block on the key). */

@@ -398,7 +398,7 @@ impl GuardMaps {
                 pin_dir,
                 local: Mutex::new(()),
             }),
-            slot: crate::maps::SLOT_SPARE,
+            slot: crate::maps::SLOT_OPERATOR,
         })
     }
 

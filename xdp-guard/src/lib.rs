@@ -45,5 +45,5 @@ pub use guard::{
     NodeAttachment, TestRunResult, Verdict, XdpGuard, detach_node, ensure_bpffs, node_attachments,
 };
 pub use guard_maps::{ApplyReport, BlockMapKind, Counters, GuardMaps, KernelBlock, KernelEntry};
-pub use maps::{SLOT_DNSD, SLOT_HTTP_FRONT, SLOT_NAMES, SLOT_OPERATOR, SLOT_SPARE, SLOTS};
+pub use maps::{SLOT_DNSD, SLOT_HTTP_FRONT, SLOT_NAMES, SLOT_OPERATOR, SLOT_RULES, SLOTS};
 pub use mirror::{Mirror, MirrorHandle, MirrorOptions, MirrorSnapshot, MirrorStats};

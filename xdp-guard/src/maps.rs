@@ -51,10 +51,10 @@ pub const TOKEN_UNIT: u64 = 1_000_000_000;
 pub const SLOT_DNSD: usize = 0;
 /// Writer slot of http-front.
 pub const SLOT_HTTP_FRONT: usize = 1;
-/// Writer slot of the rules file's global lists and of the operator.
-pub const SLOT_OPERATOR: usize = 2;
-/// Writer slot kept free for another writer.
-pub const SLOT_SPARE: usize = 3;
+/// Writer slot of the rules file's global lists (written by the daemon that loads them).
+pub const SLOT_RULES: usize = 2;
+/// Writer slot of the operator's own blocks (`xdp-guard block`): never lifted by a resync.
+pub const SLOT_OPERATOR: usize = 3;
 /// Writer slots per block entry.
 pub const SLOTS: usize = 4;
 /// A slot value: this writer holds no block on the key.
@@ -62,7 +62,7 @@ pub const SLOT_EMPTY: u64 = 0;
 /// A slot value: this writer's block never ends.
 pub const NEVER: u64 = u64::MAX;
 /// Names of the writer slots, by index.
-pub const SLOT_NAMES: [&str; SLOTS] = ["dnsd", "http-front", "operator", "spare"];
+pub const SLOT_NAMES: [&str; SLOTS] = ["dnsd", "http-front", "rules", "operator"];
 /// [`GuardConfig::flags`] bit: rate limiting is on.
 pub const F_RATELIMIT: u32 = 1;
 /// IPv6 extension headers walked before the program gives up and passes.
@@ -414,12 +414,12 @@ mod tests {
             (v.slot(SLOT_DNSD), v.slot(SLOT_HTTP_FRONT)),
             (Some(100), Some(0))
         );
-        assert_eq!(v.slot(SLOT_OPERATOR), None);
+        assert_eq!(v.slot(SLOT_RULES), None);
         assert_eq!(v.expiry(), Some(0), "never wins");
         assert!(v.is_live(u64::MAX - 1));
         let v = v
             .with_slot(SLOT_HTTP_FRONT, None)
-            .with_slot(SLOT_SPARE, Some(50));
+            .with_slot(SLOT_OPERATOR, Some(50));
         assert_eq!(v.expiry(), Some(100));
         assert!(v.is_live(99) && !v.is_live(100));
         let v = v.without_expired(60);
