@@ -108,7 +108,7 @@ fn ten_million_sources_stay_within_the_configured_memory() {
 /// A rules file with `tenants` tenants of `rules` rules each.
 fn rules_text(tenants: u32, rules: u32) -> String {
     let mut s = String::with_capacity((tenants * rules) as usize * 110);
-    for t in 0..tenants {
+    for t in 1..=tenants {
         let _ = writeln!(s, "[[tenant]]\nid = {t}");
         for r in 0..rules {
             let _ = writeln!(

@@ -44,7 +44,8 @@
 //! file = "scanners.txt"             # optional, one prefix per line
 //!
 //! [[tenant]]
-//! id = 7                            # 0 ..= 1048575
+//! id = 7                            # 1 ..= 1048575 (0: zones and sites that name none)
+//! name = "acme"                     # optional
 //! allow = ["198.51.100.0/24"]
 //! deny = ["203.0.113.0/24", "@scanners"]
 //! deny_asn = [64496]
@@ -61,16 +62,48 @@
 //! ```
 //!
 //! A condition has `attr` and exactly one of `exact`, `prefix`, `suffix`, `contains`,
-//! `one_of`, `regex`, `present`; `not = true` inverts it. An absent attribute matches nothing
-//! (except `present = false`). Regexes are compiled once; those on one attribute also share a
-//! `RegexSet` that rules them all out in one pass. Every error names `file:line:col`.
+//! `one_of`, `regex`, `present`, or one of the numeric `lt`, `le`, `gt`, `ge`; `not = true`
+//! inverts it. An absent attribute matches nothing (except `present = false`). Regexes are
+//! compiled once; those on one attribute also share a `RegexSet` that rules them all out in
+//! one pass. Every error names `file:line:col`.
+//!
+//! ## DNS
+//!
+//! dnsd reads the same file: a zone's `tenant` picks the rules its queries meet (zones and
+//! sites that name none are tenant 0: no rules of their own, only `[global]`). The DNS attributes are in [`attr`]
+//! (`qname`, `qtype`, `qclass`, `opcode`, `transport`, `edns`, `do`, `cookie`, `udp_size`,
+//! `local_address`); their values in the file are normalised as dnsd formats them (`qname`
+//! lower-case with the trailing dot, and its `suffix` matches whole labels; mnemonics
+//! upper-case). Two keys are for DNS only:
+//!
+//! ```toml
+//! [[tenant.rule]]
+//! name = "no-any"
+//! action = "deny"
+//! rcode = "REFUSED"                 # answer with this rcode instead of dropping
+//! when = [{ attr = "qtype", one_of = ["ANY"] }]
+//!
+//! [[tenant.rule]]
+//! name = "slow-txt"
+//! action = "rate_limit"
+//! rate = { per_second = 5.0, burst = 10 }
+//! slip = 2                          # one limited query in 2 answered TC=1 (0: none)
+//! when = [{ attr = "qtype", one_of = ["TXT"] }, { attr = "udp_size", ge = 4000 }]
+//!
+//! [global]                          # every tenant of both daemons, and the XDP guard
+//! deny = ["203.0.113.0/24", "@scanners"]   # dropped in XDP where the guard runs
+//! allow = ["192.0.2.53/32"]         # exempt from the XDP rate limit (never from a block)
+//! ```
 
 mod error;
+mod index;
 mod schema;
 mod sources;
+mod tenants;
 
 pub use error::RulesError;
 pub use sources::{AsnTable, load_crawler_ranges, parse_crawler_ranges, parse_prefix_list};
+pub use tenants::{KINDS as TENANT_KINDS, TOP_TENANTS, TenantCounts, tenant_counts};
 
 use crate::block::{BlockEntry, BlockMap, Origin, Reason};
 use crate::prefix::{PrefixMap, PrefixSet};
@@ -85,7 +118,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// A tenant's id as configured (0 ..= [`MAX_TENANT_ID`]).
+/// A tenant's id as configured (1 ..= [`MAX_TENANT_ID`]; 0 is "no tenant": zones and sites that name none).
 pub type TenantId = u32;
 
 /// Largest tenant id a rules file may use (tenants are indexed directly by id).
@@ -103,10 +136,68 @@ pub mod attr {
     pub const USER_AGENT: &str = "user_agent";
     /// Prefix of header attributes: `header:x-forwarded-for`.
     pub const HEADER_PREFIX: &str = "header:";
-    /// DNS query name.
+    /// DNS query name: lower-case presentation form with the trailing dot (`www.example.com.`).
     pub const QNAME: &str = "qname";
-    /// DNS query type mnemonic (`A`, `AAAA`, `ANY`...).
+    /// DNS query type mnemonic (`A`, `AAAA`, `ANY`..., `TYPE65000` for others).
     pub const QTYPE: &str = "qtype";
+    /// DNS query class mnemonic (`IN`, `CH`..., `CLASS3` for others).
+    pub const QCLASS: &str = "qclass";
+    /// DNS opcode mnemonic (`QUERY`, `NOTIFY`, `UPDATE`..., `OPCODE7` for others).
+    pub const OPCODE: &str = "opcode";
+    /// The transport a DNS query came over: `udp` or `tcp`.
+    pub const TRANSPORT: &str = "transport";
+    /// Present (its EDNS version) when the DNS query has an OPT record.
+    pub const EDNS: &str = "edns";
+    /// Present (`1`) when the DNS query sets DO.
+    pub const DO: &str = "do";
+    /// What the DNS query's cookie proved: `none`, `client_only`, `valid`, `invalid`.
+    pub const COOKIE: &str = "cookie";
+    /// The DNS query's EDNS UDP payload size (present with EDNS): compare with `lt`/`ge`.
+    pub const UDP_SIZE: &str = "udp_size";
+    /// The service address the DNS query was sent to.
+    pub const LOCAL_ADDRESS: &str = "local_address";
+
+    /// The bit of a well-known attribute in [`super::Prepared::reads`] (other names share
+    /// [`OTHER`]).
+    pub fn bit(name: &str) -> u32 {
+        match name {
+            QNAME => BIT_QNAME,
+            QTYPE => BIT_QTYPE,
+            QCLASS => BIT_QCLASS,
+            OPCODE => BIT_OPCODE,
+            TRANSPORT => BIT_TRANSPORT,
+            EDNS => BIT_EDNS,
+            DO => BIT_DO,
+            COOKIE => BIT_COOKIE,
+            UDP_SIZE => BIT_UDP_SIZE,
+            LOCAL_ADDRESS => BIT_LOCAL_ADDRESS,
+            _ => OTHER,
+        }
+    }
+
+    /// [`bit`] of [`QNAME`].
+    pub const BIT_QNAME: u32 = 1;
+    /// [`bit`] of [`QTYPE`].
+    pub const BIT_QTYPE: u32 = 1 << 1;
+    /// [`bit`] of [`QCLASS`].
+    pub const BIT_QCLASS: u32 = 1 << 2;
+    /// [`bit`] of [`OPCODE`].
+    pub const BIT_OPCODE: u32 = 1 << 3;
+    /// [`bit`] of [`TRANSPORT`].
+    pub const BIT_TRANSPORT: u32 = 1 << 4;
+    /// [`bit`] of [`EDNS`].
+    pub const BIT_EDNS: u32 = 1 << 5;
+    /// [`bit`] of [`DO`].
+    pub const BIT_DO: u32 = 1 << 6;
+    /// [`bit`] of [`COOKIE`].
+    pub const BIT_COOKIE: u32 = 1 << 7;
+    /// [`bit`] of [`UDP_SIZE`].
+    pub const BIT_UDP_SIZE: u32 = 1 << 8;
+    /// [`bit`] of [`LOCAL_ADDRESS`].
+    pub const BIT_LOCAL_ADDRESS: u32 = 1 << 9;
+
+    /// The bit shared by every attribute name not listed in [`bit`].
+    pub const OTHER: u32 = 1 << 31;
 }
 
 /// Reason codes of the built-in checks (rules use their `code`, default 100 + index).
@@ -121,6 +212,8 @@ pub mod codes {
     pub const DENY_ASN: u16 = 4;
     /// Tenant-wide rate limit exceeded.
     pub const RATE_LIMIT: u16 = 5;
+    /// Source in the rules file's `[global]` deny list (every tenant).
+    pub const GLOBAL_DENY: u16 = 6;
     /// First code given to request rules without an explicit one.
     pub const RULE_BASE: u16 = 100;
 }
@@ -129,6 +222,15 @@ pub mod codes {
 pub trait Request {
     /// The value of attribute `name`, if the request has it.
     fn attr(&self, name: &str) -> Option<&str>;
+
+    /// The value of attribute `name` whose [`attr::bit`] is `bit` (computed once, when the
+    /// rules were prepared): a caller with many attributes answers by `bit` without
+    /// comparing names. The default asks [`attr`](Self::attr).
+    #[inline]
+    fn attr_by_bit(&self, bit: u32, name: &str) -> Option<&str> {
+        let _ = bit;
+        self.attr(name)
+    }
 
     /// The `n`-th value of an attribute a request may carry more than once (an HTTP header
     /// sent twice); `n = 0` is [`attr`](Self::attr).
@@ -191,6 +293,11 @@ pub struct Verdict {
     /// For a rate limit: milliseconds until the source's next request would conform (a
     /// Retry-After); 0 otherwise.
     pub retry_after_ms: u32,
+    /// DNS: the rcode a deny answers with (`rcode = "REFUSED"`); `None`: the query is dropped.
+    pub dns_rcode: Option<u16>,
+    /// DNS: one rate-limited query in `slip` is answered TC=1 (BADCOOKIE to a cookie
+    /// client) instead of dropped, as RRL slips; 0 never.
+    pub slip: u8,
 }
 
 impl Verdict {
@@ -201,6 +308,8 @@ impl Verdict {
         reason: Reason::EMPTY,
         escalated: false,
         retry_after_ms: 0,
+        dns_rcode: None,
+        slip: DEFAULT_SLIP,
     };
 
     pub(crate) fn new(action: Action, code: u16, reason: &str) -> Self {
@@ -210,6 +319,8 @@ impl Verdict {
             reason: Reason::new(reason),
             escalated: false,
             retry_after_ms: 0,
+            dns_rcode: None,
+            slip: DEFAULT_SLIP,
         }
     }
 }
@@ -232,6 +343,9 @@ impl Now {
         }
     }
 }
+
+/// One rate-limited DNS query in this many is slipped unless a rule says otherwise.
+pub const DEFAULT_SLIP: u8 = 2;
 
 // ---------------------------------------------------------------------------------------------
 // Prepared (compiled) rules.
@@ -261,16 +375,108 @@ pub(crate) enum Matcher {
     Exact(Box<str>),
     Prefix(Box<str>),
     Suffix(Box<str>),
+    /// A `qname` suffix of whole labels, normalised ("example.com."): the name itself or a
+    /// name below it, never "badexample.com.".
+    LabelSuffix(Box<str>),
     Contains(Box<str>),
     OneOf(Box<[Box<str>]>),
     OneOfSet(hashbrown::HashSet<Box<str>>),
-    Regex { re: Regex, prefilter: Option<u8> },
+    Regex {
+        re: Regex,
+        /// The attribute's shared `RegexSet`, when it has one.
+        prefilter: Option<u8>,
+        /// Literals a match must start (or end) with: most values are ruled out without
+        /// running the regex.
+        anchors: Option<Box<Anchors>>,
+    },
     Present(bool),
+    /// The value read as a decimal number, compared; not a number matches nothing.
+    Num(NumOp, u64),
+}
+
+/// What an anchored regex's matches must start or end with (from its syntax): the longest
+/// literal every match shares at that end, so one short comparison rules a value out.
+#[derive(Debug)]
+pub(crate) struct Anchors {
+    /// A match starts with this (the pattern begins with `^`); empty: not known.
+    start: Box<[u8]>,
+    /// A match ends with this (the pattern ends with `$`); empty: not known.
+    end: Box<[u8]>,
+}
+
+impl Anchors {
+    /// The anchors of `pattern`, or `None` when it has none worth testing.
+    pub(crate) fn of(pattern: &str) -> Option<Box<Anchors>> {
+        use regex_syntax::hir::Look;
+        use regex_syntax::hir::literal::{ExtractKind, Extractor};
+        let hir = regex_syntax::Parser::new().parse(pattern).ok()?;
+        let props = hir.properties();
+        let side = |prefix: bool, anchored: bool| -> Box<[u8]> {
+            if !anchored {
+                return Box::default();
+            }
+            let mut ex = Extractor::new();
+            ex.kind(if prefix {
+                ExtractKind::Prefix
+            } else {
+                ExtractKind::Suffix
+            });
+            let seq = ex.extract(&hir);
+            let common = if prefix {
+                seq.longest_common_prefix()
+            } else {
+                seq.longest_common_suffix()
+            };
+            common.unwrap_or_default().into()
+        };
+        let start = side(true, props.look_set_prefix().contains(Look::Start));
+        let end = side(false, props.look_set_suffix().contains(Look::End));
+        (!start.is_empty() || !end.is_empty()).then(|| Box::new(Anchors { start, end }))
+    }
+
+    /// False when `v` cannot match.
+    #[inline]
+    fn admits(&self, v: &[u8]) -> bool {
+        // Byte loops: the literals are short, and a call to memcmp costs more than them.
+        let (s, e) = (&self.start[..], &self.end[..]);
+        v.len() >= s.len()
+            && v.len() >= e.len()
+            && v.iter().zip(s).all(|(a, b)| a == b)
+            && v[v.len() - e.len()..].iter().zip(e).all(|(a, b)| a == b)
+    }
+}
+
+/// A numeric comparison (`lt`, `le`, `gt`, `ge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NumOp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// A decimal number without sign or spaces (at most 19 digits).
+#[inline]
+fn parse_u64(v: &str) -> Option<u64> {
+    let b = v.as_bytes();
+    if b.is_empty() || b.len() > 19 {
+        return None;
+    }
+    let mut n = 0u64;
+    for &c in b {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + u64::from(c - b'0');
+    }
+    Some(n)
 }
 
 #[derive(Debug)]
 pub(crate) struct Condition {
     pub(crate) attr: Box<str>,
+    /// `attr`'s [`attr::bit`].
+    pub(crate) bit: u32,
     pub(crate) matcher: Matcher,
     pub(crate) negate: bool,
 }
@@ -300,7 +506,7 @@ impl Condition {
             }
             return any != self.negate;
         }
-        let value = req.attr(&self.attr);
+        let value = req.attr_by_bit(self.bit, &self.attr);
         let m = match value {
             None => matches!(self.matcher, Matcher::Present(false)),
             Some(v) => self.value_matches(v, prefilters, cache, true),
@@ -322,10 +528,35 @@ impl Condition {
             Matcher::Exact(s) => v == &**s,
             Matcher::Prefix(s) => v.starts_with(&**s),
             Matcher::Suffix(s) => v.ends_with(&**s),
+            Matcher::LabelSuffix(s) => {
+                &**s == "."
+                    || v == &**s
+                    || (v.len() > s.len()
+                        && v.ends_with(&**s)
+                        && v.as_bytes()[v.len() - s.len() - 1] == b'.')
+            }
+            Matcher::Num(op, n) => match parse_u64(v) {
+                Some(x) => match op {
+                    NumOp::Lt => x < *n,
+                    NumOp::Le => x <= *n,
+                    NumOp::Gt => x > *n,
+                    NumOp::Ge => x >= *n,
+                },
+                None => false,
+            },
             Matcher::Contains(s) => v.contains(&**s),
             Matcher::OneOf(set) => set.iter().any(|s| v == &**s),
             Matcher::OneOfSet(set) => set.contains(v),
-            Matcher::Regex { re, prefilter } => {
+            Matcher::Regex {
+                re,
+                prefilter,
+                anchors,
+            } => {
+                if let Some(a) = anchors
+                    && !a.admits(v.as_bytes())
+                {
+                    return false;
+                }
                 let ruled_out = match prefilter {
                     Some(i) if use_prefilter => {
                         let i = *i as usize;
@@ -366,6 +597,12 @@ pub(crate) struct Tenant {
     pub(crate) prefilters: Vec<(Box<str>, RegexSet)>,
     pub(crate) rate: Option<RateSpec>,
     pub(crate) escalate: Option<Escalation>,
+    /// Candidate rules by keyed lookups.
+    pub(crate) index: index::RuleIndex,
+    /// The tenant's name in the rules file, if given.
+    pub(crate) name: Option<Box<str>>,
+    /// The attributes its rules read ([`attr::bit`]).
+    pub(crate) reads: u32,
 }
 
 impl Tenant {
@@ -387,6 +624,19 @@ pub struct Prepared {
     pub(crate) tenants: Vec<Option<Box<Tenant>>>,
     pub(crate) bots: PrefixSet,
     pub(crate) asn: AsnTable,
+    /// `[global] deny`: every tenant of both daemons (and the XDP guard).
+    pub(crate) global_deny: PrefixSet,
+    /// `[global]` lists as written (expanded), for the XDP guard's maps.
+    pub(crate) global_lists: GlobalLists,
+}
+
+/// The rules file's `[global]` section, expanded: what the XDP guard is given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GlobalLists {
+    /// Dropped for every tenant of both daemons, and in XDP.
+    pub deny: Vec<ipnet::IpNet>,
+    /// Exempt from the XDP rate limit (never from a block).
+    pub allow: Vec<ipnet::IpNet>,
 }
 
 const TENANT_RATE_RULE: u32 = u32::MAX;
@@ -413,9 +663,45 @@ impl Prepared {
         &self.path
     }
 
+    /// The `[global]` deny and allow lists.
+    pub fn global_lists(&self) -> &GlobalLists {
+        &self.global_lists
+    }
+
+    /// The name a tenant has in the rules file.
+    pub fn tenant_name(&self, tenant: TenantId) -> Option<&str> {
+        self.tenants
+            .get(tenant as usize)
+            .and_then(|t| t.as_ref())
+            .and_then(|t| t.name.as_deref())
+    }
+
     /// Number of tenants with rules.
     pub fn tenant_count(&self) -> usize {
         self.tenants.iter().filter(|t| t.is_some()).count()
+    }
+
+    /// True when a check of `tenant` may say anything but pass: it has rules, or the
+    /// `[global]` deny list applies to everyone (callers skip the check otherwise).
+    #[inline]
+    pub fn may_apply(&self, tenant: TenantId) -> bool {
+        !self.global_deny.is_empty() || self.has_rules(tenant)
+    }
+
+    /// True when `tenant`'s rules read an attribute of `bit` ([`attr::bit`]): a caller that
+    /// formats attributes formats only those.
+    #[inline]
+    pub fn reads(&self, tenant: TenantId, bit: u32) -> bool {
+        self.reads_mask(tenant) & bit != 0
+    }
+
+    /// Every attribute bit ([`attr::bit`]) `tenant`'s rules read.
+    #[inline]
+    pub fn reads_mask(&self, tenant: TenantId) -> u32 {
+        self.tenants
+            .get(tenant as usize)
+            .and_then(|t| t.as_ref())
+            .map_or(0, |t| t.reads)
     }
 
     /// True when the tenant has any rule (callers may skip the check entirely otherwise).
@@ -437,7 +723,8 @@ impl Prepared {
 
     /// Evaluates `tenant`'s rules for a request from `src`; see the module documentation.
     ///
-    /// A tenant without rules costs a bounds check and an `Option` test (inlined here).
+    /// A tenant without rules costs a bounds check and an `Option` test (inlined here),
+    /// plus one emptiness test for the `[global]` deny list.
     #[inline(always)]
     pub fn check<R: Request + ?Sized>(
         &self,
@@ -447,6 +734,9 @@ impl Prepared {
         req: &R,
         now: Now,
     ) -> Verdict {
+        if !self.global_deny.is_empty() && self.global_deny.contains(src) {
+            return Verdict::new(Action::Deny, codes::GLOBAL_DENY, "global-deny");
+        }
         match self.tenants.get(tenant as usize) {
             Some(Some(t)) => self.check_tenant(t, state, src, req, now),
             _ => Verdict::PASS,
@@ -498,29 +788,40 @@ impl Prepared {
             return Verdict::new(Action::Deny, codes::DENY_ASN, "deny-asn");
         }
         let mut cache = [0u8; MAX_PREFILTERS];
-        for rule in &t.rules {
-            if let Some(s) = &rule.source
-                && !s.contains(src)
-            {
-                continue;
-            }
-            if !rule
-                .conds
-                .iter()
-                .all(|c| c.matches(req, &t.prefilters, &mut cache))
-            {
-                continue;
-            }
-            match (rule.verdict.action, &rule.rate) {
-                (Action::RateLimit, Some(spec)) => {
-                    if let Some(ms) = rate_limited(state, t.id, rule.index, spec, src, now) {
-                        return Verdict {
-                            retry_after_ms: ms,
-                            ..rule.verdict
-                        };
+        if !t.rules.is_empty() {
+            if t.index.is_trivial() || req.multi_valued() {
+                for rule in &t.rules {
+                    if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
+                        return v;
                     }
                 }
-                _ => return rule.verdict,
+            } else {
+                let mut c = index::Candidates::new();
+                t.index.candidates(req, &mut c);
+                if c.overflow {
+                    for rule in &t.rules {
+                        if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
+                            return v;
+                        }
+                    }
+                } else {
+                    // The candidates and the walked rules, merged in file order.
+                    let (found, scan) = (c.sorted(), &t.index.scan[..]);
+                    let (mut i, mut j) = (0, 0);
+                    while i < found.len() || j < scan.len() {
+                        let next = if j == scan.len() || (i < found.len() && found[i] < scan[j]) {
+                            i += 1;
+                            found[i - 1]
+                        } else {
+                            j += 1;
+                            scan[j - 1]
+                        };
+                        let rule = &t.rules[next as usize];
+                        if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
+                            return v;
+                        }
+                    }
+                }
             }
         }
         if let Some(spec) = &t.rate
@@ -532,6 +833,39 @@ impl Prepared {
             };
         }
         Verdict::PASS
+    }
+}
+
+/// The verdict of one rule for the request, when it decides (`None`: go on).
+#[inline]
+fn rule_verdict<R: Request + ?Sized>(
+    t: &Tenant,
+    rule: &Rule,
+    state: &RuleState,
+    src: IpAddr,
+    req: &R,
+    now: Now,
+    cache: &mut [u8; MAX_PREFILTERS],
+) -> Option<Verdict> {
+    if let Some(s) = &rule.source
+        && !s.contains(src)
+    {
+        return None;
+    }
+    if !rule
+        .conds
+        .iter()
+        .all(|c| c.matches(req, &t.prefilters, cache))
+    {
+        return None;
+    }
+    match (rule.verdict.action, &rule.rate) {
+        (Action::RateLimit, Some(spec)) => rate_limited(state, t.id, rule.index, spec, src, now)
+            .map(|ms| Verdict {
+                retry_after_ms: ms,
+                ..rule.verdict
+            }),
+        _ => Some(rule.verdict),
     }
 }
 
@@ -786,6 +1120,38 @@ impl crate::metrics::Source for RuleSet {
                 t.slots as u64,
             );
         }
+        // Per tenant: the 20 with most checks by name, the rest as "other".
+        let tc = tenant_counts();
+        let rows = tc
+            .top
+            .iter()
+            .map(|(t, n)| (t.to_string(), n))
+            .chain(std::iter::once(("other".to_string(), &tc.other)));
+        for (tenant, n) in rows {
+            out.counter(
+                format!("rules.tenant.{tenant}.checks"),
+                "palisade_rules_tenant_checks_total",
+                format!("tenant=\"{tenant}\""),
+                "Rule checks by tenant: the 20 tenants with most, the others summed as other.",
+                n[0],
+            );
+            for (i, kind) in tenants::KINDS.iter().enumerate().skip(1) {
+                out.counter(
+                    format!("rules.tenant.{tenant}.{kind}"),
+                    "palisade_rules_tenant_verdicts_total",
+                    format!("tenant=\"{tenant}\",action=\"{kind}\""),
+                    "Rule verdicts other than pass by tenant (the same 20 tenants, the rest as other).",
+                    n[i],
+                );
+            }
+        }
+        out.counter(
+            "rules.tenant_table_full",
+            "palisade_rules_tenant_table_full_total",
+            "",
+            "Tenants that displaced a less busy one from a full per-thread table (whose counts moved to other).",
+            tc.table_full,
+        );
     }
 }
 
@@ -820,7 +1186,9 @@ impl LocalRules {
         now: Now,
     ) -> Verdict {
         let state = &self.set.state;
-        self.cache.load().check(state, tenant, src, req, now)
+        let v = self.cache.load().check(state, tenant, src, req, now);
+        tenants::count(tenant, v.action);
+        v
     }
 }
 
@@ -881,6 +1249,269 @@ mod tests {
         // Negated: matches when no value matches.
         assert_eq!(v(&["wget"]), Action::Challenge);
         assert_eq!(v(&["wget", "curl"]), Action::Pass);
+    }
+
+    /// A DNS query as attributes.
+    fn dns<'a>(qname: &'a str, qtype: &'a str) -> Attrs<'a> {
+        // Leaked: the test's requests live as long as the test.
+        let v: &'a [(&'a str, &'a str)] = Box::leak(Box::new([
+            (attr::QNAME, qname),
+            (attr::QTYPE, qtype),
+            (attr::TRANSPORT, "udp"),
+            (attr::UDP_SIZE, "1232"),
+        ]));
+        Attrs(v)
+    }
+
+    #[test]
+    fn dns_attributes_compare_in_one_spelling_and_suffixes_take_whole_labels() {
+        let p = prepared(
+            "[[tenant]]\nid = 7\n\
+             [[tenant.rule]]\nname = \"suffix\"\naction = \"deny\"\nrcode = \"refused\"\n\
+             when = [{ attr = \"qname\", suffix = \"Example.COM\" }]\n\
+             [[tenant.rule]]\nname = \"exact\"\naction = \"deny\"\n\
+             when = [{ attr = \"qname\", exact = \"WWW.Other.Test\" }, { attr = \"qtype\", one_of = [\"txt\", \"any\"] }]\n\
+             [[tenant.rule]]\nname = \"small\"\naction = \"challenge\"\n\
+             when = [{ attr = \"udp_size\", lt = 1232 }]\n",
+        );
+        let s = state();
+        let src = ip("192.0.2.1");
+        let v = |q: &str, t: &str| p.check(&s, 7, src, &dns(q, t), NOW);
+        let d = v("a.example.com.", "A");
+        assert_eq!((d.action, d.dns_rcode), (Action::Deny, Some(5)));
+        assert_eq!(v("example.com.", "A").action, Action::Deny);
+        assert_eq!(v("badexample.com.", "A").action, Action::Pass);
+        assert_eq!(v("com.", "A").action, Action::Pass);
+        assert_eq!(v("www.other.test.", "TXT").action, Action::Deny);
+        assert_eq!(v("www.other.test.", "A").action, Action::Pass);
+        let r = Attrs(&[(attr::QNAME, "x.test."), (attr::UDP_SIZE, "512")]);
+        assert_eq!(p.check(&s, 7, src, &r, NOW).action, Action::Challenge);
+        let r = Attrs(&[(attr::QNAME, "x.test."), (attr::UDP_SIZE, "4096")]);
+        assert_eq!(p.check(&s, 7, src, &r, NOW).action, Action::Pass);
+        let r = Attrs(&[(attr::QNAME, "x.test.")]);
+        assert_eq!(
+            p.check(&s, 7, src, &r, NOW).action,
+            Action::Pass,
+            "no EDNS: no size"
+        );
+    }
+
+    #[test]
+    fn regex_anchors_rule_out_only_what_cannot_match() {
+        let start =
+            |p: &str| Anchors::of(p).map(|a| String::from_utf8_lossy(&a.start).into_owned());
+        assert_eq!(start(r"^api[0-9]+-bad\."), Some("api".to_string()));
+        assert_eq!(
+            start("^(cdn|img)-x"),
+            None,
+            "no literal every match starts with"
+        );
+        assert_eq!(start("^(cdn|cdx)-x"), Some("cd".to_string()));
+        assert_eq!(start("(?i)^ab"), None);
+        for none in ["foo", "(?m)^x", "^a|b", "^.*x", "^[a-z]+", ""] {
+            assert!(Anchors::of(none).is_none(), "{none}");
+        }
+        let a = Anchors::of(r"\.example\.com\.$").expect("suffix anchor");
+        assert!(a.admits(b"www.example.com.") && !a.admits(b"www.example.net."));
+
+        // Never rules out a value the regex matches.
+        let patterns = [
+            r"^api[0-9]+-bad\.",
+            "^(cdn|img)-x",
+            "(?i)^ab",
+            r"\.example\.com\.$",
+            "^a.*z$",
+            "^(?:ab|a)c?$",
+            "^é",
+        ];
+        let values = [
+            "api12-bad.x",
+            "api-bad.",
+            "cdn-x",
+            "img-xy",
+            "IMG-x",
+            "Ab",
+            "aB",
+            "x.example.com.",
+            "example.com.",
+            "az",
+            "abz",
+            "a",
+            "ab",
+            "ac",
+            "abc",
+            "é",
+            "",
+        ];
+        for p in patterns {
+            let re = Regex::new(p).unwrap();
+            let Some(a) = Anchors::of(p) else { continue };
+            for v in values {
+                if re.is_match(v) {
+                    assert!(
+                        a.admits(v.as_bytes()),
+                        "{p} matches {v:?} but was ruled out"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rcode_and_slip_go_with_their_actions() {
+        let bad = |t: &str| {
+            Prepared::parse(Path::new("r.toml"), t)
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad(
+            "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"allow\"\nrcode = \"REFUSED\"\n",
+        );
+        assert!(e.contains("`rcode` only goes with action deny"), "{e}");
+        let e = bad(
+            "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nrcode = \"NOPE\"\n",
+        );
+        assert!(
+            e.starts_with("r.toml:6:") && e.contains("unknown rcode"),
+            "{e}"
+        );
+        let e =
+            bad("[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nslip = 3\n");
+        assert!(e.contains("`slip` only goes with action rate_limit"), "{e}");
+        let p = prepared(
+            "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"rate_limit\"\nslip = 0\n\
+             rate = { per_second = 1.0, burst = 1 }\n",
+        );
+        let s = state();
+        let src = ip("192.0.2.1");
+        assert_eq!(p.check(&s, 1, src, &(), NOW).action, Action::Pass);
+        let v = p.check(&s, 1, src, &(), NOW);
+        assert_eq!((v.action, v.slip), (Action::RateLimit, 0));
+    }
+
+    #[test]
+    fn the_global_deny_list_applies_to_every_tenant() {
+        let p = prepared(
+            "[[list]]\nname = \"bad\"\nprefixes = [\"203.0.113.0/24\"]\n\
+             [global]\ndeny = [\"@bad\", \"198.51.100.7\"]\nallow = [\"192.0.2.0/24\"]\n\
+             [[tenant]]\nid = 2\nallow = [\"203.0.113.0/24\"]\n",
+        );
+        let s = state();
+        for t in [0, 2, 99] {
+            let v = p.check(&s, t, ip("203.0.113.9"), &(), NOW);
+            assert_eq!(
+                (v.action, v.code),
+                (Action::Deny, codes::GLOBAL_DENY),
+                "tenant {t}"
+            );
+        }
+        assert_eq!(p.check(&s, 0, ip("192.0.2.1"), &(), NOW), Verdict::PASS);
+        let g = p.global_lists();
+        assert_eq!(g.deny.len(), 2);
+        assert_eq!(g.allow, vec!["192.0.2.0/24".parse::<IpNet>().unwrap()]);
+    }
+
+    /// Random tenants and requests: the index gives exactly the walk's verdicts.
+    #[test]
+    fn the_index_gives_the_verdicts_of_a_walk_over_every_rule() {
+        use rand_like::Lcg;
+        let mut r = Lcg(0x5eed);
+        let words = [
+            "a", "b", "example", "com", "net", "www", "mail", "api", "x1", "q",
+        ];
+        let name = |r: &mut Lcg| {
+            let n = 1 + r.below(4);
+            let mut s = String::new();
+            for _ in 0..n {
+                s.push_str(words[r.below(words.len())]);
+                s.push('.');
+            }
+            s
+        };
+        for round in 0..40 {
+            let mut text = String::from("[[tenant]]\nid = 1\n");
+            for i in 0..(1 + r.below(60)) {
+                let cond = match r.below(9) {
+                    0 => format!("{{ attr = \"qname\", exact = \"{}\" }}", name(&mut r)),
+                    1 => format!("{{ attr = \"qname\", suffix = \"{}\" }}", name(&mut r)),
+                    2 => {
+                        let n = name(&mut r);
+                        let k = (1 + r.below(3)).min(n.len());
+                        format!("{{ attr = \"qname\", prefix = \"{}\" }}", &n[..k])
+                    }
+                    3 => format!("{{ attr = \"path\", suffix = \"{}\" }}", words[r.below(10)]),
+                    4 => format!(
+                        "{{ attr = \"qtype\", one_of = [\"A\", \"{}\"] }}",
+                        ["TXT", "MX", "AAAA"][r.below(3)]
+                    ),
+                    5 => format!(
+                        "{{ attr = \"qname\", regex = \"^{}\\\\.\" }}",
+                        words[r.below(10)]
+                    ),
+                    6 => format!(
+                        "{{ attr = \"qname\", contains = \"{}\", not = true }}",
+                        words[r.below(10)]
+                    ),
+                    7 => format!("{{ attr = \"udp_size\", ge = {} }}", 512 * (1 + r.below(8))),
+                    _ => format!(
+                        "{{ attr = \"qname\", exact = \"{}\", not = true }}",
+                        name(&mut r)
+                    ),
+                };
+                let second = if r.below(3) == 0 {
+                    format!(
+                        ", {{ attr = \"qtype\", exact = \"{}\" }}",
+                        ["A", "TXT"][r.below(2)]
+                    )
+                } else {
+                    String::new()
+                };
+                let action = ["deny", "allow", "challenge"][r.below(3)];
+                text.push_str(&format!(
+                    "[[tenant.rule]]\nname = \"r{i}\"\naction = \"{action}\"\nwhen = [{cond}{second}]\n"
+                ));
+            }
+            let indexed = prepared(&text);
+            let mut walked = prepared(&text);
+            let t = walked.tenants[1].as_mut().unwrap();
+            t.index = index::RuleIndex {
+                scan: (0..t.rules.len() as u32).collect(),
+                attrs: Vec::new(),
+            };
+            let s = state();
+            for _ in 0..200 {
+                let q = name(&mut r);
+                let size = (256 * (1 + r.below(16))).to_string();
+                let path = format!("/{}", words[r.below(10)]);
+                let qtype = ["A", "TXT", "MX", "AAAA"][r.below(4)];
+                let req = Attrs(Box::leak(Box::new([
+                    (attr::QNAME, Box::leak(q.clone().into_boxed_str()) as &str),
+                    (attr::QTYPE, qtype),
+                    (attr::UDP_SIZE, Box::leak(size.into_boxed_str()) as &str),
+                    ("path", Box::leak(path.into_boxed_str()) as &str),
+                ])));
+                let src = ip("192.0.2.1");
+                assert_eq!(
+                    indexed.check(&s, 1, src, &req, NOW),
+                    walked.check(&s, 1, src, &req, NOW),
+                    "round {round}, {req:?}\n{text}"
+                );
+            }
+        }
+    }
+
+    mod rand_like {
+        /// A small deterministic generator for the tests.
+        pub struct Lcg(pub u64);
+        impl Lcg {
+            pub fn below(&mut self, n: usize) -> usize {
+                self.0 = self
+                    .0
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((self.0 >> 33) % n as u64) as usize
+            }
+        }
     }
 
     #[test]

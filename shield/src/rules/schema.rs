@@ -3,8 +3,8 @@
 use super::error::RulesError;
 use super::sources::{AsnTable, load_crawler_ranges, parse_prefix_list};
 use super::{
-    Action, Condition, Escalation, MAX_PREFILTERS, MAX_TENANT_ID, Matcher, Prepared, RateSpec,
-    Rule, Tenant, Verdict, codes,
+    Action, Condition, Escalation, GlobalLists, MAX_PREFILTERS, MAX_TENANT_ID, Matcher, NumOp,
+    Prepared, RateSpec, Rule, Tenant, Verdict, attr as attrs, codes,
 };
 use crate::block::Reason;
 use crate::prefix::{PrefixMap, PrefixSet, parse_net};
@@ -29,12 +29,22 @@ const ONE_OF_SET_MIN: usize = 8;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileSchema {
+    global: Option<GlobalSchema>,
     known_bots: Option<KnownBotsSchema>,
     asn: Option<AsnSchema>,
     #[serde(default)]
     list: Vec<ListSchema>,
     #[serde(default)]
     tenant: Vec<TenantSchema>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GlobalSchema {
+    #[serde(default)]
+    deny: Vec<Spanned<String>>,
+    #[serde(default)]
+    allow: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -63,7 +73,6 @@ struct ListSchema {
 struct TenantSchema {
     id: Spanned<u32>,
     #[serde(default)]
-    #[allow(dead_code)]
     name: Option<String>,
     #[serde(default)]
     allow: Vec<Spanned<String>>,
@@ -131,6 +140,10 @@ struct RuleSchema {
     #[serde(default)]
     source: Vec<Spanned<String>>,
     rate: Option<Spanned<RateSchema>>,
+    /// DNS: the rcode a deny answers with (default: no answer).
+    rcode: Option<Spanned<String>>,
+    /// DNS: one rate-limited query in `slip` answered TC=1 (0: none).
+    slip: Option<Spanned<u8>>,
 }
 
 #[derive(Deserialize)]
@@ -144,6 +157,10 @@ struct CondSchema {
     one_of: Option<Vec<String>>,
     regex: Option<Spanned<String>>,
     present: Option<bool>,
+    lt: Option<u64>,
+    le: Option<u64>,
+    gt: Option<u64>,
+    ge: Option<u64>,
     #[serde(default)]
     not: bool,
 }
@@ -236,6 +253,10 @@ impl Ctx<'_> {
             c.one_of.is_some(),
             c.regex.is_some(),
             c.present.is_some(),
+            c.lt.is_some(),
+            c.le.is_some(),
+            c.gt.is_some(),
+            c.ge.is_some(),
         ]
         .iter()
         .filter(|b| **b)
@@ -243,33 +264,60 @@ impl Ctx<'_> {
         if set != 1 {
             return self.err(
                 c.attr.span(),
-                "a condition needs exactly one of exact, prefix, suffix, contains, one_of, regex, present",
+                "a condition needs exactly one of exact, prefix, suffix, contains, one_of, regex, present, lt, le, gt, ge",
             );
         }
         let attr = c.attr.get_ref().as_str();
         if attr.is_empty() {
             return self.err(c.attr.span(), "empty attribute name");
         }
+        // DNS attributes compare in one spelling: names lower-case with the trailing dot,
+        // type/class/opcode mnemonics upper-case, the others lower-case.
+        let norm = |v: &str| normalize(attr, v);
         let matcher = if let Some(s) = &c.exact {
-            Matcher::Exact(s.as_str().into())
+            Matcher::Exact(norm(s).into())
         } else if let Some(s) = &c.prefix {
-            Matcher::Prefix(s.as_str().into())
+            let p = if attr == attrs::QNAME {
+                s.to_ascii_lowercase()
+            } else {
+                norm(s)
+            };
+            Matcher::Prefix(p.into())
         } else if let Some(s) = &c.suffix {
-            Matcher::Suffix(s.as_str().into())
+            if attr == attrs::QNAME {
+                // Whole labels: "example.com" and "example.com." alike.
+                Matcher::LabelSuffix(norm(s).into())
+            } else {
+                Matcher::Suffix(norm(s).into())
+            }
         } else if let Some(s) = &c.contains {
-            Matcher::Contains(s.as_str().into())
+            let v = if attr == attrs::QNAME {
+                s.to_ascii_lowercase()
+            } else {
+                norm(s)
+            };
+            Matcher::Contains(v.into())
         } else if let Some(v) = &c.one_of {
             if v.len() > ONE_OF_SET_MIN {
-                Matcher::OneOfSet(v.iter().map(|s| s.as_str().into()).collect())
+                Matcher::OneOfSet(v.iter().map(|s| norm(s).into()).collect())
             } else {
-                Matcher::OneOf(v.iter().map(|s| s.as_str().into()).collect())
+                Matcher::OneOf(v.iter().map(|s| norm(s).into()).collect())
             }
+        } else if let Some(n) = c.lt {
+            Matcher::Num(NumOp::Lt, n)
+        } else if let Some(n) = c.le {
+            Matcher::Num(NumOp::Le, n)
+        } else if let Some(n) = c.gt {
+            Matcher::Num(NumOp::Gt, n)
+        } else if let Some(n) = c.ge {
+            Matcher::Num(NumOp::Ge, n)
         } else if let Some(r) = &c.regex {
             match RegexBuilder::new(r.get_ref())
                 .size_limit(REGEX_SIZE_LIMIT)
                 .build()
             {
                 Ok(re) => Matcher::Regex {
+                    anchors: super::Anchors::of(r.get_ref()),
                     re,
                     prefilter: None,
                 },
@@ -279,6 +327,7 @@ impl Ctx<'_> {
             Matcher::Present(c.present.unwrap_or(true))
         };
         Ok(Condition {
+            bit: super::attr::bit(attr),
             attr: attr.into(),
             matcher,
             negate: c.not,
@@ -367,6 +416,34 @@ impl Ctx<'_> {
                 .iter()
                 .map(|c| self.condition(c))
                 .collect::<Result<Vec<_>, _>>()?;
+            let dns_rcode = match &r.rcode {
+                None => None,
+                Some(_) if action != Action::Deny => {
+                    return self.err(
+                        r.rcode.as_ref().map(Spanned::span).unwrap_or_default(),
+                        "`rcode` only goes with action deny",
+                    );
+                }
+                Some(rc) => match rcode_value(rc.get_ref()) {
+                    Some(v) => Some(v),
+                    None => {
+                        return self.err(
+                            rc.span(),
+                            format!(
+                                "unknown rcode {:?}: NOERROR, FORMERR, SERVFAIL, NXDOMAIN, NOTIMP or REFUSED",
+                                rc.get_ref()
+                            ),
+                        );
+                    }
+                },
+            };
+            let slip = match &r.slip {
+                None => super::DEFAULT_SLIP,
+                Some(sl) if action != Action::RateLimit => {
+                    return self.err(sl.span(), "`slip` only goes with action rate_limit");
+                }
+                Some(sl) => *sl.get_ref(),
+            };
             let source = if r.source.is_empty() {
                 None
             } else {
@@ -379,13 +456,22 @@ impl Ctx<'_> {
             };
             rules.push(Rule {
                 index: i as u32,
-                verdict: Verdict::new(action, code, name),
+                verdict: Verdict {
+                    dns_rcode,
+                    slip,
+                    ..Verdict::new(action, code, name)
+                },
                 conds,
                 source,
                 rate,
             });
         }
         let prefilters = self.prefilters(&mut rules)?;
+        let index = super::index::RuleIndex::build(&rules);
+        let reads = rules
+            .iter()
+            .flat_map(|r| r.conds.iter())
+            .fold(0u32, |m, c| m | attrs::bit(&c.attr));
         Ok(Tenant {
             id,
             allow,
@@ -397,6 +483,9 @@ impl Ctx<'_> {
             prefilters,
             rate,
             escalate,
+            index,
+            name: t.name.as_deref().map(Box::from),
+            reads,
         })
     }
 
@@ -560,6 +649,12 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
     let mut seen = std::collections::HashSet::new();
     for t in &file.tenant {
         let id = *t.id.get_ref();
+        if id == 0 {
+            return ctx.err(
+                t.id.span(),
+                "tenant 0 is \"no tenant\" (zones and sites that name none): ids start at 1",
+            );
+        }
         if id > MAX_TENANT_ID {
             return ctx.err(
                 t.id.span(),
@@ -578,12 +673,52 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
         tenants[i] = (!tenant.is_noop()).then(|| Box::new(tenant));
         seen.insert(id);
     }
+    let mut global_lists = GlobalLists::default();
+    let mut global_deny = PrefixSet::new();
+    if let Some(g) = &file.global {
+        for (n, _) in ctx.nets(&g.deny)? {
+            global_deny.insert(n, ());
+            global_lists.deny.push(n);
+        }
+        global_lists.allow = ctx.nets(&g.allow)?.into_iter().map(|(n, _)| n).collect();
+    }
     Ok(Prepared {
         path: path.to_path_buf(),
         tenants,
         bots,
         asn,
+        global_deny,
+        global_lists,
     })
+}
+
+/// The value of a DNS rcode mnemonic a deny may answer with.
+fn rcode_value(name: &str) -> Option<u16> {
+    Some(match name.to_ascii_uppercase().as_str() {
+        "NOERROR" => 0,
+        "FORMERR" => 1,
+        "SERVFAIL" => 2,
+        "NXDOMAIN" => 3,
+        "NOTIMP" => 4,
+        "REFUSED" => 5,
+        _ => return None,
+    })
+}
+
+/// A condition value in the spelling the attribute is compared in.
+fn normalize(attr: &str, v: &str) -> String {
+    match attr {
+        attrs::QNAME => {
+            let mut s = v.to_ascii_lowercase();
+            if !s.ends_with('.') {
+                s.push('.');
+            }
+            s
+        }
+        attrs::QTYPE | attrs::QCLASS | attrs::OPCODE => v.to_ascii_uppercase(),
+        attrs::TRANSPORT | attrs::COOKIE => v.to_ascii_lowercase(),
+        _ => v.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -637,11 +772,11 @@ mod tests {
         assert_eq!(p.tenant_count(), 0);
         let vals: Vec<String> = (0..20).map(|i| format!("\"v{i}\"")).collect();
         let text = format!(
-            "[[tenant]]\nid = 0\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nwhen = [{{ attr = \"qtype\", one_of = [{}] }}]\n",
+            "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nwhen = [{{ attr = \"qtype\", one_of = [{}] }}]\n",
             vals.join(",")
         );
         let p = compile(Path::new("r.toml"), &text).unwrap();
-        let t = p.tenants[0].as_ref().unwrap();
+        let t = p.tenants[1].as_ref().unwrap();
         assert!(matches!(t.rules[0].conds[0].matcher, Matcher::OneOfSet(_)));
     }
 }

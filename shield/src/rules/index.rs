@@ -1,0 +1,361 @@
+//! Candidate rules by keyed lookups, so that a tenant with thousands of rules costs a few
+//! lookups per request instead of a walk over all of them.
+//!
+//! Each rule is indexed by one of its conditions, the cheapest to look up: `exact` and
+//! `one_of` values in a hash table per attribute, `qname` suffixes (whole labels) in a hash
+//! table probed once per label count in use, `prefix` and `suffix` values in byte tries walked
+//! along the value (forwards, backwards). A rule with no such condition (only regexes,
+//! `contains`, numbers, `present`, negations) is always a candidate. The index only narrows:
+//! every candidate is then evaluated whole, in file order, so verdicts are exactly those of a
+//! walk over every rule. A request whose attribute may carry several values (a header sent
+//! twice) is evaluated by the walk.
+
+use super::{Matcher, Request, Rule};
+use hashbrown::HashMap;
+use std::mem::MaybeUninit;
+
+/// Most candidates collected per request; more falls back to the walk over every rule.
+pub(crate) const MAX_CANDIDATES: usize = 128;
+
+/// Rule numbers by keyed lookups, per attribute, plus the rules every request walks.
+#[derive(Debug, Default)]
+pub(crate) struct RuleIndex {
+    /// Rules with no indexable condition, in file order: always candidates.
+    pub(crate) scan: Vec<u32>,
+    /// Per attribute, the lookups that find the other rules.
+    pub(crate) attrs: Vec<AttrIndex>,
+}
+
+/// The lookups on one attribute.
+#[derive(Debug)]
+pub(crate) struct AttrIndex {
+    pub(crate) attr: Box<str>,
+    /// `attr`'s [`super::attr::bit`].
+    bit: u32,
+    /// `exact` and `one_of` values and `qname` label suffixes ("example.com."), by text: one
+    /// lookup finds both kinds for the whole value.
+    keys: HashMap<Box<str>, Keyed>,
+    /// Bit `n`: a key of `n` bytes (255 and longer: bit 255) is in `keys`; a value of
+    /// another length is never hashed.
+    key_lens: [u64; 4],
+    /// Bit `n`: a label suffix of `n` labels is indexed (the root "." has none).
+    label_counts: u64,
+    prefix: Trie,
+    /// Over the reversed suffixes.
+    suffix: Trie,
+}
+
+/// The rules found by one key.
+#[derive(Debug, Default)]
+struct Keyed {
+    /// Rules whose value is exactly the key.
+    exact: Vec<u32>,
+    /// Rules whose `qname` suffix is the key.
+    labels: Vec<u32>,
+}
+
+/// A byte trie: each node lists the rules whose key ends there.
+#[derive(Debug)]
+struct Trie {
+    nodes: Vec<TrieNode>,
+}
+
+#[derive(Debug, Default)]
+struct TrieNode {
+    /// Sorted by byte.
+    edges: Vec<(u8, u32)>,
+    rules: Vec<u32>,
+}
+
+impl Default for Trie {
+    fn default() -> Self {
+        Trie {
+            nodes: vec![TrieNode::default()],
+        }
+    }
+}
+
+impl Trie {
+    fn insert(&mut self, key: impl Iterator<Item = u8>, rule: u32) {
+        let mut n = 0usize;
+        for b in key {
+            n = match self.nodes[n].edges.binary_search_by_key(&b, |e| e.0) {
+                Ok(i) => self.nodes[n].edges[i].1 as usize,
+                Err(i) => {
+                    let id = self.nodes.len() as u32;
+                    self.nodes.push(TrieNode::default());
+                    self.nodes[n].edges.insert(i, (b, id));
+                    id as usize
+                }
+            };
+        }
+        self.nodes[n].rules.push(rule);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.nodes.len() == 1 && self.nodes[0].rules.is_empty()
+    }
+
+    /// Adds the rules of every node on `key`'s path (every key that `key` starts with).
+    #[inline]
+    fn collect(&self, key: impl Iterator<Item = u8>, out: &mut Candidates) {
+        let mut n = &self.nodes[0];
+        out.extend(&n.rules);
+        for b in key {
+            match n.edges.binary_search_by_key(&b, |e| e.0) {
+                Ok(i) => n = &self.nodes[n.edges[i].1 as usize],
+                Err(_) => return,
+            }
+            out.extend(&n.rules);
+        }
+    }
+}
+
+/// Candidate rule numbers gathered for one request (on the stack, never zeroed).
+pub(crate) struct Candidates {
+    buf: [MaybeUninit<u32>; MAX_CANDIDATES],
+    len: usize,
+    /// More than [`MAX_CANDIDATES`]: the caller walks every rule instead.
+    pub(crate) overflow: bool,
+}
+
+impl Candidates {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        Candidates {
+            buf: [const { MaybeUninit::uninit() }; MAX_CANDIDATES],
+            len: 0,
+            overflow: false,
+        }
+    }
+
+    #[inline]
+    fn extend(&mut self, rules: &[u32]) {
+        if self.len + rules.len() > MAX_CANDIDATES {
+            self.overflow = true;
+            return;
+        }
+        for (d, &r) in self.buf[self.len..].iter_mut().zip(rules) {
+            d.write(r);
+        }
+        self.len += rules.len();
+    }
+
+    /// The candidates sorted, without repeats.
+    #[inline]
+    pub(crate) fn sorted(&mut self) -> &[u32] {
+        // SAFETY: the first `len` elements were written by `extend`, and MaybeUninit<u32>
+        // has the layout of u32.
+        let s: &mut [u32] = unsafe {
+            std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<u32>(), self.len)
+        };
+        s.sort_unstable();
+        let mut w = 0;
+        for r in 0..s.len() {
+            if w == 0 || s[r] != s[w - 1] {
+                s[w] = s[r];
+                w += 1;
+            }
+        }
+        &s[..w]
+    }
+}
+
+/// How a rule is indexed: the kind of its chosen condition, cheapest first.
+fn rank(m: &Matcher) -> Option<u8> {
+    match m {
+        Matcher::Exact(_) | Matcher::OneOf(_) | Matcher::OneOfSet(_) => Some(0),
+        Matcher::LabelSuffix(_) => Some(1),
+        Matcher::Prefix(_) => Some(2),
+        Matcher::Suffix(_) => Some(3),
+        _ => None,
+    }
+}
+
+impl RuleIndex {
+    /// Indexes `rules` (numbered by position).
+    pub(crate) fn build(rules: &[Rule]) -> RuleIndex {
+        let mut ix = RuleIndex::default();
+        for (i, rule) in rules.iter().enumerate() {
+            let i = i as u32;
+            let best = rule
+                .conds
+                .iter()
+                .filter(|c| !c.negate)
+                .filter_map(|c| rank(&c.matcher).map(|r| (r, c)))
+                .min_by_key(|(r, _)| *r);
+            let Some((_, c)) = best else {
+                ix.scan.push(i);
+                continue;
+            };
+            let a = match ix.attrs.iter().position(|a| a.attr == c.attr) {
+                Some(p) => &mut ix.attrs[p],
+                None => {
+                    ix.attrs.push(AttrIndex {
+                        attr: c.attr.clone(),
+                        bit: c.bit,
+                        keys: HashMap::new(),
+                        key_lens: [0; 4],
+                        label_counts: 0,
+                        prefix: Trie::default(),
+                        suffix: Trie::default(),
+                    });
+                    ix.attrs.last_mut().expect("just pushed")
+                }
+            };
+            let mut note = |k: &str| {
+                let n = k.len().min(255);
+                a.key_lens[n / 64] |= 1u64 << (n % 64);
+            };
+            match &c.matcher {
+                Matcher::Exact(v) => note(v),
+                Matcher::OneOf(vs) => vs.iter().for_each(|v| note(v)),
+                Matcher::OneOfSet(vs) => vs.iter().for_each(|v| note(v)),
+                Matcher::LabelSuffix(s) => note(s),
+                _ => {}
+            }
+            match &c.matcher {
+                Matcher::Exact(v) => a.keys.entry(v.clone()).or_default().exact.push(i),
+                Matcher::OneOf(vs) => {
+                    for v in vs.iter() {
+                        let e = &mut a.keys.entry(v.clone()).or_default().exact;
+                        if e.last() != Some(&i) {
+                            e.push(i);
+                        }
+                    }
+                }
+                Matcher::OneOfSet(vs) => {
+                    for v in vs {
+                        a.keys.entry(v.clone()).or_default().exact.push(i);
+                    }
+                }
+                Matcher::LabelSuffix(s) => {
+                    a.label_counts |= 1u64 << label_count(s).min(63);
+                    a.keys.entry(s.clone()).or_default().labels.push(i);
+                }
+                Matcher::Prefix(p) => a.prefix.insert(p.bytes(), i),
+                Matcher::Suffix(s) => a.suffix.insert(s.bytes().rev(), i),
+                _ => unreachable!("ranked matchers only"),
+            }
+        }
+        ix
+    }
+
+    /// True when lookups cannot narrow anything (every rule is walked anyway).
+    pub(crate) fn is_trivial(&self) -> bool {
+        self.attrs.is_empty()
+    }
+
+    /// Gathers the candidates of `req` besides [`RuleIndex::scan`].
+    #[inline]
+    pub(crate) fn candidates<R: Request + ?Sized>(&self, req: &R, out: &mut Candidates) {
+        for a in &self.attrs {
+            let Some(v) = req.attr_by_bit(a.bit, &a.attr) else {
+                continue;
+            };
+            if a.has_len(v.len())
+                && let Some(k) = a.keys.get(v)
+            {
+                out.extend(&k.exact);
+                out.extend(&k.labels);
+            }
+            if a.label_counts != 0 {
+                // The whole name was looked up above; its shorter suffixes here.
+                label_suffixes(v, a.label_counts, |s| {
+                    if s.len() != v.len()
+                        && a.has_len(s.len())
+                        && let Some(k) = a.keys.get(s)
+                    {
+                        out.extend(&k.labels);
+                    }
+                });
+            }
+            if !a.prefix.is_empty() {
+                a.prefix.collect(v.bytes(), out);
+            }
+            if !a.suffix.is_empty() {
+                a.suffix.collect(v.bytes().rev(), out);
+            }
+        }
+    }
+}
+
+impl AttrIndex {
+    /// True when a key of `len` bytes may be in `keys`.
+    #[inline]
+    fn has_len(&self, len: usize) -> bool {
+        let n = len.min(255);
+        self.key_lens[n / 64] & (1u64 << (n % 64)) != 0
+    }
+}
+
+/// Labels of a presentation name with its trailing dot ("." has none).
+fn label_count(s: &str) -> usize {
+    if s == "." { 0 } else { s.matches('.').count() }
+}
+
+/// Calls `f` with each suffix of `name` (lower-case presentation, trailing dot) that is whole
+/// labels and has a label count set in `counts`: "www.example.com." gives "." (0),
+/// "com." (1), "example.com." (2), "www.example.com." (3).
+#[inline]
+pub(crate) fn label_suffixes(name: &str, counts: u64, mut f: impl FnMut(&str)) {
+    if counts & 1 != 0 {
+        f(".");
+    }
+    let b = name.as_bytes();
+    if b.len() < 2 || b[b.len() - 1] != b'.' {
+        return;
+    }
+    let mut n = 0u32;
+    // Walk back from the dot before the root, cutting at each label boundary.
+    let mut i = b.len() - 1;
+    while i > 0 {
+        i -= 1;
+        if b[i] == b'.' || i == 0 {
+            n += 1;
+            if n >= 64 {
+                return;
+            }
+            let start = if b[i] == b'.' { i + 1 } else { 0 };
+            if counts & (1u64 << n) != 0 {
+                f(&name[start..]);
+            }
+            if counts >> (n + 1) == 0 {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_suffixes_cut_at_label_boundaries() {
+        let mut got = Vec::new();
+        label_suffixes("www.example.com.", u64::MAX, |s| got.push(s.to_string()));
+        assert_eq!(got, [".", "com.", "example.com.", "www.example.com."]);
+        let mut got = Vec::new();
+        label_suffixes("a.b.c.", 1 << 2, |s| got.push(s.to_string()));
+        assert_eq!(got, ["b.c."]);
+        let mut got = Vec::new();
+        label_suffixes(".", u64::MAX, |s| got.push(s.to_string()));
+        assert_eq!(got, ["."]);
+    }
+
+    #[test]
+    fn tries_collect_every_key_on_the_path() {
+        let mut t = Trie::default();
+        t.insert("/a".bytes(), 1);
+        t.insert("/ab".bytes(), 2);
+        t.insert("/b".bytes(), 3);
+        t.insert("".bytes(), 4);
+        let mut c = Candidates::new();
+        t.collect("/abc".bytes(), &mut c);
+        assert_eq!(c.sorted(), &[1, 2, 4]);
+        let mut c = Candidates::new();
+        t.collect("/x".bytes(), &mut c);
+        assert_eq!(c.sorted(), &[4]);
+    }
+}
