@@ -69,6 +69,23 @@ struct {
 	__type(value, struct guard_config);
 } guard_config SEC(".maps");
 
+/* The rules file's [global] allow list: exempt from the rate limit, never from a block. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, GUARD_DEFAULT_ALLOW_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct guard_lpm_v4_key);
+	__type(value, __u32);
+} guard_allow_v4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, GUARD_DEFAULT_ALLOW_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct guard_lpm_v6_key);
+	__type(value, __u32);
+} guard_allow_v6 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -90,25 +107,29 @@ struct ipv6_frag {
 	__be32 id;
 };
 
-/* True when any writer's slot of `b` ends after now (GUARD_NEVER always does). */
-static __always_inline int block_live(const struct guard_block *b)
+/* The first writer slot of `b` that ends after now (GUARD_NEVER always does), or -1. */
+static __always_inline int live_slot(const struct guard_block *b)
 {
 	__u64 now = bpf_ktime_get_boot_ns();
 #pragma unroll
 	for (int i = 0; i < GUARD_SLOTS; i++) {
 		if (b->expires_ns[i] > now)
-			return 1;
+			return i;
 	}
-	return 0;
+	return -1;
 }
 
-/* An entry found whose slots have all passed: counted, left for the userspace sweep. */
+/* A live entry drops (counted by its writer slot); one whose slots have all passed is
+ * counted and left for the userspace sweep. */
 static __always_inline int found_live(const struct guard_block *b, struct guard_counters *cnt)
 {
 	if (!b)
 		return 0;
-	if (block_live(b))
+	int s = live_slot(b);
+	if (s >= 0 && s < GUARD_SLOTS) {
+		cnt->count[GUARD_C_DROP_SLOT + s]++;
 		return 1;
+	}
 	cnt->count[GUARD_C_BLOCK_EXPIRED]++;
 	return 0;
 }
@@ -137,6 +158,21 @@ static __always_inline int check_v6(const struct in6_addr *saddr, struct guard_c
 	return GUARD_C_PASS;
 }
 
+/* True when the source is in the [global] allow list (exempt from the rate limit). */
+static __always_inline int allowed(const struct guard_v6_key *src)
+{
+	const __u8 *a = src->addr;
+	if (a[0] == 0 && a[1] == 0 && a[2] == 0 && a[3] == 0 && a[4] == 0 && a[5] == 0 &&
+	    a[6] == 0 && a[7] == 0 && a[8] == 0 && a[9] == 0 && a[10] == 0xff && a[11] == 0xff) {
+		struct guard_lpm_v4_key k = { .prefixlen = 32 };
+		__builtin_memcpy(&k.addr, &a[12], 4);
+		return bpf_map_lookup_elem(&guard_allow_v4, &k) != 0;
+	}
+	struct guard_lpm_v6_key k = { .prefixlen = 128 };
+	__builtin_memcpy(k.addr, a, 16);
+	return bpf_map_lookup_elem(&guard_allow_v6, &k) != 0;
+}
+
 /* Token bucket per source for UDP to a DNS port. `src` is the IPv6 (or v4-mapped) source. */
 static __always_inline int rate_limit(struct guard_v6_key *src, __be16 dport,
 				      struct guard_counters *cnt)
@@ -148,6 +184,10 @@ static __always_inline int rate_limit(struct guard_v6_key *src, __be16 dport,
 	__u16 port = bpf_ntohs(dport);
 	if (!(cfg->dns_ports[(port >> 3) & 8191] & (1 << (port & 7))))
 		return GUARD_C_PASS;
+	if (allowed(src)) {
+		cnt->count[GUARD_C_RATE_EXEMPT]++;
+		return GUARD_C_PASS;
+	}
 
 	__u64 now = bpf_ktime_get_ns();
 	struct guard_bucket *b = bpf_map_lookup_elem(&guard_rate, src);

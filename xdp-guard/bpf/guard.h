@@ -28,6 +28,8 @@
 #define GUARD_MAP_RATE "guard_rate"
 #define GUARD_MAP_CONFIG "guard_config"
 #define GUARD_MAP_COUNTERS "guard_counters"
+#define GUARD_MAP_ALLOW_V4 "guard_allow_v4"
+#define GUARD_MAP_ALLOW_V6 "guard_allow_v6"
 
 /* Default map sizes; userspace overrides them at load time from its config. */
 #define GUARD_DEFAULT_BLOCK_V4_ENTRIES 262144
@@ -35,6 +37,7 @@
 #define GUARD_DEFAULT_PREFIX_V4_ENTRIES 16384
 #define GUARD_DEFAULT_PREFIX_V6_ENTRIES 16384
 #define GUARD_DEFAULT_RATE_ENTRIES 65536
+#define GUARD_DEFAULT_ALLOW_ENTRIES 16384
 
 /* One packet's worth of tokens in a rate-limit bucket ("nano-packets"). */
 #define GUARD_TOKEN_UNIT 1000000000ULL
@@ -56,7 +59,9 @@
 /* Events, not verdicts. */
 #define GUARD_C_BLOCK_EXPIRED 6       /* a block entry with every slot expired was seen */
 #define GUARD_C_RATE_NEW_SOURCE 7     /* a rate-limit bucket was created */
-#define GUARD_COUNTERS 8
+#define GUARD_C_RATE_EXEMPT 8         /* UDP to a DNS port from an allowed source: not limited */
+#define GUARD_C_DROP_SLOT 9           /* + slot: a drop, by the first live writer slot */
+#define GUARD_COUNTERS 13
 
 /* guard_block_v4 key: one IPv4 address. */
 struct guard_v4_key {

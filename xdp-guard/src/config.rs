@@ -85,6 +85,9 @@ pub struct XdpConfig {
     /// Sources tracked by the rate limiter (per-CPU LRU).
     #[serde(default = "default_rate_entries")]
     pub rate_entries: u32,
+    /// Capacity of each allow trie (the rules file's `[global] allow`, per family).
+    #[serde(default = "default_allow_entries")]
+    pub allow_entries: u32,
     /// Directory on bpffs where the maps are pinned, shared by every process.
     #[serde(default = "default_pin_path")]
     pub pin_path: PathBuf,
@@ -114,6 +117,9 @@ fn default_prefix_v4() -> u32 {
 fn default_prefix_v6() -> u32 {
     DEFAULT_PREFIX_V6_ENTRIES
 }
+fn default_allow_entries() -> u32 {
+    crate::maps::DEFAULT_ALLOW_ENTRIES
+}
 fn default_rate_entries() -> u32 {
     DEFAULT_RATE_ENTRIES
 }
@@ -138,6 +144,7 @@ impl XdpConfig {
             prefix_v4_entries: DEFAULT_PREFIX_V4_ENTRIES,
             prefix_v6_entries: DEFAULT_PREFIX_V6_ENTRIES,
             rate_entries: DEFAULT_RATE_ENTRIES,
+            allow_entries: crate::maps::DEFAULT_ALLOW_ENTRIES,
             pin_path: default_pin_path(),
             pin: true,
         }
@@ -182,6 +189,7 @@ impl XdpConfig {
             ("prefix_v4_entries", self.prefix_v4_entries),
             ("prefix_v6_entries", self.prefix_v6_entries),
             ("rate_entries", self.rate_entries),
+            ("allow_entries", self.allow_entries),
         ] {
             if n == 0 {
                 return bad(format!("{name} must be at least 1"));

@@ -133,6 +133,8 @@ impl Source for XdpSource {
             ("swept", s.swept),
             ("reopens", s.reopens),
             ("dropped_unopened", s.dropped_unopened),
+            ("global_writes", s.global_writes),
+            ("global_failures", s.global_failures),
         ] {
             out.counter(
                 format!("xdp.mirror.{name}"),

@@ -114,6 +114,8 @@ impl XdpGuard {
             cfg.rate_entries,
             1,
             1,
+            cfg.allow_entries,
+            cfg.allow_entries,
         ];
         let mut loader = EbpfLoader::new();
         for (name, size) in ALL_MAPS.iter().zip(sizes) {

@@ -32,8 +32,9 @@ use crate::Error;
 use crate::clock::ExpiryClock;
 use crate::maps::{
     ALL_MAPS, BlockValue, C_BLOCK_EXPIRED, C_DROP_BLOCKED_ADDR, C_DROP_BLOCKED_PREFIX,
-    C_DROP_RATELIMIT, C_PASS, C_PASS_NOT_IP, C_PASS_NOT_UNDERSTOOD, C_RATE_NEW_SOURCE, COUNTERS,
-    GuardConfig, LpmV4Key, LpmV6Key, Plain, RawCounters, SLOTS, V4Key, V6Key,
+    C_DROP_RATELIMIT, C_DROP_SLOT, C_PASS, C_PASS_NOT_IP, C_PASS_NOT_UNDERSTOOD, C_RATE_EXEMPT,
+    C_RATE_NEW_SOURCE, COUNTERS, GuardConfig, LpmV4Key, LpmV6Key, Plain, RawCounters, SLOTS, V4Key,
+    V6Key,
 };
 use crate::sys;
 
@@ -54,7 +55,7 @@ const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
 const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
 
 /// What a map must look like: (type, key size, value size), in [`ALL_MAPS`] order.
-const SPECS: [(u32, u32, u32); 7] = [
+const SPECS: [(u32, u32, u32); 9] = [
     (BPF_MAP_TYPE_HASH, 4, VS as u32),
     (BPF_MAP_TYPE_HASH, 16, VS as u32),
     (BPF_MAP_TYPE_LPM_TRIE, 8, VS as u32),
@@ -66,7 +67,12 @@ const SPECS: [(u32, u32, u32); 7] = [
         4,
         size_of::<RawCounters>() as u32,
     ),
+    (BPF_MAP_TYPE_LPM_TRIE, 8, 4),
+    (BPF_MAP_TYPE_LPM_TRIE, 20, 4),
 ];
+
+/// Index of the IPv4 allow trie in [`ALL_MAPS`] (the IPv6 one follows).
+const ALLOW_V4: usize = 7;
 
 /// One of the four block maps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -125,6 +131,26 @@ fn encode_key(net: &IpNet, out: &mut Vec<u8>) {
         IpNet::V6(n) if n.prefix_len() == 128 => {
             out.extend_from_slice(V6Key::new(n.addr()).as_bytes())
         }
+        IpNet::V6(n) => out.extend_from_slice(
+            LpmV6Key {
+                prefixlen: n.prefix_len().into(),
+                addr: n.addr().octets(),
+            }
+            .as_bytes(),
+        ),
+    }
+}
+
+/// Encodes `net` as a prefix-trie key (whatever its length).
+fn encode_lpm_key(net: &IpNet, out: &mut Vec<u8>) {
+    match net.trunc() {
+        IpNet::V4(n) => out.extend_from_slice(
+            LpmV4Key {
+                prefixlen: n.prefix_len().into(),
+                addr: V4Key::new(n.addr()).addr,
+            }
+            .as_bytes(),
+        ),
         IpNet::V6(n) => out.extend_from_slice(
             LpmV6Key {
                 prefixlen: n.prefix_len().into(),
@@ -200,6 +226,11 @@ pub struct Counters {
     pub block_expired: u64,
     /// Rate-limit buckets created.
     pub rate_new_source: u64,
+    /// UDP to a DNS port from an allowed source (`[global] allow`): not rate-limited.
+    pub rate_exempt: u64,
+    /// Drops of blocked sources by the first live writer slot (dnsd, http-front, rules,
+    /// operator).
+    pub drop_by_slot: [u64; crate::maps::SLOTS],
 }
 
 impl Counters {
@@ -214,6 +245,11 @@ impl Counters {
             ("drop_ratelimit", self.drop_ratelimit),
             ("block_expired", self.block_expired),
             ("rate_new_source", self.rate_new_source),
+            ("rate_exempt", self.rate_exempt),
+            ("drop_by_dnsd", self.drop_by_slot[0]),
+            ("drop_by_http_front", self.drop_by_slot[1]),
+            ("drop_by_rules", self.drop_by_slot[2]),
+            ("drop_by_operator", self.drop_by_slot[3]),
         ]
     }
 
@@ -237,6 +273,8 @@ impl Counters {
             drop_ratelimit: c[C_DROP_RATELIMIT],
             block_expired: c[C_BLOCK_EXPIRED],
             rate_new_source: c[C_RATE_NEW_SOURCE],
+            rate_exempt: c[C_RATE_EXEMPT],
+            drop_by_slot: std::array::from_fn(|i| c[C_DROP_SLOT + i]),
         }
     }
 }
@@ -971,6 +1009,73 @@ impl GuardMaps {
             }
         }
         Ok(report)
+    }
+
+    /// Makes the allow tries (exempt from the rate limit) hold exactly `nets`; returns how
+    /// many entries were written and deleted.
+    pub fn set_allow(&self, nets: &[IpNet]) -> Result<(u64, u64), Error> {
+        let _lock = self.lock();
+        let (mut written, mut deleted) = (0, 0);
+        for (i, v6) in [(ALLOW_V4, false), (ALLOW_V4 + 1, true)] {
+            let fd = self.fd(i);
+            let ks = if v6 { 20 } else { 8 };
+            let want: HashSet<Vec<u8>> = nets
+                .iter()
+                .filter(|n| matches!(n, IpNet::V6(_)) == v6)
+                .map(|n| {
+                    let mut k = Vec::with_capacity(ks);
+                    encode_lpm_key(n, &mut k);
+                    k
+                })
+                .collect();
+            let mut have = Vec::new();
+            let mut key = vec![0u8; ks];
+            let mut next = vec![0u8; ks];
+            let mut started = false;
+            while sys::next_key(fd, started.then_some(&key[..]), &mut next)
+                .map_err(|e| syscall_err("get_next_key", ALL_MAPS[i], e))?
+            {
+                std::mem::swap(&mut key, &mut next);
+                started = true;
+                have.push(key.clone());
+            }
+            for k in have.iter().filter(|k| !want.contains(*k)) {
+                if sys::delete(fd, k).map_err(|e| syscall_err("delete", ALL_MAPS[i], e))? {
+                    deleted += 1;
+                }
+            }
+            for k in want.iter().filter(|k| !have.contains(k)) {
+                sys::update(fd, k, &1u32.to_ne_bytes(), sys::BPF_ANY)
+                    .map_err(|e| syscall_err("update", ALL_MAPS[i], e))?;
+                written += 1;
+            }
+        }
+        Ok((written, deleted))
+    }
+
+    /// The allow tries' entries.
+    pub fn allow_list(&self) -> Result<Vec<IpNet>, Error> {
+        let mut out = Vec::new();
+        for (i, kind) in [
+            (ALLOW_V4, BlockMapKind::PrefixV4),
+            (ALLOW_V4 + 1, BlockMapKind::PrefixV6),
+        ] {
+            let fd = self.fd(i);
+            let ks = kind.key_size();
+            let mut key = vec![0u8; ks];
+            let mut next = vec![0u8; ks];
+            let mut started = false;
+            while sys::next_key(fd, started.then_some(&key[..]), &mut next)
+                .map_err(|e| syscall_err("get_next_key", ALL_MAPS[i], e))?
+            {
+                std::mem::swap(&mut key, &mut next);
+                started = true;
+                if let Some(n) = decode_key(kind, &key) {
+                    out.push(n);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Forgets every rate-limit bucket (all sources start with a full burst again).

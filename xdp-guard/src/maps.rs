@@ -22,8 +22,12 @@ pub const MAP_RATE: &str = "guard_rate";
 pub const MAP_CONFIG: &str = "guard_config";
 /// Name of the one-element PERCPU_ARRAY holding [`RawCounters`].
 pub const MAP_COUNTERS: &str = "guard_counters";
+/// Name of the LPM_TRIE of IPv4 prefixes exempt from the rate limit (`[global] allow`).
+pub const MAP_ALLOW_V4: &str = "guard_allow_v4";
+/// Name of the LPM_TRIE of IPv6 prefixes exempt from the rate limit.
+pub const MAP_ALLOW_V6: &str = "guard_allow_v6";
 /// Every map of the program, in a fixed order.
-pub const ALL_MAPS: [&str; 7] = [
+pub const ALL_MAPS: [&str; 9] = [
     MAP_BLOCK_V4,
     MAP_BLOCK_V6,
     MAP_PREFIX_V4,
@@ -31,6 +35,8 @@ pub const ALL_MAPS: [&str; 7] = [
     MAP_RATE,
     MAP_CONFIG,
     MAP_COUNTERS,
+    MAP_ALLOW_V4,
+    MAP_ALLOW_V6,
 ];
 
 /// Default capacity of the IPv4 address hash.
@@ -43,6 +49,8 @@ pub const DEFAULT_PREFIX_V4_ENTRIES: u32 = 16_384;
 pub const DEFAULT_PREFIX_V6_ENTRIES: u32 = 16_384;
 /// Default capacity of the rate-limit LRU (sources tracked per CPU).
 pub const DEFAULT_RATE_ENTRIES: u32 = 65_536;
+/// Default capacity of each allow-list trie.
+pub const DEFAULT_ALLOW_ENTRIES: u32 = 16_384;
 
 /// One packet's worth of tokens in a bucket ("nano-packets").
 pub const TOKEN_UNIT: u64 = 1_000_000_000;
@@ -86,8 +94,12 @@ pub const VERDICTS: usize = 6;
 pub const C_BLOCK_EXPIRED: usize = 6;
 /// Counter index (event): a rate-limit bucket was created for a new source.
 pub const C_RATE_NEW_SOURCE: usize = 7;
+/// Counter index (event): UDP to a DNS port from an allowed source, not rate-limited.
+pub const C_RATE_EXEMPT: usize = 8;
+/// Counter index (event) of the first of [`SLOTS`]: a drop, by the first live writer slot.
+pub const C_DROP_SLOT: usize = 9;
 /// Number of counter slots.
-pub const COUNTERS: usize = 8;
+pub const COUNTERS: usize = 13;
 
 /// Key of the IPv4 address hash.
 #[repr(C)]

@@ -13,6 +13,11 @@
 //! are taken and dropped, and the first write after they appear is a full resync), and
 //! when the pins are replaced (`xdp-guard attach` of a new layout or size) it reopens them
 //! and resyncs its slot.
+//!
+//! The daemon that owns the rules file's `[global]` lists hands them to its mirror
+//! ([`MirrorHandle::set_global_lists`]): the mirror thread keeps the `rules` slot (deny,
+//! never ending) and the allow tries equal to them, written again whenever the maps are
+//! (re)opened.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,6 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use shield::block::{Change, Delivery, Subscription};
+use shield::rules::GlobalLists;
 use tracing::{debug, warn};
 
 use crate::clock::{ExpiryClock, boot_ns};
@@ -71,6 +77,8 @@ pub struct MirrorStats {
     reopens: AtomicU64,
     dropped_unopened: AtomicU64,
     open: AtomicBool,
+    global_writes: AtomicU64,
+    global_failures: AtomicU64,
 }
 
 /// A copy of [`MirrorStats`] at one instant.
@@ -104,6 +112,10 @@ pub struct MirrorSnapshot {
     pub dropped_unopened: u64,
     /// The mirror holds maps to write into.
     pub open: bool,
+    /// Times the `[global]` lists were written into the maps.
+    pub global_writes: u64,
+    /// Writes of the `[global]` lists that failed (retried).
+    pub global_failures: u64,
 }
 
 impl MirrorStats {
@@ -125,6 +137,8 @@ impl MirrorStats {
             reopens: l(&self.reopens),
             dropped_unopened: l(&self.dropped_unopened),
             open: self.open.load(Ordering::Relaxed),
+            global_writes: l(&self.global_writes),
+            global_failures: l(&self.global_failures),
         }
     }
 
@@ -149,9 +163,20 @@ struct Pinned {
     warned: bool,
 }
 
+/// The `[global]` lists handed to a mirror, and their version.
+#[derive(Debug, Default)]
+struct Global {
+    version: AtomicU64,
+    lists: Mutex<Option<GlobalLists>>,
+}
+
 /// Mirrors one block-map subscription into one writer slot of one set of kernel maps.
 #[derive(Debug)]
 pub struct Mirror {
+    /// The `[global]` lists to keep in the maps (set through the handle).
+    global: Arc<Global>,
+    /// The version of them written into the current maps (0: none).
+    global_applied: u64,
     maps: Option<GuardMaps>,
     /// The maps written now, for whoever reads their counters.
     current: Arc<Mutex<Option<GuardMaps>>>,
@@ -175,6 +200,8 @@ impl Mirror {
         let stats = Arc::new(MirrorStats::default());
         stats.open.store(true, Ordering::Relaxed);
         Self {
+            global: Arc::default(),
+            global_applied: 0,
             current: Arc::new(Mutex::new(Some(maps.clone()))),
             maps: Some(maps),
             pinned: None,
@@ -190,6 +217,8 @@ impl Mirror {
     /// opened now or as soon as they appear, and reopened when they are replaced.
     pub fn pinned(dir: PathBuf, slot: usize, sub: Subscription, opts: MirrorOptions) -> Self {
         let mut m = Self {
+            global: Arc::default(),
+            global_applied: 0,
             maps: None,
             current: Arc::new(Mutex::new(None)),
             pinned: Some(Pinned {
@@ -255,6 +284,7 @@ impl Mirror {
                 self.stats.reopens.fetch_add(1, Ordering::Relaxed);
                 self.sub.request_resync();
                 self.synced = true;
+                self.global_applied = 0;
                 true
             }
             Err(e) => {
@@ -363,6 +393,54 @@ impl Mirror {
         n
     }
 
+    /// Writes the `[global]` lists when they changed or the maps did.
+    pub fn apply_global(&mut self) {
+        let v = self.global.version.load(Ordering::Acquire);
+        if v == self.global_applied {
+            return;
+        }
+        let Some(maps) = &self.maps else {
+            return;
+        };
+        let lists = self
+            .global
+            .lists
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default();
+        let rules = maps.clone().with_slot(crate::maps::SLOT_RULES);
+        let deny: Vec<KernelBlock> = lists
+            .deny
+            .iter()
+            .map(|n| KernelBlock {
+                net: *n,
+                expires_ns: 0,
+            })
+            .collect();
+        let r = rules
+            .replace_all(&deny, self.opts.batch)
+            .and_then(|r| maps.set_allow(&lists.allow).map(|a| (r, a)));
+        match r {
+            Ok((r, (written, deleted))) => {
+                debug!(
+                    deny = deny.len(),
+                    allow = lists.allow.len(),
+                    ?r,
+                    written,
+                    deleted,
+                    "[global] lists written into the XDP maps"
+                );
+                self.stats.global_writes.fetch_add(1, Ordering::Relaxed);
+                self.global_applied = v;
+            }
+            Err(e) => {
+                warn!(error = %e, "writing the [global] lists into the XDP maps failed; retrying");
+                self.stats.global_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Deletes kernel entries whose expiry has passed; returns how many.
     pub fn sweep(&mut self) -> u64 {
         self.last_sweep = Instant::now();
@@ -396,6 +474,7 @@ impl Mirror {
             self.recheck();
         }
         self.drain();
+        self.apply_global();
         if self.last_sweep.elapsed() >= self.opts.sweep_every {
             self.sweep();
         }
@@ -406,6 +485,7 @@ impl Mirror {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::clone(&self.stats);
         let current = Arc::clone(&self.current);
+        let global = Arc::clone(&self.global);
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("xdp-mirror".into())
@@ -421,6 +501,7 @@ impl Mirror {
             stop,
             stats,
             current,
+            global,
             thread: Some(thread),
         })
     }
@@ -432,6 +513,7 @@ pub struct MirrorHandle {
     stop: Arc<AtomicBool>,
     stats: Arc<MirrorStats>,
     current: Arc<Mutex<Option<GuardMaps>>>,
+    global: Arc<Global>,
     thread: Option<JoinHandle<Mirror>>,
 }
 
@@ -439,6 +521,13 @@ impl MirrorHandle {
     /// The mirror's counters.
     pub fn stats(&self) -> &Arc<MirrorStats> {
         &self.stats
+    }
+
+    /// Hands the rules file's `[global]` lists to the mirror: its thread keeps the `rules`
+    /// slot and the allow tries equal to them (and writes them again into maps it reopens).
+    pub fn set_global_lists(&self, lists: GlobalLists) {
+        *self.global.lists.lock().unwrap_or_else(|e| e.into_inner()) = Some(lists);
+        self.global.version.fetch_add(1, Ordering::Release);
     }
 
     /// The maps the mirror writes now (`None` while pinned maps are awaited).

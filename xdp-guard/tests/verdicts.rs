@@ -40,6 +40,8 @@ fn run(g: &XdpGuard, frame: &[u8]) -> (Verdict, Counters) {
         drop_ratelimit: d(after.drop_ratelimit, before.drop_ratelimit),
         block_expired: d(after.block_expired, before.block_expired),
         rate_new_source: d(after.rate_new_source, before.rate_new_source),
+        rate_exempt: d(after.rate_exempt, before.rate_exempt),
+        drop_by_slot: std::array::from_fn(|i| d(after.drop_by_slot[i], before.drop_by_slot[i])),
     };
     assert_eq!(
         delta.packets(),
@@ -571,4 +573,46 @@ fn rate_limit_off_when_rate_is_zero() {
     let c = g.counters().unwrap();
     assert_eq!((c.pass, c.drop_ratelimit, c.rate_new_source), (1000, 0, 0));
     assert!(!g.maps().config().unwrap().is_dns_port(54));
+}
+
+/// The rules file's `[global] allow` list (the allow tries): exempt from the rate limit,
+/// never from a block; drops are counted by the writer slot that holds the block.
+#[test]
+fn allowed_sources_skip_the_rate_limit_but_not_a_block_and_drops_count_by_writer() {
+    if !xdp_ready("allowed_sources_skip_the_rate_limit_but_not_a_block_and_drops_count_by_writer") {
+        return;
+    }
+    let g = private_guard(&[DNS], 1, 1);
+    pin_to_current_cpu();
+    g.maps()
+        .set_allow(&[net("192.0.2.0/25"), net("2001:db8:a::/48")])
+        .unwrap();
+    let mut listed = g.maps().allow_list().unwrap();
+    listed.sort();
+    assert_eq!(listed, vec![net("192.0.2.0/25"), net("2001:db8:a::/48")]);
+    // An allowed source is never rate-limited, another one is after its burst of one.
+    let ok = udp4(v4("192.0.2.7"), DNS);
+    for _ in 0..5 {
+        let (v, d) = run(&g, &ok);
+        assert_eq!((v, d.rate_exempt), (Verdict::Pass, 1));
+    }
+    let other = udp4(v4("192.0.2.200"), DNS);
+    assert_eq!(run(&g, &other).0, Verdict::Pass);
+    assert_eq!(run(&g, &other).0, Verdict::Drop);
+    let ok6 = udp6(v6("2001:db8:a::9"), DNS);
+    for _ in 0..3 {
+        assert_eq!(run(&g, &ok6).0, Verdict::Pass);
+    }
+    // Blocked in the rules slot: dropped all the same, counted for that writer.
+    let rules = g.maps().clone().with_slot(xdp_guard::SLOT_RULES);
+    assert!(rules.block(net("192.0.2.7/32"), u64::MAX).unwrap());
+    let (v, d) = run(&g, &ok);
+    assert_eq!((v, d.drop_blocked_addr), (Verdict::Drop, 1));
+    assert_eq!(d.drop_by_slot, [0, 0, 1, 0]);
+    // The list replaced: what is gone is rate-limited again.
+    g.maps().set_allow(&[net("2001:db8:a::/48")]).unwrap();
+    assert_eq!(g.maps().allow_list().unwrap(), vec![net("2001:db8:a::/48")]);
+    let again = udp4(v4("192.0.2.8"), DNS);
+    assert_eq!(run(&g, &again).0, Verdict::Pass);
+    assert_eq!(run(&g, &again).0, Verdict::Drop);
 }
