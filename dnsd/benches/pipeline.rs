@@ -1,5 +1,8 @@
 //! Cost per query of the pipeline and of each defence: `Processor::process` on one A query
-//! from the UDP path, with defences off, then each check on. `cargo bench -p dnsd`.
+//! from the UDP path, with defences off, then each check on; then the shield rules of the
+//! zone's tenant: none, 10 and 1,000 rules (qname exact, suffix and prefix, qtype one_of,
+//! transport, udp_size and regex conditions; the query matches none, so every rule that
+//! could apply is looked at). `cargo bench -p dnsd`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +19,10 @@ use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin};
 use shield::events::{Aggregator, AggregatorConfig};
 
 fn zones() -> Arc<ArcSwap<ZoneSet>> {
+    zones_of(0)
+}
+
+fn zones_of(tenant: u32) -> Arc<ArcSwap<ZoneSet>> {
     let origin: zones::Name = "example.com.".parse().unwrap();
     let mut text = String::from("$TTL 300\n@ SOA ns h 1 2 3 4 5\n@ NS ns\nns A 192.0.2.1\n");
     for i in 0..10_000 {
@@ -25,7 +32,13 @@ fn zones() -> Arc<ArcSwap<ZoneSet>> {
         .unwrap()
         .zone;
     Arc::new(ArcSwap::from_pointee(ZoneSet::new(
-        vec![(Arc::new(z), dnsd::served_zones::ServeOptions::default())],
+        vec![(
+            Arc::new(z),
+            dnsd::served_zones::ServeOptions {
+                tenant,
+                ..Default::default()
+            },
+        )],
         1,
     )))
 }
@@ -77,6 +90,63 @@ fn processor(
     (p, shared)
 }
 
+/// A rules file with `n` rules for tenant 7 (a tenth of them, at most 10, regexes).
+fn rules_file(n: usize) -> String {
+    let mut t = String::from("[[tenant]]\nid = 7\n");
+    let words = [
+        "api", "mail", "cdn", "img", "static", "auth", "login", "shop", "blog", "dev",
+    ];
+    let mut regex = 0;
+    for i in 0..n {
+        let w = words[i % words.len()];
+        let cond = match i % 8 {
+            0 => format!("{{ attr = \"qname\", suffix = \"{w}{i}.example.net\" }}"),
+            1 => format!("{{ attr = \"qname\", exact = \"{w}.{i}.example.com\" }}"),
+            2 => format!("{{ attr = \"qname\", prefix = \"{w}-{i}\" }}"),
+            3 => format!(
+                "{{ attr = \"qtype\", one_of = [\"TYPE{}\", \"NULL\"] }}",
+                1000 + i
+            ),
+            4 if regex < 10 && (n <= 10 || i % 100 == 4) => {
+                regex += 1;
+                format!("{{ attr = \"qname\", regex = \"^{w}[0-9]+-bad{i}\\\\.\" }}")
+            }
+            5 => format!("{{ attr = \"qname\", suffix = \"{w}.test{i}\" }}"),
+            6 => format!(
+                "{{ attr = \"qname\", exact = \"h{}.example.com\" }}, {{ attr = \"transport\", exact = \"tcp\" }}",
+                20_000 + i
+            ),
+            _ => format!(
+                "{{ attr = \"qname\", suffix = \"{w}{i}.example.org\" }}, {{ attr = \"udp_size\", lt = 512 }}"
+            ),
+        };
+        t.push_str(&format!(
+            "[[tenant.rule]]\nname = \"r{i}\"\naction = \"deny\"\nwhen = [{cond}]\n"
+        ));
+    }
+    t
+}
+
+/// A processor whose zone belongs to tenant 7, with the shield rules `text` and the
+/// defences off.
+fn with_rules(text: &str) -> (Processor, Arc<defence::Shared>) {
+    let prepared = shield::rules::Prepared::parse(std::path::Path::new("bench.toml"), text)
+        .expect("bench rules");
+    let map = BlockMap::new(BlockConfig::default());
+    let state = shield::rules::RuleState::new(&Default::default(), Some(map.clone()));
+    let set = Arc::new(shield::rules::RuleSet::new(prepared, state));
+    let shared = defence::Shared::new(off(), map, Aggregator::new(AggregatorConfig::default()))
+        .with_rules(set);
+    let mut p = Processor::new(
+        zones_of(7),
+        Arc::new(PipelineConfig::default()),
+        Arc::new(WorkerStats::default()),
+        Some(&shared),
+    );
+    p.refresh();
+    (p, shared)
+}
+
 fn off() -> DefenceConfig {
     let mut c = DefenceConfig::default();
     c.rrl.enabled = false;
@@ -113,6 +183,29 @@ fn bench(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| {
                 // A new source per query: RRL never limits, every lookup misses.
+                i = i.wrapping_add(1);
+                let s = SocketAddr::new(
+                    std::net::IpAddr::from((0xc000_0000u32 | (i << 8)).to_be_bytes()),
+                    5353,
+                );
+                p.process(&q, s, Transport::Udp, &mut out)
+            })
+        });
+    }
+    // The shield rules of the zone's tenant.
+    let rule_cases = [
+        (
+            "rules: tenant without rules",
+            "[[tenant]]\nid = 8\ndeny = [\"203.0.113.0/24\"]\n".to_string(),
+        ),
+        ("rules: 10 rules", rules_file(10)),
+        ("rules: 1000 rules (10 regex)", rules_file(1000)),
+    ];
+    for (name, text) in rule_cases {
+        let (mut p, _s) = with_rules(&text);
+        let mut i = 0u32;
+        g.bench_function(name, |b| {
+            b.iter(|| {
                 i = i.wrapping_add(1);
                 let s = SocketAddr::new(
                     std::net::IpAddr::from((0xc000_0000u32 | (i << 8)).to_be_bytes()),

@@ -79,6 +79,8 @@ pub struct Processor {
     q: Box<Query>,
     xfr: Option<Arc<crate::xfr::Transfers>>,
     job: Option<Box<crate::xfr::axfr::Job>>,
+    /// The service address of the next message (set by the transport).
+    local: Option<std::net::IpAddr>,
 }
 
 /// The outcome of processing one message.
@@ -113,7 +115,14 @@ impl Processor {
             q: Box::default(),
             xfr: None,
             job: None,
+            local: None,
         }
+    }
+
+    /// The service address the next messages were sent to (the rules' `local_address`).
+    #[inline]
+    pub fn set_local(&mut self, ip: std::net::IpAddr) {
+        self.local = Some(ip);
     }
 
     /// Hands transfers, NOTIFY and TSIG-signed messages to `x` (without it they are refused).
@@ -228,6 +237,7 @@ impl Processor {
             req,
             q,
             src: src.ip(),
+            local: self.local,
             transport,
             zone: zone_idx,
             apex: zone.map_or(&b""[..], |(_, z)| z.apex().as_wire()),
@@ -347,6 +357,7 @@ impl Processor {
                 req,
                 q,
                 src: src.ip(),
+                local: self.local,
                 transport,
                 zone: None,
                 apex: b"",

@@ -107,6 +107,8 @@ pub struct Parsed<'a> {
     pub q: &'a Query,
     /// The source address.
     pub src: IpAddr,
+    /// The service address the query was sent to, when the transport says.
+    pub local: Option<IpAddr>,
     /// UDP or TCP.
     pub transport: Transport,
     /// Index of the zone that answers, when one does.

@@ -1,5 +1,6 @@
-//! Reloads: the config's zone list and cookie secrets re-read, changed zones (or one zone)
-//! loaded off the runtime's threads, a zone that fails keeping its last good version.
+//! Reloads: the config's zone list, cookie secrets and rules file re-read, changed zones (or
+//! one zone) loaded off the runtime's threads, a zone that fails keeping its last good
+//! version and rules that do not compile keeping the running ones.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ use shield::control::Reply;
 /// the config file when there is one.
 pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Reply {
     let mut reg = shared.zones.lock().await;
+    let mut rules_note: Option<(bool, String)> = None;
     if zone.is_none()
         && let Some(path) = &shared.config_path
     {
@@ -22,6 +24,7 @@ pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
             Ok(c) => {
                 shared.xfr.set_policies(&c);
                 reload_cookie_secrets(shared, &c);
+                rules_note = reload_rules(shared, &c).await;
                 let n = sync_zone_list(&mut reg, &c);
                 if n > 0 {
                     tracing::info!("zone list changed in {}", path.display());
@@ -50,7 +53,11 @@ pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
         only.is_some() || force,
     );
     if plan.is_empty() {
-        return Reply::ok("no zone changed\n");
+        return match rules_note {
+            Some((false, t)) => Reply::err(format!("no zone changed\n{t}")),
+            Some((true, t)) => Reply::ok(format!("no zone changed\n{t}")),
+            None => Reply::ok("no zone changed\n"),
+        };
     }
     let results = tokio::task::spawn_blocking(move || {
         plan.into_iter()
@@ -80,7 +87,37 @@ pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
             }
         }
     }
+    if let Some((rules_ok, t)) = rules_note {
+        ok &= rules_ok;
+        text.push_str(&t);
+    }
     Reply { ok, text }
+}
+
+/// Re-reads the rules file of `c` (off the runtime's threads: compiling may take a while);
+/// `(false, why)` when it was refused and the running rules stay.
+async fn reload_rules(shared: &Arc<State>, c: &Config) -> Option<(bool, String)> {
+    let rc = c.rules.as_ref()?;
+    let Some(set) = shared.defence.rules.clone() else {
+        return Some((
+            false,
+            "rules: [rules] was added to the config; restart dnsd to evaluate them\n".into(),
+        ));
+    };
+    let file = rc.file.clone();
+    let r = tokio::task::spawn_blocking(move || set.reload(&file).map_err(|e| e.to_string()))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+    Some(match r {
+        Ok(()) => {
+            shared.sync_global_lists();
+            (true, format!("rules: {} reloaded\n", rc.file.display()))
+        }
+        Err(e) => (
+            false,
+            format!("rules refused, the running rules keep serving: {e}\n"),
+        ),
+    })
 }
 
 /// Installs `c`'s shared cookie secrets when they changed (a shared secret is rotated by

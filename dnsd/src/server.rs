@@ -62,8 +62,22 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     });
     let blocks = shield::block::BlockMap::new(cfg.block.clone());
     let events = shield::events::Aggregator::new(cfg.events.aggregator());
-    let defence = defence::Shared::new(cfg.defence.clone(), blocks.clone(), events.clone())
+    // The shield rules: a file that does not compile refuses the start (file:line:col).
+    let rules = match &cfg.rules {
+        Some(r) => {
+            let prepared =
+                shield::rules::Prepared::load(&r.file).map_err(|e| format!("rules: {e}"))?;
+            tracing::info!(file = %r.file.display(), tenants = prepared.tenant_count(), "rules loaded");
+            let state = shield::rules::RuleState::new(&r.state, Some(blocks.clone()));
+            Some(Arc::new(shield::rules::RuleSet::new(prepared, state)))
+        }
+        None => None,
+    };
+    let mut defence = defence::Shared::new(cfg.defence.clone(), blocks.clone(), events.clone())
         .with_connection_tenant(cfg.events.connection_tenant);
+    if let Some(r) = &rules {
+        defence = defence.with_rules(r.clone());
+    }
     let xdp = Arc::new(Mutex::new(crate::xdp::start(cfg.xdp.as_ref(), &blocks)));
     let opts = UdpOptions {
         rcvbuf: cfg.server.udp_rcvbuf,
@@ -104,6 +118,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         let udp_stats = udp_stats.clone();
         let defence = defence.clone();
         let xfr = xfr.clone();
+        let local: Arc<[IpAddr]> = fleet.addrs().iter().map(|a| a.ip()).collect();
         fleet
             .run(
                 workers,
@@ -115,6 +130,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                         Some(&defence),
                     )
                     .with_transfers(xfr.clone()),
+                    local: local.clone(),
                 },
                 stop.clone(),
             )
@@ -202,7 +218,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         redis: std::sync::OnceLock::new(),
         xfr: xfr.clone(),
         metrics: metrics.clone(),
+        xdp_global: cfg.rules.as_ref().is_some_and(|r| r.xdp_global),
     });
+    shared.sync_global_lists();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -40,4 +40,25 @@ pub struct State {
     pub xfr: Arc<crate::xfr::Transfers>,
     /// Every counter, for `ctl stats` and /metrics.
     pub metrics: Arc<shield::metrics::Registry>,
+    /// This dnsd writes the rules file's `[global]` lists into the XDP guard's maps.
+    pub xdp_global: bool,
+}
+
+impl State {
+    /// Hands the rules file's `[global]` lists to the XDP mirror (the `rules` slot and the
+    /// allow tries), when this dnsd owns them (`[rules] xdp_global`, the default) and mirrors
+    /// into XDP.
+    pub fn sync_global_lists(&self) {
+        if !self.xdp_global {
+            return;
+        }
+        let Some(rules) = &self.defence.rules else {
+            return;
+        };
+        let lists = rules.current().global_lists().clone();
+        let x = self.xdp.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = x.as_ref().and_then(|x| x.mirror()) {
+            m.set_global_lists(lists);
+        }
+    }
 }

@@ -74,6 +74,8 @@ pub enum DropCause {
     TcpTimeout = 6,
     /// A TCP connection closed after `tcp_max_queries` queries.
     TcpQueryLimit = 7,
+    /// Dropped by a shield rule (deny, or over a rule's rate).
+    Rules = 8,
 }
 
 /// Names of [`DropCause`] causes, by index.
@@ -86,6 +88,7 @@ pub const DROPS: &[&str] = &[
     "tcp_limit",
     "tcp_timeout",
     "tcp_query_limit",
+    "rules",
 ];
 
 /// Counters of one worker (or of TCP).

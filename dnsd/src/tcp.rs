@@ -170,7 +170,7 @@ impl TcpServer {
             let me = self.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                me.connection(sock, peer).await;
+                me.connection(sock, peer, local.ip()).await;
                 me.leave(peer.ip());
             });
         }
@@ -196,7 +196,7 @@ impl TcpServer {
         }
     }
 
-    async fn connection(&self, sock: TcpStream, peer: SocketAddr) {
+    async fn connection(&self, sock: TcpStream, peer: SocketAddr, local: std::net::IpAddr) {
         let _ = sock.set_nodelay(true);
         let (mut rd, wr) = sock.into_split();
         let depth = self.limits.max_pipelined.max(1);
@@ -208,6 +208,7 @@ impl TcpServer {
         let writer = tokio::spawn(write(wr, rx, xrx, idle));
         let mut transfers = JoinSet::new();
         let mut p = (self.make)();
+        p.set_local(local);
         let stats = self.stats.clone();
         let mut len_buf = [0u8; 2];
         let mut req = vec![0u8; 512];

@@ -1,7 +1,8 @@
 //! The UDP side's adapter: the socket fleet's handler runs the query pipeline on each
 //! datagram of a batch (its twin for TCP is [`crate::tcp`]).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use listener::udp::Handler;
 
@@ -11,6 +12,8 @@ use crate::process_query::{Outcome, Processor, Transport};
 pub struct UdpHandler {
     /// The worker's processor.
     pub p: Processor,
+    /// The fleet's service addresses, by the index the fleet hands each datagram.
+    pub local: Arc<[IpAddr]>,
 }
 
 impl Handler for UdpHandler {
@@ -19,13 +22,10 @@ impl Handler for UdpHandler {
         self.p.refresh();
     }
     #[inline]
-    fn handle(
-        &mut self,
-        req: &[u8],
-        src: SocketAddr,
-        _local: u32,
-        out: &mut [u8],
-    ) -> Option<usize> {
+    fn handle(&mut self, req: &[u8], src: SocketAddr, local: u32, out: &mut [u8]) -> Option<usize> {
+        if let Some(&ip) = self.local.get(local as usize) {
+            self.p.set_local(ip);
+        }
         match self.p.process(req, src, Transport::Udp, out) {
             Outcome::Reply(n) => Some(n),
             Outcome::Drop | Outcome::Transfer | Outcome::Refused => None,

@@ -104,7 +104,7 @@
 //! [[site]]
 //! hosts = ["example.com", "*.example.com"]   # "*": any host
 //! upstream = "app"
-//! tenant = 7                      # none: no rules, straight to the proxy
+//! tenant = 7                      # none (0): only the rules file's [global] list
 //! retry_after_secs = 1            # Retry-After of a 429 when the limiter gives no wait
 //! access_log = true
 //! encoded_slash = "reject"        # %2F, %5C, \ in a path: 400; "keep": passed on encoded
@@ -673,7 +673,7 @@ pub struct Site {
     pub hosts: Vec<String>,
     /// Index into [`Config::upstreams`].
     pub upstream: usize,
-    /// Tenant id in the rules file; `None` or a tenant without rules: straight to the proxy.
+    /// Tenant id in the rules file; `None` (0) or a tenant without rules: straight to the proxy.
     pub tenant: Option<u32>,
     /// `Retry-After` seconds sent with 429.
     pub retry_after_secs: u32,

@@ -65,7 +65,9 @@ impl Sites {
                     out.exact.insert(h.as_str().into(), i);
                 }
             }
-            let has_rules = s.tenant.is_some_and(|t| rules.has_rules(t));
+            // The rules file's [global] deny list applies to every site, tenant or not
+            // (tenant 0, "none", has no rules of its own).
+            let has_rules = rules.may_apply(s.tenant.unwrap_or(0));
             out.sites.push(PreparedSite {
                 name: s.name.as_str().into(),
                 tenant: s.tenant.unwrap_or(0),

@@ -203,8 +203,21 @@ pub const TYPES: &[(u16, &str)] = &[
     (t::DLV, "DLV"),
 ];
 
-/// The mnemonic of a type code, if it has one.
+/// The mnemonic of a type code, if it has one (codes below 256 by direct index).
+#[inline]
 pub fn mnemonic(code: u16) -> Option<&'static str> {
+    static LOW: std::sync::LazyLock<[Option<&'static str>; 256]> = std::sync::LazyLock::new(|| {
+        let mut t = [None; 256];
+        for &(c, m) in TYPES {
+            if c < 256 {
+                t[c as usize] = Some(m);
+            }
+        }
+        t
+    });
+    if code < 256 {
+        return LOW[code as usize];
+    }
     TYPES
         .binary_search_by_key(&code, |&(c, _)| c)
         .ok()

@@ -84,6 +84,30 @@ pub struct Config {
     /// Zone transfer limits (`[transfer]`).
     #[serde(default)]
     pub transfer: transfer::TransferConfig,
+    /// The shield rules file (`[rules]`): the format http-front reads (the same file, if
+    /// the operator likes); zones name their tenant in it.
+    #[serde(default)]
+    pub rules: Option<RulesConfig>,
+}
+
+/// `[rules]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RulesConfig {
+    /// The rules file (relative paths are relative to the config file); `ctl reload`
+    /// re-reads it, and a file that does not compile keeps the running rules.
+    pub file: PathBuf,
+    /// Sizes of the rate-limit and escalation tables (start-time only).
+    #[serde(default)]
+    pub state: shield::rules::StateConfig,
+    /// Write the rules file's `[global]` lists into the XDP guard's `rules` slot and allow
+    /// maps (with `[xdp]`). One daemon per node should: dnsd by default.
+    #[serde(default = "default_true")]
+    pub xdp_global: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// `[events]`: aggregated events of blocked, limited and escalated traffic — the same
@@ -178,7 +202,7 @@ pub struct ZoneConfig {
     #[serde(default)]
     pub cookies: Option<CookiePolicy>,
     /// The tenant in the rules file whose rules, events and metrics this zone's queries
-    /// belong to (0: none).
+    /// belong to (default 0: no tenant, no rules but the `[global]` list).
     #[serde(default)]
     pub tenant: u32,
     /// Primaries (`IP:PORT`): set, the zone is a secondary kept in `file`.
@@ -227,6 +251,11 @@ impl Config {
             if z.file.is_relative() {
                 z.file = dir.join(&z.file);
             }
+        }
+        if let Some(r) = &mut c.rules
+            && r.file.is_relative()
+        {
+            r.file = dir.join(&r.file);
         }
         Ok(c)
     }

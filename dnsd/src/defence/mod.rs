@@ -6,6 +6,7 @@
 //! | block map | [`block`] | `on_accept`, `before_parse` |
 //! | DNS cookies (RFC 7873, 9018) | [`cookies`] | `after_parse` |
 //! | random-subdomain flood | [`random_subdomain`] | `after_answer` |
+//! | shield rules (the tenant's) | [`rules`] | `after_parse` |
 //! | response rate limiting | [`rrl`] | `after_answer` |
 //!
 //! [`Shared`] holds what all workers share (lock-free tables, the block map, counters, the
@@ -18,6 +19,7 @@ pub mod block;
 pub mod cookies;
 pub mod random_subdomain;
 pub mod rrl;
+pub mod rules;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,6 +64,10 @@ pub struct Shared {
     pub escalations: AtomicU64,
     /// Tenant of blocks seen before a zone is known (`[events] connection_tenant`).
     pub connection_tenant: u32,
+    /// The shield rules (`[rules] file`), when configured.
+    pub rules: Option<Arc<shield::rules::RuleSet>>,
+    /// What the rules decided.
+    pub rule_counters: rules::Counters,
 }
 
 /// The configured cookie secrets (checked by the config loader): current and previous.
@@ -96,7 +102,20 @@ impl Shared {
             blocked: Default::default(),
             escalations: AtomicU64::new(0),
             connection_tenant: 0,
+            rules: None,
+            rule_counters: rules::Counters::default(),
         })
+    }
+
+    /// The same, with the shield rules deciding at `after_parse`.
+    pub fn with_rules(self: Arc<Self>, rules: Arc<shield::rules::RuleSet>) -> Arc<Shared> {
+        match Arc::try_unwrap(self) {
+            Ok(mut s) => {
+                s.rules = Some(rules);
+                Arc::new(s)
+            }
+            Err(a) => a,
+        }
     }
 
     /// The same, recording blocks seen before a zone is known under `tenant`.
@@ -124,6 +143,7 @@ impl Shared {
                 .as_ref()
                 .map(|_| random_subdomain::Module::new(self)),
             rrl: self.rrl.as_ref().map(|_| rrl::Module::new(self)),
+            rules: rules::Module::new(self),
             shared: Arc::clone(self),
         }
     }
@@ -157,6 +177,34 @@ impl shield::metrics::Source for Shared {
         if let Some(r) = &self.rrl {
             r.collect(out);
         }
+        if let Some(r) = &self.rules {
+            let c = &self.rule_counters;
+            out.counter(
+                "rules.checked",
+                "dnsd_rules_checked_total",
+                "",
+                "Queries the shield rules looked at (their tenant has rules, or a [global] deny list).",
+                l(&c.checked),
+            );
+            for (what, v) in [
+                ("dropped", &c.dropped),
+                ("refused", &c.refused),
+                ("challenged", &c.challenged),
+                ("rate_limited", &c.rate_limited),
+                ("slipped", &c.slipped),
+                ("allowed", &c.allowed),
+                ("escalated", &c.escalated),
+            ] {
+                out.counter(
+                    format!("rules.{what}"),
+                    "dnsd_rules_verdicts_total",
+                    format!("outcome=\"{what}\""),
+                    "Queries by what a shield rule made of them (dropped and refused: deny; rate_limited and slipped: over a rule's rate).",
+                    l(v),
+                );
+            }
+            shield::metrics::Source::collect(&**r, out);
+        }
         if let Some(k) = &self.cookies {
             k.collect(out);
         }
@@ -184,6 +232,7 @@ pub struct Plan {
     cookies: Option<cookies::CookieCheck>,
     random_subdomain: Option<random_subdomain::Module>,
     rrl: Option<rrl::Module>,
+    rules: Option<rules::Module>,
     shared: Arc<Shared>,
 }
 
@@ -223,6 +272,7 @@ impl Plan {
     pub fn after_parse(&mut self, p: &mut Parsed<'_>) -> Step {
         let env = &mut self.env;
         step!(self.cookies.as_mut().map(|m| m.after_parse(env, p)));
+        step!(self.rules.as_mut().map(|m| m.after_parse(env, p)));
         Step::Continue
     }
 
