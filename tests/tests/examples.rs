@@ -63,6 +63,15 @@ fn example_config_serves_the_example_zones_as_the_readme_shows() {
         &format!("listen = \"{ip}:{metrics}\""),
     );
     cfg = cfg.replace("file = \"zones/", &format!("file = \"{}/", zones.display()));
+    let rules = examples()
+        .join("../shield/data/rules.toml")
+        .canonicalize()
+        .unwrap();
+    cfg = swap(
+        &cfg,
+        "file = \"../shield/data/rules.toml\"",
+        &format!("file = \"{}\"", rules.display()),
+    );
     let path = dir.path().join("palisade.toml");
     std::fs::write(&path, cfg).unwrap();
     let log = std::fs::File::create(dir.path().join("dnsd.log")).unwrap();
@@ -105,6 +114,9 @@ fn example_config_serves_the_example_zones_as_the_readme_shows() {
     // The second example zone is served too.
     let net_reply = exchange(addr, &build_query(8, "example.net.", 6, &opts), &opts).unwrap();
     assert_eq!(net_reply.msg.answers.len(), 1, "{:?}", net_reply.msg);
+    // example.net is tenant 2 of the shared rules file, whose rule refuses ANY.
+    let any = exchange(addr, &build_query(9, "example.net.", 255, &opts), &opts).unwrap();
+    assert_eq!(any.head.rcode(), 5, "REFUSED: {:?}", any.msg);
 }
 
 #[test]

@@ -147,3 +147,133 @@ fn dnsd_with_xdp_on_veth_blocks_and_unblocks_in_the_kernel() {
     );
     drop(daemon);
 }
+
+/// `n` queries from `src` in namespace A sent at once; how many were answered.
+fn burst_from(pair: &VethPair, src: std::net::Ipv4Addr, server: SocketAddr, n: u16) -> usize {
+    pair.a
+        .run(move || {
+            let s = UdpSocket::bind(SocketAddr::new(src.into(), 0)).unwrap();
+            s.connect(server).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(400)))
+                .unwrap();
+            for id in 0..n {
+                let q = build_query(id, "www.example.com.", 1, &QueryOpts::udp());
+                s.send(&q).unwrap();
+            }
+            let mut buf = [0u8; 2048];
+            let mut seen = std::collections::HashSet::new();
+            while seen.len() < usize::from(n) {
+                let Ok(len) = s.recv(&mut buf) else { break };
+                if let Ok(m) = RawMsg::parse(&buf[..len])
+                    && m.rcode() == 0
+                    && m.counts[1] > 0
+                {
+                    seen.insert(m.id);
+                }
+            }
+            seen.len()
+        })
+        .expect("run in namespace A")
+}
+
+#[test]
+fn the_rules_files_global_lists_reach_the_kernel() {
+    if let Err(why) = netns::available() {
+        palisade_tests::skipped(&format!("XDP end-to-end test: {why}"));
+        return;
+    }
+    let pair = VethPair::new().expect("veth pair");
+    let probe = std::net::Ipv4Addr::new(192, 0, 2, 3);
+    pair.add_source(probe.into()).expect("a second source");
+    let dir = tempfile::tempdir().unwrap();
+    let port = 5353;
+    let server = SocketAddr::new(VethPair::B4.into(), port);
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        format!("[global]\ndeny = [\"{}/32\"]\n", VethPair::A4),
+    )
+    .unwrap();
+    let config = dir.path().join("dnsd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = [\"{}\"]\nport = {port}\nworkers = 1\n\n\
+             [[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\n\n\
+             [control]\nsocket = \"{}\"\n\n\
+             [defence.rrl]\nenabled = false\n\n\
+             [rules]\nfile = \"rules.toml\"\n\n\
+             [xdp]\ninterface = \"{}\"\nmode = \"auto\"\ndns_ports = [{port}]\nrate = 5\nburst = 10\npin = false\n",
+            VethPair::B4,
+            palisade_tests::data_dir().join("example.com.zone").display(),
+            dir.path().join("dnsd.sock").display(),
+            pair.if_b,
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("dnsd.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let child = Command::new("ip")
+        .args(["netns", "exec", pair.b.name()])
+        .arg(palisade_tests::bin("dnsd"))
+        .arg("serve")
+        .arg("-c")
+        .arg(&config)
+        .stdout(Stdio::from(out.try_clone().unwrap()))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .expect("start dnsd in namespace B");
+    let daemon = Daemon {
+        child,
+        log: log.clone(),
+    };
+    wait_for("dnsd to answer the probe", Duration::from_secs(20), || {
+        burst_from(&pair, probe, server, 1) == 1
+    });
+
+    // [global] deny: the source's queries die in XDP, in the rules slot; dnsd never sees them.
+    wait_for(
+        "the global deny list in the kernel",
+        Duration::from_secs(5),
+        || {
+            stats(&config).get("xdp.drop_by_rules") > 0
+                || burst_from(&pair, VethPair::A4, server, 1) == 0
+        },
+    );
+    let before = stats(&config);
+    assert_eq!(
+        burst_from(&pair, VethPair::A4, server, 5),
+        0,
+        "a denied source gets nothing"
+    );
+    let after = stats(&config);
+    assert!(
+        after.get("xdp.drop_by_rules") >= before.get("xdp.drop_by_rules") + 5,
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(after.get("rules.checked"), before.get("rules.checked"));
+    assert_eq!(after.get("xdp.drop_by_operator"), 0);
+
+    // The same file with the source allowed instead: answered again, and exempt from the XDP
+    // rate limit that holds the probe source back.
+    std::fs::write(
+        &rules,
+        format!("[global]\nallow = [\"{}/32\"]\n", VethPair::A4),
+    )
+    .unwrap();
+    let (ok, out) = ctl(&config, &["reload"]);
+    assert!(ok, "{out}");
+    wait_for("the deny lifted", Duration::from_secs(5), || {
+        burst_from(&pair, VethPair::A4, server, 1) == 1
+    });
+    let before = stats(&config);
+    let allowed = burst_from(&pair, VethPair::A4, server, 60);
+    let limited = burst_from(&pair, probe, server, 60);
+    let after = stats(&config);
+    eprintln!("burst of 60: allowed source {allowed} answered, other source {limited}");
+    assert_eq!(allowed, 60, "an allowed source is not rate-limited in XDP");
+    assert!(limited < 30, "the XDP rate limit holds others: {limited}");
+    assert!(after.get("xdp.rate_exempt") >= before.get("xdp.rate_exempt") + 60);
+    assert!(after.get("xdp.drop_ratelimit") > before.get("xdp.drop_ratelimit"));
+    drop(daemon);
+}

@@ -1,0 +1,542 @@
+//! The shield rule engine in dnsd, end to end with real processes: a zone's `tenant` picks
+//! the rules of the file http-front reads too. Deny (drop, or the rule's rcode), challenge
+//! (TC=1 over UDP, BADCOOKIE to a cookie client; TCP and a valid cookie pass), rate_limit
+//! with slip, allow, escalation into the block map through the engine, a zone without a
+//! tenant untouched, events of both daemons with the operator's tenant id, per-tenant
+//! metrics, and `ctl reload` refusing a bad rules file with file:line:col.
+
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use palisade_tests::clickhouse::ClickHouseServer;
+use palisade_tests::client::{frame, tcp_read_msg};
+use palisade_tests::counters::prometheus_sum;
+use palisade_tests::http::{Front, Origin, base_config, get};
+use palisade_tests::net;
+use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::wait::wait_for;
+use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
+
+const TYPE_A: u16 = 1;
+const TYPE_TXT: u16 = 16;
+const TYPE_AAAA: u16 = 28;
+const TYPE_ANY: u16 = 255;
+const REFUSED: u16 = 5;
+const NXDOMAIN: u16 = 3;
+const BADCOOKIE: u16 = 23;
+const TC: u16 = 0x0200;
+
+/// Tenant 7's rules: what the test exercises, one rule per DNS meaning of an action, and a
+/// path rule for the same tenant's web site.
+fn rules(escalate_after: u32) -> String {
+    format!(
+        r#"
+[[tenant]]
+id = 7
+name = "acme"
+escalate = {{ after = {escalate_after}, window_secs = 30, block_secs = 600, on = ["deny"] }}
+
+[[tenant.rule]]
+name = "trusted-monitor"
+action = "allow"
+when = [{{ attr = "qname", exact = "ttl60.example.com" }}]
+
+[[tenant.rule]]
+name = "no-internal"
+action = "deny"
+code = 301
+when = [{{ attr = "qname", suffix = "internal.example.com" }}]
+
+[[tenant.rule]]
+name = "no-any"
+action = "deny"
+rcode = "REFUSED"
+when = [{{ attr = "qtype", one_of = ["ANY"] }}]
+
+[[tenant.rule]]
+name = "prove-aaaa"
+action = "challenge"
+when = [{{ attr = "qname", exact = "www.example.com." }}, {{ attr = "qtype", one_of = ["AAAA"] }}]
+
+[[tenant.rule]]
+name = "slow-txt"
+action = "rate_limit"
+rate = {{ per_second = 0.01, burst = 2 }}
+slip = 2
+when = [{{ attr = "qtype", one_of = ["TXT"] }}, {{ attr = "transport", exact = "udp" }}]
+
+[[tenant.rule]]
+name = "no-admin"
+action = "deny"
+when = [{{ attr = "path", prefix = "/admin" }}]
+"#
+    )
+}
+
+/// One UDP query from `src`; the reply, if one came within 400 ms.
+fn ask(
+    server: SocketAddr,
+    src: Ipv4Addr,
+    name: &str,
+    qtype: u16,
+    opts: &QueryOpts,
+) -> Option<RawMsg> {
+    let s = UdpSocket::bind(SocketAddr::new(IpAddr::V4(src), 0)).expect("bind source");
+    s.connect(server).expect("connect");
+    s.set_read_timeout(Some(Duration::from_millis(400)))
+        .unwrap();
+    let id = palisade_tests::client::next_id();
+    s.send(&build_query(id, name, qtype, opts)).expect("send");
+    let mut buf = [0u8; 4096];
+    let end = Instant::now() + Duration::from_millis(400);
+    while Instant::now() < end {
+        let Ok(n) = s.recv(&mut buf) else { return None };
+        match RawMsg::parse(&buf[..n]) {
+            Ok(m) if m.id == id => return Some(m),
+            _ => continue,
+        }
+    }
+    None
+}
+
+/// One query over TCP from `src`; the reply.
+fn ask_tcp(server: SocketAddr, src: Ipv4Addr, name: &str, qtype: u16) -> Option<RawMsg> {
+    let mut s = palisade_tests::http::connect_from(Some(src), server).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.write_all(&frame(&build_query(3, name, qtype, &QueryOpts::edns(1232))))
+        .ok()?;
+    let msg = tcp_read_msg(&mut s).ok()??;
+    RawMsg::parse(&msg).ok()
+}
+
+fn answered(m: &Option<RawMsg>) -> bool {
+    m.as_ref()
+        .is_some_and(|m| m.rcode() == 0 && m.counts[1] > 0 && m.flags & TC == 0)
+}
+
+fn cookie_of(m: &RawMsg) -> Option<Vec<u8>> {
+    m.opt
+        .as_ref()?
+        .options
+        .iter()
+        .find(|(c, _)| *c == 10)
+        .map(|(_, v)| v.clone())
+}
+
+/// `series` (`name{labels}`) in dnsd's metrics, 0 when absent.
+fn metric(dnsd: &Dnsd, name: &str, label: &str) -> u64 {
+    prometheus_sum(&dnsd.metrics(), name, label)
+}
+
+/// Waits until `file` contains every one of `needles`; its text.
+fn wait_file(file: &Path, needles: &[&str]) -> String {
+    let end = Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if needles.iter().all(|n| text.contains(n)) || Instant::now() > end {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn dnsd_with_rules(dir: &Path, extra: &str) -> Dnsd {
+    let mut com = Zone::data("example.com.");
+    com.options.push("tenant = 7".into());
+    Dnsd::builder()
+        .zone(com)
+        .zone(Zone::data("example.net."))
+        .raw("[defence.rrl]\nenabled = false")
+        .raw("[defence.water_torture]\nenabled = false")
+        .raw(&format!(
+            "[rules]\nfile = \"{}\"\n\n[events]\noutput = \"file:{}\"\ninterval_secs = 1\n{extra}",
+            dir.join("rules.toml").display(),
+            dir.join("events.jsonl").display(),
+        ))
+        .start()
+}
+
+#[test]
+fn a_tenants_dns_rules_deny_refuse_challenge_limit_and_allow() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rules.toml"), rules(1000)).unwrap();
+    let dnsd = dnsd_with_rules(dir.path(), "");
+    let server = dnsd.addr();
+    let udp = QueryOpts::edns(1232);
+
+    // deny, dropped: the suffix matches whole labels, with or without the trailing dot.
+    let src = Ipv4Addr::new(127, 200, 7, 1);
+    for name in ["internal.example.com.", "a.b.internal.example.com."] {
+        assert!(
+            ask(server, src, name, TYPE_A, &udp).is_none(),
+            "{name} must be dropped"
+        );
+    }
+    let not_below = ask(server, src, "xinternal.example.com.", TYPE_A, &udp)
+        .expect("a name that only ends in the same letters is answered");
+    assert_eq!(not_below.rcode(), NXDOMAIN);
+
+    // deny with an rcode: ANY is REFUSED in the tenant's zone only. (Another source: the
+    // events keep one reason code per source prefix and action.)
+    let src = Ipv4Addr::new(127, 201, 7, 1);
+    let any = ask(server, src, "example.com.", TYPE_ANY, &udp).expect("an answer to ANY");
+    assert_eq!(any.rcode(), REFUSED);
+    let net_any = ask(server, src, "example.net.", TYPE_ANY, &udp).expect("example.net answers");
+    assert_ne!(
+        net_any.rcode(),
+        REFUSED,
+        "a zone without a tenant meets no rules"
+    );
+    assert!(answered(&ask(
+        server,
+        src,
+        "www.example.net.",
+        TYPE_A,
+        &udp
+    )));
+
+    // challenge: TC=1 to a UDP client without a cookie; over TCP the query passes.
+    let c = net::test_ip();
+    let plain = ask(server, c, "www.example.com.", TYPE_AAAA, &udp).expect("a challenge");
+    assert!(plain.flags & TC != 0, "TC=1 without a cookie");
+    assert_eq!(plain.counts[1], 0);
+    assert!(
+        answered(&ask_tcp(server, c, "www.example.com.", TYPE_AAAA)),
+        "TCP passes"
+    );
+    // A cookie client gets BADCOOKIE with a server cookie, then is answered with it.
+    let client_cookie = vec![9, 8, 7, 6, 5, 4, 3, 2];
+    let first = ask(
+        server,
+        c,
+        "www.example.com.",
+        TYPE_AAAA,
+        &QueryOpts {
+            cookie: Some(client_cookie.clone()),
+            ..QueryOpts::edns(1232)
+        },
+    )
+    .expect("a reply to a cookie client");
+    assert_eq!(
+        first.rcode(),
+        BADCOOKIE,
+        "a client-only cookie must prove itself"
+    );
+    let full = cookie_of(&first).expect("the BADCOOKIE reply carries a server cookie");
+    assert_eq!(&full[..8], &client_cookie[..]);
+    let second = ask(
+        server,
+        c,
+        "www.example.com.",
+        TYPE_AAAA,
+        &QueryOpts {
+            cookie: Some(full),
+            ..QueryOpts::edns(1232)
+        },
+    );
+    assert!(
+        answered(&second),
+        "a valid cookie passes the challenge: {second:?}"
+    );
+    // Other names of the tenant are not challenged.
+    assert!(answered(&ask(server, c, "www.example.com.", TYPE_A, &udp)));
+
+    // rate_limit: burst 2 at 0.01/s, then one in two slipped (TC=1), the rest dropped.
+    let r = net::test_ip();
+    let (mut ok, mut slipped, mut silent) = (0, 0, 0);
+    for _ in 0..20 {
+        match ask(server, r, "www.example.com.", TYPE_TXT, &udp) {
+            Some(m) if m.flags & TC != 0 => slipped += 1,
+            Some(m) if m.rcode() == 0 && m.counts[1] > 0 => ok += 1,
+            Some(m) => panic!("unexpected reply {m:?}"),
+            None => silent += 1,
+        }
+    }
+    eprintln!("rate_limit: {ok} answered, {slipped} slipped, {silent} dropped");
+    assert_eq!(ok, 2, "the burst is answered");
+    assert_eq!(slipped, 9, "one in two limited queries slips");
+    assert_eq!(silent, 9);
+    // The limit is per source: another one is answered.
+    assert!(answered(&ask(
+        server,
+        net::test_ip(),
+        "www.example.com.",
+        TYPE_TXT,
+        &udp
+    )));
+    // Over TCP the rule (transport = udp) does not apply.
+    assert!(answered(&ask_tcp(server, r, "www.example.com.", TYPE_TXT)));
+
+    // allow: answered, and counted as allowed.
+    assert!(answered(&ask(
+        server,
+        src,
+        "ttl60.example.com.",
+        TYPE_A,
+        &udp
+    )));
+
+    let stats = dnsd.stats();
+    eprintln!("{stats:?}");
+    assert_eq!(stats["rules.dropped"], 2);
+    assert_eq!(stats["rules.refused"], 1);
+    assert_eq!(stats["rules.challenged"], 2);
+    assert_eq!(stats["rules.slipped"], 9);
+    assert_eq!(stats["rules.rate_limited"], 9);
+    assert_eq!(stats["rules.allowed"], 1);
+    assert_eq!(stats["drops.rules"], 11);
+    let deny = metric(
+        &dnsd,
+        "palisade_rules_tenant_verdicts_total",
+        "tenant=\"7\",action=\"deny\"",
+    );
+    assert_eq!(deny, 3, "{}", dnsd.metrics());
+    assert_eq!(
+        metric(
+            &dnsd,
+            "palisade_rules_tenant_verdicts_total",
+            "tenant=\"7\",action=\"rate_limit\""
+        ),
+        18
+    );
+    // The queries of example.net were never looked at.
+    let checked = metric(&dnsd, "palisade_rules_tenant_checks_total", "tenant=\"7\"");
+    assert_eq!(checked, stats["rules.checked"]);
+
+    // Events carry the operator's tenant id and the rule's reason code.
+    let events = dir.path().join("events.jsonl");
+    let text = wait_file(
+        &events,
+        &[
+            "\"tenant\":7,\"action\":\"denied\"",
+            "\"tenant\":7,\"action\":\"rate_limited\"",
+        ],
+    );
+    assert!(
+        text.contains("\"tenant\":7,\"action\":\"denied\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"tenant\":7,\"action\":\"rate_limited\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"prefix\":\"127.200.7.0/24\",\"count\":2,\"min_count\":2,\"reason\":301"),
+        "the rule's code names the reason: {text}"
+    );
+    assert!(!text.contains("\"tenant\":0,"), "{text}");
+}
+
+#[test]
+fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenant() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rules.toml"), rules(20)).unwrap();
+    let dnsd = dnsd_with_rules(dir.path(), "");
+    let server = dnsd.addr();
+    let udp = QueryOpts::edns(1232);
+
+    // 25 REFUSED denies from one source: the 20th escalates it into the block map.
+    let bad = net::test_ip();
+    let mut refused = 0;
+    for _ in 0..25 {
+        if ask(server, bad, "example.com.", TYPE_ANY, &udp).is_some_and(|m| m.rcode() == REFUSED) {
+            refused += 1;
+        }
+    }
+    assert!(
+        (20..25).contains(&refused),
+        "{refused} refused before the block"
+    );
+    assert!(
+        ask(server, bad, "www.example.com.", TYPE_A, &udp).is_none(),
+        "an escalated source gets nothing, not even for a query no rule denies"
+    );
+    assert!(ask(server, bad, "www.example.net.", TYPE_A, &udp).is_none());
+    let stats = dnsd.stats();
+    assert_eq!(stats["rules.escalated"], 1, "{stats:?}");
+    assert!(metric(&dnsd, "dnsd_escalations_total", "") >= 1);
+    assert!(metric(&dnsd, "palisade_rules_escalations_total", "") >= 1);
+    let (ok, out) = dnsd.ctl(&["block", "list"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(&bad.to_string()),
+        "the block map holds the source: {out}"
+    );
+    // Others are still answered.
+    assert!(answered(&ask(
+        server,
+        net::test_ip(),
+        "www.example.com.",
+        TYPE_A,
+        &udp
+    )));
+
+    // http-front with the same rules file: tenant 7's web site denies /admin.
+    let origin = Origin::start();
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "{}[rules]\nfile = \"rules.toml\"\n\n[events]\noutput = \"file:events.jsonl\"\n\
+                 [events.aggregator]\ninterval_secs = 1\n\n\
+                 [[site]]\nhosts = [\"acme.test\"]\nupstream = \"app\"\ntenant = 7\n",
+                base_config(a, m, origin.addr())
+            )
+        },
+        Some(&rules(20)),
+    );
+    let r = get(Some(net::test_ip()), front.addr(), "acme.test", "/admin/x").unwrap();
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        origin.requests(),
+        0,
+        "a denied request never reaches the origin"
+    );
+    let ok = get(Some(net::test_ip()), front.addr(), "acme.test", "/").unwrap();
+    assert_eq!(ok.status, 200);
+
+    // Both daemons' events carry tenant 7.
+    let dns_events = wait_file(
+        &dir.path().join("events.jsonl"),
+        &[
+            "\"tenant\":7,\"action\":\"denied\"",
+            "\"tenant\":7,\"action\":\"escalated\"",
+        ],
+    );
+    assert!(
+        dns_events.contains("\"tenant\":7,\"action\":\"denied\""),
+        "{dns_events}"
+    );
+    assert!(
+        dns_events.contains("\"tenant\":7,\"action\":\"escalated\""),
+        "{dns_events}"
+    );
+    let web_events = wait_file(
+        &front.dir().join("events.jsonl"),
+        &["\"tenant\":7,\"action\":\"denied\""],
+    );
+    assert!(
+        web_events.contains("\"tenant\":7,\"action\":\"denied\""),
+        "{web_events}"
+    );
+    assert_eq!(
+        front.metric("palisade_rules_tenant_verdicts_total{tenant=\"7\",action=\"deny\"}"),
+        1
+    );
+}
+
+#[test]
+fn ctl_reload_refuses_a_bad_rules_file_with_its_position_and_keeps_the_old_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.toml");
+    std::fs::write(&file, rules(1000)).unwrap();
+    let dnsd = dnsd_with_rules(dir.path(), "");
+    let server = dnsd.addr();
+    let udp = QueryOpts::edns(1232);
+    let src = net::test_ip();
+    let refused =
+        |name: &str| ask(server, src, name, TYPE_ANY, &udp).map(|m| m.rcode()) == Some(REFUSED);
+    assert!(refused("example.com."));
+
+    // A regex that does not compile, on line 5.
+    std::fs::write(
+        &file,
+        "[[tenant]]\nid = 7\n\n[[tenant.rule]]\nname = \"x\"\naction = \"deny\"\nwhen = [{ attr = \"qname\", regex = \"(unclosed\" }]\n",
+    )
+    .unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(!ok, "a bad rules file must fail the reload: {out}");
+    assert!(
+        out.contains("rules.toml:7:"),
+        "the error names file:line:col: {out}"
+    );
+    assert!(refused("example.com."), "the running rules keep serving");
+    assert_eq!(
+        metric(&dnsd, "palisade_rules_reloads_total", "result=\"failed\""),
+        1
+    );
+
+    // A good file applies: ANY is now answered, and the new rule drops *.example.com TXT.
+    std::fs::write(
+        &file,
+        "[[tenant]]\nid = 7\n\n[[tenant.rule]]\nname = \"txt\"\naction = \"deny\"\nwhen = [{ attr = \"qtype\", one_of = [\"txt\"] }]\n",
+    )
+    .unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    wait_for("the new rules", Duration::from_secs(5), || {
+        !refused("example.com.")
+    });
+    assert!(ask(server, src, "www.example.com.", TYPE_TXT, &udp).is_none());
+    assert!(answered(&ask(
+        server,
+        src,
+        "www.example.net.",
+        TYPE_A,
+        &udp
+    )));
+}
+
+#[test]
+fn both_daemons_rows_of_a_tenant_land_in_one_clickhouse_table() {
+    let Some(ch) = ClickHouseServer::start() else {
+        return;
+    };
+    let url = ch.url();
+    let cfg = shield::events::ClickHouseConfig {
+        url: url.clone(),
+        ..Default::default()
+    };
+    shield::events::clickhouse::init_schema(&cfg).expect("schema");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rules.toml"), rules(1000)).unwrap();
+    let ch_section = format!("[events.clickhouse]\nurl = \"{url}\"\nflush_ms = 200\n");
+    let dnsd = dnsd_with_rules(dir.path(), &ch_section);
+    let origin = Origin::start();
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "{}[rules]\nfile = \"rules.toml\"\n\n[events]\noutput = \"file:events.jsonl\"\n\
+                 [events.aggregator]\ninterval_secs = 1\n{ch_section}\n\
+                 [[site]]\nhosts = [\"acme.test\"]\nupstream = \"app\"\ntenant = 7\n",
+                base_config(a, m, origin.addr())
+            )
+        },
+        Some(&rules(1000)),
+    );
+    let udp = QueryOpts::edns(1232);
+    let src = net::test_ip();
+    for _ in 0..5 {
+        let m = ask(dnsd.addr(), src, "example.com.", TYPE_ANY, &udp).expect("REFUSED");
+        assert_eq!(m.rcode(), REFUSED);
+    }
+    for _ in 0..3 {
+        assert!(ask(dnsd.addr(), src, "x.internal.example.com.", TYPE_A, &udp).is_none());
+    }
+    for _ in 0..4 {
+        let r = get(Some(net::test_ip()), front.addr(), "acme.test", "/admin").unwrap();
+        assert_eq!(r.status, 403);
+    }
+    // The operator's id in both services' rows: one query answers for the tenant.
+    let sql = "SELECT sumIf(hits, service = 'dnsd') * 1000 + sumIf(hits, service = 'http-front') \
+               FROM palisade.events FINAL WHERE tenant = 7 AND action = 'denied'";
+    let mut got = 0;
+    let end = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < end {
+        got = ch.number(sql);
+        if got == 8004 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        got, 8004,
+        "8 dnsd denies and 4 http-front denies of tenant 7"
+    );
+    assert_eq!(
+        ch.number("SELECT count() FROM palisade.events FINAL WHERE tenant != 7"),
+        0,
+        "no row under another tenant id"
+    );
+}
