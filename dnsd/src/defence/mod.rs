@@ -184,7 +184,11 @@ impl shield::metrics::Source for Shared {
                 "dnsd_rules_checked_total",
                 "",
                 "Queries the shield rules looked at (their tenant has rules, or a [global] deny list).",
-                l(&c.checked),
+                {
+                    // The engine counts its checks per thread; their sum, not a shared atomic.
+                    let t = shield::rules::tenant_counts();
+                    t.top.iter().map(|(_, n)| n[0]).sum::<u64>() + t.other[0]
+                },
             );
             for (what, v) in [
                 ("dropped", &c.dropped),

@@ -25,8 +25,6 @@ use crate::stats::DropCause;
 /// The rule engine's counters in dnsd, by what the query got.
 #[derive(Debug, Default)]
 pub struct Counters {
-    /// Queries the engine looked at (their tenant has rules, or a `[global]` deny list).
-    pub checked: AtomicU64,
     /// Denied: dropped.
     pub dropped: AtomicU64,
     /// Denied: answered with the rule's rcode.
@@ -165,7 +163,6 @@ impl QueryModule for Module {
             local,
         };
         let c = &self.shared.rule_counters;
-        bump(&c.checked);
         let now = Now {
             unix_ms: env.now_ms,
             mono_us: env.now_us,
