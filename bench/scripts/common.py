@@ -259,15 +259,18 @@ def nsd_conf(tmp, addr, port, zones, rrl=0, extra="", slip=2, cookies=False):
     return path
 
 
-def dnsd_conf(tmp, addrs, port, zones, extra="", metrics=None):
+def dnsd_conf(tmp, addrs, port, zones, extra="", metrics=None, zone_extra=""):
     """A dnsd config; addrs: list of addresses or prefixes; extra: TOML sections
-    (e.g. [defence.rrl]); metrics: "IP:PORT" for /metrics."""
+    (e.g. [defence.rrl]); metrics: "IP:PORT" for /metrics; zone_extra: lines for every
+    [[zone]] (e.g. tenant = 7)."""
     listen = ", ".join(f'"{a}"' for a in addrs)
     lines = ["[server]", f"listen = [{listen}]", f"port = {port}", "workers = 1"]
     if extra:
         lines += extra.splitlines()
     for origin, f in zones:
         lines += ["[[zone]]", f'origin = "{origin}"', f'file = "{f}"']
+        if zone_extra:
+            lines += zone_extra.splitlines()
     lines += ["[control]", f'socket = "{tmp}/dnsd.sock"']
     if metrics:
         lines += ["[metrics]", f'listen = "{metrics}"']

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Queries per second and CPU per answered query: dnsd, NSD, Knot DNS and a bare
-recvmmsg/sendmmsg echo (the floor), each pinned to CPU 0 with dnsperf on CPU 1.
+recvmmsg/sendmmsg echo (the floor), each pinned to CPU 0 with dnsperf on CPU 1; and dnsd
+again with 1,000 shield rules for the zone's tenant (none matching, so each query is looked
+at by every rule that could apply).
 
 The zone has 10,000 names; the query mix is 70% existing names (A), 10% NXDOMAIN, and
 CNAME, wildcard, referral and AAAA queries. Response rate limiting is off everywhere.
@@ -53,6 +55,39 @@ def make_queries(path, n=100000):
                 f.write(f"h{rnd.randrange(0, 10000, 5)}.bench.test AAAA\n")
 
 
+def make_rules(path, n=1000):
+    """n deny rules for tenant 7, as the pipeline bench writes them: qname exact, suffix and
+    prefix, qtype one_of, transport, udp_size, and 10 regexes; none matches the query mix."""
+    words = ["api", "mail", "cdn", "img", "static", "auth", "login", "shop", "blog", "dev"]
+    out = ["[[tenant]]", "id = 7"]
+    regex = 0
+    for i in range(n):
+        w = words[i % len(words)]
+        k = i % 8
+        if k == 0:
+            cond = f'{{ attr = "qname", suffix = "{w}{i}.example.net" }}'
+        elif k == 1:
+            cond = f'{{ attr = "qname", exact = "{w}.{i}.bench.test" }}'
+        elif k == 2:
+            cond = f'{{ attr = "qname", prefix = "{w}-{i}" }}'
+        elif k == 3:
+            cond = f'{{ attr = "qtype", one_of = ["TYPE{1000 + i}", "NULL"] }}'
+        elif k == 4 and regex < 10 and i % 96 == 4:
+            regex += 1
+            cond = f'{{ attr = "qname", regex = "^{w}[0-9]+-bad{i}\\\\." }}'
+        elif k == 5:
+            cond = f'{{ attr = "qname", suffix = "{w}.test{i}" }}'
+        elif k == 6:
+            cond = (f'{{ attr = "qname", exact = "x{20000 + i}.bench.test" }}, '
+                    f'{{ attr = "transport", exact = "tcp" }}')
+        else:
+            cond = (f'{{ attr = "qname", suffix = "{w}{i}.example.org" }}, '
+                    f'{{ attr = "udp_size", lt = 512 }}')
+        out += ["[[tenant.rule]]", f'name = "r{i}"', 'action = "deny"', f"when = [{cond}]"]
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def measure(name, server, port, qfile, extra=(), seconds=None):
     seconds = seconds or SECONDS
     if not c.wait_udp(ADDR, port, timeout=120):
@@ -92,6 +127,10 @@ def main():
     make_zone(zone)
     make_queries(qfile)
     zones = [("bench.test.", zone)]
+    rules = os.path.join(tmp, "rules.toml")
+    make_rules(rules)
+    rules_tmp = os.path.join(tmp, "rules")
+    os.makedirs(rules_tmp, exist_ok=True)
     bin_dir = os.path.join(c.ROOT, "target", "release")
     results = []
     plans = [
@@ -100,6 +139,12 @@ def main():
                                              c.dnsd_conf(tmp, [ADDR], p, zones,
                                                          extra=c.RRL_OFF if rrl_off else "")], 0,
                                     env=dict(os.environ, RUST_LOG="warn"))),
+        ("dnsd+rules", lambda p: c.Server("dnsd+rules", [f"{bin_dir}/dnsd", "serve", "-c",
+                                                         c.dnsd_conf(rules_tmp, [ADDR], p, zones,
+                                                                     extra=(c.RRL_OFF if rrl_off else "")
+                                                                     + f'\n[rules]\nfile = "{rules}"',
+                                                                     zone_extra="tenant = 7")], 0,
+                                          env=dict(os.environ, RUST_LOG="warn"))),
         ("nsd", lambda p: c.Server("nsd", ["nsd", "-d", "-c", c.nsd_conf(tmp, ADDR, p, zones)], 0)),
         ("knot", lambda p: c.Server("knot", ["knotd", "-c", c.knot_conf(tmp, ADDR, p, zones)], 0)),
     ]
@@ -123,6 +168,9 @@ def main():
         print(f"{r['name']:>8} {r['qps']:10.0f} {r['us_per_query']:9.2f} {ratio:8.2f}x")
     if "dnsd" in by and "echo" in by:
         print(f"dnsd above the bare echo: {by['dnsd']['us_per_query'] - by['echo']['us_per_query']:.2f} us")
+    if "dnsd" in by and "dnsd+rules" in by:
+        print(f"1,000 shield rules: +{(by['dnsd+rules']['us_per_query'] - by['dnsd']['us_per_query']) * 1000:.0f} ns "
+              f"per query ({by['dnsd+rules']['us_per_query'] / by['dnsd']['us_per_query']:.2f}x dnsd without)")
     c.save("dns_qps", {"machine": c.machine(), "cores": os.cpu_count(), "seconds": SECONDS,
                        "command": f"bench/scripts/dns_qps.py {SECONDS}", "dnsd_note": dnsd_note,
                        "sched": c.sched_note(),

@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 import common as c  # noqa: E402
 
 OUT = c.REPORT
-LABEL = {"dnsd": "dnsd", "nsd": "NSD 4.6", "knot": "Knot DNS 3.2", "echo": "bare echo (floor)"}
-COLOR = {"dnsd": "#1b7837", "nsd": "#2166ac", "knot": "#b2182b", "echo": "#999999"}
+LABEL = {"dnsd": "dnsd", "dnsd+rules": "dnsd, 1,000 shield rules", "nsd": "NSD 4.6", "knot": "Knot DNS 3.2", "echo": "bare echo (floor)"}
+COLOR = {"dnsd": "#1b7837", "dnsd+rules": "#5aae61", "nsd": "#2166ac", "knot": "#b2182b", "echo": "#999999"}
 
 
 def load(name):

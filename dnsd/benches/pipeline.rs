@@ -107,7 +107,7 @@ fn rules_file(n: usize) -> String {
                 "{{ attr = \"qtype\", one_of = [\"TYPE{}\", \"NULL\"] }}",
                 1000 + i
             ),
-            4 if regex < 10 && (n <= 10 || i % 100 == 4) => {
+            4 if regex < 10 && (n <= 10 || i % 96 == 4) => {
                 regex += 1;
                 format!("{{ attr = \"qname\", regex = \"^{w}[0-9]+-bad{i}\\\\.\" }}")
             }
