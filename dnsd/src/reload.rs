@@ -111,7 +111,14 @@ async fn reload_rules(shared: &Arc<State>, c: &Config) -> Option<(bool, String)>
     Some(match r {
         Ok(()) => {
             shared.sync_global_lists();
-            (true, format!("rules: {} reloaded\n", rc.file.display()))
+            let mut out = format!("rules: {} reloaded\n", rc.file.display());
+            let p = shared.defence.rules.as_ref().map(|r| r.current());
+            let has = p.as_ref().map(|p| move |t| p.has_rules(t));
+            for w in c.unknown_tenants(has.as_ref().map(|h| h as &dyn Fn(u32) -> bool)) {
+                tracing::warn!("{w}");
+                out.push_str(&format!("warning: {w}\n"));
+            }
+            (true, out)
         }
         Err(e) => (
             false,

@@ -73,6 +73,16 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         }
         None => None,
     };
+    let warnings = match &rules {
+        Some(r) => {
+            let p = r.current();
+            cfg.unknown_tenants(Some(&|t| p.has_rules(t)))
+        }
+        None => cfg.unknown_tenants(None),
+    };
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
     let mut defence = defence::Shared::new(cfg.defence.clone(), blocks.clone(), events.clone())
         .with_connection_tenant(cfg.events.connection_tenant);
     if let Some(r) = &rules {

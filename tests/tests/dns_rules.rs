@@ -476,6 +476,18 @@ fn ctl_reload_refuses_a_bad_rules_file_with_its_position_and_keeps_the_old_rules
         TYPE_A,
         &udp
     )));
+    assert!(!out.contains("warning"), "{out}");
+
+    // A file without the zone's tenant applies, and the reload says which zone lost its rules.
+    std::fs::write(&file, "[[tenant]]\nid = 8\n").unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains(
+            "warning: zone example.com. names tenant 7, which the rules file does not have"
+        ),
+        "{out}"
+    );
 }
 
 #[test]

@@ -330,6 +330,16 @@ impl Config {
                     format!("zone {n} is configured twice"),
                 ));
             }
+            if z.tenant > shield::rules::MAX_TENANT_ID {
+                return Err(inv(
+                    &format!("zone[{i}].tenant"),
+                    format!(
+                        "tenant {} is out of range: ids go from 1 to {} (0: none)",
+                        z.tenant,
+                        shield::rules::MAX_TENANT_ID
+                    ),
+                ));
+            }
         }
         listener::addrs::expand(&self.server.listen)
             .map_err(|e| inv("server.listen", e.to_string()))?;
@@ -347,6 +357,27 @@ impl Config {
         self.events.check().map_err(|(k, m)| inv(&k, m))?;
         transfer::check_config(self).map_err(|(k, m)| inv(&k, m))?;
         Ok(())
+    }
+}
+
+impl Config {
+    /// Warnings for zones that name a tenant the rules (`has`: does the rules file have it;
+    /// `None`: no `[rules]`) do not know: their queries meet no rules of their own.
+    pub fn unknown_tenants(&self, has: Option<&dyn Fn(u32) -> bool>) -> Vec<String> {
+        self.zones
+            .iter()
+            .filter(|z| z.tenant != 0 && !has.is_some_and(|h| h(z.tenant)))
+            .map(|z| match has {
+                Some(_) => format!(
+                    "zone {} names tenant {}, which the rules file does not have: its queries meet only [global]",
+                    z.origin, z.tenant
+                ),
+                None => format!(
+                    "zone {} names tenant {}, but there is no [rules] file: its queries meet no rules",
+                    z.origin, z.tenant
+                ),
+            })
+            .collect()
     }
 }
 
