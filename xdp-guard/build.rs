@@ -43,6 +43,47 @@ const STRUCTS: &[(&str, &str, Fields)] = &[
         ],
     ),
     ("guard_counters", "RawCounters", &[("count", "count")]),
+    (
+        "guard_ans_addr_key",
+        "AnsAddrKey",
+        &[("addr", "addr"), ("port", "port"), ("pad", "pad")],
+    ),
+    (
+        "guard_ans_addr",
+        "AnsAddr",
+        &[
+            ("gen", "gen_"),
+            ("on", "on"),
+            ("udp_payload", "udp_payload"),
+            ("reserved", "reserved"),
+        ],
+    ),
+    (
+        "guard_ans_key",
+        "AnsKey",
+        &[
+            ("addr", "addr"),
+            ("port", "port"),
+            ("gen", "gen_"),
+            ("variant", "variant"),
+            ("qtype", "qtype"),
+            ("qname_len", "qname_len"),
+            ("qname", "qname"),
+        ],
+    ),
+    (
+        "guard_answer",
+        "Answer",
+        &[
+            ("flags", "flags"),
+            ("an", "an"),
+            ("ns", "ns"),
+            ("ar", "ar"),
+            ("len", "len"),
+            ("csum", "csum"),
+            ("data", "data"),
+        ],
+    ),
 ];
 
 /// (C macro, Rust constant) checked for equal integer values.
@@ -81,6 +122,20 @@ const INTS: &[(&str, &str)] = &[
         "DEFAULT_PREFIX_V6_ENTRIES",
     ),
     ("GUARD_DEFAULT_RATE_ENTRIES", "DEFAULT_RATE_ENTRIES"),
+    ("GUARD_DEFAULT_ANSWER_ENTRIES", "DEFAULT_ANSWER_ENTRIES"),
+    ("GUARD_DEFAULT_ANS_ADDR_ENTRIES", "DEFAULT_ANS_ADDR_ENTRIES"),
+    ("GUARD_QNAME_MAX", "QNAME_MAX"),
+    ("GUARD_ANSWER_MAX", "ANSWER_MAX"),
+    ("GUARD_HEAD_MAX", "HEAD_MAX"),
+    ("GUARD_V_NO_EDNS", "V_NO_EDNS"),
+    ("GUARD_V_EDNS", "V_EDNS"),
+    ("GUARD_V_EDNS_DO", "V_EDNS_DO"),
+    ("GUARD_C_ANSWERED", "C_ANSWERED"),
+    ("GUARD_C_ANS_PASS_NO_ADDR", "C_ANS_PASS_NO_ADDR"),
+    ("GUARD_C_ANS_PASS_QUERY", "C_ANS_PASS_QUERY"),
+    ("GUARD_C_ANS_PASS_MISS", "C_ANS_PASS_MISS"),
+    ("GUARD_C_ANS_PASS_SIZE", "C_ANS_PASS_SIZE"),
+    ("GUARD_C_ANS_PASS_ROOM", "C_ANS_PASS_ROOM"),
 ];
 
 /// (C macro, Rust constant) checked for equal strings (map names).
@@ -94,6 +149,9 @@ const STRS: &[(&str, &str)] = &[
     ("GUARD_MAP_COUNTERS", "MAP_COUNTERS"),
     ("GUARD_MAP_ALLOW_V4", "MAP_ALLOW_V4"),
     ("GUARD_MAP_ALLOW_V6", "MAP_ALLOW_V6"),
+    ("GUARD_MAP_ANSWERS", "MAP_ANSWERS"),
+    ("GUARD_MAP_ANS_ADDR", "MAP_ANS_ADDR"),
+    ("GUARD_MAP_ANS_SCRATCH", "MAP_ANS_SCRATCH"),
 ];
 
 fn main() {

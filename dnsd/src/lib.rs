@@ -38,5 +38,6 @@ pub mod tcp;
 pub mod udp;
 pub mod wire;
 pub mod xdp;
+pub mod xdp_answers;
 pub mod xfr;
 pub mod zone_registry;

@@ -834,6 +834,7 @@ pub(crate) mod tests {
             ServeOptions {
                 cookies: CookiePolicy::Require,
                 tenant: 0,
+                xdp_answers: false,
             },
         )]);
         let rrl = RrlConfig {
@@ -1128,6 +1129,7 @@ pub(crate) mod tests {
             ServeOptions {
                 cookies: CookiePolicy::Require,
                 tenant: 7,
+                xdp_answers: false,
             },
         )]);
         let mut r = Rig::new(zones, Some(defences(None, true)));

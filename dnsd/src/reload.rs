@@ -105,12 +105,19 @@ async fn reload_rules(shared: &Arc<State>, c: &Config) -> Option<(bool, String)>
         ));
     };
     let file = rc.file.clone();
+    // A tenant may gain rules: its zones leave the XDP fast path before the rules apply.
+    if let Some(a) = &shared.xdp_answers {
+        a.suspend();
+    }
     let r = tokio::task::spawn_blocking(move || set.reload(&file).map_err(|e| e.to_string()))
         .await
         .unwrap_or_else(|e| Err(e.to_string()));
     Some(match r {
         Ok(()) => {
             shared.sync_global_lists();
+            if let Some(a) = &shared.xdp_answers {
+                a.resync();
+            }
             let mut out = format!("rules: {} reloaded\n", rc.file.display());
             let p = shared.defence.rules.as_ref().map(|r| r.current());
             let has = p.as_ref().map(|p| move |t| p.has_rules(t));
@@ -182,6 +189,7 @@ pub fn zone_list(cfg: &Config) -> Vec<(zones::Name, PathBuf, crate::served_zones
                         crate::served_zones::ServeOptions {
                             cookies: z.cookies.unwrap_or(cfg.defence.cookies.policy),
                             tenant: z.tenant,
+                            xdp_answers: z.xdp_answers,
                         },
                     )
                 })

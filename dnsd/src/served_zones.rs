@@ -15,6 +15,8 @@ pub struct ServeOptions {
     pub cookies: CookiePolicy,
     /// Tenant id (0: none).
     pub tenant: u32,
+    /// Answered in XDP too (`xdp_answers = true`).
+    pub xdp_answers: bool,
 }
 
 /// Zones served at one moment; replaced whole on reload (readers keep their snapshot).
@@ -52,6 +54,11 @@ impl ZoneSet {
             generation,
             expired,
         }
+    }
+
+    /// Whether zone `i` is answered in XDP too.
+    pub fn xdp_answers(&self, i: u32) -> bool {
+        self.opts.get(i as usize).is_some_and(|o| o.xdp_answers)
     }
 
     /// Marks zone `i` expired (a secondary whose primaries stopped answering): SERVFAIL.

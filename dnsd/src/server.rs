@@ -113,6 +113,28 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let fleet_counters = fleet.counters();
     let bound = fleet.addrs().to_vec();
+    // The XDP answer fast path, for zones marked xdp_answers (with [xdp]).
+    let xdp_answers = if cfg.zones.iter().any(|z| z.xdp_answers) {
+        if xdp.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+            let a = crate::xdp_answers::AnswerSync::start(
+                &bound,
+                zones.clone(),
+                pcfg.clone(),
+                xdp.clone(),
+                rules.clone(),
+            );
+            let hook = a.clone();
+            registry.set_before_publish(Arc::new(move |g| hook.suspend_for(g)));
+            Some(a)
+        } else {
+            tracing::warn!(
+                "xdp_answers: zones ask for XDP answers, but the XDP guard is not running here"
+            );
+            None
+        }
+    } else {
+        None
+    };
     let workers = if cfg.server.workers == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -206,6 +228,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         );
     }
     metrics.register("xdp", Arc::new(crate::xdp::XdpSource(xdp.clone())));
+    if let Some(a) = &xdp_answers {
+        metrics.register("xdp_answers", a.stats.clone());
+    }
     metrics.register("transfers", xfr.clone());
     metrics.register(
         "zones",
@@ -229,6 +254,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         xfr: xfr.clone(),
         metrics: metrics.clone(),
         xdp_global: cfg.rules.as_ref().is_some_and(|r| r.xdp_global),
+        xdp_answers,
     });
     shared.sync_global_lists();
 
@@ -308,6 +334,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     rt.shutdown_timeout(Duration::from_millis(500));
     if let Some(f) = shared.flusher.lock().expect("flusher lock").take() {
         f.stop();
+    }
+    if let Some(a) = &shared.xdp_answers {
+        a.withdraw();
     }
     drop(shared.xdp.lock().unwrap_or_else(|e| e.into_inner()).take());
     result

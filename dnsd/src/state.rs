@@ -42,6 +42,8 @@ pub struct State {
     pub metrics: Arc<shield::metrics::Registry>,
     /// This dnsd writes the rules file's `[global]` lists into the XDP guard's maps.
     pub xdp_global: bool,
+    /// The XDP answer publisher (zones with `xdp_answers`, with `[xdp]`).
+    pub xdp_answers: Option<Arc<crate::xdp_answers::AnswerSync>>,
 }
 
 impl State {

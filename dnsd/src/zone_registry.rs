@@ -55,6 +55,7 @@ pub struct Registry {
     /// Reload counters.
     pub stats: Arc<ReloadStats>,
     on_change: Option<OnChange>,
+    before_publish: Option<Arc<dyn Fn(u64) + Send + Sync>>,
 }
 
 /// The result of loading one zone.
@@ -89,6 +90,7 @@ impl Registry {
             generation: 0,
             stats: Arc::new(ReloadStats::default()),
             on_change: None,
+            before_publish: None,
         }
     }
 
@@ -195,7 +197,15 @@ impl Registry {
         for (i, _) in expired.iter().enumerate().filter(|e| *e.1) {
             set.set_expired(i);
         }
+        if let Some(f) = &self.before_publish {
+            f(self.generation);
+        }
         self.published.store(Arc::new(set));
+    }
+
+    /// Sets the hook called just before a new zone set (of the generation given) is published.
+    pub fn set_before_publish(&mut self, f: Arc<dyn Fn(u64) + Send + Sync>) {
+        self.before_publish = Some(f);
     }
 
     /// Sets the hook told of every change of a zone's served version.

@@ -93,6 +93,31 @@ struct {
 	__type(value, struct guard_counters);
 } guard_counters SEC(".maps");
 
+/* The answer fast path: dnsd's replies by (address, port, generation, variant, qtype, qname). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GUARD_DEFAULT_ANSWER_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct guard_ans_key);
+	__type(value, struct guard_answer);
+} guard_answers SEC(".maps");
+
+/* Service addresses whose dnsd answers in XDP, with the live generation. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GUARD_DEFAULT_ANS_ADDR_ENTRIES);
+	__type(key, struct guard_ans_addr_key);
+	__type(value, struct guard_ans_addr);
+} guard_ans_addr SEC(".maps");
+
+/* Room for one answer key (too big for the stack beside the rest). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct guard_ans_scratch);
+} guard_ans_tmp SEC(".maps");
+
 /* 802.1Q / 802.1ad tag (not in the uapi headers). */
 struct vlan_tag {
 	__be16 tci;
@@ -105,6 +130,16 @@ struct ipv6_frag {
 	__u8 reserved;
 	__be16 frag_off; /* offset in 8-byte units << 3 | M flag */
 	__be32 id;
+};
+
+/* classify's verdict for UDP to a DNS port that passed the checks: try the answer fast path. */
+#define GUARD_CANDIDATE 100
+
+/* Where the headers of a candidate are (offsets from the frame start). */
+struct pkt {
+	__u32 l3_off;
+	__u32 l4_off;
+	__u8 v6;
 };
 
 /* The first writer slot of `b` that ends after now (GUARD_NEVER always does), or -1. */
@@ -221,15 +256,166 @@ static __always_inline int rate_limit(struct guard_v6_key *src, __be16 dport,
 	return GUARD_C_PASS;
 }
 
-/* L4 after an IP header: UDP to a DNS port is rate-limited, TCP is checked for sanity. */
+
+/* DNS header flag bits (host order). */
+#define DNS_QR 0x8000
+#define DNS_OPCODE 0x7800
+#define DNS_TC 0x0200
+#define DNS_RD 0x0100
+#define DNS_CD 0x0010
+#define DNS_RCODE 0x000f
+
+struct dnshdr {
+	__be16 id;
+	__be16 flags;
+	__be16 qd, an, ns, ar;
+};
+
+/* Folds a 32-bit one's complement sum to 16 bits. */
+static __always_inline __u16 fold(__u32 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)s;
+}
+
+/* Where an answer goes: filled by parse_query, used by write_answer. */
+struct ans_ctx {
+	__u32 dns_off;   /* offset of the DNS header from the frame start */
+	__u32 qend;      /* offset of the end of the question from the DNS header */
+	__u32 qsum;      /* one's complement sum of the question bytes (from an even offset) */
+	__u16 qflags;    /* the query's flags (host order) */
+	__u16 limit;     /* the most dnsd would send this client over UDP */
+	__u16 client;    /* EDNS UDP size of the query (0: no EDNS) */
+};
+
+/* Parses a UDP payload at `dns` as a query the fast path may answer and fills the key's
+ * variant, qtype and qname; 0 when it may answer, or the counter to pass with. */
+static __always_inline int parse_query(struct xdp_md *ctx, void *data, void *end, __u32 dns_off,
+				       struct guard_ans_key *k, struct ans_ctx *a)
+{
+	struct dnshdr *h = data + dns_off;
+	if ((void *)(h + 1) > end)
+		return GUARD_C_ANS_PASS_QUERY;
+	__u16 flags = bpf_ntohs(h->flags);
+	/* A query (QR=0), opcode QUERY, not truncated, rcode 0; one question, nothing in the
+	 * answer and authority sections, at most the OPT record in additional. */
+	if (flags & (DNS_QR | DNS_OPCODE | DNS_TC | DNS_RCODE))
+		return GUARD_C_ANS_PASS_QUERY;
+	if (h->qd != bpf_htons(1) || h->an || h->ns || bpf_ntohs(h->ar) > 1)
+		return GUARD_C_ANS_PASS_QUERY;
+	a->qflags = flags;
+	a->dns_off = dns_off;
+
+	/* The qname, lower-cased into the key; its bytes summed as they are (case kept). */
+	__u8 *q = (__u8 *)(h + 1);
+	__u32 sum = 0;
+	__u32 n = 0;          /* bytes of the name so far */
+	__u32 next_len = 0;   /* index of the next length byte */
+	int done = 0;
+	for (int i = 0; i < GUARD_QNAME_MAX; i++) {
+		__u8 *b = q + i;
+		if ((void *)(b + 1) > end)
+			return GUARD_C_ANS_PASS_QUERY;
+		__u8 c = *b;
+		if (i == next_len) {
+			if (c == 0) {
+				k->qname[i & (GUARD_QNAME_MAX - 1)] = 0;
+				n = i + 1;
+				done = 1;
+				break;
+			}
+			if (c > 63)
+				return GUARD_C_ANS_PASS_QUERY; /* compression or an unknown label type */
+			next_len = i + 1 + c;
+		} else if (c >= 'A' && c <= 'Z') {
+			k->qname[i & (GUARD_QNAME_MAX - 1)] = c + 32;
+			sum += (i & 1) ? c : ((__u32)c << 8);
+			continue;
+		}
+		k->qname[i & (GUARD_QNAME_MAX - 1)] = c;
+		sum += (i & 1) ? c : ((__u32)c << 8);
+	}
+	if (!done)
+		return GUARD_C_ANS_PASS_QUERY; /* longer than GUARD_QNAME_MAX */
+	k->qname_len = n;
+	/* qtype and qclass, and the OPT record, read by offset (the verifier loses the bounds of
+	 * a packet pointer moved by the name's length). */
+	if (n > GUARD_QNAME_MAX)
+		return GUARD_C_ANS_PASS_QUERY;
+	__u32 total = (long)end - (long)data;
+	__u32 t_off = dns_off + sizeof(*h) + n;
+	__u8 t[4];
+	if (bpf_xdp_load_bytes(ctx, t_off, t, 4))
+		return GUARD_C_ANS_PASS_QUERY;
+	if (t[2] != 0 || t[3] != 1)
+		return GUARD_C_ANS_PASS_QUERY; /* class IN only */
+	k->qtype = ((__u16)t[0] << 8) | t[1];
+	/* The question's bytes are at offset 12 (even): a byte at question index j pairs as
+	 * high when j is even. */
+	if (n & 1) {
+		sum += t[0] + ((__u32)t[1] << 8) + t[2] + ((__u32)t[3] << 8);
+	} else {
+		sum += ((__u32)t[0] << 8) + t[1] + ((__u32)t[2] << 8) + t[3];
+	}
+	a->qsum = sum;
+	a->qend = sizeof(*h) + n + 4;
+	__u32 rest = t_off + 4;
+	if (!h->ar) {
+		if (rest != total)
+			return GUARD_C_ANS_PASS_QUERY; /* trailing bytes */
+		k->variant = GUARD_V_NO_EDNS;
+		a->client = 0;
+		return 0;
+	}
+	/* The OPT record: root owner, type 41, version 0, no extended rcode, no options, only
+	 * the DO flag. */
+	if (rest + 11 != total)
+		return GUARD_C_ANS_PASS_QUERY;
+	__u8 o[11];
+	if (bpf_xdp_load_bytes(ctx, rest, o, 11))
+		return GUARD_C_ANS_PASS_QUERY;
+	if (o[0] != 0 || o[1] != 0 || o[2] != 41 || o[5] != 0 || o[6] != 0 || o[9] != 0 ||
+	    o[10] != 0 || (o[7] & 0x7f) != 0 || o[8] != 0)
+		return GUARD_C_ANS_PASS_QUERY;
+	a->client = ((__u16)o[3] << 8) | o[4];
+	k->variant = (o[7] & 0x80) ? GUARD_V_EDNS_DO : GUARD_V_EDNS;
+	return 0;
+}
+
+/* The reply's UDP checksum (pseudo header `psum` already summed): UDP header, DNS header,
+ * the question (as the query had it) and the answer's bytes. */
+static __always_inline __u16 reply_csum(__u32 psum, struct udphdr *udp, struct dnshdr *h,
+					const struct ans_ctx *a, const struct guard_answer *v)
+{
+	__u32 s = psum;
+	s += bpf_ntohs(udp->source) + bpf_ntohs(udp->dest) + bpf_ntohs(udp->len);
+	s += bpf_ntohs(h->id) + bpf_ntohs(h->flags) + bpf_ntohs(h->qd) + bpf_ntohs(h->an) +
+	     bpf_ntohs(h->ns) + bpf_ntohs(h->ar);
+	s += a->qsum;
+	__u16 t = v->csum;
+	/* The answer starts right after the question: at an odd offset its bytes pair the
+	 * other way round, which swaps the bytes of its sum. */
+	if (a->qend & 1)
+		t = (__u16)((t >> 8) | (t << 8));
+	s += t;
+	__u16 c = ~fold(s);
+	return c ? c : 0xffff;
+}
+
+/* L4 after an IP header: UDP to a DNS port is rate-limited (and, when it passes, a candidate
+ * for the answer fast path), TCP is checked for sanity. */
 static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_key *src,
-			      struct guard_counters *cnt)
+			      struct guard_counters *cnt, struct pkt *pk, int answerable)
 {
 	if (proto == IPPROTO_UDP) {
 		struct udphdr *udp = l4p;
 		if ((void *)(udp + 1) > end)
 			return GUARD_C_PASS_NOT_UNDERSTOOD;
-		return rate_limit(src, udp->dest, cnt);
+		int v = rate_limit(src, udp->dest, cnt);
+		if (v == GUARD_C_PASS && answerable)
+			return GUARD_CANDIDATE;
+		return v;
 	}
 	if (proto == IPPROTO_TCP) {
 		struct tcphdr *tcp = l4p;
@@ -240,7 +426,8 @@ static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_
 	return GUARD_C_PASS;
 }
 
-static __always_inline int handle_v4(void *p, void *end, struct guard_counters *cnt)
+static __always_inline int handle_v4(void *data, void *p, void *end, struct guard_counters *cnt,
+				     struct pkt *pk)
 {
 	struct iphdr *ip = p;
 	if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl < 5)
@@ -262,10 +449,16 @@ static __always_inline int handle_v4(void *p, void *end, struct guard_counters *
 	src.addr[10] = 0xff;
 	src.addr[11] = 0xff;
 	__builtin_memcpy(&src.addr[12], &ip->saddr, 4);
-	return l4(p + hlen, end, ip->protocol, &src, cnt);
+	pk->l3_off = p - data;
+	pk->l4_off = p + hlen - data;
+	pk->v6 = 0;
+	/* Answered in XDP: no IP options, not a fragment (neither MF nor an offset). */
+	int answerable = hlen == 20 && !(ip->frag_off & bpf_htons(0x3fff));
+	return l4(p + hlen, end, ip->protocol, &src, cnt, pk, answerable);
 }
 
-static __always_inline int handle_v6(void *p, void *end, struct guard_counters *cnt)
+static __always_inline int handle_v6(void *data, void *p, void *end, struct guard_counters *cnt,
+				     struct pkt *pk)
 {
 	struct ipv6hdr *ip6 = p;
 	if ((void *)(ip6 + 1) > end || ip6->version != 6)
@@ -306,10 +499,16 @@ static __always_inline int handle_v6(void *p, void *end, struct guard_counters *
 
 	struct guard_v6_key src;
 	__builtin_memcpy(src.addr, &ip6->saddr, 16);
-	return l4(cur, end, nh, &src, cnt);
+	pk->l3_off = p - data;
+	pk->l4_off = cur - data;
+	pk->v6 = 1;
+	/* Answered in XDP: no extension headers. */
+	int answerable = cur == p + sizeof(*ip6);
+	return l4(cur, end, nh, &src, cnt, pk, answerable);
 }
 
-static __always_inline int classify(struct xdp_md *ctx, struct guard_counters *cnt)
+static __always_inline int classify(struct xdp_md *ctx, struct guard_counters *cnt,
+				    struct pkt *pk)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -330,10 +529,179 @@ static __always_inline int classify(struct xdp_md *ctx, struct guard_counters *c
 			return GUARD_C_PASS_NOT_UNDERSTOOD;
 	}
 	if (proto == bpf_htons(ETH_P_IP))
-		return handle_v4(p, end, cnt);
+		return handle_v4(data, p, end, cnt, pk);
 	if (proto == bpf_htons(ETH_P_IPV6))
-		return handle_v6(p, end, cnt);
+		return handle_v6(data, p, end, cnt, pk);
 	return GUARD_C_PASS_NOT_IP;
+}
+
+
+/* Sums `n` 16-bit words at `p` (bounds checked by the caller). */
+static __always_inline __u32 sum_words(const __u16 *p, int n)
+{
+	__u32 s = 0;
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		s += bpf_ntohs(p[i]);
+	return s;
+}
+
+/* The answer fast path for a candidate: XDP_TX with dnsd's reply written in place, or
+ * XDP_PASS with the reason counted. */
+static __always_inline int try_answer(struct xdp_md *ctx, const struct pkt *pk,
+				      struct guard_counters *cnt)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l3 = pk->l3_off & 0xff, l4o = pk->l4_off & 0xff;
+	struct udphdr *udp = data + l4o;
+	if ((void *)(udp + 1) > end)
+		return XDP_PASS;
+
+	struct guard_ans_addr_key ak = { .port = bpf_ntohs(udp->dest) };
+	if (pk->v6) {
+		struct ipv6hdr *ip6 = data + l3;
+		if ((void *)(ip6 + 1) > end)
+			return XDP_PASS;
+		__builtin_memcpy(ak.addr, &ip6->daddr, 16);
+	} else {
+		struct iphdr *ip = data + l3;
+		if ((void *)(ip + 1) > end)
+			return XDP_PASS;
+		ak.addr[10] = 0xff;
+		ak.addr[11] = 0xff;
+		__builtin_memcpy(&ak.addr[12], &ip->daddr, 4);
+	}
+	struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
+	if (!aa || !aa->on) {
+		cnt->count[GUARD_C_ANS_PASS_NO_ADDR]++;
+		return XDP_PASS;
+	}
+
+	__u32 zero = 0;
+	struct guard_ans_scratch *scr = bpf_map_lookup_elem(&guard_ans_tmp, &zero);
+	if (!scr)
+		return XDP_PASS;
+	struct guard_ans_key *k = &scr->key;
+	__builtin_memset(k, 0, sizeof(*k));
+	struct ans_ctx a = {};
+	__u32 dns_off = l4o + sizeof(struct udphdr);
+	int r = parse_query(ctx, data, end, dns_off, k, &a);
+	if (r) {
+		cnt->count[GUARD_C_ANS_PASS_QUERY]++;
+		return XDP_PASS;
+	}
+	__builtin_memcpy(k->addr, ak.addr, 16);
+	k->port = ak.port;
+	k->gen = aa->gen;
+	struct guard_answer *v = bpf_map_lookup_elem(&guard_answers, k);
+	if (!v) {
+		cnt->count[GUARD_C_ANS_PASS_MISS]++;
+		return XDP_PASS;
+	}
+	/* The most dnsd sends this client (response::size_limit). */
+	__u32 limit = 512;
+	if (k->variant != GUARD_V_NO_EDNS) {
+		__u32 ours = aa->udp_payload < 512 ? 512 : aa->udp_payload;
+		limit = a.client < ours ? a.client : ours;
+	}
+	__u32 len = v->len;
+	__u32 qend = a.qend;
+	if (len == 0 || len > GUARD_ANSWER_MAX || qend > 12 + GUARD_QNAME_MAX + 4 ||
+	    qend + len > limit) {
+		cnt->count[GUARD_C_ANS_PASS_SIZE]++;
+		return XDP_PASS;
+	}
+	__u32 dns_len = qend + len;
+	int delta = (int)dns_len - (int)((long)end - (long)data - (long)dns_off);
+	if (delta != 0 && bpf_xdp_adjust_tail(ctx, delta)) {
+		/* No tailroom (a virtual NIC's tight buffer): grow at the front instead, moving the
+		 * headers and the question there. */
+		__u64 hl = dns_off + qend;
+		if (delta < 0 || hl >= GUARD_HEAD_MAX || hl < sizeof(struct ethhdr)) {
+			cnt->count[GUARD_C_ANS_PASS_ROOM]++;
+			return XDP_PASS;
+		}
+		/* For the verifier, on the register the helper gets: hl < GUARD_HEAD_MAX. */
+		asm volatile("%[v] &= 0xff" : [v] "+r"(hl));
+		if (hl == 0)
+			return XDP_PASS;
+		if (bpf_xdp_load_bytes(ctx, 0, scr->head, hl)) {
+			cnt->count[GUARD_C_ANS_PASS_ROOM]++;
+			return XDP_PASS;
+		}
+		if (bpf_xdp_adjust_head(ctx, -delta)) {
+			cnt->count[GUARD_C_ANS_PASS_ROOM]++;
+			return XDP_PASS;
+		}
+		if (bpf_xdp_store_bytes(ctx, 0, scr->head, hl))
+			return XDP_DROP;
+	}
+	if (bpf_xdp_store_bytes(ctx, dns_off + qend, v->data, len)) {
+		/* Cannot happen once the tail grew; the frame is no query any more: drop. */
+		return XDP_DROP;
+	}
+
+	/* The headers are edited in copies on the stack and stored back: offsets, not packet
+	 * pointers, which the verifier cannot follow through the tail change. */
+	struct ethhdr eth;
+	if (bpf_xdp_load_bytes(ctx, 0, &eth, sizeof(eth)))
+		return XDP_DROP;
+	__u8 mac[ETH_ALEN];
+	__builtin_memcpy(mac, eth.h_dest, ETH_ALEN);
+	__builtin_memcpy(eth.h_dest, eth.h_source, ETH_ALEN);
+	__builtin_memcpy(eth.h_source, mac, ETH_ALEN);
+	if (bpf_xdp_store_bytes(ctx, 0, &eth, sizeof(eth)))
+		return XDP_DROP;
+
+	__u16 udp_len = sizeof(struct udphdr) + dns_len;
+	__u32 psum;
+	if (pk->v6) {
+		struct ipv6hdr ip6;
+		if (bpf_xdp_load_bytes(ctx, l3, &ip6, sizeof(ip6)))
+			return XDP_DROP;
+		struct in6_addr t = ip6.saddr;
+		ip6.saddr = ip6.daddr;
+		ip6.daddr = t;
+		ip6.payload_len = bpf_htons(udp_len);
+		ip6.hop_limit = 64;
+		psum = sum_words((const __u16 *)&ip6.saddr, 16) + udp_len + IPPROTO_UDP;
+		if (bpf_xdp_store_bytes(ctx, l3, &ip6, sizeof(ip6)))
+			return XDP_DROP;
+	} else {
+		struct iphdr ip;
+		if (bpf_xdp_load_bytes(ctx, l3, &ip, sizeof(ip)))
+			return XDP_DROP;
+		__be32 t = ip.saddr;
+		ip.saddr = ip.daddr;
+		ip.daddr = t;
+		ip.tot_len = bpf_htons(sizeof(struct iphdr) + udp_len);
+		ip.ttl = 64;
+		ip.check = 0;
+		ip.check = bpf_htons(~fold(sum_words((const __u16 *)&ip, 10)));
+		psum = sum_words((const __u16 *)&ip.saddr, 4) + udp_len + IPPROTO_UDP;
+		if (bpf_xdp_store_bytes(ctx, l3, &ip, sizeof(ip)))
+			return XDP_DROP;
+	}
+	struct udphdr u;
+	struct dnshdr h;
+	if (bpf_xdp_load_bytes(ctx, l4o, &u, sizeof(u)) ||
+	    bpf_xdp_load_bytes(ctx, dns_off, &h, sizeof(h)))
+		return XDP_DROP;
+	__be16 port = u.source;
+	u.source = u.dest;
+	u.dest = port;
+	u.len = bpf_htons(udp_len);
+	h.flags = bpf_htons(v->flags | (a.qflags & (DNS_RD | DNS_CD)));
+	h.an = bpf_htons(v->an);
+	h.ns = bpf_htons(v->ns);
+	h.ar = bpf_htons(v->ar);
+	u.check = 0;
+	u.check = bpf_htons(reply_csum(psum, &u, &h, &a, v));
+	if (bpf_xdp_store_bytes(ctx, l4o, &u, sizeof(u)) ||
+	    bpf_xdp_store_bytes(ctx, dns_off, &h, sizeof(h)))
+		return XDP_DROP;
+	return XDP_TX;
 }
 
 SEC("xdp")
@@ -343,7 +711,18 @@ int palisade_guard(struct xdp_md *ctx)
 	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
 	if (!cnt)
 		return XDP_PASS;
-	int v = classify(ctx, cnt);
+	struct pkt pk = {};
+	int v = classify(ctx, cnt, &pk);
+	if (v == GUARD_CANDIDATE) {
+		int act = try_answer(ctx, &pk, cnt);
+		if (act == XDP_TX) {
+			cnt->count[GUARD_C_ANSWERED]++;
+			return XDP_TX;
+		}
+		if (act == XDP_DROP)
+			return XDP_DROP;
+		v = GUARD_C_PASS;
+	}
 	if (v < 0 || v >= GUARD_VERDICTS)
 		v = GUARD_C_PASS_NOT_UNDERSTOOD;
 	cnt->count[v]++;

@@ -30,6 +30,9 @@
 #define GUARD_MAP_COUNTERS "guard_counters"
 #define GUARD_MAP_ALLOW_V4 "guard_allow_v4"
 #define GUARD_MAP_ALLOW_V6 "guard_allow_v6"
+#define GUARD_MAP_ANSWERS "guard_answers"
+#define GUARD_MAP_ANS_ADDR "guard_ans_addr"
+#define GUARD_MAP_ANS_SCRATCH "guard_ans_tmp"
 
 /* Default map sizes; userspace overrides them at load time from its config. */
 #define GUARD_DEFAULT_BLOCK_V4_ENTRIES 262144
@@ -38,6 +41,8 @@
 #define GUARD_DEFAULT_PREFIX_V6_ENTRIES 16384
 #define GUARD_DEFAULT_RATE_ENTRIES 65536
 #define GUARD_DEFAULT_ALLOW_ENTRIES 16384
+#define GUARD_DEFAULT_ANSWER_ENTRIES 65536
+#define GUARD_DEFAULT_ANS_ADDR_ENTRIES 65536
 
 /* One packet's worth of tokens in a rate-limit bucket ("nano-packets"). */
 #define GUARD_TOKEN_UNIT 1000000000ULL
@@ -61,7 +66,69 @@
 #define GUARD_C_RATE_NEW_SOURCE 7     /* a rate-limit bucket was created */
 #define GUARD_C_RATE_EXEMPT 8         /* UDP to a DNS port from an allowed source: not limited */
 #define GUARD_C_DROP_SLOT 9           /* + slot: a drop, by the first live writer slot */
-#define GUARD_COUNTERS 13
+/* The answer fast path (XDP_TX answers count as the verdict GUARD_C_ANSWERED). */
+#define GUARD_C_ANSWERED 13           /* answered from guard_answers with XDP_TX */
+#define GUARD_C_ANS_PASS_NO_ADDR 14   /* passed: no dnsd answers for this address:port (or suspended) */
+#define GUARD_C_ANS_PASS_QUERY 15     /* passed: a query the program does not answer (flags, counts, class, options, TCP...) */
+#define GUARD_C_ANS_PASS_MISS 16      /* passed: no answer for this name, type and EDNS variant */
+#define GUARD_C_ANS_PASS_SIZE 17      /* passed: the answer does not fit the client's limit (dnsd truncates) */
+#define GUARD_C_ANS_PASS_ROOM 18      /* passed: the frame has no room to grow into the answer (driver's buffer) */
+#define GUARD_COUNTERS 19
+
+/* The answer fast path. */
+#define GUARD_QNAME_MAX 128   /* longest wire qname answered in XDP (longer ones pass) */
+#define GUARD_ANSWER_MAX 1232 /* longest answer tail (after the question) */
+/* guard_ans_key.variant */
+#define GUARD_V_NO_EDNS 0
+#define GUARD_V_EDNS 1
+#define GUARD_V_EDNS_DO 2
+
+/* guard_ans_addr key: a service address (IPv4 as ::ffff:a.b.c.d) and UDP port. */
+struct guard_ans_addr_key {
+	__u8 addr[16];
+	__u16 port; /* host order */
+	__u16 pad;
+};
+
+/* guard_ans_addr value: which generation of answers is live for the address (the writer flips
+ * it after writing a whole new generation), whether answering is on, dnsd's EDNS payload. */
+struct guard_ans_addr {
+	__u8 gen;
+	__u8 on;
+	__u16 udp_payload;
+	__u32 reserved;
+};
+
+/* guard_answers key: address, port, generation, EDNS variant, qtype, the lower-case wire qname
+ * (zero padded). */
+struct guard_ans_key {
+	__u8 addr[16];
+	__u16 port;
+	__u8 gen;
+	__u8 variant;
+	__u16 qtype;
+	__u16 qname_len;
+	__u8 qname[GUARD_QNAME_MAX];
+};
+
+/* Most header bytes (Ethernet to the end of the question) moved when a reply grows at the
+ * front of the frame instead of its end. */
+#define GUARD_HEAD_MAX 256
+
+/* guard_ans_tmp value: room for an answer key, and for the headers moved by a front growth. */
+struct guard_ans_scratch {
+	struct guard_ans_key key;
+	__u8 head[GUARD_HEAD_MAX];
+};
+
+/* guard_answers value: what follows the question in dnsd's reply, and its header. */
+struct guard_answer {
+	__u16 flags;     /* header flags of the reply except RD and CD (copied from the query) */
+	__u16 an, ns, ar; /* section counts (ar with the OPT record) */
+	__u16 len;       /* bytes of data */
+	__u16 csum;      /* 16-bit one's complement sum of data placed at an even offset */
+	__u8 data[GUARD_ANSWER_MAX];
+};
 
 /* guard_block_v4 key: one IPv4 address. */
 struct guard_v4_key {
@@ -134,5 +201,11 @@ _Static_assert(sizeof(struct guard_block) == 8 * GUARD_SLOTS, "guard_block");
 _Static_assert(sizeof(struct guard_bucket) == 16, "guard_bucket");
 _Static_assert(sizeof(struct guard_config) == 32 + 8192, "guard_config");
 _Static_assert(sizeof(struct guard_counters) == 8 * GUARD_COUNTERS, "guard_counters");
+_Static_assert(sizeof(struct guard_ans_addr_key) == 20, "guard_ans_addr_key");
+_Static_assert(sizeof(struct guard_ans_addr) == 8, "guard_ans_addr");
+_Static_assert(sizeof(struct guard_ans_key) == 24 + GUARD_QNAME_MAX, "guard_ans_key");
+_Static_assert(sizeof(struct guard_answer) == 12 + GUARD_ANSWER_MAX, "guard_answer");
+_Static_assert(sizeof(struct guard_ans_scratch) == 24 + GUARD_QNAME_MAX + GUARD_HEAD_MAX,
+	       "guard_ans_scratch");
 
 #endif /* PALISADE_GUARD_H */

@@ -88,6 +88,10 @@ pub struct XdpConfig {
     /// Capacity of each allow trie (the rules file's `[global] allow`, per family).
     #[serde(default = "default_allow_entries")]
     pub allow_entries: u32,
+    /// Capacity of the answer fast path's map (entries of up to 1,232 bytes; memory is taken
+    /// as entries are written).
+    #[serde(default = "default_answer_entries")]
+    pub answer_entries: u32,
     /// Directory on bpffs where the maps are pinned, shared by every process.
     #[serde(default = "default_pin_path")]
     pub pin_path: PathBuf,
@@ -120,6 +124,9 @@ fn default_prefix_v6() -> u32 {
 fn default_allow_entries() -> u32 {
     crate::maps::DEFAULT_ALLOW_ENTRIES
 }
+fn default_answer_entries() -> u32 {
+    crate::maps::DEFAULT_ANSWER_ENTRIES
+}
 fn default_rate_entries() -> u32 {
     DEFAULT_RATE_ENTRIES
 }
@@ -145,6 +152,7 @@ impl XdpConfig {
             prefix_v6_entries: DEFAULT_PREFIX_V6_ENTRIES,
             rate_entries: DEFAULT_RATE_ENTRIES,
             allow_entries: crate::maps::DEFAULT_ALLOW_ENTRIES,
+            answer_entries: crate::maps::DEFAULT_ANSWER_ENTRIES,
             pin_path: default_pin_path(),
             pin: true,
         }
@@ -190,6 +198,7 @@ impl XdpConfig {
             ("prefix_v6_entries", self.prefix_v6_entries),
             ("rate_entries", self.rate_entries),
             ("allow_entries", self.allow_entries),
+            ("answer_entries", self.answer_entries),
         ] {
             if n == 0 {
                 return bad(format!("{name} must be at least 1"));

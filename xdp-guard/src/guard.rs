@@ -116,6 +116,9 @@ impl XdpGuard {
             1,
             cfg.allow_entries,
             cfg.allow_entries,
+            cfg.answer_entries,
+            crate::maps::DEFAULT_ANS_ADDR_ENTRIES,
+            1,
         ];
         let mut loader = EbpfLoader::new();
         for (name, size) in ALL_MAPS.iter().zip(sizes) {

@@ -55,7 +55,7 @@ const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
 const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
 
 /// What a map must look like: (type, key size, value size), in [`ALL_MAPS`] order.
-const SPECS: [(u32, u32, u32); 9] = [
+const SPECS: [(u32, u32, u32); 12] = [
     (BPF_MAP_TYPE_HASH, 4, VS as u32),
     (BPF_MAP_TYPE_HASH, 16, VS as u32),
     (BPF_MAP_TYPE_LPM_TRIE, 8, VS as u32),
@@ -69,7 +69,25 @@ const SPECS: [(u32, u32, u32); 9] = [
     ),
     (BPF_MAP_TYPE_LPM_TRIE, 8, 4),
     (BPF_MAP_TYPE_LPM_TRIE, 20, 4),
+    (
+        BPF_MAP_TYPE_HASH,
+        size_of::<crate::maps::AnsKey>() as u32,
+        size_of::<crate::maps::Answer>() as u32,
+    ),
+    (
+        BPF_MAP_TYPE_HASH,
+        size_of::<crate::maps::AnsAddrKey>() as u32,
+        size_of::<crate::maps::AnsAddr>() as u32,
+    ),
+    (
+        BPF_MAP_TYPE_PERCPU_ARRAY,
+        4,
+        (size_of::<crate::maps::AnsKey>() + crate::maps::HEAD_MAX) as u32,
+    ),
 ];
+
+/// Index of the answer map in [`ALL_MAPS`] (the address map follows).
+pub(crate) const ANSWERS: usize = 9;
 
 /// Index of the IPv4 allow trie in [`ALL_MAPS`] (the IPv6 one follows).
 const ALLOW_V4: usize = 7;
@@ -231,6 +249,12 @@ pub struct Counters {
     /// Drops of blocked sources by the first live writer slot (dnsd, http-front, rules,
     /// operator).
     pub drop_by_slot: [u64; crate::maps::SLOTS],
+    /// Queries answered in XDP (XDP_TX).
+    pub answered: u64,
+    /// Passed to dnsd by the fast path: no answers for the address, a query it does not
+    /// answer, no answer for the name, an answer too big for the client, no room in the
+    /// frame to grow into the answer.
+    pub ans_pass: [u64; 5],
 }
 
 impl Counters {
@@ -250,12 +274,18 @@ impl Counters {
             ("drop_by_http_front", self.drop_by_slot[1]),
             ("drop_by_rules", self.drop_by_slot[2]),
             ("drop_by_operator", self.drop_by_slot[3]),
+            ("answered", self.answered),
+            ("answer_pass_no_address", self.ans_pass[0]),
+            ("answer_pass_query", self.ans_pass[1]),
+            ("answer_pass_miss", self.ans_pass[2]),
+            ("answer_pass_size", self.ans_pass[3]),
+            ("answer_pass_room", self.ans_pass[4]),
         ]
     }
 
     /// Packets seen (the sum of the verdicts).
     pub fn packets(&self) -> u64 {
-        self.pass + self.pass_not_ip + self.pass_not_understood + self.dropped()
+        self.pass + self.pass_not_ip + self.pass_not_understood + self.dropped() + self.answered
     }
 
     /// Packets dropped.
@@ -275,6 +305,8 @@ impl Counters {
             rate_new_source: c[C_RATE_NEW_SOURCE],
             rate_exempt: c[C_RATE_EXEMPT],
             drop_by_slot: std::array::from_fn(|i| c[C_DROP_SLOT + i]),
+            answered: c[crate::maps::C_ANSWERED],
+            ans_pass: std::array::from_fn(|i| c[crate::maps::C_ANS_PASS_NO_ADDR + i]),
         }
     }
 }
@@ -460,6 +492,11 @@ impl GuardMaps {
 
     fn fd(&self, i: usize) -> BorrowedFd<'_> {
         self.inner.fds[i].as_fd()
+    }
+
+    /// Map `i` of [`ALL_MAPS`] (for the other modules of this crate).
+    pub(crate) fn raw_fd(&self, i: usize) -> BorrowedFd<'_> {
+        self.fd(i)
     }
 
     /// Takes the writers' lock (this process's writers, then every process's).
@@ -1115,7 +1152,7 @@ pub(crate) fn coalesce(
     (ups, dels)
 }
 
-fn syscall_err(op: &'static str, map: &'static str, source: io::Error) -> Error {
+pub(crate) fn syscall_err(op: &'static str, map: &'static str, source: io::Error) -> Error {
     Error::Syscall { op, map, source }
 }
 

@@ -26,6 +26,7 @@
 //! Out of scope: per-tenant policy (the guard knows addresses, not tenants), TCP rate limits,
 //! and reassembly (non-first fragments are judged by source address only).
 
+mod answers;
 mod available;
 mod clock;
 mod config;
@@ -37,6 +38,7 @@ pub mod maps;
 mod mirror;
 mod sys;
 
+pub use answers::{AnswerReport, StagedAnswers, addr_key, mapped};
 pub use available::{check_available, unavailable_reason};
 pub use clock::{ExpiryClock, KernelExpiry, boot_ns};
 pub use config::{DEFAULT_PIN_PATH, Mode, XdpConfig};

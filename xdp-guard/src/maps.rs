@@ -26,8 +26,14 @@ pub const MAP_COUNTERS: &str = "guard_counters";
 pub const MAP_ALLOW_V4: &str = "guard_allow_v4";
 /// Name of the LPM_TRIE of IPv6 prefixes exempt from the rate limit.
 pub const MAP_ALLOW_V6: &str = "guard_allow_v6";
+/// Name of the HASH of dnsd's answers for the fast path ([`AnsKey`] → [`Answer`]).
+pub const MAP_ANSWERS: &str = "guard_answers";
+/// Name of the HASH of service addresses answered in XDP ([`AnsAddrKey`] → [`AnsAddr`]).
+pub const MAP_ANS_ADDR: &str = "guard_ans_addr";
+/// Name of the per-CPU scratch ARRAY the program builds an answer key in.
+pub const MAP_ANS_SCRATCH: &str = "guard_ans_tmp";
 /// Every map of the program, in a fixed order.
-pub const ALL_MAPS: [&str; 9] = [
+pub const ALL_MAPS: [&str; 12] = [
     MAP_BLOCK_V4,
     MAP_BLOCK_V6,
     MAP_PREFIX_V4,
@@ -37,6 +43,9 @@ pub const ALL_MAPS: [&str; 9] = [
     MAP_COUNTERS,
     MAP_ALLOW_V4,
     MAP_ALLOW_V6,
+    MAP_ANSWERS,
+    MAP_ANS_ADDR,
+    MAP_ANS_SCRATCH,
 ];
 
 /// Default capacity of the IPv4 address hash.
@@ -51,6 +60,23 @@ pub const DEFAULT_PREFIX_V6_ENTRIES: u32 = 16_384;
 pub const DEFAULT_RATE_ENTRIES: u32 = 65_536;
 /// Default capacity of each allow-list trie.
 pub const DEFAULT_ALLOW_ENTRIES: u32 = 16_384;
+
+/// Default capacity of the answer map (entries; each holds up to [`ANSWER_MAX`] bytes).
+pub const DEFAULT_ANSWER_ENTRIES: u32 = 65_536;
+/// Default capacity of the answered-address map.
+pub const DEFAULT_ANS_ADDR_ENTRIES: u32 = 65_536;
+/// Longest wire qname answered in XDP.
+pub const QNAME_MAX: usize = 128;
+/// Longest answer (the reply after its question) kept for XDP.
+pub const ANSWER_MAX: usize = 1232;
+/// Most header bytes moved when a reply grows at the front of its frame.
+pub const HEAD_MAX: usize = 256;
+/// [`AnsKey::variant`]: a query without EDNS.
+pub const V_NO_EDNS: u8 = 0;
+/// [`AnsKey::variant`]: EDNS, DO clear.
+pub const V_EDNS: u8 = 1;
+/// [`AnsKey::variant`]: EDNS with DO.
+pub const V_EDNS_DO: u8 = 2;
 
 /// One packet's worth of tokens in a bucket ("nano-packets").
 pub const TOKEN_UNIT: u64 = 1_000_000_000;
@@ -98,8 +124,20 @@ pub const C_RATE_NEW_SOURCE: usize = 7;
 pub const C_RATE_EXEMPT: usize = 8;
 /// Counter index (event) of the first of [`SLOTS`]: a drop, by the first live writer slot.
 pub const C_DROP_SLOT: usize = 9;
+/// Counter index: answered in XDP (XDP_TX).
+pub const C_ANSWERED: usize = 13;
+/// Counter index: passed, no answers registered (or answering suspended) for the address.
+pub const C_ANS_PASS_NO_ADDR: usize = 14;
+/// Counter index: passed, a query the program does not answer (flags, counts, class, options).
+pub const C_ANS_PASS_QUERY: usize = 15;
+/// Counter index: passed, no answer for the name, type and EDNS variant.
+pub const C_ANS_PASS_MISS: usize = 16;
+/// Counter index: passed, the answer does not fit the client's limit.
+pub const C_ANS_PASS_SIZE: usize = 17;
+/// Counter index: passed, the frame had no room to grow into the answer.
+pub const C_ANS_PASS_ROOM: usize = 18;
 /// Number of counter slots.
-pub const COUNTERS: usize = 13;
+pub const COUNTERS: usize = 19;
 
 /// Key of the IPv4 address hash.
 #[repr(C)]
@@ -336,12 +374,24 @@ unsafe impl Plain for Bucket {}
 unsafe impl Plain for GuardConfig {}
 // SAFETY: as above.
 unsafe impl Plain for RawCounters {}
+// SAFETY: as above.
+unsafe impl Plain for AnsAddrKey {}
+// SAFETY: as above.
+unsafe impl Plain for AnsAddr {}
+// SAFETY: as above.
+unsafe impl Plain for AnsKey {}
+// SAFETY: as above.
+unsafe impl Plain for Answer {}
 // SAFETY: integer.
 unsafe impl Plain for u32 {}
 
 // No padding anywhere: the sum of the fields is the size.
 const _: () = assert!(size_of::<LpmV6Key>() == 4 + 16);
 const _: () = assert!(size_of::<GuardConfig>() == 8 * 3 + 4 * 2 + 8192);
+const _: () = assert!(size_of::<AnsAddrKey>() == 16 + 2 + 2);
+const _: () = assert!(size_of::<AnsAddr>() == 8);
+const _: () = assert!(size_of::<AnsKey>() == 16 + 2 + 1 + 1 + 2 + 2 + QNAME_MAX);
+const _: () = assert!(size_of::<Answer>() == 12 + ANSWER_MAX);
 
 const fn str_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -365,10 +415,77 @@ macro_rules! field_size {
     };
 }
 
+/// Key of the answered-address map: a service address (IPv4 as `::ffff:a.b.c.d`) and port.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AnsAddrKey {
+    /// The address bytes.
+    pub addr: [u8; 16],
+    /// The UDP port (host order).
+    pub port: u16,
+    /// Zero.
+    pub pad: u16,
+}
+
+/// Value of the answered-address map: the live generation and whether answering is on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AnsAddr {
+    /// The generation of [`AnsKey::gen`] that is live.
+    pub gen_: u8,
+    /// 1: answer; 0: pass everything to dnsd (suspended during a reload).
+    pub on: u8,
+    /// dnsd's EDNS UDP payload (what it advertises and the most it sends).
+    pub udp_payload: u16,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// Key of the answer map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AnsKey {
+    /// Service address (IPv4 as `::ffff:a.b.c.d`).
+    pub addr: [u8; 16],
+    /// Service UDP port (host order).
+    pub port: u16,
+    /// Generation (see [`AnsAddr::gen_`]).
+    pub gen_: u8,
+    /// [`V_NO_EDNS`], [`V_EDNS`] or [`V_EDNS_DO`].
+    pub variant: u8,
+    /// Query type.
+    pub qtype: u16,
+    /// Bytes of `qname` used (with the root label).
+    pub qname_len: u16,
+    /// Lower-case wire qname, zero padded.
+    pub qname: [u8; QNAME_MAX],
+}
+
+/// Value of the answer map: the reply after its question, and its header.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// Header flags of the reply except RD and CD.
+    pub flags: u16,
+    /// Answer count.
+    pub an: u16,
+    /// Authority count.
+    pub ns: u16,
+    /// Additional count (with OPT).
+    pub ar: u16,
+    /// Bytes of `data` used.
+    pub len: u16,
+    /// One's complement sum of `data` at an even offset.
+    pub csum: u16,
+    /// The reply's bytes after the question.
+    pub data: [u8; ANSWER_MAX],
+}
+
 /// The assertions generated by build.rs from `bpf/guard.h` (a mismatch fails the build).
 #[allow(clippy::unnecessary_cast)]
 mod layout_check {
     use super::*;
+
     include!(concat!(env!("OUT_DIR"), "/layout_check.rs"));
 }
 

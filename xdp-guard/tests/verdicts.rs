@@ -42,6 +42,8 @@ fn run(g: &XdpGuard, frame: &[u8]) -> (Verdict, Counters) {
         rate_new_source: d(after.rate_new_source, before.rate_new_source),
         rate_exempt: d(after.rate_exempt, before.rate_exempt),
         drop_by_slot: std::array::from_fn(|i| d(after.drop_by_slot[i], before.drop_by_slot[i])),
+        answered: d(after.answered, before.answered),
+        ans_pass: std::array::from_fn(|i| d(after.ans_pass[i], before.ans_pass[i])),
     };
     assert_eq!(
         delta.packets(),

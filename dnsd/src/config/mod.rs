@@ -205,6 +205,9 @@ pub struct ZoneConfig {
     /// belong to (default 0: no tenant, no rules but the `[global]` list).
     #[serde(default)]
     pub tenant: u32,
+    /// Answer this zone's names in the XDP guard too (needs `[xdp]`; see README).
+    #[serde(default)]
+    pub xdp_answers: bool,
     /// Primaries (`IP:PORT`): set, the zone is a secondary kept in `file`.
     #[serde(default)]
     pub primaries: Vec<String>,

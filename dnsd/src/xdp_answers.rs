@@ -1,0 +1,459 @@
+//! The XDP answer fast path, dnsd's side: the answers of zones marked `xdp_answers = true`,
+//! compiled by the query pipeline itself (so the kernel sends dnsd's bytes) and published
+//! into the guard's answer maps for dnsd's service addresses.
+//!
+//! Every owner name of such a zone is asked, for each type at the name plus A and AAAA, in
+//! each EDNS variant (none; EDNS; EDNS with DO) as a client allowing our whole payload would
+//! ask. A reply with TC, a name longer than the program parses, or an answer bigger than a map
+//! value is left to dnsd (counted). Zones whose tenant has rules of its own, zones that require
+//! cookies and names another served zone answers are not compiled.
+//!
+//! Consistency: before a new zone set is published, answering is suspended at dnsd's
+//! addresses ([`AnswerSync::suspend`], from the registry's publish hook): the program passes
+//! everything to dnsd until the sync thread has written the new generation and flipped to it,
+//! so no answer of an old serial is served once dnsd serves the new one.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use xdp_guard::maps::{
+    ANSWER_MAX, AnsAddrKey, AnsKey, Answer, QNAME_MAX, V_EDNS, V_EDNS_DO, V_NO_EDNS,
+};
+
+use crate::config::defence::CookiePolicy;
+use crate::process_query::{Outcome, PipelineConfig, Processor, Transport};
+use crate::served_zones::ZoneSet;
+use crate::stats::WorkerStats;
+use crate::xdp::Xdp;
+
+/// What the last compile and publication did, for `ctl stats` and /metrics.
+#[derive(Debug, Default)]
+pub struct AnswerStats {
+    /// Answers published in the maps by the last sync.
+    pub published: AtomicU64,
+    /// Answers the map had no room for (its `answer_entries` budget), last sync.
+    pub full: AtomicU64,
+    /// Queries left to dnsd at compile time (TC, too long a name or answer), last sync.
+    pub skipped: AtomicU64,
+    /// Syncs done.
+    pub syncs: AtomicU64,
+    /// Syncs that failed (maps unavailable, a syscall error).
+    pub failures: AtomicU64,
+    /// Duration of the last sync, in microseconds.
+    pub last_us: AtomicU64,
+}
+
+impl shield::metrics::Source for AnswerStats {
+    fn collect(&self, out: &mut shield::metrics::Samples) {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (what, v, help) in [
+            (
+                "published",
+                &self.published,
+                "Answers in the XDP answer map after the last sync.",
+            ),
+            (
+                "full",
+                &self.full,
+                "Answers the XDP answer map had no room for at the last sync (answer_entries).",
+            ),
+            (
+                "skipped",
+                &self.skipped,
+                "Queries left to dnsd at the last sync (TC, name or answer too long).",
+            ),
+        ] {
+            out.gauge(
+                format!("xdp_answers.{what}"),
+                "dnsd_xdp_answers",
+                format!("what=\"{what}\""),
+                help,
+                l(v),
+            );
+        }
+        for (what, v) in [("ok", &self.syncs), ("failed", &self.failures)] {
+            out.counter(
+                format!("xdp_answers.syncs.{what}"),
+                "dnsd_xdp_answer_syncs_total",
+                format!("result=\"{what}\""),
+                "Compilations of the XDP answers published (one per zone set or rules change).",
+                l(v),
+            );
+        }
+        out.gauge(
+            "xdp_answers.last_sync_us",
+            "dnsd_xdp_answer_sync_microseconds",
+            "",
+            "How long the last compilation and publication of the XDP answers took.",
+            l(&self.last_us),
+        );
+    }
+}
+
+/// dnsd's answer publisher: suspends answering before a zone set changes and republishes
+/// after, on a thread of its own.
+pub struct AnswerSync {
+    keys: Vec<AnsAddrKey>,
+    /// The zone set generation the next compilation must see (set before it is published).
+    wanted: AtomicU64,
+    /// Suspensions so far; a flip happens only if none came since its compilation began
+    /// (held across the suspension's write and the flip's check and write).
+    epoch: Mutex<u64>,
+    xdp: Arc<Mutex<Option<Xdp>>>,
+    wake: SyncSender<()>,
+    /// The counters.
+    pub stats: Arc<AnswerStats>,
+}
+
+impl AnswerSync {
+    /// Starts the publisher for the service addresses `addrs`; `rules` says whether a
+    /// tenant has rules of its own (its zones are then left to dnsd).
+    pub fn start(
+        addrs: &[SocketAddr],
+        zones: Arc<ArcSwap<ZoneSet>>,
+        pcfg: Arc<PipelineConfig>,
+        xdp: Arc<Mutex<Option<Xdp>>>,
+        rules: Option<Arc<shield::rules::RuleSet>>,
+    ) -> Arc<AnswerSync> {
+        let keys: Vec<AnsAddrKey> = addrs
+            .iter()
+            .map(|a| xdp_guard::addr_key(a.ip(), a.port()))
+            .collect();
+        let (wake, rx) = std::sync::mpsc::sync_channel(1);
+        let sync = Arc::new(AnswerSync {
+            keys,
+            wanted: AtomicU64::new(0),
+            epoch: Mutex::new(0),
+            xdp,
+            wake,
+            stats: Arc::new(AnswerStats::default()),
+        });
+        let s = sync.clone();
+        let addrs = addrs_of(&s.keys);
+        std::thread::Builder::new()
+            .name("dnsd-xdp-answers".into())
+            .spawn(move || s.run(rx, addrs, zones, pcfg, rules))
+            .expect("spawn the XDP answer thread");
+        sync.resync();
+        sync
+    }
+
+    /// Switches answering off at dnsd's addresses before zone set `generation` is published,
+    /// and asks for a compilation of that set.
+    pub fn suspend_for(&self, generation: u64) {
+        self.wanted.fetch_max(generation, Ordering::SeqCst);
+        self.suspend();
+    }
+
+    /// Switches answering off at dnsd's addresses and asks for a new compilation.
+    pub fn suspend(&self) {
+        {
+            let mut epoch = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
+            *epoch += 1;
+            if let Some(m) = self.maps()
+                && let Err(e) = m.suspend_answers(&self.keys)
+            {
+                tracing::warn!("XDP answers: cannot suspend: {e}");
+            }
+        }
+        self.resync();
+    }
+
+    /// Asks for a new compilation (rules reloaded, say).
+    pub fn resync(&self) {
+        match self.wake.try_send(()) {
+            Ok(()) | Err(TrySendError::Full(())) => {}
+            Err(TrySendError::Disconnected(())) => {}
+        }
+    }
+
+    /// Removes dnsd's addresses and answers from the maps (at shutdown).
+    pub fn withdraw(&self) {
+        if let Some(m) = self.maps()
+            && let Err(e) = m.withdraw_answers(&self.keys)
+        {
+            tracing::warn!("XDP answers: cannot withdraw: {e}");
+        }
+    }
+
+    fn maps(&self) -> Option<xdp_guard::GuardMaps> {
+        let x = self.xdp.lock().unwrap_or_else(|e| e.into_inner());
+        x.as_ref().and_then(|x| x.mirror()).and_then(|m| m.maps())
+    }
+
+    fn run(
+        self: Arc<Self>,
+        rx: Receiver<()>,
+        addrs: Vec<SocketAddr>,
+        zones: Arc<ArcSwap<ZoneSet>>,
+        pcfg: Arc<PipelineConfig>,
+        rules: Option<Arc<shield::rules::RuleSet>>,
+    ) {
+        // A weak wake-up: waits for a request, or retries every few seconds when the maps
+        // were not there yet.
+        let mut pending = true;
+        loop {
+            match rx.recv_timeout(Duration::from_secs(if pending { 1 } else { 3600 })) {
+                Ok(()) => pending = true,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            if !pending {
+                continue;
+            }
+            let Some(maps) = self.maps() else {
+                continue;
+            };
+            let t0 = Instant::now();
+            let epoch = *self.epoch.lock().unwrap_or_else(|e| e.into_inner());
+            // The set announced by suspend_for, once it is published (bounded wait).
+            let wanted = self.wanted.load(Ordering::SeqCst);
+            let mut set = zones.load_full();
+            while set.generation() < wanted && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(1));
+                set = zones.load_full();
+            }
+            let prepared = rules.as_ref().map(|r| r.current());
+            let has_rules = |t: u32| prepared.as_ref().is_some_and(|p| p.has_rules(t));
+            let (mut entries, skipped) = compile(&set, &addrs, &pcfg, &has_rules);
+            let published = maps
+                .stage_answers(&self.keys, &mut entries)
+                .and_then(|staged| {
+                    let flipped = {
+                        let now = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
+                        if *now == epoch {
+                            maps.flip_answers(&staged, pcfg.udp_payload)?;
+                            true
+                        } else {
+                            false
+                        }
+                    };
+                    let r = maps.finish_answers(staged)?;
+                    Ok((r, flipped))
+                });
+            match published {
+                Ok((_, false)) => {
+                    // Suspended meanwhile: a newer compilation is asked for already.
+                    pending = true;
+                }
+                Ok((r, true)) => {
+                    let s = &self.stats;
+                    s.published.store(r.written, Ordering::Relaxed);
+                    s.full.store(r.full, Ordering::Relaxed);
+                    s.skipped.store(skipped, Ordering::Relaxed);
+                    s.syncs.fetch_add(1, Ordering::Relaxed);
+                    s.last_us
+                        .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    if r.full > 0 {
+                        tracing::warn!(
+                            full = r.full,
+                            "XDP answers: the answer map is full ([xdp] answer_entries); the rest is answered by dnsd"
+                        );
+                    }
+                    tracing::info!(
+                        answers = r.written,
+                        skipped,
+                        ms = t0.elapsed().as_millis() as u64,
+                        "XDP answers published"
+                    );
+                    pending = false;
+                }
+                Err(e) => {
+                    self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("XDP answers: cannot publish: {e}");
+                }
+            }
+        }
+    }
+}
+
+fn addrs_of(keys: &[AnsAddrKey]) -> Vec<SocketAddr> {
+    keys.iter()
+        .map(|k| {
+            let v6 = std::net::Ipv6Addr::from(k.addr);
+            let ip = v6
+                .to_ipv4_mapped()
+                .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4);
+            SocketAddr::new(ip, k.port)
+        })
+        .collect()
+}
+
+/// The answers of `set`'s zones marked for XDP, for every address in `addrs`, and how many
+/// queries were left to dnsd.
+pub fn compile(
+    set: &Arc<ZoneSet>,
+    addrs: &[SocketAddr],
+    pcfg: &Arc<PipelineConfig>,
+    has_rules: &dyn Fn(u32) -> bool,
+) -> (Vec<(AnsKey, Answer)>, u64) {
+    let mut out = Vec::new();
+    let mut skipped = 0u64;
+    if addrs.is_empty() {
+        return (out, 0);
+    }
+    let mut p = Processor::new(
+        Arc::new(ArcSwap::new(set.clone())),
+        pcfg.clone(),
+        Arc::new(WorkerStats::default()),
+        None,
+    );
+    let src: SocketAddr = "[::1]:53".parse().expect("an address");
+    let mut q = Vec::with_capacity(512);
+    let mut reply = vec![0u8; 65535];
+    let mut types: Vec<u16> = Vec::new();
+    for (i, zone) in set.zones().iter().enumerate() {
+        let i = i as u32;
+        if !set.xdp_answers(i)
+            || set.is_expired(i)
+            || set.cookie_policy(i) == CookiePolicy::Require
+            || has_rules(set.tenant(i))
+        {
+            continue;
+        }
+        for node in zone.node_ids() {
+            let name = zone.node_name(node);
+            if name.len() > QNAME_MAX {
+                skipped += 1;
+                continue;
+            }
+            // Another served zone below this one answers the name: not ours to compile.
+            if set
+                .find(name, &label_offsets(name))
+                .is_none_or(|(j, _)| j != i)
+            {
+                continue;
+            }
+            types.clear();
+            types.extend(
+                zone.rrsets(node)
+                    .iter()
+                    .filter(|s| s.rtype != 46)
+                    .map(|s| s.rtype),
+            );
+            for t in [1u16, 28] {
+                if !types.contains(&t) {
+                    types.push(t);
+                }
+            }
+            for &qtype in &types {
+                for variant in [V_NO_EDNS, V_EDNS, V_EDNS_DO] {
+                    build_query(&mut q, name, qtype, variant);
+                    let Outcome::Reply(n) = p.process(&q, src, Transport::Udp, &mut reply) else {
+                        skipped += 1;
+                        continue;
+                    };
+                    let Some(ans) = answer_of(&reply[..n], q.len(), variant) else {
+                        skipped += 1;
+                        continue;
+                    };
+                    let mut key = AnsKey {
+                        addr: [0; 16],
+                        port: 0,
+                        gen_: 0,
+                        variant,
+                        qtype,
+                        qname_len: name.len() as u16,
+                        qname: [0; QNAME_MAX],
+                    };
+                    key.qname[..name.len()].copy_from_slice(name);
+                    for a in addrs {
+                        key.addr = xdp_guard::mapped(a.ip());
+                        key.port = a.port();
+                        out.push((key, ans));
+                    }
+                }
+            }
+        }
+    }
+    (out, skipped)
+}
+
+/// Offsets of the labels of a wire name (for [`ZoneSet::find`]).
+fn label_offsets(name: &[u8]) -> Vec<u8> {
+    let mut offs = Vec::new();
+    let mut i = 0usize;
+    while i < name.len() && name[i] != 0 {
+        offs.push(i as u8);
+        i += 1 + name[i] as usize;
+    }
+    offs
+}
+
+/// A query as the program sees one: ID 0, no flags, the question, and an OPT record
+/// (UDP size 65535: the reply is limited by our payload alone) for the EDNS variants.
+fn build_query(q: &mut Vec<u8>, name: &[u8], qtype: u16, variant: u8) {
+    q.clear();
+    let ar = u16::from(variant != V_NO_EDNS);
+    q.extend_from_slice(&[0, 0, 0, 0, 0, 1, 0, 0, 0, 0]);
+    q.extend_from_slice(&ar.to_be_bytes());
+    q.extend_from_slice(name);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1]);
+    if variant != V_NO_EDNS {
+        let flags: u8 = if variant == V_EDNS_DO { 0x80 } else { 0 };
+        q.extend_from_slice(&[0, 0, 41, 0xff, 0xff, 0, 0, flags, 0, 0, 0]);
+    }
+}
+
+/// The map value of dnsd's `reply` to a query whose question ends at `qend`.
+fn answer_of(reply: &[u8], query_len: usize, variant: u8) -> Option<Answer> {
+    let opt = if variant == V_NO_EDNS { 0 } else { 11 };
+    let qend = query_len - opt;
+    if reply.len() < qend || reply.len() < 12 {
+        return None;
+    }
+    let flags = u16::from_be_bytes([reply[2], reply[3]]);
+    if flags & 0x0200 != 0 {
+        return None; // truncated: dnsd decides per client
+    }
+    let tail = &reply[qend..];
+    if tail.is_empty() || tail.len() > ANSWER_MAX {
+        return None;
+    }
+    let count = |i: usize| u16::from_be_bytes([reply[i], reply[i + 1]]);
+    let mut data = [0u8; ANSWER_MAX];
+    data[..tail.len()].copy_from_slice(tail);
+    Some(Answer {
+        flags: flags & !(0x0100 | 0x0010),
+        an: count(6),
+        ns: count(8),
+        ar: count(10),
+        len: tail.len() as u16,
+        csum: ones_sum(tail),
+        data,
+    })
+}
+
+/// The 16-bit one's complement sum of `b` (big-endian words from its first byte).
+fn ones_sum(b: &[u8]) -> u16 {
+    let mut s: u32 = 0;
+    for c in b.chunks(2) {
+        let w = if c.len() == 2 {
+            u16::from_be_bytes([c[0], c[1]])
+        } else {
+            u16::from(c[0]) << 8
+        };
+        s += u32::from(w);
+    }
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ones_complement_sums_fold() {
+        assert_eq!(ones_sum(&[0x12, 0x34, 0x56]), 0x1234 + 0x5600);
+        assert_eq!(ones_sum(&[0xff, 0xff, 0x00, 0x02]), 0x0002);
+        assert_eq!(label_offsets(b"\x03www\x07example\x00"), vec![0, 4]);
+    }
+}

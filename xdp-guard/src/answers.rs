@@ -1,0 +1,258 @@
+//! The answer fast path's maps: dnsd's replies keyed by (service address, port, generation,
+//! EDNS variant, qtype, qname), and per service address the live generation.
+//!
+//! A writer publishes a new set of answers for its addresses without a moment where old and
+//! new mix: it writes every entry under the generation that is not live, flips the addresses'
+//! generation (one write each), then deletes the old generation's entries. While it cannot
+//! vouch for the maps (a zone changed and the new answers are not written yet), it switches
+//! answering off for its addresses ([`GuardMaps::suspend_answers`]): the program then passes
+//! every query to dnsd.
+
+use std::net::IpAddr;
+use std::os::fd::BorrowedFd;
+
+use crate::Error;
+use crate::guard_maps::{ANSWERS, GuardMaps};
+use crate::maps::{ALL_MAPS, AnsAddr, AnsAddrKey, AnsKey, Answer, Plain};
+use crate::sys;
+
+/// Elements per batch syscall (answers are ~1.4 KB each).
+const CHUNK: usize = 256;
+
+/// What writing a generation of answers did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AnswerReport {
+    /// Entries written.
+    pub written: u64,
+    /// Entries refused because the map is full (its `answer_entries` budget).
+    pub full: u64,
+    /// Entries of the previous generation deleted.
+    pub deleted: u64,
+}
+
+/// A generation of answers written and not yet live ([`GuardMaps::stage_answers`]).
+#[derive(Debug)]
+pub struct StagedAnswers {
+    addrs: Vec<AnsAddrKey>,
+    next: Vec<u8>,
+    report: AnswerReport,
+}
+
+/// The key of a service address (IPv4 as `::ffff:a.b.c.d`).
+pub fn addr_key(ip: IpAddr, port: u16) -> AnsAddrKey {
+    AnsAddrKey {
+        addr: mapped(ip),
+        port,
+        pad: 0,
+    }
+}
+
+/// `ip` as the 16 bytes the program compares (IPv4 mapped into IPv6).
+pub fn mapped(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
+}
+
+impl GuardMaps {
+    fn answers_fd(&self) -> BorrowedFd<'_> {
+        self.raw_fd(ANSWERS)
+    }
+
+    fn addrs_fd(&self) -> BorrowedFd<'_> {
+        self.raw_fd(ANSWERS + 1)
+    }
+
+    /// The state of answering at a service address, if it is registered.
+    pub fn answer_addr(&self, key: &AnsAddrKey) -> Result<Option<AnsAddr>, Error> {
+        let mut v = [0u8; size_of::<AnsAddr>()];
+        let found = sys::lookup(self.addrs_fd(), key.as_bytes(), &mut v).map_err(|source| {
+            crate::guard_maps::syscall_err("lookup", ALL_MAPS[ANSWERS + 1], source)
+        })?;
+        Ok(found.then(|| AnsAddr::read_from(&v)))
+    }
+
+    /// Switches answering off at `addrs` (their queries pass to dnsd) until the next
+    /// [`GuardMaps::publish_answers`].
+    pub fn suspend_answers(&self, addrs: &[AnsAddrKey]) -> Result<(), Error> {
+        for k in addrs {
+            if let Some(mut a) = self.answer_addr(k)?
+                && a.on != 0
+            {
+                a.on = 0;
+                sys::update(self.addrs_fd(), k.as_bytes(), a.as_bytes(), sys::BPF_ANY).map_err(
+                    |source| {
+                        crate::guard_maps::syscall_err("update", ALL_MAPS[ANSWERS + 1], source)
+                    },
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes `entries` as the answers of `addrs` in one go: [`GuardMaps::stage_answers`],
+    /// [`GuardMaps::flip_answers`], [`GuardMaps::finish_answers`].
+    pub fn publish_answers(
+        &self,
+        addrs: &[AnsAddrKey],
+        entries: &mut [(AnsKey, Answer)],
+        udp_payload: u16,
+    ) -> Result<AnswerReport, Error> {
+        let staged = self.stage_answers(addrs, entries)?;
+        self.flip_answers(&staged, udp_payload)?;
+        self.finish_answers(staged)
+    }
+
+    /// Writes `entries` (each key names one of `addrs`; its `gen_` is set here) under each
+    /// address's generation that is not live; nothing is answered from them yet.
+    pub fn stage_answers(
+        &self,
+        addrs: &[AnsAddrKey],
+        entries: &mut [(AnsKey, Answer)],
+    ) -> Result<StagedAnswers, Error> {
+        let mut report = AnswerReport::default();
+        // Per address, its next generation (addresses never registered start at 0).
+        let mut next = Vec::with_capacity(addrs.len());
+        for k in addrs {
+            let cur = self.answer_addr(k)?;
+            next.push(cur.map_or(0, |a| a.gen_ ^ 1));
+        }
+        let gen_of = |addr: &[u8; 16], port: u16| {
+            addrs
+                .iter()
+                .position(|k| k.addr == *addr && k.port == port)
+                .map(|i| next[i])
+        };
+        // Anything left over in the target generation (a writer that died mid-publish).
+        report.deleted += self.delete_answers(|k| gen_of(&k.addr, k.port) == Some(k.gen_))?;
+        for (k, _) in entries.iter_mut() {
+            k.gen_ = gen_of(&k.addr, k.port).unwrap_or(0);
+        }
+        let fd = self.answers_fd();
+        let (ks, vs) = (size_of::<AnsKey>(), size_of::<Answer>());
+        let mut keys = Vec::with_capacity(CHUNK * ks);
+        let mut vals = Vec::with_capacity(CHUNK * vs);
+        for chunk in entries.chunks(CHUNK) {
+            keys.clear();
+            vals.clear();
+            for (k, v) in chunk {
+                keys.extend_from_slice(k.as_bytes());
+                vals.extend_from_slice(v.as_bytes());
+            }
+            let (done, r) = sys::update_batch(fd, &keys, &vals, chunk.len());
+            report.written += done as u64;
+            if r.is_err() {
+                // Batch refused or stopped (E2BIG when full): the rest one by one, so every
+                // entry that fits is written and each that does not is counted.
+                for (k, v) in &chunk[done..] {
+                    match sys::update(fd, k.as_bytes(), v.as_bytes(), sys::BPF_ANY) {
+                        Ok(()) => report.written += 1,
+                        Err(e) if e.raw_os_error() == Some(libc::E2BIG) => report.full += 1,
+                        Err(source) => {
+                            return Err(crate::guard_maps::syscall_err(
+                                "update",
+                                ALL_MAPS[ANSWERS],
+                                source,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(StagedAnswers {
+            addrs: addrs.to_vec(),
+            next,
+            report,
+        })
+    }
+
+    /// Makes the staged generation live at its addresses, answering on.
+    pub fn flip_answers(&self, staged: &StagedAnswers, udp_payload: u16) -> Result<(), Error> {
+        for (k, g) in staged.addrs.iter().zip(&staged.next) {
+            let a = AnsAddr {
+                gen_: *g,
+                on: 1,
+                udp_payload,
+                reserved: 0,
+            };
+            sys::update(self.addrs_fd(), k.as_bytes(), a.as_bytes(), sys::BPF_ANY).map_err(
+                |source| crate::guard_maps::syscall_err("update", ALL_MAPS[ANSWERS + 1], source),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the answers of the generation the flip left behind; the whole report.
+    pub fn finish_answers(&self, staged: StagedAnswers) -> Result<AnswerReport, Error> {
+        let mut report = staged.report;
+        let (addrs, next) = (&staged.addrs, &staged.next);
+        report.deleted += self.delete_answers(|k| {
+            addrs
+                .iter()
+                .position(|a| a.addr == k.addr && a.port == k.port)
+                .is_some_and(|i| next[i] != k.gen_)
+        })?;
+        Ok(report)
+    }
+
+    /// Removes `addrs` and every answer of theirs (dnsd stopping, or no longer answering).
+    pub fn withdraw_answers(&self, addrs: &[AnsAddrKey]) -> Result<u64, Error> {
+        for k in addrs {
+            sys::delete(self.addrs_fd(), k.as_bytes()).map_err(|source| {
+                crate::guard_maps::syscall_err("delete", ALL_MAPS[ANSWERS + 1], source)
+            })?;
+        }
+        self.delete_answers(|k| addrs.iter().any(|a| a.addr == k.addr && a.port == k.port))
+    }
+
+    /// Answers in the map now (all writers).
+    pub fn answer_count(&self) -> Result<u64, Error> {
+        let mut n = 0;
+        self.each_answer_key(|_| {
+            n += 1;
+            false
+        })?;
+        Ok(n)
+    }
+
+    /// Deletes the answers whose key `doomed` picks; how many.
+    fn delete_answers(&self, doomed: impl Fn(&AnsKey) -> bool) -> Result<u64, Error> {
+        let mut gone: Vec<AnsKey> = Vec::new();
+        self.each_answer_key(|k| {
+            if doomed(k) {
+                gone.push(*k);
+            }
+            false
+        })?;
+        let mut n = 0;
+        for k in &gone {
+            if sys::delete(self.answers_fd(), k.as_bytes()).map_err(|source| {
+                crate::guard_maps::syscall_err("delete", ALL_MAPS[ANSWERS], source)
+            })? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Calls `f` with every key of the answer map (stops when it returns true).
+    fn each_answer_key(&self, mut f: impl FnMut(&AnsKey) -> bool) -> Result<(), Error> {
+        let fd = self.answers_fd();
+        let mut cur: Option<Vec<u8>> = None;
+        let mut next = vec![0u8; size_of::<AnsKey>()];
+        loop {
+            let more = sys::next_key(fd, cur.as_deref(), &mut next).map_err(|source| {
+                crate::guard_maps::syscall_err("next_key", ALL_MAPS[ANSWERS], source)
+            })?;
+            if !more {
+                return Ok(());
+            }
+            let k = AnsKey::read_from(&next);
+            if f(&k) {
+                return Ok(());
+            }
+            cur = Some(next.clone());
+        }
+    }
+}
