@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""The XDP answer fast path (issue 20): answers per second and CPU per answer at one offered
+rate, for dnsd with the fast path, dnsd without it, Knot DNS with and without its XDP mode,
+and NSD, in one run.
+
+Two namespaces made here (deleted at the end, also on error or Ctrl-C) are joined by a veth
+pair (the setup of xdp_veth.py: 192.0.2.1 sends, 192.0.2.2 answers; nothing leaves them).
+The load is `kxdpgun` (Knot's XDP query generator, knot-dnsutils) in the sending namespace,
+pinned to CPU 1, at a fixed rate; each server runs in the receiving namespace pinned to CPU 0.
+On a veth the receiving side's softirq work runs on the sender's CPU, so the comparison is the
+busy time of both cores (from /proc/stat) per answer received, the generator's own work
+included in every case (so the ratios understate the differences between servers). The floor
+(kxdpgun against a receiver that drops every frame in XDP) is shown for reference only: with
+no replies to read the generator works differently, so it is not subtracted.
+
+Usage: xdp_answers.py [--quick] [--seconds N] [--qps N] [--cases a,b,...]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import common as c
+import xdp_veth as xv
+
+CASES = ["floor", "dnsd-xdp", "dnsd", "knot-xdp", "knot", "nsd"]
+PORT = 53
+ZONE = """$ORIGIN bench.test.
+$TTL 3600
+@ SOA ns hostmaster 1 7200 3600 1209600 300
+@ NS ns
+ns A 192.0.2.2
+www A 192.0.2.80
+www AAAA 2001:db8::80
+"""
+
+
+class Veth(xv.Veth):
+    """xdp_veth's pair with one queue per side: XDP_TX frames land on the queue of the CPU
+    that sent them, and kxdpgun's socket listens on queue 0 only."""
+
+    def _make(self):
+        tag = f"{os.getpid() % 100000}"
+        self.ns_s, self.ns_r = f"pxa{tag}s", f"pxa{tag}r"
+        self.if_s, self.if_r = f"pxa{tag}s", f"pxa{tag}r"
+        for ns in (self.ns_s, self.ns_r):
+            xv.sh(["ip", "netns", "add", ns])
+            self.made.append(ns)
+            xv.sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+        xv.sh(["ip", "-n", self.ns_s, "link", "add", self.if_s, "address", xv.MAC_S, "type",
+               "veth", "peer", "name", self.if_r, "address", xv.MAC_R, "netns", self.ns_r])
+        for ns, ifn, mine in ((self.ns_s, self.if_s, xv.SEND_IP),
+                              (self.ns_r, self.if_r, xv.RECV_IP)):
+            xv.sh(["ip", "-n", ns, "addr", "add", f"{mine}/24", "dev", ifn])
+        self.up()
+
+
+def drop_program(tmp):
+    """An XDP program that drops everything (the floor's receiver)."""
+    src = os.path.join(tmp, "drop.c")
+    with open(src, "w") as f:
+        f.write("#include <linux/bpf.h>\n"
+                "__attribute__((section(\"xdp\"), used)) int xdp_drop(struct xdp_md *c) "
+                "{ return XDP_DROP; }\n"
+                "char _license[] __attribute__((section(\"license\"), used)) = \"GPL\";\n")
+    obj = os.path.join(tmp, "drop.o")
+    xv.sh(["clang", "-target", "bpf", "-O2", "-I/usr/include/x86_64-linux-gnu", "-c", src,
+           "-o", obj])
+    return obj
+
+
+def start_server(case, veth, tmp, zone):
+    """Starts the case's server in the receiving namespace; returns (Server, cleanup)."""
+    zones = [("bench.test.", zone)]
+    d = os.path.join(tmp, case)
+    os.makedirs(d, exist_ok=True)
+    pin = ["taskset", "-c", "0"]
+    if case == "floor":
+        xv.sh(["ip", "-n", veth.ns_r, "link", "set", "dev", veth.if_r, "xdpdrv", "obj",
+               drop_program(tmp), "sec", "xdp"])
+        return None, lambda: xv.sh(["ip", "-n", veth.ns_r, "link", "set", "dev", veth.if_r,
+                                    "xdpdrv", "off"], check=False)
+    if case.startswith("dnsd"):
+        extra = c.RRL_OFF + "\n[defence.cookies]\nenabled = false\n"
+        zone_extra = ""
+        if case == "dnsd-xdp":
+            extra += (f"\n[xdp]\ninterface = \"{veth.if_r}\"\nmode = \"native\"\n"
+                      "dns_ports = [53]\nrate = 0\nburst = 1\npin = false\n")
+            zone_extra = "xdp_answers = true"
+        conf = c.dnsd_conf(d, [xv.RECV_IP], PORT, zones, extra=extra, zone_extra=zone_extra)
+        srv = c.Server(case, veth.exec(veth.ns_r, pin + [c.dnsd_bin(), "serve", "-c", conf]),
+                       None, env=dict(os.environ, RUST_LOG="info"))
+        sock = os.path.join(d, "dnsd.sock")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 20:
+            if srv.proc.poll() is not None:
+                raise RuntimeError(f"dnsd exited:\n{srv.tail()}")
+            if case != "dnsd-xdp" or "XDP answers published" in srv.tail():
+                if os.path.exists(sock):
+                    break
+            time.sleep(0.05)
+        return srv, lambda: None
+    if case.startswith("knot"):
+        conf = c.knot_conf(d, xv.RECV_IP, PORT, zones)
+        if case == "knot-xdp":
+            with open(conf) as f:
+                text = f.read()
+            text = text.replace("server:\n", "server:\n", 1)
+            text += f"xdp:\n    listen: [ {veth.if_r}@{PORT} ]\n    udp: on\n"
+            with open(conf, "w") as f:
+                f.write(text)
+        srv = c.Server(case, veth.exec(veth.ns_r, pin + ["knotd", "-c", conf]), None)
+        time.sleep(1.5)
+        return srv, lambda: None
+    if case == "nsd":
+        conf = c.nsd_conf(d, xv.RECV_IP, PORT, zones)
+        srv = c.Server(case, veth.exec(veth.ns_r, pin + ["nsd", "-d", "-c", conf]), None)
+        time.sleep(1.5)
+        return srv, lambda: None
+    raise ValueError(case)
+
+
+def busy_jiffies():
+    """Busy jiffies of every CPU (user+nice+system+irq+softirq+steal)."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if re.match(r"cpu\d", line):
+                p = line.split()
+                v = [int(x) for x in p[1:]]
+                out[p[0]] = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+    return out
+
+
+def kxdpgun(veth, qfile, seconds, qps):
+    """Runs the generator; returns (sent, answered) from its summary."""
+    argv = veth.exec(veth.ns_s, ["kxdpgun", "-t", str(seconds), "-Q", str(qps), "-F", "1",
+                                 "-I", veth.if_s, "-i", qfile, xv.RECV_IP])
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30)
+    text = out.stdout + out.stderr
+    sent = re.search(r"total queries:\s+(\d+)", text)
+    answered = re.search(r"total replies:\s+(\d+)", text)
+    if not sent:
+        raise RuntimeError(f"kxdpgun: {text.strip()[-600:]}")
+    return int(sent.group(1)), int(answered.group(1)) if answered else 0, text
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seconds", type=int, default=None)
+    ap.add_argument("--qps", type=int, default=200000)
+    ap.add_argument("--cases", default=",".join(CASES))
+    a = ap.parse_args()
+    seconds = a.seconds or (3 if a.quick or c.quick() else 8)
+    c.need("kxdpgun", "knotd", "nsd", "clang", "ethtool", "taskset")
+    tmp = tempfile.mkdtemp(prefix="palisade-xdp-answers-")
+    zone = os.path.join(tmp, "bench.test.zone")
+    with open(zone, "w") as f:
+        f.write(ZONE)
+    qfile = os.path.join(tmp, "queries.txt")
+    with open(qfile, "w") as f:
+        f.write("www.bench.test A\n")
+    veth = Veth()
+    # XDP_TX frames reach the sending side only through its NAPI: GRO on gives it one
+    # (kxdpgun's own XDP program on a veth runs in generic mode).
+    xv.sh(veth.exec(veth.ns_s, ["ethtool", "-K", veth.if_s, "gro", "on"]))
+    results = []
+    try:
+        for case in a.cases.split(","):
+            c.progress(f"xdp answers: {case}")
+            srv, cleanup = start_server(case, veth, tmp, zone)
+            try:
+                b0 = busy_jiffies()
+                t0 = time.monotonic()
+                sent, answered, text = kxdpgun(veth, qfile, seconds, a.qps)
+                wall = time.monotonic() - t0
+                b1 = busy_jiffies()
+                xdp = {}
+                if case == "dnsd-xdp":
+                    conf = os.path.join(tmp, case, "dnsd.toml")
+                    st = subprocess.run([c.dnsd_bin(), "ctl", "-c", conf, "stats"],
+                                        capture_output=True, text=True).stdout
+                    for line in st.splitlines():
+                        f = line.replace(":", " ").replace("=", " ").split()
+                        if len(f) == 2 and f[0].startswith("xdp") and f[1].isdigit():
+                            xdp[f[0]] = int(f[1])
+                    if not xdp:
+                        c.log(st[:2000])
+                    if os.environ.get("XDP_ANSWERS_DEBUG"):
+                        c.log(json.dumps(veth.link_stats()))
+                    c.log(f"dnsd-xdp counters: {xdp}")
+                    if not xdp:
+                        c.log(srv.tail()[-1500:])
+            finally:
+                if srv:
+                    srv.stop()
+                cleanup()
+            busy = sum(b1[k] - b0[k] for k in b1) / os.sysconf("SC_CLK_TCK")
+            results.append({"case": case, "sent": sent, "answered": answered,
+                            "busy_cpu_s": busy, "wall_s": wall, "xdp": xdp})
+            c.log(f"{case:>9}: sent {sent}, answered {answered} "
+                  f"({answered / max(sent, 1) * 100:.1f} %), both cores busy {busy:.2f} s")
+    finally:
+        c.done_progress()
+        veth.close()
+    by = {r["case"]: r for r in results}
+    print(f"\nXDP answer fast path, {c.machine()}: kxdpgun at {a.qps} q/s for {seconds} s on CPU 1,"
+          f" server on CPU 0; CPU per answer = both cores' busy time (generator included) / answers")
+    if "floor" in by:
+        print(f"floor (generator against an XDP_DROP receiver): {by['floor']['busy_cpu_s']:.2f} s busy")
+    print(f"{'case':>9} {'answered':>9} {'share':>7} {'ns/answer':>10} {'vs dnsd':>8}")
+    base = None
+    if "dnsd" in by and by["dnsd"]["answered"]:
+        base = by["dnsd"]["busy_cpu_s"] / by["dnsd"]["answered"]
+    for r in results:
+        if r["case"] == "floor":
+            continue
+        per = r["busy_cpu_s"] / r["answered"] if r["answered"] else float("nan")
+        r["ns_per_answer"] = per * 1e9
+        ratio = per / base if base else float("nan")
+        print(f"{r['case']:>9} {r['answered']:>9} {r['answered'] / max(r['sent'], 1) * 100:6.1f}% "
+              f"{per * 1e9:10.0f} {ratio:7.2f}x")
+    c.save("xdp_answers", {"machine": c.machine(), "seconds": seconds, "qps": a.qps,
+                           "command": f"bench/scripts/xdp_answers.py --qps {a.qps}",
+                           "when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
