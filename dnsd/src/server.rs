@@ -125,6 +125,11 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             );
             let hook = a.clone();
             registry.set_before_publish(Arc::new(move |g| hook.suspend_for(g)));
+            if cfg.defence.rrl.enabled && cfg.xdp.as_ref().is_some_and(|x| x.rate == 0) {
+                tracing::warn!(
+                    "xdp_answers: answers sent by XDP bypass dnsd's RRL and [xdp] rate = 0: nothing limits them per source; set [xdp] rate"
+                );
+            }
             Some(a)
         } else {
             tracing::warn!(
