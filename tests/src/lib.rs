@@ -27,6 +27,7 @@ pub mod http;
 pub mod net;
 pub mod netns;
 pub mod nginx;
+pub mod ns_dnsd;
 pub mod redis;
 pub mod rng;
 pub mod servers;

@@ -10,68 +10,13 @@
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use palisade_tests::counters::Counters;
 use palisade_tests::netns::{self, VethPair};
+use palisade_tests::ns_dnsd::{NsDnsd, ctl, stats};
 use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, build_query};
-
-/// A daemon in namespace B, killed on drop.
-struct Daemon {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!(
-                "dnsd log:\n{}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
-}
-
-fn start_in(pair: &VethPair, config: &Path) -> Daemon {
-    let log = config.with_extension("log");
-    let out = std::fs::File::create(&log).unwrap();
-    let child = Command::new("ip")
-        .args(["netns", "exec", pair.b.name()])
-        .arg(palisade_tests::bin("dnsd"))
-        .arg("serve")
-        .arg("-c")
-        .arg(config)
-        .stdout(Stdio::from(out.try_clone().unwrap()))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .expect("start dnsd in namespace B");
-    Daemon { child, log }
-}
-
-fn ctl(config: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(palisade_tests::bin("dnsd"))
-        .arg("ctl")
-        .arg("-c")
-        .arg(config)
-        .args(args)
-        .output()
-        .expect("run dnsd ctl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
-fn stats(config: &Path) -> Counters {
-    let (ok, s) = ctl(config, &["stats"]);
-    assert!(ok, "dnsd ctl stats failed: {s}");
-    Counters::parse(&s)
-}
 
 /// Sends each query from namespace A to `server` and returns the replies (None: none came).
 fn exchange_all(
@@ -287,8 +232,8 @@ fn compare_through_xdp(dir: &Path, zone: &Path) {
     let (fast_port, slow_port) = (5353, 5354);
     let fast_cfg = config(dir, "fast", fast_port, &zone, Some(&pair.if_b));
     let slow_cfg = config(dir, "slow", slow_port, &zone, None);
-    let _fast = start_in(&pair, &fast_cfg);
-    let _slow = start_in(&pair, &slow_cfg);
+    let _fast = NsDnsd::start(&pair.b, &fast_cfg);
+    let _slow = NsDnsd::start(&pair.b, &slow_cfg);
     let probe = |port: u16| {
         let q = build_query(1, "example.net.", 6, &QueryOpts::udp());
         exchange_all(&pair, SocketAddr::new(VethPair::B4.into(), port), vec![q])[0].is_some()
@@ -406,7 +351,7 @@ fn a_zone_reload_flips_the_xdp_answers_without_mixing() {
     std::fs::write(&zone, &text).unwrap();
     let port = 5353;
     let cfg = config(dir.path(), "fast", port, &zone, Some(&pair.if_b));
-    let _d = start_in(&pair, &cfg);
+    let _d = NsDnsd::start(&pair.b, &cfg);
     let server = SocketAddr::new(VethPair::B4.into(), port);
     let www = |id: u16| build_query(id, "www.example.com.", 1, &QueryOpts::edns(1232));
     wait_for("XDP answers", Duration::from_secs(20), || {

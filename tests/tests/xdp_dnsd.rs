@@ -5,32 +5,12 @@
 //! Needs root (CI runs as root); elsewhere it says so loudly and skips.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use palisade_tests::counters::Counters;
 use palisade_tests::netns::{self, VethPair};
+use palisade_tests::ns_dnsd::{NsDnsd, ctl, stats};
 use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
-
-/// The daemon, killed on drop.
-struct Daemon {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!(
-                "dnsd log:\n{}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
-}
 
 /// One query from namespace A; true when answered.
 fn ask(pair: &VethPair, server: SocketAddr) -> bool {
@@ -49,27 +29,6 @@ fn ask(pair: &VethPair, server: SocketAddr) -> bool {
             }
         })
         .expect("run in namespace A")
-}
-
-fn ctl(config: &std::path::Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(palisade_tests::bin("dnsd"))
-        .arg("ctl")
-        .arg("-c")
-        .arg(config)
-        .args(args)
-        .output()
-        .expect("run dnsd ctl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
-/// `dnsd ctl stats` of the dnsd running from `config`.
-fn stats(config: &std::path::Path) -> Counters {
-    let (ok, s) = ctl(config, &["stats"]);
-    assert!(ok, "dnsd ctl stats failed: {s}");
-    Counters::parse(&s)
 }
 
 #[test]
@@ -98,27 +57,12 @@ fn dnsd_with_xdp_on_veth_blocks_and_unblocks_in_the_kernel() {
         ),
     )
     .unwrap();
-    let log = dir.path().join("dnsd.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let child = Command::new("ip")
-        .args(["netns", "exec", pair.b.name()])
-        .arg(palisade_tests::bin("dnsd"))
-        .arg("serve")
-        .arg("-c")
-        .arg(&config)
-        .stdout(Stdio::from(out.try_clone().unwrap()))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .expect("start dnsd in namespace B");
-    let daemon = Daemon {
-        child,
-        log: log.clone(),
-    };
+    let daemon = NsDnsd::start(&pair.b, &config);
     // Ready: answered from namespace A (bounded wait).
     wait_for("dnsd to answer", Duration::from_secs(20), || {
         ask(&pair, server)
     });
-    let log_text = std::fs::read_to_string(&log).unwrap();
+    let log_text = daemon.log();
     assert!(log_text.contains("XDP guard attached"), "{log_text}");
     let before = stats(&config).get("xdp.drop_blocked_addr");
 
@@ -211,22 +155,7 @@ fn the_rules_files_global_lists_reach_the_kernel() {
         ),
     )
     .unwrap();
-    let log = dir.path().join("dnsd.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let child = Command::new("ip")
-        .args(["netns", "exec", pair.b.name()])
-        .arg(palisade_tests::bin("dnsd"))
-        .arg("serve")
-        .arg("-c")
-        .arg(&config)
-        .stdout(Stdio::from(out.try_clone().unwrap()))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .expect("start dnsd in namespace B");
-    let daemon = Daemon {
-        child,
-        log: log.clone(),
-    };
+    let daemon = NsDnsd::start(&pair.b, &config);
     wait_for("dnsd to answer the probe", Duration::from_secs(20), || {
         burst_from(&pair, probe, server, 1) == 1
     });

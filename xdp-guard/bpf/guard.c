@@ -292,7 +292,7 @@ struct ans_ctx {
 /* Parses a UDP payload at `dns` as a query the fast path may answer and fills the key's
  * variant, qtype and qname; 0 when it may answer, or the counter to pass with. */
 static __always_inline int parse_query(struct xdp_md *ctx, void *data, void *end, __u32 dns_off,
-				       struct guard_ans_key *k, struct ans_ctx *a)
+				       __u32 msg_end, struct guard_ans_key *k, struct ans_ctx *a)
 {
 	struct dnshdr *h = data + dns_off;
 	if ((void *)(h + 1) > end)
@@ -343,7 +343,8 @@ static __always_inline int parse_query(struct xdp_md *ctx, void *data, void *end
 	 * a packet pointer moved by the name's length). */
 	if (n > GUARD_QNAME_MAX)
 		return GUARD_C_ANS_PASS_QUERY;
-	__u32 total = (long)end - (long)data;
+	/* Where the UDP payload ends (a short frame may carry Ethernet padding after it). */
+	__u32 total = msg_end;
 	__u32 t_off = dns_off + sizeof(*h) + n;
 	__u8 t[4];
 	if (bpf_xdp_load_bytes(ctx, t_off, t, 4))
@@ -586,7 +587,13 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct pkt *pk,
 	__builtin_memset(k, 0, sizeof(*k));
 	struct ans_ctx a = {};
 	__u32 dns_off = l4o + sizeof(struct udphdr);
-	int r = parse_query(ctx, data, end, dns_off, k, &a);
+	__u32 frame_len = (long)end - (long)data;
+	__u32 msg_end = l4o + bpf_ntohs(udp->len);
+	if (bpf_ntohs(udp->len) < sizeof(struct udphdr) + sizeof(struct dnshdr) || msg_end > frame_len) {
+		cnt->count[GUARD_C_ANS_PASS_QUERY]++;
+		return XDP_PASS;
+	}
+	int r = parse_query(ctx, data, end, dns_off, msg_end, k, &a);
 	if (r) {
 		cnt->count[GUARD_C_ANS_PASS_QUERY]++;
 		return XDP_PASS;

@@ -618,3 +618,77 @@ fn allowed_sources_skip_the_rate_limit_but_not_a_block_and_drops_count_by_writer
     assert_eq!(run(&g, &again).0, Verdict::Pass);
     assert_eq!(run(&g, &again).0, Verdict::Drop);
 }
+
+/// A DNS query for the root name, type A, without EDNS.
+fn root_query(id: u16) -> Vec<u8> {
+    let mut q = id.to_be_bytes().to_vec();
+    q.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q
+}
+
+#[test]
+fn registered_answers_are_sent_back_and_the_rest_passes() {
+    use xdp_guard::maps::{ANSWER_MAX, AnsKey, Answer, QNAME_MAX, V_NO_EDNS};
+    let g = private_guard(&[53], 0, 1);
+    let m = g.maps();
+    let dst = DST4;
+    let addr = xdp_guard::addr_key(dst.into(), 53);
+    let mut data = [0u8; ANSWER_MAX];
+    data[..4].copy_from_slice(&[0xc0, 0x0c, 0, 1]);
+    let mut qname = [0u8; QNAME_MAX];
+    qname[0] = 0;
+    let key = AnsKey {
+        addr: xdp_guard::mapped(dst.into()),
+        port: 53,
+        gen_: 0,
+        variant: V_NO_EDNS,
+        qtype: 1,
+        qname_len: 1,
+        qname,
+    };
+    let ans = Answer {
+        flags: 0x8400,
+        an: 1,
+        ns: 0,
+        ar: 0,
+        len: 4,
+        csum: 0xc00d,
+        data,
+    };
+    let src = v4("198.51.100.7");
+    let query = |payload: &[u8], pad: usize| {
+        let mut f = frame(
+            &[],
+            ETH_IP,
+            &ipv4(src, dst, UDP, &[], 0, &udp(40000, 53, payload)),
+        );
+        f.resize(f.len() + pad, 0); // Ethernet padding after the IP packet
+        f
+    };
+    // Nothing registered for the address yet: passed.
+    let (v, d) = run(&g, &query(&root_query(1), 1));
+    assert_eq!((v, d.ans_pass[0]), (Verdict::Pass, 1));
+    let r = m.publish_answers(&[addr], &mut [(key, ans)], 1232).unwrap();
+    assert_eq!((r.written, r.full), (1, 0));
+    // A 59-byte query padded to 60 bytes is answered, not mistaken for trailing data.
+    let (v, d) = run(&g, &query(&root_query(2), 1));
+    assert_eq!((v, d.answered), (Verdict::Other(3), 1), "{d:?}");
+    // Real trailing bytes inside the UDP payload: passed to dnsd.
+    let mut long = root_query(3);
+    long.push(0);
+    let (v, d) = run(&g, &query(&long, 0));
+    assert_eq!((v, d.ans_pass[1]), (Verdict::Pass, 1));
+    // Another type: no answer compiled.
+    let mut aaaa = root_query(4);
+    aaaa[14] = 28;
+    let (v, d) = run(&g, &query(&aaaa, 0));
+    assert_eq!((v, d.ans_pass[2]), (Verdict::Pass, 1));
+    // Suspended (a reload under way): passed; withdrawn: passed, entries gone.
+    m.suspend_answers(&[addr]).unwrap();
+    let (v, d) = run(&g, &query(&root_query(5), 1));
+    assert_eq!((v, d.ans_pass[0]), (Verdict::Pass, 1));
+    assert_eq!(m.answer_count().unwrap(), 1);
+    m.withdraw_answers(&[addr]).unwrap();
+    assert_eq!(m.answer_count().unwrap(), 0);
+}
