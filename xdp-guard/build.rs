@@ -55,6 +55,9 @@ const STRUCTS: &[(&str, &str, Fields)] = &[
             ("gen", "gen_"),
             ("on", "on"),
             ("udp_payload", "udp_payload"),
+            ("rate", "rate"),
+            ("v4_prefix", "v4_prefix"),
+            ("v6_prefix", "v6_prefix"),
             ("reserved", "reserved"),
         ],
     ),
@@ -136,6 +139,8 @@ const INTS: &[(&str, &str)] = &[
     ("GUARD_C_ANS_PASS_MISS", "C_ANS_PASS_MISS"),
     ("GUARD_C_ANS_PASS_SIZE", "C_ANS_PASS_SIZE"),
     ("GUARD_C_ANS_PASS_ROOM", "C_ANS_PASS_ROOM"),
+    ("GUARD_C_ANS_PASS_RATE", "C_ANS_PASS_RATE"),
+    ("GUARD_DEFAULT_ANS_RATE_ENTRIES", "DEFAULT_ANS_RATE_ENTRIES"),
 ];
 
 /// (C macro, Rust constant) checked for equal strings (map names).
@@ -152,6 +157,7 @@ const STRS: &[(&str, &str)] = &[
     ("GUARD_MAP_ANSWERS", "MAP_ANSWERS"),
     ("GUARD_MAP_ANS_ADDR", "MAP_ANS_ADDR"),
     ("GUARD_MAP_ANS_SCRATCH", "MAP_ANS_SCRATCH"),
+    ("GUARD_MAP_ANS_RATE", "MAP_ANS_RATE"),
 ];
 
 fn main() {

@@ -116,8 +116,21 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     // The XDP answer fast path, for zones marked xdp_answers (with [xdp]).
     let xdp_answers = if cfg.zones.iter().any(|z| z.xdp_answers) {
         if xdp.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+            // XDP answers a source prefix at most at RRL's rate; beyond it, dnsd's RRL decides
+            // (with slip, and cookies exempting clients that prove themselves).
+            let rrl = &cfg.defence.rrl;
+            let rate = xdp_guard::AnswerRate {
+                per_second: if rrl.enabled {
+                    rrl.responses_per_second.ceil().max(1.0) as u32
+                } else {
+                    0
+                },
+                v4_prefix: rrl.ipv4_prefix,
+                v6_prefix: rrl.ipv6_prefix,
+            };
             let a = crate::xdp_answers::AnswerSync::start(
                 &bound,
+                rate,
                 zones.clone(),
                 pcfg.clone(),
                 xdp.clone(),
@@ -125,9 +138,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             );
             let hook = a.clone();
             registry.set_before_publish(Arc::new(move |g| hook.suspend_for(g)));
-            if cfg.defence.rrl.enabled && cfg.xdp.as_ref().is_some_and(|x| x.rate == 0) {
+            if !rrl.enabled && cfg.xdp.as_ref().is_some_and(|x| x.rate == 0) {
                 tracing::warn!(
-                    "xdp_answers: answers sent by XDP bypass dnsd's RRL and [xdp] rate = 0: nothing limits them per source; set [xdp] rate"
+                    "xdp_answers: [defence.rrl] is off and [xdp] rate = 0: nothing limits the answers XDP sends per source"
                 );
             }
             Some(a)

@@ -98,6 +98,7 @@ impl shield::metrics::Source for AnswerStats {
 /// after, on a thread of its own.
 pub struct AnswerSync {
     keys: Vec<AnsAddrKey>,
+    rate: xdp_guard::AnswerRate,
     /// The zone set generation the next compilation must see (set before it is published).
     wanted: AtomicU64,
     /// Suspensions so far; a flip happens only if none came since its compilation began
@@ -111,9 +112,11 @@ pub struct AnswerSync {
 
 impl AnswerSync {
     /// Starts the publisher for the service addresses `addrs`; `rules` says whether a
-    /// tenant has rules of its own (its zones are then left to dnsd).
+    /// tenant has rules of its own (its zones are then left to dnsd); `rate` bounds what XDP
+    /// answers one source prefix (beyond it, dnsd and its RRL answer).
     pub fn start(
         addrs: &[SocketAddr],
+        rate: xdp_guard::AnswerRate,
         zones: Arc<ArcSwap<ZoneSet>>,
         pcfg: Arc<PipelineConfig>,
         xdp: Arc<Mutex<Option<Xdp>>>,
@@ -126,6 +129,7 @@ impl AnswerSync {
         let (wake, rx) = std::sync::mpsc::sync_channel(1);
         let sync = Arc::new(AnswerSync {
             keys,
+            rate,
             wanted: AtomicU64::new(0),
             epoch: Mutex::new(0),
             xdp,
@@ -226,7 +230,7 @@ impl AnswerSync {
                     let flipped = {
                         let now = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
                         if *now == epoch {
-                            maps.flip_answers(&staged, pcfg.udp_payload)?;
+                            maps.flip_answers(&staged, pcfg.udp_payload, self.rate)?;
                             true
                         } else {
                             false

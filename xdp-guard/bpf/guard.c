@@ -110,6 +110,14 @@ struct {
 	__type(value, struct guard_ans_addr);
 } guard_ans_addr SEC(".maps");
 
+/* Answer-rate buckets by source prefix (IPv4 mapped), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, GUARD_DEFAULT_ANS_RATE_ENTRIES);
+	__type(key, struct guard_v6_key);
+	__type(value, struct guard_bucket);
+} guard_ans_rate SEC(".maps");
+
 /* Room for one answer key (too big for the stack beside the rest). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -537,6 +545,52 @@ static __always_inline int classify(struct xdp_md *ctx, struct guard_counters *c
 }
 
 
+/* True when the source prefix of `src` (IPv4 mapped) may get one more answer from XDP: a
+ * token bucket of `rate` answers per second holding one second's worth. */
+static __always_inline int answer_allowed(const __u8 *src, int v6, const struct guard_ans_addr *aa)
+{
+	if (!aa->rate)
+		return 1;
+	/* The source's prefix: the 128-bit address masked as two big-endian halves (a byte
+	 * loop here multiplies the verifier's states past its limit). */
+	__u32 bits = !v6 ? 96 + (aa->v4_prefix > 32 ? 32 : aa->v4_prefix)
+			 : (aa->v6_prefix > 128 ? 128 : aa->v6_prefix);
+	__u64 hi, lo;
+	__builtin_memcpy(&hi, src, 8);
+	__builtin_memcpy(&lo, src + 8, 8);
+	__u64 mh = bits >= 64 ? ~0ULL : (bits ? ~0ULL << (64 - bits) : 0);
+	__u32 b2 = bits > 64 ? bits - 64 : 0;
+	__u64 ml = b2 >= 64 ? ~0ULL : (b2 ? ~0ULL << (64 - b2) : 0);
+	hi = bpf_cpu_to_be64(bpf_be64_to_cpu(hi) & mh);
+	lo = bpf_cpu_to_be64(bpf_be64_to_cpu(lo) & ml);
+	struct guard_v6_key k;
+	__builtin_memcpy(k.addr, &hi, 8);
+	__builtin_memcpy(k.addr + 8, &lo, 8);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cap = (__u64)aa->rate * GUARD_TOKEN_UNIT;
+	struct guard_bucket *b = bpf_map_lookup_elem(&guard_ans_rate, &k);
+	if (!b) {
+		struct guard_bucket fresh = { .tokens = cap - GUARD_TOKEN_UNIT, .last_ns = now };
+		bpf_map_update_elem(&guard_ans_rate, &k, &fresh, BPF_ANY);
+		return 1;
+	}
+	__u64 tokens;
+	if (b->last_ns == 0 || now < b->last_ns || now - b->last_ns >= 1000000000ULL) {
+		tokens = cap;
+	} else {
+		tokens = b->tokens + (now - b->last_ns) * aa->rate;
+		if (tokens > cap)
+			tokens = cap;
+	}
+	b->last_ns = now;
+	if (tokens < GUARD_TOKEN_UNIT) {
+		b->tokens = tokens;
+		return 0;
+	}
+	b->tokens = tokens - GUARD_TOKEN_UNIT;
+	return 1;
+}
+
 /* Sums `n` 16-bit words at `p` (bounds checked by the caller). */
 static __always_inline __u32 sum_words(const __u16 *p, int n)
 {
@@ -560,11 +614,13 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct pkt *pk,
 		return XDP_PASS;
 
 	struct guard_ans_addr_key ak = { .port = bpf_ntohs(udp->dest) };
+	__u8 src[16] = {};
 	if (pk->v6) {
 		struct ipv6hdr *ip6 = data + l3;
 		if ((void *)(ip6 + 1) > end)
 			return XDP_PASS;
 		__builtin_memcpy(ak.addr, &ip6->daddr, 16);
+		__builtin_memcpy(src, &ip6->saddr, 16);
 	} else {
 		struct iphdr *ip = data + l3;
 		if ((void *)(ip + 1) > end)
@@ -572,6 +628,9 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct pkt *pk,
 		ak.addr[10] = 0xff;
 		ak.addr[11] = 0xff;
 		__builtin_memcpy(&ak.addr[12], &ip->daddr, 4);
+		src[10] = 0xff;
+		src[11] = 0xff;
+		__builtin_memcpy(&src[12], &ip->saddr, 4);
 	}
 	struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
 	if (!aa || !aa->on) {
@@ -617,6 +676,10 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct pkt *pk,
 	if (len == 0 || len > GUARD_ANSWER_MAX || qend > 12 + GUARD_QNAME_MAX + 4 ||
 	    qend + len > limit) {
 		cnt->count[GUARD_C_ANS_PASS_SIZE]++;
+		return XDP_PASS;
+	}
+	if (!answer_allowed(src, pk->v6, aa)) {
+		cnt->count[GUARD_C_ANS_PASS_RATE]++;
 		return XDP_PASS;
 	}
 	__u32 dns_len = qend + len;

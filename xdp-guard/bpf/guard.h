@@ -33,6 +33,7 @@
 #define GUARD_MAP_ANSWERS "guard_answers"
 #define GUARD_MAP_ANS_ADDR "guard_ans_addr"
 #define GUARD_MAP_ANS_SCRATCH "guard_ans_tmp"
+#define GUARD_MAP_ANS_RATE "guard_ans_rate"
 
 /* Default map sizes; userspace overrides them at load time from its config. */
 #define GUARD_DEFAULT_BLOCK_V4_ENTRIES 262144
@@ -43,6 +44,7 @@
 #define GUARD_DEFAULT_ALLOW_ENTRIES 16384
 #define GUARD_DEFAULT_ANSWER_ENTRIES 65536
 #define GUARD_DEFAULT_ANS_ADDR_ENTRIES 65536
+#define GUARD_DEFAULT_ANS_RATE_ENTRIES 65536
 
 /* One packet's worth of tokens in a rate-limit bucket ("nano-packets"). */
 #define GUARD_TOKEN_UNIT 1000000000ULL
@@ -73,7 +75,8 @@
 #define GUARD_C_ANS_PASS_MISS 16      /* passed: no answer for this name, type and EDNS variant */
 #define GUARD_C_ANS_PASS_SIZE 17      /* passed: the answer does not fit the client's limit (dnsd truncates) */
 #define GUARD_C_ANS_PASS_ROOM 18      /* passed: the frame has no room to grow into the answer (driver's buffer) */
-#define GUARD_COUNTERS 19
+#define GUARD_C_ANS_PASS_RATE 19      /* passed: the source prefix is over the answer rate (dnsd's RRL decides) */
+#define GUARD_COUNTERS 20
 
 /* The answer fast path. */
 #define GUARD_QNAME_MAX 128   /* longest wire qname answered in XDP (longer ones pass) */
@@ -91,12 +94,16 @@ struct guard_ans_addr_key {
 };
 
 /* guard_ans_addr value: which generation of answers is live for the address (the writer flips
- * it after writing a whole new generation), whether answering is on, dnsd's EDNS payload. */
+ * it after writing a whole new generation), whether answering is on, dnsd's EDNS payload, and
+ * the answer rate per source prefix (dnsd's [defence.rrl]: beyond it, queries pass to dnsd). */
 struct guard_ans_addr {
 	__u8 gen;
 	__u8 on;
 	__u16 udp_payload;
-	__u32 reserved;
+	__u32 rate;      /* answers per second per source prefix (per CPU); 0: not limited */
+	__u8 v4_prefix;  /* source prefix lengths of the rate's buckets */
+	__u8 v6_prefix;
+	__u16 reserved;
 };
 
 /* guard_answers key: address, port, generation, EDNS variant, qtype, the lower-case wire qname
@@ -202,7 +209,7 @@ _Static_assert(sizeof(struct guard_bucket) == 16, "guard_bucket");
 _Static_assert(sizeof(struct guard_config) == 32 + 8192, "guard_config");
 _Static_assert(sizeof(struct guard_counters) == 8 * GUARD_COUNTERS, "guard_counters");
 _Static_assert(sizeof(struct guard_ans_addr_key) == 20, "guard_ans_addr_key");
-_Static_assert(sizeof(struct guard_ans_addr) == 8, "guard_ans_addr");
+_Static_assert(sizeof(struct guard_ans_addr) == 12, "guard_ans_addr");
 _Static_assert(sizeof(struct guard_ans_key) == 24 + GUARD_QNAME_MAX, "guard_ans_key");
 _Static_assert(sizeof(struct guard_answer) == 12 + GUARD_ANSWER_MAX, "guard_answer");
 _Static_assert(sizeof(struct guard_ans_scratch) == 24 + GUARD_QNAME_MAX + GUARD_HEAD_MAX,

@@ -30,6 +30,18 @@ pub struct AnswerReport {
     pub deleted: u64,
 }
 
+/// How fast XDP may answer one source prefix ([`AnsAddr::rate`]); beyond it, queries pass
+/// to dnsd, whose RRL decides.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AnswerRate {
+    /// Answers per second per source prefix (per CPU); 0: not limited.
+    pub per_second: u32,
+    /// IPv4 source prefix length.
+    pub v4_prefix: u8,
+    /// IPv6 source prefix length.
+    pub v6_prefix: u8,
+}
+
 /// A generation of answers written and not yet live ([`GuardMaps::stage_answers`]).
 #[derive(Debug)]
 pub struct StagedAnswers {
@@ -98,9 +110,10 @@ impl GuardMaps {
         addrs: &[AnsAddrKey],
         entries: &mut [(AnsKey, Answer)],
         udp_payload: u16,
+        rate: AnswerRate,
     ) -> Result<AnswerReport, Error> {
         let staged = self.stage_answers(addrs, entries)?;
-        self.flip_answers(&staged, udp_payload)?;
+        self.flip_answers(&staged, udp_payload, rate)?;
         self.finish_answers(staged)
     }
 
@@ -168,12 +181,20 @@ impl GuardMaps {
     }
 
     /// Makes the staged generation live at its addresses, answering on.
-    pub fn flip_answers(&self, staged: &StagedAnswers, udp_payload: u16) -> Result<(), Error> {
+    pub fn flip_answers(
+        &self,
+        staged: &StagedAnswers,
+        udp_payload: u16,
+        rate: AnswerRate,
+    ) -> Result<(), Error> {
         for (k, g) in staged.addrs.iter().zip(&staged.next) {
             let a = AnsAddr {
                 gen_: *g,
                 on: 1,
                 udp_payload,
+                rate: rate.per_second,
+                v4_prefix: rate.v4_prefix,
+                v6_prefix: rate.v6_prefix,
                 reserved: 0,
             };
             sys::update(self.addrs_fd(), k.as_bytes(), a.as_bytes(), sys::BPF_ANY).map_err(

@@ -119,6 +119,7 @@ impl XdpGuard {
             cfg.answer_entries,
             crate::maps::DEFAULT_ANS_ADDR_ENTRIES,
             1,
+            crate::maps::DEFAULT_ANS_RATE_ENTRIES,
         ];
         let mut loader = EbpfLoader::new();
         for (name, size) in ALL_MAPS.iter().zip(sizes) {

@@ -55,7 +55,7 @@ const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
 const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
 
 /// What a map must look like: (type, key size, value size), in [`ALL_MAPS`] order.
-const SPECS: [(u32, u32, u32); 12] = [
+const SPECS: [(u32, u32, u32); 13] = [
     (BPF_MAP_TYPE_HASH, 4, VS as u32),
     (BPF_MAP_TYPE_HASH, 16, VS as u32),
     (BPF_MAP_TYPE_LPM_TRIE, 8, VS as u32),
@@ -84,6 +84,7 @@ const SPECS: [(u32, u32, u32); 12] = [
         4,
         (size_of::<crate::maps::AnsKey>() + crate::maps::HEAD_MAX) as u32,
     ),
+    (BPF_MAP_TYPE_LRU_PERCPU_HASH, 16, 16),
 ];
 
 /// Index of the answer map in [`ALL_MAPS`] (the address map follows).
@@ -253,8 +254,8 @@ pub struct Counters {
     pub answered: u64,
     /// Passed to dnsd by the fast path: no answers for the address, a query it does not
     /// answer, no answer for the name, an answer too big for the client, no room in the
-    /// frame to grow into the answer.
-    pub ans_pass: [u64; 5],
+    /// frame to grow into the answer, the source over the answer rate.
+    pub ans_pass: [u64; 6],
 }
 
 impl Counters {
@@ -280,6 +281,7 @@ impl Counters {
             ("answer_pass_miss", self.ans_pass[2]),
             ("answer_pass_size", self.ans_pass[3]),
             ("answer_pass_room", self.ans_pass[4]),
+            ("answer_pass_rate", self.ans_pass[5]),
         ]
     }
 

@@ -32,8 +32,10 @@ pub const MAP_ANSWERS: &str = "guard_answers";
 pub const MAP_ANS_ADDR: &str = "guard_ans_addr";
 /// Name of the per-CPU scratch ARRAY the program builds an answer key in.
 pub const MAP_ANS_SCRATCH: &str = "guard_ans_tmp";
+/// Name of the per-CPU LRU hash of answer-rate buckets by source prefix.
+pub const MAP_ANS_RATE: &str = "guard_ans_rate";
 /// Every map of the program, in a fixed order.
-pub const ALL_MAPS: [&str; 12] = [
+pub const ALL_MAPS: [&str; 13] = [
     MAP_BLOCK_V4,
     MAP_BLOCK_V6,
     MAP_PREFIX_V4,
@@ -46,6 +48,7 @@ pub const ALL_MAPS: [&str; 12] = [
     MAP_ANSWERS,
     MAP_ANS_ADDR,
     MAP_ANS_SCRATCH,
+    MAP_ANS_RATE,
 ];
 
 /// Default capacity of the IPv4 address hash.
@@ -65,6 +68,8 @@ pub const DEFAULT_ALLOW_ENTRIES: u32 = 16_384;
 pub const DEFAULT_ANSWER_ENTRIES: u32 = 65_536;
 /// Default capacity of the answered-address map.
 pub const DEFAULT_ANS_ADDR_ENTRIES: u32 = 65_536;
+/// Default capacity of the answer-rate buckets (source prefixes tracked per CPU).
+pub const DEFAULT_ANS_RATE_ENTRIES: u32 = 65_536;
 /// Longest wire qname answered in XDP.
 pub const QNAME_MAX: usize = 128;
 /// Longest answer (the reply after its question) kept for XDP.
@@ -136,8 +141,10 @@ pub const C_ANS_PASS_MISS: usize = 16;
 pub const C_ANS_PASS_SIZE: usize = 17;
 /// Counter index: passed, the frame had no room to grow into the answer.
 pub const C_ANS_PASS_ROOM: usize = 18;
+/// Counter index: passed, the source prefix is over the answer rate.
+pub const C_ANS_PASS_RATE: usize = 19;
 /// Number of counter slots.
-pub const COUNTERS: usize = 19;
+pub const COUNTERS: usize = 20;
 
 /// Key of the IPv4 address hash.
 #[repr(C)]
@@ -389,7 +396,7 @@ unsafe impl Plain for u32 {}
 const _: () = assert!(size_of::<LpmV6Key>() == 4 + 16);
 const _: () = assert!(size_of::<GuardConfig>() == 8 * 3 + 4 * 2 + 8192);
 const _: () = assert!(size_of::<AnsAddrKey>() == 16 + 2 + 2);
-const _: () = assert!(size_of::<AnsAddr>() == 8);
+const _: () = assert!(size_of::<AnsAddr>() == 12);
 const _: () = assert!(size_of::<AnsKey>() == 16 + 2 + 1 + 1 + 2 + 2 + QNAME_MAX);
 const _: () = assert!(size_of::<Answer>() == 12 + ANSWER_MAX);
 
@@ -437,8 +444,14 @@ pub struct AnsAddr {
     pub on: u8,
     /// dnsd's EDNS UDP payload (what it advertises and the most it sends).
     pub udp_payload: u16,
+    /// Answers per second per source prefix from XDP (per CPU); 0: not limited.
+    pub rate: u32,
+    /// Source prefix length of the IPv4 buckets.
+    pub v4_prefix: u8,
+    /// Source prefix length of the IPv6 buckets.
+    pub v6_prefix: u8,
     /// Zero.
-    pub reserved: u32,
+    pub reserved: u16,
 }
 
 /// Key of the answer map.

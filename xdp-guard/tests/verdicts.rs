@@ -669,7 +669,9 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     // Nothing registered for the address yet: passed.
     let (v, d) = run(&g, &query(&root_query(1), 1));
     assert_eq!((v, d.ans_pass[0]), (Verdict::Pass, 1));
-    let r = m.publish_answers(&[addr], &mut [(key, ans)], 1232).unwrap();
+    let r = m
+        .publish_answers(&[addr], &mut [(key, ans)], 1232, Default::default())
+        .unwrap();
     assert_eq!((r.written, r.full), (1, 0));
     // A 59-byte query padded to 60 bytes is answered, not mistaken for trailing data.
     let (v, d) = run(&g, &query(&root_query(2), 1));
@@ -684,6 +686,26 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     aaaa[14] = 28;
     let (v, d) = run(&g, &query(&aaaa, 0));
     assert_eq!((v, d.ans_pass[2]), (Verdict::Pass, 1));
+    // At most `rate` answers per second per source prefix; the rest goes to dnsd (its RRL).
+    let rate = xdp_guard::AnswerRate {
+        per_second: 3,
+        v4_prefix: 24,
+        v6_prefix: 56,
+    };
+    m.publish_answers(&[addr], &mut [(key, ans)], 1232, rate)
+        .unwrap();
+    let mut verdicts = Vec::new();
+    for i in 0..6 {
+        verdicts.push(run(&g, &query(&root_query(10 + i), 1)).0);
+    }
+    let sent = verdicts.iter().filter(|v| **v == Verdict::Other(3)).count();
+    assert!((3..=4).contains(&sent), "{verdicts:?}");
+    let (v, d) = run(&g, &query(&root_query(20), 1));
+    assert_eq!(
+        (v, d.ans_pass[5]),
+        (Verdict::Pass, 1),
+        "over the rate: to dnsd"
+    );
     // Suspended (a reload under way): passed; withdrawn: passed, entries gone.
     m.suspend_answers(&[addr]).unwrap();
     let (v, d) = run(&g, &query(&root_query(5), 1));
