@@ -13,7 +13,13 @@ included in every case (so the ratios understate the differences between servers
 (kxdpgun against a receiver that drops every frame in XDP) is shown for reference only: with
 no replies to read the generator works differently, so it is not subtracted.
 
-Usage: xdp_answers.py [--quick] [--seconds N] [--qps N] [--cases a,b,...]
+Then the flood: kxdpgun from 65,536 sources (198.18.0.0/16, `-l`; RRL per source cannot stop
+it) at --attack-qps, a rate no kernel-path server here sustains: the share answered per server.
+(A legitimate client's latency beside it is not measured: kxdpgun's XDP program on the sending
+veth takes every reply.)
+
+Usage: xdp_answers.py [--quick] [--seconds N] [--qps N] [--attack-qps N] [--cases a,b,...]
+                      [--no-attack]
 """
 import argparse
 import json
@@ -124,6 +130,18 @@ def start_server(case, veth, tmp, zone):
     raise ValueError(case)
 
 
+def attack(veth, qfile, seconds, qps):
+    """kxdpgun from 65,536 sources; (sent, answered)."""
+    argv = veth.exec(veth.ns_s, ["kxdpgun", "-t", str(seconds), "-Q", str(qps), "-F", "1",
+                                 "-I", veth.if_s, "-l", "198.18.0.0/16", "-i", qfile,
+                                 xv.RECV_IP])
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30)
+    text = out.stdout + out.stderr
+    sent = re.search(r"total queries:\s+(\d+)", text)
+    answered = re.search(r"total replies:\s+(\d+)", text)
+    return (int(sent.group(1)) if sent else 0, int(answered.group(1)) if answered else 0)
+
+
 def busy_jiffies():
     """Busy jiffies of every CPU (user+nice+system+irq+softirq+steal)."""
     out = {}
@@ -154,6 +172,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seconds", type=int, default=None)
     ap.add_argument("--qps", type=int, default=200000)
+    ap.add_argument("--attack-qps", type=int, default=600000)
+    ap.add_argument("--no-attack", action="store_true")
     ap.add_argument("--cases", default=",".join(CASES))
     a = ap.parse_args()
     seconds = a.seconds or (3 if a.quick or c.quick() else 8)
@@ -205,6 +225,20 @@ def main():
                             "busy_cpu_s": busy, "wall_s": wall, "xdp": xdp})
             c.log(f"{case:>9}: sent {sent}, answered {answered} "
                   f"({answered / max(sent, 1) * 100:.1f} %), both cores busy {busy:.2f} s")
+            if case != "floor" and not a.no_attack:
+                srv, cleanup = start_server(case, veth, tmp, zone)
+                try:
+                    b0 = busy_jiffies()
+                    asent, aans = attack(veth, qfile, seconds, a.attack_qps)
+                    b1 = busy_jiffies()
+                finally:
+                    if srv:
+                        srv.stop()
+                    cleanup()
+                abusy = sum(b1[k] - b0[k] for k in b1) / os.sysconf("SC_CLK_TCK")
+                results[-1]["attack"] = {"sent": asent, "answered": aans, "busy_cpu_s": abusy}
+                c.log(f"{case:>9} under a many-source flood: answered {aans}/{asent}, "
+                      f"both cores busy {abusy:.2f} s")
     finally:
         c.done_progress()
         veth.close()
@@ -225,6 +259,14 @@ def main():
         ratio = per / base if base else float("nan")
         print(f"{r['case']:>9} {r['answered']:>9} {r['answered'] / max(r['sent'], 1) * 100:6.1f}% "
               f"{per * 1e9:10.0f} {ratio:7.2f}x")
+    if any("attack" in r for r in results):
+        print(f"\nA flood of valid queries from 65,536 sources (198.18.0.0/16) at {a.attack_qps} q/s:")
+        print(f"{'case':>9} {'answered':>9} {'busy s':>7}")
+        for r in results:
+            t = r.get("attack")
+            if t:
+                print(f"{r['case']:>9} {t['answered'] / max(t['sent'], 1) * 100:8.1f}% "
+                      f"{t['busy_cpu_s']:7.2f}")
     c.save("xdp_answers", {"machine": c.machine(), "seconds": seconds, "qps": a.qps,
                            "command": f"bench/scripts/xdp_answers.py --qps {a.qps}",
                            "when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results})
