@@ -681,6 +681,35 @@ def redis_section(R, md):
 # The node-wide block map
 
 
+def xdp_answers_section(XA, md):
+    md.append("## 9. The XDP answer fast path\n")
+    label = {"dnsd-xdp": "dnsd, XDP answers", "dnsd": "dnsd", "knot-xdp": "Knot DNS 3.2, XDP mode",
+             "knot": "Knot DNS 3.2", "nsd": "NSD 4.6"}
+    res = [r for r in XA["results"] if r["case"] != "floor"]
+    by = {r["case"]: r for r in res}
+    base = by.get("dnsd", {}).get("ns_per_answer")
+    rows = []
+    for r in res:
+        t = r.get("attack") or {}
+        rows.append([label.get(r["case"], r["case"]),
+                     pct(r["answered"] / max(r["sent"], 1), 1),
+                     f"{r.get('ns_per_answer', float('nan')):,.0f} ns{ratio(r.get('ns_per_answer'), base)}",
+                     pct(t["answered"] / max(t["sent"], 1), 1) if t else "n/a"])
+    md.append(f"kxdpgun at {XA['qps']:,} q/s for {XA['seconds']} s from one source on CPU 1 of a "
+              "veth between two namespaces, the server pinned to CPU 0; CPU per answer is both "
+              "cores' busy time (/proc/stat) per answer, the generator's own work included in "
+              "every case. Then a flood of valid queries from 65,536 sources. Command: "
+              f"`{XA.get('command', 'bench/scripts/xdp_answers.py')}` ({XA['machine']}).\n")
+    md.append(table(["server", "answered", "CPU per answer", "flood: answered"], rows) + "\n")
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    ax.barh([label.get(r["case"], r["case"]) for r in res],
+            [r.get("ns_per_answer", 0) for r in res],
+            color=["#1b7837" if r["case"].startswith("dnsd") else "#999999" for r in res])
+    ax.set_xlabel("ns of CPU per answer, both cores (lower is better)")
+    ax.invert_yaxis()
+    md.append(f"![CPU per answer]({savefig(fig, 'xdp_answers.png')})\n")
+
+
 def node_section(N, md):
     md.append("## 8. One block map for the node and the fleet\n")
     md.append(
@@ -832,6 +861,7 @@ def main():
     V = load("xdp_veth")
     R = load("redis_sync")
     N = load("node_blocks")
+    XA = load("xdp_answers")
     md = ["# Palisade benchmark report\n"]
     machine = next((x["machine"] for x in (A, Q, Z, I) if x and x.get("machine")), c.machine())
     quick = any(x.get("quick") for x in (A, I) if x)
@@ -906,7 +936,8 @@ def main():
     http_section(W, md)
     for data, fn, part in ((V, lambda: xdp_section(V, md), "xdp"),
                            (R, lambda: redis_section(R, md), "redis"),
-                           (N, lambda: node_section(N, md), "node")):
+                           (N, lambda: node_section(N, md), "node"),
+                           (XA, lambda: xdp_answers_section(XA, md), "xdp-answers")):
         if data:
             fn()
         else:
