@@ -59,6 +59,8 @@ const STRUCTS: &[(&str, &str, Fields)] = &[
             ("v4_prefix", "v4_prefix"),
             ("v6_prefix", "v6_prefix"),
             ("reserved", "reserved"),
+            ("reserved2", "reserved2"),
+            ("expires_ns", "expires_ns"),
         ],
     ),
     (

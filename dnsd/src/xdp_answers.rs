@@ -200,13 +200,30 @@ impl AnswerSync {
         // A weak wake-up: waits for a request, or retries every few seconds when the maps
         // were not there yet.
         let mut pending = true;
+        // Renewed well within the lease, so that answering never lapses while dnsd runs.
+        let renew_every = xdp_guard::ANSWER_LEASE / 6;
+        let mut renewed = Instant::now();
         loop {
-            match rx.recv_timeout(Duration::from_secs(if pending { 1 } else { 3600 })) {
+            match rx.recv_timeout(if pending {
+                Duration::from_secs(1)
+            } else {
+                renew_every
+            }) {
                 Ok(()) => pending = true,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
             }
             if !pending {
+                if renewed.elapsed() >= renew_every
+                    && let Some(m) = self.maps()
+                {
+                    // Under the suspension lock: a renewal never races a suspension's write.
+                    let _g = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Err(e) = m.renew_answers(&self.keys) {
+                        tracing::warn!("XDP answers: cannot renew: {e}");
+                    }
+                    renewed = Instant::now();
+                }
                 continue;
             }
             let Some(maps) = self.maps() else {
@@ -245,6 +262,7 @@ impl AnswerSync {
                     pending = true;
                 }
                 Ok((r, true)) => {
+                    renewed = Instant::now();
                     let s = &self.stats;
                     s.published.store(r.written, Ordering::Relaxed);
                     s.full.store(r.full, Ordering::Relaxed);

@@ -633,7 +633,7 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct pkt *pk,
 		__builtin_memcpy(&src[12], &ip->saddr, 4);
 	}
 	struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
-	if (!aa || !aa->on) {
+	if (!aa || !aa->on || aa->expires_ns < bpf_ktime_get_boot_ns()) {
 		cnt->count[GUARD_C_ANS_PASS_NO_ADDR]++;
 		return XDP_PASS;
 	}

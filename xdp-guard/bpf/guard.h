@@ -104,6 +104,9 @@ struct guard_ans_addr {
 	__u8 v4_prefix;  /* source prefix lengths of the rate's buckets */
 	__u8 v6_prefix;
 	__u16 reserved;
+	__u32 reserved2;
+	__u64 expires_ns; /* CLOCK_BOOTTIME: answering stops after this unless the writer renews
+			   * it (a dnsd that died leaves no answers behind for long) */
 };
 
 /* guard_answers key: address, port, generation, EDNS variant, qtype, the lower-case wire qname
@@ -209,7 +212,7 @@ _Static_assert(sizeof(struct guard_bucket) == 16, "guard_bucket");
 _Static_assert(sizeof(struct guard_config) == 32 + 8192, "guard_config");
 _Static_assert(sizeof(struct guard_counters) == 8 * GUARD_COUNTERS, "guard_counters");
 _Static_assert(sizeof(struct guard_ans_addr_key) == 20, "guard_ans_addr_key");
-_Static_assert(sizeof(struct guard_ans_addr) == 12, "guard_ans_addr");
+_Static_assert(sizeof(struct guard_ans_addr) == 24, "guard_ans_addr");
 _Static_assert(sizeof(struct guard_ans_key) == 24 + GUARD_QNAME_MAX, "guard_ans_key");
 _Static_assert(sizeof(struct guard_answer) == 12 + GUARD_ANSWER_MAX, "guard_answer");
 _Static_assert(sizeof(struct guard_ans_scratch) == 24 + GUARD_QNAME_MAX + GUARD_HEAD_MAX,

@@ -16,6 +16,9 @@ use crate::guard_maps::{ANSWERS, GuardMaps};
 use crate::maps::{ALL_MAPS, AnsAddr, AnsAddrKey, AnsKey, Answer, Plain};
 use crate::sys;
 
+/// How long answers stay live at an address without a renewal ([`GuardMaps::renew_answers`]).
+pub const ANSWER_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Elements per batch syscall (answers are ~1.4 KB each).
 const CHUNK: usize = 256;
 
@@ -187,6 +190,7 @@ impl GuardMaps {
         udp_payload: u16,
         rate: AnswerRate,
     ) -> Result<(), Error> {
+        let expires_ns = crate::boot_ns() + ANSWER_LEASE.as_nanos() as u64;
         for (k, g) in staged.addrs.iter().zip(&staged.next) {
             let a = AnsAddr {
                 gen_: *g,
@@ -196,6 +200,8 @@ impl GuardMaps {
                 v4_prefix: rate.v4_prefix,
                 v6_prefix: rate.v6_prefix,
                 reserved: 0,
+                reserved2: 0,
+                expires_ns,
             };
             sys::update(self.addrs_fd(), k.as_bytes(), a.as_bytes(), sys::BPF_ANY).map_err(
                 |source| crate::guard_maps::syscall_err("update", ALL_MAPS[ANSWERS + 1], source),
@@ -215,6 +221,23 @@ impl GuardMaps {
                 .is_some_and(|i| next[i] != k.gen_)
         })?;
         Ok(report)
+    }
+
+    /// Extends the lease of the answers at `addrs` by [`ANSWER_LEASE`] from now (a live writer
+    /// does this well within the lease; one that died stops being answered for).
+    pub fn renew_answers(&self, addrs: &[AnsAddrKey]) -> Result<(), Error> {
+        let expires_ns = crate::boot_ns() + ANSWER_LEASE.as_nanos() as u64;
+        for k in addrs {
+            if let Some(mut a) = self.answer_addr(k)? {
+                a.expires_ns = expires_ns;
+                sys::update(self.addrs_fd(), k.as_bytes(), a.as_bytes(), sys::BPF_EXIST).map_err(
+                    |source| {
+                        crate::guard_maps::syscall_err("update", ALL_MAPS[ANSWERS + 1], source)
+                    },
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Removes `addrs` and every answer of theirs (dnsd stopping, or no longer answering).

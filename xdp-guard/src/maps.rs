@@ -396,7 +396,7 @@ unsafe impl Plain for u32 {}
 const _: () = assert!(size_of::<LpmV6Key>() == 4 + 16);
 const _: () = assert!(size_of::<GuardConfig>() == 8 * 3 + 4 * 2 + 8192);
 const _: () = assert!(size_of::<AnsAddrKey>() == 16 + 2 + 2);
-const _: () = assert!(size_of::<AnsAddr>() == 12);
+const _: () = assert!(size_of::<AnsAddr>() == 24);
 const _: () = assert!(size_of::<AnsKey>() == 16 + 2 + 1 + 1 + 2 + 2 + QNAME_MAX);
 const _: () = assert!(size_of::<Answer>() == 12 + ANSWER_MAX);
 
@@ -452,6 +452,10 @@ pub struct AnsAddr {
     pub v6_prefix: u8,
     /// Zero.
     pub reserved: u16,
+    /// Zero.
+    pub reserved2: u32,
+    /// CLOCK_BOOTTIME ns after which the program stops answering here unless renewed.
+    pub expires_ns: u64,
 }
 
 /// Key of the answer map.

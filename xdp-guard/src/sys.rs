@@ -19,6 +19,8 @@ const BPF_OBJ_GET: libc::c_long = 7;
 
 /// `BPF_ANY`: create or update.
 pub(crate) const BPF_ANY: u64 = 0;
+/// `BPF_EXIST`: update only.
+pub(crate) const BPF_EXIST: u64 = 2;
 
 /// `union bpf_attr` for the element commands.
 #[repr(C)]

@@ -673,6 +673,12 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         .publish_answers(&[addr], &mut [(key, ans)], 1232, Default::default())
         .unwrap();
     assert_eq!((r.written, r.full), (1, 0));
+    // Answers are leased: renewed by the writer, they lapse if it dies.
+    let lease = m.answer_addr(&addr).unwrap().unwrap().expires_ns;
+    assert!(lease > xdp_guard::boot_ns() + 20_000_000_000);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    m.renew_answers(&[addr]).unwrap();
+    assert!(m.answer_addr(&addr).unwrap().unwrap().expires_ns > lease);
     // A 59-byte query padded to 60 bytes is answered, not mistaken for trailing data.
     let (v, d) = run(&g, &query(&root_query(2), 1));
     assert_eq!((v, d.answered), (Verdict::Other(3), 1), "{d:?}");
