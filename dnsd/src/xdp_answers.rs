@@ -240,7 +240,17 @@ impl AnswerSync {
             }
             let prepared = rules.as_ref().map(|r| r.current());
             let has_rules = |t: u32| prepared.as_ref().is_some_and(|p| p.has_rules(t));
-            let (mut entries, skipped) = compile(&set, &addrs, &pcfg, &has_rules);
+            let Compiled {
+                mut entries,
+                skipped,
+                over_budget,
+            } = compile(
+                &set,
+                &addrs,
+                &pcfg,
+                &has_rules,
+                maps.answer_capacity() as usize,
+            );
             let published = maps
                 .stage_answers(&self.keys, &mut entries)
                 .and_then(|staged| {
@@ -265,14 +275,14 @@ impl AnswerSync {
                     renewed = Instant::now();
                     let s = &self.stats;
                     s.published.store(r.written, Ordering::Relaxed);
-                    s.full.store(r.full, Ordering::Relaxed);
+                    s.full.store(r.full + over_budget, Ordering::Relaxed);
                     s.skipped.store(skipped, Ordering::Relaxed);
                     s.syncs.fetch_add(1, Ordering::Relaxed);
                     s.last_us
                         .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    if r.full > 0 {
+                    if r.full + over_budget > 0 {
                         tracing::warn!(
-                            full = r.full,
+                            full = r.full + over_budget,
                             "XDP answers: the answer map is full ([xdp] answer_entries); the rest is answered by dnsd"
                         );
                     }
@@ -305,18 +315,35 @@ fn addrs_of(keys: &[AnsAddrKey]) -> Vec<SocketAddr> {
         .collect()
 }
 
-/// The answers of `set`'s zones marked for XDP, for every address in `addrs`, and how many
-/// queries were left to dnsd.
+/// What a compilation produced.
+pub struct Compiled {
+    /// The entries, at most the budget.
+    pub entries: Vec<(AnsKey, Answer)>,
+    /// Queries left to dnsd (TC, too long a name or answer).
+    pub skipped: u64,
+    /// Entries beyond the budget, not compiled.
+    pub over_budget: u64,
+}
+
+/// The answers of `set`'s zones marked for XDP, for every address in `addrs` — at most
+/// `budget` entries (the map's `answer_entries`: a big zone never makes more than the map
+/// holds, nor the memory to build it).
 pub fn compile(
     set: &Arc<ZoneSet>,
     addrs: &[SocketAddr],
     pcfg: &Arc<PipelineConfig>,
     has_rules: &dyn Fn(u32) -> bool,
-) -> (Vec<(AnsKey, Answer)>, u64) {
+    budget: usize,
+) -> Compiled {
     let mut out = Vec::new();
     let mut skipped = 0u64;
+    let mut over_budget = 0u64;
     if addrs.is_empty() {
-        return (out, 0);
+        return Compiled {
+            entries: out,
+            skipped: 0,
+            over_budget: 0,
+        };
     }
     let mut p = Processor::new(
         Arc::new(ArcSwap::new(set.clone())),
@@ -384,6 +411,10 @@ pub fn compile(
                     };
                     key.qname[..name.len()].copy_from_slice(name);
                     for a in addrs {
+                        if out.len() >= budget {
+                            over_budget += 1;
+                            continue;
+                        }
                         key.addr = xdp_guard::mapped(a.ip());
                         key.port = a.port();
                         out.push((key, ans));
@@ -392,7 +423,11 @@ pub fn compile(
             }
         }
     }
-    (out, skipped)
+    Compiled {
+        entries: out,
+        skipped,
+        over_budget,
+    }
 }
 
 /// Offsets of the labels of a wire name (for [`ZoneSet::find`]).
@@ -471,6 +506,48 @@ fn ones_sum(b: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compiles_marked_zones_only_within_the_budget() {
+        use crate::process_query::tests::{example_text, load_zone};
+        use crate::served_zones::ServeOptions;
+        let marked = ServeOptions {
+            xdp_answers: true,
+            ..Default::default()
+        };
+        let set = Arc::new(ZoneSet::new(
+            vec![
+                (load_zone("example.com.", &example_text()), marked),
+                (
+                    load_zone(
+                        "example.net.",
+                        &example_text().replace("ns2.example.net.", "ns2"),
+                    ),
+                    ServeOptions::default(),
+                ),
+            ],
+            1,
+        ));
+        let addrs: Vec<SocketAddr> = vec!["192.0.2.53:53".parse().unwrap()];
+        let pcfg = Arc::new(PipelineConfig::default());
+        let all = compile(&set, &addrs, &pcfg, &|_| false, usize::MAX);
+        assert!(all.entries.len() > 10, "{}", all.entries.len());
+        assert_eq!(all.over_budget, 0);
+        // Only example.com.'s names; each answer's header says AA or referral, never TC.
+        for (k, v) in &all.entries {
+            let name = &k.qname[..k.qname_len as usize];
+            assert!(name.ends_with(b"\x07example\x03com\x00"), "{name:?}");
+            assert_eq!(v.flags & 0x0200, 0);
+            assert_eq!(v.csum, ones_sum(&v.data[..v.len as usize]));
+        }
+        // The budget bounds what is built; the rest is counted.
+        let few = compile(&set, &addrs, &pcfg, &|_| false, 5);
+        assert_eq!(few.entries.len(), 5);
+        assert_eq!(few.over_budget as usize, all.entries.len() - 5);
+        // A tenant with rules of its own keeps its zones out of XDP.
+        let none = compile(&set, &addrs, &pcfg, &|_| true, usize::MAX);
+        assert!(none.entries.is_empty());
+    }
 
     #[test]
     fn ones_complement_sums_fold() {

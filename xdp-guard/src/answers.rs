@@ -79,6 +79,11 @@ impl GuardMaps {
         self.raw_fd(ANSWERS + 1)
     }
 
+    /// How many answers the map holds at most (`answer_entries` of whoever loaded it).
+    pub fn answer_capacity(&self) -> u32 {
+        self.map_capacity(ANSWERS)
+    }
+
     /// The state of answering at a service address, if it is registered.
     pub fn answer_addr(&self, key: &AnsAddrKey) -> Result<Option<AnsAddr>, Error> {
         let mut v = [0u8; size_of::<AnsAddr>()];

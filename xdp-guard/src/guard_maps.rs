@@ -496,6 +496,11 @@ impl GuardMaps {
         self.inner.fds[i].as_fd()
     }
 
+    /// The capacity (max entries) of map `i` of [`ALL_MAPS`].
+    pub(crate) fn map_capacity(&self, i: usize) -> u32 {
+        self.inner.capacity[i]
+    }
+
     /// Map `i` of [`ALL_MAPS`] (for the other modules of this crate).
     pub(crate) fn raw_fd(&self, i: usize) -> BorrowedFd<'_> {
         self.fd(i)
