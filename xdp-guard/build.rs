@@ -59,7 +59,7 @@ const STRUCTS: &[(&str, &str, Fields)] = &[
             ("v4_prefix", "v4_prefix"),
             ("v6_prefix", "v6_prefix"),
             ("reserved", "reserved"),
-            ("reserved2", "reserved2"),
+            ("slip", "slip"),
             ("expires_ns", "expires_ns"),
         ],
     ),
@@ -141,7 +141,8 @@ const INTS: &[(&str, &str)] = &[
     ("GUARD_C_ANS_PASS_MISS", "C_ANS_PASS_MISS"),
     ("GUARD_C_ANS_PASS_SIZE", "C_ANS_PASS_SIZE"),
     ("GUARD_C_ANS_PASS_ROOM", "C_ANS_PASS_ROOM"),
-    ("GUARD_C_ANS_PASS_RATE", "C_ANS_PASS_RATE"),
+    ("GUARD_C_ANS_RRL_DROP", "C_ANS_RRL_DROP"),
+    ("GUARD_C_ANS_SLIP", "C_ANS_SLIP"),
     ("GUARD_DEFAULT_ANS_RATE_ENTRIES", "DEFAULT_ANS_RATE_ENTRIES"),
 ];
 

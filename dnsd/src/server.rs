@@ -116,8 +116,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     // The XDP answer fast path, for zones marked xdp_answers (with [xdp]).
     let xdp_answers = if cfg.zones.iter().any(|z| z.xdp_answers) {
         if xdp.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
-            // XDP answers a source prefix at most at RRL's rate; beyond it, dnsd's RRL decides
-            // (with slip, and cookies exempting clients that prove themselves).
+            // RRL in XDP for what XDP answers: RRL's rate per source prefix, and its slip.
+            // Cookie clients never meet it (their queries carry an option: dnsd answers them).
             let rrl = &cfg.defence.rrl;
             let rate = xdp_guard::AnswerRate {
                 per_second: if rrl.enabled {
@@ -127,6 +127,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                 },
                 v4_prefix: rrl.ipv4_prefix,
                 v6_prefix: rrl.ipv6_prefix,
+                slip: rrl.slip,
             };
             let a = crate::xdp_answers::AnswerSync::start(
                 &bound,

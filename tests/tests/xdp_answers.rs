@@ -113,12 +113,24 @@ fn config(
     zone: &Path,
     xdp_if: Option<&str>,
 ) -> std::path::PathBuf {
+    config_rrl(dir, tag, port, zone, xdp_if, "enabled = false")
+}
+
+/// [`config`] with these `[defence.rrl]` lines.
+fn config_rrl(
+    dir: &Path,
+    tag: &str,
+    port: u16,
+    zone: &Path,
+    xdp_if: Option<&str>,
+    rrl: &str,
+) -> std::path::PathBuf {
     let mut c = format!(
         "[server]\nlisten = [\"{}\", \"{}\"]\nport = {port}\nworkers = 1\n\n\
          [[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\nxdp_answers = true\n\n\
          [[zone]]\norigin = \"example.net.\"\nfile = \"{}\"\n\n\
          [control]\nsocket = \"{}\"\n\n\
-         [defence.rrl]\nenabled = false\n",
+         [defence.rrl]\n{rrl}\n",
         VethPair::B4,
         VethPair::B6,
         zone.display(),
@@ -405,4 +417,60 @@ fn a_zone_reload_flips_the_xdp_answers_without_mixing() {
             && stats(&cfg).get("xdp.answered") > a1
     });
     assert!(stats(&cfg).get("xdp_answers.syncs.ok") >= 2);
+}
+
+#[test]
+fn rrl_in_xdp_slips_with_dnsd_s_bytes() {
+    if let Err(why) = netns::available() {
+        palisade_tests::skipped(&format!("XDP answer test: {why}"));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pair = VethPair::new().expect("veth pair");
+    veth_ready(&pair, dir.path());
+    let zone = dir.path().join("example.com.zone");
+    std::fs::copy(palisade_tests::data_dir().join("example.com.zone"), &zone).unwrap();
+    let rrl = "responses_per_second = 2\nslip = 2";
+    let fast_cfg = config_rrl(dir.path(), "fast", 5353, &zone, Some(&pair.if_b), rrl);
+    let slow_cfg = config_rrl(dir.path(), "slow", 5354, &zone, None, rrl);
+    let fast = NsDnsd::start(&pair.b, &fast_cfg);
+    let _slow = NsDnsd::start(&pair.b, &slow_cfg);
+    wait_for("the XDP answers published", Duration::from_secs(20), || {
+        let (ok, s) = ctl(&fast_cfg, &["stats"]);
+        let (ok2, _) = ctl(&slow_cfg, &["stats"]);
+        ok && ok2 && palisade_tests::counters::Counters::parse(&s).get("xdp_answers.published") > 0
+    });
+    for (what, opts) in [
+        ("plain", QueryOpts::udp()),
+        ("edns do", QueryOpts::edns(1232).with_do()),
+    ] {
+        // A burst from one source: the first answers, then TC=1 for one in two.
+        let queries: Vec<Vec<u8>> = (0..30)
+            .map(|i| build_query(500 + i, "www.example.com.", 1, &opts))
+            .collect();
+        let tc_of = |port: u16| {
+            exchange_all(
+                &pair,
+                SocketAddr::new(VethPair::B4.into(), port),
+                queries.clone(),
+            )
+            .into_iter()
+            .flatten()
+            .find(|r| r[2] & 0x02 != 0)
+            .unwrap_or_else(|| panic!("{what}: no TC reply from port {port}"))
+        };
+        let before = fast.stats().get("xdp.answer_rrl_slip");
+        let from_xdp = tc_of(5353);
+        assert!(
+            fast.stats().get("xdp.answer_rrl_slip") > before,
+            "{what}: slipped in XDP"
+        );
+        let from_dnsd = tc_of(5354);
+        assert_eq!(
+            from_xdp[2..],
+            from_dnsd[2..],
+            "{what}: the slip reply is dnsd's"
+        );
+    }
+    assert!(fast.stats().get("xdp.answer_rrl_drop") > 0);
 }

@@ -115,7 +115,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
 	__uint(max_entries, GUARD_DEFAULT_ANS_RATE_ENTRIES);
 	__type(key, struct guard_v6_key);
-	__type(value, struct guard_bucket);
+	__type(value, struct guard_ans_bucket);
 } guard_ans_rate SEC(".maps");
 
 /* Room for one answer key (too big for the stack beside the rest). */
@@ -142,6 +142,8 @@ struct ipv6_frag {
 
 /* classify's verdict for UDP to a DNS port that passed the checks: try the answer fast path. */
 #define GUARD_CANDIDATE 100
+/* try_answer's verdict for a reply over the answer rate that is not slipped: dropped. */
+#define GUARD_RRL_DROP 101
 
 /* Where the headers of a candidate are (offsets from the frame start). */
 struct pkt {
@@ -393,21 +395,17 @@ static __always_inline int parse_query(struct xdp_md *ctx, void *data, void *end
 }
 
 /* The reply's UDP checksum (pseudo header `psum` already summed): UDP header, DNS header,
- * the question (as the query had it) and the answer's bytes. */
+ * the question (as the query had it) and `body`, the sum of what follows the question (with
+ * its pairing already as at its offset). */
 static __always_inline __u16 reply_csum(__u32 psum, struct udphdr *udp, struct dnshdr *h,
-					const struct ans_ctx *a, const struct guard_answer *v)
+					const struct ans_ctx *a, __u32 body)
 {
 	__u32 s = psum;
 	s += bpf_ntohs(udp->source) + bpf_ntohs(udp->dest) + bpf_ntohs(udp->len);
 	s += bpf_ntohs(h->id) + bpf_ntohs(h->flags) + bpf_ntohs(h->qd) + bpf_ntohs(h->an) +
 	     bpf_ntohs(h->ns) + bpf_ntohs(h->ar);
 	s += a->qsum;
-	__u16 t = v->csum;
-	/* The answer starts right after the question: at an odd offset its bytes pair the
-	 * other way round, which swaps the bytes of its sum. */
-	if (a->qend & 1)
-		t = (__u16)((t >> 8) | (t << 8));
-	s += t;
+	s += body;
 	__u16 c = ~fold(s);
 	return c ? c : 0xffff;
 }
@@ -545,8 +543,9 @@ static __always_inline int classify(struct xdp_md *ctx, struct guard_counters *c
 }
 
 
-/* True when the source prefix of `src` (IPv4 mapped) may get one more answer from XDP: a
- * token bucket of `rate` answers per second holding one second's worth. */
+/* RRL in XDP: whether the source prefix of `src` (IPv4 mapped) gets one more answer — a token
+ * bucket of `rate` answers per second holding one second's worth: 1 yes, 2 over the rate but
+ * slipped (TC=1), 0 over the rate and dropped. */
 static __always_inline int answer_allowed(const __u8 *src, int v6, const struct guard_ans_addr *aa)
 {
 	if (!aa->rate)
@@ -568,9 +567,9 @@ static __always_inline int answer_allowed(const __u8 *src, int v6, const struct 
 	__builtin_memcpy(k.addr + 8, &lo, 8);
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cap = (__u64)aa->rate * GUARD_TOKEN_UNIT;
-	struct guard_bucket *b = bpf_map_lookup_elem(&guard_ans_rate, &k);
+	struct guard_ans_bucket *b = bpf_map_lookup_elem(&guard_ans_rate, &k);
 	if (!b) {
-		struct guard_bucket fresh = { .tokens = cap - GUARD_TOKEN_UNIT, .last_ns = now };
+		struct guard_ans_bucket fresh = { .tokens = cap - GUARD_TOKEN_UNIT, .last_ns = now };
 		bpf_map_update_elem(&guard_ans_rate, &k, &fresh, BPF_ANY);
 		return 1;
 	}
@@ -585,7 +584,8 @@ static __always_inline int answer_allowed(const __u8 *src, int v6, const struct 
 	b->last_ns = now;
 	if (tokens < GUARD_TOKEN_UNIT) {
 		b->tokens = tokens;
-		return 0;
+		b->limited++;
+		return aa->slip && b->limited % aa->slip == 0 ? 2 : 0;
 	}
 	b->tokens = tokens - GUARD_TOKEN_UNIT;
 	return 1;
@@ -599,6 +599,76 @@ static __always_inline __u32 sum_words(const __u16 *p, int n)
 	for (int i = 0; i < n; i++)
 		s += bpf_ntohs(p[i]);
 	return s;
+}
+
+/* Turns the frame around as the reply whose DNS message (`dns_len` bytes from `dns_off`) is in
+ * place but for its header: MACs, addresses and ports swapped, lengths, the IPv4 and UDP
+ * checksums, the header's flags and counts. */
+static __always_inline int finish_reply(struct xdp_md *ctx, const struct pkt *pk, __u32 dns_off,
+					__u32 dns_len, __u16 flags, __u16 an, __u16 ns, __u16 ar,
+					const struct ans_ctx *a, __u32 body)
+{
+	__u32 l3 = pk->l3_off & 0xff, l4o = pk->l4_off & 0xff;
+	/* The headers are edited in copies on the stack and stored back: offsets, not packet
+	 * pointers, which the verifier cannot follow through the tail change. */
+	struct ethhdr eth;
+	if (bpf_xdp_load_bytes(ctx, 0, &eth, sizeof(eth)))
+		return XDP_DROP;
+	__u8 mac[ETH_ALEN];
+	__builtin_memcpy(mac, eth.h_dest, ETH_ALEN);
+	__builtin_memcpy(eth.h_dest, eth.h_source, ETH_ALEN);
+	__builtin_memcpy(eth.h_source, mac, ETH_ALEN);
+	if (bpf_xdp_store_bytes(ctx, 0, &eth, sizeof(eth)))
+		return XDP_DROP;
+
+	__u16 udp_len = sizeof(struct udphdr) + dns_len;
+	__u32 psum;
+	if (pk->v6) {
+		struct ipv6hdr ip6;
+		if (bpf_xdp_load_bytes(ctx, l3, &ip6, sizeof(ip6)))
+			return XDP_DROP;
+		struct in6_addr t = ip6.saddr;
+		ip6.saddr = ip6.daddr;
+		ip6.daddr = t;
+		ip6.payload_len = bpf_htons(udp_len);
+		ip6.hop_limit = 64;
+		psum = sum_words((const __u16 *)&ip6.saddr, 16) + udp_len + IPPROTO_UDP;
+		if (bpf_xdp_store_bytes(ctx, l3, &ip6, sizeof(ip6)))
+			return XDP_DROP;
+	} else {
+		struct iphdr ip;
+		if (bpf_xdp_load_bytes(ctx, l3, &ip, sizeof(ip)))
+			return XDP_DROP;
+		__be32 t = ip.saddr;
+		ip.saddr = ip.daddr;
+		ip.daddr = t;
+		ip.tot_len = bpf_htons(sizeof(struct iphdr) + udp_len);
+		ip.ttl = 64;
+		ip.check = 0;
+		ip.check = bpf_htons(~fold(sum_words((const __u16 *)&ip, 10)));
+		psum = sum_words((const __u16 *)&ip.saddr, 4) + udp_len + IPPROTO_UDP;
+		if (bpf_xdp_store_bytes(ctx, l3, &ip, sizeof(ip)))
+			return XDP_DROP;
+	}
+	struct udphdr u;
+	struct dnshdr h;
+	if (bpf_xdp_load_bytes(ctx, l4o, &u, sizeof(u)) ||
+	    bpf_xdp_load_bytes(ctx, dns_off, &h, sizeof(h)))
+		return XDP_DROP;
+	__be16 port = u.source;
+	u.source = u.dest;
+	u.dest = port;
+	u.len = bpf_htons(udp_len);
+	h.flags = bpf_htons(flags);
+	h.an = bpf_htons(an);
+	h.ns = bpf_htons(ns);
+	h.ar = bpf_htons(ar);
+	u.check = 0;
+	u.check = bpf_htons(reply_csum(psum, &u, &h, a, body));
+	if (bpf_xdp_store_bytes(ctx, l4o, &u, sizeof(u)) ||
+	    bpf_xdp_store_bytes(ctx, dns_off, &h, sizeof(h)))
+		return XDP_DROP;
+	return XDP_TX;
 }
 
 /* The answer fast path for a candidate: XDP_TX with dnsd's reply written in place, or
@@ -678,9 +748,31 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct pkt *pk,
 		cnt->count[GUARD_C_ANS_PASS_SIZE]++;
 		return XDP_PASS;
 	}
-	if (!answer_allowed(src, pk->v6, aa)) {
-		cnt->count[GUARD_C_ANS_PASS_RATE]++;
-		return XDP_PASS;
+	int allowed = answer_allowed(src, pk->v6, aa);
+	if (allowed == 0) {
+		cnt->count[GUARD_C_ANS_RRL_DROP]++;
+		return GUARD_RRL_DROP;
+	}
+	if (allowed == 2) {
+		/* Slipped: TC=1 with the question (and our OPT), as dnsd's RRL slips — the same
+		 * length as the query, so nothing moves. */
+		cnt->count[GUARD_C_ANS_SLIP]++;
+		__u32 body = 0;
+		__u32 dlen = qend;
+		if (k->variant != GUARD_V_NO_EDNS) {
+			__u8 p[2] = { aa->udp_payload >> 8, aa->udp_payload & 0xff };
+			if (bpf_xdp_store_bytes(ctx, dns_off + qend + 3, p, 2))
+				return XDP_DROP;
+			__u8 o[11] = { 0, 0, 41, p[0], p[1], 0, 0,
+				       k->variant == GUARD_V_EDNS_DO ? 0x80 : 0, 0, 0, 0 };
+#pragma unroll
+			for (int i = 0; i < 11; i++)
+				body += ((qend + i) & 1) ? o[i] : ((__u32)o[i] << 8);
+			dlen += 11;
+		}
+		return finish_reply(ctx, pk, dns_off, dlen,
+				    DNS_QR | DNS_TC | (a.qflags & (DNS_RD | DNS_CD)), 0, 0,
+				    k->variant != GUARD_V_NO_EDNS, &a, body);
 	}
 	__u32 dns_len = qend + len;
 	int delta = (int)dns_len - (int)((long)end - (long)data - (long)dns_off);
@@ -712,66 +804,13 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct pkt *pk,
 		return XDP_DROP;
 	}
 
-	/* The headers are edited in copies on the stack and stored back: offsets, not packet
-	 * pointers, which the verifier cannot follow through the tail change. */
-	struct ethhdr eth;
-	if (bpf_xdp_load_bytes(ctx, 0, &eth, sizeof(eth)))
-		return XDP_DROP;
-	__u8 mac[ETH_ALEN];
-	__builtin_memcpy(mac, eth.h_dest, ETH_ALEN);
-	__builtin_memcpy(eth.h_dest, eth.h_source, ETH_ALEN);
-	__builtin_memcpy(eth.h_source, mac, ETH_ALEN);
-	if (bpf_xdp_store_bytes(ctx, 0, &eth, sizeof(eth)))
-		return XDP_DROP;
-
-	__u16 udp_len = sizeof(struct udphdr) + dns_len;
-	__u32 psum;
-	if (pk->v6) {
-		struct ipv6hdr ip6;
-		if (bpf_xdp_load_bytes(ctx, l3, &ip6, sizeof(ip6)))
-			return XDP_DROP;
-		struct in6_addr t = ip6.saddr;
-		ip6.saddr = ip6.daddr;
-		ip6.daddr = t;
-		ip6.payload_len = bpf_htons(udp_len);
-		ip6.hop_limit = 64;
-		psum = sum_words((const __u16 *)&ip6.saddr, 16) + udp_len + IPPROTO_UDP;
-		if (bpf_xdp_store_bytes(ctx, l3, &ip6, sizeof(ip6)))
-			return XDP_DROP;
-	} else {
-		struct iphdr ip;
-		if (bpf_xdp_load_bytes(ctx, l3, &ip, sizeof(ip)))
-			return XDP_DROP;
-		__be32 t = ip.saddr;
-		ip.saddr = ip.daddr;
-		ip.daddr = t;
-		ip.tot_len = bpf_htons(sizeof(struct iphdr) + udp_len);
-		ip.ttl = 64;
-		ip.check = 0;
-		ip.check = bpf_htons(~fold(sum_words((const __u16 *)&ip, 10)));
-		psum = sum_words((const __u16 *)&ip.saddr, 4) + udp_len + IPPROTO_UDP;
-		if (bpf_xdp_store_bytes(ctx, l3, &ip, sizeof(ip)))
-			return XDP_DROP;
-	}
-	struct udphdr u;
-	struct dnshdr h;
-	if (bpf_xdp_load_bytes(ctx, l4o, &u, sizeof(u)) ||
-	    bpf_xdp_load_bytes(ctx, dns_off, &h, sizeof(h)))
-		return XDP_DROP;
-	__be16 port = u.source;
-	u.source = u.dest;
-	u.dest = port;
-	u.len = bpf_htons(udp_len);
-	h.flags = bpf_htons(v->flags | (a.qflags & (DNS_RD | DNS_CD)));
-	h.an = bpf_htons(v->an);
-	h.ns = bpf_htons(v->ns);
-	h.ar = bpf_htons(v->ar);
-	u.check = 0;
-	u.check = bpf_htons(reply_csum(psum, &u, &h, &a, v));
-	if (bpf_xdp_store_bytes(ctx, l4o, &u, sizeof(u)) ||
-	    bpf_xdp_store_bytes(ctx, dns_off, &h, sizeof(h)))
-		return XDP_DROP;
-	return XDP_TX;
+	__u32 body = v->csum;
+	/* The answer starts right after the question: at an odd offset its bytes pair the other
+	 * way round, which swaps the bytes of its sum. */
+	if (qend & 1)
+		body = ((body >> 8) | (body << 8)) & 0xffff;
+	return finish_reply(ctx, pk, dns_off, dns_len, v->flags | (a.qflags & (DNS_RD | DNS_CD)),
+			    v->an, v->ns, v->ar, &a, body);
 }
 
 SEC("xdp")
@@ -785,6 +824,10 @@ int palisade_guard(struct xdp_md *ctx)
 	int v = classify(ctx, cnt, &pk);
 	if (v == GUARD_CANDIDATE) {
 		int act = try_answer(ctx, &pk, cnt);
+		if (act == GUARD_RRL_DROP) {
+			cnt->count[GUARD_C_DROP_RATELIMIT]++;
+			return XDP_DROP;
+		}
 		if (act == XDP_TX) {
 			cnt->count[GUARD_C_ANSWERED]++;
 			return XDP_TX;

@@ -75,8 +75,9 @@
 #define GUARD_C_ANS_PASS_MISS 16      /* passed: no answer for this name, type and EDNS variant */
 #define GUARD_C_ANS_PASS_SIZE 17      /* passed: the answer does not fit the client's limit (dnsd truncates) */
 #define GUARD_C_ANS_PASS_ROOM 18      /* passed: the frame has no room to grow into the answer (driver's buffer) */
-#define GUARD_C_ANS_PASS_RATE 19      /* passed: the source prefix is over the answer rate (dnsd's RRL decides) */
-#define GUARD_COUNTERS 20
+#define GUARD_C_ANS_RRL_DROP 19       /* over the answer rate (RRL in XDP): dropped (also a DROP_RATELIMIT verdict) */
+#define GUARD_C_ANS_SLIP 20           /* over the answer rate: answered TC=1 instead (one in `slip`) */
+#define GUARD_COUNTERS 21
 
 /* The answer fast path. */
 #define GUARD_QNAME_MAX 128   /* longest wire qname answered in XDP (longer ones pass) */
@@ -104,7 +105,7 @@ struct guard_ans_addr {
 	__u8 v4_prefix;  /* source prefix lengths of the rate's buckets */
 	__u8 v6_prefix;
 	__u16 reserved;
-	__u32 reserved2;
+	__u32 slip;       /* over the rate, one reply in `slip` is TC=1 (0: none), as dnsd's RRL */
 	__u64 expires_ns; /* CLOCK_BOOTTIME: answering stops after this unless the writer renews
 			   * it (a dnsd that died leaves no answers behind for long) */
 };
@@ -188,6 +189,13 @@ struct guard_bucket {
 	__u64 last_ns; /* bpf_ktime_get_ns of the last packet; 0 = fresh (full bucket) */
 };
 
+/* guard_ans_rate value (per-CPU LRU hash): a token bucket and the replies it limited. */
+struct guard_ans_bucket {
+	__u64 tokens;
+	__u64 last_ns;
+	__u64 limited;
+};
+
 /* guard_config value (ARRAY, one element). */
 struct guard_config {
 	__u64 rate_pps;     /* tokens added per second, in packets */
@@ -209,6 +217,7 @@ _Static_assert(sizeof(struct guard_lpm_v4_key) == 8, "guard_lpm_v4_key");
 _Static_assert(sizeof(struct guard_lpm_v6_key) == 20, "guard_lpm_v6_key");
 _Static_assert(sizeof(struct guard_block) == 8 * GUARD_SLOTS, "guard_block");
 _Static_assert(sizeof(struct guard_bucket) == 16, "guard_bucket");
+_Static_assert(sizeof(struct guard_ans_bucket) == 24, "guard_ans_bucket");
 _Static_assert(sizeof(struct guard_config) == 32 + 8192, "guard_config");
 _Static_assert(sizeof(struct guard_counters) == 8 * GUARD_COUNTERS, "guard_counters");
 _Static_assert(sizeof(struct guard_ans_addr_key) == 20, "guard_ans_addr_key");

@@ -33,8 +33,8 @@ pub struct AnswerReport {
     pub deleted: u64,
 }
 
-/// How fast XDP may answer one source prefix ([`AnsAddr::rate`]); beyond it, queries pass
-/// to dnsd, whose RRL decides.
+/// RRL in XDP: how fast XDP answers one source prefix ([`AnsAddr::rate`]), and the slip
+/// beyond it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AnswerRate {
     /// Answers per second per source prefix (per CPU); 0: not limited.
@@ -43,6 +43,8 @@ pub struct AnswerRate {
     pub v4_prefix: u8,
     /// IPv6 source prefix length.
     pub v6_prefix: u8,
+    /// Over the rate, one reply in `slip` is TC=1, the others dropped (0: all dropped).
+    pub slip: u32,
 }
 
 /// A generation of answers written and not yet live ([`GuardMaps::stage_answers`]).
@@ -205,7 +207,7 @@ impl GuardMaps {
                 v4_prefix: rate.v4_prefix,
                 v6_prefix: rate.v6_prefix,
                 reserved: 0,
-                reserved2: 0,
+                slip: rate.slip,
                 expires_ns,
             };
             sys::update(self.addrs_fd(), k.as_bytes(), a.as_bytes(), sys::BPF_ANY).map_err(

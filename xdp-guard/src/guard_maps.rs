@@ -84,7 +84,7 @@ const SPECS: [(u32, u32, u32); 13] = [
         4,
         (size_of::<crate::maps::AnsKey>() + crate::maps::HEAD_MAX) as u32,
     ),
-    (BPF_MAP_TYPE_LRU_PERCPU_HASH, 16, 16),
+    (BPF_MAP_TYPE_LRU_PERCPU_HASH, 16, 24),
 ];
 
 /// Index of the answer map in [`ALL_MAPS`] (the address map follows).
@@ -254,8 +254,10 @@ pub struct Counters {
     pub answered: u64,
     /// Passed to dnsd by the fast path: no answers for the address, a query it does not
     /// answer, no answer for the name, an answer too big for the client, no room in the
-    /// frame to grow into the answer, the source over the answer rate.
-    pub ans_pass: [u64; 6],
+    /// frame to grow into the answer.
+    pub ans_pass: [u64; 5],
+    /// Over the answer rate (RRL in XDP): dropped, and slipped (answered TC=1).
+    pub ans_rrl: [u64; 2],
 }
 
 impl Counters {
@@ -281,7 +283,8 @@ impl Counters {
             ("answer_pass_miss", self.ans_pass[2]),
             ("answer_pass_size", self.ans_pass[3]),
             ("answer_pass_room", self.ans_pass[4]),
-            ("answer_pass_rate", self.ans_pass[5]),
+            ("answer_rrl_drop", self.ans_rrl[0]),
+            ("answer_rrl_slip", self.ans_rrl[1]),
         ]
     }
 
@@ -309,6 +312,7 @@ impl Counters {
             drop_by_slot: std::array::from_fn(|i| c[C_DROP_SLOT + i]),
             answered: c[crate::maps::C_ANSWERED],
             ans_pass: std::array::from_fn(|i| c[crate::maps::C_ANS_PASS_NO_ADDR + i]),
+            ans_rrl: [c[crate::maps::C_ANS_RRL_DROP], c[crate::maps::C_ANS_SLIP]],
         }
     }
 }

@@ -141,10 +141,12 @@ pub const C_ANS_PASS_MISS: usize = 16;
 pub const C_ANS_PASS_SIZE: usize = 17;
 /// Counter index: passed, the frame had no room to grow into the answer.
 pub const C_ANS_PASS_ROOM: usize = 18;
-/// Counter index: passed, the source prefix is over the answer rate.
-pub const C_ANS_PASS_RATE: usize = 19;
+/// Counter index: over the answer rate (RRL in XDP), dropped.
+pub const C_ANS_RRL_DROP: usize = 19;
+/// Counter index: over the answer rate, answered TC=1 (slipped).
+pub const C_ANS_SLIP: usize = 20;
 /// Number of counter slots.
-pub const COUNTERS: usize = 20;
+pub const COUNTERS: usize = 21;
 
 /// Key of the IPv4 address hash.
 #[repr(C)]
@@ -452,8 +454,8 @@ pub struct AnsAddr {
     pub v6_prefix: u8,
     /// Zero.
     pub reserved: u16,
-    /// Zero.
-    pub reserved2: u32,
+    /// Over the rate, one reply in `slip` is TC=1 (0: none).
+    pub slip: u32,
     /// CLOCK_BOOTTIME ns after which the program stops answering here unless renewed.
     pub expires_ns: u64,
 }
