@@ -546,7 +546,8 @@ static __always_inline int classify(struct xdp_md *ctx, struct guard_counters *c
 /* RRL in XDP: whether the source prefix of `src` (IPv4 mapped) gets one more answer — a token
  * bucket of `rate` answers per second holding one second's worth: 1 yes, 2 over the rate but
  * slipped (TC=1), 0 over the rate and dropped. */
-static __always_inline int answer_allowed(const __u8 *src, int v6, const struct guard_ans_addr *aa)
+static __always_inline int answer_allowed(const __u8 *src, int v6, const struct guard_ans_addr *aa,
+					  int charge_only)
 {
 	if (!aa->rate)
 		return 1;
@@ -584,6 +585,8 @@ static __always_inline int answer_allowed(const __u8 *src, int v6, const struct 
 	b->last_ns = now;
 	if (tokens < GUARD_TOKEN_UNIT) {
 		b->tokens = tokens;
+		if (charge_only)
+			return 0;
 		b->limited++;
 		return aa->slip && b->limited % aa->slip == 0 ? 2 : 0;
 	}
@@ -732,6 +735,9 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct pkt *pk,
 	k->gen = aa->gen;
 	struct guard_answer *v = bpf_map_lookup_elem(&guard_answers, k);
 	if (!v) {
+		/* dnsd answers it: charged to the source's bucket too, so that XDP's answers and
+		 * dnsd's together stay within the rate. */
+		answer_allowed(src, pk->v6, aa, 1);
 		cnt->count[GUARD_C_ANS_PASS_MISS]++;
 		return XDP_PASS;
 	}
@@ -745,10 +751,11 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct pkt *pk,
 	__u32 qend = a.qend;
 	if (len == 0 || len > GUARD_ANSWER_MAX || qend > 12 + GUARD_QNAME_MAX + 4 ||
 	    qend + len > limit) {
+		answer_allowed(src, pk->v6, aa, 1);
 		cnt->count[GUARD_C_ANS_PASS_SIZE]++;
 		return XDP_PASS;
 	}
-	int allowed = answer_allowed(src, pk->v6, aa);
+	int allowed = answer_allowed(src, pk->v6, aa, 0);
 	if (allowed == 0) {
 		cnt->count[GUARD_C_ANS_RRL_DROP]++;
 		return GUARD_RRL_DROP;

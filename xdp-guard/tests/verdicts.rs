@@ -722,6 +722,34 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         tally[1] >= 2 && tally[2] >= 2,
         "one in two slipped: {tally:?}"
     );
+    // Queries XDP passes to dnsd are charged to the same bucket: a fresh source whose first
+    // three queries dnsd answered gets no answer from XDP within that second.
+    let other = |payload: &[u8]| {
+        frame(
+            &[],
+            ETH_IP,
+            &ipv4(
+                v4("203.0.113.9"),
+                dst,
+                UDP,
+                &[],
+                0,
+                &udp(40001, 53, payload),
+            ),
+        )
+    };
+    for i in 0..3 {
+        let mut aaaa = root_query(30 + i);
+        aaaa[14] = 28;
+        assert_eq!(run(&g, &other(&aaaa)).0, Verdict::Pass);
+    }
+    let (v, d) = run(&g, &other(&root_query(40)));
+    assert_ne!(v, Verdict::Pass, "{d:?}");
+    assert_eq!(
+        d.ans_rrl[0] + d.ans_rrl[1],
+        1,
+        "limited, not answered: {d:?}"
+    );
     // Suspended (a reload under way): passed; withdrawn: passed, entries gone.
     m.suspend_answers(&[addr]).unwrap();
     let (v, d) = run(&g, &query(&root_query(5), 1));
