@@ -155,6 +155,27 @@ fn off() -> DefenceConfig {
     c
 }
 
+/// Benchmarks `p` on `q` from a new source per query: RRL never limits, every lookup misses.
+fn from_new_sources(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    p: &mut Processor,
+    q: &[u8],
+    out: &mut [u8],
+) {
+    let mut i = 0u32;
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            let s = SocketAddr::new(
+                std::net::IpAddr::from((0xc000_0000u32 | (i << 8)).to_be_bytes()),
+                5353,
+            );
+            p.process(q, s, Transport::Udp, out)
+        })
+    });
+}
+
 fn bench(c: &mut Criterion) {
     let src: SocketAddr = "192.0.2.77:5353".parse().unwrap();
     let q = query(None);
@@ -179,18 +200,7 @@ fn bench(c: &mut Criterion) {
     ];
     for (name, cfg, n) in cases {
         let (mut p, _s) = processor(cfg, n);
-        let mut i = 0u32;
-        g.bench_function(name, |b| {
-            b.iter(|| {
-                // A new source per query: RRL never limits, every lookup misses.
-                i = i.wrapping_add(1);
-                let s = SocketAddr::new(
-                    std::net::IpAddr::from((0xc000_0000u32 | (i << 8)).to_be_bytes()),
-                    5353,
-                );
-                p.process(&q, s, Transport::Udp, &mut out)
-            })
-        });
+        from_new_sources(&mut g, name, &mut p, &q, &mut out);
     }
     // The shield rules of the zone's tenant.
     let rule_cases = [
@@ -203,17 +213,7 @@ fn bench(c: &mut Criterion) {
     ];
     for (name, text) in rule_cases {
         let (mut p, _s) = with_rules(&text);
-        let mut i = 0u32;
-        g.bench_function(name, |b| {
-            b.iter(|| {
-                i = i.wrapping_add(1);
-                let s = SocketAddr::new(
-                    std::net::IpAddr::from((0xc000_0000u32 | (i << 8)).to_be_bytes()),
-                    5353,
-                );
-                p.process(&q, s, Transport::Udp, &mut out)
-            })
-        });
+        from_new_sources(&mut g, name, &mut p, &q, &mut out);
     }
     // A blocked source: the whole cost of a packet we refuse.
     let (mut p, _s) = processor(Some(off()), 100_000);

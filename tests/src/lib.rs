@@ -14,6 +14,8 @@
 //! - [`nginx`]: a real nginx as the origin (what an origin that normalises paths will serve).
 //! - [`dnsviz`]: DNSViz's probe and assessment of a served zone, its errors listed.
 //! - [`wait`]: [`wait::wait_for`], the one bounded wait for a condition.
+//! - [`ns_dnsd`]: dnsd inside a network namespace, and its control channel.
+//! - [`sh()`]: a shell command in a directory (signing tools and the like), its output.
 //! - [`counters`]: counters by name (`dnsd ctl stats`, Prometheus text); an absent name
 //!   fails the test instead of reading as 0.
 
@@ -118,4 +120,21 @@ pub fn in_ci() -> bool {
     let set =
         |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty() && v != "0" && v != "false");
     set("CI") || set("PALISADE_STRICT")
+}
+
+/// Runs `cmd` with `sh -c` in `dir`; its standard output. Panics, with its standard error,
+/// when it fails.
+pub fn sh(dir: &std::path::Path, cmd: &str) -> String {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .current_dir(dir)
+        .output()
+        .expect("run sh");
+    assert!(
+        out.status.success(),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -12,6 +12,7 @@ use std::process::Command;
 use palisade_tests::client;
 use palisade_tests::compare::{Normalized, diff};
 use palisade_tests::servers::{Dnsd, Knot, Nsd, Zone};
+use palisade_tests::sh;
 use palisade_tests::wire::QueryOpts;
 
 const ZONE: &str = "\
@@ -71,21 +72,6 @@ const QUERIES: &[(&str, u16)] = &[
     ("example.com.", 48),               // DNSKEY
     ("example.com.", 6),                // SOA
 ];
-
-fn sh(dir: &Path, cmd: &str) -> String {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .current_dir(dir)
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A signed zone file and what signed it.
 type Signed = Vec<(&'static str, std::path::PathBuf)>;

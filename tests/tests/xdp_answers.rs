@@ -214,22 +214,16 @@ fn signed_answers_with_do_are_dnsd_answers_byte_for_byte() {
         dir.path().join("example.com.zone"),
     )
     .unwrap();
-    let sh = |cmd: &str| {
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(cmd)
-            .current_dir(dir.path())
-            .output()
-            .expect("run");
-        assert!(
-            out.status.success(),
-            "{cmd}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    sh("dnssec-keygen -q -a ECDSAP256SHA256 -K . example.com");
-    sh("dnssec-keygen -q -f KSK -a ECDSAP256SHA256 -K . example.com");
-    sh(
+    palisade_tests::sh(
+        dir.path(),
+        "dnssec-keygen -q -a ECDSAP256SHA256 -K . example.com",
+    );
+    palisade_tests::sh(
+        dir.path(),
+        "dnssec-keygen -q -f KSK -a ECDSAP256SHA256 -K . example.com",
+    );
+    palisade_tests::sh(
+        dir.path(),
         "dnssec-signzone -q -3 aabbccdd -H 0 -o example.com -K . -S -f signed.zone example.com.zone",
     );
     compare_through_xdp(dir.path(), &dir.path().join("signed.zone"));

@@ -14,21 +14,7 @@ use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
 
 /// One query from namespace A; true when answered.
 fn ask(pair: &VethPair, server: SocketAddr) -> bool {
-    pair.a
-        .run(move || {
-            let s = UdpSocket::bind(SocketAddr::new(VethPair::A4.into(), 0)).unwrap();
-            s.connect(server).unwrap();
-            s.set_read_timeout(Some(Duration::from_millis(400)))
-                .unwrap();
-            let q = build_query(7, "www.example.com.", 1, &QueryOpts::udp());
-            s.send(&q).unwrap();
-            let mut buf = [0u8; 2048];
-            match s.recv(&mut buf) {
-                Ok(n) => RawMsg::parse(&buf[..n]).is_ok_and(|m| m.rcode() == 0 && m.counts[1] > 0),
-                Err(_) => false,
-            }
-        })
-        .expect("run in namespace A")
+    burst_from(pair, VethPair::A4, server, 1) == 1
 }
 
 #[test]

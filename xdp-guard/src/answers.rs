@@ -8,6 +8,7 @@
 //! answering off for its addresses ([`GuardMaps::suspend_answers`]): the program then passes
 //! every query to dnsd.
 
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
 
@@ -52,6 +53,8 @@ pub struct AnswerRate {
 pub struct StagedAnswers {
     addrs: Vec<AnsAddrKey>,
     next: Vec<u8>,
+    /// `next` by address and port.
+    by_addr: HashMap<([u8; 16], u16), u8>,
     report: AnswerReport,
 }
 
@@ -141,12 +144,13 @@ impl GuardMaps {
             let cur = self.answer_addr(k)?;
             next.push(cur.map_or(0, |a| a.gen_ ^ 1));
         }
-        let gen_of = |addr: &[u8; 16], port: u16| {
-            addrs
-                .iter()
-                .position(|k| k.addr == *addr && k.port == port)
-                .map(|i| next[i])
-        };
+        // Looked up once per entry and per key: by hash, not a walk over the addresses.
+        let by_addr: HashMap<([u8; 16], u16), u8> = addrs
+            .iter()
+            .zip(&next)
+            .map(|(k, g)| ((k.addr, k.port), *g))
+            .collect();
+        let gen_of = |addr: &[u8; 16], port: u16| by_addr.get(&(*addr, port)).copied();
         // Anything left over in the target generation (a writer that died mid-publish).
         report.deleted += self.delete_answers(|k| gen_of(&k.addr, k.port) == Some(k.gen_))?;
         for (k, _) in entries.iter_mut() {
@@ -186,6 +190,7 @@ impl GuardMaps {
         Ok(StagedAnswers {
             addrs: addrs.to_vec(),
             next,
+            by_addr,
             report,
         })
     }
@@ -220,13 +225,9 @@ impl GuardMaps {
     /// Deletes the answers of the generation the flip left behind; the whole report.
     pub fn finish_answers(&self, staged: StagedAnswers) -> Result<AnswerReport, Error> {
         let mut report = staged.report;
-        let (addrs, next) = (&staged.addrs, &staged.next);
-        report.deleted += self.delete_answers(|k| {
-            addrs
-                .iter()
-                .position(|a| a.addr == k.addr && a.port == k.port)
-                .is_some_and(|i| next[i] != k.gen_)
-        })?;
+        let by_addr = &staged.by_addr;
+        report.deleted +=
+            self.delete_answers(|k| by_addr.get(&(k.addr, k.port)).is_some_and(|g| *g != k.gen_))?;
         Ok(report)
     }
 
@@ -254,56 +255,27 @@ impl GuardMaps {
                 crate::guard_maps::syscall_err("delete", ALL_MAPS[ANSWERS + 1], source)
             })?;
         }
-        self.delete_answers(|k| addrs.iter().any(|a| a.addr == k.addr && a.port == k.port))
+        let gone: HashSet<([u8; 16], u16)> = addrs.iter().map(|a| (a.addr, a.port)).collect();
+        self.delete_answers(|k| gone.contains(&(k.addr, k.port)))
     }
 
     /// Answers in the map now (all writers).
     pub fn answer_count(&self) -> Result<u64, Error> {
-        let mut n = 0;
-        self.each_answer_key(|_| {
-            n += 1;
-            false
-        })?;
-        Ok(n)
+        Ok(self.keys(ANSWERS, size_of::<AnsKey>())?.len() as u64)
     }
 
     /// Deletes the answers whose key `doomed` picks; how many.
     fn delete_answers(&self, doomed: impl Fn(&AnsKey) -> bool) -> Result<u64, Error> {
-        let mut gone: Vec<AnsKey> = Vec::new();
-        self.each_answer_key(|k| {
-            if doomed(k) {
-                gone.push(*k);
-            }
-            false
-        })?;
         let mut n = 0;
-        for k in &gone {
-            if sys::delete(self.answers_fd(), k.as_bytes()).map_err(|source| {
-                crate::guard_maps::syscall_err("delete", ALL_MAPS[ANSWERS], source)
-            })? {
+        for k in self.keys(ANSWERS, size_of::<AnsKey>())? {
+            if doomed(&AnsKey::read_from(&k))
+                && sys::delete(self.answers_fd(), &k).map_err(|source| {
+                    crate::guard_maps::syscall_err("delete", ALL_MAPS[ANSWERS], source)
+                })?
+            {
                 n += 1;
             }
         }
         Ok(n)
-    }
-
-    /// Calls `f` with every key of the answer map (stops when it returns true).
-    fn each_answer_key(&self, mut f: impl FnMut(&AnsKey) -> bool) -> Result<(), Error> {
-        let fd = self.answers_fd();
-        let mut cur: Option<Vec<u8>> = None;
-        let mut next = vec![0u8; size_of::<AnsKey>()];
-        loop {
-            let more = sys::next_key(fd, cur.as_deref(), &mut next).map_err(|source| {
-                crate::guard_maps::syscall_err("next_key", ALL_MAPS[ANSWERS], source)
-            })?;
-            if !more {
-                return Ok(());
-            }
-            let k = AnsKey::read_from(&next);
-            if f(&k) {
-                return Ok(());
-            }
-            cur = Some(next.clone());
-        }
     }
 }

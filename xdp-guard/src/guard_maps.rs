@@ -1076,17 +1076,7 @@ impl GuardMaps {
                     k
                 })
                 .collect();
-            let mut have = Vec::new();
-            let mut key = vec![0u8; ks];
-            let mut next = vec![0u8; ks];
-            let mut started = false;
-            while sys::next_key(fd, started.then_some(&key[..]), &mut next)
-                .map_err(|e| syscall_err("get_next_key", ALL_MAPS[i], e))?
-            {
-                std::mem::swap(&mut key, &mut next);
-                started = true;
-                have.push(key.clone());
-            }
+            let have = self.keys(i, ks)?;
             for k in have.iter().filter(|k| !want.contains(*k)) {
                 if sys::delete(fd, k).map_err(|e| syscall_err("delete", ALL_MAPS[i], e))? {
                     deleted += 1;
@@ -1101,6 +1091,23 @@ impl GuardMaps {
         Ok((written, deleted))
     }
 
+    /// Every key of map `i` of [`ALL_MAPS`] (`ks` bytes each), walked key by key.
+    pub(crate) fn keys(&self, i: usize, ks: usize) -> Result<Vec<Vec<u8>>, Error> {
+        let fd = self.fd(i);
+        let mut out = Vec::new();
+        let mut key = vec![0u8; ks];
+        let mut next = vec![0u8; ks];
+        let mut started = false;
+        while sys::next_key(fd, started.then_some(&key[..]), &mut next)
+            .map_err(|e| syscall_err("get_next_key", ALL_MAPS[i], e))?
+        {
+            std::mem::swap(&mut key, &mut next);
+            started = true;
+            out.push(key.clone());
+        }
+        Ok(out)
+    }
+
     /// The allow tries' entries.
     pub fn allow_list(&self) -> Result<Vec<IpNet>, Error> {
         let mut out = Vec::new();
@@ -1108,20 +1115,11 @@ impl GuardMaps {
             (ALLOW_V4, BlockMapKind::PrefixV4),
             (ALLOW_V4 + 1, BlockMapKind::PrefixV6),
         ] {
-            let fd = self.fd(i);
-            let ks = kind.key_size();
-            let mut key = vec![0u8; ks];
-            let mut next = vec![0u8; ks];
-            let mut started = false;
-            while sys::next_key(fd, started.then_some(&key[..]), &mut next)
-                .map_err(|e| syscall_err("get_next_key", ALL_MAPS[i], e))?
-            {
-                std::mem::swap(&mut key, &mut next);
-                started = true;
-                if let Some(n) = decode_key(kind, &key) {
-                    out.push(n);
-                }
-            }
+            out.extend(
+                self.keys(i, kind.key_size())?
+                    .iter()
+                    .filter_map(|k| decode_key(kind, k)),
+            );
         }
         Ok(out)
     }
