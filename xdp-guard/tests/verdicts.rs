@@ -688,6 +688,20 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     long.push(0);
     let (v, d) = run(&g, &query(&long, 0));
     assert_eq!((v, d.ans_pass[1]), (Verdict::Pass, 1));
+    // Malformed or unusual questions are passed to dnsd, never answered: a compression
+    // pointer in the name, a question cut short, a label running past the end, class CH.
+    let mut compressed = root_query(6);
+    compressed[12] = 0xc0;
+    compressed.insert(13, 0x0c);
+    let cut = root_query(7)[..14].to_vec();
+    let mut past = root_query(8);
+    past[12] = 40;
+    let mut chaos = root_query(9);
+    chaos[16] = 3;
+    for bad in [compressed, cut, past, chaos] {
+        let (v, d) = run(&g, &query(&bad, 4));
+        assert_eq!((v, d.ans_pass[1]), (Verdict::Pass, 1), "{bad:02x?}");
+    }
     // Another type: no answer compiled.
     let mut aaaa = root_query(4);
     aaaa[14] = 28;
