@@ -119,6 +119,12 @@ impl Processor {
         }
     }
 
+    /// Runs `plan` instead of the defences' whole plan.
+    pub fn with_plan(mut self, plan: defence::Plan) -> Processor {
+        self.plan = Some(plan);
+        self
+    }
+
     /// The service address the next messages were sent to (the rules' `local_address`).
     #[inline]
     pub fn set_local(&mut self, ip: std::net::IpAddr) {

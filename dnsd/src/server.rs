@@ -117,7 +117,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let xdp_answers = if cfg.zones.iter().any(|z| z.xdp_answers) {
         if xdp.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
             // RRL in XDP for what XDP answers: RRL's rate per source prefix, and its slip.
-            // Cookie clients never meet it (their queries carry an option: dnsd answers them).
+            // Clients with a valid server cookie never meet it (XDP verifies cookies too).
             let rrl = &cfg.defence.rrl;
             let rate = xdp_guard::AnswerRate {
                 per_second: if rrl.enabled {
@@ -136,6 +136,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                 pcfg.clone(),
                 xdp.clone(),
                 rules.clone(),
+                &defence,
             );
             let hook = a.clone();
             registry.set_before_publish(Arc::new(move |g| hook.suspend_for(g)));

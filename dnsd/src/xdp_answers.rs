@@ -8,6 +8,11 @@
 //! value is left to dnsd (counted). Zones whose tenant has rules of its own, zones that require
 //! cookies and names another served zone answers are not compiled.
 //!
+//! Cookies: each EDNS entry is asked once more with a client cookie, and says what dnsd does
+//! with one — ignores it (cookies off), or appends the COOKIE option to its OPT record — so
+//! that the program verifies and mints RFC 9018 server cookies with dnsd's secrets (written
+//! with each flip and renewal, and within a second of a rotation) and answers as dnsd would.
+//!
 //! Consistency: before a new zone set is published, answering is suspended at dnsd's
 //! addresses ([`AnswerSync::suspend`], from the registry's publish hook): the program passes
 //! everything to dnsd until the sync thread has written the new generation and flipped to it,
@@ -21,10 +26,12 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use xdp_guard::maps::{
-    ANSWER_MAX, AnsAddrKey, AnsKey, Answer, QNAME_MAX, V_EDNS, V_EDNS_DO, V_NO_EDNS,
+    ANSWER_MAX, AnsAddrKey, AnsKey, Answer, COOKIE_ANSWER, COOKIE_IGNORE, COOKIE_PASS, QNAME_MAX,
+    V_EDNS, V_EDNS_DO, V_NO_EDNS,
 };
 
 use crate::config::defence::CookiePolicy;
+use crate::defence::{Shared, cookies::Cookies};
 use crate::process_query::{Outcome, PipelineConfig, Processor, Transport};
 use crate::served_zones::ZoneSet;
 use crate::stats::WorkerStats;
@@ -105,6 +112,7 @@ pub struct AnswerSync {
     /// (held across the suspension's write and the flip's check and write).
     epoch: Mutex<u64>,
     xdp: Arc<Mutex<Option<Xdp>>>,
+    cookies: Option<Arc<Cookies>>,
     wake: SyncSender<()>,
     /// The counters.
     pub stats: Arc<AnswerStats>,
@@ -113,7 +121,8 @@ pub struct AnswerSync {
 impl AnswerSync {
     /// Starts the publisher for the service addresses `addrs`; `rules` says whether a
     /// tenant has rules of its own (its zones are then left to dnsd); `rate` bounds what XDP
-    /// answers one source prefix (beyond it, dnsd and its RRL answer).
+    /// answers one source prefix (beyond it, dnsd and its RRL answer); `defence` gives the
+    /// cookie check that answers are compiled with, and its secrets.
     pub fn start(
         addrs: &[SocketAddr],
         rate: xdp_guard::AnswerRate,
@@ -121,6 +130,7 @@ impl AnswerSync {
         pcfg: Arc<PipelineConfig>,
         xdp: Arc<Mutex<Option<Xdp>>>,
         rules: Option<Arc<shield::rules::RuleSet>>,
+        defence: &Arc<Shared>,
     ) -> Arc<AnswerSync> {
         let keys: Vec<AnsAddrKey> = addrs
             .iter()
@@ -133,14 +143,16 @@ impl AnswerSync {
             wanted: AtomicU64::new(0),
             epoch: Mutex::new(0),
             xdp,
+            cookies: defence.cookies.clone(),
             wake,
             stats: Arc::new(AnswerStats::default()),
         });
         let s = sync.clone();
         let addrs = addrs_of(&s.keys);
+        let defence = defence.clone();
         std::thread::Builder::new()
             .name("dnsd-xdp-answers".into())
-            .spawn(move || s.run(rx, addrs, zones, pcfg, rules))
+            .spawn(move || s.run(rx, addrs, zones, pcfg, rules, defence))
             .expect("spawn the XDP answer thread");
         sync.resync();
         sync
@@ -184,6 +196,17 @@ impl AnswerSync {
         }
     }
 
+    /// The cookie secrets in force, for the program.
+    fn keys(&self) -> Option<xdp_guard::CookieKeys> {
+        self.cookies.as_ref().map(|c| {
+            let s = c.secrets();
+            xdp_guard::CookieKeys {
+                current: s.current(),
+                previous: s.previous(),
+            }
+        })
+    }
+
     fn maps(&self) -> Option<xdp_guard::GuardMaps> {
         let x = self.xdp.lock().unwrap_or_else(|e| e.into_inner());
         x.as_ref().and_then(|x| x.mirror()).and_then(|m| m.maps())
@@ -196,32 +219,32 @@ impl AnswerSync {
         zones: Arc<ArcSwap<ZoneSet>>,
         pcfg: Arc<PipelineConfig>,
         rules: Option<Arc<shield::rules::RuleSet>>,
+        defence: Arc<Shared>,
     ) {
-        // A weak wake-up: waits for a request, or retries every few seconds when the maps
-        // were not there yet.
+        // A weak wake-up: waits for a request, or retries every second when the maps were
+        // not there yet; looks at the cookie secrets every second.
         let mut pending = true;
         // Renewed well within the lease, so that answering never lapses while dnsd runs.
         let renew_every = xdp_guard::ANSWER_LEASE / 6;
         let mut renewed = Instant::now();
+        let mut keys = self.keys();
         loop {
-            match rx.recv_timeout(if pending {
-                Duration::from_secs(1)
-            } else {
-                renew_every
-            }) {
+            match rx.recv_timeout(Duration::from_secs(1)) {
                 Ok(()) => pending = true,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
             }
             if !pending {
-                if renewed.elapsed() >= renew_every
+                let now_keys = self.keys();
+                if (renewed.elapsed() >= renew_every || now_keys != keys)
                     && let Some(m) = self.maps()
                 {
                     // Under the suspension lock: a renewal never races a suspension's write.
                     let _g = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Err(e) = m.renew_answers(&self.keys) {
+                    if let Err(e) = m.renew_answers(&self.keys, now_keys.as_ref()) {
                         tracing::warn!("XDP answers: cannot renew: {e}");
                     }
+                    keys = now_keys;
                     renewed = Instant::now();
                 }
                 continue;
@@ -250,6 +273,7 @@ impl AnswerSync {
                 &pcfg,
                 &has_rules,
                 maps.answer_capacity() as usize,
+                Some(&defence),
             );
             let published = maps
                 .stage_answers(&self.keys, &mut entries)
@@ -257,7 +281,8 @@ impl AnswerSync {
                     let flipped = {
                         let now = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
                         if *now == epoch {
-                            maps.flip_answers(&staged, pcfg.udp_payload, self.rate)?;
+                            keys = self.keys();
+                            maps.flip_answers(&staged, pcfg.udp_payload, self.rate, keys.as_ref())?;
                             true
                         } else {
                             false
@@ -327,13 +352,14 @@ pub struct Compiled {
 
 /// The answers of `set`'s zones marked for XDP, for every address in `addrs` — at most
 /// `budget` entries (the map's `answer_entries`: a big zone never makes more than the map
-/// holds, nor the memory to build it).
+/// holds, nor the memory to build it). `defence` gives the cookie check (none: cookies off).
 pub fn compile(
     set: &Arc<ZoneSet>,
     addrs: &[SocketAddr],
     pcfg: &Arc<PipelineConfig>,
     has_rules: &dyn Fn(u32) -> bool,
     budget: usize,
+    defence: Option<&Arc<Shared>>,
 ) -> Compiled {
     let mut out = Vec::new();
     let mut skipped = 0u64;
@@ -351,9 +377,13 @@ pub fn compile(
         Arc::new(WorkerStats::default()),
         None,
     );
+    if let Some(d) = defence {
+        p = p.with_plan(d.cookie_plan());
+    }
     let src: SocketAddr = "[::1]:53".parse().expect("an address");
     let mut q = Vec::with_capacity(512);
     let mut reply = vec![0u8; 65535];
+    let mut with_cookie = vec![0u8; 65535];
     let mut types: Vec<u16> = Vec::new();
     for (i, zone) in set.zones().iter().enumerate() {
         let i = i as u32;
@@ -396,10 +426,18 @@ pub fn compile(
                         skipped += 1;
                         continue;
                     };
-                    let Some(ans) = answer_of(&reply[..n], q.len(), variant) else {
+                    let Some(mut ans) = answer_of(&reply[..n], q.len(), variant) else {
                         skipped += 1;
                         continue;
                     };
+                    if variant != V_NO_EDNS {
+                        // What dnsd does with a client cookie in the same query.
+                        add_cookie(&mut q);
+                        ans.cookie = match p.process(&q, src, Transport::Udp, &mut with_cookie) {
+                            Outcome::Reply(m) => cookie_mode(&reply[..n], &with_cookie[..m]),
+                            _ => COOKIE_PASS,
+                        };
+                    }
                     let mut key = AnsKey {
                         addr: [0; 16],
                         port: 0,
@@ -457,6 +495,39 @@ fn build_query(q: &mut Vec<u8>, name: &[u8], qtype: u16, variant: u8) {
     }
 }
 
+/// The client cookie of the compiler's queries.
+const CLIENT_COOKIE: [u8; 8] = *b"palisade";
+
+/// Appends a COOKIE option with a client cookie to the OPT record that ends `q`.
+fn add_cookie(q: &mut Vec<u8>) {
+    let n = q.len();
+    q[n - 2..].copy_from_slice(&12u16.to_be_bytes());
+    q.extend_from_slice(&[0, 10, 0, 8]);
+    q.extend_from_slice(&CLIENT_COOKIE);
+}
+
+/// How the program answers a query with a cookie, from dnsd's replies to the query
+/// without (`plain`) and with a client cookie: the same reply ([`COOKIE_IGNORE`]), the same
+/// with a COOKIE option appended to the OPT record that ends it ([`COOKIE_ANSWER`]), else
+/// passed to dnsd.
+fn cookie_mode(plain: &[u8], cookie: &[u8]) -> u16 {
+    let n = plain.len();
+    if cookie == plain {
+        return COOKIE_IGNORE;
+    }
+    let opt_last = n >= 12 + 11 && plain[n - 11..n - 8] == [0, 0, 41] && plain[n - 2..] == [0, 0];
+    if opt_last
+        && cookie.len() == n + 28
+        && cookie[..n - 2] == plain[..n - 2]
+        && cookie[n - 2..n + 4] == [0, 28, 0, 10, 0, 24]
+        && cookie[n + 4..n + 12] == CLIENT_COOKIE
+    {
+        COOKIE_ANSWER
+    } else {
+        COOKIE_PASS
+    }
+}
+
 /// The map value of dnsd's `reply` to a query whose question ends at `qend`.
 fn answer_of(reply: &[u8], query_len: usize, variant: u8) -> Option<Answer> {
     let opt = if variant == V_NO_EDNS { 0 } else { 11 };
@@ -482,6 +553,8 @@ fn answer_of(reply: &[u8], query_len: usize, variant: u8) -> Option<Answer> {
         ar: count(10),
         len: tail.len() as u16,
         csum: ones_sum(tail),
+        cookie: COOKIE_PASS,
+        reserved: 0,
         data,
     })
 }
@@ -530,7 +603,7 @@ mod tests {
         ));
         let addrs: Vec<SocketAddr> = vec!["192.0.2.53:53".parse().unwrap()];
         let pcfg = Arc::new(PipelineConfig::default());
-        let all = compile(&set, &addrs, &pcfg, &|_| false, usize::MAX);
+        let all = compile(&set, &addrs, &pcfg, &|_| false, usize::MAX, None);
         assert!(all.entries.len() > 10, "{}", all.entries.len());
         assert_eq!(all.over_budget, 0);
         // Only example.com.'s names; each answer's header says AA or referral, never TC.
@@ -541,12 +614,68 @@ mod tests {
             assert_eq!(v.csum, ones_sum(&v.data[..v.len as usize]));
         }
         // The budget bounds what is built; the rest is counted.
-        let few = compile(&set, &addrs, &pcfg, &|_| false, 5);
+        let few = compile(&set, &addrs, &pcfg, &|_| false, 5, None);
         assert_eq!(few.entries.len(), 5);
         assert_eq!(few.over_budget as usize, all.entries.len() - 5);
         // A tenant with rules of its own keeps its zones out of XDP.
-        let none = compile(&set, &addrs, &pcfg, &|_| true, usize::MAX);
+        let none = compile(&set, &addrs, &pcfg, &|_| true, usize::MAX, None);
         assert!(none.entries.is_empty());
+    }
+
+    #[test]
+    fn entries_say_what_dnsd_does_with_a_cookie() {
+        use crate::process_query::tests::{defences, example_text, load_zone, shared};
+        use crate::served_zones::ServeOptions;
+        let zone = |policy| {
+            Arc::new(ZoneSet::new(
+                vec![(
+                    load_zone("example.com.", &example_text()),
+                    ServeOptions {
+                        xdp_answers: true,
+                        cookies: policy,
+                        ..Default::default()
+                    },
+                )],
+                1,
+            ))
+        };
+        let addrs: Vec<SocketAddr> = vec!["192.0.2.53:53".parse().unwrap()];
+        let pcfg = Arc::new(PipelineConfig::default());
+        let modes = |set: &Arc<ZoneSet>, d: Option<&Arc<Shared>>| {
+            let c = compile(set, &addrs, &pcfg, &|_| false, usize::MAX, d);
+            assert!(!c.entries.is_empty());
+            let mut m: Vec<(u8, u16)> = c
+                .entries
+                .iter()
+                .map(|(k, v)| (k.variant, v.cookie))
+                .collect();
+            m.sort();
+            m.dedup();
+            m
+        };
+        // Cookies on: every EDNS answer carries the cookie appended to its OPT.
+        let on = shared(defences(None, true));
+        assert_eq!(
+            modes(&zone(CookiePolicy::On), Some(&on)),
+            vec![
+                (V_NO_EDNS, COOKIE_PASS),
+                (V_EDNS, COOKIE_ANSWER),
+                (V_EDNS_DO, COOKIE_ANSWER)
+            ]
+        );
+        // Off for the zone, or for the server: the cookie is ignored.
+        let ignored = vec![
+            (V_NO_EDNS, COOKIE_PASS),
+            (V_EDNS, COOKIE_IGNORE),
+            (V_EDNS_DO, COOKIE_IGNORE),
+        ];
+        assert_eq!(modes(&zone(CookiePolicy::Off), Some(&on)), ignored);
+        let off = shared(defences(None, false));
+        assert_eq!(modes(&zone(CookiePolicy::On), Some(&off)), ignored);
+        // Replies that are not the plain one plus a COOKIE option pass.
+        let plain = [0u8, 1, 0, 0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0];
+        assert_eq!(cookie_mode(&plain, &plain), COOKIE_IGNORE);
+        assert_eq!(cookie_mode(&plain, &plain[..12]), COOKIE_PASS);
     }
 
     #[test]

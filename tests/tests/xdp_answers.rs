@@ -3,8 +3,10 @@
 //! zones on another port (its queries pass the program). Every query of the set — each name
 //! and type of the zone, names that do not exist, with and without EDNS, with DO, small EDNS
 //! sizes, 0x20 mixed case, RD, over IPv4 and IPv6 — gets the same bytes from both, and the
-//! XDP counters show that most were answered in the kernel. A zone reload flips to the new
-//! answers with no old answer served after the first new one.
+//! XDP counters show that most were answered in the kernel. DNS cookies too: a client cookie
+//! alone, a valid server cookie (current and previous secret, both dnsd sharing them) and a
+//! bad one get dnsd's bytes, but for a server cookie minted in another second. A zone reload
+//! flips to the new answers with no old answer served after the first new one.
 //!
 //! Needs root (CI runs as root); elsewhere it says so loudly and skips.
 
@@ -106,6 +108,41 @@ fn mixed_case(name: &str) -> String {
         .collect()
 }
 
+/// The cookie secrets both dnsd share (an anycast set's).
+const SECRET: &str = "e5e973e5a6b2a43f48e7dc849e37bfcf";
+const PREVIOUS: &str = "0123456789abcdef0123456789abcdef";
+
+fn secret(hex: &str) -> [u8; 16] {
+    std::array::from_fn(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+}
+
+/// An RFC 9018 server cookie for `client` at `ip` made at `ts` under `key`.
+fn server_cookie(key: &[u8; 16], client: &[u8], ip: IpAddr, ts: u32) -> Vec<u8> {
+    use std::hash::Hasher;
+    let mut head = vec![1u8, 0, 0, 0];
+    head.extend_from_slice(&ts.to_be_bytes());
+    let mut h = siphasher::sip::SipHasher24::new_with_key(key);
+    h.write(client);
+    h.write(&head);
+    match ip {
+        IpAddr::V4(a) => h.write(&a.octets()),
+        IpAddr::V6(a) => h.write(&a.octets()),
+    }
+    head.extend_from_slice(&h.finish().to_le_bytes());
+    head
+}
+
+/// Whether two replies differ only in the server cookie that ends them, minted in different
+/// seconds.
+fn cookie_minted_apart(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    n == b.len()
+        && n > 28
+        && a[n - 28..n - 24] == [0, 10, 0, 24]
+        && a[..n - 16] == b[..n - 16]
+        && a[n - 12..n - 8] != b[n - 12..n - 8]
+}
+
 fn config(
     dir: &Path,
     tag: &str,
@@ -130,7 +167,8 @@ fn config_rrl(
          [[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\nxdp_answers = true\n\n\
          [[zone]]\norigin = \"example.net.\"\nfile = \"{}\"\n\n\
          [control]\nsocket = \"{}\"\n\n\
-         [defence.rrl]\n{rrl}\n",
+         [defence.rrl]\n{rrl}\n\n\
+         [defence.cookies]\nsecret = \"{SECRET}\"\nprevious_secret = \"{PREVIOUS}\"\n",
         VethPair::B4,
         VethPair::B6,
         zone.display(),
@@ -282,27 +320,75 @@ fn compare_through_xdp(dir: &Path, zone: &Path) {
             },
         ),
     ];
-    let mut queries = Vec::new();
-    let mut what = Vec::new();
-    let mut id = 100u16;
-    for (name, t) in &pairs {
-        for (vn, opts) in &variants {
-            for case in [false, true] {
-                let qn = if case { mixed_case(name) } else { name.clone() };
-                id = id.wrapping_add(1);
-                queries.push(build_query(id, &qn, *t, opts));
-                what.push(format!("{qn} type {t} {vn}"));
+    // Cookies, from the client's address: a client cookie alone, valid server cookies made
+    // with the current and the previous secret, and a bad one.
+    let client = b"\x01client8".to_vec();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as u32;
+    let with_cookie = |c: Vec<u8>| QueryOpts {
+        cookie: Some(c),
+        ..QueryOpts::edns(1232)
+    };
+    let cookie_variants = |from: IpAddr| -> Vec<(&str, QueryOpts)> {
+        let valid = |key: &str| {
+            [
+                client.clone(),
+                server_cookie(&secret(key), &client, from, now),
+            ]
+        };
+        let mut bad = valid(SECRET);
+        bad[1][15] ^= 1;
+        vec![
+            ("client cookie", with_cookie(client.clone())),
+            ("valid cookie", with_cookie(valid(SECRET).concat())),
+            (
+                "previous secret's cookie",
+                with_cookie(valid(PREVIOUS).concat()),
+            ),
+            ("bad cookie", with_cookie(bad.concat())),
+        ]
+    };
+    let query_set = |from: IpAddr| {
+        let mut queries = Vec::new();
+        let mut what = Vec::new();
+        let mut id = 100u16;
+        let mut all = variants.clone();
+        all.extend(cookie_variants(from));
+        for (name, t) in &pairs {
+            for (vn, opts) in &all {
+                for case in [false, true] {
+                    let qn = if case { mixed_case(name) } else { name.clone() };
+                    id = id.wrapping_add(1);
+                    queries.push(build_query(id, &qn, *t, opts));
+                    what.push(format!("{qn} type {t} {vn}"));
+                }
             }
         }
-    }
+        (queries, what)
+    };
     let before = stats(&fast_cfg);
     let mut mismatches = Vec::new();
     let mut answered_fast = 0;
-    for ip in [IpAddr::from(VethPair::B4), IpAddr::from(VethPair::B6)] {
+    let mut apart = 0;
+    let mut total = 0;
+    for (ip, from) in [
+        (IpAddr::from(VethPair::B4), IpAddr::from(VethPair::A4)),
+        (IpAddr::from(VethPair::B6), IpAddr::from(VethPair::A6)),
+    ] {
+        let (queries, what) = query_set(from);
+        total += queries.len();
         let fast = exchange_all(&pair, SocketAddr::new(ip, fast_port), queries.clone());
         let slow = exchange_all(&pair, SocketAddr::new(ip, slow_port), queries.clone());
         for ((f, s), w) in fast.iter().zip(&slow).zip(&what) {
             answered_fast += usize::from(f.is_some());
+            if let (Some(f), Some(s)) = (f, s)
+                && cookie_minted_apart(f, s)
+            {
+                apart += 1;
+                continue;
+            }
             if f != s {
                 mismatches.push(format!(
                     "{w} over {ip}: XDP {:02x?}\n  dnsd {:02x?}",
@@ -313,32 +399,41 @@ fn compare_through_xdp(dir: &Path, zone: &Path) {
         }
     }
     let after = stats(&fast_cfg);
-    let answered = after.get("xdp.answered") - before.get("xdp.answered");
-    let passed_to_dnsd = after.get("udp.received") - before.get("udp.received");
+    let delta = |k: &str| after.get(k) - before.get(k);
+    let answered = delta("xdp.answered");
+    let passed_to_dnsd = delta("udp.received");
     eprintln!(
-        "{} queries: {answered} answered in XDP, {passed_to_dnsd} reached dnsd; pass reasons: query {}, miss {}, size {}, no room in the frame {}",
-        queries.len() * 2,
-        after.get("xdp.answer_pass_query") - before.get("xdp.answer_pass_query"),
-        after.get("xdp.answer_pass_miss") - before.get("xdp.answer_pass_miss"),
-        after.get("xdp.answer_pass_size") - before.get("xdp.answer_pass_size"),
-        after.get("xdp.answer_pass_room") - before.get("xdp.answer_pass_room"),
+        "{total} queries: {answered} answered in XDP, {passed_to_dnsd} reached dnsd; pass reasons: query {}, miss {}, size {}, no room in the frame {}, cookie {}; cookies valid {}, invalid {}; {apart} cookies minted in another second",
+        delta("xdp.answer_pass_query"),
+        delta("xdp.answer_pass_miss"),
+        delta("xdp.answer_pass_size"),
+        delta("xdp.answer_pass_room"),
+        delta("xdp.answer_pass_cookie"),
+        delta("xdp.answer_cookie_valid"),
+        delta("xdp.answer_cookie_invalid"),
     );
     assert!(
         mismatches.is_empty(),
-        "{} of {} replies differ:\n{}",
+        "{} of {total} replies differ:\n{}",
         mismatches.len(),
-        queries.len() * 2,
         mismatches[..mismatches.len().min(10)].join("\n")
     );
-    assert_eq!(answered_fast, queries.len() * 2, "every query answered");
+    assert_eq!(answered_fast, total, "every query answered");
     assert!(
-        answered * 2 > (queries.len() * 2) as u64,
+        answered * 2 > total as u64,
         "most of the set is answered in XDP: {answered}"
     );
     assert_eq!(
         answered + passed_to_dnsd,
-        (queries.len() * 2) as u64,
+        total as u64,
         "each query answered once: in XDP or by dnsd"
+    );
+    // Cookies were verified in the kernel: valid ones (two of the four cookie variants) and
+    // bad ones, none passed for want of a way to answer them.
+    assert!(delta("xdp.answer_cookie_valid") > 0 && delta("xdp.answer_cookie_invalid") > 0);
+    assert!(
+        delta("xdp.answer_cookie_valid") >= 2 * delta("xdp.answer_cookie_invalid"),
+        "valid: current and previous secret"
     );
 }
 
@@ -467,4 +562,68 @@ fn rrl_in_xdp_slips_with_dnsd_s_bytes() {
         );
     }
     assert!(fast.stats().get("xdp.answer_rrl_drop") > 0);
+
+    // A client cookie alone: over the rate, slipped as dnsd slips it — BADCOOKIE with a
+    // fresh cookie (its server cookie may be minted in another second).
+    let client = b"rrlcook1".to_vec();
+    let burst = |cookie: Vec<u8>, first: u16| -> Vec<Vec<u8>> {
+        let opts = QueryOpts {
+            cookie: Some(cookie),
+            ..QueryOpts::edns(1232)
+        };
+        (0..30)
+            .map(|i| build_query(first + i, "www.example.com.", 1, &opts))
+            .collect()
+    };
+    let badcookie_of = |port: u16, first: u16| {
+        exchange_all(
+            &pair,
+            SocketAddr::new(VethPair::B4.into(), port),
+            burst(client.clone(), first),
+        )
+        .into_iter()
+        .flatten()
+        .find(|r| r[3] & 0x0f == 7)
+        .unwrap_or_else(|| panic!("no BADCOOKIE slip from port {port}"))
+    };
+    let before = fast.stats().get("xdp.answer_rrl_slip");
+    let from_xdp = badcookie_of(5353, 700);
+    assert!(
+        fast.stats().get("xdp.answer_rrl_slip") > before,
+        "slipped in XDP"
+    );
+    let from_dnsd = badcookie_of(5354, 800);
+    assert!(
+        from_xdp[2..] == from_dnsd[2..] || cookie_minted_apart(&from_xdp[2..], &from_dnsd[2..]),
+        "the BADCOOKIE slip is dnsd's:\n{from_xdp:02x?}\n{from_dnsd:02x?}"
+    );
+    // A valid server cookie proves the address: a burst far over the rate, all answered in
+    // XDP.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as u32;
+    let valid = [
+        client.clone(),
+        server_cookie(&secret(SECRET), &client, VethPair::A4.into(), now),
+    ]
+    .concat();
+    let before = fast.stats();
+    let replies = exchange_all(
+        &pair,
+        SocketAddr::new(VethPair::B4.into(), 5353),
+        burst(valid, 900),
+    );
+    let after = fast.stats();
+    let full = replies
+        .iter()
+        .flatten()
+        .filter(|r| r[3] & 0x0f == 0 && r[2] & 0x02 == 0 && r[7] > 0)
+        .count();
+    assert_eq!(full, 30, "every query with a valid cookie answered in full");
+    assert_eq!(
+        after.get("xdp.answer_cookie_valid") - before.get("xdp.answer_cookie_valid"),
+        30
+    );
+    assert_eq!(after.get("xdp.answered") - before.get("xdp.answered"), 30);
 }

@@ -77,7 +77,10 @@
 #define GUARD_C_ANS_PASS_ROOM 18      /* passed: the frame has no room to grow into the answer (driver's buffer) */
 #define GUARD_C_ANS_RRL_DROP 19       /* over the answer rate (RRL in XDP): dropped (also a DROP_RATELIMIT verdict) */
 #define GUARD_C_ANS_SLIP 20           /* over the answer rate: answered TC=1 instead (one in `slip`) */
-#define GUARD_COUNTERS 21
+#define GUARD_C_ANS_COOKIE_VALID 21   /* a server cookie verified in XDP (exempt from RRL there) */
+#define GUARD_C_ANS_COOKIE_INVALID 22 /* a server cookie that failed (answered, rate-limited) */
+#define GUARD_C_ANS_PASS_COOKIE 23    /* passed: a cookie the answer cannot carry byte-for-byte */
+#define GUARD_COUNTERS 24
 
 /* The answer fast path. */
 #define GUARD_QNAME_MAX 128   /* longest wire qname answered in XDP (longer ones pass) */
@@ -86,6 +89,14 @@
 #define GUARD_V_NO_EDNS 0
 #define GUARD_V_EDNS 1
 #define GUARD_V_EDNS_DO 2
+/* guard_answer.cookie: what dnsd does with a DNS cookie (RFC 7873) in a query for the entry */
+#define GUARD_COOKIE_PASS 0   /* nothing known: such queries pass to dnsd */
+#define GUARD_COOKIE_IGNORE 1 /* cookies off for the zone: the same answer, no cookie */
+#define GUARD_COOKIE_ANSWER 2 /* the answer with a COOKIE option appended to its OPT (last RR) */
+/* guard_ans_addr.cookie_keys */
+#define GUARD_KEYS_NONE 0     /* no secret: cookie queries of GUARD_COOKIE_ANSWER entries pass */
+#define GUARD_KEYS_CURRENT 1  /* the current secret */
+#define GUARD_KEYS_BOTH 2     /* the current and the previous secret (both verify) */
 
 /* guard_ans_addr key: a service address (IPv4 as ::ffff:a.b.c.d) and UDP port. */
 struct guard_ans_addr_key {
@@ -104,10 +115,14 @@ struct guard_ans_addr {
 	__u32 rate;      /* answers per second per source prefix (per CPU); 0: not limited */
 	__u8 v4_prefix;  /* source prefix lengths of the rate's buckets */
 	__u8 v6_prefix;
-	__u16 reserved;
+	__u8 cookie_keys; /* GUARD_KEYS_*: which of the secrets below are set */
+	__u8 reserved;
 	__u32 slip;       /* over the rate, one reply in `slip` is TC=1 (0: none), as dnsd's RRL */
 	__u64 expires_ns; /* CLOCK_BOOTTIME: answering stops after this unless the writer renews
 			   * it (a dnsd that died leaves no answers behind for long) */
+	__u64 secret[2];  /* RFC 9018 SipHash-2-4 key (k0, k1: the 16 secret bytes, little endian) */
+	__u64 previous[2]; /* the previous secret, still accepted */
+	__u64 unix_off_ns; /* Unix time minus CLOCK_BOOTTIME, in ns (cookie timestamps) */
 };
 
 /* guard_answers key: address, port, generation, EDNS variant, qtype, the lower-case wire qname
@@ -126,11 +141,40 @@ struct guard_ans_key {
  * front of the frame instead of its end. */
 #define GUARD_HEAD_MAX 256
 
-/* guard_ans_tmp value: room for an answer key, and for the headers moved by a front growth. */
+/* Where the program's parser found a packet's layers (offsets from the frame start). */
+struct guard_pkt {
+	__u32 l3_off;
+	__u32 l4_off;
+	__u8 v6;
+	__u8 pad[3];
+};
+
+/* A query the answer fast path parsed: where the answer goes, and its cookie. */
+struct guard_ans_ctx {
+	__u32 dns_off;   /* offset of the DNS header from the frame start */
+	__u32 qend;      /* offset of the end of the question from the DNS header */
+	__u32 qsum;      /* one's complement sum of the question bytes (from an even offset) */
+	__u16 qflags;    /* the query's flags (host order) */
+	__u16 limit;     /* the most dnsd would send this client over UDP */
+	__u16 client;    /* EDNS UDP size of the query (0: no EDNS) */
+	__u16 cookie;    /* the query's COOKIE option length: 0 (none), 8 (client), 24 (both) */
+	__u32 frame_len; /* bytes in the frame as received */
+	__u64 cc;        /* the client cookie, as its bytes */
+	__u64 sc_head;   /* the server cookie's version, reserved bytes and timestamp */
+	__u64 sc_hash;   /* the server cookie's hash */
+};
+
+/* guard_ans_tmp value: the query being answered (too big for the stack beside the rest), and
+ * room for the headers moved by a front growth and for an OPT record being built. */
 struct guard_ans_scratch {
 	struct guard_ans_key key;
 	__u8 head[GUARD_HEAD_MAX];
+	struct guard_ans_ctx a;
+	struct guard_pkt pk;
+	__u8 src[16];    /* the query's source address (IPv4 mapped) */
+	__u8 opt[44];    /* an OPT record and COOKIE option being built (39 bytes) */
 };
+#define GUARD_ANS_SCRATCH_SIZE (sizeof(struct guard_ans_scratch))
 
 /* guard_answers value: what follows the question in dnsd's reply, and its header. */
 struct guard_answer {
@@ -138,6 +182,8 @@ struct guard_answer {
 	__u16 an, ns, ar; /* section counts (ar with the OPT record) */
 	__u16 len;       /* bytes of data */
 	__u16 csum;      /* 16-bit one's complement sum of data placed at an even offset */
+	__u16 cookie;    /* GUARD_COOKIE_*: how a query with a cookie is answered */
+	__u16 reserved;
 	__u8 data[GUARD_ANSWER_MAX];
 };
 
@@ -221,10 +267,11 @@ _Static_assert(sizeof(struct guard_ans_bucket) == 24, "guard_ans_bucket");
 _Static_assert(sizeof(struct guard_config) == 32 + 8192, "guard_config");
 _Static_assert(sizeof(struct guard_counters) == 8 * GUARD_COUNTERS, "guard_counters");
 _Static_assert(sizeof(struct guard_ans_addr_key) == 20, "guard_ans_addr_key");
-_Static_assert(sizeof(struct guard_ans_addr) == 24, "guard_ans_addr");
+_Static_assert(sizeof(struct guard_ans_addr) == 64, "guard_ans_addr");
 _Static_assert(sizeof(struct guard_ans_key) == 24 + GUARD_QNAME_MAX, "guard_ans_key");
-_Static_assert(sizeof(struct guard_answer) == 12 + GUARD_ANSWER_MAX, "guard_answer");
-_Static_assert(sizeof(struct guard_ans_scratch) == 24 + GUARD_QNAME_MAX + GUARD_HEAD_MAX,
+_Static_assert(sizeof(struct guard_answer) == 16 + GUARD_ANSWER_MAX, "guard_answer");
+_Static_assert(sizeof(struct guard_ans_scratch) ==
+		       24 + GUARD_QNAME_MAX + GUARD_HEAD_MAX + 48 + 12 + 16 + 44,
 	       "guard_ans_scratch");
 
 #endif /* PALISADE_GUARD_H */

@@ -48,6 +48,40 @@ pub struct AnswerRate {
     pub slip: u32,
 }
 
+/// The RFC 9018 server-cookie secrets XDP verifies (both) and mints (the current one) with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CookieKeys {
+    /// The secret that makes cookies.
+    pub current: [u8; 16],
+    /// The previous secret, still accepted.
+    pub previous: Option<[u8; 16]>,
+}
+
+/// Writes `keys` and the clock offset the cookies' timestamps need into `a`.
+fn set_keys(a: &mut AnsAddr, keys: Option<&CookieKeys>) {
+    let words = |s: &[u8; 16]| {
+        [
+            u64::from_le_bytes(s[..8].try_into().expect("8 bytes")),
+            u64::from_le_bytes(s[8..].try_into().expect("8 bytes")),
+        ]
+    };
+    a.cookie_keys = crate::maps::KEYS_NONE;
+    a.secret = [0; 2];
+    a.previous = [0; 2];
+    if let Some(k) = keys {
+        a.secret = words(&k.current);
+        a.cookie_keys = crate::maps::KEYS_CURRENT;
+        if let Some(p) = &k.previous {
+            a.previous = words(p);
+            a.cookie_keys = crate::maps::KEYS_BOTH;
+        }
+    }
+    let unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    a.unix_off_ns = unix_ns.saturating_sub(crate::boot_ns());
+}
+
 /// A generation of answers written and not yet live ([`GuardMaps::stage_answers`]).
 #[derive(Debug)]
 pub struct StagedAnswers {
@@ -124,9 +158,10 @@ impl GuardMaps {
         entries: &mut [(AnsKey, Answer)],
         udp_payload: u16,
         rate: AnswerRate,
+        keys: Option<&CookieKeys>,
     ) -> Result<AnswerReport, Error> {
         let staged = self.stage_answers(addrs, entries)?;
-        self.flip_answers(&staged, udp_payload, rate)?;
+        self.flip_answers(&staged, udp_payload, rate, keys)?;
         self.finish_answers(staged)
     }
 
@@ -195,26 +230,29 @@ impl GuardMaps {
         })
     }
 
-    /// Makes the staged generation live at its addresses, answering on.
+    /// Makes the staged generation live at its addresses, answering on, with the cookie
+    /// secrets `keys`.
     pub fn flip_answers(
         &self,
         staged: &StagedAnswers,
         udp_payload: u16,
         rate: AnswerRate,
+        keys: Option<&CookieKeys>,
     ) -> Result<(), Error> {
         let expires_ns = crate::boot_ns() + ANSWER_LEASE.as_nanos() as u64;
         for (k, g) in staged.addrs.iter().zip(&staged.next) {
-            let a = AnsAddr {
+            let mut a = AnsAddr {
                 gen_: *g,
                 on: 1,
                 udp_payload,
                 rate: rate.per_second,
                 v4_prefix: rate.v4_prefix,
                 v6_prefix: rate.v6_prefix,
-                reserved: 0,
                 slip: rate.slip,
                 expires_ns,
+                ..AnsAddr::default()
             };
+            set_keys(&mut a, keys);
             sys::update(self.addrs_fd(), k.as_bytes(), a.as_bytes(), sys::BPF_ANY).map_err(
                 |source| crate::guard_maps::syscall_err("update", ALL_MAPS[ANSWERS + 1], source),
             )?;
@@ -232,12 +270,18 @@ impl GuardMaps {
     }
 
     /// Extends the lease of the answers at `addrs` by [`ANSWER_LEASE`] from now (a live writer
-    /// does this well within the lease; one that died stops being answered for).
-    pub fn renew_answers(&self, addrs: &[AnsAddrKey]) -> Result<(), Error> {
+    /// does this well within the lease; one that died stops being answered for), with the
+    /// cookie secrets `keys` (rotated meanwhile, perhaps) and the clock offset refreshed.
+    pub fn renew_answers(
+        &self,
+        addrs: &[AnsAddrKey],
+        keys: Option<&CookieKeys>,
+    ) -> Result<(), Error> {
         let expires_ns = crate::boot_ns() + ANSWER_LEASE.as_nanos() as u64;
         for k in addrs {
             if let Some(mut a) = self.answer_addr(k)? {
                 a.expires_ns = expires_ns;
+                set_keys(&mut a, keys);
                 sys::update(self.addrs_fd(), k.as_bytes(), a.as_bytes(), sys::BPF_EXIST).map_err(
                     |source| {
                         crate::guard_maps::syscall_err("update", ALL_MAPS[ANSWERS + 1], source)

@@ -299,6 +299,24 @@ impl XdpGuard {
     /// Runs the program on one Ethernet frame `repeat` times in the kernel
     /// (`BPF_PROG_TEST_RUN`), with the real maps; the frame must be at least 14 bytes.
     pub fn test_run(&self, frame: &[u8], repeat: u32) -> Result<TestRunResult, Error> {
+        self.run_test(frame, repeat, None).map(|(r, _)| r)
+    }
+
+    /// Runs the program once on `frame` as [`XdpGuard::test_run`] does, and returns the
+    /// frame as the program left it (the reply, when it answered with XDP_TX).
+    pub fn test_run_frame(&self, frame: &[u8]) -> Result<(Verdict, Vec<u8>), Error> {
+        let mut out = vec![0u8; frame.len() + 4096];
+        let (r, n) = self.run_test(frame, 1, Some(&mut out))?;
+        out.truncate(n);
+        Ok((r.verdict, out))
+    }
+
+    fn run_test(
+        &self,
+        frame: &[u8],
+        repeat: u32,
+        out: Option<&mut [u8]>,
+    ) -> Result<(TestRunResult, usize), Error> {
         let prog: &Xdp = self
             .ebpf
             .program(PROGRAM)
@@ -306,6 +324,7 @@ impl XdpGuard {
             .expect("the program was loaded in XdpGuard::load");
         let opts = TestRunOptions {
             data_in: Some(frame),
+            data_out: out,
             repeat: repeat.max(1),
             ..Default::default()
         };
@@ -317,10 +336,13 @@ impl XdpGuard {
             2 => Verdict::Pass,
             v => Verdict::Other(v),
         };
-        Ok(TestRunResult {
-            verdict,
-            per_run: r.duration,
-        })
+        Ok((
+            TestRunResult {
+                verdict,
+                per_run: r.duration,
+            },
+            r.data_size_out as usize,
+        ))
     }
 }
 

@@ -82,7 +82,7 @@ const SPECS: [(u32, u32, u32); 13] = [
     (
         BPF_MAP_TYPE_PERCPU_ARRAY,
         4,
-        (size_of::<crate::maps::AnsKey>() + crate::maps::HEAD_MAX) as u32,
+        crate::maps::ANS_SCRATCH_SIZE as u32,
     ),
     (BPF_MAP_TYPE_LRU_PERCPU_HASH, 16, 24),
 ];
@@ -258,6 +258,9 @@ pub struct Counters {
     pub ans_pass: [u64; 5],
     /// Over the answer rate (RRL in XDP): dropped, and slipped (answered TC=1).
     pub ans_rrl: [u64; 2],
+    /// Server cookies verified in XDP: valid, invalid; and queries with a cookie passed
+    /// because their answer cannot carry one byte-for-byte.
+    pub ans_cookie: [u64; 3],
 }
 
 impl Counters {
@@ -285,6 +288,9 @@ impl Counters {
             ("answer_pass_room", self.ans_pass[4]),
             ("answer_rrl_drop", self.ans_rrl[0]),
             ("answer_rrl_slip", self.ans_rrl[1]),
+            ("answer_cookie_valid", self.ans_cookie[0]),
+            ("answer_cookie_invalid", self.ans_cookie[1]),
+            ("answer_pass_cookie", self.ans_cookie[2]),
         ]
     }
 
@@ -313,6 +319,11 @@ impl Counters {
             answered: c[crate::maps::C_ANSWERED],
             ans_pass: std::array::from_fn(|i| c[crate::maps::C_ANS_PASS_NO_ADDR + i]),
             ans_rrl: [c[crate::maps::C_ANS_RRL_DROP], c[crate::maps::C_ANS_SLIP]],
+            ans_cookie: [
+                c[crate::maps::C_ANS_COOKIE_VALID],
+                c[crate::maps::C_ANS_COOKIE_INVALID],
+                c[crate::maps::C_ANS_PASS_COOKIE],
+            ],
         }
     }
 }

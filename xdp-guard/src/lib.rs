@@ -38,7 +38,9 @@ pub mod maps;
 mod mirror;
 mod sys;
 
-pub use answers::{ANSWER_LEASE, AnswerRate, AnswerReport, StagedAnswers, addr_key, mapped};
+pub use answers::{
+    ANSWER_LEASE, AnswerRate, AnswerReport, CookieKeys, StagedAnswers, addr_key, mapped,
+};
 pub use available::{check_available, unavailable_reason};
 pub use clock::{ExpiryClock, KernelExpiry, boot_ns};
 pub use config::{DEFAULT_PIN_PATH, Mode, XdpConfig};

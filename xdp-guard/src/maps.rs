@@ -76,6 +76,8 @@ pub const QNAME_MAX: usize = 128;
 pub const ANSWER_MAX: usize = 1232;
 /// Most header bytes moved when a reply grows at the front of its frame.
 pub const HEAD_MAX: usize = 256;
+/// Bytes of the per-CPU scratch value (`struct guard_ans_scratch`).
+pub const ANS_SCRATCH_SIZE: usize = size_of::<AnsKey>() + HEAD_MAX + 48 + 12 + 16 + 44;
 /// [`AnsKey::variant`]: a query without EDNS.
 pub const V_NO_EDNS: u8 = 0;
 /// [`AnsKey::variant`]: EDNS, DO clear.
@@ -145,8 +147,27 @@ pub const C_ANS_PASS_ROOM: usize = 18;
 pub const C_ANS_RRL_DROP: usize = 19;
 /// Counter index: over the answer rate, answered TC=1 (slipped).
 pub const C_ANS_SLIP: usize = 20;
+/// Counter index: a server cookie verified in XDP (the query skips RRL there).
+pub const C_ANS_COOKIE_VALID: usize = 21;
+/// Counter index: a server cookie that failed verification (answered, rate-limited).
+pub const C_ANS_COOKIE_INVALID: usize = 22;
+/// Counter index: passed, a query with a cookie that the answer cannot carry byte-for-byte.
+pub const C_ANS_PASS_COOKIE: usize = 23;
 /// Number of counter slots.
-pub const COUNTERS: usize = 21;
+pub const COUNTERS: usize = 24;
+
+/// [`Answer::cookie`]: nothing known, queries with a cookie pass to dnsd.
+pub const COOKIE_PASS: u16 = 0;
+/// [`Answer::cookie`]: cookies are off for the zone, the same answer without one.
+pub const COOKIE_IGNORE: u16 = 1;
+/// [`Answer::cookie`]: the answer with a COOKIE option appended to its OPT record (the last).
+pub const COOKIE_ANSWER: u16 = 2;
+/// [`AnsAddr::cookie_keys`]: no secret (cookie queries of [`COOKIE_ANSWER`] entries pass).
+pub const KEYS_NONE: u8 = 0;
+/// [`AnsAddr::cookie_keys`]: the current secret is set.
+pub const KEYS_CURRENT: u8 = 1;
+/// [`AnsAddr::cookie_keys`]: the current and the previous secret are set.
+pub const KEYS_BOTH: u8 = 2;
 
 /// Key of the IPv4 address hash.
 #[repr(C)]
@@ -398,9 +419,9 @@ unsafe impl Plain for u32 {}
 const _: () = assert!(size_of::<LpmV6Key>() == 4 + 16);
 const _: () = assert!(size_of::<GuardConfig>() == 8 * 3 + 4 * 2 + 8192);
 const _: () = assert!(size_of::<AnsAddrKey>() == 16 + 2 + 2);
-const _: () = assert!(size_of::<AnsAddr>() == 24);
+const _: () = assert!(size_of::<AnsAddr>() == 64);
 const _: () = assert!(size_of::<AnsKey>() == 16 + 2 + 1 + 1 + 2 + 2 + QNAME_MAX);
-const _: () = assert!(size_of::<Answer>() == 12 + ANSWER_MAX);
+const _: () = assert!(size_of::<Answer>() == 16 + ANSWER_MAX);
 
 const fn str_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -452,12 +473,20 @@ pub struct AnsAddr {
     pub v4_prefix: u8,
     /// Source prefix length of the IPv6 buckets.
     pub v6_prefix: u8,
+    /// Which cookie secrets are set ([`KEYS_NONE`], [`KEYS_CURRENT`], [`KEYS_BOTH`]).
+    pub cookie_keys: u8,
     /// Zero.
-    pub reserved: u16,
+    pub reserved: u8,
     /// Over the rate, one reply in `slip` is TC=1 (0: none).
     pub slip: u32,
     /// CLOCK_BOOTTIME ns after which the program stops answering here unless renewed.
     pub expires_ns: u64,
+    /// The RFC 9018 SipHash-2-4 key: the secret's 16 bytes as two little-endian words.
+    pub secret: [u64; 2],
+    /// The previous secret, still accepted.
+    pub previous: [u64; 2],
+    /// Unix time minus CLOCK_BOOTTIME, in ns (the cookies' timestamps).
+    pub unix_off_ns: u64,
 }
 
 /// Key of the answer map.
@@ -496,6 +525,11 @@ pub struct Answer {
     pub len: u16,
     /// One's complement sum of `data` at an even offset.
     pub csum: u16,
+    /// How a query with a cookie is answered ([`COOKIE_PASS`], [`COOKIE_IGNORE`],
+    /// [`COOKIE_ANSWER`]).
+    pub cookie: u16,
+    /// Zero.
+    pub reserved: u16,
     /// The reply's bytes after the question.
     pub data: [u8; ANSWER_MAX],
 }

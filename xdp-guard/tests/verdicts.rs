@@ -45,6 +45,7 @@ fn run(g: &XdpGuard, frame: &[u8]) -> (Verdict, Counters) {
         answered: d(after.answered, before.answered),
         ans_pass: std::array::from_fn(|i| d(after.ans_pass[i], before.ans_pass[i])),
         ans_rrl: std::array::from_fn(|i| d(after.ans_rrl[i], before.ans_rrl[i])),
+        ans_cookie: std::array::from_fn(|i| d(after.ans_cookie[i], before.ans_cookie[i])),
     };
     assert_eq!(
         delta.packets(),
@@ -655,6 +656,8 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         ar: 0,
         len: 4,
         csum: 0xc00d,
+        cookie: 0,
+        reserved: 0,
         data,
     };
     let src = v4("198.51.100.7");
@@ -671,14 +674,14 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     let (v, d) = run(&g, &query(&root_query(1), 1));
     assert_eq!((v, d.ans_pass[0]), (Verdict::Pass, 1));
     let r = m
-        .publish_answers(&[addr], &mut [(key, ans)], 1232, Default::default())
+        .publish_answers(&[addr], &mut [(key, ans)], 1232, Default::default(), None)
         .unwrap();
     assert_eq!((r.written, r.full), (1, 0));
     // Answers are leased: renewed by the writer, they lapse if it dies.
     let lease = m.answer_addr(&addr).unwrap().unwrap().expires_ns;
     assert!(lease > xdp_guard::boot_ns() + 20_000_000_000);
     std::thread::sleep(std::time::Duration::from_millis(5));
-    m.renew_answers(&[addr]).unwrap();
+    m.renew_answers(&[addr], None).unwrap();
     assert!(m.answer_addr(&addr).unwrap().unwrap().expires_ns > lease);
     // A 59-byte query padded to 60 bytes is answered, not mistaken for trailing data.
     let (v, d) = run(&g, &query(&root_query(2), 1));
@@ -715,7 +718,7 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         v6_prefix: 56,
         slip: 2,
     };
-    m.publish_answers(&[addr], &mut [(key, ans)], 1232, rate)
+    m.publish_answers(&[addr], &mut [(key, ans)], 1232, rate, None)
         .unwrap();
     let mut tally = [0u64; 3]; // answered, slipped, dropped
     for i in 0..10 {
@@ -771,4 +774,211 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     assert_eq!(m.answer_count().unwrap(), 1);
     m.withdraw_answers(&[addr]).unwrap();
     assert_eq!(m.answer_count().unwrap(), 0);
+}
+
+/// The 16-bit one's complement sum of `b` (big-endian words from its first byte).
+fn ones(b: &[u8]) -> u32 {
+    b.chunks(2)
+        .map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0)))
+        .sum()
+}
+
+fn fold(mut s: u32) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// The DNS message of an IPv4 reply frame, after checking its IPv4 and UDP checksums.
+fn checked_dns(f: &[u8]) -> &[u8] {
+    let ip = &f[14..34];
+    assert_eq!(fold(ones(ip)), 0xffff, "IPv4 header checksum");
+    let udp_len = u16::from_be_bytes([f[38], f[39]]) as usize;
+    let seg = &f[34..34 + udp_len];
+    let pseudo = ones(&ip[12..20]) + 17 + udp_len as u32;
+    assert_eq!(fold(pseudo + ones(seg)), 0xffff, "UDP checksum");
+    &seg[8..]
+}
+
+/// RFC 9018's server cookie for `client` at `ip` made at `ts` under `secret`.
+fn server_cookie(secret: &[u8; 16], client: &[u8; 8], ip: Ipv4Addr, ts: u32) -> [u8; 16] {
+    use std::hash::Hasher;
+    let mut head = [1u8, 0, 0, 0, 0, 0, 0, 0];
+    head[4..].copy_from_slice(&ts.to_be_bytes());
+    let mut h = siphasher::sip::SipHasher24::new_with_key(secret);
+    h.write(client);
+    h.write(&head);
+    h.write(&ip.octets());
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&head);
+    out[8..].copy_from_slice(&h.finish().to_le_bytes());
+    out
+}
+
+fn unix_s() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as u32
+}
+
+#[test]
+fn cookies_are_verified_minted_and_exempt_from_rrl_in_xdp() {
+    use xdp_guard::maps::{ANSWER_MAX, AnsKey, Answer, COOKIE_ANSWER, QNAME_MAX, V_EDNS};
+    if !xdp_ready("cookies_are_verified_minted_and_exempt_from_rrl_in_xdp") {
+        return;
+    }
+    let g = private_guard(&[53], 0, 1);
+    let m = g.maps();
+    let dst = DST4;
+    let src = v4("198.51.100.7");
+    let addr = xdp_guard::addr_key(dst.into(), 53);
+    // The answer: one A record for the root, then our OPT (payload 1232, no options).
+    let tail: Vec<u8> = [
+        &[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1][..],
+        &[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0],
+    ]
+    .concat();
+    let mut data = [0u8; ANSWER_MAX];
+    data[..tail.len()].copy_from_slice(&tail);
+    let key = AnsKey {
+        addr: xdp_guard::mapped(dst.into()),
+        port: 53,
+        gen_: 0,
+        variant: V_EDNS,
+        qtype: 1,
+        qname_len: 1,
+        qname: [0; QNAME_MAX],
+    };
+    let mut ans = Answer {
+        flags: 0x8400,
+        an: 1,
+        ns: 0,
+        ar: 1,
+        len: tail.len() as u16,
+        csum: fold(ones(&tail)),
+        cookie: COOKIE_ANSWER,
+        reserved: 0,
+        data,
+    };
+    let (secret, previous) = ([7u8; 16], [9u8; 16]);
+    let keys = xdp_guard::CookieKeys {
+        current: secret,
+        previous: Some(previous),
+    };
+    // One answer a second per source, every reply over it slipped.
+    let rate = xdp_guard::AnswerRate {
+        per_second: 1,
+        v4_prefix: 32,
+        v6_prefix: 128,
+        slip: 1,
+    };
+    m.publish_answers(&[addr], &mut [(key, ans)], 1232, rate, Some(&keys))
+        .unwrap();
+    let client = *b"clientck";
+    // A root/A query with EDNS and a COOKIE option (`server`: none, or 16 bytes).
+    let query = |id: u16, server: Option<[u8; 16]>| {
+        let mut q = root_query(id);
+        q[11] = 1;
+        let rdlen: u16 = if server.is_some() { 28 } else { 12 };
+        q.extend_from_slice(&[0, 0, 41, 0x10, 0, 0, 0, 0, 0]);
+        q.extend_from_slice(&rdlen.to_be_bytes());
+        q.extend_from_slice(&[0, 10, 0, (rdlen - 4) as u8]);
+        q.extend_from_slice(&client);
+        if let Some(s) = server {
+            q.extend_from_slice(&s);
+        }
+        frame(
+            &[],
+            ETH_IP,
+            &ipv4(src, dst, UDP, &[], 0, &udp(40000, 53, &q)),
+        )
+    };
+    let answer = |f: &[u8]| {
+        let (v, out) = g.test_run_frame(f).unwrap();
+        assert_eq!(v, Verdict::Other(3), "answered with XDP_TX");
+        checked_dns(&out).to_vec()
+    };
+    // Our answer with its OPT's rdlen 28 and a COOKIE option: the client's cookie and a
+    // fresh server cookie for this client made now with the current secret.
+    let expect_cookie = |dns: &[u8], id: u16| {
+        assert_eq!(&dns[..2], &id.to_be_bytes());
+        let n = 12 + 5 + tail.len();
+        assert_eq!(dns.len(), n + 28, "{dns:02x?}");
+        assert_eq!(&dns[17..n - 2], &tail[..tail.len() - 2]);
+        assert_eq!(&dns[n - 2..n + 4], &[0, 28, 0, 10, 0, 24]);
+        assert_eq!(&dns[n + 4..n + 12], &client);
+        let ts = u32::from_be_bytes(dns[n + 16..n + 20].try_into().unwrap());
+        assert!(ts.abs_diff(unix_s()) <= 1, "timestamp {ts}");
+        assert_eq!(
+            dns[n + 12..n + 28],
+            server_cookie(&secret, &client, src, ts),
+            "RFC 9018 server cookie"
+        );
+    };
+    // A client cookie alone: answered with a server cookie (within the rate).
+    let before = g.counters().unwrap();
+    expect_cookie(&answer(&query(1, None)), 1);
+    // Valid server cookies (current and previous secret) skip the rate: every one answered.
+    let now = unix_s();
+    for i in 0..6 {
+        let s = if i % 2 == 0 { &secret } else { &previous };
+        expect_cookie(
+            &answer(&query(2 + i, Some(server_cookie(s, &client, src, now)))),
+            2 + i,
+        );
+    }
+    let after = g.counters().unwrap();
+    assert_eq!(after.ans_cookie[0] - before.ans_cookie[0], 6, "valid");
+    assert_eq!(after.ans_rrl[0] + after.ans_rrl[1], 0, "none limited");
+    // Invalid ones — another secret, stale, a flipped bit, another client's — are answered
+    // (with a fresh cookie) within the rate like cookie-less queries: here slipped, and a
+    // client that sent a cookie is slipped with BADCOOKIE and a fresh cookie (dnsd's slip).
+    let mut flipped = server_cookie(&secret, &client, src, now);
+    flipped[15] ^= 1;
+    for (i, bad) in [
+        server_cookie(&[1; 16], &client, src, now),
+        server_cookie(&secret, &client, src, now - 3601),
+        flipped,
+        server_cookie(&secret, b"another!", src, now),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = 20 + i as u16;
+        let dns = answer(&query(id, Some(bad)));
+        let flags = u16::from_be_bytes([dns[2], dns[3]]);
+        assert_eq!(
+            flags & 0x820f,
+            0x8007,
+            "QR, BADCOOKIE's low bits: {flags:04x}"
+        );
+        assert_eq!(&dns[6..12], &[0, 0, 0, 0, 0, 1]);
+        // The question, then OPT: extended rcode 1 (23 >> 4), rdlen 28, our cookie.
+        assert_eq!(&dns[17..28], &[0, 0, 41, 0x04, 0xd0, 1, 0, 0, 0, 0, 28]);
+        assert_eq!(&dns[28..32], &[0, 10, 0, 24]);
+        assert_eq!(&dns[32..40], &client);
+        let ts = u32::from_be_bytes(dns[44..48].try_into().unwrap());
+        assert_eq!(dns[40..56], server_cookie(&secret, &client, src, ts));
+    }
+    let last = g.counters().unwrap();
+    assert_eq!(last.ans_cookie[1] - after.ans_cookie[1], 4, "invalid");
+    // Without the secrets, or for an answer that cannot carry a cookie, cookie queries pass
+    // to dnsd.
+    m.publish_answers(&[addr], &mut [(key, ans)], 1232, rate, None)
+        .unwrap();
+    let (v, d) = run(&g, &query(30, None));
+    assert_eq!((v, d.ans_cookie[2]), (Verdict::Pass, 1));
+    ans.cookie = xdp_guard::maps::COOKIE_PASS;
+    m.publish_answers(&[addr], &mut [(key, ans)], 1232, rate, Some(&keys))
+        .unwrap();
+    let (v, d) = run(&g, &query(31, None));
+    assert_eq!((v, d.ans_cookie[2]), (Verdict::Pass, 1));
+    // Cookies off for the zone: the same answer, the cookie ignored (as dnsd does).
+    ans.cookie = xdp_guard::maps::COOKIE_IGNORE;
+    m.publish_answers(&[addr], &mut [(key, ans)], 1232, Default::default(), None)
+        .unwrap();
+    let dns = answer(&query(32, Some(server_cookie(&secret, &client, src, now))));
+    assert_eq!(&dns[17..], &tail[..]);
 }

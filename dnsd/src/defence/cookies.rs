@@ -226,6 +226,16 @@ fn hash(secret: &[u8; 16], client: &[u8], head: &[u8; 8], ip: IpAddr) -> [u8; 8]
 }
 
 impl Secrets {
+    /// The secret that makes cookies.
+    pub fn current(&self) -> [u8; 16] {
+        self.current
+    }
+
+    /// The previous secret, still accepted.
+    pub fn previous(&self) -> Option<[u8; 16]> {
+        self.previous
+    }
+
     /// Checks the server cookie a client returned.
     pub fn check(&self, client: &[u8], server: &[u8], ip: IpAddr, now_s: u32) -> CookieStatus {
         if server.is_empty() {

@@ -148,6 +148,23 @@ impl Shared {
         }
     }
 
+    /// A plan of the cookie check alone (what answers depend on, without rates or blocks):
+    /// the XDP answer compiler's.
+    pub fn cookie_plan(self: &Arc<Self>) -> Plan {
+        Plan {
+            env: Env::new(self.events.recorder()),
+            block: None,
+            cookies: self
+                .cookies
+                .as_ref()
+                .map(|_| cookies::CookieCheck::new(self)),
+            random_subdomain: None,
+            rrl: None,
+            rules: None,
+            shared: Arc::clone(self),
+        }
+    }
+
     /// True when queries must carry a valid cookie somewhere (cookies on).
     pub fn cookies_on(&self) -> bool {
         self.cookies.is_some()
