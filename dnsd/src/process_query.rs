@@ -81,6 +81,8 @@ pub struct Processor {
     job: Option<Box<crate::xfr::axfr::Job>>,
     /// The service address of the next message (set by the transport).
     local: Option<std::net::IpAddr>,
+    /// Samples answered names for the XDP fast path's hot names.
+    hot: Option<crate::xdp_answers::HotSampler>,
 }
 
 /// The outcome of processing one message.
@@ -116,7 +118,14 @@ impl Processor {
             xfr: None,
             job: None,
             local: None,
+            hot: None,
         }
+    }
+
+    /// Samples this processor's UDP answers for the XDP fast path's hot names.
+    pub fn with_hot(mut self, hot: Option<crate::xdp_answers::HotSampler>) -> Processor {
+        self.hot = hot;
+        self
     }
 
     /// Runs `plan` instead of the defences' whole plan.
@@ -340,6 +349,15 @@ impl Processor {
         let len = w.finish();
         stats.response(rc, ans.truncated);
         stats.kind(ans.kind as usize);
+        if let (Some(h), Some(i)) = (&mut self.hot, zone_idx)
+            && transport == Transport::Udp
+            && rc == rcode::NOERROR
+            && !ans.truncated
+            && matches!(ans.kind, Kind::Answer | Kind::NoData | Kind::Referral)
+            && zones.xdp_hot(i)
+        {
+            h.answered(q.qname(), q.qtype);
+        }
         Outcome::Reply(len)
     }
 
@@ -840,7 +858,7 @@ pub(crate) mod tests {
             ServeOptions {
                 cookies: CookiePolicy::Require,
                 tenant: 0,
-                xdp_answers: false,
+                ..Default::default()
             },
         )]);
         let rrl = RrlConfig {
@@ -1135,7 +1153,7 @@ pub(crate) mod tests {
             ServeOptions {
                 cookies: CookiePolicy::Require,
                 tenant: 7,
-                xdp_answers: false,
+                ..Default::default()
             },
         )]);
         let mut r = Rig::new(zones, Some(defences(None, true)));

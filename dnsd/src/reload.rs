@@ -189,7 +189,8 @@ pub fn zone_list(cfg: &Config) -> Vec<(zones::Name, PathBuf, crate::served_zones
                         crate::served_zones::ServeOptions {
                             cookies: z.cookies.unwrap_or(cfg.defence.cookies.policy),
                             tenant: z.tenant,
-                            xdp_answers: z.xdp_answers,
+                            xdp_answers: z.xdp_answers == crate::config::XdpAnswers::All,
+                            xdp_hot: z.xdp_answers == crate::config::XdpAnswers::Hot,
                         },
                     )
                 })

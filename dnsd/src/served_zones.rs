@@ -17,6 +17,8 @@ pub struct ServeOptions {
     pub tenant: u32,
     /// Answered in XDP too (`xdp_answers = true`).
     pub xdp_answers: bool,
+    /// Its hottest names may be answered in XDP (`xdp_answers = "hot"`).
+    pub xdp_hot: bool,
 }
 
 /// Zones served at one moment; replaced whole on reload (readers keep their snapshot).
@@ -59,6 +61,12 @@ impl ZoneSet {
     /// Whether zone `i` is answered in XDP too.
     pub fn xdp_answers(&self, i: u32) -> bool {
         self.opts.get(i as usize).is_some_and(|o| o.xdp_answers)
+    }
+
+    /// Whether zone `i`'s hottest names may be answered in XDP.
+    #[inline]
+    pub fn xdp_hot(&self, i: u32) -> bool {
+        self.opts.get(i as usize).is_some_and(|o| o.xdp_hot)
     }
 
     /// Marks zone `i` expired (a secondary whose primaries stopped answering): SERVFAIL.

@@ -114,7 +114,12 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let fleet_counters = fleet.counters();
     let bound = fleet.addrs().to_vec();
     // The XDP answer fast path, for zones marked xdp_answers (with [xdp]).
-    let xdp_answers = if cfg.zones.iter().any(|z| z.xdp_answers) {
+    let xdp_answers = if cfg
+        .zones
+        .iter()
+        .any(|z| z.xdp_answers == crate::config::XdpAnswers::All)
+        || cfg.xdp_hot.names > 0
+    {
         if xdp.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
             // RRL in XDP for what XDP answers: RRL's rate per source prefix, and its slip.
             // Clients with a valid server cookie never meet it (XDP verifies cookies too).
@@ -132,11 +137,14 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             let a = crate::xdp_answers::AnswerSync::start(
                 &bound,
                 rate,
-                zones.clone(),
-                pcfg.clone(),
                 xdp.clone(),
-                rules.clone(),
-                &defence,
+                crate::xdp_answers::AnswerInputs {
+                    zones: zones.clone(),
+                    pcfg: pcfg.clone(),
+                    rules: rules.clone(),
+                    defence: defence.clone(),
+                },
+                cfg.xdp_hot,
             );
             let hook = a.clone();
             registry.set_before_publish(Arc::new(move |g| hook.suspend_for(g)));
@@ -165,6 +173,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
     let (handles, waker) = {
+        let hot = xdp_answers.as_ref().and_then(|a| a.sampler());
         let zones = zones.clone();
         let pcfg = pcfg.clone();
         let udp_stats = udp_stats.clone();
@@ -181,7 +190,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                         udp_stats[w % udp_stats.len()].clone(),
                         Some(&defence),
                     )
-                    .with_transfers(xfr.clone()),
+                    .with_transfers(xfr.clone())
+                    .with_hot(hot.as_ref().map(|h| h.clone_for_worker())),
                     local: local.clone(),
                 },
                 stop.clone(),

@@ -8,6 +8,12 @@
 //! value is left to dnsd (counted). Zones whose tenant has rules of its own, zones that require
 //! cookies and names another served zone answers are not compiled.
 //!
+//! Hot names: with `[xdp_hot] names = N`, workers sample one UDP answer in `sample` from zones
+//! with `xdp_answers = "hot"` (the default) into a bounded channel ([`HotSampler`]: no lock, no
+//! allocation; a full channel drops the sample, counted); every `interval_ms` this thread
+//! picks the N (name, type) pairs sampled most (counts halve each interval) and, when the
+//! pick changed, compiles and publishes them beside the marked zones' names.
+//!
 //! Cookies: each EDNS entry is asked once more with a client cookie, and says what dnsd does
 //! with one — ignores it (cookies off), or appends the COOKIE option to its OPT record — so
 //! that the program verifies and mints RFC 9018 server cookies with dnsd's secrets (written
@@ -18,6 +24,7 @@
 //! everything to dnsd until the sync thread has written the new generation and flipped to it,
 //! so no answer of an old serial is served once dnsd serves the new one.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
@@ -30,6 +37,7 @@ use xdp_guard::maps::{
     V_EDNS, V_EDNS_DO, V_NO_EDNS,
 };
 
+use crate::config::XdpHot;
 use crate::config::defence::CookiePolicy;
 use crate::defence::{Shared, cookies::Cookies};
 use crate::process_query::{Outcome, PipelineConfig, Processor, Transport};
@@ -52,6 +60,12 @@ pub struct AnswerStats {
     pub failures: AtomicU64,
     /// Duration of the last sync, in microseconds.
     pub last_us: AtomicU64,
+    /// Hot (name, type) pairs picked at the last sync.
+    pub hot: AtomicU64,
+    /// Samples lost because the channel to the publisher was full.
+    pub hot_dropped: AtomicU64,
+    /// Sampled names not counted because the count table was full.
+    pub hot_overflow: AtomicU64,
 }
 
 impl shield::metrics::Source for AnswerStats {
@@ -73,6 +87,11 @@ impl shield::metrics::Source for AnswerStats {
                 &self.skipped,
                 "Queries left to dnsd at the last sync (TC, name or answer too long).",
             ),
+            (
+                "hot",
+                &self.hot,
+                "Hot (name, type) pairs of [xdp_hot] picked at the last sync.",
+            ),
         ] {
             out.gauge(
                 format!("xdp_answers.{what}"),
@@ -91,6 +110,18 @@ impl shield::metrics::Source for AnswerStats {
                 l(v),
             );
         }
+        for (what, v) in [
+            ("dropped", &self.hot_dropped),
+            ("overflow", &self.hot_overflow),
+        ] {
+            out.counter(
+                format!("xdp_answers.hot_samples_{what}"),
+                "dnsd_xdp_hot_samples_lost_total",
+                format!("why=\"{what}\""),
+                "Samples of answered names lost: the channel was full, or the count table.",
+                l(v),
+            );
+        }
         out.gauge(
             "xdp_answers.last_sync_us",
             "dnsd_xdp_answer_sync_microseconds",
@@ -98,6 +129,126 @@ impl shield::metrics::Source for AnswerStats {
             "How long the last compilation and publication of the XDP answers took.",
             l(&self.last_us),
         );
+    }
+}
+
+/// One sampled answer: the lower-cased wire qname and the type.
+#[derive(Clone, Copy)]
+pub struct HotSample {
+    qtype: u16,
+    len: u8,
+    name: [u8; QNAME_MAX],
+}
+
+/// A worker's sampler of the names it answers (one answer in `every`), feeding the publisher
+/// without a lock or an allocation.
+pub struct HotSampler {
+    tx: SyncSender<HotSample>,
+    every: u32,
+    n: u32,
+    dropped: Arc<AnswerStats>,
+}
+
+impl HotSampler {
+    /// Another sampler into the same channel (one per worker).
+    pub fn clone_for_worker(&self) -> HotSampler {
+        HotSampler {
+            tx: self.tx.clone(),
+            every: self.every,
+            n: 0,
+            dropped: self.dropped.clone(),
+        }
+    }
+
+    /// Counts an answer to `qname`/`qtype` from a zone whose hottest names XDP may answer;
+    /// samples one in `every`.
+    #[inline]
+    pub fn answered(&mut self, qname: &[u8], qtype: u16) {
+        self.n += 1;
+        if self.n < self.every {
+            return;
+        }
+        self.n = 0;
+        if qname.len() > QNAME_MAX {
+            return;
+        }
+        let mut s = HotSample {
+            qtype,
+            len: qname.len() as u8,
+            name: [0; QNAME_MAX],
+        };
+        // Length bytes are below 64: lower-casing leaves them as they are.
+        for (d, c) in s.name.iter_mut().zip(qname) {
+            *d = c.to_ascii_lowercase();
+        }
+        if self.tx.try_send(s).is_err() {
+            self.dropped.hot_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A hot (lower-cased wire qname, qtype) pair.
+type HotKey = (Box<[u8]>, u16);
+
+/// What the publisher compiles from: dnsd's zones, pipeline, rules and defences.
+pub struct AnswerInputs {
+    /// The zone sets dnsd serves.
+    pub zones: Arc<ArcSwap<ZoneSet>>,
+    /// dnsd's pipeline settings.
+    pub pcfg: Arc<PipelineConfig>,
+    /// The shield rules (a tenant with rules of its own is left to dnsd).
+    pub rules: Option<Arc<shield::rules::RuleSet>>,
+    /// The defences (the cookie check and secrets).
+    pub defence: Arc<Shared>,
+}
+
+/// The most distinct names the hot count table holds between picks.
+const HOT_TABLE_MAX: usize = 65_536;
+
+/// The publisher's count of sampled names, and its pick of the hottest.
+struct HotCounts {
+    cfg: XdpHot,
+    counts: HashMap<HotKey, u32>,
+    last_pick: Instant,
+}
+
+impl HotCounts {
+    /// Counts the samples waiting in `rx`.
+    fn drain(&mut self, rx: &Receiver<HotSample>, stats: &AnswerStats) {
+        while let Ok(s) = rx.try_recv() {
+            let key = (Box::from(&s.name[..s.len as usize]), s.qtype);
+            if let Some(c) = self.counts.get_mut(&key) {
+                *c += 1;
+            } else if self.counts.len() < HOT_TABLE_MAX {
+                self.counts.insert(key, 1);
+            } else {
+                stats.hot_overflow.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Every interval: the hottest pairs (at most `names`, each sampled at least
+    /// `min_samples` times, earlier intervals counting half as much each); then the counts
+    /// decay.
+    fn pick(&mut self) -> Option<Vec<HotKey>> {
+        if self.last_pick.elapsed() < Duration::from_millis(self.cfg.interval_ms) {
+            return None;
+        }
+        self.last_pick = Instant::now();
+        let mut hot: Vec<(&HotKey, &u32)> = self
+            .counts
+            .iter()
+            .filter(|(_, c)| **c >= self.cfg.min_samples.max(1))
+            .collect();
+        hot.sort_unstable_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+        hot.truncate(self.cfg.names as usize);
+        let mut picked: Vec<HotKey> = hot.into_iter().map(|(k, _)| k.clone()).collect();
+        picked.sort_unstable();
+        self.counts.retain(|_, c| {
+            *c /= 2;
+            *c > 0
+        });
+        Some(picked)
     }
 }
 
@@ -114,45 +265,64 @@ pub struct AnswerSync {
     xdp: Arc<Mutex<Option<Xdp>>>,
     cookies: Option<Arc<Cookies>>,
     wake: SyncSender<()>,
+    /// Where workers send their samples (with `[xdp_hot] names`).
+    hot_tx: Option<SyncSender<HotSample>>,
+    hot_every: u32,
     /// The counters.
     pub stats: Arc<AnswerStats>,
 }
 
 impl AnswerSync {
-    /// Starts the publisher for the service addresses `addrs`; `rules` says whether a
-    /// tenant has rules of its own (its zones are then left to dnsd); `rate` bounds what XDP
-    /// answers one source prefix (beyond it, dnsd and its RRL answer); `defence` gives the
-    /// cookie check that answers are compiled with, and its secrets.
+    /// Starts the publisher for the service addresses `addrs`, compiling from `inputs`;
+    /// `rate` bounds what XDP answers one source prefix (beyond it, dnsd and its RRL
+    /// answer); `hot` says how many hot names of other zones join the marked zones' names.
     pub fn start(
         addrs: &[SocketAddr],
         rate: xdp_guard::AnswerRate,
-        zones: Arc<ArcSwap<ZoneSet>>,
-        pcfg: Arc<PipelineConfig>,
         xdp: Arc<Mutex<Option<Xdp>>>,
-        rules: Option<Arc<shield::rules::RuleSet>>,
-        defence: &Arc<Shared>,
+        inputs: AnswerInputs,
+        hot: XdpHot,
     ) -> Arc<AnswerSync> {
         let keys: Vec<AnsAddrKey> = addrs
             .iter()
             .map(|a| xdp_guard::addr_key(a.ip(), a.port()))
             .collect();
         let (wake, rx) = std::sync::mpsc::sync_channel(1);
+        let (hot_tx, hot_rx) = if hot.names > 0 {
+            let (t, r) = std::sync::mpsc::sync_channel(4096);
+            (Some(t), Some(r))
+        } else {
+            (None, None)
+        };
         let sync = Arc::new(AnswerSync {
             keys,
             rate,
             wanted: AtomicU64::new(0),
             epoch: Mutex::new(0),
             xdp,
-            cookies: defence.cookies.clone(),
+            cookies: inputs.defence.cookies.clone(),
             wake,
+            hot_tx,
+            hot_every: hot.sample.max(1),
             stats: Arc::new(AnswerStats::default()),
         });
         let s = sync.clone();
         let addrs = addrs_of(&s.keys);
-        let defence = defence.clone();
         std::thread::Builder::new()
             .name("dnsd-xdp-answers".into())
-            .spawn(move || s.run(rx, addrs, zones, pcfg, rules, defence))
+            .spawn(move || {
+                let hot = hot_rx.map(|r| {
+                    (
+                        r,
+                        HotCounts {
+                            cfg: hot,
+                            counts: HashMap::new(),
+                            last_pick: Instant::now(),
+                        },
+                    )
+                });
+                s.run(rx, addrs, inputs, hot)
+            })
             .expect("spawn the XDP answer thread");
         sync.resync();
         sync
@@ -196,6 +366,16 @@ impl AnswerSync {
         }
     }
 
+    /// A sampler for a worker (with `[xdp_hot] names`).
+    pub fn sampler(&self) -> Option<HotSampler> {
+        self.hot_tx.as_ref().map(|tx| HotSampler {
+            tx: tx.clone(),
+            every: self.hot_every,
+            n: 0,
+            dropped: self.stats.clone(),
+        })
+    }
+
     /// The cookie secrets in force, for the program.
     fn keys(&self) -> Option<xdp_guard::CookieKeys> {
         self.cookies.as_ref().map(|c| {
@@ -216,11 +396,15 @@ impl AnswerSync {
         self: Arc<Self>,
         rx: Receiver<()>,
         addrs: Vec<SocketAddr>,
-        zones: Arc<ArcSwap<ZoneSet>>,
-        pcfg: Arc<PipelineConfig>,
-        rules: Option<Arc<shield::rules::RuleSet>>,
-        defence: Arc<Shared>,
+        inputs: AnswerInputs,
+        mut hot: Option<(Receiver<HotSample>, HotCounts)>,
     ) {
+        let AnswerInputs {
+            zones,
+            pcfg,
+            rules,
+            defence,
+        } = inputs;
         // A weak wake-up: waits for a request, or retries every second when the maps were
         // not there yet; looks at the cookie secrets every second.
         let mut pending = true;
@@ -228,11 +412,22 @@ impl AnswerSync {
         let renew_every = xdp_guard::ANSWER_LEASE / 6;
         let mut renewed = Instant::now();
         let mut keys = self.keys();
+        let mut hot_names: Vec<HotKey> = Vec::new();
         loop {
             match rx.recv_timeout(Duration::from_secs(1)) {
                 Ok(()) => pending = true,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            if let Some((hot_rx, counts)) = &mut hot {
+                counts.drain(hot_rx, &self.stats);
+                // A new pick is published without a suspension: the zones did not change.
+                if let Some(picked) = counts.pick()
+                    && picked != hot_names
+                {
+                    hot_names = picked;
+                    pending = true;
+                }
             }
             if !pending {
                 let now_keys = self.keys();
@@ -274,6 +469,7 @@ impl AnswerSync {
                 &has_rules,
                 maps.answer_capacity() as usize,
                 Some(&defence),
+                &hot_names,
             );
             let published = maps
                 .stage_answers(&self.keys, &mut entries)
@@ -302,6 +498,7 @@ impl AnswerSync {
                     s.published.store(r.written, Ordering::Relaxed);
                     s.full.store(r.full + over_budget, Ordering::Relaxed);
                     s.skipped.store(skipped, Ordering::Relaxed);
+                    s.hot.store(hot_names.len() as u64, Ordering::Relaxed);
                     s.syncs.fetch_add(1, Ordering::Relaxed);
                     s.last_us
                         .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -350,9 +547,11 @@ pub struct Compiled {
     pub over_budget: u64,
 }
 
-/// The answers of `set`'s zones marked for XDP, for every address in `addrs` — at most
-/// `budget` entries (the map's `answer_entries`: a big zone never makes more than the map
-/// holds, nor the memory to build it). `defence` gives the cookie check (none: cookies off).
+/// The answers of `set`'s zones marked for XDP, and of the `hot` (name, type) pairs of zones
+/// whose hottest names XDP may answer, for every address in `addrs` — at most `budget`
+/// entries (the map's `answer_entries`: a big zone never makes more than the map holds, nor
+/// the memory to build it; marked zones first). `defence` gives the cookie check (none:
+/// cookies off).
 pub fn compile(
     set: &Arc<ZoneSet>,
     addrs: &[SocketAddr],
@@ -360,44 +559,46 @@ pub fn compile(
     has_rules: &dyn Fn(u32) -> bool,
     budget: usize,
     defence: Option<&Arc<Shared>>,
+    hot: &[HotKey],
 ) -> Compiled {
-    let mut out = Vec::new();
-    let mut skipped = 0u64;
-    let mut over_budget = 0u64;
+    let mut c = Compiler {
+        out: Vec::new(),
+        skipped: 0,
+        over_budget: 0,
+        budget,
+        p: Processor::new(
+            Arc::new(ArcSwap::new(set.clone())),
+            pcfg.clone(),
+            Arc::new(WorkerStats::default()),
+            None,
+        ),
+        addrs,
+        q: Vec::with_capacity(512),
+        reply: vec![0u8; 65535],
+        with_cookie: vec![0u8; 65535],
+    };
     if addrs.is_empty() {
-        return Compiled {
-            entries: out,
-            skipped: 0,
-            over_budget: 0,
-        };
+        return c.done();
     }
-    let mut p = Processor::new(
-        Arc::new(ArcSwap::new(set.clone())),
-        pcfg.clone(),
-        Arc::new(WorkerStats::default()),
-        None,
-    );
     if let Some(d) = defence {
-        p = p.with_plan(d.cookie_plan());
+        c.p = c.p.with_plan(d.cookie_plan());
     }
-    let src: SocketAddr = "[::1]:53".parse().expect("an address");
-    let mut q = Vec::with_capacity(512);
-    let mut reply = vec![0u8; 65535];
-    let mut with_cookie = vec![0u8; 65535];
+    // Zones XDP may not answer for: expired, cookies required, the tenant's own rules.
+    let barred = |i: u32| {
+        set.is_expired(i)
+            || set.cookie_policy(i) == CookiePolicy::Require
+            || has_rules(set.tenant(i))
+    };
     let mut types: Vec<u16> = Vec::new();
     for (i, zone) in set.zones().iter().enumerate() {
         let i = i as u32;
-        if !set.xdp_answers(i)
-            || set.is_expired(i)
-            || set.cookie_policy(i) == CookiePolicy::Require
-            || has_rules(set.tenant(i))
-        {
+        if !set.xdp_answers(i) || barred(i) {
             continue;
         }
         for node in zone.node_ids() {
             let name = zone.node_name(node);
             if name.len() > QNAME_MAX {
-                skipped += 1;
+                c.skipped += 1;
                 continue;
             }
             // Another served zone below this one answers the name: not ours to compile.
@@ -420,51 +621,100 @@ pub fn compile(
                 }
             }
             for &qtype in &types {
-                for variant in [V_NO_EDNS, V_EDNS, V_EDNS_DO] {
-                    build_query(&mut q, name, qtype, variant);
-                    let Outcome::Reply(n) = p.process(&q, src, Transport::Udp, &mut reply) else {
-                        skipped += 1;
-                        continue;
-                    };
-                    let Some(mut ans) = answer_of(&reply[..n], q.len(), variant) else {
-                        skipped += 1;
-                        continue;
-                    };
-                    if variant != V_NO_EDNS {
-                        // What dnsd does with a client cookie in the same query.
-                        add_cookie(&mut q);
-                        ans.cookie = match p.process(&q, src, Transport::Udp, &mut with_cookie) {
-                            Outcome::Reply(m) => cookie_mode(&reply[..n], &with_cookie[..m]),
-                            _ => COOKIE_PASS,
-                        };
-                    }
-                    let mut key = AnsKey {
-                        addr: [0; 16],
-                        port: 0,
-                        gen_: 0,
-                        variant,
-                        qtype,
-                        qname_len: name.len() as u16,
-                        qname: [0; QNAME_MAX],
-                    };
-                    key.qname[..name.len()].copy_from_slice(name);
-                    for a in addrs {
-                        if out.len() >= budget {
-                            over_budget += 1;
-                            continue;
-                        }
-                        key.addr = xdp_guard::mapped(a.ip());
-                        key.port = a.port();
-                        out.push((key, ans));
-                    }
-                }
+                c.add(name, qtype, false);
             }
         }
     }
-    Compiled {
-        entries: out,
-        skipped,
-        over_budget,
+    for (name, qtype) in hot {
+        if name.len() > QNAME_MAX {
+            continue;
+        }
+        // The zone that answers the name now: one whose hottest names XDP answers (a
+        // marked zone's names are all in already).
+        match set.find(name, &label_offsets(name)) {
+            Some((i, _)) if set.xdp_hot(i) && !set.xdp_answers(i) && !barred(i) => {
+                c.add(name, *qtype, true);
+            }
+            _ => {}
+        }
+    }
+    c.done()
+}
+
+/// A compilation under way: dnsd's pipeline asked each query, the entries so far.
+struct Compiler<'a> {
+    out: Vec<(AnsKey, Answer)>,
+    skipped: u64,
+    over_budget: u64,
+    budget: usize,
+    p: Processor,
+    addrs: &'a [SocketAddr],
+    q: Vec<u8>,
+    reply: Vec<u8>,
+    with_cookie: Vec<u8>,
+}
+
+impl Compiler<'_> {
+    /// Asks `name`/`qtype` in each EDNS variant and adds the answers (with `found_only`, only
+    /// positive ones: a hot name that no longer exists is left to dnsd).
+    fn add(&mut self, name: &[u8], qtype: u16, found_only: bool) {
+        let src: SocketAddr = "[::1]:53".parse().expect("an address");
+        for variant in [V_NO_EDNS, V_EDNS, V_EDNS_DO] {
+            build_query(&mut self.q, name, qtype, variant);
+            let Outcome::Reply(n) = self
+                .p
+                .process(&self.q, src, Transport::Udp, &mut self.reply)
+            else {
+                self.skipped += 1;
+                continue;
+            };
+            if found_only && self.reply[3] & 0x0f != 0 {
+                continue;
+            }
+            let Some(mut ans) = answer_of(&self.reply[..n], self.q.len(), variant) else {
+                self.skipped += 1;
+                continue;
+            };
+            if variant != V_NO_EDNS {
+                // What dnsd does with a client cookie in the same query.
+                add_cookie(&mut self.q);
+                ans.cookie =
+                    match self
+                        .p
+                        .process(&self.q, src, Transport::Udp, &mut self.with_cookie)
+                    {
+                        Outcome::Reply(m) => cookie_mode(&self.reply[..n], &self.with_cookie[..m]),
+                        _ => COOKIE_PASS,
+                    };
+            }
+            let mut key = AnsKey {
+                addr: [0; 16],
+                port: 0,
+                gen_: 0,
+                variant,
+                qtype,
+                qname_len: name.len() as u16,
+                qname: [0; QNAME_MAX],
+            };
+            key.qname[..name.len()].copy_from_slice(name);
+            for a in self.addrs {
+                if self.out.len() >= self.budget {
+                    self.over_budget += 1;
+                    continue;
+                }
+                key.addr = xdp_guard::mapped(a.ip());
+                key.port = a.port();
+                self.out.push((key, ans));
+            }
+        }
+    }
+
+    fn done(self) -> Compiled {
+        Compiled {
+            entries: self.out,
+            skipped: self.skipped,
+            over_budget: self.over_budget,
+        }
     }
 }
 
@@ -603,7 +853,7 @@ mod tests {
         ));
         let addrs: Vec<SocketAddr> = vec!["192.0.2.53:53".parse().unwrap()];
         let pcfg = Arc::new(PipelineConfig::default());
-        let all = compile(&set, &addrs, &pcfg, &|_| false, usize::MAX, None);
+        let all = compile(&set, &addrs, &pcfg, &|_| false, usize::MAX, None, &[]);
         assert!(all.entries.len() > 10, "{}", all.entries.len());
         assert_eq!(all.over_budget, 0);
         // Only example.com.'s names; each answer's header says AA or referral, never TC.
@@ -614,11 +864,11 @@ mod tests {
             assert_eq!(v.csum, ones_sum(&v.data[..v.len as usize]));
         }
         // The budget bounds what is built; the rest is counted.
-        let few = compile(&set, &addrs, &pcfg, &|_| false, 5, None);
+        let few = compile(&set, &addrs, &pcfg, &|_| false, 5, None, &[]);
         assert_eq!(few.entries.len(), 5);
         assert_eq!(few.over_budget as usize, all.entries.len() - 5);
         // A tenant with rules of its own keeps its zones out of XDP.
-        let none = compile(&set, &addrs, &pcfg, &|_| true, usize::MAX, None);
+        let none = compile(&set, &addrs, &pcfg, &|_| true, usize::MAX, None, &[]);
         assert!(none.entries.is_empty());
     }
 
@@ -642,7 +892,7 @@ mod tests {
         let addrs: Vec<SocketAddr> = vec!["192.0.2.53:53".parse().unwrap()];
         let pcfg = Arc::new(PipelineConfig::default());
         let modes = |set: &Arc<ZoneSet>, d: Option<&Arc<Shared>>| {
-            let c = compile(set, &addrs, &pcfg, &|_| false, usize::MAX, d);
+            let c = compile(set, &addrs, &pcfg, &|_| false, usize::MAX, d, &[]);
             assert!(!c.entries.is_empty());
             let mut m: Vec<(u8, u16)> = c
                 .entries
@@ -676,6 +926,115 @@ mod tests {
         let plain = [0u8, 1, 0, 0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0];
         assert_eq!(cookie_mode(&plain, &plain), COOKIE_IGNORE);
         assert_eq!(cookie_mode(&plain, &plain[..12]), COOKIE_PASS);
+    }
+
+    #[test]
+    fn the_hottest_sampled_names_are_picked_and_counts_decay() {
+        let stats = AnswerStats::default();
+        let cfg = XdpHot {
+            names: 2,
+            sample: 1,
+            interval_ms: 0,
+            min_samples: 3,
+        };
+        let mut counts = HotCounts {
+            cfg,
+            counts: HashMap::new(),
+            last_pick: Instant::now(),
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(64);
+        let mut sampler = HotSampler {
+            tx,
+            every: 1,
+            n: 0,
+            dropped: Arc::new(AnswerStats::default()),
+        };
+        let www = b"\x03WWW\x07example\x03com\x00";
+        let mail = b"\x04mail\x07example\x03com\x00";
+        let ftp = b"\x03ftp\x07example\x03com\x00";
+        for _ in 0..10 {
+            sampler.answered(www, 1);
+        }
+        for _ in 0..5 {
+            sampler.answered(mail, 28);
+        }
+        for _ in 0..4 {
+            sampler.answered(ftp, 1);
+        }
+        sampler.answered(b"\x04rare\x07example\x03com\x00", 1);
+        counts.drain(&rx, &stats);
+        // The two most sampled (names lower-cased), sorted; the rare one never.
+        let picked = counts.pick().unwrap();
+        assert_eq!(
+            picked,
+            vec![
+                (Box::from(&b"\x03www\x07example\x03com\x00"[..]), 1),
+                (Box::from(&mail[..]), 28)
+            ]
+        );
+        // Counts halve at each pick: without new samples the names cool off.
+        assert_eq!(counts.pick().unwrap().len(), 1, "www: 5; mail: 2");
+        assert!(counts.pick().unwrap().is_empty());
+        // The channel is bounded: samples beyond it are dropped and counted.
+        let (tx, _rx) = std::sync::mpsc::sync_channel(2);
+        let lost = Arc::new(AnswerStats::default());
+        let mut full = HotSampler {
+            tx,
+            every: 2,
+            n: 0,
+            dropped: lost.clone(),
+        };
+        for _ in 0..10 {
+            full.answered(www, 1);
+        }
+        assert_eq!(
+            lost.hot_dropped.load(Ordering::Relaxed),
+            3,
+            "5 sampled, 2 fit"
+        );
+    }
+
+    #[test]
+    fn hot_names_are_compiled_for_hot_zones_only() {
+        use crate::process_query::tests::{example_text, load_zone};
+        use crate::served_zones::ServeOptions;
+        let set = Arc::new(ZoneSet::new(
+            vec![
+                (
+                    load_zone("example.com.", &example_text()),
+                    ServeOptions {
+                        xdp_hot: true,
+                        ..Default::default()
+                    },
+                ),
+                (
+                    load_zone(
+                        "example.net.",
+                        &example_text().replace("ns2.example.net.", "ns2"),
+                    ),
+                    ServeOptions::default(),
+                ),
+            ],
+            1,
+        ));
+        let addrs: Vec<SocketAddr> = vec!["192.0.2.53:53".parse().unwrap()];
+        let pcfg = Arc::new(PipelineConfig::default());
+        let wire = |s: &[u8]| Box::<[u8]>::from(s);
+        let hot = vec![
+            (wire(b"\x03www\x07example\x03com\x00"), 1),
+            (wire(b"\x02nx\x07example\x03com\x00"), 1),
+            (wire(b"\x03www\x07example\x03net\x00"), 1),
+        ];
+        let c = compile(&set, &addrs, &pcfg, &|_| false, usize::MAX, None, &hot);
+        // www.example.com. in three variants; the name that does not exist and the zone
+        // that is not hot left to dnsd.
+        assert_eq!(c.entries.len(), 3);
+        assert!(
+            c.entries
+                .iter()
+                .all(|(k, _)| k.qname[..k.qname_len as usize]
+                    == b"\x03www\x07example\x03com\x00"[..])
+        );
     }
 
     #[test]

@@ -627,3 +627,79 @@ fn rrl_in_xdp_slips_with_dnsd_s_bytes() {
     );
     assert_eq!(after.get("xdp.answered") - before.get("xdp.answered"), 30);
 }
+
+#[test]
+fn hot_names_of_other_zones_are_answered_in_xdp_while_hot() {
+    if let Err(why) = netns::available() {
+        palisade_tests::skipped(&format!("XDP answer test: {why}"));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pair = VethPair::new().expect("veth pair");
+    veth_ready(&pair, dir.path());
+    let zone = dir.path().join("example.com.zone");
+    std::fs::copy(palisade_tests::data_dir().join("example.com.zone"), &zone).unwrap();
+    // example.net. is not marked: its hottest names only (`xdp_answers = "hot"`, the default).
+    let fast_cfg = config(dir.path(), "fast", 5353, &zone, Some(&pair.if_b));
+    let mut c = std::fs::read_to_string(&fast_cfg).unwrap();
+    c.push_str("\n[xdp_hot]\nnames = 8\nsample = 1\ninterval_ms = 300\nmin_samples = 3\n");
+    std::fs::write(&fast_cfg, c).unwrap();
+    let slow_cfg = config(dir.path(), "slow", 5354, &zone, None);
+    let fast = NsDnsd::start(&pair.b, &fast_cfg);
+    let _slow = NsDnsd::start(&pair.b, &slow_cfg);
+    wait_for("the XDP answers published", Duration::from_secs(20), || {
+        let (ok, s) = ctl(&fast_cfg, &["stats"]);
+        let (ok2, _) = ctl(&slow_cfg, &["stats"]);
+        ok && ok2 && palisade_tests::counters::Counters::parse(&s).get("xdp_answers.published") > 0
+    });
+    let set = |first: u16| -> Vec<Vec<u8>> {
+        let mut qs = Vec::new();
+        for (i, opts) in [
+            QueryOpts::udp(),
+            QueryOpts::edns(1232),
+            QueryOpts::edns(4096).with_do(),
+        ]
+        .iter()
+        .enumerate()
+        {
+            for (j, name) in ["www.example.net.", "WwW.ExAmPlE.NeT."].iter().enumerate() {
+                qs.push(build_query(first + (i * 2 + j) as u16, name, 1, opts));
+            }
+        }
+        qs
+    };
+    let ask = |port: u16, first: u16| {
+        exchange_all(
+            &pair,
+            SocketAddr::new(VethPair::B4.into(), port),
+            set(first),
+        )
+    };
+    // Not hot yet: dnsd answers.
+    let before = fast.stats().get("xdp.answered");
+    assert!(ask(5353, 10).iter().all(Option::is_some));
+    assert_eq!(fast.stats().get("xdp.answered"), before, "not hot yet");
+    // Asked often, the name turns hot and XDP answers it with dnsd's bytes.
+    wait_for("www.example.net. hot", Duration::from_secs(20), || {
+        ask(5353, 100);
+        fast.stats().get("xdp_answers.hot") > 0
+    });
+    let before = fast.stats().get("xdp.answered");
+    let (f, s) = (ask(5353, 200), ask(5354, 200));
+    assert!(f.iter().all(Option::is_some));
+    assert_eq!(f, s, "hot answers are dnsd's bytes");
+    assert_eq!(
+        fast.stats().get("xdp.answered") - before,
+        f.len() as u64,
+        "every query of the hot name answered in XDP"
+    );
+    // Asked no more, it cools off and dnsd answers again.
+    wait_for(
+        "www.example.net. cooled off",
+        Duration::from_secs(20),
+        || fast.stats().get("xdp_answers.hot") == 0,
+    );
+    let before = fast.stats().get("xdp.answered");
+    assert!(ask(5353, 300).iter().all(Option::is_some));
+    assert_eq!(fast.stats().get("xdp.answered"), before);
+}

@@ -88,6 +88,83 @@ pub struct Config {
     /// the operator likes); zones name their tenant in it.
     #[serde(default)]
     pub rules: Option<RulesConfig>,
+    /// The XDP answer fast path's hot names (`[xdp_hot]`).
+    #[serde(default)]
+    pub xdp_hot: XdpHot,
+}
+
+/// `[xdp_hot]`: the hottest names of zones with `xdp_answers = "hot"` (the default), found by
+/// sampling dnsd's answers, are answered in XDP too (with `[xdp]`).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct XdpHot {
+    /// How many (name, type) pairs at most (0: off).
+    #[serde(default)]
+    pub names: u32,
+    /// One UDP answer in `sample` is sampled, per worker.
+    #[serde(default = "default_hot_sample")]
+    pub sample: u32,
+    /// How often the hottest names are picked again (ms).
+    #[serde(default = "default_hot_interval")]
+    pub interval_ms: u64,
+    /// Samples a name needs in an interval (with the decayed count of earlier ones) to be hot.
+    #[serde(default = "default_hot_min")]
+    pub min_samples: u32,
+}
+
+fn default_hot_sample() -> u32 {
+    64
+}
+fn default_hot_interval() -> u64 {
+    5000
+}
+fn default_hot_min() -> u32 {
+    4
+}
+
+impl Default for XdpHot {
+    fn default() -> Self {
+        XdpHot {
+            names: 0,
+            sample: default_hot_sample(),
+            interval_ms: default_hot_interval(),
+            min_samples: default_hot_min(),
+        }
+    }
+}
+
+/// Which of a zone's names the XDP guard answers (`xdp_answers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XdpAnswers {
+    /// None (`false`).
+    Off,
+    /// Its hottest names, with `[xdp_hot] names` (`"hot"`, the default).
+    #[default]
+    Hot,
+    /// Every name (`true`).
+    All,
+}
+
+impl<'de> Deserialize<'de> for XdpAnswers {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = XdpAnswers;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or \"hot\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<XdpAnswers, E> {
+                Ok(if v { XdpAnswers::All } else { XdpAnswers::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<XdpAnswers, E> {
+                match v {
+                    "hot" => Ok(XdpAnswers::Hot),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// `[rules]`.
@@ -205,9 +282,10 @@ pub struct ZoneConfig {
     /// belong to (default 0: no tenant, no rules but the `[global]` list).
     #[serde(default)]
     pub tenant: u32,
-    /// Answer this zone's names in the XDP guard too (needs `[xdp]`; see README).
+    /// Answer this zone's names in the XDP guard too (needs `[xdp]`; see README): `true`
+    /// (every name), `"hot"` (its hottest, with `[xdp_hot]`; the default) or `false`.
     #[serde(default)]
-    pub xdp_answers: bool,
+    pub xdp_answers: XdpAnswers,
     /// Primaries (`IP:PORT`): set, the zone is a secondary kept in `file`.
     #[serde(default)]
     pub primaries: Vec<String>,
