@@ -1,5 +1,5 @@
 //! The control socket (`dnsd ctl`): one JSON request per connection, a reply, and the
-//! commands it runs — reload, stats, zones, zone-refresh, zone-notify, status, block, events-init.
+//! commands it runs ([`HELP`] lists them).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -37,12 +37,32 @@ async fn command(shared: &Arc<State>, args: &[String]) -> Reply {
             shared.bind_time.as_millis(),
             shared.tcp.open_connections()
         )),
-        _ => Reply::err(format!(
-            "unknown command {:?}; commands: reload [ZONE|--force], stats, zones, zone-refresh ZONE, zone-notify ZONE, status, block add|del|list, events-init",
-            args.join(" ")
-        )),
+        ["help"] => Reply::ok(HELP.to_string()),
+        _ => Reply::err(format!("unknown command {:?}\n{HELP}", args.join(" "))),
     }
 }
+
+/// Every control command with its arguments, as `dnsd ctl help` (also without a running
+/// server), `dnsd ctl --help` and an unknown command's error list them.
+pub const HELP: &str = "\
+Commands (dnsd ctl [-c CONFIG | -s SOCKET] [--timeout SECONDS] COMMAND [ARGUMENTS]):
+  status                              uptime, addresses bound, open TCP connections
+  reload                              re-read the config, the rules and every changed zone file
+  reload --force                      the same, every zone file re-read
+  reload ZONE                         re-read one zone's file
+  zones                               each zone: serial, records, load time, file, transfers
+  zone-refresh ZONE                   a secondary zone: ask its primaries for changes now
+  zone-notify ZONE                    send NOTIFY to the zone's secondaries now
+  stats                               every counter (the /metrics samples, one per line)
+  block add PREFIX [--ttl SECONDS] [--reason TEXT]
+                                      block an address or prefix (default 3600 s)
+  block del PREFIX                    lift a block
+  block list                          the blocks in force, with who decided and when they end
+  block import FILE [--ttl SECONDS] [--reason TEXT]
+                                      block every address or prefix of FILE (one per line)
+  events-init                         create the ClickHouse events table (needs only -c CONFIG)
+  help                                this list
+";
 
 /// `ctl zone-refresh ZONE`: refreshes a secondary zone now and says how it went.
 async fn zone_refresh(shared: &Arc<State>, z: &str) -> Reply {

@@ -55,6 +55,7 @@ enum Cmd {
         file: PathBuf,
     },
     /// Control a running server (reload [ZONE], stats, zones, status, ...).
+    #[command(after_help = dnsd::control::HELP)]
     Ctl {
         /// Find the control socket in this config file.
         #[arg(long, short = 'c')]
@@ -128,6 +129,10 @@ fn main() -> ExitCode {
             timeout,
             args,
         } => {
+            if args.first().map(String::as_str) == Some("help") {
+                print!("{}", dnsd::control::HELP);
+                return ExitCode::SUCCESS;
+            }
             // `events-init` needs only the config: it works without a running server.
             if args.first().map(String::as_str) == Some("events-init")
                 && let Some(c) = &config

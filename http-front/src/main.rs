@@ -28,6 +28,7 @@ struct Args {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Control a running http-front: block add|del|list|import, stats, status, reload.
+    #[command(after_help = http_front::server::CTL_HELP)]
     Ctl {
         /// The control socket (default: the config's `[control] socket`).
         #[arg(long, short = 's')]
@@ -89,6 +90,10 @@ fn main() -> ExitCode {
         args: words,
     }) = &args.cmd
     {
+        if words.first().map(String::as_str) == Some("help") {
+            print!("{}", http_front::server::CTL_HELP);
+            return ExitCode::SUCCESS;
+        }
         return ctl(args.config.as_deref(), socket.clone(), *timeout, words);
     }
     let Some(config) = args.config.clone() else {
