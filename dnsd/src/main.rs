@@ -42,6 +42,9 @@ enum Cmd {
         /// UDP worker threads (0: one per core).
         #[arg(long)]
         workers: Option<usize>,
+        /// Log lines as "text" or "json" (over the config's `[log] format`).
+        #[arg(long, value_name = "FORMAT")]
+        log_format: Option<shield::logging::LogFormat>,
     },
     /// Parse and validate a zone file; exit 0 when it would load, 1 when not.
     CheckZone {
@@ -72,16 +75,6 @@ enum Cmd {
     },
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -98,8 +91,8 @@ fn main() -> ExitCode {
             control,
             metrics,
             workers,
+            log_format,
         } => {
-            init_logging();
             let cfg = match build_config(
                 config.as_deref(),
                 listen,
@@ -115,6 +108,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            if let Err(e) = shield::logging::init(&cfg.log, log_format) {
+                eprintln!("dnsd: {e}");
+                return ExitCode::from(2);
+            }
             match server::run(cfg, config) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -241,6 +241,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         }),
     );
     metrics.register("tcp", tcp.clone());
+    metrics.register("log", Arc::new(shield::logging::LogMetrics));
     metrics.register("defence", defence.clone());
     metrics.register("blockmap", blocks.clone());
     metrics.register("events", events.clone());

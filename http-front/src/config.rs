@@ -628,6 +628,8 @@ struct FileSchema {
     upstream: Vec<UpstreamSchema>,
     #[serde(default)]
     site: Vec<SiteSchema>,
+    #[serde(default)]
+    log: shield::logging::LogConfig,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -726,6 +728,8 @@ pub struct Config {
     pub upstreams: Vec<Upstream>,
     /// `[[site]]`.
     pub sites: Vec<Site>,
+    /// `[log]`: format and filter. Start-time only.
+    pub log: shield::logging::LogConfig,
 }
 
 /// A checked configuration with what it names already loaded: compiled rules, TLS settings.
@@ -956,6 +960,7 @@ impl Config {
             control_socket: f.control.socket.map(|p| abs(&p)),
             upstreams,
             sites,
+            log: f.log,
         };
         Ok(Loaded {
             config,
@@ -972,6 +977,9 @@ impl Config {
         }
         if self.server.workers != other.server.workers {
             out.push("server.workers");
+        }
+        if self.log != other.log {
+            out.push("log");
         }
         if self.server.syn_filter_max != other.server.syn_filter_max {
             out.push("server.syn_filter_max");

@@ -287,6 +287,7 @@ impl Front {
         );
         metrics.register("syn_filter", syn_filter.clone());
         metrics.register("stalls", Arc::new(crate::metrics::Stalls));
+        metrics.register("log", Arc::new(shield::logging::LogMetrics));
         metrics.register("blockmap", blocks.clone());
         metrics.register("rules", rules.clone());
         metrics.register("events", events.clone());

@@ -21,6 +21,9 @@ struct Args {
     /// Check the configuration (and the rules and certificates it names), then exit.
     #[arg(long)]
     check: bool,
+    /// Log lines as "text" or "json" (over the config's `[log] format`).
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<shield::logging::LogFormat>,
     #[command(subcommand)]
     cmd: Option<Cmd>,
 }
@@ -100,14 +103,6 @@ fn main() -> ExitCode {
         eprintln!("http-front: -c CONFIG is required");
         return ExitCode::from(2);
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let loaded = match Config::load(&config) {
         Ok(l) => l,
         Err(e) => {
@@ -115,6 +110,10 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Err(e) = shield::logging::init(&loaded.config.log, args.log_format) {
+        eprintln!("http-front: {e}");
+        return ExitCode::from(2);
+    }
     if args.check {
         println!(
             "{}: ok ({} sites, {} upstreams, {} tenants with rules)",

@@ -97,7 +97,10 @@ impl Drop for Flight {
             && ctl.close(CloseCause::ResetFlood)
         {
             c.bump(Counter::LimitResetFlood);
-            tracing::info!(source = %cx.ip, resets = p, requests = r, "HTTP/2 reset flood: closing the connection");
+            shield::limited!(
+                10,
+                info!(source = %cx.ip, resets = p, requests = r, "HTTP/2 reset flood: closing the connection")
+            );
             if cx.flood_block_secs > 0 {
                 let now = shield::clock::unix_ms();
                 cx.front.blocks.insert(BlockEntry::with_ttl(

@@ -25,6 +25,7 @@ pub mod block;
 pub mod clock;
 pub mod control;
 pub mod events;
+pub mod logging;
 pub mod metrics;
 pub mod prefix;
 pub mod ratelimit;

@@ -352,6 +352,20 @@ fn random_subdomain_flood_blocks_flooders_and_legit_client_gets_every_answer() {
     let stats = dnsd.stats();
     assert!(stats["random_subdomain.escalated"] >= 50, "{stats:?}");
     assert!(stats["random_subdomain.attacks"] >= 1);
+    // A flood never becomes a log flood: at most 10 "source blocked" lines a second, the rest
+    // counted (in the lines that pass and in the metrics).
+    let log = dnsd.log();
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("source blocked: random-subdomain flood"))
+        .count();
+    // (the limit counts per wall-clock second: the flood's spans at most this many)
+    let secs = start.elapsed().as_secs() + 2;
+    assert!(
+        lines > 0 && lines as u64 <= 10 * secs && lines < 50,
+        "{lines} lines in {secs} s"
+    );
+    assert!(stats["log.suppressed"] >= (50 - lines) as u64, "{stats:?}");
     // Blocked flooders now cost a lookup: their packets are dropped before parsing.
     let before = dnsd.stats()["drops.blocked"];
     for s in &flooders {

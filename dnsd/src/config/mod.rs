@@ -91,6 +91,9 @@ pub struct Config {
     /// The XDP answer fast path's hot names (`[xdp_hot]`).
     #[serde(default)]
     pub xdp_hot: XdpHot,
+    /// `[log]`: format ("text" or "json") and filter (RUST_LOG syntax). Start-time only.
+    #[serde(default)]
+    pub log: shield::logging::LogConfig,
 }
 
 /// `[xdp_hot]`: the hottest names of zones with `xdp_answers = "hot"` (the default), found by

@@ -156,7 +156,10 @@ impl RandomSubdomain {
             if n as f64 > self.cfg.zone_nxdomains_per_second {
                 if !attacked {
                     self.attacks.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(zone, "random-subdomain flood: NXDOMAIN rate over threshold");
+                    shield::limited!(
+                        10,
+                        warn!(zone, "random-subdomain flood: NXDOMAIN rate over threshold")
+                    );
                 }
                 flag.store(now_ms + self.cfg.window * 1000, Ordering::Relaxed);
                 attacked = true;
@@ -260,7 +263,10 @@ impl crate::query_module::QueryModule for Module {
                     Action::Escalated,
                     super::reason::RANDOM_SUBDOMAIN,
                 );
-                tracing::info!(src = %p.src, zone, "source blocked: random-subdomain flood");
+                shield::limited!(
+                    10,
+                    info!(src = %p.src, zone, "source blocked: random-subdomain flood")
+                );
                 Step::Drop(DropCause::RandomSubdomain)
             }
         }

@@ -912,7 +912,10 @@ fn escalate(
             Origin::Local,
         ));
         state.escalations.add(n as usize ^ t.id as usize, 1);
-        tracing::info!(tenant = t.id, %net, reason = %v.reason, "source escalated into the block map");
+        crate::limited!(
+            10,
+            info!(tenant = t.id, %net, reason = %v.reason, "source escalated into the block map")
+        );
         v.escalated = true;
     }
     v
