@@ -187,6 +187,9 @@ impl HotSampler {
     }
 }
 
+/// How often the replies RRL in XDP limited are read from the kernel into the events.
+const RRL_EVENTS_EVERY: Duration = Duration::from_secs(5);
+
 /// A hot (lower-cased wire qname, qtype) pair.
 type HotKey = (Box<[u8]>, u16);
 
@@ -413,11 +416,43 @@ impl AnswerSync {
         let mut renewed = Instant::now();
         let mut keys = self.keys();
         let mut hot_names: Vec<HotKey> = Vec::new();
+        // RRL in XDP reaches the events as counts per source prefix, from the kernel's
+        // buckets every few seconds.
+        let recorder = defence.events.recorder();
+        let mut limited_seen: HashMap<std::net::IpAddr, u64> = HashMap::new();
+        let mut rrl_read = Instant::now();
         loop {
             match rx.recv_timeout(Duration::from_secs(1)) {
                 Ok(()) => pending = true,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            if self.rate.per_second > 0 && rrl_read.elapsed() >= RRL_EVENTS_EVERY {
+                rrl_read = Instant::now();
+                if let Some(m) = self.maps() {
+                    match m.answer_rate_limited() {
+                        Ok(now) => {
+                            let mut next = HashMap::with_capacity(now.len());
+                            for (ip, n) in now {
+                                // A bucket evicted and made again counts from zero.
+                                let prev = limited_seen.get(&ip).copied().unwrap_or(0);
+                                let new = if n >= prev { n - prev } else { n };
+                                if new > 0 {
+                                    recorder.record_n(
+                                        defence.connection_tenant,
+                                        ip,
+                                        shield::events::Action::RateLimited,
+                                        crate::defence::reason::XDP_RRL,
+                                        new,
+                                    );
+                                }
+                                next.insert(ip, n);
+                            }
+                            limited_seen = next;
+                        }
+                        Err(e) => tracing::warn!("XDP answers: cannot read the RRL buckets: {e}"),
+                    }
+                }
             }
             if let Some((hot_rx, counts)) = &mut hot {
                 counts.drain(hot_rx, &self.stats);

@@ -521,6 +521,14 @@ fn rrl_in_xdp_slips_with_dnsd_s_bytes() {
     std::fs::copy(palisade_tests::data_dir().join("example.com.zone"), &zone).unwrap();
     let rrl = "responses_per_second = 2\nslip = 2";
     let fast_cfg = config_rrl(dir.path(), "fast", 5353, &zone, Some(&pair.if_b), rrl);
+    // RRL in XDP reaches the events as counts per source prefix.
+    let events = dir.path().join("events.jsonl");
+    let mut c = std::fs::read_to_string(&fast_cfg).unwrap();
+    c.push_str(&format!(
+        "\n[events]\noutput = \"file:{}\"\ninterval_secs = 1\n",
+        events.display()
+    ));
+    std::fs::write(&fast_cfg, c).unwrap();
     let slow_cfg = config_rrl(dir.path(), "slow", 5354, &zone, None, rrl);
     let fast = NsDnsd::start(&pair.b, &fast_cfg);
     let _slow = NsDnsd::start(&pair.b, &slow_cfg);
@@ -626,6 +634,21 @@ fn rrl_in_xdp_slips_with_dnsd_s_bytes() {
         30
     );
     assert_eq!(after.get("xdp.answered") - before.get("xdp.answered"), 30);
+    // The replies XDP limited, as rate_limited events with reason 1004 for the client's
+    // prefix (read from the kernel's buckets every 5 s, flushed every second).
+    let prefix = format!(
+        "\"prefix\":\"{}/",
+        std::net::Ipv4Addr::from(u32::from(VethPair::A4) & 0xffff_ff00)
+    );
+    wait_for("XDP RRL events", Duration::from_secs(20), || {
+        std::fs::read_to_string(&events).is_ok_and(|t| {
+            t.lines().any(|l| {
+                l.contains("\"action\":\"rate_limited\"")
+                    && l.contains("\"reason\":1004")
+                    && l.contains(&prefix)
+            })
+        })
+    });
 }
 
 #[test]

@@ -303,6 +303,36 @@ impl GuardMaps {
         self.delete_answers(|k| gone.contains(&(k.addr, k.port)))
     }
 
+    /// Every source prefix with a bucket in the answer-rate map and the replies RRL in XDP
+    /// limited (dropped or slipped) for it so far, summed over the CPUs (the bucket lives
+    /// until the LRU map evicts it).
+    pub fn answer_rate_limited(&self) -> Result<Vec<(IpAddr, u64)>, Error> {
+        const RATE: usize = ANSWERS + 3;
+        let cpus = sys::possible_cpus().map_err(|source| {
+            crate::guard_maps::syscall_err("possible_cpus", ALL_MAPS[RATE], source)
+        })?;
+        // struct guard_ans_bucket: tokens, last_ns, limited (u64 each) per CPU.
+        let mut v = vec![0u8; cpus * 24];
+        let mut out = Vec::new();
+        for k in self.keys(RATE, 16)? {
+            let found = sys::lookup(self.raw_fd(RATE), &k, &mut v).map_err(|source| {
+                crate::guard_maps::syscall_err("lookup", ALL_MAPS[RATE], source)
+            })?;
+            if !found {
+                continue;
+            }
+            let limited: u64 = v
+                .chunks_exact(24)
+                .map(|c| u64::from_ne_bytes(c[16..24].try_into().expect("8 bytes")))
+                .sum();
+            let a: [u8; 16] = k[..16].try_into().expect("16 bytes");
+            let v6 = std::net::Ipv6Addr::from(a);
+            let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+            out.push((ip, limited));
+        }
+        Ok(out)
+    }
+
     /// Answers in the map now (all writers).
     pub fn answer_count(&self) -> Result<u64, Error> {
         Ok(self.keys(ANSWERS, size_of::<AnsKey>())?.len() as u64)

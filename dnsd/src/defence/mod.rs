@@ -42,6 +42,8 @@ pub mod reason {
     pub const RANDOM_SUBDOMAIN: u16 = 1002;
     /// A required cookie was missing or bad.
     pub const COOKIE: u16 = 1003;
+    /// RRL in XDP (the answer fast path): counted per source prefix from the kernel's buckets.
+    pub const XDP_RRL: u16 = 1004;
 }
 
 /// Defence state shared by every worker.
