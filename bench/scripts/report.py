@@ -691,16 +691,22 @@ def xdp_answers_section(XA, md):
     rows = []
     for r in res:
         t = r.get("attack") or {}
+        lg = t.get("legit")
         rows.append([label.get(r["case"], r["case"]),
                      pct(r["answered"] / max(r["sent"], 1), 1),
                      f"{r.get('ns_per_answer', float('nan')):,.0f} ns{ratio(r.get('ns_per_answer'), base)}",
-                     pct(t["answered"] / max(t["sent"], 1), 1) if t else "n/a"])
+                     pct(t["answered"] / max(t["sent"], 1), 1) if t else "n/a",
+                     pct(lg["answered"] / max(lg["sent"], 1), 1) if lg else "n/a",
+                     f"{lg['p50_ms']:.2f} / {lg['p99_ms']:.2f} ms" if lg else "n/a"])
     md.append(f"kxdpgun at {XA['qps']:,} q/s for {XA['seconds']} s from one source on CPU 1 of a "
               "veth between two namespaces, the server pinned to CPU 0; CPU per answer is both "
               "cores' busy time (/proc/stat) per answer, the generator's own work included in "
-              "every case. Then a flood of valid queries from 65,536 sources. Command: "
+              "every case. Then a flood of valid queries from 65,536 sources, and beside it a "
+              "legitimate client on a second veth (one query every 5 ms, 500 ms timeout; its "
+              "queries take every server's kernel path). Command: "
               f"`{XA.get('command', 'bench/scripts/xdp_answers.py')}` ({XA['machine']}).\n")
-    md.append(table(["server", "answered", "CPU per answer", "flood: answered"], rows) + "\n")
+    md.append(table(["server", "answered", "CPU per answer", "flood: answered",
+                     "flood: legitimate answered", "legitimate p50 / p99"], rows) + "\n")
     fig, ax = plt.subplots(figsize=(7, 2.6))
     ax.barh([label.get(r["case"], r["case"]) for r in res],
             [r.get("ns_per_answer", 0) for r in res],

@@ -14,9 +14,12 @@ included in every case (so the ratios understate the differences between servers
 no replies to read the generator works differently, so it is not subtracted.
 
 Then the flood: kxdpgun from 65,536 sources (198.18.0.0/16, `-l`; RRL per source cannot stop
-it) at --attack-qps, a rate no kernel-path server here sustains: the share answered per server.
-(A legitimate client's latency beside it is not measured: kxdpgun's XDP program on the sending
-veth takes every reply.)
+it) at --attack-qps, a rate no kernel-path server here sustains: the share answered per server,
+and beside it a legitimate client — one query at a time, every 5 ms, 500 ms timeout — over a
+second veth pair between the same namespaces (198.19.255.1 → 198.19.255.2; kxdpgun's XDP
+program takes every reply on the first): its answered share and latency percentiles. The
+legitimate queries reach every server through the kernel (XDP is attached to the first link
+only): the figure is how well the server's kernel path survives the flood beside it.
 
 Usage: xdp_answers.py [--quick] [--seconds N] [--qps N] [--attack-qps N] [--cases a,b,...]
                       [--no-attack]
@@ -45,9 +48,42 @@ www AAAA 2001:db8::80
 """
 
 
+LEGIT_S, LEGIT_R = "198.19.255.1", "198.19.255.2"
+
+# The legitimate client: one query at a time for www.bench.test/A, every 5 ms, for argv[2]
+# seconds, from argv[3] to argv[1]:53; prints {"sent": N, "rtts": [seconds...]}.
+LEGIT = r"""
+import json, socket, struct, sys, time
+dst, secs, src = (sys.argv[1], 53), float(sys.argv[2]), sys.argv[3]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((src, 0))
+s.settimeout(0.5)
+name = b"\x03www\x05bench\x04test\x00\x00\x01\x00\x01"
+rtts, sent, i = [], 0, 0
+end = time.monotonic() + secs
+while time.monotonic() < end:
+    i = (i + 1) & 0xffff
+    q = struct.pack(">HHHHHH", i, 0x0100, 1, 0, 0, 0) + name
+    sent += 1
+    t0 = time.monotonic()
+    s.sendto(q, dst)
+    while True:
+        try:
+            b, _ = s.recvfrom(2048)
+        except socket.timeout:
+            break
+        if b[:2] == q[:2]:
+            rtts.append(time.monotonic() - t0)
+            break
+    time.sleep(0.005)
+print(json.dumps({"sent": sent, "rtts": rtts}))
+"""
+
+
 class Veth(xv.Veth):
     """xdp_veth's pair with one queue per side: XDP_TX frames land on the queue of the CPU
-    that sent them, and kxdpgun's socket listens on queue 0 only."""
+    that sent them, and kxdpgun's socket listens on queue 0 only; and a second pair for the
+    legitimate client."""
 
     def _make(self):
         tag = f"{os.getpid() % 100000}"
@@ -63,6 +99,12 @@ class Veth(xv.Veth):
                               (self.ns_r, self.if_r, xv.RECV_IP)):
             xv.sh(["ip", "-n", ns, "addr", "add", f"{mine}/24", "dev", ifn])
         self.up()
+        self.if_s2, self.if_r2 = f"{self.if_s}l", f"{self.if_r}l"
+        xv.sh(["ip", "-n", self.ns_s, "link", "add", self.if_s2, "type", "veth", "peer", "name",
+               self.if_r2, "netns", self.ns_r])
+        for ns, ifn, mine in ((self.ns_s, self.if_s2, LEGIT_S), (self.ns_r, self.if_r2, LEGIT_R)):
+            xv.sh(["ip", "-n", ns, "addr", "add", f"{mine}/30", "dev", ifn])
+            xv.sh(["ip", "-n", ns, "link", "set", ifn, "up"])
 
 
 def drop_program(tmp):
@@ -97,7 +139,8 @@ def start_server(case, veth, tmp, zone):
             extra += (f"\n[xdp]\ninterface = \"{veth.if_r}\"\nmode = \"native\"\n"
                       "dns_ports = [53]\nrate = 0\nburst = 1\npin = false\n")
             zone_extra = "xdp_answers = true"
-        conf = c.dnsd_conf(d, [xv.RECV_IP], PORT, zones, extra=extra, zone_extra=zone_extra)
+        conf = c.dnsd_conf(d, [xv.RECV_IP, LEGIT_R], PORT, zones, extra=extra,
+                           zone_extra=zone_extra)
         srv = c.Server(case, veth.exec(veth.ns_r, pin + [c.dnsd_bin(), "serve", "-c", conf]),
                        None, env=dict(os.environ, RUST_LOG="info"))
         sock = os.path.join(d, "dnsd.sock")
@@ -111,7 +154,7 @@ def start_server(case, veth, tmp, zone):
             time.sleep(0.05)
         return srv, lambda: None
     if case.startswith("knot"):
-        conf = c.knot_conf(d, xv.RECV_IP, PORT, zones)
+        conf = c.knot_conf(d, [xv.RECV_IP, LEGIT_R], PORT, zones)
         if case == "knot-xdp":
             with open(conf) as f:
                 text = f.read()
@@ -123,7 +166,7 @@ def start_server(case, veth, tmp, zone):
         time.sleep(1.5)
         return srv, lambda: None
     if case == "nsd":
-        conf = c.nsd_conf(d, xv.RECV_IP, PORT, zones)
+        conf = c.nsd_conf(d, [xv.RECV_IP, LEGIT_R], PORT, zones)
         srv = c.Server(case, veth.exec(veth.ns_r, pin + ["nsd", "-d", "-c", conf]), None)
         time.sleep(1.5)
         return srv, lambda: None
@@ -131,7 +174,11 @@ def start_server(case, veth, tmp, zone):
 
 
 def attack(veth, qfile, seconds, qps):
-    """kxdpgun from 65,536 sources; (sent, answered)."""
+    """kxdpgun from 65,536 sources, and the legitimate client beside it on the second link;
+    (sent, answered, legit) with legit = {"sent", "answered", "p50_ms", "p99_ms"}."""
+    legit = subprocess.Popen(veth.exec(veth.ns_s, [sys.executable, "-c", LEGIT, LEGIT_R,
+                                                   str(seconds), LEGIT_S]),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     argv = veth.exec(veth.ns_s, ["kxdpgun", "-t", str(seconds), "-Q", str(qps), "-F", "1",
                                  "-I", veth.if_s, "-l", "198.18.0.0/16", "-i", qfile,
                                  xv.RECV_IP])
@@ -139,7 +186,16 @@ def attack(veth, qfile, seconds, qps):
     text = out.stdout + out.stderr
     sent = re.search(r"total queries:\s+(\d+)", text)
     answered = re.search(r"total replies:\s+(\d+)", text)
-    return (int(sent.group(1)) if sent else 0, int(answered.group(1)) if answered else 0)
+    lout, lerr = legit.communicate(timeout=seconds + 30)
+    try:
+        lj = json.loads(lout)
+    except ValueError:
+        raise RuntimeError(f"legitimate client: {lerr.strip()[-600:]}")
+    rtts = sorted(lj["rtts"])
+    pct = (lambda p: rtts[min(len(rtts) - 1, int(p * len(rtts)))] * 1000 if rtts
+           else float("nan"))
+    lg = {"sent": lj["sent"], "answered": len(rtts), "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
+    return (int(sent.group(1)) if sent else 0, int(answered.group(1)) if answered else 0, lg)
 
 
 def busy_jiffies():
@@ -229,16 +285,19 @@ def main():
                 srv, cleanup = start_server(case, veth, tmp, zone)
                 try:
                     b0 = busy_jiffies()
-                    asent, aans = attack(veth, qfile, seconds, a.attack_qps)
+                    asent, aans, legit = attack(veth, qfile, seconds, a.attack_qps)
                     b1 = busy_jiffies()
                 finally:
                     if srv:
                         srv.stop()
                     cleanup()
                 abusy = sum(b1[k] - b0[k] for k in b1) / os.sysconf("SC_CLK_TCK")
-                results[-1]["attack"] = {"sent": asent, "answered": aans, "busy_cpu_s": abusy}
+                results[-1]["attack"] = {"sent": asent, "answered": aans, "busy_cpu_s": abusy,
+                                         "legit": legit}
                 c.log(f"{case:>9} under a many-source flood: answered {aans}/{asent}, "
-                      f"both cores busy {abusy:.2f} s")
+                      f"both cores busy {abusy:.2f} s; legitimate client "
+                      f"{legit['answered']}/{legit['sent']}, p50 {legit['p50_ms']:.2f} ms, "
+                      f"p99 {legit['p99_ms']:.2f} ms")
     finally:
         c.done_progress()
         veth.close()
@@ -261,12 +320,16 @@ def main():
               f"{per * 1e9:10.0f} {ratio:7.2f}x")
     if any("attack" in r for r in results):
         print(f"\nA flood of valid queries from 65,536 sources (198.18.0.0/16) at {a.attack_qps} q/s:")
-        print(f"{'case':>9} {'answered':>9} {'busy s':>7}")
+        print(f"{'case':>9} {'answered':>9} {'busy s':>7} {'legit answered':>15} "
+              f"{'p50 ms':>7} {'p99 ms':>7}")
         for r in results:
             t = r.get("attack")
             if t:
+                lg = t["legit"]
                 print(f"{r['case']:>9} {t['answered'] / max(t['sent'], 1) * 100:8.1f}% "
-                      f"{t['busy_cpu_s']:7.2f}")
+                      f"{t['busy_cpu_s']:7.2f} "
+                      f"{lg['answered'] / max(lg['sent'], 1) * 100:14.1f}% "
+                      f"{lg['p50_ms']:7.2f} {lg['p99_ms']:7.2f}")
     c.save("xdp_answers", {"machine": c.machine(), "seconds": seconds, "qps": a.qps,
                            "command": f"bench/scripts/xdp_answers.py --qps {a.qps}",
                            "when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results})

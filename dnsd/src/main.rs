@@ -57,6 +57,13 @@ enum Cmd {
         /// The master file.
         file: PathBuf,
     },
+    /// Check a config file, the zone files and the rules file it names, as `serve` would load
+    /// them; exit 0 when all would load, 1 with every problem (file:line) when not.
+    CheckConfig {
+        /// The config file (TOML).
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+    },
     /// Control a running server (reload [ZONE], stats, zones, status, ...).
     #[command(after_help = dnsd::control::HELP)]
     Ctl {
@@ -83,6 +90,7 @@ fn main() -> ExitCode {
             quiet,
             file,
         } => ExitCode::from(check_zone::run(&file, origin.as_deref(), quiet) as u8),
+        Cmd::CheckConfig { config } => ExitCode::from(check_config(&config)),
         Cmd::Serve {
             config,
             listen,
@@ -257,4 +265,46 @@ fn build_config(
         cfg.server.workers = w;
     }
     Ok(cfg)
+}
+
+/// `dnsd check-config -c FILE`: the config, each zone file (as check-zone, quietly: only
+/// problems) and the rules file; 0 when everything would load.
+fn check_config(path: &std::path::Path) -> u8 {
+    let cfg = match config::Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dnsd: {e}");
+            return 1;
+        }
+    };
+    let mut bad = 0;
+    for z in &cfg.zones {
+        // A secondary's file may not exist yet: it comes from the primary.
+        if !z.primaries.is_empty() && !z.file.exists() {
+            continue;
+        }
+        if check_zone::run(&z.file, Some(&z.origin), true) != 0 {
+            bad += 1;
+        }
+    }
+    let mut tenants = 0;
+    if let Some(r) = &cfg.rules {
+        match shield::rules::Prepared::load(&r.file) {
+            Ok(p) => tenants = p.tenant_count(),
+            Err(e) => {
+                eprintln!("dnsd: rules: {e}");
+                bad += 1;
+            }
+        }
+    }
+    if bad > 0 {
+        return 1;
+    }
+    println!(
+        "{}: ok ({} zones, {} tenants with rules)",
+        path.display(),
+        cfg.zones.len(),
+        tenants
+    );
+    0
 }

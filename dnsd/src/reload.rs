@@ -13,8 +13,19 @@ use crate::zone_registry::{self, Registry};
 use shield::control::Reply;
 
 /// Reloads one zone or every changed zone (all with `force`); re-reads the zone list from
-/// the config file when there is one.
+/// the config file when there is one. The service manager hears RELOADING=1, then READY=1.
 pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Reply {
+    shield::service::reloading();
+    let r = reload_now(shared, zone, force).await;
+    shield::service::ready(if r.ok {
+        "serving (reloaded)"
+    } else {
+        "serving (the last reload failed in part; see ctl zones)"
+    });
+    r
+}
+
+async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Reply {
     let mut reg = shared.zones.lock().await;
     let mut rules_note: Option<(bool, String)> = None;
     if zone.is_none()

@@ -344,6 +344,17 @@ impl Front {
 
     /// Re-reads the config file; on success swaps in the new snapshot and rules, on failure keeps the last good ones.
     pub fn reload(&self) -> Result<(), ConfigError> {
+        shield::service::reloading();
+        let r = self.reload_now();
+        shield::service::ready(if r.is_ok() {
+            "serving (reloaded)"
+        } else {
+            "serving (reload refused: the running config stays)"
+        });
+        r
+    }
+
+    fn reload_now(&self) -> Result<(), ConfigError> {
         let loaded = match Config::load(&self.config_path) {
             Ok(l) => l,
             Err(e) => {

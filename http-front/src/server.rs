@@ -140,7 +140,11 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         with_rules = snap.sites.with_rules(),
         "http-front ready"
     );
+    shield::service::ready(&format!("serving {} sites", snap.sites.len()));
     drop(snap);
+    // The service manager's watchdog, kept alive by this loop's own ticks.
+    let watchdog = shield::service::watchdog_period();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
             _ = hup.recv() => {
@@ -148,10 +152,16 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
                 // Compiling rules may take a while: off the async workers.
                 let _ = tokio::task::spawn_blocking(move || f.reload()).await;
             }
+            _ = tick.tick() => {
+                if let Some(p) = watchdog {
+                    shield::service::watchdog_tick(p);
+                }
+            }
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
     }
+    shield::service::stopping();
     tracing::info!("shutting down: no new connections, GOAWAY to open ones");
     accept.abort_all();
     let n = front.registry.close_all(CloseCause::Shutdown);

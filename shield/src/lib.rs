@@ -31,6 +31,7 @@ pub mod prefix;
 pub mod ratelimit;
 pub mod redis_sync;
 pub mod rules;
+pub mod service;
 pub mod toml_pos;
 
 mod epoch;

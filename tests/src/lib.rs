@@ -71,6 +71,14 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// The repository's root (the workspace directory).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ is inside the workspace")
+        .to_path_buf()
+}
+
 /// The directory of the zone files and other data of these tests (`tests/data`).
 pub fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data")
