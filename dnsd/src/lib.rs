@@ -22,6 +22,7 @@ pub mod check_zone;
 pub mod config;
 pub mod control;
 pub mod defence;
+pub mod dnstap;
 pub mod event_sinks;
 pub mod internet;
 pub mod metrics;

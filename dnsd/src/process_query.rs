@@ -83,6 +83,10 @@ pub struct Processor {
     local: Option<std::net::IpAddr>,
     /// Samples answered names for the XDP fast path's hot names.
     hot: Option<crate::xdp_answers::HotSampler>,
+    /// The query log (`[dnstap]`).
+    tap: Option<crate::dnstap::Tap>,
+    /// A defence dropped, slipped or refused the message being processed (for dnstap).
+    defence_acted: bool,
 }
 
 /// The outcome of processing one message.
@@ -119,7 +123,15 @@ impl Processor {
             job: None,
             local: None,
             hot: None,
+            tap: None,
+            defence_acted: false,
         }
+    }
+
+    /// Writes this processor's queries and answers to the query log.
+    pub fn with_tap(mut self, tap: Option<crate::dnstap::Tap>) -> Processor {
+        self.tap = tap;
+        self
     }
 
     /// Samples this processor's UDP answers for the XDP fast path's hot names.
@@ -165,6 +177,36 @@ impl Processor {
 
     /// Processes one message from `src` into `out`.
     pub fn process(
+        &mut self,
+        req: &[u8],
+        src: SocketAddr,
+        transport: Transport,
+        out: &mut [u8],
+    ) -> Outcome {
+        if self.tap.is_none() {
+            return self.process_message(req, src, transport, out);
+        }
+        self.defence_acted = false;
+        let o = self.process_message(req, src, transport, out);
+        let response = match o {
+            Outcome::Reply(n) => Some(&out[..n]),
+            Outcome::Drop => None,
+            // A blocked source costs one lookup and never reaches the log; transfers are
+            // logged by their own lines.
+            Outcome::Refused | Outcome::Transfer => return o,
+        };
+        let tapped = crate::dnstap::Tapped {
+            query: req,
+            response,
+            defence: self.defence_acted,
+        };
+        if let Some(t) = &mut self.tap {
+            t.record(&tapped, src, self.local, transport);
+        }
+        o
+    }
+
+    fn process_message(
         &mut self,
         req: &[u8],
         src: SocketAddr,
@@ -267,9 +309,11 @@ impl Processor {
                 Step::Continue => {}
                 Step::Drop(why) => {
                     stats.dropped(why);
+                    self.defence_acted = true;
                     return Outcome::Drop;
                 }
                 Step::Slip => {
+                    self.defence_acted = true;
                     // The challenge is a reply too: rate limited like any other (a spoofed
                     // flood against a zone that requires cookies must not get one per packet).
                     let a = Answered {
@@ -293,6 +337,7 @@ impl Processor {
                     return Outcome::Reply(n);
                 }
                 Step::Refuse(rc) => {
+                    self.defence_acted = true;
                     return self.error_reply(req, out, rc, true, edns, transport, src);
                 }
             }
@@ -327,15 +372,18 @@ impl Processor {
                 Step::Continue => {}
                 Step::Drop(why) => {
                     stats.dropped(why);
+                    self.defence_acted = true;
                     return Outcome::Drop;
                 }
                 Step::Slip => {
+                    self.defence_acted = true;
                     let (n, rc) =
                         response::slip(out, req, q, udp_payload, true, parsed.cookie_out.as_ref());
                     stats.response(rc, rc == rcode::NOERROR);
                     return Outcome::Reply(n);
                 }
                 Step::Refuse(rc) => {
+                    self.defence_acted = true;
                     return self.error_reply(req, out, rc, true, edns, transport, src);
                 }
             }
@@ -400,9 +448,11 @@ impl Processor {
                 Step::Continue | Step::Refuse(_) => {}
                 Step::Drop(why) => {
                     self.stats.dropped(why);
+                    self.defence_acted = true;
                     return Outcome::Drop;
                 }
                 Step::Slip => {
+                    self.defence_acted = true;
                     let (n, rc) = response::slip(out, req, q, udp_payload, with_question, None);
                     self.stats.response(rc, true);
                     return Outcome::Reply(n);

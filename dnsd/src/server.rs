@@ -172,7 +172,13 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         .map(|_| Arc::new(WorkerStats::default()))
         .collect();
     let stop = Arc::new(AtomicBool::new(false));
+    // The query log: one writer thread, a tap per worker (and per TCP connection).
+    let dnstap = cfg.dnstap.clone().map(|d| {
+        tracing::info!(output = %d.socket.as_ref().or(d.file.as_ref()).map_or(String::new(), |p| p.display().to_string()), "dnstap on");
+        crate::dnstap::start(d, cfg.server.port)
+    });
     let (handles, waker) = {
+        let tap = dnstap.as_ref().map(|(t, _)| t.clone_for_worker());
         let hot = xdp_answers.as_ref().and_then(|a| a.sampler());
         let zones = zones.clone();
         let pcfg = pcfg.clone();
@@ -191,7 +197,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                         Some(&defence),
                     )
                     .with_transfers(xfr.clone())
-                    .with_hot(hot.as_ref().map(|h| h.clone_for_worker())),
+                    .with_hot(hot.as_ref().map(|h| h.clone_for_worker()))
+                    .with_tap(tap.as_ref().map(|t| t.clone_for_worker())),
                     local: local.clone(),
                 },
                 stop.clone(),
@@ -206,6 +213,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         let ts = tcp_stats.clone();
         let d = defence.clone();
         let x = xfr.clone();
+        let tap = dnstap.as_ref().map(|(t, _)| t.clone_for_worker());
         TcpServer::new(
             TcpLimits {
                 max_connections: tcp_max_connections,
@@ -220,6 +228,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             Box::new(move || {
                 Processor::new(zones.clone(), pcfg.clone(), ts.clone(), Some(&d))
                     .with_transfers(x.clone())
+                    .with_tap(tap.as_ref().map(|t| t.clone_for_worker()))
             }),
         )
     };
@@ -242,6 +251,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     );
     metrics.register("tcp", tcp.clone());
     metrics.register("log", Arc::new(shield::logging::LogMetrics));
+    if let Some((_, st)) = &dnstap {
+        metrics.register("dnstap", st.clone());
+    }
     metrics.register("defence", defence.clone());
     metrics.register("blockmap", blocks.clone());
     metrics.register("events", events.clone());

@@ -94,6 +94,9 @@ pub struct Config {
     /// `[log]`: format ("text" or "json") and filter (RUST_LOG syntax). Start-time only.
     #[serde(default)]
     pub log: shield::logging::LogConfig,
+    /// `[dnstap]`: the query log in Frame Streams. Start-time only.
+    #[serde(default)]
+    pub dnstap: Option<crate::dnstap::DnstapConfig>,
 }
 
 /// `[xdp_hot]`: the hottest names of zones with `xdp_answers = "hot"` (the default), found by
@@ -439,6 +442,9 @@ impl Config {
             r.validate().map_err(|e| inv("redis", e.to_string()))?;
         }
         self.events.check().map_err(|(k, m)| inv(&k, m))?;
+        if let Some(d) = &self.dnstap {
+            d.check().map_err(|(k, m)| inv(&k, m))?;
+        }
         transfer::check_config(self).map_err(|(k, m)| inv(&k, m))?;
         Ok(())
     }
