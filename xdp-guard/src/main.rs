@@ -45,6 +45,12 @@ enum Cmd {
         #[arg(long, short = 'c')]
         config: PathBuf,
     },
+    /// Check a guard config (file:line:key on a problem); exit 0 when `attach` would read it.
+    CheckConfig {
+        /// The guard's config.
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+    },
     /// Detach the program (the maps stay pinned with their blocks, unless --purge).
     Detach {
         #[command(flatten)]
@@ -369,6 +375,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match &cli.cmd {
         Cmd::Attach { config } => attach(config).map(|_| true),
+        Cmd::CheckConfig { config } => load_config(config).map(|c| {
+            println!(
+                "{}: ok (interface {}, pin path {})",
+                config.display(),
+                c.interface,
+                c.pin_path.display()
+            );
+            true
+        }),
         Cmd::Detach {
             at,
             interface,
