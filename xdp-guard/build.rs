@@ -207,6 +207,18 @@ fn main() {
         "compiling bpf/guard.c for the BPF target",
     );
 
+    println!("cargo:rerun-if-changed=bpf/sklookup.c");
+    run(
+        Command::new(&clang)
+            .args(["-target", "bpf", "-O2", "-g", "-Wall", "-Werror"])
+            .arg(format!("-I{multiarch}"))
+            .arg("-c")
+            .arg(bpf_dir.join("sklookup.c"))
+            .arg("-o")
+            .arg(out.join("sklookup.o")),
+        "compiling bpf/sklookup.c for the BPF target",
+    );
+
     let probe_src = out.join("layout_probe.c");
     std::fs::write(&probe_src, probe_source()).expect("write layout probe");
     let probe_bin = out.join("layout_probe");

@@ -105,12 +105,10 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         ms = bind_time.as_millis() as u64,
         "UDP sockets bound"
     );
-    let tcp_listeners = listener::tcp::wildcard_listeners(
-        &addrs,
-        cfg.server.port,
-        &listener::tcp::TcpOptions::default(),
-    )
-    .map_err(|e| e.to_string())?;
+    // TCP: steered by sk_lookup where `xdp-guard attach` installed it (one listener per
+    // family takes every service address, and other listeners on the port keep theirs),
+    // else the wildcard sockets.
+    let (tcp_listeners, _steering) = tcp_listeners(&cfg, &addrs)?;
     let fleet_counters = fleet.counters();
     let bound = fleet.addrs().to_vec();
     // The XDP answer fast path, for zones marked xdp_answers (with [xdp]).
@@ -495,4 +493,63 @@ async fn wait_for_signals(shared: Arc<State>) {
         }
     }
     tracing::info!("stopping");
+}
+
+/// The TCP listening sockets, and the sk_lookup registration that steers the service
+/// addresses to them (kept until the server stops; dropping it withdraws the addresses).
+fn tcp_listeners(
+    cfg: &Config,
+    addrs: &[IpAddr],
+) -> Result<
+    (
+        Vec<std::net::TcpListener>,
+        Option<xdp_guard::sk_lookup::Steering>,
+    ),
+    String,
+> {
+    let opts = listener::tcp::TcpOptions::default();
+    let port = cfg.server.port;
+    let steering = match cfg.xdp.as_ref() {
+        Some(x) => match xdp_guard::sk_lookup::Steering::open(&x.pin_path) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("TCP steering (sk_lookup) unusable: {e}");
+                None
+            }
+        },
+        None => None,
+    };
+    if let Some(mut s) = steering {
+        // One listener per family, bound to a service address on an ephemeral port: the
+        // program hands it the connections to every service address on `port`.
+        let mut ls = Vec::new();
+        for v6 in [false, true] {
+            if let Some(&ip) = addrs.iter().find(|a| a.is_ipv6() == v6) {
+                ls.push(
+                    listener::tcp::listener(SocketAddr::new(ip, 0), &opts)
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+        }
+        let refs: Vec<&std::net::TcpListener> = ls.iter().collect();
+        match s.register(&refs, addrs, port) {
+            Ok(()) => {
+                tracing::info!(
+                    addresses = addrs.len(),
+                    port,
+                    "TCP: sk_lookup steers the service addresses to dnsd's listeners"
+                );
+                return Ok((ls, Some(s)));
+            }
+            Err(e) => {
+                tracing::warn!("TCP steering (sk_lookup) refused: {e}; the wildcard socket instead")
+            }
+        }
+    }
+    let ls = listener::tcp::wildcard_listeners(addrs, port, &opts).map_err(|e| e.to_string())?;
+    tracing::info!(
+        port,
+        "TCP: the wildcard socket (no sk_lookup steering installed)"
+    );
+    Ok((ls, None))
 }

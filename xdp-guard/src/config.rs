@@ -98,6 +98,11 @@ pub struct XdpConfig {
     /// Pin the maps (false: private maps that die with the process).
     #[serde(default = "default_true")]
     pub pin: bool,
+    /// `xdp-guard attach` also installs TCP steering (sk_lookup) in its network namespace:
+    /// daemons that find it take the connections to their addresses through one listener
+    /// instead of the wildcard socket.
+    #[serde(default = "default_true")]
+    pub tcp_steering: bool,
 }
 
 fn default_dns_ports() -> Vec<u16> {
@@ -155,6 +160,7 @@ impl XdpConfig {
             answer_entries: crate::maps::DEFAULT_ANSWER_ENTRIES,
             pin_path: default_pin_path(),
             pin: true,
+            tcp_steering: true,
         }
     }
 

@@ -36,6 +36,7 @@ mod guard;
 mod guard_maps;
 pub mod maps;
 mod mirror;
+pub mod sk_lookup;
 mod sys;
 
 pub use answers::{

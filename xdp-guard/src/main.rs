@@ -181,6 +181,7 @@ fn attach(config: &Path) -> Result<(), String> {
                     "already attached to {} ({}, program {}): rate settings updated",
                     a.interface, a.mode, a.program_id
                 );
+                steer(&cfg);
                 return Ok(());
             }
             _ => {
@@ -206,7 +207,26 @@ fn attach(config: &Path) -> Result<(), String> {
         a.link_id,
         cfg.pin_path.display()
     );
+    steer(&cfg);
     Ok(())
+}
+
+/// Installs TCP steering (sk_lookup) beside the guard when the config asks for it; a kernel
+/// without it leaves the daemons on their wildcard sockets (said, not fatal).
+fn steer(cfg: &XdpConfig) {
+    if !cfg.tcp_steering {
+        return;
+    }
+    match xdp_guard::sk_lookup::install(&cfg.pin_path) {
+        Ok(true) => println!(
+            "TCP steering (sk_lookup) installed in this network namespace; pinned at {}",
+            cfg.pin_path.display()
+        ),
+        Ok(false) => {}
+        Err(e) => eprintln!(
+            "xdp-guard: TCP steering (sk_lookup) not installed: {e}; daemons use their wildcard TCP sockets"
+        ),
+    }
 }
 
 fn sizes_match(maps: &GuardMaps, cfg: &XdpConfig) -> bool {
@@ -225,6 +245,11 @@ fn detach(at: &Where, interface: Option<&str>, purge: bool) -> Result<(), String
     let gone = detach_node(&dir, interface).map_err(|e| e.to_string())?;
     if gone.is_empty() {
         println!("not attached (nothing pinned at {})", dir.display());
+    }
+    // The last attachment gone (or --purge): the TCP steering goes with it.
+    let left = node_attachments(&dir).map(|a| a.len()).unwrap_or(0);
+    if (left == 0 || purge) && xdp_guard::sk_lookup::uninstall(&dir).map_err(|e| e.to_string())? {
+        println!("TCP steering (sk_lookup) removed");
     }
     for a in &gone {
         println!("detached from {}", a.interface);
@@ -248,6 +273,14 @@ fn status(at: &Where) -> Result<bool, String> {
     if atts.is_empty() {
         println!("attached: no (pin directory {})", dir.display());
     }
+    println!(
+        "TCP steering (sk_lookup): {}",
+        if dir.join(xdp_guard::sk_lookup::LINK_PIN).exists() {
+            "installed"
+        } else {
+            "not installed"
+        }
+    );
     for a in &atts {
         let mode = match a.mode {
             Mode::Auto => "unknown".to_string(),
