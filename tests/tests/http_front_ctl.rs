@@ -124,7 +124,7 @@ fn http_front_ctl_blocks_lists_imports_and_reloads() {
 
     // Unknown commands are named; no server: exit 2.
     let (code, out) = ctl(&sock, &["frobnicate"]);
-    assert!(code == 1 && out.contains("commands:"), "{out}");
+    assert!(code == 1 && out.contains("Commands"), "{out}");
     let (code, _) = ctl(&dir.path().join("none.sock"), &["status"]);
     assert_eq!(code, 2);
 
