@@ -18,8 +18,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
 
-use crate::query_module::Transport;
-
 /// Frame Streams content type of dnstap.
 pub const CONTENT_TYPE: &[u8] = b"protobuf:dnstap.Dnstap";
 
@@ -161,7 +159,7 @@ impl shield::metrics::Source for DnstapStats {
 
 /// One query (and its answer) handed to the writer.
 struct Msg {
-    transport: Transport,
+    tcp: bool,
     client: SocketAddr,
     server: Option<IpAddr>,
     server_port: u16,
@@ -210,14 +208,15 @@ impl Tap {
         }
     }
 
-    /// Hands `m` (from `client` to `server`) to the writer when the filters let it through.
+    /// Hands `m` (from `client` to `server`, over TCP or UDP) to the writer when the filters
+    /// let it through.
     #[inline]
     pub fn record(
         &mut self,
         m: &Tapped<'_>,
         client: SocketAddr,
         server: Option<IpAddr>,
-        transport: Transport,
+        tcp: bool,
     ) {
         if self.cfg.only_defence && !m.defence {
             return;
@@ -242,7 +241,7 @@ impl Tap {
             None => {
                 let got = self.free.try_lock().ok().and_then(|f| f.try_recv().ok());
                 got.unwrap_or_else(|| Msg {
-                    transport,
+                    tcp,
                     client,
                     server,
                     server_port: 0,
@@ -256,7 +255,7 @@ impl Tap {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        msg.transport = transport;
+        msg.tcp = tcp;
         msg.client = client;
         msg.server = server;
         msg.server_port = self.server_port;
@@ -555,11 +554,7 @@ fn encode(out: &mut Vec<u8>, identity: &[u8], version: &[u8], kind: u64, m: &Msg
     uint(&mut msg, 1, kind);
     let v6 = m.client.is_ipv6();
     uint(&mut msg, 2, if v6 { 2 } else { 1 });
-    uint(
-        &mut msg,
-        3,
-        if m.transport == Transport::Tcp { 2 } else { 1 },
-    );
+    uint(&mut msg, 3, if m.tcp { 2 } else { 1 });
     let addr = |ip: IpAddr| match ip {
         IpAddr::V4(a) => a.octets().to_vec(),
         IpAddr::V6(a) => a.octets().to_vec(),

@@ -24,6 +24,7 @@ pub mod control;
 pub mod defence;
 pub mod dnstap;
 pub mod event_sinks;
+pub mod hot_names;
 pub mod internet;
 pub mod metrics;
 pub mod nsec_proofs;

@@ -82,7 +82,7 @@ pub struct Processor {
     /// The service address of the next message (set by the transport).
     local: Option<std::net::IpAddr>,
     /// Samples answered names for the XDP fast path's hot names.
-    hot: Option<crate::xdp_answers::HotSampler>,
+    hot: Option<crate::hot_names::HotSampler>,
     /// The query log (`[dnstap]`).
     tap: Option<crate::dnstap::Tap>,
     /// A defence dropped, slipped or refused the message being processed (for dnstap).
@@ -135,7 +135,7 @@ impl Processor {
     }
 
     /// Samples this processor's UDP answers for the XDP fast path's hot names.
-    pub fn with_hot(mut self, hot: Option<crate::xdp_answers::HotSampler>) -> Processor {
+    pub fn with_hot(mut self, hot: Option<crate::hot_names::HotSampler>) -> Processor {
         self.hot = hot;
         self
     }
@@ -201,7 +201,7 @@ impl Processor {
             defence: self.defence_acted,
         };
         if let Some(t) = &mut self.tap {
-            t.record(&tapped, src, self.local, transport);
+            t.record(&tapped, src, self.local, transport == Transport::Tcp);
         }
         o
     }

@@ -40,6 +40,7 @@ use xdp_guard::maps::{
 use crate::config::XdpHot;
 use crate::config::defence::CookiePolicy;
 use crate::defence::{Shared, cookies::Cookies};
+use crate::hot_names::{HotCounts, HotKey, HotSample, HotSampler};
 use crate::process_query::{Outcome, PipelineConfig, Processor, Transport};
 use crate::served_zones::ZoneSet;
 use crate::stats::WorkerStats;
@@ -63,7 +64,7 @@ pub struct AnswerStats {
     /// Hot (name, type) pairs picked at the last sync.
     pub hot: AtomicU64,
     /// Samples lost because the channel to the publisher was full.
-    pub hot_dropped: AtomicU64,
+    pub hot_dropped: Arc<AtomicU64>,
     /// Sampled names not counted because the count table was full.
     pub hot_overflow: AtomicU64,
 }
@@ -111,7 +112,7 @@ impl shield::metrics::Source for AnswerStats {
             );
         }
         for (what, v) in [
-            ("dropped", &self.hot_dropped),
+            ("dropped", &*self.hot_dropped),
             ("overflow", &self.hot_overflow),
         ] {
             out.counter(
@@ -132,66 +133,8 @@ impl shield::metrics::Source for AnswerStats {
     }
 }
 
-/// One sampled answer: the lower-cased wire qname and the type.
-#[derive(Clone, Copy)]
-pub struct HotSample {
-    qtype: u16,
-    len: u8,
-    name: [u8; QNAME_MAX],
-}
-
-/// A worker's sampler of the names it answers (one answer in `every`), feeding the publisher
-/// without a lock or an allocation.
-pub struct HotSampler {
-    tx: SyncSender<HotSample>,
-    every: u32,
-    n: u32,
-    dropped: Arc<AnswerStats>,
-}
-
-impl HotSampler {
-    /// Another sampler into the same channel (one per worker).
-    pub fn clone_for_worker(&self) -> HotSampler {
-        HotSampler {
-            tx: self.tx.clone(),
-            every: self.every,
-            n: 0,
-            dropped: self.dropped.clone(),
-        }
-    }
-
-    /// Counts an answer to `qname`/`qtype` from a zone whose hottest names XDP may answer;
-    /// samples one in `every`.
-    #[inline]
-    pub fn answered(&mut self, qname: &[u8], qtype: u16) {
-        self.n += 1;
-        if self.n < self.every {
-            return;
-        }
-        self.n = 0;
-        if qname.len() > QNAME_MAX {
-            return;
-        }
-        let mut s = HotSample {
-            qtype,
-            len: qname.len() as u8,
-            name: [0; QNAME_MAX],
-        };
-        // Length bytes are below 64: lower-casing leaves them as they are.
-        for (d, c) in s.name.iter_mut().zip(qname) {
-            *d = c.to_ascii_lowercase();
-        }
-        if self.tx.try_send(s).is_err() {
-            self.dropped.hot_dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
-
 /// How often the replies RRL in XDP limited are read from the kernel into the events.
 const RRL_EVENTS_EVERY: Duration = Duration::from_secs(5);
-
-/// A hot (lower-cased wire qname, qtype) pair.
-type HotKey = (Box<[u8]>, u16);
 
 /// What the publisher compiles from: dnsd's zones, pipeline, rules and defences.
 pub struct AnswerInputs {
@@ -203,56 +146,6 @@ pub struct AnswerInputs {
     pub rules: Option<Arc<shield::rules::RuleSet>>,
     /// The defences (the cookie check and secrets).
     pub defence: Arc<Shared>,
-}
-
-/// The most distinct names the hot count table holds between picks.
-const HOT_TABLE_MAX: usize = 65_536;
-
-/// The publisher's count of sampled names, and its pick of the hottest.
-struct HotCounts {
-    cfg: XdpHot,
-    counts: HashMap<HotKey, u32>,
-    last_pick: Instant,
-}
-
-impl HotCounts {
-    /// Counts the samples waiting in `rx`.
-    fn drain(&mut self, rx: &Receiver<HotSample>, stats: &AnswerStats) {
-        while let Ok(s) = rx.try_recv() {
-            let key = (Box::from(&s.name[..s.len as usize]), s.qtype);
-            if let Some(c) = self.counts.get_mut(&key) {
-                *c += 1;
-            } else if self.counts.len() < HOT_TABLE_MAX {
-                self.counts.insert(key, 1);
-            } else {
-                stats.hot_overflow.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Every interval: the hottest pairs (at most `names`, each sampled at least
-    /// `min_samples` times, earlier intervals counting half as much each); then the counts
-    /// decay.
-    fn pick(&mut self) -> Option<Vec<HotKey>> {
-        if self.last_pick.elapsed() < Duration::from_millis(self.cfg.interval_ms) {
-            return None;
-        }
-        self.last_pick = Instant::now();
-        let mut hot: Vec<(&HotKey, &u32)> = self
-            .counts
-            .iter()
-            .filter(|(_, c)| **c >= self.cfg.min_samples.max(1))
-            .collect();
-        hot.sort_unstable_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
-        hot.truncate(self.cfg.names as usize);
-        let mut picked: Vec<HotKey> = hot.into_iter().map(|(k, _)| k.clone()).collect();
-        picked.sort_unstable();
-        self.counts.retain(|_, c| {
-            *c /= 2;
-            *c > 0
-        });
-        Some(picked)
-    }
 }
 
 /// dnsd's answer publisher: suspends answering before a zone set changes and republishes
@@ -314,16 +207,7 @@ impl AnswerSync {
         std::thread::Builder::new()
             .name("dnsd-xdp-answers".into())
             .spawn(move || {
-                let hot = hot_rx.map(|r| {
-                    (
-                        r,
-                        HotCounts {
-                            cfg: hot,
-                            counts: HashMap::new(),
-                            last_pick: Instant::now(),
-                        },
-                    )
-                });
+                let hot = hot_rx.map(|r| (r, HotCounts::new(hot)));
                 s.run(rx, addrs, inputs, hot)
             })
             .expect("spawn the XDP answer thread");
@@ -371,12 +255,9 @@ impl AnswerSync {
 
     /// A sampler for a worker (with `[xdp_hot] names`).
     pub fn sampler(&self) -> Option<HotSampler> {
-        self.hot_tx.as_ref().map(|tx| HotSampler {
-            tx: tx.clone(),
-            every: self.hot_every,
-            n: 0,
-            dropped: self.stats.clone(),
-        })
+        self.hot_tx
+            .as_ref()
+            .map(|tx| HotSampler::new(tx.clone(), self.hot_every, self.stats.hot_dropped.clone()))
     }
 
     /// The cookie secrets in force, for the program.
@@ -455,7 +336,7 @@ impl AnswerSync {
                 }
             }
             if let Some((hot_rx, counts)) = &mut hot {
-                counts.drain(hot_rx, &self.stats);
+                counts.drain(hot_rx, &self.stats.hot_overflow);
                 // A new pick is published without a suspension: the zones did not change.
                 if let Some(picked) = counts.pick()
                     && picked != hot_names
@@ -961,72 +842,6 @@ mod tests {
         let plain = [0u8, 1, 0, 0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0];
         assert_eq!(cookie_mode(&plain, &plain), COOKIE_IGNORE);
         assert_eq!(cookie_mode(&plain, &plain[..12]), COOKIE_PASS);
-    }
-
-    #[test]
-    fn the_hottest_sampled_names_are_picked_and_counts_decay() {
-        let stats = AnswerStats::default();
-        let cfg = XdpHot {
-            names: 2,
-            sample: 1,
-            interval_ms: 0,
-            min_samples: 3,
-        };
-        let mut counts = HotCounts {
-            cfg,
-            counts: HashMap::new(),
-            last_pick: Instant::now(),
-        };
-        let (tx, rx) = std::sync::mpsc::sync_channel(64);
-        let mut sampler = HotSampler {
-            tx,
-            every: 1,
-            n: 0,
-            dropped: Arc::new(AnswerStats::default()),
-        };
-        let www = b"\x03WWW\x07example\x03com\x00";
-        let mail = b"\x04mail\x07example\x03com\x00";
-        let ftp = b"\x03ftp\x07example\x03com\x00";
-        for _ in 0..10 {
-            sampler.answered(www, 1);
-        }
-        for _ in 0..5 {
-            sampler.answered(mail, 28);
-        }
-        for _ in 0..4 {
-            sampler.answered(ftp, 1);
-        }
-        sampler.answered(b"\x04rare\x07example\x03com\x00", 1);
-        counts.drain(&rx, &stats);
-        // The two most sampled (names lower-cased), sorted; the rare one never.
-        let picked = counts.pick().unwrap();
-        assert_eq!(
-            picked,
-            vec![
-                (Box::from(&b"\x03www\x07example\x03com\x00"[..]), 1),
-                (Box::from(&mail[..]), 28)
-            ]
-        );
-        // Counts halve at each pick: without new samples the names cool off.
-        assert_eq!(counts.pick().unwrap().len(), 1, "www: 5; mail: 2");
-        assert!(counts.pick().unwrap().is_empty());
-        // The channel is bounded: samples beyond it are dropped and counted.
-        let (tx, _rx) = std::sync::mpsc::sync_channel(2);
-        let lost = Arc::new(AnswerStats::default());
-        let mut full = HotSampler {
-            tx,
-            every: 2,
-            n: 0,
-            dropped: lost.clone(),
-        };
-        for _ in 0..10 {
-            full.answered(www, 1);
-        }
-        assert_eq!(
-            lost.hot_dropped.load(Ordering::Relaxed),
-            3,
-            "5 sampled, 2 fit"
-        );
     }
 
     #[test]

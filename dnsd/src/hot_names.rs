@@ -1,0 +1,193 @@
+//! Hot names for the XDP answer fast path: workers sample the names they answer ([`HotSampler`]:
+//! no lock, no allocation; a full channel drops the sample, counted) and the publisher counts
+//! them ([`HotCounts`]) and picks the hottest every interval, older counts halving.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::time::{Duration, Instant};
+
+use xdp_guard::maps::QNAME_MAX;
+
+use crate::config::XdpHot;
+
+/// A hot (lower-cased wire qname, qtype) pair.
+pub type HotKey = (Box<[u8]>, u16);
+
+/// One sampled answer: the lower-cased wire qname and the type.
+#[derive(Clone, Copy)]
+pub struct HotSample {
+    qtype: u16,
+    len: u8,
+    name: [u8; QNAME_MAX],
+}
+
+/// A worker's sampler of the names it answers (one answer in `every`), feeding the publisher
+/// without a lock or an allocation.
+pub struct HotSampler {
+    tx: SyncSender<HotSample>,
+    every: u32,
+    n: u32,
+    dropped: Arc<AtomicU64>,
+}
+
+impl HotSampler {
+    /// A sampler of one answer in `every` into `tx`; lost samples bump `dropped`.
+    pub fn new(tx: SyncSender<HotSample>, every: u32, dropped: Arc<AtomicU64>) -> HotSampler {
+        HotSampler {
+            tx,
+            every: every.max(1),
+            n: 0,
+            dropped,
+        }
+    }
+
+    /// Another sampler into the same channel (one per worker).
+    pub fn clone_for_worker(&self) -> HotSampler {
+        HotSampler {
+            tx: self.tx.clone(),
+            every: self.every,
+            n: 0,
+            dropped: self.dropped.clone(),
+        }
+    }
+
+    /// Counts an answer to `qname`/`qtype` from a zone whose hottest names XDP may answer;
+    /// samples one in `every`.
+    #[inline]
+    pub fn answered(&mut self, qname: &[u8], qtype: u16) {
+        self.n += 1;
+        if self.n < self.every {
+            return;
+        }
+        self.n = 0;
+        if qname.len() > QNAME_MAX {
+            return;
+        }
+        let mut s = HotSample {
+            qtype,
+            len: qname.len() as u8,
+            name: [0; QNAME_MAX],
+        };
+        // Length bytes are below 64: lower-casing leaves them as they are.
+        for (d, c) in s.name.iter_mut().zip(qname) {
+            *d = c.to_ascii_lowercase();
+        }
+        if self.tx.try_send(s).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The most distinct names the hot count table holds between picks.
+const HOT_TABLE_MAX: usize = 65_536;
+
+/// The publisher's count of sampled names, and its pick of the hottest.
+pub struct HotCounts {
+    cfg: XdpHot,
+    counts: HashMap<HotKey, u32>,
+    last_pick: Instant,
+}
+
+impl HotCounts {
+    /// An empty count for `cfg`.
+    pub fn new(cfg: XdpHot) -> HotCounts {
+        HotCounts {
+            cfg,
+            counts: HashMap::new(),
+            last_pick: Instant::now(),
+        }
+    }
+
+    /// Counts the samples waiting in `rx`; names the table has no room for bump `overflow`.
+    pub fn drain(&mut self, rx: &Receiver<HotSample>, overflow: &AtomicU64) {
+        while let Ok(s) = rx.try_recv() {
+            let key = (Box::from(&s.name[..s.len as usize]), s.qtype);
+            if let Some(c) = self.counts.get_mut(&key) {
+                *c += 1;
+            } else if self.counts.len() < HOT_TABLE_MAX {
+                self.counts.insert(key, 1);
+            } else {
+                overflow.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Every interval: the hottest pairs (at most `names`, each sampled at least
+    /// `min_samples` times, earlier intervals counting half as much each); then the counts
+    /// decay.
+    pub fn pick(&mut self) -> Option<Vec<HotKey>> {
+        if self.last_pick.elapsed() < Duration::from_millis(self.cfg.interval_ms) {
+            return None;
+        }
+        self.last_pick = Instant::now();
+        let mut hot: Vec<(&HotKey, &u32)> = self
+            .counts
+            .iter()
+            .filter(|(_, c)| **c >= self.cfg.min_samples.max(1))
+            .collect();
+        hot.sort_unstable_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+        hot.truncate(self.cfg.names as usize);
+        let mut picked: Vec<HotKey> = hot.into_iter().map(|(k, _)| k.clone()).collect();
+        picked.sort_unstable();
+        self.counts.retain(|_, c| {
+            *c /= 2;
+            *c > 0
+        });
+        Some(picked)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hottest_sampled_names_are_picked_and_counts_decay() {
+        let overflow = AtomicU64::new(0);
+        let cfg = XdpHot {
+            names: 2,
+            sample: 1,
+            interval_ms: 0,
+            min_samples: 3,
+        };
+        let mut counts = HotCounts::new(cfg);
+        let (tx, rx) = std::sync::mpsc::sync_channel(64);
+        let mut sampler = HotSampler::new(tx, 1, Arc::new(AtomicU64::new(0)));
+        let www = b"\x03WWW\x07example\x03com\x00";
+        let mail = b"\x04mail\x07example\x03com\x00";
+        let ftp = b"\x03ftp\x07example\x03com\x00";
+        for _ in 0..10 {
+            sampler.answered(www, 1);
+        }
+        for _ in 0..5 {
+            sampler.answered(mail, 28);
+        }
+        for _ in 0..4 {
+            sampler.answered(ftp, 1);
+        }
+        sampler.answered(b"\x04rare\x07example\x03com\x00", 1);
+        counts.drain(&rx, &overflow);
+        // The two most sampled (names lower-cased), sorted; the rare one never.
+        let picked = counts.pick().unwrap();
+        assert_eq!(
+            picked,
+            vec![
+                (Box::from(&b"\x03www\x07example\x03com\x00"[..]), 1),
+                (Box::from(&mail[..]), 28)
+            ]
+        );
+        // Counts halve at each pick: without new samples the names cool off.
+        assert_eq!(counts.pick().unwrap().len(), 1, "www: 5; mail: 2");
+        assert!(counts.pick().unwrap().is_empty());
+        // The channel is bounded: samples beyond it are dropped and counted.
+        let (tx, _rx) = std::sync::mpsc::sync_channel(2);
+        let lost = Arc::new(AtomicU64::new(0));
+        let mut full = HotSampler::new(tx, 2, lost.clone());
+        for _ in 0..10 {
+            full.answered(www, 1);
+        }
+        assert_eq!(lost.load(Ordering::Relaxed), 3, "5 sampled, 2 fit");
+    }
+}
