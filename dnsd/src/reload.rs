@@ -70,16 +70,9 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
             None => Reply::ok("no zone changed\n"),
         };
     }
-    let results = tokio::task::spawn_blocking(move || {
-        plan.into_iter()
-            .map(|(i, origin, file)| {
-                let (r, m) = zone_registry::load_one(&origin, &file);
-                (i, r, m)
-            })
-            .collect::<Vec<_>>()
-    })
-    .await
-    .unwrap_or_default();
+    let results = tokio::task::spawn_blocking(move || zone_registry::load_all(plan))
+        .await
+        .unwrap_or_default();
     let reports = reg.apply(results);
     let mut text = String::new();
     let mut ok = true;

@@ -35,13 +35,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let mut registry = Registry::new(zone_list(&cfg));
     let (xfr, xfr_changes) = crate::xfr::Transfers::new(&cfg);
     let plan = crate::xfr::secondary::skip_missing(&xfr, registry.plan(None, true), true);
-    let results = plan
-        .into_iter()
-        .map(|(i, origin, file)| {
-            let (r, m) = zone_registry::load_one(&origin, &file);
-            (i, r, m)
-        })
-        .collect();
+    let results = zone_registry::load_all(plan);
     let reports = registry.apply(results);
     let failed = reports.iter().filter(|r| r.result.is_err()).count();
     if failed > 0 {

@@ -18,6 +18,9 @@ use crate::reader::Record;
 use crate::rrtype::{self, t};
 use crate::zone::{self, Node, NodeId, RRset, Zone, flags, hash_name};
 
+/// Zones with fewer names are built on one thread (a thread costs more than it saves).
+const PARALLEL_MIN_NAMES: usize = 4096;
+
 /// Where a record came from: file index and line.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Src {
@@ -346,11 +349,18 @@ impl ZoneBuilder {
         let names = std::mem::take(&mut z.names);
         let name_offs: Vec<u32> = z.nodes.iter().map(|n| n.name_off).collect();
         let hasher = z.hasher.clone();
-        let (srcs, dups, index) = std::thread::scope(|sc| {
-            let indexer = sc.spawn(|| build_index(&names, &name_offs, &hasher));
+        let (srcs, dups, index) = if name_offs.len() < PARALLEL_MIN_NAMES {
+            // A small zone: a thread costs more than the index.
+            let index = build_index(&names, &name_offs, &hasher);
             let (srcs, dups) = self.encode(&mut z, &mut n3, &names, warn);
-            (srcs, dups, indexer.join().expect("index thread"))
-        });
+            (srcs, dups, index)
+        } else {
+            std::thread::scope(|sc| {
+                let indexer = sc.spawn(|| build_index(&names, &name_offs, &hasher));
+                let (srcs, dups) = self.encode(&mut z, &mut n3, &names, warn);
+                (srcs, dups, indexer.join().expect("index thread"))
+            })
+        };
         drop(name_offs);
         z.names = names;
         z.index = index;
@@ -632,11 +642,15 @@ fn dnssec_indexes(z: &mut Zone) {
             }
             (m, w)
         };
-        let ((mut m1, mut w1), (m2, w2)) = std::thread::scope(|sc| {
-            let second = sc.spawn(|| names(half..n));
-            let first = names(0..half);
-            (first, second.join().expect("NSEC3 hashing thread"))
-        });
+        let ((mut m1, mut w1), (m2, w2)) = if n < PARALLEL_MIN_NAMES {
+            (names(0..half), names(half..n))
+        } else {
+            std::thread::scope(|sc| {
+                let second = sc.spawn(|| names(half..n));
+                let first = names(0..half);
+                (first, second.join().expect("NSEC3 hashing thread"))
+            })
+        };
         m1.extend(m2);
         w1.extend(w2);
         chain.node_match = m1;

@@ -124,14 +124,30 @@ pub fn read_file(
         ));
     }
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    read(
-        Scanner::from_reader(std::io::BufReader::with_capacity(0, f)),
-        file,
-        dir,
-        opts,
-        sink,
-    )
+    // A small file is read whole (no window to allocate and clear: hosting many small zones
+    // makes that the bulk of a load); a big one through the scanner's bounded window.
+    let len = f.metadata().map_or(u64::MAX, |m| m.len());
+    let scanner = if len < SMALL_FILE {
+        let mut text = Vec::with_capacity(len as usize);
+        std::io::Read::read_to_end(&mut &f, &mut text).map_err(|e| {
+            ZoneError::one(
+                Location {
+                    file: file.clone(),
+                    line: 0,
+                    col: 0,
+                },
+                format!("cannot read: {e}"),
+            )
+        })?;
+        Scanner::from_bytes(text)
+    } else {
+        Scanner::from_reader(std::io::BufReader::with_capacity(0, f))
+    };
+    read(scanner, file, dir, opts, sink)
 }
+
+/// Files below this size are read whole rather than through the scanner's window.
+pub const SMALL_FILE: u64 = 256 * 1024;
 
 /// Reads master-file text held in memory; `name` is used in errors.
 pub fn read_bytes(
