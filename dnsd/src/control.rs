@@ -44,8 +44,8 @@ async fn command(shared: &Arc<State>, args: &[String]) -> Reply {
 
 /// Every control command with its arguments, as `dnsd ctl help` (also without a running
 /// server), `dnsd ctl --help` and an unknown command's error list them.
-pub const HELP: &str = "\
-Commands (dnsd ctl [-c CONFIG | -s SOCKET] [--timeout SECONDS] COMMAND [ARGUMENTS]):
+pub const HELP: &str = concat!(
+    "Commands (dnsd ctl [-c CONFIG | -s SOCKET] [--timeout SECONDS] COMMAND [ARGUMENTS]):
   status                              uptime, addresses bound, open TCP connections
   reload                              re-read the config, the rules and every changed zone file
   reload --force                      the same, every zone file re-read
@@ -54,15 +54,12 @@ Commands (dnsd ctl [-c CONFIG | -s SOCKET] [--timeout SECONDS] COMMAND [ARGUMENT
   zone-refresh ZONE                   a secondary zone: ask its primaries for changes now
   zone-notify ZONE                    send NOTIFY to the zone's secondaries now
   stats                               every counter (the /metrics samples, one per line)
-  block add PREFIX [--ttl SECONDS] [--reason TEXT]
-                                      block an address or prefix (default 3600 s)
-  block del PREFIX                    lift a block
-  block list                          the blocks in force, with who decided and when they end
-  block import FILE [--ttl SECONDS] [--reason TEXT]
-                                      block every address or prefix of FILE (one per line)
-  events-init                         create the ClickHouse events table (needs only -c CONFIG)
+",
+    shield::block_help!(),
+    "  events-init                         create the ClickHouse events table (needs only -c CONFIG)
   help                                this list
-";
+"
+);
 
 /// `ctl zone-refresh ZONE`: refreshes a secondary zone now and says how it went.
 async fn zone_refresh(shared: &Arc<State>, z: &str) -> Reply {

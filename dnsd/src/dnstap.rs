@@ -84,7 +84,7 @@ impl DnstapConfig {
             return Err(("dnstap.queue".into(), "must be at least 1".into()));
         }
         for r in &self.rcodes {
-            if rcode_value(r).is_none() {
+            if shield::rules::rcode_by_name(r).is_none() {
                 return Err((
                     "dnstap.rcodes".into(),
                     format!(
@@ -95,21 +95,6 @@ impl DnstapConfig {
         }
         Ok(())
     }
-}
-
-fn rcode_value(name: &str) -> Option<u16> {
-    Some(match name.to_ascii_uppercase().as_str() {
-        "NOERROR" => 0,
-        "FORMERR" => 1,
-        "SERVFAIL" => 2,
-        "NXDOMAIN" => 3,
-        "NOTIMP" => 4,
-        "REFUSED" => 5,
-        "NOTAUTH" => 9,
-        "BADVERS" => 16,
-        "BADCOOKIE" => 23,
-        _ => return None,
-    })
 }
 
 /// The counters.
@@ -283,7 +268,11 @@ pub fn start(cfg: DnstapConfig, server_port: u16) -> (Tap, Arc<DnstapStats>) {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Msg>(cfg.queue);
     let (free_tx, free_rx) = std::sync::mpsc::sync_channel::<Msg>(cfg.queue);
     let stats = Arc::new(DnstapStats::default());
-    let rcodes = cfg.rcodes.iter().filter_map(|r| rcode_value(r)).collect();
+    let rcodes = cfg
+        .rcodes
+        .iter()
+        .filter_map(|r| shield::rules::rcode_by_name(r))
+        .collect();
     let identity = cfg.identity.clone().unwrap_or_else(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|s| s.trim().to_string())

@@ -231,16 +231,13 @@ async fn control(
 
 /// Every control command with its arguments, as `http-front ctl help`, `http-front ctl
 /// --help` and an unknown command's error list them.
-pub const CTL_HELP: &str = "\
-Commands (http-front [-c CONFIG] ctl [-s SOCKET] [--timeout SECONDS] COMMAND [ARGUMENTS]):
+pub const CTL_HELP: &str = concat!(
+    "Commands (http-front [-c CONFIG] ctl [-s SOCKET] [--timeout SECONDS] COMMAND [ARGUMENTS]):
   status                              uptime, sites, client connections, blocked sources
   reload                              re-read the config and the rules (refused: the running ones stay)
   stats                               every counter (the /metrics samples, one per line)
-  block add PREFIX [--ttl SECONDS] [--reason TEXT]
-                                      block an address or prefix (default 3600 s)
-  block del PREFIX                    lift a block
-  block list                          the blocks in force, with who decided and when they end
-  block import FILE [--ttl SECONDS] [--reason TEXT]
-                                      block every address or prefix of FILE (one per line)
-  help                                this list
-";
+",
+    shield::block_help!(),
+    "  help                                this list
+"
+);

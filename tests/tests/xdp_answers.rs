@@ -228,30 +228,35 @@ fn veth_ready(pair: &VethPair, dir: &Path) {
         .expect("attach the pass program to the client's veth");
 }
 
-#[test]
-fn xdp_answers_are_dnsd_answers_byte_for_byte() {
+/// What every test here starts from: a temp dir, a veth pair whose client side takes XDP_TX
+/// frames, and a copy of example.com.'s zone in the dir; None (said loudly) without
+/// namespaces.
+fn setup() -> Option<(tempfile::TempDir, VethPair, std::path::PathBuf)> {
     if let Err(why) = netns::available() {
         palisade_tests::skipped(&format!("XDP answer test: {why}"));
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
+    let pair = VethPair::new().expect("veth pair");
+    veth_ready(&pair, dir.path());
     let zone = dir.path().join("example.com.zone");
     std::fs::copy(palisade_tests::data_dir().join("example.com.zone"), &zone).unwrap();
-    compare_through_xdp(dir.path(), &zone);
+    Some((dir, pair, zone))
+}
+
+#[test]
+fn xdp_answers_are_dnsd_answers_byte_for_byte() {
+    let Some((dir, pair, zone)) = setup() else {
+        return;
+    };
+    compare_through_xdp(dir.path(), &pair, &zone);
 }
 
 #[test]
 fn signed_answers_with_do_are_dnsd_answers_byte_for_byte() {
-    if let Err(why) = netns::available() {
-        palisade_tests::skipped(&format!("XDP answer test: {why}"));
+    let Some((dir, pair, _)) = setup() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        palisade_tests::data_dir().join("example.com.zone"),
-        dir.path().join("example.com.zone"),
-    )
-    .unwrap();
+    };
     palisade_tests::sh(
         dir.path(),
         "dnssec-keygen -q -a ECDSAP256SHA256 -K . example.com",
@@ -264,14 +269,12 @@ fn signed_answers_with_do_are_dnsd_answers_byte_for_byte() {
         dir.path(),
         "dnssec-signzone -q -3 aabbccdd -H 0 -o example.com -K . -S -f signed.zone example.com.zone",
     );
-    compare_through_xdp(dir.path(), &dir.path().join("signed.zone"));
+    compare_through_xdp(dir.path(), &pair, &dir.path().join("signed.zone"));
 }
 
 /// Serves `zone` (example.com.) from a dnsd with XDP answers and one without, and compares
 /// the replies to the whole query set.
-fn compare_through_xdp(dir: &Path, zone: &Path) {
-    let pair = VethPair::new().expect("veth pair");
-    veth_ready(&pair, dir);
+fn compare_through_xdp(dir: &Path, pair: &VethPair, zone: &Path) {
     let zone = zone.to_path_buf();
     let (fast_port, slow_port) = (5353, 5354);
     let fast_cfg = config(dir, "fast", fast_port, &zone, Some(&pair.if_b));
@@ -280,7 +283,7 @@ fn compare_through_xdp(dir: &Path, zone: &Path) {
     let _slow = NsDnsd::start(&pair.b, &slow_cfg);
     let probe = |port: u16| {
         let q = build_query(1, "example.net.", 6, &QueryOpts::udp());
-        exchange_all(&pair, SocketAddr::new(VethPair::B4.into(), port), vec![q])[0].is_some()
+        exchange_all(pair, SocketAddr::new(VethPair::B4.into(), port), vec![q])[0].is_some()
     };
     wait_for("both dnsd to answer", Duration::from_secs(20), || {
         probe(fast_port) && probe(slow_port)
@@ -379,8 +382,8 @@ fn compare_through_xdp(dir: &Path, zone: &Path) {
     ] {
         let (queries, what) = query_set(from);
         total += queries.len();
-        let fast = exchange_all(&pair, SocketAddr::new(ip, fast_port), queries.clone());
-        let slow = exchange_all(&pair, SocketAddr::new(ip, slow_port), queries.clone());
+        let fast = exchange_all(pair, SocketAddr::new(ip, fast_port), queries.clone());
+        let slow = exchange_all(pair, SocketAddr::new(ip, slow_port), queries.clone());
         for ((f, s), w) in fast.iter().zip(&slow).zip(&what) {
             answered_fast += usize::from(f.is_some());
             if let (Some(f), Some(s)) = (f, s)
@@ -439,17 +442,10 @@ fn compare_through_xdp(dir: &Path, zone: &Path) {
 
 #[test]
 fn a_zone_reload_flips_the_xdp_answers_without_mixing() {
-    if let Err(why) = netns::available() {
-        palisade_tests::skipped(&format!("XDP answer test: {why}"));
+    let Some((dir, pair, zone)) = setup() else {
         return;
-    }
-    let pair = VethPair::new().expect("veth pair");
-    let dir = tempfile::tempdir().unwrap();
-    veth_ready(&pair, dir.path());
-    let zone = dir.path().join("example.com.zone");
-    let text =
-        std::fs::read_to_string(palisade_tests::data_dir().join("example.com.zone")).unwrap();
-    std::fs::write(&zone, &text).unwrap();
+    };
+    let text = std::fs::read_to_string(&zone).unwrap();
     let port = 5353;
     let cfg = config(dir.path(), "fast", port, &zone, Some(&pair.if_b));
     let _d = NsDnsd::start(&pair.b, &cfg);
@@ -510,15 +506,9 @@ fn a_zone_reload_flips_the_xdp_answers_without_mixing() {
 
 #[test]
 fn rrl_in_xdp_slips_with_dnsd_s_bytes() {
-    if let Err(why) = netns::available() {
-        palisade_tests::skipped(&format!("XDP answer test: {why}"));
+    let Some((dir, pair, zone)) = setup() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let pair = VethPair::new().expect("veth pair");
-    veth_ready(&pair, dir.path());
-    let zone = dir.path().join("example.com.zone");
-    std::fs::copy(palisade_tests::data_dir().join("example.com.zone"), &zone).unwrap();
+    };
     let rrl = "responses_per_second = 2\nslip = 2";
     let fast_cfg = config_rrl(dir.path(), "fast", 5353, &zone, Some(&pair.if_b), rrl);
     // RRL in XDP reaches the events as counts per source prefix.
@@ -653,15 +643,9 @@ fn rrl_in_xdp_slips_with_dnsd_s_bytes() {
 
 #[test]
 fn hot_names_of_other_zones_are_answered_in_xdp_while_hot() {
-    if let Err(why) = netns::available() {
-        palisade_tests::skipped(&format!("XDP answer test: {why}"));
+    let Some((dir, pair, zone)) = setup() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let pair = VethPair::new().expect("veth pair");
-    veth_ready(&pair, dir.path());
-    let zone = dir.path().join("example.com.zone");
-    std::fs::copy(palisade_tests::data_dir().join("example.com.zone"), &zone).unwrap();
+    };
     // example.net. is not marked: its hottest names only (`xdp_answers = "hot"`, the default).
     let fast_cfg = config(dir.path(), "fast", 5353, &zone, Some(&pair.if_b));
     let mut c = std::fs::read_to_string(&fast_cfg).unwrap();

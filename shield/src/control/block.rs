@@ -8,6 +8,20 @@ use crate::block::{BlockEntry, BlockMap, InsertOutcome, Origin, RemoveCause};
 
 use super::Reply;
 
+/// The `block` lines of a daemon's `ctl help` (a literal, for `concat!`), the same in both.
+#[macro_export]
+macro_rules! block_help {
+    () => {
+        "  block add PREFIX [--ttl SECONDS] [--reason TEXT]
+                                      block an address or prefix (default 3600 s)
+  block del PREFIX                    lift a block
+  block list                          the blocks in force, with who decided and when they end
+  block import FILE [--ttl SECONDS] [--reason TEXT]
+                                      block every address or prefix of FILE (one per line)
+"
+    };
+}
+
 /// TTL of an operator block when none is given.
 pub const DEFAULT_TTL_SECS: u64 = 3600;
 

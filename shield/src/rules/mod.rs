@@ -102,6 +102,7 @@ mod sources;
 mod tenants;
 
 pub use error::RulesError;
+pub use schema::rcode_by_name;
 pub use sources::{AsnTable, load_crawler_ranges, parse_crawler_ranges, parse_prefix_list};
 pub use tenants::{KINDS as TENANT_KINDS, TOP_TENANTS, TenantCounts, tenant_counts};
 

@@ -424,7 +424,8 @@ impl Ctx<'_> {
                         "`rcode` only goes with action deny",
                     );
                 }
-                Some(rc) => match rcode_value(rc.get_ref()) {
+                // A deny answers with one of the basic rcodes (they fit the header alone).
+                Some(rc) => match rcode_by_name(rc.get_ref()).filter(|&v| v <= 5) {
                     Some(v) => Some(v),
                     None => {
                         return self.err(
@@ -692,8 +693,8 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
     })
 }
 
-/// The value of a DNS rcode mnemonic a deny may answer with.
-fn rcode_value(name: &str) -> Option<u16> {
+/// The value of a DNS rcode mnemonic (any case), for the rules' `rcode` and dnstap's filter.
+pub fn rcode_by_name(name: &str) -> Option<u16> {
     Some(match name.to_ascii_uppercase().as_str() {
         "NOERROR" => 0,
         "FORMERR" => 1,
@@ -701,6 +702,9 @@ fn rcode_value(name: &str) -> Option<u16> {
         "NXDOMAIN" => 3,
         "NOTIMP" => 4,
         "REFUSED" => 5,
+        "NOTAUTH" => 9,
+        "BADVERS" => 16,
+        "BADCOOKIE" => 23,
         _ => return None,
     })
 }
