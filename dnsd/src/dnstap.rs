@@ -84,11 +84,13 @@ impl DnstapConfig {
             return Err(("dnstap.queue".into(), "must be at least 1".into()));
         }
         for r in &self.rcodes {
-            if shield::rules::rcode_by_name(r).is_none() {
+            // The header's rcodes only: BADVERS and BADCOOKIE carry their upper bits in the
+            // OPT record (BADCOOKIE slips are what `only_defence` picks).
+            if shield::rules::rcode_by_name(r).is_none_or(|v| v > 15) {
                 return Err((
                     "dnstap.rcodes".into(),
                     format!(
-                        "unknown rcode {r:?} (NOERROR, FORMERR, SERVFAIL, NXDOMAIN, NOTIMP, REFUSED, NOTAUTH, BADVERS, BADCOOKIE)"
+                        "unknown rcode {r:?} (NOERROR, FORMERR, SERVFAIL, NXDOMAIN, NOTIMP, REFUSED, NOTAUTH)"
                     ),
                 ));
             }
@@ -593,6 +595,8 @@ mod tests {
         assert!(c("").is_err());
         assert!(c("file = \"/a\"\nsocket = \"/b\"").is_err());
         assert!(c("file = \"/a\"\nrcodes = [\"NXDOMAIN\", \"nope\"]").is_err());
+        assert!(c("file = \"/a\"\nrcodes = [\"BADCOOKIE\"]").is_err());
+        assert!(c("file = \"/a\"\nrcodes = [\"nxdomain\", \"REFUSED\"]").is_ok());
         assert!(c("file = \"/a\"\nsample = 0").is_err());
         assert!(toml::from_str::<DnstapConfig>("file = \"/a\"\nlevel = 1").is_err());
     }
