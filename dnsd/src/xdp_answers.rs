@@ -746,17 +746,15 @@ fn ones_sum(b: &[u8]) -> u16 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn compiles_marked_zones_only_within_the_budget() {
+    use crate::served_zones::ServeOptions;
+
+    /// example.com. served with `com`, and example.net. with the defaults (its answers never
+    /// go to XDP); one service address; the default pipeline.
+    fn two_zones(com: ServeOptions) -> (Arc<ZoneSet>, Vec<SocketAddr>, Arc<PipelineConfig>) {
         use crate::process_query::tests::{example_text, load_zone};
-        use crate::served_zones::ServeOptions;
-        let marked = ServeOptions {
-            xdp_answers: true,
-            ..Default::default()
-        };
         let set = Arc::new(ZoneSet::new(
             vec![
-                (load_zone("example.com.", &example_text()), marked),
+                (load_zone("example.com.", &example_text()), com),
                 (
                     load_zone(
                         "example.net.",
@@ -767,8 +765,16 @@ mod tests {
             ],
             1,
         ));
-        let addrs: Vec<SocketAddr> = vec!["192.0.2.53:53".parse().unwrap()];
-        let pcfg = Arc::new(PipelineConfig::default());
+        let addrs = vec!["192.0.2.53:53".parse().unwrap()];
+        (set, addrs, Arc::new(PipelineConfig::default()))
+    }
+
+    #[test]
+    fn compiles_marked_zones_only_within_the_budget() {
+        let (set, addrs, pcfg) = two_zones(ServeOptions {
+            xdp_answers: true,
+            ..Default::default()
+        });
         let all = compile(&set, &addrs, &pcfg, &|_| false, usize::MAX, None, &[]);
         assert!(all.entries.len() > 10, "{}", all.entries.len());
         assert_eq!(all.over_budget, 0);
@@ -791,7 +797,6 @@ mod tests {
     #[test]
     fn entries_say_what_dnsd_does_with_a_cookie() {
         use crate::process_query::tests::{defences, example_text, load_zone, shared};
-        use crate::served_zones::ServeOptions;
         let zone = |policy| {
             Arc::new(ZoneSet::new(
                 vec![(
@@ -846,29 +851,10 @@ mod tests {
 
     #[test]
     fn hot_names_are_compiled_for_hot_zones_only() {
-        use crate::process_query::tests::{example_text, load_zone};
-        use crate::served_zones::ServeOptions;
-        let set = Arc::new(ZoneSet::new(
-            vec![
-                (
-                    load_zone("example.com.", &example_text()),
-                    ServeOptions {
-                        xdp_hot: true,
-                        ..Default::default()
-                    },
-                ),
-                (
-                    load_zone(
-                        "example.net.",
-                        &example_text().replace("ns2.example.net.", "ns2"),
-                    ),
-                    ServeOptions::default(),
-                ),
-            ],
-            1,
-        ));
-        let addrs: Vec<SocketAddr> = vec!["192.0.2.53:53".parse().unwrap()];
-        let pcfg = Arc::new(PipelineConfig::default());
+        let (set, addrs, pcfg) = two_zones(ServeOptions {
+            xdp_hot: true,
+            ..Default::default()
+        });
         let wire = |s: &[u8]| Box::<[u8]>::from(s);
         let hot = vec![
             (wire(b"\x03www\x07example\x03com\x00"), 1),

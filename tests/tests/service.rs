@@ -113,6 +113,15 @@ fn notified(n: &Notify, program: &Path, args: &[&std::ffi::OsStr]) -> Daemon {
     Daemon(child)
 }
 
+/// SIGHUP: RELOADING=1 then READY=1; SIGTERM: STOPPING=1.
+fn hup_then_term(n: &Notify, child: &mut Child) {
+    kill(child, libc::SIGHUP);
+    n.expect("RELOADING=1", Duration::from_secs(5));
+    n.expect("READY=1", Duration::from_secs(5));
+    kill(child, libc::SIGTERM);
+    n.expect("STOPPING=1", Duration::from_secs(5));
+}
+
 fn kill(child: &mut Child, sig: i32) {
     // SAFETY: a plain signal to our own child.
     unsafe {
@@ -154,11 +163,7 @@ fn dnsd_tells_the_service_manager_ready_reloading_watchdog_stopping() {
     assert!(usec > 0);
     n.expect("READY=1", Duration::from_secs(5));
     // SIGHUP does the same.
-    kill(child, libc::SIGHUP);
-    n.expect("RELOADING=1", Duration::from_secs(5));
-    n.expect("READY=1", Duration::from_secs(5));
-    kill(child, libc::SIGTERM);
-    n.expect("STOPPING=1", Duration::from_secs(5));
+    hup_then_term(&n, child);
 }
 
 #[test]
@@ -198,11 +203,7 @@ fn http_front_tells_the_service_manager_ready_reloading_stopping() {
     let r = n.expect("RELOADING=1", Duration::from_secs(5));
     assert!(r.contains("MONOTONIC_USEC="), "{r}");
     n.expect("READY=1", Duration::from_secs(5));
-    kill(child, libc::SIGHUP);
-    n.expect("RELOADING=1", Duration::from_secs(5));
-    n.expect("READY=1", Duration::from_secs(5));
-    kill(child, libc::SIGTERM);
-    n.expect("STOPPING=1", Duration::from_secs(5));
+    hup_then_term(&n, child);
 }
 
 /// The unit files, with their binaries' paths pointed at this build.
