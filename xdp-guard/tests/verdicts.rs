@@ -981,4 +981,38 @@ fn cookies_are_verified_minted_and_exempt_from_rrl_in_xdp() {
         .unwrap();
     let dns = answer(&query(32, Some(server_cookie(&secret, &client, src, now))));
     assert_eq!(&dns[17..], &tail[..]);
+    // Malformed or other options pass to dnsd unanswered (it answers FORMERR or knows
+    // better): a cookie option longer than its OPT, a 7-byte client cookie, a server cookie
+    // of 8 bytes (valid in RFC 7873, not one of ours), another option code, trailing bytes.
+    let with_opt = |id: u16, rdata: &[u8], trailing: &[u8]| {
+        let mut q = root_query(id);
+        q[11] = 1;
+        q.extend_from_slice(&[0, 0, 41, 0x10, 0, 0, 0, 0, 0]);
+        q.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+        q.extend_from_slice(rdata);
+        q.extend_from_slice(trailing);
+        frame(
+            &[],
+            ETH_IP,
+            &ipv4(src, dst, UDP, &[], 0, &udp(40000, 53, &q)),
+        )
+    };
+    let cookie = |len: u8, body: &[u8]| [&[0u8, 10, 0, len][..], body].concat();
+    for (i, (rdata, trailing)) in [
+        (cookie(24, &client), vec![]),
+        (cookie(7, &client[..7]), vec![]),
+        (cookie(16, &[client, client].concat()), vec![]),
+        ([&[0u8, 11, 0, 8][..], &client].concat(), vec![]),
+        (cookie(8, &client), vec![0]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (v, d) = run(&g, &with_opt(40 + i as u16, &rdata, &trailing));
+        assert_eq!(
+            (v, d.ans_pass[1]),
+            (Verdict::Pass, 1),
+            "case {i}: {rdata:02x?}"
+        );
+    }
 }
