@@ -89,7 +89,7 @@ async fn zone_notify(shared: &Arc<State>, z: &str) -> Reply {
     };
     let cur = {
         let reg = shared.zones.lock().await;
-        reg.find(&n).and_then(|i| reg.entries()[i].current.clone())
+        reg.find(&n).and_then(|i| reg.entry(i)?.current.clone())
     };
     let Some(zone) = cur else {
         return Reply::err(format!("zone {n} is not served\n"));

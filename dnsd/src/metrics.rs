@@ -200,7 +200,7 @@ impl Source for Zones {
             );
         }
         let set = self.published.load();
-        for z in set.zones() {
+        for (_, z) in set.zones() {
             out.gauge(
                 "",
                 "dnsd_zone_serial",
@@ -209,7 +209,7 @@ impl Source for Zones {
                 u64::from(z.serial()),
             );
         }
-        for z in set.zones() {
+        for (_, z) in set.zones() {
             out.gauge(
                 "",
                 "dnsd_zone_records",

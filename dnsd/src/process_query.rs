@@ -296,7 +296,7 @@ impl Processor {
             src: src.ip(),
             local: self.local,
             transport,
-            zone: zone_idx,
+            zone: zone_idx.map(|i| zones.id(i)),
             apex: zone.map_or(&b""[..], |(_, z)| z.apex().as_wire()),
             tenant: zone_idx.map_or(0, |i| zones.tenant(i)),
             cookie_policy: zone_idx.map_or(CookiePolicy::On, |i| zones.cookie_policy(i)),

@@ -111,7 +111,8 @@ pub struct Parsed<'a> {
     pub local: Option<IpAddr>,
     /// UDP or TCP.
     pub transport: Transport,
-    /// Index of the zone that answers, when one does.
+    /// Id of the zone that answers, when one does (unique for the process's life: state
+    /// keyed by it never moves to another zone).
     pub zone: Option<u32>,
     /// The answering zone's apex (lower-case wire), empty without a zone.
     pub apex: &'a [u8],

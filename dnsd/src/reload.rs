@@ -151,32 +151,21 @@ fn reload_cookie_secrets(shared: &State, c: &Config) {
     }
 }
 
-/// Adds zones new in `c` and drops zones no longer in it; returns how many changed.
+/// Adds zones new in `c` and drops zones no longer in it; returns how many changed. Zones
+/// that stay keep their slot and served version.
 fn sync_zone_list(reg: &mut Registry, c: &Config) -> usize {
-    let want = zone_list(c);
-    let same = want.len() == reg.entries().len()
-        && want
-            .iter()
-            .zip(reg.entries())
-            .all(|(w, e)| w.0 == e.origin && w.1 == e.file && w.2 == e.serve);
-    if same {
-        return 0;
+    let r = reg.sync(zone_list(c));
+    let n = r.added + r.removed + r.changed;
+    if n > 0 {
+        tracing::info!(
+            added = r.added,
+            removed = r.removed,
+            changed = r.changed,
+            "zone list synced"
+        );
+        reg.publish();
     }
-    let mut fresh = Registry::new(want);
-    // Keep what is loaded for zones that stay.
-    let mut kept = Vec::new();
-    for (i, e) in fresh.entries().iter().enumerate() {
-        if let Some(j) = reg.find(&e.origin)
-            && reg.entries()[j].file == e.file
-        {
-            kept.push((i, j));
-        }
-    }
-    let changed = fresh.entries().len() + reg.entries().len() - 2 * kept.len();
-    fresh.adopt(reg, &kept);
-    std::mem::swap(reg, &mut fresh);
-    reg.publish();
-    changed.max(1)
+    n
 }
 
 /// The zones of a config: origin, file and what the query path reads of their settings.

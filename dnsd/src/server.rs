@@ -348,7 +348,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         tracing::info!("dnsd ready");
         shield::service::ready(&format!(
             "serving {} zones on {} addresses",
-            shared.zones.lock().await.entries().len(),
+            shared.zones.lock().await.len(),
             shared.addrs.len()
         ));
         wait_for_signals(shared.clone()).await;

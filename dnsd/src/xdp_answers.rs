@@ -506,8 +506,7 @@ pub fn compile(
             || has_rules(set.tenant(i))
     };
     let mut types: Vec<u16> = Vec::new();
-    for (i, zone) in set.zones().iter().enumerate() {
-        let i = i as u32;
+    for (i, zone) in set.zones() {
         if !set.xdp_answers(i) || barred(i) {
             continue;
         }

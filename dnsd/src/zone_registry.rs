@@ -21,6 +21,8 @@ pub struct ZoneEntry {
     pub file: PathBuf,
     /// What the query path reads of its settings (cookie policy, tenant).
     pub serve: ServeOptions,
+    /// Unique for the process's life: names the zone's state beside the zone set.
+    pub id: u32,
     /// The version being served.
     pub current: Option<Arc<Zone>>,
     /// When the served version was loaded (wall clock).
@@ -47,11 +49,16 @@ pub struct ReloadStats {
     pub failed: AtomicU64,
 }
 
-/// All configured zones; owns the published zone set.
+/// All configured zones, each in a slot it keeps while configured; owns the published set.
 pub struct Registry {
-    /// Each configured origin's position in `entries` (found in O(1), not by a walk).
+    /// Each configured origin's slot (found in O(1), not by a walk).
     index: std::collections::HashMap<Name, usize>,
-    entries: Vec<ZoneEntry>,
+    slots: Vec<Option<ZoneEntry>>,
+    /// Slots freed by removed zones, reused by the next zones added.
+    free: Vec<usize>,
+    next_id: u32,
+    /// Slots changed since the last publish.
+    dirty: Vec<usize>,
     published: Arc<ArcSwap<ZoneSet>>,
     generation: u64,
     /// Reload counters.
@@ -69,37 +76,36 @@ pub struct LoadReport {
     pub result: Result<(u32, usize), String>,
 }
 
+/// What [`Registry::sync`] changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Zones added.
+    pub added: usize,
+    /// Zones removed.
+    pub removed: usize,
+    /// Zones whose file or settings changed.
+    pub changed: usize,
+}
+
 impl Registry {
     /// A registry for `zones` (origin, file, settings); nothing is loaded yet.
     pub fn new(zones: Vec<(Name, PathBuf, ServeOptions)>) -> Registry {
-        let entries = zones
-            .into_iter()
-            .map(|(origin, file, serve)| ZoneEntry {
-                origin,
-                file,
-                serve,
-                current: None,
-                loaded_at: None,
-                load_time: Duration::ZERO,
-                mtime: None,
-                last_error: None,
-                expired: false,
-            })
-            .collect::<Vec<ZoneEntry>>();
-        let index = entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.origin.clone(), i))
-            .collect();
-        Registry {
-            index,
-            entries,
-            published: Arc::new(ArcSwap::from_pointee(ZoneSet::new(Vec::new(), 0))),
+        let mut r = Registry {
+            index: Default::default(),
+            slots: Vec::with_capacity(zones.len()),
+            free: Vec::new(),
+            next_id: 0,
+            dirty: Vec::new(),
+            published: Arc::new(ArcSwap::from_pointee(ZoneSet::empty(0))),
             generation: 0,
             stats: Arc::new(ReloadStats::default()),
             on_change: None,
             before_publish: None,
+        };
+        for (origin, file, serve) in zones {
+            r.add(origin, file, serve);
         }
+        r
     }
 
     /// The published zone set, for the query path.
@@ -107,42 +113,164 @@ impl Registry {
         self.published.clone()
     }
 
-    /// The configured zones.
-    pub fn entries(&self) -> &[ZoneEntry] {
-        &self.entries
+    /// The configured zones, in slot order.
+    pub fn entries(&self) -> impl Iterator<Item = &ZoneEntry> + '_ {
+        self.slots.iter().flatten()
     }
 
-    /// Index of the zone named `origin`, if configured.
+    /// The zone in slot `i`.
+    pub fn entry(&self, i: usize) -> Option<&ZoneEntry> {
+        self.slots.get(i).and_then(|e| e.as_ref())
+    }
+
+    fn entry_mut(&mut self, i: usize) -> &mut ZoneEntry {
+        self.slots[i].as_mut().expect("a configured slot")
+    }
+
+    /// How many zones are configured.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// True when no zone is configured.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Slot of the zone named `origin`, if configured.
     pub fn find(&self, origin: &Name) -> Option<usize> {
         self.index.get(origin).copied()
+    }
+
+    /// Configures a zone (not loaded yet) in a free slot; no other zone's slot changes. An
+    /// origin already configured keeps its slot and takes the new file and settings.
+    pub fn add(&mut self, origin: Name, file: PathBuf, serve: ServeOptions) -> usize {
+        if let Some(i) = self.find(&origin) {
+            self.change(i, file, serve);
+            return i;
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        let e = ZoneEntry {
+            origin: origin.clone(),
+            file,
+            serve,
+            id,
+            current: None,
+            loaded_at: None,
+            load_time: Duration::ZERO,
+            mtime: None,
+            last_error: None,
+            expired: false,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(e);
+                i
+            }
+            None => {
+                self.slots.push(Some(e));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(origin, i);
+        self.dirty.push(i);
+        i
+    }
+
+    /// Stops serving the zone named `origin` (at the next publish); false if not configured.
+    pub fn remove(&mut self, origin: &Name) -> bool {
+        let Some(i) = self.index.remove(origin) else {
+            return false;
+        };
+        self.slots[i] = None;
+        self.free.push(i);
+        self.dirty.push(i);
+        true
+    }
+
+    /// A new file or settings for the zone in slot `i`: a new file is loaded by the next
+    /// reload (the served version stays until then).
+    fn change(&mut self, i: usize, file: PathBuf, serve: ServeOptions) -> bool {
+        let e = self.entry_mut(i);
+        let mut changed = false;
+        if e.file != file {
+            e.file = file;
+            e.mtime = None;
+            changed = true;
+        }
+        if e.serve != serve {
+            e.serve = serve;
+            self.dirty.push(i);
+            changed = true;
+        }
+        changed
+    }
+
+    /// Makes the configured zones `want`: adds the new ones, removes those gone, updates
+    /// files and settings; zones that stay keep their slot and loaded version.
+    pub fn sync(&mut self, want: Vec<(Name, PathBuf, ServeOptions)>) -> SyncReport {
+        let mut r = SyncReport::default();
+        let mut keep = std::collections::HashSet::with_capacity(want.len());
+        for (origin, file, serve) in want {
+            match self.find(&origin) {
+                Some(i) => {
+                    if self.change(i, file, serve) {
+                        r.changed += 1;
+                    }
+                }
+                None => {
+                    self.add(origin.clone(), file, serve);
+                    r.added += 1;
+                }
+            }
+            keep.insert(origin);
+        }
+        let gone: Vec<Name> = self
+            .index
+            .keys()
+            .filter(|o| !keep.contains(*o))
+            .cloned()
+            .collect();
+        for o in gone {
+            self.remove(&o);
+            r.removed += 1;
+        }
+        r
     }
 
     /// Which zones a reload would touch: `only` names one; otherwise those whose file
     /// changed (all when `force`).
     pub fn plan(&self, only: Option<usize>, force: bool) -> Vec<(usize, Name, PathBuf)> {
-        self.entries
+        if let Some(i) = only {
+            return self
+                .entry(i)
+                .map(|e| vec![(i, e.origin.clone(), e.file.clone())])
+                .unwrap_or_default();
+        }
+        self.slots
             .iter()
             .enumerate()
-            .filter(|(i, e)| match only {
-                Some(o) => *i == o,
-                None => force || e.current.is_none() || file_mtime(&e.file) != e.mtime,
-            })
+            .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+            .filter(|(_, e)| force || e.current.is_none() || file_mtime(&e.file) != e.mtime)
             .map(|(i, e)| (i, e.origin.clone(), e.file.clone()))
             .collect()
     }
 
-    /// Records load results, then publishes a new zone set if anything changed.
+    /// Records load results, then publishes a new zone set if anything changed. A result
+    /// for a zone removed meanwhile is dropped.
     pub fn apply(
         &mut self,
         results: Vec<(usize, Result<zones::Loaded, String>, Option<SystemTime>)>,
     ) -> Vec<LoadReport> {
         let mut reports = Vec::new();
-        let mut changed = false;
         // Thousands of zones: one summary line, each zone at debug level (failures always).
         let many = results.len() > 100;
         let total = results.len();
         for (i, r, mtime) in results {
-            let e = &mut self.entries[i];
+            let Some(e) = self.slots.get_mut(i).and_then(|e| e.as_mut()) else {
+                continue;
+            };
             match r {
                 Ok(l) => {
                     for w in l.warnings.iter().take(20) {
@@ -178,7 +306,7 @@ impl Registry {
                     e.mtime = mtime;
                     e.last_error = None;
                     self.stats.ok.fetch_add(1, Ordering::Relaxed);
-                    changed = true;
+                    self.dirty.push(i);
                 }
                 Err(msg) => {
                     tracing::error!(
@@ -199,28 +327,27 @@ impl Registry {
             let failed = reports.iter().filter(|r| r.result.is_err()).count();
             tracing::info!(zones = total - failed, failed, "zones loaded");
         }
-        if changed {
-            self.publish();
-        }
+        self.publish();
         reports
     }
 
-    /// Publishes the current versions of all zones as a new zone set.
+    /// Publishes the zones changed since the last publish (nothing when none did): the new
+    /// set shares every untouched chunk with the one it replaces.
     pub fn publish(&mut self) {
-        self.generation += 1;
-        let zones: Vec<(Arc<Zone>, ServeOptions, bool)> = self
-            .entries
-            .iter()
-            .filter_map(|e| e.current.clone().map(|z| (z, e.serve, e.expired)))
-            .collect();
-        let expired: Vec<bool> = zones.iter().map(|z| z.2).collect();
-        let mut set = ZoneSet::new(
-            zones.into_iter().map(|(z, c, _)| (z, c)).collect(),
-            self.generation,
-        );
-        for (i, _) in expired.iter().enumerate().filter(|e| *e.1) {
-            set.set_expired(i);
+        if self.dirty.is_empty() {
+            return;
         }
+        self.generation += 1;
+        let mut set = self.published.load().next(self.generation);
+        self.dirty.sort_unstable();
+        self.dirty.dedup();
+        for &i in &self.dirty {
+            match &self.slots[i] {
+                Some(e) => set.put(i as u32, e.current.clone(), e.serve, e.expired, e.id),
+                None => set.put(i as u32, None, ServeOptions::default(), false, u32::MAX),
+            }
+        }
+        self.dirty.clear();
         if let Some(f) = &self.before_publish {
             f(self.generation);
         }
@@ -240,8 +367,9 @@ impl Registry {
     /// Serves `zone` (received by transfer, already validated) for zone `i`, written to its
     /// file: swaps it in and publishes.
     pub fn install(&mut self, i: usize, zone: Arc<Zone>, took: Duration) {
-        let e = &mut self.entries[i];
-        if let Some(f) = &self.on_change {
+        let on_change = self.on_change.clone();
+        let e = self.entry_mut(i);
+        if let Some(f) = &on_change {
             f(&e.origin, e.current.clone(), zone.clone());
         }
         e.current = Some(zone);
@@ -251,13 +379,16 @@ impl Registry {
         e.last_error = None;
         e.expired = false;
         self.stats.ok.fetch_add(1, Ordering::Relaxed);
+        self.dirty.push(i);
         self.publish();
     }
 
     /// Marks zone `i` expired (SERVFAIL) or not, and publishes.
     pub fn set_expired(&mut self, i: usize, expired: bool) {
-        if self.entries[i].expired != expired {
-            self.entries[i].expired = expired;
+        let e = self.entry_mut(i);
+        if e.expired != expired {
+            e.expired = expired;
+            self.dirty.push(i);
             self.publish();
         }
     }
@@ -323,25 +454,4 @@ pub fn load_one(
     let opts = ReadOptions::new(origin);
     let r = zones::load_file(file, origin, &opts).map_err(|e| e.to_string());
     (r, mtime)
-}
-
-impl Registry {
-    /// Takes over from `old`: its published set (which the query path holds), generation,
-    /// counters, and the loaded state of the zones in `kept` (pairs of new index, old index).
-    pub fn adopt(&mut self, old: &Registry, kept: &[(usize, usize)]) {
-        self.published = old.published.clone();
-        self.generation = old.generation;
-        self.stats = old.stats.clone();
-        self.on_change = old.on_change.clone();
-        for &(i, j) in kept {
-            let o = &old.entries[j];
-            let e = &mut self.entries[i];
-            e.current = o.current.clone();
-            e.loaded_at = o.loaded_at;
-            e.load_time = o.load_time;
-            e.mtime = o.mtime;
-            e.last_error = o.last_error.clone();
-            e.expired = o.expired;
-        }
-    }
 }

@@ -78,9 +78,6 @@ pub fn configured_secrets(c: &config::CookieConfig) -> (Option<[u8; 16]>, Option
     (parse(&c.secret), parse(&c.previous_secret))
 }
 
-/// Most zones the random-subdomain defence tracks (zone indexes beyond are not watched).
-const MAX_WATCHED_ZONES: usize = 1 << 16;
-
 impl Shared {
     /// Defence state from its config.
     pub fn new(cfg: DefenceConfig, blocks: Arc<BlockMap>, events: Arc<Aggregator>) -> Arc<Shared> {
@@ -91,11 +88,7 @@ impl Shared {
         Arc::new(Shared {
             rrl: cfg.rrl.enabled.then(|| rrl::Rrl::new(&cfg.rrl)),
             random_subdomain: cfg.random_subdomain.enabled.then(|| {
-                random_subdomain::RandomSubdomain::new(
-                    &cfg.random_subdomain,
-                    MAX_WATCHED_ZONES,
-                    &cfg.rrl.exempt,
-                )
+                random_subdomain::RandomSubdomain::new(&cfg.random_subdomain, &cfg.rrl.exempt)
             }),
             cookies,
             cfg,

@@ -9,7 +9,7 @@
 //! zone.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use shield::prefix::PrefixSet;
 use shield::ratelimit::{TableConfig, WindowCounter};
@@ -18,6 +18,13 @@ use crate::config::defence::RandomSubdomainConfig;
 
 /// A window count at its ceiling (shield's window counters hold 16 bits).
 const SATURATED: u32 = 65_535;
+
+/// Zones tracked under attack at once (each zone takes one of `ATTACK_PROBES` places).
+const ATTACK_SLOTS: usize = 16_384;
+/// Places a zone may take in the attack table.
+const ATTACK_PROBES: usize = 8;
+/// Per-zone NXDOMAIN rate counters (by zone id; evictions counted).
+const ZONE_SLOTS: usize = 131_072;
 
 /// What to do with a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,8 +43,10 @@ pub struct RandomSubdomain {
     zone_nx: WindowCounter,
     src_nx: WindowCounter,
     src_all: WindowCounter,
-    /// Per zone index: unix ms until which the zone counts as under attack.
-    under_attack_until: Box<[AtomicU64]>,
+    /// Zones under attack: (zone id + 1, unix ms until which it counts as under attack).
+    attacked: Box<[(AtomicU32, AtomicU64)]>,
+    /// Zones over the threshold that found no free place in `attacked`.
+    pub attack_table_full: AtomicU64,
     /// Times a zone went under attack.
     pub attacks: AtomicU64,
     /// NXDOMAIN responses dropped for limited sources.
@@ -51,13 +60,9 @@ pub struct RandomSubdomain {
 }
 
 impl RandomSubdomain {
-    /// State for `zones` zones (zone indexes of the zone set); `also_exempt` adds prefixes
-    /// to the config's exempt list (checked by the config loader).
-    pub fn new(
-        cfg: &RandomSubdomainConfig,
-        zones: usize,
-        also_exempt: &[String],
-    ) -> RandomSubdomain {
+    /// State for any number of zones (by zone id); `also_exempt` adds prefixes to the
+    /// config's exempt list (checked by the config loader).
+    pub fn new(cfg: &RandomSubdomainConfig, also_exempt: &[String]) -> RandomSubdomain {
         let mut exempt = PrefixSet::new();
         for e in cfg.exempt.iter().chain(also_exempt) {
             if let Some(n) = shield::prefix::parse_net(e) {
@@ -68,16 +73,17 @@ impl RandomSubdomain {
             exempt,
             exempted: AtomicU64::new(0),
             cfg: cfg.clone(),
-            zone_nx: WindowCounter::new(&TableConfig {
-                slots: (zones * 2).next_power_of_two().max(64),
-            }),
+            zone_nx: WindowCounter::new(&TableConfig { slots: ZONE_SLOTS }),
             src_nx: WindowCounter::new(&TableConfig {
                 slots: cfg.table_size,
             }),
             src_all: WindowCounter::new(&TableConfig {
                 slots: cfg.table_size,
             }),
-            under_attack_until: (0..zones.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            attacked: (0..ATTACK_SLOTS)
+                .map(|_| (AtomicU32::new(0), AtomicU64::new(0)))
+                .collect(),
+            attack_table_full: AtomicU64::new(0),
             attacks: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             escalated: AtomicU64::new(0),
@@ -86,15 +92,55 @@ impl RandomSubdomain {
 
     /// Zones under attack now.
     pub fn zones_under_attack(&self, now_ms: u64) -> usize {
-        self.under_attack_until
+        self.attacked
             .iter()
-            .filter(|u| u.load(Ordering::Relaxed) > now_ms)
+            .filter(|(z, u)| z.load(Ordering::Relaxed) != 0 && u.load(Ordering::Relaxed) > now_ms)
             .count()
     }
 
-    /// Table evictions (per-source state lost to make room).
+    /// Table evictions (per-source or per-zone state lost to make room).
     pub fn evictions(&self) -> u64 {
-        self.src_nx.stats().evictions + self.src_all.stats().evictions
+        self.src_nx.stats().evictions
+            + self.src_all.stats().evictions
+            + self.zone_nx.stats().evictions
+    }
+
+    /// The places zone `zone` may take in `attacked`.
+    #[inline]
+    fn attack_slots(&self, zone: u32) -> impl Iterator<Item = &(AtomicU32, AtomicU64)> {
+        let h = (zone.wrapping_mul(0x9E37_79B1) >> 8) as usize;
+        (0..ATTACK_PROBES).map(move |k| &self.attacked[(h + k) % ATTACK_SLOTS])
+    }
+
+    /// Until when zone `zone` counts as under attack (0: it does not).
+    #[inline]
+    fn attacked_until(&self, zone: u32) -> u64 {
+        let key = zone.wrapping_add(1);
+        self.attack_slots(zone)
+            .find(|(z, _)| z.load(Ordering::Relaxed) == key)
+            .map_or(0, |(_, u)| u.load(Ordering::Relaxed))
+    }
+
+    /// Marks zone `zone` under attack until `until`: its own place, or one free or expired.
+    fn mark_attacked(&self, zone: u32, until: u64, now_ms: u64) {
+        let key = zone.wrapping_add(1);
+        let place = self
+            .attack_slots(zone)
+            .find(|(z, _)| z.load(Ordering::Relaxed) == key)
+            .or_else(|| {
+                self.attack_slots(zone).find(|(z, u)| {
+                    z.load(Ordering::Relaxed) == 0 || u.load(Ordering::Relaxed) <= now_ms
+                })
+            });
+        match place {
+            Some((z, u)) => {
+                u.store(until, Ordering::Relaxed);
+                z.store(key, Ordering::Relaxed);
+            }
+            None => {
+                self.attack_table_full.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Counters for `ctl stats` and /metrics.
@@ -136,6 +182,13 @@ impl RandomSubdomain {
             l(&self.escalated),
         );
         out.counter(
+            "random_subdomain.attack_table_full",
+            "dnsd_random_subdomain_attack_table_full_total",
+            "",
+            "Zones over the flood threshold not tracked because 16,384 places were taken.",
+            l(&self.attack_table_full),
+        );
+        out.counter(
             "random_subdomain.evictions",
             "dnsd_random_subdomain_table_evictions_total",
             "",
@@ -144,13 +197,10 @@ impl RandomSubdomain {
         );
     }
 
-    /// Observes one response of zone `zone` to `src`; `nx` when it is NXDOMAIN.
+    /// Observes one response of zone `zone` (its id) to `src`; `nx` when it is NXDOMAIN.
     #[inline]
     pub fn observe(&self, zone: u32, src: IpAddr, nx: bool, now_ms: u64) -> Verdict {
-        let Some(flag) = self.under_attack_until.get(zone as usize) else {
-            return Verdict::Pass;
-        };
-        let mut attacked = flag.load(Ordering::Relaxed) > now_ms;
+        let mut attacked = self.attacked_until(zone) > now_ms;
         if nx {
             let n = self.zone_nx.add(&zone, 1, 1000, now_ms);
             if n as f64 > self.cfg.zone_nxdomains_per_second {
@@ -161,7 +211,7 @@ impl RandomSubdomain {
                         warn!(zone, "random-subdomain flood: NXDOMAIN rate over threshold")
                     );
                 }
-                flag.store(now_ms + self.cfg.window * 1000, Ordering::Relaxed);
+                self.mark_attacked(zone, now_ms + self.cfg.window * 1000, now_ms);
                 attacked = true;
             }
         }
@@ -278,6 +328,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_zone_id_is_watched_and_a_full_attack_table_is_counted() {
+        let cfg = RandomSubdomainConfig {
+            zone_nxdomains_per_second: 5.0,
+            source_nxdomain_limit: 2,
+            escalate_after: 1000,
+            ..RandomSubdomainConfig::default()
+        };
+        let w = RandomSubdomain::new(&cfg, &[]);
+        let now = 5_000_000;
+        let src: IpAddr = "192.0.2.7".parse().unwrap();
+        // Zone ids far past any old cap on zone indexes go under attack and limit a flooder.
+        for zone in [70_000u32, 1_000_000, u32::MAX - 1] {
+            let dropped = (0..20)
+                .filter(|&i| w.observe(zone, src, true, now + i) == Verdict::Drop)
+                .count();
+            assert!(dropped > 0, "zone {zone} not watched");
+        }
+        assert_eq!(w.zones_under_attack(now + 30), 3);
+        // More zones flooded at once than places: counted, never a panic or a wrong zone.
+        for zone in 0..(ATTACK_SLOTS as u32 + 2_000) {
+            for i in 0..7 {
+                w.observe(zone, src, true, now + 40 + i);
+            }
+        }
+        assert!(w.attack_table_full.load(Ordering::Relaxed) > 0);
+        assert!(w.zones_under_attack(now + 50) <= ATTACK_SLOTS);
+        // Places of zones whose attack ended are taken again.
+        let later = now + cfg.window * 1000 + 1000;
+        let full = w.attack_table_full.load(Ordering::Relaxed);
+        for i in 0..7 {
+            w.observe(9_999_999, src, true, later + i);
+        }
+        assert_eq!(w.attack_table_full.load(Ordering::Relaxed), full);
+        assert!(w.attacked_until(9_999_999) > later);
+    }
+
+    #[test]
     fn flooders_escalate_legit_pass() {
         let cfg = RandomSubdomainConfig {
             zone_nxdomains_per_second: 50.0,
@@ -285,7 +372,7 @@ mod tests {
             escalate_after: 20,
             ..RandomSubdomainConfig::default()
         };
-        let w = RandomSubdomain::new(&cfg, 2, &[]);
+        let w = RandomSubdomain::new(&cfg, &[]);
         let legit: IpAddr = "192.0.2.1".parse().unwrap();
         let now = 1_000_000;
         // Calm zone: nothing limited.
@@ -326,7 +413,7 @@ mod tests {
             exempt: vec!["198.51.100.0/24".into()],
             ..RandomSubdomainConfig::default()
         };
-        let w = RandomSubdomain::new(&cfg, 1, &["2001:db8::/32".to_string()]);
+        let w = RandomSubdomain::new(&cfg, &["2001:db8::/32".to_string()]);
         let now = 1_000_000;
         let resolver = IpAddr::from([198, 51, 100, 53]);
         let v6: IpAddr = "2001:db8::53".parse().unwrap();
@@ -351,7 +438,7 @@ mod tests {
             zone_nxdomains_per_second: 10.0,
             ..RandomSubdomainConfig::default()
         };
-        let w = RandomSubdomain::new(&cfg, 1, &[]);
+        let w = RandomSubdomain::new(&cfg, &[]);
         let busy: IpAddr = "192.0.2.53".parse().unwrap();
         let now = 5_000_000;
         for i in 0..400_000u64 {

@@ -121,7 +121,7 @@ fn unix(at: Instant) -> u64 {
 async fn current(shared: &Shared, origin: &Name) -> (Option<usize>, Option<Arc<Zone>>) {
     let reg = shared.registry.lock().await;
     let i = reg.find(origin);
-    (i, i.and_then(|i| reg.entries()[i].current.clone()))
+    (i, i.and_then(|i| reg.entry(i)?.current.clone()))
 }
 
 async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trigger>) {
