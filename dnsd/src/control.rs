@@ -28,6 +28,11 @@ async fn command(shared: &Arc<State>, args: &[String]) -> Reply {
         ["block", rest @ ..] => shield::control::block::command(&shared.defence.blocks, rest),
         ["zones"] => Reply::ok(zones_text(shared).await),
         ["events-init"] => crate::event_sinks::events_init(shared.clickhouse.as_ref()).await,
+        ["zone", "add", o, f] => crate::reload::zone_add(shared, o, f, None).await,
+        ["zone", "add", o, f, "--template", t] => {
+            crate::reload::zone_add(shared, o, f, Some(t)).await
+        }
+        ["zone", "remove", o] => crate::reload::zone_remove(shared, o).await,
         ["zone-refresh", z] => zone_refresh(shared, z).await,
         ["zone-notify", z] => zone_notify(shared, z).await,
         ["status"] => Reply::ok(format!(
@@ -50,7 +55,9 @@ pub const HELP: &str = concat!(
   reload                              re-read the config, the rules and every changed zone file
   reload --force                      the same, every zone file re-read
   reload ZONE                         re-read one zone's file
-  zones                               each zone: serial, records, load time, file, transfers
+  zones                               each zone: serial, records, memory, load time, file, transfers
+  zone add ORIGIN FILE [--template T] serve a zone now, kept in [server] zone_state across restarts
+  zone remove ORIGIN                  stop serving a zone added with zone add
   zone-refresh ZONE                   a secondary zone: ask its primaries for changes now
   zone-notify ZONE                    send NOTIFY to the zone's secondaries now
   stats                               every counter (the /metrics samples, one per line)
@@ -114,10 +121,11 @@ pub async fn zones_text(shared: &Arc<State>) -> String {
             Some(z) => {
                 let _ = write!(
                     s,
-                    "{}\tserial {}\trecords {}\tloaded in {} ms\t{}",
+                    "{}\tserial {}\trecords {}\tmemory {} KiB\tloaded in {} ms\t{}",
                     e.origin,
                     z.serial(),
                     z.record_count(),
+                    z.memory_bytes().div_ceil(1024),
                     e.load_time.as_millis(),
                     e.file.display()
                 );

@@ -161,6 +161,15 @@ fn main() -> ExitCode {
                 },
                 (None, None) => PathBuf::from("/run/palisade/dnsd.sock"),
             };
+            // `zone add ORIGIN FILE`: the server resolves no path against its own directory.
+            let mut args = args;
+            if args.len() >= 4
+                && args[0] == "zone"
+                && args[1] == "add"
+                && let Ok(p) = std::path::absolute(&args[3])
+            {
+                args[3] = p.display().to_string();
+            }
             match ctl::call(&socket, &args, Duration::from_secs(timeout)) {
                 Ok(r) => {
                     print!("{}", r.text);
@@ -252,6 +261,7 @@ fn build_config(
         cfg.zones.push(config::ZoneConfig {
             origin: origin.into(),
             file: file.into(),
+            key: format!("--zone {z}"),
             ..Default::default()
         });
     }

@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::config::Config;
+use crate::config::zone_list::{StateZone, Templates, ZoneSpec, ZoneState};
+use crate::config::{Config, ZoneConfig, ZoneSource};
 use crate::defence;
 use crate::state::State;
 use crate::zone_registry::{self, Registry};
@@ -39,6 +40,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 let n = sync_zone_list(&mut reg, &c);
                 if n > 0 {
                     tracing::info!("zone list changed in {}", path.display());
+                    crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
                 }
             }
             Err(e) => {
@@ -175,18 +177,181 @@ pub fn zone_list(cfg: &Config) -> Vec<(zones::Name, PathBuf, crate::served_zones
         .filter_map(|z| {
             zones::Name::parse(&z.origin, Some(&zones::Name::root()))
                 .ok()
-                .map(|n| {
-                    (
-                        n,
-                        z.file.clone(),
-                        crate::served_zones::ServeOptions {
-                            cookies: z.cookies.unwrap_or(cfg.defence.cookies.policy),
-                            tenant: z.tenant,
-                            xdp_answers: z.xdp_answers == crate::config::XdpAnswers::All,
-                            xdp_hot: z.xdp_answers == crate::config::XdpAnswers::Hot,
-                        },
-                    )
-                })
+                .map(|n| (n, z.file.clone(), serve_options(cfg, z)))
         })
         .collect()
+}
+
+/// What the query path reads of zone `z`'s settings.
+fn serve_options(cfg: &Config, z: &ZoneConfig) -> crate::served_zones::ServeOptions {
+    crate::served_zones::ServeOptions {
+        cookies: z.cookies.unwrap_or(cfg.defence.cookies.policy),
+        tenant: z.tenant,
+        xdp_answers: z.xdp_answers == crate::config::XdpAnswers::All,
+        xdp_hot: z.xdp_answers == crate::config::XdpAnswers::Hot,
+    }
+}
+
+/// The config file and its zone state file, for `ctl zone add` and `zone remove`.
+fn state_config(shared: &State) -> Result<(Config, PathBuf), String> {
+    let Some(path) = &shared.config_path else {
+        return Err(
+            "zones are added at run time only with a config file that sets [server] zone_state"
+                .into(),
+        );
+    };
+    let c = Config::load(path).map_err(|e| format!("config not read: {e}"))?;
+    let Some(st) = c.server.zone_state.clone() else {
+        return Err(format!(
+            "{}: [server] zone_state is not set: zones added at run time would not survive a restart",
+            path.display()
+        ));
+    };
+    Ok((c, st))
+}
+
+/// `ctl zone add ORIGIN FILE [--template T]`: loads the zone, keeps it in the zone state
+/// file and serves it; no other zone is touched. A zone that does not load is not added.
+pub async fn zone_add(
+    shared: &Arc<State>,
+    origin: &str,
+    file: &str,
+    template: Option<&str>,
+) -> Reply {
+    let (mut c, state_path) = match state_config(shared) {
+        Ok(x) => x,
+        Err(e) => return Reply::err(format!("{e}\n")),
+    };
+    let Ok(n) = zones::Name::parse(origin, Some(&zones::Name::root())) else {
+        return Reply::err(format!("bad zone name {origin}\n"));
+    };
+    let file = PathBuf::from(file);
+    if file.is_relative() {
+        return Reply::err(format!(
+            "{}: give the zone file's absolute path\n",
+            file.display()
+        ));
+    }
+    let mut reg = shared.zones.lock().await;
+    if reg.find(&n).is_some() {
+        return Reply::err(format!("zone {n} is already served\n"));
+    }
+    let spec = ZoneSpec {
+        file: Some(file.clone()),
+        template: template.map(str::to_string),
+        ..Default::default()
+    };
+    let zc = match Templates::new(&c)
+        .and_then(|t| t.resolve(&n.to_string(), &spec, ZoneSource::State, "zone add".into()))
+    {
+        Ok(z) => z,
+        Err((k, m)) => return Reply::err(format!("{k}: {m}\n")),
+    };
+    // A secondary's file comes from its primaries: it need not exist yet.
+    let load = zc.primaries.is_empty() || file.exists();
+    let loaded = if load {
+        let (o, f) = (n.clone(), file.clone());
+        let (r, mtime) = tokio::task::spawn_blocking(move || zone_registry::load_one(&o, &f))
+            .await
+            .unwrap_or_else(|e| (Err(e.to_string()), None));
+        match r {
+            Ok(l) => Some((l, mtime)),
+            Err(e) => return Reply::err(format!("{n}: not added, the zone does not load:\n{e}\n")),
+        }
+    } else {
+        None
+    };
+    let mut st = match ZoneState::read(&state_path) {
+        Ok(s) => s,
+        Err(e) => return Reply::err(format!("{e}\n")),
+    };
+    st.zone.push(StateZone {
+        origin: n.to_string(),
+        file: file.clone(),
+        template: template.map(str::to_string),
+    });
+    if let Err(e) = st.write(&state_path) {
+        return Reply::err(format!(
+            "{n}: not added, the zone state was not written: {e}\n"
+        ));
+    }
+    let serve = serve_options(&c, &zc);
+    c.zones.push(zc);
+    shared.xfr.set_policies(&c);
+    let i = reg.add(n.clone(), file, serve);
+    let text = match loaded {
+        Some((l, mtime)) => {
+            let line = format!(
+                "{n}: added, serial {}, {} records\n",
+                l.zone.serial(),
+                l.zone.record_count()
+            );
+            reg.apply(vec![(i, Ok(l), mtime)]);
+            line
+        }
+        None => {
+            reg.publish();
+            format!("{n}: added, waiting for its first transfer\n")
+        }
+    };
+    drop(reg);
+    crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
+    tracing::info!(zone = %n, "zone added at run time");
+    Reply::ok(text)
+}
+
+/// `ctl zone remove ORIGIN`: stops serving a zone added at run time and drops it from the
+/// zone state file; a zone the config file defines is refused (edit the file, then reload).
+pub async fn zone_remove(shared: &Arc<State>, origin: &str) -> Reply {
+    let (mut c, state_path) = match state_config(shared) {
+        Ok(x) => x,
+        Err(e) => return Reply::err(format!("{e}\n")),
+    };
+    let Ok(n) = zones::Name::parse(origin, Some(&zones::Name::root())) else {
+        return Reply::err(format!("bad zone name {origin}\n"));
+    };
+    let lower = n.to_lowercase();
+    let same = |z: &ZoneConfig| {
+        zones::Name::parse(&z.origin, Some(&zones::Name::root()))
+            .is_ok_and(|o| o.to_lowercase() == lower)
+    };
+    if let Some(z) = c
+        .zones
+        .iter()
+        .find(|z| same(z) && z.source == ZoneSource::Config)
+    {
+        return Reply::err(format!(
+            "zone {n} is defined by the config ({}): remove it there, then reload\n",
+            z.key
+        ));
+    }
+    let mut reg = shared.zones.lock().await;
+    let mut st = match ZoneState::read(&state_path) {
+        Ok(s) => s,
+        Err(e) => return Reply::err(format!("{e}\n")),
+    };
+    let before = st.zone.len();
+    st.zone.retain(|z| {
+        zones::Name::parse(&z.origin, Some(&zones::Name::root()))
+            .map_or(true, |o| o.to_lowercase() != lower)
+    });
+    let Some(i) = reg.find(&n) else {
+        return Reply::err(format!("zone {n} is not served\n"));
+    };
+    if st.zone.len() != before
+        && let Err(e) = st.write(&state_path)
+    {
+        return Reply::err(format!(
+            "{n}: not removed, the zone state was not written: {e}\n"
+        ));
+    }
+    let origin = reg.entry(i).map(|e| e.origin.clone()).unwrap_or(n.clone());
+    reg.remove(&origin);
+    reg.publish();
+    c.zones.retain(|z| !same(z));
+    shared.xfr.set_policies(&c);
+    drop(reg);
+    crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
+    tracing::info!(zone = %n, "zone removed at run time");
+    Reply::ok(format!("{n}: removed\n"))
 }

@@ -50,6 +50,8 @@ fn dnsd_ctl_help_lists_every_command_the_server_knows() {
         "zones",
         "zone-refresh ZONE",
         "zone-notify ZONE",
+        "zone add ORIGIN FILE",
+        "zone remove ORIGIN",
         "stats",
         "block add PREFIX",
         "block del PREFIX",
@@ -66,6 +68,7 @@ fn dnsd_ctl_help_lists_every_command_the_server_knows() {
     let dnsd = Dnsd::builder().zone(Zone::data("example.com.")).start();
     let fill = |w: &str| match w {
         "ZONE" => "example.com.".to_string(),
+        "ORIGIN" => "new.example.".to_string(),
         "PREFIX" => "192.0.2.99".to_string(),
         "FILE" => "/nonexistent/blocks.txt".to_string(),
         other => panic!("no value for {other}"),

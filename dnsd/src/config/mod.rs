@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 pub mod defence;
 pub mod transfer;
+pub mod zone_list;
 
 use defence::{CookiePolicy, DefenceConfig};
 
@@ -53,9 +54,18 @@ pub struct Config {
     /// Listening addresses and socket settings.
     #[serde(default)]
     pub server: Server,
-    /// Zones served.
-    #[serde(default, rename = "zone")]
+    /// Zones served: `[[zone]]`, `[[zone_set]]` and the zone state, templates applied.
+    #[serde(skip)]
     pub zones: Vec<ZoneConfig>,
+    /// `[[zone]]` as written (resolved into `zones`).
+    #[serde(default, rename = "zone")]
+    pub zone_specs: Vec<zone_list::ZoneSpec>,
+    /// `[[template]]`: settings shared by the zones that name them.
+    #[serde(default, rename = "template")]
+    pub templates: Vec<zone_list::ZoneSpec>,
+    /// `[[zone_set]]`: zones from a directory or a list file.
+    #[serde(default, rename = "zone_set")]
+    pub zone_sets: Vec<zone_list::ZoneSetConfig>,
     /// The control socket.
     #[serde(default)]
     pub control: Control,
@@ -237,6 +247,10 @@ pub struct Server {
     /// TCP: queries read but not yet answered on one connection before it stops reading.
     #[serde(default = "default_tcp_queue")]
     pub tcp_max_pipelined: usize,
+    /// Where zones added with `ctl zone add` are kept across reloads and restarts
+    /// (relative paths are relative to the config file; unset: `zone add` is refused).
+    #[serde(default)]
+    pub zone_state: Option<PathBuf>,
 }
 
 fn default_listen() -> Vec<String> {
@@ -273,40 +287,47 @@ impl Default for Server {
     }
 }
 
-/// `[[zone]]`.
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+/// Where a zone's entry comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ZoneSource {
+    /// The config file (`[[zone]]` or `[[zone_set]]`) or the command line.
+    #[default]
+    Config,
+    /// Added at run time (`ctl zone add`), kept in the zone state file.
+    State,
+}
+
+/// One zone served, its template applied.
+#[derive(Debug, Clone, Default)]
 pub struct ZoneConfig {
     /// The zone's apex.
     pub origin: String,
     /// The master file (relative paths are relative to the config file).
     pub file: PathBuf,
+    /// The template it names.
+    pub template: Option<String>,
     /// Cookie policy for this zone: "off", "on" or "require" (default: `[defence.cookies] policy`).
-    #[serde(default)]
     pub cookies: Option<CookiePolicy>,
     /// The tenant in the rules file whose rules, events and metrics this zone's queries
     /// belong to (default 0: no tenant, no rules but the `[global]` list).
-    #[serde(default)]
     pub tenant: u32,
     /// Answer this zone's names in the XDP guard too (needs `[xdp]`; see README): `true`
     /// (every name), `"hot"` (its hottest, with `[xdp_hot]`; the default) or `false`.
-    #[serde(default)]
     pub xdp_answers: XdpAnswers,
     /// Primaries (`IP:PORT`): set, the zone is a secondary kept in `file`.
-    #[serde(default)]
     pub primaries: Vec<String>,
     /// Secondaries to NOTIFY (`IP:PORT`) on every change.
-    #[serde(default)]
     pub notify: Vec<String>,
     /// Prefixes allowed to transfer the zone (empty: no transfers).
-    #[serde(default)]
     pub allow_transfer: Vec<String>,
     /// Prefixes besides the primaries' addresses that may send NOTIFY for a secondary zone.
-    #[serde(default)]
     pub allow_notify: Vec<String>,
     /// The TSIG key (a `[[tsig_key]]` name) transfers and NOTIFY of this zone must use.
-    #[serde(default)]
     pub tsig: Option<String>,
+    /// Where the entry comes from.
+    pub source: ZoneSource,
+    /// How errors name the entry (`zone[3]`, `zone_set[0] (list:12)`, …).
+    pub key: String,
 }
 
 /// `[control]`.
@@ -339,6 +360,17 @@ impl Config {
                 z.file = dir.join(&z.file);
             }
         }
+        zone_list::expand_sets(&mut c, dir, path)?;
+        if let Some(s) = &mut c.server.zone_state
+            && s.is_relative()
+        {
+            *s = dir.join(&*s);
+        }
+        transfer::check_config(&c).map_err(|(key, msg)| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key,
+            msg,
+        })?;
         if let Some(r) = &mut c.rules
             && r.file.is_relative()
         {
@@ -388,6 +420,11 @@ impl Config {
         for w in c.events.upgrade(dir) {
             tracing::warn!(file = %path.display(), "{w}");
         }
+        c.zones = zone_list::resolve_zones(&c).map_err(|(key, msg)| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key,
+            msg,
+        })?;
         c.check(path)?;
         Ok(c)
     }
@@ -408,18 +445,18 @@ impl Config {
             return Err(inv("server.udp_batch", "must be between 1 and 1024".into()));
         }
         let mut seen = std::collections::HashSet::new();
-        for (i, z) in self.zones.iter().enumerate() {
+        for z in &self.zones {
             let n = zones::Name::parse(&z.origin, Some(&zones::Name::root()))
-                .map_err(|e| inv(&format!("zone[{i}].origin"), e.to_string()))?;
+                .map_err(|e| inv(&format!("{}.origin", z.key), e.to_string()))?;
             if !seen.insert(n.to_lowercase()) {
                 return Err(inv(
-                    &format!("zone[{i}].origin"),
+                    &format!("{}.origin", z.key),
                     format!("zone {n} is configured twice"),
                 ));
             }
             if z.tenant > shield::rules::MAX_TENANT_ID {
                 return Err(inv(
-                    &format!("zone[{i}].tenant"),
+                    &format!("{}.tenant", z.key),
                     format!(
                         "tenant {} is out of range: ids go from 1 to {} (0: none)",
                         z.tenant,

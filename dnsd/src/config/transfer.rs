@@ -137,8 +137,8 @@ pub fn check_config(c: &Config) -> Result<(), (String, String)> {
         }
         decode_secret(&k.secret).map_err(|e| (at("secret"), e))?;
     }
-    for (i, z) in c.zones.iter().enumerate() {
-        let at = |f: &str| format!("zone[{i}].{f}");
+    for z in &c.zones {
+        let at = |f: &str| format!("{}.{f}", z.key);
         for a in z.primaries.iter() {
             parse_addr(a).map_err(|e| (at("primaries"), e))?;
         }

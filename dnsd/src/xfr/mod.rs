@@ -216,6 +216,22 @@ impl Transfers {
             .insert(apex.to_vec(), tx);
     }
 
+    /// Drops the refresh triggers of zones `keep` says no: their tasks end.
+    pub fn retain_triggers(&self, keep: impl Fn(&[u8]) -> bool) {
+        self.triggers
+            .lock()
+            .expect("trigger lock")
+            .retain(|apex, _| keep(apex));
+    }
+
+    /// Whether the zone `apex` has a refresh task.
+    pub fn has_trigger(&self, apex: &[u8]) -> bool {
+        self.triggers
+            .lock()
+            .expect("trigger lock")
+            .contains_key(apex)
+    }
+
     /// Asks for a refresh of the secondary zone `apex`; false when it is not one. A request
     /// while one is pending is merged into it (and counted).
     pub fn trigger(&self, apex: &[u8], t: Trigger) -> bool {

@@ -84,7 +84,8 @@ fn touch(file: &std::path::Path) -> std::io::Result<()> {
         .set_modified(std::time::SystemTime::now())
 }
 
-/// Starts the task of every secondary zone.
+/// Starts the task of every secondary zone that has none, and ends the tasks of zones that
+/// are no longer secondaries (at start, and after the zone list changed).
 pub fn spawn_all(
     zones: &Arc<tokio::sync::Mutex<crate::zone_registry::Registry>>,
     xfr: &Arc<Transfers>,
@@ -94,7 +95,13 @@ pub fn spawn_all(
         xfr: Arc::clone(xfr),
     });
     let pol = shared.xfr.policies();
+    shared
+        .xfr
+        .retain_triggers(|apex| pol.zone(apex).is_some_and(|p| p.is_secondary()));
     for p in pol.all().filter(|p| p.is_secondary()) {
+        if shared.xfr.has_trigger(p.origin.as_wire()) {
+            continue;
+        }
         let (tx, rx) = mpsc::channel(1);
         shared.xfr.set_trigger(p.origin.as_wire(), tx);
         tokio::spawn(run_zone(shared.clone(), p.origin.clone(), rx));

@@ -1,0 +1,393 @@
+//! The zone list: `[[zone]]` entries, `[[template]]`s holding settings shared by many
+//! zones, `[[zone_set]]`s (a directory of zone files, or a list file) and the zones added at
+//! run time (`[server] zone_state`), resolved into one [`ZoneConfig`] per zone.
+//!
+//! A zone's own setting wins over its template's; a zone without `template` takes the
+//! template named `default` when there is one (as Knot's templates do).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::defence::CookiePolicy;
+use super::{Config, ConfigError, XdpAnswers, ZoneConfig, ZoneSource};
+
+/// `[[zone]]` as written, a `[[template]]`, or a zone in the zone state file: each setting
+/// unset falls back to the template.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneSpec {
+    /// A template's name (`[[template]]` only).
+    pub name: Option<String>,
+    /// The zone's apex (`[[zone]]` only).
+    pub origin: Option<String>,
+    /// The master file; in a template, a pattern where `%s` stands for the origin without
+    /// its final dot (relative paths are relative to the config file).
+    pub file: Option<PathBuf>,
+    /// The template whose settings this zone takes (`[[zone]]` only).
+    pub template: Option<String>,
+    /// Cookie policy: "off", "on" or "require" (default: `[defence.cookies] policy`).
+    pub cookies: Option<CookiePolicy>,
+    /// The tenant in the rules file (0: none).
+    pub tenant: Option<u32>,
+    /// Answer names in the XDP guard too: `true`, `"hot"` (default) or `false`.
+    pub xdp_answers: Option<XdpAnswers>,
+    /// Primaries (`IP:PORT`): set, the zone is a secondary kept in `file`.
+    pub primaries: Option<Vec<String>>,
+    /// Secondaries to NOTIFY (`IP:PORT`) on every change.
+    pub notify: Option<Vec<String>>,
+    /// Prefixes allowed to transfer the zone (empty: no transfers).
+    pub allow_transfer: Option<Vec<String>>,
+    /// Prefixes besides the primaries' addresses that may send NOTIFY.
+    pub allow_notify: Option<Vec<String>>,
+    /// The TSIG key (a `[[tsig_key]]` name) transfers and NOTIFY must use.
+    pub tsig: Option<String>,
+}
+
+/// `[[zone_set]]`: many zones from a directory or a list file, with one template.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneSetConfig {
+    /// A directory: each file `ORIGIN{suffix}` in it is the zone ORIGIN (hidden files and
+    /// other names are skipped). Read again on every reload.
+    pub dir: Option<PathBuf>,
+    /// A list file: one zone per line, `ORIGIN [FILE]` (`#` starts a comment); without
+    /// FILE the template's file pattern names it. Read again on every reload.
+    pub list: Option<PathBuf>,
+    /// The file name ending that `dir` strips to find the origin.
+    #[serde(default = "default_suffix")]
+    pub suffix: String,
+    /// The template of every zone of the set (default: the `default` template, if any).
+    pub template: Option<String>,
+}
+
+fn default_suffix() -> String {
+    ".zone".into()
+}
+
+/// One zone added at run time, as the zone state file keeps it.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StateZone {
+    /// Apex.
+    pub origin: String,
+    /// Master file (absolute).
+    pub file: PathBuf,
+    /// Template, if one was named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+}
+
+/// The zone state file (`[server] zone_state`): zones added with `ctl zone add`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZoneState {
+    /// The zones, in the order added.
+    #[serde(default)]
+    pub zone: Vec<StateZone>,
+}
+
+impl ZoneState {
+    /// Reads the state file; a missing file is an empty state.
+    pub fn read(path: &Path) -> Result<ZoneState, String> {
+        match std::fs::read_to_string(path) {
+            Ok(t) => toml::from_str(&t).map_err(|e| {
+                let l = shield::toml_pos::locate(&t, &e);
+                format!("{}:{}:{}: {}", path.display(), l.line, l.col, l.message)
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ZoneState::default()),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    /// Writes the state file whole (a new file renamed over the old: never half written).
+    pub fn write(&self, path: &Path) -> Result<(), String> {
+        let text = format!(
+            "# Zones added with `dnsd ctl zone add`; written by dnsd.\n{}",
+            toml::to_string(self).map_err(|e| e.to_string())?
+        );
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// Templates by name.
+pub struct Templates<'a>(HashMap<&'a str, &'a ZoneSpec>);
+
+impl<'a> Templates<'a> {
+    /// The config's templates, checked: each named, once, with no zone-only key.
+    pub fn new(c: &'a Config) -> Result<Templates<'a>, (String, String)> {
+        let mut m = HashMap::new();
+        for (i, t) in c.templates.iter().enumerate() {
+            let key = format!("template[{i}]");
+            let Some(name) = t.name.as_deref() else {
+                return Err((format!("{key}.name"), "a template needs a name".into()));
+            };
+            if t.origin.is_some() || t.template.is_some() {
+                return Err((
+                    key,
+                    "origin and template belong to [[zone]], not [[template]]".into(),
+                ));
+            }
+            if t.tenant.is_some_and(|n| n > shield::rules::MAX_TENANT_ID) {
+                return Err((
+                    format!("{key}.tenant"),
+                    format!(
+                        "tenant ids go from 1 to {} (0: none)",
+                        shield::rules::MAX_TENANT_ID
+                    ),
+                ));
+            }
+            if m.insert(name, t).is_some() {
+                return Err((
+                    format!("{key}.name"),
+                    format!("template {name} is defined twice"),
+                ));
+            }
+        }
+        Ok(Templates(m))
+    }
+
+    /// The template `name` (or `default`, when `name` is unset and there is one).
+    fn pick(
+        &self,
+        name: Option<&str>,
+        key: &str,
+    ) -> Result<Option<&'a ZoneSpec>, (String, String)> {
+        match name {
+            Some(n) => self.0.get(n).copied().map(Some).ok_or_else(|| {
+                (
+                    format!("{key}.template"),
+                    format!("no [[template]] named {n}"),
+                )
+            }),
+            None => Ok(self.0.get("default").copied()),
+        }
+    }
+
+    /// Whether a template `name` exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
+    /// The zone `origin` with `spec`'s settings over its template's; `key` names it in errors.
+    pub fn resolve(
+        &self,
+        origin: &str,
+        spec: &ZoneSpec,
+        source: ZoneSource,
+        key: String,
+    ) -> Result<ZoneConfig, (String, String)> {
+        let t = self.pick(spec.template.as_deref(), &key)?;
+        let pick = |f: fn(&ZoneSpec) -> Option<&Vec<String>>| {
+            f(spec)
+                .or_else(|| t.and_then(f))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let file = match (&spec.file, t.and_then(|t| t.file.as_ref())) {
+            (Some(f), _) => f.clone(),
+            (None, Some(pattern)) => file_from_pattern(pattern, origin),
+            (None, None) => {
+                return Err((
+                    format!("{key}.file"),
+                    "missing (and no template with a file pattern)".into(),
+                ));
+            }
+        };
+        Ok(ZoneConfig {
+            origin: origin.to_string(),
+            file,
+            template: spec.template.clone(),
+            cookies: spec.cookies.or_else(|| t.and_then(|t| t.cookies)),
+            tenant: spec
+                .tenant
+                .or_else(|| t.and_then(|t| t.tenant))
+                .unwrap_or(0),
+            xdp_answers: spec
+                .xdp_answers
+                .or_else(|| t.and_then(|t| t.xdp_answers))
+                .unwrap_or_default(),
+            primaries: pick(|s| s.primaries.as_ref()),
+            notify: pick(|s| s.notify.as_ref()),
+            allow_transfer: pick(|s| s.allow_transfer.as_ref()),
+            allow_notify: pick(|s| s.allow_notify.as_ref()),
+            tsig: spec.tsig.clone().or_else(|| t.and_then(|t| t.tsig.clone())),
+            source,
+            key,
+        })
+    }
+}
+
+/// A template's file pattern for `origin`: `%s` → the origin without its final dot.
+pub fn file_from_pattern(pattern: &Path, origin: &str) -> PathBuf {
+    let o = origin
+        .strip_suffix('.')
+        .unwrap_or(origin)
+        .to_ascii_lowercase();
+    PathBuf::from(pattern.to_string_lossy().replace("%s", &o))
+}
+
+/// The `[[zone]]` entries with their templates (no file is read).
+pub fn resolve_zones(c: &Config) -> Result<Vec<ZoneConfig>, (String, String)> {
+    let t = Templates::new(c)?;
+    let mut out = Vec::with_capacity(c.zone_specs.len());
+    for (i, z) in c.zone_specs.iter().enumerate() {
+        let key = format!("zone[{i}]");
+        if z.name.is_some() {
+            return Err((format!("{key}.name"), "name belongs to [[template]]".into()));
+        }
+        let Some(origin) = z.origin.as_deref() else {
+            return Err((format!("{key}.origin"), "missing".into()));
+        };
+        out.push(t.resolve(origin, z, ZoneSource::Config, key)?);
+    }
+    Ok(out)
+}
+
+/// The zones of `[[zone_set]]`s and of the zone state file, with their templates; `dir` is
+/// the config file's directory. Zones the config already has are skipped (a zone state
+/// that names one is warned about).
+pub fn expand_sets(c: &mut Config, dir: &Path, path: &Path) -> Result<(), ConfigError> {
+    let inv = |key: String, msg: String| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        key,
+        msg,
+    };
+    let mut added = Vec::new();
+    {
+        let t = Templates::new(c).map_err(|(k, m)| inv(k, m))?;
+        for (i, s) in c.zone_sets.iter().enumerate() {
+            let key = format!("zone_set[{i}]");
+            if let Some(n) = &s.template
+                && !t.has(n)
+            {
+                return Err(inv(
+                    format!("{key}.template"),
+                    format!("no [[template]] named {n}"),
+                ));
+            }
+            let spec = ZoneSpec {
+                template: s.template.clone(),
+                ..Default::default()
+            };
+            let entries = match (&s.dir, &s.list) {
+                (Some(d), None) => {
+                    read_dir(&dir.join(d), &s.suffix).map_err(|m| inv(format!("{key}.dir"), m))?
+                }
+                (None, Some(l)) => {
+                    read_list(&dir.join(l)).map_err(|m| inv(format!("{key}.list"), m))?
+                }
+                _ => return Err(inv(key, "needs one of dir or list".into())),
+            };
+            for (origin, file, at) in entries {
+                let spec = ZoneSpec {
+                    file,
+                    ..spec.clone()
+                };
+                let z = t
+                    .resolve(&origin, &spec, ZoneSource::Config, format!("{key} ({at})"))
+                    .map_err(|(k, m)| inv(k, m))?;
+                added.push(z);
+            }
+        }
+        if let Some(sp) = &c.server.zone_state {
+            let sp = dir.join(sp);
+            let state = ZoneState::read(&sp).map_err(|m| inv("server.zone_state".into(), m))?;
+            for (i, z) in state.zone.iter().enumerate() {
+                let spec = ZoneSpec {
+                    file: Some(z.file.clone()),
+                    template: z.template.clone(),
+                    ..Default::default()
+                };
+                let key = format!("server.zone_state ({}: zone {})", sp.display(), i + 1);
+                added.push(
+                    t.resolve(&z.origin, &spec, ZoneSource::State, key)
+                        .map_err(|(k, m)| inv(k, m))?,
+                );
+            }
+        }
+    }
+    for z in &mut added {
+        if z.file.is_relative() {
+            z.file = dir.join(&z.file);
+        }
+    }
+    let mut seen: std::collections::HashSet<zones::Name> = c
+        .zones
+        .iter()
+        .filter_map(|z| zones::Name::parse(&z.origin, Some(&zones::Name::root())).ok())
+        .map(|n| n.to_lowercase())
+        .collect();
+    for z in added {
+        let n = zones::Name::parse(&z.origin, Some(&zones::Name::root()))
+            .map_err(|e| inv(format!("{}.origin", z.key), e.to_string()))?
+            .to_lowercase();
+        if !seen.insert(n.clone()) {
+            if z.source == ZoneSource::State {
+                tracing::warn!(
+                    "{}: zone {n} is also in the config; the config's entry is served",
+                    z.key
+                );
+                continue;
+            }
+            return Err(inv(
+                format!("{}.origin", z.key),
+                format!("zone {n} is configured twice"),
+            ));
+        }
+        c.zones.push(z);
+    }
+    Ok(())
+}
+
+/// The zone files of a directory: (origin, file, where), sorted by origin.
+fn read_dir(d: &Path, suffix: &str) -> Result<Vec<(String, Option<PathBuf>, String)>, String> {
+    let rd = std::fs::read_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    let mut out = Vec::new();
+    for e in rd {
+        let e = e.map_err(|e| format!("{}: {e}", d.display()))?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name.strip_suffix(suffix) else {
+            continue;
+        };
+        if stem.is_empty() || name.starts_with('.') || !e.file_type().is_ok_and(|t| !t.is_dir()) {
+            continue;
+        }
+        let origin = if stem.ends_with('.') {
+            stem.to_string()
+        } else {
+            format!("{stem}.")
+        };
+        out.push((origin, Some(e.path()), e.path().display().to_string()));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The zones of a list file: `ORIGIN [FILE]` per line; relative files are relative to the
+/// list's directory.
+fn read_list(l: &Path) -> Result<Vec<(String, Option<PathBuf>, String)>, String> {
+    let text = std::fs::read_to_string(l).map_err(|e| format!("{}: {e}", l.display()))?;
+    let base = l.parent().unwrap_or(Path::new("."));
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let at = format!("{}:{}", l.display(), n + 1);
+        let mut f = line.split_whitespace();
+        let origin = f.next().unwrap_or_default().to_string();
+        let file = f.next().map(|p| base.join(p));
+        if f.next().is_some() {
+            return Err(format!("{at}: expected ORIGIN [FILE], found {line:?}"));
+        }
+        out.push((origin, file, at));
+    }
+    Ok(out)
+}
