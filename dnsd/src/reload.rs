@@ -42,6 +42,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                     tracing::info!("zone list changed in {}", path.display());
                     crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
                 }
+                shared.set_config(c);
             }
             Err(e) => {
                 return Reply::err(format!("config not reloaded, keeping the running one: {e}"));
@@ -192,20 +193,20 @@ fn serve_options(cfg: &Config, z: &ZoneConfig) -> crate::served_zones::ServeOpti
     }
 }
 
-/// The config file and its zone state file, for `ctl zone add` and `zone remove`.
-fn state_config(shared: &State) -> Result<(Config, PathBuf), String> {
-    let Some(path) = &shared.config_path else {
-        return Err(
-            "zones are added at run time only with a config file that sets [server] zone_state"
-                .into(),
-        );
-    };
-    let c = Config::load(path).map_err(|e| format!("config not read: {e}"))?;
+/// The config in force and its zone state file, for `ctl zone add` and `zone remove`.
+fn state_config(shared: &State) -> Result<(Arc<Config>, PathBuf), String> {
+    let c = shared.config();
     let Some(st) = c.server.zone_state.clone() else {
-        return Err(format!(
-            "{}: [server] zone_state is not set: zones added at run time would not survive a restart",
-            path.display()
-        ));
+        return Err(match &shared.config_path {
+            Some(p) => format!(
+                "{}: [server] zone_state is not set: zones added at run time would not survive a restart",
+                p.display()
+            ),
+            None => {
+                "zones are added at run time only with a config file that sets [server] zone_state"
+                    .into()
+            }
+        });
     };
     Ok((c, st))
 }
@@ -218,7 +219,7 @@ pub async fn zone_add(
     file: &str,
     template: Option<&str>,
 ) -> Reply {
-    let (mut c, state_path) = match state_config(shared) {
+    let (c, state_path) = match state_config(shared) {
         Ok(x) => x,
         Err(e) => return Reply::err(format!("{e}\n")),
     };
@@ -256,7 +257,9 @@ pub async fn zone_add(
             .unwrap_or_else(|e| (Err(e.to_string()), None));
         match r {
             Ok(l) => Some((l, mtime)),
-            Err(e) => return Reply::err(format!("{n}: not added, the zone does not load:\n{e}\n")),
+            Err(e) => {
+                return Reply::err(format!("{n}: not added, the zone does not load:\n{e}\n"));
+            }
         }
     } else {
         None
@@ -275,10 +278,8 @@ pub async fn zone_add(
             "{n}: not added, the zone state was not written: {e}\n"
         ));
     }
-    let serve = serve_options(&c, &zc);
-    c.zones.push(zc);
-    shared.xfr.set_policies(&c);
-    let i = reg.add(n.clone(), file, serve);
+    shared.xfr.set_zone_policy(&zc);
+    let i = reg.add(n.clone(), file, serve_options(&c, &zc));
     let text = match loaded {
         Some((l, mtime)) => {
             let line = format!(
@@ -295,7 +296,9 @@ pub async fn zone_add(
         }
     };
     drop(reg);
-    crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
+    if !zc.primaries.is_empty() {
+        crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
+    }
     tracing::info!(zone = %n, "zone added at run time");
     Reply::ok(text)
 }
@@ -303,7 +306,7 @@ pub async fn zone_add(
 /// `ctl zone remove ORIGIN`: stops serving a zone added at run time and drops it from the
 /// zone state file; a zone the config file defines is refused (edit the file, then reload).
 pub async fn zone_remove(shared: &Arc<State>, origin: &str) -> Reply {
-    let (mut c, state_path) = match state_config(shared) {
+    let (_, state_path) = match state_config(shared) {
         Ok(x) => x,
         Err(e) => return Reply::err(format!("{e}\n")),
     };
@@ -311,20 +314,6 @@ pub async fn zone_remove(shared: &Arc<State>, origin: &str) -> Reply {
         return Reply::err(format!("bad zone name {origin}\n"));
     };
     let lower = n.to_lowercase();
-    let same = |z: &ZoneConfig| {
-        zones::Name::parse(&z.origin, Some(&zones::Name::root()))
-            .is_ok_and(|o| o.to_lowercase() == lower)
-    };
-    if let Some(z) = c
-        .zones
-        .iter()
-        .find(|z| same(z) && z.source == ZoneSource::Config)
-    {
-        return Reply::err(format!(
-            "zone {n} is defined by the config ({}): remove it there, then reload\n",
-            z.key
-        ));
-    }
     let mut reg = shared.zones.lock().await;
     let mut st = match ZoneState::read(&state_path) {
         Ok(s) => s,
@@ -338,9 +327,12 @@ pub async fn zone_remove(shared: &Arc<State>, origin: &str) -> Reply {
     let Some(i) = reg.find(&n) else {
         return Reply::err(format!("zone {n} is not served\n"));
     };
-    if st.zone.len() != before
-        && let Err(e) = st.write(&state_path)
-    {
+    if st.zone.len() == before {
+        return Reply::err(format!(
+            "zone {n} is defined by the config, not added at run time: remove it there, then reload\n"
+        ));
+    }
+    if let Err(e) = st.write(&state_path) {
         return Reply::err(format!(
             "{n}: not removed, the zone state was not written: {e}\n"
         ));
@@ -348,9 +340,8 @@ pub async fn zone_remove(shared: &Arc<State>, origin: &str) -> Reply {
     let origin = reg.entry(i).map(|e| e.origin.clone()).unwrap_or(n.clone());
     reg.remove(&origin);
     reg.publish();
-    c.zones.retain(|z| !same(z));
-    shared.xfr.set_policies(&c);
     drop(reg);
+    shared.xfr.remove_zone(lower.as_wire());
     crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
     tracing::info!(zone = %n, "zone removed at run time");
     Reply::ok(format!("{n}: removed\n"))

@@ -43,6 +43,12 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     }
     registry.publish();
     let zones = registry.published();
+    let any_xdp_answers = cfg
+        .zones
+        .iter()
+        .any(|z| z.xdp_answers == crate::config::XdpAnswers::All);
+    // The registry holds the zone list from here on.
+    let cfg = crate::state::without_zones(cfg);
     {
         let x = xfr.clone();
         registry.set_on_change(Arc::new(move |origin, old, new| {
@@ -106,12 +112,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let fleet_counters = fleet.counters();
     let bound = fleet.addrs().to_vec();
     // The XDP answer fast path, for zones marked xdp_answers (with [xdp]).
-    let xdp_answers = if cfg
-        .zones
-        .iter()
-        .any(|z| z.xdp_answers == crate::config::XdpAnswers::All)
-        || cfg.xdp_hot.names > 0
-    {
+    let xdp_answers = if any_xdp_answers || cfg.xdp_hot.names > 0 {
         if xdp.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
             // RRL in XDP for what XDP answers: RRL's rate per source prefix, and its slip.
             // Clients with a valid server cookie never meet it (XDP verifies cookies too).
@@ -277,6 +278,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let shared = Arc::new(State {
         zones: Arc::new(tokio::sync::Mutex::new(registry)),
         config_path,
+        config: Mutex::new(Arc::new(cfg.clone())),
         addrs: bound,
         tcp: tcp.clone(),
         started: Instant::now(),

@@ -18,6 +18,9 @@ pub struct State {
     pub zones: Arc<tokio::sync::Mutex<Registry>>,
     /// The config file, for reloads (None when run from flags).
     pub config_path: Option<PathBuf>,
+    /// The config in force without its zone list (templates, zone state, defaults): what
+    /// `ctl zone add` needs without reading the config file again.
+    pub config: Mutex<Arc<crate::config::Config>>,
     /// Service addresses.
     pub addrs: Vec<SocketAddr>,
     /// The TCP side.
@@ -47,6 +50,19 @@ pub struct State {
 }
 
 impl State {
+    /// Keeps `c` (its zone list dropped) as the config in force.
+    pub fn set_config(&self, c: crate::config::Config) {
+        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(without_zones(c));
+    }
+
+    /// The config in force, without its zone list.
+    pub fn config(&self) -> Arc<crate::config::Config> {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Hands the rules file's `[global]` lists to the XDP mirror (the `rules` slot and the
     /// allow tries), when this dnsd owns them (`[rules] xdp_global`, the default) and mirrors
     /// into XDP.
@@ -63,4 +79,11 @@ impl State {
             m.set_global_lists(lists);
         }
     }
+}
+
+/// `c` without its zone list (which the registry holds).
+pub fn without_zones(mut c: crate::config::Config) -> crate::config::Config {
+    c.zones = Vec::new();
+    c.zone_specs = Vec::new();
+    c
 }

@@ -54,6 +54,9 @@ pub struct TransferConfig {
     pub max_in: usize,
     /// Bytes of differences kept per zone for IXFR (0: no journal, IXFR falls back to AXFR).
     pub journal_max_bytes: usize,
+    /// Bytes of differences kept for all zones together (the oldest steps of any zone go
+    /// first past it).
+    pub journal_total_max_bytes: usize,
     /// Records an incoming transfer may carry.
     pub max_in_records: usize,
     /// Seconds an incoming transfer may take in all.
@@ -73,6 +76,7 @@ impl Default for TransferConfig {
             max_out_per_client: 2,
             max_in: 4,
             journal_max_bytes: 16 << 20,
+            journal_total_max_bytes: 512 << 20,
             max_in_records: 10_000_000,
             in_timeout_secs: 600,
             message_timeout_secs: 30,

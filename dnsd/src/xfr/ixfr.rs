@@ -284,6 +284,46 @@ mod tests {
     }
 
     #[test]
+    fn the_total_journal_budget_drops_the_oldest_steps_of_any_zone() {
+        use super::super::journal::Journals;
+        let zs: Vec<Zone> = (1..=4)
+            .map(|s| zone(s, &format!("h{s} A 10.0.0.{s}\n")))
+            .collect();
+        let step = diff(&zs[0], &zs[1], 1 << 20).unwrap().bytes();
+        let mut js = Journals::default();
+        // Budget for about four steps; zone a gets three, then zone b two.
+        let total = step * 4 + step / 2;
+        for (apex, k) in [(&b"\x01a\0"[..], 0), (b"\x01a\0", 1), (b"\x01a\0", 2)] {
+            let d = diff(&zs[k], &zs[k + 1], 1 << 20).unwrap();
+            let ((), dropped) = js.with(apex, 1 << 20, total, |j| {
+                j.push(d);
+            });
+            assert_eq!(dropped, 0);
+        }
+        let mut dropped = 0;
+        for k in 0..2 {
+            let d = diff(&zs[k], &zs[k + 1], 1 << 20).unwrap();
+            dropped += js
+                .with(b"\x01b\0", 1 << 20, total, |j| {
+                    j.push(d);
+                })
+                .1;
+        }
+        // Five steps over a budget of four: zone a's oldest (1 → 2) went, not b's.
+        assert_eq!(dropped, 1);
+        assert!(js.bytes() <= total);
+        let (a_chain, _) = js.with(b"\x01a\0", 1 << 20, total, |j| {
+            (j.chain(1, 4).is_some(), j.chain(2, 4).is_some())
+        });
+        assert_eq!(a_chain, (false, true));
+        let (b_chain, _) = js.with(b"\x01b\0", 1 << 20, total, |j| j.chain(1, 3).is_some());
+        assert!(b_chain);
+        js.remove(b"\x01a\0");
+        js.remove(b"\x01b\0");
+        assert_eq!(js.bytes(), 0);
+    }
+
+    #[test]
     fn diff_journal_and_apply() {
         let z1 = zone(1, "a A 10.0.0.1\nb A 10.0.0.2\n");
         let z2 = zone(2, "a A 10.0.0.1\nb 600 A 10.0.0.2\nc A 10.0.0.3\n");

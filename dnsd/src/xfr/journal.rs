@@ -142,6 +142,23 @@ impl Journal {
         trimmed
     }
 
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The serial the oldest step starts from.
+    pub fn oldest(&self) -> Option<u32> {
+        self.diffs.front().map(|d| d.from)
+    }
+
+    /// Drops the oldest step; the bytes it held.
+    pub fn pop_oldest(&mut self) -> usize {
+        let b = self.diffs.pop_front().map_or(0, |d| d.bytes());
+        self.bytes -= b;
+        b
+    }
+
     /// Forgets everything.
     pub fn clear(&mut self) {
         self.diffs.clear();
@@ -174,6 +191,86 @@ impl Journal {
     /// True when empty.
     pub fn is_empty(&self) -> bool {
         self.diffs.is_empty()
+    }
+}
+
+/// Every zone's journal within a budget for all of them: past it, the oldest steps of any
+/// zone go first.
+#[derive(Debug, Default)]
+pub struct Journals {
+    map: std::collections::HashMap<Vec<u8>, Journal>,
+    /// Steps in the order they were pushed: (zone, serial the step starts from). Entries of
+    /// steps already gone are skipped when met.
+    order: VecDeque<(Vec<u8>, u32)>,
+    bytes: usize,
+}
+
+impl Journals {
+    /// Runs `f` on the journal of `apex` (created with budget `max` when missing), then
+    /// trims the oldest steps of all zones until they hold at most `total` bytes; returns
+    /// what `f` returned and how many steps the total budget dropped.
+    pub fn with<R>(
+        &mut self,
+        apex: &[u8],
+        max: usize,
+        total: usize,
+        f: impl FnOnce(&mut Journal) -> R,
+    ) -> (R, usize) {
+        let j = self
+            .map
+            .entry(apex.to_vec())
+            .or_insert_with(|| Journal::new(max));
+        let before = j.bytes();
+        let newest = j.diffs.back().map(Arc::as_ptr);
+        let r = f(j);
+        let after = j.bytes();
+        if let Some(d) = j.diffs.back()
+            && Some(Arc::as_ptr(d)) != newest
+        {
+            self.order.push_back((apex.to_vec(), d.from));
+        }
+        self.bytes = self.bytes + after - before;
+        let mut dropped = 0;
+        while self.bytes > total {
+            let Some((z, from)) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(j) = self.map.get_mut(&z)
+                && j.oldest() == Some(from)
+            {
+                self.bytes -= j.pop_oldest();
+                dropped += 1;
+                if j.is_empty() {
+                    self.map.remove(&z);
+                }
+            }
+        }
+        // Entries of steps that went another way (a zone's own budget, a restart of its
+        // journal): dropped once they outnumber the live steps.
+        if self.order.len() > 1024 && self.order.len() > 4 * self.steps() {
+            let map = &self.map;
+            self.order.retain(|(z, from)| {
+                map.get(z)
+                    .is_some_and(|j| j.diffs.iter().any(|d| d.from == *from))
+            });
+        }
+        (r, dropped)
+    }
+
+    /// Forgets the journal of `apex` (the zone went, or its history broke).
+    pub fn remove(&mut self, apex: &[u8]) {
+        if let Some(j) = self.map.remove(apex) {
+            self.bytes -= j.bytes();
+        }
+    }
+
+    /// Bytes held by all journals.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn steps(&self) -> usize {
+        self.map.values().map(Journal::len).sum()
     }
 }
 

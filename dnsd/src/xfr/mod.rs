@@ -84,6 +84,7 @@ counters! {
     tsig_ok => "tsig.verified", "Requests whose TSIG verified.";
     journal_diffs => "journal.diffs", "Differences recorded in zone journals.";
     journal_trimmed => "journal.trimmed", "Old differences dropped from journals to stay within journal_max_bytes.";
+    journal_trimmed_total => "journal.trimmed_total_budget", "Old differences dropped from any zone's journal to stay within journal_total_max_bytes.";
     journal_too_big => "journal.too_big", "Changes larger than journal_max_bytes (IXFR falls back to AXFR).";
     changes_dropped => "journal.changes_dropped", "Zone changes not journaled because the change queue was full.";
 }
@@ -147,7 +148,7 @@ pub struct Transfers {
     pub notify_slots: Arc<Semaphore>,
     /// Counters.
     pub stats: XfrStats,
-    journals: Mutex<HashMap<Vec<u8>, Journal>>,
+    journals: Mutex<journal::Journals>,
     triggers: Mutex<HashMap<Vec<u8>, mpsc::Sender<Trigger>>>,
     status: Mutex<HashMap<Vec<u8>, ZoneStatus>>,
     changes: mpsc::Sender<Change>,
@@ -166,7 +167,7 @@ impl Transfers {
             in_slots: Arc::new(Semaphore::new(c.transfer.max_in)),
             notify_slots: Arc::new(Semaphore::new(NOTIFY_AT_ONCE)),
             stats: XfrStats::default(),
-            journals: Mutex::new(HashMap::new()),
+            journals: Mutex::new(journal::Journals::default()),
             triggers: Mutex::new(HashMap::new()),
             status: Mutex::new(HashMap::new()),
             changes: tx,
@@ -182,6 +183,24 @@ impl Transfers {
     /// Replaces the policies (config reload).
     pub fn set_policies(&self, c: &Config) {
         self.policies.store(Arc::new(Policies::from_config(c)));
+    }
+
+    /// Sets one zone's policy (a zone added at run time); copies only the policies of
+    /// zones with transfer settings.
+    pub fn set_zone_policy(&self, z: &crate::config::ZoneConfig) {
+        let mut p = Policies::clone(&self.policies.load());
+        p.set_zone(z);
+        self.policies.store(Arc::new(p));
+    }
+
+    /// Drops one zone's policy, journal and status (a zone removed at run time).
+    pub fn remove_zone(&self, apex: &[u8]) {
+        if self.policies.load().zone(apex).is_some() {
+            let mut p = Policies::clone(&self.policies.load());
+            p.remove_zone(apex);
+            self.policies.store(Arc::new(p));
+        }
+        self.forget(apex);
     }
 
     /// Queues a zone change for the journal and NOTIFY (never blocks; a full queue is counted).
@@ -201,11 +220,33 @@ impl Transfers {
         }
     }
 
-    /// Runs `f` on the journal of the zone `apex` (created empty when missing).
+    /// Runs `f` on the journal of the zone `apex` (created empty when missing); the oldest
+    /// steps of all zones then go until the journals fit `journal_total_max_bytes`.
     pub fn journal<R>(&self, apex: &[u8], f: impl FnOnce(&mut Journal) -> R) -> R {
         let mut j = self.journals.lock().expect("journal lock");
-        let max = self.cfg.journal_max_bytes;
-        f(j.entry(apex.to_vec()).or_insert_with(|| Journal::new(max)))
+        let (r, dropped) = j.with(
+            apex,
+            self.cfg.journal_max_bytes,
+            self.cfg.journal_total_max_bytes,
+            f,
+        );
+        if dropped > 0 {
+            self.stats
+                .journal_trimmed_total
+                .fetch_add(dropped as u64, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Bytes held by all zones' journals.
+    pub fn journal_bytes(&self) -> usize {
+        self.journals.lock().expect("journal lock").bytes()
+    }
+
+    /// Forgets what is kept of a zone that is no longer served.
+    pub fn forget(&self, apex: &[u8]) {
+        self.journals.lock().expect("journal lock").remove(apex);
+        self.status.lock().expect("status lock").remove(apex);
     }
 
     /// Registers the refresh trigger of a secondary zone.
@@ -381,7 +422,12 @@ pub fn serial_gt(a: u32, b: u32) -> bool {
 pub async fn run_changes(x: Arc<Transfers>, mut rx: mpsc::Receiver<Change>) {
     while let Some(c) = rx.recv().await {
         let apex = c.origin.as_wire().to_vec();
-        if let Some(old) = c.old.clone() {
+        // Only a zone someone may transfer keeps a journal (IXFR out is all it is for).
+        let journaled = x
+            .policies()
+            .zone(&apex)
+            .is_some_and(|p| !p.allow.is_empty());
+        if let Some(old) = c.old.clone().filter(|_| journaled) {
             let (new, max) = (c.new.clone(), x.cfg.journal_max_bytes);
             if old.serial() != new.serial() {
                 let d = tokio::task::spawn_blocking(move || journal::diff(&old, &new, max))

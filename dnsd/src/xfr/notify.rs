@@ -63,7 +63,7 @@ pub fn spawn_notify(
     let pol = x.policies();
     let Some(p) = pol.zone(origin.to_lowercase().as_wire()).cloned() else {
         if let Some(d) = done {
-            let _ = d.send(format!("{origin}: not configured\n"));
+            let _ = d.send(format!("{origin}: no notify targets\n"));
         }
         return;
     };

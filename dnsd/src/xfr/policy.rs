@@ -10,8 +10,8 @@ use ipnet::IpNet;
 use zones::Name;
 
 use super::tsig::{self, KeyStore};
-use crate::config::Config;
 use crate::config::transfer::{decode_secret, parse_addr, parse_prefix};
+use crate::config::{Config, ZoneConfig};
 
 /// What one zone allows and whom it talks to.
 #[derive(Debug, Clone)]
@@ -39,12 +39,13 @@ impl ZonePolicy {
     }
 }
 
-/// Policies of all zones and the keys, replaced whole on config reload.
-#[derive(Debug, Default)]
+/// Policies of the zones with transfer settings and the keys, replaced whole on config
+/// reload (one zone's on `ctl zone add` / `remove`).
+#[derive(Debug, Default, Clone)]
 pub struct Policies {
     zones: HashMap<Vec<u8>, Arc<ZonePolicy>>,
     /// The TSIG keys.
-    pub keys: KeyStore,
+    pub keys: Arc<KeyStore>,
 }
 
 impl Policies {
@@ -59,37 +60,60 @@ impl Policies {
                 tsig::Key::new(&k.name, alg, secret).ok().map(Arc::new)
             })
             .collect();
-        let keys = KeyStore::new(keys);
-        let mut zones = HashMap::new();
+        let mut p = Policies {
+            zones: HashMap::new(),
+            keys: Arc::new(KeyStore::new(keys)),
+        };
         for z in &c.zones {
-            let Ok(origin) = Name::parse(&z.origin, Some(&Name::root())) else {
-                continue;
-            };
-            let origin = origin.to_lowercase();
-            let p = ZonePolicy {
-                file: z.file.clone(),
-                allow: z
-                    .allow_transfer
-                    .iter()
-                    .filter_map(|p| parse_prefix(p).ok())
-                    .collect(),
-                key: z.tsig.as_deref().and_then(|k| keys.by_name(k).cloned()),
-                notify: z.notify.iter().filter_map(|a| parse_addr(a).ok()).collect(),
-                primaries: z
-                    .primaries
-                    .iter()
-                    .filter_map(|a| parse_addr(a).ok())
-                    .collect(),
-                allow_notify: z
-                    .allow_notify
-                    .iter()
-                    .filter_map(|p| parse_prefix(p).ok())
-                    .collect(),
-                origin: origin.clone(),
-            };
-            zones.insert(origin.as_wire().to_vec(), Arc::new(p));
+            p.set_zone(z);
         }
-        Policies { zones, keys }
+        p
+    }
+
+    /// Sets (or, without transfer settings, drops) the policy of zone `z`.
+    pub fn set_zone(&mut self, z: &ZoneConfig) {
+        let Ok(origin) = Name::parse(&z.origin, Some(&Name::root())) else {
+            return;
+        };
+        let origin = origin.to_lowercase();
+        // A zone without transfer settings needs no policy: no transfers, no NOTIFY.
+        if z.allow_transfer.is_empty()
+            && z.notify.is_empty()
+            && z.primaries.is_empty()
+            && z.allow_notify.is_empty()
+            && z.tsig.is_none()
+        {
+            self.zones.remove(origin.as_wire());
+            return;
+        }
+        let keys = &self.keys;
+        let p = ZonePolicy {
+            file: z.file.clone(),
+            allow: z
+                .allow_transfer
+                .iter()
+                .filter_map(|p| parse_prefix(p).ok())
+                .collect(),
+            key: z.tsig.as_deref().and_then(|k| keys.by_name(k).cloned()),
+            notify: z.notify.iter().filter_map(|a| parse_addr(a).ok()).collect(),
+            primaries: z
+                .primaries
+                .iter()
+                .filter_map(|a| parse_addr(a).ok())
+                .collect(),
+            allow_notify: z
+                .allow_notify
+                .iter()
+                .filter_map(|p| parse_prefix(p).ok())
+                .collect(),
+            origin: origin.clone(),
+        };
+        self.zones.insert(origin.as_wire().to_vec(), Arc::new(p));
+    }
+
+    /// Drops the policy of the zone with this lower-case apex.
+    pub fn remove_zone(&mut self, apex: &[u8]) {
+        self.zones.remove(apex);
     }
 
     /// The policy of the zone with this lower-case apex.
