@@ -331,6 +331,45 @@ def zone_section(Z, md):
     md.append(f"Command: `{Z['command']}` ({Z['machine']}).\n")
 
 
+def many_zones_section(M, md):
+    md.append("## 10. Many zones\n")
+    md.append(f"{M['zones']:,} small zones (11 records each); one query worker per server, loading "
+              f"free to use every core (Knot with as many background workers); median of "
+              f"{M['runs']} run(s); ratios against dnsd with one `[[zone]]` per zone.\n")
+    sv = M.get("servers", [])
+    b = next((x for x in sv if x["name"] == "dnsd"), sv[0] if sv else None)
+    label = dict(LABEL, **{"dnsd": "dnsd (one [[zone]] each)", "dnsd-set": "dnsd ([[zone_set]] dir)"})
+
+    def t(v, base):
+        if v is None:
+            return "n/a"
+        return (f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s") + ratio(v, base)
+
+    rows = [[label.get(x["name"], x["name"]), t(x["start_s"], b["start_s"]),
+             f"{x['pss_kib'] / 1024:.0f} MiB{ratio(x['pss_kib'], b['pss_kib'])}",
+             t(x.get("changed_s"), b.get("changed_s")), t(x.get("added_s"), b.get("added_s"))]
+            for x in sv]
+    md.append(table(["server", "start to the last zone's answer", "memory (PSS)",
+                     "one changed zone, to its new serial", "one added zone, to its answer"], rows)
+              + "\n")
+    md.append("Telling the server: dnsd `ctl reload ZONE` / `ctl zone add`; Knot `knotc zone-reload` / "
+              "`conf-begin`, `conf-set`, `conf-commit` (its configuration database); NSD "
+              "`nsd-control reload ZONE` / `addzone` with a pattern.\n")
+    if sv:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 2.4))
+        lab = [label.get(x["name"], x["name"]) for x in sv]
+        col = [COLOR.get(x["name"].split("-")[0], "#888") for x in sv]
+        axes[0].barh(lab, [x["start_s"] for x in sv], color=col)
+        axes[0].set_xlabel("seconds to the last zone's answer")
+        axes[1].barh(lab, [x["pss_kib"] / 1024 for x in sv], color=col)
+        axes[1].set_xlabel("MiB (PSS)")
+        for a in axes:
+            a.invert_yaxis()
+        axes[1].set_yticklabels([])
+        md.append(f"![many zones]({savefig(fig, 'many_zones.png')})\n")
+    md.append(f"Command: `{M['command']}` ({M['machine']}).\n")
+
+
 # ---------------------------------------------------------------------------------------
 # Isolation
 
@@ -868,6 +907,7 @@ def main():
     R = load("redis_sync")
     N = load("node_blocks")
     XA = load("xdp_answers")
+    MZ = load("many_zones")
     md = ["# Palisade benchmark report\n"]
     machine = next((x["machine"] for x in (A, Q, Z, I) if x and x.get("machine")), c.machine())
     quick = any(x.get("quick") for x in (A, I) if x)
@@ -943,7 +983,8 @@ def main():
     for data, fn, part in ((V, lambda: xdp_section(V, md), "xdp"),
                            (R, lambda: redis_section(R, md), "redis"),
                            (N, lambda: node_section(N, md), "node"),
-                           (XA, lambda: xdp_answers_section(XA, md), "xdp-answers")):
+                           (XA, lambda: xdp_answers_section(XA, md), "xdp-answers"),
+                           (MZ, lambda: many_zones_section(MZ, md), "many-zones")):
         if data:
             fn()
         else:

@@ -52,7 +52,7 @@ pub struct ReloadStats {
 /// All configured zones, each in a slot it keeps while configured; owns the published set.
 pub struct Registry {
     /// Each configured origin's slot (found in O(1), not by a walk).
-    index: std::collections::HashMap<Name, usize>,
+    index: std::collections::HashMap<Name, usize, foldhash::fast::RandomState>,
     slots: Vec<Option<ZoneEntry>>,
     /// Slots freed by removed zones, reused by the next zones added.
     free: Vec<usize>,
@@ -450,8 +450,9 @@ pub fn load_one(
     origin: &Name,
     file: &std::path::Path,
 ) -> (Result<zones::Loaded, String>, Option<SystemTime>) {
-    let mtime = file_mtime(file);
     let opts = ReadOptions::new(origin);
     let r = zones::load_file(file, origin, &opts).map_err(|e| e.to_string());
+    // The time of the file as it was opened (one fstat, no second path lookup).
+    let mtime = r.as_ref().ok().and_then(|l| l.mtime);
     (r, mtime)
 }

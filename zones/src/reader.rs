@@ -102,33 +102,41 @@ pub fn read_file(
     opts: &ReadOptions,
     sink: &mut dyn FnMut(Record<'_>),
 ) -> Result<ReadSummary, ZoneError> {
-    let file = Arc::new(path.to_path_buf());
-    let f = File::open(path).map_err(|e| {
-        ZoneError::one(
-            Location {
-                file: file.clone(),
-                line: 0,
-                col: 0,
-            },
-            format!("cannot open: {e}"),
-        )
-    })?;
-    if f.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-        return Err(ZoneError::one(
-            Location {
-                file,
-                line: 0,
-                col: 0,
-            },
-            "is a directory, not a zone file",
-        ));
+    let (f, meta) = open(path)?;
+    read_opened(path, f, meta.len(), opts, sink)
+}
+
+/// Opens a master file: the file and what one `fstat` says of it (a directory is refused).
+pub fn open(path: &Path) -> Result<(File, std::fs::Metadata), ZoneError> {
+    let at = || Location {
+        file: Arc::new(path.to_path_buf()),
+        line: 0,
+        col: 0,
+    };
+    let f = File::open(path).map_err(|e| ZoneError::one(at(), format!("cannot open: {e}")))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| ZoneError::one(at(), format!("cannot read: {e}")))?;
+    if meta.is_dir() {
+        return Err(ZoneError::one(at(), "is a directory, not a zone file"));
     }
+    Ok((f, meta))
+}
+
+/// Reads a master file already opened (`len` bytes long), as [`read_file`] does.
+pub fn read_opened(
+    path: &Path,
+    f: File,
+    len: u64,
+    opts: &ReadOptions,
+    sink: &mut dyn FnMut(Record<'_>),
+) -> Result<ReadSummary, ZoneError> {
+    let file = Arc::new(path.to_path_buf());
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     // A small file is read whole (no window to allocate and clear: hosting many small zones
     // makes that the bulk of a load); a big one through the scanner's bounded window.
-    let len = f.metadata().map_or(u64::MAX, |m| m.len());
     let scanner = if len < SMALL_FILE {
-        let mut text = Vec::with_capacity(len as usize);
+        let mut text = Vec::with_capacity(len as usize + 1);
         std::io::Read::read_to_end(&mut &f, &mut text).map_err(|e| {
             ZoneError::one(
                 Location {

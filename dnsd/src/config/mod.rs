@@ -444,7 +444,10 @@ impl Config {
         if self.server.udp_batch == 0 || self.server.udp_batch > 1024 {
             return Err(inv("server.udp_batch", "must be between 1 and 1024".into()));
         }
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = std::collections::HashSet::with_capacity_and_hasher(
+            self.zones.len(),
+            foldhash::fast::RandomState::default(),
+        );
         for z in &self.zones {
             let n = zones::Name::parse(&z.origin, Some(&zones::Name::root()))
                 .map_err(|e| inv(&format!("{}.origin", z.key), e.to_string()))?;

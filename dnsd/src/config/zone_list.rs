@@ -311,6 +311,9 @@ pub fn expand_sets(c: &mut Config, dir: &Path, path: &Path) -> Result<(), Config
             }
         }
     }
+    if added.is_empty() {
+        return Ok(());
+    }
     for z in &mut added {
         if z.file.is_relative() {
             z.file = dir.join(&z.file);

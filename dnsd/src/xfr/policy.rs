@@ -72,17 +72,20 @@ impl Policies {
 
     /// Sets (or, without transfer settings, drops) the policy of zone `z`.
     pub fn set_zone(&mut self, z: &ZoneConfig) {
+        // A zone without transfer settings needs no policy: no transfers, no NOTIFY.
+        let none = z.allow_transfer.is_empty()
+            && z.notify.is_empty()
+            && z.primaries.is_empty()
+            && z.allow_notify.is_empty()
+            && z.tsig.is_none();
+        if none && self.zones.is_empty() {
+            return;
+        }
         let Ok(origin) = Name::parse(&z.origin, Some(&Name::root())) else {
             return;
         };
         let origin = origin.to_lowercase();
-        // A zone without transfer settings needs no policy: no transfers, no NOTIFY.
-        if z.allow_transfer.is_empty()
-            && z.notify.is_empty()
-            && z.primaries.is_empty()
-            && z.allow_notify.is_empty()
-            && z.tsig.is_none()
-        {
+        if none {
             self.zones.remove(origin.as_wire());
             return;
         }
