@@ -134,6 +134,12 @@ pub async fn zones_text(shared: &Arc<State>) -> String {
                 let _ = write!(s, "{}\tNOT LOADED\t{}", e.origin, e.file.display());
             }
         }
+        if let Some(c) = &e.from_catalog {
+            let _ = write!(s, "\tmember of catalog {c}");
+        }
+        if e.produced {
+            s.push_str("\tcatalog written by dnsd");
+        }
         if let Some(err) = &e.last_error {
             let first = err.lines().next().unwrap_or("");
             let _ = write!(s, "\tlast reload failed: {first}");

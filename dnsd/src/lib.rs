@@ -9,7 +9,7 @@
 //!   reply shares (OPT, size limit, slip);
 //! - transports, mirrored around that core: [`udp`] (the socket fleet's handler) and [`tcp`];
 //! - zones: [`zone_registry`] (configured zones and their load state), [`served_zones`] (the set the
-//!   query path reads);
+//!   query path reads), [`catalog`] (catalog zones consumed and produced);
 //! - zone transfers: the [`xfr`] subsystem (AXFR, IXFR, journal, NOTIFY, TSIG, secondary
 //!   zones);
 //! - the daemon: [`config`], [`server`] (start and stop), [`state`] (what it holds),
@@ -18,6 +18,7 @@
 //!   (dnsd's counter sources; [`stats`] the per-worker counters), [`xdp`], [`event_sinks`],
 //!   [`check_zone`].
 
+pub mod catalog;
 pub mod check_zone;
 pub mod config;
 pub mod control;

@@ -2,15 +2,17 @@
 //! one zone) loaded off the runtime's threads, a zone that fails keeping its last good
 //! version and rules that do not compile keeping the running ones.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::config::zone_list::{StateZone, Templates, ZoneSpec, ZoneState};
+use crate::catalog;
+use crate::config::zone_list::{CatalogRole, StateZone, Templates, ZoneSpec, ZoneState};
 use crate::config::{Config, ZoneConfig, ZoneSource};
 use crate::defence;
 use crate::state::State;
-use crate::zone_registry::{self, Registry};
+use crate::zone_registry::{self, Registry, ZoneDef};
 use shield::control::Reply;
 
 /// Reloads one zone or every changed zone (all with `force`); re-reads the zone list from
@@ -35,6 +37,10 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
         match Config::load(path) {
             Ok(c) => {
                 shared.xfr.set_policies(&c);
+                // Members of consumed catalogs are not in the file: their policies stay.
+                shared
+                    .xfr
+                    .set_zone_policies(&shared.catalogs().member_configs());
                 reload_cookie_secrets(shared, &c);
                 rules_note = reload_rules(shared, &c).await;
                 let n = sync_zone_list(&mut reg, &c);
@@ -43,6 +49,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                     crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
                 }
                 shared.set_config(c);
+                read_all_catalogs(shared);
             }
             Err(e) => {
                 return Reply::err(format!("config not reloaded, keeping the running one: {e}"));
@@ -171,16 +178,32 @@ fn sync_zone_list(reg: &mut Registry, c: &Config) -> usize {
     n
 }
 
-/// The zones of a config: origin, file and what the query path reads of their settings.
-pub fn zone_list(cfg: &Config) -> Vec<(zones::Name, PathBuf, crate::served_zones::ServeOptions)> {
+/// The zones of a config as the registry keeps them.
+pub fn zone_list(cfg: &Config) -> Vec<ZoneDef> {
     cfg.zones
         .iter()
         .filter_map(|z| {
             zones::Name::parse(&z.origin, Some(&zones::Name::root()))
                 .ok()
-                .map(|n| (n, z.file.clone(), serve_options(cfg, z)))
+                .map(|n| zone_def(cfg, z, n))
         })
         .collect()
+}
+
+/// What the registry keeps of zone `z` (named `origin`).
+fn zone_def(cfg: &Config, z: &ZoneConfig, origin: zones::Name) -> ZoneDef {
+    ZoneDef {
+        origin,
+        file: z.file.clone(),
+        serve: serve_options(cfg, z),
+        produced: z.catalog == Some(CatalogRole::Producer),
+        listed_in: z.catalog_zone.as_deref().and_then(|c| {
+            zones::Name::parse(c, Some(&zones::Name::root()))
+                .ok()
+                .map(|c| (c.to_lowercase(), z.catalog_group.clone()))
+        }),
+        from_catalog: None,
+    }
 }
 
 /// What the query path reads of zone `z`'s settings.
@@ -279,7 +302,7 @@ pub async fn zone_add(
         ));
     }
     shared.xfr.set_zone_policy(&zc);
-    let i = reg.add(n.clone(), file, serve_options(&c, &zc));
+    let i = reg.add(zone_def(&c, &zc, n.clone()));
     let text = match loaded {
         Some((l, mtime)) => {
             let line = format!(
@@ -295,6 +318,7 @@ pub async fn zone_add(
             format!("{n}: added, waiting for its first transfer\n")
         }
     };
+    reg.produce_catalogs();
     drop(reg);
     if !zc.primaries.is_empty() {
         crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
@@ -306,12 +330,24 @@ pub async fn zone_add(
 /// `ctl zone remove ORIGIN`: stops serving a zone added at run time and drops it from the
 /// zone state file; a zone the config file defines is refused (edit the file, then reload).
 pub async fn zone_remove(shared: &Arc<State>, origin: &str) -> Reply {
+    let Ok(n) = zones::Name::parse(origin, Some(&zones::Name::root())) else {
+        return Reply::err(format!("bad zone name {origin}\n"));
+    };
+    {
+        let reg = shared.zones.lock().await;
+        if let Some(c) = reg
+            .find(&n)
+            .and_then(|i| reg.entry(i))
+            .and_then(|e| e.from_catalog.as_ref())
+        {
+            return Reply::err(format!(
+                "zone {n} is a member of the catalog {c}: it goes when the catalog stops listing it\n"
+            ));
+        }
+    }
     let (_, state_path) = match state_config(shared) {
         Ok(x) => x,
         Err(e) => return Reply::err(format!("{e}\n")),
-    };
-    let Ok(n) = zones::Name::parse(origin, Some(&zones::Name::root())) else {
-        return Reply::err(format!("bad zone name {origin}\n"));
     };
     let lower = n.to_lowercase();
     let mut reg = shared.zones.lock().await;
@@ -340,9 +376,225 @@ pub async fn zone_remove(shared: &Arc<State>, origin: &str) -> Reply {
     let origin = reg.entry(i).map(|e| e.origin.clone()).unwrap_or(n.clone());
     reg.remove(&origin);
     reg.publish();
+    reg.produce_catalogs();
     drop(reg);
     shared.xfr.remove_zone(lower.as_wire());
     crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
     tracing::info!(zone = %n, "zone removed at run time");
     Reply::ok(format!("{n}: removed\n"))
+}
+
+/// Reads the consumed catalogs as they change, adding, removing and resetting their members.
+pub async fn run_catalogs(shared: Arc<State>) {
+    loop {
+        shared.catalog_queue.notified().await;
+        for cat in shared.catalog_queue.take() {
+            consume(&shared, &cat).await;
+        }
+    }
+}
+
+/// Queues every consumed catalog to be read (at start, after a config reload).
+pub fn read_all_catalogs(shared: &State) {
+    let pol = shared.xfr.policies();
+    for p in pol
+        .all()
+        .filter(|p| p.catalog == Some(CatalogRole::Consumer))
+    {
+        shared.catalog_queue.push(&p.origin);
+    }
+}
+
+/// The settings of member `m` of the consumed catalog `cp`: the template its first group
+/// names (else the catalog's `catalog_template`), the catalog's primaries and key unless the
+/// template gives others, its file from the template's pattern or beside the catalog's.
+fn member_config(
+    cfg: &Config,
+    cp: &crate::xfr::ZonePolicy,
+    m: &catalog::Member,
+) -> Result<ZoneConfig, String> {
+    let t = Templates::new(cfg).map_err(|(k, m)| format!("{k}: {m}"))?;
+    let template = m
+        .groups
+        .iter()
+        .find(|g| t.has(g))
+        .cloned()
+        .or_else(|| cp.catalog_template.clone());
+    let origin = m.zone.to_string();
+    let pattern = t
+        .get(template.as_deref())
+        .and_then(|t| t.file.as_ref())
+        .is_some();
+    let file = (!pattern).then(|| {
+        let dir = cp.file.parent().unwrap_or(std::path::Path::new("."));
+        dir.join(format!(
+            "{}.zone",
+            origin.strip_suffix('.').unwrap_or(&origin)
+        ))
+    });
+    let spec = ZoneSpec {
+        template,
+        file,
+        ..Default::default()
+    };
+    let mut zc = t
+        .resolve(
+            &origin,
+            &spec,
+            ZoneSource::Catalog,
+            format!("catalog {} member {origin}", cp.origin),
+        )
+        .map_err(|(k, m)| format!("{k}: {m}"))?;
+    if zc.primaries.is_empty() {
+        zc.primaries = cp.primaries.iter().map(|a| a.to_string()).collect();
+        if zc.tsig.is_none() {
+            zc.tsig = cp.tsig_name.clone();
+        }
+    }
+    Ok(zc)
+}
+
+/// Reads the consumed catalog `cat` and makes its members what it lists.
+async fn consume(shared: &Arc<State>, cat: &zones::Name) {
+    let cp = shared
+        .xfr
+        .policies()
+        .zone(cat.as_wire())
+        .filter(|p| p.catalog == Some(CatalogRole::Consumer))
+        .cloned();
+    let Some(cp) = cp else {
+        shared.catalogs().lists.remove(cat);
+        return;
+    };
+    let cfg = shared.config();
+    let mut reg = shared.zones.lock().await;
+    let Some(z) = reg.find(cat).and_then(|i| reg.entry(i)?.current.clone()) else {
+        return;
+    };
+    let new = match catalog::read(&z) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!("{e}: its members stay as they were");
+            return;
+        }
+    };
+    let ch = {
+        let st = shared.catalogs();
+        let empty = BTreeMap::new();
+        let old = st.lists.get(cat).unwrap_or(&empty);
+        let owner = |z: &zones::Name| {
+            reg.find(z)
+                .and_then(|i| reg.entry(i))
+                .map(|e| e.from_catalog.clone())
+        };
+        let coo_of = |c: &zones::Name, z: &zones::Name| {
+            st.lists
+                .get(c)
+                .and_then(|l| l.get(z))
+                .and_then(|m| m.coo.clone())
+        };
+        catalog::changes(cat, old, &new, &owner, &coo_of)
+    };
+    for z in &ch.refused {
+        tracing::warn!(catalog = %cat, zone = %z, "member not taken: another catalog or the config holds it (and no coo hands it over)");
+    }
+    let ours = |reg: &Registry, z: &zones::Name| {
+        reg.find(z)
+            .and_then(|i| reg.entry(i))
+            .is_some_and(|e| e.from_catalog.as_ref() == Some(cat))
+    };
+    let mut gone = Vec::new();
+    for z in &ch.remove {
+        if ours(&reg, z) {
+            reg.remove(z);
+            gone.push(z.clone());
+        }
+    }
+    // A reset member's data goes: it is transferred afresh under its new id.
+    for m in &ch.reset {
+        if ours(&reg, &m.zone) {
+            if let Some(f) = reg
+                .find(&m.zone)
+                .and_then(|i| reg.entry(i))
+                .map(|e| e.file.clone())
+            {
+                let _ = std::fs::remove_file(f);
+            }
+            reg.remove(&m.zone);
+            shared.xfr.forget(m.zone.as_wire());
+        }
+    }
+    let mut configs = Vec::new();
+    let mut plan = Vec::new();
+    for m in ch.add.iter().chain(&ch.reset).chain(&ch.regroup) {
+        let zc = match member_config(&cfg, &cp, m) {
+            Ok(z) => z,
+            Err(e) => {
+                tracing::error!(catalog = %cat, zone = %m.zone, "member not served: {e}");
+                continue;
+            }
+        };
+        // Taken over from another catalog (its coo names this one).
+        if reg.find(&m.zone).is_some() && !ours(&reg, &m.zone) {
+            reg.remove(&m.zone);
+        }
+        let mut def = zone_def(&cfg, &zc, m.zone.clone());
+        def.from_catalog = Some(cat.clone());
+        let i = reg.add(def);
+        if reg.entry(i).is_some_and(|e| e.current.is_none()) && zc.file.exists() {
+            plan.push((i, m.zone.clone(), zc.file.clone()));
+        }
+        configs.push(zc);
+    }
+    shared.xfr.set_zone_policies(&configs);
+    for z in &gone {
+        shared.xfr.remove_zone(z.as_wire());
+    }
+    if !plan.is_empty() {
+        let results = tokio::task::spawn_blocking(move || zone_registry::load_all(plan))
+            .await
+            .unwrap_or_default();
+        reg.apply(results);
+    }
+    reg.publish();
+    drop(reg);
+    // Members refused now are looked at again on the next read (a coo may hand them over).
+    let mut new = new;
+    for z in &ch.refused {
+        new.remove(z);
+    }
+    let coos = |l: &BTreeMap<zones::Name, catalog::Member>| {
+        l.values()
+            .filter_map(|m| m.coo.clone().map(|c| (m.zone.clone(), c)))
+            .collect::<Vec<_>>()
+    };
+    let handed_over = {
+        let mut st = shared.catalogs();
+        let before = st.lists.get(cat).map(coos).unwrap_or_default();
+        for z in &gone {
+            st.members.remove(z);
+        }
+        for zc in configs {
+            if let Ok(n) = zones::Name::parse(&zc.origin, Some(&zones::Name::root())) {
+                st.members.insert(n.to_lowercase(), zc);
+            }
+        }
+        let after = coos(&new);
+        st.lists.insert(cat.clone(), new);
+        after != before
+    };
+    // A member handed over (RFC 9432 §5.6): the catalog it goes to is read again.
+    if handed_over {
+        let pol = shared.xfr.policies();
+        for p in pol.all() {
+            if p.catalog == Some(CatalogRole::Consumer) && &p.origin != cat {
+                shared.catalog_queue.push(&p.origin);
+            }
+        }
+    }
+    crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
+    let (a, r, s) = (ch.add.len(), gone.len(), ch.reset.len());
+    if a + r + s + ch.regroup.len() > 0 {
+        tracing::info!(catalog = %cat, added = a, removed = r, reset = s, regrouped = ch.regroup.len(), "catalog members changed");
+    }
 }

@@ -49,9 +49,17 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         .any(|z| z.xdp_answers == crate::config::XdpAnswers::All);
     // The registry holds the zone list from here on.
     let cfg = crate::state::without_zones(cfg);
+    let catalog_queue = Arc::new(crate::catalog::CatalogQueue::default());
     {
         let x = xfr.clone();
+        let q = catalog_queue.clone();
         registry.set_on_change(Arc::new(move |origin, old, new| {
+            if x.policies()
+                .zone(origin.to_lowercase().as_wire())
+                .is_some_and(|p| p.catalog == Some(crate::config::zone_list::CatalogRole::Consumer))
+            {
+                q.push(origin);
+            }
             x.changed(origin, old, new)
         }));
     }
@@ -292,6 +300,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         metrics: metrics.clone(),
         xdp_global: cfg.rules.as_ref().is_some_and(|r| r.xdp_global),
         xdp_answers,
+        consumed: Mutex::new(Default::default()),
+        catalog_queue,
     });
     shared.sync_global_lists();
 
@@ -320,6 +330,11 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         }
         tokio::spawn(housekeeping(shared.clone()));
         tokio::spawn(crate::xfr::run_changes(xfr.clone(), xfr_changes));
+        // Catalogs: those dnsd produces written, those it consumes read (their members
+        // come from the copies on disk, then from their primaries).
+        shared.zones.lock().await.produce_catalogs();
+        tokio::spawn(crate::reload::run_catalogs(shared.clone()));
+        crate::reload::read_all_catalogs(&shared);
         crate::xfr::secondary::spawn_all(&shared.zones, &xfr);
         // Secondaries may have missed changes while we were down: tell them now.
         for e in shared.zones.lock().await.entries() {

@@ -47,12 +47,21 @@ pub struct State {
     pub xdp_global: bool,
     /// The XDP answer publisher (zones with `xdp_answers`, with `[xdp]`).
     pub xdp_answers: Option<Arc<crate::xdp_answers::AnswerSync>>,
+    /// The consumed catalog zones and their members.
+    pub consumed: Mutex<crate::catalog::Consumed>,
+    /// Consumed catalogs waiting to be read.
+    pub catalog_queue: Arc<crate::catalog::CatalogQueue>,
 }
 
 impl State {
     /// Keeps `c` (its zone list dropped) as the config in force.
     pub fn set_config(&self, c: crate::config::Config) {
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(without_zones(c));
+    }
+
+    /// The consumed catalogs' state.
+    pub fn catalogs(&self) -> std::sync::MutexGuard<'_, crate::catalog::Consumed> {
+        self.consumed.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The config in force, without its zone list.

@@ -13,6 +13,37 @@ use zones::{Name, ReadOptions, Zone};
 
 use crate::served_zones::{ServeOptions, ZoneSet};
 
+/// What the registry keeps of a zone's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneDef {
+    /// Apex.
+    pub origin: Name,
+    /// Master file (empty for a catalog dnsd produces).
+    pub file: PathBuf,
+    /// What the query path reads of its settings (cookie policy, tenant).
+    pub serve: ServeOptions,
+    /// A catalog dnsd produces: made, not loaded.
+    pub produced: bool,
+    /// Listed in this catalog dnsd produces, with this group.
+    pub listed_in: Option<(Name, Option<String>)>,
+    /// Added by this consumed catalog.
+    pub from_catalog: Option<Name>,
+}
+
+impl ZoneDef {
+    /// A zone loaded from `file`, in no catalog.
+    pub fn new(origin: Name, file: PathBuf, serve: ServeOptions) -> ZoneDef {
+        ZoneDef {
+            origin,
+            file,
+            serve,
+            produced: false,
+            listed_in: None,
+            from_catalog: None,
+        }
+    }
+}
+
 /// One configured zone and what happened to it.
 pub struct ZoneEntry {
     /// Apex.
@@ -21,6 +52,12 @@ pub struct ZoneEntry {
     pub file: PathBuf,
     /// What the query path reads of its settings (cookie policy, tenant).
     pub serve: ServeOptions,
+    /// A catalog dnsd produces: made, not loaded.
+    pub produced: bool,
+    /// Listed in this catalog dnsd produces, with this group.
+    pub listed_in: Option<(Name, Option<String>)>,
+    /// Added by this consumed catalog.
+    pub from_catalog: Option<Name>,
     /// Unique for the process's life: names the zone's state beside the zone set.
     pub id: u32,
     /// The version being served.
@@ -88,8 +125,8 @@ pub struct SyncReport {
 }
 
 impl Registry {
-    /// A registry for `zones` (origin, file, settings); nothing is loaded yet.
-    pub fn new(zones: Vec<(Name, PathBuf, ServeOptions)>) -> Registry {
+    /// A registry for `zones`; nothing is loaded yet.
+    pub fn new(zones: Vec<ZoneDef>) -> Registry {
         let mut r = Registry {
             index: Default::default(),
             slots: Vec::with_capacity(zones.len()),
@@ -102,8 +139,8 @@ impl Registry {
             on_change: None,
             before_publish: None,
         };
-        for (origin, file, serve) in zones {
-            r.add(origin, file, serve);
+        for d in zones {
+            r.add(d);
         }
         r
     }
@@ -144,17 +181,21 @@ impl Registry {
 
     /// Configures a zone (not loaded yet) in a free slot; no other zone's slot changes. An
     /// origin already configured keeps its slot and takes the new file and settings.
-    pub fn add(&mut self, origin: Name, file: PathBuf, serve: ServeOptions) -> usize {
-        if let Some(i) = self.find(&origin) {
-            self.change(i, file, serve);
+    pub fn add(&mut self, d: ZoneDef) -> usize {
+        if let Some(i) = self.find(&d.origin) {
+            self.change(i, d);
             return i;
         }
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
+        let origin = d.origin.clone();
         let e = ZoneEntry {
-            origin: origin.clone(),
-            file,
-            serve,
+            origin: d.origin,
+            file: d.file,
+            serve: d.serve,
+            produced: d.produced,
+            listed_in: d.listed_in,
+            from_catalog: d.from_catalog,
             id,
             current: None,
             loaded_at: None,
@@ -191,16 +232,25 @@ impl Registry {
 
     /// A new file or settings for the zone in slot `i`: a new file is loaded by the next
     /// reload (the served version stays until then).
-    fn change(&mut self, i: usize, file: PathBuf, serve: ServeOptions) -> bool {
+    fn change(&mut self, i: usize, d: ZoneDef) -> bool {
         let e = self.entry_mut(i);
         let mut changed = false;
-        if e.file != file {
-            e.file = file;
+        if e.file != d.file {
+            e.file = d.file;
             e.mtime = None;
             changed = true;
         }
-        if e.serve != serve {
-            e.serve = serve;
+        if e.listed_in != d.listed_in
+            || e.produced != d.produced
+            || e.from_catalog != d.from_catalog
+        {
+            e.listed_in = d.listed_in;
+            e.produced = d.produced;
+            e.from_catalog = d.from_catalog;
+            changed = true;
+        }
+        if e.serve != d.serve {
+            e.serve = d.serve;
             self.dirty.push(i);
             changed = true;
         }
@@ -208,29 +258,33 @@ impl Registry {
     }
 
     /// Makes the configured zones `want`: adds the new ones, removes those gone, updates
-    /// files and settings; zones that stay keep their slot and loaded version.
-    pub fn sync(&mut self, want: Vec<(Name, PathBuf, ServeOptions)>) -> SyncReport {
+    /// files and settings; zones that stay keep their slot and loaded version. Members of a
+    /// consumed catalog stay while their catalog does.
+    pub fn sync(&mut self, want: Vec<ZoneDef>) -> SyncReport {
         let mut r = SyncReport::default();
         let mut keep = std::collections::HashSet::with_capacity(want.len());
-        for (origin, file, serve) in want {
+        for d in want {
+            let origin = d.origin.clone();
             match self.find(&origin) {
                 Some(i) => {
-                    if self.change(i, file, serve) {
+                    if self.change(i, d) {
                         r.changed += 1;
                     }
                 }
                 None => {
-                    self.add(origin.clone(), file, serve);
+                    self.add(d);
                     r.added += 1;
                 }
             }
             keep.insert(origin);
         }
         let gone: Vec<Name> = self
-            .index
-            .keys()
-            .filter(|o| !keep.contains(*o))
-            .cloned()
+            .entries()
+            .filter(|e| {
+                !keep.contains(&e.origin)
+                    && e.from_catalog.as_ref().is_none_or(|c| !keep.contains(c))
+            })
+            .map(|e| e.origin.clone())
             .collect();
         for o in gone {
             self.remove(&o);
@@ -252,6 +306,7 @@ impl Registry {
             .iter()
             .enumerate()
             .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+            .filter(|(_, e)| !e.produced)
             .filter(|(_, e)| force || e.current.is_none() || file_mtime(&e.file) != e.mtime)
             .map(|(i, e)| (i, e.origin.clone(), e.file.clone()))
             .collect()
@@ -381,6 +436,64 @@ impl Registry {
         self.stats.ok.fetch_add(1, Ordering::Relaxed);
         self.dirty.push(i);
         self.publish();
+    }
+
+    /// Writes again each catalog dnsd produces whose member list changed (a new serial;
+    /// secondaries hear of it by NOTIFY and take it by IXFR like any change).
+    pub fn produce_catalogs(&mut self) {
+        let producers: Vec<(usize, Name)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| {
+                e.as_ref()
+                    .filter(|e| e.produced)
+                    .map(|e| (i, e.origin.clone()))
+            })
+            .collect();
+        for (i, origin) in producers {
+            let mut members: Vec<(Name, Option<String>)> = self
+                .entries()
+                .filter_map(|e| {
+                    e.listed_in
+                        .as_ref()
+                        .filter(|(c, _)| *c == origin)
+                        .map(|(_, g)| (e.origin.to_lowercase(), g.clone()))
+                })
+                .collect();
+            members.sort();
+            let cur = self.entry(i).and_then(|e| e.current.clone());
+            let listed: Option<Vec<(Name, Option<String>)>> = cur.as_ref().and_then(|z| {
+                crate::catalog::read(z).ok().map(|m| {
+                    m.into_values()
+                        .map(|m| (m.zone, m.groups.into_iter().next()))
+                        .collect()
+                })
+            });
+            if listed.as_ref() == Some(&members) {
+                continue;
+            }
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as u32);
+            let serial = cur.map_or(now, |z| {
+                let next = z.serial().wrapping_add(1);
+                // RFC 1982: the clock when it is ahead of the next serial, else the next.
+                if (now.wrapping_sub(next) as i32) > 0 {
+                    now
+                } else {
+                    next
+                }
+            });
+            let t = std::time::Instant::now();
+            match crate::catalog::produce(&origin, serial, &members) {
+                Ok(z) => {
+                    tracing::info!(catalog = %origin, serial, members = members.len(), "catalog written");
+                    self.install(i, Arc::new(z), t.elapsed());
+                }
+                Err(e) => tracing::error!(catalog = %origin, "catalog not written: {e}"),
+            }
+        }
     }
 
     /// Marks zone `i` expired (SERVFAIL) or not, and publishes.

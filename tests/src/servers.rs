@@ -657,6 +657,11 @@ impl Knot {
         )
     }
 
+    /// The config file (a test may rewrite it, then `knotc reload`).
+    pub fn conf_path(&self) -> &Path {
+        &self.conf
+    }
+
     /// Runs `knotc -c CONF args...` against this knotd: (success, output).
     pub fn knotc(&self, args: &[&str]) -> (bool, String) {
         let exe = crate::find_program("knotc").expect("knotc not installed");

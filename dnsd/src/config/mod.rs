@@ -295,6 +295,8 @@ pub enum ZoneSource {
     Config,
     /// Added at run time (`ctl zone add`), kept in the zone state file.
     State,
+    /// A member of a consumed catalog zone.
+    Catalog,
 }
 
 /// One zone served, its template applied.
@@ -324,6 +326,14 @@ pub struct ZoneConfig {
     pub allow_notify: Vec<String>,
     /// The TSIG key (a `[[tsig_key]]` name) transfers and NOTIFY of this zone must use.
     pub tsig: Option<String>,
+    /// A catalog zone: consumed or produced (RFC 9432).
+    pub catalog: Option<zone_list::CatalogRole>,
+    /// Listed in this catalog zone, which dnsd produces.
+    pub catalog_zone: Option<String>,
+    /// Its group property in that catalog.
+    pub catalog_group: Option<String>,
+    /// A consumed catalog: the template of members whose group names no template.
+    pub catalog_template: Option<String>,
     /// Where the entry comes from.
     pub source: ZoneSource,
     /// How errors name the entry (`zone[3]`, `zone_set[0] (list:12)`, …).
@@ -361,6 +371,12 @@ impl Config {
             }
         }
         zone_list::expand_sets(&mut c, dir, path)?;
+        c.check_catalogs()
+            .map_err(|(key, msg)| ConfigError::Invalid {
+                path: path.to_path_buf(),
+                key,
+                msg,
+            })?;
         if let Some(s) = &mut c.server.zone_state
             && s.is_relative()
         {
@@ -468,6 +484,7 @@ impl Config {
                 ));
             }
         }
+        self.check_catalogs().map_err(|(k, m)| inv(&k, m))?;
         listener::addrs::expand(&self.server.listen)
             .map_err(|e| inv("server.listen", e.to_string()))?;
         self.defence.check().map_err(|(k, m)| inv(&k, m))?;
@@ -491,6 +508,47 @@ impl Config {
 }
 
 impl Config {
+    /// Catalog settings that fit together: a consumer has primaries, a member's
+    /// `catalog_zone` names a catalog dnsd produces, a catalog's template exists.
+    pub fn check_catalogs(&self) -> Result<(), (String, String)> {
+        use zone_list::CatalogRole;
+        let norm =
+            |s: &str| zones::Name::parse(s, Some(&zones::Name::root())).map(|n| n.to_lowercase());
+        let producers: std::collections::HashSet<zones::Name> = self
+            .zones
+            .iter()
+            .filter(|z| z.catalog == Some(CatalogRole::Producer))
+            .filter_map(|z| norm(&z.origin).ok())
+            .collect();
+        let templates = zone_list::Templates::new(self)?;
+        for z in &self.zones {
+            if z.catalog == Some(CatalogRole::Consumer) && z.primaries.is_empty() {
+                return Err((
+                    format!("{}.primaries", z.key),
+                    "a consumed catalog is a secondary: it needs primaries".into(),
+                ));
+            }
+            if let Some(t) = &z.catalog_template
+                && !templates.has(t)
+            {
+                return Err((
+                    format!("{}.catalog_template", z.key),
+                    format!("no [[template]] named {t}"),
+                ));
+            }
+            if let Some(c) = &z.catalog_zone {
+                let n = norm(c).map_err(|e| (format!("{}.catalog_zone", z.key), e.to_string()))?;
+                if !producers.contains(&n) {
+                    return Err((
+                        format!("{}.catalog_zone", z.key),
+                        format!("{n} is not a zone with catalog = \"producer\""),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Warnings for zones that name a tenant the rules (`has`: does the rules file have it;
     /// `None`: no `[rules]`) do not know: their queries meet no rules of their own.
     pub fn unknown_tenants(&self, has: Option<&dyn Fn(u32) -> bool>) -> Vec<String> {

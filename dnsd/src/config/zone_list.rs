@@ -43,6 +43,25 @@ pub struct ZoneSpec {
     pub allow_notify: Option<Vec<String>>,
     /// The TSIG key (a `[[tsig_key]]` name) transfers and NOTIFY must use.
     pub tsig: Option<String>,
+    /// A catalog zone (RFC 9432): "consumer" (a secondary whose members dnsd serves) or
+    /// "producer" (dnsd writes it, listing the zones that name it in `catalog_zone`).
+    pub catalog: Option<CatalogRole>,
+    /// Listed in this catalog zone, which dnsd produces.
+    pub catalog_zone: Option<String>,
+    /// The group property given to this zone in the catalog it is listed in.
+    pub catalog_group: Option<String>,
+    /// A consumed catalog: the template of members whose group names no template.
+    pub catalog_template: Option<String>,
+}
+
+/// The role of a catalog zone (`catalog`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CatalogRole {
+    /// Transferred from primaries; its members are served as secondaries.
+    Consumer,
+    /// Written by dnsd from the zones that name it.
+    Producer,
 }
 
 /// `[[zone_set]]`: many zones from a directory or a list file, with one template.
@@ -173,6 +192,11 @@ impl<'a> Templates<'a> {
         self.0.contains_key(name)
     }
 
+    /// The template `name` (or `default`, when `name` is unset and there is one).
+    pub fn get(&self, name: Option<&str>) -> Option<&'a ZoneSpec> {
+        self.pick(name, "").ok().flatten()
+    }
+
     /// The zone `origin` with `spec`'s settings over its template's; `key` names it in errors.
     pub fn resolve(
         &self,
@@ -188,9 +212,12 @@ impl<'a> Templates<'a> {
                 .cloned()
                 .unwrap_or_default()
         };
+        let catalog = spec.catalog.or_else(|| t.and_then(|t| t.catalog));
         let file = match (&spec.file, t.and_then(|t| t.file.as_ref())) {
             (Some(f), _) => f.clone(),
             (None, Some(pattern)) => file_from_pattern(pattern, origin),
+            // A catalog dnsd produces lives in memory.
+            (None, None) if catalog == Some(CatalogRole::Producer) => PathBuf::new(),
             (None, None) => {
                 return Err((
                     format!("{key}.file"),
@@ -216,6 +243,19 @@ impl<'a> Templates<'a> {
             allow_transfer: pick(|s| s.allow_transfer.as_ref()),
             allow_notify: pick(|s| s.allow_notify.as_ref()),
             tsig: spec.tsig.clone().or_else(|| t.and_then(|t| t.tsig.clone())),
+            catalog,
+            catalog_zone: spec
+                .catalog_zone
+                .clone()
+                .or_else(|| t.and_then(|t| t.catalog_zone.clone())),
+            catalog_group: spec
+                .catalog_group
+                .clone()
+                .or_else(|| t.and_then(|t| t.catalog_group.clone())),
+            catalog_template: spec
+                .catalog_template
+                .clone()
+                .or_else(|| t.and_then(|t| t.catalog_template.clone())),
             source,
             key,
         })

@@ -188,8 +188,18 @@ impl Transfers {
     /// Sets one zone's policy (a zone added at run time); copies only the policies of
     /// zones with transfer settings.
     pub fn set_zone_policy(&self, z: &crate::config::ZoneConfig) {
+        self.set_zone_policies(std::slice::from_ref(z));
+    }
+
+    /// Sets the policies of several zones at once (a catalog's members).
+    pub fn set_zone_policies(&self, zs: &[crate::config::ZoneConfig]) {
+        if zs.is_empty() {
+            return;
+        }
         let mut p = Policies::clone(&self.policies.load());
-        p.set_zone(z);
+        for z in zs {
+            p.set_zone(z);
+        }
         self.policies.store(Arc::new(p));
     }
 

@@ -11,6 +11,7 @@ use zones::Name;
 
 use super::tsig::{self, KeyStore};
 use crate::config::transfer::{decode_secret, parse_addr, parse_prefix};
+use crate::config::zone_list::CatalogRole;
 use crate::config::{Config, ZoneConfig};
 
 /// What one zone allows and whom it talks to.
@@ -30,6 +31,12 @@ pub struct ZonePolicy {
     pub primaries: Vec<SocketAddr>,
     /// Prefixes besides the primaries that may send NOTIFY.
     pub allow_notify: Vec<IpNet>,
+    /// A catalog zone: consumed or produced.
+    pub catalog: Option<CatalogRole>,
+    /// A consumed catalog: the template of members whose group names none.
+    pub catalog_template: Option<String>,
+    /// The name of the TSIG key, as configured (a consumed catalog's members use it too).
+    pub tsig_name: Option<String>,
 }
 
 impl ZonePolicy {
@@ -77,7 +84,8 @@ impl Policies {
             && z.notify.is_empty()
             && z.primaries.is_empty()
             && z.allow_notify.is_empty()
-            && z.tsig.is_none();
+            && z.tsig.is_none()
+            && z.catalog.is_none();
         if none && self.zones.is_empty() {
             return;
         }
@@ -109,6 +117,9 @@ impl Policies {
                 .iter()
                 .filter_map(|p| parse_prefix(p).ok())
                 .collect(),
+            catalog: z.catalog,
+            catalog_template: z.catalog_template.clone(),
+            tsig_name: z.tsig.clone(),
             origin: origin.clone(),
         };
         self.zones.insert(origin.as_wire().to_vec(), Arc::new(p));

@@ -420,8 +420,16 @@ async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: SocketAddr) -> Result
         false,
         s.as_mut(),
     );
+    // Over TCP when UDP is truncated, lost or refused (Knot answers a catalog zone's SOA
+    // only over TCP).
     let resp = match super::client::udp_exchange(primary, &q, timeout).await {
-        Ok(r) if r.len() >= 4 && u16::from_be_bytes([r[2], r[3]]) & hf::TC == 0 => r,
+        Ok(r)
+            if r.len() >= 4
+                && u16::from_be_bytes([r[2], r[3]]) & hf::TC == 0
+                && r[3] & 0x0f == rcode::NOERROR as u8 =>
+        {
+            r
+        }
         _ => {
             let mut c = TcpClient::connect(primary, timeout).await?;
             c.send(&q).await?;

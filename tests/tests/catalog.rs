@@ -1,0 +1,482 @@
+//! Catalog zones (RFC 9432) with real processes: Knot producing a catalog that dnsd consumes,
+//! dnsd producing one that Knot consumes — members added, removed and changed — and dnsd's
+//! consumer rules (groups pick templates, a member another catalog holds is taken only when
+//! its `coo` hands it over, a new unique id starts a member afresh) against a dnsd primary.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use palisade_tests::client;
+use palisade_tests::compare::Normalized;
+use palisade_tests::net;
+use palisade_tests::servers::{Dnsd, Knot, Zone};
+use palisade_tests::wire::QueryOpts;
+
+const CATALOG: &str = "catalog.test.";
+
+fn skip_without_knot() -> bool {
+    if !palisade_tests::have_program("knotd") {
+        palisade_tests::skipped("knotd not installed");
+        assert!(
+            !palisade_tests::in_ci(),
+            "CI must have knotd (scripts/install-deps)"
+        );
+        return true;
+    }
+    false
+}
+
+fn member_text(origin: &str, serial: u32) -> String {
+    format!(
+        "$ORIGIN {origin}\n$TTL 300\n@ SOA ns1 hostmaster {serial} 1 1 3600 300\n@ NS ns1\nns1 A 192.0.2.1\nwww A 192.0.2.{}\n",
+        serial % 250
+    )
+}
+
+/// The SOA serial `addr` answers for `zone` (NOERROR with an answer), or None.
+fn serial(addr: SocketAddr, zone: &str) -> Option<u32> {
+    let r = client::try_query(addr, zone, 6, &QueryOpts::udp()).ok()?;
+    let n = Normalized::from_reply(&r);
+    let soa = n.answer.iter().find(|r| r.rtype == 6)?;
+    soa.text.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Waits (bounded) until `addr` serves `zone` at `want` (None: does not serve it).
+fn wait(what: &str, addr: SocketAddr, zone: &str, want: Option<u32>, log: &dyn Fn() -> String) {
+    let end = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < end {
+        if serial(addr, zone) == want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "{what}: {zone} at {addr} is {:?}, not {want:?} after 30 s; log:\n{}",
+        serial(addr, zone),
+        log()
+    );
+}
+
+fn fresh_addr() -> SocketAddr {
+    let ip = net::test_ip();
+    SocketAddr::from((ip, net::free_port(ip)))
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+}
+
+/// Knot's config: the generated catalog and its members (each `(zone, group)`), NOTIFY to
+/// `dnsd`, transfers open to loopback.
+fn knot_producer_conf(
+    dir: &Path,
+    addr: SocketAddr,
+    dnsd: SocketAddr,
+    members: &[(&str, &str)],
+) -> String {
+    let mut s = format!(
+        "{}remote:\n  - id: dnsd\n    address: {}@{}\n    via: {}\n\n\
+         acl:\n  - id: xfr\n    address: 127.0.0.0/8\n    action: transfer\n\n\
+         template:\n  - id: default\n    storage: \"{}\"\n    zonefile-sync: -1\n    \
+         journal-content: changes\n    semantic-checks: off\n    notify: dnsd\n    acl: xfr\n\n\
+         zone:\n  - domain: {CATALOG}\n    catalog-role: generate\n",
+        Knot::server_section(dir, addr),
+        dnsd.ip(),
+        dnsd.port(),
+        addr.ip(),
+        dir.display(),
+    );
+    for (z, group) in members {
+        s.push_str(&format!(
+            "  - domain: {z}\n    file: \"{}/{z}zone\"\n    catalog-role: member\n    catalog-zone: {CATALOG}\n",
+            dir.display()
+        ));
+        if !group.is_empty() {
+            s.push_str(&format!("    catalog-group: {group}\n"));
+        }
+    }
+    s
+}
+
+#[test]
+fn knot_produces_a_catalog_dnsd_consumes_it() {
+    if skip_without_knot() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kdir = dir.path().join("knot");
+    std::fs::create_dir(&kdir).unwrap();
+    for (z, s) in [("m1.test.", 1), ("m2.test.", 1), ("m3.test.", 1)] {
+        write(&kdir.join(format!("{z}zone")), &member_text(z, s));
+    }
+    let ddir = dir.path().join("dnsd");
+    std::fs::create_dir(&ddir).unwrap();
+    let at = fresh_addr();
+    let members = [("m1.test.", "gold"), ("m2.test.", "")];
+    let kd = kdir.clone();
+    let knot = Knot::start_raw(
+        &[Zone::new("m1.test.", kdir.join("m1.test.zone"))],
+        move |d, addr| {
+            // Knot's storage and zone files in our directory (members written there above).
+            let _ = d;
+            knot_producer_conf(&kd, addr, at, &members)
+        },
+    );
+    let mut cat = Zone::new(CATALOG, ddir.join("catalog.test.zone"));
+    cat.options = vec![
+        format!("primaries = [\"{}\"]", knot.addr()),
+        "catalog = \"consumer\"".into(),
+        "catalog_template = \"members\"".into(),
+    ];
+    // A member's group "gold" picks the template of that name (its own file pattern).
+    let dnsd = Dnsd::builder()
+        .at(at)
+        .zone(Zone::new("anchor.test.", {
+            let f = ddir.join("anchor.zone");
+            write(&f, &member_text("anchor.test.", 1));
+            f
+        }))
+        .raw(&format!(
+            "[[template]]\nname = \"members\"\nfile = \"{0}/member-%s.zone\"\n\n\
+             [[template]]\nname = \"gold\"\nfile = \"{0}/gold-%s.zone\"\n",
+            ddir.display()
+        ))
+        .zone(cat.clone())
+        .start();
+    let d = dnsd.addr();
+    let log = || format!("dnsd:\n{}\nknot:\n{}", dnsd.log(), knot.log());
+    wait("m1 from Knot's catalog", d, "m1.test.", Some(1), &log);
+    wait("m2 from Knot's catalog", d, "m2.test.", Some(1), &log);
+    assert!(
+        ddir.join("gold-m1.test.zone").exists(),
+        "group gold → template gold"
+    );
+    assert!(
+        ddir.join("member-m2.test.zone").exists(),
+        "no group → catalog_template"
+    );
+    let (_, zones) = dnsd.ctl(&["zones"]);
+    assert!(zones.contains("member of catalog catalog.test."), "{zones}");
+    let (ok, out) = dnsd.ctl(&["zone", "remove", "m1.test."]);
+    assert!(!ok && out.contains("member of the catalog"), "{out}");
+
+    // A member changes at Knot: NOTIFY, IXFR, the new serial at dnsd.
+    write(&kdir.join("m1.test.zone"), &member_text("m1.test.", 2));
+    let (ok, out) = knot.knotc(&["zone-reload", "m1.test."]);
+    assert!(ok, "{out}");
+    wait("m1 changed", d, "m1.test.", Some(2), &log);
+
+    // Members added and removed at Knot (its config reloaded): the catalog follows.
+    let conf = knot_producer_conf(
+        &kdir,
+        knot.addr(),
+        at,
+        &[("m1.test.", "gold"), ("m3.test.", "")],
+    );
+    std::fs::write(knot.conf_path(), conf).unwrap();
+    let (ok, out) = knot.knotc(&["reload"]);
+    assert!(ok, "{out}");
+    wait("m3 added", d, "m3.test.", Some(1), &log);
+    wait("m2 removed", d, "m2.test.", None, &log);
+    assert_eq!(serial(d, "m1.test."), Some(2), "m1 stays");
+
+    // A restart with the primary gone serves the catalog and its members from their copies.
+    drop(knot);
+    drop(dnsd);
+    let again = Dnsd::builder()
+        .raw(&format!(
+            "[[template]]\nname = \"members\"\nfile = \"{0}/member-%s.zone\"\n\n\
+             [[template]]\nname = \"gold\"\nfile = \"{0}/gold-%s.zone\"\n",
+            ddir.display()
+        ))
+        .zone(cat)
+        .start();
+    let a = again.addr();
+    let log = || again.log();
+    wait("m1 from its copy", a, "m1.test.", Some(2), &log);
+    wait("m3 from its copy", a, "m3.test.", Some(1), &log);
+    assert_eq!(serial(a, "m2.test."), None);
+}
+
+#[test]
+fn dnsd_produces_a_catalog_knot_consumes_it() {
+    if skip_without_knot() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for z in ["m1.test.", "m2.test.", "m3.test.", "ready.test."] {
+        write(&d.join(format!("{z}zone")), &member_text(z, 1));
+    }
+    let state = d.join("state.toml");
+    let at = fresh_addr();
+    // Knot first (dnsd NOTIFYs it): a consumer of dnsd's catalog, members by its template.
+    let kdir = d.join("knot");
+    std::fs::create_dir(&kdir).unwrap();
+    let kd = kdir.clone();
+    let ready = d.join("ready.test.zone");
+    let knot = Knot::start_raw(&[Zone::new("ready.test.", &ready)], move |_, addr| {
+        format!(
+            "{}remote:\n  - id: dnsd\n    address: {}@{}\n\n\
+             acl:\n  - id: notify\n    address: 127.0.0.0/8\n    action: notify\n\n\
+             template:\n  - id: default\n    storage: \"{kd}\"\n    zonefile-sync: -1\n    \
+             journal-content: changes\n    semantic-checks: off\n  \
+             - id: members\n    storage: \"{kd}\"\n    master: dnsd\n    acl: notify\n    \
+             zonefile-sync: -1\n    journal-content: changes\n    semantic-checks: off\n\n\
+             zone:\n  - domain: ready.test.\n    file: \"{}\"\n  - domain: {CATALOG}\n    \
+             master: dnsd\n    acl: notify\n    catalog-role: interpret\n    catalog-template: members\n",
+            Knot::server_section(&kd, addr),
+            at.ip(),
+            at.port(),
+            ready.display(),
+            kd = kd.display()
+        )
+    });
+    let k = knot.addr();
+    // Every zone of the default template is listed in dnsd's catalog; m2 with a group.
+    let mut m2 = Zone::new("m2.test.", d.join("m2.test.zone"));
+    m2.options.push("catalog_group = \"gold\"".into());
+    let dnsd = Dnsd::builder()
+        .at(at)
+        .zone(Zone::new("m1.test.", d.join("m1.test.zone")))
+        .zone(m2)
+        .server_option(&format!("zone_state = \"{}\"", state.display()))
+        .raw(&format!(
+            "[[template]]\nname = \"default\"\ncatalog_zone = \"{CATALOG}\"\n\
+             allow_transfer = [\"127.0.0.0/8\"]\nnotify = [\"{k}\"]\n\n\
+             [[template]]\nname = \"catalog\"\nallow_transfer = [\"127.0.0.0/8\"]\nnotify = [\"{k}\"]\n\n\
+             [[zone]]\norigin = \"{CATALOG}\"\ncatalog = \"producer\"\ntemplate = \"catalog\"\n"
+        ))
+        .start();
+    let p = dnsd.addr();
+    assert!(
+        serial(p, CATALOG).is_some(),
+        "dnsd serves the catalog it writes"
+    );
+    let log = || format!("knot:\n{}\ndnsd:\n{}", knot.log(), dnsd.log());
+    // Knot asked before dnsd was up: a zone-refresh saves waiting for its retry timer.
+    let _ = knot.knotc(&["zone-refresh", CATALOG]);
+    wait(
+        "m1 at Knot from dnsd's catalog",
+        k,
+        "m1.test.",
+        Some(1),
+        &log,
+    );
+    wait(
+        "m2 at Knot from dnsd's catalog",
+        k,
+        "m2.test.",
+        Some(1),
+        &log,
+    );
+    assert_eq!(serial(k, "m3.test."), None);
+
+    // Added at run time: listed, NOTIFY, Knot takes the catalog and then the member.
+    let m3 = d.join("m3.test.zone");
+    let (ok, out) = dnsd.ctl(&["zone", "add", "m3.test.", m3.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    wait("m3 added at Knot", k, "m3.test.", Some(1), &log);
+    // A member changes at dnsd: NOTIFY, Knot transfers it.
+    write(&d.join("m1.test.zone"), &member_text("m1.test.", 2));
+    let (ok, out) = dnsd.ctl(&["reload", "m1.test."]);
+    assert!(ok, "{out}");
+    wait("m1 changed at Knot", k, "m1.test.", Some(2), &log);
+    // Removed at run time: Knot drops it.
+    let (ok, out) = dnsd.ctl(&["zone", "remove", "m3.test."]);
+    assert!(ok, "{out}");
+    wait("m3 removed at Knot", k, "m3.test.", None, &log);
+    assert_eq!(serial(k, "m2.test."), Some(1), "m2 stays");
+    let (_, zones) = dnsd.ctl(&["zones"]);
+    assert!(zones.contains("catalog written by dnsd"), "{zones}");
+}
+
+/// A catalog zone's text: `version`, then each (member, unique id, extra property lines).
+fn catalog_text(
+    origin: &str,
+    serial: u32,
+    version: &str,
+    members: &[(&str, &str, &str)],
+) -> String {
+    let mut s = format!(
+        "$ORIGIN {origin}\n$TTL 0\n@ SOA invalid. invalid. {serial} 1 1 3600 0\n@ NS invalid.\nversion TXT \"{version}\"\n"
+    );
+    for (z, id, extra) in members {
+        s.push_str(&format!("{id}.zones PTR {z}\n{extra}"));
+    }
+    s
+}
+
+#[test]
+fn consumer_rules_groups_coo_and_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pdir = d.join("primary");
+    std::fs::create_dir(&pdir).unwrap();
+    for z in ["m1.test.", "m2.test.", "m3.test."] {
+        write(&pdir.join(format!("{z}zone")), &member_text(z, 1));
+    }
+    let a_file = pdir.join("a.cat.zone");
+    let b_file = pdir.join("b.cat.zone");
+    write(
+        &a_file,
+        &catalog_text(
+            "a.cat.",
+            1,
+            "2",
+            &[
+                ("m1.test.", "a1", ""),
+                ("m2.test.", "a2", "group.a2.zones TXT \"gold\"\n"),
+            ],
+        ),
+    );
+    write(
+        &b_file,
+        &catalog_text("b.cat.", 1, "2", &[("m3.test.", "b3", "")]),
+    );
+    let open = |z: &str, f: std::path::PathBuf| {
+        let mut z = Zone::new(z, f);
+        z.options.push("allow_transfer = [\"127.0.0.0/8\"]".into());
+        z
+    };
+    let primary = Dnsd::builder()
+        .zones(&[
+            open("a.cat.", a_file.clone()),
+            open("b.cat.", b_file.clone()),
+            open("m1.test.", pdir.join("m1.test.zone")),
+            open("m2.test.", pdir.join("m2.test.zone")),
+            open("m3.test.", pdir.join("m3.test.zone")),
+        ])
+        .start();
+    let p = primary.addr();
+    let cdir = d.join("consumer");
+    std::fs::create_dir(&cdir).unwrap();
+    let consumer_cat = |z: &str| {
+        let mut c = Zone::new(z, cdir.join(format!("{z}zone")));
+        c.options = vec![
+            format!("primaries = [\"{p}\"]"),
+            "catalog = \"consumer\"".into(),
+        ];
+        c
+    };
+    let consumer = Dnsd::builder()
+        .zones(&[consumer_cat("a.cat."), consumer_cat("b.cat.")])
+        .raw(&format!(
+            "[[template]]\nname = \"gold\"\nfile = \"{}/gold-%s.zone\"\n",
+            cdir.display()
+        ))
+        .start();
+    let c = consumer.addr();
+    let log = || consumer.log();
+    for z in ["m1.test.", "m2.test.", "m3.test."] {
+        wait("member", c, z, Some(1), &log);
+    }
+    assert!(
+        cdir.join("gold-m2.test.zone").exists(),
+        "group gold → template gold"
+    );
+    assert!(
+        cdir.join("m1.test.zone").exists(),
+        "no group: beside the catalog's file"
+    );
+    let holder = |z: &str| {
+        let (_, t) = consumer.ctl(&["zones"]);
+        t.lines()
+            .find(|l| l.starts_with(z))
+            .and_then(|l| l.split("member of catalog ").nth(1))
+            .map(|s| s.split('\t').next().unwrap().to_string())
+    };
+    assert_eq!(holder("m1.test."), Some("a.cat.".into()));
+    let refresh = |z: &str| {
+        let (ok, out) = consumer.ctl(&["zone-refresh", z]);
+        assert!(ok, "{out}");
+    };
+    let primary_reload = || {
+        let (ok, out) = primary.ctl(&["reload"]);
+        assert!(ok, "{out}");
+    };
+
+    // b.cat. lists m1 too, without a coo from a.cat.: refused, a.cat. keeps it.
+    write(
+        &b_file,
+        &catalog_text(
+            "b.cat.",
+            2,
+            "2",
+            &[("m3.test.", "b3", ""), ("m1.test.", "b1", "")],
+        ),
+    );
+    primary_reload();
+    refresh("b.cat.");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        holder("m1.test."),
+        Some("a.cat.".into()),
+        "{}",
+        consumer.log()
+    );
+    // a.cat. hands m1 over (coo b.cat.): b.cat. takes it.
+    write(
+        &a_file,
+        &catalog_text(
+            "a.cat.",
+            2,
+            "2",
+            &[
+                ("m1.test.", "a1", "coo.a1.zones PTR b.cat.\n"),
+                ("m2.test.", "a2", "group.a2.zones TXT \"gold\"\n"),
+            ],
+        ),
+    );
+    primary_reload();
+    refresh("a.cat.");
+    let end = Instant::now() + Duration::from_secs(20);
+    while holder("m1.test.").as_deref() != Some("b.cat.") && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        holder("m1.test."),
+        Some("b.cat.".into()),
+        "{}",
+        consumer.log()
+    );
+    wait("m1 under b.cat.", c, "m1.test.", Some(1), &log);
+
+    // A new unique id for m2: its data goes and is transferred afresh; a.cat. dropping m1
+    // (now b.cat.'s) leaves it served.
+    write(
+        &a_file,
+        &catalog_text(
+            "a.cat.",
+            3,
+            "2",
+            &[("m2.test.", "a2new", "group.a2new.zones TXT \"gold\"\n")],
+        ),
+    );
+    primary_reload();
+    refresh("a.cat.");
+    let end = Instant::now() + Duration::from_secs(20);
+    while !consumer.log().contains("reset=1") && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(consumer.log().contains("reset=1"), "{}", consumer.log());
+    wait("m2 after its reset", c, "m2.test.", Some(1), &log);
+    assert_eq!(serial(c, "m1.test."), Some(1), "m1 stays with b.cat.");
+
+    // A catalog of another schema version is refused; its members stay.
+    write(&a_file, &catalog_text("a.cat.", 4, "1", &[]));
+    primary_reload();
+    refresh("a.cat.");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(consumer.log().contains("version"), "{}", consumer.log());
+    assert_eq!(serial(c, "m2.test."), Some(1), "m2 stays");
+    // b.cat. stops listing m3: it goes.
+    write(
+        &b_file,
+        &catalog_text("b.cat.", 3, "2", &[("m1.test.", "b1", "")]),
+    );
+    primary_reload();
+    refresh("b.cat.");
+    wait("m3 removed", c, "m3.test.", None, &log);
+}
