@@ -237,7 +237,35 @@ impl ZoneBuilder {
                 (u64::from_be_bytes(p), r)
             })
             .collect();
-        order.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| self.key(a.1).cmp(self.key(b.1))));
+        let cmp = |a: &(u64, u32), b: &(u64, u32)| {
+            a.0.cmp(&b.0).then_with(|| self.key(a.1).cmp(self.key(b.1)))
+        };
+        if order.len() < PARALLEL_MIN_NAMES {
+            order.sort_unstable_by(cmp);
+        } else {
+            // A big zone: each half sorted on its own core, then one merge.
+            let mid = order.len() / 2;
+            let (lo, hi) = order.split_at_mut(mid);
+            std::thread::scope(|sc| {
+                let h = sc.spawn(|| hi.sort_unstable_by(cmp));
+                lo.sort_unstable_by(cmp);
+                h.join().expect("sort thread");
+            });
+            let mut merged = Vec::with_capacity(order.len());
+            let (mut i, mut j) = (0, mid);
+            while i < mid && j < order.len() {
+                if cmp(&order[j], &order[i]) == Ordering::Less {
+                    merged.push(order[j]);
+                    j += 1;
+                } else {
+                    merged.push(order[i]);
+                    i += 1;
+                }
+            }
+            merged.extend_from_slice(&order[i..mid]);
+            merged.extend_from_slice(&order[j..]);
+            order = merged;
+        }
 
         // 2. Nodes in canonical order with empty non-terminals, by a walk with a stack of
         //    ancestors: (node id, key offset, key length). Owners holding only NSEC3 (and
@@ -791,6 +819,44 @@ pub(crate) fn display(wire: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Owners in canonical order whatever their order in the file, with the big-zone sort
+    /// (halves on two cores, then a merge) as with the small one.
+    #[test]
+    fn nodes_come_in_canonical_order_for_big_and_small_zones() {
+        for n in [100usize, 3 * PARALLEL_MIN_NAMES] {
+            let mut text = String::from(
+                "$ORIGIN t.\n$TTL 60\n@ SOA ns h 1 1 1 1 1\n@ NS ns\nns A 192.0.2.1\n",
+            );
+            // A scrambled order, nested names and repeated owners far apart.
+            for i in 0..n {
+                let k = (i * 7919) % n;
+                text.push_str(&format!(
+                    "h{k}.d{} A 10.0.0.1\nd{} TXT \"x\"\n",
+                    k % 13,
+                    k % 13
+                ));
+            }
+            let o: Name = "t.".parse().unwrap();
+            let z = crate::load_bytes("t", text, &o, &crate::ReadOptions::new(&o))
+                .unwrap()
+                .zone;
+            let names: Vec<Vec<u8>> = z.node_ids().map(|id| z.node_name(id).to_vec()).collect();
+            let mut sorted = names.clone();
+            sorted.sort_by(|a, b| {
+                let (mut ka, mut kb) = (Vec::new(), Vec::new());
+                name::canonical_key_below(a, 0, &mut ka);
+                name::canonical_key_below(b, 0, &mut kb);
+                ka.cmp(&kb)
+            });
+            assert_eq!(names, sorted, "{n} owners");
+            assert_eq!(
+                names.len(),
+                n + 2 + 13,
+                "{n} owners, 13 parents, apex and ns"
+            );
+        }
+    }
 
     #[test]
     fn key_round_trip() {
