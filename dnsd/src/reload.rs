@@ -83,7 +83,11 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
     let results = tokio::task::spawn_blocking(move || zone_registry::load_all(plan))
         .await
         .unwrap_or_default();
+    let many = results.len() > 100;
     let reports = reg.apply(results);
+    if many {
+        zone_registry::release_freed_memory();
+    }
     let mut text = String::new();
     let mut ok = true;
     for r in &reports {

@@ -120,27 +120,28 @@ impl ZoneSet {
         expired: bool,
         id: u32,
     ) {
-        let old_apex: Option<Vec<u8>> = self
-            .slot(i)
-            .and_then(|s| s.zone.as_ref())
-            .map(|z| z.apex().as_wire().to_vec());
-        let new_apex = zone.as_ref().map(|z| z.apex().clone());
+        // Arcs, not copies of the apexes: no allocation per zone published.
+        let old = self.slot(i).and_then(|s| s.zone.clone());
+        let new = zone.clone();
         let s = self.slot_mut(i);
         s.zone = zone;
         s.opts = opts;
         s.expired = expired;
         s.id = id;
-        if old_apex.as_deref() == new_apex.as_ref().map(|a| a.as_wire()) {
+        fn apex(z: &Option<Arc<Zone>>) -> Option<&[u8]> {
+            z.as_ref().map(|z| z.apex().as_wire())
+        }
+        if apex(&old) == apex(&new) {
             return;
         }
         let chunks = &self.chunks;
         let index = Arc::make_mut(&mut self.index);
-        if let Some(a) = old_apex
-            && let Ok(e) = index.table.find_entry(HASHER.hash_one(&a[..]), |&j| j == i)
+        if let Some(a) = apex(&old)
+            && let Ok(e) = index.table.find_entry(HASHER.hash_one(a), |&j| j == i)
         {
             e.remove();
         }
-        if let Some(a) = new_apex {
+        if let Some(a) = new.as_ref().map(|z| z.apex()) {
             index.max_labels = index.max_labels.max(a.label_count());
             index
                 .table

@@ -49,6 +49,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         .any(|z| z.xdp_answers == crate::config::XdpAnswers::All);
     // The registry holds the zone list from here on.
     let cfg = crate::state::without_zones(cfg);
+    zone_registry::release_freed_memory();
     let catalog_queue = Arc::new(crate::catalog::CatalogQueue::default());
     {
         let x = xfr.clone();

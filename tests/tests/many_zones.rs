@@ -249,6 +249,40 @@ fn config_errors_name_the_template_set_or_list_line() {
 }
 
 #[test]
+fn check_config_without_zones_passes_a_bad_zone_that_serve_leaves_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write_zone(&d.join("good.zone"), "good.test.", 1);
+    std::fs::write(
+        d.join("bad.zone"),
+        "$TTL 300\n@ SOA ns1 hm 1 2 3 4 5\n@ IN BOGUS x\n",
+    )
+    .unwrap();
+    let cfg = d.join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[[zone]]\norigin = \"good.test.\"\nfile = \"good.zone\"\n\
+         [[zone]]\norigin = \"bad.test.\"\nfile = \"bad.zone\"\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new(palisade_tests::bin("dnsd"))
+            .args(args)
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let (ok, out) = run(&["check-config", "-c"]);
+    assert!(!ok && out.contains("bad.zone"), "{out}");
+    let (ok, out) = run(&["check-config", "--no-zones", "-c"]);
+    assert!(ok && out.contains("2 zones listed, not loaded"), "{out}");
+}
+
+#[test]
 fn zones_coming_and_going_move_no_other_zones_flood_state() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
