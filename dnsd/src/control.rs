@@ -122,29 +122,29 @@ pub async fn zones_text(shared: &Arc<State>) -> String {
                 let _ = write!(
                     s,
                     "{}\tserial {}\trecords {}\tmemory {} KiB\tloaded in {} ms\t{}",
-                    e.origin,
+                    e.def.origin,
                     z.serial(),
                     z.record_count(),
                     z.memory_bytes().div_ceil(1024),
                     e.load_time.as_millis(),
-                    e.file.display()
+                    e.def.file.display()
                 );
             }
             None => {
-                let _ = write!(s, "{}\tNOT LOADED\t{}", e.origin, e.file.display());
+                let _ = write!(s, "{}\tNOT LOADED\t{}", e.def.origin, e.def.file.display());
             }
         }
-        if let Some(c) = &e.from_catalog {
+        if let Some(c) = &e.def.from_catalog {
             let _ = write!(s, "\tmember of catalog {c}");
         }
-        if e.produced {
+        if e.def.produced {
             s.push_str("\tcatalog written by dnsd");
         }
         if let Some(err) = &e.last_error {
             let first = err.lines().next().unwrap_or("");
             let _ = write!(s, "\tlast reload failed: {first}");
         }
-        s.push_str(&shared.xfr.zone_line(&e.origin));
+        s.push_str(&shared.xfr.zone_line(&e.def.origin));
         s.push('\n');
     }
     s

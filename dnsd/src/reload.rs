@@ -86,7 +86,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
     let many = results.len() > 100;
     let reports = reg.apply(results);
     if many {
-        zone_registry::release_freed_memory();
+        std::thread::spawn(zone_registry::release_freed_memory);
     }
     let mut text = String::new();
     let mut ok = true;
@@ -342,7 +342,7 @@ pub async fn zone_remove(shared: &Arc<State>, origin: &str) -> Reply {
         if let Some(c) = reg
             .find(&n)
             .and_then(|i| reg.entry(i))
-            .and_then(|e| e.from_catalog.as_ref())
+            .and_then(|e| e.def.from_catalog.as_ref())
         {
             return Reply::err(format!(
                 "zone {n} is a member of the catalog {c}: it goes when the catalog stops listing it\n"
@@ -377,7 +377,10 @@ pub async fn zone_remove(shared: &Arc<State>, origin: &str) -> Reply {
             "{n}: not removed, the zone state was not written: {e}\n"
         ));
     }
-    let origin = reg.entry(i).map(|e| e.origin.clone()).unwrap_or(n.clone());
+    let origin = reg
+        .entry(i)
+        .map(|e| e.def.origin.clone())
+        .unwrap_or(n.clone());
     reg.remove(&origin);
     reg.publish();
     reg.produce_catalogs();
@@ -489,7 +492,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         let owner = |z: &zones::Name| {
             reg.find(z)
                 .and_then(|i| reg.entry(i))
-                .map(|e| e.from_catalog.clone())
+                .map(|e| e.def.from_catalog.clone())
         };
         let coo_of = |c: &zones::Name, z: &zones::Name| {
             st.lists
@@ -505,7 +508,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
     let ours = |reg: &Registry, z: &zones::Name| {
         reg.find(z)
             .and_then(|i| reg.entry(i))
-            .is_some_and(|e| e.from_catalog.as_ref() == Some(cat))
+            .is_some_and(|e| e.def.from_catalog.as_ref() == Some(cat))
     };
     let mut gone = Vec::new();
     for z in &ch.remove {
@@ -520,7 +523,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
             if let Some(f) = reg
                 .find(&m.zone)
                 .and_then(|i| reg.entry(i))
-                .map(|e| e.file.clone())
+                .map(|e| e.def.file.clone())
             {
                 let _ = std::fs::remove_file(f);
             }

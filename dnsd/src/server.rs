@@ -49,7 +49,6 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         .any(|z| z.xdp_answers == crate::config::XdpAnswers::All);
     // The registry holds the zone list from here on.
     let cfg = crate::state::without_zones(cfg);
-    zone_registry::release_freed_memory();
     let catalog_queue = Arc::new(crate::catalog::CatalogQueue::default());
     {
         let x = xfr.clone();
@@ -340,7 +339,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         // Secondaries may have missed changes while we were down: tell them now.
         for e in shared.zones.lock().await.entries() {
             if let Some(z) = &e.current {
-                crate::xfr::notify::spawn_notify(&xfr, &e.origin, z, None);
+                crate::xfr::notify::spawn_notify(&xfr, &e.def.origin, z, None);
             }
         }
         let sync = match cfg.redis.clone() {
@@ -364,6 +363,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             None => None,
         };
         tracing::info!("dnsd ready");
+        // Off the start's path: trimming the heap of 100,000 zones takes a while.
+        std::thread::spawn(zone_registry::release_freed_memory);
         shield::service::ready(&format!(
             "serving {} zones on {} addresses",
             shared.zones.lock().await.len(),

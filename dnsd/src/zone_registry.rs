@@ -46,18 +46,8 @@ impl ZoneDef {
 
 /// One configured zone and what happened to it.
 pub struct ZoneEntry {
-    /// Apex.
-    pub origin: Name,
-    /// Master file.
-    pub file: PathBuf,
-    /// What the query path reads of its settings (cookie policy, tenant).
-    pub serve: ServeOptions,
-    /// A catalog dnsd produces: made, not loaded.
-    pub produced: bool,
-    /// Listed in this catalog dnsd produces, with this group.
-    pub listed_in: Option<(Name, Option<String>)>,
-    /// Added by this consumed catalog.
-    pub from_catalog: Option<Name>,
+    /// What is configured.
+    pub def: ZoneDef,
     /// Unique for the process's life: names the zone's state beside the zone set.
     pub id: u32,
     /// The version being served.
@@ -190,12 +180,7 @@ impl Registry {
         self.next_id = self.next_id.wrapping_add(1);
         let origin = d.origin.clone();
         let e = ZoneEntry {
-            origin: d.origin,
-            file: d.file,
-            serve: d.serve,
-            produced: d.produced,
-            listed_in: d.listed_in,
-            from_catalog: d.from_catalog,
+            def: d,
             id,
             current: None,
             loaded_at: None,
@@ -234,27 +219,18 @@ impl Registry {
     /// reload (the served version stays until then).
     fn change(&mut self, i: usize, d: ZoneDef) -> bool {
         let e = self.entry_mut(i);
-        let mut changed = false;
-        if e.file != d.file {
-            e.file = d.file;
+        if e.def == d {
+            return false;
+        }
+        if e.def.file != d.file {
             e.mtime = None;
-            changed = true;
         }
-        if e.listed_in != d.listed_in
-            || e.produced != d.produced
-            || e.from_catalog != d.from_catalog
-        {
-            e.listed_in = d.listed_in;
-            e.produced = d.produced;
-            e.from_catalog = d.from_catalog;
-            changed = true;
-        }
-        if e.serve != d.serve {
-            e.serve = d.serve;
+        let serve_changed = e.def.serve != d.serve;
+        e.def = d;
+        if serve_changed {
             self.dirty.push(i);
-            changed = true;
         }
-        changed
+        true
     }
 
     /// Makes the configured zones `want`: adds the new ones, removes those gone, updates
@@ -281,10 +257,13 @@ impl Registry {
         let gone: Vec<Name> = self
             .entries()
             .filter(|e| {
-                !keep.contains(&e.origin)
-                    && e.from_catalog.as_ref().is_none_or(|c| !keep.contains(c))
+                !keep.contains(&e.def.origin)
+                    && e.def
+                        .from_catalog
+                        .as_ref()
+                        .is_none_or(|c| !keep.contains(c))
             })
-            .map(|e| e.origin.clone())
+            .map(|e| e.def.origin.clone())
             .collect();
         for o in gone {
             self.remove(&o);
@@ -297,18 +276,20 @@ impl Registry {
     /// changed (all when `force`).
     pub fn plan(&self, only: Option<usize>, force: bool) -> Vec<(usize, Name, PathBuf)> {
         if let Some(i) = only {
+            // A catalog dnsd produces has no file to read.
             return self
                 .entry(i)
-                .map(|e| vec![(i, e.origin.clone(), e.file.clone())])
+                .filter(|e| !e.def.produced)
+                .map(|e| vec![(i, e.def.origin.clone(), e.def.file.clone())])
                 .unwrap_or_default();
         }
         self.slots
             .iter()
             .enumerate()
             .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
-            .filter(|(_, e)| !e.produced)
-            .filter(|(_, e)| force || e.current.is_none() || file_mtime(&e.file) != e.mtime)
-            .map(|(i, e)| (i, e.origin.clone(), e.file.clone()))
+            .filter(|(_, e)| !e.def.produced)
+            .filter(|(_, e)| force || e.current.is_none() || file_mtime(&e.def.file) != e.mtime)
+            .map(|(i, e)| (i, e.def.origin.clone(), e.def.file.clone()))
             .collect()
     }
 
@@ -329,22 +310,22 @@ impl Registry {
             match r {
                 Ok(l) => {
                     for w in l.warnings.iter().take(20) {
-                        tracing::warn!(zone = %e.origin, "{w}");
+                        tracing::warn!(zone = %e.def.origin, "{w}");
                     }
                     reports.push(LoadReport {
-                        origin: e.origin.to_string(),
+                        origin: e.def.origin.to_string(),
                         result: Ok((l.zone.serial(), l.zone.record_count())),
                     });
                     if many {
                         tracing::debug!(
-                            zone = %e.origin,
+                            zone = %e.def.origin,
                             serial = l.zone.serial(),
                             records = l.zone.record_count(),
                             "zone loaded"
                         );
                     } else {
                         tracing::info!(
-                            zone = %e.origin,
+                            zone = %e.def.origin,
                             serial = l.zone.serial(),
                             records = l.zone.record_count(),
                             ms = l.elapsed.as_millis() as u64,
@@ -354,7 +335,7 @@ impl Registry {
                     e.load_time = l.elapsed;
                     let new = Arc::new(l.zone);
                     if let Some(f) = &self.on_change {
-                        f(&e.origin, e.current.clone(), new.clone());
+                        f(&e.def.origin, e.current.clone(), new.clone());
                     }
                     e.current = Some(new);
                     e.loaded_at = Some(SystemTime::now());
@@ -365,12 +346,12 @@ impl Registry {
                 }
                 Err(msg) => {
                     tracing::error!(
-                        zone = %e.origin,
+                        zone = %e.def.origin,
                         serving = e.current.as_ref().map(|z| z.serial()),
                         "zone not loaded, keeping the last good version: {msg}"
                     );
                     reports.push(LoadReport {
-                        origin: e.origin.to_string(),
+                        origin: e.def.origin.to_string(),
                         result: Err(msg.clone()),
                     });
                     e.last_error = Some(msg);
@@ -398,7 +379,7 @@ impl Registry {
         self.dirty.dedup();
         for &i in &self.dirty {
             match &self.slots[i] {
-                Some(e) => set.put(i as u32, e.current.clone(), e.serve, e.expired, e.id),
+                Some(e) => set.put(i as u32, e.current.clone(), e.def.serve, e.expired, e.id),
                 None => set.put(i as u32, None, ServeOptions::default(), false, u32::MAX),
             }
         }
@@ -425,12 +406,12 @@ impl Registry {
         let on_change = self.on_change.clone();
         let e = self.entry_mut(i);
         if let Some(f) = &on_change {
-            f(&e.origin, e.current.clone(), zone.clone());
+            f(&e.def.origin, e.current.clone(), zone.clone());
         }
         e.current = Some(zone);
         e.loaded_at = Some(SystemTime::now());
         e.load_time = took;
-        e.mtime = file_mtime(&e.file);
+        e.mtime = file_mtime(&e.def.file);
         e.last_error = None;
         e.expired = false;
         self.stats.ok.fetch_add(1, Ordering::Relaxed);
@@ -447,18 +428,19 @@ impl Registry {
             .enumerate()
             .filter_map(|(i, e)| {
                 e.as_ref()
-                    .filter(|e| e.produced)
-                    .map(|e| (i, e.origin.clone()))
+                    .filter(|e| e.def.produced)
+                    .map(|e| (i, e.def.origin.clone()))
             })
             .collect();
         for (i, origin) in producers {
             let mut members: Vec<(Name, Option<String>)> = self
                 .entries()
                 .filter_map(|e| {
-                    e.listed_in
+                    e.def
+                        .listed_in
                         .as_ref()
                         .filter(|(c, _)| *c == origin)
-                        .map(|(_, g)| (e.origin.to_lowercase(), g.clone()))
+                        .map(|(_, g)| (e.def.origin.to_lowercase(), g.clone()))
                 })
                 .collect();
             members.sort();
