@@ -86,6 +86,8 @@ pub struct Registry {
     next_id: u32,
     /// Slots changed since the last publish.
     dirty: Vec<usize>,
+    /// Slots of the catalogs dnsd produces (found without a walk over every zone).
+    producers: std::collections::BTreeSet<usize>,
     published: Arc<ArcSwap<ZoneSet>>,
     generation: u64,
     /// Reload counters.
@@ -123,6 +125,7 @@ impl Registry {
             free: Vec::new(),
             next_id: 0,
             dirty: Vec::new(),
+            producers: Default::default(),
             published: Arc::new(ArcSwap::from_pointee(ZoneSet::empty(0))),
             generation: 0,
             stats: Arc::new(ReloadStats::default()),
@@ -179,6 +182,7 @@ impl Registry {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
         let origin = d.origin.clone();
+        let produced = d.produced;
         let e = ZoneEntry {
             def: d,
             id,
@@ -201,6 +205,9 @@ impl Registry {
         };
         self.index.insert(origin, i);
         self.dirty.push(i);
+        if produced {
+            self.producers.insert(i);
+        }
         i
     }
 
@@ -212,6 +219,7 @@ impl Registry {
         self.slots[i] = None;
         self.free.push(i);
         self.dirty.push(i);
+        self.producers.remove(&i);
         true
     }
 
@@ -226,6 +234,12 @@ impl Registry {
             e.mtime = None;
         }
         let serve_changed = e.def.serve != d.serve;
+        if d.produced {
+            self.producers.insert(i);
+        } else {
+            self.producers.remove(&i);
+        }
+        let e = self.entry_mut(i);
         e.def = d;
         if serve_changed {
             self.dirty.push(i);
@@ -422,15 +436,13 @@ impl Registry {
     /// Writes again each catalog dnsd produces whose member list changed (a new serial;
     /// secondaries hear of it by NOTIFY and take it by IXFR like any change).
     pub fn produce_catalogs(&mut self) {
+        if self.producers.is_empty() {
+            return;
+        }
         let producers: Vec<(usize, Name)> = self
-            .slots
+            .producers
             .iter()
-            .enumerate()
-            .filter_map(|(i, e)| {
-                e.as_ref()
-                    .filter(|e| e.def.produced)
-                    .map(|e| (i, e.def.origin.clone()))
-            })
+            .filter_map(|&i| self.entry(i).map(|e| (i, e.def.origin.clone())))
             .collect();
         for (i, origin) in producers {
             let mut members: Vec<(Name, Option<String>)> = self
