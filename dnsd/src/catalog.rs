@@ -60,12 +60,16 @@ impl Consumed {
         self.members.values().cloned().collect()
     }
 
-    /// Members held, by catalog.
-    pub fn counts(&self) -> Vec<(Name, usize)> {
-        self.lists
-            .iter()
-            .map(|(c, m)| (c.clone(), m.len()))
-            .collect()
+    /// Forgets the catalogs `keep` says no to, with their members' settings.
+    pub fn retain_catalogs(&mut self, keep: impl Fn(&Name) -> bool) {
+        let gone: Vec<Name> = self.lists.keys().filter(|c| !keep(c)).cloned().collect();
+        for c in gone {
+            if let Some(members) = self.lists.remove(&c) {
+                for z in members.keys() {
+                    self.members.remove(z);
+                }
+            }
+        }
     }
 }
 

@@ -37,10 +37,21 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
         match Config::load(path) {
             Ok(c) => {
                 shared.xfr.set_policies(&c);
-                // Members of consumed catalogs are not in the file: their policies stay.
-                shared
-                    .xfr
-                    .set_zone_policies(&shared.catalogs().member_configs());
+                // Members of consumed catalogs are not in the file: their policies stay, while
+                // their catalog is still consumed (the registry drops the others' members).
+                let consumed: std::collections::HashSet<zones::Name> = c
+                    .zones
+                    .iter()
+                    .filter(|z| z.catalog == Some(CatalogRole::Consumer))
+                    .filter_map(|z| zones::Name::parse(&z.origin, Some(&zones::Name::root())).ok())
+                    .map(|n| n.to_lowercase())
+                    .collect();
+                let members = {
+                    let mut st = shared.catalogs();
+                    st.retain_catalogs(|cat| consumed.contains(cat));
+                    st.member_configs()
+                };
+                shared.xfr.set_zone_policies(&members);
                 reload_cookie_secrets(shared, &c);
                 rules_note = reload_rules(shared, &c).await;
                 let n = sync_zone_list(&mut reg, &c);
@@ -470,7 +481,8 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         .filter(|p| p.catalog == Some(CatalogRole::Consumer))
         .cloned();
     let Some(cp) = cp else {
-        shared.catalogs().lists.remove(cat);
+        // No longer a consumed catalog: the reload that made it so dropped its members.
+        shared.catalogs().retain_catalogs(|c| c != cat);
         return;
     };
     let cfg = shared.config();

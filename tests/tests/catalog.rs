@@ -479,4 +479,26 @@ fn consumer_rules_groups_coo_and_reset() {
     primary_reload();
     refresh("b.cat.");
     wait("m3 removed", c, "m3.test.", None, &log);
+
+    // b.cat. leaves the consumer's config: its members go with it, a.cat.'s stay.
+    let cfg = std::fs::read_to_string(consumer.config_path()).unwrap();
+    let start = cfg.find("origin = \"b.cat.\"").unwrap();
+    let block_start = cfg[..start].rfind("[[zone]]").unwrap();
+    let block_end = cfg[start..]
+        .find("\n\n")
+        .map_or(cfg.len(), |e| start + e + 2);
+    std::fs::write(
+        consumer.config_path(),
+        format!("{}{}", &cfg[..block_start], &cfg[block_end..]),
+    )
+    .unwrap();
+    let (ok, out) = consumer.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    wait("m1 gone with b.cat.", c, "m1.test.", None, &log);
+    assert_eq!(serial(c, "m2.test."), Some(1), "a.cat.'s m2 stays");
+    let (_, zones) = consumer.ctl(&["zones"]);
+    assert!(!zones.contains("m1.test."), "{zones}");
+    // Nothing of it is kept: no transfer settings, no refresh task.
+    let (ok, out) = consumer.ctl(&["zone-refresh", "m1.test."]);
+    assert!(!ok && out.contains("not a secondary zone"), "{out}");
 }
