@@ -6,7 +6,9 @@ delegations with glue; 1.14M records, or 200k with --quick):
   wall time and peak memory (max RSS), median of RUNS;
 - the servers: dnsd, Knot DNS and NSD started on the zone, pinned to CPU 0: time from
   spawn until the zone's SOA is answered, and memory (PSS, shared pages of forked
-  workers counted once) once it is; median of RUNS.
+  workers counted once) once it is; median of RUNS;
+- the same free to load on every core (Knot with as many background workers and its
+  semantic checks off).
 Usage: zone_load.py [--quick] [--records N] [--runs N] [--no-servers]
 """
 import argparse
@@ -45,27 +47,38 @@ def checkers(records, runs, work):
     return out
 
 
-def server_argv(name, tmp, zone):
+def server_argv(name, tmp, zone, all_cores=False):
     zones = [("example.com.", zone)]
     if name == "dnsd":
         ok, _ = c.dnsd_accepts(c.RRL_OFF)
         return [c.dnsd_bin(), "serve", "-c",
                 c.dnsd_conf(tmp, ["127.0.0.1"], PORT, zones, extra=c.RRL_OFF if ok else "")]
     if name == "knot":
-        return ["knotd", "-c", c.knot_conf(tmp, "127.0.0.1", PORT, zones)]
+        conf = c.knot_conf(tmp, "127.0.0.1", PORT, zones)
+        if all_cores:
+            # As many background workers as cores, semantic checks off (as dnsd checks less).
+            with open(conf) as f:
+                text = f.read()
+            text = text.replace("background-workers: 1", f"background-workers: {os.cpu_count()}")
+            text = text.replace("zone:\n", "template:\n  - id: default\n    semantic-checks: off\n"
+                                "zone:\n", 1)
+            with open(conf, "w") as f:
+                f.write(text)
+        return ["knotd", "-c", conf]
     return ["nsd", "-d", "-c", c.nsd_conf(tmp, "127.0.0.1", PORT, zones)]
 
 
-def servers(zone, runs, work):
+def servers(zone, runs, work, all_cores=False):
+    """Pinned to CPU 0, or (all_cores) free to load on every core."""
     out = []
     for name in ("dnsd", "knot", "nsd"):
         times, mems = [], []
         for _ in range(runs):
             tmp = tempfile.mkdtemp(prefix=f"zl-{name}-", dir=work)
             env = dict(os.environ, RUST_LOG="warn") if name == "dnsd" else None
-            argv = server_argv(name, tmp, zone)
+            argv = server_argv(name, tmp, zone, all_cores)
             t0 = time.monotonic()
-            srv = c.Server(name, argv, 0, env=env)
+            srv = c.Server(name, argv, None if all_cores else 0, env=env)
             try:
                 up = c.wait_answer("127.0.0.1", PORT, "example.com", qtype=6, timeout=600,
                                    proc=srv.proc, each=0.02)
@@ -79,8 +92,8 @@ def servers(zone, runs, work):
         if times:
             r = {"name": name, "seconds": statistics.median(times),
                  "pss_kib": int(statistics.median(mems)), "runs": len(times)}
-            c.log(f"  {name:>6} serve: first answer after {r['seconds']:.2f} s, "
-                  f"{r['pss_kib'] / 1024:.0f} MiB PSS")
+            c.log(f"  {name:>6} serve{' (all cores)' if all_cores else ''}: first answer after "
+                  f"{r['seconds']:.2f} s, {r['pss_kib'] / 1024:.0f} MiB PSS")
             out.append(r)
     return out
 
@@ -100,12 +113,14 @@ def main():
     tools = checkers(records, runs, work)
     zone = os.path.join(work, f"big-{records}.zone")
     srv = [] if a.no_servers or not os.path.exists(zone) else servers(zone, runs, work)
+    srv_all = ([] if a.no_servers or not os.path.exists(zone)
+               else servers(zone, runs, work, all_cores=True))
     c.save("zone_load", {
         "machine": c.machine(), "cores": os.cpu_count(), "records": records, "runs": runs,
         "sched": c.sched_note(),
         "zone_mb": round(os.path.getsize(zone) / 1e6, 1) if os.path.exists(zone) else None,
         "command": f"bench/scripts/zone_load.py --records {records} --runs {runs}",
-        "checkers": tools, "servers": srv, "when": time.strftime("%Y-%m-%d %H:%M:%S")})
+        "checkers": tools, "servers": srv, "servers_all_cores": srv_all, "when": time.strftime("%Y-%m-%d %H:%M:%S")})
 
 
 if __name__ == "__main__":
