@@ -514,8 +514,14 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         };
         catalog::changes(cat, old, &new, &owner, &coo_of)
     };
-    for z in &ch.refused {
-        tracing::warn!(catalog = %cat, zone = %z, "member not taken: another catalog or the config holds it (and no coo hands it over)");
+    if !ch.refused.is_empty() {
+        let first: Vec<String> = ch.refused.iter().take(5).map(|z| z.to_string()).collect();
+        tracing::warn!(
+            catalog = %cat,
+            members = ch.refused.len(),
+            "members not taken: another catalog or the config holds them and no coo hands them over (first: {})",
+            first.join(", ")
+        );
     }
     let ours = |reg: &Registry, z: &zones::Name| {
         reg.find(z)
@@ -553,10 +559,8 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
                 continue;
             }
         };
-        // Taken over from another catalog (its coo names this one).
-        if reg.find(&m.zone).is_some() && !ours(&reg, &m.zone) {
-            reg.remove(&m.zone);
-        }
+        // Taken over from another catalog (its coo names this one): the zone keeps its slot
+        // and the data it serves; only its settings change.
         let mut def = zone_def(&cfg, &zc, m.zone.clone());
         def.from_catalog = Some(cat.clone());
         let i = reg.add(def);
@@ -612,6 +616,12 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         }
     }
     crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
+    // Members new, reset or handed over ask their primaries now, not at their refresh timer.
+    for m in ch.add.iter().chain(&ch.reset) {
+        shared
+            .xfr
+            .trigger(m.zone.as_wire(), crate::xfr::Trigger { reply: None });
+    }
     let (a, r, s) = (ch.add.len(), gone.len(), ch.reset.len());
     if a + r + s + ch.regroup.len() > 0 {
         tracing::info!(catalog = %cat, added = a, removed = r, reset = s, regrouped = ch.regroup.len(), "catalog members changed");
