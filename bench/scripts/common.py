@@ -225,6 +225,19 @@ def knot_conf(tmp, addr, port, zones, rrl=None, cookies=False, workers=1):
     return path
 
 
+def knot_all_cores(conf, extra_template=""):
+    """Rewrites the knotd config `conf` (from knot_conf) to load on every core: as many
+    background workers as cores and semantic checks off; `extra_template` adds lines
+    (indented four spaces) to its default template."""
+    with open(conf) as f:
+        text = f.read()
+    text = text.replace("background-workers: 1", f"background-workers: {os.cpu_count()}")
+    text = text.replace("zone:\n", "template:\n  - id: default\n    semantic-checks: off\n"
+                        + extra_template + "zone:\n", 1)
+    with open(conf, "w") as f:
+        f.write(text)
+
+
 def nsd_conf(tmp, addr, port, zones, rrl=0, extra="", slip=2, cookies=False):
     """An nsd config. addr: one address or a list; rrl = responses per second per /24
     (0: off, and the whitelist limit off too); cookies: answer-cookie."""

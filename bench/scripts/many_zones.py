@@ -91,14 +91,8 @@ def configs(name, tmp, zdir, names):
         return [c.dnsd_bin(), "serve", "-c", c.dnsd_conf(tmp, ["127.0.0.1"], PORT, zones, extra)]
     if name == "knot":
         conf = c.knot_conf(tmp, "127.0.0.1", PORT, zones)
-        with open(conf) as f:
-            text = f.read()
-        # Semantic checks off (as the figures), no journal or timers to write.
-        text = text.replace("background-workers: 1", f"background-workers: {os.cpu_count()}")
-        text = text.replace("zone:\n", "template:\n  - id: default\n    semantic-checks: off\n"
-                            "    journal-content: none\n    zonefile-sync: -1\nzone:\n", 1)
-        with open(conf, "w") as f:
-            f.write(text)
+        # No journal or timers to write either.
+        c.knot_all_cores(conf, "    journal-content: none\n    zonefile-sync: -1\n")
         db = os.path.join(tmp, "confdb")
         subprocess.run(["knotc", "-C", db, "conf-import", conf], check=True,
                        capture_output=True, timeout=600)

@@ -56,14 +56,7 @@ def server_argv(name, tmp, zone, all_cores=False):
     if name == "knot":
         conf = c.knot_conf(tmp, "127.0.0.1", PORT, zones)
         if all_cores:
-            # As many background workers as cores, semantic checks off (as dnsd checks less).
-            with open(conf) as f:
-                text = f.read()
-            text = text.replace("background-workers: 1", f"background-workers: {os.cpu_count()}")
-            text = text.replace("zone:\n", "template:\n  - id: default\n    semantic-checks: off\n"
-                                "zone:\n", 1)
-            with open(conf, "w") as f:
-                f.write(text)
+            c.knot_all_cores(conf)
         return ["knotd", "-c", conf]
     return ["nsd", "-d", "-c", c.nsd_conf(tmp, "127.0.0.1", PORT, zones)]
 
