@@ -308,7 +308,7 @@ fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
         })
         .collect();
     let mut bad = 0;
-    for (i, r, _) in dnsd::zone_registry::load_all(plan) {
+    for (i, r) in dnsd::zone_registry::load_all(plan) {
         let z = &cfg.zones[i];
         match r {
             Ok(l) => {

@@ -290,11 +290,11 @@ pub async fn zone_add(
     let load = zc.primaries.is_empty() || file.exists();
     let loaded = if load {
         let (o, f) = (n.clone(), file.clone());
-        let (r, mtime) = tokio::task::spawn_blocking(move || zone_registry::load_one(&o, &f))
+        let r = tokio::task::spawn_blocking(move || zone_registry::load_one(&o, &f))
             .await
-            .unwrap_or_else(|e| (Err(e.to_string()), None));
+            .unwrap_or_else(|e| Err(e.to_string()));
         match r {
-            Ok(l) => Some((l, mtime)),
+            Ok(l) => Some(l),
             Err(e) => {
                 return Reply::err(format!("{n}: not added, the zone does not load:\n{e}\n"));
             }
@@ -319,13 +319,13 @@ pub async fn zone_add(
     shared.xfr.set_zone_policy(&zc);
     let i = reg.add(zone_def(&c, &zc, n.clone()));
     let text = match loaded {
-        Some((l, mtime)) => {
+        Some(l) => {
             let line = format!(
                 "{n}: added, serial {}, {} records\n",
                 l.zone.serial(),
                 l.zone.record_count()
             );
-            reg.apply(vec![(i, Ok(l), mtime)]);
+            reg.apply(vec![(i, Ok(l))]);
             line
         }
         None => {

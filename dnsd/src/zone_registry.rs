@@ -30,20 +30,6 @@ pub struct ZoneDef {
     pub from_catalog: Option<Name>,
 }
 
-impl ZoneDef {
-    /// A zone loaded from `file`, in no catalog.
-    pub fn new(origin: Name, file: PathBuf, serve: ServeOptions) -> ZoneDef {
-        ZoneDef {
-            origin,
-            file,
-            serve,
-            produced: false,
-            listed_in: None,
-            from_catalog: None,
-        }
-    }
-}
-
 /// One configured zone and what happened to it.
 pub struct ZoneEntry {
     /// What is configured.
@@ -311,13 +297,13 @@ impl Registry {
     /// for a zone removed meanwhile is dropped.
     pub fn apply(
         &mut self,
-        results: Vec<(usize, Result<zones::Loaded, String>, Option<SystemTime>)>,
+        results: Vec<(usize, Result<zones::Loaded, String>)>,
     ) -> Vec<LoadReport> {
         let mut reports = Vec::new();
         // Thousands of zones: one summary line, each zone at debug level (failures always).
         let many = results.len() > 100;
         let total = results.len();
-        for (i, r, mtime) in results {
+        for (i, r) in results {
             let Some(e) = self.slots.get_mut(i).and_then(|e| e.as_mut()) else {
                 continue;
             };
@@ -353,7 +339,8 @@ impl Registry {
                     }
                     e.current = Some(new);
                     e.loaded_at = Some(SystemTime::now());
-                    e.mtime = mtime;
+                    // The time of the file as it was opened (one fstat, no path lookup).
+                    e.mtime = l.mtime;
                     e.last_error = None;
                     self.stats.ok.fetch_add(1, Ordering::Relaxed);
                     self.dirty.push(i);
@@ -470,10 +457,10 @@ impl Registry {
             let now = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as u32);
+            // The clock when it is ahead of the next serial (RFC 1982), else the next.
             let serial = cur.map_or(now, |z| {
                 let next = z.serial().wrapping_add(1);
-                // RFC 1982: the clock when it is ahead of the next serial, else the next.
-                if (now.wrapping_sub(next) as i32) > 0 {
+                if zones::serial_gt(now, next) {
                     now
                 } else {
                     next
@@ -508,9 +495,7 @@ pub fn file_mtime(p: &std::path::Path) -> Option<SystemTime> {
 
 /// Loads the zones of `plan` on all cores (blocking: call from a blocking thread); the results
 /// in plan order.
-pub fn load_all(
-    plan: Vec<(usize, Name, PathBuf)>,
-) -> Vec<(usize, Result<zones::Loaded, String>, Option<SystemTime>)> {
+pub fn load_all(plan: Vec<(usize, Name, PathBuf)>) -> Vec<(usize, Result<zones::Loaded, String>)> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -518,10 +503,7 @@ pub fn load_all(
     if threads <= 1 {
         return plan
             .into_iter()
-            .map(|(i, origin, file)| {
-                let (r, m) = load_one(&origin, &file);
-                (i, r, m)
-            })
+            .map(|(i, origin, file)| (i, load_one(&origin, &file)))
             .collect();
     }
     // Each thread takes the next zone in turn: a big zone does not hold up the small ones.
@@ -536,8 +518,7 @@ pub fn load_all(
                         let Some((i, origin, file)) = plan.get(k) else {
                             break;
                         };
-                        let (r, m) = load_one(origin, file);
-                        done.push((k, *i, r, m));
+                        done.push((k, *i, load_one(origin, file)));
                     }
                     done
                 })
@@ -549,19 +530,12 @@ pub fn load_all(
             .collect()
     });
     out.sort_unstable_by_key(|(k, ..)| *k);
-    out.into_iter().map(|(_, i, r, m)| (i, r, m)).collect()
+    out.into_iter().map(|(_, i, r)| (i, r)).collect()
 }
 
 /// Loads one zone (blocking: call from a blocking thread).
-pub fn load_one(
-    origin: &Name,
-    file: &std::path::Path,
-) -> (Result<zones::Loaded, String>, Option<SystemTime>) {
-    let opts = ReadOptions::new(origin);
-    let r = zones::load_file(file, origin, &opts).map_err(|e| e.to_string());
-    // The time of the file as it was opened (one fstat, no second path lookup).
-    let mtime = r.as_ref().ok().and_then(|l| l.mtime);
-    (r, mtime)
+pub fn load_one(origin: &Name, file: &std::path::Path) -> Result<zones::Loaded, String> {
+    zones::load_file(file, origin, &ReadOptions::new(origin)).map_err(|e| e.to_string())
 }
 
 /// Gives the heap freed by a big load back to the system (the loaders' scratch, the parsed

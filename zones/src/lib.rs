@@ -27,4 +27,4 @@ pub use error::{Diagnostic, Location, ZoneError};
 pub use load::{Loaded, load_bytes, load_file};
 pub use name::Name;
 pub use reader::ReadOptions;
-pub use zone::{Lookup, NodeId, RRset, Zone};
+pub use zone::{Lookup, NodeId, RRset, Zone, serial_gt};

@@ -449,6 +449,11 @@ impl<'a> Iterator for RrIter<'a> {
     }
 }
 
+/// True when SOA serial `a` is newer than `b` in serial number arithmetic (RFC 1982).
+pub fn serial_gt(a: u32, b: u32) -> bool {
+    a != b && (a.wrapping_sub(b) as i32) > 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -422,10 +422,7 @@ impl Drop for Slot {
     }
 }
 
-/// RFC 1982 serial arithmetic: `a` is newer than `b`.
-pub fn serial_gt(a: u32, b: u32) -> bool {
-    a != b && (a.wrapping_sub(b) as i32) > 0
-}
+pub use zones::serial_gt;
 
 /// Runs the zone-change queue: each change is journaled (off the runtime threads) and
 /// announced to the zone's NOTIFY targets.
