@@ -370,23 +370,22 @@ impl Config {
                 z.file = dir.join(&z.file);
             }
         }
-        zone_list::expand_sets(&mut c, dir, path)?;
-        c.check_catalogs()
-            .map_err(|(key, msg)| ConfigError::Invalid {
+        if zone_list::expand_sets(&mut c, dir, path)? {
+            // `parse` checked the [[zone]] entries: these checks again, over the zones the
+            // sets and the zone state added.
+            let inv = |(key, msg): (String, String)| ConfigError::Invalid {
                 path: path.to_path_buf(),
                 key,
                 msg,
-            })?;
+            };
+            c.check_catalogs().map_err(inv)?;
+            transfer::check_config(&c).map_err(inv)?;
+        }
         if let Some(s) = &mut c.server.zone_state
             && s.is_relative()
         {
             *s = dir.join(&*s);
         }
-        transfer::check_config(&c).map_err(|(key, msg)| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            key,
-            msg,
-        })?;
         if let Some(r) = &mut c.rules
             && r.file.is_relative()
         {

@@ -206,13 +206,7 @@ impl<'a> Templates<'a> {
         key: String,
     ) -> Result<ZoneConfig, (String, String)> {
         let t = self.pick(spec.template.as_deref(), &key)?;
-        let pick = |f: fn(&ZoneSpec) -> Option<&Vec<String>>| {
-            f(spec)
-                .or_else(|| t.and_then(f))
-                .cloned()
-                .unwrap_or_default()
-        };
-        let catalog = spec.catalog.or_else(|| t.and_then(|t| t.catalog));
+        let catalog = inherit(spec, t, |s| s.catalog.as_ref());
         let file = match (&spec.file, t.and_then(|t| t.file.as_ref())) {
             (Some(f), _) => f.clone(),
             (None, Some(pattern)) => file_from_pattern(pattern, origin),
@@ -229,37 +223,31 @@ impl<'a> Templates<'a> {
             origin: origin.to_string(),
             file,
             template: spec.template.clone(),
-            cookies: spec.cookies.or_else(|| t.and_then(|t| t.cookies)),
-            tenant: spec
-                .tenant
-                .or_else(|| t.and_then(|t| t.tenant))
-                .unwrap_or(0),
-            xdp_answers: spec
-                .xdp_answers
-                .or_else(|| t.and_then(|t| t.xdp_answers))
-                .unwrap_or_default(),
-            primaries: pick(|s| s.primaries.as_ref()),
-            notify: pick(|s| s.notify.as_ref()),
-            allow_transfer: pick(|s| s.allow_transfer.as_ref()),
-            allow_notify: pick(|s| s.allow_notify.as_ref()),
-            tsig: spec.tsig.clone().or_else(|| t.and_then(|t| t.tsig.clone())),
+            cookies: inherit(spec, t, |s| s.cookies.as_ref()),
+            tenant: inherit(spec, t, |s| s.tenant.as_ref()).unwrap_or(0),
+            xdp_answers: inherit(spec, t, |s| s.xdp_answers.as_ref()).unwrap_or_default(),
+            primaries: inherit(spec, t, |s| s.primaries.as_ref()).unwrap_or_default(),
+            notify: inherit(spec, t, |s| s.notify.as_ref()).unwrap_or_default(),
+            allow_transfer: inherit(spec, t, |s| s.allow_transfer.as_ref()).unwrap_or_default(),
+            allow_notify: inherit(spec, t, |s| s.allow_notify.as_ref()).unwrap_or_default(),
+            tsig: inherit(spec, t, |s| s.tsig.as_ref()),
             catalog,
-            catalog_zone: spec
-                .catalog_zone
-                .clone()
-                .or_else(|| t.and_then(|t| t.catalog_zone.clone())),
-            catalog_group: spec
-                .catalog_group
-                .clone()
-                .or_else(|| t.and_then(|t| t.catalog_group.clone())),
-            catalog_template: spec
-                .catalog_template
-                .clone()
-                .or_else(|| t.and_then(|t| t.catalog_template.clone())),
+            catalog_zone: inherit(spec, t, |s| s.catalog_zone.as_ref()),
+            catalog_group: inherit(spec, t, |s| s.catalog_group.as_ref()),
+            catalog_template: inherit(spec, t, |s| s.catalog_template.as_ref()),
             source,
             key,
         })
     }
+}
+
+/// A setting of the zone `spec`, else of its template `t` (the zone's own setting wins).
+fn inherit<T: Clone>(
+    spec: &ZoneSpec,
+    t: Option<&ZoneSpec>,
+    f: impl Fn(&ZoneSpec) -> Option<&T>,
+) -> Option<T> {
+    f(spec).or_else(|| t.and_then(&f)).cloned()
 }
 
 /// A template's file pattern for `origin`: `%s` → the origin without its final dot.
@@ -290,8 +278,8 @@ pub fn resolve_zones(c: &Config) -> Result<Vec<ZoneConfig>, (String, String)> {
 
 /// The zones of `[[zone_set]]`s and of the zone state file, with their templates; `dir` is
 /// the config file's directory. Zones the config already has are skipped (a zone state
-/// that names one is warned about).
-pub fn expand_sets(c: &mut Config, dir: &Path, path: &Path) -> Result<(), ConfigError> {
+/// that names one is warned about). True when zones were added.
+pub fn expand_sets(c: &mut Config, dir: &Path, path: &Path) -> Result<bool, ConfigError> {
     let inv = |key: String, msg: String| ConfigError::Invalid {
         path: path.to_path_buf(),
         key,
@@ -352,7 +340,7 @@ pub fn expand_sets(c: &mut Config, dir: &Path, path: &Path) -> Result<(), Config
         }
     }
     if added.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     for z in &mut added {
         if z.file.is_relative() {
@@ -384,7 +372,7 @@ pub fn expand_sets(c: &mut Config, dir: &Path, path: &Path) -> Result<(), Config
         }
         c.zones.push(z);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The zone files of a directory: (origin, file, where), sorted by origin.
