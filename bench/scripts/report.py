@@ -308,21 +308,19 @@ def zone_section(Z, md):
         md.append("Checking the zone (parse and validate, `bench/zone-load`):\n")
         md.append(table(["checker", "wall time", "peak memory (max RSS)"], rows) + "\n")
     sv = Z.get("servers", [])
-    if sv:
-        b = next((x for x in sv if x["name"] == "dnsd"), sv[0])
+    for servers, title in ((sv, "Serving it (spawn until the zone's SOA is answered; memory "
+                                "once it is):"),
+                           (Z.get("servers_all_cores", []),
+                            "The same, free to load on every core (Knot with as many "
+                            "background workers and its semantic checks off):")):
+        if not servers:
+            continue
+        b = next((x for x in servers if x["name"] == "dnsd"), servers[0])
         rows = [[LABEL.get(x["name"], x["name"]),
                  f"{x['seconds']:.2f} s{ratio(x['seconds'], b['seconds'])}",
-                 f"{x['pss_kib'] / 1024:.0f} MiB{ratio(x['pss_kib'], b['pss_kib'])}"] for x in sv]
-        md.append("Serving it (spawn until the zone's SOA is answered; memory once it is):\n")
-        md.append(table(["server", "start to first answer", "memory (PSS)"], rows) + "\n")
-    sa = Z.get("servers_all_cores", [])
-    if sa:
-        b = next((x for x in sa if x["name"] == "dnsd"), sa[0])
-        rows = [[LABEL.get(x["name"], x["name"]),
-                 f"{x['seconds']:.2f} s{ratio(x['seconds'], b['seconds'])}",
-                 f"{x['pss_kib'] / 1024:.0f} MiB{ratio(x['pss_kib'], b['pss_kib'])}"] for x in sa]
-        md.append("The same, free to load on every core (Knot with as many background workers "
-                  "and its semantic checks off):\n")
+                 f"{x['pss_kib'] / 1024:.0f} MiB{ratio(x['pss_kib'], b['pss_kib'])}"]
+                for x in servers]
+        md.append(title + "\n")
         md.append(table(["server", "start to first answer", "memory (PSS)"], rows) + "\n")
     if ck or sv:
         fig, axes = plt.subplots(1, 2, figsize=(10, 2.8))
