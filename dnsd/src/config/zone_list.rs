@@ -422,3 +422,39 @@ fn read_list(l: &Path) -> Result<Vec<(String, Option<PathBuf>, String)>, String>
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_malformed_zone_state_is_refused_with_file_and_line_and_a_missing_one_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.toml");
+        assert!(ZoneState::read(&p).unwrap().zone.is_empty());
+        for (text, want) in [
+            ("[[zone]]\norigin = \"a.\"\n", "file"),
+            (
+                "[[zone]]\norigin = \"a.\"\nfile = \"/a\"\nbogus = 1\n",
+                "bogus",
+            ),
+            ("[[zone]\n", ":1:"),
+        ] {
+            std::fs::write(&p, text).unwrap();
+            let e = ZoneState::read(&p).unwrap_err();
+            assert!(
+                e.starts_with(&p.display().to_string()) && e.contains(want),
+                "{text}: {e}"
+            );
+        }
+        let st = ZoneState {
+            zone: vec![StateZone {
+                origin: "a.".into(),
+                file: "/z/a.zone".into(),
+                template: Some("t".into()),
+            }],
+        };
+        st.write(&p).unwrap();
+        assert_eq!(ZoneState::read(&p).unwrap().zone, st.zone);
+    }
+}
