@@ -466,6 +466,29 @@ fn covering_opt_out(zone: &Zone, chain: &crate::nsec3::Nsec3Chain, id: u32) -> b
         .is_some_and(|(_, rd)| rd.get(1).is_some_and(|fl| fl & 1 == 1))
 }
 
+/// The signatures of a zone against the clock: the earliest expiration of any RRSIG
+/// (None for an unsigned zone) and how many have expired at `now` (RFC 4034 §3.1.5 times).
+pub fn signature_expiry(zone: &Zone, now: u32) -> (Option<u32>, usize) {
+    let mut earliest: Option<u32> = None;
+    let mut expired = 0;
+    let n3 = zone.nsec3().map_or(0, |c| c.len());
+    let tree = zone.node_ids().flat_map(|id| zone.rrsets(id).iter());
+    let chain = (0..n3).flat_map(|i| zone.nsec3_rrsets(i).iter());
+    for s in tree.chain(chain).filter(|s| s.rtype == t::RRSIG) {
+        for (_, rd) in zone.rrs(s) {
+            let Some(b) = rd.get(8..12) else { continue };
+            let exp = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+            if crate::sign::secs_between(now, exp) < 0 {
+                expired += 1;
+            }
+            if earliest.is_none_or(|e| crate::sign::secs_between(e, exp) < 0) {
+                earliest = Some(exp);
+            }
+        }
+    }
+    (earliest, expired)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,7 @@ pub mod rdata;
 pub mod reader;
 pub mod rrtype;
 pub mod scan;
+pub mod sign;
 pub mod text;
 pub mod validate;
 pub mod zone;

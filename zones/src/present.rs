@@ -15,6 +15,34 @@ pub fn write_record(out: &mut String, owner: &[u8], rtype: u16, ttl: u32, rdata:
     out.push('\n');
 }
 
+/// Writes the zone to `path` as master-file text (`header` as a comment line first): to a
+/// temporary file, synced, then renamed, so a reader never sees half a zone.
+pub fn write_file(zone: &Zone, path: &std::path::Path, header: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    {
+        let f = std::fs::File::create(&tmp)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
+        let mut line = String::with_capacity(512);
+        writeln!(w, "; {header}")?;
+        for (owner, rtype, ttl, rdata) in zone.records() {
+            line.clear();
+            write_record(&mut line, owner, rtype, ttl, rdata);
+            w.write_all(line.as_bytes())?;
+        }
+        w.flush()?;
+        w.get_ref().sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
 /// The whole zone as master-file text (absolute names, canonical order, SOA first).
 pub fn zone_to_text(zone: &Zone) -> String {
     let mut out = String::with_capacity(zone.record_count() * 48);

@@ -284,32 +284,12 @@ impl Collector {
 /// Writes a zone to `path` as master-file text, atomically (a temporary file renamed over
 /// it), streaming record by record (blocking).
 pub fn write_zone_file(zone: &Zone, path: &std::path::Path) -> std::io::Result<()> {
-    use std::io::Write;
-    if let Some(dir) = path.parent()
-        && !dir.as_os_str().is_empty()
-    {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("xfr-tmp");
-    {
-        let f = std::fs::File::create(&tmp)?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
-        let mut line = String::with_capacity(512);
-        writeln!(
-            w,
-            "; {} serial {}, written by dnsd after a transfer",
-            zone.apex(),
-            zone.serial()
-        )?;
-        for (owner, rtype, ttl, rdata) in zone.records() {
-            line.clear();
-            zones::present::write_record(&mut line, owner, rtype, ttl, rdata);
-            w.write_all(line.as_bytes())?;
-        }
-        w.flush()?;
-        w.get_ref().sync_all()?;
-    }
-    std::fs::rename(&tmp, path)
+    let header = format!(
+        "{} serial {}, written by dnsd after a transfer",
+        zone.apex(),
+        zone.serial()
+    );
+    zones::present::write_file(zone, path, &header)
 }
 
 #[cfg(test)]

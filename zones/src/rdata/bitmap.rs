@@ -13,24 +13,41 @@ pub(crate) fn parse_nsec(fields: &mut Fields<'_>, out: &mut Vec<u8>) -> Result<(
             .ok_or_else(|| bad(&f, "expected an RR type mnemonic or TYPEnnn"))?;
         types.push(t);
     }
+    encode(&mut types, out);
+    Ok(())
+}
+
+/// Writes `types` (sorted and deduplicated here) as a windowed bitmap.
+pub(crate) fn encode(types: &mut Vec<u16>, out: &mut Vec<u8>) {
     types.sort_unstable();
     types.dedup();
+    let start = out.len();
+    // At most 34 octets per window present.
+    out.resize(start + 34 * types.len().min(256), 0);
+    let n = encode_into(types, &mut out[start..]).expect("room for every window");
+    out.truncate(start + n);
+}
+
+/// Writes sorted, deduplicated `types` as a windowed bitmap into `out`, without
+/// allocating; its length, or None when it does not fit.
+pub(crate) fn encode_into(types: &[u16], out: &mut [u8]) -> Option<usize> {
     // One window per high octet present, as long as its highest type needs.
-    let mut i = 0;
+    let (mut i, mut n) = (0, 0);
     while i < types.len() {
         let window = types[i] >> 8;
         let end = types[i..].partition_point(|&t| t >> 8 == window) + i;
         let last = (types[end - 1] & 0xff) as usize / 8;
-        let mut block = [0u8; 32];
+        let w = out.get_mut(n..n + 3 + last)?;
+        w.fill(0);
+        w[0] = window as u8;
+        w[1] = last as u8 + 1;
         for &t in &types[i..end] {
-            block[(t & 0xff) as usize / 8] |= 0x80 >> (t % 8);
+            w[2 + (t & 0xff) as usize / 8] |= 0x80 >> (t % 8);
         }
-        out.push(window as u8);
-        out.push(last as u8 + 1);
-        out.extend_from_slice(&block[..=last]);
+        n += 3 + last;
         i = end;
     }
-    Ok(())
+    Some(n)
 }
 
 /// Checks a windowed bitmap: windows ascending, 1-32 octets each, no trailing zero octet.
@@ -135,6 +152,24 @@ pub(crate) fn write_nxt(b: &[u8], out: &mut String) {
 mod tests {
     use super::super::testutil::{case, refused, show};
     use crate::rrtype::t;
+
+    /// The query path's encoder (into a fixed buffer) writes what the zone reader's does,
+    /// and says so when the buffer is too small.
+    #[test]
+    fn bitmaps_into_a_buffer_match() {
+        for types in [
+            vec![t::A, t::RRSIG, t::NSEC],
+            vec![t::RRSIG, t::NSEC, 128],
+            vec![t::NS, t::SOA, t::MX, t::RRSIG, t::NSEC, t::DNSKEY, 257],
+        ] {
+            let mut want = Vec::new();
+            super::encode(&mut types.clone(), &mut want);
+            let mut out = [0u8; 68];
+            let n = super::encode_into(&types, &mut out).unwrap();
+            assert_eq!(&out[..n], &want[..], "{types:?}");
+            assert_eq!(super::encode_into(&types, &mut out[..n - 1]), None);
+        }
+    }
 
     #[test]
     fn nsec_bitmaps() {

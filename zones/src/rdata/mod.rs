@@ -19,6 +19,7 @@
 
 mod bitmap;
 mod codec;
+pub(crate) use codec::write_base32hex;
 mod dnssec;
 mod field;
 mod loc;
@@ -388,6 +389,17 @@ pub fn decompress(
     }
     out.extend_from_slice(&msg[start..end]);
     Some(())
+}
+
+/// Writes `types` as an NSEC/NSEC3 type bitmap (RFC 4034 §4.1.2); sorts and dedups them.
+pub fn type_bitmap(types: &mut Vec<u16>, out: &mut Vec<u8>) {
+    bitmap::encode(types, out)
+}
+
+/// Writes sorted, deduplicated `types` as a type bitmap into `out` without allocating (the
+/// query path's); its length, or None when it does not fit.
+pub fn type_bitmap_into(types: &[u16], out: &mut [u8]) -> Option<usize> {
+    bitmap::encode_into(types, out)
 }
 
 /// Lower-cases, in place, the names that RFC 4034 §6.2 (as updated by RFC 6840 §5.1) puts
