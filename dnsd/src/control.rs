@@ -35,6 +35,8 @@ async fn command(shared: &Arc<State>, args: &[String]) -> Reply {
         ["zone", "remove", o] => crate::reload::zone_remove(shared, o).await,
         ["zone-refresh", z] => zone_refresh(shared, z).await,
         ["zone-notify", z] => zone_notify(shared, z).await,
+        ["zone-keys", z] => zone_keys(shared, z).await,
+        ["zone-sign", z] => zone_sign(shared, z).await,
         ["status"] => Reply::ok(format!(
             "running for {} s, {} addresses (bound in {} ms), {} TCP connections\n",
             shared.started.elapsed().as_secs(),
@@ -60,6 +62,8 @@ pub const HELP: &str = concat!(
   zone remove ORIGIN                  stop serving a zone added with zone add
   zone-refresh ZONE                   a secondary zone: ask its primaries for changes now
   zone-notify ZONE                    send NOTIFY to the zone's secondaries now
+  zone-keys ZONE                      a zone dnsd signs: its keys, their roles, states and timeline
+  zone-sign ZONE                      a zone dnsd signs: sign it again now (keys' next steps too)
   stats                               every counter (the /metrics samples, one per line)
 ",
     shield::block_help!(),
@@ -140,6 +144,31 @@ pub async fn zones_text(shared: &Arc<State>) -> String {
         if e.def.produced {
             s.push_str("\tcatalog written by dnsd");
         }
+        if let Some(p) = &e.def.signing {
+            let _ = write!(s, "\tsigned by dnsd (policy {})", p.name);
+            if let Some(t) = e.resign_at {
+                let _ = write!(
+                    s,
+                    ", signing again at {}",
+                    shield::clock::rfc3339_ms(t * 1000)
+                );
+            }
+        }
+        if let Some(exp) = e.rrsig_expiry {
+            let left = zones::sign::secs_between(crate::signing::now() as u32, exp);
+            let at = shield::clock::rfc3339_ms(u64::from(exp) * 1000);
+            if left < 0 {
+                let _ = write!(s, "\tSIGNATURES EXPIRED since {at}");
+            } else if left < i64::from(reg.rrsig_warn_days) * 86400 {
+                let _ = write!(
+                    s,
+                    "\tWARNING: signatures expire at {at} (in {} h)",
+                    left / 3600
+                );
+            } else {
+                let _ = write!(s, "\tsignatures valid until {at}");
+            }
+        }
         if let Some(err) = &e.last_error {
             let first = err.lines().next().unwrap_or("");
             let _ = write!(s, "\tlast reload failed: {first}");
@@ -148,4 +177,56 @@ pub async fn zones_text(shared: &Arc<State>) -> String {
         s.push('\n');
     }
     s
+}
+
+/// The registry slot and policy of a zone dnsd signs.
+async fn signed_zone(
+    shared: &Arc<State>,
+    z: &str,
+) -> Result<(usize, zones::Name, Arc<crate::signing::Policy>), Reply> {
+    let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+        return Err(Reply::err(format!("bad zone name {z}\n")));
+    };
+    let reg = shared.zones.lock().await;
+    let Some(i) = reg.find(&n) else {
+        return Err(Reply::err(format!("zone {n} is not configured\n")));
+    };
+    match reg.entry(i).and_then(|e| e.def.signing.clone()) {
+        Some(p) => Ok((i, n, p)),
+        None => Err(Reply::err(format!(
+            "{n} is not signed by dnsd (no dnssec_policy)\n"
+        ))),
+    }
+}
+
+/// `ctl zone-keys ZONE`: the keys of a zone dnsd signs.
+async fn zone_keys(shared: &Arc<State>, z: &str) -> Reply {
+    let (_, n, p) = match signed_zone(shared, z).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let zone = n.to_lowercase().to_string();
+    match crate::signing::keys_text(&p.key_dir, &zone, crate::signing::now()) {
+        Ok(t) => Reply::ok(t),
+        Err(e) => Reply::err(format!("{e}\n")),
+    }
+}
+
+/// `ctl zone-sign ZONE`: signs a zone again now.
+async fn zone_sign(shared: &Arc<State>, z: &str) -> Reply {
+    let (i, n, _) = match signed_zone(shared, z).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let mut reg = shared.zones.lock().await;
+    reg.defer_resign(i, 0);
+    let due = reg.resign_due(crate::signing::now());
+    drop(reg);
+    match due.into_iter().find(|(j, ..)| *j == i) {
+        Some((i, from, job)) => match crate::reload::resign(shared, i, from, job).await {
+            Ok(t) => Reply::ok(t),
+            Err(e) => Reply::err(format!("{n}: {e}\n")),
+        },
+        None => Reply::err(format!("{n} is not loaded\n")),
+    }
 }

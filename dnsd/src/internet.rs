@@ -10,6 +10,7 @@ use zones::{RRset, Zone};
 use crate::nsec_proofs::Prover;
 use crate::response::{Full, Owner, Section, Writer};
 use crate::served_zones::ZoneSet;
+use crate::signing::online::{CompactSigner, Denier};
 use crate::wire::{Query, hf, rcode};
 
 /// How many CNAME/DNAME steps are followed before giving up.
@@ -77,13 +78,30 @@ impl Target {
     }
 }
 
+/// What a zone answered with compact denial needs at query time: its signer, and the
+/// worker's budget, cache and counters.
+pub struct Online<'a> {
+    /// The zone's online signer.
+    pub signer: &'a CompactSigner,
+    /// The zone's id (cache key).
+    pub zone_id: u32,
+    /// The worker's budget and cache.
+    pub denier: &'a mut Denier,
+    /// The query's source (its share of the budget).
+    pub src: std::net::IpAddr,
+    /// The worker's counters.
+    pub stats: &'a crate::stats::WorkerStats,
+}
+
 /// Answers `q` into `w` (header and question already written) from `zone`, the zone
-/// [`find_zone`] chose (REFUSED when none).
+/// [`find_zone`] chose (REFUSED when none). `online` is set for a zone answered with
+/// compact denial (RFC 9824).
 pub fn answer_in(
     w: &mut Writer<'_>,
     q: &Query,
     zones: &ZoneSet,
     zone: Option<(u32, &std::sync::Arc<Zone>)>,
+    online: Option<Online<'_>>,
 ) -> Answered {
     let Some((_, zone)) = zone else {
         w.set_rcode(rcode::REFUSED);
@@ -99,6 +117,7 @@ pub fn answer_in(
         zones,
         dnssec: q.dnssec_ok(),
         truncated: false,
+        online,
     };
     let mut target = Target::from_query(q);
     let kind = a.resolve(zone, &mut target, Owner::Qname, 0);
@@ -127,9 +146,89 @@ struct Answerer<'w, 'b, 'q> {
     zones: &'q ZoneSet,
     dnssec: bool,
     truncated: bool,
+    online: Option<Online<'q>>,
+}
+
+/// What a compact denial came to.
+enum Compacted {
+    /// Written.
+    Done,
+    /// Over a budget: the response is truncated.
+    Truncated,
+    /// Not possible for this name: prove with the zone's chain instead.
+    Chain,
 }
 
 impl Answerer<'_, '_, '_> {
+    /// Denies `types`-only at `name` with one NSEC signed now (RFC 9824), when the zone is
+    /// answered so and DO is set.
+    fn compact(&mut self, zone: &Zone, name: &[u8], types: &mut [u16]) -> Compacted {
+        if !self.compact_for(zone) {
+            return Compacted::Chain;
+        }
+        let Some(o) = self.online.as_mut() else {
+            return Compacted::Chain;
+        };
+        let now = shield::clock::unix_ms() / 1000;
+        match o.denier.deny(o.signer, o.zone_id, name, types, o.src, now) {
+            Ok((nsec, sig, how)) => {
+                o.stats.compact(how);
+                let ttl = o.signer.ttl();
+                let owner = if name == self.q.qname() {
+                    Owner::Qname
+                } else {
+                    Owner::Name(name)
+                };
+                let m = self.w.mark();
+                if self
+                    .w
+                    .rr(Section::Authority, owner, t::NSEC, ttl, nsec)
+                    .is_err()
+                    || self
+                        .w
+                        .rr(Section::Authority, owner, t::RRSIG, ttl, sig)
+                        .is_err()
+                {
+                    self.w.rollback(m);
+                    self.tc();
+                }
+                Compacted::Done
+            }
+            Err(Some(over)) => {
+                o.stats.compact(over);
+                self.tc();
+                Compacted::Truncated
+            }
+            Err(None) => Compacted::Chain,
+        }
+    }
+
+    /// True when `zone` (the query's, not one a CNAME led to) is answered with compact
+    /// denial and DO is set.
+    fn compact_for(&self, zone: &Zone) -> bool {
+        self.dnssec && self.online.as_ref().is_some_and(|o| o.signer.signs(zone))
+    }
+
+    /// The types a compact NSEC lists at `node` (its own, with RRSIG and NSEC); None when
+    /// there are more than a compact NSEC carries.
+    fn types_at(
+        zone: &Zone,
+        node: NodeId,
+        out: &mut [u16; crate::signing::online::MAX_TYPES],
+    ) -> Option<usize> {
+        out[0] = t::RRSIG;
+        out[1] = t::NSEC;
+        let mut n = 2;
+        for s in zone.rrsets(node) {
+            if s.rtype == t::RRSIG || s.rtype == t::NSEC || out[..n].contains(&s.rtype) {
+                continue;
+            }
+            *out.get_mut(n)? = s.rtype;
+            n += 1;
+        }
+        Some(n)
+    }
+
     fn tc(&mut self) {
         self.truncated = true;
         self.w.set_flags(hf::TC);
@@ -180,8 +279,15 @@ impl Answerer<'_, '_, '_> {
             Lookup::Exact(node) => {
                 let k = self.positive(zone, node, target, owner, depth);
                 if k == Kind::NoData && self.dnssec {
-                    let r = Prover::new(zone).nodata(self.w, node);
-                    self.proved(r);
+                    let mut types = [0u16; crate::signing::online::MAX_TYPES];
+                    let done = match Self::types_at(zone, node, &mut types) {
+                        Some(n) => self.compact(zone, target.name(), &mut types[..n]),
+                        None => Compacted::Chain,
+                    };
+                    if let Compacted::Chain = done {
+                        let r = Prover::new(zone).nodata(self.w, node);
+                        self.proved(r);
+                    }
                 }
                 k
             }
@@ -226,8 +332,21 @@ impl Answerer<'_, '_, '_> {
             }
             Lookup::Dname(node) => self.dname(zone, node, target, owner, depth),
             Lookup::NxDomain { closest_encloser } => {
+                let compact = self.compact_for(zone);
+                if compact {
+                    // Compact denial: the name "exists" with no type but NXNAME, NOERROR
+                    // (still an NXDOMAIN to the defences and the counters).
+                    self.negative(zone);
+                    let mut types = [t::RRSIG, t::NSEC, crate::signing::online::NXNAME];
+                    match self.compact(zone, target.name(), &mut types) {
+                        Compacted::Done | Compacted::Truncated => return Kind::NxDomain,
+                        Compacted::Chain => {}
+                    }
+                }
                 self.w.set_rcode(rcode::NXDOMAIN);
-                self.negative(zone);
+                if !compact {
+                    self.negative(zone);
+                }
                 if self.dnssec {
                     let r = Prover::new(zone).nxdomain(
                         self.w,
@@ -572,7 +691,7 @@ mod tests {
         let mut out = vec![0u8; 65535];
         let mut w = Writer::new(&mut out, 65535);
         w.start(&req, &q, rcode::NOERROR, true);
-        let a = answer_in(&mut w, &q, zones, find_zone(&q, zones));
+        let a = answer_in(&mut w, &q, zones, find_zone(&q, zones), None);
         let n = w.finish();
         (Reply::parse(&out[..n]), a)
     }

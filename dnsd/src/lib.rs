@@ -9,7 +9,8 @@
 //!   reply shares (OPT, size limit, slip);
 //! - transports, mirrored around that core: [`udp`] (the socket fleet's handler) and [`tcp`];
 //! - zones: [`zone_registry`] (configured zones and their load state), [`served_zones`] (the set the
-//!   query path reads), [`catalog`] (catalog zones consumed and produced);
+//!   query path reads), [`catalog`] (catalog zones consumed and produced), [`signing`]
+//!   (online DNSSEC signing: policies, keys, rollovers, and compact denial on the workers);
 //! - zone transfers: the [`xfr`] subsystem (AXFR, IXFR, journal, NOTIFY, TSIG, secondary
 //!   zones);
 //! - the daemon: [`config`], [`server`] (start and stop), [`state`] (what it holds),
@@ -35,6 +36,7 @@ pub mod reload;
 pub mod response;
 pub mod served_zones;
 pub mod server;
+pub mod signing;
 pub mod state;
 pub mod stats;
 pub mod tcp;

@@ -68,6 +68,17 @@ enum Cmd {
         #[arg(long)]
         no_zones: bool,
     },
+    /// DNSSEC keys in the key directory: make one, import one, list a zone's.
+    Key {
+        /// The key directory (else `[dnssec] key_dir` of --config).
+        #[arg(long, global = true)]
+        key_dir: Option<PathBuf>,
+        /// The config file whose `[dnssec] key_dir` to use.
+        #[arg(long, short = 'c', global = true)]
+        config: Option<PathBuf>,
+        #[command(subcommand)]
+        cmd: KeyCmd,
+    },
     /// Control a running server (reload [ZONE], stats, zones, status, ...).
     #[command(after_help = dnsd::control::HELP)]
     Ctl {
@@ -86,6 +97,125 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand)]
+enum KeyCmd {
+    /// Make a key for a zone: published and signing from now (the server makes the first
+    /// keys itself; this is for keys made ahead, e.g. on an offline machine).
+    Generate {
+        /// The zone.
+        zone: String,
+        /// ecdsap256sha256, ed25519 or rsasha256.
+        #[arg(long, default_value = "ecdsap256sha256")]
+        algorithm: String,
+        /// csk, ksk or zsk.
+        #[arg(long, default_value = "csk")]
+        role: String,
+        /// RSA modulus bits.
+        #[arg(long, default_value_t = 2048)]
+        rsa_bits: u32,
+    },
+    /// Import a PKCS#8 private key (PEM, as Knot's key directory and openssl write, or DER).
+    Import {
+        /// The zone.
+        zone: String,
+        /// The key file.
+        file: PathBuf,
+        /// ecdsap256sha256, ed25519 or rsasha256.
+        #[arg(long, default_value = "ecdsap256sha256")]
+        algorithm: String,
+        /// csk, ksk or zsk.
+        #[arg(long, default_value = "csk")]
+        role: String,
+    },
+    /// List a zone's keys.
+    List {
+        /// The zone.
+        zone: String,
+    },
+}
+
+/// Runs `dnsd key ...`.
+fn key_command(
+    key_dir: Option<PathBuf>,
+    config: Option<PathBuf>,
+    cmd: KeyCmd,
+) -> Result<String, String> {
+    use dnsd::signing::keys::{Algorithm, Key, Role, read_pkcs8};
+    let dir = match (key_dir, config) {
+        (Some(d), _) => d,
+        (None, Some(c)) => config::Config::load(&c)
+            .map_err(|e| e.to_string())?
+            .dnssec
+            .key_dir
+            .ok_or_else(|| format!("{}: [dnssec] key_dir is not set", c.display()))?,
+        (None, None) => return Err("give --key-dir DIR or -c CONFIG".into()),
+    };
+    let zone_name = |z: &str| {
+        zones::Name::parse(z, Some(&zones::Name::root()))
+            .map(|n| n.to_lowercase().to_string())
+            .map_err(|e| format!("{z}: {e}"))
+    };
+    let alg = |a: &str| -> Result<Algorithm, String> {
+        toml::Value::String(a.to_ascii_lowercase())
+            .try_into()
+            .map_err(|_| format!("{a}: expected ecdsap256sha256, ed25519 or rsasha256"))
+    };
+    let role = |r: &str| -> Result<Role, String> {
+        toml::Value::String(r.to_ascii_lowercase())
+            .try_into()
+            .map_err(|_| format!("{r}: expected csk, ksk or zsk"))
+    };
+    let now = dnsd::signing::now();
+    let made = |k: Key| {
+        format!(
+            "{}: key {} written to {}\n",
+            k.file.zone,
+            k.tag,
+            k.path.display()
+        )
+    };
+    match cmd {
+        KeyCmd::Generate {
+            zone,
+            algorithm,
+            role: r,
+            rsa_bits,
+        } => Key::generate(
+            &dir,
+            &zone_name(&zone)?,
+            alg(&algorithm)?,
+            rsa_bits,
+            role(&r)?,
+            now,
+            Some(now),
+        )
+        .map(made)
+        .map_err(|e| e.to_string()),
+        KeyCmd::Import {
+            zone,
+            file,
+            algorithm,
+            role: r,
+        } => {
+            let der = read_pkcs8(&file).map_err(|e| e.to_string())?;
+            Key::import_der(
+                &dir,
+                &zone_name(&zone)?,
+                alg(&algorithm)?,
+                role(&r)?,
+                &der,
+                now,
+                Some(now),
+            )
+            .map(made)
+            .map_err(|e| e.to_string())
+        }
+        KeyCmd::List { zone } => {
+            dnsd::signing::keys_text(&dir, &zone_name(&zone)?, now).map_err(|e| e.to_string())
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -95,6 +225,20 @@ fn main() -> ExitCode {
             file,
         } => ExitCode::from(check_zone::run(&file, origin.as_deref(), quiet) as u8),
         Cmd::CheckConfig { config, no_zones } => ExitCode::from(check_config(&config, !no_zones)),
+        Cmd::Key {
+            key_dir,
+            config,
+            cmd,
+        } => match key_command(key_dir, config, cmd) {
+            Ok(t) => {
+                print!("{t}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("dnsd key: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Serve {
             config,
             listen,
@@ -304,7 +448,11 @@ fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
         .filter(|(_, z)| z.primaries.is_empty() || z.file.exists())
         .filter_map(|(i, z)| {
             let origin = zones::Name::parse(&z.origin, Some(&zones::Name::root())).ok()?;
-            Some((i, origin, z.file.clone()))
+            Some(dnsd::zone_registry::Planned::unsigned(
+                i,
+                origin,
+                z.file.clone(),
+            ))
         })
         .collect();
     let mut bad = 0;
@@ -312,7 +460,7 @@ fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
         let z = &cfg.zones[i];
         match r {
             Ok(l) => {
-                for w in &l.warnings {
+                for w in &l.loaded.warnings {
                     println!("{}: warning: {}", w.at, w.msg);
                 }
             }

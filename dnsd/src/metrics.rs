@@ -81,6 +81,15 @@ impl Source for QueryStats {
                 udp.kinds[i] + tcp.kinds[i],
             );
         }
+        for (i, name) in stats::COMPACT.iter().enumerate() {
+            out.counter(
+                format!("compact_denial.{name}"),
+                "dnsd_compact_denials_total",
+                format!("outcome=\"{name}\""),
+                "Compact denials (RFC 9824): signed, from the cache, or TC=1 over a budget.",
+                udp.compact[i] + tcp.compact[i],
+            );
+        }
         for (i, name) in stats::DROPS.iter().enumerate() {
             out.counter(
                 format!("drops.{name}"),
@@ -199,6 +208,37 @@ impl Source for Zones {
                 a.load(Ordering::Relaxed),
             );
         }
+        let r = &self.reloads;
+        for (ctl, prom, help, v) in [
+            (
+                "dnssec.signatures_made",
+                "dnsd_dnssec_signatures_made_total",
+                "Signatures made by the signer.",
+                &r.signatures_made,
+            ),
+            (
+                "dnssec.signatures_kept",
+                "dnsd_dnssec_signatures_kept_total",
+                "Signatures kept from the version signed before.",
+                &r.signatures_kept,
+            ),
+        ] {
+            out.counter(ctl, prom, "", help, v.load(Ordering::Relaxed));
+        }
+        out.gauge(
+            "dnssec.expired_signatures",
+            "dnsd_dnssec_expired_signatures",
+            "",
+            "Signatures past their expiration in the zones served.",
+            r.expired_signatures.load(Ordering::Relaxed),
+        );
+        out.gauge(
+            "dnssec.expiring_zones",
+            "dnsd_dnssec_expiring_zones",
+            "",
+            "Zones whose signatures expire within [dnssec] rrsig_warn_days.",
+            r.expiring_zones.load(Ordering::Relaxed),
+        );
         let set = self.published.load();
         for (_, z) in set.zones() {
             out.gauge(

@@ -41,6 +41,8 @@ pub struct PipelineConfig {
     pub udp_payload: u16,
     /// The TCP idle timeout announced to clients that ask (RFC 7828), in units of 100 ms.
     pub tcp_keepalive: u16,
+    /// Compact denials signed per second per worker, and per source.
+    pub compact_denial: (u32, u32),
 }
 
 impl Default for PipelineConfig {
@@ -48,6 +50,7 @@ impl Default for PipelineConfig {
         PipelineConfig {
             udp_payload: 1232,
             tcp_keepalive: 100,
+            compact_denial: (2000, 100),
         }
     }
 }
@@ -68,6 +71,14 @@ impl PipelineConfig {
     }
 }
 
+/// Where a processor's compact-denial budget lives.
+enum DenierSlot {
+    /// Its own (a UDP worker), made at the first compact denial.
+    Own(Option<Box<crate::signing::online::Denier>>),
+    /// One for all TCP connections.
+    Shared(Arc<std::sync::Mutex<crate::signing::online::Denier>>),
+}
+
 /// One query processor per worker thread (or TCP connection): owns its scratch space and
 /// its instance of every defence module.
 pub struct Processor {
@@ -83,6 +94,8 @@ pub struct Processor {
     local: Option<std::net::IpAddr>,
     /// Samples answered names for the XDP fast path's hot names.
     hot: Option<crate::hot_names::HotSampler>,
+    /// Budget, source shares and cache of compact denials.
+    denier: DenierSlot,
     /// The query log (`[dnstap]`).
     tap: Option<crate::dnstap::Tap>,
     /// A defence dropped, slipped or refused the message being processed (for dnstap).
@@ -123,9 +136,20 @@ impl Processor {
             job: None,
             local: None,
             hot: None,
+            denier: DenierSlot::Own(None),
             tap: None,
             defence_acted: false,
         }
+    }
+
+    /// Shares one compact-denial budget among processors (TCP: one per connection, so a
+    /// budget each would grow with the connections an attacker opens).
+    pub fn with_shared_denier(
+        mut self,
+        d: Arc<std::sync::Mutex<crate::signing::online::Denier>>,
+    ) -> Processor {
+        self.denier = DenierSlot::Shared(d);
+        self
     }
 
     /// Writes this processor's queries and answers to the query log.
@@ -352,7 +376,31 @@ impl Processor {
         let opt = response::opt_room(q, &opts);
         let mut w = Writer::new(out, limit - opt);
         w.start(req, q, rcode::NOERROR, true);
-        let ans = internet::answer_in(&mut w, q, zones, zone);
+        let mut shared_denier: Option<std::sync::MutexGuard<'_, crate::signing::online::Denier>> =
+            None;
+        let online = match zone_idx.and_then(|i| zones.compact(i).map(|s| (i, s))) {
+            Some((i, signer)) if q.dnssec_ok() => {
+                let (rate, per_source) = self.cfg.compact_denial;
+                let denier: &mut crate::signing::online::Denier = match &mut self.denier {
+                    DenierSlot::Own(d) => d.get_or_insert_with(|| {
+                        Box::new(crate::signing::online::Denier::new(rate, per_source))
+                    }),
+                    DenierSlot::Shared(m) => {
+                        shared_denier.insert(m.lock().unwrap_or_else(|e| e.into_inner()))
+                    }
+                };
+                Some(internet::Online {
+                    signer,
+                    zone_id: zones.id(i),
+                    denier,
+                    src: src.ip(),
+                    stats: &self.stats,
+                })
+            }
+            _ => None,
+        };
+        let ans = internet::answer_in(&mut w, q, zones, zone, online);
+        drop(shared_denier);
         // 6. After answering.
         if let Some(p) = &mut self.plan {
             let rc = w.rcode();

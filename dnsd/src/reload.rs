@@ -179,6 +179,7 @@ fn reload_cookie_secrets(shared: &State, c: &Config) {
 /// Adds zones new in `c` and drops zones no longer in it; returns how many changed. Zones
 /// that stay keep their slot and served version.
 fn sync_zone_list(reg: &mut Registry, c: &Config) -> usize {
+    reg.rrsig_warn_days = c.dnssec.rrsig_warn_days;
     let r = reg.sync(zone_list(c));
     let n = r.added + r.removed + r.changed;
     if n > 0 {
@@ -218,6 +219,12 @@ fn zone_def(cfg: &Config, z: &ZoneConfig, origin: zones::Name) -> ZoneDef {
                 .map(|c| (c.to_lowercase(), z.catalog_group.clone()))
         }),
         from_catalog: None,
+        signing: z
+            .dnssec_policy
+            .as_deref()
+            .and_then(|p| cfg.policy(p))
+            .cloned(),
+        secondary: !z.primaries.is_empty(),
     }
 }
 
@@ -288,9 +295,25 @@ pub async fn zone_add(
     };
     // A secondary's file comes from its primaries: it need not exist yet.
     let load = zc.primaries.is_empty() || file.exists();
+    let sign = match zc.dnssec_policy.as_deref() {
+        None => None,
+        Some(p) => match c.policy(p) {
+            Some(policy) => Some(crate::signing::SignJob {
+                policy: policy.clone(),
+                prev: None,
+                keep_unsigned: !zc.primaries.is_empty(),
+            }),
+            None => return Reply::err(format!("{n}: not added: no [[dnssec_policy]] named {p}\n")),
+        },
+    };
     let loaded = if load {
-        let (o, f) = (n.clone(), file.clone());
-        let r = tokio::task::spawn_blocking(move || zone_registry::load_one(&o, &f))
+        let planned = zone_registry::Planned {
+            slot: 0,
+            origin: n.clone(),
+            file: file.clone(),
+            sign,
+        };
+        let r = tokio::task::spawn_blocking(move || zone_registry::load_planned(&planned))
             .await
             .unwrap_or_else(|e| Err(e.to_string()));
         match r {
@@ -322,8 +345,8 @@ pub async fn zone_add(
         Some(l) => {
             let line = format!(
                 "{n}: added, serial {}, {} records\n",
-                l.zone.serial(),
-                l.zone.record_count()
+                l.loaded.zone.serial(),
+                l.loaded.zone.record_count()
             );
             reg.apply(vec![(i, Ok(l))]);
             line
@@ -565,7 +588,11 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         def.from_catalog = Some(cat.clone());
         let i = reg.add(def);
         if reg.entry(i).is_some_and(|e| e.current.is_none()) && zc.file.exists() {
-            plan.push((i, m.zone.clone(), zc.file.clone()));
+            plan.push(zone_registry::Planned::unsigned(
+                i,
+                m.zone.clone(),
+                zc.file.clone(),
+            ));
         }
         configs.push(zc);
     }
@@ -626,4 +653,60 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
     if a + r + s + ch.regroup.len() > 0 {
         tracing::info!(catalog = %cat, added = a, removed = r, reset = s, regrouped = ch.regroup.len(), "catalog members changed");
     }
+}
+
+/// Signs again, in the background, each signed zone whose signatures near their refresh or
+/// whose keys reach a new state: from the version served, keeping every signature that
+/// still holds. A reload meanwhile wins; a failure is retried a minute later.
+pub async fn resign_loop(shared: Arc<State>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    let mut n: u64 = 0;
+    loop {
+        tick.tick().await;
+        let now = crate::signing::now();
+        if n.is_multiple_of(60) {
+            shared.zones.lock().await.check_expiry(now as u32);
+        }
+        n += 1;
+        let due = shared.zones.lock().await.resign_due(now);
+        for (i, from, job) in due {
+            if let Err(e) = resign(&shared, i, from.clone(), job).await {
+                tracing::error!(zone = %from.apex(), "zone not signed again, retrying in 60 s: {e}");
+                shared.zones.lock().await.defer_resign(i, now + 60);
+            }
+        }
+    }
+}
+
+/// Signs zone `i` again from `from`, the version served, and serves the result (unless a
+/// reload replaced `from` meanwhile). Says what it did.
+pub async fn resign(
+    shared: &Arc<State>,
+    i: usize,
+    from: Arc<zones::Zone>,
+    job: crate::signing::SignJob,
+) -> Result<String, String> {
+    let now = crate::signing::now();
+    let z = from.clone();
+    let s = tokio::task::spawn_blocking(move || crate::signing::sign(&z, &job, now))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    for w in s.warnings.iter().take(20) {
+        tracing::warn!(zone = %from.apex(), "signed zone: {w}");
+    }
+    let (made, kept, serial) = (s.made, s.kept, s.zone.serial());
+    let mut reg = shared.zones.lock().await;
+    reg.stats.count_signatures(made, kept);
+    if !reg.install_resigned(i, &from, s) {
+        return Ok(format!(
+            "{}: reloaded meanwhile, not replaced\n",
+            from.apex()
+        ));
+    }
+    tracing::info!(zone = %from.apex(), serial, made, kept, "zone signed again");
+    Ok(format!(
+        "{}: signed, serial {serial}, {made} signatures made, {kept} kept\n",
+        from.apex()
+    ))
 }

@@ -37,6 +37,8 @@ struct Slot {
     expired: bool,
     /// Unique for the process's life (a slot is reused, its id is not).
     id: u32,
+    /// Answered with compact denial (RFC 9824): the online signer.
+    compact: Option<Arc<crate::signing::online::CompactSigner>>,
 }
 
 /// Served apexes → slot, shared between versions until a zone comes or goes.
@@ -61,7 +63,7 @@ impl ZoneSet {
     pub fn new(zones: Vec<(Arc<Zone>, ServeOptions)>, generation: u64) -> ZoneSet {
         let mut set = ZoneSet::empty(generation);
         for (i, (z, o)) in zones.into_iter().enumerate() {
-            set.put(i as u32, Some(z), o, false, i as u32);
+            set.put(i as u32, Some(z), o, false, i as u32, None);
         }
         set
     }
@@ -119,6 +121,7 @@ impl ZoneSet {
         opts: ServeOptions,
         expired: bool,
         id: u32,
+        compact: Option<Arc<crate::signing::online::CompactSigner>>,
     ) {
         // Arcs, not copies of the apexes: no allocation per zone published.
         let old = self.slot(i).and_then(|s| s.zone.clone());
@@ -128,6 +131,7 @@ impl ZoneSet {
         s.opts = opts;
         s.expired = expired;
         s.id = id;
+        s.compact = compact;
         fn apex(z: &Option<Arc<Zone>>) -> Option<&[u8]> {
             z.as_ref().map(|z| z.apex().as_wire())
         }
@@ -149,6 +153,12 @@ impl ZoneSet {
                     HASHER.hash_one(Self::apex_of(chunks, j))
                 });
         }
+    }
+
+    /// Zone `i`'s online signer, when it is answered with compact denial.
+    #[inline]
+    pub fn compact(&self, i: u32) -> Option<&Arc<crate::signing::online::CompactSigner>> {
+        self.slot(i).and_then(|s| s.compact.as_ref())
     }
 
     /// Whether zone `i` is answered in XDP too.
@@ -270,6 +280,7 @@ mod tests {
                 ServeOptions::default(),
                 false,
                 i,
+                None,
             );
         }
         let mut next = set.next(1);
@@ -279,6 +290,7 @@ mod tests {
             ServeOptions::default(),
             false,
             700,
+            None,
         );
         assert!(
             Arc::ptr_eq(&set.index, &next.index),
@@ -289,13 +301,14 @@ mod tests {
         assert_eq!(lookup(&set, "a.z700.test."), Some((700, 1)));
         assert_eq!(lookup(&next, "a.z700.test."), Some((700, 2)));
         // A zone goes: its slot is empty, no other zone moves; a parent answers below it.
-        next.put(5, None, ServeOptions::default(), false, 5);
+        next.put(5, None, ServeOptions::default(), false, 5, None);
         next.put(
             1000,
             Some(zone("test.", 1)),
             ServeOptions::default(),
             false,
             1000,
+            None,
         );
         assert_eq!(lookup(&next, "x.z5.test."), Some((1000, 1)));
         assert_eq!(lookup(&next, "x.z6.test."), Some((6, 1)));
@@ -309,6 +322,7 @@ mod tests {
             ServeOptions::default(),
             false,
             2000,
+            None,
         );
         assert_eq!(lookup(&next, "new.test."), Some((5, 1)));
         assert_eq!(next.id(5), 2000);

@@ -33,6 +33,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     }
     // Zones first: the server answers from its first packet.
     let mut registry = Registry::new(zone_list(&cfg));
+    registry.rrsig_warn_days = cfg.dnssec.rrsig_warn_days;
     let (xfr, xfr_changes) = crate::xfr::Transfers::new(&cfg);
     let plan = crate::xfr::secondary::skip_missing(&xfr, registry.plan(None, true), true);
     let results = zone_registry::load_all(plan);
@@ -67,6 +68,10 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let pcfg = Arc::new(PipelineConfig {
         udp_payload: cfg.server.udp_payload,
         tcp_keepalive: PipelineConfig::keepalive_units(cfg.server.tcp_idle_timeout_ms),
+        compact_denial: (
+            cfg.dnssec.compact_denial_rate,
+            cfg.dnssec.compact_denial_per_source,
+        ),
     });
     let blocks = shield::block::BlockMap::new(cfg.block.clone());
     let events = shield::events::Aggregator::new(cfg.events.aggregator());
@@ -215,6 +220,11 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         let d = defence.clone();
         let x = xfr.clone();
         let tap = dnstap.as_ref().map(|(t, _)| t.clone_for_worker());
+        // All TCP connections share one compact-denial budget, the size of a worker's.
+        let tcp_denier = Arc::new(std::sync::Mutex::new(crate::signing::online::Denier::new(
+            pcfg.compact_denial.0,
+            pcfg.compact_denial.1,
+        )));
         TcpServer::new(
             TcpLimits {
                 max_connections: tcp_max_connections,
@@ -228,6 +238,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             Some(defence.clone()),
             Box::new(move || {
                 Processor::new(zones.clone(), pcfg.clone(), ts.clone(), Some(&d))
+                    .with_shared_denier(tcp_denier.clone())
                     .with_transfers(x.clone())
                     .with_tap(tap.as_ref().map(|t| t.clone_for_worker()))
             }),
@@ -329,6 +340,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             tokio::spawn(shield::metrics::serve(l, metrics.clone()));
         }
         tokio::spawn(housekeeping(shared.clone()));
+        tokio::spawn(crate::reload::resign_loop(shared.clone()));
         tokio::spawn(crate::xfr::run_changes(xfr.clone(), xfr_changes));
         // Catalogs: those dnsd produces written, those it consumes read (their members
         // come from the copies on disk, then from their primaries).

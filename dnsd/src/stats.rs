@@ -91,6 +91,23 @@ pub const DROPS: &[&str] = &[
     "rules",
 ];
 
+/// Compact denial (RFC 9824) counters, by index.
+pub const COMPACT: &[&str] = &["signed", "cached", "over_budget", "over_source"];
+
+/// What happened to one compact denial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Compact {
+    /// Signed now.
+    Signed = 0,
+    /// Taken from the worker's cache.
+    Cached = 1,
+    /// Over the worker's signing budget: answered TC=1.
+    OverBudget = 2,
+    /// Over the source's share: answered TC=1.
+    OverSource = 3,
+}
+
 /// Counters of one worker (or of TCP).
 #[derive(Debug)]
 pub struct WorkerStats {
@@ -106,6 +123,8 @@ pub struct WorkerStats {
     pub queries: AtomicU64,
     /// Answers by kind (index into [`KINDS`]).
     pub kinds: [AtomicU64; KINDS.len()],
+    /// Compact denials by outcome (index into [`COMPACT`]).
+    pub compact: [AtomicU64; COMPACT.len()],
 }
 
 impl Default for WorkerStats {
@@ -117,6 +136,7 @@ impl Default for WorkerStats {
             truncated: AtomicU64::new(0),
             queries: AtomicU64::new(0),
             kinds: std::array::from_fn(|_| AtomicU64::new(0)),
+            compact: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 }
@@ -157,6 +177,12 @@ impl WorkerStats {
         }
     }
 
+    /// Counts a compact denial's outcome.
+    #[inline]
+    pub fn compact(&self, c: Compact) {
+        bump(&self.compact[c as usize]);
+    }
+
     /// Counts a dropped message.
     #[inline]
     pub fn dropped(&self, why: DropCause) {
@@ -179,6 +205,8 @@ pub struct Totals {
     pub queries: u64,
     /// Answers by kind.
     pub kinds: Vec<u64>,
+    /// Compact denials by outcome.
+    pub compact: Vec<u64>,
 }
 
 /// Sums counter blocks.
@@ -188,6 +216,7 @@ pub fn sum<'a>(blocks: impl Iterator<Item = &'a WorkerStats>) -> Totals {
         rcode: vec![0; RCODES.len() + 1],
         drops: vec![0; DROPS.len()],
         kinds: vec![0; KINDS.len()],
+        compact: vec![0; COMPACT.len()],
         ..Default::default()
     };
     let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -202,6 +231,9 @@ pub fn sum<'a>(blocks: impl Iterator<Item = &'a WorkerStats>) -> Totals {
             *d += l(s);
         }
         for (d, s) in t.kinds.iter_mut().zip(&b.kinds) {
+            *d += l(s);
+        }
+        for (d, s) in t.compact.iter_mut().zip(&b.compact) {
             *d += l(s);
         }
         t.truncated += l(&b.truncated);

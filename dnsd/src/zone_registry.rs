@@ -12,6 +12,8 @@ use arc_swap::ArcSwap;
 use zones::{Name, ReadOptions, Zone};
 
 use crate::served_zones::{ServeOptions, ZoneSet};
+use crate::signing::SignJob;
+use crate::signing::online::CompactSigner;
 
 /// What the registry keeps of a zone's configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +30,10 @@ pub struct ZoneDef {
     pub listed_in: Option<(Name, Option<String>)>,
     /// Added by this consumed catalog.
     pub from_catalog: Option<Name>,
+    /// Signed by dnsd under this policy.
+    pub signing: Option<Arc<crate::signing::Policy>>,
+    /// A secondary: its data come from primaries.
+    pub secondary: bool,
 }
 
 /// One configured zone and what happened to it.
@@ -48,6 +54,53 @@ pub struct ZoneEntry {
     pub last_error: Option<String>,
     /// A secondary zone whose primaries stopped answering: served as SERVFAIL.
     pub expired: bool,
+    /// A zone dnsd signs: when to sign it again (seconds since the epoch).
+    pub resign_at: Option<u64>,
+    /// A signed zone (by dnsd or not): the earliest expiration of its signatures.
+    pub rrsig_expiry: Option<u32>,
+    /// Answered with compact denial: the online signer.
+    pub compact: Option<Arc<CompactSigner>>,
+    /// A secondary dnsd signs: the zone as its primaries serve it (the base of the next
+    /// IXFR, and the serial compared with theirs).
+    pub upstream: Option<Arc<Zone>>,
+}
+
+/// A zone to load: its slot, apex, file, and how to sign it when it is signed.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The zone's slot.
+    pub slot: usize,
+    /// Apex.
+    pub origin: Name,
+    /// Master file.
+    pub file: PathBuf,
+    /// Signing, for a zone with a `dnssec_policy`.
+    pub sign: Option<SignJob>,
+}
+
+impl Planned {
+    /// A zone loaded as written (not signed).
+    pub fn unsigned(slot: usize, origin: Name, file: PathBuf) -> Planned {
+        Planned {
+            slot,
+            origin,
+            file,
+            sign: None,
+        }
+    }
+
+    fn of(i: usize, e: &ZoneEntry) -> Planned {
+        Planned {
+            slot: i,
+            origin: e.def.origin.clone(),
+            file: e.def.file.clone(),
+            sign: e.def.signing.clone().map(|policy| SignJob {
+                policy,
+                prev: e.current.clone(),
+                keep_unsigned: e.def.secondary,
+            }),
+        }
+    }
 }
 
 /// Called when a zone's served version changes (reload or transfer): origin, old, new.
@@ -60,6 +113,24 @@ pub struct ReloadStats {
     pub ok: AtomicU64,
     /// Failed zone loads.
     pub failed: AtomicU64,
+    /// Signatures made by dnsd's signer.
+    pub signatures_made: AtomicU64,
+    /// Signatures kept from the version signed before.
+    pub signatures_kept: AtomicU64,
+    /// Signatures past their expiration in the zones served (checked each minute).
+    pub expired_signatures: AtomicU64,
+    /// Zones whose signatures expire within `rrsig_warn_days` (checked each minute).
+    pub expiring_zones: AtomicU64,
+}
+
+impl ReloadStats {
+    /// Counts what a signing made and kept.
+    pub fn count_signatures(&self, made: usize, kept: usize) {
+        self.signatures_made
+            .fetch_add(made as u64, Ordering::Relaxed);
+        self.signatures_kept
+            .fetch_add(kept as u64, Ordering::Relaxed);
+    }
 }
 
 /// All configured zones, each in a slot it keeps while configured; owns the published set.
@@ -74,10 +145,16 @@ pub struct Registry {
     dirty: Vec<usize>,
     /// Slots of the catalogs dnsd produces (found without a walk over every zone).
     producers: std::collections::BTreeSet<usize>,
+    /// Slots of the zones dnsd signs (their re-sign times looked at without a walk).
+    signed: std::collections::BTreeSet<usize>,
     published: Arc<ArcSwap<ZoneSet>>,
     generation: u64,
     /// Reload counters.
     pub stats: Arc<ReloadStats>,
+    /// Warn when a served signature expires within this many days (`[dnssec]`).
+    pub rrsig_warn_days: u32,
+    /// Writes copies of the zones dnsd signs (started with the first one).
+    copies: Option<crate::signing::CopyWriter>,
     on_change: Option<OnChange>,
     before_publish: Option<Arc<dyn Fn(u64) + Send + Sync>>,
 }
@@ -112,9 +189,12 @@ impl Registry {
             next_id: 0,
             dirty: Vec::new(),
             producers: Default::default(),
+            signed: Default::default(),
             published: Arc::new(ArcSwap::from_pointee(ZoneSet::empty(0))),
             generation: 0,
             stats: Arc::new(ReloadStats::default()),
+            rrsig_warn_days: 7,
+            copies: None,
             on_change: None,
             before_publish: None,
         };
@@ -178,6 +258,10 @@ impl Registry {
             mtime: None,
             last_error: None,
             expired: false,
+            resign_at: None,
+            rrsig_expiry: None,
+            compact: None,
+            upstream: None,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -206,6 +290,7 @@ impl Registry {
         self.free.push(i);
         self.dirty.push(i);
         self.producers.remove(&i);
+        self.signed.remove(&i);
         true
     }
 
@@ -216,7 +301,8 @@ impl Registry {
         if e.def == d {
             return false;
         }
-        if e.def.file != d.file {
+        // A new file, or signing taken up, dropped or changed: the next reload loads it.
+        if e.def.file != d.file || e.def.signing != d.signing {
             e.mtime = None;
         }
         let serve_changed = e.def.serve != d.serve;
@@ -274,13 +360,13 @@ impl Registry {
 
     /// Which zones a reload would touch: `only` names one; otherwise those whose file
     /// changed (all when `force`).
-    pub fn plan(&self, only: Option<usize>, force: bool) -> Vec<(usize, Name, PathBuf)> {
+    pub fn plan(&self, only: Option<usize>, force: bool) -> Vec<Planned> {
         if let Some(i) = only {
             // A catalog dnsd produces has no file to read.
             return self
                 .entry(i)
                 .filter(|e| !e.def.produced)
-                .map(|e| vec![(i, e.def.origin.clone(), e.def.file.clone())])
+                .map(|e| vec![Planned::of(i, e)])
                 .unwrap_or_default();
         }
         self.slots
@@ -289,16 +375,39 @@ impl Registry {
             .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
             .filter(|(_, e)| !e.def.produced)
             .filter(|(_, e)| force || e.current.is_none() || file_mtime(&e.def.file) != e.mtime)
-            .map(|(i, e)| (i, e.def.origin.clone(), e.def.file.clone()))
+            .map(|(i, e)| Planned::of(i, e))
+            .collect()
+    }
+
+    /// The signed zones whose signatures or keys are due at `now` (seconds since the epoch),
+    /// to be signed again from the version served.
+    pub fn resign_due(&self, now: u64) -> Vec<(usize, Arc<Zone>, SignJob)> {
+        self.signed
+            .iter()
+            .filter_map(|&i| {
+                let e = self.entry(i)?;
+                let policy = e.def.signing.clone()?;
+                let cur = e.current.clone()?;
+                // A zone whose last reload failed is still re-signed: the version served
+                // must not see its signatures expire.
+                e.resign_at.is_some_and(|t| t <= now).then(|| {
+                    (
+                        i,
+                        cur.clone(),
+                        SignJob {
+                            policy,
+                            prev: Some(cur),
+                            keep_unsigned: false,
+                        },
+                    )
+                })
+            })
             .collect()
     }
 
     /// Records load results, then publishes a new zone set if anything changed. A result
     /// for a zone removed meanwhile is dropped.
-    pub fn apply(
-        &mut self,
-        results: Vec<(usize, Result<zones::Loaded, String>)>,
-    ) -> Vec<LoadReport> {
+    pub fn apply(&mut self, results: Vec<LoadResult>) -> Vec<LoadReport> {
         let mut reports = Vec::new();
         // Thousands of zones: one summary line, each zone at debug level (failures always).
         let many = results.len() > 100;
@@ -308,7 +417,27 @@ impl Registry {
                 continue;
             };
             match r {
-                Ok(l) => {
+                Ok(LoadedZone {
+                    loaded: l,
+                    resign_at,
+                    rrsig_expiry,
+                    signatures: (made, kept),
+                    compact,
+                    upstream,
+                }) => {
+                    e.compact = compact;
+                    e.upstream = upstream;
+                    self.stats.count_signatures(made, kept);
+                    e.rrsig_expiry = rrsig_expiry;
+                    if let Some(exp) = rrsig_expiry {
+                        warn_expiry(&e.def.origin, exp, self.rrsig_warn_days);
+                    }
+                    if resign_at.is_some() {
+                        self.signed.insert(i);
+                    } else {
+                        self.signed.remove(&i);
+                    }
+                    e.resign_at = resign_at;
                     for w in l.warnings.iter().take(20) {
                         tracing::warn!(zone = %e.def.origin, "{w}");
                     }
@@ -336,6 +465,13 @@ impl Registry {
                     let new = Arc::new(l.zone);
                     if let Some(f) = &self.on_change {
                         f(&e.def.origin, e.current.clone(), new.clone());
+                    }
+                    if e.resign_at.is_some()
+                        && let Some(p) = &e.def.signing
+                    {
+                        self.copies
+                            .get_or_insert_with(crate::signing::CopyWriter::start)
+                            .keep(p, new.clone());
                     }
                     e.current = Some(new);
                     e.loaded_at = Some(SystemTime::now());
@@ -380,8 +516,22 @@ impl Registry {
         self.dirty.dedup();
         for &i in &self.dirty {
             match &self.slots[i] {
-                Some(e) => set.put(i as u32, e.current.clone(), e.def.serve, e.expired, e.id),
-                None => set.put(i as u32, None, ServeOptions::default(), false, u32::MAX),
+                Some(e) => set.put(
+                    i as u32,
+                    e.current.clone(),
+                    e.def.serve,
+                    e.expired,
+                    e.id,
+                    e.compact.clone(),
+                ),
+                None => set.put(
+                    i as u32,
+                    None,
+                    ServeOptions::default(),
+                    false,
+                    u32::MAX,
+                    None,
+                ),
             }
         }
         self.dirty.clear();
@@ -404,20 +554,146 @@ impl Registry {
     /// Serves `zone` (received by transfer, already validated) for zone `i`, written to its
     /// file: swaps it in and publishes.
     pub fn install(&mut self, i: usize, zone: Arc<Zone>, took: Duration) {
+        // A transferred zone is served as received: no online signing, no unsigned copy.
+        let expiry = zones::dnssec::signature_expiry(&zone, crate::signing::now() as u32).0;
+        self.swap_in(i, zone, took, None, expiry);
+        let e = self.entry_mut(i);
+        e.mtime = file_mtime(&e.def.file);
+        e.upstream = None;
+        e.resign_at = None;
+        self.signed.remove(&i);
+        self.publish();
+    }
+
+    /// Makes `zone` zone `i`'s served version, its signatures' earliest expiration
+    /// `rrsig_expiry` (publishing is the caller's).
+    fn swap_in(
+        &mut self,
+        i: usize,
+        zone: Arc<Zone>,
+        took: Duration,
+        compact: Option<Arc<CompactSigner>>,
+        rrsig_expiry: Option<u32>,
+    ) {
         let on_change = self.on_change.clone();
         let e = self.entry_mut(i);
         if let Some(f) = &on_change {
             f(&e.def.origin, e.current.clone(), zone.clone());
         }
+        e.rrsig_expiry = rrsig_expiry;
         e.current = Some(zone);
+        e.compact = compact;
         e.loaded_at = Some(SystemTime::now());
         e.load_time = took;
-        e.mtime = file_mtime(&e.def.file);
         e.last_error = None;
         e.expired = false;
         self.stats.ok.fetch_add(1, Ordering::Relaxed);
         self.dirty.push(i);
+    }
+
+    /// Serves `zone`, signed again from `from` (the version served when signing started),
+    /// unless a reload replaced `from` meanwhile. True when installed. The file's time is
+    /// kept: the file did not change, the next reload need not read it.
+    pub fn install_resigned(
+        &mut self,
+        i: usize,
+        from: &Arc<Zone>,
+        signed: crate::signing::SignedZone,
+    ) -> bool {
+        let Some(e) = self.slots.get_mut(i).and_then(|e| e.as_mut()) else {
+            return false;
+        };
+        if !e.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, from)) {
+            return false;
+        }
+        e.resign_at = Some(signed.resign_at);
+        let expiry = Some(signed.earliest_expiration);
+        self.swap_in(
+            i,
+            Arc::new(signed.zone),
+            Duration::ZERO,
+            signed.compact,
+            expiry,
+        );
+        self.keep_copy(i);
         self.publish();
+        true
+    }
+
+    /// What a secondary compares with its primaries and builds IXFR on: the zone as they
+    /// serve it (kept beside the signed version of a secondary dnsd signs, also after its
+    /// policy is dropped, until the next transfer), else the version served.
+    pub fn upstream(&self, i: usize) -> Option<Arc<Zone>> {
+        let e = self.entry(i)?;
+        match (&e.upstream, &e.def.signing) {
+            (Some(u), _) => Some(u.clone()),
+            // Signed, with no unsigned version yet (a policy just given): transfer it whole.
+            (None, Some(_)) => None,
+            (None, None) => e.current.clone(),
+        }
+    }
+
+    /// Serves `signed`, made from `upstream` as a transfer brought it (a secondary dnsd
+    /// signs), and publishes.
+    pub fn install_signed(
+        &mut self,
+        i: usize,
+        signed: crate::signing::SignedZone,
+        upstream: Arc<Zone>,
+        took: Duration,
+    ) {
+        self.stats.count_signatures(signed.made, signed.kept);
+        let expiry = Some(signed.earliest_expiration);
+        self.swap_in(i, Arc::new(signed.zone), took, signed.compact, expiry);
+        let e = self.entry_mut(i);
+        e.upstream = Some(upstream);
+        e.resign_at = Some(signed.resign_at);
+        e.mtime = file_mtime(&e.def.file);
+        self.signed.insert(i);
+        self.keep_copy(i);
+        self.publish();
+    }
+
+    /// Counts, at `now`, the zones whose signatures expire within `rrsig_warn_days` and the
+    /// signatures already expired (a walk of those zones only), into the stats.
+    pub fn check_expiry(&self, now: u32) {
+        let warn = i64::from(self.rrsig_warn_days) * 86400;
+        let (mut zones_n, mut expired) = (0u64, 0u64);
+        for e in self.entries() {
+            let (Some(exp), Some(z)) = (e.rrsig_expiry, &e.current) else {
+                continue;
+            };
+            let left = zones::sign::secs_between(now, exp);
+            if left < warn {
+                zones_n += 1;
+            }
+            if left < 0 {
+                expired += zones::dnssec::signature_expiry(z, now).1 as u64;
+            }
+        }
+        self.stats.expiring_zones.store(zones_n, Ordering::Relaxed);
+        self.stats
+            .expired_signatures
+            .store(expired, Ordering::Relaxed);
+    }
+
+    /// Queues a copy of zone `i`'s signed version (kept for the next start).
+    fn keep_copy(&mut self, i: usize) {
+        let Some(e) = self.slots.get(i).and_then(|e| e.as_ref()) else {
+            return;
+        };
+        if let (Some(p), Some(z)) = (&e.def.signing, &e.current) {
+            self.copies
+                .get_or_insert_with(crate::signing::CopyWriter::start)
+                .keep(p, z.clone());
+        }
+    }
+
+    /// Puts off zone `i`'s next re-sign to `at` (after a failure).
+    pub fn defer_resign(&mut self, i: usize, at: u64) {
+        if let Some(e) = self.slots.get_mut(i).and_then(|e| e.as_mut()) {
+            e.resign_at = Some(at);
+        }
     }
 
     /// Writes again each catalog dnsd produces whose member list changed (a new serial;
@@ -493,18 +769,15 @@ pub fn file_mtime(p: &std::path::Path) -> Option<SystemTime> {
     std::fs::metadata(p).and_then(|m| m.modified()).ok()
 }
 
-/// Loads the zones of `plan` on all cores (blocking: call from a blocking thread); the results
-/// in plan order.
-pub fn load_all(plan: Vec<(usize, Name, PathBuf)>) -> Vec<(usize, Result<zones::Loaded, String>)> {
+/// Loads (and signs, for zones with a policy) the zones of `plan` on all cores (blocking:
+/// call from a blocking thread); the results in plan order.
+pub fn load_all(plan: Vec<Planned>) -> Vec<LoadResult> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(plan.len());
     if threads <= 1 {
-        return plan
-            .into_iter()
-            .map(|(i, origin, file)| (i, load_one(&origin, &file)))
-            .collect();
+        return plan.iter().map(|p| (p.slot, load_planned(p))).collect();
     }
     // Each thread takes the next zone in turn: a big zone does not hold up the small ones.
     let next = AtomicUsize::new(0);
@@ -515,10 +788,10 @@ pub fn load_all(plan: Vec<(usize, Name, PathBuf)>) -> Vec<(usize, Result<zones::
                     let mut done = Vec::new();
                     loop {
                         let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some((i, origin, file)) = plan.get(k) else {
+                        let Some(p) = plan.get(k) else {
                             break;
                         };
-                        done.push((k, *i, load_one(origin, file)));
+                        done.push((k, p.slot, load_planned(p)));
                     }
                     done
                 })
@@ -533,9 +806,104 @@ pub fn load_all(plan: Vec<(usize, Name, PathBuf)>) -> Vec<(usize, Result<zones::
     out.into_iter().map(|(_, i, r)| (i, r)).collect()
 }
 
-/// Loads one zone (blocking: call from a blocking thread).
+/// Loads one planned zone, signed when it has a policy.
+pub fn load_planned(p: &Planned) -> Result<LoadedZone, String> {
+    let l = load_one(&p.origin, &p.file)?;
+    match &p.sign {
+        None => Ok(LoadedZone::from(l)),
+        Some(job) => sign_loaded(l, job),
+    }
+}
+
+/// Loads one zone as written (blocking: call from a blocking thread).
 pub fn load_one(origin: &Name, file: &std::path::Path) -> Result<zones::Loaded, String> {
     zones::load_file(file, origin, &ReadOptions::new(origin)).map_err(|e| e.to_string())
+}
+
+/// A zone loaded (and signed, for a zone with a policy).
+#[derive(Debug)]
+pub struct LoadedZone {
+    /// The zone as it will be served.
+    pub loaded: zones::Loaded,
+    /// A zone dnsd signs: when to sign it again (seconds since the epoch).
+    pub resign_at: Option<u64>,
+    /// A signed zone: the earliest expiration of its signatures.
+    pub rrsig_expiry: Option<u32>,
+    /// Signatures made and kept by dnsd's signer.
+    pub signatures: (usize, usize),
+    /// Answered with compact denial: the online signer.
+    pub compact: Option<Arc<CompactSigner>>,
+    /// A secondary dnsd signs: the zone as loaded, before signing.
+    pub upstream: Option<Arc<Zone>>,
+}
+
+impl From<zones::Loaded> for LoadedZone {
+    /// A zone served as loaded (pre-signed or not: its signatures' expiry is read here).
+    fn from(loaded: zones::Loaded) -> LoadedZone {
+        let now = crate::signing::now() as u32;
+        let (rrsig_expiry, _) = zones::dnssec::signature_expiry(&loaded.zone, now);
+        LoadedZone {
+            loaded,
+            resign_at: None,
+            rrsig_expiry,
+            signatures: (0, 0),
+            compact: None,
+            upstream: None,
+        }
+    }
+}
+
+/// Logs a zone whose signatures expire within `days` days (or have expired).
+pub fn warn_expiry(origin: &Name, exp: u32, days: u32) {
+    let left = zones::sign::secs_between(crate::signing::now() as u32, exp);
+    if left < 0 {
+        tracing::error!(zone = %origin, expired_s_ago = -left, "zone serves expired signatures");
+    } else if left < i64::from(days) * 86400 {
+        tracing::warn!(zone = %origin, days_left = left / 86400, "zone signatures expire within [dnssec] rrsig_warn_days");
+    }
+}
+
+/// One zone's load result: its slot and the zone or the error text.
+pub type LoadResult = (usize, Result<LoadedZone, String>);
+
+/// Signs a loaded zone under `job` (its load time then counts the signing too).
+pub fn sign_loaded(l: zones::Loaded, job: &SignJob) -> Result<LoadedZone, String> {
+    let t = std::time::Instant::now();
+    let s = crate::signing::sign(&l.zone, job, crate::signing::now())
+        .map_err(|e| format!("{}: not signed: {e}", l.zone.apex()))?;
+
+    tracing::info!(
+        zone = %l.zone.apex(),
+        made = s.made,
+        kept = s.kept,
+        ms = t.elapsed().as_millis() as u64,
+        "zone signed"
+    );
+    // The signed zone's checks repeat the unsigned zone's warnings: only new ones are added.
+    let mut warnings = l.warnings;
+    for w in s.warnings {
+        if !warnings.iter().any(|x| x.msg == w.msg) {
+            warnings.push(zones::Diagnostic {
+                at: w.at,
+                msg: format!("signed zone: {}", w.msg),
+            });
+        }
+    }
+    let upstream = job.keep_unsigned.then(|| Arc::new(l.zone));
+    Ok(LoadedZone {
+        loaded: zones::Loaded {
+            zone: s.zone,
+            warnings,
+            elapsed: l.elapsed + t.elapsed(),
+            mtime: l.mtime,
+        },
+        resign_at: Some(s.resign_at),
+        // The signer knows it: no walk over the signatures.
+        rrsig_expiry: Some(s.earliest_expiration),
+        signatures: (s.made, s.kept),
+        compact: s.compact,
+        upstream,
+    })
 }
 
 /// Gives the heap freed by a big load back to the system (the loaders' scratch, the parsed

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub mod defence;
+pub mod dnssec;
 pub mod transfer;
 pub mod zone_list;
 
@@ -107,6 +108,15 @@ pub struct Config {
     /// `[dnstap]`: the query log in Frame Streams. Start-time only.
     #[serde(default)]
     pub dnstap: Option<crate::dnstap::DnstapConfig>,
+    /// `[dnssec]`: the key directory and the expiry warning.
+    #[serde(default)]
+    pub dnssec: dnssec::DnssecConfig,
+    /// `[[dnssec_policy]]` as written.
+    #[serde(default, rename = "dnssec_policy")]
+    pub dnssec_policies: Vec<dnssec::PolicyConfig>,
+    /// The policies, checked (key directory made absolute), named by zones' `dnssec_policy`.
+    #[serde(skip)]
+    pub policies: Vec<std::sync::Arc<crate::signing::Policy>>,
 }
 
 /// `[xdp_hot]`: the hottest names of zones with `xdp_answers = "hot"` (the default), found by
@@ -334,6 +344,8 @@ pub struct ZoneConfig {
     pub catalog_group: Option<String>,
     /// A consumed catalog: the template of members whose group names no template.
     pub catalog_template: Option<String>,
+    /// The `[[dnssec_policy]]` that signs the zone (unset: served as written).
+    pub dnssec_policy: Option<String>,
     /// Where the entry comes from.
     pub source: ZoneSource,
     /// How errors name the entry (`zone[3]`, `zone_set[0] (list:12)`, …).
@@ -379,6 +391,7 @@ impl Config {
                 msg,
             };
             c.check_catalogs().map_err(inv)?;
+            c.check_policies().map_err(inv)?;
             transfer::check_config(&c).map_err(inv)?;
         }
         if let Some(s) = &mut c.server.zone_state
@@ -435,6 +448,18 @@ impl Config {
         for w in c.events.upgrade(dir) {
             tracing::warn!(file = %path.display(), "{w}");
         }
+        if let Some(k) = &mut c.dnssec.key_dir
+            && k.is_relative()
+        {
+            *k = dir.join(&*k);
+        }
+        c.policies = dnssec::resolve_all(&c.dnssec_policies, c.dnssec.key_dir.as_ref()).map_err(
+            |(key, msg)| ConfigError::Invalid {
+                path: path.to_path_buf(),
+                key,
+                msg,
+            },
+        )?;
         c.zones = zone_list::resolve_zones(&c).map_err(|(key, msg)| ConfigError::Invalid {
             path: path.to_path_buf(),
             key,
@@ -484,6 +509,7 @@ impl Config {
             }
         }
         self.check_catalogs().map_err(|(k, m)| inv(&k, m))?;
+        self.check_policies().map_err(|(k, m)| inv(&k, m))?;
         listener::addrs::expand(&self.server.listen)
             .map_err(|e| inv("server.listen", e.to_string()))?;
         self.defence.check().map_err(|(k, m)| inv(&k, m))?;
@@ -507,6 +533,32 @@ impl Config {
 }
 
 impl Config {
+    /// Each zone's `dnssec_policy` names a `[[dnssec_policy]]`, and the zone is not a
+    /// catalog (catalogs are read by machines, not validated).
+    pub fn check_policies(&self) -> Result<(), (String, String)> {
+        for z in &self.zones {
+            let Some(p) = &z.dnssec_policy else { continue };
+            if !self.policies.iter().any(|x| &x.name == p) {
+                return Err((
+                    format!("{}.dnssec_policy", z.key),
+                    format!("no [[dnssec_policy]] named {p}"),
+                ));
+            }
+            if z.catalog.is_some() {
+                return Err((
+                    format!("{}.dnssec_policy", z.key),
+                    "a catalog zone is not signed".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The policy named `name`.
+    pub fn policy(&self, name: &str) -> Option<&std::sync::Arc<crate::signing::Policy>> {
+        self.policies.iter().find(|p| p.name == name)
+    }
+
     /// Catalog settings that fit together: a consumer has primaries, a member's
     /// `catalog_zone` names a catalog dnsd produces, a catalog's template exists.
     pub fn check_catalogs(&self) -> Result<(), (String, String)> {

@@ -52,6 +52,8 @@ pub struct ZoneSpec {
     pub catalog_group: Option<String>,
     /// A consumed catalog: the template of members whose group names no template.
     pub catalog_template: Option<String>,
+    /// The `[[dnssec_policy]]` that signs the zone.
+    pub dnssec_policy: Option<String>,
 }
 
 /// The role of a catalog zone (`catalog`).
@@ -235,6 +237,7 @@ impl<'a> Templates<'a> {
             catalog_zone: inherit(spec, t, |s| s.catalog_zone.as_ref()),
             catalog_group: inherit(spec, t, |s| s.catalog_group.as_ref()),
             catalog_template: inherit(spec, t, |s| s.catalog_template.as_ref()),
+            dnssec_policy: inherit(spec, t, |s| s.dnssec_policy.as_ref()),
             source,
             key,
         })

@@ -11,7 +11,6 @@
 //! it), so that restarts do not stretch the life of a copy whose primaries are gone.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -56,16 +55,16 @@ fn timers(z: &Zone) -> (Duration, Duration, Duration) {
 /// transfers (and touched by refreshes), not edited by the operator.
 pub fn skip_missing(
     x: &Transfers,
-    plan: Vec<(usize, Name, PathBuf)>,
+    plan: Vec<crate::zone_registry::Planned>,
     explicit: bool,
-) -> Vec<(usize, Name, PathBuf)> {
+) -> Vec<crate::zone_registry::Planned> {
     let pol = x.policies();
     plan.into_iter()
-        .filter(|(_, origin, file)| {
+        .filter(|p| {
             let sec = pol
-                .zone(origin.to_lowercase().as_wire())
+                .zone(p.origin.to_lowercase().as_wire())
                 .is_some_and(|p| p.is_secondary());
-            !sec || (explicit && file.exists())
+            !sec || (explicit && p.file.exists())
         })
         .collect()
 }
@@ -125,10 +124,12 @@ fn unix(at: Instant) -> u64 {
     }
 }
 
+/// The zone's slot and its data as the primaries serve them (unsigned, for a secondary
+/// dnsd signs): what refreshes compare and IXFR builds on.
 async fn current(shared: &Shared, origin: &Name) -> (Option<usize>, Option<Arc<Zone>>) {
     let reg = shared.registry.lock().await;
     let i = reg.find(origin);
-    (i, i.and_then(|i| reg.entry(i)?.current.clone()))
+    (i, i.and_then(|i| reg.upstream(i)))
 }
 
 async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trigger>) {
@@ -358,12 +359,41 @@ async fn refresh_from(
     if let Err(e) = &written {
         tracing::error!(zone = %p.origin, file = %p.file.display(), "cannot write the zone file: {e}");
     }
+    // A secondary dnsd signs: signed from what came, keeping every signature of the
+    // version served whose RRset did not change (an IXFR re-signs what it touched).
+    let job = {
+        let reg = shared.registry.lock().await;
+        reg.find(&p.origin)
+            .and_then(|i| reg.entry(i))
+            .and_then(|e| {
+                Some(crate::signing::SignJob {
+                    policy: e.def.signing.clone()?,
+                    prev: e.current.clone(),
+                    keep_unsigned: true,
+                })
+            })
+    };
+    let signed = match job {
+        None => None,
+        Some(job) => {
+            let z = zone.clone();
+            let r = tokio::task::spawn_blocking(move || {
+                crate::signing::sign(&z, &job, crate::signing::now())
+            })
+            .await
+            .map_err(|e| XfrError::Zone(e.to_string()))?;
+            Some(r.map_err(|e| XfrError::Zone(format!("not signed: {e}")))?)
+        }
+    };
     {
         let mut reg = shared.registry.lock().await;
         let Some(i) = reg.find(&p.origin) else {
             return Err(XfrError::Unconfigured);
         };
-        reg.install(i, zone.clone(), start.elapsed());
+        match signed {
+            Some(s) => reg.install_signed(i, s, zone.clone(), start.elapsed()),
+            None => reg.install(i, zone.clone(), start.elapsed()),
+        }
     }
     x.with_status(p.origin.as_wire(), |s| s.ok += 1);
     let line = format!(

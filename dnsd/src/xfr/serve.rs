@@ -187,7 +187,7 @@ fn signed_answer(c: &Ctx<'_>, out: &mut [u8], mut signer: Option<Signer>) -> usi
     let room = signer.as_ref().map_or(0, |s| s.reserve()) + 11;
     let mut w = Writer::new(out, limit.saturating_sub(room));
     w.start(c.req, q, rcode::NOERROR, true);
-    let ans = internet::answer_in(&mut w, q, c.zones, zone);
+    let ans = internet::answer_in(&mut w, q, c.zones, zone, None);
     w.set_limit(limit);
     if q.edns.is_some() {
         crate::response::put_opt(&mut w, q, c.udp_payload, 0, Default::default());

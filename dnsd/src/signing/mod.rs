@@ -1,0 +1,540 @@
+//! Online DNSSEC signing: policies, the key timeline (made when first needed, rolled over by
+//! the policy's lifetimes) and signing a loaded zone before it is served.
+//!
+//! The signer runs where zones load (blocking threads, every core for a big zone); the
+//! result replaces the unsigned zone whole. Re-signing starts from the zone being served:
+//! its own DNSSEC records are dropped and made again, keeping every signature whose RRset
+//! did not change and which is not due for refresh.
+
+pub mod keys;
+pub mod online;
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use zones::Zone;
+use zones::sign::{Denial, Params, SigningKey};
+
+use keys::{Algorithm, Key, KeyError, KeyFile, KeyState, Role};
+
+/// A `[[dnssec_policy]]`, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Its name.
+    pub name: String,
+    /// Where the zones' keys are kept.
+    pub key_dir: PathBuf,
+    /// Algorithm of new keys.
+    pub algorithm: Algorithm,
+    /// RSA modulus size.
+    pub rsa_bits: u32,
+    /// A KSK and a ZSK (else one CSK).
+    pub split_keys: bool,
+    /// Seconds a signature is valid.
+    pub rrsig_validity: u32,
+    /// Signatures are made again when they have less than this left.
+    pub rrsig_refresh: u32,
+    /// NSEC or NSEC3.
+    pub denial: Denial,
+    /// TTL of NSEC/NSEC3 (RFC 9077's minimum when None).
+    pub negative_ttl: Option<u32>,
+    /// TTL of DNSKEY/CDS/CDNSKEY (the SOA's when None).
+    pub dnskey_ttl: Option<u32>,
+    /// A ZSK (or CSK) is rolled after this long (0: never).
+    pub zsk_lifetime: u64,
+    /// A KSK is rolled after this long (0: never).
+    pub ksk_lifetime: u64,
+    /// Time for a change to reach every secondary and cache.
+    pub propagation_delay: u64,
+    /// TTL of the DS at the parent: how long an old DS may still be cached.
+    pub parent_ds_ttl: u64,
+    /// Publish CDS and CDNSKEY for the key-signing keys (RFC 7344, RFC 8078).
+    pub cds: bool,
+    /// Answer NXDOMAIN and NODATA with compact denial (RFC 9824), signed online; the zone
+    /// keeps its NSEC chain for transfers and wildcard proofs.
+    pub compact_denial: bool,
+}
+
+/// What a zone's signing needs besides the unsigned zone.
+#[derive(Debug, Clone)]
+pub struct SignJob {
+    /// The zone's policy.
+    pub policy: std::sync::Arc<Policy>,
+    /// The version being served (its signatures are kept where they still hold).
+    pub prev: Option<std::sync::Arc<Zone>>,
+    /// Keep the unsigned zone beside the signed one (a secondary: the base of its next IXFR).
+    pub keep_unsigned: bool,
+}
+
+/// Why a zone was not signed.
+#[derive(Debug, thiserror::Error)]
+pub enum SigningError {
+    /// A key file.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The signer.
+    #[error(transparent)]
+    Sign(#[from] zones::sign::SignError),
+}
+
+/// The signed zone and when it must be signed again.
+#[derive(Debug)]
+pub struct SignedZone {
+    /// The zone to serve.
+    pub zone: Zone,
+    /// Signatures made.
+    pub made: usize,
+    /// Signatures kept from the last version.
+    pub kept: usize,
+    /// What the signed zone's checks noticed.
+    pub warnings: Vec<zones::Diagnostic>,
+    /// When to sign again (signature refresh or the next key event), seconds since the epoch.
+    pub resign_at: u64,
+    /// The earliest expiration of the zone's signatures.
+    pub earliest_expiration: u32,
+    /// For a policy with compact denial: the online signer (the active zone-signing key).
+    pub compact: Option<std::sync::Arc<crate::signing::online::CompactSigner>>,
+}
+
+/// Seconds since the epoch.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Signs `unsigned` (or a served signed version, whose DNSSEC records are made again) under
+/// `job`'s policy at `now`, making or rolling keys as the timeline asks.
+pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, SigningError> {
+    let p = &*job.policy;
+    let zone = unsigned.apex().to_lowercase().to_string();
+    let ttl = job.policy.dnskey_ttl.unwrap_or_else(|| soa_ttl(unsigned));
+    let max_ttl = max_ttl(unsigned);
+    let (mut keys, next_roll) = timeline(p, &zone, now, ttl as u64, max_ttl as u64)?;
+    let signing: Vec<SigningKey<'_>> = keys
+        .iter()
+        .filter(|k| k.file.state(now) == KeyState::Active)
+        .map(|k| SigningKey {
+            key: k,
+            signs_keys: k.file.role.signs_keys(),
+            signs_zone: k.file.role.signs_zone(),
+        })
+        .collect();
+    let published_only: Vec<Vec<u8>> = keys
+        .iter()
+        .filter(|k| matches!(k.file.state(now), KeyState::Published | KeyState::Retired))
+        .map(|k| k.dnskey.clone())
+        .collect();
+    // CDS/CDNSKEY name the key-signing keys the parent should hold: those ready and not
+    // retired (RFC 7344 §4).
+    let (mut cds, mut cdnskey) = (Vec::new(), Vec::new());
+    if p.cds {
+        let apex = unsigned.apex().to_lowercase();
+        for k in keys.iter().filter(|k| {
+            k.file.role.signs_keys()
+                && k.file.ready.is_some_and(|r| r <= now)
+                && k.file.state(now) == KeyState::Active
+        }) {
+            if let Some(d) = zones::dnssec::ds_digest(apex.as_wire(), &k.dnskey, 2) {
+                let mut rd = k.tag.to_be_bytes().to_vec();
+                rd.extend_from_slice(&[k.file.algorithm.number(), 2]);
+                rd.extend_from_slice(&d);
+                cds.push(rd);
+                cdnskey.push(k.dnskey.clone());
+            }
+        }
+    }
+    // Without a served version (a start), the copy of the last signed version: its
+    // signatures are kept where they still hold, as after any change.
+    let copy = match &job.prev {
+        Some(_) => None,
+        None => read_copy(&p.key_dir, unsigned.apex()),
+    };
+    let prev: Option<&Zone> = job.prev.as_deref().or(copy.as_ref());
+    // The served serial moves forward on every signing, across restarts too (secondaries
+    // would not take a version whose serial went back).
+    let unsigned_serial = unsigned.serial();
+    let last = match prev {
+        Some(prev) => Some(prev.serial()),
+        None => read_serial(&p.key_dir, &zone),
+    };
+    let serial = match last {
+        Some(l) if !zones::serial_gt(unsigned_serial, l) => l.wrapping_add(1),
+        _ => unsigned_serial,
+    };
+    let params = Params {
+        now: now as u32,
+        inception_offset: 3600,
+        validity: p.rrsig_validity,
+        jitter: (p.rrsig_validity - p.rrsig_refresh) / 4,
+        refresh: p.rrsig_refresh,
+        denial: p.denial.clone(),
+        dnskey_ttl: Some(ttl),
+        negative_ttl: p.negative_ttl,
+        serial,
+        published_only,
+        cds,
+        cdnskey,
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let signed = zones::sign::sign_zone(unsigned, prev, &signing, &params)?;
+    write_serial(&p.key_dir, &zone, serial)?;
+    let refresh_at = now
+        + (zones::sign::secs_between(now as u32, signed.earliest_expiration)
+            - p.rrsig_refresh as i64)
+            .max(1) as u64;
+    let resign_at = next_key_event(&keys, now)
+        .into_iter()
+        .chain(next_roll)
+        .fold(refresh_at, u64::min);
+    drop(signing);
+    let compact = if p.compact_denial {
+        keys.iter()
+            .position(|k| k.file.state(now) == KeyState::Active && k.file.role.signs_zone())
+            .map(|i| {
+                let key = std::sync::Arc::new(keys.swap_remove(i));
+                std::sync::Arc::new(crate::signing::online::CompactSigner::new(
+                    key,
+                    signed.zone.apex().to_lowercase().as_wire(),
+                    signed.zone.negative_ttl(),
+                    p.rrsig_validity,
+                ))
+            })
+    } else {
+        None
+    };
+    Ok(SignedZone {
+        zone: signed.zone,
+        made: signed.made,
+        kept: signed.kept,
+        warnings: signed.warnings,
+        resign_at,
+        earliest_expiration: signed.earliest_expiration,
+        compact,
+    })
+}
+
+/// The copy of the last signed version of the zone at `apex` (read back at a start).
+pub fn copy_path(dir: &Path, apex: &zones::Name) -> PathBuf {
+    keys::zone_dir(dir, &apex.to_string()).join("signed.zone")
+}
+
+/// The copy of the zone's last signed version, when there is a readable one.
+fn read_copy(dir: &Path, apex: &zones::Name) -> Option<Zone> {
+    let path = copy_path(dir, apex);
+    if !path.exists() {
+        return None;
+    }
+    match zones::load_file(&path, apex, &zones::ReadOptions::new(apex)) {
+        Ok(l) => Some(l.zone),
+        Err(e) => {
+            tracing::warn!(zone = %apex, "the signed copy {} does not load, signing anew: {e}", path.display());
+            None
+        }
+    }
+}
+
+/// Writes copies of signed zones on one thread of its own, so that a restart keeps their
+/// signatures; a zone signed again before its copy was written is written once, the newest.
+pub struct CopyWriter {
+    tx: std::sync::mpsc::Sender<(PathBuf, std::sync::Arc<Zone>)>,
+}
+
+impl CopyWriter {
+    /// Starts the writer thread.
+    pub fn start() -> CopyWriter {
+        let (tx, rx) = std::sync::mpsc::channel::<(PathBuf, std::sync::Arc<Zone>)>();
+        std::thread::Builder::new()
+            .name("signed-copies".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut batch = std::collections::HashMap::new();
+                    batch.insert(first.0, first.1);
+                    while let Ok((p, z)) = rx.try_recv() {
+                        batch.insert(p, z);
+                    }
+                    for (path, z) in batch {
+                        let header = format!("{} serial {}, signed by dnsd", z.apex(), z.serial());
+                        if let Err(e) = zones::present::write_file(&z, &path, &header) {
+                            tracing::warn!(zone = %z.apex(), "signed copy {} not written: {e}", path.display());
+                        }
+                    }
+                }
+            })
+            .expect("spawn the signed-copy writer");
+        CopyWriter { tx }
+    }
+
+    /// Queues a copy of `zone`, signed under `policy`.
+    pub fn keep(&self, policy: &Policy, zone: std::sync::Arc<Zone>) {
+        let _ = self
+            .tx
+            .send((copy_path(&policy.key_dir, zone.apex()), zone));
+    }
+}
+
+/// The file keeping the last serial served for `zone`.
+fn serial_path(dir: &Path, zone: &str) -> PathBuf {
+    keys::zone_dir(dir, zone).join("serial")
+}
+
+/// The last serial served for `zone`, from an earlier run.
+fn read_serial(dir: &Path, zone: &str) -> Option<u32> {
+    std::fs::read_to_string(serial_path(dir, zone))
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+}
+
+/// Keeps the serial served for `zone` (written whole, then renamed).
+fn write_serial(dir: &Path, zone: &str, serial: u32) -> Result<(), KeyError> {
+    let p = serial_path(dir, zone);
+    let tmp = p.with_extension("tmp");
+    std::fs::write(&tmp, format!("{serial}\n"))
+        .and_then(|_| std::fs::rename(&tmp, &p))
+        .map_err(|e| KeyError::Io(p, e))
+}
+
+/// The SOA's TTL.
+fn soa_ttl(z: &Zone) -> u32 {
+    z.rrset(z.apex_node(), zones::rrtype::t::SOA)
+        .map_or(3600, |s| s.ttl)
+}
+
+/// The largest TTL in the zone: how long an old signature may stay in caches.
+fn max_ttl(z: &Zone) -> u32 {
+    z.node_ids()
+        .flat_map(|id| z.rrsets(id).iter().map(|s| s.ttl))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The next moment a key changes state after `now`.
+fn next_key_event(keys: &[Key], now: u64) -> Option<u64> {
+    keys.iter()
+        .flat_map(|k| {
+            [
+                Some(k.file.publish),
+                k.file.active,
+                k.file.ready,
+                k.file.retire,
+                k.file.remove,
+            ]
+        })
+        .flatten()
+        .filter(|&t| t > now)
+        .min()
+}
+
+/// Brings the zone's keys to where the policy wants them at `now`: the first keys made,
+/// rollovers started and finished, removed keys deleted. Returns the keys still published.
+///
+/// ZSK (and CSK) rollover is pre-publish (RFC 6781 §4.1.1.1): the successor is published,
+/// signs once its DNSKEY has reached every cache, and the old key stays published until its
+/// signatures have expired from caches. KSK rollover is double-signature (§4.1.2): the
+/// successor signs the DNSKEY RRset at once, its CDS/CDNSKEY appear once that RRset has
+/// propagated, and the old key retires once the parent's DS for it can have left caches.
+///
+/// Also returns when the next rollover is due to start (its keys do not say).
+pub fn timeline(
+    p: &Policy,
+    zone: &str,
+    now: u64,
+    dnskey_ttl: u64,
+    max_ttl: u64,
+) -> Result<(Vec<Key>, Option<u64>), KeyError> {
+    // One timeline step at a time in the process: a reload and a background re-sign of the
+    // same zone must not both start its first keys or a rollover.
+    static STEP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _step = STEP.lock().unwrap_or_else(|e| e.into_inner());
+    let mut next_roll: Option<u64> = None;
+    let mut keys = keys::zone_keys(&p.key_dir, zone)?;
+    // Keys past removal go.
+    keys.retain(|k| {
+        if k.file.state(now) == KeyState::Removed {
+            tracing::info!(zone, tag = k.tag, "DNSSEC key removed");
+            let _ = std::fs::remove_file(&k.path);
+            false
+        } else {
+            true
+        }
+    });
+    let roles: &[Role] = if p.split_keys {
+        &[Role::Ksk, Role::Zsk]
+    } else {
+        &[Role::Csk]
+    };
+    let publish_wait = dnskey_ttl + p.propagation_delay;
+    for &role in roles {
+        let live: Vec<usize> = (0..keys.len())
+            .filter(|&i| keys[i].file.role == role && keys[i].file.algorithm == p.algorithm)
+            .filter(|&i| {
+                !matches!(
+                    keys[i].file.state(now),
+                    KeyState::Retired | KeyState::Removed
+                )
+            })
+            .collect();
+        if live.is_empty() {
+            // First keys: published and signing at once (the zone was not signed before,
+            // or its keys are gone). A key-signing key is ready for the parent after the
+            // DNSKEY RRset has propagated.
+            let ready = role.signs_keys().then_some(now + publish_wait);
+            let k = new_key(p, zone, role, now, now, ready)?;
+            tracing::info!(zone, tag = k.tag, ?role, "DNSSEC key made");
+            keys.push(k);
+            continue;
+        }
+        let lifetime = if role == Role::Ksk {
+            p.ksk_lifetime
+        } else {
+            p.zsk_lifetime
+        };
+        if lifetime == 0 {
+            continue;
+        }
+        // The key in charge: the newest active one; a successor is a newer one not active yet.
+        let active: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&i| keys[i].file.state(now) == KeyState::Active)
+            .collect();
+        let successor = live
+            .iter()
+            .copied()
+            .find(|&i| keys[i].file.state(now) == KeyState::Published);
+        let Some(&cur) = active.iter().max_by_key(|&&i| keys[i].file.active) else {
+            continue;
+        };
+        let since = keys[cur].file.active.unwrap_or(keys[cur].file.created);
+        let due = since + lifetime;
+        // The moment this rollover starts, if nothing is rolling now.
+        if successor.is_none() && active.len() == 1 {
+            let start = if role == Role::Zsk {
+                due.saturating_sub(publish_wait)
+            } else {
+                due
+            };
+            if start > now {
+                next_roll = Some(next_roll.map_or(start, |n| n.min(start)));
+            }
+        }
+        match role {
+            Role::Zsk => {
+                if successor.is_none() && active.len() == 1 && now + publish_wait >= due {
+                    // Pre-publish: the successor signs once its DNSKEY is in every cache.
+                    let at = now.max(due.saturating_sub(publish_wait)) + publish_wait;
+                    let k = new_key(p, zone, role, now, at, None)?;
+                    tracing::info!(
+                        zone,
+                        tag = k.tag,
+                        active_at = at,
+                        "ZSK rollover: successor published"
+                    );
+                    keys.push(k);
+                }
+                retire_older(&mut keys, role, now, max_ttl + p.propagation_delay)?;
+            }
+            Role::Ksk | Role::Csk => {
+                if active.len() == 1 && now >= due {
+                    // Double signature: the successor signs the DNSKEY RRset (a CSK: every
+                    // RRset) from now; the parent is told by CDS once that has propagated.
+                    let k = new_key(p, zone, role, now, now, Some(now + publish_wait))?;
+                    // The old key retires once the parent has had time to take the new DS
+                    // (its CDS) and the old DS has left caches.
+                    let old = &mut keys[cur];
+                    let retire = now + publish_wait + p.parent_ds_ttl + p.propagation_delay;
+                    old.file.retire = Some(retire);
+                    old.file.remove = Some(retire + dnskey_ttl.max(max_ttl) + p.propagation_delay);
+                    old.write()?;
+                    tracing::info!(
+                        zone,
+                        old = old.tag,
+                        new = k.tag,
+                        retire,
+                        "{role:?} rollover started"
+                    );
+                    keys.push(k);
+                }
+            }
+        }
+    }
+    Ok((keys, next_roll))
+}
+
+/// A new key of the policy's algorithm, published now, signing from `active`, its CDS
+/// ready from `ready` (a key-signing key).
+fn new_key(
+    p: &Policy,
+    zone: &str,
+    role: Role,
+    now: u64,
+    active: u64,
+    ready: Option<u64>,
+) -> Result<Key, KeyError> {
+    let mut k = Key::generate(
+        &p.key_dir,
+        zone,
+        p.algorithm,
+        p.rsa_bits,
+        role,
+        now,
+        Some(active),
+    )?;
+    if ready.is_some() {
+        k.file.ready = ready;
+        k.write()?;
+    }
+    Ok(k)
+}
+
+/// Once a newer key of `role` signs, the older ones retire and are removed after `linger`
+/// (their signatures' time in caches).
+fn retire_older(keys: &mut [Key], role: Role, now: u64, linger: u64) -> Result<(), KeyError> {
+    let newest = keys
+        .iter()
+        .filter(|k| k.file.role == role && k.file.state(now) == KeyState::Active)
+        .filter_map(|k| k.file.active)
+        .max();
+    let Some(newest) = newest else { return Ok(()) };
+    for k in keys.iter_mut().filter(|k| k.file.role == role) {
+        if k.file.state(now) == KeyState::Active
+            && k.file.active < Some(newest)
+            && k.file.retire.is_none()
+        {
+            k.file.retire = Some(newest);
+            k.file.remove = Some(newest + linger);
+            k.write()?;
+            tracing::info!(tag = k.tag, "ZSK rollover: predecessor retired");
+        }
+    }
+    Ok(())
+}
+
+/// One line per key of `zone` for `ctl zone-keys`.
+pub fn keys_text(key_dir: &Path, zone: &str, now: u64) -> Result<String, KeyError> {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for k in keys::zone_keys(key_dir, zone)? {
+        let f: &KeyFile = &k.file;
+        let at =
+            |t: Option<u64>| t.map_or("-".to_string(), |t| shield::clock::rfc3339_ms(t * 1000));
+        let _ = writeln!(
+            out,
+            "{} tag {} {:?} {:?} {:?} publish {} active {} ready {} retire {} remove {}",
+            f.zone,
+            k.tag,
+            f.algorithm,
+            f.role,
+            f.state(now),
+            at(Some(f.publish)),
+            at(f.active),
+            at(f.ready),
+            at(f.retire),
+            at(f.remove),
+        );
+    }
+    if out.is_empty() {
+        out.push_str("no keys\n");
+    }
+    Ok(out)
+}

@@ -1,0 +1,293 @@
+//! Compact denial of existence (RFC 9824): a name or type that does not exist is answered
+//! NOERROR with one NSEC at the name, signed on the spot, whose next name is the name's
+//! immediate successor (`\000.name`) and whose bitmap lists the types there (NXNAME for a
+//! name that does not exist). One signature per denial, no zone walking, and the same
+//! response size for every denial.
+//!
+//! Signing is work an attacker can ask for, so each worker signs within a budget per
+//! second and each source (an IPv4 /24, an IPv6 /56) within a share of it; over either the
+//! denial is answered TC=1 (a real resolver retries over TCP, a flood does not) and counted.
+//! Denials repeat (NODATA for AAAA at busy names): each worker keeps a small cache, so a
+//! repeated denial costs no signature. Nothing here allocates or locks.
+
+use std::hash::BuildHasher;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use zones::rrtype::t;
+
+use super::keys::Key;
+use crate::stats::Compact;
+
+/// NXNAME, the pseudo-type of a name that does not exist (RFC 9824 §3.2).
+pub const NXNAME: u16 = 128;
+
+/// Types a compact NSEC lists at most (more and the chain's proof is used instead).
+pub const MAX_TYPES: usize = 64;
+
+/// What a zone needs to deny online: its zone-signing key and the NSEC's TTL.
+pub struct CompactSigner {
+    key: Arc<Key>,
+    alg: u8,
+    tag: u16,
+    apex: Box<[u8]>,
+    ttl: u32,
+    validity: u32,
+}
+
+impl std::fmt::Debug for CompactSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompactSigner(tag {})", self.tag)
+    }
+}
+
+impl CompactSigner {
+    /// A signer for the zone at `apex` (lower-case wire), denying with NSEC TTL `ttl`,
+    /// signatures valid for `validity` seconds.
+    pub fn new(key: Arc<Key>, apex: &[u8], ttl: u32, validity: u32) -> CompactSigner {
+        CompactSigner {
+            alg: key.dnskey[3],
+            tag: key.tag,
+            key,
+            apex: apex.into(),
+            ttl,
+            validity,
+        }
+    }
+
+    /// True when this signs for `zone` (by its apex).
+    pub fn signs(&self, zone: &zones::Zone) -> bool {
+        zone.apex().as_wire().eq_ignore_ascii_case(&self.apex)
+    }
+
+    /// TTL of the NSEC and its RRSIG.
+    pub fn ttl(&self) -> u32 {
+        self.ttl
+    }
+}
+
+/// Bytes a cached denial may take (NSEC RDATA and RRSIG RDATA).
+const ENTRY_BYTES: usize = 1024;
+/// Cached denials per worker.
+const CACHE: usize = 512;
+/// Source shares per worker.
+const SOURCES: usize = 4096;
+
+#[derive(Clone)]
+struct Entry {
+    key: u64,
+    hour: u32,
+    nsec_len: u16,
+    sig_len: u16,
+    buf: [u8; ENTRY_BYTES],
+}
+
+/// A denial: the NSEC RDATA, the RRSIG RDATA, and whether it was signed now or cached.
+pub type Denial<'a> = (&'a [u8], &'a [u8], Compact);
+
+/// One worker's budget, source shares and cache.
+pub struct Denier {
+    per_second: u32,
+    per_source: u32,
+    second: u64,
+    used: u32,
+    sources: Box<[(u32, u32)]>,
+    cache: Box<[Entry]>,
+    scratch: Box<[u8; 2048]>,
+}
+
+const HASHER: foldhash::fast::FixedState = foldhash::fast::FixedState::with_seed(9824);
+
+impl Denier {
+    /// A worker's denier: `per_second` signatures a second, `per_source` of them for one
+    /// source.
+    pub fn new(per_second: u32, per_source: u32) -> Denier {
+        Denier {
+            per_second,
+            per_source,
+            second: 0,
+            used: 0,
+            sources: vec![(0, 0); SOURCES].into_boxed_slice(),
+            cache: vec![
+                Entry {
+                    key: 0,
+                    hour: 0,
+                    nsec_len: 0,
+                    sig_len: 0,
+                    buf: [0; ENTRY_BYTES],
+                };
+                CACHE
+            ]
+            .into_boxed_slice(),
+            scratch: Box::new([0; 2048]),
+        }
+    }
+
+    /// The NSEC RDATA and RRSIG RDATA denying `types`-only at `owner` (lower-case wire) in
+    /// zone `zone_id`, from the cache or signed now; the outcome is counted. `Err` when over
+    /// a budget (answer TC=1) or not possible here (the chain's proof then serves).
+    pub fn deny(
+        &mut self,
+        s: &CompactSigner,
+        zone_id: u32,
+        owner: &[u8],
+        types: &mut [u16],
+        src: IpAddr,
+        now: u64,
+    ) -> Result<Denial<'_>, Option<Compact>> {
+        types.sort_unstable();
+        let key = HASHER.hash_one((zone_id, s.tag, owner, &*types));
+        let hour = (now / 3600) as u32;
+        let slot = (key as usize) & (CACHE - 1);
+        let e = &self.cache[slot];
+        if e.key == key && e.hour == hour && e.nsec_len > 0 {
+            let n = e.nsec_len as usize;
+            let e = &self.cache[slot];
+            return Ok((
+                &e.buf[..n],
+                &e.buf[n..n + e.sig_len as usize],
+                Compact::Cached,
+            ));
+        }
+        // The budgets: the worker's per second, the source's share of it.
+        if now != self.second {
+            self.second = now;
+            self.used = 0;
+        }
+        if self.used >= self.per_second {
+            return Err(Some(Compact::OverBudget));
+        }
+        let src_i = (HASHER.hash_one(prefix(src)) as usize) & (SOURCES - 1);
+        let sec = now as u32;
+        let share = &mut self.sources[src_i];
+        if share.0 != sec {
+            *share = (sec, 0);
+        }
+        if share.1 >= self.per_source {
+            return Err(Some(Compact::OverSource));
+        }
+        // The next name is the name's immediate successor: `\000.owner` (RFC 9824 §3.1).
+        if owner.len() + 2 > zones::name::MAX_NAME_LEN {
+            return Err(None);
+        }
+        self.used += 1;
+        share.1 += 1;
+        let e = &mut self.cache[slot];
+        let buf = &mut e.buf;
+        let mut n = 0;
+        let mut put = |b: &[u8], n: &mut usize| -> Result<(), Option<Compact>> {
+            buf.get_mut(*n..*n + b.len())
+                .ok_or(None)?
+                .copy_from_slice(b);
+            *n += b.len();
+            Ok(())
+        };
+        put(&[1, 0], &mut n)?;
+        put(owner, &mut n)?;
+        // Windows 0 and 1 only (types below 512): the rest is left to the chain's proof.
+        if types.iter().any(|&ty| ty >= 512) {
+            return Err(None);
+        }
+        let mut bitmap = [0u8; 2 + 32 + 2 + 32];
+        let bl = zones::rdata::type_bitmap_into(types, &mut bitmap).ok_or(None)?;
+        put(&bitmap[..bl], &mut n)?;
+        let nsec_len = n;
+        // RRSIG RDATA without the signature: covered, algorithm, labels, original TTL,
+        // expiration, inception, key tag, signer.
+        let inception = (hour * 3600).wrapping_sub(3600);
+        let expiration = (hour * 3600).wrapping_add(s.validity);
+        put(&t::NSEC.to_be_bytes(), &mut n)?;
+        put(&[s.alg, zones::sign::rrsig_labels(owner)], &mut n)?;
+        put(&s.ttl.to_be_bytes(), &mut n)?;
+        put(&expiration.to_be_bytes(), &mut n)?;
+        put(&inception.to_be_bytes(), &mut n)?;
+        put(&s.tag.to_be_bytes(), &mut n)?;
+        put(&s.apex, &mut n)?;
+        // What is signed: that RDATA, then the NSEC in canonical form.
+        let d = &mut *self.scratch;
+        let mut m = 0;
+        let mut dput = |b: &[u8]| -> Result<(), Option<Compact>> {
+            d.get_mut(m..m + b.len()).ok_or(None)?.copy_from_slice(b);
+            m += b.len();
+            Ok(())
+        };
+        dput(&buf[nsec_len..n])?;
+        dput(owner)?;
+        dput(&t::NSEC.to_be_bytes())?;
+        dput(&1u16.to_be_bytes())?;
+        dput(&s.ttl.to_be_bytes())?;
+        dput(&(nsec_len as u16).to_be_bytes())?;
+        dput(&buf[..nsec_len])?;
+        let sig = s.key.sign_into(&d[..m], &mut buf[n..]).map_err(|_| None)?;
+        n += sig;
+        e.key = key;
+        e.hour = hour;
+        e.nsec_len = nsec_len as u16;
+        e.sig_len = (n - nsec_len) as u16;
+        let e = &self.cache[slot];
+        Ok((&e.buf[..nsec_len], &e.buf[nsec_len..n], Compact::Signed))
+    }
+}
+
+/// The part of a source address that shares one budget: an IPv4 /24, an IPv6 /56.
+fn prefix(a: IpAddr) -> u64 {
+    match a {
+        IpAddr::V4(v) => u64::from(u32::from(v) >> 8),
+        IpAddr::V6(v) => (u128::from(v) >> 72) as u64 | 1 << 63,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_and_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Key::generate(
+            dir.path(),
+            "example.com.",
+            crate::signing::keys::Algorithm::Ecdsap256sha256,
+            2048,
+            crate::signing::keys::Role::Csk,
+            0,
+            Some(0),
+        )
+        .unwrap();
+        let apex = zones::Name::parse("example.com.", None).unwrap();
+        let s = CompactSigner::new(Arc::new(key), apex.as_wire(), 300, 86400);
+        let mut d = Denier::new(3, 2);
+        let name = |i: usize| {
+            zones::Name::parse(&format!("n{i}.example.com."), None)
+                .unwrap()
+                .as_wire()
+                .to_vec()
+        };
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "198.51.100.1".parse().unwrap();
+        let mut ty = [t::RRSIG, t::NSEC, NXNAME];
+        let (nsec, sig, how) = d.deny(&s, 1, &name(0), &mut ty, a, 1000).unwrap();
+        assert_eq!(how, Compact::Signed);
+        assert_eq!(&nsec[..2], &[1, 0]);
+        assert_eq!(sig.len(), 18 + apex.as_wire().len() + 64);
+        // The same denial again: from the cache, no budget spent.
+        assert_eq!(
+            d.deny(&s, 1, &name(0), &mut ty, a, 1000).unwrap().2,
+            Compact::Cached
+        );
+        assert!(d.deny(&s, 1, &name(1), &mut ty, a, 1000).is_ok());
+        // The source's share (2) is spent; another source still gets the rest.
+        assert_eq!(
+            d.deny(&s, 1, &name(2), &mut ty, a, 1000).err(),
+            Some(Some(Compact::OverSource))
+        );
+        assert!(d.deny(&s, 1, &name(3), &mut ty, b, 1000).is_ok());
+        // The worker's budget (3) is spent.
+        assert_eq!(
+            d.deny(&s, 1, &name(4), &mut ty, b, 1000).err(),
+            Some(Some(Compact::OverBudget))
+        );
+        // A new second, a new budget.
+        assert!(d.deny(&s, 1, &name(4), &mut ty, b, 1001).is_ok());
+    }
+}

@@ -1,0 +1,999 @@
+//! Zones dnsd signs itself (`dnssec_policy`): `delv` and DNSViz validate every kind of
+//! answer (positive, NXDOMAIN, NODATA, wildcard, referral, DNAME, CNAME) under NSEC, NSEC3
+//! and NSEC3 opt-out with each algorithm; a changed zone is signed again keeping the
+//! signatures of what did not change, with a new serial; Knot as a secondary of the signing
+//! dnsd serves answers that validate; key rollovers on a shortened timetable never break
+//! validation; pre-signed zones whose signatures near expiry are reported.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use palisade_tests::servers::{Dnsd, Knot, Zone};
+use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
+
+const ZONE: &str = "\
+$TTL ZONE_TTL
+@       SOA ns1 hostmaster 2026010101 7200 3600 1209600 300
+        NS ns1
+        NS ns2
+ns1     A NS_ADDR
+ns2     A NS_ADDR
+www     A 192.0.2.10
+        AAAA 2001:db8::10
+mail    MX 10 www
+a.b.c   TXT \"deep\"
+*.wild  A 192.0.2.20
+x.wild  TXT \"exists\"
+secure  NS ns.secure
+        DS 12345 13 2 49FD46E6C4B45C55D4AC69CBD3CD34AC1AFE51DE9BA6E1D9D5F7DB6E4C3DB9C9
+ns.secure A 192.0.2.30
+insecure NS ns.insecure
+ns.insecure A 192.0.2.31
+d.e.insecure2 NS ns.example.net.
+cn      CNAME www
+old     DNAME example.com.
+";
+
+/// What delv must say of each answer kind (name, type, verdict).
+fn expectations(opt_out: bool) -> Vec<(&'static str, &'static str, &'static str)> {
+    let neg = "; negative response, fully validated";
+    vec![
+        ("www.example.com", "A", "; fully validated"),
+        ("www.example.com", "AAAA", "; fully validated"),
+        ("example.com", "DNSKEY", "; fully validated"),
+        ("nothere.example.com", "A", neg),
+        ("zz.nothere.example.com", "TXT", neg),
+        ("www.example.com", "TXT", neg),
+        ("c.example.com", "A", neg),
+        ("b.c.example.com", "A", neg),
+        (
+            "a.wild.example.com",
+            "A",
+            if opt_out {
+                // The next closer name is covered by an opt-out NSEC3: insecure (RFC 5155 §8.8).
+                "; unsigned answer"
+            } else {
+                "; fully validated"
+            },
+        ),
+        ("a.wild.example.com", "MX", neg),
+        ("x.wild.example.com", "TXT", "; fully validated"),
+        ("secure.example.com", "DS", "; fully validated"),
+        ("insecure.example.com", "DS", neg),
+        ("www.old.example.com", "A", "; fully validated"),
+        ("cn.example.com", "A", "; fully validated"),
+    ]
+}
+
+fn delv(addr: SocketAddr, anchor: &Path, name: &str, qtype: &str) -> String {
+    let out = Command::new("delv")
+        .arg(format!("@{}", addr.ip()))
+        .arg("-p")
+        .arg(addr.port().to_string())
+        .arg("-a")
+        .arg(anchor)
+        .arg("+root=example.com")
+        .args([name, qtype])
+        .output()
+        .expect("run delv");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn dig(addr: SocketAddr, args: &str) -> String {
+    let out = Command::new("dig")
+        .arg(format!("@{}", addr.ip()))
+        .arg("-p")
+        .arg(addr.port().to_string())
+        .args(args.split_whitespace())
+        .output()
+        .expect("run dig");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The zone's key-signing DNSKEYs as (flags, protocol, algorithm, base64) tuples.
+fn ksks(addr: SocketAddr) -> Vec<[String; 4]> {
+    dig(addr, "+short example.com DNSKEY")
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 4 && f[0] == "257").then(|| {
+                [
+                    f[0].to_string(),
+                    f[1].to_string(),
+                    f[2].to_string(),
+                    f[3..].join(""),
+                ]
+            })
+        })
+        .collect()
+}
+
+/// A delv trust anchor for the zone's KSKs; the first KSK as a DNSKEY line (DNSViz's).
+fn anchor_from_dnskeys(addr: SocketAddr, file: &Path) -> String {
+    let keys = ksks(addr);
+    assert!(
+        !keys.is_empty(),
+        "no KSK served: {}",
+        dig(addr, "example.com DNSKEY")
+    );
+    let mut a = String::from("trust-anchors {\n");
+    for k in &keys {
+        a.push_str(&format!(
+            "  example.com. static-key {} {} {} \"{}\";\n",
+            k[0], k[1], k[2], k[3]
+        ));
+    }
+    a.push_str("};\n");
+    std::fs::write(file, a).unwrap();
+    format!(
+        "example.com. IN DNSKEY {} {} {} {}",
+        keys[0][0], keys[0][1], keys[0][2], keys[0][3]
+    )
+}
+
+fn need(programs: &[&str]) -> bool {
+    for p in programs {
+        if !palisade_tests::have_program(p) {
+            palisade_tests::skipped(&format!("{p} not installed"));
+            return false;
+        }
+    }
+    true
+}
+
+/// A dnsd serving ZONE (NS addresses its own, TTLs `ttl`) for example.com. signed under
+/// `policy` (TOML lines), its key directory in `dir`.
+fn start(dir: &Path, ttl: u32, policy: &str, extra_zone: &[&str]) -> (Dnsd, std::path::PathBuf) {
+    start_with(dir, Some(ttl), policy, extra_zone, "", "")
+}
+
+/// [`start`] with lines for `[dnssec]` and for the defences; `ttl` None serves the zone file
+/// and keys already in `dir` (a restart).
+fn start_with(
+    dir: &Path,
+    ttl: Option<u32>,
+    policy: &str,
+    extra_zone: &[&str],
+    dnssec: &str,
+    defence: &str,
+) -> (Dnsd, std::path::PathBuf) {
+    let ip = palisade_tests::net::test_ip();
+    let at = SocketAddr::from((ip, palisade_tests::net::free_port(ip)));
+    let file = dir.join("example.com.zone");
+    if let Some(ttl) = ttl {
+        std::fs::write(
+            &file,
+            ZONE.replace("NS_ADDR", &ip.to_string())
+                .replace("ZONE_TTL", &ttl.to_string()),
+        )
+        .unwrap();
+    }
+    let mut z = Zone::new("example.com.", &file);
+    z.options.push("dnssec_policy = \"p\"".into());
+    z.options.extend(extra_zone.iter().map(|s| s.to_string()));
+    let dnsd = Dnsd::builder()
+        .at(at)
+        .zone(z)
+        .raw(&format!(
+            "[defence.rrl]\nenabled = false\n\n{defence}\n\n[dnssec]\nkey_dir = \"{}\"\n{dnssec}\n\n\
+             [[dnssec_policy]]\nname = \"p\"\n{policy}\n",
+            dir.join("keys").display()
+        ))
+        .start();
+    (dnsd, file)
+}
+
+fn serial(addr: SocketAddr) -> u32 {
+    dig(addr, "+short example.com SOA")
+        .split_whitespace()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn zones_dnsd_signs_validate_and_are_signed_again_on_change() {
+    if !need(&["delv", "dig"]) {
+        return;
+    }
+    let variants: &[(&str, &str, bool)] = &[
+        ("NSEC, ECDSA P-256, CSK", "", false),
+        (
+            "NSEC3, Ed25519, KSK+ZSK",
+            "nsec3 = true\nalgorithm = \"ed25519\"\nkeys = \"ksk-zsk\"",
+            false,
+        ),
+        (
+            "NSEC3 opt-out, RSA/SHA-256",
+            "nsec3 = true\nnsec3_opt_out = true\nalgorithm = \"rsasha256\"",
+            true,
+        ),
+        // NXDOMAIN and NODATA denied by one NSEC signed online (delv calls a compact
+        // NXDOMAIN a negative response too: it is a NODATA).
+        (
+            "NSEC, compact denial (RFC 9824)",
+            "compact_denial = true",
+            false,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for &(what, policy, opt_out) in variants {
+        let dir = tempfile::tempdir().unwrap();
+        let (dnsd, file) = start(dir.path(), 3600, policy, &[]);
+        let anchor = dir.path().join("anchor.conf");
+        let dnskey = anchor_from_dnskeys(dnsd.addr(), &anchor);
+        let check = |failures: &mut Vec<String>, at: SocketAddr, step: &str| {
+            for (name, qtype, want) in expectations(opt_out) {
+                let text = delv(at, &anchor, name, qtype);
+                if !text.contains(want) {
+                    failures.push(format!(
+                        "[{what}, {step}] delv {name} {qtype}: expected {want:?}:\n{text}"
+                    ));
+                }
+            }
+        };
+        check(&mut failures, dnsd.addr(), "first signing");
+        // The key files are the service's alone, in a directory of the zone's own.
+        use std::os::unix::fs::PermissionsExt as _;
+        let zdir = dir.path().join("keys").join("example.com");
+        let mode = std::fs::metadata(&zdir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", zdir.display());
+        let mut keys = 0;
+        for e in std::fs::read_dir(&zdir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+                assert_eq!(mode, 0o600, "{}", p.display());
+                keys += 1;
+            }
+        }
+        assert!(keys >= 1, "no key file in {}", zdir.display());
+        if palisade_tests::dnsviz::available() {
+            let work = dir.path().join("dnsviz");
+            std::fs::create_dir_all(&work).unwrap();
+            let v = palisade_tests::dnsviz::check(
+                "example.com.",
+                &[
+                    ("ns1.example.com", dnsd.addr()),
+                    ("ns2.example.com", dnsd.addr()),
+                ],
+                &[
+                    "nothere.example.com.",
+                    "www.example.com.",
+                    "a.wild.example.com.",
+                    "c.example.com.",
+                    "zz.e.insecure2.example.com.",
+                    "www.old.example.com.",
+                ],
+                &dnskey,
+                &work,
+            );
+            for w in &v.warnings {
+                eprintln!("[{what}] dnsviz: {w}");
+            }
+            failures.extend(
+                v.errors
+                    .into_iter()
+                    .map(|e| format!("[{what}] dnsviz: {e}")),
+            );
+        } else {
+            palisade_tests::skipped("dnsviz not installed");
+        }
+        // A change: one RRset edited, one name added. Signed again with a newer serial,
+        // keeping the signatures of what did not change.
+        let before = serial(dnsd.addr());
+        let made_before = dnsd.stat("dnssec.signatures_made");
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(
+            &file,
+            text.replace("www     A 192.0.2.10", "www     A 192.0.2.11") + "new TXT \"added\"\n",
+        )
+        .unwrap();
+        let (ok, out) = dnsd.ctl(&["reload", "example.com."]);
+        assert!(ok, "{out}");
+        let after = serial(dnsd.addr());
+        assert!(
+            after.wrapping_sub(before) as i32 > 0,
+            "[{what}] serial {before} -> {after}: the file's serial did not move, the served one must"
+        );
+        let made = dnsd.stat("dnssec.signatures_made") - made_before;
+        let kept = dnsd.stat("dnssec.signatures_kept");
+        // SOA, the edited A, the new TXT, and the chain links around the new name.
+        assert!(
+            made > 0 && made <= 12 && kept >= 15,
+            "[{what}] a small change re-signed {made} RRsets and kept {kept}"
+        );
+        let text = delv(dnsd.addr(), &anchor, "new.example.com", "TXT");
+        if !text.contains("; fully validated") || !text.contains("added") {
+            failures.push(format!(
+                "[{what}] the added name does not validate:\n{text}"
+            ));
+        }
+        let text = delv(dnsd.addr(), &anchor, "www.example.com", "A");
+        if !text.contains("192.0.2.11") || !text.contains("; fully validated") {
+            failures.push(format!(
+                "[{what}] the edited RRset does not validate:\n{text}"
+            ));
+        }
+        check(&mut failures, dnsd.addr(), "after the change");
+        // Signing again on demand keeps everything but the SOA's signature.
+        let (ok, out) = dnsd.ctl(&["zone-sign", "example.com."]);
+        assert!(ok && out.contains("made"), "{out}");
+        let (ok, keys) = dnsd.ctl(&["zone-keys", "example.com."]);
+        assert!(ok && keys.contains("Active"), "{keys}");
+        let (ok, zones) = dnsd.ctl(&["zones"]);
+        assert!(ok && zones.contains("signed by dnsd (policy p)"), "{zones}");
+        // A restart serves a serial no older than before (secondaries would refuse it),
+        // and keeps the signatures of the copy written of the last signed version.
+        let s = serial(dnsd.addr());
+        let copy = dir
+            .path()
+            .join("keys")
+            .join("example.com")
+            .join("signed.zone");
+        let t = Instant::now();
+        while !std::fs::read_to_string(&copy).is_ok_and(|c| c.contains(&format!("serial {s},")))
+            && t.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(dnsd);
+        let (dnsd, _) = start_with(dir.path(), None, policy, &[], "", "");
+        let s2 = serial(dnsd.addr());
+        assert!(
+            s2.wrapping_sub(s) as i32 > 0,
+            "[{what}] serial {s} -> {s2} across a restart"
+        );
+        let (made, kept) = (
+            dnsd.stat("dnssec.signatures_made"),
+            dnsd.stat("dnssec.signatures_kept"),
+        );
+        assert!(
+            made <= 2 && kept >= 15,
+            "[{what}] after a restart {made} signatures made, {kept} kept"
+        );
+        // The same keys: the old trust anchor still validates.
+        check(&mut failures, dnsd.addr(), "after a restart");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn knot_as_secondary_of_a_signing_dnsd_serves_answers_that_validate_before_and_after_an_ixfr() {
+    if !need(&["delv", "dig"]) {
+        return;
+    }
+    if !Knot::available() {
+        palisade_tests::skipped("knotd not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (dnsd, _) = start(
+        dir.path(),
+        3600,
+        "nsec3 = true",
+        &["allow_transfer = [\"127.0.0.0/8\"]"],
+    );
+    let anchor = dir.path().join("anchor.conf");
+    anchor_from_dnskeys(dnsd.addr(), &anchor);
+    let kd = dir.path().join("knot");
+    std::fs::create_dir_all(&kd).unwrap();
+    let d = dnsd.addr();
+    let knot = Knot::start_raw(
+        &[Zone::new("example.com.", kd.join("example.com.zone"))],
+        move |_, addr| {
+            format!(
+                "{}remote:\n  - id: dnsd\n    address: {}@{}\n\n\
+             template:\n  - id: default\n    storage: \"{kd}\"\n    zonefile-sync: -1\n    \
+             journal-content: changes\n    semantic-checks: off\n\n\
+             zone:\n  - domain: example.com.\n    master: dnsd\n",
+                Knot::server_section(&kd, addr),
+                d.ip(),
+                d.port(),
+                kd = kd.display()
+            )
+        },
+    );
+    assert_eq!(
+        serial(knot.addr()),
+        serial(dnsd.addr()),
+        "Knot took the signed zone"
+    );
+    let mut failures = Vec::new();
+    for (name, qtype, want) in expectations(false) {
+        let text = delv(knot.addr(), &anchor, name, qtype);
+        if !text.contains(want) {
+            failures.push(format!(
+                "knot: delv {name} {qtype}: expected {want:?}:\n{text}"
+            ));
+        }
+    }
+    // A change, signed again at dnsd, reaches Knot by IXFR and validates there.
+    let file = dir.path().join("example.com.zone");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text + "later TXT \"ixfr\"\n").unwrap();
+    let (ok, out) = dnsd.ctl(&["reload", "example.com."]);
+    assert!(ok, "{out}");
+    let want = serial(dnsd.addr());
+    let t = Instant::now();
+    while serial(knot.addr()) != want && t.elapsed() < Duration::from_secs(15) {
+        let _ = knot.knotc(&["zone-refresh", "example.com."]);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(
+        serial(knot.addr()),
+        want,
+        "Knot took the change:\n{}",
+        knot.log()
+    );
+    assert!(
+        knot.log().contains("IXFR"),
+        "Knot took the change by IXFR:\n{}",
+        knot.log()
+    );
+    let text = delv(knot.addr(), &anchor, "later.example.com", "TXT");
+    if !text.contains("; fully validated") || !text.contains("ixfr") {
+        failures.push(format!("knot, after the IXFR: delv later TXT:\n{text}"));
+    }
+    let text = delv(knot.addr(), &anchor, "nothere.example.com", "A");
+    if !text.contains("; negative response, fully validated") {
+        failures.push(format!("knot, after the IXFR: delv nothere A:\n{text}"));
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\nknot log:\n{}",
+        failures.join("\n"),
+        knot.log()
+    );
+}
+
+/// The CDS records served, as delv `static-ds` anchors (the parent's DS set, as a parent
+/// that follows CDS would hold it).
+fn anchor_from_cds(addr: SocketAddr) -> Option<String> {
+    let cds: Vec<String> = dig(addr, "+short example.com CDS")
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 4).then(|| {
+                format!(
+                    "  example.com. static-ds {} {} {} \"{}\";\n",
+                    f[0],
+                    f[1],
+                    f[2],
+                    f[3..].join("")
+                )
+            })
+        })
+        .collect();
+    (!cds.is_empty()).then(|| format!("trust-anchors {{\n{}}};\n", cds.concat()))
+}
+
+#[test]
+fn key_rollovers_on_a_short_timetable_never_break_validation() {
+    if !need(&["delv", "dig"]) {
+        return;
+    }
+    // TTLs of 1-2 s and lifetimes of seconds: a ZSK pre-publish rollover and a KSK
+    // double-signature rollover each run to the end within the test.
+    let dir = tempfile::tempdir().unwrap();
+    let (dnsd, _) = start(
+        dir.path(),
+        2,
+        "keys = \"ksk-zsk\"\nzsk_lifetime = \"6\"\nksk_lifetime = \"12\"\ndnskey_ttl = \"1\"\n\
+         propagation_delay = \"1\"\nparent_ds_ttl = \"1\"",
+        &[],
+    );
+    let a = dnsd.addr();
+    let anchor = dir.path().join("anchor.conf");
+    anchor_from_dnskeys(a, &anchor);
+    let first: Vec<[String; 4]> = ksks(a);
+    let first_dnskeys = dig(a, "+short example.com DNSKEY");
+    let mut failures = Vec::new();
+    let mut steps = 0;
+    let start = Instant::now();
+    let mut seen_keys = std::collections::BTreeSet::new();
+    while start.elapsed() < Duration::from_secs(35) {
+        // The parent takes whatever the CDS says (from when it is first published).
+        if let Some(a2) = anchor_from_cds(a) {
+            std::fs::write(&anchor, a2).unwrap();
+        }
+        for (name, qtype, want) in [
+            ("www.example.com", "A", "; fully validated"),
+            (
+                "nothere.example.com",
+                "A",
+                "; negative response, fully validated",
+            ),
+            ("example.com", "DNSKEY", "; fully validated"),
+        ] {
+            let text = delv(a, &anchor, name, qtype);
+            if !text.contains(want) {
+                let (_, keys) = dnsd.ctl(&["zone-keys", "example.com."]);
+                failures.push(format!(
+                    "after {:?}: delv {name} {qtype}: expected {want:?}:\n{text}\nkeys:\n{keys}",
+                    start.elapsed()
+                ));
+            }
+        }
+        for l in dig(a, "+short example.com DNSKEY").lines() {
+            seen_keys.insert(l.to_string());
+        }
+        steps += 1;
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n{}",
+        failures.join("\n"),
+        dnsd.log()
+    );
+    // Both rollovers ran to their end: new keys in, the first ones gone.
+    let now_keys = dig(a, "+short example.com DNSKEY");
+    for k in first_dnskeys.lines() {
+        assert!(
+            !now_keys.contains(k),
+            "a first key is still published after {steps} steps:\n{now_keys}\n{}",
+            dnsd.log()
+        );
+    }
+    assert!(ksks(a) != first, "the KSK did not roll");
+    assert!(seen_keys.len() >= 4, "keys seen: {seen_keys:?}");
+}
+
+#[test]
+fn pre_signed_zones_near_expiry_are_reported() {
+    if !need(&["dnssec-signzone", "dnssec-keygen"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("soon.zone"),
+        "$TTL 300\n@ SOA ns1 h 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 192.0.2.1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("gone.zone"),
+        "$TTL 300\n@ SOA ns1 h 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 192.0.2.1\n",
+    )
+    .unwrap();
+    for z in ["soon.test", "gone.test"] {
+        palisade_tests::sh(
+            d,
+            &format!("dnssec-keygen -q -f KSK -a ECDSAP256SHA256 -K . {z}"),
+        );
+    }
+    // Signatures that end in two days, and some that ended an hour ago.
+    palisade_tests::sh(
+        d,
+        "dnssec-signzone -q -o soon.test -K . -S -z -e now+172800 -f soon.signed soon.zone",
+    );
+    palisade_tests::sh(
+        d,
+        "dnssec-signzone -q -o gone.test -K . -S -z -P -s now-86400 -e now-3600 -f gone.signed gone.zone",
+    );
+    let dnsd = Dnsd::builder()
+        .zone(Zone::new("soon.test.", d.join("soon.signed")))
+        .zone(Zone::new("gone.test.", d.join("gone.signed")))
+        .start();
+    let (ok, zones) = dnsd.ctl(&["zones"]);
+    assert!(ok, "{zones}");
+    let line = |z: &str| {
+        zones
+            .lines()
+            .find(|l| l.starts_with(z))
+            .unwrap_or("")
+            .to_string()
+    };
+    assert!(
+        line("soon.test.").contains("WARNING: signatures expire"),
+        "{zones}"
+    );
+    assert!(line("gone.test.").contains("SIGNATURES EXPIRED"), "{zones}");
+    let log = dnsd.log();
+    assert!(
+        log.contains("rrsig_warn_days") && log.contains("expired signatures"),
+        "{log}"
+    );
+    // The expired signatures served are counted (the first check runs at start).
+    let t = Instant::now();
+    while dnsd.stat("dnssec.expired_signatures") == 0 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        dnsd.stat("dnssec.expired_signatures") > 0,
+        "{}",
+        dnsd.metrics()
+    );
+    assert_eq!(dnsd.stat("dnssec.expiring_zones"), 2);
+}
+
+#[test]
+fn compact_denial_answers_noerror_with_one_nsec_and_transfers_a_full_chain() {
+    if !need(&["dig"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (dnsd, _) = start(
+        dir.path(),
+        3600,
+        "compact_denial = true",
+        &["allow_transfer = [\"127.0.0.0/8\"]"],
+    );
+    let a = dnsd.addr();
+    // A name that does not exist: NOERROR, one NSEC at the name, next name \000.name,
+    // types RRSIG NSEC NXNAME; no chain record.
+    let out = dig(a, "+dnssec +norec nothere.example.com A");
+    assert!(out.contains("status: NOERROR"), "{out}");
+    let nsecs: Vec<&str> = out.lines().filter(|l| l.contains("\tNSEC\t")).collect();
+    assert_eq!(nsecs.len(), 1, "{out}");
+    assert!(
+        nsecs[0].starts_with("nothere.example.com.")
+            && nsecs[0].contains("\\000.nothere.example.com. RRSIG NSEC TYPE128"),
+        "{out}"
+    );
+    // Without DO: a plain NXDOMAIN.
+    let out = dig(a, "+norec nothere.example.com A");
+    assert!(out.contains("status: NXDOMAIN"), "{out}");
+    // A type that does not exist: the name's own types.
+    let out = dig(a, "+dnssec +norec www.example.com TXT");
+    assert!(
+        out.contains("www.example.com.") && out.contains("A AAAA RRSIG NSEC"),
+        "{out}"
+    );
+    // The transfer holds the whole NSEC chain (a valid denial too) for secondaries.
+    let axfr = dig(a, "example.com AXFR");
+    let chain = axfr.lines().filter(|l| l.contains("\tNSEC\t")).count();
+    // One per authoritative name: the apex, a.b.c, cn, insecure, d.e.insecure2, mail, ns1,
+    // ns2, old, secure, *.wild, www, x.wild.
+    assert_eq!(chain, 13, "NSEC in the transfer:\n{axfr}");
+    assert!(
+        !axfr.contains("\\000."),
+        "an online denial leaked into the zone:\n{axfr}"
+    );
+    assert!(dnsd.stat("compact_denial.signed") >= 2);
+}
+
+#[test]
+fn compact_denial_budgets_truncate_floods_and_positive_answers_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    // A worker signs at most 30 denials a second, one source 10 of them.
+    let (dnsd, _) = start_with(
+        dir.path(),
+        Some(3600),
+        "compact_denial = true",
+        &[],
+        "compact_denial_rate = 30\ncompact_denial_per_source = 10",
+        "[defence.water_torture]\nenabled = false",
+    );
+    let at = dnsd.addr();
+    let opts = QueryOpts::edns(1232).with_do();
+    let ask = |sock: &UdpSocket, id: u16, name: &str| -> Option<RawMsg> {
+        sock.send(&build_query(id, name, 1, &opts)).unwrap();
+        let mut buf = [0u8; 4096];
+        sock.recv(&mut buf)
+            .ok()
+            .map(|n| RawMsg::parse(&buf[..n]).unwrap())
+    };
+    let one = |ip: [u8; 4]| {
+        let s = UdpSocket::bind(SocketAddr::new(IpAddr::from(ip), 0)).unwrap();
+        s.connect(at).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s
+    };
+    let flooder = one([127, 4, 0, 1]);
+    let others: Vec<UdpSocket> = (1..=6u8).map(|i| one([127, 5, i, 1])).collect();
+    let legit = one([127, 6, 0, 1]);
+    let (mut tc, mut full, mut legit_ok) = (0, 0, 0);
+    // Budgets are per second: what a phase may sign depends on how many seconds it spans
+    // (a loaded machine stretches it), so the bounds below count them.
+    let unix = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    };
+    let t0 = unix();
+    // 40 random names from one source, 10 from each of six others, and an existing name
+    // in between.
+    for i in 0..40u16 {
+        let m = ask(&flooder, i, &format!("f{i}.example.com.")).expect("an answer");
+        if m.has(0x0200) {
+            tc += 1;
+        } else {
+            full += 1;
+        }
+        if i % 4 == 0 {
+            let m = ask(&legit, 1000 + i, "www.example.com.").expect("an answer");
+            if m.rcode() == 0 && m.counts[1] > 0 && !m.has(0x0200) {
+                legit_ok += 1;
+            }
+        }
+    }
+    for (k, s) in others.iter().enumerate() {
+        for i in 0..10u16 {
+            let _ = ask(s, 2000 + i, &format!("o{k}x{i}.example.com."));
+        }
+    }
+    assert_eq!(
+        legit_ok, 10,
+        "positive answers are never held up by denials"
+    );
+    let seconds = unix() - t0 + 1;
+    assert!(
+        full <= 10 * seconds && tc >= 40 - 10 * seconds,
+        "one source over {seconds} s: {full} signed, {tc} truncated"
+    );
+    let signed = dnsd.stat("compact_denial.signed") as i64;
+    let over =
+        (dnsd.stat("compact_denial.over_source") + dnsd.stat("compact_denial.over_budget")) as i64;
+    assert!(
+        signed <= 30 * seconds && over >= 100 - 30 * seconds,
+        "over {seconds} s: {signed} signed, {over} over a budget\n{}",
+        dnsd.metrics()
+    );
+    if seconds <= 2 {
+        // 100 denials asked in two seconds at most: the worker's 30 a second ran out.
+        assert!(
+            dnsd.stat("compact_denial.over_budget") > 0,
+            "{}",
+            dnsd.metrics()
+        );
+    }
+    // Over TCP, every connection shares one budget: 25 connections from one address get
+    // no more than its share (a budget each would grow with the connections opened).
+    std::thread::sleep(Duration::from_millis(1100));
+    let before = dnsd.stat("compact_denial.over_source");
+    let t0 = unix();
+    let mut tc = 0;
+    for i in 0..25 {
+        let out = dig(
+            at,
+            &format!("+tcp +dnssec +norec +ignore -b 127.8.0.1 t{i}.example.com A"),
+        );
+        if out.contains(" tc") {
+            tc += 1;
+        }
+    }
+    let seconds = unix() - t0 + 1;
+    assert!(
+        tc >= 25 - 10 * seconds,
+        "{tc} of 25 TCP denials over the budget in {seconds} s"
+    );
+    assert!(dnsd.stat("compact_denial.over_source") as i64 - before as i64 >= 25 - 10 * seconds);
+}
+
+#[test]
+fn random_subdomain_flood_on_a_compact_denial_zone_is_still_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dnsd, _) = start_with(
+        dir.path(),
+        Some(3600),
+        "compact_denial = true",
+        &[],
+        "",
+        "[defence.water_torture]\nzone_nxdomains_per_second = 100\nsource_nxdomain_limit = 5\n\
+         escalate_after = 20\nwindow = 10\nblock_ttl = 300",
+    );
+    let at = dnsd.addr();
+    let opts = QueryOpts::edns(1232).with_do();
+    let flooders: Vec<UdpSocket> = (1..=50u8)
+        .map(|i| {
+            let s = UdpSocket::bind(SocketAddr::new(IpAddr::from([127, 7, 0, i]), 0)).unwrap();
+            s.connect(at).unwrap();
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect();
+    let mut buf = [0u8; 4096];
+    let mut noerror = 0;
+    for round in 0..60u16 {
+        for (k, s) in flooders.iter().enumerate() {
+            let _ = s.send(&build_query(
+                round,
+                &format!("r{round}x{k}.example.com."),
+                1,
+                &opts,
+            ));
+            if let Ok(n) = s.recv(&mut buf)
+                && RawMsg::parse(&buf[..n]).is_ok_and(|m| m.rcode() == 0)
+            {
+                noerror += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The flood was answered NOERROR (compact denial), and still seen as NXDOMAINs.
+    assert!(noerror > 0, "compact denials answer NOERROR");
+    let stats = dnsd.stats();
+    assert!(stats["random_subdomain.attacks"] >= 1, "{stats:?}");
+    assert!(stats["random_subdomain.escalated"] >= 50, "{stats:?}");
+    let (_, list) = dnsd.ctl(&["block", "list"]);
+    let blocked = list
+        .lines()
+        .filter(|l| l.starts_with("127.7.0.") && l.contains("random-subdomain"))
+        .count();
+    assert_eq!(blocked, 50, "every flooder blocked:\n{list}");
+}
+
+#[test]
+fn a_secondary_dnsd_signs_what_its_primary_sends_and_an_ixfr_re_signs_only_its_changes() {
+    if !need(&["delv", "dig"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // The primary: the tenant's unsigned zone (its NS addresses: the secondary's).
+    let ip = palisade_tests::net::test_ip();
+    let sec_at = SocketAddr::from((ip, palisade_tests::net::free_port(ip)));
+    let pfile = d.join("primary.zone");
+    std::fs::write(
+        &pfile,
+        ZONE.replace("NS_ADDR", &ip.to_string())
+            .replace("ZONE_TTL", "3600"),
+    )
+    .unwrap();
+    let mut pz = Zone::new("example.com.", &pfile);
+    pz.options.push("allow_transfer = [\"127.0.0.0/8\"]".into());
+    pz.options.push(format!("notify = [\"{sec_at}\"]"));
+    let primary = Dnsd::builder().zone(pz).start();
+    // The secondary signs what comes.
+    let mut sz = Zone::new("example.com.", d.join("secondary.zone"));
+    sz.options
+        .push(format!("primaries = [\"{}\"]", primary.addr()));
+    sz.options.push("allow_notify = [\"127.0.0.0/8\"]".into());
+    sz.options.push("dnssec_policy = \"p\"".into());
+    let secondary = Dnsd::builder()
+        .at(sec_at)
+        .zone(sz)
+        .raw(&format!(
+            "[defence.rrl]\nenabled = false\n\n[dnssec]\nkey_dir = \"{}\"\n\n\
+             [[dnssec_policy]]\nname = \"p\"\nnsec3 = true\n",
+            d.join("keys").display()
+        ))
+        .start();
+    let s = secondary.addr();
+    let anchor = d.join("anchor.conf");
+    anchor_from_dnskeys(s, &anchor);
+    let mut failures = Vec::new();
+    for (name, qtype, want) in expectations(false) {
+        let text = delv(s, &anchor, name, qtype);
+        if !text.contains(want) {
+            failures.push(format!("delv {name} {qtype}: expected {want:?}:\n{text}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n{}",
+        failures.join("\n"),
+        secondary.log()
+    );
+    let before = serial(s);
+    let made = secondary.stat("dnssec.signatures_made");
+    // The tenant changes one record and bumps the serial: NOTIFY, IXFR, signed again.
+    let text = std::fs::read_to_string(&pfile).unwrap();
+    std::fs::write(
+        &pfile,
+        text.replace("2026010101", "2026010102")
+            .replace("www     A 192.0.2.10", "www     A 192.0.2.12"),
+    )
+    .unwrap();
+    let (ok, out) = primary.ctl(&["reload", "example.com."]);
+    assert!(ok, "{out}");
+    let t = Instant::now();
+    while serial(s) == before && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        serial(s).wrapping_sub(before) as i32 > 0,
+        "the secondary did not take the change:\n{}",
+        secondary.log()
+    );
+    assert!(secondary.log().contains("IXFR"), "{}", secondary.log());
+    let again = secondary.stat("dnssec.signatures_made") - made;
+    assert!(
+        again > 0 && again <= 8,
+        "an IXFR of one record re-signed {again} RRsets"
+    );
+    let text = delv(s, &anchor, "www.example.com", "A");
+    assert!(
+        text.contains("192.0.2.12") && text.contains("; fully validated"),
+        "{text}"
+    );
+    // The copy on disk is the primary's data (a restart signs it again).
+    let copy = std::fs::read_to_string(d.join("secondary.zone")).unwrap();
+    assert!(
+        !copy.contains("RRSIG") && copy.contains("192.0.2.12"),
+        "{copy}"
+    );
+}
+
+#[test]
+fn compact_denial_never_signs_for_a_zone_a_cname_leads_to() {
+    if !need(&["dig"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("a.zone"),
+        "$TTL 300\n@ SOA ns h 1 7200 3600 1209600 300\n@ NS ns\nns A 192.0.2.1\n\
+         out CNAME nothere.other.test.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("o.zone"),
+        "$TTL 300\n@ SOA ns h 1 7200 3600 1209600 300\n@ NS ns\nns A 192.0.2.1\n",
+    )
+    .unwrap();
+    let mut a = Zone::new("example.com.", d.join("a.zone"));
+    a.options.push("dnssec_policy = \"p\"".into());
+    let dnsd = Dnsd::builder()
+        .zone(a)
+        .zone(Zone::new("other.test.", d.join("o.zone")))
+        .raw(&format!(
+            "[dnssec]\nkey_dir = \"{}\"\n\n[[dnssec_policy]]\nname = \"p\"\ncompact_denial = true\n",
+            d.join("keys").display()
+        ))
+        .start();
+    // The chain ends in the unsigned zone: its NXDOMAIN, no NSEC signed for it by
+    // example.com's key.
+    let out = dig(dnsd.addr(), "+dnssec +norec out.example.com A");
+    assert!(out.contains("status: NXDOMAIN"), "{out}");
+    assert!(!out.contains("\\000"), "{out}");
+    // In example.com itself, compact denial as usual.
+    let out = dig(dnsd.addr(), "+dnssec +norec nothere.example.com A");
+    assert!(
+        out.contains("status: NOERROR") && out.contains("\\000.nothere"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_zone_whose_reload_failed_is_still_signed_again() {
+    if !need(&["dig"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (dnsd, file) = start(dir.path(), 3600, "", &[]);
+    let before = serial(dnsd.addr());
+    // A broken upload: the last good version keeps serving...
+    std::fs::write(&file, "this is not a zone\n").unwrap();
+    let (ok, out) = dnsd.ctl(&["reload", "example.com."]);
+    assert!(!ok, "{out}");
+    // ...and keeps being signed (its signatures must not run out while the tenant fixes it).
+    let (ok, out) = dnsd.ctl(&["zone-sign", "example.com."]);
+    assert!(ok && out.contains("signed, serial"), "{out}");
+    assert!(serial(dnsd.addr()).wrapping_sub(before) as i32 > 0);
+}
+
+#[test]
+fn a_damaged_signed_copy_is_refused_and_the_zone_signed_anew() {
+    if !need(&["dig"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (dnsd, _) = start(dir.path(), 3600, "", &[]);
+    let copy = dir
+        .path()
+        .join("keys")
+        .join("example.com")
+        .join("signed.zone");
+    let t = Instant::now();
+    while !copy.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(dnsd);
+    std::fs::write(&copy, "example.com. 300 IN SOA broken\n\u{0}garbage\n").unwrap();
+    let (dnsd, _) = start_with(dir.path(), None, "", &[], "", "");
+    assert!(!ksks(dnsd.addr()).is_empty(), "served signed");
+    assert!(dnsd.stat("dnssec.signatures_made") >= 15, "signed anew");
+    let log = dnsd.log();
+    assert!(log.contains("does not load, signing anew"), "{log}");
+}
