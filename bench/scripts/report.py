@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes bench/report/REPORT.md and its PNG plots from the JSON results in
-bench/report/raw/ (attack, dns_qps, dnssec_qps, zone_load, axfr, isolation, listen_hash, http_front,
+bench/report/raw/ (attack, dns_qps, dnssec_qps, signing, zone_load, axfr, isolation, listen_hash, http_front,
 xdp_veth, redis_sync).
 A missing result is skipped with a note; nothing is measured here.
 Usage: report.py
@@ -375,6 +375,35 @@ def many_zones_section(M, md):
         axes[1].set_yticklabels([])
         md.append(f"![many zones]({savefig(fig, 'many_zones.png')})\n")
     md.append(f"Command: `{M['command']}` ({M['machine']}).\n")
+
+
+def signing_section(S, md):
+    md.append("## 11. DNSSEC signing\n")
+    sg = S.get("signers", [])
+    b = next((x for x in sg if x["name"] == "dnsd"), None)
+    md.append(f"The generated zone of section 4 ({S['records']:,} records), ECDSA P-256, one "
+              f"combined key, NSEC, {S['cores']} cores free to use; median of {S['runs']} run(s). "
+              "Servers: from spawn to the first answer with a DNSKEY (signed and served), memory "
+              "(PSS) then; signers of files: wall time and peak RSS.\n")
+    rows = [[x["command"], f"{x['seconds']:.2f} s" + (ratio(x["seconds"], b["seconds"]) if b else ""),
+             f"{x['mem_kib'] / 1024:.0f} MiB {x['mem_kind']}"
+             + (ratio(x["mem_kib"], b["mem_kib"]) if b else "")] for x in sg]
+    md.append(table(["signer", "time", "memory"], rows) + "\n")
+    fl = S.get("flood", [])
+    if fl:
+        md.append(f"A random-subdomain flood with DO from one address (dnsperf, {S['seconds']} s) "
+                  "and beside it a client asking for existing names, against 100,000 names; "
+                  "dnsd pinned to CPU 0, the random-subdomain defence off (it would block the "
+                  "one flooding address). Compact denial signs within `[dnssec] "
+                  "compact_denial_rate` per worker and `compact_denial_per_source` per /24, "
+                  "past them TC=1.\n")
+        base = next((x for x in fl if x["name"] == "pre-signed NSEC3"), None)
+        rows = [[x["name"], f"{x['flood_qps']:,.0f}" + (ratio(x["flood_qps"], base["flood_qps"]) if base else ""),
+                 f"{x['legit_qps']:,.0f}" + (ratio(x["legit_qps"], base["legit_qps"]) if base else ""),
+                 f"{x['signed']:,}", f"{x['over_budget'] + x['over_source']:,}"] for x in fl]
+        md.append(table(["dnsd denying with", "flood answers/s", "existing names answered/s",
+                         "denials signed", "TC=1 past the budget"], rows) + "\n")
+    md.append(f"Command: `{S['command']}` ({S['machine']}).\n")
 
 
 # ---------------------------------------------------------------------------------------
@@ -915,6 +944,7 @@ def main():
     N = load("node_blocks")
     XA = load("xdp_answers")
     MZ = load("many_zones")
+    SG = load("signing")
     md = ["# Palisade benchmark report\n"]
     machine = next((x["machine"] for x in (A, Q, Z, I) if x and x.get("machine")), c.machine())
     quick = any(x.get("quick") for x in (A, I) if x)
@@ -991,7 +1021,8 @@ def main():
                            (R, lambda: redis_section(R, md), "redis"),
                            (N, lambda: node_section(N, md), "node"),
                            (XA, lambda: xdp_answers_section(XA, md), "xdp-answers"),
-                           (MZ, lambda: many_zones_section(MZ, md), "many-zones")):
+                           (MZ, lambda: many_zones_section(MZ, md), "many-zones"),
+                           (SG, lambda: signing_section(SG, md), "signing")):
         if data:
             fn()
         else:
