@@ -94,9 +94,9 @@ pub struct Denier {
     sources: Box<[(u32, u32)]>,
     cache: Box<[Entry]>,
     scratch: Box<[u8; 2048]>,
+    /// Seeded per process: cache slots and source shares cannot be aimed from outside.
+    hasher: foldhash::fast::RandomState,
 }
-
-const HASHER: foldhash::fast::FixedState = foldhash::fast::FixedState::with_seed(9824);
 
 impl Denier {
     /// A worker's denier: `per_second` signatures a second, `per_source` of them for one
@@ -120,6 +120,7 @@ impl Denier {
             ]
             .into_boxed_slice(),
             scratch: Box::new([0; 2048]),
+            hasher: foldhash::fast::RandomState::default(),
         }
     }
 
@@ -136,13 +137,19 @@ impl Denier {
         now: u64,
     ) -> Result<Denial<'_>, Option<Compact>> {
         types.sort_unstable();
-        let key = HASHER.hash_one((zone_id, s.tag, owner, &*types));
+        let key = self.hasher.hash_one((zone_id, s.tag, owner, &*types));
         let hour = (now / 3600) as u32;
         let slot = (key as usize) & (CACHE - 1);
         let e = &self.cache[slot];
-        if e.key == key && e.hour == hour && e.nsec_len > 0 {
-            let n = e.nsec_len as usize;
+        // The entry's next name is `\000.owner`: a hash collision never serves another
+        // name's denial.
+        if e.key == key
+            && e.hour == hour
+            && e.nsec_len as usize > 2 + owner.len()
+            && e.buf[2..2 + owner.len()] == *owner
+        {
             let e = &self.cache[slot];
+            let n = e.nsec_len as usize;
             return Ok((
                 &e.buf[..n],
                 &e.buf[n..n + e.sig_len as usize],
@@ -157,7 +164,7 @@ impl Denier {
         if self.used >= self.per_second {
             return Err(Some(Compact::OverBudget));
         }
-        let src_i = (HASHER.hash_one(prefix(src)) as usize) & (SOURCES - 1);
+        let src_i = (self.hasher.hash_one(prefix(src)) as usize) & (SOURCES - 1);
         let sec = now as u32;
         let share = &mut self.sources[src_i];
         if share.0 != sec {
@@ -289,5 +296,37 @@ mod tests {
         );
         // A new second, a new budget.
         assert!(d.deny(&s, 1, &name(4), &mut ty, b, 1001).is_ok());
+    }
+
+    #[test]
+    fn a_colliding_cache_entry_is_not_served_for_another_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = Key::generate(
+            dir.path(),
+            "example.com.",
+            crate::signing::keys::Algorithm::Ecdsap256sha256,
+            2048,
+            crate::signing::keys::Role::Csk,
+            0,
+            Some(0),
+        )
+        .unwrap();
+        let apex = zones::Name::parse("example.com.", None).unwrap();
+        let s = CompactSigner::new(Arc::new(key), apex.as_wire(), 300, 86400);
+        let mut d = Denier::new(100, 100);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let x = zones::Name::parse("x.example.com.", None).unwrap();
+        let y = zones::Name::parse("y.example.com.", None).unwrap();
+        let mut ty = [t::RRSIG, t::NSEC, NXNAME];
+        d.deny(&s, 1, x.as_wire(), &mut ty, a, 1000).unwrap();
+        // Forge a collision: x's entry stored under the key and slot y would use.
+        let kx = d.hasher.hash_one((1u32, s.tag, x.as_wire(), &ty[..]));
+        let ky = d.hasher.hash_one((1u32, s.tag, y.as_wire(), &ty[..]));
+        let mut forged = d.cache[(kx as usize) & (CACHE - 1)].clone();
+        forged.key = ky;
+        d.cache[(ky as usize) & (CACHE - 1)] = forged;
+        let (nsec, _, how) = d.deny(&s, 1, y.as_wire(), &mut ty, a, 1000).unwrap();
+        assert_eq!(how, Compact::Signed);
+        assert_eq!(&nsec[2..2 + y.as_wire().len()], y.as_wire());
     }
 }
