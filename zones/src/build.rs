@@ -283,7 +283,7 @@ impl ZoneBuilder {
             rrsets: Vec::new(),
             data: Vec::new(),
             index: HashTable::new(),
-            hasher: foldhash::fast::FixedState::with_seed(0x5eed_0fda_7a00),
+            hasher: zone::Hasher::default(),
             serial: 0,
             neg_ttl: 0,
             records: 0,
@@ -689,11 +689,7 @@ fn dnssec_indexes(z: &mut Zone) {
 }
 
 /// Builds the hash index over tree nodes: `name_offs[i]` is where node `i`'s name starts.
-fn build_index(
-    names: &[u8],
-    name_offs: &[u32],
-    hasher: &foldhash::fast::FixedState,
-) -> HashTable<NodeId> {
+fn build_index(names: &[u8], name_offs: &[u32], hasher: &zone::Hasher) -> HashTable<NodeId> {
     let name = |i: NodeId| {
         let o = name_offs[i as usize] as usize;
         let l = name::wire_name_len(&names[o..]).unwrap_or(1);

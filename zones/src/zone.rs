@@ -131,7 +131,8 @@ pub enum Lookup {
     },
 }
 
-type Hasher = foldhash::fast::FixedState;
+/// Seeded per zone: an uploaded zone cannot be built to crowd one part of the index.
+pub(crate) type Hasher = foldhash::fast::RandomState;
 
 /// A compiled zone.
 pub struct Zone {

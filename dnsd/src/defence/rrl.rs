@@ -38,7 +38,8 @@ pub struct Rrl {
     v4: u8,
     v6: u8,
     exempt: PrefixSet,
-    hasher: foldhash::fast::FixedState,
+    /// Seeded per process: no query name can be aimed at another client's account.
+    hasher: foldhash::fast::RandomState,
     /// Responses limited (slipped or dropped).
     pub limited: AtomicU64,
     /// Limited responses sent as TC=1.
@@ -72,7 +73,7 @@ impl Rrl {
             v4: cfg.ipv4_prefix,
             v6: cfg.ipv6_prefix,
             exempt,
-            hasher: foldhash::fast::FixedState::with_seed(0x77_11),
+            hasher: foldhash::fast::RandomState::default(),
             limited: AtomicU64::new(0),
             slipped: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
