@@ -468,10 +468,9 @@ fn member_config(
         .is_some();
     let file = (!pattern).then(|| {
         let dir = cp.file.parent().unwrap_or(std::path::Path::new("."));
-        dir.join(format!(
-            "{}.zone",
-            origin.strip_suffix('.').unwrap_or(&origin)
-        ))
+        // The member's name comes from the catalog's primary: one file-name component,
+        // never a path of its choosing.
+        dir.join(format!("{}.zone", zones::name::file_stem(&origin)))
     });
     let spec = ZoneSpec {
         template,

@@ -325,6 +325,29 @@ impl<'a> Iterator for Labels<'a> {
     }
 }
 
+/// A zone name (presentation form) as one safe file-name component: lower case without the
+/// final dot, `@` for the root, and every byte but `a-z 0-9 . - _` (and a leading dot) as
+/// `%XX`, so that no name
+/// (a `/` in a label, an escape) can reach outside the directory it is joined to.
+pub fn file_stem(presentation: &str) -> String {
+    let z = presentation.strip_suffix('.').unwrap_or(presentation);
+    if z.is_empty() {
+        return "@".into();
+    }
+    let mut out = String::with_capacity(z.len());
+    for b in z.bytes().map(|b| b.to_ascii_lowercase()) {
+        match b {
+            b'.' if out.is_empty() => out.push_str("%2e"),
+            b'a'..=b'z' | b'0'..=b'9' | b'.' | b'-' | b'_' => out.push(b as char),
+            _ => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "%{b:02x}");
+            }
+        }
+    }
+    out
+}
+
 /// Length of the uncompressed wire name at the start of `wire`, if it is well formed.
 pub fn wire_name_len(wire: &[u8]) -> Option<usize> {
     let mut i = 0usize;
@@ -637,5 +660,23 @@ mod tests {
         assert_eq!(a.prepend(b"*").unwrap(), n("*.a.b.c."));
         assert!(n("*.x.").is_wildcard());
         assert_eq!(Name::from_wire(b"\x01a"), Err(NameError::BadWire));
+    }
+
+    #[test]
+    fn file_stems_stay_in_their_directory() {
+        assert_eq!(file_stem("Example.COM."), "example.com");
+        assert_eq!(file_stem("."), "@");
+        assert_eq!(file_stem(""), "@");
+        assert_eq!(
+            file_stem("0/25.2.0.192.in-addr.arpa."),
+            "0%2f25.2.0.192.in-addr.arpa"
+        );
+        assert_eq!(file_stem("/etc/cron.d."), "%2fetc%2fcron.d");
+        assert_eq!(file_stem("a\\.b+c%."), "a%5c.b%2bc%25");
+        for n in ["/etc/cron.d.", "..", "a/../../b.", "\\046\\046."] {
+            let p = std::path::Path::new("/var/lib/x").join(file_stem(n));
+            assert_eq!(p.parent(), Some(std::path::Path::new("/var/lib/x")), "{n}");
+            assert!(!matches!(file_stem(n).as_str(), "." | ".."), "{n}");
+        }
     }
 }

@@ -253,12 +253,10 @@ fn inherit<T: Clone>(
     f(spec).or_else(|| t.and_then(&f)).cloned()
 }
 
-/// A template's file pattern for `origin`: `%s` → the origin without its final dot.
+/// A template's file pattern for `origin`: `%s` → the origin as one file-name component
+/// ([`zones::name::file_stem`]: without its final dot, no `/` or escape left in it).
 pub fn file_from_pattern(pattern: &Path, origin: &str) -> PathBuf {
-    let o = origin
-        .strip_suffix('.')
-        .unwrap_or(origin)
-        .to_ascii_lowercase();
+    let o = zones::name::file_stem(origin);
     PathBuf::from(pattern.to_string_lossy().replace("%s", &o))
 }
 
@@ -429,6 +427,26 @@ fn read_list(l: &Path) -> Result<Vec<(String, Option<PathBuf>, String)>, String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_pattern_keeps_every_zone_name_in_its_directory() {
+        let pat = Path::new("/var/lib/palisade/zones/%s.zone");
+        assert_eq!(
+            file_from_pattern(pat, "Example.COM."),
+            Path::new("/var/lib/palisade/zones/example.com.zone")
+        );
+        // Names a catalog's primary may send: a label holding `/`, an escaped dot.
+        for origin in [
+            "/etc/cron.d.",
+            "a/../../b.",
+            "0/25.2.0.192.in-addr.arpa.",
+            "\\..",
+            ".",
+        ] {
+            let f = file_from_pattern(pat, origin);
+            assert_eq!(f.parent(), pat.parent(), "{origin}: {}", f.display());
+        }
+    }
 
     #[test]
     fn a_malformed_zone_state_is_refused_with_file_and_line_and_a_missing_one_is_empty() {

@@ -336,9 +336,14 @@ impl Key {
         )
     }
 
-    /// The file name of a key: `K<zone>+<alg>+<tag>.toml`.
+    /// The file name of a key: `K<zone>+<alg>+<tag>.toml` (the zone as
+    /// [`zones::name::file_stem`] writes it).
     pub fn file_name(zone: &str, alg: Algorithm, tag: u16) -> String {
-        format!("K{zone}+{:03}+{tag:05}.toml", alg.number())
+        format!(
+            "K{}+{:03}+{tag:05}.toml",
+            zones::name::file_stem(zone),
+            alg.number()
+        )
     }
 
     /// Makes a key for `zone` in `dir`, written at once. `at` sets publish and active.
@@ -418,16 +423,16 @@ pub fn read_pkcs8(path: &Path) -> Result<Vec<u8>, KeyError> {
 }
 
 /// The directory of one zone's keys and signing state in the key directory: one per zone,
-/// so that a zone's keys are found without listing every zone's.
+/// so that a zone's keys are found without listing every zone's; named by
+/// [`zones::name::file_stem`], so that no zone name reaches outside the key directory.
 pub fn zone_dir(dir: &Path, zone: &str) -> PathBuf {
-    let z = zone.trim_end_matches('.').to_ascii_lowercase();
-    dir.join(if z.is_empty() { "root".to_string() } else { z })
+    dir.join(zones::name::file_stem(zone))
 }
 
 /// Every key of `zone` in `dir` (a missing directory holds none). Unreadable key files are
 /// errors: a signer must not drop a key it cannot read.
 pub fn zone_keys(dir: &Path, zone: &str) -> Result<Vec<Key>, KeyError> {
-    let prefix = format!("K{}+", zone.to_ascii_lowercase());
+    let prefix = format!("K{}+", zones::name::file_stem(zone));
     let dir = &zone_dir(dir, zone);
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
@@ -507,13 +512,13 @@ mod tests {
         std::fs::write(
             dir.path()
                 .join("example.com")
-                .join("Kexample.com.+013+00001.toml"),
+                .join("Kexample.com+013+00001.toml"),
             "zone = 1",
         )
         .unwrap();
         let e = zone_keys(dir.path(), "example.com.")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("Kexample.com.+013+00001.toml"), "{e}");
+        assert!(e.contains("Kexample.com+013+00001.toml"), "{e}");
     }
 }
