@@ -255,6 +255,8 @@ pub fn sign_zone(
     let mut chain: Vec<ChainName> = Vec::new();
     let mut ents: Vec<(u32, u8)> = Vec::new();
     let mut scratch: Vec<Vec<u8>> = Vec::new();
+    let mut warnings: Vec<Diagnostic> = Vec::new();
+    let mut zonemd: Option<usize> = None;
     for id in unsigned.node_ids() {
         let node: &Node = unsigned.node(id);
         let nm = unsigned.node_name(id);
@@ -282,6 +284,21 @@ pub fn sign_zone(
         let mut signed = false;
         for set in &sets {
             collect(unsigned, set, &mut scratch);
+            if id == 0 && set.rtype == t::ZONEMD {
+                // Signing changes the zone: its digest is made again after the signatures
+                // (RFC 8976 §3), for each scheme and algorithm dnsd can compute.
+                let dropped = zonemd_placeholders(&mut scratch, p.serial);
+                if dropped > 0 {
+                    warnings.push(zone_warning(format!(
+                        "{dropped} ZONEMD record(s) of an unknown scheme or hash algorithm \
+                         dropped: signing changes the zone and their digest cannot be made again"
+                    )));
+                }
+                if scratch.is_empty() {
+                    continue;
+                }
+                zonemd = Some(s.sets.len());
+            }
             // At a zone cut only the DS is the parent's to sign (RFC 4035 §2.2); the NS and
             // any address there are glue, and the bitmap names only NS and DS (§2.3).
             let by = if !cut || set.rtype == t::DS {
@@ -397,8 +414,9 @@ pub fn sign_zone(
     }
 
     // 3. Signatures, on `threads` threads over contiguous ranges of sets.
+    // The apex ZONEMD is signed last, once its digest covers every other signature.
     let to_sign: Vec<u32> = (0..s.sets.len() as u32)
-        .filter(|&i| s.sets[i as usize].by != By::Nobody)
+        .filter(|&i| s.sets[i as usize].by != By::Nobody && Some(i as usize) != zonemd)
         .collect();
     let threads = p.threads.clamp(1, 64).min(to_sign.len() / 256 + 1);
     let per = to_sign.len().div_ceil(threads).max(1);
@@ -433,6 +451,18 @@ pub fn sign_zone(
         made.kept += r.kept;
         made.earliest = made.earliest.min(r.earliest);
     }
+    if let Some(zi) = zonemd {
+        zonemd_digests(&mut s, &made, zi);
+        let r = sign_part(&s, &[zi as u32], prev, keys, p, apex_w)?;
+        let base = made.buf.len() as u32;
+        made.buf.extend_from_slice(&r.buf);
+        made.sigs
+            .extend(r.sigs.iter().map(|&(i, o, l)| (i, o + base, l)));
+        made.sigs.sort_by_key(|x| x.0);
+        made.made += r.made;
+        made.kept += r.kept;
+        made.earliest = made.earliest.min(r.earliest);
+    }
 
     // 4. The signed zone: each set's RRs, then its signatures.
     let mut b = ZoneBuilder::new(&apex);
@@ -456,13 +486,137 @@ pub fn sign_zone(
         }
     }
     let built = b.finish(&[])?;
+    warnings.extend(built.warnings);
     Ok(Signed {
         zone: built.zone,
-        warnings: built.warnings,
+        warnings,
         made: made.made,
         kept: made.kept,
         earliest_expiration: made.earliest,
     })
+}
+
+/// A warning about the zone as a whole.
+fn zone_warning(msg: String) -> Diagnostic {
+    Diagnostic {
+        at: crate::error::Location {
+            file: std::sync::Arc::new(std::path::PathBuf::new()),
+            line: 0,
+            col: 0,
+        },
+        msg,
+    }
+}
+
+/// Turns the apex ZONEMD RDATA into placeholders for the digests made after signing: serial
+/// `serial`, the SIMPLE scheme with SHA-384 or SHA-512 (one each), a zeroed digest. Returns
+/// how many records were dropped (another scheme or algorithm, or a repeat).
+fn zonemd_placeholders(rds: &mut Vec<Vec<u8>>, serial: u32) -> usize {
+    let before = rds.len();
+    let mut seen = [false; 2];
+    rds.retain(|rd| {
+        let ok = rd.len() >= 6 && rd[4] == 1 && matches!(rd[5], 1 | 2);
+        ok && !std::mem::replace(&mut seen[rd[5] as usize - 1], true)
+    });
+    for rd in rds.iter_mut() {
+        let len = if rd[5] == 1 { 48 } else { 64 };
+        let alg = rd[5];
+        rd.clear();
+        rd.extend_from_slice(&serial.to_be_bytes());
+        rd.extend_from_slice(&[1, alg]);
+        rd.resize(6 + len, 0);
+    }
+    before - rds.len()
+}
+
+/// Writes the digests of the apex ZONEMD set `zi` (RFC 8976 §3.3, SIMPLE scheme): every RR
+/// of the zone in canonical order, signatures included, but that set and its RRSIG.
+fn zonemd_digests(s: &mut Sets, made: &Made, zi: usize) {
+    use sha2::Digest as _;
+    let mut order: Vec<u32> = (0..s.sets.len() as u32)
+        .filter(|&i| i as usize != zi)
+        .collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&s.sets[a as usize], &s.sets[b as usize]);
+        crate::name::canonical_cmp(s.owner(x), s.owner(y)).then(x.rtype.cmp(&y.rtype))
+    });
+    let sigs_of = |i: u32| {
+        let lo = made.sigs.partition_point(|x| x.0 < i);
+        let hi = made.sigs.partition_point(|x| x.0 <= i);
+        made.sigs[lo..hi]
+            .iter()
+            .map(|&(_, o, l)| &made.buf[o as usize..(o + l) as usize])
+    };
+    let algs: Vec<u8> = each_rdata(s.rrs(&s.sets[zi])).map(|rd| rd[5]).collect();
+    let mut h384 = sha2::Sha384::new();
+    let mut h512 = sha2::Sha512::new();
+    let mut rr = Vec::with_capacity(512);
+    let mut put = |owner: &[u8], rtype: u16, ttl: u32, rd: &[u8]| {
+        rr.clear();
+        rr.extend_from_slice(owner);
+        rr.extend_from_slice(&rtype.to_be_bytes());
+        rr.extend_from_slice(&1u16.to_be_bytes());
+        rr.extend_from_slice(&ttl.to_be_bytes());
+        rr.extend_from_slice(&(rd.len() as u16).to_be_bytes());
+        rr.extend_from_slice(rd);
+        if algs.contains(&1) {
+            h384.update(&rr);
+        }
+        if algs.contains(&2) {
+            h512.update(&rr);
+        }
+    };
+    // One owner at a time: its RRsets by type, the RRSIGs of all of them (one RRset, its
+    // RDATA in canonical order) in type 46's place.
+    let mut g = 0;
+    let mut rrsigs: Vec<(&[u8], u32)> = Vec::new();
+    while g < order.len() {
+        let owner = s.owner(&s.sets[order[g] as usize]);
+        let mut end = g;
+        while end < order.len() && s.owner(&s.sets[order[end] as usize]) == owner {
+            end += 1;
+        }
+        rrsigs.clear();
+        for &i in &order[g..end] {
+            let ttl = s.sets[i as usize].ttl;
+            rrsigs.extend(sigs_of(i).map(|rd| (rd, ttl)));
+        }
+        rrsigs.sort_unstable();
+        rrsigs.dedup_by(|a, b| a.0 == b.0);
+        let mut sigs_done = rrsigs.is_empty();
+        for &i in &order[g..end] {
+            let set = &s.sets[i as usize];
+            if !sigs_done && set.rtype > t::RRSIG {
+                for &(rd, ttl) in &rrsigs {
+                    put(owner, t::RRSIG, ttl, rd);
+                }
+                sigs_done = true;
+            }
+            for rd in each_rdata(s.rrs(set)) {
+                put(owner, set.rtype, set.ttl, rd);
+            }
+        }
+        if !sigs_done {
+            for &(rd, ttl) in &rrsigs {
+                put(owner, t::RRSIG, ttl, rd);
+            }
+        }
+        g = end;
+    }
+    let d384 = h384.finalize();
+    let d512 = h512.finalize();
+    let (start, end) = s.sets[zi].rrs;
+    let data = &mut s.data[start as usize..end as usize];
+    let mut at = 0;
+    while at + 2 <= data.len() {
+        let n = u16::from_be_bytes([data[at], data[at + 1]]) as usize;
+        let rd = &mut data[at + 2..at + 2 + n];
+        match rd[5] {
+            1 => rd[6..].copy_from_slice(&d384),
+            _ => rd[6..].copy_from_slice(&d512),
+        }
+        at += 2 + n;
+    }
 }
 
 fn rec<'a>(owner: &'a [u8], rtype: u16, ttl: u32, rdata: &'a [u8]) -> Record<'a> {
