@@ -68,6 +68,19 @@ enum Cmd {
         #[arg(long)]
         no_zones: bool,
     },
+    /// Sign a zone of the config under its `dnssec_policy` as `serve` would (keys made or
+    /// rolled in its key directory, the last signed copy's signatures kept), and write the
+    /// signed zone as master-file text (as Knot's kzonesign or dnssec-signzone).
+    SignZone {
+        /// The config file (TOML).
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+        /// Where to write the signed zone (else standard output).
+        #[arg(long, short = 'o')]
+        out: Option<PathBuf>,
+        /// The zone's origin.
+        zone: String,
+    },
     /// DNSSEC keys in the key directory: make one, import one, list a zone's.
     Key {
         /// The key directory (else `[dnssec] key_dir` of --config).
@@ -216,6 +229,68 @@ fn key_command(
     }
 }
 
+/// `dnsd sign-zone -c CONFIG ZONE [-o OUT]`: the zone loaded and signed as `serve` does it.
+fn sign_zone(
+    config: &std::path::Path,
+    zone: &str,
+    out: Option<&std::path::Path>,
+) -> Result<(), String> {
+    let cfg = config::Config::load(config).map_err(|e| e.to_string())?;
+    let origin = zones::Name::parse(zone, Some(&zones::Name::root()))
+        .map_err(|e| format!("{zone}: not a zone name: {e}"))?;
+    let zc = cfg
+        .zones
+        .iter()
+        .find(|z| {
+            zones::Name::parse(&z.origin, Some(&zones::Name::root())).is_ok_and(|o| o == origin)
+        })
+        .ok_or_else(|| format!("{origin}: no such [[zone]] in {}", config.display()))?;
+    let name = zc
+        .dnssec_policy
+        .as_deref()
+        .ok_or_else(|| format!("{origin}: the zone has no dnssec_policy"))?;
+    let policy = cfg
+        .policy(name)
+        .ok_or_else(|| format!("{origin}: no [[dnssec_policy]] named {name}"))?;
+    let plan = dnsd::zone_registry::Planned {
+        slot: 0,
+        origin: origin.clone(),
+        file: zc.file.clone(),
+        sign: Some(dnsd::signing::SignJob {
+            policy: policy.clone(),
+            prev: None,
+            keep_unsigned: false,
+        }),
+    };
+    let loaded = dnsd::zone_registry::load_planned(&plan)?;
+    for w in &loaded.loaded.warnings {
+        if w.at.file.as_os_str().is_empty() {
+            eprintln!("{origin}: warning: {}", w.msg);
+        } else {
+            eprintln!("{}: warning: {}", w.at, w.msg);
+        }
+    }
+    let z = &loaded.loaded.zone;
+    let (made, kept) = loaded.signatures;
+    eprintln!(
+        "{origin}: serial {}, {made} signatures made, {kept} kept",
+        z.serial()
+    );
+    match out {
+        Some(path) => {
+            let header = format!("{origin} serial {}, signed by dnsd sign-zone", z.serial());
+            zones::present::write_file(z, path, &header)
+                .map_err(|e| format!("{}: {e}", path.display()))
+        }
+        None => {
+            use std::io::Write as _;
+            std::io::stdout()
+                .write_all(zones::present::zone_to_text(z).as_bytes())
+                .map_err(|e| format!("standard output: {e}"))
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -225,6 +300,13 @@ fn main() -> ExitCode {
             file,
         } => ExitCode::from(check_zone::run(&file, origin.as_deref(), quiet) as u8),
         Cmd::CheckConfig { config, no_zones } => ExitCode::from(check_config(&config, !no_zones)),
+        Cmd::SignZone { config, out, zone } => match sign_zone(&config, &zone, out.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("dnsd sign-zone: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Key {
             key_dir,
             config,
