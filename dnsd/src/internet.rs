@@ -91,6 +91,8 @@ pub struct Online<'a> {
     pub src: std::net::IpAddr,
     /// The worker's counters.
     pub stats: &'a crate::stats::WorkerStats,
+    /// The query set Compact Answers OK (RFC 9824 §5): a compact NXDOMAIN keeps its rcode.
+    pub compact_ok: bool,
 }
 
 /// Answers `q` into `w` (header and question already written) from `zone`, the zone
@@ -339,7 +341,12 @@ impl Answerer<'_, '_, '_> {
                     self.negative(zone);
                     let mut types = [t::RRSIG, t::NSEC, crate::signing::online::NXNAME];
                     match self.compact(zone, target.name(), &mut types) {
-                        Compacted::Done | Compacted::Truncated => return Kind::NxDomain,
+                        Compacted::Done | Compacted::Truncated => {
+                            if self.online.as_ref().is_some_and(|o| o.compact_ok) {
+                                self.w.set_rcode(rcode::NXDOMAIN);
+                            }
+                            return Kind::NxDomain;
+                        }
                         Compacted::Chain => {}
                     }
                 }

@@ -300,6 +300,8 @@ impl Processor {
                 t::AXFR if transport == Transport::Udp => Some(rcode::NOTIMP),
                 t::AXFR | t::IXFR => Some(rcode::REFUSED),
                 t::TSIG | t::TKEY => Some(rcode::FORMERR),
+                // NXNAME only ever appears in a compact denial's bitmap (RFC 9824 §3.5).
+                crate::signing::online::NXNAME => Some(rcode::FORMERR),
                 _ => None,
             }
         };
@@ -369,9 +371,10 @@ impl Processor {
         // 5. Answer.
         let udp_payload = self.cfg.udp_payload;
         let limit = response::size_limit(q, transport, udp_payload, out.len());
-        let opts = response::OptOptions {
+        let mut opts = response::OptOptions {
             cookie: parsed.cookie_out.as_ref(),
             keepalive: self.cfg.keepalive(q, transport),
+            compact_ok: false,
         };
         let opt = response::opt_room(q, &opts);
         let mut w = Writer::new(out, limit - opt);
@@ -395,10 +398,14 @@ impl Processor {
                     denier,
                     src: src.ip(),
                     stats: &self.stats,
+                    compact_ok: q.edns.is_some_and(|e| e.compact_ok),
                 })
             }
             _ => None,
         };
+        // RFC 9824 §5: a compact-denial zone asked with CO says so, and its NXDOMAINs keep
+        // their rcode.
+        opts.compact_ok = online.as_ref().is_some_and(|o| o.compact_ok);
         let ans = internet::answer_in(&mut w, q, zones, zone, online);
         drop(shared_denier);
         // 6. After answering.
@@ -516,6 +523,7 @@ impl Processor {
             let opts = response::OptOptions {
                 cookie: None,
                 keepalive: self.cfg.keepalive(q, transport),
+                compact_ok: false,
             };
             response::put_opt(&mut w, q, udp_payload, rc, opts);
         }

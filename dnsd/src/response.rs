@@ -499,6 +499,8 @@ pub struct OptOptions<'a> {
     pub cookie: Option<&'a crate::query_module::CookieOut>,
     /// The idle timeout announced to a TCP client that asked, in units of 100 ms (RFC 7828).
     pub keepalive: Option<u16>,
+    /// Set the Compact Answers OK flag (RFC 9824 §5: a compact-denial zone asked with it).
+    pub compact_ok: bool,
 }
 
 impl<'a> OptOptions<'a> {
@@ -507,6 +509,7 @@ impl<'a> OptOptions<'a> {
         OptOptions {
             cookie,
             keepalive: None,
+            compact_ok: false,
         }
     }
 
@@ -550,6 +553,9 @@ pub fn opt_room(q: &Query, opts: &OptOptions<'_>) -> usize {
 pub fn put_opt(w: &mut Writer<'_>, q: &Query, udp_payload: u16, rc: u16, opts: OptOptions<'_>) {
     let mut buf = [0u8; OPT_LEN + COOKIE_OPT_LEN + KEEPALIVE_OPT_LEN];
     buf[..OPT_LEN].copy_from_slice(&opt_rr(udp_payload, (rc >> 4) as u8, q.dnssec_ok()));
+    if opts.compact_ok {
+        buf[7] |= 0x40;
+    }
     let mut len = OPT_LEN;
     if let Some(c) = opts.cookie {
         buf[len..len + 2].copy_from_slice(&crate::wire::OPT_COOKIE.to_be_bytes());

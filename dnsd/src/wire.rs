@@ -66,6 +66,8 @@ pub struct Edns {
     pub version: u8,
     /// DNSSEC OK.
     pub dnssec_ok: bool,
+    /// Compact Answers OK (RFC 9824 §5): NXDOMAIN may come with a compact denial.
+    pub compact_ok: bool,
     /// Offset of the COOKIE option's data in the request, and its length (0: absent).
     pub cookie_off: u16,
     /// Length of the COOKIE option data (8 for a client cookie alone, 16..=40 with a server cookie).
@@ -341,6 +343,7 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Option<Edns>
         udp_size: udp.max(512),
         version,
         dnssec_ok: flags & 0x8000 != 0,
+        compact_ok: flags & 0x4000 != 0,
         cookie_off: 0,
         cookie_len: 0,
         keepalive: false,

@@ -614,6 +614,15 @@ fn pre_signed_zones_near_expiry_are_reported() {
     assert_eq!(dnsd.stat("dnssec.expiring_zones"), 2);
 }
 
+/// The response's OPT has the Compact Answers OK flag (dig shows it as `co`, or as an
+/// unknown bit, `MBZ: 0x4000`).
+fn co_flag(dig_out: &str) -> bool {
+    dig_out.lines().any(|l| {
+        l.starts_with("; EDNS:")
+            && (l.contains("MBZ: 0x4000") || l.split(&[' ', ';', ','][..]).any(|w| w == "co"))
+    })
+}
+
 #[test]
 fn compact_denial_answers_noerror_with_one_nsec_and_transfers_a_full_chain() {
     if !need(&["dig"]) {
@@ -641,6 +650,22 @@ fn compact_denial_answers_noerror_with_one_nsec_and_transfers_a_full_chain() {
     // Without DO: a plain NXDOMAIN.
     let out = dig(a, "+norec nothere.example.com A");
     assert!(out.contains("status: NXDOMAIN"), "{out}");
+    // Compact Answers OK (RFC 9824 §5, dig +coflag): the NXDOMAIN keeps its rcode
+    // beside the same NSEC, and the responses of the zone say CO; without it they do not.
+    let out = dig(a, "+dnssec +norec +coflag nothere.example.com A");
+    assert!(out.contains("status: NXDOMAIN"), "{out}");
+    assert!(
+        out.contains("\\000.nothere.example.com. RRSIG NSEC TYPE128"),
+        "{out}"
+    );
+    assert!(co_flag(&out), "{out}");
+    let out = dig(a, "+dnssec +norec +coflag www.example.com A");
+    assert!(out.contains("status: NOERROR") && co_flag(&out), "{out}");
+    let out = dig(a, "+dnssec +norec www.example.com A");
+    assert!(!co_flag(&out), "{out}");
+    // An explicit query for NXNAME: FORMERR (RFC 9824 §3.5).
+    let out = dig(a, "+norec nothere.example.com TYPE128");
+    assert!(out.contains("status: FORMERR"), "{out}");
     // A type that does not exist: the name's own types.
     let out = dig(a, "+dnssec +norec www.example.com TXT");
     assert!(
