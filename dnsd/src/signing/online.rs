@@ -248,11 +248,10 @@ fn prefix(a: IpAddr) -> u64 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn budgets_and_cache() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A signer for example.com. with a new ECDSA key in `dir`, and the apex.
+    fn signer(dir: &std::path::Path) -> (CompactSigner, zones::Name) {
         let key = Key::generate(
-            dir.path(),
+            dir,
             "example.com.",
             crate::signing::keys::Algorithm::Ecdsap256sha256,
             2048,
@@ -262,7 +261,16 @@ mod tests {
         )
         .unwrap();
         let apex = zones::Name::parse("example.com.", None).unwrap();
-        let s = CompactSigner::new(Arc::new(key), apex.as_wire(), 300, 86400);
+        (
+            CompactSigner::new(Arc::new(key), apex.as_wire(), 300, 86400),
+            apex,
+        )
+    }
+
+    #[test]
+    fn budgets_and_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, apex) = signer(dir.path());
         let mut d = Denier::new(3, 2);
         let name = |i: usize| {
             zones::Name::parse(&format!("n{i}.example.com."), None)
@@ -301,18 +309,7 @@ mod tests {
     #[test]
     fn a_colliding_cache_entry_is_not_served_for_another_name() {
         let dir = tempfile::tempdir().unwrap();
-        let key = Key::generate(
-            dir.path(),
-            "example.com.",
-            crate::signing::keys::Algorithm::Ecdsap256sha256,
-            2048,
-            crate::signing::keys::Role::Csk,
-            0,
-            Some(0),
-        )
-        .unwrap();
-        let apex = zones::Name::parse("example.com.", None).unwrap();
-        let s = CompactSigner::new(Arc::new(key), apex.as_wire(), 300, 86400);
+        let (s, _) = signer(dir.path());
         let mut d = Denier::new(100, 100);
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let x = zones::Name::parse("x.example.com.", None).unwrap();
