@@ -93,6 +93,9 @@ pub struct Online<'a> {
     pub stats: &'a crate::stats::WorkerStats,
     /// The query set Compact Answers OK (RFC 9824 §5): a compact NXDOMAIN keeps its rcode.
     pub compact_ok: bool,
+    /// Past a budget, prove with the zone's chain instead of truncating (TCP: a truncated
+    /// answer cannot be retried on a bigger transport).
+    pub chain_past_budget: bool,
 }
 
 /// Answers `q` into `w` (header and question already written) from `zone`, the zone
@@ -198,6 +201,9 @@ impl Answerer<'_, '_, '_> {
             }
             Err(Some(over)) => {
                 o.stats.compact(over);
+                if o.chain_past_budget {
+                    return Compacted::Chain;
+                }
                 self.tc();
                 Compacted::Truncated
             }

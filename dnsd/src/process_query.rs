@@ -399,6 +399,7 @@ impl Processor {
                     src: src.ip(),
                     stats: &self.stats,
                     compact_ok: q.edns.is_some_and(|e| e.compact_ok),
+                    chain_past_budget: transport == Transport::Tcp,
                 })
             }
             _ => None,
