@@ -39,6 +39,11 @@ pub struct Diagnostic {
 
 impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A problem of the zone as a whole (found after loading, e.g. by the signer) has
+        // no file to name.
+        if self.at.file.as_os_str().is_empty() {
+            return write!(f, "{}", self.msg);
+        }
         write!(f, "{}: {}", self.at, self.msg)
     }
 }
