@@ -102,9 +102,9 @@ pub enum Compact {
     Signed = 0,
     /// Taken from the worker's cache.
     Cached = 1,
-    /// Over the worker's signing budget: answered TC=1.
+    /// Over the worker's signing budget: answered TC=1 (over TCP, by the zone's chain).
     OverBudget = 2,
-    /// Over the source's share: answered TC=1.
+    /// Over the source's share: answered TC=1 (over TCP, by the zone's chain).
     OverSource = 3,
 }
 

@@ -6,7 +6,8 @@
 //!
 //! Signing is work an attacker can ask for, so each worker signs within a budget per
 //! second and each source (an IPv4 /24, an IPv6 /56) within a share of it; over either the
-//! denial is answered TC=1 (a real resolver retries over TCP, a flood does not) and counted.
+//! denial is answered TC=1 (a real resolver retries over TCP, a flood does not; over TCP the
+//! zone's precomputed chain proves it) and counted.
 //! Denials repeat (NODATA for AAAA at busy names): each worker keeps a small cache, so a
 //! repeated denial costs no signature. Nothing here allocates or locks.
 
@@ -126,7 +127,7 @@ impl Denier {
 
     /// The NSEC RDATA and RRSIG RDATA denying `types`-only at `owner` (lower-case wire) in
     /// zone `zone_id`, from the cache or signed now; the outcome is counted. `Err` when over
-    /// a budget (answer TC=1) or not possible here (the chain's proof then serves).
+    /// a budget (TC=1; over TCP the chain's proof) or not possible here (the chain's proof).
     pub fn deny(
         &mut self,
         s: &CompactSigner,
