@@ -24,7 +24,20 @@ const STRUCTS: &[(&str, &str, Fields)] = &[
         "LpmV6Key",
         &[("prefixlen", "prefixlen"), ("addr", "addr")],
     ),
-    ("guard_block", "BlockValue", &[("expires_ns", "expires_ns")]),
+    (
+        "guard_block",
+        "BlockValue",
+        &[
+            ("expires_ns", "expires_ns"),
+            ("dns_only", "dns_only"),
+            ("reserved", "reserved"),
+        ],
+    ),
+    (
+        "guard_svc",
+        "SvcValue",
+        &[("port", "port"), ("reserved", "reserved")],
+    ),
     (
         "guard_bucket",
         "Bucket",
@@ -160,6 +173,7 @@ const INTS: &[(&str, &str)] = &[
     ("GUARD_KEYS_CURRENT", "KEYS_CURRENT"),
     ("GUARD_KEYS_BOTH", "KEYS_BOTH"),
     ("GUARD_DEFAULT_ANS_RATE_ENTRIES", "DEFAULT_ANS_RATE_ENTRIES"),
+    ("GUARD_DEFAULT_SVC_ENTRIES", "DEFAULT_SVC_ENTRIES"),
 ];
 
 /// (C macro, Rust constant) checked for equal strings (map names).
@@ -177,6 +191,7 @@ const STRS: &[(&str, &str)] = &[
     ("GUARD_MAP_ANS_ADDR", "MAP_ANS_ADDR"),
     ("GUARD_MAP_ANS_SCRATCH", "MAP_ANS_SCRATCH"),
     ("GUARD_MAP_ANS_RATE", "MAP_ANS_RATE"),
+    ("GUARD_MAP_SVC", "MAP_SVC"),
 ];
 
 fn main() {

@@ -15,7 +15,7 @@ use dnsd::defence;
 use dnsd::process_query::{PipelineConfig, Processor, Transport};
 use dnsd::served_zones::ZoneSet;
 use dnsd::stats::WorkerStats;
-use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin};
+use shield::block::{BlockConfig, BlockEntry, BlockMap, Evidence, Origin};
 use shield::events::{Aggregator, AggregatorConfig};
 
 fn zones() -> Arc<ArcSwap<ZoneSet>> {
@@ -76,6 +76,7 @@ fn processor(
                 now,
                 "bench",
                 Origin::Operator,
+                Evidence::Operator,
             )
         }));
         defence::Shared::new(c, map, Aggregator::new(AggregatorConfig::default()))

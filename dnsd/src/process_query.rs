@@ -2,19 +2,22 @@
 //! [`crate::query_module`] with the defences of [`crate::defence`] plugged in, parsing,
 //! answering, and the glue of [`crate::response`].
 //!
-//! 1. `before_parse` — the block map, on the source address alone;
+//! 1. `before_parse` — the block map, on the source address alone (a proven block drops; an
+//!    unproven entry marks the source a suspect);
 //! 2. parse header, question and OPT ([`crate::wire`]); a malformed message is dropped or
 //!    answered FORMERR;
 //! 3. EDNS version, opcode, class and meta types; transfers, NOTIFY and TSIG go to
 //!    [`crate::transfer`];
-//! 4. the zone that answers, its tenant; `after_parse` — cookies (and whatever else
-//!    decides on the query itself);
+//! 4. the zone that answers, its tenant; `after_parse` — cookies, suspects, the tenant's
+//!    rules (whatever decides on the query itself);
 //! 5. answer from the zones ([`crate::internet`]);
-//! 6. `after_answer` — the random-subdomain defence and RRL, which may turn the response into
-//!    a slip (TC=1, or BADCOOKIE to a client that sent a cookie) or a drop;
+//! 6. `after_answer` — suspects' NXDOMAIN, the random-subdomain defence and RRL, which may
+//!    turn the response into a slip (TC=1, or BADCOOKIE to a client that sent a cookie), a
+//!    truncated reply or a drop;
 //! 7. OPT (with our cookie) appended, counters bumped.
 //!
-//! Error replies walk `after_answer` too, as the error class.
+//! Error replies walk `after_answer` too, as the error class. Whatever a defence decides
+//! becomes bytes (or nothing) in one place, [`Processor::act`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -240,7 +243,7 @@ impl Processor {
         let stats = &*self.stats;
         // 1. Before parsing: a blocked source costs one lookup and nothing else.
         if let Some(p) = &mut self.plan
-            && let Step::Drop(why) = p.before_parse(src.ip())
+            && let Step::Drop(why) = p.before_parse(src.ip(), transport)
         {
             stats.dropped(why);
             return Outcome::Refused;
@@ -329,17 +332,13 @@ impl Processor {
             cookie: CookieStatus::Absent,
             cookie_out: None,
             exempt: false,
+            suspect: self.plan.as_ref().and_then(|p| p.suspect()),
         };
         if let Some(p) = &mut self.plan {
-            match p.after_parse(&mut parsed) {
-                Step::Continue => {}
-                Step::Drop(why) => {
-                    stats.dropped(why);
-                    self.defence_acted = true;
-                    return Outcome::Drop;
-                }
-                Step::Slip => {
-                    self.defence_acted = true;
+            let step = p.after_parse(&mut parsed);
+            if step != Step::Continue {
+                let cookie = parsed.cookie_out;
+                if matches!(step, Step::Slip) {
                     // The challenge is a reply too: rate limited like any other (a spoofed
                     // flood against a zone that requires cookies must not get one per packet).
                     let a = Answered {
@@ -348,24 +347,19 @@ impl Processor {
                         rcode: rcode::BADCOOKIE,
                     };
                     if let Step::Drop(why) = p.after_answer(&parsed, &a) {
-                        stats.dropped(why);
-                        return Outcome::Drop;
+                        return self.act(
+                            Step::Drop(why),
+                            req,
+                            out,
+                            true,
+                            edns,
+                            transport,
+                            src,
+                            None,
+                        );
                     }
-                    let (n, rc) = response::slip(
-                        out,
-                        req,
-                        q,
-                        self.cfg.udp_payload,
-                        true,
-                        parsed.cookie_out.as_ref(),
-                    );
-                    stats.response(rc, rc == rcode::NOERROR);
-                    return Outcome::Reply(n);
                 }
-                Step::Refuse(rc) => {
-                    self.defence_acted = true;
-                    return self.error_reply(req, out, rc, true, edns, transport, src);
-                }
+                return self.act(step, req, out, true, edns, transport, src, cookie.as_ref());
             }
         }
         // 5. Answer.
@@ -424,24 +418,10 @@ impl Processor {
                 key,
                 rcode: rc,
             };
-            match p.after_answer(&parsed, &a) {
-                Step::Continue => {}
-                Step::Drop(why) => {
-                    stats.dropped(why);
-                    self.defence_acted = true;
-                    return Outcome::Drop;
-                }
-                Step::Slip => {
-                    self.defence_acted = true;
-                    let (n, rc) =
-                        response::slip(out, req, q, udp_payload, true, parsed.cookie_out.as_ref());
-                    stats.response(rc, rc == rcode::NOERROR);
-                    return Outcome::Reply(n);
-                }
-                Step::Refuse(rc) => {
-                    self.defence_acted = true;
-                    return self.error_reply(req, out, rc, true, edns, transport, src);
-                }
+            let step = p.after_answer(&parsed, &a);
+            if step != Step::Continue {
+                let cookie = parsed.cookie_out;
+                return self.act(step, req, out, true, edns, transport, src, cookie.as_ref());
             }
         }
         // 7. EDNS and counters.
@@ -463,6 +443,55 @@ impl Processor {
             h.answered(q.qname(), q.qtype);
         }
         Outcome::Reply(len)
+    }
+
+    /// Carries out what a defence decided — the one place a step becomes bytes or nothing:
+    /// a counted drop, a slip (TC=1, or BADCOOKIE with our cookie to a client that sent one),
+    /// a truncated reply within the suspects' budget (never more bytes than the query), or a
+    /// refusal with an rcode.
+    #[allow(clippy::too_many_arguments)]
+    fn act(
+        &mut self,
+        step: Step,
+        req: &[u8],
+        out: &mut [u8],
+        with_question: bool,
+        with_edns: bool,
+        transport: Transport,
+        src: SocketAddr,
+        cookie: Option<&crate::query_module::CookieOut>,
+    ) -> Outcome {
+        self.defence_acted = true;
+        let q = &*self.q;
+        let udp_payload = self.cfg.udp_payload;
+        match step {
+            Step::Continue => Outcome::Drop,
+            Step::Drop(why) => {
+                self.stats.dropped(why);
+                Outcome::Drop
+            }
+            Step::Slip => {
+                let (n, rc) = response::slip(out, req, q, udp_payload, with_question, cookie);
+                self.stats.response(rc, rc == rcode::NOERROR);
+                Outcome::Reply(n)
+            }
+            Step::Truncate => {
+                if !self
+                    .plan
+                    .as_ref()
+                    .is_some_and(|p| p.admit_truncated(src.ip()))
+                {
+                    self.stats.dropped(DropCause::Suspect);
+                    return Outcome::Drop;
+                }
+                let n = response::truncated(out, req, q, udp_payload, cookie);
+                self.stats.response(rcode::NOERROR, true);
+                Outcome::Reply(n)
+            }
+            Step::Refuse(rc) => {
+                self.error_reply(req, out, rc, with_question, with_edns, transport, src)
+            }
+        }
     }
 
     /// A reply without answer data: FORMERR, NOTIMP, REFUSED, NOTAUTH, BADVERS, SERVFAIL.
@@ -494,6 +523,7 @@ impl Processor {
                 cookie: CookieStatus::Absent,
                 cookie_out: None,
                 exempt: false,
+                suspect: p.suspect(),
             };
             let a = Answered {
                 class: AnswerClass::Error,
@@ -502,16 +532,17 @@ impl Processor {
             };
             match p.after_answer(&parsed, &a) {
                 Step::Continue | Step::Refuse(_) => {}
-                Step::Drop(why) => {
-                    self.stats.dropped(why);
-                    self.defence_acted = true;
-                    return Outcome::Drop;
-                }
-                Step::Slip => {
-                    self.defence_acted = true;
-                    let (n, rc) = response::slip(out, req, q, udp_payload, with_question, None);
-                    self.stats.response(rc, true);
-                    return Outcome::Reply(n);
+                step => {
+                    return self.act(
+                        step,
+                        req,
+                        out,
+                        with_question,
+                        with_edns,
+                        transport,
+                        src,
+                        None,
+                    );
                 }
             }
         }
@@ -547,7 +578,7 @@ pub(crate) mod tests {
     use std::time::Duration;
 
     use arc_swap::ArcSwap;
-    use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin};
+    use shield::block::{BlockConfig, BlockEntry, BlockMap, Evidence, Origin, Scope};
     use shield::events::{Action, Aggregator, AggregatorConfig, Event};
     use zones::Zone;
 
@@ -870,15 +901,35 @@ pub(crate) mod tests {
         )
     }
 
-    /// Blocks `net` for a minute, decided by `origin`.
+    /// Blocks `net` for a minute, decided by `origin` (proven: an operator's, or over TCP).
     pub(crate) fn block(s: &Shared, net: &str, origin: Origin) {
+        let evidence = match origin {
+            Origin::Operator => Evidence::Operator,
+            _ => Evidence::Tcp,
+        };
         s.blocks.insert(BlockEntry::with_ttl(
             net.parse().unwrap(),
             Duration::from_secs(60),
             shield::clock::unix_ms(),
             "test",
             origin,
+            evidence,
         ));
+    }
+
+    /// Makes `net` a suspect of `scope` for a minute (unproven evidence).
+    pub(crate) fn suspect(s: &Shared, net: &str, scope: Scope) {
+        s.blocks.insert(
+            BlockEntry::with_ttl(
+                net.parse().unwrap(),
+                Duration::from_secs(60),
+                shield::clock::unix_ms(),
+                "test",
+                Origin::Local,
+                Evidence::Udp,
+            )
+            .with_scope(scope),
+        );
     }
 
     /// The events flushed now.
@@ -1011,16 +1062,88 @@ pub(crate) mod tests {
         assert_eq!(a.rcode(), rcode::NOERROR);
         assert_eq!(a.answer[0].rdata, [192, 0, 2, 10]);
         assert_eq!(r.drops(DropCause::Blocked), 4);
-        // One `blocked` event (tenant 0: nothing of the query known), by source prefix.
+        // `blocked` events (tenant 0: nothing of the query known), by the block's evidence
+        // and source prefix.
         let ev = events(&s, shield::events::Action::Blocked);
-        assert_eq!(ev.len(), 1, "{ev:?}");
-        assert_eq!((ev[0].tenant, ev[0].total), (0, 4));
-        let top = &ev[0].top[0];
+        assert_eq!(ev.len(), 2, "{ev:?}");
+        assert_eq!((ev[0].tenant, ev[0].total), (0, 1));
+        assert_eq!((ev[1].evidence, ev[1].total), (Evidence::Operator, 3));
+        let top = &ev[1].top[0];
         assert_eq!(top.prefix.to_string(), "192.0.2.0/24");
         assert_eq!(
             (top.count, top.reason),
             (3, crate::defence::reason::BLOCKED)
         );
+    }
+
+    #[test]
+    fn suspects_get_small_truncated_replies_within_a_budget_and_proof_is_served() {
+        let mut cfg = defences(None, true);
+        cfg.suspects.tc_per_second = 5.0;
+        let s = shared(cfg);
+        suspect(&s, "192.0.2.0/24", Scope::Dns);
+        let mut r = Rig::with_shared(example_set(), Some(s.clone()));
+        // UDP without a cookie: TC=1, the question alone, never larger than the query.
+        for q in [
+            Q::new(WWW, 1).bytes(),
+            Q::new(WWW, 1).edns(1232).bytes(),
+            Q::new(WWW, 1).edns(1232).cookie(&[1; 8]).bytes(),
+        ] {
+            let raw = {
+                let src = SocketAddr::new("192.0.2.9".parse().unwrap(), 5353);
+                let mut out = vec![0u8; 4096];
+                match r.p.process(&q, src, UDP, &mut out) {
+                    Outcome::Reply(n) => out[..n].to_vec(),
+                    o => panic!("{o:?}"),
+                }
+            };
+            let a = Reply::parse(&raw);
+            assert!(a.tc(), "truncated");
+            assert!(a.is_empty(), "no records");
+            assert_eq!(a.question, Some((WWW.into(), 1, 1)));
+            assert!(raw.len() <= q.len(), "{} > {}", raw.len(), q.len());
+        }
+        // Over TCP the same source is answered.
+        let a = r.send(&Q::new(WWW, 1).bytes(), "192.0.2.9", TCP).unwrap();
+        assert_eq!(a.answer[0].rdata, [192, 0, 2, 10]);
+        // Past the budget (5 a second per /24): dropped and counted.
+        let q = Q::new(WWW, 1).bytes();
+        let sent = (0..20)
+            .filter(|_| r.send(&q, "192.0.2.10", UDP).is_some())
+            .count();
+        assert!(sent <= 3, "{sent} truncated replies past a budget of 5");
+        assert!(r.drops(DropCause::Suspect) >= 17);
+        // Another prefix is not a suspect.
+        let a = r.send(&q, "198.51.100.1", UDP).unwrap();
+        assert!(!a.tc());
+        assert_eq!(load(&s.suspects.truncated), 5);
+        // A valid server cookie proves the source: answered over UDP (cookies are bound to the
+        // address: the suspect learns its own over TCP).
+        let learn = r
+            .send(&Q::new(WWW, 1).cookie(&[7; 8]).bytes(), "192.0.2.77", TCP)
+            .unwrap();
+        let both = learn.cookie().unwrap();
+        assert_eq!(both.len(), 24);
+        let proven = Q::new(WWW, 1).cookie(&both).bytes();
+        let a = r.send(&proven, "192.0.2.77", UDP).unwrap();
+        assert!(!a.tc(), "a valid cookie beats the suspicion");
+        assert_eq!(a.answer[0].rdata, [192, 0, 2, 10]);
+        assert!(load(&s.suspects.proven) >= 1);
+    }
+
+    #[test]
+    fn an_nxdomain_suspect_keeps_its_answers_for_names_that_exist() {
+        let s = shared(defences(None, false));
+        suspect(&s, "192.0.2.53/32", Scope::Nxdomain);
+        let mut r = Rig::with_shared(example_set(), Some(s.clone()));
+        let a = r.send(&Q::new(WWW, 1).bytes(), "192.0.2.53", UDP).unwrap();
+        assert!(!a.tc());
+        assert_eq!(a.answer[0].rdata, [192, 0, 2, 10]);
+        let nx = Q::new("nope-7f3a.example.com.", 1).bytes();
+        let a = r.send(&nx, "192.0.2.53", UDP).unwrap();
+        assert!(a.tc() && a.is_empty(), "an NXDOMAIN is truncated");
+        let a = r.send(&nx, "192.0.2.53", TCP).unwrap();
+        assert_eq!(a.rcode(), rcode::NXDOMAIN, "and answered over TCP");
     }
 
     #[test]

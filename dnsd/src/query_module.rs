@@ -5,18 +5,28 @@
 //! | point | when | what is known | a module may |
 //! |---|---|---|---|
 //! | `on_accept` | a TCP connection is accepted | the source | drop it (close) |
-//! | `before_parse` | a datagram or TCP message arrived | the source | drop it |
-//! | `after_parse` | header, question and OPT parsed, zone found | [`Parsed`]: query, zone, tenant, cookie | drop, slip (TC / BADCOOKIE), refuse with an rcode, exempt the query from later checks |
-//! | `after_answer` | the answer is written (not sent) | [`Answered`]: its class and key for rate limiting | drop, slip |
+//! | `before_parse` | a datagram or TCP message arrived | the source, the transport | drop it; mark the source a suspect ([`Env::suspect`]) |
+//! | `after_parse` | header, question and OPT parsed, zone found | [`Parsed`]: query, zone, tenant, cookie, suspicion | drop, slip (TC / BADCOOKIE), truncate (a suspect's TC=1), refuse with an rcode, exempt the query from later checks |
+//! | `after_answer` | the answer is written (not sent) | [`Answered`]: its class and key for rate limiting | drop, slip, truncate |
 //!
 //! Every reply goes through `after_answer`, error replies included (as an error class), so
 //! that a flood of malformed queries is rate limited like any other. What a step decides is
-//! carried out once, in [`crate::process_query`] and [`crate::response`] (the slip and
-//! BADCOOKIE replies, OPT, the size limit), never by the module. Modules count their own
-//! decisions and record their own events; nothing here allocates or takes a lock.
+//! carried out once, in one place of [`crate::process_query`] (with [`crate::response`]'s
+//! slip, BADCOOKIE and truncated replies, OPT, the size limit), never by the module. Modules
+//! count their own decisions and record their own events; nothing here allocates or takes a
+//! lock.
+//!
+//! # Evidence
+//!
+//! A UDP source address proves nothing: it may be forged. [`Parsed::evidence`] says what
+//! does — a completed TCP handshake, or a valid server cookie — and defences never block on
+//! less: unproven evidence only makes a *suspect* (see [`shield::block`]), whose UDP queries
+//! are answered TC=1 ([`Step::Truncate`], never more bytes than the query) so that a real
+//! client comes back over TCP, where it is served.
 
 use std::net::IpAddr;
 
+use shield::block::{Evidence, Scope};
 use shield::events::Recorder;
 
 use crate::config::defence::CookiePolicy;
@@ -57,6 +67,10 @@ pub enum Step {
     Slip,
     /// Answer with this rcode and nothing else.
     Refuse(u16),
+    /// Answer TC=1 with the question alone, never more bytes than the query (a suspect's UDP,
+    /// a flooder's NXDOMAIN), within the suspects' budget per source prefix (past it: a
+    /// counted drop). A real client retries over TCP and is served.
+    Truncate,
 }
 
 /// Per-worker state every module may use: the clocks read once per batch, and the worker's
@@ -68,6 +82,9 @@ pub struct Env {
     pub now_us: u64,
     /// The worker's event recorder (per-thread shard of the aggregator).
     pub recorder: Recorder,
+    /// What `before_parse` found of the message's source: a suspect, and of what scope
+    /// (reset for every message).
+    pub suspect: Option<Scope>,
 }
 
 impl Env {
@@ -77,6 +94,7 @@ impl Env {
             now_ms: 0,
             now_us: 0,
             recorder,
+            suspect: None,
         };
         e.tick();
         e
@@ -127,6 +145,22 @@ pub struct Parsed<'a> {
     /// Set by a module that vouches for the query (a valid server cookie, an `allow` rule):
     /// the rate defences after answering leave it alone.
     pub exempt: bool,
+    /// The source is a suspect (unproven evidence in the block map): `Dns`, every UDP query
+    /// without a valid cookie is truncated; `Nxdomain`, only its NXDOMAIN answers are.
+    pub suspect: Option<Scope>,
+}
+
+impl Parsed<'_> {
+    /// What proves the source owns its address: a completed TCP handshake, a valid server
+    /// cookie, or nothing (UDP: the address may be forged).
+    #[inline]
+    pub fn evidence(&self) -> Evidence {
+        match (self.transport, self.cookie) {
+            (Transport::Tcp, _) => Evidence::Tcp,
+            (_, CookieStatus::Valid) => Evidence::Cookie,
+            _ => Evidence::Udp,
+        }
+    }
 }
 
 /// Which rate an answer counts against (RRL's classes).
@@ -162,9 +196,9 @@ pub trait QueryModule {
         Step::Continue
     }
 
-    /// A message from `src` arrived (nothing parsed yet).
+    /// A message from `src` arrived over `transport` (nothing parsed yet).
     #[inline]
-    fn before_parse(&mut self, _env: &mut Env, _src: IpAddr) -> Step {
+    fn before_parse(&mut self, _env: &mut Env, _src: IpAddr, _transport: Transport) -> Step {
         Step::Continue
     }
 

@@ -624,6 +624,28 @@ pub fn slip(
     }
 }
 
+/// TC=1 with the question alone — a suspect's UDP reply: never more bytes than the query
+/// (`req`), so that a forged source gets no more than was sent in its name. OPT goes in when
+/// the query had one and it fits; our cookie too when it fits (a resolver that retries with
+/// it is then proven and answered over UDP). Returns its length.
+pub fn truncated(
+    out: &mut [u8],
+    req: &[u8],
+    q: &Query,
+    udp_payload: u16,
+    cookie: Option<&crate::query_module::CookieOut>,
+) -> usize {
+    let cap = req.len().min(out.len());
+    let mut w = Writer::new(out, cap);
+    w.start(req, q, crate::wire::rcode::NOERROR, true);
+    w.set_flags(hf::TC);
+    if q.edns.is_some() && w.len + OPT_LEN <= cap {
+        let cookie = cookie.filter(|_| w.len + OPT_LEN + COOKIE_OPT_LEN <= cap);
+        put_opt(&mut w, q, udp_payload, 0, OptOptions::cookie(cookie));
+    }
+    w.finish()
+}
+
 #[cfg(test)]
 mod tests {
     //! The writer and the glue every reply shares: the size limit, the slip and BADCOOKIE

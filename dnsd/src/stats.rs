@@ -76,6 +76,8 @@ pub enum DropCause {
     TcpQueryLimit = 7,
     /// Dropped by a shield rule (deny, or over a rule's rate).
     Rules = 8,
+    /// A truncated reply past the suspects' budget (`[defence.suspects] tc_per_second`).
+    Suspect = 9,
 }
 
 /// Names of [`DropCause`] causes, by index.
@@ -89,6 +91,7 @@ pub const DROPS: &[&str] = &[
     "tcp_timeout",
     "tcp_query_limit",
     "rules",
+    "suspect",
 ];
 
 /// Compact denial (RFC 9824) counters, by index.

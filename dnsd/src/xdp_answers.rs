@@ -323,6 +323,7 @@ impl AnswerSync {
                                         defence.connection_tenant,
                                         ip,
                                         shield::events::Action::RateLimited,
+                                        shield::block::Evidence::Udp,
                                         crate::defence::reason::XDP_RRL,
                                         new,
                                     );

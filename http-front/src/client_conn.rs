@@ -120,11 +120,7 @@ pub async fn accept_loop(front: Arc<Front>, listener: std::net::TcpListener, tls
             };
             let ip = peer.ip().to_canonical();
             let blocked = local::with(&*front, |l| {
-                let b = l.is_blocked(ip);
-                if b {
-                    l.record_blocked(front.conn_tenant.load(Ordering::Relaxed), ip);
-                }
-                b
+                l.blocked(front.conn_tenant.load(Ordering::Relaxed), ip)
             });
             if blocked {
                 c.bump(Counter::ConnBlocked);

@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::net::IpAddr;
 use std::sync::mpsc::SyncSender;
 
-use shield::block::BlockReader;
+use shield::block::{BlockReader, Check, Traffic};
 use shield::events::{Action, Recorder};
 use shield::rules::LocalRules;
 
@@ -52,16 +52,26 @@ impl Local {
         }
     }
 
-    /// True when `ip` is blocked now: one atomic load while the map is empty, one probe per prefix length in use otherwise.
+    /// True when a block of every packet (proven, scope `all`) holds `ip` now — DNS-only
+    /// blocks and suspects never stop HTTP — recorded as a `blocked` event of `tenant` with
+    /// the block's evidence. One atomic load while the map is empty, one probe per prefix
+    /// length in use otherwise.
     #[inline]
-    pub fn is_blocked(&self, ip: IpAddr) -> bool {
-        !self.reader.is_empty() && self.reader.is_blocked(ip, shield::clock::unix_ms())
-    }
-
-    /// Records a blocked request or connection.
-    #[inline]
-    pub fn record_blocked(&self, tenant: u32, ip: IpAddr) {
-        self.recorder.record(tenant, ip, Action::Blocked, 0);
+    pub fn blocked(&self, tenant: u32, ip: IpAddr) -> bool {
+        if self.reader.is_empty() {
+            return false;
+        }
+        match self
+            .reader
+            .check(ip, shield::clock::unix_ms(), Traffic::Stream)
+        {
+            Check::Blocked(hit) => {
+                self.recorder
+                    .record(tenant, ip, Action::Blocked, hit.evidence, 0);
+                true
+            }
+            _ => false,
+        }
     }
 }
 

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use shield::block::{BlockEntry, Origin};
+use shield::block::{BlockEntry, Evidence, Origin};
 use shield::events::Action as EventAction;
+use shield::rules::Escalated;
 use shield::rules::{Action, Now};
 
 use crate::access_log::{self, AccessRecord};
@@ -109,6 +110,7 @@ impl Drop for Flight {
                     now,
                     "h2-reset-flood",
                     Origin::Local,
+                    Evidence::Http,
                 ));
                 c.bump(Counter::EscalationsResetFlood);
             }
@@ -181,11 +183,7 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
     // 1. A source blocked since the connection opened: refuse and close, before anything else.
     let blocked = cx.ctl.cause() == Some(CloseCause::Blocked)
         || local::with(front, |l| {
-            let b = l.is_blocked(cx.ip);
-            if b {
-                l.record_blocked(front.conn_tenant.load(Ordering::Relaxed), cx.ip);
-            }
-            b
+            l.blocked(front.conn_tenant.load(Ordering::Relaxed), cx.ip)
         });
     if blocked {
         cx.ctl.close(CloseCause::Blocked);
@@ -278,15 +276,21 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
         let v = local::with(front, |l| {
             let v = l.rules.check(site.tenant, cx.ip, &view, now);
             if let Some(a) = EventAction::from_rules(v.action) {
-                l.recorder.record(site.tenant, cx.ip, a, v.code);
-                if v.escalated {
-                    l.recorder
-                        .record(site.tenant, cx.ip, EventAction::Escalated, v.code);
+                l.recorder
+                    .record(site.tenant, cx.ip, a, Evidence::Http, v.code);
+                if v.escalated == Escalated::Blocked {
+                    l.recorder.record(
+                        site.tenant,
+                        cx.ip,
+                        EventAction::Escalated,
+                        Evidence::Http,
+                        v.code,
+                    );
                 }
             }
             v
         });
-        if v.escalated {
+        if v.escalated == Escalated::Blocked {
             c.bump(Counter::Escalations);
         }
         match v.action {

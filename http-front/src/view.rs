@@ -62,6 +62,13 @@ impl shield::rules::Request for HttpView<'_> {
         // HeaderMap counts fields and distinct names: they differ when a name repeats.
         self.headers.len() != self.headers.keys_len()
     }
+
+    /// An HTTP request came over a completed TCP handshake: its source is proven, and an
+    /// escalation blocks it (every packet).
+    #[inline]
+    fn evidence(&self) -> shield::block::Evidence {
+        shield::block::Evidence::Http
+    }
 }
 
 fn version_str(v: Version) -> &'static str {

@@ -5,7 +5,9 @@
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use hashbrown::HashMap;
 use ipnet::{IpNet, Ipv4Net};
-use shield::block::{BlockConfig, BlockEntry, BlockMap, BlockReader, Delivery, Origin, Reason};
+use shield::block::{
+    BlockConfig, BlockEntry, BlockMap, BlockReader, Delivery, Evidence, Origin, Reason,
+};
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,7 +30,13 @@ fn addr(i: u32) -> IpAddr {
 }
 
 fn host_entry(i: u32) -> BlockEntry {
-    BlockEntry::new(IpNet::from(addr(i)), FAR, "bench", Origin::Local)
+    BlockEntry::new(
+        IpNet::from(addr(i)),
+        FAR,
+        "bench",
+        Origin::Local,
+        Evidence::Tcp,
+    )
 }
 
 /// What the naive maps store: the same expiry and reason a block entry carries.
@@ -185,7 +193,7 @@ fn prefixes(c: &mut Criterion) {
     let map = BlockMap::new(BlockConfig::default());
     map.insert_batch(
         nets.iter()
-            .map(|n| BlockEntry::new(*n, FAR, "p", Origin::Operator)),
+            .map(|n| BlockEntry::new(*n, FAR, "p", Origin::Operator, Evidence::Operator)),
     );
     let r = map.reader();
     let hits: Vec<IpAddr> = nets

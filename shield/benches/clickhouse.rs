@@ -64,6 +64,7 @@ fn events(n: usize) -> Vec<Event> {
             node: Some("edge-1".into()),
             tenant: e as u32,
             action: Action::Blocked,
+            evidence: shield::block::Evidence::Tcp,
             total: 20 * 900 + 5_000,
             top: (0..20u32)
                 .map(|k| TopSource {
@@ -110,7 +111,13 @@ fn main() {
     let n = 5_000_000u64;
     let t = Instant::now();
     for i in 0..n {
-        r.record(1, unique_ip(i), Action::Blocked, 1000);
+        r.record(
+            1,
+            unique_ip(i),
+            Action::Blocked,
+            shield::block::Evidence::Udp,
+            1000,
+        );
     }
     let record_ns = per(t.elapsed(), n);
     black_box(agg.flush(1));
@@ -302,7 +309,13 @@ fn main() {
                 let t0 = cpu_thread();
                 while Instant::now() < end {
                     for _ in 0..10_000 {
-                        r.record((i & 7) as u32, unique_ip(i), Action::Blocked, 1000);
+                        r.record(
+                            (i & 7) as u32,
+                            unique_ip(i),
+                            Action::Blocked,
+                            shield::block::Evidence::Udp,
+                            1000,
+                        );
                         i += 1;
                     }
                 }

@@ -59,7 +59,13 @@ fn record(c: &mut Criterion) {
                                     barrier.wait();
                                     let t0 = Instant::now();
                                     for i in start..start + iters {
-                                        r.record(1, src(i * 2 + t, n), Action::Blocked, 0);
+                                        r.record(
+                                            1,
+                                            src(i * 2 + t, n),
+                                            Action::Blocked,
+                                            shield::block::Evidence::Udp,
+                                            0,
+                                        );
                                     }
                                     t0.elapsed()
                                 })
@@ -85,11 +91,18 @@ fn flush(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for it in 0..iters {
                 for i in 0..5_000u64 {
-                    r1.record(1, src(i + it * 10_000, u64::MAX), Action::Blocked, 0);
+                    r1.record(
+                        1,
+                        src(i + it * 10_000, u64::MAX),
+                        Action::Blocked,
+                        shield::block::Evidence::Udp,
+                        0,
+                    );
                     r2.record(
                         2,
                         src(i + it * 10_000 + 5_000, u64::MAX),
                         Action::RateLimited,
+                        shield::block::Evidence::Udp,
                         0,
                     );
                 }

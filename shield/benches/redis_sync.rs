@@ -9,7 +9,7 @@
 mod redis_harness;
 
 use ipnet::{IpNet, Ipv4Net};
-use shield::block::{BlockConfig, BlockEntry, BlockMap, Change, Delivery, Origin};
+use shield::block::{BlockConfig, BlockEntry, BlockMap, Change, Delivery, Evidence, Origin};
 use shield::clock::unix_ms;
 use shield::redis_sync::{RedisSync, SyncConfig};
 use std::net::Ipv4Addr;
@@ -43,6 +43,7 @@ fn entry(i: u32) -> BlockEntry {
         unix_ms(),
         "bench",
         Origin::Local,
+        Evidence::Tcp,
     )
 }
 

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS palisade.events
     service     String,            -- dnsd or http-front
     node        String,            -- [events] node ('' when unset)
     tenant      UInt32,            -- the zone's or site's tenant ([[zone]]/[[site]] tenant; 0: none or not known yet)
-    action      String,            -- blocked, rate_limited, challenged, denied, escalated
+    action      String,            -- blocked, rate_limited, challenged, denied, escalated (a block), suspected (unproven: never a block)
+    evidence    String DEFAULT '', -- what proved the source owns its address: udp (nothing), cookie, tcp, http, rules, operator
     reason      UInt16,            -- last reason seen for the prefix: http-front rule code; dnsd 1000 blocked, 1001 RRL, 1002 random subdomain, 1003 cookie
     src         FixedString(16),   -- source prefix, network address (zeros on the is_other row)
     src_len     UInt8,             -- prefix length in IPv6 terms (IPv4 /24 is 120)

@@ -4,14 +4,18 @@
 //!
 //! ```text
 //! BlockMap::new(cfg) -> Arc<BlockMap>      shared by every thread; writers go through &self
-//!   insert(entry) -> InsertOutcome          New | Refreshed | Unchanged | Evicted(victim)
+//!   insert(entry) -> InsertOutcome          New | Refreshed | Unchanged | Evicted(victim) | Refused(why)
+//!   insert_forced(entry) -> InsertOutcome   an operator's `--force`: past the policy
 //!   insert_batch(entries) -> BatchOutcome   many inserts, one publish
+//!   set_policy(policy)                      never-block prefixes and the shortest prefixes
 //!   replace_peers(entries) -> ReplaceOutcome  swap all Peer entries for a new set, one publish
 //!   remove(net, cause) -> bool
+//!   remove_from_peer(net, node, operator) -> bool   a peer's removal: only what it may lift
 //!   expire(now_ms, budget) -> usize         removes at most `budget` expired entries
 //!   entries() / get(net) / len()            snapshots for `block list`, resyncs, Redis
 //!   reader() -> BlockReader                 one per thread (Send + Clone, not Sync)
-//!     lookup(ip, now_ms) -> Option<BlockHit>
+//!     lookup(ip, now_ms) -> Option<BlockHit>          the most specific live entry, any kind
+//!     check(ip, now_ms, traffic) -> Check             Clear | Suspect(hit) | Blocked(hit)
 //!   subscribe(name) -> Subscription         lossless change feed (XDP mirror, Redis publisher)
 //!     poll(max) -> Option<Delivery>         Changes(batch) | Resync(full snapshot)
 //!     changed().await / wait_timeout(d)
@@ -32,6 +36,27 @@
 //! that load and nothing else), then walks the [`PrefixMap`]: one
 //! hash probe when the map holds only host entries, one probe per prefix length in use
 //! otherwise. An entry whose expiry has passed is never a hit, even before `expire` removes it.
+//!
+//! # Evidence and scope: a defence must not be aimable
+//!
+//! Every entry says what proved the source owns its address ([`Evidence`]) and what it stops
+//! ([`Scope`]). UDP without a valid server cookie proves nothing: the address may be forged.
+//! Such an entry makes the source a *suspect* on this node ([`Check::Suspect`]: dnsd answers
+//! its UDP TC=1 so that a real client comes back over TCP), never a block; the Redis
+//! publisher and the XDP mirror leave suspects alone. A proven entry blocks the traffic its
+//! scope names: [`Scope::All`] every packet (an operator, the rules file's `[global] deny`,
+//! a source proven over TCP or HTTP), [`Scope::Dns`] only UDP to the DNS service (a source
+//! proven by a valid DNS cookie). Lookups say which traffic they are for ([`Traffic`]).
+//!
+//! Inserts never weaken an entry: an unproven insert never touches a proven entry, and a
+//! writer never changes an entry of a writer above it (operator, then this node, then a
+//! peer): a peer's record cannot relabel an operator's block, nor a peer's removal lift one
+//! ([`BlockMap::remove_from_peer`]).
+//!
+//! Every insert meets the [`BlockPolicy`] ([`BlockMap::set_policy`]): a prefix that overlaps
+//! a never-block entry, or is shorter than the configured minimum, is refused and counted by
+//! cause ([`InsertOutcome::Refused`]); only [`BlockMap::insert_forced`] (an operator's
+//! `--force`) passes it.
 //!
 //! # Bounds
 //!
@@ -172,6 +197,140 @@ pub enum Origin {
     Peer,
 }
 
+/// What proved that a source owns its address, or that nothing did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Evidence {
+    /// UDP without a valid server cookie: the address may be forged. Never blocks.
+    Udp,
+    /// A valid DNS server cookie (the source received our earlier reply).
+    Cookie,
+    /// A completed TCP handshake (DNS over TCP).
+    Tcp,
+    /// An HTTP request (over a completed TCP handshake).
+    Http,
+    /// The rules file's `[global] deny` list.
+    Rules,
+    /// An operator command.
+    Operator,
+}
+
+impl Evidence {
+    /// Every kind, in counter order.
+    pub const ALL: [Evidence; 6] = [
+        Evidence::Udp,
+        Evidence::Cookie,
+        Evidence::Tcp,
+        Evidence::Http,
+        Evidence::Rules,
+        Evidence::Operator,
+    ];
+
+    /// True for everything but unproven UDP.
+    #[inline]
+    pub fn is_proven(self) -> bool {
+        self != Evidence::Udp
+    }
+
+    /// The name in `block list`, events, metrics and records.
+    pub fn name(self) -> &'static str {
+        match self {
+            Evidence::Udp => "udp",
+            Evidence::Cookie => "cookie",
+            Evidence::Tcp => "tcp",
+            Evidence::Http => "http",
+            Evidence::Rules => "rules",
+            Evidence::Operator => "operator",
+        }
+    }
+
+    /// The kind named `s`.
+    pub fn parse(s: &str) -> Option<Evidence> {
+        Evidence::ALL.into_iter().find(|e| e.name() == s)
+    }
+
+    /// The scope a block on this evidence has unless told otherwise: DNS only for what DNS
+    /// over UDP proved (a cookie; an unproven suspect), every packet otherwise.
+    pub fn default_scope(self) -> Scope {
+        match self {
+            Evidence::Udp | Evidence::Cookie => Scope::Dns,
+            _ => Scope::All,
+        }
+    }
+}
+
+impl fmt::Display for Evidence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What an entry stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Only NXDOMAIN answers over UDP (a random-subdomain suspect: its queries for names that
+    /// exist are answered as usual). Suspects only.
+    Nxdomain,
+    /// Only UDP to the DNS service's addresses and port.
+    Dns,
+    /// Every packet from the source (TCP, HTTP, and in XDP every protocol).
+    All,
+}
+
+impl Scope {
+    /// The name in `block list` and records.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Nxdomain => "nxdomain",
+            Scope::Dns => "dns",
+            Scope::All => "all",
+        }
+    }
+
+    /// The scope named `s`.
+    pub fn parse(s: &str) -> Option<Scope> {
+        [Scope::Nxdomain, Scope::Dns, Scope::All]
+            .into_iter()
+            .find(|x| x.name() == s)
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which traffic a lookup is for: decides which entries apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Traffic {
+    /// DNS over UDP: proven entries of every scope block; unproven ones make a suspect.
+    DnsUdp,
+    /// A stream (DNS over TCP, HTTP): only proven entries of scope [`Scope::All`] apply.
+    Stream,
+}
+
+/// What a [`BlockReader::check`] found for one source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// Nothing applies.
+    Clear,
+    /// A suspect (unproven evidence): treat as the scope says, never drop outright.
+    Suspect(BlockHit),
+    /// A proven block that applies to this traffic: drop.
+    Blocked(BlockHit),
+}
+
+/// The rank of a writer: a writer never changes an entry of a higher one.
+fn rank(o: Origin) -> u8 {
+    match o {
+        Origin::Peer => 0,
+        Origin::Local => 1,
+        Origin::Operator => 2,
+    }
+}
+
 /// Why an entry left the map.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -203,24 +362,67 @@ pub struct BlockEntry {
     /// Id of the node that decided it, when known (at most [`NODE_MAX`] bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<Arc<str>>,
+    /// What proved the source owns its address (unproven: a suspect, never a block).
+    pub evidence: Evidence,
+    /// What the entry stops.
+    pub scope: Scope,
 }
 
 impl BlockEntry {
-    /// An entry expiring at `expires_ms` (unix milliseconds).
-    pub fn new(net: IpNet, expires_ms: u64, reason: &str, origin: Origin) -> Self {
+    /// An entry on `evidence` expiring at `expires_ms` (unix milliseconds), with the
+    /// evidence's default scope ([`Evidence::default_scope`]).
+    pub fn new(
+        net: IpNet,
+        expires_ms: u64,
+        reason: &str,
+        origin: Origin,
+        evidence: Evidence,
+    ) -> Self {
         BlockEntry {
             net: net.trunc(),
             expires_ms,
             reason: Reason::new(reason),
             origin,
             node: None,
+            evidence,
+            scope: evidence.default_scope(),
         }
     }
 
     /// An entry living `ttl` from `now_ms` (relative TTL, as carried between nodes).
-    pub fn with_ttl(net: IpNet, ttl: Duration, now_ms: u64, reason: &str, origin: Origin) -> Self {
+    pub fn with_ttl(
+        net: IpNet,
+        ttl: Duration,
+        now_ms: u64,
+        reason: &str,
+        origin: Origin,
+        evidence: Evidence,
+    ) -> Self {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        Self::new(net, now_ms.saturating_add(ttl_ms), reason, origin)
+        Self::new(net, now_ms.saturating_add(ttl_ms), reason, origin, evidence)
+    }
+
+    /// An operator's block (`ctl block add`): every packet, for `ttl`.
+    pub fn operator(net: IpNet, ttl: Duration, now_ms: u64, reason: &str) -> Self {
+        Self::with_ttl(
+            net,
+            ttl,
+            now_ms,
+            reason,
+            Origin::Operator,
+            Evidence::Operator,
+        )
+    }
+
+    /// The same entry with scope `scope`.
+    pub fn with_scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// True when the entry blocks (proven evidence) rather than makes a suspect.
+    pub fn is_proven(&self) -> bool {
+        self.evidence.is_proven()
     }
 
     /// The same entry tagged with the id of the node that decided it.
@@ -240,10 +442,10 @@ impl BlockEntry {
     }
 }
 
-/// What a lookup found: the matching entry's prefix, expiry, reason and origin (`Copy`, no allocation).
+/// What a lookup found: the matching entry's prefix, expiry, reason, origin, evidence and scope (`Copy`, no allocation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockHit {
-    /// The entry that matched (the most specific live one).
+    /// The entry that matched.
     pub net: IpNet,
     /// Its expiry, unix milliseconds.
     pub expires_ms: u64,
@@ -251,6 +453,10 @@ pub struct BlockHit {
     pub reason: Reason,
     /// Its origin.
     pub origin: Origin,
+    /// Its evidence.
+    pub evidence: Evidence,
+    /// Its scope.
+    pub scope: Scope,
 }
 
 /// What an insert did.
@@ -264,6 +470,8 @@ pub enum InsertOutcome {
     Unchanged,
     /// A new entry went in after evicting the entry closest to expiry (given) to fit.
     Evicted(IpNet),
+    /// The policy refused it (never-block, short prefix); nothing changed.
+    Refused(crate::never_block::Refusal),
 }
 
 /// What a batch insert did, by outcome.
@@ -277,6 +485,23 @@ pub struct BatchOutcome {
     pub unchanged: usize,
     /// Entries evicted to make room.
     pub evicted: usize,
+    /// Entries the policy refused.
+    pub refused: usize,
+}
+
+impl BatchOutcome {
+    fn count(&mut self, o: InsertOutcome) {
+        match o {
+            InsertOutcome::New => self.new += 1,
+            InsertOutcome::Refreshed => self.refreshed += 1,
+            InsertOutcome::Unchanged => self.unchanged += 1,
+            InsertOutcome::Evicted(_) => {
+                self.new += 1;
+                self.evicted += 1;
+            }
+            InsertOutcome::Refused(_) => self.refused += 1,
+        }
+    }
 }
 
 /// What [`BlockMap::replace_peers`] did.
@@ -320,6 +545,10 @@ pub struct BlockConfig {
     pub capacity: usize,
     /// Most changes queued per subscriber before it is switched to a resync.
     pub feed_capacity: usize,
+    /// Shortest IPv4 prefix an automatic source may block (an operator needs `--force`).
+    pub min_prefix_v4: u8,
+    /// Shortest IPv6 prefix an automatic source may block (an operator needs `--force`).
+    pub min_prefix_v6: u8,
 }
 
 impl Default for BlockConfig {
@@ -327,7 +556,22 @@ impl Default for BlockConfig {
         BlockConfig {
             capacity: 1_000_000,
             feed_capacity: 65_536,
+            min_prefix_v4: crate::never_block::DEFAULT_MIN_PREFIX_V4,
+            min_prefix_v6: crate::never_block::DEFAULT_MIN_PREFIX_V6,
         }
+    }
+}
+
+impl BlockConfig {
+    /// Checks values; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.min_prefix_v4 > 32 {
+            return Err("block.min_prefix_v4: must be at most 32".into());
+        }
+        if self.min_prefix_v6 > 128 {
+            return Err("block.min_prefix_v6: must be at most 128".into());
+        }
+        Ok(())
     }
 }
 
@@ -369,6 +613,10 @@ pub struct BlockStats {
     pub expirations: u64,
     /// Entries evicted because the map was full.
     pub evictions: u64,
+    /// Inserts refused by the policy, by cause ([`crate::never_block::Refusal::ALL`] order).
+    pub refused: [u64; 2],
+    /// Live entries by evidence ([`Evidence::ALL`] order).
+    pub by_evidence: [usize; 6],
     /// Lookups that hit a live entry, summed over readers.
     pub hits: u64,
     /// Per-subscriber counters.
@@ -383,6 +631,22 @@ struct Slot {
     expires_ms: u64,
     reason: Reason,
     origin: Origin,
+    evidence: Evidence,
+    scope: Scope,
+}
+
+impl Slot {
+    #[inline]
+    fn hit(&self, net: IpNet) -> BlockHit {
+        BlockHit {
+            net,
+            expires_ms: self.expires_ms,
+            reason: self.reason,
+            origin: self.origin,
+            evidence: self.evidence,
+            scope: self.scope,
+        }
+    }
 }
 
 #[derive(Clone, Default)]
@@ -424,8 +688,15 @@ struct WriterCounters {
     removals: u64,
     expirations: u64,
     evictions: u64,
+    refused: [u64; 2],
     /// Entries that are prefixes rather than hosts (kept here so stats never scan).
     prefixes: usize,
+    /// Entries by evidence (kept here so stats never scan).
+    by_evidence: [usize; 6],
+}
+
+fn evidence_index(e: Evidence) -> usize {
+    Evidence::ALL.iter().position(|x| *x == e).unwrap_or(0)
 }
 
 struct Writer {
@@ -438,6 +709,7 @@ struct Writer {
     pending: Vec<Change>,
     subs: Vec<Arc<SubShared>>,
     counters: WriterCounters,
+    policy: crate::never_block::BlockPolicy,
 }
 
 impl Writer {
@@ -507,6 +779,8 @@ impl Writer {
             expires_ms: entry.expires_ms,
             reason: entry.reason,
             origin: entry.origin,
+            evidence: entry.evidence,
+            scope: entry.scope,
         }
     }
 
@@ -518,6 +792,7 @@ impl Writer {
         }
         let pos = self.slots[id].heap_pos;
         self.heap_remove(pos);
+        self.counters.by_evidence[evidence_index(self.slots[id].entry.evidence)] -= 1;
         self.slots[id].entry.node = None;
         self.free.push(id);
         self.handle.append(Op::Remove(net));
@@ -529,25 +804,68 @@ impl Writer {
         }
     }
 
-    fn insert_one(&mut self, capacity: usize, mut e: BlockEntry) -> InsertOutcome {
-        e.net = e.net.trunc();
-        if let Some(&id) = self.by_net.get(&e.net) {
-            let cur = &mut self.slots[id].entry;
-            let longer = e.expires_ms > cur.expires_ms;
-            if !longer && e.reason == cur.reason {
+    fn insert_one(&mut self, capacity: usize, mut e: BlockEntry, forced: bool) -> InsertOutcome {
+        e.net = crate::never_block::canonical_net(e.net.trunc());
+        if !e.evidence.is_proven() && e.scope == Scope::All {
+            // A suspect is a DNS matter: it never stops other traffic.
+            e.scope = Scope::Dns;
+        }
+        if e.evidence.is_proven() && e.scope == Scope::Nxdomain {
+            e.scope = Scope::Dns;
+        }
+        if !forced && let Err((why, _)) = self.policy.check(&e.net) {
+            let i = crate::never_block::Refusal::ALL
+                .iter()
+                .position(|r| *r == why)
+                .unwrap_or(0);
+            self.counters.refused[i] += 1;
+            return InsertOutcome::Refused(why);
+        }
+        let net = e.net;
+        if let Some(&id) = self.by_net.get(&net) {
+            let cur = &self.slots[id].entry;
+            let (cur_proven, new_proven) = (cur.evidence.is_proven(), e.evidence.is_proven());
+            let next = if cur_proven && !new_proven {
+                // A suspicion never weakens a block.
+                None
+            } else if new_proven && !cur_proven {
+                // A proof replaces a suspicion whole.
+                Some(e)
+            } else if rank(e.origin) < rank(cur.origin) {
+                // A lower writer never changes a higher one's entry.
+                None
+            } else if rank(e.origin) > rank(cur.origin) {
+                // A higher writer takes the entry over; its expiry never shrinks.
+                Some(BlockEntry {
+                    expires_ms: e.expires_ms.max(cur.expires_ms),
+                    ..e
+                })
+            } else {
+                // The same writer: later expiry, the new reason, node and evidence, the wider scope.
+                Some(BlockEntry {
+                    expires_ms: e.expires_ms.max(cur.expires_ms),
+                    scope: e.scope.max(cur.scope),
+                    ..e
+                })
+            };
+            let Some(next) = next.filter(|n| n != cur) else {
                 self.counters.unchanged += 1;
                 return InsertOutcome::Unchanged;
-            }
-            cur.expires_ms = cur.expires_ms.max(e.expires_ms);
-            cur.reason = e.reason;
-            cur.origin = e.origin;
-            cur.node = e.node;
-            let slot = Self::slot_of(cur);
-            let change = Change::Upsert(cur.clone());
+            };
+            let old_exp = cur.expires_ms;
+            self.counters.by_evidence[evidence_index(cur.evidence)] -= 1;
+            self.counters.by_evidence[evidence_index(next.evidence)] += 1;
+            let slot = Self::slot_of(&next);
+            let change = Change::Upsert(next.clone());
+            let new_exp = next.expires_ms;
+            self.slots[id].entry = next;
             let pos = self.slots[id].heap_pos;
-            // Expiry only grows: the element can only move down the min-heap.
-            self.sift_down(pos);
-            self.handle.append(Op::Upsert(e.net, slot));
+            if new_exp >= old_exp {
+                self.sift_down(pos);
+            } else {
+                self.sift_up(pos);
+            }
+            self.handle.append(Op::Upsert(net, slot));
             self.pending.push(change);
             self.counters.refreshes += 1;
             return InsertOutcome::Refreshed;
@@ -560,7 +878,7 @@ impl Writer {
             outcome = InsertOutcome::Evicted(vnet);
         }
         let slot = Self::slot_of(&e);
-        let net = e.net;
+        self.counters.by_evidence[evidence_index(e.evidence)] += 1;
         self.pending.push(Change::Upsert(e.clone()));
         let meta = Meta {
             entry: e,
@@ -656,6 +974,11 @@ impl BlockMap {
             pending: Vec::new(),
             subs: Vec::new(),
             counters: WriterCounters::default(),
+            policy: crate::never_block::BlockPolicy {
+                min_prefix_v4: cfg.min_prefix_v4,
+                min_prefix_v6: cfg.min_prefix_v6,
+                never_block: Arc::default(),
+            },
         };
         Arc::new(BlockMap {
             inner: Arc::new(Inner {
@@ -675,29 +998,77 @@ impl BlockMap {
 
     /// Inserts or refreshes one entry and publishes it to readers and subscribers at once.
     ///
-    /// A refresh keeps the later of the two expiries and takes the new reason, origin and node.
-    /// In a full map a new entry evicts the entry closest to expiry; insert never fails.
+    /// See the module documentation for what a refresh may change (never weaken, never
+    /// relabel a higher writer's entry). In a full map a new entry evicts the entry closest to
+    /// expiry. The policy ([`set_policy`](Self::set_policy)) refuses never-block and short
+    /// prefixes, from every origin: an operator passes it with [`insert_forced`](Self::insert_forced).
     pub fn insert(&self, entry: BlockEntry) -> InsertOutcome {
+        self.insert_with(entry, false)
+    }
+
+    /// [`insert`](Self::insert) past the policy (an operator's `--force`); logged by the caller.
+    pub fn insert_forced(&self, entry: BlockEntry) -> InsertOutcome {
+        self.insert_with(entry, true)
+    }
+
+    fn insert_with(&self, entry: BlockEntry, forced: bool) -> InsertOutcome {
         let mut w = lock(&self.inner.writer);
-        let out = w.insert_one(self.inner.cfg.capacity, entry);
+        let out = w.insert_one(self.inner.cfg.capacity, entry, forced);
         self.inner.finish(&mut w);
         out
     }
 
-    /// Inserts many entries with a single publish (Redis snapshots, bulk loads).
+    /// Replaces the policy (never-block prefixes, shortest prefixes) that inserts meet.
+    ///
+    /// Entries already in the map that the new policy refuses are removed (cause
+    /// [`RemoveCause::Local`]): a never-block prefix added at run time lifts what covers it.
+    /// Operator entries stay (they passed `--force`, or were allowed when made).
+    pub fn set_policy(&self, policy: crate::never_block::BlockPolicy) -> usize {
+        let mut w = lock(&self.inner.writer);
+        let stale: Vec<usize> = w
+            .by_net
+            .iter()
+            .filter(|(net, id)| {
+                w.slots[**id].entry.origin != Origin::Operator && policy.check(net).is_err()
+            })
+            .map(|(_, &id)| id)
+            .collect();
+        let n = stale.len();
+        for id in stale {
+            w.remove_id(id, RemoveCause::Local);
+        }
+        w.policy = policy;
+        self.inner.finish(&mut w);
+        n
+    }
+
+    /// The policy inserts meet now.
+    pub fn policy(&self) -> crate::never_block::BlockPolicy {
+        lock(&self.inner.writer).policy.clone()
+    }
+
+    /// Inserts many entries with a single publish (Redis snapshots, bulk loads), each under the policy.
     pub fn insert_batch(&self, entries: impl IntoIterator<Item = BlockEntry>) -> BatchOutcome {
+        self.insert_batch_with(entries, false)
+    }
+
+    /// [`insert_batch`](Self::insert_batch) past the policy (an operator's `block import --force`).
+    pub fn insert_batch_forced(
+        &self,
+        entries: impl IntoIterator<Item = BlockEntry>,
+    ) -> BatchOutcome {
+        self.insert_batch_with(entries, true)
+    }
+
+    fn insert_batch_with(
+        &self,
+        entries: impl IntoIterator<Item = BlockEntry>,
+        forced: bool,
+    ) -> BatchOutcome {
         let mut w = lock(&self.inner.writer);
         let mut out = BatchOutcome::default();
         for e in entries {
-            match w.insert_one(self.inner.cfg.capacity, e) {
-                InsertOutcome::New => out.new += 1,
-                InsertOutcome::Refreshed => out.refreshed += 1,
-                InsertOutcome::Unchanged => out.unchanged += 1,
-                InsertOutcome::Evicted(_) => {
-                    out.new += 1;
-                    out.evicted += 1;
-                }
-            }
+            out.count(w.insert_one(self.inner.cfg.capacity, e, forced));
         }
         self.inner.finish(&mut w);
         out
@@ -726,15 +1097,8 @@ impl BlockMap {
             ..ReplaceOutcome::default()
         };
         for e in entries {
-            match w.insert_one(self.inner.cfg.capacity, e) {
-                InsertOutcome::New => out.inserted.new += 1,
-                InsertOutcome::Refreshed => out.inserted.refreshed += 1,
-                InsertOutcome::Unchanged => out.inserted.unchanged += 1,
-                InsertOutcome::Evicted(_) => {
-                    out.inserted.new += 1;
-                    out.inserted.evicted += 1;
-                }
-            }
+            out.inserted
+                .count(w.insert_one(self.inner.cfg.capacity, e, false));
         }
         self.inner.finish(&mut w);
         out
@@ -743,10 +1107,39 @@ impl BlockMap {
     /// Removes exactly `net` (not prefixes covering it); false when it was not there.
     pub fn remove(&self, net: IpNet, cause: RemoveCause) -> bool {
         let mut w = lock(&self.inner.writer);
-        let Some(&id) = w.by_net.get(&net.trunc()) else {
+        let Some(&id) = w
+            .by_net
+            .get(&crate::never_block::canonical_net(net.trunc()))
+        else {
             return false;
         };
         w.remove_id(id, cause);
+        self.inner.finish(&mut w);
+        true
+    }
+
+    /// A removal another node asked for: lifts `net` only when this node holds it as that
+    /// node's own peer entry; an operator's removal (`operator`) also lifts any peer entry
+    /// and this node's automatic ones, never this node's operator entries. False when nothing
+    /// was lifted.
+    pub fn remove_from_peer(&self, net: IpNet, node: &str, operator: bool) -> bool {
+        let mut w = lock(&self.inner.writer);
+        let Some(&id) = w
+            .by_net
+            .get(&crate::never_block::canonical_net(net.trunc()))
+        else {
+            return false;
+        };
+        let e = &w.slots[id].entry;
+        let may = match e.origin {
+            Origin::Peer => operator || e.node.as_deref() == Some(node),
+            Origin::Local => operator,
+            Origin::Operator => false,
+        };
+        if !may {
+            return false;
+        }
+        w.remove_id(id, RemoveCause::Peer);
         self.inner.finish(&mut w);
         true
     }
@@ -773,7 +1166,7 @@ impl BlockMap {
     pub fn get(&self, net: IpNet) -> Option<BlockEntry> {
         let w = lock(&self.inner.writer);
         w.by_net
-            .get(&net.trunc())
+            .get(&crate::never_block::canonical_net(net.trunc()))
             .map(|&id| w.slots[id].entry.clone())
     }
 
@@ -843,6 +1236,8 @@ impl BlockMap {
             removals: c.removals,
             expirations: c.expirations,
             evictions: c.evictions,
+            refused: c.refused,
+            by_evidence: c.by_evidence,
             hits,
             subscribers: w.subs.iter().map(|s| s.stats()).collect(),
         }
@@ -888,7 +1283,7 @@ impl BlockReader {
         }
     }
 
-    /// The most specific live entry covering `ip` at `now_ms`, if any.
+    /// The most specific live entry covering `ip` at `now_ms`, if any, proven or not.
     ///
     /// Empty map: one atomic load. Hosts only: one hash probe. Allocates nothing, takes no lock.
     #[inline]
@@ -897,17 +1292,10 @@ impl BlockReader {
             return None;
         }
         let hit = self.handle.read(|t| {
-            for (net, slot) in t.map.matches(ip) {
-                if slot.expires_ms > now_ms {
-                    return Some(BlockHit {
-                        net,
-                        expires_ms: slot.expires_ms,
-                        reason: slot.reason,
-                        origin: slot.origin,
-                    });
-                }
-            }
-            None
+            t.map
+                .matches(ip)
+                .find(|(_, s)| s.expires_ms > now_ms)
+                .map(|(net, s)| s.hit(net))
         });
         if hit.is_some() {
             bump_owned(&self.hits, 1);
@@ -915,10 +1303,55 @@ impl BlockReader {
         hit
     }
 
-    /// True when `ip` is blocked at `now_ms`.
+    /// What applies to `traffic` from `ip` at `now_ms`: the most specific proven entry that
+    /// stops it, else (UDP DNS) the most specific suspect entry, else nothing.
+    ///
+    /// Empty map: one atomic load. Hosts only: one hash probe. Allocates nothing, takes no lock.
     #[inline]
-    pub fn is_blocked(&self, ip: IpAddr, now_ms: u64) -> bool {
-        self.lookup(ip, now_ms).is_some()
+    pub fn check(&self, ip: IpAddr, now_ms: u64, traffic: Traffic) -> Check {
+        if !self.inner.nonempty.load(Ordering::Acquire) {
+            return Check::Clear;
+        }
+        let found = self.handle.read(|t| {
+            let mut suspect = None;
+            for (net, slot) in t.map.matches(ip) {
+                if slot.expires_ms <= now_ms {
+                    continue;
+                }
+                let proven = slot.evidence.is_proven();
+                match traffic {
+                    Traffic::DnsUdp if proven => return Check::Blocked(slot.hit(net)),
+                    Traffic::DnsUdp => {
+                        // A general suspicion beats one of NXDOMAIN answers only.
+                        let better = match &suspect {
+                            None => true,
+                            Some(h) => {
+                                let h: &BlockHit = h;
+                                h.scope == Scope::Nxdomain && slot.scope != Scope::Nxdomain
+                            }
+                        };
+                        if better {
+                            suspect = Some(slot.hit(net));
+                        }
+                    }
+                    Traffic::Stream if proven && slot.scope == Scope::All => {
+                        return Check::Blocked(slot.hit(net));
+                    }
+                    Traffic::Stream => {}
+                }
+            }
+            suspect.map_or(Check::Clear, Check::Suspect)
+        });
+        if matches!(found, Check::Blocked(_)) {
+            bump_owned(&self.hits, 1);
+        }
+        found
+    }
+
+    /// True when a proven entry stops `traffic` from `ip` at `now_ms`.
+    #[inline]
+    pub fn is_blocked(&self, ip: IpAddr, now_ms: u64, traffic: Traffic) -> bool {
+        matches!(self.check(ip, now_ms, traffic), Check::Blocked(_))
     }
 
     /// True when the map holds nothing (one atomic load).
@@ -1162,6 +1595,24 @@ impl crate::metrics::Source for BlockMap {
         ] {
             out.counter(format!("blockmap.{what}"), m, "", help, v);
         }
+        for (i, why) in crate::never_block::Refusal::ALL.iter().enumerate() {
+            out.counter(
+                format!("blockmap.refused.{why}"),
+                "palisade_blockmap_refused_total",
+                format!("cause=\"{why}\""),
+                "Blocks refused by the policy: a never-block prefix, or one shorter than [block] min_prefix_v4/v6.",
+                b.refused[i],
+            );
+        }
+        for (i, ev) in Evidence::ALL.iter().enumerate() {
+            out.gauge(
+                format!("blockmap.evidence.{ev}"),
+                "palisade_blockmap_entries_by_evidence",
+                format!("evidence=\"{ev}\""),
+                "Entries in the block map by evidence (udp: suspects, never blocks).",
+                b.by_evidence[i] as u64,
+            );
+        }
         for s in &b.subscribers {
             let l = format!("subscriber=\"{}\"", crate::metrics::label_value(&s.name));
             out.gauge(
@@ -1203,13 +1654,15 @@ mod tests {
     }
 
     fn entry(s: &str, exp: u64) -> BlockEntry {
-        BlockEntry::new(net(s), exp, "test", Origin::Local)
+        BlockEntry::new(net(s), exp, "test", Origin::Local, Evidence::Tcp)
     }
 
     fn small(capacity: usize, feed: usize) -> Arc<BlockMap> {
         BlockMap::new(BlockConfig {
             capacity,
             feed_capacity: feed,
+            min_prefix_v4: 0,
+            min_prefix_v6: 0,
         })
     }
 
@@ -1428,6 +1881,7 @@ mod tests {
             1_000,
             "peer says",
             Origin::Peer,
+            Evidence::Tcp,
         )
         .with_node("node-b");
         assert_eq!(e.ttl_ms(31_000), 30_000);
@@ -1448,7 +1902,9 @@ mod tests {
     #[test]
     fn replace_peers_swaps_only_peer_entries() {
         let m = small(1000, 100);
-        let peer = |s: &str, exp| BlockEntry::new(net(s), exp, "p", Origin::Peer).with_node("b");
+        let peer = |s: &str, exp| {
+            BlockEntry::new(net(s), exp, "p", Origin::Peer, Evidence::Http).with_node("b")
+        };
         m.insert(entry("192.0.2.1", 100));
         m.insert(peer("192.0.2.2", 100));
         m.insert(peer("192.0.2.3", 100));
@@ -1471,6 +1927,177 @@ mod tests {
             }
         );
         assert_eq!(ch.len(), 3);
+    }
+
+    #[test]
+    fn suspects_never_block_and_never_weaken_a_block() {
+        let m = small(100, 100);
+        let r = m.reader();
+        let suspect = BlockEntry::new(net("192.0.2.1"), 1000, "s", Origin::Local, Evidence::Udp);
+        assert_eq!(suspect.scope, Scope::Dns);
+        m.insert(suspect.clone());
+        let ip1 = ip("192.0.2.1");
+        assert!(matches!(
+            r.check(ip1, 0, Traffic::DnsUdp),
+            Check::Suspect(_)
+        ));
+        assert_eq!(r.check(ip1, 0, Traffic::Stream), Check::Clear);
+        assert!(!r.is_blocked(ip1, 0, Traffic::DnsUdp));
+        // A suspect asked for with scope All is still DNS only.
+        m.insert(suspect.clone().with_scope(Scope::All));
+        assert_eq!(m.get(net("192.0.2.1")).unwrap().scope, Scope::Dns);
+        // A proof replaces the suspicion; a later suspicion leaves the block alone.
+        let proven = BlockEntry::new(net("192.0.2.1"), 500, "c", Origin::Local, Evidence::Cookie);
+        assert_eq!(m.insert(proven), InsertOutcome::Refreshed);
+        assert!(r.is_blocked(ip1, 0, Traffic::DnsUdp));
+        assert!(
+            !r.is_blocked(ip1, 0, Traffic::Stream),
+            "a cookie block is DNS only"
+        );
+        assert_eq!(m.insert(suspect), InsertOutcome::Unchanged);
+        assert_eq!(m.get(net("192.0.2.1")).unwrap().evidence, Evidence::Cookie);
+        // The proof's own expiry, shorter than the suspicion's, holds.
+        assert_eq!(m.get(net("192.0.2.1")).unwrap().expires_ms, 500);
+        // A TCP-proven /24 stops every stream from it; a suspect /32 inside does not hide it.
+        m.insert(BlockEntry::new(
+            net("198.51.100.0/24"),
+            1000,
+            "t",
+            Origin::Local,
+            Evidence::Tcp,
+        ));
+        m.insert(BlockEntry::new(
+            net("198.51.100.7"),
+            1000,
+            "s",
+            Origin::Local,
+            Evidence::Udp,
+        ));
+        let ip7 = ip("198.51.100.7");
+        let Check::Blocked(h) = r.check(ip7, 0, Traffic::DnsUdp) else {
+            panic!("the /24 blocks")
+        };
+        assert_eq!(h.net, net("198.51.100.0/24"));
+        assert!(r.is_blocked(ip7, 0, Traffic::Stream));
+        // A general suspicion beats one of NXDOMAIN answers only.
+        let nx = BlockEntry::new(
+            net("203.0.113.0/24"),
+            1000,
+            "n",
+            Origin::Local,
+            Evidence::Udp,
+        )
+        .with_scope(Scope::Nxdomain);
+        m.insert(nx);
+        let Check::Suspect(h) = r.check(ip("203.0.113.9"), 0, Traffic::DnsUdp) else {
+            panic!()
+        };
+        assert_eq!(h.scope, Scope::Nxdomain);
+        m.insert(BlockEntry::new(
+            net("203.0.113.9"),
+            1000,
+            "g",
+            Origin::Local,
+            Evidence::Udp,
+        ));
+        let Check::Suspect(h) = r.check(ip("203.0.113.9"), 0, Traffic::DnsUdp) else {
+            panic!()
+        };
+        assert_eq!(h.scope, Scope::Dns);
+        let s = m.stats();
+        assert_eq!(s.by_evidence[0], 3, "three suspects");
+        assert_eq!(s.by_evidence[1] + s.by_evidence[2], 2);
+    }
+
+    #[test]
+    fn writers_never_change_a_higher_writers_entry() {
+        let m = small(100, 100);
+        let n = net("192.0.2.9");
+        let op = BlockEntry::new(n, 1000, "hand", Origin::Operator, Evidence::Operator);
+        m.insert(op);
+        let peer = BlockEntry::new(n, 9000, "intruder", Origin::Peer, Evidence::Tcp).with_node("x");
+        assert_eq!(m.insert(peer.clone()), InsertOutcome::Unchanged);
+        let local = BlockEntry::new(n, 9000, "esc", Origin::Local, Evidence::Tcp);
+        assert_eq!(m.insert(local.clone()), InsertOutcome::Unchanged);
+        let got = m.get(n).unwrap();
+        assert_eq!(
+            (got.origin, got.reason.as_str(), got.expires_ms),
+            (Origin::Operator, "hand", 1000)
+        );
+        // A peer's removal never lifts an operator entry, even an operator's removal from afar.
+        assert!(!m.remove_from_peer(n, "x", false));
+        assert!(!m.remove_from_peer(n, "x", true));
+        assert!(m.get(n).is_some());
+        // A local entry: a peer's add leaves it, an operator's removal from afar lifts it.
+        let n2 = net("192.0.2.10");
+        m.insert(BlockEntry {
+            net: n2,
+            ..local.clone()
+        });
+        assert_eq!(
+            m.insert(BlockEntry {
+                net: n2,
+                ..peer.clone()
+            }),
+            InsertOutcome::Unchanged
+        );
+        assert!(!m.remove_from_peer(n2, "x", false));
+        assert!(m.remove_from_peer(n2, "x", true));
+        // A peer entry: lifted by its own node, not by another's plain removal.
+        let n3 = net("192.0.2.11");
+        m.insert(BlockEntry {
+            net: n3,
+            ..peer.clone()
+        });
+        assert!(!m.remove_from_peer(n3, "y", false));
+        assert!(m.remove_from_peer(n3, "x", false));
+        // A local writer takes over a peer's entry (so that it republishes it) and keeps the later expiry.
+        let n4 = net("192.0.2.12");
+        m.insert(BlockEntry { net: n4, ..peer });
+        m.insert(BlockEntry {
+            net: n4,
+            expires_ms: 10,
+            ..local
+        });
+        let got = m.get(n4).unwrap();
+        assert_eq!((got.origin, got.expires_ms), (Origin::Local, 9000));
+    }
+
+    #[test]
+    fn the_policy_refuses_never_block_and_short_prefixes_unless_forced() {
+        use crate::never_block::{BlockPolicy, NeverBlock, Refusal};
+        let m = BlockMap::new(BlockConfig::default());
+        m.insert(entry("192.0.2.0/24", 1000));
+        let mut nb = NeverBlock::new();
+        nb.push(net("192.0.2.53"), "redis server");
+        // The new policy lifts the automatic entry that covers the protected address.
+        let removed = m.set_policy(BlockPolicy {
+            never_block: Arc::new(nb),
+            ..m.policy()
+        });
+        assert_eq!(removed, 1);
+        for (what, why) in [
+            ("192.0.2.53", Refusal::NeverBlock),
+            ("192.0.0.0/22", Refusal::NeverBlock),
+            ("10.0.0.0/8", Refusal::ShortPrefix),
+            ("0.0.0.0/0", Refusal::ShortPrefix),
+            ("2001:db8::/16", Refusal::ShortPrefix),
+        ] {
+            assert_eq!(
+                m.insert(entry(what, 1000)),
+                InsertOutcome::Refused(why),
+                "{what}"
+            );
+            let op = BlockEntry::new(net(what), 1000, "op", Origin::Operator, Evidence::Operator);
+            assert_eq!(m.insert(op.clone()), InsertOutcome::Refused(why), "{what}");
+            assert!(matches!(m.insert_forced(op), InsertOutcome::New));
+        }
+        assert_eq!(m.stats().refused, [4, 6]);
+        assert_eq!(m.len(), 5);
+        assert!(matches!(
+            m.insert(entry("192.0.2.54", 1000)),
+            InsertOutcome::New
+        ));
     }
 
     #[test]

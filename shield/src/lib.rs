@@ -5,6 +5,8 @@
 //!
 //! - [`block`]: the block map (address or prefix → expiry, reason, origin) that readers consult
 //!   without waiting for writers, with a lossless change feed for mirrors (XDP, Redis).
+//! - [`never_block`]: the prefixes no automatic defence may block or suspect, and the
+//!   shortest prefix one may (the policy every block-map insert meets).
 //! - [`prefix`]: longest-prefix match over IPv4/IPv6 prefixes, shared by the block map and rules.
 //! - [`ratelimit`]: lock-free rate limiters and window counters in bounded tables.
 //! - [`rules`]: per-tenant prepared rules (prefix lists, known crawlers, ASNs, attribute
@@ -16,6 +18,7 @@
 //! - [`toml_pos`]: `file:line:col` and the key of a TOML error, for every config file.
 //! - [`redis_sync`]: block-map sync across nodes through Redis (snapshot, capped change stream,
 //!   bounded outbox), built on [`block::Subscription`] and [`block::Origin::Peer`].
+//! - [`fleet_key`]: the fleet key file and the keys each use derives from it (Redis records).
 //! - [`control`]: the control socket's protocol, server loop and client, and the block-map
 //!   commands both daemons answer (`ctl block add|del|list|import`).
 //!
@@ -25,8 +28,10 @@ pub mod block;
 pub mod clock;
 pub mod control;
 pub mod events;
+pub mod fleet_key;
 pub mod logging;
 pub mod metrics;
+pub mod never_block;
 pub mod prefix;
 pub mod ratelimit;
 pub mod redis_sync;

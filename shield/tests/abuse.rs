@@ -63,10 +63,16 @@ fn ten_million_sources_stay_within_the_configured_memory() {
                     let key = (1u32, source_key(ip, 32, 128));
                     let now_us = 1_000_000 + u64::from(i);
                     if !limiter.check(&key, &limit, now_us).is_allow() {
-                        rec.record(1, ip, Action::RateLimited, 5);
+                        rec.record(1, ip, Action::RateLimited, shield::block::Evidence::Udp, 5);
                     }
                     counter.add(&key, 1, 10_000, now_us / 1000);
-                    rec.record(1 + i % 7, ip, Action::Blocked, 3);
+                    rec.record(
+                        1 + i % 7,
+                        ip,
+                        Action::Blocked,
+                        shield::block::Evidence::Udp,
+                        3,
+                    );
                     i += 2;
                 }
             });

@@ -2,7 +2,8 @@
 
 use ipnet::{IpNet, Ipv4Net};
 use shield::block::{
-    BlockConfig, BlockEntry, BlockMap, Change, Delivery, Origin, RemoveCause, Subscription,
+    BlockConfig, BlockEntry, BlockMap, Change, Delivery, Evidence, Origin, RemoveCause,
+    Subscription,
 };
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -17,7 +18,7 @@ fn host(i: u32) -> IpNet {
 }
 
 fn entry(i: u32, exp: u64) -> BlockEntry {
-    BlockEntry::new(host(i), exp, "t", Origin::Local)
+    BlockEntry::new(host(i), exp, "t", Origin::Local, Evidence::Tcp)
 }
 
 /// Applies deliveries to a mirror, as the XDP loader or the Redis publisher would.
@@ -62,6 +63,7 @@ fn readers_see_stable_entries_and_fresh_inserts_while_writer_churns() {
     let map = BlockMap::new(BlockConfig {
         capacity: 1_000_000,
         feed_capacity: 1024,
+        ..BlockConfig::default()
     });
     // Stable entries 0..1000 never change; 1_000_000.. are never inserted.
     map.insert_batch((0..1000).map(|i| entry(i, FAR)));
@@ -119,6 +121,7 @@ fn burst_of_100k_unique_reaches_a_concurrent_subscriber() {
     let map = BlockMap::new(BlockConfig {
         capacity: 1_000_000,
         feed_capacity: 8192,
+        ..BlockConfig::default()
     });
     let mut sub = map.subscribe("xdp");
     let done = Arc::new(AtomicBool::new(false));
@@ -160,6 +163,7 @@ fn idle_subscriber_gets_a_resync_with_all_100k() {
     let map = BlockMap::new(BlockConfig {
         capacity: 1_000_000,
         feed_capacity: 1000,
+        ..BlockConfig::default()
     });
     let mut sub = map.subscribe("redis");
     for i in 0..100_000 {
@@ -181,6 +185,7 @@ fn mirror_converges_under_random_churn_with_evictions() {
     let map = BlockMap::new(BlockConfig {
         capacity: 500,
         feed_capacity: 64,
+        ..BlockConfig::default()
     });
     let mut sub = map.subscribe("mirror");
     let mut mirror = HashMap::new();
@@ -215,6 +220,7 @@ fn eviction_is_counted_and_delivered() {
     let map = BlockMap::new(BlockConfig {
         capacity: 10,
         feed_capacity: 100,
+        ..BlockConfig::default()
     });
     let mut sub = map.subscribe("s");
     for i in 0..15 {

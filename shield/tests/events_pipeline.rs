@@ -24,6 +24,7 @@ fn one_million_unique_sources_stay_within_budget() {
             3,
             IpAddr::V4(Ipv4Addr::from(0x0b00_0000 + i)),
             Action::Blocked,
+            shield::block::Evidence::Udp,
             1,
         );
         if i % 100 == 0 {
@@ -31,6 +32,7 @@ fn one_million_unique_sources_stay_within_budget() {
                 3,
                 IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
                 Action::Blocked,
+                shield::block::Evidence::Udp,
                 2,
             );
         }
@@ -76,6 +78,7 @@ fn flusher_writes_vector_ready_json_lines() {
             9,
             IpAddr::V4(Ipv4Addr::new(198, 51, 100, i)),
             Action::RateLimited,
+            shield::block::Evidence::Udp,
             5,
         );
     }
@@ -83,6 +86,7 @@ fn flusher_writes_vector_ready_json_lines() {
         9,
         IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0x100, 0, 0, 0, 1)),
         Action::Challenged,
+        shield::block::Evidence::Udp,
         7,
     );
     let stats = flusher.stop();
@@ -124,6 +128,7 @@ fn big_event(i: u64) -> Event {
         node: None,
         tenant: 1,
         action: Action::Blocked,
+        evidence: shield::block::Evidence::Udp,
         total: 1000,
         top: (0..1000u32)
             .map(|k| TopSource {
@@ -166,6 +171,7 @@ fn stuck_unix_socket_counts_drops_and_never_blocks_recording() {
                 1,
                 IpAddr::V4(Ipv4Addr::from(round * 1000 + i)),
                 Action::Blocked,
+                shield::block::Evidence::Udp,
                 0,
             );
         }

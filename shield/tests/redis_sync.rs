@@ -6,7 +6,7 @@ mod redis_harness;
 
 use ipnet::{IpNet, Ipv4Net};
 use redis_harness::{Conn, RedisServer};
-use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin, RemoveCause};
+use shield::block::{BlockConfig, BlockEntry, BlockMap, Evidence, Origin, RemoveCause, Traffic};
 use shield::clock::unix_ms;
 use shield::redis_sync::{Clock, RedisSync, SyncConfig, SyncHandle};
 use std::collections::HashSet;
@@ -25,12 +25,31 @@ fn host(i: u32) -> IpNet {
 }
 
 fn local(i: u32, ttl: Duration) -> BlockEntry {
-    BlockEntry::with_ttl(host(i), ttl, unix_ms(), "test", Origin::Local)
+    BlockEntry::with_ttl(
+        host(i),
+        ttl,
+        unix_ms(),
+        "test",
+        Origin::Local,
+        Evidence::Tcp,
+    )
+}
+
+/// The fleet key every node of these tests shares (a file of 32 bytes, mode 0600).
+fn key_file() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap();
+        shield::fleet_key::generate(&d.path().join("fleet.key")).unwrap();
+        d
+    });
+    dir.path().join("fleet.key")
 }
 
 fn cfg(url: &str, node: &str) -> SyncConfig {
     SyncConfig {
         url: url.to_string(),
+        key_file: Some(key_file()),
         node_id: node.to_string(),
         prefix: "t:".to_string(),
         block_ms: 250,
@@ -124,6 +143,7 @@ async fn block_and_removal_propagate_without_echo() {
         unix_ms(),
         "by hand",
         Origin::Operator,
+        Evidence::Operator,
     ));
     until("A's operator block on B", || b.get(host(2)).is_some()).await;
 
@@ -158,9 +178,9 @@ async fn block_and_removal_propagate_without_echo() {
     until("short block on B", || b.get(host(4)).is_some()).await;
     let rb = b.reader();
     let ip = std::net::IpAddr::V4(Ipv4Addr::from(0x0a00_0004));
-    assert!(rb.is_blocked(ip, unix_ms()));
+    assert!(rb.is_blocked(ip, unix_ms(), Traffic::Stream));
     assert!(
-        !rb.is_blocked(ip, short.expires_ms + 1_000),
+        !rb.is_blocked(ip, short.expires_ms + 1_000, Traffic::Stream),
         "peer copy expires with the original"
     );
     assert!(b.get(host(2)).is_some(), "a local lift stays local");
@@ -423,6 +443,7 @@ async fn expiry_follows_the_receivers_clock_under_skew() {
         behind(),
         "skew",
         Origin::Local,
+        Evidence::Tcp,
     ));
     until("A's block on B", || b.get(host(1)).is_some()).await;
     let left = b.get(host(1)).unwrap().ttl_ms(ahead());
@@ -438,6 +459,7 @@ async fn expiry_follows_the_receivers_clock_under_skew() {
         ahead(),
         "skew",
         Origin::Local,
+        Evidence::Tcp,
     ));
     until("B's block on A", || a.get(host(2)).is_some()).await;
     let left = a.get(host(2)).unwrap().ttl_ms(behind());
@@ -478,6 +500,7 @@ async fn shutdown_flushes_and_a_restarted_node_gets_its_blocks_back() {
         unix_ms(),
         "by hand",
         Origin::Operator,
+        Evidence::Operator,
     ));
     let mon = sa.monitor();
     assert!(mon.is_synced());
@@ -502,7 +525,35 @@ fn config_is_strict_and_validated() {
     let c: SyncConfig =
         toml::from_str("url = \"redis://10.0.0.1:6379\"\nnode_id = \"ns1\"").unwrap();
     assert_eq!(c.prefix, "palisade:");
+    // No key, no sync: unless the operator says unsigned records are fine.
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("key_file"), "{e}");
+    let c = SyncConfig {
+        insecure_unsigned: true,
+        ..c
+    };
     c.validate().unwrap();
+    let keyed = SyncConfig {
+        insecure_unsigned: false,
+        key_file: Some(key_file()),
+        ..c.clone()
+    };
+    keyed.validate().unwrap();
+    assert!(keyed.record_key().unwrap().is_some());
+    let bad = SyncConfig {
+        ca_file: Some("/nonexistent".into()),
+        ..c.clone()
+    };
+    assert!(
+        bad.validate()
+            .unwrap_err()
+            .to_string()
+            .contains("rediss://")
+    );
+    assert_eq!(
+        shield::redis_sync::redact("redis://dnsd:s3cret@10.0.0.1:6379/0"),
+        "redis://dnsd:***@10.0.0.1:6379/0"
+    );
     let err = toml::from_str::<SyncConfig>("nodeid = \"x\"")
         .unwrap_err()
         .to_string();
@@ -531,6 +582,7 @@ fn config_is_strict_and_validated() {
     let outside = RedisSync::spawn(
         SyncConfig {
             node_id: "x".into(),
+            insecure_unsigned: true,
             ..SyncConfig::default()
         },
         m,

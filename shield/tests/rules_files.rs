@@ -2,7 +2,7 @@
 
 use shield::block::{BlockConfig, BlockMap};
 use shield::rules::{
-    Action, AsnTable, Attrs, Now, Prepared, RuleSet, RuleState, StateConfig, codes,
+    Action, AsnTable, Attrs, Escalated, Now, Prepared, RuleSet, RuleState, StateConfig, codes,
     load_crawler_ranges,
 };
 use std::net::IpAddr;
@@ -63,12 +63,16 @@ fn sample_rules_behave() {
         Action::Challenge
     );
     assert_eq!(v(1, "198.51.100.11", &[("path", "/")]).action, Action::Pass);
-    // DNS tenant: ANY denied, 20 denies escalate the source into the block map.
+    // DNS tenant: ANY denied, 20 denies escalate the source into the block map (as a
+    // suspect: plain attributes prove nothing of the source).
     for _ in 0..19 {
-        assert!(!v(2, "198.51.100.99", &[("qtype", "ANY")]).escalated);
+        assert_eq!(
+            v(2, "198.51.100.99", &[("qtype", "ANY")]).escalated,
+            Escalated::No
+        );
     }
     let last = v(2, "198.51.100.99", &[("qtype", "ANY")]);
-    assert!(last.escalated);
+    assert_eq!(last.escalated, Escalated::Suspect);
     assert!(
         blocks
             .reader()

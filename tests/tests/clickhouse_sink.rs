@@ -90,6 +90,7 @@ fn schema_applies_and_rows_round_trip() {
         node: None,
         tenant: 3,
         action: Action::Blocked,
+        evidence: shield::block::Evidence::Udp,
         total: 100,
         top: vec![TopSource {
             prefix: "198.51.100.0/24".parse().unwrap(),

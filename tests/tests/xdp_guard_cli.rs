@@ -17,7 +17,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use palisade_tests::netns::{self, VethPair};
 use palisade_tests::wait::wait_for;
-use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin};
+use shield::block::{BlockConfig, BlockEntry, BlockMap, Evidence, Origin};
 use xdp_guard::{GuardMaps, Mirror, MirrorOptions};
 
 /// A pin directory under /sys/fs/bpf of this test alone; detached and removed on drop.
@@ -151,7 +151,13 @@ fn the_node_guard_outlives_its_process_and_daemons_follow_its_maps() {
     // A daemon's mirror into the pinned maps (as http-front runs it), its own slot.
     let blocks = BlockMap::new(BlockConfig::default());
     let net: IpNet = format!("{a4}/32").parse().unwrap();
-    blocks.insert(BlockEntry::new(net, u64::MAX, "test", Origin::Local));
+    blocks.insert(BlockEntry::new(
+        net,
+        u64::MAX,
+        "test",
+        Origin::Local,
+        Evidence::Tcp,
+    ));
     let opts = MirrorOptions {
         recheck_every: Duration::from_millis(100),
         ..Default::default()

@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ipnet::{IpNet, Ipv4Net};
-use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin};
+use shield::block::{BlockConfig, BlockEntry, BlockMap, Evidence, Origin};
 use xdp_guard::{BlockMapKind, KernelBlock, Mirror, MirrorOptions, Verdict, XdpConfig, XdpGuard};
 
 const REPEAT: u32 = 2_000_000;
@@ -54,7 +54,12 @@ fn host(i: u32) -> IpNet {
 }
 
 fn blocks(nets: impl Iterator<Item = IpNet>) -> Vec<KernelBlock> {
-    nets.map(|net| KernelBlock { net, expires_ns: 0 }).collect()
+    nets.map(|net| KernelBlock {
+        net,
+        expires_ns: 0,
+        dns_only: false,
+    })
+    .collect()
 }
 
 /// A UDP/IPv4 Ethernet frame from `src` to `dport`.
@@ -192,11 +197,19 @@ fn mirror_burst() {
         let t = Instant::now();
         if bulk {
             block_map.insert_batch(
-                (0..BURST).map(|i| BlockEntry::new(host(i), expires, "bench", Origin::Local)),
+                (0..BURST).map(|i| {
+                    BlockEntry::new(host(i), expires, "bench", Origin::Local, Evidence::Tcp)
+                }),
             );
         } else {
             for i in 0..BURST {
-                block_map.insert(BlockEntry::new(host(i), expires, "bench", Origin::Local));
+                block_map.insert(BlockEntry::new(
+                    host(i),
+                    expires,
+                    "bench",
+                    Origin::Local,
+                    Evidence::Tcp,
+                ));
             }
         }
         let inserted = t.elapsed();

@@ -110,6 +110,15 @@ struct {
 	__type(value, struct guard_ans_addr);
 } guard_ans_addr SEC(".maps");
 
+/* dnsd's service addresses (IPv4 mapped) and port: where DNS-only block slots apply. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, GUARD_DEFAULT_SVC_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct guard_lpm_v6_key);
+	__type(value, struct guard_svc);
+} guard_svc SEC(".maps");
+
 /* Answer-rate buckets by source prefix (IPv4 mapped), per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
@@ -147,55 +156,94 @@ struct ipv6_frag {
 
 /* Where the headers of a candidate are (offsets from the frame start). */
 
-/* The first writer slot of `b` that ends after now (GUARD_NEVER always does), or -1. */
-static __always_inline int live_slot(const struct guard_block *b)
-{
-	__u64 now = bpf_ktime_get_boot_ns();
-#pragma unroll
-	for (int i = 0; i < GUARD_SLOTS; i++) {
-		if (b->expires_ns[i] > now)
-			return i;
-	}
-	return -1;
-}
+/* What a block lookup found. */
+#define GUARD_LIVE_NONE 0
+#define GUARD_LIVE_ALL 1 /* a slot that stops every packet: drop now */
+#define GUARD_LIVE_DNS 2 /* only slots that stop UDP to the DNS service: decided at L4 */
 
-/* A live entry drops (counted by its writer slot); one whose slots have all passed is
- * counted and left for the userspace sweep. */
-static __always_inline int found_live(const struct guard_block *b, struct guard_counters *cnt)
+/* A source that only DNS-only slots block: the verdict and slot to drop with, if the packet
+ * turns out to be UDP to a DNS service address. */
+struct guard_dns_block {
+	int verdict; /* GUARD_C_DROP_BLOCKED_ADDR / _PREFIX, or 0 */
+	int slot;
+};
+
+/* Looks at an entry: a live slot of scope "all" drops (counted by its writer slot); failing
+ * that, a live DNS-only slot is noted in `dns` (when none is yet); an entry whose slots have
+ * all passed is counted and left for the userspace sweep. */
+static __always_inline int found_live(const struct guard_block *b, struct guard_counters *cnt,
+				      struct guard_dns_block *dns, int verdict)
 {
 	if (!b)
-		return 0;
-	int s = live_slot(b);
-	if (s >= 0 && s < GUARD_SLOTS) {
-		cnt->count[GUARD_C_DROP_SLOT + s]++;
-		return 1;
+		return GUARD_LIVE_NONE;
+	__u64 now = bpf_ktime_get_boot_ns();
+	int dns_slot = -1;
+#pragma unroll
+	for (int i = 0; i < GUARD_SLOTS; i++) {
+		if (b->expires_ns[i] > now) {
+			if (!(b->dns_only & (1U << i))) {
+				cnt->count[GUARD_C_DROP_SLOT + i]++;
+				return GUARD_LIVE_ALL;
+			}
+			if (dns_slot < 0)
+				dns_slot = i;
+		}
+	}
+	if (dns_slot >= 0) {
+		if (!dns->verdict) {
+			dns->verdict = verdict;
+			dns->slot = dns_slot;
+		}
+		return GUARD_LIVE_DNS;
 	}
 	cnt->count[GUARD_C_BLOCK_EXPIRED]++;
-	return 0;
+	return GUARD_LIVE_NONE;
 }
 
-static __always_inline int check_v4(__be32 saddr, struct guard_counters *cnt)
+static __always_inline int check_v4(__be32 saddr, struct guard_counters *cnt,
+				    struct guard_dns_block *dns)
 {
 	struct guard_v4_key k = { .addr = saddr };
-	if (found_live(bpf_map_lookup_elem(&guard_block_v4, &k), cnt))
+	if (found_live(bpf_map_lookup_elem(&guard_block_v4, &k), cnt, dns,
+		       GUARD_C_DROP_BLOCKED_ADDR) == GUARD_LIVE_ALL)
 		return GUARD_C_DROP_BLOCKED_ADDR;
 	struct guard_lpm_v4_key lk = { .prefixlen = 32, .addr = saddr };
-	if (found_live(bpf_map_lookup_elem(&guard_pfx_v4, &lk), cnt))
+	if (found_live(bpf_map_lookup_elem(&guard_pfx_v4, &lk), cnt, dns,
+		       GUARD_C_DROP_BLOCKED_PREFIX) == GUARD_LIVE_ALL)
 		return GUARD_C_DROP_BLOCKED_PREFIX;
 	return GUARD_C_PASS;
 }
 
-static __always_inline int check_v6(const struct in6_addr *saddr, struct guard_counters *cnt)
+static __always_inline int check_v6(const struct in6_addr *saddr, struct guard_counters *cnt,
+				    struct guard_dns_block *dns)
 {
 	struct guard_v6_key k;
 	__builtin_memcpy(k.addr, saddr, 16);
-	if (found_live(bpf_map_lookup_elem(&guard_block_v6, &k), cnt))
+	if (found_live(bpf_map_lookup_elem(&guard_block_v6, &k), cnt, dns,
+		       GUARD_C_DROP_BLOCKED_ADDR) == GUARD_LIVE_ALL)
 		return GUARD_C_DROP_BLOCKED_ADDR;
 	struct guard_lpm_v6_key lk = { .prefixlen = 128 };
 	__builtin_memcpy(lk.addr, saddr, 16);
-	if (found_live(bpf_map_lookup_elem(&guard_pfx_v6, &lk), cnt))
+	if (found_live(bpf_map_lookup_elem(&guard_pfx_v6, &lk), cnt, dns,
+		       GUARD_C_DROP_BLOCKED_PREFIX) == GUARD_LIVE_ALL)
 		return GUARD_C_DROP_BLOCKED_PREFIX;
 	return GUARD_C_PASS;
+}
+
+/* A DNS-only block applies to UDP to port `dport` of `dst` (IPv4 mapped) when dnsd serves
+ * there: the drop verdict (counted by its slot), else pass. */
+static __always_inline int dns_block(const struct guard_dns_block *dns, const __u8 *dst,
+				     __be16 dport, struct guard_counters *cnt)
+{
+	struct guard_lpm_v6_key k = { .prefixlen = 128 };
+	__builtin_memcpy(k.addr, dst, 16);
+	struct guard_svc *svc = bpf_map_lookup_elem(&guard_svc, &k);
+	if (!svc || svc->port != bpf_ntohs(dport))
+		return GUARD_C_PASS;
+	int s = dns->slot;
+	if (s >= 0 && s < GUARD_SLOTS)
+		cnt->count[GUARD_C_DROP_SLOT + s]++;
+	return dns->verdict;
 }
 
 /* True when the source is in the [global] allow list (exempt from the rate limit). */
@@ -413,15 +461,22 @@ static __always_inline __u16 reply_csum(__u32 psum, struct udphdr *udp, struct d
 	return c ? c : 0xffff;
 }
 
-/* L4 after an IP header: UDP to a DNS port is rate-limited (and, when it passes, a candidate
- * for the answer fast path), TCP is checked for sanity. */
+/* L4 after an IP header: UDP to a DNS service of a source with a DNS-only block is dropped;
+ * UDP to a DNS port is rate-limited (and, when it passes, a candidate for the answer fast
+ * path), TCP is checked for sanity. */
 static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_key *src,
+			      const struct guard_v6_key *dst, const struct guard_dns_block *dns,
 			      struct guard_counters *cnt, struct guard_pkt *pk, int answerable)
 {
 	if (proto == IPPROTO_UDP) {
 		struct udphdr *udp = l4p;
 		if ((void *)(udp + 1) > end)
 			return GUARD_C_PASS_NOT_UNDERSTOOD;
+		if (dns->verdict) {
+			int d = dns_block(dns, dst->addr, udp->dest, cnt);
+			if (d != GUARD_C_PASS)
+				return d;
+		}
 		int v = rate_limit(src, udp->dest, cnt);
 		if (v == GUARD_C_PASS && answerable)
 			return GUARD_CANDIDATE;
@@ -446,7 +501,8 @@ static __always_inline int handle_v4(void *data, void *p, void *end, struct guar
 	if (p + hlen > end)
 		return GUARD_C_PASS_NOT_UNDERSTOOD;
 
-	int v = check_v4(ip->saddr, cnt);
+	struct guard_dns_block dns = { 0, -1 };
+	int v = check_v4(ip->saddr, cnt, &dns);
 	if (v != GUARD_C_PASS)
 		return v;
 	/* Non-first fragments carry no L4 header: nothing more to look at. */
@@ -459,12 +515,16 @@ static __always_inline int handle_v4(void *data, void *p, void *end, struct guar
 	src.addr[10] = 0xff;
 	src.addr[11] = 0xff;
 	__builtin_memcpy(&src.addr[12], &ip->saddr, 4);
+	struct guard_v6_key dst = {};
+	dst.addr[10] = 0xff;
+	dst.addr[11] = 0xff;
+	__builtin_memcpy(&dst.addr[12], &ip->daddr, 4);
 	pk->l3_off = p - data;
 	pk->l4_off = p + hlen - data;
 	pk->v6 = 0;
 	/* Answered in XDP: no IP options, not a fragment (neither MF nor an offset). */
 	int answerable = hlen == 20 && !(ip->frag_off & bpf_htons(0x3fff));
-	return l4(p + hlen, end, ip->protocol, &src, cnt, pk, answerable);
+	return l4(p + hlen, end, ip->protocol, &src, &dst, &dns, cnt, pk, answerable);
 }
 
 static __always_inline int handle_v6(void *data, void *p, void *end, struct guard_counters *cnt,
@@ -474,7 +534,8 @@ static __always_inline int handle_v6(void *data, void *p, void *end, struct guar
 	if ((void *)(ip6 + 1) > end || ip6->version != 6)
 		return GUARD_C_PASS_NOT_UNDERSTOOD;
 
-	int v = check_v6(&ip6->saddr, cnt);
+	struct guard_dns_block dns = { 0, -1 };
+	int v = check_v6(&ip6->saddr, cnt, &dns);
 	if (v != GUARD_C_PASS)
 		return v;
 
@@ -509,12 +570,14 @@ static __always_inline int handle_v6(void *data, void *p, void *end, struct guar
 
 	struct guard_v6_key src;
 	__builtin_memcpy(src.addr, &ip6->saddr, 16);
+	struct guard_v6_key dst;
+	__builtin_memcpy(dst.addr, &ip6->daddr, 16);
 	pk->l3_off = p - data;
 	pk->l4_off = cur - data;
 	pk->v6 = 1;
 	/* Answered in XDP: no extension headers. */
 	int answerable = cur == p + sizeof(*ip6);
-	return l4(cur, end, nh, &src, cnt, pk, answerable);
+	return l4(cur, end, nh, &src, &dst, &dns, cnt, pk, answerable);
 }
 
 static __always_inline int classify(struct xdp_md *ctx, struct guard_counters *cnt,

@@ -14,6 +14,9 @@
  * the program drops while any slot is live, and each writer sets and clears only its own
  * slot (userspace read-modify-writes under an flock of the pin directory), so two writers of
  * one key never undo each other and a stopped writer's blocks stay until they expire.
+ * Each slot has a scope: every packet, or (its bit in dns_only) only UDP to a DNS service
+ * address and port (guard_svc, written by dnsd): what dnsd proved over UDP with a cookie
+ * never touches another protocol or another address of the node.
  */
 #ifndef PALISADE_GUARD_H
 #define PALISADE_GUARD_H
@@ -34,6 +37,7 @@
 #define GUARD_MAP_ANS_ADDR "guard_ans_addr"
 #define GUARD_MAP_ANS_SCRATCH "guard_ans_tmp"
 #define GUARD_MAP_ANS_RATE "guard_ans_rate"
+#define GUARD_MAP_SVC "guard_svc"
 
 /* Default map sizes; userspace overrides them at load time from its config. */
 #define GUARD_DEFAULT_BLOCK_V4_ENTRIES 262144
@@ -45,6 +49,7 @@
 #define GUARD_DEFAULT_ANSWER_ENTRIES 65536
 #define GUARD_DEFAULT_ANS_ADDR_ENTRIES 65536
 #define GUARD_DEFAULT_ANS_RATE_ENTRIES 65536
+#define GUARD_DEFAULT_SVC_ENTRIES 16384
 
 /* One packet's worth of tokens in a rate-limit bucket ("nano-packets"). */
 #define GUARD_TOKEN_UNIT 1000000000ULL
@@ -224,9 +229,19 @@ struct guard_lpm_v6_key {
 /* Value of every block map: one expiry per writer slot (CLOCK_BOOTTIME ns, GUARD_NEVER, or
  * GUARD_SLOT_EMPTY). The entry is live while any slot is later than now; expired slots are
  * cleared, and empty entries deleted, by userspace sweeps (never by the program, which
- * cannot read-modify-write under the writers' lock). */
+ * cannot read-modify-write under the writers' lock). A slot whose bit is set in dns_only
+ * drops only UDP to a DNS service address (guard_svc) and port. */
 struct guard_block {
 	__u64 expires_ns[GUARD_SLOTS];
+	__u32 dns_only; /* bit i: slot i stops only UDP to the DNS service */
+	__u32 reserved;
+};
+
+/* guard_svc value: the UDP port of the DNS service on the addresses of the key's prefix
+ * (key: struct guard_lpm_v6_key, IPv4 as ::ffff:a.b.c.d with prefixlen + 96). */
+struct guard_svc {
+	__u16 port; /* host order */
+	__u16 reserved;
 };
 
 /* guard_rate value (per-CPU LRU hash): a token bucket. */
@@ -261,7 +276,8 @@ _Static_assert(sizeof(struct guard_v4_key) == 4, "guard_v4_key");
 _Static_assert(sizeof(struct guard_v6_key) == 16, "guard_v6_key");
 _Static_assert(sizeof(struct guard_lpm_v4_key) == 8, "guard_lpm_v4_key");
 _Static_assert(sizeof(struct guard_lpm_v6_key) == 20, "guard_lpm_v6_key");
-_Static_assert(sizeof(struct guard_block) == 8 * GUARD_SLOTS, "guard_block");
+_Static_assert(sizeof(struct guard_block) == 8 * GUARD_SLOTS + 8, "guard_block");
+_Static_assert(sizeof(struct guard_svc) == 4, "guard_svc");
 _Static_assert(sizeof(struct guard_bucket) == 16, "guard_bucket");
 _Static_assert(sizeof(struct guard_ans_bucket) == 24, "guard_ans_bucket");
 _Static_assert(sizeof(struct guard_config) == 32 + 8192, "guard_config");

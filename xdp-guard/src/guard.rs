@@ -120,6 +120,7 @@ impl XdpGuard {
             crate::maps::DEFAULT_ANS_ADDR_ENTRIES,
             1,
             crate::maps::DEFAULT_ANS_RATE_ENTRIES,
+            crate::maps::DEFAULT_SVC_ENTRIES,
         ];
         let mut loader = EbpfLoader::new();
         for (name, size) in ALL_MAPS.iter().zip(sizes) {

@@ -55,7 +55,7 @@ const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
 const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
 
 /// What a map must look like: (type, key size, value size), in [`ALL_MAPS`] order.
-const SPECS: [(u32, u32, u32); 13] = [
+const SPECS: [(u32, u32, u32); 14] = [
     (BPF_MAP_TYPE_HASH, 4, VS as u32),
     (BPF_MAP_TYPE_HASH, 16, VS as u32),
     (BPF_MAP_TYPE_LPM_TRIE, 8, VS as u32),
@@ -85,7 +85,11 @@ const SPECS: [(u32, u32, u32); 13] = [
         crate::maps::ANS_SCRATCH_SIZE as u32,
     ),
     (BPF_MAP_TYPE_LRU_PERCPU_HASH, 16, 24),
+    (BPF_MAP_TYPE_LPM_TRIE, 20, 4),
 ];
+
+/// Index of the service-address trie in [`ALL_MAPS`].
+const SVC: usize = 13;
 
 /// Index of the answer map in [`ALL_MAPS`] (the address map follows).
 pub(crate) const ANSWERS: usize = 9;
@@ -328,14 +332,31 @@ impl Counters {
     }
 }
 
-/// A block as one writer sees it: the address or prefix and when that writer's block ends.
+/// A block as one writer sees it: the address or prefix, when that writer's block ends, and
+/// whether it stops only UDP to the DNS service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KernelBlock {
     /// The address or prefix.
     pub net: IpNet,
     /// CLOCK_BOOTTIME ns at which it ends; 0 = never.
     pub expires_ns: u64,
+    /// Stops only UDP to a DNS service address and port ([`crate::maps::MAP_SVC`]).
+    pub dns_only: bool,
 }
+
+impl KernelBlock {
+    /// A block of every packet from `net` until `expires_ns` (0 = never).
+    pub fn all(net: IpNet, expires_ns: u64) -> Self {
+        KernelBlock {
+            net,
+            expires_ns,
+            dns_only: false,
+        }
+    }
+}
+
+/// One edit of a writer's slot: set it (expiry, DNS only) or clear it.
+type Edit = (IpNet, Option<(u64, bool)>);
 
 /// An entry as stored: the address or prefix and every writer's slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -347,11 +368,16 @@ pub struct KernelEntry {
 }
 
 impl KernelEntry {
-    /// The entry as one block ending at its latest slot (0 = never).
+    /// The entry as one block ending at its latest slot (0 = never), DNS only when every
+    /// held slot is.
     pub fn combined(&self) -> KernelBlock {
+        let held = (0..SLOTS).filter(|&i| self.value.slot(i).is_some());
+        let dns_only =
+            held.clone().count() > 0 && held.into_iter().all(|i| self.value.is_dns_only(i));
         KernelBlock {
             net: self.net,
             expires_ns: self.value.expiry().unwrap_or(0),
+            dns_only,
         }
     }
 }
@@ -589,7 +615,7 @@ impl GuardMaps {
         let Some(ns) = ExpiryClock::now().to_kernel(expires_unix_ms).map_value() else {
             return Ok(false);
         };
-        let r = self.edit(&[(net.trunc(), Some(ns))], true, None);
+        let r = self.edit(&[(net.trunc(), Some((ns, false)))], true, None);
         if r.failed > 0 || r.full > 0 {
             let kind = BlockMapKind::of(&net);
             return Err(syscall_err(
@@ -626,9 +652,19 @@ impl GuardMaps {
         }))
     }
 
-    /// Whether a packet from `ip` would be dropped as blocked right now (address or prefix),
-    /// decided as the program decides.
+    /// Whether every packet from `ip` would be dropped as blocked right now (address or
+    /// prefix), decided as the program decides.
     pub fn is_blocked(&self, ip: IpAddr) -> Result<bool, Error> {
+        self.blocked(ip, false)
+    }
+
+    /// Whether UDP from `ip` to the DNS service would be dropped as blocked right now (a slot
+    /// of either scope), decided as the program decides.
+    pub fn is_blocked_for_dns(&self, ip: IpAddr) -> Result<bool, Error> {
+        self.blocked(ip, true)
+    }
+
+    fn blocked(&self, ip: IpAddr, dns: bool) -> Result<bool, Error> {
         let now = crate::clock::boot_ns();
         let (akind, pkind, akey, pkey) = match ip {
             IpAddr::V4(a) => (
@@ -659,7 +695,8 @@ impl GuardMaps {
             // In the trie this is the longest match, as in the program.
             let found = sys::lookup(self.fd(kind as usize), &key, &mut v)
                 .map_err(|source| syscall_err("lookup", kind.name(), source))?;
-            if found && BlockValue::read_from(&v).is_live(now) {
+            let v = BlockValue::read_from(&v);
+            if found && (v.is_live(now) || dns && v.is_live_for_dns(now)) {
                 return Ok(true);
             }
         }
@@ -672,27 +709,31 @@ impl GuardMaps {
     /// element. The two lists must not share a key. Full maps and failures are counted,
     /// never fatal.
     pub fn apply(&self, upserts: &[KernelBlock], deletes: &[IpNet], batch: bool) -> ApplyReport {
-        let edits: Vec<(IpNet, Option<u64>)> = deletes
+        let edits: Vec<Edit> = deletes
             .iter()
             .map(|n| (n.trunc(), None))
-            .chain(upserts.iter().map(|b| (b.net.trunc(), Some(b.expires_ns))))
+            .chain(
+                upserts
+                    .iter()
+                    .map(|b| (b.net.trunc(), Some((b.expires_ns, b.dns_only)))),
+            )
             .collect();
         self.edit(&edits, batch, None)
     }
 
     /// The read-modify-write of this writer's slot on `edits` (Some = set to that expiry,
-    /// 0 = never; None = clear), under the writers' lock; `known` holds every entry of the
-    /// maps when the caller has just read them under the same lock.
+    /// 0 = never, and scope; None = clear), under the writers' lock; `known` holds every entry
+    /// of the maps when the caller has just read them under the same lock.
     fn edit(
         &self,
-        edits: &[(IpNet, Option<u64>)],
+        edits: &[Edit],
         batch: bool,
         known: Option<&HashMap<IpNet, BlockValue>>,
     ) -> ApplyReport {
         let mut report = ApplyReport::default();
         let _lock = (known.is_none()).then(|| self.lock());
         for kind in BlockMapKind::ALL {
-            let mine: Vec<&(IpNet, Option<u64>)> = edits
+            let mine: Vec<&Edit> = edits
                 .iter()
                 .filter(|(n, _)| BlockMapKind::of(n) == kind)
                 .collect();
@@ -740,7 +781,11 @@ impl GuardMaps {
                         }
                     }
                 };
-                let new = cur.unwrap_or_default().with_slot(self.slot, *want);
+                let new = cur.unwrap_or_default().with_slot(
+                    self.slot,
+                    want.map(|w| w.0),
+                    want.is_some_and(|w| w.1),
+                );
                 match want {
                     Some(_) => {
                         if cur != Some(new) {
@@ -990,6 +1035,7 @@ impl GuardMaps {
                     out.push(KernelBlock {
                         net: e.net,
                         expires_ns,
+                        dns_only: e.value.is_dns_only(self.slot),
                     });
                 }
             }
@@ -1006,12 +1052,16 @@ impl GuardMaps {
             known.extend(self.dump(kind)?);
         }
         let want: HashSet<IpNet> = desired.iter().map(|b| b.net.trunc()).collect();
-        let mut edits: Vec<(IpNet, Option<u64>)> = known
+        let mut edits: Vec<Edit> = known
             .iter()
             .filter(|(n, v)| v.slot(self.slot).is_some() && !want.contains(n))
             .map(|(n, _)| (*n, None))
             .collect();
-        edits.extend(desired.iter().map(|b| (b.net.trunc(), Some(b.expires_ns))));
+        edits.extend(
+            desired
+                .iter()
+                .map(|b| (b.net.trunc(), Some((b.expires_ns, b.dns_only)))),
+        );
         Ok(self.edit(&edits, batch, Some(&known)))
     }
 
@@ -1102,6 +1152,47 @@ impl GuardMaps {
         Ok((written, deleted))
     }
 
+    /// Makes the service-address trie hold `nets` (IPv4 as IPv4-mapped IPv6) with UDP `port`:
+    /// entries of the same port that `nets` no longer holds go (another daemon's, on another
+    /// port, stay). Returns how many entries `nets` made.
+    pub fn set_services(&self, nets: &[IpNet], port: u16) -> Result<usize, Error> {
+        let _lock = self.lock();
+        let fd = self.fd(SVC);
+        let key = |n: &IpNet| {
+            let (len, addr) = match n.trunc() {
+                IpNet::V4(v) => (
+                    u32::from(v.prefix_len()) + 96,
+                    v.network().to_ipv6_mapped().octets(),
+                ),
+                IpNet::V6(v) => (u32::from(v.prefix_len()), v.network().octets()),
+            };
+            LpmV6Key {
+                prefixlen: len,
+                addr,
+            }
+            .as_bytes()
+            .to_vec()
+        };
+        let want: HashSet<Vec<u8>> = nets.iter().map(key).collect();
+        let value = crate::maps::SvcValue { port, reserved: 0 };
+        for k in self.keys(SVC, 20)? {
+            if want.contains(&k) {
+                continue;
+            }
+            let mut v = [0u8; 4];
+            let found =
+                sys::lookup(fd, &k, &mut v).map_err(|e| syscall_err("lookup", ALL_MAPS[SVC], e))?;
+            if found && crate::maps::SvcValue::read_from(&v).port == port {
+                sys::delete(fd, &k).map_err(|e| syscall_err("delete", ALL_MAPS[SVC], e))?;
+            }
+        }
+        for k in &want {
+            sys::update(fd, k, value.as_bytes(), sys::BPF_ANY)
+                .map_err(|e| syscall_err("update", ALL_MAPS[SVC], e))?;
+        }
+        Ok(want.len())
+    }
+
     /// Every key of map `i` of [`ALL_MAPS`] (`ks` bytes each), walked key by key.
     pub(crate) fn keys(&self, i: usize, ks: usize) -> Result<Vec<Vec<u8>>, Error> {
         let fd = self.fd(i);
@@ -1150,10 +1241,8 @@ impl GuardMaps {
 
 /// Coalesces a sequence of changes so that the last one per key wins; returns (upserts,
 /// deletes) with no key in both.
-pub(crate) fn coalesce(
-    changes: impl IntoIterator<Item = (IpNet, Option<u64>)>,
-) -> (Vec<KernelBlock>, Vec<IpNet>) {
-    let mut last: HashMap<IpNet, Option<u64>> = HashMap::new();
+pub(crate) fn coalesce(changes: impl IntoIterator<Item = Edit>) -> (Vec<KernelBlock>, Vec<IpNet>) {
+    let mut last: HashMap<IpNet, Option<(u64, bool)>> = HashMap::new();
     let mut order = Vec::new();
     for (net, v) in changes {
         let net = net.trunc();
@@ -1165,7 +1254,11 @@ pub(crate) fn coalesce(
     let mut dels = Vec::new();
     for net in order {
         match last[&net] {
-            Some(expires_ns) => ups.push(KernelBlock { net, expires_ns }),
+            Some((expires_ns, dns_only)) => ups.push(KernelBlock {
+                net,
+                expires_ns,
+                dns_only,
+            }),
             None => dels.push(net),
         }
     }
@@ -1255,12 +1348,12 @@ mod tests {
     fn coalesce_keeps_the_last_change_per_key() {
         let n = |s: &str| s.parse::<IpNet>().unwrap();
         let (ups, dels) = coalesce([
-            (n("192.0.2.1/32"), Some(5)),
+            (n("192.0.2.1/32"), Some((5, false))),
             (n("192.0.2.2/32"), None),
             (n("192.0.2.1/32"), None),
-            (n("192.0.2.2/32"), Some(7)),
-            (n("192.0.2.3/32"), Some(1)),
-            (n("192.0.2.3/32"), Some(2)),
+            (n("192.0.2.2/32"), Some((7, true))),
+            (n("192.0.2.3/32"), Some((1, false))),
+            (n("192.0.2.3/32"), Some((2, false))),
         ]);
         assert_eq!(dels, vec![n("192.0.2.1/32")]);
         assert_eq!(
@@ -1268,12 +1361,10 @@ mod tests {
             vec![
                 KernelBlock {
                     net: n("192.0.2.2/32"),
-                    expires_ns: 7
+                    expires_ns: 7,
+                    dns_only: true,
                 },
-                KernelBlock {
-                    net: n("192.0.2.3/32"),
-                    expires_ns: 2
-                },
+                KernelBlock::all(n("192.0.2.3/32"), 2),
             ]
         );
     }

@@ -302,7 +302,10 @@ fn status(at: &Where) -> Result<bool, String> {
     println!("maps: {}", dir.display());
     for kind in BlockMapKind::ALL {
         let entries = maps.entries(kind).map_err(|e| e.to_string())?;
-        let live = entries.iter().filter(|e| e.value.is_live(now)).count();
+        let live = entries
+            .iter()
+            .filter(|e| e.value.is_live_for_dns(now))
+            .count();
         let mut per_slot = [0usize; SLOTS];
         for e in &entries {
             for (i, n) in per_slot.iter_mut().enumerate() {
@@ -366,11 +369,15 @@ fn list(at: &Where, addr: Option<IpAddr>) -> Result<(), String> {
             }
             let mut slots = Vec::new();
             for (i, name) in SLOT_NAMES.iter().enumerate() {
+                // A DNS-only slot stops UDP to the DNS service alone.
+                let scope = if e.value.is_dns_only(i) { "(dns)" } else { "" };
                 match e.value.slot(i) {
                     None => {}
-                    Some(0) => slots.push(format!("{name}=never")),
-                    Some(ns) if ns <= now => slots.push(format!("{name}=expired")),
-                    Some(ns) => slots.push(format!("{name}={}s", (ns - now) / 1_000_000_000)),
+                    Some(0) => slots.push(format!("{name}{scope}=never")),
+                    Some(ns) if ns <= now => slots.push(format!("{name}{scope}=expired")),
+                    Some(ns) => {
+                        slots.push(format!("{name}{scope}={}s", (ns - now) / 1_000_000_000))
+                    }
                 }
             }
             println!("{}\t{}", e.net, slots.join(" "));

@@ -34,8 +34,11 @@ pub const MAP_ANS_ADDR: &str = "guard_ans_addr";
 pub const MAP_ANS_SCRATCH: &str = "guard_ans_tmp";
 /// Name of the per-CPU LRU hash of answer-rate buckets by source prefix.
 pub const MAP_ANS_RATE: &str = "guard_ans_rate";
+/// Name of the LPM_TRIE of dnsd's service addresses and port ([`LpmV6Key`] → [`SvcValue`]):
+/// where DNS-only block slots apply.
+pub const MAP_SVC: &str = "guard_svc";
 /// Every map of the program, in a fixed order.
-pub const ALL_MAPS: [&str; 13] = [
+pub const ALL_MAPS: [&str; 14] = [
     MAP_BLOCK_V4,
     MAP_BLOCK_V6,
     MAP_PREFIX_V4,
@@ -49,6 +52,7 @@ pub const ALL_MAPS: [&str; 13] = [
     MAP_ANS_ADDR,
     MAP_ANS_SCRATCH,
     MAP_ANS_RATE,
+    MAP_SVC,
 ];
 
 /// Default capacity of the IPv4 address hash.
@@ -205,14 +209,31 @@ pub struct LpmV6Key {
     pub addr: [u8; 16],
 }
 
-/// Value of every block map: one expiry per writer slot.
+/// Value of every block map: one expiry per writer slot, and each slot's scope.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct BlockValue {
     /// Per slot: CLOCK_BOOTTIME ns at which that writer's block ends, [`NEVER`], or
     /// [`SLOT_EMPTY`].
     pub expires_ns: [u64; SLOTS],
+    /// Bit `i`: slot `i` stops only UDP to the DNS service (a [`MAP_SVC`] address and port).
+    pub dns_only: u32,
+    /// Zero.
+    pub reserved: u32,
 }
+
+/// Value of the service-address trie: dnsd's UDP port there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SvcValue {
+    /// Host order.
+    pub port: u16,
+    /// Zero.
+    pub reserved: u16,
+}
+
+/// Default capacity of the service-address trie.
+pub const DEFAULT_SVC_ENTRIES: u32 = 16_384;
 
 impl BlockValue {
     /// The stored slot value of an expiry in the API's terms (0 = never).
@@ -229,10 +250,21 @@ impl BlockValue {
         }
     }
 
-    /// The same value with slot `i` set to `expires_ns` (0 = never) or emptied (`None`).
-    pub fn with_slot(mut self, i: usize, expires_ns: Option<u64>) -> Self {
+    /// The same value with slot `i` set to `expires_ns` (0 = never) or emptied (`None`),
+    /// of scope DNS only when `dns_only`.
+    pub fn with_slot(mut self, i: usize, expires_ns: Option<u64>, dns_only: bool) -> Self {
         self.expires_ns[i] = expires_ns.map_or(SLOT_EMPTY, Self::stored);
+        if dns_only && expires_ns.is_some() {
+            self.dns_only |= 1 << i;
+        } else {
+            self.dns_only &= !(1 << i);
+        }
         self
+    }
+
+    /// True when slot `i` stops only UDP to the DNS service.
+    pub fn is_dns_only(&self, i: usize) -> bool {
+        self.dns_only & (1 << i) != 0
     }
 
     /// True when no writer holds the key.
@@ -240,8 +272,14 @@ impl BlockValue {
         self.expires_ns.iter().all(|&e| e == SLOT_EMPTY)
     }
 
-    /// True when a packet is dropped at `now_ns` (some slot ends later), as the program decides.
+    /// True when every packet is dropped at `now_ns` (a slot of scope "all" ends later), as
+    /// the program decides.
     pub fn is_live(&self, now_ns: u64) -> bool {
+        (0..SLOTS).any(|i| self.expires_ns[i] > now_ns && !self.is_dns_only(i))
+    }
+
+    /// True when UDP to the DNS service is dropped at `now_ns` (any slot ends later).
+    pub fn is_live_for_dns(&self, now_ns: u64) -> bool {
         self.expires_ns.iter().any(|&e| e > now_ns)
     }
 
@@ -260,9 +298,11 @@ impl BlockValue {
 
     /// The same value with every slot that ended at or before `now_ns` emptied.
     pub fn without_expired(mut self, now_ns: u64) -> Self {
-        for e in &mut self.expires_ns {
-            if *e != NEVER && *e <= now_ns {
-                *e = SLOT_EMPTY;
+        for i in 0..SLOTS {
+            let e = self.expires_ns[i];
+            if e != NEVER && e <= now_ns {
+                self.expires_ns[i] = SLOT_EMPTY;
+                self.dns_only &= !(1 << i);
             }
         }
         self
@@ -398,6 +438,8 @@ unsafe impl Plain for LpmV4Key {}
 unsafe impl Plain for LpmV6Key {}
 // SAFETY: as above.
 unsafe impl Plain for BlockValue {}
+// SAFETY: as above.
+unsafe impl Plain for SvcValue {}
 // SAFETY: as above.
 unsafe impl Plain for Bucket {}
 // SAFETY: as above.
@@ -589,8 +631,8 @@ mod tests {
     #[test]
     fn block_values_hold_one_expiry_per_writer() {
         let v = BlockValue::default()
-            .with_slot(SLOT_DNSD, Some(100))
-            .with_slot(SLOT_HTTP_FRONT, Some(0));
+            .with_slot(SLOT_DNSD, Some(100), false)
+            .with_slot(SLOT_HTTP_FRONT, Some(0), false);
         assert_eq!(v.expires_ns, [100, NEVER, SLOT_EMPTY, SLOT_EMPTY]);
         assert_eq!(
             (v.slot(SLOT_DNSD), v.slot(SLOT_HTTP_FRONT)),
@@ -600,14 +642,22 @@ mod tests {
         assert_eq!(v.expiry(), Some(0), "never wins");
         assert!(v.is_live(u64::MAX - 1));
         let v = v
-            .with_slot(SLOT_HTTP_FRONT, None)
-            .with_slot(SLOT_OPERATOR, Some(50));
+            .with_slot(SLOT_HTTP_FRONT, None, false)
+            .with_slot(SLOT_OPERATOR, Some(50), false);
         assert_eq!(v.expiry(), Some(100));
         assert!(v.is_live(99) && !v.is_live(100));
         let v = v.without_expired(60);
         assert_eq!(v.expires_ns, [100, SLOT_EMPTY, SLOT_EMPTY, SLOT_EMPTY]);
         assert!(v.without_expired(100).is_empty());
         assert_eq!(BlockValue::default().expiry(), None);
+        // A DNS-only slot drops UDP to the DNS service only; its bit goes with the slot.
+        let v = BlockValue::default().with_slot(SLOT_DNSD, Some(100), true);
+        assert!(v.is_dns_only(SLOT_DNSD));
+        assert!(!v.is_live(50) && v.is_live_for_dns(50));
+        let v = v.with_slot(SLOT_OPERATOR, Some(80), false);
+        assert!(v.is_live(50) && !v.is_live(90) && v.is_live_for_dns(90));
+        assert_eq!(v.without_expired(100).dns_only, 0);
+        assert_eq!(v.with_slot(SLOT_DNSD, None, true).dns_only, 0);
     }
 
     #[test]

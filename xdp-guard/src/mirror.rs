@@ -8,6 +8,10 @@
 //! expired are not installed; a periodic sweep deletes kernel entries whose expiry has passed.
 //! A full kernel map is counted ([`MirrorStats::full`]) and logged, never fatal.
 //!
+//! Suspects (entries of unproven evidence) are never written: a forged source address must
+//! not become an XDP drop. An entry of scope DNS is written DNS-only: it stops UDP to the DNS
+//! service addresses (the ones given with [`MirrorHandle::set_services`]) and nothing else.
+//!
 //! A mirror writes one writer slot ([`GuardMaps::with_slot`]). Made with [`Mirror::pinned`],
 //! it follows the maps `xdp-guard` pinned: it waits for them to appear (changes meanwhile
 //! are taken and dropped, and the first write after they appear is a full resync), and
@@ -25,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use shield::block::{Change, Delivery, Subscription};
+use shield::block::{Change, Delivery, Scope, Subscription};
 use shield::rules::GlobalLists;
 use tracing::{debug, warn};
 
@@ -163,11 +167,14 @@ struct Pinned {
     warned: bool,
 }
 
-/// The `[global]` lists handed to a mirror, and their version.
+/// The `[global]` lists handed to a mirror, and their version; and the DNS service's
+/// addresses and port (dnsd's), with theirs.
 #[derive(Debug, Default)]
 struct Global {
     version: AtomicU64,
     lists: Mutex<Option<GlobalLists>>,
+    services_version: AtomicU64,
+    services: Mutex<Option<(Vec<ipnet::IpNet>, u16)>>,
 }
 
 /// Mirrors one block-map subscription into one writer slot of one set of kernel maps.
@@ -177,6 +184,8 @@ pub struct Mirror {
     global: Arc<Global>,
     /// The version of them written into the current maps (0: none).
     global_applied: u64,
+    /// The version of the services written into the current maps (0: none).
+    services_applied: u64,
     maps: Option<GuardMaps>,
     /// The maps written now, for whoever reads their counters.
     current: Arc<Mutex<Option<GuardMaps>>>,
@@ -202,6 +211,7 @@ impl Mirror {
         Self {
             global: Arc::default(),
             global_applied: 0,
+            services_applied: 0,
             current: Arc::new(Mutex::new(Some(maps.clone()))),
             maps: Some(maps),
             pinned: None,
@@ -219,6 +229,7 @@ impl Mirror {
         let mut m = Self {
             global: Arc::default(),
             global_applied: 0,
+            services_applied: 0,
             maps: None,
             current: Arc::new(Mutex::new(None)),
             pinned: Some(Pinned {
@@ -285,6 +296,7 @@ impl Mirror {
                 self.sub.request_resync();
                 self.synced = true;
                 self.global_applied = 0;
+                self.services_applied = 0;
                 true
             }
             Err(e) => {
@@ -343,8 +355,10 @@ impl Mirror {
             Delivery::Changes(changes) => {
                 let n = changes.len();
                 let (ups, dels) = coalesce(changes.into_iter().map(|c| match c {
+                    // A suspect (unproven evidence) is never an XDP drop.
+                    Change::Upsert(e) if !e.is_proven() => (e.net, None),
                     Change::Upsert(e) => match clock.to_kernel(e.expires_ms).map_value() {
-                        Some(ns) => (e.net, Some(ns)),
+                        Some(ns) => (e.net, Some((ns, e.scope != Scope::All))),
                         None => {
                             skipped += 1;
                             (e.net, None)
@@ -360,10 +374,12 @@ impl Mirror {
                 let n = entries.len();
                 let desired: Vec<KernelBlock> = entries
                     .iter()
+                    .filter(|e| e.is_proven())
                     .filter_map(|e| match clock.to_kernel(e.expires_ms).map_value() {
                         Some(expires_ns) => Some(KernelBlock {
                             net: e.net,
                             expires_ns,
+                            dns_only: e.scope != Scope::All,
                         }),
                         None => {
                             skipped += 1;
@@ -410,14 +426,7 @@ impl Mirror {
             .clone()
             .unwrap_or_default();
         let rules = maps.clone().with_slot(crate::maps::SLOT_RULES);
-        let deny: Vec<KernelBlock> = lists
-            .deny
-            .iter()
-            .map(|n| KernelBlock {
-                net: *n,
-                expires_ns: 0,
-            })
-            .collect();
+        let deny: Vec<KernelBlock> = lists.deny.iter().map(|n| KernelBlock::all(*n, 0)).collect();
         let r = rules
             .replace_all(&deny, self.opts.batch)
             .and_then(|r| maps.set_allow(&lists.allow).map(|a| (r, a)));
@@ -436,6 +445,39 @@ impl Mirror {
             }
             Err(e) => {
                 warn!(error = %e, "writing the [global] lists into the XDP maps failed; retrying");
+                self.stats.global_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Writes the DNS service's addresses when they changed or the maps did.
+    pub fn apply_services(&mut self) {
+        let v = self.global.services_version.load(Ordering::Acquire);
+        if v == self.services_applied {
+            return;
+        }
+        let Some(maps) = &self.maps else {
+            return;
+        };
+        let Some((nets, port)) = self
+            .global
+            .services
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return;
+        };
+        match maps.set_services(&nets, port) {
+            Ok(n) => {
+                debug!(
+                    services = n,
+                    port, "DNS service addresses written into the XDP maps"
+                );
+                self.services_applied = v;
+            }
+            Err(e) => {
+                warn!(error = %e, "writing the DNS service addresses into the XDP maps failed; retrying");
                 self.stats.global_failures.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -475,6 +517,7 @@ impl Mirror {
         }
         self.drain();
         self.apply_global();
+        self.apply_services();
         if self.last_sweep.elapsed() >= self.opts.sweep_every {
             self.sweep();
         }
@@ -528,6 +571,17 @@ impl MirrorHandle {
     pub fn set_global_lists(&self, lists: GlobalLists) {
         *self.global.lists.lock().unwrap_or_else(|e| e.into_inner()) = Some(lists);
         self.global.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// Hands the DNS service's addresses (prefixes) and UDP port to the mirror (dnsd's):
+    /// DNS-only blocks drop UDP to these and nothing else. Written again into maps it reopens.
+    pub fn set_services(&self, nets: Vec<ipnet::IpNet>, port: u16) {
+        *self
+            .global
+            .services
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((nets, port));
+        self.global.services_version.fetch_add(1, Ordering::Release);
     }
 
     /// The maps the mirror writes now (`None` while pinned maps are awaited).

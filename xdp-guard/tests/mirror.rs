@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use ipnet::IpNet;
-use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin, RemoveCause};
+use shield::block::{BlockConfig, BlockEntry, BlockMap, Evidence, Origin, RemoveCause};
 use xdp_guard::{
     ExpiryClock, GuardMaps, KernelBlock, KernelExpiry, Mirror, MirrorOptions, XdpConfig, XdpGuard,
 };
@@ -25,7 +25,13 @@ fn net(s: &str) -> IpNet {
 }
 
 fn entry(s: &str, ttl_ms: u64) -> BlockEntry {
-    BlockEntry::new(net(s), now_ms() + ttl_ms, "test", Origin::Local)
+    BlockEntry::new(
+        net(s),
+        now_ms() + ttl_ms,
+        "test",
+        Origin::Local,
+        Evidence::Tcp,
+    )
 }
 
 fn kernel_nets(maps: &GuardMaps) -> BTreeSet<IpNet> {
@@ -140,6 +146,7 @@ fn changes_apply_in_order_and_expired_entries_are_skipped() {
             now_ms() - 1,
             "old",
             Origin::Peer,
+            Evidence::Tcp,
         ));
         m.drain();
         let mut want: BTreeSet<IpNet> = ["192.0.2.1/32", "192.0.2.0/28", "2001:db8::5/128"]
@@ -165,6 +172,7 @@ fn feed_overflow_resyncs_without_loss() {
     let blocks = BlockMap::new(BlockConfig {
         capacity: 100_000,
         feed_capacity: 16,
+        ..BlockConfig::default()
     });
     let mut m = Mirror::new(g.maps().clone(), blocks.subscribe("xdp"));
     m.drain();
@@ -175,6 +183,7 @@ fn feed_overflow_resyncs_without_loss() {
             now_ms() + HOUR,
             "burst",
             Origin::Local,
+            Evidence::Tcp,
         ));
     }
     m.drain();
@@ -256,14 +265,17 @@ fn sweep_removes_expired_kernel_entries() {
             KernelBlock {
                 net: net("192.0.2.1/32"),
                 expires_ns: past,
+                dns_only: false,
             },
             KernelBlock {
                 net: net("192.0.2.64/26"),
                 expires_ns: past,
+                dns_only: false,
             },
             KernelBlock {
                 net: net("2001:db8::/64"),
                 expires_ns: 0,
+                dns_only: false,
             },
         ],
         &[],
@@ -319,6 +331,7 @@ fn two_mirrors_into_one_guard_keep_each_others_blocks() {
         u64::MAX,
         "test",
         Origin::Local,
+        Evidence::Tcp,
     ));
     let dns_maps = g.maps().clone().with_slot(xdp_guard::SLOT_DNSD);
     let http_maps = g.maps().clone().with_slot(xdp_guard::SLOT_HTTP_FRONT);
@@ -339,6 +352,7 @@ fn two_mirrors_into_one_guard_keep_each_others_blocks() {
             &[KernelBlock {
                 net: net("192.0.2.2/32"),
                 expires_ns: xdp_guard::boot_ns() + HOUR * 1_000_000,
+                dns_only: false,
             }],
             true,
         )
@@ -389,6 +403,7 @@ fn overlapping_blocks_of_two_writers_last_until_the_longer_one_ends() {
         &[KernelBlock {
             net: n,
             expires_ns: short,
+            dns_only: false,
         }],
         &[],
         true,
@@ -398,6 +413,7 @@ fn overlapping_blocks_of_two_writers_last_until_the_longer_one_ends() {
         &[KernelBlock {
             net: n,
             expires_ns: long,
+            dns_only: false,
         }],
         &[],
         true,
@@ -417,6 +433,7 @@ fn overlapping_blocks_of_two_writers_last_until_the_longer_one_ends() {
         &[KernelBlock {
             net: n,
             expires_ns: long,
+            dns_only: false,
         }],
         &[],
         true,
@@ -477,6 +494,7 @@ fn concurrent_writers_never_undo_each_other() {
                             &[KernelBlock {
                                 net: *k,
                                 expires_ns: far + round * 10 + off,
+                                dns_only: false,
                             }],
                             &[],
                             false,

@@ -420,10 +420,12 @@ fn expired_blocks_do_not_drop_and_are_swept() {
         KernelBlock {
             net: net("192.0.2.10/32"),
             expires_ns: 1,
+            dns_only: false,
         },
         KernelBlock {
             net: net("192.0.2.64/26"),
             expires_ns: 1,
+            dns_only: false,
         },
     ];
     let r = g.maps().apply(&past, &[], true);
@@ -446,6 +448,7 @@ fn expired_blocks_do_not_drop_and_are_swept() {
         &[KernelBlock {
             net: net("192.0.2.10/32"),
             expires_ns: future,
+            dns_only: false,
         }],
         &[],
         true,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::*;
 use ipnet::IpNet;
 use palisade_tests::netns::VethPair;
-use shield::block::{BlockConfig, BlockEntry, BlockMap, Origin, RemoveCause};
+use shield::block::{BlockConfig, BlockEntry, BlockMap, Evidence, Origin, RemoveCause};
 use xdp_guard::{GuardMaps, Mirror, MirrorOptions, Mode, XdpGuard};
 
 const PLAIN: u16 = 9000;
@@ -49,6 +49,7 @@ fn block(blocks: &BlockMap, maps: &GuardMaps, s: &str) {
         now_ms() + 3_600_000,
         "test",
         Origin::Operator,
+        Evidence::Operator,
     ));
     wait_for(&format!("{s} in the kernel map"), || {
         maps.get(net(s)).unwrap().is_some()

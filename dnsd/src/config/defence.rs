@@ -16,6 +16,29 @@ pub struct DefenceConfig {
     /// `[defence.random_subdomain]` (`[defence.water_torture]` is the old spelling).
     #[serde(default, alias = "water_torture")]
     pub random_subdomain: RandomSubdomainConfig,
+    /// `[defence.suspects]`.
+    #[serde(default)]
+    pub suspects: SuspectsConfig,
+}
+
+/// `[defence.suspects]`: what sources held on unproven evidence get (UDP TC=1, never a block).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SuspectsConfig {
+    /// Truncated (TC=1) replies per second per source prefix (`[defence.rrl]` `ipv4_prefix`,
+    /// `ipv6_prefix`); beyond, a suspect's UDP queries are dropped and counted.
+    pub tc_per_second: f64,
+    /// Slots of the budget's table (8 bytes each).
+    pub table_size: usize,
+}
+
+impl Default for SuspectsConfig {
+    fn default() -> Self {
+        SuspectsConfig {
+            tc_per_second: 100.0,
+            table_size: 1 << 16,
+        }
+    }
 }
 
 /// `[defence.rrl]`: response rate limiting.
@@ -117,15 +140,17 @@ pub struct RandomSubdomainConfig {
     pub enabled: bool,
     /// NXDOMAIN per second of one zone above which the zone is under a flood.
     pub zone_nxdomains_per_second: f64,
-    /// NXDOMAIN per source per window beyond which its NXDOMAIN answers are dropped.
+    /// NXDOMAIN per source per window beyond which its NXDOMAIN answers are truncated (TC=1,
+    /// within the suspects' budget; dropped past it).
     pub source_nxdomain_limit: u32,
-    /// NXDOMAIN per source per window at which it is blocked.
+    /// NXDOMAIN per source per window at which it becomes a suspect (its NXDOMAIN answers
+    /// truncated for `block_ttl`; never a block: UDP proves nothing of the source).
     pub escalate_after: u32,
     /// Share of a source's answers that must be NXDOMAIN for it to be limited.
     pub min_nx_share: f64,
     /// Window in seconds (also how long a zone stays "under attack").
     pub window: u64,
-    /// Seconds an escalated source stays blocked.
+    /// Seconds an escalated source stays a suspect.
     pub block_ttl: u64,
     /// Slots of each per-source table (8 bytes each).
     pub table_size: usize,
@@ -207,6 +232,13 @@ impl DefenceConfig {
                     format!("{x:?} is not an address or prefix"),
                 ));
             }
+        }
+        let t = &self.suspects;
+        if !(t.tc_per_second.is_finite() && t.tc_per_second > 0.0 && t.tc_per_second <= 250_000.0) {
+            return e(
+                "suspects.tc_per_second",
+                "must be above 0 and at most 250000",
+            );
         }
         let w = &self.random_subdomain;
         if w.zone_nxdomains_per_second.is_nan() || w.zone_nxdomains_per_second <= 0.0 {

@@ -200,6 +200,7 @@ impl crate::query_module::QueryModule for CookieCheck {
                 p.tenant,
                 p.src,
                 shield::events::Action::Challenged,
+                p.evidence(),
                 super::reason::COOKIE,
             );
             return Step::Slip;

@@ -5,9 +5,16 @@
 //! |---|---|---|
 //! | block map | [`block`] | `on_accept`, `before_parse` |
 //! | DNS cookies (RFC 7873, 9018) | [`cookies`] | `after_parse` |
-//! | random-subdomain flood | [`random_subdomain`] | `after_answer` |
+//! | suspects (unproven evidence: TC=1) | [`suspects`] | `after_parse`, `after_answer` |
 //! | shield rules (the tenant's) | [`rules`] | `after_parse` |
+//! | random-subdomain flood | [`random_subdomain`] | `after_answer` |
 //! | response rate limiting | [`rrl`] | `after_answer` |
+//!
+//! No module blocks on what UDP alone shows (see [`crate::query_module`]'s evidence): the
+//! rules' escalations block only proven sources (TCP, a valid cookie) and make suspects of
+//! the rest; the random-subdomain defence, which counts unproven UDP only, only ever makes
+//! suspects. Every automatic block meets the block map's policy (`[global] never_block`,
+//! the node's own peers, `[block] min_prefix_v4`/`min_prefix_v6`).
 //!
 //! [`Shared`] holds what all workers share (lock-free tables, the block map, counters, the
 //! event aggregator); each UDP worker, TCP connection and TCP accept loop owns a [`Plan`]:
@@ -20,6 +27,7 @@ pub mod cookies;
 pub mod random_subdomain;
 pub mod rrl;
 pub mod rules;
+pub mod suspects;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +37,7 @@ use shield::events::Aggregator;
 use shield::metrics::Samples;
 
 use crate::config::defence::{self as config, DefenceConfig};
-use crate::query_module::{Answered, Env, Parsed, QueryModule, Step};
+use crate::query_module::{Answered, Env, Parsed, QueryModule, Step, Transport};
 use cookies::Cookies;
 
 /// Event reason codes written with dnsd's events.
@@ -44,6 +52,8 @@ pub mod reason {
     pub const COOKIE: u16 = 1003;
     /// RRL in XDP (the answer fast path): counted per source prefix from the kernel's buckets.
     pub const XDP_RRL: u16 = 1004;
+    /// A suspect's query truncated (unproven evidence: TC=1).
+    pub const SUSPECT: u16 = 1005;
 }
 
 /// Defence state shared by every worker.
@@ -62,8 +72,12 @@ pub struct Shared {
     pub events: Arc<Aggregator>,
     /// Messages dropped because the source is blocked, by who decided: local, operator, peer.
     pub blocked: [AtomicU64; 3],
-    /// Escalations that the block map took.
+    /// Escalations that the block map took as blocks (proven evidence).
     pub escalations: AtomicU64,
+    /// Escalations that made suspects (unproven evidence).
+    pub suspected: AtomicU64,
+    /// The suspects' truncation budget and counters.
+    pub suspects: suspects::Suspects,
     /// Tenant of blocks seen before a zone is known (`[events] connection_tenant`).
     pub connection_tenant: u32,
     /// The shield rules (`[rules] file`), when configured.
@@ -86,6 +100,12 @@ impl Shared {
             Cookies::new(secret, previous)
         });
         Arc::new(Shared {
+            suspects: suspects::Suspects::new(
+                &cfg.suspects,
+                cfg.rrl.ipv4_prefix,
+                cfg.rrl.ipv6_prefix,
+            ),
+            suspected: AtomicU64::new(0),
             rrl: cfg.rrl.enabled.then(|| rrl::Rrl::new(&cfg.rrl)),
             random_subdomain: cfg.random_subdomain.enabled.then(|| {
                 random_subdomain::RandomSubdomain::new(&cfg.random_subdomain, &cfg.rrl.exempt)
@@ -139,6 +159,7 @@ impl Shared {
                 .map(|_| random_subdomain::Module::new(self)),
             rrl: self.rrl.as_ref().map(|_| rrl::Module::new(self)),
             rules: rules::Module::new(self),
+            suspects: Some(suspects::Module::new(self)),
             shared: Arc::clone(self),
         }
     }
@@ -156,6 +177,7 @@ impl Shared {
             random_subdomain: None,
             rrl: None,
             rules: None,
+            suspects: None,
             shared: Arc::clone(self),
         }
     }
@@ -183,9 +205,17 @@ impl shield::metrics::Source for Shared {
             "escalations",
             "dnsd_escalations_total",
             "",
-            "Sources escalated into the block map by dnsd.",
+            "Sources blocked by dnsd's escalations (proven evidence: TCP or a valid cookie).",
             l(&self.escalations),
         );
+        out.counter(
+            "suspected",
+            "dnsd_suspected_total",
+            "",
+            "Sources made suspects by dnsd's escalations (unproven UDP: never a block).",
+            l(&self.suspected),
+        );
+        self.suspects.collect(out);
         if let Some(r) = &self.rrl {
             r.collect(out);
         }
@@ -210,6 +240,7 @@ impl shield::metrics::Source for Shared {
                 ("slipped", &c.slipped),
                 ("allowed", &c.allowed),
                 ("escalated", &c.escalated),
+                ("suspected", &c.suspected),
             ] {
                 out.counter(
                     format!("rules.{what}"),
@@ -249,6 +280,7 @@ pub struct Plan {
     random_subdomain: Option<random_subdomain::Module>,
     rrl: Option<rrl::Module>,
     rules: Option<rules::Module>,
+    suspects: Option<suspects::Module>,
     shared: Arc<Shared>,
 }
 
@@ -275,12 +307,23 @@ impl Plan {
         Step::Continue
     }
 
-    /// `before_parse`: a message from `src`.
+    /// `before_parse`: a message from `src` over `transport`.
     #[inline(always)]
-    pub fn before_parse(&mut self, src: std::net::IpAddr) -> Step {
+    pub fn before_parse(&mut self, src: std::net::IpAddr, transport: Transport) -> Step {
         let env = &mut self.env;
-        step!(self.block.as_mut().map(|m| m.before_parse(env, src)));
+        env.suspect = None;
+        step!(
+            self.block
+                .as_mut()
+                .map(|m| m.before_parse(env, src, transport))
+        );
         Step::Continue
+    }
+
+    /// What `before_parse` found of the message's source: a suspect of this scope.
+    #[inline]
+    pub fn suspect(&self) -> Option<shield::block::Scope> {
+        self.env.suspect
     }
 
     /// `after_parse`: the query parsed, its zone and tenant known.
@@ -288,6 +331,7 @@ impl Plan {
     pub fn after_parse(&mut self, p: &mut Parsed<'_>) -> Step {
         let env = &mut self.env;
         step!(self.cookies.as_mut().map(|m| m.after_parse(env, p)));
+        step!(self.suspects.as_mut().map(|m| m.after_parse(env, p)));
         step!(self.rules.as_mut().map(|m| m.after_parse(env, p)));
         Step::Continue
     }
@@ -296,6 +340,7 @@ impl Plan {
     #[inline(always)]
     pub fn after_answer(&mut self, p: &Parsed<'_>, a: &Answered<'_>) -> Step {
         let env = &mut self.env;
+        step!(self.suspects.as_mut().map(|m| m.after_answer(env, p, a)));
         step!(
             self.random_subdomain
                 .as_mut()
@@ -303,5 +348,11 @@ impl Plan {
         );
         step!(self.rrl.as_mut().map(|m| m.after_answer(env, p, a)));
         Step::Continue
+    }
+
+    /// One more truncated reply to `src` within the suspects' budget (else drop it).
+    #[inline]
+    pub fn admit_truncated(&self, src: std::net::IpAddr) -> bool {
+        self.shared.suspects.admit(src, self.env.now_us)
     }
 }

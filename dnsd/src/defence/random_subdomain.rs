@@ -2,11 +2,17 @@
 //!
 //! A zone whose NXDOMAIN rate passes a threshold is under such a flood for a while. Then,
 //! per source address and zone, NXDOMAIN and all responses are counted in a window: a
-//! source that mostly draws NXDOMAIN beyond a limit has its NXDOMAIN answers dropped, and
-//! beyond a higher threshold is escalated into the block map for a TTL. Queries for names
-//! that exist are never limited here, and nothing is counted per source while the zone is
-//! calm. State: two of shield's fixed, lock-free window-counter tables, plus one word per
-//! zone.
+//! source that mostly draws NXDOMAIN beyond a limit has its NXDOMAIN answers truncated
+//! (TC=1 with the question alone, within the suspects' budget, dropped past it), and beyond
+//! a higher threshold becomes a suspect for a TTL — a suspect of scope
+//! [`Scope::Nxdomain`]: only its NXDOMAIN answers are truncated. It never blocks. The flood
+//! of random names mostly comes through resolvers, whose own users' queries share the
+//! flood's source address, and it counts UDP without a valid cookie only, whose source may
+//! be forged: a block would cut a resolver's users off our zones, or let anyone pick whom
+//! we block. A real resolver re-asks a truncated name over TCP and gets its answer there;
+//! its queries for names that exist are answered as usual. Nothing is counted per source
+//! while the zone is calm. State: two of shield's fixed, lock-free window-counter tables,
+//! plus one word per zone.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -31,9 +37,9 @@ const ZONE_SLOTS: usize = 131_072;
 pub enum Verdict {
     /// Send it.
     Pass,
-    /// Drop it (the source is limited harder).
+    /// Truncate it (the source is limited harder).
     Drop,
-    /// Drop it and block the source.
+    /// Truncate it and make the source a suspect.
     Escalate,
 }
 
@@ -49,9 +55,9 @@ pub struct RandomSubdomain {
     pub attack_table_full: AtomicU64,
     /// Times a zone went under attack.
     pub attacks: AtomicU64,
-    /// NXDOMAIN responses dropped for limited sources.
+    /// NXDOMAIN responses truncated (or dropped past the suspects' budget) for limited sources.
     pub dropped: AtomicU64,
-    /// Sources escalated into the block map.
+    /// Sources made suspects (their NXDOMAIN answers truncated for `block_ttl`).
     pub escalated: AtomicU64,
     /// Sources never limited here (the config's exempt prefixes and RRL's).
     exempt: PrefixSet,
@@ -171,14 +177,14 @@ impl RandomSubdomain {
             "random_subdomain.dropped",
             "dnsd_random_subdomain_dropped_total",
             "",
-            "NXDOMAIN answers dropped for limited sources.",
+            "NXDOMAIN answers truncated (TC=1) or dropped for limited sources.",
             l(&self.dropped),
         );
         out.counter(
             "random_subdomain.escalated",
             "dnsd_random_subdomain_escalated_total",
             "",
-            "Sources blocked by the random-subdomain defence.",
+            "Sources made suspects by the random-subdomain defence (their NXDOMAIN answers truncated; never a block).",
             l(&self.escalated),
         );
         out.counter(
@@ -253,7 +259,7 @@ impl RandomSubdomain {
 }
 
 /// The defence as a pipeline module (`after_answer`, UDP only, queries no module vouched
-/// for, answers of a served zone); an escalation goes into the block map.
+/// for, answers of a served zone); an escalation makes a suspect in the block map.
 pub struct Module {
     shared: std::sync::Arc<super::Shared>,
 }
@@ -276,8 +282,7 @@ impl crate::query_module::QueryModule for Module {
         a: &crate::query_module::Answered<'_>,
     ) -> crate::query_module::Step {
         use crate::query_module::{AnswerClass, Step, Transport};
-        use crate::stats::DropCause;
-        use shield::block::{BlockEntry, Origin};
+        use shield::block::{BlockEntry, Evidence, Origin, Scope};
         use shield::events::Action;
         if p.transport != Transport::Udp || p.exempt || a.class == AnswerClass::Error {
             return Step::Continue;
@@ -292,32 +297,42 @@ impl crate::query_module::QueryModule for Module {
                     p.tenant,
                     p.src,
                     Action::RateLimited,
+                    p.evidence(),
                     super::reason::RANDOM_SUBDOMAIN,
                 );
-                Step::Drop(DropCause::RandomSubdomain)
+                Step::Truncate
             }
             Verdict::Escalate => {
                 let s = &self.shared;
                 let ttl = std::time::Duration::from_secs(s.cfg.random_subdomain.block_ttl);
-                s.blocks.insert(BlockEntry::with_ttl(
+                // Unproven UDP: a suspect of NXDOMAIN answers, never a block.
+                let entry = BlockEntry::with_ttl(
                     ipnet::IpNet::from(p.src),
                     ttl,
                     env.now_ms,
                     "dns random-subdomain flood",
                     Origin::Local,
-                ));
-                s.escalations.fetch_add(1, Ordering::Relaxed);
-                env.recorder.record(
-                    p.tenant,
-                    p.src,
-                    Action::Escalated,
-                    super::reason::RANDOM_SUBDOMAIN,
-                );
-                shield::limited!(
-                    10,
-                    info!(src = %p.src, zone, "source blocked: random-subdomain flood")
-                );
-                Step::Drop(DropCause::RandomSubdomain)
+                    Evidence::Udp,
+                )
+                .with_scope(Scope::Nxdomain);
+                if !matches!(
+                    s.blocks.insert(entry),
+                    shield::block::InsertOutcome::Refused(_)
+                ) {
+                    s.suspected.fetch_add(1, Ordering::Relaxed);
+                    env.recorder.record(
+                        p.tenant,
+                        p.src,
+                        Action::Suspected,
+                        p.evidence(),
+                        super::reason::RANDOM_SUBDOMAIN,
+                    );
+                    shield::limited!(
+                        10,
+                        info!(src = %p.src, zone, "source made a suspect: random-subdomain flood (its NXDOMAIN answers truncated)")
+                    );
+                }
+                Step::Truncate
             }
         }
     }

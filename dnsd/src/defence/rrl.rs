@@ -212,6 +212,7 @@ impl crate::query_module::QueryModule for Module {
             p.tenant,
             p.src,
             shield::events::Action::RateLimited,
+            p.evidence(),
             super::reason::RRL,
         );
         match v {

@@ -8,15 +8,19 @@
 //! | `rate_limit` | over the rule's (or the tenant's) rate, per source prefix: dropped, one in `slip` answered TC=1 as RRL slips |
 //! | `allow` | answered, exempt from RRL and the random-subdomain defence |
 //!
-//! `escalate` puts a source into the block map through the engine, as in http-front. A
-//! tenant without rules costs one lookup (and the `[global]` deny list one test); the
-//! attributes are formatted only when a rule reads them, into buffers on the stack.
+//! `escalate` puts a source into the block map through the engine, as in http-front, on the
+//! query's evidence ([`Parsed::evidence`]): a source proven over TCP is blocked (every
+//! packet), one proven by a valid cookie is blocked for DNS over UDP, and unproven UDP only
+//! makes a suspect (its UDP answered TC=1). A tenant without rules costs one lookup (and
+//! the `[global]` deny list one test); the attributes are formatted only when a rule reads
+//! them, into buffers on the stack.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use shield::block::Evidence;
 use shield::events::Action as EventAction;
-use shield::rules::{Action, LocalRules, Now, Request, attr};
+use shield::rules::{Action, Escalated, LocalRules, Now, Request, attr};
 
 use super::Shared;
 use crate::query_module::{CookieStatus, Env, Parsed, QueryModule, Step, Transport};
@@ -37,8 +41,10 @@ pub struct Counters {
     pub slipped: AtomicU64,
     /// Allowed (exempt from the rate defences).
     pub allowed: AtomicU64,
-    /// Sources escalated into the block map by a rule.
+    /// Sources blocked by a rule's escalation (proven: TCP or a valid cookie).
     pub escalated: AtomicU64,
+    /// Sources made suspects by a rule's escalation (unproven UDP).
+    pub suspected: AtomicU64,
 }
 
 /// One worker's rule check.
@@ -168,11 +174,20 @@ impl QueryModule for Module {
             mono_us: env.now_us,
         };
         let v = self.rules.check(p.tenant, p.src, &req, now);
-        let event = |a: EventAction| env.recorder.record(p.tenant, p.src, a, v.code);
-        if v.escalated {
-            bump(&c.escalated);
-            self.shared.escalations.fetch_add(1, Ordering::Relaxed);
-            event(EventAction::Escalated);
+        let evidence = p.evidence();
+        let event = |a: EventAction| env.recorder.record(p.tenant, p.src, a, evidence, v.code);
+        match v.escalated {
+            Escalated::Blocked => {
+                bump(&c.escalated);
+                self.shared.escalations.fetch_add(1, Ordering::Relaxed);
+                event(EventAction::Escalated);
+            }
+            Escalated::Suspect => {
+                bump(&c.suspected);
+                self.shared.suspected.fetch_add(1, Ordering::Relaxed);
+                event(EventAction::Suspected);
+            }
+            Escalated::No | Escalated::Refused => {}
         }
         match v.action {
             Action::Pass => Step::Continue,
@@ -398,6 +413,11 @@ impl Request for DnsRequest<'_, '_> {
     #[inline]
     fn attr(&self, name: &str) -> Option<&str> {
         self.attr_by_bit(attr::bit(name), name)
+    }
+
+    #[inline]
+    fn evidence(&self) -> Evidence {
+        self.p.evidence()
     }
 
     #[inline]

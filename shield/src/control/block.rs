@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::block::{BlockEntry, BlockMap, InsertOutcome, Origin, RemoveCause};
+use crate::never_block::Refusal;
 
 use super::Reply;
 
@@ -12,11 +13,13 @@ use super::Reply;
 #[macro_export]
 macro_rules! block_help {
     () => {
-        "  block add PREFIX [--ttl SECONDS] [--reason TEXT]
-                                      block an address or prefix (default 3600 s)
+        "  block add PREFIX [--ttl SECONDS] [--reason TEXT] [--force]
+                                      block an address or prefix (default 3600 s); --force
+                                      for a never-block or too short prefix
   block del PREFIX                    lift a block
-  block list                          the blocks in force, with who decided and when they end
-  block import FILE [--ttl SECONDS] [--reason TEXT]
+  block list                          the blocks and suspects in force: who decided, on
+                                      what evidence, what they stop, when they end
+  block import FILE [--ttl SECONDS] [--reason TEXT] [--force]
                                       block every address or prefix of FILE (one per line)
 "
     };
@@ -42,18 +45,30 @@ pub fn command(blocks: &BlockMap, args: &[&str]) -> Reply {
         ["list"] => Reply::ok(list(blocks)),
         ["import", file, opts @ ..] => import(blocks, file, opts),
         _ => Reply::err(
-            "usage: block add PREFIX [--ttl SECONDS] [--reason TEXT] | block del PREFIX | block list | \
-             block import FILE [--ttl SECONDS] [--reason TEXT]\n",
+            "usage: block add PREFIX [--ttl SECONDS] [--reason TEXT] [--force] | block del PREFIX | \
+             block list | block import FILE [--ttl SECONDS] [--reason TEXT] [--force]\n",
         ),
     }
 }
 
-/// `--ttl SECONDS` and `--reason TEXT`, with their defaults.
-fn options(opts: &[&str]) -> Result<(u64, String), Reply> {
+/// `--ttl SECONDS`, `--reason TEXT` and `--force`, with their defaults.
+struct Options {
+    ttl: u64,
+    reason: String,
+    force: bool,
+}
+
+fn options(opts: &[&str]) -> Result<Options, Reply> {
     let mut ttl = DEFAULT_TTL_SECS;
     let mut reason = "operator".to_string();
+    let mut force = false;
     let mut i = 0;
     while i < opts.len() {
+        if opts[i] == "--force" {
+            force = true;
+            i += 1;
+            continue;
+        }
         match (opts[i], opts.get(i + 1)) {
             ("--ttl", Some(v)) => match v.parse::<u64>() {
                 Ok(t) if t > 0 => ttl = t,
@@ -64,7 +79,23 @@ fn options(opts: &[&str]) -> Result<(u64, String), Reply> {
         }
         i += 2;
     }
-    Ok((ttl, reason))
+    Ok(Options { ttl, reason, force })
+}
+
+/// Why `net` needs `--force`, in words, when it does.
+fn needs_force(blocks: &BlockMap, net: &ipnet::IpNet) -> Option<String> {
+    let policy = blocks.policy();
+    match policy.check(net) {
+        Ok(()) => None,
+        Err((Refusal::ShortPrefix, _)) => Some(format!(
+            "{net} is shorter than /{} ([block] min_prefix_v4/min_prefix_v6)",
+            policy.min_len(net)
+        )),
+        Err((Refusal::NeverBlock, p)) => Some(match p {
+            Some(p) => format!("{net} overlaps never-block {} ({})", p.net, p.source),
+            None => format!("{net} overlaps a never-block prefix"),
+        }),
+    }
 }
 
 /// Most lines `block import` reads from one file.
@@ -73,7 +104,7 @@ pub const MAX_IMPORT: usize = 10_000_000;
 /// Blocks every address or prefix listed in `file` (one per line, `#` comments), in one
 /// batch; a bad line refuses the whole file with its line number.
 fn import(blocks: &BlockMap, file: &str, opts: &[&str]) -> Reply {
-    let (ttl, reason) = match options(opts) {
+    let Options { ttl, reason, force } = match options(opts) {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -92,13 +123,20 @@ fn import(blocks: &BlockMap, file: &str, opts: &[&str]) -> Reply {
             return Reply::err(format!("{file}: more than {MAX_IMPORT} entries\n"));
         }
         match crate::prefix::parse_net(l) {
-            Some(n) => entries.push(BlockEntry::with_ttl(
-                n,
-                Duration::from_secs(ttl),
-                now,
-                &reason,
-                Origin::Operator,
-            )),
+            Some(n) => {
+                if !force && let Some(why) = needs_force(blocks, &n) {
+                    return Reply::err(format!(
+                        "{file}:{}: {why}: nothing imported (--force to block it anyway)\n",
+                        i + 1
+                    ));
+                }
+                entries.push(BlockEntry::operator(
+                    n,
+                    Duration::from_secs(ttl),
+                    now,
+                    &reason,
+                ))
+            }
             None => {
                 return Reply::err(format!(
                     "{file}:{}: {l:?} is not an address or prefix\n",
@@ -108,7 +146,16 @@ fn import(blocks: &BlockMap, file: &str, opts: &[&str]) -> Reply {
         }
     }
     let n = entries.len();
-    let out = blocks.insert_batch(entries);
+    let out = if force {
+        tracing::warn!(
+            file,
+            entries = n,
+            "block import --force: the policy is not applied"
+        );
+        blocks.insert_batch_forced(entries)
+    } else {
+        blocks.insert_batch(entries)
+    };
     Reply::ok(format!("{n} entries imported for {ttl} s ({out:?})\n"))
 }
 
@@ -116,17 +163,35 @@ fn add(blocks: &BlockMap, net: &str, opts: &[&str]) -> Reply {
     let Some(n) = crate::prefix::parse_net(net) else {
         return Reply::err(format!("{net:?} is not an address or prefix\n"));
     };
-    let (ttl, reason) = match options(opts) {
+    let Options { ttl, reason, force } = match options(opts) {
         Ok(x) => x,
         Err(r) => return r,
     };
     let now = crate::clock::unix_ms();
-    let e = BlockEntry::with_ttl(n, Duration::from_secs(ttl), now, &reason, Origin::Operator);
-    let what = match blocks.insert(e) {
+    let e = BlockEntry::operator(n, Duration::from_secs(ttl), now, &reason);
+    let forced = match needs_force(blocks, &n) {
+        Some(why) if !force => {
+            return Reply::err(format!("{why}: not blocked (--force to block it anyway)\n"));
+        }
+        Some(why) => {
+            tracing::warn!(net = %n, why, "block add --force: past the never-block and prefix policy");
+            true
+        }
+        None => false,
+    };
+    let outcome = if forced {
+        blocks.insert_forced(e)
+    } else {
+        blocks.insert(e)
+    };
+    let what = match outcome {
         InsertOutcome::New => "blocked".to_string(),
         InsertOutcome::Refreshed => "block refreshed".to_string(),
         InsertOutcome::Unchanged => "already blocked".to_string(),
         InsertOutcome::Evicted(other) => format!("blocked (the map was full: {other} evicted)"),
+        InsertOutcome::Refused(why) => {
+            return Reply::err(format!("{n}: refused ({why})\n"));
+        }
     };
     Reply::ok(format!("{n} {what} for {ttl} s\n"))
 }
@@ -142,15 +207,19 @@ fn list(blocks: &BlockMap) -> String {
             Origin::Operator => "operator",
             Origin::Peer => "peer",
         };
+        // A suspect (unproven evidence) is named so: it never blocks.
+        let kind = if x.is_proven() { "block" } else { "suspect" };
         let _ = writeln!(
             s,
-            "{}\texpires in {} s\t{origin}{}\t{}",
+            "{}\texpires in {} s\t{origin}{}\t{kind} evidence={} scope={}\t{}",
             x.net,
             x.ttl_ms(now).div_ceil(1000),
             x.node
                 .as_deref()
                 .map(|n| format!(" ({n})"))
                 .unwrap_or_default(),
+            x.evidence,
+            x.scope,
             x.reason.as_str()
         );
     }

@@ -24,7 +24,7 @@
 //!
 //! ```json
 //! {"kind":"shield.aggregate","timestamp":"2025-01-01T00:00:10.000Z","ts_ms":1735689610000,
-//!  "interval_ms":10000,"node":"edge-1","tenant":7,"action":"rate_limited","total":91234,
+//!  "interval_ms":10000,"node":"edge-1","tenant":7,"action":"rate_limited","evidence":"udp","total":91234,
 //!  "top":[{"prefix":"192.0.2.0/24","count":90000,"min_count":89950,"reason":5}],
 //!  "other":1234,"tracked":87}
 //! ```
@@ -35,7 +35,7 @@
 //! | `timestamp`, `ts_ms` | flush time (RFC 3339 UTC, unix ms) |
 //! | `interval_ms` | time since the previous flush |
 //! | `node` | node id from the config (omitted when unset) |
-//! | `tenant`, `action` | the group; `action` is `blocked`, `rate_limited`, `challenged`, `denied` or `escalated` |
+//! | `tenant`, `action`, `evidence` | the group; `action` is `blocked`, `rate_limited`, `challenged`, `denied`, `escalated` (a block) or `suspected` (unproven evidence made the source a suspect); `evidence` what proved the source owns its address (`udp`: nothing, `cookie`, `tcp`, `http`, `rules`, `operator`; for `blocked`, the block's) |
 //! | `total` | exact number of events in the group this interval |
 //! | `top[]` | heaviest source prefixes, at most `top_n`: `prefix`, `count` (estimate, an upper bound per shard), `min_count` (guaranteed lower bound), `reason` (last reason code seen) |
 //! | `other` | `total` minus the `count`s listed: traffic folded into "other" |
@@ -56,6 +56,7 @@ pub use sink::{
     UnixDatagramSink, UnixStreamSink,
 };
 
+use crate::block::Evidence;
 use crate::ratelimit::{SourceKey, source_key};
 use hashbrown::HashMap;
 use ipnet::IpNet;
@@ -83,8 +84,10 @@ pub enum Action {
     Challenged,
     /// Refused by a rule.
     Denied,
-    /// The source was escalated into the block map.
+    /// The source was escalated into the block map (proven evidence: a block).
     Escalated,
+    /// The source was made a suspect (unproven evidence: TC=1 over UDP, never a block).
+    Suspected,
 }
 
 impl Action {
@@ -173,6 +176,8 @@ pub struct Event {
     pub tenant: u32,
     /// Action.
     pub action: Action,
+    /// What proved the sources own their addresses (for `blocked`: the block's evidence).
+    pub evidence: Evidence,
     /// Exact number of events in the group.
     pub total: u64,
     /// Heaviest source prefixes, heaviest first.
@@ -187,12 +192,16 @@ pub struct Event {
 struct AggKey {
     tenant: u32,
     action: Action,
+    evidence: Evidence,
     src: SourceKey,
 }
 
+/// An event group: tenant, action, evidence.
+type Group = (u32, Action, Evidence);
+
 struct ShardData {
     top: SpaceSaving<AggKey>,
-    totals: HashMap<(u32, Action), u64>,
+    totals: HashMap<Group, u64>,
     max_totals: usize,
     totals_overflow: u64,
     records: u64,
@@ -295,27 +304,44 @@ impl std::fmt::Debug for Recorder {
 }
 
 impl Recorder {
-    /// Records one event. Allocates nothing; locks only this recorder's shard.
+    /// Records one event, on `evidence`. Allocates nothing; locks only this recorder's shard.
     #[inline]
-    pub fn record(&self, tenant: u32, source: IpAddr, action: Action, reason: u16) {
-        self.record_n(tenant, source, action, reason, 1);
+    pub fn record(
+        &self,
+        tenant: u32,
+        source: IpAddr,
+        action: Action,
+        evidence: Evidence,
+        reason: u16,
+    ) {
+        self.record_n(tenant, source, action, evidence, reason, 1);
     }
 
     /// Records `n` events of the same kind at once (a batch already counted by the caller).
     #[inline]
-    pub fn record_n(&self, tenant: u32, source: IpAddr, action: Action, reason: u16, n: u64) {
+    pub fn record_n(
+        &self,
+        tenant: u32,
+        source: IpAddr,
+        action: Action,
+        evidence: Evidence,
+        reason: u16,
+        n: u64,
+    ) {
         let key = AggKey {
             tenant,
             action,
+            evidence,
             src: source_key(source, self.v4, self.v6),
         };
         let mut d = lock(&self.shard.data);
         d.records = d.records.wrapping_add(n);
         d.top.record(key, n, reason);
-        if let Some(t) = d.totals.get_mut(&(tenant, action)) {
+        let group = (tenant, action, evidence);
+        if let Some(t) = d.totals.get_mut(&group) {
             *t = t.wrapping_add(n);
         } else if d.totals.len() < d.max_totals {
-            d.totals.insert((tenant, action), n);
+            d.totals.insert(group, n);
         } else {
             d.totals_overflow = d.totals_overflow.wrapping_add(n);
         }
@@ -395,12 +421,12 @@ impl Aggregator {
         self.cfg.max_recorders.max(1) * self.shard_bytes()
     }
 
-    /// Swaps out every shard, merges them and returns one event per (tenant, action) seen
-    /// since the previous flush. Cost is bounded by shards × `top_k`, not by sources.
+    /// Swaps out every shard, merges them and returns one event per (tenant, action,
+    /// evidence) seen since the previous flush. Cost is bounded by shards × `top_k`, not by sources.
     pub fn flush(&self, now_ms: u64) -> Vec<Event> {
         let shards: Vec<Arc<Shard>> = lock(&self.shards).clone();
         let mut merged: HashMap<AggKey, (u64, u64, u16)> = HashMap::new();
-        let mut totals: HashMap<(u32, Action), u64> = HashMap::new();
+        let mut totals: HashMap<Group, u64> = HashMap::new();
         let (mut records, mut replaced, mut overflow) = (0u64, 0u64, 0u64);
         let mut retired = Vec::new();
         for shard in &shards {
@@ -445,10 +471,10 @@ impl Aggregator {
             }
         };
 
-        let mut groups: HashMap<(u32, Action), Vec<TopSource>> = HashMap::new();
+        let mut groups: HashMap<Group, Vec<TopSource>> = HashMap::new();
         for (k, (count, min_count, reason)) in merged {
             groups
-                .entry((k.tenant, k.action))
+                .entry((k.tenant, k.action, k.evidence))
                 .or_default()
                 .push(TopSource {
                     prefix: k.src.to_net(),
@@ -460,8 +486,10 @@ impl Aggregator {
         let timestamp = crate::clock::rfc3339_ms(now_ms);
         let mut out: Vec<Event> = totals
             .into_iter()
-            .map(|((tenant, action), total)| {
-                let mut top = groups.remove(&(tenant, action)).unwrap_or_default();
+            .map(|((tenant, action, evidence), total)| {
+                let mut top = groups
+                    .remove(&(tenant, action, evidence))
+                    .unwrap_or_default();
                 let tracked = top.len() as u64;
                 top.sort_unstable_by(|a, b| b.count.cmp(&a.count).then(a.prefix.cmp(&b.prefix)));
                 top.truncate(self.cfg.top_n);
@@ -474,6 +502,7 @@ impl Aggregator {
                     node: self.cfg.node.clone(),
                     tenant,
                     action,
+                    evidence,
                     total,
                     top,
                     other: total.saturating_sub(listed),
@@ -481,7 +510,7 @@ impl Aggregator {
                 }
             })
             .collect();
-        out.sort_unstable_by_key(|e| (e.tenant, e.action));
+        out.sort_unstable_by_key(|e| (e.tenant, e.action, e.evidence));
         self.flushes.fetch_add(1, Ordering::Relaxed);
         self.events.fetch_add(out.len() as u64, Ordering::Relaxed);
         out
@@ -689,11 +718,37 @@ mod tests {
         });
         let r = agg.recorder();
         for i in 0..100u8 {
-            r.record(7, ip(&format!("192.0.2.{i}")), Action::RateLimited, 5);
+            r.record(
+                7,
+                ip(&format!("192.0.2.{i}")),
+                Action::RateLimited,
+                crate::block::Evidence::Udp,
+                5,
+            );
         }
-        r.record_n(7, ip("2001:db8:0:1::1"), Action::RateLimited, 5, 10);
-        r.record_n(7, ip("2001:db8:0:2::1"), Action::RateLimited, 5, 10);
-        r.record(8, ip("198.51.100.1"), Action::Blocked, 0);
+        r.record_n(
+            7,
+            ip("2001:db8:0:1::1"),
+            Action::RateLimited,
+            crate::block::Evidence::Udp,
+            5,
+            10,
+        );
+        r.record_n(
+            7,
+            ip("2001:db8:0:2::1"),
+            Action::RateLimited,
+            crate::block::Evidence::Udp,
+            5,
+            10,
+        );
+        r.record(
+            8,
+            ip("198.51.100.1"),
+            Action::Blocked,
+            crate::block::Evidence::Udp,
+            0,
+        );
         let ev = agg.flush(1_000);
         assert_eq!(ev.len(), 2);
         let e = &ev[0];
@@ -719,8 +774,20 @@ mod tests {
         let agg = Aggregator::new(AggregatorConfig::default());
         let a = agg.recorder();
         let b = agg.recorder();
-        a.record(1, ip("192.0.2.1"), Action::Denied, 1);
-        b.record(1, ip("192.0.2.2"), Action::Denied, 1);
+        a.record(
+            1,
+            ip("192.0.2.1"),
+            Action::Denied,
+            crate::block::Evidence::Udp,
+            1,
+        );
+        b.record(
+            1,
+            ip("192.0.2.2"),
+            Action::Denied,
+            crate::block::Evidence::Udp,
+            1,
+        );
         drop(b);
         let ev = agg.flush(10);
         assert_eq!((ev[0].total, ev[0].top[0].count), (2, 2));
@@ -742,7 +809,13 @@ mod tests {
         });
         let rs: Vec<Recorder> = (0..5).map(|_| agg.recorder()).collect();
         for r in &rs {
-            r.record(1, ip("192.0.2.1"), Action::Blocked, 0);
+            r.record(
+                1,
+                ip("192.0.2.1"),
+                Action::Blocked,
+                crate::block::Evidence::Udp,
+                0,
+            );
         }
         let st = agg.stats();
         assert_eq!((st.shards, st.recorders, st.shared_recorders), (2, 5, 3));
@@ -759,7 +832,14 @@ mod tests {
         });
         let r = agg.recorder();
         for (i, n) in [50u64, 40, 30, 20, 10].iter().enumerate() {
-            r.record_n(1, ip(&format!("10.0.0.{i}")), Action::Challenged, 9, *n);
+            r.record_n(
+                1,
+                ip(&format!("10.0.0.{i}")),
+                Action::Challenged,
+                crate::block::Evidence::Udp,
+                9,
+                *n,
+            );
         }
         let e = &agg.flush(5)[0];
         assert_eq!(e.top.len(), 2);
@@ -775,7 +855,13 @@ mod tests {
         });
         let r = agg.recorder();
         for t in 0..5 {
-            r.record(t, ip("192.0.2.1"), Action::Blocked, 0);
+            r.record(
+                t,
+                ip("192.0.2.1"),
+                Action::Blocked,
+                crate::block::Evidence::Udp,
+                0,
+            );
         }
         assert_eq!(agg.flush(1).len(), 2);
         assert_eq!(agg.stats().totals_overflow, 3);

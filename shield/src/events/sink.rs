@@ -396,6 +396,7 @@ mod tests {
             node: None,
             tenant: 1,
             action: Action::Blocked,
+            evidence: crate::block::Evidence::Udp,
             total: n,
             top: vec![],
             other: n,

@@ -5,10 +5,12 @@
 //!
 //! ```text
 //! RedisSync::spawn(cfg, map) -> SyncHandle      three tasks on the caller's tokio runtime
-//!   collector: map.subscribe("redis") -> Outbox   local decisions only (Local/Operator upserts,
-//!                                                 operator removals); Peer changes never echo
-//!   writer:    Outbox -> MULTI/EXEC batches       SET key PX per decision, ZADD, XADD MAXLEN ~
-//!   reader:    XREAD BLOCK from its own last id   -> map.insert_batch(Peer) / remove(Peer)
+//!   collector: map.subscribe("redis") -> Outbox   local proven decisions only (Local/Operator
+//!                                                 upserts, operator removals); Peer changes
+//!                                                 never echo, suspects never travel
+//!   writer:    Outbox -> MULTI/EXEC batches       signed records: SET key PX, ZADD, XADD MAXLEN ~
+//!   reader:    XREAD BLOCK from its own last id   -> verified, judged records ->
+//!                                                 map.insert_batch(Peer) / remove_from_peer
 //! SyncHandle::stats() -> SyncStats                counters for /metrics (also SyncHandle::monitor())
 //! SyncHandle::shutdown().await                    final flush, then stop
 //! ```
@@ -17,7 +19,7 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `{prefix}block:{net}` | string, `PX` = time left | JSON record of the latest decision on `net` |
+//! | `{prefix}block:{net}` | string, `PX` = time left | the record of the latest decision on `net` |
 //! | `{prefix}blocks` | sorted set | member `net`, score = expiry in Redis server time (ms): the snapshot index |
 //! | `{prefix}log` | stream, `MAXLEN ~ stream_maxlen` | field `d` = one JSON record, or a JSON array of up to 128 (one batch) |
 //! | `{prefix}epoch` | string, no TTL | random value set once per Redis data life |
@@ -33,10 +35,20 @@
 //! seconds while it lasts, and counted (`node_id_conflicts`). A predecessor that crashed does
 //! not count: its heartbeat stands still and ages out.
 //!
-//! A record is `{"op":"add"|"del","net":"192.0.2.1/32","node":"a","exp":<ms>,"origin":"local",
-//! "reason":"..."}`. A batch of decisions is one MULTI/EXEC (keys, sorted set, then stream), so
-//! a reader that captures the stream position before reading the snapshot misses nothing: every
-//! decision is either in the snapshot or after that position.
+//! A record (version 2, [`record`]) is `{"v":2,"op":"add"|"del","net":"192.0.2.1/32","node":"a",
+//! "start":<ms>,"seq":<n>,"exp":<ms>,"origin":"local","evidence":"tcp","scope":"all",
+//! "reason":"...","tag":"<hmac>"}`, signed with the key derived from `key_file`; a node obeys
+//! only what verifies and passes its own bounds (see [`record`] for every check). A batch of
+//! decisions is one MULTI/EXEC (keys, sorted set, then stream), so a reader that captures the
+//! stream position before reading the snapshot misses nothing: every decision is either in the
+//! snapshot or after that position.
+//!
+//! # Trust
+//!
+//! Redis is a transport, not an authority. Without `key_file` the sync refuses to start unless
+//! `insecure_unsigned = true` (warned at start). The transport may be TLS (`rediss://`, with
+//! `ca_file` and optionally `client_cert`/`client_key`) and authenticated as an ACL user
+//! (`redis://user:password@host`).
 //!
 //! # Reading: tail, gap, resync
 //!
@@ -64,21 +76,27 @@
 //! batch is retried. Overflow drops the queued upserts (counted) and queues a full republish of
 //! the local entries, which reaches Redis after reconnect; queued removals are kept.
 //!
-//! Operator removals act on every node, whatever the origin of the entry there. Removals for
-//! other causes (expiry, eviction, local lifts) are not published: each node expires by TTL.
+//! Operator removals lift the entry on every node, unless it is that node's own operator
+//! entry; a peer's entries are lifted by that peer's removals only. Removals for other causes
+//! (expiry, eviction, local lifts) are not published: each node expires by TTL. Records carry at
+//! most `max_block_secs` of life; longer local blocks are republished before they run out.
 //! For Redis Cluster, give the prefix a hash tag (`{palisade}:`) so all keys share one slot.
 //! Use a `noeviction` (or `volatile-lru`) maxmemory policy: an evicted epoch key reads as data loss.
 
 mod outbox;
 mod presence;
 mod reader;
+pub mod record;
 mod wire;
 mod writer;
+
+pub use record::Refused;
 
 use crate::block::{BlockMap, Change, Delivery, NODE_MAX, Origin, RemoveCause, Subscription};
 use outbox::{Item, Outbox};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -92,8 +110,23 @@ pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SyncConfig {
-    /// Redis URL (`redis://[user:pass@]host:port[/db]`).
+    /// Redis URL (`redis://[user:pass@]host:port[/db]`, `rediss://` for TLS).
     pub url: String,
+    /// The fleet key file (32+ random bytes, mode 0600) that signs and verifies records.
+    pub key_file: Option<PathBuf>,
+    /// Run without `key_file`: records unsigned and unchecked (anyone who can write to Redis
+    /// commands every node's block map). Warned at start.
+    pub insecure_unsigned: bool,
+    /// Longest a record may block, in seconds from now (records further ahead are refused;
+    /// this node's longer blocks are republished before they run out).
+    pub max_block_secs: u64,
+    /// CA certificates (PEM) that sign the Redis server's certificate (`rediss://`); the
+    /// system's roots when unset.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for servers that ask for one (`rediss://`).
+    pub client_cert: Option<PathBuf>,
+    /// Its key (PEM).
+    pub client_key: Option<PathBuf>,
     /// Prefix of every key (see the module doc for the layout).
     pub prefix: String,
     /// This process's id: unique per process, stable across restarts, no whitespace, at most
@@ -130,6 +163,12 @@ impl Default for SyncConfig {
     fn default() -> Self {
         SyncConfig {
             url: "redis://127.0.0.1:6379".into(),
+            key_file: None,
+            insecure_unsigned: false,
+            max_block_secs: 86_400,
+            ca_file: None,
+            client_cert: None,
+            client_key: None,
             prefix: "palisade:".into(),
             node_id: String::new(),
             instance: String::new(),
@@ -196,6 +235,7 @@ impl SyncConfig {
             ("time_sync_ms", self.time_sync_ms),
             ("snapshot_page", self.snapshot_page as u64),
             ("presence_ms", self.presence_ms),
+            ("max_block_secs", self.max_block_secs),
         ] {
             if v == 0 {
                 return bad(format!("{name}: must be at least 1"));
@@ -223,9 +263,80 @@ impl SyncConfig {
         if self.reconnect_max_ms < self.reconnect_min_ms {
             return bad("reconnect_max_ms: must be at least reconnect_min_ms".into());
         }
-        redis::Client::open(self.url.as_str())
-            .map_err(|e| SyncError::Config(format!("url {:?}: {e}", self.url)))?;
+        if self.key_file.is_none() && !self.insecure_unsigned {
+            return bad(
+                "key_file: required (the fleet key that signs records; `dnsd redis-key generate FILE` \
+                 makes one), or insecure_unsigned = true to run without"
+                    .into(),
+            );
+        }
+        if self.client_cert.is_some() != self.client_key.is_some() {
+            return bad("client_cert and client_key: set both or neither".into());
+        }
+        let tls = self.url.starts_with("rediss://");
+        if !tls
+            && (self.ca_file.is_some() || self.client_cert.is_some() || self.client_key.is_some())
+        {
+            return bad("ca_file, client_cert, client_key: need a rediss:// url".into());
+        }
+        self.client()?;
         Ok(())
+    }
+
+    /// The Redis client for this config: plain, or TLS with the configured CA and client certificate.
+    pub fn client(&self) -> Result<redis::Client, SyncError> {
+        let url_err =
+            |e: redis::RedisError| SyncError::Config(format!("url {:?}: {e}", redact(&self.url)));
+        if !self.url.starts_with("rediss://") {
+            return redis::Client::open(self.url.as_str()).map_err(url_err);
+        }
+        let read = |key: &str, p: &PathBuf| {
+            std::fs::read(p).map_err(|e| SyncError::Config(format!("{key} {}: {e}", p.display())))
+        };
+        let root_cert = self
+            .ca_file
+            .as_ref()
+            .map(|p| read("ca_file", p))
+            .transpose()?;
+        let client_tls = match (&self.client_cert, &self.client_key) {
+            (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
+                client_cert: read("client_cert", c)?,
+                client_key: read("client_key", k)?,
+            }),
+            _ => None,
+        };
+        redis::Client::build_with_tls(
+            self.url.as_str(),
+            redis::TlsCertificates {
+                client_tls,
+                root_cert,
+            },
+        )
+        .map_err(url_err)
+    }
+
+    /// The key that signs and verifies records: derived from `key_file`, or none (unsigned).
+    pub fn record_key(&self) -> Result<Option<crate::fleet_key::DerivedKey>, SyncError> {
+        match &self.key_file {
+            Some(p) => crate::fleet_key::FleetKey::load(p)
+                .map(|k| Some(k.derive(record::KEY_PURPOSE)))
+                .map_err(|e| SyncError::Config(format!("key_file: {e}"))),
+            None => Ok(None),
+        }
+    }
+}
+
+/// `url` with its password replaced by `***` (for messages and logs).
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((cred, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match cred.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => format!("{scheme}://***@{host}"),
     }
 }
 
@@ -300,6 +411,12 @@ pub struct SyncStats {
     pub skipped_expired: u64,
     /// Stream entries or records that could not be decoded.
     pub decode_errors: u64,
+    /// Records refused, by cause ([`Refused::ALL`] order).
+    pub refused: [u64; 10],
+    /// Peer removals that lifted nothing (the entry was absent, or not theirs to lift).
+    pub removals_not_lifted: u64,
+    /// Nodes forgotten by the replay table (more nodes than it holds).
+    pub replay_forgotten: u64,
     /// Snapshots loaded.
     pub snapshots: u64,
     /// Entries taken from snapshots.
@@ -343,6 +460,9 @@ struct Counters {
     skipped_own: AtomicU64,
     skipped_expired: AtomicU64,
     decode_errors: AtomicU64,
+    refused: [AtomicU64; 10],
+    removals_not_lifted: AtomicU64,
+    replay_forgotten: AtomicU64,
     snapshots: AtomicU64,
     snapshot_entries: AtomicU64,
     snapshot_truncated: AtomicU64,
@@ -380,6 +500,10 @@ struct Shared {
     conflict: AtomicBool,
     /// This process's presence token.
     token: String,
+    /// Numbers and signs this process's records.
+    sealer: record::Sealer,
+    /// Opens and verifies others' records.
+    opener: record::Opener,
     c: Counters,
 }
 
@@ -394,6 +518,49 @@ impl Shared {
 
     fn offset(&self) -> i64 {
         self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    /// The longest life a record carries, milliseconds.
+    fn max_ttl_ms(&self) -> u64 {
+        self.cfg.max_block_secs.saturating_mul(1000)
+    }
+
+    /// Judges a verified record against this node's bounds (see [`record`]); `redis_now` is
+    /// Redis server time now.
+    fn judge(&self, r: &record::Record, redis_now: i64) -> Result<(), Refused> {
+        if r.origin == Origin::Peer {
+            return Err(Refused::Unproven);
+        }
+        if r.op == record::RecordOp::Del {
+            return Ok(());
+        }
+        if !r.evidence.is_some_and(|e| e.is_proven()) {
+            return Err(Refused::Unproven);
+        }
+        // Five seconds of slack for the clock offset's error.
+        let limit = redis_now.saturating_add(self.max_ttl_ms() as i64 + 5_000);
+        if r.exp > limit {
+            return Err(Refused::Expiry);
+        }
+        match self.map.policy().check(&r.net) {
+            Ok(()) => Ok(()),
+            Err((crate::never_block::Refusal::ShortPrefix, _)) => Err(Refused::ShortPrefix),
+            Err((crate::never_block::Refusal::NeverBlock, _)) => Err(Refused::NeverBlock),
+        }
+    }
+
+    /// Counts a refused record and logs it (at most ten lines a second).
+    fn refuse(&self, why: Refused, id: wire::StreamId, node: &str) {
+        add(&self.c.refused[why.index()], 1);
+        let at = if id == wire::StreamId::default() {
+            "snapshot".to_string()
+        } else {
+            id.to_string()
+        };
+        crate::limited!(
+            10,
+            warn!(node = %self.node, from = node, stream_id = %at, cause = why.name(), "redis record refused")
+        );
     }
 
     fn backoff(&self, attempt: u32) -> Duration {
@@ -506,6 +673,9 @@ impl Shared {
             skipped_own: get(&c.skipped_own),
             skipped_expired: get(&c.skipped_expired),
             decode_errors: get(&c.decode_errors),
+            refused: std::array::from_fn(|i| get(&c.refused[i])),
+            removals_not_lifted: get(&c.removals_not_lifted),
+            replay_forgotten: get(&c.replay_forgotten),
             snapshots: get(&c.snapshots),
             snapshot_entries: get(&c.snapshot_entries),
             snapshot_truncated: get(&c.snapshot_truncated),
@@ -547,8 +717,16 @@ impl RedisSync {
     ) -> Result<SyncHandle, SyncError> {
         cfg.validate()?;
         let rt = tokio::runtime::Handle::try_current().map_err(|_| SyncError::NoRuntime)?;
-        let client = redis::Client::open(cfg.url.as_str())
-            .map_err(|e| SyncError::Config(format!("url {:?}: {e}", cfg.url)))?;
+        let client = cfg.client()?;
+        let key = cfg.record_key()?;
+        if key.is_none() {
+            tracing::warn!(
+                "[redis] insecure_unsigned: records are neither signed nor checked; anyone who can write to Redis commands every node's block map"
+            );
+        }
+        let start = crate::clock::unix_ms();
+        let sealer = record::Sealer::new(key.clone(), &cfg.node_id, start);
+        let opener = record::Opener::new(key, cfg.insecure_unsigned);
         // Subscribe before any task runs so that no decision made after spawn returns is missed.
         let sub = map.subscribe("redis");
         let shared = Arc::new(Shared {
@@ -566,6 +744,8 @@ impl RedisSync {
             reader_ready: AtomicBool::new(false),
             conflict: AtomicBool::new(false),
             token: presence::token(),
+            sealer,
+            opener,
             c: Counters::default(),
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -730,11 +910,14 @@ fn drain(shared: &Shared, sub: &mut Subscription) {
             Delivery::Changes(changes) => {
                 for ch in changes {
                     let item = match ch {
-                        Change::Upsert(e) if e.origin != Origin::Peer => Item::Add(e),
+                        // Suspects (unproven evidence) stay on this node.
+                        Change::Upsert(e) if e.origin != Origin::Peer && e.is_proven() => {
+                            Item::Add(e)
+                        }
                         Change::Remove {
                             net,
                             cause: RemoveCause::Operator,
-                        } => Item::Del(net),
+                        } => Item::Del(net, Origin::Operator),
                         _ => continue,
                     };
                     if let Some(ov) = o.push(item) {
@@ -807,9 +990,20 @@ impl crate::metrics::Source for SyncMonitor {
         c("skipped_own", false, s.skipped_own);
         c("skipped_expired", false, s.skipped_expired);
         c("decode_errors", false, s.decode_errors);
+        c("removals_not_lifted", false, s.removals_not_lifted);
+        c("replay_forgotten", false, s.replay_forgotten);
         c("snapshots", false, s.snapshots);
         c("heartbeats", false, s.heartbeats);
         c("node_id_conflict", true, s.node_id_conflict as u64);
         c("node_id_conflicts", false, s.node_id_conflicts);
+        for (i, why) in Refused::ALL.iter().enumerate() {
+            out.counter(
+                format!("redis.refused.{}", why.name()),
+                "palisade_redis_records_refused_total",
+                format!("cause=\"{}\"", why.name()),
+                "Redis records refused before any node obeyed them, by cause.",
+                s.refused[i],
+            );
+        }
     }
 }

@@ -9,7 +9,7 @@
 //! republishes every local entry of the map as it is then. Every change after the marker is
 //! queued after it, so replaying the queue converges on the map's state.
 
-use crate::block::BlockEntry;
+use crate::block::{BlockEntry, Origin};
 use ipnet::IpNet;
 use std::collections::VecDeque;
 
@@ -18,8 +18,8 @@ use std::collections::VecDeque;
 pub(crate) enum Item {
     /// Publish this local decision.
     Add(BlockEntry),
-    /// Publish an operator removal.
-    Del(IpNet),
+    /// Publish a removal, lifted by an operator's command or by this node.
+    Del(IpNet, Origin),
     /// Republish every local entry of the map.
     Full,
 }
@@ -86,16 +86,16 @@ impl Outbox {
         let keep = self.max / 2;
         let dels = old
             .iter()
-            .filter(|(_, i)| matches!(i, Item::Del(_)))
+            .filter(|(_, i)| matches!(i, Item::Del(..)))
             .count();
         let mut skip_dels = dels.saturating_sub(keep);
         for (seq, item) in old {
             match item {
-                Item::Del(_) if skip_dels > 0 => {
+                Item::Del(..) if skip_dels > 0 => {
                     skip_dels -= 1;
                     ov.removals += 1;
                 }
-                Item::Del(_) => self.items.push_back((seq, item)),
+                Item::Del(..) => self.items.push_back((seq, item)),
                 Item::Add(_) => ov.upserts += 1,
                 Item::Full => {}
             }
@@ -144,15 +144,15 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::block::Origin;
+    use crate::block::Evidence;
 
     fn add(i: u8) -> Item {
         let net: IpNet = format!("192.0.2.{i}/32").parse().unwrap();
-        Item::Add(BlockEntry::new(net, 1, "", Origin::Local))
+        Item::Add(BlockEntry::new(net, 1, "", Origin::Local, Evidence::Tcp))
     }
 
     fn del(i: u8) -> Item {
-        Item::Del(format!("192.0.2.{i}/32").parse().unwrap())
+        Item::Del(format!("192.0.2.{i}/32").parse().unwrap(), Origin::Operator)
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The reader task: snapshot, then `XREAD BLOCK` from this node's own last id; detects gaps and
 //! data loss and resyncs.
 
-use super::wire::{self, RecordOp, StreamId};
+use super::record::{RecordOp, Refused, Replay};
+use super::wire::{self, StreamId};
 use super::{Shared, add, sleep_or_stop};
-use crate::block::{BlockEntry, Origin, RemoveCause};
+use crate::block::{BlockEntry, Origin};
 use hashbrown::HashMap;
 use ipnet::IpNet;
 use redis::Value;
@@ -19,6 +20,8 @@ struct State {
     epoch: Option<String>,
     /// No snapshot loaded yet in this process: restore this node's own records too.
     first_load: bool,
+    /// The last record seen from each node.
+    replay: Replay,
 }
 
 impl State {
@@ -40,6 +43,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         pos: None,
         epoch: None,
         first_load: true,
+        replay: Replay::default(),
     };
     let block = Duration::from_millis(shared.cfg.block_ms);
     let mut attempt = 0u32;
@@ -143,14 +147,16 @@ async fn tail(
             continue;
         }
         if let Some(&(last, _)) = entries.last() {
-            apply(shared, &entries);
+            apply(shared, &mut st.replay, &entries);
             st.pos = Some(last);
         }
     }
 }
 
-/// Applies stream entries in order: peer upserts in batches, removals one by one.
-fn apply(shared: &Shared, entries: &[(StreamId, Option<&[u8]>)]) {
+/// Applies stream entries in order: peer upserts in batches, removals one by one. Every
+/// record is opened (bounded, decoded, verified), checked for replay and judged
+/// ([`Shared::judge`]) first; refusals are counted and logged with their stream id.
+fn apply(shared: &Shared, replay: &mut Replay, entries: &[(StreamId, Option<&[u8]>)]) {
     let c = &shared.c;
     let now = shared.now();
     let offset = shared.offset();
@@ -161,30 +167,50 @@ fn apply(shared: &Shared, entries: &[(StreamId, Option<&[u8]>)]) {
             shared.map.insert_batch(adds.drain(..));
         }
     };
-    for rec in entries.iter().flat_map(|(_, d)| {
-        let recs = d.and_then(wire::decode_many);
-        if recs.is_none() {
-            add(&c.decode_errors, 1);
-        }
-        recs.into_iter().flatten()
-    }) {
-        if *rec.node == *shared.node {
-            add(&c.skipped_own, 1);
+    for (id, d) in entries {
+        let Some(d) = d else {
+            shared.refuse(Refused::Malformed, *id, "");
             continue;
-        }
-        match rec.op {
-            RecordOp::Add => {
-                let e = rec.to_entry(offset, Origin::Peer);
-                if e.is_expired(now) {
-                    add(&c.skipped_expired, 1);
-                } else {
-                    adds.push(e);
+        };
+        for rec in shared.opener.open_many(d) {
+            let rec = match rec {
+                Ok(r) => r,
+                Err(why) => {
+                    shared.refuse(why, *id, "");
+                    continue;
                 }
+            };
+            if *rec.node == *shared.node {
+                add(&c.skipped_own, 1);
+                continue;
             }
-            RecordOp::Del => {
-                flush(&mut adds);
-                if shared.map.remove(rec.net, RemoveCause::Peer) {
-                    add(&c.received_removals, 1);
+            if !replay.fresh(&rec) {
+                shared.refuse(Refused::Replay, *id, &rec.node);
+                continue;
+            }
+            c.replay_forgotten
+                .store(replay.forgotten, std::sync::atomic::Ordering::Relaxed);
+            if let Err(why) = shared.judge(&rec, now as i64 + offset) {
+                shared.refuse(why, *id, &rec.node);
+                continue;
+            }
+            match rec.op {
+                RecordOp::Add => {
+                    let e = rec.to_entry(offset, Origin::Peer);
+                    if e.is_expired(now) {
+                        add(&c.skipped_expired, 1);
+                    } else {
+                        adds.push(e);
+                    }
+                }
+                RecordOp::Del => {
+                    flush(&mut adds);
+                    let operator = rec.origin == Origin::Operator;
+                    if shared.map.remove_from_peer(rec.net, &rec.node, operator) {
+                        add(&c.received_removals, 1);
+                    } else {
+                        add(&c.removals_not_lifted, 1);
+                    }
                 }
             }
         }
@@ -242,18 +268,25 @@ async fn load_snapshot(
             };
             let (now, offset) = (shared.now(), shared.offset());
             for v in values.into_iter().flatten() {
-                let Some(rec) = wire::decode(&v).filter(|r| r.op == RecordOp::Add) else {
-                    add(&shared.c.decode_errors, 1);
-                    continue;
+                let rec = match shared.opener.open(&v) {
+                    Ok(r) if r.op == RecordOp::Add => r,
+                    Ok(_) => {
+                        shared.refuse(Refused::Malformed, StreamId::default(), "");
+                        continue;
+                    }
+                    Err(why) => {
+                        shared.refuse(why, StreamId::default(), "");
+                        continue;
+                    }
                 };
+                if let Err(why) = shared.judge(&rec, now as i64 + offset) {
+                    shared.refuse(why, StreamId::default(), &rec.node);
+                    continue;
+                }
                 if *rec.node == *shared.node {
                     // Our own earlier decisions: restored once, after a restart of this node.
                     if st.first_load && own.len() < max {
-                        let origin = rec
-                            .origin
-                            .filter(|o| *o != Origin::Peer)
-                            .unwrap_or(Origin::Local);
-                        let e = rec.to_entry(offset, origin);
+                        let e = rec.to_entry(offset, rec.origin);
                         if !e.is_expired(now) {
                             own.push(e);
                         }

@@ -1,9 +1,7 @@
-//! What travels through Redis: key names, the record encoding, stream ids and reply parsing.
+//! What travels through Redis besides the records ([`super::record`]): key names, stream ids and reply parsing.
 
-use crate::block::{BlockEntry, Origin};
 use ipnet::IpNet;
 use redis::Value;
-use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// The key names under one prefix.
@@ -36,100 +34,6 @@ impl Keys {
     /// The key of one block: its JSON record, with a TTL.
     pub(crate) fn block(&self, net: &IpNet) -> String {
         format!("{}block:{}", self.prefix, net)
-    }
-}
-
-/// What one record does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum RecordOp {
-    /// Block (or refresh) `net` until `exp`.
-    Add,
-    /// Lift the block on `net` (an operator removal; acts on every node).
-    Del,
-}
-
-/// One decision as stored in a block key and in a stream entry. Unknown fields are ignored so
-/// that newer nodes may add some.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Record {
-    pub(crate) op: RecordOp,
-    pub(crate) net: IpNet,
-    /// Node that decided it.
-    pub(crate) node: String,
-    /// Expiry in Redis server time, unix ms (adds only).
-    #[serde(default)]
-    pub(crate) exp: i64,
-    /// Origin on the deciding node (adds only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) origin: Option<Origin>,
-    /// Reason (adds only).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub(crate) reason: String,
-}
-
-#[derive(Serialize)]
-struct RecordRef<'a> {
-    op: RecordOp,
-    net: &'a IpNet,
-    node: &'a str,
-    #[serde(skip_serializing_if = "is_zero")]
-    exp: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    origin: Option<Origin>,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    reason: &'a str,
-}
-
-fn is_zero(v: &i64) -> bool {
-    *v == 0
-}
-
-/// The JSON of an add: `entry` as decided on `node`, expiring at `exp_redis` (Redis time, ms).
-pub(crate) fn encode_add(entry: &BlockEntry, node: &str, exp_redis: i64) -> String {
-    let r = RecordRef {
-        op: RecordOp::Add,
-        net: &entry.net,
-        node,
-        exp: exp_redis,
-        origin: Some(entry.origin),
-        reason: entry.reason.as_str(),
-    };
-    serde_json::to_string(&r).unwrap_or_default()
-}
-
-/// The JSON of a removal of `net` by `node`.
-pub(crate) fn encode_del(net: &IpNet, node: &str) -> String {
-    let r = RecordRef {
-        op: RecordOp::Del,
-        net,
-        node,
-        exp: 0,
-        origin: None,
-        reason: "",
-    };
-    serde_json::to_string(&r).unwrap_or_default()
-}
-
-/// Parses a record.
-pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-    serde_json::from_slice(bytes).ok()
-}
-
-/// Parses a stream entry's field: one record, or a JSON array of records (a packed batch).
-pub(crate) fn decode_many(bytes: &[u8]) -> Option<Vec<Record>> {
-    if bytes.first() == Some(&b'[') {
-        serde_json::from_slice(bytes).ok()
-    } else {
-        decode(bytes).map(|r| vec![r])
-    }
-}
-
-impl Record {
-    /// The entry this add makes on a node whose clock is `offset_ms` behind Redis, with `origin`.
-    pub(crate) fn to_entry(&self, offset_ms: i64, origin: Origin) -> BlockEntry {
-        let local = self.exp.saturating_sub(offset_ms).max(0) as u64;
-        BlockEntry::new(self.net, local, &self.reason, origin).with_node(&self.node)
     }
 }
 
@@ -290,41 +194,6 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn records_round_trip() {
-        let e = BlockEntry::new(
-            "192.0.2.7/32".parse().unwrap(),
-            5_000,
-            "flood",
-            Origin::Operator,
-        );
-        let r = decode(encode_add(&e, "a", 9_000).as_bytes()).unwrap();
-        assert_eq!(r.op, RecordOp::Add);
-        assert_eq!(
-            (r.exp, r.node.as_str(), r.reason.as_str()),
-            (9_000, "a", "flood")
-        );
-        assert_eq!(r.origin, Some(Origin::Operator));
-        // A node 4 s behind Redis sees the expiry 4 s earlier on its own clock.
-        let got = r.to_entry(4_000, Origin::Peer);
-        assert_eq!((got.expires_ms, got.origin), (5_000, Origin::Peer));
-        assert_eq!(got.node.as_deref(), Some("a"));
-        let d = decode(encode_del(&e.net, "b").as_bytes()).unwrap();
-        assert_eq!((d.op, d.exp, d.origin), (RecordOp::Del, 0, None));
-        assert!(decode(b"{\"op\":\"add\"}").is_none());
-        let packed = format!("[{},{}]", encode_add(&e, "a", 1), encode_del(&e.net, "a"));
-        let both = decode_many(packed.as_bytes()).unwrap();
-        assert_eq!((both[0].op, both[1].op), (RecordOp::Add, RecordOp::Del));
-        assert_eq!(
-            decode_many(encode_del(&e.net, "a").as_bytes())
-                .unwrap()
-                .len(),
-            1
-        );
-        assert!(decode_many(b"[{}]").is_none());
-        assert!(decode(br#"{"op":"del","net":"10.0.0.0/8","node":"x","future":1}"#).is_some());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The writer task: outbox → Redis in MULTI/EXEC batches, reconnecting with backoff.
 
 use super::outbox::Item;
-use super::{Shared, add, sleep_or_stop, wire};
+use super::record::PACK;
+use super::{Shared, add, sleep_or_stop};
 use crate::block::Origin;
 use hashbrown::HashMap;
 use ipnet::IpNet;
@@ -10,10 +11,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-
-/// Longest TTL written (ten years): Redis refuses expiries that overflow its clock, and a
-/// "forever" block is one that outlives any operator's memory.
-const MAX_TTL_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 
 pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut attempt = 0u32;
@@ -67,10 +64,27 @@ async fn serve(
 ) -> redis::RedisResult<()> {
     let time_sync = Duration::from_millis(shared.cfg.time_sync_ms);
     let mut next_time_sync = Instant::now() + time_sync;
+    // Records carry at most `max_block_secs` of life (what peers accept): local entries that
+    // outlive that are republished well before their published expiry.
+    let renew = Duration::from_secs((shared.cfg.max_block_secs / 4).max(1));
+    let mut next_renew = Instant::now() + renew;
     loop {
         if Instant::now() >= next_time_sync {
             shared.measure_offset(conn).await?;
             next_time_sync = Instant::now() + time_sync;
+        }
+        if Instant::now() >= next_renew {
+            next_renew = Instant::now() + renew;
+            let long = shared.max_ttl_ms() / 2;
+            let now = shared.now();
+            if shared
+                .map
+                .entries()
+                .iter()
+                .any(|e| e.origin != Origin::Peer && e.is_proven() && e.ttl_ms(now) > long)
+            {
+                shared.outbox().push_full();
+            }
         }
         let batch = shared.outbox().peek(shared.cfg.batch_max);
         let Some(&(last_seq, _)) = batch.last() else {
@@ -80,7 +94,7 @@ async fn serve(
             tokio::select! {
                 _ = shared.wake_writer.notified() => {}
                 _ = stop.wait_for(|s| *s) => {}
-                _ = tokio::time::sleep_until(next_time_sync.into()) => {}
+                _ = tokio::time::sleep_until(next_time_sync.min(next_renew).into()) => {}
             }
             continue;
         };
@@ -111,7 +125,7 @@ async fn republish(
         .map
         .entries()
         .into_iter()
-        .filter(|e| e.origin != Origin::Peer && !e.is_expired(now))
+        .filter(|e| e.origin != Origin::Peer && e.is_proven() && !e.is_expired(now))
         .map(Item::Add)
         .collect();
     let mut seen = None;
@@ -127,9 +141,6 @@ async fn republish(
     tracing::info!(node = %shared.node, entries = entries.len(), "redis: local blocks republished");
     Ok(seen)
 }
-
-/// Most records packed into one stream entry.
-const PACK: usize = 128;
 
 /// Writes `items` in one MULTI/EXEC; returns the epoch value read at its start.
 ///
@@ -153,19 +164,20 @@ async fn write(
     for item in items {
         match item {
             Item::Add(e) => {
-                let ttl = e.ttl_ms(now).min(MAX_TTL_MS);
+                // Capped at what peers accept; longer blocks are renewed (see `serve`).
+                let ttl = e.ttl_ms(now).min(shared.max_ttl_ms());
                 if ttl == 0 {
                     expired += 1;
                     continue;
                 }
                 // `now + ttl` rather than the expiry itself: the same unless the TTL was capped.
                 let exp_redis = (now + ttl) as i64 + offset;
-                records.push(wire::encode_add(e, &shared.node, exp_redis));
+                records.push(shared.sealer.add(e, exp_redis));
                 last.insert(e.net, Some((records.len() - 1, ttl, exp_redis)));
                 adds += 1;
             }
-            Item::Del(net) => {
-                records.push(wire::encode_del(net, &shared.node));
+            Item::Del(net, by) => {
+                records.push(shared.sealer.del(net, *by));
                 last.insert(*net, None);
                 dels += 1;
             }

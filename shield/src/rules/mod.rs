@@ -23,7 +23,12 @@
 //! A deny, rate-limit or challenge verdict also counts towards the tenant's escalation
 //! threshold: the `after`-th such verdict for one source within `window_secs` inserts the
 //! source (or its prefix) into the block map with [`Origin::Local`] for `block_secs`, and the
-//! verdict says `escalated`.
+//! verdict says so ([`Verdict::escalated`]). What the request proved ([`Request::evidence`])
+//! decides what that entry is: proven requests (TCP, a valid DNS cookie, HTTP) are counted on
+//! their own and block; unproven ones (UDP without a valid cookie: the address may be forged)
+//! are counted apart and only make the source a suspect (see [`crate::block`]), so that
+//! spoofed packets can neither block an address nor push a real client over the threshold.
+//! Escalations into never-block or too short prefixes are refused by the block map's policy.
 //!
 //! Requests are abstract: the caller implements [`Request`] (`attr(name) -> Option<&str>`), e.g.
 //! `path`, `method`, `host`, `user_agent`, `header:<name>` for HTTP, `qname`, `qtype` for DNS.
@@ -93,7 +98,10 @@
 //! [global]                          # every tenant of both daemons, and the XDP guard
 //! deny = ["203.0.113.0/24", "@scanners"]   # dropped in XDP where the guard runs
 //! allow = ["192.0.2.53/32"]         # exempt from the XDP rate limit (never from a block)
+//! never_block = ["192.0.2.1/32"]    # no escalation, suspect list or peer record reaches these
 //! ```
+//!
+//! A `[global] deny` entry that overlaps a `never_block` one is refused at load.
 
 mod error;
 mod index;
@@ -106,7 +114,7 @@ pub use schema::rcode_by_name;
 pub use sources::{AsnTable, load_crawler_ranges, parse_crawler_ranges, parse_prefix_list};
 pub use tenants::{KINDS as TENANT_KINDS, TOP_TENANTS, TenantCounts, tenant_counts};
 
-use crate::block::{BlockEntry, BlockMap, Origin, Reason};
+use crate::block::{BlockEntry, BlockMap, Evidence, InsertOutcome, Origin, Reason};
 use crate::prefix::{PrefixMap, PrefixSet};
 use crate::ratelimit::{Limit, RateLimiter, TableConfig, TableStats, WindowCounter, source_key};
 use crate::util::StripedCounter;
@@ -245,6 +253,13 @@ pub trait Request {
     fn multi_valued(&self) -> bool {
         false
     }
+
+    /// What proves the request's source owns its address: an escalation on proven requests
+    /// blocks, on unproven ones makes a suspect. The default is unproven (UDP): a caller
+    /// that forgets to say can never make a block.
+    fn evidence(&self) -> Evidence {
+        Evidence::Udp
+    }
 }
 
 /// A request with no attributes: only source checks apply.
@@ -280,6 +295,21 @@ pub enum Action {
     RateLimit,
 }
 
+/// What a verdict's escalation did to the source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Escalated {
+    /// No escalation (below the threshold, or past it already).
+    #[default]
+    No,
+    /// Unproven requests crossed the threshold: the source is a suspect on this node.
+    Suspect,
+    /// Proven requests crossed the threshold: the source is blocked.
+    Blocked,
+    /// The threshold was crossed but the block map's policy refused the prefix (never-block,
+    /// too short).
+    Refused,
+}
+
 /// The outcome of a check: action, reason code and text, and whether the source was escalated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Verdict {
@@ -289,8 +319,8 @@ pub struct Verdict {
     pub code: u16,
     /// Short reason text (rule name, list name...).
     pub reason: Reason,
-    /// This verdict pushed the source over its escalation threshold into the block map.
-    pub escalated: bool,
+    /// What this verdict's escalation did (a block, a suspect, a refusal, or nothing).
+    pub escalated: Escalated,
     /// For a rate limit: milliseconds until the source's next request would conform (a
     /// Retry-After); 0 otherwise.
     pub retry_after_ms: u32,
@@ -307,7 +337,7 @@ impl Verdict {
         action: Action::Pass,
         code: 0,
         reason: Reason::EMPTY,
-        escalated: false,
+        escalated: Escalated::No,
         retry_after_ms: 0,
         dns_rcode: None,
         slip: DEFAULT_SLIP,
@@ -318,7 +348,7 @@ impl Verdict {
             action,
             code,
             reason: Reason::new(reason),
-            escalated: false,
+            escalated: Escalated::No,
             retry_after_ms: 0,
             dns_rcode: None,
             slip: DEFAULT_SLIP,
@@ -629,6 +659,8 @@ pub struct Prepared {
     pub(crate) global_deny: PrefixSet,
     /// `[global]` lists as written (expanded), for the XDP guard's maps.
     pub(crate) global_lists: GlobalLists,
+    /// Every tenant's `escalate`: (line, col, v4_prefix, v6_prefix), for the daemons' minimums.
+    pub(crate) escalations: Vec<(usize, usize, u8, u8)>,
 }
 
 /// The rules file's `[global]` section, expanded: what the XDP guard is given.
@@ -638,6 +670,8 @@ pub struct GlobalLists {
     pub deny: Vec<ipnet::IpNet>,
     /// Exempt from the XDP rate limit (never from a block).
     pub allow: Vec<ipnet::IpNet>,
+    /// Never blocked nor suspected by any automatic writer.
+    pub never_block: Vec<ipnet::IpNet>,
 }
 
 const TENANT_RATE_RULE: u32 = u32::MAX;
@@ -664,9 +698,28 @@ impl Prepared {
         &self.path
     }
 
-    /// The `[global]` deny and allow lists.
+    /// The `[global]` deny, allow and never-block lists.
     pub fn global_lists(&self) -> &GlobalLists {
         &self.global_lists
+    }
+
+    /// Refuses an `escalate` whose `v4_prefix` / `v6_prefix` is shorter than the daemon's
+    /// `[block] min_prefix_v4` / `min_prefix_v6` (such escalations would all be refused).
+    pub fn check_min_prefix(&self, min_v4: u8, min_v6: u8) -> Result<(), RulesError> {
+        for &(line, col, v4, v6) in &self.escalations {
+            if v4 < min_v4 || v6 < min_v6 {
+                return Err(RulesError::At {
+                    path: self.path.clone(),
+                    line,
+                    col,
+                    message: format!(
+                        "escalate v4_prefix/v6_prefix /{v4} /{v6} is shorter than [block] \
+                         min_prefix_v4/min_prefix_v6 /{min_v4} /{min_v6}"
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The name a tenant has in the rules file.
@@ -755,9 +808,13 @@ impl Prepared {
     ) -> Verdict {
         let v = self.evaluate(t, state, src, req, now);
         match (&t.escalate, v.action) {
-            (Some(e), Action::Deny) if e.on_deny => escalate(t, e, state, src, now, v),
-            (Some(e), Action::RateLimit) if e.on_rate_limit => escalate(t, e, state, src, now, v),
-            (Some(e), Action::Challenge) if e.on_challenge => escalate(t, e, state, src, now, v),
+            (Some(e), Action::Deny) if e.on_deny => escalate(t, e, state, src, req, now, v),
+            (Some(e), Action::RateLimit) if e.on_rate_limit => {
+                escalate(t, e, state, src, req, now, v)
+            }
+            (Some(e), Action::Challenge) if e.on_challenge => {
+                escalate(t, e, state, src, req, now, v)
+            }
             _ => v,
         }
     }
@@ -891,33 +948,59 @@ fn rate_limited(
 }
 
 #[cold]
-fn escalate(
+fn escalate<R: Request + ?Sized>(
     t: &Tenant,
     e: &Escalation,
     state: &RuleState,
     src: IpAddr,
+    req: &R,
     now: Now,
     mut v: Verdict,
 ) -> Verdict {
-    let key = (t.id, source_key(src, e.v4, e.v6));
+    let evidence = req.evidence();
+    let proven = evidence.is_proven();
+    // Proven and unproven verdicts are counted apart: forged packets can neither block a
+    // source nor bring a real one to the threshold.
+    let key = (t.id, proven, source_key(src, e.v4, e.v6));
     let n = state.counter.add(&key, 1, e.window_ms, now.unix_ms);
     if n == e.after
         && let Some(blocks) = &state.blocks
     {
-        let net = key.1.to_net();
-        blocks.insert(BlockEntry::with_ttl(
+        let net = key.2.to_net();
+        let entry = BlockEntry::with_ttl(
             net,
             e.ttl,
             now.unix_ms,
             e.reason.as_str(),
             Origin::Local,
-        ));
-        state.escalations.add(n as usize ^ t.id as usize, 1);
-        crate::limited!(
-            10,
-            info!(tenant = t.id, %net, reason = %v.reason, "source escalated into the block map")
+            evidence,
         );
-        v.escalated = true;
+        v.escalated = match blocks.insert(entry) {
+            InsertOutcome::Refused(why) => {
+                state.refused.add(n as usize ^ t.id as usize, 1);
+                crate::limited!(
+                    10,
+                    warn!(tenant = t.id, %net, %why, "escalation refused by the block policy")
+                );
+                Escalated::Refused
+            }
+            _ if proven => {
+                state.escalations.add(n as usize ^ t.id as usize, 1);
+                crate::limited!(
+                    10,
+                    info!(tenant = t.id, %net, %evidence, reason = %v.reason, "source escalated into the block map")
+                );
+                Escalated::Blocked
+            }
+            _ => {
+                state.suspects.add(n as usize ^ t.id as usize, 1);
+                crate::limited!(
+                    10,
+                    info!(tenant = t.id, %net, reason = %v.reason, "source made a suspect (unproven UDP)")
+                );
+                Escalated::Suspect
+            }
+        };
     }
     v
 }
@@ -941,6 +1024,8 @@ pub struct RuleState {
     counter: WindowCounter,
     blocks: Option<Arc<BlockMap>>,
     escalations: StripedCounter,
+    suspects: StripedCounter,
+    refused: StripedCounter,
 }
 
 impl std::fmt::Debug for RuleState {
@@ -960,6 +1045,8 @@ impl RuleState {
             counter: WindowCounter::new(&cfg.counters),
             blocks,
             escalations: StripedCounter::default(),
+            suspects: StripedCounter::default(),
+            refused: StripedCounter::default(),
         }
     }
 }
@@ -973,8 +1060,12 @@ pub struct RulesStats {
     pub reloads: u64,
     /// Refused reloads (the last good rules stayed).
     pub reload_failures: u64,
-    /// Sources escalated into the block map.
+    /// Sources escalated into the block map (proven requests).
     pub escalations: u64,
+    /// Sources made suspects (unproven requests crossed the threshold).
+    pub suspects: u64,
+    /// Escalations the block map's policy refused (never-block, too short a prefix).
+    pub escalations_refused: u64,
     /// Rate-limit table.
     pub limiter: TableStats,
     /// Escalation counter table.
@@ -1073,6 +1164,8 @@ impl RuleSet {
             reloads: self.reloads.load(Ordering::Relaxed),
             reload_failures: self.reload_failures.load(Ordering::Relaxed),
             escalations: self.state.escalations.sum(),
+            suspects: self.state.suspects.sum(),
+            escalations_refused: self.state.refused.sum(),
             limiter: self.state.limiter.stats(),
             counters: self.state.counter.stats(),
         }
@@ -1103,8 +1196,22 @@ impl crate::metrics::Source for RuleSet {
             "rules.escalations",
             "palisade_rules_escalations_total",
             "",
-            "Sources the rules escalated into the block map.",
+            "Sources the rules escalated into the block map (proven requests: TCP, a valid cookie, HTTP).",
             r.escalations,
+        );
+        out.counter(
+            "rules.suspects",
+            "palisade_rules_suspects_total",
+            "",
+            "Sources the rules made suspects: unproven UDP crossed an escalation threshold (never a block).",
+            r.suspects,
+        );
+        out.counter(
+            "rules.escalations_refused",
+            "palisade_rules_escalations_refused_total",
+            "",
+            "Escalations refused by the block policy (never-block prefixes, prefixes shorter than the minimum).",
+            r.escalations_refused,
         );
         for (table, t) in [("limiter", &r.limiter), ("escalation", &r.counters)] {
             out.counter(
@@ -1689,6 +1796,17 @@ when = [{ attr = "user_agent", regex = "python-requests" }]
 
     #[test]
     fn rate_limit_and_escalation_into_block_map() {
+        use crate::block::{Check, Scope, Traffic};
+        /// A request proven as `evidence`.
+        struct Proven(Evidence);
+        impl Request for Proven {
+            fn attr(&self, _: &str) -> Option<&str> {
+                None
+            }
+            fn evidence(&self) -> Evidence {
+                self.0
+            }
+        }
         let blocks = BlockMap::new(BlockConfig::default());
         let s = RuleState::new(&StateConfig::default(), Some(blocks.clone()));
         let p = prepared(
@@ -1699,10 +1817,10 @@ rate_limit = { per_second = 1.0, burst = 2 }
 escalate = { after = 3, window_secs = 10, block_secs = 60, v4_prefix = 24 }
 "#,
         );
+        // Unproven requests (the default): the third limited one makes a suspect, no block.
         let src = ip("192.0.2.77");
-        let actions: Vec<Action> = (0..6)
-            .map(|_| p.check(&s, 5, src, &(), NOW).action)
-            .collect();
+        let v: Vec<Verdict> = (0..6).map(|_| p.check(&s, 5, src, &(), NOW)).collect();
+        let actions: Vec<Action> = v.iter().map(|v| v.action).collect();
         assert_eq!(
             actions,
             [
@@ -1714,16 +1832,81 @@ escalate = { after = 3, window_secs = 10, block_secs = 60, v4_prefix = 24 }
                 Action::RateLimit
             ]
         );
+        assert_eq!(v[4].escalated, Escalated::Suspect);
         let r = blocks.reader();
-        let hit = r
-            .lookup(ip("192.0.2.1"), NOW.unix_ms)
-            .expect("escalated /24");
+        let Check::Suspect(hit) = r.check(ip("192.0.2.1"), NOW.unix_ms, Traffic::DnsUdp) else {
+            panic!("a suspect /24")
+        };
         assert_eq!(hit.net, "192.0.2.0/24".parse::<IpNet>().unwrap());
-        assert_eq!(hit.origin, Origin::Local);
+        assert_eq!((hit.origin, hit.evidence), (Origin::Local, Evidence::Udp));
         assert_eq!(hit.expires_ms, NOW.unix_ms + 60_000);
-        assert_eq!(blocks.len(), 1, "escalated once");
+        assert!(!r.is_blocked(ip("192.0.2.1"), NOW.unix_ms, Traffic::DnsUdp));
+        // Unproven verdicts never count towards a proven escalation: two proven ones do not
+        // reach the threshold of three, the third does and blocks every stream.
+        let tcp = Proven(Evidence::Tcp);
+        let v: Vec<Verdict> = (0..3).map(|_| p.check(&s, 5, src, &tcp, NOW)).collect();
+        assert_eq!(v[1].escalated, Escalated::No);
+        assert_eq!(v[2].escalated, Escalated::Blocked);
+        let Check::Blocked(hit) = r.check(ip("192.0.2.1"), NOW.unix_ms, Traffic::Stream) else {
+            panic!("a TCP-proven block")
+        };
+        assert_eq!((hit.evidence, hit.scope), (Evidence::Tcp, Scope::All));
+        assert_eq!(blocks.len(), 1, "one entry, the suspect proven");
+        // A cookie-proven escalation blocks DNS over UDP only.
+        let cookie = Proven(Evidence::Cookie);
+        let other = ip("198.51.100.9");
+        for _ in 0..5 {
+            p.check(&s, 5, other, &cookie, NOW);
+        }
+        assert!(r.is_blocked(other, NOW.unix_ms, Traffic::DnsUdp));
+        assert!(!r.is_blocked(other, NOW.unix_ms, Traffic::Stream));
         let rs = RuleSet::new(prepared("[[tenant]]\nid = 1\n"), s);
-        assert_eq!(rs.stats().escalations, 1);
+        let st = rs.stats();
+        assert_eq!((st.escalations, st.suspects), (2, 1));
+    }
+
+    #[test]
+    fn never_block_is_out_of_reach_and_short_escalations_are_refused() {
+        use crate::never_block::{BlockPolicy, NeverBlock};
+        let e = Prepared::parse(
+            Path::new("r.toml"),
+            "[global]\nnever_block = [\"192.0.2.1\"]\ndeny = [\"192.0.2.0/24\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("r.toml:3:"), "{e}");
+        assert!(e.contains("overlaps never_block 192.0.2.1/32"), "{e}");
+        let p = prepared(
+            "[global]\nnever_block = [\"192.0.2.1\"]\n[[tenant]]\nid = 5\ndeny = [\"192.0.2.0/24\"]\n\
+             escalate = { after = 1, window_secs = 10, block_secs = 60, v4_prefix = 24 }\n",
+        );
+        assert_eq!(p.global_lists().never_block.len(), 1);
+        let blocks = BlockMap::new(BlockConfig::default());
+        blocks.set_policy(BlockPolicy {
+            never_block: Arc::new(NeverBlock::from_entries(
+                p.global_lists()
+                    .never_block
+                    .iter()
+                    .map(|n| crate::never_block::Protected {
+                        net: *n,
+                        source: Arc::from("rules file"),
+                    }),
+            )),
+            ..blocks.policy()
+        });
+        let s = RuleState::new(&StateConfig::default(), Some(blocks.clone()));
+        let v = p.check(&s, 5, ip("192.0.2.9"), &(), NOW);
+        assert_eq!(v.action, Action::Deny);
+        assert_eq!(
+            v.escalated,
+            Escalated::Refused,
+            "the /24 holds a never-block address"
+        );
+        assert!(blocks.is_empty());
+        assert!(p.check_min_prefix(16, 32).is_ok());
+        let e = p.check_min_prefix(25, 32).unwrap_err().to_string();
+        assert!(e.starts_with("test.toml:6:"), "{e}");
+        assert!(e.contains("shorter than [block]"), "{e}");
     }
 
     #[test]

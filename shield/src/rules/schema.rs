@@ -45,6 +45,8 @@ struct GlobalSchema {
     deny: Vec<Spanned<String>>,
     #[serde(default)]
     allow: Vec<Spanned<String>>,
+    #[serde(default)]
+    never_block: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -677,12 +679,35 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
     let mut global_lists = GlobalLists::default();
     let mut global_deny = PrefixSet::new();
     if let Some(g) = &file.global {
-        for (n, _) in ctx.nets(&g.deny)? {
-            global_deny.insert(n, ());
-            global_lists.deny.push(n);
+        let mut never = crate::never_block::NeverBlock::new();
+        for (n, _) in ctx.nets(&g.never_block)? {
+            never.push(n, "rules file");
+            global_lists.never_block.push(n);
+        }
+        // A deny that reaches a never-block address would block it in XDP: refused here.
+        for item in &g.deny {
+            for (n, _) in ctx.nets(std::slice::from_ref(item))? {
+                if let Some(p) = never.conflict(&n) {
+                    return ctx.err(
+                        item.span(),
+                        format!("deny {n} overlaps never_block {}", p.net),
+                    );
+                }
+                global_deny.insert(n, ());
+                global_lists.deny.push(n);
+            }
         }
         global_lists.allow = ctx.nets(&g.allow)?.into_iter().map(|(n, _)| n).collect();
     }
+    let escalations = file
+        .tenant
+        .iter()
+        .filter_map(|t| {
+            let e = t.escalate.as_ref()?;
+            let (line, col) = crate::toml_pos::line_col(text, e.span().start);
+            Some((line, col, e.get_ref().v4_prefix, e.get_ref().v6_prefix))
+        })
+        .collect();
     Ok(Prepared {
         path: path.to_path_buf(),
         tenants,
@@ -690,6 +715,7 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
         asn,
         global_deny,
         global_lists,
+        escalations,
     })
 }
 

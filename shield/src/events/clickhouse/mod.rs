@@ -338,6 +338,29 @@ pub fn init_schema(cfg: &ClickHouseConfig) -> Result<String, ClickHouseError> {
         out.push_str(first);
         out.push_str(": ok\n");
     }
+    // Columns added since a table was made (CREATE … IF NOT EXISTS leaves it as it is).
+    for (t, name, column, def) in [(
+        Table::Events,
+        cfg.table.as_str(),
+        "evidence",
+        "String DEFAULT '' AFTER action",
+    )] {
+        let has = query(
+            cfg,
+            &format!(
+                "SELECT count() FROM system.columns WHERE database = '{}' AND table = '{name}' AND name = '{column}' FORMAT TSVRaw",
+                cfg.database
+            ),
+        )?;
+        if has.trim() == "0" {
+            let full = cfg.table_name(t);
+            query(
+                cfg,
+                &format!("ALTER TABLE {full} ADD COLUMN {column} {def}"),
+            )?;
+            out.push_str(&format!("{full}: column {column} added\n"));
+        }
+    }
     Ok(out)
 }
 

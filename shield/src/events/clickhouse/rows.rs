@@ -262,6 +262,7 @@ impl Rows {
         cut |= w.str("node", node, MAX_SHORT);
         w.u64("tenant", u64::from(e.tenant));
         w.str("action", action_name(e.action), MAX_SHORT);
+        w.str("evidence", e.evidence.name(), MAX_SHORT);
         w.u64("reason", u64::from(reason));
         w.fixed("src", src);
         w.u64("src_len", u64::from(src_len));
@@ -356,6 +357,7 @@ fn action_name(a: super::super::Action) -> &'static str {
         A::Challenged => "challenged",
         A::Denied => "denied",
         A::Escalated => "escalated",
+        A::Suspected => "suspected",
     }
 }
 
@@ -508,6 +510,7 @@ mod tests {
             node: Some("edge-1".into()),
             tenant: 7,
             action: Action::RateLimited,
+            evidence: crate::block::Evidence::Udp,
             total: top.iter().map(|t| t.count).sum::<u64>() + other,
             top,
             other,

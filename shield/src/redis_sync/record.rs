@@ -1,0 +1,525 @@
+//! One decision as it travels through Redis: a version 2 record, signed with the fleet key,
+//! and everything a node checks before it obeys one.
+//!
+//! Redis is a transport, not an authority: anyone who can write to it can write records.
+//! A record is obeyed only when
+//!
+//! 1. its bytes are at most [`MAX_RECORD_BYTES`] (checked before decoding; a stream field of
+//!    packed records at most [`MAX_FIELD_BYTES`]), it decodes, and its version is [`VERSION`];
+//! 2. its tag is HMAC-SHA256 over its canonical bytes ([`Record::canonical`]) under the key
+//!    derived from the fleet key file (`[redis] key_file`), unless the sync runs with
+//!    `insecure_unsigned = true` (and then a tagged record must still verify when a key is
+//!    set: there is none);
+//! 3. read from the stream, its `(start, seq)` is newer than the last one seen from its node
+//!    ([`Replay`]): `start` is the writing process's start time, `seq` counts its records, so
+//!    a restart is no replay and a copy of an old entry is refused;
+//! 4. an add: its evidence is proven (suspects never travel), its origin is `local` or
+//!    `operator`, its expiry is at most `max_block_secs` ahead, and its prefix passes the
+//!    block map's policy (never-block prefixes, `[block] min_prefix_v4`/`min_prefix_v6`);
+//! 5. a removal: it lifts only what [`crate::block::BlockMap::remove_from_peer`] lets it —
+//!    a peer's own entries, or with `origin = operator` (an operator's command) any peer or
+//!    automatic entry, never an operator's entry of this node.
+//!
+//! Refusals are counted by [`Refused`] cause and logged (at most ten lines a second) with the
+//! stream id.
+
+use crate::block::{BlockEntry, Evidence, Origin, Scope};
+use crate::fleet_key::DerivedKey;
+use hmac::{Hmac, Mac};
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The record version written and accepted.
+pub(crate) const VERSION: u8 = 2;
+/// Longest record accepted, in bytes (a record is about 300).
+pub(crate) const MAX_RECORD_BYTES: usize = 1024;
+/// Most records packed into one stream entry.
+pub(crate) const PACK: usize = 128;
+/// Longest stream field accepted: [`PACK`] records of at most [`MAX_RECORD_BYTES`], in an array.
+pub(crate) const MAX_FIELD_BYTES: usize = PACK * (MAX_RECORD_BYTES + 1) + 2;
+/// The purpose the records' key is derived for.
+pub(crate) const KEY_PURPOSE: &str = "palisade redis block records v2";
+
+/// What one record does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum RecordOp {
+    /// Block (or refresh) `net` until `exp`.
+    Add,
+    /// Lift the block on `net`.
+    Del,
+}
+
+impl RecordOp {
+    fn name(self) -> &'static str {
+        match self {
+            RecordOp::Add => "add",
+            RecordOp::Del => "del",
+        }
+    }
+}
+
+/// One decision as stored in a block key and in a stream entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Record {
+    /// The record version ([`VERSION`]).
+    pub(crate) v: u8,
+    pub(crate) op: RecordOp,
+    pub(crate) net: IpNet,
+    /// Node that decided it.
+    pub(crate) node: String,
+    /// Start time of the writing process, unix ms: leads the replay order.
+    pub(crate) start: u64,
+    /// The writing process's record counter.
+    pub(crate) seq: u64,
+    /// Expiry in Redis server time, unix ms (adds only).
+    #[serde(default)]
+    pub(crate) exp: i64,
+    /// Who decided an add, or who lifts with a removal: `local` or `operator`.
+    pub(crate) origin: Origin,
+    /// What proved the source owns its address (adds only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) evidence: Option<Evidence>,
+    /// What the block stops (adds only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) scope: Option<Scope>,
+    /// Reason (adds only).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub(crate) reason: String,
+    /// HMAC-SHA256 of [`Record::canonical`], hex; empty when unsigned.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub(crate) tag: String,
+}
+
+/// Why a record was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Refused {
+    /// Larger than the bound, before decoding.
+    Oversized,
+    /// Not a record.
+    Malformed,
+    /// A version this node does not know.
+    Version,
+    /// No tag where one is required.
+    Unsigned,
+    /// A tag that does not verify.
+    BadTag,
+    /// Not newer than the last record of its node.
+    Replay,
+    /// An add of unproven evidence, or an origin that may not travel.
+    Unproven,
+    /// An expiry further ahead than `max_block_secs`.
+    Expiry,
+    /// A prefix shorter than the minimum.
+    ShortPrefix,
+    /// A prefix that overlaps a never-block entry.
+    NeverBlock,
+}
+
+impl Refused {
+    /// Every cause, in counter order.
+    pub const ALL: [Refused; 10] = [
+        Refused::Oversized,
+        Refused::Malformed,
+        Refused::Version,
+        Refused::Unsigned,
+        Refused::BadTag,
+        Refused::Replay,
+        Refused::Unproven,
+        Refused::Expiry,
+        Refused::ShortPrefix,
+        Refused::NeverBlock,
+    ];
+
+    /// The cause's name in counters and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Refused::Oversized => "oversized",
+            Refused::Malformed => "malformed",
+            Refused::Version => "version",
+            Refused::Unsigned => "unsigned",
+            Refused::BadTag => "bad_tag",
+            Refused::Replay => "replay",
+            Refused::Unproven => "unproven",
+            Refused::Expiry => "expiry",
+            Refused::ShortPrefix => "short_prefix",
+            Refused::NeverBlock => "never_block",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        Refused::ALL.iter().position(|r| *r == self).unwrap_or(0)
+    }
+}
+
+fn origin_name(o: Origin) -> &'static str {
+    match o {
+        Origin::Local => "local",
+        Origin::Operator => "operator",
+        Origin::Peer => "peer",
+    }
+}
+
+impl Record {
+    /// The bytes the tag covers: a domain label, then every field but the tag, each
+    /// length-prefixed (strings) or fixed width (numbers), so that no two records share them.
+    pub(crate) fn canonical(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(160);
+        let mut s = |x: &[u8]| {
+            b.extend_from_slice(&(x.len() as u32).to_be_bytes());
+            b.extend_from_slice(x);
+        };
+        s(b"palisade-block-record");
+        s(&[self.v]);
+        s(self.op.name().as_bytes());
+        s(self.net.to_string().as_bytes());
+        s(self.node.as_bytes());
+        s(&self.start.to_be_bytes());
+        s(&self.seq.to_be_bytes());
+        s(&self.exp.to_be_bytes());
+        s(origin_name(self.origin).as_bytes());
+        s(self.evidence.map_or("", |e| e.name()).as_bytes());
+        s(self.scope.map_or("", |e| e.name()).as_bytes());
+        s(self.reason.as_bytes());
+        b
+    }
+
+    fn mac(&self, key: &DerivedKey) -> [u8; 32] {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.0).expect("any key length");
+        m.update(&self.canonical());
+        m.finalize().into_bytes().into()
+    }
+
+    /// The entry this add makes on a node whose clock is `offset_ms` behind Redis, as `origin`.
+    pub(crate) fn to_entry(&self, offset_ms: i64, origin: Origin) -> BlockEntry {
+        let local = self.exp.saturating_sub(offset_ms).max(0) as u64;
+        let evidence = self.evidence.unwrap_or(Evidence::Udp);
+        let mut e =
+            BlockEntry::new(self.net, local, &self.reason, origin, evidence).with_node(&self.node);
+        if let Some(s) = self.scope {
+            e.scope = s;
+        }
+        e
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The writing side: numbers and signs this process's records.
+#[derive(Debug)]
+pub(crate) struct Sealer {
+    key: Option<DerivedKey>,
+    node: String,
+    start: u64,
+    seq: AtomicU64,
+}
+
+impl Sealer {
+    /// Records of `node`, started at `start` (unix ms), signed with `key` (unsigned without).
+    pub(crate) fn new(key: Option<DerivedKey>, node: &str, start: u64) -> Sealer {
+        Sealer {
+            key,
+            node: node.to_string(),
+            start,
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    fn seal(&self, mut r: Record) -> String {
+        r.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(k) = &self.key {
+            r.tag = hex(&r.mac(k));
+        }
+        serde_json::to_string(&r).unwrap_or_default()
+    }
+
+    /// The JSON of an add: `entry` as decided here, expiring at `exp_redis` (Redis time, ms).
+    pub(crate) fn add(&self, entry: &BlockEntry, exp_redis: i64) -> String {
+        self.seal(Record {
+            v: VERSION,
+            op: RecordOp::Add,
+            net: entry.net,
+            node: self.node.clone(),
+            start: self.start,
+            seq: 0,
+            exp: exp_redis,
+            origin: entry.origin,
+            evidence: Some(entry.evidence),
+            scope: Some(entry.scope),
+            reason: entry.reason.as_str().to_string(),
+            tag: String::new(),
+        })
+    }
+
+    /// The JSON of a removal of `net`, lifted by `by` (an operator's command, or this node).
+    pub(crate) fn del(&self, net: &IpNet, by: Origin) -> String {
+        self.seal(Record {
+            v: VERSION,
+            op: RecordOp::Del,
+            net: *net,
+            node: self.node.clone(),
+            start: self.start,
+            seq: 0,
+            exp: 0,
+            origin: by,
+            evidence: None,
+            scope: None,
+            reason: String::new(),
+            tag: String::new(),
+        })
+    }
+}
+
+/// The reading side: decodes and verifies records.
+#[derive(Debug)]
+pub(crate) struct Opener {
+    key: Option<DerivedKey>,
+    insecure_unsigned: bool,
+}
+
+impl Opener {
+    /// Verifies with `key`; without one, only when `insecure_unsigned` (records unchecked).
+    pub(crate) fn new(key: Option<DerivedKey>, insecure_unsigned: bool) -> Opener {
+        Opener {
+            key,
+            insecure_unsigned,
+        }
+    }
+
+    /// One record: bounded, decoded, of our version, and verified.
+    pub(crate) fn open(&self, bytes: &[u8]) -> Result<Record, Refused> {
+        if bytes.len() > MAX_RECORD_BYTES {
+            return Err(Refused::Oversized);
+        }
+        let r: Record = serde_json::from_slice(bytes).map_err(|_| {
+            // A record of another version may not decode as ours: say which.
+            match serde_json::from_slice::<serde_json::Value>(bytes) {
+                Ok(v) if v.get("v").and_then(|x| x.as_u64()) != Some(u64::from(VERSION)) => {
+                    Refused::Version
+                }
+                _ => Refused::Malformed,
+            }
+        })?;
+        self.verify(r)
+    }
+
+    fn verify(&self, r: Record) -> Result<Record, Refused> {
+        if r.v != VERSION {
+            return Err(Refused::Version);
+        }
+        match &self.key {
+            Some(k) => {
+                if r.tag.is_empty() {
+                    return Err(Refused::Unsigned);
+                }
+                let tag = unhex(&r.tag).ok_or(Refused::BadTag)?;
+                let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&k.0).expect("any key length");
+                m.update(&r.canonical());
+                m.verify_slice(&tag).map_err(|_| Refused::BadTag)?;
+            }
+            None if self.insecure_unsigned => {}
+            None => return Err(Refused::Unsigned),
+        }
+        Ok(r)
+    }
+
+    /// A stream field: one record, or a JSON array of up to [`PACK`] (a packed batch). Each
+    /// record is judged alone; a field past [`MAX_FIELD_BYTES`] is refused whole.
+    pub(crate) fn open_many(&self, bytes: &[u8]) -> Vec<Result<Record, Refused>> {
+        if bytes.len() > MAX_FIELD_BYTES {
+            return vec![Err(Refused::Oversized)];
+        }
+        if bytes.first() != Some(&b'[') {
+            return vec![self.open(bytes)];
+        }
+        let Ok(items) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(bytes) else {
+            return vec![Err(Refused::Malformed)];
+        };
+        if items.len() > PACK {
+            return vec![Err(Refused::Oversized)];
+        }
+        items
+            .into_iter()
+            .map(|raw| self.open(raw.get().as_bytes()))
+            .collect()
+    }
+}
+
+/// Most nodes whose last record is remembered (beyond, the least recently heard is forgotten:
+/// counted).
+pub(crate) const REPLAY_NODES: usize = 65_536;
+
+/// The last `(start, seq)` seen from each node, for refusing replays.
+#[derive(Debug, Default)]
+pub(crate) struct Replay {
+    last: hashbrown::HashMap<String, (u64, u64, u64)>,
+    tick: u64,
+    /// Nodes forgotten to stay within [`REPLAY_NODES`].
+    pub(crate) forgotten: u64,
+}
+
+impl Replay {
+    /// True (and remembered) when `r` is newer than the last record of its node.
+    pub(crate) fn fresh(&mut self, r: &Record) -> bool {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some(last) = self.last.get_mut(r.node.as_str()) {
+            if (r.start, r.seq) <= (last.0, last.1) {
+                return false;
+            }
+            *last = (r.start, r.seq, tick);
+            return true;
+        }
+        if self.last.len() >= REPLAY_NODES {
+            // The node heard from longest ago goes: a scan, but only when the table is full.
+            if let Some(old) = self
+                .last
+                .iter()
+                .min_by_key(|(_, v)| v.2)
+                .map(|(k, _)| k.clone())
+            {
+                self.last.remove(&old);
+                self.forgotten += 1;
+            }
+        }
+        self.last.insert(r.node.clone(), (r.start, r.seq, tick));
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::Evidence;
+    use crate::fleet_key::FleetKey;
+
+    fn key() -> DerivedKey {
+        FleetKey::from_bytes(&[7u8; 32]).derive(KEY_PURPOSE)
+    }
+
+    fn entry() -> BlockEntry {
+        BlockEntry::new(
+            "192.0.2.7/32".parse().unwrap(),
+            5_000,
+            "flood",
+            Origin::Operator,
+            Evidence::Operator,
+        )
+    }
+
+    #[test]
+    fn signed_records_round_trip_and_every_field_is_covered() {
+        let sealer = Sealer::new(Some(key()), "a", 1_000);
+        let opener = Opener::new(Some(key()), false);
+        let json = sealer.add(&entry(), 9_000);
+        let r = opener.open(json.as_bytes()).unwrap();
+        assert_eq!(
+            (r.op, r.exp, r.node.as_str(), r.reason.as_str(), r.seq),
+            (RecordOp::Add, 9_000, "a", "flood", 1)
+        );
+        assert_eq!(r.evidence, Some(Evidence::Operator));
+        let got = r.to_entry(4_000, Origin::Peer);
+        assert_eq!((got.expires_ms, got.origin), (5_000, Origin::Peer));
+        assert_eq!((got.evidence, got.scope), (Evidence::Operator, Scope::All));
+        // Any field changed breaks the tag.
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for (field, value) in [
+            ("net", serde_json::json!("0.0.0.0/0")),
+            ("exp", serde_json::json!(i64::MAX)),
+            ("node", serde_json::json!("b")),
+            ("seq", serde_json::json!(99)),
+            ("start", serde_json::json!(2)),
+            ("origin", serde_json::json!("local")),
+            ("evidence", serde_json::json!("tcp")),
+            ("scope", serde_json::json!("dns")),
+            ("reason", serde_json::json!("x")),
+            ("op", serde_json::json!("del")),
+        ] {
+            let mut forged = v.clone();
+            forged[field] = value;
+            let b = serde_json::to_vec(&forged).unwrap();
+            assert_eq!(opener.open(&b), Err(Refused::BadTag), "{field}");
+        }
+        let mut unsigned = v.clone();
+        unsigned.as_object_mut().unwrap().remove("tag");
+        let b = serde_json::to_vec(&unsigned).unwrap();
+        assert_eq!(opener.open(&b), Err(Refused::Unsigned));
+        // Another fleet's key.
+        let other = Opener::new(
+            Some(FleetKey::from_bytes(&[8u8; 32]).derive(KEY_PURPOSE)),
+            false,
+        );
+        assert_eq!(other.open(json.as_bytes()), Err(Refused::BadTag));
+        // Unsigned records only where the operator said so.
+        let plain = Sealer::new(None, "a", 1).del(&entry().net, Origin::Operator);
+        assert_eq!(
+            Opener::new(None, false).open(plain.as_bytes()),
+            Err(Refused::Unsigned)
+        );
+        assert!(Opener::new(None, true).open(plain.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn bounds_versions_and_packed_batches() {
+        let opener = Opener::new(Some(key()), false);
+        let big = format!("{{\"v\":2,\"reason\":\"{}\"}}", "x".repeat(2000));
+        assert_eq!(opener.open(big.as_bytes()), Err(Refused::Oversized));
+        assert_eq!(
+            opener.open(br#"{"v":1,"op":"add","net":"10.0.0.0/8","node":"x"}"#),
+            Err(Refused::Version)
+        );
+        assert_eq!(
+            opener.open(br#"{"op":"add","net":"10.0.0.0/8","node":"x"}"#),
+            Err(Refused::Version)
+        );
+        assert_eq!(opener.open(b"not json"), Err(Refused::Malformed));
+        let sealer = Sealer::new(Some(key()), "a", 1);
+        let packed = format!(
+            "[{},{},{{}}]",
+            sealer.add(&entry(), 1),
+            sealer.del(&entry().net, Origin::Operator)
+        );
+        let got = opener.open_many(packed.as_bytes());
+        assert_eq!(got.len(), 3);
+        assert!(got[0].is_ok() && got[1].is_ok());
+        assert!(got[2].is_err());
+        assert_eq!(got[1].as_ref().unwrap().seq, 2);
+        let huge = vec![b'['; MAX_FIELD_BYTES + 1];
+        assert_eq!(opener.open_many(&huge), vec![Err(Refused::Oversized)]);
+    }
+
+    #[test]
+    fn replays_are_refused_and_a_restart_is_not_one() {
+        let opener = Opener::new(Some(key()), false);
+        let first = Sealer::new(Some(key()), "a", 1_000);
+        let r1 = opener.open(first.add(&entry(), 1).as_bytes()).unwrap();
+        let r2 = opener.open(first.add(&entry(), 1).as_bytes()).unwrap();
+        let mut replay = Replay::default();
+        assert!(replay.fresh(&r1));
+        assert!(replay.fresh(&r2));
+        assert!(!replay.fresh(&r1), "an old record again");
+        assert!(!replay.fresh(&r2), "the same record again");
+        // A restart starts later: its first record is fresh.
+        let again = Sealer::new(Some(key()), "a", 2_000);
+        let r3 = opener.open(again.add(&entry(), 1).as_bytes()).unwrap();
+        assert!(replay.fresh(&r3));
+        assert!(!replay.fresh(&r2));
+        // Other nodes are their own sequences.
+        let b = Sealer::new(Some(key()), "b", 5);
+        assert!(replay.fresh(&opener.open(b.add(&entry(), 1).as_bytes()).unwrap()));
+    }
+}
