@@ -338,6 +338,17 @@ def dnsd_accepts(extra):
     return _accepts[extra]
 
 
+def fleet_key(tmp):
+    """A fleet key file in `tmp` (what `dnsd redis-key generate` writes: 32 random bytes as
+    hex, mode 0600), for `[redis] key_file`; the same path on every call for one `tmp`."""
+    path = os.path.join(tmp, "fleet.key")
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+    return path
+
+
 def free_udp_port():
     """A UDP port free on 127.0.0.1 now (and its TCP twin, usually)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -75,6 +75,7 @@ def start_front(tmp, port, metrics, redis_port, prefix, sock):
                 f'[rules]\nfile = "rules.toml"\n\n'
                 f'[block]\ncapacity = 2000000\n\n'
                 f'[redis]\nurl = "redis://127.0.0.1:{redis_port}"\nprefix = "{prefix}"\n'
+                f'key_file = "{c.fleet_key(tempfile.gettempdir())}"\n'
                 f'instance = "bench-a"\n\n'
                 f'[[upstream]]\nname = "app"\nservers = ["127.0.0.1:9"]\n\n'
                 f'[[site]]\nhosts = ["bench.test"]\nupstream = "app"\ntenant = 1\n')
@@ -95,6 +96,7 @@ def start_dnsd(name, tmpbase, addr, zone, redis_port, prefix, cpu, pins):
     tmp = tempfile.mkdtemp(prefix=f"dnsd-{name}-", dir=tmpbase)
     extra = (c.RRL_OFF + f'\n[block]\ncapacity = 2000000\n'
              f'\n[redis]\nurl = "redis://127.0.0.1:{redis_port}"\nprefix = "{prefix}"\n'
+             f'key_file = "{c.fleet_key(tempfile.gettempdir())}"\n'
              f'instance = "bench-{name.lower()}"\n')
     if pins:
         extra += f'\n[xdp]\npin_path = "{pins}"\n'

@@ -87,6 +87,7 @@ def start_dnsd(name, tmpbase, addr, port, zone, redis_port, prefix, cpu):
     tmp = tempfile.mkdtemp(prefix=f"dnsd-{name}-", dir=tmpbase)
     rrl = c.RRL_OFF if c.dnsd_accepts(c.RRL_OFF)[0] else ""
     extra = (rrl + f'\n[redis]\nurl = "redis://127.0.0.1:{redis_port}"\nprefix = "{prefix}"\n'
+             f'key_file = "{c.fleet_key(tempfile.gettempdir())}"\n'
              f'node_id = "bench-{name.lower()}"\n')
     conf = c.dnsd_conf(tmp, [addr], port, [("bench.test.", zone)], extra=extra)
     srv = c.Server(f"dnsd-{name}", [c.dnsd_bin(), "serve", "-c", conf], cpu,

@@ -38,11 +38,12 @@ async fn command(shared: &Arc<State>, args: &[String]) -> Reply {
         ["zone-keys", z] => zone_keys(shared, z).await,
         ["zone-sign", z] => zone_sign(shared, z).await,
         ["status"] => Reply::ok(format!(
-            "running for {} s, {} addresses (bound in {} ms), {} TCP connections\n",
+            "running for {} s, {} addresses (bound in {} ms), {} TCP connections\n{}",
             shared.started.elapsed().as_secs(),
             shared.addrs.len(),
             shared.bind_time.as_millis(),
-            shared.tcp.open_connections()
+            shared.tcp.open_connections(),
+            crate::defence::policy::render(&shared.defence.blocks)
         )),
         ["help"] => Reply::ok(HELP.to_string()),
         _ => Reply::err(format!("unknown command {:?}\n{HELP}", args.join(" "))),
@@ -53,7 +54,8 @@ async fn command(shared: &Arc<State>, args: &[String]) -> Reply {
 /// server), `dnsd ctl --help` and an unknown command's error list them.
 pub const HELP: &str = concat!(
     "Commands (dnsd ctl [-c CONFIG | -s SOCKET] [--timeout SECONDS] COMMAND [ARGUMENTS]):
-  status                              uptime, addresses bound, open TCP connections
+  status                              uptime, addresses bound, open TCP connections, the
+                                      block policy and its never-block set with sources
   reload                              re-read the config, the rules and every changed zone file
   reload --force                      the same, every zone file re-read
   reload ZONE                         re-read one zone's file

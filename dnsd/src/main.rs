@@ -92,6 +92,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: KeyCmd,
     },
+    /// The fleet key that signs Redis block records (`[redis] key_file`).
+    RedisKey {
+        #[command(subcommand)]
+        cmd: RedisKeyCmd,
+    },
     /// Control a running server (reload [ZONE], stats, zones, status, ...).
     #[command(after_help = dnsd::control::HELP)]
     Ctl {
@@ -107,6 +112,21 @@ enum Cmd {
         /// The command and its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum RedisKeyCmd {
+    /// Write a new fleet key (32 random bytes as hex, mode 0600) to FILE; never overwrites.
+    /// Copy the same file to every node of the fleet.
+    Generate {
+        /// Where to write it.
+        file: PathBuf,
+    },
+    /// Check that FILE is a usable fleet key (mode, length).
+    Check {
+        /// The key file.
+        file: PathBuf,
     },
 }
 
@@ -307,6 +327,24 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Cmd::RedisKey { cmd } => {
+            let r = match &cmd {
+                RedisKeyCmd::Generate { file } => shield::fleet_key::generate(file)
+                    .map(|()| format!("{}: fleet key written (mode 0600)\n", file.display())),
+                RedisKeyCmd::Check { file } => shield::fleet_key::FleetKey::load(file)
+                    .map(|_| format!("{}: ok\n", file.display())),
+            };
+            match r {
+                Ok(t) => {
+                    print!("{t}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("dnsd redis-key: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Cmd::Key {
             key_dir,
             config,

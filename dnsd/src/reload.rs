@@ -54,6 +54,9 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 shared.xfr.set_zone_policies(&members);
                 reload_cookie_secrets(shared, &c);
                 rules_note = reload_rules(shared, &c).await;
+                let rules = shared.defence.rules.as_ref().map(|r| r.current());
+                let never = defence::policy::never_block(&c, rules.as_ref().map(|g| &***g));
+                defence::policy::install(&shared.defence.blocks, &c, never);
                 let n = sync_zone_list(&mut reg, &c);
                 if n > 0 {
                     tracing::info!("zone list changed in {}", path.display());

@@ -48,6 +48,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         .zones
         .iter()
         .any(|z| z.xdp_answers == crate::config::XdpAnswers::All);
+    // The transfer peers in the zone list are out of every automatic writer's reach.
+    let own_never_block = defence::policy::own_set(&cfg);
     // The registry holds the zone list from here on.
     let cfg = crate::state::without_zones(cfg);
     let catalog_queue = Arc::new(crate::catalog::CatalogQueue::default());
@@ -76,16 +78,25 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let blocks = shield::block::BlockMap::new(cfg.block.clone());
     let events = shield::events::Aggregator::new(cfg.events.aggregator());
     // The shield rules: a file that does not compile refuses the start (file:line:col).
+    cfg.block.validate()?;
     let rules = match &cfg.rules {
         Some(r) => {
             let prepared =
                 shield::rules::Prepared::load(&r.file).map_err(|e| format!("rules: {e}"))?;
+            prepared
+                .check_min_prefix(cfg.block.min_prefix_v4, cfg.block.min_prefix_v6)
+                .map_err(|e| format!("rules: {e}"))?;
             tracing::info!(file = %r.file.display(), tenants = prepared.tenant_count(), "rules loaded");
             let state = shield::rules::RuleState::new(&r.state, Some(blocks.clone()));
             Some(Arc::new(shield::rules::RuleSet::new(prepared, state)))
         }
         None => None,
     };
+    // What no automatic writer may block: before the first query, the first Redis record.
+    let current = rules.as_ref().map(|r| r.current());
+    let never = defence::policy::merge(current.as_ref().map(|g| &***g), &own_never_block);
+    drop(current);
+    defence::policy::install(&blocks, &cfg, never);
     let warnings = match &rules {
         Some(r) => {
             let p = r.current();
@@ -102,6 +113,21 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         defence = defence.with_rules(r.clone());
     }
     let xdp = Arc::new(Mutex::new(crate::xdp::start(cfg.xdp.as_ref(), &blocks)));
+    // DNS-only blocks (proven by a cookie) drop UDP to these addresses and port, nothing else.
+    if let Some(m) = xdp
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|x| x.mirror())
+    {
+        let nets = cfg
+            .server
+            .listen
+            .iter()
+            .filter_map(|l| shield::prefix::parse_net(l))
+            .collect();
+        m.set_services(nets, cfg.server.port);
+    }
     let opts = UdpOptions {
         rcvbuf: cfg.server.udp_rcvbuf,
         sndbuf: cfg.server.udp_sndbuf,

@@ -1,9 +1,9 @@
-//! Background tasks around the block map: closing the open connections of every source that enters it (whoever put it there), and expiring old entries.
+//! Background tasks around the block map: closing the open connections of every source whose block stops HTTP (whoever put it there; never a suspect nor a DNS-only block), and expiring old entries.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use shield::block::{Change, Delivery};
+use shield::block::{Change, Delivery, Traffic};
 
 use crate::conn_registry::CloseCause;
 use crate::front::Front;
@@ -27,6 +27,7 @@ pub async fn close_blocked(front: Arc<Front>) {
                     for ch in changes {
                         if let Change::Upsert(e) = ch
                             && !e.is_expired(now)
+                            && e.stops(Traffic::Stream)
                         {
                             closed += front.registry.close_net(e.net, CloseCause::Blocked);
                         }
@@ -34,7 +35,7 @@ pub async fn close_blocked(front: Arc<Front>) {
                 }
                 Delivery::Resync(entries) => {
                     for e in entries {
-                        if !e.is_expired(now) {
+                        if !e.is_expired(now) && e.stops(Traffic::Stream) {
                             closed += front.registry.close_net(e.net, CloseCause::Blocked);
                         }
                     }

@@ -922,6 +922,12 @@ impl Config {
                 "no listener: give server.listen or [tls] listen".into(),
             ));
         }
+        f.block
+            .validate()
+            .map_err(|e| at(None, "block", e.to_string()))?;
+        prepared
+            .check_min_prefix(f.block.min_prefix_v4, f.block.min_prefix_v6)
+            .map_err(|e| at(None, "rules.file", e.to_string()))?;
         if f.block.capacity == 0 {
             return Err(at(None, "block.capacity", "must be at least 1".into()));
         }

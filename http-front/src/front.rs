@@ -200,6 +200,7 @@ impl Front {
             tls,
         } = loaded;
         let blocks = BlockMap::new(cfg.block.clone());
+        crate::policy::install(&blocks, &cfg, &rules);
         let events = Aggregator::new(cfg.events.aggregator());
         // Optional parts (event outputs, ClickHouse, the access log, the XDP mirror) never
         // stop the front from serving: one that cannot start is an error in the log, its
@@ -369,6 +370,7 @@ impl Front {
             tracing::warn!(keys = ?ignored, "these settings change only at restart; keeping the running ones");
         }
         let Loaded { config, rules, tls } = loaded;
+        crate::policy::install(&self.blocks, &config, &rules);
         let snap = Snapshot::build(config, &rules, tls, Some(&prev));
         self.conn_tenant
             .store(snap.cfg.events.connection_tenant, Ordering::Relaxed);

@@ -12,7 +12,8 @@
 //! request path), [`target`] (Host and path as the rules see them and the origin gets them), [`site`] (Host → site), [`proxy`] (forwarding), [`h1`] (the HTTP/1.1
 //! upstream exchange), [`reqbody`] (request bodies buffered and timed), [`relay`] (response bodies a slow reader cannot hold an upstream with), [`upstream`] (pools), [`view`] (the request as the rules see it),
 //! [`blockwatch`] (block feed → closed connections), [`local`] (per-thread handles),
-//! [`synfilter`] (blocked IPv4 sources' SYNs dropped in the kernel), [`access_log`],
+//! [`synfilter`] (blocked IPv4 sources' SYNs dropped in the kernel), [`policy`] (what no
+//! automatic block may reach), [`access_log`],
 //! [`metrics`], [`tls`], [`server`] (start, signals, stop).
 
 pub mod access_log;
@@ -26,6 +27,7 @@ pub mod forward;
 pub mod front;
 pub mod local;
 pub mod metrics;
+pub mod policy;
 pub mod server;
 pub mod service;
 pub mod site;

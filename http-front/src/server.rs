@@ -206,12 +206,13 @@ async fn control(
         ["status"] => {
             let snap = front.snapshot();
             Reply::ok(format!(
-                "running for {} s, {} sites ({} with rules), {} client connections, {} blocked sources\n",
+                "running for {} s, {} sites ({} with rules), {} client connections, {} blocked sources\n{}",
                 started.elapsed().as_secs(),
                 snap.sites.len(),
                 snap.sites.with_rules(),
                 front.registry.open(),
-                front.blocks.len()
+                front.blocks.len(),
+                crate::policy::render(&front.blocks)
             ))
         }
         ["reload"] => {
@@ -233,7 +234,8 @@ async fn control(
 /// --help` and an unknown command's error list them.
 pub const CTL_HELP: &str = concat!(
     "Commands (http-front [-c CONFIG] ctl [-s SOCKET] [--timeout SECONDS] COMMAND [ARGUMENTS]):
-  status                              uptime, sites, client connections, blocked sources
+  status                              uptime, sites, client connections, blocked sources, the
+                                      block policy and its never-block set with sources
   reload                              re-read the config and the rules (refused: the running ones stay)
   stats                               every counter (the /metrics samples, one per line)
 ",

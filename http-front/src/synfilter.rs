@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ipnet::{IpNet, Ipv4Net};
-use shield::block::{Change, Delivery};
+use shield::block::{Change, Delivery, Traffic};
 use socket2::{SockFilter, Socket};
 
 const LD_B_ABS: u16 = 0x30;
@@ -138,6 +138,13 @@ pub async fn run(
                         Delivery::Changes(cs) => {
                             for c in cs {
                                 match c {
+                                    // Only blocks of every packet stop a SYN: never a
+                                    // suspect nor a DNS-only block.
+                                    Change::Upsert(e) if !e.stops(Traffic::Stream) => {
+                                        if let Some(n) = v4(e.net) {
+                                            set.remove(&n);
+                                        }
+                                    }
                                     Change::Upsert(e) => {
                                         if let Some(n) = v4(e.net) {
                                             if set.len() < max || set.contains_key(&n) {
@@ -158,7 +165,7 @@ pub async fn run(
                         Delivery::Resync(entries) => {
                             set.clear();
                             overflow = false;
-                            for e in entries {
+                            for e in entries.into_iter().filter(|e| e.stops(Traffic::Stream)) {
                                 if let Some(n) = v4(e.net) {
                                     if set.len() < max {
                                         set.insert(n, e.expires_ms);
@@ -179,7 +186,11 @@ pub async fn run(
                 if overflow && set.len() < max {
                     overflow = false;
                     for e in blocks.entries() {
-                        if let Some(n) = v4(e.net) && !e.is_expired(now) && !set.contains_key(&n) {
+                        if let Some(n) = v4(e.net)
+                            && !e.is_expired(now)
+                            && e.stops(Traffic::Stream)
+                            && !set.contains_key(&n)
+                        {
                             if set.len() < max {
                                 set.insert(n, e.expires_ms);
                                 changed = true;

@@ -100,6 +100,7 @@ fn main() {
     let _guard = rt.enter();
     let cfg = |node: &str| SyncConfig {
         url: redis.url(),
+        key_file: Some(redis.key_file()),
         node_id: node.into(),
         ..SyncConfig::default()
     };

@@ -425,6 +425,16 @@ impl BlockEntry {
         self.evidence.is_proven()
     }
 
+    /// True when the entry drops `traffic` from its sources (as [`BlockReader::check`]
+    /// decides): every proven entry stops DNS over UDP, only those of scope `all` a stream.
+    pub fn stops(&self, traffic: Traffic) -> bool {
+        self.is_proven()
+            && match traffic {
+                Traffic::DnsUdp => true,
+                Traffic::Stream => self.scope == Scope::All,
+            }
+    }
+
     /// The same entry tagged with the id of the node that decided it.
     pub fn with_node(mut self, node: &str) -> Self {
         self.node = Some(Arc::from(cut(node, NODE_MAX)));

@@ -139,7 +139,10 @@ fn decode(raw: &[u8]) -> Vec<u8> {
         .copied()
         .filter(|b| !b.is_ascii_whitespace())
         .collect();
-    if !text.is_empty() && text.len() % 2 == 0 && text.iter().all(|b| b.is_ascii_hexdigit()) {
+    if !text.is_empty()
+        && text.len().is_multiple_of(2)
+        && text.iter().all(|b| b.is_ascii_hexdigit())
+    {
         let nib = |b: u8| (b as char).to_digit(16).unwrap_or(0) as u8;
         return text.chunks(2).map(|p| nib(p[0]) << 4 | nib(p[1])).collect();
     }

@@ -139,6 +139,76 @@ impl NeverBlock {
     }
 }
 
+/// The node's own addresses: every address of every interface, each as a host prefix
+/// (getifaddrs; loopback included). Empty when the system does not say.
+pub fn own_addresses() -> Vec<IpNet> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points at a sockaddr whose family says its real type.
+            let fam = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+            if fam == libc::AF_INET {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+                out.push(IpNet::from(IpAddr::V4(ip)));
+            } else if fam == libc::AF_INET6 {
+                // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+                out.push(IpNet::from(IpAddr::V6(ip)));
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The addresses of the host part of `url` (`redis://user:pass@host:port/0`,
+/// `https://host/`, `host:port`): an address as it is, a name resolved (empty when it does
+/// not resolve).
+pub fn url_addresses(url: &str) -> Vec<IpAddr> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let hostport = rest.split(['/', '?']).next().unwrap_or("");
+    host_addresses(hostport)
+}
+
+/// The addresses of `hostport` (`host`, `host:port`, `[v6]:port`, `v6`).
+pub fn host_addresses(hostport: &str) -> Vec<IpAddr> {
+    if let Ok(ip) = hostport.parse::<IpAddr>() {
+        return vec![ip];
+    }
+    if let Ok(sa) = hostport.parse::<std::net::SocketAddr>() {
+        return vec![sa.ip()];
+    }
+    let with_port = if hostport.contains(':') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:0")
+    };
+    use std::net::ToSocketAddrs as _;
+    let mut v: Vec<IpAddr> = with_port
+        .to_socket_addrs()
+        .map(|it| it.map(|a| a.ip()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v.dedup();
+    v
+}
+
 /// An IPv4-mapped IPv6 prefix as the IPv4 prefix it is (`::ffff:192.0.2.0/120` is `192.0.2.0/24`).
 pub fn canonical_net(net: IpNet) -> IpNet {
     if let IpNet::V6(n) = net
@@ -271,6 +341,29 @@ mod tests {
         // A duplicate keeps the first source.
         nb.push(net("192.0.2.53/32"), "own address");
         assert_eq!(nb.len(), 3);
+    }
+
+    #[test]
+    fn own_addresses_and_url_hosts() {
+        let own = own_addresses();
+        assert!(own.contains(&net("127.0.0.1")), "loopback is ours: {own:?}");
+        assert_eq!(
+            url_addresses("redis://user:pw@192.0.2.9:6379/0"),
+            vec!["192.0.2.9".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(
+            url_addresses("rediss://[2001:db8::7]:6380"),
+            vec!["2001:db8::7".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(
+            host_addresses("198.51.100.1:8080"),
+            vec!["198.51.100.1".parse::<IpAddr>().unwrap()]
+        );
+        assert!(
+            url_addresses("redis://localhost:6379")
+                .iter()
+                .any(|a| a.is_loopback())
+        );
     }
 
     #[test]

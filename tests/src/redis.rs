@@ -57,6 +57,25 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The fleet key file every node of a test shares (made on first use, mode 0600): what
+    /// `[redis] key_file` names.
+    pub fn key_file(&self) -> std::path::PathBuf {
+        let p = self.dir.path().join("fleet.key");
+        if !p.exists() {
+            write_key(&p);
+        }
+        p
+    }
+
+    /// The `[redis]` lines a daemon of this test needs: `url` and `key_file`.
+    pub fn config(&self) -> String {
+        format!(
+            "url = \"{}\"\nkey_file = \"{}\"\n",
+            self.url(),
+            self.key_file().display()
+        )
+    }
+
     /// The Unix socket's path.
     pub fn socket_path(&self) -> std::path::PathBuf {
         self.dir.path().join("redis.sock")
@@ -115,6 +134,24 @@ impl RedisServer {
         self.kill();
         self.spawn();
     }
+}
+
+/// Writes a fleet key as `dnsd redis-key generate` does: 32 random bytes as hex, mode 0600.
+pub fn write_key(path: &std::path::Path) {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .expect("random bytes");
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(format!("{hex}\n").as_bytes()))
+        .expect("write the fleet key");
 }
 
 impl Drop for RedisServer {

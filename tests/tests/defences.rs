@@ -282,7 +282,8 @@ fn required_cookies_get_badcookie_or_tc() {
 }
 
 #[test]
-fn random_subdomain_flood_blocks_flooders_and_legit_client_gets_every_answer() {
+fn random_subdomain_flood_makes_flooders_suspects_never_blocks_and_legit_client_gets_every_answer()
+{
     let dnsd = Dnsd::builder()
         .zone(Zone::data("example.com."))
         .raw("[defence.rrl]\nenabled = false")
@@ -312,13 +313,29 @@ fn random_subdomain_flood_blocks_flooders_and_legit_client_gets_every_answer() {
     let mut rng = palisade_tests::rng::Rng::new(42);
     let mut buf = [0u8; 2048];
     let start = Instant::now();
+    let (mut flood_bytes, mut reply_bytes, mut truncated) = (0usize, 0usize, 0usize);
     // 60 rounds: each flooder sends one random name per round; the legitimate client asks
     // for an existing name every other round and waits for its answer.
     for round in 0..60u16 {
         for s in &flooders {
-            let name = format!("r{:x}.example.com.", rng.next_u64());
-            let _ = s.send(&build_query(round, &name, 1, &opts));
-            let _ = s.recv(&mut buf); // drain what comes back
+            // Fixed-width names: every query the same size, whichever reply is drained.
+            let name = format!("r{:016x}.example.com.", rng.next_u64());
+            let q = build_query(round, &name, 1, &opts);
+            flood_bytes += q.len();
+            let _ = s.send(&q);
+            // Drain what comes back: a truncated reply is never larger than its query.
+            while let Ok(n) = s.recv(&mut buf) {
+                reply_bytes += n;
+                let m = RawMsg::parse(&buf[..n]).unwrap();
+                if m.flags & 0x0200 != 0 {
+                    truncated += 1;
+                    assert!(
+                        n <= q.len(),
+                        "a truncated reply of {n} bytes to {}",
+                        q.len()
+                    );
+                }
+            }
         }
         if round % 2 == 0 {
             legit_sent += 1;
@@ -334,30 +351,43 @@ fn random_subdomain_flood_blocks_flooders_and_legit_client_gets_every_answer() {
         std::thread::sleep(Duration::from_millis(10));
     }
     eprintln!(
-        "flood of {} queries in {:?}; legitimate: {legit_ok}/{legit_sent}",
+        "flood of {} queries ({flood_bytes} bytes) in {:?}: {truncated} truncated, {reply_bytes} reply bytes; legitimate: {legit_ok}/{legit_sent}",
         60 * 50,
         start.elapsed()
     );
     assert_eq!(legit_ok, legit_sent, "every legitimate query is answered");
+    assert!(truncated > 0, "flooders' NXDOMAINs are truncated");
+    assert!(
+        reply_bytes <= flood_bytes,
+        "no more reply bytes than attack bytes"
+    );
     let (_, list) = dnsd.ctl(&["block", "list"]);
-    let blocked: Vec<&str> = list
+    let suspects: Vec<&str> = list
         .lines()
         .filter(|l| l.starts_with("127.2.0.") && l.contains("random-subdomain"))
         .collect();
-    assert_eq!(blocked.len(), 50, "every flooder blocked:\n{list}");
+    assert_eq!(suspects.len(), 50, "every flooder a suspect:\n{list}");
+    assert!(
+        suspects
+            .iter()
+            .all(|l| l.contains("suspect evidence=udp scope=nxdomain")),
+        "suspects, never blocks:\n{list}"
+    );
     assert!(
         !list.contains("127.3.0.1"),
-        "the legitimate client is not blocked:\n{list}"
+        "the legitimate client is not a suspect:\n{list}"
     );
     let stats = dnsd.stats();
     assert!(stats["random_subdomain.escalated"] >= 50, "{stats:?}");
     assert!(stats["random_subdomain.attacks"] >= 1);
-    // A flood never becomes a log flood: at most 10 "source blocked" lines a second, the rest
+    assert_eq!(stats["escalations"], 0, "nothing blocked: {stats:?}");
+    assert!(stats["suspected"] >= 50, "{stats:?}");
+    // A flood never becomes a log flood: at most 10 "suspect" lines a second, the rest
     // counted (in the lines that pass and in the metrics).
     let log = dnsd.log();
     let lines = log
         .lines()
-        .filter(|l| l.contains("source blocked: random-subdomain flood"))
+        .filter(|l| l.contains("source made a suspect: random-subdomain flood"))
         .count();
     // (the limit counts per wall-clock second: the flood's spans at most this many)
     let secs = start.elapsed().as_secs() + 2;
@@ -366,15 +396,31 @@ fn random_subdomain_flood_blocks_flooders_and_legit_client_gets_every_answer() {
         "{lines} lines in {secs} s"
     );
     assert!(stats["log.suppressed"] >= (50 - lines) as u64, "{stats:?}");
-    // Blocked flooders now cost a lookup: their packets are dropped before parsing.
+    // A suspect is never dropped before parsing: its queries for names that exist are
+    // answered, over UDP, and a name that does not exist is answered over TCP.
     let before = dnsd.stats()["drops.blocked"];
-    for s in &flooders {
-        let _ = s.send(&build_query(7, "x.example.com.", 1, &opts));
+    let s = &flooders[0];
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    while s.recv(&mut buf).is_ok_and(|_| true) {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
     }
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(dnsd.stats()["drops.blocked"] >= before + 50);
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.send(&build_query(7, "www.example.com.", 1, &opts))
+        .unwrap();
+    let n = s
+        .recv(&mut buf)
+        .expect("a suspect's query for a name that exists");
+    let m = RawMsg::parse(&buf[..n]).unwrap();
+    assert!(m.rcode() == 0 && m.counts[1] > 0 && m.flags & 0x0200 == 0);
+    assert_eq!(dnsd.stats()["drops.blocked"], before);
     let m = dnsd.metrics();
-    assert!(m.contains("dnsd_blocked_total{origin=\"local\"}"), "{m}");
+    assert!(m.contains("dnsd_suspects_truncated_total"), "{m}");
+    assert!(
+        m.contains("palisade_blockmap_entries_by_evidence{evidence=\"udp\"} 50"),
+        "{m}"
+    );
 }
 
 #[test]

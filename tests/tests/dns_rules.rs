@@ -337,32 +337,67 @@ fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenan
     let server = dnsd.addr();
     let udp = QueryOpts::edns(1232);
 
-    // 25 REFUSED denies from one source: the 20th escalates it into the block map.
-    let bad = net::test_ip();
+    // 25 REFUSED denies over UDP from one source: its address may be forged, so the 20th
+    // makes it a suspect, never a block.
+    let spoofable = net::test_ip();
     let mut refused = 0;
     for _ in 0..25 {
-        if ask(server, bad, "example.com.", TYPE_ANY, &udp).is_some_and(|m| m.rcode() == REFUSED) {
+        if ask(server, spoofable, "example.com.", TYPE_ANY, &udp)
+            .is_some_and(|m| m.rcode() == REFUSED)
+        {
             refused += 1;
         }
     }
     assert!(
         (20..25).contains(&refused),
-        "{refused} refused before the block"
+        "{refused} refused before the suspicion"
+    );
+    let m = ask(server, spoofable, "www.example.com.", TYPE_A, &udp)
+        .expect("a suspect gets a truncated reply");
+    assert!(m.flags & TC != 0 && m.counts[1] == 0, "TC=1, no answer");
+    assert!(
+        answered(&ask_tcp(server, spoofable, "www.example.com.", TYPE_A)),
+        "a suspect is served over TCP"
+    );
+    // 25 denies over TCP from another source: proven, the 20th blocks it, every packet.
+    let bad = net::test_ip();
+    let mut refused = 0;
+    for _ in 0..25 {
+        if ask_tcp(server, bad, "example.com.", TYPE_ANY).is_some_and(|m| m.rcode() == REFUSED) {
+            refused += 1;
+        }
+    }
+    assert!(
+        (20..25).contains(&refused),
+        "{refused} refused over TCP before the block"
     );
     assert!(
         ask(server, bad, "www.example.com.", TYPE_A, &udp).is_none(),
         "an escalated source gets nothing, not even for a query no rule denies"
     );
     assert!(ask(server, bad, "www.example.net.", TYPE_A, &udp).is_none());
+    assert!(ask_tcp(server, bad, "www.example.com.", TYPE_A).is_none());
     let stats = dnsd.stats();
     assert_eq!(stats["rules.escalated"], 1, "{stats:?}");
+    assert_eq!(stats["rules.suspected"], 1, "{stats:?}");
     assert!(metric(&dnsd, "dnsd_escalations_total", "") >= 1);
     assert!(metric(&dnsd, "palisade_rules_escalations_total", "") >= 1);
+    assert!(metric(&dnsd, "palisade_rules_suspects_total", "") >= 1);
     let (ok, out) = dnsd.ctl(&["block", "list"]);
     assert!(ok, "{out}");
+    let line = |ip: Ipv4Addr| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{ip}/32")))
+            .unwrap_or_default()
+            .to_string()
+    };
     assert!(
-        out.contains(&bad.to_string()),
+        line(bad).contains("block evidence=tcp scope=all"),
         "the block map holds the source: {out}"
+    );
+    assert!(
+        line(spoofable).contains("suspect evidence=udp scope=dns"),
+        "and the UDP one as a suspect: {out}"
     );
     // Others are still answered.
     assert!(answered(&ask(
@@ -401,7 +436,8 @@ fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenan
         &dir.path().join("events.jsonl"),
         &[
             "\"tenant\":7,\"action\":\"denied\"",
-            "\"tenant\":7,\"action\":\"escalated\"",
+            "\"tenant\":7,\"action\":\"escalated\",\"evidence\":\"tcp\"",
+            "\"tenant\":7,\"action\":\"suspected\",\"evidence\":\"udp\"",
         ],
     );
     assert!(
@@ -409,7 +445,11 @@ fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenan
         "{dns_events}"
     );
     assert!(
-        dns_events.contains("\"tenant\":7,\"action\":\"escalated\""),
+        dns_events.contains("\"tenant\":7,\"action\":\"escalated\",\"evidence\":\"tcp\""),
+        "{dns_events}"
+    );
+    assert!(
+        dns_events.contains("\"tenant\":7,\"action\":\"suspected\",\"evidence\":\"udp\""),
         "{dns_events}"
     );
     let web_events = wait_file(

@@ -279,11 +279,12 @@ fn dnsd_config(
          [[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\n\n\
          [control]\nsocket = \"{}\"\n\n\
          [defence.rrl]\nenabled = false\n\n\
-         [redis]\nurl = \"{redis}\"\ninstance = \"{node}\"\nreconnect_max_ms = 300\npresence_ms = 300\n",
+         [redis]\nurl = \"{redis}\"\nkey_file = \"{}\"\ninstance = \"{node}\"\nreconnect_max_ms = 300\npresence_ms = 300\n",
         palisade_tests::data_dir()
             .join("example.com.zone")
             .display(),
         dir.join(format!("dnsd-{node}.sock")).display(),
+        dir.join("fleet.key").display(),
     );
     if let Some(p) = pins {
         c.push_str(&format!("\n[xdp]\npin_path = \"{}\"\n", p.display()));
@@ -300,11 +301,12 @@ fn front_config(
     redis: &str,
     pins: Option<&Path>,
 ) -> PathBuf {
+    let key = dir.join("fleet.key").display().to_string();
     let mut c = format!(
         "[server]\nlisten = [\"{addr}:{HTTP_PORT}\"]\nworkers = 1\n\n\
          [metrics]\nlisten = \"{addr}:{METRICS_PORT}\"\n\n\
          [rules]\nfile = \"rules.toml\"\n\n\
-         [redis]\nurl = \"{redis}\"\ninstance = \"{node}\"\nreconnect_max_ms = 300\npresence_ms = 300\n\n\
+         [redis]\nurl = \"{redis}\"\nkey_file = \"{key}\"\ninstance = \"{node}\"\nreconnect_max_ms = 300\npresence_ms = 300\n\n\
          [[upstream]]\nname = \"app\"\nservers = [\"127.0.0.1:9\"]\n\n\
          [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\n"
     );
@@ -337,6 +339,12 @@ fn blocks_flow_through_the_node_and_the_fleet() {
     )
     .unwrap();
     let url = redis.unix_url();
+    std::fs::copy(redis.key_file(), dir.path().join("fleet.key")).unwrap();
+    std::fs::set_permissions(
+        dir.path().join("fleet.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     let pins = Pins(PathBuf::from(format!(
         "/sys/fs/bpf/palisade-test-{}-{}",
         std::process::id(),

@@ -20,8 +20,8 @@ fn node(redis: &RedisServer, id: &str) -> Dnsd {
         .zone(Zone::data("example.com."))
         .raw("[defence.rrl]\nenabled = false")
         .raw(&format!(
-            "[redis]\nurl = \"{}\"\nnode_id = \"{id}\"\nreconnect_max_ms = 300",
-            redis.url()
+            "[redis]\n{}node_id = \"{id}\"\nreconnect_max_ms = 300",
+            redis.config()
         ))
         .start()
 }
@@ -170,12 +170,12 @@ fn front(
         "[[tenant]]\nid = 1\ndeny = [\"{deny}/32\"]\n\
          escalate = {{ after = 1, window_secs = 60, block_secs = 600, on = [\"deny\"] }}\n"
     );
-    let url = redis.url();
+    let redis_cfg = redis.config();
     let extra = redis_extra.to_string();
     Front::start(
         move |a, m| {
             format!(
-                "{}[rules]\nfile = \"rules.toml\"\n\n[redis]\nurl = \"{url}\"\n\
+                "{}[rules]\nfile = \"rules.toml\"\n\n[redis]\n{redis_cfg}\
                  reconnect_max_ms = 300\n{extra}\n\n\
                  [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\n",
                 base_config(a, m, origin.addr())
@@ -244,7 +244,7 @@ fn dnsd_and_http_front_on_one_host_have_distinct_node_ids() {
     let host = shield::redis_sync::host_name();
     let d = Dnsd::builder()
         .zone(Zone::data("example.com."))
-        .raw(&format!("[redis]\nurl = \"{}\"", redis.url()))
+        .raw(&format!("[redis]\n{}", redis.config()))
         .start();
     let f = front(&redis, &origin, palisade_tests::net::test_ip(), "");
     for (what, log) in [("dnsd", d.log()), ("http-front", f.log())] {

@@ -1019,3 +1019,149 @@ fn cookies_are_verified_minted_and_exempt_from_rrl_in_xdp() {
         );
     }
 }
+
+#[test]
+fn dns_only_blocks_drop_udp_to_the_dns_service_and_nothing_else() {
+    if !xdp_ready("dns_only_blocks_drop_udp_to_the_dns_service_and_nothing_else") {
+        return;
+    }
+    let g = private_guard(&[DNS], 0, 0);
+    // dnsd serves DST4 and DST6 on port 5300; 192.0.2.99 is another address of the node.
+    g.maps()
+        .set_services(&[net("192.0.2.2/32"), net("2001:db8::2/128")], 5300)
+        .unwrap();
+    let dnsd = g.maps().clone().with_slot(xdp_guard::SLOT_DNSD);
+    let far = xdp_guard::boot_ns() + 3_600_000_000_000;
+    let dns_only = |s: &str| KernelBlock {
+        net: net(s),
+        expires_ns: far,
+        dns_only: true,
+    };
+    let r = dnsd.apply(
+        &[
+            dns_only("198.51.100.7/32"),
+            dns_only("203.0.113.0/24"),
+            dns_only("2001:db8:7::7/128"),
+        ],
+        &[],
+        true,
+    );
+    assert_eq!(r.upserted, 3);
+    use Verdict::*;
+    let src = v4("198.51.100.7");
+    assert_verdict(
+        &g,
+        "UDP to the DNS service",
+        &frame(
+            &[],
+            ETH_IP,
+            &ipv4(src, DST4, UDP, &[], 0, &udp(1, 5300, b"q")),
+        ),
+        Drop,
+        "drop_blocked_addr",
+    );
+    assert_verdict(
+        &g,
+        "UDP to the DNS service from a DNS-only prefix",
+        &frame(
+            &[],
+            ETH_IP,
+            &ipv4(v4("203.0.113.9"), DST4, UDP, &[], 0, &udp(1, 5300, b"q")),
+        ),
+        Drop,
+        "drop_blocked_prefix",
+    );
+    assert_verdict(
+        &g,
+        "TCP to the DNS port",
+        &frame(&[], ETH_IP, &ipv4(src, DST4, TCP, &[], 0, &tcp(1, 5300))),
+        Pass,
+        "pass",
+    );
+    assert_verdict(
+        &g,
+        "TCP to another port (SSH)",
+        &frame(&[], ETH_IP, &ipv4(src, DST4, TCP, &[], 0, &tcp(1, 22))),
+        Pass,
+        "pass",
+    );
+    assert_verdict(
+        &g,
+        "UDP to another port",
+        &frame(
+            &[],
+            ETH_IP,
+            &ipv4(src, DST4, UDP, &[], 0, &udp(1, 123, b"q")),
+        ),
+        Pass,
+        "pass",
+    );
+    assert_verdict(
+        &g,
+        "UDP to port 5300 of another local address",
+        &frame(
+            &[],
+            ETH_IP,
+            &ipv4(src, v4("192.0.2.99"), UDP, &[], 0, &udp(1, 5300, b"q")),
+        ),
+        Pass,
+        "pass",
+    );
+    assert_verdict(
+        &g,
+        "ICMP",
+        &frame(&[], ETH_IP, &ipv4(src, DST4, ICMP, &[], 0, &[8, 0, 0, 0])),
+        Pass,
+        "pass",
+    );
+    assert_verdict(
+        &g,
+        "IPv6 UDP to the DNS service",
+        &frame(
+            &[],
+            ETH_IP6,
+            &ipv6(v6("2001:db8:7::7"), DST6, &[], UDP, &udp(1, 5300, b"q")),
+        ),
+        Drop,
+        "drop_blocked_addr",
+    );
+    assert_verdict(
+        &g,
+        "IPv6 TCP",
+        &frame(
+            &[],
+            ETH_IP6,
+            &ipv6(v6("2001:db8:7::7"), DST6, &[], TCP, &tcp(1, 5300)),
+        ),
+        Pass,
+        "pass",
+    );
+    // Another writer's block of every packet on the same address stops all of it.
+    g.maps().clone().with_slot(xdp_guard::SLOT_OPERATOR).apply(
+        &[KernelBlock::all(net("198.51.100.7/32"), far)],
+        &[],
+        true,
+    );
+    assert_verdict(
+        &g,
+        "TCP once an operator blocks all",
+        &frame(&[], ETH_IP, &ipv4(src, DST4, TCP, &[], 0, &tcp(1, 22))),
+        Drop,
+        "drop_blocked_addr",
+    );
+    let e = g.maps().get(net("198.51.100.7/32")).unwrap().unwrap();
+    assert!(e.value.is_dns_only(xdp_guard::SLOT_DNSD));
+    assert!(!e.value.is_dns_only(xdp_guard::SLOT_OPERATOR));
+    assert!(!e.combined().dns_only);
+    assert!(
+        g.maps()
+            .is_blocked("198.51.100.7".parse().unwrap())
+            .unwrap()
+    );
+    assert!(!g.maps().is_blocked("203.0.113.9".parse().unwrap()).unwrap());
+    assert!(
+        g.maps()
+            .is_blocked_for_dns("203.0.113.9".parse().unwrap())
+            .unwrap()
+    );
+}

@@ -24,6 +24,7 @@
 
 pub mod block;
 pub mod cookies;
+pub mod policy;
 pub mod random_subdomain;
 pub mod rrl;
 pub mod rules;

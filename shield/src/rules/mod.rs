@@ -1112,8 +1112,16 @@ impl RuleSet {
     }
 
     /// Loads and compiles `path`; on success swaps it in, on failure keeps the last good rules.
+    /// Escalations shorter than the block map's minimum prefixes are refused here too.
     pub fn reload(&self, path: &Path) -> Result<(), RulesError> {
-        match Prepared::load(path) {
+        let loaded = Prepared::load(path).and_then(|p| {
+            if let Some(b) = &self.state.blocks {
+                let policy = b.policy();
+                p.check_min_prefix(policy.min_prefix_v4, policy.min_prefix_v6)?;
+            }
+            Ok(p)
+        });
+        match loaded {
             Ok(p) => {
                 tracing::info!(path = %path.display(), tenants = p.tenant_count(), "rules reloaded");
                 self.store(p);

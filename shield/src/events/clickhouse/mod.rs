@@ -339,12 +339,13 @@ pub fn init_schema(cfg: &ClickHouseConfig) -> Result<String, ClickHouseError> {
         out.push_str(": ok\n");
     }
     // Columns added since a table was made (CREATE … IF NOT EXISTS leaves it as it is).
-    for (t, name, column, def) in [(
-        Table::Events,
-        cfg.table.as_str(),
-        "evidence",
-        "String DEFAULT '' AFTER action",
-    )] {
+    const ADDED: &[(Table, &str, &str)] =
+        &[(Table::Events, "evidence", "String DEFAULT '' AFTER action")];
+    for &(t, column, def) in ADDED {
+        let name = match t {
+            Table::Events => cfg.table.as_str(),
+            Table::Access => cfg.access_table.as_str(),
+        };
         let has = query(
             cfg,
             &format!(

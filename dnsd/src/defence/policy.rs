@@ -1,0 +1,101 @@
+//! What dnsd's block map refuses from every automatic writer: prefixes shorter than `[block]
+//! min_prefix_v4` / `min_prefix_v6`, and the never-block set — the rules file's `[global]
+//! never_block`, plus what dnsd adds by itself: its Redis server, its transfer peers
+//! (primaries, `notify` targets, and `allow_transfer` / `allow_notify` entries no wider than
+//! the minimum prefixes) and the node's own addresses. Made at start and again on every
+//! reload; `ctl status` lists the effective set and where each entry came from.
+
+use shield::block::BlockMap;
+use shield::never_block::{BlockPolicy, NeverBlock, host_addresses, own_addresses, url_addresses};
+
+use crate::config::Config;
+
+/// The never-block set of `cfg` with `rules`' `[global] never_block` first.
+pub fn never_block(cfg: &Config, rules: Option<&shield::rules::Prepared>) -> NeverBlock {
+    merge(rules, &own_set(cfg))
+}
+
+/// `base` with `rules`' `[global] never_block` entries first.
+pub fn merge(rules: Option<&shield::rules::Prepared>, base: &NeverBlock) -> NeverBlock {
+    let mut nb = NeverBlock::new();
+    if let Some(p) = rules {
+        for n in &p.global_lists().never_block {
+            nb.push(*n, "rules file [global] never_block");
+        }
+    }
+    for e in base.entries() {
+        nb.push(e.net, &e.source);
+    }
+    nb
+}
+
+/// What dnsd adds by itself: its Redis server, its transfer peers (from `cfg`'s zone list),
+/// the node's own addresses.
+pub fn own_set(cfg: &Config) -> NeverBlock {
+    let mut nb = NeverBlock::new();
+    if let Some(r) = &cfg.redis {
+        for ip in url_addresses(&r.url) {
+            nb.push(ip.into(), "redis server");
+        }
+    }
+    let (min4, min6) = (cfg.block.min_prefix_v4, cfg.block.min_prefix_v6);
+    for z in &cfg.zones {
+        for a in z.primaries.iter().chain(&z.notify) {
+            match crate::config::transfer::parse_addr(a) {
+                Ok(sa) => nb.push(sa.ip().into(), "transfer peer"),
+                Err(_) => {
+                    for ip in host_addresses(a) {
+                        nb.push(ip.into(), "transfer peer");
+                    }
+                }
+            }
+        }
+        for p in z.allow_transfer.iter().chain(&z.allow_notify) {
+            if let Ok(n) = crate::config::transfer::parse_prefix(p) {
+                let narrow = match n {
+                    ipnet::IpNet::V4(v) => v.prefix_len() >= min4,
+                    ipnet::IpNet::V6(v) => v.prefix_len() >= min6,
+                };
+                if narrow {
+                    nb.push(n, "transfer peer");
+                }
+            }
+        }
+    }
+    for n in own_addresses() {
+        nb.push(n, "own address");
+    }
+    nb
+}
+
+/// Installs `nb` with `cfg`'s minimum prefixes into `blocks`; automatic entries the policy no
+/// longer allows are lifted (logged).
+pub fn install(blocks: &BlockMap, cfg: &Config, nb: NeverBlock) {
+    let n = nb.len();
+    let lifted = blocks.set_policy(BlockPolicy {
+        min_prefix_v4: cfg.block.min_prefix_v4,
+        min_prefix_v6: cfg.block.min_prefix_v6,
+        never_block: std::sync::Arc::new(nb),
+    });
+    tracing::info!(
+        never_block = n,
+        min_prefix_v4 = cfg.block.min_prefix_v4,
+        min_prefix_v6 = cfg.block.min_prefix_v6,
+        "block policy in force"
+    );
+    if lifted > 0 {
+        tracing::warn!(lifted, "blocks or suspects of never-block prefixes lifted");
+    }
+}
+
+/// The policy in force, as `ctl status` shows it.
+pub fn render(blocks: &BlockMap) -> String {
+    let p = blocks.policy();
+    format!(
+        "block policy: min_prefix_v4 /{}, min_prefix_v6 /{}\nnever_block ({} entries):\n{}",
+        p.min_prefix_v4,
+        p.min_prefix_v6,
+        p.never_block.len(),
+        p.never_block.render()
+    )
+}
