@@ -17,7 +17,15 @@ Reported per server and phase: legitimate success rate and p50/p99/p999 latency 
 queries count as the 1 s timeout), split into addresses not under direct flood and the
 flooded one; attack packets sent and the replies the attackers received (full answers
 and TC slips); server CPU and how busy CPU 0 was with other work; kernel drops per address.
-Usage: attack.py [--quick] [--servers dnsd,nsd,knot] [--phase SECONDS]
+
+Then, on a fresh server each, the resolver-relayed flood: one resolver address (127.10.0.53)
+carries a random-subdomain flood ({rand}.victim.test, 20,000 q/s by default) and its own
+users' ordinary queries (100 q/s of existing names, no cookies, re-asked over TCP on TC=1 as
+resolvers do), then the ordinary queries alone. Reported: the share of the ordinary queries
+answered during the flood and after it, the attack packets that got any reply and the bytes
+of those replies against the bytes of the attack. Goal: dnsd 100 %, at least every peer, and
+no more reply bytes than attack bytes.
+Usage: attack.py [--quick] [--servers dnsd,nsd,knot] [--phase SECONDS] [--resolver-pps N]
 """
 import argparse
 import gzip
@@ -282,6 +290,84 @@ def run_server(name, args, tmpbase, zones, timeline):
     return res
 
 
+RESOLVER = "127.10.0.53"
+
+
+def run_resolver(name, args, tmpbase, zones):
+    """The resolver-relayed flood against a fresh `name`: see the module doc."""
+    tmp = tempfile.mkdtemp(prefix=f"{name}-resolver-", dir=tmpbase)
+    argv, conf, note, defences = server_plan(name, tmp, zones)
+    port = PORTS[name]
+    env = dict(os.environ, RUST_LOG="warn") if name == "dnsd" else None
+    srv = c.Server(f"{name}-resolver", argv, 0, env=env)
+    pre, flood_s, after_s = (1.0, args.phase, 3.0 if args.quick else 10.0)
+    total = pre + flood_s + after_s
+    children = []
+    try:
+        if c.wait_answer(SERVICE[0], port, "h1.bench.test", qtype=1, timeout=30,
+                         proc=srv.proc) is None:
+            return {"name": name, "error": "did not start", "log": srv.tail(), "note": note}
+        t0 = time.time() + 2.0
+        legit_out = os.path.join(tmp, "ordinary.json")
+        legit = subprocess.Popen(
+            c.niced([c.bin_path("dns-load"), "legit", "--targets", SERVICE[0],
+                     "--port", str(port), "--sources", f"{RESOLVER}/32", "--max-sources", "1",
+                     "--qname", "h{n}.bench.test", "--names", "10000", "--rate", "100",
+                     "--duration", str(total), "--start-at", f"{t0:.3f}",
+                     "--timeout-ms", str(TIMEOUT_MS), "--out", legit_out], "legit", 1),
+            stderr=subprocess.PIPE, text=True)
+        children.append(legit)
+        flood_out = os.path.join(tmp, "flood.json")
+        f = dict(kind="random-subdomain", targets=[SERVICE[0]], sources=f"{RESOLVER}/32",
+                 max_sources=1, qname="{rand}.victim.test", qtype="A", edns=True,
+                 rate=args.resolver_pps)
+        fl = subprocess.Popen(flood_argv(f, port, flood_s, t0 + pre, 7, flood_out),
+                              stderr=subprocess.PIPE, text=True)
+        children.append(fl)
+        deadline = t0 + total + TIMEOUT_MS / 1000 + 30
+        while legit.poll() is None and time.time() < deadline:
+            c.progress(f"  {name}: resolver-relayed flood {max(0, time.time() - t0):5.1f}/{total:.0f} s")
+            time.sleep(0.5)
+        c.progress("")
+        for p in children:
+            try:
+                p.wait(timeout=max(1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    finally:
+        for p in children:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        srv.stop()
+    if not os.path.exists(legit_out) or not os.path.exists(flood_out):
+        return {"name": name, "error": "load failed: " + legit.stderr.read()[-300:]
+                + fl.stderr.read()[-300:], "note": note}
+    with open(legit_out) as fh:
+        L = json.load(fh)
+    with open(flood_out) as fh:
+        F = json.load(fh)
+    fa = F["t0"] - L["t0"]
+    fb = fa + F["wall"]
+    during = [x for x in L["samples"] if fa * 1000 <= x[0] < fb * 1000]
+    after = [x for x in L["samples"] if x[0] >= (fb + 0.5) * 1000]
+    sm = lambda ss: {"n": len(ss), "ok": sum(1 for x in ss if ok_sample(x)),  # noqa: E731
+                     "tcp": sum(1 for x in ss if x[4] & 2)}
+    res = {"name": name, "note": note, "defences": defences,
+           "during": sm(during), "after": sm(after),
+           "attack_sent": F["sent"], "attack_replies": F["replies"],
+           "attack_tc": F["replies_tc"], "attack_bytes": F.get("sent_bytes"),
+           "reply_bytes": F.get("reply_bytes"), "flood_pps": F["sent"] / max(F["wall"], 1e-9)}
+    d, a = res["during"], res["after"]
+    c.log(f"  {name}: resolver's ordinary queries answered during the flood "
+          f"{fmt_pct(d['ok'] / d['n'] if d['n'] else None)}, after "
+          f"{fmt_pct(a['ok'] / a['n'] if a['n'] else None)}; attack packets that got a reply "
+          f"{F['replies']:,}/{F['sent']:,}, reply bytes {F.get('reply_bytes', 0):,} for "
+          f"{F.get('sent_bytes', 0):,} attack bytes")
+    return res
+
+
 def fmt_pct(v):
     return "n/a" if v is None else f"{100 * v:.2f}%"
 
@@ -295,6 +381,10 @@ def main():
     ap.add_argument("--quick", action="store_true", default=c.quick())
     ap.add_argument("--servers", default="dnsd,nsd,knot")
     ap.add_argument("--phase", type=float, help="seconds per attack phase")
+    ap.add_argument("--only", choices=["phases", "resolver"],
+                    help="run only the four phases, or only the resolver-relayed flood")
+    ap.add_argument("--resolver-pps", type=float, default=20_000,
+                    help="queries per second of the resolver-relayed random-subdomain flood")
     ap.add_argument("--flood-pps", type=float, default=150_000,
                     help="attack packets per second in each phase, the same for every server "
                          "(0: as fast as one core allows)")
@@ -319,10 +409,14 @@ def main():
     zones = make_zones(tmpbase)
     results = []
     names = [n for n in args.servers.split(",") if n]
-    for k, name in enumerate(names):
+    for k, name in enumerate(names if args.only != "resolver" else []):
         c.log(f"attack [{k + 1}/{len(names)}] {name}: {timeline['total']:.0f} s "
               f"({len(PHASES)} phases of {P:.0f} s)")
         results.append(run_server(name, args, tmpbase, zones, timeline))
+    resolver = []
+    for k, name in enumerate(names if args.only != "phases" else []):
+        c.log(f"attack, resolver-relayed flood [{k + 1}/{len(names)}] {name}")
+        resolver.append(run_resolver(name, args, tmpbase, zones))
     cmd = "bench/scripts/attack.py " + " ".join(sys.argv[1:])
     c.save("attack", {"machine": c.machine(), "cores": os.cpu_count(), "command": cmd.strip(),
                       "quick": args.quick, "timeline": timeline, "sched": c.sched_note(),
@@ -330,6 +424,8 @@ def main():
                       "legit": {"rate": LEGIT_RATE, "sources": 1024, "prefix": LEGIT_SOURCES,
                                 "timeout_ms": TIMEOUT_MS, "cookies": True, "tcp_retry": True},
                       "flood_pps": args.flood_pps, "servers": results,
+                      "resolver": {"address": RESOLVER, "flood_pps": args.resolver_pps,
+                                   "ordinary_rate": 100, "servers": resolver},
                       "when": time.strftime("%Y-%m-%d %H:%M:%S")})
 
 

@@ -212,6 +212,31 @@ def attack_section(A, md):
     img = plot_attack_answered(A)
     if img:
         md.append(f"![attack packets answered]({img})\n")
+    R = A.get("resolver")
+    if R and R.get("servers"):
+        md.append("### The resolver-relayed flood\n")
+        md.append(
+            f"One resolver address ({R['address']}) carries a random-subdomain flood "
+            f"({R['flood_pps']:,.0f} q/s of `<random>.victim.test`) and its own users' ordinary "
+            f"queries ({R['ordinary_rate']} q/s of existing names, no cookies, re-asked over TCP on "
+            "TC=1 as resolvers do), then the ordinary queries alone. Every server fresh. A defence "
+            "that blocks the resolver cuts its users off: the goal is 100 % answered, during and "
+            "after, with no more reply bytes than attack bytes.\n")
+        rows = []
+        for s in R["servers"]:
+            lab = LABEL.get(s["name"], s["name"])
+            if "during" not in s:
+                rows.append([lab, s.get("error", "failed"), "", "", "", ""])
+                continue
+            d, a = s["during"], s["after"]
+            rows.append([lab, pct(d["ok"] / d["n"] if d["n"] else None, 2),
+                         pct(a["ok"] / a["n"] if a["n"] else None, 2),
+                         f"{s['attack_replies']:,} / {s['attack_sent']:,}",
+                         f"{s.get('reply_bytes') or 0:,} / {s.get('attack_bytes') or 0:,}",
+                         f"{(s.get('reply_bytes') or 0) / max(s.get('attack_bytes') or 1, 1):.3f}"])
+        md.append(table(["server", "ordinary answered during", "after",
+                         "attack packets that got a reply", "reply bytes / attack bytes",
+                         "ratio"], rows) + "\n")
     md.append("<details><summary>Configurations used</summary>\n")
     for s in A["servers"]:
         if s.get("config"):

@@ -10,28 +10,32 @@ use crate::state::State;
 use shield::control::Reply;
 
 /// Serves the control socket `l` until the task is dropped.
-pub async fn serve(l: tokio::net::UnixListener, shared: Arc<State>) {
-    shield::control::serve(l, move |args| {
+pub async fn serve(l: shield::control::Listener, shared: Arc<State>) {
+    shield::control::serve(l, move |args, peer| {
         let shared = shared.clone();
-        async move { command(&shared, &args).await }
+        async move { command(&shared, &args, &peer).await }
     })
     .await
 }
 
-async fn command(shared: &Arc<State>, args: &[String]) -> Reply {
+async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::Peer) -> Reply {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
         ["reload"] => reload(shared, None, false).await,
         ["reload", "--force"] => reload(shared, None, true).await,
         ["reload", z] => reload(shared, Some(z), true).await,
         ["stats"] => Reply::ok(shared.metrics.render_ctl()),
-        ["block", rest @ ..] => shield::control::block::command(&shared.defence.blocks, rest),
+        ["block", rest @ ..] => shield::control::block::command(&shared.defence.blocks, rest, peer),
         ["zones"] => Reply::ok(zones_text(shared).await),
         ["events-init"] => crate::event_sinks::events_init(shared.clickhouse.as_ref()).await,
-        ["zone", "add", o, f] => crate::reload::zone_add(shared, o, f, None).await,
-        ["zone", "add", o, f, "--template", t] => {
-            crate::reload::zone_add(shared, o, f, Some(t)).await
-        }
+        ["zone", "add", o, f] => match peer.may_read(std::path::Path::new(f)) {
+            Ok(()) => crate::reload::zone_add(shared, o, f, None).await,
+            Err(e) => Reply::err(format!("{e}\n")),
+        },
+        ["zone", "add", o, f, "--template", t] => match peer.may_read(std::path::Path::new(f)) {
+            Ok(()) => crate::reload::zone_add(shared, o, f, Some(t)).await,
+            Err(e) => Reply::err(format!("{e}\n")),
+        },
         ["zone", "remove", o] => crate::reload::zone_remove(shared, o).await,
         ["zone-refresh", z] => zone_refresh(shared, z).await,
         ["zone-notify", z] => zone_notify(shared, z).await,

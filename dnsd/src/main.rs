@@ -78,6 +78,14 @@ enum Cmd {
         /// Where to write the signed zone (else standard output).
         #[arg(long, short = 'o')]
         out: Option<PathBuf>,
+        /// Keys (and signing state) from and into this directory instead of the policy's
+        /// live one.
+        #[arg(long, conflicts_with = "update_keys")]
+        key_dir: Option<PathBuf>,
+        /// Let this run change the live key directory (make or roll keys, advance the
+        /// serial). Without it (or --key-dir) the live directory is left as it was.
+        #[arg(long)]
+        update_keys: bool,
         /// The zone's origin.
         zone: String,
     },
@@ -254,6 +262,8 @@ fn sign_zone(
     config: &std::path::Path,
     zone: &str,
     out: Option<&std::path::Path>,
+    key_dir: Option<PathBuf>,
+    update_keys: bool,
 ) -> Result<(), String> {
     let cfg = config::Config::load(config).map_err(|e| e.to_string())?;
     let origin = zones::Name::parse(zone, Some(&zones::Name::root()))
@@ -269,9 +279,25 @@ fn sign_zone(
         .dnssec_policy
         .as_deref()
         .ok_or_else(|| format!("{origin}: the zone has no dnssec_policy"))?;
-    let policy = cfg
+    let live = cfg
         .policy(name)
         .ok_or_else(|| format!("{origin}: no [[dnssec_policy]] named {name}"))?;
+    // The live key directory is the running server's: changed only when asked. Otherwise
+    // this run signs with a scratch copy of the zone's keys and state.
+    let scratch = tempfile::tempdir().map_err(|e| format!("scratch directory: {e}"))?;
+    let dir = match (&key_dir, update_keys) {
+        (Some(d), _) => d.clone(),
+        (None, true) => live.key_dir.clone(),
+        (None, false) => {
+            let from = dnsd::signing::keys::zone_dir(&live.key_dir, &origin.to_string());
+            let to = dnsd::signing::keys::zone_dir(scratch.path(), &origin.to_string());
+            copy_dir(&from, &to).map_err(|e| format!("{}: {e}", from.display()))?;
+            scratch.path().to_path_buf()
+        }
+    };
+    let mut p = (**live).clone();
+    p.key_dir = dir.clone();
+    let policy = std::sync::Arc::new(p);
     let plan = dnsd::zone_registry::Planned {
         slot: 0,
         origin: origin.clone(),
@@ -289,6 +315,9 @@ fn sign_zone(
         } else {
             eprintln!("{}: warning: {}", w.at, w.msg);
         }
+    }
+    if key_dir.is_some() || update_keys {
+        warn_foreign_owner(&dnsd::signing::keys::zone_dir(&dir, &origin.to_string()));
     }
     let z = &loaded.loaded.zone;
     let (made, kept) = loaded.signatures;
@@ -311,6 +340,51 @@ fn sign_zone(
     }
 }
 
+/// Copies the files of directory `from` (if it exists) into `to`, keeping them private.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(to)?;
+    let rd = match std::fs::read_dir(from) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for e in rd {
+        let e = e?;
+        if e.file_type()?.is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Warns when files in `dir` are owned by another user than the directory (the service's):
+/// a run as root in the live key directory leaves files the service cannot read or replace.
+fn warn_foreign_owner(dir: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(d) = std::fs::metadata(dir) else {
+        return;
+    };
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if let Ok(m) = e.metadata()
+            && m.uid() != d.uid()
+        {
+            eprintln!(
+                "dnsd sign-zone: warning: {} is owned by uid {}, its directory by uid {} (the service's?): chown it back",
+                e.path().display(),
+                m.uid(),
+                d.uid()
+            );
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -320,7 +394,13 @@ fn main() -> ExitCode {
             file,
         } => ExitCode::from(check_zone::run(&file, origin.as_deref(), quiet) as u8),
         Cmd::CheckConfig { config, no_zones } => ExitCode::from(check_config(&config, !no_zones)),
-        Cmd::SignZone { config, out, zone } => match sign_zone(&config, &zone, out.as_deref()) {
+        Cmd::SignZone {
+            config,
+            out,
+            key_dir,
+            update_keys,
+            zone,
+        } => match sign_zone(&config, &zone, out.as_deref(), key_dir, update_keys) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("dnsd sign-zone: {e}");

@@ -314,6 +314,18 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     }
     metrics.register("transfers", xfr.clone());
     metrics.register(
+        "signing_keys",
+        Arc::new(|out: &mut shield::metrics::Samples| {
+            out.counter(
+                "signing.keys_missing",
+                "dnsd_signing_keys_missing_total",
+                "",
+                "Signings refused because key files a zone held are gone (the last signed version keeps serving).",
+                crate::signing::KEYS_MISSING.load(Ordering::Relaxed),
+            )
+        }),
+    );
+    metrics.register(
         "zones",
         Arc::new(crate::metrics::Zones {
             reloads: registry.stats.clone(),
@@ -353,9 +365,11 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             tokio::spawn(tcp.clone().serve(l));
         }
         if let Some(path) = cfg.control.socket.clone() {
-            // A stale socket is replaced; one another live server answers on is refused.
-            let l = shield::control::bind(&path)
+            // A stale socket is replaced; one another live server answers on is refused (and
+            // left alone). Mode and group whatever the umask; peers checked per connection.
+            let l = shield::control::bind(&path, &cfg.control.access())
                 .map_err(|e| format!("control.socket {}: {e}", path.display()))?;
+            metrics.register("control", l.stats());
             tokio::spawn(crate::control::serve(l, shared.clone()));
         }
         if let Some(m) = cfg.metrics.listen.clone() {
@@ -426,9 +440,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     for h in handles {
         let _ = h.join();
     }
-    if let Some(p) = &cfg.control.socket {
-        let _ = std::fs::remove_file(p);
-    }
+    // The control socket goes with its task (only if it is still this server's).
     rt.shutdown_timeout(Duration::from_millis(500));
     if let Some(f) = shared.flusher.lock().expect("flusher lock").take() {
         f.stop();

@@ -482,10 +482,26 @@ struct MetricsSchema {
     listen: Option<SocketAddr>,
 }
 
-#[derive(Clone, Debug, Deserialize, Default)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ControlSchema {
     socket: Option<PathBuf>,
+    #[serde(
+        default = "shield::control::default_mode",
+        deserialize_with = "shield::control::octal"
+    )]
+    mode: u32,
+    group: Option<String>,
+}
+
+impl Default for ControlSchema {
+    fn default() -> Self {
+        ControlSchema {
+            socket: None,
+            mode: shield::control::DEFAULT_MODE,
+            group: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -724,6 +740,8 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// `[control] socket`: `http-front ctl` talks to the running proxy there. Start-time only.
     pub control_socket: Option<PathBuf>,
+    /// `[control] mode` and `group`: who besides root and http-front's user may use it.
+    pub control_access: shield::control::Access,
     /// `[[upstream]]`.
     pub upstreams: Vec<Upstream>,
     /// `[[site]]`.
@@ -964,6 +982,10 @@ impl Config {
             access_log,
             metrics: f.metrics.listen,
             control_socket: f.control.socket.map(|p| abs(&p)),
+            control_access: shield::control::Access {
+                mode: f.control.mode,
+                group: f.control.group.clone(),
+            },
             upstreams,
             sites,
             log: f.log,

@@ -98,16 +98,18 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         background.spawn(shield::metrics::serve(l, Arc::clone(&front.metrics)));
     }
     if let Some(path) = front.snapshot().cfg.control_socket.clone() {
-        let l = shield::control::bind(&path).map_err(|source| StartError::Output {
+        let access = front.snapshot().cfg.control_access.clone();
+        let l = shield::control::bind(&path, &access).map_err(|source| StartError::Output {
             what: "control.socket",
             source,
         })?;
         tracing::info!(socket = %path.display(), "control socket");
+        front.metrics.register("control", l.stats());
         let f = Arc::clone(&front);
         let started = std::time::Instant::now();
-        background.spawn(shield::control::serve(l, move |args| {
+        background.spawn(shield::control::serve(l, move |args, peer| {
             let f = Arc::clone(&f);
-            async move { control(&f, &args, started).await }
+            async move { control(&f, &args, &peer, started).await }
         }));
     }
     background.spawn(blockwatch::close_blocked(Arc::clone(&front)));
@@ -176,10 +178,8 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         left = front.registry.open(),
         "connections closed"
     );
+    // The control socket goes with its task (only if it is still this front's).
     background.abort_all();
-    if let Some(p) = &front.snapshot().cfg.control_socket {
-        let _ = std::fs::remove_file(p);
-    }
     if let Some(h) = sync {
         // Last decisions out before leaving (bounded by the sync's I/O timeout).
         let st = h.shutdown().await;
@@ -196,12 +196,13 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
 async fn control(
     front: &Arc<Front>,
     args: &[String],
+    peer: &shield::control::Peer,
     started: std::time::Instant,
 ) -> shield::control::Reply {
     use shield::control::Reply;
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
-        ["block", rest @ ..] => shield::control::block::command(&front.blocks, rest),
+        ["block", rest @ ..] => shield::control::block::command(&front.blocks, rest, peer),
         ["stats"] => Reply::ok(front.metrics.render_ctl()),
         ["status"] => {
             let snap = front.snapshot();

@@ -261,12 +261,19 @@ pub struct DnsdBuilder {
     zones: Vec<Zone>,
     listen: Option<(String, Ipv4Addr)>,
     server_lines: Vec<String>,
+    control_lines: Vec<String>,
     extra: String,
     no_metrics: bool,
     at: Option<SocketAddr>,
 }
 
 impl DnsdBuilder {
+    /// Adds a line to `[control]` (`mode = "0666"`, `group = "nogroup"`).
+    pub fn control(mut self, line: &str) -> Self {
+        self.control_lines.push(line.to_string());
+        self
+    }
+
     /// Serves `zone` too.
     pub fn zone(mut self, zone: Zone) -> Self {
         self.zones.push(zone);
@@ -366,6 +373,9 @@ impl DnsdBuilder {
                 }
             }
             let _ = writeln!(cfg, "\n[control]\nsocket = \"{}\"", control.display());
+            for l in &self.control_lines {
+                let _ = writeln!(cfg, "{l}");
+            }
             if let Some(m) = metrics {
                 let _ = writeln!(cfg, "\n[metrics]\nlisten = \"{m}\"");
             }

@@ -54,7 +54,7 @@ fn example_config_serves_the_example_zones_as_the_readme_shows() {
     cfg = swap(&cfg, "port = 5353", &format!("port = {port}"));
     cfg = swap(
         &cfg,
-        "socket = \"/tmp/palisade-dnsd.sock\"",
+        "socket = \"run/dnsd.sock\"",
         &format!("socket = \"{}\"", dir.path().join("dnsd.sock").display()),
     );
     cfg = swap(

@@ -1187,3 +1187,86 @@ fn every_zone_dnsd_signs_passes_bind_knot_and_ldns_zone_verifiers() {
         policies.len()
     );
 }
+
+#[test]
+fn key_files_gone_stop_signing_and_sign_zone_leaves_the_live_keys_alone() {
+    if !need(&["dig"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let policy = "keys = \"ksk-zsk\"";
+    let (dnsd, _) = start(dir.path(), 3600, policy, &[]);
+    let zdir = dir.path().join("keys").join("example.com");
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('K'))
+            .collect();
+        v.sort();
+        v
+    };
+    let keys = names(&zdir);
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.iter().any(|n| n.contains("+ksk-")) && keys.iter().any(|n| n.contains("+zsk-")));
+    let ksk_before = ksks(dnsd.addr());
+    // `dnsd sign-zone` signs from a copy of the live keys: the directory is left as it was.
+    let snapshot = |d: &Path| -> Vec<(String, std::time::SystemTime)> {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    e.metadata().unwrap().modified().unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = snapshot(&zdir);
+    let out = Command::new(palisade_tests::bin("dnsd"))
+        .args(["sign-zone", "-c"])
+        .arg(dnsd.config_path())
+        .arg("-o")
+        .arg(dir.path().join("offline.zone"))
+        .arg("example.com.")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        snapshot(&zdir),
+        before,
+        "the live key directory is untouched"
+    );
+    // The KSK's file goes missing: no fresh KSK (the parent's DS names the old one), the
+    // last signed version keeps serving, ctl zone-keys and a metric say so.
+    let ksk = keys.iter().find(|n| n.contains("+ksk-")).unwrap();
+    std::fs::remove_file(zdir.join(ksk)).unwrap();
+    let (ok, out) = dnsd.ctl(&["zone-sign", "example.com."]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("key files gone") && out.contains(ksk.as_str()),
+        "{out}"
+    );
+    assert_eq!(names(&zdir).len(), 1, "no new key made: {:?}", names(&zdir));
+    assert_eq!(
+        ksks(dnsd.addr()),
+        ksk_before,
+        "still served signed as before"
+    );
+    let (_, kt) = dnsd.ctl(&["zone-keys", "example.com."]);
+    assert!(kt.starts_with("ERROR:"), "{kt}");
+    assert!(dnsd.stat("signing.keys_missing") >= 1);
+    // A restart serves the last signed copy rather than signing with new keys.
+    drop(dnsd);
+    let (dnsd, _) = start_with(dir.path(), None, policy, &[], "", "");
+    assert_eq!(ksks(dnsd.addr()), ksk_before, "the signed copy serves");
+    assert_eq!(names(&zdir).len(), 1, "still no new key");
+    assert!(dnsd.log().contains("key files gone"), "{}", dnsd.log());
+}

@@ -678,11 +678,18 @@ fn sign_part(
             )
         })
         .collect();
+    // A signature is kept only for the key that made it: the previous version must have
+    // published this very key (a key of the same tag and algorithm made since — a tag used
+    // again — signs afresh).
+    let known: Vec<bool> = keys
+        .iter()
+        .map(|k| prev.is_some_and(|z| publishes(z, k.key.dnskey())))
+        .collect();
     for &i in part {
         let set = &s.sets[i as usize];
         let owner = s.owner(set);
         let prev_sigs = prev.and_then(|z| unchanged_sigs(z, owner, set, s.rrs(set), &mut old));
-        for (k, &(tag, alg)) in keys.iter().zip(&tags) {
+        for ((k, &(tag, alg)), &known) in keys.iter().zip(&tags).zip(&known) {
             let wanted = match set.by {
                 By::Keys => k.signs_keys,
                 By::Zone => k.signs_zone,
@@ -691,7 +698,7 @@ fn sign_part(
             if !wanted {
                 continue;
             }
-            let kept = prev_sigs.as_ref().and_then(|(z, sigs)| {
+            let kept = prev_sigs.as_ref().filter(|_| known).and_then(|(z, sigs)| {
                 z.rrs(sigs).map(|(_, rd)| rd).find(|rd| {
                     rd.len() > 18
                         && rd[2] == alg
@@ -747,6 +754,12 @@ fn sign_part(
         }
     }
     Ok(out)
+}
+
+/// True when `z`'s apex DNSKEY RRset holds exactly `dnskey`.
+fn publishes(z: &Zone, dnskey: &[u8]) -> bool {
+    z.rrset(0, t::DNSKEY)
+        .is_some_and(|set| z.rrs(set).any(|(_, rd)| rd == dnskey))
 }
 
 /// The previous version's RRSIG set over this RRset, when the RRset is the same there.

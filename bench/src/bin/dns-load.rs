@@ -732,6 +732,8 @@ struct Counts {
     replies: u64,
     tc: u64,
     rcode: [u64; 16],
+    /// Bytes of the replies (DNS messages).
+    bytes: u64,
 }
 
 struct RxRing {
@@ -790,6 +792,7 @@ impl RxRing {
                 let len = self.hdr[i].msg_len as usize;
                 if let Some(h) = dns::header(&self.bufs[i * MSG..i * MSG + len.min(MSG)]) {
                     c.replies += 1;
+                    c.bytes += len as u64;
                     if h.tc {
                         c.tc += 1;
                     }
@@ -862,11 +865,13 @@ fn flood(c: &Common, max_packets: u64, batch: usize, edns: bool, kind: &str) -> 
         replies: 0,
         tc: 0,
         rcode: [0; 16],
+        bytes: 0,
     };
     let mut ovfl = vec![0u32; socks.len()];
     let mut q = Vec::with_capacity(MSG);
     let mut name = String::new();
     let (mut sent, mut attempts, mut send_errors) = (0u64, 0u64, 0u64);
+    let mut sent_bytes = 0u64;
     let dur = Duration::from_secs_f64(c.duration);
 
     wait_start(c.start_at);
@@ -911,6 +916,10 @@ fn flood(c: &Common, max_packets: u64, batch: usize, edns: bool, kind: &str) -> 
         attempts += n as u64;
         let ok = r.max(0) as u64;
         sent += ok;
+        sent_bytes += iov[..ok as usize]
+            .iter()
+            .map(|v| v.iov_len as u64)
+            .sum::<u64>();
         send_errors += n as u64 - ok;
         if let Some(p) = sent_ps.get_mut(sec) {
             *p += ok;
@@ -944,7 +953,7 @@ fn flood(c: &Common, max_packets: u64, batch: usize, edns: bool, kind: &str) -> 
         .map(|(i, n)| format!("\"{i}\":{n}"))
         .collect();
     let j = format!(
-        "{{\"mode\":\"flood\",\"kind\":{},\"t0\":{:.6},\"rate\":{},\"duration\":{},\"wall\":{wall:.3},\"sources\":{},\"n_targets\":{},\"sent\":{sent},\"send_errors\":{send_errors},\"replies\":{},\"replies_tc\":{},\"replies_rcode\":{{{}}},\"replies_lost_at_client\":{lost_at_client},\"per_second\":{{\"sent\":{},\"replies\":{}}}}}",
+        "{{\"mode\":\"flood\",\"kind\":{},\"t0\":{:.6},\"rate\":{},\"duration\":{},\"wall\":{wall:.3},\"sources\":{},\"n_targets\":{},\"sent\":{sent},\"send_errors\":{send_errors},\"replies\":{},\"replies_tc\":{},\"replies_rcode\":{{{}}},\"replies_lost_at_client\":{lost_at_client},\"sent_bytes\":{sent_bytes},\"reply_bytes\":{},\"per_second\":{{\"sent\":{},\"replies\":{}}}}}",
         json_str(kind),
         t0_ns as f64 / 1e9,
         c.rate,
@@ -954,6 +963,7 @@ fn flood(c: &Common, max_packets: u64, batch: usize, edns: bool, kind: &str) -> 
         counts.replies,
         counts.tc,
         rc.join(","),
+        counts.bytes,
         json_list(&sent_ps),
         json_list(&reply_ps)
     );

@@ -353,11 +353,39 @@ pub struct ZoneConfig {
 }
 
 /// `[control]`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Control {
     /// Unix socket path for `dnsd ctl`.
     pub socket: Option<PathBuf>,
+    /// Permission bits of the socket (octal, default 0660), whatever the umask.
+    #[serde(
+        default = "shield::control::default_mode",
+        deserialize_with = "shield::control::octal"
+    )]
+    pub mode: u32,
+    /// A group whose members may use the socket besides root and dnsd's own user.
+    pub group: Option<String>,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Control {
+            socket: None,
+            mode: shield::control::DEFAULT_MODE,
+            group: None,
+        }
+    }
+}
+
+impl Control {
+    /// Who may use the socket.
+    pub fn access(&self) -> shield::control::Access {
+        shield::control::Access {
+            mode: self.mode,
+            group: self.group.clone(),
+        }
+    }
 }
 
 /// `[metrics]`.
@@ -404,6 +432,11 @@ impl Config {
         {
             r.file = dir.join(&r.file);
         }
+        if let Some(s) = &mut c.control.socket
+            && s.is_relative()
+        {
+            *s = dir.join(&*s);
+        }
         Ok(c)
     }
 
@@ -423,10 +456,12 @@ impl Config {
                 msg: e.message().to_string(),
             }
         })?;
+        // A relative path is relative to the config file, as the server reads it.
+        let dir = path.parent().unwrap_or(Path::new("."));
         Ok(v.get("control")
             .and_then(|c| c.get("socket"))
             .and_then(|s| s.as_str())
-            .map(PathBuf::from))
+            .map(|s| dir.join(s)))
     }
 
     /// Parses config text; `path` is used in errors.

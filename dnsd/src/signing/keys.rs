@@ -1,11 +1,18 @@
 //! DNSSEC keys: one file per key in the key directory, made or imported, signing with
 //! aws-lc-rs.
 //!
-//! A key file is TOML (`<key_dir>/<zone>/K<zone>+<alg>+<tag>.toml`, mode 0600, in a 0700
-//! directory of the zone's own): the zone, algorithm, role,
-//! its timeline (publish, active, retire, remove: seconds since the epoch) and the private
-//! key as base64 PKCS#8. Knot's key directory holds PKCS#8 PEM files too: those are imported
-//! with `dnsd key import`.
+//! A key file is TOML (`<key_dir>/<zone>/K<zone>+<alg>+<tag>+<role>-<id>.toml`, mode 0600,
+//! in a 0700 directory of the zone's own): the zone, algorithm, role, a random id that names
+//! the key for good, its timeline (publish, active, retire, remove: seconds since the epoch)
+//! and the private key as base64 PKCS#8. Knot's key directory holds PKCS#8 PEM files too:
+//! those are imported with `dnsd key import`.
+//!
+//! A key file is never overwritten by another key: a new key's file is linked into place
+//! only where no file is (its id is random), and no two keys of a zone share a key tag (a new
+//! key whose tag is taken is made again; an import of one is refused) — RRSIGs name their
+//! key by tag. The zone's manifest (`keys.list`) names the keys it holds: keys it names whose
+//! files are gone make [`check_manifest`] fail, and the zone is not signed with fresh keys
+//! the parent's DS does not know.
 
 use std::path::{Path, PathBuf};
 
@@ -84,6 +91,27 @@ pub enum KeyError {
     /// The crypto library failed.
     #[error("key generation failed")]
     Generate,
+    /// Another key of the zone has this tag (RRSIGs name keys by tag).
+    #[error("{zone}: another key of the zone has tag {tag}")]
+    TagInUse {
+        /// The zone.
+        zone: String,
+        /// The tag.
+        tag: u16,
+    },
+    /// Key files the zone's manifest names are gone: signing with new keys would break the
+    /// chain of trust (the parent's DS names the old ones).
+    #[error(
+        "{zone}: key files gone from {dir}: {missing}; not signing (the last signed version keeps serving): restore them, or remove {dir}/keys.list to start with new keys"
+    )]
+    Missing {
+        /// The zone.
+        zone: String,
+        /// Its key directory.
+        dir: String,
+        /// The files named by the manifest and not found.
+        missing: String,
+    },
 }
 
 /// A signature was not made (no room for it, or the crypto library refused).
@@ -97,6 +125,9 @@ pub struct SignFailed;
 pub struct KeyFile {
     /// The zone (absolute, lower case).
     pub zone: String,
+    /// The key's own id (random, in its file name): what names it whatever its tag.
+    #[serde(default)]
+    pub id: String,
     /// Algorithm.
     pub algorithm: Algorithm,
     /// Role.
@@ -320,15 +351,22 @@ impl Key {
         })
     }
 
-    /// Reads one key file.
+    /// Reads one key file (a file of before key ids takes its file name as its id).
     pub fn read(path: &Path) -> Result<Key, KeyError> {
         let text = std::fs::read_to_string(path).map_err(|e| KeyError::Io(path.into(), e))?;
-        let file: KeyFile =
+        let mut file: KeyFile =
             toml::from_str(&text).map_err(|e| KeyError::Parse(path.into(), e.to_string()))?;
+        if file.id.is_empty() {
+            file.id = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+        }
         Key::from_file(file, path.into())
     }
 
-    /// Writes the key file (whole, then renamed; readable by the service only).
+    /// Writes this key's own file again (its timeline changed): whole, then renamed over
+    /// itself; readable by the service only.
     pub fn write(&self) -> Result<(), KeyError> {
         write_private(
             &self.path,
@@ -336,17 +374,23 @@ impl Key {
         )
     }
 
-    /// The file name of a key: `K<zone>+<alg>+<tag>.toml` (the zone as
+    /// The file name of a key: `K<zone>+<alg>+<tag>+<role>-<id>.toml` (the zone as
     /// [`zones::name::file_stem`] writes it).
-    pub fn file_name(zone: &str, alg: Algorithm, tag: u16) -> String {
+    pub fn file_name(zone: &str, alg: Algorithm, tag: u16, role: Role, id: &str) -> String {
+        let role = match role {
+            Role::Ksk => "ksk",
+            Role::Zsk => "zsk",
+            Role::Csk => "csk",
+        };
         format!(
-            "K{}+{:03}+{tag:05}.toml",
+            "K{}+{:03}+{tag:05}+{role}-{id}.toml",
             zones::name::file_stem(zone),
             alg.number()
         )
     }
 
-    /// Makes a key for `zone` in `dir`, written at once. `at` sets publish and active.
+    /// Makes a key for `zone` in `dir`, written at once. `at` sets publish and active. A key
+    /// whose tag another key of the zone has is made again.
     pub fn generate(
         dir: &Path,
         zone: &str,
@@ -356,11 +400,18 @@ impl Key {
         now: u64,
         active: Option<u64>,
     ) -> Result<Key, KeyError> {
-        let der = generate_pkcs8(alg, rsa_bits)?;
-        Key::import_der(dir, zone, alg, role, &der, now, active)
+        let mut tries = 0;
+        loop {
+            let der = generate_pkcs8(alg, rsa_bits)?;
+            match Key::import_der(dir, zone, alg, role, &der, now, active) {
+                Err(KeyError::TagInUse { .. }) if tries < 64 => tries += 1,
+                r => return r,
+            }
+        }
     }
 
-    /// Stores a PKCS#8 private key for `zone` in `dir`.
+    /// Stores a PKCS#8 private key for `zone` in `dir`; refused when another key of the zone
+    /// has its tag.
     pub fn import_der(
         dir: &Path,
         zone: &str,
@@ -370,8 +421,11 @@ impl Key {
         now: u64,
         active: Option<u64>,
     ) -> Result<Key, KeyError> {
+        let mut id = [0u8; 6];
+        aws_lc_rs::rand::fill(&mut id).map_err(|_| KeyError::Generate)?;
         let file = KeyFile {
             zone: zone.to_ascii_lowercase(),
+            id: id.iter().map(|b| format!("{b:02x}")).collect(),
             algorithm: alg,
             role,
             created: now,
@@ -383,8 +437,14 @@ impl Key {
             private_key: base64::engine::general_purpose::STANDARD.encode(der),
         };
         let mut k = Key::from_file(file, PathBuf::new())?;
+        if zone_keys(dir, &k.file.zone)?.iter().any(|o| o.tag == k.tag) {
+            return Err(KeyError::TagInUse {
+                zone: k.file.zone.clone(),
+                tag: k.tag,
+            });
+        }
         let zdir = zone_dir(dir, &k.file.zone);
-        k.path = zdir.join(Key::file_name(&k.file.zone, alg, k.tag));
+        k.path = zdir.join(Key::file_name(&k.file.zone, alg, k.tag, role, &k.file.id));
         // The key directory is the service's alone (private keys inside).
         {
             use std::os::unix::fs::DirBuilderExt as _;
@@ -394,7 +454,10 @@ impl Key {
                 .create(&zdir)
                 .map_err(|e| KeyError::Io(zdir.clone(), e))?;
         }
-        k.write()?;
+        write_new(
+            &k.path,
+            &toml::to_string(&k.file).expect("key file serialises"),
+        )?;
         Ok(k)
     }
 }
@@ -450,6 +513,84 @@ pub fn zone_keys(dir: &Path, zone: &str) -> Result<Vec<Key>, KeyError> {
     }
     keys.sort_by_key(|k| (k.file.created, k.tag));
     Ok(keys)
+}
+
+/// The zone's manifest: the key files it holds, one name per line.
+fn manifest_path(dir: &Path, zone: &str) -> PathBuf {
+    zone_dir(dir, zone).join("keys.list")
+}
+
+/// Fails when key files the zone's manifest names are not among `keys` (gone from the
+/// directory). A zone without a manifest that was signed before (its serial file) and has no
+/// keys at all fails too.
+pub fn check_manifest(dir: &Path, zone: &str, keys: &[Key]) -> Result<(), KeyError> {
+    let have: std::collections::HashSet<String> = keys
+        .iter()
+        .filter_map(|k| k.path.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    let zdir = zone_dir(dir, zone);
+    let missing: Vec<String> = match std::fs::read_to_string(manifest_path(dir, zone)) {
+        Ok(t) => t
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !have.contains(*l))
+            .map(str::to_string)
+            .collect(),
+        Err(_) if keys.is_empty() && zdir.join("serial").exists() => {
+            vec!["every key (the zone was signed here before)".into()]
+        }
+        Err(_) => Vec::new(),
+    };
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(KeyError::Missing {
+        zone: zone.to_string(),
+        dir: zdir.display().to_string(),
+        missing: missing.join(", "),
+    })
+}
+
+/// Writes the zone's manifest: the files of `keys`.
+pub fn write_manifest(dir: &Path, zone: &str, keys: &[Key]) -> Result<(), KeyError> {
+    let mut names: Vec<String> = keys
+        .iter()
+        .filter_map(|k| k.path.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    let mut text = names.join("\n");
+    text.push('\n');
+    let p = manifest_path(dir, zone);
+    let tmp = p.with_extension("list.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, &p))
+        .map_err(|e| KeyError::Io(p, e))
+}
+
+/// Writes a new key's file at `path`, readable by the owner only, never over an existing
+/// file: written whole beside it, then linked into place (which fails where a file is).
+fn write_new(path: &Path, text: &str) -> Result<(), KeyError> {
+    let tmp = path.with_extension("toml.new");
+    write_file(&tmp, text)?;
+    let r = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    r.map_err(|e| KeyError::Io(path.into(), e))
+}
+
+/// Writes `text` to a fresh `path` readable by the owner only.
+fn write_file(path: &Path, text: &str) -> Result<(), KeyError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| KeyError::Io(path.into(), e))?;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(|e| KeyError::Io(path.into(), e))
 }
 
 /// Writes `text` to `path` readable by the owner only, replacing it whole.
@@ -520,5 +661,70 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("Kexample.com+013+00001.toml"), "{e}");
+    }
+
+    /// Files are named by role and id and never overwritten; a tag in use is refused on
+    /// import and made again on generation; the manifest finds keys that are gone.
+    #[test]
+    fn key_files_never_collide_and_missing_keys_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let ksk =
+            Key::generate(d, "example.", Algorithm::Ed25519, 0, Role::Ksk, 1, Some(1)).unwrap();
+        let name = ksk.path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with(&format!("Kexample+015+{:05}+ksk-", ksk.tag)),
+            "{name}"
+        );
+        assert_eq!(ksk.file.id.len(), 12);
+        // A ZSK with the KSK's private key has the same public key but another role, so
+        // another tag; a second import of the very KSK has the KSK's tag: refused.
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(&ksk.file.private_key)
+            .unwrap();
+        let e = Key::import_der(d, "example.", Algorithm::Ed25519, Role::Ksk, &der, 2, None)
+            .unwrap_err();
+        assert!(
+            matches!(e, KeyError::TagInUse { tag, .. } if tag == ksk.tag),
+            "{e}"
+        );
+        // Forced collisions: many keys, never two with one tag, never a file lost.
+        for i in 0..40 {
+            Key::generate(
+                d,
+                "example.",
+                Algorithm::Ed25519,
+                0,
+                Role::Zsk,
+                10 + i,
+                None,
+            )
+            .unwrap();
+        }
+        let keys = zone_keys(d, "example.").unwrap();
+        assert_eq!(keys.len(), 41);
+        let mut tags: Vec<u16> = keys.iter().map(|k| k.tag).collect();
+        tags.sort();
+        tags.dedup();
+        assert_eq!(tags.len(), 41, "every tag unique");
+        assert_eq!(
+            Key::read(&ksk.path).unwrap().file.private_key,
+            ksk.file.private_key
+        );
+        // The manifest: a key file gone is found.
+        write_manifest(d, "example.", &keys).unwrap();
+        check_manifest(d, "example.", &keys).unwrap();
+        std::fs::remove_file(&ksk.path).unwrap();
+        let left = zone_keys(d, "example.").unwrap();
+        let e = check_manifest(d, "example.", &left)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&name) && e.contains("not signing"), "{e}");
+        // A zone signed before (its serial) whose keys and manifest are all gone.
+        let other = zone_dir(d, "other.");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join("serial"), "5\n").unwrap();
+        assert!(check_manifest(d, "other.", &[]).is_err());
+        assert!(check_manifest(d, "fresh.", &[]).is_ok());
     }
 }

@@ -110,7 +110,33 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
     let zone = unsigned.apex().to_lowercase().to_string();
     let ttl = job.policy.dnskey_ttl.unwrap_or_else(|| soa_ttl(unsigned));
     let max_ttl = max_ttl(unsigned);
-    let (mut keys, next_roll) = timeline(p, &zone, now, ttl as u64, max_ttl as u64)?;
+    let (mut keys, next_roll) = match timeline(p, &zone, now, ttl as u64, max_ttl as u64) {
+        Ok(t) => t,
+        Err(e @ KeyError::Missing { .. }) => {
+            tracing::error!(zone, "{e}");
+            // The last signed version keeps serving: a served one stays where it is (the
+            // caller keeps it on error); at a start, the signed copy on disk is served.
+            if job.prev.is_none()
+                && let Some(copy) = read_copy(&p.key_dir, unsigned.apex())
+            {
+                let earliest = zones::dnssec::signature_expiry(&copy, now as u32)
+                    .0
+                    .unwrap_or(now as u32);
+                return Ok(SignedZone {
+                    zone: copy,
+                    made: 0,
+                    kept: 0,
+                    warnings: Vec::new(),
+                    // Checked again in five minutes: the files may be restored.
+                    resign_at: now + 300,
+                    earliest_expiration: earliest,
+                    compact: None,
+                });
+            }
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let signing: Vec<SigningKey<'_>> = keys
         .iter()
         .filter(|k| k.file.state(now) == KeyState::Active)
@@ -348,6 +374,12 @@ pub fn timeline(
     let _step = STEP.lock().unwrap_or_else(|e| e.into_inner());
     let mut next_roll: Option<u64> = None;
     let mut keys = keys::zone_keys(&p.key_dir, zone)?;
+    // Keys the zone held whose files are gone: never fresh keys in their place (the
+    // parent's DS names the old ones).
+    if let Err(e) = keys::check_manifest(&p.key_dir, zone, &keys) {
+        KEYS_MISSING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return Err(e);
+    }
     // Keys past removal go.
     keys.retain(|k| {
         if k.file.state(now) == KeyState::Removed {
@@ -458,8 +490,12 @@ pub fn timeline(
             }
         }
     }
+    keys::write_manifest(&p.key_dir, zone, &keys)?;
     Ok((keys, next_roll))
 }
+
+/// Signings refused because key files the zone held are gone.
+pub static KEYS_MISSING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A new key of the policy's algorithm, published now, signing from `active`, its CDS
 /// ready from `ready` (a key-signing key).
@@ -510,19 +546,24 @@ fn retire_older(keys: &mut [Key], role: Role, now: u64, linger: u64) -> Result<(
     Ok(())
 }
 
-/// One line per key of `zone` for `ctl zone-keys`.
+/// One line per key of `zone` for `ctl zone-keys` (and the error when key files are gone).
 pub fn keys_text(key_dir: &Path, zone: &str, now: u64) -> Result<String, KeyError> {
     use std::fmt::Write as _;
     let mut out = String::new();
-    for k in keys::zone_keys(key_dir, zone)? {
+    let all = keys::zone_keys(key_dir, zone)?;
+    if let Err(e) = keys::check_manifest(key_dir, zone, &all) {
+        let _ = writeln!(out, "ERROR: {e}");
+    }
+    for k in all {
         let f: &KeyFile = &k.file;
         let at =
             |t: Option<u64>| t.map_or("-".to_string(), |t| shield::clock::rfc3339_ms(t * 1000));
         let _ = writeln!(
             out,
-            "{} tag {} {:?} {:?} {:?} publish {} active {} ready {} retire {} remove {}",
+            "{} tag {} id {} {:?} {:?} {:?} publish {} active {} ready {} retire {} remove {}",
             f.zone,
             k.tag,
+            f.id,
             f.algorithm,
             f.role,
             f.state(now),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::block::{BlockEntry, BlockMap, InsertOutcome, Origin, RemoveCause};
 use crate::never_block::Refusal;
 
-use super::Reply;
+use super::{Peer, Reply};
 
 /// The `block` lines of a daemon's `ctl help` (a literal, for `concat!`), the same in both.
 #[macro_export]
@@ -28,8 +28,8 @@ macro_rules! block_help {
 /// TTL of an operator block when none is given.
 pub const DEFAULT_TTL_SECS: u64 = 3600;
 
-/// Runs one `block` subcommand.
-pub fn command(blocks: &BlockMap, args: &[&str]) -> Reply {
+/// Runs one `block` subcommand for `peer`.
+pub fn command(blocks: &BlockMap, args: &[&str], peer: &Peer) -> Reply {
     match args {
         ["add", net, opts @ ..] => add(blocks, net, opts),
         ["del", net] => match crate::prefix::parse_net(net) {
@@ -43,7 +43,7 @@ pub fn command(blocks: &BlockMap, args: &[&str]) -> Reply {
             None => Reply::err(format!("{net:?} is not an address or prefix\n")),
         },
         ["list"] => Reply::ok(list(blocks)),
-        ["import", file, opts @ ..] => import(blocks, file, opts),
+        ["import", file, opts @ ..] => import(blocks, file, opts, peer),
         _ => Reply::err(
             "usage: block add PREFIX [--ttl SECONDS] [--reason TEXT] [--force] | block del PREFIX | \
              block list | block import FILE [--ttl SECONDS] [--reason TEXT] [--force]\n",
@@ -102,12 +102,16 @@ fn needs_force(blocks: &BlockMap, net: &ipnet::IpNet) -> Option<String> {
 pub const MAX_IMPORT: usize = 10_000_000;
 
 /// Blocks every address or prefix listed in `file` (one per line, `#` comments), in one
-/// batch; a bad line refuses the whole file with its line number.
-fn import(blocks: &BlockMap, file: &str, opts: &[&str]) -> Reply {
+/// batch; a bad line refuses the whole file with its line number (never its contents). The
+/// file is read only if `peer` could read it.
+fn import(blocks: &BlockMap, file: &str, opts: &[&str], peer: &Peer) -> Reply {
     let Options { ttl, reason, force } = match options(opts) {
         Ok(x) => x,
         Err(r) => return r,
     };
+    if let Err(e) = peer.may_read(std::path::Path::new(file)) {
+        return Reply::err(format!("{e}\n"));
+    }
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) => return Reply::err(format!("{file}: {e}\n")),
@@ -139,7 +143,7 @@ fn import(blocks: &BlockMap, file: &str, opts: &[&str]) -> Reply {
             }
             None => {
                 return Reply::err(format!(
-                    "{file}:{}: {l:?} is not an address or prefix\n",
+                    "{file}:{}: not an address or prefix; nothing imported\n",
                     i + 1
                 ));
             }

@@ -1,0 +1,186 @@
+//! Control sockets take only those they should: made 0660 whatever the umask (here 000),
+//! peers checked with SO_PEERCRED (another user, run with `setpriv`, is refused even where
+//! the file mode would let it in; a member of `[control] group` is let in), files named by a
+//! command read only as the peer could and never echoed, and a second server that fails to
+//! start leaves the running one's socket alone.
+//!
+//! Needs root (to run commands as another user); elsewhere it says so loudly and skips.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use palisade_tests::servers::{Dnsd, Zone};
+
+/// `dnsd ctl -s SOCKET ARGS...` as user and group 65534 (nobody, nogroup), no other group.
+fn ctl_as_nobody(socket: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(palisade_tests::bin("dnsd"))
+        .arg("ctl")
+        .arg("-s")
+        .arg(socket)
+        .args(args)
+        .output()
+        .expect("run setpriv");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    if uid != 0 {
+        palisade_tests::skipped("control access tests need root (to act as another user)");
+    }
+    uid == 0
+}
+
+/// Lets others traverse the server's directory (to reach the socket at all).
+fn open_dir(d: &Dnsd) {
+    let dir = d.control_socket().parent().unwrap();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn the_socket_is_0660_whatever_the_umask_and_peers_are_checked() {
+    if !root() {
+        return;
+    }
+    // The daemons inherit this process's umask: the worst one.
+    // SAFETY: umask has no preconditions (each test is its own process).
+    unsafe { libc::umask(0) };
+    let d = Dnsd::builder().zone(Zone::data("example.com.")).start();
+    open_dir(&d);
+    let mode = std::fs::metadata(d.control_socket())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o660, "socket mode {mode:o}");
+    // Another user: the file mode keeps it out.
+    let (ok, out) = ctl_as_nobody(
+        d.control_socket(),
+        &["block", "add", "0.0.0.0/0", "--force"],
+    );
+    assert!(!ok, "{out}");
+    assert!(d.ctl(&["block", "list"]).1.contains("(no blocks)"));
+
+    // A file mode that would let anyone in: the peer check still refuses, and counts.
+    let open = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .control("mode = \"0666\"")
+        .start();
+    open_dir(&open);
+    let (ok, out) = ctl_as_nobody(open.control_socket(), &["block", "add", "203.0.113.0/24"]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("permission denied"), "{out}");
+    assert!(open.ctl(&["block", "list"]).1.contains("(no blocks)"));
+    assert_eq!(open.stat("control.refused"), 1);
+    assert!(open.stat("control.accepted") >= 1);
+
+    // A member of [control] group is let in; files it names are read as it could.
+    let grouped = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .control("group = \"nogroup\"")
+        .start();
+    open_dir(&grouped);
+    let m = std::fs::metadata(grouped.control_socket()).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::gid(&m), 65534);
+    let (ok, out) = ctl_as_nobody(
+        grouped.control_socket(),
+        &["block", "add", "203.0.113.0/24"],
+    );
+    assert!(ok, "{out}");
+    // A file only root may read: refused, and nothing of it in the answer.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "hunter2-not-a-prefix\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (ok, out) = ctl_as_nobody(
+        grouped.control_socket(),
+        &["block", "import", secret.to_str().unwrap()],
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("permission denied"), "{out}");
+    assert!(!out.contains("hunter2"), "never echoed: {out}");
+    let (ok, out) = ctl_as_nobody(
+        grouped.control_socket(),
+        &["zone", "add", "x.test.", secret.to_str().unwrap()],
+    );
+    assert!(!ok && !out.contains("hunter2"), "{out}");
+    // A readable file with a bad line: its line number, not its contents.
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (ok, out) = ctl_as_nobody(
+        grouped.control_socket(),
+        &["block", "import", secret.to_str().unwrap()],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("secret.txt:1: not an address or prefix"),
+        "{out}"
+    );
+    assert!(!out.contains("hunter2"), "never echoed: {out}");
+}
+
+#[test]
+fn a_second_server_that_fails_to_start_leaves_the_running_ones_socket() {
+    let a = Dnsd::start(&[Zone::data("example.com.")]);
+    let sock = a.control_socket().to_path_buf();
+    // The same config again: its address and its socket are taken.
+    let out = Command::new(palisade_tests::bin("dnsd"))
+        .args(["serve", "-c"])
+        .arg(a.config_path())
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run a second dnsd");
+    assert!(!out.status.success());
+    assert!(sock.exists(), "the running server's socket stays");
+    let (ok, text) = a.ctl(&["status"]);
+    assert!(ok, "{text}");
+    // Another address and port, the same socket: refused for the socket, which stays.
+    let cfg = std::fs::read_to_string(a.config_path()).unwrap();
+    let other_ip = palisade_tests::net::test_ip();
+    let other_port = palisade_tests::net::free_port(other_ip);
+    let other = cfg
+        .replace(
+            &format!("listen = [\"{}\"]", a.addr().ip()),
+            &format!("listen = [\"{other_ip}\"]"),
+        )
+        .replace(
+            &format!("port = {}", a.addr().port()),
+            &format!("port = {other_port}"),
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("second.toml");
+    std::fs::write(&path, other).unwrap();
+    let mut child = Command::new(palisade_tests::bin("dnsd"))
+        .args(["serve", "-c"])
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second dnsd kept running"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("another server answers on it"), "{err}");
+    assert!(sock.exists(), "the running server's socket stays");
+    assert!(a.ctl(&["status"]).0);
+}
