@@ -54,6 +54,23 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 shared.xfr.set_zone_policies(&members);
                 reload_cookie_secrets(shared, &c);
                 rules_note = reload_rules(shared, &c).await;
+                // The config's own warnings, in the log and in the answer (with zones that
+                // name a tenant while no rules file is configured: reload_rules says the rest).
+                let mut warnings = c.warnings.clone();
+                if c.rules.is_none() {
+                    warnings.extend(c.unknown_tenants(None));
+                }
+                if !warnings.is_empty() {
+                    let mut t = String::new();
+                    for w in &warnings {
+                        tracing::warn!("{w}");
+                        let _ = writeln!(t, "warning: {w}");
+                    }
+                    rules_note = Some(match rules_note {
+                        Some((ok, r)) => (ok, format!("{t}{r}")),
+                        None => (true, t),
+                    });
+                }
                 let rules = shared.defence.rules.as_ref().map(|r| r.current());
                 let never = defence::policy::never_block(&c, rules.as_ref().map(|g| &***g));
                 defence::policy::install(&shared.defence.blocks, &c, never);

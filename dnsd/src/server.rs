@@ -50,6 +50,17 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         .any(|z| z.xdp_answers == crate::config::XdpAnswers::All);
     // The transfer peers in the zone list are out of every automatic writer's reach.
     let own_never_block = defence::policy::own_set(&cfg);
+    // What the config's load noticed, and the zones' tenants (checked against the rules
+    // below), before the zone list leaves the config.
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
+    let zone_tenants: Vec<(String, u32)> = cfg
+        .zones
+        .iter()
+        .filter(|z| z.tenant != 0)
+        .map(|z| (z.origin.clone(), z.tenant))
+        .collect();
     // The registry holds the zone list from here on.
     let cfg = crate::state::without_zones(cfg);
     let catalog_queue = Arc::new(crate::catalog::CatalogQueue::default());
@@ -97,12 +108,13 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let never = defence::policy::merge(current.as_ref().map(|g| &***g), &own_never_block);
     drop(current);
     defence::policy::install(&blocks, &cfg, never);
+    let tenants = || zone_tenants.iter().map(|(o, t)| (o.as_str(), *t));
     let warnings = match &rules {
         Some(r) => {
             let p = r.current();
-            cfg.unknown_tenants(Some(&|t| p.has_rules(t)))
+            crate::config::unknown_tenants(tenants(), Some(&|t| p.has_rules(t)))
         }
-        None => cfg.unknown_tenants(None),
+        None => crate::config::unknown_tenants(tenants(), None),
     };
     for w in warnings {
         tracing::warn!("{w}");

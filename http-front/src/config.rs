@@ -748,6 +748,9 @@ pub struct Config {
     pub sites: Vec<Site>,
     /// `[log]`: format and filter. Start-time only.
     pub log: shield::logging::LogConfig,
+    /// What loading noticed and did not refuse (old spellings, sites naming a tenant the
+    /// rules file does not have): logged once logging is set up, and on every reload.
+    pub warnings: Vec<String>,
 }
 
 /// A checked configuration with what it names already loaded: compiled rules, TLS settings.
@@ -950,9 +953,24 @@ impl Config {
             return Err(at(None, "block.capacity", "must be at least 1".into()));
         }
 
+        let mut warnings = Vec::new();
         let mut events = f.events.clone();
         for w in events.upgrade(&dir) {
-            tracing::warn!(file = %path.display(), "{w}");
+            warnings.push(format!("{}: {w}", path.display()));
+        }
+        for site in &sites {
+            if let Some(t) = site.tenant.filter(|&t| t != 0 && !prepared.has_rules(t)) {
+                warnings.push(match &rules_file {
+                    Some(_) => format!(
+                        "site {} names tenant {t}, which the rules file does not have: its requests meet only [global]",
+                        site.name
+                    ),
+                    None => format!(
+                        "site {} names tenant {t}, but there is no [rules] file: its requests meet no rules",
+                        site.name
+                    ),
+                });
+            }
         }
         events.check().map_err(|(k, m)| at(None, &k, m))?;
         let redis = match f.redis.clone() {
@@ -989,6 +1007,7 @@ impl Config {
             upstreams,
             sites,
             log: f.log,
+            warnings,
         };
         Ok(Loaded {
             config,

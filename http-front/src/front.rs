@@ -343,8 +343,9 @@ impl Front {
         &self.config_path
     }
 
-    /// Re-reads the config file; on success swaps in the new snapshot and rules, on failure keeps the last good ones.
-    pub fn reload(&self) -> Result<(), ConfigError> {
+    /// Re-reads the config file; on success swaps in the new snapshot and rules (and returns
+    /// the config's warnings), on failure keeps the last good ones.
+    pub fn reload(&self) -> Result<Vec<String>, ConfigError> {
         shield::service::reloading();
         let r = self.reload_now();
         shield::service::ready(if r.is_ok() {
@@ -355,7 +356,7 @@ impl Front {
         r
     }
 
-    fn reload_now(&self) -> Result<(), ConfigError> {
+    fn reload_now(&self) -> Result<Vec<String>, ConfigError> {
         let loaded = match Config::load(&self.config_path) {
             Ok(l) => l,
             Err(e) => {
@@ -370,6 +371,10 @@ impl Front {
             tracing::warn!(keys = ?ignored, "these settings change only at restart; keeping the running ones");
         }
         let Loaded { config, rules, tls } = loaded;
+        for w in &config.warnings {
+            tracing::warn!("{w}");
+        }
+        let warnings = config.warnings.clone();
         crate::policy::install(&self.blocks, &config, &rules);
         let snap = Snapshot::build(config, &rules, tls, Some(&prev));
         self.conn_tenant
@@ -378,7 +383,7 @@ impl Front {
         self.snapshot.store(Arc::new(snap));
         self.counters.bump(Counter::ReloadOk);
         tracing::info!(path = %self.config_path.display(), "config reloaded");
-        Ok(())
+        Ok(warnings)
     }
 
     /// A sender into the access-log writer, when access logs are on.

@@ -114,6 +114,13 @@ fn main() -> ExitCode {
         eprintln!("http-front: {e}");
         return ExitCode::from(2);
     }
+    // What the config's load noticed, now that the log takes it.
+    for w in &loaded.config.warnings {
+        tracing::warn!("{w}");
+        if args.check {
+            eprintln!("warning: {w}");
+        }
+    }
     if args.check {
         println!(
             "{}: ok ({} sites, {} upstreams, {} tenants with rules)",

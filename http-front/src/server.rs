@@ -219,7 +219,11 @@ async fn control(
         ["reload"] => {
             let f = Arc::clone(front);
             match tokio::task::spawn_blocking(move || f.reload()).await {
-                Ok(Ok(())) => Reply::ok("reloaded\n"),
+                Ok(Ok(warnings)) => Reply::ok(
+                    std::iter::once("reloaded\n".to_string())
+                        .chain(warnings.iter().map(|w| format!("warning: {w}\n")))
+                        .collect::<String>(),
+                ),
                 Ok(Err(e)) => {
                     Reply::err(format!("reload refused, the running config stays: {e}\n"))
                 }

@@ -168,6 +168,17 @@ impl PolicyConfig {
             zones::sign::Denial::Nsec
         };
         let algorithm = self.algorithm.unwrap_or(Algorithm::Ecdsap256sha256);
+        if self.compact_denial && algorithm == Algorithm::Rsasha256 {
+            // The budget counts signatures: an RSA signature costs tens of ECDSA ones, so
+            // the default budget would be several cores per worker under a flood.
+            return Err((
+                k("compact_denial"),
+                format!(
+                    "policy {:?}: compact denial signs online, and RSA signatures cost tens of times an ECDSA or Ed25519 one: use algorithm ecdsap256sha256 or ed25519",
+                    self.name
+                ),
+            ));
+        }
         let rsa_bits = self.rsa_bits.unwrap_or(2048);
         if !matches!(rsa_bits, 2048 | 3072 | 4096) {
             return Err((k("rsa_bits"), "must be 2048, 3072 or 4096".into()));
@@ -271,6 +282,10 @@ mod tests {
             ("[[dnssec_policy]]\nname = \"p\"\n", "dnssec.key_dir"),
             (
                 "[dnssec]\nkey_dir = \"k\"\n[[dnssec_policy]]\nname = \"p\"\nnsec3 = true\ncompact_denial = true\n",
+                "dnssec_policy[0].compact_denial",
+            ),
+            (
+                "[dnssec]\nkey_dir = \"k\"\n[[dnssec_policy]]\nname = \"rsa\"\nalgorithm = \"rsasha256\"\ncompact_denial = true\n",
                 "dnssec_policy[0].compact_denial",
             ),
             (

@@ -58,6 +58,10 @@ pub struct Config {
     /// Zones served: `[[zone]]`, `[[zone_set]]` and the zone state, templates applied.
     #[serde(skip)]
     pub zones: Vec<ZoneConfig>,
+    /// What loading the file noticed and did not refuse (old spellings, entries skipped):
+    /// logged once logging is set up, and in `ctl reload`'s answer.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
     /// `[[zone]]` as written (resolved into `zones`).
     #[serde(default, rename = "zone")]
     pub zone_specs: Vec<zone_list::ZoneSpec>,
@@ -481,7 +485,22 @@ impl Config {
         })?;
         let dir = path.parent().unwrap_or(Path::new("."));
         for w in c.events.upgrade(dir) {
-            tracing::warn!(file = %path.display(), "{w}");
+            c.warnings.push(format!("{}: {w}", path.display()));
+        }
+        if text.contains("water_torture")
+            && toml::from_str::<toml::Table>(text)
+                .ok()
+                .and_then(|t| {
+                    t.get("defence")
+                        .and_then(|d| d.get("water_torture"))
+                        .cloned()
+                })
+                .is_some()
+        {
+            c.warnings.push(format!(
+                "{}: defence.water_torture is the old spelling: write defence.random_subdomain",
+                path.display()
+            ));
         }
         if let Some(k) = &mut c.dnssec.key_dir
             && k.is_relative()
@@ -638,21 +657,30 @@ impl Config {
     /// Warnings for zones that name a tenant the rules (`has`: does the rules file have it;
     /// `None`: no `[rules]`) do not know: their queries meet no rules of their own.
     pub fn unknown_tenants(&self, has: Option<&dyn Fn(u32) -> bool>) -> Vec<String> {
-        self.zones
-            .iter()
-            .filter(|z| z.tenant != 0 && !has.is_some_and(|h| h(z.tenant)))
-            .map(|z| match has {
-                Some(_) => format!(
-                    "zone {} names tenant {}, which the rules file does not have: its queries meet only [global]",
-                    z.origin, z.tenant
-                ),
-                None => format!(
-                    "zone {} names tenant {}, but there is no [rules] file: its queries meet no rules",
-                    z.origin, z.tenant
-                ),
-            })
-            .collect()
+        unknown_tenants(
+            self.zones.iter().map(|z| (z.origin.as_str(), z.tenant)),
+            has,
+        )
     }
+}
+
+/// Zones (origin, tenant) that name a tenant the rules do not have (`has`; `None`: no rules
+/// file at all), as warnings.
+pub fn unknown_tenants<'a>(
+    zones: impl Iterator<Item = (&'a str, u32)>,
+    has: Option<&dyn Fn(u32) -> bool>,
+) -> Vec<String> {
+    zones
+        .filter(|(_, t)| *t != 0 && !has.is_some_and(|h| h(*t)))
+        .map(|(origin, tenant)| match has {
+            Some(_) => format!(
+                "zone {origin} names tenant {tenant}, which the rules file does not have: its queries meet only [global]"
+            ),
+            None => format!(
+                "zone {origin} names tenant {tenant}, but there is no [rules] file: its queries meet no rules"
+            ),
+        })
+        .collect()
 }
 
 use shield::toml_pos::line_col;

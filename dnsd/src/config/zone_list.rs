@@ -360,10 +360,10 @@ pub fn expand_sets(c: &mut Config, dir: &Path, path: &Path) -> Result<bool, Conf
             .to_lowercase();
         if !seen.insert(n.clone()) {
             if z.source == ZoneSource::State {
-                tracing::warn!(
+                c.warnings.push(format!(
                     "{}: zone {n} is also in the config; the config's entry is served",
                     z.key
-                );
+                ));
                 continue;
             }
             return Err(inv(
