@@ -7,9 +7,15 @@
 //! `catalog_template`), removes the members it no longer lists, starts a member afresh when
 //! its unique id changes, and hands a member over to another catalog only as the member's
 //! `coo` property says.
+//!
+//! A catalog is another party's data, and it reaches only its own tenant's: a member whose
+//! file would be another zone's, a member at or below a zone the catalog does not own, and
+//! members past `catalog_max_members` are refused ([`Refusal`], counted); a member's group
+//! may pick a template, never a tenant other than the catalog zone's own.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use zones::rrtype::t;
 use zones::{Name, Zone};
@@ -70,6 +76,65 @@ impl Consumed {
                 }
             }
         }
+    }
+}
+
+/// Why a consumed catalog's member was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Its file is another zone's.
+    FileTaken = 0,
+    /// It is at or below a zone the catalog does not own.
+    BelowOtherZone = 1,
+    /// The catalog lists more than `catalog_max_members`.
+    OverMax = 2,
+    /// Its group's template named another tenant (taken, with the catalog's tenant).
+    Tenant = 3,
+}
+
+impl Refusal {
+    /// Every cause, in counter order.
+    pub const ALL: [Refusal; 4] = [
+        Refusal::FileTaken,
+        Refusal::BelowOtherZone,
+        Refusal::OverMax,
+        Refusal::Tenant,
+    ];
+
+    /// The cause's name in counters.
+    pub fn name(self) -> &'static str {
+        match self {
+            Refusal::FileTaken => "file_taken",
+            Refusal::BelowOtherZone => "below_other_zone",
+            Refusal::OverMax => "over_max_members",
+            Refusal::Tenant => "tenant_overridden",
+        }
+    }
+}
+
+/// Members refused (or corrected) by cause, over every consumed catalog.
+pub static REFUSED: [AtomicU64; 4] = [
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+];
+
+/// Counts `n` members of `why`.
+pub fn refused(why: Refusal, n: u64) {
+    REFUSED[why as usize].fetch_add(n, Ordering::Relaxed);
+}
+
+/// The counters, for `ctl stats` and /metrics.
+pub fn collect(out: &mut shield::metrics::Samples) {
+    for why in Refusal::ALL {
+        out.counter(
+            format!("catalog.refused.{}", why.name()),
+            "dnsd_catalog_members_refused_total",
+            format!("cause=\"{}\"", why.name()),
+            "Consumed catalogs' members refused: a file another zone's, at or below a zone the catalog does not own, past catalog_max_members; tenant_overridden: taken with the catalog's tenant instead of its template's.",
+            REFUSED[why as usize].load(Ordering::Relaxed),
+        );
     }
 }
 

@@ -532,13 +532,22 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
     let Some(z) = reg.find(cat).and_then(|i| reg.entry(i)?.current.clone()) else {
         return;
     };
-    let new = match catalog::read(&z) {
+    let mut new = match catalog::read(&z) {
         Ok(m) => m,
         Err(e) => {
             tracing::error!("{e}: its members stay as they were");
             return;
         }
     };
+    // A bound on what one catalog may make us serve: the first members in canonical order.
+    if new.len() > cp.catalog_max_members {
+        let over = new.len() - cp.catalog_max_members;
+        let keep: BTreeMap<zones::Name, catalog::Member> =
+            new.into_iter().take(cp.catalog_max_members).collect();
+        new = keep;
+        catalog::refused(catalog::Refusal::OverMax, over as u64);
+        tracing::error!(catalog = %cat, over, max = cp.catalog_max_members, "catalog lists more members than catalog_max_members: the rest refused");
+    }
     let ch = {
         let st = shared.catalogs();
         let empty = BTreeMap::new();
@@ -593,14 +602,55 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
     }
     let mut configs = Vec::new();
     let mut plan = Vec::new();
+    // Files of every zone this catalog does not own: a member never writes over one.
+    let others_files: std::collections::HashMap<std::path::PathBuf, zones::Name> = reg
+        .entries()
+        .filter(|e| e.def.from_catalog.as_ref() != Some(cat))
+        .map(|e| (e.def.file.clone(), e.def.origin.clone()))
+        .collect();
+    let mut refused_here: Vec<zones::Name> = Vec::new();
     for m in ch.add.iter().chain(&ch.reset).chain(&ch.regroup) {
-        let zc = match member_config(&cfg, &cp, m) {
+        let mut zc = match member_config(&cfg, &cp, m) {
             Ok(z) => z,
             Err(e) => {
                 tracing::error!(catalog = %cat, zone = %m.zone, "member not served: {e}");
                 continue;
             }
         };
+        // At or below a zone the catalog does not own: it would answer for that zone's
+        // names (the longest match), from the catalog's primary's data.
+        let above = std::iter::successors(m.zone.parent(), |n| n.parent()).find(|n| {
+            reg.find(n)
+                .and_then(|i| reg.entry(i))
+                .is_some_and(|e| e.def.from_catalog.as_ref() != Some(cat))
+        });
+        if let Some(owner) = above {
+            catalog::refused(catalog::Refusal::BelowOtherZone, 1);
+            shield::limited!(
+                10,
+                error!(catalog = %cat, zone = %m.zone, other = %owner, "member refused: at or below a zone the catalog does not own")
+            );
+            refused_here.push(m.zone.clone());
+            continue;
+        }
+        if let Some(owner) = others_files.get(&zc.file).filter(|o| **o != m.zone) {
+            catalog::refused(catalog::Refusal::FileTaken, 1);
+            shield::limited!(
+                10,
+                error!(catalog = %cat, zone = %m.zone, other = %owner, file = %zc.file.display(), "member refused: its file is another zone's")
+            );
+            refused_here.push(m.zone.clone());
+            continue;
+        }
+        // A group picks a template, never a tenant: the members are the catalog's tenant's.
+        if zc.tenant != cp.tenant {
+            catalog::refused(catalog::Refusal::Tenant, 1);
+            shield::limited!(
+                10,
+                warn!(catalog = %cat, zone = %m.zone, template_tenant = zc.tenant, tenant = cp.tenant, "member's template names another tenant: the catalog's own is kept")
+            );
+            zc.tenant = cp.tenant;
+        }
         // Taken over from another catalog (its coo names this one): the zone keeps its slot
         // and the data it serves; only its settings change.
         let mut def = zone_def(&cfg, &zc, m.zone.clone());
@@ -629,7 +679,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
     drop(reg);
     // Members refused now are looked at again on the next read (a coo may hand them over).
     let mut new = new;
-    for z in &ch.refused {
+    for z in ch.refused.iter().chain(&refused_here) {
         new.remove(z);
     }
     let coos = |l: &BTreeMap<zones::Name, catalog::Member>| {

@@ -326,6 +326,10 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     }
     metrics.register("transfers", xfr.clone());
     metrics.register(
+        "catalogs",
+        Arc::new(|out: &mut shield::metrics::Samples| crate::catalog::collect(out)),
+    );
+    metrics.register(
         "signing_keys",
         Arc::new(|out: &mut shield::metrics::Samples| {
             out.counter(

@@ -504,3 +504,134 @@ fn consumer_rules_groups_coo_and_reset() {
     let (ok, out) = consumer.ctl(&["zone-refresh", "m1.test."]);
     assert!(!ok && out.contains("not a secondary zone"), "{out}");
 }
+
+#[test]
+fn hostile_catalog_members_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pdir = d.join("primary");
+    let cdir = d.join("consumer");
+    std::fs::create_dir(&pdir).unwrap();
+    std::fs::create_dir(&cdir).unwrap();
+    let members = ["g1.test.", "n1.test.", "n2.test.", "n3.test.", "n4.test."];
+    for z in members {
+        write(&pdir.join(format!("{z}zone")), &member_text(z, 1));
+    }
+    let a_file = pdir.join("a.cat.zone");
+    write(
+        &a_file,
+        &catalog_text(
+            "a.cat.",
+            1,
+            "2",
+            &[
+                // Below a zone of the consumer's config: would answer for its names.
+                ("www.victim.test.", "v1", ""),
+                // The config's own zone: another's, no coo.
+                ("victim.test.", "v2", ""),
+                // Its file would be the config zone other.test.'s.
+                ("taken.test.", "t1", ""),
+                // A group whose template names another tenant.
+                ("g1.test.", "g1", "group.g1.zones TXT \"gold\"\n"),
+            ],
+        ),
+    );
+    let b_file = pdir.join("b.cat.zone");
+    write(
+        &b_file,
+        &catalog_text(
+            "b.cat.",
+            1,
+            "2",
+            &[
+                ("n1.test.", "n1", ""),
+                ("n2.test.", "n2", ""),
+                ("n3.test.", "n3", ""),
+                ("n4.test.", "n4", ""),
+            ],
+        ),
+    );
+    let open = |z: &str, f: std::path::PathBuf| {
+        let mut z = Zone::new(z, f);
+        z.options.push("allow_transfer = [\"127.0.0.0/8\"]".into());
+        z
+    };
+    let mut pz = vec![
+        open("a.cat.", a_file.clone()),
+        open("b.cat.", b_file.clone()),
+    ];
+    for m in members {
+        pz.push(open(m, pdir.join(format!("{m}zone"))));
+    }
+    let primary = Dnsd::builder().zones(&pz).start();
+    let p = primary.addr();
+    // The consumer's own zones: victim.test. (tenant 1), and other.test. whose file is where
+    // a member taken.test. would be written.
+    write(
+        &cdir.join("victim.test.zone"),
+        &member_text("victim.test.", 7),
+    );
+    write(
+        &cdir.join("taken.test.zone"),
+        &member_text("other.test.", 7),
+    );
+    let mut victim = Zone::new("victim.test.", cdir.join("victim.test.zone"));
+    victim.options.push("tenant = 1".into());
+    let other = Zone::new("other.test.", cdir.join("taken.test.zone"));
+    let cat = |z: &str, extra: &str| {
+        let mut c = Zone::new(z, cdir.join(format!("{z}zone")));
+        c.options = vec![
+            format!("primaries = [\"{p}\"]"),
+            "catalog = \"consumer\"".into(),
+            "tenant = 5".into(),
+        ];
+        if !extra.is_empty() {
+            c.options.push(extra.into());
+        }
+        c
+    };
+    let consumer = Dnsd::builder()
+        .zones(&[
+            victim,
+            other,
+            cat("a.cat.", ""),
+            cat("b.cat.", "catalog_max_members = 2"),
+        ])
+        .raw(&format!(
+            "[[template]]\nname = \"gold\"\nfile = \"{}/gold-%s.zone\"\ntenant = 1\n",
+            cdir.display()
+        ))
+        .start();
+    let c = consumer.addr();
+    let log = || consumer.log();
+    wait("g1 served", c, "g1.test.", Some(1), &log);
+    wait("n1 served", c, "n1.test.", Some(1), &log);
+    wait("n2 served", c, "n2.test.", Some(1), &log);
+    std::thread::sleep(Duration::from_millis(500));
+    // The config's zones keep their own data and files.
+    assert_eq!(serial(c, "victim.test."), Some(7));
+    assert_eq!(serial(c, "other.test."), Some(7));
+    assert_eq!(
+        std::fs::read_to_string(cdir.join("taken.test.zone")).unwrap(),
+        member_text("other.test.", 7),
+        "the other zone's file untouched"
+    );
+    // www.victim.test. is answered from victim.test. (NXDOMAIN there), not from the catalog.
+    let (_, zones) = consumer.ctl(&["zones"]);
+    for z in ["www.victim.test.", "taken.test.", "n3.test.", "n4.test."] {
+        assert!(
+            !zones.lines().any(|l| l.starts_with(z)),
+            "{z} must not be served:\n{zones}"
+        );
+    }
+    let st = consumer.stats();
+    assert!(st["catalog.refused.below_other_zone"] >= 1, "{st:?}");
+    assert!(st["catalog.refused.file_taken"] >= 1, "{st:?}");
+    assert!(st["catalog.refused.over_max_members"] >= 2, "{st:?}");
+    assert!(st["catalog.refused.tenant_overridden"] >= 1, "{st:?}");
+    assert!(
+        consumer.log().contains("names another tenant"),
+        "{}",
+        consumer.log()
+    );
+}

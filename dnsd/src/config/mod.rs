@@ -348,6 +348,8 @@ pub struct ZoneConfig {
     pub catalog_group: Option<String>,
     /// A consumed catalog: the template of members whose group names no template.
     pub catalog_template: Option<String>,
+    /// A consumed catalog: most members it may list (those beyond are refused, counted).
+    pub catalog_max_members: usize,
     /// The `[[dnssec_policy]]` that signs the zone (unset: served as written).
     pub dnssec_policy: Option<String>,
     /// Where the entry comes from.

@@ -52,9 +52,15 @@ pub struct ZoneSpec {
     pub catalog_group: Option<String>,
     /// A consumed catalog: the template of members whose group names no template.
     pub catalog_template: Option<String>,
+    /// A consumed catalog: most members it may list (default 100,000; beyond, refused and
+    /// counted).
+    pub catalog_max_members: Option<usize>,
     /// The `[[dnssec_policy]]` that signs the zone.
     pub dnssec_policy: Option<String>,
 }
+
+/// Most members a consumed catalog may list unless `catalog_max_members` says otherwise.
+pub const DEFAULT_CATALOG_MAX_MEMBERS: usize = 100_000;
 
 /// The role of a catalog zone (`catalog`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -237,6 +243,8 @@ impl<'a> Templates<'a> {
             catalog_zone: inherit(spec, t, |s| s.catalog_zone.as_ref()),
             catalog_group: inherit(spec, t, |s| s.catalog_group.as_ref()),
             catalog_template: inherit(spec, t, |s| s.catalog_template.as_ref()),
+            catalog_max_members: inherit(spec, t, |s| s.catalog_max_members.as_ref())
+                .unwrap_or(DEFAULT_CATALOG_MAX_MEMBERS),
             dnssec_policy: inherit(spec, t, |s| s.dnssec_policy.as_ref()),
             source,
             key,

@@ -35,6 +35,10 @@ pub struct ZonePolicy {
     pub catalog: Option<CatalogRole>,
     /// A consumed catalog: the template of members whose group names none.
     pub catalog_template: Option<String>,
+    /// A consumed catalog: most members it may list.
+    pub catalog_max_members: usize,
+    /// The zone's tenant (a consumed catalog's members are its tenant's, whatever their group).
+    pub tenant: u32,
     /// The name of the TSIG key, as configured (a consumed catalog's members use it too).
     pub tsig_name: Option<String>,
 }
@@ -119,6 +123,8 @@ impl Policies {
                 .collect(),
             catalog: z.catalog,
             catalog_template: z.catalog_template.clone(),
+            catalog_max_members: z.catalog_max_members,
+            tenant: z.tenant,
             tsig_name: z.tsig.clone(),
             origin: origin.clone(),
         };
