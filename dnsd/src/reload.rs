@@ -678,7 +678,6 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
     reg.publish();
     drop(reg);
     // Members refused now are looked at again on the next read (a coo may hand them over).
-    let mut new = new;
     for z in ch.refused.iter().chain(&refused_here) {
         new.remove(z);
     }
