@@ -419,10 +419,17 @@ impl AnswerSync {
                     s.syncs.fetch_add(1, Ordering::Relaxed);
                     s.last_us
                         .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    if r.full + over_budget > 0 {
+                    if over_budget > 0 {
                         tracing::warn!(
-                            full = r.full + over_budget,
-                            "XDP answers: the answer map is full ([xdp] answer_entries); the rest is answered by dnsd"
+                            over = over_budget,
+                            room = maps.answer_capacity(),
+                            "XDP answers: more answers than [xdp] answer_entries (what one generation holds); the rest is answered by dnsd"
+                        );
+                    }
+                    if r.full > 0 {
+                        tracing::warn!(
+                            full = r.full,
+                            "XDP answers: the answer map had no room though within answer_entries (another writer's answers, or a generation left by one that died); the rest is answered by dnsd"
                         );
                     }
                     tracing::info!(

@@ -713,3 +713,85 @@ fn hot_names_of_other_zones_are_answered_in_xdp_while_hot() {
     assert!(ask(5353, 300).iter().all(Option::is_some));
     assert_eq!(fast.stats().get("xdp.answered"), before);
 }
+
+/// A zone of `n` names (h0..), serial `serial`.
+fn many_names_zone(n: usize, serial: u32) -> String {
+    let mut z = format!(
+        "$ORIGIN example.com.\n$TTL 3600\n@ SOA ns1 hostmaster {serial} 7200 3600 1209600 300\n\
+         @ NS ns1\nns1 A 192.0.2.53\n"
+    );
+    for i in 0..n {
+        z.push_str(&format!("h{i} A 192.0.2.{}\n", i % 250 + 1));
+    }
+    z
+}
+
+#[test]
+fn every_publish_fits_beside_the_live_generation() {
+    let Some((dir, pair, zone)) = setup() else {
+        return;
+    };
+    const N: usize = 40;
+    let port = 5353;
+    let server = SocketAddr::new(VethPair::B4.into(), port);
+    let q = |i: usize, id: u16| {
+        build_query(id, &format!("h{i}.example.com."), 1, &QueryOpts::edns(1232))
+    };
+    // How many entries the zone compiles to, with room to spare.
+    std::fs::write(&zone, many_names_zone(N, 1)).unwrap();
+    let entries = {
+        let cfg = config(dir.path(), "probe", port, &zone, Some(&pair.if_b));
+        let _d = NsDnsd::start(&pair.b, &cfg);
+        wait_for("dnsd", Duration::from_secs(20), || ctl(&cfg, &["status"]).0);
+        wait_for("XDP answers", Duration::from_secs(20), || {
+            stats(&cfg).get("xdp_answers.published") > 0
+        });
+        stats(&cfg).get("xdp_answers.published")
+    };
+    assert!(entries >= N as u64, "{entries} entries");
+    for share in [0.6, 0.9] {
+        let room = (entries as f64 / share).ceil() as u64;
+        let tag = format!("at{}", (share * 100.0) as u32);
+        let cfg = config(dir.path(), &tag, port, &zone, Some(&pair.if_b));
+        let text = std::fs::read_to_string(&cfg).unwrap().replace(
+            "pin = false\n",
+            &format!("pin = false\nanswer_entries = {room}\n"),
+        );
+        std::fs::write(&cfg, text).unwrap();
+        let _d = NsDnsd::start(&pair.b, &cfg);
+        wait_for("dnsd", Duration::from_secs(20), || ctl(&cfg, &["status"]).0);
+        wait_for("XDP answers", Duration::from_secs(20), || {
+            stats(&cfg).get("xdp_answers.syncs.ok") >= 1
+        });
+        for publish in 0..5u32 {
+            if publish > 0 {
+                let syncs = stats(&cfg).get("xdp_answers.syncs.ok");
+                std::fs::write(&zone, many_names_zone(N, 1 + publish)).unwrap();
+                let (ok, out) = ctl(&cfg, &["reload"]);
+                assert!(ok, "{out}");
+                wait_for("the publish", Duration::from_secs(10), || {
+                    stats(&cfg).get("xdp_answers.syncs.ok") > syncs
+                });
+            }
+            let st = stats(&cfg);
+            assert_eq!(
+                st.get("xdp_answers.full"),
+                0,
+                "{share}: publish {publish} lost answers: {st:?}"
+            );
+            let a0 = stats(&cfg).get("xdp.answered");
+            let qs: Vec<Vec<u8>> = (0..N).map(|i| q(i, 100 + i as u16)).collect();
+            let got = exchange_all(&pair, server, qs);
+            assert!(
+                got.iter().all(Option::is_some),
+                "{share}: publish {publish}: unanswered"
+            );
+            let a1 = stats(&cfg).get("xdp.answered");
+            assert_eq!(
+                a1 - a0,
+                N as u64,
+                "{share} of answer_entries ({room}), publish {publish}: every name answered in XDP"
+            );
+        }
+    }
+}

@@ -118,9 +118,10 @@ impl GuardMaps {
         self.raw_fd(ANSWERS + 1)
     }
 
-    /// How many answers the map holds at most (`answer_entries` of whoever loaded it).
+    /// How many answers one generation holds (`answer_entries` of whoever loaded the map,
+    /// which holds two: the live generation and the one a publish stages beside it).
     pub fn answer_capacity(&self) -> u32 {
-        self.map_capacity(ANSWERS)
+        self.map_capacity(ANSWERS) / 2
     }
 
     /// The state of answering at a service address, if it is registered.

@@ -88,8 +88,9 @@ pub struct XdpConfig {
     /// Capacity of each allow trie (the rules file's `[global] allow`, per family).
     #[serde(default = "default_allow_entries")]
     pub allow_entries: u32,
-    /// Capacity of the answer fast path's map (entries of up to 1,232 bytes; memory is taken
-    /// as entries are written).
+    /// Answers one generation of the fast path holds (entries of up to 1,232 bytes). The map
+    /// holds two generations — the live one and the one a publish stages beside it — and
+    /// takes memory as entries are written: only a publish's overlap costs the second.
     #[serde(default = "default_answer_entries")]
     pub answer_entries: u32,
     /// Directory on bpffs where the maps are pinned, shared by every process.

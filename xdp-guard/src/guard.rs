@@ -116,7 +116,9 @@ impl XdpGuard {
             1,
             cfg.allow_entries,
             cfg.allow_entries,
-            cfg.answer_entries,
+            // Two generations: the live one and the one a publish stages beside it (the map
+            // is not preallocated: only a publish's overlap costs memory).
+            cfg.answer_entries.saturating_mul(2),
             crate::maps::DEFAULT_ANS_ADDR_ENTRIES,
             1,
             crate::maps::DEFAULT_ANS_RATE_ENTRIES,
