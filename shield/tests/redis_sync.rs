@@ -589,3 +589,299 @@ fn config_is_strict_and_validated() {
     );
     assert!(outside.is_err(), "spawn needs a tokio runtime");
 }
+
+/// Redis server time now, ms.
+fn redis_now(r: &RedisServer) -> i64 {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(&mut r.conn()).unwrap();
+    s * 1000 + us / 1000
+}
+
+/// Writes one stream entry `d` as anyone with write access to Redis could.
+fn xadd(r: &RedisServer, d: &str) {
+    let _: String = redis::cmd("XADD")
+        .arg("t:log")
+        .arg("*")
+        .arg("d")
+        .arg(d)
+        .query(&mut r.conn())
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_replayed_oversized_and_unsigned_records_are_refused() {
+    use shield::redis_sync::Refused;
+    use shield::redis_sync::record::{KEY_PURPOSE, Sealer};
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (a, b) = (map(), map());
+    let (sa, sb) = (spawn(cfg(&r.url(), "a"), &a), spawn(cfg(&r.url(), "b"), &b));
+    synced(&sa).await;
+    synced(&sb).await;
+    let refused =
+        |why: Refused| sb.stats().refused[Refused::ALL.iter().position(|x| *x == why).unwrap()];
+
+    // A genuine decision of A reaches B; B's own operator block stands beside it.
+    a.insert(local(1, MIN));
+    until("A's block on B", || b.get(host(1)).is_some()).await;
+    b.insert(BlockEntry::operator(host(9), MIN, unix_ms(), "hand"));
+    // Its stream entry, written again by whoever can write to Redis: refused as a replay
+    // (B lifted the block meanwhile: it stays lifted).
+    let genuine: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+        .arg("t:log")
+        .arg("-")
+        .arg("+")
+        .query(&mut r.conn())
+        .unwrap();
+    let d = genuine[0].1[1].clone();
+    assert!(d.contains("\"tag\""), "{d}");
+    assert!(b.remove(host(1), RemoveCause::Local));
+    xadd(&r, &d);
+    until("the replay refused", || refused(Refused::Replay) >= 1).await;
+    assert!(b.get(host(1)).is_none(), "a replay does not block again");
+
+    let far = redis_now(&r) + 10 * 365 * 86_400_000;
+    // No tag: refused (B has a key).
+    xadd(
+        &r,
+        &format!(
+            r#"{{"v":2,"op":"add","net":"0.0.0.0/0","node":"x","start":1,"seq":1,"exp":{far},"origin":"operator","evidence":"operator","scope":"all"}}"#
+        ),
+    );
+    // A tag that does not verify.
+    xadd(
+        &r,
+        &format!(
+            r#"{{"v":2,"op":"add","net":"10.0.0.1/32","node":"x","start":1,"seq":2,"exp":{far},"origin":"operator","evidence":"operator","scope":"all","tag":"{}"}}"#,
+            "00".repeat(32)
+        ),
+    );
+    // The old record version, and a removal in it of B's own operator block.
+    xadd(
+        &r,
+        r#"{"op":"add","net":"0.0.0.0/0","node":"x","exp":9223372036854775807,"origin":"local"}"#,
+    );
+    xadd(
+        &r,
+        &format!(r#"{{"op":"del","net":"{}","node":"x"}}"#, host(9)),
+    );
+    // Far past the size bound, before any decoding.
+    xadd(
+        &r,
+        &format!(r#"{{"v":2,"reason":"{}"}}"#, "x".repeat(300_000)),
+    );
+    // Signed with the fleet key by a node gone wrong: still judged.
+    let key = shield::fleet_key::FleetKey::load(&key_file())
+        .unwrap()
+        .derive(KEY_PURPOSE);
+    let rogue = Sealer::new(Some(key), "rogue", unix_ms());
+    let op = |net: &str, ttl: Duration| {
+        BlockEntry::operator(net.parse().unwrap(), ttl, unix_ms(), "rogue")
+    };
+    let now = redis_now(&r);
+    xadd(&r, &rogue.add(&op("0.0.0.0/0", MIN), now + 60_000));
+    xadd(&r, &rogue.add(&op("10.0.0.2/32", MIN), i64::MAX));
+    let suspect =
+        BlockEntry::with_ttl(host(3), MIN, unix_ms(), "udp", Origin::Local, Evidence::Udp);
+    xadd(&r, &rogue.add(&suspect, now + 60_000));
+    xadd(&r, &rogue.del(&host(9), Origin::Local));
+    // And one it may: a narrow block, obeyed.
+    xadd(&r, &rogue.add(&op("10.0.0.4/32", MIN), now + 60_000));
+    until("the rogue's narrow block", || {
+        b.get("10.0.0.4/32".parse().unwrap()).is_some()
+    })
+    .await;
+    until("every refusal counted", || {
+        refused(Refused::Unsigned) >= 1
+            && refused(Refused::BadTag) >= 1
+            && refused(Refused::Version) >= 2
+            && refused(Refused::Oversized) >= 1
+            && refused(Refused::ShortPrefix) >= 1
+            && refused(Refused::Expiry) >= 1
+            && refused(Refused::Unproven) >= 1
+    })
+    .await;
+    let st = sb.stats();
+    println!("B refused: {:?}", st.refused);
+    assert!(st.removals_not_lifted >= 1, "{st:?}");
+    // Nothing absurd went in; B's own operator block stands.
+    let nets: HashSet<String> = b.entries().iter().map(|e| e.net.to_string()).collect();
+    for bad in ["0.0.0.0/0", "10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32"] {
+        assert!(!nets.contains(bad), "{bad} in {nets:?}");
+    }
+    assert_eq!(b.get(host(9)).unwrap().origin, Origin::Operator);
+    sa.shutdown().await;
+    sb.shutdown().await;
+}
+
+/// Certificates for a TLS test: a CA, the server's (127.0.0.1) and a client's, by openssl.
+fn tls_files(dir: &std::path::Path) -> bool {
+    let run = |args: &[&str]| {
+        std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    // Extensions make version 3 certificates (webpki refuses version 1).
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+    ]) && run(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]) && run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]) && run(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "client.key",
+        "-out",
+        "client.csr",
+        "-subj",
+        "/CN=palisade",
+    ]) && run(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "client.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "client.ext",
+    ])
+}
+
+/// The ACL README gives for the sync's user: its keys and the commands it uses, no more.
+const ACL: &str = "on >s3cret resetkeys ~t:* resetchannels -@all +get +set +del +mget +exists \
+    +zadd +zrem +zremrangebyscore +zscan +zrangebyscore +zcard +pexpire +expire +xadd +xread \
+    +xinfo|stream +xlen +time +ping +hello +client|setname +multi +exec +discard";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_an_acl_user_with_the_least_it_needs() {
+    logs();
+    if !palisade_tests::redis::available() {
+        palisade_tests::skipped("redis-server missing: the TLS test did not run");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(tls_files(d), "openssl could not make the test certificates");
+    let port = palisade_tests::redis::free_port();
+    let mut srv = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .args([
+            "--tls-cert-file",
+            "server.crt",
+            "--tls-key-file",
+            "server.key",
+        ])
+        .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "yes"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(["--user", "palisade"])
+        .args(ACL.split_whitespace())
+        .args(["--user", "default", "off"])
+        .current_dir(d)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let tls = |node: &str, password: &str| SyncConfig {
+        url: format!("rediss://palisade:{password}@127.0.0.1:{port}"),
+        ca_file: Some(d.join("ca.crt")),
+        client_cert: Some(d.join("client.crt")),
+        client_key: Some(d.join("client.key")),
+        ..cfg("unused", node)
+    };
+    let (a, b) = (map(), map());
+    let sa = spawn(tls("a", "s3cret"), &a);
+    let sb = spawn(tls("b", "s3cret"), &b);
+    synced(&sa).await;
+    synced(&sb).await;
+    a.insert(local(1, MIN));
+    until("A's block on B over TLS", || b.get(host(1)).is_some()).await;
+    assert!(b.remove_from_peer(host(1), "a", false));
+    assert!(a.remove(host(1), RemoveCause::Operator));
+    b.insert(local(2, MIN));
+    until("B's block on A", || a.get(host(2)).is_some()).await;
+    // The wrong password never syncs.
+    let c = map();
+    let sc = spawn(tls("c", "wrong"), &c);
+    until("the wrong password fails", || {
+        sc.stats().connect_errors >= 1
+    })
+    .await;
+    assert!(!sc.is_synced());
+    // Plain TCP to a TLS port fails too.
+    let plain = SyncConfig {
+        url: format!("redis://palisade:s3cret@127.0.0.1:{port}"),
+        ..cfg("unused", "p")
+    };
+    let p = map();
+    let sp = spawn(plain, &p);
+    until("plain text fails", || sp.stats().connect_errors >= 1).await;
+    for s in [sa, sb, sc, sp] {
+        s.shutdown().await;
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+}

@@ -290,6 +290,9 @@ impl SyncConfig {
         if !self.url.starts_with("rediss://") {
             return redis::Client::open(self.url.as_str()).map_err(url_err);
         }
+        // rustls picks no provider by itself when more than one is built in: ring, as the
+        // daemons' own TLS uses (a no-op when one is installed already).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let read = |key: &str, p: &PathBuf| {
             std::fs::read(p).map_err(|e| SyncError::Config(format!("{key} {}: {e}", p.display())))
         };

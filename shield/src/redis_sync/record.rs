@@ -34,18 +34,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The record version written and accepted.
 pub(crate) const VERSION: u8 = 2;
 /// Longest record accepted, in bytes (a record is about 300).
-pub(crate) const MAX_RECORD_BYTES: usize = 1024;
+pub const MAX_RECORD_BYTES: usize = 1024;
 /// Most records packed into one stream entry.
-pub(crate) const PACK: usize = 128;
+pub const PACK: usize = 128;
 /// Longest stream field accepted: [`PACK`] records of at most [`MAX_RECORD_BYTES`], in an array.
-pub(crate) const MAX_FIELD_BYTES: usize = PACK * (MAX_RECORD_BYTES + 1) + 2;
-/// The purpose the records' key is derived for.
-pub(crate) const KEY_PURPOSE: &str = "palisade redis block records v2";
+pub const MAX_FIELD_BYTES: usize = PACK * (MAX_RECORD_BYTES + 1) + 2;
+/// The purpose the records' key is derived for ([`crate::fleet_key::FleetKey::derive`]).
+pub const KEY_PURPOSE: &str = "palisade redis block records v2";
 
 /// What one record does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum RecordOp {
+pub enum RecordOp {
     /// Block (or refresh) `net` until `exp`.
     Add,
     /// Lift the block on `net`.
@@ -63,7 +63,7 @@ impl RecordOp {
 
 /// One decision as stored in a block key and in a stream entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Record {
+pub struct Record {
     /// The record version ([`VERSION`]).
     pub(crate) v: u8,
     pub(crate) op: RecordOp,
@@ -165,7 +165,7 @@ fn origin_name(o: Origin) -> &'static str {
 impl Record {
     /// The bytes the tag covers: a domain label, then every field but the tag, each
     /// length-prefixed (strings) or fixed width (numbers), so that no two records share them.
-    pub(crate) fn canonical(&self) -> Vec<u8> {
+    pub fn canonical(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(160);
         let mut s = |x: &[u8]| {
             b.extend_from_slice(&(x.len() as u32).to_be_bytes());
@@ -193,7 +193,7 @@ impl Record {
     }
 
     /// The entry this add makes on a node whose clock is `offset_ms` behind Redis, as `origin`.
-    pub(crate) fn to_entry(&self, offset_ms: i64, origin: Origin) -> BlockEntry {
+    pub fn to_entry(&self, offset_ms: i64, origin: Origin) -> BlockEntry {
         let local = self.exp.saturating_sub(offset_ms).max(0) as u64;
         let evidence = self.evidence.unwrap_or(Evidence::Udp);
         let mut e =
@@ -219,9 +219,10 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The writing side: numbers and signs this process's records.
+/// The writing side: numbers and signs a process's records (the sync's writer; tools and
+/// tests that publish records of their own).
 #[derive(Debug)]
-pub(crate) struct Sealer {
+pub struct Sealer {
     key: Option<DerivedKey>,
     node: String,
     start: u64,
@@ -230,7 +231,7 @@ pub(crate) struct Sealer {
 
 impl Sealer {
     /// Records of `node`, started at `start` (unix ms), signed with `key` (unsigned without).
-    pub(crate) fn new(key: Option<DerivedKey>, node: &str, start: u64) -> Sealer {
+    pub fn new(key: Option<DerivedKey>, node: &str, start: u64) -> Sealer {
         Sealer {
             key,
             node: node.to_string(),
@@ -248,7 +249,7 @@ impl Sealer {
     }
 
     /// The JSON of an add: `entry` as decided here, expiring at `exp_redis` (Redis time, ms).
-    pub(crate) fn add(&self, entry: &BlockEntry, exp_redis: i64) -> String {
+    pub fn add(&self, entry: &BlockEntry, exp_redis: i64) -> String {
         self.seal(Record {
             v: VERSION,
             op: RecordOp::Add,
@@ -266,7 +267,7 @@ impl Sealer {
     }
 
     /// The JSON of a removal of `net`, lifted by `by` (an operator's command, or this node).
-    pub(crate) fn del(&self, net: &IpNet, by: Origin) -> String {
+    pub fn del(&self, net: &IpNet, by: Origin) -> String {
         self.seal(Record {
             v: VERSION,
             op: RecordOp::Del,
@@ -284,16 +285,16 @@ impl Sealer {
     }
 }
 
-/// The reading side: decodes and verifies records.
+/// The reading side: decodes and verifies records (the sync's reader; the fuzzer).
 #[derive(Debug)]
-pub(crate) struct Opener {
+pub struct Opener {
     key: Option<DerivedKey>,
     insecure_unsigned: bool,
 }
 
 impl Opener {
     /// Verifies with `key`; without one, only when `insecure_unsigned` (records unchecked).
-    pub(crate) fn new(key: Option<DerivedKey>, insecure_unsigned: bool) -> Opener {
+    pub fn new(key: Option<DerivedKey>, insecure_unsigned: bool) -> Opener {
         Opener {
             key,
             insecure_unsigned,
@@ -301,7 +302,7 @@ impl Opener {
     }
 
     /// One record: bounded, decoded, of our version, and verified.
-    pub(crate) fn open(&self, bytes: &[u8]) -> Result<Record, Refused> {
+    pub fn open(&self, bytes: &[u8]) -> Result<Record, Refused> {
         if bytes.len() > MAX_RECORD_BYTES {
             return Err(Refused::Oversized);
         }
@@ -339,7 +340,7 @@ impl Opener {
 
     /// A stream field: one record, or a JSON array of up to [`PACK`] (a packed batch). Each
     /// record is judged alone; a field past [`MAX_FIELD_BYTES`] is refused whole.
-    pub(crate) fn open_many(&self, bytes: &[u8]) -> Vec<Result<Record, Refused>> {
+    pub fn open_many(&self, bytes: &[u8]) -> Vec<Result<Record, Refused>> {
         if bytes.len() > MAX_FIELD_BYTES {
             return vec![Err(Refused::Oversized)];
         }
