@@ -60,6 +60,8 @@ fuzz_target!(|data: &[u8]| {
             dnsd::served_zones::ServeOptions {
                 cookies: CookiePolicy::On,
                 tenant: 0,
+                xdp_answers: false,
+                xdp_hot: false,
             },
         )],
         1,

@@ -64,10 +64,10 @@ fn load(origin: &str, text: &str) -> Arc<zones::Zone> {
 pub fn zones() -> Arc<ArcSwap<ZoneSet>> {
     let set = ZoneSet::new(
         vec![
-            (load("example.com.", EXAMPLE_COM), ServeOptions { cookies: CookiePolicy::On, tenant: 0 }),
-            (load("example.net.", EXAMPLE_NET), ServeOptions { cookies: CookiePolicy::Off, tenant: 0 }),
-            (load("child.example.com.", CHILD), ServeOptions { cookies: CookiePolicy::On, tenant: 0 }),
-            (load("strict.test.", STRICT), ServeOptions { cookies: CookiePolicy::Require, tenant: 0 }),
+            (load("example.com.", EXAMPLE_COM), ServeOptions { cookies: CookiePolicy::On, tenant: 0, xdp_answers: false, xdp_hot: false }),
+            (load("example.net.", EXAMPLE_NET), ServeOptions { cookies: CookiePolicy::Off, tenant: 0, xdp_answers: false, xdp_hot: false }),
+            (load("child.example.com.", CHILD), ServeOptions { cookies: CookiePolicy::On, tenant: 0, xdp_answers: false, xdp_hot: false }),
+            (load("strict.test.", STRICT), ServeOptions { cookies: CookiePolicy::Require, tenant: 0, xdp_answers: false, xdp_hot: false }),
         ],
         1,
     );
