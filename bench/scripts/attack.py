@@ -94,7 +94,7 @@ def server_plan(name, tmp, zones):
     if name == "dnsd":
         ok, err = c.dnsd_accepts(c.DEFENCES)
         extra = c.DEFENCES if ok else ""
-        note = ("RRL 20/s per /24, slip 2, window 15 s; cookies; water-torture defence" if ok
+        note = ("RRL 20/s per /24, slip 2, window 15 s; cookies; random-subdomain defence" if ok
                 else f"WITHOUT defences: this dnsd refuses the [defence] config ({err})")
         conf = c.dnsd_conf(tmp, SERVICE, port, zones, extra=extra,
                            metrics=f"127.0.0.1:{METRICS_PORT}")

@@ -304,7 +304,7 @@ ipv6_prefix = 56
 exempt = []
 [defence.cookies]
 enabled = true
-[defence.water_torture]
+[defence.random_subdomain]
 enabled = true"""
 
 _accepts = {}

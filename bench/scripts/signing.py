@@ -149,7 +149,7 @@ def signers(zone, runs, work):
 NAMES = 100_000
 # The flood comes from one address here: the random-subdomain defence would block it (and
 # the client beside it) within a second. Off, the answer path alone is measured.
-NO_WT = "[defence.water_torture]\nenabled = false"
+NO_WT = "[defence.random_subdomain]\nenabled = false"
 
 
 def small_zone(path):

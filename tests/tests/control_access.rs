@@ -15,9 +15,14 @@ use palisade_tests::servers::{Dnsd, Zone};
 
 /// `dnsd ctl -s SOCKET ARGS...` as user and group 65534 (nobody, nogroup), no other group.
 fn ctl_as_nobody(socket: &Path, args: &[&str]) -> (bool, String) {
+    ctl_of_as_nobody("dnsd", socket, args)
+}
+
+/// `BIN ctl -s SOCKET ARGS...` as nobody (dnsd or http-front).
+fn ctl_of_as_nobody(bin: &str, socket: &Path, args: &[&str]) -> (bool, String) {
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(palisade_tests::bin("dnsd"))
+        .arg(palisade_tests::bin(bin))
         .arg("ctl")
         .arg("-s")
         .arg(socket)
@@ -43,7 +48,10 @@ fn root() -> bool {
 
 /// Lets others traverse the server's directory (to reach the socket at all).
 fn open_dir(d: &Dnsd) {
-    let dir = d.control_socket().parent().unwrap();
+    open_dir_path(d.control_socket().parent().unwrap());
+}
+
+fn open_dir_path(dir: &Path) {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
@@ -183,4 +191,58 @@ fn a_second_server_that_fails_to_start_leaves_the_running_ones_socket() {
     assert!(err.contains("another server answers on it"), "{err}");
     assert!(sock.exists(), "the running server's socket stays");
     assert!(a.ctl(&["status"]).0);
+}
+
+#[test]
+fn http_fronts_socket_is_0660_checked_and_survives_a_second_front() {
+    use palisade_tests::http::{Front, Origin, base_config};
+    if !root() {
+        return;
+    }
+    let origin = Origin::start();
+    let dir = tempfile::tempdir().unwrap();
+    open_dir_path(dir.path());
+    let sock = dir.path().join("front.sock");
+    let s2 = sock.clone();
+    let o = origin.addr();
+    // SAFETY: umask has no memory preconditions; the old mask is restored below.
+    let old = unsafe { libc::umask(0) };
+    let front = Front::start(
+        move |a, m| {
+            format!(
+                "{}[control]\nsocket = \"{}\"\n\n[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n",
+                base_config(a, m, o),
+                s2.display()
+            )
+        },
+        None,
+    );
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660, "http-front's socket is 0660 under umask 000");
+    // Another user may not use it even with the file opened to everyone.
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (ok, text) = ctl_of_as_nobody("http-front", &sock, &["block", "add", "10.9.0.0/16"]);
+    assert!(!ok, "another uid was let in: {text}");
+    let ctl = |args: &[&str]| {
+        let out = Command::new(palisade_tests::bin("http-front"))
+            .args(["ctl", "-s"])
+            .arg(&sock)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, list) = ctl(&["block", "list"]);
+    assert!(ok && !list.contains("10.9.0.0/16"), "{list}");
+    // The same config again: the address and the socket are taken; it fails and leaves both.
+    let (code, text) =
+        palisade_tests::http::run_front(&["-c", front.dir().join("front.toml").to_str().unwrap()]);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(sock.exists(), "the running front's socket stays");
+    assert!(ctl(&["status"]).0, "the running front still answers on it");
 }

@@ -66,8 +66,8 @@ fn burst(server: SocketAddr, src: IpAddr, name: &str, n: usize, cookie: Option<V
     t
 }
 
-fn no_water_torture() -> &'static str {
-    "[defence.water_torture]\nenabled = false"
+fn no_random_subdomain() -> &'static str {
+    "[defence.random_subdomain]\nenabled = false"
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn rrl_limits_a_burst_with_slip_and_compares_with_knot() {
     let dnsd = Dnsd::builder()
         .zone(zone.clone())
         .raw("[defence.rrl]\nresponses_per_second = 10\nslip = 2")
-        .raw(no_water_torture())
+        .raw(no_random_subdomain())
         .start();
     let a: IpAddr = "127.21.0.1".parse().unwrap();
     let b: IpAddr = "127.22.0.1".parse().unwrap();
@@ -194,7 +194,7 @@ fn cookies_interoperate_with_dig() {
     }
     let dnsd = Dnsd::builder()
         .zone(Zone::data("example.com."))
-        .raw(no_water_torture())
+        .raw(no_random_subdomain())
         .start();
     let src = "127.25.0.1";
     // First contact: dig sends its client cookie and learns our server cookie.
@@ -245,7 +245,10 @@ fn required_cookies_get_badcookie_or_tc() {
     }
     let mut zone = Zone::data("example.com.");
     zone.options.push("cookies = \"require\"".into());
-    let dnsd = Dnsd::builder().zone(zone).raw(no_water_torture()).start();
+    let dnsd = Dnsd::builder()
+        .zone(zone)
+        .raw(no_random_subdomain())
+        .start();
     let src = "127.26.0.1";
     // No cookie at all: TC=1, come back over TCP.
     let out = dig(
@@ -288,7 +291,7 @@ fn random_subdomain_flood_makes_flooders_suspects_never_blocks_and_legit_client_
         .zone(Zone::data("example.com."))
         .raw("[defence.rrl]\nenabled = false")
         .raw(
-            "[defence.water_torture]\nzone_nxdomains_per_second = 100\nsource_nxdomain_limit = 5\n\
+            "[defence.random_subdomain]\nzone_nxdomains_per_second = 100\nsource_nxdomain_limit = 5\n\
              escalate_after = 20\nwindow = 10\nblock_ttl = 300",
         )
         .start();
@@ -489,7 +492,7 @@ fn a_shared_cookie_secret_rotates_by_reload_across_an_anycast_set() {
     const NEW: &str = "fedcba9876543210fedcba9876543210";
     let shared = format!(
         "{}\n[defence.cookies]\nsecret = \"{OLD}\"\n",
-        no_water_torture()
+        no_random_subdomain()
     );
     let a = Dnsd::builder()
         .zone(Zone::data("example.com."))

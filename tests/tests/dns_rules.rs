@@ -149,7 +149,7 @@ fn dnsd_with_rules(dir: &Path, extra: &str) -> Dnsd {
         .zone(com)
         .zone(Zone::data("example.net."))
         .raw("[defence.rrl]\nenabled = false")
-        .raw("[defence.water_torture]\nenabled = false")
+        .raw("[defence.random_subdomain]\nenabled = false")
         .raw(&format!(
             "[rules]\nfile = \"{}\"\n\n[events]\noutput = \"file:{}\"\ninterval_secs = 1\n{extra}",
             dir.join("rules.toml").display(),

@@ -200,7 +200,7 @@ fn dnstap_only_what_a_defence_acted_on_and_sampling() {
     let dnsd = Dnsd::builder()
         .zone(Zone::data("example.com."))
         .raw("[defence.rrl]\nresponses_per_second = 2\nslip = 2")
-        .raw("[defence.water_torture]\nenabled = false")
+        .raw("[defence.random_subdomain]\nenabled = false")
         .raw(&format!(
             "[dnstap]\nfile = \"{}\"\nonly_defence = true\nresponses = true",
             file.display()

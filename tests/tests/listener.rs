@@ -99,7 +99,7 @@ fn a_flooded_address_does_not_hurt_the_others() {
         .zone(Zone::data("example.com."))
         .listen(&[&net], v4(first))
         .server_option("udp_rcvbuf = 65536")
-        .raw("[defence.rrl]\nenabled = false\n[defence.water_torture]\nenabled = false")
+        .raw("[defence.rrl]\nenabled = false\n[defence.random_subdomain]\nenabled = false")
         .start();
     let port = dnsd.addr().port();
     let target = SocketAddr::new(addr_at(base, 7), port);

@@ -24,7 +24,7 @@ fn write_zone(path: &Path, origin: &str, serial: u32) {
 }
 
 /// One query of `name`/`qtype` from `src`: (rcode, SOA serial in the answer) or None when
-/// nothing came back within 400 ms.
+/// nothing came back within 400 ms, or only TC=1 without an answer (a limited flooder).
 fn ask(server: SocketAddr, src: IpAddr, name: &str, qtype: u16) -> Option<(u8, Option<u32>)> {
     let s = UdpSocket::bind(SocketAddr::new(src, 0)).unwrap();
     s.connect(server).unwrap();
@@ -35,6 +35,10 @@ fn ask(server: SocketAddr, src: IpAddr, name: &str, qtype: u16) -> Option<(u8, O
     let mut buf = [0u8; 4096];
     let n = s.recv(&mut buf).ok()?;
     let m = RawMsg::parse(&buf[..n]).ok()?;
+    if m.has(0x0200) && m.counts[1] == 0 {
+        // TC=1 without an answer: a flooder's NXDOMAIN truncated (limited, as a drop is).
+        return None;
+    }
     let msg = hickory_proto::op::Message::from_vec(&buf[..n]).ok()?;
     let serial = msg.answers.iter().find_map(|rr| match &rr.data {
         hickory_proto::rr::RData::SOA(s) => Some(s.serial),

@@ -695,7 +695,7 @@ fn compact_denial_budgets_truncate_floods_and_positive_answers_go_on() {
         "compact_denial = true",
         &[],
         "compact_denial_rate = 30\ncompact_denial_per_source = 10",
-        "[defence.water_torture]\nenabled = false",
+        "[defence.random_subdomain]\nenabled = false",
     );
     let at = dnsd.addr();
     let opts = QueryOpts::edns(1232).with_do();
@@ -807,7 +807,7 @@ fn random_subdomain_flood_on_a_compact_denial_zone_is_still_detected() {
         "compact_denial = true",
         &[],
         "",
-        "[defence.water_torture]\nzone_nxdomains_per_second = 100\nsource_nxdomain_limit = 5\n\
+        "[defence.random_subdomain]\nzone_nxdomains_per_second = 100\nsource_nxdomain_limit = 5\n\
          escalate_after = 20\nwindow = 10\nblock_ttl = 300",
     );
     let at = dnsd.addr();

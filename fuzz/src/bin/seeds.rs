@@ -392,7 +392,7 @@ fn main() {
     }
     for t in [
         "[server]\nlisten = [\"127.1.0.0/22\", \"127.0.0.1\", \"::1\"]\nport = 5353\nworkers = 2\ntcp_max_connections = 100\ntcp_max_per_source = 2\ntcp_idle_timeout_ms = 1000\n\n[[zone]]\norigin = \"example.com.\"\nfile = \"zones/example.com.zone\"\ncookies = \"require\"\n\n[control]\nsocket = \"/run/palisade/dnsd.sock\"\n\n[metrics]\nlisten = \"127.0.0.1:9153\"\n",
-        "[defence.rrl]\nenabled = true\nresponses_per_second = 5.0\nslip = 2\nwindow = 15\nipv4_prefix = 24\nipv6_prefix = 56\nexempt = [\"10.0.0.0/8\"]\ntable_size = 65536\n\n[defence.cookies]\nenabled = true\nsecret = \"00112233445566778899aabbccddeeff\"\nrotate_hours = 24\npolicy = \"on\"\n\n[defence.water_torture]\nenabled = true\nzone_nxdomains_per_second = 100.0\nsource_nxdomain_limit = 20\n\n[block]\ncapacity = 1000\n\n[events]\nstdout = true\ninterval = 5\ntop_k = 64\n",
+        "[defence.rrl]\nenabled = true\nresponses_per_second = 5.0\nslip = 2\nwindow = 15\nipv4_prefix = 24\nipv6_prefix = 56\nexempt = [\"10.0.0.0/8\"]\ntable_size = 65536\n\n[defence.cookies]\nenabled = true\nsecret = \"00112233445566778899aabbccddeeff\"\nrotate_hours = 24\npolicy = \"on\"\n\n[defence.random_subdomain]\nenabled = true\nzone_nxdomains_per_second = 100.0\nsource_nxdomain_limit = 20\n\n[block]\ncapacity = 1000\n\n[events]\nstdout = true\ninterval = 5\ntop_k = 64\n",
         "[[tsig_key]]\nname = \"key.\"\nalgorithm = \"hmac-sha256\"\nsecret = \"c2VjcmV0\"\n\n[[zone]]\norigin = \"example.net.\"\nfile = \"x\"\nprimaries = [\"127.0.0.1:5300\"]\nnotify = [\"127.0.0.2@53\"]\nallow_transfer = [\"127.0.0.0/8\"]\ntsig = \"key.\"\n\n[transfer]\nmax_out = 4\njournal_max_bytes = 1000\n",
         "[xdp]\ninterface = \"lo\"\n",
     ] {

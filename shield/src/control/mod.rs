@@ -297,12 +297,18 @@ pub fn call(socket: &Path, args: &[String], timeout: Duration) -> Result<Reply, 
     })
     .map_err(|e| e.to_string())?;
     line.push('\n');
-    s.write_all(line.as_bytes())
-        .map_err(|e| format!("cannot send to {}: {e}", socket.display()))?;
+    // A server that refuses the peer answers before reading and closes: the send may then
+    // fail while its reply waits to be read.
+    let sent = s.write_all(line.as_bytes());
     let mut r = BufReader::new(s);
     let mut reply = String::new();
-    r.read_line(&mut reply)
-        .map_err(|e| format!("no reply from {}: {e}", socket.display()))?;
+    let read = r.read_line(&mut reply);
+    if let Err(e) = sent
+        && reply.is_empty()
+    {
+        return Err(format!("cannot send to {}: {e}", socket.display()));
+    }
+    read.map_err(|e| format!("no reply from {}: {e}", socket.display()))?;
     serde_json::from_str(&reply).map_err(|e| format!("bad reply from server: {e}"))
 }
 
