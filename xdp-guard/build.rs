@@ -30,7 +30,7 @@ const STRUCTS: &[(&str, &str, Fields)] = &[
         &[
             ("expires_ns", "expires_ns"),
             ("dns_only", "dns_only"),
-            ("reserved", "reserved"),
+            ("prefixlen", "prefixlen"),
         ],
     ),
     (

@@ -208,9 +208,19 @@ static __always_inline int check_v4(__be32 saddr, struct guard_counters *cnt,
 		       GUARD_C_DROP_BLOCKED_ADDR) == GUARD_LIVE_ALL)
 		return GUARD_C_DROP_BLOCKED_ADDR;
 	struct guard_lpm_v4_key lk = { .prefixlen = 32, .addr = saddr };
-	if (found_live(bpf_map_lookup_elem(&guard_pfx_v4, &lk), cnt, dns,
-		       GUARD_C_DROP_BLOCKED_PREFIX) == GUARD_LIVE_ALL)
-		return GUARD_C_DROP_BLOCKED_PREFIX;
+#pragma unroll
+	for (int i = 0; i < GUARD_NEST_MAX; i++) {
+		const struct guard_block *b = bpf_map_lookup_elem(&guard_pfx_v4, &lk);
+		if (!b)
+			break;
+		if (found_live(b, cnt, dns, GUARD_C_DROP_BLOCKED_PREFIX) == GUARD_LIVE_ALL)
+			return GUARD_C_DROP_BLOCKED_PREFIX;
+		/* Not stopped here: the covering prefix, if any, still may. */
+		__u32 len = b->prefixlen;
+		if (len == 0 || len > 32)
+			break;
+		lk.prefixlen = len - 1;
+	}
 	return GUARD_C_PASS;
 }
 
@@ -224,9 +234,18 @@ static __always_inline int check_v6(const struct in6_addr *saddr, struct guard_c
 		return GUARD_C_DROP_BLOCKED_ADDR;
 	struct guard_lpm_v6_key lk = { .prefixlen = 128 };
 	__builtin_memcpy(lk.addr, saddr, 16);
-	if (found_live(bpf_map_lookup_elem(&guard_pfx_v6, &lk), cnt, dns,
-		       GUARD_C_DROP_BLOCKED_PREFIX) == GUARD_LIVE_ALL)
-		return GUARD_C_DROP_BLOCKED_PREFIX;
+#pragma unroll
+	for (int i = 0; i < GUARD_NEST_MAX; i++) {
+		const struct guard_block *b = bpf_map_lookup_elem(&guard_pfx_v6, &lk);
+		if (!b)
+			break;
+		if (found_live(b, cnt, dns, GUARD_C_DROP_BLOCKED_PREFIX) == GUARD_LIVE_ALL)
+			return GUARD_C_DROP_BLOCKED_PREFIX;
+		__u32 len = b->prefixlen;
+		if (len == 0 || len > 128)
+			break;
+		lk.prefixlen = len - 1;
+	}
 	return GUARD_C_PASS;
 }
 

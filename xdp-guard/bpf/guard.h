@@ -234,8 +234,12 @@ struct guard_lpm_v6_key {
 struct guard_block {
 	__u64 expires_ns[GUARD_SLOTS];
 	__u32 dns_only; /* bit i: slot i stops only UDP to the DNS service */
-	__u32 reserved;
+	__u32 prefixlen; /* in a prefix trie, the entry's own length; 0 in the address maps */
 };
+
+/* How many nested prefixes a source's trie lookup walks: an entry that does not stop the
+ * packet (DNS-only, or expired and not yet swept) never hides a covering one. */
+#define GUARD_NEST_MAX 4
 
 /* guard_svc value: the UDP port of the DNS service on the addresses of the key's prefix
  * (key: struct guard_lpm_v6_key, IPv4 as ::ffff:a.b.c.d with prefixlen + 96). */

@@ -43,6 +43,8 @@ const CHUNK: usize = 4096;
 
 /// Bytes of a block value (one expiry per writer slot).
 const VS: usize = size_of::<BlockValue>();
+/// Nested prefixes a source's trie lookup walks (`GUARD_NEST_MAX` in `guard.h`).
+const NEST_MAX: usize = 4;
 
 /// Changes to one address hash from which the whole map is read in batches instead of key by
 /// key (prefix tries are always read whole: a lookup there is longest-match, not exact).
@@ -690,14 +692,26 @@ impl GuardMaps {
                 .to_vec(),
             ),
         };
-        for (kind, key) in [(akind, akey), (pkind, pkey)] {
-            let mut v = [0u8; VS];
-            // In the trie this is the longest match, as in the program.
-            let found = sys::lookup(self.fd(kind as usize), &key, &mut v)
-                .map_err(|source| syscall_err("lookup", kind.name(), source))?;
-            let v = BlockValue::read_from(&v);
-            if found && (v.is_live(now) || dns && v.is_live_for_dns(now)) {
-                return Ok(true);
+        for (kind, mut key) in [(akind, akey), (pkind, pkey)] {
+            // In the trie: the longest match, then (as the program does) the prefixes around
+            // it while the one found does not stop the packet, at most NEST_MAX deep.
+            let tries = if kind.is_trie() { NEST_MAX } else { 1 };
+            for _ in 0..tries {
+                let mut v = [0u8; VS];
+                let found = sys::lookup(self.fd(kind as usize), &key, &mut v)
+                    .map_err(|source| syscall_err("lookup", kind.name(), source))?;
+                if !found {
+                    break;
+                }
+                let v = BlockValue::read_from(&v);
+                if v.is_live(now) || dns && v.is_live_for_dns(now) {
+                    return Ok(true);
+                }
+                // The trie key starts with its prefix length (u32, host order).
+                if v.prefixlen == 0 || !kind.is_trie() {
+                    break;
+                }
+                key[..4].copy_from_slice(&(v.prefixlen - 1).to_ne_bytes());
             }
         }
         Ok(false)
@@ -781,11 +795,14 @@ impl GuardMaps {
                         }
                     }
                 };
-                let new = cur.unwrap_or_default().with_slot(
+                let mut new = cur.unwrap_or_default().with_slot(
                     self.slot,
                     want.map(|w| w.0),
                     want.is_some_and(|w| w.1),
                 );
+                if kind.is_trie() {
+                    new.prefixlen = net.prefix_len().into();
+                }
                 match want {
                     Some(_) => {
                         if cur != Some(new) {

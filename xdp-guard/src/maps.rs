@@ -218,8 +218,9 @@ pub struct BlockValue {
     pub expires_ns: [u64; SLOTS],
     /// Bit `i`: slot `i` stops only UDP to the DNS service (a [`MAP_SVC`] address and port).
     pub dns_only: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// In a prefix trie: the entry's own prefix length (the program looks past an entry that
+    /// does not stop the packet to the prefix that covers it); zero in the address maps.
+    pub prefixlen: u32,
 }
 
 /// Value of the service-address trie: dnsd's UDP port there.

@@ -1165,3 +1165,99 @@ fn dns_only_blocks_drop_udp_to_the_dns_service_and_nothing_else() {
             .unwrap()
     );
 }
+
+#[test]
+fn a_nested_prefix_that_does_not_stop_a_packet_never_hides_the_one_around_it() {
+    if !xdp_ready("a_nested_prefix_that_does_not_stop_a_packet_never_hides_the_one_around_it") {
+        return;
+    }
+    let g = private_guard(&[DNS], 0, 0);
+    g.maps().set_services(&[net("192.0.2.2/32")], 5300).unwrap();
+    let far = xdp_guard::boot_ns() + 3_600_000_000_000;
+    // The operator blocks a /16 (every packet); dnsd holds DNS-only /24 and /20 inside it and
+    // another writer a /28 that has already ended (not yet swept).
+    g.maps().clone().with_slot(xdp_guard::SLOT_OPERATOR).apply(
+        &[
+            KernelBlock::all(net("10.20.0.0/16"), far),
+            KernelBlock::all(net("2001:db8:20::/48"), far),
+        ],
+        &[],
+        true,
+    );
+    let dns_only = |s: &str| KernelBlock {
+        net: net(s),
+        expires_ns: far,
+        dns_only: true,
+    };
+    g.maps().clone().with_slot(xdp_guard::SLOT_DNSD).apply(
+        &[
+            dns_only("10.20.0.0/20"),
+            dns_only("10.20.3.0/24"),
+            dns_only("2001:db8:20:1::/64"),
+        ],
+        &[],
+        true,
+    );
+    let rules = g.maps().clone().with_slot(xdp_guard::SLOT_RULES);
+    rules.apply(
+        &[KernelBlock::all(
+            net("10.20.3.16/28"),
+            xdp_guard::boot_ns() + 1,
+        )],
+        &[],
+        true,
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1));
+    use Verdict::*;
+    for (what, src) in [
+        ("inside an ended /28, a DNS-only /24 and /20", "10.20.3.17"),
+        ("inside a DNS-only /24 and /20", "10.20.3.200"),
+        ("inside a DNS-only /20", "10.20.9.1"),
+        ("inside the /16 alone", "10.20.200.1"),
+    ] {
+        assert_verdict(
+            &g,
+            &format!("TCP to SSH from {what}"),
+            &frame(&[], ETH_IP, &ipv4(v4(src), DST4, TCP, &[], 0, &tcp(1, 22))),
+            Drop,
+            "drop_blocked_prefix",
+        );
+    }
+    assert_verdict(
+        &g,
+        "IPv6 TCP from inside a DNS-only /64 in a /48 of every packet",
+        &frame(
+            &[],
+            ETH_IP6,
+            &ipv6(v6("2001:db8:20:1::9"), DST6, &[], TCP, &tcp(1, 22)),
+        ),
+        Drop,
+        "drop_blocked_prefix",
+    );
+    // Outside the /16 the DNS-only scope alone holds: nothing but UDP to the service dropped.
+    dnsd_only_outside(&g, far);
+}
+
+/// A DNS-only /24 with nothing around it lets TCP through.
+fn dnsd_only_outside(g: &XdpGuard, far: u64) {
+    g.maps().clone().with_slot(xdp_guard::SLOT_DNSD).apply(
+        &[KernelBlock {
+            net: net("10.30.1.0/24"),
+            expires_ns: far,
+            dns_only: true,
+        }],
+        &[],
+        true,
+    );
+    assert_verdict(
+        g,
+        "TCP from a DNS-only /24 alone",
+        &frame(
+            &[],
+            ETH_IP,
+            &ipv4(v4("10.30.1.5"), DST4, TCP, &[], 0, &tcp(1, 22)),
+        ),
+        Verdict::Pass,
+        "pass",
+    );
+}
