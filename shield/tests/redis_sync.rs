@@ -715,6 +715,72 @@ async fn forged_replayed_oversized_and_unsigned_records_are_refused() {
     sb.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_starts_late_refuses_replays_of_records_older_than_its_snapshot() {
+    use shield::redis_sync::Refused;
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let a = map();
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    synced(&sa).await;
+    // A's operator blocks a host, lifts it, blocks it again: add, del, add in the stream.
+    let net = host(20);
+    a.insert(BlockEntry::operator(net, MIN, unix_ms(), "first"));
+    assert!(a.remove(net, RemoveCause::Operator));
+    a.insert(BlockEntry::operator(net, MIN, unix_ms(), "again"));
+    let log = || -> Vec<(String, Vec<String>)> {
+        redis::cmd("XRANGE")
+            .arg("t:log")
+            .arg("-")
+            .arg("+")
+            .query(&mut r.conn())
+            .unwrap()
+    };
+    // Records travel batched; each is signed alone, so a single one can be lifted out.
+    let records = || -> Vec<serde_json::Value> {
+        log()
+            .into_iter()
+            .flat_map(|(_, f)| match serde_json::from_str(&f[1]).unwrap() {
+                serde_json::Value::Array(a) => a,
+                v => vec![v],
+            })
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while records().len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A's records: {:?}",
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let del = records()
+        .into_iter()
+        .find(|d| d["op"] == "del")
+        .expect("A's del record")
+        .to_string();
+    // C starts now: it learns A's block from the snapshot, never having seen the del.
+    let c = map();
+    let sc = spawn(cfg(&r.url(), "c"), &c);
+    synced(&sc).await;
+    until("A's block on C", || c.get(net).is_some()).await;
+    // The old del, written again by whoever can write to Redis: refused, the block stands.
+    xadd(&r, &del);
+    let replays = || {
+        sc.stats().refused[Refused::ALL
+            .iter()
+            .position(|x| *x == Refused::Replay)
+            .unwrap()]
+    };
+    until("the replayed del refused", || replays() >= 1).await;
+    assert!(c.get(net).is_some(), "a replayed del lifted A's block on C");
+    sa.shutdown().await;
+    sc.shutdown().await;
+}
+
 /// Certificates for a TLS test: a CA, the server's (127.0.0.1) and a client's, by openssl.
 fn tls_files(dir: &std::path::Path) -> bool {
     let run = |args: &[&str]| {

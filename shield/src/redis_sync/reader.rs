@@ -22,6 +22,11 @@ struct State {
     first_load: bool,
     /// The last record seen from each node.
     replay: Replay,
+    /// The newest `(start, seq)` per node in the last snapshot, and the stream's last id when
+    /// it was read: merged into `replay` once the stream passes that id (entries up to it
+    /// may be older than the snapshot's records and are still due). A record replayed later
+    /// is refused even when this reader never saw its node in the stream.
+    seed: Option<(StreamId, HashMap<String, (u64, u64)>)>,
 }
 
 impl State {
@@ -44,6 +49,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         epoch: None,
         first_load: true,
         replay: Replay::default(),
+        seed: None,
     };
     let block = Duration::from_millis(shared.cfg.block_ms);
     let mut attempt = 0u32;
@@ -147,7 +153,7 @@ async fn tail(
             continue;
         }
         if let Some(&(last, _)) = entries.last() {
-            apply(shared, &mut st.replay, &entries);
+            apply(shared, &mut st.replay, &mut st.seed, &entries);
             st.pos = Some(last);
         }
     }
@@ -156,7 +162,12 @@ async fn tail(
 /// Applies stream entries in order: peer upserts in batches, removals one by one. Every
 /// record is opened (bounded, decoded, verified), checked for replay and judged
 /// ([`Shared::judge`]) first; refusals are counted and logged with their stream id.
-fn apply(shared: &Shared, replay: &mut Replay, entries: &[(StreamId, Option<&[u8]>)]) {
+fn apply(
+    shared: &Shared,
+    replay: &mut Replay,
+    seed: &mut Option<(StreamId, HashMap<String, (u64, u64)>)>,
+    entries: &[(StreamId, Option<&[u8]>)],
+) {
     let c = &shared.c;
     let now = shared.now();
     let offset = shared.offset();
@@ -168,6 +179,13 @@ fn apply(shared: &Shared, replay: &mut Replay, entries: &[(StreamId, Option<&[u8
         }
     };
     for (id, d) in entries {
+        if seed.as_ref().is_some_and(|(end, _)| id > end)
+            && let Some((_, seen)) = seed.take()
+        {
+            for (node, (start, seq)) in seen {
+                replay.raise(node, start, seq);
+            }
+        }
         let Some(d) = d else {
             shared.refuse(Refused::Malformed, *id, "");
             continue;
@@ -223,7 +241,7 @@ fn apply(shared: &Shared, replay: &mut Replay, entries: &[(StreamId, Option<&[u8
 async fn load_snapshot(
     shared: &Shared,
     conn: &mut MultiplexedConnection,
-    st: &State,
+    st: &mut State,
 ) -> redis::RedisResult<StreamId> {
     let keys = &shared.keys;
     let mut pipe = redis::pipe();
@@ -240,6 +258,7 @@ async fn load_snapshot(
     let mut peers: HashMap<IpNet, BlockEntry> = HashMap::new();
     let mut own: Vec<BlockEntry> = Vec::new();
     let mut truncated = 0u64;
+    let mut seen: HashMap<String, (u64, u64)> = HashMap::new();
     let mut cursor: u64 = 0;
     loop {
         let (next, flat): (u64, Vec<String>) = redis::cmd("ZSCAN")
@@ -283,6 +302,11 @@ async fn load_snapshot(
                     shared.refuse(why, StreamId::default(), &rec.node);
                     continue;
                 }
+                if seen.len() < super::record::REPLAY_NODES || seen.contains_key(rec.node.as_str())
+                {
+                    let last = seen.entry(rec.node.to_string()).or_insert((0, 0));
+                    *last = (*last).max((rec.start, rec.seq));
+                }
                 if *rec.node == *shared.node {
                     // Our own earlier decisions: restored once, after a restart of this node.
                     if st.first_load && own.len() < max {
@@ -309,6 +333,18 @@ async fn load_snapshot(
             break;
         }
     }
+    // Where the stream stood once the snapshot was read: records after it are newer than
+    // every record the snapshot holds.
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("XINFO").arg("STREAM").arg(&keys.log);
+    let reply: Vec<Value> = pipe.query_async(conn).await?;
+    let end = reply
+        .first()
+        .and_then(wire::parse_xinfo)
+        .map(|i| i.last_generated)
+        .unwrap_or_default();
+    st.seed = Some((end, seen));
     let c = &shared.c;
     let n = peers.len() + own.len();
     add(&c.snapshots, 1);

@@ -374,6 +374,25 @@ pub(crate) struct Replay {
 }
 
 impl Replay {
+    /// Remembers `(start, seq)` as seen from `node` unless a newer record of it is known (a
+    /// snapshot's records: never refused, only raising the bar).
+    pub(crate) fn raise(&mut self, node: String, start: u64, seq: u64) {
+        self.tick += 1;
+        let tick = self.tick;
+        let full = self.last.len() >= REPLAY_NODES;
+        match self.last.get_mut(node.as_str()) {
+            Some(last) => {
+                if (start, seq) > (last.0, last.1) {
+                    *last = (start, seq, tick);
+                }
+            }
+            None if !full => {
+                self.last.insert(node, (start, seq, tick));
+            }
+            None => {}
+        }
+    }
+
     /// True (and remembered) when `r` is newer than the last record of its node.
     pub(crate) fn fresh(&mut self, r: &Record) -> bool {
         self.tick += 1;
