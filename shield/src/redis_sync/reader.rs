@@ -14,6 +14,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// A snapshot's newest `(start, seq)` per node, and the stream id it was read up to.
+type Seed = (StreamId, HashMap<String, (u64, u64)>);
+
 struct State {
     /// Last stream id applied; `None` when a snapshot is due.
     pos: Option<StreamId>,
@@ -26,7 +29,7 @@ struct State {
     /// it was read: merged into `replay` once the stream passes that id (entries up to it
     /// may be older than the snapshot's records and are still due). A record replayed later
     /// is refused even when this reader never saw its node in the stream.
-    seed: Option<(StreamId, HashMap<String, (u64, u64)>)>,
+    seed: Option<Seed>,
 }
 
 impl State {
@@ -165,7 +168,7 @@ async fn tail(
 fn apply(
     shared: &Shared,
     replay: &mut Replay,
-    seed: &mut Option<(StreamId, HashMap<String, (u64, u64)>)>,
+    seed: &mut Option<Seed>,
     entries: &[(StreamId, Option<&[u8]>)],
 ) {
     let c = &shared.c;

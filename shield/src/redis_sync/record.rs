@@ -381,11 +381,8 @@ impl Replay {
         let tick = self.tick;
         let full = self.last.len() >= REPLAY_NODES;
         match self.last.get_mut(node.as_str()) {
-            Some(last) => {
-                if (start, seq) > (last.0, last.1) {
-                    *last = (start, seq, tick);
-                }
-            }
+            Some(last) if (start, seq) > (last.0, last.1) => *last = (start, seq, tick),
+            Some(_) => {}
             None if !full => {
                 self.last.insert(node, (start, seq, tick));
             }
