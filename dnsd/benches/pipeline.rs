@@ -11,10 +11,10 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use criterion::{Criterion, criterion_group, criterion_main};
 use dnsd::config::defence::DefenceConfig;
-use dnsd::defence;
-use dnsd::process_query::{PipelineConfig, Processor, Transport};
-use dnsd::served_zones::ZoneSet;
-use dnsd::stats::WorkerStats;
+use dnsd::observe::counters::WorkerStats;
+use dnsd::query::defence;
+use dnsd::query::process_query::{PipelineConfig, Processor, Transport};
+use dnsd::zone::served::ZoneSet;
 use shield::block::{BlockConfig, BlockEntry, BlockMap, Evidence, Origin};
 use shield::events::{Aggregator, AggregatorConfig};
 
@@ -34,7 +34,7 @@ fn zones_of(tenant: u32) -> Arc<ArcSwap<ZoneSet>> {
     Arc::new(ArcSwap::from_pointee(ZoneSet::new(
         vec![(
             Arc::new(z),
-            dnsd::served_zones::ServeOptions {
+            dnsd::zone::served::ServeOptions {
                 tenant,
                 ..Default::default()
             },
@@ -227,7 +227,7 @@ fn bench(c: &mut Criterion) {
     let client = [1u8, 2, 3, 4, 5, 6, 7, 8];
     let mut learn = vec![0u8; 4096];
     let n = match p.process(&query(Some(&client)), src, Transport::Udp, &mut learn) {
-        dnsd::process_query::Outcome::Reply(n) => n,
+        dnsd::query::process_query::Outcome::Reply(n) => n,
         _ => panic!("no reply"),
     };
     let full = learn[n - 24..n].to_vec();

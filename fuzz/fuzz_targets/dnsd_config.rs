@@ -18,5 +18,5 @@ fuzz_target!(|data: &[u8]| {
     let _ = dnsd::xfr::Policies::from_config(&c);
     let blocks = shield::block::BlockMap::new(c.block.clone());
     let events = shield::events::Aggregator::new(shield::events::AggregatorConfig::default());
-    let _ = dnsd::defence::Shared::new(c.defence.clone(), blocks, events);
+    let _ = dnsd::query::defence::Shared::new(c.defence.clone(), blocks, events);
 });

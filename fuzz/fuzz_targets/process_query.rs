@@ -10,8 +10,8 @@
 use std::cell::RefCell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use dnsd::process_query::{Outcome, Transport};
-use dnsd::wire::{Query, parse_query};
+use dnsd::query::process_query::{Outcome, Transport};
+use dnsd::query::wire::{Query, parse_query};
 use libfuzzer_sys::fuzz_target;
 use palisade_fuzz::fixture::{Processors, processors};
 
@@ -95,10 +95,11 @@ fuzz_target!(|data: &[u8]| {
                     let job = proc
                         .take_transfer()
                         .expect("Outcome::Transfer without a job");
-                    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(1 << 16);
-                    rt.block_on(async { job.run(&tx).await });
-                    drop(tx);
+                    let (tx, mut rx) =
+                        tokio::sync::mpsc::channel::<dnsd::query::handoff::Outgoing>(1 << 16);
+                    rt.block_on(job.run(tx));
                     while let Ok(m) = rx.try_recv() {
+                        let m = m.msg;
                         let n = u16::from_be_bytes([m[0], m[1]]) as usize;
                         assert_eq!(n + 2, m.len(), "transfer frame length");
                         check_reply(req, &m[2..], Transport::Tcp);

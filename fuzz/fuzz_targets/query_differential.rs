@@ -1,10 +1,10 @@
-//! Differential: `dnsd::wire::parse_query` against hickory-proto's `Message::from_vec` on the
+//! Differential: `dnsd::query::wire::parse_query` against hickory-proto's `Message::from_vec` on the
 //! same bytes. They must agree on accepting a query and, when both accept, on the question
 //! and EDNS; the disagreements that are by design are listed, and checked mechanically, in
 //! `palisade_fuzz::differential`.
 #![no_main]
 
-use dnsd::wire::{Query, parse_query};
+use dnsd::query::wire::{Query, parse_query};
 use libfuzzer_sys::fuzz_target;
 use palisade_fuzz::differential::{hickory_accepts, normalise, ours_seen, ours_stricter};
 

@@ -1,4 +1,4 @@
-//! `dnsd::wire::parse_query`, the hot-path query parser, on arbitrary bytes: never panics,
+//! `dnsd::query::wire::parse_query`, the hot-path query parser, on arbitrary bytes: never panics,
 //! every parsed query satisfies `palisade_fuzz::check_query`, and parsing into a query
 //! struct reused from the previous input (as the workers do) gives the same fields as
 //! parsing into a fresh one.
@@ -6,7 +6,7 @@
 
 use std::cell::RefCell;
 
-use dnsd::wire::{Query, parse_query};
+use dnsd::query::wire::{Query, parse_query};
 use libfuzzer_sys::fuzz_target;
 use palisade_fuzz::{check_query, query_fields};
 

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use dnsd::config::defence::CookiePolicy;
-use dnsd::process_query::{Outcome, PipelineConfig, Processor, Transport};
-use dnsd::stats::WorkerStats;
-use dnsd::served_zones::ZoneSet;
+use dnsd::query::process_query::{Outcome, PipelineConfig, Processor, Transport};
+use dnsd::observe::counters::WorkerStats;
+use dnsd::zone::served::ZoneSet;
 use libfuzzer_sys::fuzz_target;
 use zones::present::zone_to_text;
 use zones::{Name, ReadOptions};
@@ -57,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
     let set = ZoneSet::new(
         vec![(
             zone,
-            dnsd::served_zones::ServeOptions {
+            dnsd::zone::served::ServeOptions {
                 cookies: CookiePolicy::On,
                 tenant: 0,
                 xdp_answers: false,

@@ -2,7 +2,7 @@
 //!
 //! # What "accept" means
 //!
-//! Ours accepts when `dnsd::wire::parse_query` returns `Ok`. Hickory accepts a *query* when
+//! Ours accepts when `dnsd::query::wire::parse_query` returns `Ok`. Hickory accepts a *query* when
 //! `Message::from_vec` parses the message and the query rules that our parser also applies
 //! hold on what hickory read ([`hickory_accepts`]): QR = 0, opcode QUERY or NOTIFY, exactly
 //! one question, answer and authority empty except one SOA-carrying record in the authority
@@ -94,7 +94,7 @@ pub fn hickory_accepts(msg: &[u8]) -> Option<Seen> {
 }
 
 /// Ours' view of a query it accepted.
-pub fn ours_seen(q: &dnsd::wire::Query) -> Seen {
+pub fn ours_seen(q: &dnsd::query::wire::Query) -> Seen {
     Seen {
         qname: q.qname().to_vec(),
         qtype: q.qtype,

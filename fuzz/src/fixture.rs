@@ -9,12 +9,12 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use dnsd::config::Config;
 use dnsd::config::defence::CookiePolicy;
-use dnsd::defence;
-use dnsd::served_zones::ServeOptions;
-use dnsd::process_query::{PipelineConfig, Processor};
-use dnsd::stats::WorkerStats;
+use dnsd::query::defence;
+use dnsd::zone::served::ServeOptions;
+use dnsd::query::process_query::{PipelineConfig, Processor};
+use dnsd::observe::counters::WorkerStats;
 use dnsd::xfr::Transfers;
-use dnsd::served_zones::ZoneSet;
+use dnsd::zone::served::ZoneSet;
 use shield::block::{BlockConfig, BlockMap};
 use shield::events::{Aggregator, AggregatorConfig};
 
@@ -114,7 +114,7 @@ pub fn processors() -> Processors {
         Arc::new(WorkerStats::default()),
         Some(&shared),
     )
-    .with_transfers(xfr);
+    .with_transfers(Arc::new(dnsd::xfr::Serve(xfr)));
     full.refresh();
     Processors {
         bare,

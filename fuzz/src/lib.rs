@@ -6,7 +6,7 @@ pub mod differential;
 pub mod fixture;
 pub mod http_view;
 
-use dnsd::wire::{ParseError, Query};
+use dnsd::query::wire::{ParseError, Query};
 
 /// Checks what `parse_query` promises about a query it parsed from `req` (or partly parsed,
 /// when the error says the question was read).

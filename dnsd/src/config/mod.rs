@@ -111,7 +111,7 @@ pub struct Config {
     pub log: shield::logging::LogConfig,
     /// `[dnstap]`: the query log in Frame Streams. Start-time only.
     #[serde(default)]
-    pub dnstap: Option<crate::dnstap::DnstapConfig>,
+    pub dnstap: Option<crate::observe::dnstap::DnstapConfig>,
     /// `[dnssec]`: the key directory and the expiry warning.
     #[serde(default)]
     pub dnssec: dnssec::DnssecConfig,

@@ -8,6 +8,7 @@
 
 pub mod keys;
 pub mod online;
+pub mod schedule;
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use zones::rrtype::t;
 
 use super::keys::Key;
-use crate::stats::Compact;
+use crate::observe::counters::Compact;
 
 /// NXNAME, the pseudo-type of a name that does not exist (RFC 9824 §3.2).
 pub const NXNAME: u16 = 128;

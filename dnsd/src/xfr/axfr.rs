@@ -15,11 +15,11 @@ use zones::reader::Record;
 use zones::{Name, Zone};
 
 use super::journal::{Diff, Rec};
-use super::tsig::{self, Signer};
 use super::wire::RrRef;
 use super::{Slot, Transfers, XfrError};
-use crate::response::{Owner, Section, Writer};
-use crate::wire::{self, Query, hf, rcode};
+use crate::query::response::{Owner, Section, Writer};
+use crate::query::tsig::{self, Signer};
+use crate::query::wire::{self, Query, hf, rcode};
 
 /// Largest message of an outgoing transfer.
 const MSG_MAX: usize = 65535;
@@ -162,7 +162,7 @@ impl<'a> Encoder<'a, '_> {
             None => return Ok(None),
         };
         let tsig_room = self.signer.as_ref().map_or(0, |s| s.reserve());
-        let opt_room = crate::response::opt_room(self.q, &Default::default());
+        let opt_room = crate::query::response::opt_room(self.q, &Default::default());
         let mut buf = vec![0u8; 2 + MSG_MAX];
         let mut w = Writer::new(&mut buf[2..], MSG_MAX - tsig_room - opt_room);
         w.start(self.req, self.q, rcode::NOERROR, true);
@@ -184,7 +184,13 @@ impl<'a> Encoder<'a, '_> {
         }
         w.set_limit(MSG_MAX - tsig_room);
         if self.q.edns.is_some() {
-            crate::response::put_opt(&mut w, self.q, self.udp_payload, 0, Default::default());
+            crate::query::response::put_opt(
+                &mut w,
+                self.q,
+                self.udp_payload,
+                0,
+                Default::default(),
+            );
         }
         let mut len = w.finish();
         if let Some(s) = self.signer.as_deref_mut() {
@@ -195,6 +201,15 @@ impl<'a> Encoder<'a, '_> {
         buf[..2].copy_from_slice(&(len as u16).to_be_bytes());
         buf.truncate(len + 2);
         Ok(Some((buf, n)))
+    }
+}
+
+impl crate::query::handoff::TransferJob for Job {
+    fn run(
+        self: Box<Self>,
+        tx: mpsc::Sender<crate::query::handoff::Outgoing>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
+        Box::pin(async move { Job::run(*self, &tx).await })
     }
 }
 

@@ -2,8 +2,8 @@
 //! zones' refresh timers, and what they share — the bounds, counters and per-zone state
 //! kept here ([`Transfers`]).
 //!
-//! By job: [`serve`] is the query pipeline's entry (requests answered or turned into a
-//! transfer job), [`policy`] what each zone allows, [`axfr`] zones streamed out and
+//! By job: [`serve`] is what the query pipeline hands over ([`crate::query::handoff`]:
+//! requests answered or turned into a transfer job), [`policy`] what each zone allows, [`axfr`] zones streamed out and
 //! collected in, [`ixfr`] the IXFR client, [`journal`] the differences IXFR answers from,
 //! [`notify`] NOTIFY both ways, [`tsig`] signing and verifying, [`secondary`] the refresh
 //! timers and transfers in, [`wire`] whole messages read and built, [`client`] the
@@ -18,12 +18,11 @@ pub mod notify;
 pub mod policy;
 pub mod secondary;
 pub mod serve;
-pub mod tsig;
 pub mod wire;
 
 pub use error::XfrError;
 pub use policy::{Policies, ZonePolicy};
-pub use serve::{Ctx, Handled, process, wants};
+pub use serve::Serve;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -347,7 +346,7 @@ impl Transfers {
             if let Some(ps) = st.primary_serial {
                 s.push_str(&format!("\tprimary serial {ps}"));
             }
-            let now = tsig::now();
+            let now = crate::query::tsig::now();
             if st.next_refresh > 0 {
                 s.push_str(&format!(
                     "\trefresh in {} s",
@@ -537,7 +536,10 @@ mod tests {
         assert_eq!(z.primaries[1], "10.0.0.1:53".parse::<SocketAddr>().unwrap());
         assert_eq!(z.notify[0].port(), 53);
         assert!(z.allow[0].contains(&"10.1.2.3".parse::<IpAddr>().unwrap()));
-        assert_eq!(z.key.as_ref().unwrap().alg, tsig::Algorithm::HmacSha512);
+        assert_eq!(
+            z.key.as_ref().unwrap().alg,
+            crate::query::tsig::Algorithm::HmacSha512
+        );
         for (bad, key) in [
             (
                 ok.replace("tsig = \"k.\"", "tsig = \"nope\""),

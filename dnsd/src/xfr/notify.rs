@@ -12,14 +12,19 @@ use tokio::sync::oneshot;
 use zones::rrtype::t;
 use zones::{Name, Zone};
 
-use super::tsig::{self, Signer, Verifier};
 use super::wire::{self, RrBuf};
-use super::{Ctx, Transfers, Trigger, XfrError};
-use crate::wire::{opcode, rcode};
+use super::{Transfers, Trigger, XfrError};
+use crate::query::handoff::Ctx;
+use crate::query::tsig::{self, Signer, Verifier};
+use crate::query::wire::{opcode, rcode};
 
 /// Answers a NOTIFY (already TSIG-verified when `signer` is given).
-pub fn handle(c: &Ctx<'_>, out: &mut [u8], signer: Option<&mut Signer>) -> usize {
-    let x = c.x;
+pub fn handle(
+    x: &Arc<Transfers>,
+    c: &Ctx<'_>,
+    out: &mut [u8],
+    signer: Option<&mut Signer>,
+) -> usize {
     let pol = x.policies();
     let refuse = |rc| {
         x.stats.notify_in_refused.fetch_add(1, Ordering::Relaxed);
@@ -27,11 +32,11 @@ pub fn handle(c: &Ctx<'_>, out: &mut [u8], signer: Option<&mut Signer>) -> usize
     };
     let Some(p) = pol.zone(c.q.qname()).filter(|p| p.is_secondary()) else {
         let rc = refuse(rcode::NOTAUTH);
-        return c.reply(out, rc, None, signer);
+        return wire::reply(c, out, rc, None, signer);
     };
     if c.q.qtype != t::SOA {
         let rc = refuse(rcode::FORMERR);
-        return c.reply(out, rc, None, signer);
+        return wire::reply(c, out, rc, None, signer);
     }
     let from_primary = p.primaries.iter().any(|a| a.ip() == c.src.ip())
         || p.allow_notify.iter().any(|n| n.contains(&c.src.ip()));
@@ -44,12 +49,12 @@ pub fn handle(c: &Ctx<'_>, out: &mut [u8], signer: Option<&mut Signer>) -> usize
         // Counted; logged at debug only (a spoofed flood must not flood the log).
         tracing::debug!(peer = %c.src, zone = %p.origin, "NOTIFY refused: not from a primary or without the zone's key");
         let rc = refuse(rcode::REFUSED);
-        return c.reply(out, rc, None, signer);
+        return wire::reply(c, out, rc, None, signer);
     }
     x.stats.notify_in.fetch_add(1, Ordering::Relaxed);
     tracing::info!(peer = %c.src, zone = %p.origin, "NOTIFY received: refreshing");
     x.trigger(p.origin.as_wire(), Trigger { reply: None });
-    c.reply(out, rcode::NOERROR, None, signer)
+    wire::reply(c, out, rcode::NOERROR, None, signer)
 }
 
 /// Announces `zone` to the NOTIFY targets of `origin` (in the background); `done` gets a
@@ -150,11 +155,13 @@ async fn notify_one(
                     return Err(XfrError::Protocol("answer is not a NOTIFY response"));
                 }
                 if let Some(s) = &signer {
-                    Verifier::new(s).check(&resp, r.tsig.as_ref(), tsig::now())?;
+                    Verifier::new(s)
+                        .check(&resp, r.tsig.as_ref(), tsig::now())
+                        .map_err(XfrError::Tsig)?;
                 }
                 if r.rcode != rcode::NOERROR {
                     return Err(XfrError::Rcode(
-                        crate::stats::RCODES
+                        crate::observe::counters::RCODES
                             .get(r.rcode as usize)
                             .copied()
                             .unwrap_or("?"),

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use zones::Name;
 
-use super::tsig::{self, KeyStore};
 use crate::config::transfer::{decode_secret, parse_addr, parse_prefix};
 use crate::config::zone_list::CatalogRole;
 use crate::config::{Config, ZoneConfig};
+use crate::query::tsig::{self, KeyStore};
 
 /// What one zone allows and whom it talks to.
 #[derive(Debug, Clone)]

@@ -22,10 +22,10 @@ use zones::{Name, Zone};
 use super::axfr;
 use super::client::TcpClient;
 use super::ixfr::{IxfrIn, Received};
-use super::tsig::{self, Signer, Verifier};
 use super::wire::{self, RrBuf};
 use super::{Transfers, Trigger, XfrError, ZonePolicy, ZoneState, serial_gt};
-use crate::wire::{hf, opcode, rcode};
+use crate::query::tsig::{self, Signer, Verifier};
+use crate::query::wire::{hf, opcode, rcode};
 
 /// Shortest and longest refresh or retry interval honoured, whatever the SOA says.
 const MIN_TIMER: u64 = 1;
@@ -55,9 +55,9 @@ fn timers(z: &Zone) -> (Duration, Duration, Duration) {
 /// transfers (and touched by refreshes), not edited by the operator.
 pub fn skip_missing(
     x: &Transfers,
-    plan: Vec<crate::zone_registry::Planned>,
+    plan: Vec<crate::zone::registry::Planned>,
     explicit: bool,
-) -> Vec<crate::zone_registry::Planned> {
+) -> Vec<crate::zone::registry::Planned> {
     let pol = x.policies();
     plan.into_iter()
         .filter(|p| {
@@ -86,7 +86,7 @@ fn touch(file: &std::path::Path) -> std::io::Result<()> {
 /// Starts the task of every secondary zone that has none, and ends the tasks of zones that
 /// are no longer secondaries (at start, and after the zone list changed).
 pub fn spawn_all(
-    zones: &Arc<tokio::sync::Mutex<crate::zone_registry::Registry>>,
+    zones: &Arc<tokio::sync::Mutex<crate::zone::registry::Registry>>,
     xfr: &Arc<Transfers>,
 ) {
     let shared = Arc::new(Shared {
@@ -110,7 +110,7 @@ pub fn spawn_all(
 /// What the refresh tasks work with: the zones (to publish what they transfer) and the
 /// transfer state.
 struct Shared {
-    registry: Arc<tokio::sync::Mutex<crate::zone_registry::Registry>>,
+    registry: Arc<tokio::sync::Mutex<crate::zone::registry::Registry>>,
     xfr: Arc<Transfers>,
 }
 
@@ -481,7 +481,9 @@ async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: SocketAddr) -> Result
         return Err(XfrError::Protocol("answer with another ID"));
     }
     if let Some(s) = &s {
-        Verifier::new(s).check(&resp, r.tsig.as_ref(), tsig::now())?;
+        Verifier::new(s)
+            .check(&resp, r.tsig.as_ref(), tsig::now())
+            .map_err(XfrError::Tsig)?;
     }
     if r.rcode != rcode::NOERROR {
         return Err(XfrError::Rcode(rcode_name(r.rcode)));
@@ -493,7 +495,7 @@ async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: SocketAddr) -> Result
 }
 
 fn rcode_name(rc: u16) -> &'static str {
-    crate::stats::RCODES
+    crate::observe::counters::RCODES
         .get(rc as usize)
         .copied()
         .unwrap_or("?")
@@ -561,7 +563,8 @@ async fn pull(
             return Err(XfrError::Protocol("message with another ID"));
         }
         if let Some(v) = verifier.as_mut() {
-            v.check(&buf, r.tsig.as_ref(), tsig::now())?;
+            v.check(&buf, r.tsig.as_ref(), tsig::now())
+                .map_err(XfrError::Tsig)?;
         }
         if r.rcode != rcode::NOERROR {
             return Err(XfrError::Rcode(rcode_name(r.rcode)));

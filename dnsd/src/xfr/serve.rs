@@ -1,135 +1,63 @@
-//! The query pipeline's entry into the transfer code: AXFR and IXFR requests (checked
-//! against the zone's ACL and key, answered as a transfer job), NOTIFY, and every
-//! TSIG-signed message (verified, answered signed; failures answered as RFC 8945 §5.2 says).
+//! What the query pipeline hands the transfer side ([`crate::query::handoff`]): AXFR and IXFR
+//! requests (checked against the zone's ACL and key, answered as a transfer job), NOTIFY,
+//! and the TSIG check of every signed request (failures answered as RFC 8945 §5.2 says; the
+//! pipeline signs the rest).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use zones::rrtype::t;
 
 use super::axfr::{Job, JobKind};
-use super::tsig::{self, Signer};
 use super::{Transfers, serial_gt, wire};
-use crate::internet;
-use crate::query_module::Transport;
-use crate::response::{Owner, Section, Writer};
-use crate::served_zones::ZoneSet;
-use crate::stats::WorkerStats;
-use crate::wire::{Query, hf, opcode, rcode};
-use zones::Zone;
+use crate::query::handoff::{self, Ctx, Handled};
+use crate::query::module::Transport;
+use crate::query::response::Writer;
+use crate::query::tsig::{self, Signer};
+use crate::query::wire::{opcode, rcode};
 
-/// What the pipeline should do with a message the transfer code took.
-pub enum Handled {
-    /// Send this many bytes of the output buffer.
-    Reply(usize),
-    /// Send nothing.
-    Drop,
-    /// Stream a transfer on this TCP connection.
-    Job(Box<Job>),
-}
+/// The transfer side plugged into the pipeline ([`crate::query::handoff`]).
+pub struct Serve(pub Arc<Transfers>);
 
-/// True when the transfer code answers this message: TSIG-signed messages, NOTIFY, and
-/// AXFR/IXFR (except AXFR over UDP, which the pipeline answers NOTIMP).
-#[inline]
-pub fn wants(q: &Query, transport: Transport) -> bool {
-    q.tsig_off.is_some()
-        || q.opcode() == opcode::NOTIFY
-        || q.qtype == t::IXFR
-        || (q.qtype == t::AXFR && transport == Transport::Tcp)
-}
-
-/// A message being answered by the transfer code.
-pub struct Ctx<'a> {
-    /// The transfer side.
-    pub x: &'a Arc<Transfers>,
-    /// The request.
-    pub req: &'a [u8],
-    /// Its parse.
-    pub q: &'a Query,
-    /// Who sent it.
-    pub src: SocketAddr,
-    /// Over what.
-    pub transport: Transport,
-    /// The zones served.
-    pub zones: &'a ZoneSet,
-    /// Counters of the transport.
-    pub stats: &'a WorkerStats,
-    /// Our EDNS UDP payload size (`[server] udp_payload`).
-    pub udp_payload: u16,
-}
-
-impl Ctx<'_> {
-    /// The most a response may take (as for any other response).
-    pub fn limit(&self, out: usize) -> usize {
-        crate::response::size_limit(self.q, self.transport, self.udp_payload, out)
-    }
-
-    /// A reply with `rc`, the question echoed, an optional SOA answer, OPT when the request
-    /// had one, and a TSIG when `signer` is given.
-    pub fn reply(
-        &self,
-        out: &mut [u8],
-        rc: u16,
-        soa: Option<&Zone>,
-        signer: Option<&mut Signer>,
-    ) -> usize {
-        let limit = self.limit(out.len());
-        let room = signer.as_ref().map_or(0, |s| s.reserve()) + 11;
-        let mut w = Writer::new(out, limit.saturating_sub(room));
-        w.start(self.req, self.q, rc & 0xF, true);
-        if rc == rcode::NOERROR {
-            w.set_flags(hf::AA);
-        }
-        if let Some(z) = soa
-            && let Some((owner, rtype, ttl, rd)) = z.records().next()
-        {
-            let _ = w.rr(Section::Answer, Owner::Name(owner), rtype, ttl, rd);
-        }
-        w.set_limit(limit);
-        if self.q.edns.is_some() {
-            crate::response::put_opt(&mut w, self.q, self.udp_payload, rc, Default::default());
-        }
-        let mut n = w.finish();
-        if let Some(s) = signer {
-            n = s.sign(&mut out[..limit], n, tsig::now()).unwrap_or(n);
-        }
-        self.stats.response(rc, false);
-        n
-    }
-}
-
-/// Answers a message [`wants`] says is ours: verifies its TSIG, then NOTIFY, AXFR/IXFR, or
-/// (signed) an ordinary query.
-pub fn process(c: &Ctx<'_>, out: &mut [u8]) -> Handled {
-    let x = c.x;
-    let mut signer = None;
-    if let Some(off) = c.q.tsig_off {
+impl handoff::Transfers for Serve {
+    fn verify(&self, c: &Ctx<'_>, off: usize, out: &mut [u8]) -> Result<Signer, usize> {
+        let x = &self.0;
         let pol = x.policies();
         match tsig::verify_request(&pol.keys, c.req, off, tsig::now()) {
             Ok(v) => {
                 x.stats.tsig_ok.fetch_add(1, Ordering::Relaxed);
-                signer = Some(Signer::response(&v));
+                Ok(Signer::response(&v))
             }
-            Err(f) => return Handled::Reply(tsig_error(c, out, &f)),
+            Err(f) => Err(tsig_error(x, c, out, &f)),
         }
     }
+
+    fn process(&self, c: &Ctx<'_>, signer: Option<Signer>, out: &mut [u8]) -> Handled {
+        process(&self.0, c, signer, out)
+    }
+}
+
+/// Answers a message [`handoff::wants`] says is ours (its TSIG, if any, verified by the
+/// pipeline into `signer`): NOTIFY, AXFR or IXFR.
+pub fn process(
+    x: &Arc<Transfers>,
+    c: &Ctx<'_>,
+    mut signer: Option<Signer>,
+    out: &mut [u8],
+) -> Handled {
     if c.q.qclass != 1 && !(c.q.qclass == 255 && c.q.opcode() == opcode::QUERY) {
-        return Handled::Reply(c.reply(out, rcode::REFUSED, None, signer.as_mut()));
+        return Handled::Reply(wire::reply(c, out, rcode::REFUSED, None, signer.as_mut()));
     }
     if c.q.opcode() == opcode::NOTIFY {
-        return Handled::Reply(super::notify::handle(c, out, signer.as_mut()));
+        return Handled::Reply(super::notify::handle(x, c, out, signer.as_mut()));
     }
-    match c.q.qtype {
-        t::AXFR | t::IXFR => transfer_request(c, out, signer),
-        _ => Handled::Reply(signed_answer(c, out, signer)),
-    }
+    transfer_request(x, c, out, signer)
 }
 
 /// The answer to a TSIG failure (§5.2): NOTAUTH with BADKEY or BADSIG unsigned, BADTIME
 /// signed with the server's time in Other Data, FORMERR for a malformed TSIG.
-fn tsig_error(c: &Ctx<'_>, out: &mut [u8], f: &tsig::Failure) -> usize {
-    let st = &c.x.stats;
+fn tsig_error(x: &Transfers, c: &Ctx<'_>, out: &mut [u8], f: &tsig::Failure) -> usize {
+    let st = &x.stats;
     let kind = f.kind();
     let ctr = match kind {
         tsig::FailureKind::BadKey => &st.tsig_badkey,
@@ -167,48 +95,17 @@ fn tsig_error(c: &Ctx<'_>, out: &mut [u8], f: &tsig::Failure) -> usize {
     })
 }
 
-/// An ordinary query that came signed: answered as usual (no rate limiting: the key
-/// vouches for the client) and signed.
-fn signed_answer(c: &Ctx<'_>, out: &mut [u8], mut signer: Option<Signer>) -> usize {
-    let q = c.q;
-    if q.opcode() != opcode::QUERY || (q.qclass != 1 && q.qclass != 255) {
-        return c.reply(out, rcode::REFUSED, None, signer.as_mut());
-    }
-    if matches!(q.qtype, t::TSIG | t::TKEY) {
-        return c.reply(out, rcode::FORMERR, None, signer.as_mut());
-    }
-    let zone = internet::find_zone(q, c.zones);
-    if let Some((i, _)) = zone
-        && c.zones.is_expired(i)
-    {
-        return c.reply(out, rcode::SERVFAIL, None, signer.as_mut());
-    }
-    let limit = c.limit(out.len());
-    let room = signer.as_ref().map_or(0, |s| s.reserve()) + 11;
-    let mut w = Writer::new(out, limit.saturating_sub(room));
-    w.start(c.req, q, rcode::NOERROR, true);
-    let ans = internet::answer_in(&mut w, q, c.zones, zone, None);
-    w.set_limit(limit);
-    if q.edns.is_some() {
-        crate::response::put_opt(&mut w, q, c.udp_payload, 0, Default::default());
-    }
-    let rc = w.rcode();
-    let mut n = w.finish();
-    if let Some(s) = signer.as_mut() {
-        n = s.sign(&mut out[..limit], n, tsig::now()).unwrap_or(n);
-    }
-    c.stats.response(rc, ans.truncated);
-    c.stats.kind(ans.kind as usize);
-    n
-}
-
 /// AXFR or IXFR: the zone, the ACL and the key, then the answer or a transfer job.
-fn transfer_request(c: &Ctx<'_>, out: &mut [u8], mut signer: Option<Signer>) -> Handled {
-    let x = c.x;
+fn transfer_request(
+    x: &Arc<Transfers>,
+    c: &Ctx<'_>,
+    out: &mut [u8],
+    mut signer: Option<Signer>,
+) -> Handled {
     let q = c.q;
     let Some((zi, zone)) = c.zones.get(q.qname()) else {
         x.stats.notauth.fetch_add(1, Ordering::Relaxed);
-        return Handled::Reply(c.reply(out, rcode::NOTAUTH, None, signer.as_mut()));
+        return Handled::Reply(wire::reply(c, out, rcode::NOTAUTH, None, signer.as_mut()));
     };
     let pol = x.policies();
     let allowed = pol.zone(q.qname()).is_some_and(|p| {
@@ -222,23 +119,29 @@ fn transfer_request(c: &Ctx<'_>, out: &mut [u8], mut signer: Option<Signer>) -> 
     if !allowed {
         x.stats.refused.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(peer = %c.src, zone = %zone.apex(), "transfer refused");
-        return Handled::Reply(c.reply(out, rcode::REFUSED, None, signer.as_mut()));
+        return Handled::Reply(wire::reply(c, out, rcode::REFUSED, None, signer.as_mut()));
     }
     if c.zones.is_expired(zi) {
-        return Handled::Reply(c.reply(out, rcode::SERVFAIL, None, signer.as_mut()));
+        return Handled::Reply(wire::reply(c, out, rcode::SERVFAIL, None, signer.as_mut()));
     }
     if q.qtype == t::AXFR && c.transport == Transport::Udp {
-        return Handled::Reply(c.reply(out, rcode::NOTIMP, None, signer.as_mut()));
+        return Handled::Reply(wire::reply(c, out, rcode::NOTIMP, None, signer.as_mut()));
     }
     let kind = if q.qtype == t::IXFR {
         let Some(client) = wire::request_serial(c.req, q) else {
-            return Handled::Reply(c.reply(out, rcode::FORMERR, None, signer.as_mut()));
+            return Handled::Reply(wire::reply(c, out, rcode::FORMERR, None, signer.as_mut()));
         };
         let ours = zone.serial();
         if !serial_gt(ours, client) || c.transport == Transport::Udp {
             // Current (or over UDP, RFC 1995 §2: the SOA alone sends the client to TCP).
             x.stats.ixfr_out_current.fetch_add(1, Ordering::Relaxed);
-            return Handled::Reply(c.reply(out, rcode::NOERROR, Some(zone), signer.as_mut()));
+            return Handled::Reply(wire::reply(
+                c,
+                out,
+                rcode::NOERROR,
+                Some(zone),
+                signer.as_mut(),
+            ));
         }
         match x.journal(q.qname(), |j| j.chain(client, ours)) {
             Some(diffs) => JobKind::Ixfr(diffs),
@@ -249,7 +152,7 @@ fn transfer_request(c: &Ctx<'_>, out: &mut [u8], mut signer: Option<Signer>) -> 
     };
     let Ok(slot) = x.take_slot(c.src.ip()) else {
         tracing::debug!(peer = %c.src, zone = %zone.apex(), "transfer refused: too many transfers");
-        return Handled::Reply(c.reply(out, rcode::SERVFAIL, None, signer.as_mut()));
+        return Handled::Reply(wire::reply(c, out, rcode::SERVFAIL, None, signer.as_mut()));
     };
     c.stats.response(rcode::NOERROR, false);
     Handled::Job(Box::new(Job::new(

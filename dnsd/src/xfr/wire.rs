@@ -2,11 +2,14 @@
 //! knowledge comes from `zones`), responses of primaries and NOTIFY answers read, queries
 //! built, the SOA serial of a record or a request.
 
+use zones::Zone;
 use zones::rrtype::t;
 
 use super::XfrError;
-use super::tsig::{self, Signer};
-use crate::wire::{Query, hf, opcode};
+use crate::query::handoff::Ctx;
+use crate::query::response::{Owner, Section, Writer};
+use crate::query::tsig::{self, Signer};
+use crate::query::wire::{Query, hf, opcode, rcode};
 
 /// Reads a possibly compressed name at `pos` into `out` (wire form, case kept); returns
 /// its length and the offset just past it in place.
@@ -209,4 +212,37 @@ pub fn request_serial(req: &[u8], q: &Query) -> Option<u32> {
         return None;
     }
     soa_serial(r.rdata)
+}
+
+/// A reply with `rc`, the question echoed, an optional SOA answer, OPT when the request had
+/// one, and a TSIG when `signer` is given.
+pub fn reply(
+    c: &Ctx<'_>,
+    out: &mut [u8],
+    rc: u16,
+    soa: Option<&Zone>,
+    signer: Option<&mut Signer>,
+) -> usize {
+    let limit = c.limit(out.len());
+    let room = signer.as_ref().map_or(0, |s| s.reserve()) + 11;
+    let mut w = Writer::new(out, limit.saturating_sub(room));
+    w.start(c.req, c.q, rc & 0xF, true);
+    if rc == rcode::NOERROR {
+        w.set_flags(hf::AA);
+    }
+    if let Some(z) = soa
+        && let Some((owner, rtype, ttl, rd)) = z.records().next()
+    {
+        let _ = w.rr(Section::Answer, Owner::Name(owner), rtype, ttl, rd);
+    }
+    w.set_limit(limit);
+    if c.q.edns.is_some() {
+        crate::query::response::put_opt(&mut w, c.q, c.udp_payload, rc, Default::default());
+    }
+    let mut n = w.finish();
+    if let Some(s) = signer {
+        n = s.sign(&mut out[..limit], n, tsig::now()).unwrap_or(n);
+    }
+    c.stats.response(rc, false);
+    n
 }

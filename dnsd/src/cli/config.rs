@@ -1,0 +1,167 @@
+//! `dnsd check-config`, the config `serve` runs from (a file with flags on top), and
+//! `dnsd ctl -c CONFIG events-init` without a running server.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `dnsd ctl -c CONFIG events-init`: applies the ClickHouse schema of the config's
+/// `[events.clickhouse]`, whether or not a server runs.
+pub fn events_init_from_config(path: &std::path::Path) -> ExitCode {
+    let cfg = match crate::config::Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dnsd ctl: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(ch) = &cfg.events.clickhouse else {
+        eprintln!(
+            "dnsd ctl: {} has no [events.clickhouse] section",
+            path.display()
+        );
+        return ExitCode::from(1);
+    };
+    match shield::events::clickhouse::init_schema(ch) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("dnsd ctl: events-init: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The config from a file, with flags added on top (or from flags alone).
+pub fn build_config(
+    path: Option<&std::path::Path>,
+    listen: Vec<String>,
+    port: Option<u16>,
+    zones: Vec<String>,
+    control: Option<PathBuf>,
+    metrics: Option<String>,
+    workers: Option<usize>,
+) -> Result<crate::config::Config, String> {
+    let mut cfg = match path {
+        Some(p) => crate::config::Config::load(p).map_err(|e| e.to_string())?,
+        None => crate::config::Config::default(),
+    };
+    if !listen.is_empty() {
+        let mut addrs = Vec::new();
+        let mut ports = Vec::new();
+        for l in &listen {
+            if let Ok(sa) = l.parse::<std::net::SocketAddr>() {
+                addrs.push(sa.ip().to_string());
+                ports.push(sa.port());
+            } else {
+                addrs.push(l.clone());
+            }
+        }
+        ports.dedup();
+        if ports.len() > 1 {
+            return Err("--listen: all addresses must use one port".into());
+        }
+        cfg.server.listen = addrs;
+        if let Some(p) = ports.first() {
+            cfg.server.port = *p;
+        }
+    }
+    if let Some(p) = port {
+        cfg.server.port = p;
+    }
+    for z in zones {
+        let (origin, file) = z
+            .split_once('=')
+            .ok_or_else(|| format!("--zone {z}: expected ORIGIN=FILE"))?;
+        cfg.zones.push(crate::config::ZoneConfig {
+            origin: origin.into(),
+            file: file.into(),
+            key: format!("--zone {z}"),
+            ..Default::default()
+        });
+    }
+    if control.is_some() {
+        cfg.control.socket = control;
+    }
+    if metrics.is_some() {
+        cfg.metrics.listen = metrics;
+    }
+    if let Some(w) = workers {
+        cfg.server.workers = w;
+    }
+    Ok(cfg)
+}
+
+/// `dnsd check-config -c FILE`: the config, each zone file (as check-zone, quietly: only
+/// problems) and the rules file; 0 when everything would load.
+pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
+    let cfg = match crate::config::Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dnsd: {e}");
+            return 1;
+        }
+    };
+    // The zones as `serve` loads them (zone_registry::load_all, on all cores); a secondary's
+    // file may not exist yet: it comes from the primary.
+    // (Config::load refused any origin that does not parse.)
+    let plan: Vec<_> = cfg
+        .zones
+        .iter()
+        .enumerate()
+        .filter(|_| with_zones)
+        // A catalog dnsd produces has no file.
+        .filter(|(_, z)| z.catalog != Some(crate::config::zone_list::CatalogRole::Producer))
+        .filter(|(_, z)| z.primaries.is_empty() || z.file.exists())
+        .filter_map(|(i, z)| {
+            let origin = zones::Name::parse(&z.origin, Some(&zones::Name::root())).ok()?;
+            Some(crate::zone::registry::Planned::unsigned(
+                i,
+                origin,
+                z.file.clone(),
+            ))
+        })
+        .collect();
+    let mut bad = 0;
+    for (i, r) in crate::zone::load::load_all(plan) {
+        let z = &cfg.zones[i];
+        match r {
+            Ok(l) => {
+                for w in &l.loaded.warnings {
+                    println!("{}: warning: {}", w.at, w.msg);
+                }
+            }
+            Err(e) => {
+                println!("{e}");
+                println!("{}: zone {} does not load", z.file.display(), z.origin);
+                bad += 1;
+            }
+        }
+    }
+    let mut tenants = 0;
+    if let Some(r) = &cfg.rules {
+        match shield::rules::Prepared::load(&r.file) {
+            Ok(p) => tenants = p.tenant_count(),
+            Err(e) => {
+                eprintln!("dnsd: rules: {e}");
+                bad += 1;
+            }
+        }
+    }
+    if bad > 0 {
+        return 1;
+    }
+    println!(
+        "{}: ok ({} zones{}, {} tenants with rules)",
+        path.display(),
+        cfg.zones.len(),
+        if with_zones {
+            ""
+        } else {
+            " listed, not loaded"
+        },
+        tenants
+    );
+    0
+}

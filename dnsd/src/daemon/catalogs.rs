@@ -1,0 +1,290 @@
+//! Consumed catalog zones at run time: each change of a catalog dnsd consumes (RFC 9432)
+//! adds, removes, resets and regroups its members as secondary zones. What a member may be
+//! (its file, its place, its tenant) is [`crate::zone::catalog`]'s to say.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::zone_list::{CatalogRole, Templates, ZoneSpec};
+use crate::config::{Config, ZoneConfig, ZoneSource};
+use crate::daemon::state::State;
+use crate::zone::catalog;
+use crate::zone::registry;
+
+/// Reads the consumed catalogs as they change, adding, removing and resetting their members.
+pub async fn run_catalogs(shared: Arc<State>) {
+    loop {
+        shared.catalog_queue.notified().await;
+        for cat in shared.catalog_queue.take() {
+            consume(&shared, &cat).await;
+        }
+    }
+}
+
+/// Queues every consumed catalog to be read (at start, after a config reload).
+pub fn read_all_catalogs(shared: &State) {
+    let pol = shared.xfr.policies();
+    for p in pol
+        .all()
+        .filter(|p| p.catalog == Some(CatalogRole::Consumer))
+    {
+        shared.catalog_queue.push(&p.origin);
+    }
+}
+
+/// The settings of member `m` of the consumed catalog `cp`: the template its first group
+/// names (else the catalog's `catalog_template`), the catalog's primaries and key unless the
+/// template gives others, its file from the template's pattern or beside the catalog's.
+fn member_config(
+    cfg: &Config,
+    cp: &crate::xfr::ZonePolicy,
+    m: &catalog::Member,
+) -> Result<ZoneConfig, String> {
+    let t = Templates::new(cfg).map_err(|(k, m)| format!("{k}: {m}"))?;
+    let template = m
+        .groups
+        .iter()
+        .find(|g| t.has(g))
+        .cloned()
+        .or_else(|| cp.catalog_template.clone());
+    let origin = m.zone.to_string();
+    let pattern = t
+        .get(template.as_deref())
+        .and_then(|t| t.file.as_ref())
+        .is_some();
+    let file = (!pattern).then(|| {
+        let dir = cp.file.parent().unwrap_or(std::path::Path::new("."));
+        // The member's name comes from the catalog's primary: one file-name component,
+        // never a path of its choosing.
+        dir.join(format!("{}.zone", zones::name::file_stem(&origin)))
+    });
+    let spec = ZoneSpec {
+        template,
+        file,
+        ..Default::default()
+    };
+    let mut zc = t
+        .resolve(
+            &origin,
+            &spec,
+            ZoneSource::Catalog,
+            format!("catalog {} member {origin}", cp.origin),
+        )
+        .map_err(|(k, m)| format!("{k}: {m}"))?;
+    if zc.primaries.is_empty() {
+        zc.primaries = cp.primaries.iter().map(|a| a.to_string()).collect();
+        if zc.tsig.is_none() {
+            zc.tsig = cp.tsig_name.clone();
+        }
+    }
+    Ok(zc)
+}
+
+/// Reads the consumed catalog `cat` and makes its members what it lists.
+async fn consume(shared: &Arc<State>, cat: &zones::Name) {
+    let cp = shared
+        .xfr
+        .policies()
+        .zone(cat.as_wire())
+        .filter(|p| p.catalog == Some(CatalogRole::Consumer))
+        .cloned();
+    let Some(cp) = cp else {
+        // No longer a consumed catalog: the reload that made it so dropped its members.
+        shared.catalogs().retain_catalogs(|c| c != cat);
+        return;
+    };
+    let cfg = shared.config();
+    let mut reg = shared.zones.lock().await;
+    let Some(z) = reg.find(cat).and_then(|i| reg.entry(i)?.current.clone()) else {
+        return;
+    };
+    let mut new = match catalog::read(&z) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!("{e}: its members stay as they were");
+            return;
+        }
+    };
+    // A bound on what one catalog may make us serve: the first members in canonical order.
+    if new.len() > cp.catalog_max_members {
+        let over = new.len() - cp.catalog_max_members;
+        let keep: BTreeMap<zones::Name, catalog::Member> =
+            new.into_iter().take(cp.catalog_max_members).collect();
+        new = keep;
+        catalog::refused(catalog::Refusal::OverMax, over as u64);
+        tracing::error!(catalog = %cat, over, max = cp.catalog_max_members, "catalog lists more members than catalog_max_members: the rest refused");
+    }
+    let ch = {
+        let st = shared.catalogs();
+        let empty = BTreeMap::new();
+        let old = st.lists.get(cat).unwrap_or(&empty);
+        let owner = |z: &zones::Name| {
+            reg.find(z)
+                .and_then(|i| reg.entry(i))
+                .map(|e| e.def.from_catalog.clone())
+        };
+        let coo_of = |c: &zones::Name, z: &zones::Name| {
+            st.lists
+                .get(c)
+                .and_then(|l| l.get(z))
+                .and_then(|m| m.coo.clone())
+        };
+        catalog::changes(cat, old, &new, &owner, &coo_of)
+    };
+    if !ch.refused.is_empty() {
+        let first: Vec<String> = ch.refused.iter().take(5).map(|z| z.to_string()).collect();
+        tracing::warn!(
+            catalog = %cat,
+            members = ch.refused.len(),
+            "members not taken: another catalog or the config holds them and no coo hands them over (first: {})",
+            first.join(", ")
+        );
+    }
+    let ours = |reg: &registry::Registry, z: &zones::Name| {
+        reg.find(z)
+            .and_then(|i| reg.entry(i))
+            .is_some_and(|e| e.def.from_catalog.as_ref() == Some(cat))
+    };
+    let mut gone = Vec::new();
+    for z in &ch.remove {
+        if ours(&reg, z) {
+            reg.remove(z);
+            gone.push(z.clone());
+        }
+    }
+    // A reset member's data goes: it is transferred afresh under its new id.
+    for m in &ch.reset {
+        if ours(&reg, &m.zone) {
+            if let Some(f) = reg
+                .find(&m.zone)
+                .and_then(|i| reg.entry(i))
+                .map(|e| e.def.file.clone())
+            {
+                let _ = std::fs::remove_file(f);
+            }
+            reg.remove(&m.zone);
+            shared.xfr.forget(m.zone.as_wire());
+        }
+    }
+    let mut configs = Vec::new();
+    let mut plan = Vec::new();
+    // Files of every zone this catalog does not own: a member never writes over one.
+    let others_files: std::collections::HashMap<std::path::PathBuf, zones::Name> = reg
+        .entries()
+        .filter(|e| e.def.from_catalog.as_ref() != Some(cat))
+        .map(|e| (e.def.file.clone(), e.def.origin.clone()))
+        .collect();
+    let mut refused_here: Vec<zones::Name> = Vec::new();
+    for m in ch.add.iter().chain(&ch.reset).chain(&ch.regroup) {
+        let mut zc = match member_config(&cfg, &cp, m) {
+            Ok(z) => z,
+            Err(e) => {
+                tracing::error!(catalog = %cat, zone = %m.zone, "member not served: {e}");
+                continue;
+            }
+        };
+        // At or below a zone the catalog does not own: it would answer for that zone's
+        // names (the longest match), from the catalog's primary's data.
+        let above = std::iter::successors(m.zone.parent(), |n| n.parent()).find(|n| {
+            reg.find(n)
+                .and_then(|i| reg.entry(i))
+                .is_some_and(|e| e.def.from_catalog.as_ref() != Some(cat))
+        });
+        if let Some(owner) = above {
+            catalog::refused(catalog::Refusal::BelowOtherZone, 1);
+            shield::limited!(
+                10,
+                error!(catalog = %cat, zone = %m.zone, other = %owner, "member refused: at or below a zone the catalog does not own")
+            );
+            refused_here.push(m.zone.clone());
+            continue;
+        }
+        if let Some(owner) = others_files.get(&zc.file).filter(|o| **o != m.zone) {
+            catalog::refused(catalog::Refusal::FileTaken, 1);
+            shield::limited!(
+                10,
+                error!(catalog = %cat, zone = %m.zone, other = %owner, file = %zc.file.display(), "member refused: its file is another zone's")
+            );
+            refused_here.push(m.zone.clone());
+            continue;
+        }
+        // A group picks a template, never a tenant: the members are the catalog's tenant's.
+        if zc.tenant != cp.tenant {
+            catalog::refused(catalog::Refusal::Tenant, 1);
+            shield::limited!(
+                10,
+                warn!(catalog = %cat, zone = %m.zone, template_tenant = zc.tenant, tenant = cp.tenant, "member's template names another tenant: the catalog's own is kept")
+            );
+            zc.tenant = cp.tenant;
+        }
+        // Taken over from another catalog (its coo names this one): the zone keeps its slot
+        // and the data it serves; only its settings change.
+        let mut def = registry::ZoneDef::from_config(&cfg, &zc, m.zone.clone());
+        def.from_catalog = Some(cat.clone());
+        let i = reg.add(def);
+        if reg.entry(i).is_some_and(|e| e.current.is_none()) && zc.file.exists() {
+            plan.push(registry::Planned::unsigned(
+                i,
+                m.zone.clone(),
+                zc.file.clone(),
+            ));
+        }
+        configs.push(zc);
+    }
+    shared.xfr.set_zone_policies(&configs);
+    for z in &gone {
+        shared.xfr.remove_zone(z.as_wire());
+    }
+    if !plan.is_empty() {
+        let results = tokio::task::spawn_blocking(move || crate::zone::load::load_all(plan))
+            .await
+            .unwrap_or_default();
+        reg.apply(results);
+    }
+    reg.publish();
+    drop(reg);
+    // Members refused now are looked at again on the next read (a coo may hand them over).
+    for z in ch.refused.iter().chain(&refused_here) {
+        new.remove(z);
+    }
+    let coos = |l: &BTreeMap<zones::Name, catalog::Member>| {
+        l.values()
+            .filter_map(|m| m.coo.clone().map(|c| (m.zone.clone(), c)))
+            .collect::<Vec<_>>()
+    };
+    let handed_over = {
+        let mut st = shared.catalogs();
+        let before = st.lists.get(cat).map(coos).unwrap_or_default();
+        for z in &gone {
+            st.members.remove(z);
+        }
+        for zc in configs {
+            if let Ok(n) = zones::Name::parse(&zc.origin, Some(&zones::Name::root())) {
+                st.members.insert(n.to_lowercase(), zc);
+            }
+        }
+        let after = coos(&new);
+        st.lists.insert(cat.clone(), new);
+        after != before
+    };
+    // A member handed over (RFC 9432 §5.6): the catalog it goes to is read again.
+    if handed_over {
+        let pol = shared.xfr.policies();
+        for p in pol.all() {
+            if p.catalog == Some(CatalogRole::Consumer) && &p.origin != cat {
+                shared.catalog_queue.push(&p.origin);
+            }
+        }
+    }
+    crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
+    // Members new, reset or handed over ask their primaries now, not at their refresh timer.
+    for m in ch.add.iter().chain(&ch.reset) {
+        shared
+            .xfr
+            .trigger(m.zone.as_wire(), crate::xfr::Trigger { reply: None });
+    }
+    let (a, r, s) = (ch.add.len(), gone.len(), ch.reset.len());
+    if a + r + s + ch.regroup.len() > 0 {
+        tracing::info!(catalog = %cat, added = a, removed = r, reset = s, regrouped = ch.regroup.len(), "catalog members changed");
+    }
+}

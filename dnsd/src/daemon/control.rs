@@ -1,0 +1,242 @@
+//! The control socket (`dnsd ctl`): one JSON request per connection, a reply, and the
+//! commands it runs ([`HELP`] lists them).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::daemon::reload::reload;
+use crate::daemon::state::State;
+use shield::control::Reply;
+
+/// Serves the control socket `l` until the task is dropped.
+pub async fn serve(l: shield::control::Listener, shared: Arc<State>) {
+    shield::control::serve(l, move |args, peer| {
+        let shared = shared.clone();
+        async move { command(&shared, &args, &peer).await }
+    })
+    .await
+}
+
+async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::Peer) -> Reply {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["reload"] => reload(shared, None, false).await,
+        ["reload", "--force"] => reload(shared, None, true).await,
+        ["reload", z] => reload(shared, Some(z), true).await,
+        ["stats"] => Reply::ok(shared.metrics.render_ctl()),
+        ["block", rest @ ..] => shield::control::block::command(&shared.defence.blocks, rest, peer),
+        ["zones"] => Reply::ok(zones_text(shared).await),
+        ["events-init"] => {
+            crate::observe::event_sinks::events_init(shared.clickhouse.as_ref()).await
+        }
+        ["zone", "add", o, f] => match peer.may_read(std::path::Path::new(f)) {
+            Ok(()) => crate::daemon::reload::zone_add(shared, o, f, None).await,
+            Err(e) => Reply::err(format!("{e}\n")),
+        },
+        ["zone", "add", o, f, "--template", t] => match peer.may_read(std::path::Path::new(f)) {
+            Ok(()) => crate::daemon::reload::zone_add(shared, o, f, Some(t)).await,
+            Err(e) => Reply::err(format!("{e}\n")),
+        },
+        ["zone", "remove", o] => crate::daemon::reload::zone_remove(shared, o).await,
+        ["zone-refresh", z] => zone_refresh(shared, z).await,
+        ["zone-notify", z] => zone_notify(shared, z).await,
+        ["zone-keys", z] => zone_keys(shared, z).await,
+        ["zone-sign", z] => zone_sign(shared, z).await,
+        ["status"] => Reply::ok(format!(
+            "running for {} s, {} addresses (bound in {} ms), {} TCP connections\n{}",
+            shared.started.elapsed().as_secs(),
+            shared.addrs.len(),
+            shared.bind_time.as_millis(),
+            shared.tcp.open_connections(),
+            crate::query::defence::policy::render(&shared.defence.blocks)
+        )),
+        ["help"] => Reply::ok(HELP.to_string()),
+        _ => Reply::err(format!("unknown command {:?}\n{HELP}", args.join(" "))),
+    }
+}
+
+/// Every control command with its arguments, as `dnsd ctl help` (also without a running
+/// server), `dnsd ctl --help` and an unknown command's error list them.
+pub const HELP: &str = concat!(
+    "Commands (dnsd ctl [-c CONFIG | -s SOCKET] [--timeout SECONDS] COMMAND [ARGUMENTS]):
+  status                              uptime, addresses bound, open TCP connections, the
+                                      block policy and its never-block set with sources
+  reload                              re-read the config, the rules and every changed zone file
+  reload --force                      the same, every zone file re-read
+  reload ZONE                         re-read one zone's file
+  zones                               each zone: serial, records, memory, load time, file, transfers
+  zone add ORIGIN FILE [--template T] serve a zone now, kept in [server] zone_state across restarts
+  zone remove ORIGIN                  stop serving a zone added with zone add
+  zone-refresh ZONE                   a secondary zone: ask its primaries for changes now
+  zone-notify ZONE                    send NOTIFY to the zone's secondaries now
+  zone-keys ZONE                      a zone dnsd signs: its keys, their roles, states and timeline
+  zone-sign ZONE                      a zone dnsd signs: sign it again now (keys' next steps too)
+  stats                               every counter (the /metrics samples, one per line)
+",
+    shield::block_help!(),
+    "  events-init                         create the ClickHouse events table (needs only -c CONFIG)
+  help                                this list
+"
+);
+
+/// `ctl zone-refresh ZONE`: refreshes a secondary zone now and says how it went.
+async fn zone_refresh(shared: &Arc<State>, z: &str) -> Reply {
+    let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+        return Reply::err(format!("bad zone name {z}"));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let t = crate::xfr::Trigger { reply: Some(tx) };
+    if !shared.xfr.trigger(n.to_lowercase().as_wire(), t) {
+        return Reply::err(format!("{n} is not a secondary zone\n"));
+    }
+    match tokio::time::timeout(Duration::from_secs(50), rx).await {
+        Ok(Ok(text)) => Reply {
+            ok: !text.contains("FAILED"),
+            text,
+        },
+        // Merged into a refresh already pending: it reports in `ctl zones`.
+        Ok(Err(_)) => Reply::ok(format!("{n}: refresh already pending\n")),
+        Err(_) => Reply::ok(format!("{n}: refresh still running (see ctl zones)\n")),
+    }
+}
+
+/// `ctl zone-notify ZONE`: sends NOTIFY to the zone's targets now and reports each.
+async fn zone_notify(shared: &Arc<State>, z: &str) -> Reply {
+    let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+        return Reply::err(format!("bad zone name {z}"));
+    };
+    let cur = {
+        let reg = shared.zones.lock().await;
+        reg.find(&n).and_then(|i| reg.entry(i)?.current.clone())
+    };
+    let Some(zone) = cur else {
+        return Reply::err(format!("zone {n} is not served\n"));
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    crate::xfr::notify::spawn_notify(&shared.xfr, &n, &zone, Some(tx));
+    match tokio::time::timeout(Duration::from_secs(55), rx).await {
+        Ok(Ok(text)) => Reply {
+            ok: !text.contains("FAILED"),
+            text,
+        },
+        _ => Reply::ok(format!("{n}: NOTIFY still being retried (see ctl zones)\n")),
+    }
+}
+
+/// `ctl zones`: name, serial, records, load time, last error.
+pub async fn zones_text(shared: &Arc<State>) -> String {
+    let reg = shared.zones.lock().await;
+    let mut s = String::new();
+    for e in reg.entries() {
+        match &e.current {
+            Some(z) => {
+                let _ = write!(
+                    s,
+                    "{}\tserial {}\trecords {}\tmemory {} KiB\tloaded in {} ms\t{}",
+                    e.def.origin,
+                    z.serial(),
+                    z.record_count(),
+                    z.memory_bytes().div_ceil(1024),
+                    e.load_time.as_millis(),
+                    e.def.file.display()
+                );
+            }
+            None => {
+                let _ = write!(s, "{}\tNOT LOADED\t{}", e.def.origin, e.def.file.display());
+            }
+        }
+        if let Some(c) = &e.def.from_catalog {
+            let _ = write!(s, "\tmember of catalog {c}");
+        }
+        if e.def.produced {
+            s.push_str("\tcatalog written by dnsd");
+        }
+        if let Some(p) = &e.def.signing {
+            let _ = write!(s, "\tsigned by dnsd (policy {})", p.name);
+            if let Some(t) = e.resign_at {
+                let _ = write!(
+                    s,
+                    ", signing again at {}",
+                    shield::clock::rfc3339_ms(t * 1000)
+                );
+            }
+        }
+        if let Some(exp) = e.rrsig_expiry {
+            let left = zones::sign::secs_between(crate::signing::now() as u32, exp);
+            let at = shield::clock::rfc3339_ms(u64::from(exp) * 1000);
+            if left < 0 {
+                let _ = write!(s, "\tSIGNATURES EXPIRED since {at}");
+            } else if left < i64::from(reg.rrsig_warn_days) * 86400 {
+                let _ = write!(
+                    s,
+                    "\tWARNING: signatures expire at {at} (in {} h)",
+                    left / 3600
+                );
+            } else {
+                let _ = write!(s, "\tsignatures valid until {at}");
+            }
+        }
+        if let Some(err) = &e.last_error {
+            let first = err.lines().next().unwrap_or("");
+            let _ = write!(s, "\tlast reload failed: {first}");
+        }
+        s.push_str(&shared.xfr.zone_line(&e.def.origin));
+        s.push('\n');
+    }
+    s
+}
+
+/// The registry slot and policy of a zone dnsd signs.
+async fn signed_zone(
+    shared: &Arc<State>,
+    z: &str,
+) -> Result<(usize, zones::Name, Arc<crate::signing::Policy>), Reply> {
+    let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+        return Err(Reply::err(format!("bad zone name {z}\n")));
+    };
+    let reg = shared.zones.lock().await;
+    let Some(i) = reg.find(&n) else {
+        return Err(Reply::err(format!("zone {n} is not configured\n")));
+    };
+    match reg.entry(i).and_then(|e| e.def.signing.clone()) {
+        Some(p) => Ok((i, n, p)),
+        None => Err(Reply::err(format!(
+            "{n} is not signed by dnsd (no dnssec_policy)\n"
+        ))),
+    }
+}
+
+/// `ctl zone-keys ZONE`: the keys of a zone dnsd signs.
+async fn zone_keys(shared: &Arc<State>, z: &str) -> Reply {
+    let (_, n, p) = match signed_zone(shared, z).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let zone = n.to_lowercase().to_string();
+    match crate::signing::keys_text(&p.key_dir, &zone, crate::signing::now()) {
+        Ok(t) => Reply::ok(t),
+        Err(e) => Reply::err(format!("{e}\n")),
+    }
+}
+
+/// `ctl zone-sign ZONE`: signs a zone again now.
+async fn zone_sign(shared: &Arc<State>, z: &str) -> Reply {
+    let (i, n, _) = match signed_zone(shared, z).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let mut reg = shared.zones.lock().await;
+    reg.defer_resign(i, 0);
+    let due = reg.resign_due(crate::signing::now());
+    drop(reg);
+    match due.into_iter().find(|(j, ..)| *j == i) {
+        Some((i, from, job)) => {
+            match crate::signing::schedule::resign(&shared.zones, i, from, job).await {
+                Ok(t) => Reply::ok(t),
+                Err(e) => Reply::err(format!("{n}: {e}\n")),
+            }
+        }
+        None => Reply::err(format!("{n} is not loaded\n")),
+    }
+}

@@ -1,0 +1,13 @@
+//! The running server (Knot's `server/`): [`server`] starts and stops it, [`udp`] and [`tcp`]
+//! carry queries to the pipeline, [`control`] answers the control socket, [`reload`] re-reads
+//! the config and zones, [`catalogs`] consumes catalog zones, [`state`] is what they share,
+//! [`memory`] gives freed heap back.
+
+pub mod catalogs;
+pub mod control;
+pub mod memory;
+pub mod reload;
+pub mod server;
+pub mod state;
+pub mod tcp;
+pub mod udp;

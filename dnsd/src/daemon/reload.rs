@@ -1,0 +1,412 @@
+//! Reloads: the config's zone list, cookie secrets and rules file re-read, changed zones (or
+//! one zone) loaded off the runtime's threads, a zone that fails keeping its last good
+//! version and rules that do not compile keeping the running ones.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::zone_list::{CatalogRole, StateZone, Templates, ZoneSpec, ZoneState};
+use crate::config::{Config, ZoneSource};
+use crate::daemon::state::State;
+use crate::query::defence;
+use crate::zone::registry::{self, Registry, ZoneDef};
+use shield::control::Reply;
+
+/// Reloads one zone or every changed zone (all with `force`); re-reads the zone list from
+/// the config file when there is one. The service manager hears RELOADING=1, then READY=1.
+pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Reply {
+    shield::service::reloading();
+    let r = reload_now(shared, zone, force).await;
+    shield::service::ready(if r.ok {
+        "serving (reloaded)"
+    } else {
+        "serving (the last reload failed in part; see ctl zones)"
+    });
+    r
+}
+
+async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Reply {
+    let mut reg = shared.zones.lock().await;
+    let mut rules_note: Option<(bool, String)> = None;
+    if zone.is_none()
+        && let Some(path) = &shared.config_path
+    {
+        match Config::load(path) {
+            Ok(c) => {
+                shared.xfr.set_policies(&c);
+                // Members of consumed catalogs are not in the file: their policies stay, while
+                // their catalog is still consumed (the registry drops the others' members).
+                let consumed: std::collections::HashSet<zones::Name> = c
+                    .zones
+                    .iter()
+                    .filter(|z| z.catalog == Some(CatalogRole::Consumer))
+                    .filter_map(|z| zones::Name::parse(&z.origin, Some(&zones::Name::root())).ok())
+                    .map(|n| n.to_lowercase())
+                    .collect();
+                let members = {
+                    let mut st = shared.catalogs();
+                    st.retain_catalogs(|cat| consumed.contains(cat));
+                    st.member_configs()
+                };
+                shared.xfr.set_zone_policies(&members);
+                reload_cookie_secrets(shared, &c);
+                rules_note = reload_rules(shared, &c).await;
+                // The config's own warnings, in the log and in the answer (with zones that
+                // name a tenant while no rules file is configured: reload_rules says the rest).
+                let mut warnings = c.warnings.clone();
+                if c.rules.is_none() {
+                    warnings.extend(c.unknown_tenants(None));
+                }
+                if !warnings.is_empty() {
+                    let mut t = String::new();
+                    for w in &warnings {
+                        tracing::warn!("{w}");
+                        let _ = writeln!(t, "warning: {w}");
+                    }
+                    rules_note = Some(match rules_note {
+                        Some((ok, r)) => (ok, format!("{t}{r}")),
+                        None => (true, t),
+                    });
+                }
+                let rules = shared.defence.rules.as_ref().map(|r| r.current());
+                let never = defence::policy::never_block(&c, rules.as_ref().map(|g| &***g));
+                defence::policy::install(&shared.defence.blocks, &c, never);
+                let n = sync_zone_list(&mut reg, &c);
+                if n > 0 {
+                    tracing::info!("zone list changed in {}", path.display());
+                    crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
+                }
+                shared.set_config(c);
+                crate::daemon::catalogs::read_all_catalogs(shared);
+            }
+            Err(e) => {
+                return Reply::err(format!("config not reloaded, keeping the running one: {e}"));
+            }
+        }
+    }
+    let only = match zone {
+        Some(z) => {
+            let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+                return Reply::err(format!("bad zone name {z}"));
+            };
+            match reg.find(&n) {
+                Some(i) => Some(i),
+                None => return Reply::err(format!("zone {n} is not configured")),
+            }
+        }
+        None => None,
+    };
+    let plan = crate::xfr::secondary::skip_missing(
+        &shared.xfr,
+        reg.plan(only, force),
+        only.is_some() || force,
+    );
+    if plan.is_empty() {
+        return match rules_note {
+            Some((false, t)) => Reply::err(format!("no zone changed\n{t}")),
+            Some((true, t)) => Reply::ok(format!("no zone changed\n{t}")),
+            None => Reply::ok("no zone changed\n"),
+        };
+    }
+    let results = tokio::task::spawn_blocking(move || crate::zone::load::load_all(plan))
+        .await
+        .unwrap_or_default();
+    let many = results.len() > 100;
+    let reports = reg.apply(results);
+    if many {
+        std::thread::spawn(crate::daemon::memory::release_freed_memory);
+    }
+    let mut text = String::new();
+    let mut ok = true;
+    for r in &reports {
+        match &r.result {
+            Ok((serial, records)) => {
+                let _ = writeln!(
+                    text,
+                    "{}: loaded, serial {serial}, {records} records",
+                    r.origin
+                );
+            }
+            Err(e) => {
+                ok = false;
+                let _ = writeln!(text, "{}: FAILED, last good version kept:\n{e}", r.origin);
+            }
+        }
+    }
+    if let Some((rules_ok, t)) = rules_note {
+        ok &= rules_ok;
+        text.push_str(&t);
+    }
+    Reply { ok, text }
+}
+
+/// Re-reads the rules file of `c` (off the runtime's threads: compiling may take a while);
+/// `(false, why)` when it was refused and the running rules stay.
+async fn reload_rules(shared: &Arc<State>, c: &Config) -> Option<(bool, String)> {
+    let rc = c.rules.as_ref()?;
+    let Some(set) = shared.defence.rules.clone() else {
+        return Some((
+            false,
+            "rules: [rules] was added to the config; restart dnsd to evaluate them\n".into(),
+        ));
+    };
+    let file = rc.file.clone();
+    // A tenant may gain rules: its zones leave the XDP fast path before the rules apply.
+    if let Some(a) = &shared.xdp_answers {
+        a.suspend();
+    }
+    let r = tokio::task::spawn_blocking(move || set.reload(&file).map_err(|e| e.to_string()))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+    Some(match r {
+        Ok(()) => {
+            shared.sync_global_lists();
+            if let Some(a) = &shared.xdp_answers {
+                a.resync();
+            }
+            let mut out = format!("rules: {} reloaded\n", rc.file.display());
+            let p = shared.defence.rules.as_ref().map(|r| r.current());
+            let has = p.as_ref().map(|p| move |t| p.has_rules(t));
+            for w in c.unknown_tenants(has.as_ref().map(|h| h as &dyn Fn(u32) -> bool)) {
+                tracing::warn!("{w}");
+                out.push_str(&format!("warning: {w}\n"));
+            }
+            (true, out)
+        }
+        Err(e) => (
+            false,
+            format!("rules refused, the running rules keep serving: {e}\n"),
+        ),
+    })
+}
+
+/// Installs `c`'s shared cookie secrets when they changed (a shared secret is rotated by
+/// hand: the old one moves to `previous_secret`). Other `[defence]` settings need a restart.
+fn reload_cookie_secrets(shared: &State, c: &Config) {
+    let Some(cookies) = &shared.defence.cookies else {
+        return;
+    };
+    if let (Some(secret), previous) = defence::configured_secrets(&c.defence.cookies)
+        && cookies.set(secret, previous)
+    {
+        tracing::info!("cookie secrets changed by the config");
+    }
+}
+
+/// Adds zones new in `c` and drops zones no longer in it; returns how many changed. Zones
+/// that stay keep their slot and served version.
+fn sync_zone_list(reg: &mut Registry, c: &Config) -> usize {
+    reg.rrsig_warn_days = c.dnssec.rrsig_warn_days;
+    let r = reg.sync(zone_list(c));
+    let n = r.added + r.removed + r.changed;
+    if n > 0 {
+        tracing::info!(
+            added = r.added,
+            removed = r.removed,
+            changed = r.changed,
+            "zone list synced"
+        );
+        reg.publish();
+    }
+    n
+}
+
+/// The zones of a config as the registry keeps them.
+pub fn zone_list(cfg: &Config) -> Vec<ZoneDef> {
+    cfg.zones
+        .iter()
+        .filter_map(|z| {
+            zones::Name::parse(&z.origin, Some(&zones::Name::root()))
+                .ok()
+                .map(|n| ZoneDef::from_config(cfg, z, n))
+        })
+        .collect()
+}
+
+/// The config in force and its zone state file, for `ctl zone add` and `zone remove`.
+fn state_config(shared: &State) -> Result<(Arc<Config>, PathBuf), String> {
+    let c = shared.config();
+    let Some(st) = c.server.zone_state.clone() else {
+        return Err(match &shared.config_path {
+            Some(p) => format!(
+                "{}: [server] zone_state is not set: zones added at run time would not survive a restart",
+                p.display()
+            ),
+            None => {
+                "zones are added at run time only with a config file that sets [server] zone_state"
+                    .into()
+            }
+        });
+    };
+    Ok((c, st))
+}
+
+/// `ctl zone add ORIGIN FILE [--template T]`: loads the zone, keeps it in the zone state
+/// file and serves it; no other zone is touched. A zone that does not load is not added.
+pub async fn zone_add(
+    shared: &Arc<State>,
+    origin: &str,
+    file: &str,
+    template: Option<&str>,
+) -> Reply {
+    let (c, state_path) = match state_config(shared) {
+        Ok(x) => x,
+        Err(e) => return Reply::err(format!("{e}\n")),
+    };
+    let Ok(n) = zones::Name::parse(origin, Some(&zones::Name::root())) else {
+        return Reply::err(format!("bad zone name {origin}\n"));
+    };
+    let file = PathBuf::from(file);
+    if file.is_relative() {
+        return Reply::err(format!(
+            "{}: give the zone file's absolute path\n",
+            file.display()
+        ));
+    }
+    let mut reg = shared.zones.lock().await;
+    if reg.find(&n).is_some() {
+        return Reply::err(format!("zone {n} is already served\n"));
+    }
+    let spec = ZoneSpec {
+        file: Some(file.clone()),
+        template: template.map(str::to_string),
+        ..Default::default()
+    };
+    let zc = match Templates::new(&c)
+        .and_then(|t| t.resolve(&n.to_string(), &spec, ZoneSource::State, "zone add".into()))
+    {
+        Ok(z) => z,
+        Err((k, m)) => return Reply::err(format!("{k}: {m}\n")),
+    };
+    // A secondary's file comes from its primaries: it need not exist yet.
+    let load = zc.primaries.is_empty() || file.exists();
+    let sign = match zc.dnssec_policy.as_deref() {
+        None => None,
+        Some(p) => match c.policy(p) {
+            Some(policy) => Some(crate::signing::SignJob {
+                policy: policy.clone(),
+                prev: None,
+                keep_unsigned: !zc.primaries.is_empty(),
+            }),
+            None => return Reply::err(format!("{n}: not added: no [[dnssec_policy]] named {p}\n")),
+        },
+    };
+    let loaded = if load {
+        let planned = registry::Planned {
+            slot: 0,
+            origin: n.clone(),
+            file: file.clone(),
+            sign,
+        };
+        let r = tokio::task::spawn_blocking(move || crate::zone::load::load_planned(&planned))
+            .await
+            .unwrap_or_else(|e| Err(crate::zone::load::LoadError::Task(e.to_string())));
+        match r {
+            Ok(l) => Some(l),
+            Err(e) => {
+                return Reply::err(format!("{n}: not added, the zone does not load:\n{e}\n"));
+            }
+        }
+    } else {
+        None
+    };
+    let mut st = match ZoneState::read(&state_path) {
+        Ok(s) => s,
+        Err(e) => return Reply::err(format!("{e}\n")),
+    };
+    st.zone.push(StateZone {
+        origin: n.to_string(),
+        file: file.clone(),
+        template: template.map(str::to_string),
+    });
+    if let Err(e) = st.write(&state_path) {
+        return Reply::err(format!(
+            "{n}: not added, the zone state was not written: {e}\n"
+        ));
+    }
+    shared.xfr.set_zone_policy(&zc);
+    let i = reg.add(ZoneDef::from_config(&c, &zc, n.clone()));
+    let text = match loaded {
+        Some(l) => {
+            let line = format!(
+                "{n}: added, serial {}, {} records\n",
+                l.loaded.zone.serial(),
+                l.loaded.zone.record_count()
+            );
+            reg.apply(vec![(i, Ok(l))]);
+            line
+        }
+        None => {
+            reg.publish();
+            format!("{n}: added, waiting for its first transfer\n")
+        }
+    };
+    crate::zone::catalog::produce_all(&mut reg);
+    drop(reg);
+    if !zc.primaries.is_empty() {
+        crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
+    }
+    tracing::info!(zone = %n, "zone added at run time");
+    Reply::ok(text)
+}
+
+/// `ctl zone remove ORIGIN`: stops serving a zone added at run time and drops it from the
+/// zone state file; a zone the config file defines is refused (edit the file, then reload).
+pub async fn zone_remove(shared: &Arc<State>, origin: &str) -> Reply {
+    let Ok(n) = zones::Name::parse(origin, Some(&zones::Name::root())) else {
+        return Reply::err(format!("bad zone name {origin}\n"));
+    };
+    {
+        let reg = shared.zones.lock().await;
+        if let Some(c) = reg
+            .find(&n)
+            .and_then(|i| reg.entry(i))
+            .and_then(|e| e.def.from_catalog.as_ref())
+        {
+            return Reply::err(format!(
+                "zone {n} is a member of the catalog {c}: it goes when the catalog stops listing it\n"
+            ));
+        }
+    }
+    let (_, state_path) = match state_config(shared) {
+        Ok(x) => x,
+        Err(e) => return Reply::err(format!("{e}\n")),
+    };
+    let lower = n.to_lowercase();
+    let mut reg = shared.zones.lock().await;
+    let mut st = match ZoneState::read(&state_path) {
+        Ok(s) => s,
+        Err(e) => return Reply::err(format!("{e}\n")),
+    };
+    let before = st.zone.len();
+    st.zone.retain(|z| {
+        zones::Name::parse(&z.origin, Some(&zones::Name::root()))
+            .map_or(true, |o| o.to_lowercase() != lower)
+    });
+    let Some(i) = reg.find(&n) else {
+        return Reply::err(format!("zone {n} is not served\n"));
+    };
+    if st.zone.len() == before {
+        return Reply::err(format!(
+            "zone {n} is defined by the config, not added at run time: remove it there, then reload\n"
+        ));
+    }
+    if let Err(e) = st.write(&state_path) {
+        return Reply::err(format!(
+            "{n}: not removed, the zone state was not written: {e}\n"
+        ));
+    }
+    let origin = reg
+        .entry(i)
+        .map(|e| e.def.origin.clone())
+        .unwrap_or(n.clone());
+    reg.remove(&origin);
+    reg.publish();
+    crate::zone::catalog::produce_all(&mut reg);
+    drop(reg);
+    shared.xfr.remove_zone(lower.as_wire());
+    crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
+    tracing::info!(zone = %n, "zone removed at run time");
+    Reply::ok(format!("{n}: removed\n"))
+}

@@ -1,0 +1,634 @@
+//! `dnsd serve`: brings up zones, the UDP fleet, TCP, control and metrics, and runs until
+//! told to stop. UDP runs on dedicated worker threads; tokio runs everything else.
+//!
+//! Optional parts — event sinks, ClickHouse, the XDP guard, Redis — never stop the server
+//! from answering: one that cannot start is reported loudly (an error in the log, its
+//! metrics absent or at 0) and the server runs without it. http-front takes the same stance.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use listener::addrs::AddrSet;
+use listener::udp::{UdpFleet, UdpOptions};
+
+use crate::config::Config;
+use crate::daemon::reload::{reload, zone_list};
+use crate::daemon::state::State;
+use crate::daemon::tcp::{TcpLimits, TcpServer};
+use crate::daemon::udp::UdpHandler;
+use crate::observe::counters::WorkerStats;
+use crate::query::defence;
+use crate::query::process_query::{PipelineConfig, Processor};
+use crate::zone::registry::Registry;
+
+/// Runs the server until SIGTERM or SIGINT. Returns the process exit code.
+pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
+    let addrs: Vec<IpAddr> =
+        listener::addrs::expand(&cfg.server.listen).map_err(|e| format!("server.listen: {e}"))?;
+    if addrs.is_empty() {
+        return Err("server.listen: no addresses configured".into());
+    }
+    // Zones first: the server answers from its first packet.
+    let mut registry = Registry::new(zone_list(&cfg));
+    registry.rrsig_warn_days = cfg.dnssec.rrsig_warn_days;
+    let (xfr, xfr_changes) = crate::xfr::Transfers::new(&cfg);
+    let plan = crate::xfr::secondary::skip_missing(&xfr, registry.plan(None, true), true);
+    let results = crate::zone::load::load_all(plan);
+    let reports = registry.apply(results);
+    let failed = reports.iter().filter(|r| r.result.is_err()).count();
+    if failed > 0 {
+        tracing::error!("{failed} of {} zones failed to load", reports.len());
+    }
+    registry.publish();
+    let zones = registry.published();
+    let any_xdp_answers = cfg
+        .zones
+        .iter()
+        .any(|z| z.xdp_answers == crate::config::XdpAnswers::All);
+    // The transfer peers in the zone list are out of every automatic writer's reach.
+    let own_never_block = defence::policy::own_set(&cfg);
+    // What the config's load noticed, and the zones' tenants (checked against the rules
+    // below), before the zone list leaves the config.
+    for w in &cfg.warnings {
+        tracing::warn!("{w}");
+    }
+    let zone_tenants: Vec<(String, u32)> = cfg
+        .zones
+        .iter()
+        .filter(|z| z.tenant != 0)
+        .map(|z| (z.origin.clone(), z.tenant))
+        .collect();
+    // The registry holds the zone list from here on.
+    let cfg = crate::daemon::state::without_zones(cfg);
+    let catalog_queue = Arc::new(crate::zone::catalog::CatalogQueue::default());
+    {
+        let x = xfr.clone();
+        let q = catalog_queue.clone();
+        registry.set_on_change(Arc::new(move |origin, old, new| {
+            if x.policies()
+                .zone(origin.to_lowercase().as_wire())
+                .is_some_and(|p| p.catalog == Some(crate::config::zone_list::CatalogRole::Consumer))
+            {
+                q.push(origin);
+            }
+            x.changed(origin, old, new)
+        }));
+    }
+
+    let pcfg = Arc::new(PipelineConfig {
+        udp_payload: cfg.server.udp_payload,
+        tcp_keepalive: PipelineConfig::keepalive_units(cfg.server.tcp_idle_timeout_ms),
+        compact_denial: (
+            cfg.dnssec.compact_denial_rate,
+            cfg.dnssec.compact_denial_per_source,
+        ),
+    });
+    let blocks = shield::block::BlockMap::new(cfg.block.clone());
+    let events = shield::events::Aggregator::new(cfg.events.aggregator());
+    // The shield rules: a file that does not compile refuses the start (file:line:col).
+    cfg.block.validate()?;
+    let rules = match &cfg.rules {
+        Some(r) => {
+            let prepared =
+                shield::rules::Prepared::load(&r.file).map_err(|e| format!("rules: {e}"))?;
+            prepared
+                .check_min_prefix(cfg.block.min_prefix_v4, cfg.block.min_prefix_v6)
+                .map_err(|e| format!("rules: {e}"))?;
+            tracing::info!(file = %r.file.display(), tenants = prepared.tenant_count(), "rules loaded");
+            let state = shield::rules::RuleState::new(&r.state, Some(blocks.clone()));
+            Some(Arc::new(shield::rules::RuleSet::new(prepared, state)))
+        }
+        None => None,
+    };
+    // What no automatic writer may block: before the first query, the first Redis record.
+    let current = rules.as_ref().map(|r| r.current());
+    let never = defence::policy::merge(current.as_ref().map(|g| &***g), &own_never_block);
+    drop(current);
+    defence::policy::install(&blocks, &cfg, never);
+    let tenants = || zone_tenants.iter().map(|(o, t)| (o.as_str(), *t));
+    let warnings = match &rules {
+        Some(r) => {
+            let p = r.current();
+            crate::config::unknown_tenants(tenants(), Some(&|t| p.has_rules(t)))
+        }
+        None => crate::config::unknown_tenants(tenants(), None),
+    };
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    let mut defence = defence::Shared::new(cfg.defence.clone(), blocks.clone(), events.clone())
+        .with_connection_tenant(cfg.events.connection_tenant);
+    if let Some(r) = &rules {
+        defence = defence.with_rules(r.clone());
+    }
+    let xdp = Arc::new(Mutex::new(crate::xdp::start(cfg.xdp.as_ref(), &blocks)));
+    // DNS-only blocks (proven by a cookie) drop UDP to these addresses and port, nothing else.
+    if let Some(m) = xdp
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|x| x.mirror())
+    {
+        let nets = cfg
+            .server
+            .listen
+            .iter()
+            .filter_map(|l| shield::prefix::parse_net(l))
+            .collect();
+        m.set_services(nets, cfg.server.port);
+    }
+    let opts = UdpOptions {
+        rcvbuf: cfg.server.udp_rcvbuf,
+        sndbuf: cfg.server.udp_sndbuf,
+        batch: cfg.server.udp_batch,
+        max_request: 4096,
+        max_response: (cfg.server.udp_payload as usize).max(512),
+    };
+    let tcp_max_connections = fit_descriptors(&cfg, addrs.len());
+    let fleet = UdpFleet::bind(&addrs, cfg.server.port, &opts).map_err(|e| e.to_string())?;
+    let bind_time = fleet.startup_time();
+    tracing::info!(
+        addresses = addrs.len(),
+        port = cfg.server.port,
+        ms = bind_time.as_millis() as u64,
+        "UDP sockets bound"
+    );
+    // TCP: steered by sk_lookup where `xdp-guard attach` installed it (one listener per
+    // family takes every service address, and other listeners on the port keep theirs),
+    // else the wildcard sockets.
+    let (tcp_listeners, _steering) = tcp_listeners(&cfg, &addrs)?;
+    let fleet_counters = fleet.counters();
+    let bound = fleet.addrs().to_vec();
+    // The XDP answer fast path, for zones marked xdp_answers (with [xdp]).
+    let xdp_answers = if any_xdp_answers || cfg.xdp_hot.names > 0 {
+        if xdp.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+            // RRL in XDP for what XDP answers: RRL's rate per source prefix, and its slip.
+            // Clients with a valid server cookie never meet it (XDP verifies cookies too).
+            let rrl = &cfg.defence.rrl;
+            let rate = xdp_guard::AnswerRate {
+                per_second: if rrl.enabled {
+                    rrl.responses_per_second.ceil().max(1.0) as u32
+                } else {
+                    0
+                },
+                v4_prefix: rrl.ipv4_prefix,
+                v6_prefix: rrl.ipv6_prefix,
+                slip: rrl.slip,
+            };
+            let a = crate::xdp::sync::AnswerSync::start(
+                &bound,
+                rate,
+                xdp.clone(),
+                crate::xdp::sync::AnswerInputs {
+                    zones: zones.clone(),
+                    pcfg: pcfg.clone(),
+                    rules: rules.clone(),
+                    defence: defence.clone(),
+                },
+                cfg.xdp_hot,
+            );
+            let hook = a.clone();
+            registry.set_before_publish(Arc::new(move |g| hook.suspend_for(g)));
+            if !rrl.enabled && cfg.xdp.as_ref().is_some_and(|x| x.rate == 0) {
+                tracing::warn!(
+                    "xdp_answers: [defence.rrl] is off and [xdp] rate = 0: nothing limits the answers XDP sends per source"
+                );
+            }
+            Some(a)
+        } else {
+            tracing::warn!(
+                "xdp_answers: zones ask for XDP answers, but the XDP guard is not running here"
+            );
+            None
+        }
+    } else {
+        None
+    };
+    let workers = if cfg.server.workers == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        cfg.server.workers
+    };
+    let udp_stats: Vec<Arc<WorkerStats>> = (0..workers.min(addrs.len()).max(1))
+        .map(|_| Arc::new(WorkerStats::default()))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    // The query log: one writer thread, a tap per worker (and per TCP connection).
+    let dnstap = cfg.dnstap.clone().map(|d| {
+        tracing::info!(output = %d.socket.as_ref().or(d.file.as_ref()).map_or(String::new(), |p| p.display().to_string()), "dnstap on");
+        crate::observe::dnstap::start(d, cfg.server.port)
+    });
+    let (handles, waker) = {
+        let tap = dnstap.as_ref().map(|(t, _)| t.clone_for_worker());
+        let hot = xdp_answers.as_ref().and_then(|a| a.sampler());
+        let zones = zones.clone();
+        let pcfg = pcfg.clone();
+        let udp_stats = udp_stats.clone();
+        let defence = defence.clone();
+        let xfr = xfr.clone();
+        let local: Arc<[IpAddr]> = fleet.addrs().iter().map(|a| a.ip()).collect();
+        fleet
+            .run(
+                workers,
+                move |w| UdpHandler {
+                    p: Processor::new(
+                        zones.clone(),
+                        pcfg.clone(),
+                        udp_stats[w % udp_stats.len()].clone(),
+                        Some(&defence),
+                    )
+                    .with_transfers(Arc::new(crate::xfr::Serve(xfr.clone())))
+                    .with_hot(hot.as_ref().map(|h| h.clone_for_worker()))
+                    .with_tap(tap.as_ref().map(|t| t.clone_for_worker())),
+                    local: local.clone(),
+                },
+                stop.clone(),
+            )
+            .map_err(|e| e.to_string())?
+    };
+
+    let tcp_stats = Arc::new(WorkerStats::default());
+    let tcp = {
+        let zones = zones.clone();
+        let pcfg = pcfg.clone();
+        let ts = tcp_stats.clone();
+        let d = defence.clone();
+        let x = xfr.clone();
+        let tap = dnstap.as_ref().map(|(t, _)| t.clone_for_worker());
+        // All TCP connections share one compact-denial budget, the size of a worker's.
+        let tcp_denier = Arc::new(std::sync::Mutex::new(crate::signing::online::Denier::new(
+            pcfg.compact_denial.0,
+            pcfg.compact_denial.1,
+        )));
+        TcpServer::new(
+            TcpLimits {
+                max_connections: tcp_max_connections,
+                max_per_source: cfg.server.tcp_max_per_source,
+                idle: Duration::from_millis(cfg.server.tcp_idle_timeout_ms),
+                max_queries: cfg.server.tcp_max_queries,
+                max_pipelined: cfg.server.tcp_max_pipelined,
+            },
+            AddrSet::new(&addrs),
+            tcp_stats.clone(),
+            Some(defence.clone()),
+            Box::new(move || {
+                Processor::new(zones.clone(), pcfg.clone(), ts.clone(), Some(&d))
+                    .with_shared_denier(tcp_denier.clone())
+                    .with_transfers(Arc::new(crate::xfr::Serve(x.clone())))
+                    .with_tap(tap.as_ref().map(|t| t.clone_for_worker()))
+            }),
+        )
+    };
+    let mut clickhouse = None;
+    let flusher = start_flusher(&cfg, &events, &mut clickhouse);
+    let metrics = shield::metrics::Registry::new();
+    metrics.register(
+        "queries",
+        Arc::new(crate::observe::sources::QueryStats {
+            udp: udp_stats.clone(),
+            tcp: tcp_stats.clone(),
+        }),
+    );
+    metrics.register(
+        "fleet",
+        Arc::new(crate::observe::sources::Fleet {
+            counters: fleet_counters,
+            addrs: bound.clone(),
+        }),
+    );
+    metrics.register("tcp", tcp.clone());
+    metrics.register("log", Arc::new(shield::logging::LogMetrics));
+    if let Some((_, st)) = &dnstap {
+        metrics.register("dnstap", st.clone());
+    }
+    metrics.register("defence", defence.clone());
+    metrics.register("blockmap", blocks.clone());
+    metrics.register("events", events.clone());
+    if let Some(f) = &flusher {
+        metrics.register("sinks", Arc::new(f.sinks_source()));
+    }
+    if let Some(m) = &clickhouse {
+        metrics.register(
+            "clickhouse",
+            Arc::new(shield::events::ClickHouseSource {
+                monitor: m.clone(),
+                ctl: "events.clickhouse",
+                table: "events",
+            }),
+        );
+    }
+    metrics.register("xdp", Arc::new(crate::xdp::XdpSource(xdp.clone())));
+    if let Some(a) = &xdp_answers {
+        metrics.register("xdp_answers", a.stats.clone());
+    }
+    metrics.register("transfers", xfr.clone());
+    metrics.register(
+        "catalogs",
+        Arc::new(|out: &mut shield::metrics::Samples| crate::zone::catalog::collect(out)),
+    );
+    metrics.register(
+        "signing_keys",
+        Arc::new(|out: &mut shield::metrics::Samples| {
+            out.counter(
+                "signing.keys_missing",
+                "dnsd_signing_keys_missing_total",
+                "",
+                "Signings refused because key files a zone held are gone (the last signed version keeps serving).",
+                crate::signing::KEYS_MISSING.load(Ordering::Relaxed),
+            )
+        }),
+    );
+    metrics.register(
+        "zones",
+        Arc::new(crate::zone::registry::Zones {
+            reloads: registry.stats.clone(),
+            published: zones.clone(),
+        }),
+    );
+    let shared = Arc::new(State {
+        zones: Arc::new(tokio::sync::Mutex::new(registry)),
+        config_path,
+        config: Mutex::new(Arc::new(cfg.clone())),
+        addrs: bound,
+        tcp: tcp.clone(),
+        started: Instant::now(),
+        bind_time,
+        defence: defence.clone(),
+        flusher: Mutex::new(flusher),
+        clickhouse,
+        xdp,
+        redis: std::sync::OnceLock::new(),
+        xfr: xfr.clone(),
+        metrics: metrics.clone(),
+        xdp_global: cfg.rules.as_ref().is_some_and(|r| r.xdp_global),
+        xdp_answers,
+        consumed: Mutex::new(Default::default()),
+        catalog_queue,
+    });
+    shared.sync_global_lists();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("dnsd-rt")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let result = rt.block_on(async {
+        for l in tcp_listeners {
+            tokio::spawn(tcp.clone().serve(l));
+        }
+        if let Some(path) = cfg.control.socket.clone() {
+            // A stale socket is replaced; one another live server answers on is refused (and
+            // left alone). Mode and group whatever the umask; peers checked per connection.
+            let l = shield::control::bind(&path, &cfg.control.access())
+                .map_err(|e| format!("control.socket {}: {e}", path.display()))?;
+            metrics.register("control", l.stats());
+            tokio::spawn(crate::daemon::control::serve(l, shared.clone()));
+        }
+        if let Some(m) = cfg.metrics.listen.clone() {
+            let sa: SocketAddr = m.parse().map_err(|e| format!("metrics.listen {m}: {e}"))?;
+            let l = tokio::net::TcpListener::bind(sa)
+                .await
+                .map_err(|e| format!("metrics.listen {m}: {e}"))?;
+            tokio::spawn(shield::metrics::serve(l, metrics.clone()));
+        }
+        tokio::spawn(housekeeping(shared.clone()));
+        tokio::spawn(crate::signing::schedule::run(shared.zones.clone()));
+        tokio::spawn(crate::xfr::run_changes(xfr.clone(), xfr_changes));
+        // Catalogs: those dnsd produces written, those it consumes read (their members
+        // come from the copies on disk, then from their primaries).
+        crate::zone::catalog::produce_all(&mut *shared.zones.lock().await);
+        tokio::spawn(crate::daemon::catalogs::run_catalogs(shared.clone()));
+        crate::daemon::catalogs::read_all_catalogs(&shared);
+        crate::xfr::secondary::spawn_all(&shared.zones, &xfr);
+        // Secondaries may have missed changes while we were down: tell them now.
+        for e in shared.zones.lock().await.entries() {
+            if let Some(z) = &e.current {
+                crate::xfr::notify::spawn_notify(&xfr, &e.def.origin, z, None);
+            }
+        }
+        let sync = match cfg.redis.clone() {
+            Some(r) => {
+                let r = r.with_node_id_for("dnsd");
+                let node = r.node_id.clone();
+                match shield::redis_sync::RedisSync::spawn(r, blocks.clone()) {
+                    Ok(h) => {
+                        let m = h.monitor();
+                        metrics.register("redis", Arc::new(m.clone()));
+                        let _ = shared.redis.set(m);
+                        tracing::info!(node = %node, "block map synced through Redis");
+                        Some(h)
+                    }
+                    Err(e) => {
+                        tracing::error!("running without the Redis block sync: {e}");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        tracing::info!("dnsd ready");
+        // Off the start's path: trimming the heap of 100,000 zones takes a while.
+        std::thread::spawn(crate::daemon::memory::release_freed_memory);
+        shield::service::ready(&format!(
+            "serving {} zones on {} addresses",
+            shared.zones.lock().await.len(),
+            shared.addrs.len()
+        ));
+        wait_for_signals(shared.clone()).await;
+        shield::service::stopping();
+        if let Some(h) = sync {
+            // Last decisions out before leaving (bounded by the sync's I/O timeout).
+            let st = h.shutdown().await;
+            tracing::info!(
+                published = st.published,
+                buffered = st.buffered,
+                "Redis sync stopped"
+            );
+        }
+        Ok::<(), String>(())
+    });
+    stop.store(true, Ordering::SeqCst);
+    waker.wake();
+    for h in handles {
+        let _ = h.join();
+    }
+    // The control socket goes with its task (only if it is still this server's).
+    rt.shutdown_timeout(Duration::from_millis(500));
+    if let Some(f) = shared.flusher.lock().expect("flusher lock").take() {
+        f.stop();
+    }
+    if let Some(a) = &shared.xdp_answers {
+        a.withdraw();
+    }
+    drop(shared.xdp.lock().unwrap_or_else(|e| e.into_inner()).take());
+    result
+}
+
+/// Starts the event flusher when `[events]` names a sink.
+fn start_flusher(
+    cfg: &Config,
+    events: &Arc<shield::events::Aggregator>,
+    clickhouse: &mut Option<shield::events::ClickHouseMonitor>,
+) -> Option<shield::events::Flusher> {
+    let queue = cfg.events.queue_batches;
+    // An output that cannot be opened is reported, and the others still run.
+    let mut writers = Vec::new();
+    for o in cfg.events.output.active() {
+        match o.sink::<shield::events::Event>().and_then(|s| {
+            s.map(|s| shield::events::SinkWriter::spawn(s, queue))
+                .transpose()
+        }) {
+            Ok(w) => writers.extend(w),
+            Err(e) => tracing::error!("events.output {o:?}: {e}; running without it"),
+        }
+    }
+    if let Some((w, m)) = crate::observe::event_sinks::clickhouse(&cfg.events, queue) {
+        writers.push(w);
+        *clickhouse = Some(m);
+    }
+    if writers.is_empty() {
+        return None;
+    }
+    events.spawn_flusher(writers).ok()
+}
+
+/// Raises RLIMIT_NOFILE to what the config needs: a descriptor per UDP address, per TCP
+/// connection and per transfer, and a reserve. When the hard limit is lower, TCP gets what
+/// is left (said once, loudly) so that accept never runs out of descriptors; the UDP fleet
+/// itself reports a limit too low for its sockets.
+fn fit_descriptors(cfg: &Config, udp: usize) -> usize {
+    use listener::limits::{RESERVED_FDS, ensure_nofile, nofile};
+    let others = RESERVED_FDS + cfg.transfer.max_out + cfg.transfer.max_in;
+    let tcp = cfg.server.tcp_max_connections;
+    if ensure_nofile(udp + tcp + others).is_ok() {
+        return tcp;
+    }
+    let (_, hard) = nofile();
+    let _ = ensure_nofile(usize::try_from(hard).unwrap_or(usize::MAX));
+    let room = usize::try_from(hard)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(udp + others)
+        .max(16);
+    let fitted = tcp.min(room);
+    tracing::warn!(
+        configured = tcp,
+        effective = fitted,
+        rlimit_nofile_hard = hard,
+        "server.tcp_max_connections lowered to fit RLIMIT_NOFILE: raise the hard limit \
+         (LimitNOFILE= in systemd) to {}",
+        udp + tcp + others
+    );
+    fitted
+}
+
+/// Periodic work: block-map expiry in bounded steps, cookie secret rotation.
+async fn housekeeping(shared: Arc<State>) {
+    let d = &shared.defence;
+    let rotate = Duration::from_secs(d.cfg.cookies.rotate_hours * 3600);
+    let rotating = d.cookies.is_some() && !rotate.is_zero();
+    let mut last_rotation = Instant::now();
+    let watchdog = shield::service::watchdog_period();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        // The keep-alive comes from the runtime's own periodic work: a wedged runtime stops it.
+        if let Some(p) = watchdog {
+            shield::service::watchdog_tick(p);
+        }
+        let now = shield::clock::unix_ms();
+        // Bounded steps: at most 50,000 expirations per tick.
+        d.blocks.expire(now, 50_000);
+        if rotating && last_rotation.elapsed() >= rotate {
+            // Configured (shared) secrets are rotated by the operator, through a reload.
+            if let Some(c) = &d.cookies
+                && !c.configured()
+            {
+                c.rotate(None);
+                tracing::info!("cookie secret rotated");
+            }
+            last_rotation = Instant::now();
+        }
+    }
+}
+
+async fn wait_for_signals(shared: Arc<State>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading");
+                let r = reload(&shared, None, false).await;
+                tracing::info!("{}", r.text.trim_end());
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    tracing::info!("stopping");
+}
+
+/// The TCP listening sockets, and the sk_lookup registration that steers the service
+/// addresses to them (kept until the server stops; dropping it withdraws the addresses).
+fn tcp_listeners(
+    cfg: &Config,
+    addrs: &[IpAddr],
+) -> Result<
+    (
+        Vec<std::net::TcpListener>,
+        Option<xdp_guard::sk_lookup::Steering>,
+    ),
+    String,
+> {
+    let opts = listener::tcp::TcpOptions::default();
+    let port = cfg.server.port;
+    let steering = match cfg.xdp.as_ref() {
+        Some(x) => match xdp_guard::sk_lookup::Steering::open(&x.pin_path) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("TCP steering (sk_lookup) unusable: {e}");
+                None
+            }
+        },
+        None => None,
+    };
+    if let Some(mut s) = steering {
+        // One listener per family, bound to a service address on an ephemeral port: the
+        // program hands it the connections to every service address on `port`.
+        let mut ls = Vec::new();
+        for v6 in [false, true] {
+            if let Some(&ip) = addrs.iter().find(|a| a.is_ipv6() == v6) {
+                ls.push(
+                    listener::tcp::listener(SocketAddr::new(ip, 0), &opts)
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+        }
+        let refs: Vec<&std::net::TcpListener> = ls.iter().collect();
+        match s.register(&refs, addrs, port) {
+            Ok(()) => {
+                tracing::info!(
+                    addresses = addrs.len(),
+                    port,
+                    "TCP: sk_lookup steers the service addresses to dnsd's listeners"
+                );
+                return Ok((ls, Some(s)));
+            }
+            Err(e) => {
+                tracing::warn!("TCP steering (sk_lookup) refused: {e}; the wildcard socket instead")
+            }
+        }
+    }
+    let ls = listener::tcp::wildcard_listeners(addrs, port, &opts).map_err(|e| e.to_string())?;
+    tracing::info!(
+        port,
+        "TCP: the wildcard socket (no sk_lookup steering installed)"
+    );
+    Ok((ls, None))
+}

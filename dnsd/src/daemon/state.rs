@@ -1,0 +1,98 @@
+//! What the running server holds for its control socket, reloads and metrics: the zones,
+//! the transport sides, the defences, the optional parts (event sinks, XDP, Redis) and the
+//! counter registry they all report into.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::daemon::tcp::TcpServer;
+use crate::query::defence;
+use crate::xdp::Xdp;
+use crate::zone::registry::Registry;
+
+/// The running server's state.
+pub struct State {
+    /// Zones and their load state.
+    pub zones: Arc<tokio::sync::Mutex<Registry>>,
+    /// The config file, for reloads (None when run from flags).
+    pub config_path: Option<PathBuf>,
+    /// The config in force without its zone list (templates, zone state, defaults): what
+    /// `ctl zone add` needs without reading the config file again.
+    pub config: Mutex<Arc<crate::config::Config>>,
+    /// Service addresses.
+    pub addrs: Vec<SocketAddr>,
+    /// The TCP side.
+    pub tcp: Arc<TcpServer>,
+    /// When the server started.
+    pub started: Instant,
+    /// How long binding the UDP fleet took.
+    pub bind_time: Duration,
+    /// The flood defences and the block map.
+    pub defence: Arc<defence::Shared>,
+    /// The event flusher, when sinks are configured.
+    pub flusher: Mutex<Option<shield::events::Flusher>>,
+    /// The ClickHouse event sink, when `[events.clickhouse]` is configured.
+    pub clickhouse: Option<shield::events::ClickHouseMonitor>,
+    /// The XDP guard and the mirror feeding it, when attached.
+    pub xdp: Arc<Mutex<Option<Xdp>>>,
+    /// The Redis block sync, when `[redis]` is configured and it started.
+    pub redis: OnceLock<shield::redis_sync::SyncMonitor>,
+    /// Zone transfers, NOTIFY and TSIG.
+    pub xfr: Arc<crate::xfr::Transfers>,
+    /// Every counter, for `ctl stats` and /metrics.
+    pub metrics: Arc<shield::metrics::Registry>,
+    /// This dnsd writes the rules file's `[global]` lists into the XDP guard's maps.
+    pub xdp_global: bool,
+    /// The XDP answer publisher (zones with `xdp_answers`, with `[xdp]`).
+    pub xdp_answers: Option<Arc<crate::xdp::sync::AnswerSync>>,
+    /// The consumed catalog zones and their members.
+    pub consumed: Mutex<crate::zone::catalog::Consumed>,
+    /// Consumed catalogs waiting to be read.
+    pub catalog_queue: Arc<crate::zone::catalog::CatalogQueue>,
+}
+
+impl State {
+    /// Keeps `c` (its zone list dropped) as the config in force.
+    pub fn set_config(&self, c: crate::config::Config) {
+        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(without_zones(c));
+    }
+
+    /// The consumed catalogs' state.
+    pub fn catalogs(&self) -> std::sync::MutexGuard<'_, crate::zone::catalog::Consumed> {
+        self.consumed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The config in force, without its zone list.
+    pub fn config(&self) -> Arc<crate::config::Config> {
+        self.config
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Hands the rules file's `[global]` lists to the XDP mirror (the `rules` slot and the
+    /// allow tries), when this dnsd owns them (`[rules] xdp_global`, the default) and mirrors
+    /// into XDP.
+    pub fn sync_global_lists(&self) {
+        if !self.xdp_global {
+            return;
+        }
+        let Some(rules) = &self.defence.rules else {
+            return;
+        };
+        let lists = rules.current().global_lists().clone();
+        let x = self.xdp.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = x.as_ref().and_then(|x| x.mirror()) {
+            m.set_global_lists(lists);
+        }
+    }
+}
+
+/// `c` without its zone list (which the registry holds).
+pub fn without_zones(mut c: crate::config::Config) -> crate::config::Config {
+    c.zones = Vec::new();
+    c.zone_specs = Vec::new();
+    c
+}

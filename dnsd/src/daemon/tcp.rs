@@ -1,0 +1,552 @@
+//! DNS over TCP (RFC 7766): one wildcard listener, pipelined queries answered out of order,
+//! bounded everything.
+//!
+//! The local address of an accepted connection says which service address was asked; a
+//! connection to any other address is closed. Queries on a connection are read while
+//! earlier answers are still being written, and each is answered as soon as it is ready
+//! (RFC 7766 §7): a zone transfer streams from a task of its own, and the answers to the
+//! queries read after it go out between its messages instead of waiting for its end.
+//! `tcp_max_pipelined` bounds the queries read but not yet answered (a transfer counts
+//! until its last message is written): at the bound reading stops, so a client that does
+//! not read stops being read from instead of growing our memory. Connections are bounded
+//! in total and per source, idle connections are closed, and so are connections that reach
+//! the query limit. A client that asks (RFC 7828) is told the idle timeout.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use listener::addrs::AddrSet;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+
+use crate::observe::counters::{DropCause, WorkerStats};
+use crate::query::module::Step;
+use crate::query::process_query::{Outcome, Processor, Transport};
+
+/// Longest query accepted over TCP; a longer length prefix closes the connection.
+const MAX_QUERY: usize = 16 * 1024;
+
+/// Messages of the transfers of one connection queued for writing; a transfer waits while
+/// the queue is full (answers to queries go first, from a queue of their own).
+const XFR_QUEUE: usize = 4;
+
+thread_local! {
+    /// Scratch space for one response: processing never awaits, so one per thread is enough.
+    static OUT: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 65535 + 2]);
+}
+
+/// Limits for TCP clients.
+#[derive(Debug, Clone)]
+pub struct TcpLimits {
+    /// Connections at once.
+    pub max_connections: usize,
+    /// Connections from one source address.
+    pub max_per_source: usize,
+    /// Idle time before closing.
+    pub idle: Duration,
+    /// Queries per connection.
+    pub max_queries: usize,
+    /// Queries read but not yet answered on one connection before reading stops.
+    pub max_pipelined: usize,
+}
+
+/// A message on its way to the writer (see [`crate::query::handoff::Outgoing`]).
+type Answer = crate::query::handoff::Outgoing;
+
+/// Shared state of the TCP side.
+pub struct TcpServer {
+    limits: TcpLimits,
+    addrs: AddrSet,
+    slots: Arc<Semaphore>,
+    per_source: Mutex<HashMap<IpAddr, usize>>,
+    stats: Arc<WorkerStats>,
+    defence: Option<Arc<crate::query::defence::Shared>>,
+    make: Box<dyn Fn() -> Processor + Send + Sync>,
+    /// Times a connection stopped reading at `max_pipelined` unanswered queries.
+    pipeline_full: AtomicU64,
+}
+
+impl TcpServer {
+    /// A TCP server for the service addresses `addrs`; `make` builds a query processor
+    /// (writing to `stats`); with `defence`, accepted connections walk its `on_accept` point.
+    pub fn new(
+        limits: TcpLimits,
+        addrs: AddrSet,
+        stats: Arc<WorkerStats>,
+        defence: Option<Arc<crate::query::defence::Shared>>,
+        make: Box<dyn Fn() -> Processor + Send + Sync>,
+    ) -> Arc<TcpServer> {
+        Arc::new(TcpServer {
+            slots: Arc::new(Semaphore::new(limits.max_connections)),
+            limits,
+            addrs,
+            per_source: Mutex::new(HashMap::new()),
+            stats,
+            defence,
+            make,
+            pipeline_full: AtomicU64::new(0),
+        })
+    }
+
+    /// Times a connection stopped reading at `tcp_max_pipelined` unanswered queries.
+    pub fn pipeline_full(&self) -> u64 {
+        self.pipeline_full.load(Ordering::Relaxed)
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.limits.max_connections - self.slots.available_permits()
+    }
+
+    /// Accepts connections on `l` until the task is dropped.
+    pub async fn serve(self: Arc<Self>, l: std::net::TcpListener) -> std::io::Result<()> {
+        let l = TcpListener::from_std(l)?;
+        // The pipeline's `on_accept` point (a blocked source is closed before anything is
+        // read): one plan for this accept loop.
+        let mut plan = self.defence.as_ref().map(|d| d.plan());
+        let mut last_warn = None;
+        loop {
+            let (sock, peer) = match l.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of descriptors and the like: back off briefly, keep serving, and
+                    // say so at most once a second.
+                    let now = std::time::Instant::now();
+                    if last_warn
+                        .is_none_or(|t: std::time::Instant| now - t >= Duration::from_secs(1))
+                    {
+                        tracing::warn!(error = %e, "TCP accept failed");
+                        last_warn = Some(now);
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let stats = &self.stats;
+            if let Some(p) = &mut plan {
+                p.refresh();
+                if let Step::Drop(why) = p.on_accept(peer.ip()) {
+                    stats.dropped(why);
+                    drop(sock);
+                    continue;
+                }
+            }
+            let local = match sock.local_addr() {
+                Ok(a) => a,
+                Err(_) => continue,
+            };
+            if !self.addrs.contains(local.ip()) {
+                stats.dropped(DropCause::TcpWrongAddress);
+                drop(sock);
+                continue;
+            }
+            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+                stats.dropped(DropCause::TcpLimit);
+                drop(sock);
+                continue;
+            };
+            if !self.enter(peer.ip()) {
+                stats.dropped(DropCause::TcpLimit);
+                drop(sock);
+                continue;
+            }
+            let me = self.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                me.connection(sock, peer, local.ip()).await;
+                me.leave(peer.ip());
+            });
+        }
+    }
+
+    fn enter(&self, ip: IpAddr) -> bool {
+        let mut m = self.per_source.lock().expect("per-source lock");
+        let n = m.entry(ip).or_insert(0);
+        if *n >= self.limits.max_per_source {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn leave(&self, ip: IpAddr) {
+        let mut m = self.per_source.lock().expect("per-source lock");
+        if let Some(n) = m.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&ip);
+            }
+        }
+    }
+
+    async fn connection(&self, sock: TcpStream, peer: SocketAddr, local: std::net::IpAddr) {
+        let _ = sock.set_nodelay(true);
+        let (mut rd, wr) = sock.into_split();
+        let depth = self.limits.max_pipelined.max(1);
+        let idle = self.limits.idle;
+        // One slot per query read and not yet answered.
+        let slots = Arc::new(Semaphore::new(depth));
+        let (tx, rx) = mpsc::channel::<Answer>(depth);
+        let (xtx, xrx) = mpsc::channel::<Answer>(XFR_QUEUE);
+        let writer = tokio::spawn(write(wr, rx, xrx, idle));
+        let mut transfers = JoinSet::new();
+        let mut p = (self.make)();
+        p.set_local(local);
+        let stats = self.stats.clone();
+        let mut len_buf = [0u8; 2];
+        let mut req = vec![0u8; 512];
+        let mut served = 0;
+        let mut refused = false;
+        while served < self.limits.max_queries {
+            // Finished transfers leave the set (their results are logged by the job).
+            while transfers.try_join_next().is_some() {}
+            let slot = match slots.clone().try_acquire_owned() {
+                Ok(s) => s,
+                Err(_) => {
+                    // At the bound: nothing more is read until an answer is written.
+                    self.pipeline_full.fetch_add(1, Ordering::Relaxed);
+                    match slots.clone().acquire_owned().await {
+                        Ok(s) => s,
+                        Err(_) => break,
+                    }
+                }
+            };
+            match tokio::time::timeout(idle, rd.read_exact(&mut len_buf)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    // Idle: no query for the idle time (a transfer still streaming keeps
+                    // the connection open until it ends, and is not an idle connection).
+                    if transfers.is_empty() {
+                        stats.dropped(DropCause::TcpTimeout);
+                    }
+                    break;
+                }
+            }
+            let len = u16::from_be_bytes(len_buf) as usize;
+            if len == 0 || len > MAX_QUERY {
+                stats.dropped(DropCause::Malformed);
+                break;
+            }
+            req.resize(len, 0);
+            match tokio::time::timeout(idle, rd.read_exact(&mut req[..len])).await {
+                Ok(Ok(_)) => {}
+                _ => break,
+            }
+            p.refresh();
+            let reply = OUT.with(|o| {
+                let out = &mut *o.borrow_mut();
+                match p.process(&req[..len], peer, Transport::Tcp, &mut out[2..]) {
+                    Outcome::Reply(n) => {
+                        out[..2].copy_from_slice(&(n as u16).to_be_bytes());
+                        Ok(Some(out[..n + 2].to_vec()))
+                    }
+                    Outcome::Drop | Outcome::Transfer => Ok(None),
+                    // Blocked since the connection opened: nothing more is read from it.
+                    Outcome::Refused => Err(()),
+                }
+            });
+            let Ok(reply) = reply else {
+                refused = true;
+                break;
+            };
+            if let Some(msg) = reply {
+                let a = Answer {
+                    msg,
+                    slot: Some(slot),
+                };
+                if tx.send(a).await.is_err() {
+                    break;
+                }
+            } else if let Some(job) = p.take_transfer() {
+                // A zone transfer streams from a task of its own; its slot follows its last
+                // message to the writer. Later queries are answered meanwhile.
+                let xtx = xtx.clone();
+                transfers.spawn(async move {
+                    let done = job.run(xtx.clone()).await;
+                    let marker = Answer {
+                        msg: Vec::new(),
+                        slot: Some(slot),
+                    };
+                    let _ = xtx.send(marker).await;
+                    done
+                });
+            }
+            served += 1;
+        }
+        if served == self.limits.max_queries {
+            // Closed at the query limit: a bound hit, counted.
+            stats.dropped(DropCause::TcpQueryLimit);
+        }
+        if refused {
+            // A source blocked mid-connection gets nothing more, transfers included.
+            transfers.abort_all();
+            writer.abort();
+            return;
+        }
+        drop(tx);
+        drop(xtx);
+        // The transfers under way run to their end; the writer ends after their last message.
+        while transfers.join_next().await.is_some() {}
+        let _ = writer.await;
+    }
+}
+
+/// Writes a connection's answers and transfer messages as they come, answers first; ends
+/// when both queues are closed and empty, or when the client does not read for `idle`.
+async fn write(
+    mut wr: OwnedWriteHalf,
+    mut answers: mpsc::Receiver<Answer>,
+    mut xfr: mpsc::Receiver<Answer>,
+    idle: Duration,
+) {
+    loop {
+        let a = tokio::select! {
+            biased;
+            Some(a) = answers.recv() => a,
+            Some(a) = xfr.recv() => a,
+            else => break,
+        };
+        // A client that does not read is cut off after the idle time.
+        if !a.msg.is_empty() {
+            match tokio::time::timeout(idle, wr.write_all(&a.msg)).await {
+                Ok(Ok(())) => {}
+                _ => return,
+            }
+        }
+        // The query is answered: its slot frees the reader for the next one.
+        drop(a.slot);
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Open TCP connections, and connections held at the pipelining bound.
+impl shield::metrics::Source for TcpServer {
+    fn collect(&self, out: &mut shield::metrics::Samples) {
+        out.gauge(
+            "tcp.connections",
+            "dnsd_tcp_connections",
+            "",
+            "Open TCP connections.",
+            self.open_connections() as u64,
+        );
+        out.counter(
+            "tcp.pipeline_full",
+            "dnsd_tcp_pipeline_full_total",
+            "",
+            "Times a TCP connection stopped being read at tcp_max_pipelined unanswered queries.",
+            self.pipeline_full(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A TcpServer on loopback, clients bound to chosen 127.0.0.x sources: pipelined queries
+    //! answered in order, the query limit, the per-source and total connection limits, the
+    //! block map at accept and connections to an address that is not served.
+
+    use std::sync::atomic::Ordering;
+
+    use tokio::net::TcpSocket;
+
+    use super::*;
+    use crate::query::defence::Shared;
+    use crate::query::process_query::PipelineConfig;
+    use crate::query::testkit::{Q, Reply, block, defences, events, example_set, shared};
+
+    fn limits() -> TcpLimits {
+        TcpLimits {
+            max_connections: 8,
+            max_per_source: 4,
+            idle: Duration::from_secs(10),
+            max_queries: 100,
+            max_pipelined: 4,
+        }
+    }
+
+    /// A server on 127.0.0.1 (an ephemeral port) serving `example.com.`, accepting for
+    /// `served` (127.0.0.1 when `None`).
+    fn start(
+        limits: TcpLimits,
+        defence: Option<Arc<Shared>>,
+        served: Option<IpAddr>,
+    ) -> (Arc<TcpServer>, SocketAddr, Arc<WorkerStats>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap();
+        let stats = Arc::new(WorkerStats::default());
+        let zones = example_set();
+        let s2 = stats.clone();
+        let make = Box::new(move || {
+            Processor::new(
+                zones.clone(),
+                Arc::new(PipelineConfig::default()),
+                s2.clone(),
+                None,
+            )
+        });
+        let server = TcpServer::new(
+            limits,
+            AddrSet::new(&[served.unwrap_or(addr.ip())]),
+            stats.clone(),
+            defence,
+            make,
+        );
+        tokio::spawn(server.clone().serve(l));
+        (server, addr, stats)
+    }
+
+    async fn connect(src: &str, to: SocketAddr) -> TcpStream {
+        let s = TcpSocket::new_v4().unwrap();
+        s.bind(SocketAddr::new(src.parse().unwrap(), 0)).unwrap();
+        s.connect(to).await.unwrap()
+    }
+
+    fn frame(m: &[u8]) -> Vec<u8> {
+        let mut f = (m.len() as u16).to_be_bytes().to_vec();
+        f.extend_from_slice(m);
+        f
+    }
+
+    /// The next message, or `None` when the server closed the connection.
+    async fn read_msg(s: &mut TcpStream) -> Option<Reply> {
+        let mut len = [0u8; 2];
+        match tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut len)).await {
+            Err(_) => panic!("no reply and not closed after 5 s"),
+            Ok(Err(_)) => return None,
+            Ok(Ok(_)) => {}
+        }
+        let mut m = vec![0u8; u16::from_be_bytes(len) as usize];
+        s.read_exact(&mut m).await.unwrap();
+        Some(Reply::parse(&m))
+    }
+
+    /// One query on `s`, its reply.
+    async fn ask(s: &mut TcpStream, id: u16) -> Option<Reply> {
+        let q = Q::new("www.example.com.", 1).id(id).bytes();
+        if s.write_all(&frame(&q)).await.is_err() {
+            return None;
+        }
+        read_msg(s).await
+    }
+
+    fn drops(st: &WorkerStats, c: DropCause) -> u64 {
+        st.drops[c as usize].load(Ordering::Relaxed)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pipelined_queries_are_answered_in_order_until_the_query_limit() {
+        let (_srv, addr, stats) = start(
+            TcpLimits {
+                max_queries: 3,
+                ..limits()
+            },
+            None,
+            None,
+        );
+        let mut s = connect("127.0.0.2", addr).await;
+        // Four queries in one write: three answered in order, then the limit closes.
+        let mut burst = Vec::new();
+        for (id, name, qtype) in [
+            (1, "www.example.com.", 1),
+            (2, "www.example.com.", 28),
+            (3, "nothere.example.com.", 1),
+            (4, "www.example.com.", 1),
+        ] {
+            burst.extend(frame(&Q::new(name, qtype).id(id).bytes()));
+        }
+        s.write_all(&burst).await.unwrap();
+        let a = read_msg(&mut s).await.unwrap();
+        assert_eq!((a.id, a.answer.len()), (1, 1));
+        assert_eq!(a.answer[0].rdata, [192, 0, 2, 10]);
+        let a = read_msg(&mut s).await.unwrap();
+        assert_eq!((a.id, a.answer[0].rtype), (2, 28));
+        let a = read_msg(&mut s).await.unwrap();
+        assert_eq!((a.id, a.rcode()), (3, crate::query::wire::rcode::NXDOMAIN));
+        assert!(read_msg(&mut s).await.is_none(), "closed after 3 queries");
+        assert_eq!(drops(&stats, DropCause::TcpQueryLimit), 1);
+        assert_eq!(stats.queries.load(Ordering::Relaxed), 3);
+        // A large answer goes whole over TCP.
+        let mut s = connect("127.0.0.2", addr).await;
+        s.write_all(&frame(&Q::new("big.example.com.", 16).bytes()))
+            .await
+            .unwrap();
+        let a = read_msg(&mut s).await.unwrap();
+        assert!(!a.tc() && a.answer.len() == 12);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_over_the_per_source_or_total_limit_are_closed_and_counted() {
+        let (srv, addr, stats) = start(
+            TcpLimits {
+                max_connections: 2,
+                max_per_source: 1,
+                ..limits()
+            },
+            None,
+            None,
+        );
+        let mut a = connect("127.0.0.2", addr).await;
+        assert!(ask(&mut a, 1).await.is_some());
+        // A second connection from the same source: closed at once, counted.
+        let mut b = connect("127.0.0.2", addr).await;
+        assert!(ask(&mut b, 2).await.is_none(), "over the per-source limit");
+        assert_eq!(drops(&stats, DropCause::TcpLimit), 1);
+        // Another source is served.
+        let mut c = connect("127.0.0.3", addr).await;
+        assert!(ask(&mut c, 3).await.is_some());
+        assert_eq!(srv.open_connections(), 2);
+        // Two open, the total limit: a third source is closed too.
+        let mut d = connect("127.0.0.4", addr).await;
+        assert!(ask(&mut d, 4).await.is_none(), "over the total limit");
+        assert_eq!(drops(&stats, DropCause::TcpLimit), 2);
+        // Once the first source's connection is gone it may connect again.
+        drop(a);
+        for _ in 0..500 {
+            if srv.open_connections() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(srv.open_connections(), 1);
+        let mut e = connect("127.0.0.2", addr).await;
+        assert!(ask(&mut e, 5).await.is_some());
+        assert_eq!(drops(&stats, DropCause::TcpLimit), 2);
+        drop(c);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_blocked_source_is_closed_at_accept_before_anything_is_read() {
+        let sh = shared(defences(None, false));
+        block(&sh, "127.0.0.5/32", shield::block::Origin::Operator);
+        let (_srv, addr, stats) = start(limits(), Some(sh.clone()), None);
+        let mut s = connect("127.0.0.5", addr).await;
+        assert!(ask(&mut s, 1).await.is_none(), "closed at accept");
+        assert_eq!(drops(&stats, DropCause::Blocked), 1);
+        assert_eq!(sh.blocked[1].load(Ordering::Relaxed), 1, "operator");
+        assert_eq!(stats.queries.load(Ordering::Relaxed), 0, "nothing read");
+        let ev = events(&sh, shield::events::Action::Blocked);
+        assert_eq!(ev.len(), 1);
+        assert_eq!((ev[0].tenant, ev[0].total), (0, 1));
+        // Its neighbour is served.
+        let mut s = connect("127.0.0.6", addr).await;
+        assert!(ask(&mut s, 2).await.is_some());
+        assert_eq!(drops(&stats, DropCause::Blocked), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_to_an_address_not_served_is_closed() {
+        let (_srv, addr, stats) = start(limits(), None, Some("127.0.0.99".parse().unwrap()));
+        let mut s = connect("127.0.0.2", addr).await;
+        assert!(ask(&mut s, 1).await.is_none());
+        assert_eq!(drops(&stats, DropCause::TcpWrongAddress), 1);
+        assert_eq!(stats.queries.load(Ordering::Relaxed), 0);
+    }
+}

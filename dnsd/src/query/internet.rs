@@ -1,0 +1,926 @@
+//! Answering in class IN: RFC 1034 §4.3.2 with wildcards (RFC 4592), DNAME (RFC 6672),
+//! negative answers (RFC 2308) and minimal ANY (RFC 8482).
+
+use zones::name::MAX_NAME_LEN;
+use zones::rdata;
+use zones::rrtype::t;
+use zones::zone::{Lookup, NodeId, flags};
+use zones::{RRset, Zone};
+
+use crate::query::nsec_proofs::Prover;
+use crate::query::response::{Full, Owner, Section, Writer};
+use crate::query::wire::{Query, hf, rcode};
+use crate::signing::online::{CompactSigner, Denier};
+use crate::zone::served::ZoneSet;
+
+/// How many CNAME/DNAME steps are followed before giving up.
+const MAX_CHAIN: usize = 8;
+
+/// What kind of response was written (for response rate limiting and statistics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Kind {
+    /// Data in the answer section.
+    Answer,
+    /// The name exists without the type.
+    NoData,
+    /// The name does not exist.
+    NxDomain,
+    /// A referral to a child zone.
+    Referral,
+    /// The name is in no zone served here.
+    Refused,
+}
+
+/// The result of answering one question.
+#[derive(Debug, Clone, Copy)]
+pub struct Answered {
+    /// Response kind.
+    pub kind: Kind,
+    /// The response was truncated.
+    pub truncated: bool,
+}
+
+/// A name being resolved: lower-case wire name and label offsets, in a fixed buffer.
+#[derive(Clone)]
+struct Target {
+    name: [u8; MAX_NAME_LEN],
+    len: usize,
+    offs: [u8; 128],
+    labels: usize,
+}
+
+impl Target {
+    fn from_query(q: &Query) -> Target {
+        let mut t = Target {
+            name: [0; MAX_NAME_LEN],
+            len: q.qname_len as usize,
+            offs: [0; 128],
+            labels: q.labels as usize,
+        };
+        t.name[..t.len].copy_from_slice(q.qname());
+        t.offs[..t.labels].copy_from_slice(q.label_offs());
+        t
+    }
+
+    fn set(&mut self, wire_lower: &[u8]) {
+        self.len = wire_lower.len();
+        self.name[..self.len].copy_from_slice(wire_lower);
+        self.labels = zones::name::label_offsets(&self.name[..self.len], &mut self.offs);
+    }
+
+    fn name(&self) -> &[u8] {
+        &self.name[..self.len]
+    }
+
+    fn offs(&self) -> &[u8] {
+        &self.offs[..self.labels]
+    }
+}
+
+/// What a zone answered with compact denial needs at query time: its signer, and the
+/// worker's budget, cache and counters.
+pub struct Online<'a> {
+    /// The zone's online signer.
+    pub signer: &'a CompactSigner,
+    /// The zone's id (cache key).
+    pub zone_id: u32,
+    /// The worker's budget and cache.
+    pub denier: &'a mut Denier,
+    /// The query's source (its share of the budget).
+    pub src: std::net::IpAddr,
+    /// The worker's counters.
+    pub stats: &'a crate::observe::counters::WorkerStats,
+    /// The query set Compact Answers OK (RFC 9824 §5): a compact NXDOMAIN keeps its rcode.
+    pub compact_ok: bool,
+    /// Past a budget, prove with the zone's chain instead of truncating (TCP: a truncated
+    /// answer cannot be retried on a bigger transport).
+    pub chain_past_budget: bool,
+}
+
+/// Answers `q` into `w` (header and question already written) from `zone`, the zone
+/// [`find_zone`] chose (REFUSED when none). `online` is set for a zone answered with
+/// compact denial (RFC 9824).
+pub fn answer_in(
+    w: &mut Writer<'_>,
+    q: &Query,
+    zones: &ZoneSet,
+    zone: Option<(u32, &std::sync::Arc<Zone>)>,
+    online: Option<Online<'_>>,
+) -> Answered {
+    let Some((_, zone)) = zone else {
+        w.set_rcode(rcode::REFUSED);
+        return Answered {
+            kind: Kind::Refused,
+            truncated: false,
+        };
+    };
+    w.set_flags(hf::AA);
+    let mut a = Answerer {
+        w,
+        q,
+        zones,
+        dnssec: q.dnssec_ok(),
+        truncated: false,
+        online,
+    };
+    let mut target = Target::from_query(q);
+    let kind = a.resolve(zone, &mut target, Owner::Qname, 0);
+    Answered {
+        kind,
+        truncated: a.truncated,
+    }
+}
+
+/// The zone that answers `q`: the most specific one, except that DS at a zone's apex is
+/// answered by the parent zone when we serve it (RFC 4035 §3.1.4.1).
+pub fn find_zone<'z>(q: &Query, zones: &'z ZoneSet) -> Option<(u32, &'z std::sync::Arc<Zone>)> {
+    let hit = zones.find(q.qname(), q.label_offs())?;
+    if q.qtype == t::DS && q.labels > 0 && hit.1.apex().as_wire() == q.qname() {
+        let offs = &q.label_offs()[1..];
+        if let Some(parent) = zones.find(q.qname(), offs) {
+            return Some(parent);
+        }
+    }
+    Some(hit)
+}
+
+struct Answerer<'w, 'b, 'q> {
+    w: &'w mut Writer<'b>,
+    q: &'q Query,
+    zones: &'q ZoneSet,
+    dnssec: bool,
+    truncated: bool,
+    online: Option<Online<'q>>,
+}
+
+/// What a compact denial came to.
+enum Compacted {
+    /// Written.
+    Done,
+    /// Over a budget: the response is truncated.
+    Truncated,
+    /// Not possible for this name: prove with the zone's chain instead.
+    Chain,
+}
+
+impl Answerer<'_, '_, '_> {
+    /// Denies `types`-only at `name` with one NSEC signed now (RFC 9824), when the zone is
+    /// answered so and DO is set.
+    fn compact(&mut self, zone: &Zone, name: &[u8], types: &mut [u16]) -> Compacted {
+        if !self.compact_for(zone) {
+            return Compacted::Chain;
+        }
+        let Some(o) = self.online.as_mut() else {
+            return Compacted::Chain;
+        };
+        let now = shield::clock::unix_ms() / 1000;
+        match o.denier.deny(o.signer, o.zone_id, name, types, o.src, now) {
+            Ok((nsec, sig, how)) => {
+                o.stats.compact(how);
+                let ttl = o.signer.ttl();
+                let owner = if name == self.q.qname() {
+                    Owner::Qname
+                } else {
+                    Owner::Name(name)
+                };
+                let m = self.w.mark();
+                if self
+                    .w
+                    .rr(Section::Authority, owner, t::NSEC, ttl, nsec)
+                    .is_err()
+                    || self
+                        .w
+                        .rr(Section::Authority, owner, t::RRSIG, ttl, sig)
+                        .is_err()
+                {
+                    self.w.rollback(m);
+                    self.tc();
+                }
+                Compacted::Done
+            }
+            Err(Some(over)) => {
+                o.stats.compact(over);
+                if o.chain_past_budget {
+                    return Compacted::Chain;
+                }
+                self.tc();
+                Compacted::Truncated
+            }
+            Err(None) => Compacted::Chain,
+        }
+    }
+
+    /// True when `zone` (the query's, not one a CNAME led to) is answered with compact
+    /// denial and DO is set.
+    fn compact_for(&self, zone: &Zone) -> bool {
+        self.dnssec && self.online.as_ref().is_some_and(|o| o.signer.signs(zone))
+    }
+
+    /// The types a compact NSEC lists at `node` (its own, with RRSIG and NSEC); None when
+    /// there are more than a compact NSEC carries.
+    fn types_at(
+        zone: &Zone,
+        node: NodeId,
+        out: &mut [u16; crate::signing::online::MAX_TYPES],
+    ) -> Option<usize> {
+        out[0] = t::RRSIG;
+        out[1] = t::NSEC;
+        let mut n = 2;
+        for s in zone.rrsets(node) {
+            if s.rtype == t::RRSIG || s.rtype == t::NSEC || out[..n].contains(&s.rtype) {
+                continue;
+            }
+            *out.get_mut(n)? = s.rtype;
+            n += 1;
+        }
+        Some(n)
+    }
+
+    fn tc(&mut self) {
+        self.truncated = true;
+        self.w.set_flags(hf::TC);
+    }
+
+    /// A proof that did not fit truncates the response.
+    fn proved(&mut self, r: Result<(), Full>) {
+        if r.is_err() {
+            self.tc();
+        }
+    }
+
+    /// Writes an RRset (and its RRSIGs when DO is set); sets TC when it does not fit.
+    fn put(
+        &mut self,
+        sec: Section,
+        zone: &Zone,
+        node: NodeId,
+        s: &RRset,
+        owner: Owner<'_>,
+    ) -> bool {
+        let m = self.w.mark();
+        if self.w.rrset(sec, zone, s, owner).is_err() {
+            self.tc();
+            return false;
+        }
+        if self.dnssec
+            && let Some(sig) = zone.rrsig(node, s.rtype)
+            && self.w.rrset(sec, zone, sig, owner).is_err()
+        {
+            // Never an RRset without its signatures.
+            self.w.rollback(m);
+            self.tc();
+            return false;
+        }
+        true
+    }
+
+    fn resolve(
+        &mut self,
+        zone: &Zone,
+        target: &mut Target,
+        owner: Owner<'_>,
+        depth: usize,
+    ) -> Kind {
+        let qtype = self.q.qtype;
+        match zone.lookup(target.name(), target.offs()) {
+            Lookup::Exact(node) => {
+                let k = self.positive(zone, node, target, owner, depth);
+                if k == Kind::NoData && self.dnssec {
+                    let mut types = [0u16; crate::signing::online::MAX_TYPES];
+                    let done = match Self::types_at(zone, node, &mut types) {
+                        Some(n) => self.compact(zone, target.name(), &mut types[..n]),
+                        None => Compacted::Chain,
+                    };
+                    if let Compacted::Chain = done {
+                        let r = Prover::new(zone).nodata(self.w, node);
+                        self.proved(r);
+                    }
+                }
+                k
+            }
+            Lookup::Wildcard {
+                closest_encloser: ce,
+                wildcard,
+            } => {
+                // The proof is about this name, which a CNAME chain may replace: keep it.
+                let asked = self.dnssec.then(|| target.clone());
+                let k = self.positive(zone, wildcard, target, owner, depth);
+                if let Some(q) = asked {
+                    let mut p = Prover::new(zone);
+                    let r = if k == Kind::NoData {
+                        p.wildcard_nodata(self.w, q.name(), q.offs(), ce, wildcard)
+                    } else {
+                        p.wildcard_answer(self.w, q.name(), q.offs(), ce)
+                    };
+                    self.proved(r);
+                }
+                k
+            }
+            Lookup::Delegation { cut, exact } => {
+                if exact && qtype == t::DS {
+                    // DS lives on the parent side of the cut: answer it here.
+                    return match zone.rrset(cut, t::DS) {
+                        Some(ds) => {
+                            self.put(Section::Answer, zone, cut, ds, owner);
+                            Kind::Answer
+                        }
+                        None => {
+                            self.negative(zone);
+                            if self.dnssec {
+                                let r = Prover::new(zone).nodata(self.w, cut);
+                                self.proved(r);
+                            }
+                            Kind::NoData
+                        }
+                    };
+                }
+                self.referral(zone, cut, depth);
+                Kind::Referral
+            }
+            Lookup::Dname(node) => self.dname(zone, node, target, owner, depth),
+            Lookup::NxDomain { closest_encloser } => {
+                let compact = self.compact_for(zone);
+                if compact {
+                    // Compact denial: the name "exists" with no type but NXNAME, NOERROR
+                    // (still an NXDOMAIN to the defences and the counters).
+                    self.negative(zone);
+                    let mut types = [t::RRSIG, t::NSEC, crate::signing::online::NXNAME];
+                    match self.compact(zone, target.name(), &mut types) {
+                        Compacted::Done | Compacted::Truncated => {
+                            if self.online.as_ref().is_some_and(|o| o.compact_ok) {
+                                self.w.set_rcode(rcode::NXDOMAIN);
+                            }
+                            return Kind::NxDomain;
+                        }
+                        Compacted::Chain => {}
+                    }
+                }
+                self.w.set_rcode(rcode::NXDOMAIN);
+                if !compact {
+                    self.negative(zone);
+                }
+                if self.dnssec {
+                    let r = Prover::new(zone).nxdomain(
+                        self.w,
+                        target.name(),
+                        target.offs(),
+                        closest_encloser,
+                    );
+                    self.proved(r);
+                }
+                Kind::NxDomain
+            }
+        }
+    }
+
+    fn positive(
+        &mut self,
+        zone: &Zone,
+        node: NodeId,
+        target: &mut Target,
+        owner: Owner<'_>,
+        depth: usize,
+    ) -> Kind {
+        let qtype = self.q.qtype;
+        let n = zone.node(node);
+        if qtype == t::ANY {
+            // RFC 8482: one RRset, not all of them (a CNAME alone, not followed).
+            let first = zone
+                .rrsets(node)
+                .iter()
+                .find(|s| s.rtype != t::RRSIG && s.rtype != t::NSEC)
+                .copied();
+            return match first {
+                Some(s) => {
+                    self.put(Section::Answer, zone, node, &s, owner);
+                    Kind::Answer
+                }
+                None => {
+                    self.negative(zone);
+                    Kind::NoData
+                }
+            };
+        }
+        if n.has(flags::CNAME) && qtype != t::CNAME {
+            let cname = *zone.rrset(node, t::CNAME).expect("CNAME flag");
+            if !self.put(Section::Answer, zone, node, &cname, owner) {
+                return Kind::Answer;
+            }
+            let Some((_, rd)) = zone.rrs(&cname).next() else {
+                return Kind::Answer;
+            };
+            return self.follow(rd, target, depth);
+        }
+        if qtype == t::RRSIG {
+            let mut any = false;
+            for s in zone.rrsets(node).iter().filter(|s| s.rtype == t::RRSIG) {
+                any = true;
+                if self.w.rrset(Section::Answer, zone, s, owner).is_err() {
+                    self.tc();
+                    break;
+                }
+            }
+            if !any {
+                self.negative(zone);
+                return Kind::NoData;
+            }
+            return Kind::Answer;
+        }
+        match zone.rrset(node, qtype).copied() {
+            Some(s) => {
+                if self.put(Section::Answer, zone, node, &s, owner) && s.has_names() {
+                    self.additional(zone, &s);
+                }
+                Kind::Answer
+            }
+            None => {
+                self.negative(zone);
+                Kind::NoData
+            }
+        }
+    }
+
+    /// Follows a CNAME (or synthesised CNAME) to `rd`, the target name in wire format.
+    fn follow(&mut self, rd: &[u8], target: &mut Target, depth: usize) -> Kind {
+        let Some(len) = zones::name::wire_name_len(rd) else {
+            return Kind::Answer;
+        };
+        let mut lower = [0u8; MAX_NAME_LEN];
+        lower[..len].copy_from_slice(&rd[..len]);
+        lower[..len].make_ascii_lowercase();
+        let lower = &lower[..len];
+        // Stop at loops (the name is already the target) and at long chains.
+        if depth + 1 >= MAX_CHAIN || lower == target.name() || lower == self.q.qname() {
+            return Kind::Answer;
+        }
+        target.set(lower);
+        let Some((_, zone)) = self.zones.find(target.name(), target.offs()) else {
+            // Out of our zones: the resolver follows it.
+            return Kind::Answer;
+        };
+        let zone = zone.clone();
+        let at = self.w.find_name(lower);
+        let mut buf = [0u8; MAX_NAME_LEN];
+        buf[..len].copy_from_slice(lower);
+        let owner = match at {
+            Some(o) => Owner::At(o),
+            None => Owner::Name(&buf[..len]),
+        };
+        match self.resolve(&zone, target, owner, depth + 1) {
+            // The chain's answer data keeps the response positive; a missing end sets the rcode.
+            Kind::NoData | Kind::Answer | Kind::Referral => Kind::Answer,
+            Kind::NxDomain => Kind::NxDomain,
+            Kind::Refused => Kind::Answer,
+        }
+    }
+
+    fn dname(
+        &mut self,
+        zone: &Zone,
+        node: NodeId,
+        target: &mut Target,
+        owner: Owner<'_>,
+        depth: usize,
+    ) -> Kind {
+        let dn = *zone.rrset(node, t::DNAME).expect("DNAME flag");
+        let owner_name = zone.node_name(node);
+        let mut owner_buf = [0u8; MAX_NAME_LEN];
+        owner_buf[..owner_name.len()].copy_from_slice(owner_name);
+        let owner_name = &owner_buf[..owner_name.len()];
+        if !self.put(Section::Answer, zone, node, &dn, Owner::Name(owner_name)) {
+            return Kind::Answer;
+        }
+        let Some((_, dtarget)) = zone.rrs(&dn).next() else {
+            return Kind::Answer;
+        };
+        // New name: the labels of the target name above the DNAME owner, then the DNAME target.
+        let prefix_len = target.len - owner_name.len();
+        let Some(dlen) = zones::name::wire_name_len(dtarget) else {
+            return Kind::Answer;
+        };
+        if prefix_len + dlen > MAX_NAME_LEN {
+            self.w.set_rcode(rcode::YXDOMAIN);
+            return Kind::Answer;
+        }
+        let mut synth = [0u8; MAX_NAME_LEN];
+        synth[..prefix_len].copy_from_slice(&target.name()[..prefix_len]);
+        synth[prefix_len..prefix_len + dlen].copy_from_slice(&dtarget[..dlen]);
+        let synth = &synth[..prefix_len + dlen];
+        if self
+            .w
+            .rr(Section::Answer, owner, t::CNAME, dn.ttl, synth)
+            .is_err()
+        {
+            self.tc();
+            return Kind::Answer;
+        }
+        if self.q.qtype == t::CNAME {
+            // The synthesised CNAME is the answer to a CNAME query (RFC 6672 §3, RFC 1034
+            // §4.3.2 step 3a): nothing to follow, nothing in authority.
+            return Kind::Answer;
+        }
+        self.follow(synth, target, depth)
+    }
+
+    fn referral(&mut self, zone: &Zone, cut: NodeId, depth: usize) {
+        if depth == 0 {
+            self.w.clear_flags(hf::AA);
+        }
+        let Some(ns) = zone.rrset(cut, t::NS).copied() else {
+            return;
+        };
+        let cut_name = zone.node_name(cut);
+        let mut nb = [0u8; MAX_NAME_LEN];
+        nb[..cut_name.len()].copy_from_slice(cut_name);
+        let cut_name = &nb[..cut_name.len()];
+        if self
+            .w
+            .rrset(Section::Authority, zone, &ns, Owner::Name(cut_name))
+            .is_err()
+        {
+            self.tc();
+            return;
+        }
+        // DS and its proofs belong to signed zones (RFC 4035 §3.1.4): an unsigned zone's
+        // referral is NS and glue whatever DO says, as Knot and NSD answer.
+        if self.dnssec && is_signed(zone) {
+            match zone.rrset(cut, t::DS).copied() {
+                Some(ds) => {
+                    self.put(Section::Authority, zone, cut, &ds, Owner::Name(cut_name));
+                }
+                // An unsigned child: prove that there is no DS.
+                None => {
+                    let r = Prover::new(zone).no_ds(self.w, cut);
+                    self.proved(r);
+                }
+            }
+        }
+        self.glue(zone, &ns, cut_name);
+    }
+
+    /// A and AAAA of the NS targets of a referral; in-bailiwick glue that does not fit sets TC.
+    fn glue(&mut self, zone: &Zone, ns: &RRset, cut_name: &[u8]) {
+        for (_, rd) in zone.rrs(ns) {
+            let Some(len) = zones::name::wire_name_len(rd) else {
+                continue;
+            };
+            let mut lower = [0u8; MAX_NAME_LEN];
+            lower[..len].copy_from_slice(&rd[..len]);
+            lower[..len].make_ascii_lowercase();
+            let lower = &lower[..len];
+            if !zones::name::is_subdomain(lower, zone.apex().as_wire()) {
+                continue;
+            }
+            let Some(node) = zone.find(lower) else {
+                continue;
+            };
+            let required = zones::name::is_subdomain(lower, cut_name);
+            for rtype in [t::A, t::AAAA] {
+                if let Some(s) = zone.rrset(node, rtype).copied() {
+                    let owner = match self.w.find_name(lower) {
+                        Some(o) => Owner::At(o),
+                        None => Owner::Name(lower),
+                    };
+                    if self.w.rrset(Section::Additional, zone, &s, owner).is_err() {
+                        if required {
+                            self.tc();
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A and AAAA for the names an answer points at (NS, MX, SRV targets), when we hold them.
+    fn additional(&mut self, zone: &Zone, s: &RRset) {
+        let mut targets: [(usize, usize); 16] = [(0, 0); 16];
+        for (_, rd) in zone.rrs(s) {
+            let mut n = 0;
+            rdata::names(s.rtype, rd, &mut |r| {
+                if r.additional && n < targets.len() {
+                    targets[n] = (r.offset, r.len);
+                    n += 1;
+                }
+            });
+            for &(off, len) in &targets[..n] {
+                let mut lower = [0u8; MAX_NAME_LEN];
+                lower[..len].copy_from_slice(&rd[off..off + len]);
+                lower[..len].make_ascii_lowercase();
+                let lower = &lower[..len];
+                if !zones::name::is_subdomain(lower, zone.apex().as_wire()) {
+                    continue;
+                }
+                let Some(node) = zone.find(lower) else {
+                    continue;
+                };
+                if zone.node(node).has(flags::OCCLUDED) {
+                    continue;
+                }
+                for rtype in [t::A, t::AAAA] {
+                    if let Some(a) = zone.rrset(node, rtype).copied() {
+                        let owner = match self.w.find_name(lower) {
+                            Some(o) => Owner::At(o),
+                            None => Owner::Name(lower),
+                        };
+                        let m = self.w.mark();
+                        let ok = self.w.rrset(Section::Additional, zone, &a, owner).is_ok()
+                            && (!self.dnssec
+                                || zone.rrsig(node, rtype).is_none_or(|sig| {
+                                    self.w.rrset(Section::Additional, zone, sig, owner).is_ok()
+                                }));
+                        if !ok {
+                            // Additional data is optional: stop adding, no TC.
+                            self.w.rollback(m);
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// NXDOMAIN / NODATA authority: the SOA with the negative TTL (RFC 2308 §3).
+    fn negative(&mut self, zone: &Zone) {
+        let Some(soa) = zone.rrset(0, t::SOA).copied() else {
+            return;
+        };
+        let Some((_, rd)) = zone.rrs(&soa).next() else {
+            return;
+        };
+        let apex = zone.apex().as_wire();
+        let m = self.w.mark();
+        let r: Result<(), Full> = self.w.rr(
+            Section::Authority,
+            Owner::Name(apex),
+            t::SOA,
+            zone.negative_ttl(),
+            rd,
+        );
+        if r.is_err() {
+            self.tc();
+            return;
+        }
+        if self.dnssec
+            && let Some(sig) = zone.rrsig(0, t::SOA).copied()
+            && self
+                .w
+                .rrset_ttl(
+                    Section::Authority,
+                    zone,
+                    &sig,
+                    Owner::Name(apex),
+                    zone.negative_ttl(),
+                )
+                .is_err()
+        {
+            // Never the SOA without its signature.
+            self.w.rollback(m);
+            self.tc();
+        }
+    }
+}
+
+/// True when `zone` is signed: a DNSKEY or a signed SOA at its apex.
+#[inline]
+fn is_signed(zone: &Zone) -> bool {
+    let apex = zone.apex_node();
+    zone.rrset(apex, t::DNSKEY).is_some() || zone.rrsig(apex, t::SOA).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    //! Answering in class IN, straight into a writer: answers, NODATA and NXDOMAIN with the
+    //! SOA (negative TTL) in authority, referrals with glue, CNAME chains, wildcards, DNAME.
+
+    use super::*;
+    use crate::query::testkit::{Q, Reply, example_set, load_zone, zone_set};
+    use crate::zone::served::ServeOptions;
+
+    /// Asks `q` of `zones`: the reply and what the answerer said it was.
+    fn ask(zones: &ZoneSet, q: Q) -> (Reply, Answered) {
+        let (req, q) = q.parsed();
+        let mut out = vec![0u8; 65535];
+        let mut w = Writer::new(&mut out, 65535);
+        w.start(&req, &q, rcode::NOERROR, true);
+        let a = answer_in(&mut w, &q, zones, find_zone(&q, zones), None);
+        let n = w.finish();
+        (Reply::parse(&out[..n]), a)
+    }
+
+    fn example() -> std::sync::Arc<ZoneSet> {
+        example_set().load_full()
+    }
+
+    /// The SOA in authority with the negative TTL (min of SOA TTL 300 and minimum 60).
+    fn assert_negative(r: &Reply) {
+        assert_eq!(r.authority.len(), 1, "{r:?}");
+        let soa = &r.authority[0];
+        assert_eq!((soa.owner.as_str(), soa.rtype), ("example.com.", t::SOA));
+        assert_eq!(soa.ttl, 60);
+        assert_eq!(r.rdata_name(soa, 0), "ns1.example.com.");
+    }
+
+    #[test]
+    fn an_answer_with_additional_data() {
+        let z = example();
+        let (r, a) = ask(&z, Q::new("WWW.Example.com.", t::A));
+        assert_eq!((a.kind, a.truncated), (Kind::Answer, false));
+        assert!(r.aa() && !r.tc() && r.rcode() == rcode::NOERROR);
+        // The question is echoed in its case; the answer points at it.
+        assert_eq!(&r.bytes[13..16], b"WWW");
+        assert_eq!(r.answer.len(), 1);
+        assert_eq!(
+            (r.answer[0].owner.as_str(), r.answer[0].ttl),
+            ("www.example.com.", 300)
+        );
+        assert_eq!(r.answer[0].rdata, [192, 0, 2, 10]);
+        assert!(r.authority.is_empty() && r.additional.is_empty());
+        // MX: the exchange's A and AAAA go in additional.
+        let (r, a) = ask(&z, Q::new("mail.example.com.", t::MX));
+        assert_eq!(a.kind, Kind::Answer);
+        assert_eq!(r.rdata_name(&r.answer[0], 2), "www.example.com.");
+        let add: Vec<(&str, u16)> = r
+            .additional
+            .iter()
+            .map(|x| (x.owner.as_str(), x.rtype))
+            .collect();
+        assert_eq!(
+            add,
+            [("www.example.com.", t::A), ("www.example.com.", t::AAAA)]
+        );
+        // ANY: one RRset (RFC 8482).
+        let (r, _) = ask(&z, Q::new("www.example.com.", t::ANY));
+        assert_eq!(r.answer.len(), 1);
+    }
+
+    #[test]
+    fn nodata_and_nxdomain_carry_the_soa_with_the_negative_ttl() {
+        let z = example();
+        let (r, a) = ask(&z, Q::new("www.example.com.", t::MX));
+        assert_eq!(a.kind, Kind::NoData);
+        assert!(r.aa() && r.rcode() == rcode::NOERROR && r.answer.is_empty());
+        assert_negative(&r);
+        // An empty non-terminal exists: NODATA, not NXDOMAIN.
+        let (r, a) = ask(&z, Q::new("target.example.com.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::NoData, rcode::NOERROR));
+        assert_negative(&r);
+        let (r, a) = ask(&z, Q::new("nothere.example.com.", t::A));
+        assert_eq!(a.kind, Kind::NxDomain);
+        assert!(r.aa() && r.rcode() == rcode::NXDOMAIN && r.answer.is_empty());
+        assert_negative(&r);
+        // A name in no zone: REFUSED, nothing else.
+        let (r, a) = ask(&z, Q::new("example.org.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::Refused, rcode::REFUSED));
+        assert!(!r.aa() && r.is_empty());
+    }
+
+    #[test]
+    fn a_referral_has_the_ns_in_authority_and_glue_in_additional() {
+        let z = example();
+        for name in ["host.sub.example.com.", "sub.example.com."] {
+            let (r, a) = ask(&z, Q::new(name, t::A));
+            assert_eq!(a.kind, Kind::Referral, "{name}");
+            assert!(!r.aa() && r.rcode() == rcode::NOERROR && r.answer.is_empty());
+            let ns: Vec<String> = r
+                .authority
+                .iter()
+                .map(|x| {
+                    assert_eq!((x.owner.as_str(), x.rtype), ("sub.example.com.", t::NS));
+                    r.rdata_name(x, 0)
+                })
+                .collect();
+            assert_eq!(ns, ["ns.sub.example.com.", "ns.elsewhere.net."]);
+            // Glue for the in-bailiwick server only.
+            assert_eq!(r.additional.len(), 1, "{r:?}");
+            assert_eq!(r.additional[0].owner, "ns.sub.example.com.");
+            assert_eq!(r.additional[0].rdata, [192, 0, 2, 30]);
+        }
+        // DS at the cut is the parent's: NODATA here.
+        let (r, a) = ask(&z, Q::new("sub.example.com.", t::DS));
+        assert_eq!(a.kind, Kind::NoData);
+        assert!(r.aa());
+        assert_negative(&r);
+    }
+
+    #[test]
+    fn cname_chains_are_followed_and_loops_end() {
+        let z = example();
+        let (r, a) = ask(&z, Q::new("cn.example.com.", t::A));
+        assert_eq!(a.kind, Kind::Answer);
+        let chain: Vec<(&str, u16)> = r
+            .answer
+            .iter()
+            .map(|x| (x.owner.as_str(), x.rtype))
+            .collect();
+        assert_eq!(
+            chain,
+            [
+                ("cn.example.com.", t::CNAME),
+                ("cn2.example.com.", t::CNAME),
+                ("www.example.com.", t::A)
+            ]
+        );
+        assert_eq!(r.rdata_name(&r.answer[0], 0), "cn2.example.com.");
+        assert_eq!(r.answer[2].rdata, [192, 0, 2, 10]);
+        // Asked for the CNAME itself: not followed.
+        let (r, _) = ask(&z, Q::new("cn.example.com.", t::CNAME));
+        assert_eq!(r.answer.len(), 1);
+        // A chain to a name that does not exist: NXDOMAIN with the CNAME (RFC 6604).
+        let (r, a) = ask(&z, Q::new("cnx.example.com.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::NxDomain, rcode::NXDOMAIN));
+        assert_eq!(r.answer.len(), 1);
+        assert_eq!(r.answer[0].rtype, t::CNAME);
+        assert_negative(&r);
+        // A loop: each CNAME once, then stop.
+        let (r, a) = ask(&z, Q::new("loop1.example.com.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::Answer, rcode::NOERROR));
+        let owners: Vec<&str> = r.answer.iter().map(|x| x.owner.as_str()).collect();
+        assert_eq!(owners, ["loop1.example.com.", "loop2.example.com."]);
+    }
+
+    #[test]
+    fn wildcards_synthesise_for_the_asked_name_only() {
+        let z = example();
+        let (r, a) = ask(&z, Q::new("a.b.wild.example.com.", t::A));
+        assert_eq!(a.kind, Kind::Answer);
+        assert!(r.aa());
+        assert_eq!(r.answer.len(), 1);
+        assert_eq!(r.answer[0].owner, "a.b.wild.example.com.");
+        assert_eq!(r.answer[0].rdata, [192, 0, 2, 20]);
+        // The wildcard without the type: NODATA.
+        let (r, a) = ask(&z, Q::new("q.wild.example.com.", t::AAAA));
+        assert_eq!((a.kind, r.rcode()), (Kind::NoData, rcode::NOERROR));
+        assert_negative(&r);
+        // A name that exists beside the wildcard is not synthesised.
+        let (r, a) = ask(&z, Q::new("x.wild.example.com.", t::A));
+        assert_eq!(a.kind, Kind::NoData);
+        assert!(r.answer.is_empty());
+        // Nor is the parent of the wildcard matched by it.
+        let (_, a) = ask(&z, Q::new("wild.example.com.", t::A));
+        assert_eq!(a.kind, Kind::NoData);
+    }
+
+    #[test]
+    fn dname_substitutes_and_synthesises_a_cname() {
+        let z = example();
+        let (r, a) = ask(&z, Q::new("x.dn.example.com.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::Answer, rcode::NOERROR));
+        let got: Vec<(&str, u16)> = r
+            .answer
+            .iter()
+            .map(|x| (x.owner.as_str(), x.rtype))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("dn.example.com.", t::DNAME),
+                ("x.dn.example.com.", t::CNAME),
+                ("x.target.example.com.", t::A)
+            ]
+        );
+        assert_eq!(r.rdata_name(&r.answer[0], 0), "target.example.com.");
+        assert_eq!(r.rdata_name(&r.answer[1], 0), "x.target.example.com.");
+        assert_eq!(
+            r.answer[1].ttl, r.answer[0].ttl,
+            "the CNAME has the DNAME's TTL"
+        );
+        assert_eq!(r.answer[2].rdata, [192, 0, 2, 40]);
+        // Below the DNAME to nothing: the DNAME, the CNAME, NXDOMAIN.
+        let (r, a) = ask(&z, Q::new("y.dn.example.com.", t::A));
+        assert_eq!((a.kind, r.rcode()), (Kind::NxDomain, rcode::NXDOMAIN));
+        assert_eq!(r.answer.len(), 2);
+        // The DNAME owner itself is not substituted.
+        let (r, a) = ask(&z, Q::new("dn.example.com.", t::DNAME));
+        assert_eq!(a.kind, Kind::Answer);
+        assert_eq!(r.answer.len(), 1);
+    }
+
+    #[test]
+    fn ds_at_a_child_apex_is_answered_by_the_parent_when_both_are_served() {
+        let child = load_zone(
+            "sub.example.com.",
+            "$TTL 300\n@ SOA ns hm 1 2 3 4 5\n@ NS ns\nns A 192.0.2.30\n",
+        );
+        let z = zone_set(vec![
+            (
+                load_zone("example.com.", &crate::query::testkit::example_text()),
+                ServeOptions::default(),
+            ),
+            (child, ServeOptions::default()),
+        ])
+        .load_full();
+        // Below the cut the child answers.
+        let (r, a) = ask(&z, Q::new("ns.sub.example.com.", t::A));
+        assert!(a.kind == Kind::Answer && r.aa());
+        // DS at its apex: the parent's NODATA, with the parent's SOA.
+        let (r, a) = ask(&z, Q::new("sub.example.com.", t::DS));
+        assert_eq!(a.kind, Kind::NoData);
+        assert_negative(&r);
+        // Any other type at the child apex: the child.
+        let (r, _) = ask(&z, Q::new("sub.example.com.", t::SOA));
+        assert_eq!(r.answer[0].owner, "sub.example.com.");
+        assert!(r.aa());
+    }
+}

@@ -1,0 +1,878 @@
+//! Writing responses: the question echoed, RRsets copied from their stored wire form,
+//! names compressed, and nothing written partly: an RRset fits whole or not at all.
+
+use zones::Zone;
+use zones::rdata;
+use zones::rrtype::t;
+use zones::zone::{RR_HEAD, RRset};
+
+use crate::query::wire::{Query, hf};
+
+/// A response section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// Answer.
+    Answer = 0,
+    /// Authority.
+    Authority = 1,
+    /// Additional.
+    Additional = 2,
+}
+
+/// Whose name an RR carries as owner.
+#[derive(Debug, Clone, Copy)]
+pub enum Owner<'n> {
+    /// The question name (pointer to offset 12).
+    Qname,
+    /// A name already in the packet at this offset.
+    At(u16),
+    /// A name given in lower-case wire format (compressed against the packet).
+    Name(&'n [u8]),
+}
+
+/// The RRset did not fit in the space left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full;
+
+const COMP_ENTRIES: usize = 48;
+
+/// Names already written, by the offset of each of their suffixes, for compression.
+struct Compressor {
+    n: usize,
+    off: [u16; COMP_ENTRIES],
+    hash: [u32; COMP_ENTRIES],
+}
+
+#[inline]
+fn suffix_hash(name: &[u8]) -> u32 {
+    // FNV-1a over the lower-case wire suffix (names handed in are already lower case).
+    let mut h: u32 = 0x811c9dc5;
+    for &b in name {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x01000193);
+    }
+    h
+}
+
+impl Compressor {
+    fn clear(&mut self) {
+        self.n = 0;
+    }
+
+    fn add(&mut self, off: usize, suffix_lower: &[u8]) {
+        if self.n < COMP_ENTRIES && off < 0x3FFF && suffix_lower.len() > 1 {
+            self.off[self.n] = off as u16;
+            self.hash[self.n] = suffix_hash(suffix_lower);
+            self.n += 1;
+        }
+    }
+}
+
+/// Builds one response in a caller's buffer.
+pub struct Writer<'b> {
+    buf: &'b mut [u8],
+    len: usize,
+    limit: usize,
+    counts: [u16; 3],
+    comp: Compressor,
+}
+
+impl<'b> Writer<'b> {
+    /// A writer over `buf` that will not write past `limit` bytes (space for OPT reserved
+    /// by the caller).
+    pub fn new(buf: &'b mut [u8], limit: usize) -> Writer<'b> {
+        let limit = limit.min(buf.len());
+        Writer {
+            buf,
+            len: 0,
+            limit,
+            counts: [0; 3],
+            comp: Compressor {
+                n: 0,
+                off: [0; COMP_ENTRIES],
+                hash: [0; COMP_ENTRIES],
+            },
+        }
+    }
+
+    /// Changes the size limit (to make room for OPT, or after the question is known).
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.min(self.buf.len());
+    }
+
+    /// Writes the header for a reply to `q` with `rcode` (low 4 bits), echoing the
+    /// question when `with_question`. `req` is the request bytes.
+    pub fn start(&mut self, req: &[u8], q: &Query, rcode: u16, with_question: bool) {
+        self.comp.clear();
+        self.counts = [0; 3];
+        let flags = hf::QR | (q.flags & (0x7800 | hf::RD | hf::CD)) | (rcode & 0xF);
+        self.buf[0..2].copy_from_slice(&q.id.to_be_bytes());
+        self.buf[2..4].copy_from_slice(&flags.to_be_bytes());
+        self.buf[4..12].fill(0);
+        self.len = 12;
+        if with_question && q.question_end > 12 && q.question_end <= self.buf.len() {
+            let qlen = q.question_end - 12;
+            self.buf[12..12 + qlen].copy_from_slice(&req[12..q.question_end]);
+            self.buf[5] = 1;
+            self.len += qlen;
+            let qn = q.qname();
+            for &o in q.label_offs() {
+                self.comp.add(12 + o as usize, &qn[o as usize..]);
+            }
+        }
+    }
+
+    /// Sets header flag bits.
+    pub fn set_flags(&mut self, bits: u16) {
+        let f = u16::from_be_bytes([self.buf[2], self.buf[3]]) | bits;
+        self.buf[2..4].copy_from_slice(&f.to_be_bytes());
+    }
+
+    /// Clears header flag bits.
+    pub fn clear_flags(&mut self, bits: u16) {
+        let f = u16::from_be_bytes([self.buf[2], self.buf[3]]) & !bits;
+        self.buf[2..4].copy_from_slice(&f.to_be_bytes());
+    }
+
+    /// TC is set: the response already lacks something it needed.
+    pub fn truncated(&self) -> bool {
+        self.buf[2] & 0x02 != 0
+    }
+
+    /// Sets the low four bits of the rcode.
+    pub fn set_rcode(&mut self, rcode: u16) {
+        self.buf[3] = (self.buf[3] & 0xF0) | (rcode & 0xF) as u8;
+    }
+
+    /// The rcode's low four bits as written.
+    pub fn rcode(&self) -> u16 {
+        (self.buf[3] & 0xF) as u16
+    }
+
+    /// Finishes the message: writes the section counts, returns its length.
+    pub fn finish(&mut self) -> usize {
+        self.buf[6..8].copy_from_slice(&self.counts[0].to_be_bytes());
+        self.buf[8..10].copy_from_slice(&self.counts[1].to_be_bytes());
+        self.buf[10..12].copy_from_slice(&self.counts[2].to_be_bytes());
+        self.len
+    }
+
+    /// A mark to roll back to.
+    pub fn mark(&self) -> (usize, [u16; 3], usize) {
+        (self.len, self.counts, self.comp.n)
+    }
+
+    /// Rolls back to a mark.
+    pub fn rollback(&mut self, m: (usize, [u16; 3], usize)) {
+        self.len = m.0;
+        self.counts = m.1;
+        self.comp.n = m.2;
+    }
+
+    /// Writes a whole RRset from a zone, or nothing (returns `Full`).
+    pub fn rrset(
+        &mut self,
+        sec: Section,
+        zone: &Zone,
+        s: &RRset,
+        owner: Owner<'_>,
+    ) -> Result<(), Full> {
+        let data = zone.wire(s);
+        let compress_rdata = s.has_names() && compressible(s.rtype);
+        if !compress_rdata {
+            match owner {
+                Owner::Qname => {
+                    // The stored form already points at the question: one copy.
+                    if self.len + data.len() > self.limit {
+                        return Err(Full);
+                    }
+                    self.buf[self.len..self.len + data.len()].copy_from_slice(data);
+                    self.len += data.len();
+                }
+                Owner::At(off) => {
+                    if self.len + data.len() > self.limit {
+                        return Err(Full);
+                    }
+                    let start = self.len;
+                    self.buf[start..start + data.len()].copy_from_slice(data);
+                    let ptr = (0xC000 | off).to_be_bytes();
+                    let mut p = start;
+                    while p < start + data.len() {
+                        self.buf[p..p + 2].copy_from_slice(&ptr);
+                        let rdlen = u16::from_be_bytes([self.buf[p + 10], self.buf[p + 11]]);
+                        p += RR_HEAD + rdlen as usize;
+                    }
+                    self.len += data.len();
+                }
+                Owner::Name(name) => {
+                    let m = self.mark();
+                    let at = self.name(name).inspect_err(|_| self.rollback(m))?;
+                    // The first RR carries the name; the others point at it.
+                    let first = zone.rrs(s).next().map(|(rr, _)| rr.len()).unwrap_or(0);
+                    let rest = &data[first..];
+                    let need = first - 2 + rest.len();
+                    if self.len + need > self.limit {
+                        self.rollback(m);
+                        return Err(Full);
+                    }
+                    self.buf[self.len..self.len + first - 2].copy_from_slice(&data[2..first]);
+                    self.len += first - 2;
+                    let start = self.len;
+                    self.buf[start..start + rest.len()].copy_from_slice(rest);
+                    let ptr = (0xC000 | at as u16).to_be_bytes();
+                    let mut p = start;
+                    while p < start + rest.len() {
+                        self.buf[p..p + 2].copy_from_slice(&ptr);
+                        let rdlen = u16::from_be_bytes([self.buf[p + 10], self.buf[p + 11]]);
+                        p += RR_HEAD + rdlen as usize;
+                    }
+                    self.len += rest.len();
+                }
+            }
+            self.counts[sec as usize] += s.count;
+            return Ok(());
+        }
+        let m = self.mark();
+        let mut owner_at: Option<u16> = match owner {
+            Owner::Qname => Some(12),
+            Owner::At(o) => Some(o),
+            Owner::Name(_) => None,
+        };
+        for (rr, rd) in zone.rrs(s) {
+            let r = self.rr_compressed(s.rtype, &rr[2..10], rd, &mut owner_at, owner);
+            if r.is_err() {
+                self.rollback(m);
+                return Err(Full);
+            }
+        }
+        self.counts[sec as usize] += s.count;
+        Ok(())
+    }
+
+    /// Writes a whole RRset like [`Writer::rrset`], with every TTL replaced by `ttl` (the
+    /// negative TTL for the SOA's signatures, RFC 4035 §3.1.3 with RFC 2308).
+    pub fn rrset_ttl(
+        &mut self,
+        sec: Section,
+        zone: &Zone,
+        s: &RRset,
+        owner: Owner<'_>,
+        ttl: u32,
+    ) -> Result<(), Full> {
+        let start = self.len;
+        let first_count = self.counts[sec as usize];
+        self.rrset(sec, zone, s, owner)?;
+        // Walk the RRs just written and patch their TTLs.
+        let mut p = start;
+        for _ in first_count..self.counts[sec as usize] {
+            // Skip the owner: labels or a pointer.
+            loop {
+                let l = self.buf[p];
+                if l & 0xC0 == 0xC0 {
+                    p += 2;
+                    break;
+                }
+                p += 1 + l as usize;
+                if l == 0 {
+                    break;
+                }
+            }
+            self.buf[p + 4..p + 8].copy_from_slice(&ttl.to_be_bytes());
+            let rdlen = u16::from_be_bytes([self.buf[p + 8], self.buf[p + 9]]) as usize;
+            p += 10 + rdlen;
+        }
+        Ok(())
+    }
+
+    /// One RR whose RDATA names may be compressed. `head` is TYPE CLASS TTL.
+    fn rr_compressed(
+        &mut self,
+        rtype: u16,
+        head: &[u8],
+        rd: &[u8],
+        owner_at: &mut Option<u16>,
+        owner: Owner<'_>,
+    ) -> Result<(), Full> {
+        match *owner_at {
+            Some(o) => self.put(&(0xC000 | o).to_be_bytes())?,
+            None => {
+                let Owner::Name(n) = owner else {
+                    unreachable!("owner offset known for Qname and At")
+                };
+                *owner_at = Some(self.name(n)? as u16);
+            }
+        }
+        self.rr_tail(rtype, head, rd)
+    }
+
+    /// TYPE CLASS TTL (`head`), RDLENGTH and RDATA with its compressible names compressed.
+    fn rr_tail(&mut self, rtype: u16, head: &[u8], rd: &[u8]) -> Result<(), Full> {
+        self.put(head)?;
+        let rdlen_at = self.len;
+        self.put(&[0, 0])?;
+        let rd_start = self.len;
+        let mut pos = 0usize;
+        let mut refs = [(0usize, 0usize, false); 4];
+        let mut nrefs = 0;
+        if compressible(rtype) {
+            rdata::names(rtype, rd, &mut |r| {
+                if nrefs < refs.len() {
+                    refs[nrefs] = (r.offset, r.len, r.compress);
+                    nrefs += 1;
+                }
+            });
+        }
+        let mut lower = [0u8; 255];
+        for &(off, len, compress) in &refs[..nrefs] {
+            self.put(&rd[pos..off])?;
+            let name = &rd[off..off + len];
+            if compress {
+                lower[..len].copy_from_slice(name);
+                lower[..len].make_ascii_lowercase();
+                self.name_with_case(&lower[..len], name)?;
+            } else {
+                self.put(name)?;
+            }
+            pos = off + len;
+        }
+        self.put(&rd[pos..])?;
+        let rdlen = (self.len - rd_start) as u16;
+        self.buf[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
+        Ok(())
+    }
+
+    #[inline]
+    fn put(&mut self, b: &[u8]) -> Result<(), Full> {
+        if self.len + b.len() > self.limit {
+            return Err(Full);
+        }
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+        Ok(())
+    }
+
+    /// Writes a lower-case name compressed; returns the offset where it starts.
+    pub fn name(&mut self, lower: &[u8]) -> Result<usize, Full> {
+        self.name_with_case(lower, lower)
+    }
+
+    /// Writes a name (labels as in `cased`, matching on `lower`) compressed against what the
+    /// packet holds; returns the offset where it starts.
+    fn name_with_case(&mut self, lower: &[u8], cased: &[u8]) -> Result<usize, Full> {
+        let start = self.len;
+        let mut i = 0usize;
+        while lower[i] != 0 {
+            if let Some(ptr) = self.find(&lower[i..]) {
+                // Labels before i literally, then a pointer.
+                self.put(&cased[..i])?;
+                self.put(&(0xC000 | ptr).to_be_bytes())?;
+                self.add_suffixes(start, lower, i);
+                return Ok(start);
+            }
+            i += 1 + lower[i] as usize;
+        }
+        self.put(cased)?;
+        self.add_suffixes(start, lower, lower.len() - 1);
+        Ok(start)
+    }
+
+    fn add_suffixes(&mut self, start: usize, lower: &[u8], upto: usize) {
+        let mut i = 0usize;
+        while i < upto {
+            self.comp.add(start + i, &lower[i..]);
+            i += 1 + lower[i] as usize;
+        }
+    }
+
+    /// An offset in the packet where the name `suffix` (lower case) is written.
+    fn find(&self, suffix: &[u8]) -> Option<u16> {
+        let h = suffix_hash(suffix);
+        for k in 0..self.comp.n {
+            if self.comp.hash[k] == h && self.matches_at(self.comp.off[k] as usize, suffix) {
+                return Some(self.comp.off[k]);
+            }
+        }
+        None
+    }
+
+    /// True when the name written at `off` (following pointers) equals `name` (lower case).
+    fn matches_at(&self, mut off: usize, name: &[u8]) -> bool {
+        let mut i = 0usize;
+        let mut hops = 0;
+        loop {
+            let Some(&l) = self.buf[..self.len].get(off) else {
+                return false;
+            };
+            if l & 0xC0 == 0xC0 {
+                hops += 1;
+                if hops > 16 || off + 1 >= self.len {
+                    return false;
+                }
+                off = (((l & 0x3F) as usize) << 8) | self.buf[off + 1] as usize;
+                continue;
+            }
+            let l = l as usize;
+            if name.get(i) != Some(&(l as u8)) {
+                return false;
+            }
+            if l == 0 {
+                return i + 1 == name.len();
+            }
+            if off + 1 + l > self.len || i + 1 + l > name.len() {
+                return false;
+            }
+            let a = &self.buf[off + 1..off + 1 + l];
+            let b = &name[i + 1..i + 1 + l];
+            if !a.iter().zip(b).all(|(x, y)| x.to_ascii_lowercase() == *y) {
+                return false;
+            }
+            off += 1 + l;
+            i += 1 + l;
+        }
+    }
+
+    /// Writes one RR from parts (for synthesised records): owner, TYPE, class IN, TTL, RDATA.
+    pub fn rr(
+        &mut self,
+        sec: Section,
+        owner: Owner<'_>,
+        rtype: u16,
+        ttl: u32,
+        rd: &[u8],
+    ) -> Result<(), Full> {
+        let m = self.mark();
+        let mut head = [0u8; 8];
+        head[0..2].copy_from_slice(&rtype.to_be_bytes());
+        head[2..4].copy_from_slice(&1u16.to_be_bytes());
+        head[4..8].copy_from_slice(&ttl.to_be_bytes());
+        let mut at = match owner {
+            Owner::Qname => Some(12),
+            Owner::At(o) => Some(o),
+            Owner::Name(_) => None,
+        };
+        if let Err(e) = self.rr_compressed(rtype, &head, rd, &mut at, owner) {
+            self.rollback(m);
+            return Err(e);
+        }
+        self.counts[sec as usize] += 1;
+        Ok(())
+    }
+
+    /// Appends raw bytes counted as `rrs` records of a section (OPT, TSIG).
+    pub fn raw_rr(&mut self, sec: Section, bytes: &[u8]) -> Result<(), Full> {
+        if self.len + bytes.len() > self.buf.len() {
+            return Err(Full);
+        }
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+        self.counts[sec as usize] += 1;
+        Ok(())
+    }
+
+    /// Where a lower-case name is already written in the packet, if it is.
+    pub fn find_name(&self, lower: &[u8]) -> Option<u16> {
+        self.find(lower)
+    }
+}
+
+/// Types whose RDATA names may be compressed (RFC 3597 §4), as `zones` describes each type.
+#[inline]
+pub fn compressible(rtype: u16) -> bool {
+    zones::rdata::compresses_names(rtype)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The glue every reply shares: OPT, the size limit, the slip and BADCOOKIE replies. Written
+// once here; the query pipeline and the transfers use it.
+
+/// Bytes of an OPT RR without options.
+pub const OPT_LEN: usize = 11;
+/// Bytes of a COOKIE option with a client and a server cookie.
+pub const COOKIE_OPT_LEN: usize = 4 + 8 + 16;
+/// Bytes of an edns-tcp-keepalive option with its TIMEOUT.
+pub const KEEPALIVE_OPT_LEN: usize = 4 + 2;
+
+/// The options our OPT carries.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OptOptions<'a> {
+    /// Our cookie for the client (RFC 7873).
+    pub cookie: Option<&'a crate::query::module::CookieOut>,
+    /// The idle timeout announced to a TCP client that asked, in units of 100 ms (RFC 7828).
+    pub keepalive: Option<u16>,
+    /// Set the Compact Answers OK flag (RFC 9824 §5: a compact-denial zone asked with it).
+    pub compact_ok: bool,
+}
+
+impl<'a> OptOptions<'a> {
+    /// Only our cookie, if any.
+    pub fn cookie(cookie: Option<&'a crate::query::module::CookieOut>) -> Self {
+        OptOptions {
+            cookie,
+            keepalive: None,
+            compact_ok: false,
+        }
+    }
+
+    /// Bytes the options take.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.cookie.map_or(0, |_| COOKIE_OPT_LEN) + self.keepalive.map_or(0, |_| KEEPALIVE_OPT_LEN)
+    }
+
+    /// True when there are none.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// An OPT RR with our payload size, an extended rcode and the DO bit echoed.
+pub fn opt_rr(udp_payload: u16, ext_rcode: u8, dnssec_ok: bool) -> [u8; OPT_LEN] {
+    let mut o = [0u8; OPT_LEN];
+    o[1..3].copy_from_slice(&t::OPT.to_be_bytes());
+    o[3..5].copy_from_slice(&udp_payload.to_be_bytes());
+    o[5] = ext_rcode;
+    o[6] = 0; // version
+    if dnssec_ok {
+        o[7] = 0x80;
+    }
+    o
+}
+
+/// Room an OPT with `opts` takes at the end of a response to `q` (none without EDNS).
+#[inline]
+pub fn opt_room(q: &Query, opts: &OptOptions<'_>) -> usize {
+    match q.edns {
+        None => 0,
+        Some(_) => OPT_LEN + opts.len(),
+    }
+}
+
+/// Appends OPT (our payload `udp_payload`, the extended bits of `rc`, DO echoed from `q`)
+/// with `opts`.
+pub fn put_opt(w: &mut Writer<'_>, q: &Query, udp_payload: u16, rc: u16, opts: OptOptions<'_>) {
+    let mut buf = [0u8; OPT_LEN + COOKIE_OPT_LEN + KEEPALIVE_OPT_LEN];
+    buf[..OPT_LEN].copy_from_slice(&opt_rr(udp_payload, (rc >> 4) as u8, q.dnssec_ok()));
+    if opts.compact_ok {
+        buf[7] |= 0x40;
+    }
+    let mut len = OPT_LEN;
+    if let Some(c) = opts.cookie {
+        buf[len..len + 2].copy_from_slice(&crate::query::wire::OPT_COOKIE.to_be_bytes());
+        buf[len + 2..len + 4].copy_from_slice(&24u16.to_be_bytes());
+        buf[len + 4..len + 12].copy_from_slice(&c.client);
+        buf[len + 12..len + 28].copy_from_slice(&c.server);
+        len += COOKIE_OPT_LEN;
+    }
+    if let Some(t) = opts.keepalive {
+        buf[len..len + 2].copy_from_slice(&crate::query::wire::OPT_TCP_KEEPALIVE.to_be_bytes());
+        buf[len + 2..len + 4].copy_from_slice(&2u16.to_be_bytes());
+        buf[len + 4..len + 6].copy_from_slice(&t.to_be_bytes());
+        len += KEEPALIVE_OPT_LEN;
+    }
+    buf[9..11].copy_from_slice(&((len - OPT_LEN) as u16).to_be_bytes());
+    let _ = w.raw_rr(Section::Additional, &buf[..len]);
+}
+
+/// The most a response to `q` may take: over UDP the smaller of the client's EDNS size
+/// (512 without EDNS) and ours, over TCP 65535; never more than the buffer.
+#[inline]
+pub fn size_limit(
+    q: &Query,
+    transport: crate::query::module::Transport,
+    udp_payload: u16,
+    buf: usize,
+) -> usize {
+    match transport {
+        crate::query::module::Transport::Tcp => buf.min(65535),
+        crate::query::module::Transport::Udp => {
+            let client = q.edns.map_or(512, |e| e.udp_size) as usize;
+            client.min(udp_payload.max(512) as usize).min(buf)
+        }
+    }
+}
+
+/// The minimal reply that makes a client prove itself: BADCOOKIE with our cookie to a
+/// client that sent one, else TC=1 (so that it comes back over TCP). Returns its length and
+/// rcode.
+pub fn slip(
+    out: &mut [u8],
+    req: &[u8],
+    q: &Query,
+    udp_payload: u16,
+    with_question: bool,
+    cookie: Option<&crate::query::module::CookieOut>,
+) -> (usize, u16) {
+    let mut w = Writer::new(out, out.len().min(512));
+    if cookie.is_some() {
+        w.start(
+            req,
+            q,
+            crate::query::wire::rcode::BADCOOKIE & 0xF,
+            with_question,
+        );
+        put_opt(
+            &mut w,
+            q,
+            udp_payload,
+            crate::query::wire::rcode::BADCOOKIE,
+            OptOptions::cookie(cookie),
+        );
+        (w.finish(), crate::query::wire::rcode::BADCOOKIE)
+    } else {
+        w.start(req, q, crate::query::wire::rcode::NOERROR, with_question);
+        w.set_flags(hf::TC);
+        if q.edns.is_some() {
+            put_opt(&mut w, q, udp_payload, 0, OptOptions::default());
+        }
+        (w.finish(), crate::query::wire::rcode::NOERROR)
+    }
+}
+
+/// TC=1 with the question alone — a suspect's UDP reply: never more bytes than the query
+/// (`req`), so that a forged source gets no more than was sent in its name. OPT goes in when
+/// the query had one and it fits; our cookie too when it fits (a resolver that retries with
+/// it is then proven and answered over UDP). Returns its length.
+pub fn truncated(
+    out: &mut [u8],
+    req: &[u8],
+    q: &Query,
+    udp_payload: u16,
+    cookie: Option<&crate::query::module::CookieOut>,
+) -> usize {
+    let cap = req.len().min(out.len());
+    let mut w = Writer::new(out, cap);
+    w.start(req, q, crate::query::wire::rcode::NOERROR, true);
+    w.set_flags(hf::TC);
+    if q.edns.is_some() && w.len + OPT_LEN <= cap {
+        let cookie = cookie.filter(|_| w.len + OPT_LEN + COOKIE_OPT_LEN <= cap);
+        put_opt(&mut w, q, udp_payload, 0, OptOptions::cookie(cookie));
+    }
+    w.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The writer and the glue every reply shares: the size limit, the slip and BADCOOKIE
+    //! replies, OPT; and an RRset never written partly.
+
+    use super::*;
+    use crate::query::module::{CookieOut, Transport};
+    use crate::query::testkit::{Q, Reply, example_text, load_zone};
+    use crate::query::wire::rcode;
+
+    #[test]
+    fn size_limit_over_udp_with_and_without_edns_and_over_tcp() {
+        let lim =
+            |q: Q, t: Transport, ours: u16, buf: usize| size_limit(&q.parsed().1, t, ours, buf);
+        let www = || Q::new("www.example.com.", 1);
+        let (udp, tcp) = (Transport::Udp, Transport::Tcp);
+        // No EDNS: 512 (RFC 1035), whatever we would take.
+        assert_eq!(lim(www(), udp, 1232, 65535), 512);
+        assert_eq!(lim(www(), udp, 4096, 65535), 512);
+        // EDNS: the smaller of the client's size and ours.
+        assert_eq!(lim(www().edns(4096), udp, 1232, 65535), 1232);
+        assert_eq!(lim(www().edns(1000), udp, 1232, 65535), 1000);
+        assert_eq!(lim(www().edns(4096), udp, 4000, 65535), 4000);
+        // Sizes below 512 count as 512 (RFC 6891 §6.2.5), theirs and ours.
+        assert_eq!(lim(www().edns(100), udp, 1232, 65535), 512);
+        assert_eq!(lim(www().edns(4096), udp, 200, 65535), 512);
+        // Never more than the buffer.
+        assert_eq!(lim(www().edns(4096), udp, 1232, 700), 700);
+        // TCP: 65535 or the buffer, EDNS or not.
+        assert_eq!(lim(www(), tcp, 1232, 70000), 65535);
+        assert_eq!(lim(www().edns(512), tcp, 1232, 65535), 65535);
+        assert_eq!(lim(www(), tcp, 1232, 4000), 4000);
+    }
+
+    #[test]
+    fn slip_is_badcookie_to_a_client_with_a_cookie_else_tc() {
+        let mut out = vec![0u8; 4096];
+        // A client cookie: BADCOOKIE (23: 7 in the header, 1 in OPT) with ours, no TC.
+        let client = [5u8; 8];
+        let (req, q) = Q::new("www.example.com.", 1)
+            .cookie(&client)
+            .id(42)
+            .parsed();
+        let c = CookieOut {
+            client,
+            server: [7u8; 16],
+        };
+        let (n, rc) = slip(&mut out, &req, &q, 1232, true, Some(&c));
+        assert_eq!(rc, rcode::BADCOOKIE);
+        let r = Reply::parse(&out[..n]);
+        assert_eq!((r.id, r.rcode(), r.flags & 0xF), (42, rcode::BADCOOKIE, 7));
+        assert!(r.qr() && !r.tc() && !r.aa() && r.is_empty());
+        assert_eq!(r.question, Some(("www.example.com.".into(), 1, 1)));
+        let mut want = client.to_vec();
+        want.extend_from_slice(&[7u8; 16]);
+        assert_eq!(r.cookie(), Some(want));
+        assert_eq!(r.opt.as_ref().unwrap().class, 1232);
+        // No cookie: TC=1, NOERROR, the question, OPT only when the query had EDNS.
+        let (req, q) = Q::new("www.example.com.", 1).edns(1232).parsed();
+        let (n, rc) = slip(&mut out, &req, &q, 1232, true, None);
+        assert_eq!(rc, rcode::NOERROR);
+        let r = Reply::parse(&out[..n]);
+        assert!(r.tc() && r.rcode() == rcode::NOERROR && r.is_empty());
+        assert!(r.opt.is_some() && r.cookie().is_none());
+        let (req, q) = Q::new("www.example.com.", 1).parsed();
+        let (n, _) = slip(&mut out, &req, &q, 1232, false, None);
+        let r = Reply::parse(&out[..n]);
+        assert!(r.tc() && r.opt.is_none() && r.question.is_none());
+        assert_eq!(n, 12, "a bare header");
+        // Recursion desired is echoed, QR set, AA not.
+        assert_eq!(r.flags & 0x8500, 0x8100);
+    }
+
+    #[test]
+    fn put_opt_writes_the_extended_rcode_do_and_the_cookie() {
+        let mut out = vec![0u8; 512];
+        let (req, q) = Q::new("www.example.com.", 1).dnssec().parsed();
+        let mut w = Writer::new(&mut out, 512);
+        w.start(&req, &q, rcode::BADVERS & 0xF, true);
+        let c = CookieOut {
+            client: [1; 8],
+            server: [2; 16],
+        };
+        put_opt(
+            &mut w,
+            &q,
+            1400,
+            rcode::BADVERS,
+            OptOptions::cookie(Some(&c)),
+        );
+        let n = w.finish();
+        let r = Reply::parse(&out[..n]);
+        let opt = r.opt.as_ref().unwrap();
+        assert_eq!((opt.owner.as_str(), opt.class), (".", 1400));
+        assert_eq!(opt.ttl, 0x0100_8000, "ext rcode 1, version 0, DO");
+        assert_eq!(opt.rdata.len(), COOKIE_OPT_LEN);
+        assert_eq!(r.rcode(), rcode::BADVERS);
+        let with_cookie = OptOptions::cookie(Some(&c));
+        assert_eq!(opt_room(&q, &with_cookie), OPT_LEN + COOKIE_OPT_LEN);
+        assert_eq!(opt_room(&Q::new("a.", 1).parsed().1, &with_cookie), 0);
+    }
+
+    /// Writes the `rtype` RRset of `owner_name` after the question `qname` at every limit
+    /// from nothing to all of it: below the whole RRset nothing is written (and the writer
+    /// is as before), from it on all of it.
+    fn whole_or_nothing(
+        zone: &zones::Zone,
+        qname: &str,
+        owner_name: &str,
+        rtype: u16,
+        owner: Owner<'_>,
+    ) {
+        let wire = zones::Name::parse(owner_name, None).unwrap();
+        let node = zone.find(wire.as_wire()).expect("node");
+        let s = *zone.rrset(node, rtype).expect("rrset");
+        let (req, q) = Q::new(qname, rtype).parsed();
+        let mut out = vec![0u8; 65535];
+        // The size of the whole RRset after the question.
+        let full = {
+            let mut w = Writer::new(&mut out, 65535);
+            w.start(&req, &q, 0, true);
+            let before = w.mark().0;
+            w.rrset(Section::Answer, zone, &s, owner).unwrap();
+            w.mark().0 - before
+        };
+        let mut fits = 0;
+        for extra in 0..full + 3 {
+            let mut w = Writer::new(&mut out, 65535);
+            w.start(&req, &q, 0, true);
+            let m = w.mark();
+            w.set_limit(m.0 + extra);
+            match w.rrset(Section::Answer, zone, &s, owner) {
+                Ok(()) => {
+                    assert!(extra >= full, "{owner_name}: wrote {full} bytes in {extra}");
+                    fits += 1;
+                    let n = w.finish();
+                    let r = Reply::parse(&out[..n]);
+                    assert_eq!(r.answer.len(), s.count as usize);
+                    assert!(
+                        r.answer
+                            .iter()
+                            .all(|x| x.owner == owner_name && x.rtype == rtype)
+                    );
+                }
+                Err(Full) => {
+                    assert!(
+                        extra < full,
+                        "{owner_name}: refused with {extra} for {full}"
+                    );
+                    assert_eq!(w.mark(), m, "{owner_name}: a partial RRset at {extra}");
+                    let n = w.finish();
+                    let r = Reply::parse(&out[..n]);
+                    assert!(r.is_empty());
+                }
+            }
+        }
+        assert_eq!(fits, 3);
+    }
+
+    #[test]
+    fn an_rrset_is_written_whole_or_not_at_all() {
+        let zone = load_zone("example.com.", &example_text());
+        let big = "big.example.com.";
+        let apex = b"\x07example\x03com\x00";
+        // The stored form copied as is, owned by the question …
+        whole_or_nothing(&zone, big, big, t::TXT, Owner::Qname);
+        // … with the owner written out …
+        whole_or_nothing(
+            &zone,
+            "x.",
+            big,
+            t::TXT,
+            Owner::Name(b"\x03big\x07example\x03com\x00"),
+        );
+        // … names in RDATA compressed one by one, the owner written out or already in the
+        // packet (the question's suffix `example.com.` at offset 16).
+        whole_or_nothing(&zone, "x.", "example.com.", t::NS, Owner::Name(apex));
+        whole_or_nothing(
+            &zone,
+            "www.example.com.",
+            "example.com.",
+            t::NS,
+            Owner::At(16),
+        );
+        whole_or_nothing(
+            &zone,
+            "www.example.com.",
+            "sub.example.com.",
+            t::NS,
+            Owner::Name(b"\x03sub\x07example\x03com\x00"),
+        );
+    }
+
+    #[test]
+    fn rrset_ttl_rewrites_every_ttl_and_rr_rolls_back_when_full() {
+        let zone = load_zone("example.com.", &example_text());
+        let node = zone.find(b"\x03big\x07example\x03com\x00").unwrap();
+        let s = *zone.rrset(node, t::TXT).unwrap();
+        let (req, q) = Q::new("big.example.com.", t::TXT).parsed();
+        let mut out = vec![0u8; 65535];
+        let mut w = Writer::new(&mut out, 65535);
+        w.start(&req, &q, 0, true);
+        w.rrset_ttl(Section::Authority, &zone, &s, Owner::Qname, 42)
+            .unwrap();
+        let m = w.mark();
+        // A synthesised record that does not fit leaves nothing behind.
+        w.set_limit(m.0 + 10);
+        assert_eq!(
+            w.rr(
+                Section::Answer,
+                Owner::Name(b"\x01x\x07example\x03com\x00"),
+                t::A,
+                5,
+                &[1, 2, 3, 4]
+            ),
+            Err(Full)
+        );
+        assert_eq!(w.mark(), m);
+        let n = w.finish();
+        let r = Reply::parse(&out[..n]);
+        assert_eq!(r.authority.len(), 12);
+        assert!(r.authority.iter().all(|x| x.ttl == 42), "{:?}", r.authority);
+        assert!(r.answer.is_empty());
+    }
+}

@@ -1,0 +1,192 @@
+//! Loading a zone: its file read and checked (on all cores for many zones), and signed
+//! when a policy says so — off the runtime's threads, with a typed error for each way it
+//! fails.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use zones::{Name, ReadOptions, Zone};
+
+use crate::signing::online::CompactSigner;
+use crate::signing::{SignJob, SigningError};
+
+/// A zone to load: its slot, apex, file, and how to sign it when it is signed.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The zone's slot.
+    pub slot: usize,
+    /// Apex.
+    pub origin: Name,
+    /// Master file.
+    pub file: PathBuf,
+    /// Signing, for a zone with a `dnssec_policy`.
+    pub sign: Option<SignJob>,
+}
+
+impl Planned {
+    /// A zone loaded as written (not signed).
+    pub fn unsigned(slot: usize, origin: Name, file: PathBuf) -> Planned {
+        Planned {
+            slot,
+            origin,
+            file,
+            sign: None,
+        }
+    }
+}
+
+/// Why a zone did not load.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Its file could not be read or has errors (each names the file and line).
+    #[error("{0}")]
+    Zone(#[from] zones::ZoneError),
+    /// It loaded but could not be signed.
+    #[error("{zone}: not signed: {source}")]
+    Sign {
+        /// The zone.
+        zone: Name,
+        /// What the signer said.
+        source: SigningError,
+    },
+    /// The loading task itself failed (a panic or a cancelled task).
+    #[error("zone load task: {0}")]
+    Task(String),
+}
+
+/// A file's modification time, if it can be read.
+pub fn file_mtime(p: &std::path::Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// Loads (and signs, for zones with a policy) the zones of `plan` on all cores (blocking:
+/// call from a blocking thread); the results in plan order.
+pub fn load_all(plan: Vec<Planned>) -> Vec<LoadResult> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(plan.len());
+    if threads <= 1 {
+        return plan.iter().map(|p| (p.slot, load_planned(p))).collect();
+    }
+    // Each thread takes the next zone in turn: a big zone does not hold up the small ones.
+    let next = AtomicUsize::new(0);
+    let mut out: Vec<_> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(p) = plan.get(k) else {
+                            break;
+                        };
+                        done.push((k, p.slot, load_planned(p)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a zone loader panicked"))
+            .collect()
+    });
+    out.sort_unstable_by_key(|(k, ..)| *k);
+    out.into_iter().map(|(_, i, r)| (i, r)).collect()
+}
+
+/// Loads one planned zone, signed when it has a policy.
+pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
+    let l = load_one(&p.origin, &p.file)?;
+    match &p.sign {
+        None => Ok(LoadedZone::from(l)),
+        Some(job) => sign_loaded(l, job),
+    }
+}
+
+/// Loads one zone as written (blocking: call from a blocking thread).
+pub fn load_one(origin: &Name, file: &std::path::Path) -> Result<zones::Loaded, LoadError> {
+    Ok(zones::load_file(file, origin, &ReadOptions::new(origin))?)
+}
+
+/// A zone loaded (and signed, for a zone with a policy).
+#[derive(Debug)]
+pub struct LoadedZone {
+    /// The zone as it will be served.
+    pub loaded: zones::Loaded,
+    /// A zone dnsd signs: when to sign it again (seconds since the epoch).
+    pub resign_at: Option<u64>,
+    /// A signed zone: the earliest expiration of its signatures.
+    pub rrsig_expiry: Option<u32>,
+    /// Signatures made and kept by dnsd's signer.
+    pub signatures: (usize, usize),
+    /// Answered with compact denial: the online signer.
+    pub compact: Option<Arc<CompactSigner>>,
+    /// A secondary dnsd signs: the zone as loaded, before signing.
+    pub upstream: Option<Arc<Zone>>,
+}
+
+impl From<zones::Loaded> for LoadedZone {
+    /// A zone served as loaded (pre-signed or not: its signatures' expiry is read here).
+    fn from(loaded: zones::Loaded) -> LoadedZone {
+        let now = crate::signing::now() as u32;
+        let (rrsig_expiry, _) = zones::dnssec::signature_expiry(&loaded.zone, now);
+        LoadedZone {
+            loaded,
+            resign_at: None,
+            rrsig_expiry,
+            signatures: (0, 0),
+            compact: None,
+            upstream: None,
+        }
+    }
+}
+
+/// One zone's load result: its slot and the zone or why it did not load.
+pub type LoadResult = (usize, Result<LoadedZone, LoadError>);
+
+/// Signs a loaded zone under `job` (its load time then counts the signing too).
+pub fn sign_loaded(l: zones::Loaded, job: &SignJob) -> Result<LoadedZone, LoadError> {
+    let t = std::time::Instant::now();
+    let s = crate::signing::sign(&l.zone, job, crate::signing::now()).map_err(|source| {
+        LoadError::Sign {
+            zone: l.zone.apex().clone(),
+            source,
+        }
+    })?;
+
+    tracing::info!(
+        zone = %l.zone.apex(),
+        made = s.made,
+        kept = s.kept,
+        ms = t.elapsed().as_millis() as u64,
+        "zone signed"
+    );
+    // The signed zone's checks repeat the unsigned zone's warnings: only new ones are added.
+    let mut warnings = l.warnings;
+    for w in s.warnings {
+        if !warnings.iter().any(|x| x.msg == w.msg) {
+            warnings.push(zones::Diagnostic {
+                at: w.at,
+                msg: format!("signed zone: {}", w.msg),
+            });
+        }
+    }
+    let upstream = job.keep_unsigned.then(|| Arc::new(l.zone));
+    Ok(LoadedZone {
+        loaded: zones::Loaded {
+            zone: s.zone,
+            warnings,
+            elapsed: l.elapsed + t.elapsed(),
+            mtime: l.mtime,
+        },
+        resign_at: Some(s.resign_at),
+        // The signer knows it: no walk over the signatures.
+        rrsig_expiry: Some(s.earliest_expiration),
+        signatures: (s.made, s.kept),
+        compact: s.compact,
+        upstream,
+    })
+}

@@ -1,0 +1,9 @@
+//! A zone's life in dnsd: configured and loaded ([`registry`], [`load`]), served
+//! ([`served`]: the set the query path reads), listed in catalogs ([`catalog`]), watched for
+//! expiring signatures ([`expiry`]).
+
+pub mod catalog;
+pub mod expiry;
+pub mod load;
+pub mod registry;
+pub mod served;
