@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use crate::error::{Diagnostic, Location, ZoneError};
+use crate::error::{Diagnostic, Location, Src, ZoneError};
+use crate::name::display;
 use crate::name::{self, Name};
 use crate::rdata;
 use crate::reader::Record;
@@ -20,13 +21,6 @@ use crate::zone::{self, Node, NodeId, RRset, Zone, flags, hash_name};
 
 /// Zones with fewer names are built on one thread (a thread costs more than it saves).
 const PARALLEL_MIN_NAMES: usize = 4096;
-
-/// Where a record came from: file index and line.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Src {
-    pub file: u16,
-    pub line: u32,
-}
 
 /// One record waiting to be compiled (24 bytes).
 #[derive(Clone, Copy)]
@@ -209,8 +203,8 @@ impl ZoneBuilder {
         crate::validate::check(&zone, &srcs, &mut |sev, s, m| {
             let d = Diagnostic { at: loc(s), msg: m };
             match sev {
-                crate::validate::Severity::Error => errors.push(d),
-                crate::validate::Severity::Warning => warnings.push(d),
+                crate::error::Severity::Error => errors.push(d),
+                crate::error::Severity::Warning => warnings.push(d),
             }
         });
         if !errors.is_empty() {
@@ -804,12 +798,6 @@ fn canonical_lowers(rtype: u16) -> bool {
             | t::A6
             | t::RRSIG
     )
-}
-
-pub(crate) fn display(wire: &[u8]) -> String {
-    let mut s = String::new();
-    let _ = name::write_presentation(wire, &mut s);
-    s
 }
 
 #[cfg(test)]

@@ -3,33 +3,11 @@
 
 use sha1::Digest as _;
 
-use crate::build::{Src, display};
+pub use crate::arith::key_tag;
+use crate::error::{Severity, Src};
+use crate::name::display;
 use crate::rrtype::t;
-use crate::validate::Severity;
 use crate::zone::Zone;
-
-/// The key tag of DNSKEY RDATA (RFC 4034 Appendix B).
-pub fn key_tag(dnskey: &[u8]) -> u16 {
-    if dnskey.len() >= 4 && dnskey[3] == 1 {
-        // Algorithm 1 (RSA/MD5): the 16 bits before the last octet of the modulus.
-        let n = dnskey.len();
-        return if n >= 3 {
-            u16::from_be_bytes([dnskey[n - 3], dnskey[n - 2]])
-        } else {
-            0
-        };
-    }
-    let mut ac: u32 = 0;
-    for (i, &b) in dnskey.iter().enumerate() {
-        ac += if i & 1 == 1 {
-            b as u32
-        } else {
-            (b as u32) << 8
-        };
-    }
-    ac += (ac >> 16) & 0xFFFF;
-    (ac & 0xFFFF) as u16
-}
 
 /// The DS digest of a DNSKEY for `owner` (lower-case wire) with `digest_type`, if known.
 pub fn ds_digest(owner_lower: &[u8], dnskey: &[u8], digest_type: u8) -> Option<Vec<u8>> {
@@ -245,7 +223,7 @@ pub(crate) fn check_signed(
                 let labels = rd[3] as usize;
                 let orig_ttl = u32::from_be_bytes([rd[4], rd[5], rd[6], rd[7]]);
                 let signer = &rd[18..];
-                let name = crate::build::display(zone.node_name(id));
+                let name = crate::name::display(zone.node_name(id));
                 let bad = if crate::name::wire_name_len(signer)
                     .is_none_or(|l| !signer[..l].eq_ignore_ascii_case(zone.apex().as_wire()))
                 {
@@ -288,7 +266,7 @@ pub(crate) fn check_signed(
                     at(id),
                     format!(
                         "no valid signature for a record: {} {} has no RRSIG",
-                        crate::build::display(zone.node_name(id)),
+                        crate::name::display(zone.node_name(id)),
                         crate::rrtype::to_text(s.rtype)
                     ),
                     report,
@@ -307,7 +285,7 @@ pub(crate) fn check_signed(
             })
             .collect();
         for (k, &id) in owners.iter().enumerate() {
-            let name = crate::build::display(zone.node_name(id));
+            let name = crate::name::display(zone.node_name(id));
             let Some(nsec) = zone.rrset(id, t::NSEC) else {
                 warn(at(id), format!("missing NSEC(3) record for {name}"), report);
                 continue;
@@ -324,8 +302,8 @@ pub(crate) fn check_signed(
                     at(id),
                     format!(
                         "inconsistent NSEC(3) chain: NSEC of {name} points at {}, the next name is {}",
-                        crate::build::display(next),
-                        crate::build::display(want)
+                        crate::name::display(next),
+                        crate::name::display(want)
                     ),
                     report,
                 );
@@ -377,7 +355,7 @@ pub(crate) fn check_signed(
                     at(0),
                     format!(
                         "inconsistent NSEC(3) chain at {}",
-                        crate::build::display(zone.nsec3_name(i))
+                        crate::name::display(zone.nsec3_name(i))
                     ),
                     report,
                 );
@@ -389,7 +367,7 @@ pub(crate) fn check_signed(
                 if n.has(f::OCCLUDED) {
                     continue;
                 }
-                let name = crate::build::display(zone.node_name(id));
+                let name = crate::name::display(zone.node_name(id));
                 match chain.node_match(id) {
                     Some(i) => {
                         let s = zone.nsec3_rrsets(i).iter().find(|s| s.rtype == t::NSEC3);
@@ -478,10 +456,10 @@ pub fn signature_expiry(zone: &Zone, now: u32) -> (Option<u32>, usize) {
         for (_, rd) in zone.rrs(s) {
             let Some(b) = rd.get(8..12) else { continue };
             let exp = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-            if crate::sign::secs_between(now, exp) < 0 {
+            if crate::arith::secs_between(now, exp) < 0 {
                 expired += 1;
             }
-            if earliest.is_none_or(|e| crate::sign::secs_between(e, exp) < 0) {
+            if earliest.is_none_or(|e| crate::arith::secs_between(e, exp) < 0) {
                 earliest = Some(exp);
             }
         }

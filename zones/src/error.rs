@@ -84,3 +84,19 @@ impl ZoneError {
         }
     }
 }
+
+/// Where a record came from: file index and line.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Src {
+    pub file: u16,
+    pub line: u32,
+}
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// The zone must not be served.
+    Error,
+    /// Worth telling the operator; the zone loads.
+    Warning,
+}

@@ -8,11 +8,13 @@
 //!
 //! Out of scope: sockets, threads, policy. The daemon decides what to do with a zone.
 
+pub mod arith;
 pub mod build;
 pub mod dnssec;
 pub mod error;
 pub mod load;
 pub mod name;
+pub mod node;
 pub mod nsec3;
 pub mod present;
 pub mod rdata;

@@ -567,6 +567,13 @@ pub fn read_compressed(msg: &[u8], mut pos: usize, out: &mut Vec<u8>) -> Option<
     }
 }
 
+/// A wire name in presentation format (for messages).
+pub(crate) fn display(wire: &[u8]) -> String {
+    let mut s = String::new();
+    let _ = write_presentation(wire, &mut s);
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

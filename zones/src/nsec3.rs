@@ -10,7 +10,7 @@
 
 use sha1::Digest as _;
 
-use crate::zone::{NONE, Node};
+use crate::node::{NONE, Node};
 
 /// Length of a SHA-1 NSEC3 hash (algorithm 1, the only one defined).
 pub const HASH_LEN: usize = 20;

@@ -6,6 +6,7 @@
 //! links) it touched. Signing runs on as many threads as asked; the result is one new
 //! [`Zone`], never a half-signed one. The crypto is the caller's: a [`Key`] signs bytes.
 
+pub use crate::arith::secs_between;
 use crate::build::ZoneBuilder;
 use crate::error::{Diagnostic, ZoneError};
 use crate::name;
@@ -673,7 +674,7 @@ fn sign_part(
         .iter()
         .map(|k| {
             (
-                crate::dnssec::key_tag(k.key.dnskey()),
+                crate::arith::key_tag(k.key.dnskey()),
                 k.key.dnskey().get(3).copied().unwrap_or(0),
             )
         })
@@ -806,11 +807,6 @@ fn unchanged_sigs<'z>(
 
 fn be32(b: &[u8]) -> u32 {
     u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-}
-
-/// Seconds from `a` to `b` in serial arithmetic (RFC 4034 §3.1.5 times wrap).
-pub fn secs_between(a: u32, b: u32) -> i64 {
-    b.wrapping_sub(a) as i32 as i64
 }
 
 /// The RRSIG labels field: the owner's labels, a leading `*` not counted.

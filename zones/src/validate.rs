@@ -5,18 +5,11 @@
 //! a zone cut, SOA away from the apex. Warnings: data occluded by a zone cut (other than
 //! glue) or by a DNAME, a DNAME beside NS, NS targets inside the zone without an address.
 
-use crate::build::{Src, display};
+pub use crate::error::Severity;
+use crate::error::Src;
+use crate::name::display;
 use crate::rrtype::{self, t};
 use crate::zone::{NodeId, Zone, flags};
-
-/// How bad a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Severity {
-    /// The zone must not be served.
-    Error,
-    /// Worth telling the operator; the zone loads.
-    Warning,
-}
 
 /// Checks a compiled zone; `srcs[i]` is where `zone.rrsets[i]` came from.
 pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, Src, String)) {

@@ -1,7 +1,7 @@
 //! Type bitmaps: the windowed NSEC form (RFC 4034 §4.1.2, also NSEC3 and CSYNC) and the
 //! flat NXT form (RFC 2535 §5.2).
 
-use super::field::{bad, word};
+use super::codec::{bad, word};
 use super::{Fields, RdataError};
 
 /// Reads type mnemonics up to the end of the RDATA into a windowed bitmap.

@@ -5,6 +5,8 @@
 
 use std::fmt::Write;
 
+use super::{Field, Fields, RdataError};
+
 /// Reads an unsigned decimal of digits only, at most `max`.
 pub(crate) fn uint(text: &[u8], max: u64) -> Option<u64> {
     let v = crate::text::parse_u64(text)?;
@@ -440,6 +442,47 @@ pub(crate) fn write_ipv6(b: &[u8], out: &mut String) {
     let mut a = [0u8; 16];
     a.copy_from_slice(&b[..16]);
     let _ = write!(out, "{}", std::net::Ipv6Addr::from(a));
+}
+
+// Words of the RDATA text: each token taken with its position, and errors that name it.
+
+/// An error at a token.
+pub(crate) fn bad(f: &Field<'_>, msg: impl Into<String>) -> RdataError {
+    RdataError {
+        line: f.line,
+        col: f.col,
+        msg: msg.into(),
+    }
+}
+
+/// An error at the next token (or the end of the entry).
+pub(crate) fn missing(fields: &Fields<'_>, what: &str) -> RdataError {
+    let (line, col) = fields.pos();
+    RdataError {
+        line,
+        col,
+        msg: format!("missing {what}"),
+    }
+}
+
+/// An error at the next token (or the end of the entry) with a full message.
+pub(crate) fn missing_or(fields: &Fields<'_>, msg: String) -> RdataError {
+    let (line, col) = fields.pos();
+    RdataError { line, col, msg }
+}
+
+/// The next token, which must be there.
+pub(crate) fn need<'a>(fields: &mut Fields<'a>, what: &str) -> Result<Field<'a>, RdataError> {
+    fields.next().ok_or_else(|| missing(fields, what))
+}
+
+/// The next token, which must be there and not be a quoted string.
+pub(crate) fn word<'a>(fields: &mut Fields<'a>, what: &str) -> Result<Field<'a>, RdataError> {
+    let f = need(fields, what)?;
+    if f.quoted {
+        return Err(bad(&f, format!("expected {what}, not a quoted string")));
+    }
+    Ok(f)
 }
 
 #[cfg(test)]

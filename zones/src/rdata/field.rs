@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::codec::{self, Base64Decoder, HexDecoder};
+use super::codec::{self, Base64Decoder, HexDecoder, bad, missing, need, word};
 use super::{Field, Fields, NameRef, RdataError, bitmap, mnemonic};
 use crate::name::NameBuf;
 
@@ -127,45 +127,6 @@ pub(crate) const N_PLAIN_ADD: NameFlags = NameFlags {
     additional: true,
     lower: false,
 };
-
-/// An error at a token.
-pub(crate) fn bad(f: &Field<'_>, msg: impl Into<String>) -> RdataError {
-    RdataError {
-        line: f.line,
-        col: f.col,
-        msg: msg.into(),
-    }
-}
-
-/// An error at the next token (or the end of the entry).
-pub(crate) fn missing(fields: &Fields<'_>, what: &str) -> RdataError {
-    let (line, col) = fields.pos();
-    RdataError {
-        line,
-        col,
-        msg: format!("missing {what}"),
-    }
-}
-
-/// An error at the next token (or the end of the entry) with a full message.
-pub(crate) fn missing_or(fields: &Fields<'_>, msg: String) -> RdataError {
-    let (line, col) = fields.pos();
-    RdataError { line, col, msg }
-}
-
-/// The next token, which must be there.
-pub(crate) fn need<'a>(fields: &mut Fields<'a>, what: &str) -> Result<Field<'a>, RdataError> {
-    fields.next().ok_or_else(|| missing(fields, what))
-}
-
-/// The next token, which must be there and not be a quoted string.
-pub(crate) fn word<'a>(fields: &mut Fields<'a>, what: &str) -> Result<Field<'a>, RdataError> {
-    let f = need(fields, what)?;
-    if f.quoted {
-        return Err(bad(&f, format!("expected {what}, not a quoted string")));
-    }
-    Ok(f)
-}
 
 /// Reads an unsigned decimal field of at most `max`.
 pub(crate) fn number(fields: &mut Fields<'_>, what: &str, max: u64) -> Result<u64, RdataError> {

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::field::{bad, word};
+use super::codec::{bad, word};
 use super::{Field, Fields, RdataError};
 
 const EQUATOR: i64 = 1 << 31;

@@ -182,7 +182,7 @@ fn parse_inner(
         return parse_generic(fields, out, start);
     }
     let Some(spec) = types::spec(rtype) else {
-        return Err(field::missing_or(
+        return Err(codec::missing_or(
             fields,
             format!(
                 "type {} has no known text form: write its RDATA as \\# LENGTH HEX (RFC 3597)",
@@ -204,7 +204,7 @@ fn parse_inner(
             Custom::Atma => special::parse_atma(fields, out)?,
         },
         Def::Opaque => {
-            return Err(field::missing_or(
+            return Err(codec::missing_or(
                 fields,
                 format!(
                     "{} has no text form: write its RDATA as \\# LENGTH HEX (RFC 3597)",
@@ -214,7 +214,7 @@ fn parse_inner(
         }
     }
     if let Some(f) = fields.next() {
-        return Err(field::bad(&f, "unexpected data after the RDATA"));
+        return Err(codec::bad(&f, "unexpected data after the RDATA"));
     }
     Ok(())
 }
@@ -226,26 +226,26 @@ fn parse_generic(
     out: &mut Vec<u8>,
     start: usize,
 ) -> Result<(), RdataError> {
-    let lf = field::word(fields, "the RDATA length after \\#")?;
+    let lf = codec::word(fields, "the RDATA length after \\#")?;
     let len = codec::uint(lf.text, MAX_RDATA_LEN as u64)
-        .ok_or_else(|| field::bad(&lf, "expected the RDATA length (0-65535) after \\#"))?
+        .ok_or_else(|| codec::bad(&lf, "expected the RDATA length (0-65535) after \\#"))?
         as usize;
     let mut d = codec::HexDecoder::default();
     while let Some(f) = fields.next() {
         if f.quoted {
-            return Err(field::bad(&f, "expected hex RDATA, not a quoted string"));
+            return Err(codec::bad(&f, "expected hex RDATA, not a quoted string"));
         }
-        d.feed(f.text, out).map_err(|m| field::bad(&f, m))?;
+        d.feed(f.text, out).map_err(|m| codec::bad(&f, m))?;
         if out.len() - start > len {
-            return Err(field::bad(
+            return Err(codec::bad(
                 &f,
                 format!("more RDATA than the {len} octets announced after \\#"),
             ));
         }
     }
-    d.finish().map_err(|m| field::bad(&lf, m))?;
+    d.finish().map_err(|m| codec::bad(&lf, m))?;
     if out.len() - start != len {
-        return Err(field::bad(
+        return Err(codec::bad(
             &lf,
             format!(
                 "\\# announces {len} octets of RDATA but {} follow",

@@ -4,7 +4,8 @@
 use std::fmt::Write;
 
 use super::codec;
-use super::field::{bad, name, name_token, number, wire_name, word, write_name};
+use super::codec::{bad, word};
+use super::field::{name, name_token, number, wire_name, write_name};
 use super::{Fields, NameRef, RdataError};
 
 // ---- APL (RFC 3123) ----------------------------------------------------------------------

@@ -10,7 +10,8 @@
 use std::fmt::Write;
 
 use super::codec;
-use super::field::{N_PLAIN_ADD, bad, name, number, wire_name, write_name};
+use super::codec::bad;
+use super::field::{N_PLAIN_ADD, name, number, wire_name, write_name};
 use super::{Fields, NameRef, RdataError};
 
 const MANDATORY: u16 = 0;
