@@ -1,11 +1,12 @@
 //! The rules file schema (TOML, unknown keys refused) and its compilation into [`Prepared`].
 
-use super::error::RulesError;
-use super::sources::{AsnTable, load_crawler_ranges, parse_prefix_list};
-use super::{
-    Action, Condition, Escalation, GlobalLists, MAX_PREFILTERS, MAX_TENANT_ID, Matcher, NumOp,
-    Prepared, RateSpec, Rule, Tenant, Verdict, attr as attrs, codes,
+use super::compiled::{
+    Condition, Escalation, MAX_PREFILTERS, Matcher, NumOp, RateSpec, Rule, Tenant,
 };
+use super::error::RulesError;
+use super::prepared::{GlobalLists, Prepared};
+use super::sources::{AsnTable, load_crawler_ranges, parse_prefix_list};
+use super::{Action, MAX_TENANT_ID, Verdict, attr as attrs, codes};
 use crate::block::Reason;
 use crate::prefix::{PrefixMap, PrefixSet, parse_net};
 use crate::ratelimit::Limit;
@@ -16,6 +17,19 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
+
+impl Prepared {
+    /// Reads and compiles a rules file; files it names are read relative to its directory.
+    pub fn load(path: &Path) -> Result<Self, RulesError> {
+        let text = std::fs::read_to_string(path).map_err(|e| RulesError::io(path, e))?;
+        Self::parse(path, &text)
+    }
+
+    /// Compiles rules from `text`; `path` names the file in errors and anchors relative paths.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, RulesError> {
+        compile(path, text)
+    }
+}
 
 /// Compiled size limit of one regex (and of one prefilter set).
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
@@ -319,7 +333,7 @@ impl Ctx<'_> {
                 .build()
             {
                 Ok(re) => Matcher::Regex {
-                    anchors: super::Anchors::of(r.get_ref()),
+                    anchors: super::compiled::Anchors::of(r.get_ref()),
                     re,
                     prefilter: None,
                 },
@@ -470,7 +484,7 @@ impl Ctx<'_> {
             });
         }
         let prefilters = self.prefilters(&mut rules)?;
-        let index = super::index::RuleIndex::build(&rules);
+        let index = super::compiled::index::RuleIndex::build(&rules);
         let reads = rules
             .iter()
             .flat_map(|r| r.conds.iter())

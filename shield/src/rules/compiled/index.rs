@@ -10,7 +10,8 @@
 //! walk over every rule. A request whose attribute may carry several values (a header sent
 //! twice) is evaluated by the walk.
 
-use super::{Matcher, Request, Rule};
+use super::{Matcher, Rule};
+use crate::rules::Request;
 use hashbrown::HashMap;
 use std::mem::MaybeUninit;
 

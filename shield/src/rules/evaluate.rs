@@ -1,0 +1,242 @@
+//! Evaluation: a request checked against its tenant's prepared rules in the order the
+//! module documentation gives, with early exits, and the escalation of deny, rate-limit and
+//! challenge verdicts into the block map (proven and unproven apart).
+
+use super::compiled::{Escalation, MAX_PREFILTERS, RateSpec, Rule, Tenant, index};
+use super::prepared::{Prepared, TENANT_RATE_RULE};
+use super::set::RuleState;
+use super::{Action, Escalated, Now, Request, TenantId, Verdict, codes};
+use crate::block::{BlockEntry, InsertOutcome, Origin};
+use crate::ratelimit::source_key;
+use std::net::IpAddr;
+
+impl Prepared {
+    /// Evaluates `tenant`'s rules for a request from `src`; see the module documentation.
+    ///
+    /// A tenant without rules costs a bounds check and an `Option` test (inlined here),
+    /// plus one emptiness test for the `[global]` deny list.
+    #[inline(always)]
+    pub fn check<R: Request + ?Sized>(
+        &self,
+        state: &RuleState,
+        tenant: TenantId,
+        src: IpAddr,
+        req: &R,
+        now: Now,
+    ) -> Verdict {
+        if !self.global_deny.is_empty() && self.global_deny.contains(src) {
+            return Verdict::new(Action::Deny, codes::GLOBAL_DENY, "global-deny");
+        }
+        match self.tenants.get(tenant as usize) {
+            Some(Some(t)) => self.check_tenant(t, state, src, req, now),
+            _ => Verdict::PASS,
+        }
+    }
+
+    #[inline(never)]
+    fn check_tenant<R: Request + ?Sized>(
+        &self,
+        t: &Tenant,
+        state: &RuleState,
+        src: IpAddr,
+        req: &R,
+        now: Now,
+    ) -> Verdict {
+        let v = self.evaluate(t, state, src, req, now);
+        match (&t.escalate, v.action) {
+            (Some(e), Action::Deny) if e.on_deny => escalate(t, e, state, src, req, now, v),
+            (Some(e), Action::RateLimit) if e.on_rate_limit => {
+                escalate(t, e, state, src, req, now, v)
+            }
+            (Some(e), Action::Challenge) if e.on_challenge => {
+                escalate(t, e, state, src, req, now, v)
+            }
+            _ => v,
+        }
+    }
+
+    #[inline]
+    fn evaluate<R: Request + ?Sized>(
+        &self,
+        t: &Tenant,
+        state: &RuleState,
+        src: IpAddr,
+        req: &R,
+        now: Now,
+    ) -> Verdict {
+        if !t.allow.is_empty() && t.allow.contains(src) {
+            return Verdict::new(Action::Allow, codes::ALLOW_LIST, "allow-list");
+        }
+        if t.allow_bots && self.bots.contains(src) {
+            return Verdict::new(Action::Allow, codes::KNOWN_BOT, "known-bot");
+        }
+        if !t.deny.is_empty()
+            && let Some((_, &i)) = t.deny.longest_match(src)
+        {
+            return t.deny_verdicts[i as usize];
+        }
+        if !t.deny_asn.is_empty()
+            && let Some(asn) = self.asn.lookup(src)
+            && t.deny_asn.binary_search(&asn).is_ok()
+        {
+            return Verdict::new(Action::Deny, codes::DENY_ASN, "deny-asn");
+        }
+        let mut cache = [0u8; MAX_PREFILTERS];
+        if !t.rules.is_empty() {
+            if t.index.is_trivial() || req.multi_valued() {
+                for rule in &t.rules {
+                    if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
+                        return v;
+                    }
+                }
+            } else {
+                let mut c = index::Candidates::new();
+                t.index.candidates(req, &mut c);
+                if c.overflow {
+                    for rule in &t.rules {
+                        if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
+                            return v;
+                        }
+                    }
+                } else {
+                    // The candidates and the walked rules, merged in file order.
+                    let (found, scan) = (c.sorted(), &t.index.scan[..]);
+                    let (mut i, mut j) = (0, 0);
+                    while i < found.len() || j < scan.len() {
+                        let next = if j == scan.len() || (i < found.len() && found[i] < scan[j]) {
+                            i += 1;
+                            found[i - 1]
+                        } else {
+                            j += 1;
+                            scan[j - 1]
+                        };
+                        let rule = &t.rules[next as usize];
+                        if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
+                            return v;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(spec) = &t.rate
+            && let Some(ms) = rate_limited(state, t.id, TENANT_RATE_RULE, spec, src, now)
+        {
+            return Verdict {
+                retry_after_ms: ms,
+                ..Verdict::new(Action::RateLimit, codes::RATE_LIMIT, "rate-limit")
+            };
+        }
+        Verdict::PASS
+    }
+}
+
+/// The verdict of one rule for the request, when it decides (`None`: go on).
+#[inline]
+fn rule_verdict<R: Request + ?Sized>(
+    t: &Tenant,
+    rule: &Rule,
+    state: &RuleState,
+    src: IpAddr,
+    req: &R,
+    now: Now,
+    cache: &mut [u8; MAX_PREFILTERS],
+) -> Option<Verdict> {
+    if let Some(s) = &rule.source
+        && !s.contains(src)
+    {
+        return None;
+    }
+    if !rule
+        .conds
+        .iter()
+        .all(|c| c.matches(req, &t.prefilters, cache))
+    {
+        return None;
+    }
+    match (rule.verdict.action, &rule.rate) {
+        (Action::RateLimit, Some(spec)) => rate_limited(state, t.id, rule.index, spec, src, now)
+            .map(|ms| Verdict {
+                retry_after_ms: ms,
+                ..rule.verdict
+            }),
+        _ => Some(rule.verdict),
+    }
+}
+
+/// `None` when the request conforms (and was counted); else milliseconds until one would
+/// (at least 1).
+#[inline]
+fn rate_limited(
+    state: &RuleState,
+    tenant: TenantId,
+    rule: u32,
+    spec: &RateSpec,
+    src: IpAddr,
+    now: Now,
+) -> Option<u32> {
+    let key = (tenant, rule, source_key(src, spec.v4, spec.v6));
+    match state.limiter.check(&key, &spec.limit, now.mono_us) {
+        crate::ratelimit::Decision::Allow => None,
+        crate::ratelimit::Decision::Limit { retry_after_us } => {
+            Some(retry_after_us.div_ceil(1000).clamp(1, u64::from(u32::MAX)) as u32)
+        }
+    }
+}
+
+#[cold]
+fn escalate<R: Request + ?Sized>(
+    t: &Tenant,
+    e: &Escalation,
+    state: &RuleState,
+    src: IpAddr,
+    req: &R,
+    now: Now,
+    mut v: Verdict,
+) -> Verdict {
+    let evidence = req.evidence();
+    let proven = evidence.is_proven();
+    // Proven and unproven verdicts are counted apart: forged packets can neither block a
+    // source nor bring a real one to the threshold.
+    let key = (t.id, proven, source_key(src, e.v4, e.v6));
+    let n = state.counter.add(&key, 1, e.window_ms, now.unix_ms);
+    if n == e.after
+        && let Some(blocks) = &state.blocks
+    {
+        let net = key.2.to_net();
+        let entry = BlockEntry::with_ttl(
+            net,
+            e.ttl,
+            now.unix_ms,
+            e.reason.as_str(),
+            Origin::Local,
+            evidence,
+        );
+        v.escalated = match blocks.insert(entry) {
+            InsertOutcome::Refused(why) => {
+                state.refused.add(n as usize ^ t.id as usize, 1);
+                crate::limited!(
+                    10,
+                    warn!(tenant = t.id, %net, %why, "escalation refused by the block policy")
+                );
+                Escalated::Refused
+            }
+            _ if proven => {
+                state.escalations.add(n as usize ^ t.id as usize, 1);
+                crate::limited!(
+                    10,
+                    info!(tenant = t.id, %net, %evidence, reason = %v.reason, "source escalated into the block map")
+                );
+                Escalated::Blocked
+            }
+            _ => {
+                state.suspects.add(n as usize ^ t.id as usize, 1);
+                crate::limited!(
+                    10,
+                    info!(tenant = t.id, %net, reason = %v.reason, "source made a suspect (unproven UDP)")
+                );
+                Escalated::Suspect
+            }
+        };
+    }
+    v
+}

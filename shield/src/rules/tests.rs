@@ -1,0 +1,671 @@
+//! The rule engine end to end: files compiled, requests checked, escalations.
+
+use super::compiled::{Anchors, index};
+use super::*;
+use crate::block::BlockConfig;
+use crate::block::{BlockMap, Origin};
+use ipnet::IpNet;
+use regex::Regex;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+const NOW: Now = Now {
+    unix_ms: 1_700_000_000_000,
+    mono_us: 10_000_000,
+};
+
+fn prepared(text: &str) -> Prepared {
+    Prepared::parse(Path::new("test.toml"), text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn state() -> RuleState {
+    RuleState::new(&StateConfig::default(), None)
+}
+
+/// A request whose `header:x-tool` was sent twice.
+struct Twice<'a>(&'a [&'a str]);
+
+impl Request for Twice<'_> {
+    fn attr(&self, name: &str) -> Option<&str> {
+        self.attr_nth(name, 0)
+    }
+    fn attr_nth(&self, name: &str, n: usize) -> Option<&str> {
+        (name == "header:x-tool")
+            .then(|| self.0.get(n).copied())
+            .flatten()
+    }
+    fn multi_valued(&self) -> bool {
+        self.0.len() > 1
+    }
+}
+
+#[test]
+fn every_value_of_a_repeated_attribute_is_matched() {
+    let p = prepared(
+        "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"t\"\naction = \"deny\"\n\
+         when = [{ attr = \"header:x-tool\", regex = \"sqlmap\" }]\n\
+         [[tenant.rule]]\nname = \"n\"\naction = \"challenge\"\n\
+         when = [{ attr = \"header:x-tool\", exact = \"curl\", not = true }]\n",
+    );
+    let s = state();
+    let src = ip("192.0.2.1");
+    let v = |vals: &[&str]| p.check(&s, 1, src, &Twice(vals), NOW).action;
+    assert_eq!(v(&["curl"]), Action::Pass);
+    assert_eq!(v(&["curl", "sqlmap"]), Action::Deny);
+    assert_eq!(v(&["sqlmap", "curl"]), Action::Deny);
+    // Negated: matches when no value matches.
+    assert_eq!(v(&["wget"]), Action::Challenge);
+    assert_eq!(v(&["wget", "curl"]), Action::Pass);
+}
+
+/// A DNS query as attributes.
+fn dns<'a>(qname: &'a str, qtype: &'a str) -> Attrs<'a> {
+    // Leaked: the test's requests live as long as the test.
+    let v: &'a [(&'a str, &'a str)] = Box::leak(Box::new([
+        (attr::QNAME, qname),
+        (attr::QTYPE, qtype),
+        (attr::TRANSPORT, "udp"),
+        (attr::UDP_SIZE, "1232"),
+    ]));
+    Attrs(v)
+}
+
+#[test]
+fn dns_attributes_compare_in_one_spelling_and_suffixes_take_whole_labels() {
+    let p = prepared(
+        "[[tenant]]\nid = 7\n\
+         [[tenant.rule]]\nname = \"suffix\"\naction = \"deny\"\nrcode = \"refused\"\n\
+         when = [{ attr = \"qname\", suffix = \"Example.COM\" }]\n\
+         [[tenant.rule]]\nname = \"exact\"\naction = \"deny\"\n\
+         when = [{ attr = \"qname\", exact = \"WWW.Other.Test\" }, { attr = \"qtype\", one_of = [\"txt\", \"any\"] }]\n\
+         [[tenant.rule]]\nname = \"small\"\naction = \"challenge\"\n\
+         when = [{ attr = \"udp_size\", lt = 1232 }]\n",
+    );
+    let s = state();
+    let src = ip("192.0.2.1");
+    let v = |q: &str, t: &str| p.check(&s, 7, src, &dns(q, t), NOW);
+    let d = v("a.example.com.", "A");
+    assert_eq!((d.action, d.dns_rcode), (Action::Deny, Some(5)));
+    assert_eq!(v("example.com.", "A").action, Action::Deny);
+    assert_eq!(v("badexample.com.", "A").action, Action::Pass);
+    assert_eq!(v("com.", "A").action, Action::Pass);
+    assert_eq!(v("www.other.test.", "TXT").action, Action::Deny);
+    assert_eq!(v("www.other.test.", "A").action, Action::Pass);
+    let r = Attrs(&[(attr::QNAME, "x.test."), (attr::UDP_SIZE, "512")]);
+    assert_eq!(p.check(&s, 7, src, &r, NOW).action, Action::Challenge);
+    let r = Attrs(&[(attr::QNAME, "x.test."), (attr::UDP_SIZE, "4096")]);
+    assert_eq!(p.check(&s, 7, src, &r, NOW).action, Action::Pass);
+    let r = Attrs(&[(attr::QNAME, "x.test.")]);
+    assert_eq!(
+        p.check(&s, 7, src, &r, NOW).action,
+        Action::Pass,
+        "no EDNS: no size"
+    );
+}
+
+#[test]
+fn regex_anchors_rule_out_only_what_cannot_match() {
+    let start = |p: &str| Anchors::of(p).map(|a| String::from_utf8_lossy(&a.start).into_owned());
+    assert_eq!(start(r"^api[0-9]+-bad\."), Some("api".to_string()));
+    assert_eq!(
+        start("^(cdn|img)-x"),
+        None,
+        "no literal every match starts with"
+    );
+    assert_eq!(start("^(cdn|cdx)-x"), Some("cd".to_string()));
+    assert_eq!(start("(?i)^ab"), None);
+    for none in ["foo", "(?m)^x", "^a|b", "^.*x", "^[a-z]+", ""] {
+        assert!(Anchors::of(none).is_none(), "{none}");
+    }
+    let a = Anchors::of(r"\.example\.com\.$").expect("suffix anchor");
+    assert!(a.admits(b"www.example.com.") && !a.admits(b"www.example.net."));
+
+    // Never rules out a value the regex matches.
+    let patterns = [
+        r"^api[0-9]+-bad\.",
+        "^(cdn|img)-x",
+        "(?i)^ab",
+        r"\.example\.com\.$",
+        "^a.*z$",
+        "^(?:ab|a)c?$",
+        "^é",
+    ];
+    let values = [
+        "api12-bad.x",
+        "api-bad.",
+        "cdn-x",
+        "img-xy",
+        "IMG-x",
+        "Ab",
+        "aB",
+        "x.example.com.",
+        "example.com.",
+        "az",
+        "abz",
+        "a",
+        "ab",
+        "ac",
+        "abc",
+        "é",
+        "",
+    ];
+    for p in patterns {
+        let re = Regex::new(p).unwrap();
+        let Some(a) = Anchors::of(p) else { continue };
+        for v in values {
+            if re.is_match(v) {
+                assert!(
+                    a.admits(v.as_bytes()),
+                    "{p} matches {v:?} but was ruled out"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rcode_and_slip_go_with_their_actions() {
+    let bad = |t: &str| {
+        Prepared::parse(Path::new("r.toml"), t)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = bad(
+        "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"allow\"\nrcode = \"REFUSED\"\n",
+    );
+    assert!(e.contains("`rcode` only goes with action deny"), "{e}");
+    let e = bad(
+        "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nrcode = \"NOPE\"\n",
+    );
+    assert!(
+        e.starts_with("r.toml:6:") && e.contains("unknown rcode"),
+        "{e}"
+    );
+    let e = bad("[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nslip = 3\n");
+    assert!(e.contains("`slip` only goes with action rate_limit"), "{e}");
+    let p = prepared(
+        "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"rate_limit\"\nslip = 0\n\
+         rate = { per_second = 1.0, burst = 1 }\n",
+    );
+    let s = state();
+    let src = ip("192.0.2.1");
+    assert_eq!(p.check(&s, 1, src, &(), NOW).action, Action::Pass);
+    let v = p.check(&s, 1, src, &(), NOW);
+    assert_eq!((v.action, v.slip), (Action::RateLimit, 0));
+}
+
+#[test]
+fn the_global_deny_list_applies_to_every_tenant() {
+    let p = prepared(
+        "[[list]]\nname = \"bad\"\nprefixes = [\"203.0.113.0/24\"]\n\
+         [global]\ndeny = [\"@bad\", \"198.51.100.7\"]\nallow = [\"192.0.2.0/24\"]\n\
+         [[tenant]]\nid = 2\nallow = [\"203.0.113.0/24\"]\n",
+    );
+    let s = state();
+    for t in [0, 2, 99] {
+        let v = p.check(&s, t, ip("203.0.113.9"), &(), NOW);
+        assert_eq!(
+            (v.action, v.code),
+            (Action::Deny, codes::GLOBAL_DENY),
+            "tenant {t}"
+        );
+    }
+    assert_eq!(p.check(&s, 0, ip("192.0.2.1"), &(), NOW), Verdict::PASS);
+    let g = p.global_lists();
+    assert_eq!(g.deny.len(), 2);
+    assert_eq!(g.allow, vec!["192.0.2.0/24".parse::<IpNet>().unwrap()]);
+}
+
+/// Random tenants and requests: the index gives exactly the walk's verdicts.
+#[test]
+fn the_index_gives_the_verdicts_of_a_walk_over_every_rule() {
+    use rand_like::Lcg;
+    let mut r = Lcg(0x5eed);
+    let words = [
+        "a", "b", "example", "com", "net", "www", "mail", "api", "x1", "q",
+    ];
+    let name = |r: &mut Lcg| {
+        let n = 1 + r.below(4);
+        let mut s = String::new();
+        for _ in 0..n {
+            s.push_str(words[r.below(words.len())]);
+            s.push('.');
+        }
+        s
+    };
+    for round in 0..40 {
+        let mut text = String::from("[[tenant]]\nid = 1\n");
+        for i in 0..(1 + r.below(60)) {
+            let cond = match r.below(9) {
+                0 => format!("{{ attr = \"qname\", exact = \"{}\" }}", name(&mut r)),
+                1 => format!("{{ attr = \"qname\", suffix = \"{}\" }}", name(&mut r)),
+                2 => {
+                    let n = name(&mut r);
+                    let k = (1 + r.below(3)).min(n.len());
+                    format!("{{ attr = \"qname\", prefix = \"{}\" }}", &n[..k])
+                }
+                3 => format!("{{ attr = \"path\", suffix = \"{}\" }}", words[r.below(10)]),
+                4 => format!(
+                    "{{ attr = \"qtype\", one_of = [\"A\", \"{}\"] }}",
+                    ["TXT", "MX", "AAAA"][r.below(3)]
+                ),
+                5 => format!(
+                    "{{ attr = \"qname\", regex = \"^{}\\\\.\" }}",
+                    words[r.below(10)]
+                ),
+                6 => format!(
+                    "{{ attr = \"qname\", contains = \"{}\", not = true }}",
+                    words[r.below(10)]
+                ),
+                7 => format!("{{ attr = \"udp_size\", ge = {} }}", 512 * (1 + r.below(8))),
+                _ => format!(
+                    "{{ attr = \"qname\", exact = \"{}\", not = true }}",
+                    name(&mut r)
+                ),
+            };
+            let second = if r.below(3) == 0 {
+                format!(
+                    ", {{ attr = \"qtype\", exact = \"{}\" }}",
+                    ["A", "TXT"][r.below(2)]
+                )
+            } else {
+                String::new()
+            };
+            let action = ["deny", "allow", "challenge"][r.below(3)];
+            text.push_str(&format!(
+                "[[tenant.rule]]\nname = \"r{i}\"\naction = \"{action}\"\nwhen = [{cond}{second}]\n"
+            ));
+        }
+        let indexed = prepared(&text);
+        let mut walked = prepared(&text);
+        let t = walked.tenants[1].as_mut().unwrap();
+        t.index = index::RuleIndex {
+            scan: (0..t.rules.len() as u32).collect(),
+            attrs: Vec::new(),
+        };
+        let s = state();
+        for _ in 0..200 {
+            let q = name(&mut r);
+            let size = (256 * (1 + r.below(16))).to_string();
+            let path = format!("/{}", words[r.below(10)]);
+            let qtype = ["A", "TXT", "MX", "AAAA"][r.below(4)];
+            let req = Attrs(Box::leak(Box::new([
+                (attr::QNAME, Box::leak(q.clone().into_boxed_str()) as &str),
+                (attr::QTYPE, qtype),
+                (attr::UDP_SIZE, Box::leak(size.into_boxed_str()) as &str),
+                ("path", Box::leak(path.into_boxed_str()) as &str),
+            ])));
+            let src = ip("192.0.2.1");
+            assert_eq!(
+                indexed.check(&s, 1, src, &req, NOW),
+                walked.check(&s, 1, src, &req, NOW),
+                "round {round}, {req:?}\n{text}"
+            );
+        }
+    }
+}
+
+mod rand_like {
+    /// A small deterministic generator for the tests.
+    pub struct Lcg(pub u64);
+    impl Lcg {
+        pub fn below(&mut self, n: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((self.0 >> 33) % n as u64) as usize
+        }
+    }
+}
+
+#[test]
+fn tenant_without_rules_passes() {
+    let p = prepared("[[tenant]]\nid = 3\ndeny = [\"0.0.0.0/0\"]\n[[tenant]]\nid = 4\n");
+    let s = state();
+    assert_eq!(p.check(&s, 1, ip("192.0.2.1"), &(), NOW), Verdict::PASS);
+    assert_eq!(
+        p.check(&s, 99_999, ip("192.0.2.1"), &(), NOW),
+        Verdict::PASS
+    );
+    assert_eq!(
+        p.check(&s, 3, ip("192.0.2.1"), &(), NOW).action,
+        Action::Deny
+    );
+    assert!(p.has_rules(3) && !p.has_rules(1));
+    assert!(
+        !p.has_rules(4),
+        "a tenant without rules compiles to nothing"
+    );
+    assert_eq!(p.check(&s, 4, ip("192.0.2.1"), &(), NOW), Verdict::PASS);
+}
+
+#[test]
+fn order_allow_beats_deny_and_lists_resolve() {
+    let p = prepared(
+        r#"
+[[list]]
+name = "bad"
+prefixes = ["203.0.113.0/24", "2001:db8:bad::/48"]
+
+[[tenant]]
+id = 1
+allow = ["203.0.113.7"]
+deny = ["@bad", "192.0.2.0/24"]
+"#,
+    );
+    let s = state();
+    let v = p.check(&s, 1, ip("203.0.113.7"), &(), NOW);
+    assert_eq!((v.action, v.code), (Action::Allow, codes::ALLOW_LIST));
+    let v = p.check(&s, 1, ip("203.0.113.8"), &(), NOW);
+    assert_eq!(
+        (v.action, v.code, v.reason.as_str()),
+        (Action::Deny, codes::DENY_LIST, "deny:@bad")
+    );
+    let v = p.check(&s, 1, ip("2001:db8:bad::1"), &(), NOW);
+    assert_eq!(v.action, Action::Deny);
+    let v = p.check(&s, 1, ip("192.0.2.9"), &(), NOW);
+    assert_eq!(v.reason.as_str(), "deny-list");
+    assert_eq!(p.check(&s, 1, ip("198.51.100.1"), &(), NOW), Verdict::PASS);
+}
+
+#[test]
+fn request_rules_match_attributes() {
+    let p = prepared(
+        r#"
+[[tenant]]
+id = 2
+
+[[tenant.rule]]
+name = "ok-health"
+action = "allow"
+when = [{ attr = "path", exact = "/healthz" }]
+
+[[tenant.rule]]
+name = "wp"
+action = "deny"
+code = 7
+when = [{ attr = "path", prefix = "/wp-" }, { attr = "method", one_of = ["POST", "PUT"] }]
+
+[[tenant.rule]]
+name = "scanner-ua"
+action = "challenge"
+when = [{ attr = "user_agent", regex = "(?i)sqlmap|nikto" }]
+
+[[tenant.rule]]
+name = "no-ua"
+action = "challenge"
+when = [{ attr = "user_agent", present = false }, { attr = "path", suffix = ".php", not = true }]
+
+[[tenant.rule]]
+name = "any-dns"
+action = "deny"
+when = [{ attr = "qtype", exact = "ANY" }, { attr = "qname", contains = "example" }]
+"#,
+    );
+    let s = state();
+    let src = ip("192.0.2.1");
+    let check = |a: &[(&str, &str)]| p.check(&s, 2, src, &Attrs(a), NOW);
+    assert_eq!(check(&[("path", "/healthz")]).action, Action::Allow);
+    let v = check(&[
+        ("path", "/wp-login.php"),
+        ("method", "POST"),
+        ("user_agent", "x"),
+    ]);
+    assert_eq!(
+        (v.action, v.code, v.reason.as_str()),
+        (Action::Deny, 7, "wp")
+    );
+    assert_eq!(
+        check(&[
+            ("path", "/wp-login.php"),
+            ("method", "GET"),
+            ("user_agent", "x")
+        ])
+        .action,
+        Action::Pass
+    );
+    let v = check(&[("path", "/"), ("user_agent", "SQLMap/1.0")]);
+    assert_eq!(
+        (v.action, v.code),
+        (Action::Challenge, codes::RULE_BASE + 2)
+    );
+    assert_eq!(check(&[("path", "/")]).reason.as_str(), "no-ua");
+    assert_eq!(check(&[("path", "/x.php")]).action, Action::Pass);
+    assert_eq!(
+        check(&[
+            ("qtype", "ANY"),
+            ("qname", "www.example.com."),
+            ("user_agent", "-")
+        ])
+        .action,
+        Action::Deny
+    );
+}
+
+#[test]
+fn regex_prefilter_is_shared_per_attribute() {
+    let p = prepared(
+        r#"
+[[tenant]]
+id = 1
+[[tenant.rule]]
+name = "a"
+action = "deny"
+when = [{ attr = "user_agent", regex = "^curl/" }]
+[[tenant.rule]]
+name = "b"
+action = "challenge"
+when = [{ attr = "user_agent", regex = "python-requests" }]
+"#,
+    );
+    let t = p.tenants[1].as_ref().unwrap();
+    assert_eq!(t.prefilters.len(), 1);
+    let s = state();
+    let v = p.check(
+        &s,
+        1,
+        ip("192.0.2.1"),
+        &Attrs(&[("user_agent", "python-requests/2")]),
+        NOW,
+    );
+    assert_eq!(v.reason.as_str(), "b");
+    let v = p.check(
+        &s,
+        1,
+        ip("192.0.2.1"),
+        &Attrs(&[("user_agent", "curl/8")]),
+        NOW,
+    );
+    assert_eq!(v.reason.as_str(), "a");
+    let v = p.check(
+        &s,
+        1,
+        ip("192.0.2.1"),
+        &Attrs(&[("user_agent", "Mozilla")]),
+        NOW,
+    );
+    assert_eq!(v, Verdict::PASS);
+}
+
+#[test]
+fn rate_limit_and_escalation_into_block_map() {
+    use crate::block::{Check, Scope, Traffic};
+    /// A request proven as `evidence`.
+    struct Proven(Evidence);
+    impl Request for Proven {
+        fn attr(&self, _: &str) -> Option<&str> {
+            None
+        }
+        fn evidence(&self) -> Evidence {
+            self.0
+        }
+    }
+    let blocks = BlockMap::new(BlockConfig::default());
+    let s = RuleState::new(&StateConfig::default(), Some(blocks.clone()));
+    let p = prepared(
+        r#"
+[[tenant]]
+id = 5
+rate_limit = { per_second = 1.0, burst = 2 }
+escalate = { after = 3, window_secs = 10, block_secs = 60, v4_prefix = 24 }
+"#,
+    );
+    // Unproven requests (the default): the third limited one makes a suspect, no block.
+    let src = ip("192.0.2.77");
+    let v: Vec<Verdict> = (0..6).map(|_| p.check(&s, 5, src, &(), NOW)).collect();
+    let actions: Vec<Action> = v.iter().map(|v| v.action).collect();
+    assert_eq!(
+        actions,
+        [
+            Action::Pass,
+            Action::Pass,
+            Action::RateLimit,
+            Action::RateLimit,
+            Action::RateLimit,
+            Action::RateLimit
+        ]
+    );
+    assert_eq!(v[4].escalated, Escalated::Suspect);
+    let r = blocks.reader();
+    let Check::Suspect(hit) = r.check(ip("192.0.2.1"), NOW.unix_ms, Traffic::DnsUdp) else {
+        panic!("a suspect /24")
+    };
+    assert_eq!(hit.net, "192.0.2.0/24".parse::<IpNet>().unwrap());
+    assert_eq!((hit.origin, hit.evidence), (Origin::Local, Evidence::Udp));
+    assert_eq!(hit.expires_ms, NOW.unix_ms + 60_000);
+    assert!(!r.is_blocked(ip("192.0.2.1"), NOW.unix_ms, Traffic::DnsUdp));
+    // Unproven verdicts never count towards a proven escalation: two proven ones do not
+    // reach the threshold of three, the third does and blocks every stream.
+    let tcp = Proven(Evidence::Tcp);
+    let v: Vec<Verdict> = (0..3).map(|_| p.check(&s, 5, src, &tcp, NOW)).collect();
+    assert_eq!(v[1].escalated, Escalated::No);
+    assert_eq!(v[2].escalated, Escalated::Blocked);
+    let Check::Blocked(hit) = r.check(ip("192.0.2.1"), NOW.unix_ms, Traffic::Stream) else {
+        panic!("a TCP-proven block")
+    };
+    assert_eq!((hit.evidence, hit.scope), (Evidence::Tcp, Scope::All));
+    assert_eq!(blocks.len(), 1, "one entry, the suspect proven");
+    // A cookie-proven escalation blocks DNS over UDP only.
+    let cookie = Proven(Evidence::Cookie);
+    let other = ip("198.51.100.9");
+    for _ in 0..5 {
+        p.check(&s, 5, other, &cookie, NOW);
+    }
+    assert!(r.is_blocked(other, NOW.unix_ms, Traffic::DnsUdp));
+    assert!(!r.is_blocked(other, NOW.unix_ms, Traffic::Stream));
+    let rs = RuleSet::new(prepared("[[tenant]]\nid = 1\n"), s);
+    let st = rs.stats();
+    assert_eq!((st.escalations, st.suspects), (2, 1));
+}
+
+#[test]
+fn never_block_is_out_of_reach_and_short_escalations_are_refused() {
+    use crate::never_block::{BlockPolicy, NeverBlock};
+    let e = Prepared::parse(
+        Path::new("r.toml"),
+        "[global]\nnever_block = [\"192.0.2.1\"]\ndeny = [\"192.0.2.0/24\"]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("r.toml:3:"), "{e}");
+    assert!(e.contains("overlaps never_block 192.0.2.1/32"), "{e}");
+    let p = prepared(
+        "[global]\nnever_block = [\"192.0.2.1\"]\n[[tenant]]\nid = 5\ndeny = [\"192.0.2.0/24\"]\n\
+         escalate = { after = 1, window_secs = 10, block_secs = 60, v4_prefix = 24 }\n",
+    );
+    assert_eq!(p.global_lists().never_block.len(), 1);
+    let blocks = BlockMap::new(BlockConfig::default());
+    blocks.set_policy(BlockPolicy {
+        never_block: Arc::new(NeverBlock::from_entries(
+            p.global_lists()
+                .never_block
+                .iter()
+                .map(|n| crate::never_block::Protected {
+                    net: *n,
+                    source: Arc::from("rules file"),
+                }),
+        )),
+        ..blocks.policy()
+    });
+    let s = RuleState::new(&StateConfig::default(), Some(blocks.clone()));
+    let v = p.check(&s, 5, ip("192.0.2.9"), &(), NOW);
+    assert_eq!(v.action, Action::Deny);
+    assert_eq!(
+        v.escalated,
+        Escalated::Refused,
+        "the /24 holds a never-block address"
+    );
+    assert!(blocks.is_empty());
+    assert!(p.check_min_prefix(16, 32).is_ok());
+    let e = p.check_min_prefix(25, 32).unwrap_err().to_string();
+    assert!(e.starts_with("test.toml:6:"), "{e}");
+    assert!(e.contains("shorter than [block]"), "{e}");
+}
+
+#[test]
+fn rate_limit_rule_limits_only_its_requests() {
+    let p = prepared(
+        r#"
+[[tenant]]
+id = 1
+[[tenant.rule]]
+name = "login"
+action = "rate_limit"
+when = [{ attr = "path", exact = "/login" }]
+rate = { per_second = 1.0, burst = 1 }
+"#,
+    );
+    let s = state();
+    let src = ip("192.0.2.1");
+    let login = Attrs(&[("path", "/login")]);
+    let home = Attrs(&[("path", "/")]);
+    assert_eq!(p.check(&s, 1, src, &login, NOW).action, Action::Pass);
+    let limited = p.check(&s, 1, src, &login, NOW);
+    assert_eq!(limited.action, Action::RateLimit);
+    // One per second, just spent: the next conforms in a second.
+    assert!(
+        (990..=1000).contains(&limited.retry_after_ms),
+        "{limited:?}"
+    );
+    assert_eq!(p.check(&s, 1, src, &home, NOW).retry_after_ms, 0);
+    assert_eq!(p.check(&s, 1, src, &home, NOW).action, Action::Pass);
+    assert_eq!(
+        p.check(&s, 1, ip("192.0.2.2"), &login, NOW).action,
+        Action::Pass
+    );
+}
+
+#[test]
+fn rule_set_reload_keeps_last_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.toml");
+    std::fs::write(&path, "[[tenant]]\nid = 1\ndeny = [\"192.0.2.0/24\"]\n").unwrap();
+    let rs = RuleSet::new(Prepared::empty(), state());
+    assert_eq!(rs.check(1, ip("192.0.2.1"), &(), NOW).action, Action::Pass);
+    rs.reload(&path).unwrap();
+    assert_eq!(rs.check(1, ip("192.0.2.1"), &(), NOW).action, Action::Deny);
+    std::fs::write(&path, "[[tenant]]\nid = 1\ndeny = [\"192.0.2.0/33\"]\n").unwrap();
+    let e = rs.reload(&path).unwrap_err();
+    assert!(e.to_string().contains("rules.toml:3:9:"), "{e}");
+    assert_eq!(rs.check(1, ip("192.0.2.1"), &(), NOW).action, Action::Deny);
+    let st = rs.stats();
+    assert_eq!((st.reloads, st.reload_failures, st.tenants), (1, 1, 1));
+    let rs = Arc::new(rs);
+    let mut local = rs.local();
+    assert_eq!(
+        local.check(1, ip("192.0.2.1"), &(), NOW).action,
+        Action::Deny
+    );
+    rs.store(Prepared::empty());
+    assert_eq!(
+        local.check(1, ip("192.0.2.1"), &(), NOW).action,
+        Action::Pass,
+        "sees the swap"
+    );
+}
