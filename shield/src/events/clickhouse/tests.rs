@@ -1,9 +1,15 @@
 //! The writer against a fake ClickHouse (a loopback HTTP server that can fail, reject and record).
 
+use super::writer::{Failure, classify};
 use super::*;
+use std::io::Write;
 use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// What the fake does with one insert.
 #[derive(Clone, Copy, PartialEq, Eq)]

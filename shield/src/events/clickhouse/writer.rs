@@ -1,0 +1,637 @@
+//! The writer: a bounded buffer of encoded rows and the thread that sends it as batched
+//! gzip inserts, retrying what the server could not take and bisecting what it rejected.
+
+use super::config::{ClickHouseConfig, MAX_BATCH_BYTES, Table};
+use super::error::{ClickHouseError, exception_code};
+use super::http::Endpoint;
+use super::rows::{Fix, Invalid, Rows};
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Distinct rejection codes counted separately (further codes are counted under 0).
+const MAX_CODES: usize = 32;
+/// First retry delay.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+/// ClickHouse error codes that mean "this data is wrong" (the batch is bisected), not "the server cannot take it now" (retried).
+const DATA_ERRORS: &[u32] = &[
+    6,   // CANNOT_PARSE_TEXT
+    25,  // CANNOT_PARSE_ESCAPE_SEQUENCE
+    26,  // CANNOT_PARSE_QUOTED_STRING
+    27,  // CANNOT_PARSE_INPUT_ASSERTION_FAILED
+    38,  // CANNOT_PARSE_DATE
+    41,  // CANNOT_PARSE_DATETIME
+    53,  // TYPE_MISMATCH
+    69,  // ARGUMENT_OUT_OF_BOUND
+    70,  // CANNOT_CONVERT_TYPE
+    72,  // CANNOT_PARSE_NUMBER
+    117, // INCORRECT_DATA
+    131, // TOO_LARGE_STRING_SIZE
+    321, // VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE
+    349, // CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN
+];
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How an insert failed.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// The data was refused: bisect.
+    Rejected { code: u32, message: String },
+    /// The server is down, slow or busy, or the table is missing: retry the same batch later.
+    Transient { code: u32, message: String },
+}
+
+pub(super) fn classify(status: u16, body: &[u8]) -> Failure {
+    let code = exception_code(body).unwrap_or(0);
+    let message = String::from_utf8_lossy(&body[..body.len().min(500)])
+        .trim()
+        .to_string();
+    // An unknown field means the table does not match the rows (a schema out of date), which
+    // no row is to blame for.
+    let schema = message.contains("Unknown field");
+    if (400..600).contains(&status) && DATA_ERRORS.contains(&code) && !schema {
+        Failure::Rejected { code, message }
+    } else {
+        Failure::Transient {
+            code,
+            message: format!("HTTP {status}: {message}"),
+        }
+    }
+}
+
+/// A batch of rows: their bytes and per-row ends.
+struct Chunk {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    since: Instant,
+}
+
+impl Chunk {
+    fn start(&self, i: usize) -> usize {
+        if i == 0 { 0 } else { self.ends[i - 1] }
+    }
+}
+
+struct Queue {
+    chunks: VecDeque<Chunk>,
+    spare: Vec<Chunk>,
+    /// Rows and bytes held, the batch being sent included.
+    rows: usize,
+    bytes: usize,
+    stopping: bool,
+    deadline: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Counters {
+    accepted: AtomicU64,
+    landed: AtomicU64,
+    overflow: AtomicU64,
+    rejected: AtomicU64,
+    shutdown_dropped: AtomicU64,
+    invalid: [AtomicU64; Invalid::ALL.len()],
+    fixed: [AtomicU64; Fix::ALL.len()],
+    requests: AtomicU64,
+    failures: AtomicU64,
+    rejections: AtomicU64,
+    bytes_sent: AtomicU64,
+    batches: AtomicU64,
+    schema_applied: AtomicU64,
+    uncertain_retries: AtomicU64,
+}
+
+struct Inner {
+    cfg: ClickHouseConfig,
+    endpoint: Endpoint,
+    name: String,
+    insert: String,
+    q: Mutex<Queue>,
+    cv: Condvar,
+    c: Counters,
+    codes: Mutex<BTreeMap<u32, u64>>,
+    last_error: Mutex<Option<String>>,
+}
+
+/// Counters of one ClickHouse writer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ClickHouseStats {
+    /// `clickhouse:db.table`.
+    pub name: String,
+    /// Rows taken into the buffer.
+    pub accepted: u64,
+    /// Rows the server took.
+    pub landed: u64,
+    /// Rows held now (waiting or being sent).
+    pub buffered_rows: u64,
+    /// Bytes held now.
+    pub buffered_bytes: u64,
+    /// Rows refused because the buffer was full.
+    pub overflow: u64,
+    /// Rows refused at the source, by reason.
+    pub invalid: Vec<(&'static str, u64)>,
+    /// Values normalised in rows kept, by kind.
+    pub fixed: Vec<(&'static str, u64)>,
+    /// Rows the server rejected (alone, after bisection).
+    pub rejected: u64,
+    /// Rejected rows by ClickHouse error code (0: codes beyond the first 32 seen).
+    pub rejected_by_code: Vec<(u32, u64)>,
+    /// Rows still held when the writer stopped and its drain time ran out.
+    pub shutdown_dropped: u64,
+    /// Inserts that succeeded.
+    pub requests: u64,
+    /// Inserts that failed for want of the server (each is retried).
+    pub request_failures: u64,
+    /// Inserts rejected for their data (each is split or its row dropped).
+    pub request_rejections: u64,
+    /// Bytes sent in successful inserts (compressed).
+    pub bytes_sent: u64,
+    /// Batches taken from the buffer.
+    pub batches: u64,
+    /// Times the schema was applied.
+    pub schema_applied: u64,
+    /// Failed inserts whose request had gone out whole: the server may have stored them, and
+    /// the retry relies on the row identity to be stored once.
+    pub uncertain_retries: u64,
+    /// The last failure, while the server is failing.
+    pub last_error: Option<String>,
+}
+
+impl ClickHouseStats {
+    /// Rows lost for any reason (overflow, invalid, rejected, shutdown).
+    pub fn lost(&self) -> u64 {
+        self.overflow
+            + self.rejected
+            + self.shutdown_dropped
+            + self.invalid.iter().map(|(_, n)| n).sum::<u64>()
+    }
+}
+
+impl Inner {
+    fn stats(&self) -> ClickHouseStats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let (rows, bytes) = {
+            let q = lock(&self.q);
+            (q.rows as u64, q.bytes as u64)
+        };
+        ClickHouseStats {
+            name: self.name.clone(),
+            accepted: l(&self.c.accepted),
+            landed: l(&self.c.landed),
+            buffered_rows: rows,
+            buffered_bytes: bytes,
+            overflow: l(&self.c.overflow),
+            invalid: Invalid::ALL
+                .iter()
+                .map(|r| (r.name(), l(&self.c.invalid[*r as usize])))
+                .collect(),
+            fixed: Fix::ALL
+                .iter()
+                .map(|f| (f.name(), l(&self.c.fixed[*f as usize])))
+                .collect(),
+            rejected: l(&self.c.rejected),
+            rejected_by_code: lock(&self.codes).iter().map(|(k, v)| (*k, *v)).collect(),
+            shutdown_dropped: l(&self.c.shutdown_dropped),
+            requests: l(&self.c.requests),
+            request_failures: l(&self.c.failures),
+            request_rejections: l(&self.c.rejections),
+            bytes_sent: l(&self.c.bytes_sent),
+            batches: l(&self.c.batches),
+            schema_applied: l(&self.c.schema_applied),
+            uncertain_retries: l(&self.c.uncertain_retries),
+            last_error: lock(&self.last_error).clone(),
+        }
+    }
+
+    /// Waits for the next batch: full, or its oldest row `flush_ms` old, or stopping.
+    fn next_batch(&self) -> Option<Chunk> {
+        let flush = Duration::from_millis(self.cfg.flush_ms);
+        let mut q = lock(&self.q);
+        loop {
+            if let Some(front) = q.chunks.front() {
+                let age = front.since.elapsed();
+                if q.chunks.len() > 1
+                    || front.ends.len() >= self.cfg.batch_rows
+                    || q.stopping
+                    || age >= flush
+                {
+                    return q.chunks.pop_front();
+                }
+                q = self
+                    .cv
+                    .wait_timeout(q, flush - age)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            } else if q.stopping {
+                return None;
+            } else {
+                q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+    }
+
+    /// Gives a sent (or dropped) batch's room back.
+    fn release(&self, mut c: Chunk) {
+        let mut q = lock(&self.q);
+        q.rows -= c.ends.len();
+        q.bytes -= c.bytes.len();
+        if q.spare.len() < 2 && c.bytes.capacity() <= MAX_BATCH_BYTES * 2 {
+            c.bytes.clear();
+            c.ends.clear();
+            q.spare.push(c);
+        }
+    }
+
+    /// Sleeps `d` unless stopping past the deadline; false when the drain time is over.
+    fn backoff(&self, d: Duration) -> bool {
+        let end = Instant::now() + d;
+        let mut q = lock(&self.q);
+        loop {
+            // Pushes wake the condvar too: sleep until the end, or the drain deadline.
+            let now = Instant::now();
+            let until = match (q.stopping, q.deadline) {
+                (true, Some(dl)) if now >= dl => return false,
+                (true, Some(dl)) => end.min(dl),
+                _ => end,
+            };
+            if now >= until {
+                return true;
+            }
+            q = self
+                .cv
+                .wait_timeout(q, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn drain_over(&self) -> bool {
+        let q = lock(&self.q);
+        q.stopping && q.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    fn compress(&self, body: &[u8]) -> io::Result<Vec<u8>> {
+        let mut e = GzEncoder::new(Vec::with_capacity(body.len() / 8 + 64), Compression::fast());
+        e.write_all(body)?;
+        e.finish()
+    }
+
+    /// One insert of `body` (rows already encoded).
+    fn insert(&self, body: &[u8]) -> Result<(), Failure> {
+        let gz;
+        let payload = if self.cfg.gzip {
+            gz = self.compress(body).map_err(|e| Failure::Transient {
+                code: 0,
+                message: format!("gzip: {e}"),
+            })?;
+            &gz[..]
+        } else {
+            body
+        };
+        let mut sent = false;
+        match self.endpoint.post_tracked(
+            Some(&self.insert),
+            payload,
+            self.cfg.gzip,
+            self.cfg.timeout(),
+            &mut sent,
+        ) {
+            Ok(r) if r.status == 200 => {
+                self.c.requests.fetch_add(1, Ordering::Relaxed);
+                self.c
+                    .bytes_sent
+                    .fetch_add(payload.len() as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Ok(r) => Err(classify(r.status, &r.body)),
+            Err(e) => {
+                if sent {
+                    // The server may have stored the batch before it failed to answer: the
+                    // retry is harmless (rows keep their identity) but counted.
+                    self.c.uncertain_retries.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(Failure::Transient {
+                    code: 0,
+                    message: e.to_string(),
+                })
+            }
+        }
+    }
+
+    fn apply_schema(&self) -> Result<(), Failure> {
+        for s in self.cfg.schema() {
+            match self
+                .endpoint
+                .post(None, s.as_bytes(), false, self.cfg.timeout())
+            {
+                Ok(r) if r.status == 200 => {}
+                Ok(r) => {
+                    let code = exception_code(&r.body).unwrap_or(0);
+                    return Err(Failure::Transient {
+                        code,
+                        message: format!(
+                            "schema: HTTP {}: {}",
+                            r.status,
+                            String::from_utf8_lossy(&r.body).trim()
+                        ),
+                    });
+                }
+                Err(e) => {
+                    return Err(Failure::Transient {
+                        code: 0,
+                        message: format!("schema: {e}"),
+                    });
+                }
+            }
+        }
+        self.c.schema_applied.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(sink = %self.name, "ClickHouse schema applied");
+        Ok(())
+    }
+
+    /// Delivers one batch: retries while the server fails, bisects what it rejects.
+    fn deliver(&self, chunk: &Chunk, st: &mut SenderState) {
+        let mut pending: VecDeque<(usize, usize)> = VecDeque::from([(0, chunk.ends.len())]);
+        while let Some((a, b)) = pending.pop_front() {
+            loop {
+                if self.drain_over() {
+                    let left = (b - a) + pending.iter().map(|(a, b)| b - a).sum::<usize>();
+                    self.c
+                        .shutdown_dropped
+                        .fetch_add(left as u64, Ordering::Relaxed);
+                    tracing::warn!(sink = %self.name, rows = left, "ClickHouse drain time over at shutdown: rows dropped");
+                    return;
+                }
+                let res = if st.schema_pending {
+                    self.apply_schema()
+                        .map(|()| st.schema_pending = false)
+                        .and_then(|()| self.insert(&chunk.bytes[chunk.start(a)..chunk.ends[b - 1]]))
+                } else {
+                    self.insert(&chunk.bytes[chunk.start(a)..chunk.ends[b - 1]])
+                };
+                match res {
+                    Ok(()) => {
+                        self.c.landed.fetch_add((b - a) as u64, Ordering::Relaxed);
+                        if st.failures > 0 {
+                            tracing::info!(sink = %self.name, failed_attempts = st.failures, "ClickHouse takes inserts again");
+                            *lock(&self.last_error) = None;
+                        }
+                        st.failures = 0;
+                        st.backoff = FIRST_BACKOFF;
+                        break;
+                    }
+                    Err(Failure::Rejected { code, message }) => {
+                        self.c.rejections.fetch_add(1, Ordering::Relaxed);
+                        if b - a == 1 {
+                            self.c.rejected.fetch_add(1, Ordering::Relaxed);
+                            {
+                                let mut codes = lock(&self.codes);
+                                let key = if codes.len() < MAX_CODES || codes.contains_key(&code) {
+                                    code
+                                } else {
+                                    0
+                                };
+                                *codes.entry(key).or_insert(0) += 1;
+                            }
+                            tracing::warn!(sink = %self.name, code, error = %message, "ClickHouse rejected a row: dropped");
+                        } else {
+                            let mid = a + (b - a) / 2;
+                            pending.push_front((mid, b));
+                            pending.push_front((a, mid));
+                        }
+                        break;
+                    }
+                    Err(Failure::Transient { code, message }) => {
+                        self.c.failures.fetch_add(1, Ordering::Relaxed);
+                        if st.failures == 0 {
+                            tracing::warn!(sink = %self.name, error = %message, "ClickHouse insert failed; retrying with backoff");
+                        } else {
+                            tracing::debug!(sink = %self.name, error = %message, "ClickHouse insert failed again");
+                        }
+                        *lock(&self.last_error) = Some(message);
+                        st.failures += 1;
+                        // A table or database gone: apply the schema again when configured to.
+                        if self.cfg.init && (code == 60 || code == 81) {
+                            st.schema_pending = true;
+                        }
+                        if !self.backoff(st.backoff) {
+                            continue; // the loop's head counts the rest as dropped
+                        }
+                        st.backoff =
+                            (st.backoff * 2).min(Duration::from_millis(self.cfg.max_backoff_ms));
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct SenderState {
+    schema_pending: bool,
+    failures: u64,
+    backoff: Duration,
+}
+
+fn run_sender(inner: Arc<Inner>) {
+    let mut st = SenderState {
+        schema_pending: inner.cfg.init,
+        failures: 0,
+        backoff: FIRST_BACKOFF.min(Duration::from_millis(inner.cfg.max_backoff_ms)),
+    };
+    while let Some(chunk) = inner.next_batch() {
+        inner.c.batches.fetch_add(1, Ordering::Relaxed);
+        inner.deliver(&chunk, &mut st);
+        inner.release(chunk);
+    }
+}
+
+/// Reads a writer's counters from anywhere (stats, metrics, `ctl events-init`).
+#[derive(Clone)]
+pub struct ClickHouseMonitor {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ClickHouseMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClickHouseMonitor")
+            .field("name", &self.inner.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClickHouseMonitor {
+    /// Current counters.
+    pub fn stats(&self) -> ClickHouseStats {
+        self.inner.stats()
+    }
+
+    /// The writer's configuration.
+    pub fn config(&self) -> &ClickHouseConfig {
+        &self.inner.cfg
+    }
+}
+
+/// A bounded buffer of rows for one table and the thread that inserts them; see the module doc.
+pub struct ClickHouseWriter {
+    inner: Arc<Inner>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ClickHouseWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClickHouseWriter")
+            .field("stats", &self.inner.stats())
+            .finish()
+    }
+}
+
+impl ClickHouseWriter {
+    /// Starts the sender thread for `table` (the config is checked first).
+    pub fn spawn(cfg: &ClickHouseConfig, table: Table) -> Result<Self, ClickHouseError> {
+        cfg.validate().map_err(ClickHouseError::Config)?;
+        // A table of the older layout (without the row identity) still takes the rows.
+        let endpoint = cfg
+            .endpoint()?
+            .with_param("input_format_skip_unknown_fields=1");
+        let table_name = cfg.table_name(table);
+        let inner = Arc::new(Inner {
+            cfg: cfg.clone(),
+            endpoint,
+            name: format!("clickhouse:{table_name}"),
+            insert: format!("INSERT INTO {table_name} FORMAT JSONEachRow"),
+            q: Mutex::new(Queue {
+                chunks: VecDeque::new(),
+                spare: Vec::new(),
+                rows: 0,
+                bytes: 0,
+                stopping: false,
+                deadline: None,
+            }),
+            cv: Condvar::new(),
+            c: Counters::default(),
+            codes: Mutex::new(BTreeMap::new()),
+            last_error: Mutex::new(None),
+        });
+        let i = Arc::clone(&inner);
+        let thread = std::thread::Builder::new()
+            .name("shield-clickhouse".into())
+            .spawn(move || run_sender(i))?;
+        Ok(ClickHouseWriter {
+            inner,
+            thread: Some(thread),
+        })
+    }
+
+    /// `clickhouse:db.table`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// A handle for reading counters.
+    pub fn monitor(&self) -> ClickHouseMonitor {
+        ClickHouseMonitor {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> ClickHouseStats {
+        self.inner.stats()
+    }
+
+    /// Takes `rows` into the buffer without waiting for the server; returns how many fit
+    /// (the rest are counted as overflow). The rows' validation counts are added too.
+    pub fn push(&self, rows: &Rows) -> usize {
+        let c = &self.inner.c;
+        for (i, n) in rows.invalid.iter().enumerate() {
+            if *n > 0 {
+                c.invalid[i].fetch_add(*n, Ordering::Relaxed);
+            }
+        }
+        for (i, n) in rows.fixed.iter().enumerate() {
+            if *n > 0 {
+                c.fixed[i].fetch_add(*n, Ordering::Relaxed);
+            }
+        }
+        if rows.is_empty() {
+            return 0;
+        }
+        let cfg = &self.inner.cfg;
+        let (mut accepted, mut over) = (0usize, 0usize);
+        {
+            let mut q = lock(&self.inner.q);
+            let mut start = 0;
+            for &end in &rows.ends {
+                let row = &rows.bytes[start..end];
+                start = end;
+                if q.rows >= cfg.max_buffered_rows || q.bytes + row.len() > cfg.max_buffered_bytes {
+                    over += 1;
+                    continue;
+                }
+                let fresh = match q.chunks.back() {
+                    None => true,
+                    Some(b) => {
+                        b.ends.len() >= cfg.batch_rows
+                            || (!b.ends.is_empty() && b.bytes.len() + row.len() > MAX_BATCH_BYTES)
+                    }
+                };
+                if fresh {
+                    let mut ch = q.spare.pop().unwrap_or_else(|| Chunk {
+                        bytes: Vec::new(),
+                        ends: Vec::new(),
+                        since: Instant::now(),
+                    });
+                    ch.since = Instant::now();
+                    q.chunks.push_back(ch);
+                }
+                let ch = q.chunks.back_mut().expect("a chunk was pushed above");
+                ch.bytes.extend_from_slice(row);
+                ch.ends.push(ch.bytes.len());
+                q.rows += 1;
+                q.bytes += row.len();
+                accepted += 1;
+            }
+        }
+        if accepted > 0 {
+            c.accepted.fetch_add(accepted as u64, Ordering::Relaxed);
+            self.inner.cv.notify_all();
+        }
+        if over > 0 {
+            c.overflow.fetch_add(over as u64, Ordering::Relaxed);
+        }
+        accepted
+    }
+
+    /// Stops taking rows, sends what is buffered (for at most `timeout_ms`) and returns the counters.
+    pub fn close(mut self) -> ClickHouseStats {
+        self.shutdown();
+        self.inner.stats()
+    }
+
+    fn shutdown(&mut self) {
+        {
+            let mut q = lock(&self.inner.q);
+            q.stopping = true;
+            q.deadline = Some(Instant::now() + self.inner.cfg.timeout());
+        }
+        self.inner.cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ClickHouseWriter {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
