@@ -1,0 +1,132 @@
+//! The list family: the `[global] allow` tries (exempt from the rate limit), the DNS
+//! service addresses (what a DNS-only block stops), and the rate-limit buckets.
+
+use std::collections::HashSet;
+
+use ipnet::IpNet;
+
+use super::keys::*;
+use super::*;
+use crate::Error;
+use crate::maps::{ALL_MAPS, LpmV6Key, Plain};
+use crate::sys;
+
+impl GuardMaps {
+    /// Makes the allow tries (exempt from the rate limit) hold exactly `nets`; returns how
+    /// many entries were written and deleted.
+    pub fn set_allow(&self, nets: &[IpNet]) -> Result<(u64, u64), Error> {
+        let _lock = self.lock();
+        let (mut written, mut deleted) = (0, 0);
+        for (i, v6) in [(ALLOW_V4, false), (ALLOW_V4 + 1, true)] {
+            let fd = self.fd(i);
+            let ks = if v6 { 20 } else { 8 };
+            let want: HashSet<Vec<u8>> = nets
+                .iter()
+                .filter(|n| matches!(n, IpNet::V6(_)) == v6)
+                .map(|n| {
+                    let mut k = Vec::with_capacity(ks);
+                    encode_lpm_key(n, &mut k);
+                    k
+                })
+                .collect();
+            let have = self.keys(i, ks)?;
+            for k in have.iter().filter(|k| !want.contains(*k)) {
+                if sys::delete(fd, k).map_err(|e| syscall_err("delete", ALL_MAPS[i], e))? {
+                    deleted += 1;
+                }
+            }
+            for k in want.iter().filter(|k| !have.contains(k)) {
+                sys::update(fd, k, &1u32.to_ne_bytes(), sys::BPF_ANY)
+                    .map_err(|e| syscall_err("update", ALL_MAPS[i], e))?;
+                written += 1;
+            }
+        }
+        Ok((written, deleted))
+    }
+
+    /// Makes the service-address trie hold `nets` (IPv4 as IPv4-mapped IPv6) with UDP `port`:
+    /// entries of the same port that `nets` no longer holds go (another daemon's, on another
+    /// port, stay). Returns how many entries `nets` made.
+    pub fn set_services(&self, nets: &[IpNet], port: u16) -> Result<usize, Error> {
+        let _lock = self.lock();
+        let fd = self.fd(SVC);
+        let key = |n: &IpNet| {
+            let (len, addr) = match n.trunc() {
+                IpNet::V4(v) => (
+                    u32::from(v.prefix_len()) + 96,
+                    v.network().to_ipv6_mapped().octets(),
+                ),
+                IpNet::V6(v) => (u32::from(v.prefix_len()), v.network().octets()),
+            };
+            LpmV6Key {
+                prefixlen: len,
+                addr,
+            }
+            .as_bytes()
+            .to_vec()
+        };
+        let want: HashSet<Vec<u8>> = nets.iter().map(key).collect();
+        let value = crate::maps::SvcValue { port, reserved: 0 };
+        for k in self.keys(SVC, 20)? {
+            if want.contains(&k) {
+                continue;
+            }
+            let mut v = [0u8; 4];
+            let found =
+                sys::lookup(fd, &k, &mut v).map_err(|e| syscall_err("lookup", ALL_MAPS[SVC], e))?;
+            if found && crate::maps::SvcValue::read_from(&v).port == port {
+                sys::delete(fd, &k).map_err(|e| syscall_err("delete", ALL_MAPS[SVC], e))?;
+            }
+        }
+        for k in &want {
+            sys::update(fd, k, value.as_bytes(), sys::BPF_ANY)
+                .map_err(|e| syscall_err("update", ALL_MAPS[SVC], e))?;
+        }
+        Ok(want.len())
+    }
+
+    /// Every key of map `i` of [`ALL_MAPS`] (`ks` bytes each), walked key by key.
+    pub(crate) fn keys(&self, i: usize, ks: usize) -> Result<Vec<Vec<u8>>, Error> {
+        let fd = self.fd(i);
+        let mut out = Vec::new();
+        let mut key = vec![0u8; ks];
+        let mut next = vec![0u8; ks];
+        let mut started = false;
+        while sys::next_key(fd, started.then_some(&key[..]), &mut next)
+            .map_err(|e| syscall_err("get_next_key", ALL_MAPS[i], e))?
+        {
+            std::mem::swap(&mut key, &mut next);
+            started = true;
+            out.push(key.clone());
+        }
+        Ok(out)
+    }
+
+    /// The allow tries' entries.
+    pub fn allow_list(&self) -> Result<Vec<IpNet>, Error> {
+        let mut out = Vec::new();
+        for (i, kind) in [
+            (ALLOW_V4, BlockMapKind::PrefixV4),
+            (ALLOW_V4 + 1, BlockMapKind::PrefixV6),
+        ] {
+            out.extend(
+                self.keys(i, kind.key_size())?
+                    .iter()
+                    .filter_map(|k| decode_key(kind, k)),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Forgets every rate-limit bucket (all sources start with a full burst again).
+    pub fn clear_rate_buckets(&self) -> Result<(), Error> {
+        let fd = self.fd(4);
+        let mut key = [0u8; 16];
+        while sys::next_key(fd, None, &mut key)
+            .map_err(|e| syscall_err("get_next_key", ALL_MAPS[4], e))?
+        {
+            sys::delete(fd, &key).map_err(|e| syscall_err("delete", ALL_MAPS[4], e))?;
+        }
+        Ok(())
+    }
+}
