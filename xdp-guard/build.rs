@@ -200,6 +200,7 @@ fn main() {
     let bpf_dir = manifest.join("bpf");
     println!("cargo:rerun-if-changed=bpf/guard.c");
     println!("cargo:rerun-if-changed=bpf/guard.h");
+    println!("cargo:rerun-if-changed=bpf/answer.h");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CLANG");
 

@@ -1,0 +1,698 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The DNS answer fast path of the Palisade XDP guard: for UDP to a DNS service address whose
+ * dnsd publishes answers (`guard_ans_addr`, with the live generation), the query is parsed
+ * (one question, optional OPT with a cookie, nothing else), its key looked up in
+ * `guard_answers` (dnsd's own reply bytes, compiled by dnsd's pipeline), and the frame turned
+ * around in place as the reply: addresses and ports swapped, the DNS message rewritten with
+ * the query's id, RD and CD, the cookie verified and a fresh server cookie minted with dnsd's
+ * secrets (RFC 9018, SipHash-2-4), the checksums made from dnsd's precomputed sum. Replies
+ * over the per-prefix answer rate are slipped (TC=1) or dropped as dnsd's RRL would. Anything
+ * the path does not answer passes to dnsd, counted by cause.
+ *
+ * Included by guard.c after the block check and classification (`classify` hands over a
+ * GUARD_CANDIDATE); it uses the maps declared here and guard.h's layouts.
+ */
+#ifndef PALISADE_GUARD_ANSWER_H
+#define PALISADE_GUARD_ANSWER_H
+
+/* The answer fast path: dnsd's replies by (address, port, generation, variant, qtype, qname). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GUARD_DEFAULT_ANSWER_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct guard_ans_key);
+	__type(value, struct guard_answer);
+} guard_answers SEC(".maps");
+
+/* Service addresses whose dnsd answers in XDP, with the live generation. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GUARD_DEFAULT_ANS_ADDR_ENTRIES);
+	__type(key, struct guard_ans_addr_key);
+	__type(value, struct guard_ans_addr);
+} guard_ans_addr SEC(".maps");
+
+/* Answer-rate buckets by source prefix (IPv4 mapped), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, GUARD_DEFAULT_ANS_RATE_ENTRIES);
+	__type(key, struct guard_v6_key);
+	__type(value, struct guard_ans_bucket);
+} guard_ans_rate SEC(".maps");
+
+/* Room for one answer key (too big for the stack beside the rest). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct guard_ans_scratch);
+} guard_ans_tmp SEC(".maps");
+
+/* DNS header flag bits (host order). */
+#define DNS_QR 0x8000
+#define DNS_OPCODE 0x7800
+#define DNS_TC 0x0200
+#define DNS_RD 0x0100
+#define DNS_CD 0x0010
+#define DNS_RCODE 0x000f
+
+struct dnshdr {
+	__be16 id;
+	__be16 flags;
+	__be16 qd, an, ns, ar;
+};
+
+/* Folds a 32-bit one's complement sum to 16 bits. */
+static __always_inline __u16 fold(__u32 s)
+{
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)s;
+}
+
+
+/* Parses a UDP payload at `dns` as a query the fast path may answer and fills the key's
+ * variant, qtype and qname; 0 when it may answer, or the counter to pass with. */
+static __always_inline int parse_query(struct xdp_md *ctx, void *data, void *end, __u32 dns_off,
+				       __u32 msg_end, struct guard_ans_key *k,
+				       struct guard_ans_ctx *a)
+{
+	struct dnshdr *h = data + dns_off;
+	if ((void *)(h + 1) > end)
+		return GUARD_C_ANS_PASS_QUERY;
+	__u16 flags = bpf_ntohs(h->flags);
+	/* A query (QR=0), opcode QUERY, not truncated, rcode 0; one question, nothing in the
+	 * answer and authority sections, at most the OPT record in additional. */
+	if (flags & (DNS_QR | DNS_OPCODE | DNS_TC | DNS_RCODE))
+		return GUARD_C_ANS_PASS_QUERY;
+	if (h->qd != bpf_htons(1) || h->an || h->ns || bpf_ntohs(h->ar) > 1)
+		return GUARD_C_ANS_PASS_QUERY;
+	a->qflags = flags;
+	a->dns_off = dns_off;
+
+	/* The qname, lower-cased into the key; its bytes summed as they are (case kept). */
+	__u8 *q = (__u8 *)(h + 1);
+	__u32 sum = 0;
+	__u32 n = 0;          /* bytes of the name so far */
+	__u32 next_len = 0;   /* index of the next length byte */
+	int done = 0;
+	for (int i = 0; i < GUARD_QNAME_MAX; i++) {
+		__u8 *b = q + i;
+		if ((void *)(b + 1) > end)
+			return GUARD_C_ANS_PASS_QUERY;
+		__u8 c = *b;
+		if (i == next_len) {
+			if (c == 0) {
+				k->qname[i & (GUARD_QNAME_MAX - 1)] = 0;
+				n = i + 1;
+				done = 1;
+				break;
+			}
+			if (c > 63)
+				return GUARD_C_ANS_PASS_QUERY; /* compression or an unknown label type */
+			next_len = i + 1 + c;
+		} else if (c >= 'A' && c <= 'Z') {
+			k->qname[i & (GUARD_QNAME_MAX - 1)] = c + 32;
+			sum += (i & 1) ? c : ((__u32)c << 8);
+			continue;
+		}
+		k->qname[i & (GUARD_QNAME_MAX - 1)] = c;
+		sum += (i & 1) ? c : ((__u32)c << 8);
+	}
+	if (!done)
+		return GUARD_C_ANS_PASS_QUERY; /* longer than GUARD_QNAME_MAX */
+	k->qname_len = n;
+	/* qtype and qclass, and the OPT record, read by offset (the verifier loses the bounds of
+	 * a packet pointer moved by the name's length). */
+	if (n > GUARD_QNAME_MAX)
+		return GUARD_C_ANS_PASS_QUERY;
+	/* Where the UDP payload ends (a short frame may carry Ethernet padding after it). */
+	__u32 total = msg_end;
+	__u32 t_off = dns_off + sizeof(*h) + n;
+	__u8 t[4];
+	if (bpf_xdp_load_bytes(ctx, t_off, t, 4))
+		return GUARD_C_ANS_PASS_QUERY;
+	if (t[2] != 0 || t[3] != 1)
+		return GUARD_C_ANS_PASS_QUERY; /* class IN only */
+	k->qtype = ((__u16)t[0] << 8) | t[1];
+	/* The question's bytes are at offset 12 (even): a byte at question index j pairs as
+	 * high when j is even. */
+	if (n & 1) {
+		sum += t[0] + ((__u32)t[1] << 8) + t[2] + ((__u32)t[3] << 8);
+	} else {
+		sum += ((__u32)t[0] << 8) + t[1] + ((__u32)t[2] << 8) + t[3];
+	}
+	a->qsum = sum;
+	a->qend = sizeof(*h) + n + 4;
+	__u32 rest = t_off + 4;
+	if (!h->ar) {
+		if (rest != total)
+			return GUARD_C_ANS_PASS_QUERY; /* trailing bytes */
+		k->variant = GUARD_V_NO_EDNS;
+		a->client = 0;
+		return 0;
+	}
+	/* The OPT record: root owner, type 41, version 0, no extended rcode, only the DO flag;
+	 * no options, or one COOKIE option (RFC 7873) of a client cookie with or without an
+	 * RFC 9018 server cookie. */
+	__u8 o[11];
+	if (bpf_xdp_load_bytes(ctx, rest, o, 11))
+		return GUARD_C_ANS_PASS_QUERY;
+	if (o[0] != 0 || o[1] != 0 || o[2] != 41 || o[5] != 0 || o[6] != 0 ||
+	    (o[7] & 0x7f) != 0 || o[8] != 0)
+		return GUARD_C_ANS_PASS_QUERY;
+	__u32 rdlen = ((__u32)o[9] << 8) | o[10];
+	if (rest + 11 + rdlen != total)
+		return GUARD_C_ANS_PASS_QUERY;
+	if (rdlen == 12 || rdlen == 28) {
+		__u8 c[28] = {};
+		if (rdlen == 12 ? bpf_xdp_load_bytes(ctx, rest + 11, c, 12)
+				: bpf_xdp_load_bytes(ctx, rest + 11, c, 28))
+			return GUARD_C_ANS_PASS_QUERY;
+		if (c[0] != 0 || c[1] != 10 || c[2] != 0 || c[3] != rdlen - 4)
+			return GUARD_C_ANS_PASS_QUERY;
+		a->cookie = rdlen - 4;
+		__builtin_memcpy(&a->cc, c + 4, 8);
+		__builtin_memcpy(&a->sc_head, c + 12, 8);
+		__builtin_memcpy(&a->sc_hash, c + 20, 8);
+	} else if (rdlen) {
+		return GUARD_C_ANS_PASS_QUERY;
+	}
+	a->client = ((__u16)o[3] << 8) | o[4];
+	k->variant = (o[7] & 0x80) ? GUARD_V_EDNS_DO : GUARD_V_EDNS;
+	return 0;
+}
+
+/* The reply's UDP checksum (pseudo header `psum` already summed): UDP header, DNS header,
+ * the question (as the query had it) and `body`, the sum of what follows the question (with
+ * its pairing already as at its offset). */
+static __always_inline __u16 reply_csum(__u32 psum, struct udphdr *udp, struct dnshdr *h,
+					const struct guard_ans_ctx *a, __u32 body)
+{
+	__u32 s = psum;
+	s += bpf_ntohs(udp->source) + bpf_ntohs(udp->dest) + bpf_ntohs(udp->len);
+	s += bpf_ntohs(h->id) + bpf_ntohs(h->flags) + bpf_ntohs(h->qd) + bpf_ntohs(h->an) +
+	     bpf_ntohs(h->ns) + bpf_ntohs(h->ar);
+	s += a->qsum;
+	s += body;
+	__u16 c = ~fold(s);
+	return c ? c : 0xffff;
+}
+
+/* RRL in XDP: whether the source prefix of `src` (IPv4 mapped) gets one more answer — a token
+ * bucket of `rate` answers per second holding one second's worth: 1 yes, 2 over the rate but
+ * slipped (TC=1), 0 over the rate and dropped. */
+static __always_inline int answer_allowed(const __u8 *src, int v6, const struct guard_ans_addr *aa,
+					  int charge_only)
+{
+	if (!aa->rate)
+		return 1;
+	/* The source's prefix: the 128-bit address masked as two big-endian halves (a byte
+	 * loop here multiplies the verifier's states past its limit). */
+	__u32 bits = !v6 ? 96 + (aa->v4_prefix > 32 ? 32 : aa->v4_prefix)
+			 : (aa->v6_prefix > 128 ? 128 : aa->v6_prefix);
+	__u64 hi, lo;
+	__builtin_memcpy(&hi, src, 8);
+	__builtin_memcpy(&lo, src + 8, 8);
+	__u64 mh = bits >= 64 ? ~0ULL : (bits ? ~0ULL << (64 - bits) : 0);
+	__u32 b2 = bits > 64 ? bits - 64 : 0;
+	__u64 ml = b2 >= 64 ? ~0ULL : (b2 ? ~0ULL << (64 - b2) : 0);
+	hi = bpf_cpu_to_be64(bpf_be64_to_cpu(hi) & mh);
+	lo = bpf_cpu_to_be64(bpf_be64_to_cpu(lo) & ml);
+	struct guard_v6_key k;
+	__builtin_memcpy(k.addr, &hi, 8);
+	__builtin_memcpy(k.addr + 8, &lo, 8);
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cap = (__u64)aa->rate * GUARD_TOKEN_UNIT;
+	struct guard_ans_bucket *b = bpf_map_lookup_elem(&guard_ans_rate, &k);
+	if (!b) {
+		struct guard_ans_bucket fresh = { .tokens = cap - GUARD_TOKEN_UNIT, .last_ns = now };
+		bpf_map_update_elem(&guard_ans_rate, &k, &fresh, BPF_ANY);
+		return 1;
+	}
+	__u64 tokens;
+	if (b->last_ns == 0 || now < b->last_ns || now - b->last_ns >= 1000000000ULL) {
+		tokens = cap;
+	} else {
+		tokens = b->tokens + (now - b->last_ns) * aa->rate;
+		if (tokens > cap)
+			tokens = cap;
+	}
+	b->last_ns = now;
+	if (tokens < GUARD_TOKEN_UNIT) {
+		b->tokens = tokens;
+		if (charge_only)
+			return 0;
+		b->limited++;
+		return aa->slip && b->limited % aa->slip == 0 ? 2 : 0;
+	}
+	b->tokens = tokens - GUARD_TOKEN_UNIT;
+	return 1;
+}
+
+/* SipHash-2-4, the hash of RFC 9018 server cookies. */
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                   \
+	do {                                                                                       \
+		v0 += v1;                                                                          \
+		v1 = ROTL64(v1, 13);                                                               \
+		v1 ^= v0;                                                                          \
+		v0 = ROTL64(v0, 32);                                                               \
+		v2 += v3;                                                                          \
+		v3 = ROTL64(v3, 16);                                                               \
+		v3 ^= v2;                                                                          \
+		v0 += v3;                                                                          \
+		v3 = ROTL64(v3, 21);                                                               \
+		v3 ^= v0;                                                                          \
+		v2 += v1;                                                                          \
+		v1 = ROTL64(v1, 17);                                                               \
+		v1 ^= v2;                                                                          \
+		v2 = ROTL64(v2, 32);                                                               \
+	} while (0)
+
+/* What SipHash-2-4 hashes: the key (k0, k1), `n` (2 or 4) little-endian words `m`, then the
+ * final block `last` (the message's tail bytes, and its length in the top byte). */
+struct sip_in {
+	__u64 k0, k1;
+	__u64 m[4];
+	__u64 n;
+	__u64 last;
+};
+
+/* SipHash-2-4 of `in` (a global function: verified once, not at every call). */
+__attribute__((noinline)) __u64 guard_siphash24(const struct sip_in *in)
+{
+	if (!in)
+		return 0;
+	__u64 v0 = in->k0 ^ 0x736f6d6570736575ULL, v1 = in->k1 ^ 0x646f72616e646f6dULL;
+	__u64 v2 = in->k0 ^ 0x6c7967656e657261ULL, v3 = in->k1 ^ 0x7465646279746573ULL;
+	__u64 n = in->n;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		__u64 w = in->m[i];
+		if (i < n) {
+			v3 ^= w;
+			SIPROUND;
+			SIPROUND;
+			v0 ^= w;
+		}
+	}
+	__u64 last = in->last;
+	v3 ^= last;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= last;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* The RFC 9018 hash of client cookie `cc` and server cookie head `head` for the source `src`
+ * (IPv4 mapped: its 4 bytes are hashed) under the secret `k`. */
+static __always_inline __u64 cookie_hash(const __u64 *k, __u64 cc, __u64 head, const __u8 *src,
+					 int v6)
+{
+	struct sip_in in = { .k0 = k[0], .k1 = k[1], .m = { cc, head, 0, 0 } };
+	if (v6) {
+		__builtin_memcpy(&in.m[2], src, 8);
+		__builtin_memcpy(&in.m[3], src + 8, 8);
+		in.n = 4;
+		in.last = 32ULL << 56;
+	} else {
+		__u32 ip4;
+		__builtin_memcpy(&ip4, src + 12, 4);
+		in.n = 2;
+		in.last = (__u64)ip4 | (20ULL << 56);
+	}
+	return guard_siphash24(&in);
+}
+
+/* Whether the query's server cookie is one we (or the previous secret) made for this client
+ * and is fresh: at most an hour old and five minutes ahead (RFC 9018 §4.3). */
+static __always_inline int cookie_valid(const struct guard_ans_addr *aa,
+					const struct guard_ans_ctx *a, const __u8 *src, int v6,
+					__u32 now_s)
+{
+	__u8 h[8];
+	__builtin_memcpy(h, &a->sc_head, 8);
+	if (h[0] != 1)
+		return 0;
+	__u32 ts = ((__u32)h[4] << 24) | ((__u32)h[5] << 16) | ((__u32)h[6] << 8) | h[7];
+	if (now_s - ts > 3600 && ts - now_s > 300)
+		return 0;
+	if (cookie_hash(aa->secret, a->cc, a->sc_head, src, v6) == a->sc_hash)
+		return 1;
+	return aa->cookie_keys == GUARD_KEYS_BOTH &&
+	       cookie_hash(aa->previous, a->cc, a->sc_head, src, v6) == a->sc_hash;
+}
+
+/* The COOKIE option dnsd answers with: the client cookie and a fresh server cookie. */
+static __always_inline void make_cookie(const struct guard_ans_addr *aa,
+					const struct guard_ans_ctx *a, const __u8 *src, int v6,
+					__u32 now_s, __u8 *out)
+{
+	__u8 head[8] = { 1, 0, 0, 0, now_s >> 24, now_s >> 16, now_s >> 8, now_s };
+	__u64 hv;
+	__builtin_memcpy(&hv, head, 8);
+	__u64 hash = cookie_hash(aa->secret, a->cc, hv, src, v6);
+	out[0] = 0;
+	out[1] = 10;
+	out[2] = 0;
+	out[3] = 24;
+	__builtin_memcpy(out + 4, &a->cc, 8);
+	__builtin_memcpy(out + 12, head, 8);
+	__builtin_memcpy(out + 20, &hash, 8);
+}
+
+/* The one's complement sum of the `n` bytes `b` placed at offset `off` of the DNS message. */
+static __always_inline __u32 sum_at(const __u8 *b, int n, __u32 off)
+{
+	/* The bytes at even and odd indexes summed apart, paired by the offset's parity once (a
+	 * branch per byte would multiply the verifier's states). */
+	__u32 even = 0, odd = 0;
+#pragma unroll
+	for (int i = 0; i < n; i++) {
+		if (i & 1)
+			odd += b[i];
+		else
+			even += b[i];
+	}
+	return (off & 1) ? even + (odd << 8) : (even << 8) + odd;
+}
+
+/* Sums `n` 16-bit words at `p` (bounds checked by the caller). */
+static __always_inline __u32 sum_words(const __u16 *p, int n)
+{
+	__u32 s = 0;
+#pragma unroll
+	for (int i = 0; i < n; i++)
+		s += bpf_ntohs(p[i]);
+	return s;
+}
+
+/* Turns the frame around as the reply whose DNS message (`dns_len` bytes from `dns_off`) is in
+ * place but for its header: MACs, addresses and ports swapped, lengths, the IPv4 and UDP
+ * checksums, the header's flags and counts. */
+static __always_inline int finish_reply(struct xdp_md *ctx, const struct guard_pkt *pk,
+					__u32 dns_off,
+					__u32 dns_len, __u16 flags, __u16 an, __u16 ns, __u16 ar,
+					const struct guard_ans_ctx *a, __u32 body)
+{
+	__u32 l3 = pk->l3_off & 0xff, l4o = pk->l4_off & 0xff;
+	/* The headers are edited in copies on the stack and stored back: offsets, not packet
+	 * pointers, which the verifier cannot follow through the tail change. */
+	struct ethhdr eth;
+	if (bpf_xdp_load_bytes(ctx, 0, &eth, sizeof(eth)))
+		return XDP_DROP;
+	__u8 mac[ETH_ALEN];
+	__builtin_memcpy(mac, eth.h_dest, ETH_ALEN);
+	__builtin_memcpy(eth.h_dest, eth.h_source, ETH_ALEN);
+	__builtin_memcpy(eth.h_source, mac, ETH_ALEN);
+	if (bpf_xdp_store_bytes(ctx, 0, &eth, sizeof(eth)))
+		return XDP_DROP;
+
+	__u16 udp_len = sizeof(struct udphdr) + dns_len;
+	__u32 psum;
+	if (pk->v6) {
+		struct ipv6hdr ip6;
+		if (bpf_xdp_load_bytes(ctx, l3, &ip6, sizeof(ip6)))
+			return XDP_DROP;
+		struct in6_addr t = ip6.saddr;
+		ip6.saddr = ip6.daddr;
+		ip6.daddr = t;
+		ip6.payload_len = bpf_htons(udp_len);
+		ip6.hop_limit = 64;
+		psum = sum_words((const __u16 *)&ip6.saddr, 16) + udp_len + IPPROTO_UDP;
+		if (bpf_xdp_store_bytes(ctx, l3, &ip6, sizeof(ip6)))
+			return XDP_DROP;
+	} else {
+		struct iphdr ip;
+		if (bpf_xdp_load_bytes(ctx, l3, &ip, sizeof(ip)))
+			return XDP_DROP;
+		__be32 t = ip.saddr;
+		ip.saddr = ip.daddr;
+		ip.daddr = t;
+		ip.tot_len = bpf_htons(sizeof(struct iphdr) + udp_len);
+		ip.ttl = 64;
+		ip.check = 0;
+		ip.check = bpf_htons(~fold(sum_words((const __u16 *)&ip, 10)));
+		psum = sum_words((const __u16 *)&ip.saddr, 4) + udp_len + IPPROTO_UDP;
+		if (bpf_xdp_store_bytes(ctx, l3, &ip, sizeof(ip)))
+			return XDP_DROP;
+	}
+	struct udphdr u;
+	struct dnshdr h;
+	if (bpf_xdp_load_bytes(ctx, l4o, &u, sizeof(u)) ||
+	    bpf_xdp_load_bytes(ctx, dns_off, &h, sizeof(h)))
+		return XDP_DROP;
+	__be16 port = u.source;
+	u.source = u.dest;
+	u.dest = port;
+	u.len = bpf_htons(udp_len);
+	h.flags = bpf_htons(flags);
+	h.an = bpf_htons(an);
+	h.ns = bpf_htons(ns);
+	h.ar = bpf_htons(ar);
+	u.check = 0;
+	u.check = bpf_htons(reply_csum(psum, &u, &h, a, body));
+	if (bpf_xdp_store_bytes(ctx, l4o, &u, sizeof(u)) ||
+	    bpf_xdp_store_bytes(ctx, dns_off, &h, sizeof(h)))
+		return XDP_DROP;
+	return XDP_TX;
+}
+
+/* Makes the DNS message at `dns_off` of the `frame_len`-byte frame `dns_len` bytes long (its
+ * first `qend` bytes kept): the tail
+ * moved, or, when the driver left no tailroom (a virtual NIC's tight buffer), the front, with
+ * the headers and the question moved there. 0, or the verdict to return. */
+static __always_inline int fit(struct xdp_md *ctx, __u32 frame_len, __u32 dns_off, __u32 qend,
+			       __u32 dns_len, struct guard_ans_scratch *scr,
+			       struct guard_counters *cnt)
+{
+	int delta = (int)dns_len - (int)(frame_len - dns_off);
+	if (delta == 0 || !bpf_xdp_adjust_tail(ctx, delta))
+		return 0;
+	__u64 hl = dns_off + qend;
+	if (delta < 0 || hl >= GUARD_HEAD_MAX || hl < sizeof(struct ethhdr)) {
+		cnt->count[GUARD_C_ANS_PASS_ROOM]++;
+		return XDP_PASS;
+	}
+	/* For the verifier, on the register the helper gets: hl < GUARD_HEAD_MAX. */
+	asm volatile("%[v] &= 0xff" : [v] "+r"(hl));
+	if (hl == 0)
+		return XDP_PASS;
+	if (bpf_xdp_load_bytes(ctx, 0, scr->head, hl)) {
+		cnt->count[GUARD_C_ANS_PASS_ROOM]++;
+		return XDP_PASS;
+	}
+	if (bpf_xdp_adjust_head(ctx, -delta)) {
+		cnt->count[GUARD_C_ANS_PASS_ROOM]++;
+		return XDP_PASS;
+	}
+	if (bpf_xdp_store_bytes(ctx, 0, scr->head, hl))
+		return XDP_DROP;
+	return 0;
+}
+
+/* Sends dnsd's answer `v` (found for the query parsed into `scr`) to the client at `aa`'s
+ * address, or its RRL slip, or passes: XDP_TX, XDP_PASS, XDP_DROP or GUARD_RRL_DROP. A global
+ * function: verified once, apart from the parser's many ways here. */
+__attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_scratch *scr,
+					  const struct guard_ans_addr *aa,
+					  const struct guard_answer *v)
+{
+	__u32 zero = 0;
+	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
+	if (!ctx || !scr || !aa || !v || !cnt)
+		return XDP_PASS;
+	const struct guard_ans_ctx *a = &scr->a;
+	const struct guard_pkt *pk = &scr->pk;
+	const __u8 *src = scr->src;
+	int v6 = pk->v6;
+	__u8 variant = scr->key.variant;
+	__u32 dns_off = (pk->l4_off & 0xff) + sizeof(struct udphdr);
+	__u32 frame_len = a->frame_len & 0xffff;
+	/* A cookie: answered as dnsd would (the COOKIE option appended to the answer's OPT),
+	 * ignored where dnsd ignores it, else passed. */
+	__u32 extra = 0;
+	if (a->cookie && v->cookie != GUARD_COOKIE_IGNORE) {
+		/* IPv6 sources that are mapped IPv4 addresses hash as IPv4 in dnsd: left to it. */
+		int mapped = v6 && !src[0] && !src[1] && !src[8] && src[10] == 0xff &&
+			     src[11] == 0xff;
+		if (v->cookie != GUARD_COOKIE_ANSWER || aa->cookie_keys == GUARD_KEYS_NONE ||
+		    mapped) {
+			answer_allowed(src, v6, aa, 1);
+			cnt->count[GUARD_C_ANS_PASS_COOKIE]++;
+			return XDP_PASS;
+		}
+		extra = 28;
+	}
+	/* The most dnsd sends this client (response::size_limit). */
+	__u32 limit = 512;
+	if (variant != GUARD_V_NO_EDNS) {
+		__u32 ours = aa->udp_payload < 512 ? 512 : aa->udp_payload;
+		limit = a->client < ours ? a->client : ours;
+	}
+	__u32 len = v->len;
+	__u32 qend = a->qend;
+	if (len == 0 || (extra && len < 11) || len > GUARD_ANSWER_MAX ||
+	    qend > 12 + GUARD_QNAME_MAX + 4 || qend + len + extra > limit) {
+		answer_allowed(src, v6, aa, 1);
+		cnt->count[GUARD_C_ANS_PASS_SIZE]++;
+		return XDP_PASS;
+	}
+	/* A valid server cookie proves the source address: no rate limit, as in dnsd. */
+	int exempt = 0;
+	__u32 now_s = 0;
+	if (extra) {
+		now_s = (bpf_ktime_get_boot_ns() + aa->unix_off_ns) / 1000000000ULL;
+		if (a->cookie == 24) {
+			exempt = cookie_valid(aa, a, src, v6, now_s);
+			cnt->count[exempt ? GUARD_C_ANS_COOKIE_VALID : GUARD_C_ANS_COOKIE_INVALID]++;
+		}
+	}
+	int allowed = exempt ? 1 : answer_allowed(src, v6, aa, 0);
+	if (allowed == 0) {
+		cnt->count[GUARD_C_ANS_RRL_DROP]++;
+		return GUARD_RRL_DROP;
+	}
+	__u8 *o = scr->opt;
+	if (allowed == 2) {
+		/* Slipped as dnsd's RRL slips (response::slip): the question and our OPT, with
+		 * TC=1 — or, to a client that sent a cookie, BADCOOKIE with a fresh one. */
+		cnt->count[GUARD_C_ANS_SLIP]++;
+		__builtin_memset(o, 0, sizeof(scr->opt));
+		__u32 olen = 0;
+		__u16 flags = DNS_QR | (a->qflags & (DNS_RD | DNS_CD));
+		if (variant != GUARD_V_NO_EDNS) {
+			o[2] = 41;
+			o[3] = aa->udp_payload >> 8;
+			o[4] = aa->udp_payload & 0xff;
+			o[7] = variant == GUARD_V_EDNS_DO ? 0x80 : 0;
+			olen = 11;
+			if (extra) {
+				o[5] = 1; /* BADCOOKIE (23): its upper bits */
+				o[10] = 28;
+				make_cookie(aa, a, src, v6, now_s, o + 11);
+				olen = 39;
+			}
+		}
+		flags |= extra ? 7 : DNS_TC;
+		__u32 dlen = qend + olen;
+		int r = fit(ctx, frame_len, dns_off, qend, dlen, scr, cnt);
+		if (r)
+			return r;
+		if (olen == 11 && bpf_xdp_store_bytes(ctx, dns_off + qend, o, 11))
+			return XDP_DROP;
+		if (olen == 39 && bpf_xdp_store_bytes(ctx, dns_off + qend, o, 39))
+			return XDP_DROP;
+		return finish_reply(ctx, pk, dns_off, dlen, flags, 0, 0, olen != 0, a,
+				    sum_at(o, 39, qend));
+	}
+	__u32 dns_len = qend + len + extra;
+	int r = fit(ctx, frame_len, dns_off, qend, dns_len, scr, cnt);
+	if (r)
+		return r;
+	if (bpf_xdp_store_bytes(ctx, dns_off + qend, (void *)v->data, len)) {
+		/* Cannot happen once the tail grew; the frame is no query any more: drop. */
+		return XDP_DROP;
+	}
+
+	__u32 body = v->csum;
+	/* The answer starts right after the question: at an odd offset its bytes pair the other
+	 * way round, which swaps the bytes of its sum. */
+	if (qend & 1)
+		body = ((body >> 8) | (body << 8)) & 0xffff;
+	if (extra) {
+		/* The OPT record is the answer's last (rdlen 0, checked when dnsd compiled it):
+		 * its rdlen becomes 28, and the COOKIE option follows. */
+		o[0] = 0;
+		o[1] = 28;
+		make_cookie(aa, a, src, v6, now_s, o + 2);
+		if (bpf_xdp_store_bytes(ctx, dns_off + qend + len - 2, o, 30))
+			return XDP_DROP;
+		body += sum_at(o, 30, qend + len - 2);
+	}
+	return finish_reply(ctx, pk, dns_off, dns_len, v->flags | (a->qflags & (DNS_RD | DNS_CD)),
+			    v->an, v->ns, v->ar, a, body);
+}
+
+/* The answer fast path for a candidate: XDP_TX with dnsd's reply written in place, or
+ * XDP_PASS with the reason counted. */
+static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt *pk,
+				      struct guard_counters *cnt)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l3 = pk->l3_off & 0xff, l4o = pk->l4_off & 0xff;
+	struct udphdr *udp = data + l4o;
+	if ((void *)(udp + 1) > end)
+		return XDP_PASS;
+
+	__u32 zero = 0;
+	struct guard_ans_scratch *scr = bpf_map_lookup_elem(&guard_ans_tmp, &zero);
+	if (!scr)
+		return XDP_PASS;
+	struct guard_ans_addr_key ak = { .port = bpf_ntohs(udp->dest) };
+	__u8 *src = scr->src;
+	__builtin_memset(src, 0, 16);
+	if (pk->v6) {
+		struct ipv6hdr *ip6 = data + l3;
+		if ((void *)(ip6 + 1) > end)
+			return XDP_PASS;
+		__builtin_memcpy(ak.addr, &ip6->daddr, 16);
+		__builtin_memcpy(src, &ip6->saddr, 16);
+	} else {
+		struct iphdr *ip = data + l3;
+		if ((void *)(ip + 1) > end)
+			return XDP_PASS;
+		ak.addr[10] = 0xff;
+		ak.addr[11] = 0xff;
+		__builtin_memcpy(&ak.addr[12], &ip->daddr, 4);
+		src[10] = 0xff;
+		src[11] = 0xff;
+		__builtin_memcpy(&src[12], &ip->saddr, 4);
+	}
+	struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
+	if (!aa || !aa->on || aa->expires_ns < bpf_ktime_get_boot_ns()) {
+		cnt->count[GUARD_C_ANS_PASS_NO_ADDR]++;
+		return XDP_PASS;
+	}
+
+	struct guard_ans_key *k = &scr->key;
+	__builtin_memset(k, 0, sizeof(*k));
+	struct guard_ans_ctx *a = &scr->a;
+	__builtin_memset(a, 0, sizeof(*a));
+	scr->pk = *pk;
+	__u32 dns_off = l4o + sizeof(struct udphdr);
+	__u32 frame_len = (long)end - (long)data;
+	a->frame_len = frame_len;
+	__u32 msg_end = l4o + bpf_ntohs(udp->len);
+	if (bpf_ntohs(udp->len) < sizeof(struct udphdr) + sizeof(struct dnshdr) || msg_end > frame_len) {
+		cnt->count[GUARD_C_ANS_PASS_QUERY]++;
+		return XDP_PASS;
+	}
+	int r = parse_query(ctx, data, end, dns_off, msg_end, k, a);
+	if (r) {
+		cnt->count[GUARD_C_ANS_PASS_QUERY]++;
+		return XDP_PASS;
+	}
+	__builtin_memcpy(k->addr, ak.addr, 16);
+	k->port = ak.port;
+	k->gen = aa->gen;
+	struct guard_answer *v = bpf_map_lookup_elem(&guard_answers, k);
+	if (!v) {
+		/* dnsd answers it: charged to the source's bucket too, so that XDP's answers and
+		 * dnsd's together stay within the rate. */
+		answer_allowed(src, pk->v6, aa, 1);
+		cnt->count[GUARD_C_ANS_PASS_MISS]++;
+		return XDP_PASS;
+	}
+	return send_answer(ctx, scr, aa, v);
+}
+
+#endif /* PALISADE_GUARD_ANSWER_H */
