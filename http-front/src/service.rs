@@ -1,4 +1,6 @@
-//! The request path, in order, with early exits: blocked source → Host → site → size limits → path normalised → rules (skipped when the site has none) → proxy.
+//! The request path, as phases with early exits (Pingora's): the request filter (blocked
+//! source → Host → site → size limits → path normalised), the rules (skipped when the site
+//! has none), the access record's sample, the upstream request; then the proxy.
 
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -170,16 +172,64 @@ struct Job {
     sampled: Option<Box<Sampled>>,
 }
 
+/// The request path as phases (Pingora's): the request filter (blocked source, method,
+/// Host → site, sizes, path), the rules, the access record's sample, the upstream request.
+/// Each phase may answer at once; what reaches the end is forwarded.
 fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
-    use Verdict::Respond;
-    let front = &*cx.front;
-    let c = &front.counters;
-    c.bump(if cx.h2 {
+    cx.front.counters.bump(if cx.h2 {
         Counter::RequestsH2
     } else {
         Counter::RequestsH1
     });
+    let mut buf = [0u8; HOST_MAX];
+    let f = match request_filter(cx, &req, &mut buf) {
+        Ok(f) => f,
+        Err(r) => return Verdict::Respond(r),
+    };
+    let action = match rules(cx, &f, &req) {
+        Ok(a) => a,
+        Err(r) => return Verdict::Respond(r),
+    };
+    let sampled = sample(cx, &f, &req, action);
+    // The upstream gets the host the site was chosen by, whatever else the client sent, and
+    // the path the rules saw.
+    let host = upstream_host(&f.host, f.raw_host);
+    let forward = match f.path.forward {
+        std::borrow::Cow::Owned(p) if p != req.uri().path() => Some(p),
+        _ => None,
+    };
+    let (snap, site) = (f.snap, f.site_ix);
+    Verdict::Proxy(upstream_request(
+        cx, snap, site, req, host, forward, sampled,
+    ))
+}
 
+/// What the request filter found: the site, the normalised host and path, the declared body
+/// size.
+struct Filtered<'a> {
+    snap: Arc<Snapshot>,
+    site_ix: usize,
+    host: Host<'a>,
+    raw_host: Option<&'a HeaderValue>,
+    path: target::NormalPath<'a>,
+    request_bytes: Option<u64>,
+    /// When the request started (only a sampled access record needs it).
+    t0: Option<Instant>,
+}
+
+/// Phase 1, the request filter: a blocked source, a method never proxied, the site by its
+/// Host (one strict reading, or 400: never another site), the size limits, the path the
+/// rules see and the origin gets.
+// The error is the answer itself, moved once as `Verdict::Respond` was: boxing it would cost
+// an allocation on every refused request.
+#[allow(clippy::result_large_err)]
+fn request_filter<'a>(
+    cx: &ConnCtx,
+    req: &'a Request<Incoming>,
+    buf: &'a mut [u8; HOST_MAX],
+) -> Result<Filtered<'a>, Response<RespBody>> {
+    let front = &*cx.front;
+    let c = &front.counters;
     // 1. A source blocked since the connection opened: refuse and close, before anything else.
     let blocked = cx.ctl.cause() == Some(CloseCause::Blocked)
         || local::with(front, |l| {
@@ -188,11 +238,11 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
     if blocked {
         cx.ctl.close(CloseCause::Blocked);
         c.bump(Counter::RespBlocked);
-        return Respond(simple(StatusCode::FORBIDDEN, "blocked\n", !cx.h2));
+        return Err(simple(StatusCode::FORBIDDEN, "blocked\n", !cx.h2));
     }
     if req.method() == Method::CONNECT {
         c.bump(Counter::RespBadRequest);
-        return Respond(simple(
+        return Err(simple(
             StatusCode::METHOD_NOT_ALLOWED,
             "CONNECT is not proxied\n",
             false,
@@ -203,17 +253,16 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
     let snap = front.snapshot();
     // Only a sampled access record needs the duration.
     let t0 = (snap.sample_period > 0).then(Instant::now);
-    let mut buf = [0u8; HOST_MAX];
-    let (host, raw_host) = match target::request_host(&req, cx.h2, &mut buf) {
+    let (host, raw_host) = match target::request_host(req, cx.h2, buf) {
         Ok(h) => h,
         Err(why) => {
             c.bump(Counter::RespBadHost);
-            return Respond(simple(StatusCode::BAD_REQUEST, why, false));
+            return Err(simple(StatusCode::BAD_REQUEST, why, false));
         }
     };
     let Some(site_ix) = snap.sites.index(host.name) else {
         c.bump(Counter::RespUnknownHost);
-        return Respond(simple(
+        return Err(simple(
             StatusCode::MISDIRECTED_REQUEST,
             "unknown host\n",
             false,
@@ -223,7 +272,7 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
 
     if req.method() == Method::TRACE && !site.allow_trace {
         c.bump(Counter::RespMethodNotAllowed);
-        return Respond(simple(
+        return Err(simple(
             StatusCode::METHOD_NOT_ALLOWED,
             "TRACE is not allowed\n",
             false,
@@ -232,13 +281,13 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
 
     // 3. Sizes, and what hyper leaves to us of the head.
     let limits = &snap.cfg.limits;
-    if let Err((status, text)) = check_head(&req, limits, c) {
-        return Respond(simple(status, text, true));
+    if let Err((status, text)) = check_head(req, limits, c) {
+        return Err(simple(status, text, true));
     }
     if req.uri().path_and_query().map_or(1, |p| p.as_str().len()) > limits.max_uri_bytes {
         c.bump(Counter::LimitUriBytes);
         c.bump(Counter::RespUriTooLong);
-        return Respond(simple(
+        return Err(simple(
             StatusCode::URI_TOO_LONG,
             "request target too long\n",
             false,
@@ -252,7 +301,7 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
     if request_bytes.is_some_and(|n| n > limits.max_body_bytes) {
         c.bump(Counter::LimitBodyBytes);
         c.bump(Counter::RespBodyTooLarge);
-        return Respond(simple(
+        return Err(simple(
             StatusCode::PAYLOAD_TOO_LARGE,
             "request body too large\n",
             !cx.h2,
@@ -260,18 +309,38 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
     }
 
     // 4. The path the rules see and the origin gets (400 for what cannot be both).
-    let path = match target::request_path(&req, site.path) {
+    let path = match target::request_path(req, site.path) {
         Ok(p) => p,
         Err(e) => {
             c.bump(Counter::RespBadPath);
-            return Respond(simple(StatusCode::BAD_REQUEST, bad_path_text(e), false));
+            return Err(simple(StatusCode::BAD_REQUEST, bad_path_text(e), false));
         }
     };
+    Ok(Filtered {
+        snap,
+        site_ix,
+        host,
+        raw_host,
+        path,
+        request_bytes,
+        t0,
+    })
+}
 
-    // 5. Rules: a site without any goes straight to the proxy.
+/// Phase 2, the rules of the site's tenant (skipped when it has none): the action taken for
+/// the access record, or the answer of a deny, challenge or rate limit.
+#[allow(clippy::result_large_err)]
+fn rules(
+    cx: &ConnCtx,
+    f: &Filtered<'_>,
+    req: &Request<Incoming>,
+) -> Result<&'static str, Response<RespBody>> {
+    let front = &*cx.front;
+    let c = &front.counters;
+    let site = f.snap.sites.get(f.site_ix);
     let mut action = "pass";
     if site.has_rules {
-        let view = HttpView::new(&req, host.name, &path.view);
+        let view = HttpView::new(req, f.host.name, &f.path.view);
         let now = Now::read();
         let v = local::with(front, |l| {
             let v = l.rules.check(site.tenant, cx.ip, &view, now);
@@ -302,12 +371,12 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
             Action::Deny => {
                 c.bump(Counter::VerdictDeny);
                 c.bump(Counter::RespDenied);
-                return Respond(simple(StatusCode::FORBIDDEN, "forbidden\n", false));
+                return Err(simple(StatusCode::FORBIDDEN, "forbidden\n", false));
             }
             Action::Challenge => {
                 c.bump(Counter::VerdictChallenge);
                 c.bump(Counter::RespChallenged);
-                return Respond(simple(StatusCode::FORBIDDEN, "forbidden\n", false));
+                return Err(simple(StatusCode::FORBIDDEN, "forbidden\n", false));
             }
             Action::RateLimit => {
                 c.bump(Counter::VerdictRateLimit);
@@ -319,14 +388,27 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
                     ms => HeaderValue::from(ms.div_ceil(1000)),
                 };
                 r.headers_mut().insert(header::RETRY_AFTER, retry);
-                return Respond(r);
+                return Err(r);
             }
         }
     } else {
         c.bump(Counter::VerdictNoRules);
     }
+    Ok(action)
+}
 
-    // 6. Proxy.
+/// Phase 3, logging: the parts of a sampled request kept for its access record (one request
+/// in `sample_period` of the sites that log).
+fn sample(
+    cx: &ConnCtx,
+    f: &Filtered<'_>,
+    req: &Request<Incoming>,
+    action: &'static str,
+) -> Option<Box<Sampled>> {
+    let front = &*cx.front;
+    let snap = &f.snap;
+    let site = snap.sites.get(f.site_ix);
+    let (host, request_bytes, t0) = (&f.host, f.request_bytes, f.t0);
     let sample = site.access_log
         && snap.sample_period > 0
         && local::with(front, |l| {
@@ -357,27 +439,33 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
             t0: t0.unwrap_or_else(Instant::now),
         })
     });
-    // The upstream gets the host the site was chosen by, whatever else the client sent, and
-    // the path the rules saw.
-    let host = upstream_host(&host, raw_host);
-    let path_changed = path.forward != req.uri().path();
-    let forward = match path.forward {
-        std::borrow::Cow::Owned(p) if path_changed => Some(p),
-        _ => None,
-    };
+    sampled
+}
+
+/// Phase 4, the upstream request: the head as the origin gets it (the normalised path when
+/// it changed), with what the forwarding needs.
+fn upstream_request(
+    cx: &ConnCtx,
+    snap: Arc<Snapshot>,
+    site: usize,
+    req: Request<Incoming>,
+    host: Option<HeaderValue>,
+    forward: Option<String>,
+    sampled: Option<Box<Sampled>>,
+) -> Job {
     let (mut parts, body) = req.into_parts();
     if let Some(p) = forward {
-        c.bump(Counter::PathNormalized);
+        cx.front.counters.bump(Counter::PathNormalized);
         set_path(&mut parts.uri, &p);
     }
-    Verdict::Proxy(Job {
-        site: site_ix,
+    Job {
+        site,
         snap,
         parts,
         body: Some(body),
         host,
         sampled,
-    })
+    }
 }
 
 /// The `Host` the upstream gets: the client's own value when it is already canonical (no copy).

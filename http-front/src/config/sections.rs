@@ -1,0 +1,114 @@
+//! The smaller sections: `[tls]`, `[forwarded]`, `[rules]`, `[xdp]`, `[access_log]`,
+//! `[metrics]`, `[control]`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use super::values::*;
+use serde::Deserialize;
+use shield::events::Output;
+use shield::rules::StateConfig;
+use toml::Spanned;
+
+/// `[tls]`: TLS listeners through rustls (ALPN h2 and http/1.1).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TlsSchema {
+    pub(super) listen: Vec<SocketAddr>,
+    pub(super) cert: Spanned<PathBuf>,
+    pub(super) key: Spanned<PathBuf>,
+}
+
+/// `[forwarded]`: what the proxy tells the upstream about the client.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Forwarded {
+    /// Set `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host`.
+    pub x_forwarded: bool,
+    /// Set `Forwarded: for=...;proto=...;host=...` (RFC 7239).
+    pub forwarded: bool,
+    /// Append to the client's own `X-Forwarded-For`/`Forwarded` instead of replacing them (only behind a trusted proxy).
+    pub trust_incoming: bool,
+    /// Set `X-Real-IP` to the client address (replacing the client's own).
+    pub x_real_ip: bool,
+}
+
+impl Default for Forwarded {
+    fn default() -> Self {
+        Forwarded {
+            x_forwarded: true,
+            forwarded: true,
+            trust_incoming: false,
+            x_real_ip: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RulesSchema {
+    pub(super) file: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    pub(super) state: StateConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct XdpSchema {
+    pub(super) pin_path: Option<PathBuf>,
+}
+
+/// `[access_log]`: sampled, normalised records of passed requests.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessLog {
+    /// Where records go; `none` turns access logs off. Start-time only.
+    pub output: Output,
+    /// Share of passed requests logged (1.0: all; 0.01: one in a hundred, deterministic per thread).
+    #[serde(deserialize_with = "fraction")]
+    pub sample_rate: f64,
+    /// Records queued for the writer; beyond, records are dropped and counted.
+    #[serde(deserialize_with = "range_usize::<1, 10000000, _>")]
+    pub queue: usize,
+    /// Also send records to `[events.clickhouse]`'s access table. Start-time only.
+    pub clickhouse: bool,
+}
+
+impl Default for AccessLog {
+    fn default() -> Self {
+        AccessLog {
+            output: Output::None,
+            sample_rate: 0.01,
+            queue: 65_536,
+            clickhouse: false,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct MetricsSchema {
+    pub(super) listen: Option<SocketAddr>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ControlSchema {
+    pub(super) socket: Option<PathBuf>,
+    #[serde(
+        default = "shield::control::default_mode",
+        deserialize_with = "shield::control::octal"
+    )]
+    pub(super) mode: u32,
+    pub(super) group: Option<String>,
+}
+
+impl Default for ControlSchema {
+    fn default() -> Self {
+        ControlSchema {
+            socket: None,
+            mode: shield::control::DEFAULT_MODE,
+            group: None,
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! `[server]` (listeners and connection lifecycle), `[limits]` and `[http2]`.
+
+use std::net::SocketAddr;
+
+use super::values::*;
+use serde::Deserialize;
+
+/// `[server]`: listeners and connection lifecycle.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Server {
+    /// Plaintext listeners: HTTP/1.1, and HTTP/2 by prior knowledge (h2c) when `h2c`.
+    pub listen: Vec<SocketAddr>,
+    /// Runtime worker threads (0: one per core the process may run on). Start-time only.
+    #[serde(deserialize_with = "range_usize::<0, 1024, _>")]
+    pub workers: usize,
+    /// Accept HTTP/2 by prior knowledge on the plaintext listeners.
+    pub h2c: bool,
+    /// Most open client connections; further ones are closed at accept and counted.
+    #[serde(deserialize_with = "range_usize::<1, 10000000, _>")]
+    pub max_connections: usize,
+    /// Most open connections from one source address; further ones are closed at accept.
+    #[serde(deserialize_with = "range_usize::<1, 10000000, _>")]
+    pub max_connections_per_source: usize,
+    /// A request head (and a TLS handshake, and the HTTP/2 preface) must arrive within this; also the HTTP/1.1 keep-alive idle limit.
+    #[serde(deserialize_with = "range::<100, 3600000, _>")]
+    pub header_read_timeout_ms: u64,
+    /// An HTTP/2 connection with no request in flight for this long is closed (GOAWAY).
+    #[serde(deserialize_with = "range::<100, 86400000, _>")]
+    pub idle_timeout_ms: u64,
+    /// A connection older than this is closed after its current requests (GOAWAY / `Connection: close`).
+    #[serde(deserialize_with = "range::<1, 604800, _>")]
+    pub max_connection_age_secs: u64,
+    /// A connection that has carried this many requests (HTTP/2: streams) is closed after them.
+    #[serde(deserialize_with = "range_u32::<1, 4000000000, _>")]
+    pub max_requests_per_connection: u32,
+    /// Blocked IPv4 sources (the first this many entries of the block map) whose SYNs a
+    /// kernel socket filter on the listeners drops before any connection exists (0: off;
+    /// the accept-time check covers the rest). Start-time only.
+    #[serde(deserialize_with = "range_usize::<0, 3500, _>")]
+    pub syn_filter_max: usize,
+    /// After GOAWAY (or `Connection: close`), how long in-flight requests may still finish.
+    #[serde(deserialize_with = "range::<0, 600000, _>")]
+    pub graceful_close_ms: u64,
+    /// A response whose client takes none of it for this long is ended, and its upstream
+    /// connection closed (nginx's `send_timeout`).
+    #[serde(deserialize_with = "range::<100, 3600000, _>")]
+    pub send_timeout_ms: u64,
+    /// A request body is read into memory up to this many bytes before the upstream is
+    /// contacted (nginx's `client_body_buffer_size`); a larger one streams.
+    #[serde(deserialize_with = "range_usize::<0, 67108864, _>")]
+    pub body_buffer_bytes: usize,
+    /// Most bytes of request bodies buffered at once over all requests; past it, bodies
+    /// stream without a buffer (counted).
+    #[serde(deserialize_with = "range_usize::<0, 68719476736, _>")]
+    pub body_buffer_total_bytes: usize,
+    /// A request body must keep at least this rate after its first two seconds (0: no
+    /// minimum); a slower one is answered 408 and its upstream connection closed.
+    #[serde(deserialize_with = "range::<0, 1073741824, _>")]
+    pub body_min_rate_bytes_per_sec: u64,
+    /// A whole request body must arrive within this.
+    #[serde(deserialize_with = "range::<100, 86400000, _>")]
+    pub body_timeout_ms: u64,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 8080))],
+            workers: 0,
+            h2c: true,
+            max_connections: 50_000,
+            max_connections_per_source: 256,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            max_connection_age_secs: 3_600,
+            max_requests_per_connection: 1_000,
+            graceful_close_ms: 5_000,
+            syn_filter_max: 1_024,
+            send_timeout_ms: 60_000,
+            body_buffer_bytes: 128 * 1024,
+            body_buffer_total_bytes: 256 << 20,
+            body_min_rate_bytes_per_sec: 1024,
+            body_timeout_ms: 60_000,
+        }
+    }
+}
+
+/// `[limits]`: sizes of what a client may send.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Longest request target (path and query), bytes; longer gets 414.
+    #[serde(deserialize_with = "range_usize::<64, 1048576, _>")]
+    pub max_uri_bytes: usize,
+    /// Largest request head: request line and headers (HTTP/1.1), header list (HTTP/2); larger gets 431.
+    #[serde(deserialize_with = "range_usize::<1024, 1048576, _>")]
+    pub max_header_bytes: usize,
+    /// Most header fields in one HTTP/1.1 request; more gets 431.
+    #[serde(deserialize_with = "range_usize::<8, 10000, _>")]
+    pub max_headers: usize,
+    /// Largest request body, bytes; larger gets 413 (from Content-Length at once, else when reached).
+    #[serde(deserialize_with = "range::<0, 1099511627776, _>")]
+    pub max_body_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_uri_bytes: 8_192,
+            max_header_bytes: 32_768,
+            max_headers: 100,
+            max_body_bytes: 16 << 20,
+        }
+    }
+}
+
+/// `[http2]`: limits against abusive HTTP/2 clients (hyper and h2 knobs, and our own reset-flood check).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Http2 {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS.
+    #[serde(deserialize_with = "range_u32::<1, 10000, _>")]
+    pub max_concurrent_streams: u32,
+    /// Streams reset by the client before we accepted them; beyond, GOAWAY ENHANCE_YOUR_CALM (h2).
+    #[serde(deserialize_with = "range_usize::<1, 100000, _>")]
+    pub max_pending_accept_reset_streams: usize,
+    /// Streams we had to reset for protocol errors; beyond, GOAWAY (h2, RUSTSEC-2024-0003).
+    #[serde(deserialize_with = "range_usize::<1, 100000, _>")]
+    pub max_local_error_reset_streams: usize,
+    /// Requests cancelled by the client before their response head are "premature resets"; a
+    /// connection with at least this many, making up more than `reset_flood_ratio` of its
+    /// requests, is closed (Envoy's rapid-reset heuristic).
+    #[serde(deserialize_with = "range_u32::<1, 1000000, _>")]
+    pub reset_flood_min: u32,
+    /// Share of premature resets among a connection's requests beyond which it is closed.
+    #[serde(deserialize_with = "fraction")]
+    pub reset_flood_ratio: f64,
+    /// When positive, a source caught in a reset flood also enters the block map for this long.
+    #[serde(deserialize_with = "range::<0, 2592000, _>")]
+    pub reset_flood_block_secs: u64,
+    /// SETTINGS_INITIAL_WINDOW_SIZE per stream, bytes.
+    #[serde(deserialize_with = "range_u32::<65535, 2147483647, _>")]
+    pub initial_stream_window: u32,
+    /// Connection-level receive window, bytes.
+    #[serde(deserialize_with = "range_u32::<65535, 2147483647, _>")]
+    pub initial_connection_window: u32,
+    /// Bytes buffered per stream for a slow reader.
+    #[serde(deserialize_with = "range_usize::<16384, 67108864, _>")]
+    pub max_send_buf_size: usize,
+    /// Interval of PINGs that detect dead peers (0: none).
+    #[serde(deserialize_with = "range::<0, 3600000, _>")]
+    pub keep_alive_interval_ms: u64,
+    /// A PING not answered within this closes the connection.
+    #[serde(deserialize_with = "range::<100, 3600000, _>")]
+    pub keep_alive_timeout_ms: u64,
+}
+
+impl Default for Http2 {
+    fn default() -> Self {
+        Http2 {
+            max_concurrent_streams: 128,
+            max_pending_accept_reset_streams: 20,
+            max_local_error_reset_streams: 256,
+            reset_flood_min: 100,
+            reset_flood_ratio: 0.5,
+            reset_flood_block_secs: 0,
+            initial_stream_window: 256 * 1024,
+            initial_connection_window: 1 << 20,
+            max_send_buf_size: 256 * 1024,
+            keep_alive_interval_ms: 30_000,
+            keep_alive_timeout_ms: 20_000,
+        }
+    }
+}

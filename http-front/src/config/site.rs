@@ -1,0 +1,73 @@
+//! `[[site]]`: hosts, the upstream, tenant, path handling, headers stripped, access log.
+
+use super::upstream::{d_retry_after, d_true};
+use super::values::*;
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SiteSchema {
+    pub(super) name: Option<String>,
+    pub(super) hosts: Vec<Spanned<String>>,
+    pub(super) upstream: Spanned<String>,
+    #[serde(default, deserialize_with = "tenant")]
+    pub(super) tenant: Option<u32>,
+    #[serde(
+        default = "d_retry_after",
+        deserialize_with = "range_u32::<1, 86400, _>"
+    )]
+    pub(super) retry_after_secs: u32,
+    #[serde(default = "d_true")]
+    pub(super) access_log: bool,
+    #[serde(default)]
+    pub(super) encoded_slash: EncodedSlash,
+    #[serde(default)]
+    pub(super) path_case_insensitive: bool,
+    #[serde(default)]
+    pub(super) path_params: bool,
+    #[serde(default)]
+    pub(super) allow_trace: bool,
+    #[serde(default = "d_strip_headers")]
+    pub(super) strip_headers: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) underscores_in_headers: bool,
+}
+
+/// Request headers that origins may trust for the client's address or for the URL or
+/// method they serve: stripped unless a site lists its own.
+pub const DEFAULT_STRIP_HEADERS: &[&str] = &[
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "client-ip",
+    "x-cluster-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-original-url",
+    "x-original-uri",
+    "x-rewrite-url",
+    "x-forwarded-server",
+    "x-host",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+pub(super) fn d_strip_headers() -> Vec<Spanned<String>> {
+    DEFAULT_STRIP_HEADERS
+        .iter()
+        .map(|h| Spanned::new(0..0, (*h).to_string()))
+        .collect()
+}
+
+/// `[[site]] encoded_slash`: what `%2F`, `%5C` and `\` in a path get.
+#[derive(Clone, Copy, Debug, Deserialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EncodedSlash {
+    /// 400 (the default: a separator to some origins, data to others).
+    #[default]
+    Reject,
+    /// Passed on, kept encoded; one segment to the rules.
+    Keep,
+}
