@@ -415,7 +415,7 @@ fn sample(
             l.sample_tick += 1;
             l.access.is_some() && l.sample_tick.is_multiple_of(snap.sample_period)
         });
-    let sampled = sample.then(|| {
+    sample.then(|| {
         let text = |n: header::HeaderName| {
             req.headers()
                 .get(n)
@@ -438,8 +438,7 @@ fn sample(
             action,
             t0: t0.unwrap_or_else(Instant::now),
         })
-    });
-    sampled
+    })
 }
 
 /// Phase 4, the upstream request: the head as the origin gets it (the normalised path when
