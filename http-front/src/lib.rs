@@ -9,8 +9,8 @@
 //!
 //! Files by job: [`config`] (the file), [`front`] (running state and reload), [`client_conn`]
 //! (accept and connection lifecycle), [`conn_registry`] (connections by source), [`service`] (the
-//! request path), [`target`] (Host and path as the rules see them and the origin gets them), [`site`] (Host → site), [`proxy`] (forwarding), [`h1`] (the HTTP/1.1
-//! upstream exchange), [`reqbody`] (request bodies buffered and timed), [`relay`] (response bodies a slow reader cannot hold an upstream with), [`upstream`] (pools), [`view`] (the request as the rules see it),
+//! request path), [`target`] (Host and path as the rules see them and the origin gets them), [`site`] (Host → site), [`forward`] (forwarding), [`forward::h1`] (the HTTP/1.1
+//! upstream exchange), [`forward::reqbody`] (request bodies buffered and timed), [`forward::relay`] (response bodies a slow reader cannot hold an upstream with), [`forward::upstream`] (pools), [`view`] (the request as the rules see it),
 //! [`blockwatch`] (block feed → closed connections), [`local`] (per-thread handles),
 //! [`synfilter`] (blocked IPv4 sources' SYNs dropped in the kernel), [`policy`] (what no
 //! automatic block may reach), [`access_log`],

@@ -53,7 +53,7 @@
 //! peer): a peer's record cannot relabel an operator's block, nor a peer's removal lift one
 //! ([`BlockMap::remove_from_peer`]).
 //!
-//! Every insert meets the [`BlockPolicy`] ([`BlockMap::set_policy`]): a prefix that overlaps
+//! Every insert meets the [`crate::never_block::BlockPolicy`] ([`BlockMap::set_policy`]): a prefix that overlaps
 //! a never-block entry, or is shorter than the configured minimum, is refused and counted by
 //! cause ([`InsertOutcome::Refused`]); only [`BlockMap::insert_forced`] (an operator's
 //! `--force`) passes it.

@@ -56,9 +56,9 @@ pub fn available() -> bool {
 /// What DNSViz said about the answers: its errors, and its warnings apart.
 #[derive(Debug, Default)]
 pub struct Verdict {
-    /// Lines "ERROR <where>: <code>: <description>".
+    /// Lines `ERROR <where>: <code>: <description>`.
     pub errors: Vec<String>,
-    /// Lines "WARNING <where>: <code>: <description>".
+    /// Lines `WARNING <where>: <code>: <description>`.
     pub warnings: Vec<String>,
 }
 

@@ -504,7 +504,7 @@ pub struct AnsAddrKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AnsAddr {
-    /// The generation of [`AnsKey::gen`] that is live.
+    /// The generation of [`AnsKey::gen_`] that is live.
     pub gen_: u8,
     /// 1: answer; 0: pass everything to dnsd (suspended during a reload).
     pub on: u8,

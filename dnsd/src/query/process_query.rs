@@ -6,18 +6,21 @@
 //!    unproven entry marks the source a suspect);
 //! 2. parse header, question and OPT ([`crate::query::wire`]); a malformed message is dropped or
 //!    answered FORMERR;
-//! 3. EDNS version, opcode, class and meta types; transfers, NOTIFY and TSIG go to
-//!    [`crate::transfer`];
+//! 3. EDNS version; a TSIG-signed request verified (by the keys of the side plugged in
+//!    through [`crate::query::handoff`]: failures answered as RFC 8945 says); transfers and
+//!    NOTIFY handed over there; opcode, class and meta types;
 //! 4. the zone that answers, its tenant; `after_parse` — cookies, suspects, the tenant's
 //!    rules (whatever decides on the query itself);
 //! 5. answer from the zones ([`crate::query::internet`]);
 //! 6. `after_answer` — suspects' NXDOMAIN, the random-subdomain defence and RRL, which may
 //!    turn the response into a slip (TC=1, or BADCOOKIE to a client that sent a cookie), a
 //!    truncated reply or a drop;
-//! 7. OPT (with our cookie) appended, counters bumped.
+//! 7. OPT (with our cookie) appended, counters bumped;
+//! 8. a signed request's response signed, last (a signed request skips the defences after
+//!    parsing: the key vouches for the client).
 //!
 //! Error replies walk `after_answer` too, as the error class. Whatever a defence decides
-//! becomes bytes (or nothing) in one place, [`Processor::act`].
+//! becomes bytes (or nothing) in one place, `Processor::act`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

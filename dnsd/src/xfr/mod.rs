@@ -5,7 +5,7 @@
 //! By job: [`serve`] is what the query pipeline hands over ([`crate::query::handoff`]:
 //! requests answered or turned into a transfer job), [`policy`] what each zone allows, [`axfr`] zones streamed out and
 //! collected in, [`ixfr`] the IXFR client, [`journal`] the differences IXFR answers from,
-//! [`notify`] NOTIFY both ways, [`tsig`] signing and verifying, [`secondary`] the refresh
+//! [`notify`] NOTIFY both ways, [`crate::query::tsig`] signing and verifying, [`secondary`] the refresh
 //! timers and transfers in, [`wire`] whole messages read and built, [`client`] the
 //! exchanges with primaries and secondaries, [`error`] why one failed.
 
@@ -62,14 +62,14 @@ counters! {
     out_aborted => "transfer.out.aborted", "Outgoing transfers cut off (client gone or too slow).";
     refused => "transfer.out.refused", "Transfer requests refused by allow_transfer or the zone's key.";
     notauth => "transfer.out.notauth", "Transfer requests for zones not served.";
-    limit_total => "transfer.out.limit_total", "Transfer requests over [transfer] max_out (SERVFAIL).";
-    limit_client => "transfer.out.limit_client", "Transfer requests over [transfer] max_out_per_client (SERVFAIL).";
+    limit_total => "transfer.out.limit_total", "Transfer requests over `[transfer] max_out` (SERVFAIL).";
+    limit_client => "transfer.out.limit_client", "Transfer requests over `[transfer] max_out_per_client` (SERVFAIL).";
     in_axfr => "transfer.in.axfr", "Zones received by AXFR (or an AXFR-style IXFR).";
     in_ixfr => "transfer.in.ixfr", "Zones updated by incremental IXFR.";
     in_current => "transfer.in.current", "Refreshes that found the zone current.";
     in_failed => "transfer.in.failed", "Refreshes or transfers in that failed.";
     in_limit => "transfer.in.limit", "Transfers in stopped by max_in_records or in_timeout_secs.";
-    in_waiting => "transfer.in.waiting", "Refreshes that waited for a free [transfer] max_in slot.";
+    in_waiting => "transfer.in.waiting", "Refreshes that waited for a free `[transfer] max_in` slot.";
     expired => "transfer.in.expired", "Secondary zones that expired (answered SERVFAIL).";
     notify_in => "notify.in.accepted", "NOTIFY messages accepted from primaries.";
     notify_in_refused => "notify.in.refused", "NOTIFY messages refused (not a primary, not a secondary zone, wrong key).";

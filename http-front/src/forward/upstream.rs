@@ -299,7 +299,7 @@ pub fn sweep() {
 }
 
 /// Runs [`sweep`] every second on whichever worker polls it (busy workers also sweep their
-/// own pools as connections come back: see [`checkin`]).
+/// own pools as connections come back: see `checkin`).
 pub async fn sweep_loop() {
     let mut tick = tokio::time::interval(SWEEP_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -5,13 +5,13 @@
 //! A record is obeyed only when
 //!
 //! 1. its bytes are at most [`MAX_RECORD_BYTES`] (checked before decoding; a stream field of
-//!    packed records at most [`MAX_FIELD_BYTES`]), it decodes, and its version is [`VERSION`];
+//!    packed records at most [`MAX_FIELD_BYTES`]), it decodes, and its version is `VERSION`;
 //! 2. its tag is HMAC-SHA256 over its canonical bytes ([`Record::canonical`]) under the key
 //!    derived from the fleet key file (`[redis] key_file`), unless the sync runs with
 //!    `insecure_unsigned = true` (and then a tagged record must still verify when a key is
 //!    set: there is none);
 //! 3. read from the stream, its `(start, seq)` is newer than the last one seen from its node
-//!    ([`Replay`]): `start` is the writing process's start time, `seq` counts its records, so
+//!    (`Replay`): `start` is the writing process's start time, `seq` counts its records, so
 //!    a restart is no replay and a copy of an old entry is refused;
 //! 4. an add: its evidence is proven (suspects never travel), its origin is `local` or
 //!    `operator`, its expiry is at most `max_block_secs` ahead, and its prefix passes the

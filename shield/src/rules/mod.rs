@@ -3,7 +3,7 @@
 //! # Flow
 //!
 //! A rules file (TOML, see [`schema`](self#rules-file)) is compiled once per change into a
-//! [`Prepared`]: per tenant, allow and deny prefix tables ([`PrefixMap`]), known-good crawler
+//! [`Prepared`]: per tenant, allow and deny prefix tables ([`crate::prefix::PrefixMap`]), known-good crawler
 //! ranges, ASN deny lists, request rules with compiled attribute matchers, a rate limit and an
 //! escalation threshold. A [`RuleSet`] holds the current `Prepared` behind an atomic pointer
 //! (`arc-swap`) together with the state that outlives reloads ([`RuleState`]: rate-limit buckets
@@ -22,7 +22,7 @@
 //!
 //! A deny, rate-limit or challenge verdict also counts towards the tenant's escalation
 //! threshold: the `after`-th such verdict for one source within `window_secs` inserts the
-//! source (or its prefix) into the block map with [`Origin::Local`] for `block_secs`, and the
+//! source (or its prefix) into the block map with [`crate::block::Origin::Local`] for `block_secs`, and the
 //! verdict says so ([`Verdict::escalated`]). What the request proved ([`Request::evidence`])
 //! decides what that entry is: proven requests (TCP, a valid DNS cookie, HTTP) are counted on
 //! their own and block; unproven ones (UDP without a valid cookie: the address may be forged)

@@ -10,7 +10,7 @@ use super::sources::AsnTable;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-/// Rules compiled from one rules file: immutable, shared by all threads through a [`RuleSet`].
+/// Rules compiled from one rules file: immutable, shared by all threads through a [`super::RuleSet`].
 #[derive(Debug, Default)]
 pub struct Prepared {
     pub(crate) path: PathBuf,
@@ -93,14 +93,14 @@ impl Prepared {
         !self.global_deny.is_empty() || self.has_rules(tenant)
     }
 
-    /// True when `tenant`'s rules read an attribute of `bit` ([`attr::bit`]): a caller that
+    /// True when `tenant`'s rules read an attribute of `bit` ([`super::attr::bit`]): a caller that
     /// formats attributes formats only those.
     #[inline]
     pub fn reads(&self, tenant: TenantId, bit: u32) -> bool {
         self.reads_mask(tenant) & bit != 0
     }
 
-    /// Every attribute bit ([`attr::bit`]) `tenant`'s rules read.
+    /// Every attribute bit ([`super::attr::bit`]) `tenant`'s rules read.
     #[inline]
     pub fn reads_mask(&self, tenant: TenantId) -> u32 {
         self.tenants

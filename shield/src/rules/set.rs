@@ -146,7 +146,7 @@ impl RuleSet {
     /// Evaluates `tenant`'s current rules for a request from `src` (see [`Prepared::check`]).
     ///
     /// Loads the current rules through `arc-swap` (lock-free, about 10 ns); a thread that
-    /// checks often should use a [`LocalRules`] from [`RuleSet::local`] instead.
+    /// checks often should use a [`super::LocalRules`] from [`RuleSet::local`] instead.
     #[inline]
     pub fn check<R: Request + ?Sized>(
         &self,

@@ -204,7 +204,7 @@ impl GuardMaps {
 
     /// Sets this writer's slot on each `upserts` entry and clears it on each of `deletes`
     /// (an entry no writer holds any more is deleted), in batches when `batch` (one
-    /// `BPF_MAP_UPDATE_BATCH`/`DELETE_BATCH` per [`CHUNK`] elements) or one syscall per
+    /// `BPF_MAP_UPDATE_BATCH`/`DELETE_BATCH` per `CHUNK` elements) or one syscall per
     /// element. The two lists must not share a key. Full maps and failures are counted,
     /// never fatal.
     pub fn apply(&self, upserts: &[KernelBlock], deletes: &[IpNet], batch: bool) -> ApplyReport {

@@ -5,7 +5,7 @@
 //! source that mostly draws NXDOMAIN beyond a limit has its NXDOMAIN answers truncated
 //! (TC=1 with the question alone, within the suspects' budget, dropped past it), and beyond
 //! a higher threshold becomes a suspect for a TTL — a suspect of scope
-//! [`Scope::Nxdomain`]: only its NXDOMAIN answers are truncated. It never blocks. The flood
+//! [`shield::block::Scope::Nxdomain`]: only its NXDOMAIN answers are truncated. It never blocks. The flood
 //! of random names mostly comes through resolvers, whose own users' queries share the
 //! flood's source address, and it counts UDP without a valid cookie only, whose source may
 //! be forged: a block would cut a resolver's users off our zones, or let anyone pick whom

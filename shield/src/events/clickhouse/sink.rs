@@ -6,7 +6,7 @@ use super::rows::{self, MAX_SHORT, Rows, bounded};
 use super::writer::{ClickHouseMonitor, ClickHouseWriter};
 use crate::events::{Event, Sink, SinkError};
 
-/// The aggregator's events into the events table: a [`Sink`] for [`super::SinkWriter`].
+/// The aggregator's events into the events table: a [`Sink`] for [`crate::events::SinkWriter`].
 ///
 /// `write` only normalises and buffers (it never waits for ClickHouse), so the sink writer's
 /// queue never backs up because of the server.
