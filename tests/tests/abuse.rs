@@ -279,7 +279,7 @@ fn hundreds_of_thousands_of_udp_sources_through_rrl_stay_within_budget() {
         .raw(&format!(
             "[defence.rrl]\nresponses_per_second = 1.0\nerrors_per_second = 1.0\n\
              table_size = 16384\nipv4_prefix = 32\n\n\
-             [events]\ntop_k = 256\ninterval = 1\nfile = \"{}\"\n",
+             [events]\ntop_k = 256\ninterval_secs = 1\noutput = \"file:{}\"\n",
             events.display()
         ))
         .start();

@@ -94,7 +94,7 @@ fn dnsd_with_clickhouse(ch: &ClickHouseServer, dir: &Path, extra: &str) -> Dnsd 
         .raw("[defence.rrl]\nresponses_per_second = 10\nslip = 2")
         .raw("[defence.random_subdomain]\nenabled = false")
         .raw(&format!(
-            "[events]\ninterval = 1\nfile = \"{}\"\n\n[events.clickhouse]\nurl = \"{}\"\n\
+            "[events]\ninterval_secs = 1\noutput = \"file:{}\"\n\n[events.clickhouse]\nurl = \"{}\"\n\
              flush_ms = 200\nmax_backoff_ms = 200\n{extra}",
             dir.join("events.jsonl").display(),
             ch.url()

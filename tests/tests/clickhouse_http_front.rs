@@ -35,8 +35,7 @@ when = [{ attr = "path", prefix = "/admin" }]
         |a, m| {
             format!(
                 "{}[rules]\nfile = \"rules.toml\"\n\n\
-                 [events]\noutput = \"file:events.jsonl\"\n\
-                 [events.aggregator]\ninterval_secs = 1\nnode = \"edge-7\"\n\
+                 [events]\noutput = \"file:events.jsonl\"\ninterval_secs = 1\nnode = \"edge-7\"\n\
                  [events.clickhouse]\nurl = \"{url}\"\nflush_ms = 200\n\n\
                  [access_log]\nclickhouse = true\nsample_rate = 1.0\n\n\
                  [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\n",

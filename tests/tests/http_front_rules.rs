@@ -68,7 +68,7 @@ deny = ["{denied}/32"]
                 "{}{}",
                 base_config(a, m, origin.addr()),
                 sites(
-                    "[events]\noutput = \"file:events.jsonl\"\n[events.aggregator]\ninterval_secs = 1\n"
+                    "[events]\noutput = \"file:events.jsonl\"\ninterval_secs = 1\n"
                 )
             )
         },
