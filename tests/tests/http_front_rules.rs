@@ -67,9 +67,7 @@ deny = ["{denied}/32"]
             format!(
                 "{}{}",
                 base_config(a, m, origin.addr()),
-                sites(
-                    "[events]\noutput = \"file:events.jsonl\"\ninterval_secs = 1\n"
-                )
+                sites("[events]\noutput = \"file:events.jsonl\"\ninterval_secs = 1\n")
             )
         },
         Some(&rules),
