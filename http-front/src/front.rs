@@ -287,7 +287,7 @@ impl Front {
             }),
         );
         metrics.register("syn_filter", syn_filter.clone());
-        metrics.register("stalls", Arc::new(crate::metrics::Stalls));
+        metrics.register("stalls", Arc::new(crate::sources::Stalls));
         metrics.register("log", Arc::new(shield::logging::LogMetrics));
         metrics.register("blockmap", blocks.clone());
         metrics.register("rules", rules.clone());
@@ -346,9 +346,9 @@ impl Front {
     /// Re-reads the config file; on success swaps in the new snapshot and rules (and returns
     /// the config's warnings), on failure keeps the last good ones.
     pub fn reload(&self) -> Result<Vec<String>, ConfigError> {
-        shield::service::reloading();
+        shield::systemd::reloading();
         let r = self.reload_now();
-        shield::service::ready(if r.is_ok() {
+        shield::systemd::ready(if r.is_ok() {
             "serving (reloaded)"
         } else {
             "serving (reload refused: the running config stays)"

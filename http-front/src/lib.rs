@@ -14,7 +14,8 @@
 //! [`blockwatch`] (block feed → closed connections), [`local`] (per-thread handles),
 //! [`synfilter`] (blocked IPv4 sources' SYNs dropped in the kernel), [`policy`] (what no
 //! automatic block may reach), [`access_log`],
-//! [`metrics`], [`tls`], [`server`] (start, signals, stop).
+//! [`counters`] (the request path's own counters), [`sources`] (the other counter sources:
+//! connections, sites, SYN filter, stalls), [`tls`], [`server`] (start, signals, stop).
 
 pub mod access_log;
 pub mod blockwatch;
@@ -26,11 +27,11 @@ pub mod counters;
 pub mod forward;
 pub mod front;
 pub mod local;
-pub mod metrics;
 pub mod policy;
 pub mod server;
 pub mod service;
 pub mod site;
+pub mod sources;
 pub mod synfilter;
 pub mod target;
 pub mod tls;

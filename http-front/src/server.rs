@@ -142,10 +142,10 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         with_rules = snap.sites.with_rules(),
         "http-front ready"
     );
-    shield::service::ready(&format!("serving {} sites", snap.sites.len()));
+    shield::systemd::ready(&format!("serving {} sites", snap.sites.len()));
     drop(snap);
     // The service manager's watchdog, kept alive by this loop's own ticks.
-    let watchdog = shield::service::watchdog_period();
+    let watchdog = shield::systemd::watchdog_period();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
@@ -156,14 +156,14 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
             }
             _ = tick.tick() => {
                 if let Some(p) = watchdog {
-                    shield::service::watchdog_tick(p);
+                    shield::systemd::watchdog_tick(p);
                 }
             }
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
     }
-    shield::service::stopping();
+    shield::systemd::stopping();
     tracing::info!("shutting down: no new connections, GOAWAY to open ones");
     accept.abort_all();
     let n = front.registry.close_all(CloseCause::Shutdown);

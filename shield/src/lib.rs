@@ -21,6 +21,9 @@
 //! - [`fleet_key`]: the fleet key file and the keys each use derives from it (Redis records).
 //! - [`control`]: the control socket's protocol, server loop and client, and the block-map
 //!   commands both daemons answer (`ctl block add|del|list|import`).
+//! - [`systemd`]: the service manager's notify protocol (ready, reloading, stopping,
+//!   watchdog), a no-op when not started by systemd.
+//! - [`logging`]: the daemons' `tracing` setup.
 //!
 //! Out of scope here: wire-format parsing.
 
@@ -36,7 +39,7 @@ pub mod prefix;
 pub mod ratelimit;
 pub mod redis_sync;
 pub mod rules;
-pub mod service;
+pub mod systemd;
 pub mod toml_pos;
 
 mod epoch;

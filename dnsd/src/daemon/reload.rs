@@ -16,9 +16,9 @@ use shield::control::Reply;
 /// Reloads one zone or every changed zone (all with `force`); re-reads the zone list from
 /// the config file when there is one. The service manager hears RELOADING=1, then READY=1.
 pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Reply {
-    shield::service::reloading();
+    shield::systemd::reloading();
     let r = reload_now(shared, zone, force).await;
-    shield::service::ready(if r.ok {
+    shield::systemd::ready(if r.ok {
         "serving (reloaded)"
     } else {
         "serving (the last reload failed in part; see ctl zones)"

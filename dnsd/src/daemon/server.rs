@@ -433,13 +433,13 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         tracing::info!("dnsd ready");
         // Off the start's path: trimming the heap of 100,000 zones takes a while.
         std::thread::spawn(crate::daemon::memory::release_freed_memory);
-        shield::service::ready(&format!(
+        shield::systemd::ready(&format!(
             "serving {} zones on {} addresses",
             shared.zones.lock().await.len(),
             shared.addrs.len()
         ));
         wait_for_signals(shared.clone()).await;
-        shield::service::stopping();
+        shield::systemd::stopping();
         if let Some(h) = sync {
             // Last decisions out before leaving (bounded by the sync's I/O timeout).
             let st = h.shutdown().await;
@@ -531,13 +531,13 @@ async fn housekeeping(shared: Arc<State>) {
     let rotate = Duration::from_secs(d.cfg.cookies.rotate_hours * 3600);
     let rotating = d.cookies.is_some() && !rotate.is_zero();
     let mut last_rotation = Instant::now();
-    let watchdog = shield::service::watchdog_period();
+    let watchdog = shield::systemd::watchdog_period();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tick.tick().await;
         // The keep-alive comes from the runtime's own periodic work: a wedged runtime stops it.
         if let Some(p) = watchdog {
-            shield::service::watchdog_tick(p);
+            shield::systemd::watchdog_tick(p);
         }
         let now = shield::clock::unix_ms();
         // Bounded steps: at most 50,000 expirations per tick.
