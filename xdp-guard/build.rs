@@ -90,7 +90,7 @@ const STRUCTS: &[(&str, &str, Fields)] = &[
             ("variant", "variant"),
             ("qtype", "qtype"),
             ("qname_len", "qname_len"),
-            ("qname", "qname"),
+            ("name_hash", "name_hash"),
         ],
     ),
     (
@@ -105,6 +105,7 @@ const STRUCTS: &[(&str, &str, Fields)] = &[
             ("csum", "csum"),
             ("cookie", "cookie"),
             ("reserved", "reserved"),
+            ("qname", "qname"),
             ("data", "data"),
         ],
     ),

@@ -3,17 +3,26 @@
 //! 1. Cost per packet in the kernel (BPF_PROG_TEST_RUN with a repeat count) with 1,000,000
 //!    addresses in the IPv4 hash and 1,000 prefixes in the trie: hash hit, LPM hit, pass,
 //!    rate-limited.
-//! 2. Kernel map writes of 100,000 distinct keys: single updates vs BPF_MAP_UPDATE_BATCH, for
+//! 2. The DNS answer fast path, per packet: answers of 60, 200, 500 and 1,200 bytes over IPv4
+//!    and IPv6, with a client cookie, with a valid server cookie, with RRL on; a miss that
+//!    passes; the drop of a blocked source. An answer rewrites the frame in place (a second
+//!    repetition would see the reply, not the query), so each of these runs the program once
+//!    per call, many calls interleaved across the cases, and reports the median of the
+//!    kernel's own per-run time; the drop and a plain pass are measured the same way beside
+//!    them (that way of measuring adds the same few ns of timer to every case).
+//! 3. Kernel map writes of 100,000 distinct keys: single updates vs BPF_MAP_UPDATE_BATCH, for
 //!    the hash and the LPM trie.
-//! 3. A burst of 100,000 unique blocked addresses through shield → mirror → kernel map: time
+//! 4. A burst of 100,000 unique blocked addresses through shield → mirror → kernel map: time
 //!    until the last one is in the kernel, checking that none is lost; batched vs single.
 //!
-//! Run with `cargo bench -p xdp-guard`. Anchors (notes/xdp-build.md, 100k entries): hash hit
+//! Run with `cargo bench -p xdp-guard` (`-- answers`: part 2 alone). Anchors (notes/xdp-build.md, 100k entries): hash hit
 //! 47–58 ns, LPM hit 131–154 ns, pass 124–149 ns, rate limit 184–220 ns; hash single
 //! 650k–840k/s, batch 2.4–2.6M/s; LPM single 320k–445k/s, batch 470k–660k/s.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use std::net::Ipv6Addr;
 
 use ipnet::{IpNet, Ipv4Net};
 use shield::block::{BlockConfig, BlockEntry, BlockMap, Evidence, Origin};
@@ -33,7 +42,13 @@ fn main() {
         println!("xdp-guard bench SKIPPED: {why}");
         return;
     }
+    // `cargo bench -p xdp-guard -- answers`: the answer fast path alone.
+    if std::env::args().any(|a| a == "answers") {
+        answers();
+        return;
+    }
     per_packet();
+    answers();
     map_writes();
     mirror_burst();
 }
@@ -123,6 +138,275 @@ fn per_packet() {
     println!(
         "rate-limited  {rl:7.1} ns   (anchor 184–220)  rate/hash {:.2}",
         rl / hash
+    );
+}
+
+/// The answer fast path's service addresses and query name.
+const SVC4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+const SVC6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
+const CLIENT4: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 7);
+const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xc, 0, 0, 0, 0, 7);
+const QNAME: &[u8] = b"\x03www\x05bench\x04test\x00";
+/// Calls per case (each runs the program once), in rounds interleaved across the cases.
+const ANSWER_CALLS: usize = 60_000;
+const ANSWER_ROUNDS: usize = 30;
+
+/// One's complement sum of `b` (from an even offset), unfolded.
+fn ones(b: &[u8]) -> u32 {
+    b.chunks(2)
+        .map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0)))
+        .sum()
+}
+
+fn fold(mut s: u32) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// The answer tail (after the question) of a DNS message of about `size` bytes: A records,
+/// then, with EDNS, our OPT (payload 1232, no options).
+fn answer_tail(size: usize, edns: bool) -> (Vec<u8>, u16) {
+    let fixed = 12 + QNAME.len() + 4 + if edns { 11 } else { 0 };
+    let n = size.saturating_sub(fixed).div_ceil(16).max(1);
+    let mut t = Vec::new();
+    for i in 0..n {
+        t.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4, 192, 0, 2]);
+        t.push(i as u8);
+    }
+    if edns {
+        t.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+    }
+    (t, n as u16)
+}
+
+/// A query frame for QNAME/`qtype` from the client to the service address (IPv4 or IPv6),
+/// with EDNS (payload 1232) and optionally a COOKIE option of `cookie` (8 or 24 bytes).
+fn query_frame(v6: bool, qtype: u16, edns: bool, cookie: Option<&[u8]>) -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0x01, 0, 0, 1, 0, 0, 0, 0, 0, u8::from(edns)];
+    q.extend_from_slice(QNAME);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1]);
+    if edns {
+        let rdlen = cookie.map_or(0, |c| 4 + c.len()) as u16;
+        q.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0]);
+        q.extend_from_slice(&rdlen.to_be_bytes());
+        if let Some(c) = cookie {
+            q.extend_from_slice(&[0, 10, 0, c.len() as u8]);
+            q.extend_from_slice(c);
+        }
+    }
+    let udp_len = (8 + q.len()) as u16;
+    let mut udp = 40000u16.to_be_bytes().to_vec();
+    udp.extend_from_slice(&53u16.to_be_bytes());
+    udp.extend_from_slice(&udp_len.to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(&q);
+    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+    if v6 {
+        f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+        f.extend_from_slice(&udp_len.to_be_bytes());
+        f.extend_from_slice(&[17, 64]);
+        f.extend_from_slice(&CLIENT6.octets());
+        f.extend_from_slice(&SVC6.octets());
+    } else {
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+        f.extend_from_slice(&(20 + udp_len).to_be_bytes());
+        f.extend_from_slice(&[0, 1, 0, 0, 64, 17, 0, 0]);
+        f.extend_from_slice(&CLIENT4.octets());
+        f.extend_from_slice(&SVC4.octets());
+        let c = !fold(ones(&f[14..34]));
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+    }
+    f.extend_from_slice(&udp);
+    f
+}
+
+/// RFC 9018's server cookie for `client` at `ip` made now under `secret`.
+fn server_cookie(secret: &[u8; 16], client: &[u8; 8], ip: Ipv4Addr) -> [u8; 16] {
+    use std::hash::Hasher;
+    let ts = (now_ms() / 1000) as u32;
+    let mut head = [1u8, 0, 0, 0, 0, 0, 0, 0];
+    head[4..].copy_from_slice(&ts.to_be_bytes());
+    let mut h = siphasher::sip::SipHasher24::new_with_key(secret);
+    h.write(client);
+    h.write(&head);
+    h.write(&ip.octets());
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&head);
+    out[8..].copy_from_slice(&h.finish().to_le_bytes());
+    out
+}
+
+/// One guard with answers of each size for the bench name (qtypes 1..=4 by size, EDNS and
+/// not), on one IPv4 and one IPv6 service address, with cookie secrets; RRL as `rate`.
+fn answer_guard(rate: xdp_guard::AnswerRate) -> XdpGuard {
+    use xdp_guard::maps::{
+        ANSWER_MAX, AnsKey, Answer, COOKIE_ANSWER, V_EDNS, V_NO_EDNS, padded_name,
+    };
+    let g = guard(1024, 0, 0);
+    let keys = xdp_guard::CookieKeys {
+        current: [7; 16],
+        previous: None,
+    };
+    for svc in [IpAddr::V4(SVC4), IpAddr::V6(SVC6)] {
+        let addr = xdp_guard::addr_key(svc, 53);
+        let mut entries = Vec::new();
+        for (i, size) in ANSWER_SIZES.iter().enumerate() {
+            for edns in [false, true] {
+                let (tail, an) = answer_tail(*size, edns);
+                let mut data = [0u8; ANSWER_MAX];
+                data[..tail.len()].copy_from_slice(&tail);
+                let variant = if edns { V_EDNS } else { V_NO_EDNS };
+                entries.push((
+                    AnsKey {
+                        addr: xdp_guard::mapped(svc),
+                        port: 53,
+                        ..AnsKey::for_name(variant, i as u16 + 1, QNAME)
+                    },
+                    Answer {
+                        flags: 0x8400,
+                        an,
+                        ns: 0,
+                        ar: u16::from(edns),
+                        len: tail.len() as u16,
+                        csum: fold(ones(&tail)),
+                        cookie: if edns { COOKIE_ANSWER } else { 0 },
+                        reserved: 0,
+                        qname: padded_name(QNAME).unwrap(),
+                        data,
+                    },
+                ));
+            }
+        }
+        let r = g
+            .maps()
+            .publish_answers(&[addr], &mut entries, 1232, rate, Some(&keys))
+            .expect("publish answers");
+        assert_eq!(r.full, 0, "{r:?}");
+    }
+    g
+}
+
+/// DNS message sizes of the bench's answers (qtype 1, 2, 3, 4).
+const ANSWER_SIZES: [usize; 4] = [60, 200, 500, 1200];
+
+/// Median of `v` (sorted here).
+fn median(v: &mut [u32]) -> f64 {
+    v.sort_unstable();
+    f64::from(v[v.len() / 2])
+}
+
+fn answers() {
+    let client = *b"clientck";
+    let sc = server_cookie(&[7; 16], &client, CLIENT4);
+    let mut with_server = client.to_vec();
+    with_server.extend_from_slice(&sc);
+    let plain = answer_guard(Default::default());
+    // RRL on at a rate no call here reaches: the bucket's cost, never its verdict.
+    let rrl = answer_guard(xdp_guard::AnswerRate {
+        per_second: 100_000_000,
+        v4_prefix: 24,
+        v6_prefix: 56,
+        slip: 2,
+    });
+    plain.maps().apply(
+        &blocks(std::iter::once(IpNet::V4(
+            Ipv4Net::new(Ipv4Addr::new(198, 51, 100, 9), 32).unwrap(),
+        ))),
+        &[],
+        true,
+    );
+    let mut blocked = query_frame(false, 2, true, None);
+    blocked[26..30].copy_from_slice(&[198, 51, 100, 9]);
+    let tx = Verdict::Other(3);
+    let mut cases: Vec<(String, &XdpGuard, Vec<u8>, Verdict)> = Vec::new();
+    for (i, size) in ANSWER_SIZES.iter().enumerate() {
+        let qt = i as u16 + 1;
+        for v6 in [false, true] {
+            let ip = if v6 { "v6" } else { "v4" };
+            cases.push((
+                format!("answer {size:4} B {ip}"),
+                &plain,
+                query_frame(v6, qt, true, None),
+                tx,
+            ));
+        }
+        if *size <= 500 {
+            // Without EDNS the client takes 512 bytes at most: larger ones pass to dnsd.
+            cases.push((
+                format!("answer {size:4} B v4 no EDNS"),
+                &plain,
+                query_frame(false, qt, false, None),
+                tx,
+            ));
+        }
+    }
+    for (what, c) in [
+        ("client cookie", &client[..]),
+        ("server cookie", &with_server[..]),
+    ] {
+        cases.push((
+            format!("answer  200 B v4 {what}"),
+            &plain,
+            query_frame(false, 2, true, Some(c)),
+            tx,
+        ));
+    }
+    cases.push((
+        "answer  200 B v4 RRL on".into(),
+        &rrl,
+        query_frame(false, 2, true, None),
+        tx,
+    ));
+    cases.push((
+        "miss (passes to dnsd)".into(),
+        &plain,
+        query_frame(false, 99, true, None),
+        Verdict::Pass,
+    ));
+    cases.push((
+        "drop, blocked source".into(),
+        &plain,
+        blocked,
+        Verdict::Drop,
+    ));
+    cases.push((
+        "pass, not DNS".into(),
+        &plain,
+        frame(Ipv4Addr::new(192, 0, 2, 1), 80),
+        Verdict::Pass,
+    ));
+    let before = plain.counters().unwrap();
+    let mut times: Vec<Vec<u32>> = vec![Vec::with_capacity(ANSWER_CALLS); cases.len()];
+    for _ in 0..ANSWER_ROUNDS {
+        for (j, (what, g, f, want)) in cases.iter().enumerate() {
+            for _ in 0..ANSWER_CALLS / ANSWER_ROUNDS {
+                let r = g.test_run(f, 1).expect("test run");
+                assert_eq!(r.verdict, *want, "{what}");
+                times[j].push(r.per_run.as_nanos() as u32);
+            }
+        }
+    }
+    let after = plain.counters().unwrap();
+    assert!(after.answered > before.answered, "{after:?}");
+    println!(
+        "\n== the DNS answer fast path per packet (BPF_PROG_TEST_RUN, one run per call, median of {ANSWER_CALLS} calls per case in {ANSWER_ROUNDS} interleaved rounds)"
+    );
+    let medians: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
+    let drop = medians[cases.len() - 2];
+    for ((what, _, f, _), m) in cases.iter().zip(&medians) {
+        println!(
+            "{what:32} {m:6.0} ns  frame {:4} B  {:4.2}x drop",
+            f.len(),
+            m / drop
+        );
+    }
+    let a200 = medians[3];
+    println!(
+        "answer of 200 B (v4) / drop of a blocked source: {:.2}x (goal at most 3x)",
+        a200 / drop
     );
 }
 

@@ -63,6 +63,12 @@ struct dnshdr {
 	__be16 qd, an, ns, ar;
 };
 
+#ifndef barrier_var
+/* Keeps `v` in one register the compiler cannot rebuild: a packet pointer checked against the
+ * frame's end must be the one read through (the verifier tracks the checked register). */
+#define barrier_var(v) asm volatile("" : "+r"(v))
+#endif
+
 /* Folds a 32-bit one's complement sum to 16 bits. */
 static __always_inline __u16 fold(__u32 s)
 {
@@ -75,7 +81,7 @@ static __always_inline __u16 fold(__u32 s)
 /* Parses a UDP payload at `dns` as a query the fast path may answer and fills the key's
  * variant, qtype and qname; 0 when it may answer, or the counter to pass with. */
 static __always_inline int parse_query(struct xdp_md *ctx, void *data, void *end, __u32 dns_off,
-				       __u32 msg_end, struct guard_ans_key *k,
+				       __u32 msg_end, struct guard_ans_key *k, __u8 *qname,
 				       struct guard_ans_ctx *a)
 {
 	struct dnshdr *h = data + dns_off;
@@ -91,9 +97,11 @@ static __always_inline int parse_query(struct xdp_md *ctx, void *data, void *end
 	a->qflags = flags;
 	a->dns_off = dns_off;
 
-	/* The qname, lower-cased into the key; its bytes summed as they are (case kept). */
+	/* The qname, lower-cased into `qname` and hashed (FNV-1a) for the key; its bytes summed
+	 * as they are (case kept). */
 	__u8 *q = (__u8 *)(h + 1);
 	__u32 sum = 0;
+	__u64 hash = GUARD_FNV_OFFSET;
 	__u32 n = 0;          /* bytes of the name so far */
 	__u32 next_len = 0;   /* index of the next length byte */
 	int done = 0;
@@ -102,9 +110,11 @@ static __always_inline int parse_query(struct xdp_md *ctx, void *data, void *end
 		if ((void *)(b + 1) > end)
 			return GUARD_C_ANS_PASS_QUERY;
 		__u8 c = *b;
+		__u8 lc = c;
 		if (i == next_len) {
 			if (c == 0) {
-				k->qname[i & (GUARD_QNAME_MAX - 1)] = 0;
+				qname[i & (GUARD_QNAME_MAX - 1)] = 0;
+				hash = (hash ^ 0) * GUARD_FNV_PRIME;
 				n = i + 1;
 				done = 1;
 				break;
@@ -113,25 +123,26 @@ static __always_inline int parse_query(struct xdp_md *ctx, void *data, void *end
 				return GUARD_C_ANS_PASS_QUERY; /* compression or an unknown label type */
 			next_len = i + 1 + c;
 		} else if (c >= 'A' && c <= 'Z') {
-			k->qname[i & (GUARD_QNAME_MAX - 1)] = c + 32;
-			sum += (i & 1) ? c : ((__u32)c << 8);
-			continue;
+			lc = c + 32;
 		}
-		k->qname[i & (GUARD_QNAME_MAX - 1)] = c;
+		qname[i & (GUARD_QNAME_MAX - 1)] = lc;
+		hash = (hash ^ lc) * GUARD_FNV_PRIME;
 		sum += (i & 1) ? c : ((__u32)c << 8);
 	}
 	if (!done)
 		return GUARD_C_ANS_PASS_QUERY; /* longer than GUARD_QNAME_MAX */
 	k->qname_len = n;
+	k->name_hash = hash;
 	/* qtype and qclass, and the OPT record, read by offset (the verifier loses the bounds of
 	 * a packet pointer moved by the name's length). */
 	if (n > GUARD_QNAME_MAX)
 		return GUARD_C_ANS_PASS_QUERY;
 	/* Where the UDP payload ends (a short frame may carry Ethernet padding after it). */
 	__u32 total = msg_end;
-	__u32 t_off = dns_off + sizeof(*h) + n;
-	__u8 t[4];
-	if (bpf_xdp_load_bytes(ctx, t_off, t, 4))
+	__u32 t_off = (dns_off + sizeof(*h) + n) & 0x1ff;
+	__u8 *t = data + t_off;
+	barrier_var(t); /* one register, checked and read (not rebuilt from data after the check) */
+	if ((void *)(t + 4) > end)
 		return GUARD_C_ANS_PASS_QUERY;
 	if (t[2] != 0 || t[3] != 1)
 		return GUARD_C_ANS_PASS_QUERY; /* class IN only */
@@ -156,8 +167,10 @@ static __always_inline int parse_query(struct xdp_md *ctx, void *data, void *end
 	/* The OPT record: root owner, type 41, version 0, no extended rcode, only the DO flag;
 	 * no options, or one COOKIE option (RFC 7873) of a client cookie with or without an
 	 * RFC 9018 server cookie. */
-	__u8 o[11];
-	if (bpf_xdp_load_bytes(ctx, rest, o, 11))
+	rest &= 0x1ff;
+	__u8 *o = data + rest;
+	barrier_var(o);
+	if ((void *)(o + 11) > end)
 		return GUARD_C_ANS_PASS_QUERY;
 	if (o[0] != 0 || o[1] != 0 || o[2] != 41 || o[5] != 0 || o[6] != 0 ||
 	    (o[7] & 0x7f) != 0 || o[8] != 0)
@@ -166,10 +179,22 @@ static __always_inline int parse_query(struct xdp_md *ctx, void *data, void *end
 	if (rest + 11 + rdlen != total)
 		return GUARD_C_ANS_PASS_QUERY;
 	if (rdlen == 12 || rdlen == 28) {
+		/* Copied out of the frame: a client cookie alone (12 bytes of option) or with a
+		 * server cookie (28). */
 		__u8 c[28] = {};
-		if (rdlen == 12 ? bpf_xdp_load_bytes(ctx, rest + 11, c, 12)
-				: bpf_xdp_load_bytes(ctx, rest + 11, c, 28))
-			return GUARD_C_ANS_PASS_QUERY;
+		if (rdlen == 28) {
+			__u8 *p = data + ((rest + 11) & 0x3ff);
+			barrier_var(p);
+			if ((void *)(p + 28) > end)
+				return GUARD_C_ANS_PASS_QUERY;
+			__builtin_memcpy(c, p, 28);
+		} else {
+			__u8 *p = data + ((rest + 11) & 0x3ff);
+			barrier_var(p);
+			if ((void *)(p + 12) > end)
+				return GUARD_C_ANS_PASS_QUERY;
+			__builtin_memcpy(c, p, 12);
+		}
 		if (c[0] != 0 || c[1] != 10 || c[2] != 0 || c[3] != rdlen - 4)
 			return GUARD_C_ANS_PASS_QUERY;
 		a->cookie = rdlen - 4;
@@ -204,7 +229,7 @@ static __always_inline __u16 reply_csum(__u32 psum, struct udphdr *udp, struct d
  * bucket of `rate` answers per second holding one second's worth: 1 yes, 2 over the rate but
  * slipped (TC=1), 0 over the rate and dropped. */
 static __always_inline int answer_allowed(const __u8 *src, int v6, const struct guard_ans_addr *aa,
-					  int charge_only)
+					  int charge_only, __u64 now)
 {
 	if (!aa->rate)
 		return 1;
@@ -223,7 +248,6 @@ static __always_inline int answer_allowed(const __u8 *src, int v6, const struct 
 	struct guard_v6_key k;
 	__builtin_memcpy(k.addr, &hi, 8);
 	__builtin_memcpy(k.addr + 8, &lo, 8);
-	__u64 now = bpf_ktime_get_ns();
 	__u64 cap = (__u64)aa->rate * GUARD_TOKEN_UNIT;
 	struct guard_ans_bucket *b = bpf_map_lookup_elem(&guard_ans_rate, &k);
 	if (!b) {
@@ -396,72 +420,78 @@ static __always_inline __u32 sum_words(const __u16 *p, int n)
 
 /* Turns the frame around as the reply whose DNS message (`dns_len` bytes from `dns_off`) is in
  * place but for its header: MACs, addresses and ports swapped, lengths, the IPv4 and UDP
- * checksums, the header's flags and counts. */
+ * checksums, the header's flags and counts. The headers are edited where they are, through
+ * packet pointers taken after the frame changed size (those taken before are void). */
 static __always_inline int finish_reply(struct xdp_md *ctx, const struct guard_pkt *pk,
 					__u32 dns_off,
 					__u32 dns_len, __u16 flags, __u16 an, __u16 ns, __u16 ar,
 					const struct guard_ans_ctx *a, __u32 body)
 {
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
 	__u32 l3 = pk->l3_off & 0xff, l4o = pk->l4_off & 0xff;
-	/* The headers are edited in copies on the stack and stored back: offsets, not packet
-	 * pointers, which the verifier cannot follow through the tail change. */
-	struct ethhdr eth;
-	if (bpf_xdp_load_bytes(ctx, 0, &eth, sizeof(eth)))
+	dns_off &= 0x1ff;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end)
 		return XDP_DROP;
 	__u8 mac[ETH_ALEN];
-	__builtin_memcpy(mac, eth.h_dest, ETH_ALEN);
-	__builtin_memcpy(eth.h_dest, eth.h_source, ETH_ALEN);
-	__builtin_memcpy(eth.h_source, mac, ETH_ALEN);
-	if (bpf_xdp_store_bytes(ctx, 0, &eth, sizeof(eth)))
-		return XDP_DROP;
+	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
 
 	__u16 udp_len = sizeof(struct udphdr) + dns_len;
-	__u32 psum;
+	/* The pseudo header's sum: the addresses' sum does not change when they swap. */
+	__u32 psum = udp_len + IPPROTO_UDP;
 	if (pk->v6) {
-		struct ipv6hdr ip6;
-		if (bpf_xdp_load_bytes(ctx, l3, &ip6, sizeof(ip6)))
+		struct ipv6hdr *ip6 = data + l3;
+		barrier_var(ip6);
+		if ((void *)(ip6 + 1) > end)
 			return XDP_DROP;
-		struct in6_addr t = ip6.saddr;
-		ip6.saddr = ip6.daddr;
-		ip6.daddr = t;
-		ip6.payload_len = bpf_htons(udp_len);
-		ip6.hop_limit = 64;
-		psum = sum_words((const __u16 *)&ip6.saddr, 16) + udp_len + IPPROTO_UDP;
-		if (bpf_xdp_store_bytes(ctx, l3, &ip6, sizeof(ip6)))
-			return XDP_DROP;
+		struct in6_addr t = ip6->saddr;
+		ip6->saddr = ip6->daddr;
+		ip6->daddr = t;
+		ip6->payload_len = bpf_htons(udp_len);
+		ip6->hop_limit = 64;
+		psum += sum_words((const __u16 *)&t, 8) + sum_words((const __u16 *)&ip6->saddr, 8);
 	} else {
-		struct iphdr ip;
-		if (bpf_xdp_load_bytes(ctx, l3, &ip, sizeof(ip)))
+		struct iphdr *ip = data + l3;
+		barrier_var(ip);
+		if ((void *)(ip + 1) > end)
 			return XDP_DROP;
-		__be32 t = ip.saddr;
-		ip.saddr = ip.daddr;
-		ip.daddr = t;
-		ip.tot_len = bpf_htons(sizeof(struct iphdr) + udp_len);
-		ip.ttl = 64;
-		ip.check = 0;
-		ip.check = bpf_htons(~fold(sum_words((const __u16 *)&ip, 10)));
-		psum = sum_words((const __u16 *)&ip.saddr, 4) + udp_len + IPPROTO_UDP;
-		if (bpf_xdp_store_bytes(ctx, l3, &ip, sizeof(ip)))
-			return XDP_DROP;
+		__be32 t = ip->saddr;
+		ip->saddr = ip->daddr;
+		ip->daddr = t;
+		psum += sum_words((const __u16 *)&ip->saddr, 4);
+		/* The header checksum updated from the old one (RFC 1624, eqn. 3): of its words
+		 * only the total length and the TTL's change (options, if any, stay as they are). */
+		__u16 tot = (l4o - l3) + udp_len;
+		__u16 old_ttl = ((__u16)ip->ttl << 8) | ip->protocol;
+		__u16 new_ttl = (64 << 8) | ip->protocol;
+		__u32 s = (__u16)~bpf_ntohs(ip->check);
+		s += (__u16)~bpf_ntohs(ip->tot_len) + tot;
+		s += (__u16)~old_ttl + new_ttl;
+		ip->tot_len = bpf_htons(tot);
+		ip->ttl = 64;
+		ip->check = bpf_htons(~fold(s));
 	}
-	struct udphdr u;
-	struct dnshdr h;
-	if (bpf_xdp_load_bytes(ctx, l4o, &u, sizeof(u)) ||
-	    bpf_xdp_load_bytes(ctx, dns_off, &h, sizeof(h)))
+	struct udphdr *u = data + l4o;
+	barrier_var(u);
+	if ((void *)(u + 1) > end)
 		return XDP_DROP;
-	__be16 port = u.source;
-	u.source = u.dest;
-	u.dest = port;
-	u.len = bpf_htons(udp_len);
-	h.flags = bpf_htons(flags);
-	h.an = bpf_htons(an);
-	h.ns = bpf_htons(ns);
-	h.ar = bpf_htons(ar);
-	u.check = 0;
-	u.check = bpf_htons(reply_csum(psum, &u, &h, a, body));
-	if (bpf_xdp_store_bytes(ctx, l4o, &u, sizeof(u)) ||
-	    bpf_xdp_store_bytes(ctx, dns_off, &h, sizeof(h)))
+	struct dnshdr *h = data + dns_off;
+	barrier_var(h);
+	if ((void *)(h + 1) > end)
 		return XDP_DROP;
+	__be16 port = u->source;
+	u->source = u->dest;
+	u->dest = port;
+	u->len = bpf_htons(udp_len);
+	h->flags = bpf_htons(flags);
+	h->an = bpf_htons(an);
+	h->ns = bpf_htons(ns);
+	h->ar = bpf_htons(ar);
+	u->check = 0;
+	u->check = bpf_htons(reply_csum(psum, u, h, a, body));
 	return XDP_TX;
 }
 
@@ -499,11 +529,12 @@ static __always_inline int fit(struct xdp_md *ctx, __u32 frame_len, __u32 dns_of
 }
 
 /* Sends dnsd's answer `v` (found for the query parsed into `scr`) to the client at `aa`'s
- * address, or its RRL slip, or passes: XDP_TX, XDP_PASS, XDP_DROP or GUARD_RRL_DROP. A global
- * function: verified once, apart from the parser's many ways here. */
+ * address, or its RRL slip, or passes: XDP_TX, XDP_PASS, XDP_DROP or GUARD_RRL_DROP; `now` is
+ * CLOCK_MONOTONIC (coarse). A global function: verified once, apart from the parser's many
+ * ways here. */
 __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_scratch *scr,
 					  const struct guard_ans_addr *aa,
-					  const struct guard_answer *v)
+					  const struct guard_answer *v, __u64 now)
 {
 	__u32 zero = 0;
 	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
@@ -525,7 +556,7 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 			     src[11] == 0xff;
 		if (v->cookie != GUARD_COOKIE_ANSWER || aa->cookie_keys == GUARD_KEYS_NONE ||
 		    mapped) {
-			answer_allowed(src, v6, aa, 1);
+			answer_allowed(src, v6, aa, 1, now);
 			cnt->count[GUARD_C_ANS_PASS_COOKIE]++;
 			return XDP_PASS;
 		}
@@ -541,7 +572,7 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 	__u32 qend = a->qend;
 	if (len == 0 || (extra && len < 11) || len > GUARD_ANSWER_MAX ||
 	    qend > 12 + GUARD_QNAME_MAX + 4 || qend + len + extra > limit) {
-		answer_allowed(src, v6, aa, 1);
+		answer_allowed(src, v6, aa, 1, now);
 		cnt->count[GUARD_C_ANS_PASS_SIZE]++;
 		return XDP_PASS;
 	}
@@ -549,13 +580,13 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 	int exempt = 0;
 	__u32 now_s = 0;
 	if (extra) {
-		now_s = (bpf_ktime_get_boot_ns() + aa->unix_off_ns) / 1000000000ULL;
+		now_s = (now + aa->unix_off_ns) / 1000000000ULL;
 		if (a->cookie == 24) {
 			exempt = cookie_valid(aa, a, src, v6, now_s);
 			cnt->count[exempt ? GUARD_C_ANS_COOKIE_VALID : GUARD_C_ANS_COOKIE_INVALID]++;
 		}
 	}
-	int allowed = exempt ? 1 : answer_allowed(src, v6, aa, 0);
+	int allowed = exempt ? 1 : answer_allowed(src, v6, aa, 0, now);
 	if (allowed == 0) {
 		cnt->count[GUARD_C_ANS_RRL_DROP]++;
 		return GUARD_RRL_DROP;
@@ -621,6 +652,18 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 			    v->an, v->ns, v->ar, a, body);
 }
 
+/* Whether the names `a` and `b` (both zero padded to GUARD_QNAME_MAX) are equal: a hash match
+ * is no name match, as the key holds only the name's hash. */
+static __always_inline int same_name(const __u8 *a, const __u8 *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+	__u64 diff = 0;
+#pragma unroll
+	for (int i = 0; i < GUARD_QNAME_MAX / 8; i++)
+		diff |= x[i] ^ y[i];
+	return diff == 0;
+}
+
 /* The answer fast path for a candidate: XDP_TX with dnsd's reply written in place, or
  * XDP_PASS with the reason counted. */
 static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt *pk,
@@ -658,13 +701,17 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt
 		__builtin_memcpy(&src[12], &ip->saddr, 4);
 	}
 	struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
-	if (!aa || !aa->on || aa->expires_ns < bpf_ktime_get_boot_ns()) {
+	/* The one clock read of an answer (lease, RRL buckets, cookie timestamps): coarse, as
+	 * none of them needs more than milliseconds. */
+	__u64 now = bpf_ktime_get_coarse_ns();
+	if (!aa || !aa->on || aa->expires_ns < now) {
 		cnt->count[GUARD_C_ANS_PASS_NO_ADDR]++;
 		return XDP_PASS;
 	}
 
 	struct guard_ans_key *k = &scr->key;
 	__builtin_memset(k, 0, sizeof(*k));
+	__builtin_memset(scr->qname, 0, sizeof(scr->qname));
 	struct guard_ans_ctx *a = &scr->a;
 	__builtin_memset(a, 0, sizeof(*a));
 	scr->pk = *pk;
@@ -676,7 +723,7 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt
 		cnt->count[GUARD_C_ANS_PASS_QUERY]++;
 		return XDP_PASS;
 	}
-	int r = parse_query(ctx, data, end, dns_off, msg_end, k, a);
+	int r = parse_query(ctx, data, end, dns_off, msg_end, k, scr->qname, a);
 	if (r) {
 		cnt->count[GUARD_C_ANS_PASS_QUERY]++;
 		return XDP_PASS;
@@ -685,14 +732,14 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt
 	k->port = ak.port;
 	k->gen = aa->gen;
 	struct guard_answer *v = bpf_map_lookup_elem(&guard_answers, k);
-	if (!v) {
+	if (!v || !same_name(scr->qname, v->qname)) {
 		/* dnsd answers it: charged to the source's bucket too, so that XDP's answers and
 		 * dnsd's together stay within the rate. */
-		answer_allowed(src, pk->v6, aa, 1);
+		answer_allowed(src, pk->v6, aa, 1, now);
 		cnt->count[GUARD_C_ANS_PASS_MISS]++;
 		return XDP_PASS;
 	}
-	return send_answer(ctx, scr, aa, v);
+	return send_answer(ctx, scr, aa, v, now);
 }
 
 #endif /* PALISADE_GUARD_ANSWER_H */

@@ -7,8 +7,9 @@
  * a probe of this header and the Rust side asserts at compile time that sizes and offsets
  * match. The _Static_asserts below pin the sizes for the BPF target as well.
  *
- * Addresses are stored in network byte order. Expiry times are CLOCK_BOOTTIME nanoseconds
- * (bpf_ktime_get_boot_ns).
+ * Addresses are stored in network byte order. Block expiry times are CLOCK_BOOTTIME
+ * nanoseconds (bpf_ktime_get_boot_ns); the answer path's lease and cookie clock are
+ * CLOCK_MONOTONIC (bpf_ktime_get_coarse_ns: one cheap read per answer, no clock source read).
  *
  * A block entry holds one expiry per writer slot (dnsd, http-front, rules, operator):
  * the program drops while any slot is live, and each writer sets and clears only its own
@@ -123,15 +124,16 @@ struct guard_ans_addr {
 	__u8 cookie_keys; /* GUARD_KEYS_*: which of the secrets below are set */
 	__u8 reserved;
 	__u32 slip;       /* over the rate, one reply in `slip` is TC=1 (0: none), as dnsd's RRL */
-	__u64 expires_ns; /* CLOCK_BOOTTIME: answering stops after this unless the writer renews
+	__u64 expires_ns; /* CLOCK_MONOTONIC: answering stops after this unless the writer renews
 			   * it (a dnsd that died leaves no answers behind for long) */
 	__u64 secret[2];  /* RFC 9018 SipHash-2-4 key (k0, k1: the 16 secret bytes, little endian) */
 	__u64 previous[2]; /* the previous secret, still accepted */
-	__u64 unix_off_ns; /* Unix time minus CLOCK_BOOTTIME, in ns (cookie timestamps) */
+	__u64 unix_off_ns; /* Unix time minus CLOCK_MONOTONIC, in ns (cookie timestamps) */
 };
 
-/* guard_answers key: address, port, generation, EDNS variant, qtype, the lower-case wire qname
- * (zero padded). */
+/* guard_answers key: address, port, generation, EDNS variant, qtype, and the lower-case wire
+ * qname as its length and its FNV-1a hash (a short key hashes fast; the name itself is in the
+ * value and compared before anything is answered, so two names of one hash never mix). */
 struct guard_ans_key {
 	__u8 addr[16];
 	__u16 port;
@@ -139,8 +141,12 @@ struct guard_ans_key {
 	__u8 variant;
 	__u16 qtype;
 	__u16 qname_len;
-	__u8 qname[GUARD_QNAME_MAX];
+	__u64 name_hash;
 };
+
+/* FNV-1a, 64 bits, over the lower-case wire qname (what guard_ans_key.name_hash holds). */
+#define GUARD_FNV_OFFSET 0xcbf29ce484222325ULL
+#define GUARD_FNV_PRIME 0x100000001b3ULL
 
 /* Most header bytes (Ethernet to the end of the question) moved when a reply grows at the
  * front of the frame instead of its end. */
@@ -173,6 +179,7 @@ struct guard_ans_ctx {
  * room for the headers moved by a front growth and for an OPT record being built. */
 struct guard_ans_scratch {
 	struct guard_ans_key key;
+	__u8 qname[GUARD_QNAME_MAX]; /* the query's lower-case wire qname, zero padded */
 	__u8 head[GUARD_HEAD_MAX];
 	struct guard_ans_ctx a;
 	struct guard_pkt pk;
@@ -189,6 +196,7 @@ struct guard_answer {
 	__u16 csum;      /* 16-bit one's complement sum of data placed at an even offset */
 	__u16 cookie;    /* GUARD_COOKIE_*: how a query with a cookie is answered */
 	__u16 reserved;
+	__u8 qname[GUARD_QNAME_MAX]; /* the lower-case wire qname answered, zero padded */
 	__u8 data[GUARD_ANSWER_MAX];
 };
 
@@ -288,10 +296,11 @@ _Static_assert(sizeof(struct guard_config) == 32 + 8192, "guard_config");
 _Static_assert(sizeof(struct guard_counters) == 8 * GUARD_COUNTERS, "guard_counters");
 _Static_assert(sizeof(struct guard_ans_addr_key) == 20, "guard_ans_addr_key");
 _Static_assert(sizeof(struct guard_ans_addr) == 64, "guard_ans_addr");
-_Static_assert(sizeof(struct guard_ans_key) == 24 + GUARD_QNAME_MAX, "guard_ans_key");
-_Static_assert(sizeof(struct guard_answer) == 16 + GUARD_ANSWER_MAX, "guard_answer");
+_Static_assert(sizeof(struct guard_ans_key) == 32, "guard_ans_key");
+_Static_assert(sizeof(struct guard_answer) == 16 + GUARD_QNAME_MAX + GUARD_ANSWER_MAX,
+	       "guard_answer");
 _Static_assert(sizeof(struct guard_ans_scratch) ==
-		       24 + GUARD_QNAME_MAX + GUARD_HEAD_MAX + 48 + 12 + 16 + 44,
+		       32 + GUARD_QNAME_MAX + GUARD_HEAD_MAX + 48 + 12 + 16 + 44,
 	       "guard_ans_scratch");
 
 #endif /* PALISADE_GUARD_H */

@@ -14,7 +14,7 @@ use std::os::fd::BorrowedFd;
 
 use crate::Error;
 use crate::guard_maps::{ANSWERS, GuardMaps};
-use crate::maps::{ALL_MAPS, AnsAddr, AnsAddrKey, AnsKey, Answer, Plain};
+use crate::maps::{ALL_MAPS, AnsAddr, AnsAddrKey, AnsKey, Answer, Plain, QNAME_MAX, name_hash};
 use crate::sys;
 
 /// How long answers stay live at an address without a renewal ([`GuardMaps::renew_answers`]).
@@ -32,6 +32,10 @@ pub struct AnswerReport {
     pub full: u64,
     /// Entries of the previous generation deleted.
     pub deleted: u64,
+    /// Entries left to dnsd: another name of the same hash ([`crate::maps::name_hash`]) is
+    /// answered at the same address for the same type and variant (the program compares the
+    /// name, so the other is passed, never answered wrongly).
+    pub collided: u64,
 }
 
 /// RRL in XDP: how fast XDP answers one source prefix ([`AnsAddr::rate`]), and the slip
@@ -79,7 +83,7 @@ fn set_keys(a: &mut AnsAddr, keys: Option<&CookieKeys>) {
     let unix_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    a.unix_off_ns = unix_ns.saturating_sub(crate::boot_ns());
+    a.unix_off_ns = unix_ns.saturating_sub(crate::clock::mono_ns());
 }
 
 /// A generation of answers written and not yet live ([`GuardMaps::stage_answers`]).
@@ -189,14 +193,37 @@ impl GuardMaps {
         let gen_of = |addr: &[u8; 16], port: u16| by_addr.get(&(*addr, port)).copied();
         // Anything left over in the target generation (a writer that died mid-publish).
         report.deleted += self.delete_answers(|k| gen_of(&k.addr, k.port) == Some(k.gen_))?;
-        for (k, _) in entries.iter_mut() {
+        // Each key's name hash made from its answer's name (so the two always agree); of two
+        // names with one key, the first is written and the other left to dnsd.
+        let mut names: HashMap<AnsKey, [u8; QNAME_MAX]> = HashMap::with_capacity(entries.len());
+        let mut skip = vec![false; entries.len()];
+        for (i, (k, v)) in entries.iter_mut().enumerate() {
             k.gen_ = gen_of(&k.addr, k.port).unwrap_or(0);
+            let n = usize::from(k.qname_len).min(QNAME_MAX);
+            k.name_hash = name_hash(&v.qname[..n]);
+            match names.get(k) {
+                Some(name) if *name != v.qname => {
+                    report.collided += 1;
+                    skip[i] = true;
+                }
+                Some(_) => {}
+                None => {
+                    names.insert(*k, v.qname);
+                }
+            }
         }
+        drop(names);
+        let kept: Vec<&(AnsKey, Answer)> = entries
+            .iter()
+            .zip(&skip)
+            .filter(|(_, s)| !**s)
+            .map(|(e, _)| e)
+            .collect();
         let fd = self.answers_fd();
         let (ks, vs) = (size_of::<AnsKey>(), size_of::<Answer>());
         let mut keys = Vec::with_capacity(CHUNK * ks);
         let mut vals = Vec::with_capacity(CHUNK * vs);
-        for chunk in entries.chunks(CHUNK) {
+        for chunk in kept.chunks(CHUNK) {
             keys.clear();
             vals.clear();
             for (k, v) in chunk {
@@ -240,7 +267,7 @@ impl GuardMaps {
         rate: AnswerRate,
         keys: Option<&CookieKeys>,
     ) -> Result<(), Error> {
-        let expires_ns = crate::boot_ns() + ANSWER_LEASE.as_nanos() as u64;
+        let expires_ns = crate::clock::mono_ns() + ANSWER_LEASE.as_nanos() as u64;
         for (k, g) in staged.addrs.iter().zip(&staged.next) {
             let mut a = AnsAddr {
                 gen_: *g,
@@ -278,7 +305,7 @@ impl GuardMaps {
         addrs: &[AnsAddrKey],
         keys: Option<&CookieKeys>,
     ) -> Result<(), Error> {
-        let expires_ns = crate::boot_ns() + ANSWER_LEASE.as_nanos() as u64;
+        let expires_ns = crate::clock::mono_ns() + ANSWER_LEASE.as_nanos() as u64;
         for k in addrs {
             if let Some(mut a) = self.answer_addr(k)? {
                 a.expires_ns = expires_ns;
@@ -332,6 +359,19 @@ impl GuardMaps {
             out.push((ip, limited));
         }
         Ok(out)
+    }
+
+    /// Writes one entry as given, its name hash unchecked: for tests that the program compares
+    /// the name itself (a key's hash is never taken for its name).
+    #[doc(hidden)]
+    pub fn insert_answer_unchecked(&self, key: &AnsKey, answer: &Answer) -> Result<(), Error> {
+        sys::update(
+            self.answers_fd(),
+            key.as_bytes(),
+            answer.as_bytes(),
+            sys::BPF_ANY,
+        )
+        .map_err(|source| crate::guard_maps::syscall_err("update", ALL_MAPS[ANSWERS], source))
     }
 
     /// Answers in the map now (all writers).

@@ -87,6 +87,17 @@ impl ExpiryClock {
     }
 }
 
+/// CLOCK_MONOTONIC now, in ns (what `bpf_ktime_get_coarse_ns` returns, to its tick).
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to write into; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// CLOCK_BOOTTIME now, in ns (what `bpf_ktime_get_boot_ns` returns).
 pub fn boot_ns() -> u64 {
     let mut ts = libc::timespec {

@@ -43,7 +43,7 @@ pub use answers::{
     ANSWER_LEASE, AnswerRate, AnswerReport, CookieKeys, StagedAnswers, addr_key, mapped,
 };
 pub use available::{check_available, unavailable_reason};
-pub use clock::{ExpiryClock, KernelExpiry, boot_ns};
+pub use clock::{ExpiryClock, KernelExpiry, boot_ns, mono_ns};
 pub use config::{DEFAULT_PIN_PATH, Mode, XdpConfig};
 pub use error::{Error, Unavailable};
 pub use guard::{

@@ -81,7 +81,7 @@ pub const ANSWER_MAX: usize = 1232;
 /// Most header bytes moved when a reply grows at the front of its frame.
 pub const HEAD_MAX: usize = 256;
 /// Bytes of the per-CPU scratch value (`struct guard_ans_scratch`).
-pub const ANS_SCRATCH_SIZE: usize = size_of::<AnsKey>() + HEAD_MAX + 48 + 12 + 16 + 44;
+pub const ANS_SCRATCH_SIZE: usize = size_of::<AnsKey>() + QNAME_MAX + HEAD_MAX + 48 + 12 + 16 + 44;
 /// [`AnsKey::variant`]: a query without EDNS.
 pub const V_NO_EDNS: u8 = 0;
 /// [`AnsKey::variant`]: EDNS, DO clear.
@@ -463,8 +463,8 @@ const _: () = assert!(size_of::<LpmV6Key>() == 4 + 16);
 const _: () = assert!(size_of::<GuardConfig>() == 8 * 3 + 4 * 2 + 8192);
 const _: () = assert!(size_of::<AnsAddrKey>() == 16 + 2 + 2);
 const _: () = assert!(size_of::<AnsAddr>() == 64);
-const _: () = assert!(size_of::<AnsKey>() == 16 + 2 + 1 + 1 + 2 + 2 + QNAME_MAX);
-const _: () = assert!(size_of::<Answer>() == 16 + ANSWER_MAX);
+const _: () = assert!(size_of::<AnsKey>() == 16 + 2 + 1 + 1 + 2 + 2 + 8);
+const _: () = assert!(size_of::<Answer>() == 16 + QNAME_MAX + ANSWER_MAX);
 
 const fn str_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -522,17 +522,18 @@ pub struct AnsAddr {
     pub reserved: u8,
     /// Over the rate, one reply in `slip` is TC=1 (0: none).
     pub slip: u32,
-    /// CLOCK_BOOTTIME ns after which the program stops answering here unless renewed.
+    /// CLOCK_MONOTONIC ns after which the program stops answering here unless renewed.
     pub expires_ns: u64,
     /// The RFC 9018 SipHash-2-4 key: the secret's 16 bytes as two little-endian words.
     pub secret: [u64; 2],
     /// The previous secret, still accepted.
     pub previous: [u64; 2],
-    /// Unix time minus CLOCK_BOOTTIME, in ns (the cookies' timestamps).
+    /// Unix time minus CLOCK_MONOTONIC, in ns (the cookies' timestamps).
     pub unix_off_ns: u64,
 }
 
-/// Key of the answer map.
+/// Key of the answer map: the name as its length and hash ([`AnsKey::for_name`]); the name
+/// itself is [`Answer::qname`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AnsKey {
@@ -546,10 +547,41 @@ pub struct AnsKey {
     pub variant: u8,
     /// Query type.
     pub qtype: u16,
-    /// Bytes of `qname` used (with the root label).
+    /// Bytes of the wire qname (with the root label).
     pub qname_len: u16,
-    /// Lower-case wire qname, zero padded.
-    pub qname: [u8; QNAME_MAX],
+    /// [`name_hash`] of the lower-case wire qname.
+    pub name_hash: u64,
+}
+
+impl AnsKey {
+    /// The key of `qname` (lower-case wire form, at most [`QNAME_MAX`] bytes) for `qtype` and
+    /// `variant`; address, port and generation zero (set by the writer).
+    pub fn for_name(variant: u8, qtype: u16, qname: &[u8]) -> AnsKey {
+        AnsKey {
+            addr: [0; 16],
+            port: 0,
+            gen_: 0,
+            variant,
+            qtype,
+            qname_len: qname.len() as u16,
+            name_hash: name_hash(qname),
+        }
+    }
+}
+
+/// FNV-1a (64 bits) of a lower-case wire qname: what the program hashes as it reads the query.
+pub fn name_hash(qname: &[u8]) -> u64 {
+    qname.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// `qname` zero padded to [`QNAME_MAX`] bytes, as [`Answer::qname`] holds it (`None` when
+/// longer).
+pub fn padded_name(qname: &[u8]) -> Option<[u8; QNAME_MAX]> {
+    let mut out = [0u8; QNAME_MAX];
+    out.get_mut(..qname.len())?.copy_from_slice(qname);
+    Some(out)
 }
 
 /// Value of the answer map: the reply after its question, and its header.
@@ -573,6 +605,8 @@ pub struct Answer {
     pub cookie: u16,
     /// Zero.
     pub reserved: u16,
+    /// The lower-case wire qname answered, zero padded ([`padded_name`]).
+    pub qname: [u8; QNAME_MAX],
     /// The reply's bytes after the question.
     pub data: [u8; ANSWER_MAX],
 }

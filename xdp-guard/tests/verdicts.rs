@@ -641,16 +641,10 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     let addr = xdp_guard::addr_key(dst.into(), 53);
     let mut data = [0u8; ANSWER_MAX];
     data[..4].copy_from_slice(&[0xc0, 0x0c, 0, 1]);
-    let mut qname = [0u8; QNAME_MAX];
-    qname[0] = 0;
     let key = AnsKey {
         addr: xdp_guard::mapped(dst.into()),
         port: 53,
-        gen_: 0,
-        variant: V_NO_EDNS,
-        qtype: 1,
-        qname_len: 1,
-        qname,
+        ..AnsKey::for_name(V_NO_EDNS, 1, &[0])
     };
     let ans = Answer {
         flags: 0x8400,
@@ -661,6 +655,7 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         csum: 0xc00d,
         cookie: 0,
         reserved: 0,
+        qname: [0; QNAME_MAX],
         data,
     };
     let src = v4("198.51.100.7");
@@ -682,7 +677,7 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     assert_eq!((r.written, r.full), (1, 0));
     // Answers are leased: renewed by the writer, they lapse if it dies.
     let lease = m.answer_addr(&addr).unwrap().unwrap().expires_ns;
-    assert!(lease > xdp_guard::boot_ns() + 20_000_000_000);
+    assert!(lease > xdp_guard::mono_ns() + 20_000_000_000);
     std::thread::sleep(std::time::Duration::from_millis(5));
     m.renew_answers(&[addr], None).unwrap();
     assert!(m.answer_addr(&addr).unwrap().unwrap().expires_ns > lease);
@@ -708,6 +703,42 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         let (v, d) = run(&g, &query(&bad, 4));
         assert_eq!((v, d.ans_pass[1]), (Verdict::Pass, 1), "{bad:02x?}");
     }
+    // With IPv4 options: left to dnsd (the kernel's own path handles them).
+    let with_options = ipv4(
+        src,
+        dst,
+        UDP,
+        &[1, 1, 1, 0],
+        0,
+        &udp(40000, 53, &root_query(7)),
+    );
+    assert_eq!(run(&g, &frame(&[], ETH_IP, &with_options)).0, Verdict::Pass);
+    // A query whose name has the key's hash but is another name is never answered with it:
+    // the program compares the name (an entry written with a name that does not match its
+    // hash, as a hash collision would leave it).
+    let live = m.answer_addr(&addr).unwrap().unwrap().gen_;
+    let other_name = {
+        let mut a = ans;
+        a.qname[..3].copy_from_slice(b"\x01b\x00");
+        a
+    };
+    let forged_key = AnsKey {
+        gen_: live,
+        ..AnsKey {
+            addr: key.addr,
+            port: key.port,
+            ..AnsKey::for_name(V_NO_EDNS, 1, b"\x01a\x00")
+        }
+    };
+    m.insert_answer_unchecked(&forged_key, &other_name).unwrap();
+    let mut a_query = 0x4242u16.to_be_bytes().to_vec();
+    a_query.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, b'a', 0, 0, 1, 0, 1]);
+    let (v, d) = run(&g, &query(&a_query, 0));
+    assert_eq!(
+        (v, d.ans_pass[2]),
+        (Verdict::Pass, 1),
+        "another name: passed as a miss"
+    );
     // Another type: no answer compiled.
     let mut aaaa = root_query(4);
     aaaa[14] = 28;
@@ -848,11 +879,7 @@ fn cookies_are_verified_minted_and_exempt_from_rrl_in_xdp() {
     let key = AnsKey {
         addr: xdp_guard::mapped(dst.into()),
         port: 53,
-        gen_: 0,
-        variant: V_EDNS,
-        qtype: 1,
-        qname_len: 1,
-        qname: [0; QNAME_MAX],
+        ..AnsKey::for_name(V_EDNS, 1, &[0])
     };
     let mut ans = Answer {
         flags: 0x8400,
@@ -863,6 +890,7 @@ fn cookies_are_verified_minted_and_exempt_from_rrl_in_xdp() {
         csum: fold(ones(&tail)),
         cookie: COOKIE_ANSWER,
         reserved: 0,
+        qname: [0; QNAME_MAX],
         data,
     };
     let (secret, previous) = ([7u8; 16], [9u8; 16]);

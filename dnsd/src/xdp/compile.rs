@@ -175,16 +175,12 @@ impl Compiler<'_> {
                         _ => COOKIE_PASS,
                     };
             }
-            let mut key = AnsKey {
-                addr: [0; 16],
-                port: 0,
-                gen_: 0,
-                variant,
-                qtype,
-                qname_len: name.len() as u16,
-                qname: [0; QNAME_MAX],
+            let Some(qname) = xdp_guard::maps::padded_name(name) else {
+                self.skipped += 1;
+                continue;
             };
-            key.qname[..name.len()].copy_from_slice(name);
+            ans.qname = qname;
+            let mut key = AnsKey::for_name(variant, qtype, name);
             for a in self.addrs {
                 if self.out.len() >= self.budget {
                     self.over_budget += 1;
@@ -293,6 +289,7 @@ fn answer_of(reply: &[u8], query_len: usize, variant: u8) -> Option<Answer> {
         csum: ones_sum(tail),
         cookie: COOKIE_PASS,
         reserved: 0,
+        qname: [0; QNAME_MAX],
         data,
     })
 }
@@ -352,7 +349,8 @@ mod tests {
         assert_eq!(all.over_budget, 0);
         // Only example.com.'s names; each answer's header says AA or referral, never TC.
         for (k, v) in &all.entries {
-            let name = &k.qname[..k.qname_len as usize];
+            let name = &v.qname[..k.qname_len as usize];
+            assert_eq!(k.name_hash, xdp_guard::maps::name_hash(name));
             assert!(name.ends_with(b"\x07example\x03com\x00"), "{name:?}");
             assert_eq!(v.flags & 0x0200, 0);
             assert_eq!(v.csum, ones_sum(&v.data[..v.len as usize]));
@@ -440,7 +438,7 @@ mod tests {
         assert!(
             c.entries
                 .iter()
-                .all(|(k, _)| k.qname[..k.qname_len as usize]
+                .all(|(k, v)| v.qname[..k.qname_len as usize]
                     == b"\x03www\x07example\x03com\x00"[..])
         );
     }

@@ -135,6 +135,15 @@ pub fn ipv4(
     h.extend_from_slice(&src.octets());
     h.extend_from_slice(&dst.octets());
     h.extend_from_slice(&opts);
+    // The header checksum a real sender sets (the answer path updates it, never remakes it).
+    let mut sum: u32 = h
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
     h.extend_from_slice(l4);
     h
 }
