@@ -432,6 +432,31 @@ def wait_answer(addr, port, qname, qtype=6, timeout=60.0, proc=None, each=0.02):
     return None
 
 
+def idle_snapshot():
+    """(monotonic ns, {cpu: ns idle, waiting for I/O or stolen}) for busy_seconds."""
+    t = time.monotonic_ns()
+    tick = 1e9 / os.sysconf("SC_CLK_TCK")
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu") and line[3].isdigit():
+                p = line.split()
+                out[int(p[0][3:])] = (int(p[4]) + int(p[5]) + int(p[8])) * tick
+    return t, out
+
+
+def busy_seconds(a, b):
+    """CPU seconds busy on every CPU between two idle_snapshot()s: wall time minus idle time.
+    With NO_HZ the kernel measures idle from idle entry and exit, so this is exact to /proc/
+    stat's 10 ms, where its busy fields (user, system, softirq) are sampled at each tick
+    (CONFIG_TICK_CPU_ACCOUNTING here, 250 Hz): a load paced in bursts, as a packet generator's,
+    is counted busy or idle by the phase of its bursts against the tick — two modes, run to
+    run. Stolen time (the host running something else) is not counted busy."""
+    (t0, i0), (t1, i1) = a, b
+    wall = (t1 - t0) / 1e9
+    return sum(max(0.0, wall - (i1[c] - i0[c]) / 1e9) for c in i1 if c in i0)
+
+
 def proc_stat_cpus():
     """Per-CPU (busy, total) jiffies from /proc/stat."""
     out = {}

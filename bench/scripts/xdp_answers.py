@@ -1,28 +1,34 @@
 #!/usr/bin/env python3
-"""The XDP answer fast path (issue 20): answers per second and CPU per answer at one offered
-rate, for dnsd with the fast path, dnsd without it, Knot DNS with and without its XDP mode,
-and NSD, in one run.
+"""The XDP answer fast path (issue 20, 35): CPU per answer at one offered rate, for dnsd with
+the fast path, dnsd without it, Knot DNS with and without its XDP mode, and NSD, every case
+--runs times (5 by default), interleaved, with the median and range of each.
 
 Two namespaces made here (deleted at the end, also on error or Ctrl-C) are joined by a veth
 pair (the setup of xdp_veth.py: 192.0.2.1 sends, 192.0.2.2 answers; nothing leaves them).
 The load is `kxdpgun` (Knot's XDP query generator, knot-dnsutils) in the sending namespace,
 pinned to CPU 1, at a fixed rate; each server runs in the receiving namespace pinned to CPU 0.
 On a veth the receiving side's softirq work runs on the sender's CPU, so the comparison is the
-busy time of both cores (from /proc/stat) per answer received, the generator's own work
-included in every case (so the ratios understate the differences between servers). The floor
-(kxdpgun against a receiver that drops every frame in XDP) is shown for reference only: with
-no replies to read the generator works differently, so it is not subtracted.
+busy time of both cores per answer received, the generator's own work included in every case
+(so the ratios understate the differences between servers). Busy time is wall time minus idle
+time (common.busy_seconds): /proc/stat's busy fields are sampled at the 250 Hz tick on this
+kernel, and a generator pacing its bursts aliases with the tick — the "two modes" earlier
+runs saw. The reflector case (an XDP program that sends each query back as its reply, no DNS
+work) is the generator and the veth with replies to read: a server's own cost is its busy
+time minus the reflector's in the same run, per answer.
 
-Then the flood: kxdpgun from 65,536 sources (198.18.0.0/16, `-l`; RRL per source cannot stop
-it) at --attack-qps, a rate no kernel-path server here sustains: the share answered per server,
-and beside it a legitimate client — one query at a time, every 5 ms, 500 ms timeout — over a
-second veth pair between the same namespaces (198.19.255.1 → 198.19.255.2; kxdpgun's XDP
-program takes every reply on the first): its answered share and latency percentiles. The
-legitimate queries reach every server through the kernel (XDP is attached to the first link
-only): the figure is how well the server's kernel path survives the flood beside it.
+Then the flood (first run only): kxdpgun from 65,536 sources (198.18.0.0/16, `-l`; RRL per
+source cannot stop it) at --attack-qps, a rate no kernel-path server here sustains: the share
+answered per server, and beside it a legitimate client — one query at a time, every 5 ms,
+500 ms timeout — over a second veth pair between the same namespaces (198.19.255.1 →
+198.19.255.2; kxdpgun's XDP program takes every reply on the first): its answered share and
+latency percentiles. The legitimate queries reach every server through the kernel (XDP is
+attached to the first link only): the figure is how well the server's kernel path survives
+the flood beside it.
+
+First, the program alone: the answers part of `cargo bench -p xdp-guard` (BPF_PROG_TEST_RUN).
 
 Usage: xdp_answers.py [--quick] [--seconds N] [--qps N] [--attack-qps N] [--cases a,b,...]
-                      [--no-attack]
+                      [--runs N] [--no-attack]
 """
 import argparse
 import json
@@ -36,7 +42,7 @@ import time
 import common as c
 import xdp_veth as xv
 
-CASES = ["floor", "dnsd-xdp", "dnsd", "knot-xdp", "knot", "nsd"]
+CASES = ["reflect", "dnsd-xdp", "dnsd", "knot-xdp", "knot", "nsd"]
 PORT = 53
 ZONE = """$ORIGIN bench.test.
 $TTL 3600
@@ -121,12 +127,64 @@ def drop_program(tmp):
     return obj
 
 
+def reflect_program(tmp):
+    """An XDP program that sends every UDP/IPv4 query to port 53 straight back as its own
+    reply (addresses and ports swapped, QR set, no DNS work): the generator and the veth with
+    replies to read, the floor every server's cost stands on."""
+    src = os.path.join(tmp, "reflect.c")
+    with open(src, "w") as f:
+        f.write(r"""#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/udp.h>
+#define SEC(s) __attribute__((section(s), used))
+SEC("xdp") int xdp_reflect(struct xdp_md *c)
+{
+	void *data = (void *)(long)c->data, *end = (void *)(long)c->data_end;
+	struct ethhdr *e = data;
+	if ((void *)(e + 1) > end || e->h_proto != __builtin_bswap16(ETH_P_IP))
+		return XDP_PASS;
+	struct iphdr *ip = (void *)(e + 1);
+	if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_UDP)
+		return XDP_PASS;
+	struct udphdr *u = (void *)(ip + 1);
+	unsigned char *dns = (void *)(u + 1);
+	if ((void *)(dns + 12) > end || u->dest != __builtin_bswap16(53))
+		return XDP_PASS;
+	unsigned char mac[ETH_ALEN];
+	__builtin_memcpy(mac, e->h_dest, ETH_ALEN);
+	__builtin_memcpy(e->h_dest, e->h_source, ETH_ALEN);
+	__builtin_memcpy(e->h_source, mac, ETH_ALEN);
+	__be32 a = ip->saddr;
+	ip->saddr = ip->daddr;
+	ip->daddr = a;
+	__be16 p = u->source;
+	u->source = u->dest;
+	u->dest = p;
+	u->check = 0;
+	dns[2] |= 0x80;
+	return XDP_TX;
+}
+char _license[] SEC("license") = "GPL";
+""")
+    obj = os.path.join(tmp, "reflect.o")
+    xv.sh(["clang", "-target", "bpf", "-O2", "-I/usr/include/x86_64-linux-gnu", "-c", src,
+           "-o", obj])
+    return obj
+
+
 def start_server(case, veth, tmp, zone):
     """Starts the case's server in the receiving namespace; returns (Server, cleanup)."""
     zones = [("bench.test.", zone)]
     d = os.path.join(tmp, case)
     os.makedirs(d, exist_ok=True)
     pin = ["taskset", "-c", "0"]
+    if case == "reflect":
+        xv.sh(["ip", "-n", veth.ns_r, "link", "set", "dev", veth.if_r, "xdpdrv", "obj",
+               reflect_program(tmp), "sec", "xdp"])
+        return None, lambda: xv.sh(["ip", "-n", veth.ns_r, "link", "set", "dev", veth.if_r,
+                                    "xdpdrv", "off"], check=False)
     if case == "floor":
         xv.sh(["ip", "-n", veth.ns_r, "link", "set", "dev", veth.if_r, "xdpdrv", "obj",
                drop_program(tmp), "sec", "xdp"])
@@ -223,15 +281,23 @@ def kxdpgun(veth, qfile, seconds, qps):
     return int(sent.group(1)), int(answered.group(1)) if answered else 0, text
 
 
+def clear_xdp(veth):
+    """No XDP program left on the receiving link by the case before (Knot's may outlive it
+    briefly)."""
+    for mode in ("xdpdrv", "xdpgeneric", "xdp"):
+        xv.sh(["ip", "-n", veth.ns_r, "link", "set", "dev", veth.if_r, mode, "off"], check=False)
+
+
 def measure(case, veth, tmp, zone, qfile, seconds, qps):
     """One run of the generator against `case`: its counts and both cores' busy time."""
+    clear_xdp(veth)
     srv, cleanup = start_server(case, veth, tmp, zone)
     try:
-        b0 = busy_jiffies()
+        b0, i0 = busy_jiffies(), c.idle_snapshot()
         t0 = time.monotonic()
         sent, answered, _text = kxdpgun(veth, qfile, seconds, qps)
         wall = time.monotonic() - t0
-        b1 = busy_jiffies()
+        b1, i1 = busy_jiffies(), c.idle_snapshot()
         xdp = {}
         if case == "dnsd-xdp":
             conf = os.path.join(tmp, case, "dnsd.toml")
@@ -250,26 +316,29 @@ def measure(case, veth, tmp, zone, qfile, seconds, qps):
         if srv:
             srv.stop()
         cleanup()
-    busy = sum(b1[k] - b0[k] for k in b1) / os.sysconf("SC_CLK_TCK")
+    ticks = sum(b1[k] - b0[k] for k in b1) / os.sysconf("SC_CLK_TCK")
+    busy = c.busy_seconds(i0, i1)
     c.log(f"{case:>9}: sent {sent}, answered {answered} "
-          f"({answered / max(sent, 1) * 100:.1f} %), both cores busy {busy:.2f} s")
+          f"({answered / max(sent, 1) * 100:.1f} %), both cores busy {busy:.2f} s "
+          f"(tick-sampled: {ticks:.2f} s)")
     per = busy / answered * 1e9 if answered else float("nan")
     return {"case": case, "sent": sent, "answered": answered, "busy_cpu_s": busy,
-            "wall_s": wall, "xdp": xdp, "ns_per_answer": per}
+            "tick_sampled_busy_s": ticks, "wall_s": wall, "xdp": xdp, "ns_per_answer": per}
 
 
 def measure_attack(case, veth, tmp, zone, qfile, seconds, qps):
     """The many-source flood against `case`, with the legitimate client beside it."""
+    clear_xdp(veth)
     srv, cleanup = start_server(case, veth, tmp, zone)
     try:
-        b0 = busy_jiffies()
+        i0 = c.idle_snapshot()
         asent, aans, legit = attack(veth, qfile, seconds, qps)
-        b1 = busy_jiffies()
+        i1 = c.idle_snapshot()
     finally:
         if srv:
             srv.stop()
         cleanup()
-    abusy = sum(b1[k] - b0[k] for k in b1) / os.sysconf("SC_CLK_TCK")
+    abusy = c.busy_seconds(i0, i1)
     c.log(f"{case:>9} under a many-source flood: answered {aans}/{asent}, "
           f"both cores busy {abusy:.2f} s; legitimate client "
           f"{legit['answered']}/{legit['sent']}, p50 {legit['p50_ms']:.2f} ms, "
@@ -302,26 +371,52 @@ def report(runs, a, seconds):
     floors = [r["busy_cpu_s"] for rs in runs for r in rs if r["case"] == "floor"]
     if floors:
         print(f"floor (generator against an XDP_DROP receiver): median {median(floors):.2f} s busy")
-    cases = [r["case"] for r in runs[0] if r["case"] != "floor"]
+    floor_cases = ("floor", "reflect")
+    cases = [r["case"] for r in runs[0] if r["case"] not in floor_cases]
     per = {k: [r["ns_per_answer"] for rs in runs for r in rs if r["case"] == k] for k in cases}
     share = {k: [r["answered"] / max(r["sent"], 1) for rs in runs for r in rs if r["case"] == k]
              for k in cases}
+    # The server's own cost: its run's busy time minus the reflector's in the same run (the
+    # generator and the veth with replies to read), per answer.
+    own = {k: [] for k in cases}
+    for rs in runs:
+        by = {r["case"]: r for r in rs}
+        if "reflect" in by:
+            for k in cases:
+                if k in by and by[k]["answered"]:
+                    own[k].append((by[k]["busy_cpu_s"] - by["reflect"]["busy_cpu_s"])
+                                  / by[k]["answered"] * 1e9)
+    refl = [r["ns_per_answer"] for rs in runs for r in rs if r["case"] == "reflect"]
+    if refl:
+        print(f"reflector (the generator and the veth with replies, no DNS work): median "
+              f"{median(refl):.0f} ns per reply, range {min(refl):.0f}–{max(refl):.0f}")
     base = median(per["dnsd"]) if "dnsd" in per else None
-    print(f"{'case':>9} {'share':>7} {'ns/answer median':>17} {'range':>15} {'vs dnsd':>8}")
+    obase = median(own["dnsd"]) if own.get("dnsd") else None
+    print(f"{'case':>9} {'share':>7} {'ns/answer median':>17} {'range':>15} {'vs dnsd':>8}"
+          f" {'own ns/answer':>14} {'own vs dnsd':>12}")
     for k in cases:
         m = median(per[k])
+        o = median(own[k]) if own[k] else float("nan")
         print(f"{k:>9} {median(share[k]) * 100:6.1f}% {m:17.0f} "
               f"{min(per[k]):7.0f}–{max(per[k]):<7.0f} "
-              f"{(m / base if base else float('nan')):7.2f}x")
+              f"{(m / base if base else float('nan')):7.2f}x"
+              f" {o:14.0f} {(o / obase if obase else float('nan')):11.2f}x")
     if "dnsd-xdp" in per:
         print("\nper run (same run, same hour):")
         for i, rs in enumerate(runs):
             by = {r["case"]: r["ns_per_answer"] for r in rs}
+            if "dnsd-xdp" not in by:
+                continue
             parts = [f"run {i + 1}: dnsd-xdp {by['dnsd-xdp']:.0f} ns"]
             if "knot-xdp" in by:
                 parts.append(f"/ knot-xdp {by['dnsd-xdp'] / by['knot-xdp']:.2f}x (goal ≤ 0.5)")
             if "dnsd" in by:
                 parts.append(f"/ dnsd kernel path {by['dnsd-xdp'] / by['dnsd']:.2f}x (goal ≤ 0.25)")
+            if "reflect" in by:
+                r = by["reflect"]
+                parts.append("; own cost: " + ", ".join(
+                    f"{k} {by[k] - r:.0f} ns" for k in ("dnsd-xdp", "knot-xdp", "dnsd")
+                    if k in by))
             print("  " + "  ".join(parts))
     attacks = [r for r in runs[0] if "attack" in r]
     if attacks:
@@ -367,6 +462,8 @@ def main():
     qfile = os.path.join(tmp, "queries.txt")
     with open(qfile, "w") as f:
         f.write("www.bench.test A\n")
+    # The program alone first, on a quiet machine (no server or generator winding down).
+    test_run = kernel_test_run()
     veth = Veth()
     # XDP_TX frames reach the sending side only through its NAPI: GRO on gives it one
     # (kxdpgun's own XDP program on a veth runs in generic mode).
@@ -380,14 +477,13 @@ def main():
             for case in cases:
                 c.progress(f"xdp answers: run {run + 1}/{a.runs}, {case}")
                 results.append(measure(case, veth, tmp, zone, qfile, seconds, a.qps))
-                if case != "floor" and not a.no_attack and run == 0:
+                if case not in ("floor", "reflect") and not a.no_attack and run == 0:
                     results[-1]["attack"] = measure_attack(case, veth, tmp, zone, qfile,
                                                            seconds, a.attack_qps)
     finally:
         c.done_progress()
         veth.close()
     report(runs, a, seconds)
-    test_run = kernel_test_run()
     if test_run:
         print("\nThe program alone (cargo bench -p xdp-guard -- answers: BPF_PROG_TEST_RUN, no veth):")
         print(test_run)

@@ -2,13 +2,22 @@
 /*
  * The DNS answer fast path of the Palisade XDP guard: for UDP to a DNS service address whose
  * dnsd publishes answers (`guard_ans_addr`, with the live generation), the query is parsed
- * (one question, optional OPT with a cookie, nothing else), its key looked up in
- * `guard_answers` (dnsd's own reply bytes, compiled by dnsd's pipeline), and the frame turned
- * around in place as the reply: addresses and ports swapped, the DNS message rewritten with
- * the query's id, RD and CD, the cookie verified and a fresh server cookie minted with dnsd's
- * secrets (RFC 9018, SipHash-2-4), the checksums made from dnsd's precomputed sum. Replies
- * over the per-prefix answer rate are slipped (TC=1) or dropped as dnsd's RRL would. Anything
- * the path does not answer passes to dnsd, counted by cause.
+ * (one question, optional OPT with a cookie, nothing else), its key — with the qname's FNV-1a
+ * hash, made as the name is read — looked up in `guard_answers` (dnsd's own reply bytes,
+ * compiled by dnsd's pipeline; the value's name compared with the query's before anything is
+ * sent), and the frame turned around in place as the reply: addresses and ports swapped, the
+ * DNS message rewritten with the query's id, RD and CD, the cookie verified and a fresh server
+ * cookie minted with dnsd's secrets (RFC 9018, SipHash-2-4), the IPv4 header checksum updated
+ * from the old one and the UDP checksum made from dnsd's precomputed sum. Replies over the
+ * per-prefix answer rate are slipped (TC=1) or dropped as dnsd's RRL would. Anything the path
+ * does not answer passes to dnsd, counted by cause.
+ *
+ * What an answer costs, and why it is shaped so (cargo bench -p xdp-guard -- answers): headers
+ * are read and written through packet pointers (a helper call per copy cost more than the
+ * edit), each pointer pinned with barrier_var so that the register the verifier saw checked is
+ * the one used; one coarse clock read serves the lease, RRL and cookie time; the reply grows at
+ * the tail, or where the driver left no tailroom, at the front with the headers moved inside
+ * the frame.
  *
  * Included by guard.c after the block check and classification (`classify` hands over a
  * GUARD_CANDIDATE); it uses the maps declared here and guard.h's layouts.
@@ -16,7 +25,7 @@
 #ifndef PALISADE_GUARD_ANSWER_H
 #define PALISADE_GUARD_ANSWER_H
 
-/* The answer fast path: dnsd's replies by (address, port, generation, variant, qtype, qname). */
+/* The answer fast path: dnsd's replies by (address, port, generation, variant, qtype, qname hash). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, GUARD_DEFAULT_ANSWER_ENTRIES);
@@ -496,26 +505,17 @@ static __always_inline int finish_reply(struct xdp_md *ctx, const struct guard_p
 }
 
 /* Makes the DNS message at `dns_off` of the `frame_len`-byte frame `dns_len` bytes long (its
- * first `qend` bytes kept): the tail
- * moved, or, when the driver left no tailroom (a virtual NIC's tight buffer), the front, with
- * the headers and the question moved there. 0, or the verdict to return. */
+ * first `qend` bytes kept): the tail moved, or, when the driver left no tailroom (a virtual
+ * NIC's tight buffer), the front, with the headers and the question moved there inside the
+ * frame. 0, or the verdict to return. */
 static __always_inline int fit(struct xdp_md *ctx, __u32 frame_len, __u32 dns_off, __u32 qend,
-			       __u32 dns_len, struct guard_ans_scratch *scr,
-			       struct guard_counters *cnt)
+			       __u32 dns_len, struct guard_counters *cnt)
 {
 	int delta = (int)dns_len - (int)(frame_len - dns_off);
 	if (delta == 0 || !bpf_xdp_adjust_tail(ctx, delta))
 		return 0;
-	__u64 hl = dns_off + qend;
-	if (delta < 0 || hl >= GUARD_HEAD_MAX || hl < sizeof(struct ethhdr)) {
-		cnt->count[GUARD_C_ANS_PASS_ROOM]++;
-		return XDP_PASS;
-	}
-	/* For the verifier, on the register the helper gets: hl < GUARD_HEAD_MAX. */
-	asm volatile("%[v] &= 0xff" : [v] "+r"(hl));
-	if (hl == 0)
-		return XDP_PASS;
-	if (bpf_xdp_load_bytes(ctx, 0, scr->head, hl)) {
+	__u32 hl = dns_off + qend;
+	if (delta < 0 || delta > 2047 || hl >= GUARD_HEAD_MAX || hl < 16) {
 		cnt->count[GUARD_C_ANS_PASS_ROOM]++;
 		return XDP_PASS;
 	}
@@ -523,8 +523,39 @@ static __always_inline int fit(struct xdp_md *ctx, __u32 frame_len, __u32 dns_of
 		cnt->count[GUARD_C_ANS_PASS_ROOM]++;
 		return XDP_PASS;
 	}
-	if (bpf_xdp_store_bytes(ctx, 0, scr->head, hl))
+	/* The first `hl` bytes (headers and question) now start `delta` bytes in: moved to the
+	 * front in 8-byte words, lowest first (the source lies above the destination, so an
+	 * overlap is read before it is written), and the last word, read before any write, put
+	 * at hl - 8 (the words need not divide hl). */
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 d = delta & 0x7ff;
+	__u32 h = hl & 0xff;
+	__u32 last_at = (hl - 8) & 0xff; /* hl >= 16: no wrap */
+	barrier_var(last_at);
+	__u8 *from_last = data + d + last_at;
+	barrier_var(from_last);
+	if ((void *)(from_last + 8) > end)
 		return XDP_DROP;
+	__u64 last;
+	__builtin_memcpy(&last, from_last, 8);
+	__u32 words = (h - 1) / 8;
+	for (__u32 i = 0; i < GUARD_HEAD_MAX / 8; i++) {
+		if (i >= words)
+			break;
+		__u8 *from = data + d + i * 8;
+		__u8 *to = data + i * 8;
+		barrier_var(from);
+		barrier_var(to);
+		if ((void *)(from + 8) > end || (void *)(to + 8) > end)
+			return XDP_DROP;
+		__builtin_memcpy(to, from, 8);
+	}
+	__u8 *to_last = data + last_at;
+	barrier_var(to_last);
+	if ((void *)(to_last + 8) > end)
+		return XDP_DROP;
+	__builtin_memcpy(to_last, &last, 8);
 	return 0;
 }
 
@@ -614,7 +645,7 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 		}
 		flags |= extra ? 7 : DNS_TC;
 		__u32 dlen = qend + olen;
-		int r = fit(ctx, frame_len, dns_off, qend, dlen, scr, cnt);
+		int r = fit(ctx, frame_len, dns_off, qend, dlen, cnt);
 		if (r)
 			return r;
 		if (olen == 11 && bpf_xdp_store_bytes(ctx, dns_off + qend, o, 11))
@@ -625,7 +656,7 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 				    sum_at(o, 39, qend));
 	}
 	__u32 dns_len = qend + len + extra;
-	int r = fit(ctx, frame_len, dns_off, qend, dns_len, scr, cnt);
+	int r = fit(ctx, frame_len, dns_off, qend, dns_len, cnt);
 	if (r)
 		return r;
 	if (bpf_xdp_store_bytes(ctx, dns_off + qend, (void *)v->data, len)) {

@@ -176,11 +176,10 @@ struct guard_ans_ctx {
 };
 
 /* guard_ans_tmp value: the query being answered (too big for the stack beside the rest), and
- * room for the headers moved by a front growth and for an OPT record being built. */
+ * room for an OPT record being built. */
 struct guard_ans_scratch {
 	struct guard_ans_key key;
 	__u8 qname[GUARD_QNAME_MAX]; /* the query's lower-case wire qname, zero padded */
-	__u8 head[GUARD_HEAD_MAX];
 	struct guard_ans_ctx a;
 	struct guard_pkt pk;
 	__u8 src[16];    /* the query's source address (IPv4 mapped) */
@@ -300,7 +299,7 @@ _Static_assert(sizeof(struct guard_ans_key) == 32, "guard_ans_key");
 _Static_assert(sizeof(struct guard_answer) == 16 + GUARD_QNAME_MAX + GUARD_ANSWER_MAX,
 	       "guard_answer");
 _Static_assert(sizeof(struct guard_ans_scratch) ==
-		       32 + GUARD_QNAME_MAX + GUARD_HEAD_MAX + 48 + 12 + 16 + 44,
+		       32 + GUARD_QNAME_MAX + 48 + 12 + 16 + 44,
 	       "guard_ans_scratch");
 
 #endif /* PALISADE_GUARD_H */

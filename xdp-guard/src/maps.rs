@@ -81,7 +81,7 @@ pub const ANSWER_MAX: usize = 1232;
 /// Most header bytes moved when a reply grows at the front of its frame.
 pub const HEAD_MAX: usize = 256;
 /// Bytes of the per-CPU scratch value (`struct guard_ans_scratch`).
-pub const ANS_SCRATCH_SIZE: usize = size_of::<AnsKey>() + QNAME_MAX + HEAD_MAX + 48 + 12 + 16 + 44;
+pub const ANS_SCRATCH_SIZE: usize = size_of::<AnsKey>() + QNAME_MAX + 48 + 12 + 16 + 44;
 /// [`AnsKey::variant`]: a query without EDNS.
 pub const V_NO_EDNS: u8 = 0;
 /// [`AnsKey::variant`]: EDNS, DO clear.
