@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Runs `cargo bench -p dnsd --bench pipeline` N times and prints each case's median of the N
-runs' mean ns per query; with --compare FILE, the ratio against an earlier run's file.
+runs' mean ns per query; with --compare FILE, the ratio against an earlier run's file; with
+--against EXE (the pipeline bench binary of another commit, e.g. built in a git worktree), both
+binaries N times each, alternating, pinned to one CPU, and the ratio of the medians: the
+fairest way to compare two commits on a shared machine (a slow spell hits both).
 
   python3 bench/scripts/pipeline_runs.py --runs 5 --out /tmp/before.json
   python3 bench/scripts/pipeline_runs.py --runs 5 --compare /tmp/before.json
+  python3 bench/scripts/pipeline_runs.py --runs 5 --against /work/before-target/.../pipeline-HASH
 """
 import argparse
 import json
@@ -21,9 +25,35 @@ def target_dir():
     return json.loads(meta.stdout)["target_directory"]
 
 
+def bench_exe():
+    """Builds this commit's pipeline bench; its executable."""
+    out = subprocess.run(["cargo", "bench", "-q", "-p", "dnsd", "--bench", "pipeline", "--no-run",
+                          "--message-format", "json"], cwd=ROOT, capture_output=True, text=True,
+                         check=True)
+    for line in out.stdout.splitlines():
+        m = json.loads(line)
+        if m.get("reason") == "compiler-artifact" and m.get("executable") and \
+                m["target"]["name"] == "pipeline":
+            return m["executable"]
+    raise RuntimeError("no pipeline bench executable in cargo's output")
+
+
+def exe_run(exe, crit):
+    """One run of a bench executable pinned to CPU 1, its results under `crit`."""
+    os.makedirs(crit, exist_ok=True)
+    subprocess.run(["taskset", "-c", "1", exe, "--bench"], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=dict(os.environ, CRITERION_HOME=crit))
+    return read(crit)
+
+
 def one_run(crit):
     subprocess.run(["cargo", "bench", "-q", "-p", "dnsd", "--bench", "pipeline"], cwd=ROOT,
                    check=True, stdout=subprocess.DEVNULL)
+    return read(crit)
+
+
+def read(crit):
     out = {}
     group = os.path.join(crit, "pipeline")
     for case in sorted(os.listdir(group)):
@@ -41,7 +71,11 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--out", help="write the medians (JSON) here")
     ap.add_argument("--compare", help="an earlier --out file: print ratios against it")
+    ap.add_argument("--against", help="another commit's pipeline bench executable: run both, "
+                    "alternating, and print the ratios")
     a = ap.parse_args()
+    if a.against:
+        return against(a)
     crit = os.path.join(target_dir(), "criterion")
     runs = []
     for i in range(a.runs):
@@ -62,6 +96,30 @@ def main():
         print(line)
     if before:
         print(f"slowest case against the earlier run: {worst:.3f}x")
+    if a.out:
+        json.dump(med, open(a.out, "w"), indent=1)
+
+
+def against(a):
+    """Both executables `a.runs` times, alternating; medians and ratios (this one / other)."""
+    import tempfile
+    mine = bench_exe()
+    tmp = tempfile.mkdtemp(prefix="palisade-pipeline-")
+    runs = {"other": [], "this": []}
+    for i in range(a.runs):
+        for who, exe in (("other", a.against), ("this", mine)):
+            print(f"pipeline bench run {i + 1}/{a.runs}: {who} ...", file=sys.stderr, flush=True)
+            runs[who].append(exe_run(exe, os.path.join(tmp, f"{who}-{i}")))
+    names = sorted(set().union(*runs["this"]) & set().union(*runs["other"]))
+    med = {w: {n: statistics.median(r[n] for r in runs[w] if n in r) for n in names} for w in runs}
+    print(f"{'case':42} {'other ns':>9} {'this ns':>9} {'ratio':>7}   this run by run / other")
+    worst = 0.0
+    for n in names:
+        r = med["this"][n] / med["other"][n]
+        worst = max(worst, r)
+        pairs = " ".join(f"{t[n] / o[n]:.2f}" for t, o in zip(runs["this"], runs["other"]))
+        print(f"{n:42} {med['other'][n]:9.1f} {med['this'][n]:9.1f} {r:6.3f}x   {pairs}")
+    print(f"slowest case, this commit against the other: {worst:.3f}x (medians of {a.runs})")
     if a.out:
         json.dump(med, open(a.out, "w"), indent=1)
 
