@@ -102,9 +102,17 @@ def main():
 
 def against(a):
     """Both executables `a.runs` times, alternating; medians and ratios (this one / other)."""
+    import shutil
     import tempfile
-    mine = bench_exe()
     tmp = tempfile.mkdtemp(prefix="palisade-pipeline-")
+    # Copied before this commit's bench is built: both commits' benches have one file name in
+    # a shared target directory, and the build would overwrite the other one's.
+    other = os.path.join(tmp, "other-pipeline")
+    shutil.copy2(a.against, other)
+    a.against = other
+    mine = bench_exe()
+    if open(mine, "rb").read() == open(other, "rb").read():
+        print("warning: both executables are the same build", file=sys.stderr)
     runs = {"other": [], "this": []}
     for i in range(a.runs):
         for who, exe in (("other", a.against), ("this", mine)):

@@ -183,6 +183,14 @@ fn a_tenants_dns_rules_deny_refuse_challenge_limit_and_allow() {
     let src = Ipv4Addr::new(127, 201, 7, 1);
     let any = ask(server, src, "example.com.", TYPE_ANY, &udp).expect("an answer to ANY");
     assert_eq!(any.rcode(), REFUSED);
+    // Refused by policy: Extended DNS Error 18, Prohibited (RFC 8914).
+    let opt = any.opt.as_ref().expect("an OPT to an EDNS query");
+    let ede = opt.options.iter().find(|(c, _)| *c == 15);
+    assert_eq!(
+        ede.map(|(_, d)| d.clone()),
+        Some(vec![0, 18]),
+        "EDE Prohibited"
+    );
     let net_any = ask(server, src, "example.net.", TYPE_ANY, &udp).expect("example.net answers");
     assert_ne!(
         net_any.rcode(),

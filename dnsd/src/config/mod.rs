@@ -265,6 +265,53 @@ pub struct Server {
     /// (relative paths are relative to the config file; unset: `zone add` is refused).
     #[serde(default)]
     pub zone_state: Option<PathBuf>,
+    /// Our name server identifier (RFC 5001), sent to queries that ask: a string, `0x` and
+    /// hex digits, or `"hostname"` (this host's name). Unset: none.
+    #[serde(default)]
+    pub nsid: Option<String>,
+}
+
+/// Most bytes of `[server] nsid`.
+pub const NSID_MAX: usize = 128;
+
+impl Server {
+    /// The NSID bytes `nsid` names (at most 128), or why it cannot be used.
+    pub fn nsid_bytes(&self) -> Result<Option<Vec<u8>>, String> {
+        let Some(s) = &self.nsid else {
+            return Ok(None);
+        };
+        let bytes = if s == "hostname" {
+            let mut buf = [0u8; 256];
+            // SAFETY: buf is writable for its length; gethostname NUL-terminates within it
+            // or truncates.
+            if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+                return Err(format!(
+                    "cannot read the host name: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            buf[..n].to_vec()
+        } else if let Some(h) = s.strip_prefix("0x") {
+            if h.len() % 2 != 0 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("{s:?}: 0x must be followed by pairs of hex digits"));
+            }
+            (0..h.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("hex checked"))
+                .collect()
+        } else {
+            s.as_bytes().to_vec()
+        };
+        if bytes.is_empty() || bytes.len() > NSID_MAX {
+            return Err(format!(
+                "must be 1 to {} bytes, not {}",
+                NSID_MAX,
+                bytes.len()
+            ));
+        }
+        Ok(Some(bytes))
+    }
 }
 
 fn default_listen() -> Vec<String> {
@@ -537,6 +584,9 @@ impl Config {
                 "must be between 512 and 65535".into(),
             ));
         }
+        self.server
+            .nsid_bytes()
+            .map_err(|m| inv("server.nsid", m))?;
         if self.server.udp_batch == 0 || self.server.udp_batch > 1024 {
             return Err(inv("server.udp_batch", "must be between 1 and 1024".into()));
         }

@@ -80,6 +80,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
 
     let pcfg = Arc::new(PipelineConfig {
         udp_payload: cfg.server.udp_payload,
+        // Checked when the config loaded.
+        nsid: cfg.server.nsid_bytes().ok().flatten().map(Arc::from),
         tcp_keepalive: PipelineConfig::keepalive_units(cfg.server.tcp_idle_timeout_ms),
         compact_denial: (
             cfg.dnssec.compact_denial_rate,

@@ -51,6 +51,8 @@ pub struct PipelineConfig {
     pub tcp_keepalive: u16,
     /// Compact denials signed per second per worker, and per source.
     pub compact_denial: (u32, u32),
+    /// Our name server identifier (`[server] nsid`, RFC 5001), sent to queries that ask.
+    pub nsid: Option<Arc<[u8]>>,
 }
 
 impl Default for PipelineConfig {
@@ -59,6 +61,7 @@ impl Default for PipelineConfig {
             udp_payload: 1232,
             tcp_keepalive: 100,
             compact_denial: (2000, 100),
+            nsid: None,
         }
     }
 }
@@ -76,6 +79,16 @@ impl PipelineConfig {
     fn keepalive(&self, q: &Query, transport: Transport) -> Option<u16> {
         (transport == Transport::Tcp && q.edns.is_some_and(|e| e.keepalive))
             .then_some(self.tcp_keepalive)
+    }
+
+    /// Our NSID for a response to `q`: when it asked and one is set.
+    #[inline]
+    fn nsid(&self, q: &Query) -> Option<&[u8]> {
+        if q.edns.is_some_and(|e| e.nsid) {
+            self.nsid.as_deref()
+        } else {
+            None
+        }
     }
 }
 
@@ -272,7 +285,7 @@ impl Processor {
             _ => None,
         });
         if let Some(rc) = refuse {
-            return self.error_reply(req, out, rc, question, edns, transport, src, None);
+            return self.error_reply(req, out, rc, question, edns, transport, src, None, None);
         }
         // TSIG: a signed request is verified here (by the side that holds the keys) and its
         // response, whatever answers it, signed last. The key vouches for the client: the
@@ -289,6 +302,7 @@ impl Processor {
                     edns,
                     transport,
                     src,
+                    None,
                     None,
                 );
             };
@@ -346,7 +360,10 @@ impl Processor {
             }
         };
         if let Some(rc) = refuse {
-            return self.error_reply(req, out, rc, true, edns, transport, src, signer.as_mut());
+            // A transfer refused here: the client may not have it (RFC 8914 Prohibited).
+            let why = matches!(q.qtype, t::AXFR | t::IXFR).then_some(response::ede::PROHIBITED);
+            let signer = signer.as_mut();
+            return self.error_reply(req, out, rc, true, edns, transport, src, signer, why);
         }
         // 4. The zone, its tenant; after parsing.
         let zones = &*self.snapshot;
@@ -364,6 +381,7 @@ impl Processor {
                 transport,
                 src,
                 signer,
+                None,
             );
         }
         let mut parsed = Parsed {
@@ -418,6 +436,8 @@ impl Processor {
             cookie: parsed.cookie_out.as_ref(),
             keepalive: self.cfg.keepalive(q, transport),
             compact_ok: false,
+            nsid: self.cfg.nsid(q),
+            ede: None,
         };
         let opt = response::opt_room(q, &opts);
         let sig = signer.as_ref().map_or(0, |s| s.reserve());
@@ -478,6 +498,9 @@ impl Processor {
         }
         // 7. EDNS and counters.
         w.set_limit(limit);
+        if ans.kind == Kind::Refused {
+            opts.ede = Some(response::ede::NOT_AUTHORITATIVE);
+        }
         if edns {
             response::put_opt(&mut w, q, udp_payload, 0, opts);
         }
@@ -544,9 +567,18 @@ impl Processor {
                 self.stats.response(rcode::NOERROR, true);
                 Outcome::Reply(n)
             }
-            Step::Refuse(rc) => {
-                self.error_reply(req, out, rc, with_question, with_edns, transport, src, None)
-            }
+            // The rules' deny with an rcode: a client refused by policy.
+            Step::Refuse(rc) => self.error_reply(
+                req,
+                out,
+                rc,
+                with_question,
+                with_edns,
+                transport,
+                src,
+                None,
+                Some(response::ede::PROHIBITED),
+            ),
         }
     }
 
@@ -564,6 +596,7 @@ impl Processor {
         transport: Transport,
         src: SocketAddr,
         signer: Option<&mut tsig::Signer>,
+        ede: Option<u16>,
     ) -> Outcome {
         let q = &*self.q;
         let udp_payload = self.cfg.udp_payload;
@@ -617,6 +650,8 @@ impl Processor {
                 cookie: None,
                 keepalive: self.cfg.keepalive(q, transport),
                 compact_ok: false,
+                nsid: self.cfg.nsid(q),
+                ede,
             };
             response::put_opt(&mut w, q, udp_payload, rc, opts);
         }
@@ -836,6 +871,52 @@ pub(crate) mod tests {
         assert!(r.send(&resp, "192.0.2.1", UDP).is_none());
         assert_eq!(r.drops(DropCause::Malformed), 2);
         assert_eq!(r.rcodes(rcode::FORMERR), 5);
+    }
+
+    #[test]
+    fn nsid_when_asked_and_extended_errors_on_what_is_refused_on_purpose() {
+        use crate::query::wire::{OPT_EDE, OPT_NSID};
+        let cfg = PipelineConfig {
+            nsid: Some(Arc::from(&b"node-a"[..])),
+            ..Default::default()
+        };
+        let mut r = Rig::with_pipeline(example_set(), None, cfg);
+        let asked = Q::new(WWW, 1).option(OPT_NSID, &[]).bytes();
+        let a = r.send(&asked, "192.0.2.1", UDP).unwrap();
+        assert_eq!(a.rcode(), rcode::NOERROR);
+        assert_eq!(a.option(OPT_NSID).as_deref(), Some(&b"node-a"[..]));
+        assert_eq!(a.option(OPT_EDE), None, "no error, no EDE");
+        // Not asked: not sent.
+        let a = r
+            .send(&Q::new(WWW, 1).edns(1232).bytes(), "192.0.2.1", UDP)
+            .unwrap();
+        assert_eq!(a.option(OPT_NSID), None);
+        // A name outside every zone: REFUSED, Not Authoritative (20), and the NSID asked.
+        let q = Q::new("example.org.", 1).option(OPT_NSID, &[]).bytes();
+        let a = r.send(&q, "192.0.2.1", UDP).unwrap();
+        assert_eq!(a.rcode(), rcode::REFUSED);
+        assert_eq!(a.option(OPT_EDE), Some(vec![0, 20]));
+        assert_eq!(a.option(OPT_NSID).as_deref(), Some(&b"node-a"[..]));
+        // A transfer here without transfers set up: REFUSED, Prohibited (18).
+        let a = r.send(
+            &Q::new("example.com.", 252).edns(1232).bytes(),
+            "192.0.2.1",
+            TCP,
+        );
+        let a = a.unwrap();
+        assert_eq!(
+            (a.rcode(), a.option(OPT_EDE)),
+            (rcode::REFUSED, Some(vec![0, 18]))
+        );
+        // Without EDNS there is nowhere to put either.
+        let a = r
+            .send(&Q::new("example.org.", 1).bytes(), "192.0.2.1", UDP)
+            .unwrap();
+        assert!(a.opt.is_none());
+        // No NSID configured: asked, none sent.
+        let mut plain = Rig::new(example_set(), None);
+        let a = plain.send(&asked, "192.0.2.1", UDP).unwrap();
+        assert_eq!(a.option(OPT_NSID), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use zones::rdata;
 use zones::rrtype::t;
 use zones::zone::{RR_HEAD, RRset};
 
+use crate::config::NSID_MAX;
 use crate::query::wire::{Query, hf};
 
 /// A response section.
@@ -491,6 +492,15 @@ pub const OPT_LEN: usize = 11;
 pub const COOKIE_OPT_LEN: usize = 4 + 8 + 16;
 /// Bytes of an edns-tcp-keepalive option with its TIMEOUT.
 pub const KEEPALIVE_OPT_LEN: usize = 4 + 2;
+/// Bytes of an Extended DNS Error option with its INFO-CODE and no text.
+pub const EDE_OPT_LEN: usize = 4 + 2;
+/// Extended DNS Error (RFC 8914) INFO-CODEs dnsd sends.
+pub mod ede {
+    /// The client may not have this (a rules deny, a transfer refused).
+    pub const PROHIBITED: u16 = 18;
+    /// Not a zone served here.
+    pub const NOT_AUTHORITATIVE: u16 = 20;
+}
 
 /// The options our OPT carries.
 #[derive(Debug, Default, Clone, Copy)]
@@ -501,6 +511,10 @@ pub struct OptOptions<'a> {
     pub keepalive: Option<u16>,
     /// Set the Compact Answers OK flag (RFC 9824 §5: a compact-denial zone asked with it).
     pub compact_ok: bool,
+    /// Our name server identifier, to a query that asked (RFC 5001).
+    pub nsid: Option<&'a [u8]>,
+    /// An Extended DNS Error INFO-CODE (RFC 8914, [`ede`]).
+    pub ede: Option<u16>,
 }
 
 impl<'a> OptOptions<'a> {
@@ -508,15 +522,17 @@ impl<'a> OptOptions<'a> {
     pub fn cookie(cookie: Option<&'a crate::query::module::CookieOut>) -> Self {
         OptOptions {
             cookie,
-            keepalive: None,
-            compact_ok: false,
+            ..OptOptions::default()
         }
     }
 
     /// Bytes the options take.
     #[inline]
     pub fn len(&self) -> usize {
-        self.cookie.map_or(0, |_| COOKIE_OPT_LEN) + self.keepalive.map_or(0, |_| KEEPALIVE_OPT_LEN)
+        self.cookie.map_or(0, |_| COOKIE_OPT_LEN)
+            + self.keepalive.map_or(0, |_| KEEPALIVE_OPT_LEN)
+            + self.nsid.map_or(0, |n| 4 + n.len().min(NSID_MAX))
+            + self.ede.map_or(0, |_| EDE_OPT_LEN)
     }
 
     /// True when there are none.
@@ -551,7 +567,7 @@ pub fn opt_room(q: &Query, opts: &OptOptions<'_>) -> usize {
 /// Appends OPT (our payload `udp_payload`, the extended bits of `rc`, DO echoed from `q`)
 /// with `opts`.
 pub fn put_opt(w: &mut Writer<'_>, q: &Query, udp_payload: u16, rc: u16, opts: OptOptions<'_>) {
-    let mut buf = [0u8; OPT_LEN + COOKIE_OPT_LEN + KEEPALIVE_OPT_LEN];
+    let mut buf = [0u8; OPT_LEN + COOKIE_OPT_LEN + KEEPALIVE_OPT_LEN + 4 + NSID_MAX + EDE_OPT_LEN];
     buf[..OPT_LEN].copy_from_slice(&opt_rr(udp_payload, (rc >> 4) as u8, q.dnssec_ok()));
     if opts.compact_ok {
         buf[7] |= 0x40;
@@ -569,6 +585,19 @@ pub fn put_opt(w: &mut Writer<'_>, q: &Query, udp_payload: u16, rc: u16, opts: O
         buf[len + 2..len + 4].copy_from_slice(&2u16.to_be_bytes());
         buf[len + 4..len + 6].copy_from_slice(&t.to_be_bytes());
         len += KEEPALIVE_OPT_LEN;
+    }
+    if let Some(n) = opts.nsid {
+        let n = &n[..n.len().min(NSID_MAX)];
+        buf[len..len + 2].copy_from_slice(&crate::query::wire::OPT_NSID.to_be_bytes());
+        buf[len + 2..len + 4].copy_from_slice(&(n.len() as u16).to_be_bytes());
+        buf[len + 4..len + 4 + n.len()].copy_from_slice(n);
+        len += 4 + n.len();
+    }
+    if let Some(code) = opts.ede {
+        buf[len..len + 2].copy_from_slice(&crate::query::wire::OPT_EDE.to_be_bytes());
+        buf[len + 2..len + 4].copy_from_slice(&2u16.to_be_bytes());
+        buf[len + 4..len + 6].copy_from_slice(&code.to_be_bytes());
+        len += EDE_OPT_LEN;
     }
     buf[9..11].copy_from_slice(&((len - OPT_LEN) as u16).to_be_bytes());
     let _ = w.raw_rr(Section::Additional, &buf[..len]);

@@ -85,6 +85,8 @@ pub(crate) struct Q {
     pub version: u8,
     pub dnssec: bool,
     pub cookie: Option<Vec<u8>>,
+    /// Other EDNS options (code, data), after the cookie.
+    pub options: Vec<(u16, Vec<u8>)>,
 }
 
 impl Q {
@@ -100,7 +102,14 @@ impl Q {
             version: 0,
             dnssec: false,
             cookie: None,
+            options: Vec::new(),
         }
+    }
+    /// With the EDNS option `code` carrying `data` (EDNS on).
+    pub(crate) fn option(mut self, code: u16, data: &[u8]) -> Q {
+        self.options.push((code, data.to_vec()));
+        self.edns.get_or_insert(1232);
+        self
     }
     pub(crate) fn id(mut self, id: u16) -> Q {
         self.id = id;
@@ -152,6 +161,11 @@ impl Q {
                 rd.extend_from_slice(&crate::query::wire::OPT_COOKIE.to_be_bytes());
                 rd.extend_from_slice(&(c.len() as u16).to_be_bytes());
                 rd.extend_from_slice(c);
+            }
+            for (code, data) in &self.options {
+                rd.extend_from_slice(&code.to_be_bytes());
+                rd.extend_from_slice(&(data.len() as u16).to_be_bytes());
+                rd.extend_from_slice(data);
             }
             m.extend_from_slice(&(rd.len() as u16).to_be_bytes());
             m.extend_from_slice(&rd);
@@ -288,18 +302,22 @@ impl Reply {
     pub(crate) fn qr(&self) -> bool {
         self.flags & crate::query::wire::hf::QR != 0
     }
-    /// The COOKIE option's data.
-    pub(crate) fn cookie(&self) -> Option<Vec<u8>> {
+    /// The data of the OPT's option `code`, if there is one.
+    pub(crate) fn option(&self, code: u16) -> Option<Vec<u8>> {
         let rd = &self.opt.as_ref()?.rdata;
         let mut p = 0;
         while p + 4 <= rd.len() {
-            let (code, len) = (u16_at(rd, p), u16_at(rd, p + 2) as usize);
-            if code == crate::query::wire::OPT_COOKIE {
+            let (c, len) = (u16_at(rd, p), u16_at(rd, p + 2) as usize);
+            if c == code {
                 return Some(rd[p + 4..p + 4 + len].to_vec());
             }
             p += 4 + len;
         }
         None
+    }
+    /// The COOKIE option's data.
+    pub(crate) fn cookie(&self) -> Option<Vec<u8>> {
+        self.option(crate::query::wire::OPT_COOKIE)
     }
     /// The name at `off` bytes into the RDATA of `rr`.
     pub(crate) fn rdata_name(&self, rr: &Rr, off: usize) -> String {
@@ -394,13 +412,17 @@ impl Rig {
     }
 
     pub(crate) fn with_shared(zones: Arc<ArcSwap<ZoneSet>>, s: Option<Arc<Shared>>) -> Rig {
+        Rig::with_pipeline(zones, s, PipelineConfig::default())
+    }
+
+    /// With the pipeline settings `cfg`.
+    pub(crate) fn with_pipeline(
+        zones: Arc<ArcSwap<ZoneSet>>,
+        s: Option<Arc<Shared>>,
+        cfg: PipelineConfig,
+    ) -> Rig {
         let stats = Arc::new(WorkerStats::default());
-        let mut p = Processor::new(
-            zones,
-            Arc::new(PipelineConfig::default()),
-            stats.clone(),
-            s.as_ref(),
-        );
+        let mut p = Processor::new(zones, Arc::new(cfg), stats.clone(), s.as_ref());
         p.refresh();
         Rig {
             p,

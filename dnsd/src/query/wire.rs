@@ -56,6 +56,10 @@ pub mod rcode {
 pub const OPT_COOKIE: u16 = 10;
 /// EDNS option code of edns-tcp-keepalive (RFC 7828).
 pub const OPT_TCP_KEEPALIVE: u16 = 11;
+/// EDNS option code of the Name Server Identifier (RFC 5001).
+pub const OPT_NSID: u16 = 3;
+/// EDNS option code of Extended DNS Errors (RFC 8914).
+pub const OPT_EDE: u16 = 15;
 
 /// What EDNS(0) said in a query.
 #[derive(Debug, Clone, Copy, Default)]
@@ -74,6 +78,8 @@ pub struct Edns {
     pub cookie_len: u8,
     /// The query carried edns-tcp-keepalive (RFC 7828): a TCP client asks our idle timeout.
     pub keepalive: bool,
+    /// The query asked for our name server identifier (RFC 5001).
+    pub nsid: bool,
 }
 
 impl Edns {
@@ -347,6 +353,7 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Option<Edns>
         cookie_off: 0,
         cookie_len: 0,
         keepalive: false,
+        nsid: false,
     };
     let mut p = rdata;
     while p < end {
@@ -369,6 +376,9 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Option<Edns>
             // Clients send it empty (RFC 7828 §3.2.1); a TIMEOUT from a client means nothing
             // to us and is ignored, as BIND ignores it (unbound answers FORMERR).
             e.keepalive = true;
+        } else if code == OPT_NSID {
+            // Sent empty (RFC 5001 §2.3); whatever it carries, it asks for ours.
+            e.nsid = true;
         }
         p += 4 + len;
     }

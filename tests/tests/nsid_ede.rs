@@ -1,0 +1,146 @@
+//! NSID (RFC 5001) and Extended DNS Errors (RFC 8914): dnsd names itself to a query that asks,
+//! as Knot DNS and NSD do with the same identifier (the oracles), and says why it refuses what
+//! it refuses on purpose; `[server] nsid` is checked when the config loads.
+
+use std::time::Duration;
+
+use palisade_tests::client::udp_exchange;
+use palisade_tests::servers::{Dnsd, Knot, Nsd, Zone};
+use palisade_tests::wire::{QueryOpts, RawMsg, build_query, qtype as T, rcode};
+
+const NSID: u16 = 3;
+const EDE: u16 = 15;
+
+/// The reply of `addr` to `name`/`qtype` with EDNS and, if `nsid`, an empty NSID option.
+fn ask(addr: std::net::SocketAddr, name: &str, qtype: u16, nsid: bool) -> RawMsg {
+    let opts = QueryOpts {
+        options: if nsid {
+            vec![(NSID, Vec::new())]
+        } else {
+            vec![]
+        },
+        ..QueryOpts::edns(1232)
+    };
+    let q = build_query(0x4e53, name, qtype, &opts);
+    let r = udp_exchange(addr, &q, Duration::from_secs(2))
+        .expect("exchange")
+        .expect("a reply");
+    RawMsg::parse(&r).expect("a well-formed reply")
+}
+
+fn option(m: &RawMsg, code: u16) -> Option<Vec<u8>> {
+    let o = m.opt.as_ref()?;
+    o.options
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map(|(_, d)| d.clone())
+}
+
+#[test]
+fn nsid_is_answered_as_knot_and_nsd_answer_it() {
+    let zones = [Zone::data("example.com.")];
+    let dnsd = Dnsd::builder()
+        .zones(&zones)
+        .server_option("nsid = \"node-a\"")
+        .start();
+    let mut servers = vec![("dnsd", dnsd.addr(), None::<Box<dyn std::any::Any>>)];
+    if Knot::available() {
+        let z = zones[0].clone();
+        let knot = Knot::start_raw(&zones, move |d, addr| {
+            Knot::server_section(d, addr).replacen("server:\n", "server:\n  nsid: node-a\n", 1)
+                + &format!(
+                    "template:\n  - id: default\n    storage: \"{}\"\n    zonefile-sync: -1\n\n\
+                     zone:\n  - domain: {}\n    file: \"{}\"\n",
+                    d.display(),
+                    z.origin,
+                    z.file.display()
+                )
+        });
+        servers.push(("knot", knot.addr(), Some(Box::new(knot))));
+    } else {
+        palisade_tests::skipped("knotd not installed: Knot not compared");
+    }
+    if Nsd::available() {
+        let nsd = Nsd::start_with(
+            &zones,
+            &["minimal-responses: yes", "nsid: \"ascii_node-a\""],
+        );
+        servers.push(("nsd", nsd.addr(), Some(Box::new(nsd))));
+    } else {
+        palisade_tests::skipped("nsd not installed: NSD not compared");
+    }
+    for (who, addr, _) in &servers {
+        let asked = ask(*addr, "www.example.com.", T::A, true);
+        assert_eq!(asked.rcode(), rcode::NOERROR, "{who}");
+        assert_eq!(
+            option(&asked, NSID).as_deref(),
+            Some(&b"node-a"[..]),
+            "{who}: NSID"
+        );
+        let plain = ask(*addr, "www.example.com.", T::A, false);
+        assert_eq!(
+            option(&plain, NSID),
+            None,
+            "{who}: NSID not asked, not sent"
+        );
+    }
+}
+
+#[test]
+fn refusals_on_purpose_carry_an_extended_error() {
+    let zones = [Zone::data("example.com.")];
+    let dnsd = Dnsd::builder().zones(&zones).start();
+    // Not a zone of ours: REFUSED, Not Authoritative (20).
+    let r = ask(dnsd.addr(), "example.org.", T::A, false);
+    assert_eq!(r.rcode(), rcode::REFUSED);
+    assert_eq!(option(&r, EDE), Some(vec![0, 20]));
+    // An answer carries none.
+    let r = ask(dnsd.addr(), "www.example.com.", T::A, false);
+    assert_eq!(option(&r, EDE), None);
+    // Knot, the oracle: the same rcode and the same EDE.
+    if Knot::available() {
+        let knot = Knot::start(&zones);
+        let k = ask(knot.addr(), "example.org.", T::A, false);
+        assert_eq!(
+            (k.rcode(), option(&k, EDE)),
+            (rcode::REFUSED, Some(vec![0, 20]))
+        );
+    } else {
+        palisade_tests::skipped("knotd not installed: Knot not compared");
+    }
+}
+
+#[test]
+fn a_bad_nsid_is_refused_with_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let zone = Zone::data("example.com.");
+    for (value, why) in [
+        ("\"\"", "1 to 128 bytes"),
+        ("\"0x4g\"", "hex"),
+        (&format!("\"{}\"", "x".repeat(129)), "1 to 128 bytes"),
+    ] {
+        let conf = dir.path().join("bad.toml");
+        std::fs::write(
+            &conf,
+            format!(
+                "[server]\nlisten = [\"127.0.0.1\"]\nport = 5399\nnsid = {value}\n\n\
+                 [[zone]]\norigin = \"{}\"\nfile = \"{}\"\n",
+                zone.origin,
+                zone.file.display()
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(palisade_tests::bin("dnsd"))
+            .args(["check-config", "-c"])
+            .arg(&conf)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).to_string()
+            + &String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{value}: accepted");
+        assert!(
+            text.contains("server.nsid") && text.contains(why),
+            "{value}: {text}"
+        );
+    }
+}
