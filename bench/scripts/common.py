@@ -458,16 +458,18 @@ def busy_seconds(a, b):
 
 
 def proc_stat_cpus():
-    """Per-CPU (busy, total) jiffies from /proc/stat."""
+    """Per-CPU (busy, total) in jiffies, for differences between two calls: total is wall
+    time, busy is wall time minus idle, I/O wait and stolen time (see busy_seconds: /proc/stat's
+    own busy fields are sampled at the tick here)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    now = time.monotonic() * hz
     out = {}
     with open("/proc/stat") as f:
         for line in f:
             if line.startswith("cpu") and line[3].isdigit():
-                parts = line.split()
-                v = [int(x) for x in parts[1:9]]
-                total = sum(v)
-                busy = total - v[3] - v[4]
-                out[int(parts[0][3:])] = (busy, total)
+                p = line.split()
+                idle = int(p[4]) + int(p[5]) + int(p[8])
+                out[int(p[0][3:])] = (now - idle, now)
     return out
 
 

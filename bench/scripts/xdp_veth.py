@@ -451,14 +451,18 @@ def softnet_dropped():
 
 
 def stat_cpus():
-    """Per-CPU (softirq, busy, total) jiffies."""
+    """Per-CPU (softirq, busy, total) jiffies: busy and total from wall and idle time as
+    common.proc_stat_cpus has them; softirq is /proc/stat's, sampled at the tick (no IRQ time
+    accounting in this kernel): coarse."""
     out = {}
+    cpus = c.proc_stat_cpus()
     with open("/proc/stat") as f:
         for line in f:
             if line.startswith("cpu") and line[3].isdigit():
                 p = line.split()
-                v = [int(x) for x in p[1:9]]
-                out[int(p[0][3:])] = (v[6], sum(v) - v[3] - v[4], sum(v))
+                cpu = int(p[0][3:])
+                busy, total = cpus.get(cpu, (0.0, 0.0))
+                out[cpu] = (int(p[7]), busy, total)
     return out
 
 
