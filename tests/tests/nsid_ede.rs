@@ -144,3 +144,47 @@ fn a_bad_nsid_is_refused_with_its_key() {
         );
     }
 }
+
+#[test]
+fn a_changed_nsid_is_kept_until_restart_and_the_reload_says_so() {
+    let zones = [Zone::data("example.com.")];
+    let dnsd = Dnsd::builder()
+        .zones(&zones)
+        .server_option("nsid = \"before\"")
+        .start();
+    let conf = dnsd.config_path().to_path_buf();
+    let text = std::fs::read_to_string(&conf).unwrap();
+    assert!(text.contains("nsid = \"before\""), "{text}");
+    std::fs::write(&conf, text.replace("nsid = \"before\"", "nsid = \"after\"")).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("warning:") && out.contains("[server] nsid changed"),
+        "the reload names the key it cannot apply: {out}"
+    );
+    let r = ask(dnsd.addr(), "www.example.com.", T::A, true);
+    assert_eq!(
+        option(&r, NSID).as_deref(),
+        Some(&b"before"[..]),
+        "the running value stays"
+    );
+    // A second reload: the file still differs from what runs, so it says so again.
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("[server] nsid changed"),
+        "still differs from the running value: {out}"
+    );
+    std::fs::write(
+        &conf,
+        std::fs::read_to_string(&conf)
+            .unwrap()
+            .replace("\"after\"", "\"before\""),
+    )
+    .unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(
+        ok && !out.contains("[server]"),
+        "back to the running value: {out}"
+    );
+}

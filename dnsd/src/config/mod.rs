@@ -222,7 +222,7 @@ fn default_true() -> bool {
 pub type Events = shield::events::EventsConfig;
 
 /// `[server]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Server {
     /// Addresses and prefixes: one UDP socket per address; TCP on one wildcard socket.
@@ -275,6 +275,47 @@ pub struct Server {
 pub const NSID_MAX: usize = 128;
 
 impl Server {
+    /// The keys of `[server]` whose values differ from `running`'s among those read only at
+    /// start (sockets, workers, limits, NSID; `zone_state` is read at each use).
+    pub fn start_only_changes(&self, running: &Server) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let mut diff = |key: &'static str, changed: bool| {
+            if changed {
+                out.push(key);
+            }
+        };
+        diff("listen", self.listen != running.listen);
+        diff("port", self.port != running.port);
+        diff("workers", self.workers != running.workers);
+        diff("udp_payload", self.udp_payload != running.udp_payload);
+        diff("udp_rcvbuf", self.udp_rcvbuf != running.udp_rcvbuf);
+        diff("udp_sndbuf", self.udp_sndbuf != running.udp_sndbuf);
+        diff("udp_batch", self.udp_batch != running.udp_batch);
+        diff(
+            "tcp_max_connections",
+            self.tcp_max_connections != running.tcp_max_connections,
+        );
+        diff(
+            "tcp_max_per_source",
+            self.tcp_max_per_source != running.tcp_max_per_source,
+        );
+        diff(
+            "tcp_idle_timeout_ms",
+            self.tcp_idle_timeout_ms != running.tcp_idle_timeout_ms,
+        );
+        diff(
+            "tcp_max_queries",
+            self.tcp_max_queries != running.tcp_max_queries,
+        );
+        diff(
+            "tcp_max_pipelined",
+            self.tcp_max_pipelined != running.tcp_max_pipelined,
+        );
+        // By the bytes sent: "0x61" is "a", and "hostname" follows the host's name.
+        diff("nsid", self.nsid_bytes().ok() != running.nsid_bytes().ok());
+        out
+    }
+
     /// The NSID bytes `nsid` names (at most 128), or why it cannot be used.
     pub fn nsid_bytes(&self) -> Result<Option<Vec<u8>>, String> {
         let Some(s) = &self.nsid else {
@@ -740,6 +781,26 @@ use shield::toml_pos::line_col;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_only_server_keys_are_named_when_they_change() {
+        let parse = |t: &str| Config::parse(Path::new("x.toml"), t).unwrap().server;
+        let running = parse("[server]\nlisten = [\"127.0.0.1\"]\nnsid = \"a\"\n");
+        let same =
+            parse("[server]\nlisten = [\"127.0.0.1\"]\nnsid = \"a\"\nzone_state = \"z.toml\"\n");
+        assert!(
+            same.start_only_changes(&running).is_empty(),
+            "zone_state is read at each use"
+        );
+        let moved = parse("[server]\nlisten = [\"127.0.0.2\"]\nudp_batch = 8\n");
+        assert_eq!(
+            moved.start_only_changes(&running),
+            ["listen", "udp_batch", "nsid"]
+        );
+        // The same NSID spelled in hex is no change.
+        let hex = parse("[server]\nlisten = [\"127.0.0.1\"]\nnsid = \"0x61\"\n");
+        assert!(hex.start_only_changes(&running).is_empty());
+    }
 
     #[test]
     fn defaults_and_unknown_keys() {

@@ -55,6 +55,14 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 // The config's own warnings, in the log and in the answer (with zones that
                 // name a tenant while no rules file is configured: reload_rules says the rest).
                 let mut warnings = c.warnings.clone();
+                let keep = c.server.start_only_changes(&shared.started_server);
+                if !keep.is_empty() {
+                    warnings.push(format!(
+                        "[server] {} changed in {}: the running values stay until dnsd restarts",
+                        keep.join(", "),
+                        path.display()
+                    ));
+                }
                 if c.rules.is_none() {
                     warnings.extend(c.unknown_tenants(None));
                 }

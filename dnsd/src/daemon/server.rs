@@ -354,6 +354,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         zones: Arc::new(tokio::sync::Mutex::new(registry)),
         config_path,
         config: Mutex::new(Arc::new(cfg.clone())),
+        started_server: cfg.server.clone(),
         addrs: bound,
         tcp: tcp.clone(),
         started: Instant::now(),

@@ -21,6 +21,8 @@ pub struct State {
     /// The config in force without its zone list (templates, zone state, defaults): what
     /// `ctl zone add` needs without reading the config file again.
     pub config: Mutex<Arc<crate::config::Config>>,
+    /// The `[server]` table the sockets and the pipeline were made from (a reload keeps them).
+    pub started_server: crate::config::Server,
     /// Service addresses.
     pub addrs: Vec<SocketAddr>,
     /// The TCP side.
