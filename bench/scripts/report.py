@@ -796,14 +796,11 @@ def xdp_answers_section(XA, md):
             else float("nan")
 
     per = {k: [r["ns_per_answer"] for rs in runs for r in rs if r["case"] == k] for k in cases}
+    from xdp_answers import own_costs
     own = {k: [] for k in cases}
     for rs in runs:
-        by = {r["case"]: r for r in rs}
-        if "reflect" in by:
-            for k in cases:
-                if k in by and by[k]["answered"]:
-                    own[k].append((by[k]["busy_cpu_s"] - by["reflect"]["busy_cpu_s"])
-                                  / by[k]["answered"] * 1e9)
+        for k, o in own_costs(rs).items():
+            own[k].append(o)
     base = med(per["dnsd"]) if "dnsd" in per else None
     rows = []
     for k in cases:

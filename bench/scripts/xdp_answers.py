@@ -361,6 +361,17 @@ def kernel_test_run():
     return "\n".join(lines[start:]).strip() if start is not None else out.stdout.strip()
 
 
+def own_costs(rs):
+    """Each server's own cost in one run, ns per answer: its busy time minus the reflector's,
+    per answer it gave ({} without a reflector in the run)."""
+    by = {r["case"]: r for r in rs}
+    if "reflect" not in by:
+        return {}
+    floor = by["reflect"]["busy_cpu_s"]
+    return {k: (r["busy_cpu_s"] - floor) / r["answered"] * 1e9 for k, r in by.items()
+            if k not in ("floor", "reflect") and r["answered"]}
+
+
 def report(runs, a, seconds):
     """Per case the median and range of ns per answer over the runs, and per run the ratios
     the fast path is judged by."""
@@ -380,12 +391,8 @@ def report(runs, a, seconds):
     # generator and the veth with replies to read), per answer.
     own = {k: [] for k in cases}
     for rs in runs:
-        by = {r["case"]: r for r in rs}
-        if "reflect" in by:
-            for k in cases:
-                if k in by and by[k]["answered"]:
-                    own[k].append((by[k]["busy_cpu_s"] - by["reflect"]["busy_cpu_s"])
-                                  / by[k]["answered"] * 1e9)
+        for k, o in own_costs(rs).items():
+            own[k].append(o)
     refl = [r["ns_per_answer"] for rs in runs for r in rs if r["case"] == "reflect"]
     if refl:
         print(f"reflector (the generator and the veth with replies, no DNS work): median "
@@ -412,11 +419,10 @@ def report(runs, a, seconds):
                 parts.append(f"/ knot-xdp {by['dnsd-xdp'] / by['knot-xdp']:.2f}x (goal ≤ 0.5)")
             if "dnsd" in by:
                 parts.append(f"/ dnsd kernel path {by['dnsd-xdp'] / by['dnsd']:.2f}x (goal ≤ 0.25)")
-            if "reflect" in by:
-                r = by["reflect"]
+            o = own_costs(rs)
+            if o:
                 parts.append("; own cost: " + ", ".join(
-                    f"{k} {by[k] - r:.0f} ns" for k in ("dnsd-xdp", "knot-xdp", "dnsd")
-                    if k in by))
+                    f"{k} {o[k]:.0f} ns" for k in ("dnsd-xdp", "knot-xdp", "dnsd") if k in o))
             print("  " + "  ".join(parts))
     attacks = [r for r in runs[0] if "attack" in r]
     if attacks:

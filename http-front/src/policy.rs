@@ -5,7 +5,7 @@
 //! lists the effective set and where each entry came from.
 
 use shield::block::BlockMap;
-use shield::never_block::{BlockPolicy, NeverBlock, own_addresses, url_addresses};
+use shield::never_block::{NeverBlock, own_addresses, url_addresses};
 
 use crate::config::Config;
 
@@ -31,35 +31,7 @@ pub fn never_block(cfg: &Config, rules: &shield::rules::Prepared) -> NeverBlock 
     nb
 }
 
-/// Installs the policy of `cfg` and `rules` into `blocks`; automatic entries it no longer
-/// allows are lifted (logged).
+/// Installs the policy of `cfg` and `rules` into `blocks`.
 pub fn install(blocks: &BlockMap, cfg: &Config, rules: &shield::rules::Prepared) {
-    let nb = never_block(cfg, rules);
-    let n = nb.len();
-    let lifted = blocks.set_policy(BlockPolicy {
-        min_prefix_v4: cfg.block.min_prefix_v4,
-        min_prefix_v6: cfg.block.min_prefix_v6,
-        never_block: std::sync::Arc::new(nb),
-    });
-    tracing::info!(
-        never_block = n,
-        min_prefix_v4 = cfg.block.min_prefix_v4,
-        min_prefix_v6 = cfg.block.min_prefix_v6,
-        "block policy in force"
-    );
-    if lifted > 0 {
-        tracing::warn!(lifted, "blocks of never-block prefixes lifted");
-    }
-}
-
-/// The policy in force, as `ctl status` shows it.
-pub fn render(blocks: &BlockMap) -> String {
-    let p = blocks.policy();
-    format!(
-        "block policy: min_prefix_v4 /{}, min_prefix_v6 /{}\nnever_block ({} entries):\n{}",
-        p.min_prefix_v4,
-        p.min_prefix_v6,
-        p.never_block.len(),
-        p.never_block.render()
-    )
+    blocks.install_policy(&cfg.block, never_block(cfg, rules));
 }

@@ -213,7 +213,7 @@ async fn control(
                 snap.sites.with_rules(),
                 front.registry.open(),
                 front.blocks.len(),
-                crate::policy::render(&front.blocks)
+                front.blocks.render_policy()
             ))
         }
         ["reload"] => {

@@ -1057,6 +1057,38 @@ impl BlockMap {
         lock(&self.inner.writer).policy.clone()
     }
 
+    /// Puts `never_block` and `cfg`'s shortest prefixes in force (both daemons, at start and
+    /// on every reload); automatic entries the policy no longer allows are lifted (logged).
+    pub fn install_policy(&self, cfg: &BlockConfig, never_block: crate::never_block::NeverBlock) {
+        let n = never_block.len();
+        let lifted = self.set_policy(crate::never_block::BlockPolicy {
+            min_prefix_v4: cfg.min_prefix_v4,
+            min_prefix_v6: cfg.min_prefix_v6,
+            never_block: Arc::new(never_block),
+        });
+        tracing::info!(
+            never_block = n,
+            min_prefix_v4 = cfg.min_prefix_v4,
+            min_prefix_v6 = cfg.min_prefix_v6,
+            "block policy in force"
+        );
+        if lifted > 0 {
+            tracing::warn!(lifted, "blocks or suspects of never-block prefixes lifted");
+        }
+    }
+
+    /// The policy in force, as `ctl status` shows it.
+    pub fn render_policy(&self) -> String {
+        let p = self.policy();
+        format!(
+            "block policy: min_prefix_v4 /{}, min_prefix_v6 /{}\nnever_block ({} entries):\n{}",
+            p.min_prefix_v4,
+            p.min_prefix_v6,
+            p.never_block.len(),
+            p.never_block.render()
+        )
+    }
+
     /// Inserts many entries with a single publish (Redis snapshots, bulk loads), each under the policy.
     pub fn insert_batch(&self, entries: impl IntoIterator<Item = BlockEntry>) -> BatchOutcome {
         self.insert_batch_with(entries, false)

@@ -49,7 +49,7 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             shared.addrs.len(),
             shared.bind_time.as_millis(),
             shared.tcp.open_connections(),
-            crate::query::defence::policy::render(&shared.defence.blocks)
+            shared.defence.blocks.render_policy()
         )),
         ["help"] => Reply::ok(HELP.to_string()),
         _ => Reply::err(format!("unknown command {:?}\n{HELP}", args.join(" "))),

@@ -79,7 +79,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 }
                 let rules = shared.defence.rules.as_ref().map(|r| r.current());
                 let never = defence::policy::never_block(&c, rules.as_ref().map(|g| &***g));
-                defence::policy::install(&shared.defence.blocks, &c, never);
+                shared.defence.blocks.install_policy(&c.block, never);
                 let n = sync_zone_list(&mut reg, &c);
                 if n > 0 {
                     tracing::info!("zone list changed in {}", path.display());

@@ -109,7 +109,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let current = rules.as_ref().map(|r| r.current());
     let never = defence::policy::merge(current.as_ref().map(|g| &***g), &own_never_block);
     drop(current);
-    defence::policy::install(&blocks, &cfg, never);
+    blocks.install_policy(&cfg.block, never);
     let tenants = || zone_tenants.iter().map(|(o, t)| (o.as_str(), *t));
     let warnings = match &rules {
         Some(r) => {

@@ -5,8 +5,7 @@
 //! the minimum prefixes) and the node's own addresses. Made at start and again on every
 //! reload; `ctl status` lists the effective set and where each entry came from.
 
-use shield::block::BlockMap;
-use shield::never_block::{BlockPolicy, NeverBlock, host_addresses, own_addresses, url_addresses};
+use shield::never_block::{NeverBlock, host_addresses, own_addresses, url_addresses};
 
 use crate::config::Config;
 
@@ -66,36 +65,4 @@ pub fn own_set(cfg: &Config) -> NeverBlock {
         nb.push(n, "own address");
     }
     nb
-}
-
-/// Installs `nb` with `cfg`'s minimum prefixes into `blocks`; automatic entries the policy no
-/// longer allows are lifted (logged).
-pub fn install(blocks: &BlockMap, cfg: &Config, nb: NeverBlock) {
-    let n = nb.len();
-    let lifted = blocks.set_policy(BlockPolicy {
-        min_prefix_v4: cfg.block.min_prefix_v4,
-        min_prefix_v6: cfg.block.min_prefix_v6,
-        never_block: std::sync::Arc::new(nb),
-    });
-    tracing::info!(
-        never_block = n,
-        min_prefix_v4 = cfg.block.min_prefix_v4,
-        min_prefix_v6 = cfg.block.min_prefix_v6,
-        "block policy in force"
-    );
-    if lifted > 0 {
-        tracing::warn!(lifted, "blocks or suspects of never-block prefixes lifted");
-    }
-}
-
-/// The policy in force, as `ctl status` shows it.
-pub fn render(blocks: &BlockMap) -> String {
-    let p = blocks.policy();
-    format!(
-        "block policy: min_prefix_v4 /{}, min_prefix_v6 /{}\nnever_block ({} entries):\n{}",
-        p.min_prefix_v4,
-        p.min_prefix_v6,
-        p.never_block.len(),
-        p.never_block.render()
-    )
 }
