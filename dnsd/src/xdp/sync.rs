@@ -76,7 +76,7 @@ impl shield::metrics::Source for AnswerStats {
             (
                 "skipped",
                 &self.skipped,
-                "Queries left to dnsd at the last sync (TC, name or answer too long).",
+                "Queries left to dnsd at the last sync (TC, name or answer too long, a second name of one name hash).",
             ),
             (
                 "hot",
@@ -404,7 +404,8 @@ impl AnswerSync {
                     let s = &self.stats;
                     s.published.store(r.written, Ordering::Relaxed);
                     s.full.store(r.full + over_budget, Ordering::Relaxed);
-                    s.skipped.store(skipped, Ordering::Relaxed);
+                    // A name whose hash another name of the same key has: dnsd answers it.
+                    s.skipped.store(skipped + r.collided, Ordering::Relaxed);
                     s.hot.store(hot_names.len() as u64, Ordering::Relaxed);
                     s.syncs.fetch_add(1, Ordering::Relaxed);
                     s.last_us
