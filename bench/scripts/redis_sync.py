@@ -24,12 +24,21 @@ reply's p50/p99, queries/s each server answered, how busy each CPU was, and the 
 ratios. Servers and redis-server run as sched_prefix("server") says, the probe loop (and the
 thread that sends the decision) in SCHED_FIFO too (by default); dnsperf as load (nice -10).
 
-Usage: redis_sync.py [--quick] [--decisions N]
+Then a failover phase (skipped with --no-failover or without redis-sentinel): one master, one
+replica, three sentinels (down-after 1 s) and two dnsd that find the master through them
+(`[redis] sentinels`, `master_name`). Node A blocks 10,000 addresses in ten `block import`
+steps 100 ms apart; the master is killed (SIGKILL) right after the fifth. Reported per run:
+kill -> the sentinels' promotion of the replica (Sentinel's own detection and election),
+promotion -> node B holding all 10,000 (what the sync adds), and kill -> B complete.
+
+Usage: redis_sync.py [--quick] [--decisions N] [--no-failover] [--failover-runs N]
 """
 import argparse
 import json
 import os
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -323,6 +332,117 @@ def run_phase(name, n, first, a, b, qfile, cpu_pgids):
     return out
 
 
+def redis_cmd(port, *args, timeout=0.5):
+    """One RESP command to 127.0.0.1:port; the raw reply (b"" on failure)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as so:
+            req = f"*{len(args)}\r\n" + "".join(f"${len(str(a))}\r\n{a}\r\n" for a in args)
+            so.sendall(req.encode())
+            return so.recv(65536)
+    except OSError:
+        return b""
+
+
+def wait_redis(port, proc, what, timeout=10):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if redis_cmd(port, "PING").startswith(b"+PONG"):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not start:\n{proc.tail()}")
+
+
+def failover_run(k, tmpbase, zone, total=10_000, steps=10):
+    """One failover run (see the module doc); a dict of its times in ms, or raises."""
+    tmp = tempfile.mkdtemp(prefix=f"failover{k}-", dir=tmpbase)
+    servers = []
+    try:
+        mport, rport = c.free_udp_port(), c.free_udp_port()
+        base = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
+                "--dir", tmp]
+        master = c.Server("redis-master", ["redis-server", "--port", str(mport)] + base, None)
+        servers.append(master)
+        wait_redis(mport, master, "redis master")
+        replica = c.Server("redis-replica", ["redis-server", "--port", str(rport)] + base
+                           + ["--replicaof", "127.0.0.1", str(mport)], None)
+        servers.append(replica)
+        wait_redis(rport, replica, "redis replica")
+        sports = []
+        for i in range(3):
+            sp = c.free_udp_port()
+            sdir = os.path.join(tmp, f"s{i}")
+            os.makedirs(sdir)
+            conf = os.path.join(sdir, "sentinel.conf")
+            with open(conf, "w") as f:
+                f.write(f"port {sp}\nbind 127.0.0.1\ndaemonize no\ndir {sdir}\n"
+                        f"sentinel monitor pal 127.0.0.1 {mport} 2\n"
+                        "sentinel down-after-milliseconds pal 1000\n"
+                        "sentinel failover-timeout pal 3000\n")
+            srv = c.Server(f"sentinel{i}", ["redis-sentinel", conf], None)
+            servers.append(srv)
+            sports.append(sp)
+        t0 = time.monotonic()
+        while not all(redis_cmd(p, "SENTINEL", "ckquorum", "pal").startswith(b"+OK")
+                      and str(rport).encode() in redis_cmd(p, "SENTINEL", "replicas", "pal")
+                      for p in sports):
+            if time.monotonic() - t0 > 30:
+                raise RuntimeError("the sentinels did not find the replica and each other")
+            time.sleep(0.1)
+        sentinels = ", ".join(f'"127.0.0.1:{p}"' for p in sports)
+        socks = {}
+        for name, addr, cpu in (("A", "127.0.2.3", 0), ("B", "127.0.2.4", 1)):
+            d = tempfile.mkdtemp(prefix=f"dnsd-{name}-", dir=tmp)
+            rrl = c.RRL_OFF if c.dnsd_accepts(c.RRL_OFF)[0] else ""
+            extra = (rrl + f'\n[redis]\nurl = "redis://sentinel-named"\nsentinels = [{sentinels}]\n'
+                     f'master_name = "pal"\nkey_file = "{c.fleet_key(tempfile.gettempdir())}"\n'
+                     f'node_id = "failover-{name.lower()}"\nreconnect_min_ms = 50\n'
+                     'reconnect_max_ms = 300\nio_timeout_ms = 1000\n')
+            conf = c.dnsd_conf(d, [addr], c.free_udp_port(), [("bench.test.", zone)], extra=extra)
+            srv = c.Server(f"dnsd-{name}", [c.dnsd_bin(), "serve", "-c", conf], cpu,
+                           env=dict(os.environ, RUST_LOG="warn"))
+            servers.append(srv)
+            socks[name] = os.path.join(d, "dnsd.sock")
+        t0 = time.monotonic()
+        while not all(os.path.exists(s) and c.ctl_stats(s).get("redis.connected") == 1
+                      for s in socks.values()):
+            if time.monotonic() - t0 > 30:
+                raise RuntimeError("dnsd did not sync through the sentinels")
+            time.sleep(0.05)
+        per = total // steps
+        killed = None
+        for step in range(steps):
+            f = os.path.join(tmp, f"step{step}.txt")
+            with open(f, "w") as fh:
+                for i in range(per):
+                    n = step * per + i
+                    fh.write(f"10.77.{n >> 8}.{n & 255}\n")
+            c.ctl(socks["A"], "block", "import", f, "--ttl", "600")
+            if step == steps // 2 - 1:
+                os.killpg(master.pid, signal.SIGKILL)
+                killed = time.monotonic()
+            time.sleep(0.1)
+        promoted = complete = None
+        while complete is None and time.monotonic() - killed < 60:
+            now = time.monotonic()
+            if promoted is None and redis_cmd(rport, "ROLE").startswith(b"*3\r\n$6\r\nmaster"):
+                promoted = now
+            if c.ctl_stats(socks["B"]).get("blockmap.entries", 0) >= total:
+                complete = now
+            time.sleep(0.01)
+        if complete is None:
+            raise RuntimeError("B did not get all blocks within 60 s of the kill")
+        promoted = promoted or complete
+        a = c.ctl_stats(socks["A"])
+        return {"kill_to_promoted_ms": (promoted - killed) * 1e3,
+                "promoted_to_complete_ms": max(0.0, complete - promoted) * 1e3,
+                "kill_to_complete_ms": (complete - killed) * 1e3,
+                "master_changes_a": a.get("redis.master_changes", 0),
+                "republished_a": a.get("redis.republished", 0)}
+    finally:
+        for srv in reversed(servers):
+            srv.stop()
+
+
 def fmt(v):
     return "n/a" if v is None else f"{v:.2f} ms"
 
@@ -331,6 +451,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", default=c.quick())
     ap.add_argument("--decisions", type=int, default=None)
+    ap.add_argument("--no-failover", action="store_true")
+    ap.add_argument("--failover-runs", type=int, default=None)
     args = ap.parse_args()
     n = args.decisions or (50 if args.quick else 200)
     cmd = "bench/scripts/redis_sync.py " + " ".join(sys.argv[1:])
@@ -365,6 +487,15 @@ def main():
     finally:
         for s in reversed(servers):
             s.stop()
+    failovers = []
+    if not args.no_failover and shutil.which("redis-sentinel"):
+        runs = args.failover_runs or (1 if args.quick else 3)
+        for k in range(runs):
+            c.progress(f"failover run {k + 1}/{runs}")
+            failovers.append(failover_run(k, tmpbase, zone))
+        c.done_progress()
+    elif not args.no_failover:
+        c.log("redis-sentinel is not installed: the failover phase did not run")
     by = {p["name"]: p for p in phases}
     ratios = {}
     if "idle" in by and "loaded" in by:
@@ -381,6 +512,14 @@ def main():
               + "/".join(f"{float(v) * 100:.0f}%" for v in p["cpu_busy"].values()))
     for k, v in ratios.items():
         print(f"{k}: {v:.2f}x")
+    if failovers:
+        print("\nFailover mid-burst (10,000 blocks on A, master killed after 5,000; 3 sentinels, "
+              "down-after 1 s):")
+        print(f"{'run':>4} {'kill->promoted':>15} {'promoted->B complete':>21} "
+              f"{'kill->B complete':>17}")
+        for i, f in enumerate(failovers):
+            print(f"{i + 1:>4} {fmt(f['kill_to_promoted_ms']):>15} "
+                  f"{fmt(f['promoted_to_complete_ms']):>21} {fmt(f['kill_to_complete_ms']):>17}")
     c.save("redis_sync", {"machine": c.machine(), "cores": os.cpu_count(), "command": cmd,
                           "quick": args.quick, "decisions": n, "sched": c.sched_note(),
                           "when": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -388,7 +527,8 @@ def main():
                           "give_up_s": GIVE_UP, "redis": subprocess.run(
                               ["redis-server", "--version"], capture_output=True,
                               text=True).stdout.strip(),
-                          "config_b": config, "phases": phases, "ratios": ratios})
+                          "config_b": config, "phases": phases, "ratios": ratios,
+                          "failovers": failovers})
     if len(phases) < 2 or any(p["propagated"] == 0 for p in phases):
         sys.exit(1)
 

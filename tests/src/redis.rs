@@ -159,3 +159,166 @@ impl Drop for RedisServer {
         self.kill();
     }
 }
+
+/// One master, one replica and three sentinels on loopback (Sentinel failover tests): the
+/// sentinels watch the master as `pal`, call it down after 1 s and fail over within 3 s.
+pub struct SentinelSet {
+    /// The first master.
+    pub master: RedisServer,
+    /// Its replica: the master after a failover.
+    pub replica: Child,
+    /// The replica's port.
+    pub replica_port: u16,
+    sentinels: Vec<Child>,
+    /// The sentinels' ports.
+    pub sentinel_ports: Vec<u16>,
+    dir: tempfile::TempDir,
+}
+
+/// The master's name in the sentinels' config.
+pub const MASTER_NAME: &str = "pal";
+
+/// Sends one inline command to 127.0.0.1:`port`; its reply's text (empty on failure).
+pub fn command(port: u16, cmd: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(format!("{cmd}\r\n").as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    // A reply ends when the server stops sending for the timeout or sends a short read.
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if n < buf.len() {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl SentinelSet {
+    /// Starts the set and waits until the sentinels know the replica and each other; None
+    /// (said loudly) when redis-server or redis-sentinel is missing.
+    pub fn start() -> Option<Self> {
+        let master = RedisServer::start()?;
+        let sentinel_bin = Command::new("redis-sentinel")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !sentinel_bin {
+            crate::skipped(
+                "redis-sentinel is not installed (apt-get install redis-sentinel); \
+                 the Sentinel tests did not run",
+            );
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let replica_port = free_port();
+        let replica = Command::new("redis-server")
+            .args(["--port", &replica_port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--replicaof", "127.0.0.1", &master.port.to_string()])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the replica");
+        let mut sentinels = Vec::new();
+        let mut sentinel_ports = Vec::new();
+        for i in 0..3 {
+            let port = free_port();
+            let sdir = dir.path().join(format!("sentinel{i}"));
+            std::fs::create_dir_all(&sdir).unwrap();
+            let conf = sdir.join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {}\n\
+                     sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                     sentinel failover-timeout {MASTER_NAME} 3000\n\
+                     sentinel parallel-syncs {MASTER_NAME} 1\n",
+                    sdir.display(),
+                    master.port
+                ),
+            )
+            .unwrap();
+            sentinels.push(
+                Command::new("redis-sentinel")
+                    .arg(&conf)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("spawn redis-sentinel"),
+            );
+            sentinel_ports.push(port);
+        }
+        let set = SentinelSet {
+            master,
+            replica,
+            replica_port,
+            sentinels,
+            sentinel_ports,
+            dir,
+        };
+        crate::wait::wait_for(
+            "the replica in sync and three sentinels that know it and each other",
+            Duration::from_secs(30),
+            || {
+                command(set.replica_port, "INFO replication").contains("master_link_status:up")
+                    && set.sentinel_ports.iter().all(|&p| {
+                        let r = command(p, &format!("SENTINEL ckquorum {MASTER_NAME}"));
+                        r.starts_with("+OK")
+                            && command(p, &format!("SENTINEL replicas {MASTER_NAME}"))
+                                .contains(&replica_port.to_string())
+                    })
+            },
+        );
+        Some(set)
+    }
+
+    /// The `[redis]` lines of a node of this set: sentinels, master name, key file (the url's
+    /// host is not used).
+    pub fn config(&self) -> String {
+        let list: Vec<String> = self
+            .sentinel_ports
+            .iter()
+            .map(|p| format!("\"127.0.0.1:{p}\""))
+            .collect();
+        format!(
+            "url = \"redis://sentinel-named\"\nsentinels = [{}]\nmaster_name = \"{MASTER_NAME}\"\nkey_file = \"{}\"\n",
+            list.join(", "),
+            self.master.key_file().display()
+        )
+    }
+
+    /// The port of the master the first sentinel names now.
+    pub fn master_port(&self) -> Option<u16> {
+        let r = command(
+            self.sentinel_ports[0],
+            &format!("SENTINEL get-master-addr-by-name {MASTER_NAME}"),
+        );
+        r.lines().filter(|l| !l.starts_with(['*', '$'])).nth(1)?.trim().parse().ok()
+    }
+
+    /// The sentinels' working directory (their configs).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SentinelSet {
+    fn drop(&mut self) {
+        for c in self.sentinels.iter_mut().chain(std::iter::once(&mut self.replica)) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -62,6 +62,18 @@
 //! the new stream from its start (everything written since the loss, removals included) and
 //! republishes all its local entries.
 //!
+//! # Sentinel and failover
+//!
+//! With `sentinels` and `master_name` each connection asks the sentinels in turn for the
+//! master (see [`target`]) and checks that the server is one. Replication is asynchronous:
+//! writes the old master acknowledged may be missing on the new one. So a task that
+//! reconnects to another server than before (its `run_id`, or the master's address) acts as
+//! after a data loss, without a new epoch: the writer republishes this node's live local
+//! entries, and the reader reads the new master's snapshot again, merging it into its Peer
+//! entries (removing none: the missing ones return as their nodes republish), then tails from
+//! the position captured before it. A removal lost in the failover is not replayed: the
+//! entry it lifted lives until its expiry on the nodes that had not yet read it.
+//!
 //! # Time
 //!
 //! Expiries in Redis are in Redis server time. Each node measures `offset = redis TIME - local
@@ -87,6 +99,7 @@ mod outbox;
 mod presence;
 mod reader;
 pub mod record;
+mod target;
 mod wire;
 mod writer;
 
@@ -110,8 +123,15 @@ pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SyncConfig {
-    /// Redis URL (`redis://[user:pass@]host:port[/db]`, `rediss://` for TLS).
+    /// Redis URL (`redis://[user:pass@]host:port[/db]`, `rediss://` for TLS). With
+    /// `sentinels`, its host and port are unused: the rest applies to the master and (but
+    /// the database) to the sentinels.
     pub url: String,
+    /// Redis Sentinel addresses (`host:port`): the sync connects to the master they name
+    /// for `master_name` and follows its failovers. Empty: `url` names the server.
+    pub sentinels: Vec<String>,
+    /// The master's name in the sentinels' config (`sentinel monitor NAME ...`).
+    pub master_name: String,
     /// The fleet key file (32+ random bytes, mode 0600) that signs and verifies records.
     pub key_file: Option<PathBuf>,
     /// Run without `key_file`: records unsigned and unchecked (anyone who can write to Redis
@@ -163,6 +183,8 @@ impl Default for SyncConfig {
     fn default() -> Self {
         SyncConfig {
             url: "redis://127.0.0.1:6379".into(),
+            sentinels: Vec::new(),
+            master_name: String::new(),
             key_file: None,
             insecure_unsigned: false,
             max_block_secs: 86_400,
@@ -279,16 +301,59 @@ impl SyncConfig {
         {
             return bad("ca_file, client_cert, client_key: need a rediss:// url".into());
         }
+        if self.sentinels.is_empty() != self.master_name.is_empty() {
+            return bad("sentinels and master_name: set both or neither".into());
+        }
+        if !self.sentinels.is_empty() {
+            if !(self.url.starts_with("redis://") || self.url.starts_with("rediss://")) {
+                return bad(format!(
+                    "url {:?}: with sentinels, a redis:// or rediss:// url (its host is not used)",
+                    redact(&self.url)
+                ));
+            }
+            for s in &self.sentinels {
+                self.url_at(s, false)?;
+            }
+        }
         self.client()?;
         Ok(())
     }
 
-    /// The Redis client for this config: plain, or TLS with the configured CA and client certificate.
+    /// `url` with its host and port replaced by `addr` (`host:port`, `[v6]:port`); without
+    /// its database unless `keep_db` (a sentinel has none).
+    fn url_at(&self, addr: &str, keep_db: bool) -> Result<String, SyncError> {
+        let bad = || {
+            SyncError::Config(format!(
+                "sentinels: {addr:?} is not host:port (IPv6 as [addr]:port)"
+            ))
+        };
+        let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        if host.is_empty() || port == 0 {
+            return Err(bad());
+        }
+        let mut u = url::Url::parse(&self.url)
+            .map_err(|e| SyncError::Config(format!("url {:?}: {e}", redact(&self.url))))?;
+        u.set_host(Some(host)).map_err(|_| bad())?;
+        u.set_port(Some(port)).map_err(|_| bad())?;
+        if !keep_db {
+            u.set_path("");
+        }
+        Ok(u.to_string())
+    }
+
+    /// The Redis client for this config's `url`: plain, or TLS with the configured CA and
+    /// client certificate.
     pub fn client(&self) -> Result<redis::Client, SyncError> {
+        self.client_for(&self.url)
+    }
+
+    /// The Redis client for `url` with this config's TLS settings.
+    fn client_for(&self, url: &str) -> Result<redis::Client, SyncError> {
         let url_err =
-            |e: redis::RedisError| SyncError::Config(format!("url {:?}: {e}", redact(&self.url)));
-        if !self.url.starts_with("rediss://") {
-            return redis::Client::open(self.url.as_str()).map_err(url_err);
+            |e: redis::RedisError| SyncError::Config(format!("url {:?}: {e}", redact(url)));
+        if !url.starts_with("rediss://") {
+            return redis::Client::open(url).map_err(url_err);
         }
         // rustls picks no provider by itself when more than one is built in: ring, as the
         // daemons' own TLS uses (a no-op when one is installed already).
@@ -309,7 +374,7 @@ impl SyncConfig {
             _ => None,
         };
         redis::Client::build_with_tls(
-            self.url.as_str(),
+            url,
             redis::TlsCertificates {
                 client_tls,
                 root_cert,
@@ -432,6 +497,11 @@ pub struct SyncStats {
     pub gaps: u64,
     /// Times Redis was found to have lost its data (epoch changed).
     pub epoch_changes: u64,
+    /// Times the writer found another master than before (a failover, or a restart):
+    /// each republished this node's local entries.
+    pub master_changes: u64,
+    /// Sentinels that failed to name the master when asked.
+    pub sentinel_errors: u64,
     /// Last measured offset of Redis server time over this node's clock, milliseconds.
     pub clock_offset_ms: i64,
     /// Heartbeats that found another live process using this node id.
@@ -472,6 +542,8 @@ struct Counters {
     resync_removed: AtomicU64,
     gaps: AtomicU64,
     epoch_changes: AtomicU64,
+    master_changes: AtomicU64,
+    sentinel_errors: AtomicU64,
     node_id_conflicts: AtomicU64,
     heartbeats: AtomicU64,
 }
@@ -491,7 +563,7 @@ struct Shared {
     node: Arc<str>,
     map: Arc<BlockMap>,
     clock: Clock,
-    client: redis::Client,
+    target: target::Target,
     outbox: Mutex<Outbox>,
     wake_writer: Notify,
     offset_ms: AtomicI64,
@@ -575,20 +647,22 @@ impl Shared {
         Duration::from_millis(ms)
     }
 
-    /// Opens a connection named `role`, measures the clock offset and returns the Redis epoch.
-    async fn connect(
-        &self,
-        role: &str,
-        extra_timeout: Duration,
-    ) -> redis::RedisResult<(redis::aio::MultiplexedConnection, String)> {
+    /// Opens a connection named `role` to the master (`url`'s, or the one Sentinel names),
+    /// checks that it is one, measures the clock offset and reads the Redis epoch.
+    async fn connect(&self, role: &str, extra_timeout: Duration) -> redis::RedisResult<Connected> {
         let io = Duration::from_millis(self.cfg.io_timeout_ms);
         let conf = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(io))
             .set_response_timeout(Some(io + extra_timeout));
-        let mut conn = self
+        let reached = self
+            .target
+            .reach(&self.cfg, io, &self.c.sentinel_errors)
+            .await?;
+        let mut conn = reached
             .client
             .get_multiplexed_async_connection_with_config(&conf)
             .await?;
+        let server = target::identify(&mut conn, reached.addr.as_deref()).await?;
         // Best effort: lets `CLIENT LIST` tell the nodes apart.
         let _: redis::RedisResult<()> = redis::cmd("CLIENT")
             .arg("SETNAME")
@@ -598,7 +672,14 @@ impl Shared {
         self.measure_offset(&mut conn).await?;
         let epoch = self.ensure_epoch(&mut conn).await?;
         add(&self.c.connects, 1);
-        Ok((conn, epoch))
+        if let Some(addr) = &reached.addr {
+            tracing::debug!(node = %self.node, role, master = %addr, "redis master named by sentinel");
+        }
+        Ok(Connected {
+            conn,
+            epoch,
+            server,
+        })
     }
 
     /// Measures Redis server time against this node's clock (midpoint of the round trip).
@@ -685,12 +766,33 @@ impl Shared {
             resync_removed: get(&c.resync_removed),
             gaps: get(&c.gaps),
             epoch_changes: get(&c.epoch_changes),
+            master_changes: get(&c.master_changes),
+            sentinel_errors: get(&c.sentinel_errors),
             clock_offset_ms: self.offset(),
             node_id_conflicts: get(&c.node_id_conflicts),
             node_id_conflict: self.conflict.load(Ordering::Relaxed),
             heartbeats: get(&c.heartbeats),
         }
     }
+}
+
+/// A connection to the master, with what identifies the data it holds.
+pub(super) struct Connected {
+    pub(super) conn: redis::aio::MultiplexedConnection,
+    /// The Redis epoch (see the module doc).
+    pub(super) epoch: String,
+    /// The server's identity ([`target::identify`]), when known.
+    pub(super) server: Option<String>,
+}
+
+/// Notes the server a task connected to; true when it is another than the last one known.
+fn master_changed(last: &mut Option<String>, now: Option<String>) -> bool {
+    let Some(now) = now else {
+        return false;
+    };
+    let changed = last.as_ref().is_some_and(|l| *l != now);
+    *last = Some(now);
+    changed
 }
 
 /// Sleeps `d` unless `stop` turns true first; returns true when stopping.
@@ -720,7 +822,7 @@ impl RedisSync {
     ) -> Result<SyncHandle, SyncError> {
         cfg.validate()?;
         let rt = tokio::runtime::Handle::try_current().map_err(|_| SyncError::NoRuntime)?;
-        let client = cfg.client()?;
+        let target = target::Target::new(&cfg)?;
         let key = cfg.record_key()?;
         if key.is_none() {
             tracing::warn!(
@@ -739,7 +841,7 @@ impl RedisSync {
             cfg,
             map,
             clock,
-            client,
+            target,
             wake_writer: Notify::new(),
             offset_ms: AtomicI64::new(0),
             writer_connected: AtomicBool::new(false),
@@ -996,6 +1098,9 @@ impl crate::metrics::Source for SyncMonitor {
         c("removals_not_lifted", false, s.removals_not_lifted);
         c("replay_forgotten", false, s.replay_forgotten);
         c("snapshots", false, s.snapshots);
+        c("epoch_changes", false, s.epoch_changes);
+        c("master_changes", false, s.master_changes);
+        c("sentinel_errors", false, s.sentinel_errors);
         c("heartbeats", false, s.heartbeats);
         c("node_id_conflict", true, s.node_id_conflict as u64);
         c("node_id_conflicts", false, s.node_id_conflicts);

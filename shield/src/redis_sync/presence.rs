@@ -51,8 +51,8 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
         if conn.is_none() {
             match shared.connect("presence", Duration::ZERO).await {
-                Ok((c, _)) => {
-                    conn = Some(c);
+                Ok(c) => {
+                    conn = Some(c.conn);
                     attempt = 0;
                 }
                 Err(_) => {

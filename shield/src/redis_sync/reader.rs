@@ -23,6 +23,12 @@ struct State {
     epoch: Option<String>,
     /// No snapshot loaded yet in this process: restore this node's own records too.
     first_load: bool,
+    /// The Redis server last read from (its run id, or the master's address): another one
+    /// means a failover, after which the next snapshot merges instead of replacing.
+    server: Option<String>,
+    /// The due snapshot adds to the Peer entries and removes none: the master changed, and
+    /// writes its predecessor had not replicated come back as their nodes republish them.
+    merge: bool,
     /// The last record seen from each node.
     replay: Replay,
     /// The newest `(start, seq)` per node in the last snapshot, and the stream's last id when
@@ -36,13 +42,16 @@ impl State {
     /// Notes the epoch read from Redis. A new one means Redis lost its data: everything written
     /// since is in the new stream, so this node reads it from the start (its Peer entries stay;
     /// the nodes republish theirs). Were that stream trimmed already, the gap check resyncs.
-    fn observe_epoch(&mut self, shared: &Shared, e: String) {
-        if self.epoch.as_ref().is_some_and(|old| *old != e) {
+    /// True when the epoch changed.
+    fn observe_epoch(&mut self, shared: &Shared, e: String) -> bool {
+        let changed = self.epoch.as_ref().is_some_and(|old| *old != e);
+        if changed {
             add(&shared.c.epoch_changes, 1);
             tracing::warn!(node = %shared.node, "redis lost its data (epoch changed); reading its stream from the start");
             self.pos = Some(StreamId::default());
         }
         self.epoch = Some(e);
+        changed
     }
 }
 
@@ -51,6 +60,8 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         pos: None,
         epoch: None,
         first_load: true,
+        server: None,
+        merge: false,
         replay: Replay::default(),
         seed: None,
     };
@@ -60,7 +71,11 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         if *stop.borrow() {
             return;
         }
-        let (mut conn, e) = match shared.connect("reader", block).await {
+        let super::Connected {
+            mut conn,
+            epoch: e,
+            server,
+        } = match shared.connect("reader", block).await {
             Ok(c) => c,
             Err(err) => {
                 add(&shared.c.connect_errors, 1);
@@ -73,7 +88,15 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             }
         };
         attempt = 0;
-        st.observe_epoch(&shared, e);
+        let lost = st.observe_epoch(&shared, e);
+        let moved = super::master_changed(&mut st.server, server);
+        if moved && !lost && st.pos.is_some() {
+            // Its stream may lack what this reader read last (writes not replicated before
+            // the failover) and its ids may run on another clock: capture its position and
+            // read its snapshot again, keeping every Peer entry held now.
+            st.pos = None;
+            st.merge = true;
+        }
         shared.reader_connected.store(true, Ordering::Relaxed);
         tracing::info!(node = %shared.node, pos = ?st.pos.map(|p| p.to_string()), "redis reader connected");
         let res = tail(&shared, &mut conn, &mut st, &mut stop).await;
@@ -143,7 +166,7 @@ async fn tail(
             Some(b) => String::from_utf8_lossy(b).into_owned(),
             None => shared.ensure_epoch(conn).await?,
         };
-        st.observe_epoch(shared, epoch);
+        let _ = st.observe_epoch(shared, epoch);
         if st.pos != Some(pos) {
             continue;
         }
@@ -354,7 +377,12 @@ async fn load_snapshot(
     add(&c.snapshot_entries, n as u64);
     add(&c.snapshot_truncated, truncated);
     let peers: Vec<BlockEntry> = peers.into_values().collect();
-    let removed = shared.map.replace_peers(peers).removed;
+    let removed = if std::mem::take(&mut st.merge) {
+        shared.map.insert_batch(peers);
+        0
+    } else {
+        shared.map.replace_peers(peers).removed
+    };
     add(&c.resync_removed, removed as u64);
     if !own.is_empty() {
         shared.map.insert_batch(own);

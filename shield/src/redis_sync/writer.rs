@@ -15,11 +15,16 @@ use tokio::sync::watch;
 pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut attempt = 0u32;
     let mut epoch: Option<String> = None;
+    let mut server: Option<String> = None;
     loop {
         if *stop.borrow() {
             return;
         }
-        let (mut conn, e) = match shared.connect("writer", Duration::ZERO).await {
+        let super::Connected {
+            mut conn,
+            epoch: e,
+            server: now_server,
+        } = match shared.connect("writer", Duration::ZERO).await {
             Ok(c) => c,
             Err(err) => {
                 add(&shared.c.connect_errors, 1);
@@ -32,8 +37,15 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             }
         };
         attempt = 0;
+        let moved = super::master_changed(&mut server, now_server);
         if epoch.as_ref().is_some_and(|old| *old != e) {
             tracing::warn!(node = %shared.node, "redis lost its data; republishing local blocks");
+            shared.outbox().push_full();
+        } else if moved {
+            // Replication is asynchronous: the last writes acknowledged by the old master
+            // may not have reached this one.
+            add(&shared.c.master_changes, 1);
+            tracing::warn!(node = %shared.node, "redis master changed; republishing local blocks");
             shared.outbox().push_full();
         }
         epoch = Some(e);

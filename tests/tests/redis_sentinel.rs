@@ -1,0 +1,170 @@
+//! The block sync behind Redis Sentinel: one master, one replica, three sentinels (Debian's
+//! `redis-sentinel`), two dnsd nodes that find the master through the sentinels. Node A
+//! blocks 10,000 addresses in ten steps while the master is killed (SIGKILL) after the fifth:
+//! the sentinels promote the replica, both nodes follow, A republishes what the failover may
+//! have lost, and node B ends with all 10,000 in its block map and, when namespaces and XDP
+//! are available, in the XDP maps it mirrors into. The time from the kill to B's last entry
+//! is printed (`bench/run redis` reports it too).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use palisade_tests::netns::{self, VethPair};
+use palisade_tests::redis::SentinelSet;
+use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::wait::wait_for;
+
+const TOTAL: u32 = 10_000;
+const STEPS: u32 = 10;
+
+fn node(set: &SentinelSet, id: &str, pins: Option<&str>) -> Dnsd {
+    let mut b = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .raw("[defence.rrl]\nenabled = false")
+        .raw(&format!(
+            "[redis]\n{}node_id = \"{id}\"\nreconnect_min_ms = 50\nreconnect_max_ms = 300\nio_timeout_ms = 1000",
+            set.config()
+        ));
+    if let Some(p) = pins {
+        b = b.raw(&format!("[xdp]\npin_path = \"{p}\""));
+    }
+    b.start()
+}
+
+/// The XDP guard of this test, attached in a namespace of its own; detached and its pins
+/// removed on drop.
+struct Guard {
+    _pair: VethPair,
+    pins: PathBuf,
+}
+
+impl Guard {
+    fn attach(dir: &std::path::Path) -> Option<Guard> {
+        if let Err(why) = netns::available() {
+            palisade_tests::skipped(&format!(
+                "Sentinel test: XDP maps not checked (block map only): {why}"
+            ));
+            return None;
+        }
+        let pair = VethPair::new().expect("veth pair");
+        let pins = PathBuf::from(format!("/sys/fs/bpf/palisade-sentinel-{}", std::process::id()));
+        let cfg = dir.join("guard.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "interface = \"{}\"\nmode = \"generic\"\ndns_ports = [5353]\nrate = 0\ntcp_steering = false\n\
+                 block_v4_entries = 65536\npin_path = \"{}\"\n",
+                pair.if_b,
+                pins.display()
+            ),
+        )
+        .unwrap();
+        let out = pair
+            .b
+            .command(palisade_tests::bin("xdp-guard"))
+            .args(["attach", "-c", cfg.to_str().unwrap()])
+            .output()
+            .expect("run xdp-guard");
+        assert!(
+            out.status.success(),
+            "xdp-guard attach: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(Guard { _pair: pair, pins })
+    }
+
+    /// Entries of the 10.77.0.0/16 test range in the XDP maps.
+    fn listed(&self) -> usize {
+        let out = Command::new(palisade_tests::bin("xdp-guard"))
+            .args(["list", "--pin-path", self.pins.to_str().unwrap()])
+            .output()
+            .expect("xdp-guard list");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("10.77."))
+            .count()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = Command::new(palisade_tests::bin("xdp-guard"))
+            .args(["detach", "--purge", "--pin-path", self.pins.to_str().unwrap()])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.pins);
+    }
+}
+
+#[test]
+fn a_failover_in_the_middle_of_a_burst_loses_no_decision() {
+    let Some(mut set) = SentinelSet::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let guard = Guard::attach(dir.path());
+    let a = node(&set, "a", None);
+    let b = node(&set, "b", guard.as_ref().map(|g| g.pins.to_str().unwrap()));
+    wait_for("both nodes synced through the sentinels' master", Duration::from_secs(20), || {
+        a.stat("redis.connected") == 1 && b.stat("redis.connected") == 1
+    });
+    let first_master = set.master.port;
+    assert_eq!(set.master_port(), Some(first_master));
+
+    let per = TOTAL / STEPS;
+    let mut killed_at = None;
+    for step in 0..STEPS {
+        let file = dir.path().join(format!("step{step}.txt"));
+        let text: String = (0..per)
+            .map(|i| {
+                let n = step * per + i;
+                format!("10.77.{}.{}\n", n / 256, n % 256)
+            })
+            .collect();
+        std::fs::write(&file, text).unwrap();
+        let (ok, out) = a.ctl(&["block", "import", file.to_str().unwrap(), "--ttl", "600"]);
+        assert!(ok, "{out}");
+        if step == STEPS / 2 - 1 {
+            // Right after the fifth step, before its writes can all have replicated.
+            set.master.kill();
+            killed_at = Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let killed_at = killed_at.unwrap();
+    let took = wait_for("all 10,000 on B", Duration::from_secs(60), || {
+        b.stat("blockmap.entries") >= TOTAL as u64
+    });
+    let converged = killed_at.elapsed();
+    eprintln!(
+        "B holds all {TOTAL} blocks {converged:?} after the master was killed (waited {took:?}); \
+         A: master_changes {} republished {}; B: snapshots {} received {}",
+        a.stat("redis.master_changes"),
+        a.stat("redis.republished"),
+        b.stat("redis.snapshots"),
+        b.stat("redis.received"),
+    );
+    assert_eq!(b.stat("blockmap.entries"), TOTAL as u64);
+    assert_eq!(
+        set.master_port(),
+        Some(set.replica_port),
+        "the sentinels promoted the replica"
+    );
+    assert!(a.stat("redis.master_changes") >= 1, "A saw the failover");
+    wait_for("A's republish after the failover", Duration::from_secs(20), || {
+        a.stat("redis.republished") >= 5 * per as u64
+    });
+    assert_eq!(a.stat("redis.buffer_overflows"), 0);
+    if let Some(g) = &guard {
+        wait_for("all 10,000 in B's XDP maps", Duration::from_secs(20), || {
+            g.listed() >= TOTAL as usize
+        });
+        assert_eq!(g.listed(), TOTAL as usize);
+    }
+    // Both nodes keep working on the new master: a block made now reaches B.
+    let (ok, out) = a.ctl(&["block", "add", "10.78.0.1", "--ttl", "600"]);
+    assert!(ok, "{out}");
+    wait_for("a block after the failover on B", Duration::from_secs(10), || {
+        b.stat("blockmap.entries") == TOTAL as u64 + 1
+    });
+}
