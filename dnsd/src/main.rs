@@ -226,7 +226,7 @@ fn main() -> ExitCode {
             if args.first().map(String::as_str) == Some("events-init")
                 && let Some(c) = &config
             {
-                return cli::config::events_init_from_config(c);
+                return cli::config::events_init_from_config(c, &args[1..]);
             }
             let socket = match (socket, config) {
                 (Some(s), _) => s,

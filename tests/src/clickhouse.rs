@@ -19,6 +19,8 @@ pub struct ClickHouseServer {
     pub tcp_port: u16,
     exe: PathBuf,
     dir: tempfile::TempDir,
+    /// XML added to config.xml (clusters, TLS).
+    extra: String,
 }
 
 impl std::fmt::Debug for ClickHouseServer {
@@ -38,6 +40,60 @@ impl ClickHouseServer {
     /// Starts a server, or says loudly why not and returns None when clickhouse-server is
     /// missing (under CI a missing server is a failure).
     pub fn start() -> Option<Self> {
+        let exe = Self::binary()?;
+        let lo = Ipv4Addr::LOCALHOST;
+        let http_port = crate::net::free_port(lo);
+        let mut tcp_port = crate::net::free_port(lo);
+        while tcp_port == http_port {
+            tcp_port = crate::net::free_port(lo);
+        }
+        Some(Self::start_on(exe, http_port, tcp_port, String::new()))
+    }
+
+    /// Two servers in one cluster `name` of two shards (each server one shard, listed in both
+    /// servers' `remote_servers`); the first also serves HTTPS on `https_port` with the
+    /// certificate and key given, when `tls` is given.
+    pub fn cluster_pair(
+        name: &str,
+        tls: Option<(u16, &std::path::Path, &std::path::Path)>,
+    ) -> Option<(Self, Self)> {
+        let exe = Self::binary()?;
+        let lo = Ipv4Addr::LOCALHOST;
+        let mut ports: Vec<u16> = Vec::new();
+        while ports.len() < 4 {
+            let p = crate::net::free_port(lo);
+            if !ports.contains(&p) && tls.is_none_or(|t| t.0 != p) {
+                ports.push(p);
+            }
+        }
+        let shard = |tcp: u16| {
+            format!("<shard><replica><host>127.0.0.1</host><port>{tcp}</port></replica></shard>")
+        };
+        let remote = format!(
+            "<remote_servers><{name}>{}{}</{name}></remote_servers>",
+            shard(ports[1]),
+            shard(ports[3])
+        );
+        let tls_xml = tls
+            .map(|(port, cert, key)| {
+                format!(
+                    "<https_port>{port}</https_port><openSSL><server><certificateFile>{}</certificateFile>                     <privateKeyFile>{}</privateKeyFile><verificationMode>none</verificationMode>                     <cacheSessions>true</cacheSessions><disableProtocols>sslv2,sslv3</disableProtocols>                     <preferServerCiphers>true</preferServerCiphers></server></openSSL>",
+                    cert.display(),
+                    key.display()
+                )
+            })
+            .unwrap_or_default();
+        let a = Self::start_on(
+            exe.clone(),
+            ports[0],
+            ports[1],
+            format!("{remote}{tls_xml}"),
+        );
+        let b = Self::start_on(exe, ports[2], ports[3], remote);
+        Some((a, b))
+    }
+
+    fn binary() -> Option<PathBuf> {
         let Some(exe) = server_binary() else {
             let why = "clickhouse-server is not installed (scripts/install-deps, or apt-get install \
                        clickhouse-server); the ClickHouse tests did not run";
@@ -45,12 +101,10 @@ impl ClickHouseServer {
             crate::skipped(why);
             return None;
         };
-        let lo = Ipv4Addr::LOCALHOST;
-        let http_port = crate::net::free_port(lo);
-        let mut tcp_port = crate::net::free_port(lo);
-        while tcp_port == http_port {
-            tcp_port = crate::net::free_port(lo);
-        }
+        Some(exe)
+    }
+
+    fn start_on(exe: PathBuf, http_port: u16, tcp_port: u16, extra: String) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("palisade-clickhouse-")
             .tempdir()
@@ -61,10 +115,11 @@ impl ClickHouseServer {
             tcp_port,
             exe,
             dir,
+            extra,
         };
         s.write_config();
         s.spawn();
-        Some(s)
+        s
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -90,10 +145,12 @@ impl ClickHouseServer {
   <default_database>default</default_database>
   <mark_cache_size>67108864</mark_cache_size>
   <uncompressed_cache_size>67108864</uncompressed_cache_size>
+  {extra}
 </yandex>
 "#,
             http = self.http_port,
-            tcp = self.tcp_port
+            tcp = self.tcp_port,
+            extra = self.extra
         );
         let users = r#"<?xml version="1.0"?>
 <yandex>

@@ -305,7 +305,12 @@ impl SentinelSet {
             self.sentinel_ports[0],
             &format!("SENTINEL get-master-addr-by-name {MASTER_NAME}"),
         );
-        r.lines().filter(|l| !l.starts_with(['*', '$'])).nth(1)?.trim().parse().ok()
+        r.lines()
+            .filter(|l| !l.starts_with(['*', '$']))
+            .nth(1)?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// The sentinels' working directory (their configs).
@@ -316,7 +321,11 @@ impl SentinelSet {
 
 impl Drop for SentinelSet {
     fn drop(&mut self) {
-        for c in self.sentinels.iter_mut().chain(std::iter::once(&mut self.replica)) {
+        for c in self
+            .sentinels
+            .iter_mut()
+            .chain(std::iter::once(&mut self.replica))
+        {
             let _ = c.kill();
             let _ = c.wait();
         }

@@ -71,6 +71,7 @@ fn dnsd_ctl_help_lists_every_command_the_server_knows() {
         "ORIGIN" => "new.example.".to_string(),
         "PREFIX" => "192.0.2.99".to_string(),
         "FILE" => "/nonexistent/blocks.txt".to_string(),
+        "NAME" => "pal".to_string(),
         other => panic!("no value for {other}"),
     };
     let commands = listed(&help, &fill);
@@ -127,6 +128,7 @@ fn http_front_ctl_help_lists_every_command_the_proxy_knows() {
     let fill = |w: &str| match w {
         "PREFIX" => "192.0.2.99".to_string(),
         "FILE" => "/nonexistent/blocks.txt".to_string(),
+        "NAME" => "pal".to_string(),
         other => panic!("no value for {other}"),
     };
     let sock = sock.to_str().unwrap();

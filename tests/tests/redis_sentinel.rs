@@ -48,7 +48,10 @@ impl Guard {
             return None;
         }
         let pair = VethPair::new().expect("veth pair");
-        let pins = PathBuf::from(format!("/sys/fs/bpf/palisade-sentinel-{}", std::process::id()));
+        let pins = PathBuf::from(format!(
+            "/sys/fs/bpf/palisade-sentinel-{}",
+            std::process::id()
+        ));
         let cfg = dir.join("guard.toml");
         std::fs::write(
             &cfg,
@@ -90,7 +93,12 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         let _ = Command::new(palisade_tests::bin("xdp-guard"))
-            .args(["detach", "--purge", "--pin-path", self.pins.to_str().unwrap()])
+            .args([
+                "detach",
+                "--purge",
+                "--pin-path",
+                self.pins.to_str().unwrap(),
+            ])
             .output();
         let _ = std::fs::remove_dir_all(&self.pins);
     }
@@ -105,9 +113,11 @@ fn a_failover_in_the_middle_of_a_burst_loses_no_decision() {
     let guard = Guard::attach(dir.path());
     let a = node(&set, "a", None);
     let b = node(&set, "b", guard.as_ref().map(|g| g.pins.to_str().unwrap()));
-    wait_for("both nodes synced through the sentinels' master", Duration::from_secs(20), || {
-        a.stat("redis.connected") == 1 && b.stat("redis.connected") == 1
-    });
+    wait_for(
+        "both nodes synced through the sentinels' master",
+        Duration::from_secs(20),
+        || a.stat("redis.connected") == 1 && b.stat("redis.connected") == 1,
+    );
     let first_master = set.master.port;
     assert_eq!(set.master_port(), Some(first_master));
 
@@ -151,20 +161,26 @@ fn a_failover_in_the_middle_of_a_burst_loses_no_decision() {
         "the sentinels promoted the replica"
     );
     assert!(a.stat("redis.master_changes") >= 1, "A saw the failover");
-    wait_for("A's republish after the failover", Duration::from_secs(20), || {
-        a.stat("redis.republished") >= 5 * per as u64
-    });
+    wait_for(
+        "A's republish after the failover",
+        Duration::from_secs(20),
+        || a.stat("redis.republished") >= 5 * per as u64,
+    );
     assert_eq!(a.stat("redis.buffer_overflows"), 0);
     if let Some(g) = &guard {
-        wait_for("all 10,000 in B's XDP maps", Duration::from_secs(20), || {
-            g.listed() >= TOTAL as usize
-        });
+        wait_for(
+            "all 10,000 in B's XDP maps",
+            Duration::from_secs(20),
+            || g.listed() >= TOTAL as usize,
+        );
         assert_eq!(g.listed(), TOTAL as usize);
     }
     // Both nodes keep working on the new master: a block made now reaches B.
     let (ok, out) = a.ctl(&["block", "add", "10.78.0.1", "--ttl", "600"]);
     assert!(ok, "{out}");
-    wait_for("a block after the failover on B", Duration::from_secs(10), || {
-        b.stat("blockmap.entries") == TOTAL as u64 + 1
-    });
+    wait_for(
+        "a block after the failover on B",
+        Duration::from_secs(10),
+        || b.stat("blockmap.entries") == TOTAL as u64 + 1,
+    );
 }

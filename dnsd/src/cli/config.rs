@@ -4,9 +4,17 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// `dnsd ctl -c CONFIG events-init`: applies the ClickHouse schema of the config's
-/// `[events.clickhouse]`, whether or not a server runs.
-pub fn events_init_from_config(path: &std::path::Path) -> ExitCode {
+/// `dnsd ctl -c CONFIG events-init [--cluster NAME]`: applies the ClickHouse schema of the
+/// config's `[events.clickhouse]`, whether or not a server runs.
+pub fn events_init_from_config(path: &std::path::Path, rest: &[String]) -> ExitCode {
+    let cluster = match rest {
+        [] => None,
+        [flag, name] if flag == "--cluster" => Some(name.as_str()),
+        _ => {
+            eprintln!("dnsd ctl: events-init takes nothing or --cluster NAME");
+            return ExitCode::from(2);
+        }
+    };
     let cfg = match crate::config::Config::load(path) {
         Ok(c) => c,
         Err(e) => {
@@ -21,7 +29,11 @@ pub fn events_init_from_config(path: &std::path::Path) -> ExitCode {
         );
         return ExitCode::from(1);
     };
-    match shield::events::clickhouse::init_schema(ch) {
+    let done = match cluster {
+        Some(c) => shield::events::clickhouse::init_cluster(ch, c),
+        None => shield::events::clickhouse::init_schema(ch),
+    };
+    match done {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS

@@ -28,7 +28,10 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
         ["block", rest @ ..] => shield::control::block::command(&shared.defence.blocks, rest, peer),
         ["zones"] => Reply::ok(zones_text(shared).await),
         ["events-init"] => {
-            crate::observe::event_sinks::events_init(shared.clickhouse.as_ref()).await
+            crate::observe::event_sinks::events_init(shared.clickhouse.as_ref(), None).await
+        }
+        ["events-init", "--cluster", c] => {
+            crate::observe::event_sinks::events_init(shared.clickhouse.as_ref(), Some(c)).await
         }
         ["zone", "add", o, f] => match peer.may_read(std::path::Path::new(f)) {
             Ok(()) => crate::daemon::reload::zone_add(shared, o, f, None).await,
@@ -76,6 +79,7 @@ pub const HELP: &str = concat!(
 ",
     shield::block_help!(),
     "  events-init                         create the ClickHouse events table (needs only -c CONFIG)
+  events-init --cluster NAME          ... as local tables on every endpoint of urls, Distributed over them
   help                                this list
 "
 );

@@ -20,7 +20,7 @@ pub fn clickhouse(
     let monitor = sink.monitor();
     match SinkWriter::spawn(Box::new(sink), queue) {
         Ok(w) => {
-            tracing::info!(url = %c.url, table = %c.table_name(shield::events::clickhouse::Table::Events), "events go to ClickHouse");
+            tracing::info!(urls = ?c.url_list(), table = %c.table_name(shield::events::clickhouse::Table::Events), "events go to ClickHouse");
             Some((w, monitor))
         }
         Err(e) => {
@@ -30,14 +30,21 @@ pub fn clickhouse(
     }
 }
 
-/// `ctl events-init`: applies the shipped schema (database and tables, `IF NOT EXISTS`)
-/// to the running server's `[events.clickhouse]`.
-pub async fn events_init(monitor: Option<&ClickHouseMonitor>) -> Reply {
+/// `ctl events-init [--cluster NAME]`: applies the shipped schema (database and tables, `IF
+/// NOT EXISTS`) to the running server's `[events.clickhouse]`; with a cluster, on every
+/// endpoint with `Distributed` tables over local ones.
+pub async fn events_init(monitor: Option<&ClickHouseMonitor>, cluster: Option<&str>) -> Reply {
     let Some(m) = monitor else {
         return Reply::err("no [events.clickhouse] section in the running config\n");
     };
     let cfg = m.config().clone();
-    match tokio::task::spawn_blocking(move || shield::events::clickhouse::init_schema(&cfg)).await {
+    let cluster = cluster.map(str::to_string);
+    match tokio::task::spawn_blocking(move || match cluster {
+        Some(c) => shield::events::clickhouse::init_cluster(&cfg, &c),
+        None => shield::events::clickhouse::init_schema(&cfg),
+    })
+    .await
+    {
         Ok(Ok(text)) => Reply::ok(text),
         Ok(Err(e)) => Reply::err(format!("{e}\n")),
         Err(e) => Reply::err(format!("events-init: {e}\n")),

@@ -37,7 +37,11 @@ pub(super) struct Reached {
 }
 
 fn err(what: &str, detail: String) -> redis::RedisError {
-    redis::RedisError::from((redis::ErrorKind::Io, "redis sentinel", format!("{what}: {detail}")))
+    redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "redis sentinel",
+        format!("{what}: {detail}"),
+    ))
 }
 
 impl Target {
@@ -231,7 +235,11 @@ mod tests {
         assert!(bad(&c).contains("sentinels and master_name"), "{}", bad(&c));
         c = cfg.clone();
         c.sentinels = vec!["nohost".into()];
-        assert!(bad(&c).contains("\"nohost\" is not host:port"), "{}", bad(&c));
+        assert!(
+            bad(&c).contains("\"nohost\" is not host:port"),
+            "{}",
+            bad(&c)
+        );
         c = cfg.clone();
         c.url = "redis+unix:///run/redis.sock".into();
         assert!(bad(&c).contains("with sentinels"), "{}", bad(&c));

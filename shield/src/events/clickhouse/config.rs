@@ -15,8 +15,18 @@ pub(super) const MAX_BATCH_ROWS: usize = 100_000;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClickHouseConfig {
-    /// ClickHouse's HTTP interface (`http://host:port`; https is not supported).
+    /// ClickHouse's HTTP interface (`http://host:port`, or `https://` verified against
+    /// `ca_file` or the system's roots); default `http://127.0.0.1:8123`. One endpoint: the
+    /// spelling of `urls` with one entry (setting both is an error).
     pub url: String,
+    /// Several endpoints (the servers of a cluster), tried in turn: an endpoint that fails is
+    /// set aside for `set_aside_ms` and the next one takes the inserts.
+    pub urls: Vec<String>,
+    /// CA certificates (PEM) of the servers' certificates (`https://`); the system's roots
+    /// when unset.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// How long an endpoint that failed is passed over, milliseconds (when others remain).
+    pub set_aside_ms: u64,
     /// Database of the tables.
     pub database: String,
     /// Table of aggregated events.
@@ -48,7 +58,10 @@ pub struct ClickHouseConfig {
 impl Default for ClickHouseConfig {
     fn default() -> Self {
         ClickHouseConfig {
-            url: "http://127.0.0.1:8123".into(),
+            url: String::new(),
+            urls: Vec::new(),
+            ca_file: None,
+            set_aside_ms: 30_000,
             database: "palisade".into(),
             table: "events".into(),
             access_table: "access".into(),
@@ -66,7 +79,8 @@ impl Default for ClickHouseConfig {
     }
 }
 
-fn identifier(s: &str) -> bool {
+/// A plain SQL identifier (letters, digits, `_`; not starting with a digit).
+pub(super) fn identifier(s: &str) -> bool {
     let mut c = s.bytes();
     matches!(c.next(), Some(b'a'..=b'z' | b'A'..=b'Z' | b'_'))
         && c.all(|b| b.is_ascii_alphanumeric() || b == b'_')
@@ -75,8 +89,29 @@ fn identifier(s: &str) -> bool {
 impl ClickHouseConfig {
     /// Checks names, URL and bounds; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
-        Endpoint::parse(&self.url, self.user.as_deref(), self.password.as_deref())
-            .map_err(|e| format!("url: {e}"))?;
+        if !self.url.is_empty() && !self.urls.is_empty() {
+            return Err("url and urls: set one (url is the one-endpoint spelling of urls)".into());
+        }
+        for (i, u) in self.url_list().iter().enumerate() {
+            let key = if self.urls.is_empty() {
+                "url".to_string()
+            } else {
+                format!("urls[{i}]")
+            };
+            Endpoint::parse(
+                u,
+                self.user.as_deref(),
+                self.password.as_deref(),
+                self.ca_file.as_deref(),
+            )
+            .map_err(|e| format!("{key}: {e}"))?;
+        }
+        if self.ca_file.is_some() && !self.url_list().iter().any(|u| u.starts_with("https://")) {
+            return Err("ca_file: needs an https:// url".into());
+        }
+        if self.set_aside_ms == 0 {
+            return Err("set_aside_ms: must be at least 1".into());
+        }
         for (k, v) in [
             ("database", &self.database),
             ("table", &self.table),
@@ -130,9 +165,32 @@ impl ClickHouseConfig {
             .collect()
     }
 
-    pub(super) fn endpoint(&self) -> Result<Endpoint, ClickHouseError> {
-        Endpoint::parse(&self.url, self.user.as_deref(), self.password.as_deref())
-            .map_err(ClickHouseError::Config)
+    /// The endpoints' URLs, in the order they are tried.
+    pub fn url_list(&self) -> Vec<String> {
+        if !self.urls.is_empty() {
+            self.urls.clone()
+        } else if !self.url.is_empty() {
+            vec![self.url.clone()]
+        } else {
+            vec!["http://127.0.0.1:8123".into()]
+        }
+    }
+
+    /// The endpoints, in the order they are tried.
+    pub(super) fn endpoints(&self) -> Result<Vec<(String, Endpoint)>, ClickHouseError> {
+        self.url_list()
+            .into_iter()
+            .map(|u| {
+                Endpoint::parse(
+                    &u,
+                    self.user.as_deref(),
+                    self.password.as_deref(),
+                    self.ca_file.as_deref(),
+                )
+                .map(|e| (u, e))
+                .map_err(ClickHouseError::Config)
+            })
+            .collect()
     }
 
     pub(super) fn timeout(&self) -> Duration {

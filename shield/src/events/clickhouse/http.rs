@@ -1,19 +1,105 @@
-//! A small blocking HTTP/1.1 client for ClickHouse's HTTP interface: one POST per connection, bounded waits, bounded reply.
+//! A small blocking HTTP/1.1 client for ClickHouse's HTTP interface (`http://`, or `https://`
+//! verified against `ca_file` or the system's roots): one POST per connection, bounded waits,
+//! bounded reply.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
 
 /// Longest reply body read (ClickHouse's error texts and small query results).
 const MAX_REPLY: usize = 4 << 20;
 
-/// Where ClickHouse listens: `http://host[:port][/path]`.
-#[derive(Clone, Debug)]
+/// Where ClickHouse listens: `http[s]://host[:port][/path]`.
+#[derive(Clone)]
 pub(super) struct Endpoint {
     host: String,
     port: u16,
     path: String,
     auth: Option<String>,
+    /// TLS (https): the client config and the name the certificate must carry.
+    tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}://{}:{}{}",
+            if self.tls.is_some() { "https" } else { "http" },
+            self.host,
+            self.port,
+            self.path
+        )
+    }
+}
+
+/// A connection: plain or TLS.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            Conn::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// The TLS client config for https endpoints: `ca_file`'s certificates, else the system's roots.
+fn tls_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_file {
+        Some(p) => {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(p)
+                .and_then(|i| i.collect())
+                .map_err(|e| format!("ca_file {}: {e}", p.display()))?;
+            if certs.is_empty() {
+                return Err(format!("ca_file {}: no certificate in it", p.display()));
+            }
+            for c in certs {
+                roots
+                    .add(c)
+                    .map_err(|e| format!("ca_file {}: {e}", p.display()))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+            if roots.is_empty() {
+                return Err("https: no system root certificates found (set ca_file)".into());
+            }
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(cfg))
 }
 
 /// A reply: status and body (de-chunked).
@@ -24,11 +110,21 @@ pub(super) struct Reply {
 }
 
 impl Endpoint {
-    /// Parses `url` (plain `http://` only) with optional basic-auth credentials.
-    pub fn parse(url: &str, user: Option<&str>, password: Option<&str>) -> Result<Self, String> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
+    /// Parses `url` (`http://` or `https://`) with optional basic-auth credentials; an https
+    /// endpoint verifies the server against `ca_file` (else the system's roots); plain http
+    /// ignores it.
+    pub fn parse(
+        url: &str,
+        user: Option<&str>,
+        password: Option<&str>,
+        ca_file: Option<&Path>,
+    ) -> Result<Self, String> {
+        let (rest, https) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(r), _) => (r, false),
+            (_, Some(r)) => (r, true),
+            _ => return Err(format!("{url}: an http:// or https:// URL")),
+        };
+
         let (hostport, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -52,7 +148,19 @@ impl Endpoint {
         }
         let port = match port {
             Some(p) => p.parse().map_err(|_| format!("{url}: bad port {p:?}"))?,
+            None if https => 8443,
             None => 8123,
+        };
+        let tls = if https {
+            let name = ServerName::try_from(host.clone())
+                .map_err(|e| format!("{url}: {e}"))?
+                .to_owned();
+            Some((
+                tls_config(ca_file).map_err(|e| format!("{url}: {e}"))?,
+                name,
+            ))
+        } else {
+            None
         };
         let auth = match (user, password) {
             (None, None) => None,
@@ -65,6 +173,7 @@ impl Endpoint {
             port,
             path: path.to_string(),
             auth,
+            tls,
         })
     }
 
@@ -98,9 +207,6 @@ impl Endpoint {
         sent_all: &mut bool,
     ) -> io::Result<Reply> {
         let mut s = self.connect(timeout)?;
-        s.set_read_timeout(Some(timeout))?;
-        s.set_write_timeout(Some(timeout))?;
-        s.set_nodelay(true)?;
         let mut head = Vec::with_capacity(256 + query.map_or(0, |q| q.len() * 3));
         head.extend_from_slice(b"POST ");
         head.extend_from_slice(self.path.as_bytes());
@@ -129,7 +235,10 @@ impl Endpoint {
             head.extend_from_slice(b"\r\n");
         }
         head.extend_from_slice(b"\r\n");
-        let sent = s.write_all(&head).and_then(|()| s.write_all(body));
+        let sent = s
+            .write_all(&head)
+            .and_then(|()| s.write_all(body))
+            .and_then(|()| s.flush());
         *sent_all = sent.is_ok();
         // The server may answer (an early error) and close before taking the whole body:
         // its reply, when there is one, says more than the write error.
@@ -157,11 +266,26 @@ impl Endpoint {
         }
     }
 
-    fn connect(&self, timeout: Duration) -> io::Result<TcpStream> {
+    /// Connects (and for https, completes the handshake within `timeout`).
+    fn connect(&self, timeout: Duration) -> io::Result<Conn> {
         let mut last = None;
         for a in (self.host.as_str(), self.port).to_socket_addrs()? {
             match TcpStream::connect_timeout(&a, timeout) {
-                Ok(s) => return Ok(s),
+                Ok(s) => {
+                    s.set_read_timeout(Some(timeout))?;
+                    s.set_write_timeout(Some(timeout))?;
+                    s.set_nodelay(true)?;
+                    let Some((cfg, name)) = &self.tls else {
+                        return Ok(Conn::Plain(s));
+                    };
+                    let conn = rustls::ClientConnection::new(Arc::clone(cfg), name.clone())
+                        .map_err(io::Error::other)?;
+                    let mut tls = rustls::StreamOwned::new(conn, s);
+                    while tls.conn.is_handshaking() {
+                        tls.conn.complete_io(&mut tls.sock)?;
+                    }
+                    return Ok(Conn::Tls(Box::new(tls)));
+                }
                 Err(e) => last = Some(e),
             }
         }
@@ -257,19 +381,22 @@ mod tests {
 
     #[test]
     fn urls_parse() {
-        let e = Endpoint::parse("http://127.0.0.1:18123", None, None).unwrap();
+        let e = Endpoint::parse("http://127.0.0.1:18123", None, None, None).unwrap();
         assert_eq!(
             (e.host.as_str(), e.port, e.path.as_str()),
             ("127.0.0.1", 18123, "/")
         );
-        let e = Endpoint::parse("http://[::1]/ch/", Some("u"), Some("p")).unwrap();
+        let e = Endpoint::parse("http://[::1]/ch/", Some("u"), Some("p"), None).unwrap();
         assert_eq!(
             (e.host.as_str(), e.port, e.path.as_str()),
             ("::1", 8123, "/ch/")
         );
         assert_eq!(e.auth.as_deref(), Some("dTpw"));
-        assert!(Endpoint::parse("https://x", None, None).is_err());
-        assert!(Endpoint::parse("http://:80", None, None).is_err());
+        assert!(Endpoint::parse("ftp://x", None, None, None).is_err());
+        assert!(Endpoint::parse("http://:80", None, None, None).is_err());
+        let ca = std::path::Path::new("/nonexistent/ca.pem");
+        let e = Endpoint::parse("https://x", None, None, Some(ca)).unwrap_err();
+        assert!(e.contains("ca_file /nonexistent/ca.pem"), "{e}");
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //!    has waited `flush_ms`.
 //! 4. A batch that fails for want of the server (refused connection, timeout, an error that
 //!    is not about the data) is retried, the same batch first, with exponential backoff up to
-//!    `max_backoff_ms`; meanwhile the buffer fills and overflows, counted. A batch the server
+//!    `max_backoff_ms`; meanwhile the buffer fills and overflows, counted. With several
+//!    endpoints (`urls`), the one that failed is set aside for `set_aside_ms` and the retry
+//!    goes to the next (plain HTTP, or HTTPS verified against `ca_file`). A batch the server
 //!    rejects for its data is split in halves until the bad rows stand alone; those are
 //!    counted by ClickHouse error code and dropped, every other row lands, in order.
 //! 5. On close, what is buffered is sent for up to `timeout_ms`; what is left is counted as
@@ -23,6 +25,10 @@
 //! Accounting: `accepted = landed + rejected + shutdown_dropped + buffered_rows`, and every
 //! row offered is either accepted, counted in `overflow`, or counted in `invalid`.
 //! Delivery is at least once: a batch whose reply was lost is sent again.
+//!
+//! A cluster ([`init_cluster`]): local tables on every shard and `Distributed` tables over
+//! them sharded by the row's identity, so that a retry through any endpoint reaches the shard
+//! that may hold the row already and `FINAL` reads it once.
 
 mod admin;
 mod config;
@@ -32,11 +38,11 @@ mod rows;
 mod sink;
 mod writer;
 
-pub use admin::{init_schema, query};
+pub use admin::{LOCAL_SUFFIX, init_cluster, init_schema, query};
 pub use config::{ClickHouseConfig, Table};
 pub use error::ClickHouseError;
 pub use sink::{ClickHouseSink, ClickHouseSource};
-pub use writer::{ClickHouseMonitor, ClickHouseStats, ClickHouseWriter};
+pub use writer::{ClickHouseMonitor, ClickHouseStats, ClickHouseWriter, EndpointStats};
 
 pub use rows::{
     AccessRow, Fix, Invalid, MAX_HEADER, MAX_SHORT, MAX_TS_MS, MAX_URL, MIN_TS_MS, Rows, addr16,

@@ -159,6 +159,24 @@ impl crate::metrics::Source for ClickHouseSource {
             "Inserts retried after the request had gone out whole (the first may have landed; rows keep their identity, so they are stored once).",
             s.uncertain_retries,
         );
+        for (i, e) in s.endpoints.iter().enumerate() {
+            for (what, n) in [("ok", e.requests), ("failed", e.failures)] {
+                out.counter(
+                    format!("{p}.endpoint.{i}.{what}"),
+                    "palisade_clickhouse_endpoint_requests_total",
+                    format!("table=\"{t}\",endpoint=\"{i}\",result=\"{what}\""),
+                    "Requests per endpoint of urls (by its position), by result.",
+                    n,
+                );
+            }
+            out.gauge(
+                format!("{p}.endpoint.{i}.set_aside"),
+                "palisade_clickhouse_endpoint_set_aside",
+                format!("table=\"{t}\",endpoint=\"{i}\""),
+                "1 while the endpoint is passed over after a failure.",
+                e.set_aside as u64,
+            );
+        }
         out.gauge(
             format!("{p}.failing"),
             "palisade_clickhouse_failing",

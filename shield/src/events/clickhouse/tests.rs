@@ -317,3 +317,47 @@ fn schema_names_are_substituted() {
     bad.max_buffered_rows = 1;
     assert!(bad.validate().unwrap_err().contains("max_buffered_rows"));
 }
+
+#[test]
+fn one_url_or_several_and_tls_settings_are_checked() {
+    let base = ClickHouseConfig::default();
+    assert_eq!(base.url_list(), vec!["http://127.0.0.1:8123".to_string()]);
+    base.validate().unwrap();
+    let both = ClickHouseConfig {
+        url: "http://a:8123".into(),
+        urls: vec!["http://b:8123".into()],
+        ..base.clone()
+    };
+    assert!(both.validate().unwrap_err().contains("url and urls"));
+    let bad = ClickHouseConfig {
+        urls: vec!["http://a:8123".into(), "ftp://b".into()],
+        ..base.clone()
+    };
+    assert!(bad.validate().unwrap_err().starts_with("urls[1]: "));
+    let ca_plain = ClickHouseConfig {
+        ca_file: Some("/etc/ssl/ca.pem".into()),
+        ..base.clone()
+    };
+    assert!(
+        ca_plain
+            .validate()
+            .unwrap_err()
+            .contains("ca_file: needs an https")
+    );
+    let ca_missing = ClickHouseConfig {
+        urls: vec!["https://a:8443".into(), "http://b:8123".into()],
+        ca_file: Some("/nonexistent/ca.pem".into()),
+        ..base.clone()
+    };
+    let e = ca_missing.validate().unwrap_err();
+    assert!(
+        e.starts_with("urls[0]: ") && e.contains("/nonexistent/ca.pem"),
+        "{e}"
+    );
+    let several = ClickHouseConfig {
+        urls: vec!["http://a:8123".into(), "http://b:8123".into()],
+        ..base
+    };
+    several.validate().unwrap();
+    assert_eq!(several.url_list().len(), 2);
+}

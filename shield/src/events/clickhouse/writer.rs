@@ -110,9 +110,35 @@ struct Counters {
     uncertain_retries: AtomicU64,
 }
 
+/// One endpoint of `urls`, with its counters and when it may be tried again.
+struct Target {
+    url: String,
+    ep: Endpoint,
+    requests: AtomicU64,
+    failures: AtomicU64,
+    /// Milliseconds since `Inner::t0` before which it is passed over (while others remain).
+    aside_until: AtomicU64,
+}
+
+/// Counters of one endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EndpointStats {
+    /// Its URL.
+    pub url: String,
+    /// Inserts it took.
+    pub requests: u64,
+    /// Inserts and schema statements that failed on it.
+    pub failures: u64,
+    /// It is set aside now (failed within `set_aside_ms`).
+    pub set_aside: bool,
+}
+
 struct Inner {
     cfg: ClickHouseConfig,
-    endpoint: Endpoint,
+    targets: Vec<Target>,
+    /// The endpoint inserts go to while it works.
+    current: std::sync::atomic::AtomicUsize,
+    t0: Instant,
     name: String,
     insert: String,
     q: Mutex<Queue>,
@@ -164,6 +190,8 @@ pub struct ClickHouseStats {
     pub uncertain_retries: u64,
     /// The last failure, while the server is failing.
     pub last_error: Option<String>,
+    /// Per endpoint (`urls` order).
+    pub endpoints: Vec<EndpointStats>,
 }
 
 impl ClickHouseStats {
@@ -209,6 +237,52 @@ impl Inner {
             schema_applied: l(&self.c.schema_applied),
             uncertain_retries: l(&self.c.uncertain_retries),
             last_error: lock(&self.last_error).clone(),
+            endpoints: self
+                .targets
+                .iter()
+                .map(|t| EndpointStats {
+                    url: t.url.clone(),
+                    requests: l(&t.requests),
+                    failures: l(&t.failures),
+                    set_aside: l(&t.aside_until) > self.now_ms(),
+                })
+                .collect(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.t0.elapsed().as_millis() as u64
+    }
+
+    /// The endpoint to use now: the current one unless set aside, else the next that is not,
+    /// else the one whose time aside ends first.
+    fn pick(&self) -> usize {
+        let n = self.targets.len();
+        let now = self.now_ms();
+        let cur = self.current.load(Ordering::Relaxed) % n;
+        let i = (0..n)
+            .map(|k| (cur + k) % n)
+            .find(|&i| self.targets[i].aside_until.load(Ordering::Relaxed) <= now)
+            .unwrap_or_else(|| {
+                (0..n)
+                    .min_by_key(|&i| self.targets[i].aside_until.load(Ordering::Relaxed))
+                    .unwrap_or(0)
+            });
+        if i != cur {
+            tracing::info!(sink = %self.name, endpoint = %self.targets[i].url, "ClickHouse: inserts go to another endpoint");
+            self.current.store(i, Ordering::Relaxed);
+        }
+        i
+    }
+
+    /// Notes a failure of endpoint `i`: with others configured, it is passed over for
+    /// `set_aside_ms`.
+    fn failed(&self, i: usize) {
+        let t = &self.targets[i];
+        t.failures.fetch_add(1, Ordering::Relaxed);
+        if self.targets.len() > 1 {
+            t.aside_until
+                .store(self.now_ms() + self.cfg.set_aside_ms, Ordering::Relaxed);
         }
     }
 
@@ -298,15 +372,26 @@ impl Inner {
             body
         };
         let mut sent = false;
-        match self.endpoint.post_tracked(
+        let i = self.pick();
+        let res = self.post_insert(i, payload, &mut sent);
+        if res.is_err() {
+            self.failed(i);
+        }
+        res
+    }
+
+    fn post_insert(&self, i: usize, payload: &[u8], sent: &mut bool) -> Result<(), Failure> {
+        let t = &self.targets[i];
+        match t.ep.post_tracked(
             Some(&self.insert),
             payload,
             self.cfg.gzip,
             self.cfg.timeout(),
-            &mut sent,
+            sent,
         ) {
             Ok(r) if r.status == 200 => {
                 self.c.requests.fetch_add(1, Ordering::Relaxed);
+                t.requests.fetch_add(1, Ordering::Relaxed);
                 self.c
                     .bytes_sent
                     .fetch_add(payload.len() as u64, Ordering::Relaxed);
@@ -314,7 +399,7 @@ impl Inner {
             }
             Ok(r) => Err(classify(r.status, &r.body)),
             Err(e) => {
-                if sent {
+                if *sent {
                     // The server may have stored the batch before it failed to answer: the
                     // retry is harmless (rows keep their identity) but counted.
                     self.c.uncertain_retries.fetch_add(1, Ordering::Relaxed);
@@ -328,9 +413,18 @@ impl Inner {
     }
 
     fn apply_schema(&self) -> Result<(), Failure> {
+        let i = self.pick();
+        let res = self.apply_schema_at(i);
+        if res.is_err() {
+            self.failed(i);
+        }
+        res
+    }
+
+    fn apply_schema_at(&self, i: usize) -> Result<(), Failure> {
         for s in self.cfg.schema() {
-            match self
-                .endpoint
+            match self.targets[i]
+                .ep
                 .post(None, s.as_bytes(), false, self.cfg.timeout())
             {
                 Ok(r) if r.status == 200 => {}
@@ -499,13 +593,23 @@ impl ClickHouseWriter {
     pub fn spawn(cfg: &ClickHouseConfig, table: Table) -> Result<Self, ClickHouseError> {
         cfg.validate().map_err(ClickHouseError::Config)?;
         // A table of the older layout (without the row identity) still takes the rows.
-        let endpoint = cfg
-            .endpoint()?
-            .with_param("input_format_skip_unknown_fields=1");
+        let targets = cfg
+            .endpoints()?
+            .into_iter()
+            .map(|(url, ep)| Target {
+                url,
+                ep: ep.with_param("input_format_skip_unknown_fields=1"),
+                requests: AtomicU64::new(0),
+                failures: AtomicU64::new(0),
+                aside_until: AtomicU64::new(0),
+            })
+            .collect();
         let table_name = cfg.table_name(table);
         let inner = Arc::new(Inner {
             cfg: cfg.clone(),
-            endpoint,
+            targets,
+            current: std::sync::atomic::AtomicUsize::new(0),
+            t0: Instant::now(),
             name: format!("clickhouse:{table_name}"),
             insert: format!("INSERT INTO {table_name} FORMAT JSONEachRow"),
             q: Mutex::new(Queue {
