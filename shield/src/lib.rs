@@ -36,6 +36,7 @@ pub mod logging;
 pub mod metrics;
 pub mod never_block;
 pub mod prefix;
+pub mod proxy_proto;
 pub mod ratelimit;
 pub mod redis_sync;
 pub mod rules;

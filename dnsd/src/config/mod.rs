@@ -269,6 +269,12 @@ pub struct Server {
     /// hex digits, or `"hostname"` (this host's name). Unset: none.
     #[serde(default)]
     pub nsid: Option<String>,
+    /// Proxies (addresses or prefixes) whose PROXY protocol v2 headers are believed, over UDP
+    /// (every datagram) and TCP (each connection's start): the header's client is the one
+    /// every defence sees. A header from anyone else, a malformed one, or none from a listed
+    /// proxy is dropped and counted. The listed proxies join the never-block set.
+    #[serde(default)]
+    pub proxy_allow: Vec<String>,
 }
 
 /// Most bytes of `[server] nsid`.
@@ -313,6 +319,7 @@ impl Server {
         );
         // By the bytes sent: "0x61" is "a", and "hostname" follows the host's name.
         diff("nsid", self.nsid_bytes().ok() != running.nsid_bytes().ok());
+        diff("proxy_allow", self.proxy_allow != running.proxy_allow);
         out
     }
 
@@ -628,6 +635,8 @@ impl Config {
         self.server
             .nsid_bytes()
             .map_err(|m| inv("server.nsid", m))?;
+        shield::proxy_proto::ProxyAllow::parse(&self.server.proxy_allow)
+            .map_err(|m| inv("server.proxy_allow", m))?;
         if self.server.udp_batch == 0 || self.server.udp_batch > 1024 {
             return Err(inv("server.udp_batch", "must be between 1 and 1024".into()));
         }

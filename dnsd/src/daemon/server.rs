@@ -223,6 +223,13 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         tracing::info!(output = %d.socket.as_ref().or(d.file.as_ref()).map_or(String::new(), |p| p.display().to_string()), "dnstap on");
         crate::observe::dnstap::start(d, cfg.server.port)
     });
+    // Checked when the config loaded.
+    let proxy_allow = Arc::new(
+        shield::proxy_proto::ProxyAllow::parse(&cfg.server.proxy_allow).unwrap_or_default(),
+    );
+    if !proxy_allow.is_empty() {
+        tracing::info!(proxies = ?proxy_allow.nets(), "PROXY protocol v2 headers believed from these proxies");
+    }
     let (handles, waker) = {
         let tap = dnstap.as_ref().map(|(t, _)| t.clone_for_worker());
         let hot = xdp_answers.as_ref().and_then(|a| a.sampler());
@@ -232,10 +239,13 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         let defence = defence.clone();
         let xfr = xfr.clone();
         let local: Arc<[IpAddr]> = fleet.addrs().iter().map(|a| a.ip()).collect();
+        let proxy = proxy_allow.clone();
         fleet
             .run(
                 workers,
                 move |w| UdpHandler {
+                    proxy: proxy.clone(),
+                    stats: udp_stats[w % udp_stats.len()].clone(),
                     p: Processor::new(
                         zones.clone(),
                         pcfg.clone(),
@@ -274,6 +284,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                 max_pipelined: cfg.server.tcp_max_pipelined,
             },
             AddrSet::new(&addrs),
+            proxy_allow.clone(),
             tcp_stats.clone(),
             Some(defence.clone()),
             Box::new(move || {

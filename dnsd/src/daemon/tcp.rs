@@ -63,6 +63,8 @@ type Answer = crate::query::handoff::Outgoing;
 pub struct TcpServer {
     limits: TcpLimits,
     addrs: AddrSet,
+    /// Proxies whose connections start with a PROXY v2 header (`[server] proxy_allow`).
+    proxy: Arc<shield::proxy_proto::ProxyAllow>,
     slots: Arc<Semaphore>,
     per_source: Mutex<HashMap<IpAddr, usize>>,
     stats: Arc<WorkerStats>,
@@ -78,6 +80,7 @@ impl TcpServer {
     pub fn new(
         limits: TcpLimits,
         addrs: AddrSet,
+        proxy: Arc<shield::proxy_proto::ProxyAllow>,
         stats: Arc<WorkerStats>,
         defence: Option<Arc<crate::query::defence::Shared>>,
         make: Box<dyn Fn() -> Processor + Send + Sync>,
@@ -86,6 +89,7 @@ impl TcpServer {
             slots: Arc::new(Semaphore::new(limits.max_connections)),
             limits,
             addrs,
+            proxy,
             per_source: Mutex::new(HashMap::new()),
             stats,
             defence,
@@ -129,7 +133,9 @@ impl TcpServer {
                 }
             };
             let stats = &self.stats;
-            if let Some(p) = &mut plan {
+            // A listed proxy's connection: its client is known once the header is read.
+            let proxied = self.proxy.contains(peer.ip());
+            if !proxied && let Some(p) = &mut plan {
                 p.refresh();
                 if let Step::Drop(why) = p.on_accept(peer.ip()) {
                     stats.dropped(why);
@@ -151,15 +157,22 @@ impl TcpServer {
                 drop(sock);
                 continue;
             };
+            let me = self.clone();
+            if proxied {
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    me.proxied(sock, peer, local.ip()).await;
+                });
+                continue;
+            }
             if !self.enter(peer.ip()) {
                 stats.dropped(DropCause::TcpLimit);
                 drop(sock);
                 continue;
             }
-            let me = self.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                me.connection(sock, peer, local.ip()).await;
+                me.connection(sock, peer, local.ip(), Transport::Tcp).await;
                 me.leave(peer.ip());
             });
         }
@@ -185,7 +198,45 @@ impl TcpServer {
         }
     }
 
-    async fn connection(&self, sock: TcpStream, peer: SocketAddr, local: std::net::IpAddr) {
+    /// A listed proxy's connection: its PROXY v2 header (within the idle time) names the
+    /// client, who then meets the accept-time defences and the per-source limit, and whose
+    /// transport (a `DGRAM` client: unproven, sized for UDP) its queries are processed as.
+    async fn proxied(&self, mut sock: TcpStream, proxy: SocketAddr, local: std::net::IpAddr) {
+        use shield::proxy_proto::{Carried, read_header};
+        let h = match read_header(&mut sock, false, self.limits.idle).await {
+            Ok(h) => h,
+            Err(e) => {
+                self.stats.dropped(DropCause::proxy(e));
+                return;
+            }
+        };
+        let client = h.source.unwrap_or(proxy);
+        if let Some(d) = &self.defence {
+            let mut plan = d.plan();
+            if let Step::Drop(why) = plan.on_accept(client.ip()) {
+                self.stats.dropped(why);
+                return;
+            }
+        }
+        if !self.enter(client.ip()) {
+            self.stats.dropped(DropCause::TcpLimit);
+            return;
+        }
+        let transport = match h.carried {
+            Carried::Datagram => Transport::Udp,
+            Carried::Stream | Carried::Unspecified => Transport::Tcp,
+        };
+        self.connection(sock, client, local, transport).await;
+        self.leave(client.ip());
+    }
+
+    async fn connection(
+        &self,
+        sock: TcpStream,
+        peer: SocketAddr,
+        local: std::net::IpAddr,
+        transport: Transport,
+    ) {
         let _ = sock.set_nodelay(true);
         let (mut rd, wr) = sock.into_split();
         let depth = self.limits.max_pipelined.max(1);
@@ -235,14 +286,28 @@ impl TcpServer {
                 break;
             }
             req.resize(len, 0);
-            match tokio::time::timeout(idle, rd.read_exact(&mut req[..len])).await {
+            // A PROXY header where none is believed: its first two bytes read as a length
+            // prefix (3338), its next ten are checked before that much is waited for.
+            let mut have = 0;
+            if served == 0 && len_buf == [0x0D, 0x0A] {
+                have = shield::proxy_proto::V2_SIGNATURE.len() - 2;
+                match tokio::time::timeout(idle, rd.read_exact(&mut req[..have])).await {
+                    Ok(Ok(_)) => {}
+                    _ => break,
+                }
+                if req[..have] == shield::proxy_proto::V2_SIGNATURE[2..] {
+                    stats.dropped(DropCause::ProxyUnlisted);
+                    break;
+                }
+            }
+            match tokio::time::timeout(idle, rd.read_exact(&mut req[have..len])).await {
                 Ok(Ok(_)) => {}
                 _ => break,
             }
             p.refresh();
             let reply = OUT.with(|o| {
                 let out = &mut *o.borrow_mut();
-                match p.process(&req[..len], peer, Transport::Tcp, &mut out[2..]) {
+                match p.process(&req[..len], peer, transport, &mut out[2..]) {
                     Outcome::Reply(n) => {
                         out[..2].copy_from_slice(&(n as u16).to_be_bytes());
                         Ok(Some(out[..n + 2].to_vec()))
@@ -395,6 +460,7 @@ mod tests {
         let server = TcpServer::new(
             limits,
             AddrSet::new(&[served.unwrap_or(addr.ip())]),
+            Arc::default(),
             stats.clone(),
             defence,
             make,

@@ -5,13 +5,19 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use listener::udp::Handler;
+use shield::proxy_proto::ProxyAllow;
 
+use crate::observe::counters::{DropCause, WorkerStats};
 use crate::query::process_query::{Outcome, Processor, Transport};
 
 /// One UDP worker's handler: its own query processor.
 pub struct UdpHandler {
     /// The worker's processor.
     pub p: Processor,
+    /// The proxies whose PROXY v2 headers are believed (`[server] proxy_allow`).
+    pub proxy: Arc<ProxyAllow>,
+    /// The worker's counters (for datagrams dropped before the processor).
+    pub stats: Arc<WorkerStats>,
     /// The fleet's service addresses, by the index the fleet hands each datagram.
     pub local: Arc<[IpAddr]>,
 }
@@ -26,7 +32,19 @@ impl Handler for UdpHandler {
         if let Some(&ip) = self.local.get(local as usize) {
             self.p.set_local(ip);
         }
-        match self.p.process(req, src, Transport::Udp, out) {
+        // A listed proxy's datagram starts with a PROXY v2 header naming the client; anyone
+        // else's may not carry one. The answer goes back to the proxy, without a header.
+        let (req, client) = match self.proxy.datagram(req, src) {
+            // A datagram is a datagram whatever the header says of the client's side (dnsdist
+            // sends TCP clients' queries over TCP): its answer must fit UDP, and nothing
+            // proves the client's address.
+            Ok((payload, client, _carried)) => (payload, client),
+            Err(e) => {
+                self.stats.dropped(DropCause::proxy(e));
+                return None;
+            }
+        };
+        match self.p.process(req, client, Transport::Udp, out) {
             Outcome::Reply(n) => Some(n),
             Outcome::Drop | Outcome::Transfer | Outcome::Refused => None,
         }

@@ -78,6 +78,25 @@ pub enum DropCause {
     Rules = 8,
     /// A truncated reply past the suspects' budget (`[defence.suspects] tc_per_second`).
     Suspect = 9,
+    /// A PROXY header from an address not in `[server] proxy_allow`.
+    ProxyUnlisted = 10,
+    /// A malformed PROXY header from a listed proxy.
+    ProxyMalformed = 11,
+    /// A listed proxy's datagram or connection without a PROXY header (or one that did not
+    /// arrive in time).
+    ProxyMissing = 12,
+}
+
+impl DropCause {
+    /// The cause of a PROXY header refused.
+    pub fn proxy(e: shield::proxy_proto::ProxyError) -> DropCause {
+        use shield::proxy_proto::ProxyError as E;
+        match e {
+            E::Unlisted => DropCause::ProxyUnlisted,
+            E::Incomplete | E::Malformed => DropCause::ProxyMalformed,
+            E::Missing | E::Timeout => DropCause::ProxyMissing,
+        }
+    }
 }
 
 /// Names of [`DropCause`] causes, by index.
@@ -92,6 +111,9 @@ pub const DROPS: &[&str] = &[
     "tcp_query_limit",
     "rules",
     "suspect",
+    "proxy_unlisted",
+    "proxy_malformed",
+    "proxy_missing",
 ];
 
 /// Compact denial (RFC 9824) counters, by index.

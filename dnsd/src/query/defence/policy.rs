@@ -1,6 +1,7 @@
 //! What dnsd's block map refuses from every automatic writer: prefixes shorter than `[block]
 //! min_prefix_v4` / `min_prefix_v6`, and the never-block set — the rules file's `[global]
-//! never_block`, plus what dnsd adds by itself: its Redis server, its transfer peers
+//! never_block`, plus what dnsd adds by itself: its Redis server (or sentinels), its PROXY
+//! protocol proxies (`[server] proxy_allow`), its transfer peers
 //! (primaries, `notify` targets, and `allow_transfer` / `allow_notify` entries no wider than
 //! the minimum prefixes) and the node's own addresses. Made at start and again on every
 //! reload; `ctl status` lists the effective set and where each entry came from.
@@ -33,8 +34,20 @@ pub fn merge(rules: Option<&shield::rules::Prepared>, base: &NeverBlock) -> Neve
 pub fn own_set(cfg: &Config) -> NeverBlock {
     let mut nb = NeverBlock::new();
     if let Some(r) = &cfg.redis {
-        for ip in url_addresses(&r.url) {
-            nb.push(ip.into(), "redis server");
+        if r.sentinels.is_empty() {
+            for ip in url_addresses(&r.url) {
+                nb.push(ip.into(), "redis server");
+            }
+        }
+        for s in &r.sentinels {
+            for ip in host_addresses(s) {
+                nb.push(ip.into(), "redis sentinel");
+            }
+        }
+    }
+    if let Ok(p) = shield::proxy_proto::ProxyAllow::parse(&cfg.server.proxy_allow) {
+        for n in p.nets() {
+            nb.push(*n, "proxy_allow");
         }
     }
     let (min4, min6) = (cfg.block.min_prefix_v4, cfg.block.min_prefix_v6);
