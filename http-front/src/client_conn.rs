@@ -119,6 +119,20 @@ pub async fn accept_loop(front: Arc<Front>, listener: std::net::TcpListener, tls
                 }
             };
             let ip = peer.ip().to_canonical();
+            let snap = front.snapshot();
+            if snap.cfg.proxy.contains(ip) {
+                // A listed proxy: its client, named by the header, meets the checks below.
+                match TcpStream::from_std(std::net::TcpStream::from(fd)) {
+                    Ok(stream) => {
+                        tokio::spawn(proxied(Arc::clone(&front), snap, stream, peer, tls));
+                    }
+                    Err(e) => {
+                        c.bump(Counter::ConnAcceptErrors);
+                        tracing::debug!(error = %e, "cannot register a connection");
+                    }
+                }
+                continue;
+            }
             let blocked = local::with(&*front, |l| {
                 l.blocked(front.conn_tenant.load(Ordering::Relaxed), ip)
             });
@@ -127,7 +141,6 @@ pub async fn accept_loop(front: Arc<Front>, listener: std::net::TcpListener, tls
                 reset_fd(fd);
                 continue;
             }
-            let snap = front.snapshot();
             let s = &snap.cfg.server;
             match front
                 .registry
@@ -151,12 +164,77 @@ pub async fn accept_loop(front: Arc<Front>, listener: std::net::TcpListener, tls
                         }
                     };
                     c.bump(Counter::ConnAccepted);
-                    tokio::spawn(serve(Arc::clone(&front), snap, stream, guard, tls));
+                    let local = stream.local_addr().unwrap_or(peer);
+                    tokio::spawn(serve(
+                        Arc::clone(&front),
+                        snap,
+                        stream,
+                        guard,
+                        tls,
+                        (peer, local),
+                    ));
                 }
             }
         }
         tokio::task::yield_now().await;
     }
+}
+
+/// A listed proxy's connection: reads its PROXY header (version 2 or 1) within the header
+/// timeout, then treats the client it names as if it had connected itself (the block check,
+/// the connection bounds, every rule and log); the proxy's own address is used only for a
+/// `LOCAL` header (its health checks).
+async fn proxied(
+    front: Arc<Front>,
+    snap: Arc<Snapshot>,
+    mut stream: TcpStream,
+    proxy: SocketAddr,
+    tls: bool,
+) {
+    use shield::proxy_proto::{ProxyError, read_header};
+    let c = &front.counters;
+    let timeout = Duration::from_millis(snap.cfg.server.header_read_timeout_ms);
+    let h = match read_header(&mut stream, true, timeout).await {
+        Ok(h) => h,
+        Err(e) => {
+            c.bump(match e {
+                ProxyError::Timeout => Counter::ProxyTimeout,
+                ProxyError::Missing => Counter::ProxyMissing,
+                _ => Counter::ProxyMalformed,
+            });
+            return;
+        }
+    };
+    let local = stream.local_addr().unwrap_or(proxy);
+    let client = h.source.unwrap_or(proxy);
+    let dst = h.destination.unwrap_or(local);
+    let ip = client.ip().to_canonical();
+    let blocked = local::with(&*front, |l| {
+        l.blocked(front.conn_tenant.load(Ordering::Relaxed), ip)
+    });
+    if blocked {
+        c.bump(Counter::ConnBlocked);
+        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+        return;
+    }
+    let s = &snap.cfg.server;
+    let guard = match front
+        .registry
+        .register(ip, s.max_connections, s.max_connections_per_source)
+    {
+        Ok(g) => g,
+        Err(Refused::Total) => {
+            c.bump(Counter::LimitMaxConnections);
+            return;
+        }
+        Err(Refused::PerSource) => {
+            c.bump(Counter::LimitPerSource);
+            return;
+        }
+    };
+    c.bump(Counter::ConnAccepted);
+    c.bump(Counter::ConnProxied);
+    serve(front, snap, stream, guard, tls, (client, dst)).await;
 }
 
 /// Waits until the peer has sent enough to tell the HTTP/2 preface from an HTTP/1 request line.
@@ -192,6 +270,7 @@ async fn serve(
     stream: TcpStream,
     guard: ConnGuard,
     tls: bool,
+    (src, dst): (SocketAddr, SocketAddr),
 ) {
     let _ = stream.set_nodelay(true);
     let s = &snap.cfg.server;
@@ -208,7 +287,7 @@ async fn serve(
             ctl: Arc::clone(&guard.ctl),
             ip,
             h2,
-            client: ClientInfo::new(ip, tls),
+            client: ClientInfo::new(src, dst, tls),
             max_requests: s.max_requests_per_connection,
             flood_min: snap.cfg.http2.reset_flood_min,
             flood_ratio: snap.cfg.http2.reset_flood_ratio,

@@ -23,6 +23,10 @@ counters! {
     ConnTlsFailed => ("connections_total", "event", "tls_handshake_failed"),
     ConnErrors => ("connections_total", "event", "protocol_error"),
     ConnAcceptErrors => ("connections_total", "event", "accept_error"),
+    ConnProxied => ("connections_total", "event", "proxied"),
+    ProxyMalformed => ("proxy_headers_refused_total", "cause", "malformed"),
+    ProxyMissing => ("proxy_headers_refused_total", "cause", "missing"),
+    ProxyTimeout => ("proxy_headers_refused_total", "cause", "timeout"),
     ClosedBlocked => ("connections_closed_total", "cause", "blocked"),
     ClosedMaxAge => ("connections_closed_total", "cause", "max_age"),
     ClosedMaxRequests => ("connections_closed_total", "cause", "max_requests"),
@@ -187,6 +191,9 @@ fn help_of(fam: &str) -> &'static str {
         "responses_relayed_total" => {
             "Streamed upstream response bodies relayed through a bounded buffer."
         }
+        "proxy_headers_refused_total" => {
+            "Connections of a listed proxy closed for want of a valid PROXY header, by cause."
+        }
         _ => "",
     }
 }
@@ -257,7 +264,8 @@ fn family_name(fam: &str) -> &'static str {
         "reloads_total",
         "paths_normalized_total",
         "request_bodies_total",
-        "responses_relayed_total"
+        "responses_relayed_total",
+        "proxy_headers_refused_total"
     )
 }
 

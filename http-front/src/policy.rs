@@ -1,11 +1,12 @@
 //! What http-front's block map refuses from every automatic writer: prefixes shorter than
 //! `[block] min_prefix_v4` / `min_prefix_v6`, and the never-block set — the rules file's
-//! `[global] never_block`, plus what http-front adds by itself: its Redis server, its
-//! upstreams and the node's own addresses. Made at start and on every reload; `ctl status`
+//! `[global] never_block`, plus what http-front adds by itself: its Redis server (or
+//! sentinels), its PROXY protocol proxies (`[server] proxy_allow`), its upstreams and the
+//! node's own addresses. Made at start and on every reload; `ctl status`
 //! lists the effective set and where each entry came from.
 
 use shield::block::BlockMap;
-use shield::never_block::{NeverBlock, own_addresses, url_addresses};
+use shield::never_block::{NeverBlock, host_addresses, own_addresses, url_addresses};
 
 use crate::config::Config;
 
@@ -16,9 +17,19 @@ pub fn never_block(cfg: &Config, rules: &shield::rules::Prepared) -> NeverBlock 
         nb.push(*n, "rules file [global] never_block");
     }
     if let Some(r) = &cfg.redis {
-        for ip in url_addresses(&r.url) {
-            nb.push(ip.into(), "redis server");
+        if r.sentinels.is_empty() {
+            for ip in url_addresses(&r.url) {
+                nb.push(ip.into(), "redis server");
+            }
         }
+        for s in &r.sentinels {
+            for ip in host_addresses(s) {
+                nb.push(ip.into(), "redis sentinel");
+            }
+        }
+    }
+    for n in cfg.proxy.nets() {
+        nb.push(*n, "proxy_allow");
     }
     for u in &cfg.upstreams {
         for s in &u.servers {

@@ -315,6 +315,27 @@ pub fn v2_header(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
         .unwrap_or_default()
 }
 
+/// A version 1 line for a client at `src` that reached `dst` (`PROXY TCP4|TCP6 ...`; mixed
+/// families as IPv6).
+pub fn v1_header(src: SocketAddr, dst: SocketAddr) -> String {
+    let six = |a: SocketAddr| match a.ip() {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            format!("PROXY TCP4 {s} {d} {} {}\r\n", src.port(), dst.port())
+        }
+        _ => format!(
+            "PROXY TCP6 {} {} {} {}\r\n",
+            six(src),
+            six(dst),
+            src.port(),
+            dst.port()
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,6 +407,16 @@ mod tests {
         assert_eq!(p.source, Some(sa("192.0.2.9:40000")));
         assert_eq!(p.len, 42);
         assert_eq!(parse_v1(b"PROXY UNKNOWN\r\n").unwrap().source, None);
+        let line = v1_header(sa("192.0.2.9:40000"), sa("192.0.2.1:443"));
+        assert_eq!(
+            parse_v1(line.as_bytes()).unwrap().source,
+            Some(sa("192.0.2.9:40000"))
+        );
+        let mixed = v1_header(sa("192.0.2.9:1"), sa("[2001:db8::1]:443"));
+        assert!(
+            mixed.starts_with("PROXY TCP6 ::ffff:192.0.2.9 2001:db8::1 1 443"),
+            "{mixed}"
+        );
         assert_eq!(
             parse_v1(b"PROXY TCP4 192.0.2.9"),
             Err(ProxyError::Incomplete)

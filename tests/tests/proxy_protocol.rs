@@ -6,6 +6,11 @@
 //!   client behind the same proxy is answered), and the proxy itself is in the never-block
 //!   set. A header from an unlisted address, a listed proxy's datagram without a header, and a
 //!   malformed header are dropped and counted.
+//! - Debian's `haproxy` (`send-proxy-v2`) in front of http-front (`[server] proxy_allow`) and
+//!   nginx behind it (`listen ... proxy_protocol`, answering with `$proxy_protocol_addr`,
+//!   reached with `[[upstream]] send_proxy = "v2"`): the rules deny by the real client, a
+//!   block of one client closes only its connections, nginx sees each client's own address,
+//!   and a listed proxy's connection without a header is closed and counted.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
@@ -14,6 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use palisade_tests::counters::prometheus_sum;
+use palisade_tests::http::{Front, get};
+use palisade_tests::nginx::Nginx;
 use palisade_tests::servers::{Dnsd, Zone};
 use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
@@ -216,4 +223,120 @@ fn dnsdist_in_front_every_defence_sees_the_client() {
         "no answer to an unlisted header over TCP"
     );
     assert!(dnsd.stats().get("drops.proxy_unlisted") >= 2);
+}
+
+const HAP_SRC: Ipv4Addr = Ipv4Addr::new(127, 70, 0, 1);
+const HAP_FRONT: Ipv4Addr = Ipv4Addr::new(127, 70, 0, 2);
+
+#[test]
+fn haproxy_in_front_and_nginx_behind_http_front_see_the_client() {
+    for p in ["haproxy", "nginx"] {
+        if !palisade_tests::have_program(p) {
+            assert!(!palisade_tests::in_ci(), "{p} is needed in CI");
+            palisade_tests::skipped(&format!(
+                "{p} is not installed: the PROXY protocol test did not run"
+            ));
+            return;
+        }
+    }
+    let Some(nginx) = Nginx::start(
+        "server { listen {LISTEN} proxy_protocol; location / { return 200 \"pp=$proxy_protocol_addr remote=$remote_addr\\n\"; } }",
+    ) else {
+        return;
+    };
+    let origin = nginx.addr();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("front.sock");
+    let s2 = sock.clone();
+    let front = Front::start(
+        move |addr, metrics| {
+            format!(
+                "[server]\nlisten = [\"{addr}\"]\nworkers = 2\nproxy_allow = [\"{HAP_SRC}\"]\n\n\
+                 [metrics]\nlisten = \"{metrics}\"\n\n[rules]\nfile = \"rules.toml\"\n\n\
+                 [control]\nsocket = \"{}\"\n\n\
+                 [[upstream]]\nname = \"app\"\nservers = [\"{origin}\"]\nsend_proxy = \"v2\"\n\n\
+                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\n",
+                s2.display()
+            )
+        },
+        Some("[[tenant]]\nid = 1\ndeny = [\"127.71.0.0/24\"]\n"),
+    );
+    let hap = SocketAddr::new(HAP_FRONT.into(), palisade_tests::net::free_port(HAP_FRONT));
+    let conf = dir.path().join("haproxy.cfg");
+    std::fs::write(
+        &conf,
+        format!(
+            "defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 10s\n  timeout server 10s\n\
+             frontend f\n  bind {hap}\n  default_backend b\n\
+             backend b\n  server hf {} send-proxy-v2 source {HAP_SRC}\n",
+            front.addr()
+        ),
+    )
+    .unwrap();
+    let _hap = Proc(
+        Command::new("haproxy")
+            .args(["-db", "-f"])
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn haproxy"),
+    );
+    let good = Ipv4Addr::new(127, 71, 1, 1);
+    let denied = Ipv4Addr::new(127, 71, 0, 1);
+    wait_for(
+        "haproxy passes to http-front",
+        Duration::from_secs(20),
+        || get(Some(good), hap, "a.test", "/").is_ok_and(|r| r.status == 200),
+    );
+    let r = get(Some(good), hap, "a.test", "/").unwrap();
+    assert!(
+        r.body.contains(&format!("pp={good} ")),
+        "nginx sees the client: {}",
+        r.body
+    );
+    let r = get(Some(denied), hap, "a.test", "/").unwrap();
+    assert_eq!(
+        r.status, 403,
+        "the rules deny the real client behind haproxy"
+    );
+    // A client straight to http-front: its own address travels to nginx.
+    let direct = Ipv4Addr::new(127, 72, 0, 1);
+    let r = get(Some(direct), front.addr(), "a.test", "/").unwrap();
+    assert!(r.body.contains(&format!("pp={direct} ")), "{}", r.body);
+
+    // A block of one client behind the proxy closes only its connections.
+    let (code, out) = palisade_tests::http::run_front(&[
+        "ctl",
+        "-s",
+        sock.to_str().unwrap(),
+        "block",
+        "add",
+        &good.to_string(),
+        "--ttl",
+        "600",
+    ]);
+    assert_eq!(code, Some(0), "{out}");
+    wait_for(
+        "the blocked client is refused",
+        Duration::from_secs(5),
+        || get(Some(good), hap, "a.test", "/").is_err(),
+    );
+    let other = Ipv4Addr::new(127, 71, 2, 1);
+    assert_eq!(get(Some(other), hap, "a.test", "/").unwrap().status, 200);
+    assert!(front.metric("http_front_connections_total{event=\"blocked_at_accept\"}") >= 1);
+    assert!(front.metric("http_front_connections_total{event=\"proxied\"}") >= 3);
+
+    // The proxy's own address without a header: closed, counted.
+    let r = get(Some(HAP_SRC), front.addr(), "a.test", "/");
+    assert!(
+        r.is_err() || r.is_ok_and(|r| r.status != 200),
+        "no header, no service"
+    );
+    front.wait_metric(
+        "http_front_proxy_headers_refused_total{cause=\"missing\"}",
+        1,
+        Duration::from_secs(5),
+    );
 }

@@ -190,8 +190,8 @@ pub use server::{Http2, Limits, Server};
 pub use shield::events::{EventsConfig as Events, Output};
 use site::*;
 pub use site::{DEFAULT_STRIP_HEADERS, EncodedSlash};
-pub use upstream::UpstreamProtocol;
 use upstream::*;
+pub use upstream::{SendProxy, UpstreamProtocol};
 
 // ---------------------------------------------------------------------------------------------
 // The schema. Every section has defaults; the checked form is built by `Config::parse`.
@@ -262,6 +262,9 @@ pub struct Upstream {
     pub pool_idle_timeout: Duration,
     /// Most idle pooled connections kept by each worker thread.
     pub pool_max_idle: usize,
+    /// A PROXY protocol header starts each connection: connections are then one client's
+    /// (never pooled, as haproxy keeps them private).
+    pub send_proxy: Option<SendProxy>,
 }
 
 /// One `[[site]]`: a tenant's hosts, its upstream and its rules.
@@ -294,6 +297,8 @@ pub struct Site {
 pub struct Config {
     /// The file it came from.
     pub path: PathBuf,
+    /// `[server] proxy_allow`, parsed.
+    pub proxy: shield::proxy_proto::ProxyAllow,
     /// `[server]`.
     pub server: Server,
     /// `[limits]`.
@@ -414,7 +419,17 @@ impl Config {
                 response_timeout: Duration::from_millis(u.response_timeout_ms),
                 pool_idle_timeout: Duration::from_millis(u.pool_idle_timeout_ms),
                 pool_max_idle: u.pool_max_idle,
+                send_proxy: u.send_proxy.as_ref().map(|v| *v.get_ref()),
             });
+            if let Some(sp) = &u.send_proxy
+                && u.protocol == UpstreamProtocol::H2c
+            {
+                return Err(at(
+                    Some(sp.span()),
+                    &format!("upstream[{i}].send_proxy"),
+                    "an h2c connection carries many clients' requests; send_proxy needs protocol = \"http1\"".into(),
+                ));
+            }
         }
 
         // Sites: known upstream, valid unique hosts.
@@ -566,8 +581,11 @@ impl Config {
         let mut access_log = f.access_log.clone();
         access_log.output = access_log.output.resolve(&dir);
 
+        let proxy = shield::proxy_proto::ProxyAllow::parse(&f.server.proxy_allow)
+            .map_err(|m| at(None, "server.proxy_allow", m))?;
         let config = Config {
             path: path.to_path_buf(),
+            proxy,
             server: f.server,
             limits: f.limits,
             http2: f.http2,

@@ -61,6 +61,11 @@ pub struct Server {
     /// A whole request body must arrive within this.
     #[serde(deserialize_with = "range::<100, 86400000, _>")]
     pub body_timeout_ms: u64,
+    /// Proxies (addresses or prefixes: load balancers) whose connections start with a PROXY
+    /// protocol header (version 2, or version 1 text): its client is the one every rule,
+    /// block and log sees. A listed proxy's connection without a valid header within
+    /// `header_read_timeout_ms` is closed and counted. The listed proxies are never blocked.
+    pub proxy_allow: Vec<String>,
 }
 
 impl Default for Server {
@@ -78,6 +83,7 @@ impl Default for Server {
             graceful_close_ms: 5_000,
             syn_filter_max: 1_024,
             send_timeout_ms: 60_000,
+            proxy_allow: Vec::new(),
             body_buffer_bytes: 128 * 1024,
             body_buffer_total_bytes: 256 << 20,
             body_min_rate_bytes_per_sec: 1024,

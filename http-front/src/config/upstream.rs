@@ -18,6 +18,16 @@ pub enum UpstreamProtocol {
     H2c,
 }
 
+/// The PROXY protocol header sent at the start of each upstream connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendProxy {
+    /// The version 1 text line (`PROXY TCP4 ...`).
+    V1,
+    /// The version 2 binary header.
+    V2,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct UpstreamSchema {
@@ -36,6 +46,8 @@ pub(super) struct UpstreamSchema {
         deserialize_with = "range_usize::<0, 100000, _>"
     )]
     pub(super) pool_max_idle: usize,
+    #[serde(default)]
+    pub(super) send_proxy: Option<Spanned<SendProxy>>,
 }
 
 pub(super) fn d_connect() -> u64 {

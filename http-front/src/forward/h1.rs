@@ -501,7 +501,7 @@ pub(crate) async fn forward(
         let mut conn = match pooled {
             Some(c) => c,
             // Boxed: a connect is rare, and its future is large.
-            None => timed(deadline.as_mut(), Box::pin(up.connect_h1()))
+            None => timed(deadline.as_mut(), Box::pin(up.connect_h1(client)))
                 .await?
                 .map_err(|e| {
                     tracing::debug!(upstream = %up.cfg.name, error = %e, "no upstream connection");
@@ -813,7 +813,11 @@ mod tests {
         fwd: &Forwarded,
         body: ReqBody,
     ) -> String {
-        let c = ClientInfo::new("192.0.2.7".parse().unwrap(), false);
+        let c = ClientInfo::new(
+            "192.0.2.7:1".parse().unwrap(),
+            "192.0.2.1:80".parse().unwrap(),
+            false,
+        );
         let host = host.map(|h| HeaderValue::from_str(h).unwrap());
         let mut out = Vec::new();
         let policy = HeaderPolicy::new(
@@ -1035,6 +1039,7 @@ mod tests {
             response_timeout: std::time::Duration::from_secs(1),
             pool_idle_timeout: std::time::Duration::from_secs(60),
             pool_max_idle: 4,
+            send_proxy: None,
         });
         assert!(up.checkout().is_none());
         let conn = Conn {
@@ -1106,6 +1111,7 @@ mod tests {
             response_timeout: std::time::Duration::from_secs(1),
             pool_idle_timeout: std::time::Duration::from_secs(60),
             pool_max_idle: 4,
+            send_proxy: None,
         });
         let conn = Conn {
             io,

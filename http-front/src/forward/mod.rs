@@ -205,11 +205,16 @@ pub struct ClientInfo {
     pub forwarded: HeaderValue,
     /// `http` or `https`.
     pub proto: HeaderValue,
+    /// The client's address and port (a PROXY header's source behind a listed proxy).
+    pub src: std::net::SocketAddr,
+    /// The address it reached (ours, or the proxy's listener a PROXY header names).
+    pub dst: std::net::SocketAddr,
 }
 
 impl ClientInfo {
-    /// The forwarding values for a client at `ip` over TLS or not.
-    pub fn new(ip: IpAddr, tls: bool) -> ClientInfo {
+    /// The forwarding values for a client at `src` that reached `dst`, over TLS or not.
+    pub fn new(src: std::net::SocketAddr, dst: std::net::SocketAddr, tls: bool) -> ClientInfo {
+        let ip = src.ip().to_canonical();
         let scheme = if tls { "https" } else { "http" };
         let for_ = match ip {
             IpAddr::V4(a) => format!("for={a};proto={scheme}"),
@@ -219,6 +224,8 @@ impl ClientInfo {
             xff: HeaderValue::from_str(&ip.to_string()).expect("an address is a header value"),
             forwarded: HeaderValue::from_str(&for_).expect("ascii"),
             proto: HeaderValue::from_static(scheme),
+            src,
+            dst,
         }
     }
 }
@@ -343,8 +350,9 @@ mod tests {
 
     #[test]
     fn forwarding_replaces_or_appends() {
-        let c4 = ClientInfo::new("192.0.2.7".parse().unwrap(), false);
-        let c6 = ClientInfo::new("2001:db8::1".parse().unwrap(), true);
+        let dst: std::net::SocketAddr = "192.0.2.1:80".parse().unwrap();
+        let c4 = ClientInfo::new("192.0.2.7:1".parse().unwrap(), dst, false);
+        let c6 = ClientInfo::new("[2001:db8::1]:1".parse().unwrap(), dst, true);
         assert_eq!(c6.forwarded, "for=\"[2001:db8::1]\";proto=https");
         let mut h = HeaderMap::new();
         h.insert(&X_FORWARDED_FOR, HeaderValue::from_static("6.6.6.6"));

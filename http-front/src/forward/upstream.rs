@@ -115,7 +115,12 @@ impl Upstream {
     pub(crate) fn key(&self) -> PoolKey {
         PoolKey {
             id: self.id,
-            max_idle: self.cfg.pool_max_idle,
+            // A connection that began with one client's PROXY header is that client's only.
+            max_idle: if self.cfg.send_proxy.is_some() {
+                0
+            } else {
+                self.cfg.pool_max_idle
+            },
         }
     }
 
@@ -142,6 +147,9 @@ impl Upstream {
     /// This thread's most recently used idle connection that is still good, if any.
     /// (Makes this thread's pool on first use, so that [`checkin`] finds it.)
     pub(crate) fn checkout(&self) -> Option<Conn> {
+        if self.cfg.send_proxy.is_some() {
+            return None;
+        }
         self.with_pool(|pool| {
             while let Some(idle) = pool.idle.pop_back() {
                 if idle.since.elapsed() >= pool.idle_timeout {
@@ -183,10 +191,22 @@ impl Upstream {
         Err(last)
     }
 
-    /// A new HTTP/1.1 connection.
-    pub(crate) async fn connect_h1(&self) -> io::Result<Conn> {
+    /// A new HTTP/1.1 connection (for `client`: with `send_proxy`, its PROXY header is
+    /// written first).
+    pub(crate) async fn connect_h1(&self, client: &crate::forward::ClientInfo) -> io::Result<Conn> {
+        let mut io = self.connect().await?;
+        if let Some(v) = self.cfg.send_proxy {
+            use tokio::io::AsyncWriteExt as _;
+            let header = match v {
+                config::SendProxy::V2 => shield::proxy_proto::v2_header(client.src, client.dst),
+                config::SendProxy::V1 => {
+                    shield::proxy_proto::v1_header(client.src, client.dst).into_bytes()
+                }
+            };
+            io.write_all(&header).await?;
+        }
         Ok(Conn {
-            io: self.connect().await?,
+            io,
             rbuf: BytesMut::with_capacity(READ_BUF),
             wbuf: Vec::with_capacity(1024),
         })
@@ -322,6 +342,7 @@ mod tests {
             response_timeout: Duration::from_secs(1),
             pool_idle_timeout: Duration::from_millis(idle_ms),
             pool_max_idle: max_idle,
+            send_proxy: None,
         }
     }
 
