@@ -175,6 +175,7 @@ const INTS: &[(&str, &str)] = &[
     ("GUARD_KEYS_BOTH", "KEYS_BOTH"),
     ("GUARD_DEFAULT_ANS_RATE_ENTRIES", "DEFAULT_ANS_RATE_ENTRIES"),
     ("GUARD_DEFAULT_SVC_ENTRIES", "DEFAULT_SVC_ENTRIES"),
+    ("GUARD_DEFAULT_PROXY_ENTRIES", "DEFAULT_PROXY_ENTRIES"),
 ];
 
 /// (C macro, Rust constant) checked for equal strings (map names).
@@ -193,6 +194,7 @@ const STRS: &[(&str, &str)] = &[
     ("GUARD_MAP_ANS_SCRATCH", "MAP_ANS_SCRATCH"),
     ("GUARD_MAP_ANS_RATE", "MAP_ANS_RATE"),
     ("GUARD_MAP_SVC", "MAP_SVC"),
+    ("GUARD_MAP_PROXY", "MAP_PROXY"),
 ];
 
 fn main() {

@@ -105,6 +105,16 @@ struct {
 	__type(value, struct guard_svc);
 } guard_svc SEC(".maps");
 
+/* dnsd's [server] proxy_allow (IPv4 mapped): senders whose UDP datagrams start with a PROXY
+ * v2 header. Their datagrams are judged by the client the header names. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, GUARD_DEFAULT_PROXY_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct guard_lpm_v6_key);
+	__type(value, __u32);
+} guard_proxy SEC(".maps");
+
 /* 802.1Q / 802.1ad tag (not in the uapi headers). */
 struct vlan_tag {
 	__be16 tci;
@@ -123,6 +133,9 @@ struct ipv6_frag {
 #define GUARD_CANDIDATE 100
 /* try_answer's verdict for a reply over the answer rate that is not slipped: dropped. */
 #define GUARD_RRL_DROP 101
+/* classify's verdict for UDP of a listed proxy that starts as a PROXY header: judged by
+ * guard_proxied. */
+#define GUARD_PROXIED 102
 
 /* Where the headers of a candidate are (offsets from the frame start). */
 
@@ -299,6 +312,94 @@ static __always_inline int rate_limit(struct guard_v6_key *src, __be16 dport,
 }
 
 
+/* A datagram of a listed proxy (see guard_proxy): the block check, a DNS-only block and the
+ * rate limit apply to the client its PROXY v2 header names, never to the proxy. A LOCAL
+ * header, another family, or a short or malformed header passes: dnsd drops and counts what
+ * it cannot take. Never a candidate for the answer fast path (the answer would lack the
+ * proxy's framing, and the query sits after the header). */
+static __always_inline int proxied_udp(struct udphdr *udp, void *end, const struct guard_v6_key *dst,
+				       struct guard_counters *cnt)
+{
+	const __u8 *h = (const __u8 *)(udp + 1);
+	if ((void *)(h + 16) > end)
+		return GUARD_C_PASS;
+	/* "\r\n\r\n\0\r\nQUIT\n", version 2, command PROXY. */
+	if (h[0] != 0x0D || h[1] != 0x0A || h[2] != 0x0D || h[3] != 0x0A || h[4] != 0x00 ||
+	    h[5] != 0x0D || h[6] != 0x0A || h[7] != 0x51 || h[8] != 0x55 || h[9] != 0x49 ||
+	    h[10] != 0x54 || h[11] != 0x0A || h[12] != 0x21)
+		return GUARD_C_PASS;
+	__u8 fam = h[13] >> 4;
+	struct guard_v6_key client = {};
+	struct guard_dns_block dns = { 0, -1 };
+	int v;
+	if (fam == 1) {
+		if ((void *)(h + 16 + 12) > end)
+			return GUARD_C_PASS;
+		__be32 a;
+		__builtin_memcpy(&a, h + 16, 4);
+		v = check_v4(a, cnt, &dns);
+		client.addr[10] = 0xff;
+		client.addr[11] = 0xff;
+		__builtin_memcpy(&client.addr[12], &a, 4);
+	} else if (fam == 2) {
+		if ((void *)(h + 16 + 36) > end)
+			return GUARD_C_PASS;
+		struct in6_addr a;
+		__builtin_memcpy(&a, h + 16, 16);
+		v = check_v6(&a, cnt, &dns);
+		__builtin_memcpy(client.addr, &a, 16);
+	} else {
+		return GUARD_C_PASS;
+	}
+	if (v != GUARD_C_PASS)
+		return v;
+	if (dns.verdict) {
+		v = dns_block(&dns, dst->addr, udp->dest, cnt);
+		if (v != GUARD_C_PASS)
+			return v;
+	}
+	return rate_limit(&client, udp->dest, cnt);
+}
+
+/* A listed proxy's datagram at `pk` (see proxied_udp). A global function: verified once, apart
+ * from the many ways to reach it (the block lookups it inlines would double the program). */
+__attribute__((noinline)) int guard_proxied(struct xdp_md *ctx, const struct guard_pkt *pk)
+{
+	__u32 zero = 0;
+	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
+	if (!ctx || !pk || !cnt)
+		return GUARD_C_PASS;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct guard_v6_key dst = {};
+	void *l3 = data + (pk->l3_off & 0xff);
+	if (pk->v6) {
+		struct ipv6hdr *ip6 = l3;
+		if ((void *)(ip6 + 1) > end)
+			return GUARD_C_PASS;
+		__builtin_memcpy(dst.addr, &ip6->daddr, 16);
+	} else {
+		struct iphdr *ip = l3;
+		if ((void *)(ip + 1) > end)
+			return GUARD_C_PASS;
+		dst.addr[10] = 0xff;
+		dst.addr[11] = 0xff;
+		__builtin_memcpy(&dst.addr[12], &ip->daddr, 4);
+	}
+	struct udphdr *udp = data + (pk->l4_off & 0x1ff);
+	if ((void *)(udp + 1) > end)
+		return GUARD_C_PASS;
+	return proxied_udp(udp, end, &dst, cnt);
+}
+
+/* True when the source is a listed proxy (guard_proxy). */
+static __always_inline int is_proxy(const struct guard_v6_key *src)
+{
+	struct guard_lpm_v6_key k = { .prefixlen = 128 };
+	__builtin_memcpy(k.addr, src->addr, 16);
+	return bpf_map_lookup_elem(&guard_proxy, &k) != 0;
+}
+
 /* L4 after an IP header: UDP to a DNS service of a source with a DNS-only block is dropped;
  * UDP to a DNS port is rate-limited (and, when it passes, a candidate for the answer fast
  * path), TCP is checked for sanity. */
@@ -310,6 +411,11 @@ static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_
 		struct udphdr *udp = l4p;
 		if ((void *)(udp + 1) > end)
 			return GUARD_C_PASS_NOT_UNDERSTOOD;
+		/* Only a datagram that starts as a PROXY header costs the proxy lookup (a DNS
+		 * query with the id 0x0D0A, one in 65,536, costs it for nothing). */
+		const __u8 *pl = (const __u8 *)(udp + 1);
+		if ((void *)(pl + 2) <= end && pl[0] == 0x0D && pl[1] == 0x0A && is_proxy(src))
+			return GUARD_PROXIED;
 		if (dns->verdict) {
 			int d = dns_block(dns, dst->addr, udp->dest, cnt);
 			if (d != GUARD_C_PASS)
@@ -459,6 +565,8 @@ int palisade_guard(struct xdp_md *ctx)
 		return XDP_PASS;
 	struct guard_pkt pk = {};
 	int v = classify(ctx, cnt, &pk);
+	if (v == GUARD_PROXIED)
+		v = guard_proxied(ctx, &pk);
 	if (v == GUARD_CANDIDATE) {
 		int act = try_answer(ctx, &pk, cnt);
 		if (act == GUARD_RRL_DROP) {
@@ -473,9 +581,16 @@ int palisade_guard(struct xdp_md *ctx)
 			return XDP_DROP;
 		v = GUARD_C_PASS;
 	}
-	if (v < 0 || v >= GUARD_VERDICTS)
-		v = GUARD_C_PASS_NOT_UNDERSTOOD;
-	cnt->count[v]++;
+	__u32 i = (__u32)v;
+	if (i >= GUARD_VERDICTS)
+		i = GUARD_C_PASS_NOT_UNDERSTOOD;
+	/* Bounded once more on the register used as the index (the compiler may index with
+	 * a copy the check above did not bound). */
+	barrier_var(i);
+	if (i >= GUARD_VERDICTS)
+		return XDP_PASS;
+	v = (int)i;
+	cnt->count[i]++;
 	return (v == GUARD_C_DROP_BLOCKED_ADDR || v == GUARD_C_DROP_BLOCKED_PREFIX ||
 		v == GUARD_C_DROP_RATELIMIT)
 		       ? XDP_DROP

@@ -39,6 +39,7 @@
 #define GUARD_MAP_ANS_SCRATCH "guard_ans_tmp"
 #define GUARD_MAP_ANS_RATE "guard_ans_rate"
 #define GUARD_MAP_SVC "guard_svc"
+#define GUARD_MAP_PROXY "guard_proxy"
 
 /* Default map sizes; userspace overrides them at load time from its config. */
 #define GUARD_DEFAULT_BLOCK_V4_ENTRIES 262144
@@ -51,6 +52,7 @@
 #define GUARD_DEFAULT_ANS_ADDR_ENTRIES 65536
 #define GUARD_DEFAULT_ANS_RATE_ENTRIES 65536
 #define GUARD_DEFAULT_SVC_ENTRIES 16384
+#define GUARD_DEFAULT_PROXY_ENTRIES 1024
 
 /* One packet's worth of tokens in a rate-limit bucket ("nano-packets"). */
 #define GUARD_TOKEN_UNIT 1000000000ULL

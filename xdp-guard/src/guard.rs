@@ -123,6 +123,7 @@ impl XdpGuard {
             1,
             crate::maps::DEFAULT_ANS_RATE_ENTRIES,
             crate::maps::DEFAULT_SVC_ENTRIES,
+            crate::maps::DEFAULT_PROXY_ENTRIES,
         ];
         let mut loader = EbpfLoader::new();
         for (name, size) in ALL_MAPS.iter().zip(sizes) {

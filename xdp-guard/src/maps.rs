@@ -37,8 +37,11 @@ pub const MAP_ANS_RATE: &str = "guard_ans_rate";
 /// Name of the LPM_TRIE of dnsd's service addresses and port ([`LpmV6Key`] → [`SvcValue`]):
 /// where DNS-only block slots apply.
 pub const MAP_SVC: &str = "guard_svc";
+/// Name of the LPM_TRIE of the proxies (`[server] proxy_allow`, IPv4 mapped) whose UDP
+/// datagrams carry a PROXY v2 header: blocks and the rate limit apply to the client it names.
+pub const MAP_PROXY: &str = "guard_proxy";
 /// Every map of the program, in a fixed order.
-pub const ALL_MAPS: [&str; 14] = [
+pub const ALL_MAPS: [&str; 15] = [
     MAP_BLOCK_V4,
     MAP_BLOCK_V6,
     MAP_PREFIX_V4,
@@ -53,6 +56,7 @@ pub const ALL_MAPS: [&str; 14] = [
     MAP_ANS_SCRATCH,
     MAP_ANS_RATE,
     MAP_SVC,
+    MAP_PROXY,
 ];
 
 /// Default capacity of the IPv4 address hash.
@@ -235,6 +239,9 @@ pub struct SvcValue {
 
 /// Default capacity of the service-address trie.
 pub const DEFAULT_SVC_ENTRIES: u32 = 16_384;
+
+/// Capacity of the proxy trie.
+pub const DEFAULT_PROXY_ENTRIES: u32 = 1_024;
 
 impl BlockValue {
     /// The stored slot value of an expiry in the API's terms (0 = never).

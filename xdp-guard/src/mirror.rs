@@ -175,6 +175,8 @@ struct Global {
     lists: Mutex<Option<GlobalLists>>,
     services_version: AtomicU64,
     services: Mutex<Option<(Vec<ipnet::IpNet>, u16)>>,
+    /// The proxies whose datagrams carry a PROXY v2 header (written with the services).
+    proxies: Mutex<Vec<ipnet::IpNet>>,
 }
 
 /// Mirrors one block-map subscription into one writer slot of one set of kernel maps.
@@ -468,7 +470,16 @@ impl Mirror {
         else {
             return;
         };
-        match maps.set_services(&nets, port) {
+        let proxies = self
+            .global
+            .proxies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match maps
+            .set_services(&nets, port)
+            .and_then(|n| maps.set_proxies(&proxies).map(|_| n))
+        {
             Ok(n) => {
                 debug!(
                     services = n,
@@ -581,6 +592,18 @@ impl MirrorHandle {
             .services
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some((nets, port));
+        self.global.services_version.fetch_add(1, Ordering::Release);
+    }
+
+    /// Hands the proxies of `[server] proxy_allow` to the mirror (dnsd's): XDP takes the
+    /// client of their datagrams' PROXY v2 headers for blocks and the rate limit. Written with
+    /// the services (set those too) and again into maps it reopens.
+    pub fn set_proxies(&self, nets: Vec<ipnet::IpNet>) {
+        *self
+            .global
+            .proxies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = nets;
         self.global.services_version.fetch_add(1, Ordering::Release);
     }
 

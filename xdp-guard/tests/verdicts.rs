@@ -1289,3 +1289,71 @@ fn dnsd_only_outside(g: &XdpGuard, far: u64) {
         "pass",
     );
 }
+
+/// A UDP frame from `proxy` to the DNS port whose payload is a PROXY v2 header naming
+/// `client` (over IPv4 or IPv6) and a query after it.
+fn proxied4(proxy: Ipv4Addr, client: std::net::SocketAddr) -> Vec<u8> {
+    let dst = std::net::SocketAddr::new(DST4.into(), DNS);
+    let mut payload = shield::proxy_proto::v2_header(client, dst);
+    payload[13] = (payload[13] & 0xf0) | 0x02; // DGRAM
+    payload.extend_from_slice(b"\x12\x34query");
+    frame(&[], ETH_IP, &ipv4(proxy, DST4, UDP, &[], 0, &udp(40000, DNS, &payload)))
+}
+
+#[test]
+fn a_proxys_datagrams_are_judged_by_the_client_its_header_names() {
+    if !xdp_ready("a_proxys_datagrams_are_judged_by_the_client_its_header_names") {
+        return;
+    }
+    let (rate, burst) = (1, 2);
+    let g = private_guard(&[DNS], rate, burst);
+    pin_to_current_cpu();
+    let proxy = v4("192.0.2.53");
+    g.maps().set_proxies(&[net("192.0.2.53/32")]).unwrap();
+    block(&g, "198.51.100.7/32");
+    block(&g, "2001:db8:7::/48");
+    use Verdict::*;
+    let sa = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+    assert_verdict(
+        &g,
+        "a blocked client behind the proxy",
+        &proxied4(proxy, sa("198.51.100.7:4000")),
+        Drop,
+        "drop_blocked_addr",
+    );
+    assert_verdict(
+        &g,
+        "a blocked IPv6 client behind the proxy",
+        &proxied4(proxy, sa("[2001:db8:7::1]:4000")),
+        Drop,
+        "drop_blocked_prefix",
+    );
+    // The rate limit counts per client: one client runs out, the proxy and others do not.
+    let busy = proxied4(proxy, sa("198.51.100.8:4000"));
+    for _ in 0..burst {
+        assert_verdict(&g, "client within its burst", &busy, Pass, "pass");
+    }
+    assert_verdict(&g, "client past its burst", &busy, Drop, "drop_ratelimit");
+    for i in 0..5u8 {
+        let other = proxied4(proxy, sa(&format!("198.51.100.{}:4000", 20 + i)));
+        assert_verdict(&g, "another client", &other, Pass, "pass");
+    }
+    // The same header from a sender that is not a listed proxy: judged by the sender (and
+    // dropped by dnsd), never by the address it claims.
+    assert_verdict(
+        &g,
+        "an unlisted sender claiming a blocked client",
+        &proxied4(v4("192.0.2.54"), sa("198.51.100.7:4000")),
+        Pass,
+        "pass",
+    );
+    // Emptied: the proxy's datagrams are the proxy's again.
+    g.maps().set_proxies(&[]).unwrap();
+    assert_verdict(
+        &g,
+        "proxy list emptied",
+        &proxied4(proxy, sa("198.51.100.7:4000")),
+        Pass,
+        "pass",
+    );
+}

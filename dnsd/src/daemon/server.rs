@@ -140,6 +140,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             .iter()
             .filter_map(|l| shield::prefix::parse_net(l))
             .collect();
+        if let Ok(p) = shield::proxy_proto::ProxyAllow::parse(&cfg.server.proxy_allow) {
+            m.set_proxies(p.nets().to_vec());
+        }
         m.set_services(nets, cfg.server.port);
     }
     let opts = UdpOptions {

@@ -23,6 +23,7 @@
 //! body_buffer_total_bytes = 268435456  # over all requests; past it bodies stream unbuffered
 //! body_min_rate_bytes_per_sec = 1024   # after the first 2 s of a body (0: none); slower: 408
 //! body_timeout_ms = 60000         # a whole request body; slower: 408
+//! proxy_allow = []                # load balancers whose connections start with a PROXY header (v2 or v1)
 //!
 //! [limits]
 //! max_uri_bytes = 8192            # 414
@@ -100,6 +101,7 @@
 //! response_timeout_ms = 30000       # until the response head; then each wait for more body
 //! pool_idle_timeout_ms = 60000
 //! pool_max_idle = 256             # idle connections kept per worker thread
+//! # send_proxy = "v2"             # a PROXY header (v2 or v1) to the origin; connections then not pooled
 //!
 //! [[site]]
 //! hosts = ["example.com", "*.example.com"]   # "*": any host

@@ -85,6 +85,41 @@ impl GuardMaps {
         Ok(want.len())
     }
 
+    /// Makes the proxy trie hold exactly `nets` (IPv4 as IPv4-mapped IPv6): the senders whose
+    /// UDP datagrams carry a PROXY v2 header. Returns how many entries it holds.
+    pub fn set_proxies(&self, nets: &[IpNet]) -> Result<usize, Error> {
+        let _lock = self.lock();
+        let fd = self.fd(PROXY);
+        let want: HashSet<Vec<u8>> = nets
+            .iter()
+            .map(|n| {
+                let (len, addr) = match n.trunc() {
+                    IpNet::V4(v) => (
+                        u32::from(v.prefix_len()) + 96,
+                        v.network().to_ipv6_mapped().octets(),
+                    ),
+                    IpNet::V6(v) => (u32::from(v.prefix_len()), v.network().octets()),
+                };
+                LpmV6Key {
+                    prefixlen: len,
+                    addr,
+                }
+                .as_bytes()
+                .to_vec()
+            })
+            .collect();
+        for k in self.keys(PROXY, 20)? {
+            if !want.contains(&k) {
+                sys::delete(fd, &k).map_err(|e| syscall_err("delete", ALL_MAPS[PROXY], e))?;
+            }
+        }
+        for k in &want {
+            sys::update(fd, k, &1u32.to_ne_bytes(), sys::BPF_ANY)
+                .map_err(|e| syscall_err("update", ALL_MAPS[PROXY], e))?;
+        }
+        Ok(want.len())
+    }
+
     /// Every key of map `i` of [`ALL_MAPS`] (`ks` bytes each), walked key by key.
     pub(crate) fn keys(&self, i: usize, ks: usize) -> Result<Vec<Vec<u8>>, Error> {
         let fd = self.fd(i);
