@@ -1297,7 +1297,11 @@ fn proxied4(proxy: Ipv4Addr, client: std::net::SocketAddr) -> Vec<u8> {
     let mut payload = shield::proxy_proto::v2_header(client, dst);
     payload[13] = (payload[13] & 0xf0) | 0x02; // DGRAM
     payload.extend_from_slice(b"\x12\x34query");
-    frame(&[], ETH_IP, &ipv4(proxy, DST4, UDP, &[], 0, &udp(40000, DNS, &payload)))
+    frame(
+        &[],
+        ETH_IP,
+        &ipv4(proxy, DST4, UDP, &[], 0, &udp(40000, DNS, &payload)),
+    )
 }
 
 #[test]
