@@ -237,13 +237,19 @@ async fn proxied(
     serve(front, snap, stream, guard, tls, (client, dst)).await;
 }
 
-/// Waits until the peer has sent enough to tell the HTTP/2 preface from an HTTP/1 request line.
+/// Waits until the peer has sent enough to tell the HTTP/2 preface from an HTTP/1 request
+/// line; a PROXY header (from an address not in `proxy_allow`) is an `InvalidData` error.
 async fn is_h2_preface(s: &TcpStream) -> io::Result<bool> {
     let mut buf = [0u8; 24];
     loop {
         let n = s.peek(&mut buf).await?;
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let sig = shield::proxy_proto::V2_SIGNATURE;
+        let m = n.min(sig.len());
+        if (n >= 6 && buf.starts_with(b"PROXY ")) || (m >= 4 && buf[..m] == sig[..m]) {
+            return Err(io::ErrorKind::InvalidData.into());
         }
         if buf[..n] != PREFACE[..n] {
             return Ok(false);
@@ -320,7 +326,12 @@ async fn serve(
         let h2 = if s.h2c {
             match tokio::time::timeout(head_timeout, is_h2_preface(&stream)).await {
                 Ok(Ok(h2)) => h2,
-                Ok(Err(_)) => return,
+                Ok(Err(e)) => {
+                    if e.kind() == io::ErrorKind::InvalidData {
+                        c.bump(Counter::ProxyUnlisted);
+                    }
+                    return;
+                }
                 Err(_) => {
                     c.bump(Counter::LimitHeaderTimeout);
                     return;

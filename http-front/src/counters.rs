@@ -27,6 +27,7 @@ counters! {
     ProxyMalformed => ("proxy_headers_refused_total", "cause", "malformed"),
     ProxyMissing => ("proxy_headers_refused_total", "cause", "missing"),
     ProxyTimeout => ("proxy_headers_refused_total", "cause", "timeout"),
+    ProxyUnlisted => ("proxy_headers_refused_total", "cause", "unlisted"),
     ClosedBlocked => ("connections_closed_total", "cause", "blocked"),
     ClosedMaxAge => ("connections_closed_total", "cause", "max_age"),
     ClosedMaxRequests => ("connections_closed_total", "cause", "max_requests"),

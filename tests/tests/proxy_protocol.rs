@@ -339,4 +339,28 @@ fn haproxy_in_front_and_nginx_behind_http_front_see_the_client() {
         1,
         Duration::from_secs(5),
     );
+    // A header from an address not in proxy_allow: closed, counted, never at the origin.
+    for header in [
+        shield::proxy_proto::v2_header(
+            SocketAddr::new(good.into(), 1),
+            SocketAddr::new(HAP_FRONT.into(), 80),
+        ),
+        b"PROXY TCP4 127.71.1.1 127.70.0.2 1 80\r\n".to_vec(),
+    ] {
+        let mut s = palisade_tests::http::connect_from(Some(direct), front.addr()).unwrap();
+        let _ = s.write_all(&header);
+        let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        assert!(
+            !String::from_utf8_lossy(&buf).contains("pp="),
+            "an unlisted header never reaches the origin"
+        );
+    }
+    front.wait_metric(
+        "http_front_proxy_headers_refused_total{cause=\"unlisted\"}",
+        2,
+        Duration::from_secs(5),
+    );
 }

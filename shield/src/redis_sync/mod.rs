@@ -65,7 +65,7 @@
 //! # Sentinel and failover
 //!
 //! With `sentinels` and `master_name` each connection asks the sentinels in turn for the
-//! master (see [`target`]) and checks that the server is one. Replication is asynchronous:
+//! master (the `target` module) and checks that the server is one. Replication is asynchronous:
 //! writes the old master acknowledged may be missing on the new one. So a task that
 //! reconnects to another server than before (its `run_id`, or the master's address) acts as
 //! after a data loss, without a new epoch: the writer republishes this node's live local
