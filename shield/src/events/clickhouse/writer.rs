@@ -374,7 +374,8 @@ impl Inner {
         let mut sent = false;
         let i = self.pick();
         let res = self.post_insert(i, payload, &mut sent);
-        if res.is_err() {
+        // A batch rejected for its data is no fault of the endpoint (it is bisected there).
+        if matches!(res, Err(Failure::Transient { .. })) {
             self.failed(i);
         }
         res
