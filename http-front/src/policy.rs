@@ -6,7 +6,7 @@
 //! lists the effective set and where each entry came from.
 
 use shield::block::BlockMap;
-use shield::never_block::{NeverBlock, host_addresses, own_addresses, url_addresses};
+use shield::never_block::{NeverBlock, own_addresses};
 
 use crate::config::Config;
 
@@ -17,16 +17,7 @@ pub fn never_block(cfg: &Config, rules: &shield::rules::Prepared) -> NeverBlock 
         nb.push(*n, "rules file [global] never_block");
     }
     if let Some(r) = &cfg.redis {
-        if r.sentinels.is_empty() {
-            for ip in url_addresses(&r.url) {
-                nb.push(ip.into(), "redis server");
-            }
-        }
-        for s in &r.sentinels {
-            for ip in host_addresses(s) {
-                nb.push(ip.into(), "redis sentinel");
-            }
-        }
+        shield::never_block::push_redis(&mut nb, r);
     }
     for n in cfg.proxy.nets() {
         nb.push(*n, "proxy_allow");

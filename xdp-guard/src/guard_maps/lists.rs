@@ -50,22 +50,7 @@ impl GuardMaps {
     pub fn set_services(&self, nets: &[IpNet], port: u16) -> Result<usize, Error> {
         let _lock = self.lock();
         let fd = self.fd(SVC);
-        let key = |n: &IpNet| {
-            let (len, addr) = match n.trunc() {
-                IpNet::V4(v) => (
-                    u32::from(v.prefix_len()) + 96,
-                    v.network().to_ipv6_mapped().octets(),
-                ),
-                IpNet::V6(v) => (u32::from(v.prefix_len()), v.network().octets()),
-            };
-            LpmV6Key {
-                prefixlen: len,
-                addr,
-            }
-            .as_bytes()
-            .to_vec()
-        };
-        let want: HashSet<Vec<u8>> = nets.iter().map(key).collect();
+        let want: HashSet<Vec<u8>> = nets.iter().map(mapped_lpm_key).collect();
         let value = crate::maps::SvcValue { port, reserved: 0 };
         for k in self.keys(SVC, 20)? {
             if want.contains(&k) {
@@ -90,24 +75,7 @@ impl GuardMaps {
     pub fn set_proxies(&self, nets: &[IpNet]) -> Result<usize, Error> {
         let _lock = self.lock();
         let fd = self.fd(PROXY);
-        let want: HashSet<Vec<u8>> = nets
-            .iter()
-            .map(|n| {
-                let (len, addr) = match n.trunc() {
-                    IpNet::V4(v) => (
-                        u32::from(v.prefix_len()) + 96,
-                        v.network().to_ipv6_mapped().octets(),
-                    ),
-                    IpNet::V6(v) => (u32::from(v.prefix_len()), v.network().octets()),
-                };
-                LpmV6Key {
-                    prefixlen: len,
-                    addr,
-                }
-                .as_bytes()
-                .to_vec()
-            })
-            .collect();
+        let want: HashSet<Vec<u8>> = nets.iter().map(mapped_lpm_key).collect();
         for k in self.keys(PROXY, 20)? {
             if !want.contains(&k) {
                 sys::delete(fd, &k).map_err(|e| syscall_err("delete", ALL_MAPS[PROXY], e))?;
@@ -164,4 +132,22 @@ impl GuardMaps {
         }
         Ok(())
     }
+}
+
+/// The key of `n` in an IPv6 trie that holds IPv4 as IPv4-mapped addresses (the service and
+/// proxy tries).
+fn mapped_lpm_key(n: &IpNet) -> Vec<u8> {
+    let (len, addr) = match n.trunc() {
+        IpNet::V4(v) => (
+            u32::from(v.prefix_len()) + 96,
+            v.network().to_ipv6_mapped().octets(),
+        ),
+        IpNet::V6(v) => (u32::from(v.prefix_len()), v.network().octets()),
+    };
+    LpmV6Key {
+        prefixlen: len,
+        addr,
+    }
+    .as_bytes()
+    .to_vec()
 }

@@ -6,7 +6,7 @@
 //! the minimum prefixes) and the node's own addresses. Made at start and again on every
 //! reload; `ctl status` lists the effective set and where each entry came from.
 
-use shield::never_block::{NeverBlock, host_addresses, own_addresses, url_addresses};
+use shield::never_block::{NeverBlock, host_addresses, own_addresses};
 
 use crate::config::Config;
 
@@ -34,16 +34,7 @@ pub fn merge(rules: Option<&shield::rules::Prepared>, base: &NeverBlock) -> Neve
 pub fn own_set(cfg: &Config) -> NeverBlock {
     let mut nb = NeverBlock::new();
     if let Some(r) = &cfg.redis {
-        if r.sentinels.is_empty() {
-            for ip in url_addresses(&r.url) {
-                nb.push(ip.into(), "redis server");
-            }
-        }
-        for s in &r.sentinels {
-            for ip in host_addresses(s) {
-                nb.push(ip.into(), "redis sentinel");
-            }
-        }
+        shield::never_block::push_redis(&mut nb, r);
     }
     if let Ok(p) = shield::proxy_proto::ProxyAllow::parse(&cfg.server.proxy_allow) {
         for n in p.nets() {
