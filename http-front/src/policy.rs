@@ -17,7 +17,7 @@ pub fn never_block(cfg: &Config, rules: &shield::rules::Prepared) -> NeverBlock 
         nb.push(*n, "rules file [global] never_block");
     }
     if let Some(r) = &cfg.redis {
-        shield::never_block::push_redis(&mut nb, r);
+        r.add_never_block(&mut nb);
     }
     for n in cfg.proxy.nets() {
         nb.push(*n, "proxy_allow");

@@ -176,20 +176,6 @@ pub fn own_addresses() -> Vec<IpNet> {
     out
 }
 
-/// Adds what the Redis sync of `cfg` talks to: its server (`url`), or its sentinels.
-pub fn push_redis(nb: &mut NeverBlock, cfg: &crate::redis_sync::SyncConfig) {
-    if cfg.sentinels.is_empty() {
-        for ip in url_addresses(&cfg.url) {
-            nb.push(ip.into(), "redis server");
-        }
-    }
-    for s in &cfg.sentinels {
-        for ip in host_addresses(s) {
-            nb.push(ip.into(), "redis sentinel");
-        }
-    }
-}
-
 /// The addresses of the host part of `url` (`redis://user:pass@host:port/0`,
 /// `https://host/`, `host:port`): an address as it is, a name resolved (empty when it does
 /// not resolve).

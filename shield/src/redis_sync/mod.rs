@@ -383,6 +383,22 @@ impl SyncConfig {
         .map_err(url_err)
     }
 
+    /// Adds what this sync talks to — its server (`url`), or its sentinels — to a
+    /// never-block set.
+    pub fn add_never_block(&self, nb: &mut crate::never_block::NeverBlock) {
+        use crate::never_block::{host_addresses, url_addresses};
+        if self.sentinels.is_empty() {
+            for ip in url_addresses(&self.url) {
+                nb.push(ip.into(), "redis server");
+            }
+        }
+        for s in &self.sentinels {
+            for ip in host_addresses(s) {
+                nb.push(ip.into(), "redis sentinel");
+            }
+        }
+    }
+
     /// The key that signs and verifies records: derived from `key_file`, or none (unsigned).
     pub fn record_key(&self) -> Result<Option<crate::fleet_key::DerivedKey>, SyncError> {
         match &self.key_file {

@@ -34,7 +34,7 @@ pub fn merge(rules: Option<&shield::rules::Prepared>, base: &NeverBlock) -> Neve
 pub fn own_set(cfg: &Config) -> NeverBlock {
     let mut nb = NeverBlock::new();
     if let Some(r) = &cfg.redis {
-        shield::never_block::push_redis(&mut nb, r);
+        r.add_never_block(&mut nb);
     }
     if let Ok(p) = shield::proxy_proto::ProxyAllow::parse(&cfg.server.proxy_allow) {
         for n in p.nets() {
