@@ -4,7 +4,9 @@
 //! the sentinels promote the replica, both nodes follow, A republishes what the failover may
 //! have lost, and node B ends with all 10,000 in its block map and, when namespaces and XDP
 //! are available, in the XDP maps it mirrors into. The time from the kill to B's last entry
-//! is printed (`bench/run redis` reports it too).
+//! is printed (`bench/run redis` reports it too). The guard is attached (with its TCP
+//! steering) in a namespace of its own while node B runs outside it: B must leave that
+//! steering alone and take the wildcard TCP socket.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -56,7 +58,7 @@ impl Guard {
         std::fs::write(
             &cfg,
             format!(
-                "interface = \"{}\"\nmode = \"generic\"\ndns_ports = [5353]\nrate = 0\ntcp_steering = false\n\
+                "interface = \"{}\"\nmode = \"generic\"\ndns_ports = [5353]\nrate = 0\n\
                  block_v4_entries = 65536\npin_path = \"{}\"\n",
                 pair.if_b,
                 pins.display()
@@ -117,6 +119,10 @@ fn a_failover_in_the_middle_of_a_burst_loses_no_decision() {
         "both nodes synced through the sentinels' master",
         Duration::from_secs(20),
         || a.stat("redis.connected") == 1 && b.stat("redis.connected") == 1,
+    );
+    assert!(
+        b.log().contains("TCP: the wildcard socket"),
+        "B does not use the steering of another network namespace"
     );
     let first_master = set.master.port;
     assert_eq!(set.master_port(), Some(first_master));

@@ -100,15 +100,33 @@ pub struct Steering {
 
 impl Steering {
     /// Opens the steering installed in `dir`, or None when `xdp-guard attach` did not
-    /// install it there.
+    /// install it there, or installed it in another network namespace than the caller's (its
+    /// lookups never see this process's connections: the caller keeps the wildcard socket).
     pub fn open(dir: &Path) -> Result<Option<Steering>, Error> {
-        if !dir.join(LINK_PIN).exists() {
+        let link_path = dir.join(LINK_PIN);
+        if !link_path.exists() {
             return Ok(None);
         }
         let open = |name: &str| {
             let p = dir.join(name);
             sys::obj_get(&p).map_err(|e| bpffs_err(&p, e))
         };
+        let link = open(LINK_PIN)?;
+        let (_, _, link_netns) =
+            sys::link_info(link.as_fd()).map_err(|e| bpffs_err(&link_path, e))?;
+        let own_netns = {
+            use std::os::unix::fs::MetadataExt as _;
+            std::fs::metadata("/proc/thread-self/ns/net")
+                .map(|m| m.ino() as u32)
+                .ok()
+        };
+        if own_netns.is_some_and(|own| own != link_netns) {
+            tracing::warn!(
+                pin = %dir.display(),
+                "TCP steering (sk_lookup) of this pin directory is installed in another network namespace; not used here"
+            );
+            return Ok(None);
+        }
         Ok(Some(Steering {
             addrs: open(MAP_ADDRS)?,
             socks: open(MAP_SOCKS)?,
