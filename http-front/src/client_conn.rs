@@ -119,65 +119,70 @@ pub async fn accept_loop(front: Arc<Front>, listener: std::net::TcpListener, tls
                 }
             };
             let ip = peer.ip().to_canonical();
-            let snap = front.snapshot();
-            if snap.cfg.proxy.contains(ip) {
-                // A listed proxy: its client, named by the header, meets the checks below.
-                match TcpStream::from_std(std::net::TcpStream::from(fd)) {
-                    Ok(stream) => {
-                        tokio::spawn(proxied(Arc::clone(&front), snap, stream, peer, tls));
-                    }
-                    Err(e) => {
-                        c.bump(Counter::ConnAcceptErrors);
-                        tracing::debug!(error = %e, "cannot register a connection");
-                    }
-                }
-                continue;
-            }
-            let blocked = local::with(&*front, |l| {
-                l.blocked(front.conn_tenant.load(Ordering::Relaxed), ip)
-            });
-            if blocked {
+            // A listed proxy is never blocked (it is in the never-block set): this check stays
+            // the first thing a blocked source costs.
+            if blocked(&front, ip) {
                 c.bump(Counter::ConnBlocked);
                 reset_fd(fd);
                 continue;
             }
-            let s = &snap.cfg.server;
-            match front
-                .registry
-                .register(ip, s.max_connections, s.max_connections_per_source)
-            {
-                Err(Refused::Total) => {
-                    c.bump(Counter::LimitMaxConnections);
-                    reset_fd(fd);
+            let snap = front.snapshot();
+            let proxy = snap.cfg.proxy.contains(ip);
+            // A listed proxy's client, named by its header, is admitted in `proxied`.
+            let guard = if proxy {
+                None
+            } else {
+                match register(&front, &snap, ip) {
+                    Ok(g) => Some(g),
+                    Err(refusal) => {
+                        c.bump(refusal);
+                        reset_fd(fd);
+                        continue;
+                    }
                 }
-                Err(Refused::PerSource) => {
-                    c.bump(Counter::LimitPerSource);
-                    reset_fd(fd);
+            };
+            let stream = match TcpStream::from_std(std::net::TcpStream::from(fd)) {
+                Ok(s) => s,
+                Err(e) => {
+                    c.bump(Counter::ConnAcceptErrors);
+                    tracing::debug!(error = %e, "cannot register a connection");
+                    continue;
                 }
-                Ok(guard) => {
-                    let stream = match TcpStream::from_std(std::net::TcpStream::from(fd)) {
-                        Ok(s) => s,
-                        Err(e) => {
-                            c.bump(Counter::ConnAcceptErrors);
-                            tracing::debug!(error = %e, "cannot register a connection");
-                            continue;
-                        }
-                    };
+            };
+            let front = Arc::clone(&front);
+            match guard {
+                None => {
+                    tokio::spawn(proxied(front, snap, stream, peer, tls));
+                }
+                Some(guard) => {
                     c.bump(Counter::ConnAccepted);
                     let local = stream.local_addr().unwrap_or(peer);
-                    tokio::spawn(serve(
-                        Arc::clone(&front),
-                        snap,
-                        stream,
-                        guard,
-                        tls,
-                        (peer, local),
-                    ));
+                    tokio::spawn(serve(front, snap, stream, guard, tls, (peer, local)));
                 }
             }
         }
         tokio::task::yield_now().await;
     }
+}
+
+/// True when `ip` is blocked for connections (the block map, by the connection tenant).
+fn blocked(front: &Front, ip: std::net::IpAddr) -> bool {
+    local::with(front, |l| {
+        l.blocked(front.conn_tenant.load(Ordering::Relaxed), ip)
+    })
+}
+
+/// Registers a connection of `ip` within the total and per-source bounds; the refusal's
+/// counter otherwise.
+fn register(front: &Front, snap: &Snapshot, ip: std::net::IpAddr) -> Result<ConnGuard, Counter> {
+    let s = &snap.cfg.server;
+    front
+        .registry
+        .register(ip, s.max_connections, s.max_connections_per_source)
+        .map_err(|r| match r {
+            Refused::Total => Counter::LimitMaxConnections,
+            Refused::PerSource => Counter::LimitPerSource,
+        })
 }
 
 /// A listed proxy's connection: reads its PROXY header (version 2 or 1) within the header
@@ -209,26 +214,15 @@ async fn proxied(
     let client = h.source.unwrap_or(proxy);
     let dst = h.destination.unwrap_or(local);
     let ip = client.ip().to_canonical();
-    let blocked = local::with(&*front, |l| {
-        l.blocked(front.conn_tenant.load(Ordering::Relaxed), ip)
-    });
-    if blocked {
+    if blocked(&front, ip) {
         c.bump(Counter::ConnBlocked);
         let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
         return;
     }
-    let s = &snap.cfg.server;
-    let guard = match front
-        .registry
-        .register(ip, s.max_connections, s.max_connections_per_source)
-    {
+    let guard = match register(&front, &snap, ip) {
         Ok(g) => g,
-        Err(Refused::Total) => {
-            c.bump(Counter::LimitMaxConnections);
-            return;
-        }
-        Err(Refused::PerSource) => {
-            c.bump(Counter::LimitPerSource);
+        Err(refusal) => {
+            c.bump(refusal);
             return;
         }
     };

@@ -287,3 +287,23 @@ pub fn query_reply(addr: SocketAddr, name: &str, qtype: u16, opts: &QueryOpts) -
 pub fn query(addr: SocketAddr, name: &str, qtype: u16, opts: &QueryOpts) -> Message {
     query_reply(addr, name, qtype, opts).msg
 }
+
+/// Sends `n` queries for www.example.com. from `src` to `server` without waiting for answers
+/// (paced a little so that the kernel's queue never overflows).
+pub fn send_queries_from(server: SocketAddr, src: &str, n: usize) {
+    let s = UdpSocket::bind(SocketAddr::new(src.parse().expect("a source address"), 0))
+        .expect("bind source");
+    s.connect(server).expect("connect");
+    for i in 0..n {
+        s.send(&build_query(
+            i as u16,
+            "www.example.com.",
+            1,
+            &QueryOpts::edns(1232),
+        ))
+        .expect("send");
+        if i % 50 == 49 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}

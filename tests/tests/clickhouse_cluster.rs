@@ -6,7 +6,6 @@
 //! its `Distributed` table holds the stopped shard's rows until it is back — and the counts read with `FINAL` through the `Distributed` table equal
 //! dnsd's own counters: nothing lost, nothing twice.
 
-use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -15,7 +14,6 @@ use palisade_tests::clickhouse::ClickHouseServer;
 use palisade_tests::counters::prometheus_sum;
 use palisade_tests::servers::{Dnsd, Zone};
 use palisade_tests::wait::wait_for;
-use palisade_tests::wire::{QueryOpts, build_query};
 
 /// A CA and a certificate it signs for 127.0.0.1: (ca.pem, cert.pem, key.pem).
 fn certificates(
@@ -86,23 +84,6 @@ fn certificates(
     })
 }
 
-fn send_from(server: SocketAddr, src: &str, n: usize) {
-    let s = UdpSocket::bind(SocketAddr::new(src.parse().unwrap(), 0)).expect("bind source");
-    s.connect(server).unwrap();
-    for i in 0..n {
-        s.send(&build_query(
-            i as u16,
-            "www.example.com.",
-            1,
-            &QueryOpts::edns(1232),
-        ))
-        .unwrap();
-        if i % 50 == 49 {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
 #[test]
 fn a_shard_stopped_for_20_s_loses_nothing_and_final_counts_each_row_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -156,7 +137,7 @@ fn a_shard_stopped_for_20_s_loses_nothing_and_final_counts_each_row_once() {
     let mut burst = |n: u32| {
         for _ in 0..n {
             src += 1;
-            send_from(
+            palisade_tests::client::send_queries_from(
                 dnsd.addr(),
                 &format!("127.250.{}.{}", src / 250, src % 250 + 1),
                 20,

@@ -15,25 +15,6 @@ use palisade_tests::servers::{Dnsd, Zone};
 use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, build_query};
 
-/// Sends `n` queries from `src` to `server` without waiting for answers (paced a little so
-/// that the kernel's queue never overflows).
-fn send_from(server: SocketAddr, src: &str, n: usize) {
-    let s = UdpSocket::bind(SocketAddr::new(src.parse().unwrap(), 0)).expect("bind source");
-    s.connect(server).unwrap();
-    for i in 0..n {
-        s.send(&build_query(
-            i as u16,
-            "www.example.com.",
-            1,
-            &QueryOpts::edns(1232),
-        ))
-        .unwrap();
-        if i % 50 == 49 {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
 /// Waits until `f` returns the same value twice 300 ms apart; returns it.
 fn settled(mut f: impl FnMut() -> String) -> String {
     let mut last = f();
@@ -119,10 +100,10 @@ fn blocked_and_rate_limited_traffic_lands_with_the_counts_of_metrics() {
 
     let (ok, out) = dnsd.ctl(&["block", "add", "127.250.1.0/24", "--ttl", "600"]);
     assert!(ok, "{out}");
-    send_from(dnsd.addr(), "127.250.1.1", 300);
-    send_from(dnsd.addr(), "127.250.1.2", 200);
-    send_from(dnsd.addr(), "127.251.1.1", 400); // an RRL flood from one source
-    send_from(dnsd.addr(), "127.252.1.1", 3); // a calm client
+    palisade_tests::client::send_queries_from(dnsd.addr(), "127.250.1.1", 300);
+    palisade_tests::client::send_queries_from(dnsd.addr(), "127.250.1.2", 200);
+    palisade_tests::client::send_queries_from(dnsd.addr(), "127.251.1.1", 400); // an RRL flood from one source
+    palisade_tests::client::send_queries_from(dnsd.addr(), "127.252.1.1", 3); // a calm client
 
     let m = settled(|| dnsd.metrics());
     let blocked = prometheus_sum(&m, "dnsd_blocked_total", "");

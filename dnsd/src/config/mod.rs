@@ -323,6 +323,11 @@ impl Server {
         out
     }
 
+    /// The proxies of `proxy_allow` (checked when the config loaded: empty only when it is).
+    pub fn proxies(&self) -> shield::proxy_proto::ProxyAllow {
+        shield::proxy_proto::ProxyAllow::parse(&self.proxy_allow).unwrap_or_default()
+    }
+
     /// The NSID bytes `nsid` names (at most 128), or why it cannot be used.
     pub fn nsid_bytes(&self) -> Result<Option<Vec<u8>>, String> {
         let Some(s) = &self.nsid else {

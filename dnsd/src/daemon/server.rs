@@ -126,6 +126,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     if let Some(r) = &rules {
         defence = defence.with_rules(r.clone());
     }
+    let proxy_allow = Arc::new(cfg.server.proxies());
     let xdp = Arc::new(Mutex::new(crate::xdp::start(cfg.xdp.as_ref(), &blocks)));
     // DNS-only blocks (proven by a cookie) drop UDP to these addresses and port, nothing else.
     if let Some(m) = xdp
@@ -140,9 +141,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             .iter()
             .filter_map(|l| shield::prefix::parse_net(l))
             .collect();
-        if let Ok(p) = shield::proxy_proto::ProxyAllow::parse(&cfg.server.proxy_allow) {
-            m.set_proxies(p.nets().to_vec());
-        }
+        m.set_proxies(proxy_allow.nets().to_vec());
         m.set_services(nets, cfg.server.port);
     }
     let opts = UdpOptions {
@@ -226,10 +225,6 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         tracing::info!(output = %d.socket.as_ref().or(d.file.as_ref()).map_or(String::new(), |p| p.display().to_string()), "dnstap on");
         crate::observe::dnstap::start(d, cfg.server.port)
     });
-    // Checked when the config loaded.
-    let proxy_allow = Arc::new(
-        shield::proxy_proto::ProxyAllow::parse(&cfg.server.proxy_allow).unwrap_or_default(),
-    );
     if !proxy_allow.is_empty() {
         tracing::info!(proxies = ?proxy_allow.nets(), "PROXY protocol v2 headers believed from these proxies");
     }

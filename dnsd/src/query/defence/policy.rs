@@ -36,10 +36,8 @@ pub fn own_set(cfg: &Config) -> NeverBlock {
     if let Some(r) = &cfg.redis {
         r.add_never_block(&mut nb);
     }
-    if let Ok(p) = shield::proxy_proto::ProxyAllow::parse(&cfg.server.proxy_allow) {
-        for n in p.nets() {
-            nb.push(*n, "proxy_allow");
-        }
+    for n in cfg.server.proxies().nets() {
+        nb.push(*n, "proxy_allow");
     }
     let (min4, min6) = (cfg.block.min_prefix_v4, cfg.block.min_prefix_v6);
     for z in &cfg.zones {
