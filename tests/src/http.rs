@@ -390,7 +390,10 @@ impl Front {
                 let retry = l.contains("Address already in use");
                 return Err((l, retry));
             }
-            if http_get_text(f.metrics, "/metrics").is_ok()
+            // Ready means everything is up, the control socket included (it is bound after
+            // the listeners and the metrics server, which may answer first).
+            if f.log().contains("http-front ready")
+                && http_get_text(f.metrics, "/metrics").is_ok()
                 && TcpStream::connect_timeout(&f.addr, Duration::from_millis(200)).is_ok()
             {
                 return Ok(f);
