@@ -315,7 +315,12 @@ async fn serve(
         let cx = make_cx(h2);
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
         drop(snap);
+        if !h2 {
+            let fd = stream.get_ref().0.as_raw_fd();
+            guard.ctl.h1_fd.store(fd, Ordering::Release);
+        }
         run(cx, stream, h2, b1, b2, life).await;
+        guard.ctl.h1_fd.store(-1, Ordering::Release);
     } else {
         let h2 = if s.h2c {
             match tokio::time::timeout(head_timeout, is_h2_preface(&stream)).await {
@@ -337,7 +342,11 @@ async fn serve(
         let cx = make_cx(h2);
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
         drop(snap);
+        if !h2 {
+            guard.ctl.h1_fd.store(stream.as_raw_fd(), Ordering::Release);
+        }
         run(cx, stream, h2, b1, b2, life).await;
+        guard.ctl.h1_fd.store(-1, Ordering::Release);
     }
     drop(guard);
 }
@@ -373,6 +382,7 @@ fn count_close(c: &Counters, cause: Option<CloseCause>) {
         Some(CloseCause::MaxRequests) => Counter::ClosedMaxRequests,
         Some(CloseCause::Idle) => Counter::ClosedIdle,
         Some(CloseCause::ResetFlood) => Counter::ClosedResetFlood,
+        Some(CloseCause::SlowReader) => Counter::ClosedSlowReader,
         Some(CloseCause::Shutdown) | None => Counter::ClosedShutdown,
     });
 }
@@ -421,8 +431,10 @@ where
                 let cause = ctl.cause();
                 count_close(c, cause);
                 shutdown(conn.as_mut());
-                // A hostile source gets little time to finish.
+                // A hostile source gets little time to finish, a slow reader none (what it
+                // stalls would never finish).
                 let grace = match cause {
+                    Some(CloseCause::SlowReader) => Duration::ZERO,
                     Some(CloseCause::Blocked | CloseCause::ResetFlood) => life.grace.min(Duration::from_secs(1)),
                     _ => life.grace,
                 };

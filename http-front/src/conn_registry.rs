@@ -31,6 +31,8 @@ pub enum CloseCause {
     ResetFlood = 5,
     /// The server is shutting down.
     Shutdown = 6,
+    /// A client that did not take a response within the send bounds (closed at once).
+    SlowReader = 7,
 }
 
 impl CloseCause {
@@ -42,6 +44,7 @@ impl CloseCause {
             4 => CloseCause::Idle,
             5 => CloseCause::ResetFlood,
             6 => CloseCause::Shutdown,
+            7 => CloseCause::SlowReader,
             _ => return None,
         })
     }
@@ -62,6 +65,9 @@ pub struct ConnCtl {
     pub premature: AtomicU32,
     /// Monotonic milliseconds of the last request start or end (for the HTTP/2 idle timeout).
     pub last_active_ms: std::sync::atomic::AtomicU64,
+    /// The socket of an HTTP/1.1 connection while it is served (-1: none, or HTTP/2): what
+    /// the response relay asks how much the client acknowledged.
+    pub h1_fd: std::sync::atomic::AtomicI32,
 }
 
 impl ConnCtl {
@@ -74,6 +80,7 @@ impl ConnCtl {
             inflight: AtomicU32::new(0),
             premature: AtomicU32::new(0),
             last_active_ms: std::sync::atomic::AtomicU64::new(0),
+            h1_fd: std::sync::atomic::AtomicI32::new(-1),
         }
     }
 
@@ -87,6 +94,30 @@ impl ConnCtl {
             self.notify.notify_one();
         }
         set
+    }
+
+    /// Bytes the client's TCP stack has acknowledged on an HTTP/1.1 connection (`TCP_INFO`);
+    /// `None` for HTTP/2 or once the connection ended.
+    pub fn h1_bytes_acked(&self) -> Option<u64> {
+        let fd = self.h1_fd.load(Ordering::Acquire);
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes into it. The
+        // descriptor is the connection's while `h1_fd` holds it (cleared before it closes).
+        unsafe {
+            let mut info: libc::tcp_info = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+            let rc = libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut info as *mut libc::tcp_info).cast(),
+                &mut len,
+            );
+            let need = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked) + 8;
+            (rc == 0 && len as usize >= need).then_some(info.tcpi_bytes_acked)
+        }
     }
 
     /// Why the connection is closing, if it is.

@@ -34,6 +34,7 @@ counters! {
     ClosedIdle => ("connections_closed_total", "cause", "idle"),
     ClosedResetFlood => ("connections_closed_total", "cause", "reset_flood"),
     ClosedShutdown => ("connections_closed_total", "cause", "shutdown"),
+    ClosedSlowReader => ("connections_closed_total", "cause", "slow_reader"),
     ClosedGraceExpired => ("connections_closed_total", "cause", "grace_expired"),
     RequestsH1 => ("requests_total", "proto", "http1"),
     RequestsH2 => ("requests_total", "proto", "http2"),
@@ -78,6 +79,8 @@ counters! {
     LimitH2Protocol => ("limit_hits_total", "limit", "h2_goaway"),
     LimitAccessLogQueue => ("limit_hits_total", "limit", "access_log_queue"),
     LimitSendTimeout => ("limit_hits_total", "limit", "send_timeout"),
+    LimitSendMinRate => ("limit_hits_total", "limit", "send_min_rate"),
+    LimitResponseBufferTotal => ("limit_hits_total", "limit", "response_buffer_total"),
     LimitBodyTimeout => ("limit_hits_total", "limit", "body_timeout"),
     LimitBodyMinRate => ("limit_hits_total", "limit", "body_min_rate"),
     LimitBodyBufferTotal => ("limit_hits_total", "limit", "body_buffer_total"),
@@ -190,7 +193,7 @@ fn help_of(fam: &str) -> &'static str {
             "Request bodies by how they went upstream (buffered whole, or streamed)."
         }
         "responses_relayed_total" => {
-            "Streamed upstream response bodies relayed through a bounded buffer."
+            "Upstream response bodies read into memory by a relay (those not whole in the first read)."
         }
         "proxy_headers_refused_total" => {
             "Connections of a listed proxy closed for want of a valid PROXY header, by cause."

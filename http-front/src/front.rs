@@ -151,6 +151,8 @@ pub struct Front {
     pub syn_filter: Arc<crate::synfilter::FilterStats>,
     /// Bytes of request bodies buffered now (bounded by `server.body_buffer_total_bytes`).
     pub body_buffered: Arc<std::sync::atomic::AtomicUsize>,
+    /// Bytes reserved for response buffers now (bounded by `server.response_buffer_total_bytes`).
+    pub response_buffered: Arc<std::sync::atomic::AtomicUsize>,
     /// Every counter, for /metrics.
     pub metrics: Arc<shield::metrics::Registry>,
     snapshot: Arc<ArcSwap<Snapshot>>,
@@ -318,6 +320,7 @@ impl Front {
             conn_tenant,
             syn_filter,
             body_buffered: Arc::default(),
+            response_buffered: Arc::default(),
             metrics,
             snapshot,
             flusher: Mutex::new(Some(flusher)),

@@ -691,8 +691,15 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
                 // not read cannot hold the upstream connection.
                 b @ (RespBody::H1(_) | RespBody::H2(_)) => RespBody::Relay(relay::relay(
                     &front.counters,
+                    &front.response_buffered,
+                    &cx.ctl,
                     b,
-                    Duration::from_millis(srv.send_timeout_ms),
+                    relay::RelayLimits {
+                        buffer: srv.response_buffer_bytes,
+                        buffer_total: srv.response_buffer_total_bytes,
+                        send_timeout: Duration::from_millis(srv.send_timeout_ms),
+                        min_rate: srv.send_min_rate_bytes_per_sec,
+                    },
                 )),
                 b => b,
             };

@@ -2,8 +2,12 @@
 //! differently from the rules are refused — against http-front in front of a real nginx
 //! origin, whose `stub_status` says how many connections it holds.
 //!
-//! - A client that never reads a large response (HTTP/1.1), or opens HTTP/2 streams with a
-//!   zero window, releases its origin connections within `send_timeout_ms` (counted).
+//! - A response that fits the response buffer is read whole at once: its origin connection
+//!   is free though the client reads nothing, and the client later gets all of it.
+//! - A client that never reads a larger response (HTTP/1.1), or opens HTTP/2 streams with a
+//!   zero window, releases its origin connections within `send_timeout_ms`, or within seconds
+//!   under `send_min_rate_bytes_per_sec`, and is dropped (counted); a slow but steady reader
+//!   is not.
 //! - A slow upload is read before the origin is contacted; one that is too slow or too long is
 //!   answered 408 and, when it had reached the origin (a body over the buffer), the origin
 //!   connection is released. A malformed body never reaches the origin. `Expect: 100-continue`
@@ -48,6 +52,9 @@ action = "deny"
 when = [{ attr = "user_agent", contains = "scanner" }]
 "#;
 
+/// The size of `/half`: more than one read, less than the default response buffer (1 MiB).
+const HALF: usize = 512 * 1024;
+
 struct Setup {
     origin: Nginx,
     front: Front,
@@ -60,6 +67,7 @@ fn setup(server_extra: &str) -> Option<Setup> {
     let big = vec![b'x'; 64 << 20];
     std::fs::write(root.path().join("big"), &big).unwrap();
     std::fs::write(root.path().join("small"), b"small\n").unwrap();
+    std::fs::write(root.path().join("half"), "y".repeat(HALF)).unwrap();
     let origin = Nginx::start(&ORIGIN.replace("{ROOT}", &root.path().display().to_string()))?;
     let o = origin.addr();
     let extra = server_extra.to_string();
@@ -101,13 +109,193 @@ fn wait_origin_at_most(origin: &Nginx, n: u64, within: Duration) -> u64 {
     }
 }
 
+/// nginx's `Writing` count (connections it is sending a response on), besides the one asking:
+/// a response read whole into http-front's buffer leaves its connection idle in the pool.
+fn origin_writing(origin: &Nginx) -> u64 {
+    let text = http_get_text(origin.addr(), "/nginx_status").unwrap_or_default();
+    let n: u64 = text
+        .split("Writing:")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no stub_status from the origin: {text:?}"));
+    n.saturating_sub(1)
+}
+
+/// Waits (bounded) until the origin writes on at most `n` connections; what it writes on then.
+fn wait_writing_at_most(origin: &Nginx, n: u64, within: Duration) -> u64 {
+    let end = Instant::now() + within;
+    loop {
+        let a = origin_writing(origin);
+        if a <= n || Instant::now() > end {
+            return a;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Four HTTP/1.1 clients that send `GET path` and read nothing, and an HTTP/2 connection
+/// with a zero stream window and four such streams (ids 1, 3, 5, 7).
+fn non_readers(
+    fa: std::net::SocketAddr,
+    src: std::net::Ipv4Addr,
+    path: &str,
+) -> (Vec<H1Conn>, H2Conn) {
+    let mut h1 = Vec::new();
+    for _ in 0..4 {
+        let mut c = H1Conn::connect(Some(src), fa).unwrap();
+        c.send_raw(format!("GET {path} HTTP/1.1\r\nhost: s.test\r\n\r\n").as_bytes())
+            .unwrap();
+        h1.push(c);
+    }
+    let mut h2 = H2Conn::connect_with(Some(src), fa, &[(4, 0)], false).unwrap();
+    for _ in 0..4 {
+        h2.send_request("GET", "s.test", path, &[], true).unwrap();
+    }
+    (h1, h2)
+}
+
 #[test]
-fn http_front_slow_readers_release_origin_connections() {
+fn http_front_reads_a_response_that_fits_whole_and_frees_the_origin_at_once() {
+    // A long send timeout: only buffering can free the origin here.
     let Some(Setup {
         origin,
         front,
         _root,
-    }) = setup("send_timeout_ms = 1000\n")
+    }) = setup("send_timeout_ms = 60000\n")
+    else {
+        return;
+    };
+    let fa = front.addr();
+    let src = net::test_ip();
+    let (mut h1, mut h2) = non_readers(fa, src, "/half");
+    // Every response went through the relay (none was whole in the first read) …
+    let relayed = front.wait_metric(
+        "http_front_responses_relayed_total",
+        8,
+        Duration::from_secs(5),
+    );
+    assert!(relayed >= 8, "relayed {relayed}");
+    // … and the origin wrote them all at once though no client read a byte.
+    let writing = wait_writing_at_most(&origin, 0, Duration::from_secs(5));
+    assert_eq!(
+        writing, 0,
+        "origin connections held by clients that read nothing"
+    );
+    // Past the min-rate grace: a buffered response is never judged by the rate.
+    std::thread::sleep(Duration::from_millis(2500));
+    for limit in ["send_timeout", "send_min_rate", "response_buffer_total"] {
+        let series = format!("http_front_limit_hits_total{{limit=\"{limit}\"}}");
+        assert_eq!(front.metric(&series), 0, "{series}");
+    }
+    // The clients then read whole, intact responses.
+    let want = "y".repeat(HALF);
+    for c in &mut h1 {
+        let r = c.read_response().unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.body == want, "h1 body of {} bytes", r.body.len());
+    }
+    for id in [1u32, 3, 5, 7] {
+        h2.write_frame(frame::WINDOW_UPDATE, 0, id, &(1u32 << 20).to_be_bytes())
+            .unwrap();
+    }
+    h2.write_frame(frame::WINDOW_UPDATE, 0, 0, &(1u32 << 24).to_be_bytes())
+        .unwrap();
+    // The four streams' frames interleave: collect each one's body.
+    let mut bodies: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
+    let mut ended = std::collections::BTreeSet::new();
+    for _ in 0..100_000 {
+        if ended.len() == 4 {
+            break;
+        }
+        let f = h2.read_frame().unwrap();
+        match f.kind {
+            frame::HEADERS => assert_eq!(palisade_tests::http::hpack_status(&f.payload), Some(200)),
+            frame::DATA => {
+                bodies
+                    .entry(f.stream)
+                    .or_default()
+                    .extend_from_slice(&f.payload);
+                let inc = (f.payload.len() as u32).to_be_bytes();
+                h2.write_frame(frame::WINDOW_UPDATE, 0, 0, &inc).unwrap();
+            }
+            frame::RST_STREAM | frame::GOAWAY => panic!("{f:?}"),
+            _ => {}
+        }
+        if matches!(f.kind, frame::HEADERS | frame::DATA) && f.flags & frame::END_STREAM != 0 {
+            ended.insert(f.stream);
+        }
+    }
+    for id in [1u32, 3, 5, 7] {
+        let b = bodies.get(&id).map_or(&[][..], |b| b);
+        assert!(b == want.as_bytes(), "h2 stream {id}: {} bytes", b.len());
+    }
+}
+
+#[test]
+fn http_front_streams_past_the_global_response_budget_and_counts_it() {
+    // Room for one 512 KiB response in all: the second streams through a small window.
+    let Some(Setup {
+        origin: _origin,
+        front,
+        _root,
+    }) = setup("send_timeout_ms = 60000\nresponse_buffer_total_bytes = 600000\n")
+    else {
+        return;
+    };
+    let fa = front.addr();
+    let src = net::test_ip();
+    // HTTP/2 with zero windows: the socket buffers cannot swallow what the client does not
+    // take (over HTTP/1.1 they may absorb a whole 512 KiB response and free its reservation).
+    let mut conns: Vec<H2Conn> = (0..2)
+        .map(|_| {
+            let mut c = H2Conn::connect_with(Some(src), fa, &[(4, 0)], false).unwrap();
+            c.send_request("GET", "s.test", "/half", &[], true).unwrap();
+            c
+        })
+        .collect();
+    let over = front.wait_metric(
+        "http_front_limit_hits_total{limit=\"response_buffer_total\"}",
+        1,
+        Duration::from_secs(5),
+    );
+    assert_eq!(over, 1);
+    // The streamed one holds its origin, so the rate judges it; the buffered one is not.
+    let slow = front.wait_metric(
+        "http_front_limit_hits_total{limit=\"send_min_rate\"}",
+        1,
+        Duration::from_secs(10),
+    );
+    assert_eq!(slow, 1);
+    let want = "y".repeat(HALF);
+    let mut whole = 0;
+    for c in &mut conns {
+        let _ = c.write_frame(frame::WINDOW_UPDATE, 0, 1, &(1u32 << 20).to_be_bytes());
+        let _ = c.write_frame(frame::WINDOW_UPDATE, 0, 0, &(1u32 << 20).to_be_bytes());
+        if let Ok(r) = c.read_response(1)
+            && r.body == want
+        {
+            whole += 1;
+        }
+    }
+    assert_eq!(
+        whole, 1,
+        "the buffered response arrives whole, the streamed one is dropped"
+    );
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"send_min_rate\"}"),
+        1
+    );
+}
+
+#[test]
+fn http_front_slow_readers_release_origin_connections() {
+    // The rate check off: the send timeout alone drops them.
+    let Some(Setup {
+        origin,
+        front,
+        _root,
+    }) = setup("send_timeout_ms = 1000\nsend_min_rate_bytes_per_sec = 0\n")
     else {
         return;
     };
@@ -123,59 +311,112 @@ fn http_front_slow_readers_release_origin_connections() {
         origin.error_log()
     );
 
-    // HTTP/1.1 clients that never read a 64 MiB response.
-    let mut idle = Vec::new();
-    for _ in 0..4 {
-        let mut s = palisade_tests::http::connect_from(Some(src), fa).unwrap();
-        s.write_all(b"GET /big HTTP/1.1\r\nhost: s.test\r\n\r\n")
-            .unwrap();
-        idle.push(s);
-    }
-    // HTTP/2 streams with a zero window.
-    let mut h2 = H2Conn::connect_with(Some(src), fa, &[(4, 0)], false).unwrap();
-    for _ in 0..4 {
-        h2.send_request("GET", "s.test", "/big", &[], true).unwrap();
-    }
+    // Clients that never read a 64 MiB response (larger than the 1 MiB buffer).
+    let (mut h1, mut h2) = non_readers(fa, src, "/big");
     let deadline = Instant::now() + Duration::from_secs(3);
     while origin_active(&origin) < 2 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    // The origin connections go within the send timeout (1 s), and it is counted, while the
-    // clients stay connected and idle.
+    // The origin connections go within the send timeout (1 s), and it is counted.
     let left = wait_origin_at_most(&origin, 0, Duration::from_secs(10));
     assert_eq!(
         left, 0,
         "origin connections still held by non-reading clients"
     );
+    // Four HTTP/1.1 responses, and at least one HTTP/2 stream (its connection closes with
+    // it, ending the other three).
     let hits = front.wait_metric(
         "http_front_limit_hits_total{limit=\"send_timeout\"}",
-        8,
+        5,
         Duration::from_secs(5),
     );
-    assert!(hits >= 8, "send_timeout hits {hits}");
-    // The HTTP/2 streams end with a reset once the client opens its window (the relay's
-    // error comes after what it had buffered).
-    for id in [1u32, 3, 5, 7] {
-        h2.write_frame(frame::WINDOW_UPDATE, 0, id, &(1u32 << 20).to_be_bytes())
+    assert!(hits >= 5, "send_timeout hits {hits}");
+    // The clients are dropped: what they hold in buffers would never finish.
+    for c in &mut h1 {
+        assert!(
+            palisade_tests::http::wait_closed(&mut c.stream, Duration::from_secs(10)),
+            "an HTTP/1.1 client that read nothing is dropped"
+        );
+    }
+    assert!(
+        h2.wait_end(Duration::from_secs(10)).is_some(),
+        "the HTTP/2 connection with a stalled stream is dropped"
+    );
+    assert!(front.metric("http_front_connections_closed_total{cause=\"slow_reader\"}") >= 5);
+}
+
+#[test]
+fn http_front_drops_a_streamed_response_below_the_min_rate_within_seconds() {
+    // The default minimum rate (1,024 B/s) under a send timeout too long to matter.
+    let Some(Setup {
+        origin,
+        front,
+        _root,
+    }) = setup("send_timeout_ms = 600000\n")
+    else {
+        return;
+    };
+    let fa = front.addr();
+    let src = net::test_ip();
+    // A slow but steady reader of the 64 MiB response (80 KB/s, for 8 s) keeps its origin.
+    let steady = std::thread::spawn(move || {
+        let mut c = H1Conn::connect(Some(src), fa).unwrap();
+        c.send_raw(b"GET /big HTTP/1.1\r\nhost: s.test\r\n\r\n")
             .unwrap();
-    }
-    h2.write_frame(frame::WINDOW_UPDATE, 0, 0, &(1u32 << 24).to_be_bytes())
-        .unwrap();
-    let mut resets = std::collections::BTreeSet::new();
-    for _ in 0..5000 {
-        match h2.read_frame() {
-            Ok(f) if f.kind == frame::RST_STREAM => {
-                resets.insert(f.stream);
+        c.stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let (mut got, mut closed) = (0usize, false);
+        let mut buf = [0u8; 8192];
+        let end = Instant::now() + Duration::from_secs(8);
+        while Instant::now() < end {
+            match c.stream.read(&mut buf) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => {
+                    closed = true;
+                    break;
+                }
             }
-            Ok(_) => {}
-            Err(_) => break,
+            std::thread::sleep(Duration::from_millis(100));
         }
-        if resets.len() == 4 {
-            break;
-        }
+        (got, closed)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let (mut h1, mut h2) = non_readers(fa, src, "/big");
+    // Non-readers of a streamed response are dropped within seconds, not the send timeout.
+    let hits = front.wait_metric(
+        "http_front_limit_hits_total{limit=\"send_min_rate\"}",
+        5,
+        Duration::from_secs(15),
+    );
+    assert!(hits >= 5, "send_min_rate hits {hits}");
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    // Only the steady reader's response is still being written by the origin.
+    let writing = wait_writing_at_most(&origin, 1, Duration::from_secs(5));
+    assert!(writing <= 1, "origin writes on {writing} connections");
+    for c in &mut h1 {
+        assert!(palisade_tests::http::wait_closed(
+            &mut c.stream,
+            Duration::from_secs(10)
+        ));
     }
-    assert_eq!(resets.len(), 4, "every stalled stream is reset: {resets:?}");
-    drop(idle);
+    assert!(h2.wait_end(Duration::from_secs(10)).is_some());
+    let (got, closed) = steady.join().unwrap();
+    assert!(
+        !closed && got > 200_000,
+        "the steady reader was dropped or starved: {got} bytes, closed {closed}"
+    );
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"send_timeout\"}"),
+        0
+    );
 }
 
 /// Sends `head` then `body` at `bytes_per_sec` in small pieces for at most `max`; the response.

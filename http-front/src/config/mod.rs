@@ -18,7 +18,10 @@
 //! max_requests_per_connection = 1000
 //! graceful_close_ms = 5000
 //! syn_filter_max = 1024           # blocked IPv4 sources dropped at SYN by a socket filter
-//! send_timeout_ms = 60000         # a client that takes none of a response for this long: ended, upstream closed
+//! send_timeout_ms = 60000         # a client that takes nothing for this long (or not a buffered rest within it): dropped
+//! response_buffer_bytes = 1048576 # a response read from the origin ahead of the client (fits: origin freed at once)
+//! response_buffer_total_bytes = 536870912  # over all responses; past it responses stream through 64 KiB
+//! send_min_rate_bytes_per_sec = 1024   # a streamed response's client, over each 2 s it is waited on (0: none)
 //! body_buffer_bytes = 131072      # request bodies read into memory before the upstream is contacted
 //! body_buffer_total_bytes = 268435456  # over all requests; past it bodies stream unbuffered
 //! body_min_rate_bytes_per_sec = 1024   # after the first 2 s of a body (0: none); slower: 408

@@ -42,10 +42,24 @@ pub struct Server {
     /// After GOAWAY (or `Connection: close`), how long in-flight requests may still finish.
     #[serde(deserialize_with = "range::<0, 600000, _>")]
     pub graceful_close_ms: u64,
-    /// A response whose client takes none of it for this long is ended, and its upstream
-    /// connection closed (nginx's `send_timeout`).
+    /// A response whose client takes none of it for this long (or, once the origin sent all
+    /// of it, does not take the rest within this) is ended and the client dropped; an upstream
+    /// connection still open is closed (nginx's `send_timeout`).
     #[serde(deserialize_with = "range::<100, 3600000, _>")]
     pub send_timeout_ms: u64,
+    /// A response is read from the origin into memory up to this many bytes ahead of the
+    /// client (nginx's proxy buffers): one that fits frees its origin connection at once.
+    #[serde(deserialize_with = "range_usize::<4096, 1073741824, _>")]
+    pub response_buffer_bytes: usize,
+    /// Most bytes reserved for response buffers over all responses; past it, responses
+    /// stream through a small window (counted as `limit="response_buffer_total"`).
+    #[serde(deserialize_with = "range_usize::<0, 68719476736, _>")]
+    pub response_buffer_total_bytes: usize,
+    /// A response larger than its buffer must be taken by the client at least this fast on
+    /// average after its first two seconds (0: no minimum), else the client is dropped and
+    /// the origin connection closed.
+    #[serde(deserialize_with = "range::<0, 1073741824, _>")]
+    pub send_min_rate_bytes_per_sec: u64,
     /// A request body is read into memory up to this many bytes before the upstream is
     /// contacted (nginx's `client_body_buffer_size`); a larger one streams.
     #[serde(deserialize_with = "range_usize::<0, 67108864, _>")]
@@ -83,6 +97,9 @@ impl Default for Server {
             graceful_close_ms: 5_000,
             syn_filter_max: 1_024,
             send_timeout_ms: 60_000,
+            response_buffer_bytes: 1 << 20,
+            response_buffer_total_bytes: 512 << 20,
+            send_min_rate_bytes_per_sec: 1024,
             proxy_allow: Vec::new(),
             body_buffer_bytes: 128 * 1024,
             body_buffer_total_bytes: 256 << 20,

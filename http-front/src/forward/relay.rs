@@ -1,95 +1,283 @@
-//! Response bodies relayed through a bounded buffer, so that a client that does not read
-//! never holds an origin connection.
+//! Response bodies read from the origin into memory, so that a client that reads slowly or
+//! not at all never holds an origin connection (nginx's proxy buffering, without temporary
+//! files).
 //!
-//! A streamed upstream body (HTTP/1.1 or h2c) is read by a task of its own into a channel of
-//! [`FRAMES`] frames, whether or not the client takes them: a body that fits is read whole and
-//! its upstream connection goes back to the pool at once (nginx's proxy buffering, without
-//! temporary files). When the channel stays full for `send_timeout` — the client has taken
-//! nothing for that long, over HTTP/1.1 or on an HTTP/2 stream whose window it keeps at zero —
-//! the relay gives up: the upstream connection is closed, the event is counted
-//! (`limit_hits_total{limit="send_timeout"}`), and the client's response ends with an error
-//! (HTTP/1.1: the connection closes; HTTP/2: the stream is reset). A client that goes away
-//! ends the relay too.
+//! A streamed upstream body (HTTP/1.1 or h2c) is read by a task of its own, whether or not
+//! the client takes it, up to a per-response window: `[server] response_buffer_bytes` (or the
+//! body's exact length when smaller), reserved from the global
+//! `response_buffer_total_bytes` when the relay starts. A response that fits is read whole and
+//! its upstream connection goes back to the pool at once, whatever the client does; the
+//! client then has `send_timeout_ms` to take what is buffered. A larger response streams
+//! through the window, holding its origin only while the client keeps up: while the relay
+//! waits on the client, it must take `send_min_rate_bytes_per_sec` over each [`GRACE`]
+//! (`limit="send_min_rate"`), and it may never take nothing for `send_timeout_ms`
+//! (`limit="send_timeout"`). When the global budget is spent a response streams through a
+//! small window of [`STREAM_WINDOW`] bytes instead (`limit="response_buffer_total"`).
+//!
+//! A client that breaks a bound is dropped: the upstream connection (if still open) is
+//! closed, the client's response ends with an error, and the client's connection is closed
+//! at once ([`CloseCause::SlowReader`]) — a zero HTTP/2 window or a full HTTP/1.1 socket keeps
+//! hyper from ever polling the body, so only closing the connection frees what it holds (the
+//! whole connection, as nginx's `send_timeout` does for HTTP/2).
 //!
 //! Bodies complete in the first read never get here (see [`crate::forward::h1`]).
 
-use std::pin::Pin;
+use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::{Instant, sleep_until};
 
 use super::{BoxError, RespBody};
+use crate::conn_registry::{CloseCause, ConnCtl};
 use crate::counters::{Counter, Counters};
 
-/// Frames buffered between the upstream and a client (each at most one upstream read).
-pub const FRAMES: usize = 16;
+/// Time a streamed response may take before the minimum send rate applies.
+pub const GRACE: Duration = Duration::from_secs(2);
 
-#[derive(Debug)]
-struct SendTimeout;
+/// The read-ahead window of a response streamed without a reservation (budget spent).
+pub const STREAM_WINDOW: usize = 64 * 1024;
 
-impl std::fmt::Display for SendTimeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the client took nothing within send_timeout")
-    }
+/// The bounds a response is relayed under (`[server]` keys).
+#[derive(Debug, Clone, Copy)]
+pub struct RelayLimits {
+    /// `response_buffer_bytes`: read ahead per response.
+    pub buffer: usize,
+    /// `response_buffer_total_bytes`: read ahead over all responses.
+    pub buffer_total: usize,
+    /// `send_timeout_ms`.
+    pub send_timeout: Duration,
+    /// `send_min_rate_bytes_per_sec` (0: none).
+    pub min_rate: u64,
 }
 
-impl std::error::Error for SendTimeout {}
+/// Why a relay dropped its client.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+enum SlowReader {
+    #[error("the client took nothing within send_timeout")]
+    Timeout,
+    #[error("the client took less than send_min_rate_bytes_per_sec")]
+    MinRate,
+}
+
+/// What the relay task and the client's side share.
+#[derive(Debug)]
+struct Shared {
+    /// Room in the window, in bytes: the task takes before reading on, the client gives back.
+    room: Semaphore,
+    /// Bytes the client has taken.
+    taken: AtomicU64,
+}
+
+/// Bytes reserved from the global budget, given back when the relay ends.
+struct Reservation {
+    total: Arc<AtomicUsize>,
+    bytes: usize,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
 
 /// The client's side of a relayed body.
 #[derive(Debug)]
 pub struct Relayed {
-    rx: mpsc::Receiver<Result<Bytes, BoxError>>,
+    rx: mpsc::UnboundedReceiver<Result<(Bytes, u32), BoxError>>,
+    shared: Arc<Shared>,
     /// What is left of an exact length, when the upstream gave one.
     left: Option<u64>,
     done: bool,
 }
 
-/// Starts relaying `body` (an upstream's streamed body); the body the client gets.
-pub fn relay(counters: &Arc<Counters>, body: RespBody, send_timeout: Duration) -> Relayed {
-    let (tx, rx) = mpsc::channel(FRAMES);
+/// Starts relaying `body` (an upstream's streamed body) for the client of `ctl`; the body the
+/// client gets. `buffered` counts the bytes reserved by all relays now.
+pub fn relay(
+    counters: &Arc<Counters>,
+    buffered: &Arc<AtomicUsize>,
+    ctl: &Arc<ConnCtl>,
+    body: RespBody,
+    limits: RelayLimits,
+) -> Relayed {
     let left = body.size_hint().exact();
-    let counters = Arc::clone(counters);
     counters.bump(Counter::ResponsesRelayed);
-    tokio::spawn(async move {
-        let mut body = body;
-        // One slot is held back for the error that ends a relay that gave up.
-        let Ok(last) = tx.clone().reserve_owned().await else {
-            return;
+    let want = left
+        .map_or(limits.buffer, |n| {
+            limits.buffer.min(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+        .max(1);
+    let now = buffered.fetch_add(want, Ordering::Relaxed) + want;
+    let (window, reservation) = if now > limits.buffer_total {
+        buffered.fetch_sub(want, Ordering::Relaxed);
+        counters.bump(Counter::LimitResponseBufferTotal);
+        (STREAM_WINDOW.min(want.max(1)), None)
+    } else {
+        let r = Reservation {
+            total: Arc::clone(buffered),
+            bytes: want,
         };
-        loop {
-            let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
-            let item = match frame {
-                None => return,
-                Some(Ok(f)) => match f.into_data() {
-                    Ok(d) if d.is_empty() => continue,
-                    Ok(d) => Ok(d),
-                    Err(_) => continue,
-                },
-                Some(Err(e)) => Err(e),
-            };
-            let failed = item.is_err();
-            match tokio::time::timeout(send_timeout, tx.send(item)).await {
-                // The body (and with it the upstream connection) is dropped: closed.
-                Ok(Err(_)) => return,
-                Ok(Ok(())) if failed => return,
-                Ok(Ok(())) => {}
-                Err(_) => {
-                    counters.bump(Counter::LimitSendTimeout);
-                    tracing::debug!("client took nothing within send_timeout: response ended");
-                    last.send(Err(Box::new(SendTimeout)));
-                    return;
+        (want, Some(r))
+    };
+    // A semaphore's permits are bounded (usize::MAX >> 3) and acquired as u32.
+    let window = window.min(u32::MAX as usize);
+    let shared = Arc::new(Shared {
+        room: Semaphore::new(window),
+        taken: AtomicU64::new(0),
+    });
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(run(
+        body,
+        tx,
+        Arc::clone(&shared),
+        window as u32,
+        limits,
+        Arc::clone(counters),
+        Arc::clone(ctl),
+        reservation,
+    ));
+    Relayed {
+        rx,
+        shared,
+        left,
+        done: false,
+    }
+}
+
+type Tx = mpsc::UnboundedSender<Result<(Bytes, u32), BoxError>>;
+
+/// The relay task: reads the upstream body into the window, then waits for the client to
+/// take the rest, dropping it when it breaks a bound.
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    mut body: RespBody,
+    tx: Tx,
+    shared: Arc<Shared>,
+    window: u32,
+    limits: RelayLimits,
+    counters: Arc<Counters>,
+    ctl: Arc<ConnCtl>,
+    _reservation: Option<Reservation>,
+) {
+    let end = loop {
+        let frame = tokio::select! {
+            f = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)) => f,
+            // The client went away: the upstream connection (not at its end) is closed.
+            _ = tx.closed() => return,
+        };
+        let data = match frame {
+            None => break Ok(()),
+            Some(Ok(f)) => match f.into_data() {
+                Ok(d) if !d.is_empty() => d,
+                _ => continue,
+            },
+            Some(Err(e)) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        let n = u32::try_from(data.len()).unwrap_or(u32::MAX).min(window);
+        if let Err(e) = room(&shared, n, &tx, &ctl, limits, false).await {
+            break Err(e);
+        }
+        if tx.send(Ok((data, n))).is_err() {
+            return;
+        }
+    };
+    // At the end of the upstream body its connection goes back to the pool (or, when the
+    // client broke a bound, is closed) before any further wait for the client.
+    drop(body);
+    let end = match end {
+        Ok(()) => room(&shared, window, &tx, &ctl, limits, true).await,
+        e => e,
+    };
+    match end {
+        Ok(()) | Err(None) => {}
+        Err(Some(why)) => {
+            counters.bump(match why {
+                SlowReader::Timeout => Counter::LimitSendTimeout,
+                SlowReader::MinRate => Counter::LimitSendMinRate,
+            });
+            tracing::debug!(ip = %ctl.ip, "{why}: response ended, connection closed");
+            let _ = tx.send(Err(Box::new(why)));
+            ctl.close(CloseCause::SlowReader);
+        }
+    }
+}
+
+/// Waits until the window has `n` bytes of room (`drain`: all of it, the client has taken
+/// everything). `Err(None)`: the client went away; `Err(Some(_))`: it broke a bound.
+///
+/// Streaming, the client must take something within each `send_timeout`, and while the
+/// relay waits on it, at least `min_rate` over each [`GRACE`] (measured from the wait's
+/// start, so that what the socket buffers swallowed early gives no credit to a client that
+/// then stops). Over HTTP/1.1 the body's progress comes in steps as large as the socket's
+/// send buffer, so a slow but steady reader is judged instead by what its TCP stack
+/// acknowledged over the next [`GRACE`] (one `TCP_INFO` read per [`GRACE`], only on this slow
+/// path). Draining, all of the rest must go within one `send_timeout`.
+async fn room(
+    shared: &Shared,
+    n: u32,
+    tx: &Tx,
+    ctl: &ConnCtl,
+    limits: RelayLimits,
+    drain: bool,
+) -> Result<(), Option<SlowReader>> {
+    let mut acquire = pin!(shared.room.acquire_many(n));
+    let entered = Instant::now();
+    let mut seen = shared.taken.load(Ordering::Relaxed);
+    let mut idle_from = entered;
+    let mut mark = (entered, seen);
+    // What the client's TCP had acknowledged at the last check the body's progress failed.
+    let mut acked_mark: Option<u64> = None;
+    let rate = !drain && limits.min_rate > 0;
+    loop {
+        let idle_due = idle_from + limits.send_timeout;
+        let due = if rate {
+            idle_due.min(mark.0 + GRACE)
+        } else {
+            idle_due
+        };
+        tokio::select! {
+            biased;
+            p = &mut acquire => {
+                if let Ok(p) = p {
+                    p.forget();
+                }
+                return Ok(());
+            }
+            _ = tx.closed() => return Err(None),
+            _ = sleep_until(due) => {
+                let now = Instant::now();
+                let taken = shared.taken.load(Ordering::Relaxed);
+                if rate && now >= mark.0 + GRACE {
+                    let need = limits.min_rate as f64 * (now - mark.0).as_secs_f64();
+                    if ((taken - mark.1) as f64) < need {
+                        let acked = ctl.h1_bytes_acked().ok_or(Some(SlowReader::MinRate))?;
+                        if acked_mark.is_some_and(|m| ((acked.saturating_sub(m)) as f64) < need) {
+                            return Err(Some(SlowReader::MinRate));
+                        }
+                        acked_mark = Some(acked);
+                    } else {
+                        acked_mark = None;
+                    }
+                    mark = (now, taken);
+                }
+                if taken != seen {
+                    seen = taken;
+                    if !drain {
+                        idle_from = now;
+                    }
+                } else if now >= idle_due {
+                    return Err(Some(SlowReader::Timeout));
                 }
             }
         }
-    });
-    Relayed {
-        rx,
-        left,
-        done: false,
     }
 }
 
@@ -108,7 +296,11 @@ impl Relayed {
                 self.done = true;
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(Ok(d))) => {
+            Poll::Ready(Some(Ok((d, n)))) => {
+                self.shared
+                    .taken
+                    .fetch_add(d.len() as u64, Ordering::Relaxed);
+                self.shared.room.add_permits(n as usize);
                 if let Some(l) = &mut self.left {
                     *l = l.saturating_sub(d.len() as u64);
                 }
