@@ -365,12 +365,15 @@ async fn run<I>(
         let cx = Arc::clone(&cx);
         service_fn(move |req: hyper::Request<Incoming>| service::handle(Arc::clone(&cx), req))
     };
-    let io = TokioIo::new(io);
     if h2 {
+        let io = TokioIo::new(crate::h2watch::H2Watch::new(
+            io,
+            Arc::clone(&cx.front.counters),
+        ));
         let conn = b2.serve_connection(io, svc);
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
     } else {
-        let conn = b1.serve_connection(io, svc);
+        let conn = b1.serve_connection(TokioIo::new(io), svc);
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
     }
 }

@@ -300,3 +300,50 @@ fn http_long_lived_connections_hit_request_cap_and_max_age() {
         2
     );
 }
+
+#[test]
+fn http2_hpack_table_size_update_above_settings_is_a_compression_error() {
+    let origin = Origin::start();
+    let front = front_with(&origin, "");
+    let fields = [
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":authority", "a.test"),
+        (":path", "/"),
+    ];
+    let send = |update: &[u8], over_tls_like_split: bool| {
+        let mut h2 = H2Conn::connect(Some(net::test_ip()), front.addr()).unwrap();
+        // A first request, answered: the GOAWAY must name it as the last stream.
+        let ok = h2.get("a.test", "/").unwrap();
+        assert_eq!(ok.status, 200);
+        let mut block = update.to_vec();
+        block.extend(hpack_encode(&fields));
+        let f = [
+            &[0, 0, block.len() as u8, frame::HEADERS][..],
+            &[frame::END_HEADERS | frame::END_STREAM],
+            &3u32.to_be_bytes(),
+            &block,
+        ]
+        .concat();
+        if over_tls_like_split {
+            // The frame in two writes, cut inside the size update.
+            h2.stream.write_all(&f[..10]).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            h2.stream.write_all(&f[10..]).unwrap();
+        } else {
+            h2.stream.write_all(&f).unwrap();
+        }
+        h2.read_response(3)
+    };
+    // 4,096 (the SETTINGS value) is allowed, as is shrinking to 0 then back.
+    assert_eq!(send(&[0x3f, 0xe1, 0x1f], false).unwrap().status, 200);
+    assert_eq!(send(&[0x20, 0x3f, 0xe1, 0x1f], false).unwrap().status, 200);
+    // 4,097: GOAWAY COMPRESSION_ERROR (0x9), naming stream 1 as the last one processed.
+    for split in [false, true] {
+        match send(&[0x3f, 0xe2, 0x1f], split) {
+            Err(H2End::GoAway(code)) => assert_eq!(code, 0x9, "split {split}"),
+            other => panic!("split {split}: {other:?}"),
+        }
+    }
+    assert!(front.metric("http_front_limit_hits_total{limit=\"h2_goaway\"}") >= 2);
+}
