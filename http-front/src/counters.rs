@@ -88,6 +88,10 @@ counters! {
     BodiesStreamed => ("request_bodies_total", "mode", "streamed"),
     ResponsesRelayed => ("responses_relayed_total", "", ""),
     H2PrematureResets => ("h2_premature_resets_total", "", ""),
+    ChallengeIssued => ("challenges_total", "result", "issued"),
+    ChallengeSolved => ("challenges_total", "result", "solved"),
+    ChallengeFailed => ("challenges_total", "result", "failed"),
+    ChallengeCleared => ("challenges_total", "result", "cleared"),
     AccessLogQueued => ("access_log_records_total", "result", "queued"),
     AccessLogDropped => ("access_log_records_total", "result", "dropped"),
     ReloadOk => ("reloads_total", "result", "ok"),
@@ -195,6 +199,9 @@ fn help_of(fam: &str) -> &'static str {
         "responses_relayed_total" => {
             "Upstream response bodies read into memory by a relay (those not whole in the first read)."
         }
+        "challenges_total" => {
+            "Challenges: pages issued, solutions accepted (a clearance set) or refused, and requests a clearance let through a challenge rule."
+        }
         "proxy_headers_refused_total" => {
             "Connections of a listed proxy closed for want of a valid PROXY header, by cause."
         }
@@ -269,7 +276,8 @@ fn family_name(fam: &str) -> &'static str {
         "paths_normalized_total",
         "request_bodies_total",
         "responses_relayed_total",
-        "proxy_headers_refused_total"
+        "proxy_headers_refused_total",
+        "challenges_total"
     )
 }
 

@@ -58,6 +58,8 @@ pub struct Snapshot {
     pub h2: http2::Builder<TokioExecutor>,
     /// Log one passed request in this many per thread (0: off).
     pub sample_period: u64,
+    /// The rules' version, as challenge clearances name it.
+    pub rules_version: u64,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -127,6 +129,7 @@ impl Snapshot {
             h1,
             h2,
             sample_period,
+            rules_version: rules.version(),
             cfg,
         }
     }

@@ -11,7 +11,7 @@
 //! (accept and connection lifecycle), [`h2watch`] (HPACK size updates h2 misanswers), [`conn_registry`] (connections by source), [`service`] (the
 //! request path), [`target`] (Host and path as the rules see them and the origin gets them), [`site`] (Host → site), [`forward`] (forwarding), [`forward::h1`] (the HTTP/1.1
 //! upstream exchange), [`forward::reqbody`] (request bodies buffered and timed), [`forward::relay`] (response bodies a slow reader cannot hold an upstream with), [`forward::upstream`] (pools), [`view`] (the request as the rules see it),
-//! [`blockwatch`] (block feed → closed connections), [`local`] (per-thread handles),
+//! [`blockwatch`] (block feed → closed connections), [`challenge`] (the proof-of-work page and its clearance), [`local`] (per-thread handles),
 //! [`synfilter`] (blocked IPv4 sources' SYNs dropped in the kernel), [`policy`] (what no
 //! automatic block may reach), [`access_log`],
 //! [`counters`] (the request path's own counters), [`sources`] (the other counter sources:
@@ -19,6 +19,7 @@
 
 pub mod access_log;
 pub mod blockwatch;
+pub mod challenge;
 pub mod clickhouse;
 pub mod client_conn;
 pub mod config;

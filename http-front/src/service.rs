@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -17,6 +18,7 @@ use shield::rules::Escalated;
 use shield::rules::{Action, Now};
 
 use crate::access_log::{self, AccessRecord};
+use crate::challenge::{self, Binding};
 use crate::conn_registry::{CloseCause, ConnCtl};
 use crate::counters::Counter;
 use crate::forward::h1;
@@ -27,7 +29,7 @@ use crate::front::Front;
 use crate::front::Snapshot;
 use crate::local;
 use crate::target::{self, HOST_MAX, Host};
-use crate::view::HttpView;
+use crate::view::{Clearance, HttpView};
 
 /// What the request path knows about the connection a request came on.
 #[derive(Debug)]
@@ -186,6 +188,10 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
         Ok(f) => f,
         Err(r) => return Verdict::Respond(r),
     };
+    // A solved challenge comes back here: answered by the front, never the origin.
+    if req.uri().path() == challenge::VERIFY_PATH {
+        return Verdict::Respond(challenge_verify(cx, &f, &req));
+    }
     let action = match rules(cx, &f, &req) {
         Ok(a) => a,
         Err(r) => return Verdict::Respond(r),
@@ -340,8 +346,18 @@ fn rules(
     let site = f.snap.sites.get(f.site_ix);
     let mut action = "pass";
     if site.has_rules {
-        let view = HttpView::new(req, f.host.name, &f.path.view);
         let now = Now::read();
+        let clearance = Clearance::new(
+            &f.snap.cfg.challenge_keys,
+            Binding {
+                site: &site.name,
+                ip: cx.ip,
+                version: f.snap.rules_version,
+            },
+            req.headers(),
+            now.unix_ms / 1000,
+        );
+        let view = HttpView::new(req, f.host.name, &f.path.view).with_clearance(&clearance);
         let v = local::with(front, |l| {
             let v = l.rules.check(site.tenant, cx.ip, &view, now);
             if let Some(a) = EventAction::from_rules(v.action) {
@@ -362,6 +378,9 @@ fn rules(
         if v.escalated == Escalated::Blocked {
             c.bump(Counter::Escalations);
         }
+        if clearance.asked() == Some(true) {
+            c.bump(Counter::ChallengeCleared);
+        }
         match v.action {
             Action::Pass => c.bump(Counter::VerdictPass),
             Action::Allow => {
@@ -376,7 +395,14 @@ fn rules(
             Action::Challenge => {
                 c.bump(Counter::VerdictChallenge);
                 c.bump(Counter::RespChallenged);
-                return Err(simple(StatusCode::FORBIDDEN, "forbidden\n", false));
+                c.bump(Counter::ChallengeIssued);
+                return Err(challenge_page(
+                    &f.snap.cfg,
+                    &clearance,
+                    v.difficulty,
+                    req.uri(),
+                    now.unix_ms / 1000,
+                ));
             }
             Action::RateLimit => {
                 c.bump(Counter::VerdictRateLimit);
@@ -395,6 +421,96 @@ fn rules(
         c.bump(Counter::VerdictNoRules);
     }
     Ok(action)
+}
+
+/// The challenge page for a request that met a challenge rule without a clearance: 403 (what
+/// a client without JavaScript keeps), never cached.
+fn challenge_page(
+    cfg: &crate::config::Config,
+    clearance: &Clearance<'_>,
+    difficulty: u8,
+    uri: &http::Uri,
+    now: u64,
+) -> Response<RespBody> {
+    let d = if difficulty == 0 {
+        cfg.challenge.difficulty
+    } else {
+        difficulty
+    };
+    let token = challenge::token(&cfg.challenge_keys, clearance.binding(), now, d);
+    let ret = challenge::safe_return(uri.path_and_query().map_or("/", |p| p.as_str()));
+    let page = challenge::page(&token, d, ret, cfg.challenge.page_timeout_secs * 1000);
+    let mut r = Response::new(RespBody::full(Bytes::from(page)));
+    *r.status_mut() = StatusCode::FORBIDDEN;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store, private"),
+    );
+    h.insert(
+        header::HeaderName::from_static("x-robots-tag"),
+        HeaderValue::from_static("noindex"),
+    );
+    r
+}
+
+/// A solution sent to [`challenge::VERIFY_PATH`]: a clearance cookie and a redirect back, or
+/// 403.
+fn challenge_verify(cx: &ConnCtx, f: &Filtered<'_>, req: &Request<Incoming>) -> Response<RespBody> {
+    let c = &cx.front.counters;
+    let cfg = &f.snap.cfg;
+    let site = f.snap.sites.get(f.site_ix);
+    let binding = Binding {
+        site: &site.name,
+        ip: cx.ip,
+        version: f.snap.rules_version,
+    };
+    let q = req.uri().query().unwrap_or("");
+    let value = |k| challenge::query_value(q, k).unwrap_or_default();
+    let now = shield::clock::unix_ms() / 1000;
+    match challenge::check_solution(
+        &cfg.challenge_keys,
+        &binding,
+        &value("t"),
+        &value("n"),
+        now,
+        cfg.challenge.solve_secs,
+    ) {
+        Ok(()) => {
+            c.bump(Counter::ChallengeSolved);
+            let exp = now + cfg.challenge.clearance_secs;
+            let cookie = format!(
+                "{}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{}",
+                challenge::COOKIE,
+                challenge::clearance(&cfg.challenge_keys, &binding, exp),
+                cfg.challenge.clearance_secs,
+                if cx.client.proto == "https" {
+                    "; Secure"
+                } else {
+                    ""
+                }
+            );
+            let back = value("r");
+            let mut r = simple(StatusCode::SEE_OTHER, "cleared\n", false);
+            let h = r.headers_mut();
+            if let Ok(v) = HeaderValue::from_str(challenge::safe_return(&back)) {
+                h.insert(header::LOCATION, v);
+            }
+            if let Ok(v) = HeaderValue::from_str(&cookie) {
+                h.insert(header::SET_COOKIE, v);
+            }
+            r
+        }
+        Err(e) => {
+            c.bump(Counter::ChallengeFailed);
+            tracing::debug!(source = %cx.ip, "challenge refused: {e}");
+            simple(StatusCode::FORBIDDEN, "challenge failed\n", false)
+        }
+    }
 }
 
 /// Phase 3, logging: the parts of a sampled request kept for its access record (one request

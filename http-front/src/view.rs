@@ -1,7 +1,65 @@
 //! The request as shield's rules see it: `path` (normalised, see [`crate::target`]), `query`, `method`, `host`, `user_agent`, `version`, `header:<lower-case name>` (every value of a header sent more than once is matched).
 
+use std::cell::Cell;
+
 use http::header::{self, HeaderMap};
 use http::{Method, Request, Version};
+
+use crate::challenge::{self, Binding, Keys};
+
+/// A request's claim to a challenge clearance, checked at most once and only when a
+/// challenge rule matches.
+#[derive(Debug)]
+pub struct Clearance<'a> {
+    keys: &'a Keys,
+    binding: Binding<'a>,
+    headers: &'a HeaderMap,
+    now_secs: u64,
+    memo: Cell<Option<bool>>,
+}
+
+/// Clearance cookies checked per request at most (each costs an HMAC).
+const MAX_COOKIES_CHECKED: usize = 4;
+
+impl<'a> Clearance<'a> {
+    /// The clearance `headers` may carry for `binding`, at `now_secs` (unix).
+    pub fn new(
+        keys: &'a Keys,
+        binding: Binding<'a>,
+        headers: &'a HeaderMap,
+        now_secs: u64,
+    ) -> Clearance<'a> {
+        Clearance {
+            keys,
+            binding,
+            headers,
+            now_secs,
+            memo: Cell::new(None),
+        }
+    }
+
+    /// True when the request carries a valid clearance.
+    pub fn valid(&self) -> bool {
+        if let Some(v) = self.memo.get() {
+            return v;
+        }
+        let v = challenge::cookie_values(self.headers, challenge::COOKIE)
+            .take(MAX_COOKIES_CHECKED)
+            .any(|c| challenge::clearance_valid(self.keys, &self.binding, c, self.now_secs));
+        self.memo.set(Some(v));
+        v
+    }
+
+    /// What the clearance is bound to.
+    pub fn binding(&self) -> &Binding<'a> {
+        &self.binding
+    }
+
+    /// Whether a challenge rule asked, and what the answer was (`None`: none asked).
+    pub fn asked(&self) -> Option<bool> {
+        self.memo.get()
+    }
+}
 
 /// A request's attributes for the rule engine; generic over the body, so that tests and
 /// fuzzers use the very view the request path uses.
@@ -13,6 +71,7 @@ pub struct HttpView<'a> {
     query: Option<&'a str>,
     host: &'a str,
     path: &'a str,
+    clearance: Option<&'a Clearance<'a>>,
 }
 
 impl<'a> HttpView<'a> {
@@ -25,6 +84,15 @@ impl<'a> HttpView<'a> {
             query: req.uri().query(),
             host,
             path,
+            clearance: None,
+        }
+    }
+
+    /// The same view, whose challenge rules `clearance` may pass.
+    pub fn with_clearance(self, clearance: &'a Clearance<'a>) -> HttpView<'a> {
+        HttpView {
+            clearance: Some(clearance),
+            ..self
         }
     }
 }
@@ -68,6 +136,10 @@ impl shield::rules::Request for HttpView<'_> {
     #[inline]
     fn evidence(&self) -> shield::block::Evidence {
         shield::block::Evidence::Http
+    }
+
+    fn cleared(&self) -> bool {
+        self.clearance.is_some_and(Clearance::valid)
     }
 }
 

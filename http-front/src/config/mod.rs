@@ -62,6 +62,13 @@
 //! file = "rules.toml"             # shield's rules format
 //! state = { limiter = { slots = 65536 }, counters = { slots = 65536 } }
 //!
+//! [challenge]                     # what `challenge` rules answer (a proof-of-work page)
+//! key_file = "/etc/palisade/fleet.key"  # optional: clearances valid on every node with it
+//! clearance_secs = 3600           # a solved challenge lets its /24 (/56) through this long
+//! solve_secs = 300                # a page's token must be solved within this
+//! difficulty = 16                 # leading zero bits of the SHA-256 (a rule's `difficulty` wins)
+//! page_timeout_secs = 30          # the page gives up and says so
+//!
 //! [block]
 //! capacity = 1000000
 //! feed_capacity = 65536
@@ -190,7 +197,7 @@ mod upstream;
 mod values;
 
 use sections::*;
-pub use sections::{AccessLog, Forwarded};
+pub use sections::{AccessLog, Challenge, Forwarded};
 pub use server::{Http2, Limits, Server};
 pub use shield::events::{EventsConfig as Events, Output};
 use site::*;
@@ -233,6 +240,8 @@ struct FileSchema {
     site: Vec<SiteSchema>,
     #[serde(default)]
     log: shield::logging::LogConfig,
+    #[serde(default)]
+    challenge: Challenge,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -340,6 +349,10 @@ pub struct Config {
     pub sites: Vec<Site>,
     /// `[log]`: format and filter. Start-time only.
     pub log: shield::logging::LogConfig,
+    /// `[challenge]` (the key file's path made absolute).
+    pub challenge: Challenge,
+    /// The challenge's keys: from `[challenge] key_file`, else this process's own.
+    pub challenge_keys: crate::challenge::Keys,
     /// What loading noticed and did not refuse (old spellings, sites naming a tenant the
     /// rules file does not have): logged once logging is set up, and on every reload.
     pub warnings: Vec<String>,
@@ -588,6 +601,23 @@ impl Config {
 
         let proxy = shield::proxy_proto::ProxyAllow::parse(&f.server.proxy_allow)
             .map_err(|m| at(None, "server.proxy_allow", m))?;
+        let mut challenge = f.challenge.clone();
+        challenge.key_file = challenge.key_file.map(|p| abs(&p));
+        let challenge_keys = match &challenge.key_file {
+            Some(p) => crate::challenge::Keys::from_fleet(
+                &shield::fleet_key::FleetKey::load(p)
+                    .map_err(|e| at(None, "challenge.key_file", e.to_string()))?,
+            ),
+            None => {
+                if prepared.has_challenges() {
+                    warnings.push(format!(
+                        "{}: challenge rules without [challenge] key_file: clearances hold on this node only, until it restarts",
+                        path.display()
+                    ));
+                }
+                crate::challenge::Keys::process_local()
+            }
+        };
         let config = Config {
             path: path.to_path_buf(),
             proxy,
@@ -612,6 +642,8 @@ impl Config {
             upstreams,
             sites,
             log: f.log,
+            challenge,
+            challenge_keys,
             warnings,
         };
         Ok(Loaded {

@@ -112,3 +112,41 @@ impl Default for ControlSchema {
         }
     }
 }
+
+/// `[challenge]`: the page and clearance of `challenge` rules (see [`crate::challenge`]).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Challenge {
+    /// The fleet key file clearances are signed with (the `[redis] key_file` may serve: each
+    /// use derives its own key); without one, a key of this process: clearances then hold on
+    /// this node only, until it restarts.
+    pub key_file: Option<PathBuf>,
+    /// How long a clearance lets its client through challenge rules.
+    #[serde(deserialize_with = "range::<1, 2592000, _>")]
+    pub clearance_secs: u64,
+    /// How long a challenge may take to solve (and a solution be sent) after it was issued.
+    #[serde(deserialize_with = "range::<1, 86400, _>")]
+    pub solve_secs: u64,
+    /// Leading zero bits of the proof of work, for rules that set no `difficulty`.
+    #[serde(deserialize_with = "difficulty")]
+    pub difficulty: u8,
+    /// After this long the page gives up and says so (a browser that cannot solve it).
+    #[serde(deserialize_with = "range::<1, 3600, _>")]
+    pub page_timeout_secs: u64,
+}
+
+impl Default for Challenge {
+    fn default() -> Self {
+        Challenge {
+            key_file: None,
+            clearance_secs: 3600,
+            solve_secs: 300,
+            difficulty: 16,
+            page_timeout_secs: 30,
+        }
+    }
+}
+
+fn difficulty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
+    range::<1, { shield::rules::MAX_DIFFICULTY as u64 }, D>(d).map(|v| v as u8)
+}

@@ -154,6 +154,8 @@ fn rule_verdict<R: Request + ?Sized>(
         return None;
     }
     match (rule.verdict.action, &rule.rate) {
+        // A client with a clearance passes a challenge; the next rules still apply to it.
+        (Action::Challenge, _) if req.cleared() => None,
         (Action::RateLimit, Some(spec)) => rate_limited(state, t.id, rule.index, spec, src, now)
             .map(|ms| Verdict {
                 retry_after_ms: ms,

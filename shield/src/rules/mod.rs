@@ -94,6 +94,16 @@
 //! rate = { per_second = 5.0, burst = 10 }
 //! slip = 2                          # one limited query in 2 answered TC=1 (0: none)
 //! when = [{ attr = "qtype", one_of = ["TXT"] }, { attr = "udp_size", ge = 4000 }]
+//! ```
+//!
+//! One is for HTTP only (dnsd's challenge is TC=1 and ignores it):
+//!
+//! ```toml
+//! [[tenant.rule]]
+//! name = "check-browsers"
+//! action = "challenge"
+//! difficulty = 18                   # leading zero bits of the proof of work (front default: [challenge])
+//! when = [{ attr = "path", prefix = "/login" }]
 //!
 //! [global]                          # every tenant of both daemons, and the XDP guard
 //! deny = ["203.0.113.0/24", "@scanners"]   # dropped in XDP where the guard runs
@@ -259,6 +269,14 @@ pub trait Request {
     fn evidence(&self) -> Evidence {
         Evidence::Udp
     }
+
+    /// True when the client holds a valid clearance for this site's challenges (an HTTP
+    /// cookie earned by solving one): challenge rules then let it through, and the next rules
+    /// are checked — never a deny, a rate limit or a block. Asked only when a challenge rule
+    /// matches; the default is none (DNS).
+    fn cleared(&self) -> bool {
+        false
+    }
 }
 
 /// A request with no attributes: only source checks apply.
@@ -328,6 +346,9 @@ pub struct Verdict {
     /// DNS: one rate-limited query in `slip` is answered TC=1 (BADCOOKIE to a cookie
     /// client) instead of dropped, as RRL slips; 0 never.
     pub slip: u8,
+    /// HTTP: leading zero bits of the proof of work a challenge asks for (0: the front's
+    /// default).
+    pub difficulty: u8,
 }
 
 impl Verdict {
@@ -340,6 +361,7 @@ impl Verdict {
         retry_after_ms: 0,
         dns_rcode: None,
         slip: DEFAULT_SLIP,
+        difficulty: 0,
     };
 
     pub(crate) fn new(action: Action, code: u16, reason: &str) -> Self {
@@ -351,6 +373,7 @@ impl Verdict {
             retry_after_ms: 0,
             dns_rcode: None,
             slip: DEFAULT_SLIP,
+            difficulty: 0,
         }
     }
 }
@@ -373,6 +396,10 @@ impl Now {
         }
     }
 }
+
+/// The highest `difficulty` a challenge rule may ask (leading zero bits of a SHA-256: each
+/// bit doubles a browser's work; 24 is already seconds to minutes).
+pub const MAX_DIFFICULTY: u8 = 28;
 
 /// One rate-limited DNS query in this many is slipped unless a rule says otherwise.
 pub const DEFAULT_SLIP: u8 = 2;

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Default)]
 pub struct Prepared {
     pub(crate) path: PathBuf,
+    /// The file's version (a hash of its text; 0 for empty rules).
+    pub(crate) version: u64,
     pub(crate) tenants: Vec<Option<Box<Tenant>>>,
     pub(crate) bots: PrefixSet,
     pub(crate) asn: AsnTable,
@@ -47,6 +49,12 @@ impl Prepared {
     /// The file these rules came from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The rules' version: a hash of the file's text, alike on every node with the same file
+    /// (HTTP challenge clearances name it, so that changed rules challenge again).
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// The `[global]` deny, allow and never-block lists.
@@ -114,6 +122,15 @@ impl Prepared {
         self.tenants
             .get(tenant as usize)
             .is_some_and(Option::is_some)
+    }
+
+    /// True when some tenant has a `challenge` rule.
+    pub fn has_challenges(&self) -> bool {
+        self.tenants.iter().flatten().any(|t| {
+            t.rules
+                .iter()
+                .any(|r| r.verdict.action == super::Action::Challenge)
+        })
     }
 
     /// True when `ip` is in the known-good crawler ranges.

@@ -160,6 +160,8 @@ struct RuleSchema {
     rcode: Option<Spanned<String>>,
     /// DNS: one rate-limited query in `slip` answered TC=1 (0: none).
     slip: Option<Spanned<u8>>,
+    /// HTTP: the proof of work's leading zero bits a challenge asks for (dnsd ignores it).
+    difficulty: Option<Spanned<u8>>,
 }
 
 #[derive(Deserialize)]
@@ -461,6 +463,23 @@ impl Ctx<'_> {
                 }
                 Some(sl) => *sl.get_ref(),
             };
+            let difficulty = match &r.difficulty {
+                None => 0,
+                Some(d) if action != Action::Challenge => {
+                    return self.err(d.span(), "`difficulty` only goes with action challenge");
+                }
+                Some(d) if !(1..=super::MAX_DIFFICULTY).contains(d.get_ref()) => {
+                    return self.err(
+                        d.span(),
+                        format!(
+                            "difficulty {} out of range 1..={} (leading zero bits of a SHA-256)",
+                            d.get_ref(),
+                            super::MAX_DIFFICULTY
+                        ),
+                    );
+                }
+                Some(d) => *d.get_ref(),
+            };
             let source = if r.source.is_empty() {
                 None
             } else {
@@ -476,6 +495,7 @@ impl Ctx<'_> {
                 verdict: Verdict {
                     dns_rcode,
                     slip,
+                    difficulty,
                     ..Verdict::new(action, code, name)
                 },
                 conds,
@@ -723,14 +743,23 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
         })
         .collect();
     Ok(Prepared {
-        path: path.to_path_buf(),
+        version: version_of(text),
         tenants,
         bots,
         asn,
         global_deny,
         global_lists,
         escalations,
+        path: path.to_path_buf(),
     })
+}
+
+/// The rules' version: the first 8 bytes of the file text's SHA-256, alike on every node that
+/// has the same file.
+fn version_of(text: &str) -> u64 {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(text.as_bytes());
+    u64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
 }
 
 /// The value of a DNS rcode mnemonic (any case), for the rules' `rcode` and dnstap's filter.

@@ -669,3 +669,56 @@ fn rule_set_reload_keeps_last_good() {
         "sees the swap"
     );
 }
+
+/// A request with one attribute, holding a clearance or not.
+struct Cleared<'a>(&'a str, bool);
+
+impl Request for Cleared<'_> {
+    fn attr(&self, name: &str) -> Option<&str> {
+        (name == "path").then_some(self.0)
+    }
+    fn cleared(&self) -> bool {
+        self.1
+    }
+}
+
+#[test]
+fn a_clearance_passes_challenge_rules_only_and_difficulty_is_read() {
+    let text = "[[tenant]]\nid = 1\n\
+         [[tenant.rule]]\nname = \"c\"\naction = \"challenge\"\ndifficulty = 12\n\
+         when = [{ attr = \"path\", prefix = \"/\" }]\n\
+         [[tenant.rule]]\nname = \"d\"\naction = \"deny\"\n\
+         when = [{ attr = \"path\", prefix = \"/admin\" }]\n";
+    let p = prepared(text);
+    let s = state();
+    let src = ip("192.0.2.1");
+    let v = |path: &str, cleared: bool| p.check(&s, 1, src, &Cleared(path, cleared), NOW);
+    let c = v("/x", false);
+    assert_eq!((c.action, c.difficulty), (Action::Challenge, 12));
+    assert_eq!(v("/x", true).action, Action::Pass);
+    // The deny after the challenge still applies to a cleared client.
+    assert_eq!(v("/admin", true).action, Action::Deny);
+    assert!(p.has_challenges());
+    // The version is the file's: alike for the same text, other for another.
+    assert_eq!(p.version(), prepared(text).version());
+    assert_ne!(p.version(), prepared(&text.replace("12", "13")).version());
+    for (bad, msg) in [
+        (
+            text.replace("action = \"deny\"\n", "action = \"deny\"\ndifficulty = 3\n"),
+            "only goes with action challenge",
+        ),
+        (
+            text.replace("difficulty = 12", "difficulty = 29"),
+            "out of range",
+        ),
+        (
+            text.replace("difficulty = 12", "difficulty = 0"),
+            "out of range",
+        ),
+    ] {
+        let e = Prepared::parse(Path::new("test.toml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(msg), "{e}");
+    }
+}

@@ -1,0 +1,331 @@
+//! The HTTP challenge end to end: a real browser (Debian's headless Chromium) solves the
+//! page's proof of work and reaches the origin; curl, a cookie replayed from another /24, a
+//! forged or expired one, and a solution sent too late never do; a clearance made by node A
+//! passes on node B (one fleet key), and a rules change challenges again.
+
+use std::net::Ipv4Addr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use palisade_tests::http::{Front, H1Conn, Origin, Resp, base_config};
+use palisade_tests::net;
+use sha2::{Digest, Sha256};
+
+const RULES: &str = r#"
+[[tenant]]
+id = 1
+[[tenant.rule]]
+name = "check-everyone"
+action = "challenge"
+difficulty = 10
+when = [{ attr = "path", prefix = "/" }]
+[[tenant.rule]]
+name = "no-admin"
+action = "deny"
+when = [{ attr = "path", prefix = "/admin" }]
+"#;
+
+/// A fleet key file (64 hex digits, mode 0600) in `dir`.
+fn key_file(dir: &Path, byte: u8) -> PathBuf {
+    let p = dir.join(format!("fleet-{byte}.key"));
+    std::fs::write(&p, format!("{}\n", format!("{byte:02x}").repeat(32))).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+/// http-front for site `a.test` (tenant 1) before `origin`, signing with `key`.
+fn front(origin: &Origin, key: &Path, challenge_extra: &str) -> Front {
+    let o = origin.addr();
+    let key = key.display().to_string();
+    let extra = challenge_extra.to_string();
+    Front::start(
+        move |a, m| {
+            format!(
+                "{}[rules]\nfile = \"rules.toml\"\n\n[challenge]\nkey_file = \"{key}\"\n{extra}\n\
+                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\n",
+                base_config(a, m, o)
+            )
+        },
+        Some(RULES),
+    )
+}
+
+/// An address in another /24 than `ip`.
+fn other_24(ip: Ipv4Addr) -> Ipv4Addr {
+    let [a, b, c, d] = ip.octets();
+    Ipv4Addr::new(a, b, c.wrapping_add(1).max(1), d)
+}
+
+fn get(front: &Front, from: Ipv4Addr, path: &str, cookie: Option<&str>) -> Resp {
+    let mut c = H1Conn::connect(Some(from), front.addr()).unwrap();
+    let extra: Vec<(&str, &str)> = cookie.map(|v| ("cookie", v)).into_iter().collect();
+    c.request("GET", "a.test", path, &extra, b"").unwrap()
+}
+
+/// The token and difficulty a challenge page carries.
+fn page_token(page: &str) -> (String, u32) {
+    let t = page
+        .split("var T=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
+    let d = page.split(",D=").nth(1).unwrap().split(',').next().unwrap();
+    (t.to_string(), d.parse().unwrap())
+}
+
+/// A nonce whose SHA-256 with `token` has `bits` leading zero bits.
+fn solve(token: &str, bits: u32) -> u64 {
+    (0u64..)
+        .find(|n| {
+            let h = Sha256::digest(format!("{token}.{n}").as_bytes());
+            let lz = h
+                .iter()
+                .position(|&b| b != 0)
+                .map_or(256, |i| i as u32 * 8 + h[i].leading_zeros());
+            lz >= bits
+        })
+        .unwrap()
+}
+
+/// Solves the page `from` gets and sends the solution; the verify answer.
+fn pass(front: &Front, from: Ipv4Addr, path: &str) -> Resp {
+    let page = get(front, from, path, None);
+    assert_eq!(page.status, 403);
+    let (t, d) = page_token(&page.body);
+    let n = solve(&t, d);
+    get(
+        front,
+        from,
+        &format!("/.palisade/challenge?t={t}&n={n}&r=%2Fback%3Fq%3D1"),
+        None,
+    )
+}
+
+/// `name=value` of the clearance a verify answer sets.
+fn clearance_of(r: &Resp) -> String {
+    let sc = r.header("set-cookie").expect("a clearance cookie");
+    assert!(
+        sc.contains("HttpOnly") && sc.contains("Path=/") && sc.contains("Max-Age="),
+        "{sc}"
+    );
+    sc.split(';').next().unwrap().to_string()
+}
+
+fn is_page(r: &Resp) -> bool {
+    r.status == 403 && r.body.contains("Checking your browser")
+}
+
+#[test]
+fn a_browser_solves_the_challenge_and_reaches_the_origin() {
+    let Some(chromium) = palisade_tests::find_program("chromium") else {
+        palisade_tests::skipped("chromium is not installed");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Origin::start();
+    let front = front(&origin, &key_file(dir.path(), 1), "");
+    let fa = front.addr();
+    let profile = tempfile::tempdir().unwrap();
+    let mut child = Command::new(chromium)
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--virtual-time-budget=30000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--host-resolver-rules=MAP a.test {}", fa.ip()))
+        .arg("--dump-dom")
+        .arg(format!("http://a.test:{}/hello?x=1", fa.port()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(90);
+    while child.try_wait().unwrap().is_none() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    // The origin's echo of the request, with the browser's clearance cookie.
+    assert!(
+        dom.contains("GET /hello?x=1 HTTP/1.1") && dom.contains("palisade_clearance="),
+        "the browser did not reach the origin:\n{dom}\n{}",
+        front.log()
+    );
+    assert!(origin.requests() >= 1);
+    for (result, at_least) in [("issued", 1), ("solved", 1), ("cleared", 1)] {
+        let series = format!("http_front_challenges_total{{result=\"{result}\"}}");
+        assert!(front.metric(&series) >= at_least, "{series}");
+    }
+}
+
+#[test]
+fn curl_replays_forgeries_and_other_prefixes_never_reach_the_origin() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), 2);
+    let origin = Origin::start();
+    let a = front(&origin, &key, "");
+    let b = front(&origin, &key, "");
+    let other_key = key_file(dir.path(), 3);
+    let c = front(&origin, &other_key, "");
+    let src = net::test_ip();
+
+    // curl gets the page, with no origin request, never cached.
+    let out = Command::new("curl")
+        .args(["-s", "-i", "--max-time", "5", "--interface"])
+        .arg(src.to_string())
+        .arg("-H")
+        .arg("Host: a.test")
+        .arg(format!("http://{}/private", a.addr()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("cache-control: no-store"),
+        "{text}"
+    );
+    assert!(
+        text.contains("<script>") && !text.contains("src="),
+        "no external script: {text}"
+    );
+    assert_eq!(origin.requests(), 0, "curl reached the origin");
+
+    // A solution earns a clearance and a redirect back to the page asked.
+    let v = pass(&a, src, "/private");
+    assert_eq!(v.status, 303, "{}", v.body);
+    assert_eq!(v.header("location"), Some("/back?q=1"));
+    let cookie = clearance_of(&v);
+    let ok = get(&a, src, "/private", Some(&cookie));
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    assert_eq!(origin.requests(), 1);
+    // Another address of the same /24 shares it; node B (same key) honours it.
+    let same24 = Ipv4Addr::from(u32::from(src) ^ 1);
+    assert_eq!(get(&a, same24, "/x", Some(&cookie)).status, 200);
+    assert_eq!(get(&b, src, "/x", Some(&cookie)).status, 200);
+    assert_eq!(origin.requests(), 3);
+
+    // Challenged again: another /24, a node with another key, a forged MAC, another cookie name.
+    let far = other_24(src);
+    assert!(is_page(&get(&a, far, "/x", Some(&cookie))));
+    assert!(is_page(&get(&c, src, "/x", Some(&cookie))));
+    let (name, value) = cookie.split_once('=').unwrap();
+    let (exp, mac) = value.split_once('.').unwrap();
+    let flipped = format!(
+        "{name}={exp}.{}{}",
+        if mac.starts_with('0') { "1" } else { "0" },
+        &mac[1..]
+    );
+    assert!(is_page(&get(&a, src, "/x", Some(&flipped))));
+    let later = format!("{name}={}.{mac}", exp.parse::<u64>().unwrap() + 3600);
+    assert!(is_page(&get(&a, src, "/x", Some(&later))));
+    assert!(is_page(&get(
+        &a,
+        src,
+        "/x",
+        Some(&format!("other={value}"))
+    )));
+    // A clearance never passes a deny.
+    let denied = get(&a, src, "/admin", Some(&cookie));
+    assert_eq!((denied.status, denied.body.as_str()), (403, "forbidden\n"));
+    assert_eq!(origin.requests(), 3);
+
+    // A solution for one /24 is refused from another; a wrong nonce is refused.
+    let page = get(&a, src, "/", None);
+    let (t, d) = page_token(&page.body);
+    let n = solve(&t, d);
+    let stolen = get(
+        &a,
+        far,
+        &format!("/.palisade/challenge?t={t}&n={n}&r=/"),
+        None,
+    );
+    assert_eq!(
+        (stolen.status, stolen.body.as_str()),
+        (403, "challenge failed\n")
+    );
+    let wrong = (0..)
+        .find(|x| {
+            *x != n && {
+                let h = Sha256::digest(format!("{t}.{x}").as_bytes());
+                h[0] != 0
+            }
+        })
+        .unwrap();
+    let bad = get(
+        &a,
+        src,
+        &format!("/.palisade/challenge?t={t}&n={wrong}&r=/"),
+        None,
+    );
+    assert_eq!(bad.status, 403);
+    // A lowered difficulty breaks the token.
+    let parts: Vec<&str> = t.split('.').collect();
+    let easy = format!("{}.0.{}", parts[0], parts[2]);
+    let cheat = get(
+        &a,
+        src,
+        &format!("/.palisade/challenge?t={easy}&n=0&r=/"),
+        None,
+    );
+    assert_eq!(cheat.status, 403);
+    // An offsite return is never followed.
+    let v = get(
+        &a,
+        src,
+        &format!("/.palisade/challenge?t={t}&n={n}&r=%2F%2Fevil.example%2F"),
+        None,
+    );
+    assert_eq!(v.header("location"), Some("/"));
+    assert!(a.metric("http_front_challenges_total{result=\"failed\"}") >= 3);
+    assert!(a.metric("http_front_challenges_total{result=\"solved\"}") >= 2);
+
+    // Changed rules challenge every clearance again.
+    std::fs::write(a.dir().join("rules.toml"), format!("# changed\n{RULES}")).unwrap();
+    assert!(a.reload());
+    assert!(is_page(&get(&a, src, "/x", Some(&cookie))));
+    assert_eq!(get(&b, src, "/x", Some(&cookie)).status, 200);
+    assert_eq!(origin.requests(), 4);
+}
+
+#[test]
+fn clearances_and_solutions_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Origin::start();
+    let a = front(
+        &origin,
+        &key_file(dir.path(), 4),
+        "clearance_secs = 2\nsolve_secs = 2\n",
+    );
+    let src = net::test_ip();
+    // A solution sent after solve_secs is refused.
+    let page = get(&a, src, "/", None);
+    let (t, d) = page_token(&page.body);
+    let n = solve(&t, d);
+    std::thread::sleep(Duration::from_millis(3100));
+    let late = get(
+        &a,
+        src,
+        &format!("/.palisade/challenge?t={t}&n={n}&r=/"),
+        None,
+    );
+    assert_eq!(late.status, 403);
+    // A clearance holds for clearance_secs, then the client is challenged again.
+    let v = pass(&a, src, "/");
+    let cookie = clearance_of(&v);
+    assert_eq!(get(&a, src, "/x", Some(&cookie)).status, 200);
+    std::thread::sleep(Duration::from_millis(3100));
+    assert!(is_page(&get(&a, src, "/x", Some(&cookie))));
+    assert_eq!(origin.requests(), 1);
+}
