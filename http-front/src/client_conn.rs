@@ -348,6 +348,8 @@ async fn serve(
         run(cx, stream, h2, b1, b2, life).await;
         guard.ctl.h1_fd.store(-1, Ordering::Release);
     }
+    // A WebSocket outlives its HTTP/1.1 connection's serving: it keeps the place.
+    guard.ctl.tunnels_ended().await;
     drop(guard);
 }
 
@@ -373,7 +375,9 @@ async fn run<I>(
         let conn = b2.serve_connection(io, svc);
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
     } else {
-        let conn = b1.serve_connection(TokioIo::new(io), svc);
+        // With upgrades: a WebSocket takes the connection over (its tunnel holds the
+        // connection's place in the registry until it ends).
+        let conn = b1.serve_connection(TokioIo::new(io), svc).with_upgrades();
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
     }
 }
@@ -453,7 +457,7 @@ where
                 let last = ctl.last_active_ms.load(Ordering::Relaxed);
                 let idle_ms = life.idle.as_millis() as u64;
                 let quiet_ms = if last == 0 { start.elapsed().as_millis() as u64 } else { now_ms.saturating_sub(last) };
-                if ctl.inflight.load(Ordering::Relaxed) == 0 && quiet_ms >= idle_ms {
+                if ctl.inflight.load(Ordering::Relaxed) == 0 && ctl.tunnels() == 0 && quiet_ms >= idle_ms {
                     if ctl.close(CloseCause::Idle) {
                         c.bump(Counter::LimitIdle);
                     }

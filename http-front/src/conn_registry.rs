@@ -65,6 +65,9 @@ pub struct ConnCtl {
     pub premature: AtomicU32,
     /// Monotonic milliseconds of the last request start or end (for the HTTP/2 idle timeout).
     pub last_active_ms: std::sync::atomic::AtomicU64,
+    /// WebSocket tunnels running from this connection (they keep its registry place).
+    tunnels: AtomicU32,
+    tunnel_ended: Notify,
     /// The socket of an HTTP/1.1 connection while it is served (-1: none, or HTTP/2): what
     /// the response relay asks how much the client acknowledged.
     pub h1_fd: std::sync::atomic::AtomicI32,
@@ -81,6 +84,8 @@ impl ConnCtl {
             premature: AtomicU32::new(0),
             last_active_ms: std::sync::atomic::AtomicU64::new(0),
             h1_fd: std::sync::atomic::AtomicI32::new(-1),
+            tunnels: AtomicU32::new(0),
+            tunnel_ended: Notify::new(),
         }
     }
 
@@ -120,6 +125,28 @@ impl ConnCtl {
         }
     }
 
+    /// Counts a tunnel (a WebSocket) running from this connection until the guard drops.
+    pub fn tunnel_started(self: &Arc<Self>) -> TunnelGuard {
+        self.tunnels.fetch_add(1, Ordering::AcqRel);
+        TunnelGuard(Arc::clone(self))
+    }
+
+    /// Tunnels running from this connection.
+    pub fn tunnels(&self) -> u32 {
+        self.tunnels.load(Ordering::Acquire)
+    }
+
+    /// Waits until no tunnel runs from this connection.
+    pub async fn tunnels_ended(&self) {
+        loop {
+            let wait = self.tunnel_ended.notified();
+            if self.tunnels() == 0 {
+                return;
+            }
+            wait.await;
+        }
+    }
+
     /// Why the connection is closing, if it is.
     #[inline]
     pub fn cause(&self) -> Option<CloseCause> {
@@ -134,6 +161,17 @@ impl ConnCtl {
             }
             self.notify.notified().await;
         }
+    }
+}
+
+/// A running tunnel of a connection; see [`ConnCtl::tunnel_started`].
+#[derive(Debug)]
+pub struct TunnelGuard(Arc<ConnCtl>);
+
+impl Drop for TunnelGuard {
+    fn drop(&mut self) {
+        self.0.tunnels.fetch_sub(1, Ordering::AcqRel);
+        self.0.tunnel_ended.notify_waiters();
     }
 }
 

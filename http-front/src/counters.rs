@@ -88,6 +88,13 @@ counters! {
     BodiesStreamed => ("request_bodies_total", "mode", "streamed"),
     ResponsesRelayed => ("responses_relayed_total", "", ""),
     H2PrematureResets => ("h2_premature_resets_total", "", ""),
+    WsOpened => ("websockets_total", "event", "opened"),
+    WsRefused => ("websockets_total", "event", "refused_by_upstream"),
+    WsClosedEnded => ("websockets_closed_total", "cause", "ended"),
+    WsClosedError => ("websockets_closed_total", "cause", "upgrade_failed"),
+    WsClosedIdle => ("websockets_closed_total", "cause", "idle"),
+    WsClosedMaxAge => ("websockets_closed_total", "cause", "max_age"),
+    WsClosedByFront => ("websockets_closed_total", "cause", "closed_by_front"),
     ChallengeIssued => ("challenges_total", "result", "issued"),
     ChallengeSolved => ("challenges_total", "result", "solved"),
     ChallengeFailed => ("challenges_total", "result", "failed"),
@@ -199,6 +206,10 @@ fn help_of(fam: &str) -> &'static str {
         "responses_relayed_total" => {
             "Upstream response bodies read into memory by a relay (those not whole in the first read)."
         }
+        "websockets_total" => "WebSockets opened to the upstream, or refused by it.",
+        "websockets_closed_total" => {
+            "WebSockets ended: the peers (a close or a reset), the client's upgrade failing, websocket_idle_ms, websocket_max_secs, or the front closing the client (a block)."
+        }
         "challenges_total" => {
             "Challenges: pages issued, solutions accepted (a clearance set) or refused, and requests a clearance let through a challenge rule."
         }
@@ -277,7 +288,9 @@ fn family_name(fam: &str) -> &'static str {
         "request_bodies_total",
         "responses_relayed_total",
         "proxy_headers_refused_total",
-        "challenges_total"
+        "challenges_total",
+        "websockets_total",
+        "websockets_closed_total"
     )
 }
 

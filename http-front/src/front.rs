@@ -112,6 +112,10 @@ impl Snapshot {
             .initial_connection_window_size(h.initial_connection_window)
             .max_send_buf_size(h.max_send_buf_size)
             .keep_alive_timeout(Duration::from_millis(h.keep_alive_timeout_ms));
+        if cfg.sites.iter().any(|s| s.websocket) {
+            // RFC 8441: HTTP/2 clients may open WebSockets with extended CONNECT.
+            h2.enable_connect_protocol();
+        }
         if h.keep_alive_interval_ms > 0 {
             h2.keep_alive_interval(Duration::from_millis(h.keep_alive_interval_ms));
         }

@@ -172,6 +172,8 @@ struct Job {
     /// Kept for the access record, when this request is sampled (boxed: rare, and it keeps
     /// the future small).
     sampled: Option<Box<Sampled>>,
+    /// The client connection's upgrade, for a WebSocket (boxed: rare).
+    upgrade: Option<Box<hyper::upgrade::OnUpgrade>>,
 }
 
 /// The request path as phases (Pingora's): the request filter (blocked source, method,
@@ -246,7 +248,8 @@ fn request_filter<'a>(
         c.bump(Counter::RespBlocked);
         return Err(simple(StatusCode::FORBIDDEN, "blocked\n", !cx.h2));
     }
-    if req.method() == Method::CONNECT {
+    // CONNECT is never proxied, but for an HTTP/2 WebSocket (RFC 8441) to a site that allows it.
+    if req.method() == Method::CONNECT && !forward::websocket::wants(req) {
         c.bump(Counter::RespBadRequest);
         return Err(simple(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -276,6 +279,14 @@ fn request_filter<'a>(
     };
     let site = snap.sites.get(site_ix);
 
+    if req.method() == Method::CONNECT && site.websocket.is_none() {
+        c.bump(Counter::RespMethodNotAllowed);
+        return Err(simple(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "WebSocket is not proxied for this site\n",
+            false,
+        ));
+    }
     if req.method() == Method::TRACE && !site.allow_trace {
         c.bump(Counter::RespMethodNotAllowed);
         return Err(simple(
@@ -563,11 +574,14 @@ fn upstream_request(
     cx: &ConnCtx,
     snap: Arc<Snapshot>,
     site: usize,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     host: Option<HeaderValue>,
     forward: Option<String>,
     sampled: Option<Box<Sampled>>,
 ) -> Job {
+    // A WebSocket to a site that proxies them: the client connection's upgrade is taken.
+    let upgrade = (snap.sites.get(site).websocket.is_some() && forward::websocket::wants(&req))
+        .then(|| Box::new(hyper::upgrade::on(&mut req)));
     let (mut parts, body) = req.into_parts();
     if let Some(p) = forward {
         cx.front.counters.bump(Counter::PathNormalized);
@@ -580,6 +594,7 @@ fn upstream_request(
         body: Some(body),
         host,
         sampled,
+        upgrade,
     }
 }
 
@@ -741,6 +756,35 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
         min_rate: srv.body_min_rate_bytes_per_sec,
         timeout: Duration::from_millis(srv.body_timeout_ms),
     };
+    if let (Some(on), Some(bounds)) = (job.upgrade.take(), site.websocket) {
+        // Boxed: a WebSocket is the rare path, and its future is large.
+        let r = Box::pin(forward::websocket::open(
+            up,
+            &job.parts,
+            *on,
+            job.host.as_ref(),
+            fwd,
+            &site.headers,
+            &cx.client,
+            forward::websocket::Tunnel {
+                ctl: Arc::clone(&cx.ctl),
+                counters: Arc::clone(&front.counters),
+                bounds,
+            },
+        ))
+        .await;
+        return match r {
+            Ok(r) => r,
+            Err(ForwardError::Timeout) => {
+                c.bump(Counter::RespUpstreamTimeout);
+                simple(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n", false)
+            }
+            Err(_) => {
+                c.bump(Counter::RespUpstreamError);
+                simple(StatusCode::BAD_GATEWAY, "upstream unavailable\n", false)
+            }
+        };
+    }
     let mut body = ClientBody::new(
         &front.counters,
         &front.body_buffered,

@@ -35,6 +35,8 @@ pub struct PreparedSite {
     pub allow_trace: bool,
     /// Request headers it never passes upstream.
     pub headers: HeaderPolicy,
+    /// WebSocket bounds, when the site proxies WebSocket.
+    pub websocket: Option<crate::forward::websocket::Bounds>,
 }
 
 /// Every site, indexed by host.
@@ -79,6 +81,10 @@ impl Sites {
                 path: s.path,
                 allow_trace: s.allow_trace,
                 headers: HeaderPolicy::new(&s.strip_headers, s.underscores_in_headers),
+                websocket: s.websocket.then(|| crate::forward::websocket::Bounds {
+                    idle: std::time::Duration::from_millis(s.websocket_idle_ms),
+                    max: std::time::Duration::from_secs(s.websocket_max_secs),
+                }),
             });
         }
         out

@@ -125,6 +125,9 @@
 //! allow_trace = false             # TRACE: 405 unless true
 //! strip_headers = [...]           # never passed upstream; default: DEFAULT_STRIP_HEADERS
 //! underscores_in_headers = false  # headers with '_' in the name are dropped unless true
+//! websocket = false               # proxy WebSocket (HTTP/1.1 Upgrade, HTTP/2 extended CONNECT)
+//! websocket_idle_ms = 60000       # a WebSocket with no byte either way for this long: closed
+//! websocket_max_secs = 86400      # a WebSocket open this long: closed
 //! ```
 
 use std::net::SocketAddr;
@@ -304,6 +307,12 @@ pub struct Site {
     pub strip_headers: Vec<String>,
     /// Request headers with `_` in their names are passed (else dropped, as nginx does).
     pub underscores_in_headers: bool,
+    /// WebSocket (HTTP/1.1 `Upgrade`, HTTP/2 extended CONNECT) is proxied to the upstream.
+    pub websocket: bool,
+    /// A WebSocket with no byte either way for this long is closed.
+    pub websocket_idle_ms: u64,
+    /// A WebSocket open this long is closed.
+    pub websocket_max_secs: u64,
 }
 
 /// The whole configuration, checked.
@@ -514,6 +523,9 @@ impl Config {
                 allow_trace: s.allow_trace,
                 strip_headers,
                 underscores_in_headers: s.underscores_in_headers,
+                websocket: s.websocket,
+                websocket_idle_ms: s.websocket_idle_ms,
+                websocket_max_secs: s.websocket_max_secs,
             });
         }
 

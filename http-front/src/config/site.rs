@@ -32,6 +32,26 @@ pub(super) struct SiteSchema {
     pub(super) strip_headers: Vec<Spanned<String>>,
     #[serde(default)]
     pub(super) underscores_in_headers: bool,
+    #[serde(default)]
+    pub(super) websocket: bool,
+    #[serde(
+        default = "d_websocket_idle_ms",
+        deserialize_with = "range::<100, 86400000, _>"
+    )]
+    pub(super) websocket_idle_ms: u64,
+    #[serde(
+        default = "d_websocket_max_secs",
+        deserialize_with = "range::<1, 2592000, _>"
+    )]
+    pub(super) websocket_max_secs: u64,
+}
+
+fn d_websocket_idle_ms() -> u64 {
+    60_000
+}
+
+fn d_websocket_max_secs() -> u64 {
+    86_400
 }
 
 /// Request headers that origins may trust for the client's address or for the URL or

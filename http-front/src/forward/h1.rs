@@ -129,7 +129,56 @@ fn encode_head(
     client: &ClientInfo,
     body: ReqBody,
 ) {
-    dst.extend_from_slice(parts.method.as_str().as_bytes());
+    encode_head_as(
+        dst,
+        parts.method.as_str(),
+        parts,
+        host,
+        fwd,
+        policy,
+        client,
+        body,
+    );
+}
+
+/// Writes the upgrade head of a WebSocket for the upstream into `dst`: the request as
+/// [`encode_head`] writes it, as a GET, with `Connection: upgrade`, `Upgrade: websocket`
+/// and, for an HTTP/2 client (RFC 8441 sends neither), `key` and the version.
+pub(crate) fn encode_upgrade_head(
+    dst: &mut Vec<u8>,
+    parts: &http::request::Parts,
+    host: Option<&HeaderValue>,
+    fwd: &Forwarded,
+    policy: &HeaderPolicy,
+    client: &ClientInfo,
+    key: &[u8],
+) {
+    let none = ReqBody::None { zero_length: false };
+    encode_head_as(dst, "GET", parts, host, fwd, policy, client, none);
+    dst.truncate(dst.len() - 2);
+    put(dst, "connection", b"upgrade");
+    put(dst, "upgrade", b"websocket");
+    if parts.method == Method::CONNECT {
+        put(dst, "sec-websocket-key", key);
+        if !parts.headers.contains_key(header::SEC_WEBSOCKET_VERSION) {
+            put(dst, "sec-websocket-version", b"13");
+        }
+    }
+    dst.extend_from_slice(b"\r\n");
+}
+
+#[allow(clippy::too_many_arguments)]
+fn encode_head_as(
+    dst: &mut Vec<u8>,
+    method: &str,
+    parts: &http::request::Parts,
+    host: Option<&HeaderValue>,
+    fwd: &Forwarded,
+    policy: &HeaderPolicy,
+    client: &ClientInfo,
+    body: ReqBody,
+) {
+    dst.extend_from_slice(method.as_bytes());
     dst.push(b' ');
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     dst.extend_from_slice(if target.is_empty() {

@@ -10,6 +10,7 @@ pub mod h2;
 pub mod relay;
 pub mod reqbody;
 pub mod upstream;
+pub mod websocket;
 
 use std::net::IpAddr;
 use std::pin::Pin;

@@ -1,0 +1,355 @@
+//! WebSocket through the proxy: an HTTP/1.1 `Upgrade: websocket` request, or an HTTP/2
+//! extended CONNECT (RFC 8441, `:protocol = websocket`), to a site with `websocket = true`
+//! is checked by the rules like any request, then opened to the upstream as an HTTP/1.1
+//! upgrade on a connection of its own (with the upstream's PROXY header when it has one),
+//! and, once the origin answers 101, tunnelled both ways.
+//!
+//! An HTTP/2 client sends no `Sec-WebSocket-Key` (RFC 8441 §5): the upgrade to the origin
+//! carries one of ours, and the origin's `Sec-WebSocket-Accept` is checked against it. The
+//! client gets 101 (HTTP/1.1) or 200 (HTTP/2) with the origin's `Sec-WebSocket-Protocol` and
+//! `Sec-WebSocket-Extensions`; an origin that refuses the upgrade has its status passed on
+//! (body dropped).
+//!
+//! A tunnel ends when either side closes (each direction is half-closed on its own), when no
+//! byte went either way for `websocket_idle_ms`, after `websocket_max_secs`, or when its
+//! client connection is closed by the front (a block of its source): counted by cause. The
+//! tunnel keeps its client connection's place in the per-source registry while it runs, so
+//! WebSockets count against `max_connections_per_source` like any connection.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use sha1::{Digest, Sha1};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::{Instant, sleep_until};
+
+use super::upstream::{Conn, Upstream};
+use super::{ClientInfo, ForwardError, HeaderPolicy, RespBody};
+use crate::config::Forwarded;
+use crate::conn_registry::ConnCtl;
+use crate::counters::{Counter, Counters};
+
+/// The GUID of the opening handshake (RFC 6455 §1.3).
+const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+/// Longest origin answer head to an upgrade.
+const HEAD_MAX: usize = 16 * 1024;
+/// Bytes copied per read, each way.
+const COPY_BUF: usize = 16 * 1024;
+
+/// A site's WebSocket bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// No byte either way for this long: closed.
+    pub idle: Duration,
+    /// Open this long: closed.
+    pub max: Duration,
+}
+
+/// Whether `req` asks to open a WebSocket: HTTP/1.1 GET with `Upgrade: websocket` and
+/// `Connection: upgrade`, or HTTP/2 CONNECT with `:protocol = websocket`.
+pub fn wants<B>(req: &Request<B>) -> bool {
+    if req.method() == Method::CONNECT {
+        return req
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"));
+    }
+    req.method() == Method::GET
+        && req.version() <= http::Version::HTTP_11
+        && has_token(req.headers(), header::UPGRADE, "websocket")
+        && has_token(req.headers(), header::CONNECTION, "upgrade")
+}
+
+fn has_token(h: &http::HeaderMap, name: HeaderName, token: &str) -> bool {
+    h.get_all(name).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+    })
+}
+
+/// The `Sec-WebSocket-Accept` for `key`.
+fn accept_of(key: &[u8]) -> String {
+    let mut h = Sha1::new();
+    h.update(key);
+    h.update(GUID.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(h.finalize())
+}
+
+/// What the tunnel needs besides the two connections.
+pub struct Tunnel {
+    /// The client connection's control block (its close ends the tunnel).
+    pub ctl: Arc<ConnCtl>,
+    /// Counters.
+    pub counters: Arc<Counters>,
+    /// The site's bounds.
+    pub bounds: Bounds,
+}
+
+/// Opens a WebSocket to `up` for the request `parts` whose client connection hands over
+/// `on_upgrade`; the answer for the client. The tunnel runs in a task of its own once the
+/// client's side is upgraded.
+#[allow(clippy::too_many_arguments)]
+pub async fn open(
+    up: &Upstream,
+    parts: &http::request::Parts,
+    on_upgrade: OnUpgrade,
+    host: Option<&HeaderValue>,
+    fwd: &Forwarded,
+    policy: &HeaderPolicy,
+    client: &ClientInfo,
+    tunnel: Tunnel,
+) -> Result<Response<RespBody>, ForwardError> {
+    let h2 = parts.method == Method::CONNECT;
+    // The key the origin answers to: the client's (HTTP/1.1), else one of ours.
+    let ours;
+    let key: &[u8] = match parts.headers.get(header::SEC_WEBSOCKET_KEY) {
+        Some(k) if !h2 => k.as_bytes(),
+        _ => {
+            let mut raw = [0u8; 16];
+            rand::fill(&mut raw);
+            ours = base64::engine::general_purpose::STANDARD.encode(raw);
+            ours.as_bytes()
+        }
+    };
+    let deadline = Instant::now() + up.cfg.connect_timeout + up.cfg.response_timeout;
+    let timed = |f| tokio::time::timeout_at(deadline, f);
+    let mut conn = match timed(Box::pin(up.connect_h1(client))).await {
+        Ok(Ok(c)) => c,
+        _ => {
+            tracing::debug!(upstream = %up.cfg.name, "no upstream connection for a WebSocket");
+            return Err(ForwardError::Upstream);
+        }
+    };
+    conn.wbuf.clear();
+    super::h1::encode_upgrade_head(&mut conn.wbuf, parts, host, fwd, policy, client, key);
+    let head = match tokio::time::timeout_at(deadline, async {
+        conn.io.write_all(&conn.wbuf).await?;
+        read_head(&mut conn).await
+    })
+    .await
+    {
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => {
+            tracing::debug!(upstream = %up.cfg.name, error = %e, "WebSocket upgrade failed");
+            return Err(ForwardError::Upstream);
+        }
+        Err(_) => return Err(ForwardError::Timeout),
+    };
+    let c = &tunnel.counters;
+    if head.status != StatusCode::SWITCHING_PROTOCOLS {
+        // The origin refused: its answer, without a body.
+        c.bump(Counter::WsRefused);
+        let mut r = Response::new(RespBody::Full(None));
+        *r.status_mut() = head.status;
+        for (k, v) in head.headers.iter() {
+            if !super::is_hop_by_hop(k.as_str().as_bytes()) && k != header::CONTENT_LENGTH {
+                r.headers_mut().append(k.clone(), v.clone());
+            }
+        }
+        return Ok(r);
+    }
+    let expected = accept_of(key);
+    if head
+        .headers
+        .get(header::SEC_WEBSOCKET_ACCEPT)
+        .map(HeaderValue::as_bytes)
+        != Some(expected.as_bytes())
+    {
+        tracing::debug!(upstream = %up.cfg.name, "WebSocket upgrade without the right accept");
+        return Err(ForwardError::Upstream);
+    }
+    let mut r = Response::new(RespBody::Full(None));
+    *r.status_mut() = if h2 {
+        StatusCode::OK
+    } else {
+        StatusCode::SWITCHING_PROTOCOLS
+    };
+    let h = r.headers_mut();
+    if !h2 {
+        let client_key = parts
+            .headers
+            .get(header::SEC_WEBSOCKET_KEY)
+            .map_or(&b""[..], |k| k.as_bytes());
+        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(
+            header::SEC_WEBSOCKET_ACCEPT,
+            HeaderValue::from_str(&accept_of(client_key)).expect("base64 is a header value"),
+        );
+    }
+    for name in [
+        header::SEC_WEBSOCKET_PROTOCOL,
+        header::SEC_WEBSOCKET_EXTENSIONS,
+    ] {
+        for v in head.headers.get_all(&name) {
+            h.append(name.clone(), v.clone());
+        }
+    }
+    c.bump(Counter::WsOpened);
+    let guard = tunnel.ctl.tunnel_started();
+    tokio::spawn(async move {
+        let _guard = guard;
+        let Ok(upgraded) = on_upgrade.await else {
+            tunnel.counters.bump(Counter::WsClosedError);
+            return;
+        };
+        let rest = std::mem::take(&mut conn.rbuf).freeze();
+        let why = relay(TokioIo::new(upgraded), conn.io, rest, &tunnel).await;
+        tunnel.counters.bump(why);
+    });
+    Ok(r)
+}
+
+/// The origin's answer head to an upgrade.
+struct Head {
+    status: StatusCode,
+    headers: http::HeaderMap,
+}
+
+/// Reads the origin's answer head into `conn.rbuf` and parses it; what follows it stays in
+/// `conn.rbuf` (the first WebSocket frames, for the client).
+async fn read_head(conn: &mut Conn) -> std::io::Result<Head> {
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
+    loop {
+        let mut hs = [httparse::EMPTY_HEADER; 64];
+        let mut resp = httparse::Response::new(&mut hs);
+        match resp.parse(&conn.rbuf) {
+            Ok(httparse::Status::Complete(n)) => {
+                let code = resp.code.unwrap_or(0);
+                if (100..200).contains(&code) && code != 101 {
+                    let _ = conn.rbuf.split_to(n);
+                    continue;
+                }
+                let status = StatusCode::from_u16(code).map_err(|_| bad("bad status"))?;
+                let mut headers = http::HeaderMap::new();
+                for f in resp.headers.iter() {
+                    let (Ok(k), Ok(v)) = (
+                        HeaderName::from_bytes(f.name.as_bytes()),
+                        HeaderValue::from_bytes(f.value),
+                    ) else {
+                        return Err(bad("bad header"));
+                    };
+                    headers.append(k, v);
+                }
+                let _ = conn.rbuf.split_to(n);
+                return Ok(Head { status, headers });
+            }
+            Ok(httparse::Status::Partial) if conn.rbuf.len() < HEAD_MAX => {}
+            Ok(httparse::Status::Partial) => return Err(bad("head too large")),
+            Err(_) => return Err(bad("malformed head")),
+        }
+        conn.rbuf.reserve(4096);
+        if conn.io.read_buf(&mut conn.rbuf).await? == 0 {
+            return Err(bad("closed before answering"));
+        }
+    }
+}
+
+/// Copies `r` to `w` until `r` ends (then half-closes `w`), noting the time of each read in
+/// `last` (milliseconds since `start`).
+async fn copy_half<R, W>(
+    r: &mut R,
+    w: &mut W,
+    last: &AtomicU64,
+    start: Instant,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = BytesMut::with_capacity(COPY_BUF);
+    loop {
+        buf.clear();
+        if r.read_buf(&mut buf).await? == 0 {
+            let _ = w.shutdown().await;
+            return Ok(());
+        }
+        last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        w.write_all(&buf).await?;
+        w.flush().await?;
+    }
+}
+
+/// Copies both ways until both sides closed, or a bound ends it; how it ended.
+async fn relay<C, U>(client: C, upstream: U, first: Bytes, t: &Tunnel) -> Counter
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut ur, mut uw) = tokio::io::split(upstream);
+    let start = Instant::now();
+    let last = AtomicU64::new(0);
+    let both = async {
+        if !first.is_empty() {
+            cw.write_all(&first).await?;
+            cw.flush().await?;
+        }
+        // A clean end of one direction half-closes the other side; a failed one (a reset, a
+        // client gone) ends both at once.
+        tokio::try_join!(
+            copy_half(&mut cr, &mut uw, &last, start),
+            copy_half(&mut ur, &mut cw, &last, start)
+        )
+    };
+    let idle = async {
+        loop {
+            let at = || start + Duration::from_millis(last.load(Ordering::Relaxed)) + t.bounds.idle;
+            sleep_until(at()).await;
+            if at() <= Instant::now() {
+                return;
+            }
+        }
+    };
+    let why = tokio::select! {
+        // Both sides done, by a close or a reset: the peers ended it.
+        _ = both => Counter::WsClosedEnded,
+        () = idle => Counter::WsClosedIdle,
+        () = sleep_until(start + t.bounds.max) => Counter::WsClosedMaxAge,
+        () = t.ctl.closed() => Counter::WsClosedByFront,
+    };
+    // The front closing the client connection (HTTP/2: the whole connection) may end the
+    // copy before the close is seen: it is still the front's doing.
+    if why == Counter::WsClosedEnded && t.ctl.cause().is_some() {
+        Counter::WsClosedByFront
+    } else {
+        why
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_is_rfc_6455s() {
+        // RFC 6455 §1.3's example.
+        assert_eq!(
+            accept_of(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+
+    #[test]
+    fn h1_upgrade_requests() {
+        let req = |up: &str, conn: &str| {
+            Request::get("/")
+                .header(header::UPGRADE, up)
+                .header(header::CONNECTION, conn)
+                .body(())
+                .unwrap()
+        };
+        assert!(wants(&req("websocket", "Upgrade")));
+        assert!(wants(&req("WebSocket", "keep-alive, upgrade")));
+        assert!(!wants(&req("h2c", "upgrade")));
+        assert!(!wants(&req("websocket", "keep-alive")));
+    }
+}

@@ -1,0 +1,328 @@
+//! WebSocket through http-front to a real WebSocket origin (python3-websockets), over
+//! HTTP/1.1 (`Upgrade`) and HTTP/2 (RFC 8441's extended CONNECT, from a python3-h2 client):
+//! messages both ways, the rules at the upgrade, sites that do not proxy WebSocket, the idle
+//! and lifetime bounds, a block closing open WebSockets, and the per-source bound.
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use palisade_tests::http::{Front, H1Conn, base_config};
+use palisade_tests::net;
+
+const RULES: &str = r#"
+[[tenant]]
+id = 1
+[[tenant.rule]]
+name = "no-denied"
+action = "deny"
+when = [{ attr = "path", prefix = "/denied" }]
+"#;
+
+/// Debian's python3 (the one its python3-websockets and python3-h2 are for).
+const PYTHON: &str = "/usr/bin/python3";
+
+fn script(name: &str) -> PathBuf {
+    palisade_tests::data_dir().join("ws").join(name)
+}
+
+/// True when the Python modules are there (else the test is skipped, loudly).
+fn have_modules() -> bool {
+    let ok = Command::new(PYTHON)
+        .args(["-c", "import websockets, h2"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        palisade_tests::skipped("python3-websockets / python3-h2 are not installed");
+    }
+    ok
+}
+
+/// The WebSocket origin, killed on drop.
+struct WsOrigin {
+    child: Child,
+    addr: SocketAddr,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl WsOrigin {
+    fn start() -> WsOrigin {
+        let ip = net::test_ip();
+        let port = net::free_port(ip);
+        let mut child = Command::new(PYTHON)
+            .arg(script("origin.py"))
+            .arg(ip.to_string())
+            .arg(port.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the WebSocket origin");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in out.lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let first = rx.recv_timeout(Duration::from_secs(15));
+        assert_eq!(
+            first.as_deref(),
+            Ok("ready"),
+            "the WebSocket origin did not start"
+        );
+        WsOrigin {
+            child,
+            addr: SocketAddr::from((ip, port)),
+            lines: rx,
+        }
+    }
+
+    /// The paths of the WebSockets it has seen opened so far.
+    fn opened(&self) -> Vec<String> {
+        self.lines
+            .try_iter()
+            .filter_map(|l| l.strip_prefix("open ").map(str::to_string))
+            .collect()
+    }
+}
+
+impl Drop for WsOrigin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// http-front before `origin`: `a.test` proxies WebSocket (tenant 1), `b.test` does not.
+fn front(origin: &WsOrigin, server_extra: &str, site_extra: &str) -> Front {
+    let o = origin.addr;
+    let (srv, site) = (server_extra.to_string(), site_extra.to_string());
+    Front::start(
+        move |a, m| {
+            let sock = format!("{a}").replace([':', '.'], "_");
+            base_config(a, m, o).replace("workers = 2\n", &format!("workers = 2\n{srv}"))
+                + &format!(
+                    "[rules]\nfile = \"rules.toml\"\n\n[control]\nsocket = \"/tmp/ws-{sock}.sock\"\n\n\
+                     [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\nwebsocket = true\n{site}\n\
+                     [[site]]\nhosts = [\"b.test\"]\nupstream = \"app\"\n"
+                )
+        },
+        Some(RULES),
+    )
+}
+
+/// Runs the test client (`h1` or `h2`) against `front` for `host`/`path` from `src`; its lines.
+fn client(
+    mode: &str,
+    front: &Front,
+    host: &str,
+    path: &str,
+    src: Ipv4Addr,
+    msgs: &[&str],
+) -> Vec<String> {
+    let fa = front.addr();
+    let mut child = Command::new(PYTHON)
+        .arg(script("client.py"))
+        .args([
+            mode,
+            &fa.ip().to_string(),
+            &fa.port().to_string(),
+            host,
+            path,
+            &src.to_string(),
+            "--",
+        ])
+        .args(msgs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the WebSocket client");
+    let end = Instant::now() + Duration::from_secs(40);
+    while child.try_wait().unwrap().is_none() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    if lines.is_empty() {
+        panic!(
+            "the {mode} client printed nothing:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    lines
+}
+
+#[test]
+fn websockets_over_http1_and_http2_reach_the_origin_after_the_rules() {
+    if !have_modules() {
+        return;
+    }
+    let origin = WsOrigin::start();
+    let front = front(&origin, "", "");
+    let src = net::test_ip();
+    let h1 = client("h1", &front, "a.test", "/chat", src, &["hello", "whoami"]);
+    assert_eq!(
+        h1,
+        ["open", "< hello", &format!("< path=/chat xff={src}")],
+        "{}",
+        front.log()
+    );
+    let h2 = client(
+        "h2",
+        &front,
+        "a.test",
+        "/chat2?x=1",
+        src,
+        &["hi over h2", "whoami", "ü"],
+    );
+    assert_eq!(
+        h2,
+        [
+            "open",
+            "< hi over h2",
+            &format!("< path=/chat2?x=1 xff={src}"),
+            "< ü"
+        ],
+        "{}",
+        front.log()
+    );
+    // The rules see the upgrade request: a denied path never reaches the origin.
+    assert_eq!(
+        client("h1", &front, "a.test", "/denied", src, &["x"]),
+        ["status 403"]
+    );
+    assert_eq!(
+        client("h2", &front, "a.test", "/denied", src, &["x"]),
+        ["status 403"]
+    );
+    // A site that does not proxy WebSocket: HTTP/1.1 reaches the origin as a plain GET (which
+    // it refuses), HTTP/2's CONNECT is 405.
+    let plain = client("h1", &front, "b.test", "/chat", src, &["x"]);
+    assert!(
+        plain[0].starts_with("status ") && plain[0] != "status 101",
+        "{plain:?}"
+    );
+    assert_eq!(
+        client("h2", &front, "b.test", "/chat", src, &["x"]),
+        ["status 405"]
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(origin.opened(), ["/chat", "/chat2?x=1"]);
+    assert_eq!(
+        front.metric("http_front_websockets_total{event=\"opened\"}"),
+        2
+    );
+    assert!(front.metric("http_front_websockets_closed_total{cause=\"ended\"}") >= 2);
+}
+
+#[test]
+fn websockets_are_bounded_by_idle_lifetime_blocks_and_the_per_source_limit() {
+    if !have_modules() {
+        return;
+    }
+    let origin = WsOrigin::start();
+    let front = front(
+        &origin,
+        "max_connections_per_source = 2\n",
+        "websocket_idle_ms = 1000\nwebsocket_max_secs = 3\n",
+    );
+    // Idle: nothing either way for 2 s ends it (h1 and h2).
+    for mode in ["h1", "h2"] {
+        let out = client(
+            mode,
+            &front,
+            "a.test",
+            "/idle",
+            net::test_ip(),
+            &["a", "sleep:2", "b"],
+        );
+        assert_eq!(out[..2], ["open", "< a"], "{mode}: {out:?}");
+        assert!(out[2] == "closed" || out[2] == "timeout", "{mode}: {out:?}");
+    }
+    assert!(front.metric("http_front_websockets_closed_total{cause=\"idle\"}") >= 2);
+    // Lifetime: a busy WebSocket still ends after 3 s.
+    let busy: Vec<&str> = std::iter::repeat_n(["m", "sleep:0.4"], 12)
+        .flatten()
+        .collect();
+    let t0 = Instant::now();
+    let out = client("h1", &front, "a.test", "/busy", net::test_ip(), &busy);
+    assert!(
+        out.iter().any(|l| l == "closed" || l == "timeout"),
+        "{out:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    assert!(front.metric("http_front_websockets_closed_total{cause=\"max_age\"}") >= 1);
+
+    // The per-source bound counts open WebSockets; a block closes them.
+    let src = net::test_ip();
+    let long: Vec<&str> = std::iter::repeat_n(["k", "sleep:0.3"], 8)
+        .flatten()
+        .collect();
+    let runs: Vec<_> = (0..2)
+        .map(|i| {
+            let long = long.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+            let fa = front.addr();
+            let mode = if i == 0 { "h1" } else { "h2" };
+            std::thread::spawn(move || {
+                let mut child = Command::new(PYTHON)
+                    .arg(script("client.py"))
+                    .args([
+                        mode,
+                        &fa.ip().to_string(),
+                        &fa.port().to_string(),
+                        "a.test",
+                        "/long",
+                        &src.to_string(),
+                        "--",
+                    ])
+                    .args(&long)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                let end = Instant::now() + Duration::from_secs(30);
+                while child.try_wait().unwrap().is_none() && Instant::now() < end {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let _ = child.kill();
+                String::from_utf8_lossy(&child.wait_with_output().unwrap().stdout).into_owned()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1200));
+    let third = H1Conn::connect(Some(src), front.addr())
+        .and_then(|mut c| c.request("GET", "a.test", "/", &[], b""));
+    assert!(
+        third.is_err(),
+        "a third connection of the source was served: {third:?}"
+    );
+    assert!(front.metric("http_front_limit_hits_total{limit=\"max_connections_per_source\"}") >= 1);
+    let sock = front.log().lines().find_map(|l| {
+        l.split("control socket socket=")
+            .nth(1)
+            .map(|s| s.trim().to_string())
+    });
+    let sock = sock.expect("the control socket in the log");
+    let ok = Command::new(palisade_tests::bin("http-front"))
+        .args(["ctl", "-s", &sock, "block", "add", &format!("{src}/32")])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    for r in runs {
+        let out = r.join().unwrap();
+        assert!(out.contains("< k"), "{out}");
+        assert!(
+            out.lines().last() == Some("closed"),
+            "a block closes the WebSocket: {out}"
+        );
+    }
+    assert!(front.metric("http_front_websockets_closed_total{cause=\"closed_by_front\"}") >= 2);
+}
