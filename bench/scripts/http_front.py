@@ -16,7 +16,14 @@ Measured, each after a warm-up (keep-alive unless marked "close": one request pe
   front-rules      http-front, site whose rules (prefix lists, regexes, header/method
                    matchers, rate limit) are all evaluated on every request
   front-rules-close  the same, one request per connection
-  front-blocked    http-front (SYN filter off) after wrk's source (127.0.0.1) was escalated
+  nginx-botnet     the botnet case: http-load from 50,000 unique loopback addresses (ten
+                   requests per connection, then the next address), every request refused 403
+                   by a rule-heavy server (2,000 denied prefixes in a geo block, maps on path,
+                   query, method and User-Agent, a per-source limit_req, access log on)
+  front-botnet     the same against http-front's tenant 3 (the same prefixes and rules, a
+                   per-source rate limit, events and access log on)
+  front-blocked    http-front (SYN filter off) after http-load's source (127.66.0.1; wrk's
+                   127.0.0.1 is the node's own address, which is never blocked) was escalated
                    into the block map: every connection is reset at accept, before a byte is
                    read; cost = CPU time / connections blocked (from /metrics)
   front-syn-filter http-front with its SYN filter: the blocked source's SYNs are dropped by
@@ -60,7 +67,38 @@ def free_ports(names):
     return ports
 
 
-PORTS = free_ports(["ORIGIN_PORT", "NGINX_PORT", "NGINX_DENY_PORT", "FRONT_PORT", "METRICS_PORT"])
+PORTS = free_ports(["ORIGIN_PORT", "NGINX_PORT", "NGINX_DENY_PORT", "NGINX_BOT_PORT", "FRONT_PORT",
+                    "METRICS_PORT"])
+HTTP_LOAD = os.path.join(c.ROOT, "target", "release", "http-load")
+BOT_SOURCES = 50000
+BOT_UA = "sqlmap/1.7.2#stable (https://sqlmap.org)"
+BLOCKED_SRC = "127.66.0.1"
+
+
+def write_nets(tmp):
+    """The botnet site's 2,000 denied prefixes, for http-front's list file and nginx's geo."""
+    nets = [f"198.{18 + i // 256}.{i % 256}.0/24" for i in range(1000)]
+    nets += [f"100.{64 + i // 256}.{i % 256}.0/24" for i in range(1000)]
+    with open(os.path.join(tmp, "botnet-nets.txt"), "w") as f:
+        f.write("\n".join(nets) + "\n")
+    with open(os.path.join(tmp, "botnet-nets.geo"), "w") as f:
+        f.write("".join(f"{n} 1;\n" for n in nets))
+
+
+def http_from(src, port, host, path="/"):
+    """The status of GET path from `src`, or None when the connection was refused or reset."""
+    import socket
+    try:
+        s = socket.socket()
+        s.bind((src, 0))
+        s.settimeout(5)
+        s.connect(("127.0.0.1", port))
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        data = s.recv(4096)
+        s.close()
+        return int(data.split()[1]) if data else None
+    except OSError:
+        return None
 
 
 def render(name, tmp):
@@ -134,13 +172,32 @@ def run_wrk(port, host, seconds, close=False):
     return res
 
 
-def measure(name, server, port, host, count=None, close=False):
-    """Warm up, then measure; `count()` gives the server-side event count (default: wrk's requests)."""
-    run_wrk(port, host, 2, close)
+def run_load(port, host, seconds, sources, per_conn, first=None, ua=BOT_UA):
+    """http-load (on CPU 1): as run_wrk's result."""
+    cmd = ["taskset", "-c", "1", HTTP_LOAD, "--target", f"127.0.0.1:{port}", "--host", host,
+           "--ua", ua, "--conns", str(CONNS), "--seconds", str(seconds),
+           "--sources", str(sources), "--per-conn", str(per_conn)]
+    if first:
+        cmd += ["--first-source", first]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        r = json.loads(out.stdout)
+    except ValueError:
+        raise SystemExit(f"http-load failed: {out.stdout} {out.stderr}")
+    return {"raw": out.stdout, "requests": r["requests"], "rps": r["rps"], "p50_us": r["p50_us"],
+            "p90_us": r["p90_us"], "p99_us": r["p99_us"], "non_2xx": r["non_2xx"],
+            "socket_errors": r["errors"], "connects": r["connects"]}
+
+
+def measure(name, server, port, host, count=None, close=False, load=None):
+    """Warm up, then measure; `count()` gives the server-side event count (default: the load's
+    requests). `load(seconds)` runs the load (default: wrk)."""
+    run = load or (lambda s: run_wrk(port, host, s, close))
+    run(2)
     before_cpu = c.cpu_ns(server.pid)
     before = count() if count else 0
     t0 = time.time()
-    res = run_wrk(port, host, SECONDS, close)
+    res = run(SECONDS)
     cpu = c.cpu_ns(server.pid) - before_cpu
     wall = time.time() - t0
     events = (count() - before) if count else res["requests"]
@@ -164,12 +221,14 @@ def median_run(runs):
 
 def main():
     c.need("wrk", "nginx", "taskset", "cargo")
-    subprocess.run(["cargo", "build", "--release", "-p", "http-front"], cwd=c.ROOT, check=True)
+    subprocess.run(["cargo", "build", "--release", "-p", "http-front", "-p", "palisade-bench",
+                    "--bin", "http-front", "--bin", "http-load"], cwd=c.ROOT, check=True)
     front_bin = os.path.join(c.ROOT, "target", "release", "http-front")
     tmp = tempfile.mkdtemp(prefix="palisade-http-")
     for d in ("origin-body", "proxy-body", "proxy-temp"):
         os.makedirs(os.path.join(tmp, d), exist_ok=True)
     shutil.copy(os.path.join(CONF, "rules.toml"), os.path.join(tmp, "rules.toml"))
+    write_nets(tmp)
     results = {}
     servers = []
     blocked = 'http_front_connections_total{event="blocked_at_accept"}'
@@ -199,47 +258,70 @@ def main():
         assert http(PORTS["NGINX_PORT"], "rules.test") == 200
         front = start_front(syn_filter=False)
 
+        # Both pass a plain client and refuse one without a User-Agent, from any source.
+        for port in (PORTS["NGINX_BOT_PORT"], PORTS["FRONT_PORT"]):
+            assert http(port, "botnet.test") == 200, port
+            assert http_from("127.64.0.1", port, "botnet.test") == 403, port
+
+        def bots(port):
+            return lambda s: run_load(port, "botnet.test", s, BOT_SOURCES, 10)
+
         # Interleaved rounds, so that a change in background load hits every case alike.
         cases = [
-            ("nginx", nginx, PORTS["NGINX_PORT"], "rules.test", False),
-            ("front-rules", front, PORTS["FRONT_PORT"], "rules.test", False),
-            ("front-plain", front, PORTS["FRONT_PORT"], "plain.test", False),
-            ("nginx-close", nginx, PORTS["NGINX_PORT"], "rules.test", True),
-            ("front-rules-close", front, PORTS["FRONT_PORT"], "rules.test", True),
-            ("nginx-deny", nginx, PORTS["NGINX_DENY_PORT"], "rules.test", False),
+            ("nginx", nginx, PORTS["NGINX_PORT"], "rules.test", False, None),
+            ("front-rules", front, PORTS["FRONT_PORT"], "rules.test", False, None),
+            ("front-plain", front, PORTS["FRONT_PORT"], "plain.test", False, None),
+            ("nginx-close", nginx, PORTS["NGINX_PORT"], "rules.test", True, None),
+            ("front-rules-close", front, PORTS["FRONT_PORT"], "rules.test", True, None),
+            ("nginx-deny", nginx, PORTS["NGINX_DENY_PORT"], "rules.test", False, None),
+            ("nginx-botnet", nginx, PORTS["NGINX_BOT_PORT"], "botnet.test", False,
+             bots(PORTS["NGINX_BOT_PORT"])),
+            ("front-botnet", front, PORTS["FRONT_PORT"], "botnet.test", False,
+             bots(PORTS["FRONT_PORT"])),
         ]
         runs = {name: [] for name, *_ in cases}
         for rnd in range(ROUNDS):
             c.log(f"round {rnd + 1} of {ROUNDS}")
-            for name, server, port, host, close in cases:
-                runs[name].append(measure(name, server, port, host, close=close))
+            for name, server, port, host, close, load in cases:
+                runs[name].append(measure(name, server, port, host, close=close, load=load))
         for name, *_ in cases:
             results[name] = median_run(runs[name])
+        for k in ("nginx-botnet", "front-botnet"):
+            assert results[k]["non_2xx"] >= 0.99 * results[k]["requests"], (k, results[k])
 
-        # Escalate 127.0.0.1 (wrk's source): its first denied request puts it in the block map.
-        assert http(PORTS["FRONT_PORT"], "deny.test") == 403, front.tail()
+        # Escalate 127.66.0.1: its first denied request puts it in the block map.
+        def from_blocked(s):
+            return run_load(PORTS["FRONT_PORT"], "rules.test", s, 1, 1, first=BLOCKED_SRC)
+
+        assert http_from(BLOCKED_SRC, PORTS["FRONT_PORT"], "deny.test") == 403, front.tail()
         time.sleep(0.5)
-        assert http(PORTS["FRONT_PORT"], "rules.test") is None, "not blocked at accept"
+        assert http_from(BLOCKED_SRC, PORTS["FRONT_PORT"], "rules.test") is None, \
+            "not blocked at accept"
         results["front-blocked"] = measure("front-blocked", front, PORTS["FRONT_PORT"],
-                                           "rules.test", count=lambda: metric(blocked))
+                                           "rules.test", count=lambda: metric(blocked),
+                                           load=from_blocked)
         front.stop()
         servers.remove(front)
 
         front = start_front(syn_filter=True)
-        assert http(PORTS["FRONT_PORT"], "deny.test") == 403, front.tail()
+        assert http_from(BLOCKED_SRC, PORTS["FRONT_PORT"], "deny.test") == 403, front.tail()
         time.sleep(0.5)
         assert metric("http_front_syn_filter_entries") == 1, front.tail()
         results["front-syn-filter"] = measure("front-syn-filter", front, PORTS["FRONT_PORT"],
-                                              "rules.test", count=lambda: metric(blocked))
+                                              "rules.test", count=lambda: metric(blocked),
+                                              load=from_blocked)
         results["front-syn-filter"]["us_per_event"] = None
     finally:
         for s in servers:
             s.stop()
 
-    n, nc, fp, fr, frc, fb, fs = (results[k] for k in (
+    n, nc, fp, fr, frc, fb, fs, nb, fbot = (results[k] for k in (
         "nginx", "nginx-close", "front-plain", "front-rules", "front-rules-close",
-        "front-blocked", "front-syn-filter"))
+        "front-blocked", "front-syn-filter", "nginx-botnet", "front-botnet"))
     ratios = {
+        "rps_front_botnet_vs_nginx_botnet": fbot["rps"] / nb["rps"],
+        "cpu_per_request_front_botnet_vs_nginx_botnet": fbot["us_per_event"] / nb["us_per_event"],
+        "p99_front_botnet_vs_nginx_botnet": fbot["p99_us"] / nb["p99_us"],
         "rps_front_plain_vs_nginx": fp["rps"] / n["rps"],
         "rps_front_rules_vs_nginx": fr["rps"] / n["rps"],
         "rps_front_rules_close_vs_nginx_close": frc["rps"] / nc["rps"],
@@ -271,7 +353,11 @@ def main():
     summary = (
         f"http-front serves {ratios['rps_front_rules_vs_nginx']:.2f}x nginx's requests/s with every "
         f"rule evaluated ({ratios['rps_front_plain_vs_nginx']:.2f}x for a site without rules), at "
-        f"{ratios['cpu_per_request_front_rules_vs_nginx']:.2f}x nginx's CPU per request. A source "
+        f"{ratios['cpu_per_request_front_rules_vs_nginx']:.2f}x nginx's CPU per request. Against a "
+        f"botnet of {BOT_SOURCES:,} addresses refused by a rule-heavy site (logging on): "
+        f"{ratios['rps_front_botnet_vs_nginx_botnet']:.2f}x nginx's requests/s at "
+        f"{ratios['cpu_per_request_front_botnet_vs_nginx_botnet']:.2f}x its CPU per request, p99 "
+        f"{ratios['p99_front_botnet_vs_nginx_botnet']:.2f}x. A source "
         f"in the block map costs {fb['us_per_event']:.1f} us per connection when it is reset at "
         f"accept ({ratios['cpu_blocked_conn_vs_proxied_request_keepalive']:.2f}x a keep-alive "
         f"proxied request, {ratios['cpu_blocked_conn_vs_proxied_request_close']:.2f}x a proxied "
