@@ -85,6 +85,12 @@ fn accept_raw(listener: &std::net::TcpListener) -> io::Result<(OwnedFd, SocketAd
 /// no task, no byte read.
 pub async fn accept_loop(front: Arc<Front>, listener: std::net::TcpListener, tls: bool) {
     let c = &front.counters;
+    // The address connections reach: the listener's own, unless it is a wildcard (then one
+    // `getsockname` per connection says which).
+    let bound = listener
+        .local_addr()
+        .ok()
+        .filter(|a| !a.ip().is_unspecified());
     // SAFETY: the listener owns its descriptor and is neither closed nor replaced while the
     // AsyncFd holds it.
     let listener = match unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) } {
@@ -156,7 +162,7 @@ pub async fn accept_loop(front: Arc<Front>, listener: std::net::TcpListener, tls
                 }
                 Some(guard) => {
                     c.bump(Counter::ConnAccepted);
-                    let local = stream.local_addr().unwrap_or(peer);
+                    let local = bound.unwrap_or_else(|| stream.local_addr().unwrap_or(peer));
                     tokio::spawn(serve(front, snap, stream, guard, tls, (peer, local)));
                 }
             }

@@ -150,9 +150,14 @@ async fn worker(
     );
     let mut buf = Vec::with_capacity(16384);
     while Instant::now() < end {
-        let mut s = match connect(&cli, &next).await {
-            Ok(s) => s,
-            Err(_) => {
+        // A connect the server never answers (SYNs dropped) gives up within a second, and at
+        // the end of the run.
+        let limit = end
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_secs(1));
+        let mut s = match tokio::time::timeout(limit, connect(&cli, &next)).await {
+            Ok(Ok(s)) => s,
+            _ => {
                 totals.errors.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 continue;
