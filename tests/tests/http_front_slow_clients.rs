@@ -85,36 +85,13 @@ fn setup(server_extra: &str) -> Option<Setup> {
     })
 }
 
-/// Connections the origin holds now, besides the one asking.
-fn origin_active(origin: &Nginx) -> u64 {
+/// A count of the origin's `stub_status` (`"Active connections:"`: connections it holds;
+/// `"Writing:"`: those it is sending a response on — a response read whole into
+/// http-front's buffer leaves its connection idle in the pool), besides the one asking.
+fn origin_count(origin: &Nginx, key: &str) -> u64 {
     let text = http_get_text(origin.addr(), "/nginx_status").unwrap_or_default();
     let n: u64 = text
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no stub_status from the origin: {text:?}"));
-    n.saturating_sub(1)
-}
-
-/// Waits (bounded) until the origin holds at most `n` connections; what it holds then.
-fn wait_origin_at_most(origin: &Nginx, n: u64, within: Duration) -> u64 {
-    let end = Instant::now() + within;
-    loop {
-        let a = origin_active(origin);
-        if a <= n || Instant::now() > end {
-            return a;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// nginx's `Writing` count (connections it is sending a response on), besides the one asking:
-/// a response read whole into http-front's buffer leaves its connection idle in the pool.
-fn origin_writing(origin: &Nginx) -> u64 {
-    let text = http_get_text(origin.addr(), "/nginx_status").unwrap_or_default();
-    let n: u64 = text
-        .split("Writing:")
+        .split(key)
         .nth(1)
         .and_then(|t| t.split_whitespace().next())
         .and_then(|n| n.parse().ok())
@@ -122,16 +99,31 @@ fn origin_writing(origin: &Nginx) -> u64 {
     n.saturating_sub(1)
 }
 
-/// Waits (bounded) until the origin writes on at most `n` connections; what it writes on then.
-fn wait_writing_at_most(origin: &Nginx, n: u64, within: Duration) -> u64 {
+const ACTIVE: &str = "Active connections:";
+const WRITING: &str = "Writing:";
+
+fn origin_active(origin: &Nginx) -> u64 {
+    origin_count(origin, ACTIVE)
+}
+
+/// Waits (bounded) until the origin's `key` count is at most `n`; the count then.
+fn wait_count_at_most(origin: &Nginx, key: &str, n: u64, within: Duration) -> u64 {
     let end = Instant::now() + within;
     loop {
-        let a = origin_writing(origin);
+        let a = origin_count(origin, key);
         if a <= n || Instant::now() > end {
             return a;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+fn wait_origin_at_most(origin: &Nginx, n: u64, within: Duration) -> u64 {
+    wait_count_at_most(origin, ACTIVE, n, within)
+}
+
+fn wait_writing_at_most(origin: &Nginx, n: u64, within: Duration) -> u64 {
+    wait_count_at_most(origin, WRITING, n, within)
 }
 
 /// Four HTTP/1.1 clients that send `GET path` and read nothing, and an HTTP/2 connection

@@ -123,7 +123,18 @@ fn client(
     src: Ipv4Addr,
     msgs: &[&str],
 ) -> Vec<String> {
-    let fa = front.addr();
+    client_at(mode, front.addr(), host, path, src, msgs)
+}
+
+/// As [`client`], for the front at `fa` (from a thread of its own).
+fn client_at(
+    mode: &str,
+    fa: SocketAddr,
+    host: &str,
+    path: &str,
+    src: Ipv4Addr,
+    msgs: &[&str],
+) -> Vec<String> {
     let mut child = Command::new(PYTHON)
         .arg(script("client.py"))
         .args([
@@ -271,28 +282,8 @@ fn websockets_are_bounded_by_idle_lifetime_blocks_and_the_per_source_limit() {
             let fa = front.addr();
             let mode = if i == 0 { "h1" } else { "h2" };
             std::thread::spawn(move || {
-                let mut child = Command::new(PYTHON)
-                    .arg(script("client.py"))
-                    .args([
-                        mode,
-                        &fa.ip().to_string(),
-                        &fa.port().to_string(),
-                        "a.test",
-                        "/long",
-                        &src.to_string(),
-                        "--",
-                    ])
-                    .args(&long)
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap();
-                let end = Instant::now() + Duration::from_secs(30);
-                while child.try_wait().unwrap().is_none() && Instant::now() < end {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                let _ = child.kill();
-                String::from_utf8_lossy(&child.wait_with_output().unwrap().stdout).into_owned()
+                let msgs: Vec<&str> = long.iter().map(String::as_str).collect();
+                client_at(mode, fa, "a.test", "/long", src, &msgs).join("\n")
             })
         })
         .collect();
