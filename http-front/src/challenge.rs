@@ -68,22 +68,10 @@ impl Keys {
         LOCAL
             .get_or_init(|| {
                 let mut seed = [0u8; 64];
-                getrandom(&mut seed);
+                rand::fill(&mut seed);
                 Keys::from_fleet(&shield::fleet_key::FleetKey::from_bytes(&seed))
             })
             .clone()
-    }
-}
-
-/// Random bytes from the kernel.
-fn getrandom(buf: &mut [u8]) {
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: writes at most `len - got` bytes into the buffer's tail.
-        let n = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
-        if n > 0 {
-            got += n as usize;
-        }
     }
 }
 

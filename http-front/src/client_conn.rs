@@ -321,12 +321,8 @@ async fn serve(
         let cx = make_cx(h2);
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
         drop(snap);
-        if !h2 {
-            let fd = stream.get_ref().0.as_raw_fd();
-            guard.ctl.h1_fd.store(fd, Ordering::Release);
-        }
-        run(cx, stream, h2, b1, b2, life).await;
-        guard.ctl.h1_fd.store(-1, Ordering::Release);
+        let fd = stream.get_ref().0.as_raw_fd();
+        run(cx, stream, fd, h2, b1, b2, life).await;
     } else {
         let h2 = if s.h2c {
             match tokio::time::timeout(head_timeout, is_h2_preface(&stream)).await {
@@ -348,20 +344,19 @@ async fn serve(
         let cx = make_cx(h2);
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
         drop(snap);
-        if !h2 {
-            guard.ctl.h1_fd.store(stream.as_raw_fd(), Ordering::Release);
-        }
-        run(cx, stream, h2, b1, b2, life).await;
-        guard.ctl.h1_fd.store(-1, Ordering::Release);
+        let fd = stream.as_raw_fd();
+        run(cx, stream, fd, h2, b1, b2, life).await;
     }
     // A WebSocket outlives its HTTP/1.1 connection's serving: it keeps the place.
     guard.ctl.tunnels_ended().await;
     drop(guard);
 }
 
+/// Serves the connection `io` (whose socket is `fd`) with hyper until it ends.
 async fn run<I>(
     cx: Arc<ConnCtx>,
     io: I,
+    fd: std::os::fd::RawFd,
     h2: bool,
     b1: hyper::server::conn::http1::Builder,
     b2: hyper::server::conn::http2::Builder<hyper_util::rt::TokioExecutor>,
@@ -381,10 +376,22 @@ async fn run<I>(
         let conn = b2.serve_connection(io, svc);
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
     } else {
+        // The response relay reads what the client acknowledged (`drive` clears it before
+        // the socket closes).
+        cx.ctl.h1_fd.store(fd, Ordering::Release);
         // With upgrades: a WebSocket takes the connection over (its tunnel holds the
         // connection's place in the registry until it ends).
         let conn = b1.serve_connection(TokioIo::new(io), svc).with_upgrades();
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
+    }
+}
+
+/// Clears [`ConnCtl::h1_fd`](crate::conn_registry::ConnCtl) when dropped.
+struct ForgetFd<'a>(&'a crate::conn_registry::ConnCtl);
+
+impl Drop for ForgetFd<'_> {
+    fn drop(&mut self) {
+        self.0.h1_fd.store(-1, Ordering::Release);
     }
 }
 
@@ -427,6 +434,9 @@ where
     let c = &cx.front.counters;
     let ctl = &cx.ctl;
     let mut conn = pin!(conn);
+    // Dropped before `conn` (declared after it): the socket's descriptor is forgotten before
+    // it closes.
+    let _fd = ForgetFd(ctl);
     let start = Instant::now();
     let mut age = pin!(sleep_until(start + life.max_age));
     let mut idle_at = start + life.idle;

@@ -360,11 +360,7 @@ fn rules(
         let now = Now::read();
         let clearance = Clearance::new(
             &f.snap.cfg.challenge_keys,
-            Binding {
-                site: &site.name,
-                ip: cx.ip,
-                version: f.snap.rules_version,
-            },
+            binding(cx, f),
             req.headers(),
             now.unix_ms / 1000,
         );
@@ -434,6 +430,15 @@ fn rules(
     Ok(action)
 }
 
+/// What a request's challenge and clearance are bound to: its site, its client, the rules.
+fn binding<'a>(cx: &ConnCtx, f: &'a Filtered<'_>) -> Binding<'a> {
+    Binding {
+        site: &f.snap.sites.get(f.site_ix).name,
+        ip: cx.ip,
+        version: f.snap.rules_version,
+    }
+}
+
 /// The challenge page for a request that met a challenge rule without a clearance: 403 (what
 /// a client without JavaScript keeps), never cached.
 fn challenge_page(
@@ -474,12 +479,7 @@ fn challenge_page(
 fn challenge_verify(cx: &ConnCtx, f: &Filtered<'_>, req: &Request<Incoming>) -> Response<RespBody> {
     let c = &cx.front.counters;
     let cfg = &f.snap.cfg;
-    let site = f.snap.sites.get(f.site_ix);
-    let binding = Binding {
-        site: &site.name,
-        ip: cx.ip,
-        version: f.snap.rules_version,
-    };
+    let binding = binding(cx, f);
     let q = req.uri().query().unwrap_or("");
     let value = |k| challenge::query_value(q, k).unwrap_or_default();
     let now = shield::clock::unix_ms() / 1000;
@@ -740,12 +740,18 @@ fn bad_path_text(e: target::PathError) -> &'static str {
     }
 }
 
-/// Forwards `job` to its site's upstream; the response, or ours when that fails.
-async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
+/// The request (`parts`, `body`, the upstream's `host`) to `site`: its body read under its
+/// bounds, then the exchange with the HTTP/1.1 or h2c upstream.
+async fn exchange(
+    cx: &ConnCtx,
+    snap: &Snapshot,
+    site: &crate::site::PreparedSite,
+    parts: &mut http::request::Parts,
+    body: Option<Incoming>,
+    host: &mut Option<HeaderValue>,
+) -> Result<Response<RespBody>, ForwardError> {
     let front = &*cx.front;
     let c = &front.counters;
-    let snap = &*job.snap;
-    let site = snap.sites.get(job.site);
     let up = &*site.upstream;
     let fwd = &snap.cfg.forwarded;
     let srv = &snap.cfg.server;
@@ -756,41 +762,7 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
         min_rate: srv.body_min_rate_bytes_per_sec,
         timeout: Duration::from_millis(srv.body_timeout_ms),
     };
-    if let (Some(on), Some(bounds)) = (job.upgrade.take(), site.websocket) {
-        // Boxed: a WebSocket is the rare path, and its future is large.
-        let r = Box::pin(forward::websocket::open(
-            up,
-            &job.parts,
-            *on,
-            job.host.as_ref(),
-            fwd,
-            &site.headers,
-            &cx.client,
-            forward::websocket::Tunnel {
-                ctl: Arc::clone(&cx.ctl),
-                counters: Arc::clone(&front.counters),
-                bounds,
-            },
-        ))
-        .await;
-        return match r {
-            Ok(r) => r,
-            Err(ForwardError::Timeout) => {
-                c.bump(Counter::RespUpstreamTimeout);
-                simple(StatusCode::GATEWAY_TIMEOUT, "upstream timed out\n", false)
-            }
-            Err(_) => {
-                c.bump(Counter::RespUpstreamError);
-                simple(StatusCode::BAD_GATEWAY, "upstream unavailable\n", false)
-            }
-        };
-    }
-    let mut body = ClientBody::new(
-        &front.counters,
-        &front.body_buffered,
-        job.body.take(),
-        limits,
-    );
+    let mut body = ClientBody::new(&front.counters, &front.body_buffered, body, limits);
     // The body is read before the upstream is contacted (up to its buffer): a malformed or
     // slow one never reaches the origin.
     let buffered = if body.is_empty() {
@@ -808,17 +780,17 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
             Err(e) => Err(ForwardError::Body(e)),
         }
     };
-    let result = match buffered {
+    match buffered {
         Err(e) => Err(e),
         Ok(()) if up.is_h2c() => {
-            let parts = std::mem::replace(&mut job.parts, Request::new(()).into_parts().0);
+            let parts = std::mem::replace(parts, Request::new(()).into_parts().0);
             let watch = body.watch();
             let req = Request::from_parts(parts, body);
             // Boxed: the h2c path is the rarer one, and its future is large.
             let r = Box::pin(forward::h2::forward(
                 up,
                 req,
-                job.host.take(),
+                host.take(),
                 fwd,
                 &site.headers,
                 &cx.client,
@@ -832,14 +804,49 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
         Ok(()) => {
             h1::forward(
                 up,
-                &job.parts,
+                parts,
                 &mut body,
-                job.host.as_ref(),
+                host.as_ref(),
                 fwd,
                 &site.headers,
                 &cx.client,
             )
             .await
+        }
+    }
+}
+
+/// Forwards `job` to its site's upstream; the response, or ours when that fails.
+async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
+    let front = &*cx.front;
+    let c = &front.counters;
+    let snap = &*job.snap;
+    let site = snap.sites.get(job.site);
+    let up = &*site.upstream;
+    let fwd = &snap.cfg.forwarded;
+    let srv = &snap.cfg.server;
+    let result = match (job.upgrade.take(), site.websocket) {
+        // Boxed: a WebSocket is the rare path, and its future is large.
+        (Some(on), Some(bounds)) => {
+            Box::pin(forward::websocket::open(
+                up,
+                &job.parts,
+                *on,
+                job.host.as_ref(),
+                fwd,
+                &site.headers,
+                &cx.client,
+                forward::websocket::Tunnel {
+                    ctl: Arc::clone(&cx.ctl),
+                    counters: Arc::clone(&front.counters),
+                    bounds,
+                },
+            ))
+            .await
+        }
+        _ => {
+            let body = job.body.take();
+            exchange(cx, snap, site, &mut job.parts, body, &mut job.host).await
         }
     };
     let resp = match result {

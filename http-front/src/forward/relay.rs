@@ -116,7 +116,7 @@ pub fn relay(
     let (window, reservation) = if now > limits.buffer_total {
         buffered.fetch_sub(want, Ordering::Relaxed);
         counters.bump(Counter::LimitResponseBufferTotal);
-        (STREAM_WINDOW.min(want.max(1)), None)
+        (STREAM_WINDOW.min(want), None)
     } else {
         let r = Reservation {
             total: Arc::clone(buffered),

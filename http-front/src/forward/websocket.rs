@@ -120,8 +120,7 @@ pub async fn open(
         }
     };
     let deadline = Instant::now() + up.cfg.connect_timeout + up.cfg.response_timeout;
-    let timed = |f| tokio::time::timeout_at(deadline, f);
-    let mut conn = match timed(Box::pin(up.connect_h1(client))).await {
+    let mut conn = match tokio::time::timeout_at(deadline, Box::pin(up.connect_h1(client))).await {
         Ok(Ok(c)) => c,
         _ => {
             tracing::debug!(upstream = %up.cfg.name, "no upstream connection for a WebSocket");
@@ -174,15 +173,12 @@ pub async fn open(
     };
     let h = r.headers_mut();
     if !h2 {
-        let client_key = parts
-            .headers
-            .get(header::SEC_WEBSOCKET_KEY)
-            .map_or(&b""[..], |k| k.as_bytes());
+        // The client's key is the one the origin answered to: the same accept.
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         h.insert(
             header::SEC_WEBSOCKET_ACCEPT,
-            HeaderValue::from_str(&accept_of(client_key)).expect("base64 is a header value"),
+            HeaderValue::from_str(&expected).expect("base64 is a header value"),
         );
     }
     for name in [
