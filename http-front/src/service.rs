@@ -388,6 +388,9 @@ fn rules(
         if clearance.asked() == Some(true) {
             c.bump(Counter::ChallengeCleared);
         }
+        if clearance.over_bound() {
+            c.bump(Counter::LimitClearanceCookies);
+        }
         match v.action {
             Action::Pass => c.bump(Counter::VerdictPass),
             Action::Allow => {

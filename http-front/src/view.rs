@@ -16,6 +16,8 @@ pub struct Clearance<'a> {
     headers: &'a HeaderMap,
     now_secs: u64,
     memo: Cell<Option<bool>>,
+    /// More clearance cookies came than are checked.
+    over: Cell<bool>,
 }
 
 /// Clearance cookies checked per request at most (each costs an HMAC).
@@ -35,6 +37,7 @@ impl<'a> Clearance<'a> {
             headers,
             now_secs,
             memo: Cell::new(None),
+            over: Cell::new(false),
         }
     }
 
@@ -43,11 +46,25 @@ impl<'a> Clearance<'a> {
         if let Some(v) = self.memo.get() {
             return v;
         }
-        let v = challenge::cookie_values(self.headers, challenge::COOKIE)
-            .take(MAX_COOKIES_CHECKED)
-            .any(|c| challenge::clearance_valid(self.keys, &self.binding, c, self.now_secs));
+        let mut v = false;
+        for (i, c) in challenge::cookie_values(self.headers, challenge::COOKIE).enumerate() {
+            if i == MAX_COOKIES_CHECKED {
+                self.over.set(true);
+                break;
+            }
+            if challenge::clearance_valid(self.keys, &self.binding, c, self.now_secs) {
+                v = true;
+                break;
+            }
+        }
         self.memo.set(Some(v));
         v
+    }
+
+    /// True when the request carried more clearance cookies than are checked (those past
+    /// the bound were not).
+    pub fn over_bound(&self) -> bool {
+        self.over.get()
     }
 
     /// What the clearance is bound to.

@@ -236,10 +236,18 @@ fn curl_replays_forgeries_and_other_prefixes_never_reach_the_origin() {
         "/x",
         Some(&format!("other={value}"))
     )));
+    // Four clearance cookies at most are checked: a good one after four bogus ones is not
+    // (each costs an HMAC), and the bound is counted.
+    let bogus = format!("{name}={exp}.{}", "0".repeat(32));
+    let many = format!("{bogus}; {bogus}; {bogus}; {bogus}; {cookie}");
+    assert!(is_page(&get(&a, src, "/x", Some(&many))));
+    assert!(a.metric("http_front_limit_hits_total{limit=\"clearance_cookies\"}") >= 1);
+    let few = format!("{bogus}; {bogus}; {bogus}; {cookie}");
+    assert_eq!(get(&a, src, "/x", Some(&few)).status, 200);
     // A clearance never passes a deny.
     let denied = get(&a, src, "/admin", Some(&cookie));
     assert_eq!((denied.status, denied.body.as_str()), (403, "forbidden\n"));
-    assert_eq!(origin.requests(), 3);
+    assert_eq!(origin.requests(), 4);
 
     // A solution for one /24 is refused from another; a wrong nonce is refused.
     let page = get(&a, src, "/", None);
@@ -296,7 +304,7 @@ fn curl_replays_forgeries_and_other_prefixes_never_reach_the_origin() {
     assert!(a.reload());
     assert!(is_page(&get(&a, src, "/x", Some(&cookie))));
     assert_eq!(get(&b, src, "/x", Some(&cookie)).status, 200);
-    assert_eq!(origin.requests(), 4);
+    assert_eq!(origin.requests(), 5);
 }
 
 #[test]
