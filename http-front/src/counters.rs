@@ -22,6 +22,11 @@ counters! {
     ConnBlocked => ("connections_total", "event", "blocked_at_accept"),
     ConnTlsFailed => ("connections_total", "event", "tls_handshake_failed"),
     ConnErrors => ("connections_total", "event", "protocol_error"),
+    TlsCertBySni => ("tls_handshake_certs_total", "cert", "sni"),
+    TlsCertDefault => ("tls_handshake_certs_total", "cert", "default"),
+    TlsCertRefused => ("tls_handshake_certs_total", "cert", "refused"),
+    TlsCertsRead => ("tls_cert_pairs_read_total", "result", "ok"),
+    TlsCertErrors => ("tls_cert_pairs_read_total", "result", "refused"),
     ConnAcceptErrors => ("connections_total", "event", "accept_error"),
     ConnProxied => ("connections_total", "event", "proxied"),
     ProxyMalformed => ("proxy_headers_refused_total", "cause", "malformed"),
@@ -214,6 +219,12 @@ fn help_of(fam: &str) -> &'static str {
         "challenges_total" => {
             "Challenges: pages issued, solutions accepted (a clearance set) or refused, and requests a clearance let through a challenge rule."
         }
+        "tls_handshake_certs_total" => {
+            "TLS handshakes by the certificate chosen: by the server name, the default (no or an unknown name), or none (refused)."
+        }
+        "tls_cert_pairs_read_total" => {
+            "Certificate pairs read from disk (start, reload, cert_dir), and those refused (a bad file: the old pair keeps serving)."
+        }
         "proxy_headers_refused_total" => {
             "Connections of a listed proxy closed for want of a valid PROXY header, by cause."
         }
@@ -291,7 +302,9 @@ fn family_name(fam: &str) -> &'static str {
         "proxy_headers_refused_total",
         "challenges_total",
         "websockets_total",
-        "websockets_closed_total"
+        "websockets_closed_total",
+        "tls_handshake_certs_total",
+        "tls_cert_pairs_read_total"
     )
 }
 

@@ -14,6 +14,8 @@ use shield::events::{Aggregator, Flusher, SinkWriter};
 use shield::rules::{Prepared, RuleSet, RuleState};
 use tokio_rustls::TlsAcceptor;
 
+use crate::tls::certs::Resolver;
+
 use crate::access_log::{self, AccessLogger, AccessRecord};
 use crate::config::{Config, ConfigError, Loaded, Output};
 use crate::conn_registry::Registry;
@@ -52,6 +54,8 @@ pub struct Snapshot {
     pub upstreams: Vec<Arc<Upstream>>,
     /// TLS acceptor for the TLS listeners.
     pub tls: Option<TlsAcceptor>,
+    /// Its certificates by server name (kept for the next reload and `ctl certs`).
+    pub certs: Option<Arc<Resolver>>,
     /// HTTP/1.1 connection settings.
     pub h1: http1::Builder,
     /// HTTP/2 connection settings.
@@ -71,11 +75,12 @@ impl std::fmt::Debug for Snapshot {
 }
 
 impl Snapshot {
-    /// Prepares `cfg` (with `rules` for which tenants have any); reuses `prev`'s upstreams whose settings did not change.
+    /// Prepares `cfg` (with `rules` for which tenants have any, `certs` for the TLS
+    /// listeners); reuses `prev`'s upstreams whose settings did not change.
     pub fn build(
         cfg: Config,
         rules: &Prepared,
-        tls: Option<Arc<rustls::ServerConfig>>,
+        certs: Option<Arc<Resolver>>,
         prev: Option<&Snapshot>,
     ) -> Snapshot {
         let upstreams: Vec<Arc<Upstream>> = cfg
@@ -129,7 +134,10 @@ impl Snapshot {
         Snapshot {
             sites,
             upstreams,
-            tls: tls.map(TlsAcceptor::from),
+            tls: certs
+                .clone()
+                .map(|r| TlsAcceptor::from(crate::tls::server_config(r))),
+            certs,
             h1,
             h2,
             sample_period,
@@ -193,6 +201,33 @@ impl std::fmt::Debug for Front {
             .field("config", &self.config_path)
             .finish_non_exhaustive()
     }
+}
+
+/// The certificate index of `cfg`'s `[tls]`: at start (`prev` none) `cert_dir` is listed, not
+/// read; on reload its new and changed pairs are read now.
+fn prepare_certs(
+    cfg: &Config,
+    fixed: &crate::tls::certs::Fixed,
+    prev: Option<&Resolver>,
+    counters: &Arc<Counters>,
+) -> crate::tls::certs::Built {
+    let t = cfg.tls.as_ref();
+    let built = crate::tls::certs::build(
+        fixed,
+        crate::tls::certs::Options {
+            cert_dir: t.and_then(|t| t.cert_dir.as_deref()),
+            refuse_unknown: t.is_some_and(|t| t.unknown_sni == crate::config::UnknownSni::Refuse),
+            read_now: prev.is_some(),
+        },
+        prev,
+        Arc::clone(counters),
+    );
+    if prev.is_none() {
+        for w in &built.warnings {
+            tracing::warn!("{w}");
+        }
+    }
+    built
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -267,8 +302,13 @@ impl Front {
         let state = RuleState::new(&cfg.rules_state, Some(Arc::clone(&blocks)));
         let conn_tenant = AtomicU32::new(cfg.events.connection_tenant);
         let config_path = cfg.path.clone();
+        let certs = tls.map(|fixed| {
+            let built = prepare_certs(&cfg, &fixed, None, &counters);
+            crate::tls::certs::read_in_background(built.unread, Arc::clone(&counters));
+            built.resolver
+        });
         let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::build(
-            cfg, &rules, tls, None,
+            cfg, &rules, certs, None,
         )));
         let rules = Arc::new(RuleSet::new(rules, state));
         let registry = Arc::new(Registry::default());
@@ -381,12 +421,17 @@ impl Front {
             tracing::warn!(keys = ?ignored, "these settings change only at restart; keeping the running ones");
         }
         let Loaded { config, rules, tls } = loaded;
-        for w in &config.warnings {
+        let mut warnings = config.warnings.clone();
+        let certs = tls.map(|fixed| {
+            let built = prepare_certs(&config, &fixed, prev.certs.as_deref(), &self.counters);
+            warnings.extend(built.warnings);
+            built.resolver
+        });
+        for w in &warnings {
             tracing::warn!("{w}");
         }
-        let warnings = config.warnings.clone();
         crate::policy::install(&self.blocks, &config, &rules);
-        let snap = Snapshot::build(config, &rules, tls, Some(&prev));
+        let snap = Snapshot::build(config, &rules, certs, Some(&prev));
         self.conn_tenant
             .store(snap.cfg.events.connection_tenant, Ordering::Relaxed);
         self.rules.store(rules);

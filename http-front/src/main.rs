@@ -122,8 +122,33 @@ fn main() -> ExitCode {
         }
     }
     if args.check {
+        let mut certs = String::new();
+        if let (Some(t), Some(fixed)) = (&loaded.config.tls, &loaded.tls) {
+            // Every pair of cert_dir read now (the daemon reads them after its listeners open).
+            let t0 = std::time::Instant::now();
+            let counters = std::sync::Arc::new(http_front::counters::Counters::default());
+            let built = http_front::tls::certs::build(
+                fixed,
+                http_front::tls::certs::Options {
+                    cert_dir: t.cert_dir.as_deref(),
+                    refuse_unknown: true,
+                    read_now: true,
+                },
+                None,
+                std::sync::Arc::clone(&counters),
+            );
+            for w in &built.warnings {
+                eprintln!("warning: {w}");
+            }
+            let (names, _) = built.resolver.stats();
+            certs = format!(
+                ", {names} certificate names, {} pairs read in {} ms",
+                counters.get(http_front::counters::Counter::TlsCertsRead),
+                t0.elapsed().as_millis()
+            );
+        }
         println!(
-            "{}: ok ({} sites, {} upstreams, {} tenants with rules)",
+            "{}: ok ({} sites, {} upstreams, {} tenants with rules{certs})",
             config.display(),
             loaded.config.sites.len(),
             loaded.config.upstreams.len(),

@@ -192,7 +192,7 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
     Ok(front)
 }
 
-/// The commands of `http-front ctl`: block (add, del, list, import), stats, status, reload.
+/// The commands of `http-front ctl`: block (add, del, list, import), stats, status, reload, certs.
 async fn control(
     front: &Arc<Front>,
     args: &[String],
@@ -230,6 +230,10 @@ async fn control(
                 Err(e) => Reply::err(format!("reload: {e}\n")),
             }
         }
+        ["certs"] => match &front.snapshot().certs {
+            Some(r) => Reply::ok(r.describe()),
+            None => Reply::err("no [tls] section: no certificates\n".to_string()),
+        },
         ["help"] => Reply::ok(CTL_HELP),
         _ => Reply::err(format!("unknown command {:?}\n{CTL_HELP}", args.join(" "))),
     }
@@ -243,6 +247,7 @@ pub const CTL_HELP: &str = concat!(
                                       block policy and its never-block set with sources
   reload                              re-read the config and the rules (refused: the running ones stay)
   stats                               every counter (the /metrics samples, one per line)
+  certs                               TLS certificates by server name: expiry, issuer, file
 ",
     shield::block_help!(),
     "  help                                this list

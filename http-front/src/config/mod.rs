@@ -49,8 +49,10 @@
 //!
 //! [tls]                           # optional; ALPN h2, http/1.1
 //! listen = ["0.0.0.0:443"]
-//! cert = "cert.pem"
+//! cert = "cert.pem"               # the default pair (no or an unknown server name); NAME.ocsp beside it is stapled
 //! key = "key.pem"
+//! cert_dir = "certs"              # NAME.crt + NAME.key (+ NAME.ocsp) per host; _wildcard.NAME.crt for *.NAME
+//! unknown_sni = "default"         # or "refuse"; "refuse" when there is no cert
 //!
 //! [forwarded]
 //! x_forwarded = true              # X-Forwarded-For/-Proto/-Host
@@ -101,7 +103,7 @@
 //! listen = "127.0.0.1:9180"       # optional: /metrics
 //!
 //! [control]
-//! socket = "/run/palisade/http-front.sock"   # optional: http-front ctl (block, stats, status, reload)
+//! socket = "/run/palisade/http-front.sock"   # optional: http-front ctl (block, stats, status, reload, certs)
 //!
 //! [[upstream]]
 //! name = "app"
@@ -128,6 +130,8 @@
 //! websocket = false               # proxy WebSocket (HTTP/1.1 Upgrade, HTTP/2 extended CONNECT)
 //! websocket_idle_ms = 60000       # a WebSocket with no byte either way for this long: closed
 //! websocket_max_secs = 86400      # a WebSocket open this long: closed
+//! cert = "example.com.crt"        # this site's pair for its hosts over TLS (wins over cert_dir)
+//! key = "example.com.key"
 //! ```
 
 use std::net::SocketAddr;
@@ -200,7 +204,7 @@ mod upstream;
 mod values;
 
 use sections::*;
-pub use sections::{AccessLog, Challenge, Forwarded};
+pub use sections::{AccessLog, Challenge, Forwarded, UnknownSni};
 pub use server::{Http2, Limits, Server};
 pub use shield::events::{EventsConfig as Events, Output};
 use site::*;
@@ -250,15 +254,17 @@ struct FileSchema {
 // ---------------------------------------------------------------------------------------------
 // The checked configuration.
 
-/// `[tls]`, checked: the files exist and were read at load time.
+/// `[tls]`, checked: the pairs it names were read at load time, `cert_dir` is a directory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tls {
     /// TLS listeners. Start-time only.
     pub listen: Vec<SocketAddr>,
-    /// Certificate chain (PEM).
-    pub cert: PathBuf,
-    /// Private key (PEM).
-    pub key: PathBuf,
+    /// The default pair: certificate chain and private key (PEM).
+    pub cert: Option<(PathBuf, PathBuf)>,
+    /// Pairs by host name (see [`crate::tls::certs`]).
+    pub cert_dir: Option<PathBuf>,
+    /// What a handshake without a known server name gets.
+    pub unknown_sni: UnknownSni,
 }
 
 /// One `[[upstream]]`.
@@ -374,8 +380,8 @@ pub struct Loaded {
     pub config: Config,
     /// The rules compiled from `[rules] file` (empty rules without one).
     pub rules: shield::rules::Prepared,
-    /// The rustls server settings from `[tls]`.
-    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// The pairs `[tls]` and the sites name, read (`cert_dir` is read by the front).
+    pub tls: Option<crate::tls::certs::Fixed>,
 }
 
 impl Config {
@@ -541,25 +547,120 @@ impl Config {
             }
         };
 
-        let (tls, tls_config) = match &f.tls {
-            None => (None, None),
+        let (tls, tls_fixed) = match &f.tls {
+            None => {
+                if let Some((i, s)) = f.site.iter().enumerate().find(|(_, s)| s.cert.is_some()) {
+                    return Err(at(
+                        s.cert.as_ref().map(|c| c.span()),
+                        &format!("site[{i}].cert"),
+                        "a site's certificate needs a [tls] section with listeners".into(),
+                    ));
+                }
+                (None, None)
+            }
             Some(t) => {
                 if t.listen.is_empty() {
                     return Err(at(None, "tls.listen", "needs at least one address".into()));
                 }
-                let tls = Tls {
-                    listen: t.listen.clone(),
-                    cert: abs(t.cert.get_ref()),
-                    key: abs(t.key.get_ref()),
-                };
-                let sc = crate::tls::server_config(&tls.cert, &tls.key).map_err(|e| {
-                    let (span, key) = match e.which {
-                        crate::tls::Which::Cert => (t.cert.span(), "tls.cert"),
-                        crate::tls::Which::Key => (t.key.span(), "tls.key"),
+                let mut fixed = crate::tls::certs::Fixed::default();
+                let load =
+                    |c: &toml::Spanned<PathBuf>, k: &toml::Spanned<PathBuf>, keys: (&str, &str)| {
+                        let (cp, kp) = (abs(c.get_ref()), abs(k.get_ref()));
+                        crate::tls::load_pair(&cp, &kp)
+                            .map(|ck| (std::sync::Arc::new(ck), cp.clone(), kp.clone()))
+                            .map_err(|e| {
+                                let (span, key) = match e.which {
+                                    crate::tls::Which::Cert | crate::tls::Which::Ocsp => {
+                                        (c.span(), keys.0)
+                                    }
+                                    crate::tls::Which::Key => (k.span(), keys.1),
+                                };
+                                at(Some(span), key, e.to_string())
+                            })
                     };
-                    at(Some(span), key, e.to_string())
-                })?;
-                (Some(tls), Some(sc))
+                let cert = match (&t.cert, &t.key) {
+                    (None, None) => None,
+                    (Some(c), None) => {
+                        return Err(at(Some(c.span()), "tls.key", "cert needs a key".into()));
+                    }
+                    (None, Some(k)) => {
+                        return Err(at(Some(k.span()), "tls.cert", "key needs a cert".into()));
+                    }
+                    (Some(c), Some(k)) => {
+                        let (ck, cp, kp) = load(c, k, ("tls.cert", "tls.key"))?;
+                        fixed.default = Some(ck);
+                        Some((cp, kp))
+                    }
+                };
+                for (i, s) in f.site.iter().enumerate() {
+                    let keys = (format!("site[{i}].cert"), format!("site[{i}].key"));
+                    match (&s.cert, &s.key) {
+                        (None, None) => {}
+                        (Some(c), None) => {
+                            return Err(at(Some(c.span()), &keys.1, "cert needs a key".into()));
+                        }
+                        (None, Some(k)) => {
+                            return Err(at(Some(k.span()), &keys.0, "key needs a cert".into()));
+                        }
+                        (Some(c), Some(k)) => {
+                            let (ck, _, _) = load(c, k, (&keys.0, &keys.1))?;
+                            for h in &s.hosts {
+                                let host = h.get_ref().trim().to_ascii_lowercase();
+                                if host == "*" {
+                                    return Err(at(
+                                        Some(c.span()),
+                                        &keys.0,
+                                        "a site for any host (\"*\") cannot name a certificate: that is [tls] cert".into(),
+                                    ));
+                                }
+                                fixed.sites.push((host, std::sync::Arc::clone(&ck)));
+                            }
+                        }
+                    }
+                }
+                let cert_dir = match &t.cert_dir {
+                    None => None,
+                    Some(d) => {
+                        let p = abs(d.get_ref());
+                        if !p.is_dir() {
+                            return Err(at(
+                                Some(d.span()),
+                                "tls.cert_dir",
+                                format!("{}: not a directory", p.display()),
+                            ));
+                        }
+                        Some(p)
+                    }
+                };
+                if cert.is_none() && cert_dir.is_none() && fixed.sites.is_empty() {
+                    return Err(at(
+                        None,
+                        "tls",
+                        "no certificate: give cert and key, cert_dir, or a site's cert and key"
+                            .into(),
+                    ));
+                }
+                let unknown_sni = match &t.unknown_sni {
+                    Some(u) if *u.get_ref() == UnknownSni::Default && cert.is_none() => {
+                        return Err(at(
+                            Some(u.span()),
+                            "tls.unknown_sni",
+                            "\"default\" needs the default pair: tls.cert and tls.key".into(),
+                        ));
+                    }
+                    Some(u) => *u.get_ref(),
+                    None if cert.is_some() => UnknownSni::Default,
+                    None => UnknownSni::Refuse,
+                };
+                (
+                    Some(Tls {
+                        listen: t.listen.clone(),
+                        cert,
+                        cert_dir,
+                        unknown_sni,
+                    }),
+                    Some(fixed),
+                )
             }
         };
 
@@ -661,7 +762,7 @@ impl Config {
         Ok(Loaded {
             config,
             rules: prepared,
-            tls: tls_config,
+            tls: tls_fixed,
         })
     }
 

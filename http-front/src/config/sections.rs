@@ -15,8 +15,24 @@ use toml::Spanned;
 #[serde(deny_unknown_fields)]
 pub(super) struct TlsSchema {
     pub(super) listen: Vec<SocketAddr>,
-    pub(super) cert: Spanned<PathBuf>,
-    pub(super) key: Spanned<PathBuf>,
+    #[serde(default)]
+    pub(super) cert: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    pub(super) key: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    pub(super) cert_dir: Option<Spanned<PathBuf>>,
+    #[serde(default)]
+    pub(super) unknown_sni: Option<Spanned<UnknownSni>>,
+}
+
+/// `[tls] unknown_sni`: what a handshake without a known server name gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownSni {
+    /// The `[tls] cert` pair.
+    Default,
+    /// No certificate: the handshake fails.
+    Refuse,
 }
 
 /// `[forwarded]`: what the proxy tells the upstream about the client.

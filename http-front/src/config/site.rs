@@ -44,6 +44,10 @@ pub(super) struct SiteSchema {
         deserialize_with = "range::<1, 2592000, _>"
     )]
     pub(super) websocket_max_secs: u64,
+    #[serde(default)]
+    pub(super) cert: Option<Spanned<std::path::PathBuf>>,
+    #[serde(default)]
+    pub(super) key: Option<Spanned<std::path::PathBuf>>,
 }
 
 fn d_websocket_idle_ms() -> u64 {
