@@ -337,6 +337,7 @@ impl Front {
         );
         metrics.register("syn_filter", syn_filter.clone());
         metrics.register("stalls", Arc::new(crate::sources::Stalls));
+        metrics.register("upstream_tls", Arc::new(crate::tls::origin::OriginTlsStats));
         metrics.register("log", Arc::new(shield::logging::LogMetrics));
         metrics.register("blockmap", blocks.clone());
         metrics.register("rules", rules.clone());

@@ -785,7 +785,7 @@ async fn exchange(
     };
     match buffered {
         Err(e) => Err(e),
-        Ok(()) if up.is_h2c() => {
+        Ok(()) if up.is_h2() => {
             let parts = std::mem::replace(parts, Request::new(()).into_parts().0);
             let watch = body.watch();
             let req = Request::from_parts(parts, body);

@@ -30,6 +30,12 @@ impl Nginx {
     /// Starts nginx with `servers` (whole `server { … }` blocks in which `{LISTEN}` stands for
     /// the address it gets); `None`, after a skip line, when nginx is not installed.
     pub fn start(servers: &str) -> Option<Nginx> {
+        Self::start_with(|_| servers.to_string())
+    }
+
+    /// As [`Nginx::start`], with the `server` blocks made by `servers` for the address nginx
+    /// gets (before it starts: a test may write certificates naming that address).
+    pub fn start_with(servers: impl Fn(SocketAddr) -> String) -> Option<Nginx> {
         let Some(bin) = crate::find_program("nginx") else {
             crate::skipped("nginx is not installed");
             return None;
@@ -52,7 +58,7 @@ impl Nginx {
                  client_body_temp_path {d}/body;\n    proxy_temp_path {d}/proxy;\n\
                  fastcgi_temp_path {d}/fastcgi;\n    uwsgi_temp_path {d}/uwsgi;\n\
                  scgi_temp_path {d}/scgi;\n    keepalive_requests 100000;\n{}\n}}\n",
-                servers.replace("{LISTEN}", &addr.to_string())
+                servers(addr).replace("{LISTEN}", &addr.to_string())
             );
             let path = dir.path().join("nginx.conf");
             std::fs::write(&path, conf).expect("write nginx.conf");

@@ -84,6 +84,18 @@ impl Ca {
     }
 }
 
+/// A self-signed certificate for `names`, signed by no authority.
+pub fn self_signed(names: &[&str]) -> Pair {
+    let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        .expect("params");
+    let key = KeyPair::generate().expect("key");
+    let cert = params.self_signed(&key).expect("self-sign");
+    Pair {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    }
+}
+
 /// What a server showed in a handshake.
 #[derive(Clone, Debug, Default)]
 pub struct Seen {

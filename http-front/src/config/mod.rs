@@ -108,7 +108,11 @@
 //! [[upstream]]
 //! name = "app"
 //! servers = ["127.0.0.1:9000"]
-//! protocol = "http1"              # or "h2c"
+//! protocol = "http1"              # or "h2c"; over TLS: "https" (HTTP/1.1) or "h2" (ALPN h2)
+//! # ca_file = "origin-ca.pem"     # TLS: roots the origin is verified against (default: the system's)
+//! # tls_server_name = "origin.example.com"  # TLS: SNI and the name verified (default: each server's address)
+//! # client_cert = "edge.crt"      # TLS: our certificate, for origins that accept only the edge
+//! # client_key = "edge.key"
 //! connect_timeout_ms = 2000
 //! response_timeout_ms = 30000       # until the response head; then each wait for more body
 //! pool_idle_timeout_ms = 60000
@@ -274,7 +278,7 @@ pub struct Upstream {
     pub name: String,
     /// Servers, connected to in turn.
     pub servers: Vec<SocketAddr>,
-    /// HTTP/1.1 or h2c.
+    /// HTTP/1.1 or HTTP/2, in cleartext or over TLS.
     pub protocol: UpstreamProtocol,
     /// Connect timeout.
     pub connect_timeout: Duration,
@@ -288,6 +292,8 @@ pub struct Upstream {
     /// A PROXY protocol header starts each connection: connections are then one client's
     /// (never pooled, as haproxy keeps them private).
     pub send_proxy: Option<SendProxy>,
+    /// TLS settings of `https` and `h2` upstreams.
+    pub tls: Option<crate::tls::origin::OriginTls>,
 }
 
 /// One `[[site]]`: a tenant's hosts, its upstream and its rules.
@@ -444,7 +450,79 @@ impl Config {
                     "needs at least one server address".into(),
                 ));
             }
+            let key = |k: &str| format!("upstream[{i}].{k}");
+            let tls = match u
+                .protocol
+                .is_tls()
+                .then_some(u.protocol == UpstreamProtocol::H2)
+            {
+                None => {
+                    let given = [
+                        ("ca_file", u.ca_file.as_ref().map(|s| s.span())),
+                        (
+                            "tls_server_name",
+                            u.tls_server_name.as_ref().map(|s| s.span()),
+                        ),
+                        ("client_cert", u.client_cert.as_ref().map(|s| s.span())),
+                        ("client_key", u.client_key.as_ref().map(|s| s.span())),
+                    ];
+                    if let Some((k, span)) = given.into_iter().find(|(_, s)| s.is_some()) {
+                        return Err(at(
+                            span,
+                            &key(k),
+                            format!("{k} is for TLS upstreams: protocol = \"https\" or \"h2\""),
+                        ));
+                    }
+                    None
+                }
+                Some(h2) => {
+                    let client = match (&u.client_cert, &u.client_key) {
+                        (None, None) => None,
+                        (Some(c), Some(k)) => Some((abs(c.get_ref()), abs(k.get_ref()))),
+                        (Some(c), None) => {
+                            return Err(at(
+                                Some(c.span()),
+                                &key("client_key"),
+                                "client_cert needs a client_key".into(),
+                            ));
+                        }
+                        (None, Some(k)) => {
+                            return Err(at(
+                                Some(k.span()),
+                                &key("client_cert"),
+                                "client_key needs a client_cert".into(),
+                            ));
+                        }
+                    };
+                    let ca = u.ca_file.as_ref().map(|c| abs(c.get_ref()));
+                    let t = crate::tls::origin::OriginTls::build(
+                        h2,
+                        u.tls_server_name.as_ref().map(|n| n.get_ref().as_str()),
+                        ca.as_deref(),
+                        client.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
+                    )
+                    .map_err(|(k, msg)| {
+                        use crate::tls::origin::Key;
+                        let (name, span) = match k {
+                            Key::CaFile => ("ca_file", u.ca_file.as_ref().map(|s| s.span())),
+                            Key::ClientCert => {
+                                ("client_cert", u.client_cert.as_ref().map(|s| s.span()))
+                            }
+                            Key::ClientKey => {
+                                ("client_key", u.client_key.as_ref().map(|s| s.span()))
+                            }
+                            Key::ServerName => (
+                                "tls_server_name",
+                                u.tls_server_name.as_ref().map(|s| s.span()),
+                            ),
+                        };
+                        at(span, &key(name), msg)
+                    })?;
+                    Some(t)
+                }
+            };
             upstreams.push(Upstream {
+                tls,
                 name,
                 servers: u.servers.get_ref().clone(),
                 protocol: u.protocol,
@@ -455,12 +533,12 @@ impl Config {
                 send_proxy: u.send_proxy.as_ref().map(|v| *v.get_ref()),
             });
             if let Some(sp) = &u.send_proxy
-                && u.protocol == UpstreamProtocol::H2c
+                && u.protocol.is_h2()
             {
                 return Err(at(
                     Some(sp.span()),
                     &format!("upstream[{i}].send_proxy"),
-                    "an h2c connection carries many clients' requests; send_proxy needs protocol = \"http1\"".into(),
+                    "an HTTP/2 connection carries many clients' requests; send_proxy needs protocol = \"http1\" or \"https\"".into(),
                 ));
             }
         }

@@ -16,6 +16,22 @@ pub enum UpstreamProtocol {
     Http1,
     /// HTTP/2 over cleartext by prior knowledge, multiplexed.
     H2c,
+    /// HTTP/1.1 over TLS, pooled.
+    Https,
+    /// HTTP/2 over TLS (ALPN `h2`), multiplexed.
+    H2,
+}
+
+impl UpstreamProtocol {
+    /// Whether requests go out over HTTP/2 (one multiplexed connection per worker).
+    pub fn is_h2(self) -> bool {
+        matches!(self, UpstreamProtocol::H2c | UpstreamProtocol::H2)
+    }
+
+    /// Whether it runs over TLS.
+    pub fn is_tls(self) -> bool {
+        matches!(self, UpstreamProtocol::Https | UpstreamProtocol::H2)
+    }
 }
 
 /// The PROXY protocol header sent at the start of each upstream connection.
@@ -48,6 +64,14 @@ pub(super) struct UpstreamSchema {
     pub(super) pool_max_idle: usize,
     #[serde(default)]
     pub(super) send_proxy: Option<Spanned<SendProxy>>,
+    #[serde(default)]
+    pub(super) ca_file: Option<Spanned<std::path::PathBuf>>,
+    #[serde(default)]
+    pub(super) tls_server_name: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) client_cert: Option<Spanned<std::path::PathBuf>>,
+    #[serde(default)]
+    pub(super) client_key: Option<Spanned<std::path::PathBuf>>,
 }
 
 pub(super) fn d_connect() -> u64 {
@@ -74,6 +98,8 @@ impl fmt::Display for UpstreamProtocol {
         f.write_str(match self {
             UpstreamProtocol::Http1 => "http1",
             UpstreamProtocol::H2c => "h2c",
+            UpstreamProtocol::Https => "https",
+            UpstreamProtocol::H2 => "h2",
         })
     }
 }

@@ -25,7 +25,6 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Response, StatusCode};
 use hyper::body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use super::reqbody::ClientBody;
@@ -400,7 +399,7 @@ fn parse_head(rbuf: &mut BytesMut, head_req: bool) -> Result<Option<Head>, BadRe
 
 /// One read from `io` into `buf`'s free space (made at least [`MIN_READ`]); 0 at EOF.
 fn poll_fill(
-    io: &mut TcpStream,
+    io: &mut super::upstream::UpIo,
     buf: &mut BytesMut,
     cx: &mut Context<'_>,
 ) -> Poll<io::Result<usize>> {
@@ -1068,7 +1067,9 @@ mod tests {
         step: usize,
     ) -> (Result<Vec<u8>, String>, bool) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let io = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let io = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
         let (mut s, _) = l.accept().await.unwrap();
         let writer = tokio::spawn(async move {
             for c in wire.chunks(step) {
@@ -1089,10 +1090,11 @@ mod tests {
             pool_idle_timeout: std::time::Duration::from_secs(60),
             pool_max_idle: 4,
             send_proxy: None,
+            tls: None,
         });
         assert!(up.checkout().is_none());
         let conn = Conn {
-            io,
+            io: crate::forward::upstream::UpIo::Plain(io),
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
         };
@@ -1149,7 +1151,9 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_stalled_body_fails_and_the_connection_is_closed() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let io = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let io = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
         let (mut s, _) = l.accept().await.unwrap();
         s.write_all(b"5\r\nhel").await.unwrap();
         let up = Upstream::new(&crate::config::Upstream {
@@ -1161,9 +1165,10 @@ mod tests {
             pool_idle_timeout: std::time::Duration::from_secs(60),
             pool_max_idle: 4,
             send_proxy: None,
+            tls: None,
         });
         let conn = Conn {
-            io,
+            io: crate::forward::upstream::UpIo::Plain(io),
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
         };

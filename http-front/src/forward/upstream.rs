@@ -9,9 +9,11 @@
 //! each worker runs at most once a second as connections come back, and [`sweep_loop`]). A connection that errors, or whose
 //! response said it is not reusable, is never returned.
 //!
-//! h2c upstreams keep one multiplexed hyper connection per worker thread (its task spawned from
-//! that worker), replaced when it closes. New connections dial the upstream's servers in
-//! turn, each within the connect timeout.
+//! HTTP/2 upstreams (h2c, h2) keep one multiplexed hyper connection per worker thread (its
+//! task spawned from that worker), replaced when it closes. New connections dial the
+//! upstream's servers in turn, each within the connect timeout; `https` and `h2` upstreams
+//! then shake hands under the same timeout, with the upstream's own settings and session
+//! cache ([`crate::tls::origin`]), a failure counted by cause and never retried in cleartext.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -26,9 +28,17 @@ use http::Uri;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpStream;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use crate::config::{self, UpstreamProtocol};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::tls::origin::{Cause, count_handshake};
+
+use crate::config;
 
 /// The body type sent to h2c upstreams: the client's body, under its bounds ([`crate::forward::reqbody`]).
 pub type UpBody = crate::forward::reqbody::ClientBody;
@@ -57,10 +67,88 @@ pub(crate) struct PoolKey {
     max_idle: usize,
 }
 
+/// The bytes of an upstream connection: cleartext, or TLS over it.
+#[derive(Debug)]
+pub(crate) enum UpIo {
+    /// `http1`, `h2c`.
+    Plain(TcpStream),
+    /// `https`, `h2`.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl UpIo {
+    /// The TCP connection under it.
+    #[cfg(test)]
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        match self {
+            UpIo::Plain(s) => s,
+            UpIo::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
+impl AsyncRead for UpIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            UpIo::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            UpIo::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            UpIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpIo::Plain(s) => s.is_write_vectored(),
+            UpIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            UpIo::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpIo::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            UpIo::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
 /// An HTTP/1.1 connection to an upstream server, with its buffers.
 #[derive(Debug)]
 pub(crate) struct Conn {
-    pub(crate) io: TcpStream,
+    pub(crate) io: UpIo,
     /// Bytes read and not yet consumed.
     pub(crate) rbuf: BytesMut,
     /// The request head being written.
@@ -93,9 +181,23 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// True while an idle connection has nothing to read: a FIN, a reset or stray bytes make it
 /// readable. The readiness check is a load; a read happens only when the socket is readable.
-fn idle_ok(io: &TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    matches!(io.try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+/// Over TLS, records that carry no data (a session ticket) are taken by rustls and leave
+/// the connection idle; a close_notify or data does not.
+fn idle_ok(io: &mut UpIo) -> bool {
+    match io {
+        UpIo::Plain(s) => {
+            let mut b = [0u8; 1];
+            matches!(s.try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        }
+        UpIo::Tls(s) => {
+            let mut b = [0u8; 1];
+            let mut rb = ReadBuf::new(&mut b);
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            Pin::new(s.as_mut())
+                .poll_read(&mut cx, &mut rb)
+                .is_pending()
+        }
+    }
 }
 
 impl Upstream {
@@ -151,13 +253,13 @@ impl Upstream {
             return None;
         }
         self.with_pool(|pool| {
-            while let Some(idle) = pool.idle.pop_back() {
+            while let Some(mut idle) = pool.idle.pop_back() {
                 if idle.since.elapsed() >= pool.idle_timeout {
                     // Every older one has expired too.
                     pool.idle.clear();
                     return None;
                 }
-                if idle_ok(&idle.conn.io) {
+                if idle_ok(&mut idle.conn.io) {
                     return Some(idle.conn);
                 }
             }
@@ -165,8 +267,9 @@ impl Upstream {
         })
     }
 
-    /// A new connection to the next server that accepts one within the connect timeout.
-    pub(crate) async fn connect(&self) -> io::Result<TcpStream> {
+    /// A new connection to the next server that accepts one within the connect timeout, and
+    /// that server's address.
+    async fn connect(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let servers = &self.cfg.servers;
         let n = servers.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
@@ -176,7 +279,7 @@ impl Upstream {
             match tokio::time::timeout(self.cfg.connect_timeout, TcpStream::connect(addr)).await {
                 Ok(Ok(s)) => {
                     let _ = s.set_nodelay(true);
-                    return Ok(s);
+                    return Ok((s, addr));
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(upstream = %self.cfg.name, %addr, error = %e, "connect failed");
@@ -194,7 +297,7 @@ impl Upstream {
     /// A new HTTP/1.1 connection (for `client`: with `send_proxy`, its PROXY header is
     /// written first).
     pub(crate) async fn connect_h1(&self, client: &crate::forward::ClientInfo) -> io::Result<Conn> {
-        let mut io = self.connect().await?;
+        let (mut io, addr) = self.connect().await?;
         if let Some(v) = self.cfg.send_proxy {
             use tokio::io::AsyncWriteExt as _;
             let header = match v {
@@ -205,6 +308,7 @@ impl Upstream {
             };
             io.write_all(&header).await?;
         }
+        let io = self.secure(io, addr, false).await?;
         Ok(Conn {
             io,
             rbuf: BytesMut::with_capacity(READ_BUF),
@@ -212,7 +316,55 @@ impl Upstream {
         })
     }
 
-    /// This thread's h2c connection, dialled when there is none or it has closed.
+    /// `io` as is for a cleartext upstream; for a TLS one, after the handshake with `addr`
+    /// (verified against `tls_server_name`, else the address), within the connect timeout,
+    /// with ALPN `h2` (`h2`) or `http/1.1`.
+    async fn secure(&self, io: TcpStream, addr: SocketAddr, h2: bool) -> io::Result<UpIo> {
+        let Some(t) = &self.cfg.tls else {
+            return Ok(UpIo::Plain(io));
+        };
+        let name = t
+            .server_name
+            .clone()
+            .unwrap_or_else(|| ServerName::IpAddress(addr.ip().into()));
+        let (config, want): (_, &[u8]) = match (&t.h2, h2) {
+            (Some(c), true) => (c, b"h2"),
+            _ => (&t.h1, b"http/1.1"),
+        };
+        let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
+        let fail = |cause: Cause, e: io::Error| {
+            cause.count();
+            tracing::warn!(upstream = %self.cfg.name, %addr, cause = cause.name(), error = %e, "TLS to the origin failed");
+            e
+        };
+        let s = match tokio::time::timeout(self.cfg.connect_timeout, connector.connect(name, io))
+            .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(fail(Cause::of(&e), e)),
+            Err(_) => {
+                return Err(fail(
+                    Cause::Handshake,
+                    io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"),
+                ));
+            }
+        };
+        let conn = s.get_ref().1;
+        // An origin without ALPN speaks HTTP/1.1; h2 must be agreed.
+        if conn.alpn_protocol().map_or(h2, |p| p != want) {
+            return Err(fail(
+                Cause::Alpn,
+                io::Error::other(format!(
+                    "the origin did not agree to ALPN {}",
+                    String::from_utf8_lossy(want)
+                )),
+            ));
+        }
+        count_handshake(conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed));
+        Ok(UpIo::Tls(Box::new(s)))
+    }
+
+    /// This thread's HTTP/2 connection, dialled when there is none or it has closed.
     pub(crate) async fn h2_sender(&self) -> io::Result<http2::SendRequest<UpBody>> {
         if let Some(s) = self.with_pool(|p| {
             p.h2.as_ref()
@@ -225,7 +377,8 @@ impl Upstream {
         }) {
             return Ok(s);
         }
-        let io = self.connect().await?;
+        let (io, addr) = self.connect().await?;
+        let io = self.secure(io, addr, true).await?;
         let mut b = http2::Builder::new(TokioExecutor::new());
         b.timer(TokioTimer::new())
             .keep_alive_interval(Duration::from_secs(30))
@@ -244,11 +397,15 @@ impl Upstream {
         Ok(sender)
     }
 
-    /// The URI an h2c request for `pq` is sent with: `:authority` is the client's host when it
+    /// The URI an HTTP/2 request for `pq` is sent with (`https` over TLS): `:authority` is the client's host when it
     /// has one (else the first server's address), `:path` its path and query.
     pub fn h2_uri(&self, pq: Option<&PathAndQuery>, host: Option<&http::HeaderValue>) -> Uri {
         let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(Scheme::HTTP);
+        parts.scheme = Some(if self.cfg.tls.is_some() {
+            Scheme::HTTPS
+        } else {
+            Scheme::HTTP
+        });
         parts.authority = Some(
             host.and_then(|h| Authority::try_from(h.as_bytes()).ok())
                 .unwrap_or_else(|| self.authority.clone()),
@@ -260,9 +417,9 @@ impl Upstream {
         Uri::from_parts(parts).expect("scheme, authority and path make a URI")
     }
 
-    /// Whether requests go out over h2c.
-    pub fn is_h2c(&self) -> bool {
-        self.cfg.protocol == UpstreamProtocol::H2c
+    /// Whether requests go out over HTTP/2 (h2c or h2).
+    pub fn is_h2(&self) -> bool {
+        self.cfg.protocol.is_h2()
     }
 }
 
@@ -310,7 +467,7 @@ pub fn sweep() {
             let pool = &mut pools[i];
             let timeout = pool.idle_timeout;
             pool.idle
-                .retain(|c| c.since.elapsed() < timeout && idle_ok(&c.conn.io));
+                .retain_mut(|c| c.since.elapsed() < timeout && idle_ok(&mut c.conn.io));
             i += 1;
         }
         gone
@@ -337,12 +494,13 @@ mod tests {
         config::Upstream {
             name: "t".into(),
             servers: vec!["127.0.0.1:1".parse().unwrap()],
-            protocol: UpstreamProtocol::Http1,
+            protocol: config::UpstreamProtocol::Http1,
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(1),
             pool_idle_timeout: Duration::from_millis(idle_ms),
             pool_max_idle: max_idle,
             send_proxy: None,
+            tls: None,
         }
     }
 
@@ -351,7 +509,7 @@ mod tests {
         let (s, _) = l.accept().await.unwrap();
         (
             Conn {
-                io: c,
+                io: UpIo::Plain(c),
                 rbuf: BytesMut::new(),
                 wbuf: Vec::new(),
             },
@@ -368,20 +526,20 @@ mod tests {
         let mut ports = Vec::new();
         for _ in 0..3 {
             let (c, s) = pair(&l).await;
-            ports.push(c.io.local_addr().unwrap().port());
+            ports.push(c.io.tcp().local_addr().unwrap().port());
             checkin(up.key(), c);
             peers.push(s);
         }
         // Bounded at two: the oldest went; the newest comes out first.
         let a = up.checkout().unwrap();
-        assert_eq!(a.io.local_addr().unwrap().port(), ports[2]);
+        assert_eq!(a.io.tcp().local_addr().unwrap().port(), ports[2]);
         checkin(up.key(), a);
         // The server closes the newest: checkout skips it once its FIN is seen.
         drop(peers.pop());
         tokio::time::sleep(Duration::from_millis(50)).await;
         tokio::task::yield_now().await;
         let b = up.checkout().unwrap();
-        assert_eq!(b.io.local_addr().unwrap().port(), ports[1]);
+        assert_eq!(b.io.tcp().local_addr().unwrap().port(), ports[1]);
         assert!(up.checkout().is_none());
 
         // Expiry.

@@ -3,6 +3,7 @@
 //! (ALPN `h2` then `http/1.1`, the certificate chosen by SNI in [`certs`]).
 
 pub mod certs;
+pub mod origin;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock};
