@@ -317,7 +317,12 @@ async fn serve(
                 return;
             }
         };
-        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        let alpn = stream.get_ref().1.alpn_protocol();
+        if alpn == Some(crate::acme::ACME_TLS_ALPN) {
+            // An ACME validation handshake (RFC 8737): done once it completed.
+            return;
+        }
+        let h2 = alpn == Some(b"h2");
         let cx = make_cx(h2);
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
         drop(snap);

@@ -170,6 +170,8 @@ pub struct Front {
     pub response_buffered: Arc<std::sync::atomic::AtomicUsize>,
     /// Every counter, for /metrics.
     pub metrics: Arc<shield::metrics::Registry>,
+    /// ACME's certificates and challenges (with `[acme]`).
+    pub acme: Option<Arc<crate::acme::AcmeState>>,
     snapshot: Arc<ArcSwap<Snapshot>>,
     flusher: Mutex<Option<Flusher>>,
     access_log: Mutex<Option<AccessLogger>>,
@@ -210,6 +212,7 @@ fn prepare_certs(
     fixed: &crate::tls::certs::Fixed,
     prev: Option<&Resolver>,
     counters: &Arc<Counters>,
+    acme: Option<&Arc<crate::acme::AcmeState>>,
 ) -> crate::tls::certs::Built {
     let t = cfg.tls.as_ref();
     let built = crate::tls::certs::build(
@@ -218,6 +221,7 @@ fn prepare_certs(
             cert_dir: t.and_then(|t| t.cert_dir.as_deref()),
             refuse_unknown: t.is_some_and(|t| t.unknown_sni == crate::config::UnknownSni::Refuse),
             read_now: prev.is_some(),
+            acme,
         },
         prev,
         Arc::clone(counters),
@@ -302,8 +306,12 @@ impl Front {
         let state = RuleState::new(&cfg.rules_state, Some(Arc::clone(&blocks)));
         let conn_tenant = AtomicU32::new(cfg.events.connection_tenant);
         let config_path = cfg.path.clone();
+        let acme = cfg
+            .acme
+            .as_ref()
+            .map(|_| Arc::new(crate::acme::AcmeState::default()));
         let certs = tls.map(|fixed| {
-            let built = prepare_certs(&cfg, &fixed, None, &counters);
+            let built = prepare_certs(&cfg, &fixed, None, &counters, acme.as_ref());
             crate::tls::certs::read_in_background(built.unread, Arc::clone(&counters));
             built.resolver
         });
@@ -338,6 +346,9 @@ impl Front {
         metrics.register("syn_filter", syn_filter.clone());
         metrics.register("stalls", Arc::new(crate::sources::Stalls));
         metrics.register("upstream_tls", Arc::new(crate::tls::origin::OriginTlsStats));
+        if let Some(a) = &acme {
+            metrics.register("acme", a.clone());
+        }
         metrics.register("log", Arc::new(shield::logging::LogMetrics));
         metrics.register("blockmap", blocks.clone());
         metrics.register("rules", rules.clone());
@@ -370,6 +381,7 @@ impl Front {
             body_buffered: Arc::default(),
             response_buffered: Arc::default(),
             metrics,
+            acme,
             snapshot,
             flusher: Mutex::new(Some(flusher)),
             access_log: Mutex::new(access_log),
@@ -424,7 +436,13 @@ impl Front {
         let Loaded { config, rules, tls } = loaded;
         let mut warnings = config.warnings.clone();
         let certs = tls.map(|fixed| {
-            let built = prepare_certs(&config, &fixed, prev.certs.as_deref(), &self.counters);
+            let built = prepare_certs(
+                &config,
+                &fixed,
+                prev.certs.as_deref(),
+                &self.counters,
+                self.acme.as_ref(),
+            );
             warnings.extend(built.warnings);
             built.resolver
         });
@@ -438,6 +456,10 @@ impl Front {
         self.rules.store(rules);
         self.snapshot.store(Arc::new(snap));
         self.counters.bump(Counter::ReloadOk);
+        if let Some(a) = &self.acme {
+            // Sites may have gained or lost acme = true.
+            a.wake.notify_one();
+        }
         tracing::info!(path = %self.config_path.display(), "config reloaded");
         Ok(warnings)
     }

@@ -18,6 +18,7 @@
 //! connections, sites, SYN filter, stalls), [`tls`], [`server`] (start, signals, stop).
 
 pub mod access_log;
+pub mod acme;
 pub mod blockwatch;
 pub mod challenge;
 pub mod clickhouse;

@@ -133,6 +133,7 @@ fn main() -> ExitCode {
                     cert_dir: t.cert_dir.as_deref(),
                     refuse_unknown: true,
                     read_now: true,
+                    acme: None,
                 },
                 None,
                 std::sync::Arc::clone(&counters),

@@ -124,6 +124,9 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
     }
     background.spawn(blockwatch::expire(Arc::clone(&front)));
     background.spawn(crate::forward::upstream::sweep_loop());
+    if let (Some(state), Some(cfg)) = (front.acme.clone(), front.snapshot().cfg.acme.clone()) {
+        background.spawn(crate::acme::run(Arc::clone(&front), cfg, state));
+    }
 
     let sig = |k| {
         signal(k).map_err(|source| StartError::Output {
@@ -234,6 +237,13 @@ async fn control(
             Some(r) => Reply::ok(r.describe()),
             None => Reply::err("no [tls] section: no certificates\n".to_string()),
         },
+        ["certs", "renew"] => match &front.acme {
+            Some(a) => {
+                crate::acme::renew_all(a);
+                Reply::ok("ACME: every site's certificate ordered now (see ctl certs)\n")
+            }
+            None => Reply::err("no [acme] section\n".to_string()),
+        },
         ["help"] => Reply::ok(CTL_HELP),
         _ => Reply::err(format!("unknown command {:?}\n{CTL_HELP}", args.join(" "))),
     }
@@ -247,7 +257,9 @@ pub const CTL_HELP: &str = concat!(
                                       block policy and its never-block set with sources
   reload                              re-read the config and the rules (refused: the running ones stay)
   stats                               every counter (the /metrics samples, one per line)
-  certs                               TLS certificates by server name: expiry, issuer, file
+  certs                               TLS certificates by server name: expiry, issuer, file;
+                                      ACME sites: expiry, next renewal, last error
+  certs renew                         order every ACME site's certificate now
 ",
     shield::block_help!(),
     "  help                                this list

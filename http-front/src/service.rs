@@ -185,6 +185,18 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
     } else {
         Counter::RequestsH1
     });
+    // ACME's http-01 validation, before any rule or block (a rule must not fail issuance).
+    if let Some(acme) = &cx.front.acme
+        && req.uri().path().starts_with(crate::acme::HTTP01_PREFIX)
+        && let Some(ka) = acme.http01(req.uri().path())
+    {
+        let mut r = Response::new(RespBody::full(Bytes::from(ka)));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
+        return Verdict::Respond(r);
+    }
     let mut buf = [0u8; HOST_MAX];
     let f = match request_filter(cx, &req, &mut buf) {
         Ok(f) => f,

@@ -30,6 +30,7 @@ pub mod net;
 pub mod netns;
 pub mod nginx;
 pub mod ns_dnsd;
+pub mod pebble;
 pub mod pki;
 pub mod redis;
 pub mod rng;

@@ -67,6 +67,16 @@ impl Ca {
         self.issuer.pem()
     }
 
+    /// A leaf made from `params`, signed by this authority.
+    pub fn sign(&self, params: CertificateParams) -> Pair {
+        let key = KeyPair::generate().expect("leaf key");
+        let cert = params.signed_by(&key, &self.issuer).expect("sign leaf");
+        Pair {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+
     /// A leaf for `names` (DNS names, the first also its CN) signed by this authority.
     pub fn leaf(&self, names: &[&str]) -> Pair {
         let mut params =

@@ -54,6 +54,14 @@
 //! cert_dir = "certs"              # NAME.crt + NAME.key (+ NAME.ocsp) per host; _wildcard.NAME.crt for *.NAME
 //! unknown_sni = "default"         # or "refuse"; "refuse" when there is no cert
 //!
+//! [acme]                          # optional: certificates for sites with acme = true (RFC 8555)
+//! directory = "https://acme-v02.api.letsencrypt.org/directory"
+//! contact = ["mailto:ops@example.com"]
+//! state_dir = "/var/lib/palisade/acme"   # made 0700: account.json, NAME.crt, NAME.key
+//! # ca_file = "test-ca.pem"       # roots for the ACME server's HTTPS (default: the system's)
+//! challenge = "http-01"           # or "tls-alpn-01"
+//! retry_secs = 60                 # least wait after a failure, doubled up to an hour, with jitter
+//!
 //! [forwarded]
 //! x_forwarded = true              # X-Forwarded-For/-Proto/-Host
 //! forwarded = true                # Forwarded: for=...;proto=...
@@ -134,6 +142,7 @@
 //! websocket = false               # proxy WebSocket (HTTP/1.1 Upgrade, HTTP/2 extended CONNECT)
 //! websocket_idle_ms = 60000       # a WebSocket with no byte either way for this long: closed
 //! websocket_max_secs = 86400      # a WebSocket open this long: closed
+//! acme = false                    # true: its hosts' certificate from [acme] (exact names only)
 //! cert = "example.com.crt"        # this site's pair for its hosts over TLS (wins over cert_dir)
 //! key = "example.com.key"
 //! ```
@@ -208,7 +217,7 @@ mod upstream;
 mod values;
 
 use sections::*;
-pub use sections::{AccessLog, Challenge, Forwarded, UnknownSni};
+pub use sections::{AccessLog, Acme, AcmeChallenge, Challenge, Forwarded, UnknownSni};
 pub use server::{Http2, Limits, Server};
 pub use shield::events::{EventsConfig as Events, Output};
 use site::*;
@@ -253,6 +262,8 @@ struct FileSchema {
     log: shield::logging::LogConfig,
     #[serde(default)]
     challenge: Challenge,
+    #[serde(default)]
+    acme: Option<Acme>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -307,6 +318,8 @@ pub struct Site {
     pub upstream: usize,
     /// Tenant id in the rules file; `None` (0) or a tenant without rules: straight to the proxy.
     pub tenant: Option<u32>,
+    /// Its hosts get certificates from `[acme]`.
+    pub acme: bool,
     /// `Retry-After` seconds sent with 429.
     pub retry_after_secs: u32,
     /// Sampled access logs for this site's passed requests.
@@ -372,6 +385,8 @@ pub struct Config {
     pub log: shield::logging::LogConfig,
     /// `[challenge]` (the key file's path made absolute).
     pub challenge: Challenge,
+    /// `[acme]` (paths made absolute). Start-time only.
+    pub acme: Option<Acme>,
     /// The challenge's keys: from `[challenge] key_file`, else this process's own.
     pub challenge_keys: crate::challenge::Keys,
     /// What loading noticed and did not refuse (old spellings, sites naming a tenant the
@@ -610,6 +625,7 @@ impl Config {
                 websocket: s.websocket,
                 websocket_idle_ms: s.websocket_idle_ms,
                 websocket_max_secs: s.websocket_max_secs,
+                acme: s.acme.as_ref().is_some_and(|a| *a.get_ref()),
             });
         }
 
@@ -710,11 +726,15 @@ impl Config {
                         Some(p)
                     }
                 };
-                if cert.is_none() && cert_dir.is_none() && fixed.sites.is_empty() {
+                let acme_sites = f
+                    .site
+                    .iter()
+                    .any(|s| s.acme.as_ref().is_some_and(|a| *a.get_ref()));
+                if cert.is_none() && cert_dir.is_none() && fixed.sites.is_empty() && !acme_sites {
                     return Err(at(
                         None,
                         "tls",
-                        "no certificate: give cert and key, cert_dir, or a site's cert and key"
+                        "no certificate: give cert and key, cert_dir, a site's cert and key, or a site with acme = true"
                             .into(),
                     ));
                 }
@@ -809,6 +829,63 @@ impl Config {
                 crate::challenge::Keys::process_local()
             }
         };
+        let acme = f.acme.clone().map(|mut a| {
+            a.state_dir = abs(&a.state_dir);
+            a.ca_file = a.ca_file.map(|p| abs(&p));
+            a
+        });
+        if let Some(a) = &acme {
+            if !(a.directory.starts_with("https://") || a.directory.starts_with("http://")) {
+                return Err(at(
+                    None,
+                    "acme.directory",
+                    format!("{:?}: an https:// URL", a.directory),
+                ));
+            }
+            if let Some(p) = &a.ca_file
+                && !p.is_file()
+            {
+                return Err(at(
+                    None,
+                    "acme.ca_file",
+                    format!("{}: no such file", p.display()),
+                ));
+            }
+            let listeners_ok = match a.challenge {
+                AcmeChallenge::Http01 => !f.server.listen.is_empty(),
+                AcmeChallenge::TlsAlpn01 => tls.is_some(),
+            };
+            if !listeners_ok {
+                return Err(at(
+                    None,
+                    "acme.challenge",
+                    "the challenge's listener is missing: http-01 needs server.listen, tls-alpn-01 [tls] listen".into(),
+                ));
+            }
+        }
+        for (i, s) in f.site.iter().enumerate() {
+            let Some(flag) = s.acme.as_ref().filter(|a| *a.get_ref()) else {
+                continue;
+            };
+            let key = format!("site[{i}].acme");
+            if acme.is_none() || tls.is_none() {
+                return Err(at(
+                    Some(flag.span()),
+                    &key,
+                    "needs an [acme] section and [tls] listeners".into(),
+                ));
+            }
+            if let Some(h) = s.hosts.iter().find(|h| h.get_ref().contains('*')) {
+                return Err(at(
+                    Some(h.span()),
+                    &key,
+                    format!(
+                        "{:?}: ACME certificates need exact names (a wildcard needs dns-01, which http-front does not answer)",
+                        h.get_ref()
+                    ),
+                ));
+            }
+        }
         let config = Config {
             path: path.to_path_buf(),
             proxy,
@@ -835,6 +912,7 @@ impl Config {
             log: f.log,
             challenge,
             challenge_keys,
+            acme,
             warnings,
         };
         Ok(Loaded {
@@ -879,6 +957,9 @@ impl Config {
         }
         if self.redis != other.redis {
             out.push("redis");
+        }
+        if self.acme != other.acme {
+            out.push("acme");
         }
         if self.events.output != other.events.output
             || self.events.aggregator() != other.events.aggregator()

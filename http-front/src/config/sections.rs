@@ -129,6 +129,44 @@ impl Default for ControlSchema {
     }
 }
 
+/// `[acme]`: certificates from an ACME (RFC 8555) server for sites with `acme = true` (see [`crate::acme`]).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Acme {
+    /// The directory URL of the ACME server.
+    pub directory: String,
+    /// Contact URLs of the account (`mailto:ops@example.com`).
+    #[serde(default)]
+    pub contact: Vec<String>,
+    /// Where the account and the certificates are kept (made 0700).
+    pub state_dir: PathBuf,
+    /// Roots the ACME server's HTTPS is verified against (a test CA); default: the system's.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// The challenge answered: `http-01` (port 80, `server.listen`) or `tls-alpn-01` (`[tls] listen`).
+    #[serde(default)]
+    pub challenge: AcmeChallenge,
+    /// Least wait after a failed order; doubled per failure up to an hour, with jitter.
+    #[serde(default = "d_acme_retry", deserialize_with = "range::<1, 86400, _>")]
+    pub retry_secs: u64,
+}
+
+fn d_acme_retry() -> u64 {
+    60
+}
+
+/// `[acme] challenge`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum AcmeChallenge {
+    /// `http://NAME/.well-known/acme-challenge/TOKEN`, answered before any rule.
+    #[default]
+    #[serde(rename = "http-01")]
+    Http01,
+    /// A handshake with ALPN `acme-tls/1` gets a certificate that proves the key (RFC 8737).
+    #[serde(rename = "tls-alpn-01")]
+    TlsAlpn01,
+}
+
 /// `[challenge]`: the page and clearance of `challenge` rules (see [`crate::challenge`]).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]

@@ -48,6 +48,8 @@ pub(super) struct SiteSchema {
     pub(super) cert: Option<Spanned<std::path::PathBuf>>,
     #[serde(default)]
     pub(super) key: Option<Spanned<std::path::PathBuf>>,
+    #[serde(default)]
+    pub(super) acme: Option<Spanned<bool>>,
 }
 
 fn d_websocket_idle_ms() -> u64 {

@@ -128,6 +128,8 @@ pub struct Resolver {
     refuse_unknown: bool,
     /// `cert_dir`'s pairs by stem, for the next reload.
     slots: HashMap<String, Arc<Slot>>,
+    /// ACME's certificates and open tls-alpn-01 challenges.
+    acme: Option<Arc<crate::acme::AcmeState>>,
     counters: Arc<Counters>,
 }
 
@@ -161,6 +163,8 @@ pub struct Options<'a> {
     pub refuse_unknown: bool,
     /// Read new and changed pairs of `cert_dir` now (reload), else leave them unread (start).
     pub read_now: bool,
+    /// ACME's certificates (after exact names, before wildcards) and tls-alpn-01 challenges.
+    pub acme: Option<&'a Arc<crate::acme::AcmeState>>,
 }
 
 /// The name a `cert_dir` file stem stands for: (name, is a wildcard), or why it is skipped.
@@ -296,6 +300,7 @@ pub fn build(
             default: fixed.default.clone(),
             refuse_unknown: opts.refuse_unknown,
             slots,
+            acme: opts.acme.cloned(),
             counters,
         }),
         warnings,
@@ -328,13 +333,25 @@ pub fn read_in_background(slots: Vec<Arc<Slot>>, counters: Arc<Counters>) {
 }
 
 impl Resolver {
-    /// The pair for server name `name` (lower case): exact, then `*.` its parent.
+    /// The pair for server name `name` (lower case): exact, ACME's, then `*.` its parent.
     pub fn find(&self, name: &str) -> Option<Arc<CertifiedKey>> {
         if let Some(ck) = self.exact.get(name).and_then(|e| e.get(&self.counters)) {
             return Some(ck);
         }
+        if let Some(ck) = self
+            .acme
+            .as_ref()
+            .and_then(|a| a.certs.load().get(name).cloned())
+        {
+            return Some(ck);
+        }
         let (_, parent) = name.split_once('.')?;
         self.wild.get(parent).and_then(|e| e.get(&self.counters))
+    }
+
+    /// Whether ACME validation handshakes are answered (ALPN `acme-tls/1` offered).
+    pub fn has_acme(&self) -> bool {
+        self.acme.is_some()
     }
 
     /// Names indexed (exact and wildcard), and how many `cert_dir` pairs were read so far.
@@ -387,6 +404,9 @@ impl Resolver {
         for (n, e, i, s) in rows {
             out.push_str(&format!("{n:<40} {e:<26} {i:<32} {s}\n"));
         }
+        if let Some(a) = &self.acme {
+            out.push_str(&a.describe());
+        }
         out
     }
 }
@@ -415,6 +435,15 @@ pub fn leaf_info(der: &[u8]) -> Option<LeafInfo> {
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        if let Some(acme) = &self.acme
+            && hello
+                .alpn()
+                .is_some_and(|mut p| p.any(|p| p == crate::acme::ACME_TLS_ALPN))
+        {
+            // A validation handshake (RFC 8737): the challenge's certificate, or nothing.
+            let name = hello.server_name()?.to_ascii_lowercase();
+            return acme.alpn_challenges.load().get(name.as_str()).cloned();
+        }
         if let Some(name) = hello.server_name() {
             let found = if name.bytes().any(|b| b.is_ascii_uppercase()) {
                 self.find(&name.to_ascii_lowercase())

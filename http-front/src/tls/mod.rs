@@ -85,14 +85,19 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
     Ok(ck)
 }
 
-/// The server settings of the TLS listeners: certificates from `resolver`, ALPN `h2` then `http/1.1`.
+/// The server settings of the TLS listeners: certificates from `resolver`, ALPN `h2` then
+/// `http/1.1` (and `acme-tls/1` for ACME's validation handshakes).
 pub fn server_config(resolver: Arc<certs::Resolver>) -> Arc<rustls::ServerConfig> {
+    let acme = resolver.has_acme();
     let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::clone(provider()))
         .with_safe_default_protocol_versions()
         .expect("ring supports the default protocol versions")
         .with_no_client_auth()
         .with_cert_resolver(resolver);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    if acme {
+        cfg.alpn_protocols.push(crate::acme::ACME_TLS_ALPN.to_vec());
+    }
     Arc::new(cfg)
 }
 

@@ -1,0 +1,522 @@
+//! Certificates from an ACME server (RFC 8555, through `instant-acme`) for the hosts of sites
+//! with `acme = true`: one certificate per site (all its hosts), its key made by rcgen for
+//! the order's CSR, kept in `[acme] state_dir` as `NAME.crt`/`NAME.key` (NAME: the site's
+//! first host) beside the account (`account.json`).
+//!
+//! Only names the configuration gives sites are ever ordered — never a server name a client
+//! sends, which would let anyone make us ask for certificates. The challenge is answered by
+//! http-front itself: `http-01` on the plain listeners before any rule (a blocked source or
+//! a deny rule must not fail validation), or `tls-alpn-01` on the TLS listeners (a handshake
+//! offering only ALPN `acme-tls/1` gets a certificate that proves the key, RFC 8737, and the
+//! connection ends there). A certificate is renewed at two thirds of its lifetime; a failed
+//! order keeps the current one, waits `retry_secs` doubled per failure (at most an hour,
+//! with jitter) and shows its error in `http-front ctl certs`.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus, RetryPolicy,
+};
+use rustls::pki_types::PrivateKeyDer;
+use rustls::sign::CertifiedKey;
+use shield::metrics::{Samples, Source};
+
+use crate::config::{Acme, AcmeChallenge};
+
+/// The path prefix of http-01 challenges.
+pub const HTTP01_PREFIX: &str = "/.well-known/acme-challenge/";
+
+/// The ALPN protocol of tls-alpn-01 validation (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// Where one site's certificate stands.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    /// The names it covers.
+    pub names: Vec<String>,
+    /// The current certificate's issuer and expiry (none yet).
+    pub current: Option<crate::tls::certs::LeafInfo>,
+    /// When the next order is due (seconds since the epoch).
+    pub next_unix: i64,
+    /// The last failure, cleared by a success.
+    pub last_error: Option<String>,
+    /// Failures in a row.
+    pub failures: u32,
+}
+
+/// What the ACME manager shares with the handshake and request paths.
+#[derive(Default)]
+pub struct AcmeState {
+    /// Issued certificates by host name.
+    pub certs: ArcSwap<HashMap<Box<str>, Arc<CertifiedKey>>>,
+    /// tls-alpn-01 certificates by host name, while their challenge is open.
+    pub alpn_challenges: ArcSwap<HashMap<Box<str>, Arc<CertifiedKey>>>,
+    /// http-01 key authorizations by token, while their challenge is open.
+    pub tokens: ArcSwap<HashMap<String, String>>,
+    /// By the site's first host.
+    pub status: Mutex<HashMap<String, Status>>,
+    /// Wakes the manager (a reload, `ctl certs renew`).
+    pub wake: tokio::sync::Notify,
+    issued: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl std::fmt::Debug for AcmeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcmeState").finish_non_exhaustive()
+    }
+}
+
+fn now_unix() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl AcmeState {
+    /// The key authorization for http-01 `path` (under [`HTTP01_PREFIX`]), while it is open.
+    pub fn http01(&self, path: &str) -> Option<String> {
+        let token = path.strip_prefix(HTTP01_PREFIX)?;
+        self.tokens.load().get(token).cloned()
+    }
+
+    /// `ctl certs`: one line per ACME site.
+    pub fn describe(&self) -> String {
+        let st = lock(&self.status);
+        let mut keys: Vec<&String> = st.keys().collect();
+        keys.sort();
+        let mut out = format!(
+            "\nACME {:<34} {:<26} {:<20} {:<32} LAST ERROR\n",
+            "NAME", "EXPIRES", "NEXT RENEWAL", "ISSUER"
+        );
+        for k in keys {
+            let s = &st[k];
+            let (exp, issuer) = s.current.as_ref().map_or(("-".into(), "-".into()), |c| {
+                (c.not_after.clone(), c.issuer.clone())
+            });
+            let next = if s.next_unix <= now_unix() {
+                "now".to_string()
+            } else {
+                format!("in {} s", s.next_unix - now_unix())
+            };
+            out.push_str(&format!(
+                "     {:<34} {exp:<26} {next:<20} {issuer:<32} {}\n",
+                s.names.join(","),
+                s.last_error.as_deref().unwrap_or("-")
+            ));
+        }
+        out
+    }
+
+    fn publish(&self, names: &[String], ck: Arc<CertifiedKey>) {
+        let mut m = HashMap::clone(&self.certs.load());
+        for n in names {
+            m.insert(n.as_str().into(), Arc::clone(&ck));
+        }
+        self.certs.store(Arc::new(m));
+    }
+}
+
+/// `/metrics` of ACME: orders issued and failed.
+impl Source for AcmeState {
+    fn collect(&self, out: &mut Samples) {
+        for (what, a) in [("issued", &self.issued), ("failed", &self.failed)] {
+            out.counter(
+                format!("acme.orders.{what}"),
+                "http_front_acme_orders_total",
+                format!("result=\"{what}\""),
+                "ACME orders: certificates issued, orders failed (the current certificate kept).",
+                a.load(Ordering::Relaxed),
+            );
+        }
+        let st = lock(&self.status);
+        let soonest = st
+            .values()
+            .filter_map(|s| s.current.as_ref().map(|c| c.not_after_unix))
+            .min()
+            .unwrap_or(0);
+        out.gauge(
+            "acme.soonest_expiry",
+            "http_front_acme_soonest_expiry_seconds",
+            "",
+            "When the first ACME certificate expires (seconds since the epoch; 0: none yet).",
+            soonest.max(0) as u64,
+        );
+    }
+}
+
+/// Why an order failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AcmeError {
+    /// The ACME server said no, or could not be reached.
+    #[error("ACME: {0}")]
+    Acme(#[from] instant_acme::Error),
+    /// The state directory.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Something else (an order in an unexpected state, a certificate that does not load).
+    #[error("{0}")]
+    Other(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> AcmeError + '_ {
+    move |source| AcmeError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes `data` to `path` through a temporary file and a rename, mode `mode`.
+fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), AcmeError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(io_err(&tmp))?;
+    f.write_all(data).map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+/// The account: from `account.json`, else created on the server and saved there (0600).
+async fn account(cfg: &Acme) -> Result<Account, AcmeError> {
+    let path = cfg.state_dir.join("account.json");
+    let builder = || match &cfg.ca_file {
+        Some(ca) => Account::builder_with_root(ca),
+        None => Account::builder(),
+    };
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let creds: AccountCredentials = serde_json::from_str(&text)
+            .map_err(|e| AcmeError::Other(format!("{}: {e}", path.display())))?;
+        return Ok(builder()?.from_credentials(creds).await?);
+    }
+    let contact: Vec<&str> = cfg.contact.iter().map(String::as_str).collect();
+    let (account, creds) = builder()?
+        .create(
+            &NewAccount {
+                contact: &contact,
+                terms_of_service_agreed: true,
+                only_return_existing: false,
+            },
+            cfg.directory.clone(),
+            None,
+        )
+        .await?;
+    let json = serde_json::to_vec_pretty(&creds).map_err(|e| AcmeError::Other(e.to_string()))?;
+    write_atomic(&path, &json, 0o600)?;
+    tracing::info!(id = account.id(), "ACME account created");
+    Ok(account)
+}
+
+/// The certificate that proves `key_auth`'s digest for `name` (RFC 8737).
+fn alpn_cert(name: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>, AcmeError> {
+    let mut params = rcgen::CertificateParams::new(vec![name.to_string()])
+        .map_err(|e| AcmeError::Other(e.to_string()))?;
+    params
+        .custom_extensions
+        .push(rcgen::CustomExtension::new_acme_identifier(digest));
+    let key = rcgen::KeyPair::generate().map_err(|e| AcmeError::Other(e.to_string()))?;
+    let cert = params
+        .self_signed(&key)
+        .map_err(|e| AcmeError::Other(e.to_string()))?;
+    // Not from_der: its key check parses the certificate with webpki, which refuses the
+    // critical acmeIdentifier extension this certificate exists to carry.
+    let signer = crate::tls::provider()
+        .key_provider
+        .load_private_key(PrivateKeyDer::Pkcs8(key.serialize_der().into()))
+        .map_err(|e| AcmeError::Other(e.to_string()))?;
+    let ck = CertifiedKey::new(vec![cert.der().clone()], signer);
+    Ok(Arc::new(ck))
+}
+
+/// Orders a certificate for `names`; its chain and key (PEM).
+async fn order(
+    account: &Account,
+    names: &[String],
+    challenge: AcmeChallenge,
+    state: &AcmeState,
+) -> Result<(String, String), AcmeError> {
+    let ids: Vec<Identifier> = names.iter().map(|n| Identifier::Dns(n.clone())).collect();
+    let mut order = account.new_order(&NewOrder::new(&ids)).await?;
+    let mut opened_tokens = Vec::new();
+    let mut opened_names = Vec::new();
+    let result = async {
+        let mut authzs = order.authorizations();
+        while let Some(a) = authzs.next().await {
+            let mut authz = a?;
+            match authz.status {
+                AuthorizationStatus::Pending => {}
+                AuthorizationStatus::Valid => continue,
+                s => return Err(AcmeError::Other(format!("authorization is {s:?}"))),
+            }
+            let ty = match challenge {
+                AcmeChallenge::Http01 => ChallengeType::Http01,
+                AcmeChallenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+            };
+            let mut ch = authz.challenge(ty.clone()).ok_or_else(|| {
+                AcmeError::Other(format!("the server offers no {ty:?} challenge"))
+            })?;
+            let ka = ch.key_authorization();
+            match challenge {
+                AcmeChallenge::Http01 => {
+                    let token = ch.token.clone();
+                    let mut m = HashMap::clone(&state.tokens.load());
+                    m.insert(token.clone(), ka.as_str().to_string());
+                    state.tokens.store(Arc::new(m));
+                    opened_tokens.push(token);
+                }
+                AcmeChallenge::TlsAlpn01 => {
+                    let name = ch.identifier().to_string();
+                    let cert = alpn_cert(&name, ka.digest().as_ref())?;
+                    let mut m = HashMap::clone(&state.alpn_challenges.load());
+                    m.insert(name.as_str().into(), cert);
+                    state.alpn_challenges.store(Arc::new(m));
+                    opened_names.push(name);
+                }
+            }
+            ch.set_ready().await?;
+        }
+        let retry = RetryPolicy::new()
+            .initial_delay(Duration::from_millis(250))
+            .timeout(Duration::from_secs(90));
+        let status = order.poll_ready(&retry).await?;
+        if status != OrderStatus::Ready {
+            return Err(AcmeError::Other(format!("order is {status:?}, not ready")));
+        }
+        let key_pem = order.finalize().await?;
+        let chain = order.poll_certificate(&retry).await?;
+        Ok((chain, key_pem))
+    }
+    .await;
+    // The challenges close whatever happened.
+    if !opened_tokens.is_empty() {
+        let mut m = HashMap::clone(&state.tokens.load());
+        for t in &opened_tokens {
+            m.remove(t);
+        }
+        state.tokens.store(Arc::new(m));
+    }
+    if !opened_names.is_empty() {
+        let mut m = HashMap::clone(&state.alpn_challenges.load());
+        for n in &opened_names {
+            m.remove(n.as_str());
+        }
+        state.alpn_challenges.store(Arc::new(m));
+    }
+    result
+}
+
+/// When a certificate from `not_before` to `not_after` is due: two thirds into its life.
+fn renew_at(not_before: i64, not_after: i64) -> i64 {
+    not_before + (not_after - not_before) * 2 / 3
+}
+
+/// The pair in `state_dir` for `key`, when it loads and covers `names`.
+fn load_current(dir: &Path, key: &str, names: &[String]) -> Option<(Arc<CertifiedKey>, i64, i64)> {
+    let crt = dir.join(format!("{key}.crt"));
+    let ck = crate::tls::load_pair(&crt, &dir.join(format!("{key}.key"))).ok()?;
+    let der = ck.end_entity_cert().ok()?.to_vec();
+    let (_, c) = x509_parser::parse_x509_certificate(&der).ok()?;
+    let covered: Vec<String> = c
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .map(|san| {
+            san.value
+                .general_names
+                .iter()
+                .filter_map(|g| match g {
+                    x509_parser::extensions::GeneralName::DNSName(d) => {
+                        Some(d.to_ascii_lowercase())
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !names.iter().all(|n| covered.contains(n)) {
+        return None;
+    }
+    let v = c.validity();
+    Some((
+        Arc::new(ck),
+        v.not_before.timestamp(),
+        v.not_after.timestamp(),
+    ))
+}
+
+/// The sites with `acme = true`: (first host, hosts).
+fn wanted(front: &crate::front::Front) -> Vec<(String, Vec<String>)> {
+    front
+        .snapshot()
+        .cfg
+        .sites
+        .iter()
+        .filter(|s| s.acme)
+        .map(|s| (s.hosts[0].clone(), s.hosts.clone()))
+        .collect()
+}
+
+/// Runs the ACME manager until the runtime ends; see the module documentation.
+pub async fn run(front: Arc<crate::front::Front>, cfg: Acme, state: Arc<AcmeState>) {
+    if let Err(e) = std::fs::create_dir_all(&cfg.state_dir).and_then(|()| {
+        std::fs::set_permissions(&cfg.state_dir, std::fs::Permissions::from_mode(0o700))
+    }) {
+        tracing::error!(dir = %cfg.state_dir.display(), error = %e, "acme.state_dir unusable; no ACME certificates");
+        return;
+    }
+    // What is on disk serves at once; orders wait for their turn.
+    for (key, names) in wanted(&front) {
+        let mut st = Status {
+            names: names.clone(),
+            ..Status::default()
+        };
+        if let Some((ck, nb, na)) = load_current(&cfg.state_dir, &key, &names) {
+            st.current = ck
+                .end_entity_cert()
+                .ok()
+                .and_then(|c| crate::tls::certs::leaf_info(c));
+            st.next_unix = renew_at(nb, na);
+            state.publish(&names, ck);
+        }
+        lock(&state.status).insert(key, st);
+    }
+    let mut account_cache: Option<Account> = None;
+    loop {
+        let now = now_unix();
+        let sites = wanted(&front);
+        {
+            // Sites added by a reload are due now; gone ones leave the status.
+            let mut st = lock(&state.status);
+            st.retain(|k, _| sites.iter().any(|(s, _)| s == k));
+            for (key, names) in &sites {
+                let e = st.entry(key.clone()).or_default();
+                if e.names != *names {
+                    e.names = names.clone();
+                    e.next_unix = 0;
+                }
+            }
+        }
+        let due: Vec<(String, Vec<String>)> = sites
+            .iter()
+            .filter(|(k, _)| {
+                lock(&state.status)
+                    .get(k)
+                    .is_some_and(|s| s.next_unix <= now)
+            })
+            .cloned()
+            .collect();
+        for (key, names) in due {
+            let r = async {
+                if account_cache.is_none() {
+                    account_cache = Some(account(&cfg).await?);
+                }
+                let account = account_cache.as_ref().expect("set above");
+                let (chain, key_pem) = order(account, &names, cfg.challenge, &state).await?;
+                let crt = cfg.state_dir.join(format!("{key}.crt"));
+                let kp = cfg.state_dir.join(format!("{key}.key"));
+                write_atomic(&kp, key_pem.as_bytes(), 0o600)?;
+                write_atomic(&crt, chain.as_bytes(), 0o644)?;
+                load_current(&cfg.state_dir, &key, &names).ok_or_else(|| {
+                    AcmeError::Other(format!(
+                        "{}: the issued certificate does not load",
+                        crt.display()
+                    ))
+                })
+            }
+            .await;
+            let mut st = lock(&state.status);
+            let s = st.entry(key.clone()).or_default();
+            match r {
+                Ok((ck, nb, na)) => {
+                    state.issued.fetch_add(1, Ordering::Relaxed);
+                    s.current = ck
+                        .end_entity_cert()
+                        .ok()
+                        .and_then(|c| crate::tls::certs::leaf_info(c));
+                    s.next_unix = renew_at(nb, na);
+                    s.last_error = None;
+                    s.failures = 0;
+                    state.publish(&names, ck);
+                    tracing::info!(site = %key, names = ?names, "ACME certificate issued");
+                }
+                Err(e) => {
+                    state.failed.fetch_add(1, Ordering::Relaxed);
+                    s.failures = s.failures.saturating_add(1);
+                    let base = cfg
+                        .retry_secs
+                        .saturating_mul(1 << (s.failures - 1).min(12))
+                        .min(3600);
+                    let jitter = rand::random_range(0..=base / 4);
+                    s.next_unix = now_unix() + (base + jitter) as i64;
+                    s.last_error = Some(e.to_string());
+                    // A failed account load is retried fresh.
+                    if matches!(e, AcmeError::Acme(_)) {
+                        account_cache = None;
+                    }
+                    tracing::warn!(site = %key, error = %e, retry_in_s = base + jitter, "ACME order failed; the current certificate stays");
+                }
+            }
+        }
+        let next = lock(&state.status)
+            .values()
+            .map(|s| s.next_unix)
+            .min()
+            .unwrap_or(i64::MAX);
+        let wait = Duration::from_secs((next - now_unix()).clamp(1, 3600) as u64);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = state.wake.notified() => {}
+        }
+    }
+}
+
+/// `ctl certs renew`: every ACME site due now.
+pub fn renew_all(state: &AcmeState) {
+    for s in lock(&state.status).values_mut() {
+        s.next_unix = 0;
+        s.failures = 0;
+    }
+    state.wake.notify_one();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_is_two_thirds_into_the_life() {
+        assert_eq!(renew_at(0, 90 * 86400), 60 * 86400);
+        let s = AcmeState::default();
+        s.tokens.store(Arc::new(HashMap::from([(
+            "tok".to_string(),
+            "tok.thumb".to_string(),
+        )])));
+        assert_eq!(
+            s.http01("/.well-known/acme-challenge/tok").as_deref(),
+            Some("tok.thumb")
+        );
+        assert_eq!(s.http01("/.well-known/acme-challenge/other"), None);
+        assert_eq!(s.http01("/tok"), None);
+    }
+}
