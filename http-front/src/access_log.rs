@@ -68,6 +68,12 @@ pub struct AccessRecord {
     pub request_bytes: Option<u64>,
     /// Response Content-Length, when given.
     pub response_bytes: Option<u64>,
+    /// JA4 of the connection's ClientHello (TLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ja4: Option<String>,
+    /// The connection's HTTP/2 fingerprint (HTTP/2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub h2_fingerprint: Option<String>,
 }
 
 /// Milliseconds (with microsecond precision) of a duration.
@@ -198,6 +204,8 @@ mod tests {
             duration_ms: duration_ms(Duration::from_micros(1234)),
             upstream: "app".into(),
             action: "pass",
+            ja4: None,
+            h2_fingerprint: None,
             user_agent: Some("curl/8".into()),
             referer: None,
             request_bytes: None,

@@ -287,7 +287,7 @@ async fn serve(
         grace: Duration::from_millis(s.graceful_close_ms),
     };
     let ip = guard.ctl.ip;
-    let make_cx = |h2: bool| {
+    let make_cx = |h2: bool, ja4: Option<Box<str>>| {
         Arc::new(ConnCtx {
             front: Arc::clone(&front),
             ctl: Arc::clone(&guard.ctl),
@@ -298,6 +298,8 @@ async fn serve(
             flood_min: snap.cfg.http2.reset_flood_min,
             flood_ratio: snap.cfg.http2.reset_flood_ratio,
             flood_block_secs: snap.cfg.http2.reset_flood_block_secs,
+            ja4,
+            h2_fingerprint: Arc::default(),
         })
     };
     let c = &front.counters;
@@ -305,7 +307,8 @@ async fn serve(
         let Some(acceptor) = snap.tls.clone() else {
             return;
         };
-        let stream = match tokio::time::timeout(head_timeout, acceptor.accept(stream)).await {
+        let tapped = crate::fingerprint::HelloTap::new(stream);
+        let mut stream = match tokio::time::timeout(head_timeout, acceptor.accept(tapped)).await {
             Ok(Ok(s)) => s,
             Ok(Err(_)) => {
                 c.bump(Counter::ConnTlsFailed);
@@ -323,10 +326,11 @@ async fn serve(
             return;
         }
         let h2 = alpn == Some(b"h2");
-        let cx = make_cx(h2);
+        let ja4 = crate::fingerprint::ja4(&stream.get_mut().0.take()).map(String::into_boxed_str);
+        let cx = make_cx(h2, ja4);
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
         drop(snap);
-        let fd = stream.get_ref().0.as_raw_fd();
+        let fd = stream.get_ref().0.get_ref().as_raw_fd();
         run(cx, stream, fd, h2, b1, b2, life).await;
     } else {
         let h2 = if s.h2c {
@@ -346,7 +350,7 @@ async fn serve(
         } else {
             false
         };
-        let cx = make_cx(h2);
+        let cx = make_cx(h2, None);
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
         drop(snap);
         let fd = stream.as_raw_fd();
@@ -377,6 +381,7 @@ async fn run<I>(
         let io = TokioIo::new(crate::h2watch::H2Watch::new(
             io,
             Arc::clone(&cx.front.counters),
+            Some(Arc::clone(&cx.h2_fingerprint)),
         ));
         let conn = b2.serve_connection(io, svc);
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;

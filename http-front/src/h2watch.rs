@@ -76,11 +76,18 @@ pub struct H2Watch<I> {
     last_stream: u32,
     /// The GOAWAY to send and how much of it went; set once a violation is seen.
     goaway: Option<([u8; 17], usize)>,
+    /// The HTTP/2 fingerprint being gathered (until the first HEADERS).
+    print: Option<Box<crate::fingerprint::H2Collect>>,
 }
 
 impl<I> H2Watch<I> {
-    /// Watches `io`, a connection that starts with the client's preface.
-    pub fn new(io: I, counters: Arc<Counters>) -> H2Watch<I> {
+    /// Watches `io`, a connection that starts with the client's preface; its HTTP/2
+    /// fingerprint goes into `print` (when given).
+    pub fn new(
+        io: I,
+        counters: Arc<Counters>,
+        print: Option<Arc<std::sync::OnceLock<Box<str>>>>,
+    ) -> H2Watch<I> {
         H2Watch {
             io,
             counters,
@@ -92,6 +99,7 @@ impl<I> H2Watch<I> {
             wr: Frames::default(),
             last_stream: 0,
             goaway: None,
+            print: print.map(|p| Box::new(crate::fingerprint::H2Collect::new(p))),
         }
     }
 
@@ -124,6 +132,12 @@ impl<I> H2Watch<I> {
                 let h = r.head;
                 r.left = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
                 let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                if let Some(p) = &mut self.print {
+                    p.begin(h[3], h[4], stream, r.left);
+                    if r.left == 0 && p.end() {
+                        self.print = None;
+                    }
+                }
                 self.block = Block::default();
                 if h[3] == HEADERS {
                     let skip = if h[4] & PADDED != 0 { 1 } else { 0 }
@@ -147,6 +161,12 @@ impl<I> H2Watch<I> {
             let mut part = &data[..n];
             r.left -= n;
             data = &data[n..];
+            if let Some(p) = &mut self.print {
+                p.feed(part);
+                if r.left == 0 && p.end() {
+                    self.print = None;
+                }
+            }
             let b = &mut self.block;
             if b.active {
                 let s = b.skip.min(part.len());
@@ -222,7 +242,7 @@ fn oversized_update(mut block: &[u8]) -> bool {
 
 /// An HPACK integer with an `n`-bit prefix (RFC 7541 §5.1): its value and length, or `None`
 /// when it is cut short (left to h2) or absurdly long (over any size).
-fn hpack_int(b: &[u8], n: u32) -> Option<(u64, usize)> {
+pub(crate) fn hpack_int(b: &[u8], n: u32) -> Option<(u64, usize)> {
     let max = (1u64 << n) - 1;
     let first = u64::from(*b.first()?) & max;
     if first < max {
@@ -359,7 +379,7 @@ mod tests {
     }
 
     fn watch() -> H2Watch<tokio::io::DuplexStream> {
-        H2Watch::new(tokio::io::duplex(64).0, Arc::default())
+        H2Watch::new(tokio::io::duplex(64).0, Arc::default(), None)
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod client_conn;
 pub mod config;
 pub mod conn_registry;
 pub mod counters;
+pub mod fingerprint;
 pub mod forward;
 pub mod front;
 pub mod h2watch;

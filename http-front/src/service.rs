@@ -52,6 +52,10 @@ pub struct ConnCtx {
     pub flood_ratio: f64,
     /// `http2.reset_flood_block_secs`.
     pub flood_block_secs: u64,
+    /// JA4 of the ClientHello (TLS connections).
+    pub ja4: Option<Box<str>>,
+    /// The HTTP/2 fingerprint, set by the transport once the first HEADERS came (HTTP/2).
+    pub h2_fingerprint: Arc<std::sync::OnceLock<Box<str>>>,
 }
 
 /// Counts a request in flight on its connection; a request dropped before its response head
@@ -376,7 +380,9 @@ fn rules(
             req.headers(),
             now.unix_ms / 1000,
         );
-        let view = HttpView::new(req, f.host.name, &f.path.view).with_clearance(&clearance);
+        let view = HttpView::new(req, f.host.name, &f.path.view)
+            .with_clearance(&clearance)
+            .with_fingerprints(cx.ja4.as_deref(), cx.h2_fingerprint.get().map(|s| &**s));
         let v = local::with(front, |l| {
             let v = l.rules.check(site.tenant, cx.ip, &view, now);
             if let Some(a) = EventAction::from_rules(v.action) {
@@ -921,6 +927,8 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
                 .get(header::CONTENT_LENGTH)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok()),
+            ja4: cx.ja4.as_deref().map(str::to_string),
+            h2_fingerprint: cx.h2_fingerprint.get().map(|s| s.to_string()),
         };
         local::with(front, |l| {
             if let Some(tx) = &l.access {

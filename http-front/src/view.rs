@@ -89,6 +89,9 @@ pub struct HttpView<'a> {
     host: &'a str,
     path: &'a str,
     clearance: Option<&'a Clearance<'a>>,
+    /// The connection's JA4 and HTTP/2 fingerprint.
+    ja4: Option<&'a str>,
+    h2_fingerprint: Option<&'a str>,
 }
 
 impl<'a> HttpView<'a> {
@@ -102,6 +105,21 @@ impl<'a> HttpView<'a> {
             host,
             path,
             clearance: None,
+            ja4: None,
+            h2_fingerprint: None,
+        }
+    }
+
+    /// The same view, with the connection's fingerprints.
+    pub fn with_fingerprints(
+        self,
+        ja4: Option<&'a str>,
+        h2_fingerprint: Option<&'a str>,
+    ) -> HttpView<'a> {
+        HttpView {
+            ja4,
+            h2_fingerprint,
+            ..self
         }
     }
 
@@ -124,6 +142,8 @@ impl shield::rules::Request for HttpView<'_> {
             "user_agent" => self.headers.get(header::USER_AGENT)?.to_str().ok(),
             "query" => self.query,
             "version" => Some(version_str(self.version)),
+            "ja4" => self.ja4,
+            "h2_fingerprint" => self.h2_fingerprint,
             _ => {
                 let h = name.strip_prefix(shield::rules::attr::HEADER_PREFIX)?;
                 self.headers.get(h)?.to_str().ok()

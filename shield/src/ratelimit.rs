@@ -265,6 +265,24 @@ impl SourceKey {
     }
 }
 
+/// Prefix length that marks a [`SourceKey`] made by [`value_key`] (no address prefix has it).
+pub const VALUE_KEY_LEN: u8 = u8::MAX;
+
+/// A rate-limit key for an attribute's value (a JA4 fingerprint) instead of a source: its
+/// keyed hash (the process's own key, so that nobody can aim collisions at another value).
+/// Never a prefix: [`SourceKey::to_net`] is not for it.
+pub fn value_key(value: &str) -> SourceKey {
+    use std::hash::BuildHasher as _;
+    static KEY: std::sync::LazyLock<std::collections::hash_map::RandomState> =
+        std::sync::LazyLock::new(std::collections::hash_map::RandomState::new);
+    let h = KEY.hash_one(value);
+    SourceKey {
+        addr: u128::from(h) | 1 << 127,
+        len: VALUE_KEY_LEN,
+        v6: true,
+    }
+}
+
 /// The key of `ip`'s prefix of `v4_len` (IPv4) or `v6_len` (IPv6) bits.
 ///
 /// IPv4-mapped IPv6 addresses are keyed as IPv4. Lengths longer than the family's are clamped.

@@ -188,8 +188,11 @@ fn name_of(stem: &str) -> Result<(String, bool), &'static str> {
     Ok((name, wild))
 }
 
+/// A `cert_dir` pair found: (stem, `NAME.crt`, `NAME.key`).
+type Found = (String, PathBuf, PathBuf);
+
 /// `NAME.crt` files of `dir` with their `NAME.key`, sorted by name; and warnings for lone files.
-fn scan(dir: &Path) -> std::io::Result<(Vec<(String, PathBuf, PathBuf)>, Vec<String>)> {
+fn scan(dir: &Path) -> std::io::Result<(Vec<Found>, Vec<String>)> {
     let mut out = Vec::new();
     let mut warnings = Vec::new();
     for e in std::fs::read_dir(dir)? {

@@ -119,7 +119,7 @@ impl Prepared {
             }
         }
         if let Some(spec) = &t.rate
-            && let Some(ms) = rate_limited(state, t.id, TENANT_RATE_RULE, spec, src, now)
+            && let Some(ms) = rate_limited(state, t.id, TENANT_RATE_RULE, spec, src, req, now)
         {
             return Verdict {
                 retry_after_ms: ms,
@@ -156,27 +156,34 @@ fn rule_verdict<R: Request + ?Sized>(
     match (rule.verdict.action, &rule.rate) {
         // A client with a clearance passes a challenge; the next rules still apply to it.
         (Action::Challenge, _) if req.cleared() => None,
-        (Action::RateLimit, Some(spec)) => rate_limited(state, t.id, rule.index, spec, src, now)
-            .map(|ms| Verdict {
+        (Action::RateLimit, Some(spec)) => {
+            rate_limited(state, t.id, rule.index, spec, src, req, now).map(|ms| Verdict {
                 retry_after_ms: ms,
                 ..rule.verdict
-            }),
+            })
+        }
         _ => Some(rule.verdict),
     }
 }
 
 /// `None` when the request conforms (and was counted); else milliseconds until one would
-/// (at least 1).
+/// (at least 1). Counted per source prefix, or per value of the spec's `key` attribute
+/// (a request without it: per source prefix).
 #[inline]
-fn rate_limited(
+fn rate_limited<R: Request + ?Sized>(
     state: &RuleState,
     tenant: TenantId,
     rule: u32,
     spec: &RateSpec,
     src: IpAddr,
+    req: &R,
     now: Now,
 ) -> Option<u32> {
-    let key = (tenant, rule, source_key(src, spec.v4, spec.v6));
+    let by = match spec.key.as_deref().and_then(|k| req.attr(k)) {
+        Some(value) => crate::ratelimit::value_key(value),
+        None => source_key(src, spec.v4, spec.v6),
+    };
+    let key = (tenant, rule, by);
     match state.limiter.check(&key, &spec.limit, now.mono_us) {
         crate::ratelimit::Decision::Allow => None,
         crate::ratelimit::Decision::Limit { retry_after_us } => {

@@ -96,7 +96,10 @@
 //! when = [{ attr = "qtype", one_of = ["TXT"] }, { attr = "udp_size", ge = 4000 }]
 //! ```
 //!
-//! One is for HTTP only (dnsd's challenge is TC=1 and ignores it):
+//! One is for HTTP only (dnsd's challenge is TC=1 and ignores it). http-front's attributes
+//! are `path`, `method`, `host`, `user_agent`, `header:NAME`, and over TLS `ja4` (FoxIO's
+//! JA4 of the ClientHello) and, on HTTP/2, `h2_fingerprint` (Akamai's format). A `rate` with
+//! `key = "NAME"` counts per value of that attribute (a request without it: per source):
 //!
 //! ```toml
 //! [[tenant.rule]]
@@ -104,6 +107,12 @@
 //! action = "challenge"
 //! difficulty = 18                   # leading zero bits of the proof of work (front default: [challenge])
 //! when = [{ attr = "path", prefix = "/login" }]
+//!
+//! [[tenant.rule]]
+//! name = "one-bucket-per-tls-stack"  # botnets rotate addresses, not TLS stacks
+//! action = "rate_limit"
+//! rate = { per_second = 50.0, burst = 100, key = "ja4" }   # key: any attribute; default "source"
+//! when = [{ attr = "h2_fingerprint", prefix = "1:65536;" }]
 //!
 //! [global]                          # every tenant of both daemons, and the XDP guard
 //! deny = ["203.0.113.0/24", "@scanners"]   # dropped in XDP where the guard runs
@@ -152,6 +161,10 @@ pub mod attr {
     pub const HOST: &str = "host";
     /// HTTP User-Agent.
     pub const USER_AGENT: &str = "user_agent";
+    /// JA4 of the TLS ClientHello (HTTP over TLS).
+    pub const JA4: &str = "ja4";
+    /// HTTP/2 fingerprint, Akamai's format (`SETTINGS|WINDOW_UPDATE|PRIORITY|pseudo-headers`).
+    pub const H2_FINGERPRINT: &str = "h2_fingerprint";
     /// Prefix of header attributes: `header:x-forwarded-for`.
     pub const HEADER_PREFIX: &str = "header:";
     /// DNS query name: lower-case presentation form with the trailing dot (`www.example.com.`).

@@ -120,6 +120,8 @@ struct RateSchema {
     v4_prefix: u8,
     #[serde(default = "default_v6")]
     v6_prefix: u8,
+    #[serde(default)]
+    key: Option<String>,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -255,10 +257,16 @@ impl Ctx<'_> {
                 "burst / per_second exceeds the limiter's 71-minute horizon",
             );
         }
+        let key = match v.key.as_deref() {
+            None | Some("source") => None,
+            Some("") => return self.err(r.span(), "key: an attribute name, or \"source\""),
+            Some(k) => Some(k.into()),
+        };
         Ok(RateSpec {
             limit,
             v4: v.v4_prefix,
             v6: v.v6_prefix,
+            key,
         })
     }
 

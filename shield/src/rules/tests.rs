@@ -608,6 +608,72 @@ fn never_block_is_out_of_reach_and_short_escalations_are_refused() {
     assert!(e.contains("shorter than [block]"), "{e}");
 }
 
+/// `rate = { key = "ja4" }`: a botnet rotating addresses behind one TLS stack shares one
+/// bucket; another stack has its own; a request without the attribute is counted by source.
+#[test]
+fn rate_limit_keyed_by_an_attribute() {
+    let p = prepared(
+        r#"
+[[tenant]]
+id = 1
+[[tenant.rule]]
+name = "per-stack"
+action = "rate_limit"
+when = [{ attr = "path", prefix = "/" }]
+rate = { per_second = 1.0, burst = 2, key = "ja4" }
+"#,
+    );
+    let s = state();
+    let bot = Attrs(&[
+        ("path", "/"),
+        ("ja4", "t13d1516h2_8daaf6152771_02713d6af862"),
+    ]);
+    let other = Attrs(&[
+        ("path", "/"),
+        ("ja4", "t13d1715h2_5b57614c22b0_3d5424432f57"),
+    ]);
+    let plain = Attrs(&[("path", "/")]);
+    assert_eq!(
+        p.check(&s, 1, ip("192.0.2.1"), &bot, NOW).action,
+        Action::Pass
+    );
+    assert_eq!(
+        p.check(&s, 1, ip("198.51.100.7"), &bot, NOW).action,
+        Action::Pass
+    );
+    assert_eq!(
+        p.check(&s, 1, ip("203.0.113.9"), &bot, NOW).action,
+        Action::RateLimit,
+        "three addresses, one stack: one bucket"
+    );
+    assert_eq!(
+        p.check(&s, 1, ip("192.0.2.1"), &other, NOW).action,
+        Action::Pass
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            p.check(&s, 1, ip("192.0.2.50"), &plain, NOW).action,
+            Action::Pass
+        );
+    }
+    assert_eq!(
+        p.check(&s, 1, ip("192.0.2.51"), &plain, NOW).action,
+        Action::Pass
+    );
+    assert_eq!(
+        p.check(&s, 1, ip("192.0.2.50"), &plain, NOW).action,
+        Action::RateLimit
+    );
+    let e = Prepared::parse(
+        Path::new("r.toml"),
+        "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"rate_limit\"\n\
+         rate = { per_second = 1.0, burst = 1, key = \"\" }\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("key: an attribute name"), "{e}");
+}
+
 #[test]
 fn rate_limit_rule_limits_only_its_requests() {
     let p = prepared(

@@ -11,11 +11,13 @@ use std::time::Duration;
 
 pub(crate) mod index;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct RateSpec {
     pub(crate) limit: Limit,
     pub(crate) v4: u8,
     pub(crate) v6: u8,
+    /// `key`: counted per value of this attribute (`ja4`), else per source prefix.
+    pub(crate) key: Option<Box<str>>,
 }
 
 #[derive(Clone, Copy, Debug)]

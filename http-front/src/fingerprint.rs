@@ -1,0 +1,608 @@
+//! Client fingerprints, computed once per connection and offered to the rules, the access
+//! records and the events: JA4 of the TLS ClientHello (FoxIO's published algorithm; JA4
+//! only) and the HTTP/2 fingerprint in Akamai's format (`SETTINGS|WINDOW_UPDATE|PRIORITY|
+//! pseudo-header order`).
+//!
+//! The ClientHello's bytes are copied by [`HelloTap`] as rustls reads them (at most
+//! [`HELLO_MAX`] bytes, then never again for the connection); the HTTP/2 frames are followed
+//! by [`crate::h2watch`], which hands the client's first frames to [`H2Print`].
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Most bytes of a ClientHello kept (one TLS record of 16 KiB and its header).
+pub const HELLO_MAX: usize = 16 * 1024 + 5;
+
+fn grease(v: u16) -> bool {
+    v & 0x0f0f == 0x0a0a && v >> 8 == v & 0xff
+}
+
+/// A cursor over a byte slice; each read fails (None) past its end.
+struct Cur<'a>(&'a [u8]);
+
+impl<'a> Cur<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn vec8(&mut self) -> Option<&'a [u8]> {
+        let n = self.u8()?;
+        self.take(usize::from(n))
+    }
+    fn vec16(&mut self) -> Option<&'a [u8]> {
+        let n = self.u16()?;
+        self.take(usize::from(n))
+    }
+}
+
+/// The ClientHello handshake message from TLS records `wire` (its fragments joined), when whole.
+fn hello_message(wire: &[u8]) -> Option<Vec<u8>> {
+    let mut c = Cur(wire);
+    let mut msg = Vec::new();
+    loop {
+        let kind = c.u8()?;
+        if kind != 0x16 {
+            return None;
+        }
+        c.take(2)?;
+        msg.extend_from_slice(c.vec16()?);
+        if msg.len() >= 4 {
+            if msg[0] != 0x01 {
+                return None;
+            }
+            let len = usize::from(msg[1]) << 16 | usize::from(msg[2]) << 8 | usize::from(msg[3]);
+            if msg.len() >= 4 + len {
+                msg.truncate(4 + len);
+                return Some(msg);
+            }
+        }
+    }
+}
+
+fn version_code(v: u16) -> &'static str {
+    match v {
+        0x0304 => "13",
+        0x0303 => "12",
+        0x0302 => "11",
+        0x0301 => "10",
+        0x0300 => "s3",
+        0x0002 => "s2",
+        0xfeff => "d1",
+        0xfefd => "d2",
+        0xfefc => "d3",
+        _ => "00",
+    }
+}
+
+/// JA4's two ALPN characters for the first ALPN value `v`.
+fn alpn_chars(v: &[u8]) -> String {
+    let end = |b: u8| match b {
+        0x20..=0x7e => Some(b as char),
+        0x80..=0xff => Some('9'),
+        _ => None,
+    };
+    match (v.first(), v.last()) {
+        (Some(&f), Some(&l)) => match (end(f), end(l)) {
+            (Some(a), Some(b)) => format!("{a}{b}"),
+            _ => "99".into(),
+        },
+        _ => "00".into(),
+    }
+}
+
+fn hash12(s: &str) -> String {
+    let d = Sha256::digest(s.as_bytes());
+    let mut out = String::with_capacity(12);
+    for b in &d[..6] {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+fn hex_list(v: &[u16]) -> String {
+    let mut s = String::with_capacity(v.len() * 5);
+    for (i, x) in v.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push_str(&format!("{x:04x}"));
+    }
+    s
+}
+
+/// JA4 of the ClientHello in TLS records `wire` (over TCP), or None when they do not hold a whole one.
+pub fn ja4(wire: &[u8]) -> Option<String> {
+    let msg = hello_message(wire)?;
+    let mut c = Cur(&msg[4..]);
+    let legacy = c.u16()?;
+    c.take(32)?;
+    c.vec8()?;
+    let mut ciphers: Vec<u16> = Vec::new();
+    let mut cs = Cur(c.vec16()?);
+    while let Some(v) = cs.u16() {
+        if !grease(v) {
+            ciphers.push(v);
+        }
+    }
+    c.vec8()?;
+    let mut exts: Vec<u16> = Vec::new();
+    let (mut sni, mut alpn, mut sigs, mut best): (bool, Option<&[u8]>, Vec<u16>, Option<u16>) =
+        (false, None, Vec::new(), None);
+    if !c.0.is_empty() {
+        let mut e = Cur(c.vec16()?);
+        while !e.0.is_empty() {
+            let ty = e.u16()?;
+            let body = e.vec16()?;
+            if grease(ty) {
+                continue;
+            }
+            exts.push(ty);
+            let mut b = Cur(body);
+            match ty {
+                0x0000 => sni = true,
+                0x0010 => alpn = b.vec16().and_then(|l| Cur(l).vec8()),
+                0x000d => {
+                    let mut l = Cur(b.vec16()?);
+                    while let Some(s) = l.u16() {
+                        if !grease(s) {
+                            sigs.push(s);
+                        }
+                    }
+                }
+                0x002b => {
+                    let mut l = Cur(b.vec8()?);
+                    while let Some(v) = l.u16() {
+                        if !grease(v) {
+                            best = Some(best.map_or(v, |b: u16| b.max(v)));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let a = format!(
+        "t{}{}{:02}{:02}{}",
+        version_code(best.unwrap_or(legacy)),
+        if sni { 'd' } else { 'i' },
+        ciphers.len().min(99),
+        exts.len().min(99),
+        alpn.map_or_else(|| "00".to_string(), alpn_chars)
+    );
+    let b = if ciphers.is_empty() {
+        "000000000000".to_string()
+    } else {
+        let mut s = ciphers.clone();
+        s.sort_unstable();
+        hash12(&hex_list(&s))
+    };
+    let mut sorted: Vec<u16> = exts
+        .iter()
+        .copied()
+        .filter(|&e| e != 0x0000 && e != 0x0010)
+        .collect();
+    sorted.sort_unstable();
+    let c = if sorted.is_empty() {
+        "000000000000".to_string()
+    } else {
+        let mut s = hex_list(&sorted);
+        if !sigs.is_empty() {
+            s.push('_');
+            s.push_str(&hex_list(&sigs));
+        }
+        hash12(&s)
+    };
+    Some(format!("{a}_{b}_{c}"))
+}
+
+/// A client connection's transport that keeps a copy of its first bytes (the ClientHello)
+/// until [`HelloTap::take`]; the copy then stops for good.
+#[derive(Debug)]
+pub struct HelloTap<S> {
+    inner: S,
+    seen: Option<Vec<u8>>,
+}
+
+impl<S> HelloTap<S> {
+    /// Taps `inner`.
+    pub fn new(inner: S) -> HelloTap<S> {
+        HelloTap {
+            inner,
+            seen: Some(Vec::with_capacity(2048)),
+        }
+    }
+
+    /// The bytes read so far (at most [`HELLO_MAX`]); no more are kept.
+    pub fn take(&mut self) -> Vec<u8> {
+        self.seen.take().unwrap_or_default()
+    }
+
+    /// The transport under it.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for HelloTap<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut me.inner).poll_read(cx, buf))?;
+        if let Some(seen) = &mut me.seen {
+            let new = &buf.filled()[before..];
+            let room = HELLO_MAX.saturating_sub(seen.len());
+            seen.extend_from_slice(&new[..new.len().min(room)]);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for HelloTap<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// Bytes of the first HEADERS block read for its pseudo-header order.
+pub const H2_BLOCK_MAX: usize = 512;
+
+/// Follows the client's frames up to its first HEADERS for [`H2Print`]: each frame's
+/// payload (at most 256 bytes; a HEADERS block's first [`H2_BLOCK_MAX`]) is gathered as the
+/// transport passes it, and the fingerprint is published once the first HEADERS is whole.
+#[derive(Debug)]
+pub struct H2Collect {
+    print: H2Print,
+    kind: u8,
+    stream: u32,
+    skip: usize,
+    want: usize,
+    buf: Vec<u8>,
+    out: std::sync::Arc<std::sync::OnceLock<Box<str>>>,
+}
+
+impl H2Collect {
+    /// Publishes into `out`.
+    pub fn new(out: std::sync::Arc<std::sync::OnceLock<Box<str>>>) -> H2Collect {
+        H2Collect {
+            print: H2Print::default(),
+            kind: 0,
+            stream: 0,
+            skip: 0,
+            want: 0,
+            buf: Vec::new(),
+            out,
+        }
+    }
+
+    /// A frame of `len` payload bytes begins.
+    pub fn begin(&mut self, kind: u8, flags: u8, stream: u32, len: usize) {
+        self.kind = kind;
+        self.stream = stream;
+        self.buf.clear();
+        let (skip, cap) = match kind {
+            0x1 => (
+                usize::from(flags & 0x8 != 0) + if flags & 0x20 != 0 { 5 } else { 0 },
+                H2_BLOCK_MAX,
+            ),
+            0x2 | 0x4 | 0x8 => (0, 256),
+            _ => (0, 0),
+        };
+        self.skip = skip;
+        self.want = len.saturating_sub(skip).min(cap);
+    }
+
+    /// Payload bytes of the current frame.
+    pub fn feed(&mut self, mut data: &[u8]) {
+        let s = self.skip.min(data.len());
+        self.skip -= s;
+        data = &data[s..];
+        let take = (self.want - self.buf.len()).min(data.len());
+        self.buf.extend_from_slice(&data[..take]);
+    }
+
+    /// The current frame ended; true once the fingerprint is published (stop following).
+    pub fn end(&mut self) -> bool {
+        if matches!(self.kind, 0x1 | 0x2 | 0x4 | 0x8) {
+            self.print.frame(self.kind, self.stream, &self.buf);
+        }
+        if let Some(f) = self.print.finish() {
+            let _ = self.out.set(f.into());
+            return true;
+        }
+        false
+    }
+}
+
+/// The HTTP/2 fingerprint as the client's first frames build it (see the module documentation).
+#[derive(Debug, Default)]
+pub struct H2Print {
+    settings: String,
+    window: Option<u32>,
+    priorities: String,
+    /// The first HEADERS block's start (its pseudo-headers).
+    block: Vec<u8>,
+    /// The first SETTINGS was seen.
+    got_settings: bool,
+    /// The first HEADERS was seen: the fingerprint is complete.
+    pub done: bool,
+}
+
+impl H2Print {
+    /// One whole client frame before the first HEADERS (`payload` complete; a HEADERS
+    /// frame's `payload` is its block start, padding and priority removed).
+    pub fn frame(&mut self, kind: u8, stream: u32, payload: &[u8]) {
+        if self.done {
+            return;
+        }
+        match kind {
+            0x4 if !self.got_settings => {
+                self.got_settings = true;
+                for (i, s) in payload.chunks_exact(6).enumerate() {
+                    if i > 0 {
+                        self.settings.push(';');
+                    }
+                    let id = u16::from_be_bytes([s[0], s[1]]);
+                    let v = u32::from_be_bytes([s[2], s[3], s[4], s[5]]);
+                    self.settings.push_str(&format!("{id}:{v}"));
+                }
+            }
+            0x8 if stream == 0 && self.window.is_none() && payload.len() >= 4 => {
+                self.window = Some(
+                    u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]])
+                        & 0x7fff_ffff,
+                );
+            }
+            0x2 if payload.len() >= 5 => self.priority(stream, payload),
+            0x1 => {
+                // Akamai's format lists PRIORITY frames only, not a HEADERS frame's own.
+                self.block = payload[..payload.len().min(H2_BLOCK_MAX)].to_vec();
+                self.done = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn priority(&mut self, stream: u32, p: &[u8]) {
+        let dep = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+        if !self.priorities.is_empty() {
+            self.priorities.push(',');
+        }
+        self.priorities.push_str(&format!(
+            "{stream}:{}:{}:{}",
+            dep >> 31,
+            dep & 0x7fff_ffff,
+            u16::from(p[4]) + 1
+        ));
+    }
+
+    /// The fingerprint, once the first HEADERS came.
+    pub fn finish(&self) -> Option<String> {
+        if !self.done {
+            return None;
+        }
+        Some(format!(
+            "{}|{}|{}|{}",
+            self.settings,
+            self.window
+                .map_or_else(|| "00".to_string(), |w| w.to_string()),
+            if self.priorities.is_empty() {
+                "0"
+            } else {
+                &self.priorities
+            },
+            pseudo_order(&self.block)
+        ))
+    }
+}
+
+/// The order of the pseudo-headers at the start of an HPACK block, as `m,a,s,p` (the first
+/// letters of :method, :authority, :scheme, :path), read until the first regular header.
+fn pseudo_order(block: &[u8]) -> String {
+    let mut c = Cur(block);
+    let mut out = String::new();
+    let name_of = |idx: u64| match idx {
+        1 => Some('a'),
+        2 | 3 => Some('m'),
+        4 | 5 => Some('p'),
+        6 | 7 => Some('s'),
+        _ => None,
+    };
+    let mut push = |ch: char| {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push(ch);
+    };
+    while let Some(&b) = c.0.first() {
+        let (idx, literal) = if b & 0x80 != 0 {
+            (crate::h2watch::hpack_int(c.0, 7), false)
+        } else if b & 0xc0 == 0x40 {
+            (crate::h2watch::hpack_int(c.0, 6), true)
+        } else if b & 0xe0 == 0x20 {
+            // A table size update: skip it.
+            match crate::h2watch::hpack_int(c.0, 5) {
+                Some((_, n)) => {
+                    c.take(n);
+                    continue;
+                }
+                None => break,
+            }
+        } else {
+            (crate::h2watch::hpack_int(c.0, 4), true)
+        };
+        let Some((idx, n)) = idx else { break };
+        c.take(n);
+        if idx == 0 {
+            // A literal name: pseudo-headers are in the static table, so a literal one is
+            // odd; read its name to know whether it is one.
+            let Some((len, n)) = crate::h2watch::hpack_int(c.0, 7) else {
+                break;
+            };
+            let huff = c.0[0] & 0x80 != 0;
+            c.take(n);
+            let Some(name) = c.take(len as usize) else {
+                break;
+            };
+            // Huffman-coded names are regular headers in practice (every client names
+            // pseudo-headers by the static table): the pseudo-headers ended.
+            if huff || name.first() != Some(&b':') {
+                break;
+            }
+            push(name.get(1).map_or('?', |&x| x as char));
+        } else {
+            match name_of(idx) {
+                Some(ch) => push(ch),
+                None => break,
+            }
+        }
+        if literal {
+            let Some((len, n)) = c.0.first().and(crate::h2watch::hpack_int(c.0, 7)) else {
+                break;
+            };
+            c.take(n);
+            if c.take(len as usize).is_none() {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ClientHello record from its parts.
+    fn hello(version: u16, ciphers: &[u16], exts: &[(u16, Vec<u8>)]) -> Vec<u8> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&0x0303u16.to_be_bytes());
+        body.extend_from_slice(&[7u8; 32]);
+        body.push(0);
+        body.extend_from_slice(&((ciphers.len() * 2) as u16).to_be_bytes());
+        for c in ciphers {
+            body.extend_from_slice(&c.to_be_bytes());
+        }
+        body.extend_from_slice(&[1, 0]);
+        let mut e = Vec::new();
+        for (t, d) in exts {
+            e.extend_from_slice(&t.to_be_bytes());
+            e.extend_from_slice(&(d.len() as u16).to_be_bytes());
+            e.extend_from_slice(d);
+        }
+        body.extend_from_slice(&(e.len() as u16).to_be_bytes());
+        body.extend_from_slice(&e);
+        let mut msg = vec![1, 0, (body.len() >> 8) as u8, body.len() as u8];
+        msg.extend_from_slice(&body);
+        let mut rec = vec![0x16, 0x03, 0x01];
+        rec.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+        rec.extend_from_slice(&msg);
+        let _ = version;
+        rec
+    }
+
+    #[test]
+    fn ja4_parts() {
+        let sni = {
+            let mut d = vec![0, 12, 0, 0, 9];
+            d.extend_from_slice(b"a.example");
+            d
+        };
+        let alpn = vec![
+            0, 12, 2, b'h', b'2', 8, b'h', b't', b't', b'p', b'/', b'1', b'.', b'1',
+        ];
+        let sigs = vec![0, 6, 0x04, 0x03, 0x08, 0x04, 0x04, 0x01];
+        let versions = vec![4, 0x0a, 0x0a, 0x03, 0x04];
+        let rec = hello(
+            0x0303,
+            &[0x1a1a, 0x1301, 0x1302, 0xc02b],
+            &[
+                (0x0a0a, vec![]),
+                (0x0000, sni),
+                (0x0010, alpn),
+                (0x000d, sigs),
+                (0x002b, versions),
+                (0x000a, vec![0, 2, 0, 0x1d]),
+            ],
+        );
+        let j = ja4(&rec).unwrap();
+        let want_b = hash12("1301,1302,c02b");
+        let want_c = hash12("000a,000d,002b_0403,0804,0401");
+        assert_eq!(j, format!("t13d0305h2_{want_b}_{want_c}"));
+        // Split across two records, the same.
+        let msg = &rec[5..];
+        let mut two = vec![0x16, 3, 1, 0, 10];
+        two.extend_from_slice(&msg[..10]);
+        two.extend_from_slice(&[0x16, 3, 1]);
+        two.extend_from_slice(&((msg.len() - 10) as u16).to_be_bytes());
+        two.extend_from_slice(&msg[10..]);
+        assert_eq!(ja4(&two).unwrap(), j);
+        // Cut short: none.
+        assert_eq!(ja4(&rec[..rec.len() - 1]), None);
+        assert_eq!(alpn_chars(b""), "00");
+        assert_eq!(alpn_chars(&[0xba, 0xad]), "99");
+        assert_eq!(alpn_chars(&[b'h', 0x1f]), "99");
+        assert_eq!(alpn_chars(b"x"), "xx");
+    }
+
+    #[test]
+    fn h2_fingerprint_in_akamai_format() {
+        let mut p = H2Print::default();
+        let mut settings = Vec::new();
+        for (id, v) in [(1u16, 65536u32), (2, 0), (4, 6291456), (6, 262144)] {
+            settings.extend_from_slice(&id.to_be_bytes());
+            settings.extend_from_slice(&v.to_be_bytes());
+        }
+        p.frame(0x4, 0, &settings);
+        p.frame(0x8, 0, &15663105u32.to_be_bytes());
+        assert_eq!(p.finish(), None);
+        // :method GET, :authority (literal, indexed name 1), :scheme https, :path /
+        let block = [0x82, 0x41, 0x03, b'a', b'.', b'b', 0x87, 0x84];
+        p.frame(0x1, 1, &block);
+        assert_eq!(
+            p.finish().unwrap(),
+            "1:65536;2:0;4:6291456;6:262144|15663105|0|m,a,s,p"
+        );
+        assert_eq!(
+            pseudo_order(&[0x82, 0x86, 0x84, 0x41, 0x01, b'x']),
+            "m,s,p,a"
+        );
+    }
+}
