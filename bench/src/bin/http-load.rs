@@ -10,6 +10,11 @@
 //! latency, and after `--per-conn` requests (0: no limit) reconnects from the next source.
 //! Prints one JSON object: requests, req/s, latency percentiles (us), non-2xx, errors,
 //! connections made.
+//!
+//! With `--tls`, each connection shakes hands first (rustls, a full handshake every time:
+//! no resumption, the certificate not verified), with the server name `--sni` (`{}`
+//! replaced by the connection's number modulo `--sni-count`): with `--per-conn 1` it
+//! measures TLS handshakes against a server holding thousands of certificates.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
@@ -17,7 +22,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 /// HTTP load from many source addresses.
@@ -51,6 +56,64 @@ struct Cli {
     /// Requests per connection before reconnecting from the next source (0: no limit).
     #[arg(long, default_value_t = 0)]
     per_conn: u32,
+    /// TLS (HTTP/1.1 over TLS).
+    #[arg(long)]
+    tls: bool,
+    /// The server name sent, `{}` standing for the connection's number modulo --sni-count.
+    #[arg(long, default_value = "localhost")]
+    sni: String,
+    /// How many server names `{}` in --sni takes in turn.
+    #[arg(long, default_value_t = 1)]
+    sni_count: u32,
+}
+
+/// Accepts any certificate: the load, not the server's identity, is measured.
+#[derive(Debug)]
+struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+fn tls_connector() -> tokio_rustls::TlsConnector {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
+        .with_no_client_auth();
+    cfg.resumption = rustls::client::Resumption::disabled();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
 }
 
 /// Latencies in microseconds, 1 us buckets up to 200 ms (beyond: the last bucket).
@@ -103,7 +166,7 @@ async fn connect(cli: &Cli, next: &AtomicU32) -> std::io::Result<TcpStream> {
 }
 
 /// Reads one response; its status, or `None` when the connection ended or it was malformed.
-async fn response(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(u16, bool)> {
+async fn response<S: AsyncRead + Unpin>(s: &mut S, buf: &mut Vec<u8>) -> Option<(u16, bool)> {
     loop {
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut r = httparse::Response::new(&mut headers);
@@ -149,13 +212,16 @@ async fn worker(
         cli.path, cli.host, cli.ua
     );
     let mut buf = Vec::with_capacity(16384);
+    let tls = cli.tls.then(tls_connector);
+    // Server names in turn over all connections.
+    static SNI_NEXT: AtomicU32 = AtomicU32::new(0);
     while Instant::now() < end {
         // A connect the server never answers (SYNs dropped) gives up within a second, and at
         // the end of the run.
         let limit = end
             .saturating_duration_since(Instant::now())
             .min(Duration::from_secs(1));
-        let mut s = match tokio::time::timeout(limit, connect(&cli, &next)).await {
+        let s = match tokio::time::timeout(limit, connect(&cli, &next)).await {
             Ok(Ok(s)) => s,
             _ => {
                 totals.errors.fetch_add(1, Ordering::Relaxed);
@@ -165,29 +231,58 @@ async fn worker(
         };
         totals.connects.fetch_add(1, Ordering::Relaxed);
         buf.clear();
-        let mut n = 0u32;
-        while Instant::now() < end && (cli.per_conn == 0 || n < cli.per_conn) {
-            let t0 = Instant::now();
-            if s.write_all(req.as_bytes()).await.is_err() {
-                totals.errors.fetch_add(1, Ordering::Relaxed);
-                break;
-            }
-            let Some((code, close)) = response(&mut s, &mut buf).await else {
-                totals.errors.fetch_add(1, Ordering::Relaxed);
-                break;
-            };
-            hist.record(t0.elapsed().as_micros() as u64);
-            totals.requests.fetch_add(1, Ordering::Relaxed);
-            if !(200..400).contains(&code) {
-                totals.non_2xx.fetch_add(1, Ordering::Relaxed);
-            }
-            n += 1;
-            if close {
-                break;
+        let k = SNI_NEXT.fetch_add(1, Ordering::Relaxed);
+        match &tls {
+            None => exchange(&cli, &totals, &mut hist, &req, &mut buf, s, end).await,
+            Some(t) => {
+                let name = cli.sni.replace("{}", &(k % cli.sni_count.max(1)).to_string());
+                let Ok(name) = rustls::pki_types::ServerName::try_from(name) else {
+                    totals.errors.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                match tokio::time::timeout(limit.max(Duration::from_secs(1)), t.connect(name, s)).await {
+                    Ok(Ok(ts)) => exchange(&cli, &totals, &mut hist, &req, &mut buf, ts, end).await,
+                    _ => {
+                        totals.errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
             }
         }
     }
     hist
+}
+
+/// Requests on one connection until its limit, the end, or an error.
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    cli: &Cli,
+    totals: &Totals,
+    hist: &mut Histogram,
+    req: &str,
+    buf: &mut Vec<u8>,
+    mut s: S,
+    end: Instant,
+) {
+    let mut n = 0u32;
+    while Instant::now() < end && (cli.per_conn == 0 || n < cli.per_conn) {
+        let t0 = Instant::now();
+        if s.write_all(req.as_bytes()).await.is_err() {
+            totals.errors.fetch_add(1, Ordering::Relaxed);
+            break;
+        }
+        let Some((code, close)) = response(&mut s, buf).await else {
+            totals.errors.fetch_add(1, Ordering::Relaxed);
+            break;
+        };
+        hist.record(t0.elapsed().as_micros() as u64);
+        totals.requests.fetch_add(1, Ordering::Relaxed);
+        if !(200..400).contains(&code) {
+            totals.non_2xx.fetch_add(1, Ordering::Relaxed);
+        }
+        n += 1;
+        if close {
+            break;
+        }
+    }
 }
 
 fn main() {
