@@ -36,7 +36,9 @@ fn frames() -> Vec<(u8, u8, u32, Vec<u8>)> {
     let mut block = vec![0x82, 0x41, 11];
     block.extend_from_slice(b"example.com");
     block.extend_from_slice(&[0x87, 0x84]);
-    block.extend_from_slice(&[0x40, 0x8a, 0xff, 0xfe, 0xfd, 0xfc, 0xfb, 0xfa, 0xf9, 0xf8, 0xf7, 0xf6, 0x02, b'a', b'b']);
+    block.extend_from_slice(&[
+        0x40, 0x8a, 0xff, 0xfe, 0xfd, 0xfc, 0xfb, 0xfa, 0xf9, 0xf8, 0xf7, 0xf6, 0x02, b'a', b'b',
+    ]);
     vec![
         (0x4, 0, 0, settings),
         (0x8, 0, 0, 15663105u32.to_be_bytes().to_vec()),
@@ -47,7 +49,9 @@ fn frames() -> Vec<(u8, u8, u32, Vec<u8>)> {
 fn bench(c: &mut Criterion) {
     let hello = client_hello();
     assert!(ja4(&hello).is_some());
-    c.bench_function("ja4_rustls_client_hello", |b| b.iter(|| ja4(black_box(&hello))));
+    c.bench_function("ja4_rustls_client_hello", |b| {
+        b.iter(|| ja4(black_box(&hello)))
+    });
     let fr = frames();
     c.bench_function("h2_fingerprint_first_frames", |b| {
         b.iter(|| {

@@ -321,7 +321,7 @@ async fn serve(
             }
         };
         let alpn = stream.get_ref().1.alpn_protocol();
-        if alpn == Some(crate::acme::ACME_TLS_ALPN) {
+        if alpn == Some(crate::tls::acme_state::ACME_TLS_ALPN) {
             // An ACME validation handshake (RFC 8737): done once it completed.
             return;
         }

@@ -281,6 +281,28 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for HelloTap<S> {
     }
 }
 
+/// An HPACK integer with an `n`-bit prefix (RFC 7541 §5.1): its value and length, or `None`
+/// when it is cut short (left to h2) or absurdly long (over any size).
+pub(crate) fn hpack_int(b: &[u8], n: u32) -> Option<(u64, usize)> {
+    let max = (1u64 << n) - 1;
+    let first = u64::from(*b.first()?) & max;
+    if first < max {
+        return Some((first, 1));
+    }
+    let mut v = max;
+    for (i, &byte) in b.iter().enumerate().skip(1) {
+        let shift = 7 * (i as u32 - 1);
+        if shift > 56 {
+            return Some((u64::MAX, i + 1));
+        }
+        v = v.saturating_add(u64::from(byte & 0x7f) << shift);
+        if byte & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
 /// Bytes of the first HEADERS block read for its pseudo-header order.
 pub const H2_BLOCK_MAX: usize = 512;
 
@@ -453,12 +475,12 @@ fn pseudo_order(block: &[u8]) -> String {
     };
     while let Some(&b) = c.0.first() {
         let (idx, literal) = if b & 0x80 != 0 {
-            (crate::h2watch::hpack_int(c.0, 7), false)
+            (hpack_int(c.0, 7), false)
         } else if b & 0xc0 == 0x40 {
-            (crate::h2watch::hpack_int(c.0, 6), true)
+            (hpack_int(c.0, 6), true)
         } else if b & 0xe0 == 0x20 {
             // A table size update: skip it.
-            match crate::h2watch::hpack_int(c.0, 5) {
+            match hpack_int(c.0, 5) {
                 Some((_, n)) => {
                     c.take(n);
                     continue;
@@ -466,14 +488,14 @@ fn pseudo_order(block: &[u8]) -> String {
                 None => break,
             }
         } else {
-            (crate::h2watch::hpack_int(c.0, 4), true)
+            (hpack_int(c.0, 4), true)
         };
         let Some((idx, n)) = idx else { break };
         c.take(n);
         if idx == 0 {
             // A literal name: pseudo-headers are in the static table, so a literal one is
             // odd; read its name to know whether it is one.
-            let Some((len, n)) = crate::h2watch::hpack_int(c.0, 7) else {
+            let Some((len, n)) = hpack_int(c.0, 7) else {
                 break;
             };
             let huff = c.0[0] & 0x80 != 0;
@@ -494,7 +516,7 @@ fn pseudo_order(block: &[u8]) -> String {
             }
         }
         if literal {
-            let Some((len, n)) = c.0.first().and(crate::h2watch::hpack_int(c.0, 7)) else {
+            let Some((len, n)) = c.0.first().and(hpack_int(c.0, 7)) else {
                 break;
             };
             c.take(n);

@@ -171,7 +171,7 @@ pub struct Front {
     /// Every counter, for /metrics.
     pub metrics: Arc<shield::metrics::Registry>,
     /// ACME's certificates and challenges (with `[acme]`).
-    pub acme: Option<Arc<crate::acme::AcmeState>>,
+    pub acme: Option<Arc<crate::tls::acme_state::AcmeState>>,
     snapshot: Arc<ArcSwap<Snapshot>>,
     flusher: Mutex<Option<Flusher>>,
     access_log: Mutex<Option<AccessLogger>>,
@@ -212,7 +212,7 @@ fn prepare_certs(
     fixed: &crate::tls::certs::Fixed,
     prev: Option<&Resolver>,
     counters: &Arc<Counters>,
-    acme: Option<&Arc<crate::acme::AcmeState>>,
+    acme: Option<&Arc<crate::tls::acme_state::AcmeState>>,
 ) -> crate::tls::certs::Built {
     let t = cfg.tls.as_ref();
     let built = crate::tls::certs::build(
@@ -309,7 +309,7 @@ impl Front {
         let acme = cfg
             .acme
             .as_ref()
-            .map(|_| Arc::new(crate::acme::AcmeState::default()));
+            .map(|_| Arc::new(crate::tls::acme_state::AcmeState::default()));
         let certs = tls.map(|fixed| {
             let built = prepare_certs(&cfg, &fixed, None, &counters, acme.as_ref());
             crate::tls::certs::read_in_background(built.unread, Arc::clone(&counters));

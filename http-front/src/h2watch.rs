@@ -229,7 +229,7 @@ fn oversized_update(mut block: &[u8]) -> bool {
             Some(b) if b & 0xe0 == 0x20 => {}
             _ => return false,
         }
-        let Some((size, used)) = hpack_int(block, 5) else {
+        let Some((size, used)) = crate::fingerprint::hpack_int(block, 5) else {
             return false;
         };
         if size > TABLE_SIZE {
@@ -238,28 +238,6 @@ fn oversized_update(mut block: &[u8]) -> bool {
         block = &block[used..];
     }
     false
-}
-
-/// An HPACK integer with an `n`-bit prefix (RFC 7541 §5.1): its value and length, or `None`
-/// when it is cut short (left to h2) or absurdly long (over any size).
-pub(crate) fn hpack_int(b: &[u8], n: u32) -> Option<(u64, usize)> {
-    let max = (1u64 << n) - 1;
-    let first = u64::from(*b.first()?) & max;
-    if first < max {
-        return Some((first, 1));
-    }
-    let mut v = max;
-    for (i, &byte) in b.iter().enumerate().skip(1) {
-        let shift = 7 * (i as u32 - 1);
-        if shift > 56 {
-            return Some((u64::MAX, i + 1));
-        }
-        v = v.saturating_add(u64::from(byte & 0x7f) << shift);
-        if byte & 0x80 == 0 {
-            return Some((v, i + 1));
-        }
-    }
-    None
 }
 
 impl<I: AsyncWrite + Unpin> H2Watch<I> {
@@ -384,9 +362,15 @@ mod tests {
 
     #[test]
     fn integers_and_updates() {
-        assert_eq!(hpack_int(&[0x3f, 0xe1, 0x1f], 5), Some((4096, 3)));
-        assert_eq!(hpack_int(&[0x3f, 0xe2, 0x1f], 5), Some((4097, 3)));
-        assert_eq!(hpack_int(&[0x3f, 0xe2], 5), None);
+        assert_eq!(
+            crate::fingerprint::hpack_int(&[0x3f, 0xe1, 0x1f], 5),
+            Some((4096, 3))
+        );
+        assert_eq!(
+            crate::fingerprint::hpack_int(&[0x3f, 0xe2, 0x1f], 5),
+            Some((4097, 3))
+        );
+        assert_eq!(crate::fingerprint::hpack_int(&[0x3f, 0xe2], 5), None);
         assert!(!oversized_update(&[0x3f, 0xe1, 0x1f, 0x82]));
         assert!(oversized_update(&[0x3f, 0xe2, 0x1f, 0x82]));
         // A second update may be the oversized one; a field first means none.

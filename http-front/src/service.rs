@@ -191,7 +191,10 @@ fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
     });
     // ACME's http-01 validation, before any rule or block (a rule must not fail issuance).
     if let Some(acme) = &cx.front.acme
-        && req.uri().path().starts_with(crate::acme::HTTP01_PREFIX)
+        && req
+            .uri()
+            .path()
+            .starts_with(crate::tls::acme_state::HTTP01_PREFIX)
         && let Some(ka) = acme.http01(req.uri().path())
     {
         let mut r = Response::new(RespBody::full(Bytes::from(ka)));

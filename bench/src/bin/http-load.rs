@@ -235,12 +235,16 @@ async fn worker(
         match &tls {
             None => exchange(&cli, &totals, &mut hist, &req, &mut buf, s, end).await,
             Some(t) => {
-                let name = cli.sni.replace("{}", &(k % cli.sni_count.max(1)).to_string());
+                let name = cli
+                    .sni
+                    .replace("{}", &(k % cli.sni_count.max(1)).to_string());
                 let Ok(name) = rustls::pki_types::ServerName::try_from(name) else {
                     totals.errors.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
-                match tokio::time::timeout(limit.max(Duration::from_secs(1)), t.connect(name, s)).await {
+                match tokio::time::timeout(limit.max(Duration::from_secs(1)), t.connect(name, s))
+                    .await
+                {
                     Ok(Ok(ts)) => exchange(&cli, &totals, &mut hist, &req, &mut buf, ts, end).await,
                     _ => {
                         totals.errors.fetch_add(1, Ordering::Relaxed);

@@ -32,7 +32,8 @@ fn main() {
     std::fs::create_dir_all(&cli.dir).expect("create dir");
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "Palisade bench CA");
+    ca.distinguished_name
+        .push(DnType::CommonName, "Palisade bench CA");
     let issuer = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("key")).expect("CA");
     std::fs::write(cli.dir.join("ca.pem"), issuer.pem()).expect("write ca.pem");
     for i in 0..cli.count {
@@ -42,7 +43,8 @@ fn main() {
         p.distinguished_name.push(DnType::CommonName, name.as_str());
         let cert = p.signed_by(&key, &issuer).expect("sign");
         std::fs::write(cli.dir.join(format!("{name}.crt")), cert.pem()).expect("write crt");
-        std::fs::write(cli.dir.join(format!("{name}.key")), key.serialize_pem()).expect("write key");
+        std::fs::write(cli.dir.join(format!("{name}.key")), key.serialize_pem())
+            .expect("write key");
     }
     eprintln!(
         "tls-certs: {} pairs in {:.1} s",

@@ -129,7 +129,7 @@ pub struct Resolver {
     /// `cert_dir`'s pairs by stem, for the next reload.
     slots: HashMap<String, Arc<Slot>>,
     /// ACME's certificates and open tls-alpn-01 challenges.
-    acme: Option<Arc<crate::acme::AcmeState>>,
+    acme: Option<Arc<crate::tls::acme_state::AcmeState>>,
     counters: Arc<Counters>,
 }
 
@@ -164,7 +164,7 @@ pub struct Options<'a> {
     /// Read new and changed pairs of `cert_dir` now (reload), else leave them unread (start).
     pub read_now: bool,
     /// ACME's certificates (after exact names, before wildcards) and tls-alpn-01 challenges.
-    pub acme: Option<&'a Arc<crate::acme::AcmeState>>,
+    pub acme: Option<&'a Arc<crate::tls::acme_state::AcmeState>>,
 }
 
 /// The name a `cert_dir` file stem stands for: (name, is a wildcard), or why it is skipped.
@@ -381,7 +381,7 @@ impl Resolver {
                 ),
             };
             let (expires, issuer) = match ck {
-                Ok(ck) => match ck.end_entity_cert().ok().and_then(|c| leaf_info(c)) {
+                Ok(ck) => match ck.end_entity_cert().ok().and_then(|c| super::leaf_info(c)) {
                     Some(i) => (i.not_after, i.issuer),
                     None => ("?".into(), "?".into()),
                 },
@@ -414,34 +414,12 @@ impl Resolver {
     }
 }
 
-/// What `ctl certs` shows of a leaf certificate.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LeafInfo {
-    /// The issuer's distinguished name.
-    pub issuer: String,
-    /// The end of its validity, UTC.
-    pub not_after: String,
-    /// The same, in seconds since the epoch.
-    pub not_after_unix: i64,
-}
-
-/// The issuer and expiry of the DER certificate `der`, when it parses.
-pub fn leaf_info(der: &[u8]) -> Option<LeafInfo> {
-    let (_, c) = x509_parser::parse_x509_certificate(der).ok()?;
-    let na = c.validity().not_after;
-    Some(LeafInfo {
-        issuer: c.issuer().to_string(),
-        not_after: na.to_datetime().to_string(),
-        not_after_unix: na.timestamp(),
-    })
-}
-
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         if let Some(acme) = &self.acme
             && hello
                 .alpn()
-                .is_some_and(|mut p| p.any(|p| p == crate::acme::ACME_TLS_ALPN))
+                .is_some_and(|mut p| p.any(|p| p == crate::tls::acme_state::ACME_TLS_ALPN))
         {
             // A validation handshake (RFC 8737): the challenge's certificate, or nothing.
             let name = hello.server_name()?.to_ascii_lowercase();

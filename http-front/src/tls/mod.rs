@@ -2,6 +2,7 @@
 //! response stapled when one lies beside them), the server settings of the TLS listeners
 //! (ALPN `h2` then `http/1.1`, the certificate chosen by SNI in [`certs`]).
 
+pub mod acme_state;
 pub mod certs;
 pub mod origin;
 
@@ -85,6 +86,28 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
     Ok(ck)
 }
 
+/// What `ctl certs` shows of a leaf certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeafInfo {
+    /// The issuer's distinguished name.
+    pub issuer: String,
+    /// The end of its validity, UTC.
+    pub not_after: String,
+    /// The same, in seconds since the epoch.
+    pub not_after_unix: i64,
+}
+
+/// The issuer and expiry of the DER certificate `der`, when it parses.
+pub fn leaf_info(der: &[u8]) -> Option<LeafInfo> {
+    let (_, c) = x509_parser::parse_x509_certificate(der).ok()?;
+    let na = c.validity().not_after;
+    Some(LeafInfo {
+        issuer: c.issuer().to_string(),
+        not_after: na.to_datetime().to_string(),
+        not_after_unix: na.timestamp(),
+    })
+}
+
 /// The server settings of the TLS listeners: certificates from `resolver`, ALPN `h2` then
 /// `http/1.1` (and `acme-tls/1` for ACME's validation handshakes).
 pub fn server_config(resolver: Arc<certs::Resolver>) -> Arc<rustls::ServerConfig> {
@@ -96,7 +119,8 @@ pub fn server_config(resolver: Arc<certs::Resolver>) -> Arc<rustls::ServerConfig
         .with_cert_resolver(resolver);
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     if acme {
-        cfg.alpn_protocols.push(crate::acme::ACME_TLS_ALPN.to_vec());
+        cfg.alpn_protocols
+            .push(crate::tls::acme_state::ACME_TLS_ALPN.to_vec());
     }
     Arc::new(cfg)
 }
