@@ -479,6 +479,17 @@ impl Front {
         panic!("reload did not finish within 10 s:\n{}", self.log());
     }
 
+    /// `http-front ctl ARGS` through the control socket `ctl.sock` in its directory (the
+    /// config's `[control] socket = "ctl.sock"`); panics, with the output, unless it succeeds.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        let sock = self.dir().join("ctl.sock");
+        let mut all = vec!["ctl", "-s", sock.to_str().expect("UTF-8 path")];
+        all.extend_from_slice(args);
+        let (code, out) = run_front(&all);
+        assert_eq!(code, Some(0), "ctl {args:?}: {out}");
+        out
+    }
+
     /// True while the process runs.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -19,6 +19,7 @@
 //! - [`counters`]: counters by name (`dnsd ctl stats`, Prometheus text); an absent name
 //!   fails the test instead of reading as 0.
 
+pub mod browser;
 pub mod clickhouse;
 pub mod client;
 pub mod compare;

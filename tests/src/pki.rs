@@ -106,6 +106,36 @@ pub fn self_signed(names: &[&str]) -> Pair {
     }
 }
 
+/// The status `curl` gets for `https://NAME:PORT/PATH` from `addr` (NAME resolved to it),
+/// verifying the server against `ca`; 0 when there is none. `flags`: e.g. `--http2`.
+pub fn curl_status(
+    addr: std::net::SocketAddr,
+    name: &str,
+    ca: &Path,
+    flags: &[&str],
+    path: &str,
+) -> u16 {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .args(flags)
+        .arg("--cacert")
+        .arg(ca)
+        .arg("--resolve")
+        .arg(format!("{name}:{}:{}", addr.port(), addr.ip()))
+        .arg(format!("https://{name}:{}{path}", addr.port()))
+        .output()
+        .expect("run curl");
+    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
+}
+
 /// What a server showed in a handshake.
 #[derive(Clone, Debug, Default)]
 pub struct Seen {

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use palisade_tests::http::{Front, run_front};
+use palisade_tests::http::Front;
 use palisade_tests::net;
 use palisade_tests::pebble::Pebble;
 use palisade_tests::pki::{Ca, hello};
@@ -85,15 +85,6 @@ fn front(s: &Setup, pebble: &Pebble, challenge: &str, sites: &str) -> Front {
     )
 }
 
-fn ctl(front: &Front, args: &[&str]) -> String {
-    let sock = front.dir().join("ctl.sock");
-    let mut all = vec!["ctl", "-s", sock.to_str().unwrap()];
-    all.extend_from_slice(args);
-    let (code, out) = run_front(&all);
-    assert_eq!(code, Some(0), "ctl {args:?}: {out}");
-    out
-}
-
 fn wait_issued(front: &Front, n: u64) {
     let got = front.wait_metric(
         "http_front_acme_orders_total{result=\"issued\"}",
@@ -104,7 +95,7 @@ fn wait_issued(front: &Front, n: u64) {
         got >= n,
         "{} issued, wanted {n}:\n{}",
         got,
-        ctl(front, &["certs"])
+        front.ctl(&["certs"])
     );
 }
 
@@ -187,7 +178,7 @@ fn acme_http01_issues_renews_and_keeps_the_current_on_failure() {
     assert_eq!(mode(&state), 0o700);
     assert_eq!(mode(&state.join("www.acme.test.key")), 0o600);
     assert_eq!(mode(&state.join("account.json")), 0o600);
-    let certs = ctl(&f, &["certs"]);
+    let certs = f.ctl(&["certs"]);
     assert!(
         certs.contains("www.acme.test,api.acme.test") && certs.contains("Pebble"),
         "{certs}"
@@ -196,7 +187,7 @@ fn acme_http01_issues_renews_and_keeps_the_current_on_failure() {
     // A renewal that fails keeps the certificate and says why.
     let served = hello(tls, Some("www.acme.test")).unwrap().leaf;
     drop(pebble);
-    ctl(&f, &["certs", "renew"]);
+    f.ctl(&["certs", "renew"]);
     let got = f.wait_metric(
         "http_front_acme_orders_total{result=\"failed\"}",
         1,
@@ -204,7 +195,7 @@ fn acme_http01_issues_renews_and_keeps_the_current_on_failure() {
     );
     assert!(got >= 1);
     assert_eq!(hello(tls, Some("www.acme.test")).unwrap().leaf, served);
-    let certs = ctl(&f, &["certs"]);
+    let certs = f.ctl(&["certs"]);
     assert!(certs.contains("ACME:"), "{certs}");
 }
 
@@ -259,7 +250,7 @@ fn acme_tls_alpn01_issues_on_the_tls_listener() {
         f.metric("http_front_acme_orders_total{result=\"issued\"}"),
         0
     );
-    let certs = ctl(&f, &["certs"]);
+    let certs = f.ctl(&["certs"]);
     assert!(
         certs.contains("alpn.acme.test") && certs.contains(" in "),
         "{certs}"

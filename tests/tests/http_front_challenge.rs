@@ -6,8 +6,8 @@
 use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use palisade_tests::http::{Front, H1Conn, Origin, Resp, base_config};
 use palisade_tests::net;
@@ -121,41 +121,19 @@ fn is_page(r: &Resp) -> bool {
 
 #[test]
 fn a_browser_solves_the_challenge_and_reaches_the_origin() {
-    let Some(chromium) = palisade_tests::find_program("chromium") else {
-        palisade_tests::skipped("chromium is not installed");
-        return;
-    };
     let dir = tempfile::tempdir().unwrap();
     let origin = Origin::start();
     let front = front(&origin, &key_file(dir.path(), 1), "");
     let fa = front.addr();
-    let profile = tempfile::tempdir().unwrap();
-    let mut child = Command::new(chromium)
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--disable-extensions",
-            "--disable-background-networking",
-            "--virtual-time-budget=30000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(format!("--host-resolver-rules=MAP a.test {}", fa.ip()))
-        .arg("--dump-dom")
-        .arg(format!("http://a.test:{}/hello?x=1", fa.port()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(90);
-    while child.try_wait().unwrap().is_none() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    let dom = String::from_utf8_lossy(&out.stdout);
+    let Some(dom) = palisade_tests::browser::dump_dom(
+        &format!("http://a.test:{}/hello?x=1", fa.port()),
+        "a.test",
+        fa.ip(),
+        &["--virtual-time-budget=30000"],
+        Duration::from_secs(90),
+    ) else {
+        return;
+    };
     // The origin's echo of the request, with the browser's clearance cookie.
     assert!(
         dom.contains("GET /hello?x=1 HTTP/1.1") && dom.contains("palisade_clearance="),

@@ -25,25 +25,7 @@ fn ja4plus_path() -> Option<PathBuf> {
 }
 
 fn curl(addr: SocketAddr, ca: &Path, flag: &str, path: &str) -> u16 {
-    let out = Command::new("curl")
-        .args([
-            "-s",
-            "--max-time",
-            "10",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            flag,
-        ])
-        .arg("--cacert")
-        .arg(ca)
-        .arg("--resolve")
-        .arg(format!("fp.test:{}:{}", addr.port(), addr.ip()))
-        .arg(format!("https://fp.test:{}{path}", addr.port()))
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
+    palisade_tests::pki::curl_status(addr, "fp.test", ca, &[flag], path)
 }
 
 fn openssl(addr: SocketAddr) {
@@ -77,37 +59,14 @@ fn openssl(addr: SocketAddr) {
 }
 
 fn chromium(addr: SocketAddr) -> bool {
-    let Some(bin) = palisade_tests::find_program("chromium") else {
-        palisade_tests::skipped("chromium is not installed");
-        return false;
-    };
-    let profile = tempfile::tempdir().unwrap();
-    let mut child = Command::new(bin)
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--disable-extensions",
-            "--disable-background-networking",
-            "--ignore-certificate-errors",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(format!("--host-resolver-rules=MAP fp.test {}", addr.ip()))
-        .arg("--dump-dom")
-        .arg(format!("https://fp.test:{}/chromium", addr.port()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let end = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    true
+    palisade_tests::browser::dump_dom(
+        &format!("https://fp.test:{}/chromium", addr.port()),
+        "fp.test",
+        addr.ip(),
+        &["--ignore-certificate-errors"],
+        Duration::from_secs(60),
+    )
+    .is_some()
 }
 
 /// The access records so far: (path, ja4, h2_fingerprint).

@@ -208,8 +208,12 @@ fn http_front_reads_a_response_that_fits_whole_and_frees_the_origin_at_once() {
                     .entry(f.stream)
                     .or_default()
                     .extend_from_slice(&f.payload);
-                let inc = (f.payload.len() as u32).to_be_bytes();
-                h2.write_frame(frame::WINDOW_UPDATE, 0, 0, &inc).unwrap();
+                // An empty DATA frame (a body's end sent on its own) gives nothing back: a
+                // WINDOW_UPDATE of 0 is a PROTOCOL_ERROR (RFC 9113 §6.9).
+                if !f.payload.is_empty() {
+                    let inc = (f.payload.len() as u32).to_be_bytes();
+                    h2.write_frame(frame::WINDOW_UPDATE, 0, 0, &inc).unwrap();
+                }
             }
             frame::RST_STREAM | frame::GOAWAY => panic!("{f:?}"),
             _ => {}

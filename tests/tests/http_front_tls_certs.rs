@@ -24,15 +24,6 @@ fn site(host: &str, extra: &str) -> String {
     format!("[[site]]\nhosts = [\"{host}\"]\nupstream = \"app\"\n{extra}\n")
 }
 
-fn ctl(front: &Front, args: &[&str]) -> String {
-    let sock = front.dir().join("ctl.sock");
-    let mut all = vec!["ctl", "-s", sock.to_str().unwrap()];
-    all.extend_from_slice(args);
-    let (code, out) = run_front(&all);
-    assert_eq!(code, Some(0), "ctl {args:?}: {out}");
-    out
-}
-
 #[test]
 fn tls_certificate_by_sni_from_cert_dir_site_and_default() {
     let ca = Ca::new();
@@ -129,26 +120,12 @@ fn tls_certificate_by_sni_from_cert_dir_site_and_default() {
     assert!(log.contains("cert_dir read"), "{log}");
 
     // A client that verifies: the chosen pair is valid for the name it asked for.
-    let out = std::process::Command::new("curl")
-        .args([
-            "-s",
-            "--max-time",
-            "10",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-        ])
-        .arg("--cacert")
-        .arg(dir.path().join("ca.pem"))
-        .arg("--resolve")
-        .arg(format!("x.wild.test:{}:{}", addr.port(), addr.ip()))
-        .arg(format!("https://x.wild.test:{}/", addr.port()))
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    assert_eq!(
+        palisade_tests::pki::curl_status(addr, "x.wild.test", &dir.path().join("ca.pem"), &[], "/"),
+        200
+    );
 
-    let list = ctl(&front, &["certs"]);
+    let list = front.ctl(&["certs"]);
     assert!(list.contains("*.wild.test"), "{list}");
     assert!(list.contains("a.test"), "{list}");
 }
@@ -300,7 +277,7 @@ fn tls_reload_reads_changed_pairs_only_and_fails_no_handshake() {
     // One pair replaced: read again (that one only) and served.
     let new5 = ca.leaf(&["n5.test"]);
     replace(&certs, "n5.test", &new5);
-    let reply = ctl(&front, &["reload"]);
+    let reply = front.ctl(&["reload"]);
     assert!(reply.starts_with("reloaded"), "{reply}");
     assert_eq!(front.metric(read_ok), N as u64 + 1);
     assert_eq!(hello(addr, Some("n5.test")).unwrap().leaf, new5.der());
@@ -314,7 +291,7 @@ fn tls_reload_reads_changed_pairs_only_and_fails_no_handshake() {
             key: pairs[7].key.clone(),
         },
     );
-    let reply = ctl(&front, &["reload"]);
+    let reply = front.ctl(&["reload"]);
     assert!(
         reply.contains("n6.test.key: the key is not the certificate's")
             && reply.contains("keeps serving n6.test"),
@@ -326,14 +303,14 @@ fn tls_reload_reads_changed_pairs_only_and_fails_no_handshake() {
     let added = ca.leaf(&["added.test"]);
     added.write(&certs, "added.test");
     std::fs::remove_file(certs.join("n7.test.crt")).unwrap();
-    ctl(&front, &["reload"]);
+    front.ctl(&["reload"]);
     assert_eq!(hello(addr, Some("added.test")).unwrap().leaf, added.der());
     assert!(hello(addr, Some("n7.test")).is_err());
 
     // Reloads while clients connect: nothing unchanged is read, no handshake fails.
     let before = front.metric(read_ok);
     for _ in 0..10 {
-        assert!(ctl(&front, &["reload"]).starts_with("reloaded"));
+        assert!(front.ctl(&["reload"]).starts_with("reloaded"));
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(
