@@ -215,6 +215,20 @@ pub fn ja4(wire: &[u8]) -> Option<String> {
 pub struct HelloTap<S> {
     inner: S,
     seen: Option<Vec<u8>>,
+    /// The ClientHello is whole in `seen`: copy no more.
+    whole: bool,
+}
+
+/// Where the first TLS record of `wire` ends, once it is there and holds a whole handshake
+/// message (or is no handshake record at all: nothing to wait for).
+fn first_record_end(wire: &[u8]) -> Option<usize> {
+    if wire.first().is_some_and(|&t| t != 0x16) {
+        return Some(0);
+    }
+    let h = wire.get(..9)?;
+    let rec = 5 + usize::from(u16::from_be_bytes([h[3], h[4]]));
+    let msg = 4 + (usize::from(h[6]) << 16 | usize::from(h[7]) << 8 | usize::from(h[8]));
+    (msg <= rec - 5 && wire.len() >= rec).then_some(rec)
 }
 
 impl<S> HelloTap<S> {
@@ -223,6 +237,7 @@ impl<S> HelloTap<S> {
         HelloTap {
             inner,
             seen: Some(Vec::with_capacity(2048)),
+            whole: false,
         }
     }
 
@@ -246,10 +261,18 @@ impl<S: AsyncRead + Unpin> AsyncRead for HelloTap<S> {
         let me = self.get_mut();
         let before = buf.filled().len();
         ready!(Pin::new(&mut me.inner).poll_read(cx, buf))?;
-        if let Some(seen) = &mut me.seen {
+        if let Some(seen) = &mut me.seen
+            && !me.whole
+        {
             let new = &buf.filled()[before..];
             let room = HELLO_MAX.saturating_sub(seen.len());
             seen.extend_from_slice(&new[..new.len().min(room)]);
+            if let Some(end) = first_record_end(seen) {
+                // The ClientHello is whole in its first record (nearly always): nothing
+                // after it is kept.
+                seen.truncate(end);
+                me.whole = true;
+            }
         }
         Poll::Ready(Ok(()))
     }
@@ -598,6 +621,13 @@ mod tests {
         assert_eq!(ja4(&two).unwrap(), j);
         // Cut short: none.
         assert_eq!(ja4(&rec[..rec.len() - 1]), None);
+        // The tap stops after the first record when it holds the whole hello, not before.
+        assert_eq!(first_record_end(&rec[..rec.len() - 1]), None);
+        let mut more = rec.clone();
+        more.extend_from_slice(&[0x14, 3, 3, 0, 1, 1]);
+        assert_eq!(first_record_end(&more), Some(rec.len()));
+        assert_eq!(first_record_end(&two), None, "split: keep copying");
+        assert_eq!(first_record_end(b"GET / HTTP/1.1"), Some(0));
         assert_eq!(alpn_chars(b""), "00");
         assert_eq!(alpn_chars(&[0xba, 0xad]), "99");
         assert_eq!(alpn_chars(&[b'h', 0x1f]), "99");
