@@ -278,16 +278,29 @@ pub fn build(
             }
         }
     }
-    for (stem, slot) in &slots {
-        match name_of(stem) {
-            Ok((name, false)) => {
-                exact.insert(name.into(), Entry::Dir(Arc::clone(slot)));
+    // In file-name order, so that two files naming one host (`A.test.crt`, `a.test.crt`)
+    // resolve the same way on every node: the first serves, the other is named.
+    let mut stems: Vec<&String> = slots.keys().collect();
+    stems.sort();
+    for stem in stems {
+        let slot = &slots[stem];
+        let (map, name) = match name_of(stem) {
+            Ok((name, false)) => (&mut exact, name),
+            Ok((name, true)) => (&mut wild, name),
+            Err(why) => {
+                warnings.push(format!("{}: {why}; skipped", slot.crt.display()));
+                continue;
             }
-            Ok((name, true)) => {
-                wild.insert(name.into(), Entry::Dir(Arc::clone(slot)));
-            }
-            Err(why) => warnings.push(format!("{}: {why}; skipped", slot.crt.display())),
+        };
+        if let Some(Entry::Dir(first)) = map.get(name.as_str()) {
+            warnings.push(format!(
+                "{}: names the same host as {}; skipped",
+                slot.crt.display(),
+                first.crt.display()
+            ));
+            continue;
         }
+        map.insert(name.into(), Entry::Dir(Arc::clone(slot)));
     }
     for (host, ck) in &fixed.sites {
         let e = Entry::Fixed(Arc::clone(ck));
@@ -452,6 +465,39 @@ impl ResolvesServerCert for Resolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_files_for_one_host_resolve_by_file_name_order() {
+        let dir = tempfile::tempdir().unwrap();
+        for stem in ["b.test", "B.test", "a.test"] {
+            std::fs::write(dir.path().join(format!("{stem}.crt")), "x").unwrap();
+            std::fs::write(dir.path().join(format!("{stem}.key")), "x").unwrap();
+        }
+        let built = build(
+            &Fixed::default(),
+            Options {
+                cert_dir: Some(dir.path()),
+                refuse_unknown: true,
+                read_now: false,
+                acme: None,
+            },
+            None,
+            Arc::default(),
+        );
+        assert_eq!(built.resolver.exact.len(), 2);
+        let Entry::Dir(s) = &built.resolver.exact["b.test"] else {
+            panic!("not from the directory")
+        };
+        assert_eq!(s.stem, "B.test", "\"B\" sorts before \"b\"");
+        assert!(
+            built
+                .warnings
+                .iter()
+                .any(|w| w.contains("b.test.crt: names the same host as")),
+            "{:?}",
+            built.warnings
+        );
+    }
 
     #[test]
     fn file_stems_name_hosts_and_wildcards() {
