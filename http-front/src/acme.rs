@@ -205,38 +205,19 @@ fn renew_at(not_before: i64, not_after: i64) -> i64 {
     not_before + (not_after - not_before) * 2 / 3
 }
 
-/// The pair in `state_dir` for `key`, when it loads and covers `names`.
-fn load_current(dir: &Path, key: &str, names: &[String]) -> Option<(Arc<CertifiedKey>, i64, i64)> {
+/// The pair in `state_dir` for `key`, when it loads and covers `names`, with what its leaf says.
+fn load_current(
+    dir: &Path,
+    key: &str,
+    names: &[String],
+) -> Option<(Arc<CertifiedKey>, crate::tls::LeafInfo)> {
     let crt = dir.join(format!("{key}.crt"));
     let ck = crate::tls::load_pair(&crt, &dir.join(format!("{key}.key"))).ok()?;
-    let der = ck.end_entity_cert().ok()?.to_vec();
-    let (_, c) = x509_parser::parse_x509_certificate(&der).ok()?;
-    let covered: Vec<String> = c
-        .subject_alternative_name()
-        .ok()
-        .flatten()
-        .map(|san| {
-            san.value
-                .general_names
-                .iter()
-                .filter_map(|g| match g {
-                    x509_parser::extensions::GeneralName::DNSName(d) => {
-                        Some(d.to_ascii_lowercase())
-                    }
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    if !names.iter().all(|n| covered.contains(n)) {
+    let info = crate::tls::leaf_info(ck.end_entity_cert().ok()?)?;
+    if !names.iter().all(|n| info.dns_names.contains(n)) {
         return None;
     }
-    let v = c.validity();
-    Some((
-        Arc::new(ck),
-        v.not_before.timestamp(),
-        v.not_after.timestamp(),
-    ))
+    Some((Arc::new(ck), info))
 }
 
 /// The sites with `acme = true`: (first host, hosts).
@@ -265,12 +246,9 @@ pub async fn run(front: Arc<crate::front::Front>, cfg: Acme, state: Arc<AcmeStat
             names: names.clone(),
             ..Status::default()
         };
-        if let Some((ck, nb, na)) = load_current(&cfg.state_dir, &key, &names) {
-            st.current = ck
-                .end_entity_cert()
-                .ok()
-                .and_then(|c| crate::tls::leaf_info(c));
-            st.next_unix = renew_at(nb, na);
+        if let Some((ck, info)) = load_current(&cfg.state_dir, &key, &names) {
+            st.next_unix = renew_at(info.not_before_unix, info.not_after_unix);
+            st.current = Some(info);
             state.publish(&names, ck);
         }
         lock(&state.status).insert(key, st);
@@ -322,13 +300,10 @@ pub async fn run(front: Arc<crate::front::Front>, cfg: Acme, state: Arc<AcmeStat
             let mut st = lock(&state.status);
             let s = st.entry(key.clone()).or_default();
             match r {
-                Ok((ck, nb, na)) => {
+                Ok((ck, info)) => {
                     state.issued.fetch_add(1, Ordering::Relaxed);
-                    s.current = ck
-                        .end_entity_cert()
-                        .ok()
-                        .and_then(|c| crate::tls::leaf_info(c));
-                    s.next_unix = renew_at(nb, na);
+                    s.next_unix = renew_at(info.not_before_unix, info.not_after_unix);
+                    s.current = Some(info);
                     s.last_error = None;
                     s.failures = 0;
                     state.publish(&names, ck);

@@ -95,16 +95,39 @@ pub struct LeafInfo {
     pub not_after: String,
     /// The same, in seconds since the epoch.
     pub not_after_unix: i64,
+    /// The start of its validity, in seconds since the epoch.
+    pub not_before_unix: i64,
+    /// Its DNS names (subject alternative names), lower case.
+    pub dns_names: Vec<String>,
 }
 
-/// The issuer and expiry of the DER certificate `der`, when it parses.
+/// The issuer, validity and names of the DER certificate `der`, when it parses.
 pub fn leaf_info(der: &[u8]) -> Option<LeafInfo> {
     let (_, c) = x509_parser::parse_x509_certificate(der).ok()?;
-    let na = c.validity().not_after;
+    let v = c.validity();
+    let dns_names = c
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .map(|san| {
+            san.value
+                .general_names
+                .iter()
+                .filter_map(|g| match g {
+                    x509_parser::extensions::GeneralName::DNSName(d) => {
+                        Some(d.to_ascii_lowercase())
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     Some(LeafInfo {
         issuer: c.issuer().to_string(),
-        not_after: na.to_datetime().to_string(),
-        not_after_unix: na.timestamp(),
+        not_after: v.not_after.to_datetime().to_string(),
+        not_after_unix: v.not_after.timestamp(),
+        not_before_unix: v.not_before.timestamp(),
+        dns_names,
     })
 }
 
