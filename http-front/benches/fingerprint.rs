@@ -12,8 +12,7 @@ use std::sync::{Arc, OnceLock};
 /// The bytes of a rustls ClientHello for `example.com` offering h2 and http/1.1.
 fn client_hello() -> Vec<u8> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(std::iter::empty());
+    let roots = rustls::RootCertStore::empty();
     let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()

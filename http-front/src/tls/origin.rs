@@ -5,8 +5,8 @@
 //! nothing falls back to cleartext.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -64,18 +64,6 @@ pub enum Key {
     ServerName,
 }
 
-fn system_roots() -> &'static Result<Vec<CertificateDer<'static>>, String> {
-    static ROOTS: LazyLock<Result<Vec<CertificateDer<'static>>, String>> = LazyLock::new(|| {
-        let found = rustls_native_certs::load_native_certs();
-        if found.certs.is_empty() {
-            Err("no system root certificates found (set ca_file)".into())
-        } else {
-            Ok(found.certs)
-        }
-    });
-    &ROOTS
-}
-
 impl OriginTls {
     /// Reads and checks the files; `h2`: settings for HTTP/2 too.
     pub fn build(
@@ -91,34 +79,16 @@ impl OriginTls {
                     .map_err(|e| (Key::ServerName, format!("{n:?}: {e}")))
             })
             .transpose()?;
-        let mut roots = rustls::RootCertStore::empty();
-        match ca_file {
+        let roots = match ca_file {
             Some(p) => {
-                let bytes =
+                let pem =
                     std::fs::read(p).map_err(|e| (Key::CaFile, format!("{}: {e}", p.display())))?;
-                digest.update(&bytes);
-                let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| (Key::CaFile, format!("{}: {e}", p.display())))?;
-                if certs.is_empty() {
-                    return Err((
-                        Key::CaFile,
-                        format!("{}: no CERTIFICATE in the file", p.display()),
-                    ));
-                }
-                for c in certs {
-                    roots
-                        .add(c)
-                        .map_err(|e| (Key::CaFile, format!("{}: {e}", p.display())))?;
-                }
+                digest.update(&pem);
+                shield::tls_roots::roots(Some((p, &pem)))
             }
-            None => {
-                let certs = system_roots()
-                    .as_ref()
-                    .map_err(|e| (Key::CaFile, e.clone()))?;
-                roots.add_parsable_certificates(certs.iter().cloned());
-            }
+            None => shield::tls_roots::roots(None),
         }
+        .map_err(|e| (Key::CaFile, e))?;
         let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(super::provider()))
             .with_safe_default_protocol_versions()
             .expect("ring supports the default protocol versions")

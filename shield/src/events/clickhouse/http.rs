@@ -8,8 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 
 /// Longest reply body read (ClickHouse's error texts and small query results).
 const MAX_REPLY: usize = 4 << 20;
@@ -70,29 +69,13 @@ impl Write for Conn {
 
 /// The TLS client config for https endpoints: `ca_file`'s certificates, else the system's roots.
 fn tls_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    match ca_file {
+    let roots = match ca_file {
         Some(p) => {
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(p)
-                .and_then(|i| i.collect())
-                .map_err(|e| format!("ca_file {}: {e}", p.display()))?;
-            if certs.is_empty() {
-                return Err(format!("ca_file {}: no certificate in it", p.display()));
-            }
-            for c in certs {
-                roots
-                    .add(c)
-                    .map_err(|e| format!("ca_file {}: {e}", p.display()))?;
-            }
+            let pem = std::fs::read(p).map_err(|e| format!("ca_file {}: {e}", p.display()))?;
+            crate::tls_roots::roots(Some((p, &pem))).map_err(|e| format!("ca_file {e}"))?
         }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(found.certs);
-            if roots.is_empty() {
-                return Err("https: no system root certificates found (set ca_file)".into());
-            }
-        }
-    }
+        None => crate::tls_roots::roots(None).map_err(|e| format!("https: {e}"))?,
+    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
