@@ -329,6 +329,12 @@ pub(crate) fn hpack_int(b: &[u8], n: u32) -> Option<(u64, usize)> {
 /// Bytes of the first HEADERS block read for its pseudo-header order.
 pub const H2_BLOCK_MAX: usize = 512;
 
+/// Bytes of a HEADERS payload before its header block: the pad length (PADDED, 0x8) and the
+/// priority fields (PRIORITY, 0x20).
+pub(crate) fn headers_prefix(flags: u8) -> usize {
+    usize::from(flags & 0x8 != 0) + if flags & 0x20 != 0 { 5 } else { 0 }
+}
+
 /// Follows the client's frames up to its first HEADERS for [`H2Print`]: each frame's
 /// payload (at most 256 bytes; a HEADERS block's first [`H2_BLOCK_MAX`]) is gathered as the
 /// transport passes it, and the fingerprint is published once the first HEADERS is whole.
@@ -363,10 +369,7 @@ impl H2Collect {
         self.stream = stream;
         self.buf.clear();
         let (skip, cap) = match kind {
-            0x1 => (
-                usize::from(flags & 0x8 != 0) + if flags & 0x20 != 0 { 5 } else { 0 },
-                H2_BLOCK_MAX,
-            ),
+            0x1 => (headers_prefix(flags), H2_BLOCK_MAX),
             0x2 | 0x4 | 0x8 => (0, 256),
             _ => (0, 0),
         };

@@ -28,8 +28,6 @@ const TABLE_SIZE: u64 = 4096;
 /// Bytes of a header block's start read for size updates (two updates at most, §4.2).
 const BLOCK_START: usize = 12;
 const HEADERS: u8 = 0x1;
-const PADDED: u8 = 0x8;
-const PRIORITY: u8 = 0x20;
 const GOAWAY: u8 = 0x7;
 const COMPRESSION_ERROR: u32 = 0x9;
 
@@ -140,8 +138,7 @@ impl<I> H2Watch<I> {
                 }
                 self.block = Block::default();
                 if h[3] == HEADERS {
-                    let skip = if h[4] & PADDED != 0 { 1 } else { 0 }
-                        + if h[4] & PRIORITY != 0 { 5 } else { 0 };
+                    let skip = crate::fingerprint::headers_prefix(h[4]);
                     let want = r.left.saturating_sub(skip).min(BLOCK_START);
                     if want == 0 {
                         self.last_stream = self.last_stream.max(stream);
@@ -387,7 +384,7 @@ mod tests {
         // Padded and with priority: the update comes after six bytes.
         let bad = frame(
             HEADERS,
-            0x4 | PADDED | PRIORITY,
+            0x4 | 0x8 | 0x20, // END_HEADERS, PADDED, PRIORITY
             3,
             &[1, 0, 0, 0, 0, 16, 0x3f, 0xe2, 0x1f, 0x82, 0],
         );
