@@ -45,7 +45,8 @@ impl Prepared {
         let v = self.evaluate(t, state, src, req, now);
         match (&t.escalate, v.action) {
             (Some(e), Action::Deny) if e.on_deny => escalate(t, e, state, src, req, now, v),
-            (Some(e), Action::RateLimit) if e.on_rate_limit => {
+            // A shared bucket (rate.key) says nothing about this source: no escalation.
+            (Some(e), Action::RateLimit) if e.on_rate_limit && !v.shared => {
                 escalate(t, e, state, src, req, now, v)
             }
             (Some(e), Action::Challenge) if e.on_challenge => {
@@ -119,10 +120,12 @@ impl Prepared {
             }
         }
         if let Some(spec) = &t.rate
-            && let Some(ms) = rate_limited(state, t.id, TENANT_RATE_RULE, spec, src, req, now)
+            && let Some((ms, shared)) =
+                rate_limited(state, t.id, TENANT_RATE_RULE, spec, src, req, now)
         {
             return Verdict {
                 retry_after_ms: ms,
+                shared,
                 ..Verdict::new(Action::RateLimit, codes::RATE_LIMIT, "rate-limit")
             };
         }
@@ -157,8 +160,9 @@ fn rule_verdict<R: Request + ?Sized>(
         // A client with a clearance passes a challenge; the next rules still apply to it.
         (Action::Challenge, _) if req.cleared() => None,
         (Action::RateLimit, Some(spec)) => {
-            rate_limited(state, t.id, rule.index, spec, src, req, now).map(|ms| Verdict {
+            rate_limited(state, t.id, rule.index, spec, src, req, now).map(|(ms, shared)| Verdict {
                 retry_after_ms: ms,
+                shared,
                 ..rule.verdict
             })
         }
@@ -167,8 +171,8 @@ fn rule_verdict<R: Request + ?Sized>(
 }
 
 /// `None` when the request conforms (and was counted); else milliseconds until one would
-/// (at least 1). Counted per source prefix, or per value of the spec's `key` attribute
-/// (a request without it: per source prefix).
+/// (at least 1), and whether the bucket was shared beyond the source. Counted per source
+/// prefix, or per value of the spec's `key` attribute (a request without it: per source prefix).
 #[inline]
 fn rate_limited<R: Request + ?Sized>(
     state: &RuleState,
@@ -178,17 +182,18 @@ fn rate_limited<R: Request + ?Sized>(
     src: IpAddr,
     req: &R,
     now: Now,
-) -> Option<u32> {
-    let by = match spec.key.as_deref().and_then(|k| req.attr(k)) {
-        Some(value) => crate::ratelimit::value_key(value),
-        None => source_key(src, spec.v4, spec.v6),
+) -> Option<(u32, bool)> {
+    let (by, shared) = match spec.key.as_deref().and_then(|k| req.attr(k)) {
+        Some(value) => (crate::ratelimit::value_key(value), true),
+        None => (source_key(src, spec.v4, spec.v6), false),
     };
     let key = (tenant, rule, by);
     match state.limiter.check(&key, &spec.limit, now.mono_us) {
         crate::ratelimit::Decision::Allow => None,
-        crate::ratelimit::Decision::Limit { retry_after_us } => {
-            Some(retry_after_us.div_ceil(1000).clamp(1, u64::from(u32::MAX)) as u32)
-        }
+        crate::ratelimit::Decision::Limit { retry_after_us } => Some((
+            retry_after_us.div_ceil(1000).clamp(1, u64::from(u32::MAX)) as u32,
+            shared,
+        )),
     }
 }
 

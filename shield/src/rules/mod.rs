@@ -99,7 +99,9 @@
 //! One is for HTTP only (dnsd's challenge is TC=1 and ignores it). http-front's attributes
 //! are `path`, `method`, `host`, `user_agent`, `header:NAME`, and over TLS `ja4` (FoxIO's
 //! JA4 of the ClientHello) and, on HTTP/2, `h2_fingerprint` (Akamai's format). A `rate` with
-//! `key = "NAME"` counts per value of that attribute (a request without it: per source):
+//! `key = "NAME"` counts per value of that attribute (a request without it: per source);
+//! anyone can send a popular browser's JA4, so such a limit never escalates the sources it
+//! answers 429 (they proved nothing), and its `when` should narrow it to suspect traffic:
 //!
 //! ```toml
 //! [[tenant.rule]]
@@ -362,6 +364,9 @@ pub struct Verdict {
     /// HTTP: leading zero bits of the proof of work a challenge asks for (0: the front's
     /// default).
     pub difficulty: u8,
+    /// A rate limit counted in a bucket shared beyond this source (`rate.key`, e.g. a JA4
+    /// that anyone can send): it says nothing about the source, so it never escalates it.
+    pub shared: bool,
 }
 
 impl Verdict {
@@ -375,6 +380,7 @@ impl Verdict {
         dns_rcode: None,
         slip: DEFAULT_SLIP,
         difficulty: 0,
+        shared: false,
     };
 
     pub(crate) fn new(action: Action, code: u16, reason: &str) -> Self {
@@ -387,6 +393,7 @@ impl Verdict {
             dns_rcode: None,
             slip: DEFAULT_SLIP,
             difficulty: 0,
+            shared: false,
         }
     }
 }

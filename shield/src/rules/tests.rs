@@ -674,6 +674,62 @@ rate = { per_second = 1.0, burst = 2, key = "ja4" }
     assert!(e.contains("key: an attribute name"), "{e}");
 }
 
+/// Whom could a forged JA4 hit? Anyone sharing it: their 429s come from the shared bucket
+/// and never escalate them, while a source-keyed limit still escalates its own source.
+#[test]
+fn a_shared_rate_bucket_never_escalates_the_sources_it_limits() {
+    let p = prepared(
+        r#"
+[[tenant]]
+id = 1
+escalate = { after = 2, window_secs = 60, block_secs = 600, on = ["rate_limit"] }
+[[tenant.rule]]
+name = "per-stack"
+action = "rate_limit"
+when = [{ attr = "path", prefix = "/" }]
+rate = { per_second = 1.0, burst = 1, key = "ja4" }
+"#,
+    );
+    use crate::block::{Check, Traffic};
+    let blocks = BlockMap::new(BlockConfig::default());
+    let s = RuleState::new(&StateConfig::default(), Some(blocks.clone()));
+    let chrome = Attrs(&[
+        ("path", "/"),
+        ("ja4", "t13d1516h2_8daaf6152771_02713d6af862"),
+    ]);
+    // The attacker spends the bucket; a real user of the same stack is limited …
+    assert_eq!(
+        p.check(&s, 1, ip("203.0.113.9"), &chrome, NOW).action,
+        Action::Pass
+    );
+    for _ in 0..5 {
+        let v = p.check(&s, 1, ip("192.0.2.1"), &chrome, NOW);
+        assert_eq!(v.action, Action::RateLimit);
+        assert!(v.shared);
+        // … but never escalated.
+        assert_eq!(v.escalated, Escalated::No);
+    }
+    // Without the attribute the limit is the source's own, and escalates as before.
+    let plain = Attrs(&[("path", "/")]);
+    let mut last = Escalated::No;
+    for _ in 0..5 {
+        let v = p.check(&s, 1, ip("198.51.100.7"), &plain, NOW);
+        assert!(!v.shared || v.action == Action::Pass);
+        if v.escalated != Escalated::No {
+            last = v.escalated;
+        }
+    }
+    assert_ne!(last, Escalated::No, "a source-keyed limit escalates");
+    let r = blocks.reader();
+    assert!(
+        !matches!(
+            r.check(ip("192.0.2.1"), NOW.unix_ms, Traffic::Stream),
+            Check::Blocked(_) | Check::Suspect(_)
+        ),
+        "the real user sharing the stack is neither blocked nor a suspect"
+    );
+}
+
 #[test]
 fn rate_limit_rule_limits_only_its_requests() {
     let p = prepared(
