@@ -41,6 +41,7 @@ pub mod ratelimit;
 pub mod redis_sync;
 pub mod rules;
 pub mod systemd;
+pub mod tls_pair;
 pub mod tls_roots;
 pub mod toml_pos;
 

@@ -26,6 +26,7 @@ pub mod compare;
 pub mod corpora;
 pub mod counters;
 pub mod dnsviz;
+pub mod dot;
 pub mod http;
 pub mod net;
 pub mod netns;

@@ -831,6 +831,34 @@ impl Bind {
     /// (e.g. `tcp-advertised-timeout 70;`). Nothing it sends leaves loopback: validation is
     /// off (no trust-anchor fetch), its root hints name only 127.0.0.1, no control channel.
     pub fn start_with(zones: &[Zone], option_lines: &[&str]) -> Bind {
+        let lines: Vec<String> = option_lines.iter().map(|l| l.to_string()).collect();
+        Self::start_raw(
+            zones,
+            |_, _| lines.clone(),
+            |_, _| {
+                let mut cfg = String::new();
+                for z in zones {
+                    let _ = writeln!(
+                        cfg,
+                        "zone \"{}\" {{ type primary; file \"{}\"; }};",
+                        z.origin,
+                        z.file.display()
+                    );
+                }
+                cfg
+            },
+        )
+    }
+
+    /// As [`Bind::start_with`], the `options { }` lines and the rest of the config (zones,
+    /// `tls` blocks) written by `options(dir, addr)` and `rest(dir, addr)` (its temp dir and
+    /// address); ready once it answers for `ready` (zones it is a secondary of, once
+    /// transferred).
+    pub fn start_raw(
+        ready: &[Zone],
+        options: impl Fn(&Path, SocketAddr) -> Vec<String>,
+        rest: impl Fn(&Path, SocketAddr) -> String,
+    ) -> Bind {
         let exe =
             crate::find_program("named").expect("named not installed (check Bind::available)");
         let lo = Ipv4Addr::LOCALHOST;
@@ -858,25 +886,18 @@ impl Bind {
             ] {
                 let _ = writeln!(cfg, "  {l}");
             }
-            for l in option_lines {
+            for l in options(dir.path(), addr) {
                 let _ = writeln!(cfg, "  {l}");
             }
             cfg.push_str("};\ncontrols { };\n");
             let _ = writeln!(cfg, "zone \".\" {{ type hint; file \"{d}/root.hints\"; }};");
-            for z in zones {
-                let _ = writeln!(
-                    cfg,
-                    "zone \"{}\" {{ type primary; file \"{}\"; }};",
-                    z.origin,
-                    z.file.display()
-                );
-            }
+            cfg.push_str(&rest(dir.path(), addr));
             let conf = dir.path().join("named.conf");
             std::fs::write(&conf, cfg).expect("write named.conf");
             let mut cmd = Command::new(&exe);
             cmd.args(["-g", "-n", "1", "-U", "1", "-c"]).arg(&conf);
             let mut proc = Proc::spawn("named", cmd, dir.path().join("named.log"));
-            wait_ready(&mut proc, addr, zones)?;
+            wait_ready(&mut proc, addr, ready)?;
             Ok(Bind {
                 proc,
                 addr,

@@ -2,6 +2,7 @@
 //!
 //! Unknown keys are refused with their name; errors carry the file, line and column.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -275,6 +276,18 @@ pub struct Server {
     /// proxy is dropped and counted. The listed proxies join the never-block set.
     #[serde(default)]
     pub proxy_allow: Vec<String>,
+    /// DNS over TLS (RFC 7858) listeners, `IP:PORT` or `IP` (port 853): the same pipeline,
+    /// defences and TCP limits as TCP, the block map checked before the handshake; zone
+    /// transfers over TLS (RFC 9103) are served there too. Needs `tls_cert` and `tls_key`.
+    #[serde(default)]
+    pub tls_listen: Vec<String>,
+    /// The PEM certificate chain of `tls_listen` (relative paths are relative to the config
+    /// file); read again on every reload, the last good pair kept when the new one is bad.
+    #[serde(default)]
+    pub tls_cert: Option<PathBuf>,
+    /// Its PEM private key.
+    #[serde(default)]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Most bytes of `[server] nsid`.
@@ -320,7 +333,16 @@ impl Server {
         // By the bytes sent: "0x61" is "a", and "hostname" follows the host's name.
         diff("nsid", self.nsid_bytes().ok() != running.nsid_bytes().ok());
         diff("proxy_allow", self.proxy_allow != running.proxy_allow);
+        diff("tls_listen", self.tls_listen != running.tls_listen);
         out
+    }
+
+    /// The addresses of `tls_listen` (checked when the config loaded).
+    pub fn tls_addrs(&self) -> Vec<SocketAddr> {
+        self.tls_listen
+            .iter()
+            .filter_map(|a| transfer::parse_addr_port(a, 853).ok())
+            .collect()
     }
 
     /// The proxies of `proxy_allow` (checked when the config loaded: empty only when it is).
@@ -440,6 +462,8 @@ pub struct ZoneConfig {
     pub allow_notify: Vec<String>,
     /// The TSIG key (a `[[tsig_key]]` name) transfers and NOTIFY of this zone must use.
     pub tsig: Option<String>,
+    /// How the `tls:` primaries are verified (zone transfers over TLS).
+    pub transfer_tls: Option<transfer::TransferTls>,
     /// A catalog zone: consumed or produced (RFC 9432).
     pub catalog: Option<zone_list::CatalogRole>,
     /// Listed in this catalog zone, which dnsd produces.
@@ -533,6 +557,14 @@ impl Config {
         {
             *s = dir.join(&*s);
         }
+        for f in [&mut c.server.tls_cert, &mut c.server.tls_key]
+            .into_iter()
+            .flatten()
+        {
+            if f.is_relative() {
+                *f = dir.join(&*f);
+            }
+        }
         if let Some(r) = &mut c.rules
             && r.file.is_relative()
         {
@@ -616,6 +648,11 @@ impl Config {
                 msg,
             },
         )?;
+        for z in c.templates.iter_mut().chain(c.zone_specs.iter_mut()) {
+            if let Some(t) = &mut z.transfer_tls {
+                t.resolve_paths(dir);
+            }
+        }
         c.zones = zone_list::resolve_zones(&c).map_err(|(key, msg)| ConfigError::Invalid {
             path: path.to_path_buf(),
             key,
@@ -642,6 +679,17 @@ impl Config {
             .map_err(|m| inv("server.nsid", m))?;
         shield::proxy_proto::ProxyAllow::parse(&self.server.proxy_allow)
             .map_err(|m| inv("server.proxy_allow", m))?;
+        for a in &self.server.tls_listen {
+            transfer::parse_addr_port(a, 853).map_err(|m| inv("server.tls_listen", m))?;
+        }
+        if !self.server.tls_listen.is_empty()
+            && (self.server.tls_cert.is_none() || self.server.tls_key.is_none())
+        {
+            return Err(inv(
+                "server.tls_listen",
+                "needs server.tls_cert and server.tls_key".into(),
+            ));
+        }
         if self.server.udp_batch == 0 || self.server.udp_batch > 1024 {
             return Err(inv("server.udp_batch", "must be between 1 and 1024".into()));
         }

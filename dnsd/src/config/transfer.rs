@@ -86,8 +86,117 @@ impl Default for TransferConfig {
     }
 }
 
+/// `transfer_tls`: how a zone's `tls:` primaries are verified (zone transfers over TLS,
+/// RFC 9103). With `name`, the primary's certificate must be valid for it (against `ca_file`,
+/// else the system's roots); with `pin_sha256`, its key must be one of the pins; with both,
+/// both must hold.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TransferTls {
+    /// The name the primaries' certificates must be valid for (sent as SNI).
+    pub name: Option<String>,
+    /// Base64 SHA-256 digests of the SubjectPublicKeyInfo of the primaries' certificates
+    /// (RFC 7858 §4.2's pins, `openssl x509 -pubkey | openssl pkey -pubin -outform der |
+    /// openssl dgst -sha256 -binary | base64`).
+    #[serde(default)]
+    pub pin_sha256: Vec<String>,
+    /// PEM roots that `name` is verified against (else the system's).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// A client certificate chain (PEM) for primaries that want one.
+    pub client_cert: Option<std::path::PathBuf>,
+    /// Its private key (PEM).
+    pub client_key: Option<std::path::PathBuf>,
+}
+
+impl TransferTls {
+    /// Makes its relative paths relative to `dir` (the config file's).
+    pub fn resolve_paths(&mut self, dir: &std::path::Path) {
+        for f in [
+            &mut self.ca_file,
+            &mut self.client_cert,
+            &mut self.client_key,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if f.is_relative() {
+                *f = dir.join(&*f);
+            }
+        }
+    }
+
+    /// The pins' digests, or why one is not a base64 SHA-256 digest.
+    pub fn pins(&self) -> Result<Vec<[u8; 32]>, String> {
+        self.pin_sha256
+            .iter()
+            .map(|p| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(p.trim())
+                    .ok()
+                    .and_then(|v| <[u8; 32]>::try_from(v).ok())
+                    .ok_or_else(|| format!("{p:?} is not a base64 SHA-256 digest (44 characters)"))
+            })
+            .collect()
+    }
+
+    /// Checks what can be checked without a peer: `Err((field, message))`.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.name.is_none() && self.pin_sha256.is_empty() {
+            return Err((
+                "name",
+                "set name (the primary's certificate name) or pin_sha256 (its key), or both".into(),
+            ));
+        }
+        if let Some(n) = &self.name {
+            rustls::pki_types::ServerName::try_from(n.as_str())
+                .map_err(|e| ("name", format!("{n:?}: {e}")))?;
+        }
+        self.pins().map_err(|m| ("pin_sha256", m))?;
+        if let Some(ca) = &self.ca_file {
+            let pem =
+                std::fs::read(ca).map_err(|e| ("ca_file", format!("{}: {e}", ca.display())))?;
+            shield::tls_roots::roots(Some((ca, &pem))).map_err(|m| ("ca_file", m))?;
+        }
+        match (&self.client_cert, &self.client_key) {
+            (Some(c), Some(k)) => {
+                shield::tls_pair::load_pair(c, k).map_err(|e| ("client_cert", e.to_string()))?;
+            }
+            (None, None) => {}
+            _ => {
+                return Err((
+                    "client_cert",
+                    "client_cert and client_key go together".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses a primary: `IP:PORT`, `IP@PORT` or `IP` (port 53), or the same after `tls:` for
+/// one reached over TLS (port 853 unless given): the address, and whether it is over TLS.
+pub fn parse_primary(s: &str) -> Result<(SocketAddr, bool), String> {
+    match s.strip_prefix("tls:") {
+        Some(rest) => parse_addr_port(rest, 853).map(|a| (a, true)),
+        None => parse_addr(s).map(|a| (a, false)),
+    }
+}
+
+/// Parses an `allow_transfer` entry: a prefix, or `tls:` and a prefix allowed only over TLS.
+pub fn parse_allow(s: &str) -> Result<(IpNet, bool), String> {
+    match s.strip_prefix("tls:") {
+        Some(rest) => parse_prefix(rest).map(|n| (n, true)),
+        None => parse_prefix(s).map(|n| (n, false)),
+    }
+}
+
 /// Parses `IP:PORT`, `IP@PORT` or `IP` (port 53).
 pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    parse_addr_port(s, 53)
+}
+
+/// Parses `IP:PORT`, `IP@PORT` or `IP` (port `port`).
+pub fn parse_addr_port(s: &str, port: u16) -> Result<SocketAddr, String> {
     if let Ok(a) = s.parse::<SocketAddr>() {
         return Ok(a);
     }
@@ -97,7 +206,7 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
         return Ok(SocketAddr::new(ip, port));
     }
     s.parse::<IpAddr>()
-        .map(|ip| SocketAddr::new(ip, 53))
+        .map(|ip| SocketAddr::new(ip, port))
         .map_err(|_| format!("{s:?} is not IP:PORT"))
 }
 
@@ -143,14 +252,30 @@ pub fn check_config(c: &Config) -> Result<(), (String, String)> {
     }
     for z in &c.zones {
         let at = |f: &str| format!("{}.{f}", z.key);
+        let mut tls = false;
         for a in z.primaries.iter() {
-            parse_addr(a).map_err(|e| (at("primaries"), e))?;
+            tls |= parse_primary(a).map_err(|e| (at("primaries"), e))?.1;
+        }
+        match (&z.transfer_tls, tls) {
+            (Some(t), true) => t
+                .check()
+                .map_err(|(f, m)| (at(&format!("transfer_tls.{f}")), m))?,
+            (None, true) => {
+                return Err((
+                    at("transfer_tls"),
+                    "a tls: primary needs transfer_tls (name and/or pin_sha256)".into(),
+                ));
+            }
+            (Some(_), false) => {
+                return Err((at("transfer_tls"), "set, but no primary is tls:".into()));
+            }
+            (None, false) => {}
         }
         for a in z.notify.iter() {
             parse_addr(a).map_err(|e| (at("notify"), e))?;
         }
         for p in z.allow_transfer.iter() {
-            parse_prefix(p).map_err(|e| (at("allow_transfer"), e))?;
+            parse_allow(p).map_err(|e| (at("allow_transfer"), e))?;
         }
         for p in z.allow_notify.iter() {
             parse_prefix(p).map_err(|e| (at("allow_notify"), e))?;

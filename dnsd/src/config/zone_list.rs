@@ -43,6 +43,9 @@ pub struct ZoneSpec {
     pub allow_notify: Option<Vec<String>>,
     /// The TSIG key (a `[[tsig_key]]` name) transfers and NOTIFY must use.
     pub tsig: Option<String>,
+    /// How `tls:` primaries are verified (zone transfers over TLS, RFC 9103): `name`
+    /// and/or `pin_sha256`, `ca_file`, `client_cert`/`client_key`.
+    pub transfer_tls: Option<super::transfer::TransferTls>,
     /// A catalog zone (RFC 9432): "consumer" (a secondary whose members dnsd serves) or
     /// "producer" (dnsd writes it, listing the zones that name it in `catalog_zone`).
     pub catalog: Option<CatalogRole>,
@@ -239,6 +242,7 @@ impl<'a> Templates<'a> {
             allow_transfer: inherit(spec, t, |s| s.allow_transfer.as_ref()).unwrap_or_default(),
             allow_notify: inherit(spec, t, |s| s.allow_notify.as_ref()).unwrap_or_default(),
             tsig: inherit(spec, t, |s| s.tsig.as_ref()),
+            transfer_tls: inherit(spec, t, |s| s.transfer_tls.as_ref()),
             catalog,
             catalog_zone: inherit(spec, t, |s| s.catalog_zone.as_ref()),
             catalog_group: inherit(spec, t, |s| s.catalog_group.as_ref()),

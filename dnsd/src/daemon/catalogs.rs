@@ -76,6 +76,9 @@ fn member_config(
         if zc.tsig.is_none() {
             zc.tsig = cp.tsig_name.clone();
         }
+        if zc.transfer_tls.is_none() {
+            zc.transfer_tls = cp.transfer_tls.clone();
+        }
     }
     Ok(zc)
 }

@@ -1,7 +1,7 @@
 //! The running server (Knot's `server/`): [`server`] starts and stops it, [`udp`] and [`tcp`]
-//! carry queries to the pipeline, [`control`] answers the control socket, [`reload`] re-reads
-//! the config and zones, [`catalogs`] consumes catalog zones, [`state`] is what they share,
-//! [`memory`] gives freed heap back.
+//! carry queries to the pipeline (TCP with [`tls`]'s pair for DNS over TLS), [`control`]
+//! answers the control socket, [`reload`] re-reads the config and zones, [`catalogs`]
+//! consumes catalog zones, [`state`] is what they share, [`memory`] gives freed heap back.
 
 pub mod catalogs;
 pub mod control;
@@ -10,4 +10,5 @@ pub mod reload;
 pub mod server;
 pub mod state;
 pub mod tcp;
+pub mod tls;
 pub mod udp;

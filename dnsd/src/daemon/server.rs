@@ -293,6 +293,23 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             }),
         )
     };
+    // DNS over TLS: the pair read and the listeners bound before anything is served, so a
+    // bad pair or a taken port stops the start with its name.
+    let tls = match (&cfg.server.tls_cert, &cfg.server.tls_key) {
+        (Some(cert), Some(key)) if !cfg.server.tls_listen.is_empty() => {
+            let t = crate::daemon::tls::DotTls::load(cert, key)
+                .map_err(|e| format!("server.tls_cert/tls_key: {e}"))?;
+            let mut ls = Vec::new();
+            for a in cfg.server.tls_addrs() {
+                let l = listener::tcp::listener(a, &listener::tcp::TcpOptions::default())
+                    .map_err(|e| format!("server.tls_listen {a}: {e}"))?;
+                ls.push(l);
+            }
+            tracing::info!(listen = ?cfg.server.tls_addrs(), "DNS over TLS on");
+            Some((t, ls))
+        }
+        _ => None,
+    };
     let mut clickhouse = None;
     let flusher = start_flusher(&cfg, &events, &mut clickhouse);
     let metrics = shield::metrics::Registry::new();
@@ -311,6 +328,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         }),
     );
     metrics.register("tcp", tcp.clone());
+    if let Some((t, _)) = &tls {
+        metrics.register("tls", t.clone());
+    }
     metrics.register("log", Arc::new(shield::logging::LogMetrics));
     if let Some((_, st)) = &dnstap {
         metrics.register("dnstap", st.clone());
@@ -366,6 +386,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         started_server: cfg.server.clone(),
         addrs: bound,
         tcp: tcp.clone(),
+        tls: tls.as_ref().map(|(t, _)| t.clone()),
         started: Instant::now(),
         bind_time,
         defence: defence.clone(),
@@ -391,6 +412,11 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let result = rt.block_on(async {
         for l in tcp_listeners {
             tokio::spawn(tcp.clone().serve(l));
+        }
+        if let Some((t, ls)) = tls {
+            for l in ls {
+                tokio::spawn(tcp.clone().serve_tls(l, t.clone()));
+            }
         }
         if let Some(path) = cfg.control.socket.clone() {
             // A stale socket is replaced; one another live server answers on is refused (and

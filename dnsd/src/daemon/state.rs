@@ -27,6 +27,8 @@ pub struct State {
     pub addrs: Vec<SocketAddr>,
     /// The TCP side.
     pub tcp: Arc<TcpServer>,
+    /// The DNS over TLS pair (`[server] tls_listen`), re-read on reload.
+    pub tls: Option<Arc<crate::daemon::tls::DotTls>>,
     /// When the server started.
     pub started: Instant,
     /// How long binding the UDP fleet took.

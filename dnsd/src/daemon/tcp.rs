@@ -11,6 +11,9 @@
 //! not read stops being read from instead of growing our memory. Connections are bounded
 //! in total and per source, idle connections are closed, and so are connections that reach
 //! the query limit. A client that asks (RFC 7828) is told the idle timeout.
+//!
+//! DNS over TLS (RFC 7858) is the same server behind a handshake: its listeners' sources
+//! meet the block map before the handshake, and share the connection bounds with TCP.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -19,8 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use listener::addrs::AddrSet;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -119,16 +121,7 @@ impl TcpServer {
             let (sock, peer) = match l.accept().await {
                 Ok(x) => x,
                 Err(e) => {
-                    // Out of descriptors and the like: back off briefly, keep serving, and
-                    // say so at most once a second.
-                    let now = std::time::Instant::now();
-                    if last_warn
-                        .is_none_or(|t: std::time::Instant| now - t >= Duration::from_secs(1))
-                    {
-                        tracing::warn!(error = %e, "TCP accept failed");
-                        last_warn = Some(now);
-                    }
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    accept_failed(&e, &mut last_warn).await;
                     continue;
                 }
             };
@@ -172,7 +165,71 @@ impl TcpServer {
             }
             tokio::spawn(async move {
                 let _permit = permit;
-                me.connection(sock, peer, local.ip(), Transport::Tcp).await;
+                let _ = sock.set_nodelay(true);
+                let (rd, wr) = sock.into_split();
+                me.connection(rd, wr, peer, local.ip(), Transport::Tcp, false)
+                    .await;
+                me.leave(peer.ip());
+            });
+        }
+    }
+
+    /// Accepts DNS over TLS connections on `l` until the task is dropped: a blocked source is
+    /// closed before the handshake, the others count against the TCP bounds, and must finish
+    /// the handshake within the idle time.
+    pub async fn serve_tls(
+        self: Arc<Self>,
+        l: std::net::TcpListener,
+        tls: Arc<super::tls::DotTls>,
+    ) -> std::io::Result<()> {
+        let l = TcpListener::from_std(l)?;
+        let local = l.local_addr()?.ip();
+        let mut plan = self.defence.as_ref().map(|d| d.plan());
+        let mut last_warn = None;
+        loop {
+            let (sock, peer) = match l.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    accept_failed(&e, &mut last_warn).await;
+                    continue;
+                }
+            };
+            if let Some(p) = &mut plan {
+                p.refresh();
+                if let Step::Drop(why) = p.on_accept(peer.ip()) {
+                    self.stats.dropped(why);
+                    continue;
+                }
+            }
+            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+                self.stats.dropped(DropCause::TcpLimit);
+                continue;
+            };
+            if !self.enter(peer.ip()) {
+                self.stats.dropped(DropCause::TcpLimit);
+                continue;
+            }
+            let me = self.clone();
+            let acceptor = tls.acceptor();
+            let tls = tls.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                let _ = sock.set_nodelay(true);
+                match tokio::time::timeout(me.limits.idle, acceptor.accept(sock)).await {
+                    Ok(Ok(s)) => {
+                        tls.handshakes.fetch_add(1, Ordering::Relaxed);
+                        let (rd, wr) = tokio::io::split(s);
+                        me.connection(rd, wr, peer, local, Transport::Tcp, true)
+                            .await;
+                    }
+                    Ok(Err(_)) => {
+                        tls.handshake_failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) => {
+                        tls.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+                        me.stats.dropped(DropCause::TcpTimeout);
+                    }
+                }
                 me.leave(peer.ip());
             });
         }
@@ -226,19 +283,27 @@ impl TcpServer {
             Carried::Datagram => Transport::Udp,
             Carried::Stream | Carried::Unspecified => Transport::Tcp,
         };
-        self.connection(sock, client, local, transport).await;
+        let _ = sock.set_nodelay(true);
+        let (rd, wr) = sock.into_split();
+        self.connection(rd, wr, client, local, transport, false)
+            .await;
         self.leave(client.ip());
     }
 
-    async fn connection(
+    /// Serves one connection's queries, read from `rd`, answered on `wr` (over TLS when
+    /// `tls`).
+    async fn connection<R, W>(
         &self,
-        sock: TcpStream,
+        mut rd: R,
+        wr: W,
         peer: SocketAddr,
         local: std::net::IpAddr,
         transport: Transport,
-    ) {
-        let _ = sock.set_nodelay(true);
-        let (mut rd, wr) = sock.into_split();
+        tls: bool,
+    ) where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let depth = self.limits.max_pipelined.max(1);
         let idle = self.limits.idle;
         // One slot per query read and not yet answered.
@@ -249,6 +314,9 @@ impl TcpServer {
         let mut transfers = JoinSet::new();
         let mut p = (self.make)();
         p.set_local(local);
+        if tls {
+            p.set_tls();
+        }
         let stats = self.stats.clone();
         let mut len_buf = [0u8; 2];
         let mut req = vec![0u8; 512];
@@ -363,10 +431,21 @@ impl TcpServer {
     }
 }
 
+/// An accept that failed (out of descriptors and the like): back off briefly, keep serving,
+/// and say so at most once a second.
+async fn accept_failed(e: &std::io::Error, last_warn: &mut Option<std::time::Instant>) {
+    let now = std::time::Instant::now();
+    if last_warn.is_none_or(|t| now - t >= Duration::from_secs(1)) {
+        tracing::warn!(error = %e, "TCP accept failed");
+        *last_warn = Some(now);
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
 /// Writes a connection's answers and transfer messages as they come, answers first; ends
 /// when both queues are closed and empty, or when the client does not read for `idle`.
-async fn write(
-    mut wr: OwnedWriteHalf,
+async fn write<W: AsyncWrite + Unpin>(
+    mut wr: W,
     mut answers: mpsc::Receiver<Answer>,
     mut xfr: mpsc::Receiver<Answer>,
     idle: Duration,

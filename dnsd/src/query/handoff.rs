@@ -39,6 +39,8 @@ pub struct Ctx<'a> {
     pub src: SocketAddr,
     /// Over what.
     pub transport: Transport,
+    /// Over TLS (DNS over TLS, zone transfers over TLS).
+    pub tls: bool,
     /// The zones served.
     pub zones: &'a ZoneSet,
     /// Counters of the transport.

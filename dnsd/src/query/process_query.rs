@@ -113,6 +113,8 @@ pub struct Processor {
     job: Option<Box<dyn handoff::TransferJob>>,
     /// The service address of the next message (set by the transport).
     local: Option<std::net::IpAddr>,
+    /// The messages come over TLS (set by the transport).
+    tls: bool,
     /// Samples answered names for the XDP fast path's hot names.
     hot: Option<crate::observe::hot_sampler::HotSampler>,
     /// Budget, source shares and cache of compact denials.
@@ -156,6 +158,7 @@ impl Processor {
             xfr: None,
             job: None,
             local: None,
+            tls: false,
             hot: None,
             denier: DenierSlot::Own(None),
             tap: None,
@@ -195,6 +198,12 @@ impl Processor {
     #[inline]
     pub fn set_local(&mut self, ip: std::net::IpAddr) {
         self.local = Some(ip);
+    }
+
+    /// Marks the messages as coming over TLS (zone transfers allowed only over TLS).
+    #[inline]
+    pub fn set_tls(&mut self) {
+        self.tls = true;
     }
 
     /// Hands transfers and NOTIFY to `x`, whose keys verify TSIG-signed requests (without it
@@ -311,6 +320,7 @@ impl Processor {
                 q,
                 src,
                 transport,
+                tls: self.tls,
                 zones: &self.snapshot,
                 stats,
                 udp_payload: self.cfg.udp_payload,
@@ -329,6 +339,7 @@ impl Processor {
                 q,
                 src,
                 transport,
+                tls: self.tls,
                 zones: &self.snapshot,
                 stats,
                 udp_payload: self.cfg.udp_payload,

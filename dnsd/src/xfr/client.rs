@@ -1,5 +1,5 @@
-//! The client side's exchanges: one query over UDP, framed messages over a TCP connection,
-//! each bounded in time.
+//! The client side's exchanges: one query over UDP, framed messages over a TCP connection
+//! (or TLS over it, for a `tls:` primary), each bounded in time.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -44,23 +44,62 @@ pub async fn udp_exchange(
     }
 }
 
-/// A TCP connection to a primary: framed messages, each read with a timeout.
+/// A TCP connection to `to` within `limit`, Nagle off.
+async fn tcp_connect(to: SocketAddr, limit: Duration) -> Result<tokio::net::TcpStream, XfrError> {
+    let s = tokio::time::timeout(limit, tokio::net::TcpStream::connect(to))
+        .await
+        .map_err(|_| timeout(to, limit))?
+        .map_err(|source| XfrError::Io { peer: to, source })?;
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
+/// A byte stream to a primary: TCP, or TLS over TCP.
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
+
+/// A TCP (or TLS) connection to a primary: framed messages, each read with a timeout.
 pub struct TcpClient {
-    s: tokio::net::TcpStream,
+    s: Box<dyn Stream>,
     peer: SocketAddr,
     timeout: Duration,
 }
 
 impl TcpClient {
+    /// Connects to `primary` of the zone `p` within `limit` (which also bounds each later
+    /// read): over TLS, verified by the zone's `transfer_tls`, for a `tls:` primary (never
+    /// falling back to cleartext).
+    pub async fn open(
+        p: &super::ZonePolicy,
+        primary: super::policy::Primary,
+        limit: Duration,
+    ) -> Result<TcpClient, XfrError> {
+        if !primary.tls {
+            return TcpClient::connect(primary.addr, limit).await;
+        }
+        let peer = primary.addr;
+        let tls = |msg: String| XfrError::Tls { peer, msg };
+        let xot = match &p.xot {
+            Some(Ok(x)) => x.clone(),
+            Some(Err(e)) => return Err(tls(e.clone())),
+            None => return Err(tls("the zone has no transfer_tls".into())),
+        };
+        let tcp = tcp_connect(peer, limit).await?;
+        let s = tokio::time::timeout(limit, xot.handshake(peer, tcp))
+            .await
+            .map_err(|_| timeout(peer, limit))?
+            .map_err(|e| tls(e.to_string()))?;
+        Ok(TcpClient {
+            s: Box::new(s),
+            peer,
+            timeout: limit,
+        })
+    }
+
     /// Connects to `to` within `timeout` (which also bounds each later read).
     pub async fn connect(to: SocketAddr, limit: Duration) -> Result<TcpClient, XfrError> {
-        let s = tokio::time::timeout(limit, tokio::net::TcpStream::connect(to))
-            .await
-            .map_err(|_| timeout(to, limit))?
-            .map_err(|source| XfrError::Io { peer: to, source })?;
-        let _ = s.set_nodelay(true);
         Ok(TcpClient {
-            s,
+            s: Box::new(tcp_connect(to, limit).await?),
             peer: to,
             timeout: limit,
         })

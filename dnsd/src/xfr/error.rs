@@ -43,6 +43,15 @@ pub enum XfrError {
     /// The zone the transfer carried does not load or validate.
     #[error("zone refused: {0}")]
     Zone(String),
+    /// A TLS primary whose handshake failed (its certificate refused, among others), or
+    /// whose zone's `transfer_tls` could not be made into TLS settings.
+    #[error("{peer}: TLS: {msg}")]
+    Tls {
+        /// The peer.
+        peer: SocketAddr,
+        /// Why.
+        msg: String,
+    },
     /// The zone left the configuration while the transfer ran.
     #[error("zone no longer configured")]
     Unconfigured,
@@ -56,5 +65,5 @@ pub enum XfrError {
     },
     /// Every primary failed; each one's error in order.
     #[error("{}", .0.iter().map(|(p, e)| format!("{p}: {e}")).collect::<Vec<_>>().join("; "))]
-    AllPrimaries(Vec<(SocketAddr, XfrError)>),
+    AllPrimaries(Vec<(super::policy::Primary, XfrError)>),
 }

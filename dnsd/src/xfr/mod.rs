@@ -18,6 +18,7 @@ pub mod notify;
 pub mod policy;
 pub mod secondary;
 pub mod serve;
+pub mod tls;
 pub mod wire;
 
 pub use error::XfrError;
@@ -533,9 +534,18 @@ mod tests {
         let pol = Policies::from_config(&c);
         let z = pol.zone(b"\x01a\x00").unwrap();
         assert!(z.is_secondary());
-        assert_eq!(z.primaries[1], "10.0.0.1:53".parse::<SocketAddr>().unwrap());
+        assert_eq!(
+            z.primaries[1].addr,
+            "10.0.0.1:53".parse::<SocketAddr>().unwrap()
+        );
+        assert!(!z.primaries[1].tls && z.xot.is_none());
         assert_eq!(z.notify[0].port(), 53);
-        assert!(z.allow[0].contains(&"10.1.2.3".parse::<IpAddr>().unwrap()));
+        assert!(
+            z.allow[0]
+                .net
+                .contains(&"10.1.2.3".parse::<IpAddr>().unwrap())
+        );
+        assert!(!z.allow[0].tls_only);
         assert_eq!(
             z.key.as_ref().unwrap().alg,
             crate::query::tsig::Algorithm::HmacSha512
@@ -559,6 +569,60 @@ mod tests {
         ] {
             let e = Config::parse(p, &bad).unwrap_err().to_string();
             assert!(e.contains(key), "{e}");
+        }
+        // Zone transfers over TLS: `tls:` primaries (port 853 unless given) checked by the
+        // zone's transfer_tls, `tls:` prefixes allowed only over TLS.
+        let tls = ok
+            .replace("\"10.0.0.1\"]", "\"tls:10.0.0.1\"]")
+            .replace("\"::1\"]", "\"tls:::1\"]")
+            + "transfer_tls = { pin_sha256 = [\"47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=\"] }\n";
+        let c = Config::parse(p, &tls).unwrap();
+        let pol = Policies::from_config(&c);
+        let z = pol.zone(b"\x01a\x00").unwrap();
+        assert_eq!(z.primaries[1].to_string(), "tls:10.0.0.1:853");
+        assert!(!z.primaries[0].tls);
+        assert!(matches!(z.xot, Some(Ok(_))));
+        assert!(z.allow[1].tls_only && !z.allow[0].tls_only);
+        for (bad, key, says) in [
+            (
+                tls.replace("transfer_tls = { pin", "x = { pin"),
+                "zone",
+                "unknown field `x`",
+            ),
+            (
+                tls.replace("47DEQ", "47"),
+                "zone[0].transfer_tls.pin_sha256",
+                "base64 SHA-256",
+            ),
+            (
+                tls.replace(
+                    "pin_sha256 = [\"47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=\"]",
+                    "",
+                ),
+                "zone[0].transfer_tls.name",
+                "or pin_sha256",
+            ),
+            (
+                tls.replace("tls:10.0.0.1", "10.0.0.1"),
+                "zone[0].transfer_tls",
+                "no primary is tls:",
+            ),
+            (
+                ok.replace("\"10.0.0.1\"]", "\"tls:10.0.0.1\"]"),
+                "zone[0].transfer_tls",
+                "needs transfer_tls",
+            ),
+            (
+                tls.replace(
+                    "pin_sha256",
+                    "ca_file = \"/nonexistent/ca.pem\", name = \"a.test\", pin_sha256",
+                ),
+                "zone[0].transfer_tls.ca_file",
+                "/nonexistent/ca.pem",
+            ),
+        ] {
+            let e = Config::parse(p, &bad).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(says), "{e}");
         }
         let e = Config::parse(p, "[transfer]\nmax_out = 0\n")
             .unwrap_err()

@@ -38,7 +38,7 @@ pub fn handle(
         let rc = refuse(rcode::FORMERR);
         return wire::reply(c, out, rc, None, signer);
     }
-    let from_primary = p.primaries.iter().any(|a| a.ip() == c.src.ip())
+    let from_primary = p.primaries.iter().any(|a| a.addr.ip() == c.src.ip())
         || p.allow_notify.iter().any(|n| n.contains(&c.src.ip()));
     let key_ok = match (&p.key, signer.as_deref()) {
         (None, _) => true,

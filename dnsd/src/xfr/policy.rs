@@ -9,10 +9,40 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use zones::Name;
 
-use crate::config::transfer::{decode_secret, parse_addr, parse_prefix};
+use crate::config::transfer::{
+    TransferTls, decode_secret, parse_addr, parse_allow, parse_prefix, parse_primary,
+};
 use crate::config::zone_list::CatalogRole;
 use crate::config::{Config, ZoneConfig};
 use crate::query::tsig::{self, KeyStore};
+
+/// A primary: its address, and whether transfers from it go over TLS (XoT, RFC 9103).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Primary {
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Reached over TLS, verified by the zone's `transfer_tls`.
+    pub tls: bool,
+}
+
+impl std::fmt::Display for Primary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.tls {
+            write!(f, "tls:{}", self.addr)
+        } else {
+            self.addr.fmt(f)
+        }
+    }
+}
+
+/// A prefix allowed to transfer a zone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allowed {
+    /// The prefix.
+    pub net: IpNet,
+    /// Only over TLS (written `tls:PREFIX`).
+    pub tls_only: bool,
+}
 
 /// What one zone allows and whom it talks to.
 #[derive(Debug, Clone)]
@@ -22,13 +52,19 @@ pub struct ZonePolicy {
     /// The master file (for a secondary: where the copy is kept).
     pub file: PathBuf,
     /// Prefixes allowed to transfer the zone.
-    pub allow: Vec<IpNet>,
+    pub allow: Vec<Allowed>,
     /// The key transfers and NOTIFY must be signed with.
     pub key: Option<Arc<tsig::Key>>,
     /// Secondaries to NOTIFY.
     pub notify: Vec<SocketAddr>,
     /// Primaries (non-empty: the zone is a secondary).
-    pub primaries: Vec<SocketAddr>,
+    pub primaries: Vec<Primary>,
+    /// How `tls:` primaries are verified, as configured (a consumed catalog's members
+    /// inherit it).
+    pub transfer_tls: Option<TransferTls>,
+    /// Its rustls settings, or why they could not be made (transfers from `tls:` primaries
+    /// then fail with it; never fall back to cleartext).
+    pub xot: Option<Result<Arc<super::tls::XotClient>, String>>,
     /// Prefixes besides the primaries that may send NOTIFY.
     pub allow_notify: Vec<IpNet>,
     /// A catalog zone: consumed or produced.
@@ -57,6 +93,8 @@ pub struct Policies {
     zones: HashMap<Vec<u8>, Arc<ZonePolicy>>,
     /// The TSIG keys.
     pub keys: Arc<KeyStore>,
+    /// The XoT clients made so far, by their settings.
+    xot: HashMap<TransferTls, Result<Arc<super::tls::XotClient>, String>>,
 }
 
 impl Policies {
@@ -74,6 +112,7 @@ impl Policies {
         let mut p = Policies {
             zones: HashMap::new(),
             keys: Arc::new(KeyStore::new(keys)),
+            xot: HashMap::new(),
         };
         for z in &c.zones {
             p.set_zone(z);
@@ -102,32 +141,47 @@ impl Policies {
             return;
         }
         let keys = &self.keys;
-        let p = ZonePolicy {
-            file: z.file.clone(),
-            allow: z
-                .allow_transfer
-                .iter()
-                .filter_map(|p| parse_prefix(p).ok())
-                .collect(),
-            key: z.tsig.as_deref().and_then(|k| keys.by_name(k).cloned()),
-            notify: z.notify.iter().filter_map(|a| parse_addr(a).ok()).collect(),
-            primaries: z
-                .primaries
-                .iter()
-                .filter_map(|a| parse_addr(a).ok())
-                .collect(),
-            allow_notify: z
-                .allow_notify
-                .iter()
-                .filter_map(|p| parse_prefix(p).ok())
-                .collect(),
-            catalog: z.catalog,
-            catalog_template: z.catalog_template.clone(),
-            catalog_max_members: z.catalog_max_members,
-            tenant: z.tenant,
-            tsig_name: z.tsig.clone(),
-            origin: origin.clone(),
-        };
+        let p =
+            ZonePolicy {
+                file: z.file.clone(),
+                allow: z
+                    .allow_transfer
+                    .iter()
+                    .filter_map(|p| parse_allow(p).ok())
+                    .map(|(net, tls_only)| Allowed { net, tls_only })
+                    .collect(),
+                key: z.tsig.as_deref().and_then(|k| keys.by_name(k).cloned()),
+                notify: z.notify.iter().filter_map(|a| parse_addr(a).ok()).collect(),
+                primaries: z
+                    .primaries
+                    .iter()
+                    .filter_map(|a| parse_primary(a).ok())
+                    .map(|(addr, tls)| Primary { addr, tls })
+                    .collect(),
+                transfer_tls: z.transfer_tls.clone(),
+                xot: z.transfer_tls.as_ref().map(|t| {
+                    // Zones of one template share one client (its files read once per reload).
+                    self.xot
+                        .entry(t.clone())
+                        .or_insert_with(|| {
+                            super::tls::XotClient::new(t).map(Arc::new).inspect_err(|e| {
+                            tracing::error!(zone = %z.origin, "zone transfers over TLS: {e}");
+                        })
+                        })
+                        .clone()
+                }),
+                allow_notify: z
+                    .allow_notify
+                    .iter()
+                    .filter_map(|p| parse_prefix(p).ok())
+                    .collect(),
+                catalog: z.catalog,
+                catalog_template: z.catalog_template.clone(),
+                catalog_max_members: z.catalog_max_members,
+                tenant: z.tenant,
+                tsig_name: z.tsig.clone(),
+                origin: origin.clone(),
+            };
         self.zones.insert(origin.as_wire().to_vec(), Arc::new(p));
     }
 

@@ -10,7 +10,6 @@
 //! zone file's modification time records (a refresh that finds the zone current touches
 //! it), so that restarts do not stretch the life of a copy whose primaries are gone.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -22,6 +21,7 @@ use zones::{Name, Zone};
 use super::axfr;
 use super::client::TcpClient;
 use super::ixfr::{IxfrIn, Received};
+use super::policy::Primary;
 use super::wire::{self, RrBuf};
 use super::{Transfers, Trigger, XfrError, ZonePolicy, ZoneState, serial_gt};
 use crate::query::tsig::{self, Signer, Verifier};
@@ -284,7 +284,7 @@ async fn refresh(shared: &Arc<Shared>, origin: &Name) -> Result<String, XfrError
 async fn refresh_from(
     shared: &Arc<Shared>,
     p: &ZonePolicy,
-    primary: SocketAddr,
+    primary: Primary,
 ) -> Result<String, XfrError> {
     let x = &shared.xfr;
     let start = Instant::now();
@@ -411,7 +411,7 @@ async fn refresh_from(
     Ok(line)
 }
 
-async fn finish(c: Box<axfr::Collector>, primary: SocketAddr) -> Result<Zone, XfrError> {
+async fn finish(c: Box<axfr::Collector>, primary: Primary) -> Result<Zone, XfrError> {
     tokio::task::spawn_blocking(move || c.finish(&format!("transfer from {primary}")))
         .await
         .map_err(|e| XfrError::Zone(e.to_string()))?
@@ -420,7 +420,7 @@ async fn finish(c: Box<axfr::Collector>, primary: SocketAddr) -> Result<Zone, Xf
 async fn axfr_in(
     x: &Transfers,
     p: &ZonePolicy,
-    primary: SocketAddr,
+    primary: Primary,
 ) -> Result<(String, Zone), XfrError> {
     match pull(x, p, primary, None).await? {
         Received::Full(c) => {
@@ -436,8 +436,9 @@ fn signer(p: &ZonePolicy) -> Option<Signer> {
     p.key.clone().map(Signer::request)
 }
 
-/// Asks `primary` for the zone's SOA serial (UDP, then TCP when truncated or unanswered).
-async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: SocketAddr) -> Result<u32, XfrError> {
+/// Asks `primary` for the zone's SOA serial (UDP, then TCP when truncated or unanswered;
+/// a TLS primary over TLS).
+async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: Primary) -> Result<u32, XfrError> {
     let timeout = Duration::from_secs(x.cfg.message_timeout_secs.min(5));
     let id: u16 = rand::random();
     let mut s = signer(p);
@@ -451,9 +452,14 @@ async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: SocketAddr) -> Result
         s.as_mut(),
     );
     // Over TCP when UDP is truncated, lost or refused (Knot answers a catalog zone's SOA
-    // only over TCP).
-    let resp = match super::client::udp_exchange(primary, &q, timeout).await {
-        Ok(r)
+    // only over TCP); a TLS primary only over TLS (RFC 9103 §5: what is asked of it is
+    // private too).
+    let udp = match primary.tls {
+        true => None,
+        false => Some(super::client::udp_exchange(primary.addr, &q, timeout).await),
+    };
+    let resp = match udp {
+        Some(Ok(r))
             if r.len() >= 4
                 && u16::from_be_bytes([r[2], r[3]]) & hf::TC == 0
                 && r[3] & 0x0f == rcode::NOERROR as u8 =>
@@ -461,7 +467,7 @@ async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: SocketAddr) -> Result
             r
         }
         _ => {
-            let mut c = TcpClient::connect(primary, timeout).await?;
+            let mut c = TcpClient::open(p, primary, timeout).await?;
             c.send(&q).await?;
             let mut buf = Vec::new();
             c.recv(&mut buf).await?;
@@ -505,12 +511,12 @@ fn rcode_name(rc: u16) -> &'static str {
 async fn pull(
     x: &Transfers,
     p: &ZonePolicy,
-    primary: SocketAddr,
+    primary: Primary,
     ours: Option<u32>,
 ) -> Result<Received, XfrError> {
     let timeout = Duration::from_secs(x.cfg.message_timeout_secs);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(x.cfg.in_timeout_secs);
-    let mut c = TcpClient::connect(primary, timeout).await?;
+    let mut c = TcpClient::open(p, primary, timeout).await?;
     let id: u16 = rand::random();
     let mut s = signer(p);
     let soa_owned;

@@ -109,7 +109,9 @@ fn transfer_request(
     };
     let pol = x.policies();
     let allowed = pol.zone(q.qname()).is_some_and(|p| {
-        p.allow.iter().any(|n| n.contains(&c.src.ip()))
+        p.allow
+            .iter()
+            .any(|a| a.net.contains(&c.src.ip()) && (c.tls || !a.tls_only))
             && match (&p.key, &signer) {
                 (None, _) => true,
                 (Some(k), Some(s)) => Arc::ptr_eq(k, s.key()) || k.name == s.key().name,

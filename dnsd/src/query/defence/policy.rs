@@ -42,7 +42,7 @@ pub fn own_set(cfg: &Config) -> NeverBlock {
     let (min4, min6) = (cfg.block.min_prefix_v4, cfg.block.min_prefix_v6);
     for z in &cfg.zones {
         for a in z.primaries.iter().chain(&z.notify) {
-            match crate::config::transfer::parse_addr(a) {
+            match crate::config::transfer::parse_primary(a).map(|p| p.0) {
                 Ok(sa) => nb.push(sa.ip().into(), "transfer peer"),
                 Err(_) => {
                     for ip in host_addresses(a) {
@@ -52,7 +52,7 @@ pub fn own_set(cfg: &Config) -> NeverBlock {
             }
         }
         for p in z.allow_transfer.iter().chain(&z.allow_notify) {
-            if let Ok(n) = crate::config::transfer::parse_prefix(p) {
+            if let Ok((n, _)) = crate::config::transfer::parse_allow(p) {
                 let narrow = match n {
                     ipnet::IpNet::V4(v) => v.prefix_len() >= min4,
                     ipnet::IpNet::V6(v) => v.prefix_len() >= min6,

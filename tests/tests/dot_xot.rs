@@ -1,0 +1,446 @@
+//! DNS over TLS (RFC 7858) and zone transfers over TLS (RFC 9103): dnsd answers over TLS
+//! with the bytes it sends over UDP (checked with our client and with kdig +tls), keeps the
+//! TCP defences there (the block map before the handshake, the per-source bound, the idle
+//! time), reloads its pair keeping the last good one, and transfers zones over TLS both ways
+//! with BIND 9.18: from a BIND primary (a wrong name or pin refused, never a cleartext
+//! fallback) and to a BIND secondary (a `tls:` allow refuses the same peer over TCP).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use palisade_tests::client::udp_exchange;
+use palisade_tests::dot::{DotConn, tcp_from};
+use palisade_tests::net;
+use palisade_tests::pki::Ca;
+use palisade_tests::servers::{Bind, Dnsd, Zone};
+use palisade_tests::wire::{QueryOpts, RawMsg, build_query, qtype as T, rcode};
+
+/// A CA, and a pair for `dns.test` from it written as `dns.crt`/`dns.key` with `ca.pem`.
+fn pki(dir: &Path) -> Ca {
+    let ca = Ca::new();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    ca.leaf(&["dns.test"]).write(dir, "dns");
+    ca
+}
+
+/// A dnsd serving example.com. over UDP/TCP and over TLS on `tls`, with more `[server]`
+/// lines and more config.
+fn dnsd_with_tls(dir: &Path, tls: SocketAddr, server: &[&str], extra: &str) -> Dnsd {
+    let ip = tls.ip();
+    let mut b = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .at(SocketAddr::new(ip, net::free_port(ip_v4(ip))))
+        .server_option(&format!("tls_listen = [\"{tls}\"]"))
+        .server_option(&format!(
+            "tls_cert = \"{}\"\ntls_key = \"{}\"",
+            dir.join("dns.crt").display(),
+            dir.join("dns.key").display()
+        ))
+        .raw(extra);
+    for l in server {
+        b = b.server_option(l);
+    }
+    b.start()
+}
+
+fn ip_v4(ip: IpAddr) -> std::net::Ipv4Addr {
+    match ip {
+        IpAddr::V4(v) => v,
+        IpAddr::V6(_) => unreachable!("test addresses are IPv4"),
+    }
+}
+
+fn tls_addr() -> SocketAddr {
+    let ip = net::test_ip();
+    SocketAddr::from((ip, net::free_port(ip)))
+}
+
+fn kdig(args: &[&str]) -> String {
+    let out = std::process::Command::new("kdig")
+        .args(args)
+        .output()
+        .expect("run kdig");
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// Waits up to `secs` for `f` to hold.
+fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
+/// The base64 SHA-256 of the certificate file's public key, as openssl computes it (RFC 7858
+/// §4.2's pin).
+fn openssl_pin(cert: &Path) -> String {
+    palisade_tests::sh(
+        cert.parent().unwrap(),
+        &format!(
+            "openssl x509 -pubkey -noout -in {} | openssl pkey -pubin -outform der | \
+             openssl dgst -sha256 -binary | base64",
+            cert.display()
+        ),
+    )
+    .trim()
+    .to_string()
+}
+
+#[test]
+fn dot_answers_with_the_bytes_udp_gets_and_kdig_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = pki(dir.path());
+    let tls = tls_addr();
+    let dnsd = dnsd_with_tls(dir.path(), tls, &[], "");
+    let mut c = DotConn::connect(None, tls, &ca.pem(), "dns.test").expect("handshake");
+    assert_eq!(c.alpn().as_deref(), Some(&b"dot"[..]), "ALPN dot");
+    // Several queries on one connection, each the same bytes as over UDP.
+    for (i, (name, qtype)) in [
+        ("www.example.com.", T::A),
+        ("www.example.com.", T::AAAA),
+        ("nothere.example.com.", T::A),
+        ("example.com.", T::MX),
+        ("example.net.", T::A),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let q = build_query(0x100 + i as u16, name, qtype, &QueryOpts::edns(1232));
+        let udp = udp_exchange(dnsd.addr(), &q, Duration::from_secs(2))
+            .unwrap()
+            .expect("UDP reply");
+        let dot = c.exchange(&q).unwrap().expect("DoT reply");
+        assert_eq!(dot, udp, "{name} {qtype}: DoT and UDP differ");
+    }
+    let m = RawMsg::parse(
+        &c.exchange(&build_query(7, "example.net.", T::A, &QueryOpts::udp()))
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(m.rcode(), rcode::REFUSED, "not ours: refused over TLS too");
+    // kdig, verifying the certificate, and without verification (opportunistic).
+    let port = tls.port().to_string();
+    let ip = tls.ip().to_string();
+    let ca_file = dir.path().join("ca.pem");
+    let out = kdig(&[
+        &format!("@{ip}"),
+        "-p",
+        &port,
+        &format!("+tls-ca={}", ca_file.display()),
+        "+tls-hostname=dns.test",
+        "www.example.com.",
+        "A",
+    ]);
+    assert!(out.contains("status: NOERROR"), "{out}");
+    assert!(out.contains("192.0.2.80"), "{out}");
+    assert!(out.contains("TLS"), "kdig says it used TLS: {out}");
+    let out = kdig(&[
+        &format!("@{ip}"),
+        "-p",
+        &port,
+        "+tls",
+        "+short",
+        "www.example.com.",
+        "AAAA",
+    ]);
+    assert_eq!(out.trim(), "2001:db8::80", "{out}");
+    // A wrong name fails kdig's verification.
+    let out = kdig(&[
+        &format!("@{ip}"),
+        "-p",
+        &port,
+        &format!("+tls-ca={}", ca_file.display()),
+        "+tls-hostname=other.test",
+        "www.example.com.",
+    ]);
+    assert!(!out.contains("status: NOERROR"), "{out}");
+    assert!(dnsd.stat("tls.handshakes.ok") >= 3);
+}
+
+#[test]
+fn dot_keeps_the_tcp_defences_block_map_before_the_handshake_per_source_bound_idle_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = pki(dir.path());
+    let tls = tls_addr();
+    let dnsd = dnsd_with_tls(
+        dir.path(),
+        tls,
+        &["tcp_max_per_source = 2", "tcp_idle_timeout_ms = 800"],
+        "",
+    );
+    let ok0 = dnsd.stat("tls.handshakes.ok");
+    // A blocked source is closed before the handshake: no handshake, counted as blocked.
+    let blocked: IpAddr = "127.91.0.7".parse().unwrap();
+    let (ok, out) = dnsd.ctl(&["block", "add", &blocked.to_string(), "--force"]);
+    assert!(ok, "{out}");
+    let e = DotConn::connect(Some(blocked), tls, &ca.pem(), "dns.test");
+    assert!(e.is_err(), "a blocked source got a TLS connection");
+    assert!(dnsd.stat("drops.blocked") >= 1);
+    assert_eq!(dnsd.stat("tls.handshakes.ok"), ok0);
+    // Its neighbour is served.
+    let mut c = DotConn::connect(
+        Some("127.91.0.8".parse().unwrap()),
+        tls,
+        &ca.pem(),
+        "dns.test",
+    )
+    .expect("neighbour");
+    let q = build_query(1, "www.example.com.", T::A, &QueryOpts::udp());
+    assert!(c.exchange(&q).unwrap().is_some());
+    // Two connections from one source at most: the third is closed.
+    let src: IpAddr = "127.91.0.9".parse().unwrap();
+    let mut a = DotConn::connect(Some(src), tls, &ca.pem(), "dns.test").unwrap();
+    let mut b = DotConn::connect(Some(src), tls, &ca.pem(), "dns.test").unwrap();
+    assert!(a.exchange(&q).unwrap().is_some() && b.exchange(&q).unwrap().is_some());
+    let third = DotConn::connect(Some(src), tls, &ca.pem(), "dns.test")
+        .and_then(|mut c| c.exchange(&q).map_err(|e| e.to_string()));
+    assert!(
+        matches!(third, Err(_) | Ok(None)),
+        "a third connection of one source was served"
+    );
+    assert!(dnsd.stat("drops.tcp_limit") >= 1);
+    drop((a, b));
+    // A connection that never starts its handshake is closed after the idle time.
+    let mut idle = tcp_from(Some("127.91.0.10".parse().unwrap()), tls).unwrap();
+    let t0 = Instant::now();
+    let mut buf = [0u8; 1];
+    let n = std::io::Read::read(&mut idle, &mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "closed, nothing sent");
+    assert!(
+        t0.elapsed() < Duration::from_secs(4),
+        "closed after the idle time"
+    );
+    assert!(eventually(2, || dnsd.stat("tls.handshakes.timeout") >= 1));
+    // A client that is not speaking TLS fails its handshake, counted.
+    let mut plain = tcp_from(None, tls).unwrap();
+    let _ = std::io::Write::write_all(&mut plain, &palisade_tests::client::frame(&q));
+    let _ = std::io::Read::read(&mut plain, &mut buf);
+    assert!(eventually(2, || dnsd.stat("tls.handshakes.failed") >= 1));
+}
+
+#[test]
+fn a_reload_takes_a_new_pair_and_keeps_the_last_good_one_over_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = pki(dir.path());
+    let tls = tls_addr();
+    let dnsd = dnsd_with_tls(dir.path(), tls, &[], "");
+    let first = DotConn::connect(None, tls, &ca.pem(), "dns.test")
+        .unwrap()
+        .leaf();
+    // A key that is not the certificate's: refused, named, the running pair kept.
+    let other = ca.leaf(&["dns.test"]);
+    std::fs::write(dir.path().join("dns.key"), &other.key).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(!ok, "a bad pair was accepted: {out}");
+    assert!(out.contains("dns.key"), "the error names the file: {out}");
+    let mut c = DotConn::connect(None, tls, &ca.pem(), "dns.test").expect("still serving");
+    assert_eq!(c.leaf(), first, "the last good pair serves");
+    let q = build_query(1, "www.example.com.", T::A, &QueryOpts::udp());
+    assert!(c.exchange(&q).unwrap().is_some());
+    assert_eq!(dnsd.stat("tls.reload_failures"), 1);
+    // The whole new pair: new handshakes use it, the open connection goes on.
+    std::fs::write(dir.path().join("dns.crt"), &other.cert).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    let d = DotConn::connect(None, tls, &ca.pem(), "dns.test").unwrap();
+    assert_eq!(d.leaf(), Some(other.der()), "the new pair serves");
+    assert!(c.exchange(&q).unwrap().is_some(), "open connections go on");
+}
+
+/// A BIND primary of example.com. answering zone transfers over TLS on its own port with
+/// a pair for `primary.test`: (BIND, its TLS address).
+fn bind_xot_primary(dir: &Path, ca: &Ca) -> (Bind, SocketAddr) {
+    ca.leaf(&["primary.test"]).write(dir, "primary");
+    let zone = Zone::data("example.com.");
+    let tls_port = net::free_port(std::net::Ipv4Addr::LOCALHOST);
+    let d = dir.to_path_buf();
+    let bind = Bind::start_raw(
+        std::slice::from_ref(&zone),
+        |_, addr| {
+            vec![
+                format!("listen-on port {tls_port} tls xot {{ {}; }};", addr.ip()),
+                "allow-transfer { any; };".into(),
+            ]
+        },
+        |_, _| {
+            format!(
+                "tls xot {{ cert-file \"{0}/primary.crt\"; key-file \"{0}/primary.key\"; }};\n\
+                 zone \"example.com\" {{ type primary; file \"{1}\"; }};\n",
+                d.display(),
+                zone.file.display()
+            )
+        },
+    );
+    let tls = SocketAddr::from(([127, 0, 0, 1], tls_port));
+    (bind, tls)
+}
+
+#[test]
+fn dnsd_transfers_from_a_bind_primary_over_tls_and_refuses_a_wrong_name_or_pin() {
+    if !Bind::available() {
+        palisade_tests::skipped("named is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = pki(dir.path());
+    let (_bind, primary) = bind_xot_primary(dir.path(), &ca);
+    let pin = openssl_pin(&dir.path().join("primary.crt"));
+    // One secondary zone per way of checking the primary: the good ones transfer, the
+    // wrong ones never do (and never fall back to cleartext).
+    let ca_file = dir.path().join("ca.pem");
+    let zones = [
+        (
+            "by-name",
+            format!(
+                "name = \"primary.test\", ca_file = \"{}\"",
+                ca_file.display()
+            ),
+        ),
+        ("by-pin", format!("pin_sha256 = [\"{pin}\"]")),
+        (
+            "wrong-name",
+            format!("name = \"other.test\", ca_file = \"{}\"", ca_file.display()),
+        ),
+        (
+            "wrong-pin",
+            "pin_sha256 = [\"47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=\"]".to_string(),
+        ),
+    ];
+    // Four zones of one origin cannot be served by one dnsd: one dnsd each.
+    let mut results = Vec::new();
+    for (name, check) in &zones {
+        let block = format!(
+            "\n[[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\nprimaries = [\"tls:{primary}\"]\n\
+             transfer_tls = {{ {check} }}\n",
+            dir.path().join(format!("{name}.zone")).display()
+        );
+        let dnsd = Dnsd::builder()
+            .zone(Zone::data("example.net."))
+            .raw(&block)
+            .start();
+        // The good ones transfer within a second or two; the wrong ones are given time to.
+        let served = eventually(if name.starts_with("by-") { 10 } else { 3 }, || {
+            let q = build_query(9, "example.com.", T::SOA, &QueryOpts::udp());
+            udp_exchange(dnsd.addr(), &q, Duration::from_secs(1))
+                .ok()
+                .flatten()
+                .and_then(|r| RawMsg::parse(&r).ok())
+                .is_some_and(|m| m.rcode() == rcode::NOERROR && m.counts[1] == 1)
+        });
+        let (_, zones_out) = dnsd.ctl(&["zones"]);
+        results.push((*name, served, zones_out, dnsd.log()));
+    }
+    for (name, served, zones_out, log) in &results {
+        let good = name.starts_with("by-");
+        assert_eq!(*served, good, "{name}: served {served}\n{zones_out}\n{log}");
+        if !good {
+            assert!(log.contains("TLS"), "{name}: the failure says TLS:\n{log}");
+            assert!(
+                zones_out.contains("TLS"),
+                "{name}: ctl zones says why:\n{zones_out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_bind_secondary_transfers_from_dnsd_over_tls_while_tls_only_allows_refuse_tcp() {
+    if !Bind::available() {
+        palisade_tests::skipped("named is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    pki(dir.path());
+    let tls = SocketAddr::from((
+        [127, 0, 0, 1],
+        net::free_port(std::net::Ipv4Addr::LOCALHOST),
+    ));
+    let dnsd = Dnsd::builder()
+        .zone(Zone {
+            options: vec!["allow_transfer = [\"tls:127.0.0.0/8\"]".into()],
+            ..Zone::data("example.com.")
+        })
+        .at(SocketAddr::from((
+            [127, 0, 0, 1],
+            net::free_port(std::net::Ipv4Addr::LOCALHOST),
+        )))
+        .server_option(&format!(
+            "tls_listen = [\"{tls}\"]\ntls_cert = \"{0}/dns.crt\"\ntls_key = \"{0}/dns.key\"",
+            dir.path().display()
+        ))
+        .start();
+    // Over TCP the allowed prefix is refused; over TLS it transfers.
+    let ip = dnsd.addr().ip().to_string();
+    let out = kdig(&[
+        &format!("@{ip}"),
+        "-p",
+        &dnsd.addr().port().to_string(),
+        "example.com.",
+        "AXFR",
+    ]);
+    assert!(
+        out.contains("REFUSED") || out.contains("failed"),
+        "AXFR over TCP: {out}"
+    );
+    let out = kdig(&[
+        &format!("@{ip}"),
+        "-p",
+        &tls.port().to_string(),
+        &format!("+tls-ca={}/ca.pem", dir.path().display()),
+        "+tls-hostname=dns.test",
+        "example.com.",
+        "AXFR",
+    ]);
+    assert!(out.contains("www.example.com."), "AXFR over TLS: {out}");
+    // BIND as a secondary over TLS, verifying dnsd's certificate.
+    let zone = Zone::data("example.com.");
+    let d = dir.path().to_path_buf();
+    let bind = Bind::start_raw(
+        std::slice::from_ref(&zone),
+        |_, _| vec![],
+        |bdir, _| {
+            format!(
+                "tls to-dnsd {{ ca-file \"{0}/ca.pem\"; remote-hostname \"dns.test\"; }};\n\
+                 zone \"example.com\" {{ type secondary; file \"{1}/example.com.copy\"; \
+                 primaries {{ {2} port {3} tls to-dnsd; }}; }};\n",
+                d.display(),
+                bdir.display(),
+                tls.ip(),
+                tls.port()
+            )
+        },
+    );
+    let q = build_query(3, "www.example.com.", T::A, &QueryOpts::udp());
+    let r = RawMsg::parse(
+        &udp_exchange(bind.addr(), &q, Duration::from_secs(2))
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(r.rcode(), rcode::NOERROR);
+    assert_eq!(
+        r.counts[1] as usize, 1,
+        "BIND serves what it transferred over TLS"
+    );
+    // It only knows dnsd's TLS port, and says it transferred over TLS.
+    let log = bind.log();
+    assert!(log.contains("Transfer status: success"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "from {}#{}: Transfer completed",
+            tls.ip(),
+            tls.port()
+        )),
+        "{log}"
+    );
+    assert!(
+        dnsd.stat("transfer.out.axfr") >= 2,
+        "kdig's AXFR and BIND's"
+    );
+}
