@@ -444,3 +444,90 @@ fn a_bind_secondary_transfers_from_dnsd_over_tls_while_tls_only_allows_refuse_tc
         "kdig's AXFR and BIND's"
     );
 }
+
+/// Where `scripts/install-deps` puts dnspython with aioquic (an env var may say otherwise).
+fn doq_python_path() -> Option<std::path::PathBuf> {
+    let p = std::env::var_os("PALISADE_DOQ_PY")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/opt/palisade-test-doq"));
+    p.join("aioquic").is_dir().then_some(p)
+}
+
+/// Asks `name`/`qtype` over QUIC (dnspython + aioquic, verifying `dns.test` against `ca`) from
+/// `src`, and the same query over UDP to `udp`: "same", "differ ..." or "error ...".
+const DOQ_CLIENT: &str = r#"
+import sys, dns.message, dns.query
+quic, udp, ca, src, name, qtype = sys.argv[1:7]
+(qa, qp), (ua, up) = quic.rsplit(":", 1), udp.rsplit(":", 1)
+q = dns.message.make_query(name, qtype, use_edns=0, payload=1232)
+q.id = 0
+try:
+    r = dns.query.quic(q, qa, port=int(qp), timeout=3, verify=ca, server_hostname="dns.test",
+                       source=src or None)
+except Exception as e:
+    print("error", type(e).__name__, e)
+    sys.exit(0)
+u = dns.query.udp(q, ua, port=int(up), timeout=3)
+print("same" if r.to_text() == u.to_text() else "differ\n" + r.to_text() + "\n--\n" + u.to_text())
+"#;
+
+#[test]
+fn doq_answers_as_udp_does_and_a_blocked_source_gets_no_handshake() {
+    let Some(py) = doq_python_path() else {
+        palisade_tests::skipped("dnspython with aioquic is not installed (scripts/install-deps)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    pki(dir.path());
+    let ip = net::test_ip();
+    let quic = SocketAddr::from((ip, net::free_port(ip)));
+    let dnsd = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .at(SocketAddr::from((ip, net::free_port(ip))))
+        .server_option(&format!(
+            "quic_listen = [\"{quic}\"]\ntls_cert = \"{0}/dns.crt\"\ntls_key = \"{0}/dns.key\"",
+            dir.path().display()
+        ))
+        .start();
+    let ask = |src: &str, name: &str, qtype: &str| {
+        let out = std::process::Command::new("/usr/bin/python3")
+            .arg("-c")
+            .arg(DOQ_CLIENT)
+            .args([
+                &quic.to_string(),
+                &dnsd.addr().to_string(),
+                &dir.path().join("ca.pem").display().to_string(),
+                src,
+                name,
+                qtype,
+            ])
+            .env("PYTHONPATH", &py)
+            .output()
+            .expect("run python3");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    for (name, qtype) in [
+        ("www.example.com.", "A"),
+        ("www.example.com.", "AAAA"),
+        ("nothere.example.com.", "A"),
+        ("example.com.", "MX"),
+    ] {
+        let out = ask("", name, qtype);
+        assert_eq!(out.trim(), "same", "{name} {qtype}: {out}");
+    }
+    assert!(dnsd.stat("quic.handshakes.ok") >= 4);
+    // A blocked source is ignored before the handshake: no answer, no handshake.
+    let ok = dnsd.stat("quic.handshakes.ok");
+    let (done, out) = dnsd.ctl(&["block", "add", "127.91.1.7", "--force"]);
+    assert!(done, "{out}");
+    let out = ask("127.91.1.7", "www.example.com.", "A");
+    assert!(
+        out.starts_with("error"),
+        "a blocked source was answered: {out}"
+    );
+    assert!(dnsd.stat("drops.blocked") >= 1);
+    assert_eq!(dnsd.stat("quic.handshakes.ok"), ok);
+    // Its neighbour is served.
+    let out = ask("127.91.1.8", "www.example.com.", "A");
+    assert_eq!(out.trim(), "same", "{out}");
+}

@@ -281,7 +281,11 @@ pub struct Server {
     /// transfers over TLS (RFC 9103) are served there too. Needs `tls_cert` and `tls_key`.
     #[serde(default)]
     pub tls_listen: Vec<String>,
-    /// The PEM certificate chain of `tls_listen` (relative paths are relative to the config
+    /// DNS over QUIC (RFC 9250) endpoints, `IP:PORT` or `IP` (UDP port 853): the same
+    /// pipeline, defences and TCP limits. Needs `tls_cert` and `tls_key`.
+    #[serde(default)]
+    pub quic_listen: Vec<String>,
+    /// The PEM certificate chain of `tls_listen` and `quic_listen` (relative paths are relative to the config
     /// file); read again on every reload, the last good pair kept when the new one is bad.
     #[serde(default)]
     pub tls_cert: Option<PathBuf>,
@@ -334,13 +338,22 @@ impl Server {
         diff("nsid", self.nsid_bytes().ok() != running.nsid_bytes().ok());
         diff("proxy_allow", self.proxy_allow != running.proxy_allow);
         diff("tls_listen", self.tls_listen != running.tls_listen);
+        diff("quic_listen", self.quic_listen != running.quic_listen);
         out
     }
 
     /// The addresses of `tls_listen` (checked when the config loaded).
     pub fn tls_addrs(&self) -> Vec<SocketAddr> {
-        self.tls_listen
-            .iter()
+        Self::addrs_853(&self.tls_listen)
+    }
+
+    /// The addresses of `quic_listen` (checked when the config loaded).
+    pub fn quic_addrs(&self) -> Vec<SocketAddr> {
+        Self::addrs_853(&self.quic_listen)
+    }
+
+    fn addrs_853(list: &[String]) -> Vec<SocketAddr> {
+        list.iter()
             .filter_map(|a| transfer::parse_addr_port(a, 853).ok())
             .collect()
     }
@@ -679,16 +692,17 @@ impl Config {
             .map_err(|m| inv("server.nsid", m))?;
         shield::proxy_proto::ProxyAllow::parse(&self.server.proxy_allow)
             .map_err(|m| inv("server.proxy_allow", m))?;
-        for a in &self.server.tls_listen {
-            transfer::parse_addr_port(a, 853).map_err(|m| inv("server.tls_listen", m))?;
-        }
-        if !self.server.tls_listen.is_empty()
-            && (self.server.tls_cert.is_none() || self.server.tls_key.is_none())
-        {
-            return Err(inv(
-                "server.tls_listen",
-                "needs server.tls_cert and server.tls_key".into(),
-            ));
+        for (key, list) in [
+            ("server.tls_listen", &self.server.tls_listen),
+            ("server.quic_listen", &self.server.quic_listen),
+        ] {
+            for a in list {
+                transfer::parse_addr_port(a, 853).map_err(|m| inv(key, m))?;
+            }
+            if !list.is_empty() && (self.server.tls_cert.is_none() || self.server.tls_key.is_none())
+            {
+                return Err(inv(key, "needs server.tls_cert and server.tls_key".into()));
+            }
         }
         if self.server.udp_batch == 0 || self.server.udp_batch > 1024 {
             return Err(inv("server.udp_batch", "must be between 1 and 1024".into()));

@@ -296,7 +296,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     // DNS over TLS: the pair read and the listeners bound before anything is served, so a
     // bad pair or a taken port stops the start with its name.
     let tls = match (&cfg.server.tls_cert, &cfg.server.tls_key) {
-        (Some(cert), Some(key)) if !cfg.server.tls_listen.is_empty() => {
+        (Some(cert), Some(key))
+            if !cfg.server.tls_listen.is_empty() || !cfg.server.quic_listen.is_empty() =>
+        {
             let t = crate::daemon::tls::DotTls::load(cert, key)
                 .map_err(|e| format!("server.tls_cert/tls_key: {e}"))?;
             let mut ls = Vec::new();
@@ -305,8 +307,19 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                     .map_err(|e| format!("server.tls_listen {a}: {e}"))?;
                 ls.push(l);
             }
-            tracing::info!(listen = ?cfg.server.tls_addrs(), "DNS over TLS on");
-            Some((t, ls))
+            let mut qs = Vec::new();
+            for a in cfg.server.quic_addrs() {
+                let s = std::net::UdpSocket::bind(a)
+                    .map_err(|e| format!("server.quic_listen {a}: {e}"))?;
+                qs.push(s);
+            }
+            if !ls.is_empty() {
+                tracing::info!(listen = ?cfg.server.tls_addrs(), "DNS over TLS on");
+            }
+            if !qs.is_empty() {
+                tracing::info!(listen = ?cfg.server.quic_addrs(), "DNS over QUIC on");
+            }
+            Some((t, ls, qs))
         }
         _ => None,
     };
@@ -328,7 +341,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         }),
     );
     metrics.register("tcp", tcp.clone());
-    if let Some((t, _)) = &tls {
+    if let Some((t, _, _)) = &tls {
         metrics.register("tls", t.clone());
     }
     metrics.register("log", Arc::new(shield::logging::LogMetrics));
@@ -386,7 +399,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         started_server: cfg.server.clone(),
         addrs: bound,
         tcp: tcp.clone(),
-        tls: tls.as_ref().map(|(t, _)| t.clone()),
+        tls: tls.as_ref().map(|(t, _, _)| t.clone()),
         started: Instant::now(),
         bind_time,
         defence: defence.clone(),
@@ -413,9 +426,18 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         for l in tcp_listeners {
             tokio::spawn(tcp.clone().serve(l));
         }
-        if let Some((t, ls)) = tls {
+        if let Some((t, ls, qs)) = tls {
             for l in ls {
                 tokio::spawn(tcp.clone().serve_tls(l, t.clone()));
+            }
+            let transport = crate::daemon::doq::transport(
+                Duration::from_millis(cfg.server.tcp_idle_timeout_ms),
+                cfg.server.tcp_max_pipelined,
+            );
+            for s in qs {
+                let e = crate::daemon::doq::endpoint(s, &t, transport.clone())
+                    .map_err(|e| format!("server.quic_listen: {e}"))?;
+                tokio::spawn(crate::daemon::doq::serve(tcp.clone(), e, t.clone()));
             }
         }
         if let Some(path) = cfg.control.socket.clone() {

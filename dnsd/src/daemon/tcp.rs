@@ -235,7 +235,38 @@ impl TcpServer {
         }
     }
 
-    fn enter(&self, ip: IpAddr) -> bool {
+    /// The defences whose `on_accept` point connections meet.
+    pub(super) fn defence(&self) -> Option<&Arc<crate::query::defence::Shared>> {
+        self.defence.as_ref()
+    }
+
+    /// The counters of the connections' queries.
+    pub(super) fn stats(&self) -> &Arc<WorkerStats> {
+        &self.stats
+    }
+
+    /// A connection slot under `tcp_max_connections`, if one is free.
+    pub(super) fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// The idle time (`tcp_idle_timeout_ms`).
+    pub(super) fn idle(&self) -> Duration {
+        self.limits.idle
+    }
+
+    /// Queries per connection (`tcp_max_queries`).
+    pub(super) fn max_queries(&self) -> usize {
+        self.limits.max_queries
+    }
+
+    /// A query processor for one connection.
+    pub(super) fn processor(&self) -> Processor {
+        (self.make)()
+    }
+
+    /// Counts a connection of `ip` in, unless its source is at `tcp_max_per_source`.
+    pub(super) fn enter(&self, ip: IpAddr) -> bool {
         let mut m = self.per_source.lock().expect("per-source lock");
         let n = m.entry(ip).or_insert(0);
         if *n >= self.limits.max_per_source {
@@ -245,7 +276,8 @@ impl TcpServer {
         true
     }
 
-    fn leave(&self, ip: IpAddr) {
+    /// Counts a connection of `ip` out.
+    pub(super) fn leave(&self, ip: IpAddr) {
         let mut m = self.per_source.lock().expect("per-source lock");
         if let Some(n) = m.get_mut(&ip) {
             *n -= 1;

@@ -1,7 +1,7 @@
-//! DNS over TLS (RFC 7858) and zone transfers over TLS (RFC 9103) served here: the
-//! certificate pair of `[server] tls_cert`/`tls_key`, read at start and again on every
-//! reload (a bad pair is refused with its file names and the last good one keeps serving),
-//! and the handshake counters.
+//! DNS over TLS (RFC 7858), zone transfers over TLS (RFC 9103) and DNS over QUIC (RFC 9250)
+//! served here: the certificate pair of `[server] tls_cert`/`tls_key`, read at start and
+//! again on every reload (a bad pair is refused with its file names and the last good one
+//! keeps serving; the QUIC endpoints take the new pair too), and the handshake counters.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,9 +12,16 @@ use rustls::ServerConfig;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-/// The TLS side of the TCP server: its settings, swapped whole on reload.
+/// The TLS side of the TCP server and of the QUIC endpoints: their settings, swapped whole
+/// on reload.
 pub struct DotTls {
     config: ArcSwap<ServerConfig>,
+    /// The pair, for the QUIC endpoints' settings.
+    pair: ArcSwap<CertifiedKey>,
+    /// The QUIC endpoints and their transport settings.
+    quic: std::sync::Mutex<(Vec<quinn::Endpoint>, Option<Arc<quinn::TransportConfig>>)>,
+    /// QUIC handshakes completed, failed, not done in time.
+    pub quic_handshakes: [AtomicU64; 3],
     /// Handshakes completed.
     pub handshakes: AtomicU64,
     /// Handshakes that failed (a client that is not speaking TLS, a protocol error...).
@@ -28,8 +35,12 @@ pub struct DotTls {
 impl DotTls {
     /// The settings of the pair `cert`/`key`, or why it cannot serve (naming the file).
     pub fn load(cert: &Path, key: &Path) -> Result<Arc<DotTls>, String> {
+        let ck = Arc::new(shield::tls_pair::load_pair(cert, key).map_err(|e| e.to_string())?);
         Ok(Arc::new(DotTls {
-            config: ArcSwap::from(settings(cert, key)?),
+            config: ArcSwap::from(settings(&ck)?),
+            pair: ArcSwap::from(ck),
+            quic: Default::default(),
+            quic_handshakes: Default::default(),
             handshakes: AtomicU64::new(0),
             handshake_failures: AtomicU64::new(0),
             handshake_timeouts: AtomicU64::new(0),
@@ -40,9 +51,21 @@ impl DotTls {
     /// Reads the pair again (the files `cert`/`key` now name): on success new handshakes use
     /// it; on failure the last good pair keeps serving and the error is returned.
     pub fn reload(&self, cert: &Path, key: &Path) -> Result<(), String> {
-        match settings(cert, key) {
-            Ok(c) => {
+        let read = shield::tls_pair::load_pair(cert, key)
+            .map_err(|e| e.to_string())
+            .map(Arc::new)
+            .and_then(|ck| Ok((settings(&ck)?, ck)));
+        match read {
+            Ok((c, ck)) => {
                 self.config.store(c);
+                let q = self.quic.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(t) = &q.1 {
+                    let sc = quic_settings(&ck, t.clone())?;
+                    for e in &q.0 {
+                        e.set_server_config(Some(sc.clone()));
+                    }
+                }
+                self.pair.store(ck);
                 Ok(())
             }
             Err(e) => {
@@ -50,6 +73,22 @@ impl DotTls {
                 Err(e)
             }
         }
+    }
+
+    /// The QUIC server settings of the pair now in force, with `transport` (the idle time,
+    /// the streams at once).
+    pub fn quic_config(
+        &self,
+        transport: Arc<quinn::TransportConfig>,
+    ) -> Result<quinn::ServerConfig, String> {
+        quic_settings(&self.pair.load_full(), transport)
+    }
+
+    /// Keeps `e`'s settings following the pair on reload.
+    pub fn follow(&self, e: quinn::Endpoint, transport: Arc<quinn::TransportConfig>) {
+        let mut q = self.quic.lock().unwrap_or_else(|e| e.into_inner());
+        q.0.push(e);
+        q.1 = Some(transport);
     }
 
     /// What a new connection's handshake uses.
@@ -60,15 +99,31 @@ impl DotTls {
 
 /// Server settings for a pair: TLS 1.2 and 1.3, ALPN `dot` (RFC 7858 §3.2, RFC 9103 §7.1),
 /// and clients without ALPN accepted too (kdig, older stubs).
-fn settings(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, String> {
-    let ck = shield::tls_pair::load_pair(cert, key).map_err(|e| e.to_string())?;
+fn settings(ck: &Arc<CertifiedKey>) -> Result<Arc<ServerConfig>, String> {
     let mut c = ServerConfig::builder_with_provider(shield::tls_pair::provider().clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(One(Arc::new(ck))));
+        .with_cert_resolver(Arc::new(One(ck.clone())));
     c.alpn_protocols = vec![b"dot".to_vec()];
     Ok(Arc::new(c))
+}
+
+/// QUIC server settings for a pair: TLS 1.3 (QUIC's), ALPN `doq` required (RFC 9250 §4.1.1).
+fn quic_settings(
+    ck: &Arc<CertifiedKey>,
+    transport: Arc<quinn::TransportConfig>,
+) -> Result<quinn::ServerConfig, String> {
+    let mut c = ServerConfig::builder_with_provider(shield::tls_pair::provider().clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(One(ck.clone())));
+    c.alpn_protocols = vec![b"doq".to_vec()];
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(c).map_err(|e| e.to_string())?;
+    let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    sc.transport_config(transport);
+    Ok(sc)
 }
 
 /// The one pair, whatever the client names.
@@ -95,6 +150,15 @@ impl shield::metrics::Source for DotTls {
                 format!("result=\"{what}\""),
                 "TLS handshakes on the DNS over TLS listeners, by result.",
                 c.load(Ordering::Relaxed),
+            );
+        }
+        for (i, what) in ["ok", "failed", "timeout"].into_iter().enumerate() {
+            out.counter(
+                format!("quic.handshakes.{what}"),
+                "dnsd_quic_handshakes_total",
+                format!("result=\"{what}\""),
+                "QUIC handshakes on the DNS over QUIC endpoints, by result.",
+                self.quic_handshakes[i].load(Ordering::Relaxed),
             );
         }
         out.counter(

@@ -1,0 +1,204 @@
+//! DNS over QUIC (RFC 9250): each query on a bidirectional stream of its own, framed by a
+//! two-octet length and ended by the client's FIN, its message ID 0. The TCP server's
+//! pipeline and bounds serve it: a blocked source is ignored before any QUIC work (no packet
+//! sent), a source counts against `tcp_max_per_source` once its handshake proved its
+//! address, streams at once are `tcp_max_pipelined`, queries per connection
+//! `tcp_max_queries`, the idle time `tcp_idle_timeout_ms` (QUIC's own idle timeout).
+//! Handshakes beyond a bound ask the client to prove its address first (a Retry), so forged
+//! sources cannot make us hold handshake state. Zone transfers are not served over QUIC.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::tcp::TcpServer;
+use super::tls::DotTls;
+use crate::observe::counters::DropCause;
+use crate::query::module::Step;
+use crate::query::process_query::{Outcome, Transport};
+
+/// RFC 9250 §4.3 error codes.
+const DOQ_NO_ERROR: u32 = 0;
+const DOQ_PROTOCOL_ERROR: u32 = 2;
+
+/// Handshakes under way past which clients must prove their address first (Retry).
+const HANDSHAKES_BEFORE_RETRY: usize = 256;
+
+/// Longest query accepted over QUIC (with its length prefix).
+const MAX_QUERY: usize = 2 + 16 * 1024;
+
+thread_local! {
+    /// Scratch space for one response: processing never awaits, so one per thread is enough.
+    static OUT: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 65535 + 2]);
+}
+
+/// The transport settings of the DNS over QUIC endpoints from the TCP limits.
+pub fn transport(idle: Duration, streams: usize) -> Arc<quinn::TransportConfig> {
+    let mut t = quinn::TransportConfig::default();
+    t.max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
+    t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(streams.clamp(1, 1024) as u32));
+    t.max_concurrent_uni_streams(quinn::VarInt::from_u32(0));
+    Arc::new(t)
+}
+
+/// A DNS over QUIC endpoint on the bound socket `sock`, following `tls`'s pair.
+pub fn endpoint(
+    sock: std::net::UdpSocket,
+    tls: &DotTls,
+    transport: Arc<quinn::TransportConfig>,
+) -> Result<quinn::Endpoint, String> {
+    let sc = tls.quic_config(transport.clone())?;
+    let e = quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(sc),
+        sock,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(|e| e.to_string())?;
+    tls.follow(e.clone(), transport);
+    Ok(e)
+}
+
+/// Accepts DNS over QUIC connections on `e` until the task is dropped.
+pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
+    let local = e.local_addr().map(|a| a.ip()).ok();
+    let mut plan = tcp.defence().map(|d| d.plan());
+    let pending = Arc::new(AtomicUsize::new(0));
+    while let Some(incoming) = e.accept().await {
+        let peer = incoming.remote_address();
+        if let Some(p) = &mut plan {
+            p.refresh();
+            if let Step::Drop(why) = p.on_accept(peer.ip()) {
+                tcp.stats().dropped(why);
+                incoming.ignore();
+                continue;
+            }
+        }
+        if pending.load(Ordering::Relaxed) >= HANDSHAKES_BEFORE_RETRY
+            && !incoming.remote_address_validated()
+            && incoming.may_retry()
+        {
+            let _ = incoming.retry();
+            continue;
+        }
+        let Some(permit) = tcp.slot() else {
+            tcp.stats().dropped(DropCause::TcpLimit);
+            incoming.refuse();
+            continue;
+        };
+        let (tcp, tls, pending) = (tcp.clone(), tls.clone(), pending.clone());
+        pending.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            let _permit = permit;
+            let idle = tcp.idle();
+            let conn = match incoming.accept() {
+                Ok(c) => tokio::time::timeout(idle, c).await,
+                Err(e) => Ok(Err(e)),
+            };
+            pending.fetch_sub(1, Ordering::Relaxed);
+            let conn = match conn {
+                Ok(Ok(c)) => c,
+                Ok(Err(_)) => {
+                    tls.quic_handshakes[1].fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(_) => {
+                    tls.quic_handshakes[2].fetch_add(1, Ordering::Relaxed);
+                    tcp.stats().dropped(DropCause::TcpTimeout);
+                    return;
+                }
+            };
+            tls.quic_handshakes[0].fetch_add(1, Ordering::Relaxed);
+            // The handshake proved the address: now it counts against its source's bound.
+            let peer = conn.remote_address();
+            if !tcp.enter(peer.ip()) {
+                tcp.stats().dropped(DropCause::TcpLimit);
+                conn.close(quinn::VarInt::from_u32(DOQ_NO_ERROR), b"");
+                return;
+            }
+            connection(&tcp, conn, peer, local).await;
+            tcp.leave(peer.ip());
+        });
+    }
+}
+
+/// Serves one connection's streams, each one query.
+async fn connection(
+    tcp: &Arc<TcpServer>,
+    conn: quinn::Connection,
+    peer: SocketAddr,
+    local: Option<std::net::IpAddr>,
+) {
+    let mut p = tcp.processor();
+    if let Some(l) = local {
+        p.set_local(l);
+    }
+    let p = Arc::new(std::sync::Mutex::new(p));
+    let mut streams = tokio::task::JoinSet::new();
+    let mut served = 0;
+    while served < tcp.max_queries() {
+        while streams.try_join_next().is_some() {}
+        let (mut send, mut recv) = match conn.accept_bi().await {
+            Ok(s) => s,
+            // Closed by the client, or idle (QUIC's idle timeout).
+            Err(_) => break,
+        };
+        served += 1;
+        let (p, conn, tcp) = (p.clone(), conn.clone(), tcp.clone());
+        streams.spawn(async move {
+            let q = match tokio::time::timeout(tcp.idle(), recv.read_to_end(MAX_QUERY)).await {
+                Ok(Ok(q)) => q,
+                _ => {
+                    tcp.stats().dropped(DropCause::Malformed);
+                    let _ = send.reset(quinn::VarInt::from_u32(DOQ_PROTOCOL_ERROR));
+                    return;
+                }
+            };
+            // One message, its length first, its ID 0 (RFC 9250 §4.2, §4.2.1).
+            let len = q.len().saturating_sub(2);
+            if q.len() < 14 || u16::from_be_bytes([q[0], q[1]]) as usize != len || q[2..4] != [0, 0]
+            {
+                tcp.stats().dropped(DropCause::Malformed);
+                conn.close(quinn::VarInt::from_u32(DOQ_PROTOCOL_ERROR), b"");
+                return;
+            }
+            let outcome = OUT.with(|o| {
+                let out = &mut *o.borrow_mut();
+                let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+                p.refresh();
+                let r = match p.process(&q[2..], peer, Transport::Tcp, &mut out[2..]) {
+                    Outcome::Reply(n) => {
+                        out[..2].copy_from_slice(&(n as u16).to_be_bytes());
+                        Ok(Some(out[..n + 2].to_vec()))
+                    }
+                    Outcome::Drop | Outcome::Transfer => Ok(None),
+                    Outcome::Refused => Err(()),
+                };
+                // Zone transfers are served over TCP and TLS, not here.
+                drop(p.take_transfer());
+                r
+            });
+            match outcome {
+                Ok(Some(out)) => {
+                    if tokio::time::timeout(tcp.idle(), send.write_all(&out))
+                        .await
+                        .is_ok()
+                    {
+                        let _ = send.finish();
+                    }
+                }
+                Ok(None) => {
+                    let _ = send.reset(quinn::VarInt::from_u32(DOQ_NO_ERROR));
+                }
+                // Blocked since the connection opened: nothing more for it.
+                Err(()) => conn.close(quinn::VarInt::from_u32(DOQ_NO_ERROR), b""),
+            }
+        });
+    }
+    if served >= tcp.max_queries() {
+        tcp.stats().dropped(DropCause::TcpQueryLimit);
+    }
+    while streams.join_next().await.is_some() {}
+    conn.close(quinn::VarInt::from_u32(DOQ_NO_ERROR), b"");
+}
