@@ -916,3 +916,75 @@ impl Bind {
         self.proc.log()
     }
 }
+
+/// A running PowerDNS Authoritative Server (bind backend), killed on drop: the oracle for
+/// ALIAS (Knot and NSD have none).
+pub struct Pdns {
+    proc: Proc,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Pdns {
+    /// True when pdns_server is installed.
+    pub fn available() -> bool {
+        crate::have_program("pdns_server")
+    }
+
+    /// Starts pdns_server serving `zones` (bind backend) on a fresh loopback address, with
+    /// ALIAS expanded through `resolver` (PowerDNS asks its resolver for every ALIAS target,
+    /// even one it serves) and further `pdns.conf` lines.
+    pub fn start(zones: &[Zone], resolver: SocketAddr, lines: &[&str]) -> Pdns {
+        let exe = crate::find_program("pdns_server")
+            .expect("pdns_server not installed (check Pdns::available)");
+        start_with_retries("pdns", |addr| {
+            let dir = tempfile::Builder::new()
+                .prefix("palisade-pdns-")
+                .tempdir()
+                .expect("temp dir");
+            let d = dir.path();
+            let mut named = String::new();
+            for z in zones {
+                let _ = writeln!(
+                    named,
+                    "zone \"{}\" {{ type master; file \"{}\"; }};",
+                    z.origin.trim_end_matches('.'),
+                    z.file.display()
+                );
+            }
+            std::fs::write(d.join("named.conf"), named).expect("write named.conf");
+            let mut cfg = format!(
+                "launch=bind\nbind-config={}/named.conf\nlocal-address={}\nlocal-port={}\n\
+                 socket-dir={}\nguardian=no\ndaemon=no\ndisable-syslog=yes\nwrite-pid=no\n\
+                 expand-alias=yes\nresolver={resolver}\nloglevel=4\n",
+                d.display(),
+                addr.ip(),
+                addr.port(),
+                d.display()
+            );
+            for l in lines {
+                let _ = writeln!(cfg, "{l}");
+            }
+            std::fs::write(d.join("pdns.conf"), cfg).expect("write pdns.conf");
+            let mut cmd = Command::new(&exe);
+            cmd.arg(format!("--config-dir={}", d.display()));
+            let mut proc = Proc::spawn("pdns", cmd, d.join("pdns.log"));
+            wait_ready(&mut proc, addr, zones)?;
+            Ok(Pdns {
+                proc,
+                addr,
+                _dir: dir,
+            })
+        })
+    }
+
+    /// The service address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Everything pdns has logged so far.
+    pub fn log(&self) -> String {
+        self.proc.log()
+    }
+}

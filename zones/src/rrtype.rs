@@ -100,6 +100,8 @@ pub mod t {
     pub const IPN: u16 = 264;
     pub const TA: u16 = 32768;
     pub const DLV: u16 = 32769;
+    /// PowerDNS's ALIAS (a private-use code): A and AAAA of another name, answered as ours.
+    pub const ALIAS: u16 = 65401;
 }
 
 /// Every type with a mnemonic, in code order.
@@ -201,6 +203,7 @@ pub const TYPES: &[(u16, &str)] = &[
     (t::IPN, "IPN"),
     (t::TA, "TA"),
     (t::DLV, "DLV"),
+    (t::ALIAS, "ALIAS"),
 ];
 
 /// The mnemonic of a type code, if it has one (codes below 256 by direct index).

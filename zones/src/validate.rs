@@ -1,7 +1,8 @@
 //! What an authoritative server must check before serving a zone.
 //!
 //! Errors (the zone does not load): no SOA or several at the apex, no NS at the apex,
-//! CNAME beside other data or several CNAMEs, several DNAMEs, DS at the apex or away from
+//! CNAME beside other data or several CNAMEs, several DNAMEs, several ALIASes or A/AAAA
+//! beside an ALIAS, DS at the apex or away from
 //! a zone cut, SOA away from the apex. Warnings: data occluded by a zone cut (other than
 //! glue) or by a DNAME, a DNAME beside NS, NS targets inside the zone without an address.
 
@@ -83,6 +84,26 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                         "another record exists beside CNAME at {} ({}): a CNAME must stand alone",
                         name(),
                         rrtype::to_text(other.rtype)
+                    ),
+                );
+            }
+        }
+        if let Some(a) = zone.rrset(id, t::ALIAS) {
+            if a.count > 1 {
+                report(
+                    Error,
+                    src_of(id, t::ALIAS),
+                    format!("multiple ALIAS records at {}", name()),
+                );
+            }
+            if let Some(other) = sets.iter().find(|s| s.rtype == t::A || s.rtype == t::AAAA) {
+                report(
+                    Error,
+                    src_of(id, other.rtype),
+                    format!(
+                        "{} beside ALIAS at {}: the ALIAS answers A and AAAA there",
+                        rrtype::to_text(other.rtype),
+                        name()
                     ),
                 );
             }

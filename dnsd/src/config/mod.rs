@@ -107,6 +107,9 @@ pub struct Config {
     /// The XDP answer fast path's hot names (`[xdp_hot]`).
     #[serde(default)]
     pub xdp_hot: XdpHot,
+    /// Where ALIAS targets outside our zones are resolved (`[alias]`).
+    #[serde(default)]
+    pub alias: AliasConfig,
     /// `[log]`: format ("text" or "json") and filter (RUST_LOG syntax). Start-time only.
     #[serde(default)]
     pub log: shield::logging::LogConfig,
@@ -221,6 +224,26 @@ fn default_true() -> bool {
 /// `[events]`: aggregated events of blocked, limited and escalated traffic — the same
 /// section as http-front's ([`shield::events::EventsConfig`]).
 pub type Events = shield::events::EventsConfig;
+
+/// `[alias]`: ALIAS records whose targets dnsd does not serve.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AliasConfig {
+    /// A resolver (`IP:PORT`, or `IP` for port 53) asked for such targets' A and AAAA, kept
+    /// in a cache and asked again before they expire while in use. Unset: SERVFAIL.
+    pub resolver: Option<String>,
+    /// Most targets (name and type) the cache holds; the least recently used go first.
+    pub cache_size: usize,
+}
+
+impl Default for AliasConfig {
+    fn default() -> Self {
+        AliasConfig {
+            resolver: None,
+            cache_size: 10_000,
+        }
+    }
+}
 
 /// `[server]`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -703,6 +726,12 @@ impl Config {
             {
                 return Err(inv(key, "needs server.tls_cert and server.tls_key".into()));
             }
+        }
+        if let Some(r) = &self.alias.resolver {
+            transfer::parse_addr(r).map_err(|m| inv("alias.resolver", m))?;
+        }
+        if self.alias.cache_size == 0 {
+            return Err(inv("alias.cache_size", "must be at least 1".into()));
         }
         if self.server.udp_batch == 0 || self.server.udp_batch > 1024 {
             return Err(inv("server.udp_batch", "must be between 1 and 1024".into()));

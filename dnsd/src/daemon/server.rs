@@ -78,7 +78,16 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         }));
     }
 
+    // ALIAS targets we do not serve: a cache filled from [alias] resolver (without one,
+    // such names are answered SERVFAIL).
+    let alias = cfg.alias.resolver.as_deref().map(|r| {
+        let (cache, rx) = crate::daemon::alias::cache();
+        // Checked when the config loaded.
+        let addr = crate::config::transfer::parse_addr(r).expect("alias.resolver checked");
+        (cache, rx, addr)
+    });
     let pcfg = Arc::new(PipelineConfig {
+        alias: alias.as_ref().map(|(c, _, _)| c.clone()),
         udp_payload: cfg.server.udp_payload,
         // Checked when the config loaded.
         nsid: cfg.server.nsid_bytes().ok().flatten().map(Arc::from),
@@ -341,6 +350,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         }),
     );
     metrics.register("tcp", tcp.clone());
+    if let Some((c, _, _)) = &alias {
+        metrics.register("alias", c.clone());
+    }
     if let Some((t, _, _)) = &tls {
         metrics.register("tls", t.clone());
     }
@@ -425,6 +437,10 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let result = rt.block_on(async {
         for l in tcp_listeners {
             tokio::spawn(tcp.clone().serve(l));
+        }
+        if let Some((c, rx, addr)) = alias {
+            tracing::info!(resolver = %addr, "ALIAS targets outside our zones asked of this resolver");
+            tokio::spawn(crate::daemon::alias::run(c, rx, addr, cfg.alias.cache_size));
         }
         if let Some((t, ls, qs)) = tls {
             for l in ls {

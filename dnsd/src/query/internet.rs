@@ -7,6 +7,7 @@ use zones::rrtype::t;
 use zones::zone::{Lookup, NodeId, flags};
 use zones::{RRset, Zone};
 
+use crate::query::alias::AliasCache;
 use crate::query::nsec_proofs::Prover;
 use crate::query::response::{Full, Owner, Section, Writer};
 use crate::query::wire::{Query, hf, rcode};
@@ -63,6 +64,17 @@ impl Target {
         t
     }
 
+    fn of(wire_lower: &[u8]) -> Target {
+        let mut t = Target {
+            name: [0; MAX_NAME_LEN],
+            len: 0,
+            offs: [0; 128],
+            labels: 0,
+        };
+        t.set(wire_lower);
+        t
+    }
+
     fn set(&mut self, wire_lower: &[u8]) {
         self.len = wire_lower.len();
         self.name[..self.len].copy_from_slice(wire_lower);
@@ -107,6 +119,7 @@ pub fn answer_in(
     zones: &ZoneSet,
     zone: Option<(u32, &std::sync::Arc<Zone>)>,
     online: Option<Online<'_>>,
+    alias: Option<&AliasCache>,
 ) -> Answered {
     let Some((_, zone)) = zone else {
         w.set_rcode(rcode::REFUSED);
@@ -123,6 +136,7 @@ pub fn answer_in(
         dnssec: q.dnssec_ok(),
         truncated: false,
         online,
+        alias,
     };
     let mut target = Target::from_query(q);
     let kind = a.resolve(zone, &mut target, Owner::Qname, 0);
@@ -152,6 +166,7 @@ struct Answerer<'w, 'b, 'q> {
     dnssec: bool,
     truncated: bool,
     online: Option<Online<'q>>,
+    alias: Option<&'q AliasCache>,
 }
 
 /// What a compact denial came to.
@@ -434,11 +449,119 @@ impl Answerer<'_, '_, '_> {
                 }
                 Kind::Answer
             }
+            None if (qtype == t::A || qtype == t::AAAA) && zone.rrset(node, t::ALIAS).is_some() => {
+                self.alias(zone, node, owner)
+            }
             None => {
                 self.negative(zone);
                 Kind::NoData
             }
         }
+    }
+
+    /// A or AAAA at an ALIAS (PowerDNS's), made when asked: the target's records in the
+    /// zones served now (following CNAMEs and ALIASes), else what the resolver gave for it,
+    /// under the asked name, with the lowest TTL met on the way. No records: NODATA; a
+    /// target that cannot be had (no resolver, not resolved yet, a loop, a name that does not
+    /// exist): SERVFAIL.
+    fn alias(&mut self, zone: &Zone, node: NodeId, owner: Owner<'_>) -> Kind {
+        let qtype = self.q.qtype;
+        let a = *zone.rrset(node, t::ALIAS).expect("checked");
+        let Some((_, rd)) = zone.rrs(&a).next() else {
+            self.negative(zone);
+            return Kind::NoData;
+        };
+        let mut ttl = a.ttl;
+        let mut target = Target::of(rd);
+        for _ in 0..MAX_CHAIN {
+            let Some((_, z)) = self.zones.find(target.name(), target.offs()) else {
+                return self.alias_resolved(zone, &target, ttl, owner);
+            };
+            let z = z.clone();
+            let n = match z.lookup(target.name(), target.offs()) {
+                Lookup::Exact(n) => n,
+                Lookup::Wildcard { wildcard, .. } => wildcard,
+                // A target that does not exist: SERVFAIL, as PowerDNS answers it (the name
+                // asked exists; what it stands for cannot be had).
+                Lookup::NxDomain { .. } => {
+                    self.w.set_rcode(rcode::SERVFAIL);
+                    return Kind::Answer;
+                }
+                // Delegated away or renamed: the resolver knows.
+                Lookup::Delegation { .. } | Lookup::Dname(_) => {
+                    return self.alias_resolved(zone, &target, ttl, owner);
+                }
+            };
+            if let Some(s) = z.rrset(n, qtype).copied() {
+                let ttl = ttl.min(s.ttl);
+                let m = self.w.mark();
+                for (_, rd) in z.rrs(&s) {
+                    if self.w.rr(Section::Answer, owner, qtype, ttl, rd).is_err() {
+                        self.w.rollback(m);
+                        self.tc();
+                        break;
+                    }
+                }
+                return Kind::Answer;
+            }
+            let next = z
+                .rrset(n, t::CNAME)
+                .or_else(|| z.rrset(n, t::ALIAS))
+                .copied();
+            let Some(next) = next else {
+                self.negative(zone);
+                return Kind::NoData;
+            };
+            let Some((_, rd)) = z.rrs(&next).next() else {
+                break;
+            };
+            ttl = ttl.min(next.ttl);
+            let Some(len) = zones::name::wire_name_len(rd) else {
+                break;
+            };
+            let mut lower = [0u8; MAX_NAME_LEN];
+            lower[..len].copy_from_slice(&rd[..len]);
+            lower[..len].make_ascii_lowercase();
+            target.set(&lower[..len]);
+        }
+        // A loop, or too long a chain.
+        self.w.set_rcode(rcode::SERVFAIL);
+        Kind::Answer
+    }
+
+    /// An ALIAS target outside our zones: from the resolver's cache, else SERVFAIL (the name
+    /// is queued for the resolver; without one configured it never will be).
+    fn alias_resolved(&mut self, zone: &Zone, target: &Target, ttl: u32, owner: Owner<'_>) -> Kind {
+        let now = shield::clock::unix_ms() / 1000;
+        let Some((e, left)) = self
+            .alias
+            .and_then(|c| c.get(target.name(), self.q.qtype, now))
+        else {
+            self.w.set_rcode(rcode::SERVFAIL);
+            return Kind::Answer;
+        };
+        if e.nxdomain {
+            self.w.set_rcode(rcode::SERVFAIL);
+            return Kind::Answer;
+        }
+        if e.rdatas.is_empty() {
+            self.negative(zone);
+            return Kind::NoData;
+        }
+        let ttl = ttl.min(left);
+        let m = self.w.mark();
+        for rd in &e.rdatas {
+            if self
+                .w
+                .rr(Section::Answer, owner, self.q.qtype, ttl, rd)
+                .is_err()
+            {
+                self.w.rollback(m);
+                self.tc();
+                break;
+            }
+        }
+        Kind::Answer
     }
 
     /// Follows a CNAME (or synthesised CNAME) to `rd`, the target name in wire format.
@@ -704,7 +827,7 @@ mod tests {
         let mut out = vec![0u8; 65535];
         let mut w = Writer::new(&mut out, 65535);
         w.start(&req, &q, rcode::NOERROR, true);
-        let a = answer_in(&mut w, &q, zones, find_zone(&q, zones), None);
+        let a = answer_in(&mut w, &q, zones, find_zone(&q, zones), None, None);
         let n = w.finish();
         (Reply::parse(&out[..n]), a)
     }

@@ -473,7 +473,7 @@ ns.insecure A 192.0.2.31
         let mut out = vec![0u8; 65535];
         let mut w = Writer::new(&mut out, limit);
         w.start(&req, &q, rcode::NOERROR, true);
-        let a = answer_in(&mut w, &q, zones, find_zone(&q, zones), None);
+        let a = answer_in(&mut w, &q, zones, find_zone(&q, zones), None, None);
         let n = w.finish();
         (Reply::parse(&out[..n]), a.kind)
     }

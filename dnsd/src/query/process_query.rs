@@ -53,6 +53,8 @@ pub struct PipelineConfig {
     pub compact_denial: (u32, u32),
     /// Our name server identifier (`[server] nsid`, RFC 5001), sent to queries that ask.
     pub nsid: Option<Arc<[u8]>>,
+    /// ALIAS targets outside our zones, as `[alias] resolver` gave them.
+    pub alias: Option<Arc<crate::query::alias::AliasCache>>,
 }
 
 impl Default for PipelineConfig {
@@ -62,6 +64,7 @@ impl Default for PipelineConfig {
             tcp_keepalive: 100,
             compact_denial: (2000, 100),
             nsid: None,
+            alias: None,
         }
     }
 }
@@ -482,7 +485,7 @@ impl Processor {
         // RFC 9824 §5: a compact-denial zone asked with CO says so, and its NXDOMAINs keep
         // their rcode.
         opts.compact_ok = online.as_ref().is_some_and(|o| o.compact_ok);
-        let ans = internet::answer_in(&mut w, q, zones, zone, online);
+        let ans = internet::answer_in(&mut w, q, zones, zone, online, self.cfg.alias.as_deref());
         drop(shared_denier);
         // 6. After answering.
         if let Some(p) = &mut self.plan

@@ -103,9 +103,15 @@ pub fn compile(
                     .filter(|s| s.rtype != 46)
                     .map(|s| s.rtype),
             );
-            for t in [1u16, 28] {
-                if !types.contains(&t) {
-                    types.push(t);
+            // A and AAAA at an ALIAS come from another name at answer time (a reload of
+            // another zone, or a resolver, changes them): left to dnsd.
+            if zone.rrset(node, zones::rrtype::t::ALIAS).is_some() {
+                c.skipped += 2;
+            } else {
+                for t in [1u16, 28] {
+                    if !types.contains(&t) {
+                        types.push(t);
+                    }
                 }
             }
             for &qtype in &types {
@@ -120,8 +126,16 @@ pub fn compile(
         // The zone that answers the name now: one whose hottest names XDP answers (a
         // marked zone's names are all in already).
         match set.find(name, &label_offsets(name)) {
-            Some((i, _)) if set.xdp_hot(i) && !set.xdp_answers(i) && !barred(i) => {
-                c.add(name, *qtype, true);
+            Some((i, z)) if set.xdp_hot(i) && !set.xdp_answers(i) && !barred(i) => {
+                // An ALIAS's A and AAAA are left to dnsd (see above).
+                let alias = (*qtype == 1 || *qtype == 28)
+                    && z.find(name)
+                        .is_some_and(|n| z.rrset(n, zones::rrtype::t::ALIAS).is_some());
+                if alias {
+                    c.skipped += 1;
+                } else {
+                    c.add(name, *qtype, true);
+                }
             }
             _ => {}
         }

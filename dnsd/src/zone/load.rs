@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use zones::rrtype::t;
 use zones::{Name, ReadOptions, Zone};
 
 use crate::signing::online::CompactSigner;
@@ -49,6 +50,17 @@ pub enum LoadError {
         zone: Name,
         /// What the signer said.
         source: SigningError,
+    },
+    /// A signed zone (pre-signed, or signed by dnsd) holds an ALIAS: the A and AAAA made
+    /// from it when asked would carry no signature.
+    #[error(
+        "{file}: ALIAS at {owner} in a signed zone: the A and AAAA it stands for would be unsigned (serve the zone unsigned, or point the name at its target with CNAME)"
+    )]
+    SignedAlias {
+        /// The zone's file.
+        file: String,
+        /// The ALIAS's owner.
+        owner: String,
     },
     /// The loading task itself failed (a panic or a cancelled task).
     #[error("zone load task: {0}")]
@@ -100,6 +112,16 @@ pub fn load_all(plan: Vec<Planned>) -> Vec<LoadResult> {
 /// Loads one planned zone, signed when it has a policy.
 pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
     let l = load_one(&p.origin, &p.file)?;
+    if p.sign.is_some() || l.zone.rrset(0, t::DNSKEY).is_some() {
+        let z = &l.zone;
+        if let Some(n) = z.node_ids().find(|&n| z.rrset(n, t::ALIAS).is_some()) {
+            return Err(LoadError::SignedAlias {
+                file: p.file.display().to_string(),
+                owner: Name::from_wire(z.node_name(n))
+                    .map_or_else(|_| "?".into(), |n| n.to_string()),
+            });
+        }
+    }
     match &p.sign {
         None => Ok(LoadedZone::from(l)),
         Some(job) => sign_loaded(l, job),

@@ -135,6 +135,8 @@ pub(crate) fn spec(rtype: u16) -> Option<Spec> {
         t::CERT => f(&[CertType, U16, Alg, Base64]),
         t::A6 => c(Custom::A6),
         t::DNAME => f(&[Name(N_LOWER)]),
+        // PowerDNS's ALIAS: its target, uncompressed (a private type, RFC 3597 §4).
+        t::ALIAS => f(&[Name(N_LOWER)]),
         t::SINK => f(&[U8, U8, Base64]),
         t::APL => c(Custom::Apl),
         t::DS | t::TA | t::DLV => h(DS, dnssec::ds),

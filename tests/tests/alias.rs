@@ -1,0 +1,252 @@
+//! ALIAS at the apex (PowerDNS's record): dnsd answers A and AAAA at an ALIAS from its target
+//! — in the zones it serves, or through `[alias] resolver` — as PowerDNS (the oracle, bind
+//! backend) answers them, with the lower TTL; a reload of the target's zone changes the
+//! answer; AXFR carries the ALIAS record itself; signed zones with an ALIAS are refused.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use palisade_tests::client::try_query;
+use palisade_tests::servers::{Dnsd, Pdns, Zone};
+use palisade_tests::wire::{QueryOpts, qtype as T, rcode};
+
+const ALIAS_ZONE: &str = "$ORIGIN alias.test.
+$TTL 3600
+@       SOA ns1 hostmaster 1 7200 3600 1209600 300
+@       NS  ns1
+ns1     A   192.0.2.53
+@       MX  10 ns1
+@   300 ALIAS www.target.test.
+same 30 ALIAS ns1.alias.test.
+chain 300 ALIAS cname.target.test.
+v4only 300 ALIAS v4.target.test.
+ext 300 ALIAS host.external.test.
+nx  300 ALIAS missing.target.test.
+";
+
+const TARGET_ZONE: &str = "$ORIGIN target.test.
+$TTL 3600
+@       SOA ns1 hostmaster 1 7200 3600 1209600 300
+@       NS  ns1
+ns1     A   192.0.2.54
+www  60 A   198.51.100.1
+www  60 A   198.51.100.2
+www 3600 AAAA 2001:db8::1
+cname 120 CNAME www
+v4      A   198.51.100.4
+";
+
+const EXTERNAL_ZONE: &str = "$ORIGIN external.test.
+$TTL 3600
+@       SOA ns1 hostmaster 1 7200 3600 1209600 300
+@       NS  ns1
+ns1     A   192.0.2.55
+host 45 A   203.0.113.7
+host 45 AAAA 2001:db8::7
+";
+
+fn write(dir: &Path, name: &str, text: &str) -> Zone {
+    let f = dir.join(format!("{name}.zone"));
+    std::fs::write(&f, text).unwrap();
+    Zone::new(&format!("{name}."), f)
+}
+
+/// The answer of `addr` to `name`/`qtype`: rcode, the answer's (type, data) sorted, and the
+/// TTLs of the records of the type asked.
+fn ask(addr: SocketAddr, name: &str, qtype: u16) -> (u16, Vec<(u16, String)>, Vec<u32>) {
+    let opts = QueryOpts::edns(1232);
+    let r = try_query(addr, name, qtype, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut data: Vec<(u16, String)> = r
+        .msg
+        .answers
+        .iter()
+        .map(|a| (u16::from(a.record_type()), a.data.to_string()))
+        .collect();
+    data.sort();
+    let ttls = r
+        .msg
+        .answers
+        .iter()
+        .filter(|a| u16::from(a.record_type()) == qtype)
+        .map(|a| a.ttl)
+        .collect();
+    (r.head.rcode(), data, ttls)
+}
+
+/// Asks until the answer is not SERVFAIL (a target outside our zones is fetched on the first
+/// miss) or `secs` pass.
+fn settled(
+    addr: SocketAddr,
+    name: &str,
+    qtype: u16,
+    secs: u64,
+) -> (u16, Vec<(u16, String)>, Vec<u32>) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let a = ask(addr, name, qtype);
+        if a.0 != rcode::SERVFAIL || Instant::now() > end {
+            return a;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn alias_answers_agree_with_powerdns() {
+    let dir = tempfile::tempdir().unwrap();
+    let alias = write(dir.path(), "alias.test", ALIAS_ZONE);
+    let target = write(dir.path(), "target.test", TARGET_ZONE);
+    let external = write(dir.path(), "external.test", EXTERNAL_ZONE);
+    // A resolver stand-in: an authoritative dnsd for every target (dnsd asks it for what it
+    // does not serve; PowerDNS asks it for every ALIAS target, even its own).
+    let resolver = Dnsd::builder()
+        .zones(&[alias.clone(), target.clone(), external.clone()])
+        .start();
+    let dnsd = Dnsd::builder()
+        .zones(&[alias.clone(), target.clone()])
+        .raw(&format!("\n[alias]\nresolver = \"{}\"\n", resolver.addr()))
+        .start();
+    let cases: [(&str, u16, u32); 11] = [
+        ("alias.test.", T::A, 60),
+        ("alias.test.", T::AAAA, 300),
+        ("same.alias.test.", T::A, 30),
+        ("same.alias.test.", T::AAAA, 0),
+        ("chain.alias.test.", T::A, 60),
+        ("chain.alias.test.", T::AAAA, 120),
+        ("v4only.alias.test.", T::A, 300),
+        ("v4only.alias.test.", T::AAAA, 0),
+        ("ext.alias.test.", T::A, 45),
+        ("ext.alias.test.", T::AAAA, 45),
+        // A target that does not exist: SERVFAIL (PowerDNS's answer too).
+        ("nx.alias.test.", T::A, u32::MAX),
+    ];
+    let ours: Vec<_> = cases
+        .iter()
+        .map(|(n, t, _)| match n.starts_with("ext.") {
+            true => settled(dnsd.addr(), n, *t, 5),
+            false => ask(dnsd.addr(), n, *t),
+        })
+        .collect();
+    // Our own rules: the records of the target, with the lower TTL (of the ALIAS and of each
+    // record on the way); a target without them is NODATA.
+    for ((name, qtype, ttl), (rc, data, ttls)) in cases.iter().zip(&ours) {
+        if *ttl == u32::MAX {
+            assert_eq!(*rc, rcode::SERVFAIL, "{name} {qtype}: {data:?}");
+            continue;
+        }
+        assert_eq!(*rc, rcode::NOERROR, "{name} {qtype}: {data:?}");
+        if *ttl == 0 {
+            assert!(
+                data.is_empty(),
+                "{name} {qtype}: NODATA expected, got {data:?}"
+            );
+        } else {
+            assert!(!data.is_empty(), "{name} {qtype}: no answer");
+            // From the resolver's cache the TTL counts down from what it gave.
+            let low = if name.starts_with("ext.") {
+                ttl - 5
+            } else {
+                *ttl
+            };
+            assert!(
+                ttls.iter().all(|t| (low..=*ttl).contains(t)),
+                "{name} {qtype}: TTLs {ttls:?}, want {ttl}"
+            );
+        }
+    }
+    // Other types at an ALIAS are the zone's own; the ALIAS itself answers its type.
+    let (rc, data, _) = ask(dnsd.addr(), "alias.test.", T::MX);
+    assert_eq!((rc, data.len()), (rcode::NOERROR, 1), "{data:?}");
+    if !Pdns::available() {
+        palisade_tests::skipped("pdns_server is not installed");
+        return;
+    }
+    let pdns = Pdns::start(&[alias, target], resolver.addr(), &[]);
+    for ((name, qtype, _), ours) in cases.iter().zip(&ours) {
+        let theirs = ask(pdns.addr(), name, *qtype);
+        assert_eq!(
+            (ours.0, &ours.1),
+            (theirs.0, &theirs.1),
+            "{name} {qtype}: dnsd and PowerDNS differ\n{}",
+            pdns.log()
+        );
+    }
+}
+
+#[test]
+fn an_alias_follows_a_reload_of_its_target_and_transfers_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut alias = write(dir.path(), "alias.test", ALIAS_ZONE);
+    alias
+        .options
+        .push("allow_transfer = [\"127.0.0.0/8\"]".into());
+    let target = write(dir.path(), "target.test", TARGET_ZONE);
+    let dnsd = Dnsd::builder().zones(&[alias, target.clone()]).start();
+    let (_, before, _) = ask(dnsd.addr(), "alias.test.", T::A);
+    assert_eq!(before.len(), 2, "{before:?}");
+    // The target's zone changes: the next answer is the new one (the zone set is swapped
+    // whole, so no answer mixes the two).
+    let changed = TARGET_ZONE
+        .replace("SOA ns1 hostmaster 1 ", "SOA ns1 hostmaster 2 ")
+        .replace("www  60 A   198.51.100.2\n", "")
+        .replace("198.51.100.1", "198.51.100.9");
+    std::fs::write(&target.file, changed).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    let (_, after, ttls) = ask(dnsd.addr(), "alias.test.", T::A);
+    assert_eq!(after, vec![(T::A, "198.51.100.9".to_string())]);
+    assert_eq!(ttls, vec![60]);
+    // AXFR carries the ALIAS record itself (type 65401), not what it stands for.
+    let out = std::process::Command::new("kdig")
+        .args([
+            &format!("@{}", dnsd.addr().ip()),
+            "-p",
+            &dnsd.addr().port().to_string(),
+            "alias.test.",
+            "AXFR",
+        ])
+        .output()
+        .expect("kdig");
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains("TYPE65401"), "{out}");
+    assert!(
+        !out.lines()
+            .any(|l| l.starts_with("alias.test.") && l.contains("\tA\t198.51")),
+        "AXFR expanded the ALIAS:\n{out}"
+    );
+}
+
+#[test]
+fn without_a_resolver_an_outside_target_is_servfail_and_signed_zones_refuse_alias() {
+    let dir = tempfile::tempdir().unwrap();
+    let alias = write(dir.path(), "alias.test", ALIAS_ZONE);
+    let signed = write(
+        dir.path(),
+        "signed.test",
+        &ALIAS_ZONE.replace("alias.test.", "signed.test."),
+    );
+    let dnsd = Dnsd::builder()
+        .zone(alias)
+        .raw(&format!(
+            "\n[[zone]]\norigin = \"signed.test.\"\nfile = \"{}\"\ndnssec_policy = \"default\"\n\
+             \n[dnssec]\nkey_dir = \"{}\"\n\n[[dnssec_policy]]\nname = \"default\"\n",
+            signed.file.display(),
+            dir.path().join("keys").display()
+        ))
+        .start();
+    let (rc, _, _) = ask(dnsd.addr(), "ext.alias.test.", T::A);
+    assert_eq!(rc, rcode::SERVFAIL, "no resolver: SERVFAIL");
+    let (rc, data, _) = ask(dnsd.addr(), "same.alias.test.", T::A);
+    assert_eq!(
+        (rc, data.len()),
+        (rcode::NOERROR, 1),
+        "a target of our own still answers"
+    );
+    let log = dnsd.log();
+    assert!(
+        log.contains("ALIAS at signed.test. in a signed zone"),
+        "the signed zone is refused, naming the ALIAS:\n{log}"
+    );
+    assert!(log.contains("signed.test.zone"), "and its file:\n{log}");
+}
