@@ -217,22 +217,133 @@ fn an_alias_follows_a_reload_of_its_target_and_transfers_as_written() {
     );
 }
 
+fn run(cmd: &str, args: &[String]) -> String {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {cmd}: {e}"));
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
 #[test]
-fn without_a_resolver_an_outside_target_is_servfail_and_signed_zones_refuse_alias() {
+fn a_zone_dnsd_signs_gets_its_alias_answers_signed_and_delv_validates_them() {
+    for p in ["delv", "dig"] {
+        if !palisade_tests::have_program(p) {
+            palisade_tests::skipped(&format!("{p} not installed"));
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut alias = write(dir.path(), "alias.test", ALIAS_ZONE);
+    alias.options.push("dnssec_policy = \"p\"".into());
+    let target = write(dir.path(), "target.test", TARGET_ZONE);
+    let external = write(dir.path(), "external.test", EXTERNAL_ZONE);
+    let resolver = Dnsd::builder().zone(external).start();
+    let dnsd = Dnsd::builder()
+        .zones(&[alias, target])
+        .raw(&format!(
+            "\n[alias]\nresolver = \"{}\"\n\n[defence.rrl]\nenabled = false\n\n[dnssec]\n\
+             key_dir = \"{}\"\n\n[[dnssec_policy]]\nname = \"p\"\n",
+            resolver.addr(),
+            dir.path().join("keys").display()
+        ))
+        .start();
+    let at = |a: SocketAddr| vec![format!("@{}", a.ip()), "-p".into(), a.port().to_string()];
+    // The trust anchor: the zone's key-signing key as served.
+    let keys = run(
+        "dig",
+        &[
+            at(dnsd.addr()),
+            vec!["+short".into(), "alias.test".into(), "DNSKEY".into()],
+        ]
+        .concat(),
+    );
+    let mut anchor = String::from("trust-anchors {\n");
+    for l in keys.lines().filter(|l| l.starts_with("257 ")) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        anchor.push_str(&format!(
+            "  alias.test. static-key {} {} {} \"{}\";\n",
+            f[0],
+            f[1],
+            f[2],
+            f[3..].join("")
+        ));
+    }
+    anchor.push_str("};\n");
+    assert!(anchor.contains("static-key"), "no KSK served: {keys}");
+    let anchor_file = dir.path().join("anchor.conf");
+    std::fs::write(&anchor_file, anchor).unwrap();
+    // The outside target is fetched on the first miss.
+    settled(dnsd.addr(), "ext.alias.test.", T::A, 5);
+    for (name, qtype, want) in [
+        ("alias.test", "A", "; fully validated"),
+        ("alias.test", "AAAA", "; fully validated"),
+        ("chain.alias.test", "A", "; fully validated"),
+        ("ext.alias.test", "A", "; fully validated"),
+        (
+            "v4only.alias.test",
+            "AAAA",
+            "; negative response, fully validated",
+        ),
+        ("alias.test", "MX", "; fully validated"),
+    ] {
+        let out = run(
+            "delv",
+            &[
+                at(dnsd.addr()),
+                vec![
+                    "-a".into(),
+                    anchor_file.display().to_string(),
+                    "+root=alias.test".into(),
+                    name.into(),
+                    qtype.into(),
+                ],
+            ]
+            .concat(),
+        );
+        assert!(
+            out.contains(want),
+            "delv {name} {qtype}: expected {want:?}:\n{out}"
+        );
+    }
+    // Asked again: the signature comes from the worker's cache, and still validates.
+    let out = run(
+        "delv",
+        &[
+            at(dnsd.addr()),
+            vec![
+                "-a".into(),
+                anchor_file.display().to_string(),
+                "+root=alias.test".into(),
+                "alias.test".into(),
+                "A".into(),
+            ],
+        ]
+        .concat(),
+    );
+    assert!(out.contains("; fully validated"), "{out}");
+    assert!(
+        dnsd.stat("compact_denial.cached") >= 1,
+        "a cached signature was used"
+    );
+}
+
+#[test]
+fn without_a_resolver_an_outside_target_is_servfail_and_pre_signed_zones_refuse_alias() {
     let dir = tempfile::tempdir().unwrap();
     let alias = write(dir.path(), "alias.test", ALIAS_ZONE);
-    let signed = write(
+    // Signed elsewhere (it carries a DNSKEY): an ALIAS there could only be answered unsigned.
+    let presigned = write(
         dir.path(),
         "signed.test",
-        &ALIAS_ZONE.replace("alias.test.", "signed.test."),
+        &(ALIAS_ZONE.replace("alias.test.", "signed.test.")
+            + "@ DNSKEY 257 3 13 mdsswUyr3DPW132mOi8V9xESWE8jTo0dxCjjnopKl+GqJxpVXckHAeF+KkxLbxILfDLUT0rAK9iUzy1L53eKGQ==\n"),
     );
     let dnsd = Dnsd::builder()
         .zone(alias)
         .raw(&format!(
-            "\n[[zone]]\norigin = \"signed.test.\"\nfile = \"{}\"\ndnssec_policy = \"default\"\n\
-             \n[dnssec]\nkey_dir = \"{}\"\n\n[[dnssec_policy]]\nname = \"default\"\n",
-            signed.file.display(),
-            dir.path().join("keys").display()
+            "\n[[zone]]\norigin = \"signed.test.\"\nfile = \"{}\"\n",
+            presigned.file.display()
         ))
         .start();
     let (rc, _, _) = ask(dnsd.addr(), "ext.alias.test.", T::A);
@@ -245,8 +356,8 @@ fn without_a_resolver_an_outside_target_is_servfail_and_signed_zones_refuse_alia
     );
     let log = dnsd.log();
     assert!(
-        log.contains("ALIAS at signed.test. in a signed zone"),
-        "the signed zone is refused, naming the ALIAS:\n{log}"
+        log.contains("ALIAS at signed.test. in a pre-signed zone"),
+        "the pre-signed zone is refused, naming the ALIAS:\n{log}"
     );
     assert!(log.contains("signed.test.zone"), "and its file:\n{log}");
 }

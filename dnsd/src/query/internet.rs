@@ -17,6 +17,9 @@ use crate::zone::served::ZoneSet;
 /// How many CNAME/DNAME steps are followed before giving up.
 const MAX_CHAIN: usize = 8;
 
+/// Records an ALIAS answer carries at most (of its target's A or AAAA).
+const MAX_ALIAS_RRS: usize = 64;
+
 /// What kind of response was written (for response rate limiting and statistics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
@@ -229,7 +232,11 @@ impl Answerer<'_, '_, '_> {
     /// True when `zone` (the query's, not one a CNAME led to) is answered with compact
     /// denial and DO is set.
     fn compact_for(&self, zone: &Zone) -> bool {
-        self.dnssec && self.online.as_ref().is_some_and(|o| o.signer.signs(zone))
+        self.dnssec
+            && self
+                .online
+                .as_ref()
+                .is_some_and(|o| o.signer.denies() && o.signer.signs(zone))
     }
 
     /// The types a compact NSEC lists at `node` (its own, with RRSIG and NSEC); None when
@@ -450,7 +457,8 @@ impl Answerer<'_, '_, '_> {
                 Kind::Answer
             }
             None if (qtype == t::A || qtype == t::AAAA) && zone.rrset(node, t::ALIAS).is_some() => {
-                self.alias(zone, node, owner)
+                let asked = Target::of(target.name());
+                self.alias(zone, node, &asked, owner)
             }
             None => {
                 self.negative(zone);
@@ -464,7 +472,7 @@ impl Answerer<'_, '_, '_> {
     /// under the asked name, with the lowest TTL met on the way. No records: NODATA; a
     /// target that cannot be had (no resolver, not resolved yet, a loop, a name that does not
     /// exist): SERVFAIL.
-    fn alias(&mut self, zone: &Zone, node: NodeId, owner: Owner<'_>) -> Kind {
+    fn alias(&mut self, zone: &Zone, node: NodeId, asked: &Target, owner: Owner<'_>) -> Kind {
         let qtype = self.q.qtype;
         let a = *zone.rrset(node, t::ALIAS).expect("checked");
         let Some((_, rd)) = zone.rrs(&a).next() else {
@@ -475,7 +483,7 @@ impl Answerer<'_, '_, '_> {
         let mut target = Target::of(rd);
         for _ in 0..MAX_CHAIN {
             let Some((_, z)) = self.zones.find(target.name(), target.offs()) else {
-                return self.alias_resolved(zone, &target, ttl, owner);
+                return self.alias_resolved(zone, &target, ttl, asked, owner);
             };
             let z = z.clone();
             let n = match z.lookup(target.name(), target.offs()) {
@@ -489,20 +497,17 @@ impl Answerer<'_, '_, '_> {
                 }
                 // Delegated away or renamed: the resolver knows.
                 Lookup::Delegation { .. } | Lookup::Dname(_) => {
-                    return self.alias_resolved(zone, &target, ttl, owner);
+                    return self.alias_resolved(zone, &target, ttl, asked, owner);
                 }
             };
             if let Some(s) = z.rrset(n, qtype).copied() {
-                let ttl = ttl.min(s.ttl);
-                let m = self.w.mark();
-                for (_, rd) in z.rrs(&s) {
-                    if self.w.rr(Section::Answer, owner, qtype, ttl, rd).is_err() {
-                        self.w.rollback(m);
-                        self.tc();
-                        break;
-                    }
+                let mut rds: [&[u8]; MAX_ALIAS_RRS] = [&[]; MAX_ALIAS_RRS];
+                let mut k = 0;
+                for (_, rd) in z.rrs(&s).take(MAX_ALIAS_RRS) {
+                    rds[k] = rd;
+                    k += 1;
                 }
-                return Kind::Answer;
+                return self.alias_put(zone, asked, owner, ttl.min(s.ttl), &mut rds[..k]);
             }
             let next = z
                 .rrset(n, t::CNAME)
@@ -531,7 +536,14 @@ impl Answerer<'_, '_, '_> {
 
     /// An ALIAS target outside our zones: from the resolver's cache, else SERVFAIL (the name
     /// is queued for the resolver; without one configured it never will be).
-    fn alias_resolved(&mut self, zone: &Zone, target: &Target, ttl: u32, owner: Owner<'_>) -> Kind {
+    fn alias_resolved(
+        &mut self,
+        zone: &Zone,
+        target: &Target,
+        ttl: u32,
+        asked: &Target,
+        owner: Owner<'_>,
+    ) -> Kind {
         let now = shield::clock::unix_ms() / 1000;
         let Some((e, left)) = self
             .alias
@@ -548,17 +560,77 @@ impl Answerer<'_, '_, '_> {
             self.negative(zone);
             return Kind::NoData;
         }
-        let ttl = ttl.min(left);
+        let mut rds: [&[u8]; MAX_ALIAS_RRS] = [&[]; MAX_ALIAS_RRS];
+        let mut k = 0;
+        for rd in e.rdatas.iter().take(MAX_ALIAS_RRS) {
+            rds[k] = rd;
+            k += 1;
+        }
+        self.alias_put(zone, asked, owner, ttl.min(left), &mut rds[..k])
+    }
+
+    /// Writes the A or AAAA RRset an ALIAS stands for at `asked`, signed now when the zone
+    /// is one dnsd signs and DO is set (never unsigned there: over a budget, TC=1 over UDP;
+    /// a signature that cannot be made, SERVFAIL).
+    fn alias_put(
+        &mut self,
+        zone: &Zone,
+        asked: &Target,
+        owner: Owner<'_>,
+        ttl: u32,
+        rds: &mut [&[u8]],
+    ) -> Kind {
+        let qtype = self.q.qtype;
         let m = self.w.mark();
-        for rd in &e.rdatas {
-            if self
-                .w
-                .rr(Section::Answer, owner, self.q.qtype, ttl, rd)
-                .is_err()
-            {
+        for rd in rds.iter() {
+            if self.w.rr(Section::Answer, owner, qtype, ttl, rd).is_err() {
                 self.w.rollback(m);
                 self.tc();
-                break;
+                return Kind::Answer;
+            }
+        }
+        if !self.dnssec || !is_signed(zone) {
+            return Kind::Answer;
+        }
+        let Some(o) = self.online.as_mut().filter(|o| o.signer.signs(zone)) else {
+            // A signed zone without an online signer (pre-signed zones with an ALIAS are
+            // refused at load): no unsigned answer.
+            self.w.rollback(m);
+            self.w.set_rcode(rcode::SERVFAIL);
+            return Kind::Answer;
+        };
+        let now = shield::clock::unix_ms() / 1000;
+        let budget = !o.chain_past_budget;
+        match o.denier.sign_rrset(
+            o.signer,
+            o.zone_id,
+            asked.name(),
+            qtype,
+            ttl,
+            rds,
+            o.src,
+            now,
+            budget,
+        ) {
+            Ok((sig, how)) => {
+                o.stats.compact(how);
+                if self
+                    .w
+                    .rr(Section::Answer, owner, t::RRSIG, ttl, sig)
+                    .is_err()
+                {
+                    self.w.rollback(m);
+                    self.tc();
+                }
+            }
+            Err(Some(over)) => {
+                o.stats.compact(over);
+                self.w.rollback(m);
+                self.tc();
+            }
+            Err(None) => {
+                self.w.rollback(m);
+                self.w.set_rcode(rcode::SERVFAIL);
             }
         }
         Kind::Answer

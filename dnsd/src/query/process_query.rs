@@ -484,7 +484,9 @@ impl Processor {
         };
         // RFC 9824 §5: a compact-denial zone asked with CO says so, and its NXDOMAINs keep
         // their rcode.
-        opts.compact_ok = online.as_ref().is_some_and(|o| o.compact_ok);
+        opts.compact_ok = online
+            .as_ref()
+            .is_some_and(|o| o.compact_ok && o.signer.denies());
         let ans = internet::answer_in(&mut w, q, zones, zone, online, self.cfg.alias.as_deref());
         drop(shared_denier);
         // 6. After answering.

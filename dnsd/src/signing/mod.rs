@@ -215,17 +215,27 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
         .chain(next_roll)
         .fold(refresh_at, u64::min);
     drop(signing);
-    let compact = if p.compact_denial {
+    // An online signer for compact denials, and for the A and AAAA an ALIAS stands for.
+    let alias = signed
+        .zone
+        .node_ids()
+        .any(|n| signed.zone.rrset(n, zones::rrtype::t::ALIAS).is_some());
+    let compact = if p.compact_denial || alias {
         keys.iter()
             .position(|k| k.file.state(now) == KeyState::Active && k.file.role.signs_zone())
             .map(|i| {
                 let key = std::sync::Arc::new(keys.swap_remove(i));
-                std::sync::Arc::new(crate::signing::online::CompactSigner::new(
+                let s = crate::signing::online::CompactSigner::new(
                     key,
                     signed.zone.apex().to_lowercase().as_wire(),
                     signed.zone.negative_ttl(),
                     p.rrsig_validity,
-                ))
+                );
+                std::sync::Arc::new(if p.compact_denial {
+                    s
+                } else {
+                    s.without_denial()
+                })
             })
     } else {
         None

@@ -26,9 +26,12 @@ pub const NXNAME: u16 = 128;
 /// Types a compact NSEC lists at most (more and the chain's proof is used instead).
 pub const MAX_TYPES: usize = 64;
 
-/// What a zone needs to deny online: its zone-signing key and the NSEC's TTL.
+/// What a zone needs to sign online — compact denials, and the A and AAAA its ALIASes stand
+/// for: its zone-signing key and the NSEC's TTL.
 pub struct CompactSigner {
     key: Arc<Key>,
+    /// The zone is answered with compact denial (else the signer is there for ALIASes).
+    denies: bool,
     alg: u8,
     tag: u16,
     apex: Box<[u8]>,
@@ -47,6 +50,7 @@ impl CompactSigner {
     /// signatures valid for `validity` seconds.
     pub fn new(key: Arc<Key>, apex: &[u8], ttl: u32, validity: u32) -> CompactSigner {
         CompactSigner {
+            denies: true,
             alg: key.dnskey[3],
             tag: key.tag,
             key,
@@ -65,6 +69,17 @@ impl CompactSigner {
     pub fn ttl(&self) -> u32 {
         self.ttl
     }
+
+    /// The same signer for a zone not answered with compact denial (it signs ALIAS answers).
+    pub fn without_denial(mut self) -> CompactSigner {
+        self.denies = false;
+        self
+    }
+
+    /// True when the zone is answered with compact denial.
+    pub fn denies(&self) -> bool {
+        self.denies
+    }
 }
 
 /// Bytes a cached denial may take (NSEC RDATA and RRSIG RDATA).
@@ -73,6 +88,8 @@ const ENTRY_BYTES: usize = 1024;
 const CACHE: usize = 512;
 /// Source shares per worker.
 const SOURCES: usize = 4096;
+/// Bytes of data one signature covers at most (an RRset in canonical form).
+const SCRATCH: usize = 16 * 1024;
 
 #[derive(Clone)]
 struct Entry {
@@ -94,7 +111,7 @@ pub struct Denier {
     used: u32,
     sources: Box<[(u32, u32)]>,
     cache: Box<[Entry]>,
-    scratch: Box<[u8; 2048]>,
+    scratch: Box<[u8; SCRATCH]>,
     /// Seeded per process: cache slots and source shares cannot be aimed from outside.
     hasher: foldhash::fast::RandomState,
 }
@@ -120,7 +137,7 @@ impl Denier {
                 CACHE
             ]
             .into_boxed_slice(),
-            scratch: Box::new([0; 2048]),
+            scratch: Box::new([0; SCRATCH]),
             hasher: foldhash::fast::RandomState::default(),
         }
     }
@@ -234,6 +251,107 @@ impl Denier {
         e.sig_len = (n - nsec_len) as u16;
         let e = &self.cache[slot];
         Ok((&e.buf[..nsec_len], &e.buf[nsec_len..n], Compact::Signed))
+    }
+}
+
+impl Denier {
+    /// The RRSIG RDATA over the RRset `rtype`/`ttl`/`rdatas` at `owner` (lower-case wire) made
+    /// when asked (an ALIAS's A or AAAA), from the cache or signed now; the outcome is counted.
+    /// The budgets are those of compact denials (`budget` false: not applied, for proven
+    /// sources); `Err` when over one, or when the RRset or its signature do not fit here.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sign_rrset(
+        &mut self,
+        s: &CompactSigner,
+        zone_id: u32,
+        owner: &[u8],
+        rtype: u16,
+        ttl: u32,
+        rdatas: &mut [&[u8]],
+        src: IpAddr,
+        now: u64,
+        budget: bool,
+    ) -> Result<(&[u8], Compact), Option<Compact>> {
+        // Canonical order (RFC 4034 §6.3): by RDATA.
+        rdatas.sort_unstable();
+        let key = self
+            .hasher
+            .hash_one((1u8, zone_id, s.tag, owner, rtype, ttl, &*rdatas));
+        let hour = (now / 3600) as u32;
+        let slot = (key as usize) & (CACHE - 1);
+        let e = &self.cache[slot];
+        let o = owner.len();
+        if e.key == key && e.hour == hour && e.nsec_len as usize == o && e.buf[..o] == *owner {
+            let e = &self.cache[slot];
+            return Ok((&e.buf[o..o + e.sig_len as usize], Compact::Cached));
+        }
+        if budget {
+            if now != self.second {
+                self.second = now;
+                self.used = 0;
+            }
+            if self.used >= self.per_second {
+                return Err(Some(Compact::OverBudget));
+            }
+            let src_i = (self.hasher.hash_one(prefix(src)) as usize) & (SOURCES - 1);
+            let sec = now as u32;
+            let share = &mut self.sources[src_i];
+            if share.0 != sec {
+                *share = (sec, 0);
+            }
+            if share.1 >= self.per_source {
+                return Err(Some(Compact::OverSource));
+            }
+            share.1 += 1;
+        }
+        self.used += 1;
+        let e = &mut self.cache[slot];
+        // Marked empty until the signature is whole.
+        e.key = 0;
+        let buf = &mut e.buf;
+        let mut n = 0;
+        let mut put = |b: &[u8], n: &mut usize| -> Result<(), Option<Compact>> {
+            buf.get_mut(*n..*n + b.len())
+                .ok_or(None)?
+                .copy_from_slice(b);
+            *n += b.len();
+            Ok(())
+        };
+        put(owner, &mut n)?;
+        let inception = (hour * 3600).wrapping_sub(3600);
+        let expiration = (hour * 3600).wrapping_add(s.validity);
+        put(&rtype.to_be_bytes(), &mut n)?;
+        put(&[s.alg, zones::sign::rrsig_labels(owner)], &mut n)?;
+        put(&ttl.to_be_bytes(), &mut n)?;
+        put(&expiration.to_be_bytes(), &mut n)?;
+        put(&inception.to_be_bytes(), &mut n)?;
+        put(&s.tag.to_be_bytes(), &mut n)?;
+        put(&s.apex, &mut n)?;
+        // What is signed: that RDATA, then each RR in canonical form.
+        let d = &mut *self.scratch;
+        let mut m = 0;
+        let mut dput = |b: &[u8]| -> Result<(), Option<Compact>> {
+            d.get_mut(m..m + b.len()).ok_or(None)?.copy_from_slice(b);
+            m += b.len();
+            Ok(())
+        };
+        dput(&buf[o..n])?;
+        for rd in rdatas.iter() {
+            dput(owner)?;
+            dput(&rtype.to_be_bytes())?;
+            dput(&1u16.to_be_bytes())?;
+            dput(&ttl.to_be_bytes())?;
+            dput(&(rd.len() as u16).to_be_bytes())?;
+            dput(rd)?;
+        }
+        let sig = s.key.sign_into(&d[..m], &mut buf[n..]).map_err(|_| None)?;
+        n += sig;
+        e.key = key;
+        e.hour = hour;
+        e.nsec_len = o as u16;
+        e.sig_len = (n - o) as u16;
+        let e = &self.cache[slot];
+        Ok((&e.buf[o..n], Compact::Signed))
     }
 }
 

@@ -51,10 +51,10 @@ pub enum LoadError {
         /// What the signer said.
         source: SigningError,
     },
-    /// A signed zone (pre-signed, or signed by dnsd) holds an ALIAS: the A and AAAA made
-    /// from it when asked would carry no signature.
+    /// A pre-signed zone holds an ALIAS: the A and AAAA made from it when asked would carry
+    /// no signature.
     #[error(
-        "{file}: ALIAS at {owner} in a signed zone: the A and AAAA it stands for would be unsigned (serve the zone unsigned, or point the name at its target with CNAME)"
+        "{file}: ALIAS at {owner} in a pre-signed zone: the A and AAAA it stands for would be unsigned (let dnsd sign the zone, or point the name at its target with CNAME)"
     )]
     SignedAlias {
         /// The zone's file.
@@ -112,7 +112,8 @@ pub fn load_all(plan: Vec<Planned>) -> Vec<LoadResult> {
 /// Loads one planned zone, signed when it has a policy.
 pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
     let l = load_one(&p.origin, &p.file)?;
-    if p.sign.is_some() || l.zone.rrset(0, t::DNSKEY).is_some() {
+    // A zone dnsd signs gets its ALIAS answers signed when asked; a pre-signed one cannot.
+    if p.sign.is_none() && l.zone.rrset(0, t::DNSKEY).is_some() {
         let z = &l.zone;
         if let Some(n) = z.node_ids().find(|&n| z.rrset(n, t::ALIAS).is_some()) {
             return Err(LoadError::SignedAlias {

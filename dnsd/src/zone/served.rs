@@ -155,7 +155,8 @@ impl ZoneSet {
         }
     }
 
-    /// Zone `i`'s online signer, when it is answered with compact denial.
+    /// Zone `i`'s online signer (a zone dnsd signs that is answered with compact denial, or
+    /// holds an ALIAS).
     #[inline]
     pub fn compact(&self, i: u32) -> Option<&Arc<crate::signing::online::CompactSigner>> {
         self.slot(i).and_then(|s| s.compact.as_ref())
