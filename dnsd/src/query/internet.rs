@@ -43,6 +43,9 @@ pub struct Answered {
     pub kind: Kind,
     /// The response was truncated.
     pub truncated: bool,
+    /// The answer was made from another name when asked (an ALIAS): it changes with other
+    /// zones or the resolver, so it is never compiled into XDP nor sampled as hot.
+    pub volatile: bool,
 }
 
 /// A name being resolved: lower-case wire name and label offsets, in a fixed buffer.
@@ -129,6 +132,7 @@ pub fn answer_in(
         return Answered {
             kind: Kind::Refused,
             truncated: false,
+            volatile: false,
         };
     };
     w.set_flags(hf::AA);
@@ -140,12 +144,14 @@ pub fn answer_in(
         truncated: false,
         online,
         alias,
+        volatile: false,
     };
     let mut target = Target::from_query(q);
     let kind = a.resolve(zone, &mut target, Owner::Qname, 0);
     Answered {
         kind,
         truncated: a.truncated,
+        volatile: a.volatile,
     }
 }
 
@@ -170,6 +176,7 @@ struct Answerer<'w, 'b, 'q> {
     truncated: bool,
     online: Option<Online<'q>>,
     alias: Option<&'q AliasCache>,
+    volatile: bool,
 }
 
 /// What a compact denial came to.
@@ -473,6 +480,7 @@ impl Answerer<'_, '_, '_> {
     /// target that cannot be had (no resolver, not resolved yet, a loop, a name that does not
     /// exist): SERVFAIL.
     fn alias(&mut self, zone: &Zone, node: NodeId, asked: &Target, owner: Owner<'_>) -> Kind {
+        self.volatile = true;
         let qtype = self.q.qtype;
         let a = *zone.rrset(node, t::ALIAS).expect("checked");
         let Some((_, rd)) = zone.rrs(&a).next() else {

@@ -118,6 +118,8 @@ pub struct Processor {
     local: Option<std::net::IpAddr>,
     /// The messages come over TLS (set by the transport).
     tls: bool,
+    /// The last answer was made from another name when asked (see [`Processor::volatile`]).
+    volatile: bool,
     /// Samples answered names for the XDP fast path's hot names.
     hot: Option<crate::observe::hot_sampler::HotSampler>,
     /// Budget, source shares and cache of compact denials.
@@ -162,6 +164,7 @@ impl Processor {
             job: None,
             local: None,
             tls: false,
+            volatile: false,
             hot: None,
             denier: DenierSlot::Own(None),
             tap: None,
@@ -203,6 +206,12 @@ impl Processor {
         self.local = Some(ip);
     }
 
+    /// True when the last answer was made from another name when asked (an ALIAS's): it
+    /// changes with other zones or the resolver's cache, so it is not to be kept elsewhere.
+    pub fn volatile(&self) -> bool {
+        self.volatile
+    }
+
     /// Marks the messages as coming over TLS (zone transfers allowed only over TLS).
     #[inline]
     pub fn set_tls(&mut self) {
@@ -241,6 +250,7 @@ impl Processor {
         transport: Transport,
         out: &mut [u8],
     ) -> Outcome {
+        self.volatile = false;
         if self.tap.is_none() {
             return self.process_message(req, src, transport, out);
         }
@@ -528,7 +538,9 @@ impl Processor {
         }
         stats.response(rc, ans.truncated);
         stats.kind(ans.kind as usize);
+        self.volatile = ans.volatile;
         if let (Some(h), Some(i)) = (&mut self.hot, zone_idx)
+            && !ans.volatile
             && transport == Transport::Udp
             && rc == rcode::NOERROR
             && !ans.truncated

@@ -103,15 +103,9 @@ pub fn compile(
                     .filter(|s| s.rtype != 46)
                     .map(|s| s.rtype),
             );
-            // A and AAAA at an ALIAS come from another name at answer time (a reload of
-            // another zone, or a resolver, changes them): left to dnsd.
-            if zone.rrset(node, zones::rrtype::t::ALIAS).is_some() {
-                c.skipped += 2;
-            } else {
-                for t in [1u16, 28] {
-                    if !types.contains(&t) {
-                        types.push(t);
-                    }
+            for t in [1u16, 28] {
+                if !types.contains(&t) {
+                    types.push(t);
                 }
             }
             for &qtype in &types {
@@ -126,16 +120,8 @@ pub fn compile(
         // The zone that answers the name now: one whose hottest names XDP answers (a
         // marked zone's names are all in already).
         match set.find(name, &label_offsets(name)) {
-            Some((i, z)) if set.xdp_hot(i) && !set.xdp_answers(i) && !barred(i) => {
-                // An ALIAS's A and AAAA are left to dnsd (see above).
-                let alias = (*qtype == 1 || *qtype == 28)
-                    && z.find(name)
-                        .is_some_and(|n| z.rrset(n, zones::rrtype::t::ALIAS).is_some());
-                if alias {
-                    c.skipped += 1;
-                } else {
-                    c.add(name, *qtype, true);
-                }
+            Some((i, _)) if set.xdp_hot(i) && !set.xdp_answers(i) && !barred(i) => {
+                c.add(name, *qtype, true);
             }
             _ => {}
         }
@@ -171,6 +157,12 @@ impl Compiler<'_> {
                 continue;
             };
             if found_only && self.reply[3] & 0x0f != 0 {
+                continue;
+            }
+            // Made from another name when asked (an ALIAS's A or AAAA, also at the end of a
+            // CNAME chain): it changes with other zones, so it is left to dnsd.
+            if self.p.volatile() {
+                self.skipped += 1;
                 continue;
             }
             let Some(mut ans) = answer_of(&self.reply[..n], self.q.len(), variant) else {
@@ -455,6 +447,48 @@ mod tests {
                 .all(|(k, v)| v.qname[..k.qname_len as usize]
                     == b"\x03www\x07example\x03com\x00"[..])
         );
+    }
+
+    #[test]
+    fn answers_made_from_an_alias_stay_out_of_xdp() {
+        use crate::query::testkit::{example_text, load_zone};
+        let text =
+            example_text() + "flat 300 ALIAS www.example.com.\nvia 300 CNAME flat.example.com.\n";
+        let set = Arc::new(ZoneSet::new(
+            vec![(
+                load_zone("example.com.", &text),
+                ServeOptions {
+                    xdp_answers: true,
+                    xdp_hot: true,
+                    ..Default::default()
+                },
+            )],
+            1,
+        ));
+        let addrs = vec!["192.0.2.53:53".parse().unwrap()];
+        let pcfg = Arc::new(PipelineConfig::default());
+        let wire = |s: &[u8]| Box::<[u8]>::from(s);
+        let hot = vec![(wire(b"\x04flat\x07example\x03com\x00"), 1)];
+        let c = compile(&set, &addrs, &pcfg, &|_| false, usize::MAX, None, &hot);
+        let has = |name: &[u8], qtype: u16| {
+            c.entries
+                .iter()
+                .any(|(k, v)| v.qname[..k.qname_len as usize] == *name && k.qtype == qtype)
+        };
+        // The ALIAS's A and AAAA, and a CNAME chain ending there, are left to dnsd; the
+        // ALIAS record itself and other names are compiled.
+        for name in [
+            &b"\x04flat\x07example\x03com\x00"[..],
+            b"\x03via\x07example\x03com\x00",
+        ] {
+            assert!(!has(name, 1) && !has(name, 28), "{name:?}");
+        }
+        assert!(has(
+            b"\x04flat\x07example\x03com\x00",
+            zones::rrtype::t::ALIAS
+        ));
+        assert!(has(b"\x03www\x07example\x03com\x00", 1));
+        assert!(c.skipped >= 12, "{}", c.skipped);
     }
 
     #[test]
