@@ -275,6 +275,16 @@ fn a_zone_dnsd_signs_gets_its_alias_answers_signed_and_delv_validates_them() {
     std::fs::write(&anchor_file, anchor).unwrap();
     // The outside target is fetched on the first miss.
     settled(dnsd.addr(), "ext.alias.test.", T::A, 5);
+    let delv = |name: &str, qtype: &str| {
+        let args = vec![
+            "-a".into(),
+            anchor_file.display().to_string(),
+            "+root=alias.test".into(),
+            name.into(),
+            qtype.into(),
+        ];
+        run("delv", &[at(dnsd.addr()), args].concat())
+    };
     for (name, qtype, want) in [
         ("alias.test", "A", "; fully validated"),
         ("alias.test", "AAAA", "; fully validated"),
@@ -287,40 +297,14 @@ fn a_zone_dnsd_signs_gets_its_alias_answers_signed_and_delv_validates_them() {
         ),
         ("alias.test", "MX", "; fully validated"),
     ] {
-        let out = run(
-            "delv",
-            &[
-                at(dnsd.addr()),
-                vec![
-                    "-a".into(),
-                    anchor_file.display().to_string(),
-                    "+root=alias.test".into(),
-                    name.into(),
-                    qtype.into(),
-                ],
-            ]
-            .concat(),
-        );
+        let out = delv(name, qtype);
         assert!(
             out.contains(want),
             "delv {name} {qtype}: expected {want:?}:\n{out}"
         );
     }
     // Asked again: the signature comes from the worker's cache, and still validates.
-    let out = run(
-        "delv",
-        &[
-            at(dnsd.addr()),
-            vec![
-                "-a".into(),
-                anchor_file.display().to_string(),
-                "+root=alias.test".into(),
-                "alias.test".into(),
-                "A".into(),
-            ],
-        ]
-        .concat(),
-    );
+    let out = delv("alias.test", "A");
     assert!(out.contains("; fully validated"), "{out}");
     assert!(
         dnsd.stat("compact_denial.cached") >= 1,

@@ -15,7 +15,6 @@ use std::time::Duration;
 use super::tcp::TcpServer;
 use super::tls::DotTls;
 use crate::observe::counters::DropCause;
-use crate::query::module::Step;
 use crate::query::process_query::{Outcome, Transport};
 
 /// RFC 9250 §4.3 error codes.
@@ -63,17 +62,13 @@ pub fn endpoint(
 /// Accepts DNS over QUIC connections on `e` until the task is dropped.
 pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
     let local = e.local_addr().map(|a| a.ip()).ok();
-    let mut plan = tcp.defence().map(|d| d.plan());
+    let mut plan = tcp.accept_plan();
     let pending = Arc::new(AtomicUsize::new(0));
     while let Some(incoming) = e.accept().await {
         let peer = incoming.remote_address();
-        if let Some(p) = &mut plan {
-            p.refresh();
-            if let Step::Drop(why) = p.on_accept(peer.ip()) {
-                tcp.stats().dropped(why);
-                incoming.ignore();
-                continue;
-            }
+        if tcp.blocked_at_accept(&mut plan, peer.ip()) {
+            incoming.ignore();
+            continue;
         }
         if pending.load(Ordering::Relaxed) >= HANDSHAKES_BEFORE_RETRY
             && !incoming.remote_address_validated()

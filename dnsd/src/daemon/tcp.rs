@@ -115,26 +115,16 @@ impl TcpServer {
         let l = TcpListener::from_std(l)?;
         // The pipeline's `on_accept` point (a blocked source is closed before anything is
         // read): one plan for this accept loop.
-        let mut plan = self.defence.as_ref().map(|d| d.plan());
+        let mut plan = self.accept_plan();
         let mut last_warn = None;
         loop {
-            let (sock, peer) = match l.accept().await {
-                Ok(x) => x,
-                Err(e) => {
-                    accept_failed(&e, &mut last_warn).await;
-                    continue;
-                }
-            };
+            let (sock, peer) = accept(&l, &mut last_warn).await;
             let stats = &self.stats;
             // A listed proxy's connection: its client is known once the header is read.
             let proxied = self.proxy.contains(peer.ip());
-            if !proxied && let Some(p) = &mut plan {
-                p.refresh();
-                if let Step::Drop(why) = p.on_accept(peer.ip()) {
-                    stats.dropped(why);
-                    drop(sock);
-                    continue;
-                }
+            if !proxied && self.blocked_at_accept(&mut plan, peer.ip()) {
+                drop(sock);
+                continue;
             }
             let local = match sock.local_addr() {
                 Ok(a) => a,
@@ -184,22 +174,12 @@ impl TcpServer {
     ) -> std::io::Result<()> {
         let l = TcpListener::from_std(l)?;
         let local = l.local_addr()?.ip();
-        let mut plan = self.defence.as_ref().map(|d| d.plan());
+        let mut plan = self.accept_plan();
         let mut last_warn = None;
         loop {
-            let (sock, peer) = match l.accept().await {
-                Ok(x) => x,
-                Err(e) => {
-                    accept_failed(&e, &mut last_warn).await;
-                    continue;
-                }
-            };
-            if let Some(p) = &mut plan {
-                p.refresh();
-                if let Step::Drop(why) = p.on_accept(peer.ip()) {
-                    self.stats.dropped(why);
-                    continue;
-                }
+            let (sock, peer) = accept(&l, &mut last_warn).await;
+            if self.blocked_at_accept(&mut plan, peer.ip()) {
+                continue;
             }
             let Ok(permit) = self.slots.clone().try_acquire_owned() else {
                 self.stats.dropped(DropCause::TcpLimit);
@@ -235,9 +215,27 @@ impl TcpServer {
         }
     }
 
-    /// The defences whose `on_accept` point connections meet.
-    pub(super) fn defence(&self) -> Option<&Arc<crate::query::defence::Shared>> {
-        self.defence.as_ref()
+    /// The plan of an accept loop: the defences' `on_accept` point.
+    pub(super) fn accept_plan(&self) -> Option<crate::query::defence::Plan> {
+        self.defence.as_ref().map(|d| d.plan())
+    }
+
+    /// True (and counted) when the pipeline's `on_accept` point drops `ip`: a blocked source
+    /// is closed before anything is read (or, over TLS and QUIC, before the handshake).
+    pub(super) fn blocked_at_accept(
+        &self,
+        plan: &mut Option<crate::query::defence::Plan>,
+        ip: IpAddr,
+    ) -> bool {
+        let Some(p) = plan else { return false };
+        p.refresh();
+        match p.on_accept(ip) {
+            Step::Drop(why) => {
+                self.stats.dropped(why);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The counters of the connections' queries.
@@ -460,6 +458,19 @@ impl TcpServer {
         // The transfers under way run to their end; the writer ends after their last message.
         while transfers.join_next().await.is_some() {}
         let _ = writer.await;
+    }
+}
+
+/// The next connection of `l`; accepts that fail are waited out ([`accept_failed`]).
+async fn accept(
+    l: &TcpListener,
+    last_warn: &mut Option<std::time::Instant>,
+) -> (TcpStream, SocketAddr) {
+    loop {
+        match l.accept().await {
+            Ok(x) => return x,
+            Err(e) => accept_failed(&e, last_warn).await,
+        }
     }
 }
 

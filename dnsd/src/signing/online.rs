@@ -174,29 +174,11 @@ impl Denier {
                 Compact::Cached,
             ));
         }
-        // The budgets: the worker's per second, the source's share of it.
-        if now != self.second {
-            self.second = now;
-            self.used = 0;
-        }
-        if self.used >= self.per_second {
-            return Err(Some(Compact::OverBudget));
-        }
-        let src_i = (self.hasher.hash_one(prefix(src)) as usize) & (SOURCES - 1);
-        let sec = now as u32;
-        let share = &mut self.sources[src_i];
-        if share.0 != sec {
-            *share = (sec, 0);
-        }
-        if share.1 >= self.per_source {
-            return Err(Some(Compact::OverSource));
-        }
         // The next name is the name's immediate successor: `\000.owner` (RFC 9824 §3.1).
         if owner.len() + 2 > zones::name::MAX_NAME_LEN {
             return Err(None);
         }
-        self.used += 1;
-        share.1 += 1;
+        self.charge(src, now)?;
         let e = &mut self.cache[slot];
         let buf = &mut e.buf;
         let mut n = 0;
@@ -255,6 +237,30 @@ impl Denier {
 }
 
 impl Denier {
+    /// Takes one signature from the budgets — the worker's per second, the source's share of
+    /// it — or says which one is spent.
+    fn charge(&mut self, src: IpAddr, now: u64) -> Result<(), Option<Compact>> {
+        if now != self.second {
+            self.second = now;
+            self.used = 0;
+        }
+        if self.used >= self.per_second {
+            return Err(Some(Compact::OverBudget));
+        }
+        let src_i = (self.hasher.hash_one(prefix(src)) as usize) & (SOURCES - 1);
+        let sec = now as u32;
+        let share = &mut self.sources[src_i];
+        if share.0 != sec {
+            *share = (sec, 0);
+        }
+        if share.1 >= self.per_source {
+            return Err(Some(Compact::OverSource));
+        }
+        self.used += 1;
+        share.1 += 1;
+        Ok(())
+    }
+
     /// The RRSIG RDATA over the RRset `rtype`/`ttl`/`rdatas` at `owner` (lower-case wire) made
     /// when asked (an ALIAS's A or AAAA), from the cache or signed now; the outcome is counted.
     /// The budgets are those of compact denials (`budget` false: not applied, for proven
@@ -286,25 +292,10 @@ impl Denier {
             return Ok((&e.buf[o..o + e.sig_len as usize], Compact::Cached));
         }
         if budget {
-            if now != self.second {
-                self.second = now;
-                self.used = 0;
-            }
-            if self.used >= self.per_second {
-                return Err(Some(Compact::OverBudget));
-            }
-            let src_i = (self.hasher.hash_one(prefix(src)) as usize) & (SOURCES - 1);
-            let sec = now as u32;
-            let share = &mut self.sources[src_i];
-            if share.0 != sec {
-                *share = (sec, 0);
-            }
-            if share.1 >= self.per_source {
-                return Err(Some(Compact::OverSource));
-            }
-            share.1 += 1;
+            self.charge(src, now)?;
+        } else {
+            self.used += 1;
         }
-        self.used += 1;
         let e = &mut self.cache[slot];
         // Marked empty until the signature is whole.
         e.key = 0;
