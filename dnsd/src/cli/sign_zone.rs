@@ -53,6 +53,7 @@ pub fn sign_zone(
             prev: None,
             keep_unsigned: false,
         }),
+        geo: None,
     };
     let loaded = crate::zone::load::load_planned(&plan).map_err(|e| e.to_string())?;
     for w in &loaded.loaded.warnings {

@@ -110,6 +110,12 @@ pub struct Config {
     /// Where ALIAS targets outside our zones are resolved (`[alias]`).
     #[serde(default)]
     pub alias: AliasConfig,
+    /// `[[view]]`: named lists of client prefixes that zones' geo files key variants by.
+    #[serde(default, rename = "view")]
+    pub views: Vec<ViewConfig>,
+    /// `[geoip]`: answers by client location.
+    #[serde(default)]
+    pub geoip: GeoipConfig,
     /// `[log]`: format ("text" or "json") and filter (RUST_LOG syntax). Start-time only.
     #[serde(default)]
     pub log: shield::logging::LogConfig,
@@ -225,6 +231,30 @@ fn default_true() -> bool {
 /// section as http-front's ([`shield::events::EventsConfig`]).
 pub type Events = shield::events::EventsConfig;
 
+/// `[[view]]`: a named list of client prefixes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ViewConfig {
+    /// Its name, as geo files write it (`view: NAME`).
+    pub name: String,
+    /// Its prefixes (addresses or prefixes, IPv4 and IPv6).
+    pub prefixes: Vec<String>,
+}
+
+/// `[geoip]`: answers by client location.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GeoipConfig {
+    /// TTL of the records a zone's geo file gives (Knot's geoip module's `ttl`).
+    pub ttl: u32,
+}
+
+impl Default for GeoipConfig {
+    fn default() -> Self {
+        GeoipConfig { ttl: 60 }
+    }
+}
+
 /// `[alias]`: ALIAS records whose targets dnsd does not serve.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -315,6 +345,11 @@ pub struct Server {
     /// Its PEM private key.
     #[serde(default)]
     pub tls_key: Option<PathBuf>,
+    /// Read EDNS Client Subnet (RFC 7871) from queries: a name with variants is answered for
+    /// the client's network it names (else for the source address), and the option is echoed
+    /// with the scope used (0 for names without variants). Off: the option is ignored.
+    #[serde(default)]
+    pub ecs: bool,
 }
 
 /// Most bytes of `[server] nsid`.
@@ -362,6 +397,7 @@ impl Server {
         diff("proxy_allow", self.proxy_allow != running.proxy_allow);
         diff("tls_listen", self.tls_listen != running.tls_listen);
         diff("quic_listen", self.quic_listen != running.quic_listen);
+        diff("ecs", self.ecs != running.ecs);
         out
     }
 
@@ -500,6 +536,8 @@ pub struct ZoneConfig {
     pub tsig: Option<String>,
     /// How the `tls:` primaries are verified (zone transfers over TLS).
     pub transfer_tls: Option<transfer::TransferTls>,
+    /// The zone's variants by client network (its geo file).
+    pub geo: Option<PathBuf>,
     /// A catalog zone: consumed or produced (RFC 9432).
     pub catalog: Option<zone_list::CatalogRole>,
     /// Listed in this catalog zone, which dnsd produces.
@@ -688,6 +726,11 @@ impl Config {
             if let Some(t) = &mut z.transfer_tls {
                 t.resolve_paths(dir);
             }
+            if let Some(g) = &mut z.geo
+                && g.is_relative()
+            {
+                *g = dir.join(&*g);
+            }
         }
         c.zones = zone_list::resolve_zones(&c).map_err(|(key, msg)| ConfigError::Invalid {
             path: path.to_path_buf(),
@@ -725,6 +768,18 @@ impl Config {
             if !list.is_empty() && (self.server.tls_cert.is_none() || self.server.tls_key.is_none())
             {
                 return Err(inv(key, "needs server.tls_cert and server.tls_key".into()));
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, v) in self.views.iter().enumerate() {
+            if !names.insert(v.name.as_str()) {
+                return Err(inv(
+                    &format!("view[{i}].name"),
+                    format!("{:?} is defined twice", v.name),
+                ));
+            }
+            for p in &v.prefixes {
+                transfer::parse_prefix(p).map_err(|m| inv(&format!("view[{i}].prefixes"), m))?;
             }
         }
         if let Some(r) = &self.alias.resolver {

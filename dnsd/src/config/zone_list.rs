@@ -43,6 +43,10 @@ pub struct ZoneSpec {
     pub allow_notify: Option<Vec<String>>,
     /// The TSIG key (a `[[tsig_key]]` name) transfers and NOTIFY must use.
     pub tsig: Option<String>,
+    /// The zone's variants by client network (Knot's geoip module's file: `net:`, or
+    /// `view:` naming a `[[view]]`); in a template `%s` stands for the origin without its
+    /// final dot (relative paths are relative to the config file). Read with the zone.
+    pub geo: Option<PathBuf>,
     /// How `tls:` primaries are verified (zone transfers over TLS, RFC 9103): `name`
     /// and/or `pin_sha256`, `ca_file`, `client_cert`/`client_key`.
     pub transfer_tls: Option<super::transfer::TransferTls>,
@@ -243,6 +247,7 @@ impl<'a> Templates<'a> {
             allow_notify: inherit(spec, t, |s| s.allow_notify.as_ref()).unwrap_or_default(),
             tsig: inherit(spec, t, |s| s.tsig.as_ref()),
             transfer_tls: inherit(spec, t, |s| s.transfer_tls.as_ref()),
+            geo: inherit(spec, t, |s| s.geo.as_ref()).map(|p| file_from_pattern(&p, origin)),
             catalog,
             catalog_zone: inherit(spec, t, |s| s.catalog_zone.as_ref()),
             catalog_group: inherit(spec, t, |s| s.catalog_group.as_ref()),

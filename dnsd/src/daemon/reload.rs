@@ -319,6 +319,7 @@ pub async fn zone_add(
             origin: n.clone(),
             file: file.clone(),
             sign,
+            geo: crate::zone::registry::ZoneDef::geo_spec(&c, &zc),
         };
         let r = tokio::task::spawn_blocking(move || crate::zone::load::load_planned(&planned))
             .await

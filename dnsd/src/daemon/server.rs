@@ -88,6 +88,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     });
     let pcfg = Arc::new(PipelineConfig {
         alias: alias.as_ref().map(|(c, _, _)| c.clone()),
+        ecs: cfg.server.ecs,
         udp_payload: cfg.server.udp_payload,
         // Checked when the config loaded.
         nsid: cfg.server.nsid_bytes().ok().flatten().map(Arc::from),

@@ -43,9 +43,13 @@ pub struct Answered {
     pub kind: Kind,
     /// The response was truncated.
     pub truncated: bool,
-    /// The answer was made from another name when asked (an ALIAS): it changes with other
-    /// zones or the resolver, so it is never compiled into XDP nor sampled as hot.
+    /// The answer was made when asked from more than the zone (an ALIAS, the client's
+    /// network): it changes with other zones, the resolver or the client, so it is never
+    /// compiled into XDP nor sampled as hot.
     pub volatile: bool,
+    /// The client prefix length that chose the answer (RFC 7871 SCOPE PREFIX-LENGTH; 0: the
+    /// answer is the same for every client).
+    pub scope: u8,
 }
 
 /// A name being resolved: lower-case wire name and label offsets, in a fixed buffer.
@@ -126,13 +130,15 @@ pub fn answer_in(
     zone: Option<(u32, &std::sync::Arc<Zone>)>,
     online: Option<Online<'_>>,
     alias: Option<&AliasCache>,
+    client: std::net::IpAddr,
 ) -> Answered {
-    let Some((_, zone)) = zone else {
+    let Some((zi, zone)) = zone else {
         w.set_rcode(rcode::REFUSED);
         return Answered {
             kind: Kind::Refused,
             truncated: false,
             volatile: false,
+            scope: 0,
         };
     };
     w.set_flags(hf::AA);
@@ -147,11 +153,34 @@ pub fn answer_in(
         volatile: false,
     };
     let mut target = Target::from_query(q);
-    let kind = a.resolve(zone, &mut target, Owner::Qname, 0);
+    // A name with variants by client network: the variant of the client's network when it
+    // has the type asked (or a CNAME), else the zone's own records (as Knot's geoip module).
+    let mut scope = 0;
+    let picked = zones.geo(zi).and_then(|g| {
+        g.name(q.qname()).map(|n| {
+            let v = n
+                .pick(client)
+                .and_then(|(v, plen)| v.rrset(q.qtype).map(|(rtype, rds)| (rtype, rds, plen)));
+            (v, g.ttl)
+        })
+    });
+    let kind = match picked {
+        Some((Some((rtype, rds, plen)), ttl)) => {
+            a.volatile = true;
+            scope = plen;
+            a.variant(zone, rtype, rds, ttl, &mut target)
+        }
+        Some((None, _)) => {
+            a.volatile = true;
+            a.resolve(zone, &mut target, Owner::Qname, 0)
+        }
+        None => a.resolve(zone, &mut target, Owner::Qname, 0),
+    };
     Answered {
         kind,
         truncated: a.truncated,
         volatile: a.volatile,
+        scope,
     }
 }
 
@@ -515,7 +544,14 @@ impl Answerer<'_, '_, '_> {
                     rds[k] = rd;
                     k += 1;
                 }
-                return self.alias_put(zone, asked, owner, ttl.min(s.ttl), &mut rds[..k]);
+                return self.put_made(
+                    zone,
+                    asked.name(),
+                    owner,
+                    qtype,
+                    ttl.min(s.ttl),
+                    &mut rds[..k],
+                );
             }
             let next = z
                 .rrset(n, t::CNAME)
@@ -574,21 +610,58 @@ impl Answerer<'_, '_, '_> {
             rds[k] = rd;
             k += 1;
         }
-        self.alias_put(zone, asked, owner, ttl.min(left), &mut rds[..k])
+        let qtype = self.q.qtype;
+        self.put_made(
+            zone,
+            asked.name(),
+            owner,
+            qtype,
+            ttl.min(left),
+            &mut rds[..k],
+        )
     }
 
-    /// Writes the A or AAAA RRset an ALIAS stands for at `asked`, signed now when the zone
-    /// is one dnsd signs and DO is set (never unsigned there: over a budget, TC=1 over UDP;
-    /// a signature that cannot be made, SERVFAIL).
-    fn alias_put(
+    /// A variant's records (`rtype`: the type asked, or its CNAME, followed) for a name with
+    /// variants by client network.
+    fn variant(
         &mut self,
         zone: &Zone,
-        asked: &Target,
+        rtype: u16,
+        rdatas: &[Box<[u8]>],
+        ttl: u32,
+        target: &mut Target,
+    ) -> Kind {
+        let mut rds: [&[u8]; MAX_ALIAS_RRS] = [&[]; MAX_ALIAS_RRS];
+        let mut k = 0;
+        for rd in rdatas.iter().take(MAX_ALIAS_RRS) {
+            rds[k] = rd;
+            k += 1;
+        }
+        let qname = self.q.qname();
+        let kind = self.put_made(zone, qname, Owner::Qname, rtype, ttl, &mut rds[..k]);
+        if rtype == t::CNAME && self.q.qtype != t::CNAME && self.w.rcode() == rcode::NOERROR {
+            let mut first = [0u8; MAX_NAME_LEN];
+            let rd = rds[0];
+            let n = rd.len().min(MAX_NAME_LEN);
+            first[..n].copy_from_slice(&rd[..n]);
+            return self.follow(&first[..n], target, 0);
+        }
+        kind
+    }
+
+    /// Writes an RRset made when asked (an ALIAS's A or AAAA, a variant's records) at
+    /// `asked` (lower-case wire), signed now when the zone is one dnsd signs and DO is set
+    /// (never unsigned there: over a budget, TC=1 over UDP; a signature that cannot be made,
+    /// SERVFAIL).
+    fn put_made(
+        &mut self,
+        zone: &Zone,
+        asked: &[u8],
         owner: Owner<'_>,
+        qtype: u16,
         ttl: u32,
         rds: &mut [&[u8]],
     ) -> Kind {
-        let qtype = self.q.qtype;
         let m = self.w.mark();
         for rd in rds.iter() {
             if self.w.rr(Section::Answer, owner, qtype, ttl, rd).is_err() {
@@ -610,15 +683,7 @@ impl Answerer<'_, '_, '_> {
         let now = shield::clock::unix_ms() / 1000;
         let budget = !o.chain_past_budget;
         match o.denier.sign_rrset(
-            o.signer,
-            o.zone_id,
-            asked.name(),
-            qtype,
-            ttl,
-            rds,
-            o.src,
-            now,
-            budget,
+            o.signer, o.zone_id, asked, qtype, ttl, rds, o.src, now, budget,
         ) {
             Ok((sig, how)) => {
                 o.stats.compact(how);
@@ -907,7 +972,15 @@ mod tests {
         let mut out = vec![0u8; 65535];
         let mut w = Writer::new(&mut out, 65535);
         w.start(&req, &q, rcode::NOERROR, true);
-        let a = answer_in(&mut w, &q, zones, find_zone(&q, zones), None, None);
+        let a = answer_in(
+            &mut w,
+            &q,
+            zones,
+            find_zone(&q, zones),
+            None,
+            None,
+            std::net::Ipv4Addr::LOCALHOST.into(),
+        );
         let n = w.finish();
         (Reply::parse(&out[..n]), a)
     }

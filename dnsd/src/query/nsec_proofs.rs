@@ -473,7 +473,15 @@ ns.insecure A 192.0.2.31
         let mut out = vec![0u8; 65535];
         let mut w = Writer::new(&mut out, limit);
         w.start(&req, &q, rcode::NOERROR, true);
-        let a = answer_in(&mut w, &q, zones, find_zone(&q, zones), None, None);
+        let a = answer_in(
+            &mut w,
+            &q,
+            zones,
+            find_zone(&q, zones),
+            None,
+            None,
+            std::net::Ipv4Addr::LOCALHOST.into(),
+        );
         let n = w.finish();
         (Reply::parse(&out[..n]), a.kind)
     }

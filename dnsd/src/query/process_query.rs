@@ -55,6 +55,8 @@ pub struct PipelineConfig {
     pub nsid: Option<Arc<[u8]>>,
     /// ALIAS targets outside our zones, as `[alias] resolver` gave them.
     pub alias: Option<Arc<crate::query::alias::AliasCache>>,
+    /// EDNS Client Subnet is read and echoed (`[server] ecs`, RFC 7871).
+    pub ecs: bool,
 }
 
 impl Default for PipelineConfig {
@@ -65,6 +67,7 @@ impl Default for PipelineConfig {
             compact_denial: (2000, 100),
             nsid: None,
             alias: None,
+            ecs: false,
         }
     }
 }
@@ -82,6 +85,15 @@ impl PipelineConfig {
     fn keepalive(&self, q: &Query, transport: Transport) -> Option<u16> {
         (transport == Transport::Tcp && q.edns.is_some_and(|e| e.keepalive))
             .then_some(self.tcp_keepalive)
+    }
+
+    /// The Client Subnet of `q` when ECS is on and it sent a well-formed one.
+    #[inline]
+    fn ecs(&self, q: &Query) -> Option<crate::query::wire::Ecs> {
+        if !self.ecs {
+            return None;
+        }
+        q.edns.and_then(|e| e.ecs)
     }
 
     /// Our NSID for a response to `q`: when it asked and one is set.
@@ -369,6 +381,9 @@ impl Processor {
         let refuse = if q.opcode() != opcode::QUERY {
             // NOTIFY for a zone we are not a secondary of.
             Some(rcode::NOTAUTH)
+        } else if self.cfg.ecs && q.edns.is_some_and(|e| e.ecs_bad) {
+            // A malformed (or second) Client Subnet option where ECS is on (RFC 7871 §7.1.1).
+            Some(rcode::FORMERR)
         } else if q.qclass != 1 && q.qclass != 255 {
             // Class IN, or ANY (answered from IN, as Knot and NSD do); others are not served.
             Some(rcode::REFUSED)
@@ -462,6 +477,8 @@ impl Processor {
             compact_ok: false,
             nsid: self.cfg.nsid(q),
             ede: None,
+            // Scope 0 unless the answer was chosen by the client's network (set below).
+            ecs: self.cfg.ecs(q).map(|e| (e, 0)),
         };
         let opt = response::opt_room(q, &opts);
         let sig = signer.as_ref().map_or(0, |s| s.reserve());
@@ -497,7 +514,20 @@ impl Processor {
         opts.compact_ok = online
             .as_ref()
             .is_some_and(|o| o.compact_ok && o.signer.denies());
-        let ans = internet::answer_in(&mut w, q, zones, zone, online, self.cfg.alias.as_deref());
+        // The client's network: its Client Subnet where ECS is on, else the source.
+        let client = self.cfg.ecs(q).map_or(src.ip(), |e| e.ip());
+        let ans = internet::answer_in(
+            &mut w,
+            q,
+            zones,
+            zone,
+            online,
+            self.cfg.alias.as_deref(),
+            client,
+        );
+        if let Some((_, scope)) = &mut opts.ecs {
+            *scope = ans.scope;
+        }
         drop(shared_denier);
         // 6. After answering.
         if let Some(p) = &mut self.plan
@@ -680,6 +710,7 @@ impl Processor {
                 compact_ok: false,
                 nsid: self.cfg.nsid(q),
                 ede,
+                ecs: None,
             };
             response::put_opt(&mut w, q, udp_payload, rc, opts);
         }

@@ -515,6 +515,8 @@ pub struct OptOptions<'a> {
     pub nsid: Option<&'a [u8]>,
     /// An Extended DNS Error INFO-CODE (RFC 8914, [`ede`]).
     pub ede: Option<u16>,
+    /// The query's EDNS Client Subnet echoed with this SCOPE PREFIX-LENGTH (RFC 7871 §7.2).
+    pub ecs: Option<(crate::query::wire::Ecs, u8)>,
 }
 
 impl<'a> OptOptions<'a> {
@@ -533,6 +535,9 @@ impl<'a> OptOptions<'a> {
             + self.keepalive.map_or(0, |_| KEEPALIVE_OPT_LEN)
             + self.nsid.map_or(0, |n| 4 + n.len().min(NSID_MAX))
             + self.ede.map_or(0, |_| EDE_OPT_LEN)
+            + self
+                .ecs
+                .map_or(0, |(e, _)| 8 + (e.source as usize).div_ceil(8))
     }
 
     /// True when there are none.
@@ -567,7 +572,8 @@ pub fn opt_room(q: &Query, opts: &OptOptions<'_>) -> usize {
 /// Appends OPT (our payload `udp_payload`, the extended bits of `rc`, DO echoed from `q`)
 /// with `opts`.
 pub fn put_opt(w: &mut Writer<'_>, q: &Query, udp_payload: u16, rc: u16, opts: OptOptions<'_>) {
-    let mut buf = [0u8; OPT_LEN + COOKIE_OPT_LEN + KEEPALIVE_OPT_LEN + 4 + NSID_MAX + EDE_OPT_LEN];
+    let mut buf =
+        [0u8; OPT_LEN + COOKIE_OPT_LEN + KEEPALIVE_OPT_LEN + 4 + NSID_MAX + EDE_OPT_LEN + 8 + 16];
     buf[..OPT_LEN].copy_from_slice(&opt_rr(udp_payload, (rc >> 4) as u8, q.dnssec_ok()));
     if opts.compact_ok {
         buf[7] |= 0x40;
@@ -598,6 +604,16 @@ pub fn put_opt(w: &mut Writer<'_>, q: &Query, udp_payload: u16, rc: u16, opts: O
         buf[len + 2..len + 4].copy_from_slice(&2u16.to_be_bytes());
         buf[len + 4..len + 6].copy_from_slice(&code.to_be_bytes());
         len += EDE_OPT_LEN;
+    }
+    if let Some((e, scope)) = opts.ecs {
+        let a = (e.source as usize).div_ceil(8);
+        buf[len..len + 2].copy_from_slice(&crate::query::wire::OPT_ECS.to_be_bytes());
+        buf[len + 2..len + 4].copy_from_slice(&((4 + a) as u16).to_be_bytes());
+        buf[len + 4..len + 6].copy_from_slice(&u16::from(e.family).to_be_bytes());
+        buf[len + 6] = e.source;
+        buf[len + 7] = scope;
+        buf[len + 8..len + 8 + a].copy_from_slice(&e.addr[..a]);
+        len += 8 + a;
     }
     buf[9..11].copy_from_slice(&((len - OPT_LEN) as u16).to_be_bytes());
     let _ = w.raw_rr(Section::Additional, &buf[..len]);

@@ -60,6 +60,63 @@ pub const OPT_TCP_KEEPALIVE: u16 = 11;
 pub const OPT_NSID: u16 = 3;
 /// EDNS option code of Extended DNS Errors (RFC 8914).
 pub const OPT_EDE: u16 = 15;
+/// EDNS option code of EDNS Client Subnet (RFC 7871).
+pub const OPT_ECS: u16 = 8;
+
+/// An EDNS Client Subnet option of a query (RFC 7871 §6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ecs {
+    /// 1 (IPv4) or 2 (IPv6).
+    pub family: u8,
+    /// SOURCE PREFIX-LENGTH.
+    pub source: u8,
+    /// The address, its bits past `source` zero (4 or 16 octets used).
+    pub addr: [u8; 16],
+}
+
+impl Ecs {
+    /// The client network's address.
+    pub fn ip(&self) -> std::net::IpAddr {
+        if self.family == 1 {
+            std::net::IpAddr::from([self.addr[0], self.addr[1], self.addr[2], self.addr[3]])
+        } else {
+            std::net::IpAddr::from(self.addr)
+        }
+    }
+
+    /// Reads an option's data; `None` for one RFC 7871 §7.1.1 calls malformed (FORMERR): an
+    /// unknown family, a prefix past the family's length, a SCOPE PREFIX-LENGTH other than 0,
+    /// an address longer or shorter than the prefix needs, or bits set past the prefix.
+    pub fn parse(d: &[u8]) -> Option<Ecs> {
+        if d.len() < 4 {
+            return None;
+        }
+        let family = u16::from_be_bytes([d[0], d[1]]);
+        let (source, scope) = (d[2], d[3]);
+        let max = match family {
+            1 => 32,
+            2 => 128,
+            _ => return None,
+        };
+        let a = &d[4..];
+        if source > max || scope != 0 || a.len() != (source as usize).div_ceil(8) {
+            return None;
+        }
+        if let Some(&last) = a.last()
+            && source % 8 != 0
+            && last & (0xff >> (source % 8)) != 0
+        {
+            return None;
+        }
+        let mut addr = [0u8; 16];
+        addr[..a.len()].copy_from_slice(a);
+        Some(Ecs {
+            family: family as u8,
+            source,
+            addr,
+        })
+    }
+}
 
 /// What EDNS(0) said in a query.
 #[derive(Debug, Clone, Copy, Default)]
@@ -80,6 +137,10 @@ pub struct Edns {
     pub keepalive: bool,
     /// The query asked for our name server identifier (RFC 5001).
     pub nsid: bool,
+    /// Its EDNS Client Subnet option (RFC 7871), when well-formed.
+    pub ecs: Option<Ecs>,
+    /// It carried a malformed EDNS Client Subnet option (FORMERR where ECS is on).
+    pub ecs_bad: bool,
 }
 
 impl Edns {
@@ -354,6 +415,8 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Option<Edns>
         cookie_len: 0,
         keepalive: false,
         nsid: false,
+        ecs: None,
+        ecs_bad: false,
     };
     let mut p = rdata;
     while p < end {
@@ -379,6 +442,12 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Option<Edns>
         } else if code == OPT_NSID {
             // Sent empty (RFC 5001 §2.3); whatever it carries, it asks for ours.
             e.nsid = true;
+        } else if code == OPT_ECS {
+            // Judged by the pipeline: ignored where ECS is off, FORMERR where it is on.
+            match Ecs::parse(&req[p + 4..p + 4 + len]) {
+                Some(c) if e.ecs.is_none() && !e.ecs_bad => e.ecs = Some(c),
+                _ => e.ecs_bad = true,
+            }
         }
         p += 4 + len;
     }

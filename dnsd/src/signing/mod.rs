@@ -215,12 +215,9 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
         .chain(next_roll)
         .fold(refresh_at, u64::min);
     drop(signing);
-    // An online signer for compact denials, and for the A and AAAA an ALIAS stands for.
-    let alias = signed
-        .zone
-        .node_ids()
-        .any(|n| signed.zone.rrset(n, zones::rrtype::t::ALIAS).is_some());
-    let compact = if p.compact_denial || alias {
+    // An online signer for compact denials, and for what is made when asked: the A and AAAA
+    // an ALIAS stands for, the variants of a name by client network.
+    let compact = {
         keys.iter()
             .position(|k| k.file.state(now) == KeyState::Active && k.file.role.signs_zone())
             .map(|i| {
@@ -237,8 +234,6 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
                     s.without_denial()
                 })
             })
-    } else {
-        None
     };
     Ok(SignedZone {
         zone: signed.zone,

@@ -492,6 +492,53 @@ mod tests {
     }
 
     #[test]
+    fn names_with_variants_by_client_network_stay_out_of_xdp() {
+        use crate::query::testkit::{example_text, load_zone};
+        let dir = tempfile::tempdir().unwrap();
+        let geo = dir.path().join("geo.yaml");
+        std::fs::write(
+            &geo,
+            "www.example.com:\n  - net: 10.0.0.0/8\n    A: 198.51.100.1\n",
+        )
+        .unwrap();
+        let origin = zones::Name::parse("example.com.", None).unwrap();
+        let g = crate::zone::geo::GeoZone::load(&geo, &origin, &Default::default(), 60).unwrap();
+        let mut set = ZoneSet::empty(0);
+        set.put(
+            0,
+            Some(load_zone("example.com.", &example_text())),
+            ServeOptions {
+                xdp_answers: true,
+                ..Default::default()
+            },
+            false,
+            0,
+            None,
+            Some(Arc::new(g)),
+        );
+        let set = Arc::new(set);
+        let addrs = vec!["192.0.2.53:53".parse().unwrap()];
+        let c = compile(
+            &set,
+            &addrs,
+            &Arc::new(PipelineConfig::default()),
+            &|_| false,
+            usize::MAX,
+            None,
+            &[],
+        );
+        let named = |name: &[u8]| {
+            c.entries
+                .iter()
+                .any(|(k, v)| v.qname[..k.qname_len as usize] == *name)
+        };
+        // Every type of the name with variants is left to dnsd (its answer depends on the
+        // client); its neighbours are compiled.
+        assert!(!named(b"\x03www\x07example\x03com\x00"));
+        assert!(named(b"\x04mail\x07example\x03com\x00"));
+    }
+
+    #[test]
     fn ones_complement_sums_fold() {
         assert_eq!(ones_sum(&[0x12, 0x34, 0x56]), 0x1234 + 0x5600);
         assert_eq!(ones_sum(&[0xff, 0xff, 0x00, 0x02]), 0x0002);

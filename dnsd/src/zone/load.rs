@@ -23,6 +23,19 @@ pub struct Planned {
     pub file: PathBuf,
     /// Signing, for a zone with a `dnssec_policy`.
     pub sign: Option<SignJob>,
+    /// Its geo file, read with it.
+    pub geo: Option<Arc<GeoSpec>>,
+}
+
+/// A zone's geo file and what reading it needs.
+#[derive(Debug, PartialEq, Eq)]
+pub struct GeoSpec {
+    /// The file.
+    pub path: PathBuf,
+    /// The `[[view]]`s by name.
+    pub views: std::collections::HashMap<String, Vec<ipnet::IpNet>>,
+    /// `[geoip] ttl`.
+    pub ttl: u32,
 }
 
 impl Planned {
@@ -33,6 +46,7 @@ impl Planned {
             origin,
             file,
             sign: None,
+            geo: None,
         }
     }
 }
@@ -51,6 +65,9 @@ pub enum LoadError {
         /// What the signer said.
         source: SigningError,
     },
+    /// Its geo file could not be read.
+    #[error("{0}")]
+    Geo(String),
     /// A pre-signed zone holds an ALIAS: the A and AAAA made from it when asked would carry
     /// no signature.
     #[error(
@@ -112,8 +129,9 @@ pub fn load_all(plan: Vec<Planned>) -> Vec<LoadResult> {
 /// Loads one planned zone, signed when it has a policy.
 pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
     let l = load_one(&p.origin, &p.file)?;
+    let presigned = p.sign.is_none() && l.zone.rrset(0, t::DNSKEY).is_some();
     // A zone dnsd signs gets its ALIAS answers signed when asked; a pre-signed one cannot.
-    if p.sign.is_none() && l.zone.rrset(0, t::DNSKEY).is_some() {
+    if presigned {
         let z = &l.zone;
         if let Some(n) = z.node_ids().find(|&n| z.rrset(n, t::ALIAS).is_some()) {
             return Err(LoadError::SignedAlias {
@@ -123,10 +141,26 @@ pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
             });
         }
     }
-    match &p.sign {
-        None => Ok(LoadedZone::from(l)),
-        Some(job) => sign_loaded(l, job),
-    }
+    let geo = match &p.geo {
+        Some(g) => {
+            if presigned {
+                return Err(LoadError::Geo(format!(
+                    "{}: a pre-signed zone cannot have variants by client network (they would be unsigned): let dnsd sign it",
+                    g.path.display()
+                )));
+            }
+            let z = crate::zone::geo::GeoZone::load(&g.path, &p.origin, &g.views, g.ttl)
+                .map_err(LoadError::Geo)?;
+            Some(Arc::new(z))
+        }
+        None => None,
+    };
+    let mut z = match &p.sign {
+        None => LoadedZone::from(l),
+        Some(job) => sign_loaded(l, job)?,
+    };
+    z.geo = geo;
+    Ok(z)
 }
 
 /// Loads one zone as written (blocking: call from a blocking thread).
@@ -149,6 +183,8 @@ pub struct LoadedZone {
     pub compact: Option<Arc<CompactSigner>>,
     /// A secondary dnsd signs: the zone as loaded, before signing.
     pub upstream: Option<Arc<Zone>>,
+    /// Its variants by client network (its geo file).
+    pub geo: Option<Arc<crate::zone::geo::GeoZone>>,
 }
 
 impl From<zones::Loaded> for LoadedZone {
@@ -163,6 +199,7 @@ impl From<zones::Loaded> for LoadedZone {
             signatures: (0, 0),
             compact: None,
             upstream: None,
+            geo: None,
         }
     }
 }
@@ -211,5 +248,6 @@ pub fn sign_loaded(l: zones::Loaded, job: &SignJob) -> Result<LoadedZone, LoadEr
         signatures: (s.made, s.kept),
         compact: s.compact,
         upstream,
+        geo: None,
     })
 }

@@ -35,6 +35,8 @@ pub struct ZoneDef {
     pub signing: Option<Arc<crate::signing::Policy>>,
     /// A secondary: its data come from primaries.
     pub secondary: bool,
+    /// Its geo file (variants by client network), read with it.
+    pub geo: Option<Arc<crate::zone::load::GeoSpec>>,
 }
 
 impl ZoneDef {
@@ -61,7 +63,33 @@ impl ZoneDef {
                 .and_then(|p| cfg.policy(p))
                 .cloned(),
             secondary: !z.primaries.is_empty(),
+            geo: ZoneDef::geo_spec(cfg, z),
         }
+    }
+
+    /// What reading zone `z`'s geo file needs, when it has one.
+    pub fn geo_spec(
+        cfg: &crate::config::Config,
+        z: &crate::config::ZoneConfig,
+    ) -> Option<Arc<crate::zone::load::GeoSpec>> {
+        let path = z.geo.clone()?;
+        let views = cfg
+            .views
+            .iter()
+            .map(|v| {
+                let nets = v
+                    .prefixes
+                    .iter()
+                    .filter_map(|p| crate::config::transfer::parse_prefix(p).ok())
+                    .collect();
+                (v.name.clone(), nets)
+            })
+            .collect();
+        Some(Arc::new(crate::zone::load::GeoSpec {
+            path,
+            views,
+            ttl: cfg.geoip.ttl,
+        }))
     }
 
     /// What the query path reads of zone `z`'s settings.
@@ -105,6 +133,10 @@ pub struct ZoneEntry {
     /// A secondary dnsd signs: the zone as its primaries serve it (the base of the next
     /// IXFR, and the serial compared with theirs).
     pub upstream: Option<Arc<Zone>>,
+    /// Its variants by client network, as its geo file gave them.
+    pub geo: Option<Arc<crate::zone::geo::GeoZone>>,
+    /// The geo file's modification time at the last successful load.
+    pub geo_mtime: Option<SystemTime>,
 }
 
 /// The load plan of slot `i`.
@@ -118,6 +150,7 @@ fn planned(i: usize, e: &ZoneEntry) -> Planned {
             prev: e.current.clone(),
             keep_unsigned: e.def.secondary,
         }),
+        geo: e.def.geo.clone(),
     }
 }
 
@@ -280,6 +313,8 @@ impl Registry {
             rrsig_expiry: None,
             compact: None,
             upstream: None,
+            geo: None,
+            geo_mtime: None,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -396,6 +431,10 @@ impl Registry {
                 force
                     || e.current.is_none()
                     || crate::zone::load::file_mtime(&e.def.file) != e.mtime
+                    || e.def
+                        .geo
+                        .as_ref()
+                        .is_some_and(|g| crate::zone::load::file_mtime(&g.path) != e.geo_mtime)
             })
             .map(|(i, e)| planned(i, e))
             .collect()
@@ -446,9 +485,16 @@ impl Registry {
                     signatures: (made, kept),
                     compact,
                     upstream,
+                    geo,
                 }) => {
                     e.compact = compact;
                     e.upstream = upstream;
+                    e.geo_mtime = e
+                        .def
+                        .geo
+                        .as_ref()
+                        .and_then(|g| crate::zone::load::file_mtime(&g.path));
+                    e.geo = geo;
                     self.stats.count_signatures(made, kept);
                     e.rrsig_expiry = rrsig_expiry;
                     if let Some(exp) = rrsig_expiry {
@@ -546,6 +592,7 @@ impl Registry {
                     e.expired,
                     e.id,
                     e.compact.clone(),
+                    e.geo.clone(),
                 ),
                 None => set.put(
                     i as u32,
@@ -553,6 +600,7 @@ impl Registry {
                     ServeOptions::default(),
                     false,
                     u32::MAX,
+                    None,
                     None,
                 ),
             }

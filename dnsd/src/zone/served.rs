@@ -39,6 +39,8 @@ struct Slot {
     id: u32,
     /// Answered with compact denial (RFC 9824): the online signer.
     compact: Option<Arc<crate::signing::online::CompactSigner>>,
+    /// Its variants by client network.
+    geo: Option<Arc<crate::zone::geo::GeoZone>>,
 }
 
 /// Served apexes → slot, shared between versions until a zone comes or goes.
@@ -63,7 +65,7 @@ impl ZoneSet {
     pub fn new(zones: Vec<(Arc<Zone>, ServeOptions)>, generation: u64) -> ZoneSet {
         let mut set = ZoneSet::empty(generation);
         for (i, (z, o)) in zones.into_iter().enumerate() {
-            set.put(i as u32, Some(z), o, false, i as u32, None);
+            set.put(i as u32, Some(z), o, false, i as u32, None, None);
         }
         set
     }
@@ -114,6 +116,7 @@ impl ZoneSet {
     /// Puts `zone` (or nothing) with its settings in slot `i`; `id` names the zone for state
     /// kept beside the set. Only this slot's chunk (and the index, when the apex served
     /// there comes or goes) is copied.
+    #[allow(clippy::too_many_arguments)]
     pub fn put(
         &mut self,
         i: u32,
@@ -122,6 +125,7 @@ impl ZoneSet {
         expired: bool,
         id: u32,
         compact: Option<Arc<crate::signing::online::CompactSigner>>,
+        geo: Option<Arc<crate::zone::geo::GeoZone>>,
     ) {
         // Arcs, not copies of the apexes: no allocation per zone published.
         let old = self.slot(i).and_then(|s| s.zone.clone());
@@ -132,6 +136,7 @@ impl ZoneSet {
         s.expired = expired;
         s.id = id;
         s.compact = compact;
+        s.geo = geo.filter(|g| !g.is_empty());
         fn apex(z: &Option<Arc<Zone>>) -> Option<&[u8]> {
             z.as_ref().map(|z| z.apex().as_wire())
         }
@@ -160,6 +165,12 @@ impl ZoneSet {
     #[inline]
     pub fn compact(&self, i: u32) -> Option<&Arc<crate::signing::online::CompactSigner>> {
         self.slot(i).and_then(|s| s.compact.as_ref())
+    }
+
+    /// Zone `i`'s variants by client network, when its geo file gives some.
+    #[inline]
+    pub fn geo(&self, i: u32) -> Option<&Arc<crate::zone::geo::GeoZone>> {
+        self.slot(i).and_then(|s| s.geo.as_ref())
     }
 
     /// Whether zone `i` is answered in XDP too.
@@ -282,6 +293,7 @@ mod tests {
                 false,
                 i,
                 None,
+                None,
             );
         }
         let mut next = set.next(1);
@@ -291,6 +303,7 @@ mod tests {
             ServeOptions::default(),
             false,
             700,
+            None,
             None,
         );
         assert!(
@@ -302,13 +315,14 @@ mod tests {
         assert_eq!(lookup(&set, "a.z700.test."), Some((700, 1)));
         assert_eq!(lookup(&next, "a.z700.test."), Some((700, 2)));
         // A zone goes: its slot is empty, no other zone moves; a parent answers below it.
-        next.put(5, None, ServeOptions::default(), false, 5, None);
+        next.put(5, None, ServeOptions::default(), false, 5, None, None);
         next.put(
             1000,
             Some(zone("test.", 1)),
             ServeOptions::default(),
             false,
             1000,
+            None,
             None,
         );
         assert_eq!(lookup(&next, "x.z5.test."), Some((1000, 1)));
@@ -323,6 +337,7 @@ mod tests {
             ServeOptions::default(),
             false,
             2000,
+            None,
             None,
         );
         assert_eq!(lookup(&next, "new.test."), Some((5, 1)));

@@ -1,0 +1,217 @@
+//! A zone's answers by client network: its geo file — Knot's geoip module's format, so one
+//! file serves both — maps owner names to variants, each chosen by a prefix (`net:`) or by a
+//! `[[view]]`'s prefixes (`view:`), each holding RRsets:
+//!
+//! ```yaml
+//! www.example.com:
+//!   - net: 192.0.2.0/24
+//!     A: [ 198.51.100.1, 198.51.100.2 ]
+//!   - view: eu-office
+//!     A: 198.51.100.7
+//!     AAAA: 2001:db8::7
+//! ```
+//!
+//! The client's network (ECS, else the source) picks the most specific prefix of the name's
+//! variants — one longest-prefix lookup, not a walk over them; its scope is that prefix's
+//! length. No prefix covers the client, or its variant has neither the type asked nor a
+//! CNAME: the zone's own records answer (as Knot's module does).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::Path;
+
+use shield::prefix::PrefixMap;
+use zones::Name;
+
+/// One variant: its RRsets (type, RDATAs).
+#[derive(Debug, Default)]
+pub struct Variant {
+    /// The RRsets, in the file's order.
+    pub rrsets: Vec<(u16, Vec<Box<[u8]>>)>,
+}
+
+impl Variant {
+    /// The RDATAs of `qtype`, else of a CNAME (followed by the answer), as Knot's module
+    /// chooses: `(type, rdatas)`.
+    pub fn rrset(&self, qtype: u16) -> Option<(u16, &[Box<[u8]>])> {
+        let own = self
+            .rrsets
+            .iter()
+            .find(|(t, _)| *t == qtype || qtype == zones::rrtype::t::ANY);
+        own.or_else(|| {
+            self.rrsets
+                .iter()
+                .find(|(t, _)| *t == zones::rrtype::t::CNAME)
+        })
+        .map(|(t, r)| (*t, &r[..]))
+    }
+}
+
+/// The variants of one name.
+#[derive(Debug, Default)]
+pub struct GeoName {
+    nets: PrefixMap<u16>,
+    /// Its variants.
+    pub variants: Vec<Variant>,
+}
+
+impl GeoName {
+    /// The variant for a client at `ip`, and the length of the prefix that chose it.
+    pub fn pick(&self, ip: IpAddr) -> Option<(&Variant, u8)> {
+        let (net, &i) = self.nets.longest_match(ip)?;
+        Some((&self.variants[i as usize], net.prefix_len()))
+    }
+}
+
+/// A zone's variants by name.
+#[derive(Debug, Default)]
+pub struct GeoZone {
+    names: HashMap<Box<[u8]>, GeoName>,
+    /// TTL of every record given here.
+    pub ttl: u32,
+}
+
+impl GeoZone {
+    /// The variants of `qname` (lower-case wire): its own, else those of the wildcard one
+    /// label up (`*.parent`), as Knot's module looks them up.
+    pub fn name(&self, qname: &[u8]) -> Option<&GeoName> {
+        if let Some(n) = self.names.get(qname) {
+            return Some(n);
+        }
+        let first = *qname.first()? as usize;
+        if first == 0 || qname.len() < first + 2 {
+            return None;
+        }
+        let mut w = [0u8; 257];
+        w[..2].copy_from_slice(b"\x01*");
+        let rest = &qname[1 + first..];
+        w[2..2 + rest.len()].copy_from_slice(rest);
+        self.names.get(&w[..2 + rest.len()])
+    }
+
+    /// True when no name has variants.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Reads the geo file `path` of the zone `origin`, with `views` (name → prefixes) and
+    /// `ttl`; the error names the file and what is wrong where.
+    pub fn load(
+        path: &Path,
+        origin: &Name,
+        views: &HashMap<String, Vec<ipnet::IpNet>>,
+        ttl: u32,
+    ) -> Result<GeoZone, String> {
+        let at = |what: String| format!("{}: {what}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|e| at(e.to_string()))?;
+        let doc: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|e| at(e.to_string()))?;
+        let mut z = GeoZone {
+            names: HashMap::new(),
+            ttl,
+        };
+        let Some(map) = doc.as_mapping() else {
+            if doc.is_null() {
+                return Ok(z);
+            }
+            return Err(at(
+                "expected owner names, each with a list of variants".into()
+            ));
+        };
+        for (k, v) in map {
+            let owner = yaml_text(k).ok_or_else(|| at(format!("{k:?} is not a name")))?;
+            // Absolute, with or without the final dot (as Knot reads it).
+            let abs = if owner.ends_with('.') {
+                owner.clone()
+            } else {
+                format!("{owner}.")
+            };
+            let name = Name::parse(&abs, Some(&Name::root()))
+                .map_err(|e| at(format!("{owner}: {e}")))?
+                .to_lowercase();
+            if !name.is_subdomain_of(origin) {
+                return Err(at(format!("{owner} is outside the zone {origin}")));
+            }
+            let list = v
+                .as_sequence()
+                .ok_or_else(|| at(format!("{owner}: expected a list of variants")))?;
+            let mut g = GeoName::default();
+            for (i, var) in list.iter().enumerate() {
+                let where_ = |m: String| at(format!("{owner} variant {}: {m}", i + 1));
+                let var = var
+                    .as_mapping()
+                    .ok_or_else(|| where_("expected `net:` or `view:` and records".into()))?;
+                let mut nets: Vec<ipnet::IpNet> = Vec::new();
+                let mut variant = Variant::default();
+                for (key, value) in var {
+                    let key =
+                        yaml_text(key).ok_or_else(|| where_("a key that is not text".into()))?;
+                    match key.as_str() {
+                        "net" => {
+                            let s = yaml_text(value).unwrap_or_default();
+                            let n = crate::config::transfer::parse_prefix(&s).map_err(&where_)?;
+                            nets.push(n);
+                        }
+                        "view" => {
+                            let s = yaml_text(value).unwrap_or_default();
+                            let v = views
+                                .get(&s)
+                                .ok_or_else(|| where_(format!("no [[view]] named {s:?}")))?;
+                            nets.extend(v.iter().copied());
+                        }
+                        "geo" => {
+                            return Err(where_(
+                                "`geo:` (a MaxMind database's locations) is not supported here: use `net:` or `view:`".into(),
+                            ));
+                        }
+                        ty => {
+                            let rtype = zones::rrtype::from_text(ty.as_bytes())
+                                .ok_or_else(|| where_(format!("{ty:?} is not a record type")))?;
+                            let values: Vec<String> = match value {
+                                serde_yaml::Value::Sequence(s) => {
+                                    s.iter().filter_map(yaml_text).collect()
+                                }
+                                v => yaml_text(v).into_iter().collect(),
+                            };
+                            let mut rdatas = Vec::new();
+                            for rd in values {
+                                rdatas.push(parse_rdata(&name, ty, &rd).map_err(&where_)?);
+                            }
+                            variant.rrsets.push((rtype, rdatas));
+                        }
+                    }
+                }
+                if nets.is_empty() {
+                    return Err(where_("no `net:` or `view:` chooses it".into()));
+                }
+                let idx = g.variants.len() as u16;
+                for n in nets {
+                    g.nets.insert(n.trunc(), idx);
+                }
+                g.variants.push(variant);
+            }
+            z.names.insert(name.as_wire().into(), g);
+        }
+        Ok(z)
+    }
+}
+
+/// A YAML scalar as text (strings, numbers, addresses written bare).
+fn yaml_text(v: &serde_yaml::Value) -> Option<String> {
+    match v {
+        serde_yaml::Value::String(s) => Some(s.clone()),
+        serde_yaml::Value::Number(n) => Some(n.to_string()),
+        serde_yaml::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// The wire RDATA of one record of type `ty` at `owner` written as `text`.
+fn parse_rdata(owner: &Name, ty: &str, text: &str) -> Result<Box<[u8]>, String> {
+    let line = format!("{owner} 0 IN {ty} {text}\n");
+    let mut out = None;
+    zones::reader::read_bytes("geo", line, &zones::ReadOptions::new(owner), &mut |r| {
+        out = Some(Box::<[u8]>::from(r.rdata))
+    })
+    .map_err(|e| format!("{ty} {text:?}: {e}"))?;
+    out.ok_or_else(|| format!("{ty} {text:?}: no record"))
+}

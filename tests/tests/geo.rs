@@ -1,0 +1,419 @@
+//! Answers by client network: a zone's geo file (Knot's geoip module's format) gives names
+//! variants chosen by prefix (`net:`) or by a `[[view]]`; the client's network is its EDNS
+//! Client Subnet (`[server] ecs = true`) or its source address, and the answer carries ECS
+//! with the scope that chose it (0 for names without variants). Knot DNS with mod-geoip in
+//! subnet mode serves the same zone and file: the oracle, source by source and subnet by
+//! subnet. Also: a geo file re-read with the zone, signed variants validating with delv.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::Path;
+use std::time::Duration;
+
+use palisade_tests::servers::{Dnsd, Knot, Zone};
+use palisade_tests::wire::{QueryOpts, RawMsg, build_query, qtype as T};
+
+const ZONE: &str = "$ORIGIN geo.test.
+$TTL 3600
+@       SOA ns1 hostmaster 1 7200 3600 1209600 300
+@       NS  ns1
+ns1     A   192.0.2.53
+www     A   192.0.2.1
+www     AAAA 2001:db8::1
+www     TXT \"default\"
+office  A   192.0.2.2
+plain   A   192.0.2.3
+cn      A   192.0.2.4
+";
+
+/// The geo file; `VIEW` is `view: office` for dnsd and the view's `net:` lines for Knot.
+const GEO: &str = "www.geo.test:
+  - net: 127.77.0.0/16
+    A: [ 198.51.100.1, 198.51.100.2 ]
+    AAAA: 2001:db8::77
+  - net: 127.77.5.0/24
+    A: 198.51.100.5
+  - net: 10.0.0.0/8
+    A: 198.51.100.10
+  - net: 2001:db8:aaaa::/48
+    A: 198.51.100.6
+office.geo.test:
+VIEW
+cn.geo.test:
+  - net: 10.1.0.0/16
+    CNAME: plain.geo.test.
+";
+
+fn view_lines(dnsd: bool) -> String {
+    if dnsd {
+        "  - view: office\n    A: 203.0.113.8\n".into()
+    } else {
+        "  - net: 127.88.0.0/16\n    A: 203.0.113.8\n  - net: 10.88.0.0/16\n    A: 203.0.113.8\n"
+            .into()
+    }
+}
+
+/// A query of the oracle comparison: source, name, type, client subnet (address, length).
+type Case<'a> = (&'a str, &'a str, u16, Option<(&'a str, u8)>);
+
+/// An ECS option (RFC 7871) for `net`/`len`.
+fn ecs(ip: IpAddr, len: u8) -> (u16, Vec<u8>) {
+    let (family, bytes): (u16, Vec<u8>) = match ip {
+        IpAddr::V4(v) => (1, v.octets().to_vec()),
+        IpAddr::V6(v) => (2, v.octets().to_vec()),
+    };
+    let n = (len as usize).div_ceil(8);
+    let mut d = family.to_be_bytes().to_vec();
+    d.extend([len, 0]);
+    d.extend(&bytes[..n]);
+    (8, d)
+}
+
+/// What a reply says: rcode, the answer's records (type, presentation) sorted, the TTLs,
+/// and the ECS option's scope if one came back.
+#[derive(Debug, PartialEq, Eq)]
+struct Said {
+    rcode: u16,
+    answers: Vec<(u16, String)>,
+    ttls: Vec<u32>,
+    scope: Option<u8>,
+}
+
+fn ask(server: SocketAddr, src: &str, name: &str, qtype: u16, subnet: Option<(&str, u8)>) -> Said {
+    let mut opts = QueryOpts::edns(1232);
+    if let Some((ip, len)) = subnet {
+        opts.options.push(ecs(ip.parse().unwrap(), len));
+    }
+    let q = build_query(0x6e0, name, qtype, &opts);
+    let s = UdpSocket::bind((src, 0)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.send_to(&q, server).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.recv(&mut buf).expect("a reply");
+    let raw = RawMsg::parse(&buf[..n]).unwrap();
+    let msg = hickory_proto::op::Message::from_vec(&buf[..n]).unwrap();
+    let mut answers: Vec<(u16, String)> = msg
+        .answers
+        .iter()
+        .map(|r| (u16::from(r.record_type()), r.data.to_string()))
+        .collect();
+    answers.sort();
+    let ttls = msg.answers.iter().map(|r| r.ttl).collect();
+    let scope = raw
+        .opt
+        .as_ref()
+        .and_then(|o| o.options.iter().find(|(c, _)| *c == 8))
+        .map(|(_, d)| d[3]);
+    Said {
+        rcode: raw.rcode(),
+        answers,
+        ttls,
+        scope,
+    }
+}
+
+fn setup(dir: &Path) -> (Zone, std::path::PathBuf, std::path::PathBuf) {
+    let zf = dir.join("geo.test.zone");
+    std::fs::write(&zf, ZONE).unwrap();
+    let ours = dir.join("geo.yaml");
+    std::fs::write(&ours, GEO.replace("VIEW\n", &view_lines(true))).unwrap();
+    let knots = dir.join("geo.knot");
+    std::fs::write(&knots, GEO.replace("VIEW\n", &view_lines(false))).unwrap();
+    (Zone::new("geo.test.", zf), ours, knots)
+}
+
+fn dnsd(zone: &Zone, geo: &Path) -> Dnsd {
+    let mut z = zone.clone();
+    z.options.push(format!("geo = \"{}\"", geo.display()));
+    Dnsd::builder()
+        .zone(z)
+        .server_option("ecs = true")
+        .raw("\n[defence.rrl]\nenabled = false\n\n[[view]]\nname = \"office\"\nprefixes = [\"127.88.0.0/16\", \"10.88.0.0/16\"]\n")
+        .start()
+}
+
+#[test]
+fn variants_by_source_and_by_client_subnet_agree_with_knots_geoip_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let (zone, ours, knots) = setup(dir.path());
+    let dnsd = dnsd(&zone, &ours);
+    // Sources and subnets, each asked of both servers.
+    let cases: &[Case] = &[
+        // By source address.
+        ("127.77.5.9", "www.geo.test.", T::A, None),
+        ("127.77.9.9", "www.geo.test.", T::A, None),
+        ("127.77.9.9", "www.geo.test.", T::AAAA, None),
+        ("127.77.9.9", "www.geo.test.", T::TXT, None),
+        ("127.1.1.1", "www.geo.test.", T::A, None),
+        ("127.88.3.3", "office.geo.test.", T::A, None),
+        ("127.1.1.1", "office.geo.test.", T::A, None),
+        ("127.1.1.1", "plain.geo.test.", T::A, None),
+        // By client subnet, whatever the source.
+        ("127.1.1.1", "www.geo.test.", T::A, Some(("10.1.2.0", 24))),
+        ("127.1.1.1", "www.geo.test.", T::A, Some(("10.0.0.0", 8))),
+        ("127.1.1.1", "www.geo.test.", T::A, Some(("127.77.5.0", 24))),
+        ("127.1.1.1", "www.geo.test.", T::A, Some(("192.0.2.0", 24))),
+        (
+            "127.1.1.1",
+            "www.geo.test.",
+            T::A,
+            Some(("2001:db8:aaaa:1::", 56)),
+        ),
+        (
+            "127.1.1.1",
+            "office.geo.test.",
+            T::A,
+            Some(("10.88.1.0", 24)),
+        ),
+        (
+            "127.1.1.1",
+            "plain.geo.test.",
+            T::A,
+            Some(("10.88.1.0", 24)),
+        ),
+        ("127.1.1.1", "cn.geo.test.", T::A, Some(("10.1.9.0", 24))),
+        ("127.1.1.1", "cn.geo.test.", T::A, Some(("10.2.9.0", 24))),
+    ];
+    let ours_said: Vec<Said> = cases
+        .iter()
+        .map(|(src, name, t, sub)| ask(dnsd.addr(), src, name, *t, *sub))
+        .collect();
+    // Our own expectations for a few, whatever the oracle says.
+    assert_eq!(ours_said[0].answers, vec![(T::A, "198.51.100.5".into())]);
+    assert_eq!(ours_said[0].ttls, vec![60], "[geoip] ttl");
+    assert_eq!(ours_said[0].scope, None, "no ECS asked, none sent");
+    assert_eq!(ours_said[1].answers.len(), 2);
+    assert_eq!(
+        ours_said[3].answers,
+        vec![(T::TXT, "default".into())],
+        "a variant without TXT: the zone's (as Knot 3.2)"
+    );
+    assert_eq!(
+        ours_said[4].answers,
+        vec![(T::A, "192.0.2.1".into())],
+        "no variant: the zone's"
+    );
+    assert_eq!(
+        ours_said[5].answers,
+        vec![(T::A, "203.0.113.8".into())],
+        "the view"
+    );
+    assert_eq!(ours_said[8].answers, vec![(T::A, "198.51.100.10".into())]);
+    assert_eq!(ours_said[8].scope, Some(8), "scope: the prefix that chose");
+    assert_eq!(
+        ours_said[11].scope,
+        Some(0),
+        "no variant covers it: scope 0"
+    );
+    assert_eq!(
+        ours_said[14].scope,
+        Some(0),
+        "a name without variants: scope 0"
+    );
+    assert!(
+        ours_said[15]
+            .answers
+            .contains(&(T::CNAME, "plain.geo.test.".into())),
+        "the variant's CNAME, followed: {:?}",
+        ours_said[15]
+    );
+    if !Knot::available()
+        || !Path::new("/usr/lib/x86_64-linux-gnu/knot/modules-3.2/geoip.so").exists()
+    {
+        palisade_tests::skipped("knotd with knot-module-geoip is not installed");
+        return;
+    }
+    let z = zone.clone();
+    let knot = Knot::start_raw(std::slice::from_ref(&zone), move |d, addr| {
+        Knot::server_section(d, addr).replacen(
+            "server:\n",
+            "server:\n  edns-client-subnet: on\n",
+            1,
+        ) + &format!(
+            "mod-geoip:\n  - id: geo\n    config-file: \"{}\"\n    ttl: 60\n    mode: subnet\n\n\
+             template:\n  - id: default\n    storage: \"{}\"\n    zonefile-sync: -1\n\n\
+             zone:\n  - domain: {}\n    file: \"{}\"\n    module: mod-geoip/geo\n",
+            knots.display(),
+            d.display(),
+            z.origin,
+            z.file.display()
+        )
+    });
+    for ((src, name, t, sub), ours) in cases.iter().zip(&ours_said) {
+        let theirs = ask(knot.addr(), src, name, *t, *sub);
+        assert_eq!(
+            ours,
+            &theirs,
+            "{name} {t} from {src} subnet {sub:?}: dnsd and Knot differ\n{}",
+            knot.log()
+        );
+    }
+}
+
+#[test]
+fn a_geo_file_is_read_again_with_its_zone_and_a_bad_one_keeps_the_last_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let (zone, ours, _) = setup(dir.path());
+    let dnsd = dnsd(&zone, &ours);
+    let before = ask(dnsd.addr(), "127.77.5.9", "www.geo.test.", T::A, None);
+    assert_eq!(before.answers, vec![(T::A, "198.51.100.5".into())]);
+    // The geo file changes (the zone file does not): a reload reads it.
+    std::fs::write(
+        &ours,
+        GEO.replace("VIEW\n", &view_lines(true))
+            .replace("198.51.100.5", "198.51.100.55"),
+    )
+    .unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    let after = ask(dnsd.addr(), "127.77.5.9", "www.geo.test.", T::A, None);
+    assert_eq!(after.answers, vec![(T::A, "198.51.100.55".into())], "{out}");
+    // A bad geo file: refused with its name, the last good version keeps serving.
+    std::fs::write(
+        &ours,
+        "www.geo.test:\n  - net: not-a-prefix\n    A: 192.0.2.9\n",
+    )
+    .unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("geo.yaml") && out.contains("not-a-prefix"),
+        "{out}"
+    );
+    let kept = ask(dnsd.addr(), "127.77.5.9", "www.geo.test.", T::A, None);
+    assert_eq!(kept.answers, after.answers);
+}
+
+#[test]
+fn a_malformed_client_subnet_is_formerr_where_ecs_is_on_and_ignored_where_it_is_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let (zone, ours, _) = setup(dir.path());
+    let on = dnsd(&zone, &ours);
+    let off = Dnsd::builder().zone(zone.clone()).start();
+    // Bits set past the source prefix; a scope in a query; an unknown family.
+    let bad: [Vec<u8>; 3] = [
+        vec![0, 1, 8, 0, 10, 1],
+        vec![0, 1, 24, 8, 10, 1, 2],
+        vec![0, 9, 8, 0, 10],
+    ];
+    for b in &bad {
+        let mut opts = QueryOpts::edns(1232);
+        opts.options.push((8, b.clone()));
+        let q = build_query(7, "www.geo.test.", T::A, &opts);
+        for (server, want) in [(on.addr(), 1u16), (off.addr(), 0)] {
+            let r = palisade_tests::client::udp_exchange(server, &q, Duration::from_secs(2))
+                .unwrap()
+                .expect("a reply");
+            let m = RawMsg::parse(&r).unwrap();
+            assert_eq!(m.rcode(), want, "{b:?} to {server}");
+            if want == 0 {
+                let echoed = m
+                    .opt
+                    .as_ref()
+                    .is_some_and(|o| o.options.iter().any(|(c, _)| *c == 8));
+                assert!(!echoed, "ECS off: no option echoed");
+            }
+        }
+    }
+}
+
+#[test]
+fn variants_of_a_zone_dnsd_signs_are_signed_and_delv_validates_them() {
+    for p in ["delv", "dig"] {
+        if !palisade_tests::have_program(p) {
+            palisade_tests::skipped(&format!("{p} not installed"));
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (zone, ours, _) = setup(dir.path());
+    let mut z = zone.clone();
+    z.options.push(format!("geo = \"{}\"", ours.display()));
+    z.options.push("dnssec_policy = \"p\"".into());
+    let dnsd = Dnsd::builder()
+        .zone(z)
+        .raw(&format!(
+            "\n[defence.rrl]\nenabled = false\n\n[[view]]\nname = \"office\"\nprefixes = [\"127.88.0.0/16\"]\n\n\
+             [dnssec]\nkey_dir = \"{}\"\n\n[[dnssec_policy]]\nname = \"p\"\n",
+            dir.path().join("keys").display()
+        ))
+        .start();
+    let at = dnsd.addr();
+    let dig = std::process::Command::new("dig")
+        .args([
+            &format!("@{}", at.ip()),
+            "-p",
+            &at.port().to_string(),
+            "+short",
+            "geo.test",
+            "DNSKEY",
+        ])
+        .output()
+        .unwrap();
+    let keys = String::from_utf8_lossy(&dig.stdout).into_owned();
+    let mut anchor = String::from("trust-anchors {\n");
+    for l in keys.lines().filter(|l| l.starts_with("257 ")) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        anchor.push_str(&format!(
+            "  geo.test. static-key {} {} {} \"{}\";\n",
+            f[0],
+            f[1],
+            f[2],
+            f[3..].join("")
+        ));
+    }
+    anchor.push_str("};\n");
+    let anchor_file = dir.path().join("anchor.conf");
+    std::fs::write(&anchor_file, anchor).unwrap();
+    for (src, name, qtype, want, data) in [
+        (
+            "127.77.5.9",
+            "www.geo.test",
+            "A",
+            "; fully validated",
+            "198.51.100.5",
+        ),
+        (
+            "127.77.9.9",
+            "www.geo.test",
+            "AAAA",
+            "; fully validated",
+            "2001:db8::77",
+        ),
+        (
+            "127.88.1.1",
+            "office.geo.test",
+            "A",
+            "; fully validated",
+            "203.0.113.8",
+        ),
+        (
+            "127.1.1.1",
+            "www.geo.test",
+            "A",
+            "; fully validated",
+            "192.0.2.1",
+        ),
+    ] {
+        let out = std::process::Command::new("delv")
+            .args([
+                &format!("@{}", at.ip()),
+                "-p",
+                &at.port().to_string(),
+                "-b",
+                src,
+                "-a",
+                &anchor_file.display().to_string(),
+                "+root=geo.test",
+                name,
+                qtype,
+            ])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.contains(want) && out.contains(data),
+            "delv -b {src} {name} {qtype}:\n{out}"
+        );
+    }
+}
