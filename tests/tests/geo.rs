@@ -417,3 +417,141 @@ fn variants_of_a_zone_dnsd_signs_are_signed_and_delv_validates_them() {
         );
     }
 }
+
+/// Where `scripts/install-deps` puts mmdb-writer (an env var may say otherwise).
+fn mmdb_writer_path() -> Option<std::path::PathBuf> {
+    let p = std::env::var_os("PALISADE_MMDB_PY")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/opt/palisade-test-mmdb"));
+    p.join("mmdb_writer.py").is_file().then_some(p)
+}
+
+/// A small MaxMind database: Germany, France and the United States at test prefixes.
+const MMDB: &str = r#"
+import sys
+from mmdb_writer import MMDBWriter
+from netaddr import IPSet
+w = MMDBWriter(ip_version=6, ipv4_compatible=True, database_type="GeoIP2-Country")
+for nets, cont, country in [
+    (["127.77.0.0/16"], "EU", "DE"),
+    (["127.78.0.0/16", "2001:db8:aaaa::/48"], "EU", "FR"),
+    (["10.0.0.0/8"], "NA", "US"),
+]:
+    w.insert_network(IPSet(nets), {"continent": {"code": cont}, "country": {"iso_code": country}})
+w.to_db_file(sys.argv[1])
+"#;
+
+const GEO_DB: &str = "www.geo.test:
+  - geo: \"EU;DE\"
+    A: 198.51.100.49
+  - geo: \"EU;*\"
+    A: 198.51.100.50
+    AAAA: 2001:db8::50
+  - geo: \"NA\"
+    A: 198.51.100.1
+";
+
+#[test]
+fn variants_by_location_in_a_maxmind_database_agree_with_knots_geodb_mode() {
+    let Some(py) = mmdb_writer_path() else {
+        palisade_tests::skipped("mmdb-writer is not installed (scripts/install-deps)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (zone, _, _) = setup(dir.path());
+    let db = dir.path().join("test.mmdb");
+    let out = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(MMDB)
+        .arg(&db)
+        .env("PYTHONPATH", &py)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let geo = dir.path().join("geo-db.yaml");
+    std::fs::write(&geo, GEO_DB).unwrap();
+    let mut z = zone.clone();
+    z.options.push(format!("geo = \"{}\"", geo.display()));
+    let dnsd = Dnsd::builder()
+        .zone(z)
+        .server_option("ecs = true")
+        .raw(&format!(
+            "\n[defence.rrl]\nenabled = false\n\n[geoip]\ndb = \"{}\"\nkeys = [\"continent/code\", \"country/iso_code\"]\n",
+            db.display()
+        ))
+        .start();
+    let cases: &[Case] = &[
+        ("127.77.1.1", "www.geo.test.", T::A, None),
+        ("127.78.1.1", "www.geo.test.", T::A, None),
+        ("127.78.1.1", "www.geo.test.", T::AAAA, None),
+        ("127.1.1.1", "www.geo.test.", T::A, None),
+        ("127.1.1.1", "www.geo.test.", T::A, Some(("10.1.0.0", 16))),
+        ("127.1.1.1", "www.geo.test.", T::A, Some(("127.77.3.0", 24))),
+        ("127.1.1.1", "www.geo.test.", T::A, Some(("192.0.2.0", 24))),
+        (
+            "127.1.1.1",
+            "www.geo.test.",
+            T::A,
+            Some(("2001:db8:aaaa:1::", 64)),
+        ),
+        ("127.1.1.1", "www.geo.test.", T::TXT, Some(("10.1.0.0", 16))),
+    ];
+    let ours: Vec<Said> = cases
+        .iter()
+        .map(|(src, name, t, sub)| ask(dnsd.addr(), src, name, *t, *sub))
+        .collect();
+    assert_eq!(
+        ours[0].answers,
+        vec![(T::A, "198.51.100.49".into())],
+        "EU;DE"
+    );
+    assert_eq!(
+        ours[1].answers,
+        vec![(T::A, "198.51.100.50".into())],
+        "EU;*"
+    );
+    assert_eq!(
+        ours[3].answers,
+        vec![(T::A, "192.0.2.1".into())],
+        "not in the database"
+    );
+    assert_eq!(ours[4].answers, vec![(T::A, "198.51.100.1".into())], "NA");
+    assert_eq!(ours[4].scope, Some(8), "the database network's length");
+    if !Knot::available()
+        || !Path::new("/usr/lib/x86_64-linux-gnu/knot/modules-3.2/geoip.so").exists()
+    {
+        palisade_tests::skipped("knotd with knot-module-geoip is not installed");
+        return;
+    }
+    let zc = zone.clone();
+    let knot = Knot::start_raw(std::slice::from_ref(&zone), move |d, addr| {
+        Knot::server_section(d, addr).replacen(
+            "server:\n",
+            "server:\n  edns-client-subnet: on\n",
+            1,
+        ) + &format!(
+            "mod-geoip:\n  - id: geo\n    config-file: \"{}\"\n    ttl: 60\n    mode: geodb\n    \
+             geodb-file: \"{}\"\n    geodb-key: [ continent/code, country/iso_code ]\n\n\
+             template:\n  - id: default\n    storage: \"{}\"\n    zonefile-sync: -1\n\n\
+             zone:\n  - domain: {}\n    file: \"{}\"\n    module: mod-geoip/geo\n",
+            geo.display(),
+            db.display(),
+            d.display(),
+            zc.origin,
+            zc.file.display()
+        )
+    });
+    for ((src, name, t, sub), ours) in cases.iter().zip(&ours) {
+        let theirs = ask(knot.addr(), src, name, *t, *sub);
+        assert_eq!(
+            ours,
+            &theirs,
+            "{name} {t} from {src} subnet {sub:?}: dnsd and Knot differ\n{}",
+            knot.log()
+        );
+    }
+}

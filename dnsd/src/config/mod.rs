@@ -247,13 +247,25 @@ pub struct ViewConfig {
 pub struct GeoipConfig {
     /// TTL of the records a zone's geo file gives (Knot's geoip module's `ttl`).
     pub ttl: u32,
+    /// A MaxMind DB (GeoIP2/GeoLite2 Country or City) that `geo:` variants are chosen by
+    /// (relative paths are relative to the config file); read at start.
+    pub db: Option<PathBuf>,
+    /// The record keys `geo:` values name, in order: `continent/code`, `country/iso_code`.
+    pub keys: Vec<String>,
 }
 
 impl Default for GeoipConfig {
     fn default() -> Self {
-        GeoipConfig { ttl: 60 }
+        GeoipConfig {
+            ttl: 60,
+            db: None,
+            keys: vec!["country/iso_code".into()],
+        }
     }
 }
+
+/// The record keys `[geoip] keys` may name.
+pub const GEOIP_KEYS: [&str; 2] = ["continent/code", "country/iso_code"];
 
 /// `[alias]`: ALIAS records whose targets dnsd does not serve.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -639,6 +651,11 @@ impl Config {
                 *f = dir.join(&*f);
             }
         }
+        if let Some(g) = &mut c.geoip.db
+            && g.is_relative()
+        {
+            *g = dir.join(&*g);
+        }
         if let Some(r) = &mut c.rules
             && r.file.is_relative()
         {
@@ -768,6 +785,14 @@ impl Config {
             if !list.is_empty() && (self.server.tls_cert.is_none() || self.server.tls_key.is_none())
             {
                 return Err(inv(key, "needs server.tls_cert and server.tls_key".into()));
+            }
+        }
+        for k in &self.geoip.keys {
+            if !GEOIP_KEYS.contains(&k.as_str()) {
+                return Err(inv(
+                    "geoip.keys",
+                    format!("{k:?}: expected continent/code or country/iso_code"),
+                ));
             }
         }
         let mut names = std::collections::HashSet::new();

@@ -86,7 +86,24 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         let addr = crate::config::transfer::parse_addr(r).expect("alias.resolver checked");
         (cache, rx, addr)
     });
+    // The location database `geo:` variants are chosen by: a bad one stops the start.
+    let geodb = match &cfg.geoip.db {
+        Some(p) => Some(Arc::new(
+            crate::zone::geo::GeoDb::open(
+                p,
+                // Checked when the config loaded.
+                cfg.geoip
+                    .keys
+                    .iter()
+                    .filter_map(|k| crate::zone::geo::GeoKey::parse(k))
+                    .collect(),
+            )
+            .map_err(|e| format!("geoip.db: {e}"))?,
+        )),
+        None => None,
+    };
     let pcfg = Arc::new(PipelineConfig {
+        geodb,
         alias: alias.as_ref().map(|(c, _, _)| c.clone()),
         ecs: cfg.server.ecs,
         udp_payload: cfg.server.udp_payload,

@@ -120,6 +120,22 @@ pub struct Online<'a> {
     pub chain_past_budget: bool,
 }
 
+/// Who asks, for names with variants by client network.
+#[derive(Debug, Clone, Copy)]
+pub struct Client<'a> {
+    /// The client's network: its Client Subnet where ECS is on, else the source address.
+    pub ip: std::net::IpAddr,
+    /// The MaxMind database `geo:` variants are chosen by.
+    pub geodb: Option<&'a crate::zone::geo::GeoDb>,
+}
+
+impl Client<'_> {
+    /// A client at `ip`, without a location database.
+    pub fn at(ip: std::net::IpAddr) -> Client<'static> {
+        Client { ip, geodb: None }
+    }
+}
+
 /// Answers `q` into `w` (header and question already written) from `zone`, the zone
 /// [`find_zone`] chose (REFUSED when none). `online` is set for a zone answered with
 /// compact denial (RFC 9824).
@@ -130,7 +146,7 @@ pub fn answer_in(
     zone: Option<(u32, &std::sync::Arc<Zone>)>,
     online: Option<Online<'_>>,
     alias: Option<&AliasCache>,
-    client: std::net::IpAddr,
+    client: Client<'_>,
 ) -> Answered {
     let Some((zi, zone)) = zone else {
         w.set_rcode(rcode::REFUSED);
@@ -159,7 +175,7 @@ pub fn answer_in(
     let picked = zones.geo(zi).and_then(|g| {
         g.name(q.qname()).map(|n| {
             let v = n
-                .pick(client)
+                .pick(client.ip, client.geodb)
                 .and_then(|(v, plen)| v.rrset(q.qtype).map(|(rtype, rds)| (rtype, rds, plen)));
             (v, g.ttl)
         })
@@ -979,7 +995,7 @@ mod tests {
             find_zone(&q, zones),
             None,
             None,
-            std::net::Ipv4Addr::LOCALHOST.into(),
+            Client::at(std::net::Ipv4Addr::LOCALHOST.into()),
         );
         let n = w.finish();
         (Reply::parse(&out[..n]), a)

@@ -480,7 +480,7 @@ ns.insecure A 192.0.2.31
             find_zone(&q, zones),
             None,
             None,
-            std::net::Ipv4Addr::LOCALHOST.into(),
+            crate::query::internet::Client::at(std::net::Ipv4Addr::LOCALHOST.into()),
         );
         let n = w.finish();
         (Reply::parse(&out[..n]), a.kind)

@@ -57,6 +57,8 @@ pub struct PipelineConfig {
     pub alias: Option<Arc<crate::query::alias::AliasCache>>,
     /// EDNS Client Subnet is read and echoed (`[server] ecs`, RFC 7871).
     pub ecs: bool,
+    /// The MaxMind database `geo:` variants are chosen by (`[geoip] db`).
+    pub geodb: Option<Arc<crate::zone::geo::GeoDb>>,
 }
 
 impl Default for PipelineConfig {
@@ -68,6 +70,7 @@ impl Default for PipelineConfig {
             nsid: None,
             alias: None,
             ecs: false,
+            geodb: None,
         }
     }
 }
@@ -515,7 +518,10 @@ impl Processor {
             .as_ref()
             .is_some_and(|o| o.compact_ok && o.signer.denies());
         // The client's network: its Client Subnet where ECS is on, else the source.
-        let client = self.cfg.ecs(q).map_or(src.ip(), |e| e.ip());
+        let client = internet::Client {
+            ip: self.cfg.ecs(q).map_or(src.ip(), |e| e.ip()),
+            geodb: self.cfg.geodb.as_deref(),
+        };
         let ans = internet::answer_in(
             &mut w,
             q,

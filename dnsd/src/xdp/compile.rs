@@ -502,7 +502,7 @@ mod tests {
         )
         .unwrap();
         let origin = zones::Name::parse("example.com.", None).unwrap();
-        let g = crate::zone::geo::GeoZone::load(&geo, &origin, &Default::default(), 60).unwrap();
+        let g = crate::zone::geo::GeoZone::load(&geo, &origin, &Default::default(), 60, 0).unwrap();
         let mut set = ZoneSet::empty(0);
         set.put(
             0,

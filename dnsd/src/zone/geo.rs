@@ -11,6 +11,11 @@
 //!     AAAA: 2001:db8::7
 //! ```
 //!
+//! With `[geoip] db` (a MaxMind DB), a variant may instead be chosen by location,
+//! `geo: "EU;DE"`: the values of `[geoip] keys` (`continent/code`, `country/iso_code`) in
+//! order, `*` for any, as Knot's geodb mode reads them; the most specific match wins and the
+//! scope is the database network's prefix length.
+//!
 //! The client's network (ECS, else the source) picks the most specific prefix of the name's
 //! variants — one longest-prefix lookup, not a walk over them; its scope is that prefix's
 //! length. No prefix covers the client, or its variant has neither the type asked nor a
@@ -51,15 +56,119 @@ impl Variant {
 #[derive(Debug, Default)]
 pub struct GeoName {
     nets: PrefixMap<u16>,
+    /// Variants by location: the values of `[geoip] keys` (`None`: any), the variant.
+    locs: Vec<(Vec<Option<Box<str>>>, u16)>,
     /// Its variants.
     pub variants: Vec<Variant>,
 }
 
 impl GeoName {
-    /// The variant for a client at `ip`, and the length of the prefix that chose it.
-    pub fn pick(&self, ip: IpAddr) -> Option<(&Variant, u8)> {
-        let (net, &i) = self.nets.longest_match(ip)?;
-        Some((&self.variants[i as usize], net.prefix_len()))
+    /// The variant for a client at `ip`, and the length of the prefix that chose it: by
+    /// prefix, else by location in `db`.
+    pub fn pick(&self, ip: IpAddr, db: Option<&GeoDb>) -> Option<(&Variant, u8)> {
+        if let Some((net, &i)) = self.nets.longest_match(ip) {
+            return Some((&self.variants[i as usize], net.prefix_len()));
+        }
+        if self.locs.is_empty() {
+            return None;
+        }
+        let db = db?;
+        let (loc, len) = db.locate(ip)?;
+        // The most specific location that holds: every value it names is the client's.
+        let best = self
+            .locs
+            .iter()
+            .filter(|(want, _)| {
+                want.iter()
+                    .zip(&db.keys)
+                    .all(|(w, k)| w.as_deref().is_none_or(|w| loc.get(*k) == Some(w)))
+            })
+            .max_by_key(|(want, _)| want.iter().filter(|w| w.is_some()).count())?;
+        Some((&self.variants[best.1 as usize], len))
+    }
+}
+
+/// A key of a MaxMind record that variants may be chosen by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeoKey {
+    /// `continent/code` (EU, NA, ...).
+    Continent,
+    /// `country/iso_code` (DE, US, ...).
+    Country,
+}
+
+impl GeoKey {
+    /// The key a `[geoip] keys` entry names.
+    pub fn parse(s: &str) -> Option<GeoKey> {
+        match s {
+            "continent/code" => Some(GeoKey::Continent),
+            "country/iso_code" => Some(GeoKey::Country),
+            _ => None,
+        }
+    }
+}
+
+/// A client's location, borrowed from the database (no allocation per query).
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct Location<'a> {
+    #[serde(borrow, default)]
+    continent: Option<Code<'a>>,
+    #[serde(borrow, default)]
+    country: Option<IsoCode<'a>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Code<'a> {
+    #[serde(borrow, default)]
+    code: Option<&'a str>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct IsoCode<'a> {
+    #[serde(borrow, default)]
+    iso_code: Option<&'a str>,
+}
+
+impl Location<'_> {
+    /// The value of `k`.
+    pub fn get(&self, k: GeoKey) -> Option<&str> {
+        match k {
+            GeoKey::Continent => self.continent.as_ref().and_then(|c| c.code),
+            GeoKey::Country => self.country.as_ref().and_then(|c| c.iso_code),
+        }
+    }
+}
+
+/// A MaxMind database (`[geoip] db`) and the keys variants name.
+pub struct GeoDb {
+    reader: maxminddb::Reader<Vec<u8>>,
+    /// `[geoip] keys`, in order.
+    pub keys: Vec<GeoKey>,
+}
+
+impl std::fmt::Debug for GeoDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GeoDb({:?})", self.keys)
+    }
+}
+
+impl GeoDb {
+    /// Opens `path` (read whole), or says why not, naming it.
+    pub fn open(path: &Path, keys: Vec<GeoKey>) -> Result<GeoDb, String> {
+        let reader = maxminddb::Reader::open_readfile(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(GeoDb { reader, keys })
+    }
+
+    /// The location of `ip` and the prefix length of the database's network holding it.
+    pub fn locate(&self, ip: IpAddr) -> Option<(Location<'_>, u8)> {
+        let (loc, len) = self.reader.lookup_prefix::<Location<'_>>(ip).ok()?;
+        // An IPv4 address in an IPv6 tree: its length counts the ::/96 above it.
+        let len = match ip {
+            IpAddr::V4(_) if len > 32 => len - 96,
+            _ => len,
+        };
+        Some((loc?, len as u8))
     }
 }
 
@@ -94,13 +203,15 @@ impl GeoZone {
         self.names.is_empty()
     }
 
-    /// Reads the geo file `path` of the zone `origin`, with `views` (name → prefixes) and
-    /// `ttl`; the error names the file and what is wrong where.
+    /// Reads the geo file `path` of the zone `origin`, with `views` (name → prefixes), `ttl`
+    /// and the number of `[geoip] keys` (0: no database, no `geo:`); the error names the
+    /// file and what is wrong where.
     pub fn load(
         path: &Path,
         origin: &Name,
         views: &HashMap<String, Vec<ipnet::IpNet>>,
         ttl: u32,
+        keys: usize,
     ) -> Result<GeoZone, String> {
         let at = |what: String| format!("{}: {what}", path.display());
         let text = std::fs::read_to_string(path).map_err(|e| at(e.to_string()))?;
@@ -141,6 +252,7 @@ impl GeoZone {
                     .as_mapping()
                     .ok_or_else(|| where_("expected `net:` or `view:` and records".into()))?;
                 let mut nets: Vec<ipnet::IpNet> = Vec::new();
+                let mut locs: Vec<Vec<Option<Box<str>>>> = Vec::new();
                 let mut variant = Variant::default();
                 for (key, value) in var {
                     let key =
@@ -159,9 +271,16 @@ impl GeoZone {
                             nets.extend(v.iter().copied());
                         }
                         "geo" => {
-                            return Err(where_(
-                                "`geo:` (a MaxMind database's locations) is not supported here: use `net:` or `view:`".into(),
-                            ));
+                            let s = yaml_text(value).unwrap_or_default();
+                            let want: Vec<Option<Box<str>>> =
+                                s.split(';').map(|v| (v != "*").then(|| v.into())).collect();
+                            if want.len() > keys {
+                                return Err(where_(format!(
+                                    "geo: {s:?} names {} values, [geoip] keys has {keys}",
+                                    want.len()
+                                )));
+                            }
+                            locs.push(want);
                         }
                         ty => {
                             let rtype = zones::rrtype::from_text(ty.as_bytes())
@@ -180,12 +299,15 @@ impl GeoZone {
                         }
                     }
                 }
-                if nets.is_empty() {
-                    return Err(where_("no `net:` or `view:` chooses it".into()));
+                if nets.is_empty() && locs.is_empty() {
+                    return Err(where_("no `net:`, `view:` or `geo:` chooses it".into()));
                 }
                 let idx = g.variants.len() as u16;
                 for n in nets {
                     g.nets.insert(n.trunc(), idx);
+                }
+                for l in locs {
+                    g.locs.push((l, idx));
                 }
                 g.variants.push(variant);
             }

@@ -36,6 +36,8 @@ pub struct GeoSpec {
     pub views: std::collections::HashMap<String, Vec<ipnet::IpNet>>,
     /// `[geoip] ttl`.
     pub ttl: u32,
+    /// How many `[geoip] keys` `geo:` values may name (0 without `[geoip] db`).
+    pub keys: usize,
 }
 
 impl Planned {
@@ -149,7 +151,7 @@ pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
                     g.path.display()
                 )));
             }
-            let z = crate::zone::geo::GeoZone::load(&g.path, &p.origin, &g.views, g.ttl)
+            let z = crate::zone::geo::GeoZone::load(&g.path, &p.origin, &g.views, g.ttl, g.keys)
                 .map_err(LoadError::Geo)?;
             Some(Arc::new(z))
         }

@@ -89,6 +89,11 @@ impl ZoneDef {
             path,
             views,
             ttl: cfg.geoip.ttl,
+            keys: if cfg.geoip.db.is_some() {
+                cfg.geoip.keys.len()
+            } else {
+                0
+            },
         }))
     }
 
