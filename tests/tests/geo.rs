@@ -555,3 +555,93 @@ fn variants_by_location_in_a_maxmind_database_agree_with_knots_geodb_mode() {
         );
     }
 }
+
+#[test]
+fn a_pre_signed_zone_takes_its_variants_signatures_from_the_geo_file() {
+    for p in ["delv", "dnssec-keygen", "dnssec-signzone"] {
+        if !palisade_tests::have_program(p) {
+            palisade_tests::skipped(&format!("{p} not installed"));
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("geo.test.zone"), ZONE).unwrap();
+    let sh = |cmd: &str| palisade_tests::sh(d, cmd);
+    let ksk = sh("dnssec-keygen -q -a ECDSAP256SHA256 -f KSK -n ZONE geo.test");
+    sh("dnssec-keygen -q -a ECDSAP256SHA256 -n ZONE geo.test");
+    sh("dnssec-signzone -q -O full -o geo.test -K . -S -f signed.zone geo.test.zone");
+    // The variant signed with the same keys: the zone with www holding only its records.
+    let variant = ZONE
+        .lines()
+        .filter(|l| !l.starts_with("www"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\nwww 60 A 198.51.100.5\n";
+    std::fs::write(d.join("variant.zone"), variant).unwrap();
+    sh("dnssec-signzone -q -O full -o geo.test -K . -S -f variant.signed variant.zone");
+    let signed = std::fs::read_to_string(d.join("variant.signed")).unwrap();
+    let sig = signed
+        .lines()
+        .find(|l| l.starts_with("www.geo.test.") && l.contains("RRSIG\tA "))
+        .and_then(|l| l.split("RRSIG\t").nth(1))
+        .expect("the variant's RRSIG")
+        .trim()
+        .to_string();
+    let geo = d.join("geo.yaml");
+    let with_sig = format!(
+        "www.geo.test:\n  - net: 127.77.5.0/24\n    A: 198.51.100.5\n    RRSIG: \"{sig}\"\n"
+    );
+    std::fs::write(&geo, &with_sig).unwrap();
+    let mut z = Zone::new("geo.test.", d.join("signed.zone"));
+    z.options.push(format!("geo = \"{}\"", geo.display()));
+    let dnsd = Dnsd::builder()
+        .zone(z)
+        .raw("\n[defence.rrl]\nenabled = false\n")
+        .start();
+    let key = std::fs::read_to_string(d.join(format!("{}.key", ksk.trim()))).unwrap();
+    let line = key.lines().find(|l| l.contains("DNSKEY")).unwrap();
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let i = f.iter().position(|x| *x == "DNSKEY").unwrap();
+    let anchor = format!(
+        "trust-anchors {{ geo.test. static-key {} {} {} \"{}\"; }};\n",
+        f[i + 1],
+        f[i + 2],
+        f[i + 3],
+        f[i + 4..].join("")
+    );
+    std::fs::write(d.join("anchor.conf"), anchor).unwrap();
+    let at = dnsd.addr();
+    for (src, data) in [("127.77.5.9", "198.51.100.5"), ("127.1.1.1", "192.0.2.1")] {
+        let out = std::process::Command::new("delv")
+            .args([
+                &format!("@{}", at.ip()),
+                "-p",
+                &at.port().to_string(),
+                "-b",
+                src,
+                "-a",
+                &d.join("anchor.conf").display().to_string(),
+                "+root=geo.test",
+                "www.geo.test",
+                "A",
+            ])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.contains("; fully validated") && out.contains(data),
+            "delv -b {src}:\n{out}"
+        );
+    }
+    // A variant without its signature cannot be served by a pre-signed zone: refused, named.
+    std::fs::write(
+        &geo,
+        "www.geo.test:\n  - net: 127.77.5.0/24\n    A: 198.51.100.6\n",
+    )
+    .unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("no RRSIG over its A records"), "{out}");
+}

@@ -176,15 +176,15 @@ pub fn answer_in(
         g.name(q.qname()).map(|n| {
             let v = n
                 .pick(client.ip, client.geodb)
-                .and_then(|(v, plen)| v.rrset(q.qtype).map(|(rtype, rds)| (rtype, rds, plen)));
+                .and_then(|(v, plen)| v.rrset(q.qtype).map(|(rtype, rds)| (v, rtype, rds, plen)));
             (v, g.ttl)
         })
     });
     let kind = match picked {
-        Some((Some((rtype, rds, plen)), ttl)) => {
+        Some((Some((v, rtype, rds, plen)), ttl)) => {
             a.volatile = true;
             scope = plen;
-            a.variant(zone, rtype, rds, ttl, &mut target)
+            a.variant(zone, v, (rtype, rds), ttl, &mut target)
         }
         Some((None, _)) => {
             a.volatile = true;
@@ -642,8 +642,8 @@ impl Answerer<'_, '_, '_> {
     fn variant(
         &mut self,
         zone: &Zone,
-        rtype: u16,
-        rdatas: &[Box<[u8]>],
+        v: &crate::zone::geo::Variant,
+        (rtype, rdatas): (u16, &[Box<[u8]>]),
         ttl: u32,
         target: &mut Target,
     ) -> Kind {
@@ -654,7 +654,27 @@ impl Answerer<'_, '_, '_> {
             k += 1;
         }
         let qname = self.q.qname();
-        let kind = self.put_made(zone, qname, Owner::Qname, rtype, ttl, &mut rds[..k]);
+        let presigned =
+            is_signed(zone) && !self.online.as_ref().is_some_and(|o| o.signer.signs(zone));
+        let kind = if self.dnssec && presigned {
+            // A pre-signed zone: the variant's signatures come from its file.
+            let m = self.w.mark();
+            let sigs = v.sigs(rtype).map(|s| (t::RRSIG, s));
+            for (ty, rd) in rds[..k].iter().map(|rd| (rtype, *rd)).chain(sigs) {
+                if self
+                    .w
+                    .rr(Section::Answer, Owner::Qname, ty, ttl, rd)
+                    .is_err()
+                {
+                    self.w.rollback(m);
+                    self.tc();
+                    break;
+                }
+            }
+            Kind::Answer
+        } else {
+            self.put_made(zone, qname, Owner::Qname, rtype, ttl, &mut rds[..k])
+        };
         if rtype == t::CNAME && self.q.qtype != t::CNAME && self.w.rcode() == rcode::NOERROR {
             let mut first = [0u8; MAX_NAME_LEN];
             let rd = rds[0];

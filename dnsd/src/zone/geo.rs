@@ -39,16 +39,53 @@ impl Variant {
     /// The RDATAs of `qtype`, else of a CNAME (followed by the answer), as Knot's module
     /// chooses: `(type, rdatas)`.
     pub fn rrset(&self, qtype: u16) -> Option<(u16, &[Box<[u8]>])> {
+        use zones::rrtype::t;
         let own = self
             .rrsets
             .iter()
-            .find(|(t, _)| *t == qtype || qtype == zones::rrtype::t::ANY);
+            .filter(|(ty, _)| *ty != t::RRSIG)
+            .find(|(ty, _)| *ty == qtype || qtype == t::ANY);
         own.or_else(|| {
             self.rrsets
                 .iter()
                 .find(|(t, _)| *t == zones::rrtype::t::CNAME)
         })
         .map(|(t, r)| (*t, &r[..]))
+    }
+}
+
+impl Variant {
+    /// The signatures the file gives over its `rtype` records (a pre-signed zone's).
+    pub fn sigs(&self, rtype: u16) -> impl Iterator<Item = &[u8]> + '_ {
+        self.rrsets
+            .iter()
+            .filter(|(ty, _)| *ty == zones::rrtype::t::RRSIG)
+            .flat_map(|(_, r)| r.iter())
+            .filter(move |rd| rd.len() >= 2 && u16::from_be_bytes([rd[0], rd[1]]) == rtype)
+            .map(|rd| &rd[..])
+    }
+
+    /// The first of its RRsets without a signature over it, if any (a pre-signed zone needs
+    /// them all signed).
+    pub fn unsigned(&self) -> Option<u16> {
+        self.rrsets
+            .iter()
+            .map(|(ty, _)| *ty)
+            .find(|&ty| ty != zones::rrtype::t::RRSIG && self.sigs(ty).next().is_none())
+    }
+}
+
+impl GeoZone {
+    /// The first variant RRset without a signature: (owner, variant number, type).
+    pub fn first_unsigned(&self) -> Option<(String, usize, u16)> {
+        self.names.iter().find_map(|(owner, g)| {
+            g.variants.iter().enumerate().find_map(|(i, v)| {
+                v.unsigned().map(|ty| {
+                    let o = Name::from_wire(owner).map_or_else(|_| "?".into(), |n| n.to_string());
+                    (o, i + 1, ty)
+                })
+            })
+        })
     }
 }
 

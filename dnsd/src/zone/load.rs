@@ -145,14 +145,17 @@ pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
     }
     let geo = match &p.geo {
         Some(g) => {
-            if presigned {
-                return Err(LoadError::Geo(format!(
-                    "{}: a pre-signed zone cannot have variants by client network (they would be unsigned): let dnsd sign it",
-                    g.path.display()
-                )));
-            }
             let z = crate::zone::geo::GeoZone::load(&g.path, &p.origin, &g.views, g.ttl, g.keys)
                 .map_err(LoadError::Geo)?;
+            // A pre-signed zone's variants come signed, from the file (dnsd signs its own
+            // zones' variants when asked).
+            if presigned && let Some((owner, i, ty)) = z.first_unsigned() {
+                return Err(LoadError::Geo(format!(
+                    "{}: {owner} variant {i}: no RRSIG over its {} records: a pre-signed zone's variants must carry their signatures",
+                    g.path.display(),
+                    zones::rrtype::to_text(ty)
+                )));
+            }
             Some(Arc::new(z))
         }
         None => None,
