@@ -216,6 +216,24 @@ fn variants_by_source_and_by_client_subnet_agree_with_knots_geoip_module() {
         "the variant's CNAME, followed: {:?}",
         ours_said[15]
     );
+    // kdig sends the subnet and shows the scope that came back.
+    let out = std::process::Command::new("kdig")
+        .args([
+            &format!("@{}", dnsd.addr().ip()),
+            "-p",
+            &dnsd.addr().port().to_string(),
+            "+subnet=10.1.2.0/24",
+            "www.geo.test.",
+            "A",
+        ])
+        .output()
+        .expect("kdig");
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(out.contains("198.51.100.10"), "{out}");
+    assert!(
+        out.contains("CLIENT-SUBNET: 10.1.2.0/24/8"),
+        "scope 8 echoed: {out}"
+    );
     if !Knot::available()
         || !Path::new("/usr/lib/x86_64-linux-gnu/knot/modules-3.2/geoip.so").exists()
     {
