@@ -381,6 +381,38 @@ def run_dnsperf(addr, port, qfile, seconds, cpu, clients=4, outstanding=200, ext
     return completed, lost, qps
 
 
+def udp_flood(src, dst, port, msgs, n):
+    """Sends `n` datagrams from `src` to `dst`:`port`, cycling through `msgs`, draining the
+    answers as they come (pacing the sender by them) and for up to 2 s after; the number of
+    answers."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((src, 0))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+    s.setblocking(False)
+    got = 0
+    k = len(msgs)
+    for i in range(n):
+        s.sendto(msgs[i % k], (dst, port))
+        if i & 63 == 63:
+            while True:
+                try:
+                    s.recv(4096)
+                    got += 1
+                except BlockingIOError:
+                    break
+            if i - got > 2000:
+                time.sleep(0.0005)
+    end = time.monotonic() + 2
+    while got < n and time.monotonic() < end:
+        try:
+            s.recv(4096)
+            got += 1
+        except BlockingIOError:
+            time.sleep(0.001)
+    s.close()
+    return got
+
+
 def save(name, data):
     os.makedirs(RAW, exist_ok=True)
     with open(os.path.join(RAW, name + ".json"), "w") as f:

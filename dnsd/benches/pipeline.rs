@@ -2,7 +2,9 @@
 //! from the UDP path, with defences off, then each check on; then the shield rules of the
 //! zone's tenant: none, 10 and 1,000 rules (qname exact, suffix and prefix, qtype one_of,
 //! transport, udp_size and regex conditions; the query matches none, so every rule that
-//! could apply is looked at). `cargo bench -p dnsd`.
+//! could apply is looked at); then answers made when asked: a name with variants by client
+//! network (the source's prefix picks one) and an ALIAS to a name of the same zone, beside
+//! the plain answer of the first case. `cargo bench -p dnsd`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,6 +43,36 @@ fn zones_of(tenant: u32) -> Arc<ArcSwap<ZoneSet>> {
         )],
         1,
     )))
+}
+
+/// The bench zone with `extra` records, and a geo file giving `h1234` variants for three
+/// prefixes (the source's among them), when `geo`.
+fn zones_made(extra: &str, geo: bool) -> Arc<ArcSwap<ZoneSet>> {
+    let origin: zones::Name = "example.com.".parse().unwrap();
+    let mut text = String::from("$TTL 300\n@ SOA ns h 1 2 3 4 5\n@ NS ns\nns A 192.0.2.1\n");
+    for i in 0..10_000 {
+        text.push_str(&format!("h{i} A 10.0.{}.{}\n", i / 256, i % 256));
+    }
+    text.push_str(extra);
+    let z = zones::load_bytes("bench", text, &origin, &zones::ReadOptions::new(&origin))
+        .unwrap()
+        .zone;
+    let g = geo.then(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("geo.yaml");
+        std::fs::write(
+            &f,
+            "h1234.example.com:\n  - net: 10.0.0.0/8\n    A: 198.51.100.10\n  \
+             - net: 192.0.2.0/24\n    A: 198.51.100.2\n  - net: 2001:db8::/32\n    A: 198.51.100.6\n",
+        )
+        .unwrap();
+        Arc::new(
+            dnsd::zone::geo::GeoZone::load(&f, &origin, &Default::default(), 60, 0).unwrap(),
+        )
+    });
+    let mut set = ZoneSet::empty(0);
+    set.put(0, Some(Arc::new(z)), Default::default(), false, 0, None, g);
+    Arc::new(ArcSwap::from_pointee(set))
 }
 
 fn query(cookie: Option<&[u8]>) -> Vec<u8> {
@@ -234,6 +266,35 @@ fn bench(c: &mut Criterion) {
     let with_cookie = query(Some(&full));
     g.bench_function("valid server cookie", |b| {
         b.iter(|| p.process(&with_cookie, src, Transport::Udp, &mut out))
+    });
+    // Answers made when asked, against the plain one ("no defences" above).
+    let made = |zones| {
+        let mut p = Processor::new(
+            zones,
+            Arc::new(PipelineConfig::default()),
+            Arc::new(WorkerStats::default()),
+            None,
+        );
+        p.refresh();
+        p
+    };
+    let mut p = made(zones_made("", false));
+    g.bench_function("answer: plain A", |b| {
+        b.iter(|| p.process(&q, src, Transport::Udp, &mut out))
+    });
+    let mut p = made(zones_made("", true));
+    g.bench_function("answer: a name with variants (3 prefixes)", |b| {
+        b.iter(|| p.process(&q, src, Transport::Udp, &mut out))
+    });
+    let mut p = made(zones_made("flat ALIAS h1234\n", false));
+    let flat: Vec<u8> = {
+        let mut m = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 1];
+        m.extend_from_slice(b"\x04flat\x07example\x03com\x00\x00\x01\x00\x01");
+        m.extend_from_slice(&[0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0]);
+        m
+    };
+    g.bench_function("answer: an ALIAS to a name of the zone", |b| {
+        b.iter(|| p.process(&flat, src, Transport::Udp, &mut out))
     });
     g.finish();
 }

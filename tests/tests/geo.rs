@@ -131,6 +131,43 @@ fn dnsd(zone: &Zone, geo: &Path) -> Dnsd {
         .start()
 }
 
+/// Knot DNS with mod-geoip on `zone` and the geo file `file`, ECS on, in `mode` (`subnet`,
+/// or `geodb` with its database lines), compared with `ours` case by case; skipped loudly
+/// when knotd or its geoip module is missing.
+fn compare_with_knot(zone: &Zone, file: &Path, mode: &str, cases: &[Case], ours: &[Said]) {
+    if !Knot::available()
+        || !Path::new("/usr/lib/x86_64-linux-gnu/knot/modules-3.2/geoip.so").exists()
+    {
+        palisade_tests::skipped("knotd with knot-module-geoip is not installed");
+        return;
+    }
+    let (z, file, mode) = (zone.clone(), file.to_path_buf(), mode.to_string());
+    let knot = Knot::start_raw(std::slice::from_ref(zone), move |d, addr| {
+        Knot::server_section(d, addr).replacen(
+            "server:\n",
+            "server:\n  edns-client-subnet: on\n",
+            1,
+        ) + &format!(
+            "mod-geoip:\n  - id: geo\n    config-file: \"{}\"\n    ttl: 60\n    mode: {mode}\n\n\
+             template:\n  - id: default\n    storage: \"{}\"\n    zonefile-sync: -1\n\n\
+             zone:\n  - domain: {}\n    file: \"{}\"\n    module: mod-geoip/geo\n",
+            file.display(),
+            d.display(),
+            z.origin,
+            z.file.display()
+        )
+    });
+    for ((src, name, t, sub), ours) in cases.iter().zip(ours) {
+        let theirs = ask(knot.addr(), src, name, *t, *sub);
+        assert_eq!(
+            ours,
+            &theirs,
+            "{name} {t} from {src} subnet {sub:?}: dnsd and Knot differ\n{}",
+            knot.log()
+        );
+    }
+}
+
 #[test]
 fn variants_by_source_and_by_client_subnet_agree_with_knots_geoip_module() {
     let dir = tempfile::tempdir().unwrap();
@@ -234,37 +271,7 @@ fn variants_by_source_and_by_client_subnet_agree_with_knots_geoip_module() {
         out.contains("CLIENT-SUBNET: 10.1.2.0/24/8"),
         "scope 8 echoed: {out}"
     );
-    if !Knot::available()
-        || !Path::new("/usr/lib/x86_64-linux-gnu/knot/modules-3.2/geoip.so").exists()
-    {
-        palisade_tests::skipped("knotd with knot-module-geoip is not installed");
-        return;
-    }
-    let z = zone.clone();
-    let knot = Knot::start_raw(std::slice::from_ref(&zone), move |d, addr| {
-        Knot::server_section(d, addr).replacen(
-            "server:\n",
-            "server:\n  edns-client-subnet: on\n",
-            1,
-        ) + &format!(
-            "mod-geoip:\n  - id: geo\n    config-file: \"{}\"\n    ttl: 60\n    mode: subnet\n\n\
-             template:\n  - id: default\n    storage: \"{}\"\n    zonefile-sync: -1\n\n\
-             zone:\n  - domain: {}\n    file: \"{}\"\n    module: mod-geoip/geo\n",
-            knots.display(),
-            d.display(),
-            z.origin,
-            z.file.display()
-        )
-    });
-    for ((src, name, t, sub), ours) in cases.iter().zip(&ours_said) {
-        let theirs = ask(knot.addr(), src, name, *t, *sub);
-        assert_eq!(
-            ours,
-            &theirs,
-            "{name} {t} from {src} subnet {sub:?}: dnsd and Knot differ\n{}",
-            knot.log()
-        );
-    }
+    compare_with_knot(&zone, &knots, "subnet", cases, &ours_said);
 }
 
 #[test]
@@ -539,39 +546,11 @@ fn variants_by_location_in_a_maxmind_database_agree_with_knots_geodb_mode() {
     );
     assert_eq!(ours[4].answers, vec![(T::A, "198.51.100.1".into())], "NA");
     assert_eq!(ours[4].scope, Some(8), "the database network's length");
-    if !Knot::available()
-        || !Path::new("/usr/lib/x86_64-linux-gnu/knot/modules-3.2/geoip.so").exists()
-    {
-        palisade_tests::skipped("knotd with knot-module-geoip is not installed");
-        return;
-    }
-    let zc = zone.clone();
-    let knot = Knot::start_raw(std::slice::from_ref(&zone), move |d, addr| {
-        Knot::server_section(d, addr).replacen(
-            "server:\n",
-            "server:\n  edns-client-subnet: on\n",
-            1,
-        ) + &format!(
-            "mod-geoip:\n  - id: geo\n    config-file: \"{}\"\n    ttl: 60\n    mode: geodb\n    \
-             geodb-file: \"{}\"\n    geodb-key: [ continent/code, country/iso_code ]\n\n\
-             template:\n  - id: default\n    storage: \"{}\"\n    zonefile-sync: -1\n\n\
-             zone:\n  - domain: {}\n    file: \"{}\"\n    module: mod-geoip/geo\n",
-            geo.display(),
-            db.display(),
-            d.display(),
-            zc.origin,
-            zc.file.display()
-        )
-    });
-    for ((src, name, t, sub), ours) in cases.iter().zip(&ours) {
-        let theirs = ask(knot.addr(), src, name, *t, *sub);
-        assert_eq!(
-            ours,
-            &theirs,
-            "{name} {t} from {src} subnet {sub:?}: dnsd and Knot differ\n{}",
-            knot.log()
-        );
-    }
+    let mode = format!(
+        "geodb\n    geodb-file: \"{}\"\n    geodb-key: [ continent/code, country/iso_code ]",
+        db.display()
+    );
+    compare_with_knot(&zone, &geo, &mode, cases, &ours);
 }
 
 #[test]
