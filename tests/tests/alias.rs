@@ -332,6 +332,16 @@ fn without_a_resolver_an_outside_target_is_servfail_and_pre_signed_zones_refuse_
         .start();
     let (rc, _, _) = ask(dnsd.addr(), "ext.alias.test.", T::A);
     assert_eq!(rc, rcode::SERVFAIL, "no resolver: SERVFAIL");
+    // [alias] is read at start: a reload that changes it says so, and keeps the running one.
+    let mut cfg = std::fs::read_to_string(dnsd.config_path()).unwrap();
+    cfg.push_str("\n[alias]\nresolver = \"127.0.0.1:53\"\n");
+    std::fs::write(dnsd.config_path(), cfg).unwrap();
+    // (The reload fails for the pre-signed zone below; the warning comes with it.)
+    let (_, out) = dnsd.ctl(&["reload"]);
+    assert!(
+        out.contains("[alias] changed") && out.contains("read at start only"),
+        "{out}"
+    );
     let (rc, data, _) = ask(dnsd.addr(), "same.alias.test.", T::A);
     assert_eq!(
         (rc, data.len()),

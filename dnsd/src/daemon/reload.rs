@@ -76,6 +76,21 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                         path.display()
                     ));
                 }
+                let (alias, geoip) = &shared.started_lookups;
+                let mut lookups = Vec::new();
+                if c.alias != *alias {
+                    lookups.push("[alias]");
+                }
+                if (&c.geoip.db, &c.geoip.keys) != (&geoip.db, &geoip.keys) {
+                    lookups.push("[geoip] db, keys");
+                }
+                if !lookups.is_empty() {
+                    warnings.push(format!(
+                        "{} changed in {}: read at start only, the running values stay until dnsd restarts",
+                        lookups.join(" and "),
+                        path.display()
+                    ));
+                }
                 if c.rules.is_none() {
                     warnings.extend(c.unknown_tenants(None));
                 }

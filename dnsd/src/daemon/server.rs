@@ -427,6 +427,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         config_path,
         config: Mutex::new(Arc::new(cfg.clone())),
         started_server: cfg.server.clone(),
+        started_lookups: (cfg.alias.clone(), cfg.geoip.clone()),
         addrs: bound,
         tcp: tcp.clone(),
         tls: tls.as_ref().map(|(t, _, _)| t.clone()),

@@ -23,6 +23,9 @@ pub struct State {
     pub config: Mutex<Arc<crate::config::Config>>,
     /// The `[server]` table the sockets and the pipeline were made from (a reload keeps them).
     pub started_server: crate::config::Server,
+    /// `[alias]` and `[geoip]` as the server started with them (read at start only; `[geoip]
+    /// ttl` is read with each zone).
+    pub started_lookups: (crate::config::AliasConfig, crate::config::GeoipConfig),
     /// Service addresses.
     pub addrs: Vec<SocketAddr>,
     /// The TCP side.
