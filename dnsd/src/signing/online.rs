@@ -80,6 +80,52 @@ impl CompactSigner {
     pub fn denies(&self) -> bool {
         self.denies
     }
+    /// Writes into `out` the RRSIG RDATA over the RRset `rtype`/`ttl`/`rdatas` (in canonical
+    /// order) at `owner` (lower-case wire), valid from an hour before the start of `hour` for
+    /// the policy's validity, the signed data assembled in `scratch`; its length, or `None`
+    /// when something does not fit or the key fails.
+    #[allow(clippy::too_many_arguments)]
+    fn rrsig_into(
+        &self,
+        owner: &[u8],
+        rtype: u16,
+        ttl: u32,
+        rdatas: &[&[u8]],
+        hour: u32,
+        scratch: &mut [u8],
+        out: &mut [u8],
+    ) -> Option<usize> {
+        fn put(buf: &mut [u8], n: &mut usize, b: &[u8]) -> Option<()> {
+            buf.get_mut(*n..*n + b.len())?.copy_from_slice(b);
+            *n += b.len();
+            Some(())
+        }
+        // RRSIG RDATA without the signature: covered, algorithm, labels, original TTL,
+        // expiration, inception, key tag, signer.
+        let inception = (hour * 3600).wrapping_sub(3600);
+        let expiration = (hour * 3600).wrapping_add(self.validity);
+        let mut n = 0;
+        put(out, &mut n, &rtype.to_be_bytes())?;
+        put(out, &mut n, &[self.alg, zones::sign::rrsig_labels(owner)])?;
+        put(out, &mut n, &ttl.to_be_bytes())?;
+        put(out, &mut n, &expiration.to_be_bytes())?;
+        put(out, &mut n, &inception.to_be_bytes())?;
+        put(out, &mut n, &self.tag.to_be_bytes())?;
+        put(out, &mut n, &self.apex)?;
+        // What is signed: that RDATA, then each RR in canonical form.
+        let mut m = 0;
+        put(scratch, &mut m, &out[..n])?;
+        for rd in rdatas {
+            put(scratch, &mut m, owner)?;
+            put(scratch, &mut m, &rtype.to_be_bytes())?;
+            put(scratch, &mut m, &1u16.to_be_bytes())?;
+            put(scratch, &mut m, &ttl.to_be_bytes())?;
+            put(scratch, &mut m, &(rd.len() as u16).to_be_bytes())?;
+            put(scratch, &mut m, rd)?;
+        }
+        let sig = self.key.sign_into(&scratch[..m], &mut out[n..]).ok()?;
+        Some(n + sig)
+    }
 }
 
 /// Bytes a cached denial may take (NSEC RDATA and RRSIG RDATA).
@@ -180,6 +226,8 @@ impl Denier {
         }
         self.charge(src, now)?;
         let e = &mut self.cache[slot];
+        // Marked empty until the denial is whole.
+        e.key = 0;
         let buf = &mut e.buf;
         let mut n = 0;
         let mut put = |b: &[u8], n: &mut usize| -> Result<(), Option<Compact>> {
@@ -199,34 +247,19 @@ impl Denier {
         let bl = zones::rdata::type_bitmap_into(types, &mut bitmap).ok_or(None)?;
         put(&bitmap[..bl], &mut n)?;
         let nsec_len = n;
-        // RRSIG RDATA without the signature: covered, algorithm, labels, original TTL,
-        // expiration, inception, key tag, signer.
-        let inception = (hour * 3600).wrapping_sub(3600);
-        let expiration = (hour * 3600).wrapping_add(s.validity);
-        put(&t::NSEC.to_be_bytes(), &mut n)?;
-        put(&[s.alg, zones::sign::rrsig_labels(owner)], &mut n)?;
-        put(&s.ttl.to_be_bytes(), &mut n)?;
-        put(&expiration.to_be_bytes(), &mut n)?;
-        put(&inception.to_be_bytes(), &mut n)?;
-        put(&s.tag.to_be_bytes(), &mut n)?;
-        put(&s.apex, &mut n)?;
-        // What is signed: that RDATA, then the NSEC in canonical form.
-        let d = &mut *self.scratch;
-        let mut m = 0;
-        let mut dput = |b: &[u8]| -> Result<(), Option<Compact>> {
-            d.get_mut(m..m + b.len()).ok_or(None)?.copy_from_slice(b);
-            m += b.len();
-            Ok(())
-        };
-        dput(&buf[nsec_len..n])?;
-        dput(owner)?;
-        dput(&t::NSEC.to_be_bytes())?;
-        dput(&1u16.to_be_bytes())?;
-        dput(&s.ttl.to_be_bytes())?;
-        dput(&(nsec_len as u16).to_be_bytes())?;
-        dput(&buf[..nsec_len])?;
-        let sig = s.key.sign_into(&d[..m], &mut buf[n..]).map_err(|_| None)?;
-        n += sig;
+        let (nsec, rest) = buf.split_at_mut(nsec_len);
+        let sig = s
+            .rrsig_into(
+                owner,
+                t::NSEC,
+                s.ttl,
+                &[nsec],
+                hour,
+                &mut *self.scratch,
+                rest,
+            )
+            .ok_or(None)?;
+        let n = nsec_len + sig;
         e.key = key;
         e.hour = hour;
         e.nsec_len = nsec_len as u16;
@@ -299,44 +332,12 @@ impl Denier {
         let e = &mut self.cache[slot];
         // Marked empty until the signature is whole.
         e.key = 0;
-        let buf = &mut e.buf;
-        let mut n = 0;
-        let mut put = |b: &[u8], n: &mut usize| -> Result<(), Option<Compact>> {
-            buf.get_mut(*n..*n + b.len())
-                .ok_or(None)?
-                .copy_from_slice(b);
-            *n += b.len();
-            Ok(())
-        };
-        put(owner, &mut n)?;
-        let inception = (hour * 3600).wrapping_sub(3600);
-        let expiration = (hour * 3600).wrapping_add(s.validity);
-        put(&rtype.to_be_bytes(), &mut n)?;
-        put(&[s.alg, zones::sign::rrsig_labels(owner)], &mut n)?;
-        put(&ttl.to_be_bytes(), &mut n)?;
-        put(&expiration.to_be_bytes(), &mut n)?;
-        put(&inception.to_be_bytes(), &mut n)?;
-        put(&s.tag.to_be_bytes(), &mut n)?;
-        put(&s.apex, &mut n)?;
-        // What is signed: that RDATA, then each RR in canonical form.
-        let d = &mut *self.scratch;
-        let mut m = 0;
-        let mut dput = |b: &[u8]| -> Result<(), Option<Compact>> {
-            d.get_mut(m..m + b.len()).ok_or(None)?.copy_from_slice(b);
-            m += b.len();
-            Ok(())
-        };
-        dput(&buf[o..n])?;
-        for rd in rdatas.iter() {
-            dput(owner)?;
-            dput(&rtype.to_be_bytes())?;
-            dput(&1u16.to_be_bytes())?;
-            dput(&ttl.to_be_bytes())?;
-            dput(&(rd.len() as u16).to_be_bytes())?;
-            dput(rd)?;
-        }
-        let sig = s.key.sign_into(&d[..m], &mut buf[n..]).map_err(|_| None)?;
-        n += sig;
+        let (head, rest) = e.buf.split_at_mut(o);
+        head.copy_from_slice(owner);
+        let sig = s
+            .rrsig_into(owner, rtype, ttl, rdatas, hour, &mut *self.scratch, rest)
+            .ok_or(None)?;
+        let n = o + sig;
         e.key = key;
         e.hour = hour;
         e.nsec_len = o as u16;
