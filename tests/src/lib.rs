@@ -25,6 +25,7 @@ pub mod client;
 pub mod compare;
 pub mod corpora;
 pub mod counters;
+pub mod delv;
 pub mod dnsviz;
 pub mod dot;
 pub mod http;

@@ -217,14 +217,6 @@ fn an_alias_follows_a_reload_of_its_target_and_transfers_as_written() {
     );
 }
 
-fn run(cmd: &str, args: &[String]) -> String {
-    let out = std::process::Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {cmd}: {e}"));
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-}
-
 #[test]
 fn a_zone_dnsd_signs_gets_its_alias_answers_signed_and_delv_validates_them() {
     for p in ["delv", "dig"] {
@@ -248,42 +240,13 @@ fn a_zone_dnsd_signs_gets_its_alias_answers_signed_and_delv_validates_them() {
             dir.path().join("keys").display()
         ))
         .start();
-    let at = |a: SocketAddr| vec![format!("@{}", a.ip()), "-p".into(), a.port().to_string()];
-    // The trust anchor: the zone's key-signing key as served.
-    let keys = run(
-        "dig",
-        &[
-            at(dnsd.addr()),
-            vec!["+short".into(), "alias.test".into(), "DNSKEY".into()],
-        ]
-        .concat(),
-    );
-    let mut anchor = String::from("trust-anchors {\n");
-    for l in keys.lines().filter(|l| l.starts_with("257 ")) {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        anchor.push_str(&format!(
-            "  alias.test. static-key {} {} {} \"{}\";\n",
-            f[0],
-            f[1],
-            f[2],
-            f[3..].join("")
-        ));
-    }
-    anchor.push_str("};\n");
-    assert!(anchor.contains("static-key"), "no KSK served: {keys}");
+    // The trust anchor: the zone's key-signing keys as served.
     let anchor_file = dir.path().join("anchor.conf");
-    std::fs::write(&anchor_file, anchor).unwrap();
+    palisade_tests::delv::anchor_from_served(dnsd.addr(), "alias.test", &anchor_file);
     // The outside target is fetched on the first miss.
     settled(dnsd.addr(), "ext.alias.test.", T::A, 5);
     let delv = |name: &str, qtype: &str| {
-        let args = vec![
-            "-a".into(),
-            anchor_file.display().to_string(),
-            "+root=alias.test".into(),
-            name.into(),
-            qtype.into(),
-        ];
-        run("delv", &[at(dnsd.addr()), args].concat())
+        palisade_tests::delv::delv(dnsd.addr(), None, &anchor_file, "alias.test", name, qtype)
     };
     for (name, qtype, want) in [
         ("alias.test", "A", "; fully validated"),

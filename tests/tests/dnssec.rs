@@ -7,7 +7,6 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::process::Command;
 
 use palisade_tests::client;
 use palisade_tests::compare::{Normalized, diff};
@@ -104,16 +103,7 @@ fn sign(dir: &Path, ns: Ipv4Addr) -> (Signed, String, String) {
     );
     let key = std::fs::read_to_string(dir.join(format!("{}.key", ksk.trim()))).unwrap();
     // "example.com. IN DNSKEY 257 3 13 KEY..." -> a delv trust-anchors clause.
-    let line = key.lines().find(|l| l.contains("DNSKEY")).unwrap();
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let i = f.iter().position(|x| *x == "DNSKEY").unwrap();
-    let anchor = format!(
-        "trust-anchors {{ example.com. static-key {} {} {} \"{}\"; }};\n",
-        f[i + 1],
-        f[i + 2],
-        f[i + 3],
-        f[i + 4..].join("")
-    );
+    let (anchor, line) = palisade_tests::delv::anchor_from_key_file("example.com", &key);
     let files = vec![
         ("NSEC", dir.join("nsec.zone")),
         ("NSEC3", dir.join("nsec3.zone")),
@@ -128,7 +118,7 @@ fn sign(dir: &Path, ns: Ipv4Addr) -> (Signed, String, String) {
             file.display()
         );
     }
-    (files, anchor, line.to_string())
+    (files, anchor, line)
 }
 
 fn ask(addr: SocketAddr, name: &str, qtype: u16) -> Normalized {
@@ -252,20 +242,13 @@ fn signed_answers_match_knot_and_nsd_and_validate_with_delv() {
                 ("www.old.example.com", "A", "; fully validated"),
                 ("www.old.example.com", "CNAME", "; fully validated"),
             ] {
-                let out = Command::new("delv")
-                    .arg(format!("@{}", dnsd.addr().ip()))
-                    .arg("-p")
-                    .arg(dnsd.addr().port().to_string())
-                    .arg("-a")
-                    .arg(&anchor_file)
-                    .arg("+root=example.com")
-                    .args([name, qtype])
-                    .output()
-                    .expect("run delv");
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
+                let text = palisade_tests::delv::delv(
+                    dnsd.addr(),
+                    None,
+                    &anchor_file,
+                    "example.com",
+                    name,
+                    qtype,
                 );
                 if !text.contains(want) {
                     failures.push(format!(

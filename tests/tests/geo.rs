@@ -362,33 +362,8 @@ fn variants_of_a_zone_dnsd_signs_are_signed_and_delv_validates_them() {
             dir.path().join("keys").display()
         ))
         .start();
-    let at = dnsd.addr();
-    let dig = std::process::Command::new("dig")
-        .args([
-            &format!("@{}", at.ip()),
-            "-p",
-            &at.port().to_string(),
-            "+short",
-            "geo.test",
-            "DNSKEY",
-        ])
-        .output()
-        .unwrap();
-    let keys = String::from_utf8_lossy(&dig.stdout).into_owned();
-    let mut anchor = String::from("trust-anchors {\n");
-    for l in keys.lines().filter(|l| l.starts_with("257 ")) {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        anchor.push_str(&format!(
-            "  geo.test. static-key {} {} {} \"{}\";\n",
-            f[0],
-            f[1],
-            f[2],
-            f[3..].join("")
-        ));
-    }
-    anchor.push_str("};\n");
     let anchor_file = dir.path().join("anchor.conf");
-    std::fs::write(&anchor_file, anchor).unwrap();
+    palisade_tests::delv::anchor_from_served(dnsd.addr(), "geo.test", &anchor_file);
     for (src, name, qtype, want, data) in [
         (
             "127.77.5.9",
@@ -419,23 +394,14 @@ fn variants_of_a_zone_dnsd_signs_are_signed_and_delv_validates_them() {
             "192.0.2.1",
         ),
     ] {
-        let out = std::process::Command::new("delv")
-            .args([
-                &format!("@{}", at.ip()),
-                "-p",
-                &at.port().to_string(),
-                "-b",
-                src,
-                "-a",
-                &anchor_file.display().to_string(),
-                "+root=geo.test",
-                name,
-                qtype,
-            ])
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
+        let out = palisade_tests::delv::delv(
+            dnsd.addr(),
+            Some(src),
+            &anchor_file,
+            "geo.test",
+            name,
+            qtype,
+        );
         assert!(
             out.contains(want) && out.contains(data),
             "delv -b {src} {name} {qtype}:\n{out}"
@@ -597,36 +563,17 @@ fn a_pre_signed_zone_takes_its_variants_signatures_from_the_geo_file() {
         .raw("\n[defence.rrl]\nenabled = false\n")
         .start();
     let key = std::fs::read_to_string(d.join(format!("{}.key", ksk.trim()))).unwrap();
-    let line = key.lines().find(|l| l.contains("DNSKEY")).unwrap();
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let i = f.iter().position(|x| *x == "DNSKEY").unwrap();
-    let anchor = format!(
-        "trust-anchors {{ geo.test. static-key {} {} {} \"{}\"; }};\n",
-        f[i + 1],
-        f[i + 2],
-        f[i + 3],
-        f[i + 4..].join("")
-    );
+    let (anchor, _) = palisade_tests::delv::anchor_from_key_file("geo.test", &key);
     std::fs::write(d.join("anchor.conf"), anchor).unwrap();
-    let at = dnsd.addr();
     for (src, data) in [("127.77.5.9", "198.51.100.5"), ("127.1.1.1", "192.0.2.1")] {
-        let out = std::process::Command::new("delv")
-            .args([
-                &format!("@{}", at.ip()),
-                "-p",
-                &at.port().to_string(),
-                "-b",
-                src,
-                "-a",
-                &d.join("anchor.conf").display().to_string(),
-                "+root=geo.test",
-                "www.geo.test",
-                "A",
-            ])
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
+        let out = palisade_tests::delv::delv(
+            dnsd.addr(),
+            Some(src),
+            &d.join("anchor.conf"),
+            "geo.test",
+            "www.geo.test",
+            "A",
+        );
         assert!(
             out.contains("; fully validated") && out.contains(data),
             "delv -b {src}:\n{out}"

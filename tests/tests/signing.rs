@@ -68,73 +68,19 @@ fn expectations(opt_out: bool) -> Vec<(&'static str, &'static str, &'static str)
 }
 
 fn delv(addr: SocketAddr, anchor: &Path, name: &str, qtype: &str) -> String {
-    let out = Command::new("delv")
-        .arg(format!("@{}", addr.ip()))
-        .arg("-p")
-        .arg(addr.port().to_string())
-        .arg("-a")
-        .arg(anchor)
-        .arg("+root=example.com")
-        .args([name, qtype])
-        .output()
-        .expect("run delv");
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    palisade_tests::delv::delv(addr, None, anchor, "example.com", name, qtype)
 }
 
-fn dig(addr: SocketAddr, args: &str) -> String {
-    let out = Command::new("dig")
-        .arg(format!("@{}", addr.ip()))
-        .arg("-p")
-        .arg(addr.port().to_string())
-        .args(args.split_whitespace())
-        .output()
-        .expect("run dig");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use palisade_tests::delv::dig;
 
 /// The zone's key-signing DNSKEYs as (flags, protocol, algorithm, base64) tuples.
 fn ksks(addr: SocketAddr) -> Vec<[String; 4]> {
-    dig(addr, "+short example.com DNSKEY")
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() >= 4 && f[0] == "257").then(|| {
-                [
-                    f[0].to_string(),
-                    f[1].to_string(),
-                    f[2].to_string(),
-                    f[3..].join(""),
-                ]
-            })
-        })
-        .collect()
+    palisade_tests::delv::served_ksks(addr, "example.com")
 }
 
 /// A delv trust anchor for the zone's KSKs; the first KSK as a DNSKEY line (DNSViz's).
 fn anchor_from_dnskeys(addr: SocketAddr, file: &Path) -> String {
-    let keys = ksks(addr);
-    assert!(
-        !keys.is_empty(),
-        "no KSK served: {}",
-        dig(addr, "example.com DNSKEY")
-    );
-    let mut a = String::from("trust-anchors {\n");
-    for k in &keys {
-        a.push_str(&format!(
-            "  example.com. static-key {} {} {} \"{}\";\n",
-            k[0], k[1], k[2], k[3]
-        ));
-    }
-    a.push_str("};\n");
-    std::fs::write(file, a).unwrap();
-    format!(
-        "example.com. IN DNSKEY {} {} {} {}",
-        keys[0][0], keys[0][1], keys[0][2], keys[0][3]
-    )
+    palisade_tests::delv::anchor_from_served(addr, "example.com", file)
 }
 
 fn need(programs: &[&str]) -> bool {
