@@ -581,6 +581,13 @@ cn      CNAME www
                 .unwrap()
                 .contains("multiple DNAME")
         );
+        // ALIAS (PowerDNS's): alone at its name, A and AAAA are its; refused with file and line.
+        assert_eq!(bad("a ALIAS x.example.net.\na MX 10 ns\n"), None);
+        let e = bad("a ALIAS x.example.net.\na A 1.2.3.4\n").unwrap();
+        assert!(e.contains("beside ALIAS") && e.contains("t.zone:"), "{e}");
+        let e = bad("a ALIAS x.example.net.\na ALIAS y.example.net.\n").unwrap();
+        assert!(e.contains("multiple ALIAS"), "{e}");
+        assert!(bad("a ALIAS\n").is_some(), "an ALIAS without its target");
         // Occlusion by a DNAME or a cut beside it is a warning (BIND), not an error (Knot).
         assert_eq!(bad("d DNAME x\nd NS y\n"), None);
         assert_eq!(bad("d DNAME x\na.d A 1.2.3.4\n"), None);

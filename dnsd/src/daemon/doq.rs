@@ -74,6 +74,7 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
             && !incoming.remote_address_validated()
             && incoming.may_retry()
         {
+            tls.quic_retries.fetch_add(1, Ordering::Relaxed);
             let _ = incoming.retry();
             continue;
         }

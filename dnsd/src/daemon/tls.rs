@@ -22,6 +22,8 @@ pub struct DotTls {
     quic: std::sync::Mutex<(Vec<quinn::Endpoint>, Option<Arc<quinn::TransportConfig>>)>,
     /// QUIC handshakes completed, failed, not done in time.
     pub quic_handshakes: [AtomicU64; 3],
+    /// QUIC clients asked to prove their address first (handshakes under way at the bound).
+    pub quic_retries: AtomicU64,
     /// Handshakes completed.
     pub handshakes: AtomicU64,
     /// Handshakes that failed (a client that is not speaking TLS, a protocol error...).
@@ -41,6 +43,7 @@ impl DotTls {
             pair: ArcSwap::from(ck),
             quic: Default::default(),
             quic_handshakes: Default::default(),
+            quic_retries: AtomicU64::new(0),
             handshakes: AtomicU64::new(0),
             handshake_failures: AtomicU64::new(0),
             handshake_timeouts: AtomicU64::new(0),
@@ -161,6 +164,13 @@ impl shield::metrics::Source for DotTls {
                 self.quic_handshakes[i].load(Ordering::Relaxed),
             );
         }
+        out.counter(
+            "quic.retries",
+            "dnsd_quic_retries_total",
+            "",
+            "QUIC clients asked to prove their address (a Retry) because too many handshakes were under way.",
+            self.quic_retries.load(Ordering::Relaxed),
+        );
         out.counter(
             "tls.reload_failures",
             "dnsd_tls_reload_failures_total",
