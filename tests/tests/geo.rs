@@ -589,3 +589,37 @@ fn a_pre_signed_zone_takes_its_variants_signatures_from_the_geo_file() {
     assert!(!ok, "{out}");
     assert!(out.contains("no RRSIG over its A records"), "{out}");
 }
+
+#[test]
+fn a_client_subnet_picks_a_variant_never_whom_the_defences_judge() {
+    let dir = tempfile::tempdir().unwrap();
+    let (zone, ours, _) = setup(dir.path());
+    let dnsd = dnsd(&zone, &ours);
+    let (ok, out) = dnsd.ctl(&["block", "add", "127.93.0.7", "--force"]);
+    assert!(ok, "{out}");
+    // A blocked source naming an unblocked network in ECS stays blocked.
+    let mut opts = QueryOpts::edns(1232);
+    opts.options.push(ecs("10.1.0.0".parse().unwrap(), 16));
+    let q = build_query(9, "www.geo.test.", T::A, &opts);
+    let s = UdpSocket::bind(("127.93.0.7", 0)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(700)))
+        .unwrap();
+    s.send_to(&q, dnsd.addr()).unwrap();
+    let mut buf = [0u8; 512];
+    assert!(
+        s.recv(&mut buf).is_err(),
+        "a blocked source was answered through ECS"
+    );
+    assert!(dnsd.stat("drops.blocked") >= 1);
+    // Another source naming the blocked address in ECS is answered: ECS picks the variant
+    // (here the zone's own, no variant covering 127.93.0.7), never whom the block map hits.
+    let r = ask(
+        dnsd.addr(),
+        "127.93.0.8",
+        "www.geo.test.",
+        T::A,
+        Some(("127.93.0.7", 32)),
+    );
+    assert_eq!(r.answers, vec![(T::A, "192.0.2.1".into())]);
+    assert_eq!(r.scope, Some(0));
+}
