@@ -100,14 +100,22 @@ pub mod qtype {
     pub const CNAME: u16 = 5;
     /// Start of authority.
     pub const SOA: u16 = 6;
+    /// Domain name pointer.
+    pub const PTR: u16 = 12;
     /// Mail exchanger.
     pub const MX: u16 = 15;
     /// Text.
     pub const TXT: u16 = 16;
     /// IPv6 address.
     pub const AAAA: u16 = 28;
+    /// Responsible person.
+    pub const RP: u16 = 17;
     /// Service locator.
     pub const SRV: u16 = 33;
+    /// Naming authority pointer.
+    pub const NAPTR: u16 = 35;
+    /// Key exchanger.
+    pub const KX: u16 = 36;
     /// Subtree alias.
     pub const DNAME: u16 = 39;
     /// EDNS pseudo-record.

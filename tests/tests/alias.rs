@@ -318,3 +318,57 @@ fn without_a_resolver_an_outside_target_is_servfail_and_pre_signed_zones_refuse_
     );
     assert!(log.contains("signed.test.zone"), "and its file:\n{log}");
 }
+
+#[test]
+fn an_alias_loop_or_a_target_past_the_record_bound_is_answered_within_bounds_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut big = String::from(
+        "$ORIGIN bound.test.\n$TTL 3600\n@ SOA ns1 hostmaster 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 192.0.2.53\n\
+         loop1 ALIAS loop2.bound.test.\nloop2 CNAME loop1\n\
+         big ALIAS many.bound.test.\nsmall ALIAS ns1.bound.test.\n",
+    );
+    // A chain of 12 CNAMEs: past the steps an ALIAS answer follows.
+    big.push_str("long ALIAS c0.bound.test.\n");
+    for i in 0..12 {
+        big.push_str(&format!("c{i} CNAME c{}\n", i + 1));
+    }
+    big.push_str("c12 A 192.0.2.12\n");
+    for i in 0..70 {
+        big.push_str(&format!("many A 10.0.{}.{}\n", i / 250, i % 250 + 1));
+    }
+    let zone = write(dir.path(), "bound.test", &big);
+    let dnsd = Dnsd::builder().zone(zone).start();
+    let bound = |what: &str| -> u64 {
+        let m = dnsd.metrics();
+        let series = format!("dnsd_alias_bounds_total{{bound=\"{what}\"}} ");
+        m.lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .unwrap_or_else(|| panic!("no {series} in /metrics:\n{m}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!((bound("chain"), bound("records")), (0, 0));
+    let (rc, _, _) = ask(dnsd.addr(), "small.bound.test.", T::A);
+    assert_eq!(rc, rcode::NOERROR);
+    assert_eq!((bound("chain"), bound("records")), (0, 0), "within bounds");
+
+    let (rc, data, _) = ask(dnsd.addr(), "loop1.bound.test.", T::A);
+    assert_eq!((rc, data.len()), (rcode::SERVFAIL, 0), "a loop is SERVFAIL");
+    assert_eq!(bound("chain"), 1);
+    let (rc, _, _) = ask(dnsd.addr(), "long.bound.test.", T::A);
+    assert_eq!(
+        rc,
+        rcode::SERVFAIL,
+        "a chain past the steps followed is SERVFAIL"
+    );
+    assert_eq!(bound("chain"), 2);
+
+    let (rc, data, _) = ask(dnsd.addr(), "big.bound.test.", T::A);
+    assert_eq!(rc, rcode::NOERROR);
+    assert_eq!(data.len(), 64, "at most 64 records from a target");
+    assert_eq!(bound("records"), 1);
+    // The target itself is answered whole.
+    let (_, data, _) = ask(dnsd.addr(), "many.bound.test.", T::A);
+    assert_eq!(data.len(), 70);
+}

@@ -929,3 +929,245 @@ fn dnsd_alone_negative_ttl_referral_refused_case() {
         assert_eq!(r.head.question, palisade_tests::wire::question_of(&r.query));
     }
 }
+
+/// dnsd, Knot and NSD serving one zone `origin` written from `text`; None (skipped, which
+/// CI does not allow) unless both references are installed.
+fn three_serving(origin: &str, text: &str) -> Option<(tempfile::TempDir, Dnsd, Knot, Nsd)> {
+    if !Knot::available() || !Nsd::available() {
+        palisade_tests::skipped("knotd and nsd are both needed: what both give is the reference");
+        assert!(!palisade_tests::in_ci(), "CI must have knotd and nsd");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(format!("{origin}zone"));
+    std::fs::write(&file, text).unwrap();
+    let zones = [Zone::new(origin, &file)];
+    Some((
+        dir,
+        Dnsd::start(&zones),
+        Knot::start(&zones),
+        Nsd::start(&zones),
+    ))
+}
+
+#[test]
+fn name_server_addresses_below_a_cut_or_from_a_wildcard_go_where_knot_and_nsd_put_them() {
+    // The apex's name servers below a child's cut (as the root's are below net.), and a
+    // delegation whose name server is covered by our wildcard.
+    let Some((_dir, dnsd, knot, nsd)) = three_serving(
+        "glue.test.",
+        "$ORIGIN glue.test.\n$TTL 3600\n@ SOA ns hostmaster 1 7200 3600 1209600 300\n\
+         @ NS a.ns.child.glue.test.\n@ NS ns.glue.test.\nns A 192.0.2.1\n\
+         child NS a.ns.child.glue.test.\na.ns.child A 192.0.2.2\na.ns.child AAAA 2001:db8::2\n\
+         deleg NS a.ns.w.glue.test.\n*.w AAAA 2001:db8::3\n",
+    ) else {
+        return;
+    };
+    let o = QueryOpts::edns(1232);
+    for (name, t) in [("glue.test.", T::NS), ("www.deleg.glue.test.", T::A)] {
+        let ask = |a| Normalized::from_reply(&client::query_reply(a, name, t, &o));
+        let (ours, k, n) = (ask(dnsd.addr()), ask(knot.addr()), ask(nsd.addr()));
+        assert_eq!(
+            (&ours.answer, &ours.authority),
+            (&k.answer, &k.authority),
+            "{name}: answer and authority as Knot's:\n{ours}\n--- knot\n{k}"
+        );
+        let both: Vec<_> = k.additional.intersection(&n.additional).collect();
+        assert!(
+            !both.is_empty(),
+            "{name}: Knot and NSD give addresses:\n{k}"
+        );
+        for rr in both {
+            assert!(
+                ours.additional.contains(rr),
+                "{name}: {rr:?} in Knot's and NSD's additional section, not in dnsd's:\n{ours}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_zone_without_ttls_gets_the_ttls_knot_and_nsd_give_it() {
+    // No $TTL and no TTL on any record (as RFC 1034's example zones are written).
+    let Some((_dir, dnsd, knot, nsd)) = three_serving(
+        "nottl.test.",
+        "$ORIGIN nottl.test.\n@ IN SOA ns hostmaster 1 7200 3600 1209600 86400\n\
+         @ IN NS ns\nns IN A 192.0.2.1\nwww IN A 192.0.2.2\n\
+         a 99 IN A 192.0.2.3\nb IN A 192.0.2.4\n",
+    ) else {
+        return;
+    };
+    let o = QueryOpts::edns(1232);
+    for (name, t) in [
+        ("www.nottl.test.", T::A),
+        ("nottl.test.", T::SOA),
+        ("nottl.test.", T::NS),
+        ("nothere.nottl.test.", T::A),
+        // After a record with its own TTL, still the default (not that one, as RFC 1035 §5.1
+        // would have it).
+        ("b.nottl.test.", T::A),
+    ] {
+        let ask = |a| Normalized::from_reply(&client::query_reply(a, name, t, &o));
+        let (ours, k, n) = (ask(dnsd.addr()), ask(knot.addr()), ask(nsd.addr()));
+        assert_eq!(
+            (&k.answer, &k.authority),
+            (&n.answer, &n.authority),
+            "{name}: Knot and NSD agree"
+        );
+        assert_eq!(
+            (&ours.answer, &ours.authority),
+            (&k.answer, &k.authority),
+            "{name}:\n{ours}\n--- knot and nsd\n{k}"
+        );
+    }
+}
+
+#[test]
+fn ds_at_a_served_childs_apex_reached_through_a_cname_comes_from_the_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let parent = dir.path().join("example.com.zone");
+    let child = dir.path().join("sub.example.com.zone");
+    std::fs::write(
+        &parent,
+        "$ORIGIN example.com.\n$TTL 300\n@ SOA ns hostmaster 1 7200 3600 1209600 300\n\
+         @ NS ns\nns A 192.0.2.1\nsub NS ns.sub\nns.sub A 192.0.2.2\n\
+         sub DS 12345 13 2 0102030405060708091011121314151617181920212223242526272829303132\n\
+         tosub CNAME sub.example.com.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &child,
+        "$ORIGIN sub.example.com.\n$TTL 300\n@ SOA ns hostmaster 7 7200 3600 1209600 60\n\
+         @ NS ns\nns A 192.0.2.2\n",
+    )
+    .unwrap();
+    let zones = [
+        Zone::new("example.com.", &parent),
+        Zone::new("sub.example.com.", &child),
+    ];
+    let dnsd = Dnsd::start(&zones);
+    let o = QueryOpts::edns(1232);
+    let ds = |a| {
+        let n = Normalized::from_reply(&client::query_reply(a, "tosub.example.com.", T::DS, &o));
+        let got: Vec<_> = n
+            .answer
+            .iter()
+            .map(|r| (r.owner.clone(), r.rtype))
+            .collect();
+        (n.rcode, got)
+    };
+    let want = (
+        0,
+        vec![
+            ("sub.example.com.".to_string(), T::DS),
+            ("tosub.example.com.".to_string(), T::CNAME),
+        ],
+    );
+    assert_eq!(ds(dnsd.addr()), want, "the parent's DS after the CNAME");
+    // NSD answers it so (Knot stops at the CNAME into another zone).
+    if Nsd::available() {
+        let nsd = Nsd::start(&zones);
+        assert_eq!(ds(nsd.addr()), want, "NSD, the reference here");
+    }
+}
+
+#[test]
+fn names_in_rdata_come_in_the_case_knot_and_nsd_give_them() {
+    // A zone written in mixed case: the RFC 4034 §6.2 types' names are served lower-cased by
+    // both (SVCB's target, not in that list, is left out: they differ there).
+    let Some((_dir, dnsd, knot, nsd)) = three_serving(
+        "case.test.",
+        "$ORIGIN case.test.\n$TTL 300\n\
+         @ SOA NS1.Case.Test. HostMaster.Case.TEST. 1 3600 900 604800 300\n\
+         @ NS NS1.Case.Test.\n@ MX 10 Mail.CASE.test.\nNS1 A 192.0.2.1\nMail A 192.0.2.2\n\
+         WWW CNAME Target.Case.Test.\nTarget A 192.0.2.3\n\
+         _sip._tcp SRV 0 0 5060 SipHost.Case.Test.\nSipHost A 192.0.2.4\n\
+         ptr PTR Some.Host.EXAMPLE.\nnaptr NAPTR 100 10 \"S\" \"SIP+D2U\" \"\" _Sip._Udp.Case.Test.\n\
+         rp RP Admin.Case.Test. TXT.Case.Test.\nkx KX 5 KxHost.Case.Test.\n\
+         dn DNAME Other.Example.\nSub NS NS.Sub.Case.Test.\nNS.Sub A 192.0.2.9\n",
+    ) else {
+        return;
+    };
+    let o = QueryOpts::edns(1232);
+    let texts = |a, name: &str, t| {
+        let r = client::query_reply(a, name, t, &o);
+        let mut v: Vec<String> = r
+            .msg
+            .answers
+            .iter()
+            .chain(&r.msg.authorities)
+            .map(|r| format!("{} {}", r.name, r.data))
+            .collect();
+        v.sort();
+        v
+    };
+    for (name, t) in [
+        ("case.test.", T::SOA),
+        ("case.test.", T::NS),
+        ("case.test.", T::MX),
+        ("www.case.test.", T::A),
+        ("_sip._tcp.case.test.", T::SRV),
+        ("ptr.case.test.", T::PTR),
+        ("naptr.case.test.", T::NAPTR),
+        ("rp.case.test.", T::RP),
+        ("kx.case.test.", T::KX),
+        ("x.dn.case.test.", T::A),
+        ("a.sub.case.test.", T::A),
+    ] {
+        let (ours, k, n) = (
+            texts(dnsd.addr(), name, t),
+            texts(knot.addr(), name, t),
+            texts(nsd.addr(), name, t),
+        );
+        assert_eq!(k, n, "{name}: Knot and NSD agree");
+        assert_eq!(ours, k, "{name}: as Knot and NSD");
+    }
+}
+
+#[test]
+fn identity_queries_in_class_ch_are_answered_as_knot_and_nsd_answer_them() {
+    // Each server's default identity is this host's name: the three answers agree.
+    let Some((_dir, dnsd, knot, nsd)) = three_serving(
+        "ch.test.",
+        "$ORIGIN ch.test.\n$TTL 300\n@ SOA ns hostmaster 1 3600 900 604800 300\n@ NS ns\nns A 192.0.2.1\n",
+    ) else {
+        return;
+    };
+    let o = QueryOpts {
+        qclass: 3,
+        ..QueryOpts::edns(1232)
+    };
+    let ask = |a, name: &str, t| {
+        let r = client::query_reply(a, name, t, &o);
+        let rrs: Vec<String> = r
+            .msg
+            .answers
+            .iter()
+            .map(|r| format!("{} {} {:?} {}", r.name, r.ttl, r.dns_class, r.data))
+            .collect();
+        (
+            rcode_name(r.head.rcode()),
+            r.head.has(palisade_tests::wire::flag::AA),
+            rrs,
+        )
+    };
+    for (name, t) in [
+        ("id.server.", T::TXT),
+        ("hostname.bind.", T::TXT),
+        ("id.server.", T::A),
+        ("nothing.bind.", T::TXT),
+    ] {
+        let (ours, k, n) = (
+            ask(dnsd.addr(), name, t),
+            ask(knot.addr(), name, t),
+            ask(nsd.addr(), name, t),
+        );
+        assert_eq!(k, n, "{name}: Knot and NSD agree");
+        assert_eq!(ours, k, "{name}: as Knot and NSD");
+    }
+    // The versions differ by name; each answers one TXT.
+    for a in [dnsd.addr(), knot.addr(), nsd.addr()] {
+        let (rc, _, rrs) = ask(a, "version.bind.", T::TXT);
+        assert_eq!((rc.as_str(), rrs.len()), ("NOERROR", 1), "{a}: {rrs:?}");
+    }
+}

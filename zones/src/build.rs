@@ -148,6 +148,12 @@ impl ZoneBuilder {
             file: r.file,
         });
         self.rdata.extend_from_slice(r.rdata);
+        // Names in RDATA are kept as their canonical form has them (lower case for the RFC
+        // 4034 §6.2 types), as Knot and NSD serve them; signatures cover that form anyway.
+        if canonical_lowers(r.rtype) {
+            let at = self.rdata.len() - r.rdata.len();
+            rdata::to_canonical(r.rtype, &mut self.rdata[at..]);
+        }
     }
 
     /// Records added so far.
@@ -420,7 +426,8 @@ impl ZoneBuilder {
     ) -> (Vec<Src>, usize) {
         let name_of =
             |n: &Node| &names[n.name_off as usize..n.name_off as usize + n.name_len as usize];
-        // 3. Records bucketed by node (counting sort), then by type and canonical RDATA.
+        // 3. Records bucketed by node (counting sort), then by type and RDATA (in canonical form
+        // since `add`: canonical order, RFC 4034 §6.3).
         let tree = z.nodes.len() as NodeId;
         let nodes = z.nodes.len() + n3.len();
         let mut start = vec![0u32; nodes + 1];
@@ -444,7 +451,6 @@ impl ZoneBuilder {
         let rd = |p: &Pending| {
             &rdata_all[p.rdata_off as usize..p.rdata_off as usize + p.rdata_len as usize]
         };
-        let mut canon = (Vec::new(), Vec::new());
         for node in 0..nodes {
             let bucket = &mut perm[start[node] as usize..start[node + 1] as usize];
             if bucket.len() > 1 {
@@ -452,7 +458,7 @@ impl ZoneBuilder {
                     let (x, y) = (&recs[a as usize], &recs[b as usize]);
                     (x.rtype, x.covered)
                         .cmp(&(y.rtype, y.covered))
-                        .then_with(|| rdata_cmp(x.rtype, rd(x), rd(y), &mut canon))
+                        .then_with(|| rd(x).cmp(rd(y)))
                         .then(a.cmp(&b))
                 });
             }
@@ -511,7 +517,7 @@ impl ZoneBuilder {
                 let p = &recs[k as usize];
                 let data = rd(p);
                 if let Some(pv) = prev
-                    && rdata_cmp(p.rtype, pv, data, &mut canon) == Ordering::Equal
+                    && pv == data
                 {
                     dups += 1;
                     continue;
@@ -753,21 +759,6 @@ fn push_node(z: &mut Zone, wire: &[u8], parent: NodeId) -> NodeId {
         labels: name::label_count(wire) as u8,
     });
     id
-}
-
-/// Compares RDATA in canonical form (RFC 4034 §6.3): names of the §6.2 types lower-cased.
-fn rdata_cmp(rtype: u16, a: &[u8], b: &[u8], bufs: &mut (Vec<u8>, Vec<u8>)) -> Ordering {
-    if !canonical_lowers(rtype) {
-        return a.cmp(b);
-    }
-    let (ca, cb) = bufs;
-    ca.clear();
-    ca.extend_from_slice(a);
-    cb.clear();
-    cb.extend_from_slice(b);
-    rdata::to_canonical(rtype, ca);
-    rdata::to_canonical(rtype, cb);
-    ca.as_slice().cmp(cb.as_slice())
 }
 
 /// Types whose canonical form lower-cases embedded names (RFC 4034 §6.2, RFC 6840 §5.1).

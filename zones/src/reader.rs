@@ -612,19 +612,10 @@ impl<'o> Reader<'o> {
             }
             None => match (self.default_ttl, self.last_ttl) {
                 (Some(d), _) => d,
-                (None, Some(l)) => l,
-                (None, None) if rtype == t::SOA && self.rdata.len() >= 4 => {
-                    // RFC 2308 §4 / BIND: no $TTL yet, take the SOA MINIMUM.
-                    let m = &self.rdata[self.rdata.len() - 4..];
-                    let v = u32::from_be_bytes([m[0], m[1], m[2], m[3]]);
-                    self.warn(
-                        file,
-                        type_tok.line,
-                        "no TTL given and no $TTL: using the SOA MINIMUM",
-                    );
-                    self.last_ttl = Some(v);
-                    v
-                }
+                // No $TTL: the default (3600), as Knot and NSD read such a file, also after
+                // an explicit TTL on another record (RFC 1035 §5.1 repeats that one; BIND
+                // takes the SOA MINIMUM). Warned once.
+                (None, Some(_)) => self.opts.default_ttl,
                 (None, None) => {
                     let v = self.opts.default_ttl;
                     self.warn(

@@ -2,17 +2,18 @@
 
 /// Reads a TTL: decimal seconds or BIND units (`1w2d3h4m5s`, any case).
 ///
-/// Values above 2^31-1 are refused as RFC 2181 §8 asks.
+/// A number of seconds with the top bit set (2^31 to 2^32-1) reads as 0, as RFC 2181 §8 has
+/// such TTLs treated (and Knot loads them); above 2^32-1 it is refused.
 pub fn parse_ttl(s: &[u8]) -> Result<u32, &'static str> {
     if s.is_empty() {
         return Err("empty TTL");
     }
     if s.iter().all(u8::is_ascii_digit) {
         let v = parse_u64(s).ok_or("TTL out of range")?;
-        return if v > i32::MAX as u64 {
-            Err("TTL out of range (above 2147483647)")
-        } else {
-            Ok(v as u32)
+        return match v {
+            0..=0x7FFF_FFFF => Ok(v as u32),
+            0x8000_0000..=0xFFFF_FFFF => Ok(0),
+            _ => Err("TTL out of range (above 4294967295)"),
         };
     }
     let mut total: u64 = 0;
@@ -73,7 +74,10 @@ mod tests {
         assert_eq!(parse_ttl(b"1W"), Ok(604800));
         assert_eq!(parse_ttl(b"1d2h3m4s"), Ok(93784));
         assert_eq!(parse_ttl(b"2147483647"), Ok(2147483647));
-        assert!(parse_ttl(b"2147483648").is_err());
+        // The top bit set: 0 (RFC 2181 §8); past 32 bits: refused.
+        assert_eq!(parse_ttl(b"2147483648"), Ok(0));
+        assert_eq!(parse_ttl(b"4294967295"), Ok(0));
+        assert!(parse_ttl(b"4294967296").is_err());
         assert!(parse_ttl(b"1h30").is_err());
         assert!(parse_ttl(b"h").is_err());
         assert!(parse_ttl(b"1x").is_err());

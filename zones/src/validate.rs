@@ -1,10 +1,10 @@
 //! What an authoritative server must check before serving a zone.
 //!
-//! Errors (the zone does not load): no SOA or several at the apex, no NS at the apex,
-//! CNAME beside other data or several CNAMEs, several DNAMEs, several ALIASes or A/AAAA
-//! beside an ALIAS, DS at the apex or away from
-//! a zone cut, SOA away from the apex. Warnings: data occluded by a zone cut (other than
-//! glue) or by a DNAME, a DNAME beside NS, NS targets inside the zone without an address.
+//! Errors (the zone does not load): no SOA or several at the apex, CNAME beside other data
+//! or several CNAMEs, several DNAMEs, several ALIASes or A/AAAA beside an ALIAS, SOA away
+//! from the apex, data below a DNAME. Warnings (loaded, as Knot and NSD load them): no NS
+//! at the apex, DS at the apex or away from a zone cut, data occluded by a zone cut (other
+//! than glue), a DNAME beside NS, NS targets inside the zone without an address.
 
 pub use crate::error::Severity;
 use crate::error::Src;
@@ -39,15 +39,17 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
         _ => {}
     }
     if zone.rrset(0, t::NS).is_none() {
+        // Knot loads it with a warning and NSD without: served, but no resolver can find it.
         report(
-            Error,
+            Warning,
             src_of(0, t::SOA),
             format!("missing NS at the zone apex {}", zone.apex()),
         );
     }
     if zone.rrset(0, t::DS).is_some() {
+        // Knot and NSD load it (as data nobody asks this side for).
         report(
-            Error,
+            Warning,
             src_of(0, t::DS),
             format!(
                 "DS at the zone apex {}: DS belongs in the parent zone",
@@ -134,8 +136,9 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
             && !node.has(flags::DELEG)
             && !node.has(flags::OCCLUDED)
         {
+            // Knot and NSD load it: served as data at that name.
             report(
-                Error,
+                Warning,
                 src_of(id, t::DS),
                 format!("DS record at {} which is not a delegation point", name()),
             );
@@ -154,10 +157,11 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                 top = zone.node(top).parent();
             }
             if zone.node(top).has(flags::DNAME) && !zone.node(top).has(flags::DELEG) {
-                // RFC 6672 §2.3: a server MAY refuse; BIND loads with a warning, Knot refuses.
+                // RFC 6672 §2.3: a server MAY refuse; Knot and NSD do (BIND loads with a
+                // warning). Every such name is an error: the zone does not load.
                 if occluded_warned < 20 {
                     report(
-                        Warning,
+                        Error,
                         srcs[node.rrset_start as usize],
                         format!(
                             "child record exists under DNAME at {}: {} is occluded, not served",

@@ -21,6 +21,8 @@ pub const QUEUE: usize = 1024;
 
 /// Resolutions under way at once.
 const AT_ONCE: usize = 64;
+/// Records of the type asked kept from one answer (what an ALIAS answer carries).
+const MAX_RRS: usize = crate::zone::geo::MAX_VARIANT_RRS;
 
 /// How long a name that exists without the type asked (or does not exist) is kept.
 const NEGATIVE_TTL: u32 = 60;
@@ -152,13 +154,18 @@ async fn resolve(resolver: SocketAddr, k: &[u8]) -> Option<(Vec<Box<[u8]>>, u32,
         c.recv(&mut resp).await.ok()?;
     }
     let mut rdatas = Vec::new();
+    let mut cut = false;
     let mut ttl = u32::MAX;
     let mut b = RrBuf::default();
     let r = wire::read_response(&resp, &mut b, &mut |rr| {
         if rr.class == 1 && (rr.rtype == qtype || rr.rtype == t::CNAME) {
             ttl = ttl.min(rr.ttl);
-            if rr.rtype == qtype && rdatas.len() < 64 {
-                rdatas.push(Box::from(rr.rdata));
+            if rr.rtype == qtype {
+                if rdatas.len() < MAX_RRS {
+                    rdatas.push(Box::from(rr.rdata));
+                } else {
+                    cut = true;
+                }
             }
         }
         Ok(())
@@ -166,6 +173,11 @@ async fn resolve(resolver: SocketAddr, k: &[u8]) -> Option<(Vec<Box<[u8]>>, u32,
     .ok()?;
     if r.id != id {
         return None;
+    }
+    if cut {
+        crate::query::alias::BOUNDS
+            .records
+            .fetch_add(1, Ordering::Relaxed);
     }
     match r.rcode {
         rcode::NXDOMAIN => Some((Vec::new(), NEGATIVE_TTL, true)),

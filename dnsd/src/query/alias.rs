@@ -50,6 +50,49 @@ impl Entry {
     }
 }
 
+/// ALIAS answers cut by a bound, whether or not a resolver is configured (shown in
+/// `/metrics` as `dnsd_alias_bounds_total`).
+pub static BOUNDS: AliasBounds = AliasBounds {
+    chain: AtomicU64::new(0),
+    records: AtomicU64::new(0),
+};
+
+/// Counters of the bounds an ALIAS answer can meet.
+#[derive(Debug)]
+pub struct AliasBounds {
+    /// A chain of CNAMEs and ALIASes in our zones longer than the steps followed (or a
+    /// loop): answered SERVFAIL.
+    pub chain: AtomicU64,
+    /// A target with more A or AAAA records than an ALIAS answer carries (the first ones
+    /// answered, the rest left out), in our zones or from the resolver.
+    pub records: AtomicU64,
+}
+
+/// The registry's handle on [`BOUNDS`].
+#[derive(Debug)]
+pub struct BoundsSource;
+
+impl shield::metrics::Source for BoundsSource {
+    fn collect(&self, out: &mut shield::metrics::Samples) {
+        BOUNDS.collect(out);
+    }
+}
+
+impl AliasBounds {
+    /// The bounds' counts as metrics.
+    pub fn collect(&self, out: &mut shield::metrics::Samples) {
+        for (what, c) in [("chain", &self.chain), ("records", &self.records)] {
+            out.counter(
+                format!("alias.bound.{what}"),
+                "dnsd_alias_bounds_total",
+                format!("bound=\"{what}\""),
+                "ALIAS answers cut by a bound: a chain too long or looping (SERVFAIL), a target with more records than an answer carries.",
+                c.load(Ordering::Relaxed),
+            );
+        }
+    }
+}
+
 /// Counters of the cache.
 #[derive(Debug, Default)]
 pub struct AliasStats {

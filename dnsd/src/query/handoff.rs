@@ -84,12 +84,18 @@ pub struct Outgoing {
     pub msg: Vec<u8>,
     /// The query's slot, released once this is written.
     pub slot: Option<OwnedSemaphorePermit>,
+    /// Its share of the connection's unsent-bytes budget, released once it is written.
+    pub bytes: Option<OwnedSemaphorePermit>,
 }
 
 impl From<Vec<u8>> for Outgoing {
     /// A transfer message: its query's slot comes with the marker after the last one.
     fn from(msg: Vec<u8>) -> Self {
-        Outgoing { msg, slot: None }
+        Outgoing {
+            msg,
+            slot: None,
+            bytes: None,
+        }
     }
 }
 

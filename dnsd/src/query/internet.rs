@@ -1,13 +1,15 @@
 //! Answering in class IN: RFC 1034 §4.3.2 with wildcards (RFC 4592), DNAME (RFC 6672),
 //! negative answers (RFC 2308) and minimal ANY (RFC 8482).
 
+use std::sync::atomic::Ordering;
+
 use zones::name::MAX_NAME_LEN;
 use zones::rdata;
 use zones::rrtype::t;
 use zones::zone::{Lookup, NodeId, flags};
 use zones::{RRset, Zone};
 
-use crate::query::alias::AliasCache;
+use crate::query::alias::{AliasCache, BOUNDS};
 use crate::query::nsec_proofs::Prover;
 use crate::query::response::{Full, Owner, Section, Writer};
 use crate::query::wire::{Query, hf, rcode};
@@ -17,8 +19,8 @@ use crate::zone::served::ZoneSet;
 /// How many CNAME/DNAME steps are followed before giving up.
 const MAX_CHAIN: usize = 8;
 
-/// Records an ALIAS answer carries at most (of its target's A or AAAA).
-const MAX_ALIAS_RRS: usize = 64;
+/// Records an ALIAS answer carries at most (of its target's A or AAAA), and a variant holds.
+const MAX_ALIAS_RRS: usize = crate::zone::geo::MAX_VARIANT_RRS;
 
 /// What kind of response was written (for response rate limiting and statistics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,13 +141,13 @@ impl Client<'_> {
 /// Answers `q` into `w` (header and question already written) from `zone`, the zone
 /// [`find_zone`] chose (REFUSED when none). `online` is set for a zone answered with
 /// compact denial (RFC 9824).
-pub fn answer_in(
+pub fn answer_in<'q>(
     w: &mut Writer<'_>,
-    q: &Query,
-    zones: &ZoneSet,
-    zone: Option<(u32, &std::sync::Arc<Zone>)>,
-    online: Option<Online<'_>>,
-    alias: Option<&AliasCache>,
+    q: &'q Query,
+    zones: &'q ZoneSet,
+    zone: Option<(u32, &'q std::sync::Arc<Zone>)>,
+    online: Option<Online<'q>>,
+    alias: Option<&'q AliasCache>,
     client: Client<'_>,
 ) -> Answered {
     let Some((zi, zone)) = zone else {
@@ -167,6 +169,9 @@ pub fn answer_in(
         online,
         alias,
         volatile: false,
+        after: After::Nothing,
+        dnames: [(0, 0); MAX_CHAIN],
+        n_dnames: 0,
     };
     let mut target = Target::from_query(q);
     // A name with variants by client network: the variant of the client's network when it
@@ -192,6 +197,11 @@ pub fn answer_in(
         }
         None => a.resolve(zone, &mut target, Owner::Qname, 0),
     };
+    // Additional data last, once the answer's authority records (proofs, NS, DS) are all
+    // written: the sections follow each other on the wire. None in a truncated response.
+    if !a.truncated {
+        a.write_after();
+    }
     Answered {
         kind,
         truncated: a.truncated,
@@ -203,12 +213,24 @@ pub fn answer_in(
 /// The zone that answers `q`: the most specific one, except that DS at a zone's apex is
 /// answered by the parent zone when we serve it (RFC 4035 §3.1.4.1).
 pub fn find_zone<'z>(q: &Query, zones: &'z ZoneSet) -> Option<(u32, &'z std::sync::Arc<Zone>)> {
-    let hit = zones.find(q.qname(), q.label_offs())?;
-    if q.qtype == t::DS && q.labels > 0 && hit.1.apex().as_wire() == q.qname() {
-        let offs = &q.label_offs()[1..];
-        if let Some(parent) = zones.find(q.qname(), offs) {
-            return Some(parent);
-        }
+    zone_for(zones, q.qname(), q.label_offs(), q.qtype)
+}
+
+/// The zone that answers `qtype` at `name` (lower case, wire form, with its label offsets):
+/// for the query's name, and again for each name a CNAME or DNAME leads to.
+fn zone_for<'z>(
+    zones: &'z ZoneSet,
+    name: &[u8],
+    offs: &[u8],
+    qtype: u16,
+) -> Option<(u32, &'z std::sync::Arc<Zone>)> {
+    let hit = zones.find(name, offs)?;
+    if qtype == t::DS
+        && !offs.is_empty()
+        && hit.1.apex().as_wire() == name
+        && let Some(parent) = zones.find(name, &offs[1..])
+    {
+        return Some(parent);
     }
     Some(hit)
 }
@@ -222,6 +244,22 @@ struct Answerer<'w, 'b, 'q> {
     online: Option<Online<'q>>,
     alias: Option<&'q AliasCache>,
     volatile: bool,
+    /// The additional data the answer calls for, written after everything else.
+    after: After<'q>,
+    /// DNAMEs already in the answer (zone address, node): a chain through one DNAME twice
+    /// carries it once (an RRset is a set, RFC 2181 §5), as Knot and NSD answer.
+    dnames: [(usize, NodeId); MAX_CHAIN],
+    n_dnames: usize,
+}
+
+/// Additional data an answer calls for, held until the other sections are written (an
+/// authority record written after an additional one would be read as additional).
+enum After<'q> {
+    Nothing,
+    /// A and AAAA of the names an answer RRset points at.
+    Additional(&'q Zone, RRset),
+    /// A referral's glue: the NS RRset and its owner, the cut.
+    Glue(&'q Zone, RRset, NodeId),
 }
 
 /// What a compact denial came to.
@@ -234,7 +272,7 @@ enum Compacted {
     Chain,
 }
 
-impl Answerer<'_, '_, '_> {
+impl<'q> Answerer<'_, '_, 'q> {
     /// Denies `types`-only at `name` with one NSEC signed now (RFC 9824), when the zone is
     /// answered so and DO is set.
     fn compact(&mut self, zone: &Zone, name: &[u8], types: &mut [u16]) -> Compacted {
@@ -351,7 +389,7 @@ impl Answerer<'_, '_, '_> {
 
     fn resolve(
         &mut self,
-        zone: &Zone,
+        zone: &'q Zone,
         target: &mut Target,
         owner: Owner<'_>,
         depth: usize,
@@ -450,7 +488,7 @@ impl Answerer<'_, '_, '_> {
 
     fn positive(
         &mut self,
-        zone: &Zone,
+        zone: &'q Zone,
         node: NodeId,
         target: &mut Target,
         owner: Owner<'_>,
@@ -476,7 +514,13 @@ impl Answerer<'_, '_, '_> {
                 }
             };
         }
-        if n.has(flags::CNAME) && qtype != t::CNAME {
+        // A CNAME is followed unless the type asked is there beside it (NSEC, RRSIG, as
+        // Knot, NSD and BIND answer: RFC 2181 §10.1, RFC 4035 §2.5).
+        if n.has(flags::CNAME)
+            && qtype != t::CNAME
+            && qtype != t::RRSIG
+            && zone.rrset(node, qtype).is_none()
+        {
             let cname = *zone.rrset(node, t::CNAME).expect("CNAME flag");
             if !self.put(Section::Answer, zone, node, &cname, owner) {
                 return Kind::Answer;
@@ -504,7 +548,7 @@ impl Answerer<'_, '_, '_> {
         match zone.rrset(node, qtype).copied() {
             Some(s) => {
                 if self.put(Section::Answer, zone, node, &s, owner) && s.has_names() {
-                    self.additional(zone, &s);
+                    self.after = After::Additional(zone, s);
                 }
                 Kind::Answer
             }
@@ -560,6 +604,9 @@ impl Answerer<'_, '_, '_> {
                     rds[k] = rd;
                     k += 1;
                 }
+                if k == MAX_ALIAS_RRS && z.rrs(&s).nth(MAX_ALIAS_RRS).is_some() {
+                    BOUNDS.records.fetch_add(1, Ordering::Relaxed);
+                }
                 return self.put_made(
                     zone,
                     asked.name(),
@@ -590,6 +637,7 @@ impl Answerer<'_, '_, '_> {
             target.set(&lower[..len]);
         }
         // A loop, or too long a chain.
+        BOUNDS.chain.fetch_add(1, Ordering::Relaxed);
         self.w.set_rcode(rcode::SERVFAIL);
         Kind::Answer
     }
@@ -759,11 +807,12 @@ impl Answerer<'_, '_, '_> {
             return Kind::Answer;
         }
         target.set(lower);
-        let Some((_, zone)) = self.zones.find(target.name(), target.offs()) else {
+        let zones = self.zones;
+        // DS at a served child's apex comes from the parent, reached directly or not.
+        let Some((_, zone)) = zone_for(zones, target.name(), target.offs(), self.q.qtype) else {
             // Out of our zones: the resolver follows it.
             return Kind::Answer;
         };
-        let zone = zone.clone();
         let at = self.w.find_name(lower);
         let mut buf = [0u8; MAX_NAME_LEN];
         buf[..len].copy_from_slice(lower);
@@ -771,7 +820,7 @@ impl Answerer<'_, '_, '_> {
             Some(o) => Owner::At(o),
             None => Owner::Name(&buf[..len]),
         };
-        match self.resolve(&zone, target, owner, depth + 1) {
+        match self.resolve(zone, target, owner, depth + 1) {
             // The chain's answer data keeps the response positive; a missing end sets the rcode.
             Kind::NoData | Kind::Answer | Kind::Referral => Kind::Answer,
             Kind::NxDomain => Kind::NxDomain,
@@ -792,8 +841,15 @@ impl Answerer<'_, '_, '_> {
         let mut owner_buf = [0u8; MAX_NAME_LEN];
         owner_buf[..owner_name.len()].copy_from_slice(owner_name);
         let owner_name = &owner_buf[..owner_name.len()];
-        if !self.put(Section::Answer, zone, node, &dn, Owner::Name(owner_name)) {
-            return Kind::Answer;
+        let key = (std::ptr::from_ref(zone) as usize, node);
+        if !self.dnames[..self.n_dnames].contains(&key) {
+            if !self.put(Section::Answer, zone, node, &dn, Owner::Name(owner_name)) {
+                return Kind::Answer;
+            }
+            if self.n_dnames < MAX_CHAIN {
+                self.dnames[self.n_dnames] = key;
+                self.n_dnames += 1;
+            }
         }
         let Some((_, dtarget)) = zone.rrs(&dn).next() else {
             return Kind::Answer;
@@ -827,7 +883,7 @@ impl Answerer<'_, '_, '_> {
         self.follow(synth, target, depth)
     }
 
-    fn referral(&mut self, zone: &Zone, cut: NodeId, depth: usize) {
+    fn referral(&mut self, zone: &'q Zone, cut: NodeId, depth: usize) {
         if depth == 0 {
             self.w.clear_flags(hf::AA);
         }
@@ -860,7 +916,16 @@ impl Answerer<'_, '_, '_> {
                 }
             }
         }
-        self.glue(zone, &ns, cut_name);
+        self.after = After::Glue(zone, ns, cut);
+    }
+
+    /// Writes the additional data held for the end.
+    fn write_after(&mut self) {
+        match std::mem::replace(&mut self.after, After::Nothing) {
+            After::Nothing => {}
+            After::Additional(zone, s) => self.additional(zone, &s),
+            After::Glue(zone, ns, cut) => self.glue(zone, &ns, zone.node_name(cut)),
+        }
     }
 
     /// A and AAAA of the NS targets of a referral; in-bailiwick glue that does not fit sets TC.
@@ -876,7 +941,7 @@ impl Answerer<'_, '_, '_> {
             if !zones::name::is_subdomain(lower, zone.apex().as_wire()) {
                 continue;
             }
-            let Some(node) = zone.find(lower) else {
+            let Some(node) = address_node(zone, lower) else {
                 continue;
             };
             let required = zones::name::is_subdomain(lower, cut_name);
@@ -919,7 +984,11 @@ impl Answerer<'_, '_, '_> {
                 let Some(node) = zone.find(lower) else {
                     continue;
                 };
-                if zone.node(node).has(flags::OCCLUDED) {
+                // Below a cut: glue, which an NS answer carries (the root's priming answer
+                // carries root-servers.net's, below net.); never data a DNAME occludes.
+                if zone.node(node).has(flags::OCCLUDED)
+                    && !(s.rtype == t::NS && below_cut(zone, node))
+                {
                     continue;
                 }
                 for rtype in [t::A, t::AAAA] {
@@ -993,8 +1062,31 @@ fn is_signed(zone: &Zone) -> bool {
     zone.rrset(apex, t::DNSKEY).is_some() || zone.rrsig(apex, t::SOA).is_some()
 }
 
+/// True when `node` is below a zone cut (glue), not below a DNAME.
+fn below_cut(zone: &Zone, node: NodeId) -> bool {
+    let mut id = node;
+    while zone.node(id).has(flags::OCCLUDED) {
+        id = zone.node(id).parent();
+    }
+    zone.node(id).has(flags::DELEG)
+}
+
+/// The node holding a name server's addresses: its own name, else the wildcard of our data
+/// that covers it (RFC 4592), as Knot and NSD find them for a referral; never a wildcard
+/// below the cut (that name is the child's).
+fn address_node(zone: &Zone, lower: &[u8]) -> Option<NodeId> {
+    if let Some(n) = zone.find(lower) {
+        return Some(n);
+    }
+    let t = Target::of(lower);
+    match zone.lookup(t.name(), t.offs()) {
+        Lookup::Wildcard { wildcard, .. } => Some(wildcard),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! Answering in class IN, straight into a writer: answers, NODATA and NXDOMAIN with the
     //! SOA (negative TTL) in authority, referrals with glue, CNAME chains, wildcards, DNAME.
 
@@ -1004,9 +1096,14 @@ mod tests {
 
     /// Asks `q` of `zones`: the reply and what the answerer said it was.
     fn ask(zones: &ZoneSet, q: Q) -> (Reply, Answered) {
+        ask_limited(zones, &q, 65535)
+    }
+
+    /// Asks `q` of `zones` with the writer limited to `limit` bytes.
+    pub(crate) fn ask_limited(zones: &ZoneSet, q: &Q, limit: usize) -> (Reply, Answered) {
         let (req, q) = q.parsed();
         let mut out = vec![0u8; 65535];
-        let mut w = Writer::new(&mut out, 65535);
+        let mut w = Writer::new(&mut out, limit);
         w.start(&req, &q, rcode::NOERROR, true);
         let a = answer_in(
             &mut w,

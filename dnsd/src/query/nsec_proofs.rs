@@ -287,7 +287,7 @@ mod tests {
     use zones::zone::flags;
 
     use super::*;
-    use crate::query::internet::{Kind, answer_in, find_zone};
+    use crate::query::internet::Kind;
     use crate::query::testkit::{Q, Reply, Rr, load_zone, zone_set};
     use crate::query::wire::rcode;
     use crate::zone::served::{ServeOptions, ZoneSet};
@@ -469,21 +469,8 @@ ns.insecure A 192.0.2.31
 
     /// Asks `q` of `zones` with the writer limited to `limit` bytes.
     fn ask_limited(zones: &ZoneSet, q: &Q, limit: usize) -> (Reply, Kind) {
-        let (req, q) = q.parsed();
-        let mut out = vec![0u8; 65535];
-        let mut w = Writer::new(&mut out, limit);
-        w.start(&req, &q, rcode::NOERROR, true);
-        let a = answer_in(
-            &mut w,
-            &q,
-            zones,
-            find_zone(&q, zones),
-            None,
-            None,
-            crate::query::internet::Client::at(std::net::Ipv4Addr::LOCALHOST.into()),
-        );
-        let n = w.finish();
-        (Reply::parse(&out[..n]), a.kind)
+        let (r, a) = crate::query::internet::tests::ask_limited(zones, q, limit);
+        (r, a.kind)
     }
 
     fn ask(zones: &ZoneSet, name: &str, qtype: u16) -> (Reply, Kind) {

@@ -39,6 +39,9 @@ use crate::query::tsig;
 use crate::query::wire::{self, ParseError, Query, opcode, rcode};
 use crate::zone::served::ZoneSet;
 
+/// Class CH (RFC 1035 §3.2.4), where servers answer who and what they are (RFC 4892).
+const CLASS_CH: u16 = 3;
+
 pub use crate::query::module::Transport;
 pub use crate::query::response::opt_rr;
 
@@ -53,6 +56,10 @@ pub struct PipelineConfig {
     pub compact_denial: (u32, u32),
     /// Our name server identifier (`[server] nsid`, RFC 5001), sent to queries that ask.
     pub nsid: Option<Arc<[u8]>>,
+    /// What `id.server` and `hostname.bind` answer in class CH (`[server] identity`).
+    pub identity: Option<Arc<[u8]>>,
+    /// What `version.server` and `version.bind` answer in class CH (`[server] version`).
+    pub version: Option<Arc<[u8]>>,
     /// ALIAS targets outside our zones, as `[alias] resolver` gave them.
     pub alias: Option<Arc<crate::query::alias::AliasCache>>,
     /// EDNS Client Subnet is read and echoed (`[server] ecs`, RFC 7871).
@@ -68,6 +75,8 @@ impl Default for PipelineConfig {
             tcp_keepalive: 100,
             compact_denial: (2000, 100),
             nsid: None,
+            identity: None,
+            version: None,
             alias: None,
             ecs: false,
             geodb: None,
@@ -97,6 +106,18 @@ impl PipelineConfig {
             return None;
         }
         q.edns.and_then(|e| e.ecs)
+    }
+
+    /// The CH TXT string answering `q` (`id.server`, `version.bind` ...), when one is set.
+    fn chaos(&self, q: &Query) -> Option<&Arc<[u8]>> {
+        if q.qtype != t::TXT {
+            return None;
+        }
+        match q.qname() {
+            b"\x02id\x06server\x00" | b"\x08hostname\x04bind\x00" => self.identity.as_ref(),
+            b"\x07version\x06server\x00" | b"\x07version\x04bind\x00" => self.version.as_ref(),
+            _ => None,
+        }
     }
 
     /// Our NSID for a response to `q`: when it asked and one is set.
@@ -387,6 +408,14 @@ impl Processor {
         } else if self.cfg.ecs && q.edns.is_some_and(|e| e.ecs_bad) {
             // A malformed (or second) Client Subnet option where ECS is on (RFC 7871 §7.1.1).
             Some(rcode::FORMERR)
+        } else if q.qclass == CLASS_CH
+            && let Some(txt) = self.cfg.chaos(q)
+        {
+            // Copied out (at most 255 bytes), not shared: the reply borrows the processor.
+            let mut buf = [0u8; 255];
+            let n = txt.len().min(255);
+            buf[..n].copy_from_slice(&txt[..n]);
+            return self.chaos_reply(req, out, &buf[..n], edns, transport, src, signer.as_mut());
         } else if q.qclass != 1 && q.qclass != 255 {
             // Class IN, or ANY (answered from IN, as Knot and NSD do); others are not served.
             Some(rcode::REFUSED)
@@ -402,8 +431,13 @@ impl Processor {
             }
         };
         if let Some(rc) = refuse {
-            // A transfer refused here: the client may not have it (RFC 8914 Prohibited).
-            let why = matches!(q.qtype, t::AXFR | t::IXFR).then_some(response::ede::PROHIBITED);
+            // A transfer refused here: the client may not have it (RFC 8914 Prohibited);
+            // AXFR over UDP is not a way to ask for one (Not Supported).
+            let why = match q.qtype {
+                t::AXFR if rc == rcode::NOTIMP => Some(response::ede::NOT_SUPPORTED),
+                t::AXFR | t::IXFR => Some(response::ede::PROHIBITED),
+                _ => None,
+            };
             let signer = signer.as_mut();
             return self.error_reply(req, out, rc, true, edns, transport, src, signer, why);
         }
@@ -646,6 +680,94 @@ impl Processor {
         }
     }
 
+    /// The defences' word on a reply that names no zone (an error, a CH answer), as the
+    /// error class: RRL limits these floods too. `Some`: what they did instead.
+    #[allow(clippy::too_many_arguments)]
+    fn limit_zoneless(
+        &mut self,
+        req: &[u8],
+        out: &mut [u8],
+        rc: u16,
+        with_question: bool,
+        with_edns: bool,
+        transport: Transport,
+        src: SocketAddr,
+    ) -> Option<Outcome> {
+        let q = &*self.q;
+        let p = self.plan.as_mut()?;
+        let parsed = Parsed {
+            req,
+            q,
+            src: src.ip(),
+            local: self.local,
+            transport,
+            zone: None,
+            apex: b"",
+            tenant: 0,
+            cookie_policy: CookiePolicy::On,
+            cookie: CookieStatus::Absent,
+            cookie_out: None,
+            exempt: false,
+            suspect: p.suspect(),
+        };
+        let a = Answered {
+            class: AnswerClass::Error,
+            key: b"",
+            rcode: rc,
+        };
+        match p.after_answer(&parsed, &a) {
+            Step::Continue | Step::Refuse(_) => None,
+            step => Some(self.act(
+                step,
+                req,
+                out,
+                with_question,
+                with_edns,
+                transport,
+                src,
+                None,
+            )),
+        }
+    }
+
+    /// Answers a CH TXT query for our identity or version with `txt`, as Knot and NSD do:
+    /// TTL 0, no AA; rate limited as an error reply (it names no zone).
+    #[allow(clippy::too_many_arguments)]
+    fn chaos_reply(
+        &mut self,
+        req: &[u8],
+        out: &mut [u8],
+        txt: &[u8],
+        with_edns: bool,
+        transport: Transport,
+        src: SocketAddr,
+        signer: Option<&mut tsig::Signer>,
+    ) -> Outcome {
+        // The owner points at the question; TXT, CH, TTL 0, one character-string.
+        let mut rr = [0u8; 12 + 1 + 255];
+        let n = txt.len().min(255);
+        rr[..2].copy_from_slice(&[0xC0, 0x0C]);
+        rr[2..4].copy_from_slice(&t::TXT.to_be_bytes());
+        rr[4..6].copy_from_slice(&CLASS_CH.to_be_bytes());
+        rr[10..12].copy_from_slice(&(n as u16 + 1).to_be_bytes());
+        rr[12] = n as u8;
+        rr[13..13 + n].copy_from_slice(&txt[..n]);
+        let rr = &rr[..13 + n];
+        let rc = rcode::NOERROR;
+        self.zoneless_reply(
+            req,
+            out,
+            rc,
+            true,
+            with_edns,
+            transport,
+            src,
+            signer,
+            None,
+            Some(rr),
+        )
+    }
+
     /// A reply without answer data: FORMERR, NOTIMP, REFUSED, NOTAUTH, BADVERS, SERVFAIL.
     /// Unsigned, it walks `after_answer` as the error class (RRL limits error floods too);
     /// signed (by `signer`, when the request was), it goes as it is.
@@ -662,53 +784,42 @@ impl Processor {
         signer: Option<&mut tsig::Signer>,
         ede: Option<u16>,
     ) -> Outcome {
+        let (q, e) = (with_question, with_edns);
+        self.zoneless_reply(req, out, rc, q, e, transport, src, signer, ede, None)
+    }
+
+    /// A reply that names no zone: `rc`, and `answer` (one record, raw) when given.
+    #[allow(clippy::too_many_arguments)]
+    fn zoneless_reply(
+        &mut self,
+        req: &[u8],
+        out: &mut [u8],
+        rc: u16,
+        with_question: bool,
+        with_edns: bool,
+        transport: Transport,
+        src: SocketAddr,
+        signer: Option<&mut tsig::Signer>,
+        ede: Option<u16>,
+        answer: Option<&[u8]>,
+    ) -> Outcome {
+        if signer.is_none()
+            && let Some(o) =
+                self.limit_zoneless(req, out, rc, with_question, with_edns, transport, src)
+        {
+            return o;
+        }
         let q = &*self.q;
         let udp_payload = self.cfg.udp_payload;
-        if let Some(p) = &mut self.plan
-            && signer.is_none()
-        {
-            let parsed = Parsed {
-                req,
-                q,
-                src: src.ip(),
-                local: self.local,
-                transport,
-                zone: None,
-                apex: b"",
-                tenant: 0,
-                cookie_policy: CookiePolicy::On,
-                cookie: CookieStatus::Absent,
-                cookie_out: None,
-                exempt: false,
-                suspect: p.suspect(),
-            };
-            let a = Answered {
-                class: AnswerClass::Error,
-                key: b"",
-                rcode: rc,
-            };
-            match p.after_answer(&parsed, &a) {
-                Step::Continue | Step::Refuse(_) => {}
-                step => {
-                    return self.act(
-                        step,
-                        req,
-                        out,
-                        with_question,
-                        with_edns,
-                        transport,
-                        src,
-                        None,
-                    );
-                }
-            }
-        }
         let limit = response::size_limit(q, transport, udp_payload, out.len())
             .max(512)
             .min(out.len());
         let sig = signer.as_ref().map_or(0, |s| s.reserve());
         let mut w = Writer::new(out, limit.saturating_sub(sig));
         w.start(req, q, rc & 0xF, with_question);
+        if let Some(rr) = answer {
+            let _ = w.raw_rr(response::Section::Answer, rr);
+        }
         if with_edns || rc > 15 {
             let opts = response::OptOptions {
                 cookie: None,
@@ -939,6 +1050,44 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn identity_and_version_in_class_ch_as_knot_and_nsd_answer_them() {
+        let cfg = PipelineConfig {
+            identity: Some(Arc::from(&b"ns1.node"[..])),
+            version: None,
+            ..Default::default()
+        };
+        let mut r = Rig::with_pipeline(example_set(), None, cfg);
+        for name in ["id.server.", "HOSTNAME.bind."] {
+            let a = r
+                .send(
+                    &Q::new(name, 16).class(3).edns(1232).bytes(),
+                    "192.0.2.1",
+                    UDP,
+                )
+                .unwrap();
+            assert_eq!(a.rcode(), rcode::NOERROR);
+            assert_eq!(a.flags & 0x0400, 0, "no AA");
+            assert_eq!(a.answer.len(), 1);
+            let rr = &a.answer[0];
+            assert_eq!((rr.rtype, rr.class, rr.ttl), (16, 3, 0));
+            assert_eq!(rr.rdata, b"\x08ns1.node");
+            assert!(a.opt.is_some());
+        }
+        // Not set (or set to ""): refused, as other types and names in CH are.
+        for (name, qtype) in [
+            ("version.bind.", 16),
+            ("id.server.", 1),
+            ("authors.bind.", 16),
+        ] {
+            let a = r
+                .send(&Q::new(name, qtype).class(3).bytes(), "192.0.2.1", UDP)
+                .unwrap();
+            assert_eq!(a.rcode(), rcode::REFUSED, "{name}");
+            assert!(a.answer.is_empty());
+        }
+    }
+
+    #[test]
     fn nsid_when_asked_and_extended_errors_on_what_is_refused_on_purpose() {
         use crate::query::wire::{OPT_EDE, OPT_NSID};
         let cfg = PipelineConfig {
@@ -972,6 +1121,18 @@ pub(crate) mod tests {
         assert_eq!(
             (a.rcode(), a.option(OPT_EDE)),
             (rcode::REFUSED, Some(vec![0, 18]))
+        );
+        // AXFR over UDP: NOTIMP, Not Supported (21).
+        let a = r
+            .send(
+                &Q::new("example.com.", 252).edns(1232).bytes(),
+                "192.0.2.1",
+                UDP,
+            )
+            .unwrap();
+        assert_eq!(
+            (a.rcode(), a.option(OPT_EDE)),
+            (rcode::NOTIMP, Some(vec![0, 21]))
         );
         // Without EDNS there is nowhere to put either.
         let a = r

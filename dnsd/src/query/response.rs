@@ -500,6 +500,8 @@ pub mod ede {
     pub const PROHIBITED: u16 = 18;
     /// Not a zone served here.
     pub const NOT_AUTHORITATIVE: u16 = 20;
+    /// Not done this way (AXFR over UDP).
+    pub const NOT_SUPPORTED: u16 = 21;
 }
 
 /// The options our OPT carries.

@@ -348,7 +348,16 @@ fn parse_sections(
                     return Err(fe(true, false));
                 }
                 saw_opt = true;
-                q.edns = Some(parse_opt(req, start, rdata_off, next).ok_or(fe(true, false))?);
+                match parse_opt(req, start, rdata_off, next) {
+                    Ok(e) => q.edns = Some(e),
+                    // A sound OPT with a malformed COOKIE: FORMERR carrying OPT (RFC 6891
+                    // §7, RFC 7873 §5.2.2), the cookie left out.
+                    Err(Some(e)) => {
+                        q.edns = Some(e);
+                        return Err(fe(true, true));
+                    }
+                    Err(None) => return Err(fe(true, false)),
+                }
             }
             zones::rrtype::t::TSIG => {
                 // TSIG must be the last record (RFC 8945 §5.1).
@@ -401,7 +410,9 @@ fn skip_rr(req: &[u8], mut p: usize) -> Option<(usize, u16, bool, usize)> {
     Some((rdata + rdlen, rtype, root, rdata))
 }
 
-fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Option<Edns> {
+/// The OPT record at `start`: its EDNS, or an error with the EDNS read so far when only an
+/// option's value is malformed (the option list itself sound), without when the list is not.
+fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Result<Edns, Option<Edns>> {
     // OPT: name(1) type(2) class=udp size(2) ttl=ext rcode(1) version(1) flags(2) rdlen(2).
     let udp = u16_at(req, start + 3);
     let version = req[start + 6];
@@ -421,17 +432,19 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Option<Edns>
     let mut p = rdata;
     while p < end {
         if p + 4 > end {
-            return None;
+            return Err(None);
         }
         let code = u16_at(req, p);
         let len = u16_at(req, p + 2) as usize;
         if p + 4 + len > end {
-            return None;
+            return Err(None);
         }
         if code == OPT_COOKIE {
             // RFC 7873 §5.2.2: 8 (client) or 16..=40 (client + server) octets.
             if e.cookie_len != 0 || !(len == 8 || (16..=40).contains(&len)) {
-                return None;
+                e.cookie_off = 0;
+                e.cookie_len = 0;
+                return Err(Some(e));
             }
             e.cookie_off = (p + 4) as u16;
             e.cookie_len = len as u8;
@@ -451,7 +464,7 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Option<Edns>
         }
         p += 4 + len;
     }
-    Some(e)
+    Ok(e)
 }
 
 #[cfg(test)]

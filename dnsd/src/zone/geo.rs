@@ -28,6 +28,9 @@ use std::path::Path;
 use shield::prefix::PrefixMap;
 use zones::Name;
 
+/// Records of one type a variant holds at most (what one answer made from it carries).
+pub const MAX_VARIANT_RRS: usize = 64;
+
 /// One variant: its RRsets (type, RDATAs).
 #[derive(Debug, Default)]
 pub struct Variant {
@@ -328,6 +331,12 @@ impl GeoZone {
                                 }
                                 v => yaml_text(v).into_iter().collect(),
                             };
+                            if values.len() > MAX_VARIANT_RRS {
+                                return Err(where_(format!(
+                                    "{} {ty} records: a variant holds at most {MAX_VARIANT_RRS} of one type",
+                                    values.len()
+                                )));
+                            }
                             let mut rdatas = Vec::new();
                             for rd in values {
                                 rdatas.push(parse_rdata(&name, ty, &rd).map_err(&where_)?);
@@ -373,4 +382,39 @@ fn parse_rdata(owner: &Name, ty: &str, text: &str) -> Result<Box<[u8]>, String> 
     })
     .map_err(|e| format!("{ty} {text:?}: {e}"))?;
     out.ok_or_else(|| format!("{ty} {text:?}: no record"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<GeoZone, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("example.geo");
+        std::fs::write(&f, text).unwrap();
+        let origin = Name::parse("example.", None).unwrap();
+        GeoZone::load(&f, &origin, &HashMap::new(), 60, 0)
+    }
+
+    #[test]
+    fn a_variant_holds_at_most_the_records_one_answer_carries() {
+        let list = |n: usize| {
+            (0..n)
+                .map(|i| format!("10.0.0.{}", i + 1))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let ok = format!(
+            "www.example.:\n  - net: 192.0.2.0/24\n    A: [ {} ]\n",
+            list(MAX_VARIANT_RRS)
+        );
+        assert!(load(&ok).is_ok());
+        let Err(e) = load(&format!(
+            "www.example.:\n  - net: 192.0.2.0/24\n    A: [ {} ]\n",
+            list(MAX_VARIANT_RRS + 1)
+        )) else {
+            panic!("65 records of one type were taken");
+        };
+        assert!(e.contains("example.geo") && e.contains("at most 64"), "{e}");
+    }
 }

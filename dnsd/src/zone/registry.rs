@@ -556,11 +556,17 @@ impl Registry {
                 }
                 Err(err) => {
                     let msg = err.to_string();
-                    tracing::error!(
-                        zone = %e.def.origin,
-                        serving = e.current.as_ref().map(|z| z.serial()),
-                        "zone not loaded, keeping the last good version: {msg}"
-                    );
+                    match e.current.as_ref().map(|z| z.serial()) {
+                        Some(serial) => tracing::error!(
+                            zone = %e.def.origin,
+                            serving = serial,
+                            "zone not loaded, keeping the last good version: {msg}"
+                        ),
+                        None => tracing::error!(
+                            zone = %e.def.origin,
+                            "zone not loaded, not served (no earlier version): {msg}"
+                        ),
+                    }
                     reports.push(LoadReport {
                         origin: e.def.origin.to_string(),
                         result: Err(msg.clone()),

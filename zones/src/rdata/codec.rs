@@ -409,13 +409,14 @@ pub(crate) fn write_time(t: u32, out: &mut String) {
     );
 }
 
-/// Reads a dotted-quad IPv4 address (each part 1-3 digits, at most 255).
+/// Reads a dotted-quad IPv4 address (each part 1-3 digits, at most 255, no leading zero: as
+/// inet_pton reads it, and Knot and NSD with it).
 pub(crate) fn ipv4(s: &[u8]) -> Option<[u8; 4]> {
     let mut out = [0u8; 4];
     let mut parts = s.split(|&c| c == b'.');
     for o in &mut out {
         let p = parts.next()?;
-        if p.is_empty() || p.len() > 3 {
+        if p.is_empty() || p.len() > 3 || (p.len() > 1 && p[0] == b'0') {
             return None;
         }
         *o = uint(p, 255)? as u8;
@@ -562,6 +563,12 @@ mod tests {
     #[test]
     fn addresses_and_strings() {
         assert_eq!(ipv4(b"10.0.0.255"), Some([10, 0, 0, 255]));
+        assert_eq!(ipv4(b"192.0.2.0"), Some([192, 0, 2, 0]));
+        assert_eq!(
+            ipv4(b"192.0.2.01"),
+            None,
+            "a leading zero, as inet_pton refuses it"
+        );
         for bad in [
             "0.0.0.256",
             "0.0.0",
