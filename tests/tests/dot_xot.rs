@@ -453,6 +453,28 @@ fn doq_python_path() -> Option<std::path::PathBuf> {
     p.join("aioquic").is_dir().then_some(p)
 }
 
+/// dnsd with a QUIC listener (the test PKI's pair) and where dnspython with aioquic is:
+/// (python path, the PKI's directory, the QUIC address, dnsd); None (skipped) without them.
+fn doq_server() -> Option<(std::path::PathBuf, tempfile::TempDir, SocketAddr, Dnsd)> {
+    let Some(py) = doq_python_path() else {
+        palisade_tests::skipped("dnspython with aioquic is not installed (scripts/install-deps)");
+        return None;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    pki(dir.path());
+    let ip = net::test_ip();
+    let quic = SocketAddr::from((ip, net::free_port(ip)));
+    let dnsd = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .at(SocketAddr::from((ip, net::free_port(ip))))
+        .server_option(&format!(
+            "quic_listen = [\"{quic}\"]\ntls_cert = \"{0}/dns.crt\"\ntls_key = \"{0}/dns.key\"",
+            dir.path().display()
+        ))
+        .start();
+    Some((py, dir, quic, dnsd))
+}
+
 /// Asks `name`/`qtype` over QUIC (dnspython + aioquic, verifying `dns.test` against `ca`) from
 /// `src`, and the same query over UDP to `udp`: "same", "differ ..." or "error ...".
 const DOQ_CLIENT: &str = r#"
@@ -473,22 +495,9 @@ print("same" if r.to_text() == u.to_text() else "differ\n" + r.to_text() + "\n--
 
 #[test]
 fn doq_answers_as_udp_does_and_a_blocked_source_gets_no_handshake() {
-    let Some(py) = doq_python_path() else {
-        palisade_tests::skipped("dnspython with aioquic is not installed (scripts/install-deps)");
+    let Some((py, dir, quic, dnsd)) = doq_server() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    pki(dir.path());
-    let ip = net::test_ip();
-    let quic = SocketAddr::from((ip, net::free_port(ip)));
-    let dnsd = Dnsd::builder()
-        .zone(Zone::data("example.com."))
-        .at(SocketAddr::from((ip, net::free_port(ip))))
-        .server_option(&format!(
-            "quic_listen = [\"{quic}\"]\ntls_cert = \"{0}/dns.crt\"\ntls_key = \"{0}/dns.key\"",
-            dir.path().display()
-        ))
-        .start();
     let ask = |src: &str, name: &str, qtype: &str| {
         let out = std::process::Command::new("/usr/bin/python3")
             .arg("-c")
@@ -530,4 +539,80 @@ fn doq_answers_as_udp_does_and_a_blocked_source_gets_no_handshake() {
     // Its neighbour is served.
     let out = ask("127.91.1.8", "www.example.com.", "A");
     assert_eq!(out.trim(), "same", "{out}");
+}
+
+/// Sends one DoQ stream shaped by argv[4] (`ok`; `nonzero-id`; `short`: a length past the
+/// bytes sent before FIN; `long`: bytes past the length) to argv[1]:argv[2], verifying
+/// `dns.test` against argv[3]; prints "answer N" (bytes on the stream), "closed CODE" (the
+/// connection closed with CODE) or "timeout".
+const DOQ_RAW: &str = r#"
+import asyncio, struct, sys
+import dns.message
+from aioquic.asyncio import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import ConnectionTerminated, StreamDataReceived
+host, port, ca, case = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+class P(QuicConnectionProtocol):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.done = asyncio.get_running_loop().create_future()
+        self.data = b""
+    def quic_event_received(self, ev):
+        if isinstance(ev, StreamDataReceived):
+            self.data += ev.data
+            if ev.end_stream and not self.done.done():
+                self.done.set_result("answer %d" % len(self.data))
+        elif isinstance(ev, ConnectionTerminated) and not self.done.done():
+            self.done.set_result("closed %d" % ev.error_code)
+async def main():
+    cfg = QuicConfiguration(alpn_protocols=["doq"], is_client=True, server_name="dns.test")
+    cfg.load_verify_locations(ca)
+    async with connect(host, port, configuration=cfg, create_protocol=P) as p:
+        q = dns.message.make_query("www.example.com.", "A")
+        q.id = 0x1234 if case == "nonzero-id" else 0
+        w = q.to_wire()
+        n = {"short": len(w) + 10, "long": len(w) - 5}.get(case, len(w))
+        sid = p._quic.get_next_available_stream_id()
+        p._quic.send_stream_data(sid, struct.pack(">H", n) + w, end_stream=True)
+        p.transmit()
+        try:
+            print(await asyncio.wait_for(p.done, 3))
+        except asyncio.TimeoutError:
+            print("timeout")
+asyncio.run(main())
+"#;
+
+#[test]
+fn a_malformed_doq_stream_closes_its_connection_with_doq_protocol_error() {
+    let Some((py, dir, quic, dnsd)) = doq_server() else {
+        return;
+    };
+    let send = |case: &str| {
+        let out = std::process::Command::new("/usr/bin/python3")
+            .arg("-c")
+            .arg(DOQ_RAW)
+            .args([
+                &quic.ip().to_string(),
+                &quic.port().to_string(),
+                &dir.path().join("ca.pem").display().to_string(),
+                case,
+            ])
+            .env("PYTHONPATH", &py)
+            .output()
+            .expect("run python3");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+            + &String::from_utf8_lossy(&out.stderr)
+    };
+    let ok = send("ok");
+    assert!(ok.starts_with("answer "), "a well-formed stream: {ok}");
+    let malformed = dnsd.stat("drops.malformed");
+    // RFC 9250 §4.3.3 and §4.2.1: DOQ_PROTOCOL_ERROR is 0x2.
+    for case in ["nonzero-id", "short", "long"] {
+        assert_eq!(send(case), "closed 2", "{case}");
+    }
+    assert_eq!(dnsd.stat("drops.malformed"), malformed + 3, "each counted");
+    // The server goes on: a new connection is answered.
+    let again = send("ok");
+    assert_eq!(again, ok, "after the malformed streams");
 }

@@ -100,7 +100,11 @@ fn start(options: &[&str]) -> Dnsd {
 #[test]
 fn connections_over_tcp_max_connections_are_closed_counted_and_served_again_later() {
     const MAX: usize = 8;
-    let dnsd = start(&[&format!("tcp_max_connections = {MAX}")]);
+    // Held connections stay open however full the table (this test is about the bound).
+    let dnsd = start(&[
+        &format!("tcp_max_connections = {MAX}"),
+        "tcp_pressed_idle_timeout_ms = 60000",
+    ]);
     let addr = dnsd.addr();
     let src = net::test_ip();
 
@@ -292,4 +296,103 @@ fn a_connection_is_closed_after_tcp_max_queries_all_of_them_answered() {
     );
     assert_eq!(s["drops.tcp_limit"], 0, "{s:?}");
     assert_eq!(s["tcp.connections"], 0, "{s:?}");
+}
+
+/// dnsd's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn clients_that_never_read_large_answers_hold_little_of_our_memory() {
+    // An RRset of about 50 KB, asked 40 times on each of 96 connections that never read (a
+    // 4 KiB receive buffer): at 32 answers queued each, that was 1.6 MB a connection.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.test.zone");
+    let mut z = String::from(
+        "$ORIGIN big.test.\n$TTL 300\n@ SOA ns h 1 7200 3600 1209600 300\n@ NS ns\nns A 192.0.2.1\n",
+    );
+    for i in 0..200 {
+        z.push_str(&format!("txt TXT \"{i:03}{}\"\n", "x".repeat(240)));
+    }
+    std::fs::write(&file, z).unwrap();
+    let d = Dnsd::builder()
+        .zone(Zone::new("big.test.", &file))
+        .server_option("tcp_idle_timeout_ms = 60000")
+        .start();
+    wait_for("the readiness probe's connection to close", IO_WAIT, || {
+        d.stat("tcp.connections") == 0
+    });
+    let before = rss_kib(d.pid());
+    let q = frame(&build_query(
+        7,
+        "txt.big.test.",
+        qtype::TXT,
+        &QueryOpts::udp(),
+    ));
+    let mut conns = Vec::new();
+    for i in 0..96u8 {
+        let from = Ipv4Addr::new(127, 0, 93, 1 + i / 16);
+        let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        s.set_recv_buffer_size(4096).unwrap();
+        s.bind(&SocketAddr::from((from, 0)).into()).unwrap();
+        s.connect_timeout(&d.addr().into(), IO_WAIT).unwrap();
+        let mut s: TcpStream = s.into();
+        s.set_write_timeout(Some(IO_WAIT)).unwrap();
+        for _ in 0..40 {
+            s.write_all(&q).unwrap();
+        }
+        conns.push(s);
+    }
+    wait_for(
+        "every connection to stop being read",
+        Duration::from_secs(20),
+        || d.stat("tcp.pipeline_full") >= 96,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let grown = rss_kib(d.pid()).saturating_sub(before);
+    println!("dnsd grew by {grown} KiB for 96 connections that do not read");
+    assert!(
+        grown < 48 * 1024,
+        "{grown} KiB for 96 connections: answers must not pile up for clients that do not read"
+    );
+    drop(conns);
+}
+
+#[test]
+fn silent_connections_filling_the_table_are_closed_within_seconds() {
+    // 8 connections at most; 7 open and silent is more than three quarters: silent ones are
+    // closed after about a second (though the idle timeout is a minute) until the table is
+    // back at the mark (RFC 7766 §6.2.3), and a new client is served.
+    let d = start(&["tcp_max_connections = 8"]);
+    let held: Vec<TcpStream> = (0..7u8)
+        .map(|i| connect_from(Ipv4Addr::new(127, 0, 94, 1 + i), d.addr()))
+        .collect();
+    wait_for("the silent connections to be counted", IO_WAIT, || {
+        d.stat("tcp.connections") == 7
+    });
+    wait_for("the table back at three quarters", IO_WAIT, || {
+        d.stat("tcp.connections") <= 6
+    });
+    assert!(d.stat("drops.tcp_timeout") >= 1);
+    let mut new = connect_from(Ipv4Addr::new(127, 0, 94, 100), d.addr());
+    assert_eq!(ask(&mut new, 1), Fate::Answered);
+    drop(held);
+    // Below the mark, silence is allowed its idle timeout.
+    wait_for("the table empty", IO_WAIT, || {
+        d.stat("tcp.connections") <= 1
+    });
+    let mut few: Vec<TcpStream> = (0..3u8)
+        .map(|i| connect_from(Ipv4Addr::new(127, 0, 95, 1 + i), d.addr()))
+        .collect();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(d.stat("tcp.connections") >= 3, "still open");
+    for (i, s) in few.iter_mut().enumerate() {
+        assert_eq!(ask(s, i as u16), Fate::Answered);
+    }
 }

@@ -502,3 +502,48 @@ fn root_zone_axfr_verifies_with_ldns() {
     assert!(v.status.success(), "ldns-verify-zone failed: {text}");
     assert!(text.contains("verified"), "{text}");
 }
+
+#[test]
+fn a_notify_flood_from_a_primarys_address_checks_the_primary_about_once_a_second() {
+    // A UDP source can be forged: a flood of NOTIFYs "from" the primary must not turn into a
+    // flood of refreshes against it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("primary.zone");
+    std::fs::write(&file, zone_text(1, false, "3600 600 86400")).unwrap();
+    let mut pz = Zone::new(ORIGIN, &file);
+    pz.options = vec!["allow_transfer = [\"127.0.0.0/8\"]".into()];
+    let primary = Dnsd::builder().zone(pz).start();
+    let mut sz = Zone::new(ORIGIN, dir.path().join("secondary.zone"));
+    sz.options = vec![format!("primaries = [\"{}\"]", primary.addr())];
+    let secondary = Dnsd::builder().zone(sz).start();
+    assert_eq!(secondary.stat("transfer.in.axfr"), 1, "{}", secondary.log());
+    let before = secondary.stat("transfer.in.current");
+    let sock = std::net::UdpSocket::bind((primary.addr().ip(), 0)).unwrap();
+    let notify = build_query(
+        9,
+        ORIGIN,
+        T::SOA,
+        &QueryOpts {
+            opcode: 4,
+            ..QueryOpts::udp()
+        },
+    );
+    // A sustained flood: one a millisecond for about two seconds.
+    let t0 = Instant::now();
+    for _ in 0..2_000 {
+        sock.send_to(&notify, secondary.addr()).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    wait_for("the NOTIFYs to be read", Duration::from_secs(5), || {
+        secondary.stat("notify.in.accepted") >= 1_000
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let secs = t0.elapsed().as_secs_f64();
+    let checks = secondary.stat("transfer.in.current") - before;
+    println!("{checks} checks of the primary in {secs:.1} s for 2,000 NOTIFYs");
+    assert!(checks >= 1, "a NOTIFY is still obeyed");
+    assert!(
+        (checks as f64) <= secs + 2.0,
+        "{checks} checks in {secs:.1} s: about one a second at most"
+    );
+}

@@ -321,6 +321,11 @@ pub struct Server {
     /// TCP: idle time before a connection is closed, milliseconds.
     #[serde(default = "default_tcp_idle")]
     pub tcp_idle_timeout_ms: u64,
+    /// TCP: idle time before a connection is closed while more than three quarters of
+    /// `tcp_max_connections` are open, milliseconds (silent connections must not fill the
+    /// table against new clients).
+    #[serde(default = "default_tcp_pressed_idle")]
+    pub tcp_pressed_idle_timeout_ms: u64,
     /// TCP: most queries answered on one connection.
     #[serde(default = "default_tcp_queries")]
     pub tcp_max_queries: usize,
@@ -335,6 +340,14 @@ pub struct Server {
     /// hex digits, or `"hostname"` (this host's name). Unset: none.
     #[serde(default)]
     pub nsid: Option<String>,
+    /// The TXT answered to `id.server` and `hostname.bind` in class CH (RFC 4892), as Knot
+    /// and NSD answer them. Unset: this host's name; `""`: not answered (REFUSED).
+    #[serde(default)]
+    pub identity: Option<String>,
+    /// The TXT answered to `version.server` and `version.bind` in class CH. Unset:
+    /// `Palisade` and its version; `""`: not answered (REFUSED).
+    #[serde(default)]
+    pub version: Option<String>,
     /// Proxies (addresses or prefixes) whose PROXY protocol v2 headers are believed, over UDP
     /// (every datagram) and TCP (each connection's start): the header's client is the one
     /// every defence sees. A header from anyone else, a malformed one, or none from a listed
@@ -367,6 +380,30 @@ pub struct Server {
 /// Most bytes of `[server] nsid`.
 pub const NSID_MAX: usize = 128;
 
+/// This host's name.
+fn host_name() -> Result<Vec<u8>, String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length; gethostname NUL-terminates within it or
+    // truncates.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return Err(format!(
+            "cannot read the host name: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok(buf[..n].to_vec())
+}
+
+/// A CH TXT string: none when empty, an error past one character-string (255 bytes).
+fn chaos_txt(s: Vec<u8>) -> Result<Option<Vec<u8>>, String> {
+    match s.len() {
+        0 => Ok(None),
+        1..=255 => Ok(Some(s)),
+        n => Err(format!("must be at most 255 bytes, not {n}")),
+    }
+}
+
 impl Server {
     /// The keys of `[server]` whose values differ from `running`'s among those read only at
     /// start (sockets, workers, limits, NSID; `zone_state` is read at each use).
@@ -397,6 +434,10 @@ impl Server {
             self.tcp_idle_timeout_ms != running.tcp_idle_timeout_ms,
         );
         diff(
+            "tcp_pressed_idle_timeout_ms",
+            self.tcp_pressed_idle_timeout_ms != running.tcp_pressed_idle_timeout_ms,
+        );
+        diff(
             "tcp_max_queries",
             self.tcp_max_queries != running.tcp_max_queries,
         );
@@ -406,6 +447,8 @@ impl Server {
         );
         // By the bytes sent: "0x61" is "a", and "hostname" follows the host's name.
         diff("nsid", self.nsid_bytes().ok() != running.nsid_bytes().ok());
+        diff("identity", self.identity != running.identity);
+        diff("version", self.version != running.version);
         diff("proxy_allow", self.proxy_allow != running.proxy_allow);
         diff("tls_listen", self.tls_listen != running.tls_listen);
         diff("quic_listen", self.quic_listen != running.quic_listen);
@@ -434,23 +477,33 @@ impl Server {
         shield::proxy_proto::ProxyAllow::parse(&self.proxy_allow).unwrap_or_default()
     }
 
+    /// The TXT string answered to `id.server` (`identity`, or this host's name), if any.
+    pub fn identity_txt(&self) -> Result<Option<Vec<u8>>, String> {
+        let s = match &self.identity {
+            Some(s) => s.as_bytes().to_vec(),
+            None => host_name()?,
+        };
+        chaos_txt(s)
+    }
+
+    /// The TXT string answered to `version.server` (`version`, or ours), if any.
+    pub fn version_txt(&self) -> Result<Option<Vec<u8>>, String> {
+        let s = match &self.version {
+            Some(s) => s.as_bytes().to_vec(),
+            None => concat!("Palisade ", env!("CARGO_PKG_VERSION"))
+                .as_bytes()
+                .to_vec(),
+        };
+        chaos_txt(s)
+    }
+
     /// The NSID bytes `nsid` names (at most 128), or why it cannot be used.
     pub fn nsid_bytes(&self) -> Result<Option<Vec<u8>>, String> {
         let Some(s) = &self.nsid else {
             return Ok(None);
         };
         let bytes = if s == "hostname" {
-            let mut buf = [0u8; 256];
-            // SAFETY: buf is writable for its length; gethostname NUL-terminates within it
-            // or truncates.
-            if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-                return Err(format!(
-                    "cannot read the host name: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-            let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-            buf[..n].to_vec()
+            host_name()?
         } else if let Some(h) = s.strip_prefix("0x") {
             if h.len() % 2 != 0 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(format!("{s:?}: 0x must be followed by pairs of hex digits"));
@@ -493,6 +546,9 @@ fn default_tcp_per_source() -> usize {
 }
 fn default_tcp_idle() -> u64 {
     10_000
+}
+fn default_tcp_pressed_idle() -> u64 {
+    1_000
 }
 fn default_tcp_queries() -> usize {
     1000
@@ -773,6 +829,12 @@ impl Config {
         self.server
             .nsid_bytes()
             .map_err(|m| inv("server.nsid", m))?;
+        self.server
+            .identity_txt()
+            .map_err(|m| inv("server.identity", m))?;
+        self.server
+            .version_txt()
+            .map_err(|m| inv("server.version", m))?;
         shield::proxy_proto::ProxyAllow::parse(&self.server.proxy_allow)
             .map_err(|m| inv("server.proxy_allow", m))?;
         for (key, list) in [

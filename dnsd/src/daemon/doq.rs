@@ -32,12 +32,22 @@ thread_local! {
     static OUT: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 65535 + 2]);
 }
 
+/// Bytes a connection may have sent and not yet acknowledged.
+const SEND_WINDOW: u64 = 128 * 1024;
+
+/// Answers one connection may have built and not yet handed to QUIC (the queries read past
+/// them wait unanswered, as over TCP).
+const ANSWERS_IN_HAND: usize = 4;
+
 /// The transport settings of the DNS over QUIC endpoints from the TCP limits.
 pub fn transport(idle: Duration, streams: usize) -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
     t.max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
     t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(streams.clamp(1, 1024) as u32));
     t.max_concurrent_uni_streams(quinn::VarInt::from_u32(0));
+    // What a connection may hold unacknowledged: a client that does not read (however much
+    // flow-control credit it grants) makes our writes wait, not our memory grow.
+    t.send_window(SEND_WINDOW);
     Arc::new(t)
 }
 
@@ -131,6 +141,7 @@ async fn connection(
         p.set_local(l);
     }
     let p = Arc::new(std::sync::Mutex::new(p));
+    let in_hand = Arc::new(tokio::sync::Semaphore::new(ANSWERS_IN_HAND));
     let mut streams = tokio::task::JoinSet::new();
     let mut served = 0;
     while served < tcp.max_queries() {
@@ -141,7 +152,7 @@ async fn connection(
             Err(_) => break,
         };
         served += 1;
-        let (p, conn, tcp) = (p.clone(), conn.clone(), tcp.clone());
+        let (p, conn, tcp, in_hand) = (p.clone(), conn.clone(), tcp.clone(), in_hand.clone());
         streams.spawn(async move {
             let q = match tokio::time::timeout(tcp.idle(), recv.read_to_end(MAX_QUERY)).await {
                 Ok(Ok(q)) => q,
@@ -159,6 +170,18 @@ async fn connection(
                 conn.close(quinn::VarInt::from_u32(DOQ_PROTOCOL_ERROR), b"");
                 return;
             }
+            // Answered once an earlier answer went out: a client that does not read holds
+            // a few answers, not one per stream.
+            let _turn = match in_hand.clone().try_acquire_owned() {
+                Ok(t) => t,
+                Err(_) => {
+                    tcp.held_back();
+                    let Ok(t) = in_hand.acquire_owned().await else {
+                        return;
+                    };
+                    t
+                }
+            };
             let outcome = OUT.with(|o| {
                 let out = &mut *o.borrow_mut();
                 let mut p = p.lock().unwrap_or_else(|e| e.into_inner());

@@ -109,6 +109,8 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         udp_payload: cfg.server.udp_payload,
         // Checked when the config loaded.
         nsid: cfg.server.nsid_bytes().ok().flatten().map(Arc::from),
+        identity: cfg.server.identity_txt().ok().flatten().map(Arc::from),
+        version: cfg.server.version_txt().ok().flatten().map(Arc::from),
         tcp_keepalive: PipelineConfig::keepalive_units(cfg.server.tcp_idle_timeout_ms),
         compact_denial: (
             cfg.dnssec.compact_denial_rate,
@@ -307,6 +309,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                 idle: Duration::from_millis(cfg.server.tcp_idle_timeout_ms),
                 max_queries: cfg.server.tcp_max_queries,
                 max_pipelined: cfg.server.tcp_max_pipelined,
+                pressed_idle: Duration::from_millis(cfg.server.tcp_pressed_idle_timeout_ms),
             },
             AddrSet::new(&addrs),
             proxy_allow.clone(),
@@ -371,6 +374,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     if let Some((c, _, _)) = &alias {
         metrics.register("alias", c.clone());
     }
+    metrics.register("alias_bounds", Arc::new(crate::query::alias::BoundsSource));
     if let Some((t, _, _)) = &tls {
         metrics.register("tls", t.clone());
     }

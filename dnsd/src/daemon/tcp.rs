@@ -7,10 +7,13 @@
 //! (RFC 7766 §7): a zone transfer streams from a task of its own, and the answers to the
 //! queries read after it go out between its messages instead of waiting for its end.
 //! `tcp_max_pipelined` bounds the queries read but not yet answered (a transfer counts
-//! until its last message is written): at the bound reading stops, so a client that does
-//! not read stops being read from instead of growing our memory. Connections are bounded
-//! in total and per source, idle connections are closed, and so are connections that reach
-//! the query limit. A client that asks (RFC 7828) is told the idle timeout.
+//! until its last message is written), and 64 KiB (`QUEUED_BYTES`) the answers built but
+//! not yet written: at either bound reading stops, so a client that does not read stops
+//! being read from instead of growing our memory (a connection holds at most that much besides the
+//! answer in hand and a transfer's few messages, whatever its answers' sizes). Connections
+//! are bounded in total and per source, idle connections are closed (after a second while
+//! the table is more than three quarters full), and so are connections that reach the query
+//! limit. A client that asks (RFC 7828) is told the idle timeout.
 //!
 //! DNS over TLS (RFC 7858) is the same server behind a handshake: its listeners' sources
 //! meet the block map before the handshake, and share the connection bounds with TCP.
@@ -34,6 +37,10 @@ use crate::query::process_query::{Outcome, Processor, Transport};
 /// Longest query accepted over TCP; a longer length prefix closes the connection.
 const MAX_QUERY: usize = 16 * 1024;
 
+/// Bytes of answers one connection may hold built but not yet written (one larger answer
+/// still goes, alone).
+const QUEUED_BYTES: usize = 64 * 1024;
+
 /// Messages of the transfers of one connection queued for writing; a transfer waits while
 /// the queue is full (answers to queries go first, from a queue of their own).
 const XFR_QUEUE: usize = 4;
@@ -56,6 +63,8 @@ pub struct TcpLimits {
     pub max_queries: usize,
     /// Queries read but not yet answered on one connection before reading stops.
     pub max_pipelined: usize,
+    /// Idle time before closing while more than three quarters of `max_connections` are open.
+    pub pressed_idle: Duration,
 }
 
 /// A message on its way to the writer (see [`crate::query::handoff::Outgoing`]).
@@ -72,7 +81,7 @@ pub struct TcpServer {
     stats: Arc<WorkerStats>,
     defence: Option<Arc<crate::query::defence::Shared>>,
     make: Box<dyn Fn() -> Processor + Send + Sync>,
-    /// Times a connection stopped reading at `max_pipelined` unanswered queries.
+    /// Times a connection was held back at a bound on its unanswered queries or unread answers.
     pipeline_full: AtomicU64,
 }
 
@@ -100,7 +109,13 @@ impl TcpServer {
         })
     }
 
-    /// Times a connection stopped reading at `tcp_max_pipelined` unanswered queries.
+    /// Counts a connection held back at a bound on what it may have unanswered or unread
+    /// (DoQ's answers in hand count here too).
+    pub(super) fn held_back(&self) {
+        self.pipeline_full.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Times a connection was held back at a bound on its unanswered queries or unread answers.
     pub fn pipeline_full(&self) -> u64 {
         self.pipeline_full.load(Ordering::Relaxed)
     }
@@ -320,6 +335,40 @@ impl TcpServer {
         self.leave(client.ip());
     }
 
+    /// True when more than three quarters of `tcp_max_connections` are open: idle
+    /// connections then get `pressed_idle` instead of the idle timeout (RFC 7766 §6.2.3),
+    /// so connections held open and silent cannot fill the table against new clients.
+    fn pressed(&self) -> bool {
+        self.open_connections() * 4 > self.limits.max_connections * 3
+    }
+
+    /// Reads the next query's length prefix, or times out after `idle` without one (after
+    /// `pressed_idle` while the connection table is pressed).
+    async fn read_or_idle<R: AsyncRead + Unpin>(
+        &self,
+        rd: &mut R,
+        buf: &mut [u8; 2],
+        idle: Duration,
+    ) -> Result<std::io::Result<usize>, tokio::time::error::Elapsed> {
+        let start = tokio::time::Instant::now();
+        // Polled across the waits below, never dropped half read.
+        let mut read = std::pin::pin!(rd.read_exact(buf));
+        loop {
+            let limit = if self.pressed() {
+                idle.min(self.limits.pressed_idle)
+            } else {
+                idle
+            };
+            let left = limit.saturating_sub(start.elapsed());
+            // Looked at again every second: pressure comes and goes.
+            match tokio::time::timeout(left.min(Duration::from_secs(1)), &mut read).await {
+                Ok(r) => return Ok(r),
+                Err(e) if left <= Duration::from_secs(1) => return Err(e),
+                Err(_) => {}
+            }
+        }
+    }
+
     /// Serves one connection's queries, read from `rd`, answered on `wr` (over TLS when
     /// `tls`).
     async fn connection<R, W>(
@@ -338,6 +387,7 @@ impl TcpServer {
         let idle = self.limits.idle;
         // One slot per query read and not yet answered.
         let slots = Arc::new(Semaphore::new(depth));
+        let bytes = Arc::new(Semaphore::new(QUEUED_BYTES));
         let (tx, rx) = mpsc::channel::<Answer>(depth);
         let (xtx, xrx) = mpsc::channel::<Answer>(XFR_QUEUE);
         let writer = tokio::spawn(write(wr, rx, xrx, idle));
@@ -359,14 +409,14 @@ impl TcpServer {
                 Ok(s) => s,
                 Err(_) => {
                     // At the bound: nothing more is read until an answer is written.
-                    self.pipeline_full.fetch_add(1, Ordering::Relaxed);
+                    self.held_back();
                     match slots.clone().acquire_owned().await {
                         Ok(s) => s,
                         Err(_) => break,
                     }
                 }
             };
-            match tokio::time::timeout(idle, rd.read_exact(&mut len_buf)).await {
+            match self.read_or_idle(&mut rd, &mut len_buf, idle).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(_)) => break,
                 Err(_) => {
@@ -420,9 +470,22 @@ impl TcpServer {
                 break;
             };
             if let Some(msg) = reply {
+                let n = msg.len().min(QUEUED_BYTES) as u32;
+                let held = match bytes.clone().try_acquire_many_owned(n) {
+                    Ok(h) => h,
+                    Err(_) => {
+                        // Answers enough wait for a client that does not read: stop reading.
+                        self.held_back();
+                        match bytes.clone().acquire_many_owned(n).await {
+                            Ok(h) => h,
+                            Err(_) => break,
+                        }
+                    }
+                };
                 let a = Answer {
                     msg,
                     slot: Some(slot),
+                    bytes: Some(held),
                 };
                 if tx.send(a).await.is_err() {
                     break;
@@ -436,6 +499,7 @@ impl TcpServer {
                     let marker = Answer {
                         msg: Vec::new(),
                         slot: Some(slot),
+                        bytes: None,
                     };
                     let _ = xtx.send(marker).await;
                     done
@@ -507,8 +571,8 @@ async fn write<W: AsyncWrite + Unpin>(
                 _ => return,
             }
         }
-        // The query is answered: its slot frees the reader for the next one.
-        drop(a.slot);
+        // The query is answered: its slot and bytes free the reader for the next one.
+        drop(a);
     }
     let _ = wr.shutdown().await;
 }
@@ -527,7 +591,7 @@ impl shield::metrics::Source for TcpServer {
             "tcp.pipeline_full",
             "dnsd_tcp_pipeline_full_total",
             "",
-            "Times a TCP connection stopped being read at tcp_max_pipelined unanswered queries.",
+            "Times a TCP, DoT or DoQ connection was held back: tcp_max_pipelined unanswered queries, 64 KiB of unsent answers, or DoQ's four answers in hand.",
             self.pipeline_full(),
         );
     }
@@ -555,6 +619,7 @@ mod tests {
             idle: Duration::from_secs(10),
             max_queries: 100,
             max_pipelined: 4,
+            pressed_idle: Duration::from_secs(1),
         }
     }
 

@@ -52,7 +52,11 @@ pub fn handle(
         return wire::reply(c, out, rc, None, signer);
     }
     x.stats.notify_in.fetch_add(1, Ordering::Relaxed);
-    tracing::info!(peer = %c.src, zone = %p.origin, "NOTIFY received: refreshing");
+    // A UDP source can be forged: a flood from a primary's address is logged at a bounded rate.
+    shield::limited!(
+        10,
+        info!(peer = %c.src, zone = %p.origin, "NOTIFY received: refreshing")
+    );
     x.trigger(p.origin.as_wire(), Trigger { reply: None });
     wire::reply(c, out, rcode::NOERROR, None, signer)
 }

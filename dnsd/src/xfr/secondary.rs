@@ -132,6 +132,9 @@ async fn current(shared: &Shared, origin: &Name) -> (Option<usize>, Option<Arc<Z
     (i, i.and_then(|i| reg.upstream(i)))
 }
 
+/// The least time between the end of a refresh and one a NOTIFY asks for.
+const NOTIFY_GAP: Duration = Duration::from_secs(1);
+
 async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trigger>) {
     let x = shared.xfr.clone();
     let apex = origin.as_wire().to_vec();
@@ -151,6 +154,7 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
     });
     let mut expired = false;
     let mut next = Instant::now();
+    let mut last_done: Option<Instant> = None;
     loop {
         let wake = match expire_at {
             Some(e) if !expired => next.min(e),
@@ -175,7 +179,17 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
             }
             continue;
         }
+        let asked = trig.is_some();
         let reply = trig.and_then(|t| t.reply);
+        if asked
+            && reply.is_none()
+            && let Some(done) = last_done
+            && now < done + NOTIFY_GAP
+        {
+            // NOTIFY (a source that can be forged) asks again right after a refresh: at most
+            // one check of the primaries per gap, the NOTIFYs meanwhile merged into it.
+            tokio::time::sleep_until((done + NOTIFY_GAP).into()).await;
+        }
         let permit = match x.in_slots.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
@@ -189,6 +203,7 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
         x.with_status(&apex, |s| s.state = ZoneState::Refreshing);
         let r = refresh(&shared, &origin).await;
         drop(permit);
+        last_done = Some(Instant::now());
         let (_, cur) = current(&shared, &origin).await;
         let (refresh_t, retry_t, expire_t) = cur.as_ref().map(|z| timers(z)).unwrap_or((
             Duration::from_secs(60),
