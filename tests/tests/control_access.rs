@@ -246,3 +246,38 @@ fn http_fronts_socket_is_0660_checked_and_survives_a_second_front() {
     assert!(sock.exists(), "the running front's socket stays");
     assert!(ctl(&["status"]).0, "the running front still answers on it");
 }
+
+#[test]
+fn the_control_socket_answers_junk_as_a_bad_request_and_bounds_its_connections() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let d = Dnsd::start(&[Zone::data("example.com")]);
+    let sock = d.control_socket();
+    // Bytes that are no UTF-8: a reply saying so, not a silent close.
+    let mut s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"\xff\xfe\x00junk\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert!(reply.contains("bad request"), "{reply:?}");
+    // 64 silent connections hold every place; one more is closed at once, and counted.
+    let held: Vec<UnixStream> = (0..64)
+        .map(|_| UnixStream::connect(sock).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = UnixStream::connect(sock).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut b = [0u8; 16];
+    assert_eq!(extra.read(&mut b).unwrap_or(0), 0, "closed without a word");
+    drop(held);
+    let text = d.metrics();
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("palisade_control_connections_total{result=\"busy\"}")
+                && !l.ends_with(" 0")
+        ),
+        "the refusal counted"
+    );
+}

@@ -114,6 +114,7 @@ pub struct ControlStats {
     refused: AtomicU64,
     timeouts: AtomicU64,
     accept_errors: AtomicU64,
+    busy: AtomicU64,
 }
 
 impl crate::metrics::Source for ControlStats {
@@ -139,6 +140,11 @@ impl crate::metrics::Source for ControlStats {
                 "accept_errors",
                 l(&self.accept_errors),
                 "Failed accepts on the control socket (backed off).",
+            ),
+            (
+                "busy",
+                l(&self.busy),
+                "Control connections closed at once: MAX_CONNECTIONS (64) were being served.",
             ),
         ] {
             out.counter(
@@ -282,6 +288,9 @@ impl Reply {
 /// Longest request line accepted.
 pub const MAX_REQUEST: usize = 64 * 1024;
 
+/// Control connections served at once; past it a new one is closed at once (counted).
+pub const MAX_CONNECTIONS: usize = 64;
+
 /// Sends `args` to the server at `socket`; returns its reply.
 pub fn call(socket: &Path, args: &[String], timeout: Duration) -> Result<Reply, String> {
     let mut s = UnixStream::connect(socket).map_err(|e| {
@@ -359,6 +368,7 @@ where
 {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
     let mut backoff = Duration::from_millis(10);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let s = match l.inner.accept().await {
             Ok((s, _)) => {
@@ -374,11 +384,18 @@ where
                 continue;
             }
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Connections that never send their request must not hold descriptors without
+            // end: each has REQUEST_TIMEOUT, and only so many at once.
+            l.stats.busy.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
         let peer = Peer::of(&s);
         let stats = Arc::clone(&l.stats);
         let group = l.group;
         let run = run.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let (rd, mut wr) = s.into_split();
             let reply = match peer {
                 Some(p) if p.allowed(group) => {
@@ -387,6 +404,9 @@ where
                     let mut rd = tokio::io::BufReader::new(rd.take(MAX_REQUEST as u64));
                     match tokio::time::timeout(REQUEST_TIMEOUT, rd.read_line(&mut line)).await {
                         Ok(Ok(_)) => {}
+                        Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                            line = "\u{fffd}".into(); // not UTF-8: answered as a bad request
+                        }
                         Ok(Err(_)) => return,
                         Err(_) => {
                             stats.timeouts.fetch_add(1, Ordering::Relaxed);
