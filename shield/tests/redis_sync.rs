@@ -361,14 +361,16 @@ async fn trimmed_position_is_detected_and_resynced_from_snapshot() {
     })
     .await;
     println!("gap resync took {:?}", t0.elapsed());
+    // The map is replaced before the snapshot's counters are bumped: wait for them too.
+    until(
+        "the removal missed in the gap came from the snapshot",
+        || sb.stats().resync_removed >= 1,
+    )
+    .await;
     let st = sb.stats();
     println!("stats B: {st:?}");
     assert!(st.gaps >= 1, "gap detected");
     assert!(st.snapshots >= 2);
-    assert!(
-        st.resync_removed >= 1,
-        "the removal missed in the gap came from the snapshot"
-    );
     assert!(b.get(host(3)).is_none());
     sa.shutdown().await;
     sb.shutdown().await;
@@ -950,4 +952,190 @@ async fn tls_and_an_acl_user_with_the_least_it_needs() {
     }
     let _ = srv.kill();
     let _ = srv.wait();
+}
+
+/// What anyone with write access to Redis can do to the snapshot's structures (no fleet key
+/// needed) must not stop a node from loading it, and a Redis that lost its data gets every
+/// node's blocks back though no node writes anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vandalised_snapshot_still_loads_and_a_flushed_redis_is_refilled_by_idle_nodes() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let a = map();
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    synced(&sa).await;
+    a.insert_batch((0..5).map(|i| local(i, MIN)));
+    until("A wrote its blocks", || sa.stats().published >= 5).await;
+    // A member that is no UTF-8, and one that is no prefix, beside the real ones.
+    let far = redis_now(&r) + 600_000;
+    let _: i64 = redis::cmd("ZADD")
+        .arg("t:blocks")
+        .arg(far)
+        .arg(&b"\xff\xfe"[..])
+        .arg(far)
+        .arg("not-a-prefix")
+        .query(&mut r.conn())
+        .unwrap();
+    let b = map();
+    let sb = spawn(cfg(&r.url(), "b"), &b);
+    synced(&sb).await;
+    until("B loaded A's blocks from the snapshot", || b.len() == 5).await;
+    let refused: u64 = sb.stats().refused.iter().sum();
+    assert!(refused >= 2, "{:?}", sb.stats());
+
+    // FLUSHALL while both are idle: each notices on its own and A republishes.
+    let _: () = redis::cmd("FLUSHALL").query(&mut r.conn()).unwrap();
+    until("A's blocks back in Redis", || {
+        let n: u64 = redis::cmd("ZCARD")
+            .arg("t:blocks")
+            .query(&mut r.conn())
+            .unwrap();
+        n == 5
+    })
+    .await;
+    assert!(sa.stats().full_republishes >= 1, "{:?}", sa.stats());
+    // A node starting now gets them from the snapshot.
+    let c = map();
+    let sc = spawn(cfg(&r.url(), "c"), &c);
+    synced(&sc).await;
+    until("C loaded A's blocks", || c.len() == 5).await;
+    sa.shutdown().await;
+    sb.shutdown().await;
+    sc.shutdown().await;
+}
+
+/// A snapshot key of the wrong type: the stream still carries every decision exactly once
+/// (no retry that writes it again), the failure is counted, and reconnects back off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_key_of_the_wrong_type_never_duplicates_the_stream() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (a, b) = (map(), map());
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    let sb = spawn(cfg(&r.url(), "b"), &b);
+    synced(&sa).await;
+    synced(&sb).await;
+    let _: () = redis::cmd("DEL")
+        .arg("t:blocks")
+        .query(&mut r.conn())
+        .unwrap();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("t:blocks")
+        .arg("x")
+        .query(&mut r.conn())
+        .unwrap();
+    let before = xlen(&r);
+    a.insert(local(7, MIN));
+    until("B has the block", || b.get(host(7)).is_some()).await;
+    until("the failure counted", || sa.stats().write_errors >= 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(xlen(&r), before + 1, "one stream entry for one decision");
+    assert_eq!(sb.stats().received, 1, "{:?}", sb.stats());
+    assert_eq!(sa.stats().buffered, 0, "{:?}", sa.stats());
+    sa.shutdown().await;
+    sb.shutdown().await;
+}
+
+/// An epoch key of the wrong type: the sync goes on, without republishing on every batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_epoch_key_of_the_wrong_type_leaves_the_sync_working() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (a, b) = (map(), map());
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    let sb = spawn(cfg(&r.url(), "b"), &b);
+    synced(&sa).await;
+    synced(&sb).await;
+    let _: () = redis::cmd("DEL")
+        .arg("t:epoch")
+        .query(&mut r.conn())
+        .unwrap();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("t:epoch")
+        .arg("x")
+        .query(&mut r.conn())
+        .unwrap();
+    for i in 0..20 {
+        a.insert(local(i, MIN));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    until("B has A's blocks", || b.len() == 20).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let st = sa.stats();
+    assert!(st.full_republishes <= 2, "{st:?}");
+    sa.shutdown().await;
+    sb.shutdown().await;
+}
+
+/// A Redis restored from an older dump holds a record of a block its node lifted since: the
+/// node retracts it at its next republish, so that no node loads it from a snapshot again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_record_of_a_lifted_block_is_retracted_by_its_node() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let a = map();
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    synced(&sa).await;
+    a.insert(local(40, MIN));
+    let key = format!("t:block:{}", host(40));
+    until("A wrote the block", || {
+        let v: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query(&mut r.conn()).unwrap();
+        v.is_some()
+    })
+    .await;
+    let value: Vec<u8> = redis::cmd("GET").arg(&key).query(&mut r.conn()).unwrap();
+    let score: f64 = redis::cmd("ZSCORE")
+        .arg("t:blocks")
+        .arg(host(40).to_string())
+        .query(&mut r.conn())
+        .unwrap();
+    assert!(a.remove(host(40), RemoveCause::Operator));
+    until("A wrote the lift", || {
+        let v: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query(&mut r.conn()).unwrap();
+        v.is_none()
+    })
+    .await;
+    // The "restore": the record and its place in the snapshot are back, and the epoch is new.
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(&value)
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut r.conn())
+        .unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg("t:blocks")
+        .arg(score)
+        .arg(host(40).to_string())
+        .query(&mut r.conn())
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("t:epoch")
+        .arg("restored")
+        .query(&mut r.conn())
+        .unwrap();
+    until("A retracted its stale record", || {
+        sa.stats().stale_retracted >= 1
+    })
+    .await;
+    let v: Option<Vec<u8>> = redis::cmd("GET").arg(&key).query(&mut r.conn()).unwrap();
+    assert!(v.is_none(), "the stale record is gone");
+    let c = map();
+    let sc = spawn(cfg(&r.url(), "c"), &c);
+    synced(&sc).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        c.get(host(40)).is_none(),
+        "a node started now does not load it"
+    );
+    sa.shutdown().await;
+    sc.shutdown().await;
 }

@@ -116,6 +116,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+/// The epoch of a Redis whose epoch key is not a string (changes of data go unnoticed until
+/// it is repaired).
+const UNREADABLE_EPOCH: &str = "unreadable";
+
+/// A connection that lasted this long was healthy: the reconnect backoff starts over after it.
+const HEALTHY_SESSION: Duration = Duration::from_secs(10);
+
 /// A node's wall clock in unix milliseconds (the clock its daemons pass to the block map).
 pub type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
@@ -481,6 +488,9 @@ pub struct SyncStats {
     pub feed_resyncs: u64,
     /// Full republishes of this node's local entries done.
     pub full_republishes: u64,
+    /// This node's records found in Redis for entries it no longer holds (a Redis restored
+    /// from an older dump), retracted at a republish.
+    pub stale_retracted: u64,
     /// Entries written by full republishes.
     pub republished: u64,
     /// Local decisions already expired when their turn to be written came.
@@ -493,8 +503,6 @@ pub struct SyncStats {
     pub skipped_own: u64,
     /// Peer upserts already expired on arrival (by this node's clock).
     pub skipped_expired: u64,
-    /// Stream entries or records that could not be decoded.
-    pub decode_errors: u64,
     /// Records refused, by cause ([`Refused::ALL`] order).
     pub refused: [u64; 10],
     /// Peer removals that lifted nothing (the entry was absent, or not theirs to lift).
@@ -542,13 +550,13 @@ struct Counters {
     removals_dropped: AtomicU64,
     feed_resyncs: AtomicU64,
     full_republishes: AtomicU64,
+    stale_retracted: AtomicU64,
     republished: AtomicU64,
     skipped_expired_local: AtomicU64,
     received: AtomicU64,
     received_removals: AtomicU64,
     skipped_own: AtomicU64,
     skipped_expired: AtomicU64,
-    decode_errors: AtomicU64,
     refused: [AtomicU64; 10],
     removals_not_lifted: AtomicU64,
     replay_forgotten: AtomicU64,
@@ -723,7 +731,28 @@ impl Shared {
             .map(|d| d.as_nanos())
             .unwrap_or(0);
         let candidate = format!("{}-{}-{nanos}", self.node, std::process::id());
-        let (epoch,): (String,) = redis::pipe()
+        // Read first: a Redis out of memory refuses the SET even when the key is there, and
+        // reading needs no memory.
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("GET").arg(&self.keys.epoch);
+        let got: Vec<redis::Value> = pipe.query_async(conn).await?;
+        match got.first() {
+            Some(redis::Value::ServerError(e)) => {
+                // Not a string (a key of the wrong type): changes of data go unnoticed until
+                // it is repaired, but the sync goes on.
+                crate::limited!(
+                    1,
+                    warn!(node = %self.node, error = %e.details().unwrap_or(e.code()), "redis epoch key unreadable")
+                );
+                return Ok(UNREADABLE_EPOCH.into());
+            }
+            Some(v) if let Some(b) = wire::bytes(v) => {
+                return Ok(String::from_utf8_lossy(b).into_owned());
+            }
+            _ => {}
+        }
+        let (epoch,): (Option<Vec<u8>>,) = redis::pipe()
             .cmd("SET")
             .arg(&self.keys.epoch)
             .arg(candidate)
@@ -733,7 +762,7 @@ impl Shared {
             .arg(&self.keys.epoch)
             .query_async(conn)
             .await?;
-        Ok(epoch)
+        Ok(String::from_utf8_lossy(&epoch.unwrap_or_default()).into_owned())
     }
 
     fn synced(&self) -> bool {
@@ -766,13 +795,13 @@ impl Shared {
             removals_dropped: get(&c.removals_dropped),
             feed_resyncs: get(&c.feed_resyncs),
             full_republishes: get(&c.full_republishes),
+            stale_retracted: get(&c.stale_retracted),
             republished: get(&c.republished),
             skipped_expired_local: get(&c.skipped_expired_local),
             received: get(&c.received),
             received_removals: get(&c.received_removals),
             skipped_own: get(&c.skipped_own),
             skipped_expired: get(&c.skipped_expired),
-            decode_errors: get(&c.decode_errors),
             refused: std::array::from_fn(|i| get(&c.refused[i])),
             removals_not_lifted: get(&c.removals_not_lifted),
             replay_forgotten: get(&c.replay_forgotten),
@@ -1107,13 +1136,24 @@ impl crate::metrics::Source for SyncMonitor {
         c("removals_dropped", false, s.removals_dropped);
         c("feed_resyncs", false, s.feed_resyncs);
         c("full_republishes", false, s.full_republishes);
+        c("stale_retracted", false, s.stale_retracted);
         c("republished", false, s.republished);
         c("skipped_own", false, s.skipped_own);
         c("skipped_expired", false, s.skipped_expired);
-        c("decode_errors", false, s.decode_errors);
         c("removals_not_lifted", false, s.removals_not_lifted);
         c("replay_forgotten", false, s.replay_forgotten);
         c("snapshots", false, s.snapshots);
+        c("snapshot_entries", false, s.snapshot_entries);
+        // A bound: peer entries past the block map's capacity, left out of a snapshot.
+        c("snapshot_truncated", false, s.snapshot_truncated);
+        c("resync_removed", false, s.resync_removed);
+        c("gaps", false, s.gaps);
+        c("skipped_expired_local", false, s.skipped_expired_local);
+        c(
+            "clock_offset_ms_abs",
+            true,
+            s.clock_offset_ms.unsigned_abs(),
+        );
         c("epoch_changes", false, s.epoch_changes);
         c("master_changes", false, s.master_changes);
         c("sentinel_errors", false, s.sentinel_errors);

@@ -47,8 +47,11 @@ impl State {
         let changed = self.epoch.as_ref().is_some_and(|old| *old != e);
         if changed {
             add(&shared.c.epoch_changes, 1);
-            tracing::warn!(node = %shared.node, "redis lost its data (epoch changed); reading its stream from the start");
+            tracing::warn!(node = %shared.node, "redis lost its data (epoch changed); reading its stream from the start and republishing local blocks");
             self.pos = Some(StreamId::default());
+            // An idle writer would not notice before its next write: tell it.
+            shared.outbox().push_full();
+            shared.wake_writer.notify_one();
         }
         self.epoch = Some(e);
         changed
@@ -79,7 +82,10 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             Ok(c) => c,
             Err(err) => {
                 add(&shared.c.connect_errors, 1);
-                tracing::warn!(node = %shared.node, error = %err, "redis reader: connect failed");
+                crate::limited!(
+                    1,
+                    warn!(node = %shared.node, error = %err, "redis reader: connect failed")
+                );
                 if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
                     return;
                 }
@@ -87,7 +93,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 continue;
             }
         };
-        attempt = 0;
+        let connected_at = Instant::now();
         let lost = st.observe_epoch(&shared, e);
         let moved = super::master_changed(&mut st.server, server);
         if moved && !lost && st.pos.is_some() {
@@ -96,6 +102,10 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             // read its snapshot again, keeping every Peer entry held now.
             st.pos = None;
             st.merge = true;
+            // It may also lack this node's own latest decisions: an idle writer would not
+            // find out before its next write.
+            shared.outbox().push_full();
+            shared.wake_writer.notify_one();
         }
         shared.reader_connected.store(true, Ordering::Relaxed);
         tracing::info!(node = %shared.node, pos = ?st.pos.map(|p| p.to_string()), "redis reader connected");
@@ -105,8 +115,15 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             Ok(()) => return,
             Err(err) => {
                 add(&shared.c.read_errors, 1);
-                tracing::warn!(node = %shared.node, error = %err, "redis reader: read failed; will resume");
+                crate::limited!(
+                    1,
+                    warn!(node = %shared.node, error = %err, "redis reader: read failed; will resume")
+                );
             }
+        }
+        // As the writer's: quick failures back off further.
+        if connected_at.elapsed() >= super::HEALTHY_SESSION {
+            attempt = 0;
         }
         if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
             return;
@@ -262,6 +279,46 @@ fn apply(
     flush(&mut adds);
 }
 
+/// One page of the snapshot's sorted set from `cursor`: the next cursor, and each member as
+/// a prefix (`None`: not one, or no UTF-8 — anyone who can write to Redis can add such a
+/// member, which must not stop a snapshot) with its score (`None`: unreadable).
+pub(super) async fn snapshot_page(
+    shared: &Shared,
+    conn: &mut MultiplexedConnection,
+    cursor: u64,
+) -> redis::RedisResult<(u64, Vec<(Option<IpNet>, Option<f64>)>)> {
+    let (next, flat): (u64, Vec<Vec<u8>>) = redis::cmd("ZSCAN")
+        .arg(&shared.keys.zset)
+        .arg(cursor)
+        .arg("COUNT")
+        .arg(shared.cfg.snapshot_page)
+        .query_async(conn)
+        .await?;
+    let text = |b: &[u8]| std::str::from_utf8(b).ok().map(str::to_owned);
+    let page = flat
+        .chunks_exact(2)
+        .map(|p| {
+            let net = text(&p[0]).and_then(|m| m.parse().ok());
+            (net, text(&p[1]).and_then(|s| s.parse().ok()))
+        })
+        .collect();
+    Ok((next, page))
+}
+
+/// The records of `nets` that are still there.
+pub(super) async fn records_of(
+    shared: &Shared,
+    conn: &mut MultiplexedConnection,
+    nets: &[IpNet],
+) -> redis::RedisResult<Vec<Vec<u8>>> {
+    if nets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<String> = nets.iter().map(|n| shared.keys.block(n)).collect();
+    let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query_async(conn).await?;
+    Ok(values.into_iter().flatten().collect())
+}
+
 /// Loads the snapshot and replaces this node's Peer entries with it; returns the stream id to
 /// tail from, captured before the snapshot was read.
 async fn load_snapshot(
@@ -287,72 +344,65 @@ async fn load_snapshot(
     let mut seen: HashMap<String, (u64, u64)> = HashMap::new();
     let mut cursor: u64 = 0;
     loop {
-        let (next, flat): (u64, Vec<String>) = redis::cmd("ZSCAN")
-            .arg(&keys.zset)
-            .arg(cursor)
-            .arg("COUNT")
-            .arg(shared.cfg.snapshot_page)
-            .query_async(conn)
-            .await?;
+        let (next, page) = snapshot_page(shared, conn, cursor).await?;
         let redis_now = shared.now() as i64 + shared.offset();
-        let live: Vec<&str> = flat
-            .chunks_exact(2)
-            .filter(|p| p[1].parse::<f64>().is_ok_and(|s| s > redis_now as f64))
-            .map(|p| p[0].as_str())
-            .collect();
-        if !live.is_empty() {
-            let names: Vec<String> = live
-                .iter()
-                .filter_map(|m| m.parse::<IpNet>().ok())
-                .map(|n| keys.block(&n))
-                .collect();
-            let values: Vec<Option<Vec<u8>>> = if names.is_empty() {
-                Vec::new()
-            } else {
-                redis::cmd("MGET").arg(&names).query_async(conn).await?
-            };
-            let (now, offset) = (shared.now(), shared.offset());
-            for v in values.into_iter().flatten() {
-                let rec = match shared.opener.open(&v) {
-                    Ok(r) if r.op == RecordOp::Add => r,
-                    Ok(_) => {
-                        shared.refuse(Refused::Malformed, StreamId::default(), "");
-                        continue;
-                    }
-                    Err(why) => {
-                        shared.refuse(why, StreamId::default(), "");
-                        continue;
-                    }
-                };
-                if let Err(why) = shared.judge(&rec, now as i64 + offset) {
-                    shared.refuse(why, StreamId::default(), &rec.node);
-                    continue;
-                }
-                if seen.len() < super::record::REPLAY_NODES || seen.contains_key(rec.node.as_str())
-                {
-                    let last = seen.entry(rec.node.to_string()).or_insert((0, 0));
-                    *last = (*last).max((rec.start, rec.seq));
-                }
-                if *rec.node == *shared.node {
-                    // Our own earlier decisions: restored once, after a restart of this node.
-                    if st.first_load && own.len() < max {
-                        let e = rec.to_entry(offset, rec.origin);
-                        if !e.is_expired(now) {
-                            own.push(e);
-                        }
-                    }
-                    continue;
-                }
-                let e = rec.to_entry(offset, Origin::Peer);
-                if e.is_expired(now) {
-                    continue;
-                }
-                if peers.len() >= max && !peers.contains_key(&e.net) {
-                    truncated += 1;
-                    continue;
-                }
-                peers.insert(e.net, e);
+        let mut live = Vec::new();
+        for (net, score) in page {
+            if !score.is_some_and(|s| s > redis_now as f64) {
+                continue;
             }
+            match net {
+                Some(n) => live.push(n),
+                None => shared.refuse(Refused::Malformed, StreamId::default(), ""),
+            }
+        }
+        let values = records_of(shared, conn, &live).await?;
+        let (now, offset) = (shared.now(), shared.offset());
+        for v in values {
+            let rec = match shared.opener.open(&v) {
+                Ok(r) if r.op == RecordOp::Add => r,
+                Ok(_) => {
+                    shared.refuse(Refused::Malformed, StreamId::default(), "");
+                    continue;
+                }
+                Err(why) => {
+                    shared.refuse(why, StreamId::default(), "");
+                    continue;
+                }
+            };
+            if let Err(why) = shared.judge(&rec, now as i64 + offset) {
+                shared.refuse(why, StreamId::default(), &rec.node);
+                continue;
+            }
+            if seen.len() < super::record::REPLAY_NODES || seen.contains_key(rec.node.as_str()) {
+                let last = seen.entry(rec.node.to_string()).or_insert((0, 0));
+                *last = (*last).max((rec.start, rec.seq));
+            }
+            if *rec.node == *shared.node {
+                // Our own earlier decisions: restored once, after a restart of this node.
+                if st.first_load && own.len() < max {
+                    let e = rec.to_entry(offset, rec.origin);
+                    if !e.is_expired(now) {
+                        own.push(e);
+                    }
+                }
+                continue;
+            }
+            if st.merge && st.replay.seen(&rec) {
+                // Merged into what this node holds, which already has this record's
+                // effect, or a later one (a removal: a Redis restored from an older
+                // dump must not bring back a block its node lifted).
+                continue;
+            }
+            let e = rec.to_entry(offset, Origin::Peer);
+            if e.is_expired(now) {
+                continue;
+            }
+            if peers.len() >= max && !peers.contains_key(&e.net) {
+                truncated += 1;
+                continue;
+            }
+            peers.insert(e.net, e);
         }
         cursor = next;
         if cursor == 0 {

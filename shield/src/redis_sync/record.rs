@@ -390,6 +390,13 @@ impl Replay {
         }
     }
 
+    /// True when a record of `r`'s node as new as `r` or newer was seen already.
+    pub(crate) fn seen(&self, r: &Record) -> bool {
+        self.last
+            .get(r.node.as_str())
+            .is_some_and(|last| (r.start, r.seq) <= (last.0, last.1))
+    }
+
     /// True (and remembered) when `r` is newer than the last record of its node.
     pub(crate) fn fresh(&mut self, r: &Record) -> bool {
         self.tick += 1;

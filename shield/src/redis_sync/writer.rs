@@ -2,10 +2,12 @@
 
 use super::outbox::Item;
 use super::record::PACK;
-use super::{Shared, add, sleep_or_stop};
+use super::record::RecordOp;
+use super::{Shared, add, sleep_or_stop, wire};
 use crate::block::Origin;
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 use ipnet::IpNet;
+use redis::Value;
 use redis::aio::MultiplexedConnection;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -28,7 +30,10 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             Ok(c) => c,
             Err(err) => {
                 add(&shared.c.connect_errors, 1);
-                tracing::warn!(node = %shared.node, error = %err, "redis writer: connect failed");
+                crate::limited!(
+                    1,
+                    warn!(node = %shared.node, error = %err, "redis writer: connect failed")
+                );
                 if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
                     return;
                 }
@@ -36,7 +41,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 continue;
             }
         };
-        attempt = 0;
+        let connected_at = Instant::now();
         let moved = super::master_changed(&mut server, now_server);
         if epoch.as_ref().is_some_and(|old| *old != e) {
             tracing::warn!(node = %shared.node, "redis lost its data; republishing local blocks");
@@ -57,8 +62,16 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             Ok(()) => return,
             Err(err) => {
                 add(&shared.c.write_errors, 1);
-                tracing::warn!(node = %shared.node, error = %err, "redis writer: write failed; will retry");
+                crate::limited!(
+                    1,
+                    warn!(node = %shared.node, error = %err, "redis writer: write failed; will retry")
+                );
             }
+        }
+        // Backoff starts over only after a connection that lasted: one Redis refuses at once
+        // (a key of the wrong type) is retried ever more slowly, not at the fastest pace.
+        if connected_at.elapsed() >= super::HEALTHY_SESSION {
+            attempt = 0;
         }
         if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
             return;
@@ -110,14 +123,18 @@ async fn serve(
             }
             continue;
         };
-        let seen = if matches!(batch[0].1, Item::Full) {
+        let full = matches!(batch[0].1, Item::Full);
+        let seen = if full {
             republish(shared, conn).await?
         } else {
             let items: Vec<&Item> = batch.iter().map(|(_, i)| i).collect();
             write(shared, conn, &items).await?
         };
         shared.outbox().ack(last_seq);
-        if seen.as_ref() != epoch.as_ref() {
+        if full && seen.is_some() {
+            // A republish went whole into the data set the epoch it read names.
+            *epoch = seen;
+        } else if seen.as_ref() != epoch.as_ref() {
             // The epoch key vanished or changed under a live connection (FLUSHALL, eviction).
             let e = shared.ensure_epoch(conn).await?;
             tracing::warn!(node = %shared.node, "redis epoch changed; republishing local blocks");
@@ -148,10 +165,65 @@ async fn republish(
     if entries.is_empty() {
         seen = write(shared, conn, &[]).await?;
     }
+    // Records of ours left in Redis for entries this node no longer holds (a Redis restored
+    // from an older dump keeps blocks lifted since): retracted, so that no node loads them
+    // from a snapshot again, this one after a restart included.
+    let held: HashSet<IpNet> = entries
+        .iter()
+        .filter_map(|i| match i {
+            Item::Add(e) => Some(e.net),
+            _ => None,
+        })
+        .collect();
+    // Not while another live process claims this node's id: its records are not stale.
+    let stale: Vec<Item> = if shared.conflict.load(Ordering::Relaxed) {
+        Vec::new()
+    } else {
+        stale_own(shared, conn, &held)
+            .await?
+            .into_iter()
+            .map(|(net, by)| Item::Del(net, by))
+            .collect()
+    };
+    for chunk in stale.chunks(shared.cfg.batch_max) {
+        let items: Vec<&Item> = chunk.iter().collect();
+        seen = write(shared, conn, &items).await?;
+    }
+    add(&shared.c.stale_retracted, stale.len() as u64);
     add(&shared.c.full_republishes, 1);
     add(&shared.c.republished, entries.len() as u64);
     tracing::info!(node = %shared.node, entries = entries.len(), "redis: local blocks republished");
     Ok(seen)
+}
+
+/// This node's records in the snapshot for prefixes not in `held`, with their origin.
+async fn stale_own(
+    shared: &Shared,
+    conn: &mut MultiplexedConnection,
+    held: &HashSet<IpNet>,
+) -> redis::RedisResult<Vec<(IpNet, Origin)>> {
+    let mut out = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, page) = super::reader::snapshot_page(shared, conn, cursor).await?;
+        let nets: Vec<IpNet> = page
+            .into_iter()
+            .filter_map(|(net, _)| net)
+            .filter(|n| !held.contains(n))
+            .collect();
+        for v in super::reader::records_of(shared, conn, &nets).await? {
+            if let Ok(rec) = shared.opener.open(&v)
+                && rec.op == RecordOp::Add
+                && *rec.node == *shared.node
+            {
+                out.push((rec.net, rec.origin));
+            }
+        }
+        cursor = next;
+        if cursor == 0 {
+            return Ok(out);
+        }
+    }
 }
 
 /// Writes `items` in one MULTI/EXEC; returns the epoch value read at its start.
@@ -159,7 +231,10 @@ async fn republish(
 /// The key and sorted-set state is coalesced per prefix (the batch's last decision on a prefix
 /// is the one that stands): one `SET PX` per upsert, one variadic `ZADD`, `ZREM` and `DEL`. The
 /// stream keeps every decision in order, [`PACK`] records to an entry (a JSON array), written
-/// last. MULTI makes the batch all-or-nothing for readers: a snapshot sees it whole or not at all.
+/// last. MULTI makes the batch one step for readers: a snapshot sees it whole or not at all.
+/// Redis runs the rest of a transaction when one command fails (a key of the wrong type):
+/// when the stream entries went in, the batch is written (peers read it) and the failure is
+/// counted and logged; when they did not, the batch fails and is retried.
 async fn write(
     shared: &Shared,
     conn: &mut MultiplexedConnection,
@@ -197,13 +272,12 @@ async fn write(
         }
     }
     let mut pipe = redis::pipe();
-    pipe.atomic();
+    pipe.atomic().ignore_errors();
     pipe.cmd("GET").arg(&keys.epoch);
     pipe.cmd("ZREMRANGEBYSCORE")
         .arg(&keys.zset)
         .arg("-inf")
-        .arg(redis_now)
-        .ignore();
+        .arg(redis_now);
     let mut zadd = redis::cmd("ZADD");
     zadd.arg(&keys.zset);
     let mut zrem = redis::cmd("ZREM");
@@ -217,8 +291,7 @@ async fn write(
                     .arg(keys.block(net))
                     .arg(&records[*rec])
                     .arg("PX")
-                    .arg(*ttl)
-                    .ignore();
+                    .arg(*ttl);
                 zadd.arg(*exp_redis).arg(net.to_string());
                 n_zadd += 1;
             }
@@ -230,12 +303,13 @@ async fn write(
         }
     }
     if n_zadd > 0 {
-        pipe.add_command(zadd).ignore();
+        pipe.add_command(zadd);
     }
     if n_zrem > 0 {
-        pipe.add_command(del).ignore();
-        pipe.add_command(zrem).ignore();
+        pipe.add_command(del);
+        pipe.add_command(zrem);
     }
+    let entries = records.len().div_ceil(PACK);
     for chunk in records.chunks(PACK) {
         let d = if chunk.len() == 1 {
             chunk[0].clone()
@@ -249,11 +323,34 @@ async fn write(
             .arg(shared.cfg.stream_maxlen)
             .arg("*")
             .arg("d")
-            .arg(d)
-            .ignore();
+            .arg(d);
     }
-    let (epoch,): (Option<String>,) = pipe.query_async(conn).await?;
+    let replies: Vec<Value> = pipe.query_async(conn).await?;
     let c = &shared.c;
+    let stream_at = replies.len().saturating_sub(entries);
+    if let Some(Value::ServerError(e)) = replies[stream_at..]
+        .iter()
+        .find(|v| matches!(v, Value::ServerError(_)))
+    {
+        return Err(e.clone().into());
+    }
+    if let Some(Value::ServerError(e)) = replies[..stream_at]
+        .iter()
+        .find(|v| matches!(v, Value::ServerError(_)))
+    {
+        add(&c.write_errors, 1);
+        crate::limited!(
+            1,
+            warn!(node = %shared.node, error = %e.details().unwrap_or(e.code()), "redis: the stream took the batch but a snapshot key refused it (new nodes will miss it until it is repaired)")
+        );
+    }
+    let epoch = match replies.first() {
+        // An epoch key of the wrong type reads as `ensure_epoch` reads it: the same value
+        // every time, not a change to republish for on every batch.
+        Some(Value::ServerError(_)) => Some(super::UNREADABLE_EPOCH.to_string()),
+        Some(v) => wire::bytes(v).map(|b| String::from_utf8_lossy(b).into_owned()),
+        None => None,
+    };
     add(&c.batches, 1);
     add(&c.published, adds + dels);
     add(&c.published_removals, dels);
