@@ -6,7 +6,7 @@ use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
 
@@ -41,6 +41,76 @@ impl std::fmt::Debug for Endpoint {
 enum Conn {
     Plain(TcpStream),
     Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Conn {
+    fn socket(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(s) => s,
+            Conn::Tls(s) => s.get_ref(),
+        }
+    }
+
+    /// Time left before `deadline`, set as the socket's read and write timeouts; an error once
+    /// it passed.
+    fn time_left(&self, deadline: Instant, timeout: Duration) -> io::Result<()> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no reply within {} ms", timeout.as_millis()),
+            ));
+        }
+        self.socket().set_read_timeout(Some(left))?;
+        self.socket().set_write_timeout(Some(left))
+    }
+
+    /// Writes all of `buf` before `deadline` (a server that reads slowly runs out the whole
+    /// request's time, not a timeout per write).
+    fn write_all_by(
+        &mut self,
+        mut buf: &[u8],
+        deadline: Instant,
+        timeout: Duration,
+    ) -> io::Result<()> {
+        while !buf.is_empty() {
+            self.time_left(deadline, timeout)?;
+            match self.write(&buf[..buf.len().min(64 * 1024)]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.time_left(deadline, timeout)?;
+        self.flush()
+    }
+
+    /// Reads a reply until it is whole by its framing (or the server closes), at most `cap`
+    /// bytes, before `deadline`.
+    fn read_reply_by(
+        &mut self,
+        raw: &mut Vec<u8>,
+        cap: usize,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> io::Result<()> {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            self.time_left(deadline, timeout)?;
+            match self.read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => {
+                    raw.extend_from_slice(&buf[..n.min(cap - raw.len())]);
+                    if raw.len() >= cap || framed_whole(raw) {
+                        return Ok(());
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 impl Read for Conn {
@@ -160,14 +230,6 @@ impl Endpoint {
         })
     }
 
-    /// The same endpoint with `param` (`name=value`) added to every request's URL.
-    pub fn with_param(&self, param: &str) -> Endpoint {
-        let mut e = self.clone();
-        e.path.push(if e.path.contains('?') { '&' } else { '?' });
-        e.path.push_str(param);
-        e
-    }
-
     /// POSTs `body` (already gzipped when `gzip`), with `query` as the URL's query parameter when given.
     pub fn post(
         &self,
@@ -218,17 +280,18 @@ impl Endpoint {
             head.extend_from_slice(b"\r\n");
         }
         head.extend_from_slice(b"\r\n");
+        // One deadline for the whole request: a server that trickles its reading or its
+        // reply a byte at a time must not hold the writer longer than `timeout`.
+        let deadline = Instant::now() + timeout;
         let sent = s
-            .write_all(&head)
-            .and_then(|()| s.write_all(body))
-            .and_then(|()| s.flush());
+            .write_all_by(&head, deadline, timeout)
+            .and_then(|()| s.write_all_by(body, deadline, timeout));
         *sent_all = sent.is_ok();
         // The server may answer (an early error) and close before taking the whole body:
-        // its reply, when there is one, says more than the write error.
+        // its reply, when there is one, says more than the write error. A reply is whole by
+        // its framing: a server that keeps the connection open after it is not waited for.
         let mut raw = Vec::new();
-        let read = (&mut s)
-            .take(MAX_REPLY as u64 + 64 * 1024)
-            .read_to_end(&mut raw);
+        let read = s.read_reply_by(&mut raw, MAX_REPLY + 64 * 1024, deadline, timeout);
         match parse_reply(&raw) {
             Some(r) => Ok(r),
             None => {
@@ -277,7 +340,8 @@ impl Endpoint {
 }
 
 /// Parses a whole HTTP/1.1 reply (status line, headers, body plain or chunked).
-fn parse_reply(raw: &[u8]) -> Option<Reply> {
+/// A reply's head: its status, whether chunked, its Content-Length, where its body starts.
+fn parse_head(raw: &[u8]) -> Option<(u16, bool, Option<usize>, usize)> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..end]).ok()?;
     let mut lines = head.split("\r\n");
@@ -293,7 +357,22 @@ fn parse_reply(raw: &[u8]) -> Option<Reply> {
             length = v.parse::<usize>().ok();
         }
     }
-    let rest = &raw[end + 4..];
+    Some((status, chunked, length, end + 4))
+}
+
+/// True when `raw` holds a whole reply by its framing (chunked or Content-Length); one
+/// delimited by the connection's close is whole only then.
+fn framed_whole(raw: &[u8]) -> bool {
+    match parse_head(raw) {
+        Some((_, true, _, at)) => dechunk(&raw[at..]).is_some(),
+        Some((_, false, Some(n), at)) => raw.len() - at >= n,
+        _ => false,
+    }
+}
+
+fn parse_reply(raw: &[u8]) -> Option<Reply> {
+    let (status, chunked, length, at) = parse_head(raw)?;
+    let rest = &raw[at..];
     let body = if chunked {
         dechunk(rest)?
     } else {

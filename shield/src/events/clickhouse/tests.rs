@@ -19,11 +19,26 @@ enum Mode {
     Down,
 }
 
+/// How the fake answers every request (beside `fail_next`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum How {
+    Normal,
+    /// 413 to bodies longer than this.
+    TooLargeOver(usize),
+    /// A 200 sent a byte every 100 ms.
+    Trickle,
+    /// A whole 200, the connection then kept open for 5 s.
+    KeepOpen,
+    /// Every row refused (code 27), as a table whose column changed type refuses them.
+    RejectAll,
+}
+
 struct Fake {
     port: u16,
     rows: Arc<Mutex<Vec<String>>>,
     requests: Arc<AtomicU64>,
     fail_next: Arc<AtomicU64>,
+    how: Arc<Mutex<How>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -40,11 +55,13 @@ impl Fake {
         let requests = Arc::new(AtomicU64::new(0));
         let fail_next = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (r, n, f, s) = (
+        let how = Arc::new(Mutex::new(How::Normal));
+        let (r, n, f, s, h) = (
             rows.clone(),
             requests.clone(),
             fail_next.clone(),
             stop.clone(),
+            how.clone(),
         );
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
@@ -57,7 +74,14 @@ impl Fake {
                         } else {
                             Mode::Normal
                         };
-                        serve(c, mode, &r);
+                        let how = *h.lock().unwrap();
+                        if how == How::Normal {
+                            serve(c, mode, how, &r);
+                        } else {
+                            // Slow answers must not hold the next connection.
+                            let r = r.clone();
+                            std::thread::spawn(move || serve(c, mode, how, &r));
+                        }
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -68,6 +92,7 @@ impl Fake {
             rows,
             requests,
             fail_next,
+            how,
             stop,
             thread: Some(thread),
         }
@@ -87,7 +112,7 @@ impl Drop for Fake {
     }
 }
 
-fn serve(c: TcpStream, mode: Mode, rows: &Mutex<Vec<String>>) {
+fn serve(c: TcpStream, mode: Mode, how: How, rows: &Mutex<Vec<String>>) {
     c.set_nonblocking(false).unwrap();
     let mut r = BufReader::new(c.try_clone().unwrap());
     let (mut len, mut gz) = (0usize, false);
@@ -116,6 +141,39 @@ fn serve(c: TcpStream, mode: Mode, rows: &Mutex<Vec<String>>) {
         body = d;
     }
     let text = String::from_utf8_lossy(&body).into_owned();
+    let mut c = c;
+    match how {
+        How::TooLargeOver(n) if body.len() > n => {
+            let _ = write!(
+                c,
+                "HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            return;
+        }
+        How::Trickle => {
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: 60\r\n\r\n{}",
+                "x".repeat(60)
+            );
+            for b in reply.bytes() {
+                if c.write_all(&[b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            return;
+        }
+        How::RejectAll => {
+            let m = "Code: 27, e.displayText() = DB::Exception: Cannot parse input: expected '\"' before: '1}'";
+            let _ = write!(
+                c,
+                "HTTP/1.1 500 X\r\nContent-Length: {}\r\n\r\n{m}",
+                m.len()
+            );
+            return;
+        }
+        _ => {}
+    }
     let (status, reply) = if mode == Mode::Down {
         (
             503,
@@ -133,12 +191,14 @@ fn serve(c: TcpStream, mode: Mode, rows: &Mutex<Vec<String>>) {
             .extend(text.lines().map(str::to_string));
         (200, String::new())
     };
-    let mut c = c;
     let _ = write!(
         c,
         "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
         reply.len()
     );
+    if how == How::KeepOpen {
+        std::thread::sleep(Duration::from_secs(5));
+    }
 }
 
 fn cfg(port: u16) -> ClickHouseConfig {
@@ -193,6 +253,101 @@ fn batches_land_in_order_after_retries() {
     assert_eq!((st.landed, st.request_failures, st.overflow), (30, 3, 0));
     assert_eq!(st.buffered_rows, 0);
     assert!(st.batches >= 3, "10-row batches: {st:?}");
+}
+
+#[test]
+fn a_server_trickling_its_reply_fails_the_insert_within_the_timeout() {
+    let fake = Fake::start();
+    *fake.how.lock().unwrap() = How::Trickle;
+    let w = ClickHouseWriter::spawn(
+        &ClickHouseConfig {
+            timeout_ms: 300,
+            ..cfg(fake.port)
+        },
+        Table::Events,
+    )
+    .unwrap();
+    assert_eq!(w.push(&rows(0..5)), 5);
+    // The whole reply takes 6 s, each byte well within the timeout: the deadline is the
+    // request's, not each read's.
+    wait_for("a timed-out insert", || w.stats().request_failures >= 1);
+    *fake.how.lock().unwrap() = How::Normal;
+    wait_for("5 rows", || fake.rows().len() == 5);
+    let st = w.close();
+    assert_eq!(st.landed, 5);
+}
+
+#[test]
+fn a_whole_reply_is_taken_without_waiting_for_the_close() {
+    let fake = Fake::start();
+    *fake.how.lock().unwrap() = How::KeepOpen;
+    let w = ClickHouseWriter::spawn(
+        &ClickHouseConfig {
+            timeout_ms: 8_000,
+            ..cfg(fake.port)
+        },
+        Table::Events,
+    )
+    .unwrap();
+    // Four batches: waiting for each connection's close would take 20 s.
+    assert_eq!(w.push(&rows(0..40)), 40);
+    wait_for("40 rows", || fake.rows().len() == 40);
+    let st = w.close();
+    assert_eq!((st.landed, st.request_failures), (40, 0));
+}
+
+#[test]
+fn a_batch_too_large_for_the_server_is_halved_and_a_row_too_large_dropped() {
+    let fake = Fake::start();
+    *fake.how.lock().unwrap() = How::TooLargeOver(150);
+    let w = ClickHouseWriter::spawn(
+        &ClickHouseConfig {
+            batch_rows: 40,
+            max_buffered_rows: 100,
+            ..cfg(fake.port)
+        },
+        Table::Events,
+    )
+    .unwrap();
+    let mut r = rows(0..20);
+    r.push_unvalidated(format!("{{\"seq\":20,\"pad\":\"{}\"}}", "p".repeat(300)).as_bytes());
+    for i in 21..40 {
+        r.push_unvalidated(format!("{{\"seq\":{i}}}").as_bytes());
+    }
+    assert_eq!(w.push(&r), 40);
+    let st = w.close();
+    let want: Vec<u32> = (0..40).filter(|&i| i != 20).collect();
+    assert_eq!(seqs(&fake), want);
+    assert_eq!((st.landed, st.rejected, st.request_failures), (39, 1, 0));
+}
+
+#[test]
+fn rows_refused_one_after_another_wait_for_the_table_instead_of_being_dropped() {
+    let fake = Fake::start();
+    *fake.how.lock().unwrap() = How::RejectAll;
+    let w = ClickHouseWriter::spawn(
+        &ClickHouseConfig {
+            batch_rows: 50,
+            max_buffered_rows: 100,
+            ..cfg(fake.port)
+        },
+        Table::Events,
+    )
+    .unwrap();
+    assert_eq!(w.push(&rows(0..50)), 50);
+    wait_for("the insert failing as for a server that is down", || {
+        w.stats().request_failures >= 3
+    });
+    let dropped = w.stats().rejected;
+    assert!(
+        dropped <= 16,
+        "at most a few rows dropped before the table is suspected: {dropped}"
+    );
+    // The table mended: the rest lands.
+    *fake.how.lock().unwrap() = How::Normal;
+    wait_for("the rest", || fake.rows().len() as u64 + dropped == 50);
+    let st = w.close();
+    assert_eq!(st.landed + st.rejected, 50);
 }
 
 #[test]

@@ -47,6 +47,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(super) enum Failure {
     /// The data was refused: bisect.
     Rejected { code: u32, message: String },
+    /// The request was too large for the server (or a proxy before it): bisect, and drop a
+    /// single row that is still too large.
+    TooLarge { code: u32, message: String },
     /// The server is down, slow or busy, or the table is missing: retry the same batch later.
     Transient { code: u32, message: String },
 }
@@ -59,7 +62,9 @@ pub(super) fn classify(status: u16, body: &[u8]) -> Failure {
     // An unknown field means the table does not match the rows (a schema out of date), which
     // no row is to blame for.
     let schema = message.contains("Unknown field");
-    if (400..600).contains(&status) && DATA_ERRORS.contains(&code) && !schema {
+    if status == 413 || message.contains("size exceeded") {
+        Failure::TooLarge { code, message }
+    } else if (400..600).contains(&status) && DATA_ERRORS.contains(&code) && !schema {
         Failure::Rejected { code, message }
     } else {
         Failure::Transient {
@@ -453,6 +458,41 @@ impl Inner {
         Ok(())
     }
 
+    /// Counts a row the server refused, dropped, by its error code (the first [`MAX_CODES`]
+    /// codes, the rest as 0), and warns at most once a second (the message cut short).
+    fn row_dropped(&self, code: u32, message: &str, what: &'static str) {
+        self.c.rejected.fetch_add(1, Ordering::Relaxed);
+        let short = &message[..message.floor_char_boundary(200)];
+        crate::limited!(1, warn!(sink = %self.name, code, error = %short, "{what}"));
+        let mut codes = lock(&self.codes);
+        let key = if codes.len() < MAX_CODES || codes.contains_key(&code) {
+            code
+        } else {
+            0
+        };
+        *codes.entry(key).or_insert(0) += 1;
+    }
+
+    /// Counts a failure that a retry may mend, waits the backoff (false: the drain time ran
+    /// out meanwhile; the caller's loop counts the rest as dropped).
+    fn transient(&self, st: &mut SenderState, code: u32, message: String) {
+        self.c.failures.fetch_add(1, Ordering::Relaxed);
+        if st.failures == 0 {
+            tracing::warn!(sink = %self.name, error = %message, "ClickHouse insert failed; retrying with backoff");
+        } else {
+            tracing::debug!(sink = %self.name, error = %message, "ClickHouse insert failed again");
+        }
+        *lock(&self.last_error) = Some(message);
+        st.failures += 1;
+        // A table or database gone: apply the schema again when configured to.
+        if self.cfg.init && (code == 60 || code == 81) {
+            st.schema_pending = true;
+        }
+        if self.backoff(st.backoff) {
+            st.backoff = (st.backoff * 2).min(Duration::from_millis(self.cfg.max_backoff_ms));
+        }
+    }
+
     /// Delivers one batch: retries while the server fails, bisects what it rejects.
     fn deliver(&self, chunk: &Chunk, st: &mut SenderState) {
         let mut pending: VecDeque<(usize, usize)> = VecDeque::from([(0, chunk.ends.len())]);
@@ -482,47 +522,47 @@ impl Inner {
                         }
                         st.failures = 0;
                         st.backoff = FIRST_BACKOFF;
+                        st.rows_rejected_in_a_row = 0;
                         break;
+                    }
+                    Err(Failure::Rejected { code, message })
+                        if b - a == 1 && st.rows_rejected_in_a_row >= SCHEMA_SUSPECT_ROWS =>
+                    {
+                        // Row after row refused and none taken: the table no longer matches
+                        // the rows (a column's type changed), which no row is to blame for.
+                        // Wait for it as for a server that is down, rather than drop them all.
+                        self.transient(
+                            st,
+                            code,
+                            format!("{SCHEMA_SUSPECT_ROWS} rows in a row refused: does the table match the rows? {message}"),
+                        );
                     }
                     Err(Failure::Rejected { code, message }) => {
                         self.c.rejections.fetch_add(1, Ordering::Relaxed);
                         if b - a == 1 {
-                            self.c.rejected.fetch_add(1, Ordering::Relaxed);
-                            {
-                                let mut codes = lock(&self.codes);
-                                let key = if codes.len() < MAX_CODES || codes.contains_key(&code) {
-                                    code
-                                } else {
-                                    0
-                                };
-                                *codes.entry(key).or_insert(0) += 1;
-                            }
-                            tracing::warn!(sink = %self.name, code, error = %message, "ClickHouse rejected a row: dropped");
+                            st.rows_rejected_in_a_row += 1;
+                            self.row_dropped(code, &message, "ClickHouse rejected a row: dropped");
                         } else {
-                            let mid = a + (b - a) / 2;
-                            pending.push_front((mid, b));
-                            pending.push_front((a, mid));
+                            halve(&mut pending, a, b);
+                        }
+                        break;
+                    }
+                    Err(Failure::TooLarge { code, message }) => {
+                        if b - a == 1 {
+                            self.c.rejections.fetch_add(1, Ordering::Relaxed);
+                            self.row_dropped(
+                                code,
+                                &message,
+                                "ClickHouse refused a row as too large: dropped",
+                            );
+                        } else {
+                            // Halves until they fit.
+                            halve(&mut pending, a, b);
                         }
                         break;
                     }
                     Err(Failure::Transient { code, message }) => {
-                        self.c.failures.fetch_add(1, Ordering::Relaxed);
-                        if st.failures == 0 {
-                            tracing::warn!(sink = %self.name, error = %message, "ClickHouse insert failed; retrying with backoff");
-                        } else {
-                            tracing::debug!(sink = %self.name, error = %message, "ClickHouse insert failed again");
-                        }
-                        *lock(&self.last_error) = Some(message);
-                        st.failures += 1;
-                        // A table or database gone: apply the schema again when configured to.
-                        if self.cfg.init && (code == 60 || code == 81) {
-                            st.schema_pending = true;
-                        }
-                        if !self.backoff(st.backoff) {
-                            continue; // the loop's head counts the rest as dropped
-                        }
-                        st.backoff =
-                            (st.backoff * 2).min(Duration::from_millis(self.cfg.max_backoff_ms));
+                        self.transient(st, code, message);
                     }
                 }
             }
@@ -530,17 +570,31 @@ impl Inner {
     }
 }
 
+/// Puts the rows `a..b` back as two halves, to be sent first.
+fn halve(pending: &mut VecDeque<(usize, usize)>, a: usize, b: usize) {
+    let mid = a + (b - a) / 2;
+    pending.push_front((mid, b));
+    pending.push_front((a, mid));
+}
+
 struct SenderState {
     schema_pending: bool,
     failures: u64,
     backoff: Duration,
+    /// Single rows refused since a row was last taken.
+    rows_rejected_in_a_row: u32,
 }
+
+/// Single rows refused in a row, none taken, after which the table is suspected (not the
+/// rows) and the batch waits instead of being dropped row by row.
+const SCHEMA_SUSPECT_ROWS: u32 = 16;
 
 fn run_sender(inner: Arc<Inner>) {
     let mut st = SenderState {
         schema_pending: inner.cfg.init,
         failures: 0,
         backoff: FIRST_BACKOFF.min(Duration::from_millis(inner.cfg.max_backoff_ms)),
+        rows_rejected_in_a_row: 0,
     };
     while let Some(chunk) = inner.next_batch() {
         inner.c.batches.fetch_add(1, Ordering::Relaxed);
@@ -593,13 +647,15 @@ impl ClickHouseWriter {
     /// Starts the sender thread for `table` (the config is checked first).
     pub fn spawn(cfg: &ClickHouseConfig, table: Table) -> Result<Self, ClickHouseError> {
         cfg.validate().map_err(ClickHouseError::Config)?;
-        // A table of the older layout (without the row identity) still takes the rows.
+        // Fields the table lacks are not skipped: a column dropped (or a table of the older
+        // layout, before `ctl events-init` migrates it) fails the insert, which waits and
+        // says why, rather than storing rows without that column's values.
         let targets = cfg
             .endpoints()?
             .into_iter()
             .map(|(url, ep)| Target {
                 url,
-                ep: ep.with_param("input_format_skip_unknown_fields=1"),
+                ep,
                 requests: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
                 aside_until: AtomicU64::new(0),
