@@ -391,6 +391,7 @@ async fn run<I>(
         cx.ctl.h1_fd.store(fd, Ordering::Release);
         // With upgrades: a WebSocket takes the connection over (its tunnel holds the
         // connection's place in the registry until it ends).
+        let io = crate::h1watch::H1Watch::new(io, Arc::clone(&cx.ctl));
         let conn = b1.serve_connection(TokioIo::new(io), svc).with_upgrades();
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
     }

@@ -71,6 +71,18 @@ pub struct ConnCtl {
     /// The socket of an HTTP/1.1 connection while it is served (-1: none, or HTTP/2): what
     /// the response relay asks how much the client acknowledged.
     pub h1_fd: std::sync::atomic::AtomicI32,
+    /// The first odd HTTP/1.1 head ([`crate::h1watch`]): its ordinal shifted left by two, and
+    /// its kind (0: none).
+    odd_head: AtomicU32,
+}
+
+/// A request head hyper reads only in part, refused as nginx refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OddHead {
+    /// Content-Length together with Transfer-Encoding.
+    LengthAndCoding = 1,
+    /// Content-Length sent twice.
+    LengthTwice = 2,
 }
 
 impl ConnCtl {
@@ -84,6 +96,7 @@ impl ConnCtl {
             premature: AtomicU32::new(0),
             last_active_ms: std::sync::atomic::AtomicU64::new(0),
             h1_fd: std::sync::atomic::AtomicI32::new(-1),
+            odd_head: AtomicU32::new(0),
             tunnels: AtomicU32::new(0),
             tunnel_ended: Notify::new(),
         }
@@ -123,6 +136,28 @@ impl ConnCtl {
             let need = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked) + 8;
             (rc == 0 && len as usize >= need).then_some(info.tcpi_bytes_acked)
         }
+    }
+
+    /// Marks the connection's `ordinal`th request head (1: the first) as odd; the first mark stays.
+    pub fn mark_odd_head(&self, ordinal: u32, odd: OddHead) {
+        let v = ordinal.min(u32::MAX >> 2) << 2 | odd as u32;
+        let _ = self
+            .odd_head
+            .compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// The oddity of the connection's `ordinal`th request, or of one before it (the connection
+    /// closes after an odd one).
+    pub fn odd_head(&self, ordinal: u32) -> Option<OddHead> {
+        let v = self.odd_head.load(Ordering::Acquire);
+        if v == 0 || ordinal < v >> 2 {
+            return None;
+        }
+        Some(if v & 3 == 1 {
+            OddHead::LengthAndCoding
+        } else {
+            OddHead::LengthTwice
+        })
     }
 
     /// Counts a tunnel (a WebSocket) running from this connection until the guard drops.

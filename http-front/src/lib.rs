@@ -8,7 +8,7 @@
 //! GOAWAY). See `config` for `front.toml`.
 //!
 //! Files by job: [`config`] (the file), [`front`] (running state and reload), [`client_conn`]
-//! (accept and connection lifecycle), [`h2watch`] (HPACK size updates h2 misanswers), [`conn_registry`] (connections by source), [`service`] (the
+//! (accept and connection lifecycle), [`h1watch`] (request heads hyper reads in part), [`h2watch`] (HPACK size updates h2 misanswers), [`conn_registry`] (connections by source), [`service`] (the
 //! request path), [`target`] (Host and path as the rules see them and the origin gets them), [`site`] (Host → site), [`forward`] (forwarding), [`forward::h1`] (the HTTP/1.1
 //! upstream exchange), [`forward::reqbody`] (request bodies buffered and timed), [`forward::relay`] (response bodies a slow reader cannot hold an upstream with), [`forward::upstream`] (pools), [`view`] (the request as the rules see it),
 //! [`blockwatch`] (block feed → closed connections), [`challenge`] (the proof-of-work page and its clearance), [`local`] (per-thread handles),
@@ -29,6 +29,7 @@ pub mod counters;
 pub mod fingerprint;
 pub mod forward;
 pub mod front;
+pub mod h1watch;
 pub mod h2watch;
 pub mod local;
 pub mod policy;

@@ -19,7 +19,7 @@ use shield::rules::{Action, Now};
 
 use crate::access_log::{self, AccessRecord};
 use crate::challenge::{self, Binding};
-use crate::conn_registry::{CloseCause, ConnCtl};
+use crate::conn_registry::{CloseCause, ConnCtl, OddHead};
 use crate::counters::Counter;
 use crate::forward::h1;
 use crate::forward::relay;
@@ -183,12 +183,17 @@ struct Job {
 /// The request path as phases (Pingora's): the request filter (blocked source, method,
 /// Host → site, sizes, path), the rules, the access record's sample, the upstream request.
 /// Each phase may answer at once; what reaches the end is forwarded.
-fn decide(cx: &ConnCtx, req: Request<Incoming>) -> Verdict {
+fn decide(cx: &ConnCtx, mut req: Request<Incoming>) -> Verdict {
     cx.front.counters.bump(if cx.h2 {
         Counter::RequestsH2
     } else {
         Counter::RequestsH1
     });
+    if cx.h2 {
+        // HTTP/2 may split cookies into fields; one line for the rules and the origin, as
+        // RFC 9113 §8.2.3 asks before a hop that is not HTTP/2 (and as nginx sends it).
+        forward::join_cookies(req.headers_mut());
+    }
     // ACME's http-01 validation, before any rule or block (a rule must not fail issuance).
     if let Some(acme) = &cx.front.acme
         && req
@@ -266,6 +271,41 @@ fn request_filter<'a>(
         cx.ctl.close(CloseCause::Blocked);
         c.bump(Counter::RespBlocked);
         return Err(simple(StatusCode::FORBIDDEN, "blocked\n", !cx.h2));
+    }
+    // A method that is not upper case (`post`, `Trace`): 400, as nginx answers it. An origin
+    // that upper-cases methods would read it as the method our rules did not see.
+    if !req
+        .method()
+        .as_str()
+        .bytes()
+        .all(|b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
+    {
+        c.bump(Counter::RespBadRequest);
+        return Err(simple(StatusCode::BAD_REQUEST, "bad method\n", !cx.h2));
+    }
+    // A head hyper read only in part (Content-Length with Transfer-Encoding, or twice): 400 and
+    // close, as nginx answers it, never forwarded by the framing hyper kept.
+    if !cx.h2
+        && let Some(odd) = cx.ctl.odd_head(cx.ctl.requests.load(Ordering::Relaxed))
+    {
+        return Err(match odd {
+            OddHead::LengthAndCoding => {
+                c.bump(Counter::RespBadRequest);
+                simple(
+                    StatusCode::BAD_REQUEST,
+                    "Content-Length sent with Transfer-Encoding\n",
+                    true,
+                )
+            }
+            OddHead::LengthTwice => {
+                c.bump(Counter::RespDuplicateHeader);
+                simple(
+                    StatusCode::BAD_REQUEST,
+                    "a single-valued header was sent twice\n",
+                    true,
+                )
+            }
+        });
     }
     // CONNECT is never proxied, but for an HTTP/2 WebSocket (RFC 8441) to a site that allows it.
     if req.method() == Method::CONNECT && !forward::websocket::wants(req) {
@@ -761,6 +801,7 @@ fn bad_path_text(e: target::PathError) -> &'static str {
         target::PathError::Nul => "encoded NUL in the path\n",
         target::PathError::EncodedSlash => "encoded slash or backslash in the path\n",
         target::PathError::NotUtf8 => "path is not UTF-8\n",
+        target::PathError::AboveRoot => "path climbs above the root\n",
     }
 }
 

@@ -30,8 +30,8 @@
 
 use std::borrow::Cow;
 
+use http::Request;
 use http::header::{self, HeaderValue};
-use http::{Method, Request};
 
 /// Longest host name accepted.
 pub const HOST_MAX: usize = 253;
@@ -133,6 +133,11 @@ pub fn request_host<'a, B>(
         if a.contains('@') {
             return Err("user info in the request target\n");
         }
+        // An HTTP/1.1 request names its Host even with an absolute-form target (RFC 9112
+        // §3.2: 400 without one, as nginx answers).
+        if !h2 && header_text.is_none() && req.version() == http::Version::HTTP_11 {
+            return Err("missing Host\n");
+        }
         let host = parse_host(a, buf).ok_or("bad authority\n")?;
         if h2 && let Some(h) = header_text {
             let mut other = [0u8; HOST_MAX];
@@ -149,16 +154,11 @@ pub fn request_host<'a, B>(
     Ok((host, first))
 }
 
-/// The path of `req` in its two forms for `opts` (see [`normalize_path`]); `OPTIONS *` is
-/// itself, and an absolute-form target without a path is `/`.
+/// The path of `req` in its two forms for `opts` (see [`normalize_path`]); an absolute-form
+/// target without a path is `/`. `OPTIONS *` is refused (not an absolute path), as nginx
+/// refuses it: an origin might read a server-wide request otherwise than the rules did.
 pub fn request_path<B>(req: &Request<B>, opts: PathOptions) -> Result<NormalPath<'_>, PathError> {
     let raw = req.uri().path();
-    if raw == "*" && req.method() == Method::OPTIONS {
-        return Ok(NormalPath {
-            forward: Cow::Borrowed(raw),
-            view: Cow::Borrowed(raw),
-        });
-    }
     if raw.is_empty() && req.uri().scheme().is_some() {
         return Ok(NormalPath {
             forward: Cow::Borrowed("/"),
@@ -197,6 +197,9 @@ pub enum PathError {
     /// The decoded path is not UTF-8.
     #[error("path is not UTF-8 once decoded")]
     NotUtf8,
+    /// A `..` segment above the root.
+    #[error("path climbs above the root")]
+    AboveRoot,
 }
 
 /// A path in its two forms; each borrows the raw path when it equals it.
@@ -292,9 +295,29 @@ fn forward_form(b: &[u8], opts: PathOptions) -> Result<String, PathError> {
         }
         i += 1;
     }
+    if climbs_above_root(&out) {
+        return Err(PathError::AboveRoot);
+    }
     let out = remove_dot_segments(&out);
     // Only ASCII went in: percent-encodings stay encoded here.
     Ok(String::from_utf8(out).expect("the forwarded path is ASCII"))
+}
+
+/// True when a `..` of `p` (an absolute path, slashes merged) would climb above the root
+/// (`/..`, `/a/../..`): nginx refuses such a target (400), and so do we.
+fn climbs_above_root(p: &[u8]) -> bool {
+    let mut depth = 0usize;
+    for s in p[1..].split(|&c| c == b'/') {
+        match s {
+            b"." | b"" => {}
+            b".." => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return true,
+            },
+            _ => depth += 1,
+        }
+    }
+    false
 }
 
 /// RFC 3986 §5.2.4 on an absolute path whose slashes are already merged; `..` stops at the root.
@@ -481,8 +504,6 @@ mod tests {
             "/x/%2e%2e/admin",
             "/x/%2E%2E/admin",
             "/x/.%2e/admin",
-            "/../admin",
-            "/../../admin",
             "/./././admin",
             "/x//..//admin",
         ] {
@@ -493,6 +514,16 @@ mod tests {
         assert_eq!((f.as_str(), v.as_str()), ("/admin/", "/admin/"));
         let (f, _) = both("/admin/x/..").unwrap();
         assert_eq!(f, "/admin/");
+        // Above the root: refused, as nginx refuses it.
+        for raw in [
+            "/../admin",
+            "/../../admin",
+            "/%2e%2e/admin",
+            "/x/../../admin",
+            "/..",
+        ] {
+            assert_eq!(both(raw), Err(PathError::AboveRoot), "{raw}");
+        }
     }
 
     #[test]

@@ -513,6 +513,41 @@ fn http_front_slow_uploads_never_hold_the_origin() {
     let r = c.read_response().unwrap();
     assert_eq!(r.status, 408, "{r:?}");
 
+    // A burst that would pay for minutes at the minimum rate, then a trickle far under it
+    // (a byte every 300 ms): once the body streams, the rate is kept over the last seconds,
+    // so the origin connection goes well before body_timeout_ms (6 s) would end it.
+    let rate_hits = front.metric("http_front_limit_hits_total{limit=\"body_min_rate\"}");
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    c.send_raw(b"POST /upload HTTP/1.1\r\nhost: s.test\r\ncontent-length: 100000\r\n\r\n")
+        .unwrap();
+    c.send_raw(&[b'b'; 16384]).unwrap();
+    let burst = Instant::now();
+    wait_for(
+        "the streamed body to reach the origin",
+        Duration::from_secs(3),
+        || origin_active(&origin) >= 1,
+    );
+    let mut released = None;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(300));
+        if origin_active(&origin) == 0 {
+            released = Some(burst.elapsed());
+            break;
+        }
+        if c.send_raw(b"t").is_err() {
+            break;
+        }
+    }
+    let held = released.unwrap_or_else(|| burst.elapsed());
+    assert!(
+        held < Duration::from_millis(4500),
+        "a trickle after a burst held the origin for {held:?}"
+    );
+    assert!(
+        front.metric("http_front_limit_hits_total{limit=\"body_min_rate\"}") > rate_hits,
+        "counted as too slow, not as the body timeout"
+    );
+
     // A body that keeps the rate but never ends within body_timeout_ms (6 s): 408.
     let (s, t) = slow_post(
         fa,
@@ -605,7 +640,15 @@ fn http_front_refuses_heads_an_origin_could_read_otherwise() {
             400,
         ),
         ("TRACE /echo HTTP/1.1\r\nhost: s.test\r\n\r\n", 405),
+        // A method not in upper case: 400, as nginx answers (an origin that upper-cases it
+        // would run the method the rules did not see).
+        ("Trace /echo HTTP/1.1\r\nhost: s.test\r\n\r\n", 400),
+        (
+            "post /echo HTTP/1.1\r\nhost: s.test\r\ncontent-length: 1\r\n\r\nx",
+            400,
+        ),
         ("GET * HTTP/1.1\r\nhost: s.test\r\n\r\n", 400),
+        ("OPTIONS * HTTP/1.1\r\nhost: s.test\r\n\r\n", 400),
         (
             "GET /echo HTTP/1.1\r\nhost: s.test\r\nuser-agent: a\r\nuser-agent: b\r\n\r\n",
             400,
@@ -614,16 +657,61 @@ fn http_front_refuses_heads_an_origin_could_read_otherwise() {
             "POST /echo HTTP/1.1\r\nhost: s.test\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nx",
             400,
         ),
+        // Heads hyper reads only in part (it drops the Content-Length): refused as nginx
+        // refuses them, in either order, with the same length twice too.
+        (
+            "POST /echo HTTP/1.1\r\nhost: s.test\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+            400,
+        ),
+        (
+            "POST /echo HTTP/1.1\r\nhost: s.test\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n",
+            400,
+        ),
+        (
+            "POST /echo HTTP/1.1\r\nhost: s.test\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\nx",
+            400,
+        ),
         // A header the rules read, sent twice: every value is matched.
         (
             "GET /echo HTTP/1.1\r\nhost: s.test\r\nx-tool: curl\r\nx-tool: sqlmap\r\n\r\n",
             403,
+        ),
+        // What nginx refuses (400): an HTTP/1.1 request without Host (also with an
+        // absolute-form target), a path climbing above the root.
+        ("GET http://s.test/echo?nohost HTTP/1.1\r\n\r\n", 400),
+        ("GET /echo HTTP/1.1\r\n\r\n", 400),
+        ("GET /../echo HTTP/1.1\r\nhost: s.test\r\n\r\n", 400),
+        (
+            "GET /x/%2e%2e/../echo HTTP/1.1\r\nhost: s.test\r\n\r\n",
+            400,
         ),
     ];
     for (head, want) in cases {
         let (s, b) = raw(head);
         assert_eq!(s, *want, "{head:?}: {b}");
     }
+    // Pipelined: requests before an odd head are answered, bodies that look like odd heads are
+    // not taken for them, the odd one is refused and the connection closes.
+    let chunk = "GET /echo HTTP/1.1\r\ncontent-length: 1\r\ntransfer-encoding: chunked\r\n\r\n";
+    let pipelined = format!(
+        "POST /echo HTTP/1.1\r\nhost: s.test\r\ncontent-length: {}\r\n\r\n{chunk}\
+         POST /echo HTTP/1.1\r\nhost: s.test\r\ntransfer-encoding: chunked\r\n\r\n\
+         {:x}\r\n{chunk}\r\n0\r\n\r\n\
+         POST /echo?odd HTTP/1.1\r\nhost: s.test\r\ncontent-length: 0\r\ncontent-length: 0\r\n\r\n\
+         GET /echo?after HTTP/1.1\r\nhost: s.test\r\n\r\n",
+        chunk.len(),
+        chunk.len()
+    );
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    c.send_raw(pipelined.as_bytes()).unwrap();
+    for want in [200, 200, 400] {
+        let r = c.read_response().unwrap();
+        assert_eq!(r.status, want, "{}", r.body);
+    }
+    assert!(
+        c.read_response().is_err(),
+        "the connection closed after the odd head"
+    );
     // A URI over the header budget (32 KiB) is a 414, not a 431.
     let long = format!("/{}", "a".repeat(40_000));
     let (s, b) = raw(&format!("GET {long} HTTP/1.1\r\nhost: s.test\r\n\r\n"));
@@ -647,5 +735,101 @@ fn http_front_refuses_heads_an_origin_could_read_otherwise() {
     // None of the refused requests reached the origin.
     for l in origin.access_log() {
         assert!(l.starts_with("/echo|/echo|s.test|200"), "origin saw {l}");
+    }
+    // An absolute-form target without a path reaches the origin as `/?query`, never `?query`.
+    // (The origin answers `/` itself, 403 here: what matters is the target it got.)
+    let (s, b) = raw("GET http://s.test?abs-empty HTTP/1.1\r\nhost: s.test\r\n\r\n");
+    assert_ne!(s, 400, "{b}");
+    // (nginx logs after answering: wait for the line.)
+    wait_for(
+        "the origin's log line for /?abs-empty",
+        Duration::from_secs(3),
+        || {
+            origin
+                .access_log()
+                .iter()
+                .any(|l| l.starts_with("/?abs-empty|"))
+        },
+    );
+}
+
+#[test]
+fn http_front_h2_requests_are_whole_before_any_origin_sees_them() {
+    let Some(Setup {
+        origin,
+        front,
+        _root,
+    }) = setup("h2c = true\n")
+    else {
+        return;
+    };
+    let fa = front.addr();
+    let src = net::test_ip();
+    // The declared length arrives, then more DATA: refused, and the origin never saw it.
+    let mut c = H2Conn::connect(Some(src), fa).unwrap();
+    let id = c
+        .send_request(
+            "POST",
+            "s.test",
+            "/echo?h2-more",
+            &[("content-length", "3")],
+            false,
+        )
+        .unwrap();
+    c.write_frame(frame::DATA, 0, id, b"abc").unwrap();
+    c.write_frame(frame::DATA, 1, id, b"GET /x HTTP/1.1\r\n\r\n")
+        .unwrap();
+    // A reset of the stream, or an error status.
+    if let Ok(r) = c.read_response(id) {
+        assert!(r.status >= 400, "{}: {}", r.status, r.body);
+    }
+    // A length of 0 and the stream left open, then DATA.
+    let mut c = H2Conn::connect(Some(src), fa).unwrap();
+    let id = c
+        .send_request(
+            "POST",
+            "s.test",
+            "/echo?h2-zero",
+            &[("content-length", "0")],
+            false,
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    c.write_frame(frame::DATA, 1, id, b"x").unwrap();
+    // A reset of the stream, or an error status.
+    if let Ok(r) = c.read_response(id) {
+        assert!(r.status >= 400, "{}: {}", r.status, r.body);
+    }
+    // A method not in upper case.
+    let mut c = H2Conn::connect(Some(src), fa).unwrap();
+    let id = c
+        .send_request("post", "s.test", "/echo?h2-lower", &[], true)
+        .unwrap();
+    let r = c.read_response(id).expect("an answer");
+    assert_eq!(r.status, 400, "{}", r.body);
+    // A sound request still goes through, its body whole.
+    let mut c = H2Conn::connect(Some(src), fa).unwrap();
+    let id = c
+        .send_request(
+            "POST",
+            "s.test",
+            "/echo?h2-ok",
+            &[("content-length", "3")],
+            false,
+        )
+        .unwrap();
+    c.write_frame(frame::DATA, 1, id, b"abc").unwrap();
+    let r = c.read_response(id).expect("an answer");
+    assert_eq!(r.status, 200, "{}", r.body);
+    wait_for(
+        "the origin's log line for the sound request",
+        Duration::from_secs(3),
+        || origin.access_log().iter().any(|l| l.contains("h2-ok")),
+    );
+    for l in origin.access_log() {
+        assert!(
+            !l.contains("h2-more") && !l.contains("h2-zero") && !l.contains("h2-lower"),
+            "origin saw {l}"
+        );
     }
 }

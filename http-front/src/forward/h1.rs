@@ -179,12 +179,13 @@ fn encode_head_as(
 ) {
     dst.extend_from_slice(method.as_bytes());
     dst.push(b' ');
+    // Origin-form always: an absolute-form target with an empty path (`http://h?q`) is
+    // `/?q` (RFC 9112 §3.2.1, RFC 3986 §6.2.3), never `?q`.
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    dst.extend_from_slice(if target.is_empty() {
-        b"/"
-    } else {
-        target.as_bytes()
-    });
+    if !target.starts_with('/') {
+        dst.push(b'/');
+    }
+    dst.extend_from_slice(target.as_bytes());
     dst.extend_from_slice(b" HTTP/1.1\r\n");
     let h = &parts.headers;
     // Exactly one Host, the one the site was chosen by: a client's second Host, or one named
@@ -228,17 +229,17 @@ fn encode_head_as(
         dst.extend_from_slice(b"\r\n");
     };
     if fwd.x_forwarded {
-        list(dst, "x-forwarded-for", prev_xff, &client.xff);
+        list(dst, "x-forwarded-for", prev_xff, client.xff());
         put(dst, "x-forwarded-proto", client.proto.as_bytes());
         if let Some(v) = host {
             put(dst, "x-forwarded-host", v.as_bytes());
         }
     }
     if fwd.forwarded {
-        list(dst, "forwarded", prev_fwd, &client.forwarded);
+        list(dst, "forwarded", prev_fwd, client.forwarded());
     }
     if fwd.x_real_ip {
-        put(dst, "x-real-ip", client.xff.as_bytes());
+        put(dst, "x-real-ip", client.xff().as_bytes());
     }
     match body {
         ReqBody::None { zero_length: true } => dst.extend_from_slice(b"content-length: 0\r\n"),

@@ -197,13 +197,12 @@ impl HeaderPolicy {
     }
 }
 
-/// What the proxy says about one client connection, formatted once per connection.
+/// What the proxy says about one client connection, formatted once per connection when its
+/// first request is forwarded (a connection whose requests are all refused never formats it).
 #[derive(Debug)]
 pub struct ClientInfo {
-    /// The client address as `X-Forwarded-For` carries it.
-    pub xff: HeaderValue,
-    /// `for=...;proto=...` as `Forwarded` carries it (IPv6 quoted and bracketed).
-    pub forwarded: HeaderValue,
+    /// `X-Forwarded-For` and `Forwarded` values, made when first asked.
+    values: std::sync::OnceLock<(HeaderValue, HeaderValue)>,
     /// `http` or `https`.
     pub proto: HeaderValue,
     /// The client's address and port (a PROXY header's source behind a listed proxy).
@@ -215,19 +214,55 @@ pub struct ClientInfo {
 impl ClientInfo {
     /// The forwarding values for a client at `src` that reached `dst`, over TLS or not.
     pub fn new(src: std::net::SocketAddr, dst: std::net::SocketAddr, tls: bool) -> ClientInfo {
-        let ip = src.ip().to_canonical();
-        let scheme = if tls { "https" } else { "http" };
-        let for_ = match ip {
-            IpAddr::V4(a) => format!("for={a};proto={scheme}"),
-            IpAddr::V6(a) => format!("for=\"[{a}]\";proto={scheme}"),
-        };
         ClientInfo {
-            xff: HeaderValue::from_str(&ip.to_string()).expect("an address is a header value"),
-            forwarded: HeaderValue::from_str(&for_).expect("ascii"),
-            proto: HeaderValue::from_static(scheme),
+            values: std::sync::OnceLock::new(),
+            proto: HeaderValue::from_static(if tls { "https" } else { "http" }),
             src,
             dst,
         }
+    }
+
+    fn values(&self) -> &(HeaderValue, HeaderValue) {
+        self.values.get_or_init(|| {
+            let ip = self.src.ip().to_canonical();
+            let scheme = self.proto.to_str().unwrap_or("http");
+            let for_ = match ip {
+                IpAddr::V4(a) => format!("for={a};proto={scheme}"),
+                IpAddr::V6(a) => format!("for=\"[{a}]\";proto={scheme}"),
+            };
+            (
+                HeaderValue::from_str(&ip.to_string()).expect("an address is a header value"),
+                HeaderValue::from_str(&for_).expect("ascii"),
+            )
+        })
+    }
+
+    /// The client address as `X-Forwarded-For` carries it.
+    pub fn xff(&self) -> &HeaderValue {
+        &self.values().0
+    }
+
+    /// `for=...;proto=...` as `Forwarded` carries it (IPv6 quoted and bracketed).
+    pub fn forwarded(&self) -> &HeaderValue {
+        &self.values().1
+    }
+}
+
+/// Joins cookie fields sent apart (HTTP/2 may split them) into one, with `"; "`.
+pub fn join_cookies(h: &mut HeaderMap) {
+    let mut all = h.get_all(header::COOKIE).iter();
+    if all.next().is_none() || all.next().is_none() {
+        return;
+    }
+    let mut v = Vec::new();
+    for c in h.get_all(header::COOKIE) {
+        if !v.is_empty() {
+            v.extend_from_slice(b"; ");
+        }
+        v.extend_from_slice(c.as_bytes());
+    }
+    if let Ok(joined) = HeaderValue::from_bytes(&v) {
+        h.insert(header::COOKIE, joined);
     }
 }
 
@@ -284,17 +319,17 @@ pub fn set_forwarding(
         _ => ours.clone(),
     };
     if cfg.x_forwarded {
-        h.insert(X_FORWARDED_FOR.clone(), appended(prev_xff, &client.xff));
+        h.insert(X_FORWARDED_FOR.clone(), appended(prev_xff, client.xff()));
         h.insert(X_FORWARDED_PROTO.clone(), client.proto.clone());
         if let Some(host) = host {
             h.insert(X_FORWARDED_HOST.clone(), host.clone());
         }
     }
     if cfg.x_real_ip {
-        h.insert(X_REAL_IP.clone(), client.xff.clone());
+        h.insert(X_REAL_IP.clone(), client.xff().clone());
     }
     if cfg.forwarded {
-        h.insert(FORWARDED.clone(), appended(prev_fwd, &client.forwarded));
+        h.insert(FORWARDED.clone(), appended(prev_fwd, client.forwarded()));
     }
 }
 
@@ -331,6 +366,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cookie_fields_are_joined_in_order() {
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("a=1"));
+        h.append(header::COOKIE, HeaderValue::from_static("b=2"));
+        h.append(header::COOKIE, HeaderValue::from_static("c=3"));
+        join_cookies(&mut h);
+        let all: Vec<_> = h.get_all(header::COOKIE).iter().collect();
+        assert_eq!(all, ["a=1; b=2; c=3"]);
+        let mut one = HeaderMap::new();
+        one.insert(header::COOKIE, HeaderValue::from_static("a=1"));
+        join_cookies(&mut one);
+        assert_eq!(one[header::COOKIE], "a=1");
+    }
+
+    #[test]
     fn hop_by_hop_headers_go() {
         let mut h = HeaderMap::new();
         h.insert(
@@ -354,7 +404,8 @@ mod tests {
         let dst: std::net::SocketAddr = "192.0.2.1:80".parse().unwrap();
         let c4 = ClientInfo::new("192.0.2.7:1".parse().unwrap(), dst, false);
         let c6 = ClientInfo::new("[2001:db8::1]:1".parse().unwrap(), dst, true);
-        assert_eq!(c6.forwarded, "for=\"[2001:db8::1]\";proto=https");
+        assert_eq!(c6.forwarded(), "for=\"[2001:db8::1]\";proto=https");
+        assert_eq!(c6.xff(), "2001:db8::1");
         let mut h = HeaderMap::new();
         h.insert(&X_FORWARDED_FOR, HeaderValue::from_static("6.6.6.6"));
         h.insert(&FORWARDED, HeaderValue::from_static("for=6.6.6.6"));

@@ -8,8 +8,11 @@
 //! `Content-Length`, and a malformed one (bad chunking, a length that does not match) is
 //! answered 400 without touching the origin. A larger body sends its buffered part, then
 //! streams the rest. Either way the whole body must arrive within `body_timeout_ms`, and after
-//! its first [`GRACE`] it must keep `body_min_rate_bytes_per_sec`; otherwise the request is
-//! answered 408 and the upstream connection, if one was opened, is closed. Buffers over all
+//! its first [`GRACE`] it must keep `body_min_rate_bytes_per_sec` — on average while it is
+//! buffered, and over the last seconds once it streams to an open upstream connection (what
+//! came before buys at most [`GRACE`] of waiting, so a burst cannot buy a long trickle);
+//! otherwise the request is answered 408 and the upstream connection, if one was opened, is
+//! closed. Buffers over all
 //! requests share `body_buffer_total_bytes`; past it a body streams without one (counted).
 //!
 //! `Expect: 100-continue` is answered by http-front itself: hyper sends `100 Continue` when
@@ -86,6 +89,13 @@ pub struct ClientBody {
     failed: Option<BodyError>,
     /// Told of the error that ends the body, for a caller that gave the body away (h2c).
     watch: Option<Arc<Watch>>,
+    /// While the body streams to an open upstream connection: the time its bytes so far
+    /// have paid for at the minimum rate, never more than [`GRACE`] ahead of their arrival
+    /// (a burst cannot buy a long trickle while an origin connection waits).
+    paid_until: Option<Instant>,
+    /// When the last piece went to the upstream side: the time until it asks for the next
+    /// is the upstream's (back-pressure), not the client's, and is not charged to it.
+    handed_at: Option<Instant>,
 }
 
 /// The error a body ended with, readable by whoever handed the body on.
@@ -134,6 +144,8 @@ impl ClientBody {
             reserved: 0,
             failed: None,
             watch: None,
+            paid_until: None,
+            handed_at: None,
         }
     }
 
@@ -194,8 +206,14 @@ impl ClientBody {
             }
             self.reserved = want;
         }
+        // A declared length that fits is read to the body's end, not only to its length: an
+        // HTTP/2 stream may still send more (or never end), and such a request is refused
+        // before any origin sees it.
+        let whole = self
+            .exact
+            .is_some_and(|n| usize::try_from(n).is_ok_and(|n| n <= self.limits.buffer));
         let mut buf = BytesMut::new();
-        while buf.len() < want {
+        while buf.len() < want || (whole && self.rest.is_some()) {
             match std::future::poll_fn(|cx| self.poll_rest(cx)).await {
                 None => break,
                 Some(Ok(d)) => buf.extend_from_slice(&d),
@@ -245,6 +263,14 @@ impl ClientBody {
                     if self.received > self.limits.max_body {
                         return self.fail(BodyError::TooLarge);
                     }
+                    if let Some(paid) = self.paid_until
+                        && self.limits.min_rate > 0
+                    {
+                        let now = Instant::now();
+                        let earned =
+                            Duration::from_secs_f64(d.len() as f64 / self.limits.min_rate as f64);
+                        self.paid_until = Some((paid.max(now) + earned).min(now + GRACE));
+                    }
                     return Poll::Ready(Some(Ok(d)));
                 }
                 Poll::Pending => {}
@@ -257,9 +283,17 @@ impl ClientBody {
             }
             let mut wake = deadline;
             if self.limits.min_rate > 0 {
-                let due = self.start
-                    + GRACE
-                    + Duration::from_secs_f64(self.received as f64 / self.limits.min_rate as f64);
+                let due = match self.paid_until {
+                    // Streaming: the rate over the last seconds, not since the start.
+                    Some(paid) => paid,
+                    None => {
+                        self.start
+                            + GRACE
+                            + Duration::from_secs_f64(
+                                self.received as f64 / self.limits.min_rate as f64,
+                            )
+                    }
+                };
                 if now >= due {
                     return self.fail(BodyError::TooSlow);
                 }
@@ -275,7 +309,9 @@ impl ClientBody {
         }
     }
 
-    /// The next piece to send upstream: the buffered part, then the rest as it arrives.
+    /// The next piece to send upstream: the buffered part, then the rest as it arrives
+    /// (from then on an upstream connection waits on the client: the minimum rate is kept
+    /// over the last seconds).
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BodyError>>> {
         if !self.head_sent {
             self.head_sent = true;
@@ -283,7 +319,22 @@ impl ClientBody {
                 return Poll::Ready(Some(Ok(self.head.clone())));
             }
         }
-        self.poll_rest(cx)
+        if self.rest.is_some() {
+            let now = Instant::now();
+            self.paid_until = Some(match self.paid_until {
+                None => now + GRACE,
+                // The time since the last piece was handed over was the upstream's.
+                Some(paid) => {
+                    let upstream = self.handed_at.take().map_or(Duration::ZERO, |t| now - t);
+                    (paid + upstream).min(now + GRACE)
+                }
+            });
+        }
+        let r = self.poll_rest(cx);
+        if matches!(r, Poll::Ready(Some(Ok(_)))) && self.paid_until.is_some() {
+            self.handed_at = Some(Instant::now());
+        }
+        r
     }
 }
 

@@ -1,0 +1,426 @@
+//! An HTTP/1.1 client connection's transport, watched for the request heads hyper reads only
+//! in part.
+//!
+//! hyper 1 drops a Content-Length sent together with Transfer-Encoding, and a second
+//! Content-Length equal to the first, before the service sees the head: the request would go
+//! upstream framed by what was left. nginx answers both 400 (RFC 9112 §6.3 lets a server
+//! refuse them; a proxy that forwards either has been a request-smuggling vector wherever the
+//! next hop reads the other header). [`H1Watch`] sits between the socket (or TLS stream) and
+//! hyper and follows the client's messages by their framing, as hyper reads them: heads line
+//! by line (only each line's first bytes are kept), bodies skipped by their Content-Length or
+//! their chunk sizes. The first such head is marked on the connection's control block by its
+//! ordinal; the service answers that request 400 and the connection closes.
+//!
+//! Heads hyper refuses (a bad length, a coding other than a final `chunked`, Transfer-Encoding
+//! in HTTP/1.0) end the connection in hyper, and the watch stops following. So does a
+//! WebSocket taking the connection over.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::conn_registry::{ConnCtl, OddHead};
+
+/// Bytes kept of each head line: enough for any header name we look for and its value.
+const LINE_KEEP: usize = 64;
+/// Hex digits of a chunk size hyper reads (a `u64`).
+const CHUNK_DIGITS: u8 = 16;
+
+/// Where in a chunked body the watch is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// The chunk size's hex digits.
+    Size { size: u64, digits: u8 },
+    /// The rest of the size line (extensions, CR) up to its LF.
+    SizeLine { size: u64 },
+    /// Chunk data still to come.
+    Data(u64),
+    /// The CRLF after a chunk's data.
+    DataEnd,
+}
+
+/// What the watch expects next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// A request line (empty lines before it are skipped, as httparse does).
+    Start,
+    /// A head's field lines.
+    Fields,
+    /// Content-Length body bytes still to come.
+    Body(u64),
+    /// A chunked body.
+    Chunked(Chunk),
+    /// The trailer lines after the last chunk.
+    Trailers,
+    /// Not followed any more (hyper ends the connection, or a tunnel took it over).
+    Off,
+}
+
+/// What one head said about its body.
+#[derive(Debug, Default)]
+struct Head {
+    lengths: u8,
+    length: Option<u64>,
+    coded: bool,
+    chunked: bool,
+    http10: bool,
+}
+
+/// Follows a client's HTTP/1.1 messages by their framing and finds the heads hyper reads in
+/// part.
+#[derive(Debug)]
+pub struct Heads {
+    phase: Phase,
+    line: [u8; LINE_KEEP],
+    kept: usize,
+    long: bool,
+    head: Head,
+    /// Request lines seen (the current head's ordinal).
+    ordinal: u32,
+}
+
+impl Default for Heads {
+    fn default() -> Self {
+        Heads {
+            phase: Phase::Start,
+            line: [0; LINE_KEEP],
+            kept: 0,
+            long: false,
+            head: Head::default(),
+            ordinal: 0,
+        }
+    }
+}
+
+fn value_of<'a>(line: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let colon = line.iter().position(|&b| b == b':')?;
+    line[..colon]
+        .eq_ignore_ascii_case(name.as_bytes())
+        .then(|| line[colon + 1..].trim_ascii())
+}
+
+impl Heads {
+    /// Follows `data`, the next bytes the client sent; returns the first odd head in them with
+    /// its ordinal (1 for the connection's first request).
+    pub fn feed(&mut self, mut data: &[u8]) -> Option<(u32, OddHead)> {
+        let mut found = None;
+        while !data.is_empty() {
+            match self.phase {
+                Phase::Off => break,
+                Phase::Body(left) => {
+                    let n = left.min(data.len() as u64);
+                    data = &data[n as usize..];
+                    self.phase = if n == left {
+                        Phase::Start
+                    } else {
+                        Phase::Body(left - n)
+                    };
+                }
+                Phase::Start | Phase::Fields | Phase::Trailers => {
+                    let (part, rest, ended) = match memchr::memchr(b'\n', data) {
+                        Some(i) => (&data[..i], &data[i + 1..], true),
+                        None => (data, &data[data.len()..], false),
+                    };
+                    let room = LINE_KEEP - self.kept;
+                    let take = part.len().min(room);
+                    self.line[self.kept..self.kept + take].copy_from_slice(&part[..take]);
+                    self.kept += take;
+                    self.long |= part.len() > room;
+                    data = rest;
+                    if ended {
+                        if let Some(odd) = self.line_ended() {
+                            found.get_or_insert((self.ordinal, odd));
+                        }
+                        self.kept = 0;
+                        self.long = false;
+                    }
+                }
+                Phase::Chunked(c) => data = self.chunk(c, data),
+            }
+        }
+        found
+    }
+
+    /// Follows a chunked body from `c` through `data`; returns what is left of `data`.
+    fn chunk<'a>(&mut self, c: Chunk, data: &'a [u8]) -> &'a [u8] {
+        match c {
+            Chunk::Size {
+                mut size,
+                mut digits,
+            } => {
+                for (i, &b) in data.iter().enumerate() {
+                    let Some(d) = (b as char).to_digit(16) else {
+                        self.phase = if digits == 0 {
+                            Phase::Off
+                        } else {
+                            Phase::Chunked(Chunk::SizeLine { size })
+                        };
+                        return &data[i..];
+                    };
+                    digits += 1;
+                    if digits > CHUNK_DIGITS {
+                        self.phase = Phase::Off;
+                        return &[];
+                    }
+                    size = size << 4 | u64::from(d);
+                }
+                self.phase = Phase::Chunked(Chunk::Size { size, digits });
+                &[]
+            }
+            Chunk::SizeLine { size } => match memchr::memchr(b'\n', data) {
+                Some(i) => {
+                    self.phase = match size {
+                        0 => Phase::Trailers,
+                        n => Phase::Chunked(Chunk::Data(n)),
+                    };
+                    &data[i + 1..]
+                }
+                None => &[],
+            },
+            Chunk::Data(left) => {
+                let n = left.min(data.len() as u64);
+                self.phase = Phase::Chunked(if n == left {
+                    Chunk::DataEnd
+                } else {
+                    Chunk::Data(left - n)
+                });
+                &data[n as usize..]
+            }
+            Chunk::DataEnd => match memchr::memchr(b'\n', data) {
+                Some(i) => {
+                    self.phase = Phase::Chunked(Chunk::Size { size: 0, digits: 0 });
+                    &data[i + 1..]
+                }
+                None => &[],
+            },
+        }
+    }
+
+    /// A whole line was kept (or its first bytes): moves on by it.
+    fn line_ended(&mut self) -> Option<OddHead> {
+        let mut line = &self.line[..self.kept];
+        if let [rest @ .., b'\r'] = line {
+            line = rest;
+        }
+        let empty = line.is_empty() && !self.long;
+        match self.phase {
+            Phase::Start if empty => {}
+            Phase::Start => {
+                self.ordinal = self.ordinal.wrapping_add(1);
+                self.head = Head {
+                    http10: !self.long && line.ends_with(b"HTTP/1.0"),
+                    ..Head::default()
+                };
+                self.phase = Phase::Fields;
+            }
+            Phase::Trailers if empty => self.phase = Phase::Start,
+            Phase::Fields if empty => return self.head_ended(),
+            Phase::Fields => {
+                let long = self.long;
+                let h = &mut self.head;
+                if let Some(v) = value_of(line, "content-length") {
+                    h.lengths = h.lengths.saturating_add(1);
+                    let n = std::str::from_utf8(v).ok().filter(|_| !long);
+                    h.length = n
+                        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                        .and_then(|s| s.parse().ok());
+                } else if let Some(v) = value_of(line, "transfer-encoding") {
+                    h.coded = true;
+                    // hyper goes by the last line's last coding.
+                    let last = v.rsplit(|&b| b == b',').next().unwrap_or_default();
+                    h.chunked = !long && last.trim_ascii().eq_ignore_ascii_case(b"chunked");
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// The head's empty line came: the body's framing, or the oddity that ends the watch.
+    fn head_ended(&mut self) -> Option<OddHead> {
+        let h = &self.head;
+        let odd = if h.lengths > 0 && h.coded {
+            Some(OddHead::LengthAndCoding)
+        } else if h.lengths > 1 {
+            Some(OddHead::LengthTwice)
+        } else {
+            None
+        };
+        self.phase = match (odd, h.coded, h.lengths) {
+            (Some(_), ..) => Phase::Off,
+            (None, true, _) if h.http10 || !h.chunked => Phase::Off,
+            (None, true, _) => Phase::Chunked(Chunk::Size { size: 0, digits: 0 }),
+            (None, false, 0) => Phase::Start,
+            (None, false, _) => match h.length {
+                Some(0) => Phase::Start,
+                Some(n) => Phase::Body(n),
+                None => Phase::Off,
+            },
+        };
+        odd
+    }
+}
+
+/// A client's HTTP/1.1 transport whose reads are followed by [`Heads`]; the odd heads found are
+/// marked on the connection's control block.
+pub struct H1Watch<I> {
+    io: I,
+    heads: Heads,
+    ctl: Arc<ConnCtl>,
+}
+
+impl<I> H1Watch<I> {
+    /// Watches `io`, the connection `ctl` controls.
+    pub fn new(io: I, ctl: Arc<ConnCtl>) -> Self {
+        H1Watch {
+            io,
+            heads: Heads::default(),
+            ctl,
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for H1Watch<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut me.io).poll_read(cx, buf))?;
+        if me.heads.phase != Phase::Off {
+            if me.ctl.tunnels() > 0 {
+                // A WebSocket took the connection over: its bytes are no HTTP.
+                me.heads.phase = Phase::Off;
+            } else if let Some((ordinal, odd)) = me.heads.feed(&buf.filled()[before..]) {
+                me.ctl.mark_odd_head(ordinal, odd);
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for H1Watch<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `bytes` whole, then split at every point, then byte by byte: each finds the same.
+    fn odd(bytes: &[u8]) -> Vec<(u32, OddHead)> {
+        let whole = {
+            let mut h = Heads::default();
+            h.feed(bytes).into_iter().collect::<Vec<_>>()
+        };
+        for cut in 0..=bytes.len() {
+            let mut h = Heads::default();
+            let mut got: Vec<_> = h.feed(&bytes[..cut]).into_iter().collect();
+            if got.is_empty() {
+                got.extend(h.feed(&bytes[cut..]));
+            }
+            assert_eq!(got, whole, "cut at {cut}");
+        }
+        let mut h = Heads::default();
+        let mut got = Vec::new();
+        for b in bytes.chunks(1) {
+            if got.is_empty() {
+                got.extend(h.feed(b));
+            }
+        }
+        assert_eq!(got, whole, "byte by byte");
+        whole
+    }
+
+    #[test]
+    fn length_with_coding_or_twice_is_found_by_ordinal() {
+        let both = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+        assert_eq!(odd(both), [(1, OddHead::LengthAndCoding)]);
+        let other_order =
+            b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n";
+        assert_eq!(odd(other_order), [(1, OddHead::LengthAndCoding)]);
+        let twice = b"POST / HTTP/1.1\r\nContent-Length: 3\r\nCONTENT-LENGTH:3\r\n\r\nabc";
+        assert_eq!(odd(twice), [(1, OddHead::LengthTwice)]);
+        // Bare LF line ends, as httparse takes them.
+        assert_eq!(
+            odd(b"POST / HTTP/1.1\ncontent-length: 1\ntransfer-encoding: chunked\n\n"),
+            [(1, OddHead::LengthAndCoding)]
+        );
+    }
+
+    #[test]
+    fn bodies_are_skipped_by_their_framing() {
+        // Bodies that look like heads: by length, chunked (with extensions and trailers), after
+        // empty lines; the third request is the odd one.
+        let fake = "GET / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\nxx";
+        let data = "Content-Length: 1\r\n\r\n";
+        let s = format!(
+            "POST /a HTTP/1.1\r\nContent-Length: {}\r\n\r\n{fake}\r\n\r\n\
+             POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+             {:x};ext=1\r\n{data}\r\n0\r\nTrailer-Field: Content-Length: 4\r\n\r\n\
+             GET /c HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+            fake.len(),
+            data.len(),
+        );
+        let s = s.as_bytes();
+        assert_eq!(odd(s), [(3, OddHead::LengthTwice)]);
+        // Plain pipelined requests: nothing.
+        let plain = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert!(odd(plain).is_empty());
+    }
+
+    #[test]
+    fn framing_hyper_refuses_ends_the_watch() {
+        for head in [
+            &b"POST / HTTP/1.1\r\ncontent-length: x\r\n\r\n"[..],
+            b"POST / HTTP/1.0\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\ntransfer-encoding: gzip\r\n\r\n",
+        ] {
+            let mut h = Heads::default();
+            assert_eq!(h.feed(head), None);
+            assert_eq!(h.phase, Phase::Off, "{:?}", String::from_utf8_lossy(head));
+        }
+        let mut h = Heads::default();
+        h.feed(b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n11111111111111111\r\n");
+        assert_eq!(h.phase, Phase::Off);
+        // A long line keeps its first bytes: a long value is no length we could follow.
+        let mut h = Heads::default();
+        let long = format!(
+            "POST / HTTP/1.1\r\ncontent-length: {}1\r\n\r\n",
+            "0".repeat(80)
+        );
+        h.feed(long.as_bytes());
+        assert_eq!(h.phase, Phase::Off);
+    }
+}
