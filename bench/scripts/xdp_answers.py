@@ -25,6 +25,14 @@ latency percentiles. The legitimate queries reach every server through the kerne
 attached to the first link only): the figure is how well the server's kernel path survives
 the flood beside it.
 
+With `--rigs gen,kxdpgun` every case also runs under a second generator in the same run:
+XDP frames made by BPF_PROG_TEST_RUN's live-frames mode (xdp_veth.py's sender, writing the
+query into each page) and sent with ndo_xdp_xmit into the server's receive ring, as a NIC
+hands frames to XDP, the replies dropped and counted by the sending link's XDP program. Its
+floor is ~0.5 µs per reply against kxdpgun's ~2.5 µs (AF_XDP in copy mode on a veth: a
+socket buffer and two copies per query); its catch: each live-frames run ends in an RCU
+grace period, so the load comes in bursts of about rate x 25 ms.
+
 First, the program alone: the answers part of `cargo bench -p xdp-guard` (BPF_PROG_TEST_RUN).
 
 Usage: xdp_answers.py [--quick] [--seconds N] [--qps N] [--attack-qps N] [--cases a,b,...]
@@ -174,6 +182,51 @@ char _license[] SEC("license") = "GPL";
     return obj
 
 
+def query_frame():
+    """The query the live-frames generator sends: www.bench.test/A with EDNS (1,232 bytes, no
+    DO), from 192.0.2.1:40000 to 192.0.2.2:53."""
+    import struct
+    dns = (struct.pack(">HHHHHH", 0x4242, 0x0000, 1, 0, 0, 1)
+           + b"\x03www\x05bench\x04test\x00" + struct.pack(">HH", 1, 1)
+           + b"\x00" + struct.pack(">HHIH", 41, 1232, 0, 0))
+    return xv.frame(xv.SEND_IP, xv.RECV_IP, 40000, 0x4242, dns)
+
+
+def xdp_counters(veth, ns, ifn):
+    """The veth end's XDP counters summed over its queues: {"xdp_drops", "xdp_xmit",
+    "xdp_xmit_errors", ...} from `ethtool -S`."""
+    text = subprocess.run(veth.exec(ns, ["ethtool", "-S", ifn]), capture_output=True,
+                          text=True).stdout
+    out = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(":")
+        m = re.match(r"\s*(?:rx|tx)_queue_\d+_(\w+)", k)
+        if m and v.strip().isdigit():
+            out[m.group(1)] = out.get(m.group(1), 0) + int(v)
+    return out
+
+
+def xdp_gen(veth, seconds, qps):
+    """The live-frames generator (xdp_veth.py's XDP frame sender, writing the query into each
+    page) from the sending namespace, its link's XDP program dropping and counting the
+    replies; returns (sent, answered)."""
+    frame = query_frame()
+    before = xdp_counters(veth, veth.ns_s, veth.if_s)
+    argv = veth.exec(veth.ns_s, ["taskset", "-c", "1", sys.executable,
+                                 os.path.abspath(xv.__file__), "_send", "--gen", "xdp",
+                                 "--ifname", veth.if_s, "--frame-hex", frame.hex(),
+                                 "--rate", str(qps), "--seconds", str(seconds),
+                                 "--threads", "32", "--chunk", "256"])
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30)
+    if out.returncode != 0:
+        raise RuntimeError(f"xdp frame sender: {(out.stdout + out.stderr).strip()[-600:]}")
+    time.sleep(0.2)
+    after = xdp_counters(veth, veth.ns_s, veth.if_s)
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    sent = json.loads(out.stdout.strip().splitlines()[-1])["sent"] - d.get("xdp_xmit_errors", 0)
+    return sent, d.get("xdp_drops", 0)
+
+
 def start_server(case, veth, tmp, zone):
     """Starts the case's server in the receiving namespace; returns (Server, cleanup)."""
     zones = [("bench.test.", zone)]
@@ -288,14 +341,18 @@ def clear_xdp(veth):
         xv.sh(["ip", "-n", veth.ns_r, "link", "set", "dev", veth.if_r, mode, "off"], check=False)
 
 
-def measure(case, veth, tmp, zone, qfile, seconds, qps):
-    """One run of the generator against `case`: its counts and both cores' busy time."""
+def measure(case, veth, tmp, zone, qfile, seconds, qps, rig="kxdpgun"):
+    """One run of the generator (`rig`: kxdpgun, or gen: XDP frames) against `case`:
+    its counts and both cores' busy time."""
     clear_xdp(veth)
     srv, cleanup = start_server(case, veth, tmp, zone)
     try:
         b0, i0 = busy_jiffies(), c.idle_snapshot()
         t0 = time.monotonic()
-        sent, answered, _text = kxdpgun(veth, qfile, seconds, qps)
+        if rig == "gen":
+            sent, answered = xdp_gen(veth, seconds, qps)
+        else:
+            sent, answered, _text = kxdpgun(veth, qfile, seconds, qps)
         wall = time.monotonic() - t0
         b1, i1 = busy_jiffies(), c.idle_snapshot()
         xdp = {}
@@ -318,11 +375,11 @@ def measure(case, veth, tmp, zone, qfile, seconds, qps):
         cleanup()
     ticks = sum(b1[k] - b0[k] for k in b1) / os.sysconf("SC_CLK_TCK")
     busy = c.busy_seconds(i0, i1)
-    c.log(f"{case:>9}: sent {sent}, answered {answered} "
+    c.log(f"{case:>9} ({rig}): sent {sent}, answered {answered} "
           f"({answered / max(sent, 1) * 100:.1f} %), both cores busy {busy:.2f} s "
           f"(tick-sampled: {ticks:.2f} s)")
     per = busy / answered * 1e9 if answered else float("nan")
-    return {"case": case, "sent": sent, "answered": answered, "busy_cpu_s": busy,
+    return {"case": case, "rig": rig, "sent": sent, "answered": answered, "busy_cpu_s": busy,
             "tick_sampled_busy_s": ticks, "wall_s": wall, "xdp": xdp, "ns_per_answer": per}
 
 
@@ -372,11 +429,21 @@ def own_costs(rs):
             if k not in ("floor", "reflect") and r["answered"]}
 
 
-def report(runs, a, seconds):
+RIG_TEXT = {
+    "kxdpgun": "kxdpgun (AF_XDP in copy mode: every query a socket buffer the veth turns into "
+               "an XDP frame by a copy; replies read by kxdpgun)",
+    "gen": "XDP frames (xdp_veth.py's live-frames sender: queries made in the kernel and sent "
+           "with ndo_xdp_xmit, as a NIC hands frames to XDP, in bursts; replies dropped and "
+           "counted by the sending link's XDP program)",
+}
+
+
+def report(runs, a, seconds, rig="kxdpgun"):
     """Per case the median and range of ns per answer over the runs, and per run the ratios
     the fast path is judged by."""
     n = len(runs)
-    print(f"\nXDP answer fast path, {c.machine()}: kxdpgun at {a.qps} q/s for {seconds} s on CPU 1,"
+    print(f"\nXDP answer fast path, {c.machine()}, generator {RIG_TEXT.get(rig, rig)}: "
+          f"{a.qps} q/s for {seconds} s on CPU 1,"
           f" server on CPU 0; CPU per answer = both cores' busy time (generator included) / "
           f"answers; {n} run(s), cases interleaved in each")
     floors = [r["busy_cpu_s"] for rs in runs for r in rs if r["case"] == "floor"]
@@ -455,6 +522,11 @@ def main():
     ap.add_argument("--attack-qps", type=int, default=600000)
     ap.add_argument("--no-attack", action="store_true")
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--rigs", default="kxdpgun",
+                    help="generators: kxdpgun, gen (XDP frames from BPF_PROG_TEST_RUN's live "
+                         "mode, replies dropped in XDP)")
+    ap.add_argument("--no-test-run", action="store_true",
+                    help="skip the program alone (cargo bench -p xdp-guard)")
     ap.add_argument("--runs", type=int, default=None,
                     help="runs of every case, interleaved (default 5; 2 with --quick)")
     a = ap.parse_args()
@@ -469,35 +541,59 @@ def main():
     with open(qfile, "w") as f:
         f.write("www.bench.test A\n")
     # The program alone first, on a quiet machine (no server or generator winding down).
-    test_run = kernel_test_run()
+    test_run = None if a.no_test_run else kernel_test_run()
     veth = Veth()
     # XDP_TX frames reach the sending side only through its NAPI: GRO on gives it one
     # (kxdpgun's own XDP program on a veth runs in generic mode).
     xv.sh(veth.exec(veth.ns_s, ["ethtool", "-K", veth.if_s, "gro", "on"]))
     cases = a.cases.split(",")
-    runs = []  # one list of results per run
+    rigs = a.rigs.split(",")
+    runs = {rig: [] for rig in rigs}  # per rig, one list of results per run
+    drop = drop_program(tmp)
     try:
         for run in range(a.runs):
-            results = []
-            runs.append(results)
+            for rig in rigs:
+                runs[rig].append([])
             for case in cases:
-                c.progress(f"xdp answers: run {run + 1}/{a.runs}, {case}")
-                results.append(measure(case, veth, tmp, zone, qfile, seconds, a.qps))
-                if case not in ("floor", "reflect") and not a.no_attack and run == 0:
-                    results[-1]["attack"] = measure_attack(case, veth, tmp, zone, qfile,
-                                                           seconds, a.attack_qps)
+                for rig in rigs:
+                    c.progress(f"xdp answers: run {run + 1}/{a.runs}, {case}, {rig}")
+                    if rig == "gen":
+                        # kxdpgun's program may be left on the sending link.
+                        for mode in ("xdpdrv", "xdpgeneric", "xdp"):
+                            xv.sh(veth.exec(veth.ns_s, ["ip", "link", "set", "dev", veth.if_s,
+                                                        mode, "off"]), check=False)
+                        # Replies dropped (and counted) by the sending link's XDP program;
+                        # the receiving link's NAPI takes XDP frames for servers without XDP.
+                        xv.sh(veth.exec(veth.ns_s, ["ip", "link", "set", "dev", veth.if_s,
+                                                    "xdpdrv", "obj", drop, "sec", "xdp"]))
+                        xv.sh(veth.exec(veth.ns_r, ["ethtool", "-K", veth.if_r, "gro", "on"]))
+                    try:
+                        runs[rig][-1].append(measure(case, veth, tmp, zone, qfile, seconds,
+                                                     a.qps, rig))
+                    finally:
+                        if rig == "gen":
+                            xv.sh(veth.exec(veth.ns_s, ["ip", "link", "set", "dev", veth.if_s,
+                                                        "xdpdrv", "off"]), check=False)
+                            xv.sh(veth.exec(veth.ns_r, ["ethtool", "-K", veth.if_r, "gro",
+                                                        "off"]), check=False)
+                if (case not in ("floor", "reflect") and not a.no_attack and run == 0
+                        and "kxdpgun" in runs):
+                    runs["kxdpgun"][-1][-1]["attack"] = measure_attack(
+                        case, veth, tmp, zone, qfile, seconds, a.attack_qps)
     finally:
         c.done_progress()
         veth.close()
-    report(runs, a, seconds)
+    for rig in rigs:
+        report(runs[rig], a, seconds, rig)
     if test_run:
         print("\nThe program alone (cargo bench -p xdp-guard -- answers: BPF_PROG_TEST_RUN, no veth):")
         print(test_run)
-    results = runs[0]
+    main_rig = "kxdpgun" if "kxdpgun" in runs else rigs[0]
     c.save("xdp_answers", {"machine": c.machine(), "seconds": seconds, "qps": a.qps,
                            "command": f"bench/scripts/xdp_answers.py --qps {a.qps} --runs {a.runs}",
-                           "when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": results,
-                           "runs": runs, "test_run": test_run})
+                           "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+                           "results": runs[main_rig][0], "runs": runs[main_rig],
+                           "runs_gen": runs.get("gen"), "test_run": test_run})
 
 
 if __name__ == "__main__":

@@ -111,12 +111,15 @@ def ip_checksum(hdr):
     return (~s) & 0xFFFF
 
 
-def frame(src_ip, dst_ip, sport, qid):
-    """An Ethernet frame (101 bytes) with a UDP/53 DNS query: SOA for "bench.test." with EDNS
-    (4096) and a 16-byte padding option, as resolvers send them; UDP checksum 0."""
-    q = struct.pack("!HHHHHH", qid & 0xFFFF, 0x0100, 1, 0, 0, 1)
-    q += b"\x05bench\x04test\x00" + struct.pack("!HH", 6, 1)
-    q += b"\x00" + struct.pack("!HHIH", 41, 4096, 0, 20) + struct.pack("!HH", 12, 16) + bytes(16)
+def frame(src_ip, dst_ip, sport, qid, q=None):
+    """An Ethernet frame with a UDP/53 DNS query (UDP checksum 0): `q` (a DNS message), else
+    (101 bytes) SOA for "bench.test." with EDNS (4096) and a 16-byte padding option, as
+    resolvers send them."""
+    if q is None:
+        q = struct.pack("!HHHHHH", qid & 0xFFFF, 0x0100, 1, 0, 0, 1)
+        q += b"\x05bench\x04test\x00" + struct.pack("!HH", 6, 1)
+        q += (b"\x00" + struct.pack("!HHIH", 41, 4096, 0, 20) + struct.pack("!HH", 12, 16)
+              + bytes(16))
     udp = struct.pack("!HHHH", sport, PORT, 8 + len(q), 0) + q
     hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), qid & 0xFFFF, 0, 64, 17, 0,
                       socket.inet_aton(src_ip), socket.inet_aton(dst_ip))
@@ -214,7 +217,10 @@ class XdpFrameSender:
     them to XDP (no skb); without an XDP program there, the peer needs GRO on to take them
     (it then builds skbs in its NAPI poll and the stack takes over)."""
 
-    def __init__(self, ifname, frame_bytes):
+    def __init__(self, ifname, frame_bytes, rewrite=False):
+        """`rewrite`: the program first writes `frame_bytes` over the frame (the kernel
+        recycles a run's pages without resetting their bytes, and a server answering with
+        XDP_TX has turned the last query in a page into its answer)."""
         self.libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         self.libc.syscall.restype = ctypes.c_long
         ifindex = socket.if_nametoindex(ifname)
@@ -222,10 +228,34 @@ class XdpFrameSender:
         def insn(code, dst=0, src=0, off=0, imm=0):
             return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
 
-        prog = (insn(0xB7, 1, imm=ifindex)  # r1 = ifindex
-                + insn(0xB7, 2, imm=0)  # r2 = 0
-                + insn(0x85, imm=23)  # call bpf_redirect
-                + insn(0x95))  # exit
+        def s32(v):
+            return v - (1 << 32) if v >= 1 << 31 else v
+
+        redirect = (insn(0xB7, 1, imm=ifindex)  # r1 = ifindex
+                    + insn(0xB7, 2, imm=0)  # r2 = 0
+                    + insn(0x85, imm=23)  # call bpf_redirect
+                    + insn(0x95))  # exit
+        prog = redirect
+        if rewrite:
+            n = len(frame_bytes)
+            words = n - n % 8
+            stores = b""
+            for i in range(0, words, 8):
+                v = int.from_bytes(frame_bytes[i:i + 8], "little")
+                stores += (insn(0x18, 5, imm=s32(v & 0xFFFFFFFF))  # r5 = v (lddw, 2 slots)
+                           + insn(0, imm=s32(v >> 32))
+                           + insn(0x7B, 2, 5, off=i))  # *(u64 *)(r2 + i) = r5
+            for i in range(words, n):
+                stores += insn(0x72, 2, off=i, imm=frame_bytes[i])  # *(u8 *)(r2 + i) = b
+            body = stores + redirect
+            prog = (insn(0x61, 2, 1, off=0)  # r2 = ctx->data
+                    + insn(0x61, 3, 1, off=4)  # r3 = ctx->data_end
+                    + insn(0xBF, 4, 2)  # r4 = r2
+                    + insn(0x07, 4, imm=n)  # r4 += n
+                    + insn(0x2D, 4, 3, off=len(body) // 8)  # if r4 > r3 goto abort
+                    + body
+                    + insn(0xB7, 0, imm=0)  # abort: r0 = XDP_ABORTED
+                    + insn(0x95))  # exit
         self._prog = ctypes.create_string_buffer(prog, len(prog))
         self._lic = ctypes.create_string_buffer(b"GPL")
         self._log = ctypes.create_string_buffer(16384)
@@ -252,6 +282,54 @@ class XdpFrameSender:
         return count
 
 
+def xdp_sender(a):
+    """The XDP frame sender for `_send --gen xdp`: `--frame-hex` rewritten into every page,
+    else this sender's SOA query."""
+    if a.frame_hex:
+        return XdpFrameSender(a.ifname, bytes.fromhex(a.frame_hex), rewrite=True)
+    return XdpFrameSender(a.ifname, frame(a.src, RECV_IP, 10000 + a.seed, a.seed))
+
+
+def threaded_xdp_sender(a):
+    """XDP frames at `a.rate` from `a.threads` threads, each sending runs of `a.chunk` (at
+    least one batch of 64) as they fall due; prints {"sent", "wall", "cpu"}. The threads
+    waiting out one run's teardown wake together, so the load comes in bursts of about
+    rate × 25 ms frames."""
+    import threading
+    s = xdp_sender(a)
+    chunk = max(64, a.chunk or 256)
+    lock = threading.Lock()
+    state = {"claimed": 0}
+    if a.start_at:
+        time.sleep(max(0.0, a.start_at - time.time()))
+    t0 = time.monotonic()
+    cpu0 = time.process_time()
+    end = t0 + a.seconds
+
+    def run():
+        while True:
+            now = time.monotonic()
+            if now >= end:
+                return
+            due = int((now - t0) * a.rate)
+            with lock:
+                n = min(chunk, due - state["claimed"])
+                if n >= 64:
+                    state["claimed"] += n
+            if n < 64:
+                time.sleep(0.0002)
+                continue
+            s.send(n)
+
+    threads = [threading.Thread(target=run) for _ in range(a.threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(json.dumps({"sent": state["claimed"], "wall": time.monotonic() - t0,
+                      "cpu": time.process_time() - cpu0}))
+
+
 def sender_main(argv):
     ap = argparse.ArgumentParser(prog="xdp_veth.py _send")
     ap.add_argument("--ifname", required=True)
@@ -264,6 +342,13 @@ def sender_main(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--burst-sources", type=int, default=0,
                     help="send one packet from each of N addresses from 198.18.0.0 instead")
+    ap.add_argument("--frame-hex", default="",
+                    help="xdp: send this frame (hex, Ethernet header first), rewritten into "
+                         "every page before it is sent")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="xdp with --rate: threads sending runs of --chunk frames (each run "
+                         "ends in an idle ~25 ms wait that the other threads send through)")
+    ap.add_argument("--chunk", type=int, default=0, help="xdp: frames per run")
     a = ap.parse_args(argv)
     if a.burst_sources:
         base = struct.unpack("!I", socket.inet_aton(BURST_NET))[0]
@@ -282,9 +367,10 @@ def sender_main(argv):
                 break
         print(json.dumps({"sent": sent, "wall": time.monotonic() - t0}))
         return
+    if a.gen == "xdp" and a.threads > 1 and a.rate > 0:
+        return threaded_xdp_sender(a)
     if a.gen == "xdp":
-        s = XdpFrameSender(a.ifname, frame(a.src, RECV_IP, 10000 + a.seed, a.seed))
-        send = s.send
+        send = xdp_sender(a).send
         chunk = 4096
     else:
         frames = [frame(a.src, RECV_IP, 10000 + (a.seed * 4096 + i) % 50000, a.seed * 4096 + i)
