@@ -1,5 +1,6 @@
-//! The TCP bounds of dnsd end to end (dnsd/src/tcp.rs): `tcp_max_connections` (the extra
-//! connections are closed unanswered and counted, and served again once others close),
+//! The TCP bounds of dnsd end to end (dnsd/src/tcp.rs): `tcp_max_connections` (a new
+//! connection to a full table closes the connection quiet longest; with none quiet it is
+//! closed unanswered and counted, and served again once others close),
 //! `tcp_max_per_source` (one source is held to its share while others are served), and
 //! `tcp_max_queries` (a connection is closed after that many queries, every one of them
 //! answered, and the close is counted).
@@ -97,10 +98,41 @@ fn start(options: &[&str]) -> Dnsd {
     d
 }
 
+/// Sends the first bytes of the query with ID `id` on `s` (its length and part of it): the
+/// connection is in the middle of a query, not quiet.
+fn begin_query(s: &mut TcpStream, id: u16) {
+    s.write_all(&frame(&query(id))[..5])
+        .expect("first bytes of a query");
+}
+
+/// Sends the rest of the query [`begin_query`] began and reads what comes back.
+fn end_query(s: &mut TcpStream, id: u16) -> Fate {
+    s.write_all(&frame(&query(id))[5..])
+        .expect("rest of a query");
+    match client::tcp_read_msg(s) {
+        Ok(Some(m)) => match RawMsg::parse(&m) {
+            Ok(r) if r.id == id && r.rcode() == rcode::NOERROR => Fate::Answered,
+            Ok(r) => Fate::Other(format!("answer id {} rcode {}", r.id, r.rcode())),
+            Err(e) => Fate::Other(e),
+        },
+        other => Fate::Other(format!("{other:?}")),
+    }
+}
+
+/// Every connection of `held` begins a query (none is quiet, so none may be closed to make
+/// room), and dnsd is given time to read those first bytes.
+fn all_busy(held: &mut [TcpStream], id: u16) {
+    for s in held.iter_mut() {
+        begin_query(s, id);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+}
+
 #[test]
 fn connections_over_tcp_max_connections_are_closed_counted_and_served_again_later() {
     const MAX: usize = 8;
-    // Held connections stay open however full the table (this test is about the bound).
+    // Connections held silent stay open however full the table (this test is about the
+    // bound, not the pressed idle time).
     let dnsd = start(&[
         &format!("tcp_max_connections = {MAX}"),
         "tcp_pressed_idle_timeout_ms = 60000",
@@ -116,7 +148,9 @@ fn connections_over_tcp_max_connections_are_closed_counted_and_served_again_late
     assert_eq!(dnsd.stat("tcp.connections"), MAX as u64);
     assert_eq!(dnsd.stat("drops.tcp_limit"), 0);
 
-    // Each one more is closed without an answer, from this source or any other.
+    // Each one more is closed without an answer, from this source or any other, while every
+    // connection open is in the middle of a query.
+    all_busy(&mut held, 300);
     for i in 0..3u16 {
         let from = if i == 0 { src } else { net::test_ip() };
         let mut extra = connect_from(from, addr);
@@ -127,15 +161,12 @@ fn connections_over_tcp_max_connections_are_closed_counted_and_served_again_late
         );
     }
     assert_eq!(dnsd.stat("drops.tcp_limit"), 3, "every refusal is counted");
+    assert_eq!(dnsd.stat("tcp.evicted"), 0, "nobody was quiet");
     assert_eq!(dnsd.stat("tcp.connections"), MAX as u64);
 
     // The connections held are not disturbed by the refusals.
     for (i, s) in held.iter_mut().enumerate() {
-        assert_eq!(
-            ask(s, 300 + i as u16),
-            Fate::Answered,
-            "connection {i} again"
-        );
+        assert_eq!(end_query(s, 300), Fate::Answered, "connection {i} again");
     }
 
     // Two close: two new connections are served, and the one after them is refused again.
@@ -148,6 +179,7 @@ fn connections_over_tcp_max_connections_are_closed_counted_and_served_again_late
         assert_eq!(ask(&mut s, 400 + i), Fate::Answered, "new connection {i}");
         held.push(s);
     }
+    all_busy(&mut held, 450);
     let mut extra = connect_from(net::test_ip(), addr);
     assert_eq!(ask(&mut extra, 500), Fate::Closed, "full again");
     assert_eq!(dnsd.stat("drops.tcp_limit"), 4);
@@ -155,6 +187,60 @@ fn connections_over_tcp_max_connections_are_closed_counted_and_served_again_late
     // UDP does not share the TCP bound.
     let r = client::query_reply(addr, "www.example.com.", qtype::A, &QueryOpts::udp());
     assert_eq!(r.head.rcode(), rcode::NOERROR);
+}
+
+#[test]
+fn a_full_table_of_silent_connections_makes_room_for_each_new_client() {
+    const MAX: usize = 8;
+    // Silent connections are not timed out here (a minute): room is made by closing the one
+    // quiet longest, whatever comes back as fast as it is closed.
+    let d = start(&[
+        &format!("tcp_max_connections = {MAX}"),
+        "tcp_pressed_idle_timeout_ms = 60000",
+    ]);
+    let mut held: Vec<TcpStream> = (0..MAX as u8)
+        .map(|i| connect_from(Ipv4Addr::new(127, 0, 96, 1 + i), d.addr()))
+        .collect();
+    wait_for("the table full", IO_WAIT, || {
+        d.stat("tcp.connections") == MAX as u64
+    });
+    // A connection takes its place among the quiet within a second of the table's pressure.
+    std::thread::sleep(Duration::from_millis(2500));
+    // Five new clients (staying connected), each served at once; five of the silent
+    // connections closed (those that fell quiet first: the order the server began waiting
+    // on them, about the order they were accepted), the other three still served.
+    let mut new = Vec::new();
+    for i in 0..5u8 {
+        let mut s = connect_from(Ipv4Addr::new(127, 0, 97, 1 + i), d.addr());
+        assert_eq!(ask(&mut s, i as u16), Fate::Answered, "new client {i}");
+        new.push(s);
+    }
+    assert_eq!(d.stat("tcp.evicted"), 5);
+    assert_eq!(d.stat("drops.tcp_limit"), 0, "nobody refused");
+    let (mut closed, mut served) = (0, 0);
+    for (i, s) in held.iter_mut().enumerate() {
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        if closed_by_server(s).is_ok() {
+            closed += 1;
+        } else {
+            s.set_read_timeout(Some(IO_WAIT)).unwrap();
+            assert_eq!(
+                ask(s, 100 + i as u16),
+                Fate::Answered,
+                "silent connection {i}"
+            );
+            served += 1;
+        }
+    }
+    assert_eq!((closed, served), (5, 3));
+    for (i, s) in new.iter_mut().enumerate() {
+        assert_eq!(
+            ask(s, 200 + i as u16),
+            Fate::Answered,
+            "new client {i} again"
+        );
+    }
 }
 
 #[test]

@@ -13,22 +13,27 @@
 //! answer in hand and a transfer's few messages, whatever its answers' sizes). Connections
 //! are bounded in total and per source, idle connections are closed (after a second while
 //! the table is more than three quarters full), and so are connections that reach the query
-//! limit. A client that asks (RFC 7828) is told the idle timeout.
+//! limit. A client that asks (RFC 7828) is told the idle timeout. When the table is full, a
+//! new connection closes the connection that has been quiet longest (every query answered,
+//! none begun: RFC 7766 §6.2.3) rather than being refused, so connections opened and held
+//! silent, however fast they come back, cannot keep new clients out; only when no
+//! connection is quiet is the new one refused.
 //!
 //! DNS over TLS (RFC 7858) is the same server behind a handshake: its listeners' sources
 //! meet the block map before the handshake, and share the connection bounds with TCP.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use listener::addrs::AddrSet;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use crate::observe::counters::{DropCause, WorkerStats};
 use crate::query::module::Step;
@@ -40,6 +45,13 @@ const MAX_QUERY: usize = 16 * 1024;
 /// Bytes of answers one connection may hold built but not yet written (one larger answer
 /// still goes, alone).
 const QUEUED_BYTES: usize = 64 * 1024;
+
+/// Evictions under way at once (each a new connection waiting for the slot its victim frees);
+/// past it a new connection to a full table is refused.
+const MAX_EVICTING: usize = 64;
+
+/// How long a new connection waits for the slot of the connection it evicted.
+const EVICT_WAIT: Duration = Duration::from_millis(250);
 
 /// Messages of the transfers of one connection queued for writing; a transfer waits while
 /// the queue is full (answers to queries go first, from a queue of their own).
@@ -83,6 +95,53 @@ pub struct TcpServer {
     make: Box<dyn Fn() -> Processor + Send + Sync>,
     /// Times a connection was held back at a bound on its unanswered queries or unread answers.
     pipeline_full: AtomicU64,
+    /// Quiet connections while the table is pressed, by when they fell quiet (and a number
+    /// to tell apart those of one instant): told to close, oldest first, when it is full.
+    quiet: Mutex<BTreeMap<(Instant, u64), Arc<Notify>>>,
+    /// Numbers for `quiet`'s keys.
+    quiet_seq: AtomicU64,
+    /// New connections waiting for the slot of the one they evicted.
+    evicting: AtomicUsize,
+    /// Quiet connections closed to make room for a new one.
+    evicted: AtomicU64,
+}
+
+/// A connection slot for a new connection.
+pub(super) enum Slot {
+    /// A free one.
+    Free(OwnedSemaphorePermit),
+    /// None free, but a quiet connection was told to close: wait for its slot
+    /// ([`TcpServer::after_eviction`]).
+    Evicting,
+    /// None free and none to be made free.
+    Full,
+}
+
+/// What waiting for a query's length prefix came to.
+enum Waited {
+    /// The read ended (the prefix read, or the connection closed or failed).
+    Read(std::io::Result<usize>),
+    /// Nothing for the idle time.
+    Idle,
+    /// Closed to make room for a new connection.
+    Evicted,
+}
+
+/// A quiet connection's place in [`TcpServer::quiet`], left when dropped.
+struct QuietPlace<'a> {
+    server: &'a TcpServer,
+    key: (Instant, u64),
+    told: Arc<Notify>,
+}
+
+impl Drop for QuietPlace<'_> {
+    fn drop(&mut self) {
+        self.server
+            .quiet
+            .lock()
+            .expect("quiet lock")
+            .remove(&self.key);
+    }
 }
 
 impl TcpServer {
@@ -106,7 +165,77 @@ impl TcpServer {
             defence,
             make,
             pipeline_full: AtomicU64::new(0),
+            quiet: Mutex::new(BTreeMap::new()),
+            quiet_seq: AtomicU64::new(0),
+            evicting: AtomicUsize::new(0),
+            evicted: AtomicU64::new(0),
         })
+    }
+
+    /// A slot for a new connection: a free one, else the one the longest-quiet connection
+    /// is told to give up (at most `MAX_EVICTING` such waits at once).
+    pub(super) fn take_slot(&self) -> Slot {
+        if let Ok(p) = self.slots.clone().try_acquire_owned() {
+            return Slot::Free(p);
+        }
+        if self.evicting.fetch_add(1, Ordering::Relaxed) >= MAX_EVICTING {
+            self.evicting.fetch_sub(1, Ordering::Relaxed);
+            return Slot::Full;
+        }
+        let victim = self.quiet.lock().expect("quiet lock").pop_first();
+        match victim {
+            Some((_, told)) => {
+                told.notify_one();
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+                Slot::Evicting
+            }
+            None => {
+                self.evicting.fetch_sub(1, Ordering::Relaxed);
+                Slot::Full
+            }
+        }
+    }
+
+    /// The slot a [`Slot::Evicting`] waits for, once its victim has closed (`None`, counted
+    /// as a refusal, when another connection took it first).
+    pub(super) async fn after_eviction(&self) -> Option<OwnedSemaphorePermit> {
+        let p = tokio::time::timeout(EVICT_WAIT, self.slots.clone().acquire_owned()).await;
+        self.evicting.fetch_sub(1, Ordering::Relaxed);
+        let p = p.ok().and_then(Result::ok);
+        if p.is_none() {
+            self.stats.dropped(DropCause::TcpLimit);
+        }
+        p
+    }
+
+    /// Quiet connections closed to make room for new ones.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
+
+    /// The longest a connection may wait for a client now: `idle`, or `pressed_idle` while
+    /// the table is pressed.
+    fn wait_limit(&self, idle: Duration) -> Duration {
+        if self.pressed() {
+            idle.min(self.limits.pressed_idle)
+        } else {
+            idle
+        }
+    }
+
+    /// A place among the quiet connections, since `since`.
+    fn fall_quiet(&self, since: Instant) -> QuietPlace<'_> {
+        let key = (since, self.quiet_seq.fetch_add(1, Ordering::Relaxed));
+        let told = Arc::new(Notify::new());
+        self.quiet
+            .lock()
+            .expect("quiet lock")
+            .insert(key, told.clone());
+        QuietPlace {
+            server: self,
+            key,
+            told,
+        }
     }
 
     /// Counts a connection held back at a bound on what it may have unanswered or unread
@@ -150,26 +279,39 @@ impl TcpServer {
                 drop(sock);
                 continue;
             }
-            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+            // Over the source's share first: it must not evict anyone to be refused.
+            if !proxied && !self.enter(peer.ip()) {
                 stats.dropped(DropCause::TcpLimit);
                 drop(sock);
                 continue;
-            };
+            }
+            let slot = self.take_slot();
+            if let Slot::Full = slot {
+                stats.dropped(DropCause::TcpLimit);
+                if !proxied {
+                    self.leave(peer.ip());
+                }
+                drop(sock);
+                continue;
+            }
             let me = self.clone();
-            if proxied {
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    me.proxied(sock, peer, local.ip()).await;
-                });
-                continue;
-            }
-            if !self.enter(peer.ip()) {
-                stats.dropped(DropCause::TcpLimit);
-                drop(sock);
-                continue;
-            }
             tokio::spawn(async move {
-                let _permit = permit;
+                let _permit = match slot {
+                    Slot::Free(p) => p,
+                    _ => match me.after_eviction().await {
+                        Some(p) => p,
+                        None => {
+                            if !proxied {
+                                me.leave(peer.ip());
+                            }
+                            return;
+                        }
+                    },
+                };
+                if proxied {
+                    me.proxied(sock, peer, local.ip()).await;
+                    return;
+                }
                 let _ = sock.set_nodelay(true);
                 let (rd, wr) = sock.into_split();
                 me.connection(rd, wr, peer, local.ip(), Transport::Tcp, false)
@@ -196,21 +338,35 @@ impl TcpServer {
             if self.blocked_at_accept(&mut plan, peer.ip()) {
                 continue;
             }
-            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
-                self.stats.dropped(DropCause::TcpLimit);
-                continue;
-            };
             if !self.enter(peer.ip()) {
                 self.stats.dropped(DropCause::TcpLimit);
+                continue;
+            }
+            let slot = self.take_slot();
+            if let Slot::Full = slot {
+                self.stats.dropped(DropCause::TcpLimit);
+                self.leave(peer.ip());
                 continue;
             }
             let me = self.clone();
             let acceptor = tls.acceptor();
             let tls = tls.clone();
             tokio::spawn(async move {
-                let _permit = permit;
+                let _permit = match slot {
+                    Slot::Free(p) => p,
+                    _ => match me.after_eviction().await {
+                        Some(p) => p,
+                        None => {
+                            me.leave(peer.ip());
+                            return;
+                        }
+                    },
+                };
                 let _ = sock.set_nodelay(true);
-                match tokio::time::timeout(me.limits.idle, acceptor.accept(sock)).await {
+                // A handshake left unfinished holds its slot no longer than a silent
+                // connection would.
+                let limit = me.wait_limit(me.limits.idle);
+                match tokio::time::timeout(limit, acceptor.accept(sock)).await {
                     Ok(Ok(s)) => {
                         tls.handshakes.fetch_add(1, Ordering::Relaxed);
                         let (rd, wr) = tokio::io::split(s);
@@ -342,29 +498,43 @@ impl TcpServer {
         self.open_connections() * 4 > self.limits.max_connections * 3
     }
 
-    /// Reads the next query's length prefix, or times out after `idle` without one (after
-    /// `pressed_idle` while the connection table is pressed).
+    /// Waits for the next query's length prefix: [`Waited::Idle`] after `idle` without one
+    /// (`pressed_idle` while the connection table is pressed). A connection `quiet` says is
+    /// quiet (every query answered) waiting while the table is pressed may be told to make
+    /// room for a new one ([`Waited::Evicted`]); both are looked at again every second.
     async fn read_or_idle<R: AsyncRead + Unpin>(
         &self,
         rd: &mut R,
         buf: &mut [u8; 2],
         idle: Duration,
-    ) -> Result<std::io::Result<usize>, tokio::time::error::Elapsed> {
-        let start = tokio::time::Instant::now();
+        quiet: impl Fn() -> bool,
+    ) -> Waited {
+        let start = Instant::now();
         // Polled across the waits below, never dropped half read.
         let mut read = std::pin::pin!(rd.read_exact(buf));
+        let mut place: Option<QuietPlace<'_>> = None;
         loop {
-            let limit = if self.pressed() {
-                idle.min(self.limits.pressed_idle)
-            } else {
-                idle
+            // Looked at again every second: pressure comes and goes. Only under pressure
+            // does a quiet connection take a place (a lock): the path is free otherwise.
+            if place.is_none() && self.pressed() && quiet() {
+                place = Some(self.fall_quiet(start));
+            }
+            let left = self.wait_limit(idle).saturating_sub(start.elapsed());
+            let told = async {
+                match &place {
+                    Some(p) => p.told.notified().await,
+                    None => std::future::pending().await,
+                }
             };
-            let left = limit.saturating_sub(start.elapsed());
-            // Looked at again every second: pressure comes and goes.
-            match tokio::time::timeout(left.min(Duration::from_secs(1)), &mut read).await {
-                Ok(r) => return Ok(r),
-                Err(e) if left <= Duration::from_secs(1) => return Err(e),
-                Err(_) => {}
+            tokio::select! {
+                biased;
+                r = &mut read => return Waited::Read(r),
+                _ = told => return Waited::Evicted,
+                _ = tokio::time::sleep(left.min(Duration::from_secs(1))) => {
+                    if left <= Duration::from_secs(1) {
+                        return Waited::Idle;
+                    }
+                }
             }
         }
     }
@@ -416,10 +586,13 @@ impl TcpServer {
                     }
                 }
             };
-            match self.read_or_idle(&mut rd, &mut len_buf, idle).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(_)) => break,
-                Err(_) => {
+            // Quiet: nothing read is unanswered (the slot just taken is the only one out)
+            // and no transfer streams.
+            let quiet = || slots.available_permits() + 1 == depth && transfers.is_empty();
+            match self.read_or_idle(&mut rd, &mut len_buf, idle, quiet).await {
+                Waited::Read(Ok(_)) => {}
+                Waited::Read(Err(_)) | Waited::Evicted => break,
+                Waited::Idle => {
                     // Idle: no query for the idle time (a transfer still streaming keeps
                     // the connection open until it ends, and is not an idle connection).
                     if transfers.is_empty() {
@@ -439,7 +612,8 @@ impl TcpServer {
             let mut have = 0;
             if served == 0 && len_buf == [0x0D, 0x0A] {
                 have = shield::proxy_proto::V2_SIGNATURE.len() - 2;
-                match tokio::time::timeout(idle, rd.read_exact(&mut req[..have])).await {
+                let limit = self.wait_limit(idle);
+                match tokio::time::timeout(limit, rd.read_exact(&mut req[..have])).await {
                     Ok(Ok(_)) => {}
                     _ => break,
                 }
@@ -448,7 +622,10 @@ impl TcpServer {
                     break;
                 }
             }
-            match tokio::time::timeout(idle, rd.read_exact(&mut req[have..len])).await {
+            // A query begun must come whole within the idle time (a second while the
+            // table is pressed: a client sends its query at once).
+            let limit = self.wait_limit(idle);
+            match tokio::time::timeout(limit, rd.read_exact(&mut req[have..len])).await {
                 Ok(Ok(_)) => {}
                 _ => break,
             }
@@ -593,6 +770,13 @@ impl shield::metrics::Source for TcpServer {
             "",
             "Times a TCP, DoT or DoQ connection was held back: tcp_max_pipelined unanswered queries, 64 KiB of unsent answers, or DoQ's four answers in hand.",
             self.pipeline_full(),
+        );
+        out.counter(
+            "tcp.evicted",
+            "dnsd_tcp_evicted_total",
+            "",
+            "Quiet TCP or DoT connections (every query answered) closed to make room for a new connection when tcp_max_connections were open.",
+            self.evicted(),
         );
     }
 }
@@ -741,6 +925,8 @@ mod tests {
             TcpLimits {
                 max_connections: 2,
                 max_per_source: 1,
+                // A query begun waits this long while the table is full (the test's pace).
+                pressed_idle: Duration::from_secs(20),
                 ..limits()
             },
             None,
@@ -756,10 +942,18 @@ mod tests {
         let mut c = connect("127.0.0.3", addr).await;
         assert!(ask(&mut c, 3).await.is_some());
         assert_eq!(srv.open_connections(), 2);
-        // Two open, the total limit: a third source is closed too.
+        // Two open, the total limit, neither quiet (each has begun a query): a third source
+        // is closed too.
+        begin_query(&mut a).await;
+        begin_query(&mut c).await;
+        wait_quiet(&srv, 0).await;
         let mut d = connect("127.0.0.4", addr).await;
         assert!(ask(&mut d, 4).await.is_none(), "over the total limit");
         assert_eq!(drops(&stats, DropCause::TcpLimit), 2);
+        assert_eq!(srv.evicted(), 0);
+        // The connections held are not disturbed: their queries are answered.
+        end_query(&mut a).await;
+        assert!(read_msg(&mut a).await.is_some());
         // Once the first source's connection is gone it may connect again.
         drop(a);
         for _ in 0..500 {
@@ -773,6 +967,77 @@ mod tests {
         assert!(ask(&mut e, 5).await.is_some());
         assert_eq!(drops(&stats, DropCause::TcpLimit), 2);
         drop(c);
+    }
+
+    /// Waits (5 s at most) for `n` connections to be quiet.
+    async fn wait_quiet(srv: &TcpServer, n: usize) {
+        for _ in 0..500 {
+            if srv.quiet.lock().unwrap().len() == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(srv.quiet.lock().unwrap().len(), n, "quiet connections");
+    }
+
+    /// The first bytes of a query (its length and part of it): the connection is not quiet.
+    async fn begin_query(s: &mut TcpStream) {
+        let f = frame(&Q::new("www.example.com.", 1).id(77).bytes());
+        s.write_all(&f[..5]).await.unwrap();
+    }
+
+    /// The rest of the query [`begin_query`] began.
+    async fn end_query(s: &mut TcpStream) {
+        let f = frame(&Q::new("www.example.com.", 1).id(77).bytes());
+        s.write_all(&f[5..]).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_table_closes_its_longest_quiet_connection_for_a_new_client() {
+        let (srv, addr, stats) = start(
+            TcpLimits {
+                max_connections: 3,
+                max_per_source: 1,
+                pressed_idle: Duration::from_secs(20),
+                ..limits()
+            },
+            None,
+            None,
+        );
+        // Three connections fill the table; all answered, then silent.
+        let mut held = Vec::new();
+        for (i, src) in ["127.0.0.2", "127.0.0.3", "127.0.0.4"].iter().enumerate() {
+            let mut s = connect(src, addr).await;
+            assert!(ask(&mut s, i as u16).await.is_some());
+            held.push(s);
+        }
+        // Each takes its place among the quiet within a second of the table's pressure.
+        wait_quiet(&srv, 3).await;
+        // A new client is served; the connection quiet longest (the first) is closed.
+        let mut new = connect("127.0.0.5", addr).await;
+        assert!(ask(&mut new, 10).await.is_some(), "a new client is served");
+        assert!(
+            read_msg(&mut held[0]).await.is_none(),
+            "the oldest is closed"
+        );
+        assert_eq!(srv.evicted(), 1);
+        assert_eq!(drops(&stats, DropCause::TcpLimit), 0);
+        assert!(ask(&mut held[1], 11).await.is_some(), "the others stay");
+        // Connections in the middle of a query are never closed for a new one: with none
+        // quiet, the next client is refused.
+        begin_query(&mut held[1]).await;
+        begin_query(&mut held[2]).await;
+        begin_query(&mut new).await;
+        wait_quiet(&srv, 0).await;
+        let mut late = connect("127.0.0.6", addr).await;
+        assert!(ask(&mut late, 12).await.is_none(), "refused: nobody quiet");
+        assert_eq!(drops(&stats, DropCause::TcpLimit), 1);
+        assert_eq!(srv.evicted(), 1);
+        let (_, rest) = held.split_at_mut(1);
+        for s in rest.iter_mut().chain([&mut new]) {
+            end_query(s).await;
+            assert!(read_msg(s).await.is_some());
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
