@@ -71,8 +71,8 @@ pub struct ConnCtl {
     /// The socket of an HTTP/1.1 connection while it is served (-1: none, or HTTP/2): what
     /// the response relay asks how much the client acknowledged.
     pub h1_fd: std::sync::atomic::AtomicI32,
-    /// The first odd HTTP/1.1 head ([`crate::h1watch`]): its ordinal shifted left by two, and
-    /// its kind (0: none).
+    /// The first odd HTTP/1.1 head ([`crate::h1watch`]): its ordinal shifted left by three,
+    /// and its kind (0: none).
     odd_head: AtomicU32,
 }
 
@@ -83,6 +83,14 @@ pub enum OddHead {
     LengthAndCoding = 1,
     /// Content-Length sent twice.
     LengthTwice = 2,
+    /// Framing nginx refuses or reads otherwise than hyper: a Content-Length or
+    /// Transfer-Encoding line with a tab, an empty list item or too long a value, or a chunked
+    /// body's trailer section ended by a bare LF (hyper reads on to the next CRLF CRLF, so
+    /// what nginx takes for the next request hyper swallows as trailers).
+    Framing = 3,
+    /// A fragment (`#`) in the request target, which no client sends (nginx refuses it in
+    /// an absolute-form target; hyper drops it silently).
+    Fragment = 4,
 }
 
 impl ConnCtl {
@@ -140,7 +148,7 @@ impl ConnCtl {
 
     /// Marks the connection's `ordinal`th request head (1: the first) as odd; the first mark stays.
     pub fn mark_odd_head(&self, ordinal: u32, odd: OddHead) {
-        let v = ordinal.min(u32::MAX >> 2) << 2 | odd as u32;
+        let v = ordinal.min(u32::MAX >> 3) << 3 | odd as u32;
         let _ = self
             .odd_head
             .compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire);
@@ -150,13 +158,14 @@ impl ConnCtl {
     /// closes after an odd one).
     pub fn odd_head(&self, ordinal: u32) -> Option<OddHead> {
         let v = self.odd_head.load(Ordering::Acquire);
-        if v == 0 || ordinal < v >> 2 {
+        if v == 0 || ordinal < v >> 3 {
             return None;
         }
-        Some(if v & 3 == 1 {
-            OddHead::LengthAndCoding
-        } else {
-            OddHead::LengthTwice
+        Some(match v & 7 {
+            1 => OddHead::LengthAndCoding,
+            2 => OddHead::LengthTwice,
+            3 => OddHead::Framing,
+            _ => OddHead::Fragment,
         })
     }
 

@@ -75,6 +75,7 @@ counters! {
     LimitPerSource => ("limit_hits_total", "limit", "max_connections_per_source"),
     LimitHeaderTimeout => ("limit_hits_total", "limit", "header_read_timeout"),
     LimitHeaderBytes => ("limit_hits_total", "limit", "max_header_bytes"),
+    LimitHeaderField => ("limit_hits_total", "limit", "max_header_field_bytes"),
     LimitUriBytes => ("limit_hits_total", "limit", "max_uri_bytes"),
     LimitBodyBytes => ("limit_hits_total", "limit", "max_body_bytes"),
     LimitMaxAge => ("limit_hits_total", "limit", "max_connection_age"),

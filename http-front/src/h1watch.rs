@@ -11,6 +11,13 @@
 //! their chunk sizes. The first such head is marked on the connection's control block by its
 //! ordinal; the service answers that request 400 and the connection closes.
 //!
+//! Where hyper and nginx would read the bytes differently, or the watch cannot follow them as
+//! hyper does, the watch does not stop: it marks the request it is in ([`OddHead::Framing`]),
+//! so that request and every later one on the connection are refused rather than forwarded
+//! by a framing nobody checked: a Content-Length or Transfer-Encoding line with a tab, an
+//! empty list item, or a value longer than the bytes kept; a trailer line ended by a bare LF.
+//! A `#` in a request line marks it too ([`OddHead::Fragment`]).
+//!
 //! Heads hyper refuses (a bad length, a coding other than a final `chunked`, Transfer-Encoding
 //! in HTTP/1.0) end the connection in hyper, and the watch stops following. So does a
 //! WebSocket taking the connection over.
@@ -26,14 +33,14 @@ use crate::conn_registry::{ConnCtl, OddHead};
 
 /// Bytes kept of each head line: enough for any header name we look for and its value.
 const LINE_KEEP: usize = 64;
-/// Hex digits of a chunk size hyper reads (a `u64`).
+/// Significant hex digits of a chunk size hyper reads (a `u64`; leading zeros do not count).
 const CHUNK_DIGITS: u8 = 16;
 
 /// Where in a chunked body the watch is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Chunk {
-    /// The chunk size's hex digits.
-    Size { size: u64, digits: u8 },
+    /// The chunk size's hex digits (`digits`: significant ones; `any`: one seen).
+    Size { size: u64, digits: u8, any: bool },
     /// The rest of the size line (extensions, CR) up to its LF.
     SizeLine { size: u64 },
     /// Chunk data still to come.
@@ -67,6 +74,10 @@ struct Head {
     coded: bool,
     chunked: bool,
     http10: bool,
+    /// Framing nginx refuses or the watch cannot read (see [`OddHead::Framing`]).
+    framing: bool,
+    /// A `#` in the request line.
+    fragment: bool,
 }
 
 /// Follows a client's HTTP/1.1 messages by their framing and finds the heads hyper reads in
@@ -77,6 +88,8 @@ pub struct Heads {
     line: [u8; LINE_KEEP],
     kept: usize,
     long: bool,
+    /// The line's last byte so far was a CR.
+    cr: bool,
     head: Head,
     /// Request lines seen (the current head's ordinal).
     ordinal: u32,
@@ -89,6 +102,7 @@ impl Default for Heads {
             line: [0; LINE_KEEP],
             kept: 0,
             long: false,
+            cr: false,
             head: Head::default(),
             ordinal: 0,
         }
@@ -124,6 +138,12 @@ impl Heads {
                         Some(i) => (&data[..i], &data[i + 1..], true),
                         None => (data, &data[data.len()..], false),
                     };
+                    if self.phase == Phase::Start && memchr::memchr(b'#', part).is_some() {
+                        self.head.fragment = true;
+                    }
+                    if let Some(&last) = part.last() {
+                        self.cr = last == b'\r';
+                    }
                     let room = LINE_KEEP - self.kept;
                     let take = part.len().min(room);
                     self.line[self.kept..self.kept + take].copy_from_slice(&part[..take]);
@@ -136,6 +156,7 @@ impl Heads {
                         }
                         self.kept = 0;
                         self.long = false;
+                        self.cr = false;
                     }
                 }
                 Phase::Chunked(c) => data = self.chunk(c, data),
@@ -150,24 +171,29 @@ impl Heads {
             Chunk::Size {
                 mut size,
                 mut digits,
+                mut any,
             } => {
                 for (i, &b) in data.iter().enumerate() {
                     let Some(d) = (b as char).to_digit(16) else {
-                        self.phase = if digits == 0 {
+                        self.phase = if !any {
                             Phase::Off
                         } else {
                             Phase::Chunked(Chunk::SizeLine { size })
                         };
                         return &data[i..];
                     };
-                    digits += 1;
+                    any = true;
+                    if size != 0 || d != 0 {
+                        digits += 1;
+                    }
                     if digits > CHUNK_DIGITS {
+                        // Past a u64: hyper refuses it and ends the connection.
                         self.phase = Phase::Off;
                         return &[];
                     }
                     size = size << 4 | u64::from(d);
                 }
-                self.phase = Phase::Chunked(Chunk::Size { size, digits });
+                self.phase = Phase::Chunked(Chunk::Size { size, digits, any });
                 &[]
             }
             Chunk::SizeLine { size } => match memchr::memchr(b'\n', data) {
@@ -191,7 +217,11 @@ impl Heads {
             }
             Chunk::DataEnd => match memchr::memchr(b'\n', data) {
                 Some(i) => {
-                    self.phase = Phase::Chunked(Chunk::Size { size: 0, digits: 0 });
+                    self.phase = Phase::Chunked(Chunk::Size {
+                        size: 0,
+                        digits: 0,
+                        any: false,
+                    });
                     &data[i + 1..]
                 }
                 None => &[],
@@ -207,14 +237,21 @@ impl Heads {
         }
         let empty = line.is_empty() && !self.long;
         match self.phase {
-            Phase::Start if empty => {}
+            Phase::Start if empty => self.head.fragment = false,
             Phase::Start => {
                 self.ordinal = self.ordinal.wrapping_add(1);
                 self.head = Head {
                     http10: !self.long && line.ends_with(b"HTTP/1.0"),
+                    fragment: self.head.fragment,
                     ..Head::default()
                 };
                 self.phase = Phase::Fields;
+            }
+            Phase::Trailers if !self.cr => {
+                // A bare LF: nginx ends the message at an empty one, hyper reads on to the
+                // next CRLF CRLF. What follows is read two ways: refused from here on.
+                self.phase = Phase::Off;
+                return Some(OddHead::Framing);
             }
             Phase::Trailers if empty => self.phase = Phase::Start,
             Phase::Fields if empty => return self.head_ended(),
@@ -222,12 +259,19 @@ impl Heads {
                 let long = self.long;
                 let h = &mut self.head;
                 if let Some(v) = value_of(line, "content-length") {
+                    // nginx refuses a tab in it; a value longer than kept is not followed.
+                    h.framing |= long || line.contains(&b'\t');
                     h.lengths = h.lengths.saturating_add(1);
                     let n = std::str::from_utf8(v).ok().filter(|_| !long);
                     h.length = n
                         .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
                         .and_then(|s| s.parse().ok());
                 } else if let Some(v) = value_of(line, "transfer-encoding") {
+                    // nginx takes one coding, `chunked`, and refuses the rest (501): a tab,
+                    // an empty list item, a value longer than kept are read otherwise by hyper.
+                    h.framing |= long
+                        || line.contains(&b'\t')
+                        || v.split(|&b| b == b',').any(|t| t.trim_ascii().is_empty());
                     h.coded = true;
                     // hyper goes by the last line's last coding.
                     let last = v.rsplit(|&b| b == b',').next().unwrap_or_default();
@@ -246,13 +290,21 @@ impl Heads {
             Some(OddHead::LengthAndCoding)
         } else if h.lengths > 1 {
             Some(OddHead::LengthTwice)
+        } else if h.framing {
+            Some(OddHead::Framing)
+        } else if h.fragment {
+            Some(OddHead::Fragment)
         } else {
             None
         };
         self.phase = match (odd, h.coded, h.lengths) {
             (Some(_), ..) => Phase::Off,
             (None, true, _) if h.http10 || !h.chunked => Phase::Off,
-            (None, true, _) => Phase::Chunked(Chunk::Size { size: 0, digits: 0 }),
+            (None, true, _) => Phase::Chunked(Chunk::Size {
+                size: 0,
+                digits: 0,
+                any: false,
+            }),
             (None, false, 0) => Phase::Start,
             (None, false, _) => match h.length {
                 Some(0) => Phase::Start,
@@ -260,6 +312,7 @@ impl Heads {
                 None => Phase::Off,
             },
         };
+        self.head.fragment = false;
         odd
     }
 }
@@ -414,13 +467,48 @@ mod tests {
         let mut h = Heads::default();
         h.feed(b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n11111111111111111\r\n");
         assert_eq!(h.phase, Phase::Off);
-        // A long line keeps its first bytes: a long value is no length we could follow.
-        let mut h = Heads::default();
+    }
+
+    #[test]
+    fn framing_read_otherwise_by_nginx_or_not_followed_is_marked() {
+        // A long line keeps its first bytes: a long length (hyper takes leading zeros) is no
+        // length we could follow, so its request is refused rather than left unchecked.
         let long = format!(
-            "POST / HTTP/1.1\r\ncontent-length: {}1\r\n\r\n",
+            "POST / HTTP/1.1\r\ncontent-length: {}1\r\n\r\nx",
             "0".repeat(80)
         );
-        h.feed(long.as_bytes());
-        assert_eq!(h.phase, Phase::Off);
+        assert_eq!(odd(long.as_bytes()), [(1, OddHead::Framing)]);
+        let long_te = format!(
+            "POST / HTTP/1.1\r\ntransfer-encoding:{}chunked\r\n\r\n0\r\n\r\n",
+            " ".repeat(60)
+        );
+        assert_eq!(odd(long_te.as_bytes()), [(1, OddHead::Framing)]);
+        // Tabs and empty list items, which nginx refuses.
+        for head in [
+            &b"POST / HTTP/1.1\r\ncontent-length:\t5\t\r\n\r\nhello"[..],
+            b"POST / HTTP/1.1\r\ntransfer-encoding: chunked\t\r\n\r\n0\r\n\r\n",
+            b"POST / HTTP/1.1\r\ntransfer-encoding: ,chunked\r\n\r\n0\r\n\r\n",
+        ] {
+            assert_eq!(odd(head), [(1, OddHead::Framing)], "{head:?}");
+        }
+        // A trailer section ended, or a trailer line ended, by a bare LF: nginx ends the
+        // message there, hyper reads on; the request itself and all after it are marked.
+        let te_cl = "POST /tecl HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+        for trailer in ["0\r\n\n", "0\r\nX-T: 1\n\r\n"] {
+            let s = format!(
+                "POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n{trailer}\
+                 GET /swallowed HTTP/1.1\r\n\r\n{te_cl}"
+            );
+            assert_eq!(odd(s.as_bytes()), [(1, OddHead::Framing)], "{trailer:?}");
+        }
+        // Trailers with CRLFs, and chunk sizes with leading zeros past 16 digits, are followed.
+        let s = format!(
+            "POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+             00000000000000005\r\nhello\r\n0\r\nX-T: 1\r\n\r\n{te_cl}"
+        );
+        assert_eq!(odd(s.as_bytes()), [(2, OddHead::LengthAndCoding)]);
+        // A fragment in a request line, the second one here.
+        let s = b"GET /a HTTP/1.1\r\n\r\nGET http://other.test#f HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert_eq!(odd(s), [(2, OddHead::Fragment)]);
     }
 }

@@ -1006,6 +1006,16 @@ async fn a_vandalised_snapshot_still_loads_and_a_flushed_redis_is_refilled_by_id
     sc.shutdown().await;
 }
 
+/// Replaces `key` with a list (a type the sync never writes there).
+fn as_a_list(r: &RedisServer, key: &str) {
+    let _: () = redis::cmd("DEL").arg(key).query(&mut r.conn()).unwrap();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(key)
+        .arg("x")
+        .query(&mut r.conn())
+        .unwrap();
+}
+
 /// A snapshot key of the wrong type: the stream still carries every decision exactly once
 /// (no retry that writes it again), the failure is counted, and reconnects back off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1019,15 +1029,7 @@ async fn a_snapshot_key_of_the_wrong_type_never_duplicates_the_stream() {
     let sb = spawn(cfg(&r.url(), "b"), &b);
     synced(&sa).await;
     synced(&sb).await;
-    let _: () = redis::cmd("DEL")
-        .arg("t:blocks")
-        .query(&mut r.conn())
-        .unwrap();
-    let _: i64 = redis::cmd("RPUSH")
-        .arg("t:blocks")
-        .arg("x")
-        .query(&mut r.conn())
-        .unwrap();
+    as_a_list(&r, "t:blocks");
     let before = xlen(&r);
     a.insert(local(7, MIN));
     until("B has the block", || b.get(host(7)).is_some()).await;
@@ -1052,15 +1054,7 @@ async fn an_epoch_key_of_the_wrong_type_leaves_the_sync_working() {
     let sb = spawn(cfg(&r.url(), "b"), &b);
     synced(&sa).await;
     synced(&sb).await;
-    let _: () = redis::cmd("DEL")
-        .arg("t:epoch")
-        .query(&mut r.conn())
-        .unwrap();
-    let _: i64 = redis::cmd("RPUSH")
-        .arg("t:epoch")
-        .arg("x")
-        .query(&mut r.conn())
-        .unwrap();
+    as_a_list(&r, "t:epoch");
     for i in 0..20 {
         a.insert(local(i, MIN));
         tokio::time::sleep(Duration::from_millis(20)).await;

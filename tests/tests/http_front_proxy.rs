@@ -293,6 +293,88 @@ fn http_oversized_requests_are_refused_before_the_origin() {
 }
 
 #[test]
+fn by_default_what_nginx_refuses_for_size_never_reaches_the_origin() {
+    // nginx's defaults: a header field must fit its 8 KiB header buffer
+    // (large_client_header_buffers 4 8k), a body 1 MiB (client_max_body_size 1m).
+    let origin = Origin::start();
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "{}{}",
+                base_config(a, m, origin.addr()),
+                site("site.test", "")
+            )
+        },
+        None,
+    );
+    let src = net::test_ip();
+    // One field of 9,000 bytes (the whole head well under max_header_bytes): 431, h1 and h2.
+    let field = "x".repeat(9000);
+    let mut c = H1Conn::connect(Some(src), front.addr()).unwrap();
+    let r = c
+        .request("GET", "site.test", "/", &[("cookie", &field)], b"")
+        .unwrap();
+    assert_eq!(r.status, 431, "{r:?}");
+    let mut h2 = H2Conn::connect(Some(src), front.addr()).unwrap();
+    let id = h2
+        .send_request("GET", "site.test", "/", &[("x-long", &field)], true)
+        .unwrap();
+    let r = h2.read_response(id).expect("an answer");
+    assert_eq!(r.status, 431, "{r:?}");
+    // A body over 1 MiB: 413 from its Content-Length.
+    let mut c = H1Conn::connect(Some(src), front.addr()).unwrap();
+    let r = c
+        .request("POST", "site.test", "/up", &[], &vec![b'y'; (1 << 20) + 1])
+        .unwrap();
+    assert_eq!(r.status, 413, "{r:?}");
+    assert_eq!(origin.requests(), 0, "nothing oversized reached the origin");
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"max_header_field_bytes\"}"),
+        2
+    );
+    // Header names nginx ignores (ignore_invalid_headers) never reach the origin.
+    let mut c = H1Conn::connect(Some(src), front.addr()).unwrap();
+    let r = c
+        .request(
+            "GET",
+            "site.test",
+            "/names",
+            &[
+                ("X.A", "1"),
+                ("X!A", "2"),
+                ("Authorization.", "x"),
+                ("x-ok", "3"),
+            ],
+            b"",
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.body.contains("x-ok: 3"), "{}", r.body);
+    for gone in ["x.a", "x!a", "authorization."] {
+        assert!(
+            !r.body.contains(gone),
+            "{gone} reached the origin: {}",
+            r.body
+        );
+    }
+    // Within both: forwarded, the field whole.
+    let fits = "y".repeat(8000);
+    let mut c = H1Conn::connect(Some(src), front.addr()).unwrap();
+    let r = c
+        .request(
+            "POST",
+            "site.test",
+            "/ok",
+            &[("x-fits", &fits)],
+            &vec![b'z'; 1 << 20],
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.body.contains(&fits), "the origin saw the field whole");
+    assert_eq!(origin.requests(), 2);
+}
+
+#[test]
 fn http_tls_listener_negotiates_h2_and_http1() {
     if !(have_program("openssl") && have_program("curl")) {
         assert!(!in_ci(), "openssl and curl are needed in CI");

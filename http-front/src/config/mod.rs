@@ -22,7 +22,7 @@
 //! response_buffer_bytes = 1048576 # a response read from the origin ahead of the client (fits: origin freed at once)
 //! response_buffer_total_bytes = 536870912  # over all responses; past it responses stream through 64 KiB
 //! send_min_rate_bytes_per_sec = 1024   # a streamed response's client, over each 2 s it is waited on (0: none)
-//! body_buffer_bytes = 131072      # request bodies read into memory before the upstream is contacted
+//! body_buffer_bytes = 1048576     # request bodies read into memory before the upstream is contacted
 //! body_buffer_total_bytes = 268435456  # over all requests; past it bodies stream unbuffered
 //! body_min_rate_bytes_per_sec = 1024   # after the first 2 s of a body (0: none); slower: 408
 //! body_timeout_ms = 60000         # a whole request body; slower: 408
@@ -31,8 +31,9 @@
 //! [limits]
 //! max_uri_bytes = 8192            # 414
 //! max_header_bytes = 32768        # 431 (h1 head; h2 header list)
+//! max_header_field_bytes = 8192   # 431: one header field (nginx's large_client_header_buffers)
 //! max_headers = 100               # 431 (h1)
-//! max_body_bytes = 16777216       # 413
+//! max_body_bytes = 1048576        # 413 (nginx's client_max_body_size)
 //!
 //! [http2]
 //! max_concurrent_streams = 128

@@ -101,7 +101,9 @@ impl Default for Server {
             response_buffer_total_bytes: 512 << 20,
             send_min_rate_bytes_per_sec: 1024,
             proxy_allow: Vec::new(),
-            body_buffer_bytes: 128 * 1024,
+            // As large as the default max_body_bytes: every body taken by default is whole
+            // before an origin sees it (nginx's proxy_request_buffering, in memory).
+            body_buffer_bytes: 1 << 20,
             body_buffer_total_bytes: 256 << 20,
             body_min_rate_bytes_per_sec: 1024,
             body_timeout_ms: 60_000,
@@ -119,6 +121,10 @@ pub struct Limits {
     /// Largest request head: request line and headers (HTTP/1.1), header list (HTTP/2); larger gets 431.
     #[serde(deserialize_with = "range_usize::<1024, 1048576, _>")]
     pub max_header_bytes: usize,
+    /// Largest single header field (name, `: `, value and line end), as nginx's
+    /// `large_client_header_buffers` size; larger gets 431.
+    #[serde(deserialize_with = "range_usize::<256, 1048576, _>")]
+    pub max_header_field_bytes: usize,
     /// Most header fields in one HTTP/1.1 request; more gets 431.
     #[serde(deserialize_with = "range_usize::<8, 10000, _>")]
     pub max_headers: usize,
@@ -132,8 +138,10 @@ impl Default for Limits {
         Limits {
             max_uri_bytes: 8_192,
             max_header_bytes: 32_768,
+            max_header_field_bytes: 8_192,
             max_headers: 100,
-            max_body_bytes: 16 << 20,
+            // nginx's client_max_body_size.
+            max_body_bytes: 1 << 20,
         }
     }
 }

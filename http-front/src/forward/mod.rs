@@ -158,8 +158,11 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
-/// Which request headers a site never passes upstream: its `strip_headers`, and names with
-/// `_` unless `underscores_in_headers` (a CGI origin reads `X_Real_IP` as `X-Real-IP`).
+/// Which request headers a site never passes upstream: its `strip_headers`, names with `_`
+/// unless `underscores_in_headers` (a CGI origin reads `X_Real_IP` as `X-Real-IP`), and
+/// names with any other byte than letters, digits, `-` and `_` (`X.A`, `Authorization.`:
+/// nginx's `ignore_invalid_headers` drops them, and an origin that folds such names could
+/// read one as a header our rules never saw).
 #[derive(Debug, Default, Clone)]
 pub struct HeaderPolicy {
     strip: hashbrown::HashSet<Box<str>, foldhash::fast::RandomState>,
@@ -178,8 +181,10 @@ impl HeaderPolicy {
     /// True when the header `name` (lower case) is not passed upstream.
     #[inline]
     pub fn drops(&self, name: &str) -> bool {
-        (!self.underscores && name.as_bytes().contains(&b'_'))
-            || (!self.strip.is_empty() && self.strip.contains(name))
+        name.bytes().any(|b| {
+            !(b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && (b != b'_' || !self.underscores)
+        }) || (!self.strip.is_empty() && self.strip.contains(name))
     }
 
     /// Removes from `h` every header this policy drops.
