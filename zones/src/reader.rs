@@ -10,7 +10,7 @@ use crate::name::{self, NameBuf};
 use crate::rdata::{self, Fields};
 use crate::rrtype::{self, t};
 use crate::scan::{EntryInfo, Scanner, Tok};
-use crate::text::{parse_ttl, parse_u64};
+use crate::text::{load_ttl, parse_ttl, parse_u64};
 
 /// Limits and defaults for reading a master file.
 #[derive(Debug, Clone)]
@@ -332,6 +332,17 @@ impl<'o> Reader<'o> {
         let first = toks[0];
         let first_text = self.frame().scanner.text(&first);
         if !first.quoted && first_text.first() == Some(&b'$') {
+            if info.blank_owner {
+                // RFC 1035 §5.1: a line that starts with a blank is a record of the last
+                // owner; `$TTL` there would be its type (Knot, NSD and BIND refuse it).
+                return Err(EntryError::at(
+                    &first,
+                    format!(
+                        "{} after leading blanks: a directive must start its line",
+                        String::from_utf8_lossy(first_text)
+                    ),
+                ));
+            }
             let d = match first_text.to_ascii_uppercase().as_slice() {
                 b"$ORIGIN" => Directive::Origin,
                 b"$TTL" => Directive::Ttl,
@@ -388,19 +399,21 @@ impl<'o> Reader<'o> {
     fn ttl_value(&mut self, tok: &Tok) -> Result<u32, EntryError> {
         let text = self.frame().scanner.text(tok);
         let v = parse_ttl(text).map_err(|m| EntryError::at(tok, m))?;
-        self.warn_ttl(tok, v);
-        Ok(v)
+        Ok(self.loaded_ttl(tok, v))
     }
 
-    fn warn_ttl(&mut self, tok: &Tok, v: u32) {
+    /// The TTL a record gets for `v` as written at `tok` (0 for one with the top bit set,
+    /// with a warning).
+    fn loaded_ttl(&mut self, tok: &Tok, v: u32) -> u32 {
         if v > i32::MAX as u32 {
             let file = self.frame().file;
             self.warn(
                 file,
                 tok.line,
-                format!("TTL {v} above 2^31-1: resolvers treat it as 0 (RFC 2181 §8)"),
+                format!("TTL {v} above 2^31-1: loaded as 0 (RFC 2181 §8)"),
             );
         }
+        load_ttl(v)
     }
 
     fn dir_include(&mut self, toks: &[Tok]) -> Result<(), EntryError> {
@@ -560,9 +573,7 @@ impl<'o> Reader<'o> {
                 break;
             }
         }
-        if let Some(v) = ttl {
-            self.warn_ttl(&toks[i - 1], v);
-        }
+        let ttl = ttl.map(|v| self.loaded_ttl(&toks[i - 1], v));
         let frame = self.stack.last().expect("frame");
         let Some(type_tok) = toks.get(i) else {
             return Err(EntryError::at(
@@ -812,12 +823,13 @@ fn parse_range(s: &[u8]) -> Option<(u64, u64, u64)> {
     Some((start, stop, step))
 }
 
-/// Expands BIND `$GENERATE` templates: `$`, `${offset[,width[,base]]}`, `\$` for a dollar.
+/// Expands BIND `$GENERATE` templates: `$`, `${offset[,width[,base]]}`, `\$` and `$$` for a
+/// dollar (as BIND 9 reads them).
 fn expand_template(text: &[u8], v: u64, out: &mut Vec<u8>) -> Result<(), &'static str> {
     let mut i = 0;
     while i < text.len() {
         let c = text[i];
-        if c == b'\\' && text.get(i + 1) == Some(&b'$') {
+        if (c == b'\\' || c == b'$') && text.get(i + 1) == Some(&b'$') {
             out.push(b'$');
             i += 2;
             continue;
@@ -883,19 +895,26 @@ fn expand_template(text: &[u8], v: u64, out: &mut Vec<u8>) -> Result<(), &'stati
         };
         match base {
             b'n' | b'N' => {
-                // Nibble mode: reversed hex digits separated by dots (for ip6.arpa).
-                let digits = if base == b'n' {
-                    format!("{val:0w$x}", w = width.max(1))
+                // Nibble mode (for ip6.arpa): hex digits lowest first, each followed by a dot
+                // while digits or width remain; the width counts characters, dots included,
+                // as BIND's `nibbles()` counts them.
+                let hex: &[u8; 16] = if base == b'n' {
+                    b"0123456789abcdef"
                 } else {
-                    format!("{val:0w$X}", w = width.max(1))
+                    b"0123456789ABCDEF"
                 };
-                let mut first = true;
-                for d in digits.bytes().rev() {
-                    if !first {
+                let (mut val, mut width) = (val, width);
+                loop {
+                    out.push(hex[(val & 0xf) as usize]);
+                    val >>= 4;
+                    width = width.saturating_sub(1);
+                    if width > 0 || val != 0 {
                         out.push(b'.');
+                        width = width.saturating_sub(1);
                     }
-                    out.push(d);
-                    first = false;
+                    if val == 0 && width == 0 {
+                        break;
+                    }
                 }
             }
             _ => {
@@ -976,6 +995,18 @@ mod tests {
     }
 
     #[test]
+    fn directives_start_their_line_and_big_ttls_load_as_zero_either_way() {
+        // After leading blanks `$TTL` would be a record's type: refused, as Knot, NSD and
+        // BIND refuse it.
+        let e = read_all("x A 192.0.2.2\n $TTL 300\ny A 192.0.2.3\n").unwrap_err();
+        assert!(e.to_string().contains("must start its line"), "{e}");
+        // The top bit set, in seconds or with units: 0.
+        let r = read_all("$TTL 4000w\nx A 192.0.2.2\ny 2147483648 A 192.0.2.3\n").unwrap();
+        assert_eq!((r[0].1, r[1].1), (0, 0));
+        assert!(read_all("x 7102w A 192.0.2.2\n").is_err());
+    }
+
+    #[test]
     fn generate() {
         let r = read_all("$GENERATE 1-3 host$ A 10.0.0.$\n$GENERATE 0-4/2 ${10,3,x} CNAME x$\n")
             .unwrap();
@@ -994,8 +1025,17 @@ mod tests {
         assert_eq!(r[2].3, vec![10, 0, 0, 3]);
         assert!(read_all("$GENERATE 1-1000000 h$ A 10.0.0.1\n").is_err());
         assert!(read_all("$GENERATE 5-1 h$ A 10.0.0.1\n").is_err());
-        let r = read_all("$GENERATE 1-1 ${0,4,n} PTR a\\$b\n").unwrap();
+        // Nibble widths count characters, dots included (BIND's reading).
+        let r = read_all("$GENERATE 1-1 ${0,7,n} PTR a\\$b\n").unwrap();
         assert_eq!(r[0].0, "1.0.0.0.example.com.");
+        let r = read_all("$GENERATE 17-17 ${0,3,n}r PTR a\n").unwrap();
+        assert_eq!(r[0].0, "1.1r.example.com.");
+        let r = read_all("$GENERATE 255-255 ${0,0,N} PTR a\n").unwrap();
+        assert_eq!(r[0].0, "F.F.example.com.");
+        // `$$` is a dollar, as `\$` is.
+        let r = read_all("$GENERATE 1-1 a$$$ TXT \"x$$\\$$\"\n").unwrap();
+        assert_eq!(r[0].0, "a\\$1.example.com.");
+        assert_eq!(r[0].3, b"\x04x$$1");
     }
 
     #[test]

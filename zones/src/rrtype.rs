@@ -227,6 +227,13 @@ pub fn mnemonic(code: u16) -> Option<&'static str> {
         .map(|i| TYPES[i].1)
 }
 
+/// True for the pseudo-types that never appear in zone data (OPT, TKEY, TSIG, IXFR, AXFR,
+/// MAILB, MAILA, ANY): a type bitmap must not list them (RFC 4034 §4.1.2), nor an RRSIG
+/// cover them.
+pub fn is_pseudo(t: u16) -> bool {
+    t == 41 || (249..=255).contains(&t)
+}
+
 /// Reads a type from text: a mnemonic (any case) or `TYPEnnn` (RFC 3597).
 pub fn from_text(s: &[u8]) -> Option<u16> {
     if s.len() > 4 && s[..4].eq_ignore_ascii_case(b"TYPE") {

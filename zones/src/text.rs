@@ -2,19 +2,15 @@
 
 /// Reads a TTL: decimal seconds or BIND units (`1w2d3h4m5s`, any case).
 ///
-/// A number of seconds with the top bit set (2^31 to 2^32-1) reads as 0, as RFC 2181 §8 has
-/// such TTLs treated (and Knot loads them); above 2^32-1 it is refused.
+/// Any value up to 2^32-1, written either way, is read as it is (a zone loader takes one with
+/// the top bit set as 0: [`load_ttl`]); above it is refused.
 pub fn parse_ttl(s: &[u8]) -> Result<u32, &'static str> {
     if s.is_empty() {
         return Err("empty TTL");
     }
     if s.iter().all(u8::is_ascii_digit) {
-        let v = parse_u64(s).ok_or("TTL out of range")?;
-        return match v {
-            0..=0x7FFF_FFFF => Ok(v as u32),
-            0x8000_0000..=0xFFFF_FFFF => Ok(0),
-            _ => Err("TTL out of range (above 4294967295)"),
-        };
+        let v = parse_u64(s).ok_or("TTL out of range (above 4294967295)")?;
+        return u32::try_from(v).map_err(|_| "TTL out of range (above 4294967295)");
     }
     let mut total: u64 = 0;
     let mut num: Option<u64> = None;
@@ -36,8 +32,8 @@ pub fn parse_ttl(s: &[u8]) -> Result<u32, &'static str> {
             };
             let n = num.take().ok_or("bad TTL: unit without a number")?;
             total += n * mult;
-            if total > i32::MAX as u64 {
-                return Err("TTL out of range (above 2147483647)");
+            if total > u32::MAX as u64 {
+                return Err("TTL out of range (above 4294967295)");
             }
         }
     }
@@ -46,6 +42,13 @@ pub fn parse_ttl(s: &[u8]) -> Result<u32, &'static str> {
         return Err("bad TTL: number without a unit after units");
     }
     Ok(total as u32)
+}
+
+/// The TTL a zone's record gets for `v` as written: a value with the top bit set (2^31 to
+/// 2^32-1) is 0, as RFC 2181 §8 has such TTLs treated and BIND loads them, whether written in
+/// seconds or with units.
+pub fn load_ttl(v: u32) -> u32 {
+    if v > i32::MAX as u32 { 0 } else { v }
 }
 
 /// Reads an unsigned decimal that fits in u64 (digits only).
@@ -74,10 +77,15 @@ mod tests {
         assert_eq!(parse_ttl(b"1W"), Ok(604800));
         assert_eq!(parse_ttl(b"1d2h3m4s"), Ok(93784));
         assert_eq!(parse_ttl(b"2147483647"), Ok(2147483647));
-        // The top bit set: 0 (RFC 2181 §8); past 32 bits: refused.
-        assert_eq!(parse_ttl(b"2147483648"), Ok(0));
-        assert_eq!(parse_ttl(b"4294967295"), Ok(0));
+        // The top bit set: read as written, loaded as 0 (RFC 2181 §8), in seconds or with
+        // units alike; past 32 bits: refused.
+        assert_eq!(parse_ttl(b"2147483648"), Ok(2147483648));
+        assert_eq!(parse_ttl(b"4294967295"), Ok(4294967295));
+        assert_eq!(parse_ttl(b"4000w"), Ok(2419200000));
+        assert_eq!(load_ttl(2419200000), 0);
+        assert_eq!(load_ttl(2147483647), 2147483647);
         assert!(parse_ttl(b"4294967296").is_err());
+        assert!(parse_ttl(b"7102w").is_err());
         assert!(parse_ttl(b"1h30").is_err());
         assert!(parse_ttl(b"h").is_err());
         assert!(parse_ttl(b"1x").is_err());

@@ -11,6 +11,12 @@ pub(crate) fn parse_nsec(fields: &mut Fields<'_>, out: &mut Vec<u8>) -> Result<(
         let f = word(fields, "an RR type")?;
         let t = crate::rrtype::from_text(f.text)
             .ok_or_else(|| bad(&f, "expected an RR type mnemonic or TYPEnnn"))?;
+        if crate::rrtype::is_pseudo(t) {
+            return Err(bad(
+                &f,
+                "a pseudo-type never in zone data (RFC 4034 §4.1.2)",
+            ));
+        }
         types.push(t);
     }
     encode(&mut types, out);
@@ -50,7 +56,8 @@ pub(crate) fn encode_into(types: &[u16], out: &mut [u8]) -> Option<usize> {
     Some(n)
 }
 
-/// Checks a windowed bitmap: windows ascending, 1-32 octets each, no trailing zero octet.
+/// Checks a windowed bitmap: windows ascending, 1-32 octets each, no trailing zero octet, no
+/// pseudo-type (RFC 4034 §4.1.2: OPT, TKEY to ANY) set.
 pub(crate) fn check_nsec(b: &[u8]) -> Result<(), &'static str> {
     let mut i = 0;
     let mut last: Option<u8> = None;
@@ -70,6 +77,16 @@ pub(crate) fn check_nsec(b: &[u8]) -> Result<(), &'static str> {
         }
         if b[end - 1] == 0 {
             return Err("type bitmap window ends in a zero octet");
+        }
+        // Window 0: OPT (41) is octet 5's 0x40, TKEY-ANY (249-255) octet 31's 0x7f.
+        if w == 0
+            && (b
+                .get(i + 2 + 5)
+                .is_some_and(|&o| i + 2 + 5 < end && o & 0x40 != 0)
+                || b.get(i + 2 + 31)
+                    .is_some_and(|&o| i + 2 + 31 < end && o & 0x7f != 0))
+        {
+            return Err("type bitmap lists a pseudo-type (RFC 4034 §4.1.2)");
         }
         last = Some(w);
         i = end;
@@ -188,6 +205,9 @@ mod tests {
         case(t::NSEC, ".", "00", ".");
         refused(t::NSEC, ". BOGUS", "RR type");
         refused(t::NSEC, ". TYPE65536", "RR type");
+        refused(t::NSEC, "ns.example. A OPT", "pseudo-type");
+        refused(t::NSEC, "ns.example. A TSIG", "pseudo-type");
+        refused(t::NSEC, "ns.example. ANY", "pseudo-type");
         // Out of order, empty and zero-ended windows are malformed.
         refused(t::NSEC, "\\# 7 00010101000101", "out of order");
         for bad in ["0001010001 40", "000100", "00020100", "0021"] {

@@ -189,6 +189,7 @@ mod tests {
         );
         refused(t::RRSIG, "A 8 2 3600 2026042617000 0 1 . AQID", "");
         refused(t::RRSIG, "BOGUS 8 2 3600 0 0 1 . AQID", "RR type");
+        refused(t::RRSIG, "ANY 8 2 3600 0 0 1 . AQID", "pseudo-type");
         case(
             t::NSEC3,
             "1 1 12 aabbccdd k8udemvp1j2f7eg6jebps17vp3n8i58h",

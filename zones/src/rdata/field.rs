@@ -257,6 +257,9 @@ fn parse_one(
             let f = word(fields, "an RR type")?;
             let v = crate::rrtype::from_text(f.text)
                 .ok_or_else(|| bad(&f, "expected an RR type mnemonic or TYPEnnn"))?;
+            if crate::rrtype::is_pseudo(v) {
+                return Err(bad(&f, "a pseudo-type, never in zone data"));
+            }
             out.extend_from_slice(&v.to_be_bytes());
         }
         Kind::DsyncScheme => {
@@ -477,7 +480,14 @@ fn end_of(k: Kind, rdata: &[u8], pos: usize) -> Result<usize, &'static str> {
     let rest = rdata.len().saturating_sub(pos);
     match k {
         Kind::U8 | Kind::Alg | Kind::DsyncScheme => fixed(rdata, pos, 1),
-        Kind::U16 | Kind::CertType | Kind::RrType => fixed(rdata, pos, 2),
+        Kind::U16 | Kind::CertType => fixed(rdata, pos, 2),
+        Kind::RrType => {
+            let end = fixed(rdata, pos, 2)?;
+            if crate::rrtype::is_pseudo(u16::from_be_bytes([rdata[pos], rdata[pos + 1]])) {
+                return Err("a pseudo-type, never in zone data".into());
+            }
+            Ok(end)
+        }
         Kind::U32 | Kind::Period | Kind::Time | Kind::Ipv4 => fixed(rdata, pos, 4),
         Kind::Ipv6 => fixed(rdata, pos, 16),
         Kind::Eui48 => fixed(rdata, pos, 6),

@@ -381,11 +381,21 @@ pub(crate) fn parse(
         } else {
             None
         };
-        let wire = value_to_wire(key, value).map_err(|m| {
-            let mut k = String::new();
-            write_key(key, &mut k);
-            bad(&f, format!("bad {k}: {m}"))
-        })?;
+        let wire = if generic {
+            // RFC 9460 §2.1: a value written under `keyNNNNN` is a char-string whose bytes
+            // are the wire value, for a registered key too (as Knot reads it); it must then be
+            // a sound wire value of that key.
+            let wire = value.map(<[u8]>::to_vec).unwrap_or_default();
+            check_value(key, &wire)
+                .map_err(|m| bad(&f, format!("bad key{key} (the wire value of its key): {m}")))?;
+            wire
+        } else {
+            value_to_wire(key, value).map_err(|m| {
+                let mut k = String::new();
+                write_key(key, &mut k);
+                bad(&f, format!("bad {k}: {m}"))
+            })?
+        };
         params.push((key, wire, f));
     }
     // Stable, so the second of two equal keys is the one reported.
@@ -703,6 +713,15 @@ mod tests {
             "000100 000b0000 ffff0000".replace(' ', "").as_str(),
             "1 . pvd key65535",
         );
+        // A registered key written as keyNNNNN: its value is the wire value (RFC 9460 §2.1).
+        case(
+            t::SVCB,
+            "1 . key1=\\002h2 key3=\\001\\187",
+            "000100 0001000302 6832 00030002 01bb"
+                .replace(' ', "")
+                .as_str(),
+            "1 . alpn=\"h2\" port=443",
+        );
     }
 
     #[test]
@@ -733,7 +752,10 @@ mod tests {
             ("1 . oots=\"do53:100,dot\"", "percentage"),
             ("1 . oots=\"do53:100,dot:101\"", "0-100"),
             ("1 . oots=\"do53:1,do53:2\"", "unique"),
-            ("1 . port=1 key3=2", "twice"),
+            ("1 . port=1 key3=\\000\\002", "twice"),
+            // keyNNNNN carries the wire value, checked as its key's: a port of 1 octet.
+            ("1 . key3=2", "bad key3"),
+            ("1 . key1=h2", "bad key1"),
             ("1 . bogus", "unknown SvcParam key"),
             ("1 . PORT=1", "unknown SvcParam key"),
             ("1 . key07=1", "unknown SvcParam key"),
