@@ -145,8 +145,8 @@ def measure(name, seconds, net):
     answered = sum(1 for ok, _ in results if ok)
     out = {"server": name, "clients": len(results), "answered": answered,
            "answered_pct": 100.0 * answered / max(len(results), 1),
-           "p50_ms": c.percentile(lat, 50) * 1e3 if lat else None,
-           "p99_ms": c.percentile(lat, 99) * 1e3 if lat else None,
+           "p50_ms": c.percentile(lat, 0.5) * 1e3 if lat else None,
+           "p99_ms": c.percentile(lat, 0.99) * 1e3 if lat else None,
            "attack_connections": stats["opened"], "attack_refused": stats["failed"]}
     c.log(f"{name}: {answered}/{len(results)} clients answered, attack opened "
           f"{stats['opened']} connections ({stats['failed']} failed)")

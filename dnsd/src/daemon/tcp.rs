@@ -14,10 +14,11 @@
 //! are bounded in total and per source, idle connections are closed (after a second while
 //! the table is more than three quarters full), and so are connections that reach the query
 //! limit. A client that asks (RFC 7828) is told the idle timeout. When the table is full, a
-//! new connection closes the connection that has been quiet longest (every query answered,
-//! none begun: RFC 7766 §6.2.3) rather than being refused, so connections opened and held
-//! silent, however fast they come back, cannot keep new clients out; only when no
-//! connection is quiet is the new one refused.
+//! new connection closes a quiet connection (every query answered, none begun: RFC 7766
+//! §6.2.3) rather than being refused: of the longest-quiet few, the one whose source holds
+//! most connections. So connections opened and held silent, however fast they come back,
+//! cannot keep new clients out, and a client with one connection is the last to go; only
+//! when no connection is quiet is the new one refused.
 //!
 //! DNS over TLS (RFC 7858) is the same server behind a handshake: its listeners' sources
 //! meet the block map before the handshake, and share the connection bounds with TCP.
@@ -49,6 +50,10 @@ const QUEUED_BYTES: usize = 64 * 1024;
 /// Evictions under way at once (each a new connection waiting for the slot its victim frees);
 /// past it a new connection to a full table is refused.
 const MAX_EVICTING: usize = 64;
+
+/// The longest-quiet connections looked at for one eviction (the one whose source holds most
+/// connections goes).
+const EVICT_CANDIDATES: usize = 16;
 
 /// How long a new connection waits for the slot of the connection it evicted.
 const EVICT_WAIT: Duration = Duration::from_millis(250);
@@ -97,7 +102,7 @@ pub struct TcpServer {
     pipeline_full: AtomicU64,
     /// Quiet connections while the table is pressed, by when they fell quiet (and a number
     /// to tell apart those of one instant): told to close, oldest first, when it is full.
-    quiet: Mutex<BTreeMap<(Instant, u64), Arc<Notify>>>,
+    quiet: Mutex<BTreeMap<(Instant, u64), (IpAddr, Arc<Notify>)>>,
     /// Numbers for `quiet`'s keys.
     quiet_seq: AtomicU64,
     /// New connections waiting for the slot of the one they evicted.
@@ -182,7 +187,25 @@ impl TcpServer {
             self.evicting.fetch_sub(1, Ordering::Relaxed);
             return Slot::Full;
         }
-        let victim = self.quiet.lock().expect("quiet lock").pop_first();
+        let victim = {
+            let mut quiet = self.quiet.lock().expect("quiet lock");
+            // Of the longest-quiet few, the one whose source holds most connections (the
+            // oldest of those): one source's pile goes before another client's only one.
+            let per_source = self.per_source.lock().expect("per-source lock");
+            let pick = quiet
+                .iter()
+                .take(EVICT_CANDIDATES)
+                .map(|(k, (ip, _))| (per_source.get(ip).copied().unwrap_or(0), *k))
+                .fold(
+                    None,
+                    |best: Option<(usize, (Instant, u64))>, c| match best {
+                        Some(b) if b.0 >= c.0 => Some(b),
+                        _ => Some(c),
+                    },
+                );
+            drop(per_source);
+            pick.and_then(|(_, k)| quiet.remove(&k))
+        };
         match victim {
             Some((_, told)) => {
                 told.notify_one();
@@ -223,14 +246,14 @@ impl TcpServer {
         }
     }
 
-    /// A place among the quiet connections, since `since`.
-    fn fall_quiet(&self, since: Instant) -> QuietPlace<'_> {
+    /// A place among the quiet connections for `ip`'s connection, since `since`.
+    fn fall_quiet(&self, ip: IpAddr, since: Instant) -> QuietPlace<'_> {
         let key = (since, self.quiet_seq.fetch_add(1, Ordering::Relaxed));
         let told = Arc::new(Notify::new());
         self.quiet
             .lock()
             .expect("quiet lock")
-            .insert(key, told.clone());
+            .insert(key, (ip, told.clone()));
         QuietPlace {
             server: self,
             key,
@@ -507,6 +530,7 @@ impl TcpServer {
         rd: &mut R,
         buf: &mut [u8; 2],
         idle: Duration,
+        peer: IpAddr,
         quiet: impl Fn() -> bool,
     ) -> Waited {
         let start = Instant::now();
@@ -517,7 +541,7 @@ impl TcpServer {
             // Looked at again every second: pressure comes and goes. Only under pressure
             // does a quiet connection take a place (a lock): the path is free otherwise.
             if place.is_none() && self.pressed() && quiet() {
-                place = Some(self.fall_quiet(start));
+                place = Some(self.fall_quiet(peer, start));
             }
             let left = self.wait_limit(idle).saturating_sub(start.elapsed());
             let told = async {
@@ -589,7 +613,11 @@ impl TcpServer {
             // Quiet: nothing read is unanswered (the slot just taken is the only one out)
             // and no transfer streams.
             let quiet = || slots.available_permits() + 1 == depth && transfers.is_empty();
-            match self.read_or_idle(&mut rd, &mut len_buf, idle, quiet).await {
+            let ip = peer.ip();
+            match self
+                .read_or_idle(&mut rd, &mut len_buf, idle, ip, quiet)
+                .await
+            {
                 Waited::Read(Ok(_)) => {}
                 Waited::Read(Err(_)) | Waited::Evicted => break,
                 Waited::Idle => {
@@ -1037,6 +1065,56 @@ mod tests {
         for s in rest.iter_mut().chain([&mut new]) {
             end_query(s).await;
             assert!(read_msg(s).await.is_some());
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_source_holding_many_quiet_connections_loses_one_before_a_lone_client() {
+        let (srv, addr, _stats) = start(
+            TcpLimits {
+                max_connections: 4,
+                max_per_source: 3,
+                pressed_idle: Duration::from_secs(20),
+                ..limits()
+            },
+            None,
+            None,
+        );
+        // The lone client came first (quiet longest), then three from one source.
+        let mut lone = connect("127.0.0.2", addr).await;
+        assert!(ask(&mut lone, 1).await.is_some());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut pile = Vec::new();
+        for i in 0..3 {
+            let mut s = connect("127.0.0.3", addr).await;
+            assert!(ask(&mut s, 2 + i).await.is_some());
+            pile.push(s);
+        }
+        wait_quiet(&srv, 4).await;
+        let mut new = connect("127.0.0.4", addr).await;
+        assert!(ask(&mut new, 9).await.is_some());
+        assert_eq!(srv.evicted(), 1);
+        // One of the pile went, not the lone client.
+        assert!(ask(&mut lone, 10).await.is_some(), "the lone client stays");
+        let mut closed = 0;
+        for s in pile.iter_mut() {
+            if read_msg_within(s, Duration::from_millis(300))
+                .await
+                .is_none()
+            {
+                closed += 1;
+            }
+        }
+        assert_eq!(closed, 1);
+    }
+
+    /// `None` when the server closed `s` within `wait`, else what it read (or a timeout
+    /// marker).
+    async fn read_msg_within(s: &mut TcpStream, wait: Duration) -> Option<()> {
+        let mut b = [0u8; 1];
+        match tokio::time::timeout(wait, s.read(&mut b)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => None,
+            _ => Some(()),
         }
     }
 
