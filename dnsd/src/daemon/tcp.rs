@@ -102,7 +102,7 @@ pub struct TcpServer {
     pipeline_full: AtomicU64,
     /// Quiet connections while the table is pressed, by when they fell quiet (and a number
     /// to tell apart those of one instant): told to close, oldest first, when it is full.
-    quiet: Mutex<BTreeMap<(Instant, u64), (IpAddr, Arc<Notify>)>>,
+    quiet: Mutex<BTreeMap<QuietKey, (IpAddr, Arc<Notify>)>>,
     /// Numbers for `quiet`'s keys.
     quiet_seq: AtomicU64,
     /// New connections waiting for the slot of the one they evicted.
@@ -110,6 +110,9 @@ pub struct TcpServer {
     /// Quiet connections closed to make room for a new one.
     evicted: AtomicU64,
 }
+
+/// When a connection fell quiet, and a number to tell apart those of one instant.
+type QuietKey = (Instant, u64);
 
 /// A connection slot for a new connection.
 pub(super) enum Slot {
@@ -135,7 +138,7 @@ enum Waited {
 /// A quiet connection's place in [`TcpServer::quiet`], left when dropped.
 struct QuietPlace<'a> {
     server: &'a TcpServer,
-    key: (Instant, u64),
+    key: QuietKey,
     told: Arc<Notify>,
 }
 

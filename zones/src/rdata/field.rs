@@ -484,7 +484,7 @@ fn end_of(k: Kind, rdata: &[u8], pos: usize) -> Result<usize, &'static str> {
         Kind::RrType => {
             let end = fixed(rdata, pos, 2)?;
             if crate::rrtype::is_pseudo(u16::from_be_bytes([rdata[pos], rdata[pos + 1]])) {
-                return Err("a pseudo-type, never in zone data".into());
+                return Err("a pseudo-type, never in zone data");
             }
             Ok(end)
         }
