@@ -61,7 +61,9 @@
 //! # Bounds
 //!
 //! - `capacity` entries: inserting a new entry into a full map evicts the entry closest to
-//!   expiry (an indexed min-heap on expiry finds it in O(log n)); evictions are counted and
+//!   expiry (an indexed min-heap on expiry finds it in O(log n)) — but suspects, which forged
+//!   packets can make, hold at most half the map and never push out a proven entry (a new
+//!   suspect that would is not taken: `suspects_refused`); evictions are counted and
 //!   reach subscribers as [`Change::Remove`] with [`RemoveCause::Evicted`]. Insert never fails.
 //! - `feed_capacity` queued changes per subscriber: a subscriber that falls behind loses its
 //!   queue and receives [`Delivery::Resync`] with a full snapshot next, never a silent gap.
@@ -482,6 +484,9 @@ pub enum InsertOutcome {
     Evicted(IpNet),
     /// The policy refused it (never-block, short prefix); nothing changed.
     Refused(crate::never_block::Refusal),
+    /// A suspect found no room: suspects already hold half the map, or only a proven entry
+    /// could have made room; nothing changed.
+    SuspectsFull,
 }
 
 /// What a batch insert did, by outcome.
@@ -509,7 +514,7 @@ impl BatchOutcome {
                 self.new += 1;
                 self.evicted += 1;
             }
-            InsertOutcome::Refused(_) => self.refused += 1,
+            InsertOutcome::Refused(_) | InsertOutcome::SuspectsFull => self.refused += 1,
         }
     }
 }
@@ -623,6 +628,8 @@ pub struct BlockStats {
     pub expirations: u64,
     /// Entries evicted because the map was full.
     pub evictions: u64,
+    /// Suspects not taken: suspects held half the map, or only a proven entry could go.
+    pub suspects_refused: u64,
     /// Inserts refused by the policy, by cause ([`crate::never_block::Refusal::ALL`] order).
     pub refused: [u64; 2],
     /// Live entries by evidence ([`Evidence::ALL`] order).
@@ -698,6 +705,7 @@ struct WriterCounters {
     removals: u64,
     expirations: u64,
     evictions: u64,
+    suspects_refused: u64,
     refused: [u64; 2],
     /// Entries that are prefixes rather than hosts (kept here so stats never scan).
     prefixes: usize,
@@ -880,8 +888,20 @@ impl Writer {
             self.counters.refreshes += 1;
             return InsertOutcome::Refreshed;
         }
+        let full = self.by_net.len() >= capacity.max(1);
+        if !e.evidence.is_proven() {
+            // Forged packets make suspects: they may fill half the map at most, and never
+            // push out an entry that proof or an operator put there.
+            let suspects = self.counters.by_evidence[evidence_index(Evidence::Udp)];
+            if suspects >= (capacity / 2).max(1)
+                || (full && self.slots[self.heap[0]].entry.evidence.is_proven())
+            {
+                self.counters.suspects_refused += 1;
+                return InsertOutcome::SuspectsFull;
+            }
+        }
         let mut outcome = InsertOutcome::New;
-        if self.by_net.len() >= capacity.max(1) {
+        if full {
             let victim = self.heap[0];
             let vnet = self.slots[victim].entry.net;
             self.remove_id(victim, RemoveCause::Evicted);
@@ -1278,6 +1298,7 @@ impl BlockMap {
             removals: c.removals,
             expirations: c.expirations,
             evictions: c.evictions,
+            suspects_refused: c.suspects_refused,
             refused: c.refused,
             by_evidence: c.by_evidence,
             hits,
@@ -1629,6 +1650,12 @@ impl crate::metrics::Source for BlockMap {
                 b.evictions,
             ),
             (
+                "suspects_refused",
+                "palisade_blockmap_suspects_refused_total",
+                "Suspects not taken: suspects held half the map, or only a proven entry could have made room.",
+                b.suspects_refused,
+            ),
+            (
                 "hits",
                 "palisade_blockmap_hits_total",
                 "Lookups that hit a live entry.",
@@ -1969,6 +1996,55 @@ mod tests {
             }
         );
         assert_eq!(ch.len(), 3);
+    }
+
+    #[test]
+    fn suspects_hold_half_the_map_at_most_and_never_evict_a_proven_entry() {
+        let m = small(8, 100);
+        let s = |i: u8, exp: u64| {
+            BlockEntry::new(
+                net(&format!("192.0.2.{i}")),
+                exp,
+                "s",
+                Origin::Local,
+                Evidence::Udp,
+            )
+        };
+        // An operator's block closest to expiry, then suspects: at most four of eight.
+        let op = BlockEntry::new(
+            net("198.51.100.1"),
+            10,
+            "op",
+            Origin::Operator,
+            Evidence::Operator,
+        );
+        assert_eq!(m.insert(op), InsertOutcome::New);
+        for i in 0..4 {
+            assert_eq!(m.insert(s(i, 1000)), InsertOutcome::New);
+        }
+        assert_eq!(m.insert(s(9, 1000)), InsertOutcome::SuspectsFull);
+        // Proven entries fill the rest; the map is full.
+        for i in 0..3 {
+            let e = BlockEntry::new(
+                net(&format!("203.0.113.{i}")),
+                2000,
+                "t",
+                Origin::Local,
+                Evidence::Tcp,
+            );
+            assert_eq!(m.insert(e), InsertOutcome::New);
+        }
+        // Below their share, in a full map, a suspect never pushes the operator's block
+        // (closest to expiry) out.
+        m.remove(net("192.0.2.0"), RemoveCause::Operator);
+        let e = BlockEntry::new(net("203.0.113.7"), 2000, "t", Origin::Local, Evidence::Tcp);
+        assert_eq!(m.insert(e), InsertOutcome::New);
+        assert_eq!(m.insert(s(20, 5)), InsertOutcome::SuspectsFull);
+        assert!(m.get(net("198.51.100.1")).is_some());
+        assert_eq!(m.stats().suspects_refused, 2);
+        // A proven entry may evict what is closest to expiry.
+        let e = BlockEntry::new(net("203.0.113.9"), 3000, "t", Origin::Local, Evidence::Tcp);
+        assert!(matches!(m.insert(e), InsertOutcome::Evicted(_)));
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub struct SuspectsConfig {
     /// Truncated (TC=1) replies per second per source prefix (`[defence.rrl]` `ipv4_prefix`,
     /// `ipv6_prefix`); beyond, a suspect's UDP queries are dropped and counted.
     pub tc_per_second: f64,
+    /// Past the budget, one query in `slip` is still answered TC=1 (0: none), as RRL slips:
+    /// a flood forged in a resolver's name cannot use up every reply its real queries get.
+    pub slip: u32,
     /// Slots of the budget's table (8 bytes each).
     pub table_size: usize,
 }
@@ -36,6 +39,7 @@ impl Default for SuspectsConfig {
     fn default() -> Self {
         SuspectsConfig {
             tc_per_second: 100.0,
+            slip: 2,
             table_size: 1 << 16,
         }
     }
@@ -239,6 +243,9 @@ impl DefenceConfig {
                 "suspects.tc_per_second",
                 "must be above 0 and at most 250000",
             );
+        }
+        if t.slip > 10 {
+            return e("suspects.slip", "must be 0 (off) to 10");
         }
         let w = &self.random_subdomain;
         if w.zone_nxdomains_per_second.is_nan() || w.zone_nxdomains_per_second <= 0.0 {

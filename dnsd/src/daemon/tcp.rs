@@ -126,10 +126,10 @@ pub(super) enum Slot {
 }
 
 /// What waiting for a query's length prefix came to.
-enum Waited {
-    /// The read ended (the prefix read, or the connection closed or failed).
-    Read(std::io::Result<usize>),
-    /// Nothing for the idle time.
+enum Waited<T> {
+    /// What was waited for came (a read ended, a permit was given).
+    Done(T),
+    /// Not within the idle time (the pressed idle time while the table is pressed).
     Idle,
     /// Closed to make room for a new connection.
     Evicted,
@@ -524,26 +524,27 @@ impl TcpServer {
         self.open_connections() * 4 > self.limits.max_connections * 3
     }
 
-    /// Waits for the next query's length prefix: [`Waited::Idle`] after `idle` without one
-    /// (`pressed_idle` while the connection table is pressed). A connection `quiet` says is
-    /// quiet (every query answered) waiting while the table is pressed may be told to make
-    /// room for a new one ([`Waited::Evicted`]); both are looked at again every second.
-    async fn read_or_idle<R: AsyncRead + Unpin>(
+    /// Waits for `fut`, something only the client can bring about (its next bytes, or its
+    /// reading our answers): [`Waited::Idle`] after `idle` (`pressed_idle` while the
+    /// connection table is pressed, looked at again every second). While the table is
+    /// pressed and `evictable` says so, the connection takes a place in the eviction order
+    /// and may be told to make room for a new one ([`Waited::Evicted`]): a connection waiting
+    /// on its client, never one whose queries we are still answering.
+    async fn on_client<F: std::future::Future>(
         &self,
-        rd: &mut R,
-        buf: &mut [u8; 2],
+        fut: F,
         idle: Duration,
         peer: IpAddr,
-        quiet: impl Fn() -> bool,
-    ) -> Waited {
+        evictable: impl Fn() -> bool,
+    ) -> Waited<F::Output> {
         let start = Instant::now();
-        // Polled across the waits below, never dropped half read.
-        let mut read = std::pin::pin!(rd.read_exact(buf));
+        // Polled across the waits below, never dropped half done.
+        let mut fut = std::pin::pin!(fut);
         let mut place: Option<QuietPlace<'_>> = None;
         loop {
-            // Looked at again every second: pressure comes and goes. Only under pressure
-            // does a quiet connection take a place (a lock): the path is free otherwise.
-            if place.is_none() && self.pressed() && quiet() {
+            // Only under pressure does a connection take a place (a lock): the path is free
+            // otherwise.
+            if place.is_none() && self.pressed() && evictable() {
                 place = Some(self.fall_quiet(peer, start));
             }
             let left = self.wait_limit(idle).saturating_sub(start.elapsed());
@@ -555,7 +556,7 @@ impl TcpServer {
             };
             tokio::select! {
                 biased;
-                r = &mut read => return Waited::Read(r),
+                r = &mut fut => return Waited::Done(r),
                 _ = told => return Waited::Evicted,
                 _ = tokio::time::sleep(left.min(Duration::from_secs(1))) => {
                     if left <= Duration::from_secs(1) {
@@ -599,30 +600,47 @@ impl TcpServer {
         let mut req = vec![0u8; 512];
         let mut served = 0;
         let mut refused = false;
+        // Closed while its client held it without progress (evicted for a new connection, or
+        // stalled past the idle time): what is queued for it is not written.
+        let mut cut = false;
+        let ip = peer.ip();
         while served < self.limits.max_queries {
             // Finished transfers leave the set (their results are logged by the job).
             while transfers.try_join_next().is_some() {}
             let slot = match slots.clone().try_acquire_owned() {
                 Ok(s) => s,
                 Err(_) => {
-                    // At the bound: nothing more is read until an answer is written.
+                    // At the bound: nothing more is read until an answer is written, which
+                    // waits on the client reading (unless a transfer holds the slots).
                     self.held_back();
-                    match slots.clone().acquire_owned().await {
-                        Ok(s) => s,
-                        Err(_) => break,
+                    let wait = slots.clone().acquire_owned();
+                    match self
+                        .on_client(wait, idle, ip, || transfers.is_empty())
+                        .await
+                    {
+                        Waited::Done(Ok(s)) => s,
+                        Waited::Done(Err(_)) => break,
+                        Waited::Idle => {
+                            stats.dropped(DropCause::TcpTimeout);
+                            cut = true;
+                            break;
+                        }
+                        Waited::Evicted => {
+                            cut = true;
+                            break;
+                        }
                     }
                 }
             };
             // Quiet: nothing read is unanswered (the slot just taken is the only one out)
             // and no transfer streams.
             let quiet = || slots.available_permits() + 1 == depth && transfers.is_empty();
-            let ip = peer.ip();
             match self
-                .read_or_idle(&mut rd, &mut len_buf, idle, ip, quiet)
+                .on_client(rd.read_exact(&mut len_buf), idle, ip, quiet)
                 .await
             {
-                Waited::Read(Ok(_)) => {}
-                Waited::Read(Err(_)) | Waited::Evicted => break,
+                Waited::Done(Ok(_)) => {}
+                Waited::Done(Err(_)) | Waited::Evicted => break,
                 Waited::Idle => {
                     // Idle: no query for the idle time (a transfer still streaming keeps
                     // the connection open until it ends, and is not an idle connection).
@@ -643,9 +661,9 @@ impl TcpServer {
             let mut have = 0;
             if served == 0 && len_buf == [0x0D, 0x0A] {
                 have = shield::proxy_proto::V2_SIGNATURE.len() - 2;
-                let limit = self.wait_limit(idle);
-                match tokio::time::timeout(limit, rd.read_exact(&mut req[..have])).await {
-                    Ok(Ok(_)) => {}
+                let read = rd.read_exact(&mut req[..have]);
+                match self.on_client(read, idle, ip, || true).await {
+                    Waited::Done(Ok(_)) => {}
                     _ => break,
                 }
                 if req[..have] == shield::proxy_proto::V2_SIGNATURE[2..] {
@@ -654,11 +672,23 @@ impl TcpServer {
                 }
             }
             // A query begun must come whole within the idle time (a second while the
-            // table is pressed: a client sends its query at once).
-            let limit = self.wait_limit(idle);
-            match tokio::time::timeout(limit, rd.read_exact(&mut req[have..len])).await {
-                Ok(Ok(_)) => {}
-                _ => break,
+            // table is pressed: a client sends its query at once); a connection waiting for
+            // the rest may make room for a new one.
+            match self
+                .on_client(rd.read_exact(&mut req[have..len]), idle, ip, || true)
+                .await
+            {
+                Waited::Done(Ok(_)) => {}
+                Waited::Done(Err(_)) => break,
+                Waited::Idle => {
+                    stats.dropped(DropCause::TcpTimeout);
+                    cut = true;
+                    break;
+                }
+                Waited::Evicted => {
+                    cut = true;
+                    break;
+                }
             }
             p.refresh();
             let reply = OUT.with(|o| {
@@ -684,9 +714,19 @@ impl TcpServer {
                     Err(_) => {
                         // Answers enough wait for a client that does not read: stop reading.
                         self.held_back();
-                        match bytes.clone().acquire_many_owned(n).await {
-                            Ok(h) => h,
-                            Err(_) => break,
+                        let wait = bytes.clone().acquire_many_owned(n);
+                        match self.on_client(wait, idle, ip, || true).await {
+                            Waited::Done(Ok(h)) => h,
+                            Waited::Done(Err(_)) => break,
+                            Waited::Idle => {
+                                stats.dropped(DropCause::TcpTimeout);
+                                cut = true;
+                                break;
+                            }
+                            Waited::Evicted => {
+                                cut = true;
+                                break;
+                            }
                         }
                     }
                 };
@@ -719,8 +759,9 @@ impl TcpServer {
             // Closed at the query limit: a bound hit, counted.
             stats.dropped(DropCause::TcpQueryLimit);
         }
-        if refused {
-            // A source blocked mid-connection gets nothing more, transfers included.
+        if refused || cut {
+            // A source blocked mid-connection gets nothing more, transfers included; nor does
+            // a client that held the connection without progress.
             transfers.abort_all();
             writer.abort();
             return;
@@ -973,34 +1014,26 @@ mod tests {
         let mut c = connect("127.0.0.3", addr).await;
         assert!(ask(&mut c, 3).await.is_some());
         assert_eq!(srv.open_connections(), 2);
-        // Two open, the total limit, neither quiet (each has begun a query): a third source
-        // is closed too.
-        begin_query(&mut a).await;
-        begin_query(&mut c).await;
-        wait_quiet(&srv, 0).await;
+        // Two open, the total limit, both waiting on their clients: a third source is
+        // served by closing the one that waited longest; the table never holds more.
+        wait_quiet(&srv, 2).await;
         let mut d = connect("127.0.0.4", addr).await;
-        assert!(ask(&mut d, 4).await.is_none(), "over the total limit");
+        assert!(ask(&mut d, 4).await.is_some(), "served: room was made");
+        assert_eq!(srv.evicted(), 1);
+        assert_eq!(drops(&stats, DropCause::TcpLimit), 1);
+        assert!(srv.open_connections() <= 2);
+        assert!(ask(&mut a, 5).await.is_none(), "the longest waiting went");
+        assert!(ask(&mut c, 6).await.is_some(), "the other stays");
+        // With nobody to close (none in the eviction order), a new source is refused.
+        srv.quiet.lock().unwrap().clear();
+        let mut e = connect("127.0.0.5", addr).await;
+        assert!(ask(&mut e, 7).await.is_none(), "over the total limit");
         assert_eq!(drops(&stats, DropCause::TcpLimit), 2);
-        assert_eq!(srv.evicted(), 0);
-        // The connections held are not disturbed: their queries are answered.
-        end_query(&mut a).await;
-        assert!(read_msg(&mut a).await.is_some());
-        // Once the first source's connection is gone it may connect again.
-        drop(a);
-        for _ in 0..500 {
-            if srv.open_connections() == 1 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(srv.open_connections(), 1);
-        let mut e = connect("127.0.0.2", addr).await;
-        assert!(ask(&mut e, 5).await.is_some());
-        assert_eq!(drops(&stats, DropCause::TcpLimit), 2);
-        drop(c);
+        assert_eq!(srv.open_connections(), 2);
+        drop((c, d));
     }
 
-    /// Waits (5 s at most) for `n` connections to be quiet.
+    /// Waits (5 s at most) for `n` connections to be in the eviction order.
     async fn wait_quiet(srv: &TcpServer, n: usize) {
         for _ in 0..500 {
             if srv.quiet.lock().unwrap().len() == n {
@@ -1008,19 +1041,15 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(srv.quiet.lock().unwrap().len(), n, "quiet connections");
+        let len = srv.quiet.lock().unwrap().len();
+        assert_eq!(len, n, "connections in the eviction order");
     }
 
-    /// The first bytes of a query (its length and part of it): the connection is not quiet.
+    /// The first bytes of a query (its length and part of it): the connection waits on its
+    /// client for the rest.
     async fn begin_query(s: &mut TcpStream) {
         let f = frame(&Q::new("www.example.com.", 1).id(77).bytes());
         s.write_all(&f[..5]).await.unwrap();
-    }
-
-    /// The rest of the query [`begin_query`] began.
-    async fn end_query(s: &mut TcpStream) {
-        let f = frame(&Q::new("www.example.com.", 1).id(77).bytes());
-        s.write_all(&f[5..]).await.unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1054,21 +1083,21 @@ mod tests {
         assert_eq!(srv.evicted(), 1);
         assert_eq!(drops(&stats, DropCause::TcpLimit), 0);
         assert!(ask(&mut held[1], 11).await.is_some(), "the others stay");
-        // Connections in the middle of a query are never closed for a new one: with none
-        // quiet, the next client is refused.
+        // A connection stalled in the middle of a query waits on its client too: it may make
+        // room for the next one. One whose query ends in time is answered.
         begin_query(&mut held[1]).await;
-        begin_query(&mut held[2]).await;
-        begin_query(&mut new).await;
-        wait_quiet(&srv, 0).await;
+        wait_quiet(&srv, 3).await;
         let mut late = connect("127.0.0.6", addr).await;
-        assert!(ask(&mut late, 12).await.is_none(), "refused: nobody quiet");
-        assert_eq!(drops(&stats, DropCause::TcpLimit), 1);
-        assert_eq!(srv.evicted(), 1);
-        let (_, rest) = held.split_at_mut(1);
-        for s in rest.iter_mut().chain([&mut new]) {
-            end_query(s).await;
-            assert!(read_msg(s).await.is_some());
+        assert!(ask(&mut late, 12).await.is_some(), "served");
+        assert_eq!(srv.evicted(), 2);
+        assert_eq!(drops(&stats, DropCause::TcpLimit), 0);
+        let mut open = 0;
+        for s in [&mut held[2], &mut new] {
+            if ask(s, 13).await.is_some() {
+                open += 1;
+            }
         }
+        assert!(open >= 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

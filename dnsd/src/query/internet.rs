@@ -951,11 +951,24 @@ impl<'q> Answerer<'_, '_, 'q> {
                         Some(o) => Owner::At(o),
                         None => Owner::Name(lower),
                     };
-                    if self.w.rrset(Section::Additional, zone, &s, owner).is_err() {
+                    // Addresses that are our signed data (not glue) go with their RRSIGs
+                    // when DO is set (RFC 4035 §3.1.1), or not at all.
+                    let sig = if self.dnssec {
+                        zone.rrsig(node, rtype)
+                    } else {
+                        None
+                    };
+                    let m = self.w.mark();
+                    let ok = self.w.rrset(Section::Additional, zone, &s, owner).is_ok()
+                        && sig.is_none_or(|sig| {
+                            self.w.rrset(Section::Additional, zone, sig, owner).is_ok()
+                        });
+                    if !ok {
+                        self.w.rollback(m);
                         if required {
                             self.tc();
                         }
-                        return;
+                        // Smaller records after it may still fit (as Knot packs them).
                     }
                 }
             }

@@ -289,6 +289,13 @@ fn parse_sections(
 ) -> Result<(), ParseError> {
     let op = q.opcode();
     let fe = |question, edns| ParseError::FormErr { question, edns };
+    if qd == 0 && !lenient {
+        // No question (a query for a server cookie, RFC 7873 §5.4): FORMERR, with OPT when
+        // the message carries a sound one (RFC 6891 §6.1.1), as Knot answers it.
+        q.question_end = 12;
+        let edns = skip_sections(req, q, 12, an, ns, ar).is_some() && q.edns.is_some();
+        return Err(fe(false, edns));
+    }
     if qd != 1 {
         return Err(fe(false, false));
     }
@@ -371,6 +378,26 @@ fn parse_sections(
         p = next;
     }
     Ok(())
+}
+
+/// Reads the records from `p` on (a message without a question) for its OPT only; `None`
+/// when they are not sound.
+fn skip_sections(req: &[u8], q: &mut Query, mut p: usize, an: u16, ns: u16, ar: u16) -> Option<()> {
+    for _ in 0..(an as usize + ns as usize) {
+        p = skip_rr(req, p)?.0;
+    }
+    for _ in 0..ar {
+        let (next, rtype, root, rdata_off) = skip_rr(req, p)?;
+        if rtype == zones::rrtype::t::OPT {
+            if q.edns.is_some() || !root {
+                q.edns = None;
+                return None;
+            }
+            q.edns = Some(parse_opt(req, p, rdata_off, next).ok()?);
+        }
+        p = next;
+    }
+    Some(())
 }
 
 /// Skips one RR at `p`: (next offset, type, owner is the root, RDATA offset).

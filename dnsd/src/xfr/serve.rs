@@ -70,6 +70,11 @@ fn tsig_error(x: &Transfers, c: &Ctx<'_>, out: &mut [u8], f: &tsig::Failure) -> 
     let limit = c.limit(out.len());
     let mut w = Writer::new(out, limit);
     w.start(c.req, c.q, f.rcode, true);
+    // A request with OPT gets OPT back, errors included (RFC 6891 §6.1.1), as Knot and NSD
+    // answer; the TSIG, when one goes, comes after it.
+    if c.q.edns.is_some() {
+        crate::query::response::put_opt(&mut w, c.q, c.udp_payload, f.rcode, Default::default());
+    }
     let n = w.finish();
     c.stats.response(f.rcode, false);
     let Some(rr) = &f.rr else {

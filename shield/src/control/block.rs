@@ -193,6 +193,9 @@ fn add(blocks: &BlockMap, net: &str, opts: &[&str]) -> Reply {
         InsertOutcome::Refreshed => "block refreshed".to_string(),
         InsertOutcome::Unchanged => "already blocked".to_string(),
         InsertOutcome::Evicted(other) => format!("blocked (the map was full: {other} evicted)"),
+        InsertOutcome::SuspectsFull => {
+            "not taken: suspects fill their share of the map".to_string()
+        }
         InsertOutcome::Refused(why) => {
             return Reply::err(format!("{n}: refused ({why})\n"));
         }

@@ -318,6 +318,7 @@ impl crate::query::module::QueryModule for Module {
                 if !matches!(
                     s.blocks.insert(entry),
                     shield::block::InsertOutcome::Refused(_)
+                        | shield::block::InsertOutcome::SuspectsFull
                 ) {
                     s.suspected.fetch_add(1, Ordering::Relaxed);
                     env.recorder.record(

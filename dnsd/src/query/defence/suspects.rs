@@ -7,7 +7,9 @@
 //! ([`Step::Truncate`], never more bytes than the query) so that a real resolver comes back
 //! over TCP and is served; a forged source costs one small reply at most. Past
 //! `[defence.suspects] tc_per_second` per source prefix (`[defence.rrl]` `ipv4_prefix` /
-//! `ipv6_prefix`) the replies are dropped and counted. TCP queries and queries with a valid
+//! `ipv6_prefix`) the replies are dropped and counted, but for one in `slip` still answered
+//! TC=1 (as RRL slips): a flood forged in a resolver's name then leaves that resolver a share
+//! of truncations to come back over TCP with, never nothing. TCP queries and queries with a valid
 //! server cookie are answered as usual. A suspect of scope [`Scope::Nxdomain`] (the
 //! random-subdomain defence's) has only its NXDOMAIN answers truncated: its queries for
 //! names that exist are answered.
@@ -30,6 +32,10 @@ use crate::query::module::{
 pub struct Suspects {
     limiter: RateLimiter,
     limit: Limit,
+    /// One in this many queries past the budget is still truncated (0: none).
+    slip: u64,
+    /// Queries past the budget (the slip's count).
+    over: AtomicU64,
     v4: u8,
     v6: u8,
     /// Queries answered TC=1 (a suspect's, a flooder's NXDOMAIN).
@@ -49,6 +55,8 @@ impl Suspects {
                 slots: cfg.table_size,
             }),
             limit: Limit::per_second(rate, rate.ceil().max(1.0) as u32),
+            slip: u64::from(cfg.slip),
+            over: AtomicU64::new(0),
             v4,
             v6,
             truncated: AtomicU64::new(0),
@@ -61,7 +69,14 @@ impl Suspects {
     #[inline]
     pub fn admit(&self, src: IpAddr, now_us: u64) -> bool {
         let key = source_key(src, self.v4, self.v6);
-        if self.limiter.check(&key, &self.limit, now_us).is_allow() {
+        let slipped = || {
+            self.slip > 0
+                && self
+                    .over
+                    .fetch_add(1, Ordering::Relaxed)
+                    .is_multiple_of(self.slip)
+        };
+        if self.limiter.check(&key, &self.limit, now_us).is_allow() || slipped() {
             self.truncated.fetch_add(1, Ordering::Relaxed);
             true
         } else {
