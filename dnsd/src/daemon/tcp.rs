@@ -135,6 +135,22 @@ enum Waited<T> {
     Evicted,
 }
 
+impl<T> Waited<T> {
+    /// What was waited for, or `Err` when the wait ends the connection because its client
+    /// held it without progress (the idle time counted as a timeout; an eviction counted
+    /// where it was decided).
+    fn or_cut(self, stats: &WorkerStats) -> Result<T, ()> {
+        match self {
+            Waited::Done(t) => Ok(t),
+            Waited::Idle => {
+                stats.dropped(DropCause::TcpTimeout);
+                Err(())
+            }
+            Waited::Evicted => Err(()),
+        }
+    }
+}
+
 /// A quiet connection's place in [`TcpServer::quiet`], left when dropped.
 struct QuietPlace<'a> {
     server: &'a TcpServer,
@@ -614,18 +630,11 @@ impl TcpServer {
                     // waits on the client reading (unless a transfer holds the slots).
                     self.held_back();
                     let wait = slots.clone().acquire_owned();
-                    match self
-                        .on_client(wait, idle, ip, || transfers.is_empty())
-                        .await
-                    {
-                        Waited::Done(Ok(s)) => s,
-                        Waited::Done(Err(_)) => break,
-                        Waited::Idle => {
-                            stats.dropped(DropCause::TcpTimeout);
-                            cut = true;
-                            break;
-                        }
-                        Waited::Evicted => {
+                    let waited = self.on_client(wait, idle, ip, || transfers.is_empty());
+                    match waited.await.or_cut(&stats) {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(_)) => break,
+                        Err(()) => {
                             cut = true;
                             break;
                         }
@@ -674,18 +683,11 @@ impl TcpServer {
             // A query begun must come whole within the idle time (a second while the
             // table is pressed: a client sends its query at once); a connection waiting for
             // the rest may make room for a new one.
-            match self
-                .on_client(rd.read_exact(&mut req[have..len]), idle, ip, || true)
-                .await
-            {
-                Waited::Done(Ok(_)) => {}
-                Waited::Done(Err(_)) => break,
-                Waited::Idle => {
-                    stats.dropped(DropCause::TcpTimeout);
-                    cut = true;
-                    break;
-                }
-                Waited::Evicted => {
+            let body = rd.read_exact(&mut req[have..len]);
+            match self.on_client(body, idle, ip, || true).await.or_cut(&stats) {
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => break,
+                Err(()) => {
                     cut = true;
                     break;
                 }
@@ -715,15 +717,10 @@ impl TcpServer {
                         // Answers enough wait for a client that does not read: stop reading.
                         self.held_back();
                         let wait = bytes.clone().acquire_many_owned(n);
-                        match self.on_client(wait, idle, ip, || true).await {
-                            Waited::Done(Ok(h)) => h,
-                            Waited::Done(Err(_)) => break,
-                            Waited::Idle => {
-                                stats.dropped(DropCause::TcpTimeout);
-                                cut = true;
-                                break;
-                            }
-                            Waited::Evicted => {
+                        match self.on_client(wait, idle, ip, || true).await.or_cut(&stats) {
+                            Ok(Ok(h)) => h,
+                            Ok(Err(_)) => break,
+                            Err(()) => {
                                 cut = true;
                                 break;
                             }
