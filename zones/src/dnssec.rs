@@ -128,6 +128,31 @@ pub fn bitmap_types(mut b: &[u8]) -> impl Iterator<Item = u16> + '_ {
     out.into_iter()
 }
 
+/// The types the NSEC or NSEC3 bitmap of node `id` must list, sorted: its RRsets, and RRSIG
+/// when any is signed; at a delegation only NS, DS and the DNSSEC types (what else sits at
+/// the cut is the child's, RFC 4035 §2.3).
+fn bitmap_should_list(zone: &Zone, id: crate::zone::NodeId) -> Vec<u16> {
+    let cut = id != 0 && zone.node(id).has(crate::zone::flags::DELEG);
+    // At a cut only the DS and NSEC are ours to sign: a signature over anything else there
+    // (glue) is no reason to list RRSIG.
+    let signed = if cut {
+        zone.rrsig(id, t::DS).is_some() || zone.rrsig(id, t::NSEC).is_some()
+    } else {
+        zone.rrsets(id).iter().any(|s| s.rtype == t::RRSIG)
+    };
+    let mut types: Vec<u16> = zone
+        .rrsets(id)
+        .iter()
+        .filter(|s| s.covered == 0)
+        .map(|s| s.rtype)
+        .filter(|&ty| !cut || matches!(ty, t::NS | t::DS | t::NSEC))
+        .chain(signed.then_some(t::RRSIG))
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    types
+}
+
 /// Where the type bitmap starts in NSEC RDATA (after the next owner name).
 fn nsec_bitmap(rd: &[u8]) -> Option<(&[u8], &[u8])> {
     let n = crate::name::wire_name_len(rd)?;
@@ -309,22 +334,7 @@ pub(crate) fn check_signed(
                 );
             }
             let listed: Vec<u16> = bitmap_types(bitmap).collect();
-            let present: Vec<u16> = zone
-                .rrsets(id)
-                .iter()
-                .filter(|s| s.covered == 0)
-                .map(|s| s.rtype)
-                .chain(
-                    // RRSIG is listed when the name has any signature.
-                    zone.rrsets(id)
-                        .iter()
-                        .any(|s| s.rtype == t::RRSIG)
-                        .then_some(t::RRSIG),
-                )
-                .collect::<std::collections::BTreeSet<u16>>()
-                .into_iter()
-                .collect();
-            if listed != present {
+            if listed != bitmap_should_list(zone, id) {
                 warn(at(id), format!("wrong NSEC(3) bitmap at {name}"), report);
             }
         }
@@ -378,18 +388,7 @@ pub(crate) fn check_signed(
                             continue;
                         };
                         let listed: Vec<u16> = bitmap_types(bitmap).collect();
-                        let mut present: Vec<u16> = zone
-                            .rrsets(id)
-                            .iter()
-                            .filter(|s| s.covered == 0)
-                            .map(|s| s.rtype)
-                            .collect();
-                        if zone.rrsets(id).iter().any(|s| s.rtype == t::RRSIG) {
-                            present.push(t::RRSIG);
-                        }
-                        present.sort_unstable();
-                        present.dedup();
-                        if listed != present {
+                        if listed != bitmap_should_list(zone, id) {
                             warn(at(id), format!("wrong NSEC(3) bitmap at {name}"), report);
                         }
                     }
