@@ -952,19 +952,25 @@ fn three_serving(origin: &str, text: &str) -> Option<(tempfile::TempDir, Dnsd, K
 
 #[test]
 fn name_server_addresses_below_a_cut_or_from_a_wildcard_go_where_knot_and_nsd_put_them() {
-    // The apex's name servers below a child's cut (as the root's are below net.), and a
-    // delegation whose name server is covered by our wildcard.
+    // The apex's name servers below a child's cut (as the root's are below net.), a
+    // delegation whose name server is covered by our wildcard, and one whose name server is
+    // covered by a wildcard below its own cut (knot-semcheck's glue_wildcard).
     let Some((_dir, dnsd, knot, nsd)) = three_serving(
         "glue.test.",
         "$ORIGIN glue.test.\n$TTL 3600\n@ SOA ns hostmaster 1 7200 3600 1209600 300\n\
          @ NS a.ns.child.glue.test.\n@ NS ns.glue.test.\nns A 192.0.2.1\n\
          child NS a.ns.child.glue.test.\na.ns.child A 192.0.2.2\na.ns.child AAAA 2001:db8::2\n\
-         deleg NS a.ns.w.glue.test.\n*.w AAAA 2001:db8::3\n",
+         deleg NS a.ns.w.glue.test.\n*.w AAAA 2001:db8::3\n\
+         abc NS a.ns.abc.glue.test.\n*.ns.abc AAAA 2001:db8::4\n",
     ) else {
         return;
     };
     let o = QueryOpts::edns(1232);
-    for (name, t) in [("glue.test.", T::NS), ("www.deleg.glue.test.", T::A)] {
+    for (name, t) in [
+        ("glue.test.", T::NS),
+        ("www.deleg.glue.test.", T::A),
+        ("www.abc.glue.test.", T::A),
+    ] {
         let ask = |a| Normalized::from_reply(&client::query_reply(a, name, t, &o));
         let (ours, k, n) = (ask(dnsd.addr()), ask(knot.addr()), ask(nsd.addr()));
         assert_eq!(

@@ -1084,9 +1084,9 @@ fn below_cut(zone: &Zone, node: NodeId) -> bool {
     zone.node(id).has(flags::DELEG)
 }
 
-/// The node holding a name server's addresses: its own name, else the wildcard of our data
-/// that covers it (RFC 4592), as Knot and NSD find them for a referral; never a wildcard
-/// below the cut (that name is the child's).
+/// The node holding a name server's addresses: its own name, else the wildcard that covers
+/// it (RFC 4592) — in our data, or below the cut among the glue — as Knot and NSD find them
+/// for a referral.
 fn address_node(zone: &Zone, lower: &[u8]) -> Option<NodeId> {
     if let Some(n) = zone.find(lower) {
         return Some(n);
@@ -1094,8 +1094,31 @@ fn address_node(zone: &Zone, lower: &[u8]) -> Option<NodeId> {
     let t = Target::of(lower);
     match zone.lookup(t.name(), t.offs()) {
         Lookup::Wildcard { wildcard, .. } => Some(wildcard),
+        Lookup::Delegation { exact: false, .. } => glue_wildcard(zone, lower),
         _ => None,
     }
+}
+
+/// Below a cut, the wildcard at the closest existing ancestor of `lower` (glue such as
+/// `*.ns.child A`), if there is one.
+fn glue_wildcard(zone: &Zone, lower: &[u8]) -> Option<NodeId> {
+    let mut buf = [0u8; MAX_NAME_LEN + 2];
+    buf[..2].copy_from_slice(b"\x01*");
+    let mut at = 0;
+    // The labels above `lower` in turn, nearest first: the first that exists is the
+    // closest encloser, whose wildcard alone may match.
+    while at < lower.len() && lower[at] != 0 {
+        at += 1 + lower[at] as usize;
+        let anc = &lower[at..];
+        if zone.find(anc).is_some() {
+            if anc.len() + 2 > buf.len() {
+                return None;
+            }
+            buf[2..2 + anc.len()].copy_from_slice(anc);
+            return zone.find(&buf[..2 + anc.len()]);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
