@@ -241,12 +241,13 @@ pub fn label_value(v: &str) -> String {
 
 /// Longest request head the metrics server reads.
 const MAX_HEAD: usize = 8 * 1024;
-/// A request head must arrive within this.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request head must arrive within this (a scraper sends its request at once: silent
+/// connections must not keep scrapes out for long).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 /// A response must be taken within this.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Scrapes served at once; further connections wait in the accept queue.
-const MAX_SCRAPES: usize = 16;
+const MAX_SCRAPES: usize = 64;
 
 /// Serves `GET /metrics` from `registry` on `l` until the task is dropped: one request per
 /// connection, heads bounded in size and time, at most a few scrapes at once, and a short
