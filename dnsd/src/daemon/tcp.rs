@@ -655,6 +655,9 @@ impl TcpServer {
                     // the connection open until it ends, and is not an idle connection).
                     if transfers.is_empty() {
                         stats.dropped(DropCause::TcpTimeout);
+                        // Answers still unwritten all that time: the client does not read
+                        // them; its writer is not waited for.
+                        cut = slots.available_permits() + 1 < depth;
                     }
                     break;
                 }
