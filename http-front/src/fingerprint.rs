@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 
 /// Most bytes of a ClientHello kept (one TLS record of 16 KiB and its header).
 pub const HELLO_MAX: usize = 16 * 1024 + 5;
@@ -278,31 +278,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for HelloTap<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for HelloTap<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
+write_through!(HelloTap, inner);
 
 /// An HPACK integer with an `n`-bit prefix (RFC 7541 §5.1): its value and length, or `None`
 /// when it is cut short (left to h2) or absurdly long (over any size).

@@ -17,6 +17,48 @@
 //! [`counters`] (the request path's own counters), [`sources`] (the other counter sources:
 //! connections, sites, SYN filter, stalls), [`tls`], [`server`] (start, signals, stop).
 
+/// `AsyncWrite` for a read-side watch `$ty` whose writes pass straight to its field `$io`
+/// (the ClientHello tap, the HTTP/1.1 head watch): one delegation instead of a copy each.
+macro_rules! write_through {
+    ($ty:ident, $io:ident) => {
+        impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $ty<I> {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().$io).poll_write(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().$io).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.$io.is_write_vectored()
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().$io).poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().$io).poll_shutdown(cx)
+            }
+        }
+    };
+}
+
 pub mod access_log;
 pub mod acme;
 pub mod blockwatch;
