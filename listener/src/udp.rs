@@ -55,6 +55,18 @@ pub trait Handler: Send + 'static {
     /// Handles one datagram from `src` to the address `local` (an index into the fleet's
     /// address list). Writes a reply into `out` and returns its length, or `None` to drop.
     fn handle(&mut self, req: &[u8], src: SocketAddr, local: u32, out: &mut [u8]) -> Option<usize>;
+    /// Handles a datagram longer than the request limit, of which `head` is the start (it is
+    /// counted as oversized either way); `None`, the default, drops it.
+    fn oversized(
+        &mut self,
+        head: &[u8],
+        src: SocketAddr,
+        local: u32,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        let _ = (head, src, local, out);
+        None
+    }
 }
 
 /// Counters of one address, written by its worker only.
@@ -73,7 +85,7 @@ pub struct AddrCounters {
 pub struct FleetCounters {
     /// Per address, in the order of [`UdpFleet::addrs`].
     pub addrs: Box<[AddrCounters]>,
-    /// Datagrams longer than the request limit (dropped).
+    /// Datagrams longer than the request limit (handed to [`Handler::oversized`]).
     pub oversized: AtomicU64,
     /// Replies the kernel would not take (send queue full).
     pub send_errors: AtomicU64,
@@ -452,17 +464,22 @@ fn serve_socket<H: Handler>(
         if let Some(d) = rxq_ovfl(&h.msg_hdr) {
             c.kernel_drops.store(d as u64, Ordering::Relaxed);
         }
-        if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+        let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        if truncated {
             counters.oversized.fetch_add(1, Ordering::Relaxed);
-            continue;
         }
         let Some(src) = sockaddr_to_std(&b.names[i]) else {
             continue;
         };
-        let len = h.msg_len as usize;
+        let len = (h.msg_len as usize).min(b.req_len);
         let req = &b.req[i * b.req_len..i * b.req_len + len];
         let resp = &mut b.resp[i * b.resp_len..(i + 1) * b.resp_len];
-        if let Some(rlen) = handler.handle(req, src, idx, resp) {
+        let reply = if truncated {
+            handler.oversized(req, src, idx, resp)
+        } else {
+            handler.handle(req, src, idx, resp)
+        };
+        if let Some(rlen) = reply {
             b.lens[out] = rlen.min(b.resp_len);
             // Reply slot `out` takes its address from request slot `i`.
             if out != i {

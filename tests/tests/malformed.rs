@@ -385,6 +385,8 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Allowed)> {
     v.push((
         "5000 octets of trailing garbage",
         cat(&[&q(0, 1, 0, 0, 0), &www, &vec![0x5A; 5000]]),
+        // Over UDP, longer than dnsd takes: FORMERR (`an_oversized_datagram_...`); over
+        // TCP the trailing octets are ignored, as NSD ignores them.
         Any,
     ));
     v
@@ -786,6 +788,57 @@ fn malformed_input_never_crashes_dnsd() {
         "{} malformed-input failures (see above)",
         failures.len()
     );
+}
+
+/// A datagram longer than dnsd takes (4,096 octets) is answered FORMERR, as Knot and NSD
+/// answer it: with its question when that came within the limit, without OPT (the message
+/// was not read whole), never when it is a response; each is counted as oversized.
+#[test]
+fn an_oversized_datagram_gets_formerr_with_its_question() {
+    let mut dnsd = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .raw("[defence.rrl]\nenabled = false")
+        .start();
+    let addr = dnsd.addr();
+    let before = dnsd.stats().get("udp.oversized");
+    let www = question("www.example.com.", T::A);
+    // A sound message: one question and an OPT whose padding makes it 6,000 octets.
+    let pad_len = 6000 - 12 - www.len() - 11 - 4;
+    let padding = option(12, pad_len as u16, &vec![0; pad_len]);
+    let edns = opt(&[0], &padding, padding.len() as u16);
+    let big = [hdr(0x5151, 0, 1, 0, 0, 1), www.clone(), edns].concat();
+    assert_eq!(big.len(), 6000);
+    let mut rng = Rng::new(SEED);
+    let replies = udp_probe(addr, &big, &mut rng).unwrap();
+    assert_eq!(replies.len(), 1, "one reply to the oversized query");
+    check_reply("oversized query", &big, &replies[0], Allowed::FormErr).unwrap();
+    let r = &replies[0];
+    let head = RawMsg::parse(r).unwrap();
+    assert_eq!(
+        head.counts,
+        [1, 0, 0, 0],
+        "the question and nothing else, no OPT"
+    );
+    assert_eq!(head.question, www, "the question as asked");
+    // A question cut by the limit: FORMERR without it.
+    let long = [hdr(0x5252, 0, 1, 0, 0, 0), vec![0x3F; 5000]].concat();
+    let replies = udp_probe(addr, &long, &mut rng).unwrap();
+    assert_eq!(replies.len(), 1);
+    check_reply(
+        "oversized, no question",
+        &long,
+        &replies[0],
+        Allowed::FormErr,
+    )
+    .unwrap();
+    assert_eq!(RawMsg::parse(&replies[0]).unwrap().counts, [0; 4]);
+    // An oversized response: nothing.
+    let mut resp = big.clone();
+    resp[2] |= 0x80;
+    assert!(udp_probe(addr, &resp, &mut rng).unwrap().is_empty());
+    assert!(dnsd.is_running(), "{}", dnsd.log());
+    let after = dnsd.stats().get("udp.oversized");
+    assert_eq!(after, before + 3, "each oversized datagram counted");
 }
 
 /// fuzz/process_query: a TSIG error echoes the request's key and algorithm names, up to 255

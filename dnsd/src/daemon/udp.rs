@@ -49,4 +49,27 @@ impl Handler for UdpHandler {
             Outcome::Drop | Outcome::Transfer | Outcome::Refused => None,
         }
     }
+    #[inline]
+    fn oversized(
+        &mut self,
+        head: &[u8],
+        src: SocketAddr,
+        local: u32,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        if let Some(&ip) = self.local.get(local as usize) {
+            self.p.set_local(ip);
+        }
+        let (head, client) = match self.proxy.datagram(head, src) {
+            Ok((payload, client, _carried)) => (payload, client),
+            Err(e) => {
+                self.stats.dropped(DropCause::proxy(e));
+                return None;
+            }
+        };
+        match self.p.process_oversized(head, client, out) {
+            Outcome::Reply(n) => Some(n),
+            Outcome::Drop | Outcome::Transfer | Outcome::Refused => None,
+        }
+    }
 }

@@ -348,7 +348,9 @@ fn parse_sections(
     let mut saw_opt = false;
     for i in 0..ar {
         let start = p;
-        let (next, rtype, name_root, rdata_off) = skip_rr(req, p).ok_or(fe(true, saw_opt))?;
+        // A record past the end or misplaced: FORMERR without OPT, even after a sound one (as
+        // Knot and NSD answer: the message as a whole is not understood).
+        let (next, rtype, name_root, rdata_off) = skip_rr(req, p).ok_or(fe(true, false))?;
         match rtype {
             zones::rrtype::t::OPT => {
                 if saw_opt || !name_root {
@@ -369,7 +371,7 @@ fn parse_sections(
             zones::rrtype::t::TSIG => {
                 // TSIG must be the last record (RFC 8945 §5.1).
                 if i != ar - 1 {
-                    return Err(fe(true, saw_opt));
+                    return Err(fe(true, false));
                 }
                 q.tsig_off = Some(start);
             }
