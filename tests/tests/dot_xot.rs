@@ -453,9 +453,12 @@ fn doq_python_path() -> Option<std::path::PathBuf> {
     p.join("aioquic").is_dir().then_some(p)
 }
 
-/// dnsd with a QUIC listener (the test PKI's pair) and where dnspython with aioquic is:
-/// (python path, the PKI's directory, the QUIC address, dnsd); None (skipped) without them.
-fn doq_server() -> Option<(std::path::PathBuf, tempfile::TempDir, SocketAddr, Dnsd)> {
+/// dnsd with a QUIC listener (the test PKI's pair) and more `[server]` lines, and where
+/// dnspython with aioquic is: (python path, the PKI's directory, the QUIC address, dnsd);
+/// None (skipped) without them.
+fn doq_server(
+    server: &[&str],
+) -> Option<(std::path::PathBuf, tempfile::TempDir, SocketAddr, Dnsd)> {
     let Some(py) = doq_python_path() else {
         palisade_tests::skipped("dnspython with aioquic is not installed (scripts/install-deps)");
         return None;
@@ -464,15 +467,17 @@ fn doq_server() -> Option<(std::path::PathBuf, tempfile::TempDir, SocketAddr, Dn
     pki(dir.path());
     let ip = net::test_ip();
     let quic = SocketAddr::from((ip, net::free_port(ip)));
-    let dnsd = Dnsd::builder()
+    let mut b = Dnsd::builder()
         .zone(Zone::data("example.com."))
         .at(SocketAddr::from((ip, net::free_port(ip))))
         .server_option(&format!(
             "quic_listen = [\"{quic}\"]\ntls_cert = \"{0}/dns.crt\"\ntls_key = \"{0}/dns.key\"",
             dir.path().display()
-        ))
-        .start();
-    Some((py, dir, quic, dnsd))
+        ));
+    for l in server {
+        b = b.server_option(l);
+    }
+    Some((py, dir, quic, b.start()))
 }
 
 /// Asks `name`/`qtype` over QUIC (dnspython + aioquic, verifying `dns.test` against `ca`) from
@@ -495,7 +500,7 @@ print("same" if r.to_text() == u.to_text() else "differ\n" + r.to_text() + "\n--
 
 #[test]
 fn doq_answers_as_udp_does_and_a_blocked_source_gets_no_handshake() {
-    let Some((py, dir, quic, dnsd)) = doq_server() else {
+    let Some((py, dir, quic, dnsd)) = doq_server(&[]) else {
         return;
     };
     let ask = |src: &str, name: &str, qtype: &str| {
@@ -585,7 +590,7 @@ asyncio.run(main())
 
 #[test]
 fn a_malformed_doq_stream_closes_its_connection_with_doq_protocol_error() {
-    let Some((py, dir, quic, dnsd)) = doq_server() else {
+    let Some((py, dir, quic, dnsd)) = doq_server(&[]) else {
         return;
     };
     let send = |case: &str| {
@@ -615,4 +620,140 @@ fn a_malformed_doq_stream_closes_its_connection_with_doq_protocol_error() {
     // The server goes on: a new connection is answered.
     let again = send("ok");
     assert_eq!(again, ok, "after the malformed streams");
+}
+
+/// Holds argv[4] DoQ connections to argv[1]:argv[2] (`dns.test` verified against argv[3]),
+/// each answered once and then silent; prints "ready N" (N answered), waits for a line on
+/// stdin, then opens argv[5] new connections one after another, each asking once, waits a
+/// second and prints "new A closed C": A new ones answered, C of the silent ones closed by
+/// the server.
+const DOQ_HOLD: &str = r#"
+import asyncio, contextlib, struct, sys
+import dns.message
+from aioquic.asyncio import connect
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import ConnectionTerminated, StreamDataReceived
+host, port, ca = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+silent, new = int(sys.argv[4]), int(sys.argv[5])
+class P(QuicConnectionProtocol):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.answers = asyncio.Queue()
+        self.closed = False
+    def quic_event_received(self, ev):
+        if isinstance(ev, StreamDataReceived) and ev.end_stream:
+            self.answers.put_nowait(True)
+        elif isinstance(ev, ConnectionTerminated):
+            self.closed = True
+            self.answers.put_nowait(False)
+async def ask(p):
+    q = dns.message.make_query("www.example.com.", "A")
+    q.id = 0
+    w = q.to_wire()
+    sid = p._quic.get_next_available_stream_id()
+    p._quic.send_stream_data(sid, struct.pack(">H", len(w)) + w, end_stream=True)
+    p.transmit()
+    try:
+        return await asyncio.wait_for(p.answers.get(), 3)
+    except asyncio.TimeoutError:
+        return False
+async def open_one(st, cfg):
+    try:
+        p = await asyncio.wait_for(
+            st.enter_async_context(connect(host, port, configuration=cfg, create_protocol=P)), 3)
+    except Exception:
+        return None
+    return p if await ask(p) else None
+async def main():
+    cfg = QuicConfiguration(alpn_protocols=["doq"], is_client=True, server_name="dns.test",
+                            idle_timeout=60)
+    cfg.load_verify_locations(ca)
+    async with contextlib.AsyncExitStack() as st:
+        olds = [await open_one(st, cfg) for _ in range(silent)]
+        print("ready", sum(1 for p in olds if p), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        answered = 0
+        for _ in range(new):
+            answered += await open_one(st, cfg) is not None
+        await asyncio.sleep(1)
+        print("new", answered, "closed", sum(1 for p in olds if p and p.closed), flush=True)
+        sys.stdout.flush()
+        import os
+        os._exit(0)
+asyncio.run(main())
+"#;
+
+/// DoQ connections take their slots in the TCP table and give them up as TCP connections
+/// do: with the table full of silent DoQ connections, a new TCP client and new DoQ clients
+/// are each answered, a silent connection closed for each, and the table never holds more
+/// than `tcp_max_connections`.
+#[test]
+fn silent_doq_connections_make_room_for_new_clients_of_either_kind() {
+    const MAX: usize = 8;
+    let max = format!("tcp_max_connections = {MAX}");
+    let opts = [
+        max.as_str(),
+        "tcp_max_per_source = 64",
+        // Neither idle time ends a silent connection within the test: only eviction does.
+        "tcp_idle_timeout_ms = 30000",
+        "tcp_pressed_idle_timeout_ms = 20000",
+    ];
+    let Some((py, dir, quic, dnsd)) = doq_server(&opts) else {
+        return;
+    };
+    use std::io::{BufRead, Write};
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(DOQ_HOLD)
+        .args([
+            &quic.ip().to_string(),
+            &quic.port().to_string(),
+            &dir.path().join("ca.pem").display().to_string(),
+            &MAX.to_string(),
+            "3",
+        ])
+        .env("PYTHONPATH", &py)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), format!("ready {MAX}"), "{}", dnsd.log());
+    assert_eq!(dnsd.stat("tcp.connections"), MAX as u64);
+    // The last answers out, every silent connection is one that may go.
+    std::thread::sleep(Duration::from_millis(300));
+    // A TCP client: answered, in the slot of a silent DoQ connection (and held open).
+    use palisade_tests::client::{frame, tcp_read_msg};
+    let q = palisade_tests::wire::build_query(
+        7,
+        "www.example.com.",
+        palisade_tests::wire::qtype::A,
+        &palisade_tests::wire::QueryOpts::edns(1232),
+    );
+    let mut tcp = std::net::TcpStream::connect(dnsd.addr()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    tcp.write_all(&frame(&q)).unwrap();
+    let a = tcp_read_msg(&mut tcp).unwrap().expect("a TCP answer");
+    assert_eq!(&a[..2], &[0, 7]);
+    assert_eq!(dnsd.stat("tcp.evicted"), 1);
+    // Three new DoQ clients, one after another.
+    writeln!(child.stdin.as_mut().unwrap()).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let _ = child.wait();
+    drop(tcp);
+    assert_eq!(
+        line.trim(),
+        "new 3 closed 4",
+        "evicted {}, connections {}, limit drops {}\n{}",
+        dnsd.stat("tcp.evicted"),
+        dnsd.stat("tcp.connections"),
+        dnsd.stat("drops.tcp_limit"),
+        dnsd.log()
+    );
+    assert_eq!(dnsd.stat("tcp.evicted"), 4);
+    assert!(dnsd.stat("tcp.connections") <= MAX as u64);
 }

@@ -3,7 +3,10 @@
 //! pipeline and bounds serve it: a blocked source is ignored before any QUIC work (no packet
 //! sent), a source counts against `tcp_max_per_source` once its handshake proved its
 //! address, streams at once are `tcp_max_pipelined`, queries per connection
-//! `tcp_max_queries`, the idle time `tcp_idle_timeout_ms` (QUIC's own idle timeout).
+//! `tcp_max_queries`, the idle time `tcp_idle_timeout_ms` (QUIC's own idle timeout, and
+//! `tcp_pressed_idle_timeout_ms` while the table is pressed). Connections share the TCP
+//! table: one waiting on its client (no stream being answered, or a handshake) gives way to
+//! a new connection of either kind when the table is full, as a TCP connection does.
 //! Handshakes beyond a bound ask the client to prove its address first (a Retry), so forged
 //! sources cannot make us hold handshake state. Zone transfers are not served over QUIC.
 
@@ -12,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::tcp::TcpServer;
+use super::tcp::{Slot, TcpServer, Waited};
 use super::tls::DotTls;
 use crate::observe::counters::DropCause;
 use crate::query::process_query::{Outcome, Transport};
@@ -88,28 +91,42 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
             let _ = incoming.retry();
             continue;
         }
-        let Some(permit) = tcp.slot() else {
+        // The TCP table's slots, made room for as over TCP: a connection of either kind
+        // waiting on its client gives way to a new one of either kind.
+        let slot = tcp.take_slot();
+        if let Slot::Full = slot {
             tcp.stats().dropped(DropCause::TcpLimit);
             incoming.refuse();
             continue;
-        };
+        }
         let (tcp, tls, pending) = (tcp.clone(), tls.clone(), pending.clone());
         pending.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            let _permit = permit;
-            let idle = tcp.idle();
+            let _permit = match slot {
+                Slot::Free(p) => p,
+                _ => match tcp.after_eviction().await {
+                    Some(p) => p,
+                    None => {
+                        pending.fetch_sub(1, Ordering::Relaxed);
+                        incoming.refuse();
+                        return;
+                    }
+                },
+            };
+            // A handshake waits on its client: bounded as a silent connection is, and one
+            // that makes room for a new connection when the table is full.
             let conn = match incoming.accept() {
-                Ok(c) => tokio::time::timeout(idle, c).await,
-                Err(e) => Ok(Err(e)),
+                Ok(c) => tcp.on_client(c, tcp.idle(), peer.ip(), || true).await,
+                Err(e) => Waited::Done(Err(e)),
             };
             pending.fetch_sub(1, Ordering::Relaxed);
             let conn = match conn {
-                Ok(Ok(c)) => c,
-                Ok(Err(_)) => {
+                Waited::Done(Ok(c)) => c,
+                Waited::Done(Err(_)) | Waited::Evicted => {
                     tls.quic_handshakes[1].fetch_add(1, Ordering::Relaxed);
                     return;
                 }
-                Err(_) => {
+                Waited::Idle => {
                     tls.quic_handshakes[2].fetch_add(1, Ordering::Relaxed);
                     tcp.stats().dropped(DropCause::TcpTimeout);
                     return;
@@ -129,6 +146,22 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
     }
 }
 
+/// One stream of a connection being answered, counted while it lives.
+struct ActiveStream(Arc<AtomicUsize>);
+
+impl ActiveStream {
+    fn new(n: &Arc<AtomicUsize>) -> ActiveStream {
+        n.fetch_add(1, Ordering::Relaxed);
+        ActiveStream(n.clone())
+    }
+}
+
+impl Drop for ActiveStream {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Serves one connection's streams, each one query.
 async fn connection(
     tcp: &Arc<TcpServer>,
@@ -143,18 +176,36 @@ async fn connection(
     let p = Arc::new(std::sync::Mutex::new(p));
     let in_hand = Arc::new(tokio::sync::Semaphore::new(ANSWERS_IN_HAND));
     let mut streams = tokio::task::JoinSet::new();
+    // Streams being answered: while none is, the connection waits on its client alone and
+    // may be told to make room for a new connection when the table is full.
+    let active = Arc::new(AtomicUsize::new(0));
     let mut served = 0;
     while served < tcp.max_queries() {
         while streams.try_join_next().is_some() {}
-        let (mut send, mut recv) = match conn.accept_bi().await {
-            Ok(s) => s,
+        let next = tcp
+            .on_client(conn.accept_bi(), tcp.idle(), peer.ip(), || {
+                active.load(Ordering::Relaxed) == 0
+            })
+            .await;
+        let (mut send, mut recv) = match next {
+            Waited::Done(Ok(s)) => s,
             // Closed by the client, or idle (QUIC's idle timeout).
-            Err(_) => break,
+            Waited::Done(Err(_)) => break,
+            // Streams still answered bound themselves; the connection waits for them.
+            Waited::Idle if active.load(Ordering::Relaxed) > 0 => continue,
+            Waited::Idle => {
+                tcp.stats().dropped(DropCause::TcpTimeout);
+                break;
+            }
+            Waited::Evicted => break,
         };
         served += 1;
         let (p, conn, tcp, in_hand) = (p.clone(), conn.clone(), tcp.clone(), in_hand.clone());
+        let busy = ActiveStream::new(&active);
         streams.spawn(async move {
-            let q = match tokio::time::timeout(tcp.idle(), recv.read_to_end(MAX_QUERY)).await {
+            let _busy = busy;
+            let limit = tcp.wait_limit(tcp.idle());
+            let q = match tokio::time::timeout(limit, recv.read_to_end(MAX_QUERY)).await {
                 Ok(Ok(q)) => q,
                 _ => {
                     tcp.stats().dropped(DropCause::Malformed);
@@ -200,7 +251,7 @@ async fn connection(
             });
             match outcome {
                 Ok(Some(out)) => {
-                    if tokio::time::timeout(tcp.idle(), send.write_all(&out))
+                    if tokio::time::timeout(tcp.wait_limit(tcp.idle()), send.write_all(&out))
                         .await
                         .is_ok()
                     {

@@ -58,6 +58,10 @@ const EVICT_CANDIDATES: usize = 16;
 /// How long a new connection waits for the slot of the connection it evicted.
 const EVICT_WAIT: Duration = Duration::from_millis(250);
 
+/// How often a connection waiting on its client under pressure, not yet in the eviction
+/// order, looks whether it may take its place there.
+const PRESSED_TICK: Duration = Duration::from_millis(100);
+
 /// Messages of the transfers of one connection queued for writing; a transfer waits while
 /// the queue is full (answers to queries go first, from a queue of their own).
 const XFR_QUEUE: usize = 4;
@@ -109,6 +113,9 @@ pub struct TcpServer {
     evicting: AtomicUsize,
     /// Quiet connections closed to make room for a new one.
     evicted: AtomicU64,
+    /// Wakes the connections waiting on their clients when the table becomes pressed, so
+    /// that they take their places in the eviction order at once.
+    pressure: Notify,
 }
 
 /// When a connection fell quiet, and a number to tell apart those of one instant.
@@ -126,7 +133,7 @@ pub(super) enum Slot {
 }
 
 /// What waiting for a query's length prefix came to.
-enum Waited<T> {
+pub(super) enum Waited<T> {
     /// What was waited for came (a read ended, a permit was given).
     Done(T),
     /// Not within the idle time (the pressed idle time while the table is pressed).
@@ -193,6 +200,7 @@ impl TcpServer {
             quiet_seq: AtomicU64::new(0),
             evicting: AtomicUsize::new(0),
             evicted: AtomicU64::new(0),
+            pressure: Notify::new(),
         })
     }
 
@@ -200,6 +208,14 @@ impl TcpServer {
     /// is told to give up (at most `MAX_EVICTING` such waits at once).
     pub(super) fn take_slot(&self) -> Slot {
         if let Ok(p) = self.slots.clone().try_acquire_owned() {
+            // The connection that makes the table pressed tells those waiting on their
+            // clients to take their places.
+            let open = self.open_connections();
+            if open * 4 > self.limits.max_connections * 3
+                && (open - 1) * 4 <= self.limits.max_connections * 3
+            {
+                self.pressure.notify_waiters();
+            }
             return Slot::Free(p);
         }
         if self.evicting.fetch_add(1, Ordering::Relaxed) >= MAX_EVICTING {
@@ -257,7 +273,7 @@ impl TcpServer {
 
     /// The longest a connection may wait for a client now: `idle`, or `pressed_idle` while
     /// the table is pressed.
-    fn wait_limit(&self, idle: Duration) -> Duration {
+    pub(super) fn wait_limit(&self, idle: Duration) -> Duration {
         if self.pressed() {
             idle.min(self.limits.pressed_idle)
         } else {
@@ -456,11 +472,6 @@ impl TcpServer {
         &self.stats
     }
 
-    /// A connection slot under `tcp_max_connections`, if one is free.
-    pub(super) fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.slots.clone().try_acquire_owned().ok()
-    }
-
     /// The idle time (`tcp_idle_timeout_ms`).
     pub(super) fn idle(&self) -> Duration {
         self.limits.idle
@@ -546,7 +557,7 @@ impl TcpServer {
     /// pressed and `evictable` says so, the connection takes a place in the eviction order
     /// and may be told to make room for a new one ([`Waited::Evicted`]): a connection waiting
     /// on its client, never one whose queries we are still answering.
-    async fn on_client<F: std::future::Future>(
+    pub(super) async fn on_client<F: std::future::Future>(
         &self,
         fut: F,
         idle: Duration,
@@ -564,18 +575,32 @@ impl TcpServer {
                 place = Some(self.fall_quiet(peer, start));
             }
             let left = self.wait_limit(idle).saturating_sub(start.elapsed());
+            // Under pressure, one not yet evictable (its last answer still going out) looks
+            // again soon: a connection that just fell quiet can make room within a tick.
+            let tick = if place.is_none() && self.pressed() {
+                PRESSED_TICK
+            } else {
+                Duration::from_secs(1)
+            };
             let told = async {
                 match &place {
                     Some(p) => p.told.notified().await,
                     None => std::future::pending().await,
                 }
             };
+            let pressure = async {
+                match place {
+                    None => self.pressure.notified().await,
+                    Some(_) => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 r = &mut fut => return Waited::Done(r),
                 _ = told => return Waited::Evicted,
-                _ = tokio::time::sleep(left.min(Duration::from_secs(1))) => {
-                    if left <= Duration::from_secs(1) {
+                _ = pressure => {}
+                _ = tokio::time::sleep(left.min(tick)) => {
+                    if left <= tick {
                         return Waited::Idle;
                     }
                 }
