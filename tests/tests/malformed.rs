@@ -385,7 +385,7 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Allowed)> {
     v.push((
         "5000 octets of trailing garbage",
         cat(&[&q(0, 1, 0, 0, 0), &www, &vec![0x5A; 5000]]),
-        // Over UDP, longer than dnsd takes: FORMERR (`an_oversized_datagram_...`); over
+        // Over UDP, longer than dnsd takes: FORMERR (`an_oversized_message_...`); over
         // TCP the trailing octets are ignored, as NSD ignores them.
         Any,
     ));
@@ -790,11 +790,12 @@ fn malformed_input_never_crashes_dnsd() {
     );
 }
 
-/// A datagram longer than dnsd takes (4,096 octets) is answered FORMERR, as Knot and NSD
-/// answer it: with its question when that came within the limit, without OPT (the message
-/// was not read whole), never when it is a response; each is counted as oversized.
+/// A message longer than dnsd takes (a datagram over 4,096 octets, a TCP message over
+/// 16 KiB) is answered FORMERR, as Knot and NSD answer it: with its question when that came
+/// within the limit, without OPT (the message was not read whole), never when it is a
+/// response; each datagram is counted as oversized.
 #[test]
-fn an_oversized_datagram_gets_formerr_with_its_question() {
+fn an_oversized_message_gets_formerr_with_its_question() {
     let mut dnsd = Dnsd::builder()
         .zone(Zone::data("example.com."))
         .raw("[defence.rrl]\nenabled = false")
@@ -839,6 +840,28 @@ fn an_oversized_datagram_gets_formerr_with_its_question() {
     assert!(dnsd.is_running(), "{}", dnsd.log());
     let after = dnsd.stats().get("udp.oversized");
     assert_eq!(after, before + 3, "each oversized datagram counted");
+
+    // Over TCP, a message past the 16 KiB dnsd takes: read past, FORMERR with its question,
+    // and the connection goes on (the next query is answered).
+    let mut big_tcp = [hdr(0x5353, 0, 1, 0, 0, 1), www.clone()].concat();
+    let pad_len = 20_000 - big_tcp.len() - 11 - 4;
+    let padding = option(12, pad_len as u16, &vec![0; pad_len]);
+    big_tcp.extend_from_slice(&opt(&[0], &padding, padding.len() as u16));
+    let next = build_query(0x5454, "www.example.com.", T::A, &QueryOpts::udp());
+    let r = tcp_raw(
+        addr,
+        &[frame(&big_tcp), frame(&next)].concat(),
+        true,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let msgs = r.messages();
+    assert_eq!(msgs.len(), 2, "both answered: {msgs:?}");
+    check_reply("oversized over TCP", &big_tcp, &msgs[0], Allowed::FormErr).unwrap();
+    let head = RawMsg::parse(&msgs[0]).unwrap();
+    assert_eq!((head.counts, head.question), ([1, 0, 0, 0], www.clone()));
+    let head = RawMsg::parse(&msgs[1]).unwrap();
+    assert_eq!((head.id, head.rcode()), (0x5454, rcode::NOERROR));
 }
 
 /// fuzz/process_query: a TSIG error echoes the request's key and algorithm names, up to 255

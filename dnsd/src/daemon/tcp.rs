@@ -688,10 +688,13 @@ impl TcpServer {
                 }
             }
             let len = u16::from_be_bytes(len_buf) as usize;
-            if len == 0 || len > MAX_QUERY {
+            if len == 0 {
                 stats.dropped(DropCause::Malformed);
                 break;
             }
+            // Longer than we take: its start is kept, the rest read past, and FORMERR
+            // answers it (as Knot and NSD answer a message they cannot take whole).
+            let (len, past) = (len.min(MAX_QUERY), len.saturating_sub(MAX_QUERY));
             req.resize(len, 0);
             // A PROXY header where none is believed: its first two bytes read as a length
             // prefix (3338), its next ten are checked before that much is waited for.
@@ -720,10 +723,28 @@ impl TcpServer {
                     break;
                 }
             }
+            if past > 0 {
+                let (mut rest, mut sink) = ((&mut rd).take(past as u64), tokio::io::sink());
+                let rest = tokio::io::copy(&mut rest, &mut sink);
+                match self.on_client(rest, idle, ip, || true).await.or_cut(&stats) {
+                    Ok(Ok(n)) if n == past as u64 => {}
+                    Ok(_) => break,
+                    Err(()) => {
+                        cut = true;
+                        break;
+                    }
+                }
+            }
             p.refresh();
             let reply = OUT.with(|o| {
                 let out = &mut *o.borrow_mut();
-                match p.process(&req[..len], peer, transport, &mut out[2..]) {
+                let req = &req[..len];
+                let outcome = if past > 0 {
+                    p.process_oversized(req, peer, transport, &mut out[2..])
+                } else {
+                    p.process(req, peer, transport, &mut out[2..])
+                };
+                match outcome {
                     Outcome::Reply(n) => {
                         out[..2].copy_from_slice(&(n as u16).to_be_bytes());
                         Ok(Some(out[..n + 2].to_vec()))

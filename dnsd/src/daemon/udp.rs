@@ -67,7 +67,7 @@ impl Handler for UdpHandler {
                 return None;
             }
         };
-        match self.p.process_oversized(head, client, out) {
+        match self.p.process_oversized(head, client, Transport::Udp, out) {
             Outcome::Reply(n) => Some(n),
             Outcome::Drop | Outcome::Transfer | Outcome::Refused => None,
         }

@@ -278,13 +278,19 @@ impl Processor {
         }
     }
 
-    /// Answers a datagram longer than the request buffer, of which `head` is the start:
-    /// FORMERR (echoing the question when `head` holds it, without OPT), as Knot and NSD
-    /// answer a message they cannot take whole; rate-limited as every error reply.
-    pub fn process_oversized(&mut self, head: &[u8], src: SocketAddr, out: &mut [u8]) -> Outcome {
+    /// Answers a message longer than we take, of which `head` is the start: FORMERR
+    /// (echoing the question when `head` holds it, without OPT), as Knot and NSD answer a
+    /// message they cannot take whole; rate-limited as every error reply.
+    pub fn process_oversized(
+        &mut self,
+        head: &[u8],
+        src: SocketAddr,
+        transport: Transport,
+        out: &mut [u8],
+    ) -> Outcome {
         self.volatile = false;
         if let Some(p) = &mut self.plan
-            && let Step::Drop(why) = p.before_parse(src.ip(), Transport::Udp)
+            && let Step::Drop(why) = p.before_parse(src.ip(), transport)
         {
             self.stats.dropped(why);
             return Outcome::Refused;
@@ -301,8 +307,8 @@ impl Processor {
         // The OPT, if any, was not read whole: the reply is sized and written as without EDNS.
         self.q.edns = None;
         self.stats.query(0);
-        let (rc, tr) = (rcode::FORMERR, Transport::Udp);
-        self.error_reply(head, out, rc, question, false, tr, src, None, None)
+        let rc = rcode::FORMERR;
+        self.error_reply(head, out, rc, question, false, transport, src, None, None)
     }
 
     /// Processes one message from `src` into `out`.
