@@ -29,6 +29,30 @@ impl Handler for UdpHandler {
     }
     #[inline]
     fn handle(&mut self, req: &[u8], src: SocketAddr, local: u32, out: &mut [u8]) -> Option<usize> {
+        self.serve(req, src, local, out, false)
+    }
+    fn oversized(
+        &mut self,
+        head: &[u8],
+        src: SocketAddr,
+        local: u32,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        self.serve(head, src, local, out, true)
+    }
+}
+
+impl UdpHandler {
+    /// Runs the pipeline on one datagram (of which only the start came when `oversized`).
+    #[inline]
+    fn serve(
+        &mut self,
+        req: &[u8],
+        src: SocketAddr,
+        local: u32,
+        out: &mut [u8],
+        oversized: bool,
+    ) -> Option<usize> {
         if let Some(&ip) = self.local.get(local as usize) {
             self.p.set_local(ip);
         }
@@ -44,30 +68,12 @@ impl Handler for UdpHandler {
                 return None;
             }
         };
-        match self.p.process(req, client, Transport::Udp, out) {
-            Outcome::Reply(n) => Some(n),
-            Outcome::Drop | Outcome::Transfer | Outcome::Refused => None,
-        }
-    }
-    #[inline]
-    fn oversized(
-        &mut self,
-        head: &[u8],
-        src: SocketAddr,
-        local: u32,
-        out: &mut [u8],
-    ) -> Option<usize> {
-        if let Some(&ip) = self.local.get(local as usize) {
-            self.p.set_local(ip);
-        }
-        let (head, client) = match self.proxy.datagram(head, src) {
-            Ok((payload, client, _carried)) => (payload, client),
-            Err(e) => {
-                self.stats.dropped(DropCause::proxy(e));
-                return None;
-            }
+        let outcome = if oversized {
+            self.p.process_oversized(req, client, Transport::Udp, out)
+        } else {
+            self.p.process(req, client, Transport::Udp, out)
         };
-        match self.p.process_oversized(head, client, Transport::Udp, out) {
+        match outcome {
             Outcome::Reply(n) => Some(n),
             Outcome::Drop | Outcome::Transfer | Outcome::Refused => None,
         }
