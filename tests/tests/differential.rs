@@ -1177,3 +1177,106 @@ fn identity_queries_in_class_ch_are_answered_as_knot_and_nsd_answer_them() {
         assert_eq!((rc.as_str(), rrs.len()), ("NOERROR", 1), "{a}: {rrs:?}");
     }
 }
+
+/// A zone signed with two NSEC3 chains (`dnssec-signzone` with salt aaaa, the chain its
+/// NSEC3PARAM names, and with salt bbbb, as a zone holds while its parameters change):
+/// dnsd proves from the named chain alone, as Knot and NSD do, and `delv` validates its
+/// denials (with records of both chains mixed, they failed validation).
+#[test]
+fn a_zone_changing_nsec3_parameters_proves_from_the_chain_its_nsec3param_names() {
+    for p in ["dnssec-keygen", "dnssec-signzone", "delv", "dig"] {
+        if !palisade_tests::have_program(p) {
+            palisade_tests::skipped(&format!("{p} not installed (BIND's tools)"));
+            assert!(!palisade_tests::in_ci(), "CI must have {p}");
+            return;
+        }
+    }
+    let origin = "n2c.test.";
+    let keys = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .current_dir(keys.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let key = run(&[
+        "dnssec-keygen",
+        "-q",
+        "-K",
+        ".",
+        "-a",
+        "ECDSAP256SHA256",
+        "-f",
+        "KSK",
+        origin,
+    ]);
+    let key = key.trim();
+    let key_text = std::fs::read_to_string(keys.path().join(format!("{key}.key"))).unwrap();
+    let unsigned = format!(
+        "$ORIGIN n2c.test.\n$TTL 3600\n@ SOA ns hostmaster 1 7200 3600 1209600 300\n@ NS ns\n\
+         ns A 192.0.2.1\nwww A 192.0.2.2\n*.wild A 192.0.2.3\nx.y.ent TXT \"t\"\n\
+         insdel NS ns.elsewhere.example.\n{key_text}"
+    );
+    std::fs::write(keys.path().join("unsigned"), unsigned).unwrap();
+    for (salt, out) in [("aaaa", "s1"), ("bbbb", "s2")] {
+        run(&[
+            "dnssec-signzone",
+            "-q",
+            "-z",
+            "-K",
+            ".",
+            "-o",
+            origin,
+            "-3",
+            salt,
+            "-H",
+            "0",
+            "-O",
+            "full",
+            "-f",
+            out,
+            "unsigned",
+            key,
+        ]);
+    }
+    let read = |f: &str| std::fs::read_to_string(keys.path().join(f)).unwrap();
+    // The first signing whole, and the second chain's NSEC3 records and their signatures.
+    let mut text = read("s1");
+    for l in read("s2").lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.get(3) == Some(&"NSEC3") || f.get(3..5) == Some(&["RRSIG", "NSEC3"][..]) {
+            text.push_str(l);
+            text.push('\n');
+        }
+    }
+    let Some((dir, dnsd, knot, nsd)) = three_serving(origin, &text) else {
+        return;
+    };
+    let anchor = dir.path().join("anchor.conf");
+    palisade_tests::delv::anchor_from_served(dnsd.addr(), "n2c.test", &anchor);
+    let o = QueryOpts::edns(1232).with_do();
+    for (name, qtype, t) in [
+        ("nothere.n2c.test.", "A", T::A),
+        ("www.n2c.test.", "MX", T::MX),
+        ("foo.wild.n2c.test.", "MX", T::MX),
+        ("foo.wild.n2c.test.", "A", T::A),
+        ("y.ent.n2c.test.", "A", T::A),
+        ("a.insdel.n2c.test.", "A", T::A),
+        ("zzz.n2c.test.", "TXT", T::TXT),
+    ] {
+        let ask = |a| Normalized::from_reply(&client::query_reply(a, name, t, &o));
+        let (ours, k, n) = (ask(dnsd.addr()), ask(knot.addr()), ask(nsd.addr()));
+        assert!(
+            ours.authority == k.authority || ours.authority == n.authority,
+            "{name} {qtype}: authority as Knot's or NSD's:\n{ours}\n--- knot\n{k}\n--- nsd\n{n}"
+        );
+        let out = palisade_tests::delv::delv(dnsd.addr(), None, &anchor, "n2c.test", name, qtype);
+        assert!(
+            out.contains("fully validated") || name.contains("insdel"),
+            "delv {name} {qtype}:\n{out}"
+        );
+    }
+}

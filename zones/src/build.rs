@@ -646,6 +646,37 @@ fn dnssec_indexes(z: &mut Zone) {
             h
         })
         .collect();
+    // The chain the parameters name answers; a zone may hold another being built or
+    // retired (RFC 5155 §10.4), whose entries are served as data but never as proofs.
+    if let Some(p) = &params {
+        let ours = |i: usize| {
+            let n = &chain.nodes[i];
+            let sets =
+                &z.rrsets[n.rrset_start as usize..(n.rrset_start + n.rrset_count as u32) as usize];
+            sets.iter().filter(|s| s.rtype == t::NSEC3).any(|s| {
+                z.rrs(s).any(|(_, rd)| {
+                    crate::nsec3::Nsec3Params::from_rdata(rd).is_some_and(|q| {
+                        (q.alg, q.iterations, &q.salt) == (p.alg, p.iterations, &p.salt)
+                    })
+                })
+            })
+        };
+        let active: Vec<u32> = (0..chain.nodes.len())
+            .filter(|&i| ours(i))
+            .map(|i| i as u32)
+            .collect();
+        if active.len() != chain.nodes.len() {
+            chain.active = Some(active);
+        }
+    }
+    // A zone moving from NSEC to NSEC3 holds both chains: its NSEC3PARAM says NSEC3
+    // answers (as Knot and NSD answer it).
+    if z.rrset(0, t::NSEC3PARAM).is_some()
+        && params.as_ref().is_some_and(|p| p.alg == 1)
+        && chain.active.as_ref().is_none_or(|a| !a.is_empty())
+    {
+        z.nsec_prev = Vec::new();
+    }
     if let Some(p) = params.as_ref().filter(|p| p.alg == 1) {
         // Hash every name (and its wildcard) once, on both cores.
         let n = z.nodes.len();

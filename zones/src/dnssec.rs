@@ -349,8 +349,26 @@ pub(crate) fn check_signed(
                 report,
             );
         }
-        let nn = chain.len();
-        for i in 0..nn {
+        // Each chain closes on its own (a zone may hold two while it changes parameters):
+        // an entry's next hash is the next entry of the same hash algorithm, iterations and
+        // salt.
+        let params_of = |i: usize| {
+            let s = zone.nsec3_rrsets(i).iter().find(|s| s.rtype == t::NSEC3)?;
+            let (_, rd) = zone.rrs(s).next()?;
+            let p = crate::nsec3::Nsec3Params::from_rdata(rd)?;
+            Some((p.alg, p.iterations, p.salt))
+        };
+        let mut chains: std::collections::HashMap<_, Vec<usize>> = Default::default();
+        for i in 0..chain.len() {
+            if let Some(k) = params_of(i) {
+                chains.entry(k).or_default().push(i);
+            }
+        }
+        let next_of: std::collections::HashMap<usize, usize> = chains
+            .values()
+            .flat_map(|c| (0..c.len()).map(move |k| (c[k], c[(k + 1) % c.len()])))
+            .collect();
+        for i in 0..chain.len() {
             let Some(s) = zone.nsec3_rrsets(i).iter().find(|s| s.rtype == t::NSEC3) else {
                 continue;
             };
@@ -360,7 +378,10 @@ pub(crate) fn check_signed(
             let Some((_, next, _)) = nsec3_parts(rd) else {
                 continue;
             };
-            if next != &chain.hashes[(i + 1) % nn][..] {
+            let Some(&j) = next_of.get(&i) else {
+                continue;
+            };
+            if next != &chain.hashes[j][..] {
                 warn(
                     at(0),
                     format!(

@@ -72,6 +72,9 @@ pub struct Nsec3Chain {
     pub(crate) node_match: Vec<u32>,
     /// Per tree node: the chain entry covering (or matching) the hash of `*.name`.
     pub(crate) wildcard_cover: Vec<u32>,
+    /// The entries of the chain the parameters name, in hash order, when the zone holds
+    /// others too (a chain being replaced: RFC 5155 §10.4); `None`: every entry is of it.
+    pub(crate) active: Option<Vec<u32>>,
 }
 
 impl Nsec3Chain {
@@ -90,22 +93,49 @@ impl Nsec3Chain {
         self.params.as_ref()
     }
 
-    /// The entry whose hash equals `h`.
+    /// The entry of the answering chain whose hash equals `h`.
     pub fn find_match(&self, h: &[u8; HASH_LEN]) -> Option<usize> {
-        self.hashes.binary_search(h).ok()
+        match &self.active {
+            None => self.hashes.binary_search(h).ok(),
+            Some(a) => {
+                let j = a
+                    .binary_search_by(|&i| self.hashes[i as usize].cmp(h))
+                    .ok()?;
+                Some(a[j] as usize)
+            }
+        }
     }
 
-    /// The entry that covers `h`: the last one whose hash is below it, wrapping around to
-    /// the last entry (whose "next" is the first). Equal hashes match instead of cover.
+    /// The entry of the answering chain that covers `h`: the last one whose hash is below
+    /// it, wrapping around to the last entry (whose "next" is the first). Equal hashes match
+    /// instead of cover.
     pub fn find_cover(&self, h: &[u8; HASH_LEN]) -> Option<usize> {
-        if self.hashes.is_empty() {
-            return None;
+        match &self.active {
+            None => {
+                let last = self.hashes.len().checked_sub(1)?;
+                match self.hashes.binary_search(h) {
+                    Ok(i) => Some(i),
+                    Err(0) => Some(last),
+                    Err(i) => Some(i - 1),
+                }
+            }
+            Some(a) => {
+                let last = a.len().checked_sub(1)?;
+                let j = match a.binary_search_by(|&i| self.hashes[i as usize].cmp(h)) {
+                    Ok(j) => j,
+                    Err(0) => last,
+                    Err(j) => j - 1,
+                };
+                Some(a[j] as usize)
+            }
         }
-        match self.hashes.binary_search(h) {
-            Ok(i) => Some(i),
-            Err(0) => Some(self.hashes.len() - 1),
-            Err(i) => Some(i - 1),
-        }
+    }
+
+    /// True when entry `i` belongs to the answering chain.
+    pub fn is_active(&self, i: usize) -> bool {
+        self.active
+            .as_ref()
+            .is_none_or(|a| a.binary_search(&(i as u32)).is_ok())
     }
 
     /// The entry matching tree node `id`, if the chain has one (not under opt-out).
@@ -133,6 +163,7 @@ impl Nsec3Chain {
         self.nodes.capacity() * std::mem::size_of::<Node>()
             + self.hashes.capacity() * HASH_LEN
             + (self.node_match.capacity() + self.wildcard_cover.capacity()) * 4
+            + self.active.as_ref().map_or(0, |a| a.capacity() * 4)
     }
 }
 
@@ -202,5 +233,26 @@ mod tests {
         assert_eq!(c.find_cover(&[5u8; 20]), Some(2), "wraps to the last");
         assert_eq!(c.find_cover(&[35u8; 20]), Some(2));
         assert_eq!(base32hex_decode(b"xyz", &mut [0u8; 8]), None);
+        // Entries 1 and 3 of another chain: only 0, 2 and 4 match and cover.
+        let c = Nsec3Chain {
+            hashes: vec![[10u8; 20], [15u8; 20], [20u8; 20], [25u8; 20], [30u8; 20]],
+            active: Some(vec![0, 2, 4]),
+            ..Default::default()
+        };
+        assert_eq!(c.find_match(&[15u8; 20]), None);
+        assert_eq!(c.find_match(&[20u8; 20]), Some(2));
+        assert_eq!(c.find_cover(&[15u8; 20]), Some(0));
+        assert_eq!(c.find_cover(&[26u8; 20]), Some(2));
+        assert_eq!(c.find_cover(&[5u8; 20]), Some(4), "wraps to the last");
+        assert!(c.is_active(2) && !c.is_active(3));
+        let none = Nsec3Chain {
+            hashes: vec![[10u8; 20]],
+            active: Some(vec![]),
+            ..Default::default()
+        };
+        assert_eq!(
+            (none.find_match(&[10u8; 20]), none.find_cover(&[9u8; 20])),
+            (None, None)
+        );
     }
 }

@@ -351,6 +351,16 @@ ns.insecure A 192.0.2.31
 
     /// The test zone signed with `how`, loaded without a single warning.
     fn sign(how: Denial) -> Arc<ZoneSet> {
+        sign_beside(how, None)
+    }
+
+    /// The salt of a second NSEC3 chain (one being built or retired), never named by the
+    /// NSEC3PARAM.
+    const OTHER_SALT: [u8; 4] = [0x01, 0x02, 0x03, 0x04];
+
+    /// The zone signed with `how`, holding `beside`'s chain as well (an NSEC3 one under
+    /// `OTHER_SALT`), as during a change of denial or of NSEC3 parameters.
+    fn sign_beside(how: Denial, beside: Option<Denial>) -> Arc<ZoneSet> {
         let mut text = String::from(UNSIGNED);
         writeln!(text, "@ DNSKEY 257 3 13 {}", b64_zeros()).unwrap();
         if let Denial::Nsec3 { .. } = how {
@@ -405,43 +415,64 @@ ns.insecure A 192.0.2.31
                 labels,
             });
         }
-        match how {
-            Denial::Nsec => {
-                let mut auth: Vec<&Owner> = owners.iter().filter(|o| !o.empty).collect();
-                auth.sort_by(|a, b| canonical_cmp(&a.wire, &b.wire));
-                for (i, o) in auth.iter().enumerate() {
-                    let next = &auth[(i + 1) % auth.len()].name;
-                    let mut types = o.types.clone();
-                    types.extend([t::RRSIG, t::NSEC]);
-                    writeln!(text, "{} 60 NSEC {next} {}", o.name, types_text(&types)).unwrap();
-                    sig(&mut text, &o.name, t::NSEC, 60, o.labels);
-                }
-            }
-            Denial::Nsec3 { opt_out } => {
-                let p = params();
-                let mut chain: Vec<([u8; 20], Vec<u16>)> = owners
-                    .iter()
-                    .filter(|o| !(opt_out && o.insecure_cut))
-                    .map(|o| {
+        let with_nsec = matches!(how, Denial::Nsec) || matches!(beside, Some(Denial::Nsec));
+        for (how, salt) in std::iter::once((how, SALT)).chain(beside.map(|b| (b, OTHER_SALT))) {
+            write_chain(&mut text, how, &salt, &owners, with_nsec, &sig);
+        }
+        /// One chain's records; `with_nsec`: the names hold NSEC records too.
+        fn write_chain(
+            text: &mut String,
+            how: Denial,
+            salt: &[u8; 4],
+            owners: &[Owner],
+            with_nsec: bool,
+            sig: &dyn Fn(&mut String, &str, u16, u32, usize),
+        ) {
+            match how {
+                Denial::Nsec => {
+                    let mut auth: Vec<&Owner> = owners.iter().filter(|o| !o.empty).collect();
+                    auth.sort_by(|a, b| canonical_cmp(&a.wire, &b.wire));
+                    for (i, o) in auth.iter().enumerate() {
+                        let next = &auth[(i + 1) % auth.len()].name;
                         let mut types = o.types.clone();
-                        if o.signed {
-                            types.push(t::RRSIG);
-                        }
-                        (p.hash(&o.wire), types)
-                    })
-                    .collect();
-                chain.sort();
-                for (i, (h, types)) in chain.iter().enumerate() {
-                    let owner = format!("{}.{ORIGIN}", b32hex(h));
-                    let next = b32hex(&chain[(i + 1) % chain.len()].0);
-                    writeln!(
-                        text,
-                        "{owner} 60 NSEC3 1 {} 0 aabbccdd {next} {}",
-                        u8::from(opt_out),
-                        types_text(types)
-                    )
-                    .unwrap();
-                    sig(&mut text, &owner, t::NSEC3, 60, 3);
+                        types.extend([t::RRSIG, t::NSEC]);
+                        writeln!(text, "{} 60 NSEC {next} {}", o.name, types_text(&types)).unwrap();
+                        sig(text, &o.name, t::NSEC, 60, o.labels);
+                    }
+                }
+                Denial::Nsec3 { opt_out } => {
+                    let p = Nsec3Params {
+                        salt: salt.to_vec(),
+                        ..params()
+                    };
+                    let salt_hex: String = salt.iter().map(|b| format!("{b:02x}")).collect();
+                    let mut chain: Vec<([u8; 20], Vec<u16>)> = owners
+                        .iter()
+                        .filter(|o| !(opt_out && o.insecure_cut))
+                        .map(|o| {
+                            let mut types = o.types.clone();
+                            if o.signed || with_nsec && !o.empty {
+                                types.push(t::RRSIG);
+                            }
+                            if with_nsec && !o.empty {
+                                types.push(t::NSEC);
+                            }
+                            (p.hash(&o.wire), types)
+                        })
+                        .collect();
+                    chain.sort();
+                    for (i, (h, types)) in chain.iter().enumerate() {
+                        let owner = format!("{}.{ORIGIN}", b32hex(h));
+                        let next = b32hex(&chain[(i + 1) % chain.len()].0);
+                        writeln!(
+                            text,
+                            "{owner} 60 NSEC3 1 {} 0 {salt_hex} {next} {}",
+                            u8::from(opt_out),
+                            types_text(types)
+                        )
+                        .unwrap();
+                        sig(text, &owner, t::NSEC3, 60, 3);
+                    }
                 }
             }
         }
@@ -732,6 +763,52 @@ ns.insecure A 192.0.2.31
         assert!(n.iter().any(|x| x.0 == ce));
         assert!(n.iter().any(|x| nsec3_covers(&x.0, &x.1, &nc)));
         assert!(n.iter().any(|x| nsec3_covers(&x.0, &x.1, &star)));
+    }
+
+    /// A zone holding a second NSEC3 chain (new parameters being rolled in) proves from the
+    /// chain its NSEC3PARAM names alone (RFC 5155 §10.4; as Knot and NSD answer): records
+    /// of the other chain would make the proofs fail validation.
+    #[test]
+    fn two_nsec3_chains_prove_from_the_one_nsec3param_names() {
+        let z = sign_beside(
+            Denial::Nsec3 { opt_out: false },
+            Some(Denial::Nsec3 { opt_out: false }),
+        );
+        let p = params();
+        // `nsec3s` refuses any NSEC3 whose salt is not SALT.
+        let (r, k) = ask(&z, "a.nothere.example.com.", t::A);
+        assert_eq!(k, Kind::NxDomain);
+        let n = nsec3s(&r);
+        let (ce, nc) = (p.hash(&wire(ORIGIN)), p.hash(&wire("nothere.example.com.")));
+        let star = p.hash(&wire("*.example.com."));
+        assert!(n.iter().any(|x| x.0 == ce), "closest encloser matched");
+        assert!(n.iter().any(|x| nsec3_covers(&x.0, &x.1, &nc)), "{n:?}");
+        assert!(n.iter().any(|x| nsec3_covers(&x.0, &x.1, &star)), "{n:?}");
+        for (name, qtype) in [
+            ("www.example.com.", t::MX),
+            ("nothere.example.com.", t::A),
+            ("zzzz.example.com.", t::TXT),
+            ("example.com.", t::DS),
+        ] {
+            let (r, _) = ask(&z, name, qtype);
+            assert!(!nsec3s(&r).is_empty(), "{name}: {r:?}");
+        }
+        for name in ["x.wild.example.com.", "a.b.wild.example.com."] {
+            let (r, _) = ask(&z, name, t::MX);
+            nsec3s(&r);
+        }
+    }
+
+    /// A zone moving from NSEC to NSEC3 holds both chains: its NSEC3PARAM says NSEC3
+    /// answers (as Knot and NSD answer it).
+    #[test]
+    fn a_zone_with_nsec_and_nsec3_chains_and_nsec3param_answers_with_nsec3() {
+        let z = sign_beside(Denial::Nsec3 { opt_out: false }, Some(Denial::Nsec));
+        for (name, qtype) in [("nothere.example.com.", t::A), ("www.example.com.", t::MX)] {
+            let (r, _) = ask(&z, name, qtype);
+            assert!(nsecs(&r).is_empty(), "{name}: {r:?}");
+            assert!(!nsec3s(&r).is_empty(), "{name}: {r:?}");
+        }
     }
 
     #[test]
