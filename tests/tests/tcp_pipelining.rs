@@ -182,6 +182,13 @@ fn edns_tcp_keepalive_tells_the_idle_timeout_over_tcp_only() {
     );
     assert_eq!(keepalive_of(a, true, false), None, "not asked");
     assert_eq!(keepalive_of(a, false, true), None, "never over UDP");
+    // A query carrying a TIMEOUT (only responses may) is not the question: no option back,
+    // as Knot and NSD answer it.
+    let mut opts = QueryOpts::edns(1232).over_tcp();
+    opts.options.push((KEEPALIVE, vec![0, 50]));
+    let reply = client::query_reply(a, ORIGIN, qtype::SOA, &opts);
+    let opt = reply.head.opt.expect("an OPT in the reply");
+    assert!(opt.options.iter().all(|(c, _)| *c != KEEPALIVE), "{opt:?}");
     if !Bind::available() {
         palisade_tests::skipped("named not installed (bind9): keepalive not compared");
         return;

@@ -478,9 +478,10 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Result<Edns,
             e.cookie_off = (p + 4) as u16;
             e.cookie_len = len as u8;
         } else if code == OPT_TCP_KEEPALIVE {
-            // Clients send it empty (RFC 7828 §3.2.1); a TIMEOUT from a client means nothing
-            // to us and is ignored, as BIND ignores it (unbound answers FORMERR).
-            e.keepalive = true;
+            // Clients send it empty (RFC 7828 §3.2.1); one carrying anything is not that
+            // question and is ignored whole, as Knot and NSD ignore it (unbound answers
+            // FORMERR): no keepalive option comes back.
+            e.keepalive = len == 0;
         } else if code == OPT_NSID {
             // Sent empty (RFC 5001 §2.3); whatever it carries, it asks for ours.
             e.nsid = true;
