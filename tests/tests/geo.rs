@@ -339,6 +339,39 @@ fn a_malformed_client_subnet_is_formerr_where_ecs_is_on_and_ignored_where_it_is_
             }
         }
     }
+    // A sound ECS in a query answered with an error (a name outside our zones; an EDNS
+    // version we do not speak; AXFR over UDP) comes back with scope 0, as in every answer
+    // (RFC 7871 §7.2.1; Knot echoes it too).
+    let scope_of = |server: SocketAddr, name: &str, qtype: u16, version: u8| {
+        let mut opts = QueryOpts::edns(1232);
+        opts.edns_version = version;
+        opts.options.push(ecs("10.1.2.0".parse().unwrap(), 24));
+        let q = build_query(8, name, qtype, &opts);
+        let r = palisade_tests::client::udp_exchange(server, &q, Duration::from_secs(2))
+            .unwrap()
+            .expect("a reply");
+        let m = RawMsg::parse(&r).unwrap();
+        let scope = m
+            .opt
+            .as_ref()
+            .and_then(|o| o.options.iter().find(|(c, _)| *c == 8))
+            .map(|(_, d)| d[3]);
+        (m.rcode(), scope)
+    };
+    for (name, qtype, version, rc) in [
+        ("www.elsewhere.", T::A, 0, 5),
+        ("www.geo.test.", T::A, 1, 16),
+        ("geo.test.", T::AXFR, 0, 4),
+    ] {
+        let (got_rc, scope) = scope_of(on.addr(), name, qtype, version);
+        assert_eq!((got_rc, scope), (rc, Some(0)), "{name} {qtype} v{version}");
+        let (got_rc, scope) = scope_of(off.addr(), name, qtype, version);
+        assert_eq!(
+            (got_rc, scope),
+            (rc, None),
+            "ECS off: {name} {qtype} v{version}"
+        );
+    }
 }
 
 #[test]

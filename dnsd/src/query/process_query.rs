@@ -894,7 +894,7 @@ impl Processor {
                 compact_ok: false,
                 nsid: self.cfg.nsid(q),
                 ede,
-                ecs: None,
+                ecs: self.cfg.ecs(q).map(|e| (e, 0)),
             };
             response::put_opt(&mut w, q, udp_payload, rc, opts);
         }
