@@ -166,7 +166,7 @@ impl Parsed<'_> {
 /// Which rate an answer counts against (RRL's classes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AnswerClass {
-    /// Answers and NODATA, keyed by name and type.
+    /// Answers and NODATA, keyed by name (and type, for positive answers).
     Answer,
     /// NXDOMAIN, keyed by zone.
     NxDomain,
@@ -186,6 +186,10 @@ pub struct Answered<'a> {
     pub key: &'a [u8],
     /// The response code written.
     pub rcode: u16,
+    /// The qtype within the key: positive answers only (0 otherwise: NODATA, NXDOMAIN and
+    /// referrals answer no type, so that random qtypes cannot spread one flood over many
+    /// accounts — BIND counts them so).
+    pub qtype: u16,
 }
 
 /// One module of the pipeline: each point defaults to [`Step::Continue`].

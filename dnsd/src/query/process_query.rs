@@ -533,6 +533,7 @@ impl Processor {
                         class: AnswerClass::Error,
                         key: b"",
                         rcode: rcode::BADCOOKIE,
+                        qtype: 0,
                     };
                     if let Step::Drop(why) = p.after_answer(&parsed, &a) {
                         return self.act(
@@ -630,6 +631,11 @@ impl Processor {
                 class,
                 key,
                 rcode: rc,
+                qtype: if ans.kind == Kind::Answer && rc == rcode::NOERROR {
+                    q.qtype
+                } else {
+                    0
+                },
             };
             let step = p.after_answer(&parsed, &a);
             if step != Step::Continue {
@@ -759,6 +765,7 @@ impl Processor {
             class: AnswerClass::Error,
             key: b"",
             rcode: rc,
+            qtype: 0,
         };
         match p.after_answer(&parsed, &a) {
             Step::Continue | Step::Refuse(_) => None,
@@ -1328,6 +1335,42 @@ pub(crate) mod tests {
         assert_eq!(ev.len(), 1, "{ev:?}");
         assert_eq!(ev[0].total, 45);
         assert_eq!(ev[0].top[0].reason, crate::query::defence::reason::RRL);
+    }
+
+    /// A qtype different in every query spreads no flood over many accounts: NODATA,
+    /// NXDOMAIN and referrals name no type in their answers and are counted without it (as
+    /// BIND counts them); positive answers of different types keep accounts of their own.
+    #[test]
+    fn random_qtypes_share_one_rrl_account_for_nodata_nxdomain_and_referrals() {
+        let rrl = RrlConfig {
+            responses_per_second: 5.0,
+            slip: 0,
+            ..RrlConfig::default()
+        };
+        let mut r = Rig::new(example_set(), Some(defences(Some(rrl), false)));
+        // NODATA at www (types it does not have), NXDOMAIN, a referral: 20 types each.
+        for (name, src) in [
+            (WWW, "192.0.2.1"),
+            ("nothere.example.com.", "192.0.3.1"),
+            ("a.sub.example.com.", "192.0.4.1"),
+        ] {
+            let sent = (0..20u16)
+                .filter(|&i| {
+                    let q = Q::new(name, 100 + i).edns(1232).id(i).bytes();
+                    r.send(&q, src, UDP).is_some()
+                })
+                .count();
+            assert_eq!(sent, 5, "{name}: one account for every type");
+        }
+        // Positive answers: each type its own account (A and AAAA at www, 5 each).
+        let sent = (0..20u16)
+            .filter(|&i| {
+                let t = if i % 2 == 0 { 1 } else { 28 };
+                let q = Q::new(WWW, t).edns(1232).id(i).bytes();
+                r.send(&q, "192.0.5.1", UDP).is_some()
+            })
+            .count();
+        assert_eq!(sent, 10);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! class, a rate per second; every Nth limited response slips out as a minimal TC=1 reply
 //! so that a real client retries over TCP, the rest are dropped.
 //!
-//! Classes and their keys: answers and NODATA by (qname, qtype), NXDOMAIN by zone,
-//! referrals by zone, errors by rcode class alone — all under the client's prefix (/24 for
+//! Classes and their keys: answers by (qname, qtype), NODATA by qname (its answer names no
+//! type: random qtypes are one account, as BIND counts them), NXDOMAIN by zone, referrals by
+//! zone, errors by rcode class alone — all under the client's prefix (/24 for
 //! IPv4, /56 for IPv6 by default). The state lives in shield's lock-free GCRA table: a
 //! fixed number of slots shared by all workers, evictions counted. UDP only: TCP answers are
 //! never limited, and a client that presents a valid server cookie skips RRL.
@@ -192,16 +193,11 @@ impl crate::query::module::QueryModule for Module {
         let Some(r) = &self.shared.rrl else {
             return Step::Continue;
         };
-        let qtype = if a.class == Class::Error {
-            0
-        } else {
-            p.q.qtype
-        };
         let v = r.check(
             p.src,
             a.class,
             a.key,
-            qtype,
+            a.qtype,
             env.now_us,
             &mut self.slip_count,
         );
