@@ -623,7 +623,8 @@ fn a_malformed_doq_stream_closes_its_connection_with_doq_protocol_error() {
 }
 
 /// Holds argv[4] DoQ connections to argv[1]:argv[2] (`dns.test` verified against argv[3]),
-/// each answered once and then silent; prints "ready N" (N answered), waits for a line on
+/// each answered once and then silent (argv[6] `silent`) or holding a stream begun and never
+/// finished (`unfinished`); prints "ready N" (N answered), waits for a line on
 /// stdin, then opens argv[5] new connections one after another, each asking once, waits a
 /// second and prints "new A closed C": A new ones answered, C of the silent ones closed by
 /// the server.
@@ -635,7 +636,7 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import ConnectionTerminated, StreamDataReceived
 host, port, ca = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-silent, new = int(sys.argv[4]), int(sys.argv[5])
+silent, new, mode = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 class P(QuicConnectionProtocol):
     def __init__(self, *a, **k):
         super().__init__(*a, **k)
@@ -658,19 +659,26 @@ async def ask(p):
         return await asyncio.wait_for(p.answers.get(), 3)
     except asyncio.TimeoutError:
         return False
-async def open_one(st, cfg):
+async def open_one(st, cfg, hold=False):
     try:
         p = await asyncio.wait_for(
             st.enter_async_context(connect(host, port, configuration=cfg, create_protocol=P)), 3)
     except Exception:
         return None
-    return p if await ask(p) else None
+    if not await ask(p):
+        return None
+    if hold and mode == "unfinished":
+        # A stream with the start of a query and no end: held open, never finished.
+        sid = p._quic.get_next_available_stream_id()
+        p._quic.send_stream_data(sid, b"\x00\x20\x00\x00\x01", end_stream=False)
+        p.transmit()
+    return p
 async def main():
     cfg = QuicConfiguration(alpn_protocols=["doq"], is_client=True, server_name="dns.test",
                             idle_timeout=60)
     cfg.load_verify_locations(ca)
     async with contextlib.AsyncExitStack() as st:
-        olds = [await open_one(st, cfg) for _ in range(silent)]
+        olds = [await open_one(st, cfg, hold=True) for _ in range(silent)]
         print("ready", sum(1 for p in olds if p), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         answered = 0
@@ -687,9 +695,20 @@ asyncio.run(main())
 /// DoQ connections take their slots in the TCP table and give them up as TCP connections
 /// do: with the table full of silent DoQ connections, a new TCP client and new DoQ clients
 /// are each answered, a silent connection closed for each, and the table never holds more
-/// than `tcp_max_connections`.
+/// than `tcp_max_connections` (`mode` as DOQ_HOLD's).
 #[test]
 fn silent_doq_connections_make_room_for_new_clients_of_either_kind() {
+    doq_connections_make_room("silent");
+}
+
+/// A DoQ connection that holds a stream open without finishing its query (or reading its
+/// answer) waits on its client as a silent one does: it makes room too.
+#[test]
+fn doq_connections_holding_unfinished_streams_make_room_too() {
+    doq_connections_make_room("unfinished");
+}
+
+fn doq_connections_make_room(mode: &str) {
     const MAX: usize = 8;
     let max = format!("tcp_max_connections = {MAX}");
     let opts = [
@@ -712,6 +731,7 @@ fn silent_doq_connections_make_room_for_new_clients_of_either_kind() {
             &dir.path().join("ca.pem").display().to_string(),
             &MAX.to_string(),
             "3",
+            mode,
         ])
         .env("PYTHONPATH", &py)
         .stdin(std::process::Stdio::piped())
@@ -756,4 +776,64 @@ fn silent_doq_connections_make_room_for_new_clients_of_either_kind() {
     );
     assert_eq!(dnsd.stat("tcp.evicted"), 4);
     assert!(dnsd.stat("tcp.connections") <= MAX as u64);
+}
+
+/// Handshakes that never finish (a connection to the DoT port that sends nothing, or half a
+/// ClientHello) wait on their clients as silent connections do: with the table full of
+/// them, a new TCP client is answered in the slot of one.
+#[test]
+fn unfinished_dot_handshakes_make_room_for_new_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    pki(dir.path());
+    let tls = tls_addr();
+    const MAX: usize = 8;
+    let dnsd = dnsd_with_tls(
+        dir.path(),
+        tls,
+        &[
+            &format!("tcp_max_connections = {MAX}"),
+            "tcp_max_per_source = 64",
+            "tcp_idle_timeout_ms = 30000",
+            "tcp_pressed_idle_timeout_ms = 20000",
+        ],
+        "",
+    );
+    use std::io::Write;
+    // Half of them silent, half with the start of a ClientHello.
+    let held: Vec<std::net::TcpStream> = (0..MAX)
+        .map(|i| {
+            let mut s = std::net::TcpStream::connect(tls).unwrap();
+            if i % 2 == 1 {
+                s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00])
+                    .unwrap();
+            }
+            s
+        })
+        .collect();
+    assert!(
+        eventually(5, || dnsd.stat("tcp.connections") == MAX as u64),
+        "{} open\n{}",
+        dnsd.stat("tcp.connections"),
+        dnsd.metrics()
+    );
+    // Three TCP clients, each answered and held open: each in the slot of a handshake.
+    use palisade_tests::client::{frame, tcp_read_msg};
+    let mut clients = Vec::new();
+    for i in 0..3u16 {
+        let q = palisade_tests::wire::build_query(
+            i,
+            "www.example.com.",
+            palisade_tests::wire::qtype::A,
+            &palisade_tests::wire::QueryOpts::edns(1232),
+        );
+        let mut tcp = std::net::TcpStream::connect(dnsd.addr()).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        tcp.write_all(&frame(&q)).unwrap();
+        let a = tcp_read_msg(&mut tcp).unwrap().expect("a TCP answer");
+        assert_eq!(&a[..2], &i.to_be_bytes());
+        assert_eq!(dnsd.stat("tcp.evicted"), i as u64 + 1);
+        assert!(dnsd.stat("tcp.connections") <= MAX as u64);
+        clients.push(tcp);
+    }
+    drop(held);
 }

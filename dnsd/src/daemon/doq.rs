@@ -12,7 +12,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::tcp::{Slot, TcpServer, Waited};
@@ -24,7 +24,8 @@ use crate::query::process_query::{Outcome, Transport};
 const DOQ_NO_ERROR: u32 = 0;
 const DOQ_PROTOCOL_ERROR: u32 = 2;
 
-/// Handshakes under way past which clients must prove their address first (Retry).
+/// Handshakes under way past which clients must prove their address first (Retry), and at
+/// most an eighth of the connection table: forged Initials never fill a small table.
 const HANDSHAKES_BEFORE_RETRY: usize = 256;
 
 /// Longest query accepted over QUIC (with its length prefix).
@@ -83,7 +84,8 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
             incoming.ignore();
             continue;
         }
-        if pending.load(Ordering::Relaxed) >= HANDSHAKES_BEFORE_RETRY
+        let before_retry = HANDSHAKES_BEFORE_RETRY.min(tcp.max_connections() / 8);
+        if pending.load(Ordering::Relaxed) >= before_retry
             && !incoming.remote_address_validated()
             && incoming.may_retry()
         {
@@ -104,7 +106,7 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
         tokio::spawn(async move {
             let _permit = match slot {
                 Slot::Free(p) => p,
-                _ => match tcp.after_eviction().await {
+                other => match tcp.after_eviction(other).await {
                     Some(p) => p,
                     None => {
                         pending.fetch_sub(1, Ordering::Relaxed);
@@ -176,43 +178,72 @@ async fn connection(
     let p = Arc::new(std::sync::Mutex::new(p));
     let in_hand = Arc::new(tokio::sync::Semaphore::new(ANSWERS_IN_HAND));
     let mut streams = tokio::task::JoinSet::new();
-    // Streams being answered: while none is, the connection waits on its client alone and
-    // may be told to make room for a new connection when the table is full.
+    // Streams open (each bounded by the wait limit), and when the last answer went out:
+    // while waiting for its next stream the connection waits on its client whatever its
+    // open streams do (a query left unfinished, an answer left unread), and takes its place
+    // in the eviction order as quiet since its last answer, not since its last stream.
     let active = Arc::new(AtomicUsize::new(0));
+    let born = tokio::time::Instant::now();
+    let answered = Arc::new(AtomicU64::new(0));
+    let last_answer = || born + Duration::from_nanos(answered.load(Ordering::Relaxed));
     let mut served = 0;
+    // Ended for its client's silence or to make room: its open streams wait on the client
+    // and are not waited for.
+    let mut cut = false;
     while served < tcp.max_queries() {
         while streams.try_join_next().is_some() {}
         let next = tcp
-            .on_client(conn.accept_bi(), tcp.idle(), peer.ip(), || {
-                active.load(Ordering::Relaxed) == 0
-            })
+            .on_client_since(
+                conn.accept_bi(),
+                tcp.idle(),
+                peer.ip(),
+                || true,
+                last_answer(),
+            )
             .await;
         let (mut send, mut recv) = match next {
             Waited::Done(Ok(s)) => s,
             // Closed by the client, or idle (QUIC's idle timeout).
             Waited::Done(Err(_)) => break,
-            // Streams still answered bound themselves; the connection waits for them.
-            Waited::Idle if active.load(Ordering::Relaxed) > 0 => continue,
+            // Streams still open bound themselves; the connection waits for them while it
+            // answers now and then.
+            Waited::Idle
+                if active.load(Ordering::Relaxed) > 0 && last_answer().elapsed() < tcp.idle() =>
+            {
+                continue;
+            }
             Waited::Idle => {
                 tcp.stats().dropped(DropCause::TcpTimeout);
+                cut = true;
                 break;
             }
-            Waited::Evicted => break,
+            Waited::Evicted => {
+                cut = true;
+                break;
+            }
         };
         served += 1;
         let (p, conn, tcp, in_hand) = (p.clone(), conn.clone(), tcp.clone(), in_hand.clone());
         let busy = ActiveStream::new(&active);
+        let answered = answered.clone();
         streams.spawn(async move {
             let _busy = busy;
             let limit = tcp.wait_limit(tcp.idle());
             let q = match tokio::time::timeout(limit, recv.read_to_end(MAX_QUERY)).await {
                 Ok(Ok(q)) => q,
-                _ => {
-                    tcp.stats().dropped(DropCause::Malformed);
+                r => {
+                    let why = match r {
+                        Err(_) => DropCause::TcpTimeout,
+                        Ok(_) => DropCause::Malformed,
+                    };
+                    tcp.stats().dropped(why);
                     let _ = send.reset(quinn::VarInt::from_u32(DOQ_PROTOCOL_ERROR));
                     return;
                 }
             };
+            // The address the connection has now (a migrated connection is judged where it
+            // is, a blocked address refused there).
+            let peer = conn.remote_address();
             // One message, its length first, its ID 0 (RFC 9250 §4.2, §4.2.1).
             let len = q.len().saturating_sub(2);
             if q.len() < 14 || u16::from_be_bytes([q[0], q[1]]) as usize != len || q[2..4] != [0, 0]
@@ -251,11 +282,10 @@ async fn connection(
             });
             match outcome {
                 Ok(Some(out)) => {
-                    if tokio::time::timeout(tcp.wait_limit(tcp.idle()), send.write_all(&out))
-                        .await
-                        .is_ok()
-                    {
+                    let limit = tcp.wait_limit(tcp.idle());
+                    if let Ok(Ok(())) = tokio::time::timeout(limit, send.write_all(&out)).await {
                         let _ = send.finish();
+                        answered.store(born.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     }
                 }
                 Ok(None) => {
@@ -268,6 +298,9 @@ async fn connection(
     }
     if served >= tcp.max_queries() {
         tcp.stats().dropped(DropCause::TcpQueryLimit);
+    }
+    if cut {
+        streams.abort_all();
     }
     while streams.join_next().await.is_some() {}
     conn.close(quinn::VarInt::from_u32(DOQ_NO_ERROR), b"");

@@ -58,6 +58,10 @@ const EVICT_CANDIDATES: usize = 16;
 /// How long a new connection waits for the slot of the connection it evicted.
 const EVICT_WAIT: Duration = Duration::from_millis(250);
 
+/// How long a new connection to a full table where no connection is in the eviction order
+/// yet waits before looking again (those woken by the pressure take their places).
+const REGISTER_WAIT: Duration = Duration::from_millis(50);
+
 /// How often a connection waiting on its client under pressure, not yet in the eviction
 /// order, looks whether it may take its place there.
 const PRESSED_TICK: Duration = Duration::from_millis(100);
@@ -128,6 +132,9 @@ pub(super) enum Slot {
     /// None free, but a quiet connection was told to close: wait for its slot
     /// ([`TcpServer::after_eviction`]).
     Evicting,
+    /// None free and none quiet yet: the connections the pressure woke take their places
+    /// within a moment; look again then ([`TcpServer::after_eviction`]).
+    Later,
     /// None free and none to be made free.
     Full,
 }
@@ -247,16 +254,32 @@ impl TcpServer {
                 self.evicted.fetch_add(1, Ordering::Relaxed);
                 Slot::Evicting
             }
-            None => {
-                self.evicting.fetch_sub(1, Ordering::Relaxed);
-                Slot::Full
-            }
+            // Still counted in `evicting`: at most MAX_EVICTING wait, either way.
+            None => Slot::Later,
         }
     }
 
-    /// The slot a [`Slot::Evicting`] waits for, once its victim has closed (`None`, counted
-    /// as a refusal, when another connection took it first).
-    pub(super) async fn after_eviction(&self) -> Option<OwnedSemaphorePermit> {
+    /// The slot a [`Slot::Evicting`] waits for, once its victim has closed; for
+    /// [`Slot::Later`], one looked for again a moment later (`None`, counted as a refusal,
+    /// when none came).
+    pub(super) async fn after_eviction(&self, slot: Slot) -> Option<OwnedSemaphorePermit> {
+        if let Slot::Later = slot {
+            tokio::time::sleep(REGISTER_WAIT).await;
+            self.evicting.fetch_sub(1, Ordering::Relaxed);
+            match self.take_slot() {
+                Slot::Free(p) => return Some(p),
+                Slot::Evicting => {}
+                Slot::Later => {
+                    self.evicting.fetch_sub(1, Ordering::Relaxed);
+                    self.stats.dropped(DropCause::TcpLimit);
+                    return None;
+                }
+                Slot::Full => {
+                    self.stats.dropped(DropCause::TcpLimit);
+                    return None;
+                }
+            }
+        }
         let p = tokio::time::timeout(EVICT_WAIT, self.slots.clone().acquire_owned()).await;
         self.evicting.fetch_sub(1, Ordering::Relaxed);
         let p = p.ok().and_then(Result::ok);
@@ -305,6 +328,11 @@ impl TcpServer {
     /// Times a connection was held back at a bound on its unanswered queries or unread answers.
     pub fn pipeline_full(&self) -> u64 {
         self.pipeline_full.load(Ordering::Relaxed)
+    }
+
+    /// The table's size (`tcp_max_connections`).
+    pub fn max_connections(&self) -> usize {
+        self.limits.max_connections
     }
 
     /// Connections open now.
@@ -356,7 +384,7 @@ impl TcpServer {
             tokio::spawn(async move {
                 let _permit = match slot {
                     Slot::Free(p) => p,
-                    _ => match me.after_eviction().await {
+                    other => match me.after_eviction(other).await {
                         Some(p) => p,
                         None => {
                             if !proxied {
@@ -412,7 +440,7 @@ impl TcpServer {
             tokio::spawn(async move {
                 let _permit = match slot {
                     Slot::Free(p) => p,
-                    _ => match me.after_eviction().await {
+                    other => match me.after_eviction(other).await {
                         Some(p) => p,
                         None => {
                             me.leave(peer.ip());
@@ -421,23 +449,28 @@ impl TcpServer {
                     },
                 };
                 let _ = sock.set_nodelay(true);
-                // A handshake left unfinished holds its slot no longer than a silent
-                // connection would.
-                let limit = me.wait_limit(me.limits.idle);
-                match tokio::time::timeout(limit, acceptor.accept(sock)).await {
-                    Ok(Ok(s)) => {
+                // A handshake waits on its client: bounded as a silent connection is, and
+                // one that makes room for a new connection when the table is full.
+                let handshake = acceptor.accept(sock);
+                match me
+                    .on_client(handshake, me.limits.idle, peer.ip(), || true)
+                    .await
+                {
+                    Waited::Done(Ok(s)) => {
                         tls.handshakes.fetch_add(1, Ordering::Relaxed);
                         let (rd, wr) = tokio::io::split(s);
                         me.connection(rd, wr, peer, local, Transport::Tcp, true)
                             .await;
                     }
-                    Ok(Err(_)) => {
+                    Waited::Done(Err(_)) => {
                         tls.handshake_failures.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(_) => {
+                    Waited::Idle => {
                         tls.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
                         me.stats.dropped(DropCause::TcpTimeout);
                     }
+                    // Counted where it was decided.
+                    Waited::Evicted => {}
                 }
                 me.leave(peer.ip());
             });
@@ -564,6 +597,20 @@ impl TcpServer {
         peer: IpAddr,
         evictable: impl Fn() -> bool,
     ) -> Waited<F::Output> {
+        let now = Instant::now();
+        self.on_client_since(fut, idle, peer, evictable, now).await
+    }
+
+    /// [`TcpServer::on_client`], the connection placed in the eviction order as waiting on
+    /// its client since `since` (its last answer, for DoQ, whose streams come and go).
+    pub(super) async fn on_client_since<F: std::future::Future>(
+        &self,
+        fut: F,
+        idle: Duration,
+        peer: IpAddr,
+        evictable: impl Fn() -> bool,
+        since: Instant,
+    ) -> Waited<F::Output> {
         let start = Instant::now();
         // Polled across the waits below, never dropped half done.
         let mut fut = std::pin::pin!(fut);
@@ -572,7 +619,7 @@ impl TcpServer {
             // Only under pressure does a connection take a place (a lock): the path is free
             // otherwise.
             if place.is_none() && self.pressed() && evictable() {
-                place = Some(self.fall_quiet(peer, start));
+                place = Some(self.fall_quiet(peer, since.min(start)));
             }
             let left = self.wait_limit(idle).saturating_sub(start.elapsed());
             // Under pressure, one not yet evictable (its last answer still going out) looks
