@@ -377,6 +377,10 @@ async fn run<I>(
         let cx = Arc::clone(&cx);
         service_fn(move |req: hyper::Request<Incoming>| service::handle(Arc::clone(&cx), req))
     };
+    // The response relay reads what the client acknowledged (`drive` clears it before the
+    // socket closes).
+    cx.ctl.tcp_fd.store(fd, Ordering::Release);
+    cx.ctl.h2.store(h2, Ordering::Relaxed);
     if h2 {
         let io = TokioIo::new(crate::h2watch::H2Watch::new(
             io,
@@ -386,9 +390,6 @@ async fn run<I>(
         let conn = b2.serve_connection(io, svc);
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
     } else {
-        // The response relay reads what the client acknowledged (`drive` clears it before
-        // the socket closes).
-        cx.ctl.h1_fd.store(fd, Ordering::Release);
         // With upgrades: a WebSocket takes the connection over (its tunnel holds the
         // connection's place in the registry until it ends).
         let io = crate::h1watch::H1Watch::new(io, Arc::clone(&cx.ctl));
@@ -397,12 +398,12 @@ async fn run<I>(
     }
 }
 
-/// Clears [`ConnCtl::h1_fd`](crate::conn_registry::ConnCtl) when dropped.
+/// Clears [`ConnCtl::tcp_fd`](crate::conn_registry::ConnCtl) when dropped.
 struct ForgetFd<'a>(&'a crate::conn_registry::ConnCtl);
 
 impl Drop for ForgetFd<'_> {
     fn drop(&mut self) {
-        self.0.h1_fd.store(-1, Ordering::Release);
+        self.0.tcp_fd.store(-1, Ordering::Release);
     }
 }
 

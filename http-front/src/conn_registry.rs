@@ -50,6 +50,15 @@ impl CloseCause {
     }
 }
 
+/// How far a connection's TCP stream went ([`ConnCtl::tcp_progress`]).
+#[derive(Debug, Clone, Copy)]
+pub struct TcpProgress {
+    /// Bytes the client's TCP stack acknowledged.
+    pub acked: u64,
+    /// The socket holds bytes not yet sent: the client's TCP window holds the connection.
+    pub backed_up: bool,
+}
+
 /// One connection's control block.
 #[derive(Debug)]
 pub struct ConnCtl {
@@ -68,9 +77,11 @@ pub struct ConnCtl {
     /// WebSocket tunnels running from this connection (they keep its registry place).
     tunnels: AtomicU32,
     tunnel_ended: Notify,
-    /// The socket of an HTTP/1.1 connection while it is served (-1: none, or HTTP/2): what
-    /// the response relay asks how much the client acknowledged.
-    pub h1_fd: std::sync::atomic::AtomicI32,
+    /// The connection's TCP socket while it is served (-1: none): what the response relay
+    /// asks how much the client acknowledged.
+    pub tcp_fd: std::sync::atomic::AtomicI32,
+    /// It speaks HTTP/2 (its streams share the TCP stream's progress).
+    pub h2: std::sync::atomic::AtomicBool,
     /// The first odd HTTP/1.1 head ([`crate::h1watch`]): its ordinal shifted left by three,
     /// and its kind (0: none).
     odd_head: AtomicU32,
@@ -103,7 +114,8 @@ impl ConnCtl {
             inflight: AtomicU32::new(0),
             premature: AtomicU32::new(0),
             last_active_ms: std::sync::atomic::AtomicU64::new(0),
-            h1_fd: std::sync::atomic::AtomicI32::new(-1),
+            tcp_fd: std::sync::atomic::AtomicI32::new(-1),
+            h2: std::sync::atomic::AtomicBool::new(false),
             odd_head: AtomicU32::new(0),
             tunnels: AtomicU32::new(0),
             tunnel_ended: Notify::new(),
@@ -122,15 +134,16 @@ impl ConnCtl {
         set
     }
 
-    /// Bytes the client's TCP stack has acknowledged on an HTTP/1.1 connection (`TCP_INFO`);
-    /// `None` for HTTP/2 or once the connection ended.
-    pub fn h1_bytes_acked(&self) -> Option<u64> {
-        let fd = self.h1_fd.load(Ordering::Acquire);
+    /// What the client's TCP stack has acknowledged (`TCP_INFO`), and whether the socket
+    /// holds bytes not yet sent (the client's TCP is what holds them back); `None` once the
+    /// connection ended.
+    pub fn tcp_progress(&self) -> Option<TcpProgress> {
+        let fd = self.tcp_fd.load(Ordering::Acquire);
         if fd < 0 {
             return None;
         }
         // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes into it. The
-        // descriptor is the connection's while `h1_fd` holds it (cleared before it closes).
+        // descriptor is the connection's while `tcp_fd` holds it (cleared before it closes).
         unsafe {
             let mut info: libc::tcp_info = std::mem::zeroed();
             let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -141,8 +154,11 @@ impl ConnCtl {
                 (&mut info as *mut libc::tcp_info).cast(),
                 &mut len,
             );
-            let need = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked) + 8;
-            (rc == 0 && len as usize >= need).then_some(info.tcpi_bytes_acked)
+            let need = std::mem::offset_of!(libc::tcp_info, tcpi_notsent_bytes) + 4;
+            (rc == 0 && len as usize >= need).then_some(TcpProgress {
+                acked: info.tcpi_bytes_acked,
+                backed_up: info.tcpi_notsent_bytes > 0,
+            })
         }
     }
 

@@ -833,3 +833,59 @@ fn http_front_h2_requests_are_whole_before_any_origin_sees_them() {
         );
     }
 }
+
+/// A slow but steady HTTP/2 reader (128 KiB/s, above the minimum rate) of a streamed
+/// response keeps it: the body's progress stalls for seconds while the socket's large send
+/// buffer drains (the kernel wakes the writer only when a third of it is free), and the
+/// client's TCP acknowledgements show it reads on (it was cut after about 4 MB).
+#[test]
+fn a_steady_http2_reader_of_a_large_response_keeps_it() {
+    let Some(Setup {
+        origin: _origin,
+        front,
+        _root,
+    }) = setup("h2c = true\nsend_timeout_ms = 600000\n")
+    else {
+        return;
+    };
+    let src = net::test_ip();
+    let mut h2 = H2Conn::connect_with(Some(src), front.addr(), &[(4, 1 << 30)], false).unwrap();
+    h2.write_frame(frame::WINDOW_UPDATE, 0, 0, &(1u32 << 30).to_be_bytes())
+        .unwrap();
+    let id = h2.send_request("GET", "s.test", "/big", &[], true).unwrap();
+    h2.stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    const RATE: f64 = 128.0 * 1024.0;
+    let start = Instant::now();
+    let mut got = 0usize;
+    let mut ended = None;
+    while start.elapsed() < Duration::from_secs(10) {
+        let f = match h2.read_frame() {
+            Ok(f) => f,
+            Err(e) => {
+                ended = Some(format!("read: {e}"));
+                break;
+            }
+        };
+        match f.kind {
+            frame::DATA if f.stream == id => got += f.payload.len(),
+            frame::RST_STREAM | frame::GOAWAY => {
+                ended = Some(format!("{f:?}"));
+                break;
+            }
+            _ => {}
+        }
+        // Paced: never ahead of RATE.
+        let due = Duration::from_secs_f64(got as f64 / RATE);
+        if let Some(wait) = due.checked_sub(start.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+    assert_eq!(ended, None, "dropped after {got} bytes");
+    assert!(got > 1_000_000, "{got} bytes in 10 s");
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"send_min_rate\"}"),
+        0
+    );
+}

@@ -216,10 +216,10 @@ async fn run(
 /// Streaming, the client must take something within each `send_timeout`, and while the
 /// relay waits on it, at least `min_rate` over each [`GRACE`] (measured from the wait's
 /// start, so that what the socket buffers swallowed early gives no credit to a client that
-/// then stops). Over HTTP/1.1 the body's progress comes in steps as large as the socket's
-/// send buffer, so a slow but steady reader is judged instead by what its TCP stack
-/// acknowledged over the next [`GRACE`] (one `TCP_INFO` read per [`GRACE`], only on this slow
-/// path). Draining, all of the rest must go within one `send_timeout`.
+/// then stops). The body's progress comes in steps as large as the socket's send buffer, so
+/// a slow but steady reader is judged instead by what its TCP stack acknowledged over the
+/// next [`GRACE`] (one `TCP_INFO` read per [`GRACE`], only on this slow path); over HTTP/2
+/// only while the socket holds unsent bytes (else the stream's own window holds it back). Draining, all of the rest must go within one `send_timeout`.
 async fn room(
     shared: &Shared,
     n: u32,
@@ -258,7 +258,15 @@ async fn room(
                 if rate && now >= mark.0 + GRACE {
                     let need = limits.min_rate as f64 * (now - mark.0).as_secs_f64();
                     if ((taken - mark.1) as f64) < need {
-                        let acked = ctl.h1_bytes_acked().ok_or(Some(SlowReader::MinRate))?;
+                        // The body's progress stalls while the socket's buffer drains: judged
+                        // by what the client's TCP acknowledged. Over HTTP/2 only while the
+                        // socket holds unsent bytes (the TCP stream holds the connection back,
+                        // not this stream's window, which the acknowledgements do not show).
+                        let p = ctl.tcp_progress().ok_or(Some(SlowReader::MinRate))?;
+                        if ctl.h2.load(Ordering::Relaxed) && !p.backed_up {
+                            return Err(Some(SlowReader::MinRate));
+                        }
+                        let acked = p.acked;
                         if acked_mark.is_some_and(|m| ((acked.saturating_sub(m)) as f64) < need) {
                             return Err(Some(SlowReader::MinRate));
                         }
