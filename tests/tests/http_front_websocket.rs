@@ -224,13 +224,46 @@ fn websockets_over_http1_and_http2_reach_the_origin_after_the_rules() {
         client("h2", &front, "b.test", "/chat", src, &["x"]),
         ["status 405"]
     );
+    // An HTTP/2 client that sends a key of its own: the origin gets that one key.
+    assert_eq!(
+        client("h2key", &front, "a.test", "/chat3", src, &["keyed"]),
+        ["open", "< keyed"],
+        "{}",
+        front.log()
+    );
+    // An origin that answers 200 without upgrading: to HTTP/2 a 2xx would say the tunnel is
+    // open, so it is a bad gateway; HTTP/1.1 gets the 200 as it came.
+    assert_eq!(
+        client("h2", &front, "a.test", "/plain200", src, &["x"]),
+        ["status 502"]
+    );
+    assert_eq!(
+        client("h1", &front, "a.test", "/plain200", src, &["x"]),
+        ["status 200"]
+    );
+    // An HTTP/1.0 upgrade request is a plain request (RFC 6455 wants HTTP/1.1): never 101.
+    let mut s = std::net::TcpStream::connect(front.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        b"GET /chat10 HTTP/1.0\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    std::io::Read::read_exact(&mut s, &mut head).unwrap();
+    assert!(
+        head.starts_with(b"HTTP/1.") && &head[9..12] != b"101",
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(origin.opened(), ["/chat", "/chat2?x=1"]);
+    assert_eq!(origin.opened(), ["/chat", "/chat2?x=1", "/chat3"]);
     assert_eq!(
         front.metric("http_front_websockets_total{event=\"opened\"}"),
-        2
+        3
     );
-    assert!(front.metric("http_front_websockets_closed_total{cause=\"ended\"}") >= 2);
+    assert!(front.metric("http_front_websockets_closed_total{cause=\"ended\"}") >= 3);
 }
 
 #[test]

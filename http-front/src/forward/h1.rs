@@ -157,11 +157,14 @@ pub(crate) fn encode_upgrade_head(
     dst.truncate(dst.len() - 2);
     put(dst, "connection", b"upgrade");
     put(dst, "upgrade", b"websocket");
-    if parts.method == Method::CONNECT {
+    // HTTP/2's extended CONNECT carries no key unless its client sent one (then passed as
+    // it came, and `key` is that one).
+    if parts.method == Method::CONNECT && !parts.headers.contains_key(header::SEC_WEBSOCKET_KEY) {
         put(dst, "sec-websocket-key", key);
-        if !parts.headers.contains_key(header::SEC_WEBSOCKET_VERSION) {
-            put(dst, "sec-websocket-version", b"13");
-        }
+    }
+    if parts.method == Method::CONNECT && !parts.headers.contains_key(header::SEC_WEBSOCKET_VERSION)
+    {
+        put(dst, "sec-websocket-version", b"13");
     }
     dst.extend_from_slice(b"\r\n");
 }

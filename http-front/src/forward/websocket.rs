@@ -61,8 +61,10 @@ pub fn wants<B>(req: &Request<B>) -> bool {
             .get::<hyper::ext::Protocol>()
             .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"));
     }
+    // HTTP/1.1 exactly (RFC 6455 §4.1): an HTTP/1.0 request's Upgrade is a plain header,
+    // dropped as hop-by-hop, and the request goes as any other.
     req.method() == Method::GET
-        && req.version() <= http::Version::HTTP_11
+        && req.version() == http::Version::HTTP_11
         && has_token(req.headers(), header::UPGRADE, "websocket")
         && has_token(req.headers(), header::CONNECTION, "upgrade")
 }
@@ -108,11 +110,12 @@ pub async fn open(
     tunnel: Tunnel,
 ) -> Result<Response<RespBody>, ForwardError> {
     let h2 = parts.method == Method::CONNECT;
-    // The key the origin answers to: the client's (HTTP/1.1), else one of ours.
+    // The key the origin answers to: the client's (HTTP/1.1; an HTTP/2 client need not send
+    // one, RFC 8441 §5), else one of ours — one key, never two.
     let ours;
     let key: &[u8] = match parts.headers.get(header::SEC_WEBSOCKET_KEY) {
-        Some(k) if !h2 => k.as_bytes(),
-        _ => {
+        Some(k) => k.as_bytes(),
+        None => {
             let mut raw = [0u8; 16];
             rand::fill(&mut raw);
             ours = base64::engine::general_purpose::STANDARD.encode(raw);
@@ -143,6 +146,13 @@ pub async fn open(
         Err(_) => return Err(ForwardError::Timeout),
     };
     let c = &tunnel.counters;
+    if head.status != StatusCode::SWITCHING_PROTOCOLS && h2 && head.status.is_success() {
+        // To an HTTP/2 client a 2xx says the tunnel is open (RFC 8441 §5): an origin that
+        // answered 200 without upgrading is a bad gateway.
+        c.bump(Counter::WsRefused);
+        tracing::debug!(upstream = %up.cfg.name, status = %head.status, "WebSocket not upgraded");
+        return Err(ForwardError::Upstream);
+    }
     if head.status != StatusCode::SWITCHING_PROTOCOLS {
         // The origin refused: its answer, without a body.
         c.bump(Counter::WsRefused);

@@ -2,6 +2,7 @@
 
     client.py h1 FRONT_HOST FRONT_PORT HOST PATH [SRC] -- MSG...
     client.py h2 FRONT_HOST FRONT_PORT HOST PATH [SRC] -- MSG...
+    client.py h2key ...  (as h2, the CONNECT carrying a Sec-WebSocket-Key of its own)
 
 Connects (from SRC when given), opens a WebSocket for HOST and PATH — over HTTP/1.1 with
 python3-websockets, or over HTTP/2 with RFC 8441's extended CONNECT using python3-h2 and
@@ -82,7 +83,7 @@ def parse(buf):
     return op, buf[i:i + n], buf[i + n:]
 
 
-def h2(front_host, port, host, path, src, msgs):
+def h2(front_host, port, host, path, src, msgs, key=False):
     import h2.config
     import h2.connection
     import h2.events
@@ -111,8 +112,10 @@ def h2(front_host, port, host, path, src, msgs):
             print("no extended connect", flush=True)
             return
     sid = c.get_next_available_stream_id()
+    extra = [("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")] if key else []
     c.send_headers(sid, [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "http"),
-                         (":path", path), (":authority", host), ("sec-websocket-version", "13")])
+                         (":path", path), (":authority", host), ("sec-websocket-version", "13")]
+                   + extra)
     s.sendall(c.data_to_send())
     buf = b""
     status = None
@@ -193,4 +196,7 @@ if __name__ == "__main__":
     head, msgs = args[:cut], args[cut + 1:]
     mode, front_host, port, host, path = head[:5]
     src = head[5] if len(head) > 5 else None
-    (h1 if mode == "h1" else h2)(front_host, int(port), host, path, src, msgs)
+    if mode == "h1":
+        h1(front_host, int(port), host, path, src, msgs)
+    else:
+        h2(front_host, int(port), host, path, src, msgs, key=(mode == "h2key"))

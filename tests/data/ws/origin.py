@@ -3,10 +3,12 @@
     origin.py HOST PORT
 
 Echoes every message; a message "whoami" is answered with the request path and the
-X-Forwarded-For the origin saw; "close" closes from the origin's side. Prints "ready" once
+X-Forwarded-For the origin saw; "close" closes from the origin's side. A path starting
+/plain200 is answered 200 without an upgrade. Prints "ready" once
 listening, then one line per connection opened ("open PATH").
 """
 import asyncio
+import http
 import sys
 
 import websockets
@@ -25,8 +27,20 @@ async def handler(ws, path=None):
             await ws.send(msg)
 
 
+def process_request(a, b):
+    """A path starting /plain200 is answered 200 without upgrading (either API of websockets:
+    legacy (path, headers) or new (connection, request))."""
+    path = getattr(b, "path", None) or (a if isinstance(a, str) else "")
+    if not path.startswith("/plain200"):
+        return None
+    if hasattr(a, "respond"):
+        return a.respond(http.HTTPStatus.OK, "plain\n")
+    return (http.HTTPStatus.OK, [], b"plain\n")
+
+
 async def main(host, port):
-    async with websockets.serve(handler, host, port, ping_interval=None):
+    async with websockets.serve(handler, host, port, ping_interval=None,
+                                process_request=process_request):
         print("ready", flush=True)
         await asyncio.Future()
 
