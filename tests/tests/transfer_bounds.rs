@@ -12,7 +12,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hickory_proto::op::Message;
 use hickory_proto::rr::RecordType;
@@ -571,4 +571,41 @@ fn notify_is_taken_only_from_primaries_and_allow_notify() {
         (4, 2),
         "{s:?}"
     );
+}
+
+/// A client that takes a transfer slower than `[transfer] out_min_rate_bytes_per_sec` is cut
+/// (it would hold a `max_out` slot for minutes: 64 KiB every two seconds of a 14 MB zone),
+/// counted as a TCP timeout; a client that reads at once takes the whole zone.
+#[test]
+fn a_transfer_read_below_the_minimum_rate_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let dnsd = start_big(
+        dir.path(),
+        "max_out = 4\nout_min_rate_bytes_per_sec = 65536",
+    );
+    let addr = dnsd.addr();
+    let before = dnsd.stats()["drops.tcp_timeout"];
+    let mut x = start_axfr(net::test_ip(), addr, true);
+    assert!(x.running(), "{:?}", x.first);
+    let t0 = Instant::now();
+    let mut msgs = 1;
+    let cut = loop {
+        if t0.elapsed() > Duration::from_secs(60) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        match read_part(&mut x.s, x.id) {
+            Ok(_) => msgs += 1,
+            Err(_) => break true,
+        }
+    };
+    assert!(
+        cut,
+        "still served after {msgs} messages in {:?}",
+        t0.elapsed()
+    );
+    assert!(msgs < 40, "{msgs} messages before the cut");
+    assert!(dnsd.stats()["drops.tcp_timeout"] > before);
+    let fast = start_axfr(net::test_ip(), addr, false);
+    assert_eq!(fast.finish(), Ok(BIG_AXFR_RECORDS));
 }

@@ -63,6 +63,10 @@ pub struct TransferConfig {
     pub in_timeout_secs: u64,
     /// Seconds to wait for each message of an incoming transfer or a SOA answer.
     pub message_timeout_secs: u64,
+    /// Bytes per second a client must take of a transfer we serve (0: no minimum): each
+    /// message must be written within 2 s plus its length at this rate, so that slow
+    /// readers cannot hold every `max_out` slot.
+    pub out_min_rate_bytes_per_sec: u64,
     /// NOTIFY attempts per target.
     pub notify_retries: u32,
     /// Milliseconds to wait for the first NOTIFY answer (doubled on each retry).
@@ -80,6 +84,7 @@ impl Default for TransferConfig {
             max_in_records: 10_000_000,
             in_timeout_secs: 600,
             message_timeout_secs: 30,
+            out_min_rate_bytes_per_sec: 32 * 1024,
             notify_retries: 5,
             notify_timeout_ms: 1000,
         }

@@ -310,6 +310,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                 max_queries: cfg.server.tcp_max_queries,
                 max_pipelined: cfg.server.tcp_max_pipelined,
                 pressed_idle: Duration::from_millis(cfg.server.tcp_pressed_idle_timeout_ms),
+                xfr_min_rate: cfg.transfer.out_min_rate_bytes_per_sec,
             },
             AddrSet::new(&addrs),
             proxy_allow.clone(),

@@ -90,6 +90,9 @@ pub struct TcpLimits {
     pub max_pipelined: usize,
     /// Idle time before closing while more than three quarters of `max_connections` are open.
     pub pressed_idle: Duration,
+    /// Bytes per second a client must take of a transfer (`[transfer]
+    /// out_min_rate_bytes_per_sec`; 0: none).
+    pub xfr_min_rate: u64,
 }
 
 /// A message on its way to the writer (see [`crate::query::handoff::Outgoing`]).
@@ -399,6 +402,7 @@ impl TcpServer {
                     return;
                 }
                 let _ = sock.set_nodelay(true);
+                bound_unsent(&sock);
                 let (rd, wr) = sock.into_split();
                 me.connection(rd, wr, peer, local.ip(), Transport::Tcp, false)
                     .await;
@@ -449,6 +453,7 @@ impl TcpServer {
                     },
                 };
                 let _ = sock.set_nodelay(true);
+                bound_unsent(&sock);
                 // A handshake waits on its client: bounded as a silent connection is, and
                 // one that makes room for a new connection when the table is full.
                 let handshake = acceptor.accept(sock);
@@ -571,6 +576,7 @@ impl TcpServer {
             Carried::Stream | Carried::Unspecified => Transport::Tcp,
         };
         let _ = sock.set_nodelay(true);
+        bound_unsent(&sock);
         let (rd, wr) = sock.into_split();
         self.connection(rd, wr, client, local, transport, false)
             .await;
@@ -676,7 +682,14 @@ impl TcpServer {
         let bytes = Arc::new(Semaphore::new(QUEUED_BYTES));
         let (tx, rx) = mpsc::channel::<Answer>(depth);
         let (xtx, xrx) = mpsc::channel::<Answer>(XFR_QUEUE);
-        let writer = tokio::spawn(write(wr, rx, xrx, idle));
+        let writer = tokio::spawn(write(
+            wr,
+            rx,
+            xrx,
+            idle,
+            self.limits.xfr_min_rate,
+            self.stats.clone(),
+        ));
         let mut transfers = JoinSet::new();
         let mut p = (self.make)();
         p.set_local(local);
@@ -891,26 +904,63 @@ async fn accept_failed(e: &std::io::Error, last_warn: &mut Option<std::time::Ins
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
+/// Time a transfer message may take besides its length at the minimum rate.
+const XFR_GRACE: Duration = Duration::from_millis(500);
+
+/// Unsent bytes past which the socket stops taking writes (`TCP_NOTSENT_LOWAT`): a writer
+/// waits for its client's reading in steps of this, not of a third of a send buffer that
+/// grows to megabytes — which the transfer rate is judged by.
+const UNSENT_LOW_WATER: libc::c_int = 128 * 1024;
+
+/// Sets [`UNSENT_LOW_WATER`] on a connection's socket (best effort).
+fn bound_unsent(sock: &impl std::os::fd::AsRawFd) {
+    // SAFETY: a plain integer option on a socket the caller owns.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&UNSENT_LOW_WATER as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+}
+
 /// Writes a connection's answers and transfer messages as they come, answers first; ends
-/// when both queues are closed and empty, or when the client does not read for `idle`.
+/// when both queues are closed and empty, when the client does not read for `idle`, or
+/// when it takes a transfer message slower than `xfr_min_rate` (plus [`XFR_GRACE`]).
 async fn write<W: AsyncWrite + Unpin>(
     mut wr: W,
     mut answers: mpsc::Receiver<Answer>,
     mut xfr: mpsc::Receiver<Answer>,
     idle: Duration,
+    xfr_min_rate: u64,
+    stats: Arc<WorkerStats>,
 ) {
     loop {
-        let a = tokio::select! {
+        let (a, transfer) = tokio::select! {
             biased;
-            Some(a) = answers.recv() => a,
-            Some(a) = xfr.recv() => a,
+            Some(a) = answers.recv() => (a, false),
+            Some(a) = xfr.recv() => (a, true),
             else => break,
         };
-        // A client that does not read is cut off after the idle time.
+        // A client that does not read is cut off after the idle time; one that reads a
+        // transfer too slowly holds a transfer slot no longer than its rate allows.
+        let limit = match (transfer, xfr_min_rate) {
+            (true, r) if r > 0 => {
+                let due = Duration::from_secs_f64(a.msg.len() as f64 / r as f64);
+                (XFR_GRACE + due).min(idle)
+            }
+            _ => idle,
+        };
         if !a.msg.is_empty() {
-            match tokio::time::timeout(idle, wr.write_all(&a.msg)).await {
+            match tokio::time::timeout(limit, wr.write_all(&a.msg)).await {
                 Ok(Ok(())) => {}
-                _ => return,
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    stats.dropped(DropCause::TcpTimeout);
+                    return;
+                }
             }
         }
         // The query is answered: its slot and bytes free the reader for the next one.
@@ -969,6 +1019,7 @@ mod tests {
             max_queries: 100,
             max_pipelined: 4,
             pressed_idle: Duration::from_secs(1),
+            xfr_min_rate: 32 * 1024,
         }
     }
 
