@@ -355,23 +355,21 @@ async fn trimmed_position_is_detected_and_resynced_from_snapshot() {
 
     let t0 = Instant::now();
     relay.heal();
-    let want: HashSet<IpNet> = nets(&a, |e| e.origin == Origin::Local);
+    // Everything A holds, and the one A lifted in the gap: a snapshot's lack lifts nothing
+    // (whoever can write to Redis can delete its keys); the lifted entry lives out its TTL.
+    let mut want: HashSet<IpNet> = nets(&a, |e| e.origin == Origin::Local);
+    want.insert(host(3));
     until("B resynced to A's set", || {
         nets(&b, |e| e.origin == Origin::Peer) == want
     })
     .await;
     println!("gap resync took {:?}", t0.elapsed());
-    // The map is replaced before the snapshot's counters are bumped: wait for them too.
-    until(
-        "the removal missed in the gap came from the snapshot",
-        || sb.stats().resync_removed >= 1,
-    )
-    .await;
+    until("the snapshot was read", || sb.stats().snapshots >= 2).await;
     let st = sb.stats();
     println!("stats B: {st:?}");
     assert!(st.gaps >= 1, "gap detected");
-    assert!(st.snapshots >= 2);
-    assert!(b.get(host(3)).is_none());
+    assert_eq!(st.resync_removed, 0);
+    assert!(b.get(host(3)).is_some());
     sa.shutdown().await;
     sb.shutdown().await;
 }
@@ -1131,5 +1129,119 @@ async fn a_stale_record_of_a_lifted_block_is_retracted_by_its_node() {
         "a node started now does not load it"
     );
     sa.shutdown().await;
+    sc.shutdown().await;
+}
+
+/// Whoever can write to Redis, without the fleet key, can neither lift blocks nor bring lifted
+/// ones back: (1) a lifted record of A's planted under another prefix's key, with an epoch
+/// change, makes A retract nothing of C's (a retraction lifts only A's own entries, and a
+/// record counts only under its own key); (2) deleting the snapshot and forcing a gap lifts
+/// none of B's peer entries; (3) A's lifted record planted back under its own key is not
+/// loaded by B, which saw its removal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_writers_without_the_key_neither_lift_blocks_nor_bring_lifted_ones_back() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (a, b, c) = (map(), map(), map());
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    let sb = spawn(cfg(&r.url(), "b"), &b);
+    let sc = spawn(cfg(&r.url(), "c"), &c);
+    synced(&sa).await;
+    synced(&sb).await;
+    synced(&sc).await;
+    let ten = Duration::from_secs(600);
+    // A blocks 60 (later lifted) and 61.
+    a.insert(local(60, ten));
+    a.insert(local(61, ten));
+    until("B holds A's blocks", || b.len() == 2).await;
+    let key = |i: u32| format!("t:block:{}", host(i));
+    // A's record of 60, captured before A lifts it.
+    let captured: Vec<u8> = redis::cmd("GET").arg(key(60)).query(&mut r.conn()).unwrap();
+    assert!(a.remove(host(60), RemoveCause::Operator));
+    until("A's lift reached B", || b.get(host(60)).is_none()).await;
+    // Now C blocks 60.
+    c.insert(local(60, ten));
+    until("B holds C's block of 60", || b.get(host(60)).is_some()).await;
+    let far = redis_now(&r) + 600_000;
+    let conn = &mut r.conn();
+    // (1) Planted under 62's key, with an epoch change: A republishes.
+    let _: () = redis::cmd("SET")
+        .arg(key(62))
+        .arg(&captured)
+        .query(conn)
+        .unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg("t:blocks")
+        .arg(far)
+        .arg(host(62).to_string())
+        .query(conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("t:epoch")
+        .arg("vandal")
+        .query(conn)
+        .unwrap();
+    until("A republished", || sa.stats().full_republishes >= 1).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        sa.stats().stale_retracted,
+        0,
+        "nothing of A's own under its own key"
+    );
+    assert!(b.get(host(60)).is_some(), "C's block of 60 still on B");
+    // (2) The snapshot deleted and a gap forced; (3) A's lifted record planted back under its
+    // own key.
+    let _: i64 = redis::cmd("DEL")
+        .arg("t:blocks")
+        .arg(key(61))
+        .query(conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(key(60))
+        .arg(&captured)
+        .query(conn)
+        .unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg("t:blocks")
+        .arg(far)
+        .arg(host(60).to_string())
+        .query(conn)
+        .unwrap();
+    let gaps = sb.stats().gaps;
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("XADD")
+        .arg("t:log")
+        .arg("*")
+        .arg("x")
+        .arg("y")
+        .ignore()
+        .cmd("XTRIM")
+        .arg("t:log")
+        .arg("MAXLEN")
+        .arg(0)
+        .ignore()
+        .query(conn)
+        .unwrap();
+    until("B saw the gap and read the snapshot", || {
+        sb.stats().gaps > gaps
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        b.get(host(61)).is_some(),
+        "deleting 61's key lifted nothing"
+    );
+    let from_a: Vec<_> = b
+        .entries()
+        .into_iter()
+        .filter(|e| e.net == host(60) && e.node.as_deref() == Some("a"))
+        .collect();
+    assert!(from_a.is_empty(), "A's lifted block came back: {from_a:?}");
+    assert!(b.get(host(60)).is_some(), "C's block of 60 still on B");
+    sa.shutdown().await;
+    sb.shutdown().await;
     sc.shutdown().await;
 }

@@ -55,8 +55,11 @@
 //! Each node reads the stream with plain `XREAD BLOCK` from its own last-seen id (no consumer
 //! groups: every node must see every entry), pipelined with `XINFO STREAM` and `GET epoch`.
 //! When its position has been trimmed away (the oldest entry held is newer than it), it loads the snapshot (ZSCAN of the sorted set, MGET of the keys) after capturing the
-//! stream's last id, replaces its Peer entries with it ([`BlockMap::replace_peers`]) and tails
-//! from the captured id. On first start the snapshot also restores this node's own earlier
+//! stream's last id, adds it to its Peer entries (records it has seen pass over: their
+//! effect, or a later record's, is what it holds) and tails from the captured id. A Peer
+//! entry the snapshot lacks is kept until it expires or a signed removal lifts it: whoever can
+//! write to Redis can delete its keys, which must lift nothing; a record counts only under its
+//! own prefix's key. On first start the snapshot also restores this node's own earlier
 //! decisions (with their own origin). A changed epoch means Redis lost its data (restart without
 //! persistence, flush, failover to an empty replica): every node keeps its Peer entries, reads
 //! the new stream from its start (everything written since the loss, removals included) and

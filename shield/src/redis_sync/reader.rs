@@ -24,11 +24,9 @@ struct State {
     /// No snapshot loaded yet in this process: restore this node's own records too.
     first_load: bool,
     /// The Redis server last read from (its run id, or the master's address): another one
-    /// means a failover, after which the next snapshot merges instead of replacing.
+    /// means a failover, after which the snapshot is read again (every snapshot adds to the
+    /// Peer entries and removes none).
     server: Option<String>,
-    /// The due snapshot adds to the Peer entries and removes none: the master changed, and
-    /// writes its predecessor had not replicated come back as their nodes republish them.
-    merge: bool,
     /// The last record seen from each node.
     replay: Replay,
     /// The newest `(start, seq)` per node in the last snapshot, and the stream's last id when
@@ -64,7 +62,6 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         epoch: None,
         first_load: true,
         server: None,
-        merge: false,
         replay: Replay::default(),
         seed: None,
     };
@@ -101,7 +98,6 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             // the failover) and its ids may run on another clock: capture its position and
             // read its snapshot again, keeping every Peer entry held now.
             st.pos = None;
-            st.merge = true;
             // It may also lack this node's own latest decisions: an idle writer would not
             // find out before its next write.
             shared.outbox().push_full();
@@ -310,13 +306,17 @@ pub(super) async fn records_of(
     shared: &Shared,
     conn: &mut MultiplexedConnection,
     nets: &[IpNet],
-) -> redis::RedisResult<Vec<Vec<u8>>> {
+) -> redis::RedisResult<Vec<(IpNet, Vec<u8>)>> {
     if nets.is_empty() {
         return Ok(Vec::new());
     }
     let names: Vec<String> = nets.iter().map(|n| shared.keys.block(n)).collect();
     let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query_async(conn).await?;
-    Ok(values.into_iter().flatten().collect())
+    Ok(nets
+        .iter()
+        .zip(values)
+        .filter_map(|(n, v)| Some((*n, v?)))
+        .collect())
 }
 
 /// Loads the snapshot and replaces this node's Peer entries with it; returns the stream id to
@@ -358,9 +358,11 @@ async fn load_snapshot(
         }
         let values = records_of(shared, conn, &live).await?;
         let (now, offset) = (shared.now(), shared.offset());
-        for v in values {
+        for (key_net, v) in values {
             let rec = match shared.opener.open(&v) {
-                Ok(r) if r.op == RecordOp::Add => r,
+                // A record counts only under its own prefix's key: one copied under another
+                // key (by anyone who can write to Redis) is not that prefix's state.
+                Ok(r) if r.op == RecordOp::Add && r.net == key_net => r,
                 Ok(_) => {
                     shared.refuse(Refused::Malformed, StreamId::default(), "");
                     continue;
@@ -388,10 +390,12 @@ async fn load_snapshot(
                 }
                 continue;
             }
-            if st.merge && st.replay.seen(&rec) {
-                // Merged into what this node holds, which already has this record's
-                // effect, or a later one (a removal: a Redis restored from an older
-                // dump must not bring back a block its node lifted).
+            if st.replay.seen(&rec) {
+                // What this node holds already has this record's effect, or a later one's
+                // (a removal: a Redis restored from an older dump, or a lifted block's
+                // record planted back, must not bring back a block its node lifted). Kept
+                // entries are never dropped for a snapshot's lack (below), so nothing seen
+                // is lost by passing it over.
                 continue;
             }
             let e = rec.to_entry(offset, Origin::Peer);
@@ -427,12 +431,12 @@ async fn load_snapshot(
     add(&c.snapshot_entries, n as u64);
     add(&c.snapshot_truncated, truncated);
     let peers: Vec<BlockEntry> = peers.into_values().collect();
-    let removed = if std::mem::take(&mut st.merge) {
-        shared.map.insert_batch(peers);
-        0
-    } else {
-        shared.map.replace_peers(peers).removed
-    };
+    // Peer entries the snapshot lacks are kept until they expire or a signed removal lifts
+    // them: a snapshot is what Redis holds, and whoever can write to Redis can delete its
+    // keys, which must lift no block (a removal lost with the stream's gap waits for its
+    // entry's expiry, at most `max_block_secs`).
+    shared.map.insert_batch(peers);
+    let removed = 0usize;
     add(&c.resync_removed, removed as u64);
     if !own.is_empty() {
         shared.map.insert_batch(own);

@@ -179,10 +179,13 @@ async fn republish(
     let stale: Vec<Item> = if shared.conflict.load(Ordering::Relaxed) {
         Vec::new()
     } else {
+        // Retracted as this node's own removal, whatever the record's origin was: it lifts
+        // only what this node added, never another node's entry (an operator removal would
+        // lift every peer's block of the prefix on every node).
         stale_own(shared, conn, &held)
             .await?
             .into_iter()
-            .map(|(net, by)| Item::Del(net, by))
+            .map(|net| Item::Del(net, Origin::Local))
             .collect()
     };
     for chunk in stale.chunks(shared.cfg.batch_max) {
@@ -196,12 +199,12 @@ async fn republish(
     Ok(seen)
 }
 
-/// This node's records in the snapshot for prefixes not in `held`, with their origin.
+/// This node's live records in the snapshot for prefixes not in `held`.
 async fn stale_own(
     shared: &Shared,
     conn: &mut MultiplexedConnection,
     held: &HashSet<IpNet>,
-) -> redis::RedisResult<Vec<(IpNet, Origin)>> {
+) -> redis::RedisResult<Vec<IpNet>> {
     let mut out = Vec::new();
     let mut cursor: u64 = 0;
     loop {
@@ -211,12 +214,17 @@ async fn stale_own(
             .filter_map(|(net, _)| net)
             .filter(|n| !held.contains(n))
             .collect();
-        for v in super::reader::records_of(shared, conn, &nets).await? {
+        let redis_now = shared.now() as i64 + shared.offset();
+        for (key_net, v) in super::reader::records_of(shared, conn, &nets).await? {
+            // Ours, under its own prefix's key and not yet expired (an expired record needs
+            // no retraction; one copied under another key is not that prefix's state).
             if let Ok(rec) = shared.opener.open(&v)
                 && rec.op == RecordOp::Add
                 && *rec.node == *shared.node
+                && rec.net == key_net
+                && rec.exp > redis_now
             {
-                out.push((rec.net, rec.origin));
+                out.push(rec.net);
             }
         }
         cursor = next;
