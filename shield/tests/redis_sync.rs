@@ -1245,3 +1245,41 @@ async fn redis_writers_without_the_key_neither_lift_blocks_nor_bring_lifted_ones
     sb.shutdown().await;
     sc.shutdown().await;
 }
+
+/// A member that is no UTF-8 in a node's presence key (anyone who can write to Redis can add
+/// one) is passed over: the heartbeats go on, with no reconnect loop (it made thousands of
+/// connections a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_presence_member_that_is_no_utf8_makes_no_reconnect_loop() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let a = map();
+    let sa = spawn(
+        SyncConfig {
+            presence_ms: 100,
+            ..cfg(&r.url(), "a")
+        },
+        &a,
+    );
+    synced(&sa).await;
+    let now = redis_now(&r);
+    let key: Vec<String> = redis::cmd("KEYS")
+        .arg("t:node:*")
+        .query(&mut r.conn())
+        .unwrap();
+    assert_eq!(key.len(), 1, "{key:?}");
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&key[0])
+        .arg(now + 600_000)
+        .arg(&b"\xff\xfe"[..])
+        .query(&mut r.conn())
+        .unwrap();
+    let (connects, beats) = (sa.stats().connects, sa.stats().heartbeats);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let st = sa.stats();
+    assert!(st.heartbeats >= beats + 5, "heartbeats went on: {st:?}");
+    assert!(st.connects <= connects + 1, "no reconnect loop: {st:?}");
+    sa.shutdown().await;
+}

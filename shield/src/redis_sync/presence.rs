@@ -17,7 +17,7 @@ use super::{Shared, add, sleep_or_stop};
 const AGE_OUT: u64 = 5;
 
 /// What one heartbeat's pipeline returns: ZADD, ZREMRANGEBYSCORE, ZRANGE WITHSCORES, PEXPIRE.
-type Beat = ((), (), Vec<(String, f64)>, ());
+type Beat = ((), (), Vec<(Vec<u8>, f64)>, ());
 
 /// How often a lasting conflict is logged again.
 const REPORT_EVERY: Duration = Duration::from_secs(10);
@@ -51,10 +51,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
         if conn.is_none() {
             match shared.connect("presence", Duration::ZERO).await {
-                Ok(c) => {
-                    conn = Some(c.conn);
-                    attempt = 0;
-                }
+                Ok(c) => conn = Some(c.conn),
                 Err(_) => {
                     attempt += 1;
                     if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
@@ -88,9 +85,15 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             .await;
         match beat {
             Ok((_, _, members, _)) => {
+                attempt = 0;
                 add(&shared.c.heartbeats, 1);
                 let mut live = Vec::new();
                 let mut next = HashMap::new();
+                // Members that are no UTF-8 are nobody's token (anyone who can write to
+                // Redis can add one): passed over, never a failed heartbeat.
+                let members = members
+                    .into_iter()
+                    .filter_map(|(t, score)| Some((String::from_utf8(t).ok()?, score)));
                 for (tok, score) in members {
                     if tok == shared.token {
                         continue;
@@ -119,8 +122,14 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 }
             }
             Err(e) => {
+                // Backed off as a failed connection is: a reply that fails every time must
+                // not make a reconnect loop.
                 tracing::debug!(node = %shared.node, error = %e, "redis presence heartbeat failed");
                 conn = None;
+                attempt += 1;
+                if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
+                    break;
+                }
                 continue;
             }
         }
