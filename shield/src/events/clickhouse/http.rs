@@ -251,7 +251,11 @@ impl Endpoint {
         timeout: Duration,
         sent_all: &mut bool,
     ) -> io::Result<Reply> {
-        let mut s = self.connect(timeout)?;
+        // One deadline for the whole request, connection and TLS handshake included: a server
+        // that trickles its handshake, its reading or its reply a byte at a time must not
+        // hold the writer longer than `timeout`.
+        let deadline = Instant::now() + timeout;
+        let mut s = self.connect(deadline, timeout)?;
         let mut head = Vec::with_capacity(256 + query.map_or(0, |q| q.len() * 3));
         head.extend_from_slice(b"POST ");
         head.extend_from_slice(self.path.as_bytes());
@@ -280,9 +284,6 @@ impl Endpoint {
             head.extend_from_slice(b"\r\n");
         }
         head.extend_from_slice(b"\r\n");
-        // One deadline for the whole request: a server that trickles its reading or its
-        // reply a byte at a time must not hold the writer longer than `timeout`.
-        let deadline = Instant::now() + timeout;
         let sent = s
             .write_all_by(&head, deadline, timeout)
             .and_then(|()| s.write_all_by(body, deadline, timeout));
@@ -312,14 +313,22 @@ impl Endpoint {
         }
     }
 
-    /// Connects (and for https, completes the handshake within `timeout`).
-    fn connect(&self, timeout: Duration) -> io::Result<Conn> {
+    /// Connects (and for https, completes the handshake) before `deadline`.
+    fn connect(&self, deadline: Instant, timeout: Duration) -> io::Result<Conn> {
+        let left = || {
+            let l = deadline.saturating_duration_since(Instant::now());
+            if l.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("not connected within {} ms", timeout.as_millis()),
+                ));
+            }
+            Ok(l)
+        };
         let mut last = None;
         for a in (self.host.as_str(), self.port).to_socket_addrs()? {
-            match TcpStream::connect_timeout(&a, timeout) {
+            match TcpStream::connect_timeout(&a, left()?) {
                 Ok(s) => {
-                    s.set_read_timeout(Some(timeout))?;
-                    s.set_write_timeout(Some(timeout))?;
                     s.set_nodelay(true)?;
                     let Some((cfg, name)) = &self.tls else {
                         return Ok(Conn::Plain(s));
@@ -327,8 +336,28 @@ impl Endpoint {
                     let conn = rustls::ClientConnection::new(Arc::clone(cfg), name.clone())
                         .map_err(io::Error::other)?;
                     let mut tls = rustls::StreamOwned::new(conn, s);
-                    while tls.conn.is_handshaking() {
-                        tls.conn.complete_io(&mut tls.sock)?;
+                    // Step by step (`complete_io` reads on while bytes trickle in): each
+                    // read and write gets only what is left of the deadline.
+                    let (conn, sock) = (&mut tls.conn, &mut tls.sock);
+                    while conn.is_handshaking() || conn.wants_write() {
+                        let l = left()?;
+                        sock.set_read_timeout(Some(l))?;
+                        sock.set_write_timeout(Some(l))?;
+                        if conn.wants_write() {
+                            conn.write_tls(sock)?;
+                            continue;
+                        }
+                        if conn.read_tls(sock)? == 0 {
+                            return Err(io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "closed in the TLS handshake",
+                            ));
+                        }
+                        if let Err(e) = conn.process_new_packets() {
+                            // Its alert goes out, best effort.
+                            let _ = conn.write_tls(sock);
+                            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                        }
                     }
                     return Ok(Conn::Tls(Box::new(tls)));
                 }

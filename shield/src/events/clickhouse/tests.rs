@@ -277,6 +277,53 @@ fn a_server_trickling_its_reply_fails_the_insert_within_the_timeout() {
     assert_eq!(st.landed, 5);
 }
 
+/// A server that trickles its TLS handshake a byte at a time, each well within the timeout:
+/// the insert fails within the request's one deadline (the handshake waited forever, and a
+/// stop waited with it).
+#[test]
+fn a_server_trickling_its_tls_handshake_fails_the_insert_within_the_timeout() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    l.set_nonblocking(true).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let drip = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // Each connection gets a record of 16 KiB (a ServerHello), one byte a tick.
+            let start = [0x16u8, 3, 3, 0x40, 0, 2, 0, 0x3f, 0xfc];
+            let mut conns: Vec<(TcpStream, usize)> = Vec::new();
+            for _ in 0..300 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Ok((c, _)) = l.accept() {
+                    conns.push((c, 0));
+                }
+                conns.retain_mut(|(c, at)| {
+                    let b = start.get(*at).copied().unwrap_or(0);
+                    *at += 1;
+                    c.write_all(&[b]).is_ok()
+                });
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let w = ClickHouseWriter::spawn(
+        &ClickHouseConfig {
+            url: format!("https://127.0.0.1:{port}"),
+            timeout_ms: 300,
+            ..cfg(port)
+        },
+        Table::Events,
+    )
+    .unwrap();
+    assert_eq!(w.push(&rows(0..1)), 1);
+    wait_for("a failed insert", || w.stats().request_failures >= 1);
+    stop.store(true, Ordering::Relaxed);
+    drip.join().unwrap();
+    let _ = w.close();
+}
+
 #[test]
 fn a_whole_reply_is_taken_without_waiting_for_the_close() {
     let fake = Fake::start();
