@@ -864,6 +864,36 @@ mod tests {
         }
     }
 
+    /// An RRset larger than any message is refused, naming its line (as Knot, NSD and BIND
+    /// refuse it); one that fits loads.
+    #[test]
+    fn an_rrset_too_large_for_any_message_is_refused() {
+        let o: Name = "t.".parse().unwrap();
+        let zone = |n: usize| {
+            let mut text = String::from(
+                "$ORIGIN t.\n$TTL 60\n@ SOA ns h 1 1 1 1 1\n@ NS ns\nns A 192.0.2.1\n",
+            );
+            for i in 0..n {
+                text.push_str(&format!(
+                    "x A 10.{}.{}.{}\n",
+                    i >> 16,
+                    (i >> 8) & 255,
+                    i & 255
+                ));
+            }
+            crate::load_bytes("big.zone", text, &o, &crate::ReadOptions::new(&o))
+        };
+        // 16 octets an A record with its owner compressed: 4,000 fit, 4,200 do not.
+        assert!(zone(4_000).is_ok());
+        let e = zone(4_200).unwrap_err().to_string();
+        assert!(
+            e.contains("big.zone:6:")
+                && e.contains("A RRset at x.t.")
+                && e.contains("does not fit"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn key_round_trip() {
         for (s, skip) in [

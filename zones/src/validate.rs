@@ -2,7 +2,7 @@
 //!
 //! Errors (the zone does not load): no SOA or several at the apex, CNAME beside other data
 //! or several CNAMEs, several DNAMEs, several ALIASes or A/AAAA beside an ALIAS, SOA away
-//! from the apex, data below a DNAME. Warnings (loaded, as Knot and NSD load them): no NS
+//! from the apex, data below a DNAME, an RRset too large for any message. Warnings (loaded, as Knot and NSD load them): no NS
 //! at the apex, DS at the apex or away from a zone cut, data occluded by a zone cut (other
 //! than glue), a DNAME beside NS, NS targets inside the zone without an address.
 
@@ -11,6 +11,9 @@ use crate::error::Src;
 use crate::name::display;
 use crate::rrtype::{self, t};
 use crate::zone::{NodeId, Zone, flags};
+
+/// The largest DNS message (TCP's two-octet length).
+const MAX_MESSAGE: usize = 65_535;
 
 /// Checks a compiled zone; `srcs[i]` is where `zone.rrsets[i]` came from.
 pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, Src, String)) {
@@ -66,6 +69,27 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
         let node = zone.node(id);
         let name = || display(zone.node_name(id));
         let sets = zone.rrsets(id);
+        // An RRset no message can carry (a header, the question, and each record with its
+        // owner compressed) can never be answered or transferred: refused, as Knot, NSD and
+        // BIND refuse it, rather than served as an empty TC=1 answer to every query.
+        let question = 12 + zone.node_name(id).len() + 4;
+        for s in sets {
+            let wire: usize = zone.rrs(s).map(|(_, rd)| 2 + 10 + rd.len()).sum();
+            if question + wire > MAX_MESSAGE {
+                report(
+                    Error,
+                    src_of(id, s.rtype),
+                    format!(
+                        "the {} RRset at {} ({} records, {} octets) does not fit in a DNS \
+                         message of {MAX_MESSAGE} octets: no query could be answered with it",
+                        rrtype::to_text(s.rtype),
+                        name(),
+                        s.count,
+                        wire
+                    ),
+                );
+            }
+        }
         if node.has(flags::CNAME) {
             let c = zone.rrset(id, t::CNAME).expect("CNAME flag");
             if c.count > 1 {

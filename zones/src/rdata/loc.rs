@@ -137,16 +137,15 @@ pub(crate) fn parse(fields: &mut Fields<'_>, out: &mut Vec<u8>) -> Result<(), Rd
     Ok(())
 }
 
-/// Checks LOC: version 0 and 16 octets. Values out of range are kept (and printed in the
-/// generic form).
+/// Checks LOC: version 0 is 16 octets; another version is kept as it came (RFC 1876: no
+/// assumption about its format, as Knot, NSD and BIND keep it). Values out of range are
+/// kept (and printed in the generic form).
 pub(crate) fn check(r: &[u8]) -> Result<(), String> {
-    if r.first() != Some(&0) {
-        return Err("only LOC version 0 is defined".into());
+    match r.first() {
+        None => Err("LOC RDATA is empty".into()),
+        Some(0) if r.len() != 16 => Err("LOC version 0 RDATA must be 16 octets".into()),
+        _ => Ok(()),
     }
-    if r.len() != 16 {
-        return Err("LOC version 0 RDATA must be 16 octets".into());
-    }
-    Ok(())
 }
 
 fn write_coord(raw: u32, max_deg: i64, hem: [char; 2], out: &mut String) -> bool {
@@ -184,6 +183,9 @@ fn write_precision(b: u8, out: &mut String) -> bool {
 
 /// Writes LOC; false when a value is outside what the text form can say.
 pub(crate) fn present(r: &[u8], out: &mut String) -> bool {
+    if r.len() != 16 || r[0] != 0 {
+        return false;
+    }
     let be = |i: usize| u32::from_be_bytes([r[i], r[i + 1], r[i + 2], r[i + 3]]);
     if !write_coord(be(4), 90, ['N', 'S'], out) {
         return false;
@@ -250,10 +252,12 @@ mod tests {
         let mut bad_prec = super::super::testutil::parse_text(t::LOC, "0 N 0 E 0").unwrap();
         bad_prec[1] = 0xa0;
         assert!(show(t::LOC, &bad_prec).starts_with("\\# 16 "));
-        refused(
-            t::LOC,
-            "\\# 16 01000000000000000000000000000000",
-            "version 0",
-        );
+        // Another version is kept as it came, printed generically.
+        let v1 =
+            super::super::testutil::parse_text(t::LOC, "\\# 16 01000000000000000000000000000000")
+                .unwrap();
+        assert_eq!(v1[0], 1);
+        assert!(show(t::LOC, &v1).starts_with("\\# 16 01"));
+        refused(t::LOC, "\\# 15 000000000000000000000000000000", "16 octets");
     }
 }
