@@ -1283,3 +1283,34 @@ async fn a_presence_member_that_is_no_utf8_makes_no_reconnect_loop() {
     assert!(st.connects <= connects + 1, "no reconnect loop: {st:?}");
     sa.shutdown().await;
 }
+
+/// An index stuffed with junk members (anyone who can write to Redis can add millions) is
+/// read no further than four times what the map holds: a node starting behind it syncs at
+/// once, and counts the index it read in part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_junk_stuffed_snapshot_index_is_read_in_part_and_stalls_nothing() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let far = redis_now(&r) + 600_000;
+    let mut pipe = redis::pipe();
+    for chunk in 0..10u32 {
+        let mut z = redis::cmd("ZADD");
+        z.arg("t:blocks");
+        for i in 0..1_000u32 {
+            z.arg(far).arg(format!("junk-{chunk}-{i}"));
+        }
+        pipe.add_command(z).ignore();
+    }
+    let _: () = pipe.query(&mut r.conn()).unwrap();
+    let small = BlockMap::new(BlockConfig {
+        capacity: 100,
+        ..BlockConfig::default()
+    });
+    let s = spawn(cfg(&r.url(), "a"), &small);
+    synced(&s).await;
+    let st = s.stats();
+    assert!(st.snapshot_truncated >= 1, "{st:?}");
+    s.shutdown().await;
+}

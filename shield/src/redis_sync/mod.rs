@@ -516,9 +516,10 @@ pub struct SyncStats {
     pub snapshots: u64,
     /// Entries taken from snapshots.
     pub snapshot_entries: u64,
-    /// Snapshot entries left out because the snapshot exceeded the map's capacity.
+    /// Snapshot entries left out because the snapshot exceeded the map's capacity, and
+    /// snapshots whose index was read in part (over four times the map's capacity).
     pub snapshot_truncated: u64,
-    /// Peer entries removed by a resync because Redis no longer held them.
+    /// Peer entries removed by a resync (none since a snapshot lifts nothing it lacks).
     pub resync_removed: u64,
     /// Gaps detected: this node's stream position had been trimmed away.
     pub gaps: u64,

@@ -275,6 +275,11 @@ fn apply(
     flush(&mut adds);
 }
 
+/// Members of the snapshot's index read at most: four times what the block map holds.
+pub(super) fn snapshot_budget(shared: &Shared) -> usize {
+    shared.map.config().capacity.max(1).saturating_mul(4)
+}
+
 /// One page of the snapshot's sorted set from `cursor`: the next cursor, and each member as
 /// a prefix (`None`: not one, or no UTF-8 — anyone who can write to Redis can add such a
 /// member, which must not stop a snapshot) with its score (`None`: unreadable).
@@ -343,8 +348,10 @@ async fn load_snapshot(
     let mut truncated = 0u64;
     let mut seen: HashMap<String, (u64, u64)> = HashMap::new();
     let mut cursor: u64 = 0;
+    let mut scanned = 0usize;
     loop {
         let (next, page) = snapshot_page(shared, conn, cursor).await?;
+        scanned += page.len();
         let redis_now = shared.now() as i64 + shared.offset();
         let mut live = Vec::new();
         for (net, score) in page {
@@ -410,6 +417,13 @@ async fn load_snapshot(
         }
         cursor = next;
         if cursor == 0 {
+            break;
+        }
+        if scanned >= snapshot_budget(shared) {
+            // Members past what any map holds several times over (junk anyone who can write
+            // to Redis can add): the rest is not read, so that no index stalls the sync.
+            truncated += 1;
+            tracing::warn!(node = %shared.node, scanned, "redis snapshot index too large: read in part");
             break;
         }
     }

@@ -207,8 +207,10 @@ async fn stale_own(
 ) -> redis::RedisResult<Vec<IpNet>> {
     let mut out = Vec::new();
     let mut cursor: u64 = 0;
+    let mut scanned = 0usize;
     loop {
         let (next, page) = super::reader::snapshot_page(shared, conn, cursor).await?;
+        scanned += page.len();
         let nets: Vec<IpNet> = page
             .into_iter()
             .filter_map(|(net, _)| net)
@@ -228,7 +230,8 @@ async fn stale_own(
             }
         }
         cursor = next;
-        if cursor == 0 {
+        // The index read no further than a snapshot is (junk must not stall republishing).
+        if cursor == 0 || scanned >= super::reader::snapshot_budget(shared) {
             return Ok(out);
         }
     }
