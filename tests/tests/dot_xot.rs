@@ -692,6 +692,25 @@ async def main():
 asyncio.run(main())
 "#;
 
+/// A TCP client of `addr` asked www.example.com. A with message ID `id` and answered; its
+/// connection, held open.
+fn answered_and_held(addr: SocketAddr, id: u16) -> std::net::TcpStream {
+    use palisade_tests::client::{frame, tcp_read_msg};
+    use std::io::Write;
+    let q = palisade_tests::wire::build_query(
+        id,
+        "www.example.com.",
+        palisade_tests::wire::qtype::A,
+        &palisade_tests::wire::QueryOpts::edns(1232),
+    );
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    tcp.write_all(&frame(&q)).unwrap();
+    let a = tcp_read_msg(&mut tcp).unwrap().expect("a TCP answer");
+    assert_eq!(&a[..2], &id.to_be_bytes());
+    tcp
+}
+
 /// DoQ connections take their slots in the TCP table and give them up as TCP connections
 /// do: with the table full of silent DoQ connections, a new TCP client and new DoQ clients
 /// are each answered, a silent connection closed for each, and the table never holds more
@@ -746,18 +765,7 @@ fn doq_connections_make_room(mode: &str) {
     // The last answers out, every silent connection is one that may go.
     std::thread::sleep(Duration::from_millis(300));
     // A TCP client: answered, in the slot of a silent DoQ connection (and held open).
-    use palisade_tests::client::{frame, tcp_read_msg};
-    let q = palisade_tests::wire::build_query(
-        7,
-        "www.example.com.",
-        palisade_tests::wire::qtype::A,
-        &palisade_tests::wire::QueryOpts::edns(1232),
-    );
-    let mut tcp = std::net::TcpStream::connect(dnsd.addr()).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    tcp.write_all(&frame(&q)).unwrap();
-    let a = tcp_read_msg(&mut tcp).unwrap().expect("a TCP answer");
-    assert_eq!(&a[..2], &[0, 7]);
+    let tcp = answered_and_held(dnsd.addr(), 7);
     assert_eq!(dnsd.stat("tcp.evicted"), 1);
     // Three new DoQ clients, one after another.
     writeln!(child.stdin.as_mut().unwrap()).unwrap();
@@ -817,20 +825,9 @@ fn unfinished_dot_handshakes_make_room_for_new_clients() {
         dnsd.metrics()
     );
     // Three TCP clients, each answered and held open: each in the slot of a handshake.
-    use palisade_tests::client::{frame, tcp_read_msg};
     let mut clients = Vec::new();
     for i in 0..3u16 {
-        let q = palisade_tests::wire::build_query(
-            i,
-            "www.example.com.",
-            palisade_tests::wire::qtype::A,
-            &palisade_tests::wire::QueryOpts::edns(1232),
-        );
-        let mut tcp = std::net::TcpStream::connect(dnsd.addr()).unwrap();
-        tcp.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        tcp.write_all(&frame(&q)).unwrap();
-        let a = tcp_read_msg(&mut tcp).unwrap().expect("a TCP answer");
-        assert_eq!(&a[..2], &i.to_be_bytes());
+        let tcp = answered_and_held(dnsd.addr(), i);
         assert_eq!(dnsd.stat("tcp.evicted"), i as u64 + 1);
         assert!(dnsd.stat("tcp.connections") <= MAX as u64);
         clients.push(tcp);

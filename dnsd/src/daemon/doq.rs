@@ -5,8 +5,9 @@
 //! address, streams at once are `tcp_max_pipelined`, queries per connection
 //! `tcp_max_queries`, the idle time `tcp_idle_timeout_ms` (QUIC's own idle timeout, and
 //! `tcp_pressed_idle_timeout_ms` while the table is pressed). Connections share the TCP
-//! table: one waiting on its client (no stream being answered, or a handshake) gives way to
-//! a new connection of either kind when the table is full, as a TCP connection does.
+//! table: a handshake, or a connection waiting for its next stream (whatever its open
+//! streams wait for), waits on its client and gives way to a new connection of either kind
+//! when the table is full, as a TCP connection does — ordered by its last answer.
 //! Handshakes beyond a bound ask the client to prove its address first (a Retry), so forged
 //! sources cannot make us hold handshake state. Zone transfers are not served over QUIC.
 

@@ -990,7 +990,7 @@ impl shield::metrics::Source for TcpServer {
             "tcp.evicted",
             "dnsd_tcp_evicted_total",
             "",
-            "Quiet TCP or DoT connections (every query answered) closed to make room for a new connection when tcp_max_connections were open.",
+            "TCP, DoT or DoQ connections waiting on their clients (silent, stalled in a query or a handshake, not reading answers) closed to make room for a new connection when tcp_max_connections were open.",
             self.evicted(),
         );
     }

@@ -219,7 +219,8 @@ async fn run(
 /// then stops). The body's progress comes in steps as large as the socket's send buffer, so
 /// a slow but steady reader is judged instead by what its TCP stack acknowledged over the
 /// next [`GRACE`] (one `TCP_INFO` read per [`GRACE`], only on this slow path); over HTTP/2
-/// only while the socket holds unsent bytes (else the stream's own window holds it back). Draining, all of the rest must go within one `send_timeout`.
+/// only while the socket holds unsent bytes (else the stream's own window holds it back).
+/// Draining, all of the rest must go within one `send_timeout`.
 async fn room(
     shared: &Shared,
     n: u32,
