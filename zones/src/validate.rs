@@ -74,7 +74,9 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
         // BIND refuse it, rather than served as an empty TC=1 answer to every query.
         let question = 12 + zone.node_name(id).len() + 4;
         for s in sets {
-            let wire: usize = zone.rrs(s).map(|(_, rd)| 2 + 10 + rd.len()).sum();
+            let (records, wire) = zone.rrs(s).fold((0usize, 0usize), |(n, w), (_, rd)| {
+                (n + 1, w + 2 + 10 + rd.len())
+            });
             if question + wire > MAX_MESSAGE {
                 report(
                     Error,
@@ -84,7 +86,7 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                          message of {MAX_MESSAGE} octets: no query could be answered with it",
                         rrtype::to_text(s.rtype),
                         name(),
-                        s.count,
+                        records,
                         wire
                     ),
                 );

@@ -45,7 +45,7 @@
 //! initial_stream_window = 262144
 //! initial_connection_window = 1048576
 //! max_send_buf_size = 262144
-//! keep_alive_interval_ms = 30000
+//! keep_alive_interval_ms = 0
 //! keep_alive_timeout_ms = 20000
 //!
 //! [tls]                           # optional; ALPN h2, http/1.1

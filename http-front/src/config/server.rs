@@ -179,7 +179,9 @@ pub struct Http2 {
     /// Bytes buffered per stream for a slow reader.
     #[serde(deserialize_with = "range_usize::<16384, 67108864, _>")]
     pub max_send_buf_size: usize,
-    /// Interval of PINGs that detect dead peers (0: none).
+    /// Interval of PINGs that detect dead peers (0, the default: none; idle connections end
+    /// by the idle timeout and stalled readers by the send bounds, and a PING queued behind
+    /// a slow reader's backlog would end a steady download).
     #[serde(deserialize_with = "range::<0, 3600000, _>")]
     pub keep_alive_interval_ms: u64,
     /// A PING not answered within this closes the connection.
@@ -199,7 +201,7 @@ impl Default for Http2 {
             initial_stream_window: 256 * 1024,
             initial_connection_window: 1 << 20,
             max_send_buf_size: 256 * 1024,
-            keep_alive_interval_ms: 30_000,
+            keep_alive_interval_ms: 0,
             keep_alive_timeout_ms: 20_000,
         }
     }
