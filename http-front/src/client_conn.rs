@@ -485,7 +485,10 @@ where
                 let last = ctl.last_active_ms.load(Ordering::Relaxed);
                 let idle_ms = life.idle.as_millis() as u64;
                 let quiet_ms = if last == 0 { start.elapsed().as_millis() as u64 } else { now_ms.saturating_sub(last) };
-                if ctl.inflight.load(Ordering::Relaxed) == 0 && ctl.tunnels() == 0 && quiet_ms >= idle_ms {
+                let busy = ctl.inflight.load(Ordering::Relaxed) > 0
+                    || ctl.bodies.load(Ordering::Relaxed) > 0
+                    || ctl.tunnels() > 0;
+                if !busy && quiet_ms >= idle_ms {
                     if ctl.close(CloseCause::Idle) {
                         c.bump(Counter::LimitIdle);
                     }

@@ -68,8 +68,11 @@ pub struct ConnCtl {
     notify: Notify,
     /// Requests (HTTP/2: streams) started on it.
     pub requests: AtomicU32,
-    /// Requests in flight.
+    /// Requests in flight (until their response head is handed over).
     pub inflight: AtomicU32,
+    /// Response bodies still relayed to the client after their heads (a long download keeps
+    /// an HTTP/2 connection from counting as idle).
+    pub bodies: AtomicU32,
     /// Requests cancelled by the client before their response head.
     pub premature: AtomicU32,
     /// Monotonic milliseconds of the last request start or end (for the HTTP/2 idle timeout).
@@ -112,6 +115,7 @@ impl ConnCtl {
             notify: Notify::new(),
             requests: AtomicU32::new(0),
             inflight: AtomicU32::new(0),
+            bodies: AtomicU32::new(0),
             premature: AtomicU32::new(0),
             last_active_ms: std::sync::atomic::AtomicU64::new(0),
             tcp_fd: std::sync::atomic::AtomicI32::new(-1),

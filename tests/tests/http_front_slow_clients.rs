@@ -837,14 +837,16 @@ fn http_front_h2_requests_are_whole_before_any_origin_sees_them() {
 /// A slow but steady HTTP/2 reader (128 KiB/s, above the minimum rate) of a streamed
 /// response keeps it: the body's progress stalls for seconds while the socket's large send
 /// buffer drains (the kernel wakes the writer only when a third of it is free), and the
-/// client's TCP acknowledgements show it reads on (it was cut after about 4 MB).
+/// client's TCP acknowledgements show it reads on (it was cut after about 4 MB); and a
+/// download longer than the idle timeout is no idle connection (it got a GOAWAY once its
+/// response head was that old).
 #[test]
 fn a_steady_http2_reader_of_a_large_response_keeps_it() {
     let Some(Setup {
         origin: _origin,
         front,
         _root,
-    }) = setup("h2c = true\nsend_timeout_ms = 600000\n")
+    }) = setup("h2c = true\nsend_timeout_ms = 600000\nidle_timeout_ms = 3000\n")
     else {
         return;
     };
@@ -884,8 +886,11 @@ fn a_steady_http2_reader_of_a_large_response_keeps_it() {
     }
     assert_eq!(ended, None, "dropped after {got} bytes");
     assert!(got > 1_000_000, "{got} bytes in 10 s");
-    assert_eq!(
-        front.metric("http_front_limit_hits_total{limit=\"send_min_rate\"}"),
-        0
-    );
+    for limit in ["send_min_rate", "idle_timeout"] {
+        assert_eq!(
+            front.metric(&format!("http_front_limit_hits_total{{limit=\"{limit}\"}}")),
+            0,
+            "{limit}"
+        );
+    }
 }

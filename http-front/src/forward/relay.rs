@@ -94,6 +94,28 @@ pub struct Relayed {
     /// What is left of an exact length, when the upstream gave one.
     left: Option<u64>,
     done: bool,
+    _busy: BodyBusy,
+}
+
+/// A relayed body in its connection's count while the client's side of it lives; its end
+/// is the connection's last activity.
+#[derive(Debug)]
+struct BodyBusy(Arc<ConnCtl>);
+
+impl BodyBusy {
+    fn new(ctl: &Arc<ConnCtl>) -> BodyBusy {
+        ctl.bodies.fetch_add(1, Ordering::Relaxed);
+        BodyBusy(Arc::clone(ctl))
+    }
+}
+
+impl Drop for BodyBusy {
+    fn drop(&mut self) {
+        self.0
+            .last_active_ms
+            .store(shield::clock::mono_us() / 1000, Ordering::Relaxed);
+        self.0.bodies.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Starts relaying `body` (an upstream's streamed body) for the client of `ctl`; the body the
@@ -146,6 +168,7 @@ pub fn relay(
         shared,
         left,
         done: false,
+        _busy: BodyBusy::new(ctl),
     }
 }
 
