@@ -8,7 +8,6 @@
 //!   insert_forced(entry) -> InsertOutcome   an operator's `--force`: past the policy
 //!   insert_batch(entries) -> BatchOutcome   many inserts, one publish
 //!   set_policy(policy)                      never-block prefixes and the shortest prefixes
-//!   replace_peers(entries) -> ReplaceOutcome  swap all Peer entries for a new set, one publish
 //!   remove(net, cause) -> bool
 //!   remove_from_peer(net, node, operator) -> bool   a peer's removal: only what it may lift
 //!   expire(now_ms, budget) -> usize         removes at most `budget` expired entries
@@ -517,15 +516,6 @@ impl BatchOutcome {
             InsertOutcome::Refused(_) | InsertOutcome::SuspectsFull => self.refused += 1,
         }
     }
-}
-
-/// What [`BlockMap::replace_peers`] did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReplaceOutcome {
-    /// Peer entries removed because the new set no longer holds them.
-    pub removed: usize,
-    /// What inserting the new set did.
-    pub inserted: BatchOutcome,
 }
 
 /// One change as delivered to subscribers.
@@ -1131,36 +1121,6 @@ impl BlockMap {
         let mut out = BatchOutcome::default();
         for e in entries {
             out.count(w.insert_one(self.inner.cfg.capacity, e, forced));
-        }
-        self.inner.finish(&mut w);
-        out
-    }
-
-    /// Replaces every [`Origin::Peer`] entry with `entries` in one publish (a peer resync after a gap).
-    ///
-    /// Peer entries whose prefix is not among `entries` are removed with [`RemoveCause::Peer`];
-    /// then `entries` are inserted as by [`insert_batch`](Self::insert_batch). Local and operator
-    /// entries are never removed by this call. Scans the map once: meant for rare resyncs.
-    pub fn replace_peers(&self, entries: Vec<BlockEntry>) -> ReplaceOutcome {
-        let keep: hashbrown::HashSet<IpNet> = entries.iter().map(|e| e.net.trunc()).collect();
-        let mut w = lock(&self.inner.writer);
-        let stale: Vec<usize> = w
-            .by_net
-            .iter()
-            .filter(|(net, id)| w.slots[**id].entry.origin == Origin::Peer && !keep.contains(*net))
-            .map(|(_, &id)| id)
-            .collect();
-        let removed = stale.len();
-        for id in stale {
-            w.remove_id(id, RemoveCause::Peer);
-        }
-        let mut out = ReplaceOutcome {
-            removed,
-            ..ReplaceOutcome::default()
-        };
-        for e in entries {
-            out.inserted
-                .count(w.insert_one(self.inner.cfg.capacity, e, false));
         }
         self.inner.finish(&mut w);
         out
@@ -1966,36 +1926,6 @@ mod tests {
         let json = serde_json::to_string(&ch[0]).unwrap();
         let back: Change = serde_json::from_str(&json).unwrap();
         assert_eq!(back, ch[0]);
-    }
-
-    #[test]
-    fn replace_peers_swaps_only_peer_entries() {
-        let m = small(1000, 100);
-        let peer = |s: &str, exp| {
-            BlockEntry::new(net(s), exp, "p", Origin::Peer, Evidence::Http).with_node("b")
-        };
-        m.insert(entry("192.0.2.1", 100));
-        m.insert(peer("192.0.2.2", 100));
-        m.insert(peer("192.0.2.3", 100));
-        let mut sub = m.subscribe("redis");
-        let _ = sub.poll(10);
-        let out = m.replace_peers(vec![peer("192.0.2.3", 200), peer("192.0.2.4", 100)]);
-        assert_eq!(out.removed, 1);
-        assert_eq!((out.inserted.new, out.inserted.refreshed), (1, 1));
-        let mut nets: Vec<String> = m.entries().iter().map(|e| e.net.to_string()).collect();
-        nets.sort();
-        assert_eq!(nets, ["192.0.2.1/32", "192.0.2.3/32", "192.0.2.4/32"]);
-        let Some(Delivery::Changes(ch)) = sub.poll(10) else {
-            panic!("expected changes")
-        };
-        assert_eq!(
-            ch[0],
-            Change::Remove {
-                net: net("192.0.2.2/32"),
-                cause: RemoveCause::Peer
-            }
-        );
-        assert_eq!(ch.len(), 3);
     }
 
     #[test]

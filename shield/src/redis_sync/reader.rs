@@ -444,20 +444,11 @@ async fn load_snapshot(
     add(&c.snapshots, 1);
     add(&c.snapshot_entries, n as u64);
     add(&c.snapshot_truncated, truncated);
-    let peers: Vec<BlockEntry> = peers.into_values().collect();
     // Peer entries the snapshot lacks are kept until they expire or a signed removal lifts
     // them: a snapshot is what Redis holds, and whoever can write to Redis can delete its
     // keys, which must lift no block (a removal lost with the stream's gap waits for its
-    // entry's expiry, at most `max_block_secs`).
-    shared.map.insert_batch(peers);
-    let removed = 0usize;
-    add(&c.resync_removed, removed as u64);
-    if !own.is_empty() {
-        shared.map.insert_batch(own);
-    }
-    tracing::info!(
-        node = %shared.node, entries = n, removed, from = %start,
-        "redis snapshot loaded"
-    );
+    // entry's expiry, at most `max_block_secs`). Our own restored entries go last.
+    shared.map.insert_batch(peers.into_values().chain(own));
+    tracing::info!(node = %shared.node, entries = n, from = %start, "redis snapshot loaded");
     Ok(start)
 }
