@@ -278,6 +278,19 @@ impl Processor {
         }
     }
 
+    /// True (the drop counted) when the pipeline's point before parsing drops `src`'s
+    /// message: a blocked source costs one lookup and nothing else.
+    #[inline]
+    fn blocked_before_parse(&mut self, src: SocketAddr, transport: Transport) -> bool {
+        if let Some(p) = &mut self.plan
+            && let Step::Drop(why) = p.before_parse(src.ip(), transport)
+        {
+            self.stats.dropped(why);
+            return true;
+        }
+        false
+    }
+
     /// Answers a message longer than we take, of which `head` is the start: FORMERR
     /// (echoing the question when `head` holds it, without OPT), as Knot and NSD answer a
     /// message they cannot take whole; rate-limited as every error reply.
@@ -289,10 +302,7 @@ impl Processor {
         out: &mut [u8],
     ) -> Outcome {
         self.volatile = false;
-        if let Some(p) = &mut self.plan
-            && let Step::Drop(why) = p.before_parse(src.ip(), transport)
-        {
-            self.stats.dropped(why);
+        if self.blocked_before_parse(src, transport) {
             return Outcome::Refused;
         }
         let question = match wire::parse_query(head, &mut self.q) {
@@ -350,14 +360,11 @@ impl Processor {
         transport: Transport,
         out: &mut [u8],
     ) -> Outcome {
-        let stats = &*self.stats;
         // 1. Before parsing: a blocked source costs one lookup and nothing else.
-        if let Some(p) = &mut self.plan
-            && let Step::Drop(why) = p.before_parse(src.ip(), transport)
-        {
-            stats.dropped(why);
+        if self.blocked_before_parse(src, transport) {
             return Outcome::Refused;
         }
+        let stats = &*self.stats;
         // 2. Parse.
         let (err, question, edns) = match wire::parse_query(req, &mut self.q) {
             Ok(()) => (None, true, self.q.edns.is_some()),
