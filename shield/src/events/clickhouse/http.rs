@@ -255,7 +255,9 @@ impl Endpoint {
         // that trickles its handshake, its reading or its reply a byte at a time must not
         // hold the writer longer than `timeout`.
         let deadline = Instant::now() + timeout;
-        let mut s = self.connect(deadline, timeout)?;
+        let mut s = self
+            .connect(deadline, timeout)
+            .map_err(|e| timed_out(e, "not connected", timeout))?;
         let mut head = Vec::with_capacity(256 + query.map_or(0, |q| q.len() * 3));
         head.extend_from_slice(b"POST ");
         head.extend_from_slice(self.path.as_bytes());
@@ -296,15 +298,8 @@ impl Endpoint {
         match parse_reply(&raw) {
             Some(r) => Ok(r),
             None => {
-                sent?;
-                read.map_err(|e| match e.kind() {
-                    // A read timeout shows as EAGAIN on a socket with SO_RCVTIMEO.
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("no reply within {} ms", timeout.as_millis()),
-                    ),
-                    _ => e,
-                })?;
+                sent.map_err(|e| timed_out(e, "request not sent", timeout))?;
+                read.map_err(|e| timed_out(e, "no reply", timeout))?;
                 Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "incomplete HTTP reply",
@@ -368,7 +363,18 @@ impl Endpoint {
     }
 }
 
-/// Parses a whole HTTP/1.1 reply (status line, headers, body plain or chunked).
+/// A socket timeout (EAGAIN under SO_RCVTIMEO or SO_SNDTIMEO) said as the request's timeout
+/// (`what` within `timeout`); other errors as they are.
+fn timed_out(e: io::Error, what: &str, timeout: Duration) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("{what} within {} ms", timeout.as_millis()),
+        ),
+        _ => e,
+    }
+}
+
 /// A reply's head: its status, whether chunked, its Content-Length, where its body starts.
 fn parse_head(raw: &[u8]) -> Option<(u16, bool, Option<usize>, usize)> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
@@ -399,6 +405,7 @@ fn framed_whole(raw: &[u8]) -> bool {
     }
 }
 
+/// Parses a whole HTTP/1.1 reply (status line, headers, body plain or chunked).
 fn parse_reply(raw: &[u8]) -> Option<Reply> {
     let (status, chunked, length, at) = parse_head(raw)?;
     let rest = &raw[at..];

@@ -271,6 +271,9 @@ fn a_server_trickling_its_reply_fails_the_insert_within_the_timeout() {
     // The whole reply takes 6 s, each byte well within the timeout: the deadline is the
     // request's, not each read's.
     wait_for("a timed-out insert", || w.stats().request_failures >= 1);
+    // Said as the request's timeout, not as the socket's EAGAIN ("os error 11").
+    let e = w.stats().last_error.unwrap_or_default();
+    assert!(e.contains("no reply within 300 ms"), "{e}");
     *fake.how.lock().unwrap() = How::Normal;
     wait_for("5 rows", || fake.rows().len() == 5);
     let st = w.close();
@@ -319,6 +322,8 @@ fn a_server_trickling_its_tls_handshake_fails_the_insert_within_the_timeout() {
     .unwrap();
     assert_eq!(w.push(&rows(0..1)), 1);
     wait_for("a failed insert", || w.stats().request_failures >= 1);
+    let e = w.stats().last_error.unwrap_or_default();
+    assert!(e.contains("not connected within 300 ms"), "{e}");
     stop.store(true, Ordering::Relaxed);
     drip.join().unwrap();
     let _ = w.close();
