@@ -13,10 +13,11 @@
 //! `[challenge] key_file`, purpose [`POW_PURPOSE`]) over the site, the client's prefix (/24,
 //! /56), `ts`, the difficulty and the rules' version: a token is good for `solve_secs` after
 //! `ts`, for that site and prefix only, and its difficulty cannot be lowered. A solution
-//! earns the cookie [`COOKIE`] = `expiry.mac` (purpose [`CLEARANCE_PURPOSE`]) over the site,
-//! the prefix, the expiry and the rules' version: checked with one HMAC (well under a
-//! microsecond, see `cargo bench -p http-front --bench challenge`), valid on every node with
-//! the key until `clearance_secs` pass or the rules change. A clearance passes challenge rules
+//! earns the cookie [`COOKIE`] = `expiry.difficulty.mac` (purpose [`CLEARANCE_PURPOSE`]) over
+//! the site, the prefix, the expiry, the difficulty solved and the rules' version: checked
+//! with one HMAC (well under a microsecond, see `cargo bench -p http-front --bench
+//! challenge`), valid on every node with the key until `clearance_secs` pass or the rules
+//! change, for challenges no harder than the one solved. A clearance passes challenge rules
 //! only — never a deny, a rate limit or a block.
 
 use std::fmt::Write as _;
@@ -156,7 +157,7 @@ pub enum Refused {
 }
 
 /// Checks a solution (`token`, `nonce`) for `b` at `now`; the token must be at most
-/// `solve_secs` old.
+/// `solve_secs` old. The difficulty solved when good.
 pub fn check_solution(
     keys: &Keys,
     b: &Binding<'_>,
@@ -164,7 +165,7 @@ pub fn check_solution(
     nonce: &str,
     now: u64,
     solve_secs: u64,
-) -> Result<(), Refused> {
+) -> Result<u8, Refused> {
     let mut parts = token.splitn(3, '.');
     let (Some(ts), Some(d), Some(mac)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(Refused::Forged);
@@ -188,7 +189,7 @@ pub fn check_solution(
     if leading_zero_bits(&h.finalize()) < u32::from(d) {
         return Err(Refused::Wrong);
     }
-    Ok(())
+    Ok(d)
 }
 
 /// Leading zero bits of `digest`.
@@ -204,29 +205,29 @@ pub fn leading_zero_bits(digest: &[u8]) -> u32 {
     n
 }
 
-/// The clearance cookie's value for `b`, valid until `expiry` (unix seconds).
-pub fn clearance(keys: &Keys, b: &Binding<'_>, expiry: u64) -> String {
+/// The clearance cookie's value for `b`, earned by solving a challenge of `difficulty`,
+/// valid until `expiry` (unix seconds).
+pub fn clearance(keys: &Keys, b: &Binding<'_>, expiry: u64, difficulty: u8) -> String {
     let tag = b
-        .mac(&keys.clearance, b"clr", &[expiry])
+        .mac(&keys.clearance, b"clr", &[expiry, u64::from(difficulty)])
         .finalize()
         .into_bytes();
-    let mut v = format!("{expiry}.");
+    let mut v = format!("{expiry}.{difficulty}.");
     hex(&tag[..MAC_BYTES], &mut v);
     v
 }
 
-/// True when `value` is a clearance for `b` that has not expired at `now`.
-pub fn clearance_valid(keys: &Keys, b: &Binding<'_>, value: &str, now: u64) -> bool {
-    let Some((exp, mac)) = value.split_once('.') else {
-        return false;
-    };
-    let (Ok(exp), Some(mac)) = (exp.parse::<u64>(), unhex(mac)) else {
-        return false;
-    };
-    exp > now
-        && b.mac(&keys.clearance, b"clr", &[exp])
+/// The difficulty `value` was earned at, when it is a clearance for `b` that has not expired
+/// at `now`.
+pub fn clearance_valid(keys: &Keys, b: &Binding<'_>, value: &str, now: u64) -> Option<u8> {
+    let mut parts = value.splitn(3, '.');
+    let (exp, d, mac) = (parts.next()?, parts.next()?, parts.next()?);
+    let (exp, d, mac) = (exp.parse::<u64>().ok()?, d.parse::<u8>().ok()?, unhex(mac)?);
+    (exp > now
+        && b.mac(&keys.clearance, b"clr", &[exp, u64::from(d)])
             .verify_truncated_left(&mac)
-            .is_ok()
+            .is_ok())
+    .then_some(d)
 }
 
 /// The values of the cookie `name` in a request's `Cookie` headers (HTTP/2 may send several).
@@ -381,13 +382,13 @@ mod tests {
         };
         let t = token(&k, &b, 1000, 8);
         let n = solve(&t, 8);
-        assert_eq!(check_solution(&k, &b, &t, &n, 1010, 300), Ok(()));
+        assert_eq!(check_solution(&k, &b, &t, &n, 1010, 300), Ok(8));
         // The same /24 passes; another /24, site or version does not.
         let same24 = Binding {
             ip: "192.0.2.200".parse().unwrap(),
             ..b
         };
-        assert_eq!(check_solution(&k, &same24, &t, &n, 1010, 300), Ok(()));
+        assert_eq!(check_solution(&k, &same24, &t, &n, 1010, 300), Ok(8));
         for other in [
             Binding {
                 ip: "192.0.3.7".parse().unwrap(),
@@ -429,9 +430,9 @@ mod tests {
             ip: "2001:db8:1:2ff::1".parse().unwrap(),
             version: 1,
         };
-        let c = clearance(&k, &b, 2000);
-        assert!(clearance_valid(&k, &b, &c, 1999));
-        assert!(!clearance_valid(&k, &b, &c, 2000));
+        let c = clearance(&k, &b, 2000, 14);
+        assert_eq!(clearance_valid(&k, &b, &c, 1999), Some(14));
+        assert_eq!(clearance_valid(&k, &b, &c, 2000), None);
         // Same /56, other /56.
         let near = Binding {
             ip: "2001:db8:1:200::9".parse().unwrap(),
@@ -441,22 +442,18 @@ mod tests {
             ip: "2001:db8:1:300::1".parse().unwrap(),
             ..b
         };
-        assert!(clearance_valid(&k, &near, &c, 1999));
-        assert!(!clearance_valid(&k, &far, &c, 1999));
-        // A moved expiry, a forged MAC, another key.
-        assert!(!clearance_valid(
-            &k,
-            &b,
-            &c.replacen("2000", "3000", 1),
-            1999
-        ));
-        assert!(!clearance_valid(
-            &k,
-            &b,
-            "2000.00000000000000000000000000000000",
-            1
-        ));
-        assert!(!clearance_valid(&Keys::process_local(), &b, &c, 1999));
+        assert_eq!(clearance_valid(&k, &near, &c, 1999), Some(14));
+        assert_eq!(clearance_valid(&k, &far, &c, 1999), None);
+        // A moved expiry, a raised difficulty, a forged MAC, the old format, another key.
+        for forged in [
+            c.replacen("2000", "3000", 1),
+            c.replacen(".14.", ".28.", 1),
+            "2000.14.00000000000000000000000000000000".to_string(),
+            c.replacen(".14.", ".", 1),
+        ] {
+            assert_eq!(clearance_valid(&k, &b, &forged, 1), None, "{forged}");
+        }
+        assert_eq!(clearance_valid(&Keys::process_local(), &b, &c, 1999), None);
     }
 
     #[test]

@@ -76,6 +76,7 @@ counters! {
     LimitHeaderTimeout => ("limit_hits_total", "limit", "header_read_timeout"),
     LimitHeaderBytes => ("limit_hits_total", "limit", "max_header_bytes"),
     LimitHeaderField => ("limit_hits_total", "limit", "max_header_field_bytes"),
+    LimitHeaderCopies => ("limit_hits_total", "limit", "header_copies"),
     LimitUriBytes => ("limit_hits_total", "limit", "max_uri_bytes"),
     LimitBodyBytes => ("limit_hits_total", "limit", "max_body_bytes"),
     LimitMaxAge => ("limit_hits_total", "limit", "max_connection_age"),

@@ -214,8 +214,9 @@ fn decide(cx: &ConnCtx, mut req: Request<Incoming>) -> Verdict {
         Ok(f) => f,
         Err(r) => return Verdict::Respond(r),
     };
-    // A solved challenge comes back here: answered by the front, never the origin.
-    if req.uri().path() == challenge::VERIFY_PATH {
+    // A solved challenge comes back here: answered by the front, never the origin, however
+    // its path is spelled (`//`, `./`, `%63`: the forms the origin would get).
+    if f.path.view == challenge::VERIFY_PATH || f.path.forward == challenge::VERIFY_PATH {
         return Verdict::Respond(challenge_verify(cx, &f, &req));
     }
     let action = match rules(cx, &f, &req) {
@@ -436,8 +437,20 @@ fn rules(
             binding(cx, f),
             req.headers(),
             now.unix_ms / 1000,
+            f.snap.cfg.challenge.difficulty,
         );
+        // What the rules see of values an origin decodes: headers not in UTF-8 (obs-text
+        // bytes: made UTF-8, the bad bytes U+FFFD, rather than hidden from the rules), and the
+        // query percent-decoded besides as sent (only when the tenant's rules read it).
+        let lossy = crate::view::lossy_headers(req.headers());
+        let decoded = req
+            .uri()
+            .query()
+            .filter(|_| site.reads_query)
+            .and_then(crate::view::decoded_query);
         let view = HttpView::new(req, f.host.name, &f.path.view)
+            .with_headers(lossy.as_ref().unwrap_or(req.headers()))
+            .with_decoded_query(decoded.as_deref())
             .with_clearance(&clearance)
             .with_fingerprints(cx.ja4.as_deref(), cx.h2_fingerprint.get().map(|s| &**s));
         let v = local::with(front, |l| {
@@ -569,13 +582,13 @@ fn challenge_verify(cx: &ConnCtx, f: &Filtered<'_>, req: &Request<Incoming>) -> 
         now,
         cfg.challenge.solve_secs,
     ) {
-        Ok(()) => {
+        Ok(difficulty) => {
             c.bump(Counter::ChallengeSolved);
             let exp = now + cfg.challenge.clearance_secs;
             let cookie = format!(
                 "{}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{}",
                 challenge::COOKIE,
-                challenge::clearance(&cfg.challenge_keys, &binding, exp),
+                challenge::clearance(&cfg.challenge_keys, &binding, exp, difficulty),
                 cfg.challenge.clearance_secs,
                 if cx.client.proto == "https" {
                     "; Secure"
@@ -709,7 +722,8 @@ const SINGLE_VALUED: &[header::HeaderName] = &[
 ];
 
 /// The head checks hyper leaves to us: header bytes (431; hyper's own limit also covers the
-/// URI, which has its own), single-valued headers sent twice (400), and `Transfer-Encoding`
+/// URI, which has its own), more copies of one header than the rules look at (431),
+/// single-valued headers sent twice (400), and `Transfer-Encoding`
 /// other than one final `chunked` (501, as nginx; `chunked` twice: 400).
 fn check_head<B>(
     req: &Request<B>,
@@ -739,6 +753,20 @@ fn check_head<B>(
         return Err((
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             "request headers too large\n",
+        ));
+    }
+    // More copies of one header than the rules look at: one past the bound would go
+    // unchecked to the origin (which may join them all).
+    if h.len() != h.keys_len()
+        && h.len() > shield::rules::MAX_VALUES
+        && h.keys()
+            .any(|n| h.get_all(n).iter().nth(shield::rules::MAX_VALUES).is_some())
+    {
+        c.bump(Counter::LimitHeaderCopies);
+        c.bump(Counter::RespHeaderTooLarge);
+        return Err((
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "too many copies of a request header\n",
         ));
     }
     if h.len() != h.keys_len()

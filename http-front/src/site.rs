@@ -15,7 +15,7 @@ type Map = HashMap<Box<str>, u32, foldhash::fast::RandomState>;
 /// One site, ready for the request path.
 #[derive(Debug)]
 pub struct PreparedSite {
-    /// Name for logs.
+    /// Name for logs, unique among sites: what challenge clearances are bound to.
     pub name: Arc<str>,
     /// Tenant id in the rules (meaningful when `has_rules`).
     pub tenant: u32,
@@ -23,6 +23,8 @@ pub struct PreparedSite {
     pub tenant_id: Option<u32>,
     /// False: the rules have nothing for this site's tenant, and the request goes straight to the proxy.
     pub has_rules: bool,
+    /// Its tenant's rules read the query (the rules then see it decoded too).
+    pub reads_query: bool,
     /// The upstream requests go to.
     pub upstream: Arc<Upstream>,
     /// `Retry-After` sent with a 429 whose verdict carries no wait of its own.
@@ -75,6 +77,7 @@ impl Sites {
                 tenant: s.tenant.unwrap_or(0),
                 tenant_id: s.tenant,
                 has_rules,
+                reads_query: rules.reads(s.tenant.unwrap_or(0), shield::rules::attr::BIT_QUERY),
                 upstream: Arc::clone(&upstreams[s.upstream]),
                 retry_after: HeaderValue::from(s.retry_after_secs),
                 access_log: s.access_log,

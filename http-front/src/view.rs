@@ -1,8 +1,11 @@
-//! The request as shield's rules see it: `path` (normalised, see [`crate::target`]), `query`, `method`, `host`, `user_agent`, `version`, `header:<lower-case name>` (every value of a header sent more than once is matched).
+//! The request as shield's rules see it: `path` (normalised, see [`crate::target`]), `query`
+//! (as sent and percent-decoded), `method`, `host`, `user_agent`, `version`,
+//! `header:<lower-case name>` (every value of a header sent more than once is matched; a value
+//! that is not UTF-8 is seen with its bad bytes as U+FFFD, never hidden).
 
 use std::cell::Cell;
 
-use http::header::{self, HeaderMap};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Version};
 
 use crate::challenge::{self, Binding, Keys};
@@ -15,7 +18,10 @@ pub struct Clearance<'a> {
     binding: Binding<'a>,
     headers: &'a HeaderMap,
     now_secs: u64,
-    memo: Cell<Option<bool>>,
+    /// The difficulty a challenge rule of difficulty 0 asks (`[challenge] difficulty`).
+    default_difficulty: u8,
+    /// The highest difficulty a valid clearance cookie was earned at (`Some(None)`: none).
+    memo: Cell<Option<Option<u8>>>,
     /// More clearance cookies came than are checked.
     over: Cell<bool>,
 }
@@ -24,41 +30,55 @@ pub struct Clearance<'a> {
 const MAX_COOKIES_CHECKED: usize = 4;
 
 impl<'a> Clearance<'a> {
-    /// The clearance `headers` may carry for `binding`, at `now_secs` (unix).
+    /// The clearance `headers` may carry for `binding`, at `now_secs` (unix); a challenge
+    /// rule without a difficulty of its own asks `default_difficulty`.
     pub fn new(
         keys: &'a Keys,
         binding: Binding<'a>,
         headers: &'a HeaderMap,
         now_secs: u64,
+        default_difficulty: u8,
     ) -> Clearance<'a> {
         Clearance {
             keys,
             binding,
             headers,
             now_secs,
+            default_difficulty,
             memo: Cell::new(None),
             over: Cell::new(false),
         }
     }
 
-    /// True when the request carries a valid clearance.
-    pub fn valid(&self) -> bool {
-        if let Some(v) = self.memo.get() {
-            return v;
-        }
-        let mut v = false;
-        for (i, c) in challenge::cookie_values(self.headers, challenge::COOKIE).enumerate() {
-            if i == MAX_COOKIES_CHECKED {
-                self.over.set(true);
-                break;
+    /// True when the request carries a valid clearance for a challenge of `difficulty` (0:
+    /// the default one): earned by solving one at least as hard.
+    pub fn valid(&self, difficulty: u8) -> bool {
+        let want = if difficulty == 0 {
+            self.default_difficulty
+        } else {
+            difficulty
+        };
+        let best = match self.memo.get() {
+            Some(best) => best,
+            None => {
+                let mut best = None;
+                let cookies = challenge::cookie_values(self.headers, challenge::COOKIE);
+                for (i, c) in cookies.enumerate() {
+                    if i == MAX_COOKIES_CHECKED {
+                        self.over.set(true);
+                        break;
+                    }
+                    if let Some(d) =
+                        challenge::clearance_valid(self.keys, &self.binding, c, self.now_secs)
+                    {
+                        best = best.max(Some(d));
+                    }
+                }
+                self.memo.set(Some(best));
+                best
             }
-            if challenge::clearance_valid(self.keys, &self.binding, c, self.now_secs) {
-                v = true;
-                break;
-            }
-        }
-        self.memo.set(Some(v));
-        v
+        };
+        best.is_some_and(|d| d >= want)
     }
 
     /// True when the request carried more clearance cookies than are checked (those past
@@ -72,9 +92,10 @@ impl<'a> Clearance<'a> {
         &self.binding
     }
 
-    /// Whether a challenge rule asked, and what the answer was (`None`: none asked).
+    /// Whether a challenge rule asked, and whether a valid clearance came (`None`: none
+    /// asked).
     pub fn asked(&self) -> Option<bool> {
-        self.memo.get()
+        self.memo.get().map(|best| best.is_some())
     }
 }
 
@@ -86,6 +107,8 @@ pub struct HttpView<'a> {
     version: Version,
     headers: &'a HeaderMap,
     query: Option<&'a str>,
+    /// The query percent-decoded, when that differs from `query`: its second value.
+    query_decoded: Option<&'a str>,
     host: &'a str,
     path: &'a str,
     clearance: Option<&'a Clearance<'a>>,
@@ -102,11 +125,26 @@ impl<'a> HttpView<'a> {
             version: req.version(),
             headers: req.headers(),
             query: req.uri().query(),
+            query_decoded: None,
             host,
             path,
             clearance: None,
             ja4: None,
             h2_fingerprint: None,
+        }
+    }
+
+    /// The same view, whose headers are `headers` (the request's, made UTF-8 by
+    /// [`lossy_headers`] when some value was not).
+    pub fn with_headers(self, headers: &'a HeaderMap) -> HttpView<'a> {
+        HttpView { headers, ..self }
+    }
+
+    /// The same view, whose query has `decoded` ([`decoded_query`]) as its second value.
+    pub fn with_decoded_query(self, decoded: Option<&'a str>) -> HttpView<'a> {
+        HttpView {
+            query_decoded: decoded,
+            ..self
         }
     }
 
@@ -139,14 +177,14 @@ impl shield::rules::Request for HttpView<'_> {
             "path" => Some(self.path),
             "method" => Some(self.method.as_str()),
             "host" => Some(self.host),
-            "user_agent" => self.headers.get(header::USER_AGENT)?.to_str().ok(),
+            "user_agent" => header_text(self.headers.get(header::USER_AGENT)?),
             "query" => self.query,
             "version" => Some(version_str(self.version)),
             "ja4" => self.ja4,
             "h2_fingerprint" => self.h2_fingerprint,
             _ => {
                 let h = name.strip_prefix(shield::rules::attr::HEADER_PREFIX)?;
-                self.headers.get(h)?.to_str().ok()
+                header_text(self.headers.get(h)?)
             }
         }
     }
@@ -156,16 +194,17 @@ impl shield::rules::Request for HttpView<'_> {
             return self.attr(name);
         }
         let h = match name {
+            "query" => return self.query_decoded.filter(|_| n == 1),
             "user_agent" => "user-agent",
             _ => name.strip_prefix(shield::rules::attr::HEADER_PREFIX)?,
         };
-        self.headers.get_all(h).iter().nth(n)?.to_str().ok()
+        header_text(self.headers.get_all(h).iter().nth(n)?)
     }
 
     #[inline]
     fn multi_valued(&self) -> bool {
         // HeaderMap counts fields and distinct names: they differ when a name repeats.
-        self.headers.len() != self.headers.keys_len()
+        self.headers.len() != self.headers.keys_len() || self.query_decoded.is_some()
     }
 
     /// An HTTP request came over a completed TCP handshake: its source is proven, and an
@@ -175,9 +214,80 @@ impl shield::rules::Request for HttpView<'_> {
         shield::block::Evidence::Http
     }
 
-    fn cleared(&self) -> bool {
-        self.clearance.is_some_and(Clearance::valid)
+    fn cleared(&self, difficulty: u8) -> bool {
+        self.clearance.is_some_and(|c| c.valid(difficulty))
     }
+}
+
+/// A header value as text: visible ASCII, or UTF-8 (a value from [`lossy_headers`] always is).
+#[inline]
+fn header_text(v: &HeaderValue) -> Option<&str> {
+    v.to_str()
+        .ok()
+        .or_else(|| std::str::from_utf8(v.as_bytes()).ok())
+}
+
+/// `headers` with every value made UTF-8 (bytes that are not: U+FFFD), when some value is not
+/// (`None`, the usual case, when all are): a rule must see a header whose value carries a
+/// stray obs-text byte, as the origin gets it, rather than find it absent.
+pub fn lossy_headers(headers: &HeaderMap) -> Option<HeaderMap> {
+    let utf8 =
+        |v: &HeaderValue| v.as_bytes().is_ascii() || std::str::from_utf8(v.as_bytes()).is_ok();
+    if headers.values().all(utf8) {
+        return None;
+    }
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (n, v) in headers {
+        let v = if utf8(v) {
+            v.clone()
+        } else {
+            // U+FFFD's bytes are obs-text, valid in a header value.
+            HeaderValue::from_str(&String::from_utf8_lossy(v.as_bytes()))
+                .unwrap_or_else(|_| HeaderValue::from_static(""))
+        };
+        out.append(n.clone(), v);
+    }
+    Some(out)
+}
+
+/// `query` percent-decoded, `+` as space, as an origin's framework reads its parameters
+/// (bytes that decode to no UTF-8: U+FFFD; a `%` without two hex digits kept as it is), when
+/// that differs from `query` (`None` otherwise).
+pub fn decoded_query(query: &str) -> Option<String> {
+    let b = query.as_bytes();
+    if !b.iter().any(|&c| c == b'%' || c == b'+') {
+        return None;
+    }
+    let hex = |c: Option<&u8>| c.and_then(|&c| (c as char).to_digit(16));
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => match (hex(b.get(i + 1)), hex(b.get(i + 2))) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                }
+                _ => {
+                    out.push(b'%');
+                    i += 1;
+                }
+            },
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    let text = match String::from_utf8(out) {
+        Ok(t) => t,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    };
+    (text != query).then_some(text)
 }
 
 fn version_str(v: Version) -> &'static str {

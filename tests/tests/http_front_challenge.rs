@@ -22,6 +22,11 @@ action = "challenge"
 difficulty = 10
 when = [{ attr = "path", prefix = "/" }]
 [[tenant.rule]]
+name = "login-harder"
+action = "challenge"
+difficulty = 14
+when = [{ attr = "path", prefix = "/login" }]
+[[tenant.rule]]
 name = "no-admin"
 action = "deny"
 when = [{ attr = "path", prefix = "/admin" }]
@@ -314,4 +319,60 @@ fn clearances_and_solutions_expire() {
     std::thread::sleep(Duration::from_millis(3100));
     assert!(is_page(&get(&a, src, "/x", Some(&cookie))));
     assert_eq!(origin.requests(), 1);
+}
+
+/// A clearance is good for challenges no harder than the one solved (a per-rule difficulty
+/// meant nothing once any challenge of the site was solved), and the verify path is the
+/// front's however it is spelled: never forwarded.
+#[test]
+fn a_clearance_passes_no_harder_challenge_and_the_verify_path_is_never_forwarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = key_file(dir.path(), 5);
+    let origin = Origin::start();
+    let a = front(&origin, &key, "");
+    let src = net::test_ip();
+
+    let easy = clearance_of(&pass(&a, src, "/x"));
+    assert_eq!(get(&a, src, "/x", Some(&easy)).status, 200);
+    let hard_page = get(&a, src, "/login", Some(&easy));
+    assert!(
+        is_page(&hard_page),
+        "an easier clearance passed: {}",
+        hard_page.status
+    );
+    assert_eq!(page_token(&hard_page.body).1, 14);
+    assert_eq!(origin.requests(), 1);
+    // Solving the harder one clears both.
+    let (t, d) = page_token(&hard_page.body);
+    let n = solve(&t, d);
+    let hard = clearance_of(&get(
+        &a,
+        src,
+        &format!("/.palisade/challenge?t={t}&n={n}&r=%2Flogin"),
+        None,
+    ));
+    assert_eq!(get(&a, src, "/login", Some(&hard)).status, 200);
+    assert_eq!(get(&a, src, "/x", Some(&hard)).status, 200);
+    assert_eq!(origin.requests(), 3);
+
+    // The verify path spelled as an origin would normalise it: answered by the front.
+    let page = get(&a, src, "/y", None);
+    let (t, d) = page_token(&page.body);
+    let n = solve(&t, d);
+    for path in [
+        "/.palisade//challenge",
+        "/.palisade/./challenge",
+        "/.palisade/%63hallenge",
+        "//.palisade/challenge",
+        "/x/../.palisade/challenge",
+    ] {
+        let r = get(&a, src, &format!("{path}?t={t}&n={n}&r=%2F"), None);
+        assert!(
+            r.header("x-origin").is_none() && (r.status == 303 || r.status == 400),
+            "{path}: {} {}",
+            r.status,
+            r.body
+        );
+    }
+    assert_eq!(origin.requests(), 3, "a verify request reached the origin");
 }

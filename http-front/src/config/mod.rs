@@ -311,7 +311,8 @@ pub struct Upstream {
 /// One `[[site]]`: a tenant's hosts, its upstream and its rules.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Site {
-    /// Name for logs and metrics (default: its first host).
+    /// Name for logs and metrics, unique among sites: what challenge clearances are bound to
+    /// (default: its first host).
     pub name: String,
     /// Hosts, lower case: `example.com`, `*.example.com` (any subdomain), `*` (any host).
     pub hosts: Vec<String>,
@@ -562,6 +563,9 @@ impl Config {
         // Sites: known upstream, valid unique hosts.
         let mut sites = Vec::with_capacity(f.site.len());
         let mut seen_hosts: std::collections::HashMap<String, usize> = Default::default();
+        // A site's name is what its challenge clearances are bound to: two sites of one name
+        // would take each other's clearances.
+        let mut seen_names: std::collections::HashMap<String, usize> = Default::default();
         for (i, s) in f.site.iter().enumerate() {
             let Some(up) = upstreams
                 .iter()
@@ -608,8 +612,27 @@ impl Config {
                 }
                 strip_headers.push(name);
             }
+            let name = s
+                .name
+                .as_ref()
+                .map_or_else(|| hosts[0].clone(), |n| n.get_ref().clone());
+            if let Some(prev) = seen_names.insert(name.clone(), i) {
+                return Err(at(
+                    s.name.as_ref().map(|n| n.span()),
+                    &format!("site[{i}].name"),
+                    format!(
+                        "{name:?} is already site[{prev}]'s name (challenge clearances are bound \
+                         to it){}",
+                        if s.name.is_none() {
+                            " (the default: its first host)"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
+            }
             sites.push(Site {
-                name: s.name.clone().unwrap_or_else(|| hosts[0].clone()),
+                name,
                 hosts,
                 upstream: up,
                 tenant: s.tenant,
@@ -1060,6 +1083,17 @@ mod tests {
         assert!(
             e.contains(
                 "front.toml:9:10: site[1].hosts: host \"example.com\" is already served by site[0]"
+            ),
+            "{e}"
+        );
+        // Names are unique (clearances are bound to them), the default one included.
+        let t = format!(
+            "{MIN}[[site]]\nname = \"example.com\"\nhosts = [\"b.test\"]\nupstream = \"app\"\n"
+        );
+        let e = parse(&t).unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "front.toml:9:8: site[1].name: \"example.com\" is already site[0]'s name"
             ),
             "{e}"
         );

@@ -8,7 +8,7 @@ use toml::Spanned;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SiteSchema {
-    pub(super) name: Option<String>,
+    pub(super) name: Option<Spanned<String>>,
     pub(super) hosts: Vec<Spanned<String>>,
     pub(super) upstream: Spanned<String>,
     #[serde(default, deserialize_with = "tenant")]
@@ -74,6 +74,17 @@ pub const DEFAULT_STRIP_HEADERS: &[&str] = &[
     "x-original-uri",
     "x-rewrite-url",
     "x-forwarded-server",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-forwarded-scheme",
+    "x-forwarded-ssl",
+    "x-forwarded-protocol",
+    "x-forwarded-uri",
+    "x-forwarded-path",
+    "x-url-scheme",
+    "x-scheme",
+    "front-end-https",
+    "x-original-host",
     "x-host",
     "x-http-method-override",
     "x-http-method",

@@ -158,7 +158,7 @@ fn rule_verdict<R: Request + ?Sized>(
     }
     match (rule.verdict.action, &rule.rate) {
         // A client with a clearance passes a challenge; the next rules still apply to it.
-        (Action::Challenge, _) if req.cleared() => None,
+        (Action::Challenge, _) if req.cleared(rule.verdict.difficulty) => None,
         (Action::RateLimit, Some(spec)) => {
             rate_limited(state, t.id, rule.index, spec, src, req, now).map(|(ms, shared)| Verdict {
                 retry_after_ms: ms,

@@ -136,6 +136,7 @@ mod tenants;
 #[cfg(test)]
 mod tests;
 
+pub use compiled::MAX_VALUES;
 pub use error::RulesError;
 pub use local::LocalRules;
 pub use prepared::{GlobalLists, Prepared};
@@ -163,6 +164,9 @@ pub mod attr {
     pub const HOST: &str = "host";
     /// HTTP User-Agent.
     pub const USER_AGENT: &str = "user_agent";
+    /// HTTP query string: as sent, and (a second value, when it differs) percent-decoded with
+    /// `+` as space, as an origin's framework reads it.
+    pub const QUERY: &str = "query";
     /// JA4 of the TLS ClientHello (HTTP over TLS).
     pub const JA4: &str = "ja4";
     /// HTTP/2 fingerprint, Akamai's format (`SETTINGS|WINDOW_UPDATE|PRIORITY|pseudo-headers`).
@@ -204,6 +208,7 @@ pub mod attr {
             COOKIE => BIT_COOKIE,
             UDP_SIZE => BIT_UDP_SIZE,
             LOCAL_ADDRESS => BIT_LOCAL_ADDRESS,
+            QUERY => BIT_QUERY,
             _ => OTHER,
         }
     }
@@ -228,6 +233,8 @@ pub mod attr {
     pub const BIT_UDP_SIZE: u32 = 1 << 8;
     /// [`bit`] of [`LOCAL_ADDRESS`].
     pub const BIT_LOCAL_ADDRESS: u32 = 1 << 9;
+    /// [`bit`] of [`QUERY`].
+    pub const BIT_QUERY: u32 = 1 << 10;
 
     /// The bit shared by every attribute name not listed in [`bit`].
     pub const OTHER: u32 = 1 << 31;
@@ -285,11 +292,13 @@ pub trait Request {
         Evidence::Udp
     }
 
-    /// True when the client holds a valid clearance for this site's challenges (an HTTP
-    /// cookie earned by solving one): challenge rules then let it through, and the next rules
-    /// are checked — never a deny, a rate limit or a block. Asked only when a challenge rule
+    /// True when the client holds a valid clearance for this site's challenges of
+    /// `difficulty` (the rule's; 0: the caller's default), an HTTP cookie earned by solving
+    /// one at least as hard: challenge rules then let it through, and the next rules are
+    /// checked — never a deny, a rate limit or a block. Asked only when a challenge rule
     /// matches; the default is none (DNS).
-    fn cleared(&self) -> bool {
+    fn cleared(&self, difficulty: u8) -> bool {
+        let _ = difficulty;
         false
     }
 }

@@ -792,15 +792,15 @@ fn rule_set_reload_keeps_last_good() {
     );
 }
 
-/// A request with one attribute, holding a clearance or not.
-struct Cleared<'a>(&'a str, bool);
+/// A request with one attribute, holding a clearance of some difficulty or none.
+struct Cleared<'a>(&'a str, Option<u8>);
 
 impl Request for Cleared<'_> {
     fn attr(&self, name: &str) -> Option<&str> {
         (name == "path").then_some(self.0)
     }
-    fn cleared(&self) -> bool {
-        self.1
+    fn cleared(&self, difficulty: u8) -> bool {
+        self.1.is_some_and(|d| d >= difficulty)
     }
 }
 
@@ -814,12 +814,14 @@ fn a_clearance_passes_challenge_rules_only_and_difficulty_is_read() {
     let p = prepared(text);
     let s = state();
     let src = ip("192.0.2.1");
-    let v = |path: &str, cleared: bool| p.check(&s, 1, src, &Cleared(path, cleared), NOW);
-    let c = v("/x", false);
+    let v = |path: &str, cleared: Option<u8>| p.check(&s, 1, src, &Cleared(path, cleared), NOW);
+    let c = v("/x", None);
     assert_eq!((c.action, c.difficulty), (Action::Challenge, 12));
-    assert_eq!(v("/x", true).action, Action::Pass);
+    assert_eq!(v("/x", Some(12)).action, Action::Pass);
+    // The rule's difficulty is asked of the clearance: an easier one's does not pass.
+    assert_eq!(v("/x", Some(11)).action, Action::Challenge);
     // The deny after the challenge still applies to a cleared client.
-    assert_eq!(v("/admin", true).action, Action::Deny);
+    assert_eq!(v("/admin", Some(20)).action, Action::Deny);
     assert!(p.has_challenges());
     // The version is the file's: alike for the same text, other for another.
     assert_eq!(p.version(), prepared(text).version());

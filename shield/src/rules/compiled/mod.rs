@@ -236,8 +236,9 @@ impl Condition {
     }
 }
 
-/// Most values of one attribute a condition looks at.
-const MAX_VALUES: usize = 64;
+/// Most values of one attribute a condition looks at: a caller whose requests may carry
+/// more copies of a header refuses them (http-front: 431), so that none goes unchecked.
+pub const MAX_VALUES: usize = 256;
 
 #[derive(Debug)]
 pub(crate) struct Rule {
