@@ -172,7 +172,10 @@ fn rule_verdict<R: Request + ?Sized>(
 
 /// `None` when the request conforms (and was counted); else milliseconds until one would
 /// (at least 1), and whether the bucket was shared beyond the source. Counted per source
-/// prefix, or per value of the spec's `key` attribute (a request without it: per source prefix).
+/// prefix, or per value of the spec's `key` attribute (a request without it: per source
+/// prefix) — proven and unproven requests in buckets apart, so that packets forged in a
+/// source's name never spend its real queries' allowance (nor, through their limited
+/// verdicts, bring it to a proven escalation).
 #[inline]
 fn rate_limited<R: Request + ?Sized>(
     state: &RuleState,
@@ -187,7 +190,7 @@ fn rate_limited<R: Request + ?Sized>(
         Some(value) => (crate::ratelimit::value_key(value), true),
         None => (source_key(src, spec.v4, spec.v6), false),
     };
-    let key = (tenant, rule, by);
+    let key = (tenant, rule, req.evidence().is_proven(), by);
     match state.limiter.check(&key, &spec.limit, now.mono_us) {
         crate::ratelimit::Decision::Allow => None,
         crate::ratelimit::Decision::Limit { retry_after_us } => Some((

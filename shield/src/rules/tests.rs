@@ -540,12 +540,15 @@ escalate = { after = 3, window_secs = 10, block_secs = 60, v4_prefix = 24 }
     assert_eq!((hit.origin, hit.evidence), (Origin::Local, Evidence::Udp));
     assert_eq!(hit.expires_ms, NOW.unix_ms + 60_000);
     assert!(!r.is_blocked(ip("192.0.2.1"), NOW.unix_ms, Traffic::DnsUdp));
-    // Unproven verdicts never count towards a proven escalation: two proven ones do not
-    // reach the threshold of three, the third does and blocks every stream.
+    // Unproven verdicts never count towards a proven escalation, nor spend the proven
+    // requests' bucket: two proven ones pass, two limited ones do not reach the threshold of
+    // three, the third does and blocks every stream.
     let tcp = Proven(Evidence::Tcp);
-    let v: Vec<Verdict> = (0..3).map(|_| p.check(&s, 5, src, &tcp, NOW)).collect();
-    assert_eq!(v[1].escalated, Escalated::No);
-    assert_eq!(v[2].escalated, Escalated::Blocked);
+    let v: Vec<Verdict> = (0..5).map(|_| p.check(&s, 5, src, &tcp, NOW)).collect();
+    let actions: Vec<Action> = v.iter().map(|v| v.action).collect();
+    assert_eq!(actions[..3], [Action::Pass, Action::Pass, Action::RateLimit]);
+    assert_eq!(v[3].escalated, Escalated::No);
+    assert_eq!(v[4].escalated, Escalated::Blocked);
     let Check::Blocked(hit) = r.check(ip("192.0.2.1"), NOW.unix_ms, Traffic::Stream) else {
         panic!("a TCP-proven block")
     };
@@ -562,6 +565,51 @@ escalate = { after = 3, window_secs = 10, block_secs = 60, v4_prefix = 24 }
     let rs = RuleSet::new(prepared("[[tenant]]\nid = 1\n"), s);
     let st = rs.stats();
     assert_eq!((st.escalations, st.suspects), (2, 1));
+}
+
+/// Packets forged in a source's name (unproven) empty only the unproven bucket: the source's
+/// real queries (over TCP, or with a valid cookie) keep their own allowance and are never
+/// limited, nor escalated, for what the forged ones did — per source and per /24 alike.
+#[test]
+fn forged_requests_never_spend_a_real_clients_rate_limit() {
+    struct Proven(Evidence);
+    impl Request for Proven {
+        fn attr(&self, _: &str) -> Option<&str> {
+            None
+        }
+        fn evidence(&self) -> Evidence {
+            self.0
+        }
+    }
+    let blocks = BlockMap::new(BlockConfig::default());
+    let s = RuleState::new(&StateConfig::default(), Some(blocks.clone()));
+    let p = prepared(
+        r#"
+[[tenant]]
+id = 5
+rate_limit = { per_second = 1.0, burst = 3, v4_prefix = 24 }
+escalate = { after = 2, window_secs = 10, block_secs = 60 }
+"#,
+    );
+    let victim = ip("192.0.2.53");
+    // Forged from the victim and from its /24 neighbours: the unproven bucket runs dry.
+    for i in 0..50u8 {
+        let from = if i % 2 == 0 {
+            victim
+        } else {
+            ip(&format!("192.0.2.{}", 100 + i))
+        };
+        p.check(&s, 5, from, &(), NOW);
+    }
+    assert_eq!(p.check(&s, 5, victim, &(), NOW).action, Action::RateLimit);
+    // The victim's proven queries: its own burst, untouched.
+    for evidence in [Evidence::Cookie, Evidence::Tcp, Evidence::Cookie] {
+        let v = p.check(&s, 5, victim, &Proven(evidence), NOW);
+        assert_eq!((v.action, v.escalated), (Action::Pass, Escalated::No));
+    }
+    let r = blocks.reader();
+    assert!(!r.is_blocked(victim, NOW.unix_ms, crate::block::Traffic::DnsUdp));
+    assert!(!r.is_blocked(victim, NOW.unix_ms, crate::block::Traffic::Stream));
 }
 
 #[test]
