@@ -635,3 +635,132 @@ fn hostile_catalog_members_are_refused() {
         consumer.log()
     );
 }
+
+/// A catalog's members give way to the zones an operator configures after the catalog listed
+/// them: a member of the very name (the config's zone replaces it, its data and its
+/// primaries), a member below a zone added later; and a catalog never takes the root or a
+/// parent of another tenant's zone (it would answer their DS and every name they lack).
+#[test]
+fn catalog_members_give_way_to_zones_the_config_adds_later() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pdir = d.join("primary");
+    let cdir = d.join("consumer");
+    std::fs::create_dir(&pdir).unwrap();
+    std::fs::create_dir(&cdir).unwrap();
+    let members = ["later.test.", "www.below.test.", "parent.test."];
+    for z in members {
+        write(&pdir.join(format!("{z}zone")), &member_text(z, 1));
+    }
+    let a_file = pdir.join("a.cat.zone");
+    write(
+        &a_file,
+        &catalog_text(
+            "a.cat.",
+            1,
+            "2",
+            &[
+                ("later.test.", "l1", ""),
+                ("www.below.test.", "b1", ""),
+                ("parent.test.", "p1", ""),
+                (".", "r1", ""),
+            ],
+        ),
+    );
+    let open = |z: &str, f: std::path::PathBuf| {
+        let mut z = Zone::new(z, f);
+        z.options.push("allow_transfer = [\"127.0.0.0/8\"]".into());
+        z
+    };
+    let mut pz = vec![open("a.cat.", a_file)];
+    for m in members {
+        pz.push(open(m, pdir.join(format!("{m}zone"))));
+    }
+    let primary = Dnsd::builder().zones(&pz).start();
+    let p = primary.addr();
+    // Another tenant's zone below parent.test.
+    write(
+        &cdir.join("v.parent.test.zone"),
+        &member_text("v.parent.test.", 7),
+    );
+    let mut v = Zone::new("v.parent.test.", cdir.join("v.parent.test.zone"));
+    v.options.push("tenant = 1".into());
+    let mut cat = Zone::new("a.cat.", cdir.join("a.cat.zone"));
+    cat.options = vec![
+        format!("primaries = [\"{p}\"]"),
+        "catalog = \"consumer\"".into(),
+        "tenant = 5".into(),
+    ];
+    let consumer = Dnsd::builder().zones(&[v, cat]).start();
+    let c = consumer.addr();
+    let log = || consumer.log();
+    wait("later served", c, "later.test.", Some(1), &log);
+    wait("www.below served", c, "www.below.test.", Some(1), &log);
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, zones) = consumer.ctl(&["zones"]);
+    for z in ["parent.test.", ". "] {
+        assert!(
+            !zones.lines().any(|l| l.starts_with(z)),
+            "{z} must not be served:\n{zones}"
+        );
+    }
+    assert!(consumer.stats()["catalog.refused.above_other_tenant"] >= 2);
+    assert_eq!(serial(c, "v.parent.test."), Some(7));
+
+    // The operator now configures later.test. and below.test. for tenant 1.
+    for z in ["later.test.", "below.test."] {
+        write(&cdir.join(format!("{z}zone")), &member_text(z, 7));
+    }
+    let mut cfg = std::fs::read_to_string(consumer.config_path()).unwrap();
+    for z in ["later.test.", "below.test."] {
+        cfg.push_str(&format!(
+            "\n[[zone]]\norigin = \"{z}\"\nfile = \"{}\"\ntenant = 1\n",
+            cdir.join(format!("{z}zone")).display()
+        ));
+    }
+    write(consumer.config_path(), &cfg);
+    let (ok, out) = consumer.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    wait(
+        "later.test. from the config",
+        c,
+        "later.test.",
+        Some(7),
+        &log,
+    );
+    wait("below.test. served", c, "below.test.", Some(7), &log);
+    // www.below.test. is below.test.'s name now (its www A), not the catalog's zone.
+    wait(
+        "www.below.test. not a zone",
+        c,
+        "www.below.test.",
+        None,
+        &log,
+    );
+    // A NOTIFY-driven change at the catalog's primary reaches neither.
+    write(
+        &pdir.join("later.test.zone"),
+        &member_text("later.test.", 2),
+    );
+    let (ok, out) = primary.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(serial(c, "later.test."), Some(7));
+    let (_, zones) = consumer.ctl(&["zones"]);
+    let later = zones
+        .lines()
+        .find(|l| l.starts_with("later.test."))
+        .unwrap_or_default();
+    assert!(!later.contains("secondary"), "{later}");
+    assert!(
+        !zones.lines().any(|l| l.starts_with("www.below.test.")),
+        "{zones}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(cdir.join("later.test.zone")).unwrap(),
+        member_text("later.test.", 7),
+        "the config zone's file untouched"
+    );
+    let st = consumer.stats();
+    assert!(st["catalog.refused.below_other_zone"] >= 1, "{st:?}");
+}

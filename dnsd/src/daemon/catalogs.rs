@@ -2,7 +2,7 @@
 //! adds, removes, resets and regroups its members as secondary zones. What a member may be
 //! (its file, its place, its tenant) is [`crate::zone::catalog`]'s to say.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::config::zone_list::{CatalogRole, Templates, ZoneSpec};
@@ -178,6 +178,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         .map(|e| (e.def.file.clone(), e.def.origin.clone()))
         .collect();
     let mut refused_here: Vec<zones::Name> = Vec::new();
+    let above = above_others(&reg, cat, cp.tenant);
     for m in ch.add.iter().chain(&ch.reset).chain(&ch.regroup) {
         let mut zc = match member_config(&cfg, &cp, m) {
             Ok(z) => z,
@@ -186,18 +187,12 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
                 continue;
             }
         };
-        // At or below a zone the catalog does not own: it would answer for that zone's
-        // names (the longest match), from the catalog's primary's data.
-        let above = std::iter::successors(m.zone.parent(), |n| n.parent()).find(|n| {
-            reg.find(n)
-                .and_then(|i| reg.entry(i))
-                .is_some_and(|e| e.def.from_catalog.as_ref() != Some(cat))
-        });
-        if let Some(owner) = above {
-            catalog::refused(catalog::Refusal::BelowOtherZone, 1);
+        // Where it would answer for zones the catalog does not own.
+        if let Some((why, other)) = conflict(&reg, cat, &m.zone, &above) {
+            catalog::refused(why, 1);
             shield::limited!(
                 10,
-                error!(catalog = %cat, zone = %m.zone, other = %owner, "member refused: at or below a zone the catalog does not own")
+                error!(catalog = %cat, zone = %m.zone, other = %other, "member refused: {}", why.text())
             );
             refused_here.push(m.zone.clone());
             continue;
@@ -290,4 +285,119 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
     if a + r + s + ch.regroup.len() > 0 {
         tracing::info!(catalog = %cat, added = a, removed = r, reset = s, regrouped = ch.regroup.len(), "catalog members changed");
     }
+}
+
+/// Proper ancestors of the zones catalog `cat` does not own and another tenant than `tenant`
+/// holds, each with one such zone: a member there would give their parent side (DS,
+/// delegation) and every name below them that no zone holds.
+fn above_others(
+    reg: &registry::Registry,
+    cat: &zones::Name,
+    tenant: u32,
+) -> HashMap<zones::Name, zones::Name> {
+    let mut out = HashMap::new();
+    for e in reg.entries() {
+        if e.def.from_catalog.as_ref() == Some(cat) || e.def.serve.tenant == tenant {
+            continue;
+        }
+        let zone = e.def.origin.to_lowercase();
+        for a in std::iter::successors(zone.parent(), |n| n.parent()) {
+            if out.contains_key(&a) {
+                break;
+            }
+            out.insert(a, zone.clone());
+        }
+    }
+    out
+}
+
+/// Why member `z` of catalog `cat` may not be served beside the registry's other zones, with
+/// the zone it would answer for: at or below a zone the catalog does not own (the longest
+/// match gives it that zone's names), the root, or above another tenant's zone (`above`, from
+/// [`above_others`]).
+fn conflict(
+    reg: &registry::Registry,
+    cat: &zones::Name,
+    z: &zones::Name,
+    above: &HashMap<zones::Name, zones::Name>,
+) -> Option<(catalog::Refusal, zones::Name)> {
+    let below = std::iter::successors(z.parent(), |n| n.parent()).find(|n| {
+        reg.find(n)
+            .and_then(|i| reg.entry(i))
+            .is_some_and(|e| e.def.from_catalog.as_ref() != Some(cat))
+    });
+    if let Some(owner) = below {
+        return Some((catalog::Refusal::BelowOtherZone, owner));
+    }
+    if z.is_root() {
+        return Some((catalog::Refusal::AboveOtherZone, zones::Name::root()));
+    }
+    above
+        .get(&z.to_lowercase())
+        .map(|o| (catalog::Refusal::AboveOtherZone, o.clone()))
+}
+
+/// Drops the members of consumed catalogs that the zones configured now take from them: a
+/// member the config names (its zone replaces it: the caller has the registry take the
+/// config's), at or below a zone its catalog does not own, the root, or above another
+/// tenant's zone — a name the operator configured after a catalog listed it, or a zone added
+/// below a member, is never answered from a catalog's primary. They leave the registry and
+/// the catalogs' lists, so the next read of each catalog refuses them as new members (with
+/// the cause in the log and the counters). The members dropped.
+pub fn evict_conflicting(
+    shared: &State,
+    reg: &mut registry::Registry,
+    configured: &std::collections::HashSet<zones::Name>,
+) -> Vec<zones::Name> {
+    let mut st = shared.catalogs();
+    let mut gone = Vec::new();
+    let cats: Vec<zones::Name> = st.lists.keys().cloned().collect();
+    let pol = shared.xfr.policies();
+    for cat in cats {
+        let tenant = pol.zone(cat.as_wire()).map_or(0, |p| p.tenant);
+        let above = above_others(reg, &cat, tenant);
+        let members: Vec<zones::Name> = st
+            .lists
+            .get(&cat)
+            .map(|l| l.keys().cloned().collect())
+            .unwrap_or_default();
+        for z in members {
+            let named = configured.contains(&z);
+            let why = if named {
+                None
+            } else {
+                // Only a member it holds: one refused before is not in the registry as its.
+                let held = reg
+                    .find(&z)
+                    .and_then(|i| reg.entry(i))
+                    .is_some_and(|e| e.def.from_catalog.as_ref() == Some(&cat));
+                if !held {
+                    continue;
+                }
+                conflict(reg, &cat, &z, &above)
+            };
+            if !named && why.is_none() {
+                continue;
+            }
+            match &why {
+                Some((why, other)) => {
+                    tracing::error!(catalog = %cat, zone = %z, other = %other, "member dropped: {}", why.text())
+                }
+                None => {
+                    tracing::warn!(catalog = %cat, zone = %z, "member dropped: the config names this zone, and its zone replaces the member")
+                }
+            }
+            if !named {
+                reg.remove(&z);
+                shared.xfr.remove_zone(z.as_wire());
+            }
+            shared.xfr.forget(z.as_wire());
+            if let Some(l) = st.lists.get_mut(&cat) {
+                l.remove(&z);
+            }
+            st.members.remove(&z);
+            gone.push(z);
+        }
+    }
+    gone
 }

@@ -44,12 +44,9 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                     .filter_map(|z| zones::Name::parse(&z.origin, Some(&zones::Name::root())).ok())
                     .map(|n| n.to_lowercase())
                     .collect();
-                let members = {
-                    let mut st = shared.catalogs();
-                    st.retain_catalogs(|cat| consumed.contains(cat));
-                    st.member_configs()
-                };
-                shared.xfr.set_zone_policies(&members);
+                shared
+                    .catalogs()
+                    .retain_catalogs(|cat| consumed.contains(cat));
                 reload_cookie_secrets(shared, &c);
                 rules_note = reload_rules(shared, &c).await;
                 if let Some(t) = &shared.tls
@@ -109,6 +106,20 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 let never = defence::policy::never_block(&c, rules.as_ref().map(|g| &***g));
                 shared.defence.blocks.install_policy(&c.block, never);
                 let n = sync_zone_list(&mut reg, &c);
+                // The config's zones win over the catalogs' members they meet; the members
+                // left keep their settings (the config knows nothing of them).
+                let configured: std::collections::HashSet<zones::Name> = reg
+                    .entries()
+                    .filter(|e| e.def.from_catalog.is_none())
+                    .map(|e| e.def.origin.to_lowercase())
+                    .collect();
+                let dropped =
+                    crate::daemon::catalogs::evict_conflicting(shared, &mut reg, &configured);
+                let members = shared.catalogs().member_configs();
+                shared.xfr.set_zone_policies(&members);
+                if !dropped.is_empty() {
+                    reg.publish();
+                }
                 if n > 0 {
                     tracing::info!("zone list changed in {}", path.display());
                     crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
@@ -301,8 +312,13 @@ pub async fn zone_add(
         ));
     }
     let mut reg = shared.zones.lock().await;
-    if reg.find(&n).is_some() {
-        return Reply::err(format!("zone {n} is already served\n"));
+    if let Some(e) = reg.find(&n).and_then(|i| reg.entry(i)) {
+        return Reply::err(match &e.def.from_catalog {
+            Some(c) => format!(
+                "zone {n} is a member of the catalog {c}: name it in the config file to take it over (then reload)\n"
+            ),
+            None => format!("zone {n} is already served\n"),
+        });
     }
     let spec = ZoneSpec {
         file: Some(file.clone()),
@@ -364,6 +380,9 @@ pub async fn zone_add(
     }
     shared.xfr.set_zone_policy(&zc);
     let i = reg.add(ZoneDef::from_config(&c, &zc, n.clone()));
+    // Catalog members below it (or, for another tenant, above it) are dropped: it is
+    // answered from its own data.
+    crate::daemon::catalogs::evict_conflicting(shared, &mut reg, &Default::default());
     let text = match loaded {
         Some(l) => {
             let line = format!(

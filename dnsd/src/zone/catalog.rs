@@ -96,15 +96,18 @@ pub enum Refusal {
     OverMax = 2,
     /// Its group's template named another tenant (taken, with the catalog's tenant).
     Tenant = 3,
+    /// It is the root, or above a zone of another tenant the catalog does not own.
+    AboveOtherZone = 4,
 }
 
 impl Refusal {
     /// Every cause, in counter order.
-    pub const ALL: [Refusal; 4] = [
+    pub const ALL: [Refusal; 5] = [
         Refusal::FileTaken,
         Refusal::BelowOtherZone,
         Refusal::OverMax,
         Refusal::Tenant,
+        Refusal::AboveOtherZone,
     ];
 
     /// The cause's name in counters.
@@ -114,12 +117,25 @@ impl Refusal {
             Refusal::BelowOtherZone => "below_other_zone",
             Refusal::OverMax => "over_max_members",
             Refusal::Tenant => "tenant_overridden",
+            Refusal::AboveOtherZone => "above_other_tenant",
+        }
+    }
+
+    /// The cause as the log says it.
+    pub fn text(self) -> &'static str {
+        match self {
+            Refusal::FileTaken => "its file is another zone's",
+            Refusal::BelowOtherZone => "at or below a zone the catalog does not own",
+            Refusal::OverMax => "past catalog_max_members",
+            Refusal::Tenant => "its template names another tenant",
+            Refusal::AboveOtherZone => "the root, or above a zone of another tenant",
         }
     }
 }
 
 /// Members refused (or corrected) by cause, over every consumed catalog.
-pub static REFUSED: [AtomicU64; 4] = [
+pub static REFUSED: [AtomicU64; 5] = [
+    AtomicU64::new(0),
     AtomicU64::new(0),
     AtomicU64::new(0),
     AtomicU64::new(0),
@@ -138,7 +154,7 @@ pub fn collect(out: &mut shield::metrics::Samples) {
             format!("catalog.refused.{}", why.name()),
             "dnsd_catalog_members_refused_total",
             format!("cause=\"{}\"", why.name()),
-            "Consumed catalogs' members refused: a file another zone's, at or below a zone the catalog does not own, past catalog_max_members; tenant_overridden: taken with the catalog's tenant instead of its template's.",
+            "Consumed catalogs' members refused: a file another zone's, at or below a zone the catalog does not own, the root or above another tenant's zone, past catalog_max_members; tenant_overridden: taken with the catalog's tenant instead of its template's.",
             REFUSED[why as usize].load(Ordering::Relaxed),
         );
     }

@@ -386,6 +386,14 @@ impl Registry {
         for d in want {
             let origin = d.origin.clone();
             match self.find(&origin) {
+                // A consumed catalog's member the config now names: the config's zone
+                // replaces it, data and all (never the catalog's primary's data under the
+                // config's name).
+                Some(i) if self.entry(i).is_some_and(|e| e.def.from_catalog.is_some()) => {
+                    self.remove(&origin);
+                    self.add(d);
+                    r.added += 1;
+                }
                 Some(i) => {
                     if self.change(i, d) {
                         r.changed += 1;

@@ -546,7 +546,10 @@ escalate = { after = 3, window_secs = 10, block_secs = 60, v4_prefix = 24 }
     let tcp = Proven(Evidence::Tcp);
     let v: Vec<Verdict> = (0..5).map(|_| p.check(&s, 5, src, &tcp, NOW)).collect();
     let actions: Vec<Action> = v.iter().map(|v| v.action).collect();
-    assert_eq!(actions[..3], [Action::Pass, Action::Pass, Action::RateLimit]);
+    assert_eq!(
+        actions[..3],
+        [Action::Pass, Action::Pass, Action::RateLimit]
+    );
     assert_eq!(v[3].escalated, Escalated::No);
     assert_eq!(v[4].escalated, Escalated::Blocked);
     let Check::Blocked(hit) = r.check(ip("192.0.2.1"), NOW.unix_ms, Traffic::Stream) else {
