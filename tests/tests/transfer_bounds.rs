@@ -609,3 +609,130 @@ fn a_transfer_read_below_the_minimum_rate_is_cut() {
     let fast = start_axfr(net::test_ip(), addr, false);
     assert_eq!(fast.finish(), Ok(BIG_AXFR_RECORDS));
 }
+
+/// A hostile primary on `ip`: SOA answers over UDP with `serial`, and over TCP a transfer
+/// answer trickled a byte every 200 ms (bounded: a minute), until `stop`.
+fn trickling_primary(ip: Ipv4Addr, serial: u32, stop: Arc<AtomicBool>) -> SocketAddr {
+    let udp = UdpSocket::bind(SocketAddr::from((ip, 0))).unwrap();
+    let addr = udp.local_addr().unwrap();
+    let tcp = std::net::TcpListener::bind(addr).unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let st = stop.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while !st.load(Ordering::Relaxed) {
+            let Ok((n, from)) = udp.recv_from(&mut buf) else {
+                continue;
+            };
+            // The question as asked (no EDNS in dnsd's SOA query), then the SOA answer.
+            let mut end = 12;
+            while end < n && buf[end] != 0 {
+                end += 1 + buf[end] as usize;
+            }
+            let q = &buf[12..(end + 5).min(n)];
+            let mut r = vec![buf[0], buf[1], 0x84, 0, 0, 1, 0, 1, 0, 0, 0, 0];
+            r.extend_from_slice(q);
+            r.extend_from_slice(&[0xc0, 12, 0, 6, 0, 1, 0, 0, 1, 44, 0, 22, 0, 0]);
+            r.extend_from_slice(&serial.to_be_bytes());
+            for v in [3600u32, 600, 86400, 60] {
+                r.extend_from_slice(&v.to_be_bytes());
+            }
+            let _ = udp.send_to(&r, from);
+        }
+    });
+    std::thread::spawn(move || {
+        let mut conns: Vec<TcpStream> = Vec::new();
+        for _ in 0..300 {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if let Ok((c, _)) = tcp.accept() {
+                conns.push(c);
+            }
+            // A length of 400 bytes, then the message a byte at a time.
+            conns.retain_mut(|c| c.write_all(&[1]).is_ok());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    addr
+}
+
+/// A primary cannot hold a transfer slot by trickling its answer, nor fill memory with a
+/// large one: the transfer is cut once its average falls under `in_min_rate_bytes_per_sec`
+/// (after 5 s) or its bytes pass `max_in_bytes`, counted, and the slot serves the next zone.
+#[test]
+fn a_transfer_in_trickled_or_too_large_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow = trickling_primary(net::test_ip(), 5, stop.clone());
+    // A healthy primary of the big zone (about 14 MB) and of a small one.
+    let big_file = dir.path().join("big.test.zone");
+    write_big_zone(&big_file);
+    let small_file = dir.path().join("notify.test.zone");
+    std::fs::write(&small_file, small_zone(3)).unwrap();
+    let open = |z: &str, f: &Path| {
+        let mut z = Zone::new(z, f);
+        z.options = vec!["allow_transfer = [\"127.0.0.0/8\"]".into()];
+        z
+    };
+    let primary = Dnsd::builder()
+        .zones(&[open(BIG, &big_file), open(ZONE, &small_file)])
+        .start();
+    let p = primary.addr();
+    let secondary_zone = |z: &str, from: SocketAddr| {
+        let mut z = Zone::new(z, dir.path().join(format!("secondary-{z}zone")));
+        z.options = vec![format!("primaries = [\"{from}\"]")];
+        z
+    };
+    // A zone of its own first: what the harness asks to see it ready.
+    let ready = dir.path().join("ready.test.zone");
+    std::fs::write(
+        &ready,
+        small_zone(1).replace("$ORIGIN notify.test.", "$ORIGIN ready.test."),
+    )
+    .unwrap();
+    let secondary = Dnsd::builder()
+        .zone(Zone::new("ready.test.", &ready))
+        .raw("[transfer]\nmax_in = 1\nin_min_rate_bytes_per_sec = 65536\nmax_in_bytes = 1000000")
+        .start();
+    let s = secondary.addr();
+    // The secondary zones come with a reload (the harness waits for every zone it starts
+    // with to be served).
+    let mut cfg = std::fs::read_to_string(secondary.config_path()).unwrap();
+    for z in [
+        secondary_zone("slow.test.", slow),
+        secondary_zone(BIG, p),
+        secondary_zone(ZONE, p),
+    ] {
+        let _ = write!(
+            cfg,
+            "\n[[zone]]\norigin = \"{}\"\nfile = \"{}\"\n{}\n",
+            z.origin,
+            z.file.display(),
+            z.options.join("\n")
+        );
+    }
+    std::fs::write(secondary.config_path(), cfg).unwrap();
+    let (ok, out) = secondary.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    // The small zone comes whatever the other two do with the one slot.
+    wait_for(
+        "the small zone transferred",
+        Duration::from_secs(30),
+        || serial(s) == Some(3),
+    );
+    // The trickled one and the large one are both cut and counted, neither served.
+    wait_for("both cut", Duration::from_secs(30), || {
+        secondary.stats()["transfer.in.limit"] >= 2
+    });
+    let log = secondary.log();
+    assert!(log.contains("max_in_bytes"), "{log}");
+    assert!(log.contains("in_min_rate_bytes_per_sec"), "{log}");
+    for z in ["slow.test.", BIG] {
+        let r = client::try_query(s, z, qtype::SOA, &QueryOpts::udp()).unwrap();
+        assert_ne!(r.head.rcode(), rcode::NOERROR, "{z} served");
+    }
+    stop.store(true, Ordering::Relaxed);
+}

@@ -59,6 +59,12 @@ pub struct TransferConfig {
     pub journal_total_max_bytes: usize,
     /// Records an incoming transfer may carry.
     pub max_in_records: usize,
+    /// Bytes (of DNS messages) an incoming transfer may carry: a primary cannot make one
+    /// zone fill memory and disk.
+    pub max_in_bytes: u64,
+    /// Bytes per second an incoming transfer must bring on average once its first 5 s are
+    /// past (0: no minimum): a primary trickling its answer cannot hold a `max_in` slot.
+    pub in_min_rate_bytes_per_sec: u64,
     /// Seconds an incoming transfer may take in all.
     pub in_timeout_secs: u64,
     /// Seconds to wait for each message of an incoming transfer or a SOA answer.
@@ -82,6 +88,8 @@ impl Default for TransferConfig {
             journal_max_bytes: 16 << 20,
             journal_total_max_bytes: 512 << 20,
             max_in_records: 10_000_000,
+            max_in_bytes: 1 << 30,
+            in_min_rate_bytes_per_sec: 8 * 1024,
             in_timeout_secs: 600,
             message_timeout_secs: 30,
             out_min_rate_bytes_per_sec: 32 * 1024,

@@ -26,9 +26,15 @@ pub enum XfrError {
         /// How long we waited.
         secs: u64,
     },
-    /// A whole transfer took longer than `in_timeout_secs`.
-    #[error("transfer took longer than in_timeout_secs")]
+    /// A whole transfer took longer than `in_timeout_secs`, or came slower than
+    /// `in_min_rate_bytes_per_sec`.
+    #[error(
+        "transfer took longer than in_timeout_secs or came slower than in_min_rate_bytes_per_sec"
+    )]
     TooSlow,
+    /// A transfer of more bytes than `max_in_bytes`.
+    #[error("transfer has more than {0} bytes (max_in_bytes)")]
+    TooLarge(u64),
     /// A transfer with more records than `max_in_records`.
     #[error("transfer has more than {0} records (max_in_records)")]
     TooManyRecords(usize),

@@ -69,7 +69,7 @@ counters! {
     in_ixfr => "transfer.in.ixfr", "Zones updated by incremental IXFR.";
     in_current => "transfer.in.current", "Refreshes that found the zone current.";
     in_failed => "transfer.in.failed", "Refreshes or transfers in that failed.";
-    in_limit => "transfer.in.limit", "Transfers in stopped by max_in_records or in_timeout_secs.";
+    in_limit => "transfer.in.limit", "Transfers in stopped by max_in_records, max_in_bytes, in_timeout_secs or in_min_rate_bytes_per_sec.";
     in_waiting => "transfer.in.waiting", "Refreshes that waited for a free `[transfer] max_in` slot.";
     expired => "transfer.in.expired", "Secondary zones that expired (answered SERVFAIL).";
     notify_in => "notify.in.accepted", "NOTIFY messages accepted from primaries.";

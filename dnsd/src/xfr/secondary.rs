@@ -319,8 +319,11 @@ async fn refresh_from(
     }
     x.with_status(p.origin.as_wire(), |s| s.state = ZoneState::Transferring);
     let max = x.cfg.max_in_records;
+    // One deadline for the refresh: an IXFR that fails falls back to an AXFR within what is
+    // left of it, never a fresh `in_timeout_secs`.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(x.cfg.in_timeout_secs);
     let (what, zone) = match &cur {
-        Some(base) => match pull(x, p, primary, Some(base.serial())).await {
+        Some(base) => match pull(x, p, primary, Some(base.serial()), deadline).await {
             Ok(Received::Current(s)) => {
                 x.stats.in_current.fetch_add(1, Ordering::Relaxed);
                 let f = p.file.clone();
@@ -344,7 +347,7 @@ async fn refresh_from(
                     }
                     Err(e) => {
                         tracing::warn!(zone = %p.origin, "IXFR not applied ({e}): trying AXFR");
-                        axfr_in(x, p, primary).await?
+                        axfr_in(x, p, primary, deadline).await?
                     }
                 }
             }
@@ -353,12 +356,14 @@ async fn refresh_from(
                 x.stats.in_axfr.fetch_add(1, Ordering::Relaxed);
                 ("IXFR (whole zone)".to_string(), z)
             }
+            // Too slow or too large: an AXFR of the same primary would be as well.
+            Err(e @ (XfrError::TooSlow | XfrError::TooLarge(_))) => return Err(e),
             Err(e) => {
                 tracing::info!(zone = %p.origin, "IXFR from {primary} failed ({e}): trying AXFR");
-                axfr_in(x, p, primary).await?
+                axfr_in(x, p, primary, deadline).await?
             }
         },
-        None => axfr_in(x, p, primary).await?,
+        None => axfr_in(x, p, primary, deadline).await?,
     };
     if zone.serial() != serial && !serial_gt(zone.serial(), serial) {
         return Err(XfrError::Protocol(
@@ -436,8 +441,9 @@ async fn axfr_in(
     x: &Transfers,
     p: &ZonePolicy,
     primary: Primary,
+    deadline: tokio::time::Instant,
 ) -> Result<(String, Zone), XfrError> {
-    match pull(x, p, primary, None).await? {
+    match pull(x, p, primary, None, deadline).await? {
         Received::Full(c) => {
             let z = finish(c, primary).await?;
             x.stats.in_axfr.fetch_add(1, Ordering::Relaxed);
@@ -522,15 +528,22 @@ fn rcode_name(rc: u16) -> &'static str {
         .unwrap_or("?")
 }
 
-/// Runs an IXFR (`ours` given) or AXFR with `primary` and follows the answer.
+/// How long an incoming transfer runs before its average rate is held to
+/// `in_min_rate_bytes_per_sec`.
+const MIN_RATE_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs an IXFR (`ours` given) or AXFR with `primary` and follows the answer, before
+/// `deadline`, at `in_min_rate_bytes_per_sec` on average once its first
+/// [`MIN_RATE_GRACE`] are past, within `max_in_bytes`.
 async fn pull(
     x: &Transfers,
     p: &ZonePolicy,
     primary: Primary,
     ours: Option<u32>,
+    deadline: tokio::time::Instant,
 ) -> Result<Received, XfrError> {
     let timeout = Duration::from_secs(x.cfg.message_timeout_secs);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(x.cfg.in_timeout_secs);
+    let start = tokio::time::Instant::now();
     let mut c = TcpClient::open(p, primary, timeout).await?;
     let id: u16 = rand::random();
     let mut s = signer(p);
@@ -562,13 +575,39 @@ async fn pull(
     let mut buf = Vec::new();
     let mut b = RrBuf::default();
     let mut first = true;
+    let (rate, max_bytes) = (x.cfg.in_min_rate_bytes_per_sec, x.cfg.max_in_bytes);
+    let mut bytes = 0u64;
     loop {
-        match tokio::time::timeout_at(deadline, c.recv(&mut buf)).await {
+        // The next message (at most 64 KiB) must come by when the bytes so far and it keep
+        // the minimum rate: a primary sending a byte a second, or an empty message every few
+        // seconds, is cut after the grace time.
+        let by = match rate {
+            0 => deadline,
+            r => deadline.min(
+                start
+                    + MIN_RATE_GRACE
+                    + Duration::from_secs_f64((bytes + 65_537) as f64 / r as f64),
+            ),
+        };
+        match tokio::time::timeout_at(by, c.recv(&mut buf)).await {
             Ok(r) => r?,
             Err(_) => {
                 x.stats.in_limit.fetch_add(1, Ordering::Relaxed);
                 return Err(XfrError::TooSlow);
             }
+        }
+        bytes += buf.len() as u64 + 2;
+        let elapsed = start.elapsed();
+        if rate > 0
+            && elapsed > MIN_RATE_GRACE
+            && (bytes as f64) < (elapsed - MIN_RATE_GRACE).as_secs_f64() * rate as f64
+        {
+            x.stats.in_limit.fetch_add(1, Ordering::Relaxed);
+            return Err(XfrError::TooSlow);
+        }
+        if bytes > max_bytes {
+            x.stats.in_limit.fetch_add(1, Ordering::Relaxed);
+            return Err(XfrError::TooLarge(max_bytes));
         }
         let mut bad = None;
         let r = wire::read_response(&buf, &mut b, &mut |rr| {
