@@ -31,6 +31,24 @@ use crate::query::wire::{hf, opcode, rcode};
 const MIN_TIMER: u64 = 1;
 const MAX_TIMER: u64 = 7 * 86400;
 
+/// When to try again after `fails` refreshes failed in a row: the SOA's `retry`, but at
+/// least 10 s doubling with each failure up to 2,560 s — a primary that keeps failing, or
+/// trickles its transfers to be cut, takes a `max_in` slot ever less often, whatever retry
+/// its SOA names.
+fn retry_after(retry: Duration, fails: u32) -> Duration {
+    retry.max(Duration::from_secs(10 << fails.saturating_sub(1).min(8)))
+}
+
+/// The least time between a refresh and one a NOTIFY asks for: [`NOTIFY_GAP`], and after
+/// failures up to a minute of [`retry_after`]'s backoff (NOTIFY comes from the primary's
+/// address, which whoever runs it, or forges it, controls).
+fn notify_gap(fails: u32) -> Duration {
+    match fails {
+        0 => NOTIFY_GAP,
+        f => NOTIFY_GAP.max(retry_after(Duration::ZERO, f).min(Duration::from_secs(60))),
+    }
+}
+
 /// The SOA timers of a zone: (refresh, retry, expire), clamped.
 fn timers(z: &Zone) -> (Duration, Duration, Duration) {
     let rd = z.records().next().map(|r| r.3).unwrap_or(&[]);
@@ -155,6 +173,8 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
     let mut expired = false;
     let mut next = Instant::now();
     let mut last_done: Option<Instant> = None;
+    // Refreshes failed in a row.
+    let mut fails = 0u32;
     loop {
         let wake = match expire_at {
             Some(e) if !expired => next.min(e),
@@ -184,11 +204,11 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
         if asked
             && reply.is_none()
             && let Some(done) = last_done
-            && now < done + NOTIFY_GAP
+            && now < done + notify_gap(fails)
         {
             // NOTIFY (a source that can be forged) asks again right after a refresh: at most
             // one check of the primaries per gap, the NOTIFYs meanwhile merged into it.
-            tokio::time::sleep_until((done + NOTIFY_GAP).into()).await;
+            tokio::time::sleep_until((done + notify_gap(fails)).into()).await;
         }
         let permit = match x.in_slots.clone().try_acquire_owned() {
             Ok(p) => p,
@@ -213,6 +233,7 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
         let now = Instant::now();
         let text = match r {
             Ok(line) => {
+                fails = 0;
                 next = now + refresh_t;
                 expire_at = now.checked_add(expire_t);
                 if expired {
@@ -229,7 +250,8 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
             Err(e) => {
                 x.stats.in_failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(zone = %origin, "refresh failed: {e}");
-                next = now + retry_t;
+                fails = fails.saturating_add(1);
+                next = now + retry_after(retry_t, fails);
                 if let Some(ea) = expire_at
                     && now >= ea
                     && !expired
@@ -649,4 +671,22 @@ async fn pull(
         return Err(XfrError::Tsig("the last message is not signed"));
     }
     f.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_refreshes_back_off_whatever_the_soa_retry() {
+        let s = Duration::from_secs;
+        assert_eq!(retry_after(s(1), 1), s(10));
+        assert_eq!(retry_after(s(1), 2), s(20));
+        assert_eq!(retry_after(s(1), 9), s(2560));
+        assert_eq!(retry_after(s(1), 50), s(2560));
+        assert_eq!(retry_after(s(7200), 1), s(7200));
+        assert_eq!(notify_gap(0), NOTIFY_GAP);
+        assert_eq!(notify_gap(1), s(10));
+        assert_eq!(notify_gap(5), s(60));
+    }
 }
