@@ -121,6 +121,17 @@ impl RedisServer {
         s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
     }
 
+    /// Pauses (SIGSTOP) or resumes (SIGCONT) the server: alive to the kernel, silent to
+    /// its clients meanwhile.
+    pub fn pause(&self, paused: bool) {
+        if let Some(c) = &self.child {
+            let sig = if paused { "-STOP" } else { "-CONT" };
+            let _ = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status();
+        }
+    }
+
     /// Kills the server (SIGKILL): everything it held is gone.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -190,3 +190,61 @@ fn a_failover_in_the_middle_of_a_burst_loses_no_decision() {
         || b.stat("blockmap.entries") == TOTAL as u64 + 1,
     );
 }
+
+/// A master paused past the sentinels' patience and then back (split brain): it takes writes
+/// again until Sentinel demotes it, seconds later, or never when Sentinel cannot reach it.
+/// The nodes, whose connections to it outlive the pause (a long `io_timeout_ms`), must find
+/// it deposed by themselves — its `ROLE`, the master the sentinels name — and move to the new
+/// master: a decision made after the failover reaches the new master within seconds.
+#[test]
+fn nodes_leave_a_deposed_master_whose_connections_survive() {
+    let Some(set) = SentinelSet::start() else {
+        return;
+    };
+    let long_io = |id: &str| {
+        Dnsd::builder()
+            .zone(Zone::data("example.com."))
+            .raw("[defence.rrl]\nenabled = false")
+            .raw(&format!(
+                "[redis]\n{}node_id = \"{id}\"\nreconnect_min_ms = 50\nreconnect_max_ms = 300\nio_timeout_ms = 15000",
+                set.config()
+            ))
+            .start()
+    };
+    let a = long_io("a");
+    let b = long_io("b");
+    wait_for("both nodes synced", Duration::from_secs(20), || {
+        a.stat("redis.connected") == 1 && b.stat("redis.connected") == 1
+    });
+    let old = set.master.port;
+    set.master.pause(true);
+    wait_for("the replica promoted", Duration::from_secs(30), || {
+        set.master_port() == Some(set.replica_port)
+    });
+    set.master.pause(false);
+    let back = Instant::now();
+    // A decision of A's now: on the new master within seconds (the old one demotes itself
+    // only when Sentinel gets to it).
+    let (ok, out) = a.ctl(&["block", "add", "10.79.0.1", "--ttl", "600"]);
+    assert!(ok, "{out}");
+    let on_new = |port: u16| {
+        palisade_tests::redis::command(port, "SCAN 0 MATCH *10.79.0.1* COUNT 100000")
+            .contains("10.79.0.1")
+    };
+    let took = wait_for(
+        "A's decision on the new master",
+        Duration::from_secs(8),
+        || on_new(set.replica_port),
+    );
+    eprintln!(
+        "on the new master {took:?} after it was found deposed; old master {old} back {:?} ago",
+        back.elapsed()
+    );
+    wait_for("B has it", Duration::from_secs(10), || {
+        b.stat("blockmap.entries") >= 1
+    });
+    assert!(
+        a.stat("redis.masters_deposed") >= 1,
+        "A found the master deposed"
+    );
+}

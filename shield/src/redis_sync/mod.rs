@@ -528,6 +528,9 @@ pub struct SyncStats {
     /// Times the writer found another master than before (a failover, or a restart):
     /// each republished this node's local entries.
     pub master_changes: u64,
+    /// Times the master the connections talked to was found deposed (its `ROLE`, or
+    /// Sentinel naming another): every task reconnected.
+    pub masters_deposed: u64,
     /// Sentinels that failed to name the master when asked.
     pub sentinel_errors: u64,
     /// Last measured offset of Redis server time over this node's clock, milliseconds.
@@ -571,6 +574,7 @@ struct Counters {
     gaps: AtomicU64,
     epoch_changes: AtomicU64,
     master_changes: AtomicU64,
+    masters_deposed: AtomicU64,
     sentinel_errors: AtomicU64,
     node_id_conflicts: AtomicU64,
     heartbeats: AtomicU64,
@@ -594,6 +598,9 @@ struct Shared {
     target: target::Target,
     outbox: Mutex<Outbox>,
     wake_writer: Notify,
+    /// Bumped when the presence task finds the master it talks to deposed (its `ROLE`, or
+    /// another master named by Sentinel): every task's connection then goes and reconnects.
+    master_moved: watch::Sender<u64>,
     offset_ms: AtomicI64,
     writer_connected: AtomicBool,
     reader_connected: AtomicBool,
@@ -686,6 +693,8 @@ impl Shared {
             .target
             .reach(&self.cfg, io, &self.c.sentinel_errors)
             .await?;
+        // Subscribed before the checks: a deposition found meanwhile is seen.
+        let moved = self.master_moved.subscribe();
         let mut conn = reached
             .client
             .get_multiplexed_async_connection_with_config(&conf)
@@ -707,6 +716,8 @@ impl Shared {
             conn,
             epoch,
             server,
+            addr: reached.addr,
+            moved,
         })
     }
 
@@ -816,6 +827,7 @@ impl Shared {
             gaps: get(&c.gaps),
             epoch_changes: get(&c.epoch_changes),
             master_changes: get(&c.master_changes),
+            masters_deposed: get(&c.masters_deposed),
             sentinel_errors: get(&c.sentinel_errors),
             clock_offset_ms: self.offset(),
             node_id_conflicts: get(&c.node_id_conflicts),
@@ -832,6 +844,19 @@ pub(super) struct Connected {
     pub(super) epoch: String,
     /// The server's identity ([`target::identify`]), when known.
     pub(super) server: Option<String>,
+    /// `host:port` of the master Sentinel named (None for `url`).
+    pub(super) addr: Option<String>,
+    /// Changes when the master this connection reached is found deposed.
+    pub(super) moved: watch::Receiver<u64>,
+}
+
+/// The error a task's connection ends with when its master was found deposed.
+fn deposed() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "redis master deposed",
+        "another master serves now: reconnecting".to_string(),
+    ))
 }
 
 /// Notes the server a task connected to; true when it is another than the last one known.
@@ -892,6 +917,7 @@ impl RedisSync {
             clock,
             target,
             wake_writer: Notify::new(),
+            master_moved: watch::channel(0).0,
             offset_ms: AtomicI64::new(0),
             writer_connected: AtomicBool::new(false),
             reader_connected: AtomicBool::new(false),
@@ -1160,6 +1186,7 @@ impl crate::metrics::Source for SyncMonitor {
         );
         c("epoch_changes", false, s.epoch_changes);
         c("master_changes", false, s.master_changes);
+        c("masters_deposed", false, s.masters_deposed);
         c("sentinel_errors", false, s.sentinel_errors);
         c("heartbeats", false, s.heartbeats);
         c("node_id_conflict", true, s.node_id_conflict as u64);

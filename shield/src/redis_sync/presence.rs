@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::{Shared, add, sleep_or_stop};
+use super::{Shared, add, sleep_or_stop, target};
 
 /// Heartbeats a token may miss before it is forgotten.
 const AGE_OUT: u64 = 5;
 
-/// What one heartbeat's pipeline returns: ZADD, ZREMRANGEBYSCORE, ZRANGE WITHSCORES, PEXPIRE.
-type Beat = ((), (), Vec<(Vec<u8>, f64)>, ());
+/// What one heartbeat's pipeline returns: ZADD, ZREMRANGEBYSCORE, ZRANGE WITHSCORES, PEXPIRE,
+/// ROLE.
+type Beat = ((), (), Vec<(Vec<u8>, f64)>, (), redis::Value);
 
 /// How often a lasting conflict is logged again.
 const REPORT_EVERY: Duration = Duration::from_secs(10);
@@ -41,6 +42,8 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let every = Duration::from_millis(shared.cfg.presence_ms);
     let key = shared.keys.node(&shared.node);
     let mut conn = None;
+    // `host:port` of the master Sentinel named when this task connected.
+    let mut master: Option<String> = None;
     let mut attempt = 0u32;
     // Other tokens and the heartbeat score last seen for each.
     let mut seen: HashMap<String, f64> = HashMap::new();
@@ -51,7 +54,10 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
         if conn.is_none() {
             match shared.connect("presence", Duration::ZERO).await {
-                Ok(c) => conn = Some(c.conn),
+                Ok(c) => {
+                    conn = Some(c.conn);
+                    master = c.addr;
+                }
                 Err(_) => {
                     attempt += 1;
                     if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
@@ -81,10 +87,40 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             .cmd("PEXPIRE")
             .arg(&key)
             .arg(ttl_ms * 2)
+            .cmd("ROLE")
             .query_async(c)
             .await;
+        // A master deposed while the connections to it live (paused past the sentinels'
+        // patience, then back): it may take writes for seconds before Sentinel demotes it, or
+        // never if Sentinel cannot reach it. Each beat asks its role, and in Sentinel mode
+        // whom the sentinels name; another master ends every task's connection.
+        let deposed = match &beat {
+            Ok((.., role)) => {
+                target::role_of(role).is_some_and(|r| r != "master")
+                    || match (&master, &shared.target) {
+                        (Some(ours), target::Target::Sentinel(_)) => shared
+                            .target
+                            .reach(
+                                &shared.cfg,
+                                Duration::from_millis(shared.cfg.io_timeout_ms),
+                                &shared.c.sentinel_errors,
+                            )
+                            .await
+                            .is_ok_and(|r| r.addr.as_ref().is_some_and(|a| a != ours)),
+                        _ => false,
+                    }
+            }
+            Err(_) => false,
+        };
+        if deposed {
+            add(&shared.c.masters_deposed, 1);
+            tracing::warn!(node = %shared.node, master = ?master, "redis master deposed: reconnecting every task");
+            shared.master_moved.send_modify(|g| *g += 1);
+            conn = None;
+            continue;
+        }
         match beat {
-            Ok((_, _, members, _)) => {
+            Ok((_, _, members, _, _)) => {
                 attempt = 0;
                 add(&shared.c.heartbeats, 1);
                 let mut live = Vec::new();

@@ -75,6 +75,8 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             mut conn,
             epoch: e,
             server,
+            moved: mut deposed,
+            ..
         } = match shared.connect("reader", block).await {
             Ok(c) => c,
             Err(err) => {
@@ -105,7 +107,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
         shared.reader_connected.store(true, Ordering::Relaxed);
         tracing::info!(node = %shared.node, pos = ?st.pos.map(|p| p.to_string()), "redis reader connected");
-        let res = tail(&shared, &mut conn, &mut st, &mut stop).await;
+        let res = tail(&shared, &mut conn, &mut st, &mut stop, &mut deposed).await;
         shared.reader_connected.store(false, Ordering::Relaxed);
         match res {
             Ok(()) => return,
@@ -133,6 +135,7 @@ async fn tail(
     conn: &mut MultiplexedConnection,
     st: &mut State,
     stop: &mut watch::Receiver<bool>,
+    moved: &mut watch::Receiver<u64>,
 ) -> redis::RedisResult<()> {
     let keys = &shared.keys;
     let time_sync = Duration::from_millis(shared.cfg.time_sync_ms);
@@ -168,6 +171,7 @@ async fn tail(
         let reply: Vec<Value> = tokio::select! {
             r = pipe.query_async(conn) => r?,
             _ = stop.wait_for(|s| *s) => return Ok(()),
+            _ = moved.changed() => return Err(super::deposed()),
         };
         let [xread, xinfo, epoch] = <[Value; 3]>::try_from(reply).map_err(|_| {
             redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "pipeline reply"))

@@ -166,7 +166,7 @@ pub(super) async fn identify(
 }
 
 /// The role `ROLE` replied (its first element).
-fn role_of(v: &Value) -> Option<String> {
+pub(super) fn role_of(v: &Value) -> Option<String> {
     match v {
         Value::Array(items) => items
             .first()

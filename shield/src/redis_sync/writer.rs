@@ -26,6 +26,8 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             mut conn,
             epoch: e,
             server: now_server,
+            moved: mut deposed,
+            ..
         } = match shared.connect("writer", Duration::ZERO).await {
             Ok(c) => c,
             Err(err) => {
@@ -56,7 +58,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         epoch = Some(e);
         shared.writer_connected.store(true, Ordering::Relaxed);
         tracing::info!(node = %shared.node, "redis writer connected");
-        let res = serve(&shared, &mut conn, &mut epoch, &mut stop).await;
+        let res = serve(&shared, &mut conn, &mut epoch, &mut stop, &mut deposed).await;
         shared.writer_connected.store(false, Ordering::Relaxed);
         match res {
             Ok(()) => return,
@@ -86,6 +88,7 @@ async fn serve(
     conn: &mut MultiplexedConnection,
     epoch: &mut Option<String>,
     stop: &mut watch::Receiver<bool>,
+    moved: &mut watch::Receiver<u64>,
 ) -> redis::RedisResult<()> {
     let time_sync = Duration::from_millis(shared.cfg.time_sync_ms);
     let mut next_time_sync = Instant::now() + time_sync;
@@ -120,6 +123,7 @@ async fn serve(
                 _ = shared.wake_writer.notified() => {}
                 _ = stop.wait_for(|s| *s) => {}
                 _ = tokio::time::sleep_until(next_time_sync.min(next_renew).into()) => {}
+                _ = moved.changed() => return Err(super::deposed()),
             }
             continue;
         };
