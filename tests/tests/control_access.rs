@@ -281,3 +281,116 @@ fn the_control_socket_answers_junk_as_a_bad_request_and_bounds_its_connections()
         "the refusal counted"
     );
 }
+
+/// `zone add` by a member of `[control] group` reads only what that user could: not through a
+/// symbolic link into a directory closed to it, not through `$INCLUDE` (refused in its
+/// files, now and at later loads), and a file that does not load is answered with where it is
+/// wrong, never with what it holds.
+#[test]
+fn a_group_members_zone_add_reads_only_what_it_could() {
+    if !root() {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let d = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .control("group = \"nogroup\"")
+        .server_option(&format!(
+            "zone_state = \"{}\"",
+            state.path().join("zones-state.toml").display()
+        ))
+        .start();
+    open_dir(&d);
+    let zone = |origin: &str, extra: &str| {
+        format!(
+            "$ORIGIN {origin}\n$TTL 300\n@ SOA ns1 h 1 3600 600 86400 60\n@ NS ns1\nns1 A 192.0.2.1\n{extra}"
+        )
+    };
+    // Root's: a closed directory with a readable zone in it, and a 0600 file of records.
+    let closed = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let private = closed.path().join("private.zone");
+    std::fs::write(&private, zone("p.test.", "key TXT \"hunter2-private\"\n")).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let open = tempfile::tempdir().unwrap();
+    open_dir_path(open.path());
+    let records = open.path().join("records.txt");
+    std::fs::write(&records, "key TXT \"hunter2-records\"\n").unwrap();
+    std::fs::set_permissions(&records, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // The user's: readable files in an open directory.
+    let mk = |name: &str, text: String| {
+        let p = open.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        p
+    };
+    let link = open.path().join("link.zone");
+    std::os::unix::fs::symlink(&private, &link).unwrap();
+    let inc = mk(
+        "inc.zone",
+        zone("i.test.", &format!("$INCLUDE {}\n", records.display())),
+    );
+    let bad = mk("bad.zone", zone("b.test.", "x hunter2-bad 1\n"));
+    let good = mk("good.zone", zone("g.test.", "www A 192.0.2.2\n"));
+    let add = |origin: &str, f: &Path| {
+        ctl_as_nobody(
+            d.control_socket(),
+            &["zone", "add", origin, f.to_str().unwrap()],
+        )
+    };
+    let (ok, out) = add("p.test.", &link);
+    assert!(!ok && out.contains("permission denied"), "{out}");
+    let (ok, out) = add("i.test.", &inc);
+    assert!(!ok && !out.contains("hunter2"), "{out}");
+    assert!(out.contains("inc.zone:6"), "{out}");
+    let (ok, out) = add("b.test.", &bad);
+    assert!(!ok && !out.contains("hunter2"), "{out}");
+    assert!(out.contains("bad.zone:6"), "{out}");
+    let (ok, out) = add("g.test.", &good);
+    assert!(ok, "{out}");
+    let st = std::fs::read_to_string(state.path().join("zones-state.toml")).unwrap();
+    assert!(st.contains("no_include = true"), "{st}");
+    // The user's file now names the records: a reload does not read them.
+    std::fs::write(
+        &good,
+        zone("g.test.", &format!("$INCLUDE {}\n", records.display())),
+    )
+    .unwrap();
+    let (_, out) = d.ctl(&["reload", "g.test."]);
+    assert!(!out.contains("hunter2"), "{out}");
+    let r = palisade_tests::client::try_query(
+        d.addr(),
+        "key.g.test.",
+        16,
+        &palisade_tests::wire::QueryOpts::udp(),
+    )
+    .unwrap();
+    assert!(!String::from_utf8_lossy(&r.raw).contains("hunter2"));
+}
+
+/// Under the worst umask (000), what dnsd writes that names what it serves is not writable
+/// by others: the zone state file (every zone it loads at its next start).
+#[test]
+fn the_zone_state_is_not_writable_by_others_whatever_the_umask() {
+    if !root() {
+        return;
+    }
+    // SAFETY: umask has no preconditions (each test is its own process).
+    unsafe { libc::umask(0) };
+    let state = tempfile::tempdir().unwrap();
+    let path = state.path().join("zones-state.toml");
+    let d = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .server_option(&format!("zone_state = \"{}\"", path.display()))
+        .start();
+    let f = state.path().join("a.zone");
+    std::fs::write(
+        &f,
+        "$ORIGIN a.test.\n$TTL 300\n@ SOA ns1 h 1 3600 600 86400 60\n@ NS ns1\nns1 A 192.0.2.1\n",
+    )
+    .unwrap();
+    let (ok, out) = d.ctl(&["zone", "add", "a.test.", f.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & 0o022, 0, "zone state mode {mode:o}");
+}

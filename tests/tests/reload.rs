@@ -148,3 +148,44 @@ fn a_bad_zone_keeps_the_last_good_version_and_sighup_reloads() {
         serial_of(addr) == Some(8)
     });
 }
+
+/// A zone file that is no regular file is refused at once, naming what it is, and the last
+/// good version keeps serving: a character device (`/dev/zero` was read without end until
+/// the server ran out of memory) and a FIFO (its open waited for a writer for ever, holding
+/// every later reload, zone command and shutdown) — as the zone file, or `$INCLUDE`d.
+#[test]
+fn a_zone_file_that_is_a_device_or_a_fifo_is_refused_and_nothing_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.test.zone");
+    write_zone(&file, 7, 10);
+    let dnsd = Dnsd::builder().zone(Zone::new("big.test.", &file)).start();
+    let addr = dnsd.addr();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let real = dir.path().join("real.zone");
+    std::fs::rename(&file, &real).unwrap();
+    for (target, what) in [
+        (Path::new("/dev/zero"), "is a character device"),
+        (fifo.as_path(), "is a FIFO"),
+    ] {
+        let _ = std::fs::remove_file(&file);
+        std::os::unix::fs::symlink(target, &file).unwrap();
+        let t0 = Instant::now();
+        let (ok, out) = dnsd.ctl(&["reload", "big.test."]);
+        assert!(!ok && out.contains(what), "{out}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert_eq!(serial_of(addr), Some(7), "last good version still served");
+        // $INCLUDEd from a file that is a zone file.
+        std::fs::remove_file(&file).unwrap();
+        let mut text = std::fs::read_to_string(&real).unwrap();
+        let _ = writeln!(text, "$INCLUDE {}", target.display());
+        std::fs::write(&file, text).unwrap();
+        let (ok, out) = dnsd.ctl(&["reload", "big.test."]);
+        assert!(!ok && out.contains(what), "{out}");
+        assert_eq!(serial_of(addr), Some(7));
+    }
+    let (ok, out) = dnsd.ctl(&["zones"]);
+    assert!(ok && out.contains("serial 7"), "{out}");
+}

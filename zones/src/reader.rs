@@ -106,21 +106,45 @@ pub fn read_file(
     read_opened(path, f, meta.len(), opts, sink)
 }
 
-/// Opens a master file: the file and what one `fstat` says of it (a directory is refused).
+/// Opens a master file: the file and what one `fstat` says of it. Anything but a regular
+/// file is refused: a directory, and a device, FIFO or socket (`/dev/zero` would be read
+/// without end, a FIFO's open would wait for a writer for ever).
 pub fn open(path: &Path) -> Result<(File, std::fs::Metadata), ZoneError> {
     let at = || Location {
         file: Arc::new(path.to_path_buf()),
         line: 0,
         col: 0,
     };
-    let f = File::open(path).map_err(|e| ZoneError::one(at(), format!("cannot open: {e}")))?;
-    let meta = f
-        .metadata()
-        .map_err(|e| ZoneError::one(at(), format!("cannot read: {e}")))?;
-    if meta.is_dir() {
-        return Err(ZoneError::one(at(), "is a directory, not a zone file"));
-    }
-    Ok((f, meta))
+    open_regular(path).map_err(|e| ZoneError::one(at(), e))
+}
+
+/// Opens `path` for reading when it is a regular file (never waiting: a FIFO is opened
+/// without blocking, then refused); the error says what it is instead.
+fn open_regular(path: &Path) -> Result<(File, std::fs::Metadata), String> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot open: {e}"))?;
+    let meta = f.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    let t = meta.file_type();
+    let what = if t.is_file() {
+        return Ok((f, meta));
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    Err(format!("is {what}, not a zone file"))
 }
 
 /// Reads a master file already opened (`len` bytes long), as [`read_file`] does.
@@ -482,15 +506,9 @@ impl<'o> Reader<'o> {
                 ));
             }
         }
-        let file = File::open(&path).map_err(|e| {
+        let (file, _) = open_regular(&path).map_err(|e| {
             EntryError::at(&toks[1], format!("cannot include {}: {e}", path.display()))
         })?;
-        if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-            return Err(EntryError::at(
-                &toks[1],
-                format!("cannot include {}: is a directory", path.display()),
-            ));
-        }
         if self.summary.files.len() >= u16::MAX as usize {
             return Err(EntryError::at(&toks[1], "too many included files"));
         }

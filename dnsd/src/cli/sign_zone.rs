@@ -54,6 +54,7 @@ pub fn sign_zone(
             keep_unsigned: false,
         }),
         geo: None,
+        no_include: zc.no_include,
     };
     let loaded = crate::zone::load::load_planned(&plan).map_err(|e| e.to_string())?;
     for w in &loaded.loaded.warnings {

@@ -111,6 +111,9 @@ pub struct StateZone {
     /// Template, if one was named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
+    /// Added by a user other than root: its file's `$INCLUDE`s are refused at every load.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_include: bool,
 }
 
 /// The zone state file (`[server] zone_state`): zones added with `ctl zone add`.
@@ -142,9 +145,24 @@ impl ZoneState {
             toml::to_string(self).map_err(|e| e.to_string())?
         );
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text)
-            .and_then(|()| std::fs::rename(&tmp, path))
-            .map_err(|e| format!("{}: {e}", path.display()))
+        // 0640 whatever the umask: it names the files dnsd serves at its next start.
+        let write = || -> std::io::Result<()> {
+            use std::io::Write as _;
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let _ = std::fs::remove_file(&tmp);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o640)
+                .open(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("{}: {e}", path.display())
+        })
     }
 }
 
@@ -236,6 +254,7 @@ impl<'a> Templates<'a> {
         };
         Ok(ZoneConfig {
             origin: origin.to_string(),
+            no_include: false,
             file,
             template: spec.template.clone(),
             cookies: inherit(spec, t, |s| s.cookies.as_ref()),
@@ -350,10 +369,11 @@ pub fn expand_sets(c: &mut Config, dir: &Path, path: &Path) -> Result<bool, Conf
                     ..Default::default()
                 };
                 let key = format!("server.zone_state ({}: zone {})", sp.display(), i + 1);
-                added.push(
-                    t.resolve(&z.origin, &spec, ZoneSource::State, key)
-                        .map_err(|(k, m)| inv(k, m))?,
-                );
+                let mut zc = t
+                    .resolve(&z.origin, &spec, ZoneSource::State, key)
+                    .map_err(|(k, m)| inv(k, m))?;
+                zc.no_include = z.no_include;
+                added.push(zc);
             }
         }
     }
@@ -490,6 +510,7 @@ mod tests {
                 origin: "a.".into(),
                 file: "/z/a.zone".into(),
                 template: Some("t".into()),
+                no_include: true,
             }],
         };
         st.write(&p).unwrap();

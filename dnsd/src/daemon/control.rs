@@ -34,11 +34,17 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             crate::observe::event_sinks::events_init(shared.clickhouse.as_ref(), Some(c)).await
         }
         ["zone", "add", o, f] => match peer.may_read(std::path::Path::new(f)) {
-            Ok(()) => crate::daemon::reload::zone_add(shared, o, f, None).await,
+            Ok(()) => {
+                crate::daemon::reload::zone_add(shared, o, f, None, peer.reads_as_the_daemon())
+                    .await
+            }
             Err(e) => Reply::err(format!("{e}\n")),
         },
         ["zone", "add", o, f, "--template", t] => match peer.may_read(std::path::Path::new(f)) {
-            Ok(()) => crate::daemon::reload::zone_add(shared, o, f, Some(t)).await,
+            Ok(()) => {
+                crate::daemon::reload::zone_add(shared, o, f, Some(t), peer.reads_as_the_daemon())
+                    .await
+            }
             Err(e) => Reply::err(format!("{e}\n")),
         },
         ["zone", "remove", o] => crate::daemon::reload::zone_remove(shared, o).await,

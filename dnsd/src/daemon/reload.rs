@@ -291,11 +291,15 @@ fn state_config(shared: &State) -> Result<(Arc<Config>, PathBuf), String> {
 
 /// `ctl zone add ORIGIN FILE [--template T]`: loads the zone, keeps it in the zone state
 /// file and serves it; no other zone is touched. A zone that does not load is not added.
+/// Asked by a user other than root or the daemon's own (`by_root` false), the file may not
+/// `$INCLUDE` (now and at every later load), and an error names where the file is wrong but
+/// quotes none of it: the daemon reads what the user could not.
 pub async fn zone_add(
     shared: &Arc<State>,
     origin: &str,
     file: &str,
     template: Option<&str>,
+    by_root: bool,
 ) -> Reply {
     let (c, state_path) = match state_config(shared) {
         Ok(x) => x,
@@ -328,7 +332,10 @@ pub async fn zone_add(
     let zc = match Templates::new(&c)
         .and_then(|t| t.resolve(&n.to_string(), &spec, ZoneSource::State, "zone add".into()))
     {
-        Ok(z) => z,
+        Ok(mut z) => {
+            z.no_include = !by_root;
+            z
+        }
         Err((k, m)) => return Reply::err(format!("{k}: {m}\n")),
     };
     // A secondary's file comes from its primaries: it need not exist yet.
@@ -351,14 +358,23 @@ pub async fn zone_add(
             file: file.clone(),
             sign,
             geo: crate::zone::registry::ZoneDef::geo_spec(&c, &zc),
+            no_include: zc.no_include,
         };
         let r = tokio::task::spawn_blocking(move || crate::zone::load::load_planned(&planned))
             .await
             .unwrap_or_else(|e| Err(crate::zone::load::LoadError::Task(e.to_string())));
         match r {
             Ok(l) => Some(l),
-            Err(e) => {
+            Err(e) if by_root => {
                 return Reply::err(format!("{n}: not added, the zone does not load:\n{e}\n"));
+            }
+            Err(e) => {
+                // The text of an error may quote the file (or what it names): its places only.
+                tracing::warn!(zone = %n, "zone add refused: {e}");
+                return Reply::err(format!(
+                    "{n}: not added, the zone does not load: {} (details in the daemon's log)\n",
+                    e.places()
+                ));
             }
         }
     } else {
@@ -372,6 +388,7 @@ pub async fn zone_add(
         origin: n.to_string(),
         file: file.clone(),
         template: template.map(str::to_string),
+        no_include: zc.no_include,
     });
     if let Err(e) = st.write(&state_path) {
         return Reply::err(format!(

@@ -25,6 +25,9 @@ pub struct Planned {
     pub sign: Option<SignJob>,
     /// Its geo file, read with it.
     pub geo: Option<Arc<GeoSpec>>,
+    /// `$INCLUDE` is refused (a zone a user other than root added at run time: its file
+    /// may name only what that user could read).
+    pub no_include: bool,
 }
 
 /// A zone's geo file and what reading it needs.
@@ -49,6 +52,7 @@ impl Planned {
             file,
             sign: None,
             geo: None,
+            no_include: false,
         }
     }
 }
@@ -84,6 +88,26 @@ pub enum LoadError {
     /// The loading task itself failed (a panic or a cancelled task).
     #[error("zone load task: {0}")]
     Task(String),
+}
+
+impl LoadError {
+    /// Where the zone is wrong, without what the file holds: `file:line:col` of each error
+    /// listed (for a reply to someone who may not read all the daemon read).
+    pub fn places(&self) -> String {
+        match self {
+            LoadError::Zone(z) => {
+                let mut out: Vec<String> = z.errors.iter().map(|d| d.at.to_string()).collect();
+                if z.more > 0 {
+                    out.push(format!("{} more", z.more));
+                }
+                out.join(", ")
+            }
+            LoadError::Sign { zone, .. } => format!("{zone}: not signed"),
+            LoadError::Geo(_) => "its geo file".into(),
+            LoadError::SignedAlias { file, owner } => format!("{file}: ALIAS at {owner}"),
+            LoadError::Task(_) => "the load task".into(),
+        }
+    }
 }
 
 /// A file's modification time, if it can be read.
@@ -130,7 +154,9 @@ pub fn load_all(plan: Vec<Planned>) -> Vec<LoadResult> {
 
 /// Loads one planned zone, signed when it has a policy.
 pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
-    let l = load_one(&p.origin, &p.file)?;
+    let mut opts = ReadOptions::new(&p.origin);
+    opts.allow_include = !p.no_include;
+    let l = zones::load_file(&p.file, &p.origin, &opts)?;
     let presigned = p.sign.is_none() && l.zone.rrset(0, t::DNSKEY).is_some();
     // A zone dnsd signs gets its ALIAS answers signed when asked; a pre-signed one cannot.
     if presigned {

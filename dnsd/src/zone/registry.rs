@@ -37,6 +37,8 @@ pub struct ZoneDef {
     pub secondary: bool,
     /// Its geo file (variants by client network), read with it.
     pub geo: Option<Arc<crate::zone::load::GeoSpec>>,
+    /// Its file's `$INCLUDE`s are refused (added at run time by a user other than root).
+    pub no_include: bool,
 }
 
 impl ZoneDef {
@@ -64,6 +66,7 @@ impl ZoneDef {
                 .cloned(),
             secondary: !z.primaries.is_empty(),
             geo: ZoneDef::geo_spec(cfg, z),
+            no_include: z.no_include,
         }
     }
 
@@ -156,6 +159,7 @@ fn planned(i: usize, e: &ZoneEntry) -> Planned {
             keep_unsigned: e.def.secondary,
         }),
         geo: e.def.geo.clone(),
+        no_include: e.def.no_include,
     }
 }
 

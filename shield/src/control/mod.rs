@@ -18,7 +18,7 @@
 pub mod block;
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -193,6 +193,12 @@ impl Peer {
         self.uid == 0 || self.uid == me || group.is_some_and(|g| self.in_group(g))
     }
 
+    /// True when this peer may read whatever the daemon may: root, or the daemon's own user.
+    pub fn reads_as_the_daemon(&self) -> bool {
+        // SAFETY: geteuid has no preconditions.
+        self.uid == 0 || self.uid == unsafe { libc::geteuid() }
+    }
+
     /// Checks that this peer could read `path` itself: search permission on every directory
     /// above it and read permission on it, by its mode bits (root may always). The message
     /// names the path, never its contents.
@@ -218,13 +224,19 @@ impl Peer {
                 path.display()
             )
         };
-        for dir in abs.ancestors().skip(1) {
-            let m = std::fs::metadata(dir).map_err(|_| denied())?;
-            if !may(&m, 0o1) {
-                return Err(denied());
+        // The path as given, and as the daemon will open it (symbolic links followed): a link
+        // in a directory of the user's own to a file in one the user may not enter must not
+        // pass on the link's path alone.
+        let real = std::fs::canonicalize(&abs).map_err(|e| format!("{}: {e}", path.display()))?;
+        for p in [&abs, &real] {
+            for dir in p.ancestors().skip(1) {
+                let m = std::fs::metadata(dir).map_err(|_| denied())?;
+                if !may(&m, 0o1) {
+                    return Err(denied());
+                }
             }
         }
-        let m = std::fs::metadata(&abs).map_err(|e| format!("{}: {e}", path.display()))?;
+        let m = std::fs::metadata(&real).map_err(|e| format!("{}: {e}", path.display()))?;
         if !m.is_file() || !may(&m, 0o4) {
             return Err(denied());
         }
@@ -462,7 +474,12 @@ pub fn bind(path: &Path, access: &Access) -> std::io::Result<Listener> {
         std::fs::remove_file(path)?;
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        // Made 0755 whatever the umask (the peers are checked at the socket): a directory
+        // others may write to would let them put a socket of their own where clients look.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)?;
     }
     let inner = tokio::net::UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode))?;
