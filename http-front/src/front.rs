@@ -172,6 +172,8 @@ pub struct Front {
     pub metrics: Arc<shield::metrics::Registry>,
     /// ACME's certificates and challenges (with `[acme]`).
     pub acme: Option<Arc<crate::tls::acme_state::AcmeState>>,
+    /// The control socket's mode and admitted group, which a reload applies.
+    pub control: std::sync::OnceLock<shield::control::AccessHandle>,
     snapshot: Arc<ArcSwap<Snapshot>>,
     flusher: Mutex<Option<Flusher>>,
     access_log: Mutex<Option<AccessLogger>>,
@@ -382,6 +384,7 @@ impl Front {
             response_buffered: Arc::default(),
             metrics,
             acme,
+            control: std::sync::OnceLock::new(),
             snapshot,
             flusher: Mutex::new(Some(flusher)),
             access_log: Mutex::new(access_log),
@@ -435,6 +438,12 @@ impl Front {
         }
         let Loaded { config, rules, tls } = loaded;
         let mut warnings = config.warnings.clone();
+        // [control] mode and group apply now: a group removed loses its access at once.
+        if let Some(h) = self.control.get()
+            && let Err(e) = h.apply(&config.control_access)
+        {
+            warnings.push(format!("[control] not applied, the running access stays: {e}"));
+        }
         let certs = tls.map(|fixed| {
             let built = prepare_certs(
                 &config,

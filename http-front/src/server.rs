@@ -105,6 +105,7 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         })?;
         tracing::info!(socket = %path.display(), "control socket");
         front.metrics.register("control", l.stats());
+        let _ = front.control.set(l.access_handle());
         let f = Arc::clone(&front);
         let started = std::time::Instant::now();
         background.spawn(shield::control::serve(l, move |args, peer| {

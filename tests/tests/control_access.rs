@@ -394,3 +394,33 @@ fn the_zone_state_is_not_writable_by_others_whatever_the_umask() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode & 0o022, 0, "zone state mode {mode:o}");
 }
+
+/// A reload applies `[control] group` and `mode`: a group taken out of the config loses its
+/// access at once (it kept commanding the server until a restart).
+#[test]
+fn a_reload_applies_the_control_group_and_mode() {
+    if !root() {
+        return;
+    }
+    let d = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .control("group = \"nogroup\"")
+        .start();
+    open_dir(&d);
+    let (ok, out) = ctl_as_nobody(d.control_socket(), &["block", "add", "203.0.113.0/24"]);
+    assert!(ok, "{out}");
+    let cfg = std::fs::read_to_string(d.config_path()).unwrap();
+    std::fs::write(
+        d.config_path(),
+        cfg.replace("group = \"nogroup\"", "mode = \"0600\""),
+    )
+    .unwrap();
+    let (ok, out) = d.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    let (ok, out) = ctl_as_nobody(d.control_socket(), &["block", "add", "198.51.100.0/24"]);
+    assert!(!ok && out.to_lowercase().contains("permission denied"), "{out}");
+    assert!(!d.ctl(&["block", "list"]).1.contains("198.51.100.0/24"));
+    let m = std::fs::metadata(d.control_socket()).unwrap();
+    assert_eq!(m.permissions().mode() & 0o777, 0o600);
+    assert_ne!(std::os::unix::fs::MetadataExt::gid(&m), 65534);
+}

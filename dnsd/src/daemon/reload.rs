@@ -65,6 +65,20 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 // The config's own warnings, in the log and in the answer (with zones that
                 // name a tenant while no rules file is configured: reload_rules says the rest).
                 let mut warnings = c.warnings.clone();
+                // [control] mode and group apply now (a group removed loses its access at
+                // once); another socket path waits for a restart.
+                if let Some((h, bound)) = shared.control.get() {
+                    if let Err(e) = h.apply(&c.control.access()) {
+                        warnings.push(format!("[control] not applied, the running access stays: {e}"));
+                    }
+                    if c.control.socket.as_ref() != Some(bound) {
+                        warnings.push(format!(
+                            "[control] socket changed in {}: the running socket {} stays until dnsd restarts",
+                            path.display(),
+                            bound.display()
+                        ));
+                    }
+                }
                 let keep = c.server.start_only_changes(&shared.started_server);
                 if !keep.is_empty() {
                     warnings.push(format!(

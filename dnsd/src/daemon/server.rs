@@ -449,6 +449,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         xdp_answers,
         consumed: Mutex::new(Default::default()),
         catalog_queue,
+        control: std::sync::OnceLock::new(),
     });
     shared.sync_global_lists();
 
@@ -486,6 +487,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             let l = shield::control::bind(&path, &cfg.control.access())
                 .map_err(|e| format!("control.socket {}: {e}", path.display()))?;
             metrics.register("control", l.stats());
+            let _ = shared.control.set((l.access_handle(), path.clone()));
             tokio::spawn(crate::daemon::control::serve(l, shared.clone()));
         }
         if let Some(m) = cfg.metrics.listen.clone() {

@@ -58,6 +58,9 @@ pub struct State {
     pub consumed: Mutex<crate::zone::catalog::Consumed>,
     /// Consumed catalogs waiting to be read.
     pub catalog_queue: Arc<crate::zone::catalog::CatalogQueue>,
+    /// The control socket's mode and admitted group, which a reload applies; and its path as
+    /// bound (another path waits for a restart).
+    pub control: OnceLock<(shield::control::AccessHandle, PathBuf)>,
 }
 
 impl State {

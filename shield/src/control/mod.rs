@@ -340,8 +340,33 @@ pub struct Listener {
     path: PathBuf,
     /// (device, inode) of the socket file this process made.
     id: (u64, u64),
-    group: Option<u32>,
+    /// The group admitted: its gid, or -1 for none (a reload may change it).
+    group: Arc<std::sync::atomic::AtomicI64>,
     stats: Arc<ControlStats>,
+}
+
+/// What a reload may change of a bound control socket: its mode and admitted group.
+#[derive(Debug, Clone)]
+pub struct AccessHandle {
+    path: PathBuf,
+    group: Arc<std::sync::atomic::AtomicI64>,
+}
+
+impl AccessHandle {
+    /// Applies `access` to the running socket: its file's mode and group, and the group
+    /// admitted from the next connection on (a group removed loses its access at once).
+    pub fn apply(&self, access: &Access) -> Result<(), String> {
+        let gid = access.gid()?;
+        let e = |e: std::io::Error| format!("{}: {e}", self.path.display());
+        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(access.mode))
+            .map_err(e)?;
+        // SAFETY: getegid has no preconditions.
+        let owner_group = gid.unwrap_or_else(|| unsafe { libc::getegid() });
+        std::os::unix::fs::lchown(&self.path, None, Some(owner_group)).map_err(e)?;
+        self.group
+            .store(gid.map_or(-1, i64::from), Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for Listener {
@@ -356,6 +381,14 @@ impl Listener {
     /// Its counters (register them with the daemon's metrics).
     pub fn stats(&self) -> Arc<ControlStats> {
         Arc::clone(&self.stats)
+    }
+
+    /// What a reload may change of it.
+    pub fn access_handle(&self) -> AccessHandle {
+        AccessHandle {
+            path: self.path.clone(),
+            group: Arc::clone(&self.group),
+        }
     }
 }
 
@@ -404,7 +437,7 @@ where
         };
         let peer = Peer::of(&s);
         let stats = Arc::clone(&l.stats);
-        let group = l.group;
+        let group = u32::try_from(l.group.load(Ordering::Relaxed)).ok();
         let run = run.clone();
         tokio::spawn(async move {
             let _slot = slot;
@@ -491,7 +524,7 @@ pub fn bind(path: &Path, access: &Access) -> std::io::Result<Listener> {
         inner,
         path: path.to_path_buf(),
         id: (m.dev(), m.ino()),
-        group,
+        group: Arc::new(std::sync::atomic::AtomicI64::new(group.map_or(-1, i64::from))),
         stats: Arc::default(),
     })
 }
