@@ -442,7 +442,9 @@ impl Front {
         if let Some(h) = self.control.get()
             && let Err(e) = h.apply(&config.control_access)
         {
-            warnings.push(format!("[control] not applied, the running access stays: {e}"));
+            warnings.push(format!(
+                "[control] not applied, the running access stays: {e}"
+            ));
         }
         let certs = tls.map(|fixed| {
             let built = prepare_certs(

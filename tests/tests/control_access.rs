@@ -418,7 +418,10 @@ fn a_reload_applies_the_control_group_and_mode() {
     let (ok, out) = d.ctl(&["reload"]);
     assert!(ok, "{out}");
     let (ok, out) = ctl_as_nobody(d.control_socket(), &["block", "add", "198.51.100.0/24"]);
-    assert!(!ok && out.to_lowercase().contains("permission denied"), "{out}");
+    assert!(
+        !ok && out.to_lowercase().contains("permission denied"),
+        "{out}"
+    );
     assert!(!d.ctl(&["block", "list"]).1.contains("198.51.100.0/24"));
     let m = std::fs::metadata(d.control_socket()).unwrap();
     assert_eq!(m.permissions().mode() & 0o777, 0o600);

@@ -189,3 +189,70 @@ fn a_zone_file_that_is_a_device_or_a_fifo_is_refused_and_nothing_waits() {
     let (ok, out) = dnsd.ctl(&["zones"]);
     assert!(ok && out.contains("serial 7"), "{out}");
 }
+
+/// What a reload says of the config: a refused one is counted and logged as an error, a
+/// `[redis]` whose fleet key is missing is refused (it left the node without the sync), and
+/// a reload that drops zones says which (it said "no zone changed").
+#[test]
+fn a_reload_says_what_the_config_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.test.zone");
+    write_zone(&file, 7, 10);
+    let other = dir.path().join("other.test.zone");
+    std::fs::write(
+        &other,
+        "$ORIGIN other.test.\n$TTL 300\n@ SOA ns1 h 1 3600 600 86400 60\n@ NS ns1\nns1 A 192.0.2.1\n",
+    )
+    .unwrap();
+    let dnsd = Dnsd::builder()
+        .zones(&[
+            Zone::new("big.test.", &file),
+            Zone::new("other.test.", &other),
+        ])
+        .start();
+    let cfg = std::fs::read_to_string(dnsd.config_path()).unwrap();
+    // An unknown key (a TOML that does not parse would stop `ctl -c` itself).
+    std::fs::write(dnsd.config_path(), format!("{cfg}\nbogus = 1\n")).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(!ok && out.contains("dnsd.toml:"), "{out}");
+    assert_eq!(dnsd.stat("reloads.config_refused"), 1);
+    assert!(dnsd.log().contains("ERROR"), "{}", dnsd.log());
+    let missing = dir.path().join("no-such.key");
+    std::fs::write(
+        dnsd.config_path(),
+        format!(
+            "{cfg}\n[redis]\nurl = \"redis://127.0.0.1:1\"\nkey_file = \"{}\"\n",
+            missing.display()
+        ),
+    )
+    .unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(
+        !ok && out.contains("redis") && out.contains("no-such.key"),
+        "{out}"
+    );
+    assert_eq!(dnsd.stat("reloads.config_refused"), 2);
+    // other.test. taken out of the config.
+    let mut kept = String::new();
+    let mut skip = false;
+    for l in cfg.lines() {
+        if l.starts_with("[[zone]]") || l.starts_with('[') {
+            skip = false;
+        }
+        if l.contains("origin = \"other.test.\"") {
+            skip = true;
+            kept.truncate(kept.trim_end_matches("[[zone]]\n").len());
+        }
+        if !skip {
+            kept.push_str(l);
+            kept.push('\n');
+        }
+    }
+    std::fs::write(dnsd.config_path(), kept).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("1 zone(s) removed") && out.contains("other.test."),
+        "{out}"
+    );
+}

@@ -919,6 +919,9 @@ impl Config {
         if let Some(r) = &self.redis {
             let r = r.clone().with_node_id_for("dnsd");
             r.validate().map_err(|e| inv("redis", e.to_string()))?;
+            // The fleet key read now: a missing or unreadable one is refused with the config
+            // (it left the node without the sync, said only in the log at the next start).
+            r.record_key().map_err(|e| inv("redis", e.to_string()))?;
         }
         self.events.check().map_err(|(k, m)| inv(&k, m))?;
         if let Some(d) = &self.dnstap {

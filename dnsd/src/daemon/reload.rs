@@ -29,6 +29,8 @@ pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
 async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Reply {
     let mut reg = shared.zones.lock().await;
     let mut rules_note: Option<(bool, String)> = None;
+    // What the zone list gained and lost (zones removed load nothing).
+    let mut list_note = String::new();
     if zone.is_none()
         && let Some(path) = &shared.config_path
     {
@@ -69,7 +71,9 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 // once); another socket path waits for a restart.
                 if let Some((h, bound)) = shared.control.get() {
                     if let Err(e) = h.apply(&c.control.access()) {
-                        warnings.push(format!("[control] not applied, the running access stays: {e}"));
+                        warnings.push(format!(
+                            "[control] not applied, the running access stays: {e}"
+                        ));
                     }
                     if c.control.socket.as_ref() != Some(bound) {
                         warnings.push(format!(
@@ -119,7 +123,8 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 let rules = shared.defence.rules.as_ref().map(|r| r.current());
                 let never = defence::policy::never_block(&c, rules.as_ref().map(|g| &***g));
                 shared.defence.blocks.install_policy(&c.block, never);
-                let n = sync_zone_list(&mut reg, &c);
+                let (n, note) = sync_zone_list(&mut reg, &c);
+                list_note = note;
                 // The config's zones win over the catalogs' members they meet; the members
                 // left keep their settings (the config knows nothing of them).
                 let configured: std::collections::HashSet<zones::Name> = reg
@@ -142,6 +147,10 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 crate::daemon::catalogs::read_all_catalogs(shared);
             }
             Err(e) => {
+                reg.stats
+                    .config_refused
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::error!("config not reloaded, keeping the running one: {e}");
                 return Reply::err(format!("config not reloaded, keeping the running one: {e}"));
             }
         }
@@ -164,10 +173,15 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
         only.is_some() || force,
     );
     if plan.is_empty() {
+        let head = if list_note.is_empty() {
+            "no zone changed\n".to_string()
+        } else {
+            list_note
+        };
         return match rules_note {
-            Some((false, t)) => Reply::err(format!("no zone changed\n{t}")),
-            Some((true, t)) => Reply::ok(format!("no zone changed\n{t}")),
-            None => Reply::ok("no zone changed\n"),
+            Some((false, t)) => Reply::err(format!("{head}{t}")),
+            Some((true, t)) => Reply::ok(format!("{head}{t}")),
+            None => Reply::ok(head),
         };
     }
     let results = tokio::task::spawn_blocking(move || crate::zone::load::load_all(plan))
@@ -178,7 +192,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
     if many {
         std::thread::spawn(crate::daemon::memory::release_freed_memory);
     }
-    let mut text = String::new();
+    let mut text = list_note;
     let mut ok = true;
     for r in &reports {
         match &r.result {
@@ -257,10 +271,13 @@ fn reload_cookie_secrets(shared: &State, c: &Config) {
 
 /// Adds zones new in `c` and drops zones no longer in it; returns how many changed. Zones
 /// that stay keep their slot and served version.
-fn sync_zone_list(reg: &mut Registry, c: &Config) -> usize {
+/// Makes the registry's zones the config's: how many changed, and what the answer says of
+/// the zones removed and added (a reload that drops zones is never "no zone changed").
+fn sync_zone_list(reg: &mut Registry, c: &Config) -> (usize, String) {
     reg.rrsig_warn_days = c.dnssec.rrsig_warn_days;
     let r = reg.sync(zone_list(c));
     let n = r.added + r.removed + r.changed;
+    let mut note = String::new();
     if n > 0 {
         tracing::info!(
             added = r.added,
@@ -270,7 +287,20 @@ fn sync_zone_list(reg: &mut Registry, c: &Config) -> usize {
         );
         reg.publish();
     }
-    n
+    if !r.gone.is_empty() {
+        let names: Vec<String> = r.gone.iter().take(10).map(|z| z.to_string()).collect();
+        let _ = writeln!(
+            note,
+            "{} zone(s) removed, no longer served: {}{}",
+            r.gone.len(),
+            names.join(" "),
+            if r.gone.len() > 10 { " ..." } else { "" }
+        );
+    }
+    if r.added > 0 {
+        let _ = writeln!(note, "{} zone(s) added", r.added);
+    }
+    (n, note)
 }
 
 /// The zones of a config as the registry keeps them.

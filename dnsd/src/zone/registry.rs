@@ -173,6 +173,8 @@ pub struct ReloadStats {
     pub ok: AtomicU64,
     /// Failed zone loads.
     pub failed: AtomicU64,
+    /// Config files refused by a reload (the running config stayed).
+    pub config_refused: AtomicU64,
     /// Signatures made by dnsd's signer.
     pub signatures_made: AtomicU64,
     /// Signatures kept from the version signed before.
@@ -229,7 +231,7 @@ pub struct LoadReport {
 }
 
 /// What [`Registry::sync`] changed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SyncReport {
     /// Zones added.
     pub added: usize,
@@ -237,6 +239,8 @@ pub struct SyncReport {
     pub removed: usize,
     /// Zones whose file or settings changed.
     pub changed: usize,
+    /// The zones removed, by name.
+    pub gone: Vec<Name>,
 }
 
 impl Registry {
@@ -424,6 +428,7 @@ impl Registry {
         for o in gone {
             self.remove(&o);
             r.removed += 1;
+            r.gone.push(o);
         }
         r
     }
@@ -832,6 +837,13 @@ impl shield::metrics::Source for Zones {
             );
         }
         let r = &self.reloads;
+        out.counter(
+            "reloads.config_refused",
+            "dnsd_config_reloads_refused_total",
+            "",
+            "Config files a reload refused (file, line and key in the log and the answer); the running config stayed.",
+            r.config_refused.load(std::sync::atomic::Ordering::Relaxed),
+        );
         for (ctl, prom, help, v) in [
             (
                 "dnssec.signatures_made",

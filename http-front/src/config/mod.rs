@@ -827,6 +827,9 @@ impl Config {
             Some(r) => {
                 let r = r.with_node_id_for("http-front");
                 r.validate().map_err(|e| at(None, "redis", e.to_string()))?;
+                // The fleet key read now: a missing or unreadable one refuses the config.
+                r.record_key()
+                    .map_err(|e| at(None, "redis", e.to_string()))?;
                 Some(r)
             }
             None => None,

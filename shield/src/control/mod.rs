@@ -524,7 +524,9 @@ pub fn bind(path: &Path, access: &Access) -> std::io::Result<Listener> {
         inner,
         path: path.to_path_buf(),
         id: (m.dev(), m.ino()),
-        group: Arc::new(std::sync::atomic::AtomicI64::new(group.map_or(-1, i64::from))),
+        group: Arc::new(std::sync::atomic::AtomicI64::new(
+            group.map_or(-1, i64::from),
+        )),
         stats: Arc::default(),
     })
 }
