@@ -493,9 +493,14 @@ impl Inner {
         }
     }
 
-    /// Delivers one batch: retries while the server fails, bisects what it rejects.
+    /// Delivers one batch: retries while the server fails, bisects what it rejects. A row
+    /// refused alone is dropped only once another row lands after it (the table takes rows:
+    /// that one is to blame); row after row refused and none taken is the table's fault, and
+    /// those rows wait with the rest.
     fn deliver(&self, chunk: &Chunk, st: &mut SenderState) {
         let mut pending: VecDeque<(usize, usize)> = VecDeque::from([(0, chunk.ends.len())]);
+        // Single rows refused since a row last landed: (row, code, message).
+        let mut held: Vec<(usize, u32, String)> = Vec::new();
         while let Some((a, b)) = pending.pop_front() {
             loop {
                 if self.drain_over() {
@@ -516,6 +521,9 @@ impl Inner {
                 match res {
                     Ok(()) => {
                         self.c.landed.fetch_add((b - a) as u64, Ordering::Relaxed);
+                        for (_, code, message) in held.drain(..) {
+                            self.row_dropped(code, &message, "ClickHouse rejected a row: dropped");
+                        }
                         if st.failures > 0 {
                             tracing::info!(sink = %self.name, failed_attempts = st.failures, "ClickHouse takes inserts again");
                             *lock(&self.last_error) = None;
@@ -530,18 +538,25 @@ impl Inner {
                     {
                         // Row after row refused and none taken: the table no longer matches
                         // the rows (a column's type changed), which no row is to blame for.
-                        // Wait for it as for a server that is down, rather than drop them all.
+                        // Wait for it as for a server that is down, rather than drop them all:
+                        // the rows held meanwhile are sent again with this one.
                         self.transient(
                             st,
                             code,
                             format!("{SCHEMA_SUSPECT_ROWS} rows in a row refused: does the table match the rows? {message}"),
                         );
+                        pending.push_front((a, b));
+                        for (r, _, _) in held.drain(..).rev() {
+                            pending.push_front((r, r + 1));
+                        }
+                        st.rows_rejected_in_a_row = 0;
+                        break;
                     }
                     Err(Failure::Rejected { code, message }) => {
                         self.c.rejections.fetch_add(1, Ordering::Relaxed);
                         if b - a == 1 {
                             st.rows_rejected_in_a_row += 1;
-                            self.row_dropped(code, &message, "ClickHouse rejected a row: dropped");
+                            held.push((a, code, message));
                         } else {
                             halve(&mut pending, a, b);
                         }
@@ -566,6 +581,10 @@ impl Inner {
                     }
                 }
             }
+        }
+        // Refused at the batch's end with fewer than the suspect count: dropped as before.
+        for (_, code, message) in held {
+            self.row_dropped(code, &message, "ClickHouse rejected a row: dropped");
         }
     }
 }
