@@ -473,7 +473,7 @@ fn rules(
         if v.escalated == Escalated::Blocked {
             c.bump(Counter::Escalations);
         }
-        if clearance.asked() == Some(true) {
+        if clearance.passed() {
             c.bump(Counter::ChallengeCleared);
         }
         if clearance.over_bound() {

@@ -24,6 +24,8 @@ pub struct Clearance<'a> {
     memo: Cell<Option<Option<u8>>>,
     /// More clearance cookies came than are checked.
     over: Cell<bool>,
+    /// A challenge rule let the request through on its clearance.
+    passed: Cell<bool>,
 }
 
 /// Clearance cookies checked per request at most (each costs an HMAC).
@@ -47,6 +49,7 @@ impl<'a> Clearance<'a> {
             default_difficulty,
             memo: Cell::new(None),
             over: Cell::new(false),
+            passed: Cell::new(false),
         }
     }
 
@@ -78,7 +81,11 @@ impl<'a> Clearance<'a> {
                 best
             }
         };
-        best.is_some_and(|d| d >= want)
+        let ok = best.is_some_and(|d| d >= want);
+        if ok {
+            self.passed.set(true);
+        }
+        ok
     }
 
     /// True when the request carried more clearance cookies than are checked (those past
@@ -92,10 +99,9 @@ impl<'a> Clearance<'a> {
         &self.binding
     }
 
-    /// Whether a challenge rule asked, and whether a valid clearance came (`None`: none
-    /// asked).
-    pub fn asked(&self) -> Option<bool> {
-        self.memo.get().map(|best| best.is_some())
+    /// True when a challenge rule let the request through on its clearance.
+    pub fn passed(&self) -> bool {
+        self.passed.get()
     }
 }
 

@@ -299,6 +299,7 @@ fn a_group_members_zone_add_reads_only_what_it_could() {
             "zone_state = \"{}\"",
             state.path().join("zones-state.toml").display()
         ))
+        .raw("[[template]]\nname = \"sec\"\nprimaries = [\"127.0.0.1:53\"]\n")
         .start();
     open_dir(&d);
     let zone = |origin: &str, extra: &str| {
@@ -349,7 +350,10 @@ fn a_group_members_zone_add_reads_only_what_it_could() {
     let (ok, out) = add("g.test.", &good);
     assert!(ok, "{out}");
     let st = std::fs::read_to_string(state.path().join("zones-state.toml")).unwrap();
-    assert!(st.contains("no_include = true"), "{st}");
+    assert!(
+        st.contains("[zone.added_by]") && st.contains("uid = 65534"),
+        "{st}"
+    );
     // The user's file now names the records: a reload does not read them.
     std::fs::write(
         &good,
@@ -358,14 +362,42 @@ fn a_group_members_zone_add_reads_only_what_it_could() {
     .unwrap();
     let (_, out) = d.ctl(&["reload", "g.test."]);
     assert!(!out.contains("hunter2"), "{out}");
-    let r = palisade_tests::client::try_query(
-        d.addr(),
-        "key.g.test.",
-        16,
-        &palisade_tests::wire::QueryOpts::udp(),
-    )
-    .unwrap();
-    assert!(!String::from_utf8_lossy(&r.raw).contains("hunter2"));
+    let txt = || {
+        let r = palisade_tests::client::try_query(
+            d.addr(),
+            "key.g.test.",
+            16,
+            &palisade_tests::wire::QueryOpts::udp(),
+        )
+        .unwrap();
+        String::from_utf8_lossy(&r.raw).into_owned()
+    };
+    assert!(!txt().contains("hunter2"));
+    // The file swapped for a link into the closed directory after the add: not read.
+    let swapped = closed.path().join("g.zone");
+    std::fs::write(&swapped, zone("g.test.", "key TXT \"hunter2-swapped\"\n")).unwrap();
+    std::fs::set_permissions(&swapped, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::remove_file(&good).unwrap();
+    std::os::unix::fs::symlink(&swapped, &good).unwrap();
+    let (ok, out) = d.ctl(&["reload", "g.test."]);
+    assert!(
+        !ok && out.contains("permission denied") && !out.contains("hunter2"),
+        "{out}"
+    );
+    assert!(!txt().contains("hunter2"));
+    // A secondary's file (written as the daemon) is never a user's to name.
+    let (ok, out) = ctl_as_nobody(
+        d.control_socket(),
+        &[
+            "zone",
+            "add",
+            "s.test.",
+            open.path().join("s.zone").to_str().unwrap(),
+            "--template",
+            "sec",
+        ],
+    );
+    assert!(!ok, "{out}");
 }
 
 /// Under the worst umask (000), what dnsd writes that names what it serves is not writable

@@ -124,7 +124,7 @@ fn open_regular(path: &Path) -> Result<(File, std::fs::Metadata), String> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
         .map_err(|e| format!("cannot open: {e}"))?;
     let meta = f.metadata().map_err(|e| format!("cannot read: {e}"))?;

@@ -54,7 +54,7 @@ pub fn sign_zone(
             keep_unsigned: false,
         }),
         geo: None,
-        no_include: zc.no_include,
+        added_by: zc.added_by.clone(),
     };
     let loaded = crate::zone::load::load_planned(&plan).map_err(|e| e.to_string())?;
     for w in &loaded.loaded.warnings {

@@ -620,9 +620,9 @@ pub struct ZoneConfig {
     pub dnssec_policy: Option<String>,
     /// Where the entry comes from.
     pub source: ZoneSource,
-    /// Its file's `$INCLUDE`s are refused: a zone a user other than root added at run time
-    /// (its file may name only what that user could read).
-    pub no_include: bool,
+    /// Added at run time by this user (other than root or the daemon's own): its file is
+    /// read only if that user could read it, at every load, and never `$INCLUDE`s.
+    pub added_by: Option<crate::config::zone_list::AddedBy>,
     /// How errors name the entry (`zone[3]`, `zone_set[0] (list:12)`, …).
     pub key: String,
 }

@@ -111,9 +111,44 @@ pub struct StateZone {
     /// Template, if one was named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
-    /// Added by a user other than root: its file's `$INCLUDE`s are refused at every load.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub no_include: bool,
+    /// Added by a user other than root or the daemon's own: its file is read only if that
+    /// user could, at every load, and never `$INCLUDE`s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added_by: Option<AddedBy>,
+}
+
+/// Who added a zone at run time (`ctl zone add`), as its file is checked against.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AddedBy {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+    /// Supplementary groups.
+    #[serde(default)]
+    pub groups: Vec<u32>,
+}
+
+impl AddedBy {
+    /// The control peer who asked.
+    pub fn of(p: &shield::control::Peer) -> AddedBy {
+        AddedBy {
+            uid: p.uid,
+            gid: p.gid,
+            groups: p.groups.clone(),
+        }
+    }
+
+    /// Checks that this user could read `path` itself (by its path and its real path).
+    pub fn may_read(&self, path: &std::path::Path) -> Result<(), String> {
+        shield::control::Peer {
+            uid: self.uid,
+            gid: self.gid,
+            groups: self.groups.clone(),
+        }
+        .may_read(path)
+    }
 }
 
 /// The zone state file (`[server] zone_state`): zones added with `ctl zone add`.
@@ -254,7 +289,7 @@ impl<'a> Templates<'a> {
         };
         Ok(ZoneConfig {
             origin: origin.to_string(),
-            no_include: false,
+            added_by: None,
             file,
             template: spec.template.clone(),
             cookies: inherit(spec, t, |s| s.cookies.as_ref()),
@@ -372,7 +407,7 @@ pub fn expand_sets(c: &mut Config, dir: &Path, path: &Path) -> Result<bool, Conf
                 let mut zc = t
                     .resolve(&z.origin, &spec, ZoneSource::State, key)
                     .map_err(|(k, m)| inv(k, m))?;
-                zc.no_include = z.no_include;
+                zc.added_by = z.added_by.clone();
                 added.push(zc);
             }
         }
@@ -510,7 +545,11 @@ mod tests {
                 origin: "a.".into(),
                 file: "/z/a.zone".into(),
                 template: Some("t".into()),
-                no_include: true,
+                added_by: Some(AddedBy {
+                    uid: 1000,
+                    gid: 1000,
+                    groups: vec![27],
+                }),
             }],
         };
         st.write(&p).unwrap();

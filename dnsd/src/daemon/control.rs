@@ -35,15 +35,27 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
         }
         ["zone", "add", o, f] => match peer.may_read(std::path::Path::new(f)) {
             Ok(()) => {
-                crate::daemon::reload::zone_add(shared, o, f, None, peer.reads_as_the_daemon())
-                    .await
+                crate::daemon::reload::zone_add(
+                    shared,
+                    o,
+                    f,
+                    None,
+                    (!peer.reads_as_the_daemon()).then_some(peer),
+                )
+                .await
             }
             Err(e) => Reply::err(format!("{e}\n")),
         },
         ["zone", "add", o, f, "--template", t] => match peer.may_read(std::path::Path::new(f)) {
             Ok(()) => {
-                crate::daemon::reload::zone_add(shared, o, f, Some(t), peer.reads_as_the_daemon())
-                    .await
+                crate::daemon::reload::zone_add(
+                    shared,
+                    o,
+                    f,
+                    Some(t),
+                    (!peer.reads_as_the_daemon()).then_some(peer),
+                )
+                .await
             }
             Err(e) => Reply::err(format!("{e}\n")),
         },

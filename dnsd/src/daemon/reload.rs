@@ -46,9 +46,12 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                     .filter_map(|z| zones::Name::parse(&z.origin, Some(&zones::Name::root())).ok())
                     .map(|n| n.to_lowercase())
                     .collect();
-                shared
-                    .catalogs()
-                    .retain_catalogs(|cat| consumed.contains(cat));
+                let members = {
+                    let mut st = shared.catalogs();
+                    st.retain_catalogs(|cat| consumed.contains(cat));
+                    st.member_configs()
+                };
+                shared.xfr.set_zone_policies(&members);
                 reload_cookie_secrets(shared, &c);
                 rules_note = reload_rules(shared, &c).await;
                 if let Some(t) = &shared.tls
@@ -134,9 +137,13 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                     .collect();
                 let dropped =
                     crate::daemon::catalogs::evict_conflicting(shared, &mut reg, &configured);
-                let members = shared.catalogs().member_configs();
-                shared.xfr.set_zone_policies(&members);
                 if !dropped.is_empty() {
+                    // The config's policies again (a member of a configured zone's name had
+                    // put its own in their place), with the members left.
+                    shared.xfr.set_policies(&c);
+                    shared
+                        .xfr
+                        .set_zone_policies(&shared.catalogs().member_configs());
                     reg.publish();
                 }
                 if n > 0 {
@@ -335,15 +342,16 @@ fn state_config(shared: &State) -> Result<(Arc<Config>, PathBuf), String> {
 
 /// `ctl zone add ORIGIN FILE [--template T]`: loads the zone, keeps it in the zone state
 /// file and serves it; no other zone is touched. A zone that does not load is not added.
-/// Asked by a user other than root or the daemon's own (`by_root` false), the file may not
-/// `$INCLUDE` (now and at every later load), and an error names where the file is wrong but
-/// quotes none of it: the daemon reads what the user could not.
+/// Asked by a user other than root or the daemon's own (`added_by`), the file is read only
+/// if that user could read it (now and at every later load), may not `$INCLUDE`, may not be
+/// a secondary's (its file would be written as the daemon), and an error names where the
+/// file is wrong but quotes none of it: the daemon reads what the user could not.
 pub async fn zone_add(
     shared: &Arc<State>,
     origin: &str,
     file: &str,
     template: Option<&str>,
-    by_root: bool,
+    added_by: Option<&shield::control::Peer>,
 ) -> Reply {
     let (c, state_path) = match state_config(shared) {
         Ok(x) => x,
@@ -377,11 +385,16 @@ pub async fn zone_add(
         .and_then(|t| t.resolve(&n.to_string(), &spec, ZoneSource::State, "zone add".into()))
     {
         Ok(mut z) => {
-            z.no_include = !by_root;
+            z.added_by = added_by.map(crate::config::zone_list::AddedBy::of);
             z
         }
         Err((k, m)) => return Reply::err(format!("{k}: {m}\n")),
     };
+    if zc.added_by.is_some() && !zc.primaries.is_empty() {
+        return Reply::err(format!(
+            "{n}: not added: a secondary's file is written by dnsd, and only root or dnsd's own user may name it\n"
+        ));
+    }
     // A secondary's file comes from its primaries: it need not exist yet.
     let load = zc.primaries.is_empty() || file.exists();
     let sign = match zc.dnssec_policy.as_deref() {
@@ -402,14 +415,14 @@ pub async fn zone_add(
             file: file.clone(),
             sign,
             geo: crate::zone::registry::ZoneDef::geo_spec(&c, &zc),
-            no_include: zc.no_include,
+            added_by: zc.added_by.clone(),
         };
         let r = tokio::task::spawn_blocking(move || crate::zone::load::load_planned(&planned))
             .await
             .unwrap_or_else(|e| Err(crate::zone::load::LoadError::Task(e.to_string())));
         match r {
             Ok(l) => Some(l),
-            Err(e) if by_root => {
+            Err(e) if added_by.is_none() => {
                 return Reply::err(format!("{n}: not added, the zone does not load:\n{e}\n"));
             }
             Err(e) => {
@@ -432,7 +445,7 @@ pub async fn zone_add(
         origin: n.to_string(),
         file: file.clone(),
         template: template.map(str::to_string),
-        no_include: zc.no_include,
+        added_by: zc.added_by.clone(),
     });
     if let Err(e) = st.write(&state_path) {
         return Reply::err(format!(

@@ -565,7 +565,6 @@ async fn pull(
     deadline: tokio::time::Instant,
 ) -> Result<Received, XfrError> {
     let timeout = Duration::from_secs(x.cfg.message_timeout_secs);
-    let start = tokio::time::Instant::now();
     let mut c = TcpClient::open(p, primary, timeout).await?;
     let id: u16 = rand::random();
     let mut s = signer(p);
@@ -592,6 +591,9 @@ async fn pull(
         s.as_mut(),
     );
     c.send(&q).await?;
+    // The rate is the answer's: counted from the question sent (a slow connect or handshake
+    // is `message_timeout_secs`'s).
+    let start = tokio::time::Instant::now();
     let mut verifier = s.as_ref().map(Verifier::new);
     let mut f = IxfrIn::new(&p.origin, ours, x.cfg.max_in_records);
     let mut buf = Vec::new();

@@ -25,9 +25,10 @@ pub struct Planned {
     pub sign: Option<SignJob>,
     /// Its geo file, read with it.
     pub geo: Option<Arc<GeoSpec>>,
-    /// `$INCLUDE` is refused (a zone a user other than root added at run time: its file
-    /// may name only what that user could read).
-    pub no_include: bool,
+    /// Added at run time by this user (other than root or the daemon's own): its file is
+    /// read only if that user could read it, now (a link swapped in since the zone was added
+    /// must not reach further), and may not `$INCLUDE`.
+    pub added_by: Option<crate::config::zone_list::AddedBy>,
 }
 
 /// A zone's geo file and what reading it needs.
@@ -52,7 +53,7 @@ impl Planned {
             file,
             sign: None,
             geo: None,
-            no_include: false,
+            added_by: None,
         }
     }
 }
@@ -88,6 +89,9 @@ pub enum LoadError {
     /// The loading task itself failed (a panic or a cancelled task).
     #[error("zone load task: {0}")]
     Task(String),
+    /// The user who added the zone may not read its file (now).
+    #[error("{0}")]
+    Access(String),
 }
 
 impl LoadError {
@@ -106,6 +110,7 @@ impl LoadError {
             LoadError::Geo(_) => "its geo file".into(),
             LoadError::SignedAlias { file, owner } => format!("{file}: ALIAS at {owner}"),
             LoadError::Task(_) => "the load task".into(),
+            LoadError::Access(e) => e.clone(),
         }
     }
 }
@@ -155,7 +160,10 @@ pub fn load_all(plan: Vec<Planned>) -> Vec<LoadResult> {
 /// Loads one planned zone, signed when it has a policy.
 pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
     let mut opts = ReadOptions::new(&p.origin);
-    opts.allow_include = !p.no_include;
+    if let Some(who) = &p.added_by {
+        who.may_read(&p.file).map_err(LoadError::Access)?;
+        opts.allow_include = false;
+    }
     let l = zones::load_file(&p.file, &p.origin, &opts)?;
     let presigned = p.sign.is_none() && l.zone.rrset(0, t::DNSKEY).is_some();
     // A zone dnsd signs gets its ALIAS answers signed when asked; a pre-signed one cannot.

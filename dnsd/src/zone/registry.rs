@@ -37,8 +37,9 @@ pub struct ZoneDef {
     pub secondary: bool,
     /// Its geo file (variants by client network), read with it.
     pub geo: Option<Arc<crate::zone::load::GeoSpec>>,
-    /// Its file's `$INCLUDE`s are refused (added at run time by a user other than root).
-    pub no_include: bool,
+    /// Added at run time by this user: its file is read only as that user could, without
+    /// `$INCLUDE`.
+    pub added_by: Option<crate::config::zone_list::AddedBy>,
 }
 
 impl ZoneDef {
@@ -66,7 +67,7 @@ impl ZoneDef {
                 .cloned(),
             secondary: !z.primaries.is_empty(),
             geo: ZoneDef::geo_spec(cfg, z),
-            no_include: z.no_include,
+            added_by: z.added_by.clone(),
         }
     }
 
@@ -159,7 +160,7 @@ fn planned(i: usize, e: &ZoneEntry) -> Planned {
             keep_unsigned: e.def.secondary,
         }),
         geo: e.def.geo.clone(),
-        no_include: e.def.no_include,
+        added_by: e.def.added_by.clone(),
     }
 }
 
@@ -584,6 +585,12 @@ impl Registry {
                             "zone not loaded, not served (no earlier version): {msg}"
                         ),
                     }
+                    // A zone a user added: its places only (the daemon read what it could not
+                    // and the answer goes back to it); the log has the rest.
+                    let msg = match e.def.added_by {
+                        Some(_) => format!("{} (details in the daemon's log)", err.places()),
+                        None => msg,
+                    };
                     reports.push(LoadReport {
                         origin: e.def.origin.to_string(),
                         result: Err(msg.clone()),

@@ -358,11 +358,12 @@ impl AccessHandle {
     pub fn apply(&self, access: &Access) -> Result<(), String> {
         let gid = access.gid()?;
         let e = |e: std::io::Error| format!("{}: {e}", self.path.display());
-        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(access.mode))
-            .map_err(e)?;
+        // The group first: when it cannot be set, nothing changed.
         // SAFETY: getegid has no preconditions.
         let owner_group = gid.unwrap_or_else(|| unsafe { libc::getegid() });
         std::os::unix::fs::lchown(&self.path, None, Some(owner_group)).map_err(e)?;
+        std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(access.mode))
+            .map_err(e)?;
         self.group
             .store(gid.map_or(-1, i64::from), Ordering::Relaxed);
         Ok(())

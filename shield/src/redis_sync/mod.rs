@@ -689,12 +689,13 @@ impl Shared {
         let conf = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(io))
             .set_response_timeout(Some(io + extra_timeout));
+        // Subscribed before the master is named: a deposition found meanwhile ends this
+        // connection too (it may have been named the old master).
+        let moved = self.master_moved.subscribe();
         let reached = self
             .target
             .reach(&self.cfg, io, &self.c.sentinel_errors)
             .await?;
-        // Subscribed before the checks: a deposition found meanwhile is seen.
-        let moved = self.master_moved.subscribe();
         let mut conn = reached
             .client
             .get_multiplexed_async_connection_with_config(&conf)

@@ -16,9 +16,12 @@ use super::{Shared, add, sleep_or_stop, target};
 /// Heartbeats a token may miss before it is forgotten.
 const AGE_OUT: u64 = 5;
 
-/// What one heartbeat's pipeline returns: ZADD, ZREMRANGEBYSCORE, ZRANGE WITHSCORES, PEXPIRE,
-/// ROLE.
-type Beat = ((), (), Vec<(Vec<u8>, f64)>, (), redis::Value);
+/// What one heartbeat's pipeline returns: ZADD, ZREMRANGEBYSCORE, ZRANGE WITHSCORES, PEXPIRE.
+type Beat = ((), (), Vec<(Vec<u8>, f64)>, ());
+
+/// How often, at most, the heartbeat asks the sentinels which master they name (each ask is
+/// a connection to a sentinel).
+const ASK_SENTINELS_EVERY: Duration = Duration::from_secs(2);
 
 /// How often a lasting conflict is logged again.
 const REPORT_EVERY: Duration = Duration::from_secs(10);
@@ -44,6 +47,11 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut conn = None;
     // `host:port` of the master Sentinel named when this task connected.
     let mut master: Option<String> = None;
+    // The server connected to last (its identity, else its address): a reconnection that
+    // lands on another one means the master moved while the other tasks' connections may
+    // still reach the old one.
+    let mut last_server: Option<String> = None;
+    let mut asked_at: Option<Instant> = None;
     let mut attempt = 0u32;
     // Other tokens and the heartbeat score last seen for each.
     let mut seen: HashMap<String, f64> = HashMap::new();
@@ -55,6 +63,11 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         if conn.is_none() {
             match shared.connect("presence", Duration::ZERO).await {
                 Ok(c) => {
+                    let now_server = c.server.clone().or_else(|| c.addr.clone());
+                    if last_server.is_some() && now_server.is_some() && now_server != last_server {
+                        deposed(&shared, &master);
+                    }
+                    last_server = now_server;
                     conn = Some(c.conn);
                     master = c.addr;
                 }
@@ -87,40 +100,47 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             .cmd("PEXPIRE")
             .arg(&key)
             .arg(ttl_ms * 2)
-            .cmd("ROLE")
             .query_async(c)
             .await;
         // A master deposed while the connections to it live (paused past the sentinels'
         // patience, then back): it may take writes for seconds before Sentinel demotes it, or
-        // never if Sentinel cannot reach it. Each beat asks its role, and in Sentinel mode
-        // whom the sentinels name; another master ends every task's connection.
-        let deposed = match &beat {
-            Ok((.., role)) => {
-                target::role_of(role).is_some_and(|r| r != "master")
-                    || match (&master, &shared.target) {
-                        (Some(ours), target::Target::Sentinel(_)) => shared
-                            .target
-                            .reach(
-                                &shared.cfg,
-                                Duration::from_millis(shared.cfg.io_timeout_ms),
-                                &shared.c.sentinel_errors,
-                            )
-                            .await
-                            .is_ok_and(|r| r.addr.as_ref().is_some_and(|a| a != ours)),
-                        _ => false,
-                    }
+        // never if Sentinel cannot reach it. Each beat asks its role (an error, as for an ACL
+        // user that may not ask, says nothing), and in Sentinel mode every few seconds whom
+        // the sentinels name; another master ends every task's connection.
+        let mut gone = false;
+        if beat.is_ok() {
+            let role: redis::RedisResult<redis::Value> = redis::cmd("ROLE").query_async(c).await;
+            gone = role
+                .ok()
+                .as_ref()
+                .and_then(target::role_of)
+                .is_some_and(|r| r != "master");
+            if !gone
+                && let (Some(ours), target::Target::Sentinel(_)) = (&master, &shared.target)
+                && asked_at.is_none_or(|t: Instant| t.elapsed() >= ASK_SENTINELS_EVERY)
+            {
+                asked_at = Some(Instant::now());
+                let io = Duration::from_millis(shared.cfg.io_timeout_ms.min(1000));
+                gone = shared
+                    .target
+                    .reach(&shared.cfg, io, &shared.c.sentinel_errors)
+                    .await
+                    .is_ok_and(|r| r.addr.as_ref().is_some_and(|a| a != ours));
             }
-            Err(_) => false,
-        };
-        if deposed {
-            add(&shared.c.masters_deposed, 1);
-            tracing::warn!(node = %shared.node, master = ?master, "redis master deposed: reconnecting every task");
-            shared.master_moved.send_modify(|g| *g += 1);
+        }
+        if gone {
+            deposed(&shared, &master);
             conn = None;
+            // Its own reconnection to the new master is not another deposition.
+            last_server = None;
+            // Not at once again: sentinels that disagree mid-failover must not make a loop.
+            if sleep_or_stop(every, &mut stop).await {
+                break;
+            }
             continue;
         }
         match beat {
-            Ok((_, _, members, _, _)) => {
+            Ok((_, _, members, _)) => {
                 attempt = 0;
                 add(&shared.c.heartbeats, 1);
                 let mut live = Vec::new();
@@ -181,4 +201,11 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             .query_async(c)
             .await;
     }
+}
+
+/// Says that the master `master` was found deposed: every task's connection goes.
+fn deposed(shared: &Shared, master: &Option<String>) {
+    add(&shared.c.masters_deposed, 1);
+    tracing::warn!(node = %shared.node, master = ?master, "redis master deposed: reconnecting every task");
+    shared.master_moved.send_modify(|g| *g += 1);
 }

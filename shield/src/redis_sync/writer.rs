@@ -114,6 +114,10 @@ async fn serve(
                 shared.outbox().push_full();
             }
         }
+        // A busy writer looks too: it must not keep writing to a deposed master.
+        if moved.has_changed().unwrap_or(false) {
+            return Err(super::deposed());
+        }
         let batch = shared.outbox().peek(shared.cfg.batch_max);
         let Some(&(last_seq, _)) = batch.last() else {
             if *stop.borrow() {

@@ -501,93 +501,131 @@ impl Inner {
         let mut pending: VecDeque<(usize, usize)> = VecDeque::from([(0, chunk.ends.len())]);
         // Single rows refused since a row last landed: (row, code, message).
         let mut held: Vec<(usize, u32, String)> = Vec::new();
-        while let Some((a, b)) = pending.pop_front() {
-            loop {
-                if self.drain_over() {
-                    let left = (b - a) + pending.iter().map(|(a, b)| b - a).sum::<usize>();
-                    self.c
-                        .shutdown_dropped
-                        .fetch_add(left as u64, Ordering::Relaxed);
-                    tracing::warn!(sink = %self.name, rows = left, "ClickHouse drain time over at shutdown: rows dropped");
-                    return;
-                }
-                let res = if st.schema_pending {
-                    self.apply_schema()
-                        .map(|()| st.schema_pending = false)
-                        .and_then(|()| self.insert(&chunk.bytes[chunk.start(a)..chunk.ends[b - 1]]))
-                } else {
-                    self.insert(&chunk.bytes[chunk.start(a)..chunk.ends[b - 1]])
-                };
-                match res {
-                    Ok(()) => {
-                        self.c.landed.fetch_add((b - a) as u64, Ordering::Relaxed);
-                        for (_, code, message) in held.drain(..) {
-                            self.row_dropped(code, &message, "ClickHouse rejected a row: dropped");
-                        }
-                        if st.failures > 0 {
-                            tracing::info!(sink = %self.name, failed_attempts = st.failures, "ClickHouse takes inserts again");
-                            *lock(&self.last_error) = None;
-                        }
-                        st.failures = 0;
-                        st.backoff = FIRST_BACKOFF;
-                        st.rows_rejected_in_a_row = 0;
-                        break;
+        let mut landed_here = false;
+        let mut rounds = 0;
+        loop {
+            while let Some((a, b)) = pending.pop_front() {
+                loop {
+                    if self.drain_over() {
+                        let left = (b - a)
+                            + pending.iter().map(|(a, b)| b - a).sum::<usize>()
+                            + held.len();
+                        self.c
+                            .shutdown_dropped
+                            .fetch_add(left as u64, Ordering::Relaxed);
+                        tracing::warn!(sink = %self.name, rows = left, "ClickHouse drain time over at shutdown: rows dropped");
+                        return;
                     }
-                    Err(Failure::Rejected { code, message })
-                        if b - a == 1 && st.rows_rejected_in_a_row >= SCHEMA_SUSPECT_ROWS =>
-                    {
-                        // Row after row refused and none taken: the table no longer matches
-                        // the rows (a column's type changed), which no row is to blame for.
-                        // Wait for it as for a server that is down, rather than drop them all:
-                        // the rows held meanwhile are sent again with this one.
-                        self.transient(
+                    let res = if st.schema_pending {
+                        self.apply_schema()
+                            .map(|()| st.schema_pending = false)
+                            .and_then(|()| {
+                                self.insert(&chunk.bytes[chunk.start(a)..chunk.ends[b - 1]])
+                            })
+                    } else {
+                        self.insert(&chunk.bytes[chunk.start(a)..chunk.ends[b - 1]])
+                    };
+                    match res {
+                        Ok(()) => {
+                            landed_here = true;
+                            self.c.landed.fetch_add((b - a) as u64, Ordering::Relaxed);
+                            for (_, code, message) in held.drain(..) {
+                                self.row_dropped(
+                                    code,
+                                    &message,
+                                    "ClickHouse rejected a row: dropped",
+                                );
+                            }
+                            if st.failures > 0 {
+                                tracing::info!(sink = %self.name, failed_attempts = st.failures, "ClickHouse takes inserts again");
+                                *lock(&self.last_error) = None;
+                            }
+                            st.failures = 0;
+                            st.backoff = FIRST_BACKOFF;
+                            st.rows_rejected_in_a_row = 0;
+                            break;
+                        }
+                        Err(Failure::Rejected { code, message })
+                            if b - a == 1 && st.rows_rejected_in_a_row >= SCHEMA_SUSPECT_ROWS =>
+                        {
+                            // Row after row refused and none taken: the table no longer matches
+                            // the rows (a column's type changed), which no row is to blame for.
+                            // Wait for it as for a server that is down, rather than drop them all:
+                            // the rows held meanwhile are sent again with this one.
+                            self.transient(
                             st,
                             code,
                             format!("{SCHEMA_SUSPECT_ROWS} rows in a row refused: does the table match the rows? {message}"),
                         );
-                        pending.push_front((a, b));
-                        for (r, _, _) in held.drain(..).rev() {
-                            pending.push_front((r, r + 1));
+                            pending.push_front((a, b));
+                            for (r, _, _) in held.drain(..).rev() {
+                                pending.push_front((r, r + 1));
+                            }
+                            st.rows_rejected_in_a_row = 0;
+                            break;
                         }
-                        st.rows_rejected_in_a_row = 0;
-                        break;
-                    }
-                    Err(Failure::Rejected { code, message }) => {
-                        self.c.rejections.fetch_add(1, Ordering::Relaxed);
-                        if b - a == 1 {
-                            st.rows_rejected_in_a_row += 1;
-                            held.push((a, code, message));
-                        } else {
-                            halve(&mut pending, a, b);
-                        }
-                        break;
-                    }
-                    Err(Failure::TooLarge { code, message }) => {
-                        if b - a == 1 {
+                        Err(Failure::Rejected { code, message }) => {
                             self.c.rejections.fetch_add(1, Ordering::Relaxed);
-                            self.row_dropped(
-                                code,
-                                &message,
-                                "ClickHouse refused a row as too large: dropped",
-                            );
-                        } else {
-                            // Halves until they fit.
-                            halve(&mut pending, a, b);
+                            if b - a == 1 {
+                                st.rows_rejected_in_a_row += 1;
+                                held.push((a, code, message));
+                            } else {
+                                halve(&mut pending, a, b);
+                            }
+                            break;
                         }
-                        break;
-                    }
-                    Err(Failure::Transient { code, message }) => {
-                        self.transient(st, code, message);
+                        Err(Failure::TooLarge { code, message }) => {
+                            if b - a == 1 {
+                                self.c.rejections.fetch_add(1, Ordering::Relaxed);
+                                self.row_dropped(
+                                    code,
+                                    &message,
+                                    "ClickHouse refused a row as too large: dropped",
+                                );
+                            } else {
+                                // Halves until they fit.
+                                halve(&mut pending, a, b);
+                            }
+                            break;
+                        }
+                        Err(Failure::Transient { code, message }) => {
+                            self.transient(st, code, message);
+                        }
                     }
                 }
             }
+            // Every row of a batch too small to suspect the table refused, none taken: they
+            // wait a while as for a server that is down (a column retyped for a few seconds must
+            // not cost them), then are dropped.
+            if held.is_empty() || landed_here || rounds == HELD_ROUNDS {
+                break;
+            }
+            rounds += 1;
+            let (code, message) = held
+                .last()
+                .map(|(_, c, m)| (*c, m.clone()))
+                .unwrap_or_default();
+            self.transient(
+                st,
+                code,
+                format!(
+                    "all {} rows of a batch refused: does the table match the rows? {message}",
+                    held.len()
+                ),
+            );
+            for (r, _, _) in held.drain(..).rev() {
+                pending.push_front((r, r + 1));
+            }
         }
-        // Refused at the batch's end with fewer than the suspect count: dropped as before.
         for (_, code, message) in held {
             self.row_dropped(code, &message, "ClickHouse rejected a row: dropped");
         }
     }
 }
+
+/// Times the rows of a batch refused one by one, none taken, are sent again (after the
+/// backoff of a server that is down, about 16 s in all) before they are dropped.
+const HELD_ROUNDS: u32 = 8;
 
 /// Puts the rows `a..b` back as two halves, to be sent first.
 fn halve(pending: &mut VecDeque<(usize, usize)>, a: usize, b: usize) {
