@@ -256,28 +256,11 @@ pub fn safe_return(r: &str) -> &str {
 
 /// Decodes `%XX` escapes of a query value (`+` as space); `None` when malformed.
 pub fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let h = |c: u8| (c as char).to_digit(16);
-                let v = h(*b.get(i + 1)?)? * 16 + h(*b.get(i + 2)?)?;
-                out.push(v as u8);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
+    let (bytes, well_formed) = crate::target::form_decode(s);
+    if !well_formed {
+        return None;
     }
-    String::from_utf8(out).ok()
+    String::from_utf8(bytes).ok()
 }
 
 /// The value of `key` in a query string (first occurrence), decoded.

@@ -409,6 +409,40 @@ fn merge_slashes(b: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `s` with its `%XX` escapes decoded and `+` as a space (as a form's values are read), and
+/// whether every `%` was followed by two hex digits (one that is not is kept as it is).
+pub fn form_decode(s: &str) -> (Vec<u8>, bool) {
+    let b = s.as_bytes();
+    let hex = |c: Option<&u8>| c.and_then(|&c| (c as char).to_digit(16));
+    let mut out = Vec::with_capacity(b.len());
+    let mut well_formed = true;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => match (hex(b.get(i + 1)), hex(b.get(i + 2))) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                }
+                _ => {
+                    well_formed = false;
+                    out.push(b'%');
+                    i += 1;
+                }
+            },
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    (out, well_formed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -264,31 +264,7 @@ pub fn decoded_query(query: &str) -> Option<String> {
     if !b.iter().any(|&c| c == b'%' || c == b'+') {
         return None;
     }
-    let hex = |c: Option<&u8>| c.and_then(|&c| (c as char).to_digit(16));
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => match (hex(b.get(i + 1)), hex(b.get(i + 2))) {
-                (Some(h), Some(l)) => {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                }
-                _ => {
-                    out.push(b'%');
-                    i += 1;
-                }
-            },
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
+    let (out, _) = crate::target::form_decode(query);
     let text = match String::from_utf8(out) {
         Ok(t) => t,
         Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),

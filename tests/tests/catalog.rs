@@ -505,6 +505,31 @@ fn consumer_rules_groups_coo_and_reset() {
     assert!(!ok && out.contains("not a secondary zone"), "{out}");
 }
 
+/// A catalog's members as [`catalog_text`] takes them: (zone, unique id, extra lines).
+type Members<'a> = &'a [(&'a str, &'a str, &'a str)];
+
+/// A dnsd primary in `pdir` of the catalogs `cats` (each: origin, members) and of the member
+/// zones `members` (serial 1), transfers open to loopback.
+fn catalog_primary(pdir: &Path, cats: &[(&str, Members<'_>)], members: &[&str]) -> Dnsd {
+    let open = |z: &str, f: std::path::PathBuf| {
+        let mut z = Zone::new(z, f);
+        z.options.push("allow_transfer = [\"127.0.0.0/8\"]".into());
+        z
+    };
+    let mut pz = Vec::new();
+    for (origin, list) in cats {
+        let f = pdir.join(format!("{origin}zone"));
+        write(&f, &catalog_text(origin, 1, "2", list));
+        pz.push(open(origin, f));
+    }
+    for m in members {
+        let f = pdir.join(format!("{m}zone"));
+        write(&f, &member_text(m, 1));
+        pz.push(open(m, f));
+    }
+    Dnsd::builder().zones(&pz).start()
+}
+
 #[test]
 fn hostile_catalog_members_are_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -513,57 +538,34 @@ fn hostile_catalog_members_are_refused() {
     let cdir = d.join("consumer");
     std::fs::create_dir(&pdir).unwrap();
     std::fs::create_dir(&cdir).unwrap();
-    let members = ["g1.test.", "n1.test.", "n2.test.", "n3.test.", "n4.test."];
-    for z in members {
-        write(&pdir.join(format!("{z}zone")), &member_text(z, 1));
-    }
-    let a_file = pdir.join("a.cat.zone");
-    write(
-        &a_file,
-        &catalog_text(
-            "a.cat.",
-            1,
-            "2",
-            &[
-                // Below a zone of the consumer's config: would answer for its names.
-                ("www.victim.test.", "v1", ""),
-                // The config's own zone: another's, no coo.
-                ("victim.test.", "v2", ""),
-                // Its file would be the config zone other.test.'s.
-                ("taken.test.", "t1", ""),
-                // A group whose template names another tenant.
-                ("g1.test.", "g1", "group.g1.zones TXT \"gold\"\n"),
-            ],
-        ),
+    let primary = catalog_primary(
+        &pdir,
+        &[
+            (
+                "a.cat.",
+                &[
+                    // Below a zone of the consumer's config: would answer for its names.
+                    ("www.victim.test.", "v1", ""),
+                    // The config's own zone: another's, no coo.
+                    ("victim.test.", "v2", ""),
+                    // Its file would be the config zone other.test.'s.
+                    ("taken.test.", "t1", ""),
+                    // A group whose template names another tenant.
+                    ("g1.test.", "g1", "group.g1.zones TXT \"gold\"\n"),
+                ],
+            ),
+            (
+                "b.cat.",
+                &[
+                    ("n1.test.", "n1", ""),
+                    ("n2.test.", "n2", ""),
+                    ("n3.test.", "n3", ""),
+                    ("n4.test.", "n4", ""),
+                ],
+            ),
+        ],
+        &["g1.test.", "n1.test.", "n2.test.", "n3.test.", "n4.test."],
     );
-    let b_file = pdir.join("b.cat.zone");
-    write(
-        &b_file,
-        &catalog_text(
-            "b.cat.",
-            1,
-            "2",
-            &[
-                ("n1.test.", "n1", ""),
-                ("n2.test.", "n2", ""),
-                ("n3.test.", "n3", ""),
-                ("n4.test.", "n4", ""),
-            ],
-        ),
-    );
-    let open = |z: &str, f: std::path::PathBuf| {
-        let mut z = Zone::new(z, f);
-        z.options.push("allow_transfer = [\"127.0.0.0/8\"]".into());
-        z
-    };
-    let mut pz = vec![
-        open("a.cat.", a_file.clone()),
-        open("b.cat.", b_file.clone()),
-    ];
-    for m in members {
-        pz.push(open(m, pdir.join(format!("{m}zone"))));
-    }
-    let primary = Dnsd::builder().zones(&pz).start();
     let p = primary.addr();
     // The consumer's own zones: victim.test. (tenant 1), and other.test. whose file is where
     // a member taken.test. would be written.
@@ -648,35 +650,19 @@ fn catalog_members_give_way_to_zones_the_config_adds_later() {
     let cdir = d.join("consumer");
     std::fs::create_dir(&pdir).unwrap();
     std::fs::create_dir(&cdir).unwrap();
-    let members = ["later.test.", "www.below.test.", "parent.test."];
-    for z in members {
-        write(&pdir.join(format!("{z}zone")), &member_text(z, 1));
-    }
-    let a_file = pdir.join("a.cat.zone");
-    write(
-        &a_file,
-        &catalog_text(
+    let primary = catalog_primary(
+        &pdir,
+        &[(
             "a.cat.",
-            1,
-            "2",
             &[
                 ("later.test.", "l1", ""),
                 ("www.below.test.", "b1", ""),
                 ("parent.test.", "p1", ""),
                 (".", "r1", ""),
             ],
-        ),
+        )],
+        &["later.test.", "www.below.test.", "parent.test."],
     );
-    let open = |z: &str, f: std::path::PathBuf| {
-        let mut z = Zone::new(z, f);
-        z.options.push("allow_transfer = [\"127.0.0.0/8\"]".into());
-        z
-    };
-    let mut pz = vec![open("a.cat.", a_file)];
-    for m in members {
-        pz.push(open(m, pdir.join(format!("{m}zone"))));
-    }
-    let primary = Dnsd::builder().zones(&pz).start();
     let p = primary.addr();
     // Another tenant's zone below parent.test.
     write(

@@ -493,19 +493,21 @@ when = [{ attr = "user_agent", regex = "python-requests" }]
     assert_eq!(v, Verdict::PASS);
 }
 
+/// A request without attributes, proven as `evidence`.
+struct Proven(Evidence);
+
+impl Request for Proven {
+    fn attr(&self, _: &str) -> Option<&str> {
+        None
+    }
+    fn evidence(&self) -> Evidence {
+        self.0
+    }
+}
+
 #[test]
 fn rate_limit_and_escalation_into_block_map() {
     use crate::block::{Check, Scope, Traffic};
-    /// A request proven as `evidence`.
-    struct Proven(Evidence);
-    impl Request for Proven {
-        fn attr(&self, _: &str) -> Option<&str> {
-            None
-        }
-        fn evidence(&self) -> Evidence {
-            self.0
-        }
-    }
     let blocks = BlockMap::new(BlockConfig::default());
     let s = RuleState::new(&StateConfig::default(), Some(blocks.clone()));
     let p = prepared(
@@ -575,15 +577,6 @@ escalate = { after = 3, window_secs = 10, block_secs = 60, v4_prefix = 24 }
 /// limited, nor escalated, for what the forged ones did — per source and per /24 alike.
 #[test]
 fn forged_requests_never_spend_a_real_clients_rate_limit() {
-    struct Proven(Evidence);
-    impl Request for Proven {
-        fn attr(&self, _: &str) -> Option<&str> {
-            None
-        }
-        fn evidence(&self) -> Evidence {
-            self.0
-        }
-    }
     let blocks = BlockMap::new(BlockConfig::default());
     let s = RuleState::new(&StateConfig::default(), Some(blocks.clone()));
     let p = prepared(
