@@ -117,6 +117,35 @@ impl TcpClient {
             .map_err(|source| XfrError::Io { peer, source })
     }
 
+    /// Reads one message into `buf` as a transfer's part: its length within `first`, then
+    /// its body within `grace` plus its length at `rate` bytes per second (0: within the
+    /// connection's timeout alone). `Ok(false)` when a bound passed.
+    pub async fn recv_at_rate(
+        &mut self,
+        buf: &mut Vec<u8>,
+        first: std::time::Duration,
+        grace: std::time::Duration,
+        rate: u64,
+    ) -> Result<bool, XfrError> {
+        let peer = self.peer;
+        let io = |source| XfrError::Io { peer, source };
+        let mut len = [0u8; 2];
+        match tokio::time::timeout(first.min(self.timeout), self.s.read_exact(&mut len)).await {
+            Err(_) => return Ok(false),
+            Ok(r) => r.map_err(io)?,
+        };
+        let n = u16::from_be_bytes(len) as usize;
+        buf.resize(n, 0);
+        let body = match rate {
+            0 => self.timeout,
+            r => grace + std::time::Duration::from_secs_f64(n as f64 / r as f64),
+        };
+        match tokio::time::timeout(body.min(self.timeout), self.s.read_exact(buf)).await {
+            Err(_) => Ok(false),
+            Ok(r) => r.map(|_| true).map_err(io),
+        }
+    }
+
     /// Reads one message into `buf`.
     pub async fn recv(&mut self, buf: &mut Vec<u8>) -> Result<(), XfrError> {
         let mut len = [0u8; 2];

@@ -613,12 +613,23 @@ async fn pull(
                     + Duration::from_secs_f64((bytes + 65_537) as f64 / r as f64),
             ),
         };
-        match tokio::time::timeout_at(by, c.recv(&mut buf)).await {
-            Ok(r) => r?,
-            Err(_) => {
+        // Each message too, as a transfer we serve is held to its reader: its length within
+        // the grace (the first within `message_timeout_secs`: a primary may take time to
+        // start), its body within the grace plus its length at the rate — a byte a second is
+        // cut after a few seconds, not when the average runs out.
+        let first_len = if first || rate == 0 {
+            timeout
+        } else {
+            MIN_RATE_GRACE
+        };
+        let whole = c.recv_at_rate(&mut buf, first_len, MIN_RATE_GRACE, rate);
+        match tokio::time::timeout_at(by, whole).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) | Err(_) => {
                 x.stats.in_limit.fetch_add(1, Ordering::Relaxed);
                 return Err(XfrError::TooSlow);
             }
+            Ok(Err(e)) => return Err(e),
         }
         bytes += buf.len() as u64 + 2;
         let elapsed = start.elapsed();
