@@ -448,7 +448,10 @@ fn a_reload_applies_the_control_group_and_mode() {
     )
     .unwrap();
     let (ok, out) = d.ctl(&["reload"]);
-    assert!(ok, "{out}");
+    assert!(
+        ok && out.contains("[control] applied: mode 600, group (none)"),
+        "{out}"
+    );
     let (ok, out) = ctl_as_nobody(d.control_socket(), &["block", "add", "198.51.100.0/24"]);
     assert!(
         !ok && out.to_lowercase().contains("permission denied"),

@@ -73,10 +73,20 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 // [control] mode and group apply now (a group removed loses its access at
                 // once); another socket path waits for a restart.
                 if let Some((h, bound)) = shared.control.get() {
-                    if let Err(e) = h.apply(&c.control.access()) {
-                        warnings.push(format!(
+                    let (was, now) = (shared.config().control.access(), c.control.access());
+                    match h.apply(&now) {
+                        Err(e) => warnings.push(format!(
                             "[control] not applied, the running access stays: {e}"
-                        ));
+                        )),
+                        Ok(()) if was != now => {
+                            let _ = writeln!(
+                                list_note,
+                                "[control] applied: mode {:o}, group {}",
+                                now.mode,
+                                now.group.as_deref().unwrap_or("(none)")
+                            );
+                        }
+                        Ok(()) => {}
                     }
                     if c.control.socket.as_ref() != Some(bound) {
                         warnings.push(format!(
@@ -127,7 +137,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 let never = defence::policy::never_block(&c, rules.as_ref().map(|g| &***g));
                 shared.defence.blocks.install_policy(&c.block, never);
                 let (n, note) = sync_zone_list(&mut reg, &c);
-                list_note = note;
+                list_note.push_str(&note);
                 // The config's zones win over the catalogs' members they meet; the members
                 // left keep their settings (the config knows nothing of them).
                 let configured: std::collections::HashSet<zones::Name> = reg
