@@ -910,20 +910,11 @@ const XFR_GRACE: Duration = Duration::from_millis(500);
 /// Unsent bytes past which the socket stops taking writes (`TCP_NOTSENT_LOWAT`): a writer
 /// waits for its client's reading in steps of this, not of a third of a send buffer that
 /// grows to megabytes — which the transfer rate is judged by.
-const UNSENT_LOW_WATER: libc::c_int = 128 * 1024;
+const UNSENT_LOW_WATER: u32 = 128 * 1024;
 
 /// Sets [`UNSENT_LOW_WATER`] on a connection's socket (best effort).
-fn bound_unsent(sock: &impl std::os::fd::AsRawFd) {
-    // SAFETY: a plain integer option on a socket the caller owns.
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&UNSENT_LOW_WATER as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
+fn bound_unsent(sock: &impl std::os::fd::AsFd) {
+    let _ = socket2::SockRef::from(sock).set_tcp_notsent_lowat(UNSENT_LOW_WATER);
 }
 
 /// Writes a connection's answers and transfer messages as they come, answers first; ends
