@@ -123,8 +123,8 @@ impl TcpClient {
     pub async fn recv_at_rate(
         &mut self,
         buf: &mut Vec<u8>,
-        first: std::time::Duration,
-        grace: std::time::Duration,
+        first: Duration,
+        grace: Duration,
         rate: u64,
     ) -> Result<bool, XfrError> {
         let peer = self.peer;
@@ -138,7 +138,7 @@ impl TcpClient {
         buf.resize(n, 0);
         let body = match rate {
             0 => self.timeout,
-            r => grace + std::time::Duration::from_secs_f64(n as f64 / r as f64),
+            r => grace + Duration::from_secs_f64(n as f64 / r as f64),
         };
         match tokio::time::timeout(body.min(self.timeout), self.s.read_exact(buf)).await {
             Err(_) => Ok(false),
@@ -146,19 +146,14 @@ impl TcpClient {
         }
     }
 
-    /// Reads one message into `buf`.
+    /// Reads one message into `buf`, the whole of it within the connection's timeout.
     pub async fn recv(&mut self, buf: &mut Vec<u8>) -> Result<(), XfrError> {
-        let mut len = [0u8; 2];
-        let peer = self.peer;
-        let r = async {
-            self.s.read_exact(&mut len).await?;
-            buf.resize(u16::from_be_bytes(len) as usize, 0);
-            self.s.read_exact(buf).await
-        };
-        tokio::time::timeout(self.timeout, r)
-            .await
-            .map_err(|_| timeout(peer, self.timeout))?
-            .map(|_| ())
-            .map_err(|source| XfrError::Io { peer, source })
+        let (peer, limit) = (self.peer, self.timeout);
+        let r = self.recv_at_rate(buf, limit, Duration::ZERO, 0);
+        match tokio::time::timeout(limit, r).await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) | Err(_) => Err(timeout(peer, limit)),
+            Ok(Err(e)) => Err(e),
+        }
     }
 }
