@@ -500,7 +500,7 @@ impl Inner {
     fn deliver(&self, chunk: &Chunk, st: &mut SenderState) {
         let mut pending: VecDeque<(usize, usize)> = VecDeque::from([(0, chunk.ends.len())]);
         // Single rows refused since a row last landed: (row, code, message).
-        let mut held: Vec<(usize, u32, String)> = Vec::new();
+        let mut held: Vec<Held> = Vec::new();
         let mut landed_here = false;
         let mut rounds = 0;
         loop {
@@ -529,13 +529,7 @@ impl Inner {
                         Ok(()) => {
                             landed_here = true;
                             self.c.landed.fetch_add((b - a) as u64, Ordering::Relaxed);
-                            for (_, code, message) in held.drain(..) {
-                                self.row_dropped(
-                                    code,
-                                    &message,
-                                    "ClickHouse rejected a row: dropped",
-                                );
-                            }
+                            self.drop_held(held.drain(..));
                             if st.failures > 0 {
                                 tracing::info!(sink = %self.name, failed_attempts = st.failures, "ClickHouse takes inserts again");
                                 *lock(&self.last_error) = None;
@@ -558,9 +552,7 @@ impl Inner {
                             format!("{SCHEMA_SUSPECT_ROWS} rows in a row refused: does the table match the rows? {message}"),
                         );
                             pending.push_front((a, b));
-                            for (r, _, _) in held.drain(..).rev() {
-                                pending.push_front((r, r + 1));
-                            }
+                            requeue(&mut held, &mut pending);
                             st.rows_rejected_in_a_row = 0;
                             break;
                         }
@@ -613,13 +605,26 @@ impl Inner {
                     held.len()
                 ),
             );
-            for (r, _, _) in held.drain(..).rev() {
-                pending.push_front((r, r + 1));
-            }
+            requeue(&mut held, &mut pending);
         }
+        self.drop_held(held);
+    }
+
+    /// Drops the rows `held` (refused alone, and another row taken since: theirs is the fault).
+    fn drop_held(&self, held: impl IntoIterator<Item = Held>) {
         for (_, code, message) in held {
             self.row_dropped(code, &message, "ClickHouse rejected a row: dropped");
         }
+    }
+}
+
+/// A row refused alone, not dropped yet: its index, the error code and message.
+type Held = (usize, u32, String);
+
+/// Puts the rows `held` back, one by one and in order, to be sent first.
+fn requeue(held: &mut Vec<Held>, pending: &mut VecDeque<(usize, usize)>) {
+    for (r, _, _) in held.drain(..).rev() {
+        pending.push_front((r, r + 1));
     }
 }
 
