@@ -1315,3 +1315,79 @@ async fn a_junk_stuffed_snapshot_index_is_read_in_part_and_stalls_nothing() {
     assert!(st.snapshot_truncated >= 1, "{st:?}");
     s.shutdown().await;
 }
+
+/// Replies larger than the config implies (a stream entry and a presence member of 8 MB, as
+/// anyone who can write to Redis could plant) end their connection before they are read —
+/// counted, the node serving with what it holds — and the sync goes on once they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_past_the_bound_is_never_read_and_the_sync_resumes_without_it() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    // read_count 4 and snapshot_page 100: replies of at most about 1.6 MB.
+    let small = |node: &str| SyncConfig {
+        read_count: 4,
+        snapshot_page: 100,
+        presence_ms: 100,
+        ..cfg(&r.url(), node)
+    };
+    let (a, b) = (map(), map());
+    let (sa, sb) = (spawn(small("a"), &a), spawn(small("b"), &b));
+    synced(&sa).await;
+    synced(&sb).await;
+    b.insert(local(1, MIN));
+    until("B's first block on A", || a.get(host(1)).is_some()).await;
+
+    // A stream entry of 8 MB: A's reader meets it, and B's next decision waits behind it.
+    let huge = "x".repeat(8 << 20);
+    let id: String = redis::cmd("XADD")
+        .arg("t:log")
+        .arg("*")
+        .arg("d")
+        .arg(&huge)
+        .query(&mut r.conn())
+        .unwrap();
+    b.insert(local(2, MIN));
+    until("the entry refused unread", || {
+        sa.stats().replies_too_large >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(a.get(host(2)).is_none(), "nothing past the entry was read");
+    let _: i64 = redis::cmd("XDEL")
+        .arg("t:log")
+        .arg(&id)
+        .query(&mut r.conn())
+        .unwrap();
+    until("B's block past the deleted entry on A", || {
+        a.get(host(2)).is_some()
+    })
+    .await;
+
+    // A member of 8 MB in A's presence key: its heartbeats stop until it is removed.
+    let key = "t:node:a";
+    let before = sa.stats().replies_too_large;
+    let _: i64 = redis::cmd("ZADD")
+        .arg(key)
+        .arg(redis_now(&r) + 600_000)
+        .arg(&huge)
+        .query(&mut r.conn())
+        .unwrap();
+    until("the presence reply refused", || {
+        sa.stats().replies_too_large > before
+    })
+    .await;
+    let _: i64 = redis::cmd("ZREM")
+        .arg(key)
+        .arg(&huge)
+        .query(&mut r.conn())
+        .unwrap();
+    let beats = sa.stats().heartbeats;
+    until("heartbeats again", || sa.stats().heartbeats >= beats + 3).await;
+    // The sync still carries decisions both ways.
+    a.insert(local(3, MIN));
+    until("A's block on B", || b.get(host(3)).is_some()).await;
+    sa.shutdown().await;
+    sb.shutdown().await;
+}

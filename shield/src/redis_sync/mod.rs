@@ -98,6 +98,7 @@
 //! For Redis Cluster, give the prefix a hash tag (`{palisade}:`) so all keys share one slot.
 //! Use a `noeviction` (or `volatile-lru`) maxmemory policy: an evicted epoch key reads as data loss.
 
+mod capped;
 mod outbox;
 mod presence;
 mod reader;
@@ -325,7 +326,7 @@ impl SyncConfig {
                 self.url_at(s, false)?;
             }
         }
-        self.client()?;
+        self.server()?;
         Ok(())
     }
 
@@ -352,45 +353,69 @@ impl SyncConfig {
         Ok(u.to_string())
     }
 
-    /// The Redis client for this config's `url`: plain, or TLS with the configured CA and
-    /// client certificate.
-    pub fn client(&self) -> Result<redis::Client, SyncError> {
-        self.client_for(&self.url)
+    /// The server of this config's `url`: plain, or TLS with the configured CA and client
+    /// certificate.
+    fn server(&self) -> Result<capped::Server, SyncError> {
+        self.server_for(&self.url, self.tls_config()?)
     }
 
-    /// The Redis client for `url` with this config's TLS settings.
-    fn client_for(&self, url: &str) -> Result<redis::Client, SyncError> {
-        let url_err =
-            |e: redis::RedisError| SyncError::Config(format!("url {:?}: {e}", redact(url)));
-        if !url.starts_with("rediss://") {
-            return redis::Client::open(url).map_err(url_err);
+    /// The server `url` names, reached with `tls` (from [`Self::tls_config`]).
+    fn server_for(
+        &self,
+        url: &str,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<capped::Server, SyncError> {
+        capped::Server::new(url, tls)
+            .map_err(|e| SyncError::Config(format!("url {:?}: {e}", redact(url))))
+    }
+
+    /// The TLS client config of a `rediss://` url: the server checked against `ca_file` (else
+    /// the system's roots), `client_cert` and `client_key` offered. None for other schemes.
+    fn tls_config(&self) -> Result<Option<Arc<rustls::ClientConfig>>, SyncError> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        if !self.url.starts_with("rediss://") {
+            return Ok(None);
         }
-        // rustls picks no provider by itself when more than one is built in: ring, as the
-        // daemons' own TLS uses (a no-op when one is installed already).
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let read = |key: &str, p: &PathBuf| {
             std::fs::read(p).map_err(|e| SyncError::Config(format!("{key} {}: {e}", p.display())))
         };
-        let root_cert = self
-            .ca_file
-            .as_ref()
-            .map(|p| read("ca_file", p))
-            .transpose()?;
-        let client_tls = match (&self.client_cert, &self.client_key) {
-            (Some(c), Some(k)) => Some(redis::ClientTlsConfig {
-                client_cert: read("client_cert", c)?,
-                client_key: read("client_key", k)?,
-            }),
-            _ => None,
+        let roots = match &self.ca_file {
+            Some(p) => crate::tls_roots::roots(Some((p, &read("ca_file", p)?))),
+            None => crate::tls_roots::roots(None),
+        }
+        .map_err(|e| SyncError::Config(format!("ca_file {e}")))?;
+        let builder =
+            rustls::ClientConfig::builder_with_provider(Arc::clone(crate::tls_pair::provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| SyncError::Config(format!("url: {e}")))?
+                .with_root_certificates(roots);
+        let cfg = match (&self.client_cert, &self.client_key) {
+            (Some(c), Some(k)) => {
+                let chain = CertificateDer::pem_slice_iter(&read("client_cert", c)?)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| SyncError::Config(format!("client_cert {}: {e}", c.display())))?;
+                let key = PrivateKeyDer::from_pem_slice(&read("client_key", k)?)
+                    .map_err(|e| SyncError::Config(format!("client_key {}: {e}", k.display())))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| SyncError::Config(format!("client_cert/client_key: {e}")))?
+            }
+            _ => builder.with_no_client_auth(),
         };
-        redis::Client::build_with_tls(
-            url,
-            redis::TlsCertificates {
-                client_tls,
-                root_cert,
-            },
-        )
-        .map_err(url_err)
+        Ok(Some(Arc::new(cfg)))
+    }
+
+    /// How large one Redis reply may be: the largest the sync asks for (an `XREAD` of
+    /// `read_count` full entries, a snapshot page of `snapshot_page` records) and a margin.
+    fn reply_limits(&self, hits: Arc<AtomicU64>) -> capped::Limits {
+        let stream = self.read_count as u64 * (record::MAX_FIELD_BYTES as u64 + 256);
+        let page = self.snapshot_page as u64 * (record::MAX_RECORD_BYTES as u64 + 256);
+        capped::Limits {
+            bytes: stream.max(page) + (1 << 20),
+            elements: 16 * (self.read_count + self.snapshot_page) as u64 + 65_536,
+            hits,
+        }
     }
 
     /// Adds what this sync talks to — its server (`url`), or its sentinels — to a
@@ -533,6 +558,8 @@ pub struct SyncStats {
     pub masters_deposed: u64,
     /// Sentinels that failed to name the master when asked.
     pub sentinel_errors: u64,
+    /// Redis replies larger than the sync's bound (each ended its connection).
+    pub replies_too_large: u64,
     /// Last measured offset of Redis server time over this node's clock, milliseconds.
     pub clock_offset_ms: i64,
     /// Heartbeats that found another live process using this node id.
@@ -576,6 +603,8 @@ struct Counters {
     master_changes: AtomicU64,
     masters_deposed: AtomicU64,
     sentinel_errors: AtomicU64,
+    /// Shared with every connection's reader (see [`capped`]).
+    replies_too_large: Arc<AtomicU64>,
     node_id_conflicts: AtomicU64,
     heartbeats: AtomicU64,
 }
@@ -596,6 +625,8 @@ struct Shared {
     map: Arc<BlockMap>,
     clock: Clock,
     target: target::Target,
+    /// How large one reply may be, on every connection.
+    limits: capped::Limits,
     outbox: Mutex<Outbox>,
     wake_writer: Notify,
     /// Bumped when the presence task finds the master it talks to deposed (its `ROLE`, or
@@ -686,20 +717,16 @@ impl Shared {
     /// checks that it is one, measures the clock offset and reads the Redis epoch.
     async fn connect(&self, role: &str, extra_timeout: Duration) -> redis::RedisResult<Connected> {
         let io = Duration::from_millis(self.cfg.io_timeout_ms);
-        let conf = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(io))
-            .set_response_timeout(Some(io + extra_timeout));
+        let conf =
+            redis::AsyncConnectionConfig::new().set_response_timeout(Some(io + extra_timeout));
         // Subscribed before the master is named: a deposition found meanwhile ends this
         // connection too (it may have been named the old master).
         let moved = self.master_moved.subscribe();
         let reached = self
             .target
-            .reach(&self.cfg, io, &self.c.sentinel_errors)
+            .reach(&self.cfg, io, &self.c.sentinel_errors, &self.limits)
             .await?;
-        let mut conn = reached
-            .client
-            .get_multiplexed_async_connection_with_config(&conf)
-            .await?;
+        let mut conn = reached.server.open(conf, io, &self.limits).await?;
         let server = target::identify(&mut conn, reached.addr.as_deref()).await?;
         // Best effort: lets `CLIENT LIST` tell the nodes apart.
         let _: redis::RedisResult<()> = redis::cmd("CLIENT")
@@ -830,6 +857,7 @@ impl Shared {
             master_changes: get(&c.master_changes),
             masters_deposed: get(&c.masters_deposed),
             sentinel_errors: get(&c.sentinel_errors),
+            replies_too_large: get(&c.replies_too_large),
             clock_offset_ms: self.offset(),
             node_id_conflicts: get(&c.node_id_conflicts),
             node_id_conflict: self.conflict.load(Ordering::Relaxed),
@@ -909,6 +937,8 @@ impl RedisSync {
         let opener = record::Opener::new(key, cfg.insecure_unsigned);
         // Subscribe before any task runs so that no decision made after spawn returns is missed.
         let sub = map.subscribe("redis");
+        let c = Counters::default();
+        let limits = cfg.reply_limits(Arc::clone(&c.replies_too_large));
         let shared = Arc::new(Shared {
             keys: wire::Keys::new(&cfg.prefix),
             node: Arc::from(cfg.node_id.as_str()),
@@ -917,6 +947,7 @@ impl RedisSync {
             map,
             clock,
             target,
+            limits,
             wake_writer: Notify::new(),
             master_moved: watch::channel(0).0,
             offset_ms: AtomicI64::new(0),
@@ -927,7 +958,7 @@ impl RedisSync {
             token: presence::token(),
             sealer,
             opener,
-            c: Counters::default(),
+            c,
         });
         let (stop, stop_rx) = watch::channel(false);
         let (stop_writer, stop_writer_rx) = watch::channel(false);
@@ -1189,6 +1220,8 @@ impl crate::metrics::Source for SyncMonitor {
         c("master_changes", false, s.master_changes);
         c("masters_deposed", false, s.masters_deposed);
         c("sentinel_errors", false, s.sentinel_errors);
+        // A bound: replies past the size the config implies, each ending its connection.
+        c("replies_too_large", false, s.replies_too_large);
         c("heartbeats", false, s.heartbeats);
         c("node_id_conflict", true, s.node_id_conflict as u64);
         c("node_id_conflicts", false, s.node_id_conflicts);

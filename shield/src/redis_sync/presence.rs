@@ -123,7 +123,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 let io = Duration::from_millis(shared.cfg.io_timeout_ms.min(1000));
                 gone = shared
                     .target
-                    .reach(&shared.cfg, io, &shared.c.sentinel_errors)
+                    .reach(&shared.cfg, io, &shared.c.sentinel_errors, &shared.limits)
                     .await
                     .is_ok_and(|r| r.addr.as_ref().is_some_and(|a| a != ours));
             }

@@ -8,30 +8,34 @@
 //! (`run_id` of `INFO server`, else the master's address) tells the tasks a failover happened.
 
 use super::SyncConfig;
+use super::capped::{Limits, Server};
 use redis::Value;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// The sync's way to a master.
 pub(super) enum Target {
     /// One server: `url`.
-    Url(redis::Client),
+    Url(Server),
     /// The master Sentinel names.
     Sentinel(Sentinels),
 }
 
 /// The sentinels of `[redis] sentinels`, and the master's name.
 pub(super) struct Sentinels {
-    /// One client per sentinel, in config order.
-    clients: Vec<(String, redis::Client)>,
+    /// One server per sentinel, in config order.
+    clients: Vec<(String, Server)>,
     master_name: String,
+    /// The TLS client config of `rediss://`, for the master too.
+    tls: Option<Arc<rustls::ClientConfig>>,
     /// The sentinel asked first next time (the last that answered).
     next: AtomicUsize,
 }
 
-/// A server reached: its client and what names it.
+/// A server reached: how to connect to it and what names it.
 pub(super) struct Reached {
-    pub(super) client: redis::Client,
+    pub(super) server: Server,
     /// `host:port` of a master Sentinel named; None for `url`.
     pub(super) addr: Option<String>,
 }
@@ -48,35 +52,39 @@ impl Target {
     /// The target `cfg` describes (validated already).
     pub(super) fn new(cfg: &SyncConfig) -> Result<Target, super::SyncError> {
         if cfg.sentinels.is_empty() {
-            return Ok(Target::Url(cfg.client()?));
+            return Ok(Target::Url(cfg.server()?));
         }
+        let tls = cfg.tls_config()?;
         let clients = cfg
             .sentinels
             .iter()
             .map(|s| {
                 let url = cfg.url_at(s, false)?;
-                Ok((s.clone(), cfg.client_for(&url)?))
+                Ok((s.clone(), cfg.server_for(&url, tls.clone())?))
             })
             .collect::<Result<Vec<_>, super::SyncError>>()?;
         Ok(Target::Sentinel(Sentinels {
             clients,
             master_name: cfg.master_name.clone(),
+            tls,
             next: AtomicUsize::new(0),
         }))
     }
 
     /// The server to connect to now: `url`'s, or the master the first sentinel that answers
-    /// names (each asked within `io`). `errors` counts sentinels that failed to answer.
+    /// names (each asked within `io`, its replies bounded by `limits`). `errors` counts
+    /// sentinels that failed to answer.
     pub(super) async fn reach(
         &self,
         cfg: &SyncConfig,
         io: Duration,
         errors: &std::sync::atomic::AtomicU64,
+        limits: &Limits,
     ) -> redis::RedisResult<Reached> {
         let s = match self {
             Target::Url(c) => {
                 return Ok(Reached {
-                    client: c.clone(),
+                    server: c.clone(),
                     addr: None,
                 });
             }
@@ -88,7 +96,7 @@ impl Target {
         for k in 0..n {
             let i = (first + k) % n;
             let (name, client) = &s.clients[i];
-            match ask(client, &s.master_name, io).await {
+            match ask(client, &s.master_name, io, limits).await {
                 Ok(Some((host, port))) => {
                     s.next.store(i, Ordering::Relaxed);
                     let addr = if host.contains(':') {
@@ -99,11 +107,11 @@ impl Target {
                     let url = cfg
                         .url_at(&addr, true)
                         .map_err(|e| err(&addr, e.to_string()))?;
-                    let client = cfg
-                        .client_for(&url)
+                    let server = cfg
+                        .server_for(&url, s.tls.clone())
                         .map_err(|e| err(&addr, e.to_string()))?;
                     return Ok(Reached {
-                        client,
+                        server,
                         addr: Some(addr),
                     });
                 }
@@ -124,16 +132,13 @@ impl Target {
 
 /// `SENTINEL GET-MASTER-ADDR-BY-NAME` of one sentinel.
 async fn ask(
-    client: &redis::Client,
+    server: &Server,
     master: &str,
     io: Duration,
+    limits: &Limits,
 ) -> redis::RedisResult<Option<(String, u16)>> {
-    let conf = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(io))
-        .set_response_timeout(Some(io));
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&conf)
-        .await?;
+    let conf = redis::AsyncConnectionConfig::new().set_response_timeout(Some(io));
+    let mut conn = server.open(conf, io, limits).await?;
     let v: Option<(String, String)> = redis::cmd("SENTINEL")
         .arg("GET-MASTER-ADDR-BY-NAME")
         .arg(master)
