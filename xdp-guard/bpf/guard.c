@@ -263,7 +263,8 @@ static __always_inline int allowed(const struct guard_v6_key *src)
 	return bpf_map_lookup_elem(&guard_allow_v6, &k) != 0;
 }
 
-/* Token bucket per source for UDP to a DNS port. `src` is the IPv6 (or v4-mapped) source. */
+/* Token bucket per source (an IPv6 source's /64) for UDP to a DNS port. `src` is the IPv6 (or
+ * v4-mapped) source. */
 static __always_inline int rate_limit(struct guard_v6_key *src, __be16 dport,
 				      struct guard_counters *cnt)
 {
@@ -279,8 +280,19 @@ static __always_inline int rate_limit(struct guard_v6_key *src, __be16 dport,
 		return GUARD_C_PASS;
 	}
 
+	/* The bucket's key: an IPv4 source (v4-mapped) as it is, an IPv6 source's /64 — one host
+	 * cannot leave its network, while per address it could spread over 2^64 buckets. */
+	struct guard_v6_key key;
+	__u64 hi, lo;
+	__builtin_memcpy(&hi, src->addr, 8);
+	__builtin_memcpy(&lo, src->addr + 8, 8);
+	if (hi != 0 || (bpf_be64_to_cpu(lo) >> 32) != 0xffff)
+		lo = 0;
+	__builtin_memcpy(key.addr, &hi, 8);
+	__builtin_memcpy(key.addr + 8, &lo, 8);
+
 	__u64 now = bpf_ktime_get_ns();
-	struct guard_bucket *b = bpf_map_lookup_elem(&guard_rate, src);
+	struct guard_bucket *b = bpf_map_lookup_elem(&guard_rate, &key);
 	if (!b) {
 		if (cfg->cap_units < GUARD_TOKEN_UNIT)
 			return GUARD_C_DROP_RATELIMIT;
@@ -288,7 +300,7 @@ static __always_inline int rate_limit(struct guard_v6_key *src, __be16 dport,
 			.tokens = cfg->cap_units - GUARD_TOKEN_UNIT,
 			.last_ns = now,
 		};
-		bpf_map_update_elem(&guard_rate, src, &fresh, BPF_ANY);
+		bpf_map_update_elem(&guard_rate, &key, &fresh, BPF_ANY);
 		cnt->count[GUARD_C_RATE_NEW_SOURCE]++;
 		return GUARD_C_PASS;
 	}

@@ -514,7 +514,7 @@ fn udp_to_dns_ports_is_rate_limited_per_source_with_burst() {
                 &[],
                 ETH_IP6,
                 &ipv6(
-                    v6("2001:db8::21"),
+                    v6("2001:db8:0:1::21"),
                     DST6,
                     &[Ext::Opts(HOPOPTS, 0), Ext::Opts(DSTOPTS, 1)],
                     UDP,
@@ -547,6 +547,17 @@ fn udp_to_dns_ports_is_rate_limited_per_source_with_burst() {
     // A limited source does not limit another one.
     assert_eq!(
         g.test_run(&udp4(v4("192.0.2.30"), DNS), 1).unwrap().verdict,
+        Verdict::Pass
+    );
+    // An IPv6 source is its /64: another address of the limited network is limited with it
+    // (one host cannot spread over its 2^64 addresses), another network is not.
+    assert_eq!(
+        burst_run(&g, &udp6(v6("2001:db8::ffff:1"), 5300), 10, rate, burst).0,
+        0,
+        "another address of 2001:db8::/64"
+    );
+    assert_eq!(
+        g.test_run(&udp6(v6("2001:db8:0:2::20"), 5300), 1).unwrap().verdict,
         Verdict::Pass
     );
     // Ports not configured, TCP, and later fragments are not rate-limited.

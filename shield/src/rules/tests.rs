@@ -608,6 +608,36 @@ escalate = { after = 2, window_secs = 10, block_secs = 60 }
     assert!(!r.is_blocked(victim, NOW.unix_ms, crate::block::Traffic::Stream));
 }
 
+/// An IPv6 host cannot spread its requests over the addresses of its network: by default
+/// a rate limit counts a /56 and an escalation blocks the /64.
+#[test]
+fn an_ipv6_source_is_its_network_not_its_address() {
+    let blocks = BlockMap::new(BlockConfig::default());
+    let s = RuleState::new(&StateConfig::default(), Some(blocks.clone()));
+    let p = prepared(
+        r#"
+[[tenant]]
+id = 5
+rate_limit = { per_second = 1.0, burst = 3 }
+escalate = { after = 2, window_secs = 10, block_secs = 60 }
+"#,
+    );
+    // Each request from another address of one /64 (and then of its /56).
+    let limited = (0..6u16)
+        .map(|i| {
+            let a = ip(&format!("2001:db8:0:{:x}::{:x}", i / 3, i + 1));
+            p.check(&s, 5, a, &Proven(Evidence::Tcp), NOW).action
+        })
+        .filter(|a| *a == Action::RateLimit)
+        .count();
+    assert_eq!(limited, 3, "the /56 shares one burst of 3");
+    let r = blocks.reader();
+    let t = crate::block::Traffic::Stream;
+    assert!(r.is_blocked(ip("2001:db8:0:1::ffff"), NOW.unix_ms, t), "its /64 is blocked");
+    assert!(!r.is_blocked(ip("2001:db8:0:0::ffff"), NOW.unix_ms, t), "another /64 is not");
+    assert!(!r.is_blocked(ip("2001:db8:1::1"), NOW.unix_ms, t), "nor another /56");
+}
+
 #[test]
 fn never_block_is_out_of_reach_and_short_escalations_are_refused() {
     use crate::never_block::{BlockPolicy, NeverBlock};
