@@ -557,7 +557,9 @@ fn udp_to_dns_ports_is_rate_limited_per_source_with_burst() {
         "another address of 2001:db8::/64"
     );
     assert_eq!(
-        g.test_run(&udp6(v6("2001:db8:0:2::20"), 5300), 1).unwrap().verdict,
+        g.test_run(&udp6(v6("2001:db8:0:2::20"), 5300), 1)
+            .unwrap()
+            .verdict,
         Verdict::Pass
     );
     // Ports not configured, TCP, and later fragments are not rate-limited.

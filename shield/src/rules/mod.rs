@@ -55,7 +55,7 @@
 //! deny = ["203.0.113.0/24", "@scanners"]
 //! deny_asn = [64496]
 //! allow_known_bots = true
-//! rate_limit = { per_second = 20.0, burst = 40 }           # v4_prefix = 32, v6_prefix = 56
+//! rate_limit = { per_second = 20.0, burst = 40 }           # v4_prefix = 32, v6_prefix = 64
 //! escalate = { after = 50, window_secs = 10, block_secs = 600 }   # on = ["deny", "rate_limit"]
 //!                                    # v4_prefix = 32, v6_prefix = 64 (the prefix blocked)
 //!

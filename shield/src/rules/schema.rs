@@ -107,14 +107,10 @@ fn default_v4() -> u8 {
     32
 }
 
-/// A rate limit's IPv6 prefix: a /56, what one subscriber is commonly given (Knot's RRL
-/// default); per address, one host could spread its requests over 2^64 buckets.
+/// The IPv6 prefix of a rate limit and of an escalation's block: one network (/64), the
+/// least a host can leave by itself (per address, it could spread over 2^64 buckets; a /56
+/// may hold several subscribers, a mobile carrier's devices each having a /64).
 fn default_v6() -> u8 {
-    56
-}
-
-/// An escalation's IPv6 prefix: one network (/64), the least a host can leave by itself.
-fn default_escalate_v6() -> u8 {
     64
 }
 
@@ -149,7 +145,7 @@ struct EscalateSchema {
     on: Option<Vec<ActionName>>,
     #[serde(default = "default_v4")]
     v4_prefix: u8,
-    #[serde(default = "default_escalate_v6")]
+    #[serde(default = "default_v6")]
     v6_prefix: u8,
     reason: Option<String>,
 }

@@ -609,7 +609,7 @@ escalate = { after = 2, window_secs = 10, block_secs = 60 }
 }
 
 /// An IPv6 host cannot spread its requests over the addresses of its network: by default
-/// a rate limit counts a /56 and an escalation blocks the /64.
+/// a rate limit counts its /64 and an escalation blocks it.
 #[test]
 fn an_ipv6_source_is_its_network_not_its_address() {
     let blocks = BlockMap::new(BlockConfig::default());
@@ -622,20 +622,27 @@ rate_limit = { per_second = 1.0, burst = 3 }
 escalate = { after = 2, window_secs = 10, block_secs = 60 }
 "#,
     );
-    // Each request from another address of one /64 (and then of its /56).
+    // Each request from another address of one /64; then one from the next /64.
     let limited = (0..6u16)
         .map(|i| {
-            let a = ip(&format!("2001:db8:0:{:x}::{:x}", i / 3, i + 1));
+            let a = ip(&format!("2001:db8:0:1::{:x}", i + 1));
             p.check(&s, 5, a, &Proven(Evidence::Tcp), NOW).action
         })
         .filter(|a| *a == Action::RateLimit)
         .count();
-    assert_eq!(limited, 3, "the /56 shares one burst of 3");
+    assert_eq!(limited, 3, "the /64 shares one burst of 3");
+    let next = p.check(&s, 5, ip("2001:db8:0:2::1"), &Proven(Evidence::Tcp), NOW);
+    assert_eq!(next.action, Action::Pass, "another /64 has its own");
     let r = blocks.reader();
     let t = crate::block::Traffic::Stream;
-    assert!(r.is_blocked(ip("2001:db8:0:1::ffff"), NOW.unix_ms, t), "its /64 is blocked");
-    assert!(!r.is_blocked(ip("2001:db8:0:0::ffff"), NOW.unix_ms, t), "another /64 is not");
-    assert!(!r.is_blocked(ip("2001:db8:1::1"), NOW.unix_ms, t), "nor another /56");
+    assert!(
+        r.is_blocked(ip("2001:db8:0:1::ffff"), NOW.unix_ms, t),
+        "its /64 is blocked"
+    );
+    assert!(
+        !r.is_blocked(ip("2001:db8:0:2::ffff"), NOW.unix_ms, t),
+        "another /64 is not"
+    );
 }
 
 #[test]
