@@ -1391,3 +1391,61 @@ async fn a_reply_past_the_bound_is_never_read_and_the_sync_resumes_without_it() 
     sa.shutdown().await;
     sb.shutdown().await;
 }
+
+/// Heartbeats are signed: members made up by whoever can write to Redis, or a node's own
+/// old members replayed with fresh scores, never count as a second live process on its id
+/// (which would report a conflict and hold back its retractions); a real second process does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_or_replayed_heartbeats_raise_no_node_id_conflict() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let beats = |node: &str| SyncConfig {
+        presence_ms: 100,
+        ..cfg(&r.url(), node)
+    };
+    let a = map();
+    let sa = spawn(beats("a"), &a);
+    synced(&sa).await;
+    until("a few beats", || sa.stats().heartbeats >= 3).await;
+    let own: Vec<(String, i64)> = redis::cmd("ZRANGE")
+        .arg("t:node:a")
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut r.conn())
+        .unwrap();
+    let (old, _) = own[0].clone();
+    for _ in 0..15 {
+        let now = redis_now(&r);
+        let _: i64 = redis::cmd("ZADD")
+            .arg("t:node:a")
+            .arg(now)
+            .arg(format!("evil:1:ff|{now}|{}", "0".repeat(32)))
+            .arg(now)
+            .arg(&old)
+            .arg(now)
+            .arg("bare-token")
+            .query(&mut r.conn())
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let st = sa.stats();
+    assert_eq!(
+        (st.node_id_conflicts, st.node_id_conflict),
+        (0, false),
+        "{st:?}"
+    );
+    assert!(st.presence_refused >= 10, "{st:?}");
+
+    // A second process on the same id is still found.
+    let twin = map();
+    let st = spawn(beats("a"), &twin);
+    until("the twin reported", || {
+        sa.stats().node_id_conflict && st.stats().node_id_conflict
+    })
+    .await;
+    st.shutdown().await;
+    sa.shutdown().await;
+}

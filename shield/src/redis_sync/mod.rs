@@ -434,14 +434,18 @@ impl SyncConfig {
         }
     }
 
+    /// The fleet key of `key_file`, or none (unsigned).
+    fn fleet_key(&self) -> Result<Option<crate::fleet_key::FleetKey>, SyncError> {
+        self.key_file
+            .as_ref()
+            .map(|p| crate::fleet_key::FleetKey::load(p))
+            .transpose()
+            .map_err(|e| SyncError::Config(format!("key_file: {e}")))
+    }
+
     /// The key that signs and verifies records: derived from `key_file`, or none (unsigned).
     pub fn record_key(&self) -> Result<Option<crate::fleet_key::DerivedKey>, SyncError> {
-        match &self.key_file {
-            Some(p) => crate::fleet_key::FleetKey::load(p)
-                .map(|k| Some(k.derive(record::KEY_PURPOSE)))
-                .map_err(|e| SyncError::Config(format!("key_file: {e}"))),
-            None => Ok(None),
-        }
+        Ok(self.fleet_key()?.map(|k| k.derive(record::KEY_PURPOSE)))
     }
 }
 
@@ -564,6 +568,8 @@ pub struct SyncStats {
     pub clock_offset_ms: i64,
     /// Heartbeats that found another live process using this node id.
     pub node_id_conflicts: u64,
+    /// Presence members that did not verify (made up or replayed by a Redis writer).
+    pub presence_refused: u64,
     /// Another live process uses this node id now.
     pub node_id_conflict: bool,
     /// Heartbeats written.
@@ -606,6 +612,7 @@ struct Counters {
     /// Shared with every connection's reader (see [`capped`]).
     replies_too_large: Arc<AtomicU64>,
     node_id_conflicts: AtomicU64,
+    presence_refused: AtomicU64,
     heartbeats: AtomicU64,
 }
 
@@ -645,6 +652,8 @@ struct Shared {
     sealer: record::Sealer,
     /// Opens and verifies others' records.
     opener: record::Opener,
+    /// Signs and verifies heartbeats (none when unsigned).
+    presence_key: Option<crate::fleet_key::DerivedKey>,
     c: Counters,
 }
 
@@ -860,6 +869,7 @@ impl Shared {
             replies_too_large: get(&c.replies_too_large),
             clock_offset_ms: self.offset(),
             node_id_conflicts: get(&c.node_id_conflicts),
+            presence_refused: get(&c.presence_refused),
             node_id_conflict: self.conflict.load(Ordering::Relaxed),
             heartbeats: get(&c.heartbeats),
         }
@@ -927,6 +937,7 @@ impl RedisSync {
         let rt = tokio::runtime::Handle::try_current().map_err(|_| SyncError::NoRuntime)?;
         let target = target::Target::new(&cfg)?;
         let key = cfg.record_key()?;
+        let presence_key = cfg.fleet_key()?.map(|k| k.derive(presence::KEY_PURPOSE));
         if key.is_none() {
             tracing::warn!(
                 "[redis] insecure_unsigned: records are neither signed nor checked; anyone who can write to Redis commands every node's block map"
@@ -958,6 +969,7 @@ impl RedisSync {
             token: presence::token(),
             sealer,
             opener,
+            presence_key,
             c,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -1225,6 +1237,7 @@ impl crate::metrics::Source for SyncMonitor {
         c("heartbeats", false, s.heartbeats);
         c("node_id_conflict", true, s.node_id_conflict as u64);
         c("node_id_conflicts", false, s.node_id_conflicts);
+        c("presence_refused", false, s.presence_refused);
         for (i, why) in Refused::ALL.iter().enumerate() {
             out.counter(
                 format!("redis.refused.{}", why.name()),

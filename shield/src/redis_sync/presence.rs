@@ -3,15 +3,79 @@
 //! token whose heartbeat moved since the previous look is another live process with this
 //! node id: reported at error level (at most every ten seconds while it lasts) and counted.
 //! A crashed predecessor's token does not move and ages out; a clean stop removes its own.
+//!
+//! Each beat is a member of its own, `{token}|{ms}|{mac}`: the beat's Redis time (also its
+//! score) and an HMAC-SHA256 (128 bits, hex) over node id, token and time under a key derived
+//! from the fleet key. A member that does not verify, or whose score is not its time, is
+//! nobody's beat (`presence_refused`): whoever can write to Redis can neither make up a
+//! second live process on a node's id nor keep one alive by replaying its old members, which
+//! would report a conflict and hold back the retraction of the node's stale records.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 use tokio::sync::watch;
 
 use super::{Shared, add, sleep_or_stop, target};
+use crate::fleet_key::DerivedKey;
+
+/// What the presence key is derived for (from the fleet key).
+pub(super) const KEY_PURPOSE: &str = "palisade redis presence v1";
+
+/// Bytes of a member's MAC (hex doubles them).
+const MAC_BYTES: usize = 16;
+
+fn mac(key: &DerivedKey, node: &str, token: &str, ms: i64) -> Hmac<Sha256> {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.0).expect("any key length");
+    m.update(node.as_bytes());
+    m.update(b"\0");
+    m.update(token.as_bytes());
+    m.update(b"\0");
+    m.update(&ms.to_be_bytes());
+    m
+}
+
+/// This process's member for a beat at Redis time `ms` (no MAC without a key).
+fn member(key: Option<&DerivedKey>, node: &str, token: &str, ms: i64) -> String {
+    let tag = key.map_or(String::new(), |k| {
+        mac(k, node, token, ms).finalize().into_bytes()[..MAC_BYTES]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    });
+    format!("{token}|{ms}|{tag}")
+}
+
+/// The token and time of a member that verifies for `node` and whose score is its time;
+/// without a key (`insecure_unsigned`) any member of that shape.
+fn open<'a>(
+    key: Option<&DerivedKey>,
+    node: &str,
+    member: &'a [u8],
+    score: f64,
+) -> Option<(&'a str, i64)> {
+    let text = std::str::from_utf8(member).ok()?;
+    let (rest, tag) = text.rsplit_once('|')?;
+    let (token, ms) = rest.rsplit_once('|')?;
+    let ms: i64 = ms.parse().ok()?;
+    if ms as f64 != score {
+        return None;
+    }
+    if let Some(k) = key {
+        if tag.len() != 2 * MAC_BYTES {
+            return None;
+        }
+        let bytes: Vec<u8> = (0..MAC_BYTES)
+            .map(|i| u8::from_str_radix(tag.get(2 * i..2 * i + 2)?, 16).ok())
+            .collect::<Option<_>>()?;
+        mac(k, node, token, ms).verify_truncated_left(&bytes).ok()?;
+    }
+    Some((token, ms))
+}
 
 /// Heartbeats a token may miss before it is forgotten.
 const AGE_OUT: u64 = 5;
@@ -53,8 +117,11 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut last_server: Option<String> = None;
     let mut asked_at: Option<Instant> = None;
     let mut attempt = 0u32;
-    // Other tokens and the heartbeat score last seen for each.
-    let mut seen: HashMap<String, f64> = HashMap::new();
+    // Other tokens and the latest beat last seen of each.
+    let mut seen: HashMap<String, i64> = HashMap::new();
+    // This process's members still within the age-out (a clean stop removes them).
+    let mut written: VecDeque<(i64, String)> = VecDeque::new();
+    let signer = shared.presence_key.as_ref();
     let mut last_report: Option<Instant> = None;
     loop {
         if *stop.borrow() {
@@ -83,11 +150,19 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let c = conn.as_mut().expect("connected");
         let now = shared.now() as i64 + shared.offset();
         let ttl_ms = shared.cfg.presence_ms.saturating_mul(AGE_OUT);
+        let mine = member(signer, &shared.node, &shared.token, now);
+        while written
+            .front()
+            .is_some_and(|(t, _)| *t < now - ttl_ms as i64)
+        {
+            written.pop_front();
+        }
+        written.push_back((now, mine.clone()));
         let beat: redis::RedisResult<Beat> = redis::pipe()
             .cmd("ZADD")
             .arg(&key)
             .arg(now)
-            .arg(&shared.token)
+            .arg(&mine)
             .cmd("ZREMRANGEBYSCORE")
             .arg(&key)
             .arg("-inf")
@@ -143,22 +218,25 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             Ok((_, _, members, _)) => {
                 attempt = 0;
                 add(&shared.c.heartbeats, 1);
-                let mut live = Vec::new();
-                let mut next = HashMap::new();
-                // Members that are no UTF-8 are nobody's token (anyone who can write to
-                // Redis can add one): passed over, never a failed heartbeat.
-                let members = members
-                    .into_iter()
-                    .filter_map(|(t, score)| Some((String::from_utf8(t).ok()?, score)));
-                for (tok, score) in members {
-                    if tok == shared.token {
-                        continue;
+                // Each other token's latest beat. Members that do not verify are nobody's
+                // (anyone who can write to Redis can add one): counted and passed over,
+                // never a failed heartbeat.
+                let mut next: HashMap<String, i64> = HashMap::new();
+                for (m, score) in &members {
+                    match open(signer, &shared.node, m, *score) {
+                        Some((tok, _)) if tok == shared.token => {}
+                        Some((tok, ms)) => {
+                            let t = next.entry(tok.to_string()).or_insert(ms);
+                            *t = (*t).max(ms);
+                        }
+                        None => add(&shared.c.presence_refused, 1),
                     }
-                    if seen.get(&tok).is_some_and(|&prev| score > prev) {
-                        live.push(tok.clone());
-                    }
-                    next.insert(tok, score);
                 }
+                let live: Vec<String> = next
+                    .iter()
+                    .filter(|(tok, ms)| seen.get(*tok).is_some_and(|prev| *ms > prev))
+                    .map(|(tok, _)| tok.clone())
+                    .collect();
                 seen = next;
                 if live.is_empty() {
                     shared.conflict.store(false, Ordering::Relaxed);
@@ -193,11 +271,13 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             break;
         }
     }
-    // A clean stop leaves no token behind (a restart would otherwise see it for a while).
-    if let Some(c) = conn.as_mut() {
+    // A clean stop leaves no beat behind (a restart would otherwise see it for a while).
+    if let Some(c) = conn.as_mut()
+        && !written.is_empty()
+    {
         let _: redis::RedisResult<()> = redis::cmd("ZREM")
             .arg(&key)
-            .arg(&shared.token)
+            .arg(written.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>())
             .query_async(c)
             .await;
     }
@@ -208,4 +288,47 @@ fn deposed(shared: &Shared, master: &Option<String>) {
     add(&shared.c.masters_deposed, 1);
     tracing::warn!(node = %shared.node, master = ?master, "redis master deposed: reconnecting every task");
     shared.master_moved.send_modify(|g| *g += 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_verify_only_for_their_node_time_and_key() {
+        let k = DerivedKey([7; 32]);
+        let other = DerivedKey([8; 32]);
+        let m = member(Some(&k), "a", "host:1:ab", 1_000);
+        assert_eq!(
+            open(Some(&k), "a", m.as_bytes(), 1_000.0),
+            Some(("host:1:ab", 1_000))
+        );
+        // Another node's key, another key, another score, a changed time or token: nobody's.
+        assert_eq!(open(Some(&k), "b", m.as_bytes(), 1_000.0), None);
+        assert_eq!(open(Some(&other), "a", m.as_bytes(), 1_000.0), None);
+        assert_eq!(open(Some(&k), "a", m.as_bytes(), 2_000.0), None);
+        let moved = m.replace("|1000|", "|2000|");
+        assert_eq!(open(Some(&k), "a", moved.as_bytes(), 2_000.0), None);
+        let other_token = m.replace("host:1:ab", "host:2:ab");
+        assert_eq!(open(Some(&k), "a", other_token.as_bytes(), 1_000.0), None);
+        // Unsigned, bare tokens (the old form) and junk.
+        for junk in [
+            "host:9:ff|1000|",
+            "host:9:ff",
+            "|1000|00",
+            "x|y|z",
+            "\u{ff}",
+        ] {
+            assert_eq!(
+                open(Some(&k), "a", junk.as_bytes(), 1_000.0),
+                None,
+                "{junk}"
+            );
+        }
+        assert_eq!(open(Some(&k), "a", b"\xff\xfe", 1_000.0), None);
+        // Without a key (insecure_unsigned) the shape is enough.
+        let u = member(None, "a", "host:1:ab", 5);
+        assert_eq!(u, "host:1:ab|5|");
+        assert_eq!(open(None, "a", u.as_bytes(), 5.0), Some(("host:1:ab", 5)));
+    }
 }
