@@ -321,12 +321,30 @@ def busy_jiffies():
     return out
 
 
-def kxdpgun(veth, qfile, seconds, qps):
-    """Runs the generator; returns (sent, answered) from its summary."""
+def sender_rx_packets(veth):
+    """Frames that reached the sending link (the veth counts each, whatever its XDP program
+    then does with it)."""
+    j = json.loads(xv.sh(["ip", "-n", veth.ns_s, "-j", "-s", "link", "show", veth.if_s]))[0]
+    return j.get("stats64", {}).get("rx", {}).get("packets", 0)
+
+
+def kxdpgun(veth, qfile, seconds, qps, drop=False):
+    """Runs the generator; returns (sent, answered) from its summary. With `drop` (kxdpgun
+    -r) it reads no reply: its socket's ring stays full and the kernel drops each reply
+    before any copy; the answers are then the frames that reached the sending link."""
     argv = veth.exec(veth.ns_s, ["kxdpgun", "-t", str(seconds), "-Q", str(qps), "-F", "1",
-                                 "-I", veth.if_s, "-i", qfile, xv.RECV_IP])
+                                 "-I", veth.if_s, "-i", qfile, xv.RECV_IP]
+                     + (["-r"] if drop else []))
+    rx0 = sender_rx_packets(veth)
     out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 30)
     text = out.stdout + out.stderr
+    c.log(f"kxdpgun{' -r' if drop else ''}: {sender_rx_packets(veth) - rx0} frames reached "
+          "the sending link")
+    if drop:
+        sent = re.search(r"total queries:\s+(\d+)", text)
+        if not sent:
+            raise RuntimeError(f"kxdpgun: {text.strip()[-600:]}")
+        return int(sent.group(1)), sender_rx_packets(veth) - rx0, text
     sent = re.search(r"total queries:\s+(\d+)", text)
     answered = re.search(r"total replies:\s+(\d+)", text)
     if not sent:
@@ -352,7 +370,8 @@ def measure(case, veth, tmp, zone, qfile, seconds, qps, rig="kxdpgun"):
         if rig == "gen":
             sent, answered = xdp_gen(veth, seconds, qps)
         else:
-            sent, answered, _text = kxdpgun(veth, qfile, seconds, qps)
+            sent, answered, _text = kxdpgun(veth, qfile, seconds, qps,
+                                            drop=rig == "kxdpgun-r")
         wall = time.monotonic() - t0
         b1, i1 = busy_jiffies(), c.idle_snapshot()
         xdp = {}
@@ -432,6 +451,9 @@ def own_costs(rs):
 RIG_TEXT = {
     "kxdpgun": "kxdpgun (AF_XDP in copy mode: every query a socket buffer the veth turns into "
                "an XDP frame by a copy; replies read by kxdpgun)",
+    "kxdpgun-r": "kxdpgun -r (as kxdpgun, but it reads no reply: the kernel drops each at its "
+                 "full socket ring before any copy; answers counted as the frames reaching the "
+                 "sending link)",
     "gen": "XDP frames (xdp_veth.py's live-frames sender: queries made in the kernel and sent "
            "with ndo_xdp_xmit, as a NIC hands frames to XDP, in bursts; replies dropped and "
            "counted by the sending link's XDP program)",
@@ -523,7 +545,7 @@ def main():
     ap.add_argument("--no-attack", action="store_true")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--rigs", default="kxdpgun",
-                    help="generators: kxdpgun, gen (XDP frames from BPF_PROG_TEST_RUN's live "
+                    help="generators: kxdpgun, kxdpgun-r (replies not read), gen (XDP frames from BPF_PROG_TEST_RUN's live "
                          "mode, replies dropped in XDP)")
     ap.add_argument("--no-test-run", action="store_true",
                     help="skip the program alone (cargo bench -p xdp-guard)")

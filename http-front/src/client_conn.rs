@@ -267,6 +267,9 @@ async fn is_h2_preface(s: &TcpStream) -> io::Result<bool> {
 struct Life {
     max_age: Duration,
     idle: Duration,
+    /// How long an HTTP/2 connection may stay without its first request
+    /// (`header_read_timeout_ms`, as an HTTP/1.1 head must come within it).
+    first: Duration,
     grace: Duration,
 }
 
@@ -284,6 +287,7 @@ async fn serve(
     let life = Life {
         max_age: Duration::from_secs(s.max_connection_age_secs),
         idle: Duration::from_millis(s.idle_timeout_ms),
+        first: head_timeout,
         grace: Duration::from_millis(s.graceful_close_ms),
     };
     let ip = guard.ctl.ip;
@@ -451,7 +455,9 @@ where
     let _fd = ForgetFd(ctl);
     let start = Instant::now();
     let mut age = pin!(sleep_until(start + life.max_age));
-    let mut idle_at = start + life.idle;
+    // Until its first request an HTTP/2 connection has `first` (a preface and SETTINGS
+    // alone hold a connection's memory, as an HTTP/1.1 head never finished would).
+    let mut idle_at = start + life.idle.min(life.first);
     let mut grace_end: Option<Instant> = None;
     loop {
         tokio::select! {
@@ -484,12 +490,23 @@ where
                 let now_ms = shield::clock::mono_us() / 1000;
                 let last = ctl.last_active_ms.load(Ordering::Relaxed);
                 let idle_ms = life.idle.as_millis() as u64;
-                let quiet_ms = if last == 0 { start.elapsed().as_millis() as u64 } else { now_ms.saturating_sub(last) };
+                let (idle_ms, quiet_ms) = if last == 0 && ctl.requests.load(Ordering::Relaxed) == 0 {
+                    (idle_ms.min(life.first.as_millis() as u64), start.elapsed().as_millis() as u64)
+                } else if last == 0 {
+                    (idle_ms, start.elapsed().as_millis() as u64)
+                } else {
+                    (idle_ms, now_ms.saturating_sub(last))
+                };
                 let busy = ctl.inflight.load(Ordering::Relaxed) > 0
                     || ctl.bodies.load(Ordering::Relaxed) > 0
                     || ctl.tunnels() > 0;
                 if !busy && quiet_ms >= idle_ms {
-                    if ctl.close(CloseCause::Idle) {
+                    if ctl.requests.load(Ordering::Relaxed) == 0 {
+                        // No request ever: counted as an HTTP/1.1 head that never came.
+                        if ctl.close(CloseCause::Idle) {
+                            c.bump(Counter::LimitHeaderTimeout);
+                        }
+                    } else if ctl.close(CloseCause::Idle) {
                         c.bump(Counter::LimitIdle);
                     }
                 } else {

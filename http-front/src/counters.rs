@@ -84,6 +84,7 @@ counters! {
     LimitIdle => ("limit_hits_total", "limit", "idle_timeout"),
     LimitResetFlood => ("limit_hits_total", "limit", "reset_flood"),
     LimitH2Protocol => ("limit_hits_total", "limit", "h2_goaway"),
+    LimitH2ControlFlood => ("limit_hits_total", "limit", "h2_control_flood"),
     LimitAccessLogQueue => ("limit_hits_total", "limit", "access_log_queue"),
     LimitSendTimeout => ("limit_hits_total", "limit", "send_timeout"),
     LimitSendMinRate => ("limit_hits_total", "limit", "send_min_rate"),

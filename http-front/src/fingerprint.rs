@@ -305,6 +305,9 @@ pub(crate) fn hpack_int(b: &[u8], n: u32) -> Option<(u64, usize)> {
 /// Bytes of the first HEADERS block read for its pseudo-header order.
 pub const H2_BLOCK_MAX: usize = 512;
 
+/// PRIORITY frames the fingerprint lists at most.
+const PRIORITIES_MAX: usize = 16;
+
 /// Bytes of a HEADERS payload before its header block: the pad length (PADDED, 0x8) and the
 /// priority fields (PRIORITY, 0x20).
 pub(crate) fn headers_prefix(flags: u8) -> usize {
@@ -381,6 +384,8 @@ pub struct H2Print {
     settings: String,
     window: Option<u32>,
     priorities: String,
+    /// PRIORITY frames in `priorities`.
+    priority_count: usize,
     /// The first HEADERS block's start (its pseudo-headers).
     block: Vec<u8>,
     /// The first SETTINGS was seen.
@@ -425,6 +430,12 @@ impl H2Print {
     }
 
     fn priority(&mut self, stream: u32, p: &[u8]) {
+        // Browsers send a handful; the rest of a long run adds nothing to the fingerprint
+        // (and the connection's control frames are bounded by the watch).
+        if self.priority_count >= PRIORITIES_MAX {
+            return;
+        }
+        self.priority_count += 1;
         let dep = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
         if !self.priorities.is_empty() {
             self.priorities.push(',');

@@ -11,6 +11,14 @@
 //! (COMPRESSION_ERROR, the last stream h2 saw) at the next frame boundary of what h2 writes
 //! (it follows those headers too), and ends the connection. Size updates split across a
 //! CONTINUATION, or not at a block's start, are left to h2.
+//!
+//! It also bounds the frames that cost the server work but carry nothing to serve: PRIORITY
+//! (which h2 ignores, and the fingerprint gathered until the first HEADERS read), SETTINGS,
+//! PING and WINDOW_UPDATE from the client. A connection may send [`CONTROL_BASE`] of them,
+//! and more as it earns them: per request, per KiB of DATA we sent (each WINDOW_UPDATE returns
+//! some), per PING or SETTINGS of ours (each wants an answer) and per second of its life.
+//! Past that it is a flood (nginx's answer is the same): GOAWAY ENHANCE_YOUR_CALM and the
+//! connection ends (`limit_hits_total{limit="h2_control_flood"}`).
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -30,6 +38,13 @@ const BLOCK_START: usize = 12;
 const HEADERS: u8 = 0x1;
 const GOAWAY: u8 = 0x7;
 const COMPRESSION_ERROR: u32 = 0x9;
+const ENHANCE_YOUR_CALM: u32 = 0xb;
+/// Control frames (PRIORITY, SETTINGS, PING, WINDOW_UPDATE) any connection may send.
+pub const CONTROL_BASE: u64 = 1_000;
+/// Control frames more per request (HEADERS) the client sent.
+const CONTROL_PER_REQUEST: u64 = 100;
+/// Bytes of DATA sent to the client per control frame more it may send.
+const DATA_PER_CONTROL: u64 = 1_024;
 
 /// Follows frames by their headers, in one direction.
 #[derive(Debug, Default)]
@@ -76,6 +91,18 @@ pub struct H2Watch<I> {
     goaway: Option<([u8; 17], usize)>,
     /// The HTTP/2 fingerprint being gathered (until the first HEADERS).
     print: Option<Box<crate::fingerprint::H2Collect>>,
+    /// Control frames the client sent (PRIORITY, SETTINGS, PING, WINDOW_UPDATE).
+    control: u64,
+    /// HEADERS frames the client sent.
+    requests: u64,
+    /// DATA payload bytes written to the client.
+    data_out: u64,
+    /// PING and SETTINGS frames written to the client.
+    asked: u64,
+    /// When the connection began (control frames are also earned by the second).
+    opened: std::time::Instant,
+    /// The GOAWAY's error code once a violation is seen.
+    error: u32,
 }
 
 impl<I> H2Watch<I> {
@@ -98,11 +125,28 @@ impl<I> H2Watch<I> {
             last_stream: 0,
             goaway: None,
             print: print.map(|p| Box::new(crate::fingerprint::H2Collect::new(p))),
+            control: 0,
+            requests: 0,
+            data_out: 0,
+            asked: 0,
+            opened: std::time::Instant::now(),
+            error: COMPRESSION_ERROR,
         }
     }
 
+    /// True while the client's control frames stay within what it earned.
+    fn control_allowed(&self) -> bool {
+        let earned = CONTROL_BASE
+            + self.requests * CONTROL_PER_REQUEST
+            + self.data_out / DATA_PER_CONTROL
+            + 2 * self.asked;
+        // The clock is read only past the other allowances.
+        self.control <= earned || self.control <= earned + self.opened.elapsed().as_secs()
+    }
+
     /// Follows `data` from the client. `Err(keep)` when a header block opens with a size
-    /// update above what we announced: `keep` bytes of `data` come before that frame.
+    /// update above what we announced, or control frames pass what the client earned
+    /// (`error` says which): `keep` bytes of `data` come before that frame.
     fn scan_read(&mut self, mut data: &[u8]) -> Result<(), usize> {
         let total = data.len();
         // Where in `data` the frame being read began (0: in an earlier read).
@@ -129,17 +173,29 @@ impl<I> H2Watch<I> {
                 r.have = 0;
                 let h = r.head;
                 r.left = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+                let left = r.left;
                 let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                match h[3] {
+                    HEADERS => self.requests += 1,
+                    0x2 | 0x4 | 0x6 | 0x8 => {
+                        self.control += 1;
+                        if !self.control_allowed() {
+                            self.error = ENHANCE_YOUR_CALM;
+                            return Err(frame_start);
+                        }
+                    }
+                    _ => {}
+                }
                 if let Some(p) = &mut self.print {
-                    p.begin(h[3], h[4], stream, r.left);
-                    if r.left == 0 && p.end() {
+                    p.begin(h[3], h[4], stream, left);
+                    if left == 0 && p.end() {
                         self.print = None;
                     }
                 }
                 self.block = Block::default();
                 if h[3] == HEADERS {
                     let skip = crate::fingerprint::headers_prefix(h[4]);
-                    let want = r.left.saturating_sub(skip).min(BLOCK_START);
+                    let want = left.saturating_sub(skip).min(BLOCK_START);
                     if want == 0 {
                         self.last_stream = self.last_stream.max(stream);
                     } else {
@@ -175,6 +231,7 @@ impl<I> H2Watch<I> {
                 if b.len == b.want {
                     b.active = false;
                     if oversized_update(&b.start[..b.len]) {
+                        self.error = COMPRESSION_ERROR;
                         return Err(frame_start);
                     }
                     self.last_stream = self.last_stream.max(b.stream);
@@ -213,6 +270,11 @@ impl<I> H2Watch<I> {
                 w.have = 0;
                 let h = w.head;
                 w.left = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+                match h[3] {
+                    0x0 => self.data_out += w.left as u64,
+                    0x4 | 0x6 => self.asked += 1,
+                    _ => {}
+                }
             }
         }
     }
@@ -258,10 +320,18 @@ impl<I: AsyncWrite + Unpin> H2Watch<I> {
         f[2] = 8;
         f[3] = GOAWAY;
         f[9..13].copy_from_slice(&self.last_stream.to_be_bytes());
-        f[13..17].copy_from_slice(&COMPRESSION_ERROR.to_be_bytes());
+        f[13..17].copy_from_slice(&self.error.to_be_bytes());
         self.goaway = Some((f, 0));
-        self.counters.bump(Counter::LimitH2Protocol);
-        tracing::debug!("HPACK table size update above SETTINGS: GOAWAY COMPRESSION_ERROR");
+        if self.error == ENHANCE_YOUR_CALM {
+            self.counters.bump(Counter::LimitH2ControlFlood);
+            tracing::debug!(
+                frames = self.control,
+                "HTTP/2 control frame flood: GOAWAY ENHANCE_YOUR_CALM"
+            );
+        } else {
+            self.counters.bump(Counter::LimitH2Protocol);
+            tracing::debug!("HPACK table size update above SETTINGS: GOAWAY COMPRESSION_ERROR");
+        }
     }
 }
 
@@ -405,6 +475,41 @@ mod tests {
         let mut w = watch();
         assert_eq!(w.scan_read(&bytes), Err(ok_len));
         assert_eq!(w.scan_read(&[]), Ok(()));
+    }
+
+    #[test]
+    fn a_control_frame_flood_is_cut_and_earned_frames_pass() {
+        let mut pre = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        pre.extend(frame(0x4, 0, 0, &[]));
+        let prio = frame(0x2, 0, 3, &[0, 0, 0, 1, 16]);
+        let wu = frame(0x8, 0, 0, &[0, 0, 0x40, 0]);
+        // A PRIORITY flood before any request: cut at the base allowance.
+        let mut w = watch();
+        assert_eq!(w.scan_read(&pre), Ok(()));
+        let mut cut = None;
+        for i in 0..5_000u64 {
+            if w.scan_read(&prio).is_err() {
+                cut = Some(i);
+                break;
+            }
+        }
+        assert_eq!(cut, Some(CONTROL_BASE - 1), "SETTINGS was one");
+        assert_eq!(w.error, ENHANCE_YOUR_CALM);
+        // WINDOW_UPDATEs earned by DATA sent and requests made pass.
+        let mut w = watch();
+        assert_eq!(w.scan_read(&pre), Ok(()));
+        for s in 0..20u32 {
+            assert_eq!(
+                w.scan_read(&frame(HEADERS, 0x5, 2 * s + 1, &[0x82])),
+                Ok(())
+            );
+        }
+        w.scan_written(&frame(0x0, 0, 1, &vec![0u8; 1 << 20]));
+        let earned = CONTROL_BASE + 20 * CONTROL_PER_REQUEST + (1 << 20) / DATA_PER_CONTROL;
+        for i in 1..earned {
+            assert_eq!(w.scan_read(&wu), Ok(()), "frame {i}");
+        }
+        assert!(w.scan_read(&wu).is_err(), "past what it earned");
     }
 
     #[test]

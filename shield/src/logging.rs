@@ -43,7 +43,8 @@ impl std::str::FromStr for LogFormat {
 }
 
 /// Installs the process's logger: `format` (the flag's) over the config's, `RUST_LOG` over
-/// the config's filter. An invalid filter is an error naming where it came from.
+/// the config's filter (which, unless it names `h2`, keeps the HTTP/2 library's per-connection
+/// warnings out). An invalid filter is an error naming where it came from.
 pub fn init(cfg: &LogConfig, format: Option<LogFormat>) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
@@ -52,7 +53,15 @@ pub fn init(cfg: &LogConfig, format: Option<LogFormat>) -> Result<(), String> {
         }
         _ => {
             let f = cfg.filter.as_deref().unwrap_or("info");
-            EnvFilter::try_new(f).map_err(|e| format!("[log] filter = {f:?}: {e}"))?
+            let filter = EnvFilter::try_new(f).map_err(|e| format!("[log] filter = {f:?}: {e}"))?;
+            // The HTTP/2 library warns once per connection it ends for abuse (reset floods,
+            // CONTINUATION floods), unthrottled: a flood of them would be a flood of lines.
+            // Those ends are counted in metrics; its errors still show.
+            if f.contains("h2") {
+                filter
+            } else {
+                filter.add_directive("h2=error".parse().expect("a valid directive"))
+            }
         }
     };
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());

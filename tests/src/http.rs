@@ -734,6 +734,8 @@ pub mod frame {
     pub const DATA: u8 = 0;
     /// HEADERS.
     pub const HEADERS: u8 = 1;
+    /// PRIORITY.
+    pub const PRIORITY: u8 = 2;
     /// RST_STREAM.
     pub const RST_STREAM: u8 = 3;
     /// SETTINGS.
