@@ -44,6 +44,10 @@ fn expectations(opt_out: bool) -> Vec<(&'static str, &'static str, &'static str)
         ("www.example.com", "AAAA", "; fully validated"),
         ("example.com", "DNSKEY", "; fully validated"),
         ("nothere.example.com", "A", neg),
+        // NSEC itself, at a name that does not exist and at an empty non-terminal: with
+        // compact denial too (whose NSEC would list the type it denies).
+        ("nothere.example.com", "NSEC", neg),
+        ("c.example.com", "NSEC", neg),
         ("zz.nothere.example.com", "TXT", neg),
         ("www.example.com", "TXT", neg),
         ("c.example.com", "A", neg),

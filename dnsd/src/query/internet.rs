@@ -276,7 +276,9 @@ impl<'q> Answerer<'_, '_, 'q> {
     /// Denies `types`-only at `name` with one NSEC signed now (RFC 9824), when the zone is
     /// answered so and DO is set.
     fn compact(&mut self, zone: &Zone, name: &[u8], types: &mut [u16]) -> Compacted {
-        if !self.compact_for(zone) {
+        // A query for NSEC itself cannot be denied by an NSEC whose bitmap must list NSEC
+        // (RFC 4034 §4.1.2): no validator accepts that proof. The zone's chain proves it.
+        if !self.compact_for(zone) || self.q.qtype == t::NSEC {
             return Compacted::Chain;
         }
         let Some(o) = self.online.as_mut() else {
