@@ -243,6 +243,54 @@ impl GeoZone {
         self.names.is_empty()
     }
 
+    /// Checks the variants against the zone they serve (`path`: the geo file, for errors):
+    /// a name at or below a delegation or a DNAME (its answers are a referral, or the
+    /// DNAME's), or holding a CNAME in the zone beside a variant's other data (RFC 2181
+    /// §10.1), is refused. Returns the names that exist only in the geo file: in a signed
+    /// zone their other types are denied by a proof that the name does not exist, which a
+    /// resolver may then apply to every client (RFC 8198).
+    pub fn check_against(&self, zone: &zones::Zone, path: &Path) -> Result<Vec<String>, String> {
+        use zones::rrtype::t;
+        use zones::zone::Lookup;
+        let mut only_here = Vec::new();
+        let mut names: Vec<&[u8]> = self.names.keys().map(|k| &k[..]).collect();
+        names.sort();
+        for wire in names {
+            let name = Name::from_wire(wire).map_err(|e| e.to_string())?;
+            let bad = |why: String| Err(format!("{}: {name}: {why}", path.display()));
+            if wire.first() == Some(&1) && wire.get(1) == Some(&b'*') {
+                continue;
+            }
+            match zone.lookup_name(&name) {
+                Lookup::Delegation { cut, .. } => {
+                    let cut = Name::from_wire(zone.node_name(cut)).map_err(|e| e.to_string())?;
+                    return bad(format!(
+                        "at or below the delegation {cut}: its answers are a referral"
+                    ));
+                }
+                Lookup::Dname(node) => {
+                    let at = Name::from_wire(zone.node_name(node)).map_err(|e| e.to_string())?;
+                    return bad(format!("below the DNAME at {at}"));
+                }
+                Lookup::Exact(node) if zone.rrset(node, t::CNAME).is_some() => {
+                    let g = &self.names[wire];
+                    if g
+                        .variants
+                        .iter()
+                        .any(|v| v.rrsets.iter().any(|(ty, _)| *ty != t::CNAME && *ty != t::RRSIG))
+                    {
+                        return bad(
+                            "the zone has a CNAME here: a variant may hold only a CNAME".into(),
+                        );
+                    }
+                }
+                Lookup::Exact(_) => {}
+                Lookup::Wildcard { .. } | Lookup::NxDomain { .. } => only_here.push(name.to_string()),
+            }
+        }
+        Ok(only_here)
+    }
+
     /// Reads the geo file `path` of the zone `origin`, with `views` (name → prefixes), `ttl`
     /// and the number of `[geoip] keys` (0: no database, no `geo:`); the error names the
     /// file and what is wrong where.
@@ -416,5 +464,38 @@ mod tests {
             panic!("65 records of one type were taken");
         };
         assert!(e.contains("example.geo") && e.contains("at most 64"), "{e}");
+    }
+
+    #[test]
+    fn variants_below_a_cut_or_a_dname_or_beside_a_cname_are_refused() {
+        let zone = crate::query::testkit::load_zone(
+            "example.",
+            "$ORIGIN example.\n$TTL 300\n@ SOA ns h 1 2 3 4 5\n@ NS ns\nns A 192.0.2.1\n\
+             del NS ns.other.\ncn CNAME www\nwww A 192.0.2.2\nold DNAME new.\n",
+        );
+        let check = |text: &str| {
+            let g = load(text).unwrap();
+            g.check_against(&zone, Path::new("example.geo"))
+        };
+        let v = |name: &str, rr: &str| format!("{name}:\n  - net: 10.0.0.0/8\n    {rr}\n");
+        for (name, rr, why) in [
+            ("del.example.", "A: 192.0.2.9", "at or below the delegation del.example."),
+            ("x.del.example.", "A: 192.0.2.9", "at or below the delegation del.example."),
+            ("x.old.example.", "A: 192.0.2.9", "below the DNAME at old.example."),
+            ("cn.example.", "A: 192.0.2.9", "a variant may hold only a CNAME"),
+        ] {
+            let e = check(&v(name, rr)).unwrap_err();
+            assert!(e.starts_with("example.geo: ") && e.contains(why), "{name}: {e}");
+        }
+        // Allowed: other data at a name that exists, a CNAME beside the zone's CNAME, the
+        // apex; a name only the geo file has is reported.
+        let ok = [
+            v("www.example.", "A: 192.0.2.9"),
+            v("cn.example.", "CNAME: www.example."),
+            v("example.", "TXT: apex"),
+            v("geo-only.example.", "A: 192.0.2.9"),
+        ]
+        .concat();
+        assert_eq!(check(&ok).unwrap(), vec!["geo-only.example.".to_string()]);
     }
 }

@@ -181,6 +181,18 @@ pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
         Some(g) => {
             let z = crate::zone::geo::GeoZone::load(&g.path, &p.origin, &g.views, g.ttl, g.keys)
                 .map_err(LoadError::Geo)?;
+            let only_geo = z.check_against(&l.zone, &g.path).map_err(LoadError::Geo)?;
+            if (presigned || p.sign.is_some()) && !only_geo.is_empty() {
+                tracing::warn!(
+                    zone = %p.origin,
+                    geo = %g.path.display(),
+                    names = ?only_geo,
+                    "names that exist only in the geo file of a signed zone: their other types, \
+                     and every type for clients no variant covers, are denied as names that do \
+                     not exist (a validating resolver may apply that denial to every client); \
+                     give each a record in the zone"
+                );
+            }
             // A pre-signed zone's variants come signed, from the file (dnsd signs its own
             // zones' variants when asked).
             if presigned && let Some((owner, i, ty)) = z.first_unsigned() {
