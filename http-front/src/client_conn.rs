@@ -302,6 +302,7 @@ async fn serve(
             flood_min: snap.cfg.http2.reset_flood_min,
             flood_ratio: snap.cfg.http2.reset_flood_ratio,
             flood_block_secs: snap.cfg.http2.reset_flood_block_secs,
+            max_streams: snap.cfg.http2.max_concurrent_streams,
             ja4,
             h2_fingerprint: Arc::default(),
         })
@@ -386,6 +387,15 @@ async fn run<I>(
     cx.ctl.tcp_fd.store(fd, Ordering::Release);
     cx.ctl.h2.store(h2, Ordering::Relaxed);
     if h2 {
+        // A source whose connections were dropped as slow readers gets fewer streams: each
+        // such stream is a response read from an origin for nobody.
+        let mut b2 = b2;
+        let now_ms = shield::clock::mono_us() / 1000;
+        let streams = cx.front.registry.streams_for(cx.ip, cx.max_streams, now_ms);
+        if streams < cx.max_streams {
+            b2.max_concurrent_streams(streams);
+            cx.front.counters.bump(Counter::LimitSlowReaderStreams);
+        }
         let io = TokioIo::new(crate::h2watch::H2Watch::new(
             io,
             Arc::clone(&cx.front.counters),
@@ -471,6 +481,11 @@ where
             _ = ctl.closed(), if grace_end.is_none() => {
                 let cause = ctl.cause();
                 count_close(c, cause);
+                if cause == Some(CloseCause::SlowReader)
+                    && !cx.front.registry.strike(ctl.ip, shield::clock::mono_us() / 1000)
+                {
+                    c.bump(Counter::LimitSlowReaderStrikes);
+                }
                 shutdown(conn.as_mut());
                 // A hostile source gets little time to finish, a slow reader none (what it
                 // stalls would never finish).

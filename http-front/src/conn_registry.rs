@@ -14,6 +14,12 @@ use ipnet::IpNet;
 use tokio::sync::Notify;
 
 const SHARDS: usize = 64;
+/// Sources whose slow-reader drops are remembered, per shard.
+const STRIKES_PER_SHARD: usize = 1024;
+/// One slow-reader drop of a source is forgotten every so long.
+const STRIKE_MS: u64 = 30_000;
+/// The fewest HTTP/2 streams a source's connections are ever given.
+pub const MIN_STREAMS: u32 = 8;
 
 /// Why the front closes a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,10 +256,23 @@ pub enum Refused {
 
 type Shard = HashMap<IpAddr, Vec<Arc<ConnCtl>>, foldhash::fast::RandomState>;
 
-/// Open connections by source; see the module documentation.
+/// Slow-reader drops of a source: how many, and when the last came (ms, monotonic).
+type Strikes = HashMap<IpAddr, (u32, u64), foldhash::fast::RandomState>;
+
+/// Drops still counted of `(n, at)` at `now_ms` (one forgotten per [`STRIKE_MS`]).
+fn live_strikes((n, at): (u32, u64), now_ms: u64) -> u32 {
+    n.saturating_sub((now_ms.saturating_sub(at) / STRIKE_MS).min(u64::from(u32::MAX)) as u32)
+}
+
+/// Open connections by source; see the module documentation. It also remembers, past their
+/// connections, the sources dropped as slow readers: each drop halves the HTTP/2 streams the
+/// source's next connections may open, down to [`MIN_STREAMS`] — a client that opens many
+/// streams of large responses and never reads them, then reconnects, would otherwise have an
+/// origin read them all again for nobody at each round.
 #[derive(Debug)]
 pub struct Registry {
     shards: Box<[Mutex<Shard>]>,
+    strikes: Box<[Mutex<Strikes>]>,
     open: AtomicUsize,
     hasher: foldhash::fast::RandomState,
 }
@@ -266,6 +285,9 @@ impl Default for Registry {
     fn default() -> Self {
         Registry {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            strikes: (0..SHARDS)
+                .map(|_| Mutex::new(Strikes::default()))
+                .collect(),
             open: AtomicUsize::new(0),
             hasher: foldhash::fast::RandomState::default(),
         }
@@ -290,6 +312,36 @@ impl Registry {
     fn shard(&self, ip: &IpAddr) -> &Mutex<Shard> {
         use std::hash::BuildHasher;
         &self.shards[(self.hasher.hash_one(ip) as usize) % SHARDS]
+    }
+
+    fn strikes_of(&self, ip: &IpAddr) -> MutexGuard<'_, Strikes> {
+        use std::hash::BuildHasher;
+        let m = &self.strikes[(self.hasher.hash_one(ip) as usize) % SHARDS];
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes a slow-reader drop of `ip`; false when the table is full (not noted).
+    pub fn strike(&self, ip: IpAddr, now_ms: u64) -> bool {
+        let mut s = self.strikes_of(&ip);
+        if s.len() >= STRIKES_PER_SHARD && !s.contains_key(&ip) {
+            s.retain(|_, v| live_strikes(*v, now_ms) > 0);
+            if s.len() >= STRIKES_PER_SHARD {
+                return false;
+            }
+        }
+        let e = s.entry(ip).or_insert((0, now_ms));
+        *e = (live_strikes(*e, now_ms).saturating_add(1), now_ms);
+        true
+    }
+
+    /// The HTTP/2 streams a new connection from `ip` may open, of `max`.
+    pub fn streams_for(&self, ip: IpAddr, max: u32, now_ms: u64) -> u32 {
+        let s = self.strikes_of(&ip);
+        let n = s.get(&ip).map_or(0, |v| live_strikes(*v, now_ms));
+        if n == 0 {
+            return max;
+        }
+        (max >> n.min(31)).max(MIN_STREAMS).min(max)
     }
 
     /// Registers a connection from `ip` unless a bound refuses it.
@@ -381,6 +433,37 @@ impl Registry {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn slow_reader_drops_halve_a_sources_streams_for_a_while_within_a_bounded_table() {
+        let r = Registry::default();
+        let ip: IpAddr = "192.0.2.7".parse().unwrap();
+        let other: IpAddr = "192.0.2.8".parse().unwrap();
+        assert_eq!(r.streams_for(ip, 128, 0), 128);
+        assert!(r.strike(ip, 0));
+        assert_eq!(r.streams_for(ip, 128, 0), 64);
+        for _ in 0..10 {
+            r.strike(ip, 1_000);
+        }
+        assert_eq!(r.streams_for(ip, 128, 1_000), MIN_STREAMS);
+        assert_eq!(r.streams_for(other, 128, 1_000), 128, "another source");
+        // A limit below the minimum stays as configured.
+        assert_eq!(r.streams_for(ip, 4, 1_000), 4);
+        // One drop is forgotten every STRIKE_MS: 11 drops, all gone after 11 periods.
+        assert_eq!(r.streams_for(ip, 128, 1_000 + 9 * STRIKE_MS), 32);
+        assert_eq!(r.streams_for(ip, 128, 1_000 + 11 * STRIKE_MS), 128);
+        // The table is bounded: past it, drops of new sources are not noted (the caller
+        // counts them), until old entries have been forgotten.
+        let full = Registry::default();
+        let mut refused = 0;
+        for i in 0..(SHARDS * STRIKES_PER_SHARD * 2) as u32 {
+            if !full.strike(IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i)), 0) {
+                refused += 1;
+            }
+        }
+        assert!(refused >= SHARDS * STRIKES_PER_SHARD / 2, "{refused}");
+        assert!(full.strike("203.0.113.1".parse().unwrap(), STRIKE_MS));
+    }
     use super::*;
 
     fn ip(s: &str) -> IpAddr {

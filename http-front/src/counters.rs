@@ -85,6 +85,8 @@ counters! {
     LimitResetFlood => ("limit_hits_total", "limit", "reset_flood"),
     LimitH2Protocol => ("limit_hits_total", "limit", "h2_goaway"),
     LimitH2ControlFlood => ("limit_hits_total", "limit", "h2_control_flood"),
+    LimitSlowReaderStreams => ("limit_hits_total", "limit", "slow_reader_streams"),
+    LimitSlowReaderStrikes => ("limit_hits_total", "limit", "slow_reader_strikes"),
     LimitAccessLogQueue => ("limit_hits_total", "limit", "access_log_queue"),
     LimitSendTimeout => ("limit_hits_total", "limit", "send_timeout"),
     LimitSendMinRate => ("limit_hits_total", "limit", "send_min_rate"),

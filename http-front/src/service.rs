@@ -52,6 +52,8 @@ pub struct ConnCtx {
     pub flood_ratio: f64,
     /// `http2.reset_flood_block_secs`.
     pub flood_block_secs: u64,
+    /// `http2.max_concurrent_streams`.
+    pub max_streams: u32,
     /// JA4 of the ClientHello (TLS connections).
     pub ja4: Option<Box<str>>,
     /// The HTTP/2 fingerprint, set by the transport once the first HEADERS came (HTTP/2).

@@ -798,6 +798,8 @@ pub struct H2Conn {
     buf: Vec<u8>,
     /// GOAWAY received (error code), if any.
     pub goaway: Option<u32>,
+    /// The server's first SETTINGS: (identifier, value) in its order.
+    pub server_settings: Vec<(u16, u32)>,
 }
 
 /// An HPACK integer with an `n`-bit prefix whose other bits are `first`.
@@ -945,6 +947,7 @@ impl H2Conn {
             next_id: 1,
             buf: Vec::new(),
             goaway: None,
+            server_settings: Vec::new(),
         };
         let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         let mut settings = Vec::new();
@@ -970,6 +973,16 @@ impl H2Conn {
                 format!("expected SETTINGS, got {f:?}"),
             ));
         }
+        c.server_settings = f
+            .payload
+            .chunks_exact(6)
+            .map(|s| {
+                (
+                    u16::from_be_bytes([s[0], s[1]]),
+                    u32::from_be_bytes([s[2], s[3], s[4], s[5]]),
+                )
+            })
+            .collect();
         c.write_frame(frame::SETTINGS, frame::ACK, 0, &[])?;
         Ok(c)
     }

@@ -409,6 +409,19 @@ fn http_front_drops_a_streamed_response_below_the_min_rate_within_seconds() {
         !closed && got > 200_000,
         "the steady reader was dropped or starved: {got} bytes, closed {closed}"
     );
+    // The dropped source's next HTTP/2 connections may open fewer streams (each of its
+    // drops halves them, down to 8): another source keeps the configured 128.
+    let streams = |src| {
+        let c = H2Conn::connect(Some(src), fa).unwrap();
+        c.server_settings
+            .iter()
+            .find(|(id, _)| *id == 3)
+            .map(|(_, v)| *v)
+    };
+    let reduced = streams(src).unwrap_or(128);
+    assert!(reduced <= 16, "the slow reader's source: {reduced} streams");
+    assert_eq!(streams(net::test_ip()), Some(128), "another source");
+    assert!(front.metric("http_front_limit_hits_total{limit=\"slow_reader_streams\"}") >= 1);
     assert_eq!(
         front.metric("http_front_limit_hits_total{limit=\"send_timeout\"}"),
         0

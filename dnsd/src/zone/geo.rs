@@ -274,18 +274,20 @@ impl GeoZone {
                 }
                 Lookup::Exact(node) if zone.rrset(node, t::CNAME).is_some() => {
                     let g = &self.names[wire];
-                    if g
-                        .variants
-                        .iter()
-                        .any(|v| v.rrsets.iter().any(|(ty, _)| *ty != t::CNAME && *ty != t::RRSIG))
-                    {
+                    if g.variants.iter().any(|v| {
+                        v.rrsets
+                            .iter()
+                            .any(|(ty, _)| *ty != t::CNAME && *ty != t::RRSIG)
+                    }) {
                         return bad(
-                            "the zone has a CNAME here: a variant may hold only a CNAME".into(),
+                            "the zone has a CNAME here: a variant may hold only a CNAME".into()
                         );
                     }
                 }
                 Lookup::Exact(_) => {}
-                Lookup::Wildcard { .. } | Lookup::NxDomain { .. } => only_here.push(name.to_string()),
+                Lookup::Wildcard { .. } | Lookup::NxDomain { .. } => {
+                    only_here.push(name.to_string())
+                }
             }
         }
         Ok(only_here)
@@ -479,13 +481,32 @@ mod tests {
         };
         let v = |name: &str, rr: &str| format!("{name}:\n  - net: 10.0.0.0/8\n    {rr}\n");
         for (name, rr, why) in [
-            ("del.example.", "A: 192.0.2.9", "at or below the delegation del.example."),
-            ("x.del.example.", "A: 192.0.2.9", "at or below the delegation del.example."),
-            ("x.old.example.", "A: 192.0.2.9", "below the DNAME at old.example."),
-            ("cn.example.", "A: 192.0.2.9", "a variant may hold only a CNAME"),
+            (
+                "del.example.",
+                "A: 192.0.2.9",
+                "at or below the delegation del.example.",
+            ),
+            (
+                "x.del.example.",
+                "A: 192.0.2.9",
+                "at or below the delegation del.example.",
+            ),
+            (
+                "x.old.example.",
+                "A: 192.0.2.9",
+                "below the DNAME at old.example.",
+            ),
+            (
+                "cn.example.",
+                "A: 192.0.2.9",
+                "a variant may hold only a CNAME",
+            ),
         ] {
             let e = check(&v(name, rr)).unwrap_err();
-            assert!(e.starts_with("example.geo: ") && e.contains(why), "{name}: {e}");
+            assert!(
+                e.starts_with("example.geo: ") && e.contains(why),
+                "{name}: {e}"
+            );
         }
         // Allowed: other data at a name that exists, a CNAME beside the zone's CNAME, the
         // apex; a name only the geo file has is reported.
