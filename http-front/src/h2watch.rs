@@ -272,7 +272,9 @@ impl<I> H2Watch<I> {
                 w.left = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
                 match h[3] {
                     0x0 => self.data_out += w.left as u64,
-                    0x4 | 0x6 => self.asked += 1,
+                    // Ours, not our ACKs of the client's (those would earn a PING flood
+                    // its own allowance).
+                    0x4 | 0x6 if h[4] & 0x1 == 0 => self.asked += 1,
                     _ => {}
                 }
             }
@@ -510,6 +512,20 @@ mod tests {
             assert_eq!(w.scan_read(&wu), Ok(()), "frame {i}");
         }
         assert!(w.scan_read(&wu).is_err(), "past what it earned");
+        // A PING flood whose every PING we acknowledge earns nothing by our ACKs.
+        let mut w = watch();
+        assert_eq!(w.scan_read(&pre), Ok(()));
+        let ping = frame(0x6, 0, 0, &[0; 8]);
+        let ack = frame(0x6, 0x1, 0, &[0; 8]);
+        let mut cut = None;
+        for i in 0..5_000u64 {
+            if w.scan_read(&ping).is_err() {
+                cut = Some(i);
+                break;
+            }
+            w.scan_written(&ack);
+        }
+        assert_eq!(cut, Some(CONTROL_BASE - 1));
     }
 
     #[test]
