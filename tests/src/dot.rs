@@ -65,6 +65,12 @@ impl DotConn {
         })
     }
 
+    /// Sets the socket's receive buffer to about `bytes` (a small one makes a server that
+    /// writes more than the client has read find its socket full).
+    pub fn set_receive_buffer(&self, bytes: usize) -> std::io::Result<()> {
+        socket2::SockRef::from(&self.tls.sock).set_recv_buffer_size(bytes)
+    }
+
     /// The ALPN protocol the server chose.
     pub fn alpn(&self) -> Option<Vec<u8>> {
         self.tls.conn.alpn_protocol().map(<[u8]>::to_vec)

@@ -945,7 +945,18 @@ async fn write<W: AsyncWrite + Unpin>(
             _ => idle,
         };
         if !a.msg.is_empty() {
-            match tokio::time::timeout(limit, wr.write_all(&a.msg)).await {
+            // Flushed when nothing else waits: over TLS a write may leave records in the
+            // session's buffer when the socket is full, and nothing would push them once
+            // the client reads (its pipelined answers waited for the idle time).
+            let last = answers.is_empty() && xfr.is_empty();
+            let sent = async {
+                wr.write_all(&a.msg).await?;
+                if last {
+                    wr.flush().await?;
+                }
+                Ok::<(), std::io::Error>(())
+            };
+            match tokio::time::timeout(limit, sent).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return,
                 Err(_) => {
