@@ -894,3 +894,75 @@ fn pipelined_dot_answers_past_a_full_socket_all_arrive_as_the_client_reads() {
     println!("{n} pipelined answers read in {:?}", t0.elapsed());
     drop(dnsd);
 }
+
+/// A padded query over TLS or QUIC gets a response padded to a multiple of 468 octets
+/// (RFC 7830 §4, RFC 8467 §4.1), the Padding option last; over plain TCP, or unpadded, none.
+#[test]
+fn padded_queries_over_tls_and_quic_get_padded_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = pki(dir.path());
+    let tls = tls_addr();
+    let ip = tls.ip();
+    let quic = SocketAddr::from((ip, net::free_port(ip_v4(ip))));
+    let dnsd = dnsd_with_tls(
+        dir.path(),
+        tls,
+        &[&format!("quic_listen = [\"{quic}\"]")],
+        "",
+    );
+    let padded = QueryOpts {
+        options: vec![(12, vec![0; 64])],
+        ..QueryOpts::edns(1232)
+    };
+    let padding = |m: &[u8]| {
+        let r = RawMsg::parse(m).unwrap();
+        let opt = r.opt.expect("an OPT");
+        let pos = opt.options.iter().position(|(code, _)| *code == 12);
+        (
+            pos.is_some_and(|p| p + 1 == opt.options.len()),
+            pos.is_some(),
+        )
+    };
+    let mut c = DotConn::connect(None, tls, &ca.pem(), "dns.test").expect("handshake");
+    for (name, qtype) in [
+        ("www.example.com.", T::A),
+        ("nothere.example.com.", T::A),
+        ("example.net.", T::A),
+    ] {
+        let m = c
+            .exchange(&build_query(1, name, qtype, &padded))
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.len() % 468, 0, "{name}: {} octets over TLS", m.len());
+        assert_eq!(padding(&m), (true, true), "{name}: Padding last");
+    }
+    let plain = c
+        .exchange(&build_query(
+            2,
+            "www.example.com.",
+            T::A,
+            &QueryOpts::edns(1232),
+        ))
+        .unwrap()
+        .unwrap();
+    assert!(!padding(&plain).1, "an unpadded query");
+    let tcp = palisade_tests::client::tcp_exchange(
+        dnsd.addr(),
+        &build_query(3, "www.example.com.", T::A, &padded),
+        Duration::from_secs(2),
+    )
+    .unwrap()
+    .unwrap();
+    assert!(!padding(&tcp).1, "plain TCP is not padded");
+    // QUIC, through kdig.
+    let out = kdig(&[
+        &format!("@{ip}"),
+        "-p",
+        &quic.port().to_string(),
+        "+quic",
+        "+padding=468",
+        "www.example.com.",
+        "A",
+    ]);
+    assert!(out.contains("Received 468 B"), "{out}");
+}

@@ -173,6 +173,7 @@ async fn connection(
     local: Option<std::net::IpAddr>,
 ) {
     let mut p = tcp.processor();
+    p.set_quic();
     if let Some(l) = local {
         p.set_local(l);
     }

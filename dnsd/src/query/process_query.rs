@@ -154,6 +154,8 @@ pub struct Processor {
     local: Option<std::net::IpAddr>,
     /// The messages come over TLS (set by the transport).
     tls: bool,
+    /// The messages come over an encrypted transport, TLS or QUIC (padded answers).
+    encrypted: bool,
     /// The last answer was made from another name when asked (see [`Processor::volatile`]).
     volatile: bool,
     /// Samples answered names for the XDP fast path's hot names.
@@ -200,6 +202,7 @@ impl Processor {
             job: None,
             local: None,
             tls: false,
+            encrypted: false,
             volatile: false,
             hot: None,
             denier: DenierSlot::Own(None),
@@ -252,6 +255,19 @@ impl Processor {
     #[inline]
     pub fn set_tls(&mut self) {
         self.tls = true;
+        self.encrypted = true;
+    }
+
+    /// Marks the messages as coming over QUIC (answers to padded queries are padded).
+    #[inline]
+    pub fn set_quic(&mut self) {
+        self.encrypted = true;
+    }
+
+    /// True when a response to `q` is padded: a padded query over an encrypted transport,
+    /// not TSIG-signed (the signature comes after the OPT and its room is kept).
+    fn pads(&self, q: &Query, signed: bool) -> bool {
+        self.encrypted && !signed && q.edns.is_some_and(|e| e.padding)
     }
 
     /// Hands transfers and NOTIFY to `x`, whose keys verify TSIG-signed requests (without it
@@ -569,6 +585,7 @@ impl Processor {
             ede: None,
             // Scope 0 unless the answer was chosen by the client's network (set below).
             ecs: self.cfg.ecs(q).map(|e| (e, 0)),
+            pad: false,
         };
         let opt = response::opt_room(q, &opts);
         let sig = signer.as_ref().map_or(0, |s| s.reserve());
@@ -656,6 +673,7 @@ impl Processor {
             opts.ede = Some(response::ede::NOT_AUTHORITATIVE);
         }
         if edns {
+            opts.pad = self.pads(q, signer.is_some());
             response::put_opt(&mut w, q, udp_payload, 0, opts);
         }
         let rc = w.rcode();
@@ -909,6 +927,7 @@ impl Processor {
                 nsid: self.cfg.nsid(q),
                 ede,
                 ecs: self.cfg.ecs(q).map(|e| (e, 0)),
+                pad: self.pads(q, signer.is_some()),
             };
             response::put_opt(&mut w, q, udp_payload, rc, opts);
         }

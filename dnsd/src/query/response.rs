@@ -96,6 +96,16 @@ impl<'b> Writer<'b> {
         }
     }
 
+    /// Bytes written so far.
+    pub fn position(&self) -> usize {
+        self.len
+    }
+
+    /// The most bytes it may write.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Changes the size limit (to make room for OPT, or after the question is known).
     pub fn set_limit(&mut self, limit: usize) {
         self.limit = limit.min(self.buf.len());
@@ -519,7 +529,14 @@ pub struct OptOptions<'a> {
     pub ede: Option<u16>,
     /// The query's EDNS Client Subnet echoed with this SCOPE PREFIX-LENGTH (RFC 7871 §7.2).
     pub ecs: Option<(crate::query::wire::Ecs, u8)>,
+    /// Pad the response to a multiple of [`PAD_BLOCK`] bytes, as far as its limit allows
+    /// (RFC 7830 §4, RFC 8467 §4.1: a padded query over an encrypted transport). Written last:
+    /// nothing may follow the OPT.
+    pub pad: bool,
 }
+
+/// The block a padded response's length is a multiple of (RFC 8467 §4.1).
+pub const PAD_BLOCK: usize = 468;
 
 impl<'a> OptOptions<'a> {
     /// Only our cookie, if any.
@@ -574,8 +591,16 @@ pub fn opt_room(q: &Query, opts: &OptOptions<'_>) -> usize {
 /// Appends OPT (our payload `udp_payload`, the extended bits of `rc`, DO echoed from `q`)
 /// with `opts`.
 pub fn put_opt(w: &mut Writer<'_>, q: &Query, udp_payload: u16, rc: u16, opts: OptOptions<'_>) {
-    let mut buf =
-        [0u8; OPT_LEN + COOKIE_OPT_LEN + KEEPALIVE_OPT_LEN + 4 + NSID_MAX + EDE_OPT_LEN + 8 + 16];
+    let mut buf = [0u8; OPT_LEN
+        + COOKIE_OPT_LEN
+        + KEEPALIVE_OPT_LEN
+        + 4
+        + NSID_MAX
+        + EDE_OPT_LEN
+        + 8
+        + 16
+        + 4
+        + PAD_BLOCK];
     buf[..OPT_LEN].copy_from_slice(&opt_rr(udp_payload, (rc >> 4) as u8, q.dnssec_ok()));
     if opts.compact_ok {
         buf[7] |= 0x40;
@@ -616,6 +641,18 @@ pub fn put_opt(w: &mut Writer<'_>, q: &Query, udp_payload: u16, rc: u16, opts: O
         buf[len + 7] = scope;
         buf[len + 8..len + 8 + a].copy_from_slice(&e.addr[..a]);
         len += 8 + a;
+    }
+    if opts.pad {
+        // The message with this option's header: padded up to the next block, or as far as
+        // the limit lets it (no padding where even the header does not fit).
+        let whole = w.position() + len + 4;
+        if whole <= w.limit() {
+            let pad = ((PAD_BLOCK - whole % PAD_BLOCK) % PAD_BLOCK).min(w.limit() - whole);
+            buf[len..len + 2].copy_from_slice(&crate::query::wire::OPT_PADDING.to_be_bytes());
+            buf[len + 2..len + 4].copy_from_slice(&(pad as u16).to_be_bytes());
+            // The padding octets are zeros (RFC 7830 §3): buf is zeroed.
+            len += 4 + pad;
+        }
     }
     buf[9..11].copy_from_slice(&((len - OPT_LEN) as u16).to_be_bytes());
     let _ = w.raw_rr(Section::Additional, &buf[..len]);

@@ -56,6 +56,8 @@ pub mod rcode {
 pub const OPT_COOKIE: u16 = 10;
 /// EDNS option code of edns-tcp-keepalive (RFC 7828).
 pub const OPT_TCP_KEEPALIVE: u16 = 11;
+/// EDNS option code of Padding (RFC 7830).
+pub const OPT_PADDING: u16 = 12;
 /// EDNS option code of the Name Server Identifier (RFC 5001).
 pub const OPT_NSID: u16 = 3;
 /// EDNS option code of Extended DNS Errors (RFC 8914).
@@ -137,6 +139,8 @@ pub struct Edns {
     pub keepalive: bool,
     /// The query asked for our name server identifier (RFC 5001).
     pub nsid: bool,
+    /// The query was padded (RFC 7830): over an encrypted transport, so is the response.
+    pub padding: bool,
     /// Its EDNS Client Subnet option (RFC 7871), when well-formed.
     pub ecs: Option<Ecs>,
     /// It carried a malformed EDNS Client Subnet option (FORMERR where ECS is on).
@@ -455,6 +459,7 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Result<Edns,
         cookie_len: 0,
         keepalive: false,
         nsid: false,
+        padding: false,
         ecs: None,
         ecs_bad: false,
     };
@@ -482,6 +487,8 @@ fn parse_opt(req: &[u8], start: usize, rdata: usize, end: usize) -> Result<Edns,
             // question and is ignored whole, as Knot and NSD ignore it (unbound answers
             // FORMERR): no keepalive option comes back.
             e.keepalive = len == 0;
+        } else if code == OPT_PADDING {
+            e.padding = true;
         } else if code == OPT_NSID {
             // Sent empty (RFC 5001 §2.3); whatever it carries, it asks for ours.
             e.nsid = true;
