@@ -259,6 +259,17 @@ type Shard = HashMap<IpAddr, Vec<Arc<ConnCtl>>, foldhash::fast::RandomState>;
 /// Slow-reader drops of a source: how many, and when the last came (ms, monotonic).
 type Strikes = HashMap<IpAddr, (u32, u64), foldhash::fast::RandomState>;
 
+/// What a source's slow-reader drops are kept under: an IPv4 address, an IPv6 source's /64
+/// (one host can leave neither).
+fn strike_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+            IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into())
+        }
+        other => other,
+    }
+}
+
 /// Drops still counted of `(n, at)` at `now_ms` (one forgotten per [`STRIKE_MS`]).
 fn live_strikes((n, at): (u32, u64), now_ms: u64) -> u32 {
     n.saturating_sub((now_ms.saturating_sub(at) / STRIKE_MS).min(u64::from(u32::MAX)) as u32)
@@ -273,6 +284,8 @@ fn live_strikes((n, at): (u32, u64), now_ms: u64) -> u32 {
 pub struct Registry {
     shards: Box<[Mutex<Shard>]>,
     strikes: Box<[Mutex<Strikes>]>,
+    /// Sources in `strikes` (none: an HTTP/2 accept takes no lock for them).
+    striking: AtomicUsize,
     open: AtomicUsize,
     hasher: foldhash::fast::RandomState,
 }
@@ -288,6 +301,7 @@ impl Default for Registry {
             strikes: (0..SHARDS)
                 .map(|_| Mutex::new(Strikes::default()))
                 .collect(),
+            striking: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
             hasher: foldhash::fast::RandomState::default(),
         }
@@ -320,22 +334,33 @@ impl Registry {
         m.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Notes a slow-reader drop of `ip`; false when the table is full (not noted).
+    /// Notes a slow-reader drop of `ip` (an IPv6 source: its /64); false when the table is
+    /// full (not noted).
     pub fn strike(&self, ip: IpAddr, now_ms: u64) -> bool {
+        let ip = strike_key(ip);
         let mut s = self.strikes_of(&ip);
         if s.len() >= STRIKES_PER_SHARD && !s.contains_key(&ip) {
+            let before = s.len();
             s.retain(|_, v| live_strikes(*v, now_ms) > 0);
+            self.striking.fetch_sub(before - s.len(), Ordering::Relaxed);
             if s.len() >= STRIKES_PER_SHARD {
                 return false;
             }
         }
-        let e = s.entry(ip).or_insert((0, now_ms));
+        let e = s.entry(ip).or_insert_with(|| {
+            self.striking.fetch_add(1, Ordering::Relaxed);
+            (0, now_ms)
+        });
         *e = (live_strikes(*e, now_ms).saturating_add(1), now_ms);
         true
     }
 
     /// The HTTP/2 streams a new connection from `ip` may open, of `max`.
     pub fn streams_for(&self, ip: IpAddr, max: u32, now_ms: u64) -> u32 {
+        if self.striking.load(Ordering::Relaxed) == 0 {
+            return max;
+        }
+        let ip = strike_key(ip);
         let s = self.strikes_of(&ip);
         let n = s.get(&ip).map_or(0, |v| live_strikes(*v, now_ms));
         if n == 0 {
@@ -447,6 +472,17 @@ mod tests {
         }
         assert_eq!(r.streams_for(ip, 128, 1_000), MIN_STREAMS);
         assert_eq!(r.streams_for(other, 128, 1_000), 128, "another source");
+        // An IPv6 source is its /64.
+        let six: IpAddr = "2001:db8:0:1::1".parse().unwrap();
+        r.strike(six, 1_000);
+        assert_eq!(
+            r.streams_for("2001:db8:0:1::ffff".parse().unwrap(), 128, 1_000),
+            64
+        );
+        assert_eq!(
+            r.streams_for("2001:db8:0:2::1".parse().unwrap(), 128, 1_000),
+            128
+        );
         // A limit below the minimum stays as configured.
         assert_eq!(r.streams_for(ip, 4, 1_000), 4);
         // One drop is forgotten every STRIKE_MS: 11 drops, all gone after 11 periods.

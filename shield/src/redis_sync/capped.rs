@@ -65,13 +65,14 @@ impl Server {
     }
 
     /// Opens a multiplexed connection (authenticated and on its database, as the URL says)
-    /// whose replies `limits` bounds; connecting and the setup take at most `timeout`.
+    /// whose replies `limits` bounds; connecting and the setup take at most `timeout`. The
+    /// connection's I/O task lives as long as the [`Driver`] returned with it.
     pub(super) async fn open(
         &self,
         conf: redis::AsyncConnectionConfig,
         timeout: Duration,
         limits: &Limits,
-    ) -> RedisResult<MultiplexedConnection> {
+    ) -> RedisResult<(MultiplexedConnection, Driver)> {
         let opening = async {
             let io = match self.info.addr() {
                 ConnectionAddr::Tcp(host, port) => Io::Tcp(tcp(host, *port).await?),
@@ -99,9 +100,10 @@ impl Server {
             let (conn, driver) =
                 MultiplexedConnection::new_with_config(self.info.redis_settings(), capped, conf)
                     .await?;
-            // The driver ends when the last handle of `conn` is dropped.
-            tokio::spawn(driver);
-            Ok(conn)
+            // Aborted with its Driver: a connection dropped with a request unanswered (a
+            // server gone silent) would otherwise keep its task and socket for ever.
+            let task = tokio::spawn(driver);
+            Ok((conn, Driver(task.abort_handle())))
         };
         match tokio::time::timeout(timeout, opening).await {
             Ok(r) => r,
@@ -110,6 +112,16 @@ impl Server {
                 format!("not connected within {} ms", timeout.as_millis()),
             ))),
         }
+    }
+}
+
+/// A connection's I/O task: aborted when this is dropped (the connection's handles then fail).
+#[derive(Debug)]
+pub(crate) struct Driver(tokio::task::AbortHandle);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -359,8 +371,9 @@ impl Skimmer {
 
     /// What follows a length or count line.
     fn header(&mut self, kind: u8, neg: bool, n: u64) -> Result<At, Overrun> {
-        if neg || n == 0 {
-            // A null (`$-1`, `*-1`), an empty string (its CRLF follows) or an empty aggregate.
+        if neg || (n == 0 && kind != b'|') {
+            // A null (`$-1`, `*-1`), an empty string (its CRLF follows) or an empty aggregate
+            // (an attribute of no pairs still has the value it describes).
             return Ok(match kind {
                 b'$' | b'!' | b'=' if !neg => At::Bulk(2),
                 _ => self.element_done(),
@@ -449,6 +462,9 @@ mod tests {
             b"*2\r\n$1\r\na\r\n*1\r\n:1\r\n",
             b"%1\r\n+k\r\n*2\r\n_\r\n#t\r\n",
             b"|1\r\n+ttl\r\n:3\r\n$2\r\nab\r\n",
+            // An attribute of no pairs still precedes its value; nulls and empties nested.
+            b"|0\r\n:5\r\n",
+            b"*3\r\n$-1\r\n*0\r\n%0\r\n",
             b"~2\r\n,1.5\r\n(12345\r\n",
             b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n",
             b"=8\r\ntxt:abcd\r\n",

@@ -735,7 +735,7 @@ impl Shared {
             .target
             .reach(&self.cfg, io, &self.c.sentinel_errors, &self.limits)
             .await?;
-        let mut conn = reached.server.open(conf, io, &self.limits).await?;
+        let (mut conn, driver) = reached.server.open(conf, io, &self.limits).await?;
         let server = target::identify(&mut conn, reached.addr.as_deref()).await?;
         // Best effort: lets `CLIENT LIST` tell the nodes apart.
         let _: redis::RedisResult<()> = redis::cmd("CLIENT")
@@ -751,6 +751,7 @@ impl Shared {
         }
         Ok(Connected {
             conn,
+            driver,
             epoch,
             server,
             addr: reached.addr,
@@ -879,6 +880,8 @@ impl Shared {
 /// A connection to the master, with what identifies the data it holds.
 pub(super) struct Connected {
     pub(super) conn: redis::aio::MultiplexedConnection,
+    /// Its I/O task, aborted when this is dropped: keep it as long as `conn`.
+    pub(super) driver: capped::Driver,
     /// The Redis epoch (see the module doc).
     pub(super) epoch: String,
     /// The server's identity ([`target::identify`]), when known.

@@ -109,6 +109,8 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let every = Duration::from_millis(shared.cfg.presence_ms);
     let key = shared.keys.node(&shared.node);
     let mut conn = None;
+    // The connection's I/O task (aborted when replaced or dropped).
+    let mut _driver = None;
     // `host:port` of the master Sentinel named when this task connected.
     let mut master: Option<String> = None;
     // The server connected to last (its identity, else its address): a reconnection that
@@ -136,6 +138,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     }
                     last_server = now_server;
                     conn = Some(c.conn);
+                    _driver = Some(c.driver);
                     master = c.addr;
                 }
                 Err(_) => {

@@ -76,6 +76,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             epoch: e,
             server,
             moved: mut deposed,
+            driver: _driver,
             ..
         } = match shared.connect("reader", block).await {
             Ok(c) => c,

@@ -138,7 +138,7 @@ async fn ask(
     limits: &Limits,
 ) -> redis::RedisResult<Option<(String, u16)>> {
     let conf = redis::AsyncConnectionConfig::new().set_response_timeout(Some(io));
-    let mut conn = server.open(conf, io, limits).await?;
+    let (mut conn, _driver) = server.open(conf, io, limits).await?;
     let v: Option<(String, String)> = redis::cmd("SENTINEL")
         .arg("GET-MASTER-ADDR-BY-NAME")
         .arg(master)

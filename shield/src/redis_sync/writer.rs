@@ -27,6 +27,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             epoch: e,
             server: now_server,
             moved: mut deposed,
+            driver: _driver,
             ..
         } = match shared.connect("writer", Duration::ZERO).await {
             Ok(c) => c,
