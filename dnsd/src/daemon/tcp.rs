@@ -928,6 +928,11 @@ async fn write<W: AsyncWrite + Unpin>(
     xfr_min_rate: u64,
     stats: Arc<WorkerStats>,
 ) {
+    // Bytes written since the last flush: over TLS a write may leave records in the
+    // session's buffer when the socket is full, and nothing would push them once the client
+    // reads (its pipelined answers waited for the idle time). Flushed whenever nothing else
+    // waits — after an answer, or after a transfer's end marker.
+    let mut unflushed = false;
     loop {
         let (a, transfer) = tokio::select! {
             biased;
@@ -944,18 +949,19 @@ async fn write<W: AsyncWrite + Unpin>(
             }
             _ => idle,
         };
-        if !a.msg.is_empty() {
-            // Flushed when nothing else waits: over TLS a write may leave records in the
-            // session's buffer when the socket is full, and nothing would push them once
-            // the client reads (its pipelined answers waited for the idle time).
-            let last = answers.is_empty() && xfr.is_empty();
+        let write = !a.msg.is_empty();
+        let flush = (unflushed || write) && answers.is_empty() && xfr.is_empty();
+        if write || flush {
             let sent = async {
-                wr.write_all(&a.msg).await?;
-                if last {
+                if write {
+                    wr.write_all(&a.msg).await?;
+                }
+                if flush {
                     wr.flush().await?;
                 }
                 Ok::<(), std::io::Error>(())
             };
+            unflushed = !flush;
             match tokio::time::timeout(limit, sent).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => return,
