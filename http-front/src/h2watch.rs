@@ -15,8 +15,9 @@
 //! It also bounds the frames that cost the server work but carry nothing to serve: PRIORITY
 //! (which h2 ignores, and the fingerprint gathered until the first HEADERS read), SETTINGS,
 //! PING and WINDOW_UPDATE from the client. A connection may send [`CONTROL_BASE`] of them,
-//! and more as it earns them: per request, per KiB of DATA we sent (each WINDOW_UPDATE returns
-//! some), per PING or SETTINGS of ours (each wants an answer) and per second of its life.
+//! and more as it earns them: per request, per DATA or HEADERS frame and per KiB of DATA we
+//! sent (a client returns window for them, and gRPC's clients ping as they read), per PING or
+//! SETTINGS of ours (each wants an answer) and per second of its life.
 //! Past that it is a flood (nginx's answer is the same): GOAWAY ENHANCE_YOUR_CALM and the
 //! connection ends (`limit_hits_total{limit="h2_control_flood"}`).
 
@@ -99,6 +100,8 @@ pub struct H2Watch<I> {
     data_out: u64,
     /// PING and SETTINGS frames written to the client.
     asked: u64,
+    /// DATA and HEADERS frames written to the client.
+    frames_out: u64,
     /// When the connection began (control frames are also earned by the second).
     opened: std::time::Instant,
     /// The GOAWAY's error code once a violation is seen.
@@ -129,6 +132,7 @@ impl<I> H2Watch<I> {
             requests: 0,
             data_out: 0,
             asked: 0,
+            frames_out: 0,
             opened: std::time::Instant::now(),
             error: COMPRESSION_ERROR,
         }
@@ -139,6 +143,7 @@ impl<I> H2Watch<I> {
         let earned = CONTROL_BASE
             + self.requests * CONTROL_PER_REQUEST
             + self.data_out / DATA_PER_CONTROL
+            + 2 * self.frames_out
             + 2 * self.asked;
         // The clock is read only past the other allowances.
         self.control <= earned || self.control <= earned + self.opened.elapsed().as_secs()
@@ -271,7 +276,11 @@ impl<I> H2Watch<I> {
                 let h = w.head;
                 w.left = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
                 match h[3] {
-                    0x0 => self.data_out += w.left as u64,
+                    0x0 => {
+                        self.data_out += w.left as u64;
+                        self.frames_out += 1;
+                    }
+                    HEADERS => self.frames_out += 1,
                     // Ours, not our ACKs of the client's (those would earn a PING flood
                     // its own allowance).
                     0x4 | 0x6 if h[4] & 0x1 == 0 => self.asked += 1,
@@ -507,7 +516,7 @@ mod tests {
             );
         }
         w.scan_written(&frame(0x0, 0, 1, &vec![0u8; 1 << 20]));
-        let earned = CONTROL_BASE + 20 * CONTROL_PER_REQUEST + (1 << 20) / DATA_PER_CONTROL;
+        let earned = CONTROL_BASE + 20 * CONTROL_PER_REQUEST + (1 << 20) / DATA_PER_CONTROL + 2;
         for i in 1..earned {
             assert_eq!(w.scan_read(&wu), Ok(()), "frame {i}");
         }
