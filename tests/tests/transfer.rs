@@ -551,3 +551,48 @@ fn a_notify_flood_from_a_primarys_address_checks_the_primary_about_once_a_second
     let limited = secondary.stat("rrl.limited");
     assert!(limited >= 500, "{limited} NOTIFY replies limited of 2,000");
 }
+
+/// A NOTIFY from an address that may not notify is refused whatever it asks (a QTYPE other
+/// than SOA too, as Knot and NSD refuse it); from a primary, such a NOTIFY is FORMERR.
+#[test]
+fn a_notify_is_refused_to_a_non_primary_before_its_question_is_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("primary.zone");
+    std::fs::write(&file, zone_text(1, false, "3600 600 86400")).unwrap();
+    let mut pz = Zone::new(ORIGIN, &file);
+    pz.options = vec!["allow_transfer = [\"127.0.0.0/8\"]".into()];
+    let primary = Dnsd::builder().zone(pz).start();
+    let mut sz = Zone::new(ORIGIN, dir.path().join("secondary.zone"));
+    sz.options = vec![format!("primaries = [\"{}\"]", primary.addr())];
+    let secondary = Dnsd::builder().zone(sz).start();
+    let ask = |from: std::net::IpAddr, qtype: u16| {
+        let sock = std::net::UdpSocket::bind((from, 0)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let n = build_query(
+            7,
+            ORIGIN,
+            qtype,
+            &QueryOpts {
+                opcode: 4,
+                ..QueryOpts::udp()
+            },
+        );
+        sock.send_to(&n, secondary.addr()).unwrap();
+        let mut buf = [0u8; 512];
+        let (len, _) = sock.recv_from(&mut buf).expect("a reply");
+        assert!(len >= 12);
+        u16::from(buf[3] & 0xF)
+    };
+    let stranger = std::net::IpAddr::V4(net::test_ip());
+    assert_eq!(
+        ask(stranger, T::A),
+        rcode::REFUSED,
+        "QTYPE A from a stranger"
+    );
+    assert_eq!(ask(stranger, T::SOA), rcode::REFUSED, "SOA from a stranger");
+    assert_eq!(
+        ask(primary.addr().ip(), T::A),
+        rcode::FORMERR,
+        "QTYPE A from the primary"
+    );
+}

@@ -34,10 +34,6 @@ pub fn handle(
         let rc = refuse(rcode::NOTAUTH);
         return wire::reply(c, out, rc, None, signer);
     };
-    if c.q.qtype != t::SOA {
-        let rc = refuse(rcode::FORMERR);
-        return wire::reply(c, out, rc, None, signer);
-    }
     let from_primary = p.primaries.iter().any(|a| a.addr.ip() == c.src.ip())
         || p.allow_notify.iter().any(|n| n.contains(&c.src.ip()));
     let key_ok = match (&p.key, signer.as_deref()) {
@@ -49,6 +45,12 @@ pub fn handle(
         // Counted; logged at debug only (a spoofed flood must not flood the log).
         tracing::debug!(peer = %c.src, zone = %p.origin, "NOTIFY refused: not from a primary or without the zone's key");
         let rc = refuse(rcode::REFUSED);
+        return wire::reply(c, out, rc, None, signer);
+    }
+    // Judged only for a sender that may notify (others are refused whatever they ask, as
+    // Knot and NSD refuse them): a NOTIFY is about the SOA (RFC 1996 §3.7).
+    if c.q.qtype != t::SOA {
+        let rc = refuse(rcode::FORMERR);
         return wire::reply(c, out, rc, None, signer);
     }
     x.stats.notify_in.fetch_add(1, Ordering::Relaxed);
