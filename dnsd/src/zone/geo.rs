@@ -258,10 +258,14 @@ impl GeoZone {
         for wire in names {
             let name = Name::from_wire(wire).map_err(|e| e.to_string())?;
             let bad = |why: String| Err(format!("{}: {name}: {why}", path.display()));
-            if wire.first() == Some(&1) && wire.get(1) == Some(&b'*') {
-                continue;
-            }
-            match zone.lookup_name(&name) {
+            // A wildcard's variants answer the names below its parent: judged by that.
+            let wildcard = wire.first() == Some(&1) && wire.get(1) == Some(&b'*');
+            let at = if wildcard {
+                Name::from_wire(&wire[2..]).map_err(|e| e.to_string())?
+            } else {
+                name.clone()
+            };
+            match zone.lookup_name(&at) {
                 Lookup::Delegation { cut, .. } => {
                     let cut = Name::from_wire(zone.node_name(cut)).map_err(|e| e.to_string())?;
                     return bad(format!(
@@ -272,7 +276,7 @@ impl GeoZone {
                     let at = Name::from_wire(zone.node_name(node)).map_err(|e| e.to_string())?;
                     return bad(format!("below the DNAME at {at}"));
                 }
-                Lookup::Exact(node) if zone.rrset(node, t::CNAME).is_some() => {
+                Lookup::Exact(node) if !wildcard && zone.rrset(node, t::CNAME).is_some() => {
                     let g = &self.names[wire];
                     if g.variants.iter().any(|v| {
                         v.rrsets
@@ -285,9 +289,10 @@ impl GeoZone {
                     }
                 }
                 Lookup::Exact(_) => {}
-                Lookup::Wildcard { .. } | Lookup::NxDomain { .. } => {
+                Lookup::Wildcard { .. } | Lookup::NxDomain { .. } if !wildcard => {
                     only_here.push(name.to_string())
                 }
+                Lookup::Wildcard { .. } | Lookup::NxDomain { .. } => {}
             }
         }
         Ok(only_here)
@@ -501,6 +506,11 @@ mod tests {
                 "A: 192.0.2.9",
                 "a variant may hold only a CNAME",
             ),
+            (
+                "\"*.del.example.\"",
+                "A: 192.0.2.9",
+                "at or below the delegation del.example.",
+            ),
         ] {
             let e = check(&v(name, rr)).unwrap_err();
             assert!(
@@ -514,6 +524,7 @@ mod tests {
             v("www.example.", "A: 192.0.2.9"),
             v("cn.example.", "CNAME: www.example."),
             v("example.", "TXT: apex"),
+            v("\"*.cn.example.\"", "A: 192.0.2.9"),
             v("geo-only.example.", "A: 192.0.2.9"),
         ]
         .concat();
