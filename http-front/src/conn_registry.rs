@@ -1,4 +1,4 @@
-//! Open client connections by source address, so that a source entering the block map has its connections closed; also the connection bounds (total, per source).
+//! Open client connections by source address, so that a source entering the block map has its connections closed; also the connection bounds (total, per source: an IPv4 address, an IPv6 /64).
 //!
 //! The registry is touched twice per connection (accept, close), never per request: it is
 //! sharded by address hash, so two cores only meet when their sources share a shard. Each
@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use hashbrown::HashMap;
 use ipnet::IpNet;
+use shield::ratelimit::host_source;
 use tokio::sync::Notify;
 
 const SHARDS: usize = 64;
@@ -259,17 +260,6 @@ type Shard = HashMap<IpAddr, Vec<Arc<ConnCtl>>, foldhash::fast::RandomState>;
 /// Slow-reader drops of a source: how many, and when the last came (ms, monotonic).
 type Strikes = HashMap<IpAddr, (u32, u64), foldhash::fast::RandomState>;
 
-/// What a source's slow-reader drops are kept under: an IPv4 address, an IPv6 source's /64
-/// (one host can leave neither).
-fn strike_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
-            IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into())
-        }
-        other => other,
-    }
-}
-
 /// Drops still counted of `(n, at)` at `now_ms` (one forgotten per [`STRIKE_MS`]).
 fn live_strikes((n, at): (u32, u64), now_ms: u64) -> u32 {
     n.saturating_sub((now_ms.saturating_sub(at) / STRIKE_MS).min(u64::from(u32::MAX)) as u32)
@@ -337,7 +327,7 @@ impl Registry {
     /// Notes a slow-reader drop of `ip` (an IPv6 source: its /64); false when the table is
     /// full (not noted).
     pub fn strike(&self, ip: IpAddr, now_ms: u64) -> bool {
-        let ip = strike_key(ip);
+        let ip = host_source(ip);
         let mut s = self.strikes_of(&ip);
         if s.len() >= STRIKES_PER_SHARD && !s.contains_key(&ip) {
             let before = s.len();
@@ -360,7 +350,7 @@ impl Registry {
         if self.striking.load(Ordering::Relaxed) == 0 {
             return max;
         }
-        let ip = strike_key(ip);
+        let ip = host_source(ip);
         let s = self.strikes_of(&ip);
         let n = s.get(&ip).map_or(0, |v| live_strikes(*v, now_ms));
         if n == 0 {
@@ -382,8 +372,9 @@ impl Registry {
         }
         let ctl = Arc::new(ConnCtl::new(ip));
         {
-            let mut s = lock(self.shard(&ip));
-            let list = s.entry(ip).or_default();
+            let key = host_source(ip);
+            let mut s = lock(self.shard(&key));
+            let list = s.entry(key).or_default();
             if list.len() >= max_per_source {
                 drop(s);
                 self.open.fetch_sub(1, Ordering::AcqRel);
@@ -399,11 +390,12 @@ impl Registry {
 
     fn unregister(&self, ctl: &Arc<ConnCtl>) {
         {
-            let mut s = lock(self.shard(&ctl.ip));
-            if let Some(list) = s.get_mut(&ctl.ip) {
+            let key = host_source(ctl.ip);
+            let mut s = lock(self.shard(&key));
+            if let Some(list) = s.get_mut(&key) {
                 list.retain(|c| !Arc::ptr_eq(c, ctl));
                 if list.is_empty() {
-                    s.remove(&ctl.ip);
+                    s.remove(&key);
                 }
             }
         }
@@ -417,26 +409,30 @@ impl Registry {
 
     /// Asks every connection from inside `net` to close; returns how many were asked.
     ///
-    /// A host entry costs one shard lookup; a shorter prefix walks every shard (escalations
+    /// A host entry (an IPv6 prefix of /64 or longer) costs one shard lookup; a shorter prefix walks every shard (escalations
     /// are mostly hosts, and the walk holds one shard at a time).
     pub fn close_net(&self, net: IpNet, cause: CloseCause) -> usize {
         let mut n = 0;
-        if net.prefix_len() == net.max_prefix_len() {
-            let ip = net.addr();
-            if let Some(list) = lock(self.shard(&ip)).get(&ip) {
-                for c in list {
-                    n += usize::from(c.close(cause));
-                }
+        let of_net = |list: &Vec<Arc<ConnCtl>>| {
+            list.iter()
+                .filter(|c| net.contains(&c.ip))
+                .map(|c| usize::from(c.close(cause)))
+                .sum::<usize>()
+        };
+        let host = match net {
+            IpNet::V4(v4) => v4.prefix_len() == 32,
+            IpNet::V6(v6) => v6.prefix_len() >= 64,
+        };
+        if host {
+            let key = host_source(net.addr());
+            if let Some(list) = lock(self.shard(&key)).get(&key) {
+                n += of_net(list);
             }
             return n;
         }
         for shard in self.shards.iter() {
-            for (ip, list) in lock(shard).iter() {
-                if net.contains(ip) {
-                    for c in list {
-                        n += usize::from(c.close(cause));
-                    }
-                }
+            for list in lock(shard).values() {
+                n += of_net(list);
             }
         }
         n
@@ -536,5 +532,37 @@ mod tests {
         drop((a1, a2, b));
         assert_eq!(r.open(), 0);
         assert!(r.register(ip("192.0.2.1"), 3, 2).is_ok());
+    }
+
+    #[test]
+    fn an_ipv6_source_is_bounded_by_its_slash_64_and_closed_by_address_or_prefix() {
+        let r = Arc::new(Registry::default());
+        let a = r.register(ip("2001:db8:0:1::1"), 10, 2).unwrap();
+        let b = r.register(ip("2001:db8:0:1::2"), 10, 2).unwrap();
+        assert_eq!(
+            r.register(ip("2001:db8:0:1:ffff::3"), 10, 2).unwrap_err(),
+            Refused::PerSource,
+            "another address of the same /64"
+        );
+        let c = r.register(ip("2001:db8:0:2::1"), 10, 2).unwrap();
+        // A host entry closes that address only; a /64 or shorter, all of its sources.
+        assert_eq!(
+            r.close_net("2001:db8:0:1::2/128".parse().unwrap(), CloseCause::Blocked),
+            1
+        );
+        assert_eq!(
+            (a.ctl.cause(), b.ctl.cause()),
+            (None, Some(CloseCause::Blocked))
+        );
+        assert_eq!(
+            r.close_net("2001:db8::/48".parse().unwrap(), CloseCause::Blocked),
+            2
+        );
+        assert_eq!(c.ctl.cause(), Some(CloseCause::Blocked));
+        drop(b);
+        assert!(
+            r.register(ip("2001:db8:0:1::9"), 10, 2).is_ok(),
+            "a place freed"
+        );
     }
 }

@@ -283,6 +283,17 @@ pub fn value_key(value: &str) -> SourceKey {
     }
 }
 
+/// The source a per-source bound (connections, transfers) counts `ip` as: an IPv4 address
+/// (IPv4-mapped ones as IPv4), an IPv6 address's /64 — one host holds a /64, and counted by
+/// address it could open a connection from each of its 2^64 addresses.
+#[inline]
+pub fn host_source(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !u128::from(u64::MAX)).into()),
+        v4 => v4,
+    }
+}
+
 /// The key of `ip`'s prefix of `v4_len` (IPv4) or `v6_len` (IPv6) bits.
 ///
 /// IPv4-mapped IPv6 addresses are keyed as IPv4. Lengths longer than the family's are clamped.
@@ -630,6 +641,16 @@ mod tests {
         assert_eq!(wc.add(&"b", 1, 1000, 5_500), 1);
         assert_eq!(wc.add(&"a", 1, 1000, 6_000), 1, "new window");
         assert_eq!(wc.add(&"a", 100_000, 1000, 6_001), 65_535, "saturates");
+    }
+
+    #[test]
+    fn a_host_source_is_an_ipv4_address_or_an_ipv6_slash_64() {
+        let h = |s: &str| host_source(s.parse().unwrap()).to_string();
+        assert_eq!(h("192.0.2.7"), "192.0.2.7");
+        assert_eq!(h("::ffff:192.0.2.7"), "192.0.2.7");
+        assert_eq!(h("2001:db8:0:1:aaaa::1"), "2001:db8:0:1::");
+        assert_eq!(h("2001:db8:0:1::ffff"), "2001:db8:0:1::");
+        assert_ne!(h("2001:db8:0:2::1"), h("2001:db8:0:1::1"));
     }
 
     #[test]

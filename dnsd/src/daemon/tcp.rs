@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use listener::addrs::AddrSet;
+use shield::ratelimit::host_source;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
@@ -240,7 +241,7 @@ impl TcpServer {
             let pick = quiet
                 .iter()
                 .take(EVICT_CANDIDATES)
-                .map(|(k, (ip, _))| (per_source.get(ip).copied().unwrap_or(0), *k))
+                .map(|(k, (ip, _))| (per_source.get(&host_source(*ip)).copied().unwrap_or(0), *k))
                 .fold(
                     None,
                     |best: Option<(usize, (Instant, u64))>, c| match best {
@@ -525,8 +526,10 @@ impl TcpServer {
         (self.make)()
     }
 
-    /// Counts a connection of `ip` in, unless its source is at `tcp_max_per_source`.
+    /// Counts a connection of `ip` in, unless its source (an IPv6 address: its /64) is at
+    /// `tcp_max_per_source`.
     pub(super) fn enter(&self, ip: IpAddr) -> bool {
+        let ip = host_source(ip);
         let mut m = self.per_source.lock().expect("per-source lock");
         let n = m.entry(ip).or_insert(0);
         if *n >= self.limits.max_per_source {
@@ -538,6 +541,7 @@ impl TcpServer {
 
     /// Counts a connection of `ip` out.
     pub(super) fn leave(&self, ip: IpAddr) {
+        let ip = host_source(ip);
         let mut m = self.per_source.lock().expect("per-source lock");
         if let Some(n) = m.get_mut(&ip) {
             *n -= 1;
@@ -1183,6 +1187,30 @@ mod tests {
         assert_eq!(drops(&stats, DropCause::TcpLimit), 2);
         assert_eq!(srv.open_connections(), 2);
         drop((c, d));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_ipv6_source_is_counted_by_its_slash_64() {
+        let (srv, _addr, _stats) = start(
+            TcpLimits {
+                max_per_source: 2,
+                ..limits()
+            },
+            None,
+            None,
+        );
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(srv.enter(ip("2001:db8:0:1::1")));
+        assert!(srv.enter(ip("2001:db8:0:1::2")));
+        assert!(!srv.enter(ip("2001:db8:0:1:ffff::3")), "the /64 is full");
+        assert!(srv.enter(ip("2001:db8:0:2::1")), "another /64");
+        assert!(srv.enter(ip("192.0.2.1")) && srv.enter(ip("::ffff:192.0.2.1")));
+        assert!(
+            !srv.enter(ip("192.0.2.1")),
+            "an IPv4-mapped address is its IPv4 source"
+        );
+        srv.leave(ip("2001:db8:0:1::1"));
+        assert!(srv.enter(ip("2001:db8:0:1::7")), "a place freed");
     }
 
     /// Waits (5 s at most) for `n` connections to be in the eviction order.
