@@ -433,6 +433,25 @@ fn count_close(c: &Counters, cause: Option<CloseCause>) {
     });
 }
 
+/// The connection ended because the client went away (a TLS client closing without
+/// close_notify, a reset), which is no protocol error of its.
+fn client_gone(e: &hyper::Error) -> bool {
+    let src = std::error::Error::source(e);
+    let io = src.and_then(|s| s.downcast_ref::<io::Error>()).or_else(|| {
+        src.and_then(|s| s.downcast_ref::<h2::Error>())
+            .and_then(|h| h.get_io())
+    });
+    io.is_some_and(|io| {
+        matches!(
+            io.kind(),
+            io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe
+        )
+    })
+}
+
 fn count_error(c: &Counters, e: &hyper::Error) {
     if e.is_parse_too_large() {
         c.bump(Counter::LimitHeaderBytes);
@@ -445,6 +464,8 @@ fn count_error(c: &Counters, e: &hyper::Error) {
     {
         // h2 itself sent GOAWAY: pending-accept resets, local error resets, CONTINUATION abuse.
         c.bump(Counter::LimitH2Protocol);
+    } else if client_gone(e) {
+        c.bump(Counter::ConnClientGone);
     } else {
         c.bump(Counter::ConnErrors);
     }

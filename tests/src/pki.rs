@@ -206,6 +206,15 @@ impl ServerCertVerifier for Record {
 /// Handshakes with `addr`, sending `sni` as the server name (none: no SNI), asking for
 /// ALPN `http/1.1`; what the server showed, or the handshake's error.
 pub fn hello(addr: SocketAddr, sni: Option<&str>) -> Result<Seen, String> {
+    handshake(addr, sni, true)
+}
+
+/// As [`hello`], then the client vanishes: the socket closed without close_notify.
+pub fn hello_and_vanish(addr: SocketAddr, sni: Option<&str>) -> Result<Seen, String> {
+    handshake(addr, sni, false)
+}
+
+fn handshake(addr: SocketAddr, sni: Option<&str>, close_notify: bool) -> Result<Seen, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let record = Arc::new(Record {
         provider: Arc::clone(&provider),
@@ -231,9 +240,11 @@ pub fn hello(addr: SocketAddr, sni: Option<&str>) -> Result<Seen, String> {
     while conn.is_handshaking() {
         conn.complete_io(&mut sock).map_err(|e| e.to_string())?;
     }
-    // Close cleanly; a failed handshake already returned.
-    conn.send_close_notify();
-    let _ = conn.complete_io(&mut sock);
+    // Close cleanly (or not); a failed handshake already returned.
+    if close_notify {
+        conn.send_close_notify();
+        let _ = conn.complete_io(&mut sock);
+    }
     let mut seen = record.seen.lock().unwrap().clone();
     seen.alpn = conn.alpn_protocol().map(<[u8]>::to_vec);
     Ok(seen)

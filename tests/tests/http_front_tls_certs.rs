@@ -114,6 +114,18 @@ fn tls_certificate_by_sni_from_cert_dir_site_and_default() {
         front.metric("http_front_tls_cert_pairs_read_total{result=\"refused\"}"),
         1
     );
+    // Clients that handshake and go away without close_notify (monitors, scanners) are
+    // counted as gone, not as protocol errors.
+    for _ in 0..3 {
+        palisade_tests::pki::hello_and_vanish(addr, Some("a.test")).unwrap();
+    }
+    palisade_tests::wait::wait_for("clients gone counted", Duration::from_secs(5), || {
+        front.metric("http_front_connections_total{event=\"client_gone\"}") >= 3
+    });
+    assert_eq!(
+        front.metric("http_front_connections_total{event=\"protocol_error\"}"),
+        0
+    );
     let log = front.log();
     assert!(log.contains("lonely.test.crt"), "{log}");
     assert!(log.contains("bad.test.key"), "{log}");
