@@ -114,8 +114,9 @@ impl Drop for Flight {
             );
             if cx.flood_block_secs > 0 {
                 let now = shield::clock::unix_ms();
+                // The host: an IPv6 source's /64, which it could otherwise step through.
                 cx.front.blocks.insert(BlockEntry::with_ttl(
-                    ipnet::IpNet::from(cx.ip),
+                    shield::ratelimit::host_net(cx.ip),
                     std::time::Duration::from_secs(cx.flood_block_secs),
                     now,
                     "h2-reset-flood",

@@ -294,6 +294,15 @@ pub fn host_source(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// [`host_source`] as a prefix: an IPv4 address's /32, an IPv6 address's /64 — what a
+/// defence that blocks a host blocks, so that the host cannot step to its next address.
+pub fn host_net(ip: IpAddr) -> IpNet {
+    match host_source(ip) {
+        IpAddr::V4(a) => IpNet::V4(Ipv4Net::from(a)),
+        IpAddr::V6(a) => IpNet::V6(Ipv6Net::new(a, 64).expect("64 is a valid IPv6 length")),
+    }
+}
+
 /// The key of `ip`'s prefix of `v4_len` (IPv4) or `v6_len` (IPv6) bits.
 ///
 /// IPv4-mapped IPv6 addresses are keyed as IPv4. Lengths longer than the family's are clamped.
@@ -651,6 +660,9 @@ mod tests {
         assert_eq!(h("2001:db8:0:1:aaaa::1"), "2001:db8:0:1::");
         assert_eq!(h("2001:db8:0:1::ffff"), "2001:db8:0:1::");
         assert_ne!(h("2001:db8:0:2::1"), h("2001:db8:0:1::1"));
+        let n = |s: &str| host_net(s.parse().unwrap()).to_string();
+        assert_eq!(n("::ffff:192.0.2.7"), "192.0.2.7/32");
+        assert_eq!(n("2001:db8:0:1:aaaa::1"), "2001:db8:0:1::/64");
     }
 
     #[test]

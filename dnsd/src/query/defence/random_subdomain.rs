@@ -225,14 +225,16 @@ impl RandomSubdomain {
             return Verdict::Pass;
         }
         let window = self.cfg.window * 1000;
-        let all = self.src_all.add(&(src, zone), 1, window, now_ms);
+        // A host: an IPv6 source's /64 (one host could spread its flood over 2^64 addresses).
+        let host = shield::ratelimit::host_source(src);
+        let all = self.src_all.add(&(host, zone), 1, window, now_ms);
         // The window counters saturate at 65,535: past that the share of NXDOMAIN cannot be
         // judged (a busy resolver would drift towards "mostly NXDOMAIN"). A flooder that
         // only draws NXDOMAIN is escalated long before, at `escalate_after`.
         if !nx || all >= SATURATED {
             return Verdict::Pass;
         }
-        let n = self.src_nx.add(&(src, zone), 1, window, now_ms);
+        let n = self.src_nx.add(&(host, zone), 1, window, now_ms);
         // "Mostly NXDOMAIN": at least min_nx_share of this source's answers in the window.
         let mostly = n as f64 >= self.cfg.min_nx_share * all as f64;
         if !mostly {
@@ -307,7 +309,7 @@ impl crate::query::module::QueryModule for Module {
                 let ttl = std::time::Duration::from_secs(s.cfg.random_subdomain.block_ttl);
                 // Unproven UDP: a suspect of NXDOMAIN answers, never a block.
                 let entry = BlockEntry::with_ttl(
-                    ipnet::IpNet::from(p.src),
+                    shield::ratelimit::host_net(p.src),
                     ttl,
                     env.now_ms,
                     "dns random-subdomain flood",
@@ -378,6 +380,30 @@ mod tests {
         }
         assert_eq!(w.attack_table_full.load(Ordering::Relaxed), full);
         assert!(w.attacked_until(9_999_999) > later);
+    }
+
+    #[test]
+    fn an_ipv6_flooder_is_its_slash_64_whatever_address_it_sends_from() {
+        let cfg = RandomSubdomainConfig {
+            zone_nxdomains_per_second: 5.0,
+            source_nxdomain_limit: 5,
+            escalate_after: 20,
+            ..RandomSubdomainConfig::default()
+        };
+        let w = RandomSubdomain::new(&cfg, &[]);
+        let now = 1_000_000;
+        // Each query from another address of one /64: limited, then escalated, as one source.
+        let verdicts: Vec<Verdict> = (0..30u16)
+            .map(|i| {
+                let src = IpAddr::from([0x2001, 0xdb8, 0, 1, i, 0, 0, 1]);
+                w.observe(0, src, true, now + u64::from(i))
+            })
+            .collect();
+        assert!(verdicts.contains(&Verdict::Drop), "{verdicts:?}");
+        assert!(verdicts.contains(&Verdict::Escalate), "{verdicts:?}");
+        // Another /64 is another source.
+        let other = IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]);
+        assert_eq!(w.observe(0, other, true, now + 31), Verdict::Pass);
     }
 
     #[test]
