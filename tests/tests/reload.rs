@@ -256,3 +256,85 @@ fn a_reload_says_what_the_config_did() {
         "{out}"
     );
 }
+
+/// A configured zone without data (its file failed to load at start, or is missing) is
+/// answered SERVFAIL at and below its apex, as Knot and NSD answer it: neither REFUSED nor
+/// answered by a served parent (its referral, or an authoritative NXDOMAIN for a child it does
+/// not delegate, which resolvers would cache). A chase from another zone stops at it; DS at
+/// its apex stays the parent's; once its file is good it is served.
+#[test]
+fn a_zone_without_data_is_servfail_and_never_its_parents_answer() {
+    use hickory_proto::op::ResponseCode;
+    let dir = tempfile::tempdir().unwrap();
+    let p = |f: &str| dir.path().join(f);
+    std::fs::write(
+        p("par.zone"),
+        "$TTL 300\n@ SOA ns1 hostmaster 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 192.0.2.1\n\
+         kid NS ns.kid\nns.kid A 192.0.2.5\nalias CNAME www.kid\nnx CNAME x.nofile\n",
+    )
+    .unwrap();
+    // A bad address: no server loads it.
+    let bad = "$TTL 300\n@ SOA ns1 hostmaster 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 192.0.2.1\nwww A 192.0.2.300\n";
+    std::fs::write(p("kid.zone"), bad).unwrap();
+    // The zones without data are configured raw: the harness waits for zones it serves.
+    let mut raw = String::new();
+    for (origin, file) in [
+        ("kid.par.test.", "kid.zone"),
+        ("nofile.par.test.", "missing.zone"),
+        ("lone.test.", "missing-too.zone"),
+    ] {
+        let _ = write!(
+            raw,
+            "\n[[zone]]\norigin = \"{origin}\"\nfile = \"{}\"\n",
+            p(file).display()
+        );
+    }
+    let dnsd = Dnsd::builder()
+        .zone(Zone::new("par.test.", p("par.zone")))
+        .raw(&raw)
+        .start();
+    let addr = dnsd.addr();
+    let ask = |name: &str, qtype: u16| {
+        palisade_tests::client::query(addr, name, qtype, &QueryOpts::udp())
+    };
+    for (name, qtype) in [
+        ("www.kid.par.test.", 1),
+        ("kid.par.test.", 2),
+        ("kid.par.test.", 6),
+        ("x.nofile.par.test.", 1),
+        ("nofile.par.test.", 6),
+        ("lone.test.", 6),
+        ("a.b.lone.test.", 28),
+    ] {
+        let m = ask(name, qtype);
+        assert_eq!(
+            m.response_code,
+            ResponseCode::ServFail,
+            "{name} {qtype}: {m}"
+        );
+        assert!(m.answers.is_empty() && m.authorities.is_empty(), "{m}");
+    }
+    // A chain from the parent into them: the CNAME, not an answer joined from no data.
+    for name in ["alias.par.test.", "nx.par.test."] {
+        let m = ask(name, 1);
+        assert_eq!(m.response_code, ResponseCode::NoError, "{name}: {m}");
+        assert!(m.authoritative && m.answers.len() == 1, "{name}: {m}");
+    }
+    // DS at the child's apex is the parent's (here: none, NODATA from the parent).
+    let m = ask("kid.par.test.", 43);
+    assert_eq!(m.response_code, ResponseCode::NoError, "{m}");
+    assert!(m.authoritative, "{m}");
+    let metrics = dnsd.metrics();
+    assert!(
+        metrics.contains("dnsd_zone_serial{zone=\"par.test.\"}")
+            && !metrics.contains("dnsd_zone_serial{zone=\"kid.par.test.\"}"),
+        "{metrics}"
+    );
+    // Fixed: served.
+    std::fs::write(p("kid.zone"), bad.replace("192.0.2.300", "192.0.2.30")).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload", "kid.par.test."]);
+    assert!(ok, "{out}");
+    let m = ask("www.kid.par.test.", 1);
+    assert_eq!(m.response_code, ResponseCode::NoError, "{m}");
+    assert_eq!(m.answers.len(), 1, "{m}");
+}

@@ -811,10 +811,15 @@ impl<'q> Answerer<'_, '_, 'q> {
         target.set(lower);
         let zones = self.zones;
         // DS at a served child's apex comes from the parent, reached directly or not.
-        let Some((_, zone)) = zone_for(zones, target.name(), target.offs(), self.q.qtype) else {
+        let Some((zi, zone)) = zone_for(zones, target.name(), target.offs(), self.q.qtype) else {
             // Out of our zones: the resolver follows it.
             return Kind::Answer;
         };
+        if zones.is_expired(zi) {
+            // Into a zone answered SERVFAIL (expired, or without data): the resolver follows
+            // it and meets that; its stale or absent data is never joined to this answer.
+            return Kind::Answer;
+        }
         let at = self.w.find_name(lower);
         let mut buf = [0u8; MAX_NAME_LEN];
         buf[..len].copy_from_slice(lower);

@@ -580,10 +580,13 @@ impl Registry {
                             serving = serial,
                             "zone not loaded, keeping the last good version: {msg}"
                         ),
-                        None => tracing::error!(
-                            zone = %e.def.origin,
-                            "zone not loaded, not served (no earlier version): {msg}"
-                        ),
+                        None => {
+                            tracing::error!(
+                                zone = %e.def.origin,
+                                "zone not loaded, answered SERVFAIL (no earlier version): {msg}"
+                            );
+                            self.dirty.push(i);
+                        }
                     }
                     // A zone a user added: its places only (the daemon read what it could not
                     // and the answer goes back to it); the log has the rest.
@@ -620,15 +623,24 @@ impl Registry {
         self.dirty.dedup();
         for &i in &self.dirty {
             match &self.slots[i] {
-                Some(e) => set.put(
-                    i as u32,
-                    e.current.clone(),
-                    e.def.serve,
-                    e.expired,
-                    e.id,
-                    e.compact.clone(),
-                    e.geo.clone(),
-                ),
+                Some(e) => {
+                    // A zone without data is answered SERVFAIL (see `put_stand_in`).
+                    match &e.current {
+                        Some(z) => set.put(
+                            i as u32,
+                            Some(z.clone()),
+                            e.def.serve,
+                            e.expired,
+                            e.id,
+                            e.compact.clone(),
+                            e.geo.clone(),
+                        ),
+                        None => match placeholder(&e.def.origin) {
+                            Some(z) => set.put_stand_in(i as u32, z, e.def.serve, e.id),
+                            None => set.put(i as u32, None, e.def.serve, false, e.id, None, None),
+                        },
+                    }
+                }
                 None => set.put(
                     i as u32,
                     None,
@@ -914,4 +926,13 @@ impl shield::metrics::Source for Zones {
             );
         }
     }
+}
+
+/// The stand-in published for a configured zone without data: its apex, an SOA and an NS
+/// no answer ever shows (the zone is published expired: SERVFAIL).
+fn placeholder(origin: &Name) -> Option<Arc<Zone>> {
+    const TEXT: &str = "@ 0 IN SOA invalid. invalid. 0 0 0 0 0\n@ 0 IN NS invalid.\n";
+    zones::load_bytes("(no data)", TEXT, origin, &zones::ReadOptions::new(origin))
+        .ok()
+        .map(|l| Arc::new(l.zone))
 }

@@ -41,6 +41,8 @@ struct Slot {
     compact: Option<Arc<crate::signing::online::CompactSigner>>,
     /// Its variants by client network.
     geo: Option<Arc<crate::zone::geo::GeoZone>>,
+    /// `zone` is a stand-in for a configured zone without data (answered SERVFAIL).
+    stand_in: bool,
 }
 
 /// Served apexes → slot, shared between versions until a zone comes or goes.
@@ -137,6 +139,7 @@ impl ZoneSet {
         s.id = id;
         s.compact = compact;
         s.geo = geo.filter(|g| !g.is_empty());
+        s.stand_in = false;
         fn apex(z: &Option<Arc<Zone>>) -> Option<&[u8]> {
             z.as_ref().map(|z| z.apex().as_wire())
         }
@@ -184,6 +187,15 @@ impl ZoneSet {
         self.slot(i).is_some_and(|s| s.opts.xdp_hot)
     }
 
+    /// Puts `stand_in`, the apex of a configured zone without data (its file failed to load,
+    /// its first transfer has not come), in slot `i`: names at and below it are answered
+    /// SERVFAIL, as Knot and NSD answer them — neither REFUSED nor answered by a parent zone
+    /// (an authoritative NXDOMAIN resolvers would cache); [`ZoneSet::zones`] leaves it out.
+    pub fn put_stand_in(&mut self, i: u32, stand_in: Arc<Zone>, opts: ServeOptions, id: u32) {
+        self.put(i, Some(stand_in), opts, true, id, None, None);
+        self.slot_mut(i).stand_in = true;
+    }
+
     /// Marks zone `i` expired (a secondary whose primaries stopped answering): SERVFAIL.
     pub fn set_expired(&mut self, i: usize) {
         self.slot_mut(i as u32).expired = true;
@@ -219,6 +231,7 @@ impl ZoneSet {
             chunk
                 .iter()
                 .enumerate()
+                .filter(|(_, s)| !s.stand_in)
                 .filter_map(move |(k, s)| s.zone.as_ref().map(|z| ((c * CHUNK + k) as u32, z)))
         })
     }
