@@ -371,8 +371,11 @@ fn parse_head(rbuf: &mut BytesMut, head_req: bool) -> Result<Option<Head>, BadRe
         let mut headers = HeaderMap::with_capacity(count);
         for &(no, nl, vo, vl) in &spans[..count] {
             let name = &head[no as usize..(no + nl) as usize];
-            // With a transfer coding the length is not the body's: hyper frames it anew.
-            if super::is_hop_by_hop(name) || (te && name.eq_ignore_ascii_case(b"content-length")) {
+            // With a transfer coding the length is not the body's: hyper frames it anew. A 204
+            // carries none (RFC 9110 §8.6): an HTTP/2 client takes one for a protocol error.
+            if super::is_hop_by_hop(name)
+                || ((te || code == 204) && name.eq_ignore_ascii_case(b"content-length"))
+            {
                 continue;
             }
             let name =
@@ -1037,6 +1040,14 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(h.framing, RespFraming::Empty);
+        let (h, _) = parse(
+            "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\nfirst",
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.framing, RespFraming::Empty);
+        assert!(!h.headers.contains_key("content-length"), "{:?}", h.headers);
         let (h, _) = parse(
             "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
             false,

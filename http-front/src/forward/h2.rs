@@ -62,6 +62,10 @@ pub async fn forward(
     };
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    if parts.status == hyper::StatusCode::NO_CONTENT {
+        // A 204 carries no length (RFC 9110 §8.6): an HTTP/2 client takes one for an error.
+        parts.headers.remove(hyper::header::CONTENT_LENGTH);
+    }
     parts.version = Version::HTTP_11;
     Ok(Response::from_parts(parts, RespBody::H2(body)))
 }
