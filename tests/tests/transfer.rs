@@ -596,3 +596,50 @@ fn a_notify_is_refused_to_a_non_primary_before_its_question_is_judged() {
         "QTYPE A from the primary"
     );
 }
+
+/// A secondary serves what its primary serves when the RDATA is sound in structure but
+/// faulty in meaning (an HTTPS record whose no-default-alpn lacks alpn, a DS digest of the
+/// wrong length for its type), as Knot and NSD secondaries do: the transfer is taken and its
+/// copy read back at the next start (with a warning), where a primary's own file is refused.
+#[test]
+fn a_secondary_takes_what_its_primary_serves_though_a_primary_would_refuse_it() {
+    if skip_without(&["knotd", "knotc"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let primary_file = dir.path().join("primary.zone");
+    let mut text = zone_text(1, false, "3600 600 86400");
+    text.push_str("svc HTTPS 1 . no-default-alpn\nsub DS 1 13 2 0123\n");
+    std::fs::write(&primary_file, &text).unwrap();
+    let copy = dir.path().join("secondary").join("example.com.zone");
+    let at = fresh_addr();
+    let knot = knot_primary(&primary_file, at, ("k512", "hmac-sha512", SECRET512));
+    let dnsd = dnsd_secondary(at, &copy, knot.addr());
+    assert_eq!(dnsd.stat("transfer.in.axfr"), 1, "{}", dnsd.log());
+    for (name, qtype) in [("svc.example.com.", 65), ("sub.example.com.", T::DS)] {
+        let m = client::query(dnsd.addr(), name, qtype, &QueryOpts::udp());
+        assert_eq!(m.answers.len(), 1, "{name}: {m}");
+    }
+    assert_same_answers("dnsd", dnsd.addr(), "knot", knot.addr());
+    // Restarted with the primary gone: its copy is read back and served.
+    drop(dnsd);
+    drop(knot);
+    let again = dnsd_secondary(fresh_addr(), &copy, fresh_addr());
+    let m = client::query(again.addr(), "svc.example.com.", 65, &QueryOpts::udp());
+    assert_eq!(m.answers.len(), 1, "{m}");
+    assert!(again.log().contains("no-default-alpn"), "warned of");
+    // A primary's own file with the same record is refused, naming it.
+    let own = dir.path().join("own.zone");
+    std::fs::write(&own, &text).unwrap();
+    let out = Command::new(palisade_tests::bin("dnsd"))
+        .args(["check-zone", "--origin", ORIGIN])
+        .arg(&own)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && said.contains("no-default-alpn"),
+        "{said}"
+    );
+}

@@ -32,6 +32,9 @@ pub struct ReadOptions {
     pub max_errors: usize,
     /// Most warnings kept (further ones are counted only).
     pub max_warnings: usize,
+    /// RDATA is held to its structure only, a semantic fault warned of, not refused
+    /// ([`rdata::check_structure`]): a secondary's copy of what its primary serves.
+    pub lenient: bool,
 }
 
 impl ReadOptions {
@@ -46,6 +49,7 @@ impl ReadOptions {
             max_generate_total: 1 << 20,
             max_errors: 100,
             max_warnings: 200,
+            lenient: false,
         }
     }
 }
@@ -623,13 +627,23 @@ impl<'o> Reader<'o> {
         }
         self.rdata.clear();
         let mut fields = Fields::new(&frame.scanner, &toks[i + 1..]);
-        rdata::parse(rtype, &mut fields, frame.origin.as_wire(), &mut self.rdata).map_err(|e| {
-            EntryError {
-                line: if e.line > 0 { e.line } else { type_tok.line },
-                col: e.col,
-                msg: format!("{} RDATA: {}", rrtype::to_text(rtype), e.msg),
-            }
+        let semantic = !self.opts.lenient;
+        rdata::parse_with(
+            rtype,
+            &mut fields,
+            frame.origin.as_wire(),
+            &mut self.rdata,
+            semantic,
+        )
+        .map_err(|e| EntryError {
+            line: if e.line > 0 { e.line } else { type_tok.line },
+            col: e.col,
+            msg: format!("{} RDATA: {}", rrtype::to_text(rtype), e.msg),
         })?;
+        if !semantic && let Err(m) = rdata::check_wire(rtype, &self.rdata) {
+            let (file, line) = (frame.file, type_tok.line);
+            self.warn(file, line, format!("{m} (kept: the primary serves it)"));
+        }
         if self.rdata.len() > u16::MAX as usize {
             return Err(EntryError::at(type_tok, "RDATA longer than 65535 octets"));
         }

@@ -55,6 +55,7 @@ pub fn sign_zone(
         }),
         geo: None,
         added_by: zc.added_by.clone(),
+        secondary: false,
     };
     let loaded = crate::zone::load::load_planned(&plan).map_err(|e| e.to_string())?;
     for w in &loaded.loaded.warnings {

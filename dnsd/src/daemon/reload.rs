@@ -426,6 +426,7 @@ pub async fn zone_add(
             sign,
             geo: crate::zone::registry::ZoneDef::geo_spec(&c, &zc),
             added_by: zc.added_by.clone(),
+            secondary: !zc.primaries.is_empty(),
         };
         let r = tokio::task::spawn_blocking(move || crate::zone::load::load_planned(&planned))
             .await

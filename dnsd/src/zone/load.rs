@@ -29,6 +29,9 @@ pub struct Planned {
     /// read only if that user could read it, now (a link swapped in since the zone was added
     /// must not reach further), and may not `$INCLUDE`.
     pub added_by: Option<crate::config::zone_list::AddedBy>,
+    /// A secondary: its file is the copy of what its primaries serve, held to the RDATA's
+    /// structure only (a semantic fault is warned of), as a transfer is.
+    pub secondary: bool,
 }
 
 /// A zone's geo file and what reading it needs.
@@ -54,6 +57,7 @@ impl Planned {
             sign: None,
             geo: None,
             added_by: None,
+            secondary: false,
         }
     }
 }
@@ -160,6 +164,7 @@ pub fn load_all(plan: Vec<Planned>) -> Vec<LoadResult> {
 /// Loads one planned zone, signed when it has a policy.
 pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
     let mut opts = ReadOptions::new(&p.origin);
+    opts.lenient = p.secondary;
     if let Some(who) = &p.added_by {
         who.may_read(&p.file).map_err(LoadError::Access)?;
         opts.allow_include = false;

@@ -161,6 +161,7 @@ fn planned(i: usize, e: &ZoneEntry) -> Planned {
         }),
         geo: e.def.geo.clone(),
         added_by: e.def.added_by.clone(),
+        secondary: e.def.secondary,
     }
 }
 

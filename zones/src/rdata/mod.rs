@@ -143,6 +143,18 @@ pub fn parse(
     origin: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), RdataError> {
+    parse_with(rtype, fields, origin, out, true)
+}
+
+/// As [`parse`], with the semantic checks (`semantic`) or with the structure's alone
+/// ([`check_structure`]: a secondary's copy of what its primary serves).
+pub fn parse_with(
+    rtype: u16,
+    fields: &mut Fields<'_>,
+    origin: &[u8],
+    out: &mut Vec<u8>,
+    semantic: bool,
+) -> Result<(), RdataError> {
     let start = out.len();
     let first = fields.peek();
     let r = parse_inner(rtype, fields, origin, out, start);
@@ -160,7 +172,7 @@ pub fn parse(
         out.truncate(start);
         return Err(at(format!("RDATA longer than {MAX_RDATA_LEN} octets")));
     }
-    if let Err(m) = check_wire(rtype, &out[start..]) {
+    if let Err(m) = check(rtype, &out[start..], semantic) {
         out.truncate(start);
         return Err(at(m));
     }
@@ -260,6 +272,18 @@ fn parse_generic(
 ///
 /// The error says what is wrong, for the `\#` form and for zone transfers alike.
 pub fn check_wire(rtype: u16, rdata: &[u8]) -> Result<(), String> {
+    check(rtype, rdata, true)
+}
+
+/// Checks wire RDATA of a known type for its structure only (fields that parse, names that
+/// end, lengths that agree), without the semantic checks [`check_wire`] adds (a DS digest's
+/// length for its type, SVCB's key rules): what a secondary takes from its primary, as Knot
+/// and NSD take it.
+pub fn check_structure(rtype: u16, rdata: &[u8]) -> Result<(), String> {
+    check(rtype, rdata, false)
+}
+
+fn check(rtype: u16, rdata: &[u8], semantic: bool) -> Result<(), String> {
     if rdata.len() > MAX_RDATA_LEN {
         return Err(format!("RDATA longer than {MAX_RDATA_LEN} octets"));
     }
@@ -270,7 +294,8 @@ pub fn check_wire(rtype: u16, rdata: &[u8]) -> Result<(), String> {
         Def::Fields(kinds) => field::check(kinds, rdata),
         Def::Custom(c) => match c {
             Custom::Loc => loc::check(rdata),
-            Custom::Svcb => svcb::check(rdata),
+            Custom::Svcb if semantic => svcb::check(rdata),
+            Custom::Svcb => svcb::check_structure(rdata),
             Custom::Apl => special::check_apl(rdata),
             Custom::Wks => special::check_wks(rdata),
             Custom::Ipseckey => special::check_ipseckey(rdata),
@@ -281,8 +306,11 @@ pub fn check_wire(rtype: u16, rdata: &[u8]) -> Result<(), String> {
         },
         Def::Opaque => Ok(()),
     };
-    r.and_then(|()| spec.hook.map_or(Ok(()), |h| h(rtype, rdata)))
-        .map_err(|m| format!("bad {} RDATA: {m}", crate::rrtype::to_text(rtype)))
+    r.and_then(|()| match spec.hook {
+        Some(h) if semantic => h(rtype, rdata),
+        _ => Ok(()),
+    })
+    .map_err(|m| format!("bad {} RDATA: {m}", crate::rrtype::to_text(rtype)))
 }
 
 /// Writes RDATA in presentation format: names absolute with RFC 1035 escapes, strings

@@ -496,6 +496,15 @@ fn check_value(key: u16, v: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks SVCB/HTTPS RDATA's structure: a target name, then SvcParams in ascending key order
+/// whose lengths stay within the RDATA.
+pub(crate) fn check_structure(r: &[u8]) -> Result<(), String> {
+    if r.len() < 3 {
+        return Err("RDATA too short".into());
+    }
+    params(r).map(|_| ())
+}
+
 /// Checks SVCB/HTTPS RDATA, SvcParam rules included.
 pub(crate) fn check(r: &[u8]) -> Result<(), String> {
     if r.len() < 3 {
