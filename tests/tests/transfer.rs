@@ -503,10 +503,9 @@ fn root_zone_axfr_verifies_with_ldns() {
     assert!(text.contains("verified"), "{text}");
 }
 
-#[test]
-fn a_notify_flood_from_a_primarys_address_checks_the_primary_about_once_a_second() {
-    // A UDP source can be forged: a flood of NOTIFYs "from" the primary must not turn into a
-    // flood of refreshes against it.
+/// A dnsd primary of the test zone and a dnsd secondary of it, the first transfer done
+/// (the directory holds both files).
+fn dnsd_primary_and_secondary() -> (tempfile::TempDir, Dnsd, Dnsd) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("primary.zone");
     std::fs::write(&file, zone_text(1, false, "3600 600 86400")).unwrap();
@@ -516,6 +515,14 @@ fn a_notify_flood_from_a_primarys_address_checks_the_primary_about_once_a_second
     let mut sz = Zone::new(ORIGIN, dir.path().join("secondary.zone"));
     sz.options = vec![format!("primaries = [\"{}\"]", primary.addr())];
     let secondary = Dnsd::builder().zone(sz).start();
+    (dir, primary, secondary)
+}
+
+#[test]
+fn a_notify_flood_from_a_primarys_address_checks_the_primary_about_once_a_second() {
+    // A UDP source can be forged: a flood of NOTIFYs "from" the primary must not turn into a
+    // flood of refreshes against it.
+    let (_dir, primary, secondary) = dnsd_primary_and_secondary();
     assert_eq!(secondary.stat("transfer.in.axfr"), 1, "{}", secondary.log());
     let before = secondary.stat("transfer.in.current");
     let sock = std::net::UdpSocket::bind((primary.addr().ip(), 0)).unwrap();
@@ -556,15 +563,7 @@ fn a_notify_flood_from_a_primarys_address_checks_the_primary_about_once_a_second
 /// than SOA too, as Knot and NSD refuse it); from a primary, such a NOTIFY is FORMERR.
 #[test]
 fn a_notify_is_refused_to_a_non_primary_before_its_question_is_judged() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("primary.zone");
-    std::fs::write(&file, zone_text(1, false, "3600 600 86400")).unwrap();
-    let mut pz = Zone::new(ORIGIN, &file);
-    pz.options = vec!["allow_transfer = [\"127.0.0.0/8\"]".into()];
-    let primary = Dnsd::builder().zone(pz).start();
-    let mut sz = Zone::new(ORIGIN, dir.path().join("secondary.zone"));
-    sz.options = vec![format!("primaries = [\"{}\"]", primary.addr())];
-    let secondary = Dnsd::builder().zone(sz).start();
+    let (_dir, primary, secondary) = dnsd_primary_and_secondary();
     let ask = |from: std::net::IpAddr, qtype: u16| {
         let sock = std::net::UdpSocket::bind((from, 0)).unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
