@@ -270,7 +270,8 @@ fn a_zone_without_data_is_servfail_and_never_its_parents_answer() {
     std::fs::write(
         p("par.zone"),
         "$TTL 300\n@ SOA ns1 hostmaster 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 192.0.2.1\n\
-         kid NS ns.kid\nns.kid A 192.0.2.5\nalias CNAME www.kid\nnx CNAME x.nofile\n",
+         kid NS ns.kid\nns.kid A 192.0.2.5\nalias CNAME www.kid\nnx CNAME x.nofile\n\
+         al ALIAS lone.test.\n",
     )
     .unwrap();
     // A bad address: no server loads it.
@@ -320,6 +321,9 @@ fn a_zone_without_data_is_servfail_and_never_its_parents_answer() {
         assert_eq!(m.response_code, ResponseCode::NoError, "{name}: {m}");
         assert!(m.authoritative && m.answers.len() == 1, "{name}: {m}");
     }
+    // An ALIAS to such a zone's apex: its target cannot be had (not a NODATA from no data).
+    let m = ask("al.par.test.", 1);
+    assert_eq!(m.response_code, ResponseCode::ServFail, "{m}");
     // DS at the child's apex is the parent's (here: none, NODATA from the parent).
     let m = ask("kid.par.test.", 43);
     assert_eq!(m.response_code, ResponseCode::NoError, "{m}");

@@ -581,9 +581,15 @@ impl<'q> Answerer<'_, '_, 'q> {
         let mut ttl = a.ttl;
         let mut target = Target::of(rd);
         for _ in 0..MAX_CHAIN {
-            let Some((_, z)) = self.zones.find(target.name(), target.offs()) else {
+            let Some((zi, z)) = self.zones.find(target.name(), target.offs()) else {
                 return self.alias_resolved(zone, &target, ttl, asked, owner);
             };
+            if self.zones.is_expired(zi) {
+                // A target in a zone answered SERVFAIL (expired, or without data): it cannot
+                // be had, neither from stale data nor from none.
+                self.w.set_rcode(rcode::SERVFAIL);
+                return Kind::Answer;
+            }
             let z = z.clone();
             let n = match z.lookup(target.name(), target.offs()) {
                 Lookup::Exact(n) => n,

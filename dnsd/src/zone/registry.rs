@@ -146,6 +146,8 @@ pub struct ZoneEntry {
     pub geo: Option<Arc<crate::zone::geo::GeoZone>>,
     /// The geo file's modification time at the last successful load.
     pub geo_mtime: Option<SystemTime>,
+    /// What is published while it has no data (made once): see `ZoneSet::put_stand_in`.
+    stand_in: Option<Arc<Zone>>,
 }
 
 /// The load plan of slot `i`.
@@ -330,6 +332,7 @@ impl Registry {
             upstream: None,
             geo: None,
             geo_mtime: None,
+            stand_in: None,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -586,7 +589,10 @@ impl Registry {
                                 zone = %e.def.origin,
                                 "zone not loaded, answered SERVFAIL (no earlier version): {msg}"
                             );
-                            self.dirty.push(i);
+                            // Published once as a stand-in; a failure again changes nothing.
+                            if e.stand_in.is_none() {
+                                self.dirty.push(i);
+                            }
                         }
                     }
                     // A zone a user added: its places only (the daemon read what it could not
@@ -623,7 +629,7 @@ impl Registry {
         self.dirty.sort_unstable();
         self.dirty.dedup();
         for &i in &self.dirty {
-            match &self.slots[i] {
+            match &mut self.slots[i] {
                 Some(e) => {
                     // A zone without data is answered SERVFAIL (see `put_stand_in`).
                     match &e.current {
@@ -636,10 +642,17 @@ impl Registry {
                             e.compact.clone(),
                             e.geo.clone(),
                         ),
-                        None => match placeholder(&e.def.origin) {
-                            Some(z) => set.put_stand_in(i as u32, z, e.def.serve, e.id),
-                            None => set.put(i as u32, None, e.def.serve, false, e.id, None, None),
-                        },
+                        None => {
+                            if e.stand_in.is_none() {
+                                e.stand_in = placeholder(&e.def.origin);
+                            }
+                            match &e.stand_in {
+                                Some(z) => set.put_stand_in(i as u32, z.clone(), e.def.serve, e.id),
+                                None => {
+                                    set.put(i as u32, None, e.def.serve, false, e.id, None, None)
+                                }
+                            }
+                        }
                     }
                 }
                 None => set.put(
