@@ -78,6 +78,16 @@ impl Variant {
     }
 }
 
+/// A variant of `g` holds data other than a CNAME (and its signatures).
+fn not_only_cname(g: &GeoName) -> bool {
+    use zones::rrtype::t;
+    g.variants.iter().any(|v| {
+        v.rrsets
+            .iter()
+            .any(|(ty, _)| *ty != t::CNAME && *ty != t::RRSIG)
+    })
+}
+
 impl GeoZone {
     /// The first variant RRset without a signature: (owner, variant number, type).
     pub fn first_unsigned(&self) -> Option<(String, usize, u16)> {
@@ -276,13 +286,11 @@ impl GeoZone {
                     let at = Name::from_wire(zone.node_name(node)).map_err(|e| e.to_string())?;
                     return bad(format!("below the DNAME at {at}"));
                 }
+                Lookup::Exact(node) if wildcard && zone.rrset(node, t::DNAME).is_some() => {
+                    return bad(format!("below the DNAME at {at}"));
+                }
                 Lookup::Exact(node) if !wildcard && zone.rrset(node, t::CNAME).is_some() => {
-                    let g = &self.names[wire];
-                    if g.variants.iter().any(|v| {
-                        v.rrsets
-                            .iter()
-                            .any(|(ty, _)| *ty != t::CNAME && *ty != t::RRSIG)
-                    }) {
+                    if not_only_cname(&self.names[wire]) {
                         return bad(
                             "the zone has a CNAME here: a variant may hold only a CNAME".into()
                         );
@@ -293,6 +301,36 @@ impl GeoZone {
                     only_here.push(name.to_string())
                 }
                 Lookup::Wildcard { .. } | Lookup::NxDomain { .. } => {}
+            }
+            if wildcard {
+                // It answers each name one label below its parent, those the zone holds too:
+                // never a delegation's (a referral), nor beside a CNAME with other data.
+                let parent = &wire[2..];
+                for n in zone.node_ids() {
+                    let nm = zone.node_name(n);
+                    let Some(&l) = nm.first() else { continue };
+                    let l = l as usize;
+                    if l == 0
+                        || nm.len() != 1 + l + parent.len()
+                        || !nm[1 + l..].eq_ignore_ascii_case(parent)
+                    {
+                        continue;
+                    }
+                    let child =
+                        || Name::from_wire(nm).map_or_else(|_| "?".into(), |c| c.to_string());
+                    if zone.rrset(n, t::NS).is_some() {
+                        return bad(format!(
+                            "answers {}, a delegation: its answers are a referral",
+                            child()
+                        ));
+                    }
+                    if zone.rrset(n, t::CNAME).is_some() && not_only_cname(&self.names[wire]) {
+                        return bad(format!(
+                            "answers {}, which has a CNAME in the zone: a variant may hold only a CNAME",
+                            child()
+                        ));
+                    }
+                }
             }
         }
         Ok(only_here)
@@ -510,6 +548,16 @@ mod tests {
                 "\"*.del.example.\"",
                 "A: 192.0.2.9",
                 "at or below the delegation del.example.",
+            ),
+            (
+                "\"*.example.\"",
+                "CNAME: www.example.",
+                "answers del.example., a delegation",
+            ),
+            (
+                "\"*.old.example.\"",
+                "A: 192.0.2.9",
+                "below the DNAME at old.example.",
             ),
         ] {
             let e = check(&v(name, rr)).unwrap_err();
