@@ -128,11 +128,11 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
         .filter(|(_, z)| z.primaries.is_empty() || z.file.exists())
         .filter_map(|(i, z)| {
             let origin = zones::Name::parse(&z.origin, Some(&zones::Name::root())).ok()?;
-            Some(crate::zone::registry::Planned::unsigned(
-                i,
-                origin,
-                z.file.clone(),
-            ))
+            // A secondary's copy is read as `serve` reads it (see `Planned::secondary`).
+            Some(crate::zone::registry::Planned {
+                secondary: !z.primaries.is_empty(),
+                ..crate::zone::registry::Planned::unsigned(i, origin, z.file.clone())
+            })
         })
         .collect();
     let mut bad = 0;

@@ -221,11 +221,11 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         def.from_catalog = Some(cat.clone());
         let i = reg.add(def);
         if reg.entry(i).is_some_and(|e| e.current.is_none()) && zc.file.exists() {
-            plan.push(registry::Planned::unsigned(
-                i,
-                m.zone.clone(),
-                zc.file.clone(),
-            ));
+            // A member is a secondary: its copy is read as a transfer is taken.
+            plan.push(registry::Planned {
+                secondary: true,
+                ..registry::Planned::unsigned(i, m.zone.clone(), zc.file.clone())
+            });
         }
         configs.push(zc);
     }

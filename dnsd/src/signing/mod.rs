@@ -257,7 +257,12 @@ fn read_copy(dir: &Path, apex: &zones::Name) -> Option<Zone> {
     if !path.exists() {
         return None;
     }
-    match zones::load_file(&path, apex, &zones::ReadOptions::new(apex)) {
+    // Our own output, of a zone whose source may be a secondary's (held to its structure).
+    let opts = zones::ReadOptions {
+        lenient: true,
+        ..zones::ReadOptions::new(apex)
+    };
+    match zones::load_file(&path, apex, &opts) {
         Ok(l) => Some(l.zone),
         Err(e) => {
             tracing::warn!(zone = %apex, "the signed copy {} does not load, signing anew: {e}", path.display());
