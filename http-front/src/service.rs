@@ -115,15 +115,23 @@ impl Drop for Flight {
             if cx.flood_block_secs > 0 {
                 let now = shield::clock::unix_ms();
                 // The host: an IPv6 source's /64, which it could otherwise step through.
-                cx.front.blocks.insert(BlockEntry::with_ttl(
-                    shield::ratelimit::host_net(cx.ip),
-                    std::time::Duration::from_secs(cx.flood_block_secs),
-                    now,
-                    "h2-reset-flood",
-                    Origin::Local,
-                    Evidence::Http,
-                ));
-                c.bump(Counter::EscalationsResetFlood);
+                let r = cx.front.blocks.insert_host(cx.ip, |net| {
+                    BlockEntry::with_ttl(
+                        net,
+                        std::time::Duration::from_secs(cx.flood_block_secs),
+                        now,
+                        "h2-reset-flood",
+                        Origin::Local,
+                        Evidence::Http,
+                    )
+                });
+                if !matches!(
+                    r,
+                    shield::block::InsertOutcome::Refused(_)
+                        | shield::block::InsertOutcome::SuspectsFull
+                ) {
+                    c.bump(Counter::EscalationsResetFlood);
+                }
             }
         }
     }

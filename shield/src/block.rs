@@ -1026,6 +1026,19 @@ impl BlockMap {
         self.insert_with(entry, false)
     }
 
+    /// Blocks the host of `ip` — an IPv4 address, an IPv6 source's /64
+    /// ([`host_net`](crate::ratelimit::host_net)) — with the entry `make` builds for a prefix;
+    /// where the policy refuses the /64 (a never-block address inside it, a `min_prefix_v6`
+    /// above 64), the address alone.
+    pub fn insert_host(&self, ip: IpAddr, make: impl Fn(IpNet) -> BlockEntry) -> InsertOutcome {
+        let net = crate::ratelimit::host_net(ip);
+        let r = self.insert(make(net));
+        if matches!(r, InsertOutcome::Refused(_)) && net.prefix_len() != net.max_prefix_len() {
+            return self.insert(make(IpNet::from(ip.to_canonical())));
+        }
+        r
+    }
+
     /// [`insert`](Self::insert) past the policy (an operator's `--force`); logged by the caller.
     pub fn insert_forced(&self, entry: BlockEntry) -> InsertOutcome {
         self.insert_with(entry, true)
@@ -2109,6 +2122,45 @@ mod tests {
         });
         let got = m.get(n4).unwrap();
         assert_eq!((got.origin, got.expires_ms), (Origin::Local, 9000));
+    }
+
+    #[test]
+    fn a_host_block_takes_an_ipv6_sources_slash_64_or_its_address_where_the_policy_says_so() {
+        use crate::never_block::{BlockPolicy, NeverBlock};
+        let m = BlockMap::new(BlockConfig::default());
+        let mk = |n: IpNet| BlockEntry::new(n, 1000, "test", Origin::Local, Evidence::Tcp);
+        assert!(matches!(
+            m.insert_host(ip("192.0.2.7"), mk),
+            InsertOutcome::New
+        ));
+        assert!(m.reader().lookup(ip("192.0.2.7"), 0).is_some());
+        assert!(m.reader().lookup(ip("192.0.2.8"), 0).is_none());
+        assert!(matches!(
+            m.insert_host(ip("2001:db8:0:1::7"), mk),
+            InsertOutcome::New
+        ));
+        assert!(
+            m.reader().lookup(ip("2001:db8:0:1:ffff::1"), 0).is_some(),
+            "the /64"
+        );
+        // A never-block address inside the /64: the address alone is blocked.
+        let mut nb = NeverBlock::new();
+        nb.push(net("2001:db8:0:2::53"), "a transfer peer");
+        m.set_policy(BlockPolicy {
+            never_block: Arc::new(nb),
+            ..m.policy()
+        });
+        assert!(matches!(
+            m.insert_host(ip("2001:db8:0:2::7"), mk),
+            InsertOutcome::New
+        ));
+        assert!(m.reader().lookup(ip("2001:db8:0:2::7"), 0).is_some());
+        assert!(m.reader().lookup(ip("2001:db8:0:2::53"), 0).is_none());
+        assert!(m.reader().lookup(ip("2001:db8:0:2::8"), 0).is_none());
+        assert!(matches!(
+            m.insert_host(ip("2001:db8:0:2::53"), mk),
+            InsertOutcome::Refused(_)
+        ));
     }
 
     #[test]

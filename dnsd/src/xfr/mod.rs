@@ -307,10 +307,9 @@ impl Transfers {
         self.status.lock().expect("status lock").get(apex).cloned()
     }
 
-    /// Takes an outgoing transfer slot for `ip` (an IPv6 client: its /64); `Err` names the bound
-    /// that was hit.
+    /// Takes an outgoing transfer slot for `ip` (by address: the clients are those the zone's
+    /// `allow_transfer` lists, and secondaries may share a /64); `Err` names the bound that was hit.
     fn take_slot(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, ()> {
-        let ip = shield::ratelimit::host_source(ip);
         let Ok(permit) = self.out_total.clone().try_acquire_owned() else {
             self.stats.limit_total.fetch_add(1, Ordering::Relaxed);
             return Err(());

@@ -308,17 +308,19 @@ impl crate::query::module::QueryModule for Module {
                 let s = &self.shared;
                 let ttl = std::time::Duration::from_secs(s.cfg.random_subdomain.block_ttl);
                 // Unproven UDP: a suspect of NXDOMAIN answers, never a block.
-                let entry = BlockEntry::with_ttl(
-                    shield::ratelimit::host_net(p.src),
-                    ttl,
-                    env.now_ms,
-                    "dns random-subdomain flood",
-                    Origin::Local,
-                    Evidence::Udp,
-                )
-                .with_scope(Scope::Nxdomain);
+                let entry = |net| {
+                    BlockEntry::with_ttl(
+                        net,
+                        ttl,
+                        env.now_ms,
+                        "dns random-subdomain flood",
+                        Origin::Local,
+                        Evidence::Udp,
+                    )
+                    .with_scope(Scope::Nxdomain)
+                };
                 if !matches!(
-                    s.blocks.insert(entry),
+                    s.blocks.insert_host(p.src, entry),
                     shield::block::InsertOutcome::Refused(_)
                         | shield::block::InsertOutcome::SuspectsFull
                 ) {
