@@ -201,7 +201,9 @@ impl Counters {
 /// The family's help text.
 fn help_of(fam: &str) -> &'static str {
     match fam {
-        "connections_total" => "Client connections by what happened at accept.",
+        "connections_total" => {
+            "Client connection events: at accept (accepted, blocked_at_accept, proxied, ...) and at the end (protocol_error, client_gone, grace_expired); a connection may count under one of each."
+        }
         "connections_closed_total" => "Client connections closed by the front, by cause.",
         "requests_total" => "Requests received, by protocol.",
         "responses_total" => "Responses, by cause.",
