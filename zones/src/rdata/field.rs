@@ -477,13 +477,21 @@ fn char_string_end(rdata: &[u8], pos: usize) -> Result<usize, &'static str> {
 
 /// Where the field of kind `k` starting at `pos` ends, if it is well formed.
 fn end_of(k: Kind, rdata: &[u8], pos: usize) -> Result<usize, &'static str> {
+    end_of_field(k, rdata, pos, true)
+}
+
+/// As [`end_of`]; `semantic` adds the checks of meaning (a type covered that is no
+/// pseudo-type, a CAA tag of letters and digits) to those of structure.
+fn end_of_field(k: Kind, rdata: &[u8], pos: usize, semantic: bool) -> Result<usize, &'static str> {
     let rest = rdata.len().saturating_sub(pos);
     match k {
         Kind::U8 | Kind::Alg | Kind::DsyncScheme => fixed(rdata, pos, 1),
         Kind::U16 | Kind::CertType => fixed(rdata, pos, 2),
         Kind::RrType => {
             let end = fixed(rdata, pos, 2)?;
-            if crate::rrtype::is_pseudo(u16::from_be_bytes([rdata[pos], rdata[pos + 1]])) {
+            if semantic
+                && crate::rrtype::is_pseudo(u16::from_be_bytes([rdata[pos], rdata[pos + 1]]))
+            {
                 return Err("a pseudo-type, never in zone data");
             }
             Ok(end)
@@ -512,7 +520,7 @@ fn end_of(k: Kind, rdata: &[u8], pos: usize) -> Result<usize, &'static str> {
         Kind::CaaTag => {
             let end = char_string_end(rdata, pos)?;
             let tag = &rdata[pos + 1..end];
-            if tag.is_empty() || !tag.iter().all(u8::is_ascii_alphanumeric) {
+            if semantic && (tag.is_empty() || !tag.iter().all(u8::is_ascii_alphanumeric)) {
                 return Err("CAA tag must be 1-255 ASCII letters and digits");
             }
             Ok(end)
@@ -544,11 +552,11 @@ fn end_of(k: Kind, rdata: &[u8], pos: usize) -> Result<usize, &'static str> {
     }
 }
 
-/// Checks wire RDATA against the fields `kinds`.
-pub(crate) fn check(kinds: &[Kind], rdata: &[u8]) -> Result<(), String> {
+/// Checks wire RDATA against the fields `kinds` (`semantic`: their meaning too).
+pub(crate) fn check(kinds: &[Kind], rdata: &[u8], semantic: bool) -> Result<(), String> {
     let mut pos = 0;
     for &k in kinds {
-        pos = end_of(k, rdata, pos).map_err(String::from)?;
+        pos = end_of_field(k, rdata, pos, semantic).map_err(String::from)?;
     }
     if pos != rdata.len() {
         return Err(format!("{} octets of trailing data", rdata.len() - pos));

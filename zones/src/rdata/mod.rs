@@ -291,7 +291,7 @@ fn check(rtype: u16, rdata: &[u8], semantic: bool) -> Result<(), String> {
         return Ok(());
     };
     let r = match spec.def {
-        Def::Fields(kinds) => field::check(kinds, rdata),
+        Def::Fields(kinds) => field::check(kinds, rdata, semantic),
         Def::Custom(c) => match c {
             Custom::Loc => loc::check(rdata),
             Custom::Svcb if semantic => svcb::check(rdata),
@@ -499,6 +499,25 @@ mod tests {
     use super::*;
     use crate::rrtype::t;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_secondarys_check_is_of_structure_only() {
+        // A CAA tag that is no word, an SVCB no-default-alpn without alpn, a DS digest of the
+        // wrong length: sound in structure, faulty in meaning.
+        let mut caa = vec![0u8, 14];
+        caa.extend_from_slice(b"issue-critical");
+        caa.extend_from_slice(b"ca.example");
+        let svcb = [0u8, 1, 0, 0, 2, 0, 0];
+        let ds = [0u8, 1, 13, 2, 1, 35];
+        for (rtype, rd) in [(t::CAA, &caa[..]), (t::HTTPS, &svcb[..]), (t::DS, &ds[..])] {
+            assert!(check_wire(rtype, rd).is_err(), "{rtype}");
+            assert_eq!(check_structure(rtype, rd), Ok(()), "{rtype}");
+        }
+        // Broken structure is refused either way.
+        for (rtype, rd) in [(t::CAA, &caa[..3]), (t::HTTPS, &svcb[..5]), (t::DS, &ds[..3])] {
+            assert!(check_structure(rtype, rd).is_err(), "{rtype}");
+        }
+    }
 
     #[test]
     fn generic_form() {
