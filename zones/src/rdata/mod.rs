@@ -514,7 +514,11 @@ mod tests {
             assert_eq!(check_structure(rtype, rd), Ok(()), "{rtype}");
         }
         // Broken structure is refused either way.
-        for (rtype, rd) in [(t::CAA, &caa[..3]), (t::HTTPS, &svcb[..5]), (t::DS, &ds[..3])] {
+        for (rtype, rd) in [
+            (t::CAA, &caa[..3]),
+            (t::HTTPS, &svcb[..5]),
+            (t::DS, &ds[..3]),
+        ] {
             assert!(check_structure(rtype, rd).is_err(), "{rtype}");
         }
     }
