@@ -409,8 +409,9 @@ impl Registry {
 
     /// Asks every connection from inside `net` to close; returns how many were asked.
     ///
-    /// A host entry (an IPv6 prefix of /64 or longer) costs one shard lookup; a shorter prefix walks every shard (escalations
-    /// are mostly hosts, and the walk holds one shard at a time).
+    /// A host entry (an IPv6 prefix of /64 or longer) costs one shard lookup; a shorter
+    /// prefix walks every shard (escalations are mostly hosts, and the walk holds one shard
+    /// at a time).
     pub fn close_net(&self, net: IpNet, cause: CloseCause) -> usize {
         let mut n = 0;
         let of_net = |list: &Vec<Arc<ConnCtl>>| {

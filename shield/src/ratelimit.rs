@@ -283,7 +283,7 @@ pub fn value_key(value: &str) -> SourceKey {
     }
 }
 
-/// The source a per-source bound (connections, transfers) counts `ip` as: an IPv4 address
+/// The source a per-source bound (connections, slow-reader strikes) counts `ip` as: an IPv4 address
 /// (IPv4-mapped ones as IPv4), an IPv6 address's /64 — one host holds a /64, and counted by
 /// address it could open a connection from each of its 2^64 addresses.
 #[inline]
@@ -297,10 +297,7 @@ pub fn host_source(ip: IpAddr) -> IpAddr {
 /// [`host_source`] as a prefix: an IPv4 address's /32, an IPv6 address's /64 — what a
 /// defence that blocks a host blocks, so that the host cannot step to its next address.
 pub fn host_net(ip: IpAddr) -> IpNet {
-    match host_source(ip) {
-        IpAddr::V4(a) => IpNet::V4(Ipv4Net::from(a)),
-        IpAddr::V6(a) => IpNet::V6(Ipv6Net::new(a, 64).expect("64 is a valid IPv6 length")),
-    }
+    source_key(ip, 32, 64).to_net()
 }
 
 /// The key of `ip`'s prefix of `v4_len` (IPv4) or `v6_len` (IPv6) bits.
