@@ -1,11 +1,13 @@
 //! The sync's connections: TCP, TLS or a Unix socket as the URL says, read through a RESP
-//! skimmer that ends the connection when one reply outgrows [`Limits`] — before the client
-//! library has buffered more of it than that. Neither a Redis server nor whoever can write to
-//! it (a stream entry, a snapshot value, a presence member of hundreds of megabytes; an array
-//! header announcing a billion elements) makes a node read or allocate without bound.
+//! skimmer that cuts from a reply whatever would take it past [`Limits`] — before the client
+//! library has buffered any of it. Neither a Redis server nor whoever can write to it (a
+//! stream entry, a snapshot value, a presence member of hundreds of megabytes; an array
+//! header announcing a billion elements) makes a node read or allocate without bound, and
+//! none stalls the sync: the element cut is read as [`CUT`], which every reader refuses as
+//! malformed, and the sync goes on past it.
 //!
 //! The skimmer follows RESP2 and RESP3 framing only (type byte, length or count line, bulk
-//! bytes, nested aggregates) and copies nothing; the library still parses every reply.
+//! bytes, nested aggregates); the library still parses every reply.
 
 use std::io;
 use std::path::PathBuf;
@@ -31,7 +33,9 @@ pub(super) struct Limits {
     /// Elements of one reply (each costs the library a value of some tens of bytes however
     /// short its framing).
     pub(super) elements: u64,
-    /// Bumped for each reply that broke a bound (its connection then ends).
+    /// Bytes of one string.
+    pub(super) string: u64,
+    /// Bumped for each element cut from a reply.
     pub(super) hits: Arc<AtomicU64>,
 }
 
@@ -92,11 +96,7 @@ impl Server {
                 ConnectionAddr::Unix(path) => Io::Unix(unix(path).await?),
                 other => return Err(bad_owned(format!("unsupported address {other}"))),
             };
-            let capped = Capped {
-                io,
-                skim: Skimmer::new(limits),
-                hits: Arc::clone(&limits.hits),
-            };
+            let capped = Capped::new(io, limits);
             let (conn, driver) =
                 MultiplexedConnection::new_with_config(self.info.redis_settings(), capped, conf)
                     .await?;
@@ -166,6 +166,27 @@ struct Capped {
     io: Io,
     skim: Skimmer,
     hits: Arc<AtomicU64>,
+    /// What was read from `io`, before the skimmer.
+    raw: Box<[u8]>,
+    /// What the skimmer passed on and the library has yet to read, from `taken`.
+    out: Vec<u8>,
+    taken: usize,
+}
+
+/// Bytes read from the transport at once.
+const READ_CHUNK: usize = 16 * 1024;
+
+impl Capped {
+    fn new(io: Io, limits: &Limits) -> Capped {
+        Capped {
+            io,
+            skim: Skimmer::new(limits),
+            hits: Arc::clone(&limits.hits),
+            raw: vec![0; READ_CHUNK].into_boxed_slice(),
+            out: Vec::with_capacity(READ_CHUNK + 256),
+            taken: 0,
+        }
+    }
 }
 
 impl AsyncRead for Capped {
@@ -175,25 +196,50 @@ impl AsyncRead for Capped {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = &mut *self;
-        let before = buf.filled().len();
-        ready!(match &mut me.io {
-            Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-            Io::Unix(s) => Pin::new(s).poll_read(cx, buf),
-        })?;
-        if let Err(e) = me.skim.feed(&buf.filled()[before..]) {
-            // The bytes are withheld: the library never sees the reply's offending part.
-            buf.set_filled(before);
-            if e.is_bound() {
-                me.hits.fetch_add(1, Ordering::Relaxed);
+        loop {
+            if me.taken < me.out.len() {
+                let n = (me.out.len() - me.taken).min(buf.remaining());
+                buf.put_slice(&me.out[me.taken..me.taken + n]);
+                me.taken += n;
+                if me.taken == me.out.len() {
+                    me.out.clear();
+                    me.taken = 0;
+                }
+                return Poll::Ready(Ok(()));
             }
-            crate::limited!(10, warn!(error = %e, "redis connection closed"));
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                e.to_string(),
-            )));
+            let mut raw = ReadBuf::new(&mut me.raw);
+            ready!(match &mut me.io {
+                Io::Tcp(s) => Pin::new(s).poll_read(cx, &mut raw),
+                Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, &mut raw),
+                Io::Unix(s) => Pin::new(s).poll_read(cx, &mut raw),
+            })?;
+            let got = raw.filled();
+            if got.is_empty() {
+                // The end of the stream.
+                return Poll::Ready(Ok(()));
+            }
+            let cuts = me.skim.cuts;
+            let res = me.skim.feed(got, &mut me.out);
+            if me.skim.cuts > cuts {
+                me.hits.fetch_add(me.skim.cuts - cuts, Ordering::Relaxed);
+                crate::limited!(
+                    10,
+                    warn!(
+                        bytes = me.skim.max_bytes,
+                        elements = me.skim.max_elements,
+                        string = me.skim.max_string,
+                        "a redis reply held an element past the sync's bound: cut (read as malformed)"
+                    )
+                );
+            }
+            if let Err(e) = res {
+                crate::limited!(10, warn!(error = %e, "redis connection closed"));
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    e.to_string(),
+                )));
+            }
         }
-        Poll::Ready(Ok(()))
     }
 }
 
@@ -230,25 +276,20 @@ impl AsyncWrite for Capped {
 /// Why the skimmer ended a connection.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub(super) enum Overrun {
-    /// A reply passed the byte bound.
-    #[error("a redis reply is larger than {0} bytes (the sync's bound for this config)")]
-    Bytes(u64),
-    /// A reply passed the element bound.
-    #[error("a redis reply has more than {0} elements (the sync's bound for this config)")]
-    Elements(u64),
-    /// Aggregates nested too deep.
-    #[error("a redis reply nests more than {MAX_DEPTH} levels deep")]
-    Depth,
     /// Not RESP.
     #[error("malformed redis reply: {0}")]
     Malformed(&'static str),
 }
 
-impl Overrun {
-    fn is_bound(&self) -> bool {
-        !matches!(self, Overrun::Malformed(_))
-    }
-}
+/// What stands in for an element cut from a reply: a bulk string no record, id, member or
+/// number parses as, so that whatever read the element refuses it as malformed.
+pub(crate) const CUT: &[u8] = b"\0palisade: cut, larger than the sync's reply bound";
+
+/// Deepest nesting followed inside a cut element (whose levels cost a counter each).
+const MAX_CUT_DEPTH: usize = 4096;
+
+/// Longest length or count line, its type byte and CRLF included.
+const MAX_HEADER: usize = 32;
 
 /// Where the skimmer is within a reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -263,17 +304,27 @@ enum At {
     Bulk(u64),
 }
 
-/// Follows RESP framing byte by byte, counting each top-level reply's bytes and elements.
+/// Follows RESP framing byte by byte and passes each reply on, with every element that would
+/// take the reply past a bound (a string longer than a record field may be, more bytes or
+/// elements in all than the config implies, nesting past [`MAX_DEPTH`]) replaced by [`CUT`]
+/// and its bytes dropped unread by the library.
 struct Skimmer {
     at: At,
     /// Elements still due in each open aggregate, outermost first.
     open: Vec<u64>,
+    /// Index in `open` of the aggregate being cut: everything inside it is dropped.
+    cutting: Option<usize>,
+    /// The length or count line being read (passed on once its fate is known).
+    header: [u8; MAX_HEADER],
+    header_len: usize,
+    /// Bytes and elements of the current top-level reply passed on.
     bytes: u64,
     elements: u64,
-    /// The bytes just followed ended a top-level reply.
-    done: bool,
     max_bytes: u64,
     max_elements: u64,
+    max_string: u64,
+    /// Elements cut so far.
+    cuts: u64,
 }
 
 impl Skimmer {
@@ -281,20 +332,29 @@ impl Skimmer {
         Skimmer {
             at: At::Type,
             open: Vec::with_capacity(8),
+            cutting: None,
+            header: [0; MAX_HEADER],
+            header_len: 0,
             bytes: 0,
             elements: 0,
-            done: false,
             max_bytes: l.bytes,
             max_elements: l.elements,
+            max_string: l.string,
+            cuts: 0,
         }
     }
 
-    /// Follows `data`, the next bytes of the connection.
-    fn feed(&mut self, mut data: &[u8]) -> Result<(), Overrun> {
+    /// Follows `data`, the next bytes of the connection, appending what the library may read
+    /// of them to `out`.
+    fn feed(&mut self, mut data: &[u8], out: &mut Vec<u8>) -> Result<(), Overrun> {
         while !data.is_empty() {
+            let pass = self.cutting.is_none();
             let used = match self.at {
                 At::Bulk(left) => {
                     let n = left.min(data.len() as u64);
+                    if pass {
+                        self.emit(&data[..n as usize], out);
+                    }
                     self.at = if n == left {
                         self.element_done()
                     } else {
@@ -302,25 +362,42 @@ impl Skimmer {
                     };
                     n as usize
                 }
-                At::Line => match data.iter().position(|&b| b == b'\n') {
-                    Some(i) => {
+                At::Line => {
+                    let (n, end) = match data.iter().position(|&b| b == b'\n') {
+                        Some(i) => (i + 1, true),
+                        None => (data.len(), false),
+                    };
+                    if pass {
+                        // Lines are the server's own (status, error, number): never cut.
+                        if self.bytes.saturating_add(n as u64) > self.max_bytes {
+                            return Err(Overrun::Malformed("a line longer than the reply bound"));
+                        }
+                        self.emit(&data[..n], out);
+                    }
+                    if end {
                         self.at = self.element_done();
-                        i + 1
                     }
-                    None => data.len(),
-                },
+                    n
+                }
                 At::Type => {
-                    self.elements += 1;
-                    if self.elements > self.max_elements {
-                        return Err(Overrun::Elements(self.max_elements));
-                    }
-                    self.at = match data[0] {
-                        b'$' | b'!' | b'=' | b'*' | b'~' | b'>' | b'%' | b'|' => At::Number {
-                            kind: data[0],
-                            neg: false,
-                            value: 0,
-                        },
-                        b'+' | b'-' | b':' | b'_' | b'#' | b',' | b'(' => At::Line,
+                    let b = data[0];
+                    self.at = match b {
+                        b'$' | b'!' | b'=' | b'*' | b'~' | b'>' | b'%' | b'|' => {
+                            self.header[0] = b;
+                            self.header_len = 1;
+                            At::Number {
+                                kind: b,
+                                neg: false,
+                                value: 0,
+                            }
+                        }
+                        b'+' | b'-' | b':' | b'_' | b'#' | b',' | b'(' => {
+                            if pass {
+                                self.elements += 1;
+                                self.emit(&data[..1], out);
+                            }
+                            At::Line
+                        }
                         _ => return Err(Overrun::Malformed("unknown type byte")),
                     };
                     1
@@ -331,6 +408,11 @@ impl Skimmer {
                     while i < data.len() {
                         let b = data[i];
                         i += 1;
+                        if self.header_len == MAX_HEADER {
+                            return Err(Overrun::Malformed("a length line too long"));
+                        }
+                        self.header[self.header_len] = b;
+                        self.header_len += 1;
                         let At::Number { neg, value, .. } = &mut at else {
                             unreachable!()
                         };
@@ -344,7 +426,7 @@ impl Skimmer {
                             b'-' if *value == 0 => *neg = true,
                             b'\r' | b' ' => {}
                             b'\n' => {
-                                at = self.header(kind, *neg, *value)?;
+                                at = self.header(kind, *neg, *value, out)?;
                                 break;
                             }
                             _ => return Err(Overrun::Malformed("not a number")),
@@ -354,48 +436,85 @@ impl Skimmer {
                     i
                 }
             };
-            self.bytes += used as u64;
-            if self.bytes > self.max_bytes {
-                return Err(Overrun::Bytes(self.max_bytes));
-            }
-            if self.done {
-                // A top-level reply ended: the next one's counts start over.
-                self.done = false;
-                self.bytes = 0;
-                self.elements = 0;
-            }
             data = &data[used..];
         }
         Ok(())
     }
 
-    /// What follows a length or count line.
-    fn header(&mut self, kind: u8, neg: bool, n: u64) -> Result<At, Overrun> {
-        if neg || (n == 0 && kind != b'|') {
-            // A null (`$-1`, `*-1`), an empty string (its CRLF follows) or an empty aggregate
-            // (an attribute of no pairs still has the value it describes).
-            return Ok(match kind {
-                b'$' | b'!' | b'=' if !neg => At::Bulk(2),
-                _ => self.element_done(),
+    fn emit(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        self.bytes += bytes.len() as u64;
+        out.extend_from_slice(bytes);
+    }
+
+    /// Passes [`CUT`] on in place of the element whose header was just read.
+    fn emit_cut(&mut self, out: &mut Vec<u8>) {
+        self.cuts += 1;
+        self.elements += 1;
+        let len = CUT.len().to_string();
+        for part in [&b"$"[..], len.as_bytes(), b"\r\n", CUT, b"\r\n"] {
+            self.emit(part, out);
+        }
+    }
+
+    /// What follows a length or count line of `kind`, and what of it is passed on.
+    fn header(&mut self, kind: u8, neg: bool, n: u64, out: &mut Vec<u8>) -> Result<At, Overrun> {
+        let bulk = matches!(kind, b'$' | b'!' | b'=');
+        if self.cutting.is_some() {
+            // Inside a cut aggregate: followed, never passed on.
+            return Ok(if neg {
+                self.element_done()
+            } else if bulk {
+                At::Bulk(n.saturating_add(2))
+            } else {
+                self.open_aggregate(kind, n, MAX_CUT_DEPTH)?
             });
         }
-        let due = match kind {
-            b'$' | b'!' | b'=' => {
-                if n > self.max_bytes {
-                    return Err(Overrun::Bytes(self.max_bytes));
-                }
+        let header = self.header;
+        let header = &header[..self.header_len];
+        if neg {
+            // A null (`$-1`, `*-1`).
+            self.elements += 1;
+            self.emit(header, out);
+            return Ok(self.element_done());
+        }
+        if bulk {
+            let whole = (header.len() as u64).saturating_add(n).saturating_add(2);
+            if n > self.max_string || self.bytes.saturating_add(whole) > self.max_bytes {
+                self.emit_cut(out);
+                // Its bytes are read past unseen: a bulk cut alone, as an aggregate of one.
+                self.open.push(1);
+                self.cutting = Some(self.open.len() - 1);
                 return Ok(At::Bulk(n.saturating_add(2)));
             }
-            b'%' => n.saturating_mul(2),
-            // An attribute's pairs, then the value they describe.
-            b'|' => n.saturating_mul(2).saturating_add(1),
-            _ => n,
-        };
-        if self.elements.saturating_add(due) > self.max_elements {
-            return Err(Overrun::Elements(self.max_elements));
+            self.elements += 1;
+            self.emit(header, out);
+            return Ok(At::Bulk(n.saturating_add(2)));
         }
-        if self.open.len() >= MAX_DEPTH {
-            return Err(Overrun::Depth);
+        let due = due(kind, n);
+        if self.elements.saturating_add(1).saturating_add(due) > self.max_elements
+            || self.open.len() >= MAX_DEPTH
+        {
+            self.emit_cut(out);
+            if due == 0 {
+                return Ok(self.element_done());
+            }
+            let at = self.open_aggregate(kind, n, MAX_CUT_DEPTH)?;
+            self.cutting = Some(self.open.len() - 1);
+            return Ok(at);
+        }
+        self.elements += 1;
+        self.emit(header, out);
+        self.open_aggregate(kind, n, MAX_DEPTH)
+    }
+
+    /// Opens an aggregate of `kind` announcing `n`.
+    fn open_aggregate(&mut self, kind: u8, n: u64, depth: usize) -> Result<At, Overrun> {
+        let due = due(kind, n);
+        if due == 0 {
+            return Ok(self.element_done());
+        }
+        if self.open.len() >= depth {
+            return Err(Overrun::Malformed("nested too deep"));
         }
         self.open.push(due);
         Ok(At::Type)
@@ -410,45 +529,77 @@ impl Skimmer {
                 return At::Type;
             }
             self.open.pop();
+            if self.cutting == Some(self.open.len()) {
+                self.cutting = None;
+            }
         }
-        self.done = true;
+        // A top-level reply ended: the next one's counts start over.
+        self.bytes = 0;
+        self.elements = 0;
         At::Type
+    }
+}
+
+/// Elements an aggregate of `kind` announcing `n` holds.
+fn due(kind: u8, n: u64) -> u64 {
+    match kind {
+        b'%' => n.saturating_mul(2),
+        // An attribute's pairs, then the value they describe (an attribute of no pairs still
+        // has it).
+        b'|' => n.saturating_mul(2).saturating_add(1),
+        _ => n,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redis::Value;
 
-    fn skim(bytes: u64, elements: u64) -> Skimmer {
+    fn skim(bytes: u64, elements: u64, string: u64) -> Skimmer {
         Skimmer::new(&Limits {
             bytes,
             elements,
+            string,
             hits: Arc::default(),
         })
     }
 
-    /// Feeds `data` whole and then byte by byte; both must agree.
-    fn both(s: &mut Skimmer, data: &[u8]) -> Result<(), Overrun> {
-        let mut one = skim(s.max_bytes, s.max_elements);
-        let whole = s.feed(data);
+    /// Feeds `data` whole and then byte by byte; both must agree. What was passed on.
+    fn both(s: &mut Skimmer, data: &[u8]) -> Result<Vec<u8>, Overrun> {
+        let mut one = skim(s.max_bytes, s.max_elements, s.max_string);
+        let mut whole = Vec::new();
+        let whole = s.feed(data, &mut whole).map(|()| whole);
+        let mut out = Vec::new();
         let mut bytewise = Ok(());
         for b in data {
-            bytewise = one.feed(std::slice::from_ref(b));
+            bytewise = one.feed(std::slice::from_ref(b), &mut out);
             if bytewise.is_err() {
                 break;
             }
         }
-        assert_eq!(whole, bytewise, "whole and bytewise differ on {data:?}");
+        assert_eq!(
+            whole,
+            bytewise.map(|()| out),
+            "whole and bytewise differ on {data:?}"
+        );
         if whole.is_ok() {
-            assert_eq!((s.at, &s.open), (one.at, &one.open));
+            assert_eq!((s.at, &s.open, s.cuts), (one.at, &one.open, one.cuts));
         }
         whole
     }
 
+    fn cut() -> Value {
+        Value::BulkString(CUT.to_vec())
+    }
+
+    fn parse(out: &[u8]) -> Value {
+        redis::parse_redis_value(out).unwrap()
+    }
+
     #[test]
-    fn replies_of_every_kind_are_followed_to_their_end() {
-        let mut s = skim(64, 16);
+    fn replies_of_every_kind_pass_whole() {
+        let mut s = skim(64, 16, 64);
         // Each of these is one whole reply: the counts start over after each.
         for r in [
             &b"+OK\r\n"[..],
@@ -469,65 +620,98 @@ mod tests {
             b">2\r\n$7\r\nmessage\r\n$1\r\nx\r\n",
             b"=8\r\ntxt:abcd\r\n",
         ] {
-            both(&mut s, r).unwrap();
+            assert_eq!(both(&mut s, r).unwrap(), r);
             assert_eq!(
-                (s.at, s.open.len(), s.bytes, s.elements),
-                (At::Type, 0, 0, 0)
+                (s.at, s.open.len(), s.bytes, s.elements, s.cuts),
+                (At::Type, 0, 0, 0, 0)
             );
         }
     }
 
     #[test]
-    fn a_reply_past_a_bound_is_refused_before_its_bytes_arrive() {
-        // A bulk announcing more than the bound fails at its header.
+    fn elements_past_a_bound_are_cut_and_the_reply_keeps_its_shape() {
+        // A string longer than a field may be, alone and inside an entry: cut, and the
+        // reply after it passes whole.
+        let mut s = skim(1 << 20, 100, 10);
+        let mut r = b"$1000\r\n".to_vec();
+        r.extend_from_slice(&[b'x'; 1000]);
+        r.extend_from_slice(b"\r\n*2\r\n$4\r\n1-23\r\n*2\r\n$1\r\nd\r\n$20\r\n");
+        r.extend_from_slice(&[b'y'; 20]);
+        r.extend_from_slice(b"\r\n+OK\r\n");
+        let out = both(&mut s, &r).unwrap();
+        let (first, rest) = redis::parse_redis_value(&out)
+            .map(|v| (v, out.len()))
+            .unwrap();
+        assert_eq!(first, cut());
+        let tail = &out[5 + CUT.len().to_string().len() + CUT.len()..];
         assert_eq!(
-            both(&mut skim(100, 10), b"$1000\r\n"),
-            Err(Overrun::Bytes(100))
+            parse(tail),
+            Value::Array(vec![
+                Value::BulkString(b"1-23".to_vec()),
+                Value::Array(vec![Value::BulkString(b"d".to_vec()), cut()]),
+            ])
         );
-        // An aggregate announcing more elements than the bound fails at its header.
+        assert!(out.ends_with(b"+OK\r\n") && rest > 0);
+        assert_eq!(s.cuts, 2);
+
+        // An aggregate announcing more elements than the bound: cut whole (a billion
+        // announced, a few sent and followed unseen), and the next reply passes.
+        let mut r = b"*2\r\n:1\r\n*20\r\n".to_vec();
+        r.extend_from_slice(&b":1\r\n".repeat(20));
+        r.extend_from_slice(b"$2\r\nok\r\n");
+        let out = both(&mut skim(1 << 20, 10, 100), &r).unwrap();
+        let len = CUT.len().to_string();
+        let cut_bytes = [&b"$"[..], len.as_bytes(), b"\r\n", CUT, b"\r\n"].concat();
         assert_eq!(
-            both(&mut skim(1 << 20, 10), b"*2000000000\r\n"),
-            Err(Overrun::Elements(10))
+            out,
+            [&b"*2\r\n:1\r\n"[..], &cut_bytes, b"$2\r\nok\r\n"].concat()
         );
-        assert_eq!(
-            both(&mut skim(1 << 20, 10), b"%6\r\n"),
-            Err(Overrun::Elements(10))
-        );
-        // Many small bulks that add up past the bound.
+        let out = both(&mut skim(1 << 20, 10, 100), b"*2000000000\r\n").unwrap();
+        assert_eq!(parse(&out), cut());
+
+        // Many small strings that add up past the bound: the ones that no longer fit are cut.
         let mut r = b"*8\r\n".to_vec();
         for _ in 0..8 {
             r.extend_from_slice(b"$10\r\n0123456789\r\n");
         }
-        assert_eq!(both(&mut skim(100, 100), &r), Err(Overrun::Bytes(100)));
+        let out = both(&mut skim(100, 100, 100), &r).unwrap();
+        let Value::Array(items) = parse(&out) else {
+            panic!("{out:?}")
+        };
+        assert_eq!(items.len(), 8);
+        let kept = items.iter().take_while(|v| **v != cut()).count();
+        assert!(
+            kept >= 4 && items[kept..].iter().all(|v| *v == cut()),
+            "{items:?}"
+        );
+
+        // Nesting past the bound: the deepest aggregate is cut.
+        let mut r = b"*1\r\n".repeat(40);
+        r.extend_from_slice(b":1\r\n");
+        let out = both(&mut skim(1 << 20, 1 << 20, 100), &r).unwrap();
+        let mut v = parse(&out);
+        let mut depth = 0;
+        while let Value::Array(mut a) = v {
+            v = a.pop().unwrap();
+            depth += 1;
+        }
+        assert_eq!((depth, v), (MAX_DEPTH, cut()));
+    }
+
+    #[test]
+    fn what_is_no_resp_ends_the_connection() {
+        assert!(both(&mut skim(100, 10, 100), b"HTTP/1.1 200").is_err());
+        assert!(both(&mut skim(100, 10, 100), b"$1x\r\n").is_err());
+        assert!(
+            both(
+                &mut skim(u64::MAX, 10, 100),
+                b"$99999999999999999999999\r\n"
+            )
+            .is_err()
+        );
         // A line that never ends.
-        assert_eq!(
-            both(&mut skim(100, 10), &[b'+'; 200]),
-            Err(Overrun::Bytes(100))
-        );
-        // Two replies each under the bound pass: the count starts over at each.
-        let mut s = skim(40, 10);
-        both(
-            &mut s,
-            b"$20\r\n01234567890123456789\r\n$20\r\n01234567890123456789\r\n",
-        )
-        .unwrap();
-        // Deep nesting.
-        assert_eq!(
-            both(&mut skim(1 << 20, 1 << 20), &b"*1\r\n".repeat(40)),
-            Err(Overrun::Depth)
-        );
-        // Not RESP.
-        assert!(matches!(
-            both(&mut skim(100, 10), b"HTTP/1.1 200"),
-            Err(Overrun::Malformed(_))
-        ));
-        assert!(matches!(
-            both(&mut skim(100, 10), b"$1x\r\n"),
-            Err(Overrun::Malformed(_))
-        ));
-        assert!(matches!(
-            both(&mut skim(u64::MAX, 10), b"$99999999999999999999999\r\n"),
-            Err(Overrun::Malformed(_))
-        ));
+        assert!(both(&mut skim(100, 10, 100), &[b'+'; 200]).is_err());
+        // A length line that never ends.
+        assert!(both(&mut skim(100, 10, 100), &[b'*'; 200]).is_err());
     }
 }

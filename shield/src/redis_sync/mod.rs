@@ -414,6 +414,8 @@ impl SyncConfig {
         capped::Limits {
             bytes: stream.max(page) + (1 << 20),
             elements: 16 * (self.read_count + self.snapshot_page) as u64 + 65_536,
+            // A stream field of packed records is the longest string the sync reads.
+            string: 2 * record::MAX_FIELD_BYTES as u64,
             hits,
         }
     }
@@ -562,7 +564,7 @@ pub struct SyncStats {
     pub masters_deposed: u64,
     /// Sentinels that failed to name the master when asked.
     pub sentinel_errors: u64,
-    /// Redis replies larger than the sync's bound (each ended its connection).
+    /// Elements cut from Redis replies past the sync's bound (each read as malformed).
     pub replies_too_large: u64,
     /// Last measured offset of Redis server time over this node's clock, milliseconds.
     pub clock_offset_ms: i64,
@@ -1235,7 +1237,7 @@ impl crate::metrics::Source for SyncMonitor {
         c("master_changes", false, s.master_changes);
         c("masters_deposed", false, s.masters_deposed);
         c("sentinel_errors", false, s.sentinel_errors);
-        // A bound: replies past the size the config implies, each ending its connection.
+        // A bound: elements cut from replies past the size the config implies.
         c("replies_too_large", false, s.replies_too_large);
         c("heartbeats", false, s.heartbeats);
         c("node_id_conflict", true, s.node_id_conflict as u64);

@@ -234,6 +234,10 @@ fn apply(
             shared.refuse(Refused::Malformed, *id, "");
             continue;
         };
+        if *d == super::capped::CUT {
+            shared.refuse(Refused::Oversized, *id, "");
+            continue;
+        }
         for rec in shared.opener.open_many(d) {
             let rec = match rec {
                 Ok(r) => r,
@@ -371,6 +375,10 @@ async fn load_snapshot(
         let values = records_of(shared, conn, &live).await?;
         let (now, offset) = (shared.now(), shared.offset());
         for (key_net, v) in values {
+            if v == super::capped::CUT {
+                shared.refuse(Refused::Oversized, StreamId::default(), "");
+                continue;
+            }
             let rec = match shared.opener.open(&v) {
                 // A record counts only under its own prefix's key: one copied under another
                 // key (by anyone who can write to Redis) is not that prefix's state.

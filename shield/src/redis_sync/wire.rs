@@ -157,7 +157,21 @@ pub(crate) fn is_gap(pos: StreamId, info: Option<&StreamInfo>) -> bool {
     }
 }
 
-/// The entries of an `XREAD` reply for one stream: (id, field `d`), in order.
+/// True when `v` holds an element cut from its reply ([`super::capped::CUT`]).
+fn has_cut(v: &Value) -> bool {
+    match v {
+        Value::BulkString(b) => b == super::capped::CUT,
+        Value::Array(a) | Value::Set(a) => a.iter().any(has_cut),
+        Value::Map(m) => m.iter().any(|(k, v)| has_cut(k) || has_cut(v)),
+        _ => false,
+    }
+}
+
+/// The entries of an `XREAD` reply for one stream: (id, field `d`), in order. An entry with
+/// an element cut from the reply ends the list — unless it comes first, when it was too
+/// large alone and is returned with [`CUT`](super::capped::CUT) for its field (refused as
+/// oversized, and passed): one cut only because the entries before it filled the reply is
+/// read again, first, next time.
 pub(crate) fn parse_xread(v: &Value) -> Vec<(StreamId, Option<&[u8]>)> {
     let streams: Vec<&Value> = match v {
         Value::Nil => return Vec::new(),
@@ -171,13 +185,27 @@ pub(crate) fn parse_xread(v: &Value) -> Vec<(StreamId, Option<&[u8]>)> {
     let mut out = Vec::new();
     for entries in streams {
         for e in items(entries).unwrap_or(&[]) {
+            let cut = has_cut(e);
+            if cut && !out.is_empty() {
+                return out;
+            }
             let Some([id, fields]) = items(e).and_then(|e| e.get(..2)).map(|s| [&s[0], &s[1]])
             else {
+                if cut {
+                    return out;
+                }
                 continue;
             };
             let Some(id) = bytes(id).and_then(StreamId::parse) else {
+                if cut {
+                    return out;
+                }
                 continue;
             };
+            if cut {
+                out.push((id, Some(super::capped::CUT)));
+                return out;
+            }
             let d = pairs(fields)
                 .into_iter()
                 .find(|(k, _)| *k == b"d")
@@ -263,5 +291,45 @@ mod tests {
         assert_eq!(got[0].1, Some(&b"x"[..]));
         assert_eq!(got[1].1, None);
         assert!(parse_xread(&Value::Nil).is_empty());
+    }
+
+    #[test]
+    fn an_entry_cut_from_a_reply_is_passed_alone_and_read_again_behind_others() {
+        let cut = || Value::BulkString(super::super::capped::CUT.to_vec());
+        let entry =
+            |id: &str, d: Value| Value::Array(vec![bulk(id), Value::Array(vec![bulk("d"), d])]);
+        let reply = |entries: Vec<Value>| {
+            Value::Array(vec![Value::Array(vec![
+                bulk("p:log"),
+                Value::Array(entries),
+            ])])
+        };
+        // Behind others: the list ends before it (it is read first next time).
+        let r = reply(vec![
+            entry("3-0", bulk("x")),
+            entry("4-0", cut()),
+            entry("5-0", bulk("y")),
+        ]);
+        let got = parse_xread(&r);
+        assert_eq!(
+            got,
+            vec![(StreamId::parse(b"3-0").unwrap(), Some(&b"x"[..]))]
+        );
+        // First: too large alone, passed without its field.
+        let r = reply(vec![entry("4-0", cut()), entry("5-0", bulk("y"))]);
+        let got = parse_xread(&r);
+        let cut_field = Some(super::super::capped::CUT);
+        assert_eq!(got, vec![(StreamId::parse(b"4-0").unwrap(), cut_field)]);
+        // A field list cut whole, or an entry cut whole behind others.
+        let r = reply(vec![Value::Array(vec![bulk("4-0"), cut()])]);
+        let got = parse_xread(&r);
+        assert_eq!(got, vec![(StreamId::parse(b"4-0").unwrap(), cut_field)]);
+        let r = reply(vec![
+            entry("3-0", bulk("x")),
+            cut(),
+            entry("5-0", bulk("y")),
+        ]);
+        let got = parse_xread(&r);
+        assert_eq!(got.len(), 1);
     }
 }
