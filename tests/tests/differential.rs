@@ -1280,3 +1280,54 @@ fn a_zone_changing_nsec3_parameters_proves_from_the_chain_its_nsec3param_names()
         );
     }
 }
+
+#[test]
+fn an_rrset_too_large_for_any_message_leaves_the_zone_served_as_knot_and_nsd_serve_it() {
+    // 4,200 A records at one name: 67 KB, more than any message carries. BIND refuses such a
+    // zone; Knot and NSD serve it, TC=1 to a query for that name.
+    let mut text = String::from(
+        "$ORIGIN big.test.\n$TTL 3600\n@ SOA ns hostmaster 1 7200 3600 1209600 300\n\
+         @ NS ns\nns A 192.0.2.1\nwww A 192.0.2.2\n",
+    );
+    for i in 0..4_200u32 {
+        text.push_str(&format!(
+            "x A 10.{}.{}.{}\n",
+            i >> 16,
+            (i >> 8) & 255,
+            i & 255
+        ));
+    }
+    let Some((_dir, dnsd, knot, nsd)) = three_serving("big.test.", &text) else {
+        return;
+    };
+    let o = QueryOpts::edns(1232);
+    for (name, t) in [
+        ("www.big.test.", T::A),
+        ("big.test.", T::SOA),
+        ("nothere.big.test.", T::A),
+    ] {
+        let ask = |a| Normalized::from_reply(&client::query_reply(a, name, t, &o));
+        let (ours, k, n) = (ask(dnsd.addr()), ask(knot.addr()), ask(nsd.addr()));
+        assert_eq!(
+            (&k.answer, &k.authority),
+            (&n.answer, &n.authority),
+            "{name}: Knot and NSD agree"
+        );
+        assert_eq!(
+            (&ours.rcode, &ours.answer, &ours.authority),
+            (&k.rcode, &k.answer, &k.authority),
+            "{name}:\n{ours}\n--- knot and nsd\n{k}"
+        );
+    }
+    let ask = |a| Normalized::from_reply(&client::query_reply(a, "x.big.test.", T::A, &o));
+    for (who, r) in [
+        ("dnsd", ask(dnsd.addr())),
+        ("knot", ask(knot.addr())),
+        ("nsd", ask(nsd.addr())),
+    ] {
+        assert!(
+            r.tc && r.rcode == 0,
+            "{who}: TC=1 for the RRset no message carries:\n{r}"
+        );
+    }
+}

@@ -70,8 +70,9 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
         let name = || display(zone.node_name(id));
         let sets = zone.rrsets(id);
         // An RRset no message can carry (a header, the question, and each record with its
-        // owner compressed) can never be answered or transferred: refused, as Knot, NSD and
-        // BIND refuse it, rather than served as an empty TC=1 answer to every query.
+        // owner compressed) can never be answered: warned of, and the zone served — as Knot
+        // and NSD serve it, TC=1 to a query for it and every other name answered (BIND alone
+        // refuses the zone). A transfer carries it over several messages.
         let question = 12 + zone.node_name(id).len() + 4;
         for s in sets {
             let (records, wire) = zone.rrs(s).fold((0usize, 0usize), |(n, w), (_, rd)| {
@@ -79,11 +80,11 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
             });
             if question + wire > MAX_MESSAGE {
                 report(
-                    Error,
+                    Warning,
                     src_of(id, s.rtype),
                     format!(
                         "the {} RRset at {} ({} records, {} octets) does not fit in a DNS \
-                         message of {MAX_MESSAGE} octets: no query could be answered with it",
+                         message of {MAX_MESSAGE} octets: a query for it is answered TC=1",
                         rrtype::to_text(s.rtype),
                         name(),
                         records,
