@@ -391,6 +391,20 @@ impl Processor {
             Err(ParseError::FormErr { question, edns }) => (Some(rcode::FORMERR), question, edns),
             Err(ParseError::NotImp { edns }) => (Some(rcode::NOTIMP), false, edns),
         };
+        if err == Some(rcode::FORMERR)
+            && !question
+            && edns
+            && self.q.opcode() == opcode::QUERY
+            && req[4..6] == [0, 0]
+        {
+            // A client asking for our server cookie (RFC 7873 §5.4).
+            self.stats.query(0);
+            if let Some(o) = self.server_cookie_reply(req, out, transport, src) {
+                return o;
+            }
+            let rc = rcode::FORMERR;
+            return self.error_reply(req, out, rc, false, true, transport, src, None, None);
+        }
         let q = &*self.q;
         stats.query(if err.is_some() { 0 } else { q.qtype });
         // 3. EDNS version, opcode, class, meta types.
@@ -887,6 +901,57 @@ impl Processor {
         self.zoneless_reply(req, out, rc, q, e, transport, src, signer, ede, None)
     }
 
+    /// The reply to a query without a question that carries a client cookie (RFC 7873 §5.4,
+    /// a client asking for our server cookie): NOERROR with our cookie — BADCOOKIE with a fresh
+    /// one when it returned a server cookie that is not ours — rate limited as every reply
+    /// that names no zone. `None` where cookies are off or the query carries none (FORMERR).
+    fn server_cookie_reply(
+        &mut self,
+        req: &[u8],
+        out: &mut [u8],
+        transport: Transport,
+        src: SocketAddr,
+    ) -> Option<Outcome> {
+        let q = &*self.q;
+        q.edns?.cookie(req)?;
+        let p = self.plan.as_mut()?;
+        let mut parsed = Parsed {
+            req,
+            q,
+            src: src.ip(),
+            local: self.local,
+            transport,
+            zone: None,
+            apex: b"",
+            tenant: 0,
+            cookie_policy: CookiePolicy::On,
+            cookie: CookieStatus::Absent,
+            cookie_out: None,
+            exempt: false,
+            suspect: p.suspect(),
+        };
+        p.check_cookie(&mut parsed);
+        let cookie = parsed.cookie_out?;
+        let rc = if parsed.cookie == CookieStatus::Invalid {
+            rcode::BADCOOKIE
+        } else {
+            rcode::NOERROR
+        };
+        Some(self.zoneless_reply_with(
+            req,
+            out,
+            rc,
+            false,
+            true,
+            transport,
+            src,
+            None,
+            None,
+            None,
+            Some(&cookie),
+        ))
+    }
+
     /// A reply that names no zone: `rc`, and `answer` (one record, raw) when given.
     #[allow(clippy::too_many_arguments)]
     fn zoneless_reply(
@@ -901,6 +966,28 @@ impl Processor {
         signer: Option<&mut tsig::Signer>,
         ede: Option<u16>,
         answer: Option<&[u8]>,
+    ) -> Outcome {
+        let (q, e) = (with_question, with_edns);
+        self.zoneless_reply_with(
+            req, out, rc, q, e, transport, src, signer, ede, answer, None,
+        )
+    }
+
+    /// As [`Self::zoneless_reply`], with our `cookie` in the OPT when given.
+    #[allow(clippy::too_many_arguments)]
+    fn zoneless_reply_with(
+        &mut self,
+        req: &[u8],
+        out: &mut [u8],
+        rc: u16,
+        with_question: bool,
+        with_edns: bool,
+        transport: Transport,
+        src: SocketAddr,
+        signer: Option<&mut tsig::Signer>,
+        ede: Option<u16>,
+        answer: Option<&[u8]>,
+        cookie: Option<&crate::query::module::CookieOut>,
     ) -> Outcome {
         if signer.is_none()
             && let Some(o) =
@@ -921,7 +1008,7 @@ impl Processor {
         }
         if with_edns || rc > 15 {
             let opts = response::OptOptions {
-                cookie: None,
+                cookie,
                 keepalive: self.cfg.keepalive(q, transport),
                 compact_ok: false,
                 nsid: self.cfg.nsid(q),
@@ -1099,6 +1186,45 @@ pub(crate) mod tests {
         assert!(a.tc() && a.is_empty(), "an NXDOMAIN is truncated");
         let a = r.send(&nx, "192.0.2.53", TCP).unwrap();
         assert_eq!(a.rcode(), rcode::NXDOMAIN, "and answered over TCP");
+    }
+
+    #[test]
+    fn a_query_for_our_server_cookie_alone_is_answered_noerror_with_it() {
+        // RFC 7873 §5.4: no question, an OPT with a COOKIE. NSD answers so; Knot FORMERR.
+        let mut r = Rig::new(example_set(), Some(defences(None, true)));
+        let ask = |cookie: &[u8]| {
+            let mut m = vec![0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+            let len = cookie.len() as u8;
+            m.extend_from_slice(&[0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0, 4 + len, 0, 10, 0, len]);
+            m.extend_from_slice(cookie);
+            m
+        };
+        let client = [1, 2, 3, 4, 5, 6, 7, 8];
+        let a = r.send(&ask(&client), "192.0.2.1", UDP).unwrap();
+        assert_eq!((a.id, a.rcode()), (9, rcode::NOERROR));
+        assert!(a.question.is_none() && a.is_empty(), "{a:?}");
+        let both = a.cookie().expect("our cookie");
+        assert_eq!((both.len(), &both[..8]), (24, &client[..]));
+        // Returned from the address it was made for: NOERROR; from another: BADCOOKIE with a
+        // fresh one.
+        let a = r.send(&ask(&both), "192.0.2.1", TCP).unwrap();
+        assert_eq!(a.rcode(), rcode::NOERROR);
+        let a = r.send(&ask(&both), "192.0.2.2", UDP).unwrap();
+        assert_eq!(a.rcode(), rcode::BADCOOKIE);
+        assert!(a.cookie().is_some_and(|c| c != both));
+        // No cookie in the OPT, or no OPT: FORMERR as before.
+        let mut m = vec![0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        m.extend_from_slice(&[0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0, 0]);
+        let a = r.send(&m, "192.0.2.1", UDP).unwrap();
+        assert_eq!(a.rcode(), rcode::FORMERR);
+        assert!(a.opt.is_some() && a.cookie().is_none(), "{a:?}");
+        let a = r.send(&m[..12], "192.0.2.1", UDP).unwrap();
+        assert_eq!(a.rcode(), rcode::FORMERR);
+        // A NOTIFY without a question is no cookie query.
+        let mut n = ask(&client);
+        n[2] = 0x20;
+        let a = r.send(&n, "192.0.2.1", UDP).unwrap();
+        assert_eq!(a.rcode(), rcode::FORMERR);
     }
 
     #[test]

@@ -337,6 +337,14 @@ impl Plan {
         Step::Continue
     }
 
+    /// The cookie check alone, for a message that names no zone: `p.cookie` and
+    /// `p.cookie_out` set where the message carries a cookie and cookies are on.
+    pub fn check_cookie(&mut self, p: &mut Parsed<'_>) {
+        if let Some(m) = self.cookies.as_mut() {
+            let _ = m.after_parse(&mut self.env, p);
+        }
+    }
+
     /// `after_answer`: the answer written.
     #[inline(always)]
     pub fn after_answer(&mut self, p: &Parsed<'_>, a: &Answered<'_>) -> Step {
