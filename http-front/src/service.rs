@@ -332,6 +332,21 @@ fn request_filter<'a>(
             }
         });
     }
+    // An HTTP/2 field value that starts or ends with a space or tab is malformed (RFC 9113
+    // §8.2.1): an HTTP/1.1 origin trims it, so it would read another value than the rules did.
+    if cx.h2
+        && req.headers().values().any(|v| {
+            let b = v.as_bytes();
+            matches!(b.first(), Some(b' ' | b'\t')) || matches!(b.last(), Some(b' ' | b'\t'))
+        })
+    {
+        c.bump(Counter::RespBadRequest);
+        return Err(simple(
+            StatusCode::BAD_REQUEST,
+            "a header value starts or ends with white space\n",
+            false,
+        ));
+    }
     // CONNECT is never proxied, but for an HTTP/2 WebSocket (RFC 8441) to a site that allows it.
     if req.method() == Method::CONNECT && !forward::websocket::wants(req) {
         c.bump(Counter::RespBadRequest);
@@ -866,7 +881,7 @@ fn bad_path_text(e: target::PathError) -> &'static str {
     match e {
         target::PathError::NotAbsolute => "request target is not an absolute path\n",
         target::PathError::BadPercent => "invalid percent-encoding in the path\n",
-        target::PathError::Nul => "encoded NUL in the path\n",
+        target::PathError::Control => "an encoded control character in the path\n",
         target::PathError::EncodedSlash => "encoded slash or backslash in the path\n",
         target::PathError::NotUtf8 => "path is not UTF-8\n",
         target::PathError::AboveRoot => "path climbs above the root\n",

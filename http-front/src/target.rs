@@ -188,9 +188,10 @@ pub enum PathError {
     /// `%` not followed by two hex digits.
     #[error("invalid percent-encoding")]
     BadPercent,
-    /// `%00`.
-    #[error("encoded NUL")]
-    Nul,
+    /// `%00` to `%1F`, or `%7F`: no path holds one, and a router's regex may read a final
+    /// line feed otherwise than the rules (PCRE's `$` matches before it).
+    #[error("encoded control character")]
+    Control,
     /// `%2F`, `%5C` or `\` where the site does not keep them.
     #[error("encoded slash or backslash")]
     EncodedSlash,
@@ -274,7 +275,7 @@ fn forward_form(b: &[u8], opts: PathOptions) -> Result<String, PathError> {
                 };
                 let v = h << 4 | l;
                 match v {
-                    0 => return Err(PathError::Nul),
+                    0..=0x1F | 0x7F => return Err(PathError::Control),
                     b'/' | b'\\' if !opts.keep_encoded_slash => {
                         return Err(PathError::EncodedSlash);
                     }
@@ -359,7 +360,9 @@ fn view_form(fwd: &str, opts: PathOptions) -> Result<Option<String>, PathError> 
     let b = fwd.as_bytes();
     let decode = b.contains(&b'%');
     let params = opts.strip_params && b.contains(&b';');
-    let lower = opts.case_insensitive && b.iter().any(|c| c.is_ascii_uppercase() || *c == b'%');
+    let lower = opts.case_insensitive
+        && b.iter()
+            .any(|c| c.is_ascii_uppercase() || *c == b'%' || !c.is_ascii());
     if !decode && !params && !lower {
         return Ok(None);
     }
@@ -394,9 +397,25 @@ fn view_form(fwd: &str, opts: PathOptions) -> Result<Option<String>, PathError> 
         s = String::from_utf8(remove_dot_segments(&merged)).map_err(|_| PathError::NotUtf8)?;
     }
     if opts.case_insensitive {
-        s = s.to_lowercase();
+        s = s.chars().map(fold_case).collect();
     }
     Ok(Some(s))
+}
+
+/// `c` as a case-insensitive origin compares it: lower case of its upper case, one
+/// character for one (as Java's `equalsIgnoreCase` and .NET's `OrdinalIgnoreCase` fold):
+/// `ı` and `İ` are `i`, `ſ` is `s`, the Kelvin sign is `k` — letters `to_lowercase` alone
+/// leaves apart from the ASCII ones an origin takes them for.
+fn fold_case(c: char) -> char {
+    if c.is_ascii() {
+        return c.to_ascii_lowercase();
+    }
+    let mut up = c.to_uppercase();
+    let u = match (up.next(), up.next()) {
+        (Some(u), None) => u,
+        _ => c,
+    };
+    u.to_lowercase().next().unwrap_or(u)
 }
 
 fn merge_slashes(b: &[u8]) -> Vec<u8> {
@@ -581,7 +600,11 @@ mod tests {
         assert_eq!(both("/a%2fb"), Err(PathError::EncodedSlash));
         assert_eq!(both("/a%5cb"), Err(PathError::EncodedSlash));
         assert_eq!(both("/a\\b"), Err(PathError::EncodedSlash));
-        assert_eq!(both("/a%00"), Err(PathError::Nul));
+        assert_eq!(both("/a%00"), Err(PathError::Control));
+        assert_eq!(both("/secret1%0A"), Err(PathError::Control));
+        assert_eq!(both("/a%0d%0ab"), Err(PathError::Control));
+        assert_eq!(both("/a%7f"), Err(PathError::Control));
+        assert_eq!(both("/a%09"), Err(PathError::Control));
         assert_eq!(both("/a%0"), Err(PathError::BadPercent));
         assert_eq!(both("/a%g0"), Err(PathError::BadPercent));
         assert_eq!(both("/a%"), Err(PathError::BadPercent));
@@ -600,7 +623,7 @@ mod tests {
         );
         let (f, _) = norm("/a\\b", keep).unwrap();
         assert_eq!(f, "/a%5Cb");
-        assert_eq!(norm("/a%00", keep), Err(PathError::Nul));
+        assert_eq!(norm("/a%00", keep), Err(PathError::Control));
     }
 
     #[test]
@@ -611,6 +634,19 @@ mod tests {
         };
         let (f, v) = norm("/ADMIN/%41", ci).unwrap();
         assert_eq!((f.as_str(), v.as_str()), ("/ADMIN/A", "/admin/a"));
+        // Letters a case-insensitive origin takes for ASCII ones (Java's equalsIgnoreCase
+        // finds "/admın" equal to "/admin"), encoded or raw.
+        for (raw, view) in [
+            ("/adm%C4%B1n", "/admin"),
+            ("/ADM%C4%B0N", "/admin"),
+            ("/%C5%BFecret1", "/secret1"),
+            ("/%E2%84%AAey", "/key"),
+            ("/stra%C3%9Fe", "/straße"),
+            ("/%C3%89T%C3%89", "/été"),
+        ] {
+            assert_eq!(norm(raw, ci).unwrap().1, view, "{raw}");
+        }
+        assert_eq!(normalize_path("/admın", ci).unwrap().view, "/admin");
         let params = PathOptions {
             strip_params: true,
             ..PathOptions::default()

@@ -104,6 +104,9 @@ const PATHS: &[&str] = &[
     "/x/..%5cadmin",
     "/admin%00",
     "/admin%00.html",
+    "/admin%0A",
+    "/admin%0d%0a",
+    "/admin%09",
     "/admin%",
     "/admin%2",
     "/admin%zz",
@@ -226,6 +229,11 @@ fn http_front_site_path_options() {
     // path_case_insensitive: the rules see lower case (for case-insensitive origins).
     assert_eq!(req("ci.test", "/ADMIN").status, 403);
     assert_eq!(req("ci.test", "/Adm%49n/x").status, 403);
+    // Letters a case-insensitive origin takes for ASCII ones (dotless i, capital I with a
+    // dot, long s): Java's equalsIgnoreCase finds "/admın" equal to "/admin".
+    assert_eq!(req("ci.test", "/adm%C4%B1n").status, 403);
+    assert_eq!(req("ci.test", "/ADM%C4%B0N/x").status, 403);
+    assert_eq!(req("ci.test", "/%C5%BFecret").status, 200);
     assert_eq!(
         req("a.test", "/ADMIN").status,
         200,
@@ -344,4 +352,30 @@ fn http_front_a_malformed_or_conflicting_host_is_refused_never_rerouted() {
             "origin saw {l}"
         );
     }
+}
+
+#[test]
+fn http_front_an_http2_header_value_with_white_space_at_an_end_is_refused() {
+    // RFC 9113 §8.2.1: malformed. An HTTP/1.1 origin trims it, so it would read another value
+    // than the rules saw (a deny on `x-role: admin` passed `x-role: "\tadmin\t"`).
+    let Some((_origin, front)) = start() else {
+        return;
+    };
+    let src = net::test_ip();
+    for v in [" admin", "admin ", "\tadmin\t", "\tadmin"] {
+        let mut h2 = H2Conn::connect(Some(src), front.addr()).unwrap();
+        let id = h2
+            .send_request("GET", "open.test", "/", &[("x-role", v)], true)
+            .unwrap();
+        match h2.read_response(id) {
+            Ok(r) => assert_eq!(r.status, 400, "{v:?}: {r:?}"),
+            Err(e) => panic!("{v:?}: {e:?}"),
+        }
+    }
+    // Inner white space is data.
+    let mut h2 = H2Conn::connect(Some(src), front.addr()).unwrap();
+    let id = h2
+        .send_request("GET", "open.test", "/", &[("x-role", "a b")], true)
+        .unwrap();
+    assert_eq!(h2.read_response(id).unwrap().status, 200);
 }
