@@ -1331,3 +1331,40 @@ fn an_rrset_too_large_for_any_message_leaves_the_zone_served_as_knot_and_nsd_ser
         );
     }
 }
+
+#[test]
+fn addresses_of_targets_a_wildcard_answers_for_go_in_additional_as_knot_puts_them() {
+    let Some((_dir, dnsd, knot, nsd)) = three_serving(
+        "wt.test.",
+        "$ORIGIN wt.test.\n$TTL 3600\n@ SOA ns hostmaster 1 7200 3600 1209600 300\n\
+         @ NS ns\nns A 192.0.2.1\n*.w A 192.0.2.200\n*.w AAAA 2001:db8::200\n\
+         mx MX 10 a.w.wt.test.\nsrv SRV 0 0 80 b.w.wt.test.\n*.wm MX 10 c.w.wt.test.\n\
+         cn CNAME x.w.wt.test.\n",
+    ) else {
+        return;
+    };
+    let o = QueryOpts::edns(1232);
+    for (name, t) in [
+        ("mx.wt.test.", T::MX),
+        ("srv.wt.test.", T::SRV),
+        ("q.wm.wt.test.", T::MX),
+    ] {
+        let ask = |a| Normalized::from_reply(&client::query_reply(a, name, t, &o));
+        let (ours, k, n) = (ask(dnsd.addr()), ask(knot.addr()), ask(nsd.addr()));
+        assert_eq!(
+            (&ours.answer, &ours.authority),
+            (&k.answer, &k.authority),
+            "{name}:\n{ours}\n--- knot\n{k}"
+        );
+        // NSD as the tests run it (minimal responses) adds none; Knot adds them, as NSD
+        // does by default.
+        assert!(
+            !k.additional.is_empty(),
+            "{name}: Knot gives addresses:\n{k}"
+        );
+        assert_eq!(
+            ours.additional, k.additional,
+            "{name}: additional as Knot's:\n{ours}\n--- knot\n{k}\n--- nsd\n{n}"
+        );
+    }
+}

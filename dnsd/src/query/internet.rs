@@ -1007,7 +1007,9 @@ impl<'q> Answerer<'_, '_, 'q> {
                 if !zones::name::is_subdomain(lower, zone.apex().as_wire()) {
                     continue;
                 }
-                let Some(node) = zone.find(lower) else {
+                // Its own node, else the wildcard that covers it (RFC 4592 §3.3.1), as Knot
+                // and NSD find the addresses of an MX, SRV or SVCB target.
+                let Some(node) = zone.find(lower).or_else(|| covering_wildcard(zone, lower)) else {
                     continue;
                 };
                 // Below a cut: glue, which an NS answer carries (the root's priming answer
@@ -1108,6 +1110,16 @@ fn address_node(zone: &Zone, lower: &[u8]) -> Option<NodeId> {
     match zone.lookup(t.name(), t.offs()) {
         Lookup::Wildcard { wildcard, .. } => Some(wildcard),
         Lookup::Delegation { exact: false, .. } => glue_wildcard(zone, lower),
+        _ => None,
+    }
+}
+
+/// The wildcard of `zone` that answers for `lower`, a name the zone lacks (none below a cut
+/// or a DNAME).
+fn covering_wildcard(zone: &Zone, lower: &[u8]) -> Option<NodeId> {
+    let t = Target::of(lower);
+    match zone.lookup(t.name(), t.offs()) {
+        Lookup::Wildcard { wildcard, .. } => Some(wildcard),
         _ => None,
     }
 }
