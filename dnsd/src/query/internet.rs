@@ -1032,9 +1032,9 @@ impl<'q> Answerer<'_, '_, 'q> {
                                     self.w.rrset(Section::Additional, zone, sig, owner).is_ok()
                                 }));
                         if !ok {
-                            // Additional data is optional: stop adding, no TC.
+                            // Additional data is optional: no TC; smaller RRsets after it
+                            // may still fit (as Knot packs them).
                             self.w.rollback(m);
-                            return;
                         }
                     }
                 }
