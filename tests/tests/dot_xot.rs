@@ -966,3 +966,122 @@ fn padded_queries_over_tls_and_quic_get_padded_answers() {
     ]);
     assert!(out.contains("Received 468 B"), "{out}");
 }
+
+/// A DoQ client that completes its handshake from argv[4], asks one query from there, then
+/// sends argv[6] more queries (ANY of example.com) on the same connection from a socket bound
+/// to argv[5] — a forged source that never reads. Prints "own N" (answers to its own address)
+/// and "forged M" (answers that reached the forged address).
+const DOQ_MIGRATE: &str = r#"
+import socket, ssl, struct, sys, time
+import dns.message
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.events import StreamDataReceived
+host, port, ca, own, forged, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
+cfg = QuicConfiguration(is_client=True, alpn_protocols=["doq"], server_name="dns.test")
+cfg.load_verify_locations(ca)
+conn = QuicConnection(configuration=cfg)
+a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); a.bind((own, 0)); a.settimeout(0.05)
+v = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); v.bind((forged, 0)); v.settimeout(0.05)
+conn.connect((host, port), now=time.time())
+got = {"own": 0, "forged": 0}
+def pump(out, secs):
+    end = time.time() + secs
+    while time.time() < end:
+        for data, addr in conn.datagrams_to_send(now=time.time()):
+            out.sendto(data, addr)
+        for s, who in ((a, "own"), (v, "forged")):
+            try:
+                data, addr = s.recvfrom(65535)
+            except socket.timeout:
+                continue
+            if who == "forged":
+                got["forged"] += 1
+                continue
+            conn.receive_datagram(data, addr, now=time.time())
+        t = conn.get_timer()
+        if t is not None and time.time() >= t:
+            conn.handle_timer(now=time.time())
+        while (ev := conn.next_event()) is not None:
+            if isinstance(ev, StreamDataReceived) and ev.end_stream:
+                got["own"] += 1
+def query(name, qtype):
+    q = dns.message.make_query(name, qtype); q.id = 0
+    w = q.to_wire()
+    sid = conn.get_next_available_stream_id()
+    conn.send_stream_data(sid, struct.pack("!H", len(w)) + w, end_stream=True)
+pump(a, 1.0)
+query("www.example.com.", "A")
+pump(a, 1.0)
+for _ in range(n):
+    query("example.com.", "ANY")
+    for data, addr in conn.datagrams_to_send(now=time.time()):
+        v.sendto(data, addr)
+    time.sleep(0.02)
+pump(v, 1.5)
+print("own", got["own"], "forged", got["forged"])
+"#;
+
+#[test]
+fn a_doq_connection_never_moves_to_an_address_its_handshake_did_not_prove() {
+    // Tenant 7 refuses ANY and blocks whoever asks it three times over a proven transport.
+    let Some(py) = doq_python_path() else {
+        palisade_tests::skipped("dnspython with aioquic is not installed (scripts/install-deps)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    pki(dir.path());
+    std::fs::write(
+        dir.path().join("rules.toml"),
+        "[[tenant]]\nid = 7\n\
+         escalate = { after = 3, window_secs = 60, block_secs = 600, on = [\"deny\"] }\n\
+         [[tenant.rule]]\nname = \"no-any\"\naction = \"deny\"\nrcode = \"REFUSED\"\n\
+         when = [{ attr = \"qtype\", one_of = [\"ANY\"] }]\n",
+    )
+    .unwrap();
+    let ip = net::test_ip();
+    let quic = SocketAddr::from((ip, net::free_port(ip)));
+    let mut com = Zone::data("example.com.");
+    com.options.push("tenant = 7".into());
+    let dnsd = Dnsd::builder()
+        .zone(com)
+        .at(SocketAddr::from((ip, net::free_port(ip))))
+        .server_option(&format!(
+            "quic_listen = [\"{quic}\"]\ntls_cert = \"{0}/dns.crt\"\ntls_key = \"{0}/dns.key\"",
+            dir.path().display()
+        ))
+        .raw(&format!(
+            "[rules]\nfile = \"{}\"",
+            dir.path().join("rules.toml").display()
+        ))
+        .start();
+    let (own, victim) = (net::test_ip(), net::test_ip());
+    let out = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(DOQ_MIGRATE)
+        .args([
+            &quic.ip().to_string(),
+            &quic.port().to_string(),
+            &dir.path().join("ca.pem").display().to_string(),
+            &own.to_string(),
+            &victim.to_string(),
+            "6",
+        ])
+        .env("PYTHONPATH", &py)
+        .output()
+        .expect("run python3");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.starts_with("own 1 "), "its own query answered: {text}");
+    let (ok, list) = dnsd.ctl(&["block", "list"]);
+    assert!(ok, "{list}");
+    assert!(
+        !list.contains(&victim.to_string()),
+        "queries sent in the victim's name blocked it: {list}\n{text}"
+    );
+    assert_eq!(dnsd.stat("rules.escalated"), 0, "{text}");
+    assert!(
+        text.trim_end().ends_with("forged 0"),
+        "nothing reached the forged address: {text}"
+    );
+}

@@ -243,9 +243,6 @@ async fn connection(
                     return;
                 }
             };
-            // The address the connection has now (a migrated connection is judged where it
-            // is, a blocked address refused there).
-            let peer = conn.remote_address();
             // One message, its length first, its ID 0 (RFC 9250 §4.2, §4.2.1).
             let len = q.len().saturating_sub(2);
             if q.len() < 14 || u16::from_be_bytes([q[0], q[1]]) as usize != len || q[2..4] != [0, 0]

@@ -126,6 +126,11 @@ fn quic_settings(
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(c).map_err(|e| e.to_string())?;
     let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     sc.transport_config(transport);
+    // No migration: a connection stays at the address its handshake proved. With it, packets
+    // of a connection sent from a forged address moved the connection there, and the queries
+    // after them counted as proven from that address (an escalation then blocked whomever the
+    // forger named). A client whose address changes opens a new connection, as over TCP.
+    sc.migration(false);
     Ok(sc)
 }
 
