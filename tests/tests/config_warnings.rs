@@ -61,3 +61,52 @@ fn http_front_config_warnings_reach_the_log_and_the_reload_answer() {
         "{text}"
     );
 }
+
+#[test]
+fn check_config_refuses_a_rules_file_serve_would_refuse() {
+    // An escalation wider than `[block] min_prefix_v4` (16): `serve` and `ctl reload` refuse
+    // the file, so `check-config` must too, naming the file and line.
+    let dir = tempfile::tempdir().unwrap();
+    let zone = dir.path().join("example.com.zone");
+    std::fs::write(
+        &zone,
+        "$ORIGIN example.com.\n$TTL 60\n@ SOA ns h 1 1 1 1 1\n@ NS ns\nns A 192.0.2.1\n",
+    )
+    .unwrap();
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[tenant]]\nid = 1\n\
+         escalate = { after = 5, window_secs = 10, block_secs = 60, v4_prefix = 15 }\n",
+    )
+    .unwrap();
+    let conf = dir.path().join("dnsd.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[server]\nlisten = [\"127.0.0.1\"]\nport = 1\n\n[[zone]]\norigin = \"example.com.\"\n\
+             file = \"{}\"\n\n[rules]\nfile = \"{}\"\n",
+            zone.display(),
+            rules.display()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(palisade_tests::bin("dnsd"))
+            .args(args)
+            .arg(&conf)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).to_string()
+            + &String::from_utf8_lossy(&out.stdout);
+        (out.status.success(), text)
+    };
+    let (ok, text) = run(&["check-config", "-c"]);
+    assert!(!ok, "accepted: {text}");
+    assert!(
+        text.contains("rules.toml:3:") && text.contains("min_prefix_v4"),
+        "{text}"
+    );
+    let (ok, text) = run(&["serve", "-c"]);
+    assert!(!ok && text.contains("min_prefix_v4"), "{text}");
+}

@@ -152,13 +152,11 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
         }
     }
     let mut tenants = 0;
-    if let Some(r) = &cfg.rules {
-        match shield::rules::Prepared::load(&r.file) {
-            Ok(p) => tenants = p.tenant_count(),
-            Err(e) => {
-                eprintln!("dnsd: rules: {e}");
-                bad += 1;
-            }
+    match cfg.load_rules() {
+        Ok(p) => tenants = p.map_or(0, |p| p.tenant_count()),
+        Err(e) => {
+            eprintln!("dnsd: {e}");
+            bad += 1;
         }
     }
     if bad > 0 {

@@ -933,6 +933,20 @@ impl Config {
 }
 
 impl Config {
+    /// The rules file, compiled and checked against `[block]` as `serve` and `ctl reload`
+    /// take it (`check-config` reads it so too); none without `[rules]`.
+    pub fn load_rules(&self) -> Result<Option<shield::rules::Prepared>, String> {
+        self.block.validate().map_err(|e| format!("block: {e}"))?;
+        let Some(r) = &self.rules else {
+            return Ok(None);
+        };
+        let prepared = shield::rules::Prepared::load(&r.file).map_err(|e| format!("rules: {e}"))?;
+        prepared
+            .check_min_prefix(self.block.min_prefix_v4, self.block.min_prefix_v6)
+            .map_err(|e| format!("rules: {e}"))?;
+        Ok(Some(prepared))
+    }
+
     /// Each zone's `dnssec_policy` names a `[[dnssec_policy]]`, and the zone is not a
     /// catalog (catalogs are read by machines, not validated).
     pub fn check_policies(&self) -> Result<(), (String, String)> {

@@ -120,19 +120,13 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let blocks = shield::block::BlockMap::new(cfg.block.clone());
     let events = shield::events::Aggregator::new(cfg.events.aggregator());
     // The shield rules: a file that does not compile refuses the start (file:line:col).
-    cfg.block.validate()?;
-    let rules = match &cfg.rules {
-        Some(r) => {
-            let prepared =
-                shield::rules::Prepared::load(&r.file).map_err(|e| format!("rules: {e}"))?;
-            prepared
-                .check_min_prefix(cfg.block.min_prefix_v4, cfg.block.min_prefix_v6)
-                .map_err(|e| format!("rules: {e}"))?;
+    let rules = match (cfg.load_rules()?, &cfg.rules) {
+        (Some(prepared), Some(r)) => {
             tracing::info!(file = %r.file.display(), tenants = prepared.tenant_count(), "rules loaded");
             let state = shield::rules::RuleState::new(&r.state, Some(blocks.clone()));
             Some(Arc::new(shield::rules::RuleSet::new(prepared, state)))
         }
-        None => None,
+        _ => None,
     };
     // What no automatic writer may block: before the first query, the first Redis record.
     let current = rules.as_ref().map(|r| r.current());
