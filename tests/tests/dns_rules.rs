@@ -174,6 +174,9 @@ fn a_tenants_dns_rules_deny_refuse_challenge_limit_and_allow() {
             "{name} must be dropped"
         );
     }
+    // Over TCP a drop would hold the client until it times out: REFUSED instead.
+    let over_tcp = ask_tcp(server, src, "internal.example.com.", TYPE_A).expect("an answer");
+    assert_eq!(over_tcp.rcode(), REFUSED);
     let not_below = ask(server, src, "xinternal.example.com.", TYPE_A, &udp)
         .expect("a name that only ends in the same letters is answered");
     assert_eq!(not_below.rcode(), NXDOMAIN);
@@ -289,7 +292,7 @@ fn a_tenants_dns_rules_deny_refuse_challenge_limit_and_allow() {
     let stats = dnsd.stats();
     eprintln!("{stats:?}");
     assert_eq!(stats["rules.dropped"], 2);
-    assert_eq!(stats["rules.refused"], 1);
+    assert_eq!(stats["rules.refused"], 2, "ANY over UDP, a deny over TCP");
     assert_eq!(stats["rules.challenged"], 2);
     assert_eq!(stats["rules.slipped"], 9);
     assert_eq!(stats["rules.rate_limited"], 9);
@@ -300,7 +303,7 @@ fn a_tenants_dns_rules_deny_refuse_challenge_limit_and_allow() {
         "palisade_rules_tenant_verdicts_total",
         "tenant=\"7\",action=\"deny\"",
     );
-    assert_eq!(deny, 3, "{}", dnsd.metrics());
+    assert_eq!(deny, 4, "{}", dnsd.metrics());
     assert_eq!(
         metric(
             &dnsd,

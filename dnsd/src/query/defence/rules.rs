@@ -3,9 +3,9 @@
 //!
 //! | action | in DNS |
 //! |---|---|
-//! | `deny` | dropped, or answered with the rule's `rcode` (`rcode = "REFUSED"`) |
+//! | `deny` | dropped (over TCP, DoT and DoQ: REFUSED), or answered with the rule's `rcode` (`rcode = "REFUSED"`) |
 //! | `challenge` | over UDP without a valid server cookie: TC=1, or BADCOOKIE to a cookie client; over TCP or with a valid cookie the query passes |
-//! | `rate_limit` | over the rule's (or the tenant's) rate, per source prefix: dropped, one in `slip` answered TC=1 as RRL slips |
+//! | `rate_limit` | over the rule's (or the tenant's) rate, per source prefix: dropped, one in `slip` answered TC=1 as RRL slips (over TCP, DoT and DoQ: REFUSED) |
 //! | `allow` | answered, exempt from RRL and the random-subdomain defence |
 //!
 //! `escalate` puts a source into the block map through the engine, as in http-front, on the
@@ -203,6 +203,12 @@ impl QueryModule for Module {
                         bump(&c.refused);
                         Step::Refuse(rc)
                     }
+                    // Over TCP (DoT, DoQ) a dropped query would hold its client until it
+                    // times out, its connection's later queries behind it: REFUSED.
+                    None if p.transport == Transport::Tcp => {
+                        bump(&c.refused);
+                        Step::Refuse(crate::query::wire::rcode::REFUSED)
+                    }
                     None => {
                         bump(&c.dropped);
                         Step::Drop(DropCause::Rules)
@@ -226,6 +232,10 @@ impl QueryModule for Module {
                 {
                     bump(&c.slipped);
                     Step::Slip
+                } else if p.transport == Transport::Tcp {
+                    // As a deny over TCP: answered, never left to time out.
+                    bump(&c.refused);
+                    Step::Refuse(crate::query::wire::rcode::REFUSED)
                 } else {
                     bump(&c.rate_limited);
                     Step::Drop(DropCause::Rules)
