@@ -31,6 +31,7 @@ pub mod block;
 pub mod clock;
 pub mod control;
 pub mod events;
+pub mod files;
 pub mod fleet_key;
 pub mod logging;
 pub mod metrics;

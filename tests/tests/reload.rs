@@ -190,6 +190,53 @@ fn a_zone_file_that_is_a_device_or_a_fifo_is_refused_and_nothing_waits() {
     assert!(ok && out.contains("serial 7"), "{out}");
 }
 
+/// The config, the rules file and a zone list replaced by a FIFO or a device: each reload is
+/// refused at once naming what it is, and everything keeps answering (a FIFO's open waited
+/// for a writer on the runtime that serves TCP, the control socket and SIGHUP).
+#[test]
+fn a_config_rules_or_list_file_that_is_a_fifo_or_device_is_refused_and_nothing_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.test.zone");
+    write_zone(&file, 7, 10);
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(&rules, "[[tenant]]\nid = 1\n").unwrap();
+    let list = dir.path().join("zones.list");
+    std::fs::write(&list, "").unwrap();
+    let dnsd = Dnsd::builder()
+        .zone(Zone::new("big.test.", &file))
+        .raw(&format!(
+            "[rules]\nfile = \"{}\"\n\n[[zone_set]]\nlist = \"{}\"",
+            rules.display(),
+            list.display(),
+        ))
+        .start();
+    let addr = dnsd.addr();
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let conf = dnsd.config_path().to_path_buf();
+    for path in [conf.clone(), rules.clone(), list.clone()] {
+        let keep = dir.path().join("kept");
+        std::fs::rename(&path, &keep).unwrap();
+        for (target, what) in [
+            (fifo.as_path(), "is a FIFO"),
+            (Path::new("/dev/zero"), "is a character device"),
+        ] {
+            std::os::unix::fs::symlink(target, &path).unwrap();
+            let t0 = Instant::now();
+            let (ok, out) = dnsd.ctl(&["reload"]);
+            assert!(!ok && out.contains(what), "{}: {out}", path.display());
+            assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+            assert_eq!(serial_of(addr), Some(7), "still served");
+            std::fs::remove_file(&path).unwrap();
+        }
+        std::fs::rename(&keep, &path).unwrap();
+    }
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+}
+
 /// What a reload says of the config: a refused one is counted and logged as an error, a
 /// `[redis]` whose fleet key is missing is refused (it left the node without the sync), and
 /// a reload that drops zones says which (it said "no zone changed").

@@ -674,9 +674,11 @@ pub struct Metrics {
 impl Config {
     /// Reads and checks a config file; relative zone paths become relative to its directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.to_path_buf(),
-            source: e,
+        let text = shield::files::read_text(path, shield::files::CONFIG_MAX).map_err(|e| {
+            ConfigError::Read {
+                path: path.to_path_buf(),
+                source: e,
+            }
         })?;
         let mut c = Self::parse(path, &text)?;
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -731,9 +733,11 @@ impl Config {
     /// Only `[control] socket` of a config file, read leniently: `dnsd ctl` must reach the
     /// running server even while the file holds an edit the server would refuse.
     pub fn control_socket(path: &Path) -> Result<Option<PathBuf>, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-            path: path.to_path_buf(),
-            source: e,
+        let text = shield::files::read_text(path, shield::files::CONFIG_MAX).map_err(|e| {
+            ConfigError::Read {
+                path: path.to_path_buf(),
+                source: e,
+            }
         })?;
         let v: toml::Table = toml::from_str(&text).map_err(|e| {
             let (line, col) = e.span().map(|s| line_col(&text, s.start)).unwrap_or((0, 0));

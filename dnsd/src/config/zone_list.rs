@@ -163,7 +163,7 @@ pub struct ZoneState {
 impl ZoneState {
     /// Reads the state file; a missing file is an empty state.
     pub fn read(path: &Path) -> Result<ZoneState, String> {
-        match std::fs::read_to_string(path) {
+        match shield::files::read_text(path, shield::files::CONFIG_MAX) {
             Ok(t) => toml::from_str(&t).map_err(|e| {
                 let l = shield::toml_pos::locate(&t, &e);
                 format!("{}:{}:{}: {}", path.display(), l.line, l.col, l.message)
@@ -476,7 +476,8 @@ fn read_dir(d: &Path, suffix: &str) -> Result<Vec<(String, Option<PathBuf>, Stri
 /// The zones of a list file: `ORIGIN [FILE]` per line; relative files are relative to the
 /// list's directory.
 fn read_list(l: &Path) -> Result<Vec<(String, Option<PathBuf>, String)>, String> {
-    let text = std::fs::read_to_string(l).map_err(|e| format!("{}: {e}", l.display()))?;
+    let text = shield::files::read_text(l, shield::files::CONFIG_MAX)
+        .map_err(|e| format!("{}: {e}", l.display()))?;
     let base = l.parent().unwrap_or(Path::new("."));
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {

@@ -347,7 +347,8 @@ impl GeoZone {
         keys: usize,
     ) -> Result<GeoZone, String> {
         let at = |what: String| format!("{}: {what}", path.display());
-        let text = std::fs::read_to_string(path).map_err(|e| at(e.to_string()))?;
+        let text = shield::files::read_text(path, shield::files::LIST_MAX)
+            .map_err(|e| at(e.to_string()))?;
         let doc: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|e| at(e.to_string()))?;
         let mut z = GeoZone {
             names: HashMap::new(),

@@ -410,9 +410,11 @@ pub struct Loaded {
 impl Config {
     /// Reads and checks `path`; compiles the rules file and reads the certificates it names.
     pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
+        let text = shield::files::read_text(path, shield::files::CONFIG_MAX).map_err(|source| {
+            ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         Self::parse(path, &text)
     }

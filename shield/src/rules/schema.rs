@@ -21,7 +21,8 @@ use toml::Spanned;
 impl Prepared {
     /// Reads and compiles a rules file; files it names are read relative to its directory.
     pub fn load(path: &Path) -> Result<Self, RulesError> {
-        let text = std::fs::read_to_string(path).map_err(|e| RulesError::io(path, e))?;
+        let text = crate::files::read_text(path, crate::files::LIST_MAX)
+            .map_err(|e| RulesError::io(path, e))?;
         Self::parse(path, &text)
     }
 
@@ -216,7 +217,7 @@ impl Ctx<'_> {
     /// Reads a referenced file; a missing one is reported at the line naming it.
     fn read(&self, file: &Spanned<String>) -> Result<(PathBuf, String), RulesError> {
         let p = self.resolve(file.get_ref());
-        match std::fs::read_to_string(&p) {
+        match crate::files::read_text(&p, crate::files::LIST_MAX) {
             Ok(t) => Ok((p, t)),
             Err(e) => self.err(file.span(), format!("cannot read {}: {e}", p.display())),
         }

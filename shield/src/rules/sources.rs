@@ -47,7 +47,8 @@ pub fn parse_crawler_ranges(path: &Path, json: &str) -> Result<Vec<IpNet>, Rules
 
 /// Reads and parses a crawler range file (see [`parse_crawler_ranges`]).
 pub fn load_crawler_ranges(path: &Path) -> Result<Vec<IpNet>, RulesError> {
-    let text = std::fs::read_to_string(path).map_err(|e| RulesError::io(path, e))?;
+    let text = crate::files::read_text(path, crate::files::LIST_MAX)
+        .map_err(|e| RulesError::io(path, e))?;
     parse_crawler_ranges(path, &text)
 }
 
@@ -103,7 +104,8 @@ impl AsnTable {
 
     /// Reads and parses a table file (see [`AsnTable::parse`]).
     pub fn load(path: &Path) -> Result<Self, RulesError> {
-        let text = std::fs::read_to_string(path).map_err(|e| RulesError::io(path, e))?;
+        let text = crate::files::read_text(path, crate::files::LIST_MAX)
+            .map_err(|e| RulesError::io(path, e))?;
         Self::parse(path, &text)
     }
 

@@ -1,0 +1,85 @@
+//! Reading the text files an operator points a daemon at (configs, rules, lists): regular
+//! files only, of a bounded size. A FIFO, a device or a directory is refused without waiting
+//! (a FIFO's open would wait for a writer, and stall whoever reloads), and `/dev/zero` is
+//! never read until memory runs out.
+
+use std::io::Read;
+use std::path::Path;
+
+/// Largest config file read (a config names its zones; 100,000 of them fit).
+pub const CONFIG_MAX: u64 = 64 << 20;
+
+/// Largest rules file or list it names (bot lists, ASN tables) read.
+pub const LIST_MAX: u64 = 512 << 20;
+
+/// The text of `path`, a regular file of at most `max` bytes; the error says what it is
+/// instead, or that it is larger.
+pub fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
+    let f = open_regular(path)?;
+    let mut text = String::new();
+    f.take(max.saturating_add(1)).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
+/// Opens `path` for reading when it is a regular file, never waiting (a FIFO is opened
+/// without blocking, then refused).
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let t = f.metadata()?.file_type();
+    let what = if t.is_file() {
+        return Ok(f);
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("is {what}, not a regular file"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_regular_files_of_a_bounded_size_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("a.toml");
+        std::fs::write(&ok, "x = 1\n").unwrap();
+        assert_eq!(read_text(&ok, 100).unwrap(), "x = 1\n");
+        let e = read_text(&ok, 3).unwrap_err().to_string();
+        assert!(e.contains("larger than 3 bytes"), "{e}");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_text(&fifo, 100).unwrap_err().to_string();
+        assert!(e.contains("a FIFO"), "{e}");
+        let e = read_text(Path::new("/dev/zero"), 100)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a character device"), "{e}");
+        let e = read_text(dir.path(), 100).unwrap_err().to_string();
+        assert!(e.contains("a directory"), "{e}");
+    }
+}
