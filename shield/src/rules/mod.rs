@@ -194,6 +194,45 @@ pub mod attr {
     pub const UDP_SIZE: &str = "udp_size";
     /// The service address the DNS query was sent to.
     pub const LOCAL_ADDRESS: &str = "local_address";
+    /// HTTP version (`HTTP/1.1`, `HTTP/2`...).
+    pub const VERSION: &str = "version";
+
+    /// Every attribute name a daemon gives a value (and `header:<name>` beside them).
+    pub const KNOWN: [&str; 19] = [
+        PATH,
+        METHOD,
+        HOST,
+        USER_AGENT,
+        QUERY,
+        JA4,
+        H2_FINGERPRINT,
+        VERSION,
+        QNAME,
+        QTYPE,
+        QCLASS,
+        OPCODE,
+        TRANSPORT,
+        EDNS,
+        DO,
+        COOKIE,
+        UDP_SIZE,
+        LOCAL_ADDRESS,
+        "header:<name>",
+    ];
+
+    /// True when a daemon gives `name` a value: one of [`KNOWN`], or `header:` and a header
+    /// name (a token). Any other name would never match: a typo that silently disables its
+    /// rule.
+    pub fn is_known(name: &str) -> bool {
+        match name.strip_prefix(HEADER_PREFIX) {
+            Some(h) => {
+                !h.is_empty()
+                    && h.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            }
+            None => KNOWN[..KNOWN.len() - 1].contains(&name),
+        }
+    }
 
     /// The bit of a well-known attribute in [`super::Prepared::reads`] (other names share
     /// [`OTHER`]).

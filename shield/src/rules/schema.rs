@@ -263,7 +263,12 @@ impl Ctx<'_> {
         }
         let key = match v.key.as_deref() {
             None | Some("source") => None,
-            Some("") => return self.err(r.span(), "key: an attribute name, or \"source\""),
+            Some(k) if !attrs::is_known(k) => {
+                return self.err(
+                    r.span(),
+                    format!("key: an attribute name, or \"source\" (not {k:?})"),
+                );
+            }
             Some(k) => Some(k.into()),
         };
         Ok(RateSpec {
@@ -300,6 +305,35 @@ impl Ctx<'_> {
         let attr = c.attr.get_ref().as_str();
         if attr.is_empty() {
             return self.err(c.attr.span(), "empty attribute name");
+        }
+        if !attrs::is_known(attr) {
+            return self.err(
+                c.attr.span(),
+                format!(
+                    "unknown attribute {attr:?} (it would never match): one of {}",
+                    attrs::KNOWN.join(", ")
+                ),
+            );
+        }
+        if c.one_of.as_ref().is_some_and(|v| v.is_empty()) {
+            return self.err(c.attr.span(), "one_of = [] matches nothing");
+        }
+        // Attributes of a few values: another value never matches.
+        let allowed: &[&str] = match attr {
+            attrs::TRANSPORT => &["udp", "tcp"],
+            attrs::COOKIE => &["none", "client_only", "valid", "invalid"],
+            _ => &[],
+        };
+        if !allowed.is_empty() {
+            let values = c.exact.iter().chain(c.one_of.iter().flatten());
+            for v in values {
+                if !allowed.contains(&v.to_ascii_lowercase().as_str()) {
+                    return self.err(
+                        c.attr.span(),
+                        format!("{attr} is one of {} (not {v:?})", allowed.join(", ")),
+                    );
+                }
+            }
         }
         // DNS attributes compare in one spelling: names lower-case with the trailing dot,
         // type/class/opcode mnemonics upper-case, the others lower-case.
@@ -849,6 +883,56 @@ mod tests {
         );
         assert!(err("[[tenant]]\nid = 2000000\n").starts_with("r.toml:2:6: tenant id"));
         assert!(err("[asn]\nfile = \"missing.csv\"\n").starts_with("r.toml:2:8: cannot read"));
+        // A condition that could never match: a misspelt attribute, a value it never has,
+        // an empty one_of (each silently disabled its rule).
+        let rule = |when: &str| {
+            format!(
+                "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nwhen = [{when}]\n"
+            )
+        };
+        for (when, want) in [
+            (
+                "{ attr = \"qtipe\", exact = \"ANY\" }",
+                "unknown attribute \"qtipe\"",
+            ),
+            (
+                "{ attr = \"pathh\", prefix = \"/x\" }",
+                "unknown attribute \"pathh\"",
+            ),
+            (
+                "{ attr = \"header:\", present = true }",
+                "unknown attribute",
+            ),
+            (
+                "{ attr = \"header:a b\", present = true }",
+                "unknown attribute",
+            ),
+            (
+                "{ attr = \"transport\", exact = \"udpp\" }",
+                "transport is one of udp, tcp",
+            ),
+            (
+                "{ attr = \"cookie\", one_of = [\"valid\", \"good\"] }",
+                "cookie is one of",
+            ),
+            (
+                "{ attr = \"qtype\", one_of = [] }",
+                "one_of = [] matches nothing",
+            ),
+        ] {
+            let e = err(&rule(when));
+            assert!(
+                e.starts_with("r.toml:6:") && e.contains(want),
+                "{when}: {e}"
+            );
+        }
+        for when in [
+            "{ attr = \"header:x-api-version\", exact = \"1\" }",
+            "{ attr = \"transport\", exact = \"TCP\" }",
+            "{ attr = \"version\", exact = \"HTTP/2\" }",
+        ] {
+            compile(Path::new("r.toml"), &rule(when)).unwrap();
+        }
     }
 
     #[test]
