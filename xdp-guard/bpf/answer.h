@@ -559,6 +559,97 @@ static __always_inline int fit(struct xdp_md *ctx, __u32 frame_len, __u32 dns_of
 	return 0;
 }
 
+/* The source address of the packet at `pk` into `src` (IPv4 mapped) and the service address
+ * and port it was sent to into `ak`; 0, or -1 for a frame shorter than its headers. */
+static __always_inline int packet_ends(void *data, void *end, const struct guard_pkt *pk,
+				       __u8 *src, struct guard_ans_addr_key *ak)
+{
+	__u32 l3 = pk->l3_off & 0xff, l4o = pk->l4_off & 0xff;
+	struct udphdr *udp = data + l4o;
+	if ((void *)(udp + 1) > end)
+		return -1;
+	ak->port = bpf_ntohs(udp->dest);
+	__builtin_memset(src, 0, 16);
+	if (pk->v6) {
+		struct ipv6hdr *ip6 = data + l3;
+		if ((void *)(ip6 + 1) > end)
+			return -1;
+		__builtin_memcpy(ak->addr, &ip6->daddr, 16);
+		__builtin_memcpy(src, &ip6->saddr, 16);
+	} else {
+		struct iphdr *ip = data + l3;
+		if ((void *)(ip + 1) > end)
+			return -1;
+		ak->addr[10] = 0xff;
+		ak->addr[11] = 0xff;
+		__builtin_memcpy(&ak->addr[12], &ip->daddr, 4);
+		src[10] = 0xff;
+		src[11] = 0xff;
+		__builtin_memcpy(&src[12], &ip->saddr, 4);
+	}
+	return 0;
+}
+
+/* A UDP query over its source's rate: 1 when it carries a server cookie dnsd (or its previous
+ * secret) made for its source — the source read our replies, so the address is its own, and
+ * forged packets that spent its bucket must not silence it. Only the shape a resolver sends
+ * is looked at: one question, and last an OPT record whose one option is a COOKIE with a
+ * server cookie (read from the message's last 39 bytes). Checked only for queries already
+ * over the rate, with the secrets dnsd gave the service address. A global function:
+ * verified once, apart from the many ways here. */
+__attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct guard_pkt *pk)
+{
+	__u32 zero = 0;
+	if (!ctx || !pk)
+		return 0;
+	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
+	struct guard_ans_scratch *scr = bpf_map_lookup_elem(&guard_ans_tmp, &zero);
+	if (!cnt || !scr)
+		return 0;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct guard_ans_addr_key ak = {};
+	__u8 *src = scr->src;
+	if (packet_ends(data, end, pk, src, &ak))
+		return 0;
+	struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
+	if (!aa || aa->cookie_keys == GUARD_KEYS_NONE)
+		return 0;
+	/* IPv6 sources that are mapped IPv4 addresses hash as IPv4 in dnsd: not here. */
+	if (pk->v6 && !src[0] && !src[1] && !src[8] && src[10] == 0xff && src[11] == 0xff)
+		return 0;
+	__u32 l4o = pk->l4_off & 0x1ff;
+	struct udphdr *udp = data + l4o;
+	if ((void *)(udp + 1) > end)
+		return 0;
+	__u32 ulen = bpf_ntohs(udp->len);
+	/* A header, the root's question at least, the OPT record and its COOKIE option. */
+	if (ulen < sizeof(struct udphdr) + 12 + 5 + 39 || ulen > 4096)
+		return 0;
+	__u8 *b = scr->opt;
+	if (bpf_xdp_load_bytes(ctx, l4o + sizeof(struct udphdr), b, 12))
+		return 0;
+	/* A query (QR=0, opcode 0), one question, nothing but the OPT in the other sections. */
+	if ((b[2] & 0xf8) || b[4] || b[5] != 1 || b[6] || b[7] || b[8] || b[9] || b[10] ||
+	    b[11] != 1)
+		return 0;
+	if (bpf_xdp_load_bytes(ctx, l4o + ulen - 39, b, 39))
+		return 0;
+	/* Root owner, type 41, version 0, rdlen 28, option 10 (COOKIE) of 24 bytes. */
+	if (b[0] || b[1] || b[2] != 41 || b[6] || b[9] || b[10] != 28 || b[11] || b[12] != 10 ||
+	    b[13] || b[14] != 24)
+		return 0;
+	struct guard_ans_ctx *a = &scr->a;
+	__builtin_memcpy(&a->cc, b + 15, 8);
+	__builtin_memcpy(&a->sc_head, b + 23, 8);
+	__builtin_memcpy(&a->sc_hash, b + 31, 8);
+	__u32 now_s = (bpf_ktime_get_coarse_ns() + aa->unix_off_ns) / 1000000000ULL;
+	if (!cookie_valid(aa, a, src, pk->v6, now_s))
+		return 0;
+	cnt->count[GUARD_C_RATE_COOKIE]++;
+	return 1;
+}
+
 /* Sends dnsd's answer `v` (found for the query parsed into `scr`) to the client at `aa`'s
  * address, or its RRL slip, or passes: XDP_TX, XDP_PASS, XDP_DROP or GUARD_RRL_DROP; `now` is
  * CLOCK_MONOTONIC (coarse). A global function: verified once, apart from the parser's many
@@ -702,7 +793,7 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	__u32 l3 = pk->l3_off & 0xff, l4o = pk->l4_off & 0xff;
+	__u32 l4o = pk->l4_off & 0xff;
 	struct udphdr *udp = data + l4o;
 	if ((void *)(udp + 1) > end)
 		return XDP_PASS;
@@ -711,26 +802,10 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt
 	struct guard_ans_scratch *scr = bpf_map_lookup_elem(&guard_ans_tmp, &zero);
 	if (!scr)
 		return XDP_PASS;
-	struct guard_ans_addr_key ak = { .port = bpf_ntohs(udp->dest) };
+	struct guard_ans_addr_key ak = {};
 	__u8 *src = scr->src;
-	__builtin_memset(src, 0, 16);
-	if (pk->v6) {
-		struct ipv6hdr *ip6 = data + l3;
-		if ((void *)(ip6 + 1) > end)
-			return XDP_PASS;
-		__builtin_memcpy(ak.addr, &ip6->daddr, 16);
-		__builtin_memcpy(src, &ip6->saddr, 16);
-	} else {
-		struct iphdr *ip = data + l3;
-		if ((void *)(ip + 1) > end)
-			return XDP_PASS;
-		ak.addr[10] = 0xff;
-		ak.addr[11] = 0xff;
-		__builtin_memcpy(&ak.addr[12], &ip->daddr, 4);
-		src[10] = 0xff;
-		src[11] = 0xff;
-		__builtin_memcpy(&src[12], &ip->saddr, 4);
-	}
+	if (packet_ends(data, end, pk, src, &ak))
+		return XDP_PASS;
 	struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
 	/* The one clock read of an answer (lease, RRL buckets, cookie timestamps): coarse, as
 	 * none of them needs more than milliseconds. */

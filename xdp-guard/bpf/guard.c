@@ -579,6 +579,10 @@ int palisade_guard(struct xdp_md *ctx)
 	int v = classify(ctx, cnt, &pk);
 	if (v == GUARD_PROXIED)
 		v = guard_proxied(ctx, &pk);
+	/* Forged packets in a source's name spend its bucket: its own queries that carry our
+	 * server cookie (it read our replies) still go to dnsd, which exempts them too. */
+	if (v == GUARD_C_DROP_RATELIMIT && guard_rate_cookie(ctx, &pk))
+		v = GUARD_C_PASS;
 	if (v == GUARD_CANDIDATE) {
 		int act = try_answer(ctx, &pk, cnt);
 		if (act == GUARD_RRL_DROP) {

@@ -88,7 +88,8 @@
 #define GUARD_C_ANS_COOKIE_VALID 21   /* a server cookie verified in XDP (exempt from RRL there) */
 #define GUARD_C_ANS_COOKIE_INVALID 22 /* a server cookie that failed (answered, rate-limited) */
 #define GUARD_C_ANS_PASS_COOKIE 23    /* passed: a cookie the answer cannot carry byte-for-byte */
-#define GUARD_COUNTERS 24
+#define GUARD_C_RATE_COOKIE 24        /* over the per-source rate, passed: our server cookie (a proven source) */
+#define GUARD_COUNTERS 25
 
 /* The answer fast path. */
 #define GUARD_QNAME_MAX 128   /* longest wire qname answered in XDP (longer ones pass) */

@@ -161,8 +161,10 @@ pub const C_ANS_COOKIE_VALID: usize = 21;
 pub const C_ANS_COOKIE_INVALID: usize = 22;
 /// Counter index: passed, a query with a cookie that the answer cannot carry byte-for-byte.
 pub const C_ANS_PASS_COOKIE: usize = 23;
+/// Over the per-source rate, passed: the query carried a valid server cookie (a proven source).
+pub const C_RATE_COOKIE: usize = 24;
 /// Number of counter slots.
-pub const COUNTERS: usize = 24;
+pub const COUNTERS: usize = 25;
 
 /// [`Answer::cookie`]: nothing known, queries with a cookie pass to dnsd.
 pub const COOKIE_PASS: u16 = 0;

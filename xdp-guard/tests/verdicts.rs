@@ -41,6 +41,7 @@ fn run(g: &XdpGuard, frame: &[u8]) -> (Verdict, Counters) {
         block_expired: d(after.block_expired, before.block_expired),
         rate_new_source: d(after.rate_new_source, before.rate_new_source),
         rate_exempt: d(after.rate_exempt, before.rate_exempt),
+        rate_cookie: d(after.rate_cookie, before.rate_cookie),
         drop_by_slot: std::array::from_fn(|i| d(after.drop_by_slot[i], before.drop_by_slot[i])),
         answered: d(after.answered, before.answered),
         ans_pass: std::array::from_fn(|i| d(after.ans_pass[i], before.ans_pass[i])),
@@ -1373,4 +1374,72 @@ fn a_proxys_datagrams_are_judged_by_the_client_its_header_names() {
         Pass,
         "pass",
     );
+}
+
+#[test]
+fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
+    // Forged packets in a source's name spend its bucket; its own queries carrying a server
+    // cookie dnsd made for it (it read our replies) still pass, as dnsd exempts them.
+    if !xdp_ready("a_source_over_its_rate_still_passes_with_our_server_cookie") {
+        return;
+    }
+    let g = private_guard(&[53], 1, 2);
+    pin_to_current_cpu();
+    let m = g.maps();
+    let src = v4("198.51.100.9");
+    let addr = xdp_guard::addr_key(DST4.into(), 53);
+    let (secret, previous) = ([7u8; 16], [9u8; 16]);
+    let keys = xdp_guard::CookieKeys {
+        current: secret,
+        previous: Some(previous),
+    };
+    m.publish_answers(&[addr], &mut [], 1232, Default::default(), Some(&keys))
+        .unwrap();
+    let client = *b"clientck";
+    let query = |id: u16, server: Option<[u8; 16]>| {
+        let mut q = root_query(id);
+        q[11] = 1;
+        let rdlen: u16 = if server.is_some() { 28 } else { 12 };
+        q.extend_from_slice(&[0, 0, 41, 0x10, 0, 0, 0, 0, 0]);
+        q.extend_from_slice(&rdlen.to_be_bytes());
+        q.extend_from_slice(&[0, 10, 0, (rdlen - 4) as u8]);
+        q.extend_from_slice(&client);
+        if let Some(s) = server {
+            q.extend_from_slice(&s);
+        }
+        frame(
+            &[],
+            ETH_IP,
+            &ipv4(src, DST4, UDP, &[], 0, &udp(40000, 53, &q)),
+        )
+    };
+    // The burst of two, then over the rate.
+    let plain = query(1, None);
+    assert_eq!(run(&g, &plain).0, Verdict::Pass);
+    assert_eq!(run(&g, &plain).0, Verdict::Pass);
+    let (v, d) = run(&g, &plain);
+    assert_eq!((v, d.drop_ratelimit), (Verdict::Drop, 1));
+    // Our cookie, under the current or the previous secret: passed (to dnsd, no answer here).
+    let now = unix_s();
+    for s in [&secret, &previous] {
+        let (v, d) = run(&g, &query(2, Some(server_cookie(s, &client, src, now))));
+        assert_eq!((v, d.rate_cookie), (Verdict::Pass, 1), "{d:?}");
+    }
+    // Another secret's, another address's, a stale one: dropped as before.
+    for bad in [
+        server_cookie(&[1; 16], &client, src, now),
+        server_cookie(&secret, &client, v4("198.51.100.10"), now),
+        server_cookie(&secret, &client, src, now - 3601),
+    ] {
+        let (v, d) = run(&g, &query(3, Some(bad)));
+        assert_eq!((v, d.rate_cookie), (Verdict::Drop, 0));
+    }
+    // Without dnsd's secrets nothing is verified: dropped.
+    m.publish_answers(&[addr], &mut [], 1232, Default::default(), None)
+        .unwrap();
+    let (v, _) = run(
+        &g,
+        &query(4, Some(server_cookie(&secret, &client, src, now))),
+    );
+    assert_eq!(v, Verdict::Drop);
 }

@@ -31,6 +31,9 @@ pub struct Counters {
     pub rate_new_source: u64,
     /// UDP to a DNS port from an allowed source (`[global] allow`): not rate-limited.
     pub rate_exempt: u64,
+    /// Over the per-source rate, passed: a valid server cookie proved the source (forged
+    /// packets that spent its bucket do not silence it).
+    pub rate_cookie: u64,
     /// Drops of blocked sources by the first live writer slot (dnsd, http-front, rules,
     /// operator).
     pub drop_by_slot: [u64; crate::maps::SLOTS],
@@ -75,6 +78,7 @@ impl Counters {
             ("answer_cookie_valid", self.ans_cookie[0]),
             ("answer_cookie_invalid", self.ans_cookie[1]),
             ("answer_pass_cookie", self.ans_cookie[2]),
+            ("rate_cookie", self.rate_cookie),
         ]
     }
 
@@ -99,6 +103,7 @@ impl Counters {
             block_expired: c[C_BLOCK_EXPIRED],
             rate_new_source: c[C_RATE_NEW_SOURCE],
             rate_exempt: c[C_RATE_EXEMPT],
+            rate_cookie: c[crate::maps::C_RATE_COOKIE],
             drop_by_slot: std::array::from_fn(|i| c[C_DROP_SLOT + i]),
             answered: c[crate::maps::C_ANSWERED],
             ans_pass: std::array::from_fn(|i| c[crate::maps::C_ANS_PASS_NO_ADDR + i]),
