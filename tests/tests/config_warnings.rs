@@ -109,4 +109,29 @@ fn check_config_refuses_a_rules_file_serve_would_refuse() {
     );
     let (ok, text) = run(&["serve", "-c"]);
     assert!(!ok && text.contains("min_prefix_v4"), "{text}");
+
+    // A DNS over TLS key of another certificate: `serve` refuses to start, so `check-config`
+    // (which the unit's pre-start check runs with --no-zones) must refuse it too.
+    std::fs::write(&rules, "[[tenant]]\nid = 1\n").unwrap();
+    let ca = palisade_tests::pki::Ca::new();
+    ca.leaf(&["dns.test"]).write(dir.path(), "one");
+    ca.leaf(&["dns.test"]).write(dir.path(), "two");
+    let text = std::fs::read_to_string(&conf).unwrap().replace(
+        "port = 1\n",
+        &format!(
+            "port = 1\ntls_listen = [\"127.0.0.1:1\"]\ntls_cert = \"{0}/one.crt\"\ntls_key = \"{0}/two.key\"\n",
+            dir.path().display()
+        ),
+    );
+    std::fs::write(&conf, text).unwrap();
+    for args in [
+        &["check-config", "-c"][..],
+        &["check-config", "--no-zones", "-c"],
+    ] {
+        let (ok, text) = run(args);
+        assert!(
+            !ok && text.contains("server.tls_cert/tls_key"),
+            "{args:?}: {text}"
+        );
+    }
 }

@@ -159,6 +159,14 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
             bad += 1;
         }
     }
+    // The DNS over TLS / QUIC pair, read as `serve` reads it (a key of another certificate
+    // passed here and stopped the start).
+    if let (Some(cert), Some(key)) = (&cfg.server.tls_cert, &cfg.server.tls_key)
+        && let Err(e) = crate::daemon::tls::DotTls::load(cert, key)
+    {
+        eprintln!("dnsd: server.tls_cert/tls_key: {e}");
+        bad += 1;
+    }
     if bad > 0 {
         return 1;
     }
