@@ -646,6 +646,26 @@ fn root_query(id: u16) -> Vec<u8> {
     q
 }
 
+/// A root/A query from `src` to DST4:53 with EDNS and a COOKIE option: `client`'s cookie and,
+/// when given, a 16-byte server cookie.
+fn cookie_query(src: Ipv4Addr, id: u16, client: &[u8; 8], server: Option<[u8; 16]>) -> Vec<u8> {
+    let mut q = root_query(id);
+    q[11] = 1;
+    let rdlen: u16 = if server.is_some() { 28 } else { 12 };
+    q.extend_from_slice(&[0, 0, 41, 0x10, 0, 0, 0, 0, 0]);
+    q.extend_from_slice(&rdlen.to_be_bytes());
+    q.extend_from_slice(&[0, 10, 0, (rdlen - 4) as u8]);
+    q.extend_from_slice(client);
+    if let Some(s) = server {
+        q.extend_from_slice(&s);
+    }
+    frame(
+        &[],
+        ETH_IP,
+        &ipv4(src, DST4, UDP, &[], 0, &udp(40000, 53, &q)),
+    )
+}
+
 #[test]
 fn registered_answers_are_sent_back_and_the_rest_passes() {
     use xdp_guard::maps::{ANSWER_MAX, AnsKey, Answer, QNAME_MAX, V_NO_EDNS};
@@ -923,23 +943,7 @@ fn cookies_are_verified_minted_and_exempt_from_rrl_in_xdp() {
         .unwrap();
     let client = *b"clientck";
     // A root/A query with EDNS and a COOKIE option (`server`: none, or 16 bytes).
-    let query = |id: u16, server: Option<[u8; 16]>| {
-        let mut q = root_query(id);
-        q[11] = 1;
-        let rdlen: u16 = if server.is_some() { 28 } else { 12 };
-        q.extend_from_slice(&[0, 0, 41, 0x10, 0, 0, 0, 0, 0]);
-        q.extend_from_slice(&rdlen.to_be_bytes());
-        q.extend_from_slice(&[0, 10, 0, (rdlen - 4) as u8]);
-        q.extend_from_slice(&client);
-        if let Some(s) = server {
-            q.extend_from_slice(&s);
-        }
-        frame(
-            &[],
-            ETH_IP,
-            &ipv4(src, dst, UDP, &[], 0, &udp(40000, 53, &q)),
-        )
-    };
+    let query = |id: u16, server: Option<[u8; 16]>| cookie_query(src, id, &client, server);
     let answer = |f: &[u8]| {
         let (v, out) = g.test_run_frame(f).unwrap();
         assert_eq!(v, Verdict::Other(3), "answered with XDP_TX");
@@ -1396,23 +1400,7 @@ fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
     m.publish_answers(&[addr], &mut [], 1232, Default::default(), Some(&keys))
         .unwrap();
     let client = *b"clientck";
-    let query = |id: u16, server: Option<[u8; 16]>| {
-        let mut q = root_query(id);
-        q[11] = 1;
-        let rdlen: u16 = if server.is_some() { 28 } else { 12 };
-        q.extend_from_slice(&[0, 0, 41, 0x10, 0, 0, 0, 0, 0]);
-        q.extend_from_slice(&rdlen.to_be_bytes());
-        q.extend_from_slice(&[0, 10, 0, (rdlen - 4) as u8]);
-        q.extend_from_slice(&client);
-        if let Some(s) = server {
-            q.extend_from_slice(&s);
-        }
-        frame(
-            &[],
-            ETH_IP,
-            &ipv4(src, DST4, UDP, &[], 0, &udp(40000, 53, &q)),
-        )
-    };
+    let query = |id: u16, server: Option<[u8; 16]>| cookie_query(src, id, &client, server);
     // The burst of two, then over the rate.
     let plain = query(1, None);
     assert_eq!(run(&g, &plain).0, Verdict::Pass);

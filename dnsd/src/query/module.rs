@@ -150,6 +150,35 @@ pub struct Parsed<'a> {
     pub suspect: Option<Scope>,
 }
 
+impl<'a> Parsed<'a> {
+    /// A message that names no zone (an error reply's, a query for our cookie alone): no
+    /// tenant, cookies on, nothing checked yet.
+    pub fn zoneless(
+        req: &'a [u8],
+        q: &'a crate::query::wire::Query,
+        src: std::net::IpAddr,
+        local: Option<std::net::IpAddr>,
+        transport: Transport,
+        suspect: Option<shield::block::Scope>,
+    ) -> Parsed<'a> {
+        Parsed {
+            req,
+            q,
+            src,
+            local,
+            transport,
+            zone: None,
+            apex: b"",
+            tenant: 0,
+            cookie_policy: crate::config::defence::CookiePolicy::On,
+            cookie: CookieStatus::Absent,
+            cookie_out: None,
+            exempt: false,
+            suspect,
+        }
+    }
+}
+
 impl Parsed<'_> {
     /// What proves the source owns its address: a completed TCP handshake, a valid server
     /// cookie, or nothing (UDP: the address may be forged).

@@ -785,21 +785,7 @@ impl Processor {
     ) -> Option<Outcome> {
         let q = &*self.q;
         let p = self.plan.as_mut()?;
-        let parsed = Parsed {
-            req,
-            q,
-            src: src.ip(),
-            local: self.local,
-            transport,
-            zone: None,
-            apex: b"",
-            tenant: 0,
-            cookie_policy: CookiePolicy::On,
-            cookie: CookieStatus::Absent,
-            cookie_out: None,
-            exempt: false,
-            suspect: p.suspect(),
-        };
+        let parsed = Parsed::zoneless(req, q, src.ip(), self.local, transport, p.suspect());
         let a = Answered {
             class: AnswerClass::Error,
             key: b"",
@@ -915,21 +901,7 @@ impl Processor {
         let q = &*self.q;
         q.edns?.cookie(req)?;
         let p = self.plan.as_mut()?;
-        let mut parsed = Parsed {
-            req,
-            q,
-            src: src.ip(),
-            local: self.local,
-            transport,
-            zone: None,
-            apex: b"",
-            tenant: 0,
-            cookie_policy: CookiePolicy::On,
-            cookie: CookieStatus::Absent,
-            cookie_out: None,
-            exempt: false,
-            suspect: p.suspect(),
-        };
+        let mut parsed = Parsed::zoneless(req, q, src.ip(), self.local, transport, p.suspect());
         p.check_cookie(&mut parsed);
         let cookie = parsed.cookie_out?;
         let rc = if parsed.cookie == CookieStatus::Invalid {
