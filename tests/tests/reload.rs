@@ -237,6 +237,27 @@ fn a_config_rules_or_list_file_that_is_a_fifo_or_device_is_refused_and_nothing_w
     assert!(ok, "{out}");
 }
 
+/// A primary's reload its secondaries would not follow is warned of, as Knot reports it: a
+/// serial that went back, a changed zone under the same serial.
+#[test]
+fn a_serial_that_goes_back_or_stays_on_a_change_is_warned_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.test.zone");
+    write_zone(&file, 7, 10);
+    let dnsd = Dnsd::builder().zone(Zone::new("big.test.", &file)).start();
+    write_zone(&file, 5, 10);
+    let (ok, out) = dnsd.ctl(&["reload", "big.test."]);
+    assert!(ok, "{out}");
+    assert_eq!(serial_of(dnsd.addr()), Some(5));
+    write_zone(&file, 5, 12);
+    let (ok, out) = dnsd.ctl(&["reload", "big.test."]);
+    assert!(ok, "{out}");
+    wait_for("both warnings in the log", Duration::from_secs(5), || {
+        let l = dnsd.log();
+        l.contains("the serial went back") && l.contains("changed under the same serial")
+    });
+}
+
 /// What a reload says of the config: a refused one is counted and logged as an error, a
 /// `[redis]` whose fleet key is missing is refused (it left the node without the sync), and
 /// a reload that drops zones says which (it said "no zone changed").

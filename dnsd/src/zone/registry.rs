@@ -557,6 +557,11 @@ impl Registry {
                         );
                     }
                     e.load_time = l.elapsed;
+                    if let Some(old) = &e.current
+                        && !e.def.secondary
+                    {
+                        serial_warnings(&e.def.origin, old, &l.zone);
+                    }
                     let new = Arc::new(l.zone);
                     if let Some(f) = &self.on_change {
                         f(&e.def.origin, e.current.clone(), new.clone());
@@ -949,4 +954,24 @@ fn placeholder(origin: &Name) -> Option<Arc<Zone>> {
     zones::load_bytes("(no data)", TEXT, origin, &zones::ReadOptions::new(origin))
         .ok()
         .map(|l| Arc::new(l.zone))
+}
+/// Warns of a primary's reload its secondaries will not follow: a serial that went back
+/// (RFC 1982: they keep their copy, or refuse the transfer), or a changed zone under the same
+/// serial (they never ask for it), as Knot reports `serial old -> new`.
+fn serial_warnings(origin: &Name, old: &zones::Zone, new: &zones::Zone) {
+    let (a, b) = (old.serial(), new.serial());
+    if b != a && b.wrapping_sub(a) >= 1 << 31 {
+        tracing::warn!(
+            zone = %origin,
+            old = a,
+            new = b,
+            "the serial went back: secondaries keep their copy (raise it past the old one)"
+        );
+    } else if b == a && old.record_count() != new.record_count() {
+        tracing::warn!(
+            zone = %origin,
+            serial = a,
+            "the zone changed under the same serial: secondaries will not transfer the change"
+        );
+    }
 }
