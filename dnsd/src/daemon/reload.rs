@@ -222,7 +222,18 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
             }
             Err(e) => {
                 ok = false;
-                let _ = writeln!(text, "{}: FAILED, last good version kept:\n{e}", r.origin);
+                let _ = match r.kept {
+                    Some(serial) => writeln!(
+                        text,
+                        "{}: FAILED, last good version kept (serial {serial}):\n{e}",
+                        r.origin
+                    ),
+                    None => writeln!(
+                        text,
+                        "{}: FAILED, no earlier version: answered SERVFAIL:\n{e}",
+                        r.origin
+                    ),
+                };
             }
         }
     }

@@ -232,6 +232,8 @@ pub struct LoadReport {
     pub origin: String,
     /// Ok with (serial, records), or the error text.
     pub result: Result<(u32, usize), String>,
+    /// On an error: the serial of the last good version still served (none: SERVFAIL).
+    pub kept: Option<u32>,
 }
 
 /// What [`Registry::sync`] changed.
@@ -539,6 +541,7 @@ impl Registry {
                     reports.push(LoadReport {
                         origin: e.def.origin.to_string(),
                         result: Ok((l.zone.serial(), l.zone.record_count())),
+                        kept: None,
                     });
                     if many {
                         tracing::debug!(
@@ -609,6 +612,7 @@ impl Registry {
                     reports.push(LoadReport {
                         origin: e.def.origin.to_string(),
                         result: Err(msg.clone()),
+                        kept: e.current.as_ref().map(|z| z.serial()),
                     });
                     e.last_error = Some(msg);
                     self.stats.failed.fetch_add(1, Ordering::Relaxed);
