@@ -1316,9 +1316,9 @@ async fn a_junk_stuffed_snapshot_index_is_read_in_part_and_stalls_nothing() {
     s.shutdown().await;
 }
 
-/// Replies larger than the config implies (a stream entry and a presence member of 8 MB, as
-/// anyone who can write to Redis could plant) end their connection before they are read —
-/// counted, the node serving with what it holds — and the sync goes on once they are gone.
+/// Elements past what the config implies (a stream entry and a presence member of 8 MB,
+/// entries of 20,000 fields, as anyone who can write to Redis could plant) are cut before they
+/// are read — counted, refused as oversized — and the sync goes on past them while they stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elements_past_the_reply_bound_are_cut_unread_and_the_sync_goes_on_past_them() {
     logs();

@@ -592,7 +592,8 @@ static __always_inline int packet_ends(void *data, void *end, const struct guard
 
 /* A UDP query over its source's rate: 1 when it carries a server cookie dnsd (or its previous
  * secret) made for its source — the source read our replies, so the address is its own, and
- * forged packets that spent its bucket must not silence it. Only the shape a resolver sends
+ * forged packets that spent its bucket must not silence it — and its proven bucket (the same
+ * rate, kept apart) has room. Only the shape a resolver sends
  * is looked at: one question, and last an OPT record whose one option is a COOKIE with a
  * server cookie (read from the message's last 39 bytes). Checked only for queries already
  * over the rate, with the secrets dnsd gave the service address. A global function:
@@ -600,7 +601,8 @@ static __always_inline int packet_ends(void *data, void *end, const struct guard
 __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct guard_pkt *pk)
 {
 	__u32 zero = 0;
-	if (!ctx || !pk)
+	/* Past 255 bytes of headers (IPv6 extension headers): not looked at. */
+	if (!ctx || !pk || pk->l4_off > 0xff)
 		return 0;
 	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
 	struct guard_ans_scratch *scr = bpf_map_lookup_elem(&guard_ans_tmp, &zero);
@@ -618,7 +620,7 @@ __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct
 	/* IPv6 sources that are mapped IPv4 addresses hash as IPv4 in dnsd: not here. */
 	if (pk->v6 && !src[0] && !src[1] && !src[8] && src[10] == 0xff && src[11] == 0xff)
 		return 0;
-	__u32 l4o = pk->l4_off & 0x1ff;
+	__u32 l4o = pk->l4_off & 0xff;
 	struct udphdr *udp = data + l4o;
 	if ((void *)(udp + 1) > end)
 		return 0;
@@ -645,6 +647,11 @@ __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct
 	__builtin_memcpy(&a->sc_hash, b + 31, 8);
 	__u32 now_s = (bpf_ktime_get_coarse_ns() + aa->unix_off_ns) / 1000000000ULL;
 	if (!cookie_valid(aa, a, src, pk->v6, now_s))
+		return 0;
+	/* Proven, and limited all the same: at the same rate, in a bucket of its own. */
+	struct guard_v6_key key;
+	__builtin_memcpy(key.addr, src, 16);
+	if (rate_limit(&key, udp->dest, cnt, 1) != GUARD_C_PASS)
 		return 0;
 	cnt->count[GUARD_C_RATE_COOKIE]++;
 	return 1;

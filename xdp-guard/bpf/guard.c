@@ -264,9 +264,10 @@ static __always_inline int allowed(const struct guard_v6_key *src)
 }
 
 /* Token bucket per source (an IPv6 source's /64) for UDP to a DNS port. `src` is the IPv6 (or
- * v4-mapped) source. */
+ * v4-mapped) source; `proven`: the bucket of its queries that carried our server cookie, apart
+ * from the one forged packets in its name can spend (as dnsd keeps them apart). */
 static __always_inline int rate_limit(struct guard_v6_key *src, __be16 dport,
-				      struct guard_counters *cnt)
+				      struct guard_counters *cnt, int proven)
 {
 	__u32 zero = 0;
 	struct guard_config *cfg = bpf_map_lookup_elem(&guard_config, &zero);
@@ -290,6 +291,10 @@ static __always_inline int rate_limit(struct guard_v6_key *src, __be16 dport,
 		lo = 0;
 	__builtin_memcpy(key.addr, &hi, 8);
 	__builtin_memcpy(key.addr + 8, &lo, 8);
+	/* Byte 9 is zero in every key above (an IPv4 source's is ::ffff:a.b.c.d, an IPv6 one's
+	 * low 64 bits are zero): 1 there keys the proven bucket. */
+	if (proven)
+		key.addr[9] = 1;
 
 	__u64 now = bpf_ktime_get_ns();
 	struct guard_bucket *b = bpf_map_lookup_elem(&guard_rate, &key);
@@ -370,7 +375,7 @@ static __always_inline int proxied_udp(struct udphdr *udp, void *end, const stru
 		if (v != GUARD_C_PASS)
 			return v;
 	}
-	return rate_limit(&client, udp->dest, cnt);
+	return rate_limit(&client, udp->dest, cnt, 0);
 }
 
 /* A listed proxy's datagram at `pk` (see proxied_udp). A global function: verified once, apart
@@ -433,7 +438,7 @@ static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_
 			if (d != GUARD_C_PASS)
 				return d;
 		}
-		int v = rate_limit(src, udp->dest, cnt);
+		int v = rate_limit(src, udp->dest, cnt, 0);
 		if (v == GUARD_C_PASS && answerable)
 			return GUARD_CANDIDATE;
 		return v;

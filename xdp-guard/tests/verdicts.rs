@@ -988,7 +988,7 @@ fn cookies_are_verified_minted_and_exempt_from_rrl_in_xdp() {
     flipped[15] ^= 1;
     for (i, bad) in [
         server_cookie(&[1; 16], &client, src, now),
-        server_cookie(&secret, &client, src, now - 3601),
+        server_cookie(&secret, &client, src, now - 3700),
         flipped,
         server_cookie(&secret, b"another!", src, now),
     ]
@@ -1407,17 +1407,40 @@ fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
     assert_eq!(run(&g, &plain).0, Verdict::Pass);
     let (v, d) = run(&g, &plain);
     assert_eq!((v, d.drop_ratelimit), (Verdict::Drop, 1));
-    // Our cookie, under the current or the previous secret: passed (to dnsd, no answer here).
+    // Our cookie, under the current or the previous secret: passed (to dnsd, no answer here),
+    // within a proven bucket of the same rate — a cookie is no licence to flood.
     let now = unix_s();
     for s in [&secret, &previous] {
         let (v, d) = run(&g, &query(2, Some(server_cookie(s, &client, src, now))));
         assert_eq!((v, d.rate_cookie), (Verdict::Pass, 1), "{d:?}");
     }
+    let (v, d) = run(
+        &g,
+        &query(2, Some(server_cookie(&secret, &client, src, now))),
+    );
+    assert_eq!(
+        (v, d.rate_cookie),
+        (Verdict::Drop, 0),
+        "the proven bucket spent"
+    );
+    // Another source's proven bucket is its own.
+    let other = v4("198.51.100.11");
+    let proven = cookie_query(
+        other,
+        5,
+        &client,
+        Some(server_cookie(&secret, &client, other, now)),
+    );
+    for _ in 0..3 {
+        run(&g, &cookie_query(other, 5, &client, None));
+    }
+    let (v, d) = run(&g, &proven);
+    assert_eq!((v, d.rate_cookie), (Verdict::Pass, 1));
     // Another secret's, another address's, a stale one: dropped as before.
     for bad in [
         server_cookie(&[1; 16], &client, src, now),
         server_cookie(&secret, &client, v4("198.51.100.10"), now),
-        server_cookie(&secret, &client, src, now - 3601),
+        server_cookie(&secret, &client, src, now - 3700),
     ] {
         let (v, d) = run(&g, &query(3, Some(bad)));
         assert_eq!((v, d.rate_cookie), (Verdict::Drop, 0));

@@ -162,6 +162,7 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
     // The DNS over TLS / QUIC pair, read as `serve` reads it (a key of another certificate
     // passed here and stopped the start).
     if let (Some(cert), Some(key)) = (&cfg.server.tls_cert, &cfg.server.tls_key)
+        && (!cfg.server.tls_listen.is_empty() || !cfg.server.quic_listen.is_empty())
         && let Err(e) = crate::daemon::tls::DotTls::load(cert, key)
     {
         eprintln!("dnsd: server.tls_cert/tls_key: {e}");

@@ -395,7 +395,8 @@ impl Processor {
             && !question
             && edns
             && self.q.opcode() == opcode::QUERY
-            && req[4..6] == [0, 0]
+            && req[4..10] == [0, 0, 0, 0, 0, 0]
+            && self.q.edns.is_some_and(|e| e.version == 0)
         {
             // A client asking for our server cookie (RFC 7873 §5.4).
             self.stats.query(0);
@@ -1192,6 +1193,11 @@ pub(crate) mod tests {
         assert!(a.opt.is_some() && a.cookie().is_none(), "{a:?}");
         let a = r.send(&m[..12], "192.0.2.1", UDP).unwrap();
         assert_eq!(a.rcode(), rcode::FORMERR);
+        // Only a version-0 OPT and nothing else makes one (RFC 7873 §5.4).
+        let mut v1 = ask(&client);
+        v1[18] = 1;
+        let a = r.send(&v1, "192.0.2.1", UDP).unwrap();
+        assert_ne!(a.rcode(), rcode::NOERROR, "{a:?}");
         // A NOTIFY without a question is no cookie query.
         let mut n = ask(&client);
         n[2] = 0x20;

@@ -320,6 +320,9 @@ struct Skimmer {
     /// Bytes and elements of the current top-level reply passed on.
     bytes: u64,
     elements: u64,
+    /// Elements the open aggregates passed on still owe (each will be passed, whole or as
+    /// [`CUT`]): reserved, so that a reply never passes more than the bound in all.
+    pending: u64,
     max_bytes: u64,
     max_elements: u64,
     max_string: u64,
@@ -337,6 +340,7 @@ impl Skimmer {
             header_len: 0,
             bytes: 0,
             elements: 0,
+            pending: 0,
             max_bytes: l.bytes,
             max_elements: l.elements,
             max_string: l.string,
@@ -466,7 +470,7 @@ impl Skimmer {
             } else if bulk {
                 At::Bulk(n.saturating_add(2))
             } else {
-                self.open_aggregate(kind, n, MAX_CUT_DEPTH)?
+                self.open_aggregate(kind, n, MAX_CUT_DEPTH, false)?
             });
         }
         let header = self.header;
@@ -491,24 +495,36 @@ impl Skimmer {
             return Ok(At::Bulk(n.saturating_add(2)));
         }
         let due = due(kind, n);
-        if self.elements.saturating_add(1).saturating_add(due) > self.max_elements
-            || self.open.len() >= MAX_DEPTH
-        {
+        // A top-level aggregate takes a slot of its own; a nested one's is reserved already.
+        let slot = u64::from(self.open.is_empty());
+        let promised = self
+            .elements
+            .saturating_add(self.pending)
+            .saturating_add(slot)
+            .saturating_add(due);
+        if promised > self.max_elements || self.open.len() >= MAX_DEPTH {
             self.emit_cut(out);
             if due == 0 {
                 return Ok(self.element_done());
             }
-            let at = self.open_aggregate(kind, n, MAX_CUT_DEPTH)?;
+            let at = self.open_aggregate(kind, n, MAX_CUT_DEPTH, false)?;
             self.cutting = Some(self.open.len() - 1);
             return Ok(at);
         }
         self.elements += 1;
         self.emit(header, out);
-        self.open_aggregate(kind, n, MAX_DEPTH)
+        self.open_aggregate(kind, n, MAX_DEPTH, true)
     }
 
-    /// Opens an aggregate of `kind` announcing `n`.
-    fn open_aggregate(&mut self, kind: u8, n: u64, depth: usize) -> Result<At, Overrun> {
+    /// Opens an aggregate of `kind` announcing `n`; `passed`: its elements will be passed on
+    /// (reserved in `pending`).
+    fn open_aggregate(
+        &mut self,
+        kind: u8,
+        n: u64,
+        depth: usize,
+        passed: bool,
+    ) -> Result<At, Overrun> {
         let due = due(kind, n);
         if due == 0 {
             return Ok(self.element_done());
@@ -517,6 +533,9 @@ impl Skimmer {
             return Err(Overrun::Malformed("nested too deep"));
         }
         self.open.push(due);
+        if passed {
+            self.pending += due;
+        }
         Ok(At::Type)
     }
 
@@ -525,7 +544,12 @@ impl Skimmer {
     fn element_done(&mut self) -> At {
         while let Some(due) = self.open.last_mut() {
             *due -= 1;
-            if *due > 0 {
+            // A level outside a cut was reserved in `pending`.
+            let at = self.open.len() - 1;
+            if self.cutting.is_none_or(|c| at < c) {
+                self.pending = self.pending.saturating_sub(1);
+            }
+            if self.open[at] > 0 {
                 return At::Type;
             }
             self.open.pop();
@@ -536,6 +560,7 @@ impl Skimmer {
         // A top-level reply ended: the next one's counts start over.
         self.bytes = 0;
         self.elements = 0;
+        self.pending = 0;
         At::Type
     }
 }
@@ -668,6 +693,24 @@ mod tests {
         );
         let out = both(&mut skim(1 << 20, 10, 100), b"*2000000000\r\n").unwrap();
         assert_eq!(parse(&out), cut());
+
+        // Nested aggregates reserve what they owe: siblings that would take the reply past the
+        // element bound are cut whole, and the reply never holds more than the bound.
+        let mut r = b"*3\r\n".to_vec();
+        for _ in 0..3 {
+            r.extend_from_slice(b"*5\r\n");
+            r.extend_from_slice(&b":1\r\n".repeat(5));
+        }
+        let out = both(&mut skim(1 << 20, 10, 100), &r).unwrap();
+        let one = || Value::Int(1);
+        assert_eq!(
+            parse(&out),
+            Value::Array(vec![
+                Value::Array(vec![one(), one(), one(), one(), one()]),
+                cut(),
+                cut(),
+            ])
+        );
 
         // Many small strings that add up past the bound: the ones that no longer fit are cut.
         let mut r = b"*8\r\n".to_vec();
