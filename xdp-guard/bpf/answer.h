@@ -604,12 +604,40 @@ __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct
 	/* Past 255 bytes of headers (IPv6 extension headers): not looked at. */
 	if (!ctx || !pk || pk->l4_off > 0xff)
 		return 0;
-	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
-	struct guard_ans_scratch *scr = bpf_map_lookup_elem(&guard_ans_tmp, &zero);
-	if (!cnt || !scr)
-		return 0;
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
+	__u32 l4o = pk->l4_off & 0xff;
+	struct udphdr *udp = data + l4o;
+	if ((void *)(udp + 1) > end)
+		return 0;
+	__u32 ulen = bpf_ntohs(udp->len);
+	/* A header, the root's question at least, the OPT record and its COOKIE option. */
+	if (ulen < sizeof(struct udphdr) + 12 + 5 + 39 || ulen > 4096)
+		return 0;
+	struct guard_ans_scratch *scr = bpf_map_lookup_elem(&guard_ans_tmp, &zero);
+	if (!scr)
+		return 0;
+	/* Most of a flood carries no cookie: the option's shape is read first, in one load. Root
+	 * owner, type 41, version 0, rdlen 28, option 10 (COOKIE) of 24 bytes. */
+	__u8 *b = scr->opt;
+	if (bpf_xdp_load_bytes(ctx, l4o + ulen - 39, b, 39))
+		return 0;
+	if (b[0] || b[1] || b[2] != 41 || b[6] || b[9] || b[10] != 28 || b[11] || b[12] != 10 ||
+	    b[13] || b[14] != 24)
+		return 0;
+	struct guard_ans_ctx *a = &scr->a;
+	__builtin_memcpy(&a->cc, b + 15, 8);
+	__builtin_memcpy(&a->sc_head, b + 23, 8);
+	__builtin_memcpy(&a->sc_hash, b + 31, 8);
+	/* A query (QR=0, opcode 0), one question, nothing but the OPT in the other sections. */
+	if (bpf_xdp_load_bytes(ctx, l4o + sizeof(struct udphdr), b, 12))
+		return 0;
+	if ((b[2] & 0xf8) || b[4] || b[5] != 1 || b[6] || b[7] || b[8] || b[9] || b[10] ||
+	    b[11] != 1)
+		return 0;
+	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
+	if (!cnt)
+		return 0;
 	struct guard_ans_addr_key ak = {};
 	__u8 *src = scr->src;
 	if (packet_ends(data, end, pk, src, &ak))
@@ -620,31 +648,6 @@ __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct
 	/* IPv6 sources that are mapped IPv4 addresses hash as IPv4 in dnsd: not here. */
 	if (pk->v6 && !src[0] && !src[1] && !src[8] && src[10] == 0xff && src[11] == 0xff)
 		return 0;
-	__u32 l4o = pk->l4_off & 0xff;
-	struct udphdr *udp = data + l4o;
-	if ((void *)(udp + 1) > end)
-		return 0;
-	__u32 ulen = bpf_ntohs(udp->len);
-	/* A header, the root's question at least, the OPT record and its COOKIE option. */
-	if (ulen < sizeof(struct udphdr) + 12 + 5 + 39 || ulen > 4096)
-		return 0;
-	__u8 *b = scr->opt;
-	if (bpf_xdp_load_bytes(ctx, l4o + sizeof(struct udphdr), b, 12))
-		return 0;
-	/* A query (QR=0, opcode 0), one question, nothing but the OPT in the other sections. */
-	if ((b[2] & 0xf8) || b[4] || b[5] != 1 || b[6] || b[7] || b[8] || b[9] || b[10] ||
-	    b[11] != 1)
-		return 0;
-	if (bpf_xdp_load_bytes(ctx, l4o + ulen - 39, b, 39))
-		return 0;
-	/* Root owner, type 41, version 0, rdlen 28, option 10 (COOKIE) of 24 bytes. */
-	if (b[0] || b[1] || b[2] != 41 || b[6] || b[9] || b[10] != 28 || b[11] || b[12] != 10 ||
-	    b[13] || b[14] != 24)
-		return 0;
-	struct guard_ans_ctx *a = &scr->a;
-	__builtin_memcpy(&a->cc, b + 15, 8);
-	__builtin_memcpy(&a->sc_head, b + 23, 8);
-	__builtin_memcpy(&a->sc_hash, b + 31, 8);
 	__u32 now_s = (bpf_ktime_get_coarse_ns() + aa->unix_off_ns) / 1000000000ULL;
 	if (!cookie_valid(aa, a, src, pk->v6, now_s))
 		return 0;
