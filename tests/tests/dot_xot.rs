@@ -459,6 +459,18 @@ fn doq_python_path() -> Option<std::path::PathBuf> {
 fn doq_server(
     server: &[&str],
 ) -> Option<(std::path::PathBuf, tempfile::TempDir, SocketAddr, Dnsd)> {
+    doq_server_with(server, |b, _| b.zone(Zone::data("example.com.")))
+}
+
+/// As [`doq_server`], the builder given to `more` (with the PKI's directory, where it may
+/// write files the config names) before it starts.
+fn doq_server_with(
+    server: &[&str],
+    more: impl FnOnce(
+        palisade_tests::servers::DnsdBuilder,
+        &Path,
+    ) -> palisade_tests::servers::DnsdBuilder,
+) -> Option<(std::path::PathBuf, tempfile::TempDir, SocketAddr, Dnsd)> {
     let Some(py) = doq_python_path() else {
         palisade_tests::skipped("dnspython with aioquic is not installed (scripts/install-deps)");
         return None;
@@ -468,7 +480,6 @@ fn doq_server(
     let ip = net::test_ip();
     let quic = SocketAddr::from((ip, net::free_port(ip)));
     let mut b = Dnsd::builder()
-        .zone(Zone::data("example.com."))
         .at(SocketAddr::from((ip, net::free_port(ip))))
         .server_option(&format!(
             "quic_listen = [\"{quic}\"]\ntls_cert = \"{0}/dns.crt\"\ntls_key = \"{0}/dns.key\"",
@@ -477,6 +488,7 @@ fn doq_server(
     for l in server {
         b = b.server_option(l);
     }
+    b = more(b, dir.path());
     Some((py, dir, quic, b.start()))
 }
 
@@ -1025,36 +1037,24 @@ print("own", got["own"], "forged", got["forged"])
 #[test]
 fn a_doq_connection_never_moves_to_an_address_its_handshake_did_not_prove() {
     // Tenant 7 refuses ANY and blocks whoever asks it three times over a proven transport.
-    let Some(py) = doq_python_path() else {
-        palisade_tests::skipped("dnspython with aioquic is not installed (scripts/install-deps)");
+    let Some((py, dir, quic, dnsd)) = doq_server_with(&[], |b, dir| {
+        std::fs::write(
+            dir.join("rules.toml"),
+            "[[tenant]]\nid = 7\n\
+             escalate = { after = 3, window_secs = 60, block_secs = 600, on = [\"deny\"] }\n\
+             [[tenant.rule]]\nname = \"no-any\"\naction = \"deny\"\nrcode = \"REFUSED\"\n\
+             when = [{ attr = \"qtype\", one_of = [\"ANY\"] }]\n",
+        )
+        .unwrap();
+        let mut com = Zone::data("example.com.");
+        com.options.push("tenant = 7".into());
+        b.zone(com).raw(&format!(
+            "[rules]\nfile = \"{}\"",
+            dir.join("rules.toml").display()
+        ))
+    }) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    pki(dir.path());
-    std::fs::write(
-        dir.path().join("rules.toml"),
-        "[[tenant]]\nid = 7\n\
-         escalate = { after = 3, window_secs = 60, block_secs = 600, on = [\"deny\"] }\n\
-         [[tenant.rule]]\nname = \"no-any\"\naction = \"deny\"\nrcode = \"REFUSED\"\n\
-         when = [{ attr = \"qtype\", one_of = [\"ANY\"] }]\n",
-    )
-    .unwrap();
-    let ip = net::test_ip();
-    let quic = SocketAddr::from((ip, net::free_port(ip)));
-    let mut com = Zone::data("example.com.");
-    com.options.push("tenant = 7".into());
-    let dnsd = Dnsd::builder()
-        .zone(com)
-        .at(SocketAddr::from((ip, net::free_port(ip))))
-        .server_option(&format!(
-            "quic_listen = [\"{quic}\"]\ntls_cert = \"{0}/dns.crt\"\ntls_key = \"{0}/dns.key\"",
-            dir.path().display()
-        ))
-        .raw(&format!(
-            "[rules]\nfile = \"{}\"",
-            dir.path().join("rules.toml").display()
-        ))
-        .start();
     let (own, victim) = (net::test_ip(), net::test_ip());
     let out = std::process::Command::new("/usr/bin/python3")
         .arg("-c")

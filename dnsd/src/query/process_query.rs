@@ -865,6 +865,7 @@ impl Processor {
             signer,
             None,
             Some(rr),
+            None,
         )
     }
 
@@ -885,7 +886,7 @@ impl Processor {
         ede: Option<u16>,
     ) -> Outcome {
         let (q, e) = (with_question, with_edns);
-        self.zoneless_reply(req, out, rc, q, e, transport, src, signer, ede, None)
+        self.zoneless_reply(req, out, rc, q, e, transport, src, signer, ede, None, None)
     }
 
     /// The reply to a query without a question that carries a client cookie (RFC 7873 §5.4,
@@ -910,7 +911,7 @@ impl Processor {
         } else {
             rcode::NOERROR
         };
-        Some(self.zoneless_reply_with(
+        Some(self.zoneless_reply(
             req,
             out,
             rc,
@@ -925,30 +926,10 @@ impl Processor {
         ))
     }
 
-    /// A reply that names no zone: `rc`, and `answer` (one record, raw) when given.
+    /// A reply that names no zone: `rc`, `answer` (one record, raw) and our `cookie` in the
+    /// OPT when given.
     #[allow(clippy::too_many_arguments)]
     fn zoneless_reply(
-        &mut self,
-        req: &[u8],
-        out: &mut [u8],
-        rc: u16,
-        with_question: bool,
-        with_edns: bool,
-        transport: Transport,
-        src: SocketAddr,
-        signer: Option<&mut tsig::Signer>,
-        ede: Option<u16>,
-        answer: Option<&[u8]>,
-    ) -> Outcome {
-        let (q, e) = (with_question, with_edns);
-        self.zoneless_reply_with(
-            req, out, rc, q, e, transport, src, signer, ede, answer, None,
-        )
-    }
-
-    /// As [`Self::zoneless_reply`], with our `cookie` in the OPT when given.
-    #[allow(clippy::too_many_arguments)]
-    fn zoneless_reply_with(
         &mut self,
         req: &[u8],
         out: &mut [u8],
