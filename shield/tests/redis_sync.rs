@@ -1285,6 +1285,68 @@ async fn a_presence_member_that_is_no_utf8_makes_no_reconnect_loop() {
     sa.shutdown().await;
 }
 
+/// A presence key stuffed with members (anyone who can write to Redis can plant a hundred
+/// thousand, scored ahead of Redis time so they never age out) slows no heartbeat: a beat
+/// removes those in Redis's future and reads no more than its bound of the rest, counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_presence_key_stuffed_with_planted_members_slows_no_heartbeat() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let a = map();
+    let sa = spawn(
+        SyncConfig {
+            presence_ms: 100,
+            ..cfg(&r.url(), "a")
+        },
+        &a,
+    );
+    synced(&sa).await;
+    let key: Vec<String> = redis::cmd("KEYS")
+        .arg("t:node:*")
+        .query(&mut r.conn())
+        .unwrap();
+    assert_eq!(key.len(), 1, "{key:?}");
+    let now = redis_now(&r);
+    // 60,000 in the future (a day ahead), 2,000 within the age-out: no reply of the whole key
+    // fits the reply bound.
+    let mut pipe = redis::pipe();
+    for chunk in 0..62u32 {
+        let mut z = redis::cmd("ZADD");
+        z.arg(&key[0]);
+        for i in 0..1_000u32 {
+            let score = if chunk < 60 {
+                now + 86_400_000
+            } else {
+                now + 100
+            };
+            z.arg(score + i as i64).arg(format!(
+                "host:{chunk}:{i:016x}|{}|{:032x}",
+                score + i as i64,
+                i
+            ));
+        }
+        pipe.add_command(z).ignore();
+    }
+    let _: () = pipe.query(&mut r.conn()).unwrap();
+    let (connects, beats) = (sa.stats().connects, sa.stats().heartbeats);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let st = sa.stats();
+    assert!(st.heartbeats >= beats + 5, "heartbeats went on: {st:?}");
+    assert!(st.connects <= connects + 1, "no reconnect loop: {st:?}");
+    assert!(st.presence_truncated >= 1, "{st:?}");
+    assert!(!st.node_id_conflict, "planted members are nobody's: {st:?}");
+    let future: i64 = redis::cmd("ZCOUNT")
+        .arg(&key[0])
+        .arg(now + 3_600_000)
+        .arg("+inf")
+        .query(&mut r.conn())
+        .unwrap();
+    assert_eq!(future, 0, "members in Redis's future are removed");
+    sa.shutdown().await;
+}
+
 /// An index stuffed with junk members (anyone who can write to Redis can add millions) is
 /// read no further than four times what the map holds: a node starting behind it syncs at
 /// once, and counts the index it read in part.

@@ -572,6 +572,8 @@ pub struct SyncStats {
     pub node_id_conflicts: u64,
     /// Presence members that did not verify (made up or replayed by a Redis writer).
     pub presence_refused: u64,
+    /// Heartbeats whose read of the presence key stopped at its bound (planted members).
+    pub presence_truncated: u64,
     /// Another live process uses this node id now.
     pub node_id_conflict: bool,
     /// Heartbeats written.
@@ -615,6 +617,7 @@ struct Counters {
     replies_too_large: Arc<AtomicU64>,
     node_id_conflicts: AtomicU64,
     presence_refused: AtomicU64,
+    presence_truncated: AtomicU64,
     heartbeats: AtomicU64,
 }
 
@@ -873,6 +876,7 @@ impl Shared {
             clock_offset_ms: self.offset(),
             node_id_conflicts: get(&c.node_id_conflicts),
             presence_refused: get(&c.presence_refused),
+            presence_truncated: get(&c.presence_truncated),
             node_id_conflict: self.conflict.load(Ordering::Relaxed),
             heartbeats: get(&c.heartbeats),
         }
@@ -1243,6 +1247,8 @@ impl crate::metrics::Source for SyncMonitor {
         c("node_id_conflict", true, s.node_id_conflict as u64);
         c("node_id_conflicts", false, s.node_id_conflicts);
         c("presence_refused", false, s.presence_refused);
+        // A bound: presence reads stopped at their member limit.
+        c("presence_truncated", false, s.presence_truncated);
         for (i, why) in Refused::ALL.iter().enumerate() {
             out.counter(
                 format!("redis.refused.{}", why.name()),

@@ -80,8 +80,14 @@ fn open<'a>(
 /// Heartbeats a token may miss before it is forgotten.
 const AGE_OUT: u64 = 5;
 
-/// What one heartbeat's pipeline returns: ZADD, ZREMRANGEBYSCORE, ZRANGE WITHSCORES, PEXPIRE.
-type Beat = ((), (), Vec<(Vec<u8>, f64)>, ());
+/// Members a heartbeat reads at most, newest first: a process writes one per beat and keeps
+/// [`AGE_OUT`] of them, so this is room for dozens of processes on one id; more are planted
+/// (anyone who can write to Redis can add millions), and counted `presence_truncated`.
+const READ_MAX: usize = 256;
+
+/// What one heartbeat's pipeline returns: ZADD, two ZREMRANGEBYSCOREs, ZREVRANGEBYSCORE
+/// WITHSCORES LIMIT, PEXPIRE.
+type Beat = ((), (), (), Vec<(Vec<u8>, f64)>, ());
 
 /// How often, at most, the heartbeat asks the sentinels which master they name (each ask is
 /// a connection to a sentinel).
@@ -170,11 +176,20 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             .arg(&key)
             .arg("-inf")
             .arg(format!("({}", now - ttl_ms as i64))
-            .cmd("ZRANGE")
+            // No process beats in Redis's future: such members were planted, and would stay
+            // (the key's expiry moves with every beat) and fill every read.
+            .cmd("ZREMRANGEBYSCORE")
             .arg(&key)
-            .arg(0)
-            .arg(-1)
+            .arg(format!("({}", now + ttl_ms as i64))
+            .arg("+inf")
+            .cmd("ZREVRANGEBYSCORE")
+            .arg(&key)
+            .arg("+inf")
+            .arg("-inf")
             .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(READ_MAX)
             .cmd("PEXPIRE")
             .arg(&key)
             .arg(ttl_ms * 2)
@@ -218,9 +233,12 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             continue;
         }
         match beat {
-            Ok((_, _, members, _)) => {
+            Ok((_, _, _, members, _)) => {
                 attempt = 0;
                 add(&shared.c.heartbeats, 1);
+                if members.len() >= READ_MAX {
+                    add(&shared.c.presence_truncated, 1);
+                }
                 // Each other token's latest beat. Members that do not verify are nobody's
                 // (anyone who can write to Redis can add one): counted and passed over,
                 // never a failed heartbeat.
