@@ -292,18 +292,30 @@ pub(super) fn snapshot_budget(shared: &Shared) -> usize {
 /// One page of the snapshot's sorted set from `cursor`: the next cursor, and each member as
 /// a prefix (`None`: not one, or no UTF-8 — anyone who can write to Redis can add such a
 /// member, which must not stop a snapshot) with its score (`None`: unreadable).
+///
+/// A page whose reply passed the bound (members planted long enough that a page of them
+/// fills it) has every member after the cut lost: it is asked again from the same cursor for
+/// half as many, until nothing but a first member is cut (too large alone, refused).
 pub(super) async fn snapshot_page(
     shared: &Shared,
     conn: &mut MultiplexedConnection,
     cursor: u64,
 ) -> redis::RedisResult<(u64, Vec<(Option<IpNet>, Option<f64>)>)> {
-    let (next, flat): (u64, Vec<Vec<u8>>) = redis::cmd("ZSCAN")
-        .arg(&shared.keys.zset)
-        .arg(cursor)
-        .arg("COUNT")
-        .arg(shared.cfg.snapshot_page)
-        .query_async(conn)
-        .await?;
+    let mut count = shared.cfg.snapshot_page.max(1);
+    let (next, flat) = loop {
+        let (next, flat): (u64, Vec<Vec<u8>>) = redis::cmd("ZSCAN")
+            .arg(&shared.keys.zset)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(count)
+            .query_async(conn)
+            .await?;
+        let full = flat.iter().skip(1).any(|e| e == super::capped::CUT);
+        if !full || count == 1 {
+            break (next, flat);
+        }
+        count /= 2;
+    };
     let text = |b: &[u8]| std::str::from_utf8(b).ok().map(str::to_owned);
     let page = flat
         .chunks_exact(2)
@@ -316,6 +328,10 @@ pub(super) async fn snapshot_page(
 }
 
 /// The records of `nets` that are still there.
+///
+/// Values the `MGET` reply cut behind others (planted values long enough that a page of
+/// them passes the reply bound) are read again one by one, each its own reply: only a value
+/// too large alone stays [`CUT`](super::capped::CUT), refused by the caller.
 pub(super) async fn records_of(
     shared: &Shared,
     conn: &mut MultiplexedConnection,
@@ -325,7 +341,24 @@ pub(super) async fn records_of(
         return Ok(Vec::new());
     }
     let names: Vec<String> = nets.iter().map(|n| shared.keys.block(n)).collect();
-    let values: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query_async(conn).await?;
+    let mut values: Vec<Option<Vec<u8>>> = redis::cmd("MGET").arg(&names).query_async(conn).await?;
+    let again: Vec<usize> = (1..values.len())
+        .filter(|&i| values[i].as_deref() == Some(super::capped::CUT))
+        .collect();
+    // As many at once as the reply bound holds of the longest strings read whole: what one
+    // batch makes the library hold stays within one reply's bound.
+    let l = &shared.limits;
+    let batch = (l.bytes / l.string.max(1)).max(1) as usize;
+    for chunk in again.chunks(batch) {
+        let mut pipe = redis::pipe();
+        for &i in chunk {
+            pipe.cmd("GET").arg(&names[i]);
+        }
+        let one_by_one: Vec<Option<Vec<u8>>> = pipe.query_async(conn).await?;
+        for (&i, v) in chunk.iter().zip(one_by_one) {
+            values[i] = v;
+        }
+    }
     Ok(nets
         .iter()
         .zip(values)
