@@ -246,7 +246,10 @@ async fn control(
             None => Reply::err("no [acme] section\n".to_string()),
         },
         ["help"] => Reply::ok(CTL_HELP),
-        _ => Reply::err(format!("unknown command {:?}\n{CTL_HELP}", args.join(" "))),
+        _ => Reply::err(format!(
+            "unknown command {}\n{CTL_HELP}",
+            shield::control::shown(args)
+        )),
     }
 }
 

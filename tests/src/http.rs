@@ -334,6 +334,8 @@ impl Front {
                 continue;
             }
             let dir = tempfile::tempdir().expect("temp dir");
+            // Whatever the test's umask: a socket directory others may write is refused.
+            crate::private_dir(dir.path());
             if let Some(r) = rules {
                 std::fs::write(dir.path().join("rules.toml"), r).expect("write rules");
             }

@@ -151,3 +151,9 @@ pub fn sh(dir: &std::path::Path, cmd: &str) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Makes `dir` 0700 (a test's umask may have made it writable by anyone).
+pub fn private_dir(dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).expect("chmod 0700");
+}

@@ -342,6 +342,8 @@ impl DnsdBuilder {
                 .prefix("palisade-dnsd-")
                 .tempdir()
                 .expect("temp dir");
+            // Whatever the test's umask: a socket directory others may write is refused.
+            crate::private_dir(dir.path());
             let control = dir.path().join("dnsd.sock");
             let ip = match addr {
                 SocketAddr::V4(a) => *a.ip(),

@@ -27,7 +27,7 @@ pub mod validate;
 pub mod zone;
 
 pub use error::{Diagnostic, Location, ZoneError};
-pub use load::{Loaded, load_bytes, load_file};
+pub use load::{Loaded, load_bytes, load_file, load_opened};
 pub use name::Name;
 pub use reader::ReadOptions;
 pub use zone::{Lookup, NodeId, RRset, Zone, serial_gt};

@@ -38,10 +38,33 @@ pub fn load_file_observed(
     opts: &ReadOptions,
     observe: &mut dyn FnMut(&Record<'_>),
 ) -> Result<Loaded, ZoneError> {
-    let start = Instant::now();
-    let mut b = ZoneBuilder::new(origin);
     // One open and one fstat per zone: with 100,000 zones, path lookups add up.
     let (f, meta) = reader::open(path)?;
+    load_opened_observed(path, f, &meta, origin, opts, observe)
+}
+
+/// Loads like [`load_file`] from `f`, the file at `path` already opened (by whoever checked
+/// who may read it), `meta` what its `fstat` said.
+pub fn load_opened(
+    path: &Path,
+    f: std::fs::File,
+    meta: &std::fs::Metadata,
+    origin: &Name,
+    opts: &ReadOptions,
+) -> Result<Loaded, ZoneError> {
+    load_opened_observed(path, f, meta, origin, opts, &mut |_| {})
+}
+
+fn load_opened_observed(
+    path: &Path,
+    f: std::fs::File,
+    meta: &std::fs::Metadata,
+    origin: &Name,
+    opts: &ReadOptions,
+    observe: &mut dyn FnMut(&Record<'_>),
+) -> Result<Loaded, ZoneError> {
+    let start = Instant::now();
+    let mut b = ZoneBuilder::new(origin);
     let (len, mtime) = (meta.len(), meta.modified().ok());
     b.reserve_for_text(len);
     if len < reader::SMALL_FILE {

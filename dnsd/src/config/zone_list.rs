@@ -140,14 +140,14 @@ impl AddedBy {
         }
     }
 
-    /// Checks that this user could read `path` itself (by its path and its real path).
-    pub fn may_read(&self, path: &std::path::Path) -> Result<(), String> {
+    /// Opens `path` as this user could (see [`shield::control::Peer::open`]).
+    pub fn open(&self, path: &std::path::Path) -> Result<std::fs::File, String> {
         shield::control::Peer {
             uid: self.uid,
             gid: self.gid,
             groups: self.groups.clone(),
         }
-        .may_read(path)
+        .open(path)
     }
 }
 

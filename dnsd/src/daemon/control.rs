@@ -33,8 +33,8 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
         ["events-init", "--cluster", c] => {
             crate::observe::event_sinks::events_init(shared.clickhouse.as_ref(), Some(c)).await
         }
-        ["zone", "add", o, f] => match peer.may_read(std::path::Path::new(f)) {
-            Ok(()) => {
+        ["zone", "add", o, f] => match peer.open(std::path::Path::new(f)) {
+            Ok(_) => {
                 crate::daemon::reload::zone_add(
                     shared,
                     o,
@@ -46,8 +46,8 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             }
             Err(e) => Reply::err(format!("{e}\n")),
         },
-        ["zone", "add", o, f, "--template", t] => match peer.may_read(std::path::Path::new(f)) {
-            Ok(()) => {
+        ["zone", "add", o, f, "--template", t] => match peer.open(std::path::Path::new(f)) {
+            Ok(_) => {
                 crate::daemon::reload::zone_add(
                     shared,
                     o,
@@ -73,7 +73,10 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             shared.defence.blocks.render_policy()
         )),
         ["help"] => Reply::ok(HELP.to_string()),
-        _ => Reply::err(format!("unknown command {:?}\n{HELP}", args.join(" "))),
+        _ => Reply::err(format!(
+            "unknown command {}\n{HELP}",
+            shield::control::shown(args)
+        )),
     }
 }
 

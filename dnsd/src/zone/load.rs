@@ -165,11 +165,19 @@ pub fn load_all(plan: Vec<Planned>) -> Vec<LoadResult> {
 pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
     let mut opts = ReadOptions::new(&p.origin);
     opts.lenient = p.secondary;
-    if let Some(who) = &p.added_by {
-        who.may_read(&p.file).map_err(LoadError::Access)?;
-        opts.allow_include = false;
-    }
-    let l = zones::load_file(&p.file, &p.origin, &opts)?;
+    let l = match &p.added_by {
+        // Opened as the user who added it could (the file checked is the file read), without
+        // `$INCLUDE`.
+        Some(who) => {
+            opts.allow_include = false;
+            let f = who.open(&p.file).map_err(LoadError::Access)?;
+            let meta = f
+                .metadata()
+                .map_err(|e| LoadError::Access(format!("{}: {e}", p.file.display())))?;
+            zones::load_opened(&p.file, f, &meta, &p.origin, &opts)?
+        }
+        None => zones::load_file(&p.file, &p.origin, &opts)?,
+    };
     let presigned = p.sign.is_none() && l.zone.rrset(0, t::DNSKEY).is_some();
     // A zone dnsd signs gets its ALIAS answers signed when asked; a pre-signed one cannot.
     if presigned {

@@ -915,10 +915,23 @@ impl Config {
                 ));
             }
         }
+        let mut server = f.server;
+        let workers = match server.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let pools = upstreams
+            .iter()
+            .map(|u| u.pool_max_idle)
+            .sum::<usize>()
+            .saturating_mul(workers);
+        if let Some(w) = server::fit_descriptors(&mut server, pools) {
+            warnings.push(format!("{}: {w}", path.display()));
+        }
         let config = Config {
             path: path.to_path_buf(),
             proxy,
-            server: f.server,
+            server,
             limits: f.limits,
             http2: f.http2,
             tls,

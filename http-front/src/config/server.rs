@@ -206,3 +206,46 @@ impl Default for Http2 {
         }
     }
 }
+
+/// Descriptors kept for what is not a client or origin connection (listeners, the runtime,
+/// control and metrics sockets, files).
+const RESERVED_FDS: usize = 1024;
+
+/// Raises RLIMIT_NOFILE's soft limit to what `server` needs (a descriptor per client
+/// connection, one per origin connection serving it, the idle pools, a reserve); where the
+/// hard limit is lower, lowers `max_connections` to fit and says so, so that accept never
+/// runs out of descriptors while a request waits for its origin.
+pub(super) fn fit_descriptors(server: &mut Server, pools: usize) -> Option<String> {
+    let needed = server
+        .max_connections
+        .saturating_mul(2)
+        .saturating_add(pools)
+        .saturating_add(RESERVED_FDS) as u64;
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a valid struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 || rl.rlim_cur >= needed {
+        return None;
+    }
+    let want = libc::rlimit {
+        rlim_cur: needed.min(rl.rlim_max),
+        rlim_max: rl.rlim_max,
+    };
+    // SAFETY: setrlimit reads a valid struct.
+    let raised = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0;
+    let have = if raised { want.rlim_cur } else { rl.rlim_cur };
+    if have >= needed {
+        return None;
+    }
+    let room = (have as usize).saturating_sub(pools + RESERVED_FDS) / 2;
+    let fitted = server.max_connections.min(room.max(16));
+    let configured = server.max_connections;
+    server.max_connections = fitted;
+    Some(format!(
+        "server.max_connections lowered from {configured} to {fitted} to fit RLIMIT_NOFILE \
+         ({have}): each client connection may need one to its origin too; raise the limit \
+         (LimitNOFILE= in systemd) to {needed}"
+    ))
+}

@@ -109,13 +109,18 @@ fn import(blocks: &BlockMap, file: &str, opts: &[&str], peer: &Peer) -> Reply {
         Ok(x) => x,
         Err(r) => return r,
     };
-    if let Err(e) = peer.may_read(std::path::Path::new(file)) {
-        return Reply::err(format!("{e}\n"));
-    }
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(e) => return Reply::err(format!("{file}: {e}\n")),
+    let f = match peer.open(std::path::Path::new(file)) {
+        Ok(f) => f,
+        Err(e) => return Reply::err(format!("{e}\n")),
     };
+    let mut text = String::new();
+    let max = crate::files::LIST_MAX;
+    if let Err(e) = std::io::Read::read_to_string(&mut std::io::Read::take(f, max + 1), &mut text) {
+        return Reply::err(format!("{file}: {e}\n"));
+    }
+    if text.len() as u64 > max {
+        return Reply::err(format!("{file}: larger than {max} bytes\n"));
+    }
     let now = crate::clock::unix_ms();
     let mut entries = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -223,11 +228,11 @@ fn list(blocks: &BlockMap) -> String {
             x.ttl_ms(now).div_ceil(1000),
             x.node
                 .as_deref()
-                .map(|n| format!(" ({n})"))
+                .map(|n| format!(" ({})", super::printable(n)))
                 .unwrap_or_default(),
             x.evidence,
             x.scope,
-            x.reason.as_str()
+            super::printable(x.reason.as_str())
         );
     }
     if s.is_empty() {

@@ -10,7 +10,7 @@
 //! every connection's peer is checked with `SO_PEERCRED` ([`Peer`]): root, the daemon's own
 //! user, or a member of the configured group; anyone else is refused and counted
 //! ([`ControlStats`]). A request has [`REQUEST_TIMEOUT`] to arrive; accept errors back off.
-//! Files a command names are opened only as the peer could have ([`Peer::may_read`]), and
+//! Files a command names are opened only as the peer could have ([`Peer::open`]), and
 //! their contents never appear in an error. The socket is removed when the server stops —
 //! only if it is still the one this process made, so a second server that fails to start
 //! never takes a running one's socket away.
@@ -134,7 +134,7 @@ impl crate::metrics::Source for ControlStats {
             (
                 "timeouts",
                 l(&self.timeouts),
-                "Control connections closed before their request arrived.",
+                "Control connections closed before their request arrived, or before they read their reply.",
             ),
             (
                 "accept_errors",
@@ -144,7 +144,7 @@ impl crate::metrics::Source for ControlStats {
             (
                 "busy",
                 l(&self.busy),
-                "Control connections closed at once: MAX_CONNECTIONS (64) were being served.",
+                "Control connections closed at once: MAX_CONNECTIONS (64) were being served (root and the daemon's user have 8 more).",
             ),
         ] {
             out.counter(
@@ -199,14 +199,25 @@ impl Peer {
         self.uid == 0 || self.uid == unsafe { libc::geteuid() }
     }
 
-    /// Checks that this peer could read `path` itself: search permission on every directory
-    /// above it and read permission on it, by its mode bits (root may always). The message
-    /// names the path, never its contents.
-    pub fn may_read(&self, path: &Path) -> Result<(), String> {
-        if self.uid == 0 {
-            return Ok(());
+    /// Opens `path` for reading as this peer could have: a regular file it may read, reached
+    /// through directories it may search, by its mode bits. Root and the daemon's own user
+    /// open it as the daemon does. For anyone else the path is walked one directory at a
+    /// time, each checked on the very inode the next step is looked up in, and no symbolic
+    /// link is followed: nothing swapped in while it is opened (a link, a renamed file) makes
+    /// the daemon read what the peer could not. The message names the path, never its
+    /// contents.
+    pub fn open(&self, path: &Path) -> Result<std::fs::File, String> {
+        let named = |e: std::io::Error| format!("{}: {e}", path.display());
+        if self.reads_as_the_daemon() {
+            return crate::files::open_regular(path).map_err(named);
         }
-        let abs = std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let abs = std::path::absolute(path).map_err(named)?;
+        let denied = || {
+            format!(
+                "{}: permission denied (for the user who asked)",
+                path.display()
+            )
+        };
         let may = |meta: &std::fs::Metadata, bits: u32| -> bool {
             let mode = meta.permissions().mode();
             let shift = if meta.uid() == self.uid {
@@ -218,29 +229,90 @@ impl Peer {
             };
             (mode >> shift) & bits == bits
         };
-        let denied = || {
+        let link = || {
             format!(
-                "{}: permission denied (for the user who asked)",
+                "{}: permission denied (for the user who asked): a symbolic link on the way is \
+                 not followed for a user other than root or the daemon's (name the file itself)",
                 path.display()
             )
         };
-        // The path as given, and as the daemon will open it (symbolic links followed): a link
-        // in a directory of the user's own to a file in one the user may not enter must not
-        // pass on the link's path alone.
-        let real = std::fs::canonicalize(&abs).map_err(|e| format!("{}: {e}", path.display()))?;
-        for p in [&abs, &real] {
-            for dir in p.ancestors().skip(1) {
-                let m = std::fs::metadata(dir).map_err(|_| denied())?;
-                if !may(&m, 0o1) {
-                    return Err(denied());
-                }
+        let at = |dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr, flags: i32| {
+            use std::os::fd::{AsRawFd as _, FromRawFd as _};
+            use std::os::unix::ffi::OsStrExt as _;
+            let c = std::ffi::CString::new(name.as_bytes())
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+            // SAFETY: a valid directory descriptor and a NUL-terminated name; the descriptor
+            // returned is owned by nobody else.
+            let fd = unsafe {
+                libc::openat(
+                    dir.as_raw_fd(),
+                    c.as_ptr(),
+                    flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
             }
+            // SAFETY: `fd` was just opened and is owned here alone.
+            Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+        };
+        let meta = |fd: &std::os::fd::OwnedFd| -> std::io::Result<std::fs::Metadata> {
+            std::fs::File::from(fd.try_clone()?).metadata()
+        };
+        let search = libc::O_PATH | libc::O_DIRECTORY;
+        let mut dir: std::os::fd::OwnedFd = std::fs::File::open("/").map_err(named)?.into();
+        let mut comps: Vec<std::path::Component<'_>> = abs.components().collect();
+        let Some(std::path::Component::Normal(last)) = comps.pop() else {
+            return Err(format!("{}: not a file", path.display()));
+        };
+        let open_failed = |e: std::io::Error| {
+            if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) {
+                link()
+            } else if e.kind() == std::io::ErrorKind::PermissionDenied {
+                denied()
+            } else {
+                named(e)
+            }
+        };
+        for c in comps {
+            let name = match c {
+                std::path::Component::Normal(n) => n,
+                std::path::Component::ParentDir => std::ffi::OsStr::new(".."),
+                _ => continue,
+            };
+            if !may(&meta(&dir).map_err(named)?, 0o1) {
+                return Err(denied());
+            }
+            dir = at(&dir, name, search).map_err(open_failed)?;
         }
-        let m = std::fs::metadata(&real).map_err(|e| format!("{}: {e}", path.display()))?;
-        if !m.is_file() || !may(&m, 0o4) {
+        if !may(&meta(&dir).map_err(named)?, 0o1) {
             return Err(denied());
         }
-        Ok(())
+        // The entry as it is now (never opened for reading if it is no regular file the peer
+        // may read: opening a device can act), then opened, and both must be one inode.
+        let seen = meta(&at(&dir, last, libc::O_PATH).map_err(open_failed)?).map_err(named)?;
+        if seen.file_type().is_symlink() {
+            return Err(link());
+        }
+        if !seen.is_file() {
+            return Err(format!("{}: not a regular file", path.display()));
+        }
+        if !may(&seen, 0o4) {
+            return Err(denied());
+        }
+        let f = std::fs::File::from(
+            at(
+                &dir,
+                last,
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+            )
+            .map_err(open_failed)?,
+        );
+        let m = f.metadata().map_err(named)?;
+        if (m.dev(), m.ino()) != (seen.dev(), seen.ino()) {
+            return Err(format!("{}: changed while it was opened", path.display()));
+        }
+        Ok(f)
     }
 
     fn of(s: &tokio::net::UnixStream) -> Option<Peer> {
@@ -303,8 +375,35 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 /// Control connections served at once; past it a new one is closed at once (counted).
 pub const MAX_CONNECTIONS: usize = 64;
 
+/// Says why a socket in `dir` could be another user's: the directory lets others write
+/// and has no sticky bit, so anyone may remove or rename the server's socket and put their
+/// own where clients look (and be sent every command, or answer a fake success).
+pub fn open_to_others(dir: &Path) -> Option<String> {
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let m = std::fs::metadata(dir).ok()?;
+    let mode = m.permissions().mode();
+    (mode & 0o002 != 0 && mode & 0o1000 == 0).then(|| {
+        format!(
+            "{}: any user may write in this directory (mode {:04o}, no sticky bit): anyone \
+             could put a socket of their own where the control socket is looked for; use a \
+             directory only the daemon's user may write, such as /run/palisade",
+            dir.display(),
+            mode & 0o7777
+        )
+    })
+}
+
 /// Sends `args` to the server at `socket`; returns its reply.
 pub fn call(socket: &Path, args: &[String], timeout: Duration) -> Result<Reply, String> {
+    // A socket where anyone may have put it is not talked to: the command (a block, a key's
+    // path) would go to whoever did, and a fake success come back.
+    if let Some(why) = socket.parent().and_then(open_to_others) {
+        return Err(format!("{}: not used: {why}", socket.display()));
+    }
     let mut s = UnixStream::connect(socket).map_err(|e| {
         format!(
             "cannot connect to {}: {e} (is the server running?)",
@@ -415,6 +514,7 @@ where
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
     let mut backoff = Duration::from_millis(10);
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let reserved = Arc::new(tokio::sync::Semaphore::new(RESERVED_CONNECTIONS));
     loop {
         let s = match l.inner.accept().await {
             Ok((s, _)) => {
@@ -430,59 +530,125 @@ where
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Connections that never send their request must not hold descriptors without
-            // end: each has REQUEST_TIMEOUT, and only so many at once.
-            l.stats.busy.fetch_add(1, Ordering::Relaxed);
+        // Who it is, before it takes anything: a peer refused (reaching a socket of a lax
+        // mode) is answered at once, without a task or a slot, so that refused users cannot
+        // crowd out those allowed.
+        let peer = Peer::of(&s);
+        let group = u32::try_from(l.group.load(Ordering::Relaxed)).ok();
+        let Some(p) = peer.filter(|p| p.allowed(group)) else {
+            l.stats.refused.fetch_add(1, Ordering::Relaxed);
+            crate::limited!(
+                1,
+                warn!(
+                    uid = peer_uid(&s),
+                    "control socket: connection refused (not root, the daemon's user nor in [control] group)"
+                )
+            );
+            answer_now(
+                &s,
+                "permission denied: not root, the daemon's user nor in [control] group\n",
+            );
             continue;
         };
-        let peer = Peer::of(&s);
+        // Connections that never send their request, or never read their reply, must not
+        // hold descriptors without end: each has REQUEST_TIMEOUT for either, and only so many
+        // at once — with some kept for root and the daemon's user, so that group members
+        // holding every shared slot cannot lock the operator out.
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(s) => s,
+            Err(_) if p.reads_as_the_daemon() => match reserved.clone().try_acquire_owned() {
+                Ok(s) => s,
+                Err(_) => {
+                    l.stats.busy.fetch_add(1, Ordering::Relaxed);
+                    answer_now(&s, BUSY);
+                    continue;
+                }
+            },
+            Err(_) => {
+                l.stats.busy.fetch_add(1, Ordering::Relaxed);
+                answer_now(&s, BUSY);
+                continue;
+            }
+        };
         let stats = Arc::clone(&l.stats);
-        let group = u32::try_from(l.group.load(Ordering::Relaxed)).ok();
         let run = run.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let (rd, mut wr) = s.into_split();
-            let reply = match peer {
-                Some(p) if p.allowed(group) => {
-                    stats.accepted.fetch_add(1, Ordering::Relaxed);
-                    let mut line = String::new();
-                    let mut rd = tokio::io::BufReader::new(rd.take(MAX_REQUEST as u64));
-                    match tokio::time::timeout(REQUEST_TIMEOUT, rd.read_line(&mut line)).await {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
-                            line = "\u{fffd}".into(); // not UTF-8: answered as a bad request
-                        }
-                        Ok(Err(_)) => return,
-                        Err(_) => {
-                            stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                            return;
-                        }
-                    }
-                    match serde_json::from_str::<Request>(&line) {
-                        Ok(req) => run(req.args, p).await,
-                        Err(e) => Reply::err(format!("bad request: {e}")),
-                    }
+            stats.accepted.fetch_add(1, Ordering::Relaxed);
+            let mut line = String::new();
+            let mut rd = tokio::io::BufReader::new(rd.take(MAX_REQUEST as u64));
+            match tokio::time::timeout(REQUEST_TIMEOUT, rd.read_line(&mut line)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    line = "\u{fffd}".into(); // not UTF-8: answered as a bad request
                 }
-                p => {
-                    stats.refused.fetch_add(1, Ordering::Relaxed);
-                    crate::limited!(
-                        1,
-                        warn!(
-                            uid = p.as_ref().map(|p| p.uid),
-                            "control socket: connection refused (not root, the daemon's user nor in [control] group)"
-                        )
-                    );
-                    Reply::err(
-                        "permission denied: not root, the daemon's user nor in [control] group\n",
-                    )
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                    return;
                 }
+            }
+            let reply = match serde_json::from_str::<Request>(&line) {
+                Ok(req) => run(req.args, p).await,
+                Err(e) => Reply::err(format!("bad request: {e}")),
             };
             let mut out = serde_json::to_string(&reply).unwrap_or_default();
             out.push('\n');
-            let _ = wr.write_all(out.as_bytes()).await;
+            if tokio::time::timeout(REQUEST_TIMEOUT, wr.write_all(out.as_bytes()))
+                .await
+                .is_err()
+            {
+                stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            }
         });
     }
+}
+
+/// A command as an error may quote it: quoted and escaped (no control character reaches a
+/// terminal), and at most 200 characters of it (a 64 KiB request is not echoed whole).
+pub fn shown(args: &[String]) -> String {
+    let all = args.join(" ");
+    match all.char_indices().nth(200) {
+        Some((i, _)) => format!("{:?}... ({} bytes)", &all[..i], all.len()),
+        None => format!("{all:?}"),
+    }
+}
+
+/// `text` with every control character escaped (`\n`, `\u{1b}`): text that others chose
+/// (a block's reason, a peer's node id) cannot forge lines or drive a terminal.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// What a connection turned away for want of a slot is told.
+const BUSY: &str = "busy: too many control connections open; try again\n";
+
+/// Control slots kept for root and the daemon's own user beyond [`MAX_CONNECTIONS`].
+pub const RESERVED_CONNECTIONS: usize = 8;
+
+/// The peer's uid, for a log line (None when the kernel does not say).
+fn peer_uid(s: &tokio::net::UnixStream) -> Option<u32> {
+    s.peer_cred().ok().map(|c| c.uid())
+}
+
+/// Answers `message` as an error reply, if the socket takes it now, and lets the connection
+/// go (never waiting for a peer that does not read).
+fn answer_now(s: &tokio::net::UnixStream, message: &str) {
+    let mut out = serde_json::to_string(&Reply::err(message.to_string())).unwrap_or_default();
+    out.push('\n');
+    let _ = s.try_write(out.as_bytes());
 }
 
 /// Binds the control socket at `path` with `access`'s mode and group, whatever the umask. A
@@ -507,6 +673,11 @@ pub fn bind(path: &Path, access: &Access) -> std::io::Result<Listener> {
         }
         std::fs::remove_file(path)?;
     }
+    if let Some(dir) = path.parent()
+        && let Some(why) = open_to_others(dir)
+    {
+        return Err(other(why));
+    }
     if let Some(dir) = path.parent() {
         // Made 0755 whatever the umask (the peers are checked at the socket): a directory
         // others may write to would let them put a socket of their own where clients look.
@@ -530,4 +701,97 @@ pub fn bind(path: &Path, access: &Access) -> std::io::Result<Listener> {
         )),
         stats: Arc::default(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket directory anyone may write (and no sticky bit) is refused by the server and
+    /// by the client: anyone could put a socket of their own there.
+    #[tokio::test]
+    async fn a_socket_where_anyone_may_write_is_neither_served_nor_used() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("ctl.sock");
+        let access = Access {
+            mode: 0o660,
+            group: None,
+        };
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let Err(e) = bind(&path, &access) else {
+            panic!("bound in a directory anyone may write");
+        };
+        assert!(e.to_string().contains("any user may write"), "{e}");
+        // A socket someone put there is not talked to.
+        let _theirs = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let e = call(&path, &["status".into()], Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("not used"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+        // With the sticky bit (as /tmp), others cannot remove or rename the server's socket.
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(bind(&path, &access).is_ok());
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(open_to_others(d.path()), None);
+    }
+
+    #[test]
+    fn quoted_text_carries_no_control_character_and_no_more_than_its_bound() {
+        assert_eq!(printable("plain text"), "plain text");
+        assert_eq!(
+            printable("a\nfake row\t\u{1b}[31m"),
+            "a\\nfake row\\t\\u{1b}[31m"
+        );
+        let long = vec!["x".repeat(70_000)];
+        let s = shown(&long);
+        assert!(s.len() < 300 && s.ends_with("(70000 bytes)"), "{s}");
+        assert_eq!(shown(&["a\nb".into()]), "\"a\\nb\"");
+    }
+
+    /// A file named by a user other than root or the daemon's is opened only through
+    /// directories that user may search, never through a symbolic link, and only if the
+    /// user may read it.
+    #[test]
+    fn a_peer_opens_only_what_it_could_and_follows_no_link() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: needs root (files of another user)");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let nobody = Peer {
+            uid: 65534,
+            gid: 65534,
+            groups: Vec::new(),
+        };
+        let open = d.path().join("open.zone");
+        std::fs::write(&open, "x").unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let closed = d.path().join("closed.zone");
+        std::fs::write(&closed, "secret").unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let shut = d.path().join("shut");
+        std::fs::create_dir(&shut).unwrap();
+        std::fs::set_permissions(&shut, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let inside = shut.join("inside.zone");
+        std::fs::write(&inside, "secret").unwrap();
+        std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let link = d.path().join("link.zone");
+        std::os::unix::fs::symlink(&open, &link).unwrap();
+        assert!(nobody.open(&open).is_ok());
+        for (p, why) in [
+            (&closed, "permission denied"),
+            (&inside, "permission denied"),
+            (&link, "symbolic link"),
+            (&shut, "not a regular file"),
+        ] {
+            let e = nobody.open(p).unwrap_err();
+            assert!(e.contains(why), "{}: {e}", p.display());
+        }
+        // Through a parent reached by `..` from a directory the user may not search: no.
+        let via = shut.join("..").join("open.zone");
+        assert!(nobody.open(&via).unwrap_err().contains("permission denied"));
+        // Root opens what it names, links included.
+        assert!(Peer::this_process().open(&link).is_ok());
+    }
 }
