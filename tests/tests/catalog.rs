@@ -130,6 +130,7 @@ fn knot_produces_a_catalog_dnsd_consumes_it() {
         format!("primaries = [\"{}\"]", knot.addr()),
         "catalog = \"consumer\"".into(),
         "catalog_template = \"members\"".into(),
+        "catalog_groups = [\"gold\"]".into(),
     ];
     // A member's group "gold" picks the template of that name (its own file pattern).
     let dnsd = Dnsd::builder()
@@ -359,6 +360,7 @@ fn consumer_rules_groups_coo_and_reset() {
         c.options = vec![
             format!("primaries = [\"{p}\"]"),
             "catalog = \"consumer\"".into(),
+            "catalog_groups = [\"gold\"]".into(),
         ];
         c
     };
@@ -552,6 +554,9 @@ fn hostile_catalog_members_are_refused() {
                     ("taken.test.", "t1", ""),
                     // A group whose template names another tenant.
                     ("g1.test.", "g1", "group.g1.zones TXT \"gold\"\n"),
+                    // A group naming a template the catalog was not offered (another
+                    // primary, another key): not followed.
+                    ("i1.test.", "i1", "group.i1.zones TXT \"internal\"\n"),
                 ],
             ),
             (
@@ -564,7 +569,9 @@ fn hostile_catalog_members_are_refused() {
                 ],
             ),
         ],
-        &["g1.test.", "n1.test.", "n2.test.", "n3.test.", "n4.test."],
+        &[
+            "g1.test.", "i1.test.", "n1.test.", "n2.test.", "n3.test.", "n4.test.",
+        ],
     );
     let p = primary.addr();
     // The consumer's own zones: victim.test. (tenant 1), and other.test. whose file is where
@@ -596,17 +603,26 @@ fn hostile_catalog_members_are_refused() {
         .zones(&[
             victim,
             other,
-            cat("a.cat.", ""),
+            cat("a.cat.", "catalog_groups = [\"gold\"]"),
             cat("b.cat.", "catalog_max_members = 2"),
         ])
         .raw(&format!(
-            "[[template]]\nname = \"gold\"\nfile = \"{}/gold-%s.zone\"\ntenant = 1\n",
+            "[[template]]\nname = \"gold\"\nfile = \"{0}/gold-%s.zone\"\ntenant = 1\n\n\
+             [[template]]\nname = \"internal\"\nfile = \"{0}/internal-%s.zone\"\n\
+             primaries = [\"127.0.0.1:9\"]\n",
             cdir.display()
         ))
         .start();
     let c = consumer.addr();
     let log = || consumer.log();
     wait("g1 served", c, "g1.test.", Some(1), &log);
+    // i1 from the catalog's primary, as the catalog's defaults say: "internal" is not one of
+    // the templates offered to its groups.
+    wait("i1 served", c, "i1.test.", Some(1), &log);
+    assert!(
+        !cdir.join("internal-i1.test.zone").exists(),
+        "a group picked a template the catalog was not offered"
+    );
     wait("n1 served", c, "n1.test.", Some(1), &log);
     wait("n2 served", c, "n2.test.", Some(1), &log);
     std::thread::sleep(Duration::from_millis(500));

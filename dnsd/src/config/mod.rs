@@ -614,6 +614,8 @@ pub struct ZoneConfig {
     pub catalog_group: Option<String>,
     /// A consumed catalog: the template of members whose group names no template.
     pub catalog_template: Option<String>,
+    /// A consumed catalog: the templates a member's group may pick.
+    pub catalog_groups: Vec<String>,
     /// A consumed catalog: most members it may list (those beyond are refused, counted).
     pub catalog_max_members: usize,
     /// The `[[dnssec_policy]]` that signs the zone (unset: served as written).
@@ -997,13 +999,28 @@ impl Config {
                     "a consumed catalog is a secondary: it needs primaries".into(),
                 ));
             }
-            if let Some(t) = &z.catalog_template
-                && !templates.has(t)
-            {
-                return Err((
-                    format!("{}.catalog_template", z.key),
-                    format!("no [[template]] named {t}"),
-                ));
+            let member_templates = z
+                .catalog_template
+                .iter()
+                .map(|t| (t, "catalog_template"))
+                .chain(z.catalog_groups.iter().map(|t| (t, "catalog_groups")));
+            for (t, key) in member_templates {
+                if !templates.has(t) {
+                    return Err((
+                        format!("{}.{key}", z.key),
+                        format!("no [[template]] named {t}"),
+                    ));
+                }
+                // A member is a zone, never a catalog of its own (which would list zones
+                // past this catalog's bound, without end).
+                if templates.makes_catalog(t) {
+                    return Err((
+                        format!("{}.{key}", z.key),
+                        format!(
+                            "template {t} sets catalog: a catalog's member cannot be a catalog"
+                        ),
+                    ));
+                }
             }
             if let Some(c) = &z.catalog_zone {
                 let n = norm(c).map_err(|e| (format!("{}.catalog_zone", z.key), e.to_string()))?;

@@ -59,6 +59,9 @@ pub struct ZoneSpec {
     pub catalog_group: Option<String>,
     /// A consumed catalog: the template of members whose group names no template.
     pub catalog_template: Option<String>,
+    /// A consumed catalog: the templates a member's group may pick (Knot's list of
+    /// `catalog-template`s); a group naming another is not followed.
+    pub catalog_groups: Option<Vec<String>>,
     /// A consumed catalog: most members it may list (default 100,000; beyond, refused and
     /// counted).
     pub catalog_max_members: Option<usize>,
@@ -238,6 +241,11 @@ impl<'a> Templates<'a> {
         Ok(Templates(m))
     }
 
+    /// True when the template `name` makes its zones catalogs.
+    pub fn makes_catalog(&self, name: &str) -> bool {
+        self.0.get(name).is_some_and(|t| t.catalog.is_some())
+    }
+
     /// The template `name` (or `default`, when `name` is unset and there is one).
     fn pick(
         &self,
@@ -306,6 +314,7 @@ impl<'a> Templates<'a> {
             catalog_zone: inherit(spec, t, |s| s.catalog_zone.as_ref()),
             catalog_group: inherit(spec, t, |s| s.catalog_group.as_ref()),
             catalog_template: inherit(spec, t, |s| s.catalog_template.as_ref()),
+            catalog_groups: inherit(spec, t, |s| s.catalog_groups.as_ref()).unwrap_or_default(),
             catalog_max_members: inherit(spec, t, |s| s.catalog_max_members.as_ref())
                 .unwrap_or(DEFAULT_CATALOG_MAX_MEMBERS),
             dnssec_policy: inherit(spec, t, |s| s.dnssec_policy.as_ref()),

@@ -33,8 +33,11 @@ pub fn read_all_catalogs(shared: &State) {
 }
 
 /// The settings of member `m` of the consumed catalog `cp`: the template its first group
-/// names (else the catalog's `catalog_template`), the catalog's primaries and key unless the
-/// template gives others, its file from the template's pattern or beside the catalog's.
+/// names among the catalog's `catalog_groups` (else the catalog's `catalog_template`: the
+/// catalog's primary picks among what the operator offered it, never any template of the
+/// config, whose primaries and keys may be another tenant's), the catalog's primaries and key
+/// unless the template gives others, its file from the template's pattern or beside the
+/// catalog's.
 fn member_config(
     cfg: &Config,
     cp: &crate::xfr::ZonePolicy,
@@ -44,7 +47,7 @@ fn member_config(
     let template = m
         .groups
         .iter()
-        .find(|g| t.has(g))
+        .find(|g| cp.catalog_groups.contains(g) && t.has(g))
         .cloned()
         .or_else(|| cp.catalog_template.clone());
     let origin = m.zone.to_string();
@@ -58,6 +61,7 @@ fn member_config(
         // never a path of its choosing.
         dir.join(format!("{}.zone", zones::name::file_stem(&origin)))
     });
+    let named = template.clone();
     let spec = ZoneSpec {
         template,
         file,
@@ -71,6 +75,13 @@ fn member_config(
             format!("catalog {} member {origin}", cp.origin),
         )
         .map_err(|(k, m)| format!("{k}: {m}"))?;
+    if zc.catalog.is_some() {
+        // (The config refuses such templates; this holds whatever a reload made of them.)
+        return Err(format!(
+            "template {} sets catalog: a catalog's member cannot be a catalog",
+            named.as_deref().unwrap_or("default")
+        ));
+    }
     if zc.primaries.is_empty() {
         zc.primaries = cp.primaries.iter().map(|a| a.to_string()).collect();
         if zc.tsig.is_none() {

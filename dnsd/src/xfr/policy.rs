@@ -71,6 +71,8 @@ pub struct ZonePolicy {
     pub catalog: Option<CatalogRole>,
     /// A consumed catalog: the template of members whose group names none.
     pub catalog_template: Option<String>,
+    /// A consumed catalog: the templates a member's group may pick.
+    pub catalog_groups: Vec<String>,
     /// A consumed catalog: most members it may list.
     pub catalog_max_members: usize,
     /// The zone's tenant (a consumed catalog's members are its tenant's, whatever their group).
@@ -177,6 +179,7 @@ impl Policies {
                     .collect(),
                 catalog: z.catalog,
                 catalog_template: z.catalog_template.clone(),
+                catalog_groups: z.catalog_groups.clone(),
                 catalog_max_members: z.catalog_max_members,
                 tenant: z.tenant,
                 tsig_name: z.tsig.clone(),
