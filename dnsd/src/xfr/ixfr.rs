@@ -28,6 +28,9 @@ pub struct Changes {
     removed: HashSet<u128>,
     added: HashMap<u128, (Vec<u8>, u16, u32, Vec<u8>)>,
     order: Vec<u128>,
+    /// Every deletion (false) and addition (true), in order: each must apply to the zone as
+    /// the steps before left it, or the IXFR is not applied (an AXFR is asked instead).
+    ops: Vec<(u128, bool)>,
     new_soa: (Vec<u8>, u32, Vec<u8>),
     /// Steps received.
     pub steps: usize,
@@ -52,13 +55,35 @@ impl Changes {
         let (o, ttl, rd) = &self.new_soa;
         c.add_parts(o, t::SOA, 1, *ttl, rd)?;
         let mut scratch = Vec::with_capacity(512);
+        // Whether each record the steps touch is held, as the steps go.
+        let mut held: HashMap<u128, bool> = self.ops.iter().map(|(k, _)| (*k, false)).collect();
         for (o, rt, ttl, rd) in base.records().skip(1) {
-            if !self.removed.contains(&key(o, rt, None, rd, &mut scratch)) {
+            let k = key(o, rt, None, rd, &mut scratch);
+            if let Some(h) = held.get_mut(&k) {
+                *h = true;
+            }
+            if !self.removed.contains(&k) {
                 c.add_parts(o, rt, 1, ttl, rd)?;
             }
         }
+        // As Knot and NSD: a step that deletes a record not held, or adds one held, says the
+        // primary's history is not ours; applied anyway, the copy would drift from it.
+        for (k, add) in &self.ops {
+            let h = held.get_mut(k).expect("every touched record");
+            if *h == *add {
+                return Err(XfrError::Protocol(if *add {
+                    "an IXFR step adds a record already held"
+                } else {
+                    "an IXFR step deletes a record not held"
+                }));
+            }
+            *h = *add;
+        }
+        let mut emitted = HashSet::with_capacity(self.added.len());
         for k in &self.order {
-            if let Some((o, rt, ttl, rd)) = self.added.get(k) {
+            if let Some((o, rt, ttl, rd)) = self.added.get(k)
+                && emitted.insert(*k)
+            {
                 c.add_parts(o, *rt, 1, *ttl, rd)?;
             }
         }
@@ -151,6 +176,7 @@ impl IxfrIn {
                         removed: HashSet::new(),
                         added: HashMap::new(),
                         order: Vec::new(),
+                        ops: Vec::new(),
                         new_soa: (o, ttl, rd),
                         steps: 1,
                         serials: (s, self.new_serial),
@@ -193,10 +219,12 @@ impl IxfrIn {
                     }
                     None => {
                         let k = key(r.owner, r.rtype, None, r.rdata, &mut self.scratch);
-                        if ch.added.remove(&k).is_some() {
-                            ch.order.retain(|x| *x != k);
-                        }
+                        // (Its place in `order` stays: apply passes over keys no longer
+                        // added, and each key once; a retain here made a hostile IXFR of
+                        // adds and deletes quadratic.)
+                        ch.added.remove(&k);
                         ch.removed.insert(k);
+                        ch.ops.push((k, false));
                     }
                 }
             }
@@ -221,6 +249,7 @@ impl IxfrIn {
                         if ch.added.insert(k, v).is_none() {
                             ch.order.push(k);
                         }
+                        ch.ops.push((k, true));
                     }
                 }
             }
@@ -367,6 +396,60 @@ mod tests {
 
     fn d_bytes(a: &Zone, b: &Zone) -> usize {
         diff(a, b, 1 << 20).unwrap().bytes()
+    }
+
+    /// Steps that do not apply to the zone held (a deletion of a record not held, an
+    /// addition of one held) are refused, as Knot and NSD refuse them; a record added by one
+    /// step and deleted by a later one is no such case.
+    #[test]
+    fn steps_that_do_not_apply_to_the_zone_held_are_refused() {
+        let z1 = zone(1, "a A 10.0.0.1\n");
+        let rec = |text: &str| {
+            let z = zone(9, text);
+            z.records()
+                .map(owned)
+                .find(|r| r.1 == t::A && r.0.starts_with(b"\x01x"))
+                .expect("the record")
+        };
+        let x = rec("x A 10.0.0.9\n");
+        let held = {
+            let z = zone(9, "a A 10.0.0.1\n");
+            z.records()
+                .map(owned)
+                .find(|r| r.1 == t::A && r.0.starts_with(b"\x01a"))
+                .unwrap()
+        };
+        let soa_of = |s: u32| owned(soa(&zone(s, "")).unwrap());
+        let run = |steps: Vec<(Vec<_>, Vec<_>)>| {
+            let last = steps.len() as u32 + 1;
+            let mut recs = vec![soa_of(last)];
+            for (i, (del, add)) in steps.into_iter().enumerate() {
+                recs.push(soa_of(i as u32 + 1));
+                recs.extend(del);
+                recs.push(soa_of(i as u32 + 2));
+                recs.extend(add);
+            }
+            recs.push(soa_of(last));
+            let mut f = IxfrIn::new(z1.apex(), Some(1), 1000);
+            feed(&mut f, recs.into_iter());
+            let Received::Incremental(ch) = f.finish().unwrap() else {
+                panic!("not incremental")
+            };
+            ch.apply(&z1, 1000).map(|_| ())
+        };
+        let e = run(vec![(vec![x.clone()], vec![])]).unwrap_err();
+        assert!(e.to_string().contains("not held"), "{e}");
+        let e = run(vec![(vec![], vec![held.clone()])]).unwrap_err();
+        assert!(e.to_string().contains("already held"), "{e}");
+        let e = run(vec![(vec![], vec![x.clone()]), (vec![], vec![x.clone()])]).unwrap_err();
+        assert!(e.to_string().contains("already held"), "{e}");
+        // Added, deleted, added again across steps; a held record deleted and put back.
+        run(vec![
+            (vec![], vec![x.clone()]),
+            (vec![x.clone(), held.clone()], vec![]),
+            (vec![], vec![x, held]),
+        ])
+        .unwrap();
     }
 
     #[test]

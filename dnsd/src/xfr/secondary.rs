@@ -367,6 +367,8 @@ async fn refresh_from(
                         x.stats.in_ixfr.fetch_add(1, Ordering::Relaxed);
                         (format!("IXFR ({steps} steps, -{del} +{add})"), z)
                     }
+                    // Past max_in_records: the whole zone would be as well.
+                    Err(e @ XfrError::TooLarge(_)) => return Err(e),
                     Err(e) => {
                         tracing::warn!(zone = %p.origin, "IXFR not applied ({e}): trying AXFR");
                         axfr_in(x, p, primary, deadline).await?
