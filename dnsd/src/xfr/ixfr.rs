@@ -20,7 +20,7 @@ pub enum Received {
     /// The whole zone (AXFR-style answer, or an AXFR).
     Full(Box<Collector>),
     /// Differences to apply to the zone we hold.
-    Incremental(Changes),
+    Incremental(Box<Changes>),
 }
 
 /// Differences received, merged over every step.
@@ -270,7 +270,7 @@ impl IxfrIn {
             return Ok(Received::Full(Box::new(c)));
         }
         self.ch
-            .map(Received::Incremental)
+            .map(|c| Received::Incremental(Box::new(c)))
             .ok_or(XfrError::Protocol("empty answer"))
     }
 
