@@ -486,12 +486,17 @@ impl Front {
     pub fn finish(&self) {
         // This thread's handles hold an access-log sender; the writer ends when all are gone.
         crate::local::clear();
-        if let Some(f) = lock(&self.flusher).take() {
-            f.stop();
-        }
-        if let Some(mut l) = lock(&self.access_log).take() {
-            l.close();
-        }
+        // Side by side: each drains within its own deadline.
+        let flusher = lock(&self.flusher).take();
+        let access_log = lock(&self.access_log).take();
+        std::thread::scope(|s| {
+            if let Some(f) = flusher {
+                s.spawn(move || f.stop());
+            }
+            if let Some(mut l) = access_log {
+                s.spawn(move || l.close());
+            }
+        });
         drop(lock(&self.xdp).take());
     }
 }

@@ -168,6 +168,7 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         }
     }
     shield::systemd::stopping();
+    shield::systemd::leave_within_budget();
     tracing::info!("shutting down: no new connections, GOAWAY to open ones");
     accept.abort_all();
     let n = front.registry.close_all(CloseCause::Shutdown);

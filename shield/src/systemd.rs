@@ -37,6 +37,27 @@ pub fn stopping() {
     send(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
 }
 
+/// How long a stop may take in all: the packaged units give 15 s (`TimeoutStopSec`) before
+/// SIGKILL, which would cut the stop's last log lines and counts.
+pub const STOP_BUDGET: Duration = Duration::from_secs(12);
+
+/// Makes sure this process leaves within [`STOP_BUDGET`] of now, whatever its last writes
+/// wait for (a Redis or ClickHouse that takes connections and never answers): past it, says
+/// so and exits.
+pub fn leave_within_budget() {
+    let _ = std::thread::Builder::new()
+        .name("stop-budget".into())
+        .spawn(|| {
+            std::thread::sleep(STOP_BUDGET);
+            tracing::error!(
+                budget_secs = STOP_BUDGET.as_secs(),
+                "stopping took longer than its budget (a store that does not answer?): \
+                 leaving now; writes still in flight are lost"
+            );
+            std::process::exit(0);
+        });
+}
+
 /// The watchdog period the unit asks for (`WATCHDOG_USEC`, for this process), if any.
 pub fn watchdog_period() -> Option<Duration> {
     let mut usec = 0u64;

@@ -421,3 +421,60 @@ fn events_init_works_from_the_config_without_a_server() {
         "2"
     );
 }
+
+/// A ClickHouse that takes connections and never answers (its host hung, a proxy gone
+/// silent) with a long `timeout_ms` does not hold a stop past the budget the packaged unit
+/// gives it (15 s before SIGKILL): dnsd leaves within 12 s, saying what it dropped.
+#[test]
+fn a_clickhouse_that_never_answers_does_not_hold_a_stop_past_its_budget() {
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", hole.local_addr().unwrap());
+    let done = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let done = done.clone();
+        hole.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            let end = Instant::now() + Duration::from_secs(60);
+            while !done.load(Ordering::Relaxed) && Instant::now() < end {
+                if let Ok((s, _)) = hole.accept()
+                    && held.len() < 100
+                {
+                    held.push(s);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut dnsd = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .raw("[defence.rrl]\nresponses_per_second = 10\nslip = 2")
+        .raw("[defence.random_subdomain]\nenabled = false")
+        .raw(&format!(
+            "[events]\ninterval_secs = 1\noutput = \"file:{}\"\n\n[events.clickhouse]\nurl = \"{url}\"\n\
+             flush_ms = 200\nmax_backoff_ms = 200\ntimeout_ms = 60000\n",
+            dir.path().join("events.jsonl").display(),
+        ))
+        .start();
+    // Rate-limited answers: events to send, and an insert in flight that is never answered.
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let q = build_query(0x4242, "www.example.com.", 1, &QueryOpts::udp());
+    for _ in 0..300 {
+        let _ = s.send_to(&q, dnsd.addr());
+    }
+    wait_for("an event flushed", Duration::from_secs(10), || {
+        std::fs::read_to_string(dir.path().join("events.jsonl")).is_ok_and(|t| !t.is_empty())
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = Instant::now();
+    let gone = dnsd.terminate(Duration::from_secs(14));
+    done.store(true, Ordering::Relaxed);
+    let _ = holder.join();
+    assert!(
+        gone,
+        "still running {:?} after SIGTERM:\n{}",
+        t.elapsed(),
+        dnsd.log()
+    );
+}

@@ -536,6 +536,19 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         ));
         wait_for_signals(shared.clone()).await;
         shield::systemd::stopping();
+        shield::systemd::leave_within_budget();
+        // First of all, the kernel stops answering for us: whatever the stop waits for
+        // below, no answer of this process outlives it in the XDP maps.
+        if let Some(a) = &shared.xdp_answers {
+            a.withdraw();
+        }
+        // The sinks drain while the Redis sync writes its last decisions, side by side.
+        let draining = shared
+            .flusher
+            .lock()
+            .expect("flusher lock")
+            .take()
+            .map(|f| std::thread::spawn(move || f.stop()));
         if let Some(h) = sync {
             // Last decisions out before leaving (bounded by the sync's I/O timeout).
             let st = h.shutdown().await;
@@ -544,6 +557,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                 buffered = st.buffered,
                 "Redis sync stopped"
             );
+        }
+        if let Some(d) = draining {
+            let _ = d.join();
         }
         Ok::<(), String>(())
     });

@@ -608,7 +608,12 @@ impl Flusher {
     pub fn stop(mut self) -> Vec<SinkStats> {
         self.halt();
         match Arc::try_unwrap(std::mem::take(&mut self.writers)) {
-            Ok(ws) => ws.into_iter().map(SinkWriter::close).collect(),
+            // Side by side: each sink drains within its own deadline, and a stop waits for
+            // the longest, not their sum.
+            Ok(ws) => std::thread::scope(|s| {
+                let closing: Vec<_> = ws.into_iter().map(|w| s.spawn(move || w.close())).collect();
+                closing.into_iter().filter_map(|h| h.join().ok()).collect()
+            }),
             Err(ws) => ws.iter().map(SinkWriter::stats).collect(),
         }
     }

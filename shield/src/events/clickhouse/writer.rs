@@ -87,6 +87,12 @@ impl Chunk {
     }
 }
 
+/// Longest a shutdown drains a sink, whatever `timeout_ms` says.
+const SHUTDOWN_DRAIN_MAX: Duration = Duration::from_secs(8);
+
+/// How long past the drain deadline a shutdown waits for an insert in flight to answer.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
+
 struct Queue {
     chunks: VecDeque<Chunk>,
     spare: Vec<Chunk>,
@@ -695,6 +701,9 @@ impl ClickHouseMonitor {
 pub struct ClickHouseWriter {
     inner: Arc<Inner>,
     thread: Option<JoinHandle<()>>,
+    /// Says when the sender thread has ended (a shutdown waits for it no longer than its
+    /// drain deadline).
+    done: Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
 impl std::fmt::Debug for ClickHouseWriter {
@@ -745,12 +754,17 @@ impl ClickHouseWriter {
             last_error: Mutex::new(None),
         });
         let i = Arc::clone(&inner);
+        let (done_tx, done) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("shield-clickhouse".into())
-            .spawn(move || run_sender(i))?;
+            .spawn(move || {
+                run_sender(i);
+                let _ = done_tx.send(());
+            })?;
         Ok(ClickHouseWriter {
             inner,
             thread: Some(thread),
+            done: Mutex::new(done),
         })
     }
 
@@ -841,14 +855,35 @@ impl ClickHouseWriter {
     }
 
     fn shutdown(&mut self) {
+        let Some(t) = self.thread.take() else {
+            return;
+        };
+        // At most `timeout_ms`, and never past SHUTDOWN_DRAIN_MAX: the packaged units give a
+        // stop 15 s in all, the Redis sync's last writes and the other sinks included.
+        let deadline = Instant::now() + self.inner.cfg.timeout().min(SHUTDOWN_DRAIN_MAX);
         {
             let mut q = lock(&self.inner.q);
             q.stopping = true;
-            q.deadline = Some(Instant::now() + self.inner.cfg.timeout());
+            q.deadline = Some(deadline);
         }
         self.inner.cv.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        // An insert in flight when the deadline passes runs for its own timeout: it is not
+        // waited for (the process is leaving); what it carried, and what waits behind it, is
+        // counted dropped.
+        let wait = deadline.saturating_duration_since(Instant::now()) + SHUTDOWN_GRACE;
+        let done = lock(&self.done).recv_timeout(wait);
+        match done {
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = t.join();
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let rows = lock(&self.inner.q).rows;
+                self.inner
+                    .c
+                    .shutdown_dropped
+                    .fetch_add(rows as u64, Ordering::Relaxed);
+                tracing::warn!(sink = %self.inner.name, rows, "ClickHouse drain time over at shutdown with an insert unanswered: rows dropped");
+            }
         }
     }
 }
