@@ -64,6 +64,10 @@ pub struct Params {
     pub jitter: u32,
     /// A kept signature must still be valid this long; others are made again.
     pub refresh: u32,
+    /// Signatures that would fall due within this long after `refresh` are made again
+    /// with those due (Knot's `rrsig-pre-refresh`): the spread expirations are refreshed in
+    /// batches, not one pass (and one serial) per second.
+    pub pre_refresh: u32,
     /// NSEC or NSEC3.
     pub denial: Denial,
     /// TTL of the DNSKEY, CDS and CDNSKEY RRsets (the SOA's TTL when None).
@@ -704,7 +708,8 @@ fn sign_part(
                     rd.len() > 18
                         && rd[2] == alg
                         && u16::from_be_bytes([rd[16], rd[17]]) == tag
-                        && secs_between(p.now, be32(&rd[8..12])) >= p.refresh as i64
+                        && secs_between(p.now, be32(&rd[8..12]))
+                            >= p.refresh as i64 + p.pre_refresh as i64
                         && secs_between(be32(&rd[12..16]), p.now) >= 0
                 })
             });
@@ -904,6 +909,7 @@ mod tests {
             validity: 14 * 86400,
             jitter: 86400,
             refresh: 7 * 86400,
+            pre_refresh: 3600,
             denial,
             dnskey_ttl: None,
             negative_ttl: None,
@@ -913,6 +919,45 @@ mod tests {
             cdnskey: Vec::new(),
             threads: 2,
         }
+    }
+
+    /// Expirations spread over a day are refreshed in batches of an hour's due: a refresh
+    /// cycle takes about a pass an hour, not one pass (and one serial) per signature due.
+    #[test]
+    fn spread_expirations_are_refreshed_in_batches() {
+        let origin = crate::Name::parse("example.", None).unwrap();
+        let mut text =
+            String::from("$TTL 300\n@ SOA ns h 1 7200 3600 1209600 60\n@ NS ns\nns A 192.0.2.1\n");
+        for i in 0..400 {
+            text.push_str(&format!("h{i} A 192.0.2.{}\n", i % 250));
+        }
+        let z = crate::load_bytes("t", text, &origin, &crate::ReadOptions::new(&origin))
+            .unwrap()
+            .zone;
+        let key = Fake(vec![1, 1, 3, 13, 9, 9, 9, 9]);
+        let keys = [SigningKey {
+            key: &key,
+            signs_keys: true,
+            signs_zone: true,
+        }];
+        let t0 = 1_000_000u32;
+        let mut p = params(1, t0, Denial::Nsec);
+        let mut s = sign_zone(&z, None, &keys, &p).unwrap();
+        // Passes as dnsd schedules them (at the earliest expiration less the refresh), over
+        // one whole refresh cycle.
+        let mut passes = 0;
+        while p.now < t0 + 8 * 86400 && passes < 1_000 {
+            let due = secs_between(p.now, s.earliest_expiration) - p.refresh as i64;
+            p.now += due.max(1) as u32;
+            p.serial += 1;
+            s = sign_zone(&z, Some(&s.zone), &keys, &p).unwrap();
+            passes += 1;
+        }
+        // The day of spread in hour-long batches (and the passes before it).
+        assert!(
+            passes <= 30,
+            "{passes} passes for a day of spread expirations"
+        );
     }
 
     /// Every authoritative RRset is signed, glue is not; the NSEC chain links the

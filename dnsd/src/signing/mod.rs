@@ -195,6 +195,8 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
         validity: p.rrsig_validity,
         jitter: (p.rrsig_validity - p.rrsig_refresh) / 4,
         refresh: p.rrsig_refresh,
+        // An hour, as Knot's default; less where the spread is shorter (short test policies).
+        pre_refresh: ((p.rrsig_validity - p.rrsig_refresh) / 2).min(3600),
         denial: p.denial.clone(),
         dnskey_ttl: Some(ttl),
         negative_ttl: p.negative_ttl,
