@@ -1224,4 +1224,14 @@ fn key_files_gone_stop_signing_and_sign_zone_leaves_the_live_keys_alone() {
     assert_eq!(ksks(dnsd.addr()), ksk_before, "the signed copy serves");
     assert_eq!(names(&zdir).len(), 1, "still no new key");
     assert!(dnsd.log().contains("key files gone"), "{}", dnsd.log());
+    // A key file that is there but corrupt: the signed copy serves too (it was SERVFAIL).
+    drop(dnsd);
+    let zsk = zdir.join(&names(&zdir)[0]);
+    let text = std::fs::read_to_string(&zsk).unwrap();
+    let at = text.find("private_key = \"").unwrap() + "private_key = \"".len();
+    let mut bad = text.clone();
+    bad.replace_range(at..at + 10, "AAAAAAAAAA");
+    std::fs::write(&zsk, bad).unwrap();
+    let (dnsd, _) = start_with(dir.path(), None, policy, &[], "", "");
+    assert_eq!(ksks(dnsd.addr()), ksk_before, "the signed copy serves");
 }

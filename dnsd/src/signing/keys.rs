@@ -362,7 +362,25 @@ impl Key {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default();
         }
-        Key::from_file(file, path.into())
+        let key = Key::from_file(file, path.into())?;
+        // The name says the tag its key was made with: a private key swapped into the file
+        // (another key's) would sign under another tag, its DNSKEY gone without a rollover.
+        if let Some(named) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.split('+').nth(2))
+            .and_then(|t| t.parse::<u16>().ok())
+            && named != key.tag
+        {
+            return Err(KeyError::Parse(
+                path.into(),
+                format!(
+                    "the private key is not this file's: its tag is {}, the file name says {named}",
+                    key.tag
+                ),
+            ));
+        }
+        Ok(key)
     }
 
     /// Writes this key's own file again (its timeline changed): whole, then renamed over
@@ -614,6 +632,23 @@ fn write_private(path: &Path, text: &str) -> Result<(), KeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Another key's private key swapped into a key file is refused: it would sign under
+    /// another tag than the file's name says.
+    #[test]
+    fn a_key_file_holding_another_keys_private_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let a = Key::generate(d, "example.", Algorithm::Ed25519, 0, Role::Zsk, 1, Some(1)).unwrap();
+        let b = Key::generate(d, "example.", Algorithm::Ed25519, 0, Role::Zsk, 1, Some(1)).unwrap();
+        assert!(Key::read(&a.path).is_ok());
+        let text = std::fs::read_to_string(&a.path)
+            .unwrap()
+            .replace(&a.file.private_key, &b.file.private_key);
+        std::fs::write(&a.path, text).unwrap();
+        let e = Key::read(&a.path).err().expect("refused").to_string();
+        assert!(e.contains("not this file's"), "{e}");
+    }
 
     /// Each algorithm makes a key that reads back with the same DNSKEY and tag, in a file
     /// only its owner may read; the public key has the size its RFC gives.

@@ -113,10 +113,11 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
     let max_ttl = max_ttl(unsigned);
     let (mut keys, next_roll) = match timeline(p, &zone, now, ttl as u64, max_ttl as u64) {
         Ok(t) => t,
-        Err(e @ KeyError::Missing { .. }) => {
+        Err(e) => {
             tracing::error!(zone, "{e}");
-            // The last signed version keeps serving: a served one stays where it is (the
-            // caller keeps it on error); at a start, the signed copy on disk is served.
+            // The last signed version keeps serving, whatever is wrong with the keys (gone,
+            // unreadable, corrupt): a served one stays where it is (the caller keeps it on
+            // error); at a start, the signed copy on disk is served.
             if job.prev.is_none()
                 && let Some(copy) = read_copy(&p.key_dir, unsigned.apex())
             {
@@ -136,7 +137,6 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
             }
             return Err(e.into());
         }
-        Err(e) => return Err(e.into()),
     };
     let signing: Vec<SigningKey<'_>> = keys
         .iter()
