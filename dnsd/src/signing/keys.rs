@@ -646,7 +646,10 @@ mod tests {
             .unwrap()
             .replace(&a.file.private_key, &b.file.private_key);
         std::fs::write(&a.path, text).unwrap();
-        let e = Key::read(&a.path).err().expect("refused").to_string();
+        let Err(e) = Key::read(&a.path) else {
+            panic!("another key's private key read as this one's");
+        };
+        let e = e.to_string();
         assert!(e.contains("not this file's"), "{e}");
     }
 
