@@ -11,6 +11,7 @@ use palisade_tests::client;
 use palisade_tests::compare::Normalized;
 use palisade_tests::net;
 use palisade_tests::servers::{Dnsd, Knot, Zone};
+use palisade_tests::wait::wait_for;
 use palisade_tests::wire::QueryOpts;
 
 const CATALOG: &str = "catalog.test.";
@@ -476,6 +477,7 @@ fn consumer_rules_groups_coo_and_reset() {
     assert!(consumer.log().contains("version"), "{}", consumer.log());
     assert_eq!(serial(c, "m2.test."), Some(1), "m2 stays");
     // b.cat. stops listing m3: it goes.
+    assert!(cdir.join("m3.test.zone").exists(), "m3's copy");
     write(
         &b_file,
         &catalog_text("b.cat.", 3, "2", &[("m1.test.", "b1", "")]),
@@ -483,6 +485,10 @@ fn consumer_rules_groups_coo_and_reset() {
     primary_reload();
     refresh("b.cat.");
     wait("m3 removed", c, "m3.test.", None, &log);
+    // Its copy goes with it (listed again, it starts afresh; the disk does not fill).
+    wait_for("m3's copy deleted", Duration::from_secs(5), || {
+        !cdir.join("m3.test.zone").exists()
+    });
 
     // b.cat. leaves the consumer's config: its members go with it, a.cat.'s stay.
     let cfg = std::fs::read_to_string(consumer.config_path()).unwrap();

@@ -162,6 +162,16 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
     let mut gone = Vec::new();
     for z in &ch.remove {
         if ours(&reg, z) {
+            // Its copy goes with it, as Knot purges a removed member: a catalog that lists
+            // and drops names by the thousand must not fill the disk, and a name listed
+            // again starts afresh rather than from a stale copy.
+            if let Some(f) = reg
+                .find(z)
+                .and_then(|i| reg.entry(i))
+                .map(|e| e.def.file.clone())
+            {
+                let _ = std::fs::remove_file(f);
+            }
             reg.remove(z);
             gone.push(z.clone());
         }

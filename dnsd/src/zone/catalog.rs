@@ -182,6 +182,15 @@ pub enum CatalogError {
     /// No `version` TXT, or a version this implementation does not read.
     #[error("catalog {0}: version.{0} TXT \"2\" is missing or names another schema version")]
     Version(String),
+    /// A member node (or its `coo` property) with more than one PTR: RFC 9432 §4.1 allows
+    /// one, and which is meant cannot be told (Knot refuses such a catalog too).
+    #[error("catalog {catalog}: {owner} has more than one PTR record")]
+    TwoPtr {
+        /// The catalog.
+        catalog: String,
+        /// The node, relative to the catalog.
+        owner: String,
+    },
     /// Two unique ids name the same member zone.
     #[error("catalog {catalog}: member {zone} is listed twice")]
     Duplicate {
@@ -212,6 +221,12 @@ pub fn read(cat: &Zone) -> Result<BTreeMap<Name, Member>, CatalogError> {
                 version_ok |= txt_strings(rdata).first().is_some_and(|s| s == VERSION);
             }
             ([id, z], t::PTR) if z == b"zones" => {
+                if by_id.contains_key(id) {
+                    return Err(CatalogError::TwoPtr {
+                        catalog,
+                        owner: format!("{}.zones", String::from_utf8_lossy(id)),
+                    });
+                }
                 if let Ok(n) = Name::from_wire(rdata) {
                     by_id.insert(
                         id.clone(),
@@ -231,6 +246,12 @@ pub fn read(cat: &Zone) -> Result<BTreeMap<Name, Member>, CatalogError> {
                     .extend(txt_strings(rdata));
             }
             ([p, id, z], t::PTR) if z == b"zones" && p == b"coo" => {
+                if coos.contains_key(id) {
+                    return Err(CatalogError::TwoPtr {
+                        catalog,
+                        owner: format!("coo.{}.zones", String::from_utf8_lossy(id)),
+                    });
+                }
                 if let Ok(n) = Name::from_wire(rdata) {
                     coos.insert(id.clone(), n.to_lowercase());
                 }
@@ -467,6 +488,17 @@ mod tests {
             "{HEAD}version TXT \"2\"\nabc.zones PTR a.example.\nxyz.zones PTR a.example.\n"
         ));
         assert!(matches!(read(&dup), Err(CatalogError::Duplicate { .. })));
+        // Two PTRs at one member node (or its coo): which is meant cannot be told.
+        for two in [
+            "abc.zones PTR a.example.\nabc.zones PTR b.example.\n",
+            "abc.zones PTR a.example.\ncoo.abc.zones PTR x.cat.\ncoo.abc.zones PTR y.cat.\n",
+        ] {
+            let z = cat(&format!("{HEAD}version TXT \"2\"\n{two}"));
+            assert!(
+                matches!(read(&z), Err(CatalogError::TwoPtr { .. })),
+                "{two}"
+            );
+        }
     }
 
     #[test]
