@@ -220,6 +220,9 @@ pub struct Collector {
     apex: Name,
     count: usize,
     max: usize,
+    /// Records outside the zone passed over, and the first of them.
+    outside: usize,
+    first_outside: Option<String>,
 }
 
 impl Collector {
@@ -230,6 +233,8 @@ impl Collector {
             apex: apex.clone(),
             count: 0,
             max,
+            outside: 0,
+            first_outside: None,
         }
     }
 
@@ -253,6 +258,17 @@ impl Collector {
         self.count += 1;
         if self.count > self.max {
             return Err(XfrError::TooManyRecords(self.max));
+        }
+        // A record outside the zone is no part of it: passed over (as Knot and NSD do), and
+        // said once the zone is compiled; the rest of the transfer is taken.
+        if !zones::name::is_subdomain(owner, self.apex.as_wire()) {
+            self.outside += 1;
+            if self.first_outside.is_none() {
+                let mut s = String::new();
+                let _ = zones::name::write_presentation(owner, &mut s);
+                self.first_outside = Some(s);
+            }
+            return Ok(());
         }
         // Held to its structure only: what the primary serves, a secondary serves (as Knot
         // and NSD take it), a semantic fault is the primary's to mend.
@@ -290,6 +306,9 @@ impl Collector {
             Ok(b) => {
                 for w in b.warnings.iter().take(10) {
                     tracing::warn!(zone = %self.apex, "{w}");
+                }
+                if let Some(first) = &self.first_outside {
+                    tracing::warn!(zone = %self.apex, records = self.outside, first = %first, "{source}: records outside the zone ignored");
                 }
                 Ok(b.zone)
             }
@@ -353,6 +372,31 @@ mod tests {
         assert!(
             c.add_parts(b"\x07example\x00", 1, 1, 1, &[1, 2, 3])
                 .is_err()
+        );
+    }
+
+    /// Records outside the zone in a transfer are passed over and the rest taken, as Knot
+    /// and NSD take it (the zone stayed old until it expired).
+    #[test]
+    fn records_outside_the_zone_are_passed_over() {
+        let origin = Name::parse("example.", None).unwrap();
+        let text = "$ORIGIN example.\n$TTL 300\n@ SOA ns hm 7 60 60 600 60\n@ NS ns\nns A 192.0.2.1\n";
+        let z = zones::load_bytes("t", text, &origin, &zones::ReadOptions::new(&origin))
+            .unwrap()
+            .zone;
+        let mut c = Collector::new(&origin, 100);
+        for (o, t, ttl, rd) in z.records() {
+            c.add_parts(o, t, 1, ttl, rd).unwrap();
+            // After each, a stray: another zone, and a name ending like ours but not below.
+            c.add_parts(b"\x04evil\x05other\x00", 1, 1, 1, &[1, 2, 3, 4])
+                .unwrap();
+            c.add_parts(b"\x09badexample\x00", 1, 1, 1, &[1, 2, 3, 4])
+                .unwrap();
+        }
+        let z2 = c.finish("test").unwrap();
+        assert_eq!(
+            zones::present::zone_to_text(&z),
+            zones::present::zone_to_text(&z2)
         );
     }
 
