@@ -380,7 +380,8 @@ mod tests {
     #[test]
     fn records_outside_the_zone_are_passed_over() {
         let origin = Name::parse("example.", None).unwrap();
-        let text = "$ORIGIN example.\n$TTL 300\n@ SOA ns hm 7 60 60 600 60\n@ NS ns\nns A 192.0.2.1\n";
+        let text =
+            "$ORIGIN example.\n$TTL 300\n@ SOA ns hm 7 60 60 600 60\n@ NS ns\nns A 192.0.2.1\n";
         let z = zones::load_bytes("t", text, &origin, &zones::ReadOptions::new(&origin))
             .unwrap()
             .zone;

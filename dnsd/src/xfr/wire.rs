@@ -201,14 +201,15 @@ pub fn soa_serial(rd: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
 }
 
-/// The client's serial: the SOA in the authority section of an IXFR request.
+/// The client's serial: the SOA in the authority section of an IXFR request, owned by the
+/// zone asked for (RFC 1995 §3; another owner is a malformed request, FORMERR as Knot).
 pub fn request_serial(req: &[u8], q: &Query) -> Option<u32> {
     if q.nscount != 1 || req.len() < 12 || req[6..8] != [0, 0] {
         return None;
     }
     let mut b = RrBuf::default();
     let (r, _) = read_rr(req, q.question_end, &mut b)?;
-    if r.rtype != t::SOA {
+    if r.rtype != t::SOA || !r.owner.eq_ignore_ascii_case(q.qname()) {
         return None;
     }
     soa_serial(r.rdata)
@@ -245,4 +246,34 @@ pub fn reply(
     }
     c.stats.response(rc, false);
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An IXFR request's serial is read from the SOA of the zone asked for only: an SOA of
+    /// another owner makes the request malformed (FORMERR, as Knot answers).
+    #[test]
+    fn an_ixfr_serial_is_read_only_from_the_zones_own_soa() {
+        let request = |soa_owner: &[u8]| {
+            let mut m = vec![0x12, 0x34, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0];
+            m.extend_from_slice(b"\x07example\x00");
+            m.extend_from_slice(&[0, 251, 0, 1]);
+            m.extend_from_slice(soa_owner);
+            // SOA IN, TTL 0, RDATA: two root names and five numbers (serial 42).
+            m.extend_from_slice(&[0, 6, 0, 1, 0, 0, 0, 0, 0, 22, 0, 0]);
+            m.extend_from_slice(&[0, 0, 0, 42, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1]);
+            m
+        };
+        let serial = |req: &[u8]| {
+            let mut q = Query::default();
+            crate::query::wire::parse_query(req, &mut q).unwrap();
+            request_serial(req, &q)
+        };
+        assert_eq!(serial(&request(b"\x07example\x00")), Some(42));
+        assert_eq!(serial(&request(b"\x07EXAMPLE\x00")), Some(42));
+        assert_eq!(serial(&request(b"\x05other\x00")), None);
+        assert_eq!(serial(&request(b"\x03www\x07example\x00")), None);
+    }
 }
