@@ -160,6 +160,9 @@ fn tls_config(ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, Strin
 pub(super) struct Reply {
     pub status: u16,
     pub body: Vec<u8>,
+    /// The head carries ClickHouse's own headers (`X-ClickHouse-*`, sent with every reply
+    /// of its HTTP interface): without them, a 200 is some other server's.
+    pub from_clickhouse: bool,
 }
 
 impl Endpoint {
@@ -375,39 +378,77 @@ fn timed_out(e: io::Error, what: &str, timeout: Duration) -> io::Error {
     }
 }
 
-/// A reply's head: its status, whether chunked, its Content-Length, where its body starts.
-fn parse_head(raw: &[u8]) -> Option<(u16, bool, Option<usize>, usize)> {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&raw[..end]).ok()?;
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-    let mut chunked = false;
-    let mut length = None;
-    for l in lines {
-        let (k, v) = l.split_once(':')?;
-        let v = v.trim();
-        if k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked") {
-            chunked = true;
-        } else if k.eq_ignore_ascii_case("content-length") {
-            length = v.parse::<usize>().ok();
+/// What a reply's head says: its status, whether chunked, its Content-Length, where its
+/// body starts, whether ClickHouse's own headers are there.
+struct Head {
+    status: u16,
+    chunked: bool,
+    length: Option<usize>,
+    at: usize,
+    from_clickhouse: bool,
+}
+
+/// A reply's final head: interim 1xx heads (100 Continue from an intermediary) are passed
+/// over, as RFC 9110 §15.2 asks of a client.
+fn parse_head(raw: &[u8]) -> Option<Head> {
+    let mut base = 0;
+    loop {
+        let end = base + raw[base..].windows(4).position(|w| w == b"\r\n\r\n")?;
+        let head = std::str::from_utf8(&raw[base..end]).ok()?;
+        let mut lines = head.split("\r\n");
+        let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+        if (100..200).contains(&status) && status != 101 {
+            base = end + 4;
+            continue;
         }
+        let mut h = Head {
+            status,
+            chunked: false,
+            length: None,
+            at: end + 4,
+            from_clickhouse: false,
+        };
+        for l in lines {
+            let (k, v) = l.split_once(':')?;
+            let v = v.trim();
+            if k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked") {
+                h.chunked = true;
+            } else if k.eq_ignore_ascii_case("content-length") {
+                h.length = v.parse::<usize>().ok();
+            } else if k.len() > 13 && k[..13].eq_ignore_ascii_case("x-clickhouse-") {
+                h.from_clickhouse = true;
+            }
+        }
+        return Some(h);
     }
-    Some((status, chunked, length, end + 4))
 }
 
 /// True when `raw` holds a whole reply by its framing (chunked or Content-Length); one
 /// delimited by the connection's close is whole only then.
 fn framed_whole(raw: &[u8]) -> bool {
     match parse_head(raw) {
-        Some((_, true, _, at)) => dechunk(&raw[at..]).is_some(),
-        Some((_, false, Some(n), at)) => raw.len() - at >= n,
+        Some(Head {
+            chunked: true, at, ..
+        }) => dechunk(&raw[at..]).is_some(),
+        Some(Head {
+            chunked: false,
+            length: Some(n),
+            at,
+            ..
+        }) => raw.len() - at >= n,
         _ => false,
     }
 }
 
 /// Parses a whole HTTP/1.1 reply (status line, headers, body plain or chunked).
 fn parse_reply(raw: &[u8]) -> Option<Reply> {
-    let (status, chunked, length, at) = parse_head(raw)?;
+    let Head {
+        status,
+        chunked,
+        length,
+        at,
+        from_clickhouse,
+    } = parse_head(raw)?;
     let rest = &raw[at..];
     let body = if chunked {
         dechunk(rest)?
@@ -421,6 +462,7 @@ fn parse_reply(raw: &[u8]) -> Option<Reply> {
     Some(Reply {
         status,
         body: body[..body.len().min(MAX_REPLY)].to_vec(),
+        from_clickhouse,
     })
 }
 

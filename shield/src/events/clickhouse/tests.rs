@@ -31,6 +31,10 @@ enum How {
     KeepOpen,
     /// Every row refused (code 27), as a table whose column changed type refuses them.
     RejectAll,
+    /// A 200 without ClickHouse's headers, storing nothing (a proxy, another server).
+    NotClickHouse,
+    /// A 100 Continue before the real reply (from an intermediary).
+    Continue,
 }
 
 struct Fake {
@@ -152,7 +156,7 @@ fn serve(c: TcpStream, mode: Mode, how: How, rows: &Mutex<Vec<String>>) {
         }
         How::Trickle => {
             let reply = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: 60\r\n\r\n{}",
+                "HTTP/1.1 200 OK\r\nX-ClickHouse-Summary: {{}}\r\nContent-Length: 60\r\n\r\n{}",
                 "x".repeat(60)
             );
             for b in reply.bytes() {
@@ -161,6 +165,13 @@ fn serve(c: TcpStream, mode: Mode, how: How, rows: &Mutex<Vec<String>>) {
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
+            return;
+        }
+        How::NotClickHouse => {
+            let _ = write!(
+                c,
+                "HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\n\0\u{7f} garbage"
+            );
             return;
         }
         How::RejectAll => {
@@ -191,9 +202,12 @@ fn serve(c: TcpStream, mode: Mode, how: How, rows: &Mutex<Vec<String>>) {
             .extend(text.lines().map(str::to_string));
         (200, String::new())
     };
+    if how == How::Continue {
+        let _ = write!(c, "HTTP/1.1 100 Continue\r\n\r\n");
+    }
     let _ = write!(
         c,
-        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+        "HTTP/1.1 {status} X\r\nX-ClickHouse-Query-Id: q\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
         reply.len()
     );
     if how == How::KeepOpen {
@@ -275,6 +289,25 @@ fn a_server_trickling_its_reply_fails_the_insert_within_the_timeout() {
     let e = w.stats().last_error.unwrap_or_default();
     assert!(e.contains("no reply within 300 ms"), "{e}");
     *fake.how.lock().unwrap() = How::Normal;
+    wait_for("5 rows", || fake.rows().len() == 5);
+    let st = w.close();
+    assert_eq!(st.landed, 5);
+}
+
+/// A 200 that is not ClickHouse's (no X-ClickHouse-* header: a proxy misrouted, another
+/// server on the port) stores nothing: its rows are not counted landed but wait; a 100
+/// Continue from an intermediary before the real reply is passed over.
+#[test]
+fn a_200_of_another_server_lands_nothing_and_an_interim_100_is_passed_over() {
+    let fake = Fake::start();
+    *fake.how.lock().unwrap() = How::NotClickHouse;
+    let w = ClickHouseWriter::spawn(&cfg(fake.port), Table::Events).unwrap();
+    assert_eq!(w.push(&rows(0..5)), 5);
+    wait_for("a failed insert", || w.stats().request_failures >= 1);
+    let st = w.stats();
+    assert_eq!(st.landed, 0, "{st:?}");
+    assert!(st.last_error.unwrap_or_default().contains("X-ClickHouse"));
+    *fake.how.lock().unwrap() = How::Continue;
     wait_for("5 rows", || fake.rows().len() == 5);
     let st = w.close();
     assert_eq!(st.landed, 5);
