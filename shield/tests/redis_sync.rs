@@ -872,8 +872,9 @@ fn tls_files(dir: &std::path::Path) -> bool {
 
 /// The ACL README gives for the sync's user: its keys and the commands it uses, no more.
 const ACL: &str = "on >s3cret resetkeys ~t:* resetchannels -@all +get +set +del +mget +exists \
-    +zadd +zrem +zremrangebyscore +zscan +zrangebyscore +zcard +pexpire +expire +xadd +xread \
-    +xinfo|stream +xlen +time +ping +hello +client|setname +multi +exec +discard";
+    +zadd +zrem +zremrangebyscore +zscan +zrangebyscore +zrevrangebyscore +zcard +pexpire +expire \
+    +xadd +xread +xinfo|stream +xlen +time +ping +hello +client|setname +multi +exec +discard \
+    +info +role";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_an_acl_user_with_the_least_it_needs() {
@@ -912,6 +913,7 @@ async fn tls_and_an_acl_user_with_the_least_it_needs() {
         .spawn()
         .expect("redis-server");
     let tls = |node: &str, password: &str| SyncConfig {
+        presence_ms: 100,
         url: format!("rediss://palisade:{password}@127.0.0.1:{port}"),
         ca_file: Some(d.join("ca.crt")),
         client_cert: Some(d.join("client.crt")),
@@ -929,6 +931,12 @@ async fn tls_and_an_acl_user_with_the_least_it_needs() {
     assert!(a.remove(host(1), RemoveCause::Operator));
     b.insert(local(2, MIN));
     until("B's block on A", || a.get(host(2)).is_some()).await;
+    // Heartbeats go too: the ACL allows every command they send.
+    let beats = sa.stats().heartbeats;
+    until("heartbeats under the ACL", || {
+        sa.stats().heartbeats >= beats + 3
+    })
+    .await;
     // The wrong password never syncs.
     let c = map();
     let sc = spawn(tls("c", "wrong"), &c);
@@ -1283,6 +1291,35 @@ async fn a_presence_member_that_is_no_utf8_makes_no_reconnect_loop() {
     assert!(st.heartbeats >= beats + 5, "heartbeats went on: {st:?}");
     assert!(st.connects <= connects + 1, "no reconnect loop: {st:?}");
     sa.shutdown().await;
+}
+
+/// A Redis that may evict keys (a memory limit and a policy but noeviction: block records
+/// carry TTLs, so even `volatile-lru` takes them) is said at connect and shown, since nodes
+/// loading its snapshot would miss what it evicted with nothing to count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_may_evict_keys_is_said_and_shown() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let a = map();
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    synced(&sa).await;
+    assert!(!sa.stats().evicting, "{:?}", sa.stats());
+    sa.shutdown().await;
+    for (k, v) in [("maxmemory", "100mb"), ("maxmemory-policy", "volatile-lru")] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(k)
+            .arg(v)
+            .query(&mut r.conn())
+            .unwrap();
+    }
+    let b = map();
+    let sb = spawn(cfg(&r.url(), "b"), &b);
+    synced(&sb).await;
+    assert!(sb.stats().evicting, "{:?}", sb.stats());
+    sb.shutdown().await;
 }
 
 /// A presence key stuffed with members (anyone who can write to Redis can plant a hundred

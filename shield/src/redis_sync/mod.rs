@@ -576,6 +576,9 @@ pub struct SyncStats {
     pub presence_truncated: u64,
     /// Another live process uses this node id now.
     pub node_id_conflict: bool,
+    /// The Redis server may evict keys (a memory limit and a policy other than
+    /// `noeviction`): block records may vanish unsaid.
+    pub evicting: bool,
     /// Heartbeats written.
     pub heartbeats: u64,
 }
@@ -651,6 +654,8 @@ struct Shared {
     reader_ready: AtomicBool,
     /// Another live process uses this node id (last heartbeat's finding).
     conflict: AtomicBool,
+    /// See [`SyncStats::evicting`].
+    evicting: AtomicBool,
     /// This process's presence token.
     token: String,
     /// Numbers and signs this process's records.
@@ -748,6 +753,7 @@ impl Shared {
             .arg(format!("palisade-{}-{role}", self.node))
             .query_async(&mut conn)
             .await;
+        self.check_eviction(&mut conn).await;
         self.measure_offset(&mut conn).await?;
         let epoch = self.ensure_epoch(&mut conn).await?;
         add(&self.c.connects, 1);
@@ -762,6 +768,38 @@ impl Shared {
             addr: reached.addr,
             moved,
         })
+    }
+
+    /// Notes whether the server may evict keys: with a memory limit, any policy but
+    /// `noeviction` drops block records (they all carry a TTL, so `volatile-*` takes them too)
+    /// and nodes loading the snapshot miss them with nothing to count. Best effort: an ACL
+    /// user without `INFO` says nothing.
+    async fn check_eviction(&self, conn: &mut redis::aio::MultiplexedConnection) {
+        let Ok(info) = redis::cmd("INFO")
+            .arg("memory")
+            .query_async::<String>(conn)
+            .await
+        else {
+            return;
+        };
+        let field = |k: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let limited = field("maxmemory").is_some_and(|m| m != "0");
+        let policy = field("maxmemory_policy").unwrap_or("noeviction");
+        let evicting = limited && policy != "noeviction";
+        if evicting && !self.evicting.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                node = %self.node,
+                policy,
+                "redis may evict keys (maxmemory set, maxmemory-policy {policy}): block records \
+                 can vanish without a trace; set maxmemory-policy noeviction"
+            );
+        } else if !evicting {
+            self.evicting.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Measures Redis server time against this node's clock (midpoint of the round trip).
@@ -878,6 +916,7 @@ impl Shared {
             presence_refused: get(&c.presence_refused),
             presence_truncated: get(&c.presence_truncated),
             node_id_conflict: self.conflict.load(Ordering::Relaxed),
+            evicting: self.evicting.load(Ordering::Relaxed),
             heartbeats: get(&c.heartbeats),
         }
     }
@@ -975,6 +1014,7 @@ impl RedisSync {
             reader_connected: AtomicBool::new(false),
             reader_ready: AtomicBool::new(false),
             conflict: AtomicBool::new(false),
+            evicting: AtomicBool::new(false),
             token: presence::token(),
             sealer,
             opener,
@@ -1246,6 +1286,8 @@ impl crate::metrics::Source for SyncMonitor {
         c("heartbeats", false, s.heartbeats);
         c("node_id_conflict", true, s.node_id_conflict as u64);
         c("node_id_conflicts", false, s.node_id_conflicts);
+        // 1 while the server may evict keys (maxmemory with a policy but noeviction).
+        c("evicting", true, s.evicting as u64);
         c("presence_refused", false, s.presence_refused);
         // A bound: presence reads stopped at their member limit.
         c("presence_truncated", false, s.presence_truncated);
