@@ -642,3 +642,63 @@ fn a_secondary_takes_what_its_primary_serves_though_a_primary_would_refuse_it() 
         "{said}"
     );
 }
+
+/// `[transfer] source`: SOA queries and transfers go out from the address given (a
+/// primary's address-based ACL sees the service address); without it, from whatever the
+/// routing table picks (on loopback 127.0.0.1), which such an ACL refuses.
+#[test]
+fn transfers_go_out_from_the_source_address_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("primary.zone");
+    std::fs::write(&file, zone_text(1, false, "3600 600 86400")).unwrap();
+    let mut pz = Zone::new(ORIGIN, &file);
+    pz.options = vec!["allow_transfer = [\"127.0.0.77/32\"]".into()];
+    let primary = Dnsd::builder().zone(pz).start();
+    let secondary = |name: &str, extra: &str| {
+        let mut sz = Zone::new(ORIGIN, dir.path().join(name));
+        sz.options = vec![format!("primaries = [\"{}\"]", primary.addr())];
+        // Ready once a zone of its own answers (the secondary may never get its data).
+        Dnsd::builder()
+            .zone(Zone::data("example.net."))
+            .zone(sz)
+            .raw(extra)
+            .ready_on_first_zone()
+            .start()
+    };
+    let from_77 = secondary("s77.zone", "[transfer]\nsource = [\"127.0.0.77\"]\n");
+    wait_serial(
+        "a transfer from 127.0.0.77",
+        from_77.addr(),
+        1,
+        Duration::from_secs(20),
+    );
+    let plain = secondary("plain.zone", "");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(serial(plain.addr()), None, "refused by the primary's ACL");
+    // An address this host does not have is refused at load, by key.
+    let out = Command::new(palisade_tests::bin("dnsd"))
+        .args(["check-config", "--no-zones", "-c"])
+        .arg(from_77.config_path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bad = std::fs::read_to_string(from_77.config_path())
+        .unwrap()
+        .replace("127.0.0.77", "192.0.2.77");
+    let bad_path = dir.path().join("bad.toml");
+    std::fs::write(&bad_path, bad).unwrap();
+    let out = Command::new(palisade_tests::bin("dnsd"))
+        .args(["check-config", "--no-zones", "-c"])
+        .arg(&bad_path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("transfer.source"),
+        "{err}"
+    );
+}

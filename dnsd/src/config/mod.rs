@@ -887,6 +887,24 @@ impl Config {
         if self.server.udp_batch == 0 || self.server.udp_batch > 1024 {
             return Err(inv("server.udp_batch", "must be between 1 and 1024".into()));
         }
+        let src = &self.transfer.source;
+        if src.iter().filter(|a| a.is_ipv4()).count() > 1
+            || src.iter().filter(|a| a.is_ipv6()).count() > 1
+        {
+            return Err(inv(
+                "transfer.source",
+                "at most one IPv4 and one IPv6 address".into(),
+            ));
+        }
+        for a in src {
+            // An address this host does not have would fail every NOTIFY and transfer later.
+            if let Err(e) = std::net::UdpSocket::bind((*a, 0)) {
+                return Err(inv(
+                    "transfer.source",
+                    format!("{a}: cannot send from it: {e}"),
+                ));
+            }
+        }
         let mut seen = std::collections::HashSet::with_capacity_and_hasher(
             self.zones.len(),
             foldhash::fast::RandomState::default(),

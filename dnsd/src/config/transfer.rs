@@ -77,6 +77,20 @@ pub struct TransferConfig {
     pub notify_retries: u32,
     /// Milliseconds to wait for the first NOTIFY answer (doubled on each retry).
     pub notify_timeout_ms: u64,
+    /// The addresses NOTIFY, SOA queries and transfers go out from, at most one per family
+    /// (Knot's `via`, NSD's `outgoing-interface`): a peer's address-based ACL sees a service
+    /// address, not whatever the routing table picks.
+    pub source: Vec<IpAddr>,
+}
+
+impl TransferConfig {
+    /// The source address for a peer at `to` (None: the routing table's choice).
+    pub fn source_for(&self, to: SocketAddr) -> Option<IpAddr> {
+        self.source
+            .iter()
+            .copied()
+            .find(|s| s.is_ipv4() == to.is_ipv4())
+    }
 }
 
 impl Default for TransferConfig {
@@ -95,6 +109,7 @@ impl Default for TransferConfig {
             out_min_rate_bytes_per_sec: 32 * 1024,
             notify_retries: 5,
             notify_timeout_ms: 1000,
+            source: Vec::new(),
         }
     }
 }

@@ -143,11 +143,11 @@ async fn resolve(resolver: SocketAddr, k: &[u8]) -> Option<(Vec<Box<[u8]>>, u32,
     let mut q = wire::build_query(id, opcode::QUERY, name, qtype, None, false, None);
     q[2] |= (hf::RD >> 8) as u8;
     let limit = Duration::from_secs(2);
-    let mut resp = crate::xfr::client::udp_exchange(resolver, &q, limit)
+    let mut resp = crate::xfr::client::udp_exchange(resolver, None, &q, limit)
         .await
         .ok()?;
     if resp.len() >= 4 && u16::from_be_bytes([resp[2], resp[3]]) & hf::TC != 0 {
-        let mut c = crate::xfr::client::TcpClient::connect(resolver, limit)
+        let mut c = crate::xfr::client::TcpClient::connect(resolver, None, limit)
             .await
             .ok()?;
         c.send(&q).await.ok()?;

@@ -1,7 +1,7 @@
 //! The client side's exchanges: one query over UDP, framed messages over a TCP connection
 //! (or TLS over it, for a `tls:` primary), each bounded in time.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,17 +15,19 @@ fn timeout(peer: SocketAddr, t: Duration) -> XfrError {
     }
 }
 
-/// Sends `msg` over UDP to `to` and waits up to `timeout` for the answer with its ID.
+/// Sends `msg` over UDP to `to` (from `from`, else the routing table's choice) and waits up
+/// to `timeout` for the answer with its ID.
 pub async fn udp_exchange(
     to: SocketAddr,
+    from: Option<IpAddr>,
     msg: &[u8],
     limit: Duration,
 ) -> Result<Vec<u8>, XfrError> {
     let io = |source| XfrError::Io { peer: to, source };
-    let local: SocketAddr = if to.is_ipv4() {
-        "0.0.0.0:0".parse().expect("addr")
-    } else {
-        "[::]:0".parse().expect("addr")
+    let local: SocketAddr = match from {
+        Some(ip) => SocketAddr::new(ip, 0),
+        None if to.is_ipv4() => "0.0.0.0:0".parse().expect("addr"),
+        None => "[::]:0".parse().expect("addr"),
     };
     let s = tokio::net::UdpSocket::bind(local).await.map_err(io)?;
     s.connect(to).await.map_err(io)?;
@@ -44,12 +46,32 @@ pub async fn udp_exchange(
     }
 }
 
-/// A TCP connection to `to` within `limit`, Nagle off.
-async fn tcp_connect(to: SocketAddr, limit: Duration) -> Result<tokio::net::TcpStream, XfrError> {
-    let s = tokio::time::timeout(limit, tokio::net::TcpStream::connect(to))
+/// A TCP connection to `to` (from `from`, else the routing table's choice) within `limit`,
+/// Nagle off.
+async fn tcp_connect(
+    to: SocketAddr,
+    from: Option<IpAddr>,
+    limit: Duration,
+) -> Result<tokio::net::TcpStream, XfrError> {
+    let io = |source| XfrError::Io { peer: to, source };
+    let connect = async {
+        match from {
+            None => tokio::net::TcpStream::connect(to).await,
+            Some(ip) => {
+                let s = if ip.is_ipv4() {
+                    tokio::net::TcpSocket::new_v4()?
+                } else {
+                    tokio::net::TcpSocket::new_v6()?
+                };
+                s.bind(SocketAddr::new(ip, 0))?;
+                s.connect(to).await
+            }
+        }
+    };
+    let s = tokio::time::timeout(limit, connect)
         .await
         .map_err(|_| timeout(to, limit))?
-        .map_err(|source| XfrError::Io { peer: to, source })?;
+        .map_err(io)?;
     let _ = s.set_nodelay(true);
     Ok(s)
 }
@@ -72,10 +94,11 @@ impl TcpClient {
     pub async fn open(
         p: &super::ZonePolicy,
         primary: super::policy::Primary,
+        from: Option<IpAddr>,
         limit: Duration,
     ) -> Result<TcpClient, XfrError> {
         if !primary.tls {
-            return TcpClient::connect(primary.addr, limit).await;
+            return TcpClient::connect(primary.addr, from, limit).await;
         }
         let peer = primary.addr;
         let tls = |msg: String| XfrError::Tls { peer, msg };
@@ -84,7 +107,7 @@ impl TcpClient {
             Some(Err(e)) => return Err(tls(e.clone())),
             None => return Err(tls("the zone has no transfer_tls".into())),
         };
-        let tcp = tcp_connect(peer, limit).await?;
+        let tcp = tcp_connect(peer, from, limit).await?;
         let s = tokio::time::timeout(limit, xot.handshake(peer, tcp))
             .await
             .map_err(|_| timeout(peer, limit))?
@@ -96,10 +119,14 @@ impl TcpClient {
         })
     }
 
-    /// Connects to `to` within `timeout` (which also bounds each later read).
-    pub async fn connect(to: SocketAddr, limit: Duration) -> Result<TcpClient, XfrError> {
+    /// Connects to `to` (from `from`) within `timeout` (which also bounds each later read).
+    pub async fn connect(
+        to: SocketAddr,
+        from: Option<IpAddr>,
+        limit: Duration,
+    ) -> Result<TcpClient, XfrError> {
         Ok(TcpClient {
-            s: Box::new(tcp_connect(to, limit).await?),
+            s: Box::new(tcp_connect(to, from, limit).await?),
             peer: to,
             timeout: limit,
         })

@@ -153,7 +153,7 @@ async fn notify_one(
             true,
             signer.as_mut(),
         );
-        match super::client::udp_exchange(target, &msg, timeout).await {
+        match super::client::udp_exchange(target, x.cfg.source_for(target), &msg, timeout).await {
             Ok(resp) => {
                 let mut b = RrBuf::default();
                 let r = wire::read_response(&resp, &mut b, &mut |_| Ok(()))?;

@@ -501,7 +501,10 @@ async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: Primary) -> Result<u3
     // private too).
     let udp = match primary.tls {
         true => None,
-        false => Some(super::client::udp_exchange(primary.addr, &q, timeout).await),
+        false => Some(
+            super::client::udp_exchange(primary.addr, x.cfg.source_for(primary.addr), &q, timeout)
+                .await,
+        ),
     };
     let resp = match udp {
         Some(Ok(r))
@@ -512,7 +515,8 @@ async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: Primary) -> Result<u3
             r
         }
         _ => {
-            let mut c = TcpClient::open(p, primary, timeout).await?;
+            let mut c =
+                TcpClient::open(p, primary, x.cfg.source_for(primary.addr), timeout).await?;
             c.send(&q).await?;
             let mut buf = Vec::new();
             c.recv(&mut buf).await?;
@@ -567,7 +571,7 @@ async fn pull(
     deadline: tokio::time::Instant,
 ) -> Result<Received, XfrError> {
     let timeout = Duration::from_secs(x.cfg.message_timeout_secs);
-    let mut c = TcpClient::open(p, primary, timeout).await?;
+    let mut c = TcpClient::open(p, primary, x.cfg.source_for(primary.addr), timeout).await?;
     let id: u16 = rand::random();
     let mut s = signer(p);
     let soa_owned;
