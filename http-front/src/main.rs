@@ -141,6 +141,18 @@ fn main() -> ExitCode {
             for w in &built.warnings {
                 eprintln!("warning: {w}");
             }
+            let refused = built
+                .warnings
+                .iter()
+                .filter(|w| w.starts_with(http_front::tls::certs::REFUSED_PAIR))
+                .count();
+            if refused > 0 {
+                eprintln!(
+                    "http-front: {}: {refused} certificate pairs of cert_dir refused",
+                    config.display()
+                );
+                return ExitCode::from(1);
+            }
             let (names, _) = built.resolver.stats();
             certs = format!(
                 ", {names} certificate names, {} pairs read in {} ms",

@@ -224,6 +224,22 @@ async fn control(
         ["reload"] => {
             let f = Arc::clone(front);
             match tokio::task::spawn_blocking(move || f.reload()).await {
+                // A pair that does not load fails the reload's status (as dnsd's refused
+                // DoT pair does), whatever else it applied: `systemctl reload` says so.
+                Ok(Ok(warnings))
+                    if warnings
+                        .iter()
+                        .any(|w| w.starts_with(crate::tls::certs::REFUSED_PAIR)) =>
+                {
+                    Reply::err(
+                        std::iter::once(
+                            "reloaded, but a certificate pair was refused (a pair read before keeps serving its name):\n"
+                                .to_string(),
+                        )
+                        .chain(warnings.iter().map(|w| format!("warning: {w}\n")))
+                        .collect::<String>(),
+                    )
+                }
                 Ok(Ok(warnings)) => Reply::ok(
                     std::iter::once("reloaded\n".to_string())
                         .chain(warnings.iter().map(|w| format!("warning: {w}\n")))

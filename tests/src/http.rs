@@ -484,12 +484,17 @@ impl Front {
     /// `http-front ctl ARGS` through the control socket `ctl.sock` in its directory (the
     /// config's `[control] socket = "ctl.sock"`); panics, with the output, unless it succeeds.
     pub fn ctl(&self, args: &[&str]) -> String {
+        let (code, out) = self.ctl_status(args);
+        assert_eq!(code, Some(0), "ctl {args:?}: {out}");
+        out
+    }
+
+    /// `http-front ctl ARGS...`: its exit code and output, whatever they are.
+    pub fn ctl_status(&self, args: &[&str]) -> (Option<i32>, String) {
         let sock = self.dir().join("ctl.sock");
         let mut all = vec!["ctl", "-s", sock.to_str().expect("UTF-8 path")];
         all.extend_from_slice(args);
-        let (code, out) = run_front(&all);
-        assert_eq!(code, Some(0), "ctl {args:?}: {out}");
-        out
+        run_front(&all)
     }
 
     /// True while the process runs.

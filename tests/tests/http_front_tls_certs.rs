@@ -167,11 +167,25 @@ fn tls_check_reads_cert_dir() {
          [[site]]\nhosts = [\"*\"]\nupstream = \"app\"\n",
     )
     .unwrap();
+    // A pair that does not load fails the check (a CI gate running it must not pass).
+    let (code, out) = run_front(&["-c", cfg.to_str().unwrap(), "--check"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("x.test.key: the key is not the certificate's")
+            && out.contains("1 certificate pairs of cert_dir refused"),
+        "{out}"
+    );
+    std::fs::remove_file(certs.join("x.test.crt")).unwrap();
+    // An expired pair is served (as nginx serves it) but said.
+    let mut old = rcgen::CertificateParams::new(vec!["old.test".to_string()]).unwrap();
+    old.not_before = rcgen::date_time_ymd(2019, 1, 1);
+    old.not_after = rcgen::date_time_ymd(2020, 2, 1);
+    ca.sign(old).write(&certs, "old.test");
     let (code, out) = run_front(&["-c", cfg.to_str().unwrap(), "--check"]);
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("5 pairs read"), "{out}");
+    assert!(out.contains("6 pairs read"), "{out}");
     assert!(
-        out.contains("x.test.key: the key is not the certificate's"),
+        out.contains("old.test.crt: the certificate expired at 2020-02-01"),
         "{out}"
     );
 
@@ -303,13 +317,18 @@ fn tls_reload_reads_changed_pairs_only_and_fails_no_handshake() {
             key: pairs[7].key.clone(),
         },
     );
-    let reply = front.ctl(&["reload"]);
+    // The reload's status fails (as `systemctl reload` should say), the rest applied.
+    let (code, reply) = front.ctl_status(&["reload"]);
+    assert_eq!(code, Some(1), "{reply}");
     assert!(
         reply.contains("n6.test.key: the key is not the certificate's")
             && reply.contains("keeps serving n6.test"),
         "{reply}"
     );
     assert_eq!(hello(addr, Some("n6.test")).unwrap().leaf, pairs[6].der());
+    // Mended: the next reload is clean.
+    replace(&certs, "n6.test", &pairs[6]);
+    assert!(front.ctl(&["reload"]).starts_with("reloaded"));
 
     // A pair added, one removed.
     let added = ca.leaf(&["added.test"]);

@@ -143,6 +143,10 @@ impl std::fmt::Debug for Resolver {
     }
 }
 
+/// How the warning of a `cert_dir` pair that does not load begins (a reload reply and
+/// `--check` fail on it; the last good pair, if any, keeps serving).
+pub const REFUSED_PAIR: &str = "certificate pair refused: ";
+
 /// A prepared index, with what building it noticed.
 #[derive(Debug)]
 pub struct Built {
@@ -259,12 +263,14 @@ pub fn build(
                             Err(e) => match old {
                                 Some(o) => {
                                     warnings.push(format!(
-                                        "{e}; the pair read before keeps serving {stem}"
+                                        "{REFUSED_PAIR}{e}; the pair read before keeps serving {stem}"
                                     ));
                                     Arc::clone(o)
                                 }
                                 None => {
-                                    warnings.push(format!("{e}; {stem} has no certificate"));
+                                    warnings.push(format!(
+                                        "{REFUSED_PAIR}{e}; {stem} has no certificate"
+                                    ));
                                     continue;
                                 }
                             },
@@ -302,6 +308,25 @@ pub fn build(
         }
         map.insert(name.into(), Entry::Dir(Arc::clone(slot)));
     }
+    // Expired or not yet valid leaves are served (as nginx serves them) but said: clients
+    // refuse them.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let fixed_named = fixed
+        .sites
+        .iter()
+        .map(|(h, ck)| (h.clone(), ck))
+        .chain(fixed.default.iter().map(|ck| ("(default)".to_string(), ck)));
+    let read_named = slots.values().filter_map(|s| match s.loaded.get() {
+        Some(Ok(ck)) => Some((s.crt.display().to_string(), ck)),
+        _ => None,
+    });
+    for (what, ck) in fixed_named.chain(read_named) {
+        if let Some(why) = out_of_validity(ck, now) {
+            warnings.push(format!("{what}: the certificate {why}"));
+        }
+    }
     for (host, ck) in &fixed.sites {
         let e = Entry::Fixed(Arc::clone(ck));
         match host.strip_prefix("*.") {
@@ -321,6 +346,21 @@ pub fn build(
         }),
         warnings,
         unread,
+    }
+}
+
+/// Says why `ck`'s leaf is not valid at `now` (Unix seconds), if it is not.
+pub fn out_of_validity(ck: &CertifiedKey, now: i64) -> Option<String> {
+    let i = ck
+        .end_entity_cert()
+        .ok()
+        .and_then(|c| super::leaf_info(c))?;
+    if now > i.not_after_unix {
+        Some(format!("expired at {}", i.not_after))
+    } else if now < i.not_before_unix {
+        Some("is not valid yet".into())
+    } else {
+        None
     }
 }
 
@@ -393,8 +433,17 @@ impl Resolver {
                     s.crt.display().to_string(),
                 ),
             };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
             let (expires, issuer) = match ck {
                 Ok(ck) => match ck.end_entity_cert().ok().and_then(|c| super::leaf_info(c)) {
+                    Some(i) if now > i.not_after_unix => {
+                        (format!("{} EXPIRED", i.not_after), i.issuer)
+                    }
+                    Some(i) if now < i.not_before_unix => {
+                        (format!("{} NOT YET VALID", i.not_after), i.issuer)
+                    }
                     Some(i) => (i.not_after, i.issuer),
                     None => ("?".into(), "?".into()),
                 },
@@ -429,10 +478,12 @@ impl Resolver {
 
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        // A validation handshake offers acme-tls/1 alone (RFC 8737 §3); one offering h2 too
+        // is a client's, never served the challenge's certificate.
         if let Some(acme) = &self.acme
-            && hello
-                .alpn()
-                .is_some_and(|mut p| p.any(|p| p == crate::tls::acme_state::ACME_TLS_ALPN))
+            && hello.alpn().is_some_and(|mut p| {
+                p.next() == Some(crate::tls::acme_state::ACME_TLS_ALPN) && p.next().is_none()
+            })
         {
             // A validation handshake (RFC 8737): the challenge's certificate, or nothing.
             let name = hello.server_name()?.to_ascii_lowercase();
