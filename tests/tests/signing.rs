@@ -11,6 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use palisade_tests::servers::{Dnsd, Knot, Zone};
+use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
 
 const ZONE: &str = "\
@@ -1234,4 +1235,56 @@ fn key_files_gone_stop_signing_and_sign_zone_leaves_the_live_keys_alone() {
     std::fs::write(&zsk, bad).unwrap();
     let (dnsd, _) = start_with(dir.path(), None, policy, &[], "", "");
     assert_eq!(ksks(dnsd.addr()), ksk_before, "the signed copy serves");
+}
+
+/// A source made an NXDOMAIN suspect (by a random-subdomain flood) has its NXDOMAINs over
+/// UDP truncated: a compact-denial zone signs none of them (it signed each, then sent only
+/// TC=1, spending the worker's signing budget on answers nobody received).
+#[test]
+fn an_nxdomain_suspects_denials_are_truncated_unsigned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dnsd, _) = start_with(
+        dir.path(),
+        Some(3600),
+        "compact_denial = true",
+        &[],
+        "",
+        "[defence.random_subdomain]\nzone_nxdomains_per_second = 20\n\
+         source_nxdomain_limit = 5\nescalate_after = 10\nwindow = 10\nblock_ttl = 300",
+    );
+    let s = UdpSocket::bind("127.4.9.1:0").unwrap();
+    s.connect(dnsd.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let opts = QueryOpts::edns(1232).with_do();
+    let mut rng = palisade_tests::rng::Rng::new(7);
+    let mut ask = |id: u16| {
+        let name = format!("r{:016x}.example.com.", rng.next_u64());
+        s.send(&build_query(id, &name, 1, &opts)).unwrap();
+        let mut buf = [0u8; 4096];
+        s.recv(&mut buf)
+            .ok()
+            .map(|n| RawMsg::parse(&buf[..n]).unwrap())
+    };
+    let mut id = 0u16;
+    wait_for("the flooder a suspect", Duration::from_secs(20), || {
+        for _ in 0..20 {
+            id += 1;
+            let _ = ask(id);
+        }
+        dnsd.ctl(&["block", "list"]).1.contains("scope=nxdomain")
+    });
+    let signed = dnsd.stat("compact_denial.signed");
+    let mut tc = 0;
+    for _ in 0..30 {
+        id += 1;
+        if ask(id).is_some_and(|m| m.has(0x0200)) {
+            tc += 1;
+        }
+    }
+    assert!(tc >= 1, "the suspect's NXDOMAINs truncated");
+    assert_eq!(
+        dnsd.stat("compact_denial.signed"),
+        signed,
+        "no denial signed for a suspect"
+    );
 }

@@ -120,6 +120,9 @@ pub struct Online<'a> {
     /// Past a budget, prove with the zone's chain instead of truncating (TCP: a truncated
     /// answer cannot be retried on a bigger transport).
     pub chain_past_budget: bool,
+    /// An NXDOMAIN to this source is truncated once answered (an unproven NXDOMAIN suspect
+    /// over UDP): its denial is not signed, for nobody would receive it.
+    pub nx_truncated: bool,
 }
 
 /// Who asks, for names with variants by client network.
@@ -459,6 +462,10 @@ impl<'q> Answerer<'_, '_, 'q> {
                     // Compact denial: the name "exists" with no type but NXNAME, NOERROR
                     // (still an NXDOMAIN to the defences and the counters).
                     self.negative(zone);
+                    if self.online.as_ref().is_some_and(|o| o.nx_truncated) {
+                        self.tc();
+                        return Kind::NxDomain;
+                    }
                     let mut types = [t::RRSIG, t::NSEC, crate::signing::online::NXNAME];
                     match self.compact(zone, target.name(), &mut types) {
                         Compacted::Done | Compacted::Truncated => {

@@ -627,6 +627,9 @@ impl Processor {
                     stats: &self.stats,
                     compact_ok: q.edns.is_some_and(|e| e.compact_ok),
                     chain_past_budget: transport == Transport::Tcp,
+                    nx_truncated: parsed.suspect == Some(shield::block::Scope::Nxdomain)
+                        && transport == Transport::Udp
+                        && parsed.cookie != CookieStatus::Valid,
                 })
             }
             _ => None,
