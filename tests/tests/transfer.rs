@@ -702,3 +702,49 @@ fn transfers_go_out_from_the_source_address_given() {
         "{err}"
     );
 }
+
+/// Primaries that never answer hold no `max_in` slot while their SOA queries wait: with one
+/// slot and four zones of such primaries, a zone whose primary answers is transferred at
+/// once, never waiting for a slot (it waited out their queries' timeouts).
+#[test]
+fn silent_primaries_hold_no_transfer_slot_while_their_soa_queries_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("primary.zone");
+    std::fs::write(&file, zone_text(1, false, "3600 600 86400")).unwrap();
+    let mut pz = Zone::new(ORIGIN, &file);
+    pz.options = vec!["allow_transfer = [\"127.0.0.0/8\"]".into()];
+    let primary = Dnsd::builder().zone(pz).start();
+    // A primary that takes packets and connections and never answers.
+    let ip = net::test_ip();
+    let port = net::free_port(ip);
+    let silent_udp = std::net::UdpSocket::bind((ip, port)).unwrap();
+    let silent_tcp = std::net::TcpListener::bind((ip, port)).unwrap();
+    let mut zones = vec![Zone::data("example.net.")];
+    for i in 0..4 {
+        let name = format!("s{i}.test.");
+        let mut z = Zone::new(&name, dir.path().join(format!("{name}zone")));
+        z.options = vec![format!("primaries = [\"{ip}:{port}\"]")];
+        zones.push(z);
+    }
+    let mut sz = Zone::new(ORIGIN, dir.path().join("secondary.zone"));
+    sz.options = vec![format!("primaries = [\"{}\"]", primary.addr())];
+    zones.push(sz);
+    let secondary = Dnsd::builder()
+        .zones(&zones)
+        .raw("[transfer]\nmax_in = 1\nmessage_timeout_secs = 20\n")
+        .ready_on_first_zone()
+        .start();
+    // Well within the silent primaries' timeout.
+    wait_serial(
+        "the answering primary's zone",
+        secondary.addr(),
+        1,
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        secondary.stat("transfer.in.waiting"),
+        0,
+        "no refresh waited for a slot"
+    );
+    drop((silent_udp, silent_tcp));
+}

@@ -210,19 +210,8 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
             // one check of the primaries per gap, the NOTIFYs meanwhile merged into it.
             tokio::time::sleep_until((done + notify_gap(fails)).into()).await;
         }
-        let permit = match x.in_slots.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                x.stats.in_waiting.fetch_add(1, Ordering::Relaxed);
-                match x.in_slots.clone().acquire_owned().await {
-                    Ok(p) => p,
-                    Err(_) => return,
-                }
-            }
-        };
         x.with_status(&apex, |s| s.state = ZoneState::Refreshing);
         let r = refresh(&shared, &origin).await;
-        drop(permit);
         last_done = Some(Instant::now());
         let (_, cur) = current(&shared, &origin).await;
         let (refresh_t, retry_t, expire_t) = cur.as_ref().map(|z| timers(z)).unwrap_or((
@@ -339,6 +328,20 @@ async fn refresh_from(
             z.serial()
         ));
     }
+    // A `max_in` slot for the transfer alone: a primary that does not answer its SOA query
+    // holds none (it held one through each query's timeout, and a few such primaries of one
+    // tenant held up every other zone's transfers).
+    let _permit = match x.in_slots.clone().try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            x.stats.in_waiting.fetch_add(1, Ordering::Relaxed);
+            x.in_slots
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| XfrError::Unconfigured)?
+        }
+    };
     x.with_status(p.origin.as_wire(), |s| s.state = ZoneState::Transferring);
     let max = x.cfg.max_in_records;
     // One deadline for the refresh: an IXFR that fails falls back to an AXFR within what is
