@@ -59,6 +59,14 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         }
     }
     let front = Front::new(loaded)?;
+    // This node's own blocks from before a restart, before the sync publishes them.
+    let keeper = front
+        .snapshot()
+        .cfg
+        .block
+        .state_file
+        .clone()
+        .and_then(|p| shield::block_state::start(&front.blocks, &p));
     // The block map synced with the other nodes' daemons (dnsd's and http-front's alike). An
     // optional part: a sync that cannot start is reported and the proxy serves on.
     let sync = match front.snapshot().cfg.redis.clone() {
@@ -193,6 +201,9 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
             buffered = st.buffered,
             "Redis sync stopped"
         );
+    }
+    if let Some(k) = keeper {
+        k.stop();
     }
     Ok(front)
 }

@@ -554,6 +554,9 @@ pub struct BlockConfig {
     pub min_prefix_v4: u8,
     /// Shortest IPv6 prefix an automatic source may block (an operator needs `--force`).
     pub min_prefix_v6: u8,
+    /// Where this node's own blocks are kept across restarts (see [`crate::block_state`]);
+    /// relative to the config file. None: Redis alone brings them back.
+    pub state_file: Option<std::path::PathBuf>,
 }
 
 impl Default for BlockConfig {
@@ -563,6 +566,7 @@ impl Default for BlockConfig {
             feed_capacity: 65_536,
             min_prefix_v4: crate::never_block::DEFAULT_MIN_PREFIX_V4,
             min_prefix_v6: crate::never_block::DEFAULT_MIN_PREFIX_V6,
+            state_file: None,
         }
     }
 }
@@ -1705,6 +1709,7 @@ mod tests {
             feed_capacity: feed,
             min_prefix_v4: 0,
             min_prefix_v6: 0,
+            ..BlockConfig::default()
         })
     }
 

@@ -28,6 +28,7 @@
 //! Out of scope here: wire-format parsing.
 
 pub mod block;
+pub mod block_state;
 pub mod clock;
 pub mod control;
 pub mod events;

@@ -410,3 +410,37 @@ fn a_zone_without_data_is_servfail_and_never_its_parents_answer() {
     assert_eq!(m.response_code, ResponseCode::NoError, "{m}");
     assert_eq!(m.answers.len(), 1, "{m}");
 }
+
+/// `[block] state_file`: this node's blocks (an operator's, the daemons' own) survive a
+/// restart without Redis (it may have been away when they were made, or lost its data);
+/// they were gone everywhere, an operator told "blocked for 86400 s".
+#[test]
+fn a_nodes_own_blocks_survive_a_restart_through_the_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("blocks.state");
+    let cfg = format!("[block]\nstate_file = \"{}\"\n", state.display());
+    let mut d = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .raw(&cfg)
+        .start();
+    let (ok, out) = d.ctl(&["block", "add", "10.43.0.0/24", "--ttl", "86400"]);
+    assert!(ok, "{out}");
+    let (ok, out) = d.ctl(&["block", "add", "10.44.0.0/24", "--ttl", "86400"]);
+    assert!(ok, "{out}");
+    let (ok, out) = d.ctl(&["block", "del", "10.44.0.0/24"]);
+    assert!(ok, "{out}");
+    assert!(d.terminate(Duration::from_secs(14)), "stopped");
+    let again = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .raw(&cfg)
+        .start();
+    let (_, list) = again.ctl(&["block", "list"]);
+    assert!(
+        list.contains("10.43.0.0/24"),
+        "kept across the restart:\n{list}"
+    );
+    assert!(
+        !list.contains("10.44.0.0/24"),
+        "a lifted block stays lifted:\n{list}"
+    );
+}

@@ -706,6 +706,11 @@ impl Config {
         {
             *s = dir.join(&*s);
         }
+        if let Some(s) = &mut c.block.state_file
+            && s.is_relative()
+        {
+            *s = dir.join(&*s);
+        }
         for f in [&mut c.server.tls_cert, &mut c.server.tls_key]
             .into_iter()
             .flatten()

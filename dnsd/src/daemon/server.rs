@@ -506,6 +506,12 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                 crate::xfr::notify::spawn_notify(&xfr, &e.def.origin, z, None);
             }
         }
+        // This node's own blocks from before a restart, before the sync publishes them.
+        let keeper = cfg
+            .block
+            .state_file
+            .as_deref()
+            .and_then(|p| shield::block_state::start(&blocks, p));
         let sync = match cfg.redis.clone() {
             Some(r) => {
                 let r = r.with_node_id_for("dnsd");
@@ -560,6 +566,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         }
         if let Some(d) = draining {
             let _ = d.join();
+        }
+        if let Some(k) = keeper {
+            k.stop();
         }
         Ok::<(), String>(())
     });

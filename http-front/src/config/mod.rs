@@ -938,7 +938,10 @@ impl Config {
             forwarded: f.forwarded,
             rules_file,
             rules_state: rules_schema.state,
-            block: f.block,
+            block: shield::block::BlockConfig {
+                state_file: f.block.state_file.as_deref().map(abs),
+                ..f.block
+            },
             xdp_pin_path: f.xdp.pin_path.map(|p| abs(&p)),
             redis,
             events,
