@@ -423,7 +423,7 @@ impl Front {
     }
 
     fn reload_now(&self) -> Result<Vec<String>, ConfigError> {
-        let loaded = match Config::load(&self.config_path) {
+        let mut loaded = match Config::load(&self.config_path) {
             Ok(l) => l,
             Err(e) => {
                 self.counters.bump(Counter::ReloadFailed);
@@ -431,6 +431,9 @@ impl Front {
                 return Err(e);
             }
         };
+        if let Some(w) = loaded.config.fit_descriptors() {
+            loaded.config.warnings.push(w);
+        }
         let prev = self.snapshot.load_full();
         let ignored = loaded.config.restart_only_changes(&prev.cfg);
         if !ignored.is_empty() {

@@ -103,13 +103,18 @@ fn main() -> ExitCode {
         eprintln!("http-front: -c CONFIG is required");
         return ExitCode::from(2);
     };
-    let loaded = match Config::load(&config) {
+    let mut loaded = match Config::load(&config) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("http-front: config refused: {e}");
             return ExitCode::from(1);
         }
     };
+    if !args.check
+        && let Some(w) = loaded.config.fit_descriptors()
+    {
+        loaded.config.warnings.push(w);
+    }
     if let Err(e) = shield::logging::init(&loaded.config.log, args.log_format) {
         eprintln!("http-front: {e}");
         return ExitCode::from(2);

@@ -915,23 +915,10 @@ impl Config {
                 ));
             }
         }
-        let mut server = f.server;
-        let workers = match server.workers {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
-        let pools = upstreams
-            .iter()
-            .map(|u| u.pool_max_idle)
-            .sum::<usize>()
-            .saturating_mul(workers);
-        if let Some(w) = server::fit_descriptors(&mut server, pools) {
-            warnings.push(format!("{}: {w}", path.display()));
-        }
         let config = Config {
             path: path.to_path_buf(),
             proxy,
-            server,
+            server: f.server,
             limits: f.limits,
             http2: f.http2,
             tls,
@@ -965,6 +952,23 @@ impl Config {
             rules: prepared,
             tls: tls_fixed,
         })
+    }
+
+    /// Raises RLIMIT_NOFILE to what `server.max_connections` needs, or lowers it to fit (the
+    /// warning says so): for a config about to serve, at a start and at each reload.
+    pub fn fit_descriptors(&mut self) -> Option<String> {
+        let workers = match self.server.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let pools = self
+            .upstreams
+            .iter()
+            .map(|u| u.pool_max_idle)
+            .sum::<usize>()
+            .saturating_mul(workers);
+        server::fit_descriptors(&mut self.server, pools)
+            .map(|w| format!("{}: {w}", self.path.display()))
     }
 
     /// Start-time-only settings that differ from `other` (reload keeps the running ones).
