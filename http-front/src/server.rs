@@ -176,7 +176,10 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         }
     }
     shield::systemd::stopping();
-    shield::systemd::leave_within_budget();
+    shield::systemd::leave_within_budget(
+        Duration::from_millis(front.snapshot().cfg.server.graceful_close_ms),
+        || {},
+    );
     tracing::info!("shutting down: no new connections, GOAWAY to open ones");
     accept.abort_all();
     let n = front.registry.close_all(CloseCause::Shutdown);

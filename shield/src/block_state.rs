@@ -31,10 +31,14 @@ pub struct Restored {
     pub expired: usize,
     /// Lines that did not parse (a file edited by hand, cut by a full disk).
     pub bad_lines: usize,
+    /// Entries today's policy refuses (never_block, min_prefix: add them again with --force).
+    pub refused: usize,
 }
 
+/// An entry of this node's own that blocks: a suspect (unproven evidence, which forged
+/// packets can make by the hundred thousand) is not kept, as Redis and XDP keep none.
 fn own(e: &BlockEntry) -> bool {
-    matches!(e.origin, Origin::Local | Origin::Operator)
+    matches!(e.origin, Origin::Local | Origin::Operator) && e.is_proven()
 }
 
 /// Puts back the entries kept in `path` (a missing file is none): this node's own, not yet
@@ -56,14 +60,12 @@ pub fn restore(map: &BlockMap, path: &Path) -> Result<Restored, String> {
             Err(_) => out.bad_lines += 1,
         }
     }
-    out.restored = entries.len();
-    // An operator's entries as they were taken (`--force` included); the daemons' own under
-    // today's policy (a never_block added since keeps them out).
-    let (operator, local): (Vec<_>, Vec<_>) = entries
-        .into_iter()
-        .partition(|e| e.origin == Origin::Operator);
-    map.insert_batch_forced(operator);
-    map.insert_batch(local);
+    // Under today's policy: a never_block added since keeps an entry out (an operator's
+    // `--force` is not recorded; such a block refused now is said, to be added again).
+    let n = entries.len();
+    let refused = map.insert_batch(entries).refused;
+    out.restored = n - refused.min(n);
+    out.refused = refused;
     Ok(out)
 }
 
@@ -76,7 +78,9 @@ pub fn start(map: &BlockMap, path: &Path) -> Option<Keeper> {
             restored = r.restored,
             expired = r.expired,
             bad_lines = r.bad_lines,
-            "this node's blocks restored from the state file"
+            refused = r.refused,
+            "this node's blocks restored from the state file (refused: by today's policy; add \
+             them again with ctl block add --force)"
         ),
         Err(e) => {
             tracing::error!("block state file not read, not kept: {e}");
@@ -211,8 +215,9 @@ mod tests {
         s.parse().unwrap()
     }
 
-    /// A node's own entries (local and operator, a forced /8 included) come back after a
-    /// restart; a peer's, an expired one and junk lines do not.
+    /// A node's own entries (local and operator) come back after a restart, under today's
+    /// policy (a forced /8 is refused and counted); a peer's, a suspect, an expired one and
+    /// junk lines do not.
     #[test]
     fn own_entries_survive_a_restart_and_nothing_else_comes_back() {
         let dir = tempfile::tempdir().unwrap();
@@ -244,6 +249,15 @@ mod tests {
             Origin::Peer,
             Evidence::Tcp,
         ));
+        // A suspect (forged packets can make them by the hundred thousand): not kept.
+        a.insert(BlockEntry::with_ttl(
+            net("203.0.113.1/32"),
+            hour,
+            now,
+            "suspect",
+            Origin::Local,
+            Evidence::Udp,
+        ));
         keeper.stop();
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 3, "{text}");
@@ -263,15 +277,18 @@ mod tests {
         assert_eq!(
             r,
             Restored {
-                restored: 3,
+                restored: 2,
                 expired: 1,
-                bad_lines: 1
+                bad_lines: 1,
+                refused: 1
             }
         );
-        for n in ["10.0.0.0/24", "11.0.0.0/8", "192.0.2.1/32"] {
+        for n in ["10.0.0.0/24", "192.0.2.1/32"] {
             assert!(b.get(net(n)).is_some(), "{n}");
         }
-        assert!(b.get(net("198.51.100.1/32")).is_none());
+        for n in ["11.0.0.0/8", "198.51.100.1/32", "203.0.113.1/32"] {
+            assert!(b.get(net(n)).is_none(), "{n}");
+        }
         // A missing file is no entry.
         assert_eq!(
             restore(&b, &dir.path().join("none")).unwrap(),

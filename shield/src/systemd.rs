@@ -41,20 +41,23 @@ pub fn stopping() {
 /// SIGKILL, which would cut the stop's last log lines and counts.
 pub const STOP_BUDGET: Duration = Duration::from_secs(12);
 
-/// Makes sure this process leaves within [`STOP_BUDGET`] of now, whatever its last writes
-/// wait for (a Redis or ClickHouse that takes connections and never answers): past it, says
-/// so and exits.
-pub fn leave_within_budget() {
+/// Makes sure this process leaves within [`STOP_BUDGET`] and `grace` (the time it gives its
+/// clients to finish) of now, whatever its last writes wait for (a Redis or ClickHouse that
+/// takes connections and never answers): past it, runs `last` (what must never outlive the
+/// process), says so and exits with status 1.
+pub fn leave_within_budget(grace: Duration, last: impl FnOnce() + Send + 'static) {
+    let budget = STOP_BUDGET + grace;
     let _ = std::thread::Builder::new()
         .name("stop-budget".into())
-        .spawn(|| {
-            std::thread::sleep(STOP_BUDGET);
+        .spawn(move || {
+            std::thread::sleep(budget);
+            last();
             tracing::error!(
-                budget_secs = STOP_BUDGET.as_secs(),
+                budget_secs = budget.as_secs(),
                 "stopping took longer than its budget (a store that does not answer?): \
                  leaving now; writes still in flight are lost"
             );
-            std::process::exit(0);
+            std::process::exit(1);
         });
 }
 

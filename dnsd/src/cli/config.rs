@@ -115,6 +115,10 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
             return 1;
         }
     };
+    // What the load noticed, as `serve` logs it.
+    for w in &cfg.warnings {
+        eprintln!("warning: {w}");
+    }
     // The zones as `serve` loads them (zone_registry::load_all, on all cores); a secondary's
     // file may not exist yet: it comes from the primary.
     // (Config::load refused any origin that does not parse.)

@@ -48,6 +48,17 @@ fn member_config(
         .groups
         .iter()
         .find(|g| cp.catalog_groups.contains(g) && t.has(g))
+        .or_else(|| {
+            // A group naming a template the catalog is not offered: said (catalogs that
+            // relied on any template being followed need catalog_groups now).
+            if let Some(g) = m.groups.iter().find(|g| t.has(g)) {
+                shield::limited!(
+                    1,
+                    warn!(catalog = %cp.origin, zone = %m.zone, group = %g, "a member's group names a template its catalog's catalog_groups does not offer: not followed")
+                );
+            }
+            None
+        })
         .cloned()
         .or_else(|| cp.catalog_template.clone());
     let origin = m.zone.to_string();
@@ -92,6 +103,40 @@ fn member_config(
         }
     }
     Ok(zc)
+}
+
+/// How many zones name each file, by name and by the file itself (another path to it).
+struct FileUse {
+    by_name: std::collections::HashMap<std::path::PathBuf, usize>,
+    by_id: std::collections::HashMap<(u64, u64), usize>,
+}
+
+fn file_id(p: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+impl FileUse {
+    fn of(reg: &registry::Registry) -> FileUse {
+        let mut u = FileUse {
+            by_name: Default::default(),
+            by_id: Default::default(),
+        };
+        for e in reg.entries() {
+            *u.by_name.entry(e.def.file.clone()).or_default() += 1;
+            if let Some(id) = file_id(&e.def.file) {
+                *u.by_id.entry(id).or_default() += 1;
+            }
+        }
+        u
+    }
+
+    /// True when another zone reads `file` too: a copy it reads is never deleted with a
+    /// member.
+    fn shared(&self, file: &std::path::Path) -> bool {
+        self.by_name.get(file).is_some_and(|&n| n > 1)
+            || file_id(file).is_some_and(|id| self.by_id.get(&id).is_some_and(|&n| n > 1))
+    }
 }
 
 /// Reads the consumed catalog `cat` and makes its members what it lists.
@@ -160,6 +205,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
             .is_some_and(|e| e.def.from_catalog.as_ref() == Some(cat))
     };
     let mut gone = Vec::new();
+    let mut uses: Option<FileUse> = None;
     for z in &ch.remove {
         if ours(&reg, z) {
             // Its copy goes with it, as Knot purges a removed member: a catalog that lists
@@ -169,6 +215,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
                 .find(z)
                 .and_then(|i| reg.entry(i))
                 .map(|e| e.def.file.clone())
+                && !uses.get_or_insert_with(|| FileUse::of(&reg)).shared(&f)
             {
                 let _ = std::fs::remove_file(f);
             }

@@ -542,7 +542,12 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         ));
         wait_for_signals(shared.clone()).await;
         shield::systemd::stopping();
-        shield::systemd::leave_within_budget();
+        let answers = shared.xdp_answers.clone();
+        shield::systemd::leave_within_budget(Duration::ZERO, move || {
+            if let Some(a) = answers {
+                a.withdraw();
+            }
+        });
         // First of all, the kernel stops answering for us: whatever the stop waits for
         // below, no answer of this process outlives it in the XDP maps.
         if let Some(a) = &shared.xdp_answers {

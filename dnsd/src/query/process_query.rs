@@ -608,6 +608,7 @@ impl Processor {
         w.start(req, q, rcode::NOERROR, true);
         let mut shared_denier: Option<std::sync::MutexGuard<'_, crate::signing::online::Denier>> =
             None;
+        let tsig_signed = signer.is_some();
         let online = match zone_idx.and_then(|i| zones.compact(i).map(|s| (i, s))) {
             Some((i, signer)) if q.dnssec_ok() => {
                 let (rate, per_source) = self.cfg.compact_denial;
@@ -629,7 +630,8 @@ impl Processor {
                     chain_past_budget: transport == Transport::Tcp,
                     nx_truncated: parsed.suspect == Some(shield::block::Scope::Nxdomain)
                         && transport == Transport::Udp
-                        && parsed.cookie != CookieStatus::Valid,
+                        && parsed.cookie != CookieStatus::Valid
+                        && !tsig_signed,
                 })
             }
             _ => None,

@@ -156,6 +156,8 @@ pub struct AnswerSync {
     hot_every: u32,
     /// The counters.
     pub stats: Arc<AnswerStats>,
+    /// Withdrawn for good (the process is stopping): nothing is published after.
+    withdrawn: std::sync::atomic::AtomicBool,
 }
 
 impl AnswerSync {
@@ -191,6 +193,7 @@ impl AnswerSync {
             hot_tx,
             hot_every: hot.sample.max(1),
             stats: Arc::new(AnswerStats::default()),
+            withdrawn: std::sync::atomic::AtomicBool::new(false),
         });
         let s = sync.clone();
         let addrs = addrs_of(&s.keys);
@@ -234,9 +237,15 @@ impl AnswerSync {
         }
     }
 
-    /// Removes dnsd's addresses and answers from the maps (at shutdown).
+    /// Removes dnsd's addresses and answers from the maps, for good: nothing is published
+    /// after (at shutdown, while workers, signing or catalogs may still ask for it).
     pub fn withdraw(&self) {
-        if let Some(m) = self.maps()
+        self.withdrawn.store(true, Ordering::SeqCst);
+        // A flip under way finishes first (it holds the epoch across its writes); one whose
+        // compilation began before does not happen (the epoch moved).
+        let mut flips = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
+        *flips += 1;
+        if let Some(m) = self.maps_any()
             && let Err(e) = m.withdraw_answers(&self.keys)
         {
             tracing::warn!("XDP answers: cannot withdraw: {e}");
@@ -261,7 +270,15 @@ impl AnswerSync {
         })
     }
 
+    /// The maps to publish in; none once withdrawn for good.
     fn maps(&self) -> Option<xdp_guard::GuardMaps> {
+        if self.withdrawn.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.maps_any()
+    }
+
+    fn maps_any(&self) -> Option<xdp_guard::GuardMaps> {
         let x = self.xdp.lock().unwrap_or_else(|e| e.into_inner());
         x.as_ref().and_then(|x| x.mirror()).and_then(|m| m.maps())
     }

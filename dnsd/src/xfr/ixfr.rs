@@ -224,7 +224,11 @@ impl IxfrIn {
                         // adds and deletes quadratic.)
                         ch.added.remove(&k);
                         ch.removed.insert(k);
-                        ch.ops.push((k, false));
+                        // A record outside the zone was never held (transfers pass such
+                        // records over): its deletion is no sign of another history.
+                        if zones::name::is_subdomain(r.owner, self.apex.as_wire()) {
+                            ch.ops.push((k, false));
+                        }
                     }
                 }
             }
@@ -249,7 +253,9 @@ impl IxfrIn {
                         if ch.added.insert(k, v).is_none() {
                             ch.order.push(k);
                         }
-                        ch.ops.push((k, true));
+                        if zones::name::is_subdomain(r.owner, self.apex.as_wire()) {
+                            ch.ops.push((k, true));
+                        }
                     }
                 }
             }

@@ -144,6 +144,9 @@ pub struct Transfers {
     per_client: Mutex<HashMap<IpAddr, usize>>,
     /// Slots for incoming transfers.
     pub in_slots: Arc<Semaphore>,
+    /// Slots for SOA checks of primaries at once (each a socket, a TLS primary's a
+    /// handshake): a start or reload of 100,000 secondaries asks them a few at a time.
+    pub check_slots: Arc<Semaphore>,
     /// Slots for NOTIFY targets being sent to at once.
     pub notify_slots: Arc<Semaphore>,
     /// Counters.
@@ -165,6 +168,7 @@ impl Transfers {
             out_total: Arc::new(Semaphore::new(c.transfer.max_out)),
             per_client: Mutex::new(HashMap::new()),
             in_slots: Arc::new(Semaphore::new(c.transfer.max_in)),
+            check_slots: Arc::new(Semaphore::new(c.transfer.max_in.saturating_mul(4).max(16))),
             notify_slots: Arc::new(Semaphore::new(NOTIFY_AT_ONCE)),
             stats: XfrStats::default(),
             journals: Mutex::new(journal::Journals::default()),

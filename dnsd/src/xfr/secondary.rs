@@ -314,7 +314,15 @@ async fn refresh_from(
 ) -> Result<String, XfrError> {
     let x = &shared.xfr;
     let start = Instant::now();
-    let serial = query_soa(x, p, primary).await?;
+    let serial = {
+        let _check = x
+            .check_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| XfrError::Unconfigured)?;
+        query_soa(x, p, primary).await?
+    };
     x.with_status(p.origin.as_wire(), |s| s.primary_serial = Some(serial));
     let (_, cur) = current(shared, &p.origin).await;
     if let Some(z) = &cur
@@ -370,8 +378,10 @@ async fn refresh_from(
                         x.stats.in_ixfr.fetch_add(1, Ordering::Relaxed);
                         (format!("IXFR ({steps} steps, -{del} +{add})"), z)
                     }
-                    // Past max_in_records: the whole zone would be as well.
-                    Err(e @ XfrError::TooLarge(_)) => return Err(e),
+                    // Past max_in_records or max_in_bytes: the whole zone would be as well.
+                    Err(e @ (XfrError::TooManyRecords(_) | XfrError::TooLarge(_))) => {
+                        return Err(e);
+                    }
                     Err(e) => {
                         tracing::warn!(zone = %p.origin, "IXFR not applied ({e}): trying AXFR");
                         axfr_in(x, p, primary, deadline).await?
@@ -384,7 +394,9 @@ async fn refresh_from(
                 ("IXFR (whole zone)".to_string(), z)
             }
             // Too slow or too large: an AXFR of the same primary would be as well.
-            Err(e @ (XfrError::TooSlow | XfrError::TooLarge(_))) => return Err(e),
+            Err(e @ (XfrError::TooSlow | XfrError::TooLarge(_) | XfrError::TooManyRecords(_))) => {
+                return Err(e);
+            }
             Err(e) => {
                 tracing::info!(zone = %p.origin, "IXFR from {primary} failed ({e}): trying AXFR");
                 axfr_in(x, p, primary, deadline).await?

@@ -644,11 +644,22 @@ fn peer_uid(s: &tokio::net::UnixStream) -> Option<u32> {
 }
 
 /// Answers `message` as an error reply, if the socket takes it now, and lets the connection
-/// go (never waiting for a peer that does not read).
+/// go (never waiting for a peer that does not read). Sent on the descriptor itself: a
+/// freshly accepted stream's readiness is not known to the runtime yet, and its `try_write`
+/// would refuse without trying.
 fn answer_now(s: &tokio::net::UnixStream, message: &str) {
+    use std::os::fd::AsRawFd as _;
     let mut out = serde_json::to_string(&Reply::err(message.to_string())).unwrap_or_default();
     out.push('\n');
-    let _ = s.try_write(out.as_bytes());
+    // SAFETY: a valid, open socket descriptor and a buffer of `out.len()` bytes.
+    let _ = unsafe {
+        libc::send(
+            s.as_raw_fd(),
+            out.as_ptr().cast(),
+            out.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
 }
 
 /// Binds the control socket at `path` with `access`'s mode and group, whatever the umask. A
@@ -677,6 +688,21 @@ pub fn bind(path: &Path, access: &Access) -> std::io::Result<Listener> {
         && let Some(why) = open_to_others(dir)
     {
         return Err(other(why));
+    }
+    // A directory another user owns (made before the daemon first started) is theirs to
+    // change: its owner could swap the socket.
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && let Ok(m) = std::fs::metadata(dir)
+    {
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if m.uid() != 0 && m.uid() != me {
+            return Err(other(format!(
+                "{}: owned by uid {}, neither root nor this process's user: its owner could put a socket of their own where the control socket is looked for",
+                dir.display(),
+                m.uid()
+            )));
+        }
     }
     if let Some(dir) = path.parent() {
         // Made 0755 whatever the umask (the peers are checked at the socket): a directory

@@ -415,7 +415,11 @@ fn parse_head(raw: &[u8]) -> Option<Head> {
                 h.chunked = true;
             } else if k.eq_ignore_ascii_case("content-length") {
                 h.length = v.parse::<usize>().ok();
-            } else if k.len() > 13 && k[..13].eq_ignore_ascii_case("x-clickhouse-") {
+            } else if k
+                .as_bytes()
+                .get(..13)
+                .is_some_and(|p| p.eq_ignore_ascii_case(b"x-clickhouse-"))
+            {
                 h.from_clickhouse = true;
             }
         }

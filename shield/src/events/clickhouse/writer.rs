@@ -404,17 +404,14 @@ impl Inner {
             // A 200 of some other server (a proxy misrouted, a wrong port) stored nothing:
             // counted landed, its rows would be lost unsaid. One carrying an exception in
             // its body failed after its head went.
-            Ok(r)
-                if r.status == 200 && (!r.from_clickhouse || exception_code(&r.body).is_some()) =>
-            {
-                Err(Failure::Transient {
-                    code: exception_code(&r.body).unwrap_or(0),
-                    message: if r.from_clickhouse {
-                        String::from_utf8_lossy(&r.body).into_owned()
-                    } else {
-                        "HTTP 200 without ClickHouse's X-ClickHouse-* headers: not ClickHouse's reply (a proxy or another server on that address?)".into()
-                    },
-                })
+            Ok(r) if r.status == 200 && !r.from_clickhouse => Err(Failure::Transient {
+                code: 0,
+                message: "HTTP 200 without ClickHouse's X-ClickHouse-* headers: not ClickHouse's reply (a proxy or another server on that address?)".into(),
+            }),
+            // Judged as the same exception sent with an error status: a row's fault is
+            // bisected, a server's waited for.
+            Ok(r) if r.status == 200 && exception_code(&r.body).is_some() => {
+                Err(classify(500, &r.body))
             }
             Ok(r) if r.status == 200 => {
                 self.c.requests.fetch_add(1, Ordering::Relaxed);
