@@ -127,6 +127,12 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Serve { .. }) {
+        // A tool's output piped into `head` or `grep -q` ends it quietly, as for any Unix
+        // tool (Rust ignores SIGPIPE, and a print to the closed pipe panicked).
+        // SAFETY: restoring a signal's default disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cli.cmd {
         Cmd::CheckZone {
             origin,

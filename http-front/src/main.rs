@@ -93,6 +93,9 @@ fn main() -> ExitCode {
         args: words,
     }) = &args.cmd
     {
+        // Its output piped into `head` or `grep -q` ends it quietly, as for any Unix tool.
+        // SAFETY: restoring a signal's default disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
         if words.first().map(String::as_str) == Some("help") {
             print!("{}", http_front::server::CTL_HELP);
             return ExitCode::SUCCESS;

@@ -150,3 +150,25 @@ fn http_front_ctl_help_lists_every_command_the_proxy_knows() {
         "{out}"
     );
 }
+
+/// `dnsd ctl stats | grep -q …` (a reader that stops early) ends `ctl` quietly, as any Unix
+/// tool: it panicked printing to the closed pipe.
+#[test]
+fn ctl_output_into_a_closed_pipe_ends_quietly() {
+    let d = Dnsd::start(&[Zone::data("example.com.")]);
+    for _ in 0..5 {
+        let mut child = Command::new(palisade_tests::bin("dnsd"))
+            .args(["ctl", "-s"])
+            .arg(d.control_socket())
+            .arg("stats")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader goes away before anything is read.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
