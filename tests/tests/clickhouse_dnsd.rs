@@ -478,3 +478,78 @@ fn a_clickhouse_that_never_answers_does_not_hold_a_stop_past_its_budget() {
         dnsd.log()
     );
 }
+
+/// A failure streak whose cause changes (a server out of memory, then a table gone) says the
+/// new cause at warning level (only the first was said, the rest at debug), and a full
+/// buffer says it drops rows (it was only counted).
+#[test]
+fn a_changed_cause_of_failure_and_a_full_buffer_are_said() {
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", fake.local_addr().unwrap());
+    let table_gone = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let server = {
+        let (table_gone, done) = (table_gone.clone(), done.clone());
+        fake.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let end = Instant::now() + Duration::from_secs(60);
+            while !done.load(Ordering::Relaxed) && Instant::now() < end {
+                let Ok((mut c, _)) = fake.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                let _ = c.set_nonblocking(false);
+                let _ = c.set_read_timeout(Some(Duration::from_millis(300)));
+                let mut buf = [0u8; 65536];
+                let _ = c.read(&mut buf);
+                let (status, body) = if table_gone.load(Ordering::Relaxed) {
+                    (
+                        404,
+                        "Code: 60. DB::Exception: Table palisade.events does not exist",
+                    )
+                } else {
+                    (503, "Code: 241. DB::Exception: Memory limit exceeded")
+                };
+                let _ = write!(
+                    c,
+                    "HTTP/1.1 {status} X\r\nX-ClickHouse-Exception-Code: 1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let dnsd = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .raw("[defence.rrl]\nresponses_per_second = 10\nslip = 2")
+        .raw("[defence.random_subdomain]\nenabled = false")
+        .raw(&format!(
+            "[events]\ninterval_secs = 1\noutput = \"file:{}\"\n\n[events.clickhouse]\nurl = \"{url}\"\n\
+             flush_ms = 100\nmax_backoff_ms = 100\nbatch_rows = 1\nmax_buffered_rows = 1\n",
+            dir.path().join("events.jsonl").display(),
+        ))
+        .start();
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let flood = |n: u16| {
+        for i in 0..n {
+            let q = build_query(i, "www.example.com.", 1, &QueryOpts::udp());
+            let _ = s.send_to(&q, dnsd.addr());
+        }
+    };
+    flood(300);
+    wait_for("the first cause said", Duration::from_secs(15), || {
+        dnsd.log().contains("Memory limit exceeded")
+    });
+    table_gone.store(true, Ordering::Relaxed);
+    wait_for("the new cause said", Duration::from_secs(15), || {
+        flood(50);
+        dnsd.log().contains("does not exist")
+    });
+    wait_for("a full buffer said", Duration::from_secs(15), || {
+        flood(50);
+        dnsd.log().contains("ClickHouse buffer full")
+    });
+    done.store(true, Ordering::Relaxed);
+    let _ = server.join();
+}

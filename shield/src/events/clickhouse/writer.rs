@@ -495,8 +495,19 @@ impl Inner {
     /// out meanwhile; the caller's loop counts the rest as dropped).
     fn transient(&self, st: &mut SenderState, code: u32, message: String) {
         self.c.failures.fetch_add(1, Ordering::Relaxed);
-        if st.failures == 0 {
-            tracing::warn!(sink = %self.name, error = %message, "ClickHouse insert failed; retrying with backoff");
+        // The first failure, a new cause (a server back up with a table that no longer
+        // matches), and a lasting one once a minute: said; the rest at debug.
+        let say = st.failures == 0
+            || st
+                .logged
+                .is_none_or(|(c, at)| c != code || at.elapsed() >= FAILING_LOG_EVERY);
+        if say {
+            st.logged = Some((code, Instant::now()));
+            if st.failures == 0 {
+                tracing::warn!(sink = %self.name, code, error = %message, "ClickHouse insert failed; retrying with backoff");
+            } else {
+                tracing::warn!(sink = %self.name, code, failed_attempts = st.failures, error = %message, "ClickHouse insert still failing");
+            }
         } else {
             tracing::debug!(sink = %self.name, error = %message, "ClickHouse insert failed again");
         }
@@ -663,7 +674,12 @@ struct SenderState {
     backoff: Duration,
     /// Single rows refused since a row was last taken.
     rows_rejected_in_a_row: u32,
+    /// The error code last logged in a failure streak, and when.
+    logged: Option<(u32, Instant)>,
 }
+
+/// How often a failure streak with an unchanged cause is logged again.
+const FAILING_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Single rows refused in a row, none taken, after which the table is suspected (not the
 /// rows) and the batch waits instead of being dropped row by row.
@@ -675,6 +691,7 @@ fn run_sender(inner: Arc<Inner>) {
         failures: 0,
         backoff: FIRST_BACKOFF.min(Duration::from_millis(inner.cfg.max_backoff_ms)),
         rows_rejected_in_a_row: 0,
+        logged: None,
     };
     while let Some(chunk) = inner.next_batch() {
         inner.c.batches.fetch_add(1, Ordering::Relaxed);
@@ -856,6 +873,10 @@ impl ClickHouseWriter {
         }
         if over > 0 {
             c.overflow.fetch_add(over as u64, Ordering::Relaxed);
+            crate::limited!(
+                1,
+                warn!(sink = %self.inner.name, rows = over, max_buffered_rows = self.inner.cfg.max_buffered_rows, "ClickHouse buffer full: rows dropped (counted as overflow)")
+            );
         }
         accepted
     }
