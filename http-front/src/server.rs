@@ -87,6 +87,19 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         None => None,
     };
 
+    // Caught before anything is accepted: a SIGTERM once it serves is acted on, never lost
+    // between the handler's installation and its stream.
+    let sig = |k| {
+        signal(k).map_err(|source| StartError::Output {
+            what: "signal",
+            source,
+        })
+    };
+    let (mut hup, mut term, mut int) = (
+        sig(SignalKind::hangup())?,
+        sig(SignalKind::terminate())?,
+        sig(SignalKind::interrupt())?,
+    );
     let mut accept = JoinSet::new();
     for (is_tls, list) in [(false, plain), (true, tls)] {
         for (addr, l) in list {
@@ -137,17 +150,6 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         background.spawn(crate::acme::run(Arc::clone(&front), cfg, state));
     }
 
-    let sig = |k| {
-        signal(k).map_err(|source| StartError::Output {
-            what: "signal",
-            source,
-        })
-    };
-    let (mut hup, mut term, mut int) = (
-        sig(SignalKind::hangup())?,
-        sig(SignalKind::terminate())?,
-        sig(SignalKind::interrupt())?,
-    );
     let snap = front.snapshot();
     tracing::info!(
         sites = snap.sites.len(),

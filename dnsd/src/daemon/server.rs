@@ -454,6 +454,10 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let result = rt.block_on(async {
+        // Before anything answers: a SIGTERM as soon as TCP answers (a manager stopping a
+        // start it sees serving) is caught and acted on, never lost between the handler's
+        // installation and its stream (it left dnsd running, the manager waiting).
+        let signals = Signals::new();
         for l in tcp_listeners {
             tokio::spawn(tcp.clone().serve(l));
         }
@@ -540,7 +544,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             shared.zones.lock().await.len(),
             shared.addrs.len()
         ));
-        wait_for_signals(shared.clone()).await;
+        wait_for_signals(shared.clone(), signals).await;
         shield::systemd::stopping();
         let answers = shared.xdp_answers.clone();
         shield::systemd::leave_within_budget(Duration::ZERO, move || {
@@ -681,11 +685,30 @@ async fn housekeeping(shared: Arc<State>) {
     }
 }
 
-async fn wait_for_signals(shared: Arc<State>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+/// The signals dnsd acts on, caught from the start of its runtime.
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        use tokio::signal::unix::{SignalKind, signal};
+        Signals {
+            hup: signal(SignalKind::hangup()).expect("SIGHUP handler"),
+            term: signal(SignalKind::terminate()).expect("SIGTERM handler"),
+            int: signal(SignalKind::interrupt()).expect("SIGINT handler"),
+        }
+    }
+}
+
+async fn wait_for_signals(shared: Arc<State>, signals: Signals) {
+    let Signals {
+        mut hup,
+        mut term,
+        mut int,
+    } = signals;
     loop {
         tokio::select! {
             _ = hup.recv() => {
