@@ -266,9 +266,15 @@ fn a_zone_dnsd_signs_gets_its_alias_answers_signed_and_delv_validates_them() {
             "delv {name} {qtype}: expected {want:?}:\n{out}"
         );
     }
-    // Asked again: the signature comes from the worker's cache, and still validates.
-    let out = delv("alias.test", "A");
-    assert!(out.contains("; fully validated"), "{out}");
+    // Asked again: the signature comes from a worker's cache, and still validates (asked a
+    // few times: each worker keeps its own cache, and a query may meet another worker).
+    for _ in 0..4 {
+        let out = delv("alias.test", "A");
+        assert!(out.contains("; fully validated"), "{out}");
+        if dnsd.stat("compact_denial.cached") >= 1 {
+            break;
+        }
+    }
     assert!(
         dnsd.stat("compact_denial.cached") >= 1,
         "a cached signature was used"
