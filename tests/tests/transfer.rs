@@ -750,3 +750,32 @@ fn silent_primaries_hold_no_transfer_slot_while_their_soa_queries_wait() {
     );
     drop((silent_udp, silent_tcp));
 }
+
+/// SOA checks past their slots (four times `max_in`, at least 16) wait and are counted: twenty
+/// zones of a primary that never answers leave four checks waiting, shown by
+/// `transfer.in.check_waiting`.
+#[test]
+fn soa_checks_past_their_slots_wait_and_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = net::test_ip();
+    let port = net::free_port(ip);
+    let silent_udp = std::net::UdpSocket::bind((ip, port)).unwrap();
+    let silent_tcp = std::net::TcpListener::bind((ip, port)).unwrap();
+    let mut zones = vec![Zone::data("example.net.")];
+    for i in 0..20 {
+        let name = format!("s{i}.test.");
+        let mut z = Zone::new(&name, dir.path().join(format!("{name}zone")));
+        z.options = vec![format!("primaries = [\"{ip}:{port}\"]")];
+        zones.push(z);
+    }
+    let secondary = Dnsd::builder()
+        .zones(&zones)
+        .raw("[transfer]\nmax_in = 1\nmessage_timeout_secs = 20\n")
+        .ready_on_first_zone()
+        .start();
+    wait_for("four SOA checks waiting", Duration::from_secs(10), || {
+        secondary.stat("transfer.in.check_waiting") >= 4
+    });
+    assert_eq!(secondary.stat("transfer.in.waiting"), 0);
+    drop((silent_udp, silent_tcp));
+}

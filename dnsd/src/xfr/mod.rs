@@ -71,6 +71,7 @@ counters! {
     in_failed => "transfer.in.failed", "Refreshes or transfers in that failed.";
     in_limit => "transfer.in.limit", "Transfers in stopped by max_in_records, max_in_bytes, in_timeout_secs or in_min_rate_bytes_per_sec.";
     in_waiting => "transfer.in.waiting", "Refreshes that waited for a free `[transfer] max_in` slot.";
+    check_waiting => "transfer.in.check_waiting", "SOA checks that waited for a free slot (four times `[transfer] max_in`, at least 16).";
     expired => "transfer.in.expired", "Secondary zones that expired (answered SERVFAIL).";
     notify_in => "notify.in.accepted", "NOTIFY messages accepted from primaries.";
     notify_in_refused => "notify.in.refused", "NOTIFY messages refused (not a primary, not a secondary zone, wrong key).";

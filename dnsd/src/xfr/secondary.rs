@@ -315,12 +315,17 @@ async fn refresh_from(
     let x = &shared.xfr;
     let start = Instant::now();
     let serial = {
-        let _check = x
-            .check_slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| XfrError::Unconfigured)?;
+        let _check = match x.check_slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                x.stats.check_waiting.fetch_add(1, Ordering::Relaxed);
+                x.check_slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| XfrError::Unconfigured)?
+            }
+        };
         query_soa(x, p, primary).await?
     };
     x.with_status(p.origin.as_wire(), |s| s.primary_serial = Some(serial));
