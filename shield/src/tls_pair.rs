@@ -81,3 +81,34 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
     }
     Ok(ck)
 }
+
+/// The validity of `ck`'s leaf: its start and end in Unix seconds and its end as text (UTC).
+pub fn leaf_validity(ck: &CertifiedKey) -> Option<(i64, i64, String)> {
+    let der = ck.end_entity_cert().ok()?;
+    let (_, c) = x509_parser::parse_x509_certificate(der).ok()?;
+    let v = c.validity();
+    Some((
+        v.not_before.timestamp(),
+        v.not_after.timestamp(),
+        v.not_after.to_datetime().to_string(),
+    ))
+}
+
+/// Says why `ck`'s leaf is not valid at `now` (Unix seconds), if it is not.
+pub fn out_of_validity(ck: &CertifiedKey, now: i64) -> Option<String> {
+    let (not_before, not_after, end) = leaf_validity(ck)?;
+    if now > not_after {
+        Some(format!("expired at {end}"))
+    } else if now < not_before {
+        Some("is not valid yet".into())
+    } else {
+        None
+    }
+}
+
+/// The current time in Unix seconds.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}

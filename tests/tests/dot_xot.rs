@@ -251,6 +251,19 @@ fn a_reload_takes_a_new_pair_and_keeps_the_last_good_one_over_a_bad_one() {
     let d = DotConn::connect(None, tls, &ca.pem(), "dns.test").unwrap();
     assert_eq!(d.leaf(), Some(other.der()), "the new pair serves");
     assert!(c.exchange(&q).unwrap().is_some(), "open connections go on");
+    // An expired pair serves (as Knot and nginx serve one) but the reload says so, and the
+    // metrics show its end.
+    let mut old = rcgen::CertificateParams::new(vec!["dns.test".to_string()]).unwrap();
+    old.not_before = rcgen::date_time_ymd(2019, 1, 1);
+    old.not_after = rcgen::date_time_ymd(2020, 2, 1);
+    ca.sign(old).write(dir.path(), "dns");
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("dns.crt: the certificate expired at 2020-02-01"),
+        "{out}"
+    );
+    assert_eq!(dnsd.stat("tls.cert_not_after"), 1_580_515_200);
 }
 
 /// A BIND primary of example.com. answering zone transfers over TLS on its own port with

@@ -167,10 +167,18 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
     // passed here and stopped the start).
     if let (Some(cert), Some(key)) = (&cfg.server.tls_cert, &cfg.server.tls_key)
         && (!cfg.server.tls_listen.is_empty() || !cfg.server.quic_listen.is_empty())
-        && let Err(e) = crate::daemon::tls::DotTls::load(cert, key)
     {
-        eprintln!("dnsd: server.tls_cert/tls_key: {e}");
-        bad += 1;
+        match crate::daemon::tls::DotTls::load(cert, key) {
+            Ok(t) => {
+                if let Some(w) = t.validity_warning(cert) {
+                    eprintln!("warning: {w}");
+                }
+            }
+            Err(e) => {
+                eprintln!("dnsd: server.tls_cert/tls_key: {e}");
+                bad += 1;
+            }
+        }
     }
     if bad > 0 {
         return 1;

@@ -54,22 +54,28 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 shared.xfr.set_zone_policies(&members);
                 reload_cookie_secrets(shared, &c);
                 rules_note = reload_rules(shared, &c).await;
+                let mut tls_warning = None;
                 if let Some(t) = &shared.tls
                     && let (Some(cert), Some(key)) = (&c.server.tls_cert, &c.server.tls_key)
-                    && let Err(e) = t.reload(cert, key)
                 {
-                    let e = format!(
-                        "server.tls_cert/tls_key refused, the last good pair keeps serving: {e}"
-                    );
-                    tracing::error!("{e}");
-                    rules_note = Some(match rules_note {
-                        Some((_, r)) => (false, format!("{r}{e}\n")),
-                        None => (false, format!("{e}\n")),
-                    });
+                    match t.reload(cert, key) {
+                        Ok(()) => tls_warning = t.validity_warning(cert),
+                        Err(e) => {
+                            let e = format!(
+                                "server.tls_cert/tls_key refused, the last good pair keeps serving: {e}"
+                            );
+                            tracing::error!("{e}");
+                            rules_note = Some(match rules_note {
+                                Some((_, r)) => (false, format!("{r}{e}\n")),
+                                None => (false, format!("{e}\n")),
+                            });
+                        }
+                    }
                 }
                 // The config's own warnings, in the log and in the answer (with zones that
                 // name a tenant while no rules file is configured: reload_rules says the rest).
                 let mut warnings = c.warnings.clone();
+                warnings.extend(tls_warning);
                 // [control] mode and group apply now (a group removed loses its access at
                 // once); another socket path waits for a restart.
                 if let Some((h, bound)) = shared.control.get() {

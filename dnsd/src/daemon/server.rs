@@ -326,6 +326,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         {
             let t = crate::daemon::tls::DotTls::load(cert, key)
                 .map_err(|e| format!("server.tls_cert/tls_key: {e}"))?;
+            if let Some(w) = t.validity_warning(cert) {
+                tracing::warn!("{w}");
+            }
             let mut ls = Vec::new();
             for a in cfg.server.tls_addrs() {
                 let l = listener::tcp::listener(a, &listener::tcp::TcpOptions::default())

@@ -35,6 +35,12 @@ pub struct DotTls {
 }
 
 impl DotTls {
+    /// Why the pair serving now is not valid today (expired, not yet valid), if it is not.
+    pub fn validity_warning(&self, cert: &Path) -> Option<String> {
+        shield::tls_pair::out_of_validity(&self.pair.load(), shield::tls_pair::unix_now())
+            .map(|why| format!("server.tls_cert {}: the certificate {why}", cert.display()))
+    }
+
     /// The settings of the pair `cert`/`key`, or why it cannot serve (naming the file).
     pub fn load(cert: &Path, key: &Path) -> Result<Arc<DotTls>, String> {
         let ck = Arc::new(shield::tls_pair::load_pair(cert, key).map_err(|e| e.to_string())?);
@@ -176,6 +182,15 @@ impl shield::metrics::Source for DotTls {
             "QUIC clients asked to prove their address (a Retry) because too many handshakes were under way.",
             self.quic_retries.load(Ordering::Relaxed),
         );
+        if let Some((_, not_after, _)) = shield::tls_pair::leaf_validity(&self.pair.load()) {
+            out.gauge(
+                "tls.cert_not_after",
+                "dnsd_tls_cert_not_after_seconds",
+                "",
+                "The end of the serving DoT/DoQ certificate's validity, in Unix seconds.",
+                not_after.max(0) as u64,
+            );
+        }
         out.counter(
             "tls.reload_failures",
             "dnsd_tls_reload_failures_total",

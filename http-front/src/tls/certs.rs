@@ -323,7 +323,7 @@ pub fn build(
         _ => None,
     });
     for (what, ck) in fixed_named.chain(read_named) {
-        if let Some(why) = out_of_validity(ck, now) {
+        if let Some(why) = shield::tls_pair::out_of_validity(ck, now) {
             warnings.push(format!("{what}: the certificate {why}"));
         }
     }
@@ -346,21 +346,6 @@ pub fn build(
         }),
         warnings,
         unread,
-    }
-}
-
-/// Says why `ck`'s leaf is not valid at `now` (Unix seconds), if it is not.
-pub fn out_of_validity(ck: &CertifiedKey, now: i64) -> Option<String> {
-    let i = ck
-        .end_entity_cert()
-        .ok()
-        .and_then(|c| super::leaf_info(c))?;
-    if now > i.not_after_unix {
-        Some(format!("expired at {}", i.not_after))
-    } else if now < i.not_before_unix {
-        Some("is not valid yet".into())
-    } else {
-        None
     }
 }
 
