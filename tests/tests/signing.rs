@@ -407,7 +407,12 @@ fn knot_as_secondary_of_a_signing_dnsd_serves_answers_that_validate_before_and_a
 /// The CDS records served, as delv `static-ds` anchors (the parent's DS set, as a parent
 /// that follows CDS would hold it).
 fn anchor_from_cds(addr: SocketAddr) -> Option<String> {
-    let cds: Vec<String> = dig(addr, "+short example.com CDS")
+    anchor_from_set(addr, "CDS")
+}
+
+/// example.com's `rtype` (DS or CDS) records served at `addr`, as delv `static-ds` anchors.
+fn anchor_from_set(addr: SocketAddr, rtype: &str) -> Option<String> {
+    let cds: Vec<String> = dig(addr, &format!("+short example.com {rtype}"))
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -437,7 +442,7 @@ fn key_rollovers_on_a_short_timetable_never_break_validation() {
         dir.path(),
         2,
         "keys = \"ksk-zsk\"\nzsk_lifetime = \"6\"\nksk_lifetime = \"12\"\ndnskey_ttl = \"1\"\n\
-         propagation_delay = \"1\"\nparent_ds_ttl = \"1\"",
+         propagation_delay = \"1\"\nparent_ds_ttl = \"1\"\nksk_submission = \"timer\"",
         &[],
     );
     let a = dnsd.addr();
@@ -495,6 +500,147 @@ fn key_rollovers_on_a_short_timetable_never_break_validation() {
     }
     assert!(ksks(a) != first, "the KSK did not roll");
     assert!(seen_keys.len() >= 4, "keys seen: {seen_keys:?}");
+}
+
+/// A parent slower than every timer: the KSK rollover's old key signs on until the parent's
+/// server holds the new key's DS (asked every second), so a validator anchored at the
+/// parent's DS set never sees the zone bogus; the rollover then ends. (Retiring on a timer,
+/// the old key left while the parent still had only its DS: every answer bogus.)
+#[test]
+fn a_ksk_rollover_waits_for_the_parents_ds_and_never_leaves_the_zone_bogus() {
+    if !need(&["delv", "dig"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The parent: com. delegating example.com., its DS set written by the test.
+    let com = dir.path().join("com.zone");
+    let com_text = |ds: &str| {
+        format!(
+            "$TTL 1\n@ SOA ns hostmaster 1 7200 3600 1209600 1\n@ NS ns\nns A 192.0.2.1\n\
+             example NS ns1.example\nns1.example A 192.0.2.2\n{ds}"
+        )
+    };
+    std::fs::write(&com, com_text("")).unwrap();
+    let parent = Dnsd::builder().zone(Zone::new("com.", &com)).start();
+    let set_ds = |cds: &str| {
+        let ds: String = cds.lines().map(|l| format!("example DS {l}\n")).collect();
+        std::fs::write(&com, com_text(&ds)).unwrap();
+        let (ok, out) = parent.ctl(&["reload"]);
+        assert!(ok, "{out}");
+    };
+    let kdir = tempfile::tempdir().unwrap();
+    let (dnsd, _) = start(
+        kdir.path(),
+        1,
+        &format!(
+            "keys = \"ksk-zsk\"\nksk_lifetime = \"8\"\ndnskey_ttl = \"1\"\n\
+             propagation_delay = \"1\"\nparent_ds_ttl = \"1\"\n\
+             parent = [\"{}\"]\nparent_check_interval = \"1\"",
+            parent.addr()
+        ),
+        &[],
+    );
+    let a = dnsd.addr();
+    let cds = |a| dig(a, "+short example.com CDS");
+    palisade_tests::wait::wait_for("the first KSK's CDS", Duration::from_secs(10), || {
+        !cds(a).is_empty()
+    });
+    set_ds(&cds(a));
+    let first = ksks(a);
+    let anchor = dir.path().join("anchor.conf");
+    let mut failures = Vec::new();
+    let start = Instant::now();
+    let mut rolled_at: Option<Instant> = None;
+    while start.elapsed() < Duration::from_secs(40) {
+        if rolled_at.is_none() && ksks(a).len() > 1 {
+            rolled_at = Some(Instant::now());
+        }
+        // The parent is slow: it takes the new DS only 8 s into the rollover (the timer
+        // would have retired the old key after 4), then follows the CDS.
+        if rolled_at.is_some_and(|t| t.elapsed() > Duration::from_secs(8)) {
+            let now = cds(a);
+            if anchor_from_set(parent.addr(), "DS") != anchor_from_set(a, "CDS") {
+                set_ds(&now);
+            }
+        }
+        if let Some(text) = anchor_from_set(parent.addr(), "DS") {
+            std::fs::write(&anchor, text).unwrap();
+        }
+        for (name, qtype, want) in [
+            ("www.example.com", "A", "; fully validated"),
+            ("example.com", "DNSKEY", "; fully validated"),
+        ] {
+            let text = delv(a, &anchor, name, qtype);
+            if !text.contains(want) {
+                let (_, keys) = dnsd.ctl(&["zone-keys", "example.com."]);
+                failures.push(format!(
+                    "after {:?}: delv {name} {qtype}: expected {want:?}:\n{text}\nkeys:\n{keys}",
+                    start.elapsed()
+                ));
+            }
+        }
+        if rolled_at.is_some() && !ksks(a).iter().any(|k| first.contains(k)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\n{}",
+        failures.join("\n"),
+        dnsd.log()
+    );
+    assert!(rolled_at.is_some(), "no rollover began");
+    assert!(
+        !ksks(a).iter().any(|k| first.contains(k)),
+        "the first KSK is still published:\n{}",
+        dnsd.log()
+    );
+    assert!(
+        dnsd.stat("signing.ds_checks.lacking") > 0,
+        "the slow parent was asked"
+    );
+    assert!(dnsd.stat("signing.ds_checks.held") > 0, "the DS was seen");
+}
+
+/// Without a parent to ask, the rollover waits for the operator: the old KSK signs on until
+/// `ctl zone-ksk-submitted`, which retires it on its timeline from then.
+#[test]
+fn a_manual_ksk_submission_waits_for_the_operator() {
+    if !need(&["dig"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (dnsd, _) = start(
+        dir.path(),
+        1,
+        "keys = \"ksk-zsk\"\nksk_lifetime = \"3\"\ndnskey_ttl = \"1\"\n\
+         propagation_delay = \"1\"\nparent_ds_ttl = \"1\"",
+        &[],
+    );
+    let a = dnsd.addr();
+    let first = ksks(a);
+    palisade_tests::wait::wait_for("a rollover", Duration::from_secs(10), || ksks(a).len() > 1);
+    // Well past the timer's retirement (ready after 2 s, retired 2 s later).
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(
+        ksks(a).iter().any(|k| first.contains(k)),
+        "the old KSK left unconfirmed"
+    );
+    assert_eq!(dnsd.stat("signing.awaiting_ds"), 1);
+    let (ok, out) = dnsd.ctl(&["zone-ksk-submitted", "example.com.", "1"]);
+    assert!(
+        !ok && out.contains("no KSK rollover awaits the DS of key 1"),
+        "{out}"
+    );
+    let (ok, out) = dnsd.ctl(&["zone-ksk-submitted", "example.com."]);
+    assert!(
+        ok && out.contains("the parent holds the DS of key"),
+        "{out}"
+    );
+    palisade_tests::wait::wait_for("the old KSK gone", Duration::from_secs(15), || {
+        !ksks(a).iter().any(|k| first.contains(k))
+    });
 }
 
 #[test]

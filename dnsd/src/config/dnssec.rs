@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::signing::Policy;
 use crate::signing::keys::Algorithm;
+use crate::signing::{Policy, Submission};
 
 /// `[dnssec]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -106,6 +106,18 @@ pub struct PolicyConfig {
     /// Publish CDS and CDNSKEY for the parent (default true).
     #[serde(default)]
     pub cds: Option<bool>,
+    /// How a KSK or CSK rollover learns that the parent holds the new DS: "parent" (ask the
+    /// `parent` servers; the default when some are given), "manual" (`ctl
+    /// zone-ksk-submitted`; the default otherwise) or "timer" (assume it after
+    /// `propagation_delay`, unchecked).
+    #[serde(default)]
+    pub ksk_submission: Option<String>,
+    /// The parent zone's servers asked for the new key's DS ("IP" or "IP:port").
+    #[serde(default)]
+    pub parent: Vec<String>,
+    /// How often the parent servers are asked while a DS is awaited (default 1h).
+    #[serde(default)]
+    pub parent_check_interval: Option<String>,
     /// Answer NXDOMAIN and NODATA with compact denial (RFC 9824): NOERROR and one NSEC
     /// signed online. NSEC only; the zone keeps its NSEC chain for transfers.
     #[serde(default)]
@@ -183,6 +195,56 @@ impl PolicyConfig {
         if !matches!(rsa_bits, 2048 | 3072 | 4096) {
             return Err((k("rsa_bits"), "must be 2048, 3072 or 4096".into()));
         }
+        let mut parents = Vec::with_capacity(self.parent.len());
+        for (i, a) in self.parent.iter().enumerate() {
+            let addr = a
+                .parse::<std::net::SocketAddr>()
+                .or_else(|_| a.parse::<std::net::IpAddr>().map(|ip| (ip, 53).into()))
+                .map_err(|_| {
+                    (
+                        format!("{}[{i}]", k("parent")),
+                        format!("{a:?}: expected an IP address, with a port or without (53)"),
+                    )
+                })?;
+            parents.push(addr);
+        }
+        if parents.len() > 16 {
+            return Err((k("parent"), "at most 16 servers".into()));
+        }
+        let check_interval = secs(
+            &self.parent_check_interval,
+            3600,
+            &k("parent_check_interval"),
+        )?;
+        if check_interval == 0 {
+            return Err((k("parent_check_interval"), "must be at least 1s".into()));
+        }
+        let ksk_submission = match (self.ksk_submission.as_deref(), parents.is_empty()) {
+            (None, false) | (Some("parent"), false) => Submission::Parent {
+                servers: parents,
+                check_interval: check_interval as u64,
+            },
+            (Some("parent"), true) => {
+                return Err((
+                    k("ksk_submission"),
+                    "\"parent\" needs the parent's servers in `parent`".into(),
+                ));
+            }
+            (None, true) | (Some("manual"), true) => Submission::Manual,
+            (Some("timer"), true) => Submission::Timer,
+            (Some("manual" | "timer"), false) => {
+                return Err((
+                    k("parent"),
+                    "servers given while ksk_submission does not ask them".into(),
+                ));
+            }
+            (Some(o), _) => {
+                return Err((
+                    k("ksk_submission"),
+                    format!("{o:?}: expected \"parent\", \"manual\" or \"timer\""),
+                ));
+            }
+        };
         let opt = |v: &Option<String>, f: &str| -> Result<Option<u32>, (String, String)> {
             v.as_ref().map(|_| secs(v, 0, &k(f))).transpose()
         };
@@ -202,6 +264,7 @@ impl PolicyConfig {
             propagation_delay: secs(&self.propagation_delay, 3600, &k("propagation_delay"))? as u64,
             parent_ds_ttl: secs(&self.parent_ds_ttl, 86400, &k("parent_ds_ttl"))? as u64,
             cds: self.cds.unwrap_or(true),
+            ksk_submission,
             compact_denial: self.compact_denial,
         })
     }

@@ -64,6 +64,14 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
         ["zone-notify", z] => zone_notify(shared, z).await,
         ["zone-keys", z] => zone_keys(shared, z).await,
         ["zone-sign", z] => zone_sign(shared, z).await,
+        ["zone-ksk-submitted", z] => zone_ksk_submitted(shared, z, None).await,
+        ["zone-ksk-submitted", z, tag] => match tag.parse::<u16>() {
+            Ok(t) => zone_ksk_submitted(shared, z, Some(t)).await,
+            Err(_) => Reply::err(format!(
+                "bad key tag {}: a number 0-65535\n",
+                shield::control::shown(&[tag.to_string()])
+            )),
+        },
         ["status"] => Reply::ok(format!(
             "running for {} s, {} addresses (bound in {} ms), {} TCP connections\n{}",
             shared.started.elapsed().as_secs(),
@@ -96,6 +104,8 @@ pub const HELP: &str = concat!(
   zone-notify ZONE                    send NOTIFY to the zone's secondaries now
   zone-keys ZONE                      a zone dnsd signs: its keys, their roles, states and timeline
   zone-sign ZONE                      a zone dnsd signs: sign it again now (keys' next steps too)
+  zone-ksk-submitted ZONE [TAG]       the parent holds the DS of the new KSK (or CSK) a rollover
+                                      awaits: its predecessor retires on its timeline from now
   stats                               every counter (the /metrics samples, one per line)
 ",
     shield::block_help!(),
@@ -242,6 +252,54 @@ async fn zone_keys(shared: &Arc<State>, z: &str) -> Reply {
     match crate::signing::keys_text(&p.key_dir, &zone, crate::signing::now()) {
         Ok(t) => Reply::ok(t),
         Err(e) => Reply::err(format!("{e}\n")),
+    }
+}
+
+/// `ctl zone-ksk-submitted ZONE [TAG]`: records that the parent holds the DS of the new
+/// key (of tag `tag`, else every one) the zone's KSK or CSK rollover awaits, and signs the
+/// zone again.
+async fn zone_ksk_submitted(shared: &Arc<State>, z: &str, tag: Option<u16>) -> Reply {
+    let (_, n, p) = match signed_zone(shared, z).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let zone = n.to_lowercase().to_string();
+    let now = crate::signing::now();
+    let (dir, zz) = (p.key_dir.clone(), zone.clone());
+    let marked = tokio::task::spawn_blocking(move || -> Result<Vec<u16>, String> {
+        let keys = crate::signing::keys::zone_keys(&dir, &zz).map_err(|e| e.to_string())?;
+        let mut marked = Vec::new();
+        for (t, ..) in crate::signing::awaiting_ds(&keys, now) {
+            if tag.is_none_or(|w| w == t)
+                && crate::signing::mark_submitted(&dir, &zz, t, now).map_err(|e| e.to_string())?
+            {
+                marked.push(t);
+            }
+        }
+        Ok(marked)
+    })
+    .await;
+    let marked = match marked {
+        Ok(Ok(m)) => m,
+        Ok(Err(e)) => return Reply::err(format!("{n}: {e}\n")),
+        Err(e) => return Reply::err(format!("{n}: {e}\n")),
+    };
+    if marked.is_empty() {
+        return Reply::err(format!(
+            "{n}: no KSK rollover awaits {}\n",
+            tag.map_or("a DS".to_string(), |t| format!("the DS of key {t}"))
+        ));
+    }
+    tracing::info!(zone, ?marked, "KSK submission confirmed by the operator");
+    let signed = zone_sign(shared, z).await;
+    let tags: Vec<String> = marked.iter().map(|t| t.to_string()).collect();
+    Reply {
+        ok: signed.ok,
+        text: format!(
+            "{n}: the parent holds the DS of key {}\n{}",
+            tags.join(", "),
+            signed.text
+        ),
     }
 }
 

@@ -414,7 +414,23 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
                 "",
                 "Signings refused because key files a zone held are gone (the last signed version keeps serving).",
                 crate::signing::KEYS_MISSING.load(Ordering::Relaxed),
-            )
+            );
+            for (i, what) in ["held", "lacking", "failed"].into_iter().enumerate() {
+                out.counter(
+                    format!("signing.ds_checks.{what}"),
+                    "dnsd_signing_ds_checks_total",
+                    format!("result=\"{what}\""),
+                    "KSK submission checks of a new key's DS at the parent's servers: held by every one, lacking at one, a server not asked (timeout, error).",
+                    crate::signing::submission::CHECKS[i].load(Ordering::Relaxed),
+                );
+            }
+            out.gauge(
+                "signing.awaiting_ds",
+                "dnsd_signing_awaiting_ds",
+                "",
+                "Zones whose KSK rollover awaits the parent's DS for the new key (the old key signs on meanwhile).",
+                crate::signing::submission::awaiting_count(),
+            );
         }),
     );
     metrics.register(

@@ -148,6 +148,10 @@ pub struct KeyFile {
     /// From when its CDS/CDNSKEY are published (a KSK or CSK the parent should take).
     #[serde(default)]
     pub ready: Option<u64>,
+    /// From when the parent holds its DS (a KSK or CSK succeeding another: its predecessor
+    /// retires only after that).
+    #[serde(default)]
+    pub submitted: Option<u64>,
     /// PKCS#8, base64.
     pub private_key: String,
 }
@@ -452,6 +456,7 @@ impl Key {
             retire: None,
             remove: None,
             ready: None,
+            submitted: None,
             private_key: base64::engine::general_purpose::STANDARD.encode(der),
         };
         let mut k = Key::from_file(file, PathBuf::new())?;

@@ -9,6 +9,7 @@
 pub mod keys;
 pub mod online;
 pub mod schedule;
+pub mod submission;
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -51,9 +52,29 @@ pub struct Policy {
     pub parent_ds_ttl: u64,
     /// Publish CDS and CDNSKEY for the key-signing keys (RFC 7344, RFC 8078).
     pub cds: bool,
+    /// How a KSK or CSK rollover learns that the parent holds the new DS.
+    pub ksk_submission: Submission,
     /// Answer NXDOMAIN and NODATA with compact denial (RFC 9824), signed online; the zone
     /// keeps its NSEC chain for transfers and wildcard proofs.
     pub compact_denial: bool,
+}
+
+/// How a KSK or CSK rollover learns that the parent holds the successor's DS (the old key
+/// retires only after that, plus the old DS's time in caches).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submission {
+    /// The parent's servers are asked for the DS every `check_interval` seconds; every one
+    /// must hold it.
+    Parent {
+        /// The parent zone's servers.
+        servers: Vec<std::net::SocketAddr>,
+        /// Seconds between checks while a DS is awaited.
+        check_interval: u64,
+    },
+    /// The operator says so (`ctl zone-ksk-submitted`), as Knot without a submission check.
+    Manual,
+    /// Assumed from the moment the successor's CDS is published, unchecked.
+    Timer,
 }
 
 /// What a zone's signing needs besides the unsigned zone.
@@ -357,6 +378,7 @@ fn next_key_event(keys: &[Key], now: u64) -> Option<u64> {
                 k.file.ready,
                 k.file.retire,
                 k.file.remove,
+                k.file.submitted,
             ]
         })
         .flatten()
@@ -483,27 +505,28 @@ pub fn timeline(
                 if active.len() == 1 && now >= due {
                     // Double signature: the successor signs the DNSKEY RRset (a CSK: every
                     // RRset) from now; the parent is told by CDS once that has propagated.
-                    let k = new_key(p, zone, role, now, now, Some(now + publish_wait))?;
-                    // The old key retires once the parent has had time to take the new DS
-                    // (its CDS) and the old DS has left caches.
-                    let old = &mut keys[cur];
-                    let retire = now + publish_wait + p.parent_ds_ttl + p.propagation_delay;
-                    old.file.retire = Some(retire);
-                    old.file.remove = Some(retire + dnskey_ttl.max(max_ttl) + p.propagation_delay);
-                    old.write()?;
+                    let mut k = new_key(p, zone, role, now, now, Some(now + publish_wait))?;
+                    if p.ksk_submission == Submission::Timer {
+                        // Unchecked: the parent is assumed to take the new DS as soon as
+                        // its CDS is published (the old key then retires after the old
+                        // DS's TTL and the propagation delay).
+                        k.file.submitted = Some(now + publish_wait);
+                        k.write()?;
+                    }
                     tracing::info!(
                         zone,
-                        old = old.tag,
+                        old = keys[cur].tag,
                         new = k.tag,
-                        retire,
-                        "{role:?} rollover started"
+                        "{role:?} rollover started; the old key retires once the parent holds the new DS"
                     );
                     keys.push(k);
                 }
+                retire_submitted(&mut keys, role, now, p, dnskey_ttl.max(max_ttl))?;
             }
         }
     }
     keys::write_manifest(&p.key_dir, zone, &keys)?;
+    submission::note(p, zone, &keys, now);
     Ok((keys, next_roll))
 }
 
@@ -534,6 +557,90 @@ fn new_key(
         k.write()?;
     }
     Ok(k)
+}
+
+/// Once the parent holds the DS of a newer key of `role` (its `submitted` time), the older
+/// active ones retire when the old DS can have left caches (`parent_ds_ttl` plus
+/// `propagation_delay` later) and are removed once their DNSKEY RRset's signatures have too.
+fn retire_submitted(
+    keys: &mut [Key],
+    role: Role,
+    now: u64,
+    p: &Policy,
+    linger: u64,
+) -> Result<(), KeyError> {
+    let newest = keys
+        .iter()
+        .filter(|k| k.file.role == role && k.file.state(now) == KeyState::Active)
+        .filter_map(|k| Some((k.file.active?, k.file.submitted?)))
+        .max();
+    let Some((newest, submitted)) = newest else {
+        return Ok(());
+    };
+    if submitted > now {
+        return Ok(());
+    }
+    for k in keys.iter_mut().filter(|k| k.file.role == role) {
+        if k.file.state(now) == KeyState::Active
+            && k.file.active < Some(newest)
+            && k.file.retire.is_none()
+        {
+            let retire = submitted + p.parent_ds_ttl + p.propagation_delay;
+            k.file.retire = Some(retire);
+            k.file.remove = Some(retire + linger + p.propagation_delay);
+            k.write()?;
+            tracing::info!(
+                tag = k.tag,
+                retire,
+                "{role:?} rollover: the parent holds the new DS; predecessor retires"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The newest active key of a KSK or CSK rollover under way whose DS the parent is not
+/// known to hold yet: (its tag, its DNSKEY RDATA, whether its CDS is published).
+pub fn awaiting_ds(keys: &[Key], now: u64) -> Vec<(u16, Vec<u8>, bool)> {
+    let mut out = Vec::new();
+    for role in [Role::Ksk, Role::Csk] {
+        let active: Vec<&Key> = keys
+            .iter()
+            .filter(|k| k.file.role == role && k.file.state(now) == KeyState::Active)
+            .collect();
+        let unretired_older = |n: &Key| {
+            active
+                .iter()
+                .any(|o| o.file.active < n.file.active && o.file.retire.is_none())
+        };
+        if let Some(n) = active.iter().max_by_key(|k| k.file.active)
+            && n.file.submitted.is_none()
+            && unretired_older(n)
+        {
+            out.push((
+                n.tag,
+                n.dnskey.clone(),
+                n.file.ready.is_some_and(|r| r <= now),
+            ));
+        }
+    }
+    out
+}
+
+/// Records that the parent holds the DS of `zone`'s key `tag` (awaited by a rollover) from
+/// `at`; the next signing retires its predecessor. False when no rollover awaits that key.
+pub fn mark_submitted(key_dir: &Path, zone: &str, tag: u16, at: u64) -> Result<bool, KeyError> {
+    let mut keys = keys::zone_keys(key_dir, zone)?;
+    let awaited: Vec<u16> = awaiting_ds(&keys, at).into_iter().map(|a| a.0).collect();
+    let Some(k) = keys
+        .iter_mut()
+        .find(|k| k.tag == tag && awaited.contains(&k.tag))
+    else {
+        return Ok(false);
+    };
+    k.file.submitted = Some(at);
+    k.write()?;
+    Ok(true)
 }
 
 /// Once a newer key of `role` signs, the older ones retire and are removed after `linger`
@@ -573,7 +680,7 @@ pub fn keys_text(key_dir: &Path, zone: &str, now: u64) -> Result<String, KeyErro
             |t: Option<u64>| t.map_or("-".to_string(), |t| shield::clock::rfc3339_ms(t * 1000));
         let _ = writeln!(
             out,
-            "{} tag {} id {} {:?} {:?} {:?} publish {} active {} ready {} retire {} remove {}",
+            "{} tag {} id {} {:?} {:?} {:?} publish {} active {} ready {} submitted {} retire {} remove {}",
             f.zone,
             k.tag,
             f.id,
@@ -583,6 +690,7 @@ pub fn keys_text(key_dir: &Path, zone: &str, now: u64) -> Result<String, KeyErro
             at(Some(f.publish)),
             at(f.active),
             at(f.ready),
+            at(f.submitted),
             at(f.retire),
             at(f.remove),
         );
@@ -591,4 +699,106 @@ pub fn keys_text(key_dir: &Path, zone: &str, now: u64) -> Result<String, KeyErro
         out.push_str("no keys\n");
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(dir: &Path, submission: Submission) -> Policy {
+        Policy {
+            name: "p".into(),
+            key_dir: dir.to_path_buf(),
+            algorithm: Algorithm::Ecdsap256sha256,
+            rsa_bits: 2048,
+            split_keys: true,
+            rrsig_validity: 86400,
+            rrsig_refresh: 3600,
+            denial: Denial::Nsec,
+            negative_ttl: None,
+            dnskey_ttl: None,
+            zsk_lifetime: 0,
+            ksk_lifetime: 100,
+            propagation_delay: 10,
+            parent_ds_ttl: 50,
+            cds: true,
+            ksk_submission: submission,
+            compact_denial: false,
+        }
+    }
+
+    /// The KSKs at `now`: (tag, state, retire).
+    fn ksks(p: &Policy, now: u64) -> Vec<(u16, KeyState, Option<u64>)> {
+        let (keys, _) = timeline(p, "example.com.", now, 20, 20).unwrap();
+        keys.iter()
+            .filter(|k| k.file.role == Role::Ksk)
+            .map(|k| (k.tag, k.file.state(now), k.file.retire))
+            .collect()
+    }
+
+    #[test]
+    fn a_ksk_rollover_retires_the_old_key_only_once_the_parent_holds_the_new_ds() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = policy(dir.path(), Submission::Manual);
+        let first = ksks(&p, 1000);
+        assert_eq!(first.len(), 1);
+        // The rollover starts at 1100; the new key's CDS is out at 1100 + 20 + 10.
+        let rolled = ksks(&p, 1100);
+        assert_eq!(rolled.len(), 2, "{rolled:?}");
+        let (new_tag, ..) = *rolled.iter().find(|k| k.0 != first[0].0).unwrap();
+        // However long the parent takes, the old key signs on.
+        for now in [1131, 2000, 100_000] {
+            let k = ksks(&p, now);
+            assert!(
+                k.iter().all(|k| k.1 == KeyState::Active && k.2.is_none()),
+                "at {now}: {k:?}"
+            );
+            let keys = keys::zone_keys(dir.path(), "example.com.").unwrap();
+            assert_eq!(
+                awaiting_ds(&keys, now),
+                vec![(
+                    new_tag,
+                    keys.iter()
+                        .find(|k| k.tag == new_tag)
+                        .unwrap()
+                        .dnskey
+                        .clone(),
+                    true
+                )]
+            );
+        }
+        // The operator (or the parent check) says the parent holds it at 100,000: the old
+        // key retires once the old DS can have left caches (parent_ds_ttl + propagation).
+        assert!(
+            !mark_submitted(dir.path(), "example.com.", first[0].0, 100_000).unwrap(),
+            "the old key is not awaited"
+        );
+        assert!(mark_submitted(dir.path(), "example.com.", new_tag, 100_000).unwrap());
+        let k = ksks(&p, 100_001);
+        let old = k.iter().find(|k| k.0 == first[0].0).unwrap();
+        assert_eq!(old.2, Some(100_000 + 50 + 10), "{k:?}");
+        assert_eq!(
+            ksks(&p, 100_060)
+                .iter()
+                .find(|k| k.0 == first[0].0)
+                .unwrap()
+                .1,
+            KeyState::Retired
+        );
+        // (The new key, past its own lifetime by then, has started the next rollover.)
+        let keys = keys::zone_keys(dir.path(), "example.com.").unwrap();
+        assert!(!awaiting_ds(&keys, 100_060).iter().any(|a| a.0 == new_tag));
+    }
+
+    #[test]
+    fn a_timer_submission_retires_the_old_key_on_the_timeline_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = policy(dir.path(), Submission::Timer);
+        let first = ksks(&p, 1000);
+        assert_eq!(ksks(&p, 1100).len(), 2);
+        // CDS out at 1130 (dnskey TTL 20 + propagation 10), retired 50 + 10 later.
+        let k = ksks(&p, 1131);
+        let old = k.iter().find(|k| k.0 == first[0].0).unwrap();
+        assert_eq!(old.2, Some(1130 + 50 + 10), "{k:?}");
+    }
 }

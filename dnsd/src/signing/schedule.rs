@@ -21,6 +21,10 @@ pub trait SignedZones: Send + 'static {
     fn install(&mut self, i: usize, from: &Arc<Zone>, signed: SignedZone) -> bool;
     /// Once a minute, at `now`: a chance to look at the signatures served (expiry metrics).
     fn each_minute(&mut self, _now: u64) {}
+    /// The slot and policy of the signed zone at `apex`.
+    fn signed_zone(&self, _apex: &zones::Name) -> Option<(usize, Arc<super::Policy>)> {
+        None
+    }
 }
 
 /// Signs the due zones of `zones` again, forever (a task of the daemon's).
@@ -34,6 +38,9 @@ pub async fn run<Z: SignedZones>(zones: Arc<tokio::sync::Mutex<Z>>) {
             zones.lock().await.each_minute(now);
         }
         n += 1;
+        for z in super::submission::due(now) {
+            tokio::spawn(check_submission(zones.clone(), z, now));
+        }
         let due = zones.lock().await.due(now);
         for (i, from, job) in due {
             if let Err(e) = resign(&zones, i, from.clone(), job).await {
@@ -73,4 +80,56 @@ pub async fn resign<Z: SignedZones>(
         "{}: signed, serial {serial}, {made} signatures made, {kept} kept\n",
         from.apex()
     ))
+}
+
+/// Asks the parent's servers whether they hold the DS of the key `zone`'s rollover awaits;
+/// when every one does, marks the key submitted and signs the zone again (its predecessor
+/// retires on its timeline from there).
+async fn check_submission<Z: SignedZones>(
+    zones: Arc<tokio::sync::Mutex<Z>>,
+    zone: String,
+    now: u64,
+) {
+    use super::Submission;
+    let Ok(apex) = zones::Name::parse(&zone, Some(&zones::Name::root())) else {
+        super::submission::forget(&zone);
+        return;
+    };
+    let found = zones.lock().await.signed_zone(&apex);
+    let Some((i, p)) = found else {
+        super::submission::forget(&zone);
+        return;
+    };
+    let Submission::Parent {
+        servers,
+        check_interval,
+    } = &p.ksk_submission
+    else {
+        super::submission::forget(&zone);
+        return;
+    };
+    super::submission::next_check(&zone, now + check_interval);
+    let (dir, z) = (p.key_dir.clone(), zone.clone());
+    let Ok(Ok(keys)) = tokio::task::spawn_blocking(move || super::keys::zone_keys(&dir, &z)).await
+    else {
+        return;
+    };
+    let wanted = super::awaiting_ds(&keys, now);
+    for tag in super::submission::check(servers, &apex, &wanted).await {
+        let (dir, z) = (p.key_dir.clone(), zone.clone());
+        let at = super::now();
+        match tokio::task::spawn_blocking(move || super::mark_submitted(&dir, &z, tag, at)).await {
+            Ok(Ok(true)) => {
+                tracing::info!(
+                    zone,
+                    tag,
+                    "KSK submission: every parent server holds the new key's DS"
+                );
+                zones.lock().await.defer(i, 0);
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => tracing::error!(zone, tag, "KSK submission not recorded: {e}"),
+            Err(e) => tracing::error!(zone, tag, "KSK submission not recorded: {e}"),
+        }
+    }
 }

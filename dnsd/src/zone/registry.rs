@@ -845,6 +845,11 @@ impl crate::signing::schedule::SignedZones for Registry {
         self.install_resigned(i, from, signed)
     }
 
+    fn signed_zone(&self, apex: &Name) -> Option<(usize, Arc<crate::signing::Policy>)> {
+        let i = self.find(apex)?;
+        Some((i, self.entry(i)?.def.signing.clone()?))
+    }
+
     fn each_minute(&mut self, now: u64) {
         let (zones_n, expired) = crate::zone::expiry::count(
             self.entries()
