@@ -400,6 +400,7 @@ async fn run<I>(
             io,
             Arc::clone(&cx.front.counters),
             Some(Arc::clone(&cx.h2_fingerprint)),
+            Some(Arc::clone(&cx.ctl)),
         ));
         let conn = b2.serve_connection(io, svc);
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;

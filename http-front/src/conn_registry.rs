@@ -82,6 +82,9 @@ pub struct ConnCtl {
     pub bodies: AtomicU32,
     /// Requests cancelled by the client before their response head.
     pub premature: AtomicU32,
+    /// RST_STREAM frames the client sent (HTTP/2): what a reset flood is made of (a client
+    /// that just closes its connection drops its requests unanswered too, resetting nothing).
+    pub resets: AtomicU32,
     /// Monotonic milliseconds of the last request start or end (for the HTTP/2 idle timeout).
     pub last_active_ms: std::sync::atomic::AtomicU64,
     /// WebSocket tunnels running from this connection (they keep its registry place).
@@ -124,6 +127,7 @@ impl ConnCtl {
             inflight: AtomicU32::new(0),
             bodies: AtomicU32::new(0),
             premature: AtomicU32::new(0),
+            resets: AtomicU32::new(0),
             last_active_ms: std::sync::atomic::AtomicU64::new(0),
             tcp_fd: std::sync::atomic::AtomicI32::new(-1),
             h2: std::sync::atomic::AtomicBool::new(false),

@@ -37,6 +37,7 @@ const TABLE_SIZE: u64 = 4096;
 /// Bytes of a header block's start read for size updates (two updates at most, §4.2).
 const BLOCK_START: usize = 12;
 const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
 const GOAWAY: u8 = 0x7;
 const COMPRESSION_ERROR: u32 = 0x9;
 const ENHANCE_YOUR_CALM: u32 = 0xb;
@@ -106,6 +107,8 @@ pub struct H2Watch<I> {
     opened: std::time::Instant,
     /// The GOAWAY's error code once a violation is seen.
     error: u32,
+    /// The connection's control block: RST_STREAM frames are counted on it.
+    ctl: Option<Arc<crate::conn_registry::ConnCtl>>,
 }
 
 impl<I> H2Watch<I> {
@@ -115,10 +118,12 @@ impl<I> H2Watch<I> {
         io: I,
         counters: Arc<Counters>,
         print: Option<Arc<std::sync::OnceLock<Box<str>>>>,
+        ctl: Option<Arc<crate::conn_registry::ConnCtl>>,
     ) -> H2Watch<I> {
         H2Watch {
             io,
             counters,
+            ctl,
             rd: Frames {
                 preface: PREFACE_LEN,
                 ..Frames::default()
@@ -182,6 +187,11 @@ impl<I> H2Watch<I> {
                 let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
                 match h[3] {
                     HEADERS => self.requests += 1,
+                    RST_STREAM => {
+                        if let Some(c) = &self.ctl {
+                            c.resets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
                     0x2 | 0x4 | 0x6 | 0x8 => {
                         self.control += 1;
                         if !self.control_allowed() {
@@ -435,7 +445,7 @@ mod tests {
     }
 
     fn watch() -> H2Watch<tokio::io::DuplexStream> {
-        H2Watch::new(tokio::io::duplex(64).0, Arc::default(), None)
+        H2Watch::new(tokio::io::duplex(64).0, Arc::default(), None, None)
     }
 
     #[test]

@@ -101,7 +101,11 @@ impl Drop for Flight {
         }
         let c = &cx.front.counters;
         c.bump(Counter::H2PrematureResets);
-        let p = ctl.premature.fetch_add(1, Ordering::Relaxed) + 1;
+        // Only streams the client reset make a flood: a client that closes its connection
+        // (or loses it) with requests open leaves them unanswered too, and a browser behind
+        // a slow origin must not be blocked for that.
+        let p = (ctl.premature.fetch_add(1, Ordering::Relaxed) + 1)
+            .min(ctl.resets.load(Ordering::Relaxed));
         let r = ctl.requests.load(Ordering::Relaxed);
         if p >= cx.flood_min
             && f64::from(p) > cx.flood_ratio * f64::from(r)

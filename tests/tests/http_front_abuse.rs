@@ -159,6 +159,70 @@ fn http_premature_resets_close_and_block_the_source() {
     );
 }
 
+/// A client that closes its connection with many requests still waiting on an origin that
+/// does not answer reset nothing: it is not a reset flood, and its source is not blocked (a
+/// browser leaving a page behind a hung origin did both).
+#[test]
+fn closing_a_connection_with_requests_open_is_no_reset_flood() {
+    // An origin that takes connections and requests and never answers.
+    let tarpit = std::net::TcpListener::bind((net::test_ip(), 0)).unwrap();
+    let to = tarpit.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in tarpit.incoming().take(2000) {
+            match c {
+                Ok(c) => held.push(c),
+                Err(_) => break,
+            }
+        }
+    });
+    let front = Front::start(
+        |a: SocketAddr, m: SocketAddr| {
+            format!(
+                "{}[http2]\nreset_flood_min = 20\nreset_flood_ratio = 0.5\nreset_flood_block_secs = 60\n\
+                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n",
+                base_config(a, m, to)
+            )
+        },
+        None,
+    );
+    let client = net::test_ip();
+    for round in 0..4u64 {
+        let mut h2 = H2Conn::connect(Some(client), front.addr())
+            .unwrap_or_else(|e| panic!("the source is refused after {round} rounds: {e}"));
+        for _ in 0..60 {
+            h2.send_request("GET", "a.test", "/", &[], true).unwrap();
+        }
+        wait_for("the requests sent on", Duration::from_secs(10), || {
+            front.metric("http_front_requests_total{proto=\"http2\"}") >= 60 * (round + 1)
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        // Half the rounds end with a FIN, half with a TCP reset (a client that exits with
+        // unread bytes).
+        if round % 2 == 1 {
+            socket2::SockRef::from(&h2.stream)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+        }
+        drop(h2);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"reset_flood\"}"),
+        0,
+        "{}",
+        front.log()
+    );
+    assert_eq!(
+        front.metric("http_front_escalations_total{by=\"reset_flood\"}"),
+        0
+    );
+    assert!(
+        H2Conn::connect(Some(client), front.addr()).is_ok(),
+        "the source is not blocked"
+    );
+}
+
 #[test]
 fn http_slowloris_is_bounded() {
     let origin = Origin::start();
