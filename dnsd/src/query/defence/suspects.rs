@@ -109,6 +109,13 @@ impl Suspects {
             "Queries of suspects answered as usual: TCP or a valid server cookie proved the source.",
             l(&self.proven),
         );
+        out.counter(
+            "suspects.evictions",
+            "dnsd_suspects_table_evictions_total",
+            "",
+            "Source prefixes' truncation budgets dropped to make room in [defence.suspects] table_size (an evicted prefix starts afresh).",
+            self.limiter.stats().evictions,
+        );
     }
 }
 
@@ -169,5 +176,28 @@ impl QueryModule for Module {
             super::reason::SUSPECT,
         );
         Step::Truncate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_evicted_from_a_full_table_are_counted() {
+        let cfg = SuspectsConfig {
+            tc_per_second: 5.0,
+            slip: 0,
+            table_size: 16,
+        };
+        let s = Suspects::new(&cfg, 24, 56);
+        for i in 0..4096u32 {
+            let src = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + (i << 8)));
+            s.admit(src, 1_000_000);
+        }
+        let mut out = shield::metrics::Samples::default();
+        s.collect(&mut out);
+        let evicted = out.get("suspects.evictions").unwrap();
+        assert!(evicted > 3000, "{evicted} evictions");
     }
 }
