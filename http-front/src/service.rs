@@ -133,6 +133,7 @@ impl Drop for Flight {
                     r,
                     shield::block::InsertOutcome::Refused(_)
                         | shield::block::InsertOutcome::SuspectsFull
+                        | shield::block::InsertOutcome::NoRoom
                 ) {
                     c.bump(Counter::EscalationsResetFlood);
                 }

@@ -62,7 +62,9 @@
 //! - `capacity` entries: inserting a new entry into a full map evicts the entry closest to
 //!   expiry (an indexed min-heap on expiry finds it in O(log n)) — but suspects, which forged
 //!   packets can make, hold at most half the map and never push out a proven entry (a new
-//!   suspect that would is not taken: `suspects_refused`); evictions are counted and
+//!   suspect that would is not taken: `suspects_refused`), and an operator's entry is pushed
+//!   out by another operator's alone (others take the closest to expiry of a sample that no
+//!   operator made, or are not taken: `no_room`); evictions are counted and
 //!   reach subscribers as [`Change::Remove`] with [`RemoveCause::Evicted`]. Insert never fails.
 //! - `feed_capacity` queued changes per subscriber: a subscriber that falls behind loses its
 //!   queue and receives [`Delivery::Resync`] with a full snapshot next, never a silent gap.
@@ -486,6 +488,9 @@ pub enum InsertOutcome {
     /// A suspect found no room: suspects already hold half the map, or only a proven entry
     /// could have made room; nothing changed.
     SuspectsFull,
+    /// A daemon's or a peer's entry found no room: only operators' entries could have made
+    /// it (they are pushed out by operators' entries alone); nothing changed.
+    NoRoom,
 }
 
 /// What a batch insert did, by outcome.
@@ -513,7 +518,9 @@ impl BatchOutcome {
                 self.new += 1;
                 self.evicted += 1;
             }
-            InsertOutcome::Refused(_) | InsertOutcome::SuspectsFull => self.refused += 1,
+            InsertOutcome::Refused(_) | InsertOutcome::SuspectsFull | InsertOutcome::NoRoom => {
+                self.refused += 1
+            }
         }
     }
 }
@@ -624,6 +631,8 @@ pub struct BlockStats {
     pub evictions: u64,
     /// Suspects not taken: suspects held half the map, or only a proven entry could go.
     pub suspects_refused: u64,
+    /// Daemons' or peers' entries not taken: only operators' entries could have gone.
+    pub no_room: u64,
     /// Inserts refused by the policy, by cause ([`crate::never_block::Refusal::ALL`] order).
     pub refused: [u64; 2],
     /// Live entries by evidence ([`Evidence::ALL`] order).
@@ -700,6 +709,7 @@ struct WriterCounters {
     expirations: u64,
     evictions: u64,
     suspects_refused: u64,
+    no_room: u64,
     refused: [u64; 2],
     /// Entries that are prefixes rather than hosts (kept here so stats never scan).
     prefixes: usize,
@@ -711,8 +721,14 @@ fn evidence_index(e: Evidence) -> usize {
     Evidence::ALL.iter().position(|x| *x == e).unwrap_or(0)
 }
 
+/// Heap positions a non-operator entry looks at for room when an operator's entry is the
+/// closest to expiry.
+const VICTIM_SAMPLE: usize = 64;
+
 struct Writer {
     handle: epoch::Writer<Tables, Op>,
+    /// The state of the victim sample's position picker.
+    sample_state: u64,
     slots: Vec<Meta>,
     free: Vec<usize>,
     by_net: HashMap<IpNet, usize>,
@@ -896,7 +912,10 @@ impl Writer {
         }
         let mut outcome = InsertOutcome::New;
         if full {
-            let victim = self.heap[0];
+            let Some(victim) = self.victim_for(e.origin) else {
+                self.counters.no_room += 1;
+                return InsertOutcome::NoRoom;
+            };
             let vnet = self.slots[victim].entry.net;
             self.remove_id(victim, RemoveCause::Evicted);
             outcome = InsertOutcome::Evicted(vnet);
@@ -927,6 +946,42 @@ impl Writer {
         self.handle.append(Op::Upsert(net, slot));
         self.counters.inserts += 1;
         outcome
+    }
+
+    /// The entry a new one of `origin` pushes out of the full map: the one closest to expiry,
+    /// unless an operator put it there and the newcomer is not an operator's (an attacker's
+    /// escalations would push out the operator's blocks); then the closest to expiry of a
+    /// sample of the heap (its top levels, then positions at random) that no operator put
+    /// there. None when the sample holds only operators' entries.
+    fn victim_for(&mut self, origin: Origin) -> Option<usize> {
+        let top = *self.heap.first()?;
+        if origin == Origin::Operator || self.slots[top].entry.origin != Origin::Operator {
+            return Some(top);
+        }
+        let n = self.heap.len();
+        let mut best: Option<usize> = None;
+        for k in 1..=VICTIM_SAMPLE {
+            let pos = if k <= VICTIM_SAMPLE / 2 {
+                k
+            } else {
+                // xorshift64: cheap, and whom it picks needs no secrecy.
+                let mut x = self.sample_state | 1;
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                self.sample_state = x;
+                (x % n as u64) as usize
+            };
+            let Some(&id) = self.heap.get(pos) else {
+                continue;
+            };
+            if self.slots[id].entry.origin != Origin::Operator
+                && best.is_none_or(|b| self.exp(id) < self.exp(b))
+            {
+                best = Some(id);
+            }
+        }
+        best
     }
 
     fn snapshot(&self) -> Vec<BlockEntry> {
@@ -995,6 +1050,7 @@ impl BlockMap {
             free: Vec::new(),
             by_net: HashMap::new(),
             heap: Vec::new(),
+            sample_state: 0x9e37_79b9_7f4a_7c15,
             pending: Vec::new(),
             subs: Vec::new(),
             counters: WriterCounters::default(),
@@ -1276,6 +1332,7 @@ impl BlockMap {
             expirations: c.expirations,
             evictions: c.evictions,
             suspects_refused: c.suspects_refused,
+            no_room: c.no_room,
             refused: c.refused,
             by_evidence: c.by_evidence,
             hits,
@@ -1633,6 +1690,12 @@ impl crate::metrics::Source for BlockMap {
                 b.suspects_refused,
             ),
             (
+                "no_room",
+                "palisade_blockmap_no_room_total",
+                "Daemons' or peers' entries not taken into a full map: only operators' entries could have made room (they are pushed out by operators' alone).",
+                b.no_room,
+            ),
+            (
                 "hits",
                 "palisade_blockmap_hits_total",
                 "Lookups that hit a live entry.",
@@ -1809,6 +1872,58 @@ mod tests {
         let mut left: Vec<u64> = m.entries().iter().map(|e| e.expires_ms).collect();
         left.sort();
         assert_eq!(left, vec![105, 106, 107, 108, 109]);
+    }
+
+    #[test]
+    fn only_an_operators_entry_pushes_out_an_operators() {
+        let op = |s: &str, exp: u64| {
+            BlockEntry::new(net(s), exp, "op", Origin::Operator, Evidence::Operator)
+        };
+        let m = small(200, 100_000);
+        // The operator's blocks are the closest to expiry.
+        for i in 0..100u64 {
+            m.insert(op(&format!("198.51.100.{i}"), 100 + i));
+        }
+        for i in 0..100u64 {
+            m.insert(entry(&format!("192.0.2.{i}"), 10_000 + i));
+        }
+        // A flood of escalations pushes out escalations alone.
+        for i in 0..1000u64 {
+            let o = m.insert(entry(&format!("10.0.{}.{}", i / 256, i % 256), 20_000 + i));
+            assert!(
+                matches!(o, InsertOutcome::Evicted(n) if !n.to_string().starts_with("198.51.100.")),
+                "{o:?}"
+            );
+        }
+        let ops = m
+            .entries()
+            .iter()
+            .filter(|e| e.origin == Origin::Operator)
+            .count();
+        assert_eq!(ops, 100);
+        // Peers' entries likewise.
+        let peer = BlockEntry::new(
+            net("203.0.113.1"),
+            30_000,
+            "peer",
+            Origin::Peer,
+            Evidence::Tcp,
+        );
+        assert!(matches!(m.insert(peer), InsertOutcome::Evicted(_)));
+        // A map of operators' entries alone takes no other entry; an operator's goes in.
+        let full = small(50, 100_000);
+        for i in 0..50u64 {
+            full.insert(op(&format!("198.51.100.{i}"), 100 + i));
+        }
+        assert_eq!(
+            full.insert(entry("192.0.2.1", 10_000)),
+            InsertOutcome::NoRoom
+        );
+        assert_eq!(full.stats().no_room, 1);
+        assert_eq!(
+            full.insert(op("198.51.100.200", 10_000)),
+            InsertOutcome::Evicted(net("198.51.100.0/32"))
+        );
     }
 
     #[test]

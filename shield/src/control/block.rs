@@ -201,6 +201,7 @@ fn add(blocks: &BlockMap, net: &str, opts: &[&str]) -> Reply {
         InsertOutcome::SuspectsFull => {
             "not taken: suspects fill their share of the map".to_string()
         }
+        InsertOutcome::NoRoom => "not taken: operators' entries fill the map".to_string(),
         InsertOutcome::Refused(why) => {
             return Reply::err(format!("{n}: refused ({why})\n"));
         }

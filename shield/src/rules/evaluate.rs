@@ -238,7 +238,7 @@ fn escalate<R: Request + ?Sized>(
                 Escalated::Refused
             }
             // Suspects at their share of the map: counted by the map, nothing to log here.
-            InsertOutcome::SuspectsFull => Escalated::Refused,
+            InsertOutcome::SuspectsFull | InsertOutcome::NoRoom => Escalated::Refused,
             _ if proven => {
                 state.escalations.add(n as usize ^ t.id as usize, 1);
                 crate::limited!(

@@ -323,6 +323,7 @@ impl crate::query::module::QueryModule for Module {
                     s.blocks.insert_host(p.src, entry),
                     shield::block::InsertOutcome::Refused(_)
                         | shield::block::InsertOutcome::SuspectsFull
+                        | shield::block::InsertOutcome::NoRoom
                 ) {
                     s.suspected.fetch_add(1, Ordering::Relaxed);
                     env.recorder.record(
