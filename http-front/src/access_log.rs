@@ -20,7 +20,7 @@
 use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -90,9 +90,32 @@ pub fn sink_for(output: &Output) -> io::Result<Option<Box<dyn RecordSink<AccessR
     output.sink()
 }
 
+impl AccessRecord {
+    /// The bytes the record holds (what a queued one costs).
+    pub fn size(&self) -> usize {
+        std::mem::size_of::<AccessRecord>()
+            + self.timestamp.len()
+            + self.method.len()
+            + self.url.len()
+            + self.upstream.len()
+            + self.user_agent.as_ref().map_or(0, String::len)
+            + self.referer.as_ref().map_or(0, String::len)
+            + self.ja4.as_ref().map_or(0, String::len)
+            + self.h2_fingerprint.as_ref().map_or(0, String::len)
+    }
+}
+
+/// A thread's way into the writer's queue: bounded in records and in bytes.
+#[derive(Clone, Debug)]
+pub struct RecordSender {
+    tx: SyncSender<AccessRecord>,
+    queued: Arc<AtomicUsize>,
+    max_bytes: usize,
+}
+
 /// The queue into the writer thread; `log` never blocks.
 pub struct AccessLogger {
-    tx: Option<SyncSender<AccessRecord>>,
+    tx: Option<RecordSender>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -106,14 +129,18 @@ impl std::fmt::Debug for AccessLogger {
 const BATCH: usize = 512;
 
 impl AccessLogger {
-    /// Starts the writer thread for `sink` with room for `queue` records.
+    /// Starts the writer thread for `sink` with room for `queue` records of `queue_bytes`
+    /// bytes in all.
     pub fn spawn(
         mut sink: Box<dyn RecordSink<AccessRecord>>,
         queue: usize,
+        queue_bytes: usize,
         counters: Arc<Counters>,
     ) -> io::Result<Self> {
         let (tx, rx): (SyncSender<AccessRecord>, Receiver<AccessRecord>) =
             sync_channel(queue.max(1));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let taken = Arc::clone(&queued);
         let thread = std::thread::Builder::new()
             .name("access-log".into())
             .spawn(move || {
@@ -126,6 +153,8 @@ impl AccessLogger {
                             Err(_) => break,
                         }
                     }
+                    let bytes: usize = batch.iter().map(AccessRecord::size).sum();
+                    taken.fetch_sub(bytes, Ordering::Relaxed);
                     match sink.write(&batch) {
                         Ok(()) => {
                             counters
@@ -141,13 +170,17 @@ impl AccessLogger {
                 }
             })?;
         Ok(AccessLogger {
-            tx: Some(tx),
+            tx: Some(RecordSender {
+                tx,
+                queued,
+                max_bytes: queue_bytes,
+            }),
             thread: Some(thread),
         })
     }
 
     /// A sender for one thread (the writer stops once every sender and the logger are gone).
-    pub fn sender(&self) -> Option<SyncSender<AccessRecord>> {
+    pub fn sender(&self) -> Option<RecordSender> {
         self.tx.clone()
     }
 
@@ -174,13 +207,23 @@ impl Drop for AccessLogger {
     }
 }
 
-/// Queues `rec` on `tx` without blocking; a full queue drops it and counts.
-pub fn send(tx: &SyncSender<AccessRecord>, rec: AccessRecord, counters: &Counters) {
-    match tx.try_send(rec) {
+/// Queues `rec` on `tx` without blocking; a queue full of records or of bytes drops it and
+/// counts.
+pub fn send(tx: &RecordSender, rec: AccessRecord, counters: &Counters) {
+    let size = rec.size();
+    let full = || {
+        counters.bump(Counter::AccessLogDropped);
+        counters.bump(Counter::LimitAccessLogQueue);
+    };
+    if tx.queued.fetch_add(size, Ordering::Relaxed) + size > tx.max_bytes {
+        tx.queued.fetch_sub(size, Ordering::Relaxed);
+        return full();
+    }
+    match tx.tx.try_send(rec) {
         Ok(()) => counters.bump(Counter::AccessLogQueued),
         Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-            counters.bump(Counter::AccessLogDropped);
-            counters.bump(Counter::LimitAccessLogQueue);
+            tx.queued.fetch_sub(size, Ordering::Relaxed);
+            full();
         }
     }
 }
@@ -242,6 +285,7 @@ mod tests {
         let mut l = AccessLogger::spawn(
             Box::new(shield::events::JsonLines::new("mem", Mem(buf.clone()))),
             4,
+            1 << 20,
             counters.clone(),
         )
         .unwrap();
@@ -258,5 +302,51 @@ mod tests {
             1,
             "closed logger drops"
         );
+    }
+
+    #[test]
+    fn a_stalled_writer_holds_at_most_the_queues_bytes() {
+        use std::io::Write;
+        /// A sink that never returns while the gate is held.
+        struct Stalled(Arc<std::sync::Mutex<()>>);
+        impl Write for Stalled {
+            fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                drop(self.0.lock().unwrap());
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let gate = Arc::new(std::sync::Mutex::new(()));
+        let held = gate.lock().unwrap();
+        let counters = Arc::new(Counters::default());
+        let mut l = AccessLogger::spawn(
+            Box::new(shield::events::JsonLines::new(
+                "stalled",
+                Stalled(gate.clone()),
+            )),
+            65_536,
+            1 << 20,
+            counters.clone(),
+        )
+        .unwrap();
+        // 8 KB URLs and User-Agents: a megabyte is some 60 records, not 65,536.
+        let big = "a".repeat(8000);
+        let tx = l.sender().unwrap();
+        for _ in 0..1000 {
+            let mut r = rec();
+            r.url = big.clone();
+            r.user_agent = Some(big.clone());
+            send(&tx, r, &counters);
+        }
+        let queued = counters.get(Counter::AccessLogQueued);
+        assert!((30..=80).contains(&queued), "{queued} queued");
+        assert_eq!(counters.get(Counter::AccessLogDropped), 1000 - queued);
+        assert!(tx.queued.load(Ordering::Relaxed) <= 1 << 20);
+        drop(held);
+        drop(tx);
+        l.close();
+        assert_eq!(counters.access_log_written.load(Ordering::Relaxed), queued);
     }
 }

@@ -16,7 +16,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::tls::certs::Resolver;
 
-use crate::access_log::{self, AccessLogger, AccessRecord};
+use crate::access_log::{self, AccessLogger};
 use crate::config::{Config, ConfigError, Loaded, Output};
 use crate::conn_registry::Registry;
 use crate::counters::{Counter, Counters};
@@ -194,7 +194,7 @@ impl crate::local::Parts for Front {
     fn rules(&self) -> &Arc<RuleSet> {
         &self.rules
     }
-    fn access_log_sender(&self) -> Option<std::sync::mpsc::SyncSender<AccessRecord>> {
+    fn access_log_sender(&self) -> Option<crate::access_log::RecordSender> {
         Front::access_log_sender(self)
     }
 }
@@ -288,9 +288,13 @@ impl Front {
                 s
             })
             .and_then(|s| match s {
-                Some(s) => {
-                    AccessLogger::spawn(s, cfg.access_log.queue, Arc::clone(&counters)).map(Some)
-                }
+                Some(s) => AccessLogger::spawn(
+                    s,
+                    cfg.access_log.queue,
+                    cfg.access_log.queue_bytes,
+                    Arc::clone(&counters),
+                )
+                .map(Some),
                 None => Ok(None),
             }) {
             Ok(l) => l,
@@ -479,7 +483,7 @@ impl Front {
     }
 
     /// A sender into the access-log writer, when access logs are on.
-    pub fn access_log_sender(&self) -> Option<std::sync::mpsc::SyncSender<AccessRecord>> {
+    pub fn access_log_sender(&self) -> Option<crate::access_log::RecordSender> {
         lock(&self.access_log)
             .as_ref()
             .and_then(AccessLogger::sender)

@@ -2,13 +2,10 @@
 
 use std::cell::RefCell;
 use std::net::IpAddr;
-use std::sync::mpsc::SyncSender;
 
 use shield::block::{BlockReader, Check, Traffic};
 use shield::events::{Action, Recorder};
 use shield::rules::LocalRules;
-
-use crate::access_log::AccessRecord;
 
 /// What a thread's handles are made from: the front's shared parts (a trait so that this
 /// module needs nothing of the front that assembles them).
@@ -22,7 +19,7 @@ pub trait Parts {
     /// The rules.
     fn rules(&self) -> &std::sync::Arc<shield::rules::RuleSet>;
     /// A sender into the access-log writer, when access logs are on.
-    fn access_log_sender(&self) -> Option<SyncSender<AccessRecord>>;
+    fn access_log_sender(&self) -> Option<crate::access_log::RecordSender>;
 }
 
 /// One thread's handles for one front.
@@ -35,7 +32,7 @@ pub struct Local {
     /// The current rules, refreshed after a reload with one relaxed load.
     pub rules: LocalRules,
     /// Access-log queue, when access logs are on.
-    pub access: Option<SyncSender<AccessRecord>>,
+    pub access: Option<crate::access_log::RecordSender>,
     /// Passed requests seen by this thread (sampling).
     pub sample_tick: u64,
 }

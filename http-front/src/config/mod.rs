@@ -1018,6 +1018,7 @@ impl Config {
         }
         if self.access_log.output != other.access_log.output
             || self.access_log.queue != other.access_log.queue
+            || self.access_log.queue_bytes != other.access_log.queue_bytes
             || self.access_log.clickhouse != other.access_log.clickhouse
         {
             out.push("access_log.output");

@@ -86,6 +86,10 @@ pub struct AccessLog {
     /// Records queued for the writer; beyond, records are dropped and counted.
     #[serde(deserialize_with = "range_usize::<1, 10000000, _>")]
     pub queue: usize,
+    /// Bytes of the records queued (their URLs, User-Agents, Referers...); beyond, records
+    /// are dropped and counted. Start-time only.
+    #[serde(deserialize_with = "range_usize::<65536, 17179869184, _>")]
+    pub queue_bytes: usize,
     /// Also send records to `[events.clickhouse]`'s access table. Start-time only.
     pub clickhouse: bool,
 }
@@ -96,6 +100,7 @@ impl Default for AccessLog {
             output: Output::None,
             sample_rate: 0.01,
             queue: 65_536,
+            queue_bytes: 64 << 20,
             clickhouse: false,
         }
     }
