@@ -175,6 +175,7 @@ pub fn answer_in<'q>(
         after: After::Nothing,
         dnames: [(0, 0); MAX_CHAIN],
         n_dnames: 0,
+        proofs: Default::default(),
     };
     let mut target = Target::from_query(q);
     // A name with variants by client network: the variant of the client's network when it
@@ -253,6 +254,8 @@ struct Answerer<'w, 'b, 'q> {
     /// carries it once (an RRset is a set, RFC 2181 §5), as Knot and NSD answer.
     dnames: [(usize, NodeId); MAX_CHAIN],
     n_dnames: usize,
+    /// The NSEC and NSEC3 proofs written (each once, however many denials rest on it).
+    proofs: crate::query::nsec_proofs::Written,
 }
 
 /// Additional data an answer calls for, held until the other sections are written (an
@@ -410,7 +413,7 @@ impl<'q> Answerer<'_, '_, 'q> {
                         None => Compacted::Chain,
                     };
                     if let Compacted::Chain = done {
-                        let r = Prover::new(zone).nodata(self.w, node);
+                        let r = Prover::new(zone, &mut self.proofs).nodata(self.w, node);
                         self.proved(r);
                     }
                 }
@@ -424,7 +427,7 @@ impl<'q> Answerer<'_, '_, 'q> {
                 let asked = self.dnssec.then(|| target.clone());
                 let k = self.positive(zone, wildcard, target, owner, depth);
                 if let Some(q) = asked {
-                    let mut p = Prover::new(zone);
+                    let mut p = Prover::new(zone, &mut self.proofs);
                     let r = if k == Kind::NoData {
                         p.wildcard_nodata(self.w, q.name(), q.offs(), ce, wildcard)
                     } else {
@@ -445,7 +448,7 @@ impl<'q> Answerer<'_, '_, 'q> {
                         None => {
                             self.negative(zone);
                             if self.dnssec {
-                                let r = Prover::new(zone).nodata(self.w, cut);
+                                let r = Prover::new(zone, &mut self.proofs).nodata(self.w, cut);
                                 self.proved(r);
                             }
                             Kind::NoData
@@ -482,7 +485,7 @@ impl<'q> Answerer<'_, '_, 'q> {
                     self.negative(zone);
                 }
                 if self.dnssec {
-                    let r = Prover::new(zone).nxdomain(
+                    let r = Prover::new(zone, &mut self.proofs).nxdomain(
                         self.w,
                         target.name(),
                         target.offs(),
@@ -931,7 +934,7 @@ impl<'q> Answerer<'_, '_, 'q> {
                 }
                 // An unsigned child: prove that there is no DS.
                 None => {
-                    let r = Prover::new(zone).no_ds(self.w, cut);
+                    let r = Prover::new(zone, &mut self.proofs).no_ds(self.w, cut);
                     self.proved(r);
                 }
             }
