@@ -474,6 +474,15 @@ fn count_error(c: &Counters, e: &hyper::Error) {
 
 /// Polls a connection until it ends, asking it to shut down gracefully when its control block
 /// says so or a time limit passes, and dropping it when the grace period after that runs out.
+/// Marks its connection ended when dropped.
+struct EndOnDrop<'a>(&'a crate::conn_registry::ConnCtl);
+
+impl Drop for EndOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
 async fn drive<F, G>(cx: &ConnCtx, conn: F, life: Life, mut shutdown: G)
 where
     F: Future<Output = hyper::Result<()>>,
@@ -481,6 +490,9 @@ where
 {
     let c = &cx.front.counters;
     let ctl = &cx.ctl;
+    // Whichever way this returns, the connection's requests still waiting on an origin give
+    // up (HTTP/2 streams would otherwise wait on, each holding an origin connection).
+    let _end = EndOnDrop(ctl);
     let mut conn = pin!(conn);
     // Dropped before `conn` (declared after it): the socket's descriptor is forgotten before
     // it closes.

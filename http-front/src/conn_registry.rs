@@ -98,6 +98,12 @@ pub struct ConnCtl {
     /// The first odd HTTP/1.1 head ([`crate::h1watch`]): its ordinal shifted left by three,
     /// and its kind (0: none).
     odd_head: AtomicU32,
+    /// Requests of its source (all of the source's open connections share this) waiting
+    /// on an origin (`[server] max_upstream_per_source`).
+    pub upstream: Arc<AtomicU32>,
+    /// The connection has ended (its requests still waiting on an origin are abandoned).
+    ended: std::sync::atomic::AtomicBool,
+    end_notify: Notify,
 }
 
 /// A request head hyper reads only in part, refused as nginx refuses it.
@@ -118,8 +124,11 @@ pub enum OddHead {
 }
 
 impl ConnCtl {
-    fn new(ip: IpAddr) -> Self {
+    fn new(ip: IpAddr, upstream: Arc<AtomicU32>) -> Self {
         ConnCtl {
+            upstream,
+            ended: std::sync::atomic::AtomicBool::new(false),
+            end_notify: Notify::new(),
             ip,
             cause: AtomicU8::new(0),
             notify: Notify::new(),
@@ -226,6 +235,24 @@ impl ConnCtl {
     #[inline]
     pub fn cause(&self) -> Option<CloseCause> {
         CloseCause::from_u8(self.cause.load(Ordering::Acquire))
+    }
+
+    /// Marks the connection ended: every request of it waiting on [`ended`](Self::ended)
+    /// gives up.
+    pub fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+        self.end_notify.notify_waiters();
+    }
+
+    /// Waits until the connection has ended.
+    pub async fn ended(&self) {
+        let n = self.end_notify.notified();
+        tokio::pin!(n);
+        n.as_mut().enable();
+        if self.ended.load(Ordering::Acquire) {
+            return;
+        }
+        n.await;
     }
 
     /// Waits until [`close`](Self::close) has been called.
@@ -374,8 +401,7 @@ impl Registry {
             self.open.fetch_sub(1, Ordering::AcqRel);
             return Err(Refused::Total);
         }
-        let ctl = Arc::new(ConnCtl::new(ip));
-        {
+        let ctl = {
             let key = host_source(ip);
             let mut s = lock(self.shard(&key));
             let list = s.entry(key).or_default();
@@ -384,8 +410,15 @@ impl Registry {
                 self.open.fetch_sub(1, Ordering::AcqRel);
                 return Err(Refused::PerSource);
             }
+            // The source's connections share one count of their requests at origins (a
+            // connection's requests give up when it ends, so a new first one starts afresh).
+            let upstream = list
+                .first()
+                .map_or_else(Arc::default, |c| Arc::clone(&c.upstream));
+            let ctl = Arc::new(ConnCtl::new(ip, upstream));
             list.push(Arc::clone(&ctl));
-        }
+            ctl
+        };
         Ok(ConnGuard {
             registry: Arc::clone(self),
             ctl,

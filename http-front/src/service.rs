@@ -142,6 +142,25 @@ impl Drop for Flight {
     }
 }
 
+/// One request of a source waiting on an origin (see `[server] max_upstream_per_source`).
+struct SourceWaiting<'a>(&'a std::sync::atomic::AtomicU32);
+
+impl<'a> SourceWaiting<'a> {
+    fn take(n: &'a std::sync::atomic::AtomicU32, max: u32) -> Option<Self> {
+        if n.fetch_add(1, Ordering::Relaxed) >= max {
+            n.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(SourceWaiting(n))
+    }
+}
+
+impl Drop for SourceWaiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Serves one request (hyper's service function). Everything up to the proxy runs here, when
 /// hyper hands the request over; the future returned only forwards (or returns the answer).
 pub fn handle(
@@ -154,7 +173,26 @@ pub fn handle(
         let mut flight = flight;
         let resp = match verdict {
             Verdict::Respond(r) => r,
-            Verdict::Proxy(mut job) => proxy(&flight.cx, &mut job).await,
+            Verdict::Proxy(mut job) => {
+                let cx = &flight.cx;
+                if cx.h2 {
+                    // A stream whose connection ended gives its origin up at once (nginx
+                    // closes the upstream connection when its client goes): hyper lets
+                    // the streams of a connection gone run on, each holding an origin
+                    // connection until the origin answers. (HTTP/1.1: hyper drops the
+                    // request with its connection.)
+                    tokio::select! {
+                        biased;
+                        r = proxy(cx, &mut job) => r,
+                        () = cx.ctl.ended() => {
+                            cx.front.counters.bump(Counter::ReqAbandoned);
+                            simple(StatusCode::BAD_GATEWAY, "client gone\n", true)
+                        }
+                    }
+                } else {
+                    proxy(cx, &mut job).await
+                }
+            }
         };
         flight.done = true;
         Ok(resp)
@@ -978,6 +1016,16 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
     let up = &*site.upstream;
     let fwd = &snap.cfg.forwarded;
     let srv = &snap.cfg.server;
+    // One source's requests waiting on origins at once: its connections' HTTP/2 streams
+    // would otherwise hold as many origin connections as it likes.
+    let Some(_waiting) = SourceWaiting::take(&cx.ctl.upstream, srv.max_upstream_per_source) else {
+        c.bump(Counter::LimitUpstreamPerSource);
+        return simple(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests of this source at the origin\n",
+            false,
+        );
+    };
     let result = match (job.upgrade.take(), site.websocket) {
         // Boxed: a WebSocket is the rare path, and its future is large.
         (Some(on), Some(bounds)) => {
@@ -1032,6 +1080,21 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
         Err(ForwardError::Upstream) => {
             c.bump(Counter::RespUpstreamError);
             simple(StatusCode::BAD_GATEWAY, "upstream unavailable\n", false)
+        }
+        Err(ForwardError::AtCapacity) => {
+            c.bump(Counter::LimitUpstreamConnections);
+            shield::limited!(
+                1,
+                warn!(
+                    open = crate::forward::upstream::open_connections(),
+                    "upstream connections at their bound (max_connections plus the idle pools): requests answered 503"
+                )
+            );
+            simple(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many upstream connections\n",
+                false,
+            )
         }
         Err(ForwardError::Body(e)) => body_refused(c, e),
     };

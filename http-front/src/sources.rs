@@ -21,6 +21,13 @@ impl Source for Registry {
             "Client connections open now.",
             self.open() as u64,
         );
+        out.gauge(
+            "upstream_connections",
+            "http_front_upstream_connections",
+            "",
+            "HTTP/1.1 connections to origins open now (in use or idle in the pools).",
+            crate::forward::upstream::open_connections() as u64,
+        );
     }
 }
 

@@ -164,18 +164,7 @@ fn http_premature_resets_close_and_block_the_source() {
 /// browser leaving a page behind a hung origin did both).
 #[test]
 fn closing_a_connection_with_requests_open_is_no_reset_flood() {
-    // An origin that takes connections and requests and never answers.
-    let tarpit = std::net::TcpListener::bind((net::test_ip(), 0)).unwrap();
-    let to = tarpit.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for c in tarpit.incoming().take(2000) {
-            match c {
-                Ok(c) => held.push(c),
-                Err(_) => break,
-            }
-        }
-    });
+    let (to, _) = tarpit();
     let front = Front::start(
         |a: SocketAddr, m: SocketAddr| {
             format!(
@@ -220,6 +209,106 @@ fn closing_a_connection_with_requests_open_is_no_reset_flood() {
     assert!(
         H2Conn::connect(Some(client), front.addr()).is_ok(),
         "the source is not blocked"
+    );
+}
+
+/// An origin that takes connections and requests and never answers; counts the connections
+/// it holds open.
+fn tarpit() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = std::net::TcpListener::bind((net::test_ip(), 0)).unwrap();
+    let at = l.local_addr().unwrap();
+    let open = std::sync::Arc::new(AtomicUsize::new(0));
+    let n = open.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming().take(5000) {
+            let Ok(mut c) = c else { break };
+            let n = n.clone();
+            n.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut b = [0u8; 4096];
+                while matches!(c.read(&mut b), Ok(k) if k > 0) {}
+                n.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (at, open)
+}
+
+/// HTTP/2 streams to an origin that never answers hold origin connections within bounds: one
+/// source's at `max_upstream_per_source`, all of them at what the descriptor budget gives
+/// origins (`max_connections` plus the idle pools), each bound answered 503 and counted; and
+/// once their client connections are gone, their origin connections are closed.
+#[test]
+fn streams_to_a_hung_origin_hold_origin_connections_within_bounds() {
+    use std::sync::atomic::Ordering;
+    let (hung, held) = tarpit();
+    let fine = Origin::start();
+    let front = Front::start(
+        |a: SocketAddr, m: SocketAddr| {
+            format!(
+                "[server]\nlisten = [\"{a}\"]\nworkers = 2\nmax_connections = 100\n\
+                 max_upstream_per_source = 50\n\n[metrics]\nlisten = \"{m}\"\n\n\
+                 [[upstream]]\nname = \"hung\"\nservers = [\"{hung}\"]\npool_max_idle = 2\n\n\
+                 [[upstream]]\nname = \"fine\"\nservers = [\"{}\"]\npool_max_idle = 2\n\n\
+                 [[site]]\nhosts = [\"hung.test\"]\nupstream = \"hung\"\n\n\
+                 [[site]]\nhosts = [\"fine.test\"]\nupstream = \"fine\"\n",
+                fine.addr()
+            )
+        },
+        None,
+    );
+    let mut conns = Vec::new();
+    // One source, four connections of 100 streams each.
+    let attacker = net::test_ip();
+    for _ in 0..4 {
+        let mut h2 = H2Conn::connect(Some(attacker), front.addr()).unwrap();
+        for _ in 0..100 {
+            h2.send_request("GET", "hung.test", "/", &[], true).unwrap();
+        }
+        conns.push(h2);
+    }
+    wait_for("the source's bound hit", Duration::from_secs(10), || {
+        front.metric("http_front_limit_hits_total{limit=\"max_upstream_per_source\"}") >= 300
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        held.load(Ordering::SeqCst) <= 50,
+        "{} held",
+        held.load(Ordering::SeqCst)
+    );
+    // Three more sources, 60 streams each: the process's bound (100 + 2 x 2 x 2 idle).
+    for _ in 0..3 {
+        let mut h2 = H2Conn::connect(Some(net::test_ip()), front.addr()).unwrap();
+        for _ in 0..60 {
+            h2.send_request("GET", "hung.test", "/", &[], true).unwrap();
+        }
+        conns.push(h2);
+    }
+    wait_for("the process's bound hit", Duration::from_secs(10), || {
+        front.metric("http_front_limit_hits_total{limit=\"upstream_connections\"}") > 0
+    });
+    assert!(front.metric("http_front_upstream_connections") <= 108);
+    assert!(
+        held.load(Ordering::SeqCst) <= 108,
+        "{} held",
+        held.load(Ordering::SeqCst)
+    );
+    // The clients go: their streams give the origin up.
+    drop(conns);
+    wait_for(
+        "the origin connections closed",
+        Duration::from_secs(10),
+        || held.load(Ordering::SeqCst) == 0,
+    );
+    assert!(front.metric("http_front_responses_total{cause=\"client_gone\"}") >= 100);
+    // Others are served.
+    assert_eq!(
+        get(Some(net::test_ip()), front.addr(), "fine.test", "/")
+            .unwrap()
+            .status,
+        200
     );
 }
 

@@ -957,18 +957,31 @@ impl Config {
     /// Raises RLIMIT_NOFILE to what `server.max_connections` needs, or lowers it to fit (the
     /// warning says so): for a config about to serve, at a start and at each reload.
     pub fn fit_descriptors(&mut self) -> Option<String> {
+        let pools = self.idle_pools();
+        server::fit_descriptors(&mut self.server, pools)
+            .map(|w| format!("{}: {w}", self.path.display()))
+    }
+
+    /// Idle upstream connections the pools may keep (each upstream's per worker thread).
+    fn idle_pools(&self) -> usize {
         let workers = match self.server.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
-        let pools = self
-            .upstreams
+        self.upstreams
             .iter()
             .map(|u| u.pool_max_idle)
             .sum::<usize>()
-            .saturating_mul(workers);
-        server::fit_descriptors(&mut self.server, pools)
-            .map(|w| format!("{}: {w}", self.path.display()))
+            .saturating_mul(workers)
+    }
+
+    /// How many HTTP/1.1 upstream connections may be open at once: one per client
+    /// connection the descriptor budget allows, plus the idle pools (a client's HTTP/2
+    /// streams would otherwise open one each, past the process's descriptors).
+    pub fn upstream_connection_limit(&self) -> usize {
+        self.server
+            .max_connections
+            .saturating_add(self.idle_pools())
     }
 
     /// Start-time-only settings that differ from `other` (reload keeps the running ones).

@@ -22,6 +22,10 @@ pub struct Server {
     /// Most open connections from one source address; further ones are closed at accept.
     #[serde(deserialize_with = "range_usize::<1, 10000000, _>")]
     pub max_connections_per_source: usize,
+    /// Most requests of one source (an IPv4 address, an IPv6 /64) waiting on origins at
+    /// once, over all its connections; further ones are answered 503 and counted.
+    #[serde(deserialize_with = "range_u32::<1, 10000000, _>")]
+    pub max_upstream_per_source: u32,
     /// A request head (and a TLS handshake, and the HTTP/2 preface) must arrive within this; also the HTTP/1.1 keep-alive idle limit.
     #[serde(deserialize_with = "range::<100, 3600000, _>")]
     pub header_read_timeout_ms: u64,
@@ -90,6 +94,7 @@ impl Default for Server {
             h2c: true,
             max_connections: 50_000,
             max_connections_per_source: 256,
+            max_upstream_per_source: 512,
             header_read_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             max_connection_age_secs: 3_600,

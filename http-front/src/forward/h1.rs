@@ -559,6 +559,9 @@ pub(crate) async fn forward(
             None => timed(deadline.as_mut(), Box::pin(up.connect_h1(client)))
                 .await?
                 .map_err(|e| {
+                    if crate::forward::upstream::at_capacity(&e) {
+                        return ForwardError::AtCapacity;
+                    }
                     tracing::debug!(upstream = %up.cfg.name, error = %e, "no upstream connection");
                     ForwardError::Upstream
                 })?,
@@ -1112,6 +1115,7 @@ mod tests {
             io: crate::forward::upstream::UpIo::Plain(io),
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
+            _slot: crate::forward::upstream::Slot::take().unwrap(),
         };
         let mut b = H1Body::new(
             conn,
@@ -1186,6 +1190,7 @@ mod tests {
             io: crate::forward::upstream::UpIo::Plain(io),
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
+            _slot: crate::forward::upstream::Slot::take().unwrap(),
         };
         let stall = std::time::Duration::from_millis(200);
         let mut b = H1Body::new(conn, Decode::Chunked(Chunk::Size), true, up.key(), stall);

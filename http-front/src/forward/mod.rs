@@ -345,6 +345,8 @@ pub enum ForwardError {
     Upstream,
     /// No response head within the upstream's response timeout: 504.
     Timeout,
+    /// No upstream connection could be opened: the process's bound on them is reached (503).
+    AtCapacity,
     /// The client's body failed (malformed 400, too large 413, too slow 408).
     Body(crate::forward::reqbody::BodyError),
 }

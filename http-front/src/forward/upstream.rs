@@ -46,6 +46,54 @@ pub type UpBody = crate::forward::reqbody::ClientBody;
 /// Initial read buffer of an upstream connection.
 pub(crate) const READ_BUF: usize = 8 * 1024;
 
+/// HTTP/1.1 upstream connections open (in use or idle), over every upstream and thread.
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+/// The most that may be open at once ([`set_limit`]).
+static LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Sets how many HTTP/1.1 upstream connections may be open at once: what the descriptor
+/// budget gives origins (`max_connections` plus the idle pools), whatever the clients'
+/// HTTP/2 streams ask for.
+pub fn set_limit(n: usize) {
+    LIMIT.store(n.max(1), Ordering::Relaxed);
+}
+
+/// HTTP/1.1 upstream connections open now.
+pub fn open_connections() -> usize {
+    OPEN.load(Ordering::Relaxed)
+}
+
+/// The error of a connection not made because [`set_limit`]'s bound is reached.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream connection limit is reached")]
+pub struct AtCapacity;
+
+/// Whether `e` says the upstream connection limit was reached.
+pub fn at_capacity(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<AtCapacity>())
+}
+
+/// A place among the open upstream connections, given back with its connection.
+#[derive(Debug)]
+pub(crate) struct Slot(());
+
+impl Slot {
+    /// A place, when the limit leaves one.
+    pub(crate) fn take() -> Option<Slot> {
+        if OPEN.fetch_add(1, Ordering::Relaxed) >= LIMIT.load(Ordering::Relaxed) {
+            OPEN.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Slot(()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        OPEN.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// One `[[upstream]]`: its settings, and what identifies its per-thread pools.
 #[derive(Debug)]
 pub struct Upstream {
@@ -153,6 +201,8 @@ pub(crate) struct Conn {
     pub(crate) rbuf: BytesMut,
     /// The request head being written.
     pub(crate) wbuf: Vec<u8>,
+    /// Its place among the open upstream connections.
+    pub(crate) _slot: Slot,
 }
 
 struct Idle {
@@ -297,6 +347,7 @@ impl Upstream {
     /// A new HTTP/1.1 connection (for `client`: with `send_proxy`, its PROXY header is
     /// written first).
     pub(crate) async fn connect_h1(&self, client: &crate::forward::ClientInfo) -> io::Result<Conn> {
+        let slot = Slot::take().ok_or_else(|| io::Error::other(AtCapacity))?;
         let (mut io, addr) = self.connect().await?;
         if let Some(v) = self.cfg.send_proxy {
             use tokio::io::AsyncWriteExt as _;
@@ -313,6 +364,7 @@ impl Upstream {
             io,
             rbuf: BytesMut::with_capacity(READ_BUF),
             wbuf: Vec::with_capacity(1024),
+            _slot: slot,
         })
     }
 
@@ -512,6 +564,7 @@ mod tests {
                 io: UpIo::Plain(c),
                 rbuf: BytesMut::new(),
                 wbuf: Vec::new(),
+                _slot: Slot::take().unwrap(),
             },
             s,
         )
