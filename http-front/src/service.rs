@@ -390,6 +390,16 @@ fn request_filter<'a>(
             false,
         ));
     }
+    // An empty `:scheme` or a `:path` that is not absolute makes an HTTP/2 request malformed
+    // (RFC 9113 §8.3.1; h2 passes `?x` as `/?x`), as nginx answers it.
+    if cx.h2 && h2_malformed(req) {
+        c.bump(Counter::RespBadRequest);
+        return Err(simple(
+            StatusCode::BAD_REQUEST,
+            "malformed HTTP/2 request\n",
+            false,
+        ));
+    }
     // CONNECT is never proxied, but for an HTTP/2 WebSocket (RFC 8441) to a site that allows it.
     if req.method() == Method::CONNECT && !forward::websocket::wants(req) {
         c.bump(Counter::RespBadRequest);
@@ -772,6 +782,18 @@ fn upstream_host(host: &Host<'_>, raw: Option<&HeaderValue>) -> Option<HeaderVal
     HeaderValue::from_str(&text).ok()
 }
 
+/// An HTTP/2 request with an empty scheme or a path that does not start with `/` (RFC 9113
+/// §8.3.1). (Connection-specific fields, which h2 misses in a header block whose first
+/// fragment ends inside a field, hyper strips before the request reaches us.)
+fn h2_malformed<B>(req: &Request<B>) -> bool {
+    let uri = req.uri();
+    req.method() != Method::CONNECT
+        && (uri.scheme_str().is_none_or(str::is_empty)
+            || uri
+                .path_and_query()
+                .is_none_or(|pq| !pq.as_str().starts_with('/') && pq.as_str() != "*"))
+}
+
 /// Request headers that may appear once only: a second copy is refused (400) rather than
 /// matched by the rules in one copy and read by the origin in the other.
 const SINGLE_VALUED: &[header::HeaderName] = &[
@@ -788,6 +810,10 @@ const SINGLE_VALUED: &[header::HeaderName] = &[
     header::IF_UNMODIFIED_SINCE,
     header::MAX_FORWARDS,
     header::FROM,
+    header::CONTENT_RANGE,
+    header::EXPECT,
+    header::IF_MATCH,
+    header::IF_NONE_MATCH,
 ];
 
 /// The head checks hyper leaves to us: header bytes (431; hyper's own limit also covers the

@@ -138,6 +138,14 @@ pub fn request_host<'a, B>(
         if !h2 && header_text.is_none() && req.version() == http::Version::HTTP_11 {
             return Err("missing Host\n");
         }
+        // The Host line it names must be one too (RFC 9112 §3.2: 400 for an invalid one,
+        // as nginx answers), though the target's authority is the one routed by.
+        if !h2
+            && let Some(h) = header_text
+            && parse_host(h, &mut [0u8; HOST_MAX]).is_none()
+        {
+            return Err("bad Host\n");
+        }
         let host = parse_host(a, buf).ok_or("bad authority\n")?;
         if h2 && let Some(h) = header_text {
             let mut other = [0u8; HOST_MAX];
