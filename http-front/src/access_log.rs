@@ -153,8 +153,8 @@ impl AccessLogger {
                             Err(_) => break,
                         }
                     }
+                    // The batch counts against the budget until it is written.
                     let bytes: usize = batch.iter().map(AccessRecord::size).sum();
-                    taken.fetch_sub(bytes, Ordering::Relaxed);
                     match sink.write(&batch) {
                         Ok(()) => {
                             counters
@@ -167,6 +167,7 @@ impl AccessLogger {
                         }
                     }
                     batch.clear();
+                    taken.fetch_sub(bytes, Ordering::Relaxed);
                 }
             })?;
         Ok(AccessLogger {

@@ -783,12 +783,12 @@ fn upstream_host(host: &Host<'_>, raw: Option<&HeaderValue>) -> Option<HeaderVal
 }
 
 /// An HTTP/2 request with an empty scheme or a path that does not start with `/` (RFC 9113
-/// §8.3.1). (Connection-specific fields, which h2 misses in a header block whose first
+/// §8.3.1; h2 keeps no scheme for a request that names its host by `host` alone). (Connection-specific fields, which h2 misses in a header block whose first
 /// fragment ends inside a field, hyper strips before the request reaches us.)
 fn h2_malformed<B>(req: &Request<B>) -> bool {
     let uri = req.uri();
     req.method() != Method::CONNECT
-        && (uri.scheme_str().is_none_or(str::is_empty)
+        && (uri.scheme_str() == Some("")
             || uri
                 .path_and_query()
                 .is_none_or(|pq| !pq.as_str().starts_with('/') && pq.as_str() != "*"))

@@ -65,7 +65,7 @@
 //!   suspect that would is not taken: `suspects_refused`), and an operator's entry is pushed
 //!   out by another operator's alone (others take the closest to expiry of a sample that no
 //!   operator made, or are not taken: `no_room`); evictions are counted and
-//!   reach subscribers as [`Change::Remove`] with [`RemoveCause::Evicted`]. Insert never fails.
+//!   reach subscribers as [`Change::Remove`] with [`RemoveCause::Evicted`].
 //! - `feed_capacity` queued changes per subscriber: a subscriber that falls behind loses its
 //!   queue and receives [`Delivery::Resync`] with a full snapshot next, never a silent gap.
 //!   Lag and resyncs are counted per subscriber.

@@ -819,6 +819,23 @@ impl Config {
                 msg,
             },
         )?;
+        for (i, p) in c.policies.iter().enumerate() {
+            let rolls = if p.split_keys {
+                p.ksk_lifetime > 0
+            } else {
+                p.zsk_lifetime > 0
+            };
+            if rolls
+                && p.ksk_submission == crate::signing::Submission::Manual
+                && c.dnssec_policies[i].ksk_submission.is_none()
+            {
+                c.warnings.push(format!(
+                    "{}: dnssec_policy {:?} rolls its key-signing key, and each rollover waits for `dnsd ctl zone-ksk-submitted` (the old key signs on meanwhile): set `parent` to the parent zone's servers to have them asked, or ksk_submission = \"manual\" to say so",
+                    path.display(),
+                    p.name
+                ));
+            }
+        }
         for z in c.templates.iter_mut().chain(c.zone_specs.iter_mut()) {
             if let Some(t) = &mut z.transfer_tls {
                 t.resolve_paths(dir);

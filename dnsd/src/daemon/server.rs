@@ -515,7 +515,13 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             tokio::spawn(shield::metrics::serve(l, metrics.clone()));
         }
         tokio::spawn(housekeeping(shared.clone()));
-        tokio::spawn(crate::signing::schedule::run(shared.zones.clone()));
+        let ask: crate::signing::submission::AskParent =
+            Arc::new(|server, apex, tag, dnskey| {
+                Box::pin(async move {
+                    crate::xfr::ds_check::parent_holds(server, &apex, tag, &dnskey).await
+                })
+            });
+        tokio::spawn(crate::signing::schedule::run(shared.zones.clone(), ask));
         tokio::spawn(crate::xfr::run_changes(xfr.clone(), xfr_changes));
         // Catalogs: those dnsd produces written, those it consumes read (their members
         // come from the copies on disk, then from their primaries).

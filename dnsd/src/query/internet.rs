@@ -175,7 +175,7 @@ pub fn answer_in<'q>(
         after: After::Nothing,
         dnames: [(0, 0); MAX_CHAIN],
         n_dnames: 0,
-        proofs: Default::default(),
+        proofs: None,
     };
     let mut target = Target::from_query(q);
     // A name with variants by client network: the variant of the client's network when it
@@ -254,8 +254,9 @@ struct Answerer<'w, 'b, 'q> {
     /// carries it once (an RRset is a set, RFC 2181 §5), as Knot and NSD answer.
     dnames: [(usize, NodeId); MAX_CHAIN],
     n_dnames: usize,
-    /// The NSEC and NSEC3 proofs written (each once, however many denials rest on it).
-    proofs: crate::query::nsec_proofs::Written,
+    /// The NSEC and NSEC3 proofs written (each once, however many denials rest on it);
+    /// made with the first proof (most answers carry none).
+    proofs: Option<crate::query::nsec_proofs::Written>,
 }
 
 /// Additional data an answer calls for, held until the other sections are written (an
@@ -413,7 +414,8 @@ impl<'q> Answerer<'_, '_, 'q> {
                         None => Compacted::Chain,
                     };
                     if let Compacted::Chain = done {
-                        let r = Prover::new(zone, &mut self.proofs).nodata(self.w, node);
+                        let r = Prover::new(zone, self.proofs.get_or_insert_default())
+                            .nodata(self.w, node);
                         self.proved(r);
                     }
                 }
@@ -427,7 +429,7 @@ impl<'q> Answerer<'_, '_, 'q> {
                 let asked = self.dnssec.then(|| target.clone());
                 let k = self.positive(zone, wildcard, target, owner, depth);
                 if let Some(q) = asked {
-                    let mut p = Prover::new(zone, &mut self.proofs);
+                    let mut p = Prover::new(zone, self.proofs.get_or_insert_default());
                     let r = if k == Kind::NoData {
                         p.wildcard_nodata(self.w, q.name(), q.offs(), ce, wildcard)
                     } else {
@@ -448,7 +450,8 @@ impl<'q> Answerer<'_, '_, 'q> {
                         None => {
                             self.negative(zone);
                             if self.dnssec {
-                                let r = Prover::new(zone, &mut self.proofs).nodata(self.w, cut);
+                                let r = Prover::new(zone, self.proofs.get_or_insert_default())
+                                    .nodata(self.w, cut);
                                 self.proved(r);
                             }
                             Kind::NoData
@@ -485,7 +488,7 @@ impl<'q> Answerer<'_, '_, 'q> {
                     self.negative(zone);
                 }
                 if self.dnssec {
-                    let r = Prover::new(zone, &mut self.proofs).nxdomain(
+                    let r = Prover::new(zone, self.proofs.get_or_insert_default()).nxdomain(
                         self.w,
                         target.name(),
                         target.offs(),
@@ -934,7 +937,8 @@ impl<'q> Answerer<'_, '_, 'q> {
                 }
                 // An unsigned child: prove that there is no DS.
                 None => {
-                    let r = Prover::new(zone, &mut self.proofs).no_ds(self.w, cut);
+                    let r =
+                        Prover::new(zone, self.proofs.get_or_insert_default()).no_ds(self.w, cut);
                     self.proved(r);
                 }
             }

@@ -451,6 +451,11 @@ pub fn timeline(
             keys.push(k);
             continue;
         }
+        if role.signs_keys() {
+            // A rollover under way ends once the parent holds the new DS, whatever the
+            // lifetime says now (set to 0 meanwhile, it would leave both keys for good).
+            retire_submitted(&mut keys, role, now, p, dnskey_ttl.max(max_ttl))?;
+        }
         let lifetime = if role == Role::Ksk {
             p.ksk_lifetime
         } else {
@@ -521,7 +526,6 @@ pub fn timeline(
                     );
                     keys.push(k);
                 }
-                retire_submitted(&mut keys, role, now, p, dnskey_ttl.max(max_ttl))?;
             }
         }
     }
@@ -569,10 +573,16 @@ fn retire_submitted(
     p: &Policy,
     linger: u64,
 ) -> Result<(), KeyError> {
+    // Under "timer" a key's DS is taken for held once its CDS is out (also for a rollover
+    // begun under another setting).
+    let timer = p.ksk_submission == Submission::Timer;
     let newest = keys
         .iter()
         .filter(|k| k.file.role == role && k.file.state(now) == KeyState::Active)
-        .filter_map(|k| Some((k.file.active?, k.file.submitted?)))
+        .filter_map(|k| {
+            let held = k.file.submitted.or(if timer { k.file.ready } else { None });
+            Some((k.file.active?, held?))
+        })
         .max();
     let Some((newest, submitted)) = newest else {
         return Ok(());
@@ -788,6 +798,33 @@ mod tests {
         // (The new key, past its own lifetime by then, has started the next rollover.)
         let keys = keys::zone_keys(dir.path(), "example.com.").unwrap();
         assert!(!awaiting_ds(&keys, 100_060).iter().any(|a| a.0 == new_tag));
+    }
+
+    #[test]
+    fn a_rollover_under_way_ends_when_its_settings_change() {
+        // Begun under "manual", then "timer": the CDS already out counts as held.
+        let dir = tempfile::tempdir().unwrap();
+        let p = policy(dir.path(), Submission::Manual);
+        let first = ksks(&p, 1000);
+        assert_eq!(ksks(&p, 1100).len(), 2);
+        let timer = policy(dir.path(), Submission::Timer);
+        let k = ksks(&timer, 5000);
+        let old = k.iter().find(|k| k.0 == first[0].0).unwrap();
+        assert_eq!(old.2, Some(1130 + 50 + 10), "{k:?}");
+        // Begun, then the lifetime set to 0: the submission still ends it.
+        let dir = tempfile::tempdir().unwrap();
+        let p = policy(dir.path(), Submission::Manual);
+        let first = ksks(&p, 1000);
+        let rolled = ksks(&p, 1100);
+        let new_tag = rolled.iter().find(|k| k.0 != first[0].0).unwrap().0;
+        let still = Policy {
+            ksk_lifetime: 0,
+            ..p.clone()
+        };
+        assert!(mark_submitted(dir.path(), "example.com.", new_tag, 2000).unwrap());
+        let k = ksks(&still, 2001);
+        let old = k.iter().find(|k| k.0 == first[0].0).unwrap();
+        assert_eq!(old.2, Some(2000 + 50 + 10), "{k:?}");
     }
 
     #[test]

@@ -27,19 +27,29 @@ pub trait SignedZones: Send + 'static {
     }
 }
 
-/// Signs the due zones of `zones` again, forever (a task of the daemon's).
-pub async fn run<Z: SignedZones>(zones: Arc<tokio::sync::Mutex<Z>>) {
+/// Signs the due zones of `zones` again, forever (a task of the daemon's); KSK rollovers
+/// that await the parent's DS ask its servers with `ask`.
+pub async fn run<Z: SignedZones>(
+    zones: Arc<tokio::sync::Mutex<Z>>,
+    ask: super::submission::AskParent,
+) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     let mut n: u64 = 0;
     loop {
         tick.tick().await;
         let now = super::now();
         if n.is_multiple_of(60) {
-            zones.lock().await.each_minute(now);
+            let mut z = zones.lock().await;
+            z.each_minute(now);
+            // Zones removed or no longer signed await no DS.
+            super::submission::retain(|name| {
+                zones::Name::parse(name, Some(&zones::Name::root()))
+                    .is_ok_and(|apex| z.signed_zone(&apex).is_some())
+            });
         }
         n += 1;
         for z in super::submission::due(now) {
-            tokio::spawn(check_submission(zones.clone(), z, now));
+            tokio::spawn(check_submission(zones.clone(), ask.clone(), z, now));
         }
         let due = zones.lock().await.due(now);
         for (i, from, job) in due {
@@ -87,6 +97,7 @@ pub async fn resign<Z: SignedZones>(
 /// retires on its timeline from there).
 async fn check_submission<Z: SignedZones>(
     zones: Arc<tokio::sync::Mutex<Z>>,
+    ask: super::submission::AskParent,
     zone: String,
     now: u64,
 ) {
@@ -115,7 +126,7 @@ async fn check_submission<Z: SignedZones>(
         return;
     };
     let wanted = super::awaiting_ds(&keys, now);
-    for tag in super::submission::check(servers, &apex, &wanted).await {
+    for tag in super::submission::check(&ask, servers, &apex, &wanted).await {
         let (dir, z) = (p.key_dir.clone(), zone.clone());
         let at = super::now();
         match tokio::task::spawn_blocking(move || super::mark_submitted(&dir, &z, tag, at)).await {

@@ -7,17 +7,28 @@
 //! never leaves the zone without a key its DS names.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use zones::rrtype::t;
+use std::sync::{Arc, Mutex};
 
 use super::keys::Key;
 use super::{Policy, Submission};
-use crate::query::wire::{hf, opcode, rcode};
-use crate::xfr::wire::{self, RrBuf};
+
+/// Asks a parent server (its address, the zone's apex in lower-case wire form, the key's tag
+/// and DNSKEY RDATA) whether it holds a DS of that key: the daemon gives the transfer
+/// client's (signing sends no DNS of its own).
+pub type AskParent = Arc<
+    dyn Fn(
+            SocketAddr,
+            Vec<u8>,
+            u16,
+            Vec<u8>,
+        ) -> Pin<Box<dyn Future<Output = Result<bool, String>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// Zones whose rollover awaits the parent's DS (lower-case text), with when their parent
 /// servers are next asked (`None`: the operator says it, `ctl zone-ksk-submitted`).
@@ -40,8 +51,13 @@ pub fn note(p: &Policy, zone: &str, keys: &[Key], now: u64) {
             m.remove(zone);
             return;
         }
-        if m.contains_key(zone) {
-            return;
+        // Kept as it is while the policy asks the same way (a "parent" check keeps its
+        // schedule); a change of `ksk_submission` takes effect at once.
+        match (m.get(zone), &p.ksk_submission) {
+            (Some(Some(_)), Submission::Parent { .. }) | (Some(None), Submission::Manual) => {
+                return;
+            }
+            _ => {}
         }
         let next = match &p.ksk_submission {
             Submission::Parent { .. } => Some(now),
@@ -52,7 +68,10 @@ pub fn note(p: &Policy, zone: &str, keys: &[Key], now: u64) {
                 );
                 None
             }
-            Submission::Timer => return,
+            Submission::Timer => {
+                m.remove(zone);
+                return;
+            }
         };
         m.insert(zone.to_string(), next);
     });
@@ -83,67 +102,20 @@ pub fn next_check(zone: &str, at: u64) {
     });
 }
 
+/// Forgets every zone `keep` says no to (removed, or no longer signed).
+pub fn retain(mut keep: impl FnMut(&str) -> bool) {
+    awaiting(|m| m.retain(|z, _| keep(z)));
+}
+
 /// Forgets `zone` (its rollover went on, or it is no longer signed).
 pub fn forget(zone: &str) {
     awaiting(|m| m.remove(zone));
 }
 
-/// Whether `server` holds a DS at `apex` (wire, lower case) for the key `dnskey` (tag
-/// `tag`): asked over UDP, then over TCP when the answer is truncated or lost.
-pub async fn parent_holds(
-    server: SocketAddr,
-    apex: &[u8],
-    tag: u16,
-    dnskey: &[u8],
-) -> Result<bool, String> {
-    let limit = Duration::from_secs(5);
-    let id: u16 = rand::random();
-    let q = wire::build_query(id, opcode::QUERY, apex, t::DS, None, false, None);
-    let udp = crate::xfr::client::udp_exchange(server, None, &q, limit).await;
-    let resp = match udp {
-        Ok(r) if r.len() >= 4 && u16::from_be_bytes([r[2], r[3]]) & hf::TC == 0 => r,
-        _ => {
-            let mut c = crate::xfr::client::TcpClient::connect(server, None, limit)
-                .await
-                .map_err(|e| e.to_string())?;
-            c.send(&q).await.map_err(|e| e.to_string())?;
-            let mut buf = Vec::new();
-            c.recv(&mut buf).await.map_err(|e| e.to_string())?;
-            buf
-        }
-    };
-    let mut held = false;
-    let mut b = RrBuf::default();
-    let r = wire::read_response(&resp, &mut b, &mut |rr| {
-        if rr.rtype == t::DS && rr.owner.eq_ignore_ascii_case(apex) {
-            held |= ds_names_key(rr.rdata, apex, tag, dnskey);
-        }
-        Ok(())
-    })
-    .map_err(|e| e.to_string())?;
-    if r.id != id {
-        return Err("an answer with another ID".into());
-    }
-    match r.rcode {
-        rcode::NOERROR => Ok(held),
-        rcode::NXDOMAIN => Ok(false),
-        x => Err(format!("rcode {x}")),
-    }
-}
-
-/// Whether the DS RDATA `rd` names the key `dnskey` (tag `tag`) of `apex`.
-fn ds_names_key(rd: &[u8], apex: &[u8], tag: u16, dnskey: &[u8]) -> bool {
-    if rd.len() < 5 || u16::from_be_bytes([rd[0], rd[1]]) != tag || dnskey.len() < 4 {
-        return false;
-    }
-    // The DS's algorithm is the key's (the DNSKEY RDATA's fourth byte).
-    rd[2] == dnskey[3]
-        && zones::dnssec::ds_digest(apex, dnskey, rd[3]).is_some_and(|d| d == rd[4..])
-}
-
 /// Asks `servers` for the DS of each key `keys` awaits (tag, DNSKEY RDATA, CDS published);
 /// the tags every server holds.
 pub async fn check(
+    ask: &AskParent,
     servers: &[SocketAddr],
     apex: &zones::Name,
     keys: &[(u16, Vec<u8>, bool)],
@@ -156,7 +128,7 @@ pub async fn check(
         }
         let mut all = true;
         for &s in servers {
-            match parent_holds(s, wire_apex.as_wire(), *tag, dnskey).await {
+            match ask(s, wire_apex.as_wire().to_vec(), *tag, dnskey.clone()).await {
                 Ok(true) => {}
                 Ok(false) => {
                     CHECKS[1].fetch_add(1, Ordering::Relaxed);
@@ -179,34 +151,4 @@ pub async fn check(
         }
     }
     held
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_ds_names_its_key_by_tag_algorithm_and_digest() {
-        let apex = b"\x07example\x03com\x00";
-        let dnskey = [1u8, 1, 3, 13, 9, 9, 9, 9];
-        let d = zones::dnssec::ds_digest(apex, &dnskey, 2).unwrap();
-        let mut rd = vec![0x12, 0x34, 13, 2];
-        rd.extend_from_slice(&d);
-        assert!(ds_names_key(&rd, apex, 0x1234, &dnskey));
-        assert!(!ds_names_key(&rd, apex, 0x1235, &dnskey), "another tag");
-        assert!(
-            !ds_names_key(&rd, b"\x03org\x00", 0x1234, &dnskey),
-            "another owner"
-        );
-        let mut other = rd.clone();
-        other[2] = 8;
-        assert!(
-            !ds_names_key(&other, apex, 0x1234, &dnskey),
-            "another algorithm"
-        );
-        let mut bad = rd.clone();
-        *bad.last_mut().unwrap() ^= 1;
-        assert!(!ds_names_key(&bad, apex, 0x1234, &dnskey), "another digest");
-        assert!(!ds_names_key(&rd[..4], apex, 0x1234, &dnskey), "cut short");
-    }
 }

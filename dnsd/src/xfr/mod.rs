@@ -11,6 +11,7 @@
 
 pub mod axfr;
 pub mod client;
+pub mod ds_check;
 pub mod error;
 pub mod ixfr;
 pub mod journal;

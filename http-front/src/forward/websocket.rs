@@ -125,6 +125,7 @@ pub async fn open(
     let deadline = Instant::now() + up.cfg.connect_timeout + up.cfg.response_timeout;
     let mut conn = match tokio::time::timeout_at(deadline, Box::pin(up.connect_h1(client))).await {
         Ok(Ok(c)) => c,
+        Ok(Err(e)) if super::upstream::at_capacity(&e) => return Err(ForwardError::AtCapacity),
         _ => {
             tracing::debug!(upstream = %up.cfg.name, "no upstream connection for a WebSocket");
             return Err(ForwardError::Upstream);
