@@ -266,6 +266,28 @@ impl ConnCtl {
     }
 }
 
+/// One request of a source at an origin (see `[server] max_upstream_per_source`): held
+/// until the origin's response body is read, released when dropped.
+#[derive(Debug)]
+pub struct SourceWaiting(Arc<AtomicU32>);
+
+impl SourceWaiting {
+    /// A place among the source's `max` requests at origins, when one is free.
+    pub fn take(n: &Arc<AtomicU32>, max: u32) -> Option<Self> {
+        if n.fetch_add(1, Ordering::Relaxed) >= max {
+            n.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(SourceWaiting(Arc::clone(n)))
+    }
+}
+
+impl Drop for SourceWaiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A running tunnel of a connection; see [`ConnCtl::tunnel_started`].
 #[derive(Debug)]
 pub struct TunnelGuard(Arc<ConnCtl>);

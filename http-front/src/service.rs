@@ -19,7 +19,7 @@ use shield::rules::{Action, Now};
 
 use crate::access_log::{self, AccessRecord};
 use crate::challenge::{self, Binding};
-use crate::conn_registry::{CloseCause, ConnCtl, OddHead};
+use crate::conn_registry::{CloseCause, ConnCtl, OddHead, SourceWaiting};
 use crate::counters::Counter;
 use crate::forward::h1;
 use crate::forward::relay;
@@ -139,25 +139,6 @@ impl Drop for Flight {
                 }
             }
         }
-    }
-}
-
-/// One request of a source waiting on an origin (see `[server] max_upstream_per_source`).
-struct SourceWaiting<'a>(&'a std::sync::atomic::AtomicU32);
-
-impl<'a> SourceWaiting<'a> {
-    fn take(n: &'a std::sync::atomic::AtomicU32, max: u32) -> Option<Self> {
-        if n.fetch_add(1, Ordering::Relaxed) >= max {
-            n.fetch_sub(1, Ordering::Relaxed);
-            return None;
-        }
-        Some(SourceWaiting(n))
-    }
-}
-
-impl Drop for SourceWaiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -1044,7 +1025,7 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
     let srv = &snap.cfg.server;
     // One source's requests waiting on origins at once: its connections' HTTP/2 streams
     // would otherwise hold as many origin connections as it likes.
-    let Some(_waiting) = SourceWaiting::take(&cx.ctl.upstream, srv.max_upstream_per_source) else {
+    let Some(waiting) = SourceWaiting::take(&cx.ctl.upstream, srv.max_upstream_per_source) else {
         c.bump(Counter::LimitUpstreamPerSource);
         return simple(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -1083,10 +1064,13 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
             let b = match b {
                 // A streamed upstream body goes through a relay, so that a client that does
                 // not read cannot hold the upstream connection.
+                // It keeps the source's place among requests at origins until the origin's
+                // body is read.
                 b @ (RespBody::H1(_) | RespBody::H2(_)) => RespBody::Relay(relay::relay(
                     &front.counters,
                     &front.response_buffered,
                     &cx.ctl,
+                    waiting,
                     b,
                     relay::RelayLimits {
                         buffer: srv.response_buffer_bytes,

@@ -124,6 +124,7 @@ pub fn relay(
     counters: &Arc<Counters>,
     buffered: &Arc<AtomicUsize>,
     ctl: &Arc<ConnCtl>,
+    waiting: crate::conn_registry::SourceWaiting,
     body: RespBody,
     limits: RelayLimits,
 ) -> Relayed {
@@ -162,6 +163,7 @@ pub fn relay(
         Arc::clone(counters),
         Arc::clone(ctl),
         reservation,
+        waiting,
     ));
     Relayed {
         rx,
@@ -186,6 +188,7 @@ async fn run(
     counters: Arc<Counters>,
     ctl: Arc<ConnCtl>,
     _reservation: Option<Reservation>,
+    waiting: crate::conn_registry::SourceWaiting,
 ) {
     let end = loop {
         let frame = tokio::select! {
@@ -213,8 +216,10 @@ async fn run(
         }
     };
     // At the end of the upstream body its connection goes back to the pool (or, when the
-    // client broke a bound, is closed) before any further wait for the client.
+    // client broke a bound, is closed) before any further wait for the client, and the
+    // source's place among requests at origins is free.
     drop(body);
+    drop(waiting);
     let end = match end {
         Ok(()) => room(&shared, window, &tx, &ctl, limits, true).await,
         e => e,
