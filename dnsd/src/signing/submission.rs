@@ -82,13 +82,17 @@ pub fn awaiting_count() -> u64 {
     awaiting(|m| m.len() as u64)
 }
 
-/// The zones whose parent servers are due to be asked at `now`; each is next asked
-/// `interval` of its policy later (set when it is checked).
+/// The zones whose parent servers are due to be asked at `now`; each is next asked its
+/// policy's interval later (set when it is checked; until then a minute on, so that a check
+/// slow to start is not started twice).
 pub fn due(now: u64) -> Vec<String> {
     awaiting(|m| {
-        m.iter()
+        m.iter_mut()
             .filter(|(_, n)| n.is_some_and(|n| n <= now))
-            .map(|(z, _)| z.clone())
+            .map(|(z, n)| {
+                *n = Some(now + 60);
+                z.clone()
+            })
             .collect()
     })
 }
