@@ -105,10 +105,3 @@ pub fn out_of_validity(ck: &CertifiedKey, now: i64) -> Option<String> {
         None
     }
 }
-
-/// The current time in Unix seconds.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}

@@ -245,6 +245,17 @@ fn http_front_site_path_options() {
     assert_eq!(req("p.test", "/public;x").status, 200);
 }
 
+/// Sends `head` from `src` to `fa` on a connection of its own: the status and body of the
+/// answer (0 and the error when none came).
+fn raw_head(src: std::net::Ipv4Addr, fa: std::net::SocketAddr, head: &str) -> (u16, String) {
+    let mut c = H1Conn::connect(Some(src), fa).unwrap();
+    c.send_raw(head.as_bytes()).unwrap();
+    match c.read_response() {
+        Ok(r) => (r.status, r.body),
+        Err(e) => (0, e.to_string()),
+    }
+}
+
 #[test]
 fn http_front_a_malformed_or_conflicting_host_is_refused_never_rerouted() {
     let Some((origin, front)) = start() else {
@@ -252,14 +263,7 @@ fn http_front_a_malformed_or_conflicting_host_is_refused_never_rerouted() {
     };
     let fa = front.addr();
     let src = net::test_ip();
-    let raw = |head: &str| -> (u16, String) {
-        let mut c = H1Conn::connect(Some(src), fa).unwrap();
-        c.send_raw(head.as_bytes()).unwrap();
-        match c.read_response() {
-            Ok(r) => (r.status, r.body),
-            Err(e) => (0, e.to_string()),
-        }
-    };
+    let raw = |head: &str| raw_head(src, fa, head);
     // Control: the catch-all site (no rules) reaches the origin's protected server when the
     // Host names it, as an origin that cuts at ':' would.
     let (s, b) = raw("GET /admin HTTP/1.1\r\nhost: a.test\r\nconnection: close\r\n\r\n");
@@ -391,11 +395,7 @@ fn http_front_heads_nginx_refuses_are_refused_whatever_their_form() {
     };
     let fa = front.addr();
     let src = net::test_ip();
-    let raw = |head: &str| -> u16 {
-        let mut c = H1Conn::connect(Some(src), fa).unwrap();
-        c.send_raw(head.as_bytes()).unwrap();
-        c.read_response().map_or(0, |r| r.status)
-    };
+    let raw = |head: &str| raw_head(src, fa, head).0;
     let before = origin.access_log().len();
     let mut passed = Vec::new();
     for host in ["a b", "/admin", "", "open.test, other.test", ": open.test"] {

@@ -430,6 +430,28 @@ fn anchor_from_set(addr: SocketAddr, rtype: &str) -> Option<String> {
     (!cds.is_empty()).then(|| format!("trust-anchors {{\n{}}};\n", cds.concat()))
 }
 
+/// Asks `delv` (anchored by `anchor`) each (name, type, what its answer must say) of
+/// `dnsd`'s zone; each that fails goes to `failures` with the time since `start` and the
+/// zone's keys.
+fn validate(
+    dnsd: &Dnsd,
+    anchor: &Path,
+    checks: &[(&str, &str, &str)],
+    start: Instant,
+    failures: &mut Vec<String>,
+) {
+    for &(name, qtype, want) in checks {
+        let text = delv(dnsd.addr(), anchor, name, qtype);
+        if !text.contains(want) {
+            let (_, keys) = dnsd.ctl(&["zone-keys", "example.com."]);
+            failures.push(format!(
+                "after {:?}: delv {name} {qtype}: expected {want:?}:\n{text}\nkeys:\n{keys}",
+                start.elapsed()
+            ));
+        }
+    }
+}
+
 #[test]
 fn key_rollovers_on_a_short_timetable_never_break_validation() {
     if !need(&["delv", "dig"]) {
@@ -459,24 +481,21 @@ fn key_rollovers_on_a_short_timetable_never_break_validation() {
         if let Some(a2) = anchor_from_cds(a) {
             std::fs::write(&anchor, a2).unwrap();
         }
-        for (name, qtype, want) in [
-            ("www.example.com", "A", "; fully validated"),
-            (
-                "nothere.example.com",
-                "A",
-                "; negative response, fully validated",
-            ),
-            ("example.com", "DNSKEY", "; fully validated"),
-        ] {
-            let text = delv(a, &anchor, name, qtype);
-            if !text.contains(want) {
-                let (_, keys) = dnsd.ctl(&["zone-keys", "example.com."]);
-                failures.push(format!(
-                    "after {:?}: delv {name} {qtype}: expected {want:?}:\n{text}\nkeys:\n{keys}",
-                    start.elapsed()
-                ));
-            }
-        }
+        validate(
+            &dnsd,
+            &anchor,
+            &[
+                ("www.example.com", "A", "; fully validated"),
+                (
+                    "nothere.example.com",
+                    "A",
+                    "; negative response, fully validated",
+                ),
+                ("example.com", "DNSKEY", "; fully validated"),
+            ],
+            start,
+            &mut failures,
+        );
         for l in dig(a, "+short example.com DNSKEY").lines() {
             seen_keys.insert(l.to_string());
         }
@@ -566,19 +585,16 @@ fn a_ksk_rollover_waits_for_the_parents_ds_and_never_leaves_the_zone_bogus() {
         if let Some(text) = anchor_from_set(parent.addr(), "DS") {
             std::fs::write(&anchor, text).unwrap();
         }
-        for (name, qtype, want) in [
-            ("www.example.com", "A", "; fully validated"),
-            ("example.com", "DNSKEY", "; fully validated"),
-        ] {
-            let text = delv(a, &anchor, name, qtype);
-            if !text.contains(want) {
-                let (_, keys) = dnsd.ctl(&["zone-keys", "example.com."]);
-                failures.push(format!(
-                    "after {:?}: delv {name} {qtype}: expected {want:?}:\n{text}\nkeys:\n{keys}",
-                    start.elapsed()
-                ));
-            }
-        }
+        validate(
+            &dnsd,
+            &anchor,
+            &[
+                ("www.example.com", "A", "; fully validated"),
+                ("example.com", "DNSKEY", "; fully validated"),
+            ],
+            start,
+            &mut failures,
+        );
         if rolled_at.is_some() && !ksks(a).iter().any(|k| first.contains(k)) {
             break;
         }

@@ -716,18 +716,7 @@ fn silent_primaries_hold_no_transfer_slot_while_their_soa_queries_wait() {
     let mut pz = Zone::new(ORIGIN, &file);
     pz.options = vec!["allow_transfer = [\"127.0.0.0/8\"]".into()];
     let primary = Dnsd::builder().zone(pz).start();
-    // A primary that takes packets and connections and never answers.
-    let ip = net::test_ip();
-    let port = net::free_port(ip);
-    let silent_udp = std::net::UdpSocket::bind((ip, port)).unwrap();
-    let silent_tcp = std::net::TcpListener::bind((ip, port)).unwrap();
-    let mut zones = vec![Zone::data("example.net.")];
-    for i in 0..4 {
-        let name = format!("s{i}.test.");
-        let mut z = Zone::new(&name, dir.path().join(format!("{name}zone")));
-        z.options = vec![format!("primaries = [\"{ip}:{port}\"]")];
-        zones.push(z);
-    }
+    let (silent, mut zones) = silent_primary_zones(dir.path(), 4);
     let mut sz = Zone::new(ORIGIN, dir.path().join("secondary.zone"));
     sz.options = vec![format!("primaries = [\"{}\"]", primary.addr())];
     zones.push(sz);
@@ -748,7 +737,27 @@ fn silent_primaries_hold_no_transfer_slot_while_their_soa_queries_wait() {
         0,
         "no refresh waited for a slot"
     );
-    drop((silent_udp, silent_tcp));
+    drop(silent);
+}
+
+/// A primary that takes packets and connections and never answers (held while the value
+/// lives), and `n` secondary zones of it beside a zone of data (the first served).
+fn silent_primary_zones(
+    dir: &Path,
+    n: usize,
+) -> ((std::net::UdpSocket, std::net::TcpListener), Vec<Zone>) {
+    let ip = net::test_ip();
+    let port = net::free_port(ip);
+    let silent_udp = std::net::UdpSocket::bind((ip, port)).unwrap();
+    let silent_tcp = std::net::TcpListener::bind((ip, port)).unwrap();
+    let mut zones = vec![Zone::data("example.net.")];
+    for i in 0..n {
+        let name = format!("s{i}.test.");
+        let mut z = Zone::new(&name, dir.join(format!("{name}zone")));
+        z.options = vec![format!("primaries = [\"{ip}:{port}\"]")];
+        zones.push(z);
+    }
+    ((silent_udp, silent_tcp), zones)
 }
 
 /// SOA checks past their slots (four times `max_in`, at least 16) wait and are counted: twenty
@@ -757,17 +766,7 @@ fn silent_primaries_hold_no_transfer_slot_while_their_soa_queries_wait() {
 #[test]
 fn soa_checks_past_their_slots_wait_and_are_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let ip = net::test_ip();
-    let port = net::free_port(ip);
-    let silent_udp = std::net::UdpSocket::bind((ip, port)).unwrap();
-    let silent_tcp = std::net::TcpListener::bind((ip, port)).unwrap();
-    let mut zones = vec![Zone::data("example.net.")];
-    for i in 0..20 {
-        let name = format!("s{i}.test.");
-        let mut z = Zone::new(&name, dir.path().join(format!("{name}zone")));
-        z.options = vec![format!("primaries = [\"{ip}:{port}\"]")];
-        zones.push(z);
-    }
+    let (silent, zones) = silent_primary_zones(dir.path(), 20);
     let secondary = Dnsd::builder()
         .zones(&zones)
         .raw("[transfer]\nmax_in = 1\nmessage_timeout_secs = 20\n")
@@ -777,5 +776,5 @@ fn soa_checks_past_their_slots_wait_and_are_counted() {
         secondary.stat("transfer.in.check_waiting") >= 4
     });
     assert_eq!(secondary.stat("transfer.in.waiting"), 0);
-    drop((silent_udp, silent_tcp));
+    drop(silent);
 }

@@ -37,8 +37,11 @@ pub struct DotTls {
 impl DotTls {
     /// Why the pair serving now is not valid today (expired, not yet valid), if it is not.
     pub fn validity_warning(&self, cert: &Path) -> Option<String> {
-        shield::tls_pair::out_of_validity(&self.pair.load(), shield::tls_pair::unix_now())
-            .map(|why| format!("server.tls_cert {}: the certificate {why}", cert.display()))
+        shield::tls_pair::out_of_validity(
+            &self.pair.load(),
+            (shield::clock::unix_ms() / 1000) as i64,
+        )
+        .map(|why| format!("server.tls_cert {}: the certificate {why}", cert.display()))
     }
 
     /// The settings of the pair `cert`/`key`, or why it cannot serve (naming the file).

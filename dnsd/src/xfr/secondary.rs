@@ -307,6 +307,21 @@ async fn refresh(shared: &Arc<Shared>, origin: &Name) -> Result<String, XfrError
     Err(XfrError::AllPrimaries(errs))
 }
 
+/// A permit of `slots`, at once or after a wait that `waited` counts.
+async fn slot(
+    slots: &Arc<tokio::sync::Semaphore>,
+    waited: &std::sync::atomic::AtomicU64,
+) -> Result<tokio::sync::OwnedSemaphorePermit, XfrError> {
+    if let Ok(p) = Arc::clone(slots).try_acquire_owned() {
+        return Ok(p);
+    }
+    waited.fetch_add(1, Ordering::Relaxed);
+    Arc::clone(slots)
+        .acquire_owned()
+        .await
+        .map_err(|_| XfrError::Unconfigured)
+}
+
 async fn refresh_from(
     shared: &Arc<Shared>,
     p: &ZonePolicy,
@@ -315,17 +330,7 @@ async fn refresh_from(
     let x = &shared.xfr;
     let start = Instant::now();
     let serial = {
-        let _check = match x.check_slots.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                x.stats.check_waiting.fetch_add(1, Ordering::Relaxed);
-                x.check_slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| XfrError::Unconfigured)?
-            }
-        };
+        let _check = slot(&x.check_slots, &x.stats.check_waiting).await?;
         query_soa(x, p, primary).await?
     };
     x.with_status(p.origin.as_wire(), |s| s.primary_serial = Some(serial));
@@ -344,17 +349,7 @@ async fn refresh_from(
     // A `max_in` slot for the transfer alone: a primary that does not answer its SOA query
     // holds none (it held one through each query's timeout, and a few such primaries of one
     // tenant held up every other zone's transfers).
-    let _permit = match x.in_slots.clone().try_acquire_owned() {
-        Ok(p) => p,
-        Err(_) => {
-            x.stats.in_waiting.fetch_add(1, Ordering::Relaxed);
-            x.in_slots
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| XfrError::Unconfigured)?
-        }
-    };
+    let _permit = slot(&x.in_slots, &x.stats.in_waiting).await?;
     x.with_status(p.origin.as_wire(), |s| s.state = ZoneState::Transferring);
     let max = x.cfg.max_in_records;
     // One deadline for the refresh: an IXFR that fails falls back to an AXFR within what is
