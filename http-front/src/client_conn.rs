@@ -178,13 +178,15 @@ fn blocked(front: &Front, ip: std::net::IpAddr) -> bool {
     })
 }
 
-/// Registers a connection of `ip` within the total and per-source bounds; the refusal's
+/// Registers a connection of `ip` within the total and per-source bounds (at the total, in
+/// the place of an idle connection it evicts, counted as that one closes); the refusal's
 /// counter otherwise.
 fn register(front: &Front, snap: &Snapshot, ip: std::net::IpAddr) -> Result<ConnGuard, Counter> {
     let s = &snap.cfg.server;
     front
         .registry
         .register(ip, s.max_connections, s.max_connections_per_source)
+        .map(|r| r.guard)
         .map_err(|r| match r {
             Refused::Total => Counter::LimitMaxConnections,
             Refused::PerSource => Counter::LimitPerSource,
@@ -313,7 +315,15 @@ async fn serve(
             return;
         };
         let tapped = crate::fingerprint::HelloTap::new(stream);
-        let mut stream = match tokio::time::timeout(head_timeout, acceptor.accept(tapped)).await {
+        // Closed meanwhile (evicted, blocked): the handshake goes unfinished.
+        let handshake = tokio::select! {
+            r = tokio::time::timeout(head_timeout, acceptor.accept(tapped)) => r,
+            _ = guard.ctl.closed() => {
+                count_close(c, guard.ctl.cause());
+                return;
+            }
+        };
+        let mut stream = match handshake {
             Ok(Ok(s)) => s,
             Ok(Err(_)) => {
                 c.bump(Counter::ConnTlsFailed);
@@ -339,7 +349,14 @@ async fn serve(
         run(cx, stream, fd, h2, b1, b2, life).await;
     } else {
         let h2 = if s.h2c {
-            match tokio::time::timeout(head_timeout, is_h2_preface(&stream)).await {
+            let peeked = tokio::select! {
+                r = tokio::time::timeout(head_timeout, is_h2_preface(&stream)) => r,
+                _ = guard.ctl.closed() => {
+                    count_close(c, guard.ctl.cause());
+                    return;
+                }
+            };
+            match peeked {
                 Ok(Ok(h2)) => h2,
                 Ok(Err(e)) => {
                     if e.kind() == io::ErrorKind::InvalidData {
@@ -430,6 +447,7 @@ fn count_close(c: &Counters, cause: Option<CloseCause>) {
         Some(CloseCause::Idle) => Counter::ClosedIdle,
         Some(CloseCause::ResetFlood) => Counter::ClosedResetFlood,
         Some(CloseCause::SlowReader) => Counter::ClosedSlowReader,
+        Some(CloseCause::Evicted) => Counter::ClosedEvicted,
         Some(CloseCause::Shutdown) | None => Counter::ClosedShutdown,
     });
 }
@@ -525,7 +543,8 @@ where
                 // stalls would never finish).
                 let grace = match cause {
                     Some(CloseCause::SlowReader) => Duration::ZERO,
-                    Some(CloseCause::Blocked | CloseCause::ResetFlood) => life.grace.min(Duration::from_secs(1)),
+                    // An evicted connection was idle: a request that raced in gets a moment.
+                    Some(CloseCause::Blocked | CloseCause::ResetFlood | CloseCause::Evicted) => life.grace.min(Duration::from_secs(1)),
                     _ => life.grace,
                 };
                 grace_end = Some(Instant::now() + grace);
@@ -539,12 +558,12 @@ where
                 let now_ms = shield::clock::mono_us() / 1000;
                 let last = ctl.last_active_ms.load(Ordering::Relaxed);
                 let idle_ms = life.idle.as_millis() as u64;
-                let (idle_ms, quiet_ms) = if last == 0 && ctl.requests.load(Ordering::Relaxed) == 0 {
-                    (idle_ms.min(life.first.as_millis() as u64), start.elapsed().as_millis() as u64)
-                } else if last == 0 {
-                    (idle_ms, start.elapsed().as_millis() as u64)
+                // `last` starts as the connection's registration.
+                let quiet_ms = now_ms.saturating_sub(last);
+                let idle_ms = if ctl.requests.load(Ordering::Relaxed) == 0 {
+                    idle_ms.min(life.first.as_millis() as u64)
                 } else {
-                    (idle_ms, now_ms.saturating_sub(last))
+                    idle_ms
                 };
                 let busy = ctl.inflight.load(Ordering::Relaxed) > 0
                     || ctl.bodies.load(Ordering::Relaxed) > 0

@@ -19,6 +19,15 @@ const SHARDS: usize = 64;
 const STRIKES_PER_SHARD: usize = 1024;
 /// One slow-reader drop of a source is forgotten every so long.
 const STRIKE_MS: u64 = 30_000;
+/// Connections let in past `max_connections` while the idle ones they evicted close.
+pub const EVICT_SLACK: usize = 64;
+/// Connections one eviction looks at (whole shards: it finishes the shard it is in).
+const EVICT_SAMPLE: usize = 256;
+/// The least a connection has been idle to be evicted (a request may be on its way: a new
+/// connection's first, a keep-alive client's next).
+const EVICT_MIN_IDLE_MS: u64 = 1_000;
+/// The most a source's connection count weighs its connections' idle time for eviction.
+const PILE_WEIGHT: usize = 16;
 /// The fewest HTTP/2 streams a source's connections are ever given.
 pub const MIN_STREAMS: u32 = 8;
 
@@ -40,6 +49,8 @@ pub enum CloseCause {
     Shutdown = 6,
     /// A client that did not take a response within the send bounds (closed at once).
     SlowReader = 7,
+    /// Idle while `max_connections` were open: closed to make room for a new one.
+    Evicted = 8,
 }
 
 impl CloseCause {
@@ -52,6 +63,7 @@ impl CloseCause {
             5 => CloseCause::ResetFlood,
             6 => CloseCause::Shutdown,
             7 => CloseCause::SlowReader,
+            8 => CloseCause::Evicted,
             _ => return None,
         })
     }
@@ -85,7 +97,8 @@ pub struct ConnCtl {
     /// RST_STREAM frames the client sent (HTTP/2): what a reset flood is made of (a client
     /// that just closes its connection drops its requests unanswered too, resetting nothing).
     pub resets: AtomicU32,
-    /// Monotonic milliseconds of the last request start or end (for the HTTP/2 idle timeout).
+    /// Monotonic milliseconds of the last request start (HTTP/2) or end, or of the
+    /// connection's start (for the HTTP/2 idle timeout and the choice of whom to evict).
     pub last_active_ms: std::sync::atomic::AtomicU64,
     /// WebSocket tunnels running from this connection (they keep its registry place).
     tunnels: AtomicU32,
@@ -124,7 +137,7 @@ pub enum OddHead {
 }
 
 impl ConnCtl {
-    fn new(ip: IpAddr, upstream: Arc<AtomicU32>) -> Self {
+    fn new(ip: IpAddr, upstream: Arc<AtomicU32>, now_ms: u64) -> Self {
         ConnCtl {
             upstream,
             ended: std::sync::atomic::AtomicBool::new(false),
@@ -137,7 +150,7 @@ impl ConnCtl {
             bodies: AtomicU32::new(0),
             premature: AtomicU32::new(0),
             resets: AtomicU32::new(0),
-            last_active_ms: std::sync::atomic::AtomicU64::new(0),
+            last_active_ms: std::sync::atomic::AtomicU64::new(now_ms),
             tcp_fd: std::sync::atomic::AtomicI32::new(-1),
             h2: std::sync::atomic::AtomicBool::new(false),
             odd_head: AtomicU32::new(0),
@@ -229,6 +242,17 @@ impl ConnCtl {
             }
             wait.await;
         }
+    }
+
+    /// Milliseconds it has been idle at `now_ms` (no request, response body or tunnel under
+    /// way, not closing: waiting for a TLS handshake, a preface or a request head counts);
+    /// `None` when it is not idle.
+    fn idle_ms(&self, now_ms: u64) -> Option<u64> {
+        let idle = self.cause.load(Ordering::Acquire) == 0
+            && self.inflight.load(Ordering::Acquire) == 0
+            && self.bodies.load(Ordering::Acquire) == 0
+            && self.tunnels.load(Ordering::Acquire) == 0;
+        idle.then(|| now_ms.saturating_sub(self.last_active_ms.load(Ordering::Relaxed)))
     }
 
     /// Why the connection is closing, if it is.
@@ -330,6 +354,8 @@ pub struct Registry {
     /// Sources in `strikes` (none: an HTTP/2 accept takes no lock for them).
     striking: AtomicUsize,
     open: AtomicUsize,
+    /// The shard the next eviction looks at first.
+    evict_cursor: AtomicUsize,
     hasher: foldhash::fast::RandomState,
 }
 
@@ -346,9 +372,19 @@ impl Default for Registry {
                 .collect(),
             striking: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
+            evict_cursor: AtomicUsize::new(0),
             hasher: foldhash::fast::RandomState::default(),
         }
     }
+}
+
+/// A connection let in by [`Registry::register`].
+#[derive(Debug)]
+pub struct Registered {
+    /// Its place in the registry.
+    pub guard: ConnGuard,
+    /// An idle connection was told to close to make room for it.
+    pub evicted: bool,
 }
 
 /// A registered connection; dropping it unregisters.
@@ -412,19 +448,47 @@ impl Registry {
         (max >> n.min(31)).max(MIN_STREAMS).min(max)
     }
 
-    /// Registers a connection from `ip` unless a bound refuses it.
+    /// Registers a connection from `ip` unless a bound refuses it. When `max_total` are open,
+    /// an idle connection is told to close to make room ([`Registered::evicted`]; see
+    /// [`evict`](Self::evict)), and the new one is let in at once: the table runs over its
+    /// bound by at most [`EVICT_SLACK`] while the victims close. Refused when none is idle.
     pub fn register(
         self: &Arc<Self>,
         ip: IpAddr,
         max_total: usize,
         max_per_source: usize,
-    ) -> Result<ConnGuard, Refused> {
-        if self.open.fetch_add(1, Ordering::AcqRel) >= max_total {
-            self.open.fetch_sub(1, Ordering::AcqRel);
-            return Err(Refused::Total);
+    ) -> Result<Registered, Refused> {
+        let now_ms = shield::clock::mono_us() / 1000;
+        self.register_at(ip, max_total, max_per_source, now_ms)
+    }
+
+    /// [`register`](Self::register) at `now_ms` (monotonic).
+    fn register_at(
+        self: &Arc<Self>,
+        ip: IpAddr,
+        max_total: usize,
+        max_per_source: usize,
+        now_ms: u64,
+    ) -> Result<Registered, Refused> {
+        let key = host_source(ip);
+        let open = self.open.fetch_add(1, Ordering::AcqRel);
+        let mut evicted = false;
+        if open >= max_total {
+            // Not for a source at its own bound (it would evict another's for nothing).
+            let source_full = lock(self.shard(&key))
+                .get(&key)
+                .is_some_and(|l| l.len() >= max_per_source);
+            if open >= max_total.saturating_add(EVICT_SLACK) || source_full || !self.evict(now_ms) {
+                self.open.fetch_sub(1, Ordering::AcqRel);
+                return Err(if source_full {
+                    Refused::PerSource
+                } else {
+                    Refused::Total
+                });
+            }
+            evicted = true;
         }
         let ctl = {
-            let key = host_source(ip);
             let mut s = lock(self.shard(&key));
             let list = s.entry(key).or_default();
             if list.len() >= max_per_source {
@@ -437,14 +501,56 @@ impl Registry {
             let upstream = list
                 .first()
                 .map_or_else(Arc::default, |c| Arc::clone(&c.upstream));
-            let ctl = Arc::new(ConnCtl::new(ip, upstream));
+            let ctl = Arc::new(ConnCtl::new(ip, upstream, now_ms));
             list.push(Arc::clone(&ctl));
             ctl
         };
-        Ok(ConnGuard {
-            registry: Arc::clone(self),
-            ctl,
+        Ok(Registered {
+            guard: ConnGuard {
+                registry: Arc::clone(self),
+                ctl,
+            },
+            evicted,
         })
+    }
+
+    /// Tells the idle connection that has waited longest (a second at least) to close, a
+    /// source's idle time weighed by how many connections it holds (up to [`PILE_WEIGHT`]
+    /// times: one source's pile goes before another client's only one). It looks at up to
+    /// [`EVICT_SAMPLE`] connections, from a shard that moves on at each call, one shard
+    /// locked at a time. False when none of them is idle.
+    pub fn evict(&self, now_ms: u64) -> bool {
+        let start = self.evict_cursor.fetch_add(1, Ordering::Relaxed);
+        let mut seen = 0;
+        let mut best: Option<(u64, Arc<ConnCtl>)> = None;
+        for i in 0..SHARDS {
+            let shard = lock(&self.shards[(start + i) % SHARDS]);
+            for list in shard.values() {
+                let weight = list.len().min(PILE_WEIGHT) as u64;
+                for c in list {
+                    seen += 1;
+                    let Some(idle) = c.idle_ms(now_ms).filter(|i| *i >= EVICT_MIN_IDLE_MS) else {
+                        continue;
+                    };
+                    let score = idle.saturating_mul(weight);
+                    if best.as_ref().is_none_or(|(b, _)| score > *b) {
+                        best = Some((score, Arc::clone(c)));
+                    }
+                }
+            }
+            drop(shard);
+            if seen >= EVICT_SAMPLE {
+                break;
+            }
+        }
+        match best {
+            // Lost to another cause meanwhile: it closes all the same.
+            Some((_, victim)) => {
+                victim.close(CloseCause::Evicted);
+                true
+            }
+            None => false,
+        }
     }
 
     fn unregister(&self, ctl: &Arc<ConnCtl>) {
@@ -565,13 +671,17 @@ mod tests {
     #[test]
     fn bounds_and_close_by_prefix() {
         let r = Arc::new(Registry::default());
-        let a1 = r.register(ip("192.0.2.1"), 3, 2).unwrap();
-        let a2 = r.register(ip("192.0.2.1"), 3, 2).unwrap();
+        let a1 = r.register(ip("192.0.2.1"), 3, 2).unwrap().guard;
+        let a2 = r.register(ip("192.0.2.1"), 3, 2).unwrap().guard;
         assert_eq!(
             r.register(ip("192.0.2.1"), 3, 2).unwrap_err(),
             Refused::PerSource
         );
-        let b = r.register(ip("192.0.2.9"), 3, 2).unwrap();
+        let b = r.register(ip("192.0.2.9"), 3, 2).unwrap().guard;
+        // None idle (an idle one would be evicted to make room).
+        for g in [&a1, &a2, &b] {
+            g.ctl.inflight.store(1, Ordering::Relaxed);
+        }
         assert_eq!(
             r.register(ip("198.51.100.1"), 3, 2).unwrap_err(),
             Refused::Total
@@ -594,17 +704,109 @@ mod tests {
         assert!(r.register(ip("192.0.2.1"), 3, 2).is_ok());
     }
 
+    /// The tests' clock (monotonic ms).
+    const NOW: u64 = 1_000_000;
+
+    /// A connection idle for `idle_ms` at [`NOW`] (busy: a request in flight).
+    fn served(g: &ConnGuard, idle_ms: u64, busy: bool) {
+        g.ctl.last_active_ms.store(NOW - idle_ms, Ordering::Relaxed);
+        g.ctl.inflight.store(u32::from(busy), Ordering::Release);
+    }
+
+    #[test]
+    fn a_full_table_evicts_an_idle_connection_the_pile_of_one_source_first_and_never_a_busy_one() {
+        let r = Arc::new(Registry::default());
+        let reg = |a: &str| {
+            r.register_at(ip(a), 4, 3, NOW)
+                .map(|x| (x.guard, x.evicted))
+        };
+        let (a1, _) = reg("192.0.2.1").unwrap();
+        let (a2, _) = reg("192.0.2.1").unwrap();
+        let (lone, _) = reg("198.51.100.7").unwrap();
+        let (busy, _) = reg("203.0.113.9").unwrap();
+        // One source's two connections idle 1 s weigh more than another's one idle 1.5 s;
+        // a request in flight keeps a connection whatever its age.
+        served(&a1, 1_000, false);
+        served(&a2, 1_000, false);
+        served(&lone, 1_500, false);
+        served(&busy, 60_000, true);
+        let (new, evicted) = reg("198.51.100.8").unwrap();
+        assert!(evicted);
+        assert_eq!(
+            r.open(),
+            5,
+            "let in at once, over the bound while its victim closes"
+        );
+        let causes = [a1.ctl.cause(), a2.ctl.cause()];
+        assert_eq!(
+            causes
+                .iter()
+                .filter(|c| **c == Some(CloseCause::Evicted))
+                .count(),
+            1,
+            "{causes:?}"
+        );
+        assert_eq!((lone.ctl.cause(), busy.ctl.cause()), (None, None));
+        // The pile's other connection next (a closing one is no victim), then the longest
+        // idle of the rest.
+        let (new2, evicted) = reg("198.51.100.9").unwrap();
+        assert!(evicted);
+        assert_eq!(
+            a1.ctl.cause().zip(a2.ctl.cause()),
+            Some((CloseCause::Evicted, CloseCause::Evicted))
+        );
+        drop((a1, a2));
+        let (new3, evicted) = reg("198.51.100.10").unwrap();
+        assert!(evicted);
+        assert_eq!(lone.ctl.cause(), Some(CloseCause::Evicted));
+        drop(lone);
+        // With none idle a new connection is refused: idle for less than a second counts as
+        // busy (its request may be on its way).
+        served(&new, 999, false);
+        for g in [&new2, &new3] {
+            served(g, 0, true);
+        }
+        assert_eq!(r.open(), 4);
+        assert_eq!(reg("198.51.100.12").unwrap_err(), Refused::Total);
+        assert_eq!(busy.ctl.cause(), None);
+        // A source at its own bound evicts nobody's connection.
+        let r = Arc::new(Registry::default());
+        let mine: Vec<_> = (0..2)
+            .map(|_| r.register_at(ip("192.0.2.50"), 2, 2, NOW).unwrap().guard)
+            .collect();
+        mine.iter().for_each(|g| served(g, 5_000, false));
+        assert_eq!(
+            r.register_at(ip("192.0.2.50"), 2, 2, NOW).unwrap_err(),
+            Refused::PerSource
+        );
+        assert!(mine.iter().all(|g| g.ctl.cause().is_none()));
+        // The table runs over its bound by EVICT_SLACK at most, while victims close.
+        let r = Arc::new(Registry::default());
+        let mut held = Vec::new();
+        for i in 0..200u32 {
+            let a = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            match r.register_at(a, 10, 1, NOW) {
+                Ok(x) => {
+                    served(&x.guard, 1_000, false);
+                    held.push(x.guard);
+                }
+                Err(e) => assert_eq!(e, Refused::Total),
+            }
+        }
+        assert_eq!(r.open(), 10 + EVICT_SLACK);
+    }
+
     #[test]
     fn an_ipv6_source_is_bounded_by_its_slash_64_and_closed_by_address_or_prefix() {
         let r = Arc::new(Registry::default());
-        let a = r.register(ip("2001:db8:0:1::1"), 10, 2).unwrap();
-        let b = r.register(ip("2001:db8:0:1::2"), 10, 2).unwrap();
+        let a = r.register(ip("2001:db8:0:1::1"), 10, 2).unwrap().guard;
+        let b = r.register(ip("2001:db8:0:1::2"), 10, 2).unwrap().guard;
         assert_eq!(
             r.register(ip("2001:db8:0:1:ffff::3"), 10, 2).unwrap_err(),
             Refused::PerSource,
             "another address of the same /64"
         );
-        let c = r.register(ip("2001:db8:0:2::1"), 10, 2).unwrap();
+        let c = r.register(ip("2001:db8:0:2::1"), 10, 2).unwrap().guard;
         // A host entry closes that address only; a /64 or shorter, all of its sources.
         assert_eq!(
             r.close_net("2001:db8:0:1::2/128".parse().unwrap(), CloseCause::Blocked),

@@ -41,6 +41,7 @@ counters! {
     ClosedResetFlood => ("connections_closed_total", "cause", "reset_flood"),
     ClosedShutdown => ("connections_closed_total", "cause", "shutdown"),
     ClosedSlowReader => ("connections_closed_total", "cause", "slow_reader"),
+    ClosedEvicted => ("connections_closed_total", "cause", "evicted"),
     ClosedGraceExpired => ("connections_total", "event", "grace_expired"),
     RequestsH1 => ("requests_total", "proto", "http1"),
     RequestsH2 => ("requests_total", "proto", "http2"),

@@ -91,11 +91,12 @@ impl Drop for Flight {
     fn drop(&mut self) {
         let cx = &*self.cx;
         let ctl = &cx.ctl;
-        ctl.inflight.fetch_sub(1, Ordering::Relaxed);
+        // Its end starts the connection's idle time (HTTP/2's timeout; whom to evict).
+        ctl.last_active_ms.store(mono_ms(), Ordering::Relaxed);
+        ctl.inflight.fetch_sub(1, Ordering::Release);
         if !cx.h2 {
             return;
         }
-        ctl.last_active_ms.store(mono_ms(), Ordering::Relaxed);
         if self.done {
             return;
         }

@@ -563,3 +563,111 @@ fn http2_control_frame_floods_are_cut() {
         3
     );
 }
+
+/// At `max_connections` a new client takes the place of an idle connection, as nginx reuses
+/// its idle keep-alive connections: the longest idle, one source's pile first (here a source
+/// holding twelve connections that never send a byte), idle for a second at least. A
+/// connection with a request under way is never taken, and with none idle a new one is
+/// refused and counted.
+#[test]
+fn a_full_front_makes_room_by_closing_idle_connections_never_busy_ones() {
+    use std::sync::atomic::Ordering;
+    let (hung, held) = tarpit();
+    let origin = Origin::start();
+    let front = Front::start(
+        |a: SocketAddr, m: SocketAddr| {
+            format!(
+                "[server]\nlisten = [\"{a}\"]\nworkers = 2\nmax_connections = 16\n\
+                 max_connections_per_source = 12\n\n[metrics]\nlisten = \"{m}\"\n\n\
+                 [[upstream]]\nname = \"hung\"\nservers = [\"{hung}\"]\n\n\
+                 [[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n\n\
+                 [[site]]\nhosts = [\"hung.test\"]\nupstream = \"hung\"\n\n\
+                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n",
+                origin.addr()
+            )
+        },
+        None,
+    );
+    let fa = front.addr();
+    let wait_held = |n: usize| {
+        wait_for(
+            "requests at the hung origin",
+            Duration::from_secs(10),
+            || held.load(Ordering::SeqCst) >= n,
+        )
+    };
+    // Three requests waiting on an origin that never answers.
+    let mut busy = Vec::new();
+    for _ in 0..3 {
+        let mut c = H1Conn::connect(Some(net::test_ip()), fa).unwrap();
+        c.send_raw(b"GET / HTTP/1.1\r\nHost: hung.test\r\n\r\n")
+            .unwrap();
+        busy.push(c);
+    }
+    wait_held(3);
+    // A keep-alive client between its requests.
+    let mut keeper = H1Conn::connect(Some(net::test_ip()), fa).unwrap();
+    assert_eq!(
+        keeper
+            .request("GET", "a.test", "/", &[], b"")
+            .unwrap()
+            .status,
+        200
+    );
+    // One source's twelve connections that never send a byte fill the table.
+    let attacker = net::test_ip();
+    let mut pile: Vec<_> = (0..12)
+        .map(|_| connect_from(Some(attacker), fa).unwrap())
+        .collect();
+    wait_for("the table full", Duration::from_secs(10), || {
+        front.metric("http_front_open_connections") >= 16
+    });
+    // Connections idle for less than a second are left be (a request may be on its way).
+    std::thread::sleep(Duration::from_millis(1200));
+    // New clients (who stay) are served, each in the place of one of the pile.
+    let mut newcomers = Vec::new();
+    for i in 0..8 {
+        let mut c = H1Conn::connect(Some(net::test_ip()), fa).unwrap();
+        let r = c.request("GET", "a.test", "/", &[], b"");
+        assert_eq!(r.map(|r| r.status).ok(), Some(200), "new client {i}");
+        newcomers.push(c);
+    }
+    let closed = pile
+        .iter_mut()
+        .map(|s| wait_closed(s, Duration::from_millis(200)))
+        .filter(|c| *c)
+        .count();
+    assert!(closed >= 8, "{closed} of the pile closed");
+    assert!(front.metric("http_front_connections_closed_total{cause=\"evicted\"}") >= 8);
+    // The keep-alive client alone of its source kept its place; the busy ones theirs.
+    assert_eq!(
+        keeper
+            .request("GET", "a.test", "/", &[], b"")
+            .unwrap()
+            .status,
+        200
+    );
+    assert_eq!(held.load(Ordering::SeqCst), 3);
+    // Every place busy: a new client is refused, and no request under way is cut.
+    drop((pile, keeper, newcomers));
+    wait_for("the idle ones gone", Duration::from_secs(10), || {
+        front.metric("http_front_open_connections") == 3
+    });
+    for _ in 0..13 {
+        let mut c = H1Conn::connect(Some(net::test_ip()), fa).unwrap();
+        c.send_raw(b"GET / HTTP/1.1\r\nHost: hung.test\r\n\r\n")
+            .unwrap();
+        busy.push(c);
+    }
+    wait_held(16);
+    let before = front.metric("http_front_limit_hits_total{limit=\"max_connections\"}");
+    let refused = get(Some(net::test_ip()), fa, "a.test", "/");
+    assert!(refused.is_err(), "{:?}", refused.map(|r| r.status));
+    assert!(front.metric("http_front_limit_hits_total{limit=\"max_connections\"}") > before);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        held.load(Ordering::SeqCst),
+        16,
+        "a request under way was cut"
+    );
+}

@@ -16,7 +16,8 @@ pub struct Server {
     pub workers: usize,
     /// Accept HTTP/2 by prior knowledge on the plaintext listeners.
     pub h2c: bool,
-    /// Most open client connections; further ones are closed at accept and counted.
+    /// Most open client connections; a further one takes the place of an idle one, or is
+    /// closed at accept and counted when none is idle.
     #[serde(deserialize_with = "range_usize::<1, 10000000, _>")]
     pub max_connections: usize,
     /// Most open connections from one source address; further ones are closed at accept.
