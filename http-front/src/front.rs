@@ -251,7 +251,7 @@ impl Front {
         } = loaded;
         let blocks = BlockMap::new(cfg.block.clone());
         crate::policy::install(&blocks, &cfg, &rules);
-        crate::forward::upstream::set_limit(cfg.upstream_connection_limit());
+        crate::forward::upstream::set_limit(cfg.upstream_connection_limit(), cfg.h1_upstreams());
         let events = Aggregator::new(cfg.events.aggregator());
         // Optional parts (event outputs, ClickHouse, the access log, the XDP mirror) never
         // stop the front from serving: one that cannot start is an error in the log, its
@@ -469,7 +469,10 @@ impl Front {
             tracing::warn!("{w}");
         }
         crate::policy::install(&self.blocks, &config, &rules);
-        crate::forward::upstream::set_limit(config.upstream_connection_limit());
+        crate::forward::upstream::set_limit(
+            config.upstream_connection_limit(),
+            config.h1_upstreams(),
+        );
         let snap = Snapshot::build(config, &rules, certs, Some(&prev));
         self.conn_tenant
             .store(snap.cfg.events.connection_tenant, Ordering::Relaxed);

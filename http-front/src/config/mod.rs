@@ -984,6 +984,15 @@ impl Config {
             .saturating_add(self.idle_pools())
     }
 
+    /// Upstreams reached over HTTP/1.1 (each opens connections of its own per request; the
+    /// others multiplex).
+    pub fn h1_upstreams(&self) -> usize {
+        self.upstreams
+            .iter()
+            .filter(|u| !u.protocol.is_h2())
+            .count()
+    }
+
     /// Start-time-only settings that differ from `other` (reload keeps the running ones).
     pub fn restart_only_changes(&self, other: &Config) -> Vec<&'static str> {
         let mut out = Vec::new();

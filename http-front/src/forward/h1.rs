@@ -1115,7 +1115,7 @@ mod tests {
             io: crate::forward::upstream::UpIo::Plain(io),
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
-            _slot: crate::forward::upstream::Slot::take().unwrap(),
+            _slot: crate::forward::upstream::Slot::take(&std::sync::Arc::default()).unwrap(),
         };
         let mut b = H1Body::new(
             conn,
@@ -1190,7 +1190,7 @@ mod tests {
             io: crate::forward::upstream::UpIo::Plain(io),
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
-            _slot: crate::forward::upstream::Slot::take().unwrap(),
+            _slot: crate::forward::upstream::Slot::take(&std::sync::Arc::default()).unwrap(),
         };
         let stall = std::time::Duration::from_millis(200);
         let mut b = H1Body::new(conn, Decode::Chunked(Chunk::Size), true, up.key(), stall);

@@ -50,12 +50,15 @@ pub(crate) const READ_BUF: usize = 8 * 1024;
 static OPEN: AtomicUsize = AtomicUsize::new(0);
 /// The most that may be open at once ([`set_limit`]).
 static LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// The upstreams configured, among which [`LIMIT`]'s last quarter is shared evenly.
+static UPSTREAMS: AtomicUsize = AtomicUsize::new(1);
 
 /// Sets how many HTTP/1.1 upstream connections may be open at once: what the descriptor
 /// budget gives origins (`max_connections` plus the idle pools), whatever the clients'
-/// HTTP/2 streams ask for.
-pub fn set_limit(n: usize) {
+/// HTTP/2 streams ask for; and among how many upstreams (see [`Slot::take`]).
+pub fn set_limit(n: usize, upstreams: usize) {
     LIMIT.store(n.max(1), Ordering::Relaxed);
+    UPSTREAMS.store(upstreams.max(1), Ordering::Relaxed);
 }
 
 /// HTTP/1.1 upstream connections open now.
@@ -75,22 +78,40 @@ pub fn at_capacity(e: &io::Error) -> bool {
 
 /// A place among the open upstream connections, given back with its connection.
 #[derive(Debug)]
-pub(crate) struct Slot(());
+pub(crate) struct Slot(Arc<AtomicUsize>);
 
 impl Slot {
-    /// A place, when the limit leaves one.
-    pub(crate) fn take() -> Option<Slot> {
-        if OPEN.fetch_add(1, Ordering::Relaxed) >= LIMIT.load(Ordering::Relaxed) {
+    /// A place for a connection of the upstream whose open connections `mine` counts, when
+    /// the limit leaves one. Past three quarters of the limit, only an upstream holding less
+    /// than its even share (the limit divided among the upstreams) opens more: a hung origin
+    /// whose requests pile up takes three quarters at most, and healthy upstreams keep the
+    /// rest.
+    pub(crate) fn take(mine: &Arc<AtomicUsize>) -> Option<Slot> {
+        let open = OPEN.fetch_add(1, Ordering::Relaxed);
+        let own = mine.fetch_add(1, Ordering::Relaxed);
+        let (limit, upstreams) = (
+            LIMIT.load(Ordering::Relaxed),
+            UPSTREAMS.load(Ordering::Relaxed),
+        );
+        if !admits(limit, upstreams, open, own) {
             OPEN.fetch_sub(1, Ordering::Relaxed);
+            mine.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        Some(Slot(()))
+        Some(Slot(Arc::clone(mine)))
     }
+}
+
+/// Whether one more connection is let open, of an upstream holding `own` while `open` are
+/// open over all `upstreams` (see [`Slot::take`]).
+fn admits(limit: usize, upstreams: usize, open: usize, own: usize) -> bool {
+    open < limit && (open < limit - limit / 4 || own < limit / upstreams.max(1))
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         OPEN.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -103,6 +124,8 @@ pub struct Upstream {
     next: AtomicUsize,
     /// Alive while this upstream is: pools of an upstream gone after a reload are dropped by the sweep.
     token: Arc<()>,
+    /// Its HTTP/1.1 connections open (in use or idle), for its share of [`set_limit`]'s.
+    open: Arc<AtomicUsize>,
     /// `:authority` of h2c requests without a client host.
     authority: Authority,
 }
@@ -259,6 +282,7 @@ impl Upstream {
             id: IDS.fetch_add(1, Ordering::Relaxed),
             next: AtomicUsize::new(0),
             token: Arc::new(()),
+            open: Arc::default(),
             authority: Authority::try_from(cfg.servers[0].to_string().as_str())
                 .expect("a socket address is an authority"),
         }
@@ -347,7 +371,7 @@ impl Upstream {
     /// A new HTTP/1.1 connection (for `client`: with `send_proxy`, its PROXY header is
     /// written first).
     pub(crate) async fn connect_h1(&self, client: &crate::forward::ClientInfo) -> io::Result<Conn> {
-        let slot = Slot::take().ok_or_else(|| io::Error::other(AtCapacity))?;
+        let slot = Slot::take(&self.open).ok_or_else(|| io::Error::other(AtCapacity))?;
         let (mut io, addr) = self.connect().await?;
         if let Some(v) = self.cfg.send_proxy {
             use tokio::io::AsyncWriteExt as _;
@@ -556,6 +580,19 @@ mod tests {
         }
     }
 
+    #[test]
+    fn past_three_quarters_of_the_bound_only_an_upstream_under_its_share_opens_more() {
+        // 100 among 4 upstreams: 25 each once 75 are open.
+        assert!(admits(100, 4, 74, 74), "one takes three quarters");
+        assert!(!admits(100, 4, 75, 75), "and no more");
+        assert!(admits(100, 4, 75, 0), "another still opens");
+        assert!(admits(100, 4, 99, 24));
+        assert!(!admits(100, 4, 99, 25), "past its share");
+        assert!(!admits(100, 4, 100, 0), "the bound holds for all");
+        assert!(admits(100, 1, 99, 99), "a lone upstream has it all");
+        assert!(admits(1, 1, 0, 0));
+    }
+
     async fn pair(l: &tokio::net::TcpListener) -> (Conn, TcpStream) {
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
@@ -564,7 +601,7 @@ mod tests {
                 io: UpIo::Plain(c),
                 rbuf: BytesMut::new(),
                 wbuf: Vec::new(),
-                _slot: Slot::take().unwrap(),
+                _slot: Slot::take(&Arc::default()).unwrap(),
             },
             s,
         )
