@@ -94,11 +94,16 @@ impl Snapshot {
             .collect();
         let sites = Sites::prepare(&cfg, rules, &upstreams);
         let mut h1 = http1::Builder::new();
+        // The request line counts against hyper's head limit: give the URI its own room, so
+        // that a long URI is answered 414 by the request path, not 431 by hyper.
+        let head_max = cfg.limits.max_header_bytes + cfg.limits.max_uri_bytes + 64;
         h1.timer(TokioTimer::new())
             .header_read_timeout(Duration::from_millis(cfg.server.header_read_timeout_ms))
-            // The request line counts against hyper's head limit: give the URI its own room,
-            // so that a long URI is answered 414 by the request path, not 431 by hyper.
-            .max_header_size(cfg.limits.max_header_bytes + cfg.limits.max_uri_bytes + 64)
+            .max_header_size(head_max)
+            // A connection's read buffer holds one head (and what came after it) at most:
+            // hyper's default lets it grow to 400 KB, which pipelined requests behind one
+            // waiting on its origin fill on every connection.
+            .max_buf_size((head_max + 8192).max(16 * 1024))
             .keep_alive(true);
         if cfg.limits.max_headers != 100 {
             // Any other value makes hyper allocate the header array per request.
