@@ -153,36 +153,117 @@ async fn resolve(resolver: SocketAddr, k: &[u8]) -> Option<(Vec<Box<[u8]>>, u32,
         c.send(&q).await.ok()?;
         c.recv(&mut resp).await.ok()?;
     }
-    let mut rdatas = Vec::new();
-    let mut cut = false;
-    let mut ttl = u32::MAX;
+    // The answer's records of the type and its CNAMEs (a bounded number), then the chain
+    // followed from the name asked: records of other owners are no part of the answer.
+    let mut rrs: Vec<AnswerRr> = Vec::new();
+    let mut overflow = false;
     let mut b = RrBuf::default();
     let r = wire::read_response(&resp, &mut b, &mut |rr| {
         if rr.class == 1 && (rr.rtype == qtype || rr.rtype == t::CNAME) {
-            ttl = ttl.min(rr.ttl);
-            if rr.rtype == qtype {
-                if rdatas.len() < MAX_RRS {
-                    rdatas.push(Box::from(rr.rdata));
-                } else {
-                    cut = true;
-                }
+            if rrs.len() < 4 * MAX_RRS {
+                rrs.push((rr.owner.into(), rr.rtype, rr.ttl, rr.rdata.into()));
+            } else {
+                overflow = true;
             }
         }
         Ok(())
     })
     .ok()?;
-    if r.id != id {
+    if r.id != id || !r.echoes(name, qtype) {
         return None;
     }
-    if cut {
+    let (rdatas, ttl, cut) = follow(name, qtype, &rrs);
+    if cut || overflow {
         crate::query::alias::BOUNDS
             .records
             .fetch_add(1, Ordering::Relaxed);
     }
     match r.rcode {
+        // NXDOMAIN of the chain's end (the name asked may be a CNAME to it).
         rcode::NXDOMAIN => Some((Vec::new(), NEGATIVE_TTL, true)),
         rcode::NOERROR if rdatas.is_empty() => Some((Vec::new(), NEGATIVE_TTL, false)),
         rcode::NOERROR => Some((rdatas, ttl.max(1), false)),
         _ => None,
+    }
+}
+
+/// A record of a resolver's answer: owner, type, TTL, RDATA.
+type AnswerRr = (Box<[u8]>, u16, u32, Box<[u8]>);
+
+/// Longest CNAME chain followed in a resolver's answer.
+const MAX_CHAIN: usize = 8;
+
+/// Follows `name`'s CNAMEs through `rrs` (owner, type, TTL, RDATA of an answer section):
+/// the RDATAs of `qtype` at the chain's end (at most `MAX_RRS`; true when more were cut), and
+/// the lowest TTL on the way.
+fn follow(
+    name: &[u8],
+    qtype: u16,
+    rrs: &[AnswerRr],
+) -> (Vec<Box<[u8]>>, u32, bool) {
+    let mut at: &[u8] = name;
+    let mut ttl = u32::MAX;
+    for _ in 0..MAX_CHAIN {
+        let Some((_, _, t, target)) = rrs
+            .iter()
+            .find(|(o, ty, _, _)| *ty == t::CNAME && o.eq_ignore_ascii_case(at))
+        else {
+            break;
+        };
+        ttl = ttl.min(*t);
+        at = target;
+    }
+    let mut out = Vec::new();
+    let mut cut = false;
+    for (_, _, t, rd) in rrs
+        .iter()
+        .filter(|(o, ty, _, _)| *ty == qtype && o.eq_ignore_ascii_case(at))
+    {
+        if out.len() < MAX_RRS {
+            ttl = ttl.min(*t);
+            out.push(rd.clone());
+        } else {
+            cut = true;
+        }
+    }
+    (out, ttl, cut)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rr(owner: &[u8], ty: u16, ttl: u32, rd: &[u8]) -> AnswerRr {
+        (owner.into(), ty, ttl, rd.into())
+    }
+
+    #[test]
+    fn the_answer_is_the_chain_from_the_name_asked_and_nothing_beside_it() {
+        let name = b"\x03www\x07example\x00";
+        let rrs = [
+            // A record of another owner, placed first: no part of the answer.
+            rr(b"\x04evil\x07example\x00", t::A, 9, &[6, 6, 6, 6]),
+            rr(
+                b"\x03WWW\x07example\x00",
+                t::CNAME,
+                300,
+                b"\x03cdn\x03net\x00",
+            ),
+            rr(b"\x03cdn\x03net\x00", t::A, 60, &[192, 0, 2, 1]),
+            rr(b"\x03cdn\x03net\x00", t::A, 120, &[192, 0, 2, 2]),
+        ];
+        let (rd, ttl, cut) = follow(name, t::A, &rrs);
+        assert_eq!(rd.len(), 2);
+        assert_eq!(&rd[0][..], &[192, 0, 2, 1]);
+        assert_eq!((ttl, cut), (60, false));
+        // Records at the name asked when it has no CNAME.
+        let (rd, _, _) = follow(b"\x04evil\x07example\x00", t::A, &rrs);
+        assert_eq!(&rd[0][..], &[6, 6, 6, 6]);
+        // A CNAME loop ends within the bound, with nothing.
+        let looped = [
+            rr(b"\x01a\x00", t::CNAME, 5, b"\x01b\x00"),
+            rr(b"\x01b\x00", t::CNAME, 5, b"\x01a\x00"),
+        ];
+        assert!(follow(b"\x01a\x00", t::A, &looped).0.is_empty());
     }
 }

@@ -43,8 +43,12 @@ pub async fn parent_holds(
         Ok(())
     })
     .map_err(|e| e.to_string())?;
-    if r.id != id {
-        return Err("an answer with another ID".into());
+    if r.id != id || !r.echoes(apex, t::DS) {
+        return Err("an answer to another question".into());
+    }
+    if r.flags & hf::AA == 0 {
+        // A referral, or a resolver's copy: only the parent's own servers are asked.
+        return Err("an answer that is not authoritative".into());
     }
     match r.rcode {
         rcode::NOERROR => Ok(held),
@@ -66,6 +70,76 @@ fn ds_names_key(rd: &[u8], apex: &[u8], tag: u16, dnskey: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How the fake parent answers.
+    #[derive(Clone, Copy, Debug)]
+    enum Answer {
+        Good,
+        NotAuthoritative,
+        OtherId,
+        OtherQuestion,
+        InAuthority,
+    }
+
+    /// A parent server on loopback that answers each DS query once, as `how` says, with a DS
+    /// of `dnskey` at `apex`.
+    async fn parent(how: Answer, apex: &'static [u8], dnskey: [u8; 8]) -> SocketAddr {
+        let s = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let at = s.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut q = [0u8; 512];
+            let (n, from) = s.recv_from(&mut q).await.unwrap();
+            let mut m = q[..n].to_vec();
+            m[2] |= 0x80; // QR
+            if !matches!(how, Answer::NotAuthoritative) {
+                m[2] |= 0x04; // AA
+            }
+            if matches!(how, Answer::OtherId) {
+                m[0] ^= 0xff;
+            }
+            if matches!(how, Answer::OtherQuestion) {
+                // The question's type: DNSKEY, not DS.
+                let qt = 12 + apex.len();
+                m[qt..qt + 2].copy_from_slice(&48u16.to_be_bytes());
+            }
+            let count = if matches!(how, Answer::InAuthority) {
+                8
+            } else {
+                6
+            };
+            m[count + 1] = 1;
+            let d = zones::dnssec::ds_digest(apex, &dnskey, 2).unwrap();
+            let mut rd = vec![0x12, 0x34, 13, 2];
+            rd.extend_from_slice(&d);
+            m.extend_from_slice(&[0xC0, 12, 0, 43, 0, 1, 0, 0, 0, 60]);
+            m.extend_from_slice(&(rd.len() as u16).to_be_bytes());
+            m.extend_from_slice(&rd);
+            s.send_to(&m, from).await.unwrap();
+        });
+        at
+    }
+
+    #[tokio::test]
+    async fn only_an_authoritative_answer_to_the_question_asked_counts() {
+        let apex: &'static [u8] = b"\x07example\x03com\x00";
+        let dnskey = [1u8, 1, 3, 13, 9, 9, 9, 9];
+        let ask = |how| async move {
+            parent_holds(parent(how, apex, dnskey).await, apex, 0x1234, &dnskey).await
+        };
+        assert_eq!(ask(Answer::Good).await, Ok(true));
+        assert_eq!(
+            ask(Answer::InAuthority).await,
+            Ok(false),
+            "a DS beside the answer"
+        );
+        for how in [
+            Answer::NotAuthoritative,
+            Answer::OtherId,
+            Answer::OtherQuestion,
+        ] {
+            assert!(ask(how).await.is_err(), "{how:?}");
+        }
+    }
 
     #[test]
     fn a_ds_names_its_key_by_tag_algorithm_and_digest() {

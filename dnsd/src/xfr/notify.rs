@@ -160,6 +160,12 @@ async fn notify_one(
                 if ((r.flags >> 11) & 0xF) as u8 != opcode::NOTIFY {
                     return Err(XfrError::Protocol("answer is not a NOTIFY response"));
                 }
+                if r.id != id || !r.echoes(origin.as_wire(), t::SOA) {
+                    // Not the answer (forged, or late for an earlier attempt): sent again.
+                    last = XfrError::Protocol("answer to another NOTIFY");
+                    timeout = (timeout * 2).min(Duration::from_secs(30));
+                    continue;
+                }
                 if let Some(s) = &signer {
                     Verifier::new(s)
                         .check(&resp, r.tsig.as_ref(), tsig::now())

@@ -547,8 +547,8 @@ async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: Primary) -> Result<u3
         }
         Ok(())
     })?;
-    if r.id != id {
-        return Err(XfrError::Protocol("answer with another ID"));
+    if r.id != id || !r.echoes(origin, t::SOA) {
+        return Err(XfrError::Protocol("answer to another question"));
     }
     if let Some(s) = &s {
         Verifier::new(s)
@@ -675,8 +675,10 @@ async fn pull(
             }
             Ok(())
         })?;
-        if r.id != id {
-            return Err(XfrError::Protocol("message with another ID"));
+        // The first message repeats the question; later ones may leave it out (RFC 5936
+        // §2.2.1), but never ask another.
+        if r.id != id || !(r.echoes(p.origin.as_wire(), qtype) || (!first && r.qdcount == 0)) {
+            return Err(XfrError::Protocol("message answering another question"));
         }
         if let Some(v) = verifier.as_mut() {
             v.check(&buf, r.tsig.as_ref(), tsig::now())

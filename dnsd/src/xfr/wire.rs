@@ -94,10 +94,29 @@ pub struct Response {
     pub ancount: u16,
     /// The TSIG RR, when the message ends with one.
     pub tsig: Option<tsig::TsigRr>,
+    /// Questions (QDCOUNT).
+    pub qdcount: u16,
+    /// The first question's name (wire, as sent), type and class.
+    qname: [u8; 255],
+    qname_len: u8,
+    qtype: u16,
+    qclass: u16,
 }
 
-/// Reads a response: header, question skipped, each answer RR to `f`, authority skipped,
-/// additional scanned for a final TSIG.
+impl Response {
+    /// Whether it answers the one question `qname` (wire, any case) `qtype` IN: a response
+    /// to another question (forged, or late for an earlier one) is no answer to ours
+    /// (RFC 5452 §9.1).
+    pub fn echoes(&self, qname: &[u8], qtype: u16) -> bool {
+        self.qdcount == 1
+            && self.qtype == qtype
+            && self.qclass == 1
+            && self.qname[..usize::from(self.qname_len)].eq_ignore_ascii_case(qname)
+    }
+}
+
+/// Reads a response: header, the first question kept ([`Response::echoes`]), each answer RR
+/// to `f`, authority skipped, additional scanned for a final TSIG.
 pub fn read_response(
     msg: &[u8],
     rr: &mut RrBuf,
@@ -114,11 +133,16 @@ pub fn read_response(
     }
     let mut p = 12;
     let mut name = [0u8; 255];
-    for _ in 0..qd {
-        let (_, next) = read_name(msg, p, &mut name).ok_or(Malformed("bad question"))?;
+    let (mut qname, mut qname_len, mut qtype, mut qclass) = ([0u8; 255], 0, 0, 0);
+    for i in 0..qd {
+        let (len, next) = read_name(msg, p, &mut name).ok_or(Malformed("bad question"))?;
         p = next + 4;
         if p > msg.len() {
             return Err(Malformed("bad question"));
+        }
+        if i == 0 {
+            (qname, qname_len) = (name, len as u8);
+            (qtype, qclass) = (u(next), u(next + 2));
         }
     }
     for _ in 0..an {
@@ -147,6 +171,11 @@ pub fn read_response(
         rcode: flags & 0xF,
         ancount: an,
         tsig: tsig_rr,
+        qdcount: qd,
+        qname,
+        qname_len,
+        qtype,
+        qclass,
     })
 }
 
