@@ -304,3 +304,52 @@ fn check_zone_reports_every_error_in_one_run() {
     assert_eq!(error_lines(&out).len(), 100, "{out}");
     assert!(out.contains("50 more errors"), "{out}");
 }
+
+/// What Knot, NSD and BIND all refuse (or the RFCs forbid), refused at its line, and what
+/// they take, taken: a CR not followed by LF (read as a blank, `n<CR>2 A` would load as
+/// owner `n`, TTL 2), a backslash before the end of a line (it joined the next record into
+/// a TXT), TYPE0, a text form for UINFO, a record no DNS message can carry; and CLASS1 (IN
+/// in RFC 3597's spelling), `$INCLUDE /dev/null`, UINFO in `\#` form.
+#[test]
+fn what_every_other_server_refuses_is_refused_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let huge = {
+        let s = format!("\"{}\" ", "a".repeat(255));
+        format!("x TXT ( {} \"{}\" )\n", s.repeat(255), "a".repeat(254))
+    };
+    for (body, what) in [
+        ("n\r2 A 192.0.2.2\n".to_string(), "CR not followed by LF"),
+        (
+            "w TXT \"w\"\\\nc CAA 0 issue \"ca.example\"\n".to_string(),
+            "escaped newline",
+        ),
+        ("x TYPE0 \\# 0\n".to_string(), "TYPE0"),
+        ("x UINFO hello\n".to_string(), "no text form"),
+        (huge, "cannot fit in any DNS message"),
+    ] {
+        let file = write(dir.path(), "bad.zone", &format!("{HEAD}{body}"));
+        let (code, out) = check_zone(&[], &file);
+        assert_eq!(code, 1, "{body:?}: {out}");
+        let at6 = errors_at(&out, &file, 6);
+        assert!(
+            at6.iter().any(|l| l.contains(what)),
+            "{what} at line 6: {out}"
+        );
+    }
+    let body = "x CLASS1 A 192.0.2.9\ny IN UINFO \\# 2 0178\n$INCLUDE /dev/null\n";
+    let file = write(dir.path(), "good.zone", &format!("{HEAD}{body}"));
+    let (code, out) = check_zone(&[], &file);
+    assert_eq!(code, 0, "{out}");
+    // No $TTL: a record without a TTL takes the default, said even after a TTL was written
+    // (BIND would repeat that one).
+    let text = "$ORIGIN example.org.\n@ 600 SOA ns1 h 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\n";
+    let file = write(dir.path(), "nottl.zone", text);
+    let (code, out) = check_zone(&[], &file);
+    assert_eq!(code, 0, "{out}");
+    let at3 = errors_at(&out, &file, 3);
+    assert!(
+        at3.iter()
+            .any(|l| l.contains("using the default 3600") && l.contains("600")),
+        "{out}"
+    );
+}

@@ -133,7 +133,8 @@ fn open_regular(path: &Path) -> Result<(File, std::fs::Metadata), String> {
         .map_err(|e| format!("cannot open: {e}"))?;
     let meta = f.metadata().map_err(|e| format!("cannot read: {e}"))?;
     let t = meta.file_type();
-    let what = if t.is_file() {
+    let what = if t.is_file() || (t.is_char_device() && path == Path::new("/dev/null")) {
+        // /dev/null: the empty file some configurations include (Knot, NSD and BIND take it).
         return Ok((f, meta));
     } else if t.is_dir() {
         "a directory"
@@ -225,6 +226,7 @@ fn read(
         owner: None,
         default_ttl: None,
         last_ttl: None,
+        default_ttl_warned: false,
         toks: Vec::with_capacity(64),
         rdata: Vec::with_capacity(512),
         scratch: NameBuf::new(),
@@ -251,6 +253,8 @@ struct Reader<'o> {
     owner: Option<NameBuf>,
     default_ttl: Option<u32>,
     last_ttl: Option<u32>,
+    /// A record took the default TTL for want of any `$TTL` (warned once).
+    default_ttl_warned: bool,
     toks: Vec<Tok>,
     rdata: Vec<u8>,
     scratch: NameBuf,
@@ -575,7 +579,14 @@ impl<'o> Reader<'o> {
                 break;
             }
             if !class_seen && is_class(text) {
-                if !text.eq_ignore_ascii_case(b"IN") {
+                // IN, or its RFC 3597 spelling CLASS1.
+                let is_in = text.eq_ignore_ascii_case(b"IN")
+                    || (text.len() > 5
+                        && std::str::from_utf8(&text[5..])
+                            .ok()
+                            .and_then(|d| d.parse::<u16>().ok())
+                            == Some(1));
+                if !is_in {
                     return Err(EntryError::at(
                         tok,
                         format!(
@@ -616,6 +627,14 @@ impl<'o> Reader<'o> {
                 ));
             }
         };
+        if rtype == 0 {
+            // Reserved (RFC 6895 §3.1): NSD and BIND refuse it, and a secondary built on
+            // BIND's libraries fails the whole transfer on it.
+            return Err(EntryError::at(
+                type_tok,
+                "TYPE0 is reserved and cannot appear in a zone",
+            ));
+        }
         if rrtype::is_meta(rtype) {
             return Err(EntryError::at(
                 type_tok,
@@ -658,15 +677,23 @@ impl<'o> Reader<'o> {
                 // No $TTL: the default (3600), as Knot and NSD read such a file, also after
                 // an explicit TTL on another record (RFC 1035 §5.1 repeats that one; BIND
                 // takes the SOA MINIMUM). Warned once.
-                (None, Some(_)) => self.opts.default_ttl,
-                (None, None) => {
+                (None, last) => {
                     let v = self.opts.default_ttl;
-                    self.warn(
-                        file,
-                        type_tok.line,
-                        format!("no TTL given and no $TTL: using the default {v}"),
-                    );
-                    self.last_ttl = Some(v);
+                    if !self.default_ttl_warned {
+                        self.default_ttl_warned = true;
+                        let bind = match last {
+                            Some(l) if l != v => {
+                                format!(" (BIND would repeat the last TTL written, {l})")
+                            }
+                            _ => String::new(),
+                        };
+                        self.warn(
+                            file,
+                            type_tok.line,
+                            format!("no TTL given and no $TTL: using the default {v}{bind}"),
+                        );
+                    }
+                    self.last_ttl.get_or_insert(v);
                     v
                 }
             },

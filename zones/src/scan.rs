@@ -183,6 +183,11 @@ impl Scanner {
         }
     }
 
+    /// The byte at `i`, when the window holds it.
+    fn byte(&self, i: usize) -> Option<u8> {
+        (i < self.end).then(|| self.buf[i])
+    }
+
     fn skip_line(&mut self) {
         // Best effort within the window: recovery only needs to reach the next newline.
         while self.pos < self.end {
@@ -265,6 +270,17 @@ impl Scanner {
                         info.blank_owner = false;
                     }
                 }
+                b'\r' if self.byte(self.pos + 1) != Some(b'\n') => {
+                    if self.pos + 1 >= self.end && !self.eof {
+                        return Ok(Step::NeedMore);
+                    }
+                    // Knot, NSD and BIND refuse it too: read as a blank, it would give a
+                    // damaged line another meaning (`n<CR>2 A ...`: owner n, TTL 2).
+                    return Err(self.err(
+                        "a CR not followed by LF (a damaged line, or old Mac line endings)",
+                        self.pos,
+                    ));
+                }
                 b' ' | b'\t' | b'\r' => {
                     if at_line_start && out.is_empty() && depth == 0 {
                         info.blank_owner = true;
@@ -315,9 +331,8 @@ impl Scanner {
                             b'"' => break,
                             b'\\' => {
                                 escaped = true;
-                                if i + 1 < self.end && self.buf[i + 1] == b'\n' {
-                                    self.line += 1;
-                                    self.line_start = i + 2;
+                                if matches!(self.byte(i + 1), Some(b'\n' | b'\r')) {
+                                    return Err(self.err(ESCAPED_NEWLINE, i));
                                 }
                                 i += 2;
                             }
@@ -352,9 +367,8 @@ impl Scanner {
                             b' ' | b'\t' | b'\r' | b'\n' | b';' | b'(' | b')' | b'"' => break,
                             b'\\' => {
                                 escaped = true;
-                                if i + 1 < self.end && self.buf[i + 1] == b'\n' {
-                                    self.line += 1;
-                                    self.line_start = i + 2;
+                                if matches!(self.byte(i + 1), Some(b'\n' | b'\r')) {
+                                    return Err(self.err(ESCAPED_NEWLINE, i));
                                 }
                                 i += 2;
                             }
@@ -384,6 +398,10 @@ impl Scanner {
     }
 }
 
+/// A backslash that ends its line: Knot and BIND refuse it (NSD joins the lines, so that a
+/// stray `\` at the end of a TXT swallows the next record).
+const ESCAPED_NEWLINE: &str = "a backslash before the end of the line (an escaped newline)";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,6 +419,42 @@ mod tests {
             ));
         }
         out
+    }
+
+    /// The first error scanning `src`: its line and message.
+    fn first_error(src: &[u8]) -> Option<(u32, String)> {
+        let mut s = Scanner::from_bytes(src.to_vec());
+        let mut toks = Vec::new();
+        loop {
+            match s.next_entry(&mut toks) {
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(e) => return Some((e.line, e.msg)),
+            }
+        }
+    }
+
+    #[test]
+    fn a_bare_cr_or_an_escaped_newline_is_refused_crlf_is_not() {
+        assert_eq!(first_error(b"a A 1.2.3.4\r\nb A 1.2.3.5\r\n"), None);
+        assert_eq!(first_error(b"a TXT \"x\" ; c\rd\r\n"), None, "in a comment");
+        let (line, msg) = first_error(b"a A 1.2.3.4\nn\r2 A 1.2.3.5\n").unwrap();
+        assert_eq!(line, 2);
+        assert!(msg.contains("CR not followed by LF"), "{msg}");
+        assert!(
+            first_error(b"a A 1.2.3.4\rb A 1.2.3.5\r").is_some(),
+            "old Mac endings"
+        );
+        for src in [
+            &b"w TXT \"w\"\\\nc CAA 0 issue \"ca\"\n"[..],
+            b"w TXT w\\\nc A 1.2.3.4\n",
+            b"w TXT \"w\\\n\"\n",
+            b"w TXT w\\\r\n",
+        ] {
+            let (line, msg) = first_error(src).unwrap();
+            assert_eq!(line, 1, "{}", String::from_utf8_lossy(src));
+            assert!(msg.contains("escaped newline"), "{msg}");
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! Errors (the zone does not load): no SOA or several at the apex, CNAME beside other data
 //! or several CNAMEs, several DNAMEs, several ALIASes or A/AAAA beside an ALIAS, SOA away
-//! from the apex, data below a DNAME, an RRset too large for any message. Warnings (loaded, as Knot and NSD load them): no NS
+//! from the apex, data below a DNAME, a record too large for any message. Warnings (loaded,
+//! as Knot and NSD load them): an RRset too large for one message, no NS
 //! at the apex, DS at the apex or away from a zone cut, data occluded by a zone cut (other
 //! than glue), a DNAME beside NS, NS targets inside the zone without an address.
 
@@ -78,7 +79,21 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
             let (records, wire) = zone.rrs(s).fold((0usize, 0usize), |(n, w), (_, rd)| {
                 (n + 1, w + 2 + 10 + rd.len())
             });
-            if question + wire > MAX_MESSAGE {
+            // One record no message can carry: no query or transfer ever could (Knot's
+            // transfers of it fail too; BIND refuses the zone): refused.
+            let largest = zone.rrs(s).map(|(_, rd)| rd.len()).max().unwrap_or(0);
+            if question + 2 + 10 + largest > MAX_MESSAGE {
+                report(
+                    Error,
+                    src_of(id, s.rtype),
+                    format!(
+                        "a {} record at {} with {largest} octets of RDATA cannot fit in any DNS \
+                         message of {MAX_MESSAGE} octets: no answer or transfer could carry it",
+                        rrtype::to_text(s.rtype),
+                        name(),
+                    ),
+                );
+            } else if question + wire > MAX_MESSAGE {
                 report(
                     Warning,
                     src_of(id, s.rtype),
@@ -191,7 +206,7 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                         Error,
                         srcs[node.rrset_start as usize],
                         format!(
-                            "child record exists under DNAME at {}: {} is occluded, not served",
+                            "child record exists under DNAME at {}: {} (RFC 6672 §2.3: no data may sit below a DNAME)",
                             display(zone.node_name(top)),
                             name()
                         ),

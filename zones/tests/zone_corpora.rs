@@ -150,6 +150,10 @@ fn knot_zscanner_general_syntax() {
             "05-0_TTL",
             "same: $TTL above 2^31-1 is accepted with a warning",
         ),
+        (
+            "02_class",
+            "CLASS1 is IN in RFC 3597's spelling (§5): NSD and BIND accept it, Knot refuses it",
+        ),
     ];
     let tests = std::fs::read_to_string(c.join("knot-zscanner/TESTS")).unwrap();
     let mut checked = 0;

@@ -196,11 +196,7 @@ const MAX_CHAIN: usize = 8;
 /// Follows `name`'s CNAMEs through `rrs` (owner, type, TTL, RDATA of an answer section):
 /// the RDATAs of `qtype` at the chain's end (at most `MAX_RRS`; true when more were cut), and
 /// the lowest TTL on the way.
-fn follow(
-    name: &[u8],
-    qtype: u16,
-    rrs: &[AnswerRr],
-) -> (Vec<Box<[u8]>>, u32, bool) {
+fn follow(name: &[u8], qtype: u16, rrs: &[AnswerRr]) -> (Vec<Box<[u8]>>, u32, bool) {
     let mut at: &[u8] = name;
     let mut ttl = u32::MAX;
     for _ in 0..MAX_CHAIN {
