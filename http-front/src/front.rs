@@ -179,6 +179,8 @@ pub struct Front {
     pub acme: Option<Arc<crate::tls::acme_state::AcmeState>>,
     /// The control socket's mode and admitted group, which a reload applies.
     pub control: std::sync::OnceLock<shield::control::AccessHandle>,
+    /// The ClickHouse writers (events, access log) by config section, for `ctl status`.
+    pub clickhouse: Vec<(&'static str, shield::events::ClickHouseMonitor)>,
     snapshot: Arc<ArcSwap<Snapshot>>,
     flusher: Mutex<Option<Flusher>>,
     access_log: Mutex<Option<AccessLogger>>,
@@ -366,7 +368,9 @@ impl Front {
         metrics.register("rules", rules.clone());
         metrics.register("events", events.clone());
         metrics.register("sinks", Arc::new(flusher.sinks_source()));
+        let mut sinks = Vec::new();
         for (m, ctl, table) in clickhouse {
+            sinks.push((ctl, m.clone()));
             metrics.register(
                 table,
                 Arc::new(shield::events::ClickHouseSource {
@@ -395,6 +399,7 @@ impl Front {
             metrics,
             acme,
             control: std::sync::OnceLock::new(),
+            clickhouse: sinks,
             snapshot,
             flusher: Mutex::new(Some(flusher)),
             access_log: Mutex::new(access_log),

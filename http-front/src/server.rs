@@ -228,12 +228,17 @@ async fn control(
         ["status"] => {
             let snap = front.snapshot();
             Reply::ok(format!(
-                "running for {} s, {} sites ({} with rules), {} client connections, {} blocked sources\n{}",
+                "running for {} s, {} sites ({} with rules), {} client connections, {} blocked sources\n{}{}",
                 started.elapsed().as_secs(),
                 snap.sites.len(),
                 snap.sites.with_rules(),
                 front.registry.open(),
                 front.blocks.len(),
+                front
+                    .clickhouse
+                    .iter()
+                    .map(|(what, m)| m.status_line(what))
+                    .collect::<String>(),
                 front.blocks.render_policy()
             ))
         }

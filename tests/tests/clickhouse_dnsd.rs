@@ -231,6 +231,17 @@ fn clickhouse_stopped_under_attack_loses_exactly_the_counted_overflow() {
         )
     };
     wait_for("rows landing", Duration::from_secs(20), || landed() >= 40);
+    // `ctl status` says how the sink fares: taking rows, then failing and why.
+    let status = || {
+        let (ok, out) = dnsd.ctl(&["status"]);
+        assert!(ok, "{out}");
+        out
+    };
+    let s = status();
+    assert!(
+        s.contains("events.clickhouse: ") && s.contains(", ok"),
+        "{s}"
+    );
     ch.stop();
     wait_for(
         "overflow while ClickHouse is down",
@@ -249,6 +260,8 @@ fn clickhouse_stopped_under_attack_loses_exactly_the_counted_overflow() {
         60,
         "bounded"
     );
+    let s = status();
+    assert!(s.contains("60 held") && s.contains("FAILING: "), "{s}");
     assert!(
         prometheus_sum(
             &m,

@@ -73,11 +73,16 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             )),
         },
         ["status"] => Reply::ok(format!(
-            "running for {} s, {} addresses (bound in {} ms), {} TCP connections\n{}",
+            "running for {} s, {} addresses (bound in {} ms), {} TCP connections\n{}{}",
             shared.started.elapsed().as_secs(),
             shared.addrs.len(),
             shared.bind_time.as_millis(),
             shared.tcp.open_connections(),
+            shared
+                .clickhouse
+                .as_ref()
+                .map(|m| m.status_line("events.clickhouse"))
+                .unwrap_or_default(),
             shared.defence.blocks.render_policy()
         )),
         ["help"] => Reply::ok(HELP.to_string()),
@@ -93,7 +98,8 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
 pub const HELP: &str = concat!(
     "Commands (dnsd ctl [-c CONFIG | -s SOCKET] [--timeout SECONDS] COMMAND [ARGUMENTS]):
   status                              uptime, addresses bound, open TCP connections, the
-                                      block policy and its never-block set with sources
+                                      ClickHouse sink's state, the block policy and its
+                                      never-block set with sources
   reload                              re-read the config, the rules and every changed zone file
   reload --force                      the same, every zone file re-read
   reload ZONE                         re-read one zone's file

@@ -720,6 +720,31 @@ impl ClickHouseMonitor {
         self.inner.stats()
     }
 
+    /// One line for `ctl status`: `what` (the config section), rows landed, held, lost, and
+    /// while inserts fail, the last failure.
+    pub fn status_line(&self, what: &str) -> String {
+        let s = self.stats();
+        let aside = s.endpoints.iter().filter(|e| e.set_aside).count();
+        let mut line = format!(
+            "{what}: {} rows landed, {} held, {} lost",
+            s.landed,
+            s.buffered_rows,
+            s.lost()
+        );
+        if aside > 0 {
+            line.push_str(&format!(
+                ", {aside} of {} endpoints set aside",
+                s.endpoints.len()
+            ));
+        }
+        match s.last_error {
+            Some(e) => line.push_str(&format!(", FAILING: {}", e.replace('\n', " "))),
+            None => line.push_str(", ok"),
+        }
+        line.push('\n');
+        line
+    }
+
     /// The writer's configuration.
     pub fn config(&self) -> &ClickHouseConfig {
         &self.inner.cfg
