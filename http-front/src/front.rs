@@ -181,6 +181,8 @@ pub struct Front {
     pub control: std::sync::OnceLock<shield::control::AccessHandle>,
     /// The ClickHouse writers (events, access log) by config section, for `ctl status`.
     pub clickhouse: Vec<(&'static str, shield::events::ClickHouseMonitor)>,
+    /// The Redis block sync, once it started, for `ctl status`.
+    pub redis: std::sync::OnceLock<shield::redis_sync::SyncMonitor>,
     snapshot: Arc<ArcSwap<Snapshot>>,
     flusher: Mutex<Option<Flusher>>,
     access_log: Mutex<Option<AccessLogger>>,
@@ -400,6 +402,7 @@ impl Front {
             acme,
             control: std::sync::OnceLock::new(),
             clickhouse: sinks,
+            redis: std::sync::OnceLock::new(),
             snapshot,
             flusher: Mutex::new(Some(flusher)),
             access_log: Mutex::new(access_log),

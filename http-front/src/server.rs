@@ -75,6 +75,7 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
             match shield::redis_sync::RedisSync::spawn(r, Arc::clone(&front.blocks)) {
                 Ok(h) => {
                     front.metrics.register("redis", Arc::new(h.monitor()));
+                    let _ = front.redis.set(h.monitor());
                     tracing::info!(node = %node, "block map synced through Redis");
                     Some(h)
                 }
@@ -235,10 +236,15 @@ async fn control(
                 front.registry.open(),
                 front.blocks.len(),
                 front
-                    .clickhouse
-                    .iter()
-                    .map(|(what, m)| m.status_line(what))
-                    .collect::<String>(),
+                    .redis
+                    .get()
+                    .map(|m| m.status_line())
+                    .unwrap_or_default()
+                    + &front
+                        .clickhouse
+                        .iter()
+                        .map(|(what, m)| m.status_line(what))
+                        .collect::<String>(),
                 front.blocks.render_policy()
             ))
         }

@@ -109,7 +109,21 @@ fn blocks_made_while_redis_is_down_arrive_after_it_restarts() {
     wait_for("first block on B", Duration::from_secs(5), || {
         listed(&b).contains("198.51.100.1/32")
     });
+    let status = |d: &Dnsd| {
+        let (ok, out) = d.ctl(&["status"]);
+        assert!(ok, "{out}");
+        out
+    };
+    assert!(
+        status(&a).contains("redis: node a, synced, "),
+        "{}",
+        status(&a)
+    );
     redis.kill();
+    // `ctl status` says the sync is down.
+    wait_for("status says it", Duration::from_secs(10), || {
+        status(&a).contains("redis: node a, NOT SYNCED")
+    });
     for ip in ["198.51.100.2", "198.51.100.3", "203.0.113.0/24"] {
         let (ok, out) = a.ctl(&["block", "add", ip]);
         assert!(ok, "{out}");
@@ -278,6 +292,11 @@ fn two_live_processes_with_one_node_id_are_reported_by_both() {
                 && d.log()
                     .contains("another live process uses this Redis node id")
         });
+        let (_, status) = d.ctl(&["status"]);
+        assert!(
+            status.contains("ANOTHER PROCESS USES THIS NODE ID"),
+            "{status}"
+        );
         assert!(d.stat("redis.node_id_conflicts") >= 1);
     }
     // One goes away cleanly: the other stops reporting.

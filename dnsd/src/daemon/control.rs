@@ -79,10 +79,15 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             shared.bind_time.as_millis(),
             shared.tcp.open_connections(),
             shared
-                .clickhouse
-                .as_ref()
-                .map(|m| m.status_line("events.clickhouse"))
-                .unwrap_or_default(),
+                .redis
+                .get()
+                .map(|m| m.status_line())
+                .unwrap_or_default()
+                + &shared
+                    .clickhouse
+                    .as_ref()
+                    .map(|m| m.status_line("events.clickhouse"))
+                    .unwrap_or_default(),
             shared.defence.blocks.render_policy()
         )),
         ["help"] => Reply::ok(HELP.to_string()),
@@ -98,8 +103,8 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
 pub const HELP: &str = concat!(
     "Commands (dnsd ctl [-c CONFIG | -s SOCKET] [--timeout SECONDS] COMMAND [ARGUMENTS]):
   status                              uptime, addresses bound, open TCP connections, the
-                                      ClickHouse sink's state, the block policy and its
-                                      never-block set with sources
+                                      Redis sync's and ClickHouse sink's state, the block
+                                      policy and its never-block set with sources
   reload                              re-read the config, the rules and every changed zone file
   reload --force                      the same, every zone file re-read
   reload ZONE                         re-read one zone's file

@@ -1142,6 +1142,38 @@ impl SyncMonitor {
     pub fn is_synced(&self) -> bool {
         self.shared.synced()
     }
+
+    /// One line for `ctl status`: whether the sync is up, what went each way, what was
+    /// refused, and what needs the operator (another process with this node id, a Redis that
+    /// may evict keys).
+    pub fn status_line(&self) -> String {
+        let s = self.stats();
+        let state = match (s.writer_connected, s.reader_connected) {
+            (true, true) => "synced".to_string(),
+            (w, r) => format!(
+                "NOT SYNCED (writer {}, reader {})",
+                if w { "connected" } else { "disconnected" },
+                if r { "connected" } else { "disconnected" }
+            ),
+        };
+        let mut line = format!(
+            "redis: node {}, {state}, {} decisions published, {} received, {} refused, {} of {} waiting",
+            s.node_id,
+            s.published,
+            s.received,
+            s.refused.iter().sum::<u64>() + s.presence_refused,
+            s.buffered,
+            s.buffer_max
+        );
+        if s.node_id_conflict {
+            line.push_str(", ANOTHER PROCESS USES THIS NODE ID");
+        }
+        if s.evicting {
+            line.push_str(", REDIS MAY EVICT KEYS (maxmemory-policy)");
+        }
+        line.push('\n');
+        line
+    }
 }
 
 async fn join_or_abort(mut task: JoinHandle<()>, limit: Duration) {
