@@ -1052,6 +1052,19 @@ impl Config {
                         format!("no [[template]] named {t}"),
                     ));
                 }
+                // Each member keeps its copy in a file of its own: a pattern without `%s`
+                // would have every member write over the others'.
+                if let Some(f) = templates.get(Some(t)).and_then(|s| s.file.as_ref())
+                    && !f.to_string_lossy().contains("%s")
+                {
+                    return Err((
+                        format!("{}.{key}", z.key),
+                        format!(
+                            "template {t}'s file {} has no %s: every member would share one file",
+                            f.display()
+                        ),
+                    ));
+                }
                 // A member is a zone, never a catalog of its own (which would list zones
                 // past this catalog's bound, without end).
                 if templates.makes_catalog(t) {
@@ -1129,6 +1142,23 @@ mod tests {
         // The same NSID spelled in hex is no change.
         let hex = parse("[server]\nlisten = [\"127.0.0.1\"]\nnsid = \"0x61\"\n");
         assert!(hex.start_only_changes(&running).is_empty());
+    }
+
+    #[test]
+    fn a_catalog_member_template_must_give_each_member_a_file_of_its_own() {
+        let cfg = |file: &str| {
+            format!(
+                "[[template]]\nname = \"member\"\nfile = \"{file}\"\n\
+                 [[zone]]\norigin = \"catalog.invalid.\"\nfile = \"cat.zone\"\n\
+                 catalog = \"consumer\"\nprimaries = [\"127.0.0.1:53\"]\n\
+                 catalog_template = \"member\"\n"
+            )
+        };
+        let e = Config::parse(Path::new("x.toml"), &cfg("members.zone"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("catalog_template") && e.contains("no %s"), "{e}");
+        Config::parse(Path::new("x.toml"), &cfg("members/%s.zone")).unwrap();
     }
 
     #[test]
