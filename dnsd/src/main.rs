@@ -127,6 +127,8 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Rules files are read (serve, check-config, reload) knowing what a query shows.
+    shield::rules::set_value_check(dnsd::query::defence::rules::value_check);
     if !matches!(cli.cmd, Cmd::Serve { .. }) {
         // A tool's output piped into `head` or `grep -q` ends it quietly, as for any Unix
         // tool (Rust ignores SIGPIPE, and a print to the closed pipe panicked).

@@ -459,6 +459,12 @@ impl Front {
         }
         let Loaded { config, rules, tls } = loaded;
         let mut warnings = config.warnings.clone();
+        if !ignored.is_empty() {
+            warnings.push(format!(
+                "{} changed: read at start only, the running values stay until http-front restarts",
+                ignored.join(", ")
+            ));
+        }
         // [control] mode and group apply now: a group removed loses its access at once.
         if let Some(h) = self.control.get()
             && let Err(e) = h.apply(&config.control_access)

@@ -27,6 +27,21 @@ pub fn read_text(path: &Path, max: u64) -> std::io::Result<String> {
     Ok(text)
 }
 
+/// The text of the config or rules file `path`, as [`read_text`] reads it, refused when it
+/// holds nothing but blanks: a file cut to nothing (a write under way, a disk full) must
+/// never read as "no zones, no sites, no rules" and wipe what runs.
+pub fn read_config(path: &Path, max: u64) -> std::io::Result<String> {
+    let text = read_text(path, max)?;
+    if text.trim().is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "is empty (cut to nothing, or still being written?): a file meant to say \
+             nothing needs at least a comment",
+        ));
+    }
+    Ok(text)
+}
+
 /// Opens `path` for reading when it is a regular file, never waiting (a FIFO is opened
 /// without blocking, then refused).
 pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {

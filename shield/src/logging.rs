@@ -42,6 +42,17 @@ impl std::str::FromStr for LogFormat {
     }
 }
 
+impl LogConfig {
+    /// Checks `filter` as [`init`] reads it (a reload applies no logger, but must refuse
+    /// what the next start would).
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(f) = &self.filter {
+            tracing_subscriber::EnvFilter::try_new(f).map_err(|e| format!("{f:?}: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
 /// Installs the process's logger: `format` (the flag's) over the config's, `RUST_LOG` over
 /// the config's filter (which, unless it names `h2`, keeps the HTTP/2 library's per-connection
 /// warnings out). An invalid filter is an error naming where it came from.

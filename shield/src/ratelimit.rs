@@ -39,12 +39,29 @@ const HORIZON_TICKS: u32 = 1 << 30;
 #[derive(Default)]
 struct Bucket([AtomicU64; WAYS]);
 
+/// The most slots a keyed table may be given in a config (2 GiB of 8-byte slots): a typo of
+/// a few digits is refused with its key, never an allocation that aborts the process.
+pub const MAX_TABLE_SLOTS: usize = 1 << 28;
+
 /// Size of a keyed table (`[rate_limit]`-style config sections embed it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TableConfig {
-    /// Number of keys the table can hold (rounded up to a power of two, at least 4); 8 bytes each.
+    /// Number of keys the table can hold (rounded up to a power of two, at least 4); 8 bytes
+    /// each; at most [`MAX_TABLE_SLOTS`].
+    #[serde(deserialize_with = "table_slots")]
     pub slots: usize,
+}
+
+/// A table size of a config, at most [`MAX_TABLE_SLOTS`].
+pub fn table_slots<'de, D: serde::Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let n = usize::deserialize(d)?;
+    if n > MAX_TABLE_SLOTS {
+        return Err(serde::de::Error::custom(format!(
+            "{n} slots: at most {MAX_TABLE_SLOTS} (2 GiB)"
+        )));
+    }
+    Ok(n)
 }
 
 impl Default for TableConfig {

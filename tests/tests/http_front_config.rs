@@ -3,6 +3,8 @@
 
 use palisade_tests::http::{Front, Origin, base_config, get, run_front};
 use palisade_tests::net;
+use palisade_tests::wait::wait_for;
+use std::time::Duration;
 
 const SITE: &str = "[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n";
 
@@ -116,10 +118,36 @@ fn http_reload_keeps_the_last_good_config() {
     assert!(!front.reload());
     assert_eq!((check("/", "a.test"), check("/x", "a.test")), (200, 403));
     assert!(front.log().contains("config refused"), "{}", front.log());
+    // Files cut to nothing (they read as "no sites", "no rules"), and what a start refuses
+    // when it binds (an address listed twice): refused too.
+    front.write_config("", None);
+    assert!(!front.reload());
+    front.write_config(&good, Some(" \n"));
+    assert!(!front.reload());
+    let listen = good
+        .lines()
+        .find(|l| l.starts_with("listen = ["))
+        .expect("a listen line");
+    let twice = listen.replace(
+        "]",
+        &format!(", {}]", &listen["listen = [".len()..listen.len() - 1]),
+    );
+    front.write_config(&good.replacen(listen, &twice, 1), Some(rules_x));
+    assert!(!front.reload());
+    assert_eq!((check("/", "a.test"), check("/x", "a.test")), (200, 403));
+    assert!(front.log().contains("is empty"), "{}", front.log());
+    assert!(front.log().contains("listed twice"), "{}", front.log());
     assert_eq!(
         front.metric("http_front_reloads_total{result=\"failed\"}"),
-        2
+        5
     );
+    // A setting read at start only: the reload says it waits for a restart.
+    front.write_config(&good.replacen("workers = 2", "workers = 1", 1), None);
+    assert!(front.reload(), "{}", front.log());
+    wait_for("the warning", Duration::from_secs(5), || {
+        let l = front.log();
+        l.contains("server.workers changed: read at start only")
+    });
 
     // A good one: new site, new rules.
     front.write_config(
@@ -135,5 +163,5 @@ fn http_reload_keeps_the_last_good_config() {
         ),
         (200, 200, 403)
     );
-    assert_eq!(front.metric("http_front_reloads_total{result=\"ok\"}"), 1);
+    assert_eq!(front.metric("http_front_reloads_total{result=\"ok\"}"), 2);
 }

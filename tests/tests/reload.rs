@@ -444,3 +444,103 @@ fn a_nodes_own_blocks_survive_a_restart_through_the_state_file() {
         "a lifted block stays lifted:\n{list}"
     );
 }
+
+/// A reload refuses what a start would refuse, and the last good config keeps serving: a
+/// config or rules file cut to nothing (it read as "no zones", "no rules" and wiped both),
+/// values a start checks when it binds or installs them (`metrics.listen`, `log.filter`,
+/// `block.min_prefix_v4`, a table too large to allocate), a rules value no query shows; a
+/// zone whose file is gone is said at each reload; a section read at start only says so.
+#[test]
+fn a_reload_refuses_what_a_start_would_and_says_what_waits_for_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.test.zone");
+    write_zone(&file, 7, 10);
+    let rules = dir.path().join("rules.toml");
+    let good_rules = "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"no-any\"\naction = \"deny\"\n\
+                      when = [{ attr = \"qtype\", exact = \"ANY\" }]\n";
+    std::fs::write(&rules, good_rules).unwrap();
+    let mut zone = Zone::new("big.test.", &file);
+    zone.options.push("tenant = 1".into());
+    let dnsd = Dnsd::builder()
+        .zone(zone)
+        .without_metrics()
+        .raw(&format!("[rules]\nfile = \"{}\"", rules.display()))
+        .start();
+    let addr = dnsd.addr();
+    let cfg = std::fs::read_to_string(dnsd.config_path()).unwrap();
+    // Through the socket itself: `ctl -c` cannot find it in a config cut to nothing.
+    let reload = || {
+        let out = std::process::Command::new(palisade_tests::bin("dnsd"))
+            .args(["ctl", "-s"])
+            .arg(dnsd.control_socket())
+            .arg("reload")
+            .output()
+            .unwrap();
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    };
+    let refused = |text: &str, says: &str| {
+        std::fs::write(dnsd.config_path(), text).unwrap();
+        let (ok, out) = reload();
+        assert!(!ok && out.contains(says), "{says}: {out}");
+        assert_eq!(serial_of(addr), Some(7), "still served after {says}");
+    };
+    refused("", "is empty");
+    refused("\n  \n", "is empty");
+    refused(
+        &format!("{cfg}\n[metrics]\nlisten = \"localhost\"\n"),
+        "metrics.listen",
+    );
+    refused(
+        &format!("{cfg}\n[log]\nfilter = \"dnsd=loud\"\n"),
+        "log.filter",
+    );
+    refused(
+        &format!("{cfg}\n[block]\nmin_prefix_v4 = 40\n"),
+        "block.min_prefix_v4",
+    );
+    refused(
+        &format!("{cfg}\n[defence.rrl]\ntable_size = 1099511627776\n"),
+        "table_size",
+    );
+    std::fs::write(dnsd.config_path(), &cfg).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    // The rules: cut to nothing, or a type no query has.
+    for (text, says) in [
+        ("", "is empty"),
+        (
+            &good_rules.replace("ANY", "NOTATYPE") as &str,
+            "not a DNS type",
+        ),
+        (&good_rules.replace("ANY", "TYPE255"), "write ANY"),
+    ] {
+        std::fs::write(&rules, text).unwrap();
+        let (ok, out) = dnsd.ctl(&["reload"]);
+        assert!(!ok && out.contains(says), "{says}: {out}");
+    }
+    std::fs::write(&rules, good_rules).unwrap();
+    // A section read at start only: applied at the next start, and said.
+    std::fs::write(
+        dnsd.config_path(),
+        format!("{cfg}\n[defence.suspects]\ntable_size = 4096\n"),
+    )
+    .unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(
+        ok && out.contains("[defence]") && out.contains("at start only"),
+        "{out}"
+    );
+    // The zone's file renamed in the config to one that is not there.
+    std::fs::write(
+        dnsd.config_path(),
+        cfg.replace("big.test.zone", "gone.test.zone"),
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let (ok, out) = dnsd.ctl(&["reload"]);
+        assert!(!ok && out.contains("gone.test.zone"), "{out}");
+        assert_eq!(serial_of(addr), Some(7));
+    }
+}

@@ -32,6 +32,7 @@ pub struct SuspectsConfig {
     /// a flood forged in a resolver's name cannot use up every reply its real queries get.
     pub slip: u32,
     /// Slots of the budget's table (8 bytes each).
+    #[serde(deserialize_with = "shield::ratelimit::table_slots")]
     pub table_size: usize,
 }
 
@@ -71,6 +72,7 @@ pub struct RrlConfig {
     /// Prefixes never limited.
     pub exempt: Vec<String>,
     /// Slots of the shared state table (8 bytes each).
+    #[serde(deserialize_with = "shield::ratelimit::table_slots")]
     pub table_size: usize,
 }
 
@@ -157,6 +159,7 @@ pub struct RandomSubdomainConfig {
     /// Seconds an escalated source stays a suspect.
     pub block_ttl: u64,
     /// Slots of each per-source table (8 bytes each).
+    #[serde(deserialize_with = "shield::ratelimit::table_slots")]
     pub table_size: usize,
     /// Sources never limited nor blocked by this defence (big recursive resolvers: they
     /// carry the flood of their own clients); `[defence.rrl] exempt` is exempt here too.

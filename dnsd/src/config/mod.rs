@@ -676,7 +676,7 @@ pub struct Metrics {
 impl Config {
     /// Reads and checks a config file; relative zone paths become relative to its directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = shield::files::read_text(path, shield::files::CONFIG_MAX).map_err(|e| {
+        let text = shield::files::read_config(path, shield::files::CONFIG_MAX).map_err(|e| {
             ConfigError::Read {
                 path: path.to_path_buf(),
                 source: e,
@@ -734,7 +734,59 @@ impl Config {
         {
             *s = dir.join(&*s);
         }
+        c.check_start_values()
+            .map_err(|(key, msg)| ConfigError::Invalid {
+                path: path.to_path_buf(),
+                key,
+                msg,
+            })?;
         Ok(c)
+    }
+
+    /// The sections read at start only (the listeners and writers they make run on), each
+    /// as text to compare with a later config's: `[metrics]`, `[log]`, `[dnstap]`, `[redis]`,
+    /// `[xdp]`, `[events]`, and `[defence]` but its cookie secrets (a reload rotates those).
+    pub fn start_only_sections(&self) -> Vec<(&'static str, String)> {
+        let mut defence = self.defence.clone();
+        defence.cookies = Default::default();
+        vec![
+            ("[metrics]", format!("{:?}", self.metrics)),
+            ("[log]", format!("{:?}", self.log)),
+            ("[dnstap]", format!("{:?}", self.dnstap)),
+            ("[redis]", format!("{:?}", self.redis)),
+            ("[xdp]", format!("{:?}", self.xdp)),
+            ("[events]", format!("{:?}", self.events)),
+            ("[defence] (but cookie secrets)", format!("{defence:?}")),
+        ]
+    }
+
+    /// Values a start reads when it binds or installs them, checked with the file: a reload
+    /// (which applies some only at the next start) must refuse what that start would.
+    fn check_start_values(&self) -> Result<(), (String, String)> {
+        if let Err(e) = self.block.validate() {
+            let (key, msg) = e.split_once(": ").unwrap_or(("block", &e));
+            return Err((key.to_string(), msg.to_string()));
+        }
+        self.log
+            .validate()
+            .map_err(|e| ("log.filter".to_string(), e))?;
+        if let Some(m) = &self.metrics.listen {
+            m.parse::<std::net::SocketAddr>().map_err(|e| {
+                (
+                    "metrics.listen".to_string(),
+                    format!("{m:?}: {e} (an IP:PORT)"),
+                )
+            })?;
+        }
+        if let Some(s) = &self.control.socket
+            && s.is_dir()
+        {
+            return Err((
+                "control.socket".to_string(),
+                format!("{} is a directory", s.display()),
+            ));
+        }
+        Ok(())
     }
 
     /// Only `[control] socket` of a config file, read leniently: `dnsd ctl` must reach the
@@ -918,6 +970,39 @@ impl Config {
         }
         if self.server.udp_batch == 0 || self.server.udp_batch > 1024 {
             return Err(inv("server.udp_batch", "must be between 1 and 1024".into()));
+        }
+        let sv = &self.server;
+        for (key, v, lo, hi) in [
+            ("server.port", u64::from(sv.port), 1, 65_535),
+            ("server.workers", sv.workers as u64, 0, 1024),
+            (
+                "server.tcp_max_connections",
+                sv.tcp_max_connections as u64,
+                1,
+                10_000_000,
+            ),
+            (
+                "server.tcp_max_per_source",
+                sv.tcp_max_per_source as u64,
+                1,
+                10_000_000,
+            ),
+            (
+                "server.tcp_idle_timeout_ms",
+                sv.tcp_idle_timeout_ms,
+                100,
+                86_400_000,
+            ),
+            (
+                "server.tcp_pressed_idle_timeout_ms",
+                sv.tcp_pressed_idle_timeout_ms,
+                100,
+                86_400_000,
+            ),
+        ] {
+            if !(lo..=hi).contains(&v) {
+                return Err(inv(key, format!("{v}: must be between {lo} and {hi}")));
+            }
         }
         let src = &self.transfer.source;
         if src.iter().filter(|a| a.is_ipv4()).count() > 1

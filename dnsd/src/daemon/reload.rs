@@ -118,6 +118,15 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 if (&c.geoip.db, &c.geoip.keys) != (&geoip.db, &geoip.keys) {
                     lookups.push("[geoip] db, keys");
                 }
+                for ((name, now), (_, then)) in c
+                    .start_only_sections()
+                    .iter()
+                    .zip(shared.started_sections.iter())
+                {
+                    if now != then {
+                        lookups.push(name);
+                    }
+                }
                 if !lookups.is_empty() {
                     warnings.push(format!(
                         "{} changed in {}: read at start only, the running values stay until dnsd restarts",
@@ -261,13 +270,18 @@ async fn reload_rules(shared: &Arc<State>, c: &Config) -> Option<(bool, String)>
         ));
     };
     let file = rc.file.clone();
+    // Checked against the block policy this reload installs.
+    let min = (c.block.min_prefix_v4, c.block.min_prefix_v6);
     // A tenant may gain rules: its zones leave the XDP fast path before the rules apply.
     if let Some(a) = &shared.xdp_answers {
         a.suspend();
     }
-    let r = tokio::task::spawn_blocking(move || set.reload(&file).map_err(|e| e.to_string()))
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+    let r = tokio::task::spawn_blocking(move || {
+        set.reload_under(&file, Some(min))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()));
     Some(match r {
         Ok(()) => {
             shared.sync_global_lists();

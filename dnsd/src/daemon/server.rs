@@ -446,6 +446,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
         config: Mutex::new(Arc::new(cfg.clone())),
         started_server: cfg.server.clone(),
         started_lookups: (cfg.alias.clone(), cfg.geoip.clone()),
+        started_sections: cfg.start_only_sections(),
         addrs: bound,
         tcp: tcp.clone(),
         tls: tls.as_ref().map(|(t, _, _)| t.clone()),

@@ -26,6 +26,9 @@ pub struct State {
     /// `[alias]` and `[geoip]` as the server started with them (read at start only; `[geoip]
     /// ttl` is read with each zone).
     pub started_lookups: (crate::config::AliasConfig, crate::config::GeoipConfig),
+    /// The other sections read at start only, as started
+    /// ([`crate::config::Config::start_only_sections`]).
+    pub started_sections: Vec<(&'static str, String)>,
     /// Service addresses.
     pub addrs: Vec<SocketAddr>,
     /// The TCP side.

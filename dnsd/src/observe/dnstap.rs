@@ -80,8 +80,11 @@ impl DnstapConfig {
         if self.sample == 0 {
             return Err(("dnstap.sample".into(), "must be at least 1".into()));
         }
-        if self.queue == 0 {
-            return Err(("dnstap.queue".into(), "must be at least 1".into()));
+        if self.queue == 0 || self.queue > 1 << 24 {
+            return Err((
+                "dnstap.queue".into(),
+                "must be 1 to 16777216 messages".into(),
+            ));
         }
         for r in &self.rcodes {
             // The header's rcodes only: BADVERS and BADCOOKIE carry their upper bits in the

@@ -457,9 +457,14 @@ impl Registry {
             .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
             .filter(|(_, e)| !e.def.produced)
             .filter(|(_, e)| {
+                let mtime = crate::zone::load::file_mtime(&e.def.file);
                 force
                     || e.current.is_none()
-                    || crate::zone::load::file_mtime(&e.def.file) != e.mtime
+                    || mtime != e.mtime
+                    // A file gone (or a path changed to one that does not exist): said at
+                    // each reload while the last good version serves (a secondary's waits
+                    // for its transfer: `skip_missing`).
+                    || mtime.is_none()
                     || e.def
                         .geo
                         .as_ref()

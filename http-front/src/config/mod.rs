@@ -410,12 +410,13 @@ pub struct Loaded {
 impl Config {
     /// Reads and checks `path`; compiles the rules file and reads the certificates it names.
     pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-        let text = shield::files::read_text(path, shield::files::CONFIG_MAX).map_err(|source| {
-            ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
+        let text =
+            shield::files::read_config(path, shield::files::CONFIG_MAX).map_err(|source| {
+                ConfigError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
         Self::parse(path, &text)
     }
 
@@ -947,11 +948,42 @@ impl Config {
             acme,
             warnings,
         };
+        config
+            .check_start_values()
+            .map_err(|(key, msg)| at(None, key, msg))?;
         Ok(Loaded {
             config,
             rules: prepared,
             tls: tls_fixed,
         })
+    }
+
+    /// What a start binds or installs, checked with the file: a reload (which applies these
+    /// only at the next start) must refuse what that start would. Every listening address
+    /// once (over `server.listen`, `tls.listen` and `metrics.listen`), a `[log] filter` that
+    /// parses, a control socket that is no directory.
+    fn check_start_values(&self) -> Result<(), (&'static str, String)> {
+        let mut seen = std::collections::HashSet::new();
+        let tls = self.tls.iter().flat_map(|t| t.listen.iter());
+        let all = self
+            .server
+            .listen
+            .iter()
+            .map(|a| ("server.listen", a))
+            .chain(tls.map(|a| ("tls.listen", a)))
+            .chain(self.metrics.iter().map(|a| ("metrics.listen", a)));
+        for (key, a) in all {
+            if !seen.insert(*a) {
+                return Err((key, format!("{a} is listed twice (one socket per address)")));
+            }
+        }
+        self.log.validate().map_err(|e| ("log.filter", e))?;
+        if let Some(s) = &self.control_socket
+            && s.is_dir()
+        {
+            return Err(("control.socket", format!("{} is a directory", s.display())));
+        }
+        Ok(())
     }
 
     /// Raises RLIMIT_NOFILE to what `server.max_connections` needs, or lowers it to fit (the

@@ -32,8 +32,9 @@ use super::upstream::{Conn, PoolKey, READ_BUF, Upstream, checkin};
 use super::{ClientInfo, ForwardError, Forwarding, HeaderPolicy, RespBody};
 use crate::config::Forwarded;
 
-/// Most header fields in an upstream's response head (as hyper's default).
-const MAX_HEADERS: usize = 100;
+/// Most header fields in an upstream's response head (nginx takes what fits its 4 KB
+/// buffer: a hundred and more `Set-Cookie` lines pass there).
+const MAX_HEADERS: usize = 256;
 /// Longest upstream response head.
 const HEAD_MAX: usize = 64 * 1024;
 /// Longest chunk-size line (with extensions).
@@ -348,8 +349,11 @@ fn parse_head(rbuf: &mut BytesMut, head_req: bool) -> Result<Option<Head>, BadRe
         let framing = if head_req || code == 204 || code == 304 {
             RespFraming::Empty
         } else if te {
-            // A length next to a coding is ignored, and the connection not reused (RFC 9112 §6.3).
-            keep_alive &= chunked && cl.is_none() && !cl_bad;
+            // A length next to a coding is ignored, and the connection not reused (RFC 9112
+            // §6.3); nor after a coding in HTTP/1.0, which has none: its framing is taken
+            // for faulty (§6.1), whatever `Connection: keep-alive` says, else what follows
+            // the body would answer the next request on the connection.
+            keep_alive &= chunked && cl.is_none() && !cl_bad && !http10;
             if chunked {
                 RespFraming::Chunked
             } else {
@@ -374,6 +378,7 @@ fn parse_head(rbuf: &mut BytesMut, head_req: bool) -> Result<Option<Head>, BadRe
             // With a transfer coding the length is not the body's: hyper frames it anew. A 204
             // carries none (RFC 9110 §8.6): an HTTP/2 client takes one for a protocol error.
             if super::is_hop_by_hop(name)
+                || super::is_for_the_proxy(name)
                 || ((te || code == 204) && name.eq_ignore_ascii_case(b"content-length"))
             {
                 continue;
@@ -789,15 +794,20 @@ impl H1Body {
                     continue;
                 }
                 Decode::Chunked(Chunk::Trailers(seen)) if !conn.rbuf.is_empty() => {
-                    match conn.rbuf.windows(2).position(|w| w == b"\r\n") {
-                        Some(0) => {
+                    // Each line ends in CRLF; a bare LF fails at once (waiting for a CRLF
+                    // that never comes held the client and the origin until the stall bound).
+                    match conn.rbuf.iter().position(|&b| b == b'\n') {
+                        Some(i) if i == 0 || conn.rbuf[i - 1] != b'\r' => {
+                            return self.fail("bare LF in the trailer section");
+                        }
+                        Some(1) => {
                             conn.rbuf.advance(2);
                             self.finish();
                             return Poll::Ready(None);
                         }
-                        Some(i) if seen + i + 2 <= TRAILERS_MAX => {
-                            conn.rbuf.advance(i + 2);
-                            self.decode = Decode::Chunked(Chunk::Trailers(seen + i + 2));
+                        Some(i) if seen + i < TRAILERS_MAX => {
+                            conn.rbuf.advance(i + 1);
+                            self.decode = Decode::Chunked(Chunk::Trailers(seen + i + 1));
                             continue;
                         }
                         None if seen + conn.rbuf.len() < TRAILERS_MAX => {}
@@ -1150,6 +1160,14 @@ mod tests {
         let (r, pooled) = decode(b"5\r\nhelloXX", Decode::Chunked(Chunk::Size), 64).await;
         assert!(r.is_err());
         assert!(!pooled);
+        // A trailer section ended by a bare LF fails at once (not after the stall bound:
+        // the origin keeps the connection open).
+        for bad in [&b"0\r\n\n"[..], b"5\r\nhello\r\n0\r\nX: a\n\n"] {
+            let (r, pooled) = decode(bad, Decode::Chunked(Chunk::Size), 64).await;
+            let e = r.unwrap_err();
+            assert!(e.contains("bare LF"), "{e}");
+            assert!(!pooled);
+        }
         // What httparse alone would take for a last chunk: an empty or extension-only size
         // line, and a bare LF in an extension. Each is an error, and the connection is closed.
         for bad in [
@@ -1206,6 +1224,25 @@ mod tests {
             "a stalled connection is not pooled"
         );
         drop(s);
+    }
+
+    #[test]
+    fn an_http_1_0_response_with_a_coding_never_keeps_its_connection() {
+        let (h, _) = parse(
+            "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n",
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!h.keep_alive);
+        assert!(matches!(h.framing, RespFraming::Chunked));
+        let (h, _) = parse(
+            "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n",
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(h.keep_alive, "a length frames an HTTP/1.0 body");
     }
 
     #[test]

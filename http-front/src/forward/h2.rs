@@ -62,6 +62,7 @@ pub async fn forward(
     };
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    super::strip_for_the_proxy(&mut parts.headers);
     if parts.status == hyper::StatusCode::NO_CONTENT {
         // A 204 carries no length (RFC 9110 §8.6): an HTTP/2 client takes one for an error.
         parts.headers.remove(hyper::header::CONTENT_LENGTH);

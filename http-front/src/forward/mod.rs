@@ -271,6 +271,29 @@ pub fn join_cookies(h: &mut HeaderMap) {
     }
 }
 
+/// A response header an origin meant for the proxy in front of it, never for the client:
+/// nginx's `X-Accel-*` (an internal redirect's path, buffering and rate orders) and `X-Pad`,
+/// which nginx acts on or drops; passed on, they would show clients the origin's paths.
+pub fn is_for_the_proxy(name: &[u8]) -> bool {
+    (name.len() > 8 && name[..8].eq_ignore_ascii_case(b"x-accel-"))
+        || name.eq_ignore_ascii_case(b"x-pad")
+}
+
+/// Removes from an origin's response the headers [`is_for_the_proxy`] names.
+pub fn strip_for_the_proxy(h: &mut HeaderMap) {
+    if !h.keys().any(|k| is_for_the_proxy(k.as_str().as_bytes())) {
+        return;
+    }
+    let names: Vec<header::HeaderName> = h
+        .keys()
+        .filter(|k| is_for_the_proxy(k.as_str().as_bytes()))
+        .cloned()
+        .collect();
+    for n in names {
+        h.remove(n);
+    }
+}
+
 /// Removes hop-by-hop headers: those named in `Connection`, and [`HOP_BY_HOP`].
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
     if h.contains_key(header::CONNECTION) {

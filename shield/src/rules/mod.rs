@@ -141,7 +141,7 @@ pub use compiled::MAX_VALUES;
 pub use error::RulesError;
 pub use local::LocalRules;
 pub use prepared::{GlobalLists, Prepared};
-pub use schema::rcode_by_name;
+pub use schema::{rcode_by_name, set_value_check};
 pub use set::{RuleSet, RuleState, RulesStats, StateConfig};
 pub use sources::{AsnTable, load_crawler_ranges, parse_crawler_ranges, parse_prefix_list};
 pub use tenants::{KINDS as TENANT_KINDS, TOP_TENANTS, TenantCounts, tenant_counts};

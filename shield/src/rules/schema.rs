@@ -21,7 +21,7 @@ use toml::Spanned;
 impl Prepared {
     /// Reads and compiles a rules file; files it names are read relative to its directory.
     pub fn load(path: &Path) -> Result<Self, RulesError> {
-        let text = crate::files::read_text(path, crate::files::LIST_MAX)
+        let text = crate::files::read_config(path, crate::files::LIST_MAX)
             .map_err(|e| RulesError::io(path, e))?;
         Self::parse(path, &text)
     }
@@ -317,6 +317,15 @@ impl Ctx<'_> {
         }
         if c.one_of.as_ref().is_some_and(|v| v.is_empty()) {
             return self.err(c.attr.span(), "one_of = [] matches nothing");
+        }
+        // Values the daemon that reads them knows (dnsd: the type, class and opcode
+        // mnemonics): one it does not would never match.
+        if let Some(check) = VALUE_CHECK.get() {
+            for v in c.exact.iter().chain(c.one_of.iter().flatten()) {
+                if let Some(why) = check(attr, v) {
+                    return self.err(c.attr.span(), why);
+                }
+            }
         }
         // Attributes of a few values: another value never matches.
         let allowed: &[&str] = match attr {
@@ -806,6 +815,18 @@ fn version_of(text: &str) -> u64 {
     use sha2::Digest;
     let d = sha2::Sha256::digest(text.as_bytes());
     u64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+/// The process's check of condition values (see [`set_value_check`]).
+static VALUE_CHECK: std::sync::OnceLock<fn(&str, &str) -> Option<String>> =
+    std::sync::OnceLock::new();
+
+/// Installs the process's check of the values an `exact` or `one_of` condition compares an
+/// attribute with: `check(attr, value)` says why the value never matches, or `None`. A
+/// daemon that knows an attribute's values (dnsd: DNS type mnemonics) installs it once,
+/// before any rules file is read; a rules file with such a value is refused at its line.
+pub fn set_value_check(check: fn(&str, &str) -> Option<String>) {
+    let _ = VALUE_CHECK.set(check);
 }
 
 /// The value of a DNS rcode mnemonic (any case), for the rules' `rcode` and dnstap's filter.

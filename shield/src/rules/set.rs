@@ -122,10 +122,25 @@ impl RuleSet {
     /// Loads and compiles `path`; on success swaps it in, on failure keeps the last good rules.
     /// Escalations shorter than the block map's minimum prefixes are refused here too.
     pub fn reload(&self, path: &Path) -> Result<(), RulesError> {
+        self.reload_under(path, None)
+    }
+
+    /// [`reload`](Self::reload), the escalations checked against `min_prefix` (IPv4, IPv6)
+    /// when given: the block policy the same reload installs, not the one it replaces.
+    pub fn reload_under(
+        &self,
+        path: &Path,
+        min_prefix: Option<(u8, u8)>,
+    ) -> Result<(), RulesError> {
         let loaded = Prepared::load(path).and_then(|p| {
-            if let Some(b) = &self.state.blocks {
-                let policy = b.policy();
-                p.check_min_prefix(policy.min_prefix_v4, policy.min_prefix_v6)?;
+            let min = min_prefix.or_else(|| {
+                self.state.blocks.as_ref().map(|b| {
+                    let policy = b.policy();
+                    (policy.min_prefix_v4, policy.min_prefix_v6)
+                })
+            });
+            if let Some((v4, v6)) = min {
+                p.check_min_prefix(v4, v6)?;
             }
             Ok(p)
         });

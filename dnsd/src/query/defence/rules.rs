@@ -384,6 +384,60 @@ fn mnemonic_or<'a, const N: usize>(
     }
 }
 
+/// Why a rules condition's value for `attr` never matches a query (dnsd presents types,
+/// classes and opcodes by mnemonic, else `TYPEnnn`, `CLASSnnn`, `OPCODEnnn`): installed with
+/// [`shield::rules::set_value_check`], so that a typo (`NOTATYPE`) or another spelling
+/// (`TYPE1` for `A`) is refused at its line, not a rule that silently never matches.
+pub fn value_check(attr: &str, value: &str) -> Option<String> {
+    let up = value.to_ascii_uppercase();
+    let numbered = |prefix: &str, max: u64| {
+        up.strip_prefix(prefix)
+            .filter(|d| !d.is_empty() && d.len() <= 5 && d.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|d| d.parse::<u64>().ok())
+            .filter(|n| *n <= max)
+    };
+    let (what, shown): (&str, Option<String>) = match attr {
+        shield::rules::attr::QTYPE => (
+            "a DNS type (a mnemonic such as AAAA, or TYPEnnn)",
+            zones::rrtype::from_text(up.as_bytes()).map(|t| {
+                zones::rrtype::mnemonic(t).map_or_else(|| format!("TYPE{t}"), str::to_string)
+            }),
+        ),
+        shield::rules::attr::QCLASS => (
+            "a DNS class (IN, CH, HS, NONE, ANY, or CLASSnnn)",
+            ["IN", "CH", "HS", "NONE", "ANY"]
+                .contains(&up.as_str())
+                .then(|| up.clone())
+                .or_else(|| {
+                    numbered("CLASS", 65_535).map(|n| {
+                        class_name(n as u16).map_or_else(|| format!("CLASS{n}"), str::to_string)
+                    })
+                }),
+        ),
+        shield::rules::attr::OPCODE => (
+            "a DNS opcode (QUERY, IQUERY, STATUS, NOTIFY, UPDATE, DSO, or OPCODEnn)",
+            ["QUERY", "IQUERY", "STATUS", "NOTIFY", "UPDATE", "DSO"]
+                .contains(&up.as_str())
+                .then(|| up.clone())
+                .or_else(|| {
+                    numbered("OPCODE", 15).map(|n| {
+                        opcode_name(n as u8).map_or_else(|| format!("OPCODE{n}"), str::to_string)
+                    })
+                }),
+        ),
+        _ => return None,
+    };
+    match shown {
+        None => Some(format!(
+            "{attr} {value:?} is not {what}: it would never match"
+        )),
+        Some(m) if m != up => Some(format!(
+            "{attr} {value:?} is compared as {m:?}: write {m} (it would never match)"
+        )),
+        Some(_) => None,
+    }
+}
+
 fn class_name(c: u16) -> Option<&'static str> {
     Some(match c {
         1 => "IN",
@@ -466,6 +520,33 @@ impl Request for DnsRequest<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rule_values_a_query_never_shows_are_refused() {
+        use shield::rules::attr;
+        for (a, v) in [
+            (attr::QTYPE, "aaaa"),
+            (attr::QTYPE, "TYPE65534"),
+            (attr::QCLASS, "ch"),
+            (attr::QCLASS, "CLASS7"),
+            (attr::OPCODE, "notify"),
+            (attr::OPCODE, "OPCODE3"),
+            (attr::PATH, "anything"),
+        ] {
+            assert_eq!(value_check(a, v), None, "{a} {v}");
+        }
+        for (a, v, why) in [
+            (attr::QTYPE, "NOTATYPE", "not a DNS type"),
+            (attr::QTYPE, "TYPE1", "write A"),
+            (attr::QCLASS, "CLASS1", "write IN"),
+            (attr::QCLASS, "INTERNET", "not a DNS class"),
+            (attr::OPCODE, "OPCODE4", "write NOTIFY"),
+            (attr::OPCODE, "OPCODE16", "not a DNS opcode"),
+        ] {
+            let e = value_check(a, v).unwrap_or_default();
+            assert!(e.contains(why), "{a} {v}: {e}");
+        }
+    }
 
     #[test]
     fn names_are_written_in_presentation_form() {
