@@ -134,4 +134,20 @@ fn check_config_refuses_a_rules_file_serve_would_refuse() {
             "{args:?}: {text}"
         );
     }
+
+    // A zone's geo file that is not there: `serve` answers the zone SERVFAIL, so
+    // `check-config` says so, naming the file.
+    let geo = dir.path().join("no-such.geo");
+    std::fs::write(
+        &conf,
+        format!(
+            "[server]\nlisten = [\"127.0.0.1\"]\nport = 1\n\n[[zone]]\norigin = \"example.com.\"\n\
+             file = \"{}\"\ngeo = \"{}\"\n",
+            zone.display(),
+            geo.display()
+        ),
+    )
+    .unwrap();
+    let (ok, text) = run(&["check-config", "-c"]);
+    assert!(!ok && text.contains("no-such.geo"), "{text}");
 }

@@ -122,6 +122,15 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
     // The zones as `serve` loads them (zone_registry::load_all, on all cores); a secondary's
     // file may not exist yet: it comes from the primary.
     // (Config::load refused any origin that does not parse.)
+    // Each zone's geo file too, read as `serve` reads it (its views, TTL and keys).
+    let geos: Vec<_> = if with_zones {
+        crate::daemon::reload::zone_list(&cfg)
+            .into_iter()
+            .map(|d| d.geo)
+            .collect()
+    } else {
+        Vec::new()
+    };
     let plan: Vec<_> = cfg
         .zones
         .iter()
@@ -135,6 +144,7 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
             // A secondary's copy is read as `serve` reads it (see `Planned::secondary`).
             Some(crate::zone::registry::Planned {
                 secondary: !z.primaries.is_empty(),
+                geo: geos.get(i).cloned().flatten(),
                 ..crate::zone::registry::Planned::unsigned(i, origin, z.file.clone())
             })
         })

@@ -962,6 +962,13 @@ impl Config {
                 transfer::parse_prefix(p).map_err(|m| inv(&format!("view[{i}].prefixes"), m))?;
             }
         }
+        if self
+            .rules
+            .as_ref()
+            .is_some_and(|r| r.file.as_os_str().is_empty())
+        {
+            return Err(inv("rules.file", "an empty path".into()));
+        }
         if let Some(r) = &self.alias.resolver {
             transfer::parse_addr(r).map_err(|m| inv("alias.resolver", m))?;
         }

@@ -284,6 +284,9 @@ impl<'a> Templates<'a> {
         let t = self.pick(spec.template.as_deref(), &key)?;
         let catalog = inherit(spec, t, |s| s.catalog.as_ref());
         let file = match (&spec.file, t.and_then(|t| t.file.as_ref())) {
+            (Some(f), _) if f.as_os_str().is_empty() => {
+                return Err((format!("{key}.file"), "an empty path".into()));
+            }
             (Some(f), _) => f.clone(),
             (None, Some(pattern)) => file_from_pattern(pattern, origin),
             // A catalog dnsd produces lives in memory.
