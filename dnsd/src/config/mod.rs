@@ -740,6 +740,19 @@ impl Config {
                 key,
                 msg,
             })?;
+        let mut seen = std::collections::HashSet::new();
+        let twice: Vec<String> = c
+            .server
+            .listen
+            .iter()
+            .filter(|a| !seen.insert(a.as_str()))
+            .cloned()
+            .collect();
+        for a in twice {
+            c.warnings.push(format!(
+                "server.listen lists {a} more than once: one socket serves it"
+            ));
+        }
         Ok(c)
     }
 
@@ -1234,6 +1247,35 @@ mod tests {
         // The same NSID spelled in hex is no change.
         let hex = parse("[server]\nlisten = [\"127.0.0.1\"]\nnsid = \"0x61\"\n");
         assert!(hex.start_only_changes(&running).is_empty());
+    }
+
+    #[test]
+    fn a_loaded_file_is_checked_as_a_start_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("d.toml");
+        let load = |text: &str| {
+            std::fs::write(&p, text).unwrap();
+            Config::load(&p)
+        };
+        let e = |text: &str| load(text).unwrap_err().to_string();
+        assert!(e("").contains("is empty"));
+        assert!(e("[metrics]\nlisten = \"localhost\"\n").contains("metrics.listen"));
+        assert!(e("[log]\nfilter = \"x=loud\"\n").contains("log.filter"));
+        assert!(e("[block]\nmin_prefix_v4 = 40\n").contains("block.min_prefix_v4"));
+        assert!(e("[defence.rrl]\ntable_size = 1099511627776\n").contains("table_size"));
+        assert!(
+            e(&format!(
+                "[control]\nsocket = \"{}\"\n",
+                dir.path().display()
+            ))
+            .contains("control.socket")
+        );
+        let c = load("[server]\nlisten = [\"127.0.0.1\", \"127.0.0.1\"]\n").unwrap();
+        assert!(
+            c.warnings.iter().any(|w| w.contains("more than once")),
+            "{:?}",
+            c.warnings
+        );
     }
 
     #[test]
