@@ -331,8 +331,10 @@ fn parse_head(rbuf: &mut BytesMut, head_req: bool) -> Result<Option<Head>, BadRe
                     .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
             } else if name.eq_ignore_ascii_case(b"content-length") {
                 let v = f.value.trim_ascii();
+                // At most 2^63-1, as nginx reads it (an off_t): a larger one is invalid.
                 let parsed = (!v.is_empty() && v.len() <= 19 && v.iter().all(u8::is_ascii_digit))
-                    .then(|| v.iter().fold(0u64, |a, d| a * 10 + u64::from(d - b'0')));
+                    .then(|| v.iter().fold(0u64, |a, d| a * 10 + u64::from(d - b'0')))
+                    .filter(|n| *n <= i64::MAX as u64);
                 match (parsed, cl) {
                     (Some(x), Some(prev)) if x != prev => cl_bad = true,
                     (Some(x), _) => cl = Some(x),
@@ -1224,6 +1226,24 @@ mod tests {
             "a stalled connection is not pooled"
         );
         drop(s);
+    }
+
+    #[test]
+    fn a_length_past_2_63_is_invalid() {
+        assert!(
+            parse(
+                "HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\n",
+                false
+            )
+            .is_err()
+        );
+        let (h, _) = parse(
+            "HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775807\r\n\r\n",
+            false,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(matches!(h.framing, RespFraming::Length(n) if n == i64::MAX as u64));
     }
 
     #[test]
