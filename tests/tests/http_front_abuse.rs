@@ -236,6 +236,37 @@ fn tarpit() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     (at, open)
 }
 
+/// A front (two workers, `server` lines added) with the site `hung.test` on a [`tarpit`] and
+/// `fine` on an origin that answers (`upstream` lines added to both upstreams); the tarpit's
+/// count of connections it holds, and the origin (keep it alive).
+fn front_with_a_hung_origin(
+    server: &str,
+    upstream: &str,
+    fine: &str,
+) -> (
+    Front,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    Origin,
+) {
+    let (hung, held) = tarpit();
+    let origin = Origin::start();
+    let o = origin.addr();
+    let front = Front::start(
+        |a: SocketAddr, m: SocketAddr| {
+            format!(
+                "[server]\nlisten = [\"{a}\"]\nworkers = 2\n{server}\n\n\
+                 [metrics]\nlisten = \"{m}\"\n\n\
+                 [[upstream]]\nname = \"hung\"\nservers = [\"{hung}\"]\n{upstream}\n\n\
+                 [[upstream]]\nname = \"fine\"\nservers = [\"{o}\"]\n{upstream}\n\n\
+                 [[site]]\nhosts = [\"hung.test\"]\nupstream = \"hung\"\n\n\
+                 [[site]]\nhosts = [\"{fine}\"]\nupstream = \"fine\"\n"
+            )
+        },
+        None,
+    );
+    (front, held, origin)
+}
+
 /// HTTP/2 streams to an origin that never answers hold origin connections within bounds: one
 /// source's at `max_upstream_per_source`, all of them at what the descriptor budget gives
 /// origins (`max_connections` plus the idle pools), one upstream's at three quarters of that
@@ -244,21 +275,10 @@ fn tarpit() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
 #[test]
 fn streams_to_a_hung_origin_hold_origin_connections_within_bounds() {
     use std::sync::atomic::Ordering;
-    let (hung, held) = tarpit();
-    let fine = Origin::start();
-    let front = Front::start(
-        |a: SocketAddr, m: SocketAddr| {
-            format!(
-                "[server]\nlisten = [\"{a}\"]\nworkers = 2\nmax_connections = 100\n\
-                 max_upstream_per_source = 50\n\n[metrics]\nlisten = \"{m}\"\n\n\
-                 [[upstream]]\nname = \"hung\"\nservers = [\"{hung}\"]\npool_max_idle = 2\n\n\
-                 [[upstream]]\nname = \"fine\"\nservers = [\"{}\"]\npool_max_idle = 2\n\n\
-                 [[site]]\nhosts = [\"hung.test\"]\nupstream = \"hung\"\n\n\
-                 [[site]]\nhosts = [\"fine.test\"]\nupstream = \"fine\"\n",
-                fine.addr()
-            )
-        },
-        None,
+    let (front, held, _fine) = front_with_a_hung_origin(
+        "max_connections = 100\nmax_upstream_per_source = 50",
+        "pool_max_idle = 2",
+        "fine.test",
     );
     let (mut conns, mut conns_h1) = (Vec::new(), Vec::new());
     // One source, four connections of 100 streams each.
@@ -592,21 +612,10 @@ fn http2_control_frame_floods_are_cut() {
 #[test]
 fn a_full_front_makes_room_by_closing_idle_connections_never_busy_ones() {
     use std::sync::atomic::Ordering;
-    let (hung, held) = tarpit();
-    let origin = Origin::start();
-    let front = Front::start(
-        |a: SocketAddr, m: SocketAddr| {
-            format!(
-                "[server]\nlisten = [\"{a}\"]\nworkers = 2\nmax_connections = 16\n\
-                 max_connections_per_source = 12\n\n[metrics]\nlisten = \"{m}\"\n\n\
-                 [[upstream]]\nname = \"hung\"\nservers = [\"{hung}\"]\n\n\
-                 [[upstream]]\nname = \"app\"\nservers = [\"{}\"]\n\n\
-                 [[site]]\nhosts = [\"hung.test\"]\nupstream = \"hung\"\n\n\
-                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n",
-                origin.addr()
-            )
-        },
-        None,
+    let (front, held, _origin) = front_with_a_hung_origin(
+        "max_connections = 16\nmax_connections_per_source = 12",
+        "",
+        "a.test",
     );
     let fa = front.addr();
     let wait_held = |n: usize| {
