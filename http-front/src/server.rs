@@ -70,7 +70,9 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
     // The block map synced with the other nodes' daemons (dnsd's and http-front's alike). An
     // optional part: a sync that cannot start is reported and the proxy serves on.
     let sync = match front.snapshot().cfg.redis.clone() {
-        Some(r) => {
+        Some(mut r) => {
+            // The state file keeps this node's own decisions (never taken from Redis).
+            r.restore_own = front.snapshot().cfg.block.state_file.is_none();
             let node = r.node_id.clone();
             match shield::redis_sync::RedisSync::spawn(r, Arc::clone(&front.blocks)) {
                 Ok(h) => {

@@ -329,3 +329,119 @@ fn a_restarted_process_is_not_taken_for_a_clash() {
         second.log()
     );
 }
+
+/// Whoever can write to Redis cannot stop the fleet's writes for good by adding the largest
+/// stream ID (no entry can follow it): the writer starts the stream again, counts it, and
+/// blocks made after flow from node to node as before.
+#[test]
+fn the_largest_stream_id_does_not_stop_the_fleet() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let a = node(&redis, "a");
+    let b = node(&redis, "b");
+    let (ok, _) = a.ctl(&["block", "add", "198.51.100.1"]);
+    assert!(ok);
+    wait_for("first block on B", Duration::from_secs(5), || {
+        listed(&b).contains("198.51.100.1/32")
+    });
+    let r = palisade_tests::redis::command(
+        redis.port,
+        "XADD palisade:log 18446744073709551615-18446744073709551614 d junk",
+    );
+    assert!(r.starts_with('$'), "{r}");
+    // The first write after it takes the one ID left; the ones after find none.
+    for ip in ["198.51.100.2", "198.51.100.3", "198.51.100.4"] {
+        let (ok, out) = a.ctl(&["block", "add", ip]);
+        assert!(ok, "{out}");
+        wait_for("the blocks after it on B", Duration::from_secs(15), || {
+            listed(&b).contains(&format!("{ip}/32"))
+        });
+    }
+    assert!(a.stat("redis.stream_resets") >= 1);
+}
+
+/// One command to the Redis on 127.0.0.1:`port`, its arguments as bulk strings (any bytes);
+/// the reply's bytes as sent.
+fn resp(port: u16, args: &[&[u8]]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut m = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        m.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        m.extend_from_slice(a);
+        m.extend_from_slice(b"\r\n");
+    }
+    s.write_all(&m).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if n < buf.len() {
+            break;
+        }
+    }
+    out
+}
+
+/// A node whose own decisions live in `[block] state_file` never takes them back from Redis
+/// at a restart: a lifted block's record planted back in Redis stays lifted (it came back
+/// as the node's own, signed anew, and went to every node).
+#[test]
+fn a_lifted_block_planted_back_in_redis_stays_lifted_after_a_restart() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("blocks.json");
+    let start = || {
+        Dnsd::builder()
+            .zone(Zone::data("example.com."))
+            .raw("[defence.rrl]\nenabled = false")
+            .raw(&format!(
+                "[redis]\n{}node_id = \"a\"\nreconnect_max_ms = 300\n\n[block]\nstate_file = \"{}\"",
+                redis.config(),
+                state.display()
+            ))
+            .start()
+    };
+    let a = start();
+    let (ok, out) = a.ctl(&["block", "add", "127.99.113.0/24", "--ttl", "900"]);
+    assert!(ok, "{out}");
+    let (key, net) = (
+        &b"palisade:block:127.99.113.0/24"[..],
+        &b"127.99.113.0/24"[..],
+    );
+    wait_for("the record in Redis", Duration::from_secs(5), || {
+        resp(redis.port, &[b"EXISTS", key]).starts_with(b":1")
+    });
+    let got = resp(redis.port, &[b"GET", key]);
+    let start_of_value = got.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let record = got[start_of_value..got.len() - 2].to_vec();
+    let score = resp(redis.port, &[b"ZSCORE", b"palisade:blocks", net]);
+    let score_at = score.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let score = score[score_at..score.len() - 2].to_vec();
+    let (ok, out) = a.ctl(&["block", "del", "127.99.113.0/24"]);
+    assert!(ok, "{out}");
+    wait_for("the record gone", Duration::from_secs(5), || {
+        resp(redis.port, &[b"EXISTS", key]).starts_with(b":0")
+    });
+    wait_for("the state file written", Duration::from_secs(5), || {
+        !std::fs::read_to_string(&state)
+            .unwrap_or_default()
+            .contains("127.99.113.0/24")
+    });
+    drop(a);
+    // The old record planted back, as it was.
+    assert!(resp(redis.port, &[b"SET", key, &record, b"PX", b"800000"]).starts_with(b"+OK"));
+    assert!(resp(redis.port, &[b"ZADD", b"palisade:blocks", &score, net]).starts_with(b":1"));
+    let a = start();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!listed(&a).contains("127.99.113.0/24"), "{:?}", listed(&a));
+    assert!(answered(a.addr(), "127.99.113.7".parse().unwrap()));
+}

@@ -544,7 +544,9 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
             .and_then(|p| shield::block_state::start(&blocks, p));
         let sync = match cfg.redis.clone() {
             Some(r) => {
-                let r = r.with_node_id_for("dnsd");
+                let mut r = r.with_node_id_for("dnsd");
+                // The state file keeps this node's own decisions (never taken from Redis).
+                r.restore_own = cfg.block.state_file.is_none();
                 let node = r.node_id.clone();
                 match shield::redis_sync::RedisSync::spawn(r, blocks.clone()) {
                     Ok(h) => {

@@ -151,6 +151,11 @@ pub struct SyncConfig {
     /// Longest a record may block, in seconds from now (records further ahead are refused;
     /// this node's longer blocks are republished before they run out).
     pub max_block_secs: u64,
+    /// After a restart, take this node's own earlier decisions back from Redis (set by the
+    /// daemon: not when `[block] state_file` keeps them, since a record of a lifted block
+    /// planted back in Redis would otherwise come back as this node's own, signed anew).
+    #[serde(skip)]
+    pub restore_own: bool,
     /// CA certificates (PEM) that sign the Redis server's certificate (`rediss://`); the
     /// system's roots when unset.
     pub ca_file: Option<PathBuf>,
@@ -199,6 +204,7 @@ impl Default for SyncConfig {
             key_file: None,
             insecure_unsigned: false,
             max_block_secs: 86_400,
+            restore_own: true,
             ca_file: None,
             client_cert: None,
             client_key: None,
@@ -554,6 +560,9 @@ pub struct SyncStats {
     pub resync_removed: u64,
     /// Gaps detected: this node's stream position had been trimmed away.
     pub gaps: u64,
+    /// Times the change stream was started again because it had reached its last possible
+    /// ID (an entry with the largest ID, written by hand or forged, stops every write).
+    pub stream_resets: u64,
     /// Times Redis was found to have lost its data (epoch changed).
     pub epoch_changes: u64,
     /// Times the writer found another master than before (a failover, or a restart):
@@ -612,6 +621,7 @@ struct Counters {
     snapshot_truncated: AtomicU64,
     resync_removed: AtomicU64,
     gaps: AtomicU64,
+    stream_resets: AtomicU64,
     epoch_changes: AtomicU64,
     master_changes: AtomicU64,
     masters_deposed: AtomicU64,
@@ -664,6 +674,9 @@ struct Shared {
     opener: record::Opener,
     /// Signs and verifies heartbeats (none when unsigned).
     presence_key: Option<crate::fleet_key::DerivedKey>,
+    /// When the last full republish ended (`now()` ms; 0: none yet): the next waits
+    /// `writer::FULL_GAP` after it, whatever asks for it.
+    last_full_ms: std::sync::atomic::AtomicU64,
     c: Counters,
 }
 
@@ -906,6 +919,7 @@ impl Shared {
             snapshot_truncated: get(&c.snapshot_truncated),
             resync_removed: get(&c.resync_removed),
             gaps: get(&c.gaps),
+            stream_resets: get(&c.stream_resets),
             epoch_changes: get(&c.epoch_changes),
             master_changes: get(&c.master_changes),
             masters_deposed: get(&c.masters_deposed),
@@ -1019,6 +1033,7 @@ impl RedisSync {
             sealer,
             opener,
             presence_key,
+            last_full_ms: std::sync::atomic::AtomicU64::new(0),
             c,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -1303,6 +1318,7 @@ impl crate::metrics::Source for SyncMonitor {
         c("snapshot_truncated", false, s.snapshot_truncated);
         c("resync_removed", false, s.resync_removed);
         c("gaps", false, s.gaps);
+        c("stream_resets", false, s.stream_resets);
         c("skipped_expired_local", false, s.skipped_expired_local);
         c(
             "clock_offset_ms_abs",

@@ -435,7 +435,7 @@ async fn load_snapshot(
             }
             if *rec.node == *shared.node {
                 // Our own earlier decisions: restored once, after a restart of this node.
-                if st.first_load && own.len() < max {
+                if st.first_load && shared.cfg.restore_own && own.len() < max {
                     let e = rec.to_entry(offset, rec.origin);
                     if !e.is_expired(now) {
                         own.push(e);

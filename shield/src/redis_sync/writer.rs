@@ -97,7 +97,22 @@ async fn serve(
     // outlive that are republished well before their published expiry.
     let renew = Duration::from_secs((shared.cfg.max_block_secs / 4).max(1));
     let mut next_renew = Instant::now() + renew;
+    let mut next_repair = Instant::now() + REPAIR;
     loop {
+        if Instant::now() >= next_repair {
+            // Every local entry written again, and this node's records it no longer holds
+            // retracted: snapshot keys someone deleted come back, and a lifted block's
+            // record planted back goes again, within this time.
+            next_repair = Instant::now() + REPAIR;
+            if shared
+                .map
+                .entries()
+                .iter()
+                .any(|e| e.origin != Origin::Peer && e.is_proven())
+            {
+                shared.outbox().push_full();
+            }
+        }
         if Instant::now() >= next_time_sync {
             shared.measure_offset(conn).await?;
             next_time_sync = Instant::now() + time_sync;
@@ -127,14 +142,30 @@ async fn serve(
             tokio::select! {
                 _ = shared.wake_writer.notified() => {}
                 _ = stop.wait_for(|s| *s) => {}
-                _ = tokio::time::sleep_until(next_time_sync.min(next_renew).into()) => {}
+                _ = tokio::time::sleep_until(next_time_sync.min(next_renew).min(next_repair).into()) => {}
                 _ = moved.changed() => return Err(super::deposed()),
             }
             continue;
         };
         let full = matches!(batch[0].1, Item::Full);
         let seen = if full {
-            republish(shared, conn).await?
+            // One full republish per FULL_GAP at most, whatever asks for them (an epoch key
+            // flipped again and again would have every node rewrite all it holds each time).
+            let last = shared.last_full_ms.load(Ordering::Relaxed);
+            let due = last + FULL_GAP.as_millis() as u64;
+            let now = shared.now();
+            if last > 0 && now < due {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(due - now)) => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                    _ = moved.changed() => return Err(super::deposed()),
+                }
+            }
+            let r = republish(shared, conn).await;
+            shared
+                .last_full_ms
+                .store(shared.now().max(1), Ordering::Relaxed);
+            r?
         } else {
             let items: Vec<&Item> = batch.iter().map(|(_, i)| i).collect();
             write(shared, conn, &items).await?
@@ -152,6 +183,12 @@ async fn serve(
         }
     }
 }
+
+/// Longest between two full republishes while this node holds decisions of its own.
+const REPAIR: Duration = Duration::from_secs(600);
+
+/// Shortest between two full republishes.
+pub(super) const FULL_GAP: Duration = Duration::from_secs(5);
 
 /// Republishes every local entry of the map in batches; returns the epoch seen by the last one.
 async fn republish(
@@ -352,6 +389,21 @@ async fn write(
         .iter()
         .find(|v| matches!(v, Value::ServerError(_)))
     {
+        if e.details()
+            .is_some_and(|d| d.contains("exhausted the last possible ID"))
+        {
+            // Someone wrote the largest stream ID (`XADD palisade:log 18446744073709551615-…`):
+            // no entry can follow it, and every node would fail its writes for ever. The
+            // stream starts again; readers take its restart for a gap and resync from the
+            // snapshot keys, which this batch wrote (the batch is sent again).
+            let _: redis::RedisResult<i64> =
+                redis::cmd("DEL").arg(&keys.log).query_async(conn).await;
+            add(&shared.c.stream_resets, 1);
+            crate::limited!(
+                1,
+                warn!(node = %shared.node, "redis: the change stream reached its last possible ID (written by hand, or forged): started again")
+            );
+        }
         return Err(e.clone().into());
     }
     if let Some(Value::ServerError(e)) = replies[..stream_at]
