@@ -1172,11 +1172,13 @@ impl SyncMonitor {
             ),
         };
         let mut line = format!(
-            "redis: node {}, {state}, {} decisions published, {} received, {} refused, {} of {} waiting",
+            "redis: node {}, {state}, {} decisions published, {} received, {} records refused, \
+             {} heartbeats refused, {} of {} waiting",
             s.node_id,
             s.published,
             s.received,
-            s.refused.iter().sum::<u64>() + s.presence_refused,
+            s.refused.iter().sum::<u64>(),
+            s.presence_refused,
             s.buffered,
             s.buffer_max
         );

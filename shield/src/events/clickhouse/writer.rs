@@ -738,7 +738,22 @@ impl ClickHouseMonitor {
             ));
         }
         match s.last_error {
-            Some(e) => line.push_str(&format!(", FAILING: {}", e.replace('\n', " "))),
+            Some(e) => {
+                // One line, of printable characters, not too long (a refused row's bytes
+                // may be in it).
+                let e: String = e
+                    .chars()
+                    .map(|c| {
+                        if c.is_control() || c == '\u{fffd}' {
+                            ' '
+                        } else {
+                            c
+                        }
+                    })
+                    .take(300)
+                    .collect();
+                line.push_str(&format!(", FAILING: {e}"));
+            }
             None => line.push_str(", ok"),
         }
         line.push('\n');
