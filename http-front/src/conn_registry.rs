@@ -515,9 +515,9 @@ impl Registry {
     }
 
     /// Tells the idle connection that has waited longest (a second at least) to close, a
-    /// source's idle time weighed by how many connections it holds (up to [`PILE_WEIGHT`]
+    /// source's idle time weighed by how many connections it holds (up to `PILE_WEIGHT`
     /// times: one source's pile goes before another client's only one). It looks at up to
-    /// [`EVICT_SAMPLE`] connections, from a shard that moves on at each call, one shard
+    /// `EVICT_SAMPLE` connections, from a shard that moves on at each call, one shard
     /// locked at a time. False when none of them is idle.
     pub fn evict(&self, now_ms: u64) -> bool {
         let start = self.evict_cursor.fetch_add(1, Ordering::Relaxed);

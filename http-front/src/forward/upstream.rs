@@ -55,7 +55,8 @@ static UPSTREAMS: AtomicUsize = AtomicUsize::new(1);
 
 /// Sets how many HTTP/1.1 upstream connections may be open at once: what the descriptor
 /// budget gives origins (`max_connections` plus the idle pools), whatever the clients'
-/// HTTP/2 streams ask for; and among how many upstreams (see [`Slot::take`]).
+/// HTTP/2 streams ask for; and among how many upstreams (past three quarters of it, an
+/// upstream opens more only below its even share).
 pub fn set_limit(n: usize, upstreams: usize) {
     LIMIT.store(n.max(1), Ordering::Relaxed);
     UPSTREAMS.store(upstreams.max(1), Ordering::Relaxed);
