@@ -445,3 +445,47 @@ fn a_lifted_block_planted_back_in_redis_stays_lifted_after_a_restart() {
     assert!(!listed(&a).contains("127.99.113.0/24"), "{:?}", listed(&a));
     assert!(answered(a.addr(), "127.99.113.7".parse().unwrap()));
 }
+
+/// An epoch key flipped again and again (anyone who can write to Redis can) sends a reader
+/// back to the stream's start once a minute at most: each flip made every node read the
+/// whole stream again, burying a real forgery under replay refusals.
+#[test]
+fn a_flipping_epoch_key_sends_readers_back_once_a_minute_at_most() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let a = node(&redis, "a");
+    let b = node(&redis, "b");
+    let mut blocks = String::new();
+    for i in 0..100 {
+        blocks.push_str(&format!("198.18.{}.0/24\n", i));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("blocks.txt");
+    std::fs::write(&file, blocks).unwrap();
+    let (ok, out) = a.ctl(&["block", "import", file.to_str().unwrap(), "--ttl", "600"]);
+    assert!(ok, "{out}");
+    wait_for("B has them", Duration::from_secs(15), || {
+        listed(&b).len() >= 100
+    });
+    let before = b.stat("redis.refused.replay");
+    for i in 0..6 {
+        let r = palisade_tests::redis::command(redis.port, &format!("SET palisade:epoch flip{i}"));
+        assert!(r.starts_with("+OK"), "{r}");
+        std::thread::sleep(Duration::from_millis(1_300));
+    }
+    assert!(
+        b.stat("redis.epoch_changes") >= 3,
+        "{}",
+        b.stat("redis.epoch_changes")
+    );
+    let replayed = b.stat("redis.refused.replay") - before;
+    // One reading of the stream again (its 100 records) at most, not one per flip.
+    assert!(replayed <= 150, "{replayed} replay refusals");
+    // Blocks still flow.
+    let (ok, out) = a.ctl(&["block", "add", "198.51.100.77"]);
+    assert!(ok, "{out}");
+    wait_for("a new block on B", Duration::from_secs(15), || {
+        listed(&b).contains("198.51.100.77/32")
+    });
+}

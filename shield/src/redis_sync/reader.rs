@@ -34,7 +34,14 @@ struct State {
     /// may be older than the snapshot's records and are still due). A record replayed later
     /// is refused even when this reader never saw its node in the stream.
     seed: Option<Seed>,
+    /// When an epoch change last sent this reader back to the stream's start.
+    rewound_at: Option<Instant>,
 }
+
+/// Shortest between two readings of the whole stream for an epoch change: a key flipped
+/// again and again (anyone who can write to Redis can) would have every reader read it all
+/// each time. A Redis that really lost its data is found by the gap check anyway.
+const REWIND_GAP: Duration = Duration::from_secs(60);
 
 impl State {
     /// Notes the epoch read from Redis. A new one means Redis lost its data: everything written
@@ -45,8 +52,16 @@ impl State {
         let changed = self.epoch.as_ref().is_some_and(|old| *old != e);
         if changed {
             add(&shared.c.epoch_changes, 1);
-            tracing::warn!(node = %shared.node, "redis lost its data (epoch changed); reading its stream from the start and republishing local blocks");
-            self.pos = Some(StreamId::default());
+            if self.rewound_at.is_some_and(|t| t.elapsed() < REWIND_GAP) {
+                crate::limited!(
+                    1,
+                    warn!(node = %shared.node, "redis epoch changed again within a minute; republishing local blocks, the stream not read from its start again")
+                );
+            } else {
+                tracing::warn!(node = %shared.node, "redis lost its data (epoch changed); reading its stream from the start and republishing local blocks");
+                self.pos = Some(StreamId::default());
+                self.rewound_at = Some(Instant::now());
+            }
             // An idle writer would not notice before its next write: tell it.
             shared.outbox().push_full();
             shared.wake_writer.notify_one();
@@ -64,6 +79,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         server: None,
         replay: Replay::default(),
         seed: None,
+        rewound_at: None,
     };
     let block = Duration::from_millis(shared.cfg.block_ms);
     let mut attempt = 0u32;
