@@ -489,3 +489,33 @@ fn a_flipping_epoch_key_sends_readers_back_once_a_minute_at_most() {
         listed(&b).contains("198.51.100.77/32")
     });
 }
+
+/// A Redis that holds writes while its connections look fine (`CLIENT PAUSE … WRITE`) shows
+/// in `ctl status` as NOT SYNCED, writes waiting; once it lets them through, they arrive.
+#[test]
+fn a_redis_holding_writes_is_not_called_synced() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let a = node(&redis, "a");
+    let b = node(&redis, "b");
+    let status = |d: &Dnsd| d.ctl(&["status"]).1;
+    wait_for("synced", Duration::from_secs(10), || {
+        status(&a).contains("redis: node a, synced")
+    });
+    let r = palisade_tests::redis::command(redis.port, "CLIENT PAUSE 25000 WRITE");
+    assert!(r.starts_with("+OK"), "{r}");
+    let (ok, out) = a.ctl(&["block", "add", "198.51.100.9"]);
+    assert!(ok, "{out}");
+    wait_for("NOT SYNCED", Duration::from_secs(20), || {
+        status(&a).contains("redis: node a, NOT SYNCED")
+    });
+    let r = palisade_tests::redis::command(redis.port, "CLIENT UNPAUSE");
+    assert!(r.starts_with("+OK"), "{r}");
+    wait_for("the block on B", Duration::from_secs(20), || {
+        listed(&b).contains("198.51.100.9/32")
+    });
+    wait_for("synced again", Duration::from_secs(20), || {
+        status(&a).contains("redis: node a, synced")
+    });
+}

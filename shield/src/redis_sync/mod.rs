@@ -516,6 +516,9 @@ pub struct SyncStats {
     pub batches: u64,
     /// Decisions waiting in the outbox now.
     pub buffered: u64,
+    /// How long the outbox has waited without a batch written (0: empty): a Redis that holds
+    /// writes (paused, read-only, refusing) shows here while the connection looks fine.
+    pub writes_waiting_ms: u64,
     /// Outbox bound (`buffer_max`).
     pub buffer_max: u64,
     /// Times the outbox overflowed.
@@ -882,9 +885,13 @@ impl Shared {
 
     fn stats(&self) -> SyncStats {
         let c = &self.c;
-        let (buffered, buffer_max) = {
+        let (buffered, buffer_max, writes_waiting_ms) = {
             let o = self.outbox();
-            (o.len() as u64, self.cfg.buffer_max as u64)
+            (
+                o.len() as u64,
+                self.cfg.buffer_max as u64,
+                o.waiting().map_or(0, |d| d.as_millis() as u64),
+            )
         };
         SyncStats {
             node_id: self.node.to_string(),
@@ -898,6 +905,7 @@ impl Shared {
             published_removals: get(&c.published_removals),
             batches: get(&c.batches),
             buffered,
+            writes_waiting_ms,
             buffer_max,
             buffer_overflows: get(&c.buffer_overflows),
             buffer_dropped: get(&c.buffer_dropped),
@@ -1164,6 +1172,10 @@ impl SyncMonitor {
     pub fn status_line(&self) -> String {
         let s = self.stats();
         let state = match (s.writer_connected, s.reader_connected) {
+            (true, true) if s.writes_waiting_ms >= 10_000 => format!(
+                "NOT SYNCED (writes waiting for {} s: Redis holds or refuses them)",
+                s.writes_waiting_ms / 1000
+            ),
             (true, true) => "synced".to_string(),
             (w, r) => format!(
                 "NOT SYNCED (writer {}, reader {})",
@@ -1321,6 +1333,7 @@ impl crate::metrics::Source for SyncMonitor {
         c("resync_removed", false, s.resync_removed);
         c("gaps", false, s.gaps);
         c("stream_resets", false, s.stream_resets);
+        c("writes_waiting_ms", true, s.writes_waiting_ms);
         c("skipped_expired_local", false, s.skipped_expired_local);
         c(
             "clock_offset_ms_abs",

@@ -39,6 +39,9 @@ pub(crate) struct Outbox {
     /// Items other than `Full`.
     len: usize,
     max: usize,
+    /// Since when the queue has waited without progress (its first item queued into an
+    /// empty queue, or the last batch acknowledged); `None` while empty.
+    stalled_since: Option<std::time::Instant>,
 }
 
 impl Outbox {
@@ -48,7 +51,15 @@ impl Outbox {
             next_seq: 1,
             len: 0,
             max: max.max(2),
+            stalled_since: None,
         }
+    }
+
+    /// How long the queue has waited without a batch written, while it holds anything.
+    pub(crate) fn waiting(&self) -> Option<std::time::Duration> {
+        self.stalled_since
+            .filter(|_| !self.items.is_empty())
+            .map(|t| t.elapsed())
     }
 
     /// Decisions waiting (markers not counted).
@@ -57,6 +68,9 @@ impl Outbox {
     }
 
     fn append(&mut self, item: Item) {
+        if self.items.is_empty() {
+            self.stalled_since = Some(std::time::Instant::now());
+        }
         if !matches!(item, Item::Full) {
             self.len += 1;
         }
@@ -137,6 +151,7 @@ impl Outbox {
             }
             self.items.pop_front();
         }
+        self.stalled_since = (!self.items.is_empty()).then(std::time::Instant::now);
         n
     }
 }
