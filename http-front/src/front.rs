@@ -184,6 +184,8 @@ pub struct Front {
     /// The Redis block sync, once it started, for `ctl status`.
     pub redis: std::sync::OnceLock<shield::redis_sync::SyncMonitor>,
     snapshot: Arc<ArcSwap<Snapshot>>,
+    /// The config as started: what the settings read at start only still follow.
+    started: Arc<Config>,
     flusher: Mutex<Option<Flusher>>,
     access_log: Mutex<Option<AccessLogger>>,
     xdp: Arc<Mutex<Option<xdp_guard::daemon::DaemonXdp>>>,
@@ -334,6 +336,7 @@ impl Front {
         let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::build(
             cfg, &rules, certs, None,
         )));
+        let started = Arc::new(snapshot.load().cfg.clone());
         let rules = Arc::new(RuleSet::new(rules, state));
         let registry = Arc::new(Registry::default());
         let syn_filter: Arc<crate::synfilter::FilterStats> = Arc::default();
@@ -408,6 +411,7 @@ impl Front {
             access_log: Mutex::new(access_log),
             xdp,
             config_path,
+            started,
         }))
     }
 
@@ -453,7 +457,8 @@ impl Front {
             loaded.config.warnings.push(w);
         }
         let prev = self.snapshot.load_full();
-        let ignored = loaded.config.restart_only_changes(&prev.cfg);
+        // Against the config as started: a change stays named until a restart applies it.
+        let ignored = loaded.config.restart_only_changes(&self.started);
         if !ignored.is_empty() {
             tracing::warn!(keys = ?ignored, "these settings change only at restart; keeping the running ones");
         }

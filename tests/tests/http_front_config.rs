@@ -142,12 +142,17 @@ fn http_reload_keeps_the_last_good_config() {
         5
     );
     // A setting read at start only: the reload says it waits for a restart.
+    // Named at each reload until a restart applies it (not only at the reload that made it).
     front.write_config(&good.replacen("workers = 2", "workers = 1", 1), None);
-    assert!(front.reload(), "{}", front.log());
-    wait_for("the warning", Duration::from_secs(5), || {
-        let l = front.log();
-        l.contains("server.workers changed: read at start only")
-    });
+    for n in 1..=2 {
+        assert!(front.reload(), "{}", front.log());
+        wait_for("the warning", Duration::from_secs(5), || {
+            let l = front.log();
+            l.matches("server.workers changed: read at start only")
+                .count()
+                >= n
+        });
+    }
 
     // A good one: new site, new rules.
     front.write_config(
@@ -163,5 +168,5 @@ fn http_reload_keeps_the_last_good_config() {
         ),
         (200, 200, 403)
     );
-    assert_eq!(front.metric("http_front_reloads_total{result=\"ok\"}"), 2);
+    assert_eq!(front.metric("http_front_reloads_total{result=\"ok\"}"), 3);
 }
