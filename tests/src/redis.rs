@@ -190,15 +190,32 @@ pub const MASTER_NAME: &str = "pal";
 
 /// Sends one inline command to 127.0.0.1:`port`; its reply's text (empty on failure).
 pub fn command(port: u16, cmd: &str) -> String {
+    String::from_utf8_lossy(&exchange(port, format!("{cmd}\r\n").as_bytes())).into_owned()
+}
+
+/// Sends one command to 127.0.0.1:`port`, its arguments as bulk strings (any bytes, spaces
+/// and quotes too); the reply's bytes as sent (empty on failure).
+pub fn command_args(port: u16, args: &[&[u8]]) -> Vec<u8> {
+    let mut m = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        m.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        m.extend_from_slice(a);
+        m.extend_from_slice(b"\r\n");
+    }
+    exchange(port, &m)
+}
+
+/// Writes `msg` to 127.0.0.1:`port` and reads the reply (empty on failure).
+fn exchange(port: u16, msg: &[u8]) -> Vec<u8> {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
+        return Vec::new();
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    if s.write_all(format!("{cmd}\r\n").as_bytes()).is_err() {
-        return String::new();
+    if s.write_all(msg).is_err() {
+        return Vec::new();
     }
     let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
+    let mut buf = [0u8; 65536];
     // A reply ends when the server stops sending for the timeout or sends a short read.
     while let Ok(n) = s.read(&mut buf) {
         if n == 0 {
@@ -209,7 +226,7 @@ pub fn command(port: u16, cmd: &str) -> String {
             break;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 impl SentinelSet {

@@ -625,13 +625,17 @@ fn a_full_front_makes_room_by_closing_idle_connections_never_busy_ones() {
             || held.load(Ordering::SeqCst) >= n,
         )
     };
-    // Three requests waiting on an origin that never answers.
-    let mut busy = Vec::new();
-    for _ in 0..3 {
+    // A client from an address of its own with a request on the origin that never answers.
+    let hang_one = || {
         let mut c = H1Conn::connect(Some(net::test_ip()), fa).unwrap();
         c.send_raw(b"GET / HTTP/1.1\r\nHost: hung.test\r\n\r\n")
             .unwrap();
-        busy.push(c);
+        c
+    };
+    // Three requests waiting on an origin that never answers.
+    let mut busy = Vec::new();
+    for _ in 0..3 {
+        busy.push(hang_one());
     }
     wait_held(3);
     // A keep-alive client between its requests.
@@ -683,10 +687,7 @@ fn a_full_front_makes_room_by_closing_idle_connections_never_busy_ones() {
         front.metric("http_front_open_connections") == 3
     });
     for _ in 0..13 {
-        let mut c = H1Conn::connect(Some(net::test_ip()), fa).unwrap();
-        c.send_raw(b"GET / HTTP/1.1\r\nHost: hung.test\r\n\r\n")
-            .unwrap();
-        busy.push(c);
+        busy.push(hang_one());
     }
     wait_held(16);
     let before = front.metric("http_front_limit_hits_total{limit=\"max_connections\"}");

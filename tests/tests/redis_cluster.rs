@@ -26,6 +26,18 @@ fn node(redis: &RedisServer, id: &str) -> Dnsd {
         .start()
 }
 
+/// Nodes `a` and `b` on `redis`, a first block made on A already enforced on B.
+fn two_nodes_in_sync(redis: &RedisServer) -> (Dnsd, Dnsd) {
+    let a = node(redis, "a");
+    let b = node(redis, "b");
+    let (ok, _) = a.ctl(&["block", "add", "198.51.100.1"]);
+    assert!(ok);
+    wait_for("first block on B", Duration::from_secs(5), || {
+        listed(&b).contains("198.51.100.1/32")
+    });
+    (a, b)
+}
+
 /// One query from `src`; true when answered.
 fn answered(server: SocketAddr, src: IpAddr) -> bool {
     let s = UdpSocket::bind(SocketAddr::new(src, 0)).unwrap();
@@ -102,13 +114,7 @@ fn blocks_made_while_redis_is_down_arrive_after_it_restarts() {
     let Some(mut redis) = RedisServer::start() else {
         return;
     };
-    let a = node(&redis, "a");
-    let b = node(&redis, "b");
-    let (ok, _) = a.ctl(&["block", "add", "198.51.100.1"]);
-    assert!(ok);
-    wait_for("first block on B", Duration::from_secs(5), || {
-        listed(&b).contains("198.51.100.1/32")
-    });
+    let (a, b) = two_nodes_in_sync(&redis);
     let status = |d: &Dnsd| {
         let (ok, out) = d.ctl(&["status"]);
         assert!(ok, "{out}");
@@ -338,13 +344,7 @@ fn the_largest_stream_id_does_not_stop_the_fleet() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let a = node(&redis, "a");
-    let b = node(&redis, "b");
-    let (ok, _) = a.ctl(&["block", "add", "198.51.100.1"]);
-    assert!(ok);
-    wait_for("first block on B", Duration::from_secs(5), || {
-        listed(&b).contains("198.51.100.1/32")
-    });
+    let (a, b) = two_nodes_in_sync(&redis);
     let r = palisade_tests::redis::command(
         redis.port,
         "XADD palisade:log 18446744073709551615-18446744073709551614 d junk",
@@ -359,34 +359,6 @@ fn the_largest_stream_id_does_not_stop_the_fleet() {
         });
     }
     assert!(a.stat("redis.stream_resets") >= 1);
-}
-
-/// One command to the Redis on 127.0.0.1:`port`, its arguments as bulk strings (any bytes);
-/// the reply's bytes as sent.
-fn resp(port: u16, args: &[&[u8]]) -> Vec<u8> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    let mut m = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        m.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        m.extend_from_slice(a);
-        m.extend_from_slice(b"\r\n");
-    }
-    s.write_all(&m).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 65536];
-    while let Ok(n) = s.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        out.extend_from_slice(&buf[..n]);
-        if n < buf.len() {
-            break;
-        }
-    }
-    out
 }
 
 /// A node whose own decisions live in `[block] state_file` never takes them back from Redis
@@ -418,18 +390,19 @@ fn a_lifted_block_planted_back_in_redis_stays_lifted_after_a_restart() {
         &b"127.99.113.0/24"[..],
     );
     wait_for("the record in Redis", Duration::from_secs(5), || {
-        resp(redis.port, &[b"EXISTS", key]).starts_with(b":1")
+        palisade_tests::redis::command_args(redis.port, &[b"EXISTS", key]).starts_with(b":1")
     });
-    let got = resp(redis.port, &[b"GET", key]);
+    let got = palisade_tests::redis::command_args(redis.port, &[b"GET", key]);
     let start_of_value = got.iter().position(|&b| b == b'\n').unwrap() + 1;
     let record = got[start_of_value..got.len() - 2].to_vec();
-    let score = resp(redis.port, &[b"ZSCORE", b"palisade:blocks", net]);
+    let score =
+        palisade_tests::redis::command_args(redis.port, &[b"ZSCORE", b"palisade:blocks", net]);
     let score_at = score.iter().position(|&b| b == b'\n').unwrap() + 1;
     let score = score[score_at..score.len() - 2].to_vec();
     let (ok, out) = a.ctl(&["block", "del", "127.99.113.0/24"]);
     assert!(ok, "{out}");
     wait_for("the record gone", Duration::from_secs(5), || {
-        resp(redis.port, &[b"EXISTS", key]).starts_with(b":0")
+        palisade_tests::redis::command_args(redis.port, &[b"EXISTS", key]).starts_with(b":0")
     });
     wait_for("the state file written", Duration::from_secs(5), || {
         !std::fs::read_to_string(&state)
@@ -438,8 +411,17 @@ fn a_lifted_block_planted_back_in_redis_stays_lifted_after_a_restart() {
     });
     drop(a);
     // The old record planted back, as it was.
-    assert!(resp(redis.port, &[b"SET", key, &record, b"PX", b"800000"]).starts_with(b"+OK"));
-    assert!(resp(redis.port, &[b"ZADD", b"palisade:blocks", &score, net]).starts_with(b":1"));
+    assert!(
+        palisade_tests::redis::command_args(redis.port, &[b"SET", key, &record, b"PX", b"800000"])
+            .starts_with(b"+OK")
+    );
+    assert!(
+        palisade_tests::redis::command_args(
+            redis.port,
+            &[b"ZADD", b"palisade:blocks", &score, net]
+        )
+        .starts_with(b":1")
+    );
     let a = start();
     std::thread::sleep(Duration::from_secs(2));
     assert!(!listed(&a).contains("127.99.113.0/24"), "{:?}", listed(&a));
