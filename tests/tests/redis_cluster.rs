@@ -501,3 +501,44 @@ fn a_redis_holding_writes_is_not_called_synced() {
         status(&a).contains("redis: node a, synced")
     });
 }
+
+/// A node's signed record replayed into the stream after its block was lifted is refused by
+/// a node started since, which never saw the node write: each node's latest record (its
+/// mark) is read with the snapshot. Such a node took the old add as new, blocking the
+/// prefix again until the deciding node's next full republish.
+#[test]
+fn a_replayed_record_is_refused_by_a_node_that_started_after_it_was_lifted() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let a = node(&redis, "a");
+    let (ok, out) = a.ctl(&["block", "add", "127.99.114.0/24", "--ttl", "900"]);
+    assert!(ok, "{out}");
+    let key = &b"palisade:block:127.99.114.0/24"[..];
+    wait_for("the record in Redis", Duration::from_secs(5), || {
+        palisade_tests::redis::command_args(redis.port, &[b"EXISTS", key]).starts_with(b":1")
+    });
+    let got = palisade_tests::redis::command_args(redis.port, &[b"GET", key]);
+    let start_of_value = got.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let record = got[start_of_value..got.len() - 2].to_vec();
+    let (ok, out) = a.ctl(&["block", "del", "127.99.114.0/24"]);
+    assert!(ok, "{out}");
+    wait_for("the record gone", Duration::from_secs(5), || {
+        palisade_tests::redis::command_args(redis.port, &[b"EXISTS", key]).starts_with(b":0")
+    });
+    let c = node(&redis, "c");
+    wait_for("C read the snapshot", Duration::from_secs(10), || {
+        c.stat("redis.snapshots") >= 1
+    });
+    let before = c.stat("redis.refused.replay");
+    let r = palisade_tests::redis::command_args(
+        redis.port,
+        &[b"XADD", b"palisade:log", b"*", b"d", &record],
+    );
+    assert!(r.starts_with(b"$"), "{}", String::from_utf8_lossy(&r));
+    wait_for("C refused the replay", Duration::from_secs(5), || {
+        c.stat("redis.refused.replay") > before
+    });
+    assert!(!listed(&c).contains("127.99.114.0/24"), "{:?}", listed(&c));
+    assert!(answered(c.addr(), "127.99.114.7".parse().unwrap()));
+}

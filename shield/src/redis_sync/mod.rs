@@ -23,6 +23,7 @@
 //! | `{prefix}blocks` | sorted set | member `net`, score = expiry in Redis server time (ms): the snapshot index |
 //! | `{prefix}log` | stream, `MAXLEN ~ stream_maxlen` | field `d` = one JSON record, or a JSON array of up to 128 (one batch) |
 //! | `{prefix}epoch` | string, no TTL | random value set once per Redis data life |
+//! | `{prefix}marks` | hash | field = node id, value = that node's latest record: how far it has written (see Reading) |
 //! | `{prefix}node:{id}` | sorted set, TTL | member = one process's token, score = its last heartbeat (Redis time, ms) |
 //!
 //! # Node ids
@@ -59,7 +60,9 @@
 //! effect, or a later record's, is what it holds) and tails from the captured id. A Peer
 //! entry the snapshot lacks is kept until it expires or a signed removal lifts it: whoever can
 //! write to Redis can delete its keys, which must lift nothing; a record counts only under its
-//! own prefix's key. On first start the snapshot also restores this node's own earlier
+//! own prefix's key. The snapshot also reads each node's mark (its latest record, written
+//! with each of its batches): a record of a node at or before its mark, replayed into the
+//! stream later, is refused by a reader that never saw that node write (one just started). On first start the snapshot also restores this node's own earlier
 //! decisions (with their own origin). A changed epoch means Redis lost its data (restart without
 //! persistence, flush, failover to an empty replica): every node keeps its Peer entries, reads
 //! the new stream from its start (everything written since the loss, removals included) and

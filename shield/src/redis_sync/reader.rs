@@ -382,6 +382,64 @@ pub(super) async fn records_of(
         .collect())
 }
 
+/// Raises `seen` to each node's replay mark (its latest record, written with each of its
+/// batches): a record of that node at or before its mark, replayed into the stream after
+/// this snapshot, is refused even when this reader never saw the node write. A mark that
+/// does not verify, or stands under another node's field, raises nothing (counted); marks
+/// past [`super::record::REPLAY_NODES`] fields are not read. A marks key of the wrong type
+/// (anyone who can write to Redis can make one) is passed over, counted, never stalling the
+/// snapshot.
+async fn read_marks(
+    shared: &Shared,
+    conn: &mut MultiplexedConnection,
+    seen: &mut HashMap<String, (u64, u64)>,
+) -> redis::RedisResult<()> {
+    let mut cursor: u64 = 0;
+    let mut scanned = 0usize;
+    loop {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("HSCAN")
+            .arg(&shared.keys.marks)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(shared.cfg.snapshot_page.max(1));
+        let reply: Vec<Value> = pipe.query_async(conn).await?;
+        let page = match reply.into_iter().next() {
+            Some(Value::ServerError(_)) | None => {
+                shared.refuse(Refused::Malformed, StreamId::default(), "");
+                return Ok(());
+            }
+            Some(v) => v,
+        };
+        let (next, flat): (u64, Vec<Vec<u8>>) = redis::from_redis_value(page)?;
+        scanned += flat.len() / 2;
+        for pair in flat.chunks_exact(2) {
+            let (field, value) = (&pair[0], &pair[1]);
+            if *value == super::capped::CUT {
+                shared.refuse(Refused::Oversized, StreamId::default(), "");
+                continue;
+            }
+            match shared.opener.open(value) {
+                Ok(r) if r.node.as_bytes() == field.as_slice() => {
+                    if seen.len() < super::record::REPLAY_NODES
+                        || seen.contains_key(r.node.as_str())
+                    {
+                        let last = seen.entry(r.node.to_string()).or_insert((0, 0));
+                        *last = (*last).max((r.start, r.seq));
+                    }
+                }
+                Ok(_) => shared.refuse(Refused::Malformed, StreamId::default(), ""),
+                Err(why) => shared.refuse(why, StreamId::default(), ""),
+            }
+        }
+        cursor = next;
+        if cursor == 0 || scanned >= super::record::REPLAY_NODES {
+            return Ok(());
+        }
+    }
+}
+
 /// Loads the snapshot and replaces this node's Peer entries with it; returns the stream id to
 /// tail from, captured before the snapshot was read.
 async fn load_snapshot(
@@ -489,8 +547,9 @@ async fn load_snapshot(
             break;
         }
     }
-    // Where the stream stood once the snapshot was read: records after it are newer than
-    // every record the snapshot holds.
+    read_marks(shared, conn, &mut seen).await?;
+    // Where the stream stood once the snapshot (and the marks) were read: records after it
+    // are newer than every record the snapshot holds, and than every node's mark.
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     pipe.cmd("XINFO").arg("STREAM").arg(&keys.log);

@@ -14,6 +14,8 @@ pub(crate) struct Keys {
     pub(crate) log: String,
     /// A random value set once per Redis data life; a change means Redis lost its data.
     pub(crate) epoch: String,
+    /// Hash: field = node id, value = the node's latest record (its replay mark).
+    pub(crate) marks: String,
 }
 
 impl Keys {
@@ -23,6 +25,7 @@ impl Keys {
             zset: format!("{prefix}blocks"),
             log: format!("{prefix}log"),
             epoch: format!("{prefix}epoch"),
+            marks: format!("{prefix}marks"),
         }
     }
 

@@ -366,6 +366,15 @@ async fn write(
         pipe.add_command(del);
         pipe.add_command(zrem);
     }
+    // The node's latest record, its replay mark: a reader that loads the snapshot learns how
+    // far this node has written, so an older record of it replayed into the stream later is
+    // refused even by a node that never saw it (one just started).
+    if let Some(latest) = records.last() {
+        pipe.cmd("HSET")
+            .arg(&keys.marks)
+            .arg(&*shared.node)
+            .arg(latest);
+    }
     let entries = records.len().div_ceil(PACK);
     for chunk in records.chunks(PACK) {
         let d = if chunk.len() == 1 {
