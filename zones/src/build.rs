@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
-use crate::error::{Diagnostic, Location, Src, ZoneError};
+use crate::error::{Diagnostic, Location, SetSrc, Src, ZoneError};
 use crate::name::display;
 use crate::name::{self, Name};
 use crate::rdata;
@@ -224,7 +224,7 @@ impl ZoneBuilder {
         &self.keys[o as usize..(o + l) as usize]
     }
 
-    fn compile(mut self, warn: &mut dyn FnMut(Src, String)) -> (Zone, Vec<Src>, usize) {
+    fn compile(mut self, warn: &mut dyn FnMut(Src, String)) -> (Zone, Vec<SetSrc>, usize) {
         // 1. Owner runs in canonical order (keys are relative to the apex), with each key's
         //    first eight bytes as a number for speed.
         let skip = 0usize;
@@ -423,7 +423,7 @@ impl ZoneBuilder {
         n3: &mut [Node],
         names: &[u8],
         warn: &mut dyn FnMut(Src, String),
-    ) -> (Vec<Src>, usize) {
+    ) -> (Vec<SetSrc>, usize) {
         let name_of =
             |n: &Node| &names[n.name_off as usize..n.name_off as usize + n.name_len as usize];
         // 3. Records bucketed by node (counting sort), then by type and RDATA (in canonical form
@@ -464,7 +464,7 @@ impl ZoneBuilder {
             }
         }
         drop(start);
-        let mut srcs: Vec<Src> = Vec::new();
+        let mut srcs: Vec<SetSrc> = Vec::new();
         let mut dups = 0usize;
         z.rrsets.reserve(recs.len());
         z.data
@@ -482,7 +482,8 @@ impl ZoneBuilder {
             }
             let group = &perm[i..j];
             // The TTL of the first record in file order wins (as Knot does).
-            let lead = recs[*group.iter().min().expect("non-empty") as usize];
+            let lead_k = *group.iter().min().expect("non-empty");
+            let lead = recs[lead_k as usize];
             let ttl = lead.ttl;
             if first.rtype != t::RRSIG && group.iter().any(|&k| recs[k as usize].ttl != ttl) {
                 warn(
@@ -542,9 +543,26 @@ impl ZoneBuilder {
                 data_off,
                 data_len: z.data.len() as u32 - data_off,
             });
-            srcs.push(Src {
+            let lead_src = Src {
                 file: lead.file,
                 line: lead.line,
+            };
+            let second = if count > 1 {
+                group
+                    .iter()
+                    .filter(|&&k| rd(&recs[k as usize]) != rd(&lead))
+                    .min()
+                    .map_or(lead_src, |&k| Src {
+                        file: recs[k as usize].file,
+                        line: recs[k as usize].line,
+                    })
+            } else {
+                lead_src
+            };
+            srcs.push(SetSrc {
+                first: lead_src,
+                second,
+                order: lead_k,
             });
             z.records += count as usize;
             if bucket < tree as usize {

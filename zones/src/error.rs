@@ -92,6 +92,18 @@ pub(crate) struct Src {
     pub line: u32,
 }
 
+/// Where an RRset's records came from.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SetSrc {
+    /// Its first record in reading order.
+    pub first: Src,
+    /// Its second distinct record, the one that breaks a one-record rule (the first again
+    /// when it has one): NSD and BIND name that line.
+    pub second: Src,
+    /// The first record's place in reading order (across `$INCLUDE`d files).
+    pub order: u32,
+}
+
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Severity {

@@ -8,7 +8,7 @@
 //! than glue), a DNAME beside NS, NS targets inside the zone without an address.
 
 pub use crate::error::Severity;
-use crate::error::Src;
+use crate::error::{SetSrc, Src};
 use crate::name::display;
 use crate::rrtype::{self, t};
 use crate::zone::{NodeId, Zone, flags};
@@ -17,9 +17,9 @@ use crate::zone::{NodeId, Zone, flags};
 const MAX_MESSAGE: usize = 65_535;
 
 /// Checks a compiled zone; `srcs[i]` is where `zone.rrsets[i]` came from.
-pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, Src, String)) {
+pub(crate) fn check(zone: &Zone, srcs: &[SetSrc], report: &mut dyn FnMut(Severity, Src, String)) {
     use Severity::*;
-    let src_of = |id: NodeId, rtype: u16| -> Src {
+    let set_of = |id: NodeId, rtype: u16| -> SetSrc {
         let n = zone.node(id);
         let start = n.rrset_start as usize;
         zone.rrsets(id)
@@ -27,6 +27,14 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
             .position(|s| s.rtype == rtype)
             .map(|i| srcs[start + i])
             .unwrap_or_else(|| srcs.get(start).copied().unwrap_or_default())
+    };
+    let src_of = |id: NodeId, rtype: u16| set_of(id, rtype).first;
+    // A second record where one is allowed: its line, as NSD and BIND name it.
+    let second_of = |id: NodeId, rtype: u16| set_of(id, rtype).second;
+    // Two RRsets that may not stand together: the line of the one read last.
+    let later_of = |id: NodeId, a: u16, b: u16| {
+        let (x, y) = (set_of(id, a), set_of(id, b));
+        if y.order > x.order { y.first } else { x.first }
     };
     // Apex: one SOA, some NS.
     match zone.rrset(0, t::SOA) {
@@ -37,7 +45,7 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
         ),
         Some(s) if s.count > 1 => report(
             Error,
-            src_of(0, t::SOA),
+            second_of(0, t::SOA),
             format!("multiple SOA records at the zone apex {}", zone.apex()),
         ),
         _ => {}
@@ -113,17 +121,18 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
             if c.count > 1 {
                 report(
                     Error,
-                    src_of(id, t::CNAME),
+                    second_of(id, t::CNAME),
                     format!("multiple CNAME records at {}", name()),
                 );
             }
             if let Some(other) = sets
                 .iter()
-                .find(|s| s.rtype != t::CNAME && !rrtype::is_dnssec(s.rtype))
+                .filter(|s| s.rtype != t::CNAME && !rrtype::is_dnssec(s.rtype))
+                .min_by_key(|s| set_of(id, s.rtype).order)
             {
                 report(
                     Error,
-                    src_of(id, other.rtype),
+                    later_of(id, t::CNAME, other.rtype),
                     format!(
                         "another record exists beside CNAME at {} ({}): a CNAME must stand alone",
                         name(),
@@ -136,14 +145,18 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
             if a.count > 1 {
                 report(
                     Error,
-                    src_of(id, t::ALIAS),
+                    second_of(id, t::ALIAS),
                     format!("multiple ALIAS records at {}", name()),
                 );
             }
-            if let Some(other) = sets.iter().find(|s| s.rtype == t::A || s.rtype == t::AAAA) {
+            if let Some(other) = sets
+                .iter()
+                .filter(|s| s.rtype == t::A || s.rtype == t::AAAA)
+                .min_by_key(|s| set_of(id, s.rtype).order)
+            {
                 report(
                     Error,
-                    src_of(id, other.rtype),
+                    later_of(id, t::ALIAS, other.rtype),
                     format!(
                         "{} beside ALIAS at {}: the ALIAS answers A and AAAA there",
                         rrtype::to_text(other.rtype),
@@ -157,7 +170,7 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
             if d.count > 1 {
                 report(
                     Error,
-                    src_of(id, t::DNAME),
+                    second_of(id, t::DNAME),
                     format!("multiple DNAME records at {}", name()),
                 );
             }
@@ -165,7 +178,7 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                 // A zone cut wins: the DNAME is occluded (BIND loads this; Knot refuses).
                 report(
                     Warning,
-                    src_of(id, t::NS),
+                    later_of(id, t::DNAME, t::NS),
                     format!(
                         "NS record exists beside DNAME at {}: the delegation occludes the DNAME",
                         name()
@@ -204,7 +217,7 @@ pub(crate) fn check(zone: &Zone, srcs: &[Src], report: &mut dyn FnMut(Severity, 
                 if occluded_warned < 20 {
                     report(
                         Error,
-                        srcs[node.rrset_start as usize],
+                        srcs[node.rrset_start as usize].first,
                         format!(
                             "child record exists under DNAME at {}: {} (RFC 6672 §2.3: no data may sit below a DNAME)",
                             display(zone.node_name(top)),

@@ -588,6 +588,21 @@ cn      CNAME www
         let e = bad("a ALIAS x.example.net.\na ALIAS y.example.net.\n").unwrap();
         assert!(e.contains("multiple ALIAS"), "{e}");
         assert!(bad("a ALIAS\n").is_some(), "an ALIAS without its target");
+        // A conflict names the line of the record that breaks the rule (the one read
+        // second), as NSD and BIND do: lines 5 and 6 hold the extra records.
+        for (extra, line) in [
+            ("c CNAME x\nc CNAME y\n", 6),
+            ("c A 1.2.3.4\nc CNAME x\n", 6),
+            ("c CNAME x\nc A 1.2.3.4\n", 6),
+            ("c CNAME x\nc TXT t\nc A 1.2.3.4\n", 6),
+            ("d DNAME x\nd DNAME y\n", 6),
+            ("a A 1.2.3.4\na ALIAS x.example.net.\n", 6),
+            ("@ SOA ns h 2 2 3 4 5\n", 5),
+            ("@ CNAME x\n", 5),
+        ] {
+            let e = bad(extra).unwrap();
+            assert!(e.contains(&format!("t.zone:{line}")), "{extra:?}: {e}");
+        }
         // A cut beside a DNAME is a warning (BIND); data below a DNAME an error (Knot, NSD).
         assert_eq!(bad("d DNAME x\nd NS y\n"), None);
         let e = bad("d DNAME x\na.d A 1.2.3.4\n").unwrap();
