@@ -193,15 +193,15 @@ fn main() -> ExitCode {
             workers,
             log_format,
         } => {
-            let cfg = match cli::config::build_config(
-                config.as_deref(),
+            let flags = config::Overrides {
                 listen,
                 port,
-                zone,
+                zones: zone,
                 control,
                 metrics,
                 workers,
-            ) {
+            };
+            let cfg = match cli::config::build_config(config.as_deref(), &flags) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("dnsd: {e}");
@@ -212,7 +212,7 @@ fn main() -> ExitCode {
                 eprintln!("dnsd: {e}");
                 return ExitCode::from(2);
             }
-            match server::run(cfg, config) {
+            match server::run(cfg, config, flags) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("dnsd: {e}");

@@ -266,6 +266,7 @@ pub struct DnsdBuilder {
     no_metrics: bool,
     at: Option<SocketAddr>,
     ready_on_first: bool,
+    flags: Vec<String>,
 }
 
 impl DnsdBuilder {
@@ -323,6 +324,12 @@ impl DnsdBuilder {
     /// fresh test address; a start that finds it taken fails.
     pub fn at(mut self, addr: SocketAddr) -> Self {
         self.at = Some(addr);
+        self
+    }
+
+    /// Adds `serve` flags after `-c CONFIG` (`--zone ORIGIN=FILE`, `--metrics IP:PORT`).
+    pub fn flags(mut self, flags: &[&str]) -> Self {
+        self.flags.extend(flags.iter().map(|f| f.to_string()));
         self
     }
 
@@ -395,6 +402,7 @@ impl DnsdBuilder {
             cmd.arg("serve")
                 .arg("-c")
                 .arg(&config)
+                .args(&self.flags)
                 .env("RUST_LOG", "info");
             let mut proc = Proc::spawn("dnsd", cmd, dir.path().join("dnsd.log"));
             let ready = if self.ready_on_first {

@@ -544,3 +544,44 @@ fn a_reload_refuses_what_a_start_would_and_says_what_waits_for_a_restart() {
         assert_eq!(serial_of(addr), Some(7));
     }
 }
+
+/// What `serve` flags set on top of the config file (`--zone`, `--metrics`) stays through a
+/// reload: a flag's zone was dropped ("1 zone(s) removed"), and `--metrics` was named at each
+/// reload as a change waiting for a restart.
+#[test]
+fn a_reload_keeps_what_the_serve_flags_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.test.zone");
+    write_zone(&file, 3, 10);
+    let ip = palisade_tests::net::test_addr().ip().to_string();
+    let metrics = format!(
+        "{ip}:{}",
+        palisade_tests::net::free_port(ip.parse().unwrap())
+    );
+    let zone_flag = format!("big.test.={}", file.display());
+    let dnsd = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .without_metrics()
+        .flags(&["--zone", &zone_flag, "--metrics", &metrics])
+        .start();
+    wait_for("the flag's zone served", Duration::from_secs(5), || {
+        serial_of(dnsd.addr()) == Some(3)
+    });
+    for _ in 0..2 {
+        let (ok, out) = dnsd.ctl(&["reload"]);
+        assert!(ok, "{out}");
+        assert!(
+            !out.contains("removed") && !out.contains("[metrics]"),
+            "{out}"
+        );
+        assert_eq!(serial_of(dnsd.addr()), Some(3), "{out}");
+    }
+    write_zone(&file, 4, 10);
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    assert_eq!(serial_of(dnsd.addr()), Some(4), "{out}");
+    assert!(
+        palisade_tests::servers::http_get(metrics.parse().unwrap(), "/metrics").is_ok(),
+        "the flag's metrics endpoint"
+    );
+}

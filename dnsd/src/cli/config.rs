@@ -1,7 +1,6 @@
 //! `dnsd check-config`, the config `serve` runs from (a file with flags on top), and
 //! `dnsd ctl -c CONFIG events-init` without a running server.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `dnsd ctl -c CONFIG events-init [--cluster NAME]`: applies the ClickHouse schema of the
@@ -48,60 +47,13 @@ pub fn events_init_from_config(path: &std::path::Path, rest: &[String]) -> ExitC
 /// The config from a file, with flags added on top (or from flags alone).
 pub fn build_config(
     path: Option<&std::path::Path>,
-    listen: Vec<String>,
-    port: Option<u16>,
-    zones: Vec<String>,
-    control: Option<PathBuf>,
-    metrics: Option<String>,
-    workers: Option<usize>,
+    flags: &crate::config::Overrides,
 ) -> Result<crate::config::Config, String> {
     let mut cfg = match path {
         Some(p) => crate::config::Config::load(p).map_err(|e| e.to_string())?,
         None => crate::config::Config::default(),
     };
-    if !listen.is_empty() {
-        let mut addrs = Vec::new();
-        let mut ports = Vec::new();
-        for l in &listen {
-            if let Ok(sa) = l.parse::<std::net::SocketAddr>() {
-                addrs.push(sa.ip().to_string());
-                ports.push(sa.port());
-            } else {
-                addrs.push(l.clone());
-            }
-        }
-        ports.dedup();
-        if ports.len() > 1 {
-            return Err("--listen: all addresses must use one port".into());
-        }
-        cfg.server.listen = addrs;
-        if let Some(p) = ports.first() {
-            cfg.server.port = *p;
-        }
-    }
-    if let Some(p) = port {
-        cfg.server.port = p;
-    }
-    for z in zones {
-        let (origin, file) = z
-            .split_once('=')
-            .ok_or_else(|| format!("--zone {z}: expected ORIGIN=FILE"))?;
-        cfg.zones.push(crate::config::ZoneConfig {
-            origin: origin.into(),
-            file: file.into(),
-            key: format!("--zone {z}"),
-            ..Default::default()
-        });
-    }
-    if control.is_some() {
-        cfg.control.socket = control;
-    }
-    if metrics.is_some() {
-        cfg.metrics.listen = metrics;
-    }
-    if let Some(w) = workers {
-        cfg.server.workers = w;
-    }
+    flags.apply(&mut cfg)?;
     Ok(cfg)
 }
 

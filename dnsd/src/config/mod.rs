@@ -9,10 +9,12 @@ use serde::Deserialize;
 
 pub mod defence;
 pub mod dnssec;
+mod overrides;
 pub mod transfer;
 pub mod zone_list;
 
 use defence::{CookiePolicy, DefenceConfig};
+pub use overrides::Overrides;
 
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]

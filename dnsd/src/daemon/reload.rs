@@ -34,7 +34,12 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
     if zone.is_none()
         && let Some(path) = &shared.config_path
     {
-        match Config::load(path) {
+        match Config::load(path)
+            .map_err(|e| e.to_string())
+            .and_then(|mut c| {
+                shared.flags.apply(&mut c)?;
+                Ok(c)
+            }) {
             Ok(c) => {
                 shared.xfr.set_policies(&c);
                 // Members of consumed catalogs are not in the file: their policies stay, while

@@ -25,7 +25,11 @@ use crate::query::process_query::{PipelineConfig, Processor};
 use crate::zone::registry::Registry;
 
 /// Runs the server until SIGTERM or SIGINT. Returns the process exit code.
-pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
+pub fn run(
+    cfg: Config,
+    config_path: Option<PathBuf>,
+    flags: crate::config::Overrides,
+) -> Result<(), String> {
     let addrs: Vec<IpAddr> =
         listener::addrs::expand(&cfg.server.listen).map_err(|e| format!("server.listen: {e}"))?;
     if addrs.is_empty() {
@@ -443,6 +447,7 @@ pub fn run(cfg: Config, config_path: Option<PathBuf>) -> Result<(), String> {
     let shared = Arc::new(State {
         zones: Arc::new(tokio::sync::Mutex::new(registry)),
         config_path,
+        flags,
         config: Mutex::new(Arc::new(cfg.clone())),
         started_server: cfg.server.clone(),
         started_lookups: (cfg.alias.clone(), cfg.geoip.clone()),

@@ -18,6 +18,8 @@ pub struct State {
     pub zones: Arc<tokio::sync::Mutex<Registry>>,
     /// The config file, for reloads (None when run from flags).
     pub config_path: Option<PathBuf>,
+    /// The `serve` flags, laid over the config file again at each reload.
+    pub flags: crate::config::Overrides,
     /// The config in force without its zone list (templates, zone state, defaults): what
     /// `ctl zone add` needs without reading the config file again.
     pub config: Mutex<Arc<crate::config::Config>>,
