@@ -224,8 +224,14 @@ impl ConnCtl {
 
     /// Counts a tunnel (a WebSocket) running from this connection until the guard drops.
     pub fn tunnel_started(self: &Arc<Self>) -> TunnelGuard {
-        self.tunnels.fetch_add(1, Ordering::AcqRel);
-        TunnelGuard(Arc::clone(self))
+        self.tunnel_started_first().0
+    }
+
+    /// As [`tunnel_started`](Self::tunnel_started); also true when no other tunnel runs from
+    /// this connection (the first of an HTTP/2 connection's tunnels uses its place).
+    pub fn tunnel_started_first(self: &Arc<Self>) -> (TunnelGuard, bool) {
+        let before = self.tunnels.fetch_add(1, Ordering::AcqRel);
+        (TunnelGuard(Arc::clone(self)), before == 0)
     }
 
     /// Tunnels running from this connection.

@@ -1034,9 +1034,36 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
             false,
         );
     };
+    let mut waiting = Some(waiting);
     let result = match (job.upgrade.take(), site.websocket) {
         // Boxed: a WebSocket is the rare path, and its future is large.
         (Some(on), Some(bounds)) => {
+            // An HTTP/2 connection's tunnels (extended CONNECT) past its first take a
+            // connection place of their own: its streams would otherwise hold as many origin
+            // connections as it has streams, past every per-source and total bound.
+            let (busy, first) = cx.ctl.tunnel_started_first();
+            let place = if job.parts.method == http::Method::CONNECT && !first {
+                match front.registry.register(
+                    cx.ip,
+                    srv.max_connections,
+                    srv.max_connections_per_source,
+                ) {
+                    Ok(r) => Some(r.guard),
+                    Err(refused) => {
+                        c.bump(match refused {
+                            crate::conn_registry::Refused::Total => Counter::LimitMaxConnections,
+                            crate::conn_registry::Refused::PerSource => Counter::LimitPerSource,
+                        });
+                        return simple(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "too many connections of this source\n",
+                            false,
+                        );
+                    }
+                }
+            } else {
+                None
+            };
             Box::pin(forward::websocket::open(
                 up,
                 &job.parts,
@@ -1047,8 +1074,11 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
                 &cx.client,
                 forward::websocket::Tunnel {
                     ctl: Arc::clone(&cx.ctl),
+                    busy,
                     counters: Arc::clone(&front.counters),
                     bounds,
+                    waiting: waiting.take(),
+                    place,
                 },
             ))
             .await
@@ -1067,19 +1097,21 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
                 // not read cannot hold the upstream connection.
                 // It keeps the source's place among requests at origins until the origin's
                 // body is read.
-                b @ (RespBody::H1(_) | RespBody::H2(_)) => RespBody::Relay(relay::relay(
-                    &front.counters,
-                    &front.response_buffered,
-                    &cx.ctl,
-                    waiting,
-                    b,
-                    relay::RelayLimits {
-                        buffer: srv.response_buffer_bytes,
-                        buffer_total: srv.response_buffer_total_bytes,
-                        send_timeout: Duration::from_millis(srv.send_timeout_ms),
-                        min_rate: srv.send_min_rate_bytes_per_sec,
-                    },
-                )),
+                b @ (RespBody::H1(_) | RespBody::H2(_)) if waiting.is_some() => {
+                    RespBody::Relay(relay::relay(
+                        &front.counters,
+                        &front.response_buffered,
+                        &cx.ctl,
+                        waiting.take().expect("checked"),
+                        b,
+                        relay::RelayLimits {
+                            buffer: srv.response_buffer_bytes,
+                            buffer_total: srv.response_buffer_total_bytes,
+                            send_timeout: Duration::from_millis(srv.send_timeout_ms),
+                            min_rate: srv.send_min_rate_bytes_per_sec,
+                        },
+                    ))
+                }
                 b => b,
             };
             Response::from_parts(parts, b)

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use palisade_tests::http::{Front, H1Conn, base_config};
 use palisade_tests::net;
+use palisade_tests::wait::wait_for;
 
 const RULES: &str = r#"
 [[tenant]]
@@ -349,4 +350,46 @@ fn websockets_are_bounded_by_idle_lifetime_blocks_and_the_per_source_limit() {
         );
     }
     assert!(front.metric("http_front_websockets_closed_total{cause=\"closed_by_front\"}") >= 2);
+}
+
+/// An HTTP/2 connection's WebSockets past its first each take a connection place of their
+/// own, and every open tunnel holds its origin connection's place among the upstream
+/// connections: one connection's streams opened as many origin connections as it had
+/// streams (256 from one address with the defaults), counted by no bound and no gauge.
+#[test]
+fn http2_websockets_count_as_connections_of_their_source_and_hold_origin_places() {
+    if !have_modules() {
+        return;
+    }
+    let origin = WsOrigin::start();
+    let front = front(&origin, "max_connections_per_source = 3\n", "");
+    let fa = front.addr();
+    let src = net::test_ip();
+    let run =
+        std::thread::spawn(move || client_at("h2many", fa, "a.test", "/many", src, &["8", "3"]));
+    wait_for("the tunnels open", Duration::from_secs(15), || {
+        front.metric("http_front_websockets_total{event=\"opened\"}") >= 3
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let open = front.metric("http_front_upstream_connections");
+    let out = run.join().unwrap();
+    let statuses: Vec<&str> = out[0]
+        .strip_prefix("statuses ")
+        .unwrap_or_else(|| panic!("{out:?}"))
+        .split(' ')
+        .collect();
+    let opened = statuses.iter().filter(|s| **s == "200").count();
+    assert_eq!(opened, 3, "{out:?}");
+    assert!(
+        statuses.iter().filter(|s| **s == "503").count() == 5,
+        "{out:?}"
+    );
+    assert!(front.metric("http_front_limit_hits_total{limit=\"max_connections_per_source\"}") >= 5);
+    assert!(open >= 3, "origin connections of open tunnels: {open}");
+    // Their places are given back as they end.
+    wait_for("the tunnels' places back", Duration::from_secs(10), || {
+        front.metric("http_front_upstream_connections") == 0
+    });
+    let again = client("h2", &front, "a.test", "/again", src, &["x"]);
+    assert_eq!(again[..2], ["open", "< x"], "{again:?}");
 }

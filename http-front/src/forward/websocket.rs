@@ -14,7 +14,11 @@
 //! byte went either way for `websocket_idle_ms`, after `websocket_max_secs`, or when its
 //! client connection is closed by the front (a block of its source): counted by cause. The
 //! tunnel keeps its client connection's place in the per-source registry while it runs, so
-//! WebSockets count against `max_connections_per_source` like any connection.
+//! WebSockets count against `max_connections_per_source` like any connection; an HTTP/2
+//! connection's tunnels past its first take a place of their own there (one connection
+//! carries many). Each tunnel also
+//! holds its origin connection's place among the upstream connections and its source's
+//! among requests at origins (`max_upstream_per_source`) until it ends.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,10 +93,21 @@ fn accept_of(key: &[u8]) -> String {
 pub struct Tunnel {
     /// The client connection's control block (its close ends the tunnel).
     pub ctl: Arc<ConnCtl>,
+    /// The tunnel counted on its client connection (which is busy while it runs).
+    pub busy: crate::conn_registry::TunnelGuard,
     /// Counters.
     pub counters: Arc<Counters>,
     /// The site's bounds.
     pub bounds: Bounds,
+    /// The source's place among its requests at origins (`[server]
+    /// max_upstream_per_source`), held while the tunnel runs: an open tunnel holds an origin
+    /// connection.
+    pub waiting: Option<crate::conn_registry::SourceWaiting>,
+    /// An HTTP/2 tunnel's own place in the per-source registry (`max_connections_per_source`,
+    /// `max_connections`): one connection carries many streams, each tunnel an origin
+    /// connection of its own (an HTTP/1.1 tunnel keeps its connection's place). A block of
+    /// the source closes it.
+    pub place: Option<crate::conn_registry::ConnGuard>,
 }
 
 /// Opens a WebSocket to `up` for the request `parts` whose client connection hands over
@@ -201,15 +216,19 @@ pub async fn open(
         }
     }
     c.bump(Counter::WsOpened);
-    let guard = tunnel.ctl.tunnel_started();
+    let _place_busy = tunnel.place.as_ref().map(|p| p.ctl.tunnel_started());
     tokio::spawn(async move {
-        let _guard = guard;
+        let _place_busy = _place_busy;
+        // The whole connection moves in: its place among the open upstream connections
+        // (`Slot`) is held as long as the tunnel runs.
+        let Conn {
+            io, rbuf, _slot, ..
+        } = conn;
         let Ok(upgraded) = on_upgrade.await else {
             tunnel.counters.bump(Counter::WsClosedError);
             return;
         };
-        let rest = std::mem::take(&mut conn.rbuf).freeze();
-        let why = relay(TokioIo::new(upgraded), conn.io, rest, &tunnel).await;
+        let why = relay(TokioIo::new(upgraded), io, rbuf.freeze(), &tunnel).await;
         tunnel.counters.bump(why);
     });
     Ok(r)
@@ -322,10 +341,18 @@ where
         () = idle => Counter::WsClosedIdle,
         () = sleep_until(start + t.bounds.max) => Counter::WsClosedMaxAge,
         () = t.ctl.closed() => Counter::WsClosedByFront,
+        () = async {
+            match &t.place {
+                Some(p) => p.ctl.closed().await,
+                None => std::future::pending().await,
+            }
+        } => Counter::WsClosedByFront,
     };
     // The front closing the client connection (HTTP/2: the whole connection) may end the
     // copy before the close is seen: it is still the front's doing.
-    if why == Counter::WsClosedEnded && t.ctl.cause().is_some() {
+    if why == Counter::WsClosedEnded
+        && (t.ctl.cause().is_some() || t.place.as_ref().is_some_and(|p| p.ctl.cause().is_some()))
+    {
         Counter::WsClosedByFront
     } else {
         why

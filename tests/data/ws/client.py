@@ -3,6 +3,10 @@
     client.py h1 FRONT_HOST FRONT_PORT HOST PATH [SRC] -- MSG...
     client.py h2 FRONT_HOST FRONT_PORT HOST PATH [SRC] -- MSG...
     client.py h2key ...  (as h2, the CONNECT carrying a Sec-WebSocket-Key of its own)
+    client.py h2many FRONT_HOST FRONT_PORT HOST PATH SRC -- N HOLD
+        (N extended CONNECTs on one HTTP/2 connection: prints "statuses S1 S2 ..." once each
+        has its answer or 10 s passed ("-" for none), holds them open HOLD seconds, prints
+        "done")
 
 Connects (from SRC when given), opens a WebSocket for HOST and PATH — over HTTP/1.1 with
 python3-websockets, or over HTTP/2 with RFC 8441's extended CONNECT using python3-h2 and
@@ -190,6 +194,59 @@ def h2(front_host, port, host, path, src, msgs, key=False):
                 return
 
 
+def h2many(front_host, port, host, path, src, n, hold):
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    s = socket.socket()
+    if src:
+        s.bind((src, 0))
+    s.connect((front_host, port))
+    s.settimeout(1)
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    c.initiate_connection()
+    s.sendall(c.data_to_send())
+    statuses = {}
+    sids = []
+    end = time.time() + 10
+
+    def pump():
+        try:
+            data = s.recv(65536)
+        except socket.timeout:
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        for ev in c.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived):
+                statuses[ev.stream_id] = dict(ev.headers)[":status"]
+            elif isinstance(ev, h2.events.StreamReset):
+                statuses.setdefault(ev.stream_id, "reset")
+        s.sendall(c.data_to_send())
+        return True
+
+    # The server's SETTINGS first (extended CONNECT must be enabled by them).
+    pump()
+    for _ in range(n):
+        sid = c.get_next_available_stream_id()
+        sids.append(sid)
+        c.send_headers(sid, [(":method", "CONNECT"), (":protocol", "websocket"), (":scheme", "http"),
+                             (":path", path), (":authority", host), ("sec-websocket-version", "13")])
+    s.sendall(c.data_to_send())
+    while len(statuses) < n and time.time() < end:
+        if not pump():
+            break
+    print("statuses " + " ".join(statuses.get(i, "-") for i in sids), flush=True)
+    until = time.time() + hold
+    while time.time() < until:
+        if not pump():
+            break
+    print("done", flush=True)
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     cut = args.index("--")
@@ -198,5 +255,7 @@ if __name__ == "__main__":
     src = head[5] if len(head) > 5 else None
     if mode == "h1":
         h1(front_host, int(port), host, path, src, msgs)
+    elif mode == "h2many":
+        h2many(front_host, int(port), host, path, src, int(msgs[0]), float(msgs[1]))
     else:
         h2(front_host, int(port), host, path, src, msgs, key=(mode == "h2key"))
