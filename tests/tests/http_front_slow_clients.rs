@@ -907,3 +907,58 @@ fn a_steady_http2_reader_of_a_large_response_keeps_it() {
         );
     }
 }
+
+/// A client whose own application reads slowly (16 KB/s, sixteen times the default minimum
+/// rate) keeps its streamed response: its kernel reopens the window in large steps (here
+/// about 95 KB every 6 s), so its acknowledgements move seconds apart, and it is judged over
+/// a horizon longer than those steps (judged over each 2 s, it was dropped).
+#[test]
+fn an_application_limited_reader_keeps_its_response() {
+    let Some(Setup {
+        origin: _origin,
+        front,
+        _root,
+    }) = setup("")
+    else {
+        return;
+    };
+    let src = net::test_ip();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&std::net::SocketAddr::new(src.into(), 0).into())
+        .unwrap();
+    sock.connect(&front.addr().into()).unwrap();
+    let mut stream: std::net::TcpStream = sock.into();
+    stream
+        .write_all(b"GET /big HTTP/1.1\r\nhost: s.test\r\n\r\n")
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    const RATE: f64 = 16.0 * 1024.0;
+    let start = Instant::now();
+    let (mut got, mut ended) = (0usize, None);
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < Duration::from_secs(14) {
+        match stream.read(&mut buf) {
+            Ok(0) => {
+                ended = Some("closed".to_string());
+                break;
+            }
+            Ok(n) => got += n,
+            Err(e) => {
+                ended = Some(format!("read: {e}"));
+                break;
+            }
+        }
+        // Paced: never ahead of RATE.
+        let due = Duration::from_secs_f64(got as f64 / RATE);
+        if let Some(wait) = due.checked_sub(start.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+    assert_eq!(ended, None, "dropped after {got} bytes");
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"send_min_rate\"}"),
+        0
+    );
+}

@@ -40,6 +40,17 @@ use crate::counters::{Counter, Counters};
 /// Time a streamed response may take before the minimum send rate applies.
 pub const GRACE: Duration = Duration::from_secs(2);
 
+/// How far back a stalled body is judged by its client's TCP acknowledgements. A reader
+/// limited by its own application (a throttled download, a paused player) has its receive
+/// window reopened by its kernel in large steps (silly-window avoidance: when half its buffer
+/// is free), so its acknowledgements move only every few seconds: over 2 s a reader at 30
+/// KB/s, thirty times the default minimum, showed none and was dropped.
+pub const ACK_HORIZON: Duration = Duration::from_secs(8);
+
+/// Acknowledgement readings kept (one per [`GRACE`] while the body stalls): enough to reach
+/// [`ACK_HORIZON`] back.
+const ACK_READINGS: usize = (ACK_HORIZON.as_secs() / GRACE.as_secs()) as usize + 1;
+
 /// The read-ahead window of a response streamed without a reservation (budget spent).
 pub const STREAM_WINDOW: usize = 64 * 1024;
 
@@ -246,8 +257,9 @@ async fn run(
 /// start, so that what the socket buffers swallowed early gives no credit to a client that
 /// then stops). The body's progress comes in steps as large as the socket's send buffer, so
 /// a slow but steady reader is judged instead by what its TCP stack acknowledged over the
-/// next [`GRACE`] (one `TCP_INFO` read per [`GRACE`], only on this slow path); over HTTP/2
-/// only while the socket holds unsent bytes (else the stream's own window holds it back).
+/// last [`ACK_HORIZON`] (one `TCP_INFO` read per [`GRACE`], only on this slow path); over
+/// HTTP/2 only while the socket holds unsent bytes (else the stream's own window holds it
+/// back).
 /// Draining, all of the rest must go within one `send_timeout`.
 async fn room(
     shared: &Shared,
@@ -262,8 +274,10 @@ async fn room(
     let mut seen = shared.taken.load(Ordering::Relaxed);
     let mut idle_from = entered;
     let mut mark = (entered, seen);
-    // What the client's TCP had acknowledged at the last check the body's progress failed.
-    let mut acked_mark: Option<u64> = None;
+    // What the client's TCP had acknowledged at each check the body's progress failed since
+    // it last passed, the latest [`ACK_READINGS`].
+    let mut acked: [Option<(Instant, u64)>; ACK_READINGS] = [None; ACK_READINGS];
+    let mut readings = 0usize;
     let rate = !drain && limits.min_rate > 0;
     loop {
         let idle_due = idle_from + limits.send_timeout;
@@ -295,13 +309,24 @@ async fn room(
                         if ctl.h2.load(Ordering::Relaxed) && !p.backed_up {
                             return Err(Some(SlowReader::MinRate));
                         }
-                        let acked = p.acked;
-                        if acked_mark.is_some_and(|m| ((acked.saturating_sub(m)) as f64) < need) {
-                            return Err(Some(SlowReader::MinRate));
+                        // Judged over the horizon: against the latest reading at least that
+                        // old (none yet: not judged).
+                        let back = acked
+                            .iter()
+                            .flatten()
+                            .filter(|(t, _)| now - *t >= ACK_HORIZON)
+                            .max_by_key(|(t, _)| *t);
+                        if let Some(&(t, a)) = back {
+                            let need = limits.min_rate as f64 * (now - t).as_secs_f64();
+                            if (p.acked.saturating_sub(a) as f64) < need {
+                                return Err(Some(SlowReader::MinRate));
+                            }
                         }
-                        acked_mark = Some(acked);
+                        acked[readings % ACK_READINGS] = Some((now, p.acked));
+                        readings += 1;
                     } else {
-                        acked_mark = None;
+                        acked = [None; ACK_READINGS];
+                        readings = 0;
                     }
                     mark = (now, taken);
                 }
