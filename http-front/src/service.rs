@@ -517,8 +517,12 @@ fn rules(
         let v = local::with(front, |l| {
             let v = l.rules.check(site.tenant, cx.ip, &view, now);
             if let Some(a) = EventAction::from_rules(v.action) {
-                l.recorder
-                    .record(site.tenant, cx.ip, a, Evidence::Http, v.code);
+                let evidence = if crate::view::cross_site(req.headers()) {
+                    Evidence::CrossSite
+                } else {
+                    Evidence::Http
+                };
+                l.recorder.record(site.tenant, cx.ip, a, evidence, v.code);
                 if v.escalated == Escalated::Blocked {
                     l.recorder.record(
                         site.tenant,

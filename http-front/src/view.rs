@@ -214,15 +214,34 @@ impl shield::rules::Request for HttpView<'_> {
     }
 
     /// An HTTP request came over a completed TCP handshake: its source is proven, and an
-    /// escalation blocks it (every packet).
+    /// escalation blocks it (every packet) — unless a browser says it sent the request on
+    /// another site's behalf (`Sec-Fetch-Site: cross-site`: a page elsewhere made its visitor
+    /// load it), which never blocks: such requests are counted apart from the source's own
+    /// and their escalations make it a suspect at most (HTTP ignores suspects). A client that
+    /// sends the header itself is still refused and limited request by request; only the
+    /// block that would make its further packets free is not earned.
     #[inline]
     fn evidence(&self) -> shield::block::Evidence {
-        shield::block::Evidence::Http
+        if cross_site(self.headers) {
+            shield::block::Evidence::CrossSite
+        } else {
+            shield::block::Evidence::Http
+        }
     }
 
     fn cleared(&self, difficulty: u8) -> bool {
         self.clearance.is_some_and(|c| c.valid(difficulty))
     }
+}
+
+/// True when a browser marks the request as sent on another site's behalf
+/// (`Sec-Fetch-Site: cross-site`, Fetch Metadata).
+pub fn cross_site(headers: &HeaderMap) -> bool {
+    headers.get("sec-fetch-site").is_some_and(|v| {
+        v.as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"cross-site")
+    })
 }
 
 /// A header value as text: visible ASCII, or UTF-8 (a value from [`lossy_headers`] always is).

@@ -212,6 +212,10 @@ pub enum Evidence {
     Tcp,
     /// An HTTP request (over a completed TCP handshake).
     Http,
+    /// An HTTP request a browser sent on another site's behalf (`Sec-Fetch-Site:
+    /// cross-site`: an image, a form or a script of a page elsewhere): its source did not
+    /// choose it, so it never blocks — a page could have every visitor blocked.
+    CrossSite,
     /// The rules file's `[global] deny` list.
     Rules,
     /// An operator command.
@@ -220,19 +224,21 @@ pub enum Evidence {
 
 impl Evidence {
     /// Every kind, in counter order.
-    pub const ALL: [Evidence; 6] = [
+    pub const ALL: [Evidence; 7] = [
         Evidence::Udp,
         Evidence::Cookie,
         Evidence::Tcp,
         Evidence::Http,
+        Evidence::CrossSite,
         Evidence::Rules,
         Evidence::Operator,
     ];
 
-    /// True for everything but unproven UDP.
+    /// True for everything but unproven UDP and an HTTP request sent on another site's
+    /// behalf.
     #[inline]
     pub fn is_proven(self) -> bool {
-        self != Evidence::Udp
+        !matches!(self, Evidence::Udp | Evidence::CrossSite)
     }
 
     /// The name in `block list`, events, metrics and records.
@@ -242,6 +248,7 @@ impl Evidence {
             Evidence::Cookie => "cookie",
             Evidence::Tcp => "tcp",
             Evidence::Http => "http",
+            Evidence::CrossSite => "cross_site",
             Evidence::Rules => "rules",
             Evidence::Operator => "operator",
         }
@@ -636,7 +643,7 @@ pub struct BlockStats {
     /// Inserts refused by the policy, by cause ([`crate::never_block::Refusal::ALL`] order).
     pub refused: [u64; 2],
     /// Live entries by evidence ([`Evidence::ALL`] order).
-    pub by_evidence: [usize; 6],
+    pub by_evidence: [usize; Evidence::ALL.len()],
     /// Lookups that hit a live entry, summed over readers.
     pub hits: u64,
     /// Per-subscriber counters.
@@ -714,7 +721,7 @@ struct WriterCounters {
     /// Entries that are prefixes rather than hosts (kept here so stats never scan).
     prefixes: usize,
     /// Entries by evidence (kept here so stats never scan).
-    by_evidence: [usize; 6],
+    by_evidence: [usize; Evidence::ALL.len()],
 }
 
 fn evidence_index(e: Evidence) -> usize {
@@ -902,7 +909,8 @@ impl Writer {
         if !e.evidence.is_proven() {
             // Forged packets make suspects: they may fill half the map at most, and never
             // push out an entry that proof or an operator put there.
-            let suspects = self.counters.by_evidence[evidence_index(Evidence::Udp)];
+            let suspects = self.counters.by_evidence[evidence_index(Evidence::Udp)]
+                + self.counters.by_evidence[evidence_index(Evidence::CrossSite)];
             if suspects >= (capacity / 2).max(1)
                 || (full && self.slots[self.heap[0]].entry.evidence.is_proven())
             {
@@ -1718,7 +1726,7 @@ impl crate::metrics::Source for BlockMap {
                 format!("blockmap.evidence.{ev}"),
                 "palisade_blockmap_entries_by_evidence",
                 format!("evidence=\"{ev}\""),
-                "Entries in the block map by evidence (udp: suspects, never blocks).",
+                "Entries in the block map by evidence (udp, cross_site: suspects, never block).",
                 b.by_evidence[i] as u64,
             );
         }

@@ -367,3 +367,71 @@ when = [{ attr = "path", prefix = "/bad" }]
     );
     assert_eq!(origin.requests(), 1);
 }
+
+/// Requests a browser marks as sent on another site's behalf (`Sec-Fetch-Site: cross-site`:
+/// the images or forms of a page elsewhere) are refused as any other, but never escalate:
+/// five `<img>` of a denied path on any page had each visitor blocked everywhere. The
+/// source's own requests still do.
+#[test]
+fn requests_another_site_makes_a_browser_send_never_block_its_user() {
+    let rules = r#"
+[[tenant]]
+id = 1
+escalate = { after = 3, window_secs = 60, block_secs = 600, on = ["deny"] }
+
+[[tenant.rule]]
+name = "bad"
+action = "deny"
+when = [{ attr = "path", prefix = "/bad" }]
+
+[[tenant]]
+id = 2
+"#;
+    let origin = Origin::start();
+    let front = Front::start(
+        |a, m| format!("{}{}", base_config(a, m, origin.addr()), sites("")),
+        Some(rules),
+    );
+    let fa = front.addr();
+    let visitor = net::test_ip();
+    let mut c = H1Conn::connect(Some(visitor), fa).unwrap();
+    let img = [
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-mode", "no-cors"),
+        ("sec-fetch-dest", "image"),
+    ];
+    for i in 0..10 {
+        let r = c
+            .request("GET", "a.test", &format!("/bad{i}.png"), &img, b"")
+            .unwrap();
+        assert_eq!(r.status, 403);
+    }
+    assert_eq!(
+        c.request("GET", "a.test", "/", &[], b"").unwrap().status,
+        200
+    );
+    assert_eq!(get(Some(visitor), fa, "b.test", "/").unwrap().status, 200);
+    assert_eq!(
+        front.metric("http_front_escalations_total{by=\"rules\"}"),
+        0
+    );
+    assert_eq!(
+        front.metric("palisade_blockmap_entries_by_evidence{evidence=\"http\"}"),
+        0
+    );
+    // Its own requests (no such mark) still escalate it.
+    for _ in 0..3 {
+        assert_eq!(
+            c.request("GET", "a.test", "/bad", &[], b"").unwrap().status,
+            403
+        );
+    }
+    assert_eq!(
+        front.wait_metric(
+            "http_front_escalations_total{by=\"rules\"}",
+            1,
+            Duration::from_secs(5)
+        ),
+        1
+    );
+}
