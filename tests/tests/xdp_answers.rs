@@ -795,3 +795,303 @@ fn every_publish_fits_beside_the_live_generation() {
         }
     }
 }
+
+/// Builds an Ethernet frame carrying `dns` over UDP from the client to dnsd at `port`, with
+/// the fields a test spoils.
+struct Frame {
+    src_mac: [u8; 6],
+    vlan: Option<u16>,
+    v6: bool,
+    src4: [u8; 4],
+    dst6: Option<[u8; 16]>,
+    bad_ip_csum: bool,
+    ip_len_extra: i32,
+    sport: u16,
+    zero_udp_csum: bool,
+}
+
+fn mac(s: &str) -> [u8; 6] {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16).unwrap())
+        .collect();
+    v.try_into().unwrap()
+}
+
+fn csum_fold(mut s: u32) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+fn sum16(b: &[u8]) -> u32 {
+    b.chunks(2)
+        .map(|c| u32::from(c[0]) << 8 | u32::from(*c.get(1).unwrap_or(&0)))
+        .sum()
+}
+
+impl Frame {
+    fn good() -> Frame {
+        Frame {
+            src_mac: mac(VethPair::MAC_A),
+            vlan: None,
+            v6: false,
+            src4: VethPair::A4.octets(),
+            dst6: None,
+            bad_ip_csum: false,
+            ip_len_extra: 0,
+            sport: 40000,
+            zero_udp_csum: false,
+        }
+    }
+
+    fn bytes(&self, port: u16, dns: &[u8]) -> Vec<u8> {
+        let mut udp = Vec::new();
+        udp.extend_from_slice(&self.sport.to_be_bytes());
+        udp.extend_from_slice(&port.to_be_bytes());
+        udp.extend_from_slice(&((8 + dns.len()) as u16).to_be_bytes());
+        udp.extend_from_slice(&[0, 0]);
+        udp.extend_from_slice(dns);
+        let mut f = Vec::new();
+        f.extend_from_slice(&mac(VethPair::MAC_B));
+        f.extend_from_slice(&self.src_mac);
+        if let Some(v) = self.vlan {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&v.to_be_bytes());
+        }
+        let ip_len = |base: usize| (base as i32 + self.ip_len_extra) as u16;
+        if self.v6 {
+            let src = VethPair::A6.octets();
+            let dst = self.dst6.unwrap_or(VethPair::B6.octets());
+            let mut pseudo = Vec::new();
+            pseudo.extend_from_slice(&src);
+            pseudo.extend_from_slice(&dst);
+            pseudo.extend_from_slice(&(udp.len() as u32).to_be_bytes());
+            pseudo.extend_from_slice(&[0, 0, 0, 17]);
+            let c = csum_fold(sum16(&pseudo) + sum16(&udp));
+            let c = if self.zero_udp_csum { 0 } else { c };
+            udp[6..8].copy_from_slice(&c.to_be_bytes());
+            f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0]);
+            f.extend_from_slice(&ip_len(udp.len()).to_be_bytes());
+            f.extend_from_slice(&[17, 64]);
+            f.extend_from_slice(&src);
+            f.extend_from_slice(&dst);
+        } else {
+            let dst = VethPair::B4.octets();
+            let mut pseudo = Vec::new();
+            pseudo.extend_from_slice(&self.src4);
+            pseudo.extend_from_slice(&dst);
+            pseudo.extend_from_slice(&[0, 17]);
+            pseudo.extend_from_slice(&(udp.len() as u16).to_be_bytes());
+            let c = csum_fold(sum16(&pseudo) + sum16(&udp));
+            udp[6..8].copy_from_slice(&c.to_be_bytes());
+            let mut ip = vec![0x45, 0];
+            ip.extend_from_slice(&ip_len(20 + udp.len()).to_be_bytes());
+            ip.extend_from_slice(&[0xbe, 0xef, 0, 0, 64, 17, 0, 0]);
+            ip.extend_from_slice(&self.src4);
+            ip.extend_from_slice(&dst);
+            let c = csum_fold(sum16(&ip)) ^ u16::from(self.bad_ip_csum);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+            f.extend_from_slice(&[0x08, 0x00]);
+            f.extend_from_slice(&ip);
+        }
+        f.extend_from_slice(&udp);
+        f
+    }
+}
+
+/// Sends raw `frames` on the client's veth (inside its namespace), one by one.
+fn send_raw(pair: &VethPair, frames: Vec<Vec<u8>>) {
+    let ifname = pair.if_a.clone();
+    pair.a
+        .run(move || {
+            // SAFETY: plain socket calls on a descriptor this closure owns and closes.
+            unsafe {
+                let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+                assert!(fd >= 0, "AF_PACKET socket");
+                let name = std::ffi::CString::new(ifname).unwrap();
+                let index = libc::if_nametoindex(name.as_ptr());
+                assert!(index > 0);
+                let mut sa: libc::sockaddr_ll = std::mem::zeroed();
+                sa.sll_family = libc::AF_PACKET as u16;
+                sa.sll_ifindex = index as i32;
+                sa.sll_halen = 6;
+                for f in &frames {
+                    let n = libc::sendto(
+                        fd,
+                        f.as_ptr().cast(),
+                        f.len(),
+                        0,
+                        (&sa as *const libc::sockaddr_ll).cast(),
+                        std::mem::size_of::<libc::sockaddr_ll>() as u32,
+                    );
+                    assert_eq!(n, f.len() as isize, "sendto");
+                }
+                libc::close(fd);
+            }
+        })
+        .expect("in the client's namespace");
+}
+
+/// The fast path answers only frames the kernel would take and sources a reply may go to:
+/// a bad IPv4 header checksum, an IP length that is not the datagram's, a group source MAC
+/// (the reply went to the whole segment), a VLAN tag, a loopback, multicast, broadcast or
+/// own source, source port 0, a zero UDP checksum over IPv6 and an IPv4-mapped IPv6
+/// destination were all answered in XDP, while the kernel dropped every one of them.
+#[test]
+fn xdp_answers_only_frames_the_kernel_would_take() {
+    let Some((dir, pair, zone)) = setup() else {
+        return;
+    };
+    let port = 5353;
+    let cfg = config(dir.path(), "fast", port, &zone, Some(&pair.if_b));
+    let _fast = NsDnsd::start(&pair.b, &cfg);
+    let q = build_query(7, "www.example.com.", 1, &QueryOpts::edns(1232));
+    wait_for("dnsd to answer", Duration::from_secs(20), || {
+        exchange_all(
+            &pair,
+            SocketAddr::new(VethPair::B4.into(), port),
+            vec![q.clone()],
+        )[0]
+        .is_some()
+    });
+    wait_for("the XDP answers published", Duration::from_secs(20), || {
+        stats(&cfg).get("xdp_answers.published") > 0
+    });
+    // Control: a good frame, sent the same way, is answered in XDP (until it is, the
+    // answers may not be in the kernel yet).
+    wait_for(
+        "a good raw frame answered in XDP",
+        Duration::from_secs(20),
+        || {
+            let before = stats(&cfg).get("xdp.answered");
+            send_raw(&pair, vec![Frame::good().bytes(port, &q)]);
+            std::thread::sleep(Duration::from_millis(50));
+            stats(&cfg).get("xdp.answered") > before
+        },
+    );
+    let mut v6 = Frame::good();
+    v6.v6 = true;
+    let mut mapped = [0u8; 16];
+    mapped[10] = 0xff;
+    mapped[11] = 0xff;
+    mapped[12..].copy_from_slice(&VethPair::B4.octets());
+    let odd: Vec<(&str, Frame)> = vec![
+        (
+            "bad IPv4 header checksum",
+            Frame {
+                bad_ip_csum: true,
+                ..Frame::good()
+            },
+        ),
+        (
+            "IPv4 length 4 long",
+            Frame {
+                ip_len_extra: 4,
+                ..Frame::good()
+            },
+        ),
+        (
+            "IPv4 length 4 short",
+            Frame {
+                ip_len_extra: -4,
+                ..Frame::good()
+            },
+        ),
+        (
+            "broadcast source MAC",
+            Frame {
+                src_mac: [0xff; 6],
+                ..Frame::good()
+            },
+        ),
+        (
+            "VLAN tag",
+            Frame {
+                vlan: Some(5),
+                ..Frame::good()
+            },
+        ),
+        (
+            "loopback source",
+            Frame {
+                src4: [127, 0, 0, 1],
+                ..Frame::good()
+            },
+        ),
+        (
+            "multicast source",
+            Frame {
+                src4: [224, 0, 0, 1],
+                ..Frame::good()
+            },
+        ),
+        (
+            "broadcast source",
+            Frame {
+                src4: [255; 4],
+                ..Frame::good()
+            },
+        ),
+        (
+            "own source",
+            Frame {
+                src4: VethPair::B4.octets(),
+                ..Frame::good()
+            },
+        ),
+        (
+            "source port 0",
+            Frame {
+                sport: 0,
+                ..Frame::good()
+            },
+        ),
+        (
+            "IPv6 zero UDP checksum",
+            Frame {
+                zero_udp_csum: true,
+                v6: true,
+                ..Frame::good()
+            },
+        ),
+        (
+            "IPv6 length 4 long",
+            Frame {
+                ip_len_extra: 4,
+                v6: true,
+                ..Frame::good()
+            },
+        ),
+        (
+            "IPv4-mapped IPv6 destination",
+            Frame {
+                dst6: Some(mapped),
+                v6: true,
+                ..Frame::good()
+            },
+        ),
+    ];
+    for (what, f) in odd {
+        let before = stats(&cfg).get("xdp.answered");
+        send_raw(&pair, vec![f.bytes(port, &q); 3]);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            stats(&cfg).get("xdp.answered"),
+            before,
+            "{what}: answered in XDP"
+        );
+    }
+    // IPv6 itself is answered.
+    wait_for(
+        "a good IPv6 frame answered in XDP",
+        Duration::from_secs(5),
+        || {
+            let before = stats(&cfg).get("xdp.answered");
+            send_raw(&pair, vec![v6.bytes(port, &q)]);
+            std::thread::sleep(Duration::from_millis(50));
+            stats(&cfg).get("xdp.answered") > before
+        },
+    );
+}

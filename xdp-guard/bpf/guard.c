@@ -422,12 +422,18 @@ static __always_inline int is_proxy(const struct guard_v6_key *src)
  * path), TCP is checked for sanity. */
 static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_key *src,
 			      const struct guard_v6_key *dst, const struct guard_dns_block *dns,
-			      struct guard_counters *cnt, struct guard_pkt *pk, int answerable)
+			      struct guard_counters *cnt, struct guard_pkt *pk, int answerable,
+			      __u32 l4_len)
 {
 	if (proto == IPPROTO_UDP) {
 		struct udphdr *udp = l4p;
 		if ((void *)(udp + 1) > end)
 			return GUARD_C_PASS_NOT_UNDERSTOOD;
+		/* Answered only as the kernel would take it: the IP header's length is the UDP
+		 * datagram's, a source port to answer to, and over IPv6 a checksum (zero is
+		 * illegal there, RFC 8200 §8.1). */
+		if (bpf_ntohs(udp->len) != l4_len || !udp->source || (pk->v6 && !udp->check))
+			answerable = 0;
 		/* Only a datagram that starts as a PROXY header costs the proxy lookup (a DNS
 		 * query with the id 0x0D0A, one in 65,536, costs it for nothing). */
 		const __u8 *pl = (const __u8 *)(udp + 1);
@@ -450,6 +456,41 @@ static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_
 		return GUARD_C_PASS;
 	}
 	return GUARD_C_PASS;
+}
+
+/* An IPv4 header the kernel would take and a source to answer: a valid header checksum (the
+ * kernel drops a wrong one), a unicast source that is neither "this network", loopback,
+ * multicast, reserved nor broadcast, nor the destination itself (a reply would reach the
+ * whole segment, or loop). */
+static __always_inline int v4_answerable(const struct iphdr *ip)
+{
+	__u8 a = ((const __u8 *)&ip->saddr)[0];
+	if (a == 0 || a == 127 || a >= 224 || ip->saddr == ip->daddr)
+		return 0;
+	const __u16 *w = (const __u16 *)ip;
+	__u32 s = 0;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		s += w[i];
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return s == 0xffff;
+}
+
+/* A source to answer over IPv6: not multicast, unspecified, loopback, IPv4-compatible or
+ * IPv4-mapped (nor such a destination: the kernel takes no mapped address off the wire, and
+ * the IPv4 service's answers are keyed so), nor the destination itself. */
+static __always_inline int v6_answerable(const struct ipv6hdr *ip6)
+{
+	const __u32 *s = (const __u32 *)&ip6->saddr;
+	const __u32 *d = (const __u32 *)&ip6->daddr;
+	if (((const __u8 *)s)[0] == 0xff)
+		return 0;
+	if (!s[0] && !s[1] && (!s[2] || s[2] == bpf_htonl(0xffff)))
+		return 0;
+	if (!d[0] && !d[1] && (!d[2] || d[2] == bpf_htonl(0xffff)))
+		return 0;
+	return s[0] != d[0] || s[1] != d[1] || s[2] != d[2] || s[3] != d[3];
 }
 
 static __always_inline int handle_v4(void *data, void *p, void *end, struct guard_counters *cnt,
@@ -483,9 +524,13 @@ static __always_inline int handle_v4(void *data, void *p, void *end, struct guar
 	pk->l3_off = p - data;
 	pk->l4_off = p + hlen - data;
 	pk->v6 = 0;
-	/* Answered in XDP: no IP options, not a fragment (neither MF nor an offset). */
-	int answerable = hlen == 20 && !(ip->frag_off & bpf_htons(0x3fff));
-	return l4(p + hlen, end, ip->protocol, &src, &dst, &dns, cnt, pk, answerable);
+	/* Answered in XDP: no IP options, not a fragment (neither MF nor an offset), a frame
+	 * and header the kernel would take. */
+	int answerable = hlen == 20 && !(ip->frag_off & bpf_htons(0x3fff)) && !pk->odd &&
+			 v4_answerable(ip);
+	__u32 tot = bpf_ntohs(ip->tot_len);
+	__u32 l4_len = tot > hlen ? tot - hlen : 0;
+	return l4(p + hlen, end, ip->protocol, &src, &dst, &dns, cnt, pk, answerable, l4_len);
 }
 
 static __always_inline int handle_v6(void *data, void *p, void *end, struct guard_counters *cnt,
@@ -536,9 +581,10 @@ static __always_inline int handle_v6(void *data, void *p, void *end, struct guar
 	pk->l3_off = p - data;
 	pk->l4_off = cur - data;
 	pk->v6 = 1;
-	/* Answered in XDP: no extension headers. */
-	int answerable = cur == p + sizeof(*ip6);
-	return l4(cur, end, nh, &src, &dst, &dns, cnt, pk, answerable);
+	/* Answered in XDP: no extension headers, addresses the kernel would take. */
+	int answerable = cur == p + sizeof(*ip6) && !pk->odd && v6_answerable(ip6);
+	return l4(cur, end, nh, &src, &dst, &dns, cnt, pk, answerable,
+		  bpf_ntohs(ip6->payload_len));
 }
 
 static __always_inline int classify(struct xdp_md *ctx, struct guard_counters *cnt,
@@ -552,7 +598,13 @@ static __always_inline int classify(struct xdp_md *ctx, struct guard_counters *c
 
 	__be16 proto = eth->h_proto;
 	void *p = eth + 1;
+	/* A group destination (broadcast, multicast) or source MAC: checked and passed, never
+	 * answered here (the reply would go to every host of the segment). */
+	if ((eth->h_dest[0] | eth->h_source[0]) & 1)
+		pk->odd = 1;
 	if (proto == bpf_htons(ETH_P_8021Q) || proto == bpf_htons(ETH_P_8021AD)) {
+		/* Tagged: the kernel takes it only for a VLAN it has; never answered here. */
+		pk->odd = 1;
 		struct vlan_tag *tag = p;
 		if ((void *)(tag + 1) > end)
 			return GUARD_C_PASS_NOT_UNDERSTOOD;

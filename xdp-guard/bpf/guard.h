@@ -160,7 +160,8 @@ struct guard_pkt {
 	__u32 l3_off;
 	__u32 l4_off;
 	__u8 v6;
-	__u8 pad[3];
+	__u8 odd;        /* never answered in XDP: a VLAN tag, or a group MAC (set by classify) */
+	__u8 pad[2];
 };
 
 /* A query the answer fast path parsed: where the answer goes, and its cookie. */
