@@ -577,7 +577,7 @@ fn doq_answers_as_udp_does_and_a_blocked_source_gets_no_handshake() {
 /// connection closed with CODE) or "timeout".
 const DOQ_RAW: &str = r#"
 import asyncio, struct, sys
-import dns.message
+import dns.edns, dns.message
 from aioquic.asyncio import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
@@ -600,6 +600,8 @@ async def main():
     cfg.load_verify_locations(ca)
     async with connect(host, port, configuration=cfg, create_protocol=P) as p:
         q = dns.message.make_query("www.example.com.", "A")
+        if case == "keepalive":
+            q.use_edns(0, options=[dns.edns.GenericOption(11, b"")])
         q.id = 0x1234 if case == "nonzero-id" else 0
         w = q.to_wire()
         n = {"short": len(w) + 10, "long": len(w) - 5}.get(case, len(w))
@@ -637,11 +639,12 @@ fn a_malformed_doq_stream_closes_its_connection_with_doq_protocol_error() {
     let ok = send("ok");
     assert!(ok.starts_with("answer "), "a well-formed stream: {ok}");
     let malformed = dnsd.stat("drops.malformed");
-    // RFC 9250 §4.3.3 and §4.2.1: DOQ_PROTOCOL_ERROR is 0x2.
-    for case in ["nonzero-id", "short", "long"] {
+    // RFC 9250 §4.3.3 and §4.2.1: DOQ_PROTOCOL_ERROR is 0x2; §5.5.2: so is a message with
+    // edns-tcp-keepalive (it was answered, the option echoed).
+    for case in ["nonzero-id", "short", "long", "keepalive"] {
         assert_eq!(send(case), "closed 2", "{case}");
     }
-    assert_eq!(dnsd.stat("drops.malformed"), malformed + 3, "each counted");
+    assert_eq!(dnsd.stat("drops.malformed"), malformed + 4, "each counted");
     // The server goes on: a new connection is answered.
     let again = send("ok");
     assert_eq!(again, ok, "after the malformed streams");

@@ -188,3 +188,104 @@ fn a_changed_nsid_is_kept_until_restart_and_the_reload_says_so() {
         "back to the running value: {out}"
     );
 }
+
+/// Every reply to a query with a client cookie carries our server cookie, and the NSID
+/// when asked — CH answers, errors of class and opcode, a refused transfer or NOTIFY, IXFR
+/// over UDP — and a refused transfer says why (EDE 18, Prohibited), as NSD says it. Those
+/// replies came without the cookie (a resolver that enforces cookies takes such a UDP reply
+/// for a forgery) and, from the transfer side, without NSID or EDE.
+#[test]
+fn every_reply_carries_the_server_cookie_and_the_nsid() {
+    const COOKIE: u16 = 10;
+    let zones = [Zone::data("example.com.")];
+    let dnsd = Dnsd::builder()
+        .zones(&zones)
+        .server_option("nsid = \"node-a\"")
+        .start();
+    let client = b"\x01\x02\x03\x04\x05\x06\x07\x08".to_vec();
+    let cases: Vec<(&str, &str, u16, QueryOpts, u16)> = vec![
+        (
+            "CH TXT",
+            "version.bind.",
+            T::TXT,
+            QueryOpts {
+                qclass: 3,
+                ..QueryOpts::edns(1232)
+            },
+            u16::MAX,
+        ),
+        (
+            "HS class",
+            "www.example.com.",
+            T::A,
+            QueryOpts {
+                qclass: 4,
+                ..QueryOpts::edns(1232)
+            },
+            rcode::REFUSED,
+        ),
+        (
+            "opcode 3",
+            "www.example.com.",
+            T::A,
+            QueryOpts {
+                opcode: 3,
+                ..QueryOpts::edns(1232)
+            },
+            rcode::NOTIMP,
+        ),
+        (
+            "AXFR over TCP, refused",
+            "example.com.",
+            252,
+            QueryOpts {
+                tcp: true,
+                ..QueryOpts::edns(1232)
+            },
+            rcode::REFUSED,
+        ),
+        (
+            "IXFR over UDP, refused",
+            "example.com.",
+            251,
+            QueryOpts::edns(1232),
+            rcode::REFUSED,
+        ),
+        (
+            "NOTIFY from no primary",
+            "example.com.",
+            T::SOA,
+            QueryOpts {
+                opcode: 4,
+                ..QueryOpts::edns(1232)
+            },
+            u16::MAX,
+        ),
+    ];
+    for (what, name, qtype, mut opts, rc) in cases {
+        opts.options = vec![(NSID, Vec::new()), (COOKIE, client.clone())];
+        let q = build_query(0x4e53, name, qtype, &opts);
+        let r = if opts.tcp {
+            palisade_tests::client::tcp_exchange(dnsd.addr(), &q, Duration::from_secs(2))
+        } else {
+            udp_exchange(dnsd.addr(), &q, Duration::from_secs(2))
+        }
+        .expect("exchange")
+        .unwrap_or_else(|| panic!("{what}: no reply"));
+        let m = RawMsg::parse(&r).expect("a well-formed reply");
+        if rc != u16::MAX {
+            assert_eq!(m.rcode(), rc, "{what}");
+        }
+        let cookie = option(&m, COOKIE).unwrap_or_else(|| panic!("{what}: no COOKIE"));
+        assert_eq!(cookie.len(), 24, "{what}: our cookie after the client's");
+        assert_eq!(cookie[..8], client[..], "{what}");
+        assert_eq!(
+            option(&m, NSID).as_deref(),
+            Some(&b"node-a"[..]),
+            "{what}: NSID"
+        );
+        if what.contains("refused") {
+            assert_eq!(option(&m, EDE), Some(vec![0, 18]), "{what}: EDE");
+        }
+    }
+}

@@ -44,6 +44,12 @@ const SEND_WINDOW: u64 = 128 * 1024;
 /// them wait unanswered, as over TCP).
 const ANSWERS_IN_HAND: usize = 4;
 
+/// True when `msg` parses as a query carrying edns-tcp-keepalive.
+fn asks_keepalive(msg: &[u8]) -> bool {
+    let mut q = crate::query::wire::Query::default();
+    crate::query::wire::parse_query(msg, &mut q).is_ok() && q.edns.is_some_and(|e| e.keepalive)
+}
+
 /// The transport settings of the DNS over QUIC endpoints from the TCP limits.
 pub fn transport(idle: Duration, streams: usize) -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
@@ -247,6 +253,13 @@ async fn connection(
             let len = q.len().saturating_sub(2);
             if q.len() < 14 || u16::from_be_bytes([q[0], q[1]]) as usize != len || q[2..4] != [0, 0]
             {
+                tcp.stats().dropped(DropCause::Malformed);
+                conn.close(quinn::VarInt::from_u32(DOQ_PROTOCOL_ERROR), b"");
+                return;
+            }
+            // The edns-tcp-keepalive option is never sent over DoQ; a message with it is a
+            // protocol error that aborts the connection (RFC 9250 §5.5.2).
+            if asks_keepalive(&q[2..]) {
                 tcp.stats().dropped(DropCause::Malformed);
                 conn.close(quinn::VarInt::from_u32(DOQ_PROTOCOL_ERROR), b"");
                 return;

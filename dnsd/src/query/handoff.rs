@@ -47,6 +47,22 @@ pub struct Ctx<'a> {
     pub stats: &'a WorkerStats,
     /// Our EDNS UDP payload size (`[server] udp_payload`).
     pub udp_payload: u16,
+    /// What the replies' OPT carries besides an EDE, as every other reply's: our cookie, the
+    /// NSID, the keepalive, padding.
+    pub opt: ReplyOpt<'a>,
+}
+
+/// The options of a reply the transfer side makes, as the pipeline's replies carry them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReplyOpt<'a> {
+    /// Our server cookie for the client's (RFC 7873).
+    pub cookie: Option<crate::query::module::CookieOut>,
+    /// Our name server identifier, when asked (RFC 5001).
+    pub nsid: Option<&'a [u8]>,
+    /// The idle timeout announced, when asked over TCP (RFC 7828), in units of 100 ms.
+    pub keepalive: Option<u16>,
+    /// Pad the reply (a padded query over TLS).
+    pub pad: bool,
 }
 
 impl Ctx<'_> {

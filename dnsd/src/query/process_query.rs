@@ -444,6 +444,7 @@ impl Processor {
                 zones: &self.snapshot,
                 stats,
                 udp_payload: self.cfg.udp_payload,
+                opt: handoff::ReplyOpt::default(),
             };
             let failed = match x.verify(&c, off, out) {
                 Ok(s) => {
@@ -461,6 +462,12 @@ impl Processor {
         if let Some(x) = &self.xfr
             && handoff::wants(q, transport)
         {
+            let opt = handoff::ReplyOpt {
+                cookie: cookie_for(q, self.plan.as_mut(), req, self.local, transport, src),
+                nsid: self.cfg.nsid(q),
+                keepalive: self.cfg.keepalive(q, transport),
+                pad: self.pads(q, signer.is_some()),
+            };
             let c = handoff::Ctx {
                 req,
                 q,
@@ -470,6 +477,7 @@ impl Processor {
                 zones: &self.snapshot,
                 stats,
                 udp_payload: self.cfg.udp_payload,
+                opt,
             };
             let signed = signer.is_some();
             return match x.process(&c, signer, out) {
@@ -931,8 +939,19 @@ impl Processor {
         ))
     }
 
+    /// Our server cookie for a query that names no zone and carries a client cookie (`None`
+    /// without one, or with cookies off).
+    fn zoneless_cookie(
+        &mut self,
+        req: &[u8],
+        transport: Transport,
+        src: SocketAddr,
+    ) -> Option<crate::query::module::CookieOut> {
+        cookie_for(&self.q, self.plan.as_mut(), req, self.local, transport, src)
+    }
+
     /// A reply that names no zone: `rc`, `answer` (one record, raw) and our `cookie` in the
-    /// OPT when given.
+    /// OPT when given (else a fresh one when the query carries a client cookie).
     #[allow(clippy::too_many_arguments)]
     fn zoneless_reply(
         &mut self,
@@ -954,6 +973,14 @@ impl Processor {
         {
             return o;
         }
+        // Every reply to a query with a client cookie carries our server cookie (RFC 7873
+        // §5.2), CH answers and errors alike, as Knot and NSD send it: a resolver that
+        // enforces cookies takes a UDP reply without one for a forgery.
+        let own = match cookie {
+            None if with_edns => self.zoneless_cookie(req, transport, src),
+            _ => None,
+        };
+        let cookie = cookie.or(own.as_ref());
         let q = &*self.q;
         let udp_payload = self.cfg.udp_payload;
         let limit = response::size_limit(q, transport, udp_payload, out.len())
@@ -984,6 +1011,23 @@ impl Processor {
         self.stats.response(rc, false);
         Outcome::Reply(len)
     }
+}
+
+/// Our server cookie for `q` (read from `req`), which carries a client cookie, checked by
+/// `plan` (`None` without a client cookie, or with cookies off).
+fn cookie_for(
+    q: &Query,
+    plan: Option<&mut defence::Plan>,
+    req: &[u8],
+    local: Option<std::net::IpAddr>,
+    transport: Transport,
+    src: SocketAddr,
+) -> Option<crate::query::module::CookieOut> {
+    q.edns?.cookie(req)?;
+    let p = plan?;
+    let mut parsed = Parsed::zoneless(req, q, src.ip(), local, transport, p.suspect());
+    p.check_cookie(&mut parsed);
+    parsed.cookie_out
 }
 
 #[cfg(test)]

@@ -267,7 +267,18 @@ pub fn reply(
     }
     w.set_limit(limit);
     if c.q.edns.is_some() {
-        crate::query::response::put_opt(&mut w, c.q, c.udp_payload, rc, Default::default());
+        use crate::query::response::{OptOptions, ede};
+        let o = &c.opt;
+        let opts = OptOptions {
+            cookie: o.cookie.as_ref(),
+            keepalive: o.keepalive,
+            nsid: o.nsid,
+            // A refused transfer or NOTIFY says why (RFC 8914), as NSD says it.
+            ede: (rc == rcode::REFUSED).then_some(ede::PROHIBITED),
+            pad: o.pad && signer.is_none(),
+            ..Default::default()
+        };
+        crate::query::response::put_opt(&mut w, c.q, c.udp_payload, rc, opts);
     }
     let mut n = w.finish();
     if let Some(s) = signer {
