@@ -221,13 +221,17 @@ fn encode_head_as(
             put(dst, name.as_str(), value.as_bytes());
         }
     }
-    // Ours appended to the client's own only behind a trusted proxy, and only when printable.
+    // Ours appended to the client's own only behind a trusted proxy, and only when printable:
+    // every field line of it in order, one list (RFC 9110 §5.3; a hop that appends a line of
+    // its own, as HAProxy does, would otherwise lose it to the client's first).
     let list = |dst: &mut Vec<u8>, name: &str, prev: Option<&HeaderValue>, ours: &HeaderValue| {
         dst.extend_from_slice(name.as_bytes());
         dst.extend_from_slice(b": ");
-        if let Some(p) = prev.filter(|v| trust && v.to_str().is_ok()) {
-            dst.extend_from_slice(p.as_bytes());
-            dst.extend_from_slice(b", ");
+        if prev.is_some() && trust && h.get_all(name).iter().all(|v| v.to_str().is_ok()) {
+            for p in h.get_all(name) {
+                dst.extend_from_slice(p.as_bytes());
+                dst.extend_from_slice(b", ");
+            }
         }
         dst.extend_from_slice(ours.as_bytes());
         dst.extend_from_slice(b"\r\n");
@@ -949,6 +953,19 @@ mod tests {
         );
         assert!(h.contains("x-forwarded-host: evil\r\n"), "{h}");
         assert!(h.ends_with("transfer-encoding: chunked\r\n\r\n"), "{h}");
+        // Every line of it, in order (a hop before us appended a line of its own).
+        let two = parts(
+            "/",
+            &[
+                ("x-forwarded-for", "6.6.6.6"),
+                ("x-forwarded-for", "198.51.100.2"),
+            ],
+        );
+        let h = head(&two, None, &trust, ReqBody::None { zero_length: false });
+        assert!(
+            h.contains("x-forwarded-for: 6.6.6.6, 198.51.100.2, 192.0.2.7\r\n"),
+            "{h}"
+        );
         // Only the Host the site was chosen by goes upstream (here: none given).
         assert!(!h.contains("\r\nhost: "), "{h}");
         // A second Host, or Host named in Connection, cannot change or drop it.

@@ -320,14 +320,19 @@ pub fn set_forwarding(
     client: &ClientInfo,
     host: Option<&HeaderValue>,
 ) {
-    let prev_xff = h
-        .get(&X_FORWARDED_FOR)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let prev_fwd = h
-        .get(&FORWARDED)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    // Every field line, in order, as one list (RFC 9110 §5.3); none unless all are printable.
+    let joined = |name: &HeaderName| -> Option<String> {
+        let mut out = String::new();
+        for v in h.get_all(name) {
+            if !out.is_empty() {
+                out.push_str(", ");
+            }
+            out.push_str(v.to_str().ok()?);
+        }
+        (!out.is_empty()).then_some(out)
+    };
+    let prev_xff = joined(&X_FORWARDED_FOR);
+    let prev_fwd = joined(&FORWARDED);
     for (name, kind) in [
         (&X_FORWARDED_FOR, Forwarding::Xff),
         (&X_FORWARDED_PROTO, Forwarding::XfProto),
@@ -453,5 +458,11 @@ mod tests {
         set_forwarding(&mut h2, &trust, &c4, None);
         assert_eq!(h2[&X_FORWARDED_FOR], "6.6.6.6, 192.0.2.7");
         assert_eq!(h2[&FORWARDED], "for=6.6.6.6, for=192.0.2.7;proto=http");
+        // Every field line, in order.
+        let mut h3 = HeaderMap::new();
+        h3.append(&X_FORWARDED_FOR, HeaderValue::from_static("6.6.6.6"));
+        h3.append(&X_FORWARDED_FOR, HeaderValue::from_static("198.51.100.2"));
+        set_forwarding(&mut h3, &trust, &c4, None);
+        assert_eq!(h3[&X_FORWARDED_FOR], "6.6.6.6, 198.51.100.2, 192.0.2.7");
     }
 }
