@@ -183,9 +183,15 @@ fn blocked(front: &Front, ip: std::net::IpAddr) -> bool {
 /// counter otherwise.
 fn register(front: &Front, snap: &Snapshot, ip: std::net::IpAddr) -> Result<ConnGuard, Counter> {
     let s = &snap.cfg.server;
+    // A hop that names its clients in X-Forwarded-For carries many: bounded in total only.
+    let per_source = if snap.cfg.real_ip.contains(ip) {
+        s.max_connections
+    } else {
+        s.max_connections_per_source
+    };
     front
         .registry
-        .register(ip, s.max_connections, s.max_connections_per_source)
+        .register(ip, s.max_connections, per_source)
         .map(|r| r.guard)
         .map_err(|r| match r {
             Refused::Total => Counter::LimitMaxConnections,
@@ -307,6 +313,7 @@ async fn serve(
             max_streams: snap.cfg.http2.max_concurrent_streams,
             ja4,
             h2_fingerprint: Arc::default(),
+            real_ip: (snap.cfg.real_ip.contains(ip)).then(|| Arc::new(snap.cfg.real_ip.clone())),
         })
     };
     let c = &front.counters;

@@ -1,7 +1,8 @@
 //! What http-front's block map refuses from every automatic writer: prefixes shorter than
 //! `[block] min_prefix_v4` / `min_prefix_v6`, and the never-block set — the rules file's
 //! `[global] never_block`, plus what http-front adds by itself: its Redis server (or
-//! sentinels), its PROXY protocol proxies (`[server] proxy_allow`), its upstreams and the
+//! sentinels), its PROXY protocol proxies (`[server] proxy_allow`), its `X-Forwarded-For`
+//! hops (`[server] real_ip_from`), its upstreams and the
 //! node's own addresses. Made at start and on every reload; `ctl status`
 //! lists the effective set and where each entry came from.
 
@@ -21,6 +22,9 @@ pub fn never_block(cfg: &Config, rules: &shield::rules::Prepared) -> NeverBlock 
     }
     for n in cfg.proxy.nets() {
         nb.push(*n, "proxy_allow");
+    }
+    for n in cfg.real_ip.nets() {
+        nb.push(*n, "real_ip_from");
     }
     for u in &cfg.upstreams {
         for s in &u.servers {

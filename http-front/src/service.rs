@@ -58,6 +58,54 @@ pub struct ConnCtx {
     pub ja4: Option<Box<str>>,
     /// The HTTP/2 fingerprint, set by the transport once the first HEADERS came (HTTP/2).
     pub h2_fingerprint: Arc<std::sync::OnceLock<Box<str>>>,
+    /// The connection comes from a hop of `[server] real_ip_from` (these are the hops): its
+    /// requests are their `X-Forwarded-For` client's.
+    pub real_ip: Option<Arc<shield::proxy_proto::ProxyAllow>>,
+}
+
+impl ConnCtx {
+    /// The request's own context when the connection is a hop's and `headers` name another
+    /// client in `X-Forwarded-For`: the rightmost address that is not itself a hop (all
+    /// hops: the leftmost), as nginx's `real_ip_recursive` reads it. An entry that is no
+    /// address ends the walk at the hop itself.
+    fn for_client(&self, headers: &http::HeaderMap) -> Option<Box<ConnCtx>> {
+        let hops = self.real_ip.as_deref()?;
+        let mut client = None;
+        'lines: for v in headers.get_all("x-forwarded-for").iter().rev() {
+            for entry in v.to_str().ok()?.rsplit(',') {
+                let e = entry.trim();
+                if e.is_empty() {
+                    continue;
+                }
+                let ip: IpAddr = e.parse().ok()?;
+                let ip = match ip {
+                    IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+                    v4 => v4,
+                };
+                client = Some(ip);
+                if !hops.contains(ip) {
+                    break 'lines;
+                }
+            }
+        }
+        let ip = client.filter(|c| *c != self.ip)?;
+        let tls = self.client.proto == "https";
+        Some(Box::new(ConnCtx {
+            front: Arc::clone(&self.front),
+            ctl: Arc::clone(&self.ctl),
+            ip,
+            h2: self.h2,
+            client: ClientInfo::new(std::net::SocketAddr::new(ip, 0), self.client.dst, tls),
+            max_requests: self.max_requests,
+            flood_min: self.flood_min,
+            flood_ratio: self.flood_ratio,
+            flood_block_secs: self.flood_block_secs,
+            max_streams: self.max_streams,
+            ja4: self.ja4.clone(),
+            h2_fingerprint: Arc::clone(&self.h2_fingerprint),
+            real_ip: None,
+        }))
+    }
 }
 
 /// Counts a request in flight on its connection; a request dropped before its response head
@@ -150,13 +198,16 @@ pub fn handle(
     req: Request<Incoming>,
 ) -> impl Future<Output = Result<Response<RespBody>, Infallible>> + Send + 'static {
     let flight = Flight::start(cx);
-    let verdict = decide(&flight.cx, req);
+    // Through a hop of `real_ip_from`: the request is its X-Forwarded-For client's (the
+    // connection, its resets and bounds, stay the hop's).
+    let own = flight.cx.for_client(req.headers());
+    let verdict = decide(own.as_deref().unwrap_or(&flight.cx), req);
     async move {
         let mut flight = flight;
         let resp = match verdict {
             Verdict::Respond(r) => r,
             Verdict::Proxy(mut job) => {
-                let cx = &flight.cx;
+                let cx = own.as_deref().unwrap_or(&flight.cx);
                 if cx.h2 {
                     // A stream whose connection ended gives its origin up at once (nginx
                     // closes the upstream connection when its client goes): hyper lets

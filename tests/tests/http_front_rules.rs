@@ -435,3 +435,92 @@ id = 2
         1
     );
 }
+
+/// Behind a hop that names its clients in X-Forwarded-For (`real_ip_from`: a reverse proxy
+/// without the PROXY protocol, a CDN), each request is its client's: three denied requests
+/// of one client get that client blocked, not the hop (which blocked every user behind it,
+/// on every site, on every node and for DNS); the others behind it are served. A client
+/// that is no hop cannot name another in the header.
+#[test]
+fn behind_a_listed_hop_each_request_is_its_forwarded_clients() {
+    let rules = r#"
+[[tenant]]
+id = 1
+escalate = { after = 3, window_secs = 60, block_secs = 600, on = ["deny"] }
+
+[[tenant.rule]]
+name = "bad"
+action = "deny"
+when = [{ attr = "path", prefix = "/bad" }]
+
+[[tenant]]
+id = 2
+"#;
+    let origin = Origin::start();
+    let hop = net::test_ip();
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "{}{}",
+                base_config(a, m, origin.addr()).replace(
+                    "workers = 2\n",
+                    &format!("workers = 2\nreal_ip_from = [\"{hop}\"]\n")
+                ),
+                sites("")
+            )
+        },
+        Some(rules),
+    );
+    let fa = front.addr();
+    let via_hop = |client: &str, host: &str, path: &str| {
+        let mut c = H1Conn::connect(Some(hop), fa).unwrap();
+        c.request(
+            "GET",
+            host,
+            path,
+            &[("x-forwarded-for", client), ("connection", "close")],
+            b"",
+        )
+        .unwrap()
+        .status
+    };
+    // The attacker, behind the hop (an address of the hop's own list to its right is
+    // skipped, as nginx's real_ip_recursive does).
+    for _ in 0..3 {
+        assert_eq!(
+            via_hop(&format!("203.0.113.5, 192.0.2.66, {hop}"), "a.test", "/bad"),
+            403
+        );
+    }
+    assert_eq!(
+        front.wait_metric(
+            "http_front_escalations_total{by=\"rules\"}",
+            1,
+            Duration::from_secs(5)
+        ),
+        1
+    );
+    // The attacker is refused on every site, its neighbours behind the hop are served, and
+    // so is the hop itself.
+    assert_eq!(via_hop("192.0.2.66", "b.test", "/"), 403);
+    assert_eq!(via_hop("192.0.2.77", "a.test", "/"), 200);
+    assert_eq!(via_hop("192.0.2.77", "b.test", "/"), 200);
+    assert_eq!(get(Some(hop), fa, "b.test", "/").unwrap().status, 200);
+    // A client that is no hop cannot speak for another.
+    let direct = net::test_ip();
+    let mut c = H1Conn::connect(Some(direct), fa).unwrap();
+    let r = c
+        .request(
+            "GET",
+            "b.test",
+            "/",
+            &[("x-forwarded-for", "192.0.2.66")],
+            b"",
+        )
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        front.metric("palisade_blockmap_entries_by_evidence{evidence=\"http\"}"),
+        1
+    );
+}

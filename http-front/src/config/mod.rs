@@ -27,6 +27,7 @@
 //! body_min_rate_bytes_per_sec = 1024   # after the first 2 s of a body (0: none); slower: 408
 //! body_timeout_ms = 60000         # a whole request body; slower: 408
 //! proxy_allow = []                # load balancers whose connections start with a PROXY header (v2 or v1)
+//! real_ip_from = []               # hops (reverse proxies, CDNs) whose requests name their client in X-Forwarded-For
 //!
 //! [limits]
 //! max_uri_bytes = 8192            # 414
@@ -349,6 +350,8 @@ pub struct Config {
     pub path: PathBuf,
     /// `[server] proxy_allow`, parsed.
     pub proxy: shield::proxy_proto::ProxyAllow,
+    /// `[server] real_ip_from`, parsed.
+    pub real_ip: shield::proxy_proto::ProxyAllow,
     /// `[server]`.
     pub server: Server,
     /// `[limits]`.
@@ -842,6 +845,14 @@ impl Config {
 
         let proxy = shield::proxy_proto::ProxyAllow::parse(&f.server.proxy_allow)
             .map_err(|m| at(None, "server.proxy_allow", m))?;
+        let real_ip =
+            shield::proxy_proto::ProxyAllow::parse(&f.server.real_ip_from).map_err(|m| {
+                at(
+                    None,
+                    "server.real_ip_from",
+                    m.replace("proxy_allow", "real_ip_from"),
+                )
+            })?;
         let mut challenge = f.challenge.clone();
         challenge.key_file = challenge.key_file.map(|p| abs(&p));
         let challenge_keys = match &challenge.key_file {
@@ -919,6 +930,7 @@ impl Config {
         let config = Config {
             path: path.to_path_buf(),
             proxy,
+            real_ip,
             server: f.server,
             limits: f.limits,
             http2: f.http2,

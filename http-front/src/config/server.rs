@@ -85,6 +85,13 @@ pub struct Server {
     /// block and log sees. A listed proxy's connection without a valid header within
     /// `header_read_timeout_ms` is closed and counted. The listed proxies are never blocked.
     pub proxy_allow: Vec<String>,
+    /// Hops (addresses or prefixes: a reverse proxy, a CDN) that name their client in
+    /// `X-Forwarded-For` rather than a PROXY header: a request that came through one is its
+    /// client's — the rightmost address of `X-Forwarded-For` that is not itself a listed hop
+    /// (nginx's `set_real_ip_from` with `real_ip_recursive`) — for every rule, block, limit,
+    /// challenge and log. The hops are never blocked, and their connections are bounded by
+    /// `max_connections` only (they carry many clients).
+    pub real_ip_from: Vec<String>,
 }
 
 impl Default for Server {
@@ -107,6 +114,7 @@ impl Default for Server {
             response_buffer_total_bytes: 512 << 20,
             send_min_rate_bytes_per_sec: 1024,
             proxy_allow: Vec::new(),
+            real_ip_from: Vec::new(),
             // As large as the default max_body_bytes: every body taken by default is whole
             // before an origin sees it (nginx's proxy_request_buffering, in memory).
             body_buffer_bytes: 1 << 20,
