@@ -1095,3 +1095,60 @@ fn xdp_answers_only_frames_the_kernel_would_take() {
         },
     );
 }
+
+/// A source dnsd made a suspect (forged-looking UDP that reached an escalation) gets no
+/// answer from the fast path: its queries pass to dnsd, which answers them TC=1 with the
+/// question alone. The fast path gave it full answers from every zone it holds.
+#[test]
+fn a_suspect_source_is_never_answered_in_xdp() {
+    let Some((dir, pair, zone)) = setup() else {
+        return;
+    };
+    let port = 5353;
+    let cfg = config(dir.path(), "fast", port, &zone, Some(&pair.if_b));
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[tenant]]\nid = 7\n\
+         escalate = { after = 3, window_secs = 60, block_secs = 600, on = [\"deny\"] }\n\
+         [[tenant.rule]]\nname = \"no-any\"\naction = \"deny\"\nrcode = \"REFUSED\"\n\
+         when = [{ attr = \"qtype\", one_of = [\"ANY\"] }]\n",
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(&cfg).unwrap().replacen(
+        "origin = \"example.net.\"",
+        "origin = \"example.net.\"\ntenant = 7",
+        1,
+    ) + &format!("\n[rules]\nfile = \"{}\"\n", rules.display());
+    std::fs::write(&cfg, text).unwrap();
+    let _fast = NsDnsd::start(&pair.b, &cfg);
+    let server = SocketAddr::new(VethPair::B4.into(), port);
+    let q = build_query(7, "www.example.com.", 1, &QueryOpts::edns(1232));
+    wait_for("dnsd to answer", Duration::from_secs(20), || {
+        exchange_all(&pair, server, vec![q.clone()])[0].is_some()
+    });
+    wait_for("answered in XDP", Duration::from_secs(20), || {
+        let before = stats(&cfg).get("xdp.answered");
+        exchange_all(&pair, server, vec![q.clone()]);
+        stats(&cfg).get("xdp.answered") > before
+    });
+    // Denied ANY over UDP (unproven) from the client: a suspect, not a block.
+    let any = build_query(8, "example.net.", 255, &QueryOpts::edns(1232));
+    exchange_all(&pair, server, vec![any; 4]);
+    let (_, list) = ctl(&cfg, &["block", "list"]);
+    assert!(list.contains("suspect"), "{list}");
+    std::thread::sleep(Duration::from_millis(300));
+    let before = stats(&cfg).get("xdp.answered");
+    let replies = exchange_all(&pair, server, vec![q.clone(); 3]);
+    assert_eq!(
+        stats(&cfg).get("xdp.answered"),
+        before,
+        "a suspect answered in XDP"
+    );
+    let r = replies[0].as_ref().expect("dnsd's reply");
+    assert_ne!(
+        u16::from_be_bytes([r[2], r[3]]) & 0x0200,
+        0,
+        "dnsd answers a suspect TC=1"
+    );
+}

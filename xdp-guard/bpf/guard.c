@@ -115,6 +115,18 @@ struct {
 	__type(value, __u32);
 } guard_proxy SEC(".maps");
 
+/* dnsd's suspects (IPv4 mapped; value: CLOCK_BOOTTIME ns of the end): sources dnsd answers
+ * TC=1 with the question alone, under a budget. Their queries are never answered here (a
+ * full answer to a forged source is what the suspect state exists to deny); they pass to
+ * dnsd. Empty, the lookup costs a root check. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, GUARD_DEFAULT_SUSPECT_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct guard_lpm_v6_key);
+	__type(value, __u64);
+} guard_suspect SEC(".maps");
+
 /* 802.1Q / 802.1ad tag (not in the uapi headers). */
 struct vlan_tag {
 	__be16 tci;
@@ -417,6 +429,15 @@ static __always_inline int is_proxy(const struct guard_v6_key *src)
 	return bpf_map_lookup_elem(&guard_proxy, &k) != 0;
 }
 
+/* True while `src` (IPv4 mapped) is one of dnsd's suspects. */
+static __always_inline int suspect(const struct guard_v6_key *src)
+{
+	struct guard_lpm_v6_key k = { .prefixlen = 128 };
+	__builtin_memcpy(k.addr, src->addr, 16);
+	const __u64 *until = bpf_map_lookup_elem(&guard_suspect, &k);
+	return until && *until > bpf_ktime_get_boot_ns();
+}
+
 /* L4 after an IP header: UDP to a DNS service of a source with a DNS-only block is dropped;
  * UDP to a DNS port is rate-limited (and, when it passes, a candidate for the answer fast
  * path), TCP is checked for sanity. */
@@ -445,7 +466,7 @@ static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_
 				return d;
 		}
 		int v = rate_limit(src, udp->dest, cnt, 0);
-		if (v == GUARD_C_PASS && answerable)
+		if (v == GUARD_C_PASS && answerable && !suspect(src))
 			return GUARD_CANDIDATE;
 		return v;
 	}

@@ -53,6 +53,7 @@
 #define GUARD_DEFAULT_ANS_RATE_ENTRIES 65536
 #define GUARD_DEFAULT_SVC_ENTRIES 16384
 #define GUARD_DEFAULT_PROXY_ENTRIES 1024
+#define GUARD_DEFAULT_SUSPECT_ENTRIES 65536
 
 /* One packet's worth of tokens in a rate-limit bucket ("nano-packets"). */
 #define GUARD_TOKEN_UNIT 1000000000ULL

@@ -124,6 +124,7 @@ impl XdpGuard {
             crate::maps::DEFAULT_ANS_RATE_ENTRIES,
             crate::maps::DEFAULT_SVC_ENTRIES,
             crate::maps::DEFAULT_PROXY_ENTRIES,
+            crate::maps::DEFAULT_SUSPECT_ENTRIES,
         ];
         let mut loader = EbpfLoader::new();
         for (name, size) in ALL_MAPS.iter().zip(sizes) {

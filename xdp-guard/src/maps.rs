@@ -40,8 +40,11 @@ pub const MAP_SVC: &str = "guard_svc";
 /// Name of the LPM_TRIE of the proxies (`[server] proxy_allow`, IPv4 mapped) whose UDP
 /// datagrams carry a PROXY v2 header: blocks and the rate limit apply to the client it names.
 pub const MAP_PROXY: &str = "guard_proxy";
+/// Name of the LPM_TRIE of dnsd's suspects (IPv4 mapped; value: CLOCK_BOOTTIME ns of the
+/// end): their queries are never answered in XDP.
+pub const MAP_SUSPECT: &str = "guard_suspect";
 /// Every map of the program, in a fixed order.
-pub const ALL_MAPS: [&str; 15] = [
+pub const ALL_MAPS: [&str; 16] = [
     MAP_BLOCK_V4,
     MAP_BLOCK_V6,
     MAP_PREFIX_V4,
@@ -57,6 +60,7 @@ pub const ALL_MAPS: [&str; 15] = [
     MAP_ANS_RATE,
     MAP_SVC,
     MAP_PROXY,
+    MAP_SUSPECT,
 ];
 
 /// Default capacity of the IPv4 address hash.
@@ -244,6 +248,10 @@ pub const DEFAULT_SVC_ENTRIES: u32 = 16_384;
 
 /// Capacity of the proxy trie.
 pub const DEFAULT_PROXY_ENTRIES: u32 = 1_024;
+
+/// Capacity of the suspects' trie (past it, a suspect's queries may be answered in XDP:
+/// counted by the mirror).
+pub const DEFAULT_SUSPECT_ENTRIES: u32 = 65_536;
 
 impl BlockValue {
     /// The stored slot value of an expiry in the API's terms (0 = never).

@@ -356,6 +356,23 @@ impl Mirror {
         let n = match d {
             Delivery::Changes(changes) => {
                 let n = changes.len();
+                // dnsd's suspects go to their own trie (the answer path passes them to dnsd);
+                // an entry that left the suspect state (blocked, removed) leaves it too.
+                let suspects: Vec<(ipnet::IpNet, Option<u64>)> = if self.writes_suspects(&maps) {
+                    changes
+                        .iter()
+                        .map(|c| match c {
+                            Change::Upsert(e) if !e.is_proven() => {
+                                (e.net, clock.to_kernel(e.expires_ms).map_value())
+                            }
+                            Change::Upsert(e) => (e.net, None),
+                            Change::Remove { net, .. } => (*net, None),
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                self.write_suspects(&maps, &suspects, false);
                 let (ups, dels) = coalesce(changes.into_iter().map(|c| match c {
                     // A suspect (unproven evidence) is never an XDP drop.
                     Change::Upsert(e) if !e.is_proven() => (e.net, None),
@@ -390,6 +407,17 @@ impl Mirror {
                     })
                     .collect();
                 self.stats.resyncs.fetch_add(1, Ordering::Relaxed);
+                if self.writes_suspects(&maps) {
+                    let suspects: Vec<(ipnet::IpNet, Option<u64>)> = entries
+                        .iter()
+                        .filter(|e| !e.is_proven())
+                        .filter_map(|e| {
+                            let ns = clock.to_kernel(e.expires_ms).map_value()?;
+                            Some((e.net, Some(ns)))
+                        })
+                        .collect();
+                    self.write_suspects(&maps, &suspects, true);
+                }
                 match maps.replace_all(&desired, self.opts.batch) {
                     Ok(r) => {
                         debug!(entries = n, ?r, "XDP maps resynced");
@@ -409,6 +437,30 @@ impl Mirror {
             .expired_skipped
             .fetch_add(skipped, Ordering::Relaxed);
         n
+    }
+
+    /// True when this mirror writes the suspects' trie: dnsd's (its suspects are the DNS
+    /// ones the answer path must pass on; another daemon's unproven entries mean nothing to
+    /// DNS, and a resync of theirs would wipe dnsd's).
+    fn writes_suspects(&self, maps: &GuardMaps) -> bool {
+        maps.slot() == crate::maps::SLOT_DNSD
+    }
+
+    /// Writes `edits` into the suspects' trie (`whole`: it holds nothing else after);
+    /// counts what found no room.
+    fn write_suspects(&self, maps: &GuardMaps, edits: &[(ipnet::IpNet, Option<u64>)], whole: bool) {
+        if edits.is_empty() && !whole {
+            return;
+        }
+        match maps.set_suspects(edits, whole) {
+            Ok(full) => {
+                self.stats.full.fetch_add(full, Ordering::Relaxed);
+            }
+            Err(e) => {
+                warn!(error = %e, "XDP suspects not written");
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Writes the `[global]` lists when they changed or the maps did.

@@ -88,6 +88,41 @@ impl GuardMaps {
         Ok(want.len())
     }
 
+    /// Sets (`Some(expires_ns)`, CLOCK_BOOTTIME) or clears each suspect of `edits` in the
+    /// suspects' trie (IPv4 as IPv4-mapped IPv6); with `whole`, every other entry goes too.
+    /// Returns how many could not be written for want of room.
+    pub fn set_suspects(&self, edits: &[(IpNet, Option<u64>)], whole: bool) -> Result<u64, Error> {
+        let _lock = self.lock();
+        let fd = self.fd(SUSPECT);
+        if whole {
+            let want: HashSet<Vec<u8>> = edits
+                .iter()
+                .filter(|(_, e)| e.is_some())
+                .map(|(n, _)| mapped_lpm_key(n))
+                .collect();
+            for k in self.keys(SUSPECT, 20)? {
+                if !want.contains(&k) {
+                    sys::delete(fd, &k).map_err(|e| syscall_err("delete", ALL_MAPS[SUSPECT], e))?;
+                }
+            }
+        }
+        let mut full = 0;
+        for (n, e) in edits {
+            let k = mapped_lpm_key(n);
+            match e {
+                Some(ns) => match sys::update(fd, &k, &ns.to_ne_bytes(), sys::BPF_ANY) {
+                    Ok(()) => {}
+                    Err(e) if is_full(&e) => full += 1,
+                    Err(e) => return Err(syscall_err("update", ALL_MAPS[SUSPECT], e)),
+                },
+                None => {
+                    sys::delete(fd, &k).map_err(|e| syscall_err("delete", ALL_MAPS[SUSPECT], e))?;
+                }
+            }
+        }
+        Ok(full)
+    }
+
     /// Every key of map `i` of [`ALL_MAPS`] (`ks` bytes each), walked key by key.
     pub(crate) fn keys(&self, i: usize, ks: usize) -> Result<Vec<Vec<u8>>, Error> {
         let fd = self.fd(i);
