@@ -1152,3 +1152,46 @@ fn a_suspect_source_is_never_answered_in_xdp() {
         "dnsd answers a suspect TC=1"
     );
 }
+
+/// A source of `[defence.rrl] exempt` is not rate-limited in XDP either: dnsd answers it in
+/// full, and the fast path answered 10 of 40, slipping or dropping the rest.
+#[test]
+fn an_rrl_exempt_source_is_answered_in_full_in_xdp() {
+    let Some((dir, pair, zone)) = setup() else {
+        return;
+    };
+    let rrl = format!(
+        "responses_per_second = 2\nslip = 2\nexempt = [\"{}/32\"]",
+        VethPair::A4
+    );
+    let cfg = config_rrl(dir.path(), "fast", 5353, &zone, Some(&pair.if_b), &rrl);
+    let _fast = NsDnsd::start(&pair.b, &cfg);
+    let server = SocketAddr::new(VethPair::B4.into(), 5353);
+    let q = build_query(7, "www.example.com.", 1, &QueryOpts::edns(1232));
+    wait_for("dnsd to answer", Duration::from_secs(20), || {
+        exchange_all(&pair, server, vec![q.clone()])[0].is_some()
+    });
+    wait_for("answered in XDP", Duration::from_secs(20), || {
+        let before = stats(&cfg).get("xdp.answered");
+        exchange_all(&pair, server, vec![q.clone()]);
+        stats(&cfg).get("xdp.answered") > before
+    });
+    let before = stats(&cfg);
+    let queries: Vec<Vec<u8>> = (0..40)
+        .map(|i| build_query(900 + i, "www.example.com.", 1, &QueryOpts::edns(1232)))
+        .collect();
+    let replies = exchange_all(&pair, server, queries);
+    let after = stats(&cfg);
+    let full = replies
+        .iter()
+        .flatten()
+        .filter(|r| r[2] & 0x02 == 0)
+        .count();
+    assert_eq!(full, 40, "answered in full");
+    assert_eq!(
+        after.get("xdp.answer_rrl_slip") + after.get("xdp.answer_rrl_drop"),
+        before.get("xdp.answer_rrl_slip") + before.get("xdp.answer_rrl_drop"),
+        "limited in XDP"
+    );
+    assert!(after.get("xdp.answered") >= before.get("xdp.answered") + 40);
+}

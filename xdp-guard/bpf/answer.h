@@ -708,14 +708,16 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 		cnt->count[GUARD_C_ANS_PASS_SIZE]++;
 		return XDP_PASS;
 	}
-	/* A valid server cookie proves the source address: no rate limit, as in dnsd. */
-	int exempt = 0;
+	/* A valid server cookie proves the source address: no rate limit, as in dnsd; nor for a
+	 * source of [defence.rrl] exempt. */
+	int exempt = pk->rrl_exempt;
 	__u32 now_s = 0;
 	if (extra) {
 		now_s = (now + aa->unix_off_ns) / 1000000000ULL;
 		if (a->cookie == 24) {
-			exempt = cookie_valid(aa, a, src, v6, now_s);
-			cnt->count[exempt ? GUARD_C_ANS_COOKIE_VALID : GUARD_C_ANS_COOKIE_INVALID]++;
+			int valid = cookie_valid(aa, a, src, v6, now_s);
+			cnt->count[valid ? GUARD_C_ANS_COOKIE_VALID : GUARD_C_ANS_COOKIE_INVALID]++;
+			exempt |= valid;
 		}
 	}
 	int allowed = exempt ? 1 : answer_allowed(src, v6, aa, 0, now);

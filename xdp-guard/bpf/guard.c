@@ -429,13 +429,20 @@ static __always_inline int is_proxy(const struct guard_v6_key *src)
 	return bpf_map_lookup_elem(&guard_proxy, &k) != 0;
 }
 
-/* True while `src` (IPv4 mapped) is one of dnsd's suspects. */
-static __always_inline int suspect(const struct guard_v6_key *src)
+/* True while `src` (IPv4 mapped) is one of dnsd's suspects; a source of `[defence.rrl]
+ * exempt` (the trie's GUARD_RRL_EXEMPT entries) is marked in `pk` instead. */
+static __always_inline int suspect(const struct guard_v6_key *src, struct guard_pkt *pk)
 {
 	struct guard_lpm_v6_key k = { .prefixlen = 128 };
 	__builtin_memcpy(k.addr, src->addr, 16);
 	const __u64 *until = bpf_map_lookup_elem(&guard_suspect, &k);
-	return until && *until > bpf_ktime_get_boot_ns();
+	if (!until)
+		return 0;
+	if (*until == GUARD_RRL_EXEMPT) {
+		pk->rrl_exempt = 1;
+		return 0;
+	}
+	return *until > bpf_ktime_get_boot_ns();
 }
 
 /* L4 after an IP header: UDP to a DNS service of a source with a DNS-only block is dropped;
@@ -466,7 +473,7 @@ static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_
 				return d;
 		}
 		int v = rate_limit(src, udp->dest, cnt, 0);
-		if (v == GUARD_C_PASS && answerable && !suspect(src))
+		if (v == GUARD_C_PASS && answerable && !suspect(src, pk))
 			return GUARD_CANDIDATE;
 		return v;
 	}

@@ -54,6 +54,8 @@
 #define GUARD_DEFAULT_SVC_ENTRIES 16384
 #define GUARD_DEFAULT_PROXY_ENTRIES 1024
 #define GUARD_DEFAULT_SUSPECT_ENTRIES 65536
+/* guard_suspect value of a [defence.rrl] exempt prefix (not a suspect: no RRL in XDP). */
+#define GUARD_RRL_EXEMPT 1ULL
 
 /* One packet's worth of tokens in a rate-limit bucket ("nano-packets"). */
 #define GUARD_TOKEN_UNIT 1000000000ULL
@@ -162,7 +164,8 @@ struct guard_pkt {
 	__u32 l4_off;
 	__u8 v6;
 	__u8 odd;        /* never answered in XDP: a VLAN tag, or a group MAC (set by classify) */
-	__u8 pad[2];
+	__u8 rrl_exempt; /* the source is in [defence.rrl] exempt: no RRL in XDP (set by l4) */
+	__u8 pad;
 };
 
 /* A query the answer fast path parsed: where the answer goes, and its cookie. */

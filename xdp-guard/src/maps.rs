@@ -253,6 +253,10 @@ pub const DEFAULT_PROXY_ENTRIES: u32 = 1_024;
 /// counted by the mirror).
 pub const DEFAULT_SUSPECT_ENTRIES: u32 = 65_536;
 
+/// The suspects' trie value of a `[defence.rrl] exempt` prefix: no RRL in XDP for it
+/// (`GUARD_RRL_EXEMPT`; an expiry long past, so never a suspect).
+pub const RRL_EXEMPT: u64 = 1;
+
 impl BlockValue {
     /// The stored slot value of an expiry in the API's terms (0 = never).
     pub fn stored(expires_ns: u64) -> u64 {

@@ -177,6 +177,8 @@ struct Global {
     services: Mutex<Option<(Vec<ipnet::IpNet>, u16)>>,
     /// The proxies whose datagrams carry a PROXY v2 header (written with the services).
     proxies: Mutex<Vec<ipnet::IpNet>>,
+    /// `[defence.rrl] exempt` (written with the services, into the suspects' trie).
+    rrl_exempt: Mutex<Vec<ipnet::IpNet>>,
 }
 
 /// Mirrors one block-map subscription into one writer slot of one set of kernel maps.
@@ -408,14 +410,12 @@ impl Mirror {
                     .collect();
                 self.stats.resyncs.fetch_add(1, Ordering::Relaxed);
                 if self.writes_suspects(&maps) {
-                    let suspects: Vec<(ipnet::IpNet, Option<u64>)> = entries
-                        .iter()
-                        .filter(|e| !e.is_proven())
-                        .filter_map(|e| {
-                            let ns = clock.to_kernel(e.expires_ms).map_value()?;
-                            Some((e.net, Some(ns)))
-                        })
-                        .collect();
+                    // The exempt prefixes first: a suspect within one is more specific.
+                    let mut suspects = self.exempt_edits();
+                    suspects.extend(entries.iter().filter(|e| !e.is_proven()).filter_map(|e| {
+                        let ns = clock.to_kernel(e.expires_ms).map_value()?;
+                        Some((e.net, Some(ns)))
+                    }));
                     self.write_suspects(&maps, &suspects, true);
                 }
                 match maps.replace_all(&desired, self.opts.batch) {
@@ -437,6 +437,17 @@ impl Mirror {
             .expired_skipped
             .fetch_add(skipped, Ordering::Relaxed);
         n
+    }
+
+    /// `[defence.rrl] exempt` as edits of the suspects' trie.
+    fn exempt_edits(&self) -> Vec<(ipnet::IpNet, Option<u64>)> {
+        self.global
+            .rrl_exempt
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|n| (*n, Some(crate::maps::RRL_EXEMPT)))
+            .collect()
     }
 
     /// True when this mirror writes the suspects' trie: dnsd's (its suspects are the DNS
@@ -528,9 +539,11 @@ impl Mirror {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let exempt = self.exempt_edits();
         match maps
             .set_services(&nets, port)
             .and_then(|n| maps.set_proxies(&proxies).map(|_| n))
+            .and_then(|n| maps.set_suspects(&exempt, false).map(|_| n))
         {
             Ok(n) => {
                 debug!(
@@ -644,6 +657,17 @@ impl MirrorHandle {
             .services
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some((nets, port));
+        self.global.services_version.fetch_add(1, Ordering::Release);
+    }
+
+    /// Hands `[defence.rrl] exempt` to the mirror (dnsd's): no RRL in XDP for those sources,
+    /// as in dnsd. Written with the services (set those too).
+    pub fn set_rrl_exempt(&self, nets: Vec<ipnet::IpNet>) {
+        *self
+            .global
+            .rrl_exempt
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = nets;
         self.global.services_version.fetch_add(1, Ordering::Release);
     }
 

@@ -169,6 +169,14 @@ pub fn run(
             .filter_map(|l| shield::prefix::parse_net(l))
             .collect();
         m.set_proxies(proxy_allow.nets().to_vec());
+        m.set_rrl_exempt(
+            cfg.defence
+                .rrl
+                .exempt
+                .iter()
+                .filter_map(|e| shield::prefix::parse_net(e))
+                .collect(),
+        );
         m.set_services(nets, cfg.server.port);
     }
     let opts = UdpOptions {
