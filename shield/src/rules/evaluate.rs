@@ -215,8 +215,12 @@ fn escalate<R: Request + ?Sized>(
     // Proven and unproven verdicts are counted apart: forged packets can neither block a
     // source nor bring a real one to the threshold.
     let key = (t.id, proven, source_key(src, e.v4, e.v6));
-    let n = state.counter.add(&key, 1, e.window_ms, now.unix_ms);
-    if n == e.after
+    // Over a sliding window; each time the count crosses a multiple of `after` (a block
+    // lifted meanwhile is made again by as many more, never by every further verdict).
+    let (before, after) = state.counter.add_sliding(&key, e.window_ms, now.unix_ms);
+    let step = f64::from(e.after);
+    let n = after as u32;
+    if (before / step).floor() < (after / step).floor()
         && let Some(blocks) = &state.blocks
     {
         let net = key.2.to_net();
