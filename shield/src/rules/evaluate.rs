@@ -160,10 +160,12 @@ fn rule_verdict<R: Request + ?Sized>(
         // A client with a clearance passes a challenge; the next rules still apply to it.
         (Action::Challenge, _) if req.cleared(rule.verdict.difficulty) => None,
         (Action::RateLimit, Some(spec)) => {
-            rate_limited(state, t.id, rule.index, spec, src, req, now).map(|(ms, shared)| Verdict {
-                retry_after_ms: ms,
-                shared,
-                ..rule.verdict
+            rate_limited(state, t.id, rule.state_key, spec, src, req, now).map(|(ms, shared)| {
+                Verdict {
+                    retry_after_ms: ms,
+                    shared,
+                    ..rule.verdict
+                }
             })
         }
         _ => Some(rule.verdict),

@@ -546,7 +546,7 @@ impl Ctx<'_> {
                 )
             };
             rules.push(Rule {
-                index: i as u32,
+                state_key: state_key(name),
                 verdict: Verdict {
                     dns_rcode,
                     slip,
@@ -859,6 +859,15 @@ fn normalize(attr: &str, v: &str) -> String {
         attrs::TRANSPORT | attrs::COOKIE => v.to_ascii_lowercase(),
         _ => v.to_string(),
     }
+}
+
+/// A rule's rate-limit state key from its name (FNV-1a, the top bit clear: never the
+/// tenant-wide limit's key): the same in every process and across reloads.
+pub(crate) fn state_key(name: &str) -> u32 {
+    let h = name.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    h & 0x7fff_ffff
 }
 
 #[cfg(test)]

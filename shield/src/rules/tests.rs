@@ -972,3 +972,26 @@ escalate = { after = 4, window_secs = 10, block_secs = 60 }
     let v = p.check(&s, 5, src, &tcp, at(1_400));
     assert_eq!(v.escalated, Escalated::Blocked);
 }
+
+/// A rate-limited source stays limited across a reload that inserts a rule before the
+/// limiting one: the buckets are keyed by the rule's name, not its place (a routine edit
+/// gave every limited source a fresh burst).
+#[test]
+fn a_reload_that_moves_a_rate_rule_keeps_its_buckets() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.toml");
+    let limit = "[[tenant.rule]]\nname = \"slow\"\naction = \"rate_limit\"\n\
+                 rate = { per_second = 0.001, burst = 2 }\n";
+    std::fs::write(&path, format!("[[tenant]]\nid = 1\n{limit}")).unwrap();
+    let rs = RuleSet::new(Prepared::empty(), state());
+    rs.reload(&path).unwrap();
+    let src = ip("192.0.2.44");
+    let tcp = Proven(Evidence::Tcp);
+    let actions: Vec<Action> = (0..3).map(|_| rs.check(1, src, &tcp, NOW).action).collect();
+    assert_eq!(actions, [Action::Pass, Action::Pass, Action::RateLimit]);
+    let before = "[[tenant.rule]]\nname = \"admin\"\naction = \"deny\"\n\
+                  when = [{ attr = \"path\", prefix = \"/admin\" }]\n";
+    std::fs::write(&path, format!("[[tenant]]\nid = 1\n{before}{limit}")).unwrap();
+    rs.reload(&path).unwrap();
+    assert_eq!(rs.check(1, src, &tcp, NOW).action, Action::RateLimit);
+}

@@ -242,7 +242,9 @@ pub const MAX_VALUES: usize = 256;
 
 #[derive(Debug)]
 pub(crate) struct Rule {
-    pub(crate) index: u32,
+    /// Its rate-limit state's key: from its name, so that a reload that moves it (a rule
+    /// inserted before it) keeps every source's bucket.
+    pub(crate) state_key: u32,
     pub(crate) verdict: Verdict,
     pub(crate) conds: Vec<Condition>,
     pub(crate) source: Option<PrefixSet>,
