@@ -302,13 +302,26 @@ pub fn value_key(value: &str) -> SourceKey {
 
 /// The source a per-source bound (connections, slow-reader strikes) counts `ip` as: an IPv4 address
 /// (IPv4-mapped ones as IPv4), an IPv6 address's /64 — one host holds a /64, and counted by
-/// address it could open a connection from each of its 2^64 addresses.
+/// address it could open a connection from each of its 2^64 addresses — but a NAT64 address
+/// whole (each is another IPv4 client).
 #[inline]
 pub fn host_source(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
+        IpAddr::V6(a) if is_nat64(a) => IpAddr::V6(a),
         IpAddr::V6(a) => IpAddr::V6((u128::from(a) & !u128::from(u64::MAX)).into()),
         v4 => v4,
     }
+}
+
+/// The NAT64 well-known prefix `64:ff9b::/96` (RFC 6052; SIIT-DC, RFC 7755, shows an
+/// IPv6-only server every IPv4 client inside it).
+const NAT64: u128 = 0x0064_ff9b_u128 << 96;
+
+/// True for an address of `64:ff9b::/96`: an IPv4 client translated (its host is the whole
+/// address, its prefixes the IPv4 ones: a /64 there is every IPv4 client at once).
+#[inline]
+pub fn is_nat64(a: std::net::Ipv6Addr) -> bool {
+    u128::from(a) >> 32 == NAT64 >> 32
 }
 
 /// [`host_source`] as a prefix: an IPv4 address's /32, an IPv6 address's /64 — what a
@@ -338,7 +351,12 @@ pub fn source_key(ip: IpAddr, v4_len: u8, v6_len: u8) -> SourceKey {
             }
         }
         IpAddr::V6(a) => {
-            let len = v6_len.min(128);
+            // A translated IPv4 client: its IPv4 prefix, inside the NAT64 prefix.
+            let len = if is_nat64(a) {
+                96 + v4_len.min(32)
+            } else {
+                v6_len.min(128)
+            };
             let a = u128::from(a);
             let m = if len == 0 {
                 0
@@ -716,6 +734,21 @@ mod tests {
         assert_ne!(source_key("192.0.2.1".parse().unwrap(), 32, 128), a);
         assert_eq!(a.to_net(), "192.0.2.0/24".parse::<IpNet>().unwrap());
         assert_eq!(d.to_net(), "2001:db8:0::/56".parse::<IpNet>().unwrap());
+        // A NAT64 client is keyed by its IPv4 prefix inside 64:ff9b::/96, never the /64
+        // that holds every translated IPv4 client.
+        let n = source_key("64:ff9b::c000:24d".parse().unwrap(), 24, 64);
+        assert_eq!(
+            n.to_net(),
+            "64:ff9b::c000:200/120".parse::<IpNet>().unwrap()
+        );
+        assert_eq!(
+            host_net("64:ff9b::c000:24d".parse().unwrap()),
+            "64:ff9b::c000:24d/128".parse::<IpNet>().unwrap()
+        );
+        assert_eq!(
+            host_source("64:ff9b::c000:24d".parse().unwrap()),
+            "64:ff9b::c000:24d".parse::<IpAddr>().unwrap()
+        );
         let full = source_key("2001:db8::1".parse().unwrap(), 32, 128);
         let none = source_key("192.0.2.1".parse().unwrap(), 0, 0);
         assert_ne!(full.len, none.len);
