@@ -114,6 +114,9 @@ pub struct ConnCtl {
     /// Requests of its source (all of the source's open connections share this) waiting
     /// on an origin (`[server] max_upstream_per_source`).
     pub upstream: Arc<AtomicU32>,
+    /// Response bytes reserved for its source (all of the source's open connections share
+    /// this) out of `[server] response_buffer_total_bytes`.
+    pub buffered: Arc<AtomicUsize>,
     /// The connection has ended (its requests still waiting on an origin are abandoned).
     ended: std::sync::atomic::AtomicBool,
     end_notify: Notify,
@@ -137,9 +140,10 @@ pub enum OddHead {
 }
 
 impl ConnCtl {
-    fn new(ip: IpAddr, upstream: Arc<AtomicU32>, now_ms: u64) -> Self {
+    fn new(ip: IpAddr, upstream: Arc<AtomicU32>, buffered: Arc<AtomicUsize>, now_ms: u64) -> Self {
         ConnCtl {
             upstream,
+            buffered,
             ended: std::sync::atomic::AtomicBool::new(false),
             end_notify: Notify::new(),
             ip,
@@ -507,7 +511,10 @@ impl Registry {
             let upstream = list
                 .first()
                 .map_or_else(Arc::default, |c| Arc::clone(&c.upstream));
-            let ctl = Arc::new(ConnCtl::new(ip, upstream, now_ms));
+            let buffered = list
+                .first()
+                .map_or_else(Arc::default, |c| Arc::clone(&c.buffered));
+            let ctl = Arc::new(ConnCtl::new(ip, upstream, buffered, now_ms));
             list.push(Arc::clone(&ctl));
             ctl
         };

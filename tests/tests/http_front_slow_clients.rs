@@ -962,3 +962,47 @@ fn an_application_limited_reader_keeps_its_response() {
         0
     );
 }
+
+/// One source holds at most an eighth of the response budget (at least one response's
+/// buffer): past it, its responses stream through a small window, and the others' are still
+/// read whole. Zero-window HTTP/2 streams of one address held the whole budget.
+#[test]
+fn one_source_holds_a_share_of_the_response_budget_at_most() {
+    let Some(Setup {
+        origin: _origin,
+        front,
+        _root,
+    }) = setup(
+        "h2c = true\nsend_timeout_ms = 60000\nresponse_buffer_bytes = 600000\n\
+         response_buffer_total_bytes = 4800000\n",
+    )
+    else {
+        return;
+    };
+    let fa = front.addr();
+    let (greedy, other) = (net::test_ip(), net::test_ip());
+    let hold = |src| {
+        let mut c = H2Conn::connect_with(Some(src), fa, &[(4, 0)], false).unwrap();
+        c.send_request("GET", "s.test", "/half", &[], true).unwrap();
+        c
+    };
+    let _a = hold(greedy);
+    let _b = hold(greedy);
+    let share = front.wait_metric(
+        "http_front_limit_hits_total{limit=\"response_buffer_source\"}",
+        1,
+        Duration::from_secs(5),
+    );
+    assert_eq!(share, 1);
+    let _c = hold(other);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"response_buffer_source\"}"),
+        1,
+        "another source's response is read whole"
+    );
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"response_buffer_total\"}"),
+        0
+    );
+}

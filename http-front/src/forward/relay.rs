@@ -88,14 +88,23 @@ struct Shared {
 /// Bytes reserved from the global budget, given back when the relay ends.
 struct Reservation {
     total: Arc<AtomicUsize>,
+    /// The source's share of it.
+    source: Arc<AtomicUsize>,
     bytes: usize,
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.total.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.source.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
+
+/// The most of `response_buffer_total_bytes` one source may hold reserved is this part of
+/// it (at least one `response_buffer_bytes`): past it, its responses stream through
+/// [`STREAM_WINDOW`] (zero-window HTTP/2 streams of one address held
+/// the whole budget, so every other client's responses streamed).
+pub const SOURCE_SHARE: usize = 8;
 
 /// The client's side of a relayed body.
 #[derive(Debug)]
@@ -147,17 +156,26 @@ pub fn relay(
         })
         .max(1);
     let now = buffered.fetch_add(want, Ordering::Relaxed) + want;
-    let (window, reservation) = if now > limits.buffer_total {
-        buffered.fetch_sub(want, Ordering::Relaxed);
-        counters.bump(Counter::LimitResponseBufferTotal);
-        (STREAM_WINDOW.min(want), None)
-    } else {
-        let r = Reservation {
-            total: Arc::clone(buffered),
-            bytes: want,
+    let mine = ctl.buffered.fetch_add(want, Ordering::Relaxed) + want;
+    let over_total = now > limits.buffer_total;
+    let (window, reservation) =
+        if over_total || mine > (limits.buffer_total / SOURCE_SHARE).max(limits.buffer) {
+            buffered.fetch_sub(want, Ordering::Relaxed);
+            ctl.buffered.fetch_sub(want, Ordering::Relaxed);
+            counters.bump(if over_total {
+                Counter::LimitResponseBufferTotal
+            } else {
+                Counter::LimitResponseBufferSource
+            });
+            (STREAM_WINDOW.min(want), None)
+        } else {
+            let r = Reservation {
+                total: Arc::clone(buffered),
+                source: Arc::clone(&ctl.buffered),
+                bytes: want,
+            };
+            (want, Some(r))
         };
-        (want, Some(r))
-    };
     // A semaphore's permits are bounded (usize::MAX >> 3) and acquired as u32.
     let window = window.min(u32::MAX as usize);
     let shared = Arc::new(Shared {
