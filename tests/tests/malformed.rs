@@ -911,3 +911,28 @@ fn a_tsig_error_never_exceeds_the_udp_limit() {
         "ARCOUNT: the TSIG"
     );
 }
+
+/// A TCP message shorter than a DNS header closes the connection, as Knot and NSD close it:
+/// it was skipped and the connection kept until the idle timeout (a peer sending junk held
+/// its place that long); what came before it is answered.
+#[test]
+fn a_tcp_message_shorter_than_a_header_closes_the_connection() {
+    let dnsd = Dnsd::builder().zone(Zone::data("example.com.")).start();
+    let q = build_query(0x6161, "www.example.com.", T::A, &QueryOpts::udp());
+    let after = build_query(0x6262, "www.example.com.", T::A, &QueryOpts::udp());
+    let before = dnsd.stats().get("drops.malformed");
+    let t0 = std::time::Instant::now();
+    let r = tcp_raw(
+        dnsd.addr(),
+        &[frame(&q), frame(&[0x12, 0x34, 0, 0]), frame(&after)].concat(),
+        false,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert!(r.closed, "the connection stays open");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    let msgs = r.messages();
+    assert_eq!(msgs.len(), 1, "{msgs:?}");
+    assert_eq!(RawMsg::parse(&msgs[0]).unwrap().id, 0x6161);
+    assert_eq!(dnsd.stats().get("drops.malformed"), before + 1);
+}

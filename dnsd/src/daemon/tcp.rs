@@ -752,7 +752,10 @@ impl TcpServer {
                 }
             }
             let len = u16::from_be_bytes(len_buf) as usize;
-            if len == 0 {
+            // Shorter than a DNS header: no query, and no sign the stream is still framed
+            // as the client meant; closed, as Knot and NSD close it (it held the connection
+            // until the idle timeout).
+            if len < 12 {
                 stats.dropped(DropCause::Malformed);
                 break;
             }
