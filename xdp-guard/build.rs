@@ -51,7 +51,7 @@ const STRUCTS: &[(&str, &str, Fields)] = &[
             ("cap_units", "cap_units"),
             ("fill_ns", "fill_ns"),
             ("flags", "flags"),
-            ("reserved", "reserved"),
+            ("suspects", "suspects"),
             ("dns_ports", "dns_ports"),
         ],
     ),

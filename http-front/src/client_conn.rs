@@ -314,6 +314,8 @@ async fn serve(
             ja4,
             h2_fingerprint: Arc::default(),
             real_ip: (snap.cfg.real_ip.contains(ip)).then(|| Arc::new(snap.cfg.real_ip.clone())),
+            hop: snap.cfg.real_ip.contains(ip),
+            forwarded: false,
         })
     };
     let c = &front.counters;

@@ -61,6 +61,12 @@ pub struct ConnCtx {
     /// The connection comes from a hop of `[server] real_ip_from` (these are the hops): its
     /// requests are their `X-Forwarded-For` client's.
     pub real_ip: Option<Arc<shield::proxy_proto::ProxyAllow>>,
+    /// The connection is a listed hop's: it carries many clients, so no per-source bound of
+    /// the connection's applies to its requests.
+    pub hop: bool,
+    /// `ip` is a client the hop named, not the connection's peer: refusing it never closes
+    /// the connection, which carries the hop's other clients.
+    pub forwarded: bool,
 }
 
 impl ConnCtx {
@@ -71,13 +77,23 @@ impl ConnCtx {
     fn for_client(&self, headers: &http::HeaderMap) -> Option<Box<ConnCtx>> {
         let hops = self.real_ip.as_deref()?;
         let mut client = None;
+        // Field lines and entries from the right, as bytes: the entries a listed hop
+        // appended are addresses, whatever the client wrote to their left (a line nginx
+        // joins with the client's own, which may be anything, is read all the same).
         'lines: for v in headers.get_all("x-forwarded-for").iter().rev() {
-            for entry in v.to_str().ok()?.rsplit(',') {
-                let e = entry.trim();
+            for entry in v.as_bytes().rsplit(|&b| b == b',') {
+                let e = entry.trim_ascii();
                 if e.is_empty() {
                     continue;
                 }
-                let ip: IpAddr = e.parse().ok()?;
+                let Some(ip) = std::str::from_utf8(e)
+                    .ok()
+                    .and_then(|t| t.parse::<IpAddr>().ok())
+                else {
+                    // Not an address: written by the client, left of what the hops
+                    // appended; the walk ends at the last hop.
+                    break 'lines;
+                };
                 let ip = match ip {
                     IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
                     v4 => v4,
@@ -104,6 +120,8 @@ impl ConnCtx {
             ja4: self.ja4.clone(),
             h2_fingerprint: Arc::clone(&self.h2_fingerprint),
             real_ip: None,
+            hop: true,
+            forwarded: true,
         }))
     }
 }
@@ -356,8 +374,12 @@ fn request_filter<'a>(
             l.blocked(front.conn_tenant.load(Ordering::Relaxed), cx.ip)
         });
     if blocked {
-        cx.ctl.close(CloseCause::Blocked);
         c.bump(Counter::RespBlocked);
+        if cx.forwarded {
+            // A client behind a listed hop: the connection carries others.
+            return Err(simple(StatusCode::FORBIDDEN, "blocked\n", false));
+        }
+        cx.ctl.close(CloseCause::Blocked);
         return Err(simple(StatusCode::FORBIDDEN, "blocked\n", !cx.h2));
     }
     // A method that is not upper case (`post`, `Trace`): 400, as nginx answers it. An origin
@@ -1081,7 +1103,13 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
     let srv = &snap.cfg.server;
     // One source's requests waiting on origins at once: its connections' HTTP/2 streams
     // would otherwise hold as many origin connections as it likes.
-    let Some(waiting) = SourceWaiting::take(&cx.ctl.upstream, srv.max_upstream_per_source) else {
+    // A listed hop's connection carries many clients: bounded in total only.
+    let per_source = if cx.hop {
+        u32::MAX
+    } else {
+        srv.max_upstream_per_source
+    };
+    let Some(waiting) = SourceWaiting::take(&cx.ctl.upstream, per_source) else {
         c.bump(Counter::LimitUpstreamPerSource);
         return simple(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -1164,6 +1192,7 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
                             buffer_total: srv.response_buffer_total_bytes,
                             send_timeout: Duration::from_millis(srv.send_timeout_ms),
                             min_rate: srv.send_min_rate_bytes_per_sec,
+                            source_share: !cx.hop,
                         },
                     ))
                 }

@@ -215,6 +215,7 @@ pub enum Evidence {
     /// An HTTP request a browser sent on another site's behalf (`Sec-Fetch-Site:
     /// cross-site`: an image, a form or a script of a page elsewhere): its source did not
     /// choose it, so it never blocks — a page could have every visitor blocked.
+    #[serde(rename = "cross_site")]
     CrossSite,
     /// The rules file's `[global] deny` list.
     Rules,
@@ -239,6 +240,14 @@ impl Evidence {
     #[inline]
     pub fn is_proven(self) -> bool {
         !matches!(self, Evidence::Udp | Evidence::CrossSite)
+    }
+
+    /// True when the address is its sender's (everything but unproven UDP): what a rate
+    /// limit keeps apart (a request made on another site's behalf still comes from its
+    /// sender's address, and shares its bucket).
+    #[inline]
+    pub fn owns_address(self) -> bool {
+        self != Evidence::Udp
     }
 
     /// The name in `block list`, events, metrics and records.

@@ -490,30 +490,6 @@ impl WindowCounter {
         )
     }
 
-    /// Adds one event for `key` and says how many a sliding window of `window_ms` held before
-    /// and after it: this fixed window's count plus the previous one's, weighed by how much
-    /// of it the sliding window still covers. Fixed windows alone let twice a threshold pass
-    /// across a boundary (two events just before it, two just after).
-    pub fn add_sliding<K: Hash>(&self, key: &K, window_ms: u64, now_ms: u64) -> (f64, f64) {
-        let window = window_ms.max(1);
-        let w = now_ms / window;
-        let h = |w: u64| self.table.hasher.hash_one((key, w));
-        let cur = self.add_hash(h(w), 1, window, now_ms);
-        // The previous window's count, read by adding nothing (its slot keeps its own id).
-        let prev = self.add_hash(
-            h(w.wrapping_sub(1)),
-            0,
-            window,
-            now_ms.saturating_sub(window),
-        );
-        let left = 1.0 - (now_ms % window) as f64 / window as f64;
-        let base = f64::from(prev) * left;
-        (
-            base + f64::from(cur.saturating_sub(1)),
-            base + f64::from(cur),
-        )
-    }
-
     /// Capacity and eviction counters.
     pub fn stats(&self) -> TableStats {
         self.table.stats()

@@ -506,6 +506,27 @@ id = 2
     assert_eq!(via_hop("192.0.2.77", "a.test", "/"), 200);
     assert_eq!(via_hop("192.0.2.77", "b.test", "/"), 200);
     assert_eq!(get(Some(hop), fa, "b.test", "/").unwrap().status, 200);
+    // On one keep-alive connection of the hop, the blocked client's request is refused and
+    // the next client's served: refusing a named client never closes the hop's connection.
+    let mut shared = H1Conn::connect(Some(hop), fa).unwrap();
+    for (client, want) in [
+        ("192.0.2.66", 403),
+        ("192.0.2.77", 200),
+        ("192.0.2.66", 403),
+    ] {
+        let r = shared
+            .request("GET", "b.test", "/", &[("x-forwarded-for", client)], b"")
+            .unwrap();
+        assert_eq!(r.status, want, "{client}");
+    }
+    // Whatever the client wrote left of what the hop appended (here bytes that are no
+    // text) does not make the request the hop's own.
+    shared
+        .send_raw(
+            b"GET / HTTP/1.1\r\nhost: b.test\r\nx-forwarded-for: \x80\xff, 192.0.2.66\r\n\r\n",
+        )
+        .unwrap();
+    assert_eq!(shared.read_response().unwrap().status, 403);
     // A client that is no hop cannot speak for another.
     let direct = net::test_ip();
     let mut c = H1Conn::connect(Some(direct), fa).unwrap();

@@ -433,6 +433,10 @@ static __always_inline int is_proxy(const struct guard_v6_key *src)
  * exempt` (the trie's GUARD_RRL_EXEMPT entries) is marked in `pk` instead. */
 static __always_inline int suspect(const struct guard_v6_key *src, struct guard_pkt *pk)
 {
+	__u32 zero = 0;
+	const struct guard_config *cfg = bpf_map_lookup_elem(&guard_config, &zero);
+	if (!cfg || !cfg->suspects)
+		return 0;
 	struct guard_lpm_v6_key k = { .prefixlen = 128 };
 	__builtin_memcpy(k.addr, src->addr, 16);
 	const __u64 *until = bpf_map_lookup_elem(&guard_suspect, &k);

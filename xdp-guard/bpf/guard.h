@@ -282,7 +282,7 @@ struct guard_config {
 	__u64 cap_units;    /* burst * GUARD_TOKEN_UNIT */
 	__u64 fill_ns;      /* time to refill an empty bucket: cap_units / rate_pps, in ns */
 	__u32 flags;        /* GUARD_F_* */
-	__u32 reserved;
+	__u32 suspects;     /* non-zero while guard_suspect holds entries (else not looked up) */
 	__u8 dns_ports[8192]; /* bitmap by destination port (host order): bit set = rate-limited */
 };
 

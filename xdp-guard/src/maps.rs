@@ -353,8 +353,9 @@ pub struct GuardConfig {
     pub fill_ns: u64,
     /// `F_*` bits.
     pub flags: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// Non-zero while the suspects' trie holds entries (the program looks it up only then);
+    /// kept by [`crate::GuardMaps::set_config`], written by the mirror.
+    pub suspects: u32,
     /// Bitmap of rate-limited destination ports (bit `p & 7` of byte `p >> 3`).
     pub dns_ports: [u8; 8192],
 }
@@ -366,7 +367,7 @@ impl Default for GuardConfig {
             cap_units: 0,
             fill_ns: 0,
             flags: 0,
-            reserved: 0,
+            suspects: 0,
             dns_ports: [0; 8192],
         }
     }

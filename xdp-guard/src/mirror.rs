@@ -181,6 +181,13 @@ struct Global {
     rrl_exempt: Mutex<Vec<ipnet::IpNet>>,
 }
 
+/// A suspect whose answers dnsd changes (truncates), so the answer fast path must pass its
+/// queries: not one of scope `nxdomain` (only its NXDOMAIN answers are truncated, and XDP
+/// answers names that exist: a random-subdomain flood's resolvers keep the fast path).
+fn answered_suspect(e: &shield::block::BlockEntry) -> bool {
+    !e.is_proven() && e.scope != Scope::Nxdomain
+}
+
 /// Mirrors one block-map subscription into one writer slot of one set of kernel maps.
 #[derive(Debug)]
 pub struct Mirror {
@@ -361,15 +368,18 @@ impl Mirror {
                 // dnsd's suspects go to their own trie (the answer path passes them to dnsd);
                 // an entry that left the suspect state (blocked, removed) leaves it too.
                 let suspects: Vec<(ipnet::IpNet, Option<u64>)> = if self.writes_suspects(&maps) {
+                    let exempt = self.exempt_nets();
                     changes
                         .iter()
                         .map(|c| match c {
-                            Change::Upsert(e) if !e.is_proven() => {
+                            Change::Upsert(e) if answered_suspect(e) => {
                                 (e.net, clock.to_kernel(e.expires_ms).map_value())
                             }
                             Change::Upsert(e) => (e.net, None),
                             Change::Remove { net, .. } => (*net, None),
                         })
+                        // An exempt prefix's entry is the exemption's (written apart).
+                        .filter(|(net, _)| !exempt.contains(net))
                         .collect()
                 } else {
                     Vec::new()
@@ -412,10 +422,16 @@ impl Mirror {
                 if self.writes_suspects(&maps) {
                     // The exempt prefixes first: a suspect within one is more specific.
                     let mut suspects = self.exempt_edits();
-                    suspects.extend(entries.iter().filter(|e| !e.is_proven()).filter_map(|e| {
-                        let ns = clock.to_kernel(e.expires_ms).map_value()?;
-                        Some((e.net, Some(ns)))
-                    }));
+                    let exempt = self.exempt_nets();
+                    suspects.extend(
+                        entries
+                            .iter()
+                            .filter(|e| answered_suspect(e) && !exempt.contains(&e.net))
+                            .filter_map(|e| {
+                                let ns = clock.to_kernel(e.expires_ms).map_value()?;
+                                Some((e.net, Some(ns)))
+                            }),
+                    );
                     self.write_suspects(&maps, &suspects, true);
                 }
                 match maps.replace_all(&desired, self.opts.batch) {
@@ -437,6 +453,15 @@ impl Mirror {
             .expired_skipped
             .fetch_add(skipped, Ordering::Relaxed);
         n
+    }
+
+    /// `[defence.rrl] exempt`.
+    fn exempt_nets(&self) -> Vec<ipnet::IpNet> {
+        self.global
+            .rrl_exempt
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// `[defence.rrl] exempt` as edits of the suspects' trie.

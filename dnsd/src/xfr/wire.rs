@@ -254,8 +254,15 @@ pub fn reply(
     signer: Option<&mut Signer>,
 ) -> usize {
     let limit = c.limit(out.len());
-    let room = signer.as_ref().map_or(0, |s| s.reserve()) + 11;
-    let mut w = Writer::new(out, limit.saturating_sub(room));
+    // The OPT with its options, and the signature after it, keep their room.
+    let sig = signer.as_ref().map_or(0, |s| s.reserve());
+    let o = &c.opt;
+    let opt = 11
+        + o.cookie.map_or(0, |_| 4 + 24)
+        + o.nsid.map_or(0, |n| 4 + n.len())
+        + o.keepalive.map_or(0, |_| 6)
+        + 6;
+    let mut w = Writer::new(out, limit.saturating_sub(sig + opt));
     w.start(c.req, c.q, rc & 0xF, true);
     if rc == rcode::NOERROR {
         w.set_flags(hf::AA);
@@ -265,7 +272,7 @@ pub fn reply(
     {
         let _ = w.rr(Section::Answer, Owner::Name(owner), rtype, ttl, rd);
     }
-    w.set_limit(limit);
+    w.set_limit(limit.saturating_sub(sig));
     if c.q.edns.is_some() {
         use crate::query::response::{OptOptions, ede};
         let o = &c.opt;

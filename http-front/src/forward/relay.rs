@@ -65,6 +65,9 @@ pub struct RelayLimits {
     pub send_timeout: Duration,
     /// `send_min_rate_bytes_per_sec` (0: none).
     pub min_rate: u64,
+    /// The source holds [`SOURCE_SHARE`] of the budget at most (not a listed hop's
+    /// connection, which carries many clients).
+    pub source_share: bool,
 }
 
 /// Why a relay dropped its client.
@@ -158,24 +161,25 @@ pub fn relay(
     let now = buffered.fetch_add(want, Ordering::Relaxed) + want;
     let mine = ctl.buffered.fetch_add(want, Ordering::Relaxed) + want;
     let over_total = now > limits.buffer_total;
-    let (window, reservation) =
-        if over_total || mine > (limits.buffer_total / SOURCE_SHARE).max(limits.buffer) {
-            buffered.fetch_sub(want, Ordering::Relaxed);
-            ctl.buffered.fetch_sub(want, Ordering::Relaxed);
-            counters.bump(if over_total {
-                Counter::LimitResponseBufferTotal
-            } else {
-                Counter::LimitResponseBufferSource
-            });
-            (STREAM_WINDOW.min(want), None)
+    let over_share =
+        limits.source_share && mine > (limits.buffer_total / SOURCE_SHARE).max(limits.buffer);
+    let (window, reservation) = if over_total || over_share {
+        buffered.fetch_sub(want, Ordering::Relaxed);
+        ctl.buffered.fetch_sub(want, Ordering::Relaxed);
+        counters.bump(if over_total {
+            Counter::LimitResponseBufferTotal
         } else {
-            let r = Reservation {
-                total: Arc::clone(buffered),
-                source: Arc::clone(&ctl.buffered),
-                bytes: want,
-            };
-            (want, Some(r))
+            Counter::LimitResponseBufferSource
+        });
+        (STREAM_WINDOW.min(want), None)
+    } else {
+        let r = Reservation {
+            total: Arc::clone(buffered),
+            source: Arc::clone(&ctl.buffered),
+            bytes: want,
         };
+        (want, Some(r))
+    };
     // A semaphore's permits are bounded (usize::MAX >> 3) and acquired as u32.
     let window = window.min(u32::MAX as usize);
     let shared = Arc::new(Shared {

@@ -192,7 +192,7 @@ fn rate_limited<R: Request + ?Sized>(
         Some(value) => (crate::ratelimit::value_key(value), true),
         None => (source_key(src, spec.v4, spec.v6), false),
     };
-    let key = (tenant, rule, req.evidence().is_proven(), by);
+    let key = (tenant, rule, req.evidence().owns_address(), by);
     match state.limiter.check(&key, &spec.limit, now.mono_us) {
         crate::ratelimit::Decision::Allow => None,
         crate::ratelimit::Decision::Limit { retry_after_us } => Some((
@@ -217,12 +217,12 @@ fn escalate<R: Request + ?Sized>(
     // Proven and unproven verdicts are counted apart: forged packets can neither block a
     // source nor bring a real one to the threshold.
     let key = (t.id, proven, source_key(src, e.v4, e.v6));
-    // Over a sliding window; each time the count crosses a multiple of `after` (a block
-    // lifted meanwhile is made again by as many more, never by every further verdict).
-    let (before, after) = state.counter.add_sliding(&key, e.window_ms, now.unix_ms);
-    let step = f64::from(e.after);
-    let n = after as u32;
-    if (before / step).floor() < (after / step).floor()
+    // Each `after` verdicts of a window: a block lifted while the source goes on is made
+    // again by as many more (a blocked source's requests no longer reach the rules; an
+    // unproven one's refresh its suspect entry once per `after`, never per verdict).
+    let n = state.counter.add(&key, 1, e.window_ms, now.unix_ms);
+    if n > 0
+        && n.is_multiple_of(e.after)
         && let Some(blocks) = &state.blocks
     {
         let net = key.2.to_net();

@@ -465,8 +465,16 @@ impl Ctx<'_> {
             .transpose()?;
 
         let mut rules = Vec::with_capacity(t.rule.len());
+        // Rules of one name (not refused) keep buckets of their own: by name and the how
+        // manyth of that name.
+        let mut same_name: std::collections::HashMap<&str, u32> = Default::default();
         for (i, r) in t.rule.iter().enumerate() {
             let name = r.name.get_ref();
+            let nth = {
+                let n = same_name.entry(name.as_str()).or_default();
+                *n += 1;
+                *n - 1
+            };
             let code = r.code.unwrap_or(codes::RULE_BASE.saturating_add(i as u16));
             let action = match r.action {
                 ActionName::Allow => Action::Allow,
@@ -546,7 +554,7 @@ impl Ctx<'_> {
                 )
             };
             rules.push(Rule {
-                state_key: state_key(name),
+                state_key: state_key(name, nth),
                 verdict: Verdict {
                     dns_rcode,
                     slip,
@@ -861,12 +869,16 @@ fn normalize(attr: &str, v: &str) -> String {
     }
 }
 
-/// A rule's rate-limit state key from its name (FNV-1a, the top bit clear: never the
-/// tenant-wide limit's key): the same in every process and across reloads.
-pub(crate) fn state_key(name: &str) -> u32 {
-    let h = name.bytes().fold(0x811c_9dc5u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    });
+/// A rule's rate-limit state key from its name and how manyth rule of that name it is in its
+/// tenant (FNV-1a, the top bit clear: never the tenant-wide limit's key): the same in every
+/// process and across reloads.
+pub(crate) fn state_key(name: &str, nth: u32) -> u32 {
+    let h = name
+        .bytes()
+        .chain(nth.to_le_bytes())
+        .fold(0x811c_9dc5u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        });
     h & 0x7fff_ffff
 }
 

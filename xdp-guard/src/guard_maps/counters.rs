@@ -120,6 +120,20 @@ impl Counters {
 impl GuardMaps {
     /// Writes the rate-limit configuration the program reads for every UDP packet.
     pub fn set_config(&self, cfg: &GuardConfig) -> Result<(), Error> {
+        // Whether the suspects' trie holds entries is the mirror's to say: kept.
+        let mut cfg = *cfg;
+        cfg.suspects = self.config().map_or(0, |c| c.suspects);
+        sys::update(self.fd(5), 0u32.as_bytes(), cfg.as_bytes(), sys::BPF_ANY)
+            .map_err(|source| syscall_err("update", ALL_MAPS[5], source))
+    }
+
+    /// Says whether the suspects' trie holds entries (the program looks it up only then).
+    pub(crate) fn set_suspects_present(&self, present: bool) -> Result<(), Error> {
+        let mut cfg = self.config()?;
+        if (cfg.suspects != 0) == present {
+            return Ok(());
+        }
+        cfg.suspects = u32::from(present);
         sys::update(self.fd(5), 0u32.as_bytes(), cfg.as_bytes(), sys::BPF_ANY)
             .map_err(|source| syscall_err("update", ALL_MAPS[5], source))
     }

@@ -120,6 +120,10 @@ impl GuardMaps {
                 }
             }
         }
+        let mut first = [0u8; 20];
+        let present = sys::next_key(fd, None, &mut first)
+            .map_err(|e| syscall_err("get_next_key", ALL_MAPS[SUSPECT], e))?;
+        self.set_suspects_present(present)?;
         Ok(full)
     }
 
