@@ -874,7 +874,7 @@ fn tls_files(dir: &std::path::Path) -> bool {
 const ACL: &str = "on >s3cret resetkeys ~t:* resetchannels -@all +get +set +del +mget +exists \
     +zadd +zrem +zremrangebyscore +zscan +zrangebyscore +zrevrangebyscore +zcard +pexpire +expire \
     +xadd +xread +xinfo|stream +xlen +time +ping +hello +client|setname +multi +exec +discard \
-    +info +role";
+    +info +role +hset +hscan";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_an_acl_user_with_the_least_it_needs() {
@@ -906,20 +906,24 @@ async fn tls_and_an_acl_user_with_the_least_it_needs() {
         .args(["--save", "", "--appendonly", "no"])
         .args(["--user", "palisade"])
         .args(ACL.split_whitespace())
+        // Granted before the replay marks existed: no HSET, no HSCAN.
+        .args(["--user", "older"])
+        .args(ACL.replace(" +hset +hscan", "").split_whitespace())
         .args(["--user", "default", "off"])
         .current_dir(d)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("redis-server");
-    let tls = |node: &str, password: &str| SyncConfig {
+    let tls_as = |user: &str, node: &str, password: &str| SyncConfig {
         presence_ms: 100,
-        url: format!("rediss://palisade:{password}@127.0.0.1:{port}"),
+        url: format!("rediss://{user}:{password}@127.0.0.1:{port}"),
         ca_file: Some(d.join("ca.crt")),
         client_cert: Some(d.join("client.crt")),
         client_key: Some(d.join("client.key")),
         ..cfg("unused", node)
     };
+    let tls = |node: &str, password: &str| tls_as("palisade", node, password);
     let (a, b) = (map(), map());
     let sa = spawn(tls("a", "s3cret"), &a);
     let sb = spawn(tls("b", "s3cret"), &b);
@@ -937,6 +941,13 @@ async fn tls_and_an_acl_user_with_the_least_it_needs() {
         sa.stats().heartbeats >= beats + 3
     })
     .await;
+    // A user without the marks' commands still syncs (its batches are not aborted).
+    let o = map();
+    let so = spawn(tls_as("older", "o", "s3cret"), &o);
+    synced(&so).await;
+    o.insert(local(3, MIN));
+    until("the older user's block on B", || b.get(host(3)).is_some()).await;
+    so.shutdown().await;
     // The wrong password never syncs.
     let c = map();
     let sc = spawn(tls("c", "wrong"), &c);

@@ -8,6 +8,21 @@ use std::time::{Duration, Instant};
 use palisade_tests::http::{Front, H1Conn, H2Conn, H2End, Origin, base_config, get};
 use palisade_tests::net;
 
+/// Tenant 1 denies `/bad…` and escalates after three denies; tenant 2 has no rules.
+const ESCALATE_ON_BAD: &str = r#"
+[[tenant]]
+id = 1
+escalate = { after = 3, window_secs = 60, block_secs = 600, on = ["deny"] }
+
+[[tenant.rule]]
+name = "bad"
+action = "deny"
+when = [{ attr = "path", prefix = "/bad" }]
+
+[[tenant]]
+id = 2
+"#;
+
 fn sites(extra: &str) -> String {
     format!(
         "[rules]\nfile = \"rules.toml\"\n\n{extra}\n\
@@ -245,19 +260,7 @@ when = [{{ attr = "user_agent", contains = "Googlebot" }}]
 
 #[test]
 fn http_escalation_closes_open_connections_of_the_source() {
-    let rules = r#"
-[[tenant]]
-id = 1
-escalate = { after = 3, window_secs = 60, block_secs = 600, on = ["deny"] }
-
-[[tenant.rule]]
-name = "bad"
-action = "deny"
-when = [{ attr = "path", prefix = "/bad" }]
-
-[[tenant]]
-id = 2
-"#;
+    let rules = ESCALATE_ON_BAD;
     let origin = Origin::start();
     let front = Front::start(
         |a, m| format!("{}{}", base_config(a, m, origin.addr()), sites("")),
@@ -374,19 +377,7 @@ when = [{ attr = "path", prefix = "/bad" }]
 /// source's own requests still do.
 #[test]
 fn requests_another_site_makes_a_browser_send_never_block_its_user() {
-    let rules = r#"
-[[tenant]]
-id = 1
-escalate = { after = 3, window_secs = 60, block_secs = 600, on = ["deny"] }
-
-[[tenant.rule]]
-name = "bad"
-action = "deny"
-when = [{ attr = "path", prefix = "/bad" }]
-
-[[tenant]]
-id = 2
-"#;
+    let rules = ESCALATE_ON_BAD;
     let origin = Origin::start();
     let front = Front::start(
         |a, m| format!("{}{}", base_config(a, m, origin.addr()), sites("")),
@@ -443,19 +434,7 @@ id = 2
 /// that is no hop cannot name another in the header.
 #[test]
 fn behind_a_listed_hop_each_request_is_its_forwarded_clients() {
-    let rules = r#"
-[[tenant]]
-id = 1
-escalate = { after = 3, window_secs = 60, block_secs = 600, on = ["deny"] }
-
-[[tenant.rule]]
-name = "bad"
-action = "deny"
-when = [{ attr = "path", prefix = "/bad" }]
-
-[[tenant]]
-id = 2
-"#;
+    let rules = ESCALATE_ON_BAD;
     let origin = Origin::start();
     let hop = net::test_ip();
     let front = Front::start(

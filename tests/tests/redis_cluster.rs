@@ -53,6 +53,12 @@ fn answered(server: SocketAddr, src: IpAddr) -> bool {
         .is_some_and(|m| m.rcode() == 0)
 }
 
+/// The bytes of a bulk-string reply (`$N\r\n…\r\n`).
+fn bulk(reply: &[u8]) -> Vec<u8> {
+    let start = reply.iter().position(|&b| b == b'\n').unwrap() + 1;
+    reply[start..reply.len() - 2].to_vec()
+}
+
 /// The prefixes in `block list`.
 fn listed(d: &Dnsd) -> BTreeSet<String> {
     let (_, out) = d.ctl(&["block", "list"]);
@@ -392,13 +398,14 @@ fn a_lifted_block_planted_back_in_redis_stays_lifted_after_a_restart() {
     wait_for("the record in Redis", Duration::from_secs(5), || {
         palisade_tests::redis::command_args(redis.port, &[b"EXISTS", key]).starts_with(b":1")
     });
-    let got = palisade_tests::redis::command_args(redis.port, &[b"GET", key]);
-    let start_of_value = got.iter().position(|&b| b == b'\n').unwrap() + 1;
-    let record = got[start_of_value..got.len() - 2].to_vec();
-    let score =
-        palisade_tests::redis::command_args(redis.port, &[b"ZSCORE", b"palisade:blocks", net]);
-    let score_at = score.iter().position(|&b| b == b'\n').unwrap() + 1;
-    let score = score[score_at..score.len() - 2].to_vec();
+    let record = bulk(&palisade_tests::redis::command_args(
+        redis.port,
+        &[b"GET", key],
+    ));
+    let score = bulk(&palisade_tests::redis::command_args(
+        redis.port,
+        &[b"ZSCORE", b"palisade:blocks", net],
+    ));
     let (ok, out) = a.ctl(&["block", "del", "127.99.113.0/24"]);
     assert!(ok, "{out}");
     wait_for("the record gone", Duration::from_secs(5), || {
@@ -518,9 +525,10 @@ fn a_replayed_record_is_refused_by_a_node_that_started_after_it_was_lifted() {
     wait_for("the record in Redis", Duration::from_secs(5), || {
         palisade_tests::redis::command_args(redis.port, &[b"EXISTS", key]).starts_with(b":1")
     });
-    let got = palisade_tests::redis::command_args(redis.port, &[b"GET", key]);
-    let start_of_value = got.iter().position(|&b| b == b'\n').unwrap() + 1;
-    let record = got[start_of_value..got.len() - 2].to_vec();
+    let record = bulk(&palisade_tests::redis::command_args(
+        redis.port,
+        &[b"GET", key],
+    ));
     let (ok, out) = a.ctl(&["block", "del", "127.99.114.0/24"]);
     assert!(ok, "{out}");
     wait_for("the record gone", Duration::from_secs(5), || {

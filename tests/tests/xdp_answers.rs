@@ -977,100 +977,43 @@ fn xdp_answers_only_frames_the_kernel_would_take() {
     mapped[10] = 0xff;
     mapped[11] = 0xff;
     mapped[12..].copy_from_slice(&VethPair::B4.octets());
+    // Each case is a good frame with one thing spoiled.
+    fn spoilt(f: impl FnOnce(&mut Frame)) -> Frame {
+        let mut x = Frame::good();
+        f(&mut x);
+        x
+    }
     let odd: Vec<(&str, Frame)> = vec![
-        (
-            "bad IPv4 header checksum",
-            Frame {
-                bad_ip_csum: true,
-                ..Frame::good()
-            },
-        ),
-        (
-            "IPv4 length 4 long",
-            Frame {
-                ip_len_extra: 4,
-                ..Frame::good()
-            },
-        ),
-        (
-            "IPv4 length 4 short",
-            Frame {
-                ip_len_extra: -4,
-                ..Frame::good()
-            },
-        ),
-        (
-            "broadcast source MAC",
-            Frame {
-                src_mac: [0xff; 6],
-                ..Frame::good()
-            },
-        ),
-        (
-            "VLAN tag",
-            Frame {
-                vlan: Some(5),
-                ..Frame::good()
-            },
-        ),
-        (
-            "loopback source",
-            Frame {
-                src4: [127, 0, 0, 1],
-                ..Frame::good()
-            },
-        ),
-        (
-            "multicast source",
-            Frame {
-                src4: [224, 0, 0, 1],
-                ..Frame::good()
-            },
-        ),
-        (
-            "broadcast source",
-            Frame {
-                src4: [255; 4],
-                ..Frame::good()
-            },
-        ),
-        (
-            "own source",
-            Frame {
-                src4: VethPair::B4.octets(),
-                ..Frame::good()
-            },
-        ),
-        (
-            "source port 0",
-            Frame {
-                sport: 0,
-                ..Frame::good()
-            },
-        ),
+        ("bad IPv4 header checksum", spoilt(|f| f.bad_ip_csum = true)),
+        ("IPv4 length 4 long", spoilt(|f| f.ip_len_extra = 4)),
+        ("IPv4 length 4 short", spoilt(|f| f.ip_len_extra = -4)),
+        ("broadcast source MAC", spoilt(|f| f.src_mac = [0xff; 6])),
+        ("VLAN tag", spoilt(|f| f.vlan = Some(5))),
+        ("loopback source", spoilt(|f| f.src4 = [127, 0, 0, 1])),
+        ("multicast source", spoilt(|f| f.src4 = [224, 0, 0, 1])),
+        ("broadcast source", spoilt(|f| f.src4 = [255; 4])),
+        ("own source", spoilt(|f| f.src4 = VethPair::B4.octets())),
+        ("source port 0", spoilt(|f| f.sport = 0)),
         (
             "IPv6 zero UDP checksum",
-            Frame {
-                zero_udp_csum: true,
-                v6: true,
-                ..Frame::good()
-            },
+            spoilt(|f| {
+                f.zero_udp_csum = true;
+                f.v6 = true;
+            }),
         ),
         (
             "IPv6 length 4 long",
-            Frame {
-                ip_len_extra: 4,
-                v6: true,
-                ..Frame::good()
-            },
+            spoilt(|f| {
+                f.ip_len_extra = 4;
+                f.v6 = true;
+            }),
         ),
         (
             "IPv4-mapped IPv6 destination",
-            Frame {
-                dst6: Some(mapped),
-                v6: true,
-                ..Frame::good()
-            },
+            spoilt(|f| {
+                f.dst6 = Some(mapped);
+                f.v6 = true;
+            }),
         ),
     ];
     for (what, f) in odd {
@@ -1094,6 +1037,18 @@ fn xdp_answers_only_frames_the_kernel_would_take() {
             stats(&cfg).get("xdp.answered") > before
         },
     );
+}
+
+/// Waits until dnsd at `server` (config `cfg`) answers `q`, and answers it in XDP.
+fn answering_in_xdp(pair: &VethPair, server: SocketAddr, cfg: &Path, q: &[u8]) {
+    wait_for("dnsd to answer", Duration::from_secs(20), || {
+        exchange_all(pair, server, vec![q.to_vec()])[0].is_some()
+    });
+    wait_for("answered in XDP", Duration::from_secs(20), || {
+        let before = stats(cfg).get("xdp.answered");
+        exchange_all(pair, server, vec![q.to_vec()]);
+        stats(cfg).get("xdp.answered") > before
+    });
 }
 
 /// A source dnsd made a suspect (forged-looking UDP that reached an escalation) gets no
@@ -1124,14 +1079,7 @@ fn a_suspect_source_is_never_answered_in_xdp() {
     let _fast = NsDnsd::start(&pair.b, &cfg);
     let server = SocketAddr::new(VethPair::B4.into(), port);
     let q = build_query(7, "www.example.com.", 1, &QueryOpts::edns(1232));
-    wait_for("dnsd to answer", Duration::from_secs(20), || {
-        exchange_all(&pair, server, vec![q.clone()])[0].is_some()
-    });
-    wait_for("answered in XDP", Duration::from_secs(20), || {
-        let before = stats(&cfg).get("xdp.answered");
-        exchange_all(&pair, server, vec![q.clone()]);
-        stats(&cfg).get("xdp.answered") > before
-    });
+    answering_in_xdp(&pair, server, &cfg, &q);
     // Denied ANY over UDP (unproven) from the client: a suspect, not a block.
     let any = build_query(8, "example.net.", 255, &QueryOpts::edns(1232));
     exchange_all(&pair, server, vec![any; 4]);
@@ -1168,14 +1116,7 @@ fn an_rrl_exempt_source_is_answered_in_full_in_xdp() {
     let _fast = NsDnsd::start(&pair.b, &cfg);
     let server = SocketAddr::new(VethPair::B4.into(), 5353);
     let q = build_query(7, "www.example.com.", 1, &QueryOpts::edns(1232));
-    wait_for("dnsd to answer", Duration::from_secs(20), || {
-        exchange_all(&pair, server, vec![q.clone()])[0].is_some()
-    });
-    wait_for("answered in XDP", Duration::from_secs(20), || {
-        let before = stats(&cfg).get("xdp.answered");
-        exchange_all(&pair, server, vec![q.clone()]);
-        stats(&cfg).get("xdp.answered") > before
-    });
+    answering_in_xdp(&pair, server, &cfg, &q);
     let before = stats(&cfg);
     let queries: Vec<Vec<u8>> = (0..40)
         .map(|i| build_query(900 + i, "www.example.com.", 1, &QueryOpts::edns(1232)))

@@ -406,6 +406,14 @@ async fn read_marks(
             .arg(shared.cfg.snapshot_page.max(1));
         let reply: Vec<Value> = pipe.query_async(conn).await?;
         let page = match reply.into_iter().next() {
+            // An ACL user without HSCAN (granted before marks existed): no marks.
+            Some(Value::ServerError(e)) if e.code() == "NOPERM" => {
+                crate::limited!(
+                    1,
+                    warn!(node = %shared.node, "redis: replay marks not readable (grant +hscan on the prefix)")
+                );
+                return Ok(());
+            }
             Some(Value::ServerError(_)) | None => {
                 shared.refuse(Refused::Malformed, StreamId::default(), "");
                 return Ok(());

@@ -366,15 +366,6 @@ async fn write(
         pipe.add_command(del);
         pipe.add_command(zrem);
     }
-    // The node's latest record, its replay mark: a reader that loads the snapshot learns how
-    // far this node has written, so an older record of it replayed into the stream later is
-    // refused even by a node that never saw it (one just started).
-    if let Some(latest) = records.last() {
-        pipe.cmd("HSET")
-            .arg(&keys.marks)
-            .arg(&*shared.node)
-            .arg(latest);
-    }
     let entries = records.len().div_ceil(PACK);
     for chunk in records.chunks(PACK) {
         let d = if chunk.len() == 1 {
@@ -432,6 +423,25 @@ async fn write(
         Some(v) => wire::bytes(v).map(|b| String::from_utf8_lossy(b).into_owned()),
         None => None,
     };
+    // The node's latest record, its replay mark: a reader that loads the snapshot learns how
+    // far this node has written, so an older record of it replayed into the stream later is
+    // refused even by a node that never saw it (one just started). Written after the batch
+    // (a reader that sees the mark sees the batch too), apart from it: an ACL user without
+    // HSET (granted before marks existed) keeps its writes, only the marks are missing.
+    if let Some(latest) = records.last() {
+        let r: redis::RedisResult<Value> = redis::cmd("HSET")
+            .arg(&keys.marks)
+            .arg(&*shared.node)
+            .arg(latest)
+            .query_async(conn)
+            .await;
+        if let Err(e) = r {
+            crate::limited!(
+                1,
+                warn!(node = %shared.node, error = %e, "redis: this node's replay mark not written (nodes started later cannot refuse replays of its older records; grant +hset on the prefix)")
+            );
+        }
+    }
     add(&c.batches, 1);
     add(&c.published, adds + dels);
     add(&c.published_removals, dels);
