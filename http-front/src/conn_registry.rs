@@ -94,6 +94,9 @@ pub struct ConnCtl {
     pub bodies: AtomicU32,
     /// Requests cancelled by the client before their response head.
     pub premature: AtomicU32,
+    /// Of those, requests a browser marked as sent on another site's behalf (`Sec-Fetch-Site:
+    /// cross-site`): a page's aborted fetches; they close a flooded connection, never block.
+    pub premature_cross_site: AtomicU32,
     /// RST_STREAM frames the client sent (HTTP/2): what a reset flood is made of (a client
     /// that just closes its connection drops its requests unanswered too, resetting nothing).
     pub resets: AtomicU32,
@@ -153,6 +156,7 @@ impl ConnCtl {
             inflight: AtomicU32::new(0),
             bodies: AtomicU32::new(0),
             premature: AtomicU32::new(0),
+            premature_cross_site: AtomicU32::new(0),
             resets: AtomicU32::new(0),
             last_active_ms: std::sync::atomic::AtomicU64::new(now_ms),
             tcp_fd: std::sync::atomic::AtomicI32::new(-1),

@@ -131,6 +131,9 @@ impl ConnCtx {
 struct Flight {
     cx: Arc<ConnCtx>,
     done: bool,
+    /// A browser marked it as sent on another site's behalf (HTTP/2 only: what a reset
+    /// flood counts).
+    cross_site: bool,
 }
 
 fn mono_ms() -> u64 {
@@ -149,7 +152,11 @@ impl Flight {
             cx.front.counters.bump(Counter::LimitMaxRequests);
             ctl.close(CloseCause::MaxRequests);
         }
-        Flight { cx, done: false }
+        Flight {
+            cx,
+            done: false,
+            cross_site: false,
+        }
     }
 }
 
@@ -173,6 +180,11 @@ impl Drop for Flight {
         // a slow origin must not be blocked for that.
         let p = (ctl.premature.fetch_add(1, Ordering::Relaxed) + 1)
             .min(ctl.resets.load(Ordering::Relaxed));
+        let cross = if self.cross_site {
+            ctl.premature_cross_site.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            ctl.premature_cross_site.load(Ordering::Relaxed)
+        };
         let r = ctl.requests.load(Ordering::Relaxed);
         if p >= cx.flood_min
             && f64::from(p) > cx.flood_ratio * f64::from(r)
@@ -183,7 +195,10 @@ impl Drop for Flight {
                 10,
                 info!(source = %cx.ip, resets = p, requests = r, "HTTP/2 reset flood: closing the connection")
             );
-            if cx.flood_block_secs > 0 {
+            // A page elsewhere can make its visitors' browsers abort fetches by the hundred:
+            // such a flood closes the connection, but blocks the host only when its own
+            // requests alone make one.
+            if cx.flood_block_secs > 0 && p.saturating_sub(cross) >= cx.flood_min {
                 let now = shield::clock::unix_ms();
                 // The host: an IPv6 source's /64, which it could otherwise step through.
                 let r = cx.front.blocks.insert_host(cx.ip, |net| {
@@ -215,7 +230,10 @@ pub fn handle(
     cx: Arc<ConnCtx>,
     req: Request<Incoming>,
 ) -> impl Future<Output = Result<Response<RespBody>, Infallible>> + Send + 'static {
-    let flight = Flight::start(cx);
+    let mut flight = Flight::start(cx);
+    if flight.cx.h2 {
+        flight.cross_site = crate::view::cross_site(req.headers());
+    }
     // Through a hop of `real_ip_from`: the request is its X-Forwarded-For client's (the
     // connection, its resets and bounds, stay the hop's).
     let own = flight.cx.for_client(req.headers());

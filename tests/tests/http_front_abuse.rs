@@ -701,3 +701,51 @@ fn a_full_front_makes_room_by_closing_idle_connections_never_busy_ones() {
         "a request under way was cut"
     );
 }
+
+/// Streams a browser marks as sent on another site's behalf (a page's aborted fetches, by
+/// the hundred) still close a flooded connection, but never block its host: a page could
+/// have its visitors blocked that way.
+#[test]
+fn a_reset_flood_of_cross_site_requests_closes_the_connection_but_blocks_nobody() {
+    let origin = Origin::start();
+    let front = front_with(
+        &origin,
+        "[http2]\nreset_flood_min = 20\nreset_flood_ratio = 0.5\nreset_flood_block_secs = 60\nmax_pending_accept_reset_streams = 10000\n",
+    );
+    let visitor = net::test_ip();
+    let mut h2 = H2Conn::connect(Some(visitor), front.addr()).unwrap();
+    let mark = [("sec-fetch-site", "cross-site"), ("sec-fetch-mode", "cors")];
+    let mut ended = None;
+    for _ in 0..500 {
+        let Ok(id) = h2.send_request("GET", "a.test", "/slow/2000", &mark, true) else {
+            break;
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        if h2.reset(id).is_err() {
+            break;
+        }
+        if let Some(e) = h2.wait_end(Duration::from_millis(1)) {
+            ended = Some(e);
+            break;
+        }
+    }
+    let ended = ended.or_else(|| h2.wait_end(Duration::from_secs(10)));
+    assert!(
+        matches!(ended, Some(H2End::GoAway(_)) | Some(H2End::Closed(_))),
+        "not closed: {ended:?}"
+    );
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"reset_flood\"}"),
+        1
+    );
+    assert_eq!(
+        front.metric("http_front_escalations_total{by=\"reset_flood\"}"),
+        0
+    );
+    assert_eq!(
+        get(Some(visitor), front.addr(), "a.test", "/")
+            .unwrap()
+            .status,
+        200
+    );
+}
