@@ -608,11 +608,8 @@ fn rules(
         let v = local::with(front, |l| {
             let v = l.rules.check(site.tenant, cx.ip, &view, now);
             if let Some(a) = EventAction::from_rules(v.action) {
-                let evidence = if crate::view::cross_site(req.headers()) {
-                    Evidence::CrossSite
-                } else {
-                    Evidence::Http
-                };
+                // What the rules saw: the view's evidence.
+                let evidence = shield::rules::Request::evidence(&view);
                 l.recorder.record(site.tenant, cx.ip, a, evidence, v.code);
                 if v.escalated == Escalated::Blocked {
                     l.recorder.record(

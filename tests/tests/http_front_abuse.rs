@@ -97,6 +97,26 @@ fn http_rapid_reset_burst_gets_goaway() {
     );
 }
 
+/// Sends streams with `headers` and cancels each once the server has started on it (500 at
+/// most), until the connection ends: how many were cancelled, and how it ended.
+fn cancel_until_closed(h2: &mut H2Conn, headers: &[(&str, &str)]) -> (u32, Option<H2End>) {
+    let mut cancelled = 0;
+    for _ in 0..500 {
+        let Ok(id) = h2.send_request("GET", "a.test", "/slow/2000", headers, true) else {
+            break;
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        if h2.reset(id).is_err() {
+            break;
+        }
+        cancelled += 1;
+        if let Some(e) = h2.wait_end(Duration::from_millis(1)) {
+            return (cancelled, Some(e));
+        }
+    }
+    (cancelled, h2.wait_end(Duration::from_secs(10)))
+}
+
 #[test]
 fn http_premature_resets_close_and_block_the_source() {
     let origin = Origin::start();
@@ -111,23 +131,7 @@ fn http_premature_resets_close_and_block_the_source() {
         assert_eq!(h2.get("a.test", "/").unwrap().status, 200);
     }
     // Then streams cancelled once the server has started on them.
-    let mut cancelled = 0;
-    let mut ended = None;
-    for _ in 0..500 {
-        let Ok(id) = h2.send_request("GET", "a.test", "/slow/2000", &[], true) else {
-            break;
-        };
-        std::thread::sleep(Duration::from_millis(20));
-        if h2.reset(id).is_err() {
-            break;
-        }
-        cancelled += 1;
-        if let Some(e) = h2.wait_end(Duration::from_millis(1)) {
-            ended = Some(e);
-            break;
-        }
-    }
-    let ended = ended.or_else(|| h2.wait_end(Duration::from_secs(10)));
+    let (cancelled, ended) = cancel_until_closed(&mut h2, &[]);
     assert!(
         matches!(ended, Some(H2End::GoAway(_)) | Some(H2End::Closed(_))),
         "not closed after {cancelled} cancels: {ended:?}"
@@ -715,21 +719,7 @@ fn a_reset_flood_of_cross_site_requests_closes_the_connection_but_blocks_nobody(
     let visitor = net::test_ip();
     let mut h2 = H2Conn::connect(Some(visitor), front.addr()).unwrap();
     let mark = [("sec-fetch-site", "cross-site"), ("sec-fetch-mode", "cors")];
-    let mut ended = None;
-    for _ in 0..500 {
-        let Ok(id) = h2.send_request("GET", "a.test", "/slow/2000", &mark, true) else {
-            break;
-        };
-        std::thread::sleep(Duration::from_millis(20));
-        if h2.reset(id).is_err() {
-            break;
-        }
-        if let Some(e) = h2.wait_end(Duration::from_millis(1)) {
-            ended = Some(e);
-            break;
-        }
-    }
-    let ended = ended.or_else(|| h2.wait_end(Duration::from_secs(10)));
+    let (_, ended) = cancel_until_closed(&mut h2, &mark);
     assert!(
         matches!(ended, Some(H2End::GoAway(_)) | Some(H2End::Closed(_))),
         "not closed: {ended:?}"

@@ -23,6 +23,24 @@ when = [{ attr = "path", prefix = "/bad" }]
 id = 2
 "#;
 
+/// An origin and a front whose site a.test is tenant 1 of [`ESCALATE_ON_BAD`], with
+/// `server_extra` lines in `[server]`.
+fn escalating_front(server_extra: &str) -> (Origin, Front) {
+    let origin = Origin::start();
+    let extra = format!("workers = 2\n{server_extra}");
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "{}{}",
+                base_config(a, m, origin.addr()).replace("workers = 2\n", &extra),
+                sites("")
+            )
+        },
+        Some(ESCALATE_ON_BAD),
+    );
+    (origin, front)
+}
+
 fn sites(extra: &str) -> String {
     format!(
         "[rules]\nfile = \"rules.toml\"\n\n{extra}\n\
@@ -260,12 +278,7 @@ when = [{{ attr = "user_agent", contains = "Googlebot" }}]
 
 #[test]
 fn http_escalation_closes_open_connections_of_the_source() {
-    let rules = ESCALATE_ON_BAD;
-    let origin = Origin::start();
-    let front = Front::start(
-        |a, m| format!("{}{}", base_config(a, m, origin.addr()), sites("")),
-        Some(rules),
-    );
+    let (_origin, front) = escalating_front("");
     let fa = front.addr();
     let (attacker, bystander) = (net::test_ip(), net::test_ip());
 
@@ -377,12 +390,7 @@ when = [{ attr = "path", prefix = "/bad" }]
 /// source's own requests still do.
 #[test]
 fn requests_another_site_makes_a_browser_send_never_block_its_user() {
-    let rules = ESCALATE_ON_BAD;
-    let origin = Origin::start();
-    let front = Front::start(
-        |a, m| format!("{}{}", base_config(a, m, origin.addr()), sites("")),
-        Some(rules),
-    );
+    let (_origin, front) = escalating_front("");
     let fa = front.addr();
     let visitor = net::test_ip();
     let mut c = H1Conn::connect(Some(visitor), fa).unwrap();
@@ -434,22 +442,8 @@ fn requests_another_site_makes_a_browser_send_never_block_its_user() {
 /// that is no hop cannot name another in the header.
 #[test]
 fn behind_a_listed_hop_each_request_is_its_forwarded_clients() {
-    let rules = ESCALATE_ON_BAD;
-    let origin = Origin::start();
     let hop = net::test_ip();
-    let front = Front::start(
-        |a, m| {
-            format!(
-                "{}{}",
-                base_config(a, m, origin.addr()).replace(
-                    "workers = 2\n",
-                    &format!("workers = 2\nreal_ip_from = [\"{hop}\"]\n")
-                ),
-                sites("")
-            )
-        },
-        Some(rules),
-    );
+    let (_origin, front) = escalating_front(&format!("real_ip_from = [\"{hop}\"]\n"));
     let fa = front.addr();
     let via_hop = |client: &str, host: &str, path: &str| {
         let mut c = H1Conn::connect(Some(hop), fa).unwrap();

@@ -421,8 +421,8 @@ impl Mirror {
                 self.stats.resyncs.fetch_add(1, Ordering::Relaxed);
                 if self.writes_suspects(&maps) {
                     // The exempt prefixes first: a suspect within one is more specific.
-                    let mut suspects = self.exempt_edits();
                     let exempt = self.exempt_nets();
+                    let mut suspects = Self::exempt_edits(&exempt);
                     suspects.extend(
                         entries
                             .iter()
@@ -465,11 +465,8 @@ impl Mirror {
     }
 
     /// `[defence.rrl] exempt` as edits of the suspects' trie.
-    fn exempt_edits(&self) -> Vec<(ipnet::IpNet, Option<u64>)> {
-        self.global
-            .rrl_exempt
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+    fn exempt_edits(exempt: &[ipnet::IpNet]) -> Vec<(ipnet::IpNet, Option<u64>)> {
+        exempt
             .iter()
             .map(|n| (*n, Some(crate::maps::RRL_EXEMPT)))
             .collect()
@@ -564,7 +561,7 @@ impl Mirror {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let exempt = self.exempt_edits();
+        let exempt = Self::exempt_edits(&self.exempt_nets());
         match maps
             .set_services(&nets, port)
             .and_then(|n| maps.set_proxies(&proxies).map(|_| n))
