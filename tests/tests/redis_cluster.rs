@@ -550,3 +550,48 @@ fn a_replayed_record_is_refused_by_a_node_that_started_after_it_was_lifted() {
     assert!(!listed(&c).contains("127.99.114.0/24"), "{:?}", listed(&c));
     assert!(answered(c.addr(), "127.99.114.7".parse().unwrap()));
 }
+
+/// Junk in the marks hash — a field that is no record, another node's record under a
+/// node's field, a key of the wrong type — raises no mark and stops no snapshot: a node
+/// started then syncs, and the junk is counted.
+#[test]
+fn junk_replay_marks_stop_no_snapshot() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let (a, _b) = two_nodes_in_sync(&redis);
+    let mark_a = bulk(&palisade_tests::redis::command_args(
+        redis.port,
+        &[b"HGET", b"palisade:marks", b"a"],
+    ));
+    for (field, value) in [
+        (&b"junk"[..], &b"not a record"[..]),
+        (&b"b"[..], &mark_a[..]),
+    ] {
+        let r = palisade_tests::redis::command_args(
+            redis.port,
+            &[b"HSET", b"palisade:marks", field, value],
+        );
+        assert!(r.starts_with(b":"), "{}", String::from_utf8_lossy(&r));
+    }
+    let c = node(&redis, "c");
+    wait_for("C read the snapshot", Duration::from_secs(10), || {
+        c.stat("redis.snapshots") >= 1
+    });
+    assert!(c.stat("redis.refused.malformed") >= 2);
+    wait_for("the first block on C", Duration::from_secs(5), || {
+        listed(&c).contains("198.51.100.1/32")
+    });
+    // A marks key of the wrong type: a node started then syncs all the same.
+    palisade_tests::redis::command(redis.port, "DEL palisade:marks");
+    palisade_tests::redis::command(redis.port, "SET palisade:marks x");
+    let d = node(&redis, "d");
+    wait_for("the first block on D", Duration::from_secs(10), || {
+        listed(&d).contains("198.51.100.1/32")
+    });
+    let (ok, out) = a.ctl(&["block", "add", "198.51.100.9"]);
+    assert!(ok, "{out}");
+    wait_for("a new block on D", Duration::from_secs(10), || {
+        listed(&d).contains("198.51.100.9/32")
+    });
+}

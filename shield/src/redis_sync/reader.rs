@@ -442,7 +442,13 @@ async fn read_marks(
             }
         }
         cursor = next;
-        if cursor == 0 || scanned >= super::record::REPLAY_NODES {
+        if cursor == 0 {
+            return Ok(());
+        }
+        if scanned >= super::record::REPLAY_NODES {
+            // Fields past any fleet's nodes (junk anyone who can write to Redis can add):
+            // the rest is not read, and the snapshot counts as read in part.
+            add(&shared.c.snapshot_truncated, 1);
             return Ok(());
         }
     }
