@@ -786,6 +786,23 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 			    v->an, v->ns, v->ar, a, body);
 }
 
+/* Counts `reason` for a UDP packet the fast path passed untried when its destination is an
+ * address and port answered here (a query dnsd will answer instead): other UDP is not the
+ * fast path's to count. */
+static __always_inline void count_unanswered(struct xdp_md *ctx, const struct guard_pkt *pk,
+					     struct guard_counters *cnt, __u32 reason)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct guard_ans_addr_key ak = {};
+	__u8 src[16];
+	if (pk->l3_off > 0xff || pk->l4_off > 0xff || packet_ends(data, end, pk, src, &ak))
+		return;
+	const struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
+	if (aa && aa->on && reason < GUARD_COUNTERS)
+		cnt->count[reason]++;
+}
+
 /* Whether the names `a` and `b` (both zero padded to GUARD_QNAME_MAX) are equal: a hash match
  * is no name match, as the key holds only the name's hash. */
 static __always_inline int same_name(const __u8 *a, const __u8 *b)

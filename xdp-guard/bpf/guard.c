@@ -148,8 +148,11 @@ struct ipv6_frag {
 /* classify's verdict for UDP of a listed proxy that starts as a PROXY header: judged by
  * guard_proxied. */
 #define GUARD_PROXIED 102
-
-/* Where the headers of a candidate are (offsets from the frame start). */
+/* classify's verdicts for UDP that passed the checks but is not tried on the fast path: a frame
+ * the kernel may not take as sent (UNANSWERABLE), or a source of dnsd's suspects (SUSPECT).
+ * Passed, and counted when its address and port are answered here. */
+#define GUARD_UNANSWERABLE 103
+#define GUARD_SUSPECT 104
 
 /* What a block lookup found. */
 #define GUARD_LIVE_NONE 0
@@ -477,9 +480,11 @@ static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_
 				return d;
 		}
 		int v = rate_limit(src, udp->dest, cnt, 0);
-		if (v == GUARD_C_PASS && answerable && !suspect(src, pk))
-			return GUARD_CANDIDATE;
-		return v;
+		if (v != GUARD_C_PASS)
+			return v;
+		if (!answerable)
+			return GUARD_UNANSWERABLE;
+		return suspect(src, pk) ? GUARD_SUSPECT : GUARD_CANDIDATE;
 	}
 	if (proto == IPPROTO_TCP) {
 		struct tcphdr *tcp = l4p;
@@ -672,6 +677,11 @@ int palisade_guard(struct xdp_md *ctx)
 	 * server cookie (it read our replies) still go to dnsd, which exempts them too. */
 	if (v == GUARD_C_DROP_RATELIMIT && guard_rate_cookie(ctx, &pk))
 		v = GUARD_C_PASS;
+	if (v == GUARD_UNANSWERABLE || v == GUARD_SUSPECT) {
+		count_unanswered(ctx, &pk, cnt,
+				 v == GUARD_SUSPECT ? GUARD_C_ANS_PASS_SUSPECT : GUARD_C_ANS_PASS_FRAME);
+		v = GUARD_C_PASS;
+	}
 	if (v == GUARD_CANDIDATE) {
 		int act = try_answer(ctx, &pk, cnt);
 		if (act == GUARD_RRL_DROP) {

@@ -92,7 +92,9 @@
 #define GUARD_C_ANS_COOKIE_INVALID 22 /* a server cookie that failed (answered, rate-limited) */
 #define GUARD_C_ANS_PASS_COOKIE 23    /* passed: a cookie the answer cannot carry byte-for-byte */
 #define GUARD_C_RATE_COOKIE 24        /* over the per-source rate, passed: our server cookie (a proven source) */
-#define GUARD_COUNTERS 25
+#define GUARD_C_ANS_PASS_FRAME 25     /* passed: a query to an answered address in a frame not answered here (group MAC, VLAN tag, IP options, fragment, martian, bad lengths or checksum) */
+#define GUARD_C_ANS_PASS_SUSPECT 26   /* passed: a query to an answered address from one of dnsd's suspects */
+#define GUARD_COUNTERS 27
 
 /* The answer fast path. */
 #define GUARD_QNAME_MAX 128   /* longest wire qname answered in XDP (longer ones pass) */

@@ -167,8 +167,14 @@ pub const C_ANS_COOKIE_INVALID: usize = 22;
 pub const C_ANS_PASS_COOKIE: usize = 23;
 /// Over the per-source rate, passed: the query carried a valid server cookie (a proven source).
 pub const C_RATE_COOKIE: usize = 24;
+/// Counter index: passed, a query to an answered address in a frame the fast path does not
+/// answer from (group MAC, VLAN tag, IP options or fragment, martian address, bad lengths or
+/// header checksum, source port 0, a zero UDP checksum over IPv6).
+pub const C_ANS_PASS_FRAME: usize = 25;
+/// Counter index: passed, a query to an answered address from one of dnsd's suspects.
+pub const C_ANS_PASS_SUSPECT: usize = 26;
 /// Number of counter slots.
-pub const COUNTERS: usize = 25;
+pub const COUNTERS: usize = 27;
 
 /// [`Answer::cookie`]: nothing known, queries with a cookie pass to dnsd.
 pub const COOKIE_PASS: u16 = 0;

@@ -47,6 +47,9 @@ fn run(g: &XdpGuard, frame: &[u8]) -> (Verdict, Counters) {
         ans_pass: std::array::from_fn(|i| d(after.ans_pass[i], before.ans_pass[i])),
         ans_rrl: std::array::from_fn(|i| d(after.ans_rrl[i], before.ans_rrl[i])),
         ans_cookie: std::array::from_fn(|i| d(after.ans_cookie[i], before.ans_cookie[i])),
+        ans_pass_untried: std::array::from_fn(|i| {
+            d(after.ans_pass_untried[i], before.ans_pass_untried[i])
+        }),
     };
     assert_eq!(
         delta.packets(),
@@ -746,7 +749,20 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         0,
         &udp(40000, 53, &root_query(7)),
     );
-    assert_eq!(run(&g, &frame(&[], ETH_IP, &with_options)).0, Verdict::Pass);
+    let (v, d) = run(&g, &frame(&[], ETH_IP, &with_options));
+    assert_eq!(
+        (v, d.ans_pass_untried),
+        (Verdict::Pass, [1, 0]),
+        "counted as a frame not answered from"
+    );
+    // So is a tagged frame (the kernel takes it only for a VLAN it has), while the same
+    // frame to a port nothing is answered on is no query of the fast path's to count.
+    let plain = ipv4(src, dst, UDP, &[], 0, &udp(40000, 53, &root_query(7)));
+    let (v, d) = run(&g, &frame(&[ETH_VLAN], ETH_IP, &plain));
+    assert_eq!((v, d.ans_pass_untried), (Verdict::Pass, [1, 0]));
+    let elsewhere = ipv4(src, dst, UDP, &[], 0, &udp(40000, 54, &root_query(7)));
+    let (v, d) = run(&g, &frame(&[ETH_VLAN], ETH_IP, &elsewhere));
+    assert_eq!((v, d.ans_pass_untried), (Verdict::Pass, [0, 0]));
     // A query whose name has the key's hash but is another name is never answered with it:
     // the program compares the name (an entry written with a name that does not match its
     // hash, as a hash collision would leave it).

@@ -48,6 +48,9 @@ pub struct Counters {
     /// Server cookies verified in XDP: valid, invalid; and queries with a cookie passed
     /// because their answer cannot carry one byte-for-byte.
     pub ans_cookie: [u64; 3],
+    /// Passed to dnsd untried: a frame the fast path does not answer from (one the kernel
+    /// may not take as sent), and a query from one of dnsd's suspects.
+    pub ans_pass_untried: [u64; 2],
 }
 
 impl Counters {
@@ -79,6 +82,8 @@ impl Counters {
             ("answer_cookie_invalid", self.ans_cookie[1]),
             ("answer_pass_cookie", self.ans_cookie[2]),
             ("rate_cookie", self.rate_cookie),
+            ("answer_pass_frame", self.ans_pass_untried[0]),
+            ("answer_pass_suspect", self.ans_pass_untried[1]),
         ]
     }
 
@@ -112,6 +117,10 @@ impl Counters {
                 c[crate::maps::C_ANS_COOKIE_VALID],
                 c[crate::maps::C_ANS_COOKIE_INVALID],
                 c[crate::maps::C_ANS_PASS_COOKIE],
+            ],
+            ans_pass_untried: [
+                c[crate::maps::C_ANS_PASS_FRAME],
+                c[crate::maps::C_ANS_PASS_SUSPECT],
             ],
         }
     }
