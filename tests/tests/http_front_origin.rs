@@ -11,8 +11,9 @@ use palisade_tests::net;
 
 /// An origin on loopback that answers each connection's requests by path: `/c` with an
 /// HTTP/1.0 chunked response that asks to keep the connection, then, 300 ms later and
-/// unasked, a second response (`SMUGGLED`); `/accel` with a header meant for the proxy;
-/// anything else with `own`.
+/// unasked, a second response (`SMUGGLED`); `/late`, `/n304` and `/n204` with a head that
+/// announces a body where none may follow (a HEAD's, a 304, a 204), then the same unasked
+/// response; `/accel` with a header meant for the proxy; anything else with `own`.
 fn origin() -> SocketAddr {
     let l = TcpListener::bind((net::test_ip(), 0)).unwrap();
     let at = l.local_addr().unwrap();
@@ -34,6 +35,7 @@ fn origin() -> SocketAddr {
                     let head = String::from_utf8_lossy(&buf[..end]).to_string();
                     buf.drain(..end + 4);
                     let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+                    let late = matches!(path.as_str(), "/c" | "/late" | "/n304" | "/n204");
                     let out: &[u8] = match path.as_str() {
                         "/c" => {
                             b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\
@@ -43,12 +45,17 @@ fn origin() -> SocketAddr {
                             b"HTTP/1.1 200 OK\r\nX-Accel-Redirect: /internal/secret\r\n\
                                       X-Pad: avoid browser bug\r\nContent-Length: 2\r\n\r\nok"
                         }
+                        // Heads that announce a body framing allows none of (a HEAD's
+                        // length is the GET's), the body never in the same read.
+                        "/late" => b"HTTP/1.1 200 OK\r\nContent-Length: 59\r\n\r\n",
+                        "/n304" => b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+                        "/n204" => b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
                         _ => b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nown",
                     };
                     if c.write_all(out).is_err() {
                         return;
                     }
-                    if path == "/c" {
+                    if late {
                         std::thread::sleep(Duration::from_millis(300));
                         let _ = c.write_all(
                             b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nX-Smuggled: yes\r\n\r\nSMUGGLED",
@@ -59,6 +66,29 @@ fn origin() -> SocketAddr {
         }
     });
     at
+}
+
+/// The status of `method path` sent on a connection of its own (read to the end of the head).
+fn head_only(front: SocketAddr, method: &str, path: &str) -> u16 {
+    let mut c = palisade_tests::http::connect_from(Some(net::test_ip()), front).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(
+        format!("{method} {path} HTTP/1.1\r\nhost: a.test\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 1024];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match c.read(&mut b) {
+            Ok(n) if n > 0 => got.extend_from_slice(&b[..n]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&got)
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 #[test]
@@ -82,6 +112,28 @@ fn an_origin_cannot_answer_another_clients_request_nor_show_it_proxy_headers() {
             std::thread::sleep(Duration::from_millis(wait));
             let r = get(Some(net::test_ip()), front.addr(), "a.test", "/next").unwrap();
             assert_eq!((r.status, r.body.as_str()), (200, "own"), "after {wait} ms");
+        }
+    }
+    // A body where framing allows none (often only the length a HEAD's GET would have):
+    // the connection is not pooled, so whatever the origin sends late answers nobody.
+    for (method, path, status) in [
+        ("HEAD", "/late", 200),
+        ("GET", "/n304", 304),
+        ("GET", "/n204", 204),
+    ] {
+        for wait in [0, 400] {
+            assert_eq!(
+                head_only(front.addr(), method, path),
+                status,
+                "{method} {path}"
+            );
+            std::thread::sleep(Duration::from_millis(wait));
+            let r = get(Some(net::test_ip()), front.addr(), "a.test", "/next").unwrap();
+            assert_eq!(
+                (r.status, r.body.as_str()),
+                (200, "own"),
+                "{method} {path}, next after {wait} ms"
+            );
         }
     }
     let r = get(Some(net::test_ip()), front.addr(), "a.test", "/accel").unwrap();

@@ -353,6 +353,12 @@ fn parse_head(rbuf: &mut BytesMut, head_req: bool) -> Result<Option<Head>, BadRe
             );
         }
         let framing = if head_req || code == 204 || code == 304 {
+            // A head that announces a body where framing allows none: should the origin
+            // send that body after all, late, it would answer whichever request next took
+            // the connection from the pool — another client's. Not reused.
+            if te || cl_bad || cl.is_some_and(|n| n > 0) {
+                keep_alive = false;
+            }
             RespFraming::Empty
         } else if te {
             // A length next to a coding is ignored, and the connection not reused (RFC 9112
