@@ -45,17 +45,15 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
     }
     let metrics_listener = cfg.metrics.map(bind).transpose()?;
     let syn_filter_max = cfg.server.syn_filter_max;
-    // Handles on the IPv4 listeners for the SYN filter (a filter is per socket, not per fd).
+    // Handles on the listeners for the SYN filter (a filter is per socket, not per fd).
     let mut filtered = Vec::new();
     if syn_filter_max > 0 {
         for (addr, l) in plain.iter().chain(tls.iter()) {
-            if addr.is_ipv4() {
-                let dup = l.try_clone().map_err(|source| StartError::Listen {
-                    addr: *addr,
-                    source,
-                })?;
-                filtered.push(std::os::fd::OwnedFd::from(dup));
-            }
+            let dup = l.try_clone().map_err(|source| StartError::Listen {
+                addr: *addr,
+                source,
+            })?;
+            filtered.push(std::os::fd::OwnedFd::from(dup));
         }
     }
     let front = Front::new(loaded)?;

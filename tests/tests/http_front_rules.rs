@@ -337,6 +337,54 @@ fn http_escalation_closes_open_connections_of_the_source() {
     assert!(front.metric("http_front_connections_closed_total{cause=\"blocked\"}") >= 2);
 }
 
+/// A dual-stack IPv6 listener (`[::]:port`) gets the SYN filter too — its IPv4 clients' SYNs
+/// come with their IPv4 header — and IPv6 sources are in the filter as well. Only IPv4
+/// listeners had it: a blocked source on `[::]` was reset at accept, a socket each.
+#[test]
+fn the_syn_filter_guards_dual_stack_listeners_and_ipv6_sources() {
+    let origin = Origin::start();
+    let front = Front::start(
+        |a, m| {
+            base_config(a, m, origin.addr()).replace(
+                &format!("listen = [\"{a}\"]"),
+                &format!("listen = [\"[::]:{}\"]", a.port()),
+            ) + "[control]\nsocket = \"ctl.sock\"\n\n[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n"
+        },
+        None,
+    );
+    let fa = front.addr();
+    let attacker = net::test_ip();
+    let six = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, fa.port()));
+    assert_eq!(get(Some(attacker), fa, "a.test", "/").unwrap().status, 200);
+    assert!(std::net::TcpStream::connect_timeout(&six, Duration::from_secs(3)).is_ok());
+    front.ctl(&["block", "add", &format!("{attacker}/32"), "--ttl", "600"]);
+    front.ctl(&["block", "add", "::1/128", "--ttl", "600", "--force"]);
+    assert_eq!(
+        front.wait_metric("http_front_syn_filter_entries", 2, Duration::from_secs(10)),
+        2
+    );
+    let at_accept = "http_front_connections_total{event=\"blocked_at_accept\"}";
+    let before = front.metric(at_accept);
+    // Never established: the SYNs are dropped (the connects time out).
+    assert!(
+        palisade_tests::http::connect_from(Some(attacker), fa).is_err(),
+        "a blocked IPv4 source completed a handshake"
+    );
+    assert!(
+        std::net::TcpStream::connect_timeout(&six, Duration::from_secs(2)).is_err(),
+        "a blocked IPv6 source completed a handshake"
+    );
+    assert_eq!(
+        front.metric(at_accept),
+        before,
+        "reset at accept, not dropped at SYN"
+    );
+    assert_eq!(
+        get(Some(net::test_ip()), fa, "a.test", "/").unwrap().status,
+        200
+    );
+}
+
 #[test]
 fn http_blocked_sources_are_reset_at_accept_without_the_syn_filter() {
     let rules = r#"

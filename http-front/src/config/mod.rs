@@ -17,7 +17,7 @@
 //! max_connection_age_secs = 3600
 //! max_requests_per_connection = 1000
 //! graceful_close_ms = 5000
-//! syn_filter_max = 1024           # blocked IPv4 sources dropped at SYN by a socket filter
+//! syn_filter_max = 1024           # blocked sources dropped at SYN by a socket filter
 //! send_timeout_ms = 60000         # a client that takes nothing for this long (or not a buffered rest within it): dropped
 //! response_buffer_bytes = 1048576 # a response read from the origin ahead of the client (fits: origin freed at once)
 //! response_buffer_total_bytes = 536870912  # over all responses; past it responses stream through 64 KiB

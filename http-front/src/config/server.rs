@@ -39,7 +39,7 @@ pub struct Server {
     /// A connection that has carried this many requests (HTTP/2: streams) is closed after them.
     #[serde(deserialize_with = "range_u32::<1, 4000000000, _>")]
     pub max_requests_per_connection: u32,
-    /// Blocked IPv4 sources (the first this many entries of the block map) whose SYNs a
+    /// Blocked sources (the first this many entries of the block map) whose SYNs a
     /// kernel socket filter on the listeners drops before any connection exists (0: off;
     /// the accept-time check covers the rest). Start-time only.
     #[serde(deserialize_with = "range_usize::<0, 3500, _>")]
