@@ -13,8 +13,7 @@
 //! with jitter) and shows its error in `http-front ctl certs`.
 
 use std::collections::HashMap;
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -59,17 +58,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> AcmeError + '_ {
 
 /// Writes `data` to `path` through a temporary file and a rename, mode `mode`.
 fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), AcmeError> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(io_err(&tmp))?;
-    f.write_all(data).map_err(io_err(&tmp))?;
-    f.sync_all().map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+    shield::files::write_atomic(path, data, mode).map_err(io_err(path))
 }
 
 /// The account: from `account.json`, else created on the server and saved there (0600).

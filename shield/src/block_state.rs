@@ -7,7 +7,6 @@
 //! renamed over the last (never half written), at most once a second while they change.
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,22 +97,12 @@ pub fn start(map: &BlockMap, path: &Path) -> Option<Keeper> {
 
 /// Writes `entries` to `path`: a new file beside it, synced, renamed over it (mode 0640).
 fn write(path: &Path, entries: &HashMap<IpNet, BlockEntry>) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o640)
-        .open(&tmp)?;
     let mut buf = Vec::with_capacity(entries.len() * 160);
     for e in entries.values() {
         serde_json::to_writer(&mut buf, e).map_err(std::io::Error::other)?;
         buf.push(b'\n');
     }
-    f.write_all(&buf)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    crate::files::write_atomic(path, &buf, 0o640)
 }
 
 /// Keeps `path` in step with the map's own entries, on a thread of its own.

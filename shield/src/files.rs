@@ -1,7 +1,8 @@
 //! Reading the text files an operator points a daemon at (configs, rules, lists): regular
 //! files only, of a bounded size. A FIFO, a device or a directory is refused without waiting
 //! (a FIFO's open would wait for a writer, and stall whoever reloads), and `/dev/zero` is
-//! never read until memory runs out.
+//! never read until memory runs out. And writing the small state files a daemon keeps:
+//! whole or not at all.
 
 use std::io::Read;
 use std::path::Path;
@@ -96,5 +97,56 @@ mod tests {
         assert!(e.contains("a character device"), "{e}");
         let e = read_text(dir.path(), 100).unwrap_err().to_string();
         assert!(e.contains("a directory"), "{e}");
+    }
+}
+
+/// Writes `data` to `path` whole or not at all: a new file beside it (`<path>.tmp`, mode
+/// `mode` whatever the umask), synced, renamed over `path`. A write cut short (a full disk)
+/// removes its temporary file, which would otherwise hold the space every later write needs.
+pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let written = (|| {
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod write_tests {
+    use super::*;
+
+    #[test]
+    fn write_atomic_replaces_whole_with_the_mode_asked() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state");
+        write_atomic(&p, b"one\n", 0o640).unwrap();
+        write_atomic(&p, b"two\n", 0o600).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "two\n");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // A write that fails (the target a directory) leaves no temporary file behind.
+        let d = dir.path().join("d");
+        std::fs::create_dir(&d).unwrap();
+        assert!(write_atomic(&d, b"x", 0o600).is_err());
+        assert!(!dir.path().join("d.tmp").exists());
     }
 }

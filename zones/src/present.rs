@@ -27,7 +27,7 @@ pub fn write_file(zone: &Zone, path: &std::path::Path, header: &str) -> std::io:
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = std::path::PathBuf::from(tmp);
-    {
+    let written = (|| {
         let f = std::fs::File::create(&tmp)?;
         let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
         let mut line = String::with_capacity(512);
@@ -39,8 +39,13 @@ pub fn write_file(zone: &Zone, path: &std::path::Path, header: &str) -> std::io:
         }
         w.flush()?;
         w.get_ref().sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    // A write cut short (a full disk) leaves no temporary file holding the space.
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
-    std::fs::rename(&tmp, path)
+    written
 }
 
 /// The whole zone as master-file text (absolute names, canonical order, SOA first).

@@ -182,25 +182,9 @@ impl ZoneState {
             "# Zones added with `dnsd ctl zone add`; written by dnsd.\n{}",
             toml::to_string(self).map_err(|e| e.to_string())?
         );
-        let tmp = path.with_extension("tmp");
         // 0640 whatever the umask: it names the files dnsd serves at its next start.
-        let write = || -> std::io::Result<()> {
-            use std::io::Write as _;
-            use std::os::unix::fs::OpenOptionsExt as _;
-            let _ = std::fs::remove_file(&tmp);
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o640)
-                .open(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)
-        };
-        write().map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("{}: {e}", path.display())
-        })
+        shield::files::write_atomic(path, text.as_bytes(), 0o640)
+            .map_err(|e| format!("{}: {e}", path.display()))
     }
 }
 

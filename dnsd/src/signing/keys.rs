@@ -584,10 +584,12 @@ pub fn write_manifest(dir: &Path, zone: &str, keys: &[Key]) -> Result<(), KeyErr
     let mut text = names.join("\n");
     text.push('\n');
     let p = manifest_path(dir, zone);
-    let tmp = p.with_extension("list.tmp");
-    std::fs::write(&tmp, text)
-        .and_then(|_| std::fs::rename(&tmp, &p))
-        .map_err(|e| KeyError::Io(p, e))
+    // Unchanged (most signings): not written again — a full disk then fails no signing
+    // for a file that needs no change.
+    if std::fs::read_to_string(&p).is_ok_and(|old| old == text) {
+        return Ok(());
+    }
+    shield::files::write_atomic(&p, text.as_bytes(), 0o640).map_err(|e| KeyError::Io(p, e))
 }
 
 /// Writes a new key's file at `path`, readable by the owner only, never over an existing
@@ -618,20 +620,8 @@ fn write_file(path: &Path, text: &str) -> Result<(), KeyError> {
 
 /// Writes `text` to `path` readable by the owner only, replacing it whole.
 fn write_private(path: &Path, text: &str) -> Result<(), KeyError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = path.with_extension("toml.tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| KeyError::Io(tmp.clone(), e))?;
-    f.write_all(text.as_bytes())
-        .and_then(|_| f.sync_all())
-        .map_err(|e| KeyError::Io(tmp.clone(), e))?;
-    std::fs::rename(&tmp, path).map_err(|e| KeyError::Io(path.into(), e))
+    shield::files::write_atomic(path, text.as_bytes(), 0o600)
+        .map_err(|e| KeyError::Io(path.into(), e))
 }
 
 #[cfg(test)]

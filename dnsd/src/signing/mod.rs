@@ -142,6 +142,18 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
             if job.prev.is_none()
                 && let Some(copy) = read_copy(&p.key_dir, unsigned.apex())
             {
+                if let Some(last) = read_serial(&p.key_dir, &zone)
+                    && zones::serial_gt(last, copy.serial())
+                {
+                    // Older than what was served (its write failed or was cut short): the
+                    // next signing still goes past the serial served.
+                    tracing::warn!(
+                        zone,
+                        copy = copy.serial(),
+                        served = last,
+                        "serving the signed copy, older than the serial last served, until the keys sign again"
+                    );
+                }
                 let earliest = zones::dnssec::signature_expiry(&copy, now as u32)
                     .0
                     .unwrap_or(now as u32);
@@ -201,10 +213,14 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
     let prev: Option<&Zone> = job.prev.as_deref().or(copy.as_ref());
     // The served serial moves forward on every signing, across restarts too (secondaries
     // would not take a version whose serial went back).
+    // The last serial served is the newest of the version at hand and the serial file: the
+    // copy is written after the serial, on a thread of its own, and may lag it (a full disk,
+    // a kill just after a signing) — a restart must not serve an old serial again.
     let unsigned_serial = unsigned.serial();
-    let last = match prev {
-        Some(prev) => Some(prev.serial()),
-        None => read_serial(&p.key_dir, &zone),
+    let last = match (prev.map(|z| z.serial()), read_serial(&p.key_dir, &zone)) {
+        (Some(a), Some(b)) if zones::serial_gt(b, a) => Some(b),
+        (Some(a), _) => Some(a),
+        (None, b) => b,
     };
     let serial = match last {
         Some(l) if !zones::serial_gt(unsigned_serial, l) => l.wrapping_add(1),
@@ -345,12 +361,11 @@ fn read_serial(dir: &Path, zone: &str) -> Option<u32> {
         .and_then(|t| t.trim().parse().ok())
 }
 
-/// Keeps the serial served for `zone` (written whole, then renamed).
+/// Keeps the serial served for `zone` (written whole and synced, then renamed: a power loss
+/// leaves the old serial or the new one, never an empty file).
 fn write_serial(dir: &Path, zone: &str, serial: u32) -> Result<(), KeyError> {
     let p = serial_path(dir, zone);
-    let tmp = p.with_extension("tmp");
-    std::fs::write(&tmp, format!("{serial}\n"))
-        .and_then(|_| std::fs::rename(&tmp, &p))
+    shield::files::write_atomic(&p, format!("{serial}\n").as_bytes(), 0o640)
         .map_err(|e| KeyError::Io(p, e))
 }
 
@@ -744,6 +759,44 @@ mod tests {
             .filter(|k| k.file.role == Role::Ksk)
             .map(|k| (k.tag, k.file.state(now), k.file.retire))
             .collect()
+    }
+
+    /// The copy of the last signed version is written after the serial, on a thread of its
+    /// own: when it lags (a full disk, a kill just after a signing), a start took its serial
+    /// and served serials already served again, with other data — a secondary that holds
+    /// the serial never fetches the change.
+    #[test]
+    fn a_start_never_serves_again_a_serial_served_when_the_copy_lags() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = std::sync::Arc::new(policy(dir.path(), Submission::Manual));
+        let apex = zones::Name::parse("example.com.", None).unwrap();
+        let text =
+            b"example.com. 3600 IN SOA ns.example.com. h.example.com. 5 3600 600 86400 300\n\
+                     example.com. 3600 IN NS ns.example.com.\n\
+                     ns.example.com. 3600 IN A 192.0.2.1\n";
+        let unsigned = zones::load_bytes(
+            "example.com.zone",
+            &text[..],
+            &apex,
+            &zones::ReadOptions::new(&apex),
+        )
+        .unwrap()
+        .zone;
+        let job = |prev: Option<Zone>| SignJob {
+            policy: p.clone(),
+            prev: prev.map(std::sync::Arc::new),
+            keep_unsigned: false,
+        };
+        let first = sign(&unsigned, &job(None), 1000).unwrap().zone;
+        assert_eq!(first.serial(), 5);
+        zones::present::write_file(&first, &copy_path(dir.path(), &apex), "copy").unwrap();
+        // Two more signings served; their copies never reached the disk.
+        let second = sign(&unsigned, &job(Some(first)), 1001).unwrap().zone;
+        let third = sign(&unsigned, &job(Some(second)), 1002).unwrap().zone;
+        assert_eq!(third.serial(), 7);
+        // A start: the copy says 5, the serial file 7.
+        let started = sign(&unsigned, &job(None), 1003).unwrap().zone;
+        assert_eq!(started.serial(), 8, "a serial served before, served again");
     }
 
     #[test]

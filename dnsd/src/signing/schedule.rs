@@ -10,6 +10,9 @@ use zones::Zone;
 
 use super::{SignJob, SignedZone};
 
+/// A step of the wall clock (against the monotonic clock) past which the scheduler reacts.
+const CLOCK_STEP_SECS: u64 = 300;
+
 /// What a holder of signed zones offers the scheduler.
 pub trait SignedZones: Send + 'static {
     /// The zones due at `now` (seconds since the epoch): slot, version served, signing job.
@@ -19,6 +22,9 @@ pub trait SignedZones: Send + 'static {
     /// Serves `signed`, made from `from`, in slot `i` unless a reload replaced `from`
     /// meanwhile (then false); counts its signatures.
     fn install(&mut self, i: usize, from: &Arc<Zone>, signed: SignedZone) -> bool;
+    /// Makes every signed zone due now (the wall clock stepped back: signatures made before
+    /// would start in the future).
+    fn all_due(&mut self);
     /// Once a minute, at `now`: a chance to look at the signatures served (expiry metrics).
     fn each_minute(&mut self, _now: u64) {}
     /// The slot and policy of the signed zone at `apex`.
@@ -35,9 +41,24 @@ pub async fn run<Z: SignedZones>(
 ) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     let mut n: u64 = 0;
+    // The wall clock against the monotonic one: a step back (NTP, a VM restored) leaves the
+    // signatures served with an inception in the future — bogus to validators until the
+    // clock catches up — so every zone is signed again at once.
+    let mut base = (std::time::Instant::now(), super::now());
     loop {
         tick.tick().await;
         let now = super::now();
+        let expected = base.1 + base.0.elapsed().as_secs();
+        if now.abs_diff(expected) > CLOCK_STEP_SECS {
+            if now < expected {
+                tracing::warn!(
+                    back_secs = expected - now,
+                    "the wall clock stepped back: signing every zone again"
+                );
+                zones.lock().await.all_due();
+            }
+            base = (std::time::Instant::now(), now);
+        }
         if n.is_multiple_of(60) {
             let mut z = zones.lock().await;
             z.each_minute(now);

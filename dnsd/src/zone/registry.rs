@@ -845,6 +845,12 @@ impl crate::signing::schedule::SignedZones for Registry {
         self.defer_resign(i, at);
     }
 
+    fn all_due(&mut self) {
+        for i in self.signed.clone() {
+            self.defer_resign(i, 0);
+        }
+    }
+
     fn install(&mut self, i: usize, from: &Arc<Zone>, signed: crate::signing::SignedZone) -> bool {
         self.stats.count_signatures(signed.made, signed.kept);
         self.install_resigned(i, from, signed)
