@@ -518,6 +518,43 @@ fn dnsd_primary_and_secondary() -> (tempfile::TempDir, Dnsd, Dnsd) {
     (dir, primary, secondary)
 }
 
+/// A transfer whose zone file cannot be written (a full disk, a read-only directory) is not
+/// served: served, it was lost at a restart (the serial going back for the secondaries that
+/// took it, a catalog's members gone), and a later refresh, finding it current, only touched
+/// the old file. Once the file can be written, the retry brings it.
+#[test]
+fn a_transfer_that_cannot_be_kept_on_disk_is_not_served() {
+    let (dir, primary, secondary) = dnsd_primary_and_secondary();
+    assert_eq!(serial(secondary.addr()), Some(1));
+    // The write's temporary file cannot be made: a directory stands in its place.
+    let blocker = dir.path().join("secondary.zone.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    std::fs::write(
+        dir.path().join("primary.zone"),
+        zone_text(2, true, "3600 600 86400"),
+    )
+    .unwrap();
+    let (ok, out) = primary.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    assert_eq!(serial(primary.addr()), Some(2));
+    let (ok, out) = secondary.ctl(&["zone-refresh", ORIGIN]);
+    assert!(!ok && out.contains("not served"), "{out}");
+    assert_eq!(
+        serial(secondary.addr()),
+        Some(1),
+        "served what is not on disk"
+    );
+    let text = std::fs::read_to_string(dir.path().join("secondary.zone")).unwrap();
+    assert!(text.contains("serial 1"), "{text}");
+    // The disk is back: the next refresh brings serial 2, to the file too.
+    std::fs::remove_dir(&blocker).unwrap();
+    let (ok, out) = secondary.ctl(&["zone-refresh", ORIGIN]);
+    assert!(ok, "{out}");
+    assert_eq!(serial(secondary.addr()), Some(2));
+    let text = std::fs::read_to_string(dir.path().join("secondary.zone")).unwrap();
+    assert!(text.contains("serial 2"), "{text}");
+}
+
 #[test]
 fn a_notify_flood_from_a_primarys_address_checks_the_primary_about_once_a_second() {
     // A UDP source can be forged: a flood of NOTIFYs "from" the primary must not turn into a

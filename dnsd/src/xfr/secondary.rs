@@ -415,8 +415,17 @@ async fn refresh_from(
     let written = tokio::task::spawn_blocking(move || axfr::write_zone_file(&z2, &file))
         .await
         .map_err(|e| XfrError::Zone(e.to_string()))?;
-    if let Err(e) = &written {
-        tracing::error!(zone = %p.origin, file = %p.file.display(), "cannot write the zone file: {e}");
+    // What cannot be kept is not served (as Knot refuses it): served, it would be lost at a
+    // restart — the serial going back for the secondaries that took it, a catalog's new
+    // members gone — while a refresh that finds it current would only touch the old file.
+    // The refresh is retried; the version served stays the one on disk.
+    if let Err(e) = written {
+        tracing::error!(zone = %p.origin, file = %p.file.display(), "cannot write the zone file, serial {} not served: {e}", zone.serial());
+        return Err(XfrError::Zone(format!(
+            "the zone file {} cannot be written ({e}): serial {} not served",
+            p.file.display(),
+            zone.serial()
+        )));
     }
     // A secondary dnsd signs: signed from what came, keeping every signature of the
     // version served whose RRset did not change (an IXFR re-signs what it touched).
@@ -456,15 +465,10 @@ async fn refresh_from(
     }
     x.with_status(p.origin.as_wire(), |s| s.ok += 1);
     let line = format!(
-        "{what} from {primary}: serial {}, {} records, {} ms{}",
+        "{what} from {primary}: serial {}, {} records, {} ms",
         zone.serial(),
         zone.record_count(),
         start.elapsed().as_millis(),
-        if written.is_err() {
-            " (zone file NOT written)"
-        } else {
-            ""
-        }
     );
     tracing::info!(zone = %p.origin, "{line}");
     Ok(line)
