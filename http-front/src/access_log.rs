@@ -163,7 +163,12 @@ impl AccessLogger {
                         }
                         Err(e) => {
                             counters.access_log_write_errors.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(sink = sink.name(), error = %e, records = batch.len(), "access records dropped");
+                            counters.add(Counter::AccessLogDropped, batch.len() as u64);
+                            // Clients drive the rate: limited as every line they can cause.
+                            shield::limited!(
+                                1,
+                                warn!(sink = sink.name(), error = %e, records = batch.len(), "access records dropped")
+                            );
                         }
                     }
                     batch.clear();
@@ -303,6 +308,38 @@ mod tests {
             1,
             "closed logger drops"
         );
+    }
+
+    /// Records a failing sink (a full disk) could not take count as dropped; they counted
+    /// as nothing but a write error, and each batch logged a line of its own (hundreds a
+    /// second, at the clients' rate).
+    #[test]
+    fn records_a_failing_sink_loses_count_as_dropped() {
+        use std::io::Write;
+        struct Full;
+        impl Write for Full {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::Error::from(io::ErrorKind::StorageFull))
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let counters = Arc::new(Counters::default());
+        let mut l = AccessLogger::spawn(
+            Box::new(shield::events::JsonLines::new("full", Full)),
+            64,
+            1 << 20,
+            counters.clone(),
+        )
+        .unwrap();
+        for _ in 0..5 {
+            l.log(rec(), &counters);
+        }
+        l.close();
+        assert_eq!(counters.get(Counter::AccessLogDropped), 5);
+        assert_eq!(counters.access_log_written.load(Ordering::Relaxed), 0);
+        assert!(counters.access_log_write_errors.load(Ordering::Relaxed) >= 1);
     }
 
     #[test]
