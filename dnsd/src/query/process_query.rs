@@ -564,7 +564,10 @@ impl Processor {
             cookie: CookieStatus::Absent,
             cookie_out: None,
             exempt: false,
-            suspect: self.plan.as_ref().and_then(|p| p.suspect()),
+            suspect: self
+                .plan
+                .as_ref()
+                .and_then(|p| p.suspect(zone_idx.map(|i| zones.id(i)))),
         };
         if let Some(p) = &mut self.plan
             && signer.is_none()
@@ -799,7 +802,7 @@ impl Processor {
     ) -> Option<Outcome> {
         let q = &*self.q;
         let p = self.plan.as_mut()?;
-        let parsed = Parsed::zoneless(req, q, src.ip(), self.local, transport, p.suspect());
+        let parsed = Parsed::zoneless(req, q, src.ip(), self.local, transport, p.suspect(None));
         let a = Answered {
             class: AnswerClass::Error,
             key: b"",
@@ -916,7 +919,7 @@ impl Processor {
         let q = &*self.q;
         q.edns?.cookie(req)?;
         let p = self.plan.as_mut()?;
-        let mut parsed = Parsed::zoneless(req, q, src.ip(), self.local, transport, p.suspect());
+        let mut parsed = Parsed::zoneless(req, q, src.ip(), self.local, transport, p.suspect(None));
         p.check_cookie(&mut parsed);
         let cookie = parsed.cookie_out?;
         let rc = if parsed.cookie == CookieStatus::Invalid {
@@ -1025,7 +1028,7 @@ fn cookie_for(
 ) -> Option<crate::query::module::CookieOut> {
     q.edns?.cookie(req)?;
     let p = plan?;
-    let mut parsed = Parsed::zoneless(req, q, src.ip(), local, transport, p.suspect());
+    let mut parsed = Parsed::zoneless(req, q, src.ip(), local, transport, p.suspect(None));
     p.check_cookie(&mut parsed);
     parsed.cookie_out
 }
@@ -1178,13 +1181,27 @@ pub(crate) mod tests {
 
     #[test]
     fn an_nxdomain_suspect_keeps_its_answers_for_names_that_exist() {
-        let s = shared(defences(None, false));
+        let mut cfg = defences(None, false);
+        cfg.random_subdomain.enabled = true;
+        cfg.random_subdomain.zone_nxdomains_per_second = 5.0;
+        cfg.random_subdomain.source_nxdomain_limit = 1000;
+        cfg.random_subdomain.escalate_after = 1000;
+        let s = shared(cfg);
         suspect(&s, "192.0.2.53/32", Scope::Nxdomain);
         let mut r = Rig::with_shared(example_set(), Some(s.clone()));
+        let nx = Q::new("nope-7f3a.example.com.", 1).bytes();
+        // A zone under no flood: the suspect's NXDOMAINs are whole (a resolver relaying a
+        // flood on another tenant's zone had them truncated, and dropped, in every zone).
+        let a = r.send(&nx, "192.0.2.53", UDP).unwrap();
+        assert_eq!((a.tc(), a.rcode()), (false, rcode::NXDOMAIN));
+        // The zone flooded (by others): its NXDOMAINs for the suspect are truncated.
+        for i in 0..10u8 {
+            let q = Q::new(&format!("r{i}.example.com."), 1).bytes();
+            r.send(&q, &format!("198.51.100.{i}"), UDP).unwrap();
+        }
         let a = r.send(&Q::new(WWW, 1).bytes(), "192.0.2.53", UDP).unwrap();
         assert!(!a.tc());
         assert_eq!(a.answer[0].rdata, [192, 0, 2, 10]);
-        let nx = Q::new("nope-7f3a.example.com.", 1).bytes();
         let a = r.send(&nx, "192.0.2.53", UDP).unwrap();
         assert!(a.tc() && a.is_empty(), "an NXDOMAIN is truncated");
         let a = r.send(&nx, "192.0.2.53", TCP).unwrap();

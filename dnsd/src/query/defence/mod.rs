@@ -321,10 +321,26 @@ impl Plan {
         Step::Continue
     }
 
-    /// What `before_parse` found of the message's source: a suspect of this scope.
+    /// What `before_parse` found of the message's source, for a query of `zone` (its id): a
+    /// suspect of this scope. A random-subdomain suspect (scope `nxdomain`) is one only in a
+    /// zone under such a flood now: a resolver relaying a flood on one tenant's zone keeps
+    /// every other zone's NXDOMAIN answers whole (they were truncated, and past the
+    /// suspects' budget dropped, in every zone).
     #[inline]
-    pub fn suspect(&self) -> Option<shield::block::Scope> {
-        self.env.suspect
+    pub fn suspect(&self, zone: Option<u32>) -> Option<shield::block::Scope> {
+        match self.env.suspect {
+            Some(shield::block::Scope::Nxdomain) => {
+                let flooded = |z| {
+                    self.shared
+                        .random_subdomain
+                        .as_ref()
+                        .is_some_and(|w| w.attacked_until(z) > self.env.now_ms)
+                };
+                zone.filter(|&z| flooded(z))
+                    .map(|_| shield::block::Scope::Nxdomain)
+            }
+            s => s,
+        }
     }
 
     /// `after_parse`: the query parsed, its zone and tenant known.

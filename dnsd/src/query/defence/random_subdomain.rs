@@ -5,7 +5,9 @@
 //! source that mostly draws NXDOMAIN beyond a limit has its NXDOMAIN answers truncated
 //! (TC=1 with the question alone, within the suspects' budget, dropped past it), and beyond
 //! a higher threshold becomes a suspect for a TTL — a suspect of scope
-//! [`shield::block::Scope::Nxdomain`]: only its NXDOMAIN answers are truncated. It never blocks. The flood
+//! [`shield::block::Scope::Nxdomain`]: only its NXDOMAIN answers are truncated, and only in
+//! zones under such a flood (a resolver relaying a flood on one tenant's zone is no suspect
+//! in the others'). It never blocks. The flood
 //! of random names mostly comes through resolvers, whose own users' queries share the
 //! flood's source address, and it counts UDP without a valid cookie only, whose source may
 //! be forged: a block would cut a resolver's users off our zones, or let anyone pick whom
@@ -120,7 +122,7 @@ impl RandomSubdomain {
 
     /// Until when zone `zone` counts as under attack (0: it does not).
     #[inline]
-    fn attacked_until(&self, zone: u32) -> u64 {
+    pub(crate) fn attacked_until(&self, zone: u32) -> u64 {
         let key = zone.wrapping_add(1);
         self.attack_slots(zone)
             .find(|(z, _)| z.load(Ordering::Relaxed) == key)
