@@ -289,6 +289,7 @@ impl ZoneBuilder {
             records: 0,
             nsec3: None,
             nsec_prev: Vec::new(),
+            max_labels: 0,
         };
         let mut n3: Vec<Node> = Vec::new();
         let mut run_node = vec![zone::NONE; self.runs.len()];
@@ -798,6 +799,8 @@ fn push_node(z: &mut Zone, wire: &[u8], parent: NodeId) -> NodeId {
     let id = z.nodes.len() as NodeId;
     let off = z.names.len() as u32;
     z.names.extend_from_slice(wire);
+    let labels = name::label_count(wire) as u8;
+    z.max_labels = z.max_labels.max(labels);
     z.nodes.push(Node {
         name_off: off,
         parent,
@@ -805,7 +808,7 @@ fn push_node(z: &mut Zone, wire: &[u8], parent: NodeId) -> NodeId {
         rrset_count: 0,
         flags: if parent == zone::NONE { flags::APEX } else { 0 },
         name_len: wire.len() as u8,
-        labels: name::label_count(wire) as u8,
+        labels,
     });
     id
 }

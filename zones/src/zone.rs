@@ -94,6 +94,9 @@ pub struct Zone {
     /// For a zone signed with NSEC: per node, the node at or before it (canonical order)
     /// that owns an NSEC; empty otherwise.
     pub(crate) nsec_prev: Vec<NodeId>,
+    /// Labels of the deepest node: a lookup starts at the suffix of that many labels (a
+    /// name of 127 labels costs no more probes than the zone is deep).
+    pub(crate) max_labels: u8,
 }
 
 impl std::fmt::Debug for Zone {
@@ -213,7 +216,13 @@ impl Zone {
         debug_assert!(q_labels >= apex_labels);
         let mut found = 0;
         let mut stripped = q_labels - apex_labels;
-        for (i, &off) in label_offs[..q_labels - apex_labels].iter().enumerate() {
+        // Suffixes deeper than any node cannot be one.
+        let skip = q_labels.saturating_sub(self.max_labels as usize);
+        for (i, &off) in label_offs[..q_labels - apex_labels]
+            .iter()
+            .enumerate()
+            .skip(skip)
+        {
             if let Some(id) = self.find(&qname_lower[off as usize..]) {
                 found = id;
                 stripped = i;
@@ -544,6 +553,37 @@ cn      CNAME www
         let dn = id(&z, "dn.example.com.");
         assert_eq!(look(&z, "dn.example.com."), Lookup::Exact(dn));
         assert_eq!(look(&z, "a.dn.example.com."), Lookup::Dname(dn));
+        // Names far deeper than the zone (whose suffixes past its deepest node are not
+        // probed) find what lies under them as shallow names do.
+        let deep = |below: &str| (0..100).map(|_| "q.").collect::<String>() + below;
+        assert_eq!(
+            look(&z, &deep("b.c.example.com.")),
+            Lookup::NxDomain {
+                closest_encloser: id(&z, "b.c.example.com.")
+            }
+        );
+        assert_eq!(
+            look(&z, &deep("wild.example.com.")),
+            Lookup::Wildcard {
+                closest_encloser: wild,
+                wildcard: id(&z, "*.wild.example.com.")
+            }
+        );
+        assert_eq!(
+            look(&z, &deep("deep.below.sub.example.com.")),
+            Lookup::Delegation {
+                cut: sub,
+                exact: false
+            }
+        );
+        assert_eq!(look(&z, &deep("dn.example.com.")), Lookup::Dname(dn));
+        assert_eq!(
+            look(&z, &deep("example.com.")),
+            Lookup::NxDomain {
+                closest_encloser: 0
+            }
+        );
+        assert_eq!(z.max_labels, 5, "deep.below.sub.example.com.");
     }
 
     #[test]

@@ -44,15 +44,64 @@ struct Compressor {
     hash: [u32; COMP_ENTRIES],
 }
 
-#[inline]
-fn suffix_hash(name: &[u8]) -> u32 {
-    // FNV-1a over the lower-case wire suffix (names handed in are already lower case).
-    let mut h: u32 = 0x811c9dc5;
-    for &b in name {
-        h ^= b as u32;
-        h = h.wrapping_mul(0x01000193);
+/// Most labels a wire name has (255 bytes, one-byte labels, the root apart).
+const MAX_LABELS: usize = 128;
+
+/// The hashes of every suffix of a lower-case wire name at once, in time linear in its
+/// length: FNV-1a over the labels taken from the root up, so that each suffix's hash goes on
+/// from the next one's. (Hashed one by one, a name of 127 labels cost some 16,000 steps.)
+struct Suffixes {
+    n: usize,
+    // Left uninitialised past `n` (a response writes several names: no 640-byte clear each).
+    off: [std::mem::MaybeUninit<u8>; MAX_LABELS],
+    hash: [std::mem::MaybeUninit<u32>; MAX_LABELS],
+}
+
+impl Suffixes {
+    #[inline]
+    fn of(name: &[u8]) -> Suffixes {
+        let mut s = Suffixes {
+            n: 0,
+            off: [const { std::mem::MaybeUninit::uninit() }; MAX_LABELS],
+            hash: [const { std::mem::MaybeUninit::uninit() }; MAX_LABELS],
+        };
+        let mut i = 0usize;
+        while let Some(&l) = name.get(i) {
+            if l == 0 || s.n == MAX_LABELS {
+                break;
+            }
+            s.off[s.n].write(i as u8);
+            s.n += 1;
+            i += 1 + l as usize;
+        }
+        let mut h: u32 = 0x811c9dc5;
+        for k in (0..s.n).rev() {
+            let o = s.off(k);
+            let end = (o + 1 + name[o] as usize).min(name.len());
+            for &b in &name[o..end] {
+                h ^= b as u32;
+                h = h.wrapping_mul(0x01000193);
+            }
+            s.hash[k].write(h);
+        }
+        s
     }
-    h
+
+    /// Where the `k`-th suffix starts (`k < n`).
+    #[inline]
+    fn off(&self, k: usize) -> usize {
+        assert!(k < self.n);
+        // SAFETY: `of` wrote the first `n` offsets.
+        unsafe { self.off[k].assume_init() as usize }
+    }
+
+    /// The `k`-th suffix's hash (`k < n`).
+    #[inline]
+    fn hash(&self, k: usize) -> u32 {
+        assert!(k < self.n);
+        // SAFETY: `of` wrote the first `n` hashes.
+        unsafe { self.hash[k].assume_init() }
+    }
 }
 
 impl Compressor {
@@ -60,10 +109,10 @@ impl Compressor {
         self.n = 0;
     }
 
-    fn add(&mut self, off: usize, suffix_lower: &[u8]) {
-        if self.n < COMP_ENTRIES && off < 0x3FFF && suffix_lower.len() > 1 {
+    fn add(&mut self, off: usize, hash: u32) {
+        if self.n < COMP_ENTRIES && off < 0x3FFF {
             self.off[self.n] = off as u16;
-            self.hash[self.n] = suffix_hash(suffix_lower);
+            self.hash[self.n] = hash;
             self.n += 1;
         }
     }
@@ -126,9 +175,11 @@ impl<'b> Writer<'b> {
             self.buf[12..12 + qlen].copy_from_slice(&req[12..q.question_end]);
             self.buf[5] = 1;
             self.len += qlen;
-            let qn = q.qname();
-            for &o in q.label_offs() {
-                self.comp.add(12 + o as usize, &qn[o as usize..]);
+            // The shortest suffixes first where they cannot all be kept: the zone's names
+            // share those.
+            let sx = Suffixes::of(q.qname());
+            for k in (0..sx.n).rev() {
+                self.comp.add(12 + sx.off(k), sx.hash(k));
             }
         }
     }
@@ -371,33 +422,41 @@ impl<'b> Writer<'b> {
     /// packet holds; returns the offset where it starts.
     fn name_with_case(&mut self, lower: &[u8], cased: &[u8]) -> Result<usize, Full> {
         let start = self.len;
-        let mut i = 0usize;
-        while lower[i] != 0 {
-            if let Some(ptr) = self.find(&lower[i..]) {
+        let sx = Suffixes::of(lower);
+        for k in 0..sx.n {
+            let i = sx.off(k);
+            if let Some(ptr) = self.find_hashed(&lower[i..], sx.hash(k)) {
                 // Labels before i literally, then a pointer.
                 self.put(&cased[..i])?;
                 self.put(&(0xC000 | ptr).to_be_bytes())?;
-                self.add_suffixes(start, lower, i);
+                self.add_suffixes(start, &sx, k);
                 return Ok(start);
             }
-            i += 1 + lower[i] as usize;
         }
         self.put(cased)?;
-        self.add_suffixes(start, lower, lower.len() - 1);
+        self.add_suffixes(start, &sx, sx.n);
         Ok(start)
     }
 
-    fn add_suffixes(&mut self, start: usize, lower: &[u8], upto: usize) {
-        let mut i = 0usize;
-        while i < upto {
-            self.comp.add(start + i, &lower[i..]);
-            i += 1 + lower[i] as usize;
+    /// Notes the first `upto` suffixes of a name written at `start`.
+    fn add_suffixes(&mut self, start: usize, sx: &Suffixes, upto: usize) {
+        for k in 0..upto {
+            self.comp.add(start + sx.off(k), sx.hash(k));
         }
     }
 
     /// An offset in the packet where the name `suffix` (lower case) is written.
     fn find(&self, suffix: &[u8]) -> Option<u16> {
-        let h = suffix_hash(suffix);
+        let sx = Suffixes::of(suffix);
+        if sx.n == 0 {
+            return None;
+        }
+        self.find_hashed(suffix, sx.hash(0))
+    }
+
+    /// As [`find`](Self::find), with the suffix's hash known.
+    #[inline]
+    fn find_hashed(&self, suffix: &[u8], h: u32) -> Option<u16> {
         for k in 0..self.comp.n {
             if self.comp.hash[k] == h && self.matches_at(self.comp.off[k] as usize, suffix) {
                 return Some(self.comp.off[k]);
@@ -744,6 +803,38 @@ mod tests {
     use crate::query::module::{CookieOut, Transport};
     use crate::query::testkit::{Q, Reply, example_text, load_zone};
     use crate::query::wire::rcode;
+
+    /// Names compress against every suffix written, the question's deepest ones too: the
+    /// zone's name after a question of 120 labels is a pointer into it (its suffixes were
+    /// hashed one by one, 16,000 steps for such a name, and only the 48 longest kept).
+    #[test]
+    fn names_compress_against_the_questions_suffixes_however_deep() {
+        let deep: String = (0..120).map(|_| "a.").collect::<String>() + "example.com.";
+        let q = Q::new(&deep, 1);
+        let (req, parsed) = q.parsed();
+        let mut buf = [0u8; 1024];
+        let mut w = Writer::new(&mut buf, 1024);
+        w.start(&req, &parsed, rcode::NOERROR, true);
+        let at = w.position();
+        let apex = b"\x07example\x03com\x00";
+        w.name(apex).unwrap();
+        assert_eq!(w.position() - at, 2, "the zone's name is a pointer");
+        let ptr = u16::from_be_bytes([buf[at], buf[at + 1]]) & 0x3FFF;
+        assert_eq!(&buf[ptr as usize..ptr as usize + apex.len()], apex);
+        // A name sharing the zone's name, and one sharing a deeper suffix: a label and a
+        // pointer each.
+        let mut w = Writer::new(&mut buf, 1024);
+        w.start(&req, &parsed, rcode::NOERROR, true);
+        let at = w.position();
+        w.name(b"\x03www\x07example\x03com\x00").unwrap();
+        assert_eq!(w.position() - at, 4 + 2);
+        let at = w.position();
+        w.name(b"\x01b\x01a\x01a\x07example\x03com\x00").unwrap();
+        assert_eq!(w.position() - at, 2 + 2);
+        // Found where it was written (the same hash as the writer's).
+        assert!(w.find_name(b"\x01a\x01a\x07example\x03com\x00").is_some());
+        assert!(w.find_name(b"\x03zzz\x07example\x03com\x00").is_none());
+    }
 
     #[test]
     fn size_limit_over_udp_with_and_without_edns_and_over_tcp() {
