@@ -100,6 +100,7 @@ counters! {
     LimitBodyBufferTotal => ("limit_hits_total", "limit", "body_buffer_total"),
     LimitUpstreamConnections => ("limit_hits_total", "limit", "upstream_connections"),
     LimitUpstreamPerSource => ("limit_hits_total", "limit", "max_upstream_per_source"),
+    LimitSiteInFlight => ("limit_hits_total", "limit", "max_requests_in_flight"),
     ReqAbandoned => ("responses_total", "cause", "client_gone"),
     BodiesBuffered => ("request_bodies_total", "mode", "buffered"),
     BodiesStreamed => ("request_bodies_total", "mode", "streamed"),

@@ -92,7 +92,7 @@ impl Snapshot {
                     .unwrap_or_else(|| Arc::new(Upstream::new(u)))
             })
             .collect();
-        let sites = Sites::prepare(&cfg, rules, &upstreams);
+        let sites = Sites::prepare(&cfg, rules, &upstreams, prev.map(|p| &p.sites));
         let mut h1 = http1::Builder::new();
         // The request line counts against hyper's head limit: give the URI its own room, so
         // that a long URI is answered 414 by the request path, not 431 by hyper.

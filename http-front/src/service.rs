@@ -1132,6 +1132,24 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
             false,
         );
     };
+    // One site's requests waiting on its origin at once: each holds its client's connection
+    // (busy: no eviction takes it), and a site whose origin hangs took every connection
+    // place, the other sites' new clients refused at accept. Past the bound the connection
+    // closes with the 503, giving its place back.
+    let Some(site_waiting) = SourceWaiting::take(&site.in_flight, site.max_in_flight) else {
+        c.bump(Counter::LimitSiteInFlight);
+        shield::limited!(
+            1,
+            warn!(site = %site.name, bound = site.max_in_flight, "site's requests waiting on its origin at their bound (max_requests_in_flight): 503")
+        );
+        return simple(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many requests waiting on this site's origin\n",
+            true,
+        );
+    };
+    // Held until the response head is here (or the tunnel open).
+    let _site_waiting = site_waiting;
     let mut waiting = Some(waiting);
     let result = match (job.upgrade.take(), site.websocket) {
         // Boxed: a WebSocket is the rare path, and its future is large.
@@ -1229,7 +1247,7 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
                 1,
                 warn!(
                     open = crate::forward::upstream::open_connections(),
-                    "upstream connections at their bound (max_connections plus the idle pools): requests answered 503"
+                    "upstream connections at their bound (the upstream's three-quarter share of max_connections plus the idle pools, or all of it): requests answered 503"
                 )
             );
             simple(

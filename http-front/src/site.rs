@@ -39,6 +39,10 @@ pub struct PreparedSite {
     pub headers: HeaderPolicy,
     /// WebSocket bounds, when the site proxies WebSocket.
     pub websocket: Option<crate::forward::websocket::Bounds>,
+    /// Its requests waiting on its origin now (kept across reloads, by site name).
+    pub in_flight: Arc<std::sync::atomic::AtomicU32>,
+    /// The most of them at once.
+    pub max_in_flight: u32,
 }
 
 /// Every site, indexed by host.
@@ -56,8 +60,13 @@ impl Sites {
         cfg: &Config,
         rules: &shield::rules::Prepared,
         upstreams: &[Arc<Upstream>],
+        prev: Option<&Sites>,
     ) -> Sites {
         let mut out = Sites::default();
+        // Three quarters of the connections by default (as an upstream's share of the
+        // origin connections): a site whose origin hangs leaves the others a quarter.
+        let default_in_flight =
+            (cfg.server.max_connections.saturating_mul(3) / 4).clamp(1, u32::MAX as usize) as u32;
         for (i, s) in cfg.sites.iter().enumerate() {
             let i = i as u32;
             for h in &s.hosts {
@@ -88,6 +97,12 @@ impl Sites {
                     idle: std::time::Duration::from_millis(s.websocket_idle_ms),
                     max: std::time::Duration::from_secs(s.websocket_max_secs),
                 }),
+                // The requests of the version before still count (a reload must not make
+                // room for as many again).
+                in_flight: prev
+                    .and_then(|p| p.sites.iter().find(|x| *x.name == *s.name))
+                    .map_or_else(Default::default, |x| Arc::clone(&x.in_flight)),
+                max_in_flight: s.max_requests_in_flight.unwrap_or(default_in_flight),
             });
         }
         out
@@ -167,7 +182,7 @@ upstream = "a"
             .iter()
             .map(|u| Arc::new(Upstream::new(u)))
             .collect();
-        let s = Sites::prepare(&l.config, &l.rules, &ups);
+        let s = Sites::prepare(&l.config, &l.rules, &ups, None);
         assert_eq!(&*s.lookup("example.com").unwrap().name, "example.com");
         assert_eq!(&*s.lookup("a.b.example.com").unwrap().name, "*.example.com");
         assert_eq!(&*s.lookup("other.org").unwrap().name, "*");

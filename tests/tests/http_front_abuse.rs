@@ -311,9 +311,15 @@ fn streams_to_a_hung_origin_hold_origin_connections_within_bounds() {
         }
         conns.push(h2);
     }
-    wait_for("the process's bound hit", Duration::from_secs(10), || {
-        front.metric("http_front_limit_hits_total{limit=\"upstream_connections\"}") > 0
-    });
+    // (The site's own bound, three quarters of max_connections, comes first here.)
+    wait_for(
+        "the process's or the site's bound hit",
+        Duration::from_secs(10),
+        || {
+            front.metric("http_front_limit_hits_total{limit=\"upstream_connections\"}") > 0
+                || front.metric("http_front_limit_hits_total{limit=\"max_requests_in_flight\"}") > 0
+        },
+    );
     assert!(front.metric("http_front_upstream_connections") <= 108);
     // The hung origin holds three quarters of it at most: the healthy one is served
     // meanwhile, over connections of its own.
@@ -613,6 +619,8 @@ fn http2_control_frame_floods_are_cut() {
 /// holding twelve connections that never send a byte), idle for a second at least. A
 /// connection with a request under way is never taken, and with none idle a new one is
 /// refused and counted.
+/// At `max_connections`, idle connections make room for new clients, never busy ones; and
+/// one site whose origin hangs holds three quarters of the places at most.
 #[test]
 fn a_full_front_makes_room_by_closing_idle_connections_never_busy_ones() {
     use std::sync::atomic::Ordering;
@@ -685,23 +693,43 @@ fn a_full_front_makes_room_by_closing_idle_connections_never_busy_ones() {
         200
     );
     assert_eq!(held.load(Ordering::SeqCst), 3);
-    // Every place busy: a new client is refused, and no request under way is cut.
+    // The hung site's requests fill three quarters of the places at most
+    // (`max_requests_in_flight`): the rest are answered 503 and their connections closed, so
+    // that the other site's new clients are served. (They took every place, and every other
+    // site's new client was refused at accept.)
     drop((pile, keeper, newcomers));
     wait_for("the idle ones gone", Duration::from_secs(10), || {
         front.metric("http_front_open_connections") == 3
     });
+    let mut refused = 0;
     for _ in 0..13 {
-        busy.push(hang_one());
+        let mut c = hang_one();
+        c.stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        match c.read_response() {
+            Ok(r) => {
+                assert_eq!(r.status, 503);
+                assert!(wait_closed(&mut c.stream, Duration::from_secs(2)), "closed");
+                refused += 1;
+            }
+            Err(_) => busy.push(c),
+        }
     }
-    wait_held(16);
-    let before = front.metric("http_front_limit_hits_total{limit=\"max_connections\"}");
-    let refused = get(Some(net::test_ip()), fa, "a.test", "/");
-    assert!(refused.is_err(), "{:?}", refused.map(|r| r.status));
-    assert!(front.metric("http_front_limit_hits_total{limit=\"max_connections\"}") > before);
+    assert_eq!(refused, 4, "16 asked of a site held to 12");
+    wait_held(12);
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"max_requests_in_flight\"}"),
+        4
+    );
+    assert_eq!(
+        get(Some(net::test_ip()), fa, "a.test", "/").unwrap().status,
+        200
+    );
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
         held.load(Ordering::SeqCst),
-        16,
+        12,
         "a request under way was cut"
     );
 }

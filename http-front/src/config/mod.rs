@@ -144,6 +144,8 @@
 //! websocket = false               # proxy WebSocket (HTTP/1.1 Upgrade, HTTP/2 extended CONNECT)
 //! websocket_idle_ms = 60000       # a WebSocket with no byte either way for this long: closed
 //! websocket_max_secs = 86400      # a WebSocket open this long: closed
+//! # max_requests_in_flight = 37500  # its requests waiting on its origin at once (default: 3/4
+//! #                                 # of max_connections); past it 503, connection closed
 //! acme = false                    # true: its hosts' certificate from [acme] (exact names only)
 //! cert = "example.com.crt"        # this site's pair for its hosts over TLS (wins over cert_dir)
 //! key = "example.com.key"
@@ -341,6 +343,10 @@ pub struct Site {
     pub websocket_idle_ms: u64,
     /// A WebSocket open this long is closed.
     pub websocket_max_secs: u64,
+    /// Most of its requests waiting on its origin at once (each holds its client's
+    /// connection, which no eviction may take): past it, 503 and the connection closed.
+    /// `None`: three quarters of `server.max_connections`.
+    pub max_requests_in_flight: Option<u32>,
 }
 
 /// The whole configuration, checked.
@@ -655,6 +661,7 @@ impl Config {
                 websocket: s.websocket,
                 websocket_idle_ms: s.websocket_idle_ms,
                 websocket_max_secs: s.websocket_max_secs,
+                max_requests_in_flight: s.max_requests_in_flight,
                 acme: s.acme.as_ref().is_some_and(|a| *a.get_ref()),
             });
         }

@@ -44,6 +44,8 @@ pub(super) struct SiteSchema {
         deserialize_with = "range::<1, 2592000, _>"
     )]
     pub(super) websocket_max_secs: u64,
+    #[serde(default, deserialize_with = "opt_range_u32::<1, 4000000000, _>")]
+    pub(super) max_requests_in_flight: Option<u32>,
     #[serde(default)]
     pub(super) cert: Option<Spanned<std::path::PathBuf>>,
     #[serde(default)]

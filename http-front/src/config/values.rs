@@ -23,6 +23,12 @@ pub(super) fn range_u32<'de, const LO: u64, const HI: u64, D: Deserializer<'de>>
     range::<LO, HI, D>(d).map(|v| v as u32)
 }
 
+pub(super) fn opt_range_u32<'de, const LO: u64, const HI: u64, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<u32>, D::Error> {
+    range_u32::<LO, HI, D>(d).map(Some)
+}
+
 pub(super) fn range_usize<'de, const LO: u64, const HI: u64, D: Deserializer<'de>>(
     d: D,
 ) -> Result<usize, D::Error> {
