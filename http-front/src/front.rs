@@ -453,8 +453,14 @@ impl Front {
                 return Err(e);
             }
         };
-        if let Some(w) = loaded.config.fit_descriptors() {
-            loaded.config.warnings.push(w);
+        match loaded.config.fit_descriptors() {
+            Ok(Some(w)) => loaded.config.warnings.push(w),
+            Ok(None) => {}
+            Err(e) => {
+                self.counters.bump(Counter::ReloadFailed);
+                tracing::error!(error = %e, "config refused; keeping the last good config");
+                return Err(e);
+            }
         }
         let prev = self.snapshot.load_full();
         // Against the config as started: a change stays named until a restart applies it.

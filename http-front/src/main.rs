@@ -113,10 +113,15 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if !args.check
-        && let Some(w) = loaded.config.fit_descriptors()
-    {
-        loaded.config.warnings.push(w);
+    if !args.check {
+        match loaded.config.fit_descriptors() {
+            Ok(Some(w)) => loaded.config.warnings.push(w),
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("http-front: config refused: {e}");
+                return ExitCode::from(1);
+            }
+        }
     }
     if let Err(e) = shield::logging::init(&loaded.config.log, args.log_format) {
         eprintln!("http-front: {e}");

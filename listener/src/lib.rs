@@ -22,7 +22,7 @@ pub enum ListenerError {
     },
     /// More descriptors are needed than the process may open.
     #[error(
-        "{needed} file descriptors needed (one UDP socket per address plus a few), but the hard limit RLIMIT_NOFILE is {hard}; configure fewer addresses or raise the limit"
+        "{needed} file descriptors needed (one UDP socket per service address, and 1024 kept for TCP connections, transfers, control and files), but the hard limit RLIMIT_NOFILE is {hard}; configure fewer addresses or raise the limit"
     )]
     TooManyFiles {
         /// Descriptors needed.

@@ -1,6 +1,9 @@
 //! dnsd under a low RLIMIT_NOFILE: too many addresses for the hard limit is refused at start
 //! with the numbers; a hard limit below what TCP connections need lowers the TCP bound,
 //! says so once, and dnsd serves (instead of failing accept at the first busy minute).
+//! http-front likewise: a hard limit where not even a few connections fit beside the idle
+//! pools and the reserve is refused with the numbers (it started with 16 connections, then
+//! failed accepts and answered 502 for want of descriptors to reach its origin).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -136,4 +139,49 @@ fn a_hard_limit_below_the_tcp_bound_lowers_it_and_dnsd_serves() {
     assert_eq!(lowered.len(), 1, "{log}");
     // 1,500 minus one UDP socket, the reserve of 1,024 and the transfer slots (16 + 4).
     assert!(lowered[0].contains("effective=455"), "{}", lowered[0]);
+}
+
+#[test]
+fn http_front_under_a_hard_limit_it_cannot_fit_is_refused_with_the_numbers() {
+    if !tools() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ip: Ipv4Addr = net::test_ip();
+    let path = dir.path().join("front.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = [\"{ip}:{}\"]\nworkers = 2\n\n\
+             [[upstream]]\nname = \"app\"\nservers = [\"{ip}:9\"]\n\n\
+             [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n",
+            net::free_port(ip)
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new("prlimit");
+    cmd.arg("--nofile=64:64");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.args(["setpriv", "--bounding-set=-sys_resource", "--"]);
+    }
+    let out = cmd
+        .arg(bin("http-front"))
+        .arg("-c")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("server.max_connections")
+            && text.contains("hard limit RLIMIT_NOFILE is 64")
+            && text.contains("at least 1568"),
+        "the error names the key, the limit and what is needed (512 pooled + 1,024 + 32):\n{text}"
+    );
 }

@@ -1006,11 +1006,20 @@ impl Config {
     }
 
     /// Raises RLIMIT_NOFILE to what `server.max_connections` needs, or lowers it to fit (the
-    /// warning says so): for a config about to serve, at a start and at each reload.
-    pub fn fit_descriptors(&mut self) -> Option<String> {
+    /// warning says so): for a config about to serve, at a start and at each reload. Refused
+    /// where not even a few connections fit.
+    pub fn fit_descriptors(&mut self) -> Result<Option<String>, ConfigError> {
         let pools = self.idle_pools();
-        server::fit_descriptors(&mut self.server, pools)
-            .map(|w| format!("{}: {w}", self.path.display()))
+        match server::fit_descriptors(&mut self.server, pools) {
+            Ok(w) => Ok(w.map(|w| format!("{}: {w}", self.path.display()))),
+            Err(msg) => Err(ConfigError::At {
+                path: self.path.clone(),
+                line: 0,
+                col: 0,
+                key: "server.max_connections".into(),
+                msg,
+            }),
+        }
     }
 
     /// Idle upstream connections the pools may keep (each upstream's per worker thread).

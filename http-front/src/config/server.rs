@@ -225,11 +225,16 @@ impl Default for Http2 {
 /// control and metrics sockets, files).
 const RESERVED_FDS: usize = 1024;
 
+/// Fewest client connections a config may be fitted down to: below it, it is refused.
+const MIN_CONNECTIONS: usize = 16;
+
 /// Raises RLIMIT_NOFILE's soft limit to what `server` needs (a descriptor per client
 /// connection, one per origin connection serving it, the idle pools, a reserve); where the
 /// hard limit is lower, lowers `max_connections` to fit and says so, so that accept never
-/// runs out of descriptors while a request waits for its origin.
-pub(super) fn fit_descriptors(server: &mut Server, pools: usize) -> Option<String> {
+/// runs out of descriptors while a request waits for its origin. Where not even
+/// [`MIN_CONNECTIONS`] fit, the error says what is needed (as dnsd refuses a fleet that
+/// does not fit).
+pub(super) fn fit_descriptors(server: &mut Server, pools: usize) -> Result<Option<String>, String> {
     let needed = server
         .max_connections
         .saturating_mul(2)
@@ -241,7 +246,7 @@ pub(super) fn fit_descriptors(server: &mut Server, pools: usize) -> Option<Strin
     };
     // SAFETY: getrlimit writes into a valid struct.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 || rl.rlim_cur >= needed {
-        return None;
+        return Ok(None);
     }
     let want = libc::rlimit {
         rlim_cur: needed.min(rl.rlim_max),
@@ -251,15 +256,25 @@ pub(super) fn fit_descriptors(server: &mut Server, pools: usize) -> Option<Strin
     let raised = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0;
     let have = if raised { want.rlim_cur } else { rl.rlim_cur };
     if have >= needed {
-        return None;
+        return Ok(None);
     }
     let room = (have as usize).saturating_sub(pools + RESERVED_FDS) / 2;
-    let fitted = server.max_connections.min(room.max(16));
+    if room < MIN_CONNECTIONS.min(server.max_connections) {
+        let least = pools + RESERVED_FDS + 2 * MIN_CONNECTIONS.min(server.max_connections);
+        return Err(format!(
+            "{needed} file descriptors wanted, and the hard limit RLIMIT_NOFILE is {have}: \
+             not even {MIN_CONNECTIONS} client connections (each with one to its origin) fit \
+             beside the upstreams' idle pools ({pools}: pool_max_idle per worker thread) and \
+             the {RESERVED_FDS} kept for listeners and files; raise the limit (LimitNOFILE= in \
+             systemd) to at least {least}, or lower pool_max_idle"
+        ));
+    }
+    let fitted = server.max_connections.min(room);
     let configured = server.max_connections;
     server.max_connections = fitted;
-    Some(format!(
+    Ok(Some(format!(
         "server.max_connections lowered from {configured} to {fitted} to fit RLIMIT_NOFILE \
          ({have}): each client connection may need one to its origin too; raise the limit \
          (LimitNOFILE= in systemd) to {needed}"
-    ))
+    )))
 }
