@@ -149,6 +149,50 @@ fn a_bad_zone_keeps_the_last_good_version_and_sighup_reloads() {
     });
 }
 
+/// A reload of a zone too big for the memory left (here the address-space limit) is refused,
+/// naming the file, and the last good version serves on: the process aborted on the failed
+/// allocation, every zone with it (Knot refuses it, "not enough memory").
+#[test]
+fn a_zone_too_big_for_the_memory_left_is_refused_and_the_server_lives() {
+    if !palisade_tests::have_program("prlimit") {
+        palisade_tests::skipped("prlimit not installed (util-linux)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.test.zone");
+    write_zone(&file, 7, 10);
+    let mut dnsd = Dnsd::builder().zone(Zone::new("big.test.", &file)).start();
+    let addr = dnsd.addr();
+    assert_eq!(serial_of(addr), Some(7));
+    // 256 MiB of address space beyond what the server holds now.
+    let pid = dnsd.pid();
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap();
+    let pages: u64 = statm.split_whitespace().next().unwrap().parse().unwrap();
+    let limit = pages * 4096 + (256 << 20);
+    let ok = std::process::Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--as={limit}:{limit}"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "prlimit --pid");
+    // Some 2.5 M records, 60 MB of text: its build takes several hundred MiB.
+    write_zone(&file, 8, 2_500_000);
+    let (ok, out) = dnsd.ctl(&["reload", "big.test."]);
+    assert!(dnsd.is_running(), "the server died:\n{}", dnsd.log());
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("big.test.zone") && out.contains("not enough memory"),
+        "{out}"
+    );
+    assert_eq!(serial_of(addr), Some(7), "the last good version serves on");
+    // A zone that fits loads as before.
+    write_zone(&file, 9, 10);
+    let (ok, out) = dnsd.ctl(&["reload", "big.test."]);
+    assert!(ok, "{out}");
+    assert_eq!(serial_of(addr), Some(9));
+}
+
 /// A zone file that is no regular file is refused at once, naming what it is, and the last
 /// good version keeps serving: a character device (`/dev/zero` was read without end until
 /// the server ran out of memory) and a FIFO (its open waited for a writer for ever, holding

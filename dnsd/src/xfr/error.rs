@@ -35,6 +35,9 @@ pub enum XfrError {
     /// A transfer of more bytes than `max_in_bytes`.
     #[error("transfer has more than {0} bytes (max_in_bytes)")]
     TooLarge(u64),
+    /// A transfer whose zone would take more memory than is left.
+    #[error("{0}")]
+    NoMemory(crate::zone::room::NoRoom),
     /// A transfer with more records than `max_in_records`.
     #[error("transfer has more than {0} records (max_in_records)")]
     TooManyRecords(usize),

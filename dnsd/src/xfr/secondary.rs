@@ -379,7 +379,11 @@ async fn refresh_from(
                         (format!("IXFR ({steps} steps, -{del} +{add})"), z)
                     }
                     // Past max_in_records or max_in_bytes: the whole zone would be as well.
-                    Err(e @ (XfrError::TooManyRecords(_) | XfrError::TooLarge(_))) => {
+                    Err(
+                        e @ (XfrError::TooManyRecords(_)
+                        | XfrError::TooLarge(_)
+                        | XfrError::NoMemory(_)),
+                    ) => {
                         return Err(e);
                     }
                     Err(e) => {
@@ -394,7 +398,12 @@ async fn refresh_from(
                 ("IXFR (whole zone)".to_string(), z)
             }
             // Too slow or too large: an AXFR of the same primary would be as well.
-            Err(e @ (XfrError::TooSlow | XfrError::TooLarge(_) | XfrError::TooManyRecords(_))) => {
+            Err(
+                e @ (XfrError::TooSlow
+                | XfrError::TooLarge(_)
+                | XfrError::TooManyRecords(_)
+                | XfrError::NoMemory(_)),
+            ) => {
                 return Err(e);
             }
             Err(e) => {
@@ -668,6 +677,12 @@ async fn pull(
         if bytes > max_bytes {
             x.stats.in_limit.fetch_add(1, Ordering::Relaxed);
             return Err(XfrError::TooLarge(max_bytes));
+        }
+        // The zone being built must fit in what memory is left (checked every 16 MiB): the
+        // process aborts on an allocation that fails, every zone with it.
+        if bytes >> 24 != (bytes - buf.len() as u64 - 2) >> 24 {
+            crate::zone::room::check(bytes.saturating_mul(crate::zone::room::PER_WIRE_BYTE))
+                .map_err(XfrError::NoMemory)?;
         }
         let mut bad = None;
         let r = wire::read_response(&buf, &mut b, &mut |rr| {

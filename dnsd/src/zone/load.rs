@@ -79,6 +79,14 @@ pub enum LoadError {
     /// Its geo file could not be read.
     #[error("{0}")]
     Geo(String),
+    /// Building it would take more memory than is left.
+    #[error("{file}: {why}; the last good version serves on")]
+    Memory {
+        /// The zone's file.
+        file: String,
+        /// How much it takes and what is left.
+        why: crate::zone::room::NoRoom,
+    },
     /// A pre-signed zone holds an ALIAS: the A and AAAA made from it when asked would carry
     /// no signature.
     #[error(
@@ -112,6 +120,7 @@ impl LoadError {
             }
             LoadError::Sign { zone, .. } => format!("{zone}: not signed"),
             LoadError::Geo(_) => "its geo file".into(),
+            LoadError::Memory { why, .. } => why.to_string(),
             LoadError::SignedAlias { file, owner } => format!("{file}: ALIAS at {owner}"),
             LoadError::Task(_) => "the load task".into(),
             LoadError::Access(e) => e.clone(),
@@ -165,7 +174,17 @@ pub fn load_all(plan: Vec<Planned>) -> Vec<LoadResult> {
 pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
     let mut opts = ReadOptions::new(&p.origin);
     opts.lenient = p.secondary;
-    let l = match &p.added_by {
+    // Room for the build, from the file's size (twice over for a zone dnsd signs), held
+    // until it is done: one too big for what memory is left is refused, not the process
+    // aborted with every zone.
+    let room = |len: u64| {
+        let per = crate::zone::room::PER_TEXT_BYTE * if p.sign.is_some() { 2 } else { 1 };
+        crate::zone::room::reserve(len.saturating_mul(per)).map_err(|why| LoadError::Memory {
+            file: p.file.display().to_string(),
+            why,
+        })
+    };
+    let (l, _room) = match &p.added_by {
         // Opened as the user who added it could (the file checked is the file read), without
         // `$INCLUDE`.
         Some(who) => {
@@ -174,9 +193,14 @@ pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
             let meta = f
                 .metadata()
                 .map_err(|e| LoadError::Access(format!("{}: {e}", p.file.display())))?;
-            zones::load_opened(&p.file, f, &meta, &p.origin, &opts)?
+            let r = room(meta.len())?;
+            (zones::load_opened(&p.file, f, &meta, &p.origin, &opts)?, r)
         }
-        None => zones::load_file(&p.file, &p.origin, &opts)?,
+        None => {
+            let len = std::fs::metadata(&p.file).map_or(0, |m| m.len());
+            let r = room(len)?;
+            (zones::load_file(&p.file, &p.origin, &opts)?, r)
+        }
     };
     let presigned = p.sign.is_none() && l.zone.rrset(0, t::DNSKEY).is_some();
     // A zone dnsd signs gets its ALIAS answers signed when asked; a pre-signed one cannot.

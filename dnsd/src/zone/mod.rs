@@ -7,4 +7,5 @@ pub mod expiry;
 pub mod geo;
 pub mod load;
 pub mod registry;
+pub mod room;
 pub mod served;
