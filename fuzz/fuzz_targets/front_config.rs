@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
         .iter()
         .map(|u| Arc::new(Upstream::new(u)))
         .collect();
-    let sites = Sites::prepare(&l.config, &l.rules, &ups);
+    let sites = Sites::prepare(&l.config, &l.rules, &ups, None);
     for s in &l.config.sites {
         for h in &s.hosts {
             let _ = sites.lookup(h);

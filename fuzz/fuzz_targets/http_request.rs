@@ -128,7 +128,7 @@ fn fixture() -> Fixture {
         .map(|u| Arc::new(Upstream::new(u)))
         .collect();
     Fixture {
-        sites: Sites::prepare(&l.config, &l.rules, &ups),
+        sites: Sites::prepare(&l.config, &l.rules, &ups, None),
         rules: l.rules,
         state: RuleState::new(&StateConfig::default(), None),
     }
