@@ -63,6 +63,10 @@ impl Sites {
         prev: Option<&Sites>,
     ) -> Sites {
         let mut out = Sites::default();
+        let before: HashMap<&str, &Arc<std::sync::atomic::AtomicU32>, foldhash::fast::RandomState> =
+            prev.map_or_else(Default::default, |p| {
+                p.sites.iter().map(|x| (&*x.name, &x.in_flight)).collect()
+            });
         // Three quarters of the connections by default (as an upstream's share of the
         // origin connections): a site whose origin hangs leaves the others a quarter.
         let default_in_flight =
@@ -99,9 +103,9 @@ impl Sites {
                 }),
                 // The requests of the version before still count (a reload must not make
                 // room for as many again).
-                in_flight: prev
-                    .and_then(|p| p.sites.iter().find(|x| *x.name == *s.name))
-                    .map_or_else(Default::default, |x| Arc::clone(&x.in_flight)),
+                in_flight: before
+                    .get(s.name.as_str())
+                    .map_or_else(Default::default, |&c| Arc::clone(c)),
                 max_in_flight: s.max_requests_in_flight.unwrap_or(default_in_flight),
             });
         }

@@ -159,7 +159,7 @@ pub fn program(nets: &[IpNet]) -> (Vec<SockFilter>, usize) {
 pub struct FilterStats {
     /// Entries in the installed program.
     pub entries: AtomicU64,
-    /// IPv4 block entries that did not fit (they keep the accept-time check).
+    /// Block entries that did not fit (they keep the accept-time check).
     pub overflow: AtomicU64,
     /// Programs installed.
     pub installs: AtomicU64,

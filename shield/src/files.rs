@@ -100,17 +100,22 @@ mod tests {
     }
 }
 
-/// Writes `data` to `path` whole or not at all: a new file beside it (`<path>.tmp`, mode
-/// `mode` whatever the umask), synced, renamed over `path`. A write cut short (a full disk)
-/// removes its temporary file, which would otherwise hold the space every later write needs.
+/// Writes `data` to `path` whole or not at all: a new file beside it (`<path>.tmp.<pid>.<n>`,
+/// its own to each writer, mode `mode` whatever the umask), synced, renamed over `path`. A
+/// write cut short (a full disk) removes its temporary file, which would otherwise hold the
+/// space every later write needs.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(
+        ".tmp.{}.{}",
+        std::process::id(),
+        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     let tmp = std::path::PathBuf::from(tmp);
     let written = (|| {
-        let _ = std::fs::remove_file(&tmp);
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -147,6 +152,11 @@ mod write_tests {
         let d = dir.path().join("d");
         std::fs::create_dir(&d).unwrap();
         assert!(write_atomic(&d, b"x", 0o600).is_err());
-        assert!(!dir.path().join("d.tmp").exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }

@@ -726,12 +726,31 @@ fn a_full_front_makes_room_by_closing_idle_connections_never_busy_ones() {
         get(Some(net::test_ip()), fa, "a.test", "/").unwrap().status,
         200
     );
+    // Every place busy (the hung site's twelve, four slow requests of the other): a new
+    // client is refused, and no request under way is cut.
+    let mut slow = Vec::new();
+    for _ in 0..4 {
+        let mut c = H1Conn::connect(Some(net::test_ip()), fa).unwrap();
+        c.send_raw(b"GET /slow/3000 HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            .unwrap();
+        slow.push(c);
+    }
+    wait_for("every place taken", Duration::from_secs(10), || {
+        front.metric("http_front_open_connections") >= 16
+    });
+    let before = front.metric("http_front_limit_hits_total{limit=\"max_connections\"}");
+    let refused = get(Some(net::test_ip()), fa, "a.test", "/");
+    assert!(refused.is_err(), "{:?}", refused.map(|r| r.status));
+    assert!(front.metric("http_front_limit_hits_total{limit=\"max_connections\"}") > before);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
         held.load(Ordering::SeqCst),
         12,
         "a request under way was cut"
     );
+    for c in &mut slow {
+        assert_eq!(c.read_response().unwrap().status, 200, "a slow request cut");
+    }
 }
 
 /// Streams a browser marks as sent on another site's behalf (a page's aborted fetches, by

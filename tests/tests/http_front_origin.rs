@@ -12,8 +12,8 @@ use palisade_tests::net;
 /// An origin on loopback that answers each connection's requests by path: `/c` with an
 /// HTTP/1.0 chunked response that asks to keep the connection, then, 300 ms later and
 /// unasked, a second response (`SMUGGLED`); `/late`, `/n304` and `/n204` with a head that
-/// announces a body where none may follow (a HEAD's, a 304, a 204), then the same unasked
-/// response; `/accel` with a header meant for the proxy; anything else with `own`.
+/// announces a body where none may follow (a transfer coding on a HEAD's and a 304, a length
+/// on a 204), then the same unasked response; `/accel` with a header meant for the proxy; anything else with `own`.
 fn origin() -> SocketAddr {
     let l = TcpListener::bind((net::test_ip(), 0)).unwrap();
     let at = l.local_addr().unwrap();
@@ -47,8 +47,10 @@ fn origin() -> SocketAddr {
                         }
                         // Heads that announce a body framing allows none of (a HEAD's
                         // length is the GET's), the body never in the same read.
-                        "/late" => b"HTTP/1.1 200 OK\r\nContent-Length: 59\r\n\r\n",
-                        "/n304" => b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+                        "/late" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                        "/n304" => {
+                            b"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        }
                         "/n204" => b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
                         _ => b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nown",
                     };
@@ -114,8 +116,8 @@ fn an_origin_cannot_answer_another_clients_request_nor_show_it_proxy_headers() {
             assert_eq!((r.status, r.body.as_str()), (200, "own"), "after {wait} ms");
         }
     }
-    // A body where framing allows none (often only the length a HEAD's GET would have):
-    // the connection is not pooled, so whatever the origin sends late answers nobody.
+    // A body announced where none may follow: the connection is not pooled, so whatever the
+    // origin sends late answers nobody.
     for (method, path, status) in [
         ("HEAD", "/late", 200),
         ("GET", "/n304", 304),

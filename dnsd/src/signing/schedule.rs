@@ -10,8 +10,11 @@ use zones::Zone;
 
 use super::{SignJob, SignedZone};
 
-/// A step of the wall clock (against the monotonic clock) past which the scheduler reacts.
-const CLOCK_STEP_SECS: u64 = 300;
+/// A step of the wall clock (against the monotonic clock) past which the scheduler takes a
+/// new base; a step back this far makes every zone due. Signatures start an hour before
+/// they are made (`inception_offset`): a smaller step leaves them valid, and re-signing
+/// every zone (a serial, a NOTIFY, an IXFR each) for it would be churn.
+const CLOCK_STEP_SECS: u64 = 3000;
 
 /// What a holder of signed zones offers the scheduler.
 pub trait SignedZones: Send + 'static {

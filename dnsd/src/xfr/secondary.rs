@@ -301,6 +301,9 @@ async fn refresh(shared: &Arc<Shared>, origin: &Name) -> Result<String, XfrError
     for &primary in &p.primaries {
         match refresh_from(shared, &p, primary).await {
             Ok(line) => return Ok(line),
+            // Ours, not the primary's (the zone file cannot be written): another primary's
+            // copy would fail alike, a whole transfer each.
+            Err(e @ XfrError::Write { .. }) => return Err(e),
             Err(e) => errs.push((primary, e)),
         }
     }
@@ -428,13 +431,12 @@ async fn refresh_from(
     // restart — the serial going back for the secondaries that took it, a catalog's new
     // members gone — while a refresh that finds it current would only touch the old file.
     // The refresh is retried; the version served stays the one on disk.
-    if let Err(e) = written {
-        tracing::error!(zone = %p.origin, file = %p.file.display(), "cannot write the zone file, serial {} not served: {e}", zone.serial());
-        return Err(XfrError::Zone(format!(
-            "the zone file {} cannot be written ({e}): serial {} not served",
-            p.file.display(),
-            zone.serial()
-        )));
+    if let Err(source) = written {
+        tracing::error!(zone = %p.origin, file = %p.file.display(), "cannot write the zone file, serial {} not served: {source}", zone.serial());
+        return Err(XfrError::Write {
+            path: format!("{} (serial {} not served)", p.file.display(), zone.serial()),
+            source,
+        });
     }
     // A secondary dnsd signs: signed from what came, keeping every signature of the
     // version served whose RRset did not change (an IXFR re-signs what it touched).

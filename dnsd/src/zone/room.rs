@@ -120,13 +120,16 @@ fn address_space_room() -> Option<u64> {
 }
 
 /// What the cgroup's memory limits leave (v2: the least over the cgroup and its parents;
-/// v1: the memory controller's own group).
+/// v1: the memory controller's own group). Page cache the kernel would drop under pressure
+/// (`inactive_file`: zone files read, copies written) counts as room: it fills a group's
+/// usage on any server that reads its files, and pressure that would reclaim it never
+/// comes while loads are refused.
 fn cgroup_room() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let num = |p: std::path::PathBuf| -> Option<u64> {
-        std::fs::read_to_string(p).ok()?.trim().parse().ok()
-    };
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).ok();
+    let num = |p: std::path::PathBuf| -> Option<u64> { read(p)?.trim().parse().ok() };
     let mut least: Option<u64> = None;
+    let mut take = |room: u64| least = Some(least.map_or(room, |l: u64| l.min(room)));
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
         let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
@@ -141,9 +144,10 @@ fn cgroup_room() -> Option<u64> {
                 if let (Some(max), Some(cur)) =
                     (num(p.join("memory.max")), num(p.join("memory.current")))
                 {
-                    least = Some(
-                        least.map_or(max.saturating_sub(cur), |l| l.min(max.saturating_sub(cur))),
-                    );
+                    let cache = read(p.join("memory.stat"))
+                        .and_then(|t| stat_field(&t, "inactive_file"))
+                        .unwrap_or(0);
+                    take(room_of(max, cur, cache));
                 }
                 if !p.pop() || p.as_os_str() == "/sys/fs" {
                     break;
@@ -157,12 +161,27 @@ fn cgroup_room() -> Option<u64> {
                 num(p.join("memory.usage_in_bytes")),
             ) && max < 1 << 60
             {
-                least =
-                    Some(least.map_or(max.saturating_sub(cur), |l| l.min(max.saturating_sub(cur))));
+                let cache = read(p.join("memory.stat"))
+                    .and_then(|t| stat_field(&t, "total_inactive_file"))
+                    .unwrap_or(0);
+                take(room_of(max, cur, cache));
             }
         }
     }
     least
+}
+
+/// The room a memory limit `max` leaves at `usage`, of which `cache` is reclaimable.
+fn room_of(max: u64, usage: u64, cache: u64) -> u64 {
+    max.saturating_sub(usage.saturating_sub(cache))
+}
+
+/// A field of a cgroup's `memory.stat` (`name value` lines).
+fn stat_field(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == name).then(|| v.trim().parse().ok())?
+    })
 }
 
 /// A `/proc/meminfo` field, bytes.
@@ -195,5 +214,17 @@ mod tests {
         // The refused reservation holds nothing.
         assert!(RESERVED.load(Ordering::Relaxed) < 1 << 40);
         assert!(meminfo("MemAvailable:").is_some_and(|m| m > 0));
+    }
+
+    #[test]
+    fn reclaimable_page_cache_counts_as_room() {
+        let stat = "anon 1000\nfile 5000\nactive_file 2000\ninactive_file 3000\n";
+        assert_eq!(stat_field(stat, "inactive_file"), Some(3000));
+        assert_eq!(stat_field(stat, "file"), Some(5000));
+        assert_eq!(stat_field(stat, "total_inactive_file"), None);
+        // 8 GiB allowed, 7.5 used of which 4.5 is cache that pressure would drop: 5 GiB left.
+        let g = 1u64 << 30;
+        assert_eq!(room_of(8 * g, 7 * g + g / 2, 4 * g + g / 2), 5 * g);
+        assert_eq!(room_of(g, 2 * g, 0), 0);
     }
 }

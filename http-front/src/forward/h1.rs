@@ -353,10 +353,13 @@ fn parse_head(rbuf: &mut BytesMut, head_req: bool) -> Result<Option<Head>, BadRe
             );
         }
         let framing = if head_req || code == 204 || code == 304 {
-            // A head that announces a body where framing allows none: should the origin
-            // send that body after all, late, it would answer whichever request next took
-            // the connection from the pool — another client's. Not reused.
-            if te || cl_bad || cl.is_some_and(|n| n > 0) {
+            // A head that announces a body where none may follow — a transfer coding, or a
+            // length on a 204 (which carries none, RFC 9110 §8.6): should the origin send
+            // that body after all, late, it would answer whichever request next took the
+            // connection from the pool — another client's. Not reused. A HEAD's or a 304's
+            // length is the GET's (§9.3.2, §15.4.5): kept (else every HEAD and conditional
+            // GET would cost the origin a new connection, a lever for any client).
+            if te || cl_bad || (code == 204 && cl.is_some_and(|n| n > 0)) {
                 keep_alive = false;
             }
             RespFraming::Empty

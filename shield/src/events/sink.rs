@@ -105,9 +105,24 @@ impl<R: Serialize, W: Write + Send> Sink<R> for JsonLines<W> {
             .as_ref()
             .and_then(|f| f.metadata().ok())
             .map(|m| m.len());
-        if let Err(e) = self.out.write_all(&self.buf).and_then(|_| self.out.flush()) {
+        let mut done = 0usize;
+        let mut written = || -> io::Result<()> {
+            while done < self.buf.len() {
+                match self.out.write(&self.buf[done..]) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            self.out.flush()
+        };
+        if let Err(e) = written() {
+            // Cut back only what this batch wrote, and only while nothing came after it
+            // (another writer appending to the same file keeps its lines).
             if let (Some(f), Some(start)) = (&self.file, start)
-                && f.metadata().is_ok_and(|m| m.len() > start)
+                && done > 0
+                && f.metadata().is_ok_and(|m| m.len() == start + done as u64)
             {
                 let _ = f.set_len(start);
             }
