@@ -186,6 +186,31 @@ fn a_zone_too_big_for_the_memory_left_is_refused_and_the_server_lives() {
         "{out}"
     );
     assert_eq!(serial_of(addr), Some(7), "the last good version serves on");
+    // The same records behind an `$INCLUDE` (the file's own size shows nothing of them),
+    // and sixteen `$GENERATE` lines making a million records of 128 bytes.
+    let included = dir.path().join("records.inc");
+    write_zone(&included, 8, 2_500_000);
+    let text = std::fs::read_to_string(&included).unwrap();
+    let body: String = text.lines().skip(4).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&included, body).unwrap();
+    write_zone(&file, 8, 1);
+    let mut main = std::fs::read_to_string(&file).unwrap();
+    main.push_str(&format!("$INCLUDE {}\n", included.display()));
+    std::fs::write(&file, &main).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload", "big.test."]);
+    assert!(dnsd.is_running(), "the server died:\n{}", dnsd.log());
+    assert!(!ok && out.contains("not enough memory"), "{out}");
+    write_zone(&file, 8, 1);
+    let mut main = std::fs::read_to_string(&file).unwrap();
+    let pad = "x".repeat(120);
+    for k in 0..16 {
+        main.push_str(&format!("$GENERATE 0-65535 g{k}-$ TXT \"{pad}$\"\n"));
+    }
+    std::fs::write(&file, &main).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload", "big.test."]);
+    assert!(dnsd.is_running(), "the server died:\n{}", dnsd.log());
+    assert!(!ok && out.contains("not enough memory"), "{out}");
+    assert_eq!(serial_of(addr), Some(7), "the last good version serves on");
     // A zone that fits loads as before.
     write_zone(&file, 9, 10);
     let (ok, out) = dnsd.ctl(&["reload", "big.test."]);

@@ -35,6 +35,9 @@ pub struct ReadOptions {
     /// RDATA is held to its structure only, a semantic fault warned of, not refused
     /// ([`rdata::check_structure`]): a secondary's copy of what its primary serves.
     pub lenient: bool,
+    /// Most bytes of text its `$INCLUDE`d files and `$GENERATE`d records may add to the
+    /// zone's own file (a caller's memory budget: what the file's size alone does not show).
+    pub max_added_text: u64,
 }
 
 impl ReadOptions {
@@ -50,6 +53,7 @@ impl ReadOptions {
             max_errors: 100,
             max_warnings: 200,
             lenient: false,
+            max_added_text: u64::MAX,
         }
     }
 }
@@ -231,6 +235,7 @@ fn read(
         rdata: Vec::with_capacity(512),
         scratch: NameBuf::new(),
         generated: 0,
+        added_text: 0,
     };
     r.run(sink);
     if r.errors.is_empty() {
@@ -260,6 +265,8 @@ struct Reader<'o> {
     scratch: NameBuf,
     /// Records promised by the `$GENERATE`s so far.
     generated: u64,
+    /// Bytes of text `$INCLUDE`s and `$GENERATE`s added.
+    added_text: u64,
 }
 
 /// An error inside one entry: message and column.
@@ -448,6 +455,23 @@ impl<'o> Reader<'o> {
         load_ttl(v)
     }
 
+    /// Counts `n` bytes of text an `$INCLUDE` or a `$GENERATE` adds, within
+    /// [`ReadOptions::max_added_text`].
+    fn add_text(&mut self, at: &Tok, n: u64) -> Result<(), EntryError> {
+        self.added_text = self.added_text.saturating_add(n);
+        if self.added_text > self.opts.max_added_text {
+            return Err(EntryError::at(
+                at,
+                format!(
+                    "not enough memory: with its $INCLUDEs and $GENERATEs the zone's text passes \
+                     {} MiB more than its file, what the memory left can build",
+                    self.opts.max_added_text >> 20
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn dir_include(&mut self, toks: &[Tok]) -> Result<(), EntryError> {
         if !self.opts.allow_include {
             return Err(EntryError::at(&toks[0], "$INCLUDE is not allowed here"));
@@ -514,9 +538,10 @@ impl<'o> Reader<'o> {
                 ));
             }
         }
-        let (file, _) = open_regular(&path).map_err(|e| {
+        let (file, meta) = open_regular(&path).map_err(|e| {
             EntryError::at(&toks[1], format!("cannot include {}: {e}", path.display()))
         })?;
+        self.add_text(&toks[1], meta.len())?;
         if self.summary.files.len() >= u16::MAX as usize {
             return Err(EntryError::at(&toks[1], "too many included files"));
         }
@@ -757,7 +782,11 @@ impl<'o> Reader<'o> {
             .iter()
             .map(|t| (frame.scanner.text(t).to_vec(), t.quoted, t.line, t.col))
             .collect();
+
         let origin = frame.origin.clone();
+        // Each record about as long as its template.
+        let per: u64 = texts.iter().map(|t| t.0.len() as u64 + 3).sum();
+        self.add_text(&toks[1], count.saturating_mul(per))?;
         let mut line = Vec::with_capacity(256);
         let mut v = start;
         loop {

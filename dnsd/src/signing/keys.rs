@@ -596,7 +596,11 @@ pub fn write_manifest(dir: &Path, zone: &str, keys: &[Key]) -> Result<(), KeyErr
 /// file: written whole beside it, then linked into place (which fails where a file is).
 fn write_new(path: &Path, text: &str) -> Result<(), KeyError> {
     let tmp = path.with_extension("toml.new");
-    write_file(&tmp, text)?;
+    if let Err(e) = write_file(&tmp, text) {
+        // Cut short (a full disk): nothing of it left behind to hold the space.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     let r = std::fs::hard_link(&tmp, path);
     let _ = std::fs::remove_file(&tmp);
     r.map_err(|e| KeyError::Io(path.into(), e))

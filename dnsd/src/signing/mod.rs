@@ -154,19 +154,7 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
                         "serving the signed copy, older than the serial last served, until the keys sign again"
                     );
                 }
-                let earliest = zones::dnssec::signature_expiry(&copy, now as u32)
-                    .0
-                    .unwrap_or(now as u32);
-                return Ok(SignedZone {
-                    zone: copy,
-                    made: 0,
-                    kept: 0,
-                    warnings: Vec::new(),
-                    // Checked again in five minutes: the files may be restored.
-                    resign_at: now + 300,
-                    earliest_expiration: earliest,
-                    compact: None,
-                });
+                return Ok(copy_served(copy, now));
             }
             return Err(e.into());
         }
@@ -244,7 +232,15 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let signed = zones::sign::sign_zone(unsigned, prev, &signing, &params)?;
-    write_serial(&p.key_dir, &zone, serial)?;
+    if let Err(e) = write_serial(&p.key_dir, &zone, serial) {
+        // A start that cannot keep the serial it would serve (a full disk): the signed copy
+        // serves, as when the keys cannot be read — the zone stayed dark until a reload.
+        if let Some(copy) = copy {
+            tracing::error!(zone, "{e}: serving the signed copy until signing succeeds");
+            return Ok(copy_served(copy, now));
+        }
+        return Err(e.into());
+    }
     let refresh_at = now
         + (zones::sign::secs_between(now as u32, signed.earliest_expiration)
             - p.rrsig_refresh as i64)
@@ -283,6 +279,23 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
         earliest_expiration: signed.earliest_expiration,
         compact,
     })
+}
+
+/// The signed copy served as it is (a start whose signing cannot be done or kept), checked
+/// again in five minutes: the files or the disk space may be back.
+fn copy_served(copy: Zone, now: u64) -> SignedZone {
+    let earliest = zones::dnssec::signature_expiry(&copy, now as u32)
+        .0
+        .unwrap_or(now as u32);
+    SignedZone {
+        zone: copy,
+        made: 0,
+        kept: 0,
+        warnings: Vec::new(),
+        resign_at: now + 300,
+        earliest_expiration: earliest,
+        compact: None,
+    }
 }
 
 /// The copy of the last signed version of the zone at `apex` (read back at a start).
@@ -797,6 +810,14 @@ mod tests {
         // A start: the copy says 5, the serial file 7.
         let started = sign(&unsigned, &job(None), 1003).unwrap().zone;
         assert_eq!(started.serial(), 8, "a serial served before, served again");
+        // A start that cannot keep its serial (here a directory where the file goes; a full
+        // disk alike) serves the signed copy, and tries again in five minutes: the zone was
+        // left dark until a reload.
+        let serial = serial_path(dir.path(), "example.com.");
+        std::fs::remove_file(&serial).unwrap();
+        std::fs::create_dir_all(serial.join("in-the-way")).unwrap();
+        let s = sign(&unsigned, &job(None), 1004).unwrap();
+        assert_eq!((s.zone.serial(), s.resign_at), (5, 1304));
     }
 
     #[test]

@@ -177,8 +177,8 @@ pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
     // Room for the build, from the file's size (twice over for a zone dnsd signs), held
     // until it is done: one too big for what memory is left is refused, not the process
     // aborted with every zone.
+    let per = crate::zone::room::PER_TEXT_BYTE * if p.sign.is_some() { 2 } else { 1 };
     let room = |len: u64| {
-        let per = crate::zone::room::PER_TEXT_BYTE * if p.sign.is_some() { 2 } else { 1 };
         crate::zone::room::reserve(len.saturating_mul(per)).map_err(|why| LoadError::Memory {
             file: p.file.display().to_string(),
             why,
@@ -194,11 +194,14 @@ pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
                 .metadata()
                 .map_err(|e| LoadError::Access(format!("{}: {e}", p.file.display())))?;
             let r = room(meta.len())?;
+            opts.max_added_text = crate::zone::room::added_text_budget(per);
             (zones::load_opened(&p.file, f, &meta, &p.origin, &opts)?, r)
         }
         None => {
             let len = std::fs::metadata(&p.file).map_or(0, |m| m.len());
             let r = room(len)?;
+            // What `$INCLUDE` and `$GENERATE` add is held to the room left too.
+            opts.max_added_text = crate::zone::room::added_text_budget(per);
             (zones::load_file(&p.file, &p.origin, &opts)?, r)
         }
     };

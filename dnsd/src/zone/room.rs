@@ -88,6 +88,32 @@ pub fn check(need: u64) -> Result<(), NoRoom> {
     }
 }
 
+/// Bytes of text still buildable at `per` bytes of memory a byte, beside what builds under
+/// way hold (this one's own reservation among them): what a zone's `$INCLUDE`s and
+/// `$GENERATE`s may add to its file, which its size does not show. No bound where no bound
+/// is known.
+pub fn added_text_budget(per: u64) -> u64 {
+    match room_recent() {
+        Some((room, _)) => room.saturating_sub(RESERVED.load(Ordering::Relaxed)) / per.max(1),
+        None => u64::MAX,
+    }
+}
+
+/// [`room_now`], read again at most every quarter second (a start loads 100,000 zones).
+fn room_recent() -> Option<(u64, &'static str)> {
+    type Seen = Option<(std::time::Instant, Option<(u64, &'static str)>)>;
+    static LAST: std::sync::Mutex<Seen> = std::sync::Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    match *last {
+        Some((at, room)) if at.elapsed() < std::time::Duration::from_millis(250) => room,
+        _ => {
+            let room = room_now();
+            *last = Some((std::time::Instant::now(), room));
+            room
+        }
+    }
+}
+
 /// The least room any bound leaves now, and which bound.
 fn room_now() -> Option<(u64, &'static str)> {
     [
