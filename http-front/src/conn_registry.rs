@@ -304,10 +304,11 @@ impl ConnCtl {
     }
 }
 
-/// One request of a source at an origin (see `[server] max_upstream_per_source`): held
-/// until the origin's response body is read, released when dropped.
+/// One request of a source at an origin (see `[server] max_upstream_per_source`), and of
+/// its site (`[[site]] max_requests_in_flight`): held until the origin's response body is
+/// read (or the tunnel closes), released when dropped.
 #[derive(Debug)]
-pub struct SourceWaiting(Arc<AtomicU32>);
+pub struct SourceWaiting([Option<Arc<AtomicU32>>; 2]);
 
 impl SourceWaiting {
     /// A place among the source's `max` requests at origins, when one is free.
@@ -316,13 +317,21 @@ impl SourceWaiting {
             n.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        Some(SourceWaiting(Arc::clone(n)))
+        Some(SourceWaiting([Some(Arc::clone(n)), None]))
+    }
+
+    /// This place and `other`'s (its first) held, and given back, together.
+    pub fn with(mut self, mut other: SourceWaiting) -> Self {
+        self.0[1] = other.0[0].take();
+        self
     }
 }
 
 impl Drop for SourceWaiting {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        for n in self.0.iter().flatten() {
+            n.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 

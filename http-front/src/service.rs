@@ -1148,9 +1148,10 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
             true,
         );
     };
-    // Held until the response head is here (or the tunnel open).
-    let _site_waiting = site_waiting;
-    let mut waiting = Some(waiting);
+    // The site's place goes with the source's: held until the origin's body is read, or
+    // while the tunnel is open (a trickling body, an idle WebSocket, hold the client's
+    // connection as a hung origin does).
+    let mut waiting = Some(waiting.with(site_waiting));
     let result = match (job.upgrade.take(), site.websocket) {
         // Boxed: a WebSocket is the rare path, and its future is large.
         (Some(on), Some(bounds)) => {

@@ -786,3 +786,59 @@ fn a_reset_flood_of_cross_site_requests_closes_the_connection_but_blocks_nobody(
         200
     );
 }
+
+/// A site's place is held while its origin's body comes, not only until its head: an origin
+/// that sends its head at once and then a byte a second held every client connection of its
+/// site past the site's bound (an idle WebSocket likewise), as a hung origin did before the
+/// bound.
+#[test]
+fn a_sites_bound_holds_while_its_origin_trickles_a_body() {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind((net::test_ip(), 0)).unwrap();
+    let trickle = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming().take(50) {
+            let Ok(mut c) = c else { break };
+            std::thread::spawn(move || {
+                let mut b = [0u8; 4096];
+                let _ = c.read(&mut b);
+                let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n");
+                for _ in 0..20 {
+                    std::thread::sleep(Duration::from_millis(500));
+                    if c.write_all(b"x").is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let front = Front::start(
+        |a: SocketAddr, m: SocketAddr| {
+            format!(
+                "[server]\nlisten = [\"{a}\"]\nworkers = 1\n\n[metrics]\nlisten = \"{m}\"\n\n\
+                 [[upstream]]\nname = \"slow\"\nservers = [\"{trickle}\"]\n\n\
+                 [[site]]\nhosts = [\"slow.test\"]\nupstream = \"slow\"\nmax_requests_in_flight = 2\n"
+            )
+        },
+        None,
+    );
+    let fa = front.addr();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = H1Conn::connect(Some(net::test_ip()), fa).unwrap();
+        c.send_raw(b"GET / HTTP/1.1\r\nHost: slow.test\r\n\r\n")
+            .unwrap();
+        held.push(c);
+    }
+    // Both heads (and the first bytes) reach their clients: the origins answer.
+    wait_for("both bodies coming", Duration::from_secs(10), || {
+        front.metric("http_front_responses_total{cause=\"proxied\"}") >= 2
+    });
+    let r = get(Some(net::test_ip()), fa, "slow.test", "/").unwrap();
+    assert_eq!(r.status, 503, "a third while two bodies trickle");
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"max_requests_in_flight\"}"),
+        1
+    );
+    drop(held);
+}
