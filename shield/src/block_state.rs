@@ -20,6 +20,20 @@ use crate::block::{BlockEntry, BlockMap, Change, Delivery, Origin};
 /// Least time between two writes while entries change.
 const WRITE_EVERY: Duration = Duration::from_secs(1);
 
+/// Why the state file's last write failed, while it fails (one keeper per process).
+static FAILING: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Why the block state file cannot be written now, if it cannot (a full disk): what an
+/// operator's `block add` or `block del` is told, as its change would not survive a
+/// restart.
+pub fn failing() -> Option<String> {
+    FAILING.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+fn set_failing(why: Option<String>) {
+    *FAILING.lock().unwrap_or_else(|e| e.into_inner()) = why;
+}
+
 /// Entries restored from the file: how many came back, how many were past their expiry,
 /// lines that were no entry.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -156,11 +170,17 @@ impl Keeper {
                     }
                     if dirty && (stopping || written.elapsed() >= WRITE_EVERY) {
                         match write(&path, &own_entries) {
-                            Ok(()) => dirty = false,
-                            Err(e) => crate::limited!(
-                                10,
-                                error!(file = %path.display(), error = %e, "block state file not written: this node's blocks would not survive a restart")
-                            ),
+                            Ok(()) => {
+                                dirty = false;
+                                set_failing(None);
+                            }
+                            Err(e) => {
+                                set_failing(Some(format!("{}: {e}", path.display())));
+                                crate::limited!(
+                                    10,
+                                    error!(file = %path.display(), error = %e, "block state file not written: this node's blocks would not survive a restart")
+                                )
+                            }
                         }
                         written = Instant::now();
                     }
@@ -207,6 +227,34 @@ mod tests {
     /// A node's own entries (local and operator) come back after a restart, under today's
     /// policy (a forced /8 is refused and counted); a peer's, a suspect, an expired one and
     /// junk lines do not.
+    /// An operator's block made while the state file cannot be written (a full disk) is
+    /// made, and said not to survive a restart: it was answered as any other.
+    #[test]
+    fn a_change_the_state_file_cannot_keep_is_said() {
+        let dir = tempfile::tempdir().unwrap();
+        // The state file's directory is a file: every write fails.
+        std::fs::write(dir.path().join("not-a-dir"), b"").unwrap();
+        let path = dir.path().join("not-a-dir").join("blocks.state");
+        let a = BlockMap::new(BlockConfig::default());
+        let _keeper = Keeper::spawn(&a, path).unwrap();
+        let peer = crate::control::Peer::this_process();
+        let r = crate::control::block::command(&a, &["add", "10.9.0.0/24"], &peer);
+        assert!(r.ok, "{}", r.text);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while failing().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(failing().is_some_and(|w| w.contains("not-a-dir")));
+        let r = crate::control::block::command(&a, &["del", "10.9.0.0/24"], &peer);
+        assert!(
+            r.ok && r.text.contains("will not survive a restart"),
+            "{}",
+            r.text
+        );
+        let r = crate::control::block::command(&a, &["list"], &peer);
+        assert!(!r.text.contains("will not survive"), "{}", r.text);
+    }
+
     #[test]
     fn own_entries_survive_a_restart_and_nothing_else_comes_back() {
         let dir = tempfile::tempdir().unwrap();

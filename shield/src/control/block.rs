@@ -30,6 +30,21 @@ pub const DEFAULT_TTL_SECS: u64 = 3600;
 
 /// Runs one `block` subcommand for `peer`.
 pub fn command(blocks: &BlockMap, args: &[&str], peer: &Peer) -> Reply {
+    let mut r = run(blocks, args, peer);
+    // A change the state file cannot keep is made, but said so (it would not survive a
+    // restart; a block just lifted would come back).
+    if r.ok
+        && matches!(args.first(), Some(&"add" | &"del" | &"import"))
+        && let Some(why) = crate::block_state::failing()
+    {
+        r.text.push_str(&format!(
+            "warning: the block state file cannot be written ({why}): this change will not survive a restart\n"
+        ));
+    }
+    r
+}
+
+fn run(blocks: &BlockMap, args: &[&str], peer: &Peer) -> Reply {
     match args {
         ["add", net, opts @ ..] => add(blocks, net, opts),
         ["del", net] => match crate::prefix::parse_net(net) {
