@@ -308,7 +308,7 @@ impl ConnCtl {
 /// its site (`[[site]] max_requests_in_flight`): held until the origin's response body is
 /// read (or the tunnel closes), released when dropped.
 #[derive(Debug)]
-pub struct SourceWaiting([Option<Arc<AtomicU32>>; 2]);
+pub struct SourceWaiting([Option<Arc<AtomicU32>>; 3]);
 
 impl SourceWaiting {
     /// A place among the source's `max` requests at origins, when one is free.
@@ -317,12 +317,16 @@ impl SourceWaiting {
             n.fetch_sub(1, Ordering::Relaxed);
             return None;
         }
-        Some(SourceWaiting([Some(Arc::clone(n)), None]))
+        Some(SourceWaiting([Some(Arc::clone(n)), None, None]))
     }
 
-    /// This place and `other`'s (its first) held, and given back, together.
+    /// This place and `other`'s held, and given back, together (three at most in all).
     pub fn with(mut self, mut other: SourceWaiting) -> Self {
-        self.0[1] = other.0[0].take();
+        for theirs in other.0.iter_mut() {
+            if let Some(slot) = self.0.iter_mut().find(|s| s.is_none()) {
+                *slot = theirs.take();
+            }
+        }
         self
     }
 }

@@ -1136,11 +1136,11 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
     // (busy: no eviction takes it), and a site whose origin hangs took every connection
     // place, the other sites' new clients refused at accept. Past the bound the connection
     // closes with the 503, giving its place back.
-    let Some(site_waiting) = SourceWaiting::take(&site.in_flight, site.max_in_flight) else {
+    let Some(site_waiting) = snap.sites.take_place(site) else {
         c.bump(Counter::LimitSiteInFlight);
         shield::limited!(
             1,
-            warn!(site = %site.name, bound = site.max_in_flight, "site's requests waiting on its origin at their bound (max_requests_in_flight): 503")
+            warn!(site = %site.name, bound = site.max_in_flight, "site's requests waiting on its origin at their bound (max_requests_in_flight, or seven eighths of max_connections for every site's together): 503")
         );
         return simple(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -52,6 +52,31 @@ pub struct Sites {
     wildcard: Map,
     any: Option<u32>,
     sites: Vec<PreparedSite>,
+    /// Every site's requests waiting on origins now (kept across reloads).
+    pub all_in_flight: Arc<std::sync::atomic::AtomicU32>,
+    /// Past this many of them in all, a site takes a place only while it holds fewer than
+    /// [`floor_in_flight`](Self::floor_in_flight): sites whose origins hang, each within
+    /// its own bound, took every place together.
+    pub max_all_in_flight: u32,
+    /// The places any site may hold past [`max_all_in_flight`](Self::max_all_in_flight).
+    pub floor_in_flight: u32,
+}
+
+impl Sites {
+    /// A place of `site` among the requests waiting on origins: within its own bound, and
+    /// past the bound of them all only while it holds few (a healthy site's requests, quick
+    /// to come back, keep their way through while hung sites wait).
+    pub fn take_place(&self, site: &PreparedSite) -> Option<crate::conn_registry::SourceWaiting> {
+        use std::sync::atomic::Ordering;
+        let mine = crate::conn_registry::SourceWaiting::take(&site.in_flight, site.max_in_flight)?;
+        let held = site.in_flight.load(Ordering::Relaxed);
+        let all = if held <= self.floor_in_flight {
+            crate::conn_registry::SourceWaiting::take(&self.all_in_flight, u32::MAX)
+        } else {
+            crate::conn_registry::SourceWaiting::take(&self.all_in_flight, self.max_all_in_flight)
+        }?;
+        Some(mine.with(all))
+    }
 }
 
 impl Sites {
@@ -62,7 +87,15 @@ impl Sites {
         upstreams: &[Arc<Upstream>],
         prev: Option<&Sites>,
     ) -> Sites {
-        let mut out = Sites::default();
+        let mut out = Sites {
+            all_in_flight: prev.map_or_else(Default::default, |p| Arc::clone(&p.all_in_flight)),
+            // Seven eighths of the connections for every site's waiting requests; past it a
+            // site holds a sixty-fourth at most (at least 4).
+            max_all_in_flight: (cfg.server.max_connections.saturating_mul(7) / 8)
+                .clamp(1, u32::MAX as usize) as u32,
+            floor_in_flight: (cfg.server.max_connections / 64).clamp(4, u32::MAX as usize) as u32,
+            ..Sites::default()
+        };
         let before: HashMap<&str, &Arc<std::sync::atomic::AtomicU32>, foldhash::fast::RandomState> =
             prev.map_or_else(Default::default, |p| {
                 p.sites.iter().map(|x| (&*x.name, &x.in_flight)).collect()

@@ -842,3 +842,72 @@ fn a_sites_bound_holds_while_its_origin_trickles_a_body() {
     );
     drop(held);
 }
+
+/// Two sites whose origins hang, each within its own bound, together took every place: past
+/// seven eighths of `max_connections` for every site's waiting requests, a site takes a
+/// place only while it holds few, and a healthy site's quick requests keep their way.
+#[test]
+fn two_hung_sites_together_leave_room_for_a_healthy_one() {
+    use std::sync::atomic::Ordering;
+    let (a, held_a) = tarpit();
+    let (b, held_b) = tarpit();
+    let origin = Origin::start();
+    let o = origin.addr();
+    let front = Front::start(
+        |at: SocketAddr, m: SocketAddr| {
+            format!(
+                "[server]\nlisten = [\"{at}\"]\nworkers = 1\nmax_connections = 32\n\n\
+                 [metrics]\nlisten = \"{m}\"\n\n\
+                 [[upstream]]\nname = \"a\"\nservers = [\"{a}\"]\n\n\
+                 [[upstream]]\nname = \"b\"\nservers = [\"{b}\"]\n\n\
+                 [[upstream]]\nname = \"fine\"\nservers = [\"{o}\"]\n\n\
+                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"a\"\n\n\
+                 [[site]]\nhosts = [\"b.test\"]\nupstream = \"b\"\n\n\
+                 [[site]]\nhosts = [\"c.test\"]\nupstream = \"fine\"\n"
+            )
+        },
+        None,
+    );
+    let fa = front.addr();
+    // Each site alone may hold 24 of the 32 places; every site's together 28; past that a
+    // site holds 4 at most.
+    let mut kept = Vec::new();
+    let mut ask = |host: &str, n: usize| {
+        let mut refused = 0;
+        for _ in 0..n {
+            let mut c = H1Conn::connect(Some(net::test_ip()), fa).unwrap();
+            c.send_raw(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+                .unwrap();
+            c.stream
+                .set_read_timeout(Some(Duration::from_millis(300)))
+                .unwrap();
+            match c.read_response() {
+                Ok(r) => {
+                    assert_eq!(r.status, 503);
+                    refused += 1;
+                }
+                Err(_) => kept.push(c),
+            }
+        }
+        refused
+    };
+    assert_eq!(ask("a.test", 24), 0);
+    assert_eq!(ask("b.test", 8), 4, "b past every site's bound");
+    wait_for(
+        "the requests at the hung origins",
+        Duration::from_secs(10),
+        || held_a.load(Ordering::SeqCst) == 24 && held_b.load(Ordering::SeqCst) == 4,
+    );
+    // The healthy site is served (it took every place before: refused at accept).
+    for _ in 0..3 {
+        assert_eq!(
+            get(Some(net::test_ip()), fa, "c.test", "/").unwrap().status,
+            200
+        );
+    }
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"max_requests_in_flight\"}"),
+        4
+    );
+    drop(kept);
+}
