@@ -30,17 +30,24 @@ fn dnsd_limited(dir: &Path, listen: &str, port: u16) -> Command {
     );
     let path = dir.join("dnsd.toml");
     std::fs::write(&path, cfg).unwrap();
-    let mut cmd = Command::new("prlimit");
-    cmd.arg(format!("--nofile={HARD}:{HARD}"));
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        cmd.args(["setpriv", "--bounding-set=-sys_resource", "--"]);
-    }
+    let mut cmd = under_nofile(HARD);
     cmd.arg(bin("dnsd"))
         .args(["serve", "-c"])
         .arg(&path)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null());
+    cmd
+}
+
+/// A command line (the program and its arguments to follow) under a hard RLIMIT_NOFILE of
+/// `hard` that it cannot raise (root loses CAP_SYS_RESOURCE for the child).
+fn under_nofile(hard: u64) -> Command {
+    let mut cmd = Command::new("prlimit");
+    cmd.arg(format!("--nofile={hard}:{hard}"));
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.args(["setpriv", "--bounding-set=-sys_resource", "--"]);
+    }
     cmd
 }
 
@@ -159,13 +166,7 @@ fn http_front_under_a_hard_limit_it_cannot_fit_is_refused_with_the_numbers() {
         ),
     )
     .unwrap();
-    let mut cmd = Command::new("prlimit");
-    cmd.arg("--nofile=64:64");
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        cmd.args(["setpriv", "--bounding-set=-sys_resource", "--"]);
-    }
-    let out = cmd
+    let out = under_nofile(64)
         .arg(bin("http-front"))
         .arg("-c")
         .arg(&path)

@@ -619,6 +619,30 @@ fn http2_control_frame_floods_are_cut() {
 /// holding twelve connections that never send a byte), idle for a second at least. A
 /// connection with a request under way is never taken, and with none idle a new one is
 /// refused and counted.
+/// Sends `n` requests for `host`, each from an address and connection of its own: those
+/// answered at once must be a site bound's 503 with the connection closed (counted and
+/// returned), the others are left waiting on their origin in `waiting`.
+fn ask_or_wait(front: SocketAddr, host: &str, n: usize, waiting: &mut Vec<H1Conn>) -> usize {
+    let mut refused = 0;
+    for _ in 0..n {
+        let mut c = H1Conn::connect(Some(net::test_ip()), front).unwrap();
+        c.send_raw(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+            .unwrap();
+        c.stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        match c.read_response() {
+            Ok(r) => {
+                assert_eq!(r.status, 503);
+                assert!(wait_closed(&mut c.stream, Duration::from_secs(2)), "closed");
+                refused += 1;
+            }
+            Err(_) => waiting.push(c),
+        }
+    }
+    refused
+}
+
 /// At `max_connections`, idle connections make room for new clients, never busy ones; and
 /// one site whose origin hangs holds three quarters of the places at most.
 #[test]
@@ -701,21 +725,7 @@ fn a_full_front_makes_room_by_closing_idle_connections_never_busy_ones() {
     wait_for("the idle ones gone", Duration::from_secs(10), || {
         front.metric("http_front_open_connections") == 3
     });
-    let mut refused = 0;
-    for _ in 0..13 {
-        let mut c = hang_one();
-        c.stream
-            .set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        match c.read_response() {
-            Ok(r) => {
-                assert_eq!(r.status, 503);
-                assert!(wait_closed(&mut c.stream, Duration::from_secs(2)), "closed");
-                refused += 1;
-            }
-            Err(_) => busy.push(c),
-        }
-    }
+    let refused = ask_or_wait(fa, "hung.test", 13, &mut busy);
     assert_eq!(refused, 4, "16 asked of a site held to 12");
     wait_held(12);
     assert_eq!(
@@ -872,27 +882,12 @@ fn two_hung_sites_together_leave_room_for_a_healthy_one() {
     // Each site alone may hold 24 of the 32 places; every site's together 28; past that a
     // site holds 4 at most.
     let mut kept = Vec::new();
-    let mut ask = |host: &str, n: usize| {
-        let mut refused = 0;
-        for _ in 0..n {
-            let mut c = H1Conn::connect(Some(net::test_ip()), fa).unwrap();
-            c.send_raw(format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
-                .unwrap();
-            c.stream
-                .set_read_timeout(Some(Duration::from_millis(300)))
-                .unwrap();
-            match c.read_response() {
-                Ok(r) => {
-                    assert_eq!(r.status, 503);
-                    refused += 1;
-                }
-                Err(_) => kept.push(c),
-            }
-        }
-        refused
-    };
-    assert_eq!(ask("a.test", 24), 0);
-    assert_eq!(ask("b.test", 8), 4, "b past every site's bound");
+    assert_eq!(ask_or_wait(fa, "a.test", 24, &mut kept), 0);
+    assert_eq!(
+        ask_or_wait(fa, "b.test", 8, &mut kept),
+        4,
+        "b past every site's bound"
+    );
     wait_for(
         "the requests at the hung origins",
         Duration::from_secs(10),

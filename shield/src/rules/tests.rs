@@ -951,32 +951,22 @@ escalate = { after = 4, window_secs = 60, block_secs = 60 }
         mono_us: NOW.mono_us + ms * 1000,
     };
     assert_eq!(p.check(&s, 5, src, &tcp, at(0)).action, Action::Pass);
-    let escalated: Vec<Escalated> = (1..=4)
-        .map(|i| p.check(&s, 5, src, &tcp, at(i * 100)).escalated)
-        .collect();
-    assert_eq!(
-        escalated,
-        [
-            Escalated::No,
-            Escalated::No,
-            Escalated::No,
-            Escalated::Blocked
-        ]
-    );
+    // Four verdicts from the `from`-th on: the fourth blocks.
+    let four = |from: u64| -> Vec<Escalated> {
+        (from..from + 4)
+            .map(|i| p.check(&s, 5, src, &tcp, at(i * 100)).escalated)
+            .collect()
+    };
+    let blocked_at_the_fourth = [
+        Escalated::No,
+        Escalated::No,
+        Escalated::No,
+        Escalated::Blocked,
+    ];
+    assert_eq!(four(1), blocked_at_the_fourth);
     let net: IpNet = "192.0.2.88/32".parse().unwrap();
     assert!(blocks.remove(net, crate::block::RemoveCause::Operator));
-    let escalated: Vec<Escalated> = (5..=8)
-        .map(|i| p.check(&s, 5, src, &tcp, at(i * 100)).escalated)
-        .collect();
-    assert_eq!(
-        escalated,
-        [
-            Escalated::No,
-            Escalated::No,
-            Escalated::No,
-            Escalated::Blocked
-        ]
-    );
+    assert_eq!(four(5), blocked_at_the_fourth);
 }
 
 /// A rate-limited source stays limited across a reload that inserts a rule before the
