@@ -174,36 +174,37 @@ pub fn load_all(plan: Vec<Planned>) -> Vec<LoadResult> {
 pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
     let mut opts = ReadOptions::new(&p.origin);
     opts.lenient = p.secondary;
-    // Room for the build, from the file's size (twice over for a zone dnsd signs), held
-    // until it is done: one too big for what memory is left is refused, not the process
-    // aborted with every zone.
-    let per = crate::zone::room::PER_TEXT_BYTE * if p.sign.is_some() { 2 } else { 1 };
-    let room = |len: u64| {
-        crate::zone::room::reserve(len.saturating_mul(per)).map_err(|why| LoadError::Memory {
-            file: p.file.display().to_string(),
-            why,
-        })
-    };
-    let (l, _room) = match &p.added_by {
-        // Opened as the user who added it could (the file checked is the file read), without
-        // `$INCLUDE`.
+    // Opened as the user who added it could (the file checked is the file read), without
+    // `$INCLUDE`.
+    let opened = match &p.added_by {
         Some(who) => {
             opts.allow_include = false;
             let f = who.open(&p.file).map_err(LoadError::Access)?;
             let meta = f
                 .metadata()
                 .map_err(|e| LoadError::Access(format!("{}: {e}", p.file.display())))?;
-            let r = room(meta.len())?;
-            opts.max_added_text = crate::zone::room::added_text_budget(per);
-            (zones::load_opened(&p.file, f, &meta, &p.origin, &opts)?, r)
+            Some((f, meta))
         }
-        None => {
-            let len = std::fs::metadata(&p.file).map_or(0, |m| m.len());
-            let r = room(len)?;
-            // What `$INCLUDE` and `$GENERATE` add is held to the room left too.
-            opts.max_added_text = crate::zone::room::added_text_budget(per);
-            (zones::load_file(&p.file, &p.origin, &opts)?, r)
-        }
+        None => None,
+    };
+    // Room for the build, from the file's size (twice over for a zone dnsd signs), held
+    // until it is done: one too big for what memory is left is refused, not the process
+    // aborted with every zone. What `$INCLUDE` and `$GENERATE` add is held to the room
+    // left too.
+    let per = crate::zone::room::PER_TEXT_BYTE * if p.sign.is_some() { 2 } else { 1 };
+    let len = match &opened {
+        Some((_, meta)) => meta.len(),
+        None => std::fs::metadata(&p.file).map_or(0, |m| m.len()),
+    };
+    let _room =
+        crate::zone::room::reserve(len.saturating_mul(per)).map_err(|why| LoadError::Memory {
+            file: p.file.display().to_string(),
+            why,
+        })?;
+    opts.max_added_text = crate::zone::room::added_text_budget(per);
+    let l = match opened {
+        Some((f, meta)) => zones::load_opened(&p.file, f, &meta, &p.origin, &opts)?,
+        None => zones::load_file(&p.file, &p.origin, &opts)?,
     };
     let presigned = p.sign.is_none() && l.zone.rrset(0, t::DNSKEY).is_some();
     // A zone dnsd signs gets its ALIAS answers signed when asked; a pre-signed one cannot.

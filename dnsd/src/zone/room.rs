@@ -58,26 +58,20 @@ impl std::fmt::Display for NoRoom {
 pub fn reserve(need: u64) -> Result<Reservation, NoRoom> {
     let held = RESERVED.fetch_add(need, Ordering::Relaxed);
     let r = Reservation(need);
-    if need < CHECKED_FROM {
-        return Ok(r);
-    }
-    match room_now() {
-        Some((room, by)) if held.saturating_add(need) > room => Err(NoRoom {
-            need,
-            room: room.saturating_sub(held),
-            by,
-        }),
-        _ => Ok(r),
-    }
+    fits(need, held).map(|()| r)
 }
 
 /// Whether a build already this big (`need`, estimated) still fits, beside what other
 /// builds hold (a transfer asks as its data comes).
 pub fn check(need: u64) -> Result<(), NoRoom> {
+    fits(need, RESERVED.load(Ordering::Relaxed))
+}
+
+/// Whether `need` bytes fit beside `held` in the room left (small builds unchecked).
+fn fits(need: u64, held: u64) -> Result<(), NoRoom> {
     if need < CHECKED_FROM {
         return Ok(());
     }
-    let held = RESERVED.load(Ordering::Relaxed);
     match room_now() {
         Some((room, by)) if held.saturating_add(need) > room => Err(NoRoom {
             need,
