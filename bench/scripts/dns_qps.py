@@ -88,17 +88,18 @@ def make_rules(path, n=1000):
         f.write("\n".join(out) + "\n")
 
 
-def measure(name, server, port, qfile, extra=(), seconds=None):
+def measure(name, server, port, qfile, extra=(), seconds=None, clients=4):
     seconds = seconds or SECONDS
     if not c.wait_udp(ADDR, port, timeout=120):
         c.log(f"{name} did not start:\n{server.tail()}")
         return None
     # Warm up, then measure.
-    c.run_dnsperf(ADDR, port, qfile, 2, cpu=1, extra=extra)
+    c.run_dnsperf(ADDR, port, qfile, 2, cpu=1, extra=extra, clients=clients)
     before = c.cpu_ns(server.pid)
     stat0 = c.proc_stat_cpus()
     t0 = time.time()
-    done, lost, qps = c.run_dnsperf(ADDR, port, qfile, seconds, cpu=1, extra=extra)
+    done, lost, qps = c.run_dnsperf(ADDR, port, qfile, seconds, cpu=1, extra=extra,
+                                    clients=clients)
     cpu = c.cpu_ns(server.pid) - before
     wall = time.time() - t0
     stat1 = c.proc_stat_cpus()
@@ -158,14 +159,31 @@ def main():
                 results.append(r)
         finally:
             s.stop()
+    # TCP: 16 connections, queries pipelined on each (dnsperf -m tcp), same servers.
+    tcp_plans = [p for p in plans if p[0] in ("dnsd", "nsd", "knot")]
+    for name, start in tcp_plans:
+        port += 1
+        s = start(port)
+        try:
+            r = measure(name + " tcp", s, port, qfile, extra=("-m", "tcp"), clients=16)
+            if r:
+                results.append(r)
+        finally:
+            s.stop()
     by = {r["name"]: r for r in results}
     print(f"\nCPU per answered query, {c.machine()}, server on CPU 0, dnsperf on CPU 1, {SECONDS} s")
     print(f"command: bench/scripts/dns_qps.py {SECONDS}")
     print(f"dnsd: {dnsd_note}")
-    print(f"{'server':>8} {'q/s':>10} {'us/query':>9} {'vs dnsd':>8}")
+    print(f"{'server':>10} {'q/s':>10} {'us/query':>9} {'vs dnsd':>8}")
     for r in results:
-        ratio = r["us_per_query"] / by["dnsd"]["us_per_query"] if "dnsd" in by else 0
-        print(f"{r['name']:>8} {r['qps']:10.0f} {r['us_per_query']:9.2f} {ratio:8.2f}x")
+        ref = by.get("dnsd tcp" if r["name"].endswith(" tcp") else "dnsd")
+        ratio = r["us_per_query"] / ref["us_per_query"] if ref else 0
+        print(f"{r['name']:>10} {r['qps']:10.0f} {r['us_per_query']:9.2f} {ratio:8.2f}x")
+    if "dnsd tcp" in by and "knot tcp" in by:
+        print(f"TCP (16 pipelined connections): dnsd costs "
+              f"{by['dnsd tcp']['us_per_query'] / by['knot tcp']['us_per_query']:.2f}x Knot per query"
+              + (f", {by['dnsd tcp']['us_per_query'] / by['nsd tcp']['us_per_query']:.2f}x NSD"
+                 if "nsd tcp" in by else ""))
     if "dnsd" in by and "echo" in by:
         print(f"dnsd above the bare echo: {by['dnsd']['us_per_query'] - by['echo']['us_per_query']:.2f} us")
     if "dnsd" in by and "dnsd+rules" in by:

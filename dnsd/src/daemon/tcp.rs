@@ -67,6 +67,14 @@ const REGISTER_WAIT: Duration = Duration::from_millis(50);
 /// order, looks whether it may take its place there.
 const PRESSED_TICK: Duration = Duration::from_millis(100);
 
+/// Bytes one connection's reads take from its socket at once: the queries a client
+/// pipelines together cost one receive.
+const READ_BUFFER: usize = 2048;
+
+/// Bytes of answers waiting together that one write sends at most: the answers to
+/// pipelined queries cost one send, not one each.
+const WRITE_BATCH: usize = 16 * 1024;
+
 /// Messages of the transfers of one connection queued for writing; a transfer waits while
 /// the queue is full (answers to queries go first, from a queue of their own).
 const XFR_QUEUE: usize = 4;
@@ -669,7 +677,7 @@ impl TcpServer {
     /// `tls`).
     async fn connection<R, W>(
         &self,
-        mut rd: R,
+        rd: R,
         wr: W,
         peer: SocketAddr,
         local: std::net::IpAddr,
@@ -701,6 +709,8 @@ impl TcpServer {
             p.set_tls();
         }
         let stats = self.stats.clone();
+        // Queries pipelined together are read with one receive, not two each.
+        let mut rd = tokio::io::BufReader::with_capacity(READ_BUFFER, rd);
         let mut len_buf = [0u8; 2];
         let mut req = vec![0u8; 512];
         let mut served = 0;
@@ -733,10 +743,14 @@ impl TcpServer {
             // Quiet: nothing read is unanswered (the slot just taken is the only one out)
             // and no transfer streams.
             let quiet = || slots.available_permits() + 1 == depth && transfers.is_empty();
-            match self
-                .on_client(rd.read_exact(&mut len_buf), idle, ip, quiet)
-                .await
-            {
+            // A query already read (pipelined behind the last) is taken without a wait.
+            let waited = if rd.buffer().len() >= len_buf.len() {
+                Waited::Done(rd.read_exact(&mut len_buf).await)
+            } else {
+                let read = rd.read_exact(&mut len_buf);
+                self.on_client(read, idle, ip, quiet).await
+            };
+            match waited {
                 Waited::Done(Ok(_)) => {}
                 Waited::Done(Err(_)) | Waited::Evicted => break,
                 Waited::Idle => {
@@ -781,8 +795,13 @@ impl TcpServer {
             // A query begun must come whole within the idle time (a second while the
             // table is pressed: a client sends its query at once); a connection waiting for
             // the rest may make room for a new one.
-            let body = rd.read_exact(&mut req[have..len]);
-            match self.on_client(body, idle, ip, || true).await.or_cut(&stats) {
+            let waited = if rd.buffer().len() >= len - have {
+                Waited::Done(rd.read_exact(&mut req[have..len]).await)
+            } else {
+                let body = rd.read_exact(&mut req[have..len]);
+                self.on_client(body, idle, ip, || true).await
+            };
+            match waited.or_cut(&stats) {
                 Ok(Ok(_)) => {}
                 Ok(Err(_)) => break,
                 Err(()) => {
@@ -940,13 +959,26 @@ async fn write<W: AsyncWrite + Unpin>(
     // reads (its pipelined answers waited for the idle time). Flushed whenever nothing else
     // waits — after an answer, or after a transfer's end marker.
     let mut unflushed = false;
+    // Answers already waiting go out with the one just taken, in one write.
+    let mut batch: Vec<u8> = Vec::new();
+    let mut held: Vec<Answer> = Vec::new();
     loop {
-        let (a, transfer) = tokio::select! {
+        let (mut a, transfer) = tokio::select! {
             biased;
             Some(a) = answers.recv() => (a, false),
             Some(a) = xfr.recv() => (a, true),
             else => break,
         };
+        let batched = !transfer && !answers.is_empty() && a.msg.len() < WRITE_BATCH;
+        if batched {
+            batch.extend_from_slice(&a.msg);
+            while batch.len() < WRITE_BATCH {
+                let Ok(next) = answers.try_recv() else { break };
+                batch.extend_from_slice(&next.msg);
+                held.push(next);
+            }
+            std::mem::swap(&mut a.msg, &mut batch);
+        }
         // A client that does not read is cut off after the idle time; one that reads a
         // transfer too slowly holds a transfer slot no longer than its rate allows.
         let limit = match (transfer, xfr_min_rate) {
@@ -978,7 +1010,16 @@ async fn write<W: AsyncWrite + Unpin>(
                 }
             }
         }
-        // The query is answered: its slot and bytes free the reader for the next one.
+        // The queries are answered: their slots and bytes free the reader for the next ones.
+        if batched {
+            held.clear();
+            std::mem::swap(&mut a.msg, &mut batch);
+            batch.clear();
+            // A burst's buffer is not kept by a connection that goes on quietly.
+            if batch.capacity() > 2 * WRITE_BATCH {
+                batch = Vec::new();
+            }
+        }
         drop(a);
     }
     let _ = wr.shutdown().await;
