@@ -35,13 +35,21 @@ pub enum Owner<'n> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
 
-const COMP_ENTRIES: usize = 48;
+/// Places of the compression table (a power of two).
+const COMP_SLOTS: usize = 256;
+/// Suffixes the table holds at most (three quarters of its places: probes stay short).
+const COMP_ENTRIES: usize = 192;
 
-/// Names already written, by the offset of each of their suffixes, for compression.
+/// Names already written, by the offset of each of their suffixes, for compression: a hash
+/// table (open addressing), so that a suffix is looked up in a probe or two however many
+/// are written. Left uninitialised but for the bitmap of places taken (cleared per message).
 struct Compressor {
     n: usize,
-    off: [u16; COMP_ENTRIES],
-    hash: [u32; COMP_ENTRIES],
+    used: [u64; COMP_SLOTS / 64],
+    off: [std::mem::MaybeUninit<u16>; COMP_SLOTS],
+    hash: [std::mem::MaybeUninit<u32>; COMP_SLOTS],
+    /// The places taken, in order: a rollback frees the latest.
+    order: [std::mem::MaybeUninit<u8>; COMP_ENTRIES],
 }
 
 /// Most labels a wire name has (255 bytes, one-byte labels, the root apart).
@@ -58,13 +66,18 @@ struct Suffixes {
 }
 
 impl Suffixes {
-    #[inline]
-    fn of(name: &[u8]) -> Suffixes {
-        let mut s = Suffixes {
+    /// No name's.
+    fn none() -> Suffixes {
+        Suffixes {
             n: 0,
             off: [const { std::mem::MaybeUninit::uninit() }; MAX_LABELS],
             hash: [const { std::mem::MaybeUninit::uninit() }; MAX_LABELS],
-        };
+        }
+    }
+
+    #[inline]
+    fn of(name: &[u8]) -> Suffixes {
+        let mut s = Suffixes::none();
         let mut i = 0usize;
         while let Some(&l) = name.get(i) {
             if l == 0 || s.n == MAX_LABELS {
@@ -105,16 +118,71 @@ impl Suffixes {
 }
 
 impl Compressor {
+    fn new() -> Compressor {
+        Compressor {
+            n: 0,
+            used: [0; COMP_SLOTS / 64],
+            off: [const { std::mem::MaybeUninit::uninit() }; COMP_SLOTS],
+            hash: [const { std::mem::MaybeUninit::uninit() }; COMP_SLOTS],
+            order: [const { std::mem::MaybeUninit::uninit() }; COMP_ENTRIES],
+        }
+    }
+
     fn clear(&mut self) {
         self.n = 0;
+        self.used = [0; COMP_SLOTS / 64];
+    }
+
+    /// The first place a hash probes.
+    #[inline]
+    fn home(hash: u32) -> usize {
+        (hash.wrapping_mul(0x9E37_79B1) >> 24) as usize % COMP_SLOTS
+    }
+
+    #[inline]
+    fn taken(&self, i: usize) -> bool {
+        self.used[i / 64] & (1 << (i % 64)) != 0
     }
 
     fn add(&mut self, off: usize, hash: u32) {
-        if self.n < COMP_ENTRIES && off < 0x3FFF {
-            self.off[self.n] = off as u16;
-            self.hash[self.n] = hash;
-            self.n += 1;
+        if self.n == COMP_ENTRIES || off >= 0x3FFF {
+            return;
         }
+        let mut i = Self::home(hash);
+        while self.taken(i) {
+            i = (i + 1) % COMP_SLOTS;
+        }
+        self.used[i / 64] |= 1 << (i % 64);
+        self.off[i].write(off as u16);
+        self.hash[i].write(hash);
+        self.order[self.n].write(i as u8);
+        self.n += 1;
+    }
+
+    /// Forgets the suffixes added after the first `n` (each probe chain of those kept holds
+    /// only places taken before it).
+    fn truncate(&mut self, n: usize) {
+        while self.n > n {
+            self.n -= 1;
+            // SAFETY: `add` wrote the first `self.n` places of `order`.
+            let i = unsafe { self.order[self.n].assume_init() } as usize;
+            self.used[i / 64] &= !(1 << (i % 64));
+        }
+    }
+
+    /// The offsets written for suffixes of hash `hash`, as long as `f` says go on.
+    #[inline]
+    fn each(&self, hash: u32, mut f: impl FnMut(u16) -> bool) -> Option<u16> {
+        let mut i = Self::home(hash);
+        while self.taken(i) {
+            // SAFETY: a place marked taken was written by `add`.
+            let (h, o) = unsafe { (self.hash[i].assume_init(), self.off[i].assume_init()) };
+            if h == hash && f(o) {
+                return Some(o);
+            }
+            i = (i + 1) % COMP_SLOTS;
+        }
+        None
     }
 }
 
@@ -125,6 +193,9 @@ pub struct Writer<'b> {
     limit: usize,
     counts: [u16; 3],
     comp: Compressor,
+    /// The question name's labels (at offset 12): every suffix of it can be pointed at,
+    /// however deep, without taking the table's places.
+    question: Suffixes,
 }
 
 impl<'b> Writer<'b> {
@@ -137,11 +208,8 @@ impl<'b> Writer<'b> {
             len: 0,
             limit,
             counts: [0; 3],
-            comp: Compressor {
-                n: 0,
-                off: [0; COMP_ENTRIES],
-                hash: [0; COMP_ENTRIES],
-            },
+            comp: Compressor::new(),
+            question: Suffixes::none(),
         }
     }
 
@@ -164,6 +232,7 @@ impl<'b> Writer<'b> {
     /// question when `with_question`. `req` is the request bytes.
     pub fn start(&mut self, req: &[u8], q: &Query, rcode: u16, with_question: bool) {
         self.comp.clear();
+        self.question.n = 0;
         self.counts = [0; 3];
         let flags = hf::QR | (q.flags & (0x7800 | hf::RD | hf::CD)) | (rcode & 0xF);
         self.buf[0..2].copy_from_slice(&q.id.to_be_bytes());
@@ -175,12 +244,7 @@ impl<'b> Writer<'b> {
             self.buf[12..12 + qlen].copy_from_slice(&req[12..q.question_end]);
             self.buf[5] = 1;
             self.len += qlen;
-            // The shortest suffixes first where they cannot all be kept: the zone's names
-            // share those.
-            let sx = Suffixes::of(q.qname());
-            for k in (0..sx.n).rev() {
-                self.comp.add(12 + sx.off(k), sx.hash(k));
-            }
+            self.question = Suffixes::of(q.qname());
         }
     }
 
@@ -228,7 +292,7 @@ impl<'b> Writer<'b> {
     pub fn rollback(&mut self, m: (usize, [u16; 3], usize)) {
         self.len = m.0;
         self.counts = m.1;
-        self.comp.n = m.2;
+        self.comp.truncate(m.2);
     }
 
     /// Writes a whole RRset from a zone, or nothing (returns `Full`).
@@ -420,22 +484,58 @@ impl<'b> Writer<'b> {
 
     /// Writes a name (labels as in `cased`, matching on `lower`) compressed against what the
     /// packet holds; returns the offset where it starts.
+    /// A name written whole where it already is returns that offset (a pointer's target,
+    /// never a pointer).
     fn name_with_case(&mut self, lower: &[u8], cased: &[u8]) -> Result<usize, Full> {
         let start = self.len;
         let sx = Suffixes::of(lower);
-        for k in 0..sx.n {
+        if let Some((k, ptr)) = self.longest_written(lower, &sx) {
+            // Labels before the k-th literally, then a pointer.
             let i = sx.off(k);
-            if let Some(ptr) = self.find_hashed(&lower[i..], sx.hash(k)) {
-                // Labels before i literally, then a pointer.
-                self.put(&cased[..i])?;
-                self.put(&(0xC000 | ptr).to_be_bytes())?;
-                self.add_suffixes(start, &sx, k);
-                return Ok(start);
-            }
+            self.put(&cased[..i])?;
+            self.put(&(0xC000 | ptr).to_be_bytes())?;
+            self.add_suffixes(start, &sx, k);
+            return Ok(if k == 0 { ptr as usize } else { start });
         }
         self.put(cased)?;
         self.add_suffixes(start, &sx, sx.n);
         Ok(start)
+    }
+
+    /// The longest suffix of `lower` (its labels `sx`) already in the packet: its index in
+    /// `sx` and where it is.
+    fn longest_written(&self, lower: &[u8], sx: &Suffixes) -> Option<(usize, u16)> {
+        let asked = self.in_question(lower, sx);
+        let upto = asked.map_or(sx.n, |(k, _)| k);
+        for k in 0..upto {
+            let i = sx.off(k);
+            if let Some(ptr) = self.find_hashed(&lower[i..], sx.hash(k)) {
+                return Some((k, ptr));
+            }
+        }
+        asked
+    }
+
+    /// The longest suffix of `lower` (its labels `sx`) that ends the question name: its
+    /// index in `sx` and where it is. Compared label by label from the root, in one pass.
+    fn in_question(&self, lower: &[u8], sx: &Suffixes) -> Option<(usize, u16)> {
+        let q = &self.buf[12..self.len];
+        let (mut a, mut b) = (sx.n, self.question.n);
+        let mut found = None;
+        while a > 0 && b > 0 {
+            let (i, j) = (sx.off(a - 1), self.question.off(b - 1));
+            let l = lower[i] as usize;
+            let same = q.get(j) == Some(&lower[i])
+                && q.get(j + 1..j + 1 + l)
+                    .is_some_and(|x| x.eq_ignore_ascii_case(&lower[i + 1..i + 1 + l]));
+            if !same {
+                break;
+            }
+            a -= 1;
+            b -= 1;
+            found = Some((a, (12 + j) as u16));
+        }
+        found
     }
 
     /// Notes the first `upto` suffixes of a name written at `start`.
@@ -451,18 +551,16 @@ impl<'b> Writer<'b> {
         if sx.n == 0 {
             return None;
         }
-        self.find_hashed(suffix, sx.hash(0))
+        match self.in_question(suffix, &sx) {
+            Some((0, at)) => Some(at),
+            _ => self.find_hashed(suffix, sx.hash(0)),
+        }
     }
 
     /// As [`find`](Self::find), with the suffix's hash known.
     #[inline]
     fn find_hashed(&self, suffix: &[u8], h: u32) -> Option<u16> {
-        for k in 0..self.comp.n {
-            if self.comp.hash[k] == h && self.matches_at(self.comp.off[k] as usize, suffix) {
-                return Some(self.comp.off[k]);
-            }
-        }
-        None
+        self.comp.each(h, |o| self.matches_at(o as usize, suffix))
     }
 
     /// True when the name written at `off` (following pointers) equals `name` (lower case).
@@ -834,6 +932,73 @@ mod tests {
         // Found where it was written (the same hash as the writer's).
         assert!(w.find_name(b"\x01a\x01a\x07example\x03com\x00").is_some());
         assert!(w.find_name(b"\x03zzz\x07example\x03com\x00").is_none());
+    }
+
+    /// A wire name of `n` labels `l` under `tail` (wire form, with its root).
+    fn labels(l: u8, n: usize, tail: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for _ in 0..n {
+            v.extend_from_slice(&[1, l]);
+        }
+        v.extend_from_slice(tail);
+        v
+    }
+
+    /// A deep question leaves the table's places to the names written after it: names
+    /// sharing any suffix of the question point into it, and deep names written later
+    /// compress against each other (the question's shortest 48 suffixes took every place:
+    /// a 100-label MX query came out truncated where Knot's answer fitted in 367 bytes).
+    /// A name written whole where it already is gives the pointer's target, never a pointer
+    /// to a pointer (referrals' NS owners pointed at one).
+    #[test]
+    fn a_deep_question_takes_no_place_from_the_names_after_it() {
+        let q = Q::new(&((0..100).map(|_| "a.").collect::<String>() + "q."), 15);
+        let (req, parsed) = q.parsed();
+        let mut buf = [0u8; 4096];
+        let mut w = Writer::new(&mut buf, 4096);
+        w.start(&req, &parsed, rcode::NOERROR, true);
+        let tail = b"\x01q\x00";
+        // The question's own suffixes: one pointer, or a label and a pointer.
+        let at = w.position();
+        let whole = w.name(&labels(b'a', 99, tail)).unwrap();
+        assert_eq!(w.position() - at, 2);
+        assert_eq!(whole, 12 + 2, "the target, not the pointer");
+        let at = w.position();
+        w.name(&labels(b'a', 101, tail)).unwrap();
+        assert_eq!(w.position() - at, 2 + 2);
+        let at = w.position();
+        w.name(&labels(b'a', 120, tail)).unwrap();
+        assert_eq!(
+            w.position() - at,
+            19 * 2 + 2,
+            "19 labels, then the 101 written"
+        );
+        // Deep names the question does not hold: the second points at the first.
+        let e = labels(b'e', 60, tail);
+        let at = w.position();
+        let first = w.name(&e).unwrap();
+        assert_eq!(w.position() - at, 60 * 2 + 2, "e... written, q pointed at");
+        let mut g = vec![1, b'g'];
+        g.extend_from_slice(&e);
+        let at = w.position();
+        w.name(&g).unwrap();
+        assert_eq!(w.position() - at, 2 + 2);
+        assert_eq!(w.name(&e).unwrap(), first);
+        assert_eq!(w.find_name(&e), Some(first as u16));
+        assert_eq!(w.find_name(&labels(b'a', 50, tail)), Some(12 + 100));
+        // More suffixes than the old table's 48 places, written after all that: found too.
+        let h = labels(b'h', 119, tail);
+        let m = w.mark();
+        let at = w.name(&h).unwrap();
+        assert_eq!(w.name(&h).unwrap(), at);
+        assert_eq!(
+            w.find_name(&labels(b'h', 20, tail)),
+            Some((at + 99 * 2) as u16)
+        );
+        // Rolled back: forgotten, the names before it kept.
+        w.rollback(m);
+        assert_eq!(w.find_name(&h), None);
+        assert_eq!(w.find_name(&e), Some(first as u16));
     }
 
     #[test]
