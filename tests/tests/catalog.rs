@@ -772,3 +772,185 @@ fn catalog_members_give_way_to_zones_the_config_adds_later() {
     let st = consumer.stats();
     assert!(st["catalog.refused.below_other_zone"] >= 1, "{st:?}");
 }
+
+/// A consumer that signs its members and lists them in a catalog it produces, restarted
+/// with its primary gone: the members are served signed from their copies (they were served
+/// unsigned, with the primary's serial, until a transfer), and the produced catalog keeps its
+/// version — the members listed, the serial not gone back (it was written without the
+/// consumed members at start, its serial started again from the clock: a consumer of it
+/// purged them, or refused the catalog as outdated). A change of the consumed catalog reaches
+/// the produced one (it waited for a `ctl zone add`), and so does a zone a reload adds.
+#[test]
+fn a_signing_consumer_that_produces_a_catalog_restarts_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pdir = d.join("primary");
+    std::fs::create_dir(&pdir).unwrap();
+    let primary = catalog_primary(
+        &pdir,
+        &[("a.cat.", &[("m1.test.", "i1", ""), ("m2.test.", "i2", "")])],
+        &["m1.test.", "m2.test.", "m3.test."],
+    );
+    let cdir = d.join("consumer");
+    std::fs::create_dir(&cdir).unwrap();
+    let out = cdir.join("out.cat.zone");
+    let mut cat = Zone::new("a.cat.", cdir.join("a.cat.zone"));
+    cat.options = vec![
+        format!("primaries = [\"{}\"]", primary.addr()),
+        "catalog = \"consumer\"".into(),
+        "catalog_template = \"signed\"".into(),
+    ];
+    let raw = |extra: &str| {
+        format!(
+            "[dnssec]\nkey_dir = \"{0}/keys\"\n\n[[dnssec_policy]]\nname = \"p\"\n\n\
+             [[template]]\nname = \"signed\"\nfile = \"{0}/m-%s.zone\"\ndnssec_policy = \"p\"\n\
+             catalog_zone = \"out.cat.\"\n\n\
+             [[zone]]\norigin = \"out.cat.\"\ncatalog = \"producer\"\nfile = \"{1}\"\n{extra}",
+            cdir.display(),
+            out.display()
+        )
+    };
+    let consumer = Dnsd::builder().zone(cat.clone()).raw(&raw("")).start();
+    let c = consumer.addr();
+    let log = || consumer.log();
+    let signed = |addr: SocketAddr, z: &str| {
+        client::try_query(addr, z, 48, &QueryOpts::udp()).is_ok_and(|r| {
+            Normalized::from_reply(&r)
+                .answer
+                .iter()
+                .any(|r| r.rtype == 48)
+        })
+    };
+    let listed = |z: &str| {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains(z)
+    };
+    for z in ["m1.test.", "m2.test."] {
+        until("{z} served signed", 30, &|| signed(c, z), &log);
+    }
+    until(
+        "the produced catalog lists both",
+        10,
+        &|| listed("m1.test.") && listed("m2.test."),
+        &log,
+    );
+
+    // m3 joins the consumed catalog: the produced one lists it.
+    write(
+        &pdir.join("a.cat.zone"),
+        &catalog_text(
+            "a.cat.",
+            2,
+            "2",
+            &[
+                ("m1.test.", "i1", ""),
+                ("m2.test.", "i2", ""),
+                ("m3.test.", "i3", ""),
+            ],
+        ),
+    );
+    let (ok, o) = primary.ctl(&["reload"]);
+    assert!(ok, "{o}");
+    let (ok, o) = consumer.ctl(&["zone-refresh", "a.cat."]);
+    assert!(ok, "{o}");
+    until("m3 served signed", 30, &|| signed(c, "m3.test."), &log);
+    until(
+        "m3 listed in the produced catalog",
+        10,
+        &|| listed("m3.test."),
+        &log,
+    );
+    let before = serial(c, "out.cat.").expect("the produced catalog served");
+    let m1 = serial(c, "m1.test.").expect("m1 served");
+
+    // Restarted with the primary gone.
+    drop(primary);
+    drop(consumer);
+    let again = Dnsd::builder().zone(cat.clone()).raw(&raw("")).start();
+    let a = again.addr();
+    let log = || again.log();
+    until(
+        "the produced catalog served",
+        10,
+        &|| serial(a, "out.cat.").is_some(),
+        &log,
+    );
+    assert_eq!(
+        serial(a, "out.cat."),
+        Some(before),
+        "the produced catalog as it was; log:\n{}",
+        log()
+    );
+    until(
+        "members served signed from their copies",
+        10,
+        &|| signed(a, "m1.test.") && signed(a, "m3.test."),
+        &log,
+    );
+    assert!(
+        serial(a, "m1.test.").is_some_and(|s| s >= m1),
+        "m1's serial went back from {m1}: {:?}",
+        serial(a, "m1.test.")
+    );
+    assert_eq!(serial(a, "out.cat."), Some(before), "nothing changed since");
+
+    // A zone a reload adds to the config, listed in the produced catalog.
+    let extra = cdir.join("x.test.zone");
+    write(&extra, &member_text("x.test.", 1));
+    std::fs::write(
+        again.config_path(),
+        std::fs::read_to_string(again.config_path()).unwrap()
+            + &format!(
+                "\n[[zone]]\norigin = \"x.test.\"\nfile = \"{}\"\ncatalog_zone = \"out.cat.\"\n",
+                extra.display()
+            ),
+    )
+    .unwrap();
+    let (ok, o) = again.ctl(&["reload"]);
+    assert!(ok, "{o}");
+    until("x listed after the reload", 10, &|| listed("x.test."), &log);
+    assert!(
+        serial(a, "out.cat.").is_some_and(|s| s != before),
+        "a new version served"
+    );
+
+    // The members' template signs with NSEC3 after a reload: the members are signed so at
+    // once (they kept the policy they were added under until a restart).
+    let conf = std::fs::read_to_string(again.config_path())
+        .unwrap()
+        .replace(
+            "[[dnssec_policy]]\nname = \"p\"\n",
+            "[[dnssec_policy]]\nname = \"p\"\nnsec3 = true\n",
+        );
+    assert!(conf.contains("nsec3 = true"), "{conf}");
+    std::fs::write(again.config_path(), conf).unwrap();
+    let (ok, o) = again.ctl(&["reload"]);
+    assert!(ok, "{o}");
+    let nsec3 = |z: &str| {
+        client::try_query(a, z, 51, &QueryOpts::udp()).is_ok_and(|r| {
+            Normalized::from_reply(&r)
+                .answer
+                .iter()
+                .any(|r| r.rtype == 51)
+        })
+    };
+    until(
+        "the members signed with NSEC3",
+        10,
+        &|| nsec3("m1.test.") && nsec3("m3.test."),
+        &log,
+    );
+}
+
+/// Waits (bounded) until `f` holds; fails naming `what` with the log.
+fn until(what: &str, secs: u64, f: &dyn Fn() -> bool, log: &dyn Fn() -> String) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what}: not so after {secs} s; log:\n{}", log());
+}

@@ -21,7 +21,23 @@ pub async fn run_catalogs(shared: Arc<State>) {
     }
 }
 
-/// Queues every consumed catalog to be read (at start, after a config reload).
+/// Reads every consumed catalog now (at start, before the catalogs dnsd produces are
+/// written: they list the members the copies on disk hold, never fewer for a moment — a
+/// consumer of ours purges what a version leaves out).
+pub async fn consume_all(shared: &Arc<State>) {
+    let cats: Vec<zones::Name> = shared
+        .xfr
+        .policies()
+        .all()
+        .filter(|p| p.catalog == Some(CatalogRole::Consumer))
+        .map(|p| p.origin.clone())
+        .collect();
+    for cat in cats {
+        consume(shared, &cat).await;
+    }
+}
+
+/// Queues every consumed catalog to be read (after a config reload).
 pub fn read_all_catalogs(shared: &State) {
     let pol = shared.xfr.policies();
     for p in pol
@@ -247,7 +263,37 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         .collect();
     let mut refused_here: Vec<zones::Name> = Vec::new();
     let above = above_others(&reg, cat, cp.tenant);
-    for m in ch.add.iter().chain(&ch.reset).chain(&ch.regroup) {
+    // Under a config other than the last one's, every member of ours takes its settings
+    // again (a template's policy changed by a reload applied only after a restart).
+    let resettle: Vec<catalog::Member> = {
+        let st = shared.catalogs();
+        if st
+            .settled_with
+            .get(cat)
+            .is_some_and(|c| Arc::ptr_eq(c, &cfg))
+        {
+            Vec::new()
+        } else {
+            let changing: std::collections::HashSet<&zones::Name> = ch
+                .add
+                .iter()
+                .chain(&ch.reset)
+                .chain(&ch.regroup)
+                .map(|m| &m.zone)
+                .collect();
+            new.values()
+                .filter(|m| !changing.contains(&m.zone) && ours(&reg, &m.zone))
+                .cloned()
+                .collect()
+        }
+    };
+    for m in ch
+        .add
+        .iter()
+        .chain(&ch.reset)
+        .chain(&ch.regroup)
+        .chain(&resettle)
+    {
         let mut zc = match member_config(&cfg, &cp, m) {
             Ok(z) => z,
             Err(e) => {
@@ -257,6 +303,10 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         };
         // Where it would answer for zones the catalog does not own.
         if let Some((why, other)) = conflict(&reg, cat, &m.zone, &above) {
+            if resettle.iter().any(|r| r.zone == m.zone) {
+                // Served already: kept as it is (a config zone that meets it evicts it).
+                continue;
+            }
             catalog::refused(why, 1);
             shield::limited!(
                 10,
@@ -266,6 +316,9 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
             continue;
         }
         if let Some(owner) = others_files.get(&zc.file).filter(|o| **o != m.zone) {
+            if resettle.iter().any(|r| r.zone == m.zone) {
+                continue;
+            }
             catalog::refused(catalog::Refusal::FileTaken, 1);
             shield::limited!(
                 10,
@@ -287,13 +340,27 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         // and the data it serves; only its settings change.
         let mut def = registry::ZoneDef::from_config(&cfg, &zc, m.zone.clone());
         def.from_catalog = Some(cat.clone());
+        let signing_was = reg
+            .find(&m.zone)
+            .and_then(|i| reg.entry(i))
+            .map(|e| e.def.signing.clone());
         let i = reg.add(def);
-        if reg.entry(i).is_some_and(|e| e.current.is_none()) && zc.file.exists() {
-            // A member is a secondary: its copy is read as a transfer is taken.
-            plan.push(registry::Planned {
-                secondary: true,
-                ..registry::Planned::unsigned(i, m.zone.clone(), zc.file.clone())
-            });
+        // New, or signed under another policy than it is (its group or template changed):
+        // loaded and signed now, not at its next transfer.
+        let load = reg.entry(i).is_some_and(|e| {
+            e.current.is_none() || signing_was.as_ref().is_some_and(|s| *s != e.def.signing)
+        });
+        if load && zc.file.exists() {
+            // A member is a secondary: its copy is read as a transfer is taken, and signed
+            // when its template signs (served unsigned, it lost its keys until a transfer).
+            plan.extend(
+                reg.plan(Some(i), true)
+                    .into_iter()
+                    .map(|p| registry::Planned {
+                        secondary: true,
+                        ..p
+                    }),
+            );
         }
         configs.push(zc);
     }
@@ -307,6 +374,8 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
             .unwrap_or_default();
         reg.apply(results);
     }
+    // The catalogs dnsd produces list what the members now are.
+    crate::zone::catalog::produce_all(&mut reg);
     reg.publish();
     drop(reg);
     // Members refused now are looked at again on the next read (a coo may hand them over).
@@ -331,6 +400,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         }
         let after = coos(&new);
         st.lists.insert(cat.clone(), new);
+        st.settled_with.insert(cat.clone(), cfg.clone());
         after != before
     };
     // A member handed over (RFC 9432 §5.6): the catalog it goes to is read again.

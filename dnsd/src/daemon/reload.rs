@@ -181,6 +181,8 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                     crate::xfr::secondary::spawn_all(&shared.zones, &shared.xfr);
                 }
                 shared.set_config(c);
+                // Zones that name a produced catalog may have come or gone with the list.
+                crate::zone::catalog::produce_all(&mut reg);
                 crate::daemon::catalogs::read_all_catalogs(shared);
             }
             Err(e) => {

@@ -36,6 +36,9 @@ pub struct Consumed {
     pub lists: HashMap<Name, BTreeMap<Name, Member>>,
     /// Each member's settings.
     pub members: HashMap<Name, ZoneConfig>,
+    /// The config each catalog's members were last given their settings under: a reload
+    /// that changed their templates gives every member its settings again.
+    pub settled_with: HashMap<Name, Arc<crate::config::Config>>,
 }
 
 /// Consumed catalogs whose zone changed and wait to be read (at most one entry each).
@@ -76,6 +79,7 @@ impl Consumed {
     pub fn retain_catalogs(&mut self, keep: impl Fn(&Name) -> bool) {
         let gone: Vec<Name> = self.lists.keys().filter(|c| !keep(c)).cloned().collect();
         for c in gone {
+            self.settled_with.remove(&c);
             if let Some(members) = self.lists.remove(&c) {
                 for z in members.keys() {
                     self.members.remove(z);
@@ -421,7 +425,18 @@ pub fn produce_all(reg: &mut Registry) {
             })
             .collect();
         members.sort();
-        let cur = reg.entry(i).and_then(|e| e.current.clone());
+        let file = reg
+            .entry(i)
+            .map(|e| e.def.file.clone())
+            .filter(|f| !f.as_os_str().is_empty());
+        let mut cur = reg.entry(i).and_then(|e| e.current.clone());
+        // Not served yet (a start): the version kept in its file, if it has one, is where
+        // its serial goes on from — it is served as it is when it lists the same members.
+        if cur.is_none()
+            && let Some(f) = &file
+        {
+            cur = kept(&origin, f).map(Arc::new);
+        }
         let listed: Option<Vec<(Name, Option<String>)>> = cur.as_ref().and_then(|z| {
             read(z).ok().map(|m| {
                 m.into_values()
@@ -430,6 +445,11 @@ pub fn produce_all(reg: &mut Registry) {
             })
         });
         if listed.as_ref() == Some(&members) {
+            if let Some(z) = cur
+                && reg.entry(i).is_some_and(|e| e.current.is_none())
+            {
+                reg.install(i, z, std::time::Duration::ZERO);
+            }
             continue;
         }
         let now = SystemTime::now()
@@ -449,8 +469,30 @@ pub fn produce_all(reg: &mut Registry) {
             Ok(z) => {
                 tracing::info!(catalog = %origin, serial, members = members.len(), "catalog written");
                 reg.install(i, Arc::new(z), t.elapsed());
+                if let Some(f) = &file {
+                    let text = produce_text(&origin, serial, &members);
+                    if let Err(e) = shield::files::write_atomic(f, text.as_bytes(), 0o644) {
+                        // Served all the same; a restart before the next write starts its
+                        // serial from the clock.
+                        tracing::error!(catalog = %origin, file = %f.display(), "catalog not kept on disk: {e}");
+                    }
+                }
             }
             Err(e) => tracing::error!(catalog = %origin, "catalog not written: {e}"),
+        }
+    }
+}
+
+/// The produced catalog `origin` as its file `f` keeps it (none when absent or unreadable).
+fn kept(origin: &Name, f: &std::path::Path) -> Option<Zone> {
+    if !f.exists() {
+        return None;
+    }
+    match zones::load_file(f, origin, &zones::ReadOptions::new(origin)) {
+        Ok(l) => Some(l.zone),
+        Err(e) => {
+            tracing::warn!(catalog = %origin, file = %f.display(), "the catalog's file is not read back (its serial starts from the clock): {e}");
+            None
         }
     }
 }
