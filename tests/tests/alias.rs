@@ -266,6 +266,28 @@ fn a_zone_dnsd_signs_gets_its_alias_answers_signed_and_delv_validates_them() {
             "delv {name} {qtype}: expected {want:?}:\n{out}"
         );
     }
+    // A denial at the ALIAS's name lists A and AAAA (a resolver reusing it, RFC 8198, would
+    // deny the addresses the ALIAS answers): the chain's NSEC for the apex, and the online
+    // one for the ALIAS of a name without other data.
+    for name in ["alias.test.", "same.alias.test."] {
+        let r = palisade_tests::client::query_reply(
+            dnsd.addr(),
+            name,
+            16,
+            &QueryOpts::edns(1232).with_do(),
+        );
+        let n = palisade_tests::compare::Normalized::from_reply(&r);
+        let nsec = n
+            .authority
+            .iter()
+            .find(|r| r.rtype == 47 && r.owner == name)
+            .unwrap_or_else(|| panic!("{name} TXT: no NSEC at the name: {n:?}"));
+        let types = nsec_types(&nsec.rdata);
+        assert!(
+            types.contains(&T::A) && types.contains(&T::AAAA),
+            "{name}: the NSEC denies the ALIAS's addresses: {types:?}"
+        );
+    }
     // Asked again: the signature comes from a worker's cache, and still validates (asked a
     // few times: each worker keeps its own cache, and a query may meet another worker).
     for _ in 0..4 {
@@ -377,4 +399,26 @@ fn an_alias_loop_or_a_target_past_the_record_bound_is_answered_within_bounds_and
     // The target itself is answered whole.
     let (_, data, _) = ask(dnsd.addr(), "many.bound.test.", T::A);
     assert_eq!(data.len(), 70);
+}
+
+/// The types an NSEC RDATA (canonical wire form) lists.
+fn nsec_types(rd: &[u8]) -> Vec<u16> {
+    let mut i = 0;
+    while rd[i] != 0 {
+        i += 1 + rd[i] as usize;
+    }
+    i += 1;
+    let mut out = Vec::new();
+    while i + 2 <= rd.len() {
+        let (w, n) = (rd[i] as u16, rd[i + 1] as usize);
+        for (k, b) in rd[i + 2..i + 2 + n].iter().enumerate() {
+            for bit in 0..8 {
+                if b & (0x80 >> bit) != 0 {
+                    out.push(w * 256 + (k * 8 + bit) as u16);
+                }
+            }
+        }
+        i += 2 + n;
+    }
+    out
 }

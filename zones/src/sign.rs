@@ -343,6 +343,14 @@ pub fn sign_zone(
             }
             signed = true;
         }
+        // An ALIAS answers A and AAAA at its name: the denial says they exist (as PowerDNS
+        // signs it), or a resolver that reuses denials (RFC 8198) denies the addresses it
+        // serves.
+        if !cut && types.contains(&t::ALIAS) {
+            types.extend_from_slice(&[t::A, t::AAAA]);
+            types.sort_unstable();
+            types.dedup();
+        }
         let insecure_cut = cut && !node.has(flags::HAS_DS);
         chain.push(ChainName {
             owner,

@@ -281,11 +281,17 @@ enum Compacted {
 
 impl<'q> Answerer<'_, '_, 'q> {
     /// Denies `types`-only at `name` with one NSEC signed now (RFC 9824), when the zone is
-    /// answered so and DO is set.
-    fn compact(&mut self, zone: &Zone, name: &[u8], types: &mut [u16]) -> Compacted {
+    /// answered so and DO is set — or, at an ALIAS (`alias`), when dnsd signs the zone with
+    /// NSEC (an NSEC whose next name is the owner's successor, RFC 4470's, proves that name's
+    /// types beside any chain).
+    fn compact(&mut self, zone: &Zone, name: &[u8], types: &mut [u16], alias: bool) -> Compacted {
         // A query for NSEC itself cannot be denied by an NSEC whose bitmap must list NSEC
         // (RFC 4034 §4.1.2): no validator accepts that proof. The zone's chain proves it.
-        if !self.compact_for(zone) || self.q.qtype == t::NSEC {
+        let online = self.compact_for(zone)
+            || (alias && self.dnssec && zone.rrset(0, t::NSEC3PARAM).is_none() && {
+                self.online.as_ref().is_some_and(|o| o.signer.signs(zone))
+            });
+        if !online || self.q.qtype == t::NSEC {
             return Compacted::Chain;
         }
         let Some(o) = self.online.as_mut() else {
@@ -343,6 +349,7 @@ impl<'q> Answerer<'_, '_, 'q> {
     fn types_at(
         zone: &Zone,
         node: NodeId,
+        denied: u16,
         out: &mut [u16; crate::signing::online::MAX_TYPES],
     ) -> Option<usize> {
         out[0] = t::RRSIG;
@@ -354,6 +361,16 @@ impl<'q> Answerer<'_, '_, 'q> {
             }
             *out.get_mut(n)? = s.rtype;
             n += 1;
+        }
+        // An ALIAS answers A and AAAA here (its zone's chain lists them): denied only the
+        // one asked, which its target lacks now.
+        if out[..n].contains(&t::ALIAS) {
+            for ty in [t::A, t::AAAA] {
+                if ty != denied && !out[..n].contains(&ty) {
+                    *out.get_mut(n)? = ty;
+                    n += 1;
+                }
+            }
         }
         Some(n)
     }
@@ -409,8 +426,12 @@ impl<'q> Answerer<'_, '_, 'q> {
                 let k = self.positive(zone, node, target, owner, depth);
                 if k == Kind::NoData && self.dnssec {
                     let mut types = [0u16; crate::signing::online::MAX_TYPES];
-                    let done = match Self::types_at(zone, node, &mut types) {
-                        Some(n) => self.compact(zone, target.name(), &mut types[..n]),
+                    // An ALIAS whose target lacks the address type asked: the chain lists
+                    // both (they are answered here), so the denial is signed now.
+                    let alias =
+                        (qtype == t::A || qtype == t::AAAA) && zone.rrset(node, t::ALIAS).is_some();
+                    let done = match Self::types_at(zone, node, qtype, &mut types) {
+                        Some(n) => self.compact(zone, target.name(), &mut types[..n], alias),
                         None => Compacted::Chain,
                     };
                     if let Compacted::Chain = done {
@@ -473,7 +494,7 @@ impl<'q> Answerer<'_, '_, 'q> {
                         return Kind::NxDomain;
                     }
                     let mut types = [t::RRSIG, t::NSEC, crate::signing::online::NXNAME];
-                    match self.compact(zone, target.name(), &mut types) {
+                    match self.compact(zone, target.name(), &mut types, false) {
                         Compacted::Done | Compacted::Truncated => {
                             if self.online.as_ref().is_some_and(|o| o.compact_ok) {
                                 self.w.set_rcode(rcode::NXDOMAIN);

@@ -239,11 +239,15 @@ impl Denier {
         };
         put(&[1, 0], &mut n)?;
         put(owner, &mut n)?;
-        // Windows 0 and 1 only (types below 512): the rest is left to the chain's proof.
-        if types.iter().any(|&ty| ty >= 512) {
+        // Windows 0 and 1 (types below 512) and an ALIAS's: the rest is left to the
+        // chain's proof.
+        if types
+            .iter()
+            .any(|&ty| ty >= 512 && ty != zones::rrtype::t::ALIAS)
+        {
             return Err(None);
         }
-        let mut bitmap = [0u8; 2 + 32 + 2 + 32];
+        let mut bitmap = [0u8; 3 * (2 + 32)];
         let bl = zones::rdata::type_bitmap_into(types, &mut bitmap).ok_or(None)?;
         put(&bitmap[..bl], &mut n)?;
         let nsec_len = n;
