@@ -183,16 +183,18 @@ pub fn answer_in<'q>(
     let mut scope = 0;
     let picked = zones.geo(zi).and_then(|g| {
         g.name(q.qname()).map(|n| {
-            let v = n
-                .pick(client.ip, client.geodb)
-                .and_then(|(v, plen)| v.rrset(q.qtype).map(|(rtype, rds)| (v, rtype, rds, plen)));
+            let chosen = n.pick(client.ip, client.geodb);
+            // Whatever answers (a variant, or the zone's own records where none applies or
+            // it lacks the type), it is the answer of the client's part of the variants'
+            // networks only.
+            scope = n.scope(client.ip, chosen.as_ref().map_or(0, |c| c.1), q.qtype);
+            let v = chosen.and_then(|(v, _)| v.rrset(q.qtype).map(|(rtype, rds)| (v, rtype, rds)));
             (v, g.ttl)
         })
     });
     let kind = match picked {
-        Some((Some((v, rtype, rds, plen)), ttl)) => {
+        Some((Some((v, rtype, rds)), ttl)) => {
             a.volatile = true;
-            scope = plen;
             a.variant(zone, v, (rtype, rds), ttl, &mut target)
         }
         Some((None, _)) => {

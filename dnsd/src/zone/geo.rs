@@ -17,9 +17,10 @@
 //! scope is the database network's prefix length.
 //!
 //! The client's network (ECS, else the source) picks the most specific prefix of the name's
-//! variants — one longest-prefix lookup, not a walk over them; its scope is that prefix's
-//! length. No prefix covers the client, or its variant has neither the type asked nor a
-//! CNAME: the zone's own records answer (as Knot's module does).
+//! variants — one longest-prefix lookup, not a walk over them; its scope is at least that
+//! prefix's length, and long enough to leave out the other variants' networks
+//! ([`GeoName::scope`]). No prefix covers the client, or its variant has neither the type
+//! asked nor a CNAME: the zone's own records answer (as Knot's module does).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -106,13 +107,87 @@ impl GeoZone {
 #[derive(Debug, Default)]
 pub struct GeoName {
     nets: PrefixMap<u16>,
+    /// Every prefix of the variants' networks, as (IPv6, length, bits left-aligned in 128):
+    /// the scope of an answer must exclude those of other variants near the client's.
+    branches: hashbrown::HashSet<(bool, u8, u128), foldhash::fast::RandomState>,
+    /// The longest variant network, IPv4 and IPv6.
+    longest: [u8; 2],
+    /// The types any variant holds (sorted): a type none holds is answered alike for all.
+    types: Vec<u16>,
     /// Variants by location: the values of `[geoip] keys` (`None`: any), the variant.
     locs: Vec<(Vec<Option<Box<str>>>, u16)>,
     /// Its variants.
     pub variants: Vec<Variant>,
 }
 
+/// `ip` as (IPv6, its bits left-aligned in 128, its length).
+fn bits(ip: IpAddr) -> (bool, u128, u8) {
+    match ip.to_canonical() {
+        IpAddr::V4(a) => (false, (u32::from(a) as u128) << 96, 32),
+        IpAddr::V6(a) => (true, u128::from(a), 128),
+    }
+}
+
+/// The first `len` of left-aligned `bits`.
+fn first(bits: u128, len: u8) -> u128 {
+    if len == 0 {
+        0
+    } else {
+        bits & (u128::MAX << (128 - len as u32))
+    }
+}
+
 impl GeoName {
+    /// Takes variant `idx` for network `n`.
+    fn add_net(&mut self, n: ipnet::IpNet, idx: u16) {
+        let n = n.trunc();
+        let (v6, b, _) = bits(n.addr());
+        let len = n.prefix_len();
+        for l in 1..=len {
+            self.branches.insert((v6, l, first(b, l)));
+        }
+        let longest = &mut self.longest[v6 as usize];
+        *longest = (*longest).max(len);
+        self.nets.insert(n, idx);
+    }
+
+    /// The SCOPE PREFIX-LENGTH (RFC 7871) of the answer given a client at `ip` whose variant
+    /// was chosen by a prefix of length `chosen` (0: none chose one): at least that, and long
+    /// enough that no other variant's network lies in it — a fallback answer, or one of a
+    /// network holding more specific ones, is the answer of the client's part alone (scope 0
+    /// or the outer network's length told a resolver to give it to clients the inner
+    /// variants are for).
+    pub fn scope(&self, ip: IpAddr, chosen: u8, qtype: u16) -> u8 {
+        use zones::rrtype::t;
+        // No variant answers this type: every client gets the zone's answer.
+        let differs = |ty: u16| self.types.binary_search(&ty).is_ok();
+        if qtype != t::ANY && !differs(qtype) && !differs(t::CNAME) {
+            return 0;
+        }
+        // An IPv4-mapped client (an IPv6 ECS carrying one) is told its scope in IPv6 terms.
+        let mapped = if ip.is_ipv6() && ip.to_canonical().is_ipv4() {
+            96
+        } else {
+            0
+        };
+        mapped + self.scope_of(ip, chosen)
+    }
+
+    fn scope_of(&self, ip: IpAddr, chosen: u8) -> u8 {
+        let (v6, b, _) = bits(ip);
+        let longest = self.longest[v6 as usize];
+        let mut l = longest;
+        while l > chosen {
+            // A network that shares the client's first l - 1 bits and not its l-th.
+            let other = first(b, l) ^ (1u128 << (128 - l as u32));
+            if self.branches.contains(&(v6, l, other)) {
+                return l;
+            }
+            l -= 1;
+        }
+        chosen
+    }
+
     /// The variant for a client at `ip`, and the length of the prefix that chose it: by
     /// prefix, else by location in `db`.
     pub fn pick(&self, ip: IpAddr, db: Option<&GeoDb>) -> Option<(&Variant, u8)> {
@@ -444,13 +519,16 @@ impl GeoZone {
                 }
                 let idx = g.variants.len() as u16;
                 for n in nets {
-                    g.nets.insert(n.trunc(), idx);
+                    g.add_net(n, idx);
                 }
                 for l in locs {
                     g.locs.push((l, idx));
                 }
+                g.types.extend(variant.rrsets.iter().map(|(ty, _)| *ty));
                 g.variants.push(variant);
             }
+            g.types.sort_unstable();
+            g.types.dedup();
             z.names.insert(name.as_wire().into(), g);
         }
         Ok(z)
@@ -488,6 +566,44 @@ mod tests {
         std::fs::write(&f, text).unwrap();
         let origin = Name::parse("example.", None).unwrap();
         GeoZone::load(&f, &origin, &HashMap::new(), 60, 0)
+    }
+
+    /// The scope an answer is given covers only the client's part of the variants'
+    /// networks (RFC 7871 §7.2.1): the fallback answer and the answer of a network holding
+    /// a more specific one were scoped 0 and the outer network's length, which told a
+    /// resolver to give them to the clients other variants are for.
+    #[test]
+    fn a_scope_leaves_out_the_networks_of_other_variants() {
+        let g = load(concat!(
+            "www.example.:\n",
+            "  - net: 10.1.0.0/16\n    A: 192.0.2.1\n",
+            "  - net: 10.1.5.0/24\n    A: 192.0.2.2\n",
+            "  - net: 2001:db8::/32\n    A: 192.0.2.3\n",
+        ))
+        .unwrap();
+        let n = g.name(b"\x03www\x07example\x00").unwrap();
+        let scope = |ip: &str| {
+            let ip: IpAddr = ip.parse().unwrap();
+            let chosen = n.pick(ip, None).map_or(0, |c| c.1);
+            n.scope(ip, chosen, 1)
+        };
+        // In the /24: its own length.
+        assert_eq!(scope("10.1.5.7"), 24);
+        // In the /16 beside the /24 (10.1.4.x differs from 10.1.5.x at bit 24): 24, not 16.
+        assert_eq!(scope("10.1.4.1"), 24);
+        // Far from the /24 in the /16: 16 keeps the /24 out (10.1.128.x differs at bit 17).
+        assert_eq!(scope("10.1.128.1"), 17);
+        // No variant: the fallback covers the part sharing no network (10.2.x differs from
+        // 10.1.x at bit 15; 11.x from 10.x at bit 8).
+        assert_eq!(scope("10.2.0.1"), 15);
+        assert_eq!(scope("11.0.0.1"), 8);
+        assert_eq!(scope("200.0.2.1"), 1);
+        // IPv6 fallback beside 2001:db8::/32 (2001:db9:: differs at bit 32).
+        assert_eq!(scope("2001:db9::1"), 32);
+        // An IPv4-mapped client: in IPv6 terms (96 + the IPv4 scope).
+        assert_eq!(scope("::ffff:10.1.5.7"), 96 + 24);
+        // A type no variant holds: the zone's answer, the same for all.
+        assert_eq!(n.scope("10.1.5.7".parse().unwrap(), 24, 16), 0);
     }
 
     #[test]
