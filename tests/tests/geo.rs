@@ -668,3 +668,34 @@ fn a_client_subnet_picks_a_variant_never_whom_the_defences_judge() {
     // Its scope keeps out 127.77.0.0/16 (127.93 differs from it at bit 12).
     assert_eq!(r.scope, Some(12));
 }
+
+/// `ecs_from` names the resolvers whose Client Subnet is believed: another source naming the
+/// office's network in ECS gets the answer of its own address, and no ECS option back (any
+/// client got the office view's private answer by naming its network).
+#[test]
+fn only_the_listed_resolvers_may_name_a_client_subnet() {
+    let dir = tempfile::tempdir().unwrap();
+    let (zone, ours, _) = setup(dir.path());
+    let mut z = zone.clone();
+    z.options.push(format!("geo = \"{}\"", ours.display()));
+    let dnsd = Dnsd::builder()
+        .zone(z)
+        .server_option("ecs = true")
+        .server_option("ecs_from = [\"127.94.0.1\"]")
+        .raw("\n[defence.rrl]\nenabled = false\n\n[[view]]\nname = \"office\"\nprefixes = [\"127.88.0.0/16\", \"10.88.0.0/16\"]\n")
+        .start();
+    let office = Some(("10.88.1.0", 24));
+    let listed = ask(dnsd.addr(), "127.94.0.1", "office.geo.test.", T::A, office);
+    assert_eq!(listed.answers, vec![(T::A, "203.0.113.8".into())]);
+    assert_eq!(listed.scope, Some(16));
+    let other = ask(dnsd.addr(), "127.94.0.2", "office.geo.test.", T::A, office);
+    assert_eq!(
+        other.answers,
+        vec![(T::A, "192.0.2.2".into())],
+        "an unlisted source's ECS picked the office view"
+    );
+    assert_eq!(other.scope, None, "its ECS ignored, none echoed");
+    // Its own address still picks (127.88.x is the office).
+    let inside = ask(dnsd.addr(), "127.88.0.9", "office.geo.test.", T::A, None);
+    assert_eq!(inside.answers, vec![(T::A, "203.0.113.8".into())]);
+}

@@ -377,6 +377,11 @@ pub struct Server {
     /// with the scope used (0 for names without variants). Off: the option is ignored.
     #[serde(default)]
     pub ecs: bool,
+    /// The sources (addresses or prefixes: the resolvers) whose Client Subnet is believed;
+    /// from others the option is ignored and their own address picks. Empty: anyone's (as
+    /// Knot), so a client may name any network — a `[[view]]` then keeps nothing private.
+    #[serde(default)]
+    pub ecs_from: Vec<String>,
 }
 
 /// Most bytes of `[server] nsid`.
@@ -455,6 +460,7 @@ impl Server {
         diff("tls_listen", self.tls_listen != running.tls_listen);
         diff("quic_listen", self.quic_listen != running.quic_listen);
         diff("ecs", self.ecs != running.ecs);
+        diff("ecs_from", self.ecs_from != running.ecs_from);
         out
     }
 
@@ -472,6 +478,18 @@ impl Server {
         list.iter()
             .filter_map(|a| transfer::parse_addr_port(a, 853).ok())
             .collect()
+    }
+
+    /// The sources of `ecs_from` (None: any), or what is wrong with one.
+    pub fn ecs_sources(&self) -> Result<Option<shield::prefix::PrefixMap<()>>, String> {
+        if self.ecs_from.is_empty() {
+            return Ok(None);
+        }
+        let mut m = shield::prefix::PrefixMap::new();
+        for s in &self.ecs_from {
+            m.insert(transfer::parse_prefix(s)?, ());
+        }
+        Ok(Some(m))
     }
 
     /// The proxies of `proxy_allow` (checked when the config loaded: empty only when it is).
@@ -945,6 +963,9 @@ impl Config {
             .map_err(|m| inv("server.version", m))?;
         shield::proxy_proto::ProxyAllow::parse(&self.server.proxy_allow)
             .map_err(|m| inv("server.proxy_allow", m))?;
+        self.server
+            .ecs_sources()
+            .map_err(|m| inv("server.ecs_from", m))?;
         for (key, list) in [
             ("server.tls_listen", &self.server.tls_listen),
             ("server.quic_listen", &self.server.quic_listen),

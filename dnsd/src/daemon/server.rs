@@ -110,6 +110,8 @@ pub fn run(
         geodb,
         alias: alias.as_ref().map(|(c, _, _)| c.clone()),
         ecs: cfg.server.ecs,
+        // Checked when the config loaded.
+        ecs_from: cfg.server.ecs_sources().ok().flatten().map(Arc::new),
         udp_payload: cfg.server.udp_payload,
         // Checked when the config loaded.
         nsid: cfg.server.nsid_bytes().ok().flatten().map(Arc::from),

@@ -64,6 +64,8 @@ pub struct PipelineConfig {
     pub alias: Option<Arc<crate::query::alias::AliasCache>>,
     /// EDNS Client Subnet is read and echoed (`[server] ecs`, RFC 7871).
     pub ecs: bool,
+    /// The sources whose Client Subnet is believed (`[server] ecs_from`; None: any).
+    pub ecs_from: Option<Arc<shield::prefix::PrefixMap<()>>>,
     /// The MaxMind database `geo:` variants are chosen by (`[geoip] db`).
     pub geodb: Option<Arc<crate::zone::geo::GeoDb>>,
 }
@@ -79,6 +81,7 @@ impl Default for PipelineConfig {
             version: None,
             alias: None,
             ecs: false,
+            ecs_from: None,
             geodb: None,
         }
     }
@@ -99,13 +102,20 @@ impl PipelineConfig {
             .then_some(self.tcp_keepalive)
     }
 
-    /// The Client Subnet of `q` when ECS is on and it sent a well-formed one.
+    /// The Client Subnet of `q` from `src` when ECS is on, `src` may speak for others
+    /// (`ecs_from`) and it sent a well-formed one.
     #[inline]
-    fn ecs(&self, q: &Query) -> Option<crate::query::wire::Ecs> {
-        if !self.ecs {
+    fn ecs(&self, q: &Query, src: SocketAddr) -> Option<crate::query::wire::Ecs> {
+        if !self.ecs_believed(src) {
             return None;
         }
         q.edns.and_then(|e| e.ecs)
+    }
+
+    /// ECS is on and `src`'s Client Subnet is believed: anyone's without `ecs_from`.
+    #[inline]
+    fn ecs_believed(&self, src: SocketAddr) -> bool {
+        self.ecs && self.ecs_from.as_ref().is_none_or(|m| m.contains(src.ip()))
     }
 
     /// The CH TXT string answering `q` (`id.server`, `version.bind` ...), when one is set.
@@ -497,7 +507,7 @@ impl Processor {
         let refuse = if q.opcode() != opcode::QUERY {
             // NOTIFY for a zone we are not a secondary of.
             Some(rcode::NOTAUTH)
-        } else if self.cfg.ecs && q.edns.is_some_and(|e| e.ecs_bad) {
+        } else if self.cfg.ecs_believed(src) && q.edns.is_some_and(|e| e.ecs_bad) {
             // A malformed (or second) Client Subnet option where ECS is on (RFC 7871 §7.1.1).
             Some(rcode::FORMERR)
         } else if q.qclass == CLASS_CH
@@ -610,7 +620,7 @@ impl Processor {
             nsid: self.cfg.nsid(q),
             ede: None,
             // Scope 0 unless the answer was chosen by the client's network (set below).
-            ecs: self.cfg.ecs(q).map(|e| (e, 0)),
+            ecs: self.cfg.ecs(q, src).map(|e| (e, 0)),
             pad: false,
         };
         let opt = response::opt_room(q, &opts);
@@ -654,7 +664,7 @@ impl Processor {
             .is_some_and(|o| o.compact_ok && o.signer.denies());
         // The client's network: its Client Subnet where ECS is on, else the source.
         let client = internet::Client {
-            ip: self.cfg.ecs(q).map_or(src.ip(), |e| e.ip()),
+            ip: self.cfg.ecs(q, src).map_or(src.ip(), |e| e.ip()),
             geodb: self.cfg.geodb.as_deref(),
         };
         let ans = internet::answer_in(
@@ -1002,7 +1012,7 @@ impl Processor {
                 compact_ok: false,
                 nsid: self.cfg.nsid(q),
                 ede,
-                ecs: self.cfg.ecs(q).map(|e| (e, 0)),
+                ecs: self.cfg.ecs(q, src).map(|e| (e, 0)),
                 pad: self.pads(q, signer.is_some()),
             };
             response::put_opt(&mut w, q, udp_payload, rc, opts);
