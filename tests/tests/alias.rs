@@ -422,3 +422,114 @@ fn nsec_types(rd: &[u8]) -> Vec<u16> {
     }
     out
 }
+
+/// A stand-in resolver on `127.0.0.x`: A 203.0.113.7 with TTL 1 for `host.ext.test.`,
+/// SERVFAIL for anything else; counts what it is asked, by name.
+fn flaky_resolver() -> (
+    SocketAddr,
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>,
+) {
+    let s = std::net::UdpSocket::bind((palisade_tests::net::test_ip(), 0)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let addr = s.local_addr().unwrap();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let seen = asked.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        // Bounded: the test ends well within this.
+        let end = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < end {
+            let Ok((n, from)) = s.recv_from(&mut buf) else {
+                continue;
+            };
+            if n < 17 {
+                continue;
+            }
+            // The question's name and type.
+            let (mut name, mut i) = (String::new(), 12);
+            while i < n && buf[i] != 0 {
+                let l = buf[i] as usize;
+                name.push_str(&String::from_utf8_lossy(&buf[i + 1..(i + 1 + l).min(n)]));
+                name.push('.');
+                i += 1 + l;
+            }
+            if i + 5 > n {
+                continue;
+            }
+            let qtype = u16::from_be_bytes([buf[i + 1], buf[i + 2]]);
+            let name = name.to_ascii_lowercase();
+            *seen.lock().unwrap().entry(name.clone()).or_insert(0) += 1;
+            let q = buf[12..i + 5].to_vec();
+            let mut r = buf[..12].to_vec();
+            r[2] |= 0x80;
+            r[3] = 0x80;
+            r[4..12].copy_from_slice(&[0, 1, 0, 0, 0, 0, 0, 0]);
+            r.extend_from_slice(&q);
+            if name == "host.ext.test." && qtype == T::A {
+                r[3] = 0x80;
+                r[7] = 1;
+                r.extend_from_slice(&[0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 1, 0, 4, 203, 0, 113, 7]);
+            } else {
+                r[3] = 0x82; // SERVFAIL
+            }
+            let _ = s.send_to(&r, from);
+        }
+    });
+    (addr, asked)
+}
+
+/// A target whose resolver fails is kept failed a few seconds (it was asked again for
+/// every query: a flood on the apex passed through to the resolver at its rate), and one
+/// given a TTL of 1 is kept ten seconds (every query after the first second was a miss
+/// answered SERVFAIL).
+#[test]
+fn a_failing_or_short_lived_target_is_not_asked_at_the_clients_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let zone = write(
+        dir.path(),
+        "flaky.test",
+        "$ORIGIN flaky.test.\n$TTL 300\n@ SOA ns1 hm 1 7200 3600 1209600 300\n@ NS ns1\n\
+         ns1 A 192.0.2.53\nok 300 ALIAS host.ext.test.\nbad 300 ALIAS down.ext.test.\n",
+    );
+    let (resolver, asked) = flaky_resolver();
+    let dnsd = Dnsd::builder()
+        .zone(zone)
+        .raw(&format!(
+            "\n[alias]\nresolver = \"{resolver}\"\n\n[defence.rrl]\nenabled = false\n"
+        ))
+        .start();
+    let a = dnsd.addr();
+    let (rc, _, _) = settled(a, "ok.flaky.test.", T::A, 5);
+    assert_eq!(rc, rcode::NOERROR);
+    // Three seconds of queries, past the target's TTL of 1: every one answered.
+    let end = Instant::now() + Duration::from_secs(3);
+    let mut servfail = 0;
+    let mut n = 0;
+    while Instant::now() < end {
+        let (rc, _, ttls) = ask(a, "ok.flaky.test.", T::A);
+        n += 1;
+        if rc != rcode::NOERROR {
+            servfail += 1;
+        }
+        assert!(ttls.iter().all(|&t| t <= 10), "{ttls:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(servfail, 0, "of {n} queries past the TTL");
+    // 300 queries for a target the resolver fails: SERVFAIL, and the resolver asked a few
+    // times, not 300.
+    for _ in 0..300 {
+        let (rc, _, _) = ask(a, "bad.flaky.test.", T::A);
+        assert_eq!(rc, rcode::SERVFAIL);
+    }
+    let times = asked
+        .lock()
+        .unwrap()
+        .get("down.ext.test.")
+        .copied()
+        .unwrap_or(0);
+    assert!(
+        (1..=3).contains(&times),
+        "the resolver was asked {times} times for 300 queries"
+    );
+}

@@ -26,6 +26,20 @@ const MAX_RRS: usize = crate::zone::geo::MAX_VARIANT_RRS;
 
 /// How long a name that exists without the type asked (or does not exist) is kept.
 const NEGATIVE_TTL: u32 = 60;
+/// The shortest and longest a target's records are kept whatever their TTL: a TTL of 0 or 1
+/// left every query a miss answered SERVFAIL, and 2^31 kept them for ever.
+const MIN_TTL: u32 = 10;
+const MAX_TTL: u32 = 86_400;
+/// How long a failed resolution is kept (SERVFAIL, RFC 9520's at least one second) before the
+/// resolver is asked again: a failing resolver was asked once per client query.
+const FAILED_TTL: u32 = 5;
+/// How long records whose refresh fails are still served (RFC 8767), each time for
+/// [`STALE_TTL`] seconds, and the TTL they are given then.
+const MAX_STALE: u64 = 86_400;
+const STALE_TTL: u32 = 30;
+/// After this long into a round of resolutions, each result is published as it comes (a
+/// slow target held every other one back until the round ended).
+const PUBLISH_AFTER: Duration = Duration::from_millis(200);
 
 /// The cache and the queue its misses go to.
 pub fn cache() -> (Arc<AliasCache>, tokio::sync::mpsc::Receiver<Key>) {
@@ -81,6 +95,7 @@ pub async fn run(
         drop(snap);
         let mut jobs = tokio::task::JoinSet::new();
         let mut wanted = wanted.into_iter();
+        let round = std::time::Instant::now();
         loop {
             while jobs.len() < AT_ONCE {
                 let Some(k) = wanted.next() else { break };
@@ -93,24 +108,30 @@ pub async fn run(
                 break;
             };
             let Ok((k, r)) = done else { continue };
-            match r {
+            let now = shield::clock::unix_ms() / 1000;
+            let prev = map.get(&k);
+            let used = prev.map_or(now, |e| e.used.load(Ordering::Relaxed));
+            let entry = match r {
                 Some((rdatas, ttl, nxdomain)) => {
                     cache.stats.resolved.fetch_add(1, Ordering::Relaxed);
-                    let used = map.get(&k).map_or(now, |e| e.used.load(Ordering::Relaxed));
-                    map.insert(
-                        k,
-                        Arc::new(Entry {
-                            rdatas,
-                            ttl,
-                            nxdomain,
-                            fetched: now,
-                            used: AtomicU64::new(used),
-                        }),
-                    );
+                    Entry {
+                        rdatas,
+                        ttl: ttl.clamp(MIN_TTL, MAX_TTL),
+                        nxdomain,
+                        fetched: now,
+                        used: AtomicU64::new(used),
+                        failed: false,
+                        stale_since: None,
+                    }
                 }
                 None => {
                     cache.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    stale_or_failed(prev.map(|e| &**e), now, used)
                 }
+            };
+            map.insert(k, Arc::new(entry));
+            if round.elapsed() >= PUBLISH_AFTER {
+                cache.publish(map.clone());
             }
         }
         // Expired and not asked again (not in use): gone.
@@ -127,6 +148,34 @@ pub async fn run(
             }
         }
         cache.publish(map);
+    }
+}
+
+/// What is kept of a target whose resolution failed at `now`: its last records while they may
+/// still be served stale (for [`STALE_TTL`]), else a failure for [`FAILED_TTL`].
+fn stale_or_failed(prev: Option<&Entry>, now: u64, used: u64) -> Entry {
+    if let Some(p) = prev.filter(|p| !p.failed) {
+        let since = p.stale_since.unwrap_or(p.fetched + p.ttl as u64);
+        if now < since + MAX_STALE {
+            return Entry {
+                rdatas: p.rdatas.clone(),
+                ttl: STALE_TTL,
+                nxdomain: p.nxdomain,
+                fetched: now,
+                used: AtomicU64::new(used),
+                failed: false,
+                stale_since: Some(since.min(now)),
+            };
+        }
+    }
+    Entry {
+        rdatas: Vec::new(),
+        ttl: FAILED_TTL,
+        nxdomain: false,
+        fetched: now,
+        used: AtomicU64::new(used),
+        failed: true,
+        stale_since: None,
     }
 }
 
@@ -231,6 +280,40 @@ mod tests {
 
     fn rr(owner: &[u8], ty: u16, ttl: u32, rd: &[u8]) -> AnswerRr {
         (owner.into(), ty, ttl, rd.into())
+    }
+
+    /// A refresh that fails serves the last records stale (RFC 8767), 30 s at a time, for a
+    /// day past their end; then, or with nothing before, a failure kept five seconds.
+    #[test]
+    fn a_failed_refresh_serves_stale_records_then_a_short_failure() {
+        let good = Entry {
+            rdatas: vec![vec![192, 0, 2, 1].into()],
+            ttl: 60,
+            nxdomain: false,
+            fetched: 1000,
+            used: AtomicU64::new(1000),
+            failed: false,
+            stale_since: None,
+        };
+        let s = stale_or_failed(Some(&good), 1055, 1050);
+        assert!(!s.failed && s.rdatas == good.rdatas && s.ttl == STALE_TTL);
+        assert_eq!(
+            s.stale_since,
+            Some(1055),
+            "refreshed before its end: stale from now"
+        );
+        let later = stale_or_failed(Some(&s), 1055 + 3600, 1055);
+        assert_eq!(
+            later.stale_since,
+            Some(1055),
+            "the stale clock keeps its start"
+        );
+        assert!(!later.failed);
+        let gone = stale_or_failed(Some(&later), 1055 + MAX_STALE, 1055);
+        assert!(gone.failed && gone.rdatas.is_empty() && gone.ttl == FAILED_TTL);
+        let first = stale_or_failed(None, 5000, 5000);
+        assert!(first.failed && first.ttl == FAILED_TTL);
+        assert!(stale_or_failed(Some(&first), 5004, 5000).failed);
     }
 
     #[test]

@@ -41,6 +41,11 @@ pub struct Entry {
     pub fetched: u64,
     /// When an answer last used it (seconds since the epoch).
     pub used: AtomicU64,
+    /// The resolver did not answer usefully: SERVFAIL until it is asked again (a failure
+    /// kept for a while, so that the resolver is not asked at the clients' rate).
+    pub failed: bool,
+    /// Kept past its TTL since this time, its resolver failing (RFC 8767's serve-stale).
+    pub stale_since: Option<u64>,
 }
 
 impl Entry {

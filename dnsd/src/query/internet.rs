@@ -704,7 +704,7 @@ impl<'q> Answerer<'_, '_, 'q> {
             self.w.set_rcode(rcode::SERVFAIL);
             return Kind::Answer;
         };
-        if e.nxdomain {
+        if e.nxdomain || e.failed {
             self.w.set_rcode(rcode::SERVFAIL);
             return Kind::Answer;
         }
