@@ -320,6 +320,10 @@ impl Scanner {
                     let (line, col) = (self.line, (self.pos - self.line_start + 1) as u32);
                     let mut i = start;
                     let mut escaped = false;
+                    // Newlines inside the quotes, within parentheses: part of the string (as
+                    // Knot and NSD read them), counted as lines once the string is whole.
+                    // Outside parentheses the entry would end there: refused (Knot and BIND).
+                    let mut newlines = (0u32, 0usize);
                     loop {
                         if i >= self.end {
                             if !self.eof {
@@ -336,12 +340,25 @@ impl Scanner {
                                 }
                                 i += 2;
                             }
+                            b'\n' if depth > 0 => {
+                                if paren_line_end.is_none() {
+                                    paren_line_end = Some(i);
+                                }
+                                newlines = (newlines.0 + 1, i + 1);
+                                i += 1;
+                            }
                             b'\n' => {
-                                // A newline inside quotes: BIND and Knot refuse it.
-                                return Err(self.err("newline inside quoted string", self.pos));
+                                return Err(self.err(
+                                    "newline inside a quoted string outside parentheses",
+                                    self.pos,
+                                ));
                             }
                             _ => i += 1,
                         }
+                    }
+                    if newlines.0 > 0 {
+                        self.line += newlines.0;
+                        self.line_start = newlines.1;
                     }
                     if out.is_empty() {
                         info.line = line;
@@ -432,6 +449,20 @@ mod tests {
                 Err(e) => return Some((e.line, e.msg)),
             }
         }
+    }
+
+    #[test]
+    fn a_newline_inside_quotes_is_read_within_parentheses_only() {
+        // Within parentheses: part of the string (Knot and NSD; BIND refuses), and the lines
+        // after it keep their numbers.
+        let (line, msg) =
+            first_error(b"a TXT ( \"first\nsecond\" third )\nb\r2 A 1.2.3.5\n").unwrap();
+        assert_eq!(line, 3, "{msg}");
+        assert!(msg.contains("CR not followed by LF"), "{msg}");
+        // Outside: the entry would end there (Knot and BIND refuse; NSD reads it).
+        let (line, msg) = first_error(b"a TXT \"a\nb\"\n").unwrap();
+        assert_eq!(line, 1);
+        assert!(msg.contains("outside parentheses"), "{msg}");
     }
 
     #[test]
