@@ -699,3 +699,42 @@ fn only_the_listed_resolvers_may_name_a_client_subnet() {
     let inside = ask(dnsd.addr(), "127.88.0.9", "office.geo.test.", T::A, None);
     assert_eq!(inside.answers, vec![(T::A, "203.0.113.8".into())]);
 }
+
+/// A name the geo file alone holds, asked for a type its client's variant lacks: NODATA in
+/// an unsigned zone, as Knot answers (NXDOMAIN told the client's resolver the name was gone,
+/// its A with it, RFC 8020); and a wildcard variant covers names several labels below it.
+#[test]
+fn a_geo_only_name_without_the_type_is_nodata_and_wildcards_reach_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let (zone, _, _) = setup(dir.path());
+    let geo = dir.path().join("only.yaml");
+    std::fs::write(
+        &geo,
+        "geoonly.geo.test:\n  - net: 10.0.0.0/8\n    A: 198.51.100.30\n\
+         \"*.wild.geo.test\":\n  - net: 10.0.0.0/8\n    A: 198.51.100.20\n",
+    )
+    .unwrap();
+    let mut z = zone.clone();
+    z.options.push(format!("geo = \"{}\"", geo.display()));
+    let dnsd = Dnsd::builder()
+        .zone(z)
+        .server_option("ecs = true")
+        .raw("\n[defence.rrl]\nenabled = false\n")
+        .start();
+    let ten = Some(("10.0.0.0", 8));
+    let a = ask(dnsd.addr(), "127.1.1.1", "geoonly.geo.test.", T::A, ten);
+    assert_eq!(a.answers, vec![(T::A, "198.51.100.30".into())]);
+    let aaaa = ask(dnsd.addr(), "127.1.1.1", "geoonly.geo.test.", T::AAAA, ten);
+    assert_eq!((aaaa.rcode, aaaa.answers.len()), (0, 0), "NODATA: {aaaa:?}");
+    // No variant for this client: the name is the zone's, which lacks it.
+    let other = ask(
+        dnsd.addr(),
+        "127.1.1.1",
+        "geoonly.geo.test.",
+        T::A,
+        Some(("192.0.2.0", 24)),
+    );
+    assert_eq!(other.rcode, 3, "{other:?}");
+    let deep = ask(dnsd.addr(), "127.1.1.1", "c.b.wild.geo.test.", T::A, ten);
+    assert_eq!(deep.answers, vec![(T::A, "198.51.100.20".into())]);
+}

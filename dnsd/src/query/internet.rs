@@ -188,18 +188,28 @@ pub fn answer_in<'q>(
             // it lacks the type), it is the answer of the client's part of the variants'
             // networks only.
             scope = n.scope(client.ip, chosen.as_ref().map_or(0, |c| c.1), q.qtype);
+            let chose = chosen.is_some();
             let v = chosen.and_then(|(v, _)| v.rrset(q.qtype).map(|(rtype, rds)| (v, rtype, rds)));
-            (v, g.ttl)
+            (v, g.ttl, chose)
         })
     });
     let kind = match picked {
-        Some((Some((v, rtype, rds)), ttl)) => {
+        Some((Some((v, rtype, rds)), ttl, _)) => {
             a.volatile = true;
             a.variant(zone, v, (rtype, rds), ttl, &mut target)
         }
-        Some((None, _)) => {
+        Some((None, _, chose)) => {
             a.volatile = true;
-            a.resolve(zone, &mut target, Owner::Qname, 0)
+            let k = a.resolve(zone, &mut target, Owner::Qname, 0);
+            if k == Kind::NxDomain && chose && !is_signed(zone) {
+                // A name of the geo file alone, its variant without the type: the name
+                // exists for this client (NODATA, as Knot answers; an NXDOMAIN lost its other
+                // types from a resolver's cache, RFC 8020). A signed zone's proof says NXDOMAIN.
+                a.w.set_rcode(rcode::NOERROR);
+                Kind::NoData
+            } else {
+                k
+            }
         }
         None => a.resolve(zone, &mut target, Owner::Qname, 0),
     };

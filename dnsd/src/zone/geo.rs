@@ -303,24 +303,47 @@ pub struct GeoZone {
     names: HashMap<Box<[u8]>, GeoName>,
     /// TTL of every record given here.
     pub ttl: u32,
+    /// The label counts of the names wildcards stand under (`*.X`: X's), as bits: a lookup
+    /// tries `*.` only at those depths.
+    wild_depths: u128,
 }
 
 impl GeoZone {
-    /// The variants of `qname` (lower-case wire): its own, else those of the wildcard one
-    /// label up (`*.parent`), as Knot's module looks them up.
+    /// The variants of `qname` (lower-case wire): its own, else those of the closest
+    /// wildcard above it (`*.ancestor`, however many labels up), as Knot's module looks
+    /// them up.
     pub fn name(&self, qname: &[u8]) -> Option<&GeoName> {
         if let Some(n) = self.names.get(qname) {
             return Some(n);
         }
-        let first = *qname.first()? as usize;
-        if first == 0 || qname.len() < first + 2 {
+        if self.wild_depths == 0 {
             return None;
+        }
+        // The ancestors' starts, then each from the closest one that a wildcard stands under.
+        let mut starts = [0u8; 128];
+        let (mut n, mut i) = (0usize, 0usize);
+        while let Some(&l) = qname.get(i) {
+            if l == 0 || n == starts.len() {
+                break;
+            }
+            starts[n] = i as u8;
+            n += 1;
+            i += 1 + l as usize;
         }
         let mut w = [0u8; 257];
         w[..2].copy_from_slice(b"\x01*");
-        let rest = &qname[1 + first..];
-        w[2..2 + rest.len()].copy_from_slice(rest);
-        self.names.get(&w[..2 + rest.len()])
+        for (k, &at) in starts[..n].iter().enumerate().skip(1) {
+            let depth = n - k;
+            if depth >= 128 || self.wild_depths & (1u128 << depth) == 0 {
+                continue;
+            }
+            let rest = &qname[at as usize..];
+            w[2..2 + rest.len()].copy_from_slice(rest);
+            if let Some(g) = self.names.get(&w[..2 + rest.len()]) {
+                return Some(g);
+            }
+        }
+        None
     }
 
     /// True when no name has variants.
@@ -428,6 +451,7 @@ impl GeoZone {
         let mut z = GeoZone {
             names: HashMap::new(),
             ttl,
+            wild_depths: 0,
         };
         let Some(map) = doc.as_mapping() else {
             if doc.is_null() {
@@ -529,6 +553,12 @@ impl GeoZone {
             }
             g.types.sort_unstable();
             g.types.dedup();
+            if let Some(parent) = name.as_wire().strip_prefix(b"\x01*") {
+                let depth = zones::name::label_count(parent);
+                if depth < 128 {
+                    z.wild_depths |= 1u128 << depth;
+                }
+            }
             z.names.insert(name.as_wire().into(), g);
         }
         Ok(z)
@@ -604,6 +634,28 @@ mod tests {
         assert_eq!(scope("::ffff:10.1.5.7"), 96 + 24);
         // A type no variant holds: the zone's answer, the same for all.
         assert_eq!(n.scope("10.1.5.7".parse().unwrap(), 24, 16), 0);
+    }
+
+    /// A wildcard's variants answer every name below it that holds none of its own,
+    /// however many labels down (one label only, before: `c.b.wild` got NXDOMAIN where Knot
+    /// gave the variant).
+    #[test]
+    fn a_wildcard_covers_names_any_number_of_labels_below_it() {
+        let g = load(concat!(
+            "\"*.wild.example.\":\n  - net: 10.0.0.0/8\n    A: 192.0.2.1\n",
+            "own.b.wild.example.:\n  - net: 10.0.0.0/8\n    A: 192.0.2.2\n",
+        ))
+        .unwrap();
+        let n = |name: &str| {
+            let w = Name::parse(name, None).unwrap();
+            g.name(w.as_wire()).map(|n| n.variants.len())
+        };
+        assert_eq!(n("a.wild.example."), Some(1));
+        assert_eq!(n("c.b.wild.example."), Some(1));
+        assert_eq!(n("x.y.z.c.b.wild.example."), Some(1));
+        assert_eq!(n("own.b.wild.example."), Some(1));
+        assert_eq!(n("wild.example."), None, "not below it");
+        assert_eq!(n("a.other.example."), None);
     }
 
     #[test]
