@@ -59,6 +59,47 @@ impl Variant {
 }
 
 impl Variant {
+    /// Refuses what one name's answer cannot hold (as Knot's module does): a CNAME beside
+    /// other data or more than one (RFC 2181 §10.1), and the zone's own apex and DNSSEC
+    /// types, which a variant would replace for some clients (a tenant's NS or key set).
+    fn check(&self) -> Result<(), String> {
+        use zones::rrtype::t;
+        let types: Vec<u16> = self
+            .rrsets
+            .iter()
+            .map(|(ty, _)| *ty)
+            .filter(|&ty| ty != t::RRSIG)
+            .collect();
+        if let Some((_, c)) = self.rrsets.iter().find(|(ty, _)| *ty == t::CNAME) {
+            if c.len() > 1 {
+                return Err(format!("{} CNAMEs: a name holds one", c.len()));
+            }
+            if types.len() > 1 {
+                return Err("a CNAME beside other data (RFC 2181 §10.1)".into());
+            }
+        }
+        for ty in types {
+            if matches!(
+                ty,
+                t::SOA
+                    | t::NS
+                    | t::DS
+                    | t::DNSKEY
+                    | t::CDS
+                    | t::CDNSKEY
+                    | t::NSEC
+                    | t::NSEC3
+                    | t::NSEC3PARAM
+            ) {
+                return Err(format!(
+                    "{} is the zone's own: a variant cannot hold it",
+                    zones::rrtype::to_text(ty)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The signatures the file gives over its `rtype` records (a pre-signed zone's).
     pub fn sigs(&self, rtype: u16) -> impl Iterator<Item = &[u8]> + '_ {
         self.rrsets
@@ -541,6 +582,7 @@ impl GeoZone {
                 if nets.is_empty() && locs.is_empty() {
                     return Err(where_("no `net:`, `view:` or `geo:` chooses it".into()));
                 }
+                variant.check().map_err(&where_)?;
                 let idx = g.variants.len() as u16;
                 for n in nets {
                     g.add_net(n, idx);
@@ -656,6 +698,26 @@ mod tests {
         assert_eq!(n("own.b.wild.example."), Some(1));
         assert_eq!(n("wild.example."), None, "not below it");
         assert_eq!(n("a.other.example."), None);
+    }
+
+    #[test]
+    fn a_variant_holds_one_cname_alone_and_none_of_the_zones_own_types() {
+        let v = |body: &str| load(&format!("www.example.:\n  - net: 10.0.0.0/8\n{body}"));
+        assert!(v("    CNAME: a.example.\n").is_ok());
+        for (body, why) in [
+            (
+                "    A: 192.0.2.1\n    CNAME: a.example.\n",
+                "beside other data",
+            ),
+            ("    CNAME: [ a.example., b.example. ]\n", "2 CNAMEs"),
+            ("    NS: ns.evil.\n", "NS is the zone's own"),
+            ("    SOA: ns h 1 2 3 4 5\n", "SOA is the zone's own"),
+        ] {
+            let Err(e) = v(body) else {
+                panic!("{body} taken");
+            };
+            assert!(e.contains(why) && e.contains("example.geo"), "{e}");
+        }
     }
 
     #[test]
