@@ -125,6 +125,20 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
             bad += 1;
         }
     }
+    // The MaxMind database, opened as `serve` opens it (a corrupt one passed here and
+    // stopped the start).
+    if let Some(db) = &cfg.geoip.db {
+        let keys = cfg
+            .geoip
+            .keys
+            .iter()
+            .filter_map(|k| crate::zone::geo::GeoKey::parse(k))
+            .collect();
+        if let Err(e) = crate::zone::geo::GeoDb::open(db, keys) {
+            eprintln!("dnsd: geoip.db: {e}");
+            bad += 1;
+        }
+    }
     // The DNS over TLS / QUIC pair, read as `serve` reads it (a key of another certificate
     // passed here and stopped the start).
     if let (Some(cert), Some(key)) = (&cfg.server.tls_cert, &cfg.server.tls_key)

@@ -178,6 +178,28 @@ fn first(bits: u128, len: u8) -> u128 {
     }
 }
 
+/// `text` with each top-level key that starts with `*` (a wildcard owner, as Knot's geo files
+/// write it) quoted.
+fn quote_wildcard_keys(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.lines().any(|l| l.starts_with('*')) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        match body.strip_suffix(':') {
+            Some(key) if key.starts_with('*') && !key.contains(['"', '\'', ' ', '#']) => {
+                out.push('"');
+                out.push_str(key);
+                out.push_str("\":");
+                out.push_str(&line[body.len()..]);
+            }
+            _ => out.push_str(line),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 impl GeoName {
     /// Takes variant `idx` for network `n`.
     fn add_net(&mut self, n: ipnet::IpNet, idx: u16) {
@@ -488,6 +510,9 @@ impl GeoZone {
         let at = |what: String| format!("{}: {what}", path.display());
         let text = shield::files::read_text(path, shield::files::LIST_MAX)
             .map_err(|e| at(e.to_string()))?;
+        // Knot's files name wildcards bare (`*.x:`), which YAML reads as an alias: quoted
+        // here, so that one file serves both.
+        let text = quote_wildcard_keys(&text);
         let doc: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|e| at(e.to_string()))?;
         let mut z = GeoZone {
             names: HashMap::new(),
@@ -585,6 +610,13 @@ impl GeoZone {
                 variant.check().map_err(&where_)?;
                 let idx = g.variants.len() as u16;
                 for n in nets {
+                    if let Some(&first) = g.nets.get(&n.trunc()) {
+                        return Err(where_(format!(
+                            "{} chooses variant {} already: a network picks one variant",
+                            n.trunc(),
+                            first + 1
+                        )));
+                    }
                     g.add_net(n, idx);
                 }
                 for l in locs {
@@ -684,7 +716,7 @@ mod tests {
     #[test]
     fn a_wildcard_covers_names_any_number_of_labels_below_it() {
         let g = load(concat!(
-            "\"*.wild.example.\":\n  - net: 10.0.0.0/8\n    A: 192.0.2.1\n",
+            "*.wild.example.:\n  - net: 10.0.0.0/8\n    A: 192.0.2.1\n",
             "own.b.wild.example.:\n  - net: 10.0.0.0/8\n    A: 192.0.2.2\n",
         ))
         .unwrap();
@@ -698,6 +730,17 @@ mod tests {
         assert_eq!(n("own.b.wild.example."), Some(1));
         assert_eq!(n("wild.example."), None, "not below it");
         assert_eq!(n("a.other.example."), None);
+    }
+
+    #[test]
+    fn a_network_picks_one_variant_of_a_name() {
+        let Err(e) = load(concat!(
+            "www.example.:\n  - net: 10.0.0.0/8\n    A: 192.0.2.1\n",
+            "  - net: 10.1.2.3/8\n    A: 192.0.2.2\n",
+        )) else {
+            panic!("a network twice was taken (the last silently won)");
+        };
+        assert!(e.contains("10.0.0.0/8 chooses variant 1"), "{e}");
     }
 
     #[test]
