@@ -1450,3 +1450,33 @@ fn an_nxdomain_suspects_denials_are_truncated_unsigned() {
         "no denial signed for a suspect"
     );
 }
+
+/// A zone whose policy a reload drops goes on from the serial it was served signed with
+/// (its file's, far behind, was served: secondaries kept the signed copy, whose signatures
+/// then ran out).
+#[test]
+fn a_zone_no_longer_signed_keeps_its_serial_going_forward() {
+    if !need(&["dig"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (dnsd, _) = start(dir.path(), 3600, "", &[]);
+    // Signed once more so that the served serial runs ahead of the file's.
+    let (ok, out) = dnsd.ctl(&["zone-sign", "example.com."]);
+    assert!(ok, "{out}");
+    let signed = serial(dnsd.addr());
+    let conf = std::fs::read_to_string(dnsd.config_path()).unwrap();
+    let unsigned = conf.replace("dnssec_policy = \"p\"\n", "");
+    assert_ne!(conf, unsigned, "the policy line");
+    std::fs::write(dnsd.config_path(), unsigned).unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    let now = serial(dnsd.addr());
+    assert_eq!(now, signed.wrapping_add(1), "reload said: {out}");
+    assert!(
+        dig(dnsd.addr(), "+short example.com DNSKEY")
+            .trim()
+            .is_empty(),
+        "served unsigned"
+    );
+}

@@ -127,6 +127,34 @@ impl Zone {
         self.serial
     }
 
+    /// Gives the SOA the serial `serial` (a zone not yet served: its answers are made from
+    /// the records as stored). False when the zone has no SOA to change.
+    pub fn set_serial(&mut self, serial: u32) -> bool {
+        let Some(s) = self.rrset(self.apex_node(), crate::rrtype::t::SOA).copied() else {
+            return false;
+        };
+        let at = s.data_off as usize + RR_HEAD;
+        let end = (s.data_off + s.data_len) as usize;
+        // After MNAME and RNAME (uncompressed as stored).
+        let rd = &self.data[at..end];
+        let mut i = 0;
+        for _ in 0..2 {
+            loop {
+                let Some(&l) = rd.get(i) else { return false };
+                i += 1 + l as usize;
+                if l == 0 {
+                    break;
+                }
+            }
+        }
+        if i + 4 > rd.len() {
+            return false;
+        }
+        self.data[at + i..at + i + 4].copy_from_slice(&serial.to_be_bytes());
+        self.serial = serial;
+        true
+    }
+
     /// Number of records (RRSIGs included, duplicates collapsed).
     pub fn record_count(&self) -> usize {
         self.records

@@ -513,7 +513,7 @@ impl Registry {
             };
             match r {
                 Ok(crate::zone::load::LoadedZone {
-                    loaded: l,
+                    loaded: mut l,
                     resign_at,
                     rrsig_expiry,
                     signatures: (made, kept),
@@ -521,6 +521,21 @@ impl Registry {
                     upstream,
                     geo,
                 }) => {
+                    // A primary that dnsd signed, loaded unsigned now (its policy dropped):
+                    // the file's serial is behind the ones signing gave out, which
+                    // secondaries would never follow (they keep the signed copy). It goes on
+                    // from the last served.
+                    if self.signed.contains(&i)
+                        && resign_at.is_none()
+                        && !e.def.secondary
+                        && let Some(old) = &e.current
+                        && !zones::serial_gt(l.zone.serial(), old.serial())
+                    {
+                        let (file, next) = (l.zone.serial(), old.serial().wrapping_add(1));
+                        if l.zone.set_serial(next) {
+                            tracing::warn!(zone = %e.def.origin, file, serial = next, "no longer signed by dnsd: served with the serial after the last signed one, not its file's");
+                        }
+                    }
                     e.compact = compact;
                     e.upstream = upstream;
                     e.geo_mtime = e
