@@ -211,6 +211,9 @@ fn a_zone_too_big_for_the_memory_left_is_refused_and_the_server_lives() {
     assert!(dnsd.is_running(), "the server died:\n{}", dnsd.log());
     assert!(!ok && out.contains("not enough memory"), "{out}");
     assert_eq!(serial_of(addr), Some(7), "the last good version serves on");
+    // Each refusal counted as what it was (they counted as any failed reload).
+    assert!(dnsd.stat("reloads.no_memory") >= 3, "{:?}", dnsd.stats());
+    assert_eq!(dnsd.stat("reloads.memory_reserved"), 0, "nothing left held");
     // A zone that fits loads as before.
     write_zone(&file, 9, 10);
     let (ok, out) = dnsd.ctl(&["reload", "big.test."]);

@@ -203,9 +203,15 @@ pub fn load_planned(p: &Planned) -> Result<LoadedZone, LoadError> {
         })?;
     opts.max_added_text = crate::zone::room::added_text_budget(per);
     let l = match opened {
-        Some((f, meta)) => zones::load_opened(&p.file, f, &meta, &p.origin, &opts)?,
-        None => zones::load_file(&p.file, &p.origin, &opts)?,
-    };
+        Some((f, meta)) => zones::load_opened(&p.file, f, &meta, &p.origin, &opts),
+        None => zones::load_file(&p.file, &p.origin, &opts),
+    }
+    .inspect_err(|e| {
+        // What `$INCLUDE` and `$GENERATE` added passed the room: counted as refused.
+        if e.to_string().contains("not enough memory") {
+            crate::zone::room::REFUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    })?;
     let presigned = p.sign.is_none() && l.zone.rrset(0, t::DNSKEY).is_some();
     // A zone dnsd signs gets its ALIAS answers signed when asked; a pre-signed one cannot.
     if presigned {

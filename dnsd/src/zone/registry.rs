@@ -909,6 +909,20 @@ impl shield::metrics::Source for Zones {
                 a.load(std::sync::atomic::Ordering::Relaxed),
             );
         }
+        out.counter(
+            "reloads.no_memory",
+            "dnsd_zone_builds_refused_no_memory_total",
+            "",
+            "Zone loads and transfers refused for want of memory (the last good version kept serving).",
+            crate::zone::room::REFUSED.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        out.gauge(
+            "reloads.memory_reserved",
+            "dnsd_zone_builds_memory_reserved_bytes",
+            "",
+            "Memory reserved by zone builds under way (their estimated peaks).",
+            crate::zone::room::reserved(),
+        );
         let r = &self.reloads;
         out.counter(
             "reloads.config_refused",

@@ -21,6 +21,14 @@ const CHECKED_FROM: u64 = 64 << 20;
 /// Bytes reserved by builds under way.
 static RESERVED: AtomicU64 = AtomicU64::new(0);
 
+/// Builds refused for want of memory (loads, reloads and transfers).
+pub static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes reserved by builds under way.
+pub fn reserved() -> u64 {
+    RESERVED.load(Ordering::Relaxed)
+}
+
 /// Room held for one build; given back when dropped.
 #[derive(Debug)]
 pub struct Reservation(u64);
@@ -73,11 +81,14 @@ fn fits(need: u64, held: u64) -> Result<(), NoRoom> {
         return Ok(());
     }
     match room_now() {
-        Some((room, by)) if held.saturating_add(need) > room => Err(NoRoom {
-            need,
-            room: room.saturating_sub(held),
-            by,
-        }),
+        Some((room, by)) if held.saturating_add(need) > room => {
+            REFUSED.fetch_add(1, Ordering::Relaxed);
+            Err(NoRoom {
+                need,
+                room: room.saturating_sub(held),
+                by,
+            })
+        }
         _ => Ok(()),
     }
 }
