@@ -861,6 +861,26 @@ fn a_signing_consumer_that_produces_a_catalog_restarts_whole() {
         &|| listed("m3.test."),
         &log,
     );
+    // m2 leaves the consumed catalog: gone from the produced one, its keys deleted with it
+    // (as Knot purges a member; a name listed again, perhaps another tenant's, was signed
+    // with the old keys, and the key directory grew with every name ever listed).
+    let m2_keys = cdir.join("keys").join("m2.test");
+    assert!(m2_keys.is_dir(), "m2's keys at {}", m2_keys.display());
+    write(
+        &pdir.join("a.cat.zone"),
+        &catalog_text(
+            "a.cat.",
+            3,
+            "2",
+            &[("m1.test.", "i1", ""), ("m3.test.", "i3", "")],
+        ),
+    );
+    let (ok, o) = primary.ctl(&["reload"]);
+    assert!(ok, "{o}");
+    let (ok, o) = consumer.ctl(&["zone-refresh", "a.cat."]);
+    assert!(ok, "{o}");
+    until("m2 unlisted", 10, &|| !listed("m2.test."), &log);
+    until("m2's keys deleted", 10, &|| !m2_keys.exists(), &log);
     let before = serial(c, "out.cat.").expect("the produced catalog served");
     let m1 = serial(c, "m1.test.").expect("m1 served");
 

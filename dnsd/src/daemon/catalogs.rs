@@ -235,6 +235,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
             {
                 let _ = std::fs::remove_file(f);
             }
+            forget_signing(&reg, z);
             reg.remove(z);
             gone.push(z.clone());
         }
@@ -249,6 +250,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
             {
                 let _ = std::fs::remove_file(f);
             }
+            forget_signing(&reg, &m.zone);
             reg.remove(&m.zone);
             shared.xfr.forget(m.zone.as_wire());
         }
@@ -422,6 +424,30 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
     let (a, r, s) = (ch.add.len(), gone.len(), ch.reset.len());
     if a + r + s + ch.regroup.len() > 0 {
         tracing::info!(catalog = %cat, added = a, removed = r, reset = s, regrouped = ch.regroup.len(), "catalog members changed");
+    }
+}
+
+/// Deletes what dnsd kept to sign member `z` (its keys, serial and signed copy), as Knot
+/// purges a member that leaves its catalog or is reset (RFC 9432 §5.4): a name listed again —
+/// perhaps for another tenant — starts with keys of its own, and a catalog that lists and
+/// drops names by the thousand does not fill the key directory.
+fn forget_signing(reg: &registry::Registry, z: &zones::Name) {
+    let Some(p) = reg
+        .find(z)
+        .and_then(|i| reg.entry(i))
+        .and_then(|e| e.def.signing.clone())
+    else {
+        return;
+    };
+    let dir = crate::signing::keys::zone_dir(&p.key_dir, &z.to_string());
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => {
+            tracing::info!(zone = %z, dir = %dir.display(), "the member's keys deleted with it")
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(zone = %z, dir = %dir.display(), "the member's keys could not be deleted: {e}")
+        }
     }
 }
 
