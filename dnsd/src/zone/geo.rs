@@ -178,6 +178,31 @@ fn first(bits: u128, len: u8) -> u128 {
     }
 }
 
+/// Each top-level key of a geo file (unquoted) with its line and the lines its list's items
+/// (`- `) start on, 1-based.
+fn owner_lines(text: &str) -> HashMap<String, (usize, Vec<usize>)> {
+    let mut out: HashMap<String, (usize, Vec<usize>)> = HashMap::new();
+    let mut current: Option<String> = None;
+    for (n, line) in text.lines().enumerate() {
+        let body = line.trim_end();
+        if body.is_empty() || body.trim_start().starts_with('#') {
+            continue;
+        }
+        if !body.starts_with([' ', '\t', '-']) {
+            let key = body.split_once(':').map_or(body, |(k, _)| k).trim();
+            let key = key.trim_matches(['"', '\'']).to_string();
+            out.entry(key.clone()).or_insert((n + 1, Vec::new()));
+            current = Some(key);
+        } else if body.trim_start().starts_with('-')
+            && let Some(k) = &current
+            && let Some(e) = out.get_mut(k)
+        {
+            e.1.push(n + 1);
+        }
+    }
+    out
+}
+
 /// `text` with each top-level key that starts with `*` (a wildcard owner, as Knot's geo files
 /// write it) quoted.
 fn quote_wildcard_keys(text: &str) -> std::borrow::Cow<'_, str> {
@@ -514,6 +539,18 @@ impl GeoZone {
         // here, so that one file serves both.
         let text = quote_wildcard_keys(&text);
         let doc: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|e| at(e.to_string()))?;
+        // Where each owner and its variants start: errors name the file's line.
+        let lines = owner_lines(&text);
+        let line_of = |owner: &str, variant: Option<usize>| {
+            lines
+                .get(owner)
+                .map(|(l, vs)| variant.and_then(|i| vs.get(i).copied()).unwrap_or(*l))
+        };
+        let at_line =
+            |owner: &str, variant: Option<usize>, what: String| match line_of(owner, variant) {
+                Some(l) => format!("{}:{l}: {what}", path.display()),
+                None => at(what),
+            };
         let mut z = GeoZone {
             names: HashMap::new(),
             ttl,
@@ -536,17 +573,26 @@ impl GeoZone {
                 format!("{owner}.")
             };
             let name = Name::parse(&abs, Some(&Name::root()))
-                .map_err(|e| at(format!("{owner}: {e}")))?
+                .map_err(|e| at_line(&owner, None, format!("{owner}: {e}")))?
                 .to_lowercase();
             if !name.is_subdomain_of(origin) {
-                return Err(at(format!("{owner} is outside the zone {origin}")));
+                return Err(at_line(
+                    &owner,
+                    None,
+                    format!("{owner} is outside the zone {origin}"),
+                ));
             }
-            let list = v
-                .as_sequence()
-                .ok_or_else(|| at(format!("{owner}: expected a list of variants")))?;
+            let list = v.as_sequence().ok_or_else(|| {
+                at_line(
+                    &owner,
+                    None,
+                    format!("{owner}: expected a list of variants"),
+                )
+            })?;
             let mut g = GeoName::default();
             for (i, var) in list.iter().enumerate() {
-                let where_ = |m: String| at(format!("{owner} variant {}: {m}", i + 1));
+                let where_ =
+                    |m: String| at_line(&owner, Some(i), format!("{owner} variant {}: {m}", i + 1));
                 let var = var
                     .as_mapping()
                     .ok_or_else(|| where_("expected `net:` or `view:` and records".into()))?;
@@ -656,7 +702,15 @@ fn parse_rdata(owner: &Name, ty: &str, text: &str) -> Result<Box<[u8]>, String> 
     zones::reader::read_bytes("geo", line, &zones::ReadOptions::new(owner), &mut |r| {
         out = Some(Box::<[u8]>::from(r.rdata))
     })
-    .map_err(|e| format!("{ty} {text:?}: {e}"))?;
+    .map_err(|e| {
+        // The one-line reader's own position ("geo:1:22") means nothing in the geo file.
+        let m = e.to_string();
+        let m = m
+            .strip_prefix("geo:")
+            .and_then(|r| r.split_once(": "))
+            .map_or(m.clone(), |(_, m)| m.to_string());
+        format!("{ty} {text:?}: {m}")
+    })?;
     out.ok_or_else(|| format!("{ty} {text:?}: no record"))
 }
 
@@ -730,6 +784,24 @@ mod tests {
         assert_eq!(n("own.b.wild.example."), Some(1));
         assert_eq!(n("wild.example."), None, "not below it");
         assert_eq!(n("a.other.example."), None);
+    }
+
+    #[test]
+    fn errors_name_the_line_of_the_owner_or_variant() {
+        let Err(e) = load(concat!(
+            "www.example.:\n  - net: 10.0.0.0/8\n    A: 192.0.2.1\n",
+            "# a comment\n",
+            "mail.example.:\n  - net: 10.0.0.0/8\n    A: 192.0.2.1\n",
+            "  - net: 11.0.0.0/8\n    A: not-an-address\n",
+        )) else {
+            panic!("a bad address was taken");
+        };
+        assert!(e.contains("example.geo:8: mail.example. variant 2"), "{e}");
+        assert!(!e.contains("geo:1:"), "{e}");
+        let Err(e) = load("www.other.:\n  - net: 10.0.0.0/8\n    A: 192.0.2.1\n") else {
+            panic!("outside the zone taken");
+        };
+        assert!(e.contains("example.geo:1: www.other. is outside"), "{e}");
     }
 
     #[test]
