@@ -786,20 +786,29 @@ fn a_signing_consumer_that_produces_a_catalog_restarts_whole() {
     let d = dir.path();
     let pdir = d.join("primary");
     std::fs::create_dir(&pdir).unwrap();
+    // Two consumed catalogs feed the produced one (each read alone at start wrote a version
+    // without the other's members).
     let primary = catalog_primary(
         &pdir,
-        &[("a.cat.", &[("m1.test.", "i1", ""), ("m2.test.", "i2", "")])],
-        &["m1.test.", "m2.test.", "m3.test."],
+        &[
+            ("a.cat.", &[("m1.test.", "i1", ""), ("m2.test.", "i2", "")]),
+            ("b.cat.", &[("m4.test.", "i4", "")]),
+        ],
+        &["m1.test.", "m2.test.", "m3.test.", "m4.test."],
     );
     let cdir = d.join("consumer");
     std::fs::create_dir(&cdir).unwrap();
     let out = cdir.join("out.cat.zone");
-    let mut cat = Zone::new("a.cat.", cdir.join("a.cat.zone"));
-    cat.options = vec![
-        format!("primaries = [\"{}\"]", primary.addr()),
-        "catalog = \"consumer\"".into(),
-        "catalog_template = \"signed\"".into(),
-    ];
+    let consumed = |name: &str| {
+        let mut cat = Zone::new(name, cdir.join(format!("{name}zone")));
+        cat.options = vec![
+            format!("primaries = [\"{}\"]", primary.addr()),
+            "catalog = \"consumer\"".into(),
+            "catalog_template = \"signed\"".into(),
+        ];
+        cat
+    };
+    let (cat, bcat) = (consumed("a.cat."), consumed("b.cat."));
     let raw = |extra: &str| {
         format!(
             "[dnssec]\nkey_dir = \"{0}/keys\"\n\n[[dnssec_policy]]\nname = \"p\"\n\n\
@@ -810,7 +819,10 @@ fn a_signing_consumer_that_produces_a_catalog_restarts_whole() {
             out.display()
         )
     };
-    let consumer = Dnsd::builder().zone(cat.clone()).raw(&raw("")).start();
+    let consumer = Dnsd::builder()
+        .zones(&[cat.clone(), bcat.clone()])
+        .raw(&raw(""))
+        .start();
     let c = consumer.addr();
     let log = || consumer.log();
     let signed = |addr: SocketAddr, z: &str| {
@@ -832,7 +844,7 @@ fn a_signing_consumer_that_produces_a_catalog_restarts_whole() {
     until(
         "the produced catalog lists both",
         10,
-        &|| listed("m1.test.") && listed("m2.test."),
+        &|| listed("m1.test.") && listed("m2.test.") && listed("m4.test."),
         &log,
     );
 
@@ -887,7 +899,10 @@ fn a_signing_consumer_that_produces_a_catalog_restarts_whole() {
     // Restarted with the primary gone.
     drop(primary);
     drop(consumer);
-    let again = Dnsd::builder().zone(cat.clone()).raw(&raw("")).start();
+    let again = Dnsd::builder()
+        .zones(&[cat.clone(), bcat.clone()])
+        .raw(&raw(""))
+        .start();
     let a = again.addr();
     let log = || again.log();
     until(

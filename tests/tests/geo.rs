@@ -707,6 +707,13 @@ fn only_the_listed_resolvers_may_name_a_client_subnet() {
 fn a_geo_only_name_without_the_type_is_nodata_and_wildcards_reach_down() {
     let dir = tempfile::tempdir().unwrap();
     let (zone, _, _) = setup(dir.path());
+    // A delegation below the wildcard: its names are the child's (a referral), never a
+    // variant's.
+    std::fs::write(
+        &zone.file,
+        format!("{ZONE}corp.sub.wild NS ns.other.test.\n"),
+    )
+    .unwrap();
     let geo = dir.path().join("only.yaml");
     std::fs::write(
         &geo,
@@ -726,6 +733,9 @@ fn a_geo_only_name_without_the_type_is_nodata_and_wildcards_reach_down() {
     assert_eq!(a.answers, vec![(T::A, "198.51.100.30".into())]);
     let aaaa = ask(dnsd.addr(), "127.1.1.1", "geoonly.geo.test.", T::AAAA, ten);
     assert_eq!((aaaa.rcode, aaaa.answers.len()), (0, 0), "NODATA: {aaaa:?}");
+    // Scoped to the client's network: others get NXDOMAIN (scope 0 told a resolver to give
+    // everyone this NODATA, or them this client's NXDOMAIN).
+    assert_eq!(aaaa.scope, Some(8));
     // No variant for this client: the name is the zone's, which lacks it.
     let other = ask(
         dnsd.addr(),
@@ -735,6 +745,18 @@ fn a_geo_only_name_without_the_type_is_nodata_and_wildcards_reach_down() {
         Some(("192.0.2.0", 24)),
     );
     assert_eq!(other.rcode, 3, "{other:?}");
+    assert_eq!(other.scope, Some(1), "192/8 and 10/8 part at the first bit");
     let deep = ask(dnsd.addr(), "127.1.1.1", "c.b.wild.geo.test.", T::A, ten);
     assert_eq!(deep.answers, vec![(T::A, "198.51.100.20".into())]);
+    let cut = ask(
+        dnsd.addr(),
+        "127.1.1.1",
+        "www.corp.sub.wild.geo.test.",
+        T::A,
+        ten,
+    );
+    assert!(
+        cut.answers.is_empty(),
+        "a variant answered below a delegation: {cut:?}"
+    );
 }

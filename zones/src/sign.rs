@@ -343,10 +343,12 @@ pub fn sign_zone(
             }
             signed = true;
         }
-        // An ALIAS answers A and AAAA at its name: the denial says they exist (as PowerDNS
-        // signs it), or a resolver that reuses denials (RFC 8198) denies the addresses it
-        // serves.
-        if !cut && types.contains(&t::ALIAS) {
+        // An ALIAS answers A and AAAA at its name: an NSEC there says they exist (as
+        // PowerDNS signs it), or a resolver that reuses denials (RFC 8198) denies the
+        // addresses it serves.
+        // Not in an NSEC3 chain: validators reuse NSEC denials only, and there an address
+        // type its target lacks could only be denied by this very record (no online NSEC3).
+        if !cut && nsec3.is_none() && types.contains(&t::ALIAS) {
             types.extend_from_slice(&[t::A, t::AAAA]);
             types.sort_unstable();
             types.dedup();

@@ -37,8 +37,8 @@ const FAILED_TTL: u32 = 5;
 /// [`STALE_TTL`] seconds, and the TTL they are given then.
 const MAX_STALE: u64 = 86_400;
 const STALE_TTL: u32 = 30;
-/// After this long into a round of resolutions, each result is published as it comes (a
-/// slow target held every other one back until the round ended).
+/// A round of resolutions publishes what it has every this long (a slow target held every
+/// other one back until the round ended), not at each result (a copy of the whole cache).
 const PUBLISH_AFTER: Duration = Duration::from_millis(200);
 
 /// The cache and the queue its misses go to.
@@ -95,7 +95,8 @@ pub async fn run(
         drop(snap);
         let mut jobs = tokio::task::JoinSet::new();
         let mut wanted = wanted.into_iter();
-        let round = std::time::Instant::now();
+        // The last publication of this round (results go out at most every PUBLISH_AFTER).
+        let mut published = std::time::Instant::now();
         loop {
             while jobs.len() < AT_ONCE {
                 let Some(k) = wanted.next() else { break };
@@ -130,8 +131,9 @@ pub async fn run(
                 }
             };
             map.insert(k, Arc::new(entry));
-            if round.elapsed() >= PUBLISH_AFTER {
+            if published.elapsed() >= PUBLISH_AFTER {
                 cache.publish(map.clone());
+                published = std::time::Instant::now();
             }
         }
         // Expired and not asked again (not in use): gone.

@@ -16,14 +16,14 @@ pub async fn run_catalogs(shared: Arc<State>) {
     loop {
         shared.catalog_queue.notified().await;
         for cat in shared.catalog_queue.take() {
-            consume(&shared, &cat).await;
+            consume(&shared, &cat, true).await;
         }
     }
 }
 
-/// Reads every consumed catalog now (at start, before the catalogs dnsd produces are
-/// written: they list the members the copies on disk hold, never fewer for a moment — a
-/// consumer of ours purges what a version leaves out).
+/// Reads every consumed catalog now, then writes the catalogs dnsd produces once (at start:
+/// they list the members every consumed catalog's copy on disk holds, never fewer for a
+/// moment — a consumer of ours purges what a version leaves out).
 pub async fn consume_all(shared: &Arc<State>) {
     let cats: Vec<zones::Name> = shared
         .xfr
@@ -33,8 +33,9 @@ pub async fn consume_all(shared: &Arc<State>) {
         .map(|p| p.origin.clone())
         .collect();
     for cat in cats {
-        consume(shared, &cat).await;
+        consume(shared, &cat, false).await;
     }
+    crate::zone::catalog::produce_all(&mut *shared.zones.lock().await);
 }
 
 /// Queues every consumed catalog to be read (after a config reload).
@@ -155,8 +156,9 @@ impl FileUse {
     }
 }
 
-/// Reads the consumed catalog `cat` and makes its members what it lists.
-async fn consume(shared: &Arc<State>, cat: &zones::Name) {
+/// Reads the consumed catalog `cat` and makes its members what it lists; then, when
+/// `produce`, writes the catalogs dnsd produces again.
+async fn consume(shared: &Arc<State>, cat: &zones::Name, produce: bool) {
     let cp = shared
         .xfr
         .policies()
@@ -377,7 +379,9 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name) {
         reg.apply(results);
     }
     // The catalogs dnsd produces list what the members now are.
-    crate::zone::catalog::produce_all(&mut reg);
+    if produce {
+        crate::zone::catalog::produce_all(&mut reg);
+    }
     reg.publish();
     drop(reg);
     // Members refused now are looked at again on the next read (a coo may hand them over).

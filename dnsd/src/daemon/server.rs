@@ -540,10 +540,15 @@ pub fn run(
         tokio::spawn(crate::signing::schedule::run(shared.zones.clone(), ask));
         tokio::spawn(crate::xfr::run_changes(xfr.clone(), xfr_changes));
         // Catalogs: those dnsd consumes read (their members come from the copies on disk,
-        // then from their primaries), then those it produces written, members included.
-        crate::daemon::catalogs::consume_all(&shared).await;
-        crate::zone::catalog::produce_all(&mut *shared.zones.lock().await);
-        tokio::spawn(crate::daemon::catalogs::run_catalogs(shared.clone()));
+        // then from their primaries), then those it produces written, members included — in
+        // a task of its own: a start with many members to load and sign is not held by it.
+        {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                crate::daemon::catalogs::consume_all(&shared).await;
+                crate::daemon::catalogs::run_catalogs(shared).await;
+            });
+        }
         crate::xfr::secondary::spawn_all(&shared.zones, &xfr);
         // Secondaries may have missed changes while we were down: tell them now.
         for e in shared.zones.lock().await.entries() {

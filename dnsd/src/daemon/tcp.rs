@@ -75,6 +75,9 @@ const READ_BUFFER: usize = 2048;
 /// pipelined queries cost one send, not one each.
 const WRITE_BATCH: usize = 16 * 1024;
 
+/// Bytes of a batch buffer a connection keeps between bursts.
+const KEPT_BATCH: usize = 4096;
+
 /// Messages of the transfers of one connection queued for writing; a transfer waits while
 /// the queue is full (answers to queries go first, from a queue of their own).
 const XFR_QUEUE: usize = 4;
@@ -1015,8 +1018,9 @@ async fn write<W: AsyncWrite + Unpin>(
             held.clear();
             std::mem::swap(&mut a.msg, &mut batch);
             batch.clear();
-            // A burst's buffer is not kept by a connection that goes on quietly.
-            if batch.capacity() > 2 * WRITE_BATCH {
+            // A burst's buffer is not kept by a connection that goes on quietly (thousands
+            // of connections would each hold one).
+            if batch.capacity() > KEPT_BATCH {
                 batch = Vec::new();
             }
         }

@@ -132,12 +132,28 @@ pub struct Client<'a> {
     pub ip: std::net::IpAddr,
     /// The MaxMind database `geo:` variants are chosen by.
     pub geodb: Option<&'a crate::zone::geo::GeoDb>,
+    /// The answer carries a Client Subnet option: its scope is worked out.
+    pub ecs: bool,
 }
 
 impl Client<'_> {
     /// A client at `ip`, without a location database.
     pub fn at(ip: std::net::IpAddr) -> Client<'static> {
-        Client { ip, geodb: None }
+        Client {
+            ip,
+            geodb: None,
+            ecs: false,
+        }
+    }
+}
+
+/// A wildcard's variants may answer `q` in `zone`: not at or below a delegation or a DNAME
+/// (the name is another zone's, or the DNAME's), nor at a name holding a CNAME.
+fn wildcard_variants_apply(zone: &Zone, q: &Query) -> bool {
+    match zone.lookup(q.qname(), q.label_offs()) {
+        Lookup::Delegation { .. } | Lookup::Dname(_) => false,
+        Lookup::Exact(node) => zone.rrset(node, t::CNAME).is_none(),
+        Lookup::Wildcard { .. } | Lookup::NxDomain { .. } => true,
     }
 }
 
@@ -181,27 +197,30 @@ pub fn answer_in<'q>(
     // A name with variants by client network: the variant of the client's network when it
     // has the type asked (or a CNAME), else the zone's own records (as Knot's geoip module).
     let mut scope = 0;
-    let picked = zones.geo(zi).and_then(|g| {
-        g.name(q.qname()).map(|n| {
-            let chosen = n.pick(client.ip, client.geodb);
-            // Whatever answers (a variant, or the zone's own records where none applies or
-            // it lacks the type), it is the answer of the client's part of the variants'
-            // networks only.
-            scope = n.scope(client.ip, chosen.as_ref().map_or(0, |c| c.1), q.qtype);
-            let chose = chosen.is_some();
-            let v = chosen.and_then(|(v, _)| v.rrset(q.qtype).map(|(rtype, rds)| (v, rtype, rds)));
-            (v, g.ttl, chose)
-        })
-    });
+    let picked = zones
+        .geo(zi)
+        .and_then(|g| g.lookup(q.qname()).map(|(n, wild)| (g.ttl, n, wild)))
+        .filter(|&(_, _, wild)| !wild || wildcard_variants_apply(zone, q))
+        .map(|(ttl, n, _)| {
+            let (chosen, len) = n.pick(client.ip, client.geodb);
+            let v = chosen.and_then(|v| v.rrset(q.qtype).map(|(rtype, rds)| (v, rtype, rds)));
+            (n, v, ttl, chosen.is_some(), len)
+        });
+    // Whatever answers (a variant, or the zone's own records where none applies or it
+    // lacks the type), it is the answer of the client's part of the variants' networks
+    // only (worked out only for an answer that carries a scope).
     let kind = match picked {
-        Some((Some((v, rtype, rds)), ttl, _)) => {
+        Some((n, Some((v, rtype, rds)), ttl, _, len)) => {
             a.volatile = true;
+            if client.ecs {
+                scope = n.scope(client.ip, len, q.qtype);
+            }
             a.variant(zone, v, (rtype, rds), ttl, &mut target)
         }
-        Some((None, _, chose)) => {
+        Some((n, None, _, chose, len)) => {
             a.volatile = true;
             let k = a.resolve(zone, &mut target, Owner::Qname, 0);
-            if k == Kind::NxDomain && chose && !is_signed(zone) {
+            let k = if k == Kind::NxDomain && chose && !is_signed(zone) {
                 // A name of the geo file alone, its variant without the type: the name
                 // exists for this client (NODATA, as Knot answers; an NXDOMAIN lost its other
                 // types from a resolver's cache, RFC 8020). A signed zone's proof says NXDOMAIN.
@@ -209,7 +228,18 @@ pub fn answer_in<'q>(
                 Kind::NoData
             } else {
                 k
+            };
+            if client.ecs {
+                // A name of the geo file alone differs by client in its rcode whatever the
+                // type (NODATA for the covered, NXDOMAIN for the others).
+                let geo_only = k == Kind::NxDomain || (k == Kind::NoData && chose);
+                scope = if geo_only {
+                    n.scope_any(client.ip, len)
+                } else {
+                    n.scope(client.ip, len, q.qtype)
+                };
             }
+            k
         }
         None => a.resolve(zone, &mut target, Owner::Qname, 0),
     };

@@ -106,10 +106,8 @@ impl PipelineConfig {
     /// (`ecs_from`) and it sent a well-formed one.
     #[inline]
     fn ecs(&self, q: &Query, src: SocketAddr) -> Option<crate::query::wire::Ecs> {
-        if !self.ecs_believed(src) {
-            return None;
-        }
-        q.edns.and_then(|e| e.ecs)
+        let ecs = q.edns.and_then(|e| e.ecs)?;
+        self.ecs_believed(src).then_some(ecs)
     }
 
     /// ECS is on and `src`'s Client Subnet is believed: anyone's without `ecs_from`.
@@ -507,7 +505,7 @@ impl Processor {
         let refuse = if q.opcode() != opcode::QUERY {
             // NOTIFY for a zone we are not a secondary of.
             Some(rcode::NOTAUTH)
-        } else if self.cfg.ecs_believed(src) && q.edns.is_some_and(|e| e.ecs_bad) {
+        } else if q.edns.is_some_and(|e| e.ecs_bad) && self.cfg.ecs_believed(src) {
             // A malformed (or second) Client Subnet option where ECS is on (RFC 7871 §7.1.1).
             Some(rcode::FORMERR)
         } else if q.qclass == CLASS_CH
@@ -663,9 +661,11 @@ impl Processor {
             .as_ref()
             .is_some_and(|o| o.compact_ok && o.signer.denies());
         // The client's network: its Client Subnet where ECS is on, else the source.
+        let ecs = self.cfg.ecs(q, src);
         let client = internet::Client {
-            ip: self.cfg.ecs(q, src).map_or(src.ip(), |e| e.ip()),
+            ip: ecs.map_or(src.ip(), |e| e.ip()),
             geodb: self.cfg.geodb.as_deref(),
+            ecs: ecs.is_some(),
         };
         let ans = internet::answer_in(
             &mut w,

@@ -214,9 +214,10 @@ fn quote_wildcard_keys(text: &str) -> std::borrow::Cow<'_, str> {
         let body = line.trim_end_matches(['\n', '\r']);
         match body.strip_suffix(':') {
             Some(key) if key.starts_with('*') && !key.contains(['"', '\'', ' ', '#']) => {
-                out.push('"');
+                // Single quotes: no escape in the key changes meaning.
+                out.push('\'');
                 out.push_str(key);
-                out.push_str("\":");
+                out.push_str("':");
                 out.push_str(&line[body.len()..]);
             }
             _ => out.push_str(line),
@@ -246,10 +247,8 @@ impl GeoName {
     /// or the outer network's length told a resolver to give it to clients the inner
     /// variants are for).
     pub fn scope(&self, ip: IpAddr, chosen: u8, qtype: u16) -> u8 {
-        use zones::rrtype::t;
         // No variant answers this type: every client gets the zone's answer.
-        let differs = |ty: u16| self.types.binary_search(&ty).is_ok();
-        if qtype != t::ANY && !differs(qtype) && !differs(t::CNAME) {
+        if !self.answers(qtype) {
             return 0;
         }
         // An IPv4-mapped client (an IPv6 ECS carrying one) is told its scope in IPv6 terms.
@@ -259,6 +258,20 @@ impl GeoName {
             0
         };
         mapped + self.scope_of(ip, chosen)
+    }
+
+    /// True when some variant answers `qtype` (holds it, or a CNAME): the answer for that
+    /// type differs by client.
+    pub fn answers(&self, qtype: u16) -> bool {
+        use zones::rrtype::t;
+        let holds = |ty: u16| self.types.binary_search(&ty).is_ok();
+        qtype == t::ANY || holds(qtype) || holds(t::CNAME)
+    }
+
+    /// [`GeoName::scope`] whatever the type asked (an answer that differs by client in its
+    /// rcode: a name of the geo file alone is NODATA for its clients, NXDOMAIN for others).
+    pub fn scope_any(&self, ip: IpAddr, chosen: u8) -> u8 {
+        self.scope(ip, chosen, zones::rrtype::t::ANY)
     }
 
     fn scope_of(&self, ip: IpAddr, chosen: u8) -> u8 {
@@ -276,17 +289,22 @@ impl GeoName {
         chosen
     }
 
-    /// The variant for a client at `ip`, and the length of the prefix that chose it: by
-    /// prefix, else by location in `db`.
-    pub fn pick(&self, ip: IpAddr, db: Option<&GeoDb>) -> Option<(&Variant, u8)> {
+    /// The variant for a client at `ip` (by prefix, else by location in `db`), and the
+    /// length of the network that decided: the prefix that chose, else the database network
+    /// the client was located in (whether a location matched or not), else 0.
+    pub fn pick(&self, ip: IpAddr, db: Option<&GeoDb>) -> (Option<&Variant>, u8) {
         if let Some((net, &i)) = self.nets.longest_match(ip) {
-            return Some((&self.variants[i as usize], net.prefix_len()));
+            return (Some(&self.variants[i as usize]), net.prefix_len());
         }
         if self.locs.is_empty() {
-            return None;
+            return (None, 0);
         }
-        let db = db?;
-        let (loc, len) = db.locate(ip)?;
+        let Some(db) = db else {
+            return (None, 0);
+        };
+        let Some((loc, len)) = db.locate(ip) else {
+            return (None, 0);
+        };
         // The most specific location that holds: every value it names is the client's.
         let best = self
             .locs
@@ -296,8 +314,8 @@ impl GeoName {
                     .zip(&db.keys)
                     .all(|(w, k)| w.as_deref().is_none_or(|w| loc.get(*k) == Some(w)))
             })
-            .max_by_key(|(want, _)| want.iter().filter(|w| w.is_some()).count())?;
-        Some((&self.variants[best.1 as usize], len))
+            .max_by_key(|(want, _)| want.iter().filter(|w| w.is_some()).count());
+        (best.map(|b| &self.variants[b.1 as usize]), len)
     }
 }
 
@@ -401,8 +419,13 @@ impl GeoZone {
     /// wildcard above it (`*.ancestor`, however many labels up), as Knot's module looks
     /// them up.
     pub fn name(&self, qname: &[u8]) -> Option<&GeoName> {
+        self.lookup(qname).map(|(n, _)| n)
+    }
+
+    /// [`GeoZone::name`], and whether a wildcard gave it.
+    pub fn lookup(&self, qname: &[u8]) -> Option<(&GeoName, bool)> {
         if let Some(n) = self.names.get(qname) {
-            return Some(n);
+            return Some((n, false));
         }
         if self.wild_depths == 0 {
             return None;
@@ -428,7 +451,7 @@ impl GeoZone {
             let rest = &qname[at as usize..];
             w[2..2 + rest.len()].copy_from_slice(rest);
             if let Some(g) = self.names.get(&w[..2 + rest.len()]) {
-                return Some(g);
+                return Some((g, true));
             }
         }
         None
@@ -656,7 +679,7 @@ impl GeoZone {
                 variant.check().map_err(&where_)?;
                 let idx = g.variants.len() as u16;
                 for n in nets {
-                    if let Some(&first) = g.nets.get(&n.trunc()) {
+                    if let Some(&first) = g.nets.get(&n.trunc()).filter(|&&f| f != idx) {
                         return Err(where_(format!(
                             "{} chooses variant {} already: a network picks one variant",
                             n.trunc(),
@@ -742,7 +765,7 @@ mod tests {
         let n = g.name(b"\x03www\x07example\x00").unwrap();
         let scope = |ip: &str| {
             let ip: IpAddr = ip.parse().unwrap();
-            let chosen = n.pick(ip, None).map_or(0, |c| c.1);
+            let chosen = n.pick(ip, None).1;
             n.scope(ip, chosen, 1)
         };
         // In the /24: its own length.
