@@ -267,8 +267,9 @@ fn a_zone_dnsd_signs_gets_its_alias_answers_signed_and_delv_validates_them() {
         );
     }
     // A denial at the ALIAS's name lists A and AAAA (a resolver reusing it, RFC 8198, would
-    // deny the addresses the ALIAS answers): the chain's NSEC for the apex, and the online
-    // one for the ALIAS of a name without other data.
+    // deny the addresses the ALIAS answers): the chain's NSECs of the apex and of a name
+    // holding only an ALIAS. (The NSEC signed when asked, for an address type the target
+    // lacks, is what delv validated above: v4only AAAA.)
     for name in ["alias.test.", "same.alias.test."] {
         let r = palisade_tests::client::query_reply(
             dnsd.addr(),

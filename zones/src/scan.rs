@@ -336,6 +336,12 @@ impl Scanner {
                             b'\\' => {
                                 escaped = true;
                                 if matches!(self.byte(i + 1), Some(b'\n' | b'\r')) {
+                                    // On the line it is on, past the string's own newlines.
+                                    if newlines.0 > 0 {
+                                        self.line += newlines.0;
+                                        self.line_start = newlines.1;
+                                        self.pos = newlines.1;
+                                    }
                                     return Err(self.err(ESCAPED_NEWLINE, i));
                                 }
                                 i += 2;
@@ -463,6 +469,10 @@ mod tests {
         let (line, msg) = first_error(b"a TXT \"a\nb\"\n").unwrap();
         assert_eq!(line, 1);
         assert!(msg.contains("outside parentheses"), "{msg}");
+        // An error inside such a string names its own line.
+        let (line, msg) = first_error(b"a TXT ( \"first\nsec\\\nond\" )\n").unwrap();
+        assert_eq!(line, 2, "{msg}");
+        assert!(msg.contains("escaped newline"), "{msg}");
     }
 
     #[test]
