@@ -35,6 +35,9 @@ pub enum Owner<'n> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
 
+/// Offsets a compression pointer can reach (14 bits).
+const MAX_POINTER: usize = 0x4000;
+
 /// Places of the compression table (a power of two).
 const COMP_SLOTS: usize = 256;
 /// Suffixes the table holds at most (three quarters of its places: probes stay short).
@@ -333,6 +336,12 @@ impl<'b> Writer<'b> {
                 Owner::Name(name) => {
                     let m = self.mark();
                     let at = self.name(name).inspect_err(|_| self.rollback(m))?;
+                    if at >= MAX_POINTER {
+                        // Written past where a pointer reaches (a TCP answer over 16 KiB):
+                        // each RR carries the name (below).
+                        self.rollback(m);
+                        return self.rrset_by_rr(sec, zone, s, owner);
+                    }
                     // The first RR carries the name; the others point at it.
                     let first = zone.rrs(s).next().map(|(rr, _)| rr.len()).unwrap_or(0);
                     let rest = &data[first..];
@@ -358,6 +367,17 @@ impl<'b> Writer<'b> {
             self.counts[sec as usize] += s.count;
             return Ok(());
         }
+        self.rrset_by_rr(sec, zone, s, owner)
+    }
+
+    /// [`Writer::rrset`] one RR at a time, each RDATA's names compressed.
+    fn rrset_by_rr(
+        &mut self,
+        sec: Section,
+        zone: &Zone,
+        s: &RRset,
+        owner: Owner<'_>,
+    ) -> Result<(), Full> {
         let m = self.mark();
         let mut owner_at: Option<u16> = match owner {
             Owner::Qname => Some(12),
@@ -420,7 +440,7 @@ impl<'b> Writer<'b> {
         owner: Owner<'_>,
     ) -> Result<(), Full> {
         match *owner_at {
-            Some(o) => self.put(&(0xC000 | o).to_be_bytes())?,
+            Some(o) => self.put_owner(o as usize)?,
             None => {
                 let Owner::Name(n) = owner else {
                     unreachable!("owner offset known for Qname and At")
@@ -464,6 +484,35 @@ impl<'b> Writer<'b> {
         self.put(&rd[pos..])?;
         let rdlen = (self.len - rd_start) as u16;
         self.buf[rdlen_at..rdlen_at + 2].copy_from_slice(&rdlen.to_be_bytes());
+        Ok(())
+    }
+
+    /// Writes the name written at `at` again: a pointer to it, or where a pointer cannot
+    /// reach (past 16 KiB), its labels as written there (ending in their own pointer).
+    fn put_owner(&mut self, at: usize) -> Result<(), Full> {
+        if at < MAX_POINTER {
+            return self.put(&(0xC000 | at as u16).to_be_bytes());
+        }
+        let mut end = at;
+        loop {
+            let Some(&l) = self.buf[..self.len].get(end) else {
+                return Err(Full);
+            };
+            if l & 0xC0 == 0xC0 {
+                end += 2;
+                break;
+            }
+            end += 1 + l as usize;
+            if l == 0 {
+                break;
+            }
+        }
+        let n = end - at;
+        if end > self.len || self.len + n > self.limit {
+            return Err(Full);
+        }
+        self.buf.copy_within(at..end, self.len);
+        self.len += n;
         Ok(())
     }
 
@@ -932,6 +981,45 @@ mod tests {
         // Found where it was written (the same hash as the writer's).
         assert!(w.find_name(b"\x01a\x01a\x07example\x03com\x00").is_some());
         assert!(w.find_name(b"\x03zzz\x07example\x03com\x00").is_none());
+    }
+
+    /// An RRset whose owner is written past where a pointer reaches (a TCP answer over
+    /// 16 KiB): each RR carries the name — its later RRs pointed at the offset cut to 14
+    /// bits, somewhere else in the message (unparseable; Knot and NSD fine).
+    #[test]
+    fn an_rrset_written_past_16_kib_repeats_its_owner_rather_than_point_short() {
+        let zone = load_zone(
+            "example.com.",
+            "$ORIGIN example.com.\n$TTL 300\n@ SOA ns h 1 2 3 4 5\n@ NS ns\nns A 192.0.2.1\n\
+             many MX 10 a.other.\nmany MX 20 b.other.\nmany MX 30 c.other.\n\
+             many TXT one\nmany TXT two\n",
+        );
+        let node = zone.find(b"\x04many\x07example\x03com\x00").unwrap();
+        let (req, parsed) = Q::new("example.com.", 1).parsed();
+        let mut buf = vec![0u8; 65535];
+        let mut w = Writer::new(&mut buf, 65535);
+        w.start(&req, &parsed, rcode::NOERROR, true);
+        // 17 KiB of TXT at the apex name (pointers to the question) fill the message first.
+        let mut filler = vec![0xC0, 12, 0, 16, 0, 1, 0, 0, 0, 60];
+        filler.extend_from_slice(&(256u16 * 68).to_be_bytes());
+        for _ in 0..68 {
+            filler.push(255);
+            filler.extend_from_slice(&[b'x'; 255]);
+        }
+        w.raw_rr(Section::Answer, &filler).unwrap();
+        assert!(w.position() > MAX_POINTER);
+        let owner = b"\x04many\x07example\x03com\x00";
+        for ty in [15, 16] {
+            let set = *zone.rrset(node, ty).unwrap();
+            w.rrset(Section::Answer, &zone, &set, Owner::Name(owner))
+                .unwrap();
+        }
+        let n = w.finish();
+        let r = crate::query::testkit::Reply::parse(&buf[..n]);
+        assert_eq!(r.answer.len(), 1 + 3 + 2);
+        for rr in &r.answer[1..] {
+            assert_eq!(rr.owner, "many.example.com.", "{rr:?}");
+        }
     }
 
     /// A wire name of `n` labels `l` under `tail` (wire form, with its root).
