@@ -289,6 +289,12 @@ fn a_zone_dnsd_signs_gets_its_alias_answers_signed_and_delv_validates_them() {
             "{name}: the NSEC denies the ALIAS's addresses: {types:?}"
         );
     }
+    // Its own check of the signed zone finds the bitmaps as the signer wrote them.
+    assert!(
+        !dnsd.log().contains("wrong NSEC(3) bitmap"),
+        "{}",
+        dnsd.log()
+    );
     // Asked again: the signature comes from a worker's cache, and still validates (asked a
     // few times: each worker keeps its own cache, and a query may meet another worker).
     for _ in 0..4 {

@@ -128,10 +128,10 @@ pub fn bitmap_types(mut b: &[u8]) -> impl Iterator<Item = u16> + '_ {
     out.into_iter()
 }
 
-/// The types the NSEC or NSEC3 bitmap of node `id` must list, sorted: its RRsets, and RRSIG
-/// when any is signed; at a delegation only NS, DS and the DNSSEC types (what else sits at
-/// the cut is the child's, RFC 4035 §2.3).
-fn bitmap_should_list(zone: &Zone, id: crate::zone::NodeId) -> Vec<u16> {
+/// The types the NSEC (`nsec`) or NSEC3 bitmap of node `id` must list, sorted: its RRsets,
+/// and RRSIG when any is signed; at a delegation only NS, DS and the DNSSEC types (what else
+/// sits at the cut is the child's, RFC 4035 §2.3).
+fn bitmap_should_list(zone: &Zone, id: crate::zone::NodeId, nsec: bool) -> Vec<u16> {
     let cut = id != 0 && zone.node(id).has(crate::zone::flags::DELEG);
     // At a cut only the DS and NSEC are ours to sign: a signature over anything else there
     // (glue) is no reason to list RRSIG.
@@ -148,6 +148,10 @@ fn bitmap_should_list(zone: &Zone, id: crate::zone::NodeId) -> Vec<u16> {
         .filter(|&ty| !cut || matches!(ty, t::NS | t::DS | t::NSEC))
         .chain(signed.then_some(t::RRSIG))
         .collect();
+    // An ALIAS answers A and AAAA: an NSEC there lists them (as the signer writes it).
+    if nsec && !cut && types.contains(&t::ALIAS) {
+        types.extend_from_slice(&[t::A, t::AAAA]);
+    }
     types.sort_unstable();
     types.dedup();
     types
@@ -334,7 +338,7 @@ pub(crate) fn check_signed(
                 );
             }
             let listed: Vec<u16> = bitmap_types(bitmap).collect();
-            if listed != bitmap_should_list(zone, id) {
+            if listed != bitmap_should_list(zone, id, true) {
                 warn(at(id), format!("wrong NSEC(3) bitmap at {name}"), report);
             }
         }
@@ -409,7 +413,7 @@ pub(crate) fn check_signed(
                             continue;
                         };
                         let listed: Vec<u16> = bitmap_types(bitmap).collect();
-                        if listed != bitmap_should_list(zone, id) {
+                        if listed != bitmap_should_list(zone, id, false) {
                             warn(at(id), format!("wrong NSEC(3) bitmap at {name}"), report);
                         }
                     }
