@@ -61,6 +61,77 @@ fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), AcmeError> {
     shield::files::write_atomic(path, data, mode).map_err(io_err(path))
 }
 
+/// Seconds a certificate's start may lie ahead of our clock (a CA's clock, or ours, a little
+/// off) before it is refused as not valid yet.
+const CLOCK_SKEW: i64 = 86_400;
+
+/// Writes a new pair over the old one: both files written and synced beside them first (a
+/// full disk leaves the old pair whole), then renamed into place.
+fn write_pair(crt: &Path, key: &Path, chain: &[u8], key_pem: &[u8]) -> Result<(), AcmeError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let staged = |p: &Path| {
+        let mut s = p.as_os_str().to_owned();
+        s.push(".new");
+        PathBuf::from(s)
+    };
+    let (crt_new, key_new) = (staged(crt), staged(key));
+    let stage = |p: &Path, data: &[u8], mode: u32| -> Result<(), AcmeError> {
+        let r = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(p)
+            .and_then(|mut f| {
+                f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+                f.write_all(data)?;
+                f.sync_all()
+            });
+        r.map_err(io_err(p))
+    };
+    let r = stage(&key_new, key_pem, 0o600)
+        .and_then(|()| stage(&crt_new, chain, 0o644))
+        .and_then(|()| std::fs::rename(&key_new, key).map_err(io_err(key)))
+        .and_then(|()| std::fs::rename(&crt_new, crt).map_err(io_err(crt)));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&key_new);
+        let _ = std::fs::remove_file(&crt_new);
+    }
+    r
+}
+
+/// The issued pair checked before anything is written: it loads, its key is the chain's, it
+/// covers `names`, and it is valid now (an expired one, or one for other names, replaced the
+/// good pair on disk and was served).
+fn check_issued(
+    chain: &str,
+    key_pem: &str,
+    names: &[String],
+    now: i64,
+) -> Result<(Arc<CertifiedKey>, crate::tls::LeafInfo), AcmeError> {
+    let bad = |m: String| AcmeError::Other(format!("the issued certificate is refused: {m}"));
+    let ck = shield::tls_pair::pair_from_pem(chain.as_bytes(), key_pem.as_bytes()).map_err(bad)?;
+    let info = ck
+        .end_entity_cert()
+        .ok()
+        .and_then(|d| crate::tls::leaf_info(d))
+        .ok_or_else(|| bad("its leaf does not parse".into()))?;
+    if let Some(n) = names.iter().find(|n| !info.dns_names.contains(n)) {
+        return Err(bad(format!(
+            "it does not name {n} (it names {:?})",
+            info.dns_names
+        )));
+    }
+    if info.not_after_unix <= now {
+        return Err(bad(format!("it expired at {}", info.not_after)));
+    }
+    if info.not_before_unix > now + CLOCK_SKEW {
+        return Err(bad("it is not valid yet".into()));
+    }
+    Ok((Arc::new(ck), info))
+}
+
 /// The account: from `account.json`, else created on the server and saved there (0600).
 async fn account(cfg: &Acme) -> Result<Account, AcmeError> {
     let path = cfg.state_dir.join("account.json");
@@ -69,9 +140,21 @@ async fn account(cfg: &Acme) -> Result<Account, AcmeError> {
         None => Account::builder(),
     };
     if let Ok(text) = std::fs::read_to_string(&path) {
-        let creds: AccountCredentials = serde_json::from_str(&text)
-            .map_err(|e| AcmeError::Other(format!("{}: {e}", path.display())))?;
-        return Ok(builder()?.from_credentials(creds).await?);
+        // An account of another directory (staging kept after a switch to production) is
+        // not used: a new one is made for the directory configured.
+        let dir = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| {
+                v.get("directory")
+                    .and_then(|d| d.as_str())
+                    .map(String::from)
+            });
+        if dir.as_deref().is_none_or(|d| d == cfg.directory) {
+            let creds: AccountCredentials = serde_json::from_str(&text)
+                .map_err(|e| AcmeError::Other(format!("{}: {e}", path.display())))?;
+            return Ok(builder()?.from_credentials(creds).await?);
+        }
+        tracing::info!(was = dir.as_deref().unwrap_or("?"), now = %cfg.directory, "acme.directory changed: a new account is made there");
     }
     let contact: Vec<&str> = cfg.contact.iter().map(String::as_str).collect();
     let (account, creds) = builder()?
@@ -239,6 +322,8 @@ pub async fn run(front: Arc<crate::front::Front>, cfg: Acme, state: Arc<AcmeStat
             st.next_unix = renew_at(info.not_before_unix, info.not_after_unix);
             st.current = Some(info);
             state.publish(&names, ck);
+        } else if cfg.state_dir.join(format!("{key}.crt")).exists() {
+            tracing::warn!(site = %key, dir = %cfg.state_dir.display(), "the certificate kept on disk does not load or does not cover the site's hosts: ordered anew");
         }
         lock(&state.status).insert(key, st);
     }
@@ -247,7 +332,13 @@ pub async fn run(front: Arc<crate::front::Front>, cfg: Acme, state: Arc<AcmeStat
         let now = now_unix();
         let sites = wanted(&front);
         {
-            // Sites added by a reload are due now; gone ones leave the status.
+            // Sites added by a reload are due now; gone ones leave the status, and their
+            // certificates the handshake.
+            let keep: std::collections::HashSet<&str> = sites
+                .iter()
+                .flat_map(|(_, names)| names.iter().map(String::as_str))
+                .collect();
+            state.retain(&keep);
             let mut st = lock(&state.status);
             st.retain(|k, _| sites.iter().any(|(s, _)| s == k));
             for (key, names) in &sites {
@@ -269,21 +360,40 @@ pub async fn run(front: Arc<crate::front::Front>, cfg: Acme, state: Arc<AcmeStat
             .collect();
         for (key, names) in due {
             let r = async {
+                // Bounded: a server that takes a connection and never answers held every
+                // renewal of every site for good.
+                let account_limit = Duration::from_secs(cfg.timeout_secs);
+                let order_limit = account_limit * 3;
                 if account_cache.is_none() {
-                    account_cache = Some(account(&cfg).await?);
+                    let a = tokio::time::timeout(account_limit, account(&cfg))
+                        .await
+                        .map_err(|_| {
+                            AcmeError::Other(format!(
+                                "{}: no account within {} s",
+                                cfg.directory,
+                                account_limit.as_secs()
+                            ))
+                        })??;
+                    account_cache = Some(a);
                 }
                 let account = account_cache.as_ref().expect("set above");
-                let (chain, key_pem) = order(account, &names, cfg.challenge, &state).await?;
+                let (chain, key_pem) = tokio::time::timeout(
+                    order_limit,
+                    order(account, &names, cfg.challenge, &state),
+                )
+                .await
+                .map_err(|_| {
+                    AcmeError::Other(format!(
+                        "{}: the order took more than {} s",
+                        cfg.directory,
+                        order_limit.as_secs()
+                    ))
+                })??;
+                let issued = check_issued(&chain, &key_pem, &names, now_unix())?;
                 let crt = cfg.state_dir.join(format!("{key}.crt"));
                 let kp = cfg.state_dir.join(format!("{key}.key"));
-                write_atomic(&kp, key_pem.as_bytes(), 0o600)?;
-                write_atomic(&crt, chain.as_bytes(), 0o644)?;
-                load_current(&cfg.state_dir, &key, &names).ok_or_else(|| {
-                    AcmeError::Other(format!(
-                        "{}: the issued certificate does not load",
-                        crt.display()
-                    ))
-                })
+                write_pair(&crt, &kp, chain.as_bytes(), key_pem.as_bytes())?;
+                Ok::<_, AcmeError>(issued)
             }
             .await;
             let mut st = lock(&state.status);
@@ -291,7 +401,9 @@ pub async fn run(front: Arc<crate::front::Front>, cfg: Acme, state: Arc<AcmeStat
             match r {
                 Ok((ck, info)) => {
                     state.issued.fetch_add(1, Ordering::Relaxed);
-                    s.next_unix = renew_at(info.not_before_unix, info.not_after_unix);
+                    // Never due again at once (a certificate of a very short life).
+                    s.next_unix = renew_at(info.not_before_unix, info.not_after_unix)
+                        .max(now_unix() + cfg.retry_secs.max(60) as i64);
                     s.current = Some(info);
                     s.last_error = None;
                     s.failures = 0;
@@ -308,11 +420,24 @@ pub async fn run(front: Arc<crate::front::Front>, cfg: Acme, state: Arc<AcmeStat
                     let jitter = rand::random_range(0..=base / 4);
                     s.next_unix = now_unix() + (base + jitter) as i64;
                     s.last_error = Some(e.to_string());
-                    // A failed account load is retried fresh.
-                    if matches!(e, AcmeError::Acme(_)) {
+                    // A failed account load is retried fresh; an account the server no longer
+                    // knows is made again (every order failed for good).
+                    if matches!(e, AcmeError::Acme(_)) || matches!(e, AcmeError::Other(_)) {
                         account_cache = None;
                     }
-                    tracing::warn!(site = %key, error = %e, retry_in_s = base + jitter, "ACME order failed; the current certificate stays");
+                    if e.to_string().contains("accountDoesNotExist") {
+                        let p = cfg.state_dir.join("account.json");
+                        let _ = std::fs::rename(&p, cfg.state_dir.join("account.json.gone"));
+                        tracing::warn!(
+                            "the ACME server no longer knows our account: a new one is made"
+                        );
+                    }
+                    let keeps = if s.current.is_some() {
+                        "the current certificate stays"
+                    } else {
+                        "no certificate yet"
+                    };
+                    tracing::warn!(site = %key, error = %e, retry_in_s = base + jitter, "ACME order failed; {keeps}");
                 }
             }
         }
@@ -336,5 +461,76 @@ mod tests {
     #[test]
     fn renewal_is_two_thirds_into_the_life() {
         assert_eq!(renew_at(0, 90 * 86400), 60 * 86400);
+    }
+
+    /// The tests' "now", Unix seconds.
+    fn base() -> i64 {
+        rcgen::date_time_ymd(2027, 1, 15).unix_timestamp()
+    }
+
+    /// A self-signed pair for `names`, valid from `from` to `to` (Unix seconds, within a
+    /// year of [`base`]).
+    fn pair(names: &[&str], from: i64, to: i64) -> (String, String) {
+        let mut p =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let at = |t: i64| {
+            let b = rcgen::date_time_ymd(2027, 1, 15);
+            let d = Duration::from_secs((t - base()).unsigned_abs());
+            if t >= base() { b + d } else { b - d }
+        };
+        p.not_before = at(from);
+        p.not_after = at(to);
+        let k = rcgen::KeyPair::generate().unwrap();
+        let c = p.self_signed(&k).unwrap();
+        (c.pem(), k.serialize_pem())
+    }
+
+    /// What an ACME server hands back is checked before it is written or served: another
+    /// key, other names, an expired or far-future certificate are refused (they replaced
+    /// the good pair on disk, and an expired one was served).
+    #[test]
+    fn an_issued_certificate_is_checked_before_it_is_kept() {
+        let now = base();
+        let names = vec!["www.acme.test".to_string()];
+        let (c, k) = pair(&["www.acme.test"], now - 60, now + 86400);
+        assert!(check_issued(&c, &k, &names, now).is_ok());
+        let (_, other_key) = pair(&["www.acme.test"], now - 60, now + 86400);
+        let err = |chain: &str, key: &str| match check_issued(chain, key, &names, now) {
+            Err(e) => e.to_string(),
+            Ok(_) => "taken".into(),
+        };
+        assert!(err(&c, &other_key).contains("not the certificate's"));
+        let (c, k) = pair(&["evil.test"], now - 60, now + 86400);
+        assert!(err(&c, &k).contains("does not name www.acme.test"));
+        let (c, k) = pair(&["www.acme.test"], now - 9000, now - 60);
+        assert!(err(&c, &k).contains("expired"));
+        let (c, k) = pair(&["www.acme.test"], now + 3 * 86400, now + 9 * 86400);
+        assert!(err(&c, &k).contains("not valid yet"));
+        // A start a little ahead of our clock (a CA's clock off by minutes) is taken.
+        let (c, k) = pair(&["www.acme.test"], now + 600, now + 86400);
+        assert!(check_issued(&c, &k, &names, now).is_ok());
+    }
+
+    /// A pair that cannot be written whole leaves the old one as it was.
+    #[test]
+    fn a_pair_not_written_whole_leaves_the_old_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (crt, key) = (dir.path().join("s.crt"), dir.path().join("s.key"));
+        std::fs::write(&crt, "old crt").unwrap();
+        std::fs::write(&key, "old key").unwrap();
+        // The certificate's staging file cannot be made (a directory in its place).
+        std::fs::create_dir(dir.path().join("s.crt.new")).unwrap();
+        assert!(write_pair(&crt, &key, b"new crt", b"new key").is_err());
+        assert_eq!(std::fs::read_to_string(&crt).unwrap(), "old crt");
+        assert_eq!(std::fs::read_to_string(&key).unwrap(), "old key");
+        assert!(
+            !dir.path().join("s.key.new").exists(),
+            "its staging file removed"
+        );
+        std::fs::remove_dir(dir.path().join("s.crt.new")).unwrap();
+        write_pair(&crt, &key, b"new crt", b"new key").unwrap();
+        assert_eq!(std::fs::read_to_string(&crt).unwrap(), "new crt");
+        assert_eq!(std::fs::read_to_string(&key).unwrap(), "new key");
     }
 }

@@ -82,6 +82,22 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
     Ok(ck)
 }
 
+/// A PEM certificate chain and its private key held in memory (an ACME order's), checked
+/// to belong together, as [`load_pair`] checks files.
+pub fn pair_from_pem(chain: &[u8], key: &[u8]) -> Result<CertifiedKey, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(chain)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("the chain: {e}"))?;
+    if certs.is_empty() {
+        return Err("the chain holds no CERTIFICATE".into());
+    }
+    let key_der = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("the key: {e}"))?;
+    CertifiedKey::from_der(certs, key_der, provider()).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(_) => "the key is not the certificate's".to_string(),
+        e => e.to_string(),
+    })
+}
+
 /// The validity of `ck`'s leaf: its start and end in Unix seconds and its end as text (UTC).
 pub fn leaf_validity(ck: &CertifiedKey) -> Option<(i64, i64, String)> {
     let der = ck.end_entity_cert().ok()?;

@@ -256,3 +256,41 @@ fn acme_tls_alpn01_issues_on_the_tls_listener() {
         "{certs}"
     );
 }
+
+/// An ACME server that takes the connection and never answers: the order fails within
+/// `[acme] timeout_secs`, is counted and retried (no timeout held every renewal of every site
+/// for good, with nothing said), and a certificate on disk keeps serving.
+#[test]
+fn an_acme_server_that_never_answers_fails_the_order_within_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let ip = net::test_ip();
+    let silent = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let at = silent.local_addr().unwrap();
+    // Connections are taken (the kernel's backlog) and never read nor answered.
+    let state = dir.path().join("acme-state");
+    let (http, tls) = (net::free_port(ip), net::free_port(ip));
+    let f = Front::start(
+        |a, m| {
+            format!(
+                "[server]\nlisten = [\"{a}\", \"{ip}:{http}\"]\nworkers = 2\n\n\
+                 [tls]\nlisten = [\"{ip}:{tls}\"]\n\n[metrics]\nlisten = \"{m}\"\n\n\
+                 [control]\nsocket = \"ctl.sock\"\n\n[rules]\nfile = \"rules.toml\"\n\n\
+                 [acme]\ndirectory = \"https://{at}/dir\"\nstate_dir = \"{}\"\n\
+                 retry_secs = 1\ntimeout_secs = 2\n\n\
+                 [[upstream]]\nname = \"app\"\nservers = [\"127.0.0.1:9\"]\n\n\
+                 [[site]]\nhosts = [\"www.acme.test\"]\nupstream = \"app\"\ntenant = 1\nacme = true\n",
+                state.display(),
+            )
+        },
+        Some(DENY_ALL),
+    );
+    let got = f.wait_metric(
+        "http_front_acme_orders_total{result=\"failed\"}",
+        2,
+        Duration::from_secs(20),
+    );
+    assert!(got >= 2, "failed orders {got}:\n{}", f.ctl(&["certs"]));
+    let certs = f.ctl(&["certs"]);
+    assert!(certs.contains("no account within 2 s"), "{certs}");
+    drop(silent);
+}

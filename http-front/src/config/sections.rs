@@ -154,9 +154,17 @@ pub struct Acme {
     /// Least wait after a failed order; doubled per failure up to an hour, with jitter.
     #[serde(default = "d_acme_retry", deserialize_with = "range::<1, 86400, _>")]
     pub retry_secs: u64,
+    /// Longest the account may take to load or be made; an order may take three times it
+    /// (a server that never answers counts as a failed order).
+    #[serde(default = "d_acme_timeout", deserialize_with = "range::<1, 600, _>")]
+    pub timeout_secs: u64,
 }
 
 fn d_acme_retry() -> u64 {
+    60
+}
+
+fn d_acme_timeout() -> u64 {
     60
 }
 

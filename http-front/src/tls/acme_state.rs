@@ -100,6 +100,21 @@ impl AcmeState {
         out
     }
 
+    /// Stops serving the certificates of every host but those of `keep` (sites a reload
+    /// removed kept theirs in the handshake).
+    pub(crate) fn retain(&self, keep: &std::collections::HashSet<&str>) {
+        let cur = self.certs.load();
+        if cur.keys().all(|k| keep.contains(&**k)) {
+            return;
+        }
+        let m: HashMap<Box<str>, Arc<CertifiedKey>> = cur
+            .iter()
+            .filter(|(k, _)| keep.contains(&***k))
+            .map(|(k, v)| (k.clone(), Arc::clone(v)))
+            .collect();
+        self.certs.store(Arc::new(m));
+    }
+
     pub(crate) fn publish(&self, names: &[String], ck: Arc<CertifiedKey>) {
         let mut m = HashMap::clone(&self.certs.load());
         for n in names {
