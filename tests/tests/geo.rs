@@ -556,6 +556,9 @@ fn variants_by_location_in_a_maxmind_database_agree_with_knots_geodb_mode() {
     );
     assert_eq!(ours[4].answers, vec![(T::A, "198.51.100.1".into())], "NA");
     assert_eq!(ours[4].scope, Some(8), "the database network's length");
+    // Not in the database: the zone's answer, scoped to the database's empty network
+    // around it (0 gave it to every client, those located too).
+    assert!(ours[6].scope.is_some_and(|s| s > 0), "{:?}", ours[6]);
     let mode = format!(
         "geodb\n    geodb-file: \"{}\"\n    geodb-key: [ continent/code, country/iso_code ]",
         db.display()

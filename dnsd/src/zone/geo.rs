@@ -211,14 +211,16 @@ fn quote_wildcard_keys(text: &str) -> std::borrow::Cow<'_, str> {
     }
     let mut out = String::with_capacity(text.len() + 16);
     for line in text.split_inclusive('\n') {
-        let body = line.trim_end_matches(['\n', '\r']);
-        match body.strip_suffix(':') {
+        // The key, then what follows it: blanks, a comment, the line's end.
+        let code = line.split_once(" #").map_or(line, |(c, _)| c);
+        let code = code.trim_end_matches(['\n', '\r', ' ', '\t']);
+        match code.strip_suffix(':') {
             Some(key) if key.starts_with('*') && !key.contains(['"', '\'', ' ', '#']) => {
                 // Single quotes: no escape in the key changes meaning.
                 out.push('\'');
                 out.push_str(key);
                 out.push_str("':");
-                out.push_str(&line[body.len()..]);
+                out.push_str(&line[code.len()..]);
             }
             _ => out.push_str(line),
         }
@@ -304,6 +306,10 @@ impl GeoName {
         };
         let Some((loc, len)) = db.locate(ip) else {
             return (None, 0);
+        };
+        // Not in the database: the zone's answer, for the database's empty network around it.
+        let Some(loc) = loc else {
+            return (None, len);
         };
         // The most specific location that holds: every value it names is the client's.
         let best = self
@@ -391,15 +397,17 @@ impl GeoDb {
         Ok(GeoDb { reader, keys })
     }
 
-    /// The location of `ip` and the prefix length of the database's network holding it.
-    pub fn locate(&self, ip: IpAddr) -> Option<(Location<'_>, u8)> {
+    /// The location of `ip` (none where the database has none) and the prefix length of
+    /// the database's network holding it (or the empty one around it); None when the
+    /// database cannot be read there.
+    pub fn locate(&self, ip: IpAddr) -> Option<(Option<Location<'_>>, u8)> {
         let (loc, len) = self.reader.lookup_prefix::<Location<'_>>(ip).ok()?;
         // An IPv4 address in an IPv6 tree: its length counts the ::/96 above it.
         let len = match ip {
             IpAddr::V4(_) if len > 32 => len - 96,
             _ => len,
         };
-        Some((loc?, len as u8))
+        Some((loc, len as u8))
     }
 }
 
@@ -793,7 +801,8 @@ mod tests {
     #[test]
     fn a_wildcard_covers_names_any_number_of_labels_below_it() {
         let g = load(concat!(
-            "*.wild.example.:\n  - net: 10.0.0.0/8\n    A: 192.0.2.1\n",
+            "*.wild.example.:   # Knot's bare form, a comment after it\n",
+            "  - net: 10.0.0.0/8\n    A: 192.0.2.1\n",
             "own.b.wild.example.:\n  - net: 10.0.0.0/8\n    A: 192.0.2.2\n",
         ))
         .unwrap();
