@@ -35,6 +35,24 @@ pub enum Owner<'n> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full;
 
+/// Where the encoded name at `at` in `msg` ends: after its root label or its pointer (not
+/// followed); None when it runs past `msg`.
+fn name_end(msg: &[u8], at: usize) -> Option<usize> {
+    let mut p = at;
+    loop {
+        let l = *msg.get(p)?;
+        if l & 0xC0 == 0xC0 {
+            p += 2;
+            break;
+        }
+        p += 1 + l as usize;
+        if l == 0 {
+            break;
+        }
+    }
+    (p <= msg.len()).then_some(p)
+}
+
 /// Offsets a compression pointer can reach (14 bits).
 const MAX_POINTER: usize = 0x4000;
 
@@ -411,18 +429,8 @@ impl<'b> Writer<'b> {
         // Walk the RRs just written and patch their TTLs.
         let mut p = start;
         for _ in first_count..self.counts[sec as usize] {
-            // Skip the owner: labels or a pointer.
-            loop {
-                let l = self.buf[p];
-                if l & 0xC0 == 0xC0 {
-                    p += 2;
-                    break;
-                }
-                p += 1 + l as usize;
-                if l == 0 {
-                    break;
-                }
-            }
+            // Past the owner (we wrote it: it ends within what we wrote).
+            p = name_end(&self.buf[..self.len], p).expect("an owner we wrote");
             self.buf[p + 4..p + 8].copy_from_slice(&ttl.to_be_bytes());
             let rdlen = u16::from_be_bytes([self.buf[p + 8], self.buf[p + 9]]) as usize;
             p += 10 + rdlen;
@@ -493,20 +501,7 @@ impl<'b> Writer<'b> {
         if at < MAX_POINTER {
             return self.put(&(0xC000 | at as u16).to_be_bytes());
         }
-        let mut end = at;
-        loop {
-            let Some(&l) = self.buf[..self.len].get(end) else {
-                return Err(Full);
-            };
-            if l & 0xC0 == 0xC0 {
-                end += 2;
-                break;
-            }
-            end += 1 + l as usize;
-            if l == 0 {
-                break;
-            }
-        }
+        let end = name_end(&self.buf[..self.len], at).ok_or(Full)?;
         let n = end - at;
         if end > self.len || self.len + n > self.limit {
             return Err(Full);

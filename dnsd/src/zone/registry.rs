@@ -528,6 +528,8 @@ impl Registry {
                     if self.signed.contains(&i)
                         && resign_at.is_none()
                         && !e.def.secondary
+                        // (A pre-signed file's SOA keeps its serial: its signature covers it.)
+                        && l.zone.rrset(l.zone.apex_node(), zones::rrtype::t::DNSKEY).is_none()
                         && let Some(old) = &e.current
                         && !zones::serial_gt(l.zone.serial(), old.serial())
                     {
