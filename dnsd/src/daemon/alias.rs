@@ -37,8 +37,8 @@ const FAILED_TTL: u32 = 5;
 /// [`STALE_TTL`] seconds, and the TTL they are given then.
 const MAX_STALE: u64 = 86_400;
 const STALE_TTL: u32 = 30;
-/// A round of resolutions publishes what it has every this long (a slow target held every
-/// other one back until the round ended), not at each result (a copy of the whole cache).
+/// The cache is published at most every this long while results come (each publication
+/// copies it whole).
 const PUBLISH_AFTER: Duration = Duration::from_millis(200);
 
 /// The cache and the queue its misses go to.
@@ -47,7 +47,10 @@ pub fn cache() -> (Arc<AliasCache>, tokio::sync::mpsc::Receiver<Key>) {
     (Arc::new(AliasCache::new(tx)), rx)
 }
 
-/// Resolves what `rx` asks and what is running out, into `cache`, through `resolver`.
+/// Resolves what `rx` asks and what is running out, into `cache`, through `resolver`: at
+/// most [`AT_ONCE`] at a time, each result applied as it comes (a slow target holds no
+/// other back, nor the misses asked meanwhile), the cache published at most every
+/// [`PUBLISH_AFTER`].
 pub async fn run(
     cache: Arc<AliasCache>,
     mut rx: tokio::sync::mpsc::Receiver<Key>,
@@ -56,100 +59,117 @@ pub async fn run(
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The cache as this task keeps it; what the answer path reads is a copy of it.
+    let mut map: HashMap<Key, Arc<Entry>> = HashMap::new();
+    // Names to ask (each once), and those being asked.
+    let mut queue: std::collections::VecDeque<Key> = std::collections::VecDeque::new();
+    let mut queued: HashSet<Key> = HashSet::new();
+    let mut asking: HashSet<Key> = HashSet::new();
+    let mut jobs: tokio::task::JoinSet<(Key, Option<Resolved>)> = tokio::task::JoinSet::new();
+    let mut dirty = false;
+    let mut published = tokio::time::Instant::now();
+    let cap = QUEUE + max;
+    let want = |k: Key, queue: &mut std::collections::VecDeque<Key>, queued: &mut HashSet<Key>| {
+        if queued.len() < cap && queued.insert(k.clone()) {
+            queue.push_back(k);
+        }
+    };
     loop {
-        let mut wanted: HashSet<Key> = HashSet::new();
         tokio::select! {
             k = rx.recv() => match k {
                 Some(k) => {
-                    wanted.insert(k);
-                    while wanted.len() < QUEUE {
+                    want(k, &mut queue, &mut queued);
+                    for _ in 0..QUEUE {
                         match rx.try_recv() {
-                            Ok(k) => { wanted.insert(k); }
+                            Ok(k) => want(k, &mut queue, &mut queued),
                             Err(_) => break,
                         }
                     }
                 }
                 None => return,
             },
-            _ = tick.tick() => {}
-        }
-        let now = shield::clock::unix_ms() / 1000;
-        let snap = cache.snapshot();
-        // In use since it was fetched and close to its end: asked again now.
-        for (k, e) in snap.iter() {
-            let left = e.left(now);
-            if e.used.load(Ordering::Relaxed) >= e.fetched && left <= (e.ttl / 4).max(2) {
-                wanted.insert(k.clone());
-            }
-        }
-        // A miss of what another miss already fetched is not asked twice.
-        wanted.retain(|k| {
-            snap.get(k)
-                .is_none_or(|e| e.left(now) <= (e.ttl / 4).max(2))
-        });
-        let expired = snap.values().any(|e| e.left(now) == 0);
-        if wanted.is_empty() && !expired && snap.len() <= max {
-            continue;
-        }
-        let mut map: HashMap<Key, Arc<Entry>> = (*snap).clone();
-        drop(snap);
-        let mut jobs = tokio::task::JoinSet::new();
-        let mut wanted = wanted.into_iter();
-        // The last publication of this round (results go out at most every PUBLISH_AFTER).
-        let mut published = std::time::Instant::now();
-        loop {
-            while jobs.len() < AT_ONCE {
-                let Some(k) = wanted.next() else { break };
-                jobs.spawn(async move {
-                    let r = resolve(resolver, &k).await;
-                    (k, r)
-                });
-            }
-            let Some(done) = jobs.join_next().await else {
-                break;
-            };
-            let Ok((k, r)) = done else { continue };
-            let now = shield::clock::unix_ms() / 1000;
-            let prev = map.get(&k);
-            let used = prev.map_or(now, |e| e.used.load(Ordering::Relaxed));
-            let entry = match r {
-                Some((rdatas, ttl, nxdomain)) => {
-                    cache.stats.resolved.fetch_add(1, Ordering::Relaxed);
-                    Entry {
-                        rdatas,
-                        ttl: ttl.clamp(MIN_TTL, MAX_TTL),
-                        nxdomain,
-                        fetched: now,
-                        used: AtomicU64::new(used),
-                        failed: false,
-                        stale_since: None,
+            _ = tick.tick() => {
+                let now = shield::clock::unix_ms() / 1000;
+                // In use since it was fetched and close to its end: asked again now.
+                let due: Vec<Key> = map
+                    .iter()
+                    .filter(|(_, e)| {
+                        e.used.load(Ordering::Relaxed) >= e.fetched
+                            && e.left(now) <= (e.ttl / 4).max(2)
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in due {
+                    want(k, &mut queue, &mut queued);
+                }
+                // Expired and not asked again (not in use): gone; past `max`, the least
+                // recently used go.
+                let before = map.len();
+                map.retain(|k, e| e.left(now) > 0 || asking.contains(k) || queued.contains(k));
+                if map.len() > max {
+                    let mut by_use: Vec<(u64, Key)> = map
+                        .iter()
+                        .map(|(k, e)| (e.used.load(Ordering::Relaxed), k.clone()))
+                        .collect();
+                    by_use.sort_unstable();
+                    for (_, k) in by_use.into_iter().take(map.len() - max) {
+                        map.remove(&k);
+                        cache.stats.evicted.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                None => {
-                    cache.stats.failed.fetch_add(1, Ordering::Relaxed);
-                    stale_or_failed(prev.map(|e| &**e), now, used)
-                }
-            };
-            map.insert(k, Arc::new(entry));
-            if published.elapsed() >= PUBLISH_AFTER {
-                cache.publish(map.clone());
-                published = std::time::Instant::now();
+                dirty |= map.len() != before;
             }
-        }
-        // Expired and not asked again (not in use): gone.
-        map.retain(|_, e| e.left(now) > 0);
-        if map.len() > max {
-            let mut by_use: Vec<(u64, Key)> = map
-                .iter()
-                .map(|(k, e)| (e.used.load(Ordering::Relaxed), k.clone()))
-                .collect();
-            by_use.sort_unstable();
-            for (_, k) in by_use.into_iter().take(map.len() - max) {
-                map.remove(&k);
-                cache.stats.evicted.fetch_add(1, Ordering::Relaxed);
+            Some(done) = jobs.join_next(), if !jobs.is_empty() => {
+                let Ok((k, r)) = done else { continue };
+                asking.remove(&k);
+                let now = shield::clock::unix_ms() / 1000;
+                let prev = map.get(&k);
+                let used = prev.map_or(now, |e| e.used.load(Ordering::Relaxed));
+                let entry = match r {
+                    Some((rdatas, ttl, nxdomain)) => {
+                        cache.stats.resolved.fetch_add(1, Ordering::Relaxed);
+                        Entry {
+                            rdatas,
+                            ttl: ttl.clamp(MIN_TTL, MAX_TTL),
+                            nxdomain,
+                            fetched: now,
+                            used: AtomicU64::new(used),
+                            failed: false,
+                            stale_since: None,
+                        }
+                    }
+                    None => {
+                        cache.stats.failed.fetch_add(1, Ordering::Relaxed);
+                        stale_or_failed(prev.map(|e| &**e), now, used)
+                    }
+                };
+                map.insert(k, Arc::new(entry));
+                dirty = true;
             }
+            _ = tokio::time::sleep_until(published + PUBLISH_AFTER), if dirty => {}
         }
-        cache.publish(map);
+        // Ask what is queued, up to AT_ONCE at a time; a miss of what another already
+        // fetched (fresh, not near its end) is not asked twice.
+        let now = shield::clock::unix_ms() / 1000;
+        while jobs.len() < AT_ONCE {
+            let Some(k) = queue.pop_front() else { break };
+            queued.remove(&k);
+            let fresh = map
+                .get(&k)
+                .is_some_and(|e| e.left(now) > (e.ttl / 4).max(2));
+            if fresh || !asking.insert(k.clone()) {
+                continue;
+            }
+            jobs.spawn(async move {
+                let r = resolve(resolver, &k).await;
+                (k, r)
+            });
+        }
+        if dirty && (jobs.is_empty() || published.elapsed() >= PUBLISH_AFTER) {
+            cache.publish(map.clone());
+            published = tokio::time::Instant::now();
+            dirty = false;
+        }
     }
 }
 
@@ -185,7 +205,7 @@ fn stale_or_failed(prev: Option<&Entry>, now: u64, used: u64) -> Entry {
 /// in the answer (following its CNAMEs), the lowest TTL on the way, and whether the name does
 /// not exist; empty with a short TTL for a name without them; `None` when the resolver did not
 /// answer usefully.
-async fn resolve(resolver: SocketAddr, k: &[u8]) -> Option<(Vec<Box<[u8]>>, u32, bool)> {
+async fn resolve(resolver: SocketAddr, k: &[u8]) -> Option<Resolved> {
     let (name, qtype) = split(k);
     if qtype != t::A && qtype != t::AAAA {
         return None;
@@ -237,6 +257,9 @@ async fn resolve(resolver: SocketAddr, k: &[u8]) -> Option<(Vec<Box<[u8]>>, u32,
         _ => None,
     }
 }
+
+/// What a resolver said of a name and type: its RDATAs, their lowest TTL, NXDOMAIN.
+type Resolved = (Vec<Box<[u8]>>, u32, bool);
 
 /// A record of a resolver's answer: owner, type, TTL, RDATA.
 type AnswerRr = (Box<[u8]>, u16, u32, Box<[u8]>);
