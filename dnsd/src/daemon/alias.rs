@@ -47,10 +47,9 @@ pub fn cache() -> (Arc<AliasCache>, tokio::sync::mpsc::Receiver<Key>) {
     (Arc::new(AliasCache::new(tx)), rx)
 }
 
-/// Resolves what `rx` asks and what is running out, into `cache`, through `resolver`: at
-/// most [`AT_ONCE`] at a time, each result applied as it comes (a slow target holds no
-/// other back, nor the misses asked meanwhile), the cache published at most every
-/// [`PUBLISH_AFTER`].
+/// Resolves what `rx` asks and what is running out, into `cache`, through `resolver`: a
+/// bounded number at a time, each result applied as it comes (a slow target holds no other
+/// back, nor the misses asked meanwhile), the cache published at most every 200 ms.
 pub async fn run(
     cache: Arc<AliasCache>,
     mut rx: tokio::sync::mpsc::Receiver<Key>,
