@@ -61,6 +61,18 @@ fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), AcmeError> {
     shield::files::write_atomic(path, data, mode).map_err(io_err(path))
 }
 
+/// `f`, or a failure saying `what` of `directory` after `limit`.
+async fn within<T>(
+    limit: Duration,
+    directory: &str,
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, AcmeError>>,
+) -> Result<T, AcmeError> {
+    tokio::time::timeout(limit, f).await.map_err(|_| {
+        AcmeError::Other(format!("{directory}: {what} within {} s", limit.as_secs()))
+    })?
+}
+
 /// Seconds a certificate's start may lie ahead of our clock (a CA's clock, or ours, a little
 /// off) before it is refused as not valid yet.
 const CLOCK_SKEW: i64 = 86_400;
@@ -365,30 +377,13 @@ pub async fn run(front: Arc<crate::front::Front>, cfg: Acme, state: Arc<AcmeStat
                 let account_limit = Duration::from_secs(cfg.timeout_secs);
                 let order_limit = account_limit * 3;
                 if account_cache.is_none() {
-                    let a = tokio::time::timeout(account_limit, account(&cfg))
-                        .await
-                        .map_err(|_| {
-                            AcmeError::Other(format!(
-                                "{}: no account within {} s",
-                                cfg.directory,
-                                account_limit.as_secs()
-                            ))
-                        })??;
-                    account_cache = Some(a);
+                    let a = within(account_limit, &cfg.directory, "no account", account(&cfg));
+                    account_cache = Some(a.await?);
                 }
                 let account = account_cache.as_ref().expect("set above");
-                let (chain, key_pem) = tokio::time::timeout(
-                    order_limit,
-                    order(account, &names, cfg.challenge, &state),
-                )
-                .await
-                .map_err(|_| {
-                    AcmeError::Other(format!(
-                        "{}: the order took more than {} s",
-                        cfg.directory,
-                        order_limit.as_secs()
-                    ))
-                })??;
+                let o = order(account, &names, cfg.challenge, &state);
+                let (chain, key_pem) =
+                    within(order_limit, &cfg.directory, "no certificate", o).await?;
                 let issued = check_issued(&chain, &key_pem, &names, now_unix())?;
                 let crt = cfg.state_dir.join(format!("{key}.crt"));
                 let kp = cfg.state_dir.join(format!("{key}.key"));

@@ -291,13 +291,17 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name, produce: bool) {
                 .collect()
         }
     };
-    for m in ch
+    // Those past the changes are the members given their settings again.
+    let changed = ch.add.len() + ch.reset.len() + ch.regroup.len();
+    for (n, m) in ch
         .add
         .iter()
         .chain(&ch.reset)
         .chain(&ch.regroup)
         .chain(&resettle)
+        .enumerate()
     {
+        let resettling = n >= changed;
         let mut zc = match member_config(&cfg, &cp, m) {
             Ok(z) => z,
             Err(e) => {
@@ -307,7 +311,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name, produce: bool) {
         };
         // Where it would answer for zones the catalog does not own.
         if let Some((why, other)) = conflict(&reg, cat, &m.zone, &above) {
-            if resettle.iter().any(|r| r.zone == m.zone) {
+            if resettling {
                 // Served already: kept as it is (a config zone that meets it evicts it).
                 continue;
             }
@@ -320,7 +324,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name, produce: bool) {
             continue;
         }
         if let Some(owner) = others_files.get(&zc.file).filter(|o| **o != m.zone) {
-            if resettle.iter().any(|r| r.zone == m.zone) {
+            if resettling {
                 continue;
             }
             catalog::refused(catalog::Refusal::FileTaken, 1);

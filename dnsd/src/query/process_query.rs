@@ -611,6 +611,8 @@ impl Processor {
         // 5. Answer.
         let udp_payload = self.cfg.udp_payload;
         let limit = response::size_limit(q, transport, udp_payload, out.len());
+        // The Client Subnet believed (echoed, and the client's network below).
+        let ecs = self.cfg.ecs(q, src);
         let mut opts = response::OptOptions {
             cookie: parsed.cookie_out.as_ref(),
             keepalive: self.cfg.keepalive(q, transport),
@@ -618,7 +620,7 @@ impl Processor {
             nsid: self.cfg.nsid(q),
             ede: None,
             // Scope 0 unless the answer was chosen by the client's network (set below).
-            ecs: self.cfg.ecs(q, src).map(|e| (e, 0)),
+            ecs: ecs.map(|e| (e, 0)),
             pad: false,
         };
         let opt = response::opt_room(q, &opts);
@@ -661,7 +663,6 @@ impl Processor {
             .as_ref()
             .is_some_and(|o| o.compact_ok && o.signer.denies());
         // The client's network: its Client Subnet where ECS is on, else the source.
-        let ecs = self.cfg.ecs(q, src);
         let client = internet::Client {
             ip: ecs.map_or(src.ip(), |e| e.ip()),
             geodb: self.cfg.geodb.as_deref(),

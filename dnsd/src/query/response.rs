@@ -340,16 +340,7 @@ impl<'b> Writer<'b> {
                     if self.len + data.len() > self.limit {
                         return Err(Full);
                     }
-                    let start = self.len;
-                    self.buf[start..start + data.len()].copy_from_slice(data);
-                    let ptr = (0xC000 | off).to_be_bytes();
-                    let mut p = start;
-                    while p < start + data.len() {
-                        self.buf[p..p + 2].copy_from_slice(&ptr);
-                        let rdlen = u16::from_be_bytes([self.buf[p + 10], self.buf[p + 11]]);
-                        p += RR_HEAD + rdlen as usize;
-                    }
-                    self.len += data.len();
+                    self.put_pointing(data, off);
                 }
                 Owner::Name(name) => {
                     let m = self.mark();
@@ -370,22 +361,27 @@ impl<'b> Writer<'b> {
                     }
                     self.buf[self.len..self.len + first - 2].copy_from_slice(&data[2..first]);
                     self.len += first - 2;
-                    let start = self.len;
-                    self.buf[start..start + rest.len()].copy_from_slice(rest);
-                    let ptr = (0xC000 | at as u16).to_be_bytes();
-                    let mut p = start;
-                    while p < start + rest.len() {
-                        self.buf[p..p + 2].copy_from_slice(&ptr);
-                        let rdlen = u16::from_be_bytes([self.buf[p + 10], self.buf[p + 11]]);
-                        p += RR_HEAD + rdlen as usize;
-                    }
-                    self.len += rest.len();
+                    self.put_pointing(rest, at as u16);
                 }
             }
             self.counts[sec as usize] += s.count;
             return Ok(());
         }
         self.rrset_by_rr(sec, zone, s, owner)
+    }
+
+    /// Copies stored RRs (`rrs`, room checked by the caller), each owner a pointer to `at`.
+    fn put_pointing(&mut self, rrs: &[u8], at: u16) {
+        let start = self.len;
+        self.buf[start..start + rrs.len()].copy_from_slice(rrs);
+        let ptr = (0xC000 | at).to_be_bytes();
+        let mut p = start;
+        while p < start + rrs.len() {
+            self.buf[p..p + 2].copy_from_slice(&ptr);
+            let rdlen = u16::from_be_bytes([self.buf[p + 10], self.buf[p + 11]]);
+            p += RR_HEAD + rdlen as usize;
+        }
+        self.len += rrs.len();
     }
 
     /// [`Writer::rrset`] one RR at a time, each RDATA's names compressed.

@@ -161,11 +161,11 @@ pub struct GeoName {
     pub variants: Vec<Variant>,
 }
 
-/// `ip` as (IPv6, its bits left-aligned in 128, its length).
-fn bits(ip: IpAddr) -> (bool, u128, u8) {
+/// `ip` as (IPv6, its bits left-aligned in 128).
+fn bits(ip: IpAddr) -> (bool, u128) {
     match ip.to_canonical() {
-        IpAddr::V4(a) => (false, (u32::from(a) as u128) << 96, 32),
-        IpAddr::V6(a) => (true, u128::from(a), 128),
+        IpAddr::V4(a) => (false, (u32::from(a) as u128) << 96),
+        IpAddr::V6(a) => (true, u128::from(a)),
     }
 }
 
@@ -232,7 +232,7 @@ impl GeoName {
     /// Takes variant `idx` for network `n`.
     fn add_net(&mut self, n: ipnet::IpNet, idx: u16) {
         let n = n.trunc();
-        let (v6, b, _) = bits(n.addr());
+        let (v6, b) = bits(n.addr());
         let len = n.prefix_len();
         for l in 1..=len {
             self.branches.insert((v6, l, first(b, l)));
@@ -264,7 +264,7 @@ impl GeoName {
 
     /// True when some variant answers `qtype` (holds it, or a CNAME): the answer for that
     /// type differs by client.
-    pub fn answers(&self, qtype: u16) -> bool {
+    fn answers(&self, qtype: u16) -> bool {
         use zones::rrtype::t;
         let holds = |ty: u16| self.types.binary_search(&ty).is_ok();
         qtype == t::ANY || holds(qtype) || holds(t::CNAME)
@@ -277,7 +277,7 @@ impl GeoName {
     }
 
     fn scope_of(&self, ip: IpAddr, chosen: u8) -> u8 {
-        let (v6, b, _) = bits(ip);
+        let (v6, b) = bits(ip);
         let longest = self.longest[v6 as usize];
         let mut l = longest;
         while l > chosen {
