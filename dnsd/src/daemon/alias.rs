@@ -68,10 +68,18 @@ pub async fn run(
     let mut dirty = false;
     let mut published = tokio::time::Instant::now();
     let cap = QUEUE + max;
+    // Past `cap` names waiting, a further one is left for a later miss or tick, and counted.
+    let stats = &cache.stats;
     let want = |k: Key, queue: &mut std::collections::VecDeque<Key>, queued: &mut HashSet<Key>| {
-        if queued.len() < cap && queued.insert(k.clone()) {
-            queue.push_back(k);
+        if queued.contains(&k) {
+            return;
         }
+        if queued.len() >= cap {
+            stats.queue_full.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        queued.insert(k.clone());
+        queue.push_back(k);
     };
     loop {
         tokio::select! {

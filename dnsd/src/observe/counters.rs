@@ -150,6 +150,8 @@ pub struct WorkerStats {
     pub kinds: [AtomicU64; KINDS.len()],
     /// Compact denials by outcome (index into [`COMPACT`]).
     pub compact: [AtomicU64; COMPACT.len()],
+    /// Responses whose names found the compression table full.
+    pub compression_full: AtomicU64,
 }
 
 impl Default for WorkerStats {
@@ -162,6 +164,7 @@ impl Default for WorkerStats {
             queries: AtomicU64::new(0),
             kinds: std::array::from_fn(|_| AtomicU64::new(0)),
             compact: std::array::from_fn(|_| AtomicU64::new(0)),
+            compression_full: AtomicU64::new(0),
         }
     }
 }
@@ -208,6 +211,12 @@ impl WorkerStats {
         bump(&self.compact[c as usize]);
     }
 
+    /// Counts a response whose names found the compression table full.
+    #[inline]
+    pub fn compression_full(&self) {
+        bump(&self.compression_full);
+    }
+
     /// Counts a dropped message.
     #[inline]
     pub fn dropped(&self, why: DropCause) {
@@ -232,6 +241,8 @@ pub struct Totals {
     pub kinds: Vec<u64>,
     /// Compact denials by outcome.
     pub compact: Vec<u64>,
+    /// Responses whose names found the compression table full.
+    pub compression_full: u64,
 }
 
 /// Sums counter blocks.
@@ -262,6 +273,7 @@ pub fn sum<'a>(blocks: impl Iterator<Item = &'a WorkerStats>) -> Totals {
             *d += l(s);
         }
         t.truncated += l(&b.truncated);
+        t.compression_full += l(&b.compression_full);
         t.queries += l(&b.queries);
     }
     t

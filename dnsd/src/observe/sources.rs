@@ -69,6 +69,13 @@ impl Source for QueryStats {
             "Responses with TC set.",
             udp.truncated + tcp.truncated,
         );
+        out.counter(
+            "responses.compression_table_full",
+            "dnsd_compression_table_full_total",
+            "",
+            "Responses with more distinct names than the compression table holds (later names written whole).",
+            udp.compression_full + tcp.compression_full,
+        );
         for (i, name) in counters::KINDS.iter().enumerate() {
             out.counter(
                 format!("responses.kind.{name}"),

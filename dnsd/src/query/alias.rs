@@ -105,7 +105,8 @@ pub struct AliasStats {
     pub hits: AtomicU64,
     /// Targets not (or no longer) in the cache: answered SERVFAIL, queued.
     pub misses: AtomicU64,
-    /// Misses not queued because the queue was full.
+    /// Names not queued because the queue, or the filling task's list of names waiting,
+    /// was full.
     pub queue_full: AtomicU64,
     /// Resolutions that got an answer.
     pub resolved: AtomicU64,

@@ -719,6 +719,7 @@ impl Processor {
             response::put_opt(&mut w, q, udp_payload, 0, opts);
         }
         let rc = w.rcode();
+        let comp_full = w.compression_full();
         let mut len = w.finish();
         // 8. Signed last, when the request was.
         if let Some(s) = signer.as_mut() {
@@ -726,6 +727,9 @@ impl Processor {
         }
         stats.response(rc, ans.truncated);
         stats.kind(ans.kind as usize);
+        if comp_full {
+            stats.compression_full();
+        }
         self.volatile = ans.volatile;
         if let (Some(h), Some(i)) = (&mut self.hot, zone_idx)
             && !ans.volatile

@@ -66,6 +66,8 @@ const COMP_ENTRIES: usize = 192;
 /// are written. Left uninitialised but for the bitmap of places taken (cleared per message).
 struct Compressor {
     n: usize,
+    /// A suffix found the table full (left out: later names point less far).
+    full: bool,
     used: [u64; COMP_SLOTS / 64],
     off: [std::mem::MaybeUninit<u16>; COMP_SLOTS],
     hash: [std::mem::MaybeUninit<u32>; COMP_SLOTS],
@@ -142,6 +144,7 @@ impl Compressor {
     fn new() -> Compressor {
         Compressor {
             n: 0,
+            full: false,
             used: [0; COMP_SLOTS / 64],
             off: [const { std::mem::MaybeUninit::uninit() }; COMP_SLOTS],
             hash: [const { std::mem::MaybeUninit::uninit() }; COMP_SLOTS],
@@ -151,6 +154,7 @@ impl Compressor {
 
     fn clear(&mut self) {
         self.n = 0;
+        self.full = false;
         self.used = [0; COMP_SLOTS / 64];
     }
 
@@ -166,7 +170,11 @@ impl Compressor {
     }
 
     fn add(&mut self, off: usize, hash: u32) {
-        if self.n == COMP_ENTRIES || off >= 0x3FFF {
+        if off >= 0x3FFF {
+            return;
+        }
+        if self.n == COMP_ENTRIES {
+            self.full = true;
             return;
         }
         let mut i = Self::home(hash);
@@ -294,6 +302,12 @@ impl<'b> Writer<'b> {
     /// The rcode's low four bits as written.
     pub fn rcode(&self) -> u16 {
         (self.buf[3] & 0xF) as u16
+    }
+
+    /// Whether a name's suffix found the compression table full (the message is larger than
+    /// it could be).
+    pub fn compression_full(&self) -> bool {
+        self.comp.full
     }
 
     /// Finishes the message: writes the section counts, returns its length.
@@ -1021,6 +1035,36 @@ mod tests {
         }
         v.extend_from_slice(tail);
         v
+    }
+
+    /// More distinct names than the table holds are still written (whole), and the writer
+    /// says the table was full (counted in metrics).
+    #[test]
+    fn a_full_compression_table_is_told() {
+        let q = Q::new("q.", 15);
+        let (req, parsed) = q.parsed();
+        let mut buf = [0u8; 4096];
+        let mut w = Writer::new(&mut buf, 4096);
+        w.start(&req, &parsed, rcode::NOERROR, true);
+        let name = |i: usize| {
+            let l = format!("n{i}");
+            let mut v = vec![l.len() as u8];
+            v.extend_from_slice(l.as_bytes());
+            v.extend_from_slice(b"\x01q\x00");
+            v
+        };
+        for i in 0..COMP_ENTRIES {
+            w.name(&name(i)).unwrap();
+        }
+        assert!(!w.compression_full());
+        let at = w.position();
+        w.name(&name(COMP_ENTRIES)).unwrap();
+        assert_eq!(w.position() - at, 1 + 4 + 2, "its label, then q pointed at");
+        assert!(w.compression_full());
+        let at = w.position();
+        w.name(&name(COMP_ENTRIES)).unwrap();
+        assert_eq!(w.position() - at, 1 + 4 + 2, "not found: written again");
+        assert!(w.find_name(&name(0)).is_some());
     }
 
     /// A deep question leaves the table's places to the names written after it: names
