@@ -557,9 +557,73 @@ pub fn timeline(
             }
         }
     }
+    retire_strays(&mut keys, p, roles, now, dnskey_ttl.max(max_ttl))?;
     keys::write_manifest(&p.key_dir, zone, &keys)?;
     submission::note(p, zone, &keys, now);
     Ok((keys, next_roll))
+}
+
+/// Keys the policy no longer calls for (of another role or algorithm: a change between a CSK
+/// and a KSK with a ZSK, or of algorithm) sign on beside the policy's new keys until the
+/// parent holds the DS of the policy's key-signing key, then retire as a KSK rollover's
+/// predecessor does: the chain from the parent's DS never breaks, and no key outlives its
+/// policy (they stayed active for good, every RRset signed twice).
+///
+/// The DS must be known held since the newest of them came: a policy changed back before
+/// its keys took over waits for its old key's DS to be confirmed again.
+fn retire_strays(
+    keys: &mut [Key],
+    p: &Policy,
+    roles: &[Role],
+    now: u64,
+    linger: u64,
+) -> Result<(), KeyError> {
+    let ours = |k: &Key| roles.contains(&k.file.role) && k.file.algorithm == p.algorithm;
+    let leaving = |k: &Key| {
+        !ours(k)
+            && k.file.retire.is_none()
+            && matches!(k.file.state(now), KeyState::Active | KeyState::Published)
+    };
+    let Some(since) = keys
+        .iter()
+        .filter(|k| leaving(k))
+        .map(|k| k.file.active.unwrap_or(k.file.publish))
+        .max()
+    else {
+        return Ok(());
+    };
+    // Under "timer" a key's DS is taken for held once its CDS is out, and not before the
+    // keys leaving came (the CDS set changed then).
+    let timer = p.ksk_submission == Submission::Timer;
+    let held = keys
+        .iter()
+        .filter(|k| ours(k) && k.file.role.signs_keys())
+        .filter(|k| k.file.state(now) == KeyState::Active)
+        .filter_map(|k| match k.file.submitted {
+            Some(s) if s >= since => Some(s),
+            _ if timer => k.file.ready.map(|r| r.max(since)),
+            _ => None,
+        })
+        .min();
+    let Some(held) = held.filter(|&h| h <= now) else {
+        return Ok(());
+    };
+    let retire = held + p.parent_ds_ttl + p.propagation_delay;
+    for k in keys.iter_mut() {
+        if leaving(k) {
+            k.file.retire = Some(retire);
+            k.file.remove = Some(retire + linger + p.propagation_delay);
+            k.write()?;
+            tracing::info!(
+                tag = k.tag,
+                role = ?k.file.role,
+                algorithm = ?k.file.algorithm,
+                retire,
+                "key no longer called for by the policy retires: the parent holds the new DS"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Signings refused because key files the zone held are gone.
@@ -638,31 +702,27 @@ fn retire_submitted(
 }
 
 /// The newest active key of a KSK or CSK rollover under way whose DS the parent is not
-/// known to hold yet: (its tag, its DNSKEY RDATA, whether its CDS is published).
+/// known to hold yet: (its tag, its DNSKEY RDATA, whether its CDS is published). KSKs and
+/// CSKs are one group: a policy changed from one to the other moves the DS from the old key
+/// to the new as a rollover does.
 pub fn awaiting_ds(keys: &[Key], now: u64) -> Vec<(u16, Vec<u8>, bool)> {
-    let mut out = Vec::new();
-    for role in [Role::Ksk, Role::Csk] {
-        let active: Vec<&Key> = keys
+    let active: Vec<&Key> = keys
+        .iter()
+        .filter(|k| k.file.role.signs_keys() && k.file.state(now) == KeyState::Active)
+        .collect();
+    let unretired_older = |n: &Key| {
+        active
             .iter()
-            .filter(|k| k.file.role == role && k.file.state(now) == KeyState::Active)
-            .collect();
-        let unretired_older = |n: &Key| {
-            active
-                .iter()
-                .any(|o| o.file.active < n.file.active && o.file.retire.is_none())
-        };
-        if let Some(n) = active.iter().max_by_key(|k| k.file.active)
-            && n.file.submitted.is_none()
-            && unretired_older(n)
-        {
-            out.push((
-                n.tag,
-                n.dnskey.clone(),
-                n.file.ready.is_some_and(|r| r <= now),
-            ));
-        }
+            .any(|o| o.file.active < n.file.active && o.file.retire.is_none())
+    };
+    match active.iter().max_by_key(|k| k.file.active) {
+        Some(n) if n.file.submitted.is_none() && unretired_older(n) => vec![(
+            n.tag,
+            n.dnskey.clone(),
+            n.file.ready.is_some_and(|r| r <= now),
+        )],
+        _ => Vec::new(),
     }
-    out
 }
 
 /// Records that the parent holds the DS of `zone`'s key `tag` (awaited by a rollover) from
@@ -899,6 +959,91 @@ mod tests {
         let k = ksks(&still, 2001);
         let old = k.iter().find(|k| k.0 == first[0].0).unwrap();
         assert_eq!(old.2, Some(2000 + 50 + 10), "{k:?}");
+    }
+
+    /// Every key at `now`: (tag, role, algorithm, state, retire).
+    fn all_keys(p: &Policy, now: u64) -> Vec<(u16, Role, Algorithm, KeyState, Option<u64>)> {
+        let (keys, _) = timeline(p, "example.com.", now, 20, 20).unwrap();
+        keys.iter()
+            .map(|k| {
+                let f = &k.file;
+                (k.tag, f.role, f.algorithm, f.state(now), f.retire)
+            })
+            .collect()
+    }
+
+    /// A policy changed from a CSK to a KSK with a ZSK (or back, or to another algorithm)
+    /// left the old keys active for good, every RRset signed twice and the old key never
+    /// rolled: they sign on until the parent holds the new key-signing key's DS, then retire
+    /// and go as a rollover's predecessor does.
+    #[test]
+    fn keys_the_policy_no_longer_calls_for_retire_once_the_new_ds_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let split = Policy {
+            ksk_lifetime: 0,
+            ..policy(dir.path(), Submission::Manual)
+        };
+        let csk = Policy {
+            split_keys: false,
+            ..split.clone()
+        };
+        let first = all_keys(&csk, 1000);
+        assert_eq!(first.len(), 1);
+        let old = first[0].0;
+        assert_eq!(first[0].1, Role::Csk);
+        // Changed to KSK + ZSK: both made, the CSK signs on while the parent's DS names it.
+        let now = all_keys(&split, 2000);
+        assert_eq!(now.len(), 3, "{now:?}");
+        assert!(now.iter().all(|k| k.3 == KeyState::Active && k.4.is_none()));
+        let ksk = now.iter().find(|k| k.1 == Role::Ksk).unwrap().0;
+        for t in [2031, 50_000] {
+            let k = all_keys(&split, t);
+            assert!(
+                k.iter().all(|k| k.3 == KeyState::Active && k.4.is_none()),
+                "{k:?}"
+            );
+            let keys = keys::zone_keys(dir.path(), "example.com.").unwrap();
+            let waits: Vec<u16> = awaiting_ds(&keys, t).iter().map(|a| a.0).collect();
+            assert_eq!(waits, vec![ksk], "the new KSK's DS is awaited");
+        }
+        assert!(mark_submitted(dir.path(), "example.com.", ksk, 50_000).unwrap());
+        let k = all_keys(&split, 50_001);
+        let c = k.iter().find(|k| k.0 == old).unwrap();
+        assert_eq!(c.4, Some(50_000 + 50 + 10), "{k:?}");
+        assert_eq!(
+            all_keys(&split, 50_060)
+                .iter()
+                .find(|k| k.0 == old)
+                .unwrap()
+                .3,
+            KeyState::Retired
+        );
+        // Removed once its signatures can have left caches (20 + 10 later).
+        let k = all_keys(&split, 50_090);
+        assert!(k.iter().all(|k| k.0 != old), "{k:?}");
+        assert_eq!(k.len(), 2);
+        let keys = keys::zone_keys(dir.path(), "example.com.").unwrap();
+        assert!(awaiting_ds(&keys, 50_090).is_empty());
+
+        // Another algorithm under "timer": the old pair goes once the new CDS is out (20 +
+        // 10 after the change) and the old DS can have left caches (50 + 10).
+        let ed = Policy {
+            algorithm: Algorithm::Ed25519,
+            ksk_submission: Submission::Timer,
+            ..split.clone()
+        };
+        let k = all_keys(&ed, 60_000);
+        assert_eq!(k.len(), 4, "{k:?}");
+        let k = all_keys(&ed, 60_031);
+        for k in k.iter().filter(|k| k.2 != Algorithm::Ed25519) {
+            assert_eq!(k.4, Some(60_030 + 50 + 10), "{k:?}");
+        }
+        let k = all_keys(&ed, 60_200);
+        assert_eq!(k.len(), 2, "{k:?}");
+        assert!(
+            k.iter()
+                .all(|k| k.2 == Algorithm::Ed25519 && k.3 == KeyState::Active)
+        );
     }
 
     #[test]
