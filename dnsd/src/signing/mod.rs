@@ -194,7 +194,7 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
     }
     // Without a served version (a start), the copy of the last signed version: its
     // signatures are kept where they still hold, as after any change.
-    let copy = match &job.prev {
+    let mut copy = match &job.prev {
         Some(_) => None,
         None => read_copy(&p.key_dir, unsigned.apex()),
     };
@@ -205,7 +205,8 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
     // copy is written after the serial, on a thread of its own, and may lag it (a full disk,
     // a kill just after a signing) — a restart must not serve an old serial again.
     let unsigned_serial = unsigned.serial();
-    let last = match (prev.map(|z| z.serial()), read_serial(&p.key_dir, &zone)) {
+    let stored = read_serial(&p.key_dir, &zone);
+    let last = match (prev.map(|z| z.serial()), stored) {
         (Some(a), Some(b)) if zones::serial_gt(b, a) => Some(b),
         (Some(a), _) => Some(a),
         (None, b) => b,
@@ -231,8 +232,30 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
         cdnskey,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let signed = zones::sign::sign_zone(unsigned, prev, &signing, &params)?;
-    if let Err(e) = write_serial(&p.key_dir, &zone, serial) {
+    let mut signed = zones::sign::sign_zone(unsigned, prev, &signing, &params)?;
+    // A start whose signing changed nothing but the SOA's serial and its signature serves the
+    // copy as it was, when that is the version last served and the file's serial did not
+    // move: every restart gave every signed zone a new serial, and its secondaries a
+    // transfer of it.
+    if let Some(c) = copy.as_ref()
+        && stored == Some(c.serial())
+        && zones::serial_gt(serial, unsigned_serial)
+        && same_but_serial(c, &signed.zone)
+    {
+        let c = copy.take().expect("checked above");
+        signed.zone = c;
+        // Every signature served is the copy's (those made over the new serial dropped).
+        signed.kept += signed.made;
+        signed.made = 0;
+        signed.earliest_expiration = zones::dnssec::signature_expiry(&signed.zone, now as u32)
+            .0
+            .unwrap_or(signed.earliest_expiration);
+        tracing::info!(
+            zone,
+            serial = signed.zone.serial(),
+            "the signed copy is current: served as it is"
+        );
+    } else if let Err(e) = write_serial(&p.key_dir, &zone, serial) {
         // A start that cannot keep the serial it would serve (a full disk): the signed copy
         // serves, as when the keys cannot be read — the zone stayed dark until a reload.
         if let Some(copy) = copy {
@@ -278,6 +301,32 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
         resign_at,
         earliest_expiration: signed.earliest_expiration,
         compact,
+    })
+}
+
+/// Whether two signed versions differ at most in the SOA's serial and the SOA's signatures
+/// (records compared in the zone's canonical order).
+fn same_but_serial(a: &Zone, b: &Zone) -> bool {
+    if a.record_count() != b.record_count() {
+        return false;
+    }
+    let apex = a.apex().as_wire().len();
+    let soa_sig = |o: &[u8], rt: u16, rd: &[u8]| {
+        rt == zones::rrtype::t::RRSIG && o.len() == apex && rd.get(..2) == Some(&[0, 6])
+    };
+    a.records().zip(b.records()).all(|(x, y)| {
+        if x.1 != y.1 || x.2 != y.2 || !x.0.eq_ignore_ascii_case(y.0) {
+            return false;
+        }
+        if x.1 == zones::rrtype::t::SOA {
+            // MNAME, RNAME, then the serial and four counters.
+            let (n, m) = (x.3.len(), y.3.len());
+            return n == m
+                && n >= 20
+                && x.3[..n - 20] == y.3[..n - 20]
+                && x.3[n - 16..] == y.3[n - 16..];
+        }
+        soa_sig(x.0, x.1, x.3) && soa_sig(y.0, y.1, y.3) || x.3 == y.3
     })
 }
 
@@ -878,6 +927,47 @@ mod tests {
         std::fs::create_dir_all(serial.join("in-the-way")).unwrap();
         let s = sign(&unsigned, &job(None), 1004).unwrap();
         assert_eq!((s.zone.serial(), s.resign_at), (5, 1304));
+    }
+
+    /// Every start signed again with a new serial: each restart made every secondary of
+    /// every signed zone transfer it. A start that changes nothing but the serial serves the
+    /// copy as it was; a changed file, or one whose serial moved on, gets a new version.
+    #[test]
+    fn a_start_that_changes_nothing_keeps_the_serial_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = std::sync::Arc::new(policy(dir.path(), Submission::Manual));
+        let apex = zones::Name::parse("example.com.", None).unwrap();
+        let load = |serial: u32, a: &str| {
+            let text = format!(
+                "example.com. 3600 IN SOA ns.example.com. h.example.com. {serial} 3600 600 86400 300\n\
+                 example.com. 3600 IN NS ns.example.com.\n\
+                 ns.example.com. 3600 IN A {a}\n"
+            );
+            zones::load_bytes("z", text.as_bytes(), &apex, &zones::ReadOptions::new(&apex))
+                .unwrap()
+                .zone
+        };
+        let job = SignJob {
+            policy: p.clone(),
+            prev: None,
+            keep_unsigned: false,
+        };
+        let first = sign(&load(5, "192.0.2.1"), &job, 1000).unwrap().zone;
+        assert_eq!(first.serial(), 5);
+        zones::present::write_file(&first, &copy_path(dir.path(), &apex), "copy").unwrap();
+        for now in [1001, 1050] {
+            let s = sign(&load(5, "192.0.2.1"), &job, now).unwrap();
+            assert_eq!(s.zone.serial(), 5, "a restart at {now}");
+            assert_eq!(s.made, 0);
+            assert!(same_but_serial(&s.zone, &first));
+        }
+        // The file changed: a new version, past the one served.
+        let s = sign(&load(5, "192.0.2.2"), &job, 1060).unwrap();
+        assert_eq!(s.zone.serial(), 6);
+        assert!(!same_but_serial(&s.zone, &first));
+        // The file's serial moved on alone: the operator's serial is served.
+        let s = sign(&load(9, "192.0.2.1"), &job, 1070).unwrap();
+        assert_eq!(s.zone.serial(), 9);
     }
 
     #[test]
