@@ -319,8 +319,8 @@ pub trait Request {
     }
 
     /// True when some attribute has more than one value: a condition then matches when any
-    /// value matches (a negated one when none does), so that a second copy of a header
-    /// cannot hide a value from the rules.
+    /// value matches, a negated one when some copy of a header does not (the query's forms:
+    /// when none does), so that a second copy of a header can hide no value from the rules.
     fn multi_valued(&self) -> bool {
         false
     }

@@ -331,6 +331,7 @@ impl Ctx<'_> {
         let allowed: &[&str] = match attr {
             attrs::TRANSPORT => &["udp", "tcp"],
             attrs::COOKIE => &["none", "client_only", "valid", "invalid"],
+            attrs::VERSION => &["http/0.9", "http/1.0", "http/1.1", "http/2", "http/3"],
             _ => &[],
         };
         if !allowed.is_empty() {
@@ -864,6 +865,11 @@ fn normalize(attr: &str, v: &str) -> String {
             s
         }
         attrs::QTYPE | attrs::QCLASS | attrs::OPCODE => v.to_ascii_uppercase(),
+        // HTTP's host is seen lower-case without its trailing dot, the method and version
+        // upper-case (a lower-case method is refused before the rules): `Internal.a.test`,
+        // `delete` or `http/2` would never match.
+        attrs::HOST => v.to_ascii_lowercase(),
+        attrs::METHOD | attrs::VERSION => v.to_ascii_uppercase(),
         attrs::TRANSPORT | attrs::COOKIE => v.to_ascii_lowercase(),
         _ => v.to_string(),
     }

@@ -58,9 +58,55 @@ fn every_value_of_a_repeated_attribute_is_matched() {
     assert_eq!(v(&["curl"]), Action::Pass);
     assert_eq!(v(&["curl", "sqlmap"]), Action::Deny);
     assert_eq!(v(&["sqlmap", "curl"]), Action::Deny);
-    // Negated: matches when no value matches.
+    // Negated: matches when some copy does not (an allow-list a second copy holding an
+    // allowed value switched off, while the origin read both).
     assert_eq!(v(&["wget"]), Action::Challenge);
-    assert_eq!(v(&["wget", "curl"]), Action::Pass);
+    assert_eq!(v(&["wget", "curl"]), Action::Challenge);
+    assert_eq!(v(&["curl", "wget"]), Action::Challenge);
+    assert_eq!(v(&["curl", "curl"]), Action::Pass);
+}
+
+/// HTTP attributes compare in the spelling the request is seen in: `host` lower-case,
+/// `method` and `version` upper-case (rules written otherwise never matched, silently); a
+/// version HTTP never has is refused; a number padded with zeros is the number.
+#[test]
+fn http_attributes_compare_in_one_spelling_and_numbers_take_leading_zeros() {
+    let p = prepared(
+        "[[tenant]]\nid = 1\n\
+         [[tenant.rule]]\nname = \"host\"\naction = \"deny\"\n\
+         when = [{ attr = \"host\", exact = \"Internal.A.Test\" }]\n\
+         [[tenant.rule]]\nname = \"method\"\naction = \"deny\"\n\
+         when = [{ attr = \"method\", one_of = [\"delete\", \"put\"] }]\n\
+         [[tenant.rule]]\nname = \"version\"\naction = \"challenge\"\n\
+         when = [{ attr = \"version\", exact = \"http/1.0\" }]\n\
+         [[tenant.rule]]\nname = \"length\"\naction = \"deny\"\n\
+         when = [{ attr = \"header:content-length\", ge = 100 }]\n",
+    );
+    let s = state();
+    let src = ip("192.0.2.1");
+    let v = |a: &[(&str, &str)]| p.check(&s, 1, src, &Attrs(a), NOW).action;
+    assert_eq!(v(&[(attr::HOST, "internal.a.test")]), Action::Deny);
+    assert_eq!(v(&[(attr::METHOD, "DELETE")]), Action::Deny);
+    assert_eq!(v(&[(attr::METHOD, "GET")]), Action::Pass);
+    assert_eq!(v(&[(attr::VERSION, "HTTP/1.0")]), Action::Challenge);
+    for len in [
+        "150",
+        "00000000000000000150",
+        "0000000000000000000000000150",
+    ] {
+        assert_eq!(v(&[("header:content-length", len)]), Action::Deny, "{len}");
+    }
+    for len in ["99", "000000000000000000000099", "0", "00000"] {
+        assert_eq!(v(&[("header:content-length", len)]), Action::Pass, "{len}");
+    }
+    let e = Prepared::parse(
+        Path::new("t.toml"),
+        "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"v\"\naction = \"deny\"\n\
+         when = [{ attr = \"version\", exact = \"HTTP/2.0\" }]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("t.toml:6:") && e.contains("HTTP/2.0"), "{e}");
 }
 
 /// A DNS query as attributes.

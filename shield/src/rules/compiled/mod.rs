@@ -2,7 +2,7 @@
 //! (exact, prefix, label suffix, sets, anchored regexes behind a shared `RegexSet`), its rate
 //! and escalation, and the [`index`] that picks candidate rules by keyed lookups.
 
-use super::{Request, TenantId, Verdict};
+use super::{Request, TenantId, Verdict, attr};
 use crate::block::Reason;
 use crate::prefix::{PrefixMap, PrefixSet};
 use crate::ratelimit::Limit;
@@ -118,10 +118,17 @@ pub(crate) enum NumOp {
     Ge,
 }
 
-/// A decimal number without sign or spaces (at most 19 digits).
+/// A decimal number without sign or spaces (at most 19 digits past leading zeros, which an
+/// origin reads as the number: `Content-Length: 000…0150` is 150 to it).
 #[inline]
 fn parse_u64(v: &str) -> Option<u64> {
     let b = v.as_bytes();
+    let lead = b.iter().take_while(|&&c| c == b'0').count();
+    let b = if lead == b.len() {
+        &b[b.len().saturating_sub(1)..]
+    } else {
+        &b[lead..]
+    };
     if b.is_empty() || b.len() > 19 {
         return None;
     }
@@ -156,6 +163,21 @@ impl Condition {
         cache: &mut [u8; MAX_PREFILTERS],
     ) -> bool {
         if req.multi_valued() && !matches!(self.matcher, Matcher::Present(_)) {
+            // A negated condition on a header sent more than once holds when some copy fails
+            // the matcher (or none is there): an allow-list ("deny unless one of ...") was
+            // switched off by a second copy holding an allowed value, while the origin read
+            // both joined. The query's two values are forms of one: there, neither matching.
+            if self.negate && &*self.attr != attr::QUERY {
+                for n in 0..MAX_VALUES {
+                    let Some(v) = req.attr_nth(&self.attr, n) else {
+                        return n == 0;
+                    };
+                    if !self.value_matches(v, &[], &mut [0; MAX_PREFILTERS], false) {
+                        return true;
+                    }
+                }
+                return false;
+            }
             let mut any = false;
             for n in 0..MAX_VALUES {
                 let Some(v) = req.attr_nth(&self.attr, n) else {
