@@ -594,17 +594,31 @@ fn rules(
         // What the rules see of values an origin decodes: headers not in UTF-8 (obs-text
         // bytes: made UTF-8, the bad bytes U+FFFD, rather than hidden from the rules), and the
         // query percent-decoded besides as sent (only when the tenant's rules read it).
+        // Names with `_` also under their `-` spelling where the site passes them, and an
+        // HTTP/2 WebSocket as the GET with Upgrade its origin gets.
         let lossy = crate::view::lossy_headers(req.headers());
+        let base = lossy.as_ref().unwrap_or(req.headers());
+        let folded = if site.headers.underscores() {
+            crate::view::folded_headers(base)
+        } else {
+            None
+        };
+        let base = folded.as_ref().unwrap_or(base);
+        let ws = (req.method() == Method::CONNECT && forward::websocket::wants(req))
+            .then(|| crate::view::websocket_headers(base));
         let decoded = req
             .uri()
             .query()
             .filter(|_| site.reads_query)
             .and_then(crate::view::decoded_query);
-        let view = HttpView::new(req, f.host.name, &f.path.view)
-            .with_headers(lossy.as_ref().unwrap_or(req.headers()))
+        let mut view = HttpView::new(req, f.host.name, &f.path.view)
+            .with_headers(ws.as_ref().unwrap_or(base))
             .with_decoded_query(decoded.as_deref())
             .with_clearance(&clearance)
             .with_fingerprints(cx.ja4.as_deref(), cx.h2_fingerprint.get().map(|s| &**s));
+        if ws.is_some() {
+            view = view.with_method(&Method::GET);
+        }
         let v = local::with(front, |l| {
             let v = l.rules.check(site.tenant, cx.ip, &view, now);
             if let Some(a) = EventAction::from_rules(v.action) {

@@ -439,6 +439,12 @@ fn merge_slashes(b: &[u8]) -> Vec<u8> {
 /// `s` with its `%XX` escapes decoded and `+` as a space (as a form's values are read), and
 /// whether every `%` was followed by two hex digits (one that is not is kept as it is).
 pub fn form_decode(s: &str) -> (Vec<u8>, bool) {
+    form_decode_keeping(s, &[])
+}
+
+/// As [`form_decode`], but a percent-encoding of a byte in `keep` stays as it was sent (the
+/// query's separators: `%26` inside a value is no new parameter to an origin).
+pub fn form_decode_keeping(s: &str, keep: &[u8]) -> (Vec<u8>, bool) {
     let b = s.as_bytes();
     let hex = |c: Option<&u8>| c.and_then(|&c| (c as char).to_digit(16));
     let mut out = Vec::with_capacity(b.len());
@@ -447,6 +453,10 @@ pub fn form_decode(s: &str) -> (Vec<u8>, bool) {
     while i < b.len() {
         match b[i] {
             b'%' => match (hex(b.get(i + 1)), hex(b.get(i + 2))) {
+                (Some(h), Some(l)) if keep.contains(&((h * 16 + l) as u8)) => {
+                    out.extend_from_slice(&b[i..i + 3]);
+                    i += 3;
+                }
                 (Some(h), Some(l)) => {
                     out.push((h * 16 + l) as u8);
                     i += 3;

@@ -146,6 +146,12 @@ impl<'a> HttpView<'a> {
         HttpView { headers, ..self }
     }
 
+    /// The same view, whose method is `method` (an HTTP/2 WebSocket's CONNECT is ruled as the
+    /// GET the origin gets).
+    pub fn with_method(self, method: &'a Method) -> HttpView<'a> {
+        HttpView { method, ..self }
+    }
+
     /// The same view, whose query has `decoded` ([`decoded_query`]) as its second value.
     pub fn with_decoded_query(self, decoded: Option<&'a str>) -> HttpView<'a> {
         HttpView {
@@ -275,15 +281,46 @@ pub fn lossy_headers(headers: &HeaderMap) -> Option<HeaderMap> {
     Some(out)
 }
 
+/// `headers` with every field whose name holds `_` also under its name with `-` (`X_Role` is
+/// `x-role` too), when some name does (`None` otherwise): for a site that passes such names,
+/// whose CGI or WSGI origin reads both spellings as one variable (`HTTP_X_ROLE`), as nginx's
+/// `$http_x_role` does with `underscores_in_headers on`.
+pub fn folded_headers(headers: &HeaderMap) -> Option<HeaderMap> {
+    if !headers.keys().any(|k| k.as_str().contains('_')) {
+        return None;
+    }
+    let mut out = headers.clone();
+    for (n, v) in headers {
+        if n.as_str().contains('_')
+            && let Ok(dashed) =
+                header::HeaderName::from_bytes(n.as_str().replace('_', "-").as_bytes())
+        {
+            out.append(dashed, v.clone());
+        }
+    }
+    Some(out)
+}
+
+/// The headers an HTTP/2 WebSocket (extended CONNECT, RFC 8441) is forwarded with, as the
+/// rules must see them: `upgrade: websocket` and `connection: upgrade`, as the HTTP/1.1
+/// request the origin gets carries them.
+pub fn websocket_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut out = headers.clone();
+    out.append(header::UPGRADE, HeaderValue::from_static("websocket"));
+    out.append(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    out
+}
+
 /// `query` percent-decoded, `+` as space, as an origin's framework reads its parameters
-/// (bytes that decode to no UTF-8: U+FFFD; a `%` without two hex digits kept as it is), when
-/// that differs from `query` (`None` otherwise).
+/// (bytes that decode to no UTF-8: U+FFFD; a `%` without two hex digits kept as it is; the
+/// separators `%26`, `%3D`, `%3B` kept encoded: inside a value they make no parameter of it,
+/// `?q=a%26debug%3D1` searches for a text), when that differs from `query` (`None` otherwise).
 pub fn decoded_query(query: &str) -> Option<String> {
     let b = query.as_bytes();
     if !b.iter().any(|&c| c == b'%' || c == b'+') {
         return None;
     }
-    let (out, _) = crate::target::form_decode(query);
+    let (out, _) = crate::target::form_decode_keeping(query, b"&=;");
     let text = match String::from_utf8(out) {
         Ok(t) => t,
         Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
@@ -298,5 +335,40 @@ fn version_str(v: Version) -> &'static str {
         Version::HTTP_09 => "HTTP/0.9",
         Version::HTTP_3 => "HTTP/3",
         _ => "HTTP/1.1",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A value's encoded separators make no parameter of it: `?q=a%26debug%3D1` is a search
+    /// for the text `a&debug=1`, never `debug=1` (a rule on that denied the search).
+    #[test]
+    fn the_decoded_query_keeps_encoded_separators() {
+        assert_eq!(decoded_query("q=a%26debug%3D1"), None, "as sent");
+        assert_eq!(
+            decoded_query("q=a%26b%3dc%3Bd+e").as_deref(),
+            Some("q=a%26b%3dc%3Bd e")
+        );
+        assert_eq!(decoded_query("de%62ug=%31").as_deref(), Some("debug=1"));
+        assert_eq!(decoded_query("q=%2Bx").as_deref(), Some("q=+x"));
+    }
+
+    /// Names with `_` are also seen under their `-` spelling; an HTTP/2 WebSocket carries
+    /// the Upgrade the origin gets.
+    #[test]
+    fn folded_and_websocket_headers() {
+        let mut h = HeaderMap::new();
+        assert!(folded_headers(&h).is_none());
+        h.append("x_role", HeaderValue::from_static("admin"));
+        h.append("x-role", HeaderValue::from_static("user"));
+        let f = folded_headers(&h).unwrap();
+        let roles: Vec<_> = f.get_all("x-role").iter().collect();
+        assert_eq!(roles, ["user", "admin"]);
+        assert_eq!(f.get("x_role").unwrap(), "admin");
+        let w = websocket_headers(&h);
+        assert_eq!(w.get(header::UPGRADE).unwrap(), "websocket");
+        assert_eq!(w.get(header::CONNECTION).unwrap(), "upgrade");
     }
 }

@@ -168,3 +168,122 @@ fn http_forwarding_headers_for_the_url_never_come_from_the_client() {
         assert!(!seen.contains(h), "{h} reached the origin: {seen}");
     }
 }
+
+const RULES_U: &str = r#"
+[[tenant]]
+id = 2
+[[tenant.rule]]
+name = "no-admin-role"
+action = "deny"
+when = [{ attr = "header:x-role", exact = "admin" }]
+[[tenant.rule]]
+name = "api-versions"
+action = "deny"
+when = [{ attr = "path", prefix = "/api/" }, { attr = "header:x-api-version", one_of = ["1", "2"], not = true }]
+[[tenant.rule]]
+name = "small-uploads"
+action = "deny"
+when = [{ attr = "path", prefix = "/small" }, { attr = "header:content-length", ge = 100 }]
+"#;
+
+/// One HTTP/1.1 request to `host` of raw header lines and a body.
+fn raw_to(front: &Front, host: &str, head: &str, lines: &[&[u8]], body: &[u8]) -> Resp {
+    let mut req = format!("{head} HTTP/1.1\r\nHost: {host}\r\n").into_bytes();
+    for l in lines {
+        req.extend_from_slice(l);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"Connection: close\r\n\r\n");
+    req.extend_from_slice(body);
+    let mut c = H1Conn::connect(Some(net::test_ip()), front.addr()).unwrap();
+    c.send_raw(&req).unwrap();
+    c.read_response().unwrap()
+}
+
+/// A site that passes names with `_` (its CGI origin reads `X_Role` as `X-Role`): the rules
+/// see both spellings, and the `_` spelling of a stripped or proxy-set header never passes;
+/// a negated condition (an allow-list) holds when any copy of the header fails it; a length
+/// with leading zeros is the number the origin reads.
+#[test]
+fn http_rules_see_underscore_spellings_every_copy_and_padded_numbers() {
+    let origin = Origin::start();
+    let o = origin.addr();
+    let front = Front::start(
+        move |a, m| {
+            format!(
+                "{}[rules]\nfile = \"rules.toml\"\n\n\
+                 [[site]]\nhosts = [\"u.test\"]\nupstream = \"app\"\ntenant = 2\n\
+                 underscores_in_headers = true\n",
+                base_config(a, m, o)
+            )
+        },
+        Some(RULES_U),
+    );
+    // Controls.
+    assert_eq!(
+        raw_to(&front, "u.test", "GET /", &[b"X-Role: user"], b"").status,
+        200
+    );
+    let api = |lines: &[&[u8]]| raw_to(&front, "u.test", "GET /api/x", lines, b"").status;
+    assert_eq!(api(&[b"X-Api-Version: 1"]), 200);
+    assert_eq!(api(&[b"X-Api-Version: 1", b"X-Api-Version: 2"]), 200);
+    let served = origin.requests();
+    for lines in [
+        &[&b"X-Role: admin"[..]][..],
+        &[b"X_Role: admin"],
+        &[b"X-Role: user", b"X_Role: admin"],
+    ] {
+        let r = raw_to(&front, "u.test", "GET /", lines, b"");
+        assert_eq!(
+            r.status,
+            403,
+            "{:?}",
+            lines
+                .iter()
+                .map(|l| String::from_utf8_lossy(l))
+                .collect::<Vec<_>>()
+        );
+    }
+    // An allow-list: a second copy holding an allowed value switched it off.
+    assert_eq!(api(&[b"X-Api-Version: 3"]), 403);
+    assert_eq!(api(&[]), 403);
+    assert_eq!(api(&[b"X-Api-Version: 1", b"X-Api-Version: 3"]), 403);
+    assert_eq!(api(&[b"X-Api-Version: 3", b"X-Api-Version: 1"]), 403);
+    // A length of 20 digits, zeros first: 150 to the origin.
+    let body = [b'A'; 150];
+    for len in [
+        "150",
+        "0000000000000000150",
+        "00000000000000000150",
+        "000000000000000000000000000150",
+    ] {
+        let line = format!("Content-Length: {len}");
+        let r = raw_to(&front, "u.test", "POST /small", &[line.as_bytes()], &body);
+        assert_eq!(r.status, 403, "{line}");
+    }
+    assert_eq!(
+        origin.requests(),
+        served,
+        "a denied request reached the origin"
+    );
+    // The `_` spellings of stripped and proxy-set headers never pass.
+    let r = raw_to(
+        &front,
+        "u.test",
+        "GET /",
+        &[
+            b"X_Real_IP: 6.6.6.6",
+            b"X_Forwarded_For: 6.6.6.6",
+            b"X_Original_URL: /admin",
+            b"X_HTTP_Method_Override: DELETE",
+            b"X_Keep: yes",
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let seen = r.body.to_ascii_lowercase();
+    assert!(seen.contains("x_keep: yes"), "{seen}");
+    assert!(!seen.contains("6.6.6.6"), "{seen}");
+    assert!(!seen.contains("x_original_url"), "{seen}");
+    assert!(!seen.contains("x_http_method_override"), "{seen}");
+}

@@ -20,6 +20,14 @@ id = 1
 name = "no-denied"
 action = "deny"
 when = [{ attr = "path", prefix = "/denied" }]
+[[tenant.rule]]
+name = "no-websocket-on-admin"
+action = "deny"
+when = [{ attr = "path", prefix = "/wsadmin" }, { attr = "header:upgrade", regex = "(?i)websocket" }]
+[[tenant.rule]]
+name = "no-get-on-wsget"
+action = "deny"
+when = [{ attr = "path", prefix = "/wsget" }, { attr = "method", exact = "GET" }]
 "#;
 
 /// Debian's python3 (the one its python3-websockets and python3-h2 are for).
@@ -214,6 +222,17 @@ fn websockets_over_http1_and_http2_reach_the_origin_after_the_rules() {
         client("h2", &front, "a.test", "/denied", src, &["x"]),
         ["status 403"]
     );
+    // ... and see an HTTP/2 WebSocket (CONNECT with :protocol) as the GET with Upgrade its
+    // origin gets: rules on the method or on Upgrade held over HTTP/1.1 alone.
+    for mode in ["h1", "h2"] {
+        for path in ["/wsadmin", "/wsget"] {
+            assert_eq!(
+                client(mode, &front, "a.test", path, src, &["x"]),
+                ["status 403"],
+                "{mode} {path}"
+            );
+        }
+    }
     // A site that does not proxy WebSocket: HTTP/1.1 reaches the origin as a plain GET (which
     // it refuses), HTTP/2's CONNECT is 405.
     let plain = client("h1", &front, "b.test", "/chat", src, &["x"]);

@@ -158,6 +158,24 @@ static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host"
 static FORWARDED: HeaderName = HeaderName::from_static("forwarded");
 static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
+/// Headers the proxy sets, frames or refuses twice itself: their `_` spellings never pass.
+const PROXY_SET: &[&str] = &[
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "forwarded",
+    "x-real-ip",
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+    "keep-alive",
+    "proxy-connection",
+];
+
 /// Which request headers a site never passes upstream: its `strip_headers`, names with `_`
 /// unless `underscores_in_headers` (a CGI origin reads `X_Real_IP` as `X-Real-IP`), and
 /// names with any other byte than letters, digits, `-` and `_` (`X.A`, `Authorization.`:
@@ -178,13 +196,31 @@ impl HeaderPolicy {
         }
     }
 
-    /// True when the header `name` (lower case) is not passed upstream.
+    /// True when names with `_` pass upstream.
+    pub fn underscores(&self) -> bool {
+        self.underscores
+    }
+
+    /// True when the header `name` (lower case) is not passed upstream: also, where names
+    /// with `_` pass, one whose `-` spelling is stripped or set by the proxy (`X_Real_IP`,
+    /// `X_Forwarded_For`, `Content_Length`: an origin that folds `_` into `-` reads it as
+    /// that header).
     #[inline]
     pub fn drops(&self, name: &str) -> bool {
-        name.bytes().any(|b| {
+        let mut underscore = false;
+        let odd = name.bytes().any(|b| {
+            underscore |= b == b'_';
             !(b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && (b != b'_' || !self.underscores)
-        }) || (!self.strip.is_empty() && self.strip.contains(name))
+        });
+        if odd || (!self.strip.is_empty() && self.strip.contains(name)) {
+            return true;
+        }
+        if underscore {
+            let dashed = name.replace('_', "-");
+            return self.strip.contains(dashed.as_str()) || PROXY_SET.contains(&dashed.as_str());
+        }
+        false
     }
 
     /// Removes from `h` every header this policy drops.
