@@ -1,7 +1,7 @@
 //! What http-front's block map refuses from every automatic writer: prefixes shorter than
 //! `[block] min_prefix_v4` / `min_prefix_v6`, and the never-block set — the rules file's
-//! `[global] never_block`, plus what http-front adds by itself: its Redis server (or
-//! sentinels), its PROXY protocol proxies (`[server] proxy_allow`), its `X-Forwarded-For`
+//! `[global] never_block`, plus what http-front adds by itself: its Redis server, sentinels
+//! and the masters and replicas they name, its ClickHouse servers, its PROXY protocol proxies (`[server] proxy_allow`), its `X-Forwarded-For`
 //! hops (`[server] real_ip_from`), its upstreams and the
 //! node's own addresses. Made at start and on every reload; `ctl status`
 //! lists the effective set and where each entry came from.
@@ -19,6 +19,9 @@ pub fn never_block(cfg: &Config, rules: &shield::rules::Prepared) -> NeverBlock 
     }
     if let Some(r) = &cfg.redis {
         r.add_never_block(&mut nb);
+    }
+    if let Some(c) = &cfg.events.clickhouse {
+        c.add_never_block(&mut nb);
     }
     for n in cfg.proxy.nets() {
         nb.push(*n, "proxy_allow");

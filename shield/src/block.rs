@@ -649,6 +649,8 @@ pub struct BlockStats {
     pub suspects_refused: u64,
     /// Daemons' or peers' entries not taken: only operators' entries could have gone.
     pub no_room: u64,
+    /// Never-block addresses learned at run time not kept: [`MAX_LEARNED`] were.
+    pub learned_full: u64,
     /// Inserts refused by the policy, by cause ([`crate::never_block::Refusal::ALL`] order).
     pub refused: [u64; 2],
     /// Live entries by evidence ([`Evidence::ALL`] order).
@@ -726,6 +728,7 @@ struct WriterCounters {
     evictions: u64,
     suspects_refused: u64,
     no_room: u64,
+    learned_full: u64,
     refused: [u64; 2],
     /// Entries that are prefixes rather than hosts (kept here so stats never scan).
     prefixes: usize,
@@ -754,7 +757,13 @@ struct Writer {
     subs: Vec<Arc<SubShared>>,
     counters: WriterCounters,
     policy: crate::never_block::BlockPolicy,
+    /// Never-block addresses learned while running ([`BlockMap::protect`]): kept across
+    /// policy installs.
+    learned: Vec<(IpNet, Arc<str>)>,
 }
+
+/// Never-block addresses learned while running, at most.
+pub const MAX_LEARNED: usize = 64;
 
 impl Writer {
     fn exp(&self, id: usize) -> u64 {
@@ -1076,6 +1085,7 @@ impl BlockMap {
                 min_prefix_v6: cfg.min_prefix_v6,
                 never_block: Arc::default(),
             },
+            learned: Vec::new(),
         };
         Arc::new(BlockMap {
             inner: Arc::new(Inner {
@@ -1135,6 +1145,10 @@ impl BlockMap {
     /// Operator entries stay (they passed `--force`, or were allowed when made).
     pub fn set_policy(&self, policy: crate::never_block::BlockPolicy) -> usize {
         let mut w = lock(&self.inner.writer);
+        self.apply_policy(&mut w, policy)
+    }
+
+    fn apply_policy(&self, w: &mut Writer, policy: crate::never_block::BlockPolicy) -> usize {
         let stale: Vec<usize> = w
             .by_net
             .iter()
@@ -1148,8 +1162,36 @@ impl BlockMap {
             w.remove_id(id, RemoveCause::Local);
         }
         w.policy = policy;
-        self.inner.finish(&mut w);
+        self.inner.finish(w);
         n
+    }
+
+    /// Adds `ip` to the never-block set while the process runs (and across policy installs):
+    /// a peer learned at run time — the Redis master and replicas Sentinel names — which an
+    /// escalation must never cut off (with XDP, its replies would be dropped, and the lift
+    /// could not come through it). Lifts what covers it. False when already there, or when
+    /// [`MAX_LEARNED`] are (counted as `learned_full`).
+    pub fn protect(&self, ip: IpAddr, source: &str) -> bool {
+        let net = crate::never_block::canonical_net(IpNet::from(ip));
+        let mut w = lock(&self.inner.writer);
+        if w.learned.iter().any(|(n, _)| *n == net) {
+            return false;
+        }
+        if w.learned.len() >= MAX_LEARNED {
+            w.counters.learned_full += 1;
+            return false;
+        }
+        let source: Arc<str> = Arc::from(source);
+        w.learned.push((net, source.clone()));
+        let mut nb = (*w.policy.never_block).clone();
+        nb.push(net, &source);
+        let policy = crate::never_block::BlockPolicy {
+            never_block: Arc::new(nb),
+            ..w.policy.clone()
+        };
+        let lifted = self.apply_policy(&mut w, policy);
+        tracing::info!(%ip, source = &*source, lifted, "never-block address learned");
+        true
     }
 
     /// The policy inserts meet now.
@@ -1159,7 +1201,14 @@ impl BlockMap {
 
     /// Puts `never_block` and `cfg`'s shortest prefixes in force (both daemons, at start and
     /// on every reload); automatic entries the policy no longer allows are lifted (logged).
-    pub fn install_policy(&self, cfg: &BlockConfig, never_block: crate::never_block::NeverBlock) {
+    pub fn install_policy(
+        &self,
+        cfg: &BlockConfig,
+        mut never_block: crate::never_block::NeverBlock,
+    ) {
+        for (net, source) in lock(&self.inner.writer).learned.clone() {
+            never_block.push(net, &source);
+        }
         let n = never_block.len();
         let lifted = self.set_policy(crate::never_block::BlockPolicy {
             min_prefix_v4: cfg.min_prefix_v4,
@@ -1350,6 +1399,7 @@ impl BlockMap {
             evictions: c.evictions,
             suspects_refused: c.suspects_refused,
             no_room: c.no_room,
+            learned_full: c.learned_full,
             refused: c.refused,
             by_evidence: c.by_evidence,
             hits,
@@ -1711,6 +1761,12 @@ impl crate::metrics::Source for BlockMap {
                 "palisade_blockmap_no_room_total",
                 "Daemons' or peers' entries not taken into a full map: only operators' entries could have made room (they are pushed out by operators' alone).",
                 b.no_room,
+            ),
+            (
+                "learned_full",
+                "palisade_blockmap_never_block_learned_full_total",
+                "Never-block addresses learned at run time (Redis masters and replicas Sentinel names) not kept: 64 were.",
+                b.learned_full,
             ),
             (
                 "hits",
@@ -2335,6 +2391,37 @@ mod tests {
             m.insert(entry("192.0.2.54", 1000)),
             InsertOutcome::New
         ));
+    }
+
+    /// A peer learned at run time (the Redis master Sentinel names) is never blocked from
+    /// then on: what covers it is lifted, a later insert refused, and a policy installed
+    /// afterwards (a reload) keeps it.
+    #[test]
+    fn an_address_learned_at_run_time_stays_never_block() {
+        use crate::never_block::{NeverBlock, Refusal};
+        let m = BlockMap::new(BlockConfig::default());
+        m.insert(entry("192.0.2.0/24", 1000));
+        let ip: IpAddr = "192.0.2.7".parse().unwrap();
+        assert!(m.protect(ip, "redis master (named by sentinel)"));
+        assert!(!m.protect(ip, "redis master (named by sentinel)"), "once");
+        assert_eq!(m.len(), 0, "the block covering it lifted");
+        assert_eq!(
+            m.insert(entry("192.0.2.7", 1000)),
+            InsertOutcome::Refused(Refusal::NeverBlock)
+        );
+        m.install_policy(&BlockConfig::default(), NeverBlock::new());
+        assert_eq!(
+            m.insert(entry("192.0.2.0/24", 1000)),
+            InsertOutcome::Refused(Refusal::NeverBlock)
+        );
+        assert!(
+            m.render_policy()
+                .contains("redis master (named by sentinel)")
+        );
+        for i in 0..MAX_LEARNED as u32 {
+            m.protect(IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i)), "x");
+        }
+        assert!(m.stats().learned_full >= 1);
     }
 
     #[test]

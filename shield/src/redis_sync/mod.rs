@@ -429,14 +429,12 @@ impl SyncConfig {
         }
     }
 
-    /// Adds what this sync talks to — its server (`url`), or its sentinels — to a
-    /// never-block set.
+    /// Adds what this sync talks to — its server (`url`), its sentinels — to a never-block
+    /// set (the masters and replicas Sentinel names are added as they are named).
     pub fn add_never_block(&self, nb: &mut crate::never_block::NeverBlock) {
         use crate::never_block::{host_addresses, url_addresses};
-        if self.sentinels.is_empty() {
-            for ip in url_addresses(&self.url) {
-                nb.push(ip.into(), "redis server");
-            }
+        for ip in url_addresses(&self.url) {
+            nb.push(ip.into(), "redis server");
         }
         for s in &self.sentinels {
             for ip in host_addresses(s) {
@@ -778,6 +776,16 @@ impl Shared {
         add(&self.c.connects, 1);
         if let Some(addr) = &reached.addr {
             tracing::debug!(node = %self.node, role, master = %addr, "redis master named by sentinel");
+            // What the sync talks to is never blocked: the master and the replicas Sentinel
+            // names (blocked, with XDP their replies were dropped fleet-wide, and the lift
+            // could not come through them).
+            let master = crate::never_block::host_addresses(addr);
+            for ip in master {
+                self.map.protect(ip, "redis master (named by sentinel)");
+            }
+            for &ip in &reached.replicas {
+                self.map.protect(ip, "redis replica (named by sentinel)");
+            }
         }
         Ok(Connected {
             conn,

@@ -38,6 +38,9 @@ pub(super) struct Reached {
     pub(super) server: Server,
     /// `host:port` of a master Sentinel named; None for `url`.
     pub(super) addr: Option<String>,
+    /// The addresses of the replicas Sentinel knows of that master (they may be named master
+    /// next).
+    pub(super) replicas: Vec<std::net::IpAddr>,
 }
 
 fn err(what: &str, detail: String) -> redis::RedisError {
@@ -86,6 +89,7 @@ impl Target {
                 return Ok(Reached {
                     server: c.clone(),
                     addr: None,
+                    replicas: Vec::new(),
                 });
             }
             Target::Sentinel(s) => s,
@@ -97,7 +101,7 @@ impl Target {
             let i = (first + k) % n;
             let (name, client) = &s.clients[i];
             match ask(client, &s.master_name, io, limits).await {
-                Ok(Some((host, port))) => {
+                Ok(Some((host, port, replicas))) => {
                     s.next.store(i, Ordering::Relaxed);
                     let addr = if host.contains(':') {
                         format!("[{host}]:{port}")
@@ -113,6 +117,7 @@ impl Target {
                     return Ok(Reached {
                         server,
                         addr: Some(addr),
+                        replicas,
                     });
                 }
                 Ok(None) => {
@@ -130,13 +135,17 @@ impl Target {
     }
 }
 
-/// `SENTINEL GET-MASTER-ADDR-BY-NAME` of one sentinel.
+/// A master's host and port, and its replicas' addresses.
+type Named = (String, u16, Vec<std::net::IpAddr>);
+
+/// `SENTINEL GET-MASTER-ADDR-BY-NAME` of one sentinel, and (best effort) the addresses of
+/// the replicas it knows (`SENTINEL REPLICAS`, at most 64).
 async fn ask(
     server: &Server,
     master: &str,
     io: Duration,
     limits: &Limits,
-) -> redis::RedisResult<Option<(String, u16)>> {
+) -> redis::RedisResult<Option<Named>> {
     let conf = redis::AsyncConnectionConfig::new().set_response_timeout(Some(io));
     let (mut conn, _driver) = server.open(conf, io, limits).await?;
     let v: Option<(String, String)> = redis::cmd("SENTINEL")
@@ -144,7 +153,50 @@ async fn ask(
         .arg(master)
         .query_async(&mut conn)
         .await?;
-    Ok(v.and_then(|(h, p)| Some((h, p.parse().ok()?))))
+    let Some((host, port)) = v.and_then(|(h, p)| Some((h, p.parse().ok()?))) else {
+        return Ok(None);
+    };
+    let replicas = redis::cmd("SENTINEL")
+        .arg("REPLICAS")
+        .arg(master)
+        .query_async::<Value>(&mut conn)
+        .await
+        .map(|v| replica_addresses(&v))
+        .unwrap_or_default();
+    Ok(Some((host, port, replicas)))
+}
+
+/// The `ip` fields of a `SENTINEL REPLICAS` reply (each replica a flat list or a map of
+/// fields), at most 64.
+fn replica_addresses(v: &Value) -> Vec<std::net::IpAddr> {
+    let Value::Array(items) = v else {
+        return Vec::new();
+    };
+    let ip_of = |fields: Vec<(&Value, &Value)>| {
+        fields.into_iter().find_map(|(k, v)| {
+            (super::wire::bytes(k)? == b"ip")
+                .then(|| {
+                    std::str::from_utf8(super::wire::bytes(v)?)
+                        .ok()?
+                        .parse()
+                        .ok()
+                })
+                .flatten()
+        })
+    };
+    items
+        .iter()
+        .take(64)
+        .filter_map(|r| match r {
+            Value::Array(f) => ip_of(
+                f.chunks(2)
+                    .filter_map(|c| Some((c.first()?, c.get(1)?)))
+                    .collect(),
+            ),
+            Value::Map(m) => ip_of(m.iter().map(|(k, v)| (k, v)).collect()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Checks that the server is a master and returns its identity: `run_id`, else `addr`.

@@ -1,6 +1,7 @@
 //! What dnsd's block map refuses from every automatic writer: prefixes shorter than `[block]
 //! min_prefix_v4` / `min_prefix_v6`, and the never-block set — the rules file's `[global]
-//! never_block`, plus what dnsd adds by itself: its Redis server (or sentinels), its PROXY
+//! never_block`, plus what dnsd adds by itself: its Redis server, sentinels and the masters
+//! and replicas they name, its ClickHouse servers, its PROXY
 //! protocol proxies (`[server] proxy_allow`), its transfer peers
 //! (primaries, `notify` targets, and `allow_transfer` / `allow_notify` entries no wider than
 //! the minimum prefixes) and the node's own addresses. Made at start and again on every
@@ -35,6 +36,9 @@ pub fn own_set(cfg: &Config) -> NeverBlock {
     let mut nb = NeverBlock::new();
     if let Some(r) = &cfg.redis {
         r.add_never_block(&mut nb);
+    }
+    if let Some(c) = &cfg.events.clickhouse {
+        c.add_never_block(&mut nb);
     }
     for n in cfg.server.proxies().nets() {
         nb.push(*n, "proxy_allow");

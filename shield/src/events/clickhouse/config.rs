@@ -87,6 +87,16 @@ pub(super) fn identifier(s: &str) -> bool {
 }
 
 impl ClickHouseConfig {
+    /// Adds the servers of `url` and `urls` to a never-block set: a sink cut off by an
+    /// escalation (with XDP, its replies dropped) would lose every node's events.
+    pub fn add_never_block(&self, nb: &mut crate::never_block::NeverBlock) {
+        for u in std::iter::once(&self.url).chain(&self.urls) {
+            for ip in crate::never_block::url_addresses(u) {
+                nb.push(ip.into(), "clickhouse server");
+            }
+        }
+    }
+
     /// Checks names, URL and bounds; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
         if !self.url.is_empty() && !self.urls.is_empty() {
