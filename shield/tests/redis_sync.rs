@@ -485,6 +485,86 @@ async fn expiry_follows_the_receivers_clock_under_skew() {
     sc.shutdown().await;
 }
 
+/// A node whose clock was ahead (a bad RTC, NTP not yet synced), then set right: its
+/// records were numbered from an earlier start than those peers had seen of it, and every
+/// peer refused them as replays — its blocks and lifts — for as long as the clock had been
+/// ahead. Numbered past its mark in Redis, they arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_clock_was_set_back_is_no_replay_of_itself() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    const HOUR: u64 = 3_600_000;
+    let ahead: Clock = Arc::new(|| unix_ms() + 2 * HOUR);
+    let a = map();
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    synced(&sa).await;
+    let b = map();
+    let sb =
+        RedisSync::spawn_with_clock(cfg(&r.url(), "b"), Arc::clone(&b), ahead.clone()).unwrap();
+    synced(&sb).await;
+    b.insert(BlockEntry::with_ttl(
+        host(31),
+        MIN,
+        ahead(),
+        "skewed",
+        Origin::Operator,
+        Evidence::Operator,
+    ));
+    until("B's block on A", || a.get(host(31)).is_some()).await;
+    sb.shutdown().await;
+    // B again, its clock set right.
+    let b = map();
+    let sb = spawn(cfg(&r.url(), "b"), &b);
+    synced(&sb).await;
+    until("B's block back on B", || b.get(host(31)).is_some()).await;
+    b.insert(BlockEntry::with_ttl(
+        host(32),
+        MIN,
+        unix_ms(),
+        "after the fix",
+        Origin::Operator,
+        Evidence::Operator,
+    ));
+    until("B's new block on A", || a.get(host(32)).is_some()).await;
+    b.remove(host(31), RemoveCause::Operator);
+    until("B's lift on A", || a.get(host(31)).is_none()).await;
+    assert_eq!(sb.stats().start_after_mark, 1);
+    assert_eq!(
+        sa.stats().refused.iter().sum::<u64>(),
+        0,
+        "{:?}",
+        sa.stats()
+    );
+    sa.shutdown().await;
+    sb.shutdown().await;
+}
+
+/// A replay marks key of another type (put there to blind the nodes started later) is
+/// replaced by the next write, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marks_key_of_another_type_is_replaced() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let a = map();
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    synced(&sa).await;
+    let mut c = r.conn();
+    let _: () = redis::cmd("SET")
+        .arg("t:marks")
+        .arg("junk")
+        .query(&mut c)
+        .unwrap();
+    a.insert(local(41, MIN));
+    until("the marks repaired", || sa.stats().marks_repaired == 1).await;
+    let t: String = redis::cmd("TYPE").arg("t:marks").query(&mut c).unwrap();
+    assert_eq!(t, "hash");
+    sa.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_flushes_and_a_restarted_node_gets_its_blocks_back() {
     logs();
@@ -874,7 +954,7 @@ fn tls_files(dir: &std::path::Path) -> bool {
 const ACL: &str = "on >s3cret resetkeys ~t:* resetchannels -@all +get +set +del +mget +exists \
     +zadd +zrem +zremrangebyscore +zscan +zrangebyscore +zrevrangebyscore +zcard +pexpire +expire \
     +xadd +xread +xinfo|stream +xlen +time +ping +hello +client|setname +multi +exec +discard \
-    +info +role +hset +hscan";
+    +info +role +hset +hscan +hget";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_an_acl_user_with_the_least_it_needs() {
@@ -908,7 +988,7 @@ async fn tls_and_an_acl_user_with_the_least_it_needs() {
         .args(ACL.split_whitespace())
         // Granted before the replay marks existed: no HSET, no HSCAN.
         .args(["--user", "older"])
-        .args(ACL.replace(" +hset +hscan", "").split_whitespace())
+        .args(ACL.replace(" +hset +hscan +hget", "").split_whitespace())
         .args(["--user", "default", "off"])
         .current_dir(d)
         .stdout(std::process::Stdio::null())

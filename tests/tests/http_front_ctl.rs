@@ -78,6 +78,18 @@ fn http_front_ctl_blocks_lists_imports_and_reloads() {
     });
     let (code, _) = ctl(&sock, &["block", "del", &src.to_string()]);
     assert_eq!(code, 1, "nothing to remove");
+    // A TTL with a typo's extra digits made a block for ever (renewed fleet-wide each day).
+    let (code, out) = ctl(
+        &sock,
+        &[
+            "block",
+            "add",
+            "192.0.2.0/24",
+            "--ttl",
+            "18446744073709551615",
+        ],
+    );
+    assert!(code != 0 && out.contains("at most 31622400 s"), "{out}");
 
     // Import: a bad line refuses the file whole, naming the line.
     let file = dir.path().join("list.txt");

@@ -66,6 +66,9 @@ fn run(blocks: &BlockMap, args: &[&str], peer: &Peer) -> Reply {
     }
 }
 
+/// The longest `--ttl` taken: a year.
+pub const MAX_TTL_SECS: u64 = 366 * 86_400;
+
 /// `--ttl SECONDS`, `--reason TEXT` and `--force`, with their defaults.
 struct Options {
     ttl: u64,
@@ -86,7 +89,13 @@ fn options(opts: &[&str]) -> Result<Options, Reply> {
         }
         match (opts[i], opts.get(i + 1)) {
             ("--ttl", Some(v)) => match v.parse::<u64>() {
-                Ok(t) if t > 0 => ttl = t,
+                Ok(t) if t > 0 && t <= MAX_TTL_SECS => ttl = t,
+                // A typo's extra digits made a block for ever, renewed fleet-wide each day.
+                Ok(t) if t > MAX_TTL_SECS => {
+                    return Err(Reply::err(format!(
+                        "--ttl {v}: at most {MAX_TTL_SECS} s (a year)\n"
+                    )));
+                }
                 _ => return Err(Reply::err(format!("--ttl {v}: expected seconds above 0\n"))),
             },
             ("--reason", Some(v)) => reason = v.to_string(),

@@ -567,6 +567,11 @@ pub struct SyncStats {
     /// Times the change stream was started again because it had reached its last possible
     /// ID (an entry with the largest ID, written by hand or forged, stops every write).
     pub stream_resets: u64,
+    /// Times this node's records were numbered past its mark in Redis: its clock had been
+    /// ahead of what it gives now.
+    pub start_after_mark: u64,
+    /// Times the replay marks key was of another type and was replaced.
+    pub marks_repaired: u64,
     /// Times Redis was found to have lost its data (epoch changed).
     pub epoch_changes: u64,
     /// Times the writer found another master than before (a failover, or a restart):
@@ -626,6 +631,8 @@ struct Counters {
     resync_removed: AtomicU64,
     gaps: AtomicU64,
     stream_resets: AtomicU64,
+    start_after_mark: AtomicU64,
+    marks_repaired: AtomicU64,
     epoch_changes: AtomicU64,
     master_changes: AtomicU64,
     masters_deposed: AtomicU64,
@@ -645,6 +652,9 @@ fn add(c: &AtomicU64, n: u64) {
 fn get(c: &AtomicU64) -> u64 {
     c.load(Ordering::Relaxed)
 }
+
+/// A clock this far from Redis's is warned of.
+const CLOCK_WARN_MS: u64 = 60_000;
 
 /// State shared by the three tasks and the handle.
 struct Shared {
@@ -839,8 +849,16 @@ impl Shared {
         let t1 = self.now();
         let redis_ms = secs * 1000 + micros / 1000;
         let mid = t0 + t1.saturating_sub(t0) / 2;
-        self.offset_ms
-            .store(redis_ms as i64 - mid as i64, Ordering::Relaxed);
+        let offset = redis_ms as i64 - mid as i64;
+        self.offset_ms.store(offset, Ordering::Relaxed);
+        if offset.unsigned_abs() > CLOCK_WARN_MS {
+            // Expiries are converted, but a clock this far off is set right one day, and the
+            // node's event rows carry its time meanwhile.
+            crate::limited!(
+                60,
+                warn!(node = %self.node, offset_ms = offset, "this node's clock is far from redis's: check its time sync (NTP)")
+            );
+        }
         Ok(())
     }
 
@@ -939,6 +957,8 @@ impl Shared {
             resync_removed: get(&c.resync_removed),
             gaps: get(&c.gaps),
             stream_resets: get(&c.stream_resets),
+            start_after_mark: get(&c.start_after_mark),
+            marks_repaired: get(&c.marks_repaired),
             epoch_changes: get(&c.epoch_changes),
             master_changes: get(&c.master_changes),
             masters_deposed: get(&c.masters_deposed),
@@ -1024,7 +1044,8 @@ impl RedisSync {
                 "[redis] insecure_unsigned: records are neither signed nor checked; anyone who can write to Redis commands every node's block map"
             );
         }
-        let start = crate::clock::unix_ms();
+        // Numbered from the node's clock, and past its mark in Redis once the writer reads it.
+        let start = clock();
         let sealer = record::Sealer::new(key.clone(), &cfg.node_id, start);
         let opener = record::Opener::new(key, cfg.insecure_unsigned);
         // Subscribe before any task runs so that no decision made after spawn returns is missed.
@@ -1344,6 +1365,8 @@ impl crate::metrics::Source for SyncMonitor {
         c("resync_removed", false, s.resync_removed);
         c("gaps", false, s.gaps);
         c("stream_resets", false, s.stream_resets);
+        c("start_after_mark", false, s.start_after_mark);
+        c("marks_repaired", false, s.marks_repaired);
         c("writes_waiting_ms", true, s.writes_waiting_ms);
         c("skipped_expired_local", false, s.skipped_expired_local);
         c(

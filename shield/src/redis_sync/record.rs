@@ -225,7 +225,7 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 pub struct Sealer {
     key: Option<DerivedKey>,
     node: String,
-    start: u64,
+    start: AtomicU64,
     seq: AtomicU64,
 }
 
@@ -235,9 +235,24 @@ impl Sealer {
         Sealer {
             key,
             node: node.to_string(),
-            start,
+            start: AtomicU64::new(start),
             seq: AtomicU64::new(0),
         }
+    }
+
+    /// The start its records carry.
+    pub fn start(&self) -> u64 {
+        self.start.load(Ordering::Relaxed)
+    }
+
+    /// Numbers this process's records past `last` (the latest record Redis holds of this
+    /// node, its mark) when the start taken from the clock is not: a clock that was ahead
+    /// and was set right made every peer refuse the node's records as replays. True when it
+    /// moved.
+    pub fn start_after(&self, last: u64) -> bool {
+        self.start
+            .fetch_max(last.saturating_add(1), Ordering::Relaxed)
+            <= last
     }
 
     fn seal(&self, mut r: Record) -> String {
@@ -255,7 +270,7 @@ impl Sealer {
             op: RecordOp::Add,
             net: entry.net,
             node: self.node.clone(),
-            start: self.start,
+            start: self.start.load(Ordering::Relaxed),
             seq: 0,
             exp: exp_redis,
             origin: entry.origin,
@@ -273,7 +288,7 @@ impl Sealer {
             op: RecordOp::Del,
             net: *net,
             node: self.node.clone(),
-            start: self.start,
+            start: self.start.load(Ordering::Relaxed),
             seq: 0,
             exp: 0,
             origin: by,

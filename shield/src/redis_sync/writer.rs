@@ -57,6 +57,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             shared.outbox().push_full();
         }
         epoch = Some(e);
+        start_after_mark(&shared, &mut conn).await;
         shared.writer_connected.store(true, Ordering::Relaxed);
         tracing::info!(node = %shared.node, "redis writer connected");
         let res = serve(&shared, &mut conn, &mut epoch, &mut stop, &mut deposed).await;
@@ -283,6 +284,35 @@ async fn stale_own(
     }
 }
 
+/// Numbers this process's records past this node's mark (its latest record in Redis) when
+/// the start its clock gave is not past it: a node whose clock was ahead, then set right,
+/// had every record refused as a replay by every peer for as long as the clock had been
+/// ahead (its status saying "synced"). A mark that does not verify (anyone who can write to
+/// Redis can put one) is passed over; a genuine older one changes nothing.
+async fn start_after_mark(shared: &Shared, conn: &mut MultiplexedConnection) {
+    let r: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("HGET")
+        .arg(&shared.keys.marks)
+        .arg(&*shared.node)
+        .query_async(conn)
+        .await;
+    let Ok(Some(bytes)) = r else { return };
+    let Ok(mark) = shared.opener.open(&bytes) else {
+        return;
+    };
+    if mark.node != *shared.node {
+        return;
+    }
+    let before = shared.sealer.start();
+    if shared.sealer.start_after(mark.start) {
+        add(&shared.c.start_after_mark, 1);
+        tracing::warn!(
+            node = %shared.node,
+            ahead_ms = mark.start.saturating_sub(before),
+            "this node's last record in redis was numbered from a later start than its clock gives now (the clock was ahead, and was set right): its records are numbered past it, or every peer would refuse them as replays"
+        );
+    }
+}
+
 /// Writes `items` in one MULTI/EXEC; returns the epoch value read at its start.
 ///
 /// The key and sorted-set state is coalesced per prefix (the batch's last decision on a prefix
@@ -435,10 +465,33 @@ async fn write(
             .arg(latest)
             .query_async(conn)
             .await;
+        // A marks key of another type (written by hand, or by whoever can write to Redis,
+        // to blind the nodes started later): replaced, and counted.
+        let r = match r {
+            Err(e) if e.code() == Some("WRONGTYPE") => {
+                add(&c.marks_repaired, 1);
+                crate::limited!(
+                    1,
+                    warn!(node = %shared.node, "redis: the replay marks key was of another type: replaced")
+                );
+                let mut pipe = redis::pipe();
+                pipe.atomic()
+                    .cmd("DEL")
+                    .arg(&keys.marks)
+                    .ignore()
+                    .cmd("HSET")
+                    .arg(&keys.marks)
+                    .arg(&*shared.node)
+                    .arg(latest)
+                    .ignore();
+                pipe.query_async::<()>(conn).await.map(|()| Value::Nil)
+            }
+            r => r,
+        };
         if let Err(e) = r {
             crate::limited!(
                 1,
-                warn!(node = %shared.node, error = %e, "redis: this node's replay mark not written (nodes started later cannot refuse replays of its older records; grant +hset on the prefix)")
+                warn!(node = %shared.node, error = %e, "redis: this node's replay mark not written (nodes started later cannot refuse replays of its older records; grant +hset and +del on the prefix)")
             );
         }
     }
