@@ -52,6 +52,23 @@ pub struct Answered {
     /// The client prefix length that chose the answer (RFC 7871 SCOPE PREFIX-LENGTH; 0: the
     /// answer is the same for every client).
     pub scope: u8,
+    /// The name the answer was synthesised from when a wildcard answered the name asked
+    /// (its node in the query's zone), or `Synth::Geo` for a wildcard variant: rate limits
+    /// count such answers by it, as BIND, Knot and NSD do (random names under a wildcard
+    /// were each an account of their own, never limited).
+    pub synth: Synth,
+}
+
+/// What synthesised an answer (see [`Answered::synth`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synth {
+    /// Nothing: the name asked has the records.
+    #[default]
+    None,
+    /// This wildcard node of the query's zone.
+    Wildcard(NodeId),
+    /// A wildcard of the zone's variants by client network.
+    Geo,
 }
 
 /// A name being resolved: lower-case wire name and label offsets, in a fixed buffer.
@@ -176,6 +193,7 @@ pub fn answer_in<'q>(
             truncated: false,
             volatile: false,
             scope: 0,
+            synth: Synth::None,
         };
     };
     w.set_flags(hf::AA);
@@ -192,6 +210,7 @@ pub fn answer_in<'q>(
         dnames: [(0, 0); MAX_CHAIN],
         n_dnames: 0,
         proofs: None,
+        synth: Synth::None,
     };
     let mut target = Target::from_query(q);
     // A name with variants by client network: the variant of the client's network when it
@@ -201,7 +220,10 @@ pub fn answer_in<'q>(
         .geo(zi)
         .and_then(|g| g.lookup(q.qname()).map(|(n, wild)| (g.ttl, n, wild)))
         .filter(|&(_, _, wild)| !wild || wildcard_variants_apply(zone, q))
-        .map(|(ttl, n, _)| {
+        .map(|(ttl, n, wild)| {
+            if wild {
+                a.synth = Synth::Geo;
+            }
             let (chosen, len) = n.pick(client.ip, client.geodb);
             let v = chosen.and_then(|v| v.rrset(q.qtype).map(|(rtype, rds)| (v, rtype, rds)));
             (n, v, ttl, chosen.is_some(), len)
@@ -253,6 +275,7 @@ pub fn answer_in<'q>(
         truncated: a.truncated,
         volatile: a.volatile,
         scope,
+        synth: a.synth,
     }
 }
 
@@ -299,6 +322,8 @@ struct Answerer<'w, 'b, 'q> {
     /// The NSEC and NSEC3 proofs written (each once, however many denials rest on it);
     /// made with the first proof (most answers carry none).
     proofs: Option<crate::query::nsec_proofs::Written>,
+    /// What synthesised the answer to the name asked.
+    synth: Synth,
 }
 
 /// Additional data an answer calls for, held until the other sections are written (an
@@ -488,6 +513,9 @@ impl<'q> Answerer<'_, '_, 'q> {
                 closest_encloser: ce,
                 wildcard,
             } => {
+                if depth == 0 && self.synth == Synth::None {
+                    self.synth = Synth::Wildcard(wildcard);
+                }
                 // The proof is about this name, which a CNAME chain may replace: keep it.
                 let asked = self.dnssec.then(|| target.clone());
                 let k = self.positive(zone, wildcard, target, owner, depth);

@@ -691,7 +691,14 @@ impl Processor {
                 Kind::NxDomain => (AnswerClass::NxDomain, parsed.apex),
                 Kind::Referral => (AnswerClass::Referral, parsed.apex),
                 Kind::Refused => (AnswerClass::Error, b""),
-                Kind::Answer | Kind::NoData => (AnswerClass::Answer, q.qname()),
+                // A wildcard's answers are one account, whatever name was asked.
+                Kind::Answer | Kind::NoData => match (ans.synth, zone) {
+                    (internet::Synth::Wildcard(id), Some((_, z))) => {
+                        (AnswerClass::Answer, z.node_name(id))
+                    }
+                    (internet::Synth::Geo, _) => (AnswerClass::Answer, parsed.apex),
+                    _ => (AnswerClass::Answer, q.qname()),
+                },
             };
             let a = Answered {
                 class,
