@@ -496,6 +496,64 @@ impl WindowCounter {
     }
 }
 
+/// Keys marked until a time (unix seconds): lock-free, bounded, a full bucket giving up
+/// the mark closest to its end (towards letting through, as every table here evicts).
+pub struct UntilTable {
+    table: Table,
+    /// Some mark was ever set: an unused table costs readers one load.
+    used: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for UntilTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UntilTable")
+            .field("stats", &self.table.stats())
+            .finish()
+    }
+}
+
+impl UntilTable {
+    /// A table holding up to `cfg.slots` keys.
+    pub fn new(cfg: &TableConfig) -> Self {
+        UntilTable {
+            table: Table::new(cfg),
+            used: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Marks `key` until `until_s` (a later mark kept), at `now_s`.
+    pub fn set<K: Hash>(&self, key: &K, until_s: u32, now_s: u32) {
+        self.used.store(true, Ordering::Relaxed);
+        let h = self.table.hasher.hash_one(key);
+        self.table.update(
+            h,
+            |p| p > now_s,
+            |p| p,
+            |cur| (Some(cur.filter(|&p| p > until_s).unwrap_or(until_s)), ()),
+        );
+    }
+
+    /// True when `key` is marked past `now_s`.
+    #[inline]
+    pub fn live<K: Hash>(&self, key: &K, now_s: u32) -> bool {
+        if !self.used.load(Ordering::Relaxed) {
+            return false;
+        }
+        let h = self.table.hasher.hash_one(key);
+        self.table.update(
+            h,
+            |p| p > now_s,
+            |p| p,
+            |cur| (None, cur.is_some_and(|p| p > now_s)),
+        )
+    }
+
+    /// Capacity and eviction counters.
+    pub fn stats(&self) -> TableStats {
+        self.table.stats()
+    }
+}
+
 /// A lock-free count-min sketch: `depth` rows of `width` counters, over-estimates only.
 pub struct Estimator {
     counters: Box<[AtomicU32]>,

@@ -30,11 +30,12 @@ const TYPE_ANY: u16 = 255;
 const REFUSED: u16 = 5;
 const TC: u16 = 0x0200;
 
-/// Tenant 7 refuses ANY and escalates after `after` denies.
+/// Tenant 7 refuses ANY and escalates after `after` denies, into the block map (every zone,
+/// XDP, the fleet: `dns = "block_map"`).
 fn rules(after: u32, global: &str) -> String {
     format!(
         "{global}\n[[tenant]]\nid = 7\n\
-         escalate = {{ after = {after}, window_secs = 60, block_secs = 600, on = [\"deny\"] }}\n\
+         escalate = {{ after = {after}, window_secs = 60, block_secs = 600, on = [\"deny\"], dns = \"block_map\" }}\n\
          [[tenant.rule]]\nname = \"no-any\"\naction = \"deny\"\nrcode = \"REFUSED\"\n\
          when = [{{ attr = \"qtype\", one_of = [\"ANY\"] }}]\n"
     )

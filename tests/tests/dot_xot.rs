@@ -1057,7 +1057,7 @@ fn a_doq_connection_never_moves_to_an_address_its_handshake_did_not_prove() {
         std::fs::write(
             dir.join("rules.toml"),
             "[[tenant]]\nid = 7\n\
-             escalate = { after = 3, window_secs = 60, block_secs = 600, on = [\"deny\"] }\n\
+             escalate = { after = 3, window_secs = 60, block_secs = 600, on = [\"deny\"], dns = \"block_map\" }\n\
              [[tenant.rule]]\nname = \"no-any\"\naction = \"deny\"\nrcode = \"REFUSED\"\n\
              when = [{ attr = \"qtype\", one_of = [\"ANY\"] }]\n",
         )

@@ -1075,7 +1075,7 @@ fn a_suspect_source_is_never_answered_in_xdp() {
     std::fs::write(
         &rules,
         "[[tenant]]\nid = 7\n\
-         escalate = { after = 3, window_secs = 60, block_secs = 600, on = [\"deny\"] }\n\
+         escalate = { after = 3, window_secs = 60, block_secs = 600, on = [\"deny\"], dns = \"block_map\" }\n\
          [[tenant.rule]]\nname = \"no-any\"\naction = \"deny\"\nrcode = \"REFUSED\"\n\
          when = [{ attr = \"qtype\", one_of = [\"ANY\"] }]\n",
     )

@@ -129,7 +129,11 @@ pub fn run(
     let rules = match (cfg.load_rules()?, &cfg.rules) {
         (Some(prepared), Some(r)) => {
             tracing::info!(file = %r.file.display(), tenants = prepared.tenant_count(), "rules loaded");
-            let state = shield::rules::RuleState::new(&r.state, Some(blocks.clone()));
+            // A tenant's escalation holds for its own zones (a resolver relaying one
+            // tenant's attack keeps every other tenant's answers), unless it asks for the
+            // block map.
+            let state = shield::rules::RuleState::new(&r.state, Some(blocks.clone()))
+                .scoped_to_tenants(&r.state);
             Some(Arc::new(shield::rules::RuleSet::new(prepared, state)))
         }
         _ => None,

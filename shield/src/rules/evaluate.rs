@@ -42,6 +42,13 @@ impl Prepared {
         req: &R,
         now: Now,
     ) -> Verdict {
+        // A source escalated for this tenant alone: nothing more from its zones.
+        if let (Some(e), Some(tbl)) = (&t.escalate, &state.tenant_scoped)
+            && !e.dns_block_map
+            && tbl.live(&(t.id, source_key(src, e.v4, e.v6)), secs(now))
+        {
+            return Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str());
+        }
         let v = self.evaluate(t, state, src, req, now);
         match (&t.escalate, v.action) {
             (Some(e), Action::Deny) if e.on_deny => escalate(t, e, state, src, req, now, v),
@@ -214,6 +221,13 @@ fn escalate<R: Request + ?Sized>(
 ) -> Verdict {
     let evidence = req.evidence();
     let proven = evidence.is_proven();
+    let scoped = state.tenant_scoped.as_ref().filter(|_| !e.dns_block_map);
+    if scoped.is_some() && !proven {
+        // Held for the tenant alone (DNS), unproven packets escalate nothing: forged in a
+        // resolver's name they made it a suspect in every tenant's zones for `block_secs`.
+        state.unproven_ignored.add(t.id as usize, 1);
+        return v;
+    }
     // Proven and unproven verdicts are counted apart: forged packets can neither block a
     // source nor bring a real one to the threshold.
     let key = (t.id, proven, source_key(src, e.v4, e.v6));
@@ -222,6 +236,33 @@ fn escalate<R: Request + ?Sized>(
     // unproven one's refresh its suspect entry once per `after`, never per verdict).
     let n = state.counter.add(&key, 1, e.window_ms, now.unix_ms);
     if n > 0
+        && n.is_multiple_of(e.after)
+        && let Some(tbl) = scoped
+    {
+        let net = key.2.to_net();
+        // The block map's policy holds here too: never-block prefixes, the shortest.
+        if let Some(why) = state
+            .blocks
+            .as_ref()
+            .and_then(|b| b.policy().check(&net).err().map(|(r, _)| r))
+        {
+            state.refused.add(n as usize ^ t.id as usize, 1);
+            crate::limited!(
+                10,
+                warn!(tenant = t.id, %net, %why, "escalation refused by the block policy")
+            );
+            v.escalated = Escalated::Refused;
+            return v;
+        }
+        let until = secs(now).saturating_add(e.ttl.as_secs().min(u64::from(u32::MAX)) as u32);
+        tbl.set(&(t.id, key.2), until, secs(now));
+        state.escalations.add(n as usize ^ t.id as usize, 1);
+        crate::limited!(
+            10,
+            info!(tenant = t.id, %net, %evidence, reason = %v.reason, "source escalated for the tenant's zones")
+        );
+        v.escalated = Escalated::Blocked;
+    } else if n > 0
         && n.is_multiple_of(e.after)
         && let Some(blocks) = &state.blocks
     {
@@ -264,4 +305,10 @@ fn escalate<R: Request + ?Sized>(
         };
     }
     v
+}
+
+/// `now` in unix seconds (what the tenant-scoped escalations keep).
+#[inline]
+fn secs(now: Now) -> u32 {
+    (now.unix_ms / 1000).min(u64::from(u32::MAX)) as u32
 }

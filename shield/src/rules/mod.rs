@@ -294,6 +294,8 @@ pub mod codes {
     pub const RATE_LIMIT: u16 = 5;
     /// Source in the rules file's `[global]` deny list (every tenant).
     pub const GLOBAL_DENY: u16 = 6;
+    /// Source escalated for this tenant's zones (DNS, `escalate` held for the tenant).
+    pub const ESCALATED: u16 = 7;
     /// First code given to request rules without an explicit one.
     pub const RULE_BASE: u16 = 100;
 }

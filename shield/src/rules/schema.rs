@@ -149,6 +149,8 @@ struct EscalateSchema {
     #[serde(default = "default_v6")]
     v6_prefix: u8,
     reason: Option<String>,
+    /// DNS: `tenant` (the default: the tenant's zones alone) or `block_map`.
+    dns: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -615,6 +617,16 @@ impl Ctx<'_> {
             .reason
             .clone()
             .unwrap_or_else(|| format!("tenant {tenant} escalation"));
+        let dns_block_map = match v.dns.as_deref() {
+            None | Some("tenant") => false,
+            Some("block_map") => true,
+            Some(other) => {
+                return self.err(
+                    e.span(),
+                    format!("dns = {other:?}: \"tenant\" (the default) or \"block_map\""),
+                );
+            }
+        };
         Ok(Escalation {
             after: v.after,
             window_ms: v.window_secs.saturating_mul(1000),
@@ -625,6 +637,7 @@ impl Ctx<'_> {
             v4: v.v4_prefix,
             v6: v.v6_prefix,
             reason: Reason::new(&reason),
+            dns_block_map,
         })
     }
 

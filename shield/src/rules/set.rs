@@ -34,6 +34,11 @@ pub struct RuleState {
     pub(super) escalations: StripedCounter,
     pub(super) suspects: StripedCounter,
     pub(super) refused: StripedCounter,
+    /// DNS: sources escalated for one tenant's zones, until when (keys: tenant, source
+    /// prefix); `None` where escalations go into the block map for every service (HTTP).
+    pub(super) tenant_scoped: Option<crate::ratelimit::UntilTable>,
+    /// Unproven escalations not made where escalations are the tenant's alone.
+    pub(super) unproven_ignored: StripedCounter,
 }
 
 impl std::fmt::Debug for RuleState {
@@ -55,7 +60,19 @@ impl RuleState {
             escalations: StripedCounter::default(),
             suspects: StripedCounter::default(),
             refused: StripedCounter::default(),
+            tenant_scoped: None,
+            unproven_ignored: StripedCounter::default(),
         }
+    }
+
+    /// The same state, whose escalations hold for the escalating tenant alone (dnsd): a
+    /// proven source over a tenant's threshold gets nothing more from that tenant's zones,
+    /// and every other tenant's answers as before; forged (unproven) packets escalate
+    /// nothing, left to RRL. A tenant's `escalate = { dns = "block_map" }` keeps the block
+    /// map (every zone, XDP, the fleet).
+    pub fn scoped_to_tenants(mut self, cfg: &StateConfig) -> Self {
+        self.tenant_scoped = Some(crate::ratelimit::UntilTable::new(&cfg.counters));
+        self
     }
 }
 
@@ -72,6 +89,11 @@ pub struct RulesStats {
     pub escalations: u64,
     /// Sources made suspects (unproven requests crossed the threshold).
     pub suspects: u64,
+    /// Unproven verdicts that would count toward a tenant's escalation where escalations
+    /// hold for the tenant alone (DNS): they count for nothing.
+    pub unproven_ignored: u64,
+    /// The tenant-scoped escalations' table, where there is one.
+    pub tenant_scoped: Option<crate::ratelimit::TableStats>,
     /// Escalations the block map's policy refused (never-block, too short a prefix).
     pub escalations_refused: u64,
     /// Rate-limit table.
@@ -188,6 +210,8 @@ impl RuleSet {
             reload_failures: self.reload_failures.load(Ordering::Relaxed),
             escalations: self.state.escalations.sum(),
             suspects: self.state.suspects.sum(),
+            unproven_ignored: self.state.unproven_ignored.sum(),
+            tenant_scoped: self.state.tenant_scoped.as_ref().map(|t| t.stats()),
             escalations_refused: self.state.refused.sum(),
             limiter: self.state.limiter.stats(),
             counters: self.state.counter.stats(),
@@ -219,9 +243,25 @@ impl crate::metrics::Source for RuleSet {
             "rules.escalations",
             "palisade_rules_escalations_total",
             "",
-            "Sources the rules escalated into the block map (proven requests: TCP, a valid cookie, HTTP).",
+            "Sources the rules escalated (proven requests: TCP, a valid cookie, HTTP): into the block map, or in dnsd for the escalating tenant's zones alone.",
             r.escalations,
         );
+        out.counter(
+            "rules.unproven_ignored",
+            "palisade_rules_unproven_not_escalated_total",
+            "",
+            "Unproven (UDP) verdicts that would count toward a tenant's escalation where escalations hold for the tenant alone (dnsd): they count for nothing (RRL meets forged floods).",
+            r.unproven_ignored,
+        );
+        if let Some(t) = &r.tenant_scoped {
+            out.counter(
+                "rules.tenant_escalations.evictions",
+                "palisade_rules_table_evictions_total",
+                "table=\"tenant_escalations\"",
+                "Live rate-limit or escalation state evicted from its full table.",
+                t.evictions,
+            );
+        }
         out.counter(
             "rules.suspects",
             "palisade_rules_suspects_total",

@@ -618,6 +618,96 @@ escalate = { after = 3, window_secs = 10, block_secs = 60, v4_prefix = 24 }
     assert_eq!((st.escalations, st.suspects), (2, 1));
 }
 
+/// Where escalations hold for the escalating tenant alone (dnsd): a proven source over one
+/// tenant's threshold gets nothing more from that tenant and everything from the others;
+/// unproven (forged) requests escalate nothing; the block policy holds; a tenant that asks
+/// for the block map (`dns = "block_map"`) gets it.
+#[test]
+fn escalations_held_for_the_tenant_alone() {
+    let blocks = BlockMap::new(BlockConfig::default());
+    let cfg = StateConfig::default();
+    let s = RuleState::new(&cfg, Some(blocks.clone())).scoped_to_tenants(&cfg);
+    let p = prepared(
+        r#"
+[[tenant]]
+id = 1
+escalate = { after = 3, window_secs = 10, block_secs = 60, on = ["deny"] }
+[[tenant.rule]]
+name = "no"
+action = "deny"
+when = [{ attr = "qtype", exact = "ANY" }]
+[[tenant]]
+id = 2
+[[tenant]]
+id = 3
+escalate = { after = 3, window_secs = 10, block_secs = 60, on = ["deny"], dns = "block_map" }
+[[tenant.rule]]
+name = "no"
+action = "deny"
+when = [{ attr = "qtype", exact = "ANY" }]
+"#,
+    );
+    struct Q(&'static str, Evidence);
+    impl Request for Q {
+        fn attr(&self, n: &str) -> Option<&str> {
+            (n == attr::QTYPE).then_some(self.0)
+        }
+        fn evidence(&self) -> Evidence {
+            self.1
+        }
+    }
+    let any = |e| Q("ANY", e);
+    let a = |e| Q("A", e);
+    // Forged: denied one by one, never escalated.
+    let victim = ip("192.0.2.10");
+    for _ in 0..10 {
+        let v = p.check(&s, 1, victim, &any(Evidence::Udp), NOW);
+        assert_eq!((v.action, v.escalated), (Action::Deny, Escalated::No));
+    }
+    assert_eq!(p.check(&s, 1, victim, &a(Evidence::Udp), NOW).action, Action::Pass);
+    // Proven: the third escalates, for tenant 1 alone, whatever it asks.
+    let bad = ip("198.51.100.7");
+    let v: Vec<Escalated> = (0..3)
+        .map(|_| p.check(&s, 1, bad, &any(Evidence::Tcp), NOW).escalated)
+        .collect();
+    assert_eq!(v, [Escalated::No, Escalated::No, Escalated::Blocked]);
+    for e in [Evidence::Udp, Evidence::Tcp, Evidence::Cookie] {
+        let v = p.check(&s, 1, bad, &a(e), NOW);
+        assert_eq!((v.action, v.code), (Action::Deny, codes::ESCALATED), "{e:?}");
+    }
+    assert_eq!(p.check(&s, 2, bad, &a(Evidence::Udp), NOW).action, Action::Pass);
+    assert_eq!(blocks.len(), 0, "nothing in the block map");
+    let later = Now {
+        unix_ms: NOW.unix_ms + 61_000,
+        ..NOW
+    };
+    assert_eq!(p.check(&s, 1, bad, &a(Evidence::Udp), later).action, Action::Pass);
+    // The block policy: a never-block address is not escalated.
+    let mut nb = crate::never_block::NeverBlock::new();
+    let listed = ip("203.0.113.5");
+    nb.push(IpNet::from(listed), "test");
+    blocks.install_policy(&BlockConfig::default(), nb);
+    for _ in 0..3 {
+        p.check(&s, 1, listed, &any(Evidence::Tcp), NOW);
+    }
+    assert_eq!(p.check(&s, 1, listed, &a(Evidence::Tcp), NOW).action, Action::Pass);
+    // Tenant 3 asked for the block map.
+    for _ in 0..3 {
+        p.check(&s, 3, bad, &any(Evidence::Cookie), NOW);
+    }
+    assert_eq!(blocks.len(), 1);
+    let rs = RuleSet::new(prepared("[[tenant]]\nid = 1\n"), s);
+    let st = rs.stats();
+    assert_eq!((st.escalations, st.suspects, st.unproven_ignored), (2, 0, 10));
+    let e = Prepared::parse(
+        Path::new("t.toml"),
+        "[[tenant]]\nid = 1\nescalate = { after = 3, window_secs = 10, block_secs = 60, dns = \"all\" }\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("block_map"), "{e}");
+}
+
 /// Packets forged in a source's name (unproven) empty only the unproven bucket: the source's
 /// real queries (over TCP, or with a valid cookie) keep their own allowance and are never
 /// limited, nor escalated, for what the forged ones did — per source and per /24 alike.

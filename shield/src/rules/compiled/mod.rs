@@ -31,6 +31,9 @@ pub(crate) struct Escalation {
     pub(crate) v4: u8,
     pub(crate) v6: u8,
     pub(crate) reason: Reason,
+    /// DNS (`dns = "block_map"`): into the block map (every zone, XDP, the fleet) even where
+    /// escalations hold for the tenant alone.
+    pub(crate) dns_block_map: bool,
 }
 
 #[derive(Debug)]
