@@ -283,6 +283,22 @@ fn checks() -> Vec<Check> {
             bug: None,
         },
         Check {
+            // An option's meaning is its version's: a version we do not implement is BADVERS
+            // before a malformed cookie is FORMERR (RFC 6891 §6.1.3; Knot and NSD alike).
+            id: "EDNS version 1 + malformed COOKIE (5 octets)",
+            section: "8.2.6",
+            send: q(
+                T::SOA,
+                QueryOpts {
+                    edns_version: 1,
+                    options: vec![(10, vec![1, 2, 3, 4, 5])],
+                    ..edns0()
+                },
+            ),
+            expect: badvers(),
+            bug: None,
+        },
+        Check {
             id: "DO=1, UDP 512, DNSKEY (truncation)",
             section: "8.2.7",
             send: q(

@@ -34,14 +34,16 @@ pub fn ds_digest(owner_lower: &[u8], dnskey: &[u8], digest_type: u8) -> Option<V
     }
 }
 
-/// True for the CDS "delete" form `0 0 0 00` (RFC 8078 §4).
+/// True for the CDS "delete" form: `0 0 0 0` (RFC 8078 §4, no digest, as NSD and
+/// simdzone read it) or `0 0 0 00` (its erratum 5049, one zero octet).
 fn cds_delete(rd: &[u8]) -> bool {
-    rd.len() == 5 && rd[..4] == [0, 0, 0, 0] && rd[4] == 0
+    rd == [0, 0, 0, 0] || rd == [0, 0, 0, 0, 0]
 }
 
-/// True for the CDNSKEY "delete" form `0 3 0 AA==` (RFC 8078 §4).
+/// True for the CDNSKEY "delete" form: `0 3 0 0` (RFC 8078 §4, no key) or `0 3 0 AA==` (its
+/// erratum 5049, one zero octet). The zone's own form was refused as matching no DNSKEY.
 fn cdnskey_delete(rd: &[u8]) -> bool {
-    rd == [0, 0, 3, 0, 0]
+    rd == [0, 0, 3, 0] || rd == [0, 0, 3, 0, 0]
 }
 
 /// CDS and CDNSKEY at the apex must describe keys the zone holds (BIND refuses the zone
@@ -494,6 +496,27 @@ pub fn signature_expiry(zone: &Zone, now: u32) -> (Option<u32>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The delete forms of CDS and CDNSKEY, as RFC 8078 writes them (no digest, no key: NSD
+    /// and simdzone) and as its erratum does (one zero octet), load at the apex: the zone's
+    /// own `CDNSKEY 0 3 0 0` was refused as matching no DNSKEY.
+    #[test]
+    fn the_delete_forms_load_at_the_apex() {
+        let apex = crate::Name::parse("d.test.", None).unwrap();
+        for (cds, cdnskey) in [("0 0 0 0", "0 3 0 0"), ("0 0 0 00", "0 3 0 AA==")] {
+            let text = format!(
+                "$TTL 60\n@ SOA ns h 1 3600 900 604800 300\n@ NS ns\nns A 192.0.2.1\n\
+                 @ CDS {cds}\n@ CDNSKEY {cdnskey}\n"
+            );
+            let r = crate::load_bytes(
+                "d.zone",
+                text.as_bytes(),
+                &apex,
+                &crate::ReadOptions::new(&apex),
+            );
+            assert!(r.is_ok(), "{cds} / {cdnskey}: {:?}", r.err());
+        }
+    }
 
     #[test]
     fn key_tag_and_digest_of_rfc4034_example() {

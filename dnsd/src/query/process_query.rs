@@ -417,10 +417,13 @@ impl Processor {
         let q = &*self.q;
         stats.query(if err.is_some() { 0 } else { q.qtype });
         // 3. EDNS version, opcode, class, meta types.
-        let refuse = err.or_else(|| match () {
+        // A version we do not implement is BADVERS before anything its options say (RFC 6891
+        // §6.1.3: their meaning is the version's), a malformed cookie included, as Knot and
+        // NSD answer.
+        let refuse = match () {
             _ if q.edns.is_some_and(|e| e.version > 0) => Some(rcode::BADVERS),
-            _ => None,
-        });
+            _ => err,
+        };
         if let Some(rc) = refuse {
             return self.error_reply(req, out, rc, question, edns, transport, src, None, None);
         }

@@ -664,7 +664,10 @@ when = [{ attr = "qtype", exact = "ANY" }]
         let v = p.check(&s, 1, victim, &any(Evidence::Udp), NOW);
         assert_eq!((v.action, v.escalated), (Action::Deny, Escalated::No));
     }
-    assert_eq!(p.check(&s, 1, victim, &a(Evidence::Udp), NOW).action, Action::Pass);
+    assert_eq!(
+        p.check(&s, 1, victim, &a(Evidence::Udp), NOW).action,
+        Action::Pass
+    );
     // Proven: the third escalates, for tenant 1 alone, whatever it asks.
     let bad = ip("198.51.100.7");
     let v: Vec<Escalated> = (0..3)
@@ -673,15 +676,25 @@ when = [{ attr = "qtype", exact = "ANY" }]
     assert_eq!(v, [Escalated::No, Escalated::No, Escalated::Blocked]);
     for e in [Evidence::Udp, Evidence::Tcp, Evidence::Cookie] {
         let v = p.check(&s, 1, bad, &a(e), NOW);
-        assert_eq!((v.action, v.code), (Action::Deny, codes::ESCALATED), "{e:?}");
+        assert_eq!(
+            (v.action, v.code),
+            (Action::Deny, codes::ESCALATED),
+            "{e:?}"
+        );
     }
-    assert_eq!(p.check(&s, 2, bad, &a(Evidence::Udp), NOW).action, Action::Pass);
+    assert_eq!(
+        p.check(&s, 2, bad, &a(Evidence::Udp), NOW).action,
+        Action::Pass
+    );
     assert_eq!(blocks.len(), 0, "nothing in the block map");
     let later = Now {
         unix_ms: NOW.unix_ms + 61_000,
         ..NOW
     };
-    assert_eq!(p.check(&s, 1, bad, &a(Evidence::Udp), later).action, Action::Pass);
+    assert_eq!(
+        p.check(&s, 1, bad, &a(Evidence::Udp), later).action,
+        Action::Pass
+    );
     // The block policy: a never-block address is not escalated.
     let mut nb = crate::never_block::NeverBlock::new();
     let listed = ip("203.0.113.5");
@@ -690,7 +703,10 @@ when = [{ attr = "qtype", exact = "ANY" }]
     for _ in 0..3 {
         p.check(&s, 1, listed, &any(Evidence::Tcp), NOW);
     }
-    assert_eq!(p.check(&s, 1, listed, &a(Evidence::Tcp), NOW).action, Action::Pass);
+    assert_eq!(
+        p.check(&s, 1, listed, &a(Evidence::Tcp), NOW).action,
+        Action::Pass
+    );
     // Tenant 3 asked for the block map.
     for _ in 0..3 {
         p.check(&s, 3, bad, &any(Evidence::Cookie), NOW);
@@ -698,7 +714,10 @@ when = [{ attr = "qtype", exact = "ANY" }]
     assert_eq!(blocks.len(), 1);
     let rs = RuleSet::new(prepared("[[tenant]]\nid = 1\n"), s);
     let st = rs.stats();
-    assert_eq!((st.escalations, st.suspects, st.unproven_ignored), (2, 0, 10));
+    assert_eq!(
+        (st.escalations, st.suspects, st.unproven_ignored),
+        (2, 0, 10)
+    );
     let e = Prepared::parse(
         Path::new("t.toml"),
         "[[tenant]]\nid = 1\nescalate = { after = 3, window_secs = 10, block_secs = 60, dns = \"all\" }\n",
