@@ -721,7 +721,8 @@ asyncio.run(main())
 "#;
 
 /// A TCP client of `addr` asked www.example.com. A with message ID `id` and answered; its
-/// connection, held open.
+/// connection, held open (from an address of its own: a source holding its share of a full
+/// table makes no room for more).
 fn answered_and_held(addr: SocketAddr, id: u16) -> std::net::TcpStream {
     use palisade_tests::client::{frame, tcp_read_msg};
     use std::io::Write;
@@ -731,7 +732,11 @@ fn answered_and_held(addr: SocketAddr, id: u16) -> std::net::TcpStream {
         palisade_tests::wire::qtype::A,
         &palisade_tests::wire::QueryOpts::edns(1232),
     );
-    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::from((palisade_tests::net::test_ip(), 0)).into())
+        .unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let mut tcp: std::net::TcpStream = sock.into();
     tcp.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     tcp.write_all(&frame(&q)).unwrap();
     let a = tcp_read_msg(&mut tcp).unwrap().expect("a TCP answer");

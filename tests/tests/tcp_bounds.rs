@@ -448,3 +448,49 @@ fn silent_connections_filling_the_table_are_closed_within_seconds() {
         assert_eq!(ask(s, i as u16), Fate::Answered);
     }
 }
+
+/// A source that holds its share of a full table already makes room for its new connections
+/// only out of its own quiet ones: a few addresses reconnecting fast took every eviction, and
+/// other clients' connections were closed (a client with more connections than each of them
+/// first) and their new ones reset.
+#[test]
+fn a_source_holding_its_share_of_a_full_table_makes_room_only_out_of_its_own() {
+    const MAX: usize = 8;
+    let d = start(&[
+        &format!("tcp_max_connections = {MAX}"),
+        "tcp_pressed_idle_timeout_ms = 60000",
+    ]);
+    // A client with five connections (a resolver), then a churner with three.
+    let resolver = net::test_ip();
+    let mut mine: Vec<TcpStream> = (0..5).map(|_| connect_from(resolver, d.addr())).collect();
+    let churner = net::test_ip();
+    let mut held: Vec<TcpStream> = (0..3).map(|_| connect_from(churner, d.addr())).collect();
+    wait_for("the table full", IO_WAIT, || {
+        d.stat("tcp.connections") == MAX as u64
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    // The churner reconnecting takes only its own connections' places.
+    for i in 0..3u16 {
+        let mut s = connect_from(churner, d.addr());
+        assert_eq!(
+            ask(&mut s, 20 + i),
+            Fate::Answered,
+            "the churner's new connection {i}"
+        );
+        held.push(s);
+    }
+    assert_eq!(d.stat("tcp.evicted"), 3);
+    for (i, s) in mine.iter_mut().enumerate() {
+        assert_eq!(
+            ask(s, 40 + i as u16),
+            Fate::Answered,
+            "the resolver's connection {i}"
+        );
+    }
+    // A new client holding nothing still gets room (once connections wait on their
+    // clients again).
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut s = connect_from(net::test_ip(), d.addr());
+    assert_eq!(ask(&mut s, 60), Fate::Answered);
+    assert!(d.stat("tcp.connections") <= MAX as u64);
+}

@@ -102,7 +102,7 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
         }
         // The TCP table's slots, made room for as over TCP: a connection of either kind
         // waiting on its client gives way to a new one of either kind.
-        let slot = tcp.take_slot();
+        let slot = tcp.take_slot(Some(peer.ip()));
         if let Slot::Full = slot {
             tcp.stats().dropped(DropCause::TcpLimit);
             incoming.refuse();
@@ -113,7 +113,7 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
         tokio::spawn(async move {
             let _permit = match slot {
                 Slot::Free(p) => p,
-                other => match tcp.after_eviction(other).await {
+                other => match tcp.after_eviction(other, Some(peer.ip())).await {
                     Some(p) => p,
                     None => {
                         pending.fetch_sub(1, Ordering::Relaxed);
