@@ -541,6 +541,68 @@ async fn a_node_whose_clock_was_set_back_is_no_replay_of_itself() {
     sb.shutdown().await;
 }
 
+/// A rolling rotation of the fleet key: a node on the new key (the old one as
+/// `previous_key_file`) and a node still on the old key take each other's records; each half
+/// refused the other's until every node had the new key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_key_rotation_keeps_the_fleet_whole() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let new_key = dir.path().join("new.key");
+    shield::fleet_key::generate(&new_key).unwrap();
+    let (a, b) = (map(), map());
+    // A still on the old key; B on the new one, the old as previous.
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    let sb = spawn(
+        SyncConfig {
+            key_file: Some(new_key.clone()),
+            previous_key_file: Some(key_file()),
+            ..cfg(&r.url(), "b")
+        },
+        &b,
+    );
+    synced(&sa).await;
+    synced(&sb).await;
+    a.insert(local(51, MIN));
+    until("A's block on B", || b.get(host(51)).is_some()).await;
+    assert!(sb.stats().previous_key_records >= 1);
+    // B's records, under the new key, reach A once A has it too (A restarted onto it).
+    sa.shutdown().await;
+    let a = map();
+    let sa = spawn(
+        SyncConfig {
+            key_file: Some(new_key.clone()),
+            previous_key_file: Some(key_file()),
+            ..cfg(&r.url(), "a")
+        },
+        &a,
+    );
+    synced(&sa).await;
+    b.insert(local(52, MIN));
+    until("B's block on A", || a.get(host(52)).is_some()).await;
+    assert!(
+        a.get(host(51)).is_some(),
+        "its own block, signed with the old key, taken back"
+    );
+    // Without the previous key, the old key's records are refused.
+    let c = map();
+    let sc = spawn(
+        SyncConfig {
+            key_file: Some(new_key),
+            ..cfg(&r.url(), "c")
+        },
+        &c,
+    );
+    synced(&sc).await;
+    assert!(c.get(host(52)).is_some());
+    sa.shutdown().await;
+    sb.shutdown().await;
+    sc.shutdown().await;
+}
+
 /// A replay marks key of another type (put there to blind the nodes started later) is
 /// replaced by the next write, and counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

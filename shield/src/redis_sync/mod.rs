@@ -148,6 +148,10 @@ pub struct SyncConfig {
     pub master_name: String,
     /// The fleet key file (32+ random bytes, mode 0600) that signs and verifies records.
     pub key_file: Option<PathBuf>,
+    /// The fleet key being replaced, during a rolling rotation: records it signed are still
+    /// taken (this node signs with `key_file`). Without it, each half of a fleet refused the
+    /// other's records until every node had the new key.
+    pub previous_key_file: Option<PathBuf>,
     /// Run without `key_file`: records unsigned and unchecked (anyone who can write to Redis
     /// commands every node's block map). Warned at start.
     pub insecure_unsigned: bool,
@@ -205,6 +209,7 @@ impl Default for SyncConfig {
             sentinels: Vec::new(),
             master_name: String::new(),
             key_file: None,
+            previous_key_file: None,
             insecure_unsigned: false,
             max_block_secs: 86_400,
             restore_own: true,
@@ -311,6 +316,9 @@ impl SyncConfig {
                  makes one), or insecure_unsigned = true to run without"
                     .into(),
             );
+        }
+        if self.previous_key_file.is_some() && self.key_file.is_none() {
+            return bad("previous_key_file: needs key_file (the key that replaces it)".into());
         }
         if self.client_cert.is_some() != self.client_key.is_some() {
             return bad("client_cert and client_key: set both or neither".into());
@@ -456,6 +464,16 @@ impl SyncConfig {
     pub fn record_key(&self) -> Result<Option<crate::fleet_key::DerivedKey>, SyncError> {
         Ok(self.fleet_key()?.map(|k| k.derive(record::KEY_PURPOSE)))
     }
+
+    /// The key records are still verified with during a rotation (`previous_key_file`).
+    pub fn previous_record_key(&self) -> Result<Option<crate::fleet_key::DerivedKey>, SyncError> {
+        self.previous_key_file
+            .as_ref()
+            .map(|p| crate::fleet_key::FleetKey::load(p))
+            .transpose()
+            .map(|k| k.map(|k| k.derive(record::KEY_PURPOSE)))
+            .map_err(|e| SyncError::Config(format!("previous_key_file: {e}")))
+    }
 }
 
 /// `url` with its password replaced by `***` (for messages and logs).
@@ -572,6 +590,9 @@ pub struct SyncStats {
     pub start_after_mark: u64,
     /// Times the replay marks key was of another type and was replaced.
     pub marks_repaired: u64,
+    /// Records taken that the previous fleet key signed (`previous_key_file`: a rotation
+    /// under way; none for long means it is done).
+    pub previous_key_records: u64,
     /// Times Redis was found to have lost its data (epoch changed).
     pub epoch_changes: u64,
     /// Times the writer found another master than before (a failover, or a restart):
@@ -959,6 +980,7 @@ impl Shared {
             stream_resets: get(&c.stream_resets),
             start_after_mark: get(&c.start_after_mark),
             marks_repaired: get(&c.marks_repaired),
+            previous_key_records: self.opener.by_previous.load(Ordering::Relaxed),
             epoch_changes: get(&c.epoch_changes),
             master_changes: get(&c.master_changes),
             masters_deposed: get(&c.masters_deposed),
@@ -1047,7 +1069,8 @@ impl RedisSync {
         // Numbered from the node's clock, and past its mark in Redis once the writer reads it.
         let start = clock();
         let sealer = record::Sealer::new(key.clone(), &cfg.node_id, start);
-        let opener = record::Opener::new(key, cfg.insecure_unsigned);
+        let opener = record::Opener::new(key, cfg.insecure_unsigned)
+            .with_previous(cfg.previous_record_key()?);
         // Subscribe before any task runs so that no decision made after spawn returns is missed.
         let sub = map.subscribe("redis");
         let c = Counters::default();
@@ -1367,6 +1390,7 @@ impl crate::metrics::Source for SyncMonitor {
         c("stream_resets", false, s.stream_resets);
         c("start_after_mark", false, s.start_after_mark);
         c("marks_repaired", false, s.marks_repaired);
+        c("previous_key_records", false, s.previous_key_records);
         c("writes_waiting_ms", true, s.writes_waiting_ms);
         c("skipped_expired_local", false, s.skipped_expired_local);
         c(

@@ -304,7 +304,11 @@ impl Sealer {
 #[derive(Debug)]
 pub struct Opener {
     key: Option<DerivedKey>,
+    /// The key being replaced (`previous_key_file`): its records are still taken.
+    previous: Option<DerivedKey>,
     insecure_unsigned: bool,
+    /// Records verified with the previous key.
+    pub(crate) by_previous: AtomicU64,
 }
 
 impl Opener {
@@ -312,8 +316,16 @@ impl Opener {
     pub fn new(key: Option<DerivedKey>, insecure_unsigned: bool) -> Opener {
         Opener {
             key,
+            previous: None,
             insecure_unsigned,
+            by_previous: AtomicU64::new(0),
         }
+    }
+
+    /// The same, also taking records signed with `previous` (a key being rotated out).
+    pub fn with_previous(mut self, previous: Option<DerivedKey>) -> Opener {
+        self.previous = previous;
+        self
     }
 
     /// One record: bounded, decoded, of our version, and verified.
@@ -343,9 +355,19 @@ impl Opener {
                     return Err(Refused::Unsigned);
                 }
                 let tag = unhex(&r.tag).ok_or(Refused::BadTag)?;
-                let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&k.0).expect("any key length");
-                m.update(&r.canonical());
-                m.verify_slice(&tag).map_err(|_| Refused::BadTag)?;
+                let canonical = r.canonical();
+                let ok = |k: &DerivedKey| {
+                    let mut m =
+                        <Hmac<Sha256> as Mac>::new_from_slice(&k.0).expect("any key length");
+                    m.update(&canonical);
+                    m.verify_slice(&tag).is_ok()
+                };
+                if !ok(k) {
+                    if !self.previous.as_ref().is_some_and(ok) {
+                        return Err(Refused::BadTag);
+                    }
+                    self.by_previous.fetch_add(1, Ordering::Relaxed);
+                }
             }
             None if self.insecure_unsigned => {}
             None => return Err(Refused::Unsigned),
