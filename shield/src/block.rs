@@ -1206,15 +1206,21 @@ impl BlockMap {
         cfg: &BlockConfig,
         mut never_block: crate::never_block::NeverBlock,
     ) {
-        for (net, source) in lock(&self.inner.writer).learned.clone() {
-            never_block.push(net, &source);
+        // Merged under the writer's lock: an address learned meanwhile is not lost.
+        let mut w = lock(&self.inner.writer);
+        for (net, source) in &w.learned {
+            never_block.push(*net, source);
         }
         let n = never_block.len();
-        let lifted = self.set_policy(crate::never_block::BlockPolicy {
-            min_prefix_v4: cfg.min_prefix_v4,
-            min_prefix_v6: cfg.min_prefix_v6,
-            never_block: Arc::new(never_block),
-        });
+        let lifted = self.apply_policy(
+            &mut w,
+            crate::never_block::BlockPolicy {
+                min_prefix_v4: cfg.min_prefix_v4,
+                min_prefix_v6: cfg.min_prefix_v6,
+                never_block: Arc::new(never_block),
+            },
+        );
+        drop(w);
         tracing::info!(
             never_block = n,
             min_prefix_v4 = cfg.min_prefix_v4,

@@ -552,6 +552,15 @@ impl UntilTable {
     pub fn stats(&self) -> TableStats {
         self.table.stats()
     }
+
+    /// Forgets every mark.
+    pub fn clear(&self) {
+        for b in self.table.buckets.iter() {
+            for slot in &b.0 {
+                slot.store(0, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// A lock-free count-min sketch: `depth` rows of `width` counters, over-estimates only.

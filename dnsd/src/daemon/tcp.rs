@@ -360,9 +360,12 @@ impl TcpServer {
     }
 
     /// The connections one source may hold in a full table and still make room out of
-    /// others' for another: a 64th of the table, at least 2.
+    /// others' for another: a 64th of the table or a quarter of `tcp_max_per_source`, the
+    /// smaller, at least 2.
     fn fair_share(&self) -> usize {
-        (self.limits.max_connections / 64).max(2)
+        (self.limits.max_connections / 64)
+            .min(self.limits.max_per_source / 4)
+            .max(2)
     }
 
     /// The longest a connection may wait for a client now: `idle`, or `pressed_idle` while
@@ -1115,7 +1118,7 @@ impl shield::metrics::Source for TcpServer {
             "tcp.refused_over_share",
             "dnsd_tcp_refused_over_share_total",
             "",
-            "New TCP, DoT or DoQ connections refused at a full table because their source held its share (a 64th of tcp_max_connections, at least 2) already and had no quiet connection of its own to give up.",
+            "New TCP, DoT or DoQ connections refused at a full table because their source held its share (a 64th of tcp_max_connections or a quarter of tcp_max_per_source, at least 2) already and had no quiet connection of its own to give up.",
             self.refused_over_share(),
         );
     }

@@ -117,7 +117,13 @@ pub const DROPS: &[&str] = &[
 ];
 
 /// Compact denial (RFC 9824) counters, by index.
-pub const COMPACT: &[&str] = &["signed", "cached", "over_budget", "over_source"];
+pub const COMPACT: &[&str] = &[
+    "signed",
+    "cached",
+    "over_budget",
+    "over_source",
+    "over_zone",
+];
 
 /// What happened to one compact denial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +137,9 @@ pub enum Compact {
     OverBudget = 2,
     /// Over the source's share: answered TC=1 (over TCP, by the zone's chain).
     OverSource = 3,
+    /// Over the zone's three quarters of the worker's budget: answered TC=1 (over TCP, by the
+    /// zone's chain).
+    OverZone = 4,
 }
 
 /// Counters of one worker (or of TCP).

@@ -178,11 +178,24 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
     let (mut cds, mut cdnskey) = (Vec::new(), Vec::new());
     if p.cds {
         let apex = unsigned.apex().to_lowercase();
-        for k in keys.iter().filter(|k| {
+        let roles: &[Role] = if p.split_keys {
+            &[Role::Ksk, Role::Zsk]
+        } else {
+            &[Role::Csk]
+        };
+        let for_parent = |k: &Key| {
             k.file.role.signs_keys()
                 && k.file.ready.is_some_and(|r| r <= now)
                 && k.file.state(now) == KeyState::Active
-        }) {
+        };
+        // Once a key of the policy is ready, the keys a changed policy no longer calls for
+        // are left out: the parent drops their DS (another algorithm's DS kept at the
+        // parent after its keys went would leave the zone unsigned in it).
+        let policy_ready = keys.iter().any(|k| for_parent(k) && is_ours(p, roles, k));
+        for k in keys
+            .iter()
+            .filter(|k| for_parent(k) && (!policy_ready || is_ours(p, roles, k)))
+        {
             if let Some(d) = zones::dnssec::ds_digest(apex.as_wire(), &k.dnskey, 2) {
                 let mut rd = k.tag.to_be_bytes().to_vec();
                 rd.extend_from_slice(&[k.file.algorithm.number(), 2]);
@@ -606,7 +619,15 @@ pub fn timeline(
             }
         }
     }
-    retire_strays(&mut keys, p, roles, now, dnskey_ttl.max(max_ttl))?;
+    retire_strays(
+        &mut keys,
+        p,
+        zone,
+        roles,
+        now,
+        publish_wait,
+        dnskey_ttl.max(max_ttl),
+    )?;
     keys::write_manifest(&p.key_dir, zone, &keys)?;
     submission::note(p, zone, &keys, now);
     Ok((keys, next_roll))
@@ -621,26 +642,55 @@ pub fn timeline(
 /// The DS must be known held since the newest of them came: a policy changed back before
 /// its keys took over waits for its old key's DS to be confirmed again.
 fn retire_strays(
-    keys: &mut [Key],
+    keys: &mut Vec<Key>,
     p: &Policy,
+    zone: &str,
     roles: &[Role],
     now: u64,
+    publish_wait: u64,
     linger: u64,
 ) -> Result<(), KeyError> {
-    let ours = |k: &Key| roles.contains(&k.file.role) && k.file.algorithm == p.algorithm;
+    let ours = |k: &Key| is_ours(p, roles, k);
     let leaving = |k: &Key| {
         !ours(k)
             && k.file.retire.is_none()
             && matches!(k.file.state(now), KeyState::Active | KeyState::Published)
     };
+    // When the keys leaving came (published).
     let Some(since) = keys
         .iter()
         .filter(|k| leaving(k))
-        .map(|k| k.file.active.unwrap_or(k.file.publish))
+        .map(|k| k.file.publish.min(now))
         .max()
     else {
         return Ok(());
     };
+    // A policy changed back before its new keys took over: its own key-signing key is older
+    // than one leaving, which the parent may hold the DS of by now. The DS moves to a new key
+    // of the policy, as in a rollover (the newest key-signing key is the one awaited).
+    let newest = |f: &dyn Fn(&Key) -> bool| {
+        keys.iter()
+            .filter(|k| f(k) && k.file.role.signs_keys() && k.file.state(now) == KeyState::Active)
+            .filter_map(|k| k.file.active)
+            .max()
+    };
+    if let (Some(theirs), Some(mine)) = (newest(&|k| leaving(k)), newest(&|k| ours(k)))
+        && theirs >= mine
+    {
+        let role = if p.split_keys { Role::Ksk } else { Role::Csk };
+        let mut k = new_key(p, zone, role, now, now, Some(now + publish_wait))?;
+        if p.ksk_submission == Submission::Timer {
+            k.file.submitted = Some(now + publish_wait);
+            k.write()?;
+        }
+        tracing::info!(
+            zone,
+            tag = k.tag,
+            ?role,
+            "policy changed back: a new key takes the DS over"
+        );
+        keys.push(k);
+    }
     // Under "timer" a key's DS is taken for held once its CDS is out, and not before the
     // keys leaving came (the CDS set changed then).
     let timer = p.ksk_submission == Submission::Timer;
@@ -661,7 +711,14 @@ fn retire_strays(
     for k in keys.iter_mut() {
         if leaving(k) {
             k.file.retire = Some(retire);
-            k.file.remove = Some(retire + linger + p.propagation_delay);
+            // A key of another algorithm goes whole, its DNSKEY with its signatures (a zone
+            // is signed with every algorithm its DNSKEY RRset holds: RFC 4035 §2.2); one of
+            // the same algorithm stays published while its signatures may be in caches.
+            k.file.remove = Some(if k.file.algorithm == p.algorithm {
+                retire + linger + p.propagation_delay
+            } else {
+                retire
+            });
             k.write()?;
             tracing::info!(
                 tag = k.tag,
@@ -673,6 +730,11 @@ fn retire_strays(
         }
     }
     Ok(())
+}
+
+/// True when `k` is of the role and algorithm `p` calls for (`roles`: its roles).
+fn is_ours(p: &Policy, roles: &[Role], k: &Key) -> bool {
+    roles.contains(&k.file.role) && k.file.algorithm == p.algorithm
 }
 
 /// Signings refused because key files the zone held are gone.
@@ -1133,6 +1195,47 @@ mod tests {
         assert!(
             k.iter()
                 .all(|k| k.2 == Algorithm::Ed25519 && k.3 == KeyState::Active)
+        );
+    }
+
+    /// A policy changed back before its new keys took over (CSK, then KSK+ZSK, then CSK
+    /// again): its old CSK is older than the KSK leaving, whose DS the parent may hold by
+    /// then; a new CSK takes the DS over as in a rollover, and everything else goes once the
+    /// parent holds it (the old CSK could never be confirmed again: double signatures for
+    /// good).
+    #[test]
+    fn a_policy_changed_back_moves_the_ds_to_a_new_key_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let split = Policy {
+            ksk_lifetime: 0,
+            ..policy(dir.path(), Submission::Manual)
+        };
+        let csk = Policy {
+            split_keys: false,
+            ..split.clone()
+        };
+        let first = all_keys(&csk, 1000)[0].0;
+        assert_eq!(all_keys(&split, 2000).len(), 3);
+        let k = all_keys(&csk, 3000);
+        assert_eq!(k.len(), 4, "a new CSK: {k:?}");
+        let new = k
+            .iter()
+            .find(|k| k.1 == Role::Csk && k.0 != first)
+            .unwrap()
+            .0;
+        let keys = keys::zone_keys(dir.path(), "example.com.").unwrap();
+        let waits: Vec<u16> = awaiting_ds(&keys, 3031).iter().map(|a| a.0).collect();
+        assert_eq!(waits, vec![new]);
+        assert!(mark_submitted(dir.path(), "example.com.", new, 3100).unwrap());
+        let k = all_keys(&csk, 3101);
+        for k in k.iter().filter(|k| k.0 != new) {
+            assert_eq!(k.4, Some(3100 + 50 + 10), "{k:?}");
+        }
+        let k = all_keys(&csk, 3300);
+        assert_eq!(
+            k.iter().map(|k| k.0).collect::<Vec<_>>(),
+            vec![new],
+            "{k:?}"
         );
     }
 

@@ -134,6 +134,8 @@ const ENTRY_BYTES: usize = 1024;
 const CACHE: usize = 512;
 /// Source shares per worker.
 const SOURCES: usize = 4096;
+/// Zone shares of the worker's budget (zones hashed into them).
+const ZONE_SHARES: usize = 256;
 /// Bytes of data one signature covers at most (an RRset in canonical form).
 const SCRATCH: usize = 16 * 1024;
 
@@ -156,6 +158,9 @@ pub struct Denier {
     second: u64,
     used: u32,
     sources: Box<[(u32, u32)]>,
+    /// Per zone (hashed), this second's signatures: one zone may spend three quarters of the
+    /// budget, the rest is the other zones'.
+    zones: Box<[(u32, u32)]>,
     cache: Box<[Entry]>,
     scratch: Box<[u8; SCRATCH]>,
     /// Seeded per process: cache slots and source shares cannot be aimed from outside.
@@ -172,6 +177,7 @@ impl Denier {
             second: 0,
             used: 0,
             sources: vec![(0, 0); SOURCES].into_boxed_slice(),
+            zones: vec![(0, 0); ZONE_SHARES].into_boxed_slice(),
             cache: vec![
                 Entry {
                     key: 0,
@@ -224,7 +230,7 @@ impl Denier {
         if owner.len() + 2 > zones::name::MAX_NAME_LEN {
             return Err(None);
         }
-        self.charge(src, now)?;
+        self.charge(src, zone_id, now)?;
         let e = &mut self.cache[slot];
         // Marked empty until the denial is whole.
         e.key = 0;
@@ -275,8 +281,10 @@ impl Denier {
 
 impl Denier {
     /// Takes one signature from the budgets — the worker's per second, the source's share of
-    /// it — or says which one is spent.
-    fn charge(&mut self, src: IpAddr, now: u64) -> Result<(), Option<Compact>> {
+    /// it, the zone's three quarters of it — or says which one is spent. A flood on one tenant's zone from
+    /// many prefixes, each under its share, spent the whole budget: every other zone's
+    /// denials went TC=1.
+    fn charge(&mut self, src: IpAddr, zone_id: u32, now: u64) -> Result<(), Option<Compact>> {
         if now != self.second {
             self.second = now;
             self.used = 0;
@@ -284,8 +292,8 @@ impl Denier {
         if self.used >= self.per_second {
             return Err(Some(Compact::OverBudget));
         }
-        let src_i = (self.hasher.hash_one(prefix(src)) as usize) & (SOURCES - 1);
         let sec = now as u32;
+        let src_i = (self.hasher.hash_one(prefix(src)) as usize) & (SOURCES - 1);
         let share = &mut self.sources[src_i];
         if share.0 != sec {
             *share = (sec, 0);
@@ -293,8 +301,17 @@ impl Denier {
         if share.1 >= self.per_source {
             return Err(Some(Compact::OverSource));
         }
+        let zone_i = (self.hasher.hash_one((2u8, zone_id)) as usize) & (ZONE_SHARES - 1);
+        let zone = &mut self.zones[zone_i];
+        if zone.0 != sec {
+            *zone = (sec, 0);
+        }
+        if zone.1 >= (self.per_second * 3 / 4).max(1) {
+            return Err(Some(Compact::OverZone));
+        }
+        zone.1 += 1;
+        self.sources[src_i].1 += 1;
         self.used += 1;
-        share.1 += 1;
         Ok(())
     }
 
@@ -329,7 +346,7 @@ impl Denier {
             return Ok((&e.buf[o..o + e.sig_len as usize], Compact::Cached));
         }
         if budget {
-            self.charge(src, now)?;
+            self.charge(src, zone_id, now)?;
         } else {
             self.used += 1;
         }
@@ -386,7 +403,7 @@ mod tests {
     fn budgets_and_cache() {
         let dir = tempfile::tempdir().unwrap();
         let (s, apex) = signer(dir.path());
-        let mut d = Denier::new(3, 2);
+        let mut d = Denier::new(4, 2);
         let name = |i: usize| {
             zones::Name::parse(&format!("n{i}.example.com."), None)
                 .unwrap()
@@ -395,6 +412,7 @@ mod tests {
         };
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "198.51.100.1".parse().unwrap();
+        let c: IpAddr = "203.0.113.1".parse().unwrap();
         let mut ty = [t::RRSIG, t::NSEC, NXNAME];
         let (nsec, sig, how) = d.deny(&s, 1, &name(0), &mut ty, a, 1000).unwrap();
         assert_eq!(how, Compact::Signed);
@@ -406,15 +424,23 @@ mod tests {
             Compact::Cached
         );
         assert!(d.deny(&s, 1, &name(1), &mut ty, a, 1000).is_ok());
-        // The source's share (2) is spent; another source still gets the rest.
+        // The source's share (2) is spent.
         assert_eq!(
             d.deny(&s, 1, &name(2), &mut ty, a, 1000).err(),
             Some(Some(Compact::OverSource))
         );
+        // The zone's three quarters of the budget (3) are spent: another source is refused
+        // there, and served in another zone (a flood on one tenant's zone from many prefixes
+        // spent it all, every other zone's denials TC=1).
         assert!(d.deny(&s, 1, &name(3), &mut ty, b, 1000).is_ok());
-        // The worker's budget (3) is spent.
         assert_eq!(
-            d.deny(&s, 1, &name(4), &mut ty, b, 1000).err(),
+            d.deny(&s, 1, &name(4), &mut ty, c, 1000).err(),
+            Some(Some(Compact::OverZone))
+        );
+        assert!(d.deny(&s, 2, &name(4), &mut ty, c, 1000).is_ok());
+        // The worker's budget (4) is spent.
+        assert_eq!(
+            d.deny(&s, 3, &name(5), &mut ty, c, 1000).err(),
             Some(Some(Compact::OverBudget))
         );
         // A new second, a new budget.

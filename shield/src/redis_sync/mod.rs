@@ -810,9 +810,10 @@ impl Shared {
             // What the sync talks to is never blocked: the master and the replicas Sentinel
             // names (blocked, with XDP their replies were dropped fleet-wide, and the lift
             // could not come through them).
-            let master = crate::never_block::host_addresses(addr);
-            for ip in master {
-                self.map.protect(ip, "redis master (named by sentinel)");
+            // An address as Sentinel names it (no name resolved here: a blocking look-up).
+            if let Ok(sa) = addr.parse::<std::net::SocketAddr>() {
+                self.map
+                    .protect(sa.ip(), "redis master (named by sentinel)");
             }
             for &ip in &reached.replicas {
                 self.map.protect(ip, "redis replica (named by sentinel)");

@@ -250,6 +250,10 @@ impl Sealer {
     /// and was set right made every peer refuse the node's records as replays. True when it
     /// moved.
     pub fn start_after(&self, last: u64) -> bool {
+        // Equal is this process's own mark (read again at a reconnect): no move.
+        if last <= self.start() {
+            return false;
+        }
         self.start
             .fetch_max(last.saturating_add(1), Ordering::Relaxed)
             <= last

@@ -42,14 +42,16 @@ impl Prepared {
         req: &R,
         now: Now,
     ) -> Verdict {
-        // A source escalated for this tenant alone: nothing more from its zones.
-        if let (Some(e), Some(tbl)) = (&t.escalate, &state.tenant_scoped)
+        let v = self.evaluate(t, state, src, req, now);
+        // A source escalated for this tenant alone: nothing more from its zones but what its
+        // allow lists and allow rules let through.
+        if v.action != Action::Allow
+            && let (Some(e), Some(tbl)) = (&t.escalate, &state.tenant_scoped)
             && !e.dns_block_map
             && tbl.live(&(t.id, source_key(src, e.v4, e.v6)), secs(now))
         {
             return Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str());
         }
-        let v = self.evaluate(t, state, src, req, now);
         match (&t.escalate, v.action) {
             (Some(e), Action::Deny) if e.on_deny => escalate(t, e, state, src, req, now, v),
             // A shared bucket (rate.key) says nothing about this source: no escalation.
@@ -225,7 +227,12 @@ fn escalate<R: Request + ?Sized>(
     if scoped.is_some() && !proven {
         // Held for the tenant alone (DNS), unproven packets escalate nothing: forged in a
         // resolver's name they made it a suspect in every tenant's zones for `block_secs`.
-        state.unproven_ignored.add(t.id as usize, 1);
+        // Striped by source: forged floods come from everywhere, each core on its own line.
+        let stripe = match src {
+            IpAddr::V4(a) => u32::from(a) as usize,
+            IpAddr::V6(a) => u128::from(a) as usize,
+        };
+        state.unproven_ignored.add(stripe, 1);
         return v;
     }
     // Proven and unproven verdicts are counted apart: forged packets can neither block a

@@ -333,7 +333,7 @@ impl Ctx<'_> {
         let allowed: &[&str] = match attr {
             attrs::TRANSPORT => &["udp", "tcp"],
             attrs::COOKIE => &["none", "client_only", "valid", "invalid"],
-            attrs::VERSION => &["http/0.9", "http/1.0", "http/1.1", "http/2", "http/3"],
+            attrs::VERSION => &["http/1.0", "http/1.1", "http/2", "http/3"],
             _ => &[],
         };
         if !allowed.is_empty() {

@@ -135,9 +135,15 @@ impl RuleSet {
         self.current.load()
     }
 
-    /// Replaces the rules.
+    /// Replaces the rules. When the file changed, escalations held for a tenant alone are
+    /// lifted: an operator who adds a source to an allow list or `never_block` and reloads
+    /// lifts it (they are listed nowhere else, and lapse after `block_secs`).
     pub fn store(&self, prepared: Prepared) {
+        let changed = self.current.load().version() != prepared.version();
         self.current.store(Arc::new(prepared));
+        if let Some(t) = self.state.tenant_scoped.as_ref().filter(|_| changed) {
+            t.clear();
+        }
         self.reloads.fetch_add(1, Ordering::Relaxed);
     }
 

@@ -727,6 +727,46 @@ when = [{ attr = "qtype", exact = "ANY" }]
     assert!(e.contains("block_map"), "{e}");
 }
 
+/// An escalation held for a tenant lets through what the tenant's allow list allows, and a
+/// reload of changed rules lifts it (the operator's way to lift one: nothing lists it).
+#[test]
+fn a_tenant_escalation_yields_to_allow_lists_and_a_changed_rules_file() {
+    let cfg = StateConfig::default();
+    let s = RuleState::new(&cfg, None).scoped_to_tenants(&cfg);
+    let text = |allow: &str| {
+        format!(
+            "[[tenant]]\nid = 1\nallow = [{allow}]\n\
+             escalate = {{ after = 1, window_secs = 10, block_secs = 60, on = [\"deny\"] }}\n\
+             [[tenant.rule]]\nname = \"no\"\naction = \"deny\"\n\
+             when = [{{ attr = \"qtype\", exact = \"ANY\" }}]\n"
+        )
+    };
+    let rs = RuleSet::new(prepared(&text("")), s);
+    struct Q(&'static str);
+    impl Request for Q {
+        fn attr(&self, n: &str) -> Option<&str> {
+            (n == attr::QTYPE).then_some(self.0)
+        }
+        fn evidence(&self) -> Evidence {
+            Evidence::Tcp
+        }
+    }
+    let src = ip("198.51.100.8");
+    assert_eq!(
+        rs.check(1, src, &Q("ANY"), NOW).escalated,
+        Escalated::Blocked
+    );
+    assert_eq!(rs.check(1, src, &Q("A"), NOW).code, codes::ESCALATED);
+    // The same file again: still held.
+    rs.store(prepared(&text("")));
+    assert_eq!(rs.check(1, src, &Q("A"), NOW).code, codes::ESCALATED);
+    // The source allowed: let through, and the changed file lifted the escalation too.
+    rs.store(prepared(&text("\"198.51.100.8/32\"")));
+    assert_eq!(rs.check(1, src, &Q("ANY"), NOW).action, Action::Allow);
+    rs.store(prepared(&text("")));
+    assert_eq!(rs.check(1, src, &Q("A"), NOW).action, Action::Pass);
+}
+
 /// Packets forged in a source's name (unproven) empty only the unproven bucket: the source's
 /// real queries (over TCP, or with a valid cookie) keep their own allowance and are never
 /// limited, nor escalated, for what the forged ones did — per source and per /24 alike.
