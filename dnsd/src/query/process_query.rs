@@ -419,9 +419,10 @@ impl Processor {
         // 3. EDNS version, opcode, class, meta types.
         // A version we do not implement is BADVERS before anything its options say (RFC 6891
         // §6.1.3: their meaning is the version's), a malformed cookie included, as Knot and
-        // NSD answer.
+        // NSD answer — where the OPT itself was sound (`edns`: a record misplaced after it is
+        // FORMERR without OPT, as they answer that).
         let refuse = match () {
-            _ if q.edns.is_some_and(|e| e.version > 0) => Some(rcode::BADVERS),
+            _ if edns && q.edns.is_some_and(|e| e.version > 0) => Some(rcode::BADVERS),
             _ => err,
         };
         if let Some(rc) = refuse {

@@ -1113,6 +1113,19 @@ mod tests {
         assert_eq!(old.2, Some(2000 + 50 + 10), "{k:?}");
     }
 
+    /// A KSK+ZSK policy and a CSK one, both without rollovers, under "manual".
+    fn split_and_csk(dir: &Path) -> (Policy, Policy) {
+        let split = Policy {
+            ksk_lifetime: 0,
+            ..policy(dir, Submission::Manual)
+        };
+        let csk = Policy {
+            split_keys: false,
+            ..split.clone()
+        };
+        (split, csk)
+    }
+
     /// Every key at `now`: (tag, role, algorithm, state, retire).
     fn all_keys(p: &Policy, now: u64) -> Vec<(u16, Role, Algorithm, KeyState, Option<u64>)> {
         let (keys, _) = timeline(p, "example.com.", now, 20, 20).unwrap();
@@ -1131,14 +1144,7 @@ mod tests {
     #[test]
     fn keys_the_policy_no_longer_calls_for_retire_once_the_new_ds_is_held() {
         let dir = tempfile::tempdir().unwrap();
-        let split = Policy {
-            ksk_lifetime: 0,
-            ..policy(dir.path(), Submission::Manual)
-        };
-        let csk = Policy {
-            split_keys: false,
-            ..split.clone()
-        };
+        let (split, csk) = split_and_csk(dir.path());
         let first = all_keys(&csk, 1000);
         assert_eq!(first.len(), 1);
         let old = first[0].0;
@@ -1206,14 +1212,7 @@ mod tests {
     #[test]
     fn a_policy_changed_back_moves_the_ds_to_a_new_key_of_its_own() {
         let dir = tempfile::tempdir().unwrap();
-        let split = Policy {
-            ksk_lifetime: 0,
-            ..policy(dir.path(), Submission::Manual)
-        };
-        let csk = Policy {
-            split_keys: false,
-            ..split.clone()
-        };
+        let (split, csk) = split_and_csk(dir.path());
         let first = all_keys(&csk, 1000)[0].0;
         assert_eq!(all_keys(&split, 2000).len(), 3);
         let k = all_keys(&csk, 3000);
