@@ -48,11 +48,6 @@ const MAX_QUERY: usize = 16 * 1024;
 /// still goes, alone).
 const QUEUED_BYTES: usize = 64 * 1024;
 
-/// True when no connection of `t` waits on its client in the eviction order.
-fn quiet_empty(t: &TcpServer) -> bool {
-    t.quiet.lock().expect("quiet lock").is_empty()
-}
-
 /// Evictions under way at once (each a new connection waiting for the slot its victim frees);
 /// past it a new connection to a full table is refused.
 const MAX_EVICTING: usize = 64;
@@ -266,7 +261,8 @@ impl TcpServer {
             self.evicting.fetch_sub(1, Ordering::Relaxed);
             return Slot::Full;
         }
-        let victim = {
+        // The victim, and whether any connection waited on its client at all.
+        let (victim, none_quiet) = {
             let mut quiet = self.quiet.lock().expect("quiet lock");
             let pick = match own {
                 // Over its share: the longest-quiet of its own, looked for among a few more.
@@ -295,7 +291,7 @@ impl TcpServer {
                         .map(|(_, k)| k)
                 }
             };
-            pick.and_then(|k| quiet.remove(&k))
+            (pick.and_then(|k| quiet.remove(&k)), quiet.is_empty())
         };
         match victim {
             Some((_, told)) => {
@@ -303,7 +299,7 @@ impl TcpServer {
                 self.evicted.fetch_add(1, Ordering::Relaxed);
                 Slot::Evicting
             }
-            None if own.is_some() && !quiet_empty(self) => {
+            None if own.is_some() && !none_quiet => {
                 // Quiet connections there are, none its own: it makes room for no one.
                 self.evicting.fetch_sub(1, Ordering::Relaxed);
                 self.unfair.fetch_add(1, Ordering::Relaxed);

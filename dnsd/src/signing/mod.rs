@@ -178,11 +178,6 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
     let (mut cds, mut cdnskey) = (Vec::new(), Vec::new());
     if p.cds {
         let apex = unsigned.apex().to_lowercase();
-        let roles: &[Role] = if p.split_keys {
-            &[Role::Ksk, Role::Zsk]
-        } else {
-            &[Role::Csk]
-        };
         let for_parent = |k: &Key| {
             k.file.role.signs_keys()
                 && k.file.ready.is_some_and(|r| r <= now)
@@ -191,10 +186,10 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
         // Once a key of the policy is ready, the keys a changed policy no longer calls for
         // are left out: the parent drops their DS (another algorithm's DS kept at the
         // parent after its keys went would leave the zone unsigned in it).
-        let policy_ready = keys.iter().any(|k| for_parent(k) && is_ours(p, roles, k));
+        let policy_ready = keys.iter().any(|k| for_parent(k) && is_ours(p, k));
         for k in keys
             .iter()
-            .filter(|k| for_parent(k) && (!policy_ready || is_ours(p, roles, k)))
+            .filter(|k| for_parent(k) && (!policy_ready || is_ours(p, k)))
         {
             if let Some(d) = zones::dnssec::ds_digest(apex.as_wire(), &k.dnskey, 2) {
                 let mut rd = k.tag.to_be_bytes().to_vec();
@@ -515,11 +510,7 @@ pub fn timeline(
             true
         }
     });
-    let roles: &[Role] = if p.split_keys {
-        &[Role::Ksk, Role::Zsk]
-    } else {
-        &[Role::Csk]
-    };
+    let roles = p.roles();
     let publish_wait = dnskey_ttl + p.propagation_delay;
     for &role in roles {
         let live: Vec<usize> = (0..keys.len())
@@ -600,14 +591,7 @@ pub fn timeline(
                 if active.len() == 1 && now >= due {
                     // Double signature: the successor signs the DNSKEY RRset (a CSK: every
                     // RRset) from now; the parent is told by CDS once that has propagated.
-                    let mut k = new_key(p, zone, role, now, now, Some(now + publish_wait))?;
-                    if p.ksk_submission == Submission::Timer {
-                        // Unchecked: the parent is assumed to take the new DS as soon as
-                        // its CDS is published (the old key then retires after the old
-                        // DS's TTL and the propagation delay).
-                        k.file.submitted = Some(now + publish_wait);
-                        k.write()?;
-                    }
+                    let k = new_successor(p, zone, role, now, publish_wait)?;
                     tracing::info!(
                         zone,
                         old = keys[cur].tag,
@@ -623,7 +607,6 @@ pub fn timeline(
         &mut keys,
         p,
         zone,
-        roles,
         now,
         publish_wait,
         dnskey_ttl.max(max_ttl),
@@ -645,12 +628,11 @@ fn retire_strays(
     keys: &mut Vec<Key>,
     p: &Policy,
     zone: &str,
-    roles: &[Role],
     now: u64,
     publish_wait: u64,
     linger: u64,
 ) -> Result<(), KeyError> {
-    let ours = |k: &Key| is_ours(p, roles, k);
+    let ours = |k: &Key| is_ours(p, k);
     let leaving = |k: &Key| {
         !ours(k)
             && k.file.retire.is_none()
@@ -677,12 +659,8 @@ fn retire_strays(
     if let (Some(theirs), Some(mine)) = (newest(&|k| leaving(k)), newest(&|k| ours(k)))
         && theirs >= mine
     {
-        let role = if p.split_keys { Role::Ksk } else { Role::Csk };
-        let mut k = new_key(p, zone, role, now, now, Some(now + publish_wait))?;
-        if p.ksk_submission == Submission::Timer {
-            k.file.submitted = Some(now + publish_wait);
-            k.write()?;
-        }
+        let role = p.roles()[0];
+        let k = new_successor(p, zone, role, now, publish_wait)?;
         tracing::info!(
             zone,
             tag = k.tag,
@@ -732,13 +710,43 @@ fn retire_strays(
     Ok(())
 }
 
-/// True when `k` is of the role and algorithm `p` calls for (`roles`: its roles).
-fn is_ours(p: &Policy, roles: &[Role], k: &Key) -> bool {
-    roles.contains(&k.file.role) && k.file.algorithm == p.algorithm
+impl Policy {
+    /// The roles of the keys it calls for, the key-signing one first.
+    pub fn roles(&self) -> &'static [Role] {
+        if self.split_keys {
+            &[Role::Ksk, Role::Zsk]
+        } else {
+            &[Role::Csk]
+        }
+    }
+}
+
+/// True when `k` is of a role and the algorithm `p` calls for.
+fn is_ours(p: &Policy, k: &Key) -> bool {
+    p.roles().contains(&k.file.role) && k.file.algorithm == p.algorithm
 }
 
 /// Signings refused because key files the zone held are gone.
 pub static KEYS_MISSING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A key-signing key of `role` taking the parent's DS over by double signature: signing at
+/// once, its CDS ready once the DNSKEY RRset has propagated (`publish_wait`). Under "timer"
+/// the parent is assumed, unchecked, to take the new DS as soon as its CDS is published (the
+/// old key then retires after the old DS's TTL and the propagation delay).
+fn new_successor(
+    p: &Policy,
+    zone: &str,
+    role: Role,
+    now: u64,
+    publish_wait: u64,
+) -> Result<Key, KeyError> {
+    let mut k = new_key(p, zone, role, now, now, Some(now + publish_wait))?;
+    if p.ksk_submission == Submission::Timer {
+        k.file.submitted = Some(now + publish_wait);
+        k.write()?;
+    }
+    Ok(k)
+}
 
 /// A new key of the policy's algorithm, published now, signing from `active`, its CDS
 /// ready from `ready` (a key-signing key).
