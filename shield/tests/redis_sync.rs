@@ -603,6 +603,38 @@ async fn a_rolling_key_rotation_keeps_the_fleet_whole() {
     sc.shutdown().await;
 }
 
+/// A mark that does not verify (anyone who can write to Redis can put one, its start far
+/// ahead, to make the node number its records past anything peers will take later) moves
+/// nothing: the node's records still reach a peer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_mark_moves_no_start() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let mut c = r.conn();
+    let forged = format!(
+        r#"{{"v":2,"op":"add","net":"10.9.9.0/24","node":"a","start":{},"seq":1,"exp":0,"origin":"local","tag":"00"}}"#,
+        u64::MAX / 2
+    );
+    let _: () = redis::cmd("HSET")
+        .arg("t:marks")
+        .arg("a")
+        .arg(&forged)
+        .query(&mut c)
+        .unwrap();
+    let (a, b) = (map(), map());
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    let sb = spawn(cfg(&r.url(), "b"), &b);
+    synced(&sa).await;
+    synced(&sb).await;
+    a.insert(local(60, MIN));
+    until("A's block on B", || b.get(host(60)).is_some()).await;
+    assert_eq!(sa.stats().start_after_mark, 0);
+    sa.shutdown().await;
+    sb.shutdown().await;
+}
+
 /// A replay marks key of another type (put there to blind the nodes started later) is
 /// replaced by the next write, and counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -682,6 +714,21 @@ fn config_is_strict_and_validated() {
     };
     keyed.validate().unwrap();
     assert!(keyed.record_key().unwrap().is_some());
+    // A previous key needs the key that replaces it, and must be a readable fleet key.
+    let e = SyncConfig {
+        previous_key_file: Some(key_file()),
+        ..c.clone()
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("previous_key_file"), "{e}");
+    let missing = SyncConfig {
+        previous_key_file: Some("/nonexistent/old.key".into()),
+        ..keyed.clone()
+    };
+    let e = missing.previous_record_key().unwrap_err().to_string();
+    assert!(e.contains("previous_key_file"), "{e}");
     let bad = SyncConfig {
         ca_file: Some("/nonexistent".into()),
         ..c.clone()

@@ -251,6 +251,38 @@ fn run_id_of(v: &Value) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// Whatever a sentinel replies to `SENTINEL REPLICAS`, only well-formed `ip` fields are
+    /// taken, at most 64 (each is made never-block).
+    #[test]
+    fn replica_addresses_take_only_well_formed_ips() {
+        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let flat = Value::Array(vec![
+            Value::Array(vec![
+                b("name"),
+                b("r1"),
+                b("ip"),
+                b("192.0.2.7"),
+                b("port"),
+                b("6379"),
+            ]),
+            Value::Array(vec![b("ip"), b("not-an-ip")]),
+            Value::Array(vec![b("ip")]),
+            Value::Int(7),
+            Value::Map(vec![(b("ip"), b("2001:db8::7"))]),
+        ]);
+        let want: Vec<std::net::IpAddr> =
+            vec!["192.0.2.7".parse().unwrap(), "2001:db8::7".parse().unwrap()];
+        assert_eq!(replica_addresses(&flat), want);
+        assert!(replica_addresses(&Value::Nil).is_empty());
+        assert!(replica_addresses(&b("ip")).is_empty());
+        let many = Value::Array(
+            (0..100)
+                .map(|i| Value::Array(vec![b("ip"), b(&format!("10.0.0.{i}"))]))
+                .collect(),
+        );
+        assert_eq!(replica_addresses(&many).len(), 64);
+    }
+
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
     }
