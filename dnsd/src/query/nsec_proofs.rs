@@ -240,10 +240,10 @@ impl<'z, 'r> Prover<'z, 'r> {
             if let Some(n) = z.nsec_covering(qname) {
                 self.put(w, Proof::Nsec(n))?;
             }
-            if z.rrset(wildcard, t::NSEC).is_some() {
-                self.put(w, Proof::Nsec(wildcard))?;
-            }
-            return Ok(());
+            // The wildcard without the type: its own NSEC, or — a wildcard that is an empty
+            // non-terminal (`sub.*.w` only) has none — the NSEC covering it, whose next
+            // name lies below it (RFC 4035 §3.1.3.4), as for any other NODATA.
+            return self.nodata(w, wildcard);
         }
         let Some(c) = z.nsec3() else { return Ok(()) };
         if let Some(m) = c.node_match(ce) {
@@ -254,10 +254,9 @@ impl<'z, 'r> Prover<'z, 'r> {
         {
             self.put(w, Proof::Nsec3(i))?;
         }
-        if let Some(m) = c.node_match(wildcard) {
-            self.put(w, Proof::Nsec3(m))?;
-        }
-        Ok(())
+        // The wildcard's NSEC3 (an empty non-terminal has one too; under opt-out one with
+        // none is proved as any other NODATA is).
+        self.nodata(w, wildcard)
     }
 
     /// A referral to a child without DS: proof that there is none (RFC 4035 §3.1.4,
@@ -766,6 +765,47 @@ ns.insecure A 192.0.2.31
         assert!(r.authority.iter().any(|x| x.rtype == t::DS));
         assert_signed("secure referral", &r.authority);
         assert!(nsecs(&r).is_empty());
+    }
+
+    /// A wildcard that is an empty non-terminal (`sub.*.w2` its only name): NODATA below it
+    /// proves the name absent and the wildcard empty — with NSEC, the record covering the
+    /// wildcard, whose next name is below it (resolvers held the answer bogus without it).
+    #[test]
+    fn a_wildcard_that_is_an_empty_non_terminal_is_proved_empty() {
+        let text = format!("{UNSIGNED}sub.*.w2 A 192.0.2.22\n");
+        for how in [
+            Denial::Nsec,
+            Denial::Nsec3 { opt_out: false },
+            Denial::Nsec3 { opt_out: true },
+        ] {
+            let z = sign_text(&text, how, None);
+            for q in ["x.w2.example.com.", "y.x.w2.example.com."] {
+                let (r, k) = ask(&z, q, t::A);
+                assert_eq!(k, Kind::NoData, "{how:?} {q}");
+                assert_soa(&r);
+                assert_signed("wildcard ent", &r.authority);
+                if let Denial::Nsec = how {
+                    let n = nsecs(&r);
+                    assert!(
+                        n.iter().any(|(o, x, _)| nsec_covers(o, x, &wire(q))),
+                        "{q}: {n:?}"
+                    );
+                    let star = wire("*.w2.example.com.");
+                    assert!(
+                        n.iter().any(|(o, x, _)| nsec_covers(o, x, &star)
+                            && *x == wire("sub.*.w2.example.com.")),
+                        "{q}: the wildcard's cover missing: {n:?}"
+                    );
+                } else {
+                    let star = params().hash(&wire("*.w2.example.com."));
+                    let n = nsec3s(&r);
+                    assert!(
+                        n.iter().any(|x| x.0 == star),
+                        "{how:?} {q}: the wildcard's own NSEC3 missing"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
