@@ -459,7 +459,13 @@ fn a_zone_reload_flips_the_xdp_answers_without_mixing() {
     let old = exchange_all(&pair, server, vec![www(2)])[0]
         .clone()
         .unwrap();
-    assert!(stats(&cfg).get("xdp.answered") > a0, "answered in XDP");
+    assert!(
+        stats(&cfg).get("xdp.answered") > a0,
+        "answered in XDP: route {} frame {} miss {}",
+        stats(&cfg).get("xdp.answer_pass_route"),
+        stats(&cfg).get("xdp.answer_pass_frame"),
+        stats(&cfg).get("xdp.answer_pass_miss")
+    );
 
     // New serial, new address for www; reload while a client keeps asking.
     let new_text = text
@@ -799,6 +805,7 @@ fn every_publish_fits_beside_the_live_generation() {
 /// Builds an Ethernet frame carrying `dns` over UDP from the client to dnsd at `port`, with
 /// the fields a test spoils.
 struct Frame {
+    dst_mac: [u8; 6],
     src_mac: [u8; 6],
     vlan: Option<u16>,
     v6: bool,
@@ -834,6 +841,7 @@ fn sum16(b: &[u8]) -> u32 {
 impl Frame {
     fn good() -> Frame {
         Frame {
+            dst_mac: mac(VethPair::MAC_B),
             src_mac: mac(VethPair::MAC_A),
             vlan: None,
             v6: false,
@@ -854,7 +862,7 @@ impl Frame {
         udp.extend_from_slice(&[0, 0]);
         udp.extend_from_slice(dns);
         let mut f = Vec::new();
-        f.extend_from_slice(&mac(VethPair::MAC_B));
+        f.extend_from_slice(&self.dst_mac);
         f.extend_from_slice(&self.src_mac);
         if let Some(v) = self.vlan {
             f.extend_from_slice(&[0x81, 0x00]);
@@ -1047,6 +1055,193 @@ fn xdp_answers_only_frames_the_kernel_would_take() {
             stats(&cfg).get("xdp.answered") > before
         },
     );
+}
+
+/// Sends `frame` on the client's veth and returns the destination MACs of the replies from
+/// `port` seen on that link within 300 ms (a veth hands its peer every frame, whatever MAC
+/// it is addressed to: what went to another host is seen too).
+fn replies_seen(pair: &VethPair, frame: Vec<u8>, port: u16) -> Vec<[u8; 6]> {
+    let ifname = pair.if_a.clone();
+    pair.a
+        .run(move || {
+            // SAFETY: plain socket calls on a descriptor this closure owns and closes; the
+            // buffer outlives every recv into it.
+            unsafe {
+                let proto = (libc::ETH_P_ALL as u16).to_be();
+                let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto));
+                assert!(fd >= 0, "AF_PACKET socket");
+                let name = std::ffi::CString::new(ifname).unwrap();
+                let index = libc::if_nametoindex(name.as_ptr());
+                let mut sa: libc::sockaddr_ll = std::mem::zeroed();
+                sa.sll_family = libc::AF_PACKET as u16;
+                sa.sll_protocol = proto;
+                sa.sll_ifindex = index as i32;
+                sa.sll_halen = 6;
+                let len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+                assert_eq!(
+                    libc::bind(fd, (&sa as *const libc::sockaddr_ll).cast(), len),
+                    0
+                );
+                let tv = libc::timeval {
+                    tv_sec: 0,
+                    tv_usec: 50_000,
+                };
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVTIMEO,
+                    (&tv as *const libc::timeval).cast(),
+                    std::mem::size_of::<libc::timeval>() as u32,
+                );
+                let n = libc::sendto(
+                    fd,
+                    frame.as_ptr().cast(),
+                    frame.len(),
+                    0,
+                    (&sa as *const libc::sockaddr_ll).cast(),
+                    len,
+                );
+                assert_eq!(n, frame.len() as isize, "sendto");
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 2048];
+                let end = std::time::Instant::now() + Duration::from_millis(300);
+                while std::time::Instant::now() < end {
+                    let mut from: libc::sockaddr_ll = std::mem::zeroed();
+                    let mut flen = len;
+                    let n = libc::recvfrom(
+                        fd,
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        0,
+                        (&mut from as *mut libc::sockaddr_ll).cast(),
+                        &mut flen,
+                    );
+                    // Only what arrived (not what this socket sent), IPv4 UDP from `port`.
+                    if n < 42 || from.sll_pkttype == libc::PACKET_OUTGOING {
+                        continue;
+                    }
+                    let f = &buf[..n as usize];
+                    if f[12..14] == [0x08, 0x00] && f[23] == 17 && f[34..36] == port.to_be_bytes() {
+                        seen.push(f[..6].try_into().unwrap());
+                    }
+                }
+                libc::close(fd);
+                seen
+            }
+        })
+        .expect("in the client's namespace")
+}
+
+/// XDP's answers go where the kernel's routes send replies, never simply back to the
+/// frame's sender: an on-link host forging another address (a victim's) had the fast path
+/// answer it — with a server cookie minted for that address, which then took the victim's
+/// forged queries past RRL — and frames sent to another host's MAC, or from sources the
+/// kernel would not answer (no route, an unresolved neighbour, the subnet's broadcast), were
+/// answered too, the reply sent in another host's name.
+#[test]
+fn xdp_answers_go_where_the_kernels_routes_send_them() {
+    let Some((dir, pair, zone)) = setup() else {
+        return;
+    };
+    let port = 5353;
+    let cfg = config(dir.path(), "routed", port, &zone, Some(&pair.if_b));
+    let _fast = NsDnsd::start(&pair.b, &cfg);
+    // With a client cookie: an answer would carry a server cookie minted for the source.
+    let mut opts = QueryOpts::edns(1232);
+    opts.cookie = Some(b"ATTACKER".to_vec());
+    let q = build_query(7, "www.example.com.", 1, &opts);
+    answering_in_xdp(&pair, SocketAddr::new(VethPair::B4.into(), port), &cfg, &q);
+    // The client's own frame is answered in XDP, to its MAC.
+    let mine = replies_seen(&pair, Frame::good().bytes(port, &q), port);
+    assert_eq!(mine, vec![mac(VethPair::MAC_A)], "the client's own query");
+    fn forged(f: impl FnOnce(&mut Frame)) -> Frame {
+        let mut x = Frame::good();
+        f(&mut x);
+        x
+    }
+    let cases: Vec<(&str, Frame)> = vec![
+        (
+            "sent to another host's MAC",
+            forged(|f| f.dst_mac = [0x02, 0, 0, 0, 0, 0x99]),
+        ),
+        (
+            "an on-link source with no neighbour",
+            forged(|f| f.src4 = [192, 0, 2, 77]),
+        ),
+        (
+            "the subnet's broadcast",
+            forged(|f| f.src4 = [192, 0, 2, 255]),
+        ),
+        (
+            "a source with no route",
+            forged(|f| f.src4 = [198, 51, 100, 7]),
+        ),
+    ];
+    for (what, f) in cases {
+        let before = stats(&cfg);
+        let seen = replies_seen(&pair, f.bytes(port, &q), port);
+        let after = stats(&cfg);
+        assert_eq!(
+            after.get("xdp.answered"),
+            before.get("xdp.answered"),
+            "{what}: answered in XDP"
+        );
+        assert_eq!(
+            after.get("xdp.answer_pass_route") - before.get("xdp.answer_pass_route"),
+            1,
+            "{what}: passed for its route"
+        );
+        assert!(
+            !seen.contains(&mac(VethPair::MAC_A)),
+            "{what}: a reply came back to the sender: {seen:02x?}"
+        );
+    }
+    // A victim on the link (its neighbour entry known): a query forged in its name is
+    // answered, to the victim, not to the forger.
+    let victim = [0x02, 0, 0xc0, 0, 0x02, 0x09];
+    pair.b
+        .ip(&[
+            "neigh",
+            "replace",
+            "192.0.2.9",
+            "lladdr",
+            "02:00:c0:00:02:09",
+            "dev",
+            &pair.if_b,
+            "nud",
+            "permanent",
+        ])
+        .unwrap();
+    let seen = replies_seen(
+        &pair,
+        forged(|f| f.src4 = [192, 0, 2, 9]).bytes(port, &q),
+        port,
+    );
+    assert_eq!(seen, vec![victim], "the forged victim's answer");
+    // Off the link, through the client as its router: answered, to the router.
+    pair.b
+        .ip(&[
+            "route",
+            "add",
+            "198.51.100.0/24",
+            "via",
+            "192.0.2.1",
+            "dev",
+            &pair.if_b,
+        ])
+        .unwrap();
+    let before = stats(&cfg).get("xdp.answered");
+    let seen = replies_seen(
+        &pair,
+        forged(|f| f.src4 = [198, 51, 100, 7]).bytes(port, &q),
+        port,
+    );
+    assert_eq!(
+        seen,
+        vec![mac(VethPair::MAC_A)],
+        "routed through the client"
+    );
+    assert_eq!(stats(&cfg).get("xdp.answered"), before + 1);
 }
 
 /// Waits until dnsd at `server` (config `cfg`) answers `q`, and answers it in XDP.

@@ -304,13 +304,22 @@ fn answers() {
     let sc = server_cookie(&[7; 16], &client, CLIENT4);
     let mut with_server = client.to_vec();
     with_server.extend_from_slice(&sc);
-    let plain = answer_guard(Default::default());
+    // Replies to the sender: BPF_PROG_TEST_RUN runs as on the loopback device, where no
+    // route leads back to the frames' clients; the route look-up's own cost is the case
+    // "route look-up" (no route here: it passes after the look-up).
+    let sender = xdp_guard::AnswerRate {
+        reply_to_sender: true,
+        ..Default::default()
+    };
+    let plain = answer_guard(sender);
+    let routed = answer_guard(Default::default());
     // RRL on at a rate no call here reaches: the bucket's cost, never its verdict.
     let rrl = answer_guard(xdp_guard::AnswerRate {
         per_second: 100_000_000,
         v4_prefix: 24,
         v6_prefix: 56,
         slip: 2,
+        reply_to_sender: true,
     });
     plain.maps().apply(
         &blocks(std::iter::once(IpNet::V4(
@@ -360,6 +369,12 @@ fn answers() {
         &rrl,
         query_frame(false, 2, true, None),
         tx,
+    ));
+    cases.push((
+        "answer  200 B v4 route look-up".into(),
+        &routed,
+        query_frame(false, 2, true, None),
+        Verdict::Pass,
     ));
     cases.push((
         "miss (passes to dnsd)".into(),

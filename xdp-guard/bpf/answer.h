@@ -5,7 +5,9 @@
  * (one question, optional OPT with a cookie, nothing else), its key — with the qname's FNV-1a
  * hash, made as the name is read — looked up in `guard_answers` (dnsd's own reply bytes,
  * compiled by dnsd's pipeline; the value's name compared with the query's before anything is
- * sent), and the frame turned around in place as the reply: addresses and ports swapped, the
+ * sent), and the frame turned around in place as the reply: sent where the kernel's route to
+ * the source leads (out of the interface it came in by, to the neighbour's MAC; else passed),
+ * addresses and ports swapped, the
  * DNS message rewritten with the query's id, RD and CD, the cookie verified and a fresh server
  * cookie minted with dnsd's secrets (RFC 9018, SipHash-2-4), the IPv4 header checksum updated
  * from the old one and the UDP checksum made from dnsd's precomputed sum. Replies over the
@@ -70,6 +72,13 @@ struct dnshdr {
 	__be16 id;
 	__be16 flags;
 	__be16 qd, an, ns, ar;
+};
+
+/* Where a reply goes: the MACs the kernel's route names (`routed`), or the sender's. */
+struct guard_route {
+	__u8 routed;
+	__u8 dmac[ETH_ALEN];
+	__u8 smac[ETH_ALEN];
 };
 
 #ifndef barrier_var
@@ -434,7 +443,8 @@ static __always_inline __u32 sum_words(const __u16 *p, int n)
 static __always_inline int finish_reply(struct xdp_md *ctx, const struct guard_pkt *pk,
 					__u32 dns_off,
 					__u32 dns_len, __u16 flags, __u16 an, __u16 ns, __u16 ar,
-					const struct guard_ans_ctx *a, __u32 body)
+					const struct guard_ans_ctx *a, __u32 body,
+					const struct guard_route *rt)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -443,10 +453,15 @@ static __always_inline int finish_reply(struct xdp_md *ctx, const struct guard_p
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > end)
 		return XDP_DROP;
-	__u8 mac[ETH_ALEN];
-	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
-	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
+	if (rt->routed) {
+		__builtin_memcpy(eth->h_dest, rt->dmac, ETH_ALEN);
+		__builtin_memcpy(eth->h_source, rt->smac, ETH_ALEN);
+	} else {
+		__u8 mac[ETH_ALEN];
+		__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
+		__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+		__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
+	}
 
 	__u16 udp_len = sizeof(struct udphdr) + dns_len;
 	/* The pseudo header's sum: the addresses' sum does not change when they swap. */
@@ -502,6 +517,70 @@ static __always_inline int finish_reply(struct xdp_md *ctx, const struct guard_p
 	u->check = 0;
 	u->check = bpf_htons(reply_csum(psum, u, h, a, body));
 	return XDP_TX;
+}
+
+/* Finds where the kernel would send a reply of `udp_len` bytes of UDP to the query's source:
+ * its route (the source's own neighbour, or the router towards it) out of the interface the
+ * query came in on, that neighbour's MAC, and the frame addressed to this interface's own
+ * MAC. A forged source is then answered to its owner, never to the frame's sender: an
+ * on-link host that forges a victim's address gets no server cookie minted for it, a frame
+ * flooded to us for another host's MAC is not answered in that host's name, and a source the
+ * kernel would not answer (one of our own addresses, a subnet broadcast, no route, a
+ * neighbour not yet resolved, a reply over the route's MTU) passes to dnsd and the kernel.
+ * 0 with `rt` filled, or GUARD_C_ANS_PASS_ROUTE. */
+static __always_inline int route_reply(struct xdp_md *ctx, const struct guard_pkt *pk,
+				       __u32 udp_len, struct guard_route *rt)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l3 = pk->l3_off & 0xff, l4o = pk->l4_off & 0xff;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end)
+		return GUARD_C_ANS_PASS_ROUTE;
+	struct udphdr *u = data + l4o;
+	barrier_var(u);
+	if ((void *)(u + 1) > end)
+		return GUARD_C_ANS_PASS_ROUTE;
+	struct bpf_fib_lookup f = {};
+	f.l4_protocol = IPPROTO_UDP;
+	f.sport = u->dest;
+	f.dport = u->source;
+	f.tot_len = (l4o - l3) + udp_len;
+	/* As the kernel routes what a local socket sends: from the loopback device, any way
+	 * out, policy rules and all (the helper wants forwarding on the device it is given,
+	 * and on lo that forwards nothing from outside: dnsd turns it on). */
+	f.ifindex = 1;
+	if (pk->v6) {
+		struct ipv6hdr *ip6 = data + l3;
+		barrier_var(ip6);
+		if ((void *)(ip6 + 1) > end)
+			return GUARD_C_ANS_PASS_ROUTE;
+		f.family = 10; /* AF_INET6 */
+		__builtin_memcpy(f.ipv6_src, &ip6->daddr, 16);
+		__builtin_memcpy(f.ipv6_dst, &ip6->saddr, 16);
+	} else {
+		struct iphdr *ip = data + l3;
+		barrier_var(ip);
+		if ((void *)(ip + 1) > end)
+			return GUARD_C_ANS_PASS_ROUTE;
+		f.family = 2; /* AF_INET */
+		f.tos = ip->tos;
+		f.ipv4_src = ip->daddr;
+		f.ipv4_dst = ip->saddr;
+	}
+	long r = bpf_fib_lookup(ctx, &f, sizeof(f), 0);
+	/* XDP_TX leaves by the interface the query came in on: a reply routed another way is
+	 * the kernel's to send. */
+	if (r != BPF_FIB_LKUP_RET_SUCCESS || f.ifindex != ctx->ingress_ifindex)
+		return GUARD_C_ANS_PASS_ROUTE;
+	__u8 *to = eth->h_dest;
+	if (to[0] != f.smac[0] || to[1] != f.smac[1] || to[2] != f.smac[2] ||
+	    to[3] != f.smac[3] || to[4] != f.smac[4] || to[5] != f.smac[5])
+		return GUARD_C_ANS_PASS_ROUTE;
+	rt->routed = 1;
+	__builtin_memcpy(rt->dmac, f.dmac, ETH_ALEN);
+	__builtin_memcpy(rt->smac, f.smac, ETH_ALEN);
+	return 0;
 }
 
 /* Makes the DNS message at `dns_off` of the `frame_len`-byte frame `dns_len` bytes long (its
@@ -748,6 +827,11 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 		}
 		flags |= extra ? 7 : DNS_TC;
 		__u32 dlen = qend + olen;
+		struct guard_route rt = {};
+		if (!aa->reply_to_sender && route_reply(ctx, pk, 8 + dlen, &rt)) {
+			cnt->count[GUARD_C_ANS_PASS_ROUTE]++;
+			return XDP_PASS;
+		}
 		int r = fit(ctx, frame_len, dns_off, qend, dlen, cnt);
 		if (r)
 			return r;
@@ -756,9 +840,14 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 		if (olen == 39 && bpf_xdp_store_bytes(ctx, dns_off + qend, o, 39))
 			return XDP_DROP;
 		return finish_reply(ctx, pk, dns_off, dlen, flags, 0, 0, olen != 0, a,
-				    sum_at(o, 39, qend));
+				    sum_at(o, 39, qend), &rt);
 	}
 	__u32 dns_len = qend + len + extra;
+	struct guard_route rt = {};
+	if (!aa->reply_to_sender && route_reply(ctx, pk, 8 + dns_len, &rt)) {
+		cnt->count[GUARD_C_ANS_PASS_ROUTE]++;
+		return XDP_PASS;
+	}
 	int r = fit(ctx, frame_len, dns_off, qend, dns_len, cnt);
 	if (r)
 		return r;
@@ -783,7 +872,7 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 		body += sum_at(o, 30, qend + len - 2);
 	}
 	return finish_reply(ctx, pk, dns_off, dns_len, v->flags | (a->qflags & (DNS_RD | DNS_CD)),
-			    v->an, v->ns, v->ar, a, body);
+			    v->an, v->ns, v->ar, a, body, &rt);
 }
 
 /* Counts `reason` for a UDP packet the fast path passed untried when its destination is an

@@ -94,7 +94,8 @@
 #define GUARD_C_RATE_COOKIE 24        /* over the per-source rate, passed: our server cookie (a proven source) */
 #define GUARD_C_ANS_PASS_FRAME 25     /* passed: a query to an answered address in a frame not answered here (group MAC, VLAN tag, IP options, fragment, martian, bad lengths or checksum) */
 #define GUARD_C_ANS_PASS_SUSPECT 26   /* passed: a query to an answered address from one of dnsd's suspects */
-#define GUARD_COUNTERS 27
+#define GUARD_C_ANS_PASS_ROUTE 27     /* passed: the kernel's route to the source does not lead back out this interface to a known neighbour, or the frame was sent to another MAC */
+#define GUARD_COUNTERS 28
 
 /* The answer fast path. */
 #define GUARD_QNAME_MAX 128   /* longest wire qname answered in XDP (longer ones pass) */
@@ -130,7 +131,8 @@ struct guard_ans_addr {
 	__u8 v4_prefix;  /* source prefix lengths of the rate's buckets */
 	__u8 v6_prefix;
 	__u8 cookie_keys; /* GUARD_KEYS_*: which of the secrets below are set */
-	__u8 reserved;
+	__u8 reply_to_sender; /* 1: replies go back to the frame's sender, no route look-up
+			       * (a point-to-point link); 0: where the kernel's routes send them */
 	__u32 slip;       /* over the rate, one reply in `slip` is TC=1 (0: none), as dnsd's RRL */
 	__u64 expires_ns; /* CLOCK_MONOTONIC: answering stops after this unless the writer renews
 			   * it (a dnsd that died leaves no answers behind for long) */

@@ -17,6 +17,30 @@ use crate::guard_maps::{ANSWERS, GuardMaps};
 use crate::maps::{ALL_MAPS, AnsAddr, AnsAddrKey, AnsKey, Answer, Plain, QNAME_MAX, name_hash};
 use crate::sys;
 
+/// The sysctls the answers' route look-up needs: the kernel's FIB helper asks for forwarding
+/// on the device it routes from, and the program routes from the loopback device, as the
+/// kernel routes what a local socket sends (on lo, forwarding forwards nothing from outside:
+/// no packet arrives there from another host).
+pub const ROUTE_SYSCTLS: [&str; 2] = [
+    "/proc/sys/net/ipv4/conf/lo/forwarding",
+    "/proc/sys/net/ipv6/conf/lo/forwarding",
+];
+
+/// Turns on what the answers' route look-up needs ([`ROUTE_SYSCTLS`]) in this network
+/// namespace; the ones it changed. An error names the sysctl it could not set (the program
+/// then passes every query whose reply it cannot route to the daemon).
+pub fn enable_route_lookups() -> Result<Vec<&'static str>, (&'static str, std::io::Error)> {
+    let mut changed = Vec::new();
+    for path in ROUTE_SYSCTLS {
+        let on = std::fs::read_to_string(path).map_err(|e| (path, e))?;
+        if on.trim() != "1" {
+            std::fs::write(path, "1").map_err(|e| (path, e))?;
+            changed.push(path);
+        }
+    }
+    Ok(changed)
+}
+
 /// How long answers stay live at an address without a renewal ([`GuardMaps::renew_answers`]).
 pub const ANSWER_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -38,8 +62,8 @@ pub struct AnswerReport {
     pub collided: u64,
 }
 
-/// RRL in XDP: how fast XDP answers one source prefix ([`AnsAddr::rate`]), and the slip
-/// beyond it.
+/// How XDP answers at an address: RRL (how fast it answers one source prefix,
+/// [`AnsAddr::rate`], and the slip beyond it), and where its replies go.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AnswerRate {
     /// Answers per second per source prefix (per CPU); 0: not limited.
@@ -50,6 +74,9 @@ pub struct AnswerRate {
     pub v6_prefix: u8,
     /// Over the rate, one reply in `slip` is TC=1, the others dropped (0: all dropped).
     pub slip: u32,
+    /// Replies go back to the frame's sender without a route look-up (a point-to-point
+    /// link, or `BPF_PROG_TEST_RUN`); false: where the kernel's route sends them.
+    pub reply_to_sender: bool,
 }
 
 /// The RFC 9018 server-cookie secrets XDP verifies (both) and mints (the current one) with.
@@ -277,6 +304,7 @@ impl GuardMaps {
                 v4_prefix: rate.v4_prefix,
                 v6_prefix: rate.v6_prefix,
                 slip: rate.slip,
+                reply_to_sender: u8::from(rate.reply_to_sender),
                 expires_ns,
                 ..AnsAddr::default()
             };

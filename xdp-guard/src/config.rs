@@ -93,6 +93,14 @@ pub struct XdpConfig {
     /// takes memory as entries are written: only a publish's overlap costs the second.
     #[serde(default = "default_answer_entries")]
     pub answer_entries: u32,
+    /// A daemon's answers in XDP go where the kernel's route to the client sends them: out
+    /// of the interface the query came in by, to the neighbour the route names, and only for
+    /// frames sent to that interface's MAC (else the query passes to the daemon). false:
+    /// back to the frame's sender with no look-up — only for a point-to-point link whose one
+    /// neighbour is the router, since an on-link host could then forge a victim's address
+    /// and read its answers (and its server cookies).
+    #[serde(default = "default_true")]
+    pub answer_route: bool,
     /// Directory on bpffs where the maps are pinned, shared by every process.
     #[serde(default = "default_pin_path")]
     pub pin_path: PathBuf,
@@ -159,6 +167,7 @@ impl XdpConfig {
             rate_entries: DEFAULT_RATE_ENTRIES,
             allow_entries: crate::maps::DEFAULT_ALLOW_ENTRIES,
             answer_entries: crate::maps::DEFAULT_ANSWER_ENTRIES,
+            answer_route: true,
             pin_path: default_pin_path(),
             pin: true,
             tcp_steering: true,

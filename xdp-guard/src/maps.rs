@@ -173,8 +173,11 @@ pub const C_RATE_COOKIE: usize = 24;
 pub const C_ANS_PASS_FRAME: usize = 25;
 /// Counter index: passed, a query to an answered address from one of dnsd's suspects.
 pub const C_ANS_PASS_SUSPECT: usize = 26;
+/// Counter index: passed, the kernel's route to the source does not lead back out of the
+/// interface to a resolved neighbour (or the frame was sent to another MAC).
+pub const C_ANS_PASS_ROUTE: usize = 27;
 /// Number of counter slots.
-pub const COUNTERS: usize = 27;
+pub const COUNTERS: usize = 28;
 
 /// [`Answer::cookie`]: nothing known, queries with a cookie pass to dnsd.
 pub const COOKIE_PASS: u16 = 0;
@@ -546,8 +549,9 @@ pub struct AnsAddr {
     pub v6_prefix: u8,
     /// Which cookie secrets are set ([`KEYS_NONE`], [`KEYS_CURRENT`], [`KEYS_BOTH`]).
     pub cookie_keys: u8,
-    /// Zero.
-    pub reserved: u8,
+    /// 1: replies go back to the frame's sender, no route look-up (a point-to-point link);
+    /// 0: where the kernel's route to the source sends them (else the query passes).
+    pub reply_to_sender: u8,
     /// Over the rate, one reply in `slip` is TC=1 (0: none).
     pub slip: u32,
     /// CLOCK_MONOTONIC ns after which the program stops answering here unless renewed.

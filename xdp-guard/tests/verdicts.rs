@@ -13,6 +13,17 @@ use xdp_guard::{Counters, KernelBlock, Verdict, XdpGuard};
 
 const DNS: u16 = 53;
 
+/// Answers sent back to the frame's sender: `BPF_PROG_TEST_RUN` runs the program as if on
+/// the loopback device, where no route leads back to the test's clients (the route look-up
+/// itself is tested below, and on a veth in tests/veth.rs).
+const SENDER: xdp_guard::AnswerRate = xdp_guard::AnswerRate {
+    per_second: 0,
+    v4_prefix: 0,
+    v6_prefix: 0,
+    slip: 0,
+    reply_to_sender: true,
+};
+
 fn net(s: &str) -> IpNet {
     s.parse().unwrap()
 }
@@ -50,6 +61,7 @@ fn run(g: &XdpGuard, frame: &[u8]) -> (Verdict, Counters) {
         ans_pass_untried: std::array::from_fn(|i| {
             d(after.ans_pass_untried[i], before.ans_pass_untried[i])
         }),
+        ans_pass_route: d(after.ans_pass_route, before.ans_pass_route),
     };
     assert_eq!(
         delta.packets(),
@@ -709,7 +721,7 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     let (v, d) = run(&g, &query(&root_query(1), 1));
     assert_eq!((v, d.ans_pass[0]), (Verdict::Pass, 1));
     let r = m
-        .publish_answers(&[addr], &mut [(key, ans)], 1232, Default::default(), None)
+        .publish_answers(&[addr], &mut [(key, ans)], 1232, SENDER, None)
         .unwrap();
     assert_eq!((r.written, r.full), (1, 0));
     // Answers are leased: renewed by the writer, they lapse if it dies.
@@ -718,6 +730,19 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     std::thread::sleep(std::time::Duration::from_millis(5));
     m.renew_answers(&[addr], None).unwrap();
     assert!(m.answer_addr(&addr).unwrap().unwrap().expires_ns > lease);
+    // Where the kernel's routes decide where a reply goes (the default), a source no route
+    // leads back to by the interface the query came in on passes to dnsd: here, under
+    // BPF_PROG_TEST_RUN, the loopback device.
+    m.publish_answers(&[addr], &mut [(key, ans)], 1232, Default::default(), None)
+        .unwrap();
+    let (v, d) = run(&g, &query(&root_query(2), 1));
+    assert_eq!(
+        (v, d.answered, d.ans_pass_route),
+        (Verdict::Pass, 0, 1),
+        "{d:?}"
+    );
+    m.publish_answers(&[addr], &mut [(key, ans)], 1232, SENDER, None)
+        .unwrap();
     // A 59-byte query padded to 60 bytes is answered, not mistaken for trailing data.
     let (v, d) = run(&g, &query(&root_query(2), 1));
     assert_eq!((v, d.answered), (Verdict::Other(3), 1), "{d:?}");
@@ -801,6 +826,7 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         v4_prefix: 24,
         v6_prefix: 56,
         slip: 2,
+        reply_to_sender: true,
     };
     m.publish_answers(&[addr], &mut [(key, ans)], 1232, rate, None)
         .unwrap();
@@ -954,6 +980,7 @@ fn cookies_are_verified_minted_and_exempt_from_rrl_in_xdp() {
         v4_prefix: 32,
         v6_prefix: 128,
         slip: 1,
+        reply_to_sender: true,
     };
     m.publish_answers(&[addr], &mut [(key, ans)], 1232, rate, Some(&keys))
         .unwrap();
@@ -1042,7 +1069,7 @@ fn cookies_are_verified_minted_and_exempt_from_rrl_in_xdp() {
     assert_eq!((v, d.ans_cookie[2]), (Verdict::Pass, 1));
     // Cookies off for the zone: the same answer, the cookie ignored (as dnsd does).
     ans.cookie = xdp_guard::maps::COOKIE_IGNORE;
-    m.publish_answers(&[addr], &mut [(key, ans)], 1232, Default::default(), None)
+    m.publish_answers(&[addr], &mut [(key, ans)], 1232, SENDER, None)
         .unwrap();
     let dns = answer(&query(32, Some(server_cookie(&secret, &client, src, now))));
     assert_eq!(&dns[17..], &tail[..]);
@@ -1413,7 +1440,7 @@ fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
         current: secret,
         previous: Some(previous),
     };
-    m.publish_answers(&[addr], &mut [], 1232, Default::default(), Some(&keys))
+    m.publish_answers(&[addr], &mut [], 1232, SENDER, Some(&keys))
         .unwrap();
     let client = *b"clientck";
     let query = |id: u16, server: Option<[u8; 16]>| cookie_query(src, id, &client, server);
@@ -1462,7 +1489,7 @@ fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
         assert_eq!((v, d.rate_cookie), (Verdict::Drop, 0));
     }
     // Without dnsd's secrets nothing is verified: dropped.
-    m.publish_answers(&[addr], &mut [], 1232, Default::default(), None)
+    m.publish_answers(&[addr], &mut [], 1232, SENDER, None)
         .unwrap();
     let (v, _) = run(
         &g,

@@ -51,6 +51,9 @@ pub struct Counters {
     /// Passed to dnsd untried: a frame the fast path does not answer from (one the kernel
     /// may not take as sent), and a query from one of dnsd's suspects.
     pub ans_pass_untried: [u64; 2],
+    /// Passed to dnsd: the kernel's route to the source does not lead back out of the
+    /// interface to a resolved neighbour, or the frame was sent to another MAC.
+    pub ans_pass_route: u64,
 }
 
 impl Counters {
@@ -84,6 +87,7 @@ impl Counters {
             ("rate_cookie", self.rate_cookie),
             ("answer_pass_frame", self.ans_pass_untried[0]),
             ("answer_pass_suspect", self.ans_pass_untried[1]),
+            ("answer_pass_route", self.ans_pass_route),
         ]
     }
 
@@ -122,6 +126,7 @@ impl Counters {
                 c[crate::maps::C_ANS_PASS_FRAME],
                 c[crate::maps::C_ANS_PASS_SUSPECT],
             ],
+            ans_pass_route: c[crate::maps::C_ANS_PASS_ROUTE],
         }
     }
 }
