@@ -681,9 +681,16 @@ fn catalog_members_give_way_to_zones_the_config_adds_later() {
                 ("www.below.test.", "b1", ""),
                 ("parent.test.", "p1", ""),
                 (".", "r1", ""),
+                ("parent2.test.", "p2", ""),
+                ("v.parent.test.", "v1", ""),
             ],
         )],
-        &["later.test.", "www.below.test.", "parent.test."],
+        &[
+            "later.test.",
+            "www.below.test.",
+            "parent.test.",
+            "parent2.test.",
+        ],
     );
     let p = primary.addr();
     // Another tenant's zone below parent.test.
@@ -693,27 +700,38 @@ fn catalog_members_give_way_to_zones_the_config_adds_later() {
     );
     let mut v = Zone::new("v.parent.test.", cdir.join("v.parent.test.zone"));
     v.options.push("tenant = 1".into());
+    // A zone of the catalog's own tenant below parent2.test.: not the catalog's either.
+    write(
+        &cdir.join("s.parent2.test.zone"),
+        &member_text("s.parent2.test.", 7),
+    );
+    let mut s2 = Zone::new("s.parent2.test.", cdir.join("s.parent2.test.zone"));
+    s2.options.push("tenant = 5".into());
     let mut cat = Zone::new("a.cat.", cdir.join("a.cat.zone"));
     cat.options = vec![
         format!("primaries = [\"{p}\"]"),
         "catalog = \"consumer\"".into(),
         "tenant = 5".into(),
     ];
-    let consumer = Dnsd::builder().zones(&[v, cat]).start();
+    let consumer = Dnsd::builder().zones(&[v, s2, cat]).start();
     let c = consumer.addr();
     let log = || consumer.log();
     wait("later served", c, "later.test.", Some(1), &log);
     wait("www.below served", c, "www.below.test.", Some(1), &log);
     std::thread::sleep(Duration::from_millis(300));
     let (_, zones) = consumer.ctl(&["zones"]);
-    for z in ["parent.test.", ". "] {
+    for z in ["parent.test.", "parent2.test.", ". "] {
         assert!(
             !zones.lines().any(|l| l.starts_with(z)),
             "{z} must not be served:\n{zones}"
         );
     }
-    assert!(consumer.stats()["catalog.refused.above_other_tenant"] >= 2);
+    let st = consumer.stats();
+    assert!(st["catalog.refused.above_other_zone"] >= 3, "{st:?}");
+    // A member the config holds: refused, and counted (it was only in the log).
+    assert!(st["catalog.refused.held_elsewhere"] >= 1, "{st:?}");
     assert_eq!(serial(c, "v.parent.test."), Some(7));
+    assert_eq!(serial(c, "s.parent2.test."), Some(7));
 
     // The operator now configures later.test. and below.test. for tenant 1.
     for z in ["later.test.", "below.test."] {

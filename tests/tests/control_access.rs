@@ -352,6 +352,24 @@ fn a_group_members_zone_add_reads_only_what_it_could() {
     assert!(out.contains("bad.zone:6"), "{out}");
     let (ok, out) = add("g.test.", &good);
     assert!(ok, "{out}");
+    // Never above or below a zone the user did not add (above, it would answer that zone's
+    // DS and delegation; below, its names): root's example.com. is out of reach; below its
+    // own g.test. it may add.
+    let com = mk(
+        "com.zone",
+        zone("com.", &format!("example DS 1 13 2 {}\n", "ab".repeat(32))),
+    );
+    let (ok, out) = add("com.", &com);
+    assert!(
+        !ok && out.contains("above example.com."),
+        "a parent of root's zone added: {out}"
+    );
+    let sub = mk("sub.zone", zone("sub.example.com.", ""));
+    let (ok, out) = add("sub.example.com.", &sub);
+    assert!(!ok && out.contains("below example.com."), "{out}");
+    let mine = mk("mine.zone", zone("sub.g.test.", ""));
+    let (ok, out) = add("sub.g.test.", &mine);
+    assert!(ok, "below its own zone: {out}");
     let st = std::fs::read_to_string(state.path().join("zones-state.toml")).unwrap();
     assert!(
         st.contains("[zone.added_by]") && st.contains("uid = 65534"),

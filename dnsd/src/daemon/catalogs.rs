@@ -209,6 +209,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name, produce: bool) {
         catalog::changes(cat, old, &new, &owner, &coo_of)
     };
     if !ch.refused.is_empty() {
+        catalog::refused(catalog::Refusal::HeldElsewhere, ch.refused.len() as u64);
         let first: Vec<String> = ch.refused.iter().take(5).map(|z| z.to_string()).collect();
         tracing::warn!(
             catalog = %cat,
@@ -266,7 +267,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name, produce: bool) {
         .map(|e| (e.def.file.clone(), e.def.origin.clone()))
         .collect();
     let mut refused_here: Vec<zones::Name> = Vec::new();
-    let above = above_others(&reg, cat, cp.tenant);
+    let above = above_others(&reg, cat);
     // Under a config other than the last one's, every member of ours takes its settings
     // again (a template's policy changed by a reload applied only after a restart).
     let resettle: Vec<catalog::Member> = {
@@ -459,17 +460,14 @@ fn forget_signing(reg: &registry::Registry, z: &zones::Name) {
     }
 }
 
-/// Proper ancestors of the zones catalog `cat` does not own and another tenant than `tenant`
-/// holds, each with one such zone: a member there would give their parent side (DS,
-/// delegation) and every name below them that no zone holds.
-fn above_others(
-    reg: &registry::Registry,
-    cat: &zones::Name,
-    tenant: u32,
-) -> HashMap<zones::Name, zones::Name> {
+/// Proper ancestors of the zones catalog `cat` does not own (configured, added at run time,
+/// another catalog's — of its tenant or another), each with one such zone: a member there
+/// would give their parent side (DS, delegation) and every name below them that no zone
+/// holds, to whoever controls the catalog's primary.
+fn above_others(reg: &registry::Registry, cat: &zones::Name) -> HashMap<zones::Name, zones::Name> {
     let mut out = HashMap::new();
     for e in reg.entries() {
-        if e.def.from_catalog.as_ref() == Some(cat) || e.def.serve.tenant == tenant {
+        if e.def.from_catalog.as_ref() == Some(cat) {
             continue;
         }
         let zone = e.def.origin.to_lowercase();
@@ -485,8 +483,8 @@ fn above_others(
 
 /// Why member `z` of catalog `cat` may not be served beside the registry's other zones, with
 /// the zone it would answer for: at or below a zone the catalog does not own (the longest
-/// match gives it that zone's names), the root, or above another tenant's zone (`above`, from
-/// [`above_others`]).
+/// match gives it that zone's names), the root, or above a zone it does not own (`above`,
+/// from [`above_others`]).
 fn conflict(
     reg: &registry::Registry,
     cat: &zones::Name,
@@ -511,8 +509,8 @@ fn conflict(
 
 /// Drops the members of consumed catalogs that the zones configured now take from them: a
 /// member the config names (its zone replaces it: the caller has the registry take the
-/// config's), at or below a zone its catalog does not own, the root, or above another
-/// tenant's zone — a name the operator configured after a catalog listed it, or a zone added
+/// config's), at or below a zone its catalog does not own, the root, or above a zone it
+/// does not own — a name the operator configured after a catalog listed it, or a zone added
 /// below a member, is never answered from a catalog's primary. They leave the registry and
 /// the catalogs' lists, so the next read of each catalog refuses them as new members (with
 /// the cause in the log and the counters). The members dropped.
@@ -524,10 +522,8 @@ pub fn evict_conflicting(
     let mut st = shared.catalogs();
     let mut gone = Vec::new();
     let cats: Vec<zones::Name> = st.lists.keys().cloned().collect();
-    let pol = shared.xfr.policies();
     for cat in cats {
-        let tenant = pol.zone(cat.as_wire()).map_or(0, |p| p.tenant);
-        let above = above_others(reg, &cat, tenant);
+        let above = above_others(reg, &cat);
         let members: Vec<zones::Name> = st
             .lists
             .get(&cat)

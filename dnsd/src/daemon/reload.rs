@@ -438,6 +438,29 @@ pub async fn zone_add(
         }
         Err((k, m)) => return Reply::err(format!("{k}: {m}\n")),
     };
+    // A member of the control group (not root, not dnsd's own user) adds zones only where
+    // no zone it did not add has names: above one, it would answer that zone's DS and
+    // delegation (and every name below no zone holds); below one, that zone's names.
+    if let Some(by) = &zc.added_by
+        && let Some((other, above)) = reg.entries().find_map(|e| {
+            let o = e.def.origin.clone();
+            let mine = e.def.added_by.as_ref().is_some_and(|a| a.uid == by.uid);
+            if mine {
+                None
+            } else if o.is_subdomain_of(&n) {
+                Some((o, true))
+            } else if n.is_subdomain_of(&o) {
+                Some((o, false))
+            } else {
+                None
+            }
+        })
+    {
+        return Reply::err(format!(
+            "{n}: not added: it is {} {other}, a zone you did not add; only root or dnsd's own user may add it\n",
+            if above { "above" } else { "below" }
+        ));
+    }
     if zc.added_by.is_some() && !zc.primaries.is_empty() {
         return Reply::err(format!(
             "{n}: not added: a secondary's file is written by dnsd, and only root or dnsd's own user may name it\n"

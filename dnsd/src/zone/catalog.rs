@@ -100,18 +100,21 @@ pub enum Refusal {
     OverMax = 2,
     /// Its group's template named another tenant (taken, with the catalog's tenant).
     Tenant = 3,
-    /// It is the root, or above a zone of another tenant the catalog does not own.
+    /// It is the root, or above a zone the catalog does not own.
     AboveOtherZone = 4,
+    /// The config, a run-time zone or another catalog holds it, and no coo hands it over.
+    HeldElsewhere = 5,
 }
 
 impl Refusal {
     /// Every cause, in counter order.
-    pub const ALL: [Refusal; 5] = [
+    pub const ALL: [Refusal; 6] = [
         Refusal::FileTaken,
         Refusal::BelowOtherZone,
         Refusal::OverMax,
         Refusal::Tenant,
         Refusal::AboveOtherZone,
+        Refusal::HeldElsewhere,
     ];
 
     /// The cause's name in counters.
@@ -121,7 +124,8 @@ impl Refusal {
             Refusal::BelowOtherZone => "below_other_zone",
             Refusal::OverMax => "over_max_members",
             Refusal::Tenant => "tenant_overridden",
-            Refusal::AboveOtherZone => "above_other_tenant",
+            Refusal::AboveOtherZone => "above_other_zone",
+            Refusal::HeldElsewhere => "held_elsewhere",
         }
     }
 
@@ -132,13 +136,15 @@ impl Refusal {
             Refusal::BelowOtherZone => "at or below a zone the catalog does not own",
             Refusal::OverMax => "past catalog_max_members",
             Refusal::Tenant => "its template names another tenant",
-            Refusal::AboveOtherZone => "the root, or above a zone of another tenant",
+            Refusal::AboveOtherZone => "the root, or above a zone the catalog does not own",
+            Refusal::HeldElsewhere => "the config or another catalog holds it",
         }
     }
 }
 
 /// Members refused (or corrected) by cause, over every consumed catalog.
-pub static REFUSED: [AtomicU64; 5] = [
+pub static REFUSED: [AtomicU64; 6] = [
+    AtomicU64::new(0),
     AtomicU64::new(0),
     AtomicU64::new(0),
     AtomicU64::new(0),
@@ -158,7 +164,7 @@ pub fn collect(out: &mut shield::metrics::Samples) {
             format!("catalog.refused.{}", why.name()),
             "dnsd_catalog_members_refused_total",
             format!("cause=\"{}\"", why.name()),
-            "Consumed catalogs' members refused: a file another zone's, at or below a zone the catalog does not own, the root or above another tenant's zone, past catalog_max_members; tenant_overridden: taken with the catalog's tenant instead of its template's.",
+            "Consumed catalogs' members refused: a file another zone's, at or below or above a zone the catalog does not own, the root, past catalog_max_members; held_elsewhere: the config or another catalog holds it; tenant_overridden: taken with the catalog's tenant instead of its template's.",
             REFUSED[why as usize].load(Ordering::Relaxed),
         );
     }
