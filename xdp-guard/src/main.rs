@@ -255,14 +255,20 @@ fn detach(at: &Where, interface: Option<&str>, purge: bool) -> Result<(), String
         println!("detached from {}", a.interface);
     }
     if purge {
+        let mut removed = 0;
         for name in xdp_guard::maps::ALL_MAPS {
             match std::fs::remove_file(dir.join(name)) {
-                Ok(()) => {}
+                Ok(()) => removed += 1,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(format!("{}: {e}", dir.join(name).display())),
             }
         }
-        println!("maps unpinned from {}", dir.display());
+        // Says what it did: nothing, when nothing was pinned there.
+        if removed > 0 {
+            println!("{removed} maps unpinned from {}", dir.display());
+        } else {
+            println!("no maps pinned at {}", dir.display());
+        }
     }
     Ok(())
 }
