@@ -27,12 +27,19 @@ pub const ROUTE_SYSCTLS: [&str; 2] = [
 ];
 
 /// Turns on what the answers' route look-up needs ([`ROUTE_SYSCTLS`]) in this network
-/// namespace; the ones it changed. An error names the sysctl it could not set (the program
-/// then passes every query whose reply it cannot route to the daemon).
+/// namespace (IPv6's skipped where the kernel has none); the ones it changed. An error names
+/// the sysctl it could not set (the program then passes every query to the daemon).
 pub fn enable_route_lookups() -> Result<Vec<&'static str>, (&'static str, std::io::Error)> {
     let mut changed = Vec::new();
     for path in ROUTE_SYSCTLS {
-        let on = std::fs::read_to_string(path).map_err(|e| (path, e))?;
+        let on = match std::fs::read_to_string(path) {
+            Ok(on) => on,
+            // IPv6 turned off in the kernel: nothing of it to route.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && path.contains("ipv6") => {
+                continue;
+            }
+            Err(e) => return Err((path, e)),
+        };
         if on.trim() != "1" {
             std::fs::write(path, "1").map_err(|e| (path, e))?;
             changed.push(path);

@@ -167,9 +167,24 @@ fn open(dir: &Path) -> Result<GuardMaps, String> {
     GuardMaps::open_pinned(dir).map_err(|e| format!("maps at {}: {e}", dir.display()))
 }
 
+/// Turns on what the answers' route look-up needs (dnsd, with fewer privileges, may not).
+fn route_lookups() {
+    match xdp_guard::enable_route_lookups() {
+        Ok(changed) => {
+            for path in changed {
+                println!("{path}: set to 1 for the XDP answers' route look-up");
+            }
+        }
+        Err((path, e)) => eprintln!(
+            "warning: {path}: {e}: without it XDP answers nothing, every query passes to dnsd (answer_pass_route)"
+        ),
+    }
+}
+
 fn attach(config: &Path) -> Result<(), String> {
     let cfg = load_config(config)?;
     xdp_guard::check_available().map_err(|e| format!("XDP unavailable: {e}"))?;
+    route_lookups();
     let existing = node_attachments(&cfg.pin_path).map_err(|e| e.to_string())?;
     if let Some(a) = existing.iter().find(|a| a.interface == cfg.interface) {
         // Attached already: the same maps if they still fit, with the new rate settings.
