@@ -541,6 +541,15 @@ fn http_many_small_headers_are_refused_before_the_origin() {
         ),
     }
     assert_eq!(origin.requests(), 0, "nothing reached the origin");
+    // Counted with the other 431s (hyper answers it: it went uncounted as a response).
+    assert_eq!(
+        front.wait_metric(
+            "http_front_responses_total{cause=\"header_too_large\"}",
+            1,
+            Duration::from_secs(5)
+        ),
+        1
+    );
     assert_eq!(
         get(Some(src), front.addr(), "site.test", "/ok")
             .unwrap()
