@@ -541,6 +541,42 @@ async fn a_node_whose_clock_was_set_back_is_no_replay_of_itself() {
     sb.shutdown().await;
 }
 
+/// A second process under a node's id (a cloned machine, a second daemon with a copied
+/// config), started later and gone after a few seconds: its records, numbered from its later
+/// start, raised every peer's replay mark for the id, and the first process's records —
+/// blocks and lifts — were refused as replays until it restarted, its status "synced".
+/// Read before each batch, the mark numbers them past the other's, and they arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_under_a_nodes_id_leaves_it_heard_once_gone() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (a, d) = (map(), map());
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    let sd = spawn(cfg(&r.url(), "d"), &d);
+    synced(&sa).await;
+    synced(&sd).await;
+    d.insert(local(71, MIN));
+    until("D's block on A", || a.get(host(71)).is_some()).await;
+    // The second "d", started later (its clock a second on), publishes, and goes.
+    let later: Clock = Arc::new(|| unix_ms() + 1_000);
+    let d2 = map();
+    let sd2 = RedisSync::spawn_with_clock(cfg(&r.url(), "d"), Arc::clone(&d2), later).unwrap();
+    synced(&sd2).await;
+    d2.insert(local(72, MIN));
+    until("the second's block on A", || a.get(host(72)).is_some()).await;
+    sd2.shutdown().await;
+    // The first goes on: its new block and its lift reach A.
+    d.insert(local(73, MIN));
+    until("D's new block on A", || a.get(host(73)).is_some()).await;
+    d.remove(host(71), RemoveCause::Operator);
+    until("D's lift on A", || a.get(host(71)).is_none()).await;
+    assert!(sd.stats().start_after_mark >= 1, "{:?}", sd.stats());
+    sa.shutdown().await;
+    sd.shutdown().await;
+}
+
 /// A rolling rotation of the fleet key: a node on the new key (the old one as
 /// `previous_key_file`) and a node still on the old key take each other's records; each half
 /// refused the other's until every node had the new key.

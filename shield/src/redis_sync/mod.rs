@@ -586,7 +586,7 @@ pub struct SyncStats {
     /// ID (an entry with the largest ID, written by hand or forged, stops every write).
     pub stream_resets: u64,
     /// Times this node's records were numbered past its mark in Redis: its clock had been
-    /// ahead of what it gives now.
+    /// ahead of what it gives now, or another process wrote as this node id.
     pub start_after_mark: u64,
     /// Times the replay marks key was of another type and was replaced.
     pub marks_repaired: u64,

@@ -57,7 +57,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             shared.outbox().push_full();
         }
         epoch = Some(e);
-        start_after_mark(&shared, &mut conn).await;
+        start_after_mark(&shared, &mut conn, MarkCheck::Connect).await;
         shared.writer_connected.store(true, Ordering::Relaxed);
         tracing::info!(node = %shared.node, "redis writer connected");
         let res = serve(&shared, &mut conn, &mut epoch, &mut stop, &mut deposed).await;
@@ -284,12 +284,24 @@ async fn stale_own(
     }
 }
 
+/// When [`start_after_mark`] looks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MarkCheck {
+    /// At connect: a mark past this process's start is of a clock that was ahead.
+    Connect,
+    /// Before a batch: a mark past it is another process's, writing as this node.
+    Batch,
+}
+
 /// Numbers this process's records past this node's mark (its latest record in Redis) when
 /// the start its clock gave is not past it: a node whose clock was ahead, then set right,
 /// had every record refused as a replay by every peer for as long as the clock had been
-/// ahead (its status saying "synced"). A mark that does not verify (anyone who can write to
-/// Redis can put one) is passed over; a genuine older one changes nothing.
-async fn start_after_mark(shared: &Shared, conn: &mut MultiplexedConnection) {
+/// ahead (its status saying "synced"); and a second process under the same node id (a clone,
+/// a second dnsd with a copied config), started later and gone after a few seconds, left the
+/// first one's records refused as replays until it restarted — so it is read again before
+/// every batch. A mark that does not verify (anyone who can write to Redis can put one) is
+/// passed over; a genuine older one, or this process's own, changes nothing.
+async fn start_after_mark(shared: &Shared, conn: &mut MultiplexedConnection, when: MarkCheck) {
     let r: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("HGET")
         .arg(&shared.keys.marks)
         .arg(&*shared.node)
@@ -305,11 +317,23 @@ async fn start_after_mark(shared: &Shared, conn: &mut MultiplexedConnection) {
     let before = shared.sealer.start();
     if shared.sealer.start_after(mark.start) {
         add(&shared.c.start_after_mark, 1);
-        tracing::warn!(
-            node = %shared.node,
-            ahead_ms = mark.start.saturating_sub(before),
-            "this node's last record in redis was numbered from a later start than its clock gives now (the clock was ahead, and was set right): its records are numbered past it, or every peer would refuse them as replays"
-        );
+        let ahead_ms = mark.start.saturating_sub(before);
+        if when == MarkCheck::Connect {
+            tracing::warn!(
+                node = %shared.node,
+                ahead_ms,
+                "this node's last record in redis was numbered from a later start than its clock gives now (the clock was ahead, and was set right): its records are numbered past it, or every peer would refuse them as replays"
+            );
+        } else {
+            crate::limited!(
+                1,
+                warn!(
+                    node = %shared.node,
+                    ahead_ms,
+                    "another process wrote records as this node id (started later: a clone, a second daemon with a copied config): this one's are numbered past them, or every peer would refuse them as replays; give each process its own node_id"
+                )
+            );
+        }
     }
 }
 
@@ -327,6 +351,9 @@ async fn write(
     conn: &mut MultiplexedConnection,
     items: &[&Item],
 ) -> redis::RedisResult<Option<String>> {
+    // One read of the mark per batch: records numbered behind another process's under this
+    // node id would be refused by every peer.
+    start_after_mark(shared, conn, MarkCheck::Batch).await;
     let keys = &shared.keys;
     let now = shared.now();
     let offset = shared.offset();
