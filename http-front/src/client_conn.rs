@@ -482,10 +482,16 @@ fn client_gone(e: &hyper::Error) -> bool {
 
 fn count_error(c: &Counters, e: &hyper::Error) {
     if e.is_parse_too_large() {
-        // hyper answered it 431 (a head past the buffer, or more headers than `max_headers`:
-        // one error for both): counted with the 431s the service sends.
-        c.bump(Counter::LimitHeaderBytes);
-        c.bump(Counter::RespHeaderTooLarge);
+        // hyper answered it itself: 414 for a URI past its own limit, else 431 (a head past
+        // the buffer, or more headers than `max_headers`: one error for both), counted with
+        // the ones the service sends.
+        if e.to_string().contains("URI too long") {
+            c.bump(Counter::LimitUriBytes);
+            c.bump(Counter::RespUriTooLong);
+        } else {
+            c.bump(Counter::LimitHeaderBytes);
+            c.bump(Counter::RespHeaderTooLarge);
+        }
     } else if e.is_timeout() {
         c.bump(Counter::LimitHeaderTimeout);
     } else if let Some(h2e) =

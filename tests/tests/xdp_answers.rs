@@ -810,6 +810,7 @@ struct Frame {
     vlan: Option<u16>,
     v6: bool,
     src4: [u8; 4],
+    src6: Option<[u8; 16]>,
     dst6: Option<[u8; 16]>,
     bad_ip_csum: bool,
     ip_len_extra: i32,
@@ -846,6 +847,7 @@ impl Frame {
             vlan: None,
             v6: false,
             src4: VethPair::A4.octets(),
+            src6: None,
             dst6: None,
             bad_ip_csum: false,
             ip_len_extra: 0,
@@ -870,7 +872,7 @@ impl Frame {
         }
         let ip_len = |base: usize| (base as i32 + self.ip_len_extra) as u16;
         if self.v6 {
-            let src = VethPair::A6.octets();
+            let src = self.src6.unwrap_or(VethPair::A6.octets());
             let dst = self.dst6.unwrap_or(VethPair::B6.octets());
             let mut pseudo = Vec::new();
             pseudo.extend_from_slice(&src);
@@ -1116,12 +1118,16 @@ fn replies_seen(pair: &VethPair, frame: Vec<u8>, port: u16) -> Vec<[u8; 6]> {
                         (&mut from as *mut libc::sockaddr_ll).cast(),
                         &mut flen,
                     );
-                    // Only what arrived (not what this socket sent), IPv4 UDP from `port`.
-                    if n < 42 || from.sll_pkttype == libc::PACKET_OUTGOING {
+                    // Only what arrived (not what this socket sent), UDP from `port`.
+                    if n < 62 || from.sll_pkttype == libc::PACKET_OUTGOING {
                         continue;
                     }
                     let f = &buf[..n as usize];
-                    if f[12..14] == [0x08, 0x00] && f[23] == 17 && f[34..36] == port.to_be_bytes() {
+                    let v4 =
+                        f[12..14] == [0x08, 0x00] && f[23] == 17 && f[34..36] == port.to_be_bytes();
+                    let v6 =
+                        f[12..14] == [0x86, 0xdd] && f[20] == 17 && f[54..56] == port.to_be_bytes();
+                    if v4 || v6 {
                         seen.push(f[..6].try_into().unwrap());
                     }
                 }
@@ -1196,6 +1202,35 @@ fn xdp_answers_go_where_the_kernels_routes_send_them() {
             "{what}: a reply came back to the sender: {seen:02x?}"
         );
     }
+    // IPv6 alike: the client's own query answered to it (its neighbour resolved by a query
+    // through the kernel), an on-link source with no neighbour passed.
+    let q6 = build_query(8, "www.example.com.", 1, &opts);
+    answering_in_xdp(&pair, SocketAddr::new(VethPair::B6.into(), port), &cfg, &q6);
+    let v6 = forged(|f| f.v6 = true);
+    assert_eq!(
+        replies_seen(&pair, v6.bytes(port, &q6), port),
+        vec![mac(VethPair::MAC_A)],
+        "the client's own IPv6 query"
+    );
+    let mut unresolved = VethPair::A6.octets();
+    unresolved[15] = 0x77;
+    let before = stats(&cfg);
+    let seen = replies_seen(
+        &pair,
+        forged(|f| {
+            f.v6 = true;
+            f.src6 = Some(unresolved);
+        })
+        .bytes(port, &q6),
+        port,
+    );
+    let after = stats(&cfg);
+    assert!(!seen.contains(&mac(VethPair::MAC_A)), "{seen:02x?}");
+    assert_eq!(
+        after.get("xdp.answer_pass_route") - before.get("xdp.answer_pass_route"),
+        1,
+        "an IPv6 source with no neighbour"
+    );
     // A victim on the link (its neighbour entry known): a query forged in its name is
     // answered, to the victim, not to the forger.
     let victim = [0x02, 0, 0xc0, 0, 0x02, 0x09];

@@ -564,7 +564,7 @@ static __always_inline int route_reply(struct xdp_md *ctx, const struct guard_pk
 		if ((void *)(ip + 1) > end)
 			return GUARD_C_ANS_PASS_ROUTE;
 		f.family = 2; /* AF_INET */
-		f.tos = ip->tos;
+		/* tos 0: as dnsd's socket sends its replies. */
 		f.ipv4_src = ip->daddr;
 		f.ipv4_dst = ip->saddr;
 	}
@@ -787,6 +787,14 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 		cnt->count[GUARD_C_ANS_PASS_SIZE]++;
 		return XDP_PASS;
 	}
+	/* Where the reply goes, before anything is counted or charged: a query whose reply the
+	 * kernel's routes do not send back out this interface to a known neighbour passes (the
+	 * answer's length bounds the slip's too, for the route's MTU). */
+	struct guard_route rt = {};
+	if (!aa->reply_to_sender && route_reply(ctx, pk, 8 + qend + len + extra, &rt)) {
+		cnt->count[GUARD_C_ANS_PASS_ROUTE]++;
+		return XDP_PASS;
+	}
 	/* A valid server cookie proves the source address: no rate limit, as in dnsd; nor for a
 	 * source of [defence.rrl] exempt. */
 	int exempt = pk->rrl_exempt;
@@ -827,11 +835,6 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 		}
 		flags |= extra ? 7 : DNS_TC;
 		__u32 dlen = qend + olen;
-		struct guard_route rt = {};
-		if (!aa->reply_to_sender && route_reply(ctx, pk, 8 + dlen, &rt)) {
-			cnt->count[GUARD_C_ANS_PASS_ROUTE]++;
-			return XDP_PASS;
-		}
 		int r = fit(ctx, frame_len, dns_off, qend, dlen, cnt);
 		if (r)
 			return r;
@@ -843,11 +846,6 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 				    sum_at(o, 39, qend), &rt);
 	}
 	__u32 dns_len = qend + len + extra;
-	struct guard_route rt = {};
-	if (!aa->reply_to_sender && route_reply(ctx, pk, 8 + dns_len, &rt)) {
-		cnt->count[GUARD_C_ANS_PASS_ROUTE]++;
-		return XDP_PASS;
-	}
 	int r = fit(ctx, frame_len, dns_off, qend, dns_len, cnt);
 	if (r)
 		return r;

@@ -31,21 +31,41 @@ pub const ROUTE_SYSCTLS: [&str; 2] = [
 /// the sysctl it could not set (the program then passes every query to the daemon).
 pub fn enable_route_lookups() -> Result<Vec<&'static str>, (&'static str, std::io::Error)> {
     let mut changed = Vec::new();
+    let mut failed = None;
+    // Each family on its own: one that cannot be set leaves the other's answers.
     for path in ROUTE_SYSCTLS {
-        let on = match std::fs::read_to_string(path) {
-            Ok(on) => on,
+        let r = match std::fs::read_to_string(path) {
+            Ok(on) if on.trim() == "1" => Ok(false),
+            Ok(_) => std::fs::write(path, "1").map(|()| true),
             // IPv6 turned off in the kernel: nothing of it to route.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && path.contains("ipv6") => {
-                continue;
+                Ok(false)
             }
-            Err(e) => return Err((path, e)),
+            Err(e) => Err(e),
         };
-        if on.trim() != "1" {
-            std::fs::write(path, "1").map_err(|e| (path, e))?;
-            changed.push(path);
+        match r {
+            Ok(true) => changed.push(path),
+            Ok(false) => {}
+            Err(e) => {
+                failed.get_or_insert((path, e));
+            }
         }
     }
-    Ok(changed)
+    match failed {
+        Some(f) => Err(f),
+        None => Ok(changed),
+    }
+}
+
+/// Whether the answers' route look-up can work here: every [`ROUTE_SYSCTLS`] the kernel has
+/// reads 1.
+pub fn route_lookups_on() -> bool {
+    ROUTE_SYSCTLS.iter().all(|p| {
+        std::fs::read_to_string(p).map_or_else(
+            |e| e.kind() == std::io::ErrorKind::NotFound && p.contains("ipv6"),
+            |v| v.trim() == "1",
+        )
+    })
 }
 
 /// How long answers stay live at an address without a renewal ([`GuardMaps::renew_answers`]).

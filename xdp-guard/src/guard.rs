@@ -201,6 +201,13 @@ impl XdpGuard {
             match self.program().attach(interface, xm) {
                 Ok(link) => {
                     info!(interface, mode = %m, "XDP guard attached");
+                    if let Some(master) = enslaved_to(interface) {
+                        warn!(
+                            interface,
+                            master,
+                            "the interface is a bridge or bond port: replies are routed out of its master, not out of it, so the XDP answer fast path passes every query to dnsd (answer_pass_route); blocks and rate limits work"
+                        );
+                    }
                     self.attached = Some(Attachment {
                         interface: interface.to_owned(),
                         mode: m,
@@ -499,4 +506,10 @@ fn is_bpffs(p: &Path) -> bool {
     // SAFETY: c is NUL-terminated and st is writable.
     let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
     r == 0 && st.f_type as i64 == BPF_FS_MAGIC
+}
+
+/// The bridge or bond `interface` is a port of, if any (its `master` in sysfs).
+pub fn enslaved_to(interface: &str) -> Option<String> {
+    let link = std::fs::read_link(format!("/sys/class/net/{interface}/master")).ok()?;
+    link.file_name().map(|n| n.to_string_lossy().into_owned())
 }

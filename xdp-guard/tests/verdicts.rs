@@ -15,7 +15,7 @@ const DNS: u16 = 53;
 
 /// Answers sent back to the frame's sender: `BPF_PROG_TEST_RUN` runs the program as if on
 /// the loopback device, where no route leads back to the test's clients (the route look-up
-/// itself is tested below, and on a veth in tests/veth.rs).
+/// itself is tested below, and on a veth in tests/tests/xdp_answers.rs).
 const SENDER: xdp_guard::AnswerRate = xdp_guard::AnswerRate {
     per_second: 0,
     v4_prefix: 0,

@@ -526,7 +526,7 @@ pub async fn zone_add(
     }
     shared.xfr.set_zone_policy(&zc);
     let i = reg.add(ZoneDef::from_config(&c, &zc, n.clone()));
-    // Catalog members below it (or, for another tenant, above it) are dropped: it is
+    // Catalog members below it or above it are dropped: it is
     // answered from its own data.
     crate::daemon::catalogs::evict_conflicting(shared, &mut reg, &Default::default());
     let text = match loaded {

@@ -309,6 +309,7 @@ impl AnswerSync {
         let recorder = defence.events.recorder();
         let mut limited_seen: HashMap<std::net::IpAddr, u64> = HashMap::new();
         let mut rrl_read = Instant::now();
+        let mut route_ok = true;
         loop {
             match rx.recv_timeout(Duration::from_secs(1)) {
                 Ok(()) => pending = true,
@@ -362,6 +363,32 @@ impl AnswerSync {
                     let _g = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
                     if let Err(e) = m.renew_answers(&self.keys, now_keys.as_ref()) {
                         tracing::warn!("XDP answers: cannot renew: {e}");
+                    }
+                    // The route look-up's sysctl, again: turning forwarding off for the whole
+                    // host (`all.forwarding`, `ip_forward`) turns lo's off too, and every
+                    // answer would pass to dnsd unseen but for answer_pass_route.
+                    if !self.rate.reply_to_sender {
+                        match xdp_guard::enable_route_lookups() {
+                            Ok(changed) => {
+                                for path in changed {
+                                    tracing::warn!(
+                                        sysctl = path,
+                                        "XDP answers: the route look-up's sysctl was turned off (forwarding turned off host-wide?): set to 1 again"
+                                    );
+                                }
+                            }
+                            // Said once, not at every renewal, until it can be set again.
+                            Err((path, e)) if route_ok => {
+                                route_ok = false;
+                                tracing::warn!(
+                                    sysctl = path,
+                                    error = %e,
+                                    "XDP answers: the route look-up's sysctl is off and cannot be set: every query passes to dnsd (answer_pass_route)"
+                                );
+                            }
+                            Err(_) => {}
+                        }
+                        route_ok = route_ok || xdp_guard::route_lookups_on();
                     }
                     keys = now_keys;
                     renewed = Instant::now();
