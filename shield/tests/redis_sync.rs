@@ -695,6 +695,55 @@ async fn a_marks_key_of_another_type_is_replaced() {
     sa.shutdown().await;
 }
 
+/// The change stream and the snapshot index made another type by whoever can write to
+/// Redis: the fleet stopped exchanging decisions until someone deleted the stream's key, and
+/// a node started while the index was wrong loaded nothing and followed no stream — the
+/// decisions made meanwhile missing even after a repair. Both are replaced, and a node
+/// started after gets every block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_and_snapshot_keys_of_another_type_are_replaced() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (a, b) = (map(), map());
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    let sb = spawn(cfg(&r.url(), "b"), &b);
+    synced(&sa).await;
+    synced(&sb).await;
+    let mut c = r.conn();
+    let junk = |c: &mut redis::Connection, key: &str| {
+        let _: () = redis::cmd("DEL").arg(key).query(c).unwrap();
+        let _: () = redis::cmd("SET").arg(key).arg("junk").query(c).unwrap();
+    };
+    junk(&mut c, "t:log");
+    a.insert(local(81, MIN));
+    until("A's block on B through a replaced stream", || {
+        b.get(host(81)).is_some()
+    })
+    .await;
+    junk(&mut c, "t:blocks");
+    a.insert(local(82, MIN));
+    until("B has the second block", || b.get(host(82)).is_some()).await;
+    // A node started now loads both from the snapshot.
+    let n = map();
+    let sn = spawn(cfg(&r.url(), "n"), &n);
+    synced(&sn).await;
+    until("both blocks on the new node", || {
+        n.get(host(81)).is_some() && n.get(host(82)).is_some()
+    })
+    .await;
+    for key in ["t:log", "t:blocks"] {
+        let t: String = redis::cmd("TYPE").arg(key).query(&mut c).unwrap();
+        assert_ne!(t, "string", "{key}");
+    }
+    let repaired = sa.stats().keys_repaired + sb.stats().keys_repaired + sn.stats().keys_repaired;
+    assert!(repaired >= 2, "{repaired}");
+    sa.shutdown().await;
+    sb.shutdown().await;
+    sn.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_flushes_and_a_restarted_node_gets_its_blocks_back() {
     logs();

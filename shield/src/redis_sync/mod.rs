@@ -590,6 +590,8 @@ pub struct SyncStats {
     pub start_after_mark: u64,
     /// Times the replay marks key was of another type and was replaced.
     pub marks_repaired: u64,
+    /// Times the change stream or the snapshot index was of another type and was replaced.
+    pub keys_repaired: u64,
     /// Records taken that the previous fleet key signed (`previous_key_file`: a rotation
     /// under way; none for long means it is done).
     pub previous_key_records: u64,
@@ -654,6 +656,7 @@ struct Counters {
     stream_resets: AtomicU64,
     start_after_mark: AtomicU64,
     marks_repaired: AtomicU64,
+    keys_repaired: AtomicU64,
     epoch_changes: AtomicU64,
     master_changes: AtomicU64,
     masters_deposed: AtomicU64,
@@ -981,6 +984,7 @@ impl Shared {
             stream_resets: get(&c.stream_resets),
             start_after_mark: get(&c.start_after_mark),
             marks_repaired: get(&c.marks_repaired),
+            keys_repaired: get(&c.keys_repaired),
             previous_key_records: self.opener.by_previous.load(Ordering::Relaxed),
             epoch_changes: get(&c.epoch_changes),
             master_changes: get(&c.master_changes),
@@ -1391,6 +1395,7 @@ impl crate::metrics::Source for SyncMonitor {
         c("stream_resets", false, s.stream_resets);
         c("start_after_mark", false, s.start_after_mark);
         c("marks_repaired", false, s.marks_repaired);
+        c("keys_repaired", false, s.keys_repaired);
         c("previous_key_records", false, s.previous_key_records);
         c("writes_waiting_ms", true, s.writes_waiting_ms);
         c("skipped_expired_local", false, s.skipped_expired_local);

@@ -194,6 +194,17 @@ async fn tail(
             redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, "pipeline reply"))
         })?;
         if let Value::ServerError(e) = xread {
+            if e.code() == "WRONGTYPE" {
+                // The stream's key made another type: replaced (see the writer), and this
+                // reader resyncs from the snapshot.
+                let _: redis::RedisResult<i64> =
+                    redis::cmd("DEL").arg(&keys.log).query_async(conn).await;
+                add(&shared.c.keys_repaired, 1);
+                crate::limited!(
+                    1,
+                    warn!(node = %shared.node, "redis: the change stream's key was of another type: replaced")
+                );
+            }
             return Err(e.into());
         }
         let epoch = match wire::bytes(&epoch) {
@@ -319,13 +330,31 @@ pub(super) async fn snapshot_page(
 ) -> redis::RedisResult<(u64, Vec<(Option<IpNet>, Option<f64>)>)> {
     let mut count = shared.cfg.snapshot_page.max(1);
     let (next, flat) = loop {
-        let (next, flat): (u64, Vec<Vec<u8>>) = redis::cmd("ZSCAN")
+        let r: redis::RedisResult<(u64, Vec<Vec<u8>>)> = redis::cmd("ZSCAN")
             .arg(&shared.keys.zset)
             .arg(cursor)
             .arg("COUNT")
             .arg(count)
             .query_async(conn)
-            .await?;
+            .await;
+        let (next, flat) = match r {
+            // The index made another type by whoever can write to Redis: every node started
+            // since loaded nothing and followed no stream. It holds nothing of the sync's:
+            // replaced by an empty one (the writers fill it again), and the stream followed.
+            Err(e) if e.code() == Some("WRONGTYPE") => {
+                let _: redis::RedisResult<i64> = redis::cmd("DEL")
+                    .arg(&shared.keys.zset)
+                    .query_async(conn)
+                    .await;
+                add(&shared.c.keys_repaired, 1);
+                crate::limited!(
+                    1,
+                    warn!(node = %shared.node, "redis: the snapshot index key was of another type: replaced")
+                );
+                return Ok((0, Vec::new()));
+            }
+            r => r?,
+        };
         let full = flat.iter().skip(1).any(|e| e == super::capped::CUT);
         if !full || count == 1 {
             break (next, flat);

@@ -460,6 +460,17 @@ async fn write(
                 1,
                 warn!(node = %shared.node, "redis: the change stream reached its last possible ID (written by hand, or forged): started again")
             );
+        } else if e.code() == "WRONGTYPE" {
+            // The stream's key made another type (by whoever can write to Redis): the whole
+            // fleet stopped exchanging decisions until someone deleted it. Only the sync
+            // writes it: replaced (readers take it for a gap and resync from the snapshot).
+            let _: redis::RedisResult<i64> =
+                redis::cmd("DEL").arg(&keys.log).query_async(conn).await;
+            add(&shared.c.keys_repaired, 1);
+            crate::limited!(
+                1,
+                warn!(node = %shared.node, "redis: the change stream's key was of another type: replaced")
+            );
         }
         return Err(e.clone().into());
     }
@@ -472,6 +483,22 @@ async fn write(
             1,
             warn!(node = %shared.node, error = %e.details().unwrap_or(e.code()), "redis: the stream took the batch but a snapshot key refused it (new nodes will miss it until it is repaired)")
         );
+        // The snapshot index made another type: nodes started later loaded nothing and read
+        // no stream after it. Replaced, and every local decision written again (those made
+        // meanwhile were in no snapshot).
+        let zset_wrong = replies
+            .get(1)
+            .is_some_and(|v| matches!(v, Value::ServerError(e) if e.code() == "WRONGTYPE"));
+        if zset_wrong {
+            let _: redis::RedisResult<i64> =
+                redis::cmd("DEL").arg(&keys.zset).query_async(conn).await;
+            add(&c.keys_repaired, 1);
+            crate::limited!(
+                1,
+                warn!(node = %shared.node, "redis: the snapshot index key was of another type: replaced, local blocks written again")
+            );
+            shared.outbox().push_full();
+        }
     }
     let epoch = match replies.first() {
         // An epoch key of the wrong type reads as `ensure_epoch` reads it: the same value
