@@ -277,9 +277,31 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 }
             }
             Err(e) => {
+                // The presence key made another type by whoever can write to Redis: every
+                // beat failed, and with them the node-id conflict and deposed-master checks,
+                // silently. Only the sync writes it: replaced.
+                // (A pipeline's failure lists each command's error: read as text.)
+                if (e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE"))
+                    && let Some(c) = conn.as_mut()
+                    && redis::cmd("DEL")
+                        .arg(&key)
+                        .query_async::<i64>(c)
+                        .await
+                        .is_ok()
+                {
+                    add(&shared.c.keys_repaired, 1);
+                    crate::limited!(
+                        1,
+                        warn!(node = %shared.node, "redis: the presence key was of another type: replaced")
+                    );
+                    continue;
+                }
                 // Backed off as a failed connection is: a reply that fails every time must
                 // not make a reconnect loop.
-                tracing::debug!(node = %shared.node, error = %e, "redis presence heartbeat failed");
+                crate::limited!(
+                    1,
+                    warn!(node = %shared.node, error = %e, "redis presence heartbeat failed (node-id conflicts and a deposed master go unseen meanwhile)")
+                );
                 conn = None;
                 attempt += 1;
                 if sleep_or_stop(shared.backoff(attempt), &mut stop).await {
