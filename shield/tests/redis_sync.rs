@@ -1588,6 +1588,64 @@ async fn a_presence_member_that_is_no_utf8_makes_no_reconnect_loop() {
     sa.shutdown().await;
 }
 
+/// Calls of `cmd` Redis has served (INFO commandstats).
+fn calls(r: &RedisServer, cmd: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut r.conn())
+        .unwrap();
+    let tag = format!("cmdstat_{cmd}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&tag))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An entry planted at the stream's head, too big for a reply: every reader asked for the
+/// stream's ends (XINFO, which sends the first entry whole) after every read, so Redis sent
+/// it to every node about once a second for as long as it stayed (330 MB/s for 100 MB and
+/// four nodes). Asked when entries come or the length moves, and while the head is one too
+/// big at most every minute; decisions flow as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_entry_at_the_streams_head_is_not_fetched_at_every_read() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (a, b) = (map(), map());
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    let sb = spawn(cfg(&r.url(), "b"), &b);
+    synced(&sa).await;
+    synced(&sb).await;
+    let big = vec![b'x'; 4 << 20];
+    let _: () = redis::cmd("XTRIM")
+        .arg("t:log")
+        .arg("MAXLEN")
+        .arg(0)
+        .query(&mut r.conn())
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg("t:log")
+        .arg("*")
+        .arg("d")
+        .arg(&big[..])
+        .query(&mut r.conn())
+        .unwrap();
+    // Both readers see it (refused as oversized) and ask for the ends once.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let before = calls(&r, "xinfo|stream");
+    // Idle, the readers block 250 ms per read: ten reads each in 2.5 s.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let idle = calls(&r, "xinfo|stream") - before;
+    assert!(idle <= 2, "XINFO while idle with a huge head: {idle}");
+    // Decisions still flow.
+    a.insert(local(91, MIN));
+    until("A's block on B", || b.get(host(91)).is_some()).await;
+    sa.shutdown().await;
+    sb.shutdown().await;
+}
+
 /// A presence key made another type (anyone who can write to Redis can): every heartbeat
 /// failed, at debug level, and with them the node-id conflict and deposed-master checks. It
 /// is replaced, and the heartbeats go on.

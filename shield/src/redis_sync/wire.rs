@@ -160,6 +160,13 @@ pub(crate) fn is_gap(pos: StreamId, info: Option<&StreamInfo>) -> bool {
     }
 }
 
+/// True when an `XINFO STREAM` reply's `first-entry` was cut from it (too big: planted).
+pub(crate) fn first_entry_cut(v: &Value) -> bool {
+    pairs(v)
+        .into_iter()
+        .any(|(k, v)| k == b"first-entry" && has_cut(v))
+}
+
 /// True when `v` holds an element cut from its reply ([`super::capped::CUT`]).
 fn has_cut(v: &Value) -> bool {
     match v {
