@@ -370,6 +370,10 @@ fn a_group_members_zone_add_reads_only_what_it_could() {
     let mine = mk("mine.zone", zone("sub.g.test.", ""));
     let (ok, out) = add("sub.g.test.", &mine);
     assert!(ok, "below its own zone: {out}");
+    // Root is told to remove the user's zone first (it would be dropped at the next load).
+    let inner = mk("inner.zone", zone("in.g.test.", ""));
+    let (ok, out) = d.ctl(&["zone", "add", "in.g.test.", inner.to_str().unwrap()]);
+    assert!(!ok && out.contains("control-group member added"), "{out}");
     let st = std::fs::read_to_string(state.path().join("zones-state.toml")).unwrap();
     assert!(
         st.contains("[zone.added_by]") && st.contains("uid = 65534"),

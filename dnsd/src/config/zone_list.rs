@@ -441,7 +441,47 @@ pub fn expand_sets(c: &mut Config, dir: &Path, path: &Path) -> Result<bool, Conf
         }
         c.zones.push(z);
     }
+    drop_misplaced_user_zones(c);
     Ok(true)
+}
+
+/// Drops each zone a control-group member added (`ctl zone add`, kept in the zone state)
+/// that sits above or below a zone that user did not add — the config's, root's, another
+/// user's, added after it —, with a warning: above one it would answer that zone's DS and
+/// delegation, below one its names. `zone add` refuses such a zone; this keeps it so when the
+/// other zone came later.
+fn drop_misplaced_user_zones(c: &mut Config) {
+    let names: Vec<(Option<zones::Name>, Option<u32>)> = c
+        .zones
+        .iter()
+        .map(|z| {
+            (
+                zones::Name::parse(&z.origin, Some(&zones::Name::root())).ok(),
+                z.added_by.as_ref().map(|a| a.uid),
+            )
+        })
+        .collect();
+    let mut keep = Vec::with_capacity(c.zones.len());
+    for (i, z) in std::mem::take(&mut c.zones).into_iter().enumerate() {
+        let (Some(n), Some(uid)) = (&names[i].0, names[i].1) else {
+            keep.push(z);
+            continue;
+        };
+        let other = names.iter().enumerate().find_map(|(j, (o, by))| {
+            let o = o.as_ref()?;
+            (j != i && *by != Some(uid) && (o.is_subdomain_of(n) || n.is_subdomain_of(o)))
+                .then_some(o)
+        });
+        match other {
+            Some(o) => c.warnings.push(format!(
+                "{}: zone {n}, added by user {uid}, is {} {o}, a zone that user did not add: not served",
+                z.key,
+                if o.is_subdomain_of(n) { "above" } else { "below" }
+            )),
+            None => keep.push(z),
+        }
+    }
+    c.zones = keep;
 }
 
 /// The zone files of a directory: (origin, file, where), sorted by origin.

@@ -441,25 +441,34 @@ pub async fn zone_add(
     // A member of the control group (not root, not dnsd's own user) adds zones only where
     // no zone it did not add has names: above one, it would answer that zone's DS and
     // delegation (and every name below no zone holds); below one, that zone's names.
-    if let Some(by) = &zc.added_by
-        && let Some((other, above)) = reg.entries().find_map(|e| {
-            let o = e.def.origin.clone();
-            let mine = e.def.added_by.as_ref().is_some_and(|a| a.uid == by.uid);
-            if mine {
-                None
-            } else if o.is_subdomain_of(&n) {
-                Some((o, true))
-            } else if n.is_subdomain_of(&o) {
-                Some((o, false))
-            } else {
-                None
-            }
-        })
-    {
-        return Reply::err(format!(
-            "{n}: not added: it is {} {other}, a zone you did not add; only root or dnsd's own user may add it\n",
-            if above { "above" } else { "below" }
-        ));
+    // Root (or dnsd's user) adding a zone above or below one a group member added is told
+    // to remove that one first (it would be dropped at the next load).
+    let by_uid = zc.added_by.as_ref().map(|a| a.uid);
+    if let Some((other, above, theirs)) = reg.entries().find_map(|e| {
+        let o = e.def.origin.clone();
+        let owner = e.def.added_by.as_ref().map(|a| a.uid);
+        if owner == by_uid {
+            return None;
+        }
+        let theirs = by_uid.is_none();
+        if o.is_subdomain_of(&n) {
+            Some((o, true, theirs))
+        } else if n.is_subdomain_of(&o) {
+            Some((o, false, theirs))
+        } else {
+            None
+        }
+    }) {
+        let place = if above { "above" } else { "below" };
+        return Reply::err(if theirs {
+            format!(
+                "{n}: not added: it is {place} {other}, which a control-group member added: `ctl zone remove {other}` first\n"
+            )
+        } else {
+            format!(
+                "{n}: not added: it is {place} {other}, a zone you did not add; only root or dnsd's own user may add it\n"
+            )
+        });
     }
     if zc.added_by.is_some() && !zc.primaries.is_empty() {
         return Reply::err(format!(
