@@ -1560,22 +1560,10 @@ async fn a_presence_member_that_is_no_utf8_makes_no_reconnect_loop() {
         return;
     };
     let a = map();
-    let sa = spawn(
-        SyncConfig {
-            presence_ms: 100,
-            ..cfg(&r.url(), "a")
-        },
-        &a,
-    );
-    synced(&sa).await;
+    let (sa, key) = beating(&r, &a).await;
     let now = redis_now(&r);
-    let key: Vec<String> = redis::cmd("KEYS")
-        .arg("t:node:*")
-        .query(&mut r.conn())
-        .unwrap();
-    assert_eq!(key.len(), 1, "{key:?}");
     let _: i64 = redis::cmd("ZADD")
-        .arg(&key[0])
+        .arg(&key)
         .arg(now + 600_000)
         .arg(&b"\xff\xfe"[..])
         .query(&mut r.conn())
@@ -1646,6 +1634,24 @@ async fn a_huge_entry_at_the_streams_head_is_not_fetched_at_every_read() {
     sb.shutdown().await;
 }
 
+/// Node "a" syncing with a heartbeat every 100 ms, and its presence key.
+async fn beating(r: &RedisServer, a: &Arc<BlockMap>) -> (SyncHandle, String) {
+    let sa = spawn(
+        SyncConfig {
+            presence_ms: 100,
+            ..cfg(&r.url(), "a")
+        },
+        a,
+    );
+    synced(&sa).await;
+    let key: Vec<String> = redis::cmd("KEYS")
+        .arg("t:node:*")
+        .query(&mut r.conn())
+        .unwrap();
+    assert_eq!(key.len(), 1, "{key:?}");
+    (sa, key[0].clone())
+}
+
 /// A presence key made another type (anyone who can write to Redis can): every heartbeat
 /// failed, at debug level, and with them the node-id conflict and deposed-master checks. It
 /// is replaced, and the heartbeats go on.
@@ -1656,22 +1662,10 @@ async fn a_presence_key_of_another_type_is_replaced() {
         return;
     };
     let a = map();
-    let sa = spawn(
-        SyncConfig {
-            presence_ms: 100,
-            ..cfg(&r.url(), "a")
-        },
-        &a,
-    );
-    synced(&sa).await;
-    let key: Vec<String> = redis::cmd("KEYS")
-        .arg("t:node:*")
-        .query(&mut r.conn())
-        .unwrap();
-    assert_eq!(key.len(), 1, "{key:?}");
-    let _: () = redis::cmd("DEL").arg(&key[0]).query(&mut r.conn()).unwrap();
+    let (sa, key) = beating(&r, &a).await;
+    let _: () = redis::cmd("DEL").arg(&key).query(&mut r.conn()).unwrap();
     let _: () = redis::cmd("SET")
-        .arg(&key[0])
+        .arg(&key)
         .arg("junk")
         .query(&mut r.conn())
         .unwrap();
@@ -1681,10 +1675,7 @@ async fn a_presence_key_of_another_type_is_replaced() {
     .await;
     let beats = sa.stats().heartbeats;
     until("heartbeats again", || sa.stats().heartbeats > beats + 3).await;
-    let t: String = redis::cmd("TYPE")
-        .arg(&key[0])
-        .query(&mut r.conn())
-        .unwrap();
+    let t: String = redis::cmd("TYPE").arg(&key).query(&mut r.conn()).unwrap();
     assert_eq!(t, "zset");
     sa.shutdown().await;
 }

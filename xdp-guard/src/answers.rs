@@ -57,17 +57,6 @@ pub fn enable_route_lookups() -> Result<Vec<&'static str>, (&'static str, std::i
     }
 }
 
-/// Whether the answers' route look-up can work here: every [`ROUTE_SYSCTLS`] the kernel has
-/// reads 1.
-pub fn route_lookups_on() -> bool {
-    ROUTE_SYSCTLS.iter().all(|p| {
-        std::fs::read_to_string(p).map_or_else(
-            |e| e.kind() == std::io::ErrorKind::NotFound && p.contains("ipv6"),
-            |v| v.trim() == "1",
-        )
-    })
-}
-
 /// How long answers stay live at an address without a renewal ([`GuardMaps::renew_answers`]).
 pub const ANSWER_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
 

@@ -41,7 +41,7 @@ mod sys;
 
 pub use answers::{
     ANSWER_LEASE, AnswerRate, AnswerReport, CookieKeys, ROUTE_SYSCTLS, StagedAnswers, addr_key,
-    enable_route_lookups, mapped, route_lookups_on,
+    enable_route_lookups, mapped,
 };
 pub use available::{check_available, unavailable_reason};
 pub use clock::{ExpiryClock, KernelExpiry, boot_ns, mono_ns};

@@ -225,21 +225,7 @@ pub fn run(
                 reply_to_sender: cfg.xdp.as_ref().is_some_and(|x| !x.answer_route),
             };
             if !rate.reply_to_sender {
-                match xdp_guard::enable_route_lookups() {
-                    Ok(changed) => {
-                        for path in changed {
-                            tracing::info!(
-                                sysctl = path,
-                                "xdp_answers: set to 1 for the replies' route look-up (forwarding on lo forwards nothing from outside)"
-                            );
-                        }
-                    }
-                    Err((path, e)) => tracing::warn!(
-                        sysctl = path,
-                        error = %e,
-                        "xdp_answers: cannot turn on the replies' route look-up: XDP passes every query to dnsd (answer_pass_route); set it to 1, or [xdp] answer_route = false on a point-to-point link"
-                    ),
-                }
+                crate::xdp::sync::route_lookups(true, &mut true);
             }
             let a = crate::xdp::sync::AnswerSync::start(
                 &bound,

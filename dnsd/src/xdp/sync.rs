@@ -368,27 +368,7 @@ impl AnswerSync {
                     // host (`all.forwarding`, `ip_forward`) turns lo's off too, and every
                     // answer would pass to dnsd unseen but for answer_pass_route.
                     if !self.rate.reply_to_sender {
-                        match xdp_guard::enable_route_lookups() {
-                            Ok(changed) => {
-                                for path in changed {
-                                    tracing::warn!(
-                                        sysctl = path,
-                                        "XDP answers: the route look-up's sysctl was turned off (forwarding turned off host-wide?): set to 1 again"
-                                    );
-                                }
-                            }
-                            // Said once, not at every renewal, until it can be set again.
-                            Err((path, e)) if route_ok => {
-                                route_ok = false;
-                                tracing::warn!(
-                                    sysctl = path,
-                                    error = %e,
-                                    "XDP answers: the route look-up's sysctl is off and cannot be set: every query passes to dnsd (answer_pass_route)"
-                                );
-                            }
-                            Err(_) => {}
-                        }
-                        route_ok = route_ok || xdp_guard::route_lookups_on();
+                        route_lookups(false, &mut route_ok);
                     }
                     keys = now_keys;
                     renewed = Instant::now();
@@ -494,4 +474,39 @@ fn addrs_of(keys: &[AnsAddrKey]) -> Vec<SocketAddr> {
             SocketAddr::new(ip, k.port)
         })
         .collect()
+}
+
+/// Turns on what the answers' route look-up needs ([`xdp_guard::enable_route_lookups`]) and
+/// says what it set — at start as a step, later as a change someone made (forwarding turned
+/// off host-wide turns lo's off too) — and, once until it can again, that it cannot (`ok`:
+/// whether it could the last time).
+pub fn route_lookups(at_start: bool, ok: &mut bool) {
+    match xdp_guard::enable_route_lookups() {
+        Ok(changed) => {
+            for path in changed {
+                if at_start {
+                    tracing::info!(
+                        sysctl = path,
+                        "XDP answers: set to 1 for the replies' route look-up (forwarding on lo forwards nothing from outside)"
+                    );
+                } else {
+                    tracing::warn!(
+                        sysctl = path,
+                        "XDP answers: the route look-up's sysctl was turned off (forwarding turned off host-wide?): set to 1 again"
+                    );
+                }
+            }
+            *ok = true;
+        }
+        Err((path, e)) => {
+            if *ok {
+                tracing::warn!(
+                    sysctl = path,
+                    error = %e,
+                    "XDP answers: cannot turn on the replies' route look-up: every query passes to dnsd (answer_pass_route); set it to 1, or [xdp] answer_route = false on a point-to-point link"
+                );
+            }
+            *ok = false;
+        }
+    }
 }
