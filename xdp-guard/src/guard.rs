@@ -509,7 +509,7 @@ fn is_bpffs(p: &Path) -> bool {
 }
 
 /// The bridge or bond `interface` is a port of, if any (its `master` in sysfs).
-pub fn enslaved_to(interface: &str) -> Option<String> {
+fn enslaved_to(interface: &str) -> Option<String> {
     let link = std::fs::read_link(format!("/sys/class/net/{interface}/master")).ok()?;
     link.file_name().map(|n| n.to_string_lossy().into_owned())
 }

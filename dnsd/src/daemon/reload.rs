@@ -444,23 +444,13 @@ pub async fn zone_add(
     // Root (or dnsd's user) adding a zone above or below one a group member added is told
     // to remove that one first (it would be dropped at the next load).
     let by_uid = zc.added_by.as_ref().map(|a| a.uid);
-    if let Some((other, above, theirs)) = reg.entries().find_map(|e| {
-        let o = e.def.origin.clone();
-        let owner = e.def.added_by.as_ref().map(|a| a.uid);
-        if owner == by_uid {
+    if let Some((other, place)) = reg.entries().find_map(|e| {
+        if e.def.added_by.as_ref().map(|a| a.uid) == by_uid {
             return None;
         }
-        let theirs = by_uid.is_none();
-        if o.is_subdomain_of(&n) {
-            Some((o, true, theirs))
-        } else if n.is_subdomain_of(&o) {
-            Some((o, false, theirs))
-        } else {
-            None
-        }
+        crate::config::zone_list::nesting(&n, &e.def.origin).map(|p| (&e.def.origin, p))
     }) {
-        let place = if above { "above" } else { "below" };
-        return Reply::err(if theirs {
+        return Reply::err(if by_uid.is_none() {
             format!(
                 "{n}: not added: it is {place} {other}, which a control-group member added: `ctl zone remove {other}` first\n"
             )

@@ -224,9 +224,6 @@ pub fn run(
                 slip: rrl.slip,
                 reply_to_sender: cfg.xdp.as_ref().is_some_and(|x| !x.answer_route),
             };
-            if !rate.reply_to_sender {
-                crate::xdp::sync::route_lookups(true, &mut true);
-            }
             let a = crate::xdp::sync::AnswerSync::start(
                 &bound,
                 rate,

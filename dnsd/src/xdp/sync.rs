@@ -309,7 +309,11 @@ impl AnswerSync {
         let recorder = defence.events.recorder();
         let mut limited_seen: HashMap<std::net::IpAddr, u64> = HashMap::new();
         let mut rrl_read = Instant::now();
+        // The route look-up's sysctl, set at start and again at each renewal (below).
         let mut route_ok = true;
+        if !self.rate.reply_to_sender {
+            route_lookups(true, &mut route_ok);
+        }
         loop {
             match rx.recv_timeout(Duration::from_secs(1)) {
                 Ok(()) => pending = true,
@@ -480,7 +484,7 @@ fn addrs_of(keys: &[AnsAddrKey]) -> Vec<SocketAddr> {
 /// says what it set — at start as a step, later as a change someone made (forwarding turned
 /// off host-wide turns lo's off too) — and, once until it can again, that it cannot (`ok`:
 /// whether it could the last time).
-pub fn route_lookups(at_start: bool, ok: &mut bool) {
+fn route_lookups(at_start: bool, ok: &mut bool) {
     match xdp_guard::enable_route_lookups() {
         Ok(changed) => {
             for path in changed {

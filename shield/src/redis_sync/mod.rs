@@ -864,6 +864,30 @@ impl Shared {
         }
     }
 
+    /// Deletes `key`, one the sync alone writes, found of another type (made so by whoever
+    /// can write to Redis, to stall the fleet or blind the nodes started later): the next
+    /// write makes it again. Counted and warned of, naming `what` it is; whether it went.
+    async fn replace_wrong_type(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        key: &str,
+        what: &str,
+    ) -> bool {
+        let gone = redis::cmd("DEL")
+            .arg(key)
+            .query_async::<i64>(conn)
+            .await
+            .is_ok();
+        if gone {
+            add(&self.c.keys_repaired, 1);
+            crate::limited!(
+                1,
+                warn!(node = %self.node, key, "redis: {what} was of another type: replaced")
+            );
+        }
+        gone
+    }
+
     /// Measures Redis server time against this node's clock (midpoint of the round trip).
     async fn measure_offset(
         &self,

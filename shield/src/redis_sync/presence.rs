@@ -283,17 +283,8 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 // (A pipeline's failure lists each command's error: read as text.)
                 if (e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE"))
                     && let Some(c) = conn.as_mut()
-                    && redis::cmd("DEL")
-                        .arg(&key)
-                        .query_async::<i64>(c)
-                        .await
-                        .is_ok()
+                    && shared.replace_wrong_type(c, &key, "the presence key").await
                 {
-                    add(&shared.c.keys_repaired, 1);
-                    crate::limited!(
-                        1,
-                        warn!(node = %shared.node, "redis: the presence key was of another type: replaced")
-                    );
                     continue;
                 }
                 // Backed off as a failed connection is: a reply that fails every time must

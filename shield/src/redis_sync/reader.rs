@@ -230,13 +230,9 @@ async fn tail(
             if e.code() == "WRONGTYPE" {
                 // The stream's key made another type: replaced (see the writer), and this
                 // reader resyncs from the snapshot.
-                let _: redis::RedisResult<i64> =
-                    redis::cmd("DEL").arg(&keys.log).query_async(conn).await;
-                add(&shared.c.keys_repaired, 1);
-                crate::limited!(
-                    1,
-                    warn!(node = %shared.node, "redis: the change stream's key was of another type: replaced")
-                );
+                shared
+                    .replace_wrong_type(conn, &keys.log, "the change stream's key")
+                    .await;
             }
             return Err(e.into());
         }
@@ -377,15 +373,9 @@ pub(super) async fn snapshot_page(
             // since loaded nothing and followed no stream. It holds nothing of the sync's:
             // replaced by an empty one (the writers fill it again), and the stream followed.
             Err(e) if e.code() == Some("WRONGTYPE") => {
-                let _: redis::RedisResult<i64> = redis::cmd("DEL")
-                    .arg(&shared.keys.zset)
-                    .query_async(conn)
+                shared
+                    .replace_wrong_type(conn, &shared.keys.zset, "the snapshot index key")
                     .await;
-                add(&shared.c.keys_repaired, 1);
-                crate::limited!(
-                    1,
-                    warn!(node = %shared.node, "redis: the snapshot index key was of another type: replaced")
-                );
                 return Ok((0, Vec::new()));
             }
             r => r?,

@@ -464,13 +464,9 @@ async fn write(
             // The stream's key made another type (by whoever can write to Redis): the whole
             // fleet stopped exchanging decisions until someone deleted it. Only the sync
             // writes it: replaced (readers take it for a gap and resync from the snapshot).
-            let _: redis::RedisResult<i64> =
-                redis::cmd("DEL").arg(&keys.log).query_async(conn).await;
-            add(&shared.c.keys_repaired, 1);
-            crate::limited!(
-                1,
-                warn!(node = %shared.node, "redis: the change stream's key was of another type: replaced")
-            );
+            shared
+                .replace_wrong_type(conn, &keys.log, "the change stream's key")
+                .await;
         }
         return Err(e.clone().into());
     }
@@ -489,14 +485,11 @@ async fn write(
         let zset_wrong = replies
             .get(1)
             .is_some_and(|v| matches!(v, Value::ServerError(e) if e.code() == "WRONGTYPE"));
-        if zset_wrong {
-            let _: redis::RedisResult<i64> =
-                redis::cmd("DEL").arg(&keys.zset).query_async(conn).await;
-            add(&c.keys_repaired, 1);
-            crate::limited!(
-                1,
-                warn!(node = %shared.node, "redis: the snapshot index key was of another type: replaced, local blocks written again")
-            );
+        if zset_wrong
+            && shared
+                .replace_wrong_type(conn, &keys.zset, "the snapshot index key")
+                .await
+        {
             shared.outbox().push_full();
         }
     }
