@@ -1344,7 +1344,8 @@ async fn a_snapshot_key_of_the_wrong_type_never_duplicates_the_stream() {
     sb.shutdown().await;
 }
 
-/// An epoch key of the wrong type: the sync goes on, without republishing on every batch.
+/// An epoch key of the wrong type: the sync goes on, without republishing on every batch, and
+/// the key is replaced (it was logged every second, and Redis's loss of data went unseen).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_epoch_key_of_the_wrong_type_leaves_the_sync_working() {
     logs();
@@ -1362,9 +1363,18 @@ async fn an_epoch_key_of_the_wrong_type_leaves_the_sync_working() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     until("B has A's blocks", || b.len() == 20).await;
+    until("the epoch key is a string again", || {
+        let t: String = redis::cmd("TYPE")
+            .arg("t:epoch")
+            .query(&mut r.conn())
+            .unwrap();
+        t == "string"
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let st = sa.stats();
     assert!(st.full_republishes <= 2, "{st:?}");
+    assert!(st.keys_repaired + sb.stats().keys_repaired >= 1, "{st:?}");
     sa.shutdown().await;
     sb.shutdown().await;
 }

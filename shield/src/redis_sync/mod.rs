@@ -928,9 +928,14 @@ impl Shared {
         pipe.cmd("GET").arg(&self.keys.epoch);
         let got: Vec<redis::Value> = pipe.query_async(conn).await?;
         match got.first() {
+            Some(redis::Value::ServerError(e))
+                if e.code() == "WRONGTYPE"
+                    && self
+                        .replace_wrong_type(conn, &self.keys.epoch, "the epoch key")
+                        .await => {}
             Some(redis::Value::ServerError(e)) => {
-                // Not a string (a key of the wrong type): changes of data go unnoticed until
-                // it is repaired, but the sync goes on.
+                // Unreadable otherwise (an ACL without GET on it): changes of data go unnoticed
+                // until it is repaired, but the sync goes on.
                 crate::limited!(
                     1,
                     warn!(node = %self.node, error = %e.details().unwrap_or(e.code()), "redis epoch key unreadable")

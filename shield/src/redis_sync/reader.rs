@@ -123,7 +123,12 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             shared.wake_writer.notify_one();
         }
         shared.reader_connected.store(true, Ordering::Relaxed);
-        tracing::info!(node = %shared.node, pos = ?st.pos.map(|p| p.to_string()), "redis reader connected");
+        // A Redis that drops every connection (or someone killing them) brings a line per
+        // reconnect at most once a second.
+        crate::limited!(
+            1,
+            info!(node = %shared.node, pos = ?st.pos.map(|p| p.to_string()), "redis reader connected")
+        );
         let res = tail(&shared, &mut conn, &mut st, &mut stop, &mut deposed).await;
         shared.reader_connected.store(false, Ordering::Relaxed);
         match res {
@@ -250,7 +255,10 @@ async fn tail(
         };
         if gap {
             add(&shared.c.gaps, 1);
-            tracing::warn!(node = %shared.node, pos = %pos, "redis stream trimmed past this node's position; resyncing");
+            crate::limited!(
+                1,
+                warn!(node = %shared.node, pos = %pos, "redis stream trimmed past this node's position; resyncing")
+            );
             st.pos = None;
             continue;
         }
@@ -611,7 +619,10 @@ async fn load_snapshot(
             // Members past what any map holds several times over (junk anyone who can write
             // to Redis can add): the rest is not read, so that no index stalls the sync.
             truncated += 1;
-            tracing::warn!(node = %shared.node, scanned, "redis snapshot index too large: read in part");
+            crate::limited!(
+                1,
+                warn!(node = %shared.node, scanned, "redis snapshot index too large: read in part")
+            );
             break;
         }
     }
@@ -638,6 +649,9 @@ async fn load_snapshot(
     // keys, which must lift no block (a removal lost with the stream's gap waits for its
     // entry's expiry, at most `max_block_secs`). Our own restored entries go last.
     shared.map.insert_batch(peers.into_values().chain(own));
-    tracing::info!(node = %shared.node, entries = n, from = %start, "redis snapshot loaded");
+    crate::limited!(
+        1,
+        info!(node = %shared.node, entries = n, from = %start, "redis snapshot loaded")
+    );
     Ok(start)
 }

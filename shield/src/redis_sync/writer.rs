@@ -47,19 +47,25 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let connected_at = Instant::now();
         let moved = super::master_changed(&mut server, now_server);
         if epoch.as_ref().is_some_and(|old| *old != e) {
-            tracing::warn!(node = %shared.node, "redis lost its data; republishing local blocks");
+            crate::limited!(
+                1,
+                warn!(node = %shared.node, "redis lost its data; republishing local blocks")
+            );
             shared.outbox().push_full();
         } else if moved {
             // Replication is asynchronous: the last writes acknowledged by the old master
             // may not have reached this one.
             add(&shared.c.master_changes, 1);
-            tracing::warn!(node = %shared.node, "redis master changed; republishing local blocks");
+            crate::limited!(
+                1,
+                warn!(node = %shared.node, "redis master changed; republishing local blocks")
+            );
             shared.outbox().push_full();
         }
         epoch = Some(e);
         start_after_mark(&shared, &mut conn, MarkCheck::Connect).await;
         shared.writer_connected.store(true, Ordering::Relaxed);
-        tracing::info!(node = %shared.node, "redis writer connected");
+        crate::limited!(1, info!(node = %shared.node, "redis writer connected"));
         let res = serve(&shared, &mut conn, &mut epoch, &mut stop, &mut deposed).await;
         shared.writer_connected.store(false, Ordering::Relaxed);
         match res {
@@ -178,7 +184,10 @@ async fn serve(
         } else if seen.as_ref() != epoch.as_ref() {
             // The epoch key vanished or changed under a live connection (FLUSHALL, eviction).
             let e = shared.ensure_epoch(conn).await?;
-            tracing::warn!(node = %shared.node, "redis epoch changed; republishing local blocks");
+            crate::limited!(
+                1,
+                warn!(node = %shared.node, "redis epoch changed; republishing local blocks")
+            );
             shared.outbox().push_full();
             *epoch = Some(e);
         }
