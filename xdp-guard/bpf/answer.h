@@ -913,6 +913,13 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt
 	struct udphdr *udp = data + l4o;
 	if ((void *)(udp + 1) > end)
 		return XDP_PASS;
+	/* Port 0 and the services that answer any datagram (echo, daytime, qotd, chargen,
+	 * time): a forged source no client sends from, left to dnsd, which drops it. */
+	__u16 sport = bpf_ntohs(udp->source);
+	if (sport == 0 || sport == 7 || sport == 13 || sport == 17 || sport == 19 || sport == 37) {
+		cnt->count[GUARD_C_ANS_PASS_QUERY]++;
+		return XDP_PASS;
+	}
 
 	__u32 zero = 0;
 	struct guard_ans_scratch *scr = bpf_map_lookup_elem(&guard_ans_tmp, &zero);

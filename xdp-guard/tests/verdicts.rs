@@ -746,6 +746,22 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     // A 59-byte query padded to 60 bytes is answered, not mistaken for trailing data.
     let (v, d) = run(&g, &query(&root_query(2), 1));
     assert_eq!((v, d.answered), (Verdict::Other(3), 1), "{d:?}");
+    // From port 0 or a service that answers any datagram (chargen...): passed to dnsd,
+    // which drops it, never answered.
+    for port in [0u16, 7, 19, 37] {
+        let f = frame(
+            &[],
+            ETH_IP,
+            &ipv4(src, dst, UDP, &[], 0, &udp(port, 53, &root_query(2))),
+        );
+        let (v, d) = run(&g, &f);
+        let passed = d.ans_pass[1] + d.ans_pass_untried[0];
+        assert_eq!(
+            (v, d.answered, passed),
+            (Verdict::Pass, 0, 1),
+            "{port} {d:?}"
+        );
+    }
     // Real trailing bytes inside the UDP payload: passed to dnsd.
     let mut long = root_query(3);
     long.push(0);

@@ -85,6 +85,9 @@ pub enum DropCause {
     /// A listed proxy's datagram or connection without a PROXY header (or one that did not
     /// arrive in time).
     ProxyMissing = 12,
+    /// A UDP datagram from port 0 or a service port that answers any datagram (echo,
+    /// daytime, qotd, chargen, time): a forged source that would make us feed it, or loop.
+    ReflectorPort = 13,
 }
 
 impl DropCause {
@@ -114,6 +117,7 @@ pub const DROPS: &[&str] = &[
     "proxy_unlisted",
     "proxy_malformed",
     "proxy_missing",
+    "reflector_port",
 ];
 
 /// Compact denial (RFC 9824) counters, by index.

@@ -306,6 +306,10 @@ impl Processor {
     /// message: a blocked source costs one lookup and nothing else.
     #[inline]
     fn blocked_before_parse(&mut self, src: SocketAddr, transport: Transport) -> bool {
+        if transport == Transport::Udp && reflector_port(src.port()) {
+            self.stats.dropped(DropCause::ReflectorPort);
+            return true;
+        }
         if let Some(p) = &mut self.plan
             && let Step::Drop(why) = p.before_parse(src.ip(), transport)
         {
@@ -1059,6 +1063,14 @@ fn cookie_for(
     parsed.cookie_out
 }
 
+/// UDP source ports no DNS client sends from: 0, and the services that answer any datagram
+/// (echo 7, daytime 13, qotd 17, chargen 19, time 37). A query "from" one is forged: answered,
+/// it would make us feed that service, and chargen's reply a loop between the two.
+#[inline]
+fn reflector_port(port: u16) -> bool {
+    matches!(port, 0 | 7 | 13 | 17 | 19 | 37)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     //! The pipeline in-process: the named points in order (block map before parsing, cookies
@@ -1104,6 +1116,26 @@ pub(crate) mod tests {
             (1..=6).contains(&answered),
             "{answered} challenges for 50 packets"
         );
+    }
+
+    #[test]
+    fn udp_from_a_port_that_answers_any_datagram_is_dropped_and_counted() {
+        let mut r = Rig::new(example_set(), None);
+        let q = Q::new(WWW, 1).bytes();
+        let ip: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+        let mut out = vec![0u8; 4096];
+        for port in [0u16, 7, 13, 17, 19, 37] {
+            let o = r.p.process(&q, SocketAddr::new(ip, port), UDP, &mut out);
+            assert!(matches!(o, Outcome::Refused), "port {port}");
+            // Over TCP the port proves nothing forged: answered.
+            let o = r.p.process(&q, SocketAddr::new(ip, port), TCP, &mut out);
+            assert!(matches!(o, Outcome::Reply(_)), "TCP port {port}");
+        }
+        assert_eq!(r.drops(DropCause::ReflectorPort), 6);
+        for port in [53u16, 1024, 5353, 65535] {
+            let o = r.p.process(&q, SocketAddr::new(ip, port), UDP, &mut out);
+            assert!(matches!(o, Outcome::Reply(_)), "port {port}");
+        }
     }
 
     #[test]
