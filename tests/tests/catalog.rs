@@ -538,6 +538,88 @@ fn catalog_primary(pdir: &Path, cats: &[(&str, Members<'_>)], members: &[&str]) 
     Dnsd::builder().zones(&pz).start()
 }
 
+/// Members whose names make file names longer than the system takes (near 255 bytes, or of
+/// escaped bytes, three times their length) are written under a cut name and served: the
+/// write failed, and such a member was never served (Knot serves it).
+#[test]
+fn catalog_members_too_long_for_a_file_name_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pdir, cdir) = (dir.path().join("p"), dir.path().join("c"));
+    std::fs::create_dir(&pdir).unwrap();
+    std::fs::create_dir(&cdir).unwrap();
+    let long = format!(
+        "{}.{}.{}.{}.test.",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d=".repeat(20)
+    );
+    let escaped = format!("{}.{}.test.", "+".repeat(60), "=".repeat(60));
+    let members = [long.as_str(), escaped.as_str(), "short.test."];
+    let open = |z: &str, f: std::path::PathBuf| {
+        // The config's TOML string: its backslashes escaped.
+        let mut z = Zone::new(&z.replace('\\', "\\\\"), f);
+        z.options.push("allow_transfer = [\"127.0.0.0/8\"]".into());
+        z
+    };
+    let list: Vec<(&str, String, &str)> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (*m, format!("m{i}"), ""))
+        .collect();
+    let list: Vec<(&str, &str, &str)> = list
+        .iter()
+        .map(|(m, id, e)| (*m, id.as_str(), *e))
+        .collect();
+    let mut pz = vec![];
+    write(
+        &pdir.join("cat.zone"),
+        &catalog_text("l.cat.", 1, "2", &list),
+    );
+    pz.push(open("l.cat.", pdir.join("cat.zone")));
+    for (i, m) in members.iter().enumerate() {
+        let f = pdir.join(format!("m{i}.zone"));
+        write(&f, &member_text(m, 3));
+        pz.push(open(m, f));
+    }
+    let primary = Dnsd::builder().zones(&pz).start();
+    let mut cat = Zone::new("l.cat.", cdir.join("l.cat.zone"));
+    cat.options = vec![
+        format!("primaries = [\"{}\"]", primary.addr()),
+        "catalog = \"consumer\"".into(),
+    ];
+    let consumer = Dnsd::builder().zones(std::slice::from_ref(&cat)).start();
+    let c = consumer.addr();
+    let log = || consumer.log();
+    for m in members {
+        wait("member served", c, m, Some(3), &log);
+    }
+    // Each on disk under a name the system takes, inside the catalog's directory.
+    let names: Vec<String> = std::fs::read_dir(&cdir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names.iter().filter(|n| n.contains('~')).count(),
+        2,
+        "{names:?}"
+    );
+    assert!(names.iter().all(|n| n.len() <= 255), "{names:?}");
+    // A restart serves them from those files.
+    drop(primary);
+    drop(consumer);
+    let again = Dnsd::builder().zones(&[cat]).start();
+    for m in members {
+        wait(
+            "member served after a restart",
+            again.addr(),
+            m,
+            Some(3),
+            &|| again.log(),
+        );
+    }
+}
+
 #[test]
 fn hostile_catalog_members_are_refused() {
     let dir = tempfile::tempdir().unwrap();

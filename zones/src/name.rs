@@ -348,6 +348,35 @@ pub fn file_stem(presentation: &str) -> String {
     out
 }
 
+/// Longest file-name component Linux takes (`NAME_MAX`).
+pub const FILE_NAME_MAX: usize = 255;
+
+/// `stem` (as [`file_stem`] writes it) for a file-name component with `other` bytes besides
+/// it: as it is when the component fits in [`FILE_NAME_MAX`], else cut and ended with `~` and
+/// 16 hex digits of its SHA-256 (`~` is in no stem, so a cut stem is never another's whole
+/// one). A zone name near 255 bytes, or one of escaped bytes, made a file name the system
+/// refuses: a catalog member or secondary so named was never served.
+pub fn fit_stem(stem: &str, other: usize) -> std::borrow::Cow<'_, str> {
+    let room = FILE_NAME_MAX.saturating_sub(other);
+    if stem.len() <= room {
+        return stem.into();
+    }
+    use sha2::Digest as _;
+    let h = sha2::Sha256::digest(stem.as_bytes());
+    let mut keep = room.saturating_sub(17).min(stem.len());
+    while !stem.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    let mut out = String::with_capacity(keep + 17);
+    out.push_str(&stem[..keep]);
+    out.push('~');
+    for b in &h[..8] {
+        use std::fmt::Write as _;
+        let _ = write!(out, "{b:02x}");
+    }
+    out.into()
+}
+
 /// Length of the uncompressed wire name at the start of `wire`, if it is well formed.
 pub fn wire_name_len(wire: &[u8]) -> Option<usize> {
     let mut i = 0usize;
@@ -685,5 +714,29 @@ mod tests {
             assert_eq!(p.parent(), Some(std::path::Path::new("/var/lib/x")), "{n}");
             assert!(!matches!(file_stem(n).as_str(), "." | ".."), "{n}");
         }
+    }
+
+    #[test]
+    fn a_stem_too_long_for_a_file_name_is_cut_and_hashed() {
+        let short = file_stem("example.com.");
+        assert_eq!(fit_stem(&short, 5), short);
+        // 63-byte labels: 4 × 64 − 1 = 255 bytes of stem.
+        let label = "a".repeat(63);
+        let long = file_stem(&format!("{label}.{label}.{label}.{label}."));
+        assert_eq!(long.len(), 255);
+        assert_eq!(fit_stem(&long, 0), long, "255 bytes fit alone");
+        let cut = fit_stem(&long, 5);
+        assert_eq!(cut.len(), 250);
+        assert!(cut.starts_with(&long[..233]) && cut.as_bytes()[233] == b'~');
+        // Deterministic, and names that share the kept part do not share the cut.
+        assert_eq!(fit_stem(&long, 5), cut);
+        let other = file_stem(&format!("{label}.{label}.{label}.{}b.", &label[..62]));
+        assert_ne!(fit_stem(&other, 5), cut);
+        // Escapes (%XX per byte) triple a name's length.
+        let escaped = file_stem(&"\\000.".repeat(60));
+        assert!(escaped.len() > 255 && fit_stem(&escaped, 9).len() == 246);
+        // Multi-byte characters are never split.
+        let wide = "é".repeat(200);
+        assert!(fit_stem(&wide, 0).len() <= 255);
     }
 }

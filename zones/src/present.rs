@@ -15,6 +15,22 @@ pub fn write_record(out: &mut String, owner: &[u8], rtype: u16, ttl: u32, rdata:
     out.push('\n');
 }
 
+/// Where [`write_file`] writes before renaming: `path` with `.tmp` added, or — where that
+/// would pass the longest file name — a name made of `path`'s own shortened one.
+fn temp_path(path: &std::path::Path) -> std::path::PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    if name.len() + 4 <= crate::name::FILE_NAME_MAX {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        return tmp.into();
+    }
+    let short = crate::name::fit_stem(&name, 4);
+    path.with_file_name(format!("{short}.tmp"))
+}
+
 /// Writes the zone to `path` as master-file text (`header` as a comment line first): to a
 /// temporary file, synced, then renamed, so a reader never sees half a zone.
 pub fn write_file(zone: &Zone, path: &std::path::Path, header: &str) -> std::io::Result<()> {
@@ -24,9 +40,7 @@ pub fn write_file(zone: &Zone, path: &std::path::Path, header: &str) -> std::io:
     {
         std::fs::create_dir_all(dir)?;
     }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = std::path::PathBuf::from(tmp);
+    let tmp = temp_path(path);
     let written = (|| {
         let f = std::fs::File::create(&tmp)?;
         let mut w = std::io::BufWriter::with_capacity(1 << 16, f);

@@ -211,9 +211,10 @@ pub(crate) fn check(zone: &Zone, srcs: &[SetSrc], report: &mut dyn FnMut(Severit
             while zone.node(top).has(flags::OCCLUDED) {
                 top = zone.node(top).parent();
             }
-            if zone.node(top).has(flags::DNAME) && !zone.node(top).has(flags::DELEG) {
+            if zone.node(top).has(flags::DNAME) {
                 // RFC 6672 §2.3: a server MAY refuse; Knot and NSD do (BIND loads with a
-                // warning). Every such name is an error: the zone does not load.
+                // warning), beside a zone cut too (glue below a DNAME is still data below
+                // it). Every such name is an error: the zone does not load.
                 if occluded_warned < 20 {
                     report(
                         Error,

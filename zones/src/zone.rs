@@ -675,6 +675,9 @@ cn      CNAME www
         assert_eq!(bad("d DNAME x\nd NS y\n"), None);
         let e = bad("d DNAME x\na.d A 1.2.3.4\n").unwrap();
         assert!(e.contains("under DNAME") && e.contains("t.zone:"), "{e}");
+        // Beside a cut too (glue below a DNAME is data below it), as Knot and NSD refuse it.
+        let e = bad("d DNAME x\nd NS y\na.d A 1.2.3.4\n").unwrap();
+        assert!(e.contains("under DNAME"), "{e}");
         assert!(
             bad("c CNAME x\nc KEY 256 3 8 AwEAAQ==\n")
                 .unwrap()
@@ -725,7 +728,7 @@ cn      CNAME www
     fn warnings() {
         let origin: Name = "example.com.".parse().unwrap();
         let opts = ReadOptions::new(&origin);
-        let text = "$TTL 1\n@ SOA ns h 1 2 3 4 5\n@ NS ns\n@ NS nx\nns A 192.0.2.1\nsub NS ns.sub\nns.sub A 192.0.2.2\nns.sub 5 A 192.0.2.3\nns.sub MX 1 x\nd DNAME x.\nd NS ns\nq.d A 1.2.3.4\n";
+        let text = "$TTL 1\n@ SOA ns h 1 2 3 4 5\n@ NS ns\n@ NS nx\nns A 192.0.2.1\nsub NS ns.sub\nns.sub A 192.0.2.2\nns.sub 5 A 192.0.2.3\nns.sub MX 1 x\nd DNAME x.\nd NS ns\n";
         let l = load_bytes("t.zone", text, &origin, &opts).unwrap();
         let w: Vec<String> = l.warnings.iter().map(|d| d.to_string()).collect();
         assert!(

@@ -321,10 +321,24 @@ fn inherit<T: Clone>(
 }
 
 /// A template's file pattern for `origin`: `%s` → the origin as one file-name component
-/// ([`zones::name::file_stem`]: without its final dot, no `/` or escape left in it).
+/// ([`zones::name::file_stem`]: without its final dot, no `/` or escape left in it), cut to
+/// fit where the component would pass the longest file name ([`zones::name::fit_stem`]).
 pub fn file_from_pattern(pattern: &Path, origin: &str) -> PathBuf {
     let o = zones::name::file_stem(origin);
-    PathBuf::from(pattern.to_string_lossy().replace("%s", &o))
+    let mut out = PathBuf::new();
+    for c in pattern.components() {
+        let c = c.as_os_str().to_string_lossy();
+        let n = c.matches("%s").count();
+        if n == 0 {
+            out.push(&*c);
+            continue;
+        }
+        let other = c.len() - 2 * n;
+        let room = zones::name::FILE_NAME_MAX.saturating_sub(other) / n;
+        let fitted = zones::name::fit_stem(&o, zones::name::FILE_NAME_MAX - room);
+        out.push(c.replace("%s", &fitted));
+    }
+    out
 }
 
 /// The `[[zone]]` entries with their templates (no file is read).

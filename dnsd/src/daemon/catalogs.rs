@@ -87,7 +87,8 @@ fn member_config(
         let dir = cp.file.parent().unwrap_or(std::path::Path::new("."));
         // The member's name comes from the catalog's primary: one file-name component,
         // never a path of its choosing.
-        dir.join(format!("{}.zone", zones::name::file_stem(&origin)))
+        let stem = zones::name::file_stem(&origin);
+        dir.join(format!("{}.zone", zones::name::fit_stem(&stem, 5)))
     });
     let named = template.clone();
     let spec = ZoneSpec {

@@ -406,7 +406,7 @@ impl Key {
         };
         format!(
             "K{}+{:03}+{tag:05}+{role}-{id}.toml",
-            zones::name::file_stem(zone),
+            key_stem(zone),
             alg.number()
         )
     }
@@ -512,13 +512,19 @@ pub fn read_pkcs8(path: &Path) -> Result<Vec<u8>, KeyError> {
 /// so that a zone's keys are found without listing every zone's; named by
 /// [`zones::name::file_stem`], so that no zone name reaches outside the key directory.
 pub fn zone_dir(dir: &Path, zone: &str) -> PathBuf {
-    dir.join(zones::name::file_stem(zone))
+    dir.join(zones::name::fit_stem(&zones::name::file_stem(zone), 0).as_ref())
+}
+
+/// The zone as key file names hold it: its [`zones::name::file_stem`], cut to leave room for
+/// the rest of `K<zone>+<alg>+<tag>+<role>-<id>.toml.new` (37 bytes).
+fn key_stem(zone: &str) -> String {
+    zones::name::fit_stem(&zones::name::file_stem(zone), 37).into_owned()
 }
 
 /// Every key of `zone` in `dir` (a missing directory holds none). Unreadable key files are
 /// errors: a signer must not drop a key it cannot read.
 pub fn zone_keys(dir: &Path, zone: &str) -> Result<Vec<Key>, KeyError> {
-    let prefix = format!("K{}+", zones::name::file_stem(zone));
+    let prefix = format!("K{}+", key_stem(zone));
     let dir = &zone_dir(dir, zone);
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
