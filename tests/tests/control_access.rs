@@ -410,6 +410,43 @@ fn a_group_members_zone_add_reads_only_what_it_could() {
         "{out}"
     );
     assert!(!txt().contains("hunter2"));
+    // A file its mode bits open to all but whose ACL denies the user: as the kernel, refused
+    // (a zone add served its records, a block import listed its addresses).
+    let acl = mk("acl.zone", zone("a.test.", "key TXT \"hunter2-acl\"\n"));
+    let st = Command::new("setfacl")
+        .args(["-m", "u:nobody:---"])
+        .arg(&acl)
+        .status()
+        .expect("setfacl (package acl)");
+    assert!(st.success());
+    let (ok, out) = add("a.test.", &acl);
+    assert!(!ok && out.contains("permission denied"), "{out}");
+    let (ok, out) = ctl_as_nobody(
+        d.control_socket(),
+        &["block", "import", acl.to_str().unwrap()],
+    );
+    assert!(!ok && out.contains("permission denied"), "{out}");
+    // procfs's modes say little: /proc/PID/maps is 0444, yet only its owner may read it.
+    let maps = format!("/proc/{}/maps", d.pid());
+    let (ok, out) = add("m.test.", Path::new(&maps));
+    assert!(!ok && out.contains("permission denied"), "{out}");
+    // A name with control characters is not taken (it reached root's terminal and the log).
+    let esc = mk("z\u{1b}[2J\nforged.zone", zone("e.test.", ""));
+    let (ok, out) = add("e.test.", &esc);
+    assert!(!ok && !out.contains('\u{1b}'), "{out:?}");
+    // Another's zone — root's — is not the member's to remove (it could add its own in its
+    // place), sign or roll; its own it may remove. --force is root's.
+    let (ok, out) = ctl_as_nobody(d.control_socket(), &["zone", "remove", "example.com."]);
+    assert!(!ok && out.contains("not a zone you added"), "{out}");
+    let (ok, out) = ctl_as_nobody(d.control_socket(), &["zone-ksk-submitted", "example.com."]);
+    assert!(!ok && out.contains("not a zone you added"), "{out}");
+    let (ok, out) = ctl_as_nobody(
+        d.control_socket(),
+        &["block", "add", "0.0.0.0/0", "--force"],
+    );
+    assert!(!ok && out.contains("--force is for root"), "{out}");
+    let (ok, out) = ctl_as_nobody(d.control_socket(), &["zone", "remove", "sub.g.test."]);
+    assert!(ok, "{out}");
     // A secondary's file (written as the daemon) is never a user's to name.
     let (ok, out) = ctl_as_nobody(
         d.control_socket(),

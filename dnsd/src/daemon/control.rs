@@ -59,11 +59,18 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             }
             Err(e) => Reply::err(format!("{e}\n")),
         },
-        ["zone", "remove", o] => crate::daemon::reload::zone_remove(shared, o).await,
+        ["zone", "remove", o] => match owned(shared, peer, o).await {
+            Ok(()) => crate::daemon::reload::zone_remove(shared, o).await,
+            Err(r) => r,
+        },
         ["zone-refresh", z] => zone_refresh(shared, z).await,
         ["zone-notify", z] => zone_notify(shared, z).await,
         ["zone-keys", z] => zone_keys(shared, z).await,
-        ["zone-sign", z] => zone_sign(shared, z).await,
+        ["zone-sign", z] => match owned(shared, peer, z).await {
+            Ok(()) => zone_sign(shared, z).await,
+            Err(r) => r,
+        },
+        ["zone-ksk-submitted", ..] if let Err(r) = owned(shared, peer, a[1]).await => r,
         ["zone-ksk-submitted", z] => zone_ksk_submitted(shared, z, None).await,
         ["zone-ksk-submitted", z, tag] => match tag.parse::<u16>() {
             Ok(t) => zone_ksk_submitted(shared, z, Some(t)).await,
@@ -95,6 +102,33 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             "unknown command {}\n{HELP}",
             shield::control::shown(args)
         )),
+    }
+}
+
+/// Whether `peer` may change the zone `z` (remove it, sign it now, retire its KSK): root and
+/// the daemon's user any zone, a control-group member only the zones it added — one member
+/// removing another's zone (or root's) could add its own in its place.
+async fn owned(shared: &Arc<State>, peer: &shield::control::Peer, z: &str) -> Result<(), Reply> {
+    if peer.reads_as_the_daemon() {
+        return Ok(());
+    }
+    let Ok(n) = zones::Name::parse(z, Some(&zones::Name::root())) else {
+        return Err(Reply::err(format!(
+            "bad zone name {}\n",
+            shield::control::shown(&[z.to_string()])
+        )));
+    };
+    let reg = shared.zones.lock().await;
+    let by = reg
+        .find(&n)
+        .and_then(|i| reg.entry(i))
+        .filter(|e| e.def.origin.to_lowercase() == n.to_lowercase())
+        .and_then(|e| e.def.added_by.as_ref().map(|a| a.uid));
+    match by {
+        Some(uid) if uid == peer.uid => Ok(()),
+        _ => Err(Reply::err(format!(
+            "{n}: not a zone you added: a member of the control group may change only the zones it added with zone add\n"
+        ))),
     }
 }
 

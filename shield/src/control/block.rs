@@ -45,6 +45,13 @@ pub fn command(blocks: &BlockMap, args: &[&str], peer: &Peer) -> Reply {
 }
 
 fn run(blocks: &BlockMap, args: &[&str], peer: &Peer) -> Reply {
+    if args.contains(&"--force") && !peer.reads_as_the_daemon() {
+        // Past the never-block set and the shortest prefixes: the Redis server, the node's
+        // own addresses, 0.0.0.0/0. Root's and the daemon's user's alone.
+        return Reply::err(
+            "--force is for root and the daemon's own user, not members of the control group\n",
+        );
+    }
     match args {
         ["add", net, opts @ ..] => add(blocks, net, opts),
         ["del", net] => match crate::prefix::parse_net(net) {
@@ -122,8 +129,15 @@ fn needs_force(blocks: &BlockMap, net: &ipnet::IpNet) -> Option<String> {
     }
 }
 
-/// Most lines `block import` reads from one file.
-pub const MAX_IMPORT: usize = 10_000_000;
+/// Most entries `block import` takes from one file (several block maps' worth).
+pub const MAX_IMPORT: usize = 1_000_000;
+
+/// Largest file `block import` reads: 64 MiB, three million addresses. (512 MiB read on a
+/// runtime thread, several at once, held the TCP listeners for a second and a gigabyte.)
+pub const IMPORT_MAX_BYTES: u64 = 64 << 20;
+
+/// Set while an import runs: one at a time.
+static IMPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Blocks every address or prefix listed in `file` (one per line, `#` comments), in one
 /// batch; a bad line refuses the whole file with its line number (never its contents). The
@@ -133,12 +147,23 @@ fn import(blocks: &BlockMap, file: &str, opts: &[&str], peer: &Peer) -> Reply {
         Ok(x) => x,
         Err(r) => return r,
     };
+    use std::sync::atomic::Ordering;
+    if IMPORTING.swap(true, Ordering::AcqRel) {
+        return Reply::err("busy: another block import is running; try again when it ends\n");
+    }
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            IMPORTING.store(false, Ordering::Release);
+        }
+    }
+    let _done = Done;
     let f = match peer.open(std::path::Path::new(file)) {
         Ok(f) => f,
         Err(e) => return Reply::err(format!("{e}\n")),
     };
     let mut text = String::new();
-    let max = crate::files::LIST_MAX;
+    let max = IMPORT_MAX_BYTES;
     if let Err(e) = std::io::Read::read_to_string(&mut std::io::Read::take(f, max + 1), &mut text) {
         return Reply::err(format!("{file}: {e}\n"));
     }

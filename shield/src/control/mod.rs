@@ -158,6 +158,76 @@ impl crate::metrics::Source for ControlStats {
     }
 }
 
+/// One entry of a POSIX access ACL (`system.posix_acl_access`).
+#[derive(Clone, Copy, Debug)]
+struct AclEntry {
+    tag: u16,
+    perm: u32,
+    id: u32,
+}
+
+const ACL_USER_OBJ: u16 = 0x01;
+const ACL_USER: u16 = 0x02;
+const ACL_GROUP_OBJ: u16 = 0x04;
+const ACL_GROUP: u16 = 0x08;
+const ACL_MASK: u16 = 0x10;
+const ACL_OTHER: u16 = 0x20;
+
+/// The access ACL of the file `fd` (an `O_PATH` descriptor) when it has one beyond its mode
+/// bits; None without one (or where the filesystem has none).
+fn access_acl(fd: &std::os::fd::OwnedFd) -> Option<Vec<AclEntry>> {
+    use std::os::fd::AsRawFd as _;
+    // An O_PATH descriptor takes no fgetxattr: its /proc/self/fd link names the very inode.
+    let p = std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    let name = c"system.posix_acl_access";
+    let mut buf = [0u8; 4 + 8 * 64];
+    // SAFETY: NUL-terminated path and name; `buf` is writable for its length.
+    let n = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let n = match usize::try_from(n) {
+        Ok(n) => n,
+        // ERANGE: more entries than the buffer holds — as many named entries as that are
+        // read as refusing (an empty ACL grants nothing but the owner's entry, absent here).
+        Err(_) if std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) => {
+            return Some(Vec::new());
+        }
+        Err(_) => return None,
+    };
+    if n < 4 || u32::from_le_bytes(buf[..4].try_into().ok()?) != 2 {
+        return None;
+    }
+    Some(
+        buf[4..n]
+            .chunks_exact(8)
+            .map(|e| AclEntry {
+                tag: u16::from_le_bytes([e[0], e[1]]),
+                perm: u32::from(u16::from_le_bytes([e[2], e[3]])),
+                id: u32::from_le_bytes([e[4], e[5], e[6], e[7]]),
+            })
+            .collect(),
+    )
+}
+
+/// Whether the file `fd` lies on procfs or sysfs.
+fn kernel_filesystem(fd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: an all-zero statfs is a valid value to fill.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a statfs to fill.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
+        return true;
+    }
+    const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+    const SYSFS_MAGIC: i64 = 0x6265_6572;
+    matches!(st.f_type as i64, PROC_SUPER_MAGIC | SYSFS_MAGIC)
+}
+
 /// The process at the other end of a control connection (`SO_PEERCRED`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Peer {
@@ -211,6 +281,14 @@ impl Peer {
         if self.reads_as_the_daemon() {
             return crate::files::open_regular(path).map_err(named);
         }
+        // A name with control characters would reach root's terminal and the log (a zone's
+        // file is shown by `ctl zones` and in every load error) with its escapes and breaks.
+        if path.to_string_lossy().chars().any(char::is_control) {
+            return Err(format!(
+                "{}: a file name with control characters is not taken",
+                printable(&path.to_string_lossy())
+            ));
+        }
         let abs = std::path::absolute(path).map_err(named)?;
         let denied = || {
             format!(
@@ -218,7 +296,11 @@ impl Peer {
                 path.display()
             )
         };
-        let may = |meta: &std::fs::Metadata, bits: u32| -> bool {
+        // The file's POSIX ACL where it has one, else its mode bits: as the kernel decides.
+        let may = |fd: &std::os::fd::OwnedFd, meta: &std::fs::Metadata, bits: u32| -> bool {
+            if let Some(acl) = access_acl(fd) {
+                return self.acl_allows(&acl, meta, bits);
+            }
             let mode = meta.permissions().mode();
             let shift = if meta.uid() == self.uid {
                 6
@@ -280,24 +362,30 @@ impl Peer {
                 std::path::Component::ParentDir => std::ffi::OsStr::new(".."),
                 _ => continue,
             };
-            if !may(&meta(&dir).map_err(named)?, 0o1) {
+            if !may(&dir, &meta(&dir).map_err(named)?, 0o1) {
                 return Err(denied());
             }
             dir = at(&dir, name, search).map_err(open_failed)?;
         }
-        if !may(&meta(&dir).map_err(named)?, 0o1) {
+        if !may(&dir, &meta(&dir).map_err(named)?, 0o1) {
             return Err(denied());
         }
         // The entry as it is now (never opened for reading if it is no regular file the peer
         // may read: opening a device can act), then opened, and both must be one inode.
-        let seen = meta(&at(&dir, last, libc::O_PATH).map_err(open_failed)?).map_err(named)?;
+        let entry = at(&dir, last, libc::O_PATH).map_err(open_failed)?;
+        let seen = meta(&entry).map_err(named)?;
         if seen.file_type().is_symlink() {
             return Err(link());
         }
         if !seen.is_file() {
             return Err(format!("{}: not a regular file", path.display()));
         }
-        if !may(&seen, 0o4) {
+        // Files of procfs and sysfs: their mode bits say little (the kernel checks who asks
+        // at open: /proc/PID/maps is 0444 yet only its process's owner may read it).
+        if kernel_filesystem(&entry) {
+            return Err(denied());
+        }
+        if !may(&entry, &seen, 0o4) {
             return Err(denied());
         }
         let f = std::fs::File::from(
@@ -313,6 +401,39 @@ impl Peer {
             return Err(format!("{}: changed while it was opened", path.display()));
         }
         Ok(f)
+    }
+
+    /// Whether POSIX ACL `acl` grants this peer `bits` (4 read, 1 search) on a file of
+    /// `meta`'s owner and group: the owner's entry, else a named user's (under the mask),
+    /// else any of its groups' entries that grants them (under the mask; a group entry that
+    /// matches but grants less denies), else others'.
+    fn acl_allows(&self, acl: &[AclEntry], meta: &std::fs::Metadata, bits: u32) -> bool {
+        let perm = |tag: u16| acl.iter().find(|e| e.tag == tag).map(|e| e.perm);
+        let mask = perm(ACL_MASK).unwrap_or(7);
+        if meta.uid() == self.uid {
+            return perm(ACL_USER_OBJ).unwrap_or(0) & bits == bits;
+        }
+        if let Some(e) = acl.iter().find(|e| e.tag == ACL_USER && e.id == self.uid) {
+            return e.perm & mask & bits == bits;
+        }
+        let mut matched = false;
+        for e in acl {
+            let mine = match e.tag {
+                ACL_GROUP_OBJ => self.in_group(meta.gid()),
+                ACL_GROUP => self.in_group(e.id),
+                _ => false,
+            };
+            if mine {
+                matched = true;
+                if e.perm & mask & bits == bits {
+                    return true;
+                }
+            }
+        }
+        if matched {
+            return false;
+        }
+        perm(ACL_OTHER).unwrap_or(0) & bits == bits
     }
 
     fn of(s: &tokio::net::UnixStream) -> Option<Peer> {
@@ -589,10 +710,24 @@ where
                     return;
                 }
             }
-            let reply = match serde_json::from_str::<Request>(&line) {
+            let mut reply = match serde_json::from_str::<Request>(&line) {
                 Ok(req) => run(req.args, p).await,
                 Err(e) => Reply::err(format!("bad request: {e}")),
             };
+            // Whatever a reply quotes (a file name a member chose, a zone's error), no
+            // control character but its line breaks and tabs reaches the operator's terminal.
+            if reply
+                .text
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t')
+            {
+                reply.text = reply
+                    .text
+                    .split('\n')
+                    .map(|l| printable(l).replace("\\t", "\t"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+            }
             let mut out = serde_json::to_string(&reply).unwrap_or_default();
             out.push('\n');
             if tokio::time::timeout(REQUEST_TIMEOUT, wr.write_all(out.as_bytes()))
