@@ -677,6 +677,21 @@ impl<'q> Answerer<'_, '_, 'q> {
     fn alias(&mut self, zone: &Zone, node: NodeId, asked: &Target, owner: Owner<'_>) -> Kind {
         self.volatile = true;
         let qtype = self.q.qtype;
+        // A wildcard's ALIAS is signed over the wildcard (the RRSIG's labels without the `*`,
+        // RFC 4034 §3.1.3), as the wildcard's other records are: one signature serves every
+        // name it answers, from the cache. Signed over the name asked, each new name cost a
+        // signature (and the proof beside it said the name does not exist).
+        let wild = zone.node_name(node);
+        let signed_as = if wild.starts_with(b"\x01*") {
+            let mut lower = [0u8; MAX_NAME_LEN];
+            let n = wild.len().min(MAX_NAME_LEN);
+            lower[..n].copy_from_slice(&wild[..n]);
+            lower[..n].make_ascii_lowercase();
+            Target::of(&lower[..n])
+        } else {
+            asked.clone()
+        };
+        let asked = &signed_as;
         let a = *zone.rrset(node, t::ALIAS).expect("checked");
         let Some((_, rd)) = zone.rrs(&a).next() else {
             self.negative(zone);
@@ -845,8 +860,8 @@ impl<'q> Answerer<'_, '_, 'q> {
         kind
     }
 
-    /// Writes an RRset made when asked (an ALIAS's A or AAAA, a variant's records) at
-    /// `asked` (lower-case wire), signed now when the zone is one dnsd signs and DO is set
+    /// Writes an RRset made when asked (an ALIAS's A or AAAA, a variant's records), signed
+    /// over `asked` (lower-case wire: the name asked, or the wildcard that stands for it) now when the zone is one dnsd signs and DO is set
     /// (never unsigned there: over a budget, TC=1 over UDP; a signature that cannot be made,
     /// SERVFAIL).
     fn put_made(
@@ -877,7 +892,10 @@ impl<'q> Answerer<'_, '_, 'q> {
             return Kind::Answer;
         };
         let now = shield::clock::unix_ms() / 1000;
-        let budget = !o.chain_past_budget;
+        // Over TCP a proven source is not held to the budget — but a wildcard of the variants
+        // by client network is signed over each name asked (the zone's chain holds no such
+        // wildcard to prove it by): work a client picks, so it is budgeted there too.
+        let budget = !o.chain_past_budget || self.synth == Synth::Geo;
         match o.denier.sign_rrset(
             o.signer, o.zone_id, asked, qtype, ttl, rds, o.src, now, budget,
         ) {
