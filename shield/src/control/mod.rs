@@ -438,23 +438,44 @@ impl Peer {
 
     fn of(s: &tokio::net::UnixStream) -> Option<Peer> {
         let c = s.peer_cred().ok()?;
-        let groups = c
-            .pid()
-            .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-            .and_then(|t| {
-                t.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| {
-                    g.split_whitespace()
-                        .filter_map(|x| x.parse().ok())
-                        .collect()
-                })
-            })
-            .unwrap_or_default();
+        let groups = peer_groups(s).unwrap_or_default();
         Some(Peer {
             uid: c.uid(),
             gid: c.gid(),
             groups,
         })
     }
+}
+
+/// The supplementary groups of the peer of `s` as they were when it connected
+/// (`SO_PEERGROUPS`, Linux 4.13): read from /proc by its pid instead, they could be another
+/// process's once that pid was reused.
+fn peer_groups(s: &tokio::net::UnixStream) -> Option<Vec<u32>> {
+    use std::os::fd::AsRawFd as _;
+    let mut groups = vec![0u32; 64];
+    for _ in 0..2 {
+        let mut len = (groups.len() * 4) as libc::socklen_t;
+        // SAFETY: a valid socket; `groups` is writable for `len` bytes.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if r == 0 {
+            groups.truncate(len as usize / 4);
+            return Some(groups);
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::ERANGE) {
+            return None;
+        }
+        // Too small: `len` now says how much the list needs.
+        groups.resize((len as usize / 4).clamp(1, 65_536), 0);
+    }
+    None
 }
 
 /// A request: the command and its arguments, as typed.
@@ -518,6 +539,30 @@ pub fn open_to_others(dir: &Path) -> Option<String> {
     })
 }
 
+/// `args` with the FILE of `zone add ORIGIN FILE` and `block import FILE` made absolute
+/// from the caller's directory: the server's own is another (a relative name read a file of
+/// the daemon's directory, not the one the operator meant).
+fn with_absolute_files(args: &[String]) -> Vec<String> {
+    let mut out = args.to_vec();
+    let at = match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["zone", "add", _, _, ..] => Some(3),
+        ["block", "import", _, ..] => Some(2),
+        _ => None,
+    };
+    if let Some(i) = at
+        && Path::new(&out[i]).is_relative()
+        && let Ok(abs) = std::path::absolute(&out[i])
+    {
+        out[i] = abs.to_string_lossy().into_owned();
+    }
+    out
+}
+
 /// Sends `args` to the server at `socket`; returns its reply.
 pub fn call(socket: &Path, args: &[String], timeout: Duration) -> Result<Reply, String> {
     // A socket where anyone may have put it is not talked to: the command (a block, a key's
@@ -534,7 +579,7 @@ pub fn call(socket: &Path, args: &[String], timeout: Duration) -> Result<Reply, 
     s.set_read_timeout(Some(timeout)).ok();
     s.set_write_timeout(Some(timeout)).ok();
     let mut line = serde_json::to_string(&Request {
-        args: args.to_vec(),
+        args: with_absolute_files(args),
     })
     .map_err(|e| e.to_string())?;
     line.push('\n');
@@ -954,5 +999,23 @@ mod tests {
         assert!(nobody.open(&via).unwrap_err().contains("permission denied"));
         // Root opens what it names, links included.
         assert!(Peer::this_process().open(&link).is_ok());
+    }
+
+    #[test]
+    fn files_named_relative_to_the_caller_are_sent_whole() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let cwd = std::env::current_dir().unwrap();
+        let got = with_absolute_files(&v(&["zone", "add", "a.test.", "z/a.zone"]));
+        assert_eq!(got[3], cwd.join("z/a.zone").to_string_lossy());
+        let got = with_absolute_files(&v(&["block", "import", "list.txt", "--ttl", "5"]));
+        assert_eq!(got[2], cwd.join("list.txt").to_string_lossy());
+        assert_eq!(got[3..], v(&["--ttl", "5"]));
+        for same in [
+            v(&["zone", "add", "a.test.", "/etc/a.zone"]),
+            v(&["block", "add", "192.0.2.0/24"]),
+            v(&["zone", "remove", "a.test."]),
+        ] {
+            assert_eq!(with_absolute_files(&same), same);
+        }
     }
 }
