@@ -156,6 +156,48 @@ pub struct VethPair {
 }
 
 impl VethPair {
+    /// Makes the client side (`a`) take the frames an XDP program on `b` sends back with
+    /// XDP_TX: a veth needs NAPI for them, which an XDP program that passes everything
+    /// (compiled here with clang, in `dir`) gives it.
+    pub fn client_takes_xdp_tx(&self, dir: &std::path::Path) {
+        let src = dir.join("pass.c");
+        std::fs::write(
+            &src,
+            "#include <linux/bpf.h>\n\
+             __attribute__((section(\"xdp\"), used)) int xdp_pass(struct xdp_md *c) { return XDP_PASS; }\n\
+             char _license[] __attribute__((section(\"license\"), used)) = \"GPL\";\n",
+        )
+        .unwrap();
+        let obj = dir.join("pass.o");
+        let st = Command::new("clang")
+            .args([
+                "-target",
+                "bpf",
+                "-O2",
+                "-I/usr/include/x86_64-linux-gnu",
+                "-c",
+            ])
+            .arg(&src)
+            .arg("-o")
+            .arg(&obj)
+            .status()
+            .expect("clang");
+        assert!(st.success(), "clang of the pass program failed");
+        self.a
+            .ip(&[
+                "link",
+                "set",
+                "dev",
+                &self.if_a,
+                "xdpdrv",
+                "obj",
+                obj.to_str().unwrap(),
+                "sec",
+                "xdp",
+            ])
+            .expect("attach the pass program to the client's veth");
+    }
+
     /// Side A's IPv4 address.
     pub const A4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
     /// Side B's IPv4 address.

@@ -187,47 +187,6 @@ fn config_rrl(
     path
 }
 
-/// The client side of the veth must have NAPI for XDP_TX frames to arrive: an XDP program
-/// that passes everything (compiled here with clang) gives it one.
-fn veth_ready(pair: &VethPair, dir: &Path) {
-    let src = dir.join("pass.c");
-    std::fs::write(
-        &src,
-        "#include <linux/bpf.h>\n\
-         __attribute__((section(\"xdp\"), used)) int xdp_pass(struct xdp_md *c) { return XDP_PASS; }\n\
-         char _license[] __attribute__((section(\"license\"), used)) = \"GPL\";\n",
-    )
-    .unwrap();
-    let obj = dir.join("pass.o");
-    let st = Command::new("clang")
-        .args([
-            "-target",
-            "bpf",
-            "-O2",
-            "-I/usr/include/x86_64-linux-gnu",
-            "-c",
-        ])
-        .arg(&src)
-        .arg("-o")
-        .arg(&obj)
-        .status()
-        .expect("clang");
-    assert!(st.success(), "clang of the pass program failed");
-    pair.a
-        .ip(&[
-            "link",
-            "set",
-            "dev",
-            &pair.if_a,
-            "xdpdrv",
-            "obj",
-            obj.to_str().unwrap(),
-            "sec",
-            "xdp",
-        ])
-        .expect("attach the pass program to the client's veth");
-}
-
 /// What every test here starts from: a temp dir, a veth pair whose client side takes XDP_TX
 /// frames, and a copy of example.com.'s zone in the dir; None (said loudly) without
 /// namespaces.
@@ -238,7 +197,7 @@ fn setup() -> Option<(tempfile::TempDir, VethPair, std::path::PathBuf)> {
     }
     let dir = tempfile::tempdir().unwrap();
     let pair = VethPair::new().expect("veth pair");
-    veth_ready(&pair, dir.path());
+    pair.client_takes_xdp_tx(dir.path());
     let zone = dir.path().join("example.com.zone");
     std::fs::copy(palisade_tests::data_dir().join("example.com.zone"), &zone).unwrap();
     Some((dir, pair, zone))

@@ -739,6 +739,177 @@ __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct
 	return 1;
 }
 
+/* Whether the frame of `pk` may be answered as the kernel would take it: no VLAN tag or group
+ * MAC, no IPv4 options or fragment, a header checksum the kernel takes, a source to answer
+ * (v4_answerable, v6_answerable), UDP directly after the IPv6 header, the IP length the
+ * datagram's, a source port neither 0 nor a service that answers any datagram, and over IPv6
+ * a checksum. (classify works this out for a candidate of the answer path; a query over the
+ * rate leaves it before, and so few are slipped that it is worked out again here.) */
+static __always_inline int slip_frame(void *data, void *end, const struct guard_pkt *pk)
+{
+	if (pk->odd)
+		return 0;
+	__u32 l3 = pk->l3_off & 0xff, l4o = pk->l4_off & 0xff;
+	struct udphdr *udp = data + l4o;
+	if ((void *)(udp + 1) > end)
+		return 0;
+	__u32 l4_len;
+	if (pk->v6) {
+		struct ipv6hdr *ip6 = data + l3;
+		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_UDP ||
+		    l4o != l3 + sizeof(*ip6) || !v6_answerable(ip6) || !udp->check)
+			return 0;
+		l4_len = bpf_ntohs(ip6->payload_len);
+	} else {
+		struct iphdr *ip = data + l3;
+		if ((void *)(ip + 1) > end || ip->ihl != 5 || (ip->frag_off & bpf_htons(0x3fff)) ||
+		    !v4_answerable(ip))
+			return 0;
+		l4_len = bpf_ntohs(ip->tot_len) - sizeof(*ip);
+	}
+	__u16 sport = bpf_ntohs(udp->source);
+	if (bpf_ntohs(udp->len) != l4_len || sport == 0 || sport == 7 || sport == 13 ||
+	    sport == 17 || sport == 19 || sport == 37)
+		return 0;
+	return 1;
+}
+
+/* For a slip: the query's flags, the end of its question and the question's sum into `a`,
+ * the question read into `scr` (over its key and qname: 160 bytes); 0, or -1 for a message
+ * that is no plain query of one question of at most GUARD_QNAME_MAX bytes of name. Lighter
+ * than parse_query (no lower case, no hash): the program's whole verification is bounded. */
+static __always_inline int slip_question(struct xdp_md *ctx, __u32 dns_off, __u32 msg_len,
+					 struct guard_ans_scratch *scr, struct guard_ans_ctx *a)
+{
+	__u8 *b = (__u8 *)scr;
+	if (msg_len < 12 + 1 + 4 || msg_len > 4096)
+		return -1;
+	if (bpf_xdp_load_bytes(ctx, dns_off, b, 12))
+		return -1;
+	/* QR=0, opcode QUERY, one question, no answer or authority records. */
+	if ((b[2] & 0xf8) || b[4] || b[5] != 1 || b[6] || b[7] || b[8] || b[9])
+		return -1;
+	a->qflags = ((__u16)b[2] << 8) | b[3];
+	__u32 n = msg_len - 12;
+	if (n > GUARD_QNAME_MAX + 4)
+		n = GUARD_QNAME_MAX + 4;
+	n &= 0xff;
+	if (n < 5 || bpf_xdp_load_bytes(ctx, dns_off + 12, b, n))
+		return -1;
+	__u32 i = 0;
+	for (int k = 0; k < GUARD_QNAME_MAX / 2 + 1; k++) {
+		if (i >= GUARD_QNAME_MAX)
+			return -1;
+		__u8 l = b[i & 0xff];
+		if (l == 0)
+			break;
+		if (l > 63)
+			return -1;
+		i += l + 1;
+	}
+	if (i >= GUARD_QNAME_MAX)
+		return -1;
+	__u32 qlen = i + 1 + 4;
+	if (qlen > n)
+		return -1;
+	/* Its sum is guard_slip_send's: the paths out of the loop above are many, and each
+	 * would verify all that follows. */
+	a->qend = 12 + qlen;
+	return 0;
+}
+
+/* guard_rate_slip's reply to the query parsed into `scr`: its question alone with TC=1, sent
+ * where the kernel's route to the source leads (or back to the sender where the answered
+ * address says so); XDP_TX, or XDP_DROP. A global function: verified apart from the parser. */
+__attribute__((noinline)) int guard_slip_send(struct xdp_md *ctx, struct guard_ans_scratch *scr)
+{
+	__u32 zero = 0;
+	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
+	if (!ctx || !scr || !cnt)
+		return XDP_DROP;
+	const struct guard_ans_ctx *a = &scr->a;
+	const struct guard_pkt *pk = &scr->pk;
+	if (pk->l4_off > 0xff || pk->l3_off > 0xff)
+		return XDP_DROP;
+	struct guard_ans_addr_key ak = {};
+	__u8 src[16];
+	if (packet_ends((void *)(long)ctx->data, (void *)(long)ctx->data_end, pk, src, &ak))
+		return XDP_DROP;
+	const struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
+	int to_sender = aa && aa->reply_to_sender;
+	__u32 dns_off = (pk->l4_off & 0xff) + sizeof(struct udphdr);
+	__u32 frame_len = a->frame_len & 0xffff;
+	__u32 qend = a->qend;
+	if (qend < 12 + 5 || qend > 12 + GUARD_QNAME_MAX + 4)
+		return XDP_DROP;
+	/* The question's sum, from a copy zero past its end (the scratch's key and qname, 160
+	 * bytes): one pass without a branch. */
+	__u32 qlen = qend - 12;
+	__u8 *b = (__u8 *)scr;
+	__builtin_memset(b, 0, GUARD_QNAME_MAX + 32);
+	qlen &= 0xff;
+	if (qlen < 5 || bpf_xdp_load_bytes(ctx, dns_off + 12, b, qlen))
+		return XDP_DROP;
+	__u32 sum = 0;
+	for (__u32 k = 0; k < (GUARD_QNAME_MAX + 4) / 2; k++)
+		sum += ((__u32)b[(2 * k) & 0xff] << 8) | b[(2 * k + 1) & 0xff];
+	scr->a.qsum = sum;
+	struct guard_route rt = {};
+	if (!to_sender && route_reply(ctx, pk, 8 + qend, &rt))
+		return XDP_DROP;
+	/* The reply is the query cut after its question: the tail only shrinks. */
+	int delta = (int)qend - (int)(frame_len - dns_off);
+	if (delta > 0 || (delta < 0 && bpf_xdp_adjust_tail(ctx, delta)))
+		return XDP_DROP;
+	__u16 flags = DNS_QR | DNS_TC | (a->qflags & (DNS_RD | DNS_CD));
+	return finish_reply(ctx, pk, dns_off, qend, flags, 0, 0, 0, a, 0, &rt);
+}
+
+/* A UDP query over its source's rate, without our cookie, in a frame the kernel takes as
+ * sent: XDP_TX with the query turned into its TC=1 reply (the question alone, no OPT: never
+ * more bytes than came) for one in `slip` of them (the answered address's RRL slip, else 2),
+ * sent where the kernel's route to the source leads — else XDP_DROP. A global function. */
+__attribute__((noinline)) int guard_rate_slip(struct xdp_md *ctx, const struct guard_pkt *pk)
+{
+	__u32 zero = 0;
+	if (!ctx || !pk || pk->l4_off > 0xff || pk->l3_off > 0xff)
+		return XDP_DROP;
+	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
+	struct guard_ans_scratch *scr = bpf_map_lookup_elem(&guard_ans_tmp, &zero);
+	if (!cnt || !scr)
+		return XDP_DROP;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	if (!slip_frame(data, end, pk))
+		return XDP_DROP;
+	struct guard_ans_addr_key ak = {};
+	__u8 *src = scr->src;
+	if (packet_ends(data, end, pk, src, &ak))
+		return XDP_DROP;
+	const struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
+	__u32 slip = aa ? aa->slip : 2;
+	/* One in `slip` of this CPU's over-rate queries: those dropped and slipped so far. */
+	__u64 seen = cnt->count[GUARD_C_DROP_RATELIMIT] + cnt->count[GUARD_C_RATE_SLIP];
+	if (slip == 0 || slip > 64 || seen % slip != 0)
+		return XDP_DROP;
+	__u32 l4o = pk->l4_off & 0xff;
+	struct udphdr *udp = data + l4o;
+	if ((void *)(udp + 1) > end)
+		return XDP_DROP;
+	__u32 frame_len = (long)end - (long)data;
+	__u32 dns_off = l4o + sizeof(struct udphdr);
+	__u32 msg_end = l4o + bpf_ntohs(udp->len);
+	if (bpf_ntohs(udp->len) < sizeof(struct udphdr) + sizeof(struct dnshdr) || msg_end > frame_len)
+		return XDP_DROP;
+	struct guard_ans_ctx *a = &scr->a;
+	__builtin_memset(a, 0, sizeof(*a));
+	if (slip_question(ctx, dns_off, msg_end - dns_off, scr, a))
+		return XDP_DROP;
+	scr->pk = *pk;
+	a->frame_len = frame_len;
+	return guard_slip_send(ctx, scr);
+}
+
 /* Sends dnsd's answer `v` (found for the query parsed into `scr`) to the client at `aa`'s
  * address, or its RRL slip, or passes: XDP_TX, XDP_PASS, XDP_DROP or GUARD_RRL_DROP; `now` is
  * CLOCK_MONOTONIC (coarse). A global function: verified once, apart from the parser's many

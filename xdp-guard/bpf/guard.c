@@ -154,6 +154,7 @@ struct ipv6_frag {
 #define GUARD_UNANSWERABLE 103
 #define GUARD_SUSPECT 104
 
+
 /* What a block lookup found. */
 #define GUARD_LIVE_NONE 0
 #define GUARD_LIVE_ALL 1 /* a slot that stops every packet: drop now */
@@ -675,8 +676,17 @@ int palisade_guard(struct xdp_md *ctx)
 		v = guard_proxied(ctx, &pk);
 	/* Forged packets in a source's name spend its bucket: its own queries that carry our
 	 * server cookie (it read our replies) still go to dnsd, which exempts them too. */
-	if (v == GUARD_C_DROP_RATELIMIT && guard_rate_cookie(ctx, &pk))
-		v = GUARD_C_PASS;
+	/* Over the rate without our cookie: forged packets in a resolver's name spent its
+	 * bucket, so one in `slip` is answered TC=1 (its question alone: never more bytes than
+	 * came) for the resolver to come back over TCP, which no bucket limits — as RRL slips. */
+	if (v == GUARD_C_DROP_RATELIMIT) {
+		if (guard_rate_cookie(ctx, &pk)) {
+			v = GUARD_C_PASS;
+		} else if (guard_rate_slip(ctx, &pk) == XDP_TX) {
+			cnt->count[GUARD_C_RATE_SLIP]++;
+			return XDP_TX;
+		}
+	}
 	if (v == GUARD_UNANSWERABLE || v == GUARD_SUSPECT) {
 		count_unanswered(ctx, &pk, cnt,
 				 v == GUARD_SUSPECT ? GUARD_C_ANS_PASS_SUSPECT : GUARD_C_ANS_PASS_FRAME);

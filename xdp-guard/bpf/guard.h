@@ -95,7 +95,8 @@
 #define GUARD_C_ANS_PASS_FRAME 25     /* passed: a query to an answered address in a frame not answered here (group MAC, VLAN tag, IP options, fragment, martian, bad lengths or checksum) */
 #define GUARD_C_ANS_PASS_SUSPECT 26   /* passed: a query to an answered address from one of dnsd's suspects */
 #define GUARD_C_ANS_PASS_ROUTE 27     /* passed: the kernel's route to the source does not lead back out this interface to a known neighbour, or the frame was sent to another MAC */
-#define GUARD_COUNTERS 28
+#define GUARD_C_RATE_SLIP 28          /* over the per-source rate without our cookie: answered TC=1 with its question alone (one in `slip`), the rest dropped */
+#define GUARD_COUNTERS 29
 
 /* The answer fast path. */
 #define GUARD_QNAME_MAX 128   /* longest wire qname answered in XDP (longer ones pass) */

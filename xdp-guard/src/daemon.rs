@@ -77,6 +77,25 @@ pub fn start(
         } else {
             match XdpGuard::start(cfg) {
                 Ok(g) => {
+                    if cfg.rate > 0 {
+                        // A query over its source's rate is slipped TC=1 where the kernel's
+                        // route to the source leads: the look-up wants forwarding on lo.
+                        match crate::enable_route_lookups() {
+                            Ok(set) => {
+                                for sysctl in set {
+                                    tracing::info!(
+                                        sysctl,
+                                        "{who}: XDP: set to 1 for the route look-up of the rate limit's TC=1 replies (forwarding on lo forwards nothing from outside)"
+                                    );
+                                }
+                            }
+                            Err((sysctl, e)) => tracing::warn!(
+                                sysctl,
+                                error = %e,
+                                "{who}: XDP: cannot turn on the route look-up: queries over a source's rate are all dropped, none answered TC=1"
+                            ),
+                        }
+                    }
                     let maps = g.maps().clone().with_slot(slot);
                     let mirror = spawn(Mirror::new(maps, sub()));
                     return Some(DaemonXdp {

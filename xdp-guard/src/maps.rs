@@ -176,8 +176,11 @@ pub const C_ANS_PASS_SUSPECT: usize = 26;
 /// Counter index: passed, the kernel's route to the source does not lead back out of the
 /// interface to a resolved neighbour (or the frame was sent to another MAC).
 pub const C_ANS_PASS_ROUTE: usize = 27;
+/// Counter index: over the per-source rate without a server cookie, answered TC=1 with the
+/// question alone (one in `slip`): the source comes back over TCP.
+pub const C_RATE_SLIP: usize = 28;
 /// Number of counter slots.
-pub const COUNTERS: usize = 28;
+pub const COUNTERS: usize = 29;
 
 /// [`Answer::cookie`]: nothing known, queries with a cookie pass to dnsd.
 pub const COOKIE_PASS: u16 = 0;

@@ -62,6 +62,7 @@ fn run(g: &XdpGuard, frame: &[u8]) -> (Verdict, Counters) {
             d(after.ans_pass_untried[i], before.ans_pass_untried[i])
         }),
         ans_pass_route: d(after.ans_pass_route, before.ans_pass_route),
+        rate_slip: d(after.rate_slip, before.rate_slip),
     };
     assert_eq!(
         delta.packets(),
@@ -1512,4 +1513,71 @@ fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
         &query(4, Some(server_cookie(&secret, &client, src, now))),
     );
     assert_eq!(v, Verdict::Drop);
+}
+
+/// Forged packets in a resolver's name spend its bucket (its address is all they need): past
+/// it, one query in `slip` is answered TC=1 with its question alone — never more bytes than
+/// came — so that the resolver comes back over TCP, which no bucket limits, as behind RRL.
+/// Dropped whole, a flood forged in its name silenced it, with nothing to fall back on.
+#[test]
+fn over_its_rate_a_source_still_gets_one_truncated_reply_in_slip() {
+    if !xdp_ready("over_its_rate_a_source_still_gets_one_truncated_reply_in_slip") {
+        return;
+    }
+    let g = private_guard(&[53], 1, 2);
+    pin_to_current_cpu();
+    let m = g.maps();
+    let addr = xdp_guard::addr_key(DST4.into(), 53);
+    let slipping = xdp_guard::AnswerRate { slip: 2, ..SENDER };
+    m.publish_answers(&[addr], &mut [], 1232, slipping, None)
+        .unwrap();
+    let src = v4("198.51.100.20");
+    let q = cookie_query(src, 7, b"clientck", None);
+    for _ in 0..2 {
+        assert_eq!(run(&g, &q).0, Verdict::Pass, "the burst");
+    }
+    let (mut tx, mut dropped) = (0, 0);
+    for _ in 0..10 {
+        match run(&g, &q) {
+            (Verdict::Other(3), d) if d.rate_slip == 1 => tx += 1,
+            (Verdict::Drop, d) if d.drop_ratelimit == 1 => dropped += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!((tx, dropped), (5, 5), "one in two slipped");
+    // The reply: back to the sender, QR and TC set, RD kept, the question alone, no OPT.
+    let (v, out) = (0..2)
+        .map(|_| g.test_run_frame(&q).unwrap())
+        .find(|(v, _)| *v == Verdict::Other(3))
+        .expect("a slip in two tries");
+    assert_eq!(v, Verdict::Other(3));
+    assert!(out.len() < q.len(), "{} >= {}", out.len(), q.len());
+    assert_eq!(&out[26..30], &DST4.octets(), "from the service address");
+    assert_eq!(&out[30..34], &src.octets(), "to the source");
+    let dns = checked_dns(&out);
+    let asked = &q[42..];
+    assert_eq!(dns.len(), 12 + 5, "{dns:02x?}");
+    assert_eq!(&dns[..2], &asked[..2], "the id");
+    assert_eq!(dns[2] & 0x82, 0x82, "QR and TC: {:02x}", dns[2]);
+    assert_eq!(&dns[4..12], &[0, 1, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&dns[12..], &asked[12..17], "the question as asked");
+    // Where the address's RRL never slips (slip 0), all are dropped; from a port of a service
+    // that answers any datagram (chargen), none is slipped.
+    m.publish_answers(&[addr], &mut [], 1232, SENDER, None)
+        .unwrap();
+    for _ in 0..4 {
+        assert_eq!(run(&g, &q).0, Verdict::Drop);
+    }
+    m.publish_answers(&[addr], &mut [], 1232, slipping, None)
+        .unwrap();
+    let mut chargen = root_query(9);
+    chargen[2] = 1; // RD
+    let f = frame(
+        &[],
+        ETH_IP,
+        &ipv4(src, DST4, UDP, &[], 0, &udp(19, 53, &chargen)),
+    );
+    for _ in 0..4 {
+        assert_eq!(run(&g, &f).0, Verdict::Drop);
+    }
 }

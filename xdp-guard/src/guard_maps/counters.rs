@@ -54,6 +54,8 @@ pub struct Counters {
     /// Passed to dnsd: the kernel's route to the source does not lead back out of the
     /// interface to a resolved neighbour, or the frame was sent to another MAC.
     pub ans_pass_route: u64,
+    /// Over the per-source rate without a server cookie: answered TC=1 (one in `slip`).
+    pub rate_slip: u64,
 }
 
 impl Counters {
@@ -88,12 +90,18 @@ impl Counters {
             ("answer_pass_frame", self.ans_pass_untried[0]),
             ("answer_pass_suspect", self.ans_pass_untried[1]),
             ("answer_pass_route", self.ans_pass_route),
+            ("rate_slip", self.rate_slip),
         ]
     }
 
     /// Packets seen (the sum of the verdicts).
     pub fn packets(&self) -> u64 {
-        self.pass + self.pass_not_ip + self.pass_not_understood + self.dropped() + self.answered
+        self.pass
+            + self.pass_not_ip
+            + self.pass_not_understood
+            + self.dropped()
+            + self.answered
+            + self.rate_slip
     }
 
     /// Packets dropped.
@@ -127,6 +135,7 @@ impl Counters {
                 c[crate::maps::C_ANS_PASS_SUSPECT],
             ],
             ans_pass_route: c[crate::maps::C_ANS_PASS_ROUTE],
+            rate_slip: c[crate::maps::C_RATE_SLIP],
         }
     }
 }
