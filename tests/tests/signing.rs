@@ -1306,6 +1306,67 @@ fn every_zone_dnsd_signs_passes_bind_knot_and_ldns_zone_verifiers() {
     );
 }
 
+/// A zone-signing key of another algorithm put in the key directory (`dnsd key generate
+/// --role zsk`) signs the DNSKEY RRset too (RFC 4035 §2.2: every algorithm of the zone signs
+/// every RRset): it signed all the rest, and BIND's verifier found the zone not fully signed.
+#[test]
+fn a_zone_signing_key_of_another_algorithm_signs_the_dnskey_set_too() {
+    if !need(&["dnssec-verify"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let zone = dir.path().join("tricky.example.zone");
+    std::fs::write(&zone, TRICKY).unwrap();
+    let keys = dir.path().join("keys");
+    let conf = dir.path().join("dnsd.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[[zone]]\norigin = \"tricky.example.\"\nfile = \"{}\"\ndnssec_policy = \"p\"\n\n\
+             [dnssec]\nkey_dir = \"{}\"\n\n[[dnssec_policy]]\nname = \"p\"\n",
+            zone.display(),
+            keys.display()
+        ),
+    )
+    .unwrap();
+    let dnsd = palisade_tests::bin("dnsd");
+    let (ok, out) = run(&[
+        &dnsd,
+        &"key",
+        &"generate",
+        &"tricky.example.",
+        &"--algorithm",
+        &"ed25519",
+        &"--role",
+        &"zsk",
+        &"--key-dir",
+        &keys,
+    ]);
+    assert!(ok, "{out}");
+    let signed = dir.path().join("signed.zone");
+    let (ok, out) = run(&[
+        &dnsd,
+        &"sign-zone",
+        &"-c",
+        &conf,
+        &"-o",
+        &signed,
+        &"--key-dir",
+        &keys,
+        &"tricky.example.",
+    ]);
+    assert!(ok, "{out}");
+    let text = std::fs::read_to_string(&signed).unwrap();
+    for alg in ["RRSIG\tDNSKEY 13 ", "RRSIG\tDNSKEY 15 "] {
+        assert!(
+            text.lines().any(|l| l.contains(alg)),
+            "no {alg}: the DNSKEY RRset is not signed by that algorithm"
+        );
+    }
+    let (ok, out) = run(&[&"dnssec-verify", &"-z", &"-o", &"tricky.example.", &signed]);
+    assert!(ok, "{out}");
+}
+
 #[test]
 fn key_files_gone_stop_signing_and_sign_zone_leaves_the_live_keys_alone() {
     if !need(&["dig"]) {

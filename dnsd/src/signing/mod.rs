@@ -159,7 +159,7 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
             return Err(e.into());
         }
     };
-    let signing: Vec<SigningKey<'_>> = keys
+    let mut signing: Vec<SigningKey<'_>> = keys
         .iter()
         .filter(|k| k.file.state(now) == KeyState::Active)
         .map(|k| SigningKey {
@@ -168,6 +168,20 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
             signs_zone: k.file.role.signs_zone(),
         })
         .collect();
+    // Every algorithm the zone is signed with signs the DNSKEY RRset too (RFC 4035 §2.2): one
+    // without an active key-signing key (a zone-signing key of another algorithm put in the
+    // key directory) has its zone-signing keys sign it; else validators may hold the zone
+    // bogus for that algorithm (dnssec-verify: "Missing self-signed KSK").
+    let with_ksk: Vec<u8> = signing
+        .iter()
+        .filter(|s| s.signs_keys)
+        .map(|s| s.key.dnskey()[3])
+        .collect();
+    for s in &mut signing {
+        if s.signs_zone && !with_ksk.contains(&s.key.dnskey()[3]) {
+            s.signs_keys = true;
+        }
+    }
     let published_only: Vec<Vec<u8>> = keys
         .iter()
         .filter(|k| matches!(k.file.state(now), KeyState::Published | KeyState::Retired))
