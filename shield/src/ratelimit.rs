@@ -553,6 +553,13 @@ impl UntilTable {
         self.table.stats()
     }
 
+    /// Forgets the mark of `key`, if any.
+    pub fn lift<K: Hash>(&self, key: &K) {
+        let h = self.table.hasher.hash_one(key);
+        self.table
+            .update(h, |p| p > 0, |p| p, |cur| (cur.map(|_| 0), ()));
+    }
+
     /// Forgets every mark.
     pub fn clear(&self) {
         for b in self.table.buckets.iter() {

@@ -394,9 +394,16 @@ fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenan
     assert!(metric(&dnsd, "palisade_rules_unproven_not_escalated_total", "") >= 20);
     let (ok, out) = dnsd.ctl(&["block", "list"]);
     assert!(ok, "{out}");
+    let (map, held) = out
+        .split_once("held for one tenant's zones")
+        .unwrap_or_else(|| panic!("the tenant's hold is listed: {out}"));
     assert!(
-        !out.contains(&format!("{bad}/32")) && !out.contains(&format!("{spoofable}/32")),
+        !map.contains(&format!("{bad}/32")) && !map.contains(&format!("{spoofable}/32")),
         "the block map holds neither (a block stopped every tenant's zones): {out}"
+    );
+    assert!(
+        held.contains(&format!("{bad}/32\ttenant 7")) && !held.contains(&spoofable.to_string()),
+        "{out}"
     );
     // Others are still answered.
     assert!(answered(&ask(
@@ -462,6 +469,18 @@ fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenan
         front.metric("palisade_rules_tenant_verdicts_total{tenant=\"7\",action=\"deny\"}"),
         1
     );
+    // The operator lifts the hold as any block: the tenant's zones answer the source again.
+    let (ok, out) = dnsd.ctl(&["block", "del", &format!("{bad}/32")]);
+    assert!(ok && out.contains("lifted for tenant 7"), "{out}");
+    assert!(answered(&ask(
+        server,
+        bad,
+        "www.example.com.",
+        TYPE_A,
+        &udp
+    )));
+    let (_, out) = dnsd.ctl(&["block", "list"]);
+    assert!(!out.contains(&format!("{bad}/32")), "{out}");
 }
 
 #[test]

@@ -263,6 +263,7 @@ fn escalate<R: Request + ?Sized>(
         }
         let until = secs(now).saturating_add(e.ttl.as_secs().min(u64::from(u32::MAX)) as u32);
         tbl.set(&(t.id, key.2), until, secs(now));
+        state.note_hold(t.id, key.2, until, e.reason.as_str(), secs(now));
         state.escalations.add(n as usize ^ t.id as usize, 1);
         crate::limited!(
             10,

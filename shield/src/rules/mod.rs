@@ -142,7 +142,7 @@ pub use error::RulesError;
 pub use local::LocalRules;
 pub use prepared::{GlobalLists, Prepared};
 pub use schema::{rcode_by_name, set_value_check};
-pub use set::{RuleSet, RuleState, RulesStats, StateConfig};
+pub use set::{HOLDS_MAX, RuleSet, RuleState, RulesStats, StateConfig, TenantHold};
 pub use sources::{AsnTable, load_crawler_ranges, parse_crawler_ranges, parse_prefix_list};
 pub use tenants::{KINDS as TENANT_KINDS, TOP_TENANTS, TenantCounts, tenant_counts};
 

@@ -39,6 +39,59 @@ pub struct RuleState {
     pub(super) tenant_scoped: Option<crate::ratelimit::UntilTable>,
     /// Unproven escalations not made where escalations are the tenant's alone.
     pub(super) unproven_ignored: StripedCounter,
+    /// The sources held for a tenant alone, as `ctl block list` shows them and `block del`
+    /// lifts them (the table above holds hashes only); the most recent [`HOLDS_MAX`].
+    pub(super) holds: std::sync::Mutex<std::collections::VecDeque<TenantHold>>,
+    /// Holds the list above let go of, full (they still hold, unlisted, until they lapse).
+    pub(super) holds_unlisted: std::sync::atomic::AtomicU64,
+}
+
+/// Most sources held for a tenant alone that `ctl block list` lists.
+pub const HOLDS_MAX: usize = 4096;
+
+/// A source held for one tenant's zones (dnsd's `escalate` with `dns = "tenant"`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantHold {
+    /// The tenant whose zones answer it nothing more.
+    pub tenant: TenantId,
+    /// The source's prefix.
+    pub net: ipnet::IpNet,
+    /// Until when, in Unix seconds.
+    pub until_s: u32,
+    /// The escalation's reason.
+    pub reason: String,
+    key: crate::ratelimit::SourceKey,
+}
+
+impl RuleState {
+    /// Notes that `key` is held for `tenant` until `until_s` (at `now_s`).
+    pub(super) fn note_hold(
+        &self,
+        tenant: TenantId,
+        key: crate::ratelimit::SourceKey,
+        until_s: u32,
+        reason: &str,
+        now_s: u32,
+    ) {
+        let mut h = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        h.retain(|x| x.until_s > now_s);
+        if let Some(x) = h.iter_mut().find(|x| x.tenant == tenant && x.key == key) {
+            x.until_s = x.until_s.max(until_s);
+            return;
+        }
+        if h.len() >= HOLDS_MAX {
+            h.pop_front();
+            self.holds_unlisted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        h.push_back(TenantHold {
+            tenant,
+            net: key.to_net(),
+            until_s,
+            reason: reason.to_string(),
+            key,
+        });
+    }
 }
 
 impl std::fmt::Debug for RuleState {
@@ -62,6 +115,8 @@ impl RuleState {
             refused: StripedCounter::default(),
             tenant_scoped: None,
             unproven_ignored: StripedCounter::default(),
+            holds: Default::default(),
+            holds_unlisted: Default::default(),
         }
     }
 
@@ -94,6 +149,8 @@ pub struct RulesStats {
     pub unproven_ignored: u64,
     /// The tenant-scoped escalations' table, where there is one.
     pub tenant_scoped: Option<crate::ratelimit::TableStats>,
+    /// Sources held for a tenant that `ctl block list` no longer lists (past [`HOLDS_MAX`]).
+    pub holds_unlisted: u64,
     /// Escalations the block map's policy refused (never-block, too short a prefix).
     pub escalations_refused: u64,
     /// Rate-limit table.
@@ -129,6 +186,30 @@ impl RuleSet {
         }
     }
 
+    /// The sources held now for a tenant's zones alone (the most recent [`HOLDS_MAX`]).
+    pub fn tenant_holds(&self, now_s: u32) -> Vec<TenantHold> {
+        let h = self.state.holds.lock().unwrap_or_else(|e| e.into_inner());
+        h.iter().filter(|x| x.until_s > now_s).cloned().collect()
+    }
+
+    /// Lifts every hold of exactly `net`, for any tenant; returns those lifted.
+    pub fn lift_tenant_holds(&self, net: ipnet::IpNet) -> Vec<TenantHold> {
+        let Some(tbl) = &self.state.tenant_scoped else {
+            return Vec::new();
+        };
+        let mut h = self.state.holds.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lifted = Vec::new();
+        h.retain(|x| {
+            if x.net != net.trunc() {
+                return true;
+            }
+            tbl.lift(&(x.tenant, x.key));
+            lifted.push(x.clone());
+            false
+        });
+        lifted
+    }
+
     /// The current rules (lock-free; hold the guard briefly).
     #[inline]
     pub fn current(&self) -> arc_swap::Guard<Arc<Prepared>> {
@@ -143,6 +224,11 @@ impl RuleSet {
         self.current.store(Arc::new(prepared));
         if let Some(t) = self.state.tenant_scoped.as_ref().filter(|_| changed) {
             t.clear();
+            self.state
+                .holds
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clear();
         }
         self.reloads.fetch_add(1, Ordering::Relaxed);
     }
@@ -218,6 +304,10 @@ impl RuleSet {
             suspects: self.state.suspects.sum(),
             unproven_ignored: self.state.unproven_ignored.sum(),
             tenant_scoped: self.state.tenant_scoped.as_ref().map(|t| t.stats()),
+            holds_unlisted: self
+                .state
+                .holds_unlisted
+                .load(std::sync::atomic::Ordering::Relaxed),
             escalations_refused: self.state.refused.sum(),
             limiter: self.state.limiter.stats(),
             counters: self.state.counter.stats(),
@@ -266,6 +356,13 @@ impl crate::metrics::Source for RuleSet {
                 "table=\"tenant_escalations\"",
                 "Live rate-limit or escalation state evicted from its full table.",
                 t.evictions,
+            );
+            out.counter(
+                "rules.tenant_holds.unlisted",
+                "palisade_rules_tenant_holds_unlisted_total",
+                "",
+                "Sources held for a tenant that ctl block list stopped listing, its list full (they hold until they lapse).",
+                r.holds_unlisted,
             );
         }
         out.counter(
