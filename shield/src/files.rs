@@ -108,13 +108,21 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> 
     use std::io::Write as _;
     use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(format!(
+    let suffix = format!(
         ".tmp.{}.{}",
         std::process::id(),
         SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let tmp = std::path::PathBuf::from(tmp);
+    );
+    // Beside the file, under its name and the suffix — or, where that would pass the longest
+    // file name (a key file of a zone name near 255 bytes), under the suffix alone.
+    let name_len = path.file_name().map_or(0, |n| n.len());
+    let tmp = if name_len + suffix.len() <= 255 {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(&suffix);
+        std::path::PathBuf::from(tmp)
+    } else {
+        path.with_file_name(format!(".palisade{suffix}"))
+    };
     let written = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)

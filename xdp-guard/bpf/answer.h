@@ -886,8 +886,21 @@ __attribute__((noinline)) int guard_rate_slip(struct xdp_md *ctx, const struct g
 	__u8 *src = scr->src;
 	if (packet_ends(data, end, pk, src, &ak))
 		return XDP_DROP;
+	/* Only to a DNS service address and port of ours: an address the fast path answers
+	 * (its RRL's slip), else one of dnsd's service addresses (guard_svc, with its slip) —
+	 * never a destination we do not own, a broadcast, or another daemon's port. */
 	const struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
-	__u32 slip = aa ? aa->slip : 2;
+	__u32 slip;
+	if (aa && aa->on) {
+		slip = aa->slip;
+	} else {
+		struct guard_lpm_v6_key sk = { .prefixlen = 128 };
+		__builtin_memcpy(sk.addr, ak.addr, 16);
+		const struct guard_svc *svc = bpf_map_lookup_elem(&guard_svc, &sk);
+		if (!svc || svc->port != ak.port)
+			return XDP_DROP;
+		slip = (svc->reserved & GUARD_SVC_SLIP_SET) ? (svc->reserved & 0xff) : 2;
+	}
 	/* One in `slip` of this CPU's over-rate queries: those dropped and slipped so far. */
 	__u64 seen = cnt->count[GUARD_C_DROP_RATELIMIT] + cnt->count[GUARD_C_RATE_SLIP];
 	if (slip == 0 || slip > 64 || seen % slip != 0)

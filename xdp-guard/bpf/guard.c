@@ -675,10 +675,9 @@ int palisade_guard(struct xdp_md *ctx)
 	if (v == GUARD_PROXIED)
 		v = guard_proxied(ctx, &pk);
 	/* Forged packets in a source's name spend its bucket: its own queries that carry our
-	 * server cookie (it read our replies) still go to dnsd, which exempts them too. */
-	/* Over the rate without our cookie: forged packets in a resolver's name spent its
-	 * bucket, so one in `slip` is answered TC=1 (its question alone: never more bytes than
-	 * came) for the resolver to come back over TCP, which no bucket limits — as RRL slips. */
+	 * server cookie (it read our replies) still go to dnsd, which exempts them too; without
+	 * one, one in `slip` is answered TC=1 (its question alone: never more bytes than came)
+	 * for the resolver to come back over TCP, which no bucket limits — as RRL slips. */
 	if (v == GUARD_C_DROP_RATELIMIT) {
 		if (guard_rate_cookie(ctx, &pk)) {
 			v = GUARD_C_PASS;

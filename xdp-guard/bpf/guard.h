@@ -265,8 +265,10 @@ struct guard_block {
  * (key: struct guard_lpm_v6_key, IPv4 as ::ffff:a.b.c.d with prefixlen + 96). */
 struct guard_svc {
 	__u16 port; /* host order */
-	__u16 reserved;
+	__u16 reserved; /* GUARD_SVC_SLIP_SET | the slip of queries over their source's rate (0:
+			 * none); without the flag (an older writer), 2 */
 };
+#define GUARD_SVC_SLIP_SET 0x8000
 
 /* guard_rate value (per-CPU LRU hash): a token bucket. */
 struct guard_bucket {

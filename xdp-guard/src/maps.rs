@@ -251,9 +251,13 @@ pub struct BlockValue {
 pub struct SvcValue {
     /// Host order.
     pub port: u16,
-    /// Zero.
+    /// [`SVC_SLIP_SET`] and the slip of queries over their source's rate (one in it answered
+    /// TC=1; 0 none); without the flag (an older writer), 2.
     pub reserved: u16,
 }
+
+/// [`SvcValue::reserved`]: the low byte is the slip.
+pub const SVC_SLIP_SET: u16 = 0x8000;
 
 /// Default capacity of the service-address trie.
 pub const DEFAULT_SVC_ENTRIES: u32 = 16_384;

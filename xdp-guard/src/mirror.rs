@@ -174,7 +174,7 @@ struct Global {
     version: AtomicU64,
     lists: Mutex<Option<GlobalLists>>,
     services_version: AtomicU64,
-    services: Mutex<Option<(Vec<ipnet::IpNet>, u16)>>,
+    services: Mutex<Option<(Vec<ipnet::IpNet>, u16, u8)>>,
     /// The proxies whose datagrams carry a PROXY v2 header (written with the services).
     proxies: Mutex<Vec<ipnet::IpNet>>,
     /// `[defence.rrl] exempt` (written with the services, into the suspects' trie).
@@ -546,7 +546,7 @@ impl Mirror {
         let Some(maps) = &self.maps else {
             return;
         };
-        let Some((nets, port)) = self
+        let Some((nets, port, slip)) = self
             .global
             .services
             .lock()
@@ -563,7 +563,7 @@ impl Mirror {
             .clone();
         let exempt = Self::exempt_edits(&self.exempt_nets());
         match maps
-            .set_services(&nets, port)
+            .set_services(&nets, port, slip)
             .and_then(|n| maps.set_proxies(&proxies).map(|_| n))
             .and_then(|n| maps.set_suspects(&exempt, false).map(|_| n))
         {
@@ -671,14 +671,16 @@ impl MirrorHandle {
         self.global.version.fetch_add(1, Ordering::Release);
     }
 
-    /// Hands the DNS service's addresses (prefixes) and UDP port to the mirror (dnsd's):
-    /// DNS-only blocks drop UDP to these and nothing else. Written again into maps it reopens.
-    pub fn set_services(&self, nets: Vec<ipnet::IpNet>, port: u16) {
+    /// Hands the DNS service's addresses (prefixes), UDP port and RRL slip to the mirror
+    /// (dnsd's): DNS-only blocks drop UDP to these and nothing else, and a query to them over
+    /// its source's XDP rate is slipped TC=1 one time in `slip` (0: never). Written again into
+    /// maps it reopens.
+    pub fn set_services(&self, nets: Vec<ipnet::IpNet>, port: u16, slip: u8) {
         *self
             .global
             .services
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some((nets, port));
+            .unwrap_or_else(|e| e.into_inner()) = Some((nets, port, slip));
         self.global.services_version.fetch_add(1, Ordering::Release);
     }
 

@@ -1134,7 +1134,7 @@ fn dns_only_blocks_drop_udp_to_the_dns_service_and_nothing_else() {
     let g = private_guard(&[DNS], 0, 0);
     // dnsd serves DST4 and DST6 on port 5300; 192.0.2.99 is another address of the node.
     g.maps()
-        .set_services(&[net("192.0.2.2/32"), net("2001:db8::2/128")], 5300)
+        .set_services(&[net("192.0.2.2/32"), net("2001:db8::2/128")], 5300, 2)
         .unwrap();
     let dnsd = g.maps().clone().with_slot(xdp_guard::SLOT_DNSD);
     let far = xdp_guard::boot_ns() + 3_600_000_000_000;
@@ -1278,7 +1278,9 @@ fn a_nested_prefix_that_does_not_stop_a_packet_never_hides_the_one_around_it() {
         return;
     }
     let g = private_guard(&[DNS], 0, 0);
-    g.maps().set_services(&[net("192.0.2.2/32")], 5300).unwrap();
+    g.maps()
+        .set_services(&[net("192.0.2.2/32")], 5300, 2)
+        .unwrap();
     let far = xdp_guard::boot_ns() + 3_600_000_000_000;
     // The operator blocks a /16 (every packet); dnsd holds DNS-only /24 and /20 inside it and
     // another writer a /28 that has already ended (not yet swept).
@@ -1561,6 +1563,26 @@ fn over_its_rate_a_source_still_gets_one_truncated_reply_in_slip() {
     assert_eq!(dns[2] & 0x82, 0x82, "QR and TC: {:02x}", dns[2]);
     assert_eq!(&dns[4..12], &[0, 1, 0, 0, 0, 0, 0, 0]);
     assert_eq!(&dns[12..], &asked[12..17], "the question as asked");
+    // To an address that is none of ours (no answers, no DNS service there): never slipped,
+    // whatever port it names — we would answer in another's name.
+    let mut elsewhere = root_query(8);
+    elsewhere[2] = 1;
+    let f = frame(
+        &[],
+        ETH_IP,
+        &ipv4(
+            src,
+            v4("192.0.2.99"),
+            UDP,
+            &[],
+            0,
+            &udp(40000, 53, &elsewhere),
+        ),
+    );
+    for _ in 0..4 {
+        let (v, d) = run(&g, &f);
+        assert_eq!((v, d.rate_slip), (Verdict::Drop, 0));
+    }
     // Where the address's RRL never slips (slip 0), all are dropped; from a port of a service
     // that answers any datagram (chargen), none is slipped.
     m.publish_answers(&[addr], &mut [], 1232, SENDER, None)

@@ -183,7 +183,14 @@ pub fn run(
                 .filter_map(|e| shield::prefix::parse_net(e))
                 .collect(),
         );
-        m.set_services(nets, cfg.server.port);
+        // The slip of queries over a source's XDP rate: RRL's (its default with RRL off).
+        let rrl = &cfg.defence.rrl;
+        let slip = if rrl.enabled {
+            rrl.slip.min(64) as u8
+        } else {
+            2
+        };
+        m.set_services(nets, cfg.server.port, slip);
     }
     let opts = UdpOptions {
         rcvbuf: cfg.server.udp_rcvbuf,

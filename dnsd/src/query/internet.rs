@@ -913,7 +913,12 @@ impl<'q> Answerer<'_, '_, 'q> {
             Err(Some(over)) => {
                 o.stats.compact(over);
                 self.w.rollback(m);
-                self.tc();
+                if o.chain_past_budget {
+                    // Over TCP (a geo wildcard's budget): no TC=1 a client could retry.
+                    self.w.set_rcode(rcode::SERVFAIL);
+                } else {
+                    self.tc();
+                }
             }
             Err(None) => {
                 self.w.rollback(m);

@@ -177,7 +177,9 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
         .filter(|s| s.signs_keys)
         .map(|s| s.key.dnskey()[3])
         .collect();
-    for s in &mut signing {
+    // (Not where no algorithm has one: that zone is not signed, its last good version kept —
+    // a zone-signing key alone over the DNSKEY RRset has no DS at the parent.)
+    for s in signing.iter_mut().filter(|_| !with_ksk.is_empty()) {
         if s.signs_zone && !with_ksk.contains(&s.key.dnskey()[3]) {
             s.signs_keys = true;
         }

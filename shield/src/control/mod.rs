@@ -192,12 +192,19 @@ fn access_acl(fd: &std::os::fd::OwnedFd) -> Option<Vec<AclEntry>> {
     };
     let n = match usize::try_from(n) {
         Ok(n) => n,
-        // ERANGE: more entries than the buffer holds — as many named entries as that are
-        // read as refusing (an empty ACL grants nothing but the owner's entry, absent here).
-        Err(_) if std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE) => {
-            return Some(Vec::new());
+        // No ACL beyond the mode bits, or none on this filesystem: the mode bits decide.
+        Err(_)
+            if matches!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::ENODATA | libc::EOPNOTSUPP)
+            ) =>
+        {
+            return None;
         }
-        Err(_) => return None,
+        // Anything else (more entries than the buffer holds, /proc not mounted, an I/O
+        // error): an ACL that cannot be read grants nothing but the owner's entry, absent
+        // here, so the peer is refused rather than judged by the mode bits.
+        Err(_) => return Some(Vec::new()),
     };
     if n < 4 || u32::from_le_bytes(buf[..4].try_into().ok()?) != 2 {
         return None;
@@ -235,7 +242,7 @@ pub struct Peer {
     pub uid: u32,
     /// Its group id.
     pub gid: u32,
-    /// Its supplementary groups (from /proc; empty when unknown).
+    /// Its supplementary groups (SO_PEERGROUPS; empty when unknown).
     pub groups: Vec<u32>,
 }
 
@@ -270,7 +277,7 @@ impl Peer {
     }
 
     /// Opens `path` for reading as this peer could have: a regular file it may read, reached
-    /// through directories it may search, by its mode bits. Root and the daemon's own user
+    /// through directories it may search, as the kernel would judge (POSIX ACLs, else mode bits; never procfs or sysfs). Root and the daemon's own user
     /// open it as the daemon does. For anyone else the path is walked one directory at a
     /// time, each checked on the very inode the next step is looked up in, and no symbolic
     /// link is followed: nothing swapped in while it is opened (a link, a renamed file) makes
@@ -766,12 +773,15 @@ where
                 .chars()
                 .any(|c| c.is_control() && c != '\n' && c != '\t')
             {
-                reply.text = reply
-                    .text
-                    .split('\n')
-                    .map(|l| printable(l).replace("\\t", "\t"))
-                    .collect::<Vec<_>>()
-                    .join("\n");
+                let mut out = String::with_capacity(reply.text.len() + 16);
+                for c in reply.text.chars() {
+                    if c.is_control() && c != '\n' && c != '\t' {
+                        out.extend(c.escape_default());
+                    } else {
+                        out.push(c);
+                    }
+                }
+                reply.text = out;
             }
             let mut out = serde_json::to_string(&reply).unwrap_or_default();
             out.push('\n');

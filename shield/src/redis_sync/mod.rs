@@ -123,8 +123,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-/// The epoch of a Redis whose epoch key is not a string (changes of data go unnoticed until
-/// it is repaired).
+/// The epoch of a Redis whose epoch key cannot be read (an ACL without GET on it; a key of
+/// another type is replaced): changes of data go unnoticed until it is repaired.
 const UNREADABLE_EPOCH: &str = "unreadable";
 
 /// A connection that lasted this long was healthy: the reconnect backoff starts over after it.

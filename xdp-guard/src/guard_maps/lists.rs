@@ -44,14 +44,18 @@ impl GuardMaps {
         Ok((written, deleted))
     }
 
-    /// Makes the service-address trie hold `nets` (IPv4 as IPv4-mapped IPv6) with UDP `port`:
-    /// entries of the same port that `nets` no longer holds go (another daemon's, on another
-    /// port, stay). Returns how many entries `nets` made.
-    pub fn set_services(&self, nets: &[IpNet], port: u16) -> Result<usize, Error> {
+    /// Makes the service-address trie hold `nets` (IPv4 as IPv4-mapped IPv6) with UDP `port`
+    /// and the RRL `slip` of queries over their source's rate (one in `slip` answered TC=1, 0
+    /// none): entries of the same port that `nets` no longer holds go (another daemon's, on
+    /// another port, stay). Returns how many entries `nets` made.
+    pub fn set_services(&self, nets: &[IpNet], port: u16, slip: u8) -> Result<usize, Error> {
         let _lock = self.lock();
         let fd = self.fd(SVC);
         let want: HashSet<Vec<u8>> = nets.iter().map(mapped_lpm_key).collect();
-        let value = crate::maps::SvcValue { port, reserved: 0 };
+        let value = crate::maps::SvcValue {
+            port,
+            reserved: crate::maps::SVC_SLIP_SET | u16::from(slip),
+        };
         for k in self.keys(SVC, 20)? {
             if want.contains(&k) {
                 continue;
