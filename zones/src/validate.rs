@@ -211,10 +211,18 @@ pub(crate) fn check(zone: &Zone, srcs: &[SetSrc], report: &mut dyn FnMut(Severit
             while zone.node(top).has(flags::OCCLUDED) {
                 top = zone.node(top).parent();
             }
-            if zone.node(top).has(flags::DNAME) {
+            // Beside a zone cut, the cut's own glue (an address the NS RRset names) may sit
+            // below it, as BIND takes it; anything else below a DNAME is refused.
+            let glue = zone.node(top).has(flags::DELEG)
+                && sets.iter().all(|s| matches!(s.rtype, t::A | t::AAAA))
+                && zone.rrset(top, t::NS).is_some_and(|ns| {
+                    zone.rrs(ns)
+                        .any(|(_, rd)| rd.eq_ignore_ascii_case(zone.node_name(id)))
+                });
+            if zone.node(top).has(flags::DNAME) && !glue {
                 // RFC 6672 §2.3: a server MAY refuse; Knot and NSD do (BIND loads with a
-                // warning), beside a zone cut too (glue below a DNAME is still data below
-                // it). Every such name is an error: the zone does not load.
+                // warning), beside a zone cut too. Every such name is an error: the zone
+                // does not load.
                 if occluded_warned < 20 {
                     report(
                         Error,
