@@ -249,27 +249,94 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Scrapes served at once; further connections wait in the accept queue.
 const MAX_SCRAPES: usize = 64;
 
+/// Connections one address may hold on the metrics port at once: past it, closed at once
+/// (3,000 half-sent requests from one host held every slot, and scrapes timed out).
+const PER_SOURCE: u8 = 4;
+
+/// The metrics port's own counter.
+struct PortStats {
+    refused: std::sync::atomic::AtomicU64,
+}
+
+impl Source for PortStats {
+    fn collect(&self, out: &mut Samples) {
+        out.counter(
+            "metrics.refused_per_source",
+            "palisade_metrics_connections_refused_total",
+            "",
+            "Connections to the metrics port closed at once: their address held 4 already.",
+            self.refused.load(std::sync::atomic::Ordering::Relaxed),
+        );
+    }
+}
+
+/// Gives back its address's place when a scrape's connection ends.
+struct Held {
+    ip: std::net::IpAddr,
+    map: Arc<Mutex<std::collections::HashMap<std::net::IpAddr, u8>>>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut m = lock(&self.map);
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// Serves `GET /metrics` from `registry` on `l` until the task is dropped: one request per
 /// connection, heads bounded in size and time, at most a few scrapes at once, and a short
 /// pause after a failed accept (out of descriptors) instead of a spin.
 pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
+    let stats = Arc::new(PortStats {
+        refused: Default::default(),
+    });
+    registry.register("metrics_port", stats.clone());
+    // Each address's connections being served (at most MAX_SCRAPES entries).
+    let held: Arc<Mutex<std::collections::HashMap<std::net::IpAddr, u8>>> = Default::default();
     loop {
         let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
             return;
         };
-        let mut stream = match l.accept().await {
-            Ok((s, _)) => s,
+        let accepted = match l.accept().await {
+            Ok((s, peer)) => {
+                let ip = peer.ip().to_canonical();
+                let mut m = lock(&held);
+                let n = m.entry(ip).or_insert(0);
+                if *n >= PER_SOURCE {
+                    drop(m);
+                    stats
+                        .refused
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    continue;
+                }
+                *n += 1;
+                drop(m);
+                (
+                    s,
+                    Held {
+                        ip,
+                        map: Arc::clone(&held),
+                    },
+                )
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "metrics accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
+        let (mut stream, held_place) = accepted;
         let registry = Arc::clone(&registry);
         tokio::spawn(async move {
             let _permit = permit;
+            let _held = held_place;
             let mut buf = Vec::with_capacity(1024);
             let read = async {
                 let mut tmp = [0u8; 1024];
@@ -404,5 +471,34 @@ mod tests {
             s.read_to_string(&mut out).await.unwrap();
             assert!(out.contains(want), "{req:?}: {out}");
         }
+    }
+
+    /// One address holding connections that never send a request keeps at most 4 places:
+    /// the others' scrapes are served at once (3,000 held every place, scrapes timed out).
+    #[tokio::test(flavor = "current_thread")]
+    async fn one_address_holds_at_most_four_places_on_the_metrics_port() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let r = Registry::new();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(serve(l, r.clone()));
+        let from = |ip: [u8; 4]| {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind((std::net::Ipv4Addr::from(ip), 0).into()).unwrap();
+            s
+        };
+        let mut held = Vec::new();
+        for _ in 0..80 {
+            held.push(from([127, 0, 0, 2]).connect(addr).await.unwrap());
+        }
+        let mut s = from([127, 0, 0, 3]).connect(addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(
+            out.contains("palisade_metrics_connections_refused_total 76"),
+            "{out}"
+        );
+        drop(held);
     }
 }

@@ -430,6 +430,9 @@ impl Writer {
             return Ok(Output::File(w));
         }
         let p = self.cfg.socket.as_deref().unwrap_or(Path::new(""));
+        if let Some(why) = squattable(p) {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, why));
+        }
         let s = std::os::unix::net::UnixStream::connect(p)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
         s.set_read_timeout(Some(Duration::from_secs(2)))?;
@@ -451,6 +454,35 @@ impl Writer {
         control(&mut w, START, true)?;
         Ok(Output::Socket(io::BufWriter::new(s)))
     }
+}
+
+/// Why the socket at `p` may be another user's to read every query from: it sits in a
+/// directory any user may write (`/tmp`: sticky or not, a name not yet taken is anyone's to
+/// bind) and is owned by neither root, this process's user nor the directory's owner.
+fn squattable(p: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let d = std::fs::metadata(dir).ok()?;
+    if d.mode() & 0o002 == 0 {
+        return None;
+    }
+    let s = std::fs::symlink_metadata(p).ok()?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if s.uid() == 0 || s.uid() == me || s.uid() == d.uid() {
+        return None;
+    }
+    Some(format!(
+        "{}: not connected: a socket of user {} in {}, a directory any user may write (anyone \
+         could bind the name and read every query); put the reader's socket in a directory \
+         only it and dnsd may write",
+        p.display(),
+        s.uid(),
+        dir.display()
+    ))
 }
 
 const ACCEPT: u32 = 1;
@@ -602,5 +634,29 @@ mod tests {
         assert!(c("file = \"/a\"\nrcodes = [\"nxdomain\", \"REFUSED\"]").is_ok());
         assert!(c("file = \"/a\"\nsample = 0").is_err());
         assert!(toml::from_str::<DnstapConfig>("file = \"/a\"\nlevel = 1").is_err());
+    }
+
+    #[test]
+    fn a_reader_socket_another_user_could_have_bound_is_not_connected() {
+        use std::os::unix::fs::PermissionsExt as _;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: needs root (to own a socket as another user)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tap.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&p).unwrap();
+        let chown = |uid: u32| std::os::unix::fs::chown(&p, Some(uid), None).unwrap();
+        // A directory only root writes: whoever owns the socket.
+        chown(65534);
+        assert_eq!(squattable(&p), None);
+        // Any user may write the directory (sticky or not): another user's socket is refused.
+        for mode in [0o777, 0o1777] {
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+            assert!(squattable(&p).is_some_and(|w| w.contains("any user may write")));
+        }
+        chown(0);
+        assert_eq!(squattable(&p), None, "root's");
     }
 }
