@@ -73,11 +73,12 @@ impl RuleState {
         reason: &str,
         now_s: u32,
     ) {
+        // Constant work per escalation (a botnet escalates thousands a second): lapsed holds
+        // go from the front, oldest first (a source held is not escalated again while it
+        // is; one held anew after it lapsed is listed twice, the lapsed one never shown).
         let mut h = self.holds.lock().unwrap_or_else(|e| e.into_inner());
-        h.retain(|x| x.until_s > now_s);
-        if let Some(x) = h.iter_mut().find(|x| x.tenant == tenant && x.key == key) {
-            x.until_s = x.until_s.max(until_s);
-            return;
+        while h.front().is_some_and(|x| x.until_s <= now_s) {
+            h.pop_front();
         }
         if h.len() >= HOLDS_MAX {
             h.pop_front();
