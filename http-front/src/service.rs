@@ -802,10 +802,11 @@ fn sample(
         });
     sample.then(|| {
         let text = |n: header::HeaderName| {
+            // As sent, invalid UTF-8 replaced: a User-Agent with one byte past ASCII was
+            // logged as null, and hid a bot's name from the access log.
             req.headers()
                 .get(n)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
         };
         let scheme = cx.client.proto.to_str().unwrap_or("http");
         let pq = req.uri().path_and_query().map_or("/", |p| p.as_str());

@@ -52,7 +52,7 @@ fn http_proxies_http1_and_http2_with_forwarding_headers_and_access_logs() {
             "GET",
             "Site.Test",
             "/a?b=1",
-            &[("x-forwarded-for", "6.6.6.6"), ("user-agent", "e2e/1")],
+            &[("x-forwarded-for", "6.6.6.6"), ("user-agent", "e2é/1")],
             b"",
         )
         .unwrap();
@@ -144,7 +144,7 @@ fn http_proxies_http1_and_http2_with_forwarding_headers_and_access_logs() {
     assert!(first.contains(&format!("\"client\":\"{src}\"")), "{first}");
     assert!(first.contains("\"status\":200"), "{first}");
     assert!(first.contains("\"method\":\"GET\""), "{first}");
-    assert!(first.contains("\"user_agent\":\"e2e/1\""), "{first}");
+    assert!(first.contains("\"user_agent\":\"e2é/1\""), "{first}");
     let ts = &first[first.find("\"timestamp\":\"").unwrap() + 13..][..24];
     assert!(
         ts.len() == 24 && &ts[4..5] == "-" && &ts[10..11] == "T" && ts.ends_with('Z'),
