@@ -87,6 +87,20 @@ async fn synced(h: &SyncHandle) {
     );
 }
 
+/// Two nodes `x` and `y` on `r`, each with a map of its own, both synced: their maps and
+/// handles.
+async fn synced_pair(
+    r: &RedisServer,
+    x: &str,
+    y: &str,
+) -> (Arc<BlockMap>, Arc<BlockMap>, SyncHandle, SyncHandle) {
+    let (a, b) = (map(), map());
+    let (sa, sb) = (spawn(cfg(&r.url(), x), &a), spawn(cfg(&r.url(), y), &b));
+    synced(&sa).await;
+    synced(&sb).await;
+    (a, b, sa, sb)
+}
+
 /// Polls `f` until it holds; returns how long that took, or panics with `what` at the deadline.
 async fn until(what: &str, mut f: impl FnMut() -> bool) -> Duration {
     let t0 = Instant::now();
@@ -118,10 +132,7 @@ async fn block_and_removal_propagate_without_echo() {
     let Some(r) = RedisServer::start() else {
         return;
     };
-    let (a, b) = (map(), map());
-    let (sa, sb) = (spawn(cfg(&r.url(), "a"), &a), spawn(cfg(&r.url(), "b"), &b));
-    synced(&sa).await;
-    synced(&sb).await;
+    let (a, b, sa, sb) = synced_pair(&r, "a", "b").await;
 
     a.insert(local(1, MIN));
     let t = until("A's block on B", || b.get(host(1)).is_some()).await;
@@ -380,10 +391,7 @@ async fn burst_of_100k_decisions_arrives_whole() {
     let Some(r) = RedisServer::start() else {
         return;
     };
-    let (a, b) = (map(), map());
-    let (sa, sb) = (spawn(cfg(&r.url(), "a"), &a), spawn(cfg(&r.url(), "b"), &b));
-    synced(&sa).await;
-    synced(&sb).await;
+    let (a, b, sa, sb) = synced_pair(&r, "a", "b").await;
     const N: u32 = 100_000;
     let t0 = Instant::now();
     for chunk in (0..N).collect::<Vec<_>>().chunks(1_000) {
@@ -552,11 +560,7 @@ async fn a_second_process_under_a_nodes_id_leaves_it_heard_once_gone() {
     let Some(r) = RedisServer::start() else {
         return;
     };
-    let (a, d) = (map(), map());
-    let sa = spawn(cfg(&r.url(), "a"), &a);
-    let sd = spawn(cfg(&r.url(), "d"), &d);
-    synced(&sa).await;
-    synced(&sd).await;
+    let (a, d, sa, sd) = synced_pair(&r, "a", "d").await;
     d.insert(local(71, MIN));
     until("D's block on A", || a.get(host(71)).is_some()).await;
     // The second "d", started later (its clock a second on), publishes, and goes.
@@ -659,11 +663,7 @@ async fn a_forged_mark_moves_no_start() {
         .arg(&forged)
         .query(&mut c)
         .unwrap();
-    let (a, b) = (map(), map());
-    let sa = spawn(cfg(&r.url(), "a"), &a);
-    let sb = spawn(cfg(&r.url(), "b"), &b);
-    synced(&sa).await;
-    synced(&sb).await;
+    let (a, b, sa, sb) = synced_pair(&r, "a", "b").await;
     a.insert(local(60, MIN));
     until("A's block on B", || b.get(host(60)).is_some()).await;
     assert_eq!(sa.stats().start_after_mark, 0);
@@ -706,11 +706,7 @@ async fn the_stream_and_snapshot_keys_of_another_type_are_replaced() {
     let Some(r) = RedisServer::start() else {
         return;
     };
-    let (a, b) = (map(), map());
-    let sa = spawn(cfg(&r.url(), "a"), &a);
-    let sb = spawn(cfg(&r.url(), "b"), &b);
-    synced(&sa).await;
-    synced(&sb).await;
+    let (a, b, sa, sb) = synced_pair(&r, "a", "b").await;
     let mut c = r.conn();
     let junk = |c: &mut redis::Connection, key: &str| {
         let _: () = redis::cmd("DEL").arg(key).query(c).unwrap();
@@ -889,10 +885,7 @@ async fn forged_replayed_oversized_and_unsigned_records_are_refused() {
     let Some(r) = RedisServer::start() else {
         return;
     };
-    let (a, b) = (map(), map());
-    let (sa, sb) = (spawn(cfg(&r.url(), "a"), &a), spawn(cfg(&r.url(), "b"), &b));
-    synced(&sa).await;
-    synced(&sb).await;
+    let (a, b, sa, sb) = synced_pair(&r, "a", "b").await;
     let refused =
         |why: Refused| sb.stats().refused[Refused::ALL.iter().position(|x| *x == why).unwrap()];
 
@@ -1317,11 +1310,7 @@ async fn a_snapshot_key_of_the_wrong_type_never_duplicates_the_stream() {
     let Some(r) = RedisServer::start() else {
         return;
     };
-    let (a, b) = (map(), map());
-    let sa = spawn(cfg(&r.url(), "a"), &a);
-    let sb = spawn(cfg(&r.url(), "b"), &b);
-    synced(&sa).await;
-    synced(&sb).await;
+    let (a, b, sa, sb) = synced_pair(&r, "a", "b").await;
     as_a_list(&r, "t:blocks");
     let before = xlen(&r);
     a.insert(local(7, MIN));
@@ -1352,11 +1341,7 @@ async fn an_epoch_key_of_the_wrong_type_leaves_the_sync_working() {
     let Some(r) = RedisServer::start() else {
         return;
     };
-    let (a, b) = (map(), map());
-    let sa = spawn(cfg(&r.url(), "a"), &a);
-    let sb = spawn(cfg(&r.url(), "b"), &b);
-    synced(&sa).await;
-    synced(&sb).await;
+    let (a, b, sa, sb) = synced_pair(&r, "a", "b").await;
     as_a_list(&r, "t:epoch");
     for i in 0..20 {
         a.insert(local(i, MIN));
@@ -1611,11 +1596,7 @@ async fn a_huge_entry_at_the_streams_head_is_not_fetched_at_every_read() {
     let Some(r) = RedisServer::start() else {
         return;
     };
-    let (a, b) = (map(), map());
-    let sa = spawn(cfg(&r.url(), "a"), &a);
-    let sb = spawn(cfg(&r.url(), "b"), &b);
-    synced(&sa).await;
-    synced(&sb).await;
+    let (a, b, sa, sb) = synced_pair(&r, "a", "b").await;
     let big = vec![b'x'; 4 << 20];
     let _: () = redis::cmd("XTRIM")
         .arg("t:log")
