@@ -739,6 +739,15 @@ __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct
 	return 1;
 }
 
+/* Whether the UDP source port `port` (network order) is one no DNS client sends from: 0, or a
+ * service that answers any datagram (echo 7, daytime 13, qotd 17, chargen 19, time 37) — as
+ * dnsd's reflector_port. */
+static __always_inline int reflector_port(__be16 port)
+{
+	__u16 p = bpf_ntohs(port);
+	return p == 0 || p == 7 || p == 13 || p == 17 || p == 19 || p == 37;
+}
+
 /* Whether the frame of `pk` may be answered as the kernel would take it: no VLAN tag or group
  * MAC, no IPv4 options or fragment, a header checksum the kernel takes, a source to answer
  * (v4_answerable, v6_answerable), UDP directly after the IPv6 header, the IP length the
@@ -767,11 +776,7 @@ static __always_inline int slip_frame(void *data, void *end, const struct guard_
 			return 0;
 		l4_len = bpf_ntohs(ip->tot_len) - sizeof(*ip);
 	}
-	__u16 sport = bpf_ntohs(udp->source);
-	if (bpf_ntohs(udp->len) != l4_len || sport == 0 || sport == 7 || sport == 13 ||
-	    sport == 17 || sport == 19 || sport == 37)
-		return 0;
-	return 1;
+	return bpf_ntohs(udp->len) == l4_len && !reflector_port(udp->source);
 }
 
 /* For a slip: the query's flags, the end of its question and the question's sum into `a`,
@@ -1097,10 +1102,8 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt
 	struct udphdr *udp = data + l4o;
 	if ((void *)(udp + 1) > end)
 		return XDP_PASS;
-	/* Port 0 and the services that answer any datagram (echo, daytime, qotd, chargen,
-	 * time): a forged source no client sends from, left to dnsd, which drops it. */
-	__u16 sport = bpf_ntohs(udp->source);
-	if (sport == 0 || sport == 7 || sport == 13 || sport == 17 || sport == 19 || sport == 37) {
+	/* A forged source no client sends from: left to dnsd, which drops it. */
+	if (reflector_port(udp->source)) {
 		cnt->count[GUARD_C_ANS_PASS_QUERY]++;
 		return XDP_PASS;
 	}

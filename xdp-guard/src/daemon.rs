@@ -78,23 +78,7 @@ pub fn start(
             match XdpGuard::start(cfg) {
                 Ok(g) => {
                     if cfg.rate > 0 {
-                        // A query over its source's rate is slipped TC=1 where the kernel's
-                        // route to the source leads: the look-up wants forwarding on lo.
-                        match crate::enable_route_lookups() {
-                            Ok(set) => {
-                                for sysctl in set {
-                                    tracing::info!(
-                                        sysctl,
-                                        "{who}: XDP: set to 1 for the route look-up of the rate limit's TC=1 replies (forwarding on lo forwards nothing from outside)"
-                                    );
-                                }
-                            }
-                            Err((sysctl, e)) => tracing::warn!(
-                                sysctl,
-                                error = %e,
-                                "{who}: XDP: cannot turn on the route look-up: queries over a source's rate are all dropped, none answered TC=1"
-                            ),
-                        }
+                        slip_route_lookups(who);
                     }
                     let maps = g.maps().clone().with_slot(slot);
                     let mirror = spawn(Mirror::new(maps, sub()));
@@ -119,6 +103,26 @@ pub fn start(
         mirror: spawn(m),
         guard: None,
     })
+}
+
+/// Turns on the route look-up of the rate limit's TC=1 replies (sent where the kernel's route
+/// to the source leads: the look-up wants forwarding on lo), and says what it set or why not.
+fn slip_route_lookups(who: &str) {
+    match crate::enable_route_lookups() {
+        Ok(set) => {
+            for sysctl in set {
+                tracing::info!(
+                    sysctl,
+                    "{who}: XDP: set to 1 for the route look-up of the rate limit's TC=1 replies (forwarding on lo forwards nothing from outside)"
+                );
+            }
+        }
+        Err((sysctl, e)) => tracing::warn!(
+            sysctl,
+            error = %e,
+            "{who}: XDP: cannot turn on the route look-up: queries over a source's rate are all dropped, none answered TC=1"
+        ),
+    }
 }
 
 /// The XDP guard's packet counters (by verdict, summed over CPUs) and this daemon's mirror

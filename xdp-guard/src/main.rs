@@ -167,16 +167,17 @@ fn open(dir: &Path) -> Result<GuardMaps, String> {
     GuardMaps::open_pinned(dir).map_err(|e| format!("maps at {}: {e}", dir.display()))
 }
 
-/// Turns on what the answers' route look-up needs (dnsd, with fewer privileges, may not).
+/// Turns on what the route look-up of XDP's replies (answers, rate-limit slips) needs (dnsd,
+/// with fewer privileges, may not).
 fn route_lookups() {
     match xdp_guard::enable_route_lookups() {
         Ok(changed) => {
             for path in changed {
-                println!("{path}: set to 1 for the XDP answers' route look-up");
+                println!("{path}: set to 1 for the route look-up of XDP's replies");
             }
         }
         Err((path, e)) => eprintln!(
-            "warning: {path}: {e}: without it XDP answers nothing, every query passes to dnsd (answer_pass_route)"
+            "warning: {path}: {e}: without it XDP answers nothing (every query passes to dnsd, answer_pass_route) and slips no TC=1 reply past the rate limit"
         ),
     }
 }
