@@ -44,11 +44,11 @@ struct {
 	__type(value, struct guard_ans_addr);
 } guard_ans_addr SEC(".maps");
 
-/* Answer-rate buckets by source prefix (IPv4 mapped), per CPU. */
+/* Answer-rate buckets by source prefix (IPv4 mapped), name and type, per CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
 	__uint(max_entries, GUARD_DEFAULT_ANS_RATE_ENTRIES);
-	__type(key, struct guard_v6_key);
+	__type(key, struct guard_ans_rate_key);
 	__type(value, struct guard_ans_bucket);
 } guard_ans_rate SEC(".maps");
 
@@ -243,11 +243,13 @@ static __always_inline __u16 reply_csum(__u32 psum, struct udphdr *udp, struct d
 	return c ? c : 0xffff;
 }
 
-/* RRL in XDP: whether the source prefix of `src` (IPv4 mapped) gets one more answer — a token
- * bucket of `rate` answers per second holding one second's worth: 1 yes, 2 over the rate but
- * slipped (TC=1), 0 over the rate and dropped. */
+/* RRL in XDP: whether the source prefix of `src` (IPv4 mapped) gets one more answer for the
+ * name and type of `nk` — a token bucket of `rate` answers per second holding one second's
+ * worth: 1 yes, 2 over the rate but slipped (TC=1), 0 over the rate and dropped. One bucket
+ * per name and type, as dnsd's RRL keys answers (and Knot's): a flood forged in a resolver's
+ * name for one name never limits its answers for another. */
 static __always_inline int answer_allowed(const __u8 *src, int v6, const struct guard_ans_addr *aa,
-					  int charge_only, __u64 now)
+					  const struct guard_ans_key *nk, int charge_only, __u64 now)
 {
 	if (!aa->rate)
 		return 1;
@@ -263,9 +265,11 @@ static __always_inline int answer_allowed(const __u8 *src, int v6, const struct 
 	__u64 ml = b2 >= 64 ? ~0ULL : (b2 ? ~0ULL << (64 - b2) : 0);
 	hi = bpf_cpu_to_be64(bpf_be64_to_cpu(hi) & mh);
 	lo = bpf_cpu_to_be64(bpf_be64_to_cpu(lo) & ml);
-	struct guard_v6_key k;
+	struct guard_ans_rate_key k = {};
 	__builtin_memcpy(k.addr, &hi, 8);
 	__builtin_memcpy(k.addr + 8, &lo, 8);
+	k.name_hash = nk->name_hash;
+	k.qtype = nk->qtype;
 	__u64 cap = (__u64)aa->rate * GUARD_TOKEN_UNIT;
 	struct guard_ans_bucket *b = bpf_map_lookup_elem(&guard_ans_rate, &k);
 	if (!b) {
@@ -956,7 +960,7 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 			     src[11] == 0xff;
 		if (v->cookie != GUARD_COOKIE_ANSWER || aa->cookie_keys == GUARD_KEYS_NONE ||
 		    mapped) {
-			answer_allowed(src, v6, aa, 1, now);
+			answer_allowed(src, v6, aa, &scr->key, 1, now);
 			cnt->count[GUARD_C_ANS_PASS_COOKIE]++;
 			return XDP_PASS;
 		}
@@ -972,7 +976,7 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 	__u32 qend = a->qend;
 	if (len == 0 || (extra && len < 11) || len > GUARD_ANSWER_MAX ||
 	    qend > 12 + GUARD_QNAME_MAX + 4 || qend + len + extra > limit) {
-		answer_allowed(src, v6, aa, 1, now);
+		answer_allowed(src, v6, aa, &scr->key, 1, now);
 		cnt->count[GUARD_C_ANS_PASS_SIZE]++;
 		return XDP_PASS;
 	}
@@ -996,7 +1000,7 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 			exempt |= valid;
 		}
 	}
-	int allowed = exempt ? 1 : answer_allowed(src, v6, aa, 0, now);
+	int allowed = exempt ? 1 : answer_allowed(src, v6, aa, &scr->key, 0, now);
 	if (allowed == 0) {
 		cnt->count[GUARD_C_ANS_RRL_DROP]++;
 		return GUARD_RRL_DROP;
@@ -1149,9 +1153,8 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt
 	k->gen = aa->gen;
 	struct guard_answer *v = bpf_map_lookup_elem(&guard_answers, k);
 	if (!v || !same_name(scr->qname, v->qname)) {
-		/* dnsd answers it: charged to the source's bucket too, so that XDP's answers and
-		 * dnsd's together stay within the rate. */
-		answer_allowed(src, pk->v6, aa, 1, now);
+		/* dnsd answers it, under its own RRL: charged to no bucket of ours (a forged flood
+		 * of names we do not answer here never limits the answers we do). */
 		cnt->count[GUARD_C_ANS_PASS_MISS]++;
 		return XDP_PASS;
 	}

@@ -222,6 +222,15 @@ struct guard_v6_key {
 	__u8 addr[16];
 };
 
+/* guard_ans_rate key: a source prefix (IPv4 mapped, masked), the name's FNV-1a hash and the
+ * type asked (guard_ans_key's), as RRL keys an answer. */
+struct guard_ans_rate_key {
+	__u8 addr[16];
+	__u64 name_hash;
+	__u16 qtype;
+	__u16 pad[3];
+};
+
 /* guard_pfx_v4 key (LPM_TRIE): prefix length in bits, then the address. */
 struct guard_lpm_v4_key {
 	__u32 prefixlen;
@@ -311,6 +320,7 @@ _Static_assert(sizeof(struct guard_counters) == 8 * GUARD_COUNTERS, "guard_count
 _Static_assert(sizeof(struct guard_ans_addr_key) == 20, "guard_ans_addr_key");
 _Static_assert(sizeof(struct guard_ans_addr) == 64, "guard_ans_addr");
 _Static_assert(sizeof(struct guard_ans_key) == 32, "guard_ans_key");
+_Static_assert(sizeof(struct guard_ans_rate_key) == 32, "guard_ans_rate_key");
 _Static_assert(sizeof(struct guard_answer) == 16 + GUARD_QNAME_MAX + GUARD_ANSWER_MAX,
 	       "guard_answer");
 _Static_assert(sizeof(struct guard_ans_scratch) ==

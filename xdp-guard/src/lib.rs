@@ -40,8 +40,8 @@ pub mod sk_lookup;
 mod sys;
 
 pub use answers::{
-    ANSWER_LEASE, AnswerRate, AnswerReport, CookieKeys, ROUTE_SYSCTLS, StagedAnswers, addr_key,
-    enable_route_lookups, mapped,
+    ANSWER_LEASE, AnsRateBucket, AnswerRate, AnswerReport, CookieKeys, ROUTE_SYSCTLS,
+    StagedAnswers, addr_key, enable_route_lookups, mapped,
 };
 pub use available::{check_available, unavailable_reason};
 pub use clock::{ExpiryClock, KernelExpiry, boot_ns, mono_ns};

@@ -866,8 +866,47 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         tally[1] >= 2 && tally[2] >= 2,
         "one in two slipped: {tally:?}"
     );
-    // Queries XDP passes to dnsd are charged to the same bucket: a fresh source whose first
-    // three queries dnsd answered gets no answer from XDP within that second.
+    // One bucket per name and type, as RRL keys answers: the source over its rate for ". A"
+    // still gets its first ". AAAA" answers.
+    let aaaa_key = AnsKey {
+        addr: key.addr,
+        port: key.port,
+        ..AnsKey::for_name(V_NO_EDNS, 28, &[0])
+    };
+    let mut aaaa_ans = ans;
+    aaaa_ans.data[..4].copy_from_slice(&[0xc0, 0x0c, 0, 28]);
+    aaaa_ans.csum = 0xc028;
+    m.publish_answers(
+        &[addr],
+        &mut [(key, ans), (aaaa_key, aaaa_ans)],
+        1232,
+        rate,
+        None,
+    )
+    .unwrap();
+    let aaaa = |id: u16| {
+        let mut q = root_query(id);
+        q[14] = 28;
+        q
+    };
+    let (v, d) = run(&g, &query(&root_query(20), 1));
+    assert_ne!(v, Verdict::Pass, "{d:?}");
+    assert_eq!(
+        d.ans_rrl[0] + d.ans_rrl[1],
+        1,
+        "\". A\" still over the rate: {d:?}"
+    );
+    for i in 0..3 {
+        let (v, d) = run(&g, &query(&aaaa(21 + i), 1));
+        assert_eq!(
+            (v, d.answered, d.ans_rrl),
+            (Verdict::Other(3), 1, [0, 0]),
+            "\". AAAA\" {i}: {d:?}"
+        );
+    }
+    // Queries XDP passes to dnsd (names or types it holds no answer for: dnsd's RRL limits
+    // those) are charged to no bucket: a source whose forged flood of other names passed
+    // still gets its answers.
     let other = |payload: &[u8]| {
         frame(
             &[],
@@ -882,23 +921,24 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
             ),
         )
     };
-    for i in 0..3 {
-        let mut aaaa = root_query(30 + i);
-        aaaa[14] = 28;
-        assert_eq!(run(&g, &other(&aaaa)).0, Verdict::Pass);
+    for i in 0..20 {
+        let mut mx = root_query(30 + i);
+        mx[14] = 15;
+        assert_eq!(run(&g, &other(&mx)).0, Verdict::Pass);
     }
-    let (v, d) = run(&g, &other(&root_query(40)));
-    assert_ne!(v, Verdict::Pass, "{d:?}");
-    assert_eq!(
-        d.ans_rrl[0] + d.ans_rrl[1],
-        1,
-        "limited, not answered: {d:?}"
-    );
+    for i in 0..3 {
+        let (v, d) = run(&g, &other(&root_query(60 + i)));
+        assert_eq!(
+            (v, d.answered, d.ans_rrl),
+            (Verdict::Other(3), 1, [0, 0]),
+            "{i}: {d:?}"
+        );
+    }
     // Suspended (a reload under way): passed; withdrawn: passed, entries gone.
     m.suspend_answers(&[addr]).unwrap();
     let (v, d) = run(&g, &query(&root_query(5), 1));
     assert_eq!((v, d.ans_pass[0]), (Verdict::Pass, 1));
-    assert_eq!(m.answer_count().unwrap(), 1);
+    assert_eq!(m.answer_count().unwrap(), 2);
     m.withdraw_answers(&[addr]).unwrap();
     assert_eq!(m.answer_count().unwrap(), 0);
 }

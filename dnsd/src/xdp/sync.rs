@@ -307,7 +307,7 @@ impl AnswerSync {
         // RRL in XDP reaches the events as counts per source prefix, from the kernel's
         // buckets every few seconds.
         let recorder = defence.events.recorder();
-        let mut limited_seen: HashMap<std::net::IpAddr, u64> = HashMap::new();
+        let mut limited_seen: HashMap<(std::net::IpAddr, u64, u16), u64> = HashMap::new();
         let mut rrl_read = Instant::now();
         // The route look-up's sysctl, set at start and again at each renewal (below).
         let mut route_ok = true;
@@ -325,22 +325,33 @@ impl AnswerSync {
                 if let Some(m) = self.maps() {
                     match m.answer_rate_limited() {
                         Ok(now) => {
+                            // Summed per source prefix over its buckets (one per name and
+                            // type), each counted from what it held at the last read.
                             let mut next = HashMap::with_capacity(now.len());
-                            for (ip, n) in now {
+                            let mut per_prefix: HashMap<std::net::IpAddr, u64> = HashMap::new();
+                            for b in now {
+                                let key = (b.prefix, b.name_hash, b.qtype);
                                 // A bucket evicted and made again counts from zero.
-                                let prev = limited_seen.get(&ip).copied().unwrap_or(0);
-                                let new = if n >= prev { n - prev } else { n };
+                                let prev = limited_seen.get(&key).copied().unwrap_or(0);
+                                let new = if b.limited >= prev {
+                                    b.limited - prev
+                                } else {
+                                    b.limited
+                                };
                                 if new > 0 {
-                                    recorder.record_n(
-                                        defence.connection_tenant,
-                                        ip,
-                                        shield::events::Action::RateLimited,
-                                        shield::block::Evidence::Udp,
-                                        crate::query::defence::reason::XDP_RRL,
-                                        new,
-                                    );
+                                    *per_prefix.entry(b.prefix).or_default() += new;
                                 }
-                                next.insert(ip, n);
+                                next.insert(key, b.limited);
+                            }
+                            for (ip, new) in per_prefix {
+                                recorder.record_n(
+                                    defence.connection_tenant,
+                                    ip,
+                                    shield::events::Action::RateLimited,
+                                    shield::block::Evidence::Udp,
+                                    crate::query::defence::reason::XDP_RRL,
+                                    new,
+                                );
                             }
                             limited_seen = next;
                         }
