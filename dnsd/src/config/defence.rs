@@ -62,8 +62,8 @@ pub struct RrlConfig {
     pub errors_per_second: Option<f64>,
     /// Every Nth limited response is a TC=1 reply; 0: drop them all.
     pub slip: u32,
-    /// Seconds of debt a client's excess runs up (BIND's window): a client that keeps
-    /// sending above the rate stays limited until it slows down, for at most this long.
+    /// Seconds of debt a client's excess runs up (BIND's window, 15 there; 1 here, as Knot
+    /// forgets a flood): a client limited stays limited for at most this long after it slows.
     pub window: u32,
     /// Client prefix length for IPv4.
     pub ipv4_prefix: u8,
@@ -85,7 +85,7 @@ impl Default for RrlConfig {
             referrals_per_second: None,
             errors_per_second: None,
             slip: 2,
-            window: 15,
+            window: 1,
             ipv4_prefix: 24,
             ipv6_prefix: 56,
             exempt: Vec::new(),

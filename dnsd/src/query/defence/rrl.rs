@@ -232,7 +232,12 @@ mod tests {
 
     #[test]
     fn burst_is_limited_with_slip() {
-        let r = rrl(10.0, 2);
+        let r = Rrl::new(&RrlConfig {
+            responses_per_second: 10.0,
+            slip: 2,
+            window: 15,
+            ..RrlConfig::default()
+        });
         let src: IpAddr = "192.0.2.1".parse().unwrap();
         let mut slip = 0;
         let mut v = Vec::new();
@@ -261,8 +266,8 @@ mod tests {
             r.check(near, Class::Answer, b"\x01a\x00", 1, 1_000_000, &mut slip),
             Verdict::Pass
         );
-        // The 100 limited responses are a debt of 10 s (BIND's window, 15 s by default):
-        // a second later the source is still limited, once paid it is answered again.
+        // The 100 limited responses are a debt of 10 s (BIND's window of 15 s): a second
+        // later the source is still limited, once paid it is answered again.
         assert_ne!(
             r.check(src, Class::Answer, b"\x01a\x00", 1, 2_100_000, &mut slip),
             Verdict::Pass
@@ -270,6 +275,44 @@ mod tests {
         assert_eq!(
             r.check(src, Class::Answer, b"\x01a\x00", 1, 12_500_000, &mut slip),
             Verdict::Pass
+        );
+    }
+
+    #[test]
+    fn by_default_a_flood_is_forgotten_a_second_after_it_stops() {
+        // A flood forged in a victim's name (10,000 limited responses): with the default
+        // window of a second, the victim is answered again a second after it ends (as Knot's
+        // RRL), not the 15 s BIND's window would keep it limited.
+        let r = rrl(10.0, 2);
+        let victim: IpAddr = "192.0.2.1".parse().unwrap();
+        let mut slip = 0;
+        for i in 0..10_000u64 {
+            r.check(
+                victim,
+                Class::Answer,
+                b"\x01a\x00",
+                1,
+                1_000_000 + i * 100,
+                &mut slip,
+            );
+        }
+        let end = 1_000_000 + 10_000 * 100;
+        assert_ne!(
+            r.check(victim, Class::Answer, b"\x01a\x00", 1, end, &mut slip),
+            Verdict::Pass,
+            "limited while the flood lasts"
+        );
+        assert_eq!(
+            r.check(
+                victim,
+                Class::Answer,
+                b"\x01a\x00",
+                1,
+                end + 1_200_000,
+                &mut slip
+            ),
+            Verdict::Pass,
+            "answered 1.2 s after the flood"
         );
     }
 
