@@ -440,6 +440,18 @@ fn a_group_members_zone_add_reads_only_what_it_could() {
     assert!(!ok && out.contains("not a zone you added"), "{out}");
     let (ok, out) = ctl_as_nobody(d.control_socket(), &["zone-ksk-submitted", "example.com."]);
     assert!(!ok && out.contains("not a zone you added"), "{out}");
+    // Nor are its re-reads and transfers the member's to trigger at will.
+    for cmd in [
+        ["reload", "example.com."],
+        ["zone-refresh", "example.com."],
+        ["zone-notify", "example.com."],
+    ] {
+        let (ok, out) = ctl_as_nobody(d.control_socket(), &cmd);
+        assert!(
+            !ok && out.contains("not a zone you added"),
+            "{cmd:?}: {out}"
+        );
+    }
     let (ok, out) = ctl_as_nobody(
         d.control_socket(),
         &["block", "add", "0.0.0.0/0", "--force"],

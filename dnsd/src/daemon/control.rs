@@ -23,7 +23,10 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
     match a.as_slice() {
         ["reload"] => reload(shared, None, false).await,
         ["reload", "--force"] => reload(shared, None, true).await,
-        ["reload", z] => reload(shared, Some(z), true).await,
+        ["reload", z] => match owned(shared, peer, z).await {
+            Ok(()) => reload(shared, Some(z), true).await,
+            Err(r) => r,
+        },
         ["stats"] => Reply::ok(shared.metrics.render_ctl()),
         ["block", "list"] => {
             let mut r = shield::control::block::command(&shared.defence.blocks, &["list"], peer);
@@ -69,8 +72,14 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             Ok(()) => crate::daemon::reload::zone_remove(shared, o).await,
             Err(r) => r,
         },
-        ["zone-refresh", z] => zone_refresh(shared, z).await,
-        ["zone-notify", z] => zone_notify(shared, z).await,
+        ["zone-refresh", z] => match owned(shared, peer, z).await {
+            Ok(()) => zone_refresh(shared, z).await,
+            Err(r) => r,
+        },
+        ["zone-notify", z] => match owned(shared, peer, z).await {
+            Ok(()) => zone_notify(shared, z).await,
+            Err(r) => r,
+        },
         ["zone-keys", z] => zone_keys(shared, z).await,
         ["zone-sign", z] => match owned(shared, peer, z).await {
             Ok(()) => zone_sign(shared, z).await,
@@ -163,7 +172,8 @@ fn block_del(shared: &Arc<State>, net: &str, peer: &shield::control::Peer) -> Re
     }
 }
 
-/// Whether `peer` may change the zone `z` (remove it, sign it now, retire its KSK): root and
+/// Whether `peer` may change the zone `z` (remove it, sign it now, retire its KSK, reload,
+/// refresh or notify it — each a re-read or a transfer a member could repeat at will): root and
 /// the daemon's user any zone, a control-group member only the zones it added — one member
 /// removing another's zone (or root's) could add its own in its place.
 async fn owned(shared: &Arc<State>, peer: &shield::control::Peer, z: &str) -> Result<(), Reply> {

@@ -1070,7 +1070,16 @@ impl<'q> Answerer<'_, '_, 'q> {
     }
 
     /// A and AAAA of the NS targets of a referral; in-bailiwick glue that does not fit sets TC.
+    /// Required glue (names below the cut) goes first, the rest after it where room is left
+    /// (RFC 9471): an optional address that sorts first never takes a required one's room.
     fn glue(&mut self, zone: &Zone, ns: &RRset, cut_name: &[u8]) {
+        for want_required in [true, false] {
+            self.glue_pass(zone, ns, cut_name, want_required);
+        }
+    }
+
+    /// One pass of [`Self::glue`]: the required glue, or the optional.
+    fn glue_pass(&mut self, zone: &Zone, ns: &RRset, cut_name: &[u8], want_required: bool) {
         for (_, rd) in zone.rrs(ns) {
             let Some(len) = zones::name::wire_name_len(rd) else {
                 continue;
@@ -1082,10 +1091,13 @@ impl<'q> Answerer<'_, '_, 'q> {
             if !zones::name::is_subdomain(lower, zone.apex().as_wire()) {
                 continue;
             }
+            let required = zones::name::is_subdomain(lower, cut_name);
+            if required != want_required {
+                continue;
+            }
             let Some(node) = address_node(zone, lower) else {
                 continue;
             };
-            let required = zones::name::is_subdomain(lower, cut_name);
             for rtype in [t::A, t::AAAA] {
                 if let Some(s) = zone.rrset(node, rtype).copied() {
                     let owner = match self.w.find_name(lower) {
@@ -1400,6 +1412,40 @@ pub(crate) mod tests {
         assert_eq!(a.kind, Kind::NoData);
         assert!(r.aa());
         assert_negative(&r);
+    }
+
+    #[test]
+    fn required_glue_goes_before_optional_glue() {
+        // Eight servers below the cut (required glue) and eight siblings in the parent
+        // (optional, A and AAAA) whose names sort first: in 512 bytes every required address
+        // fits, without TC, as Knot and NSD answer (RFC 9471).
+        let mut text = String::from(
+            "$ORIGIN big.test.\n$TTL 300\n@ SOA ns1 hm 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\n",
+        );
+        for i in 0..8 {
+            text.push_str(&format!(
+                "delmix NS n{i}.delmix\nn{i}.delmix A 10.4.0.{i}\n"
+            ));
+        }
+        for i in 0..8 {
+            text.push_str(&format!(
+                "delmix NS a{i}.big.test.\na{i} A 10.5.0.{i}\na{i} AAAA 2001:db8::5:{i}\n"
+            ));
+        }
+        let z = zone_set(vec![(
+            load_zone("big.test.", &text),
+            ServeOptions::default(),
+        )])
+        .load_full();
+        let (r, a) = ask_limited(&z, &Q::new("x.delmix.big.test.", t::A), 512);
+        assert_eq!(a.kind, Kind::Referral);
+        assert!(!r.tc(), "{r:?}");
+        let required = r
+            .additional
+            .iter()
+            .filter(|x| x.owner.ends_with(".delmix.big.test."))
+            .count();
+        assert_eq!(required, 8, "{r:?}");
     }
 
     #[test]
