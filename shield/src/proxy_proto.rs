@@ -94,7 +94,9 @@ pub fn parse_v2(b: &[u8]) -> Result<Proxied, ProxyError> {
         }
         Err(_) => return Err(ProxyError::Malformed),
     };
-    if h.len() > MAX_HEADER {
+    // Its TLVs must fill the rest exactly, each within it (one that claims more bytes than
+    // the header holds is malformed, as haproxy and dnsdist refuse it).
+    if h.len() > MAX_HEADER || h.tlvs().any(|t| t.is_err()) {
         return Err(ProxyError::Malformed);
     }
     let carried = match h.protocol {
@@ -358,6 +360,24 @@ mod tests {
         let mut bad = h.clone();
         bad[12] = 0x31; // version 3
         assert_eq!(parse_v2(&bad), Err(ProxyError::Malformed));
+        // TLVs: a well-formed one (NOOP, 2 bytes) is taken; one that claims 100 bytes and
+        // carries 2, or 2 bytes that are no TLV, are malformed.
+        let with_tlv = |tlv: &[u8]| {
+            let mut t = h.clone();
+            let len = u16::from_be_bytes([t[14], t[15]]) + tlv.len() as u16;
+            t[14..16].copy_from_slice(&len.to_be_bytes());
+            t.extend_from_slice(tlv);
+            t
+        };
+        let ok = with_tlv(&[0x04, 0x00, 0x02, 0xaa, 0xbb]);
+        assert_eq!(parse_v2(&ok).unwrap().len, ok.len());
+        for tlv in [&[0x04, 0x00, 0x64, 0xaa, 0xbb][..], &[0x04, 0x00][..]] {
+            assert_eq!(
+                parse_v2(&with_tlv(tlv)),
+                Err(ProxyError::Malformed),
+                "{tlv:02x?}"
+            );
+        }
         // A datagram header (as dnsdist sends) with a DNS query after it.
         let mut d = h.clone();
         d[13] = 0x12;

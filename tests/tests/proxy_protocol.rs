@@ -364,3 +364,50 @@ fn haproxy_in_front_and_nginx_behind_http_front_see_the_client() {
         Duration::from_secs(5),
     );
 }
+
+/// A listed proxy that connects and never sends its header (a stalled proxy, or any host of a
+/// listed prefix) never holds the TCP table against direct clients: those connections wait as
+/// a client's do (evictable, the pressed idle time) and at most a quarter of the table waits
+/// so.
+#[test]
+fn a_listed_proxys_silent_connections_never_hold_the_table() {
+    const SILENT: Ipv4Addr = Ipv4Addr::new(127, 60, 1, 1);
+    let dnsd = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .server_option(&format!("proxy_allow = [\"{SILENT}\"]"))
+        .server_option("tcp_max_connections = 64")
+        .raw("[defence.rrl]\nenabled = false")
+        .start();
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.bind(&SocketAddr::new(SILENT.into(), 0).into())
+            .unwrap();
+        if sock
+            .connect_timeout(&dnsd.addr().into(), Duration::from_secs(2))
+            .is_ok()
+        {
+            held.push(sock);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Direct clients from many sources, while the proxy's connections stay silent.
+    let mut answered = 0;
+    for i in 0..40u8 {
+        let src = Ipv4Addr::new(127, 60, 2, 1 + i);
+        if tcp_ask(dnsd.addr(), src, "www.example.com.") == Some(0) {
+            answered += 1;
+        }
+    }
+    assert_eq!(
+        answered, 40,
+        "direct TCP clients answered beside a silent proxy"
+    );
+    let m = dnsd.metrics();
+    assert!(
+        prometheus_sum(&m, "dnsd_drops_total", "cause=\"tcp_limit\"") >= 1,
+        "the silent connections past a quarter of the table are refused and counted"
+    );
+    drop(held);
+}

@@ -137,6 +137,9 @@ pub struct TcpServer {
     /// Wakes the connections waiting on their clients when the table becomes pressed, so
     /// that they take their places in the eviction order at once.
     pressure: Notify,
+    /// Listed proxies' connections whose PROXY header has not come yet (they count against
+    /// no source's share: at most a quarter of the table).
+    proxy_pending: AtomicUsize,
 }
 
 /// When a connection fell quiet, and a number to tell apart those of one instant.
@@ -226,6 +229,7 @@ impl TcpServer {
             evicted: AtomicU64::new(0),
             unfair: AtomicU64::new(0),
             pressure: Notify::new(),
+            proxy_pending: AtomicUsize::new(0),
         })
     }
 
@@ -622,14 +626,39 @@ impl TcpServer {
     /// A listed proxy's connection: its PROXY v2 header (within the idle time) names the
     /// client, who then meets the accept-time defences and the per-source limit, and whose
     /// transport (a `DGRAM` client: unproven, sized for UDP) its queries are processed as.
+    /// Until the header comes the connection waits as any client's does: the pressed idle
+    /// time, evictable under pressure, and at most a quarter of the table waits so — a
+    /// proxy that connects and stays silent (a stalled one, or any host of a listed prefix)
+    /// never holds the table against direct clients.
     async fn proxied(&self, mut sock: TcpStream, proxy: SocketAddr, local: std::net::IpAddr) {
         use shield::proxy_proto::{Carried, read_header};
-        let h = match read_header(&mut sock, false, self.limits.idle).await {
-            Ok(h) => h,
-            Err(e) => {
+        let cap = (self.limits.max_connections / 4).max(1);
+        if self.proxy_pending.fetch_add(1, Ordering::Relaxed) >= cap {
+            self.proxy_pending.fetch_sub(1, Ordering::Relaxed);
+            self.stats.dropped(DropCause::TcpLimit);
+            return;
+        }
+        let waited = self
+            .on_client(
+                read_header(&mut sock, false, self.limits.idle),
+                self.limits.idle,
+                proxy.ip(),
+                || true,
+            )
+            .await;
+        self.proxy_pending.fetch_sub(1, Ordering::Relaxed);
+        let h = match waited {
+            Waited::Done(Ok(h)) => h,
+            Waited::Done(Err(e)) => {
                 self.stats.dropped(DropCause::proxy(e));
                 return;
             }
+            Waited::Idle => {
+                self.stats
+                    .dropped(DropCause::proxy(shield::proxy_proto::ProxyError::Timeout));
+                return;
+            }
+            Waited::Evicted => return,
         };
         let client = h.source.unwrap_or(proxy);
         if let Some(d) = &self.defence {
