@@ -1106,3 +1106,88 @@ fn a_doq_connection_never_moves_to_an_address_its_handshake_did_not_prove() {
         "nothing reached the forged address: {text}"
     );
 }
+
+/// Begins DoQ handshakes to argv[1]:argv[2] and never finishes them: one from argv[3] (its
+/// address unproven), then argv[5] from argv[4], each answering the server's Retry (its
+/// address proven) and silent after; prints "retried R" (R of them were sent a Retry) and
+/// holds them until stdin closes.
+const DOQ_STALL: &str = r#"
+import socket, ssl, sys, time
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+host, port, a, b, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+held = []
+def begin(src, answer_retry):
+    cfg = QuicConfiguration(alpn_protocols=["doq"], is_client=True, server_name="dns.test")
+    cfg.verify_mode = ssl.CERT_NONE
+    c = QuicConnection(configuration=cfg)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((src, 0))
+    s.settimeout(2)
+    c.connect((host, port), now=time.time())
+    for d, _ in c.datagrams_to_send(now=time.time()):
+        s.sendto(d, (host, port))
+    retried = False
+    if answer_retry:
+        try:
+            data, _ = s.recvfrom(65536)
+            retried = (data[0] & 0xf0) == 0xf0  # a long header of type Retry
+            c.receive_datagram(data, (host, port), now=time.time())
+            for d, _ in c.datagrams_to_send(now=time.time()):
+                s.sendto(d, (host, port))
+        except socket.timeout:
+            pass
+    held.append((s, c))
+    return retried
+begin(a, False)
+time.sleep(0.3)
+r = sum(begin(b, True) for _ in range(n))
+print("retried", r, flush=True)
+sys.stdin.read()
+"#;
+
+/// An address a Retry proved counts against `tcp_max_per_source` from its handshake on: one
+/// source answering Retries and never finishing its handshakes holds at most its share of
+/// the table (it held 455 places past a share of 16), the rest refused and counted.
+#[test]
+fn doq_handshakes_of_a_proven_address_count_against_its_share() {
+    let opts = [
+        // A Retry for every handshake past the first one under way (an eighth of 8).
+        "tcp_max_connections = 8",
+        "tcp_max_per_source = 2",
+        "tcp_idle_timeout_ms = 30000",
+        "tcp_pressed_idle_timeout_ms = 20000",
+    ];
+    let Some((py, _dir, quic, dnsd)) = doq_server(&opts) else {
+        return;
+    };
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(DOQ_STALL)
+        .args([
+            &quic.ip().to_string(),
+            &quic.port().to_string(),
+            &net::test_ip().to_string(),
+            &net::test_ip().to_string(),
+            "5",
+        ])
+        .env("PYTHONPATH", &py)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let refused = dnsd.stat("drops.tcp_limit");
+    drop(child.stdin.take());
+    let _ = child.wait();
+    assert_eq!(line.trim(), "retried 5", "{}", dnsd.log());
+    assert_eq!(
+        refused,
+        3,
+        "two proven handshakes held, three refused: {}",
+        dnsd.metrics()
+    );
+}

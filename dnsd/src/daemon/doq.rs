@@ -1,8 +1,8 @@
 //! DNS over QUIC (RFC 9250): each query on a bidirectional stream of its own, framed by a
 //! two-octet length and ended by the client's FIN, its message ID 0. The TCP server's
 //! pipeline and bounds serve it: a blocked source is ignored before any QUIC work (no packet
-//! sent), a source counts against `tcp_max_per_source` once its handshake proved its
-//! address, streams at once are `tcp_max_pipelined`, queries per connection
+//! sent), a source counts against `tcp_max_per_source` once its address is proven (by a
+//! Retry, from the handshake on; else by the handshake), streams at once are `tcp_max_pipelined`, queries per connection
 //! `tcp_max_queries`, the idle time `tcp_idle_timeout_ms` (QUIC's own idle timeout, and
 //! `tcp_pressed_idle_timeout_ms` while the table is pressed). Connections share the TCP
 //! table: a handshake, or a connection waiting for its next stream (whatever its open
@@ -100,11 +100,24 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
             let _ = incoming.retry();
             continue;
         }
+        // An address a Retry proved counts against its source's bound from the handshake on
+        // (one source answering Retries held 455 handshakes past a bound of 16); an unproven
+        // one only once its handshake proves it (a forged source must not spend another's
+        // share), and unproven handshakes past `before_retry` are sent a Retry above.
+        let proven = incoming.remote_address_validated();
+        if proven && !tcp.enter(peer.ip()) {
+            tcp.stats().dropped(DropCause::TcpLimit);
+            incoming.refuse();
+            continue;
+        }
         // The TCP table's slots, made room for as over TCP: a connection of either kind
         // waiting on its client gives way to a new one of either kind.
         let slot = tcp.take_slot(Some(peer.ip()));
         if let Slot::Full = slot {
             tcp.stats().dropped(DropCause::TcpLimit);
+            if proven {
+                tcp.leave(peer.ip());
+            }
             incoming.refuse();
             continue;
         }
@@ -117,6 +130,9 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
                     Some(p) => p,
                     None => {
                         pending.fetch_sub(1, Ordering::Relaxed);
+                        if proven {
+                            tcp.leave(peer.ip());
+                        }
                         incoming.refuse();
                         return;
                     }
@@ -133,23 +149,31 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
                 Waited::Done(Ok(c)) => c,
                 Waited::Done(Err(_)) | Waited::Evicted => {
                     tls.quic_handshakes[1].fetch_add(1, Ordering::Relaxed);
+                    if proven {
+                        tcp.leave(peer.ip());
+                    }
                     return;
                 }
                 Waited::Idle => {
                     tls.quic_handshakes[2].fetch_add(1, Ordering::Relaxed);
                     tcp.stats().dropped(DropCause::TcpTimeout);
+                    if proven {
+                        tcp.leave(peer.ip());
+                    }
                     return;
                 }
             };
             tls.quic_handshakes[0].fetch_add(1, Ordering::Relaxed);
-            // The handshake proved the address: now it counts against its source's bound.
-            let peer = conn.remote_address();
-            if !tcp.enter(peer.ip()) {
+            // The handshake proved the address: now it counts against its source's bound
+            // (counted already when a Retry proved it). Counted under the address the
+            // handshake began from, so that `leave` matches `enter`.
+            if !proven && !tcp.enter(peer.ip()) {
                 tcp.stats().dropped(DropCause::TcpLimit);
                 conn.close(quinn::VarInt::from_u32(DOQ_NO_ERROR), b"");
                 return;
             }
-            connection(&tcp, conn, peer, local).await;
+            let at = conn.remote_address();
+            connection(&tcp, conn, at, local).await;
             tcp.leave(peer.ip());
         });
     }
