@@ -116,22 +116,6 @@ fn secret(hex: &str) -> [u8; 16] {
     std::array::from_fn(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
 }
 
-/// An RFC 9018 server cookie for `client` at `ip` made at `ts` under `key`.
-fn server_cookie(key: &[u8; 16], client: &[u8], ip: IpAddr, ts: u32) -> Vec<u8> {
-    use std::hash::Hasher;
-    let mut head = vec![1u8, 0, 0, 0];
-    head.extend_from_slice(&ts.to_be_bytes());
-    let mut h = siphasher::sip::SipHasher24::new_with_key(key);
-    h.write(client);
-    h.write(&head);
-    match ip {
-        IpAddr::V4(a) => h.write(&a.octets()),
-        IpAddr::V6(a) => h.write(&a.octets()),
-    }
-    head.extend_from_slice(&h.finish().to_le_bytes());
-    head
-}
-
 /// Whether two replies differ only in the server cookie that ends them, minted in different
 /// seconds.
 fn cookie_minted_apart(a: &[u8], b: &[u8]) -> bool {
@@ -297,7 +281,7 @@ fn compare_through_xdp(dir: &Path, pair: &VethPair, zone: &Path) {
         let valid = |key: &str| {
             [
                 client.clone(),
-                server_cookie(&secret(key), &client, from, now),
+                palisade_tests::wire::server_cookie(&secret(key), &client, from, now),
             ]
         };
         let mut bad = valid(SECRET);
@@ -571,7 +555,7 @@ fn rrl_in_xdp_slips_with_dnsd_s_bytes() {
         .as_secs() as u32;
     let valid = [
         client.clone(),
-        server_cookie(&secret(SECRET), &client, VethPair::A4.into(), now),
+        palisade_tests::wire::server_cookie(&secret(SECRET), &client, VethPair::A4.into(), now),
     ]
     .concat();
     let before = fast.stats();

@@ -148,6 +148,7 @@ fn the_rules_files_global_lists_reach_the_kernel() {
              [[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\n\n\
              [control]\nsocket = \"{}\"\n\n\
              [defence.rrl]\nenabled = false\n\n\
+             [defence.cookies]\nsecret = \"{COOKIE_SECRET}\"\n\n\
              [rules]\nfile = \"rules.toml\"\n\n\
              [xdp]\ninterface = \"{}\"\nmode = \"auto\"\ndns_ports = [{port}]\nrate = 5\nburst = 10\npin = false\n",
             VethPair::B4,
@@ -216,5 +217,81 @@ fn the_rules_files_global_lists_reach_the_kernel() {
         "{truncated} TC=1 replies, {slipped} slipped of {} over the rate",
         60 - limited
     );
+    // Over its rate, the same source with a valid server cookie is answered: XDP verifies
+    // the cookie and limits it in a bucket of its own, which no forged packet spends (no zone
+    // here is answered in XDP: the address entries that carry the secrets are written all
+    // the same), so a flood forged in its name never silences a resolver that proves itself.
+    let before = stats(&config);
+    let proven = cookie_replies_from(&pair, probe, server, 8);
+    let after = stats(&config);
+    assert_eq!(
+        proven, 8,
+        "a source proven by its cookie is not held by the bucket forged packets spent: {before:?} -> {after:?}"
+    );
+    assert!(
+        after.get("xdp.rate_cookie") >= before.get("xdp.rate_cookie") + 8,
+        "{before:?} -> {after:?}"
+    );
     drop(daemon);
+}
+
+/// The cookie secret of the daemon in `the_rules_files_global_lists_reach_the_kernel`.
+const COOKIE_SECRET: &str = "e5e973e5a6b2a43f48e7dc849e37bfcf";
+
+/// Spends `src`'s bucket (40 queries without a cookie, as a forged flood in its name would),
+/// then sends `n` queries at once, each with a valid server cookie (made under
+/// [`COOKIE_SECRET`] now): how many of those were answered with records.
+fn cookie_replies_from(
+    pair: &VethPair,
+    src: std::net::Ipv4Addr,
+    server: SocketAddr,
+    n: u16,
+) -> usize {
+    let key: [u8; 16] =
+        std::array::from_fn(|i| u8::from_str_radix(&COOKIE_SECRET[2 * i..2 * i + 2], 16).unwrap());
+    let client = b"\x01\x02\x03\x04\x05\x06\x07\x08".to_vec();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as u32;
+    let mut cookie = client.clone();
+    cookie.extend(palisade_tests::wire::server_cookie(
+        &key,
+        &client,
+        src.into(),
+        now,
+    ));
+    pair.a
+        .run(move || {
+            let s = UdpSocket::bind(SocketAddr::new(src.into(), 0)).unwrap();
+            s.connect(server).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(400)))
+                .unwrap();
+            let opts = QueryOpts {
+                cookie: Some(cookie),
+                ..QueryOpts::edns(1232)
+            };
+            for id in 0..40 {
+                s.send(&build_query(id, "www.example.com.", 1, &QueryOpts::udp()))
+                    .unwrap();
+            }
+            for id in 1000..1000 + n {
+                s.send(&build_query(id, "www.example.com.", 1, &opts))
+                    .unwrap();
+            }
+            let mut buf = [0u8; 2048];
+            let mut seen = std::collections::HashSet::new();
+            while seen.len() < usize::from(n) {
+                let Ok(len) = s.recv(&mut buf) else { break };
+                if let Ok(m) = RawMsg::parse(&buf[..len])
+                    && m.rcode() == 0
+                    && m.counts[1] > 0
+                    && m.id >= 1000
+                {
+                    seen.insert(m.id);
+                }
+            }
+            seen.len()
+        })
+        .expect("run in namespace A")
 }

@@ -214,9 +214,14 @@ pub fn run(
     let (tcp_listeners, _steering) = tcp_listeners(&cfg, &addrs)?;
     let fleet_counters = fleet.counters();
     let bound = fleet.addrs().to_vec();
-    // The XDP answer fast path, for zones marked xdp_answers (with [xdp]).
-    let xdp_answers = if any_xdp_answers || cfg.xdp_hot.names > 0 {
-        if xdp.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+    // The XDP answer fast path, for zones marked xdp_answers (with [xdp]). With cookies on it
+    // runs even where nothing is answered in XDP: its address entries carry the cookie
+    // secrets, by which XDP lets a source a valid server cookie proves past the per-source
+    // rate limit (forged floods in a resolver's name spent its bucket, cookie or not).
+    let answers_asked = any_xdp_answers || cfg.xdp_hot.names > 0;
+    let xdp_running = xdp.lock().unwrap_or_else(|e| e.into_inner()).is_some();
+    let xdp_answers = if answers_asked || (xdp_running && defence.cookies.is_some()) {
+        if xdp_running {
             // RRL in XDP for what XDP answers: RRL's rate per source prefix, and its slip.
             // Clients with a valid server cookie never meet it (XDP verifies cookies too).
             let rrl = &cfg.defence.rrl;
