@@ -385,6 +385,11 @@ pub struct BlockEntry {
     pub evidence: Evidence,
     /// What the entry stops.
     pub scope: Scope,
+    /// A suspect for this tenant's zones alone (made by its rules' escalation: a flood
+    /// forged in a resolver's name against one tenant's rules never touches the others');
+    /// `None`: every zone. Blocks (proven evidence) are never scoped to a tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<u32>,
 }
 
 impl BlockEntry {
@@ -405,6 +410,15 @@ impl BlockEntry {
             node: None,
             evidence,
             scope: evidence.default_scope(),
+            tenant: None,
+        }
+    }
+
+    /// The same entry, a suspect for `tenant`'s zones alone (ignored for proven evidence).
+    pub fn for_tenant(self, tenant: u32) -> Self {
+        BlockEntry {
+            tenant: (!self.evidence.is_proven()).then_some(tenant),
+            ..self
         }
     }
 
@@ -486,6 +500,8 @@ pub struct BlockHit {
     pub evidence: Evidence,
     /// Its scope.
     pub scope: Scope,
+    /// The tenant whose zones alone a suspect is one for (`None`: every zone).
+    pub tenant: Option<u32>,
 }
 
 /// What an insert did.
@@ -671,6 +687,7 @@ struct Slot {
     origin: Origin,
     evidence: Evidence,
     scope: Scope,
+    tenant: Option<u32>,
 }
 
 impl Slot {
@@ -683,6 +700,7 @@ impl Slot {
             origin: self.origin,
             evidence: self.evidence,
             scope: self.scope,
+            tenant: self.tenant,
         }
     }
 }
@@ -834,6 +852,7 @@ impl Writer {
             origin: entry.origin,
             evidence: entry.evidence,
             scope: entry.scope,
+            tenant: entry.tenant,
         }
     }
 
@@ -866,6 +885,9 @@ impl Writer {
         if e.evidence.is_proven() && e.scope == Scope::Nxdomain {
             e.scope = Scope::Dns;
         }
+        if e.evidence.is_proven() {
+            e.tenant = None;
+        }
         if !forced && let Err((why, _)) = self.policy.check(&e.net) {
             let i = crate::never_block::Refusal::ALL
                 .iter()
@@ -894,10 +916,20 @@ impl Writer {
                     ..e
                 })
             } else {
-                // The same writer: later expiry, the new reason, node and evidence, the wider scope.
+                // The same writer: later expiry, the new reason, node and evidence, the wider
+                // scope. A suspect of two tenants' rules is one in every zone; one of a
+                // tenant's rules and of a random-subdomain flood (NXDOMAIN only, any zone)
+                // stays the tenant's (the narrower of what the two stop elsewhere).
+                let tenant = match (cur.tenant, e.tenant) {
+                    (a, b) if a == b => a,
+                    (Some(t), None) if e.scope == Scope::Nxdomain => Some(t),
+                    (None, Some(t)) if cur.scope == Scope::Nxdomain => Some(t),
+                    _ => None,
+                };
                 Some(BlockEntry {
                     expires_ms: e.expires_ms.max(cur.expires_ms),
                     scope: e.scope.max(cur.scope),
+                    tenant,
                     ..e
                 })
             };
@@ -1873,6 +1905,56 @@ mod tests {
         assert_eq!(Reason::new("abc").as_str(), "abc");
         let e = entry("192.0.2.1", 5).with_node(&"n".repeat(100));
         assert_eq!(e.node.unwrap().len(), NODE_MAX);
+    }
+
+    #[test]
+    fn a_tenants_suspect_stays_the_tenants_and_a_block_is_everyones() {
+        let m = BlockMap::new(BlockConfig::default());
+        let r = m.reader();
+        let t5 = BlockEntry::new(net("192.0.2.0/24"), 1000, "r", Origin::Local, Evidence::Udp)
+            .for_tenant(5);
+        m.insert(t5.clone());
+        let Check::Suspect(hit) = r.check(ip("192.0.2.1"), 0, Traffic::DnsUdp) else {
+            panic!("a suspect")
+        };
+        assert_eq!(hit.tenant, Some(5));
+        // A random-subdomain suspect (NXDOMAIN only) of the same prefix: still tenant 5's.
+        let mut nx = BlockEntry::new(
+            net("192.0.2.0/24"),
+            2000,
+            "nx",
+            Origin::Local,
+            Evidence::Udp,
+        );
+        nx.scope = Scope::Nxdomain;
+        m.insert(nx);
+        let Check::Suspect(hit) = r.check(ip("192.0.2.1"), 0, Traffic::DnsUdp) else {
+            panic!("a suspect")
+        };
+        assert_eq!((hit.tenant, hit.scope), (Some(5), Scope::Dns));
+        // Another tenant's rules too: a suspect in every zone.
+        m.insert(t5.clone().for_tenant(7));
+        let Check::Suspect(hit) = r.check(ip("192.0.2.1"), 0, Traffic::DnsUdp) else {
+            panic!("a suspect")
+        };
+        assert_eq!(hit.tenant, None);
+        // Proof makes a block of every zone, whatever tenant it names.
+        let other = BlockEntry::new(
+            net("198.51.100.0/24"),
+            1000,
+            "r",
+            Origin::Local,
+            Evidence::Tcp,
+        )
+        .for_tenant(5);
+        assert_eq!(other.tenant, None);
+        let mut forced = other.clone();
+        forced.tenant = Some(5);
+        m.insert(forced);
+        let Check::Blocked(hit) = r.check(ip("198.51.100.1"), 0, Traffic::DnsUdp) else {
+            panic!("a block")
+        };
+        assert_eq!(hit.tenant, None);
     }
 
     #[test]

@@ -455,6 +455,22 @@ pub fn question_of(query: &[u8]) -> Vec<u8> {
     RawMsg::parse(query).map(|m| m.question).unwrap_or_default()
 }
 
+/// An RFC 9018 server cookie for `client` at `ip` made at `ts` (Unix seconds) under `key`.
+pub fn server_cookie(key: &[u8; 16], client: &[u8], ip: std::net::IpAddr, ts: u32) -> Vec<u8> {
+    use std::hash::Hasher;
+    let mut head = vec![1u8, 0, 0, 0];
+    head.extend_from_slice(&ts.to_be_bytes());
+    let mut h = siphasher::sip::SipHasher24::new_with_key(key);
+    h.write(client);
+    h.write(&head);
+    match ip {
+        std::net::IpAddr::V4(a) => h.write(&a.octets()),
+        std::net::IpAddr::V6(a) => h.write(&a.octets()),
+    }
+    head.extend_from_slice(&h.finish().to_le_bytes());
+    head
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,20 +517,4 @@ mod tests {
         assert_eq!(rcode_name(16), "BADVERS");
         assert_eq!(type_name(1000), "TYPE1000");
     }
-}
-
-/// An RFC 9018 server cookie for `client` at `ip` made at `ts` (Unix seconds) under `key`.
-pub fn server_cookie(key: &[u8; 16], client: &[u8], ip: std::net::IpAddr, ts: u32) -> Vec<u8> {
-    use std::hash::Hasher;
-    let mut head = vec![1u8, 0, 0, 0];
-    head.extend_from_slice(&ts.to_be_bytes());
-    let mut h = siphasher::sip::SipHasher24::new_with_key(key);
-    h.write(client);
-    h.write(&head);
-    match ip {
-        std::net::IpAddr::V4(a) => h.write(&a.octets()),
-        std::net::IpAddr::V6(a) => h.write(&a.octets()),
-    }
-    head.extend_from_slice(&h.finish().to_le_bytes());
-    head
 }

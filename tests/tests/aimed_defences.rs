@@ -632,3 +632,64 @@ fn never_block_keeps_a_listed_address_out_of_every_writers_reach() {
         .is_none()
     );
 }
+
+/// Forged UDP against one tenant's rules (`dns = "block_map"`: unproven, a suspect) makes
+/// the resolver a suspect in that tenant's zones alone: its queries for another tenant's
+/// zones are answered in full (they were answered TC=1 for `block_secs`, in every zone,
+/// after some forty forged packets).
+#[test]
+fn a_suspect_of_one_tenants_rules_is_one_in_that_tenants_zones_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rules.toml"), rules(3, "")).unwrap();
+    let mut com = Zone::data("example.com.");
+    com.options.push("tenant = 7".into());
+    let dnsd = Dnsd::builder()
+        .zone(com)
+        .zone(Zone::data("example.net."))
+        .raw("[defence.rrl]\nenabled = false")
+        .raw(&format!(
+            "[rules]\nfile = \"{}\"\n",
+            dir.path().join("rules.toml").display()
+        ))
+        .start();
+    let server = dnsd.addr();
+    let victim: IpAddr = palisade_tests::net::test_ip().into();
+    let opts = QueryOpts::edns(1232);
+    // Denied ANY queries in the victim's name, past the threshold: unproven.
+    for _ in 0..6 {
+        let _ = udp_ask(
+            server,
+            victim,
+            &q("example.com.", TYPE_ANY, &opts),
+            Duration::from_millis(300),
+        );
+    }
+    // The other tenant's zone: answered in full, over UDP.
+    let other = udp_ask(
+        server,
+        victim,
+        &q("www.example.net.", TYPE_A, &opts),
+        Duration::from_secs(1),
+    );
+    assert!(answered(&other), "another tenant's zone: {other:?}");
+    // The escalating tenant's zone: TC=1 (a real resolver comes back over TCP).
+    let own = udp_ask(
+        server,
+        victim,
+        &q("www.example.com.", TYPE_A, &opts),
+        Duration::from_secs(1),
+    )
+    .expect("a reply");
+    assert!(own.flags & TC != 0 && own.counts[1] == 0, "{own:?}");
+    // Listed so.
+    let (ok, list) = dnsd.ctl(&["block", "list"]);
+    assert!(ok, "{list}");
+    let line = list
+        .lines()
+        .find(|l| l.starts_with(&format!("{victim}/32")))
+        .unwrap_or_else(|| panic!("a suspect:\n{list}"));
+    assert!(
+        line.contains("suspect evidence=udp") && line.contains("tenant=7"),
+        "{line}"
+    );
+}

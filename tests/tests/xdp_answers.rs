@@ -1236,7 +1236,8 @@ fn answering_in_xdp(pair: &VethPair, server: SocketAddr, cfg: &Path, q: &[u8]) {
 
 /// A source dnsd made a suspect (forged-looking UDP that reached an escalation) gets no
 /// answer from the fast path: its queries pass to dnsd, which answers them TC=1 with the
-/// question alone. The fast path gave it full answers from every zone it holds.
+/// question alone in the escalating tenant's zones (in full in the others'). The fast path
+/// gave it full answers from every zone it holds.
 #[test]
 fn a_suspect_source_is_never_answered_in_xdp() {
     let Some((dir, pair, zone)) = setup() else {
@@ -1282,11 +1283,21 @@ fn a_suspect_source_is_never_answered_in_xdp() {
         3,
         "a suspect's queries counted as passed untried"
     );
+    // A suspect of tenant 7's rules: dnsd answers it in full for another tenant's zone, TC=1
+    // for tenant 7's.
+    let r = replies[0].as_ref().expect("dnsd's reply");
+    assert_eq!(
+        u16::from_be_bytes([r[2], r[3]]) & 0x0200,
+        0,
+        "another tenant's zone: answered in full"
+    );
+    let own = build_query(9, "www.example.net.", 1, &QueryOpts::edns(1232));
+    let replies = exchange_all(&pair, server, vec![own]);
     let r = replies[0].as_ref().expect("dnsd's reply");
     assert_ne!(
         u16::from_be_bytes([r[2], r[3]]) & 0x0200,
         0,
-        "dnsd answers a suspect TC=1"
+        "dnsd answers a suspect TC=1 for the escalating tenant's zone"
     );
 }
 

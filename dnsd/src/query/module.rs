@@ -85,6 +85,8 @@ pub struct Env {
     /// What `before_parse` found of the message's source: a suspect, and of what scope
     /// (reset for every message).
     pub suspect: Option<Scope>,
+    /// The tenant whose zones alone the suspect is one for (`None`: every zone).
+    pub suspect_tenant: Option<u32>,
 }
 
 impl Env {
@@ -95,6 +97,7 @@ impl Env {
             now_us: 0,
             recorder,
             suspect: None,
+            suspect_tenant: None,
         };
         e.tick();
         e

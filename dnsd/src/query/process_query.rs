@@ -580,10 +580,12 @@ impl Processor {
             cookie: CookieStatus::Absent,
             cookie_out: None,
             exempt: false,
-            suspect: self
-                .plan
-                .as_ref()
-                .and_then(|p| p.suspect(zone_idx.map(|i| zones.id(i)))),
+            suspect: self.plan.as_ref().and_then(|p| {
+                p.suspect(
+                    zone_idx.map(|i| zones.id(i)),
+                    zone_idx.map(|i| zones.tenant(i)),
+                )
+            }),
         };
         if let Some(p) = &mut self.plan
             && signer.is_none()
@@ -832,7 +834,14 @@ impl Processor {
     ) -> Option<Outcome> {
         let q = &*self.q;
         let p = self.plan.as_mut()?;
-        let parsed = Parsed::zoneless(req, q, src.ip(), self.local, transport, p.suspect(None));
+        let parsed = Parsed::zoneless(
+            req,
+            q,
+            src.ip(),
+            self.local,
+            transport,
+            p.suspect(None, None),
+        );
         let a = Answered {
             class: AnswerClass::Error,
             key: b"",
@@ -949,7 +958,14 @@ impl Processor {
         let q = &*self.q;
         q.edns?.cookie(req)?;
         let p = self.plan.as_mut()?;
-        let mut parsed = Parsed::zoneless(req, q, src.ip(), self.local, transport, p.suspect(None));
+        let mut parsed = Parsed::zoneless(
+            req,
+            q,
+            src.ip(),
+            self.local,
+            transport,
+            p.suspect(None, None),
+        );
         p.check_cookie(&mut parsed);
         let cookie = parsed.cookie_out?;
         let rc = if parsed.cookie == CookieStatus::Invalid {
@@ -1058,7 +1074,7 @@ fn cookie_for(
 ) -> Option<crate::query::module::CookieOut> {
     q.edns?.cookie(req)?;
     let p = plan?;
-    let mut parsed = Parsed::zoneless(req, q, src.ip(), local, transport, p.suspect(None));
+    let mut parsed = Parsed::zoneless(req, q, src.ip(), local, transport, p.suspect(None, None));
     p.check_cookie(&mut parsed);
     parsed.cookie_out
 }

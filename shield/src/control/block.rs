@@ -273,7 +273,7 @@ fn list(blocks: &BlockMap) -> String {
         let kind = if x.is_proven() { "block" } else { "suspect" };
         let _ = writeln!(
             s,
-            "{}\texpires in {} s\t{origin}{}\t{kind} evidence={} scope={}\t{}",
+            "{}\texpires in {} s\t{origin}{}\t{kind} evidence={} scope={}{}\t{}",
             x.net,
             x.ttl_ms(now).div_ceil(1000),
             x.node
@@ -282,6 +282,7 @@ fn list(blocks: &BlockMap) -> String {
                 .unwrap_or_default(),
             x.evidence,
             x.scope,
+            x.tenant.map(|t| format!(" tenant={t}")).unwrap_or_default(),
             super::printable(x.reason.as_str())
         );
     }

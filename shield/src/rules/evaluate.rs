@@ -282,7 +282,10 @@ fn escalate<R: Request + ?Sized>(
             e.reason.as_str(),
             Origin::Local,
             evidence,
-        );
+        )
+        // Unproven, a suspect for this tenant's zones alone: a flood forged in a resolver's
+        // name against one tenant's rules made it a suspect in every tenant's zones.
+        .for_tenant(t.id);
         v.escalated = match blocks.insert(entry) {
             InsertOutcome::Refused(why) => {
                 state.refused.add(n as usize ^ t.id as usize, 1);

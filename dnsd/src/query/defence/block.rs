@@ -37,6 +37,7 @@ impl BlockCheck {
     #[inline]
     fn check(&mut self, env: &mut Env, src: IpAddr, traffic: Traffic) -> Step {
         env.suspect = None;
+        env.suspect_tenant = None;
         // One atomic load when the map is empty.
         if self.reader.is_empty() {
             return Step::Continue;
@@ -45,6 +46,7 @@ impl BlockCheck {
             Check::Clear => Step::Continue,
             Check::Suspect(hit) => {
                 env.suspect = Some(hit.scope);
+                env.suspect_tenant = hit.tenant;
                 Step::Continue
             }
             Check::Blocked(hit) => {

@@ -313,6 +313,7 @@ impl Plan {
     pub fn before_parse(&mut self, src: std::net::IpAddr, transport: Transport) -> Step {
         let env = &mut self.env;
         env.suspect = None;
+        env.suspect_tenant = None;
         step!(
             self.block
                 .as_mut()
@@ -321,13 +322,19 @@ impl Plan {
         Step::Continue
     }
 
-    /// What `before_parse` found of the message's source, for a query of `zone` (its id): a
-    /// suspect of this scope. A random-subdomain suspect (scope `nxdomain`) is one only in a
-    /// zone under such a flood now: a resolver relaying a flood on one tenant's zone keeps
-    /// every other zone's NXDOMAIN answers whole (they were truncated, and past the
-    /// suspects' budget dropped, in every zone).
+    /// What `before_parse` found of the message's source, for a query of `zone` (its id) of
+    /// `tenant`: a suspect of this scope. A random-subdomain suspect (scope `nxdomain`) is one
+    /// only in a zone under such a flood now: a resolver relaying a flood on one tenant's
+    /// zone keeps every other zone's NXDOMAIN answers whole (they were truncated, and past
+    /// the suspects' budget dropped, in every zone). A suspect of one tenant's rules is one
+    /// only in that tenant's zones.
     #[inline]
-    pub fn suspect(&self, zone: Option<u32>) -> Option<shield::block::Scope> {
+    pub fn suspect(&self, zone: Option<u32>, tenant: Option<u32>) -> Option<shield::block::Scope> {
+        if let Some(t) = self.env.suspect_tenant
+            && tenant != Some(t)
+        {
+            return None;
+        }
         match self.env.suspect {
             Some(shield::block::Scope::Nxdomain) => {
                 let flooded = |z| {
