@@ -604,6 +604,16 @@ fn rules(
             None
         };
         let base = folded.as_ref().unwrap_or(base);
+        // A rule on a forwarding header sees what the origin gets (ours, or the client's
+        // where it passes): the client's own `X-Forwarded-Proto: https` over cleartext, or
+        // `X-Real-IP: 10.1.1.1`, passed rules the origin's copy would have failed.
+        let forwarding = site.reads_forwarding.then(|| {
+            let mut h = base.clone();
+            let host = upstream_host(&f.host, f.raw_host);
+            forward::set_forwarding(&mut h, &f.snap.cfg.forwarded, &cx.client, host.as_ref());
+            h
+        });
+        let base = forwarding.as_ref().unwrap_or(base);
         let ws = (req.method() == Method::CONNECT && forward::websocket::wants(req))
             .then(|| crate::view::websocket_headers(base));
         let decoded = req

@@ -25,6 +25,9 @@ pub struct PreparedSite {
     pub has_rules: bool,
     /// Its tenant's rules read the query (the rules then see it decoded too).
     pub reads_query: bool,
+    /// Its tenant's rules read a forwarding header (`X-Forwarded-*`, `Forwarded`,
+    /// `X-Real-IP`): the rules then see the values the origin gets, not the client's.
+    pub reads_forwarding: bool,
     /// The upstream requests go to.
     pub upstream: Arc<Upstream>,
     /// `Retry-After` sent with a 429 whose verdict carries no wait of its own.
@@ -124,6 +127,12 @@ impl Sites {
                 tenant_id: s.tenant,
                 has_rules,
                 reads_query: rules.reads(s.tenant.unwrap_or(0), shield::rules::attr::BIT_QUERY),
+                reads_forwarding: crate::forward::FORWARDING_HEADERS.iter().any(|h| {
+                    rules.reads_attr(
+                        s.tenant.unwrap_or(0),
+                        &format!("{}{h}", shield::rules::attr::HEADER_PREFIX),
+                    )
+                }),
                 upstream: Arc::clone(&upstreams[s.upstream]),
                 retry_after: HeaderValue::from(s.retry_after_secs),
                 access_log: s.access_log,

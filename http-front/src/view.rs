@@ -1,7 +1,8 @@
 //! The request as shield's rules see it: `path` (normalised, see [`crate::target`]), `query`
 //! (as sent and percent-decoded), `method`, `host`, `user_agent`, `version`,
 //! `header:<lower-case name>` (every value of a header sent more than once is matched; a value
-//! that is not UTF-8 is seen with its bad bytes as U+FFFD, never hidden).
+//! that is not UTF-8 is seen with its bad bytes as U+FFFD, never hidden). `header:host` is
+//! `host` (normalised); the forwarding headers are the values the origin gets.
 
 use std::cell::Cell;
 
@@ -194,6 +195,11 @@ impl shield::rules::Request for HttpView<'_> {
             "version" => Some(version_str(self.version)),
             "ja4" => self.ja4,
             "h2_fingerprint" => self.h2_fingerprint,
+            // The host as the site was chosen by (lower case, no trailing dot or port, from
+            // `Host`, an absolute-form target or `:authority`): `header:host` compared the
+            // raw value, and `HH.site.test`, `hh.site.test.`, `:80` or `:authority` passed a
+            // rule on `hh.site.test` while the origin served that host.
+            "header:host" => Some(self.host),
             _ => {
                 let h = name.strip_prefix(shield::rules::attr::HEADER_PREFIX)?;
                 header_text(self.headers.get(h)?)
@@ -207,6 +213,7 @@ impl shield::rules::Request for HttpView<'_> {
         }
         let h = match name {
             "query" => return self.query_decoded.filter(|_| n == 1),
+            "header:host" => return None,
             "user_agent" => "user-agent",
             _ => name.strip_prefix(shield::rules::attr::HEADER_PREFIX)?,
         };

@@ -287,3 +287,60 @@ fn http_rules_see_underscore_spellings_every_copy_and_padded_numbers() {
     assert!(!seen.contains("x_original_url"), "{seen}");
     assert!(!seen.contains("x_http_method_override"), "{seen}");
 }
+
+const RULES_F: &str = r#"
+[[tenant]]
+id = 3
+[[tenant.rule]]
+name = "https-only"
+action = "deny"
+when = [{ attr = "path", prefix = "/secure" }, { attr = "header:x-forwarded-proto", exact = "https", not = true }]
+[[tenant.rule]]
+name = "internal-only"
+action = "deny"
+when = [{ attr = "path", prefix = "/internal" }, { attr = "header:x-real-ip", prefix = "10.", not = true }]
+[[tenant.rule]]
+name = "no-hh"
+action = "deny"
+when = [{ attr = "header:host", exact = "hh.f.test" }]
+"#;
+
+/// Rules on the headers the proxy sets read what the origin gets, never the client's copy
+/// (`X-Forwarded-Proto: https` over cleartext, `X-Real-IP: 10.1.1.1` passed rules the
+/// origin's copy fails); `header:host` is the host the site was chosen by (its case, a
+/// trailing dot, a port or an absolute-form target passed a rule on the raw value).
+#[test]
+fn http_rules_on_forwarding_headers_and_host_see_what_the_origin_gets() {
+    let origin = Origin::start();
+    let o = origin.addr();
+    let front = Front::start(
+        move |a, m| {
+            format!(
+                "{}[rules]\nfile = \"rules.toml\"\n\n\
+                 [[site]]\nhosts = [\"f.test\", \"hh.f.test\"]\nupstream = \"app\"\ntenant = 3\n",
+                base_config(a, m, o)
+            )
+        },
+        Some(RULES_F),
+    );
+    assert_eq!(raw_to(&front, "f.test", "GET /", &[], b"").status, 200);
+    let served = origin.requests();
+    for (target, lines) in [
+        ("GET /secure/x", &[&b"X-Forwarded-Proto: https"[..]][..]),
+        ("GET /internal/x", &[&b"X-Real-IP: 10.1.1.1"[..]][..]),
+    ] {
+        let r = raw_to(&front, "f.test", target, lines, b"");
+        assert_eq!(r.status, 403, "{target} {lines:?}: {}", r.body);
+    }
+    for host in ["hh.f.test", "HH.f.test", "hh.f.test.", "hh.f.test:80"] {
+        let r = raw_to(&front, host, "GET /", &[], b"");
+        assert_eq!(r.status, 403, "Host: {host}: {}", r.body);
+    }
+    let r = raw_to(&front, "f.test", "GET http://hh.f.test/x", &[], b"");
+    assert_eq!(r.status, 403, "absolute form: {}", r.body);
+    assert_eq!(
+        origin.requests(),
+        served,
+        "nothing denied reached the origin"
+    );
+}

@@ -152,6 +152,15 @@ impl Forwarding {
         }
     }
 }
+/// The forwarding headers the proxy sets or drops ([`set_forwarding`]), lower case.
+pub const FORWARDING_HEADERS: [&str; 5] = [
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "forwarded",
+    "x-real-ip",
+];
+
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");

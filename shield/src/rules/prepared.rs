@@ -117,6 +117,21 @@ impl Prepared {
             .map_or(0, |t| t.reads)
     }
 
+    /// True when `tenant`'s rules read the attribute `name` (a condition on it, or a rate
+    /// limit keyed by it); for load-time decisions (it looks at every rule).
+    pub fn reads_attr(&self, tenant: TenantId, name: &str) -> bool {
+        let Some(t) = self.tenants.get(tenant as usize).and_then(|t| t.as_ref()) else {
+            return false;
+        };
+        let keyed = |r: &Option<super::compiled::RateSpec>| {
+            r.as_ref().and_then(|r| r.key.as_deref()) == Some(name)
+        };
+        keyed(&t.rate)
+            || t.rules
+                .iter()
+                .any(|r| keyed(&r.rate) || r.conds.iter().any(|c| &*c.attr == name))
+    }
+
     /// True when the tenant has any rule (callers may skip the check entirely otherwise).
     pub fn has_rules(&self, tenant: TenantId) -> bool {
         self.tenants
