@@ -384,7 +384,8 @@ fn a_whole_reply_is_taken_without_waiting_for_the_close() {
 #[test]
 fn a_batch_too_large_for_the_server_is_halved_and_a_row_too_large_dropped() {
     let fake = Fake::start();
-    *fake.how.lock().unwrap() = How::TooLargeOver(150);
+    // A proxy in front that takes 200 KiB at most; one row of 300 KiB.
+    *fake.how.lock().unwrap() = How::TooLargeOver(200 * 1024);
     let w = ClickHouseWriter::spawn(
         &ClickHouseConfig {
             batch_rows: 40,
@@ -395,7 +396,7 @@ fn a_batch_too_large_for_the_server_is_halved_and_a_row_too_large_dropped() {
     )
     .unwrap();
     let mut r = rows(0..20);
-    r.push_unvalidated(format!("{{\"seq\":20,\"pad\":\"{}\"}}", "p".repeat(300)).as_bytes());
+    r.push_unvalidated(format!("{{\"seq\":20,\"pad\":\"{}\"}}", "p".repeat(300 * 1024)).as_bytes());
     for i in 21..40 {
         r.push_unvalidated(format!("{{\"seq\":{i}}}").as_bytes());
     }
@@ -404,6 +405,33 @@ fn a_batch_too_large_for_the_server_is_halved_and_a_row_too_large_dropped() {
     let want: Vec<u32> = (0..40).filter(|&i| i != 20).collect();
     assert_eq!(seqs(&fake), want);
     assert_eq!((st.landed, st.rejected, st.request_failures), (39, 1, 0));
+}
+
+/// Something in front of ClickHouse that answers 413 to everything (rows of a few bytes,
+/// smaller than any row could be too large): waited out as a server that is down, never a
+/// reason to drop the rows (every one was dropped).
+#[test]
+fn a_413_for_rows_no_larger_than_any_is_waited_out() {
+    let fake = Fake::start();
+    *fake.how.lock().unwrap() = How::TooLargeOver(0);
+    let w = ClickHouseWriter::spawn(
+        &ClickHouseConfig {
+            batch_rows: 20,
+            max_buffered_rows: 100,
+            ..cfg(fake.port)
+        },
+        Table::Events,
+    )
+    .unwrap();
+    assert_eq!(w.push(&rows(0..20)), 20);
+    wait_for("the insert failing as for a server that is down", || {
+        w.stats().request_failures >= 3
+    });
+    assert_eq!(w.stats().rejected, 0);
+    *fake.how.lock().unwrap() = How::Normal;
+    wait_for("every row", || fake.rows().len() == 20);
+    let st = w.close();
+    assert_eq!((st.landed, st.rejected), (20, 0));
 }
 
 #[test]

@@ -557,6 +557,8 @@ impl Inner {
                     match res {
                         Ok(()) => {
                             landed_here = true;
+                            st.largest_landed =
+                                st.largest_landed.max(chunk.ends[b - 1] - chunk.start(a));
                             self.c.landed.fetch_add((b - a) as u64, Ordering::Relaxed);
                             self.drop_held(held.drain(..));
                             if st.failures > 0 {
@@ -594,6 +596,23 @@ impl Inner {
                                 halve(&mut pending, a, b);
                             }
                             break;
+                        }
+                        Err(Failure::TooLarge { code, message })
+                            if b - a == 1
+                                && chunk.ends[b - 1] - chunk.start(a)
+                                    <= st.largest_landed.max(TOO_LARGE_FLOOR) =>
+                        {
+                            // No larger than what landed (or than any row is): not too large
+                            // for the table — something in front refuses everything. Waited
+                            // out as a server that is down; dropping it lost every row.
+                            self.transient(
+                                st,
+                                code,
+                                format!(
+                                    "a row of {} bytes refused as too large, no larger than what lands: {message}",
+                                    chunk.ends[b - 1] - chunk.start(a)
+                                ),
+                            );
                         }
                         Err(Failure::TooLarge { code, message }) => {
                             if b - a == 1 {
@@ -676,7 +695,13 @@ struct SenderState {
     rows_rejected_in_a_row: u32,
     /// The error code last logged in a failure streak, and when.
     logged: Option<(u32, Instant)>,
+    /// Bytes of the largest insert that landed (0: none yet).
+    largest_landed: usize,
 }
+
+/// A row this small is never too large for ClickHouse: a 413 for it (from a proxy in front
+/// that refuses everything) is a failure to wait out, not a reason to drop it.
+const TOO_LARGE_FLOOR: usize = 256 * 1024;
 
 /// How often a failure streak with an unchanged cause is logged again.
 const FAILING_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -692,6 +717,7 @@ fn run_sender(inner: Arc<Inner>) {
         backoff: FIRST_BACKOFF.min(Duration::from_millis(inner.cfg.max_backoff_ms)),
         rows_rejected_in_a_row: 0,
         logged: None,
+        largest_landed: 0,
     };
     while let Some(chunk) = inner.next_batch() {
         inner.c.batches.fetch_add(1, Ordering::Relaxed);
