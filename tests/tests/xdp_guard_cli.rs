@@ -302,3 +302,27 @@ fn dropped_without_guard(pair: &VethPair) -> bool {
     let mut b = [0u8; 8];
     got.recv(&mut b).is_err()
 }
+
+/// `xdp-guard attach` run by `ip netns exec` (which makes a mount namespace of its own, /sys
+/// remounted): the bpffs it mounts, its pins and the attachment they hold vanish when it ends,
+/// and it said "attached" with nothing left behind — it says so now, and how to run it.
+#[test]
+fn attach_under_ip_netns_exec_says_its_pins_vanish() {
+    if let Err(why) = netns::available() {
+        palisade_tests::skipped(&format!("xdp-guard CLI test: {why}"));
+        return;
+    }
+    let pair = VethPair::new().expect("veth pair");
+    let dir = tempfile::tempdir().unwrap();
+    let pins = Pins::new("netnsexec");
+    let cfg = guard_toml(dir.path(), &pair, &pins, 1000, 4096);
+    let out = Command::new("ip")
+        .args(["netns", "exec", pair.b.name()])
+        .arg(palisade_tests::bin("xdp-guard"))
+        .args(["attach", "-c", cfg.to_str().unwrap()])
+        .output()
+        .expect("run ip netns exec");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("nsenter --net=/run/netns/NAME"), "{text}");
+}

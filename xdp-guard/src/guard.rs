@@ -486,6 +486,14 @@ pub fn ensure_bpffs(dir: &Path) -> Result<(), Error> {
             return Err(err(root, std::io::Error::last_os_error()));
         }
         info!("mounted bpffs on /sys/fs/bpf");
+        // Where nothing had mounted it, this may be a mount namespace of the process's own
+        // (`ip netns exec` remounts /sys): it said "attached" and left nothing behind.
+        tracing::warn!(
+            "bpffs was not mounted on /sys/fs/bpf and is mounted now: if this process runs in \
+             a mount namespace of its own (as `ip netns exec` makes), the pins, and an \
+             attachment held by them, vanish when it ends and no other process sees them — \
+             run it with `nsenter --net=/run/netns/NAME` instead"
+        );
     }
     std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
     if !is_bpffs(dir) {
