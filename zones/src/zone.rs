@@ -25,7 +25,7 @@ pub const QNAME_PTR: [u8; 2] = [0xC0, 0x0C];
 pub const RR_HEAD: usize = 12;
 
 /// One RRset, encoded for the answer section.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RRset {
     /// Type.
     pub rtype: u16,

@@ -1128,8 +1128,16 @@ impl<'q> Answerer<'_, '_, 'q> {
         }
     }
 
-    /// A and AAAA for the names an answer points at (NS, MX, SRV targets), when we hold them.
+    /// A and AAAA for the names an answer points at (NS, MX, SRV targets), when we hold them;
+    /// for SVCB and HTTPS, the target's own SVCB or HTTPS RRset too (RFC 9460 §4.1, as Knot
+    /// adds it: an AliasMode answer then carries where it leads).
     fn additional(&mut self, zone: &Zone, s: &RRset) {
+        let svcb = s.rtype == t::SVCB || s.rtype == t::HTTPS;
+        let types: &[u16] = if svcb {
+            &[t::A, t::AAAA, s.rtype]
+        } else {
+            &[t::A, t::AAAA]
+        };
         let mut targets: [(usize, usize); 16] = [(0, 0); 16];
         for (_, rd) in zone.rrs(s) {
             let mut n = 0;
@@ -1159,8 +1167,12 @@ impl<'q> Answerer<'_, '_, 'q> {
                 {
                     continue;
                 }
-                for rtype in [t::A, t::AAAA] {
+                for &rtype in types {
                     if let Some(a) = zone.rrset(node, rtype).copied() {
+                        // The answer itself (a target naming its own owner) is not repeated.
+                        if a == *s {
+                            continue;
+                        }
                         let owner = match self.w.find_name(lower) {
                             Some(o) => Owner::At(o),
                             None => Owner::Name(lower),
@@ -1412,6 +1424,38 @@ pub(crate) mod tests {
         assert_eq!(a.kind, Kind::NoData);
         assert!(r.aa());
         assert_negative(&r);
+    }
+
+    #[test]
+    fn an_https_answer_carries_its_targets_https_and_addresses() {
+        let text = "$ORIGIN s.test.\n$TTL 300\n@ SOA ns1 hm 1 2 3 4 5\n@ NS ns1\nns1 A 192.0.2.1\n\
+                    @ HTTPS 0 pool\npool HTTPS 1 . alpn=h2\npool HTTPS 2 . alpn=h3\n\
+                    pool A 192.0.2.7\nself HTTPS 1 self\nself A 192.0.2.8\n";
+        let z = zone_set(vec![(load_zone("s.test.", text), ServeOptions::default())]).load_full();
+        let (r, a) = ask(&z, Q::new("s.test.", t::HTTPS));
+        assert_eq!(a.kind, Kind::Answer);
+        let add: Vec<(&str, u16)> = r
+            .additional
+            .iter()
+            .map(|x| (x.owner.as_str(), x.rtype))
+            .collect();
+        // AliasMode: where it leads, its ServiceMode records (once) and address.
+        assert_eq!(
+            add,
+            [
+                ("pool.s.test.", t::A),
+                ("pool.s.test.", t::HTTPS),
+                ("pool.s.test.", t::HTTPS)
+            ]
+        );
+        // A target naming its own owner: its address, the answer not repeated.
+        let (r, _) = ask(&z, Q::new("self.s.test.", t::HTTPS));
+        let add: Vec<(&str, u16)> = r
+            .additional
+            .iter()
+            .map(|x| (x.owner.as_str(), x.rtype))
+            .collect();
+        assert_eq!(add, [("self.s.test.", t::A)]);
     }
 
     #[test]
