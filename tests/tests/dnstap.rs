@@ -256,3 +256,55 @@ fn dnstap_only_what_a_defence_acted_on_and_sampling() {
     assert_eq!(text.lines().count(), 10, "{text}");
     assert!(text.lines().all(|l| l.contains(" AQ ")), "{text}");
 }
+
+/// A full disk never leaves half a frame in the file: what was written is cut back to its
+/// last whole frame (and its stream ended), so a reader reads every frame there (a partial
+/// frame, and the next opening's START after it, stopped `dnstap-read` there).
+#[test]
+fn a_full_disk_leaves_only_whole_frames_in_the_dnstap_file() {
+    if unsafe { libc::geteuid() } != 0 {
+        palisade_tests::skipped("not root: no small tmpfs to fill");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=48k", "tmpfs"])
+        .arg(&small)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "mount a 48 KiB tmpfs");
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&small);
+    let file = small.join("tap.fstrm");
+    let dnsd = Dnsd::builder()
+        .zone(Zone::data("example.com."))
+        .raw(&format!(
+            "[dnstap]\nfile = \"{}\"\nresponses = true",
+            file.display()
+        ))
+        .start();
+    let server = dnsd.addr();
+    let c = client();
+    // Some 700 queries and answers, far past 48 KiB, with pauses for the reopenings.
+    for i in 0..700u16 {
+        ask(&c, server, i, "www.example.com.");
+        if i % 100 == 99 {
+            std::thread::sleep(Duration::from_millis(1200));
+        }
+    }
+    wait_for("the disk full", Duration::from_secs(10), || {
+        dnsd.stats().get("dnstap.dropped_output") > 0
+    });
+    drop(dnsd);
+    let Some(text) = dnstap_read(&file) else {
+        return;
+    };
+    assert!(text.lines().count() > 50, "{text}");
+}

@@ -275,6 +275,7 @@ fn answer_guard(rate: xdp_guard::AnswerRate) -> XdpGuard {
                         csum: fold(ones(&tail)),
                         cookie: if edns { COOKIE_ANSWER } else { 0 },
                         reserved: 0,
+                        rrl_key: i as u64 + 1,
                         qname: padded_name(QNAME).unwrap(),
                         data,
                     },

@@ -243,13 +243,14 @@ static __always_inline __u16 reply_csum(__u32 psum, struct udphdr *udp, struct d
 	return c ? c : 0xffff;
 }
 
-/* RRL in XDP: whether the source prefix of `src` (IPv4 mapped) gets one more answer for the
- * name and type of `nk` — a token bucket of `rate` answers per second holding one second's
- * worth: 1 yes, 2 over the rate but slipped (TC=1), 0 over the rate and dropped. One bucket
- * per name and type, as dnsd's RRL keys answers (and Knot's): a flood forged in a resolver's
- * name for one name never limits its answers for another. */
+/* RRL in XDP: whether the source prefix of `src` (IPv4 mapped) gets one more reply of the
+ * account `rrl_key` (guard_answer.rrl_key) — a token bucket of `rate` replies per second
+ * holding one second's worth: 1 yes, 2 over the rate but slipped (TC=1), 0 over the rate and
+ * dropped. One bucket per account, as dnsd's RRL (and Knot's) keys them: an answer's name and
+ * type, a NODATA's name, a referral's zone — a flood forged in a resolver's name for one name
+ * never limits its answers for another, and a zone's delegations are one account. */
 static __always_inline int answer_allowed(const __u8 *src, int v6, const struct guard_ans_addr *aa,
-					  const struct guard_ans_key *nk, int charge_only, __u64 now)
+					  __u64 rrl_key, int charge_only, __u64 now)
 {
 	if (!aa->rate)
 		return 1;
@@ -268,8 +269,7 @@ static __always_inline int answer_allowed(const __u8 *src, int v6, const struct 
 	struct guard_ans_rate_key k = {};
 	__builtin_memcpy(k.addr, &hi, 8);
 	__builtin_memcpy(k.addr + 8, &lo, 8);
-	k.name_hash = nk->name_hash;
-	k.qtype = nk->qtype;
+	k.rrl_key = rrl_key;
 	__u64 cap = (__u64)aa->rate * GUARD_TOKEN_UNIT;
 	struct guard_ans_bucket *b = bpf_map_lookup_elem(&guard_ans_rate, &k);
 	if (!b) {
@@ -960,7 +960,7 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 			     src[11] == 0xff;
 		if (v->cookie != GUARD_COOKIE_ANSWER || aa->cookie_keys == GUARD_KEYS_NONE ||
 		    mapped) {
-			answer_allowed(src, v6, aa, &scr->key, 1, now);
+			answer_allowed(src, v6, aa, v->rrl_key, 1, now);
 			cnt->count[GUARD_C_ANS_PASS_COOKIE]++;
 			return XDP_PASS;
 		}
@@ -976,7 +976,7 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 	__u32 qend = a->qend;
 	if (len == 0 || (extra && len < 11) || len > GUARD_ANSWER_MAX ||
 	    qend > 12 + GUARD_QNAME_MAX + 4 || qend + len + extra > limit) {
-		answer_allowed(src, v6, aa, &scr->key, 1, now);
+		answer_allowed(src, v6, aa, v->rrl_key, 1, now);
 		cnt->count[GUARD_C_ANS_PASS_SIZE]++;
 		return XDP_PASS;
 	}
@@ -1000,7 +1000,7 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 			exempt |= valid;
 		}
 	}
-	int allowed = exempt ? 1 : answer_allowed(src, v6, aa, &scr->key, 0, now);
+	int allowed = exempt ? 1 : answer_allowed(src, v6, aa, v->rrl_key, 0, now);
 	if (allowed == 0) {
 		cnt->count[GUARD_C_ANS_RRL_DROP]++;
 		return GUARD_RRL_DROP;

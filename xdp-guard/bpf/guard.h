@@ -208,6 +208,9 @@ struct guard_answer {
 	__u16 csum;      /* 16-bit one's complement sum of data placed at an even offset */
 	__u16 cookie;    /* GUARD_COOKIE_*: how a query with a cookie is answered */
 	__u16 reserved;
+	__u64 rrl_key;   /* the account RRL charges the reply to, as dnsd's RRL keys it: the
+			  * class and its key (the name and type of an answer, the name of a
+			  * NODATA, the zone of a referral), hashed by dnsd */
 	__u8 qname[GUARD_QNAME_MAX]; /* the lower-case wire qname answered, zero padded */
 	__u8 data[GUARD_ANSWER_MAX];
 };
@@ -222,13 +225,11 @@ struct guard_v6_key {
 	__u8 addr[16];
 };
 
-/* guard_ans_rate key: a source prefix (IPv4 mapped, masked), the name's FNV-1a hash and the
- * type asked (guard_ans_key's), as RRL keys an answer. */
+/* guard_ans_rate key: a source prefix (IPv4 mapped, masked) and the account of the reply
+ * (guard_answer.rrl_key), as dnsd's RRL keys it. */
 struct guard_ans_rate_key {
 	__u8 addr[16];
-	__u64 name_hash;
-	__u16 qtype;
-	__u16 pad[3];
+	__u64 rrl_key;
 };
 
 /* guard_pfx_v4 key (LPM_TRIE): prefix length in bits, then the address. */
@@ -320,8 +321,8 @@ _Static_assert(sizeof(struct guard_counters) == 8 * GUARD_COUNTERS, "guard_count
 _Static_assert(sizeof(struct guard_ans_addr_key) == 20, "guard_ans_addr_key");
 _Static_assert(sizeof(struct guard_ans_addr) == 64, "guard_ans_addr");
 _Static_assert(sizeof(struct guard_ans_key) == 32, "guard_ans_key");
-_Static_assert(sizeof(struct guard_ans_rate_key) == 32, "guard_ans_rate_key");
-_Static_assert(sizeof(struct guard_answer) == 16 + GUARD_QNAME_MAX + GUARD_ANSWER_MAX,
+_Static_assert(sizeof(struct guard_ans_rate_key) == 24, "guard_ans_rate_key");
+_Static_assert(sizeof(struct guard_answer) == 24 + GUARD_QNAME_MAX + GUARD_ANSWER_MAX,
 	       "guard_answer");
 _Static_assert(sizeof(struct guard_ans_scratch) ==
 		       32 + GUARD_QNAME_MAX + 48 + 12 + 16 + 44,

@@ -375,7 +375,7 @@ impl GuardMaps {
         self.delete_answers(|k| gone.contains(&(k.addr, k.port)))
     }
 
-    /// Every bucket of the answer-rate map (a source prefix, a name and a type) and the
+    /// Every bucket of the answer-rate map (a source prefix and an account) and the
     /// replies RRL in XDP limited (dropped or slipped) for it so far, summed over the CPUs
     /// (the bucket lives until the LRU map evicts it).
     pub fn answer_rate_limited(&self) -> Result<Vec<AnsRateBucket>, Error> {
@@ -386,8 +386,8 @@ impl GuardMaps {
         // struct guard_ans_bucket: tokens, last_ns, limited (u64 each) per CPU.
         let mut v = vec![0u8; cpus * 24];
         let mut out = Vec::new();
-        // struct guard_ans_rate_key: the prefix, the name's hash, the type, padding.
-        for k in self.keys(RATE, 32)? {
+        // struct guard_ans_rate_key: the prefix, the account.
+        for k in self.keys(RATE, 24)? {
             let found = sys::lookup(self.raw_fd(RATE), &k, &mut v).map_err(|source| {
                 crate::guard_maps::syscall_err("lookup", ALL_MAPS[RATE], source)
             })?;
@@ -402,8 +402,7 @@ impl GuardMaps {
             let v6 = std::net::Ipv6Addr::from(a);
             out.push(AnsRateBucket {
                 prefix: v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-                name_hash: u64::from_ne_bytes(k[16..24].try_into().expect("8 bytes")),
-                qtype: u16::from_ne_bytes([k[24], k[25]]),
+                rrl_key: u64::from_ne_bytes(k[16..24].try_into().expect("8 bytes")),
                 limited,
             });
         }
@@ -444,15 +443,13 @@ impl GuardMaps {
     }
 }
 
-/// One bucket of RRL in XDP: a source prefix's answers of one name and type.
+/// One bucket of RRL in XDP: a source prefix's replies of one account.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AnsRateBucket {
     /// The source prefix (its address, masked).
     pub prefix: IpAddr,
-    /// The FNV-1a hash of the lower-case wire name asked.
-    pub name_hash: u64,
-    /// The type asked.
-    pub qtype: u16,
+    /// The account ([`crate::maps::Answer::rrl_key`]).
+    pub rrl_key: u64,
     /// Replies limited (dropped or slipped) so far, over all CPUs.
     pub limited: u64,
 }

@@ -502,7 +502,7 @@ const _: () = assert!(size_of::<GuardConfig>() == 8 * 3 + 4 * 2 + 8192);
 const _: () = assert!(size_of::<AnsAddrKey>() == 16 + 2 + 2);
 const _: () = assert!(size_of::<AnsAddr>() == 64);
 const _: () = assert!(size_of::<AnsKey>() == 16 + 2 + 1 + 1 + 2 + 2 + 8);
-const _: () = assert!(size_of::<Answer>() == 16 + QNAME_MAX + ANSWER_MAX);
+const _: () = assert!(size_of::<Answer>() == 24 + QNAME_MAX + ANSWER_MAX);
 
 const fn str_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
@@ -644,6 +644,9 @@ pub struct Answer {
     pub cookie: u16,
     /// Zero.
     pub reserved: u16,
+    /// The account RRL in XDP charges the reply to (dnsd's RRL class and key, hashed): one
+    /// bucket per source prefix and account.
+    pub rrl_key: u64,
     /// The lower-case wire qname answered, zero padded ([`padded_name`]).
     pub qname: [u8; QNAME_MAX],
     /// The reply's bytes after the question.

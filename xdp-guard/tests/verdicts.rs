@@ -705,6 +705,7 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         csum: 0xc00d,
         cookie: 0,
         reserved: 0,
+        rrl_key: 1,
         qname: [0; QNAME_MAX],
         data,
     };
@@ -866,8 +867,9 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         tally[1] >= 2 && tally[2] >= 2,
         "one in two slipped: {tally:?}"
     );
-    // One bucket per name and type, as RRL keys answers: the source over its rate for ". A"
-    // still gets its first ". AAAA" answers.
+    // One bucket per account, as dnsd's RRL keys replies (dnsd writes each answer's): the
+    // source over its rate for ". A" still gets its first ". AAAA" answers (another account),
+    // while ". MX" of the same account as ". A" (a referral's zone, a NODATA's name) does not.
     let aaaa_key = AnsKey {
         addr: key.addr,
         port: key.port,
@@ -876,9 +878,15 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     let mut aaaa_ans = ans;
     aaaa_ans.data[..4].copy_from_slice(&[0xc0, 0x0c, 0, 28]);
     aaaa_ans.csum = 0xc028;
+    aaaa_ans.rrl_key = 2;
+    let mx_key = AnsKey {
+        addr: key.addr,
+        port: key.port,
+        ..AnsKey::for_name(V_NO_EDNS, 15, &[0])
+    };
     m.publish_answers(
         &[addr],
-        &mut [(key, ans), (aaaa_key, aaaa_ans)],
+        &mut [(key, ans), (aaaa_key, aaaa_ans), (mx_key, ans)],
         1232,
         rate,
         None,
@@ -895,6 +903,14 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         d.ans_rrl[0] + d.ans_rrl[1],
         1,
         "\". A\" still over the rate: {d:?}"
+    );
+    let mut mx = root_query(25);
+    mx[14] = 15;
+    let (_, d) = run(&g, &query(&mx, 1));
+    assert_eq!(
+        d.ans_rrl[0] + d.ans_rrl[1],
+        1,
+        "\". MX\", of \". A\"'s account, over the rate too: {d:?}"
     );
     for i in 0..3 {
         let (v, d) = run(&g, &query(&aaaa(21 + i), 1));
@@ -922,9 +938,9 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         )
     };
     for i in 0..20 {
-        let mut mx = root_query(30 + i);
-        mx[14] = 15;
-        assert_eq!(run(&g, &other(&mx)).0, Verdict::Pass);
+        let mut txt = root_query(30 + i);
+        txt[14] = 16;
+        assert_eq!(run(&g, &other(&txt)).0, Verdict::Pass);
     }
     for i in 0..3 {
         let (v, d) = run(&g, &other(&root_query(60 + i)));
@@ -938,7 +954,7 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     m.suspend_answers(&[addr]).unwrap();
     let (v, d) = run(&g, &query(&root_query(5), 1));
     assert_eq!((v, d.ans_pass[0]), (Verdict::Pass, 1));
-    assert_eq!(m.answer_count().unwrap(), 2);
+    assert_eq!(m.answer_count().unwrap(), 3);
     m.withdraw_answers(&[addr]).unwrap();
     assert_eq!(m.answer_count().unwrap(), 0);
 }
@@ -1023,6 +1039,7 @@ fn cookies_are_verified_minted_and_exempt_from_rrl_in_xdp() {
         csum: fold(ones(&tail)),
         cookie: COOKIE_ANSWER,
         reserved: 0,
+        rrl_key: 1,
         qname: [0; QNAME_MAX],
         data,
     };

@@ -317,15 +317,44 @@ struct Writer {
 
 /// An open output: a file, or a socket whose reader accepted the stream.
 enum Output {
-    File(io::BufWriter<std::fs::File>),
+    /// A file, and its length at the last frame boundary flushed whole.
+    File(io::BufWriter<std::fs::File>, u64),
     Socket(io::BufWriter<std::os::unix::net::UnixStream>),
 }
 
 impl Output {
     fn writer(&mut self) -> &mut dyn Write {
         match self {
-            Output::File(f) => f,
+            Output::File(f, _) => f,
             Output::Socket(s) => s,
+        }
+    }
+
+    /// Flushes; a file's length is then a frame boundary to come back to.
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Output::File(f, whole) => {
+                f.flush()?;
+                *whole = f.get_ref().metadata()?.len();
+                Ok(())
+            }
+            Output::Socket(s) => s.flush(),
+        }
+    }
+
+    /// Closes an output that failed: a file is cut back to its last whole frame and its
+    /// stream ended with STOP where that fits (a full disk left half a frame, where a reader
+    /// stops, and the START of the next opening after it).
+    fn abandon(self) {
+        if let Output::File(f, whole) = self {
+            let (mut file, _unwritten) = f.into_parts();
+            if file.set_len(whole).is_ok() {
+                let mut stop = Vec::with_capacity(12);
+                let _ = control(&mut stop, STOP, false);
+                if file.write_all(&stop).and_then(|()| file.flush()).is_err() {
+                    let _ = file.set_len(whole);
+                }
+            }
         }
     }
 }
@@ -369,10 +398,10 @@ impl Writer {
                     None
                 };
             }
-            if let Some(o) = &mut out
-                && o.writer().flush().is_err()
+            if out.as_mut().is_some_and(|o| o.flush().is_err())
+                && let Some(o) = out.take()
             {
-                out = None;
+                o.abandon();
             }
         }
         if let Some(mut o) = out {
@@ -408,7 +437,9 @@ impl Writer {
             let w = o.writer();
             if w.write_all(&len).and_then(|()| w.write_all(frame)).is_err() {
                 self.stats.dropped_output.fetch_add(1, Ordering::Relaxed);
-                *out = None;
+                if let Some(o) = out.take() {
+                    o.abandon();
+                }
                 return false;
             }
             n += 1;
@@ -424,10 +455,16 @@ impl Writer {
                 .append(true)
                 .open(p)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", p.display())))?;
+            // What is there is whole (a failed write is cut back to its last whole frame).
+            let whole = f.metadata()?.len();
             let mut w = io::BufWriter::new(f);
             control(&mut w, START, true)?;
-            w.flush()?;
-            return Ok(Output::File(w));
+            let mut o = Output::File(w, whole);
+            if let Err(e) = o.flush() {
+                o.abandon();
+                return Err(e);
+            }
+            return Ok(o);
         }
         let p = self.cfg.socket.as_deref().unwrap_or(Path::new(""));
         if let Some(why) = squattable(p) {

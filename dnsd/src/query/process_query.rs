@@ -174,6 +174,8 @@ pub struct Processor {
     tap: Option<crate::observe::dnstap::Tap>,
     /// A defence dropped, slipped or refused the message being processed (for dnstap).
     defence_acted: bool,
+    /// The RRL account of the last answer, kept when asked for (XDP's compilation).
+    rrl_account: Option<Vec<u8>>,
 }
 
 /// The outcome of processing one message.
@@ -216,7 +218,21 @@ impl Processor {
             denier: DenierSlot::Own(None),
             tap: None,
             defence_acted: false,
+            rrl_account: None,
         }
+    }
+
+    /// Keeps the RRL account of each answer ([`Processor::rrl_account`]) from now on.
+    pub fn keep_rrl_account(mut self) -> Processor {
+        self.rrl_account = Some(Vec::with_capacity(260));
+        self
+    }
+
+    /// The RRL account of the last answer, when kept: its class, the class's key and type
+    /// (what dnsd's RRL hashes), as one byte string; empty when the last message got no
+    /// answer.
+    pub fn rrl_account(&self) -> &[u8] {
+        self.rrl_account.as_deref().unwrap_or_default()
     }
 
     /// Shares one compact-denial budget among processors (TCP: one per connection, so a
@@ -692,9 +708,10 @@ impl Processor {
         }
         drop(shared_denier);
         // 6. After answering.
-        if let Some(p) = &mut self.plan
-            && signer.is_none()
-        {
+        if let Some(acct) = &mut self.rrl_account {
+            acct.clear();
+        }
+        if (self.plan.is_some() && signer.is_none()) || self.rrl_account.is_some() {
             let rc = w.rcode();
             let (class, key): (AnswerClass, &[u8]) = match ans.kind {
                 _ if rc != rcode::NOERROR && rc != rcode::NXDOMAIN => (AnswerClass::Error, b""),
@@ -720,10 +737,17 @@ impl Processor {
                     0
                 },
             };
-            let step = p.after_answer(&parsed, &a);
-            if step != Step::Continue {
-                let cookie = parsed.cookie_out;
-                return self.act(step, req, out, true, edns, transport, src, cookie.as_ref());
+            if let Some(acct) = &mut self.rrl_account {
+                acct.push(a.class as u8);
+                acct.extend(a.key.iter().map(u8::to_ascii_lowercase));
+                acct.extend_from_slice(&a.qtype.to_be_bytes());
+            }
+            if let Some(p) = self.plan.as_mut().filter(|_| signer.is_none()) {
+                let step = p.after_answer(&parsed, &a);
+                if step != Step::Continue {
+                    let cookie = parsed.cookie_out;
+                    return self.act(step, req, out, true, edns, transport, src, cookie.as_ref());
+                }
             }
         }
         // 7. EDNS and counters.

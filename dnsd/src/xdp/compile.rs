@@ -60,7 +60,8 @@ pub fn compile(
             pcfg.clone(),
             Arc::new(WorkerStats::default()),
             None,
-        ),
+        )
+        .keep_rrl_account(),
         addrs,
         q: Vec::with_capacity(512),
         reply: vec![0u8; 65535],
@@ -169,6 +170,15 @@ impl Compiler<'_> {
                 self.skipped += 1;
                 continue;
             };
+            // RRL in XDP charges it to the account dnsd's RRL would (a referral to its
+            // zone's, a NODATA to its name's): a zone's delegations are one account there
+            // too, not one per name and type.
+            let account = self.p.rrl_account();
+            if account.is_empty() {
+                self.skipped += 1;
+                continue;
+            }
+            ans.rrl_key = xdp_guard::maps::name_hash(account);
             if variant != V_NO_EDNS {
                 // What dnsd does with a client cookie in the same query.
                 add_cookie(&mut self.q);
@@ -295,6 +305,7 @@ fn answer_of(reply: &[u8], query_len: usize, variant: u8) -> Option<Answer> {
         csum: ones_sum(tail),
         cookie: COOKIE_PASS,
         reserved: 0,
+        rrl_key: 0,
         qname: [0; QNAME_MAX],
         data,
     })
@@ -368,6 +379,38 @@ mod tests {
         // A tenant with rules of its own keeps its zones out of XDP.
         let none = compile(&set, &addrs, &pcfg, &|_| true, usize::MAX, None, &[]);
         assert!(none.entries.is_empty());
+    }
+
+    #[test]
+    fn each_answer_carries_the_account_dnsd_s_rrl_charges_it_to() {
+        let (set, addrs, pcfg) = two_zones(ServeOptions {
+            xdp_answers: true,
+            ..Default::default()
+        });
+        let all = compile(&set, &addrs, &pcfg, &|_| false, usize::MAX, None, &[]);
+        let name_of = |k: &AnsKey, v: &Answer| v.qname[..k.qname_len as usize].to_vec();
+        // Referrals (no AA) are one account, the zone's, whatever name and type was asked:
+        // a zone's delegations are not a bucket each.
+        let referrals: std::collections::HashSet<u64> = all
+            .entries
+            .iter()
+            .filter(|(_, v)| v.flags & 0x0400 == 0)
+            .map(|(_, v)| v.rrl_key)
+            .collect();
+        assert!(all.entries.iter().any(|(_, v)| v.flags & 0x0400 == 0));
+        assert_eq!(referrals.len(), 1, "{referrals:?}");
+        // A positive answer's account is its name and type: www's A and AAAA two accounts,
+        // neither the referrals'.
+        let www = b"\x03www\x07example\x03com\x00".to_vec();
+        let of = |qtype: u16| {
+            all.entries
+                .iter()
+                .find(|(k, v)| k.qtype == qtype && name_of(k, v) == www)
+                .map(|(_, v)| v.rrl_key)
+                .expect("an answer")
+        };
+        assert_ne!(of(1), of(28));
+        assert!(!referrals.contains(&of(1)));
     }
 
     #[test]

@@ -307,7 +307,7 @@ impl AnswerSync {
         // RRL in XDP reaches the events as counts per source prefix, from the kernel's
         // buckets every few seconds.
         let recorder = defence.events.recorder();
-        let mut limited_seen: HashMap<(std::net::IpAddr, u64, u16), u64> = HashMap::new();
+        let mut limited_seen: HashMap<(std::net::IpAddr, u64), u64> = HashMap::new();
         let mut rrl_read = Instant::now();
         // The route look-up's sysctl, set at start and again at each renewal (below).
         let mut route_ok = true;
@@ -325,12 +325,12 @@ impl AnswerSync {
                 if let Some(m) = self.maps() {
                     match m.answer_rate_limited() {
                         Ok(now) => {
-                            // Summed per source prefix over its buckets (one per name and
-                            // type), each counted from what it held at the last read.
+                            // Summed per source prefix over its buckets (one per account),
+                            // each counted from what it held at the last read.
                             let mut next = HashMap::with_capacity(now.len());
                             let mut per_prefix: HashMap<std::net::IpAddr, u64> = HashMap::new();
                             for b in now {
-                                let key = (b.prefix, b.name_hash, b.qtype);
+                                let key = (b.prefix, b.rrl_key);
                                 // A bucket evicted and made again counts from zero.
                                 let prev = limited_seen.get(&key).copied().unwrap_or(0);
                                 let new = if b.limited >= prev {

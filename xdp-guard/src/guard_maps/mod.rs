@@ -87,8 +87,8 @@ const SPECS: [(u32, u32, u32); 16] = [
         4,
         crate::maps::ANS_SCRATCH_SIZE as u32,
     ),
-    // guard_ans_rate: source prefix, name hash and type; a bucket.
-    (BPF_MAP_TYPE_LRU_PERCPU_HASH, 32, 24),
+    // guard_ans_rate: source prefix and the reply's account; a bucket.
+    (BPF_MAP_TYPE_LRU_PERCPU_HASH, 24, 24),
     (BPF_MAP_TYPE_LPM_TRIE, 20, 4),
     (BPF_MAP_TYPE_LPM_TRIE, 20, 4),
     (BPF_MAP_TYPE_LPM_TRIE, 20, 8),
