@@ -302,7 +302,11 @@ when = [{ attr = "path", prefix = "/internal" }, { attr = "header:x-real-ip", pr
 [[tenant.rule]]
 name = "no-hh"
 action = "deny"
-when = [{ attr = "header:host", exact = "hh.f.test" }]
+when = [{ attr = "header:Host", exact = "HH.f.test" }]
+[[tenant.rule]]
+name = "no-debug-proto"
+action = "deny"
+when = [{ attr = "path", prefix = "/debug" }, { attr = "header:X-Forwarded-Proto", exact = "https" }]
 "#;
 
 /// Rules on the headers the proxy sets read what the origin gets, never the client's copy
@@ -338,9 +342,19 @@ fn http_rules_on_forwarding_headers_and_host_see_what_the_origin_gets() {
     }
     let r = raw_to(&front, "f.test", "GET http://hh.f.test/x", &[], b"");
     assert_eq!(r.status, 403, "absolute form: {}", r.body);
+    // A rule naming the header in capitals reads the same value: the origin's copy
+    // (`http` over cleartext), whatever the client sent.
+    let r = raw_to(
+        &front,
+        "f.test",
+        "GET /debug",
+        &[b"X-Forwarded-Proto: https"],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(
         origin.requests(),
-        served,
+        served + 1,
         "nothing denied reached the origin"
     );
 }

@@ -271,7 +271,7 @@ impl Ctx<'_> {
                     format!("key: an attribute name, or \"source\" (not {k:?})"),
                 );
             }
-            Some(k) => Some(k.into()),
+            Some(k) => Some(canonical_attr(k).into()),
         };
         Ok(RateSpec {
             limit,
@@ -402,8 +402,9 @@ impl Ctx<'_> {
         } else {
             Matcher::Present(c.present.unwrap_or(true))
         };
+        let attr = canonical_attr(attr);
         Ok(Condition {
-            bit: super::attr::bit(attr),
+            bit: super::attr::bit(&attr),
             attr: attr.into(),
             matcher,
             negate: c.not,
@@ -869,7 +870,7 @@ pub fn rcode_by_name(name: &str) -> Option<u16> {
 
 /// A condition value in the spelling the attribute is compared in.
 fn normalize(attr: &str, v: &str) -> String {
-    match attr {
+    match &*canonical_attr(attr) {
         attrs::QNAME => {
             let mut s = v.to_ascii_lowercase();
             if !s.ends_with('.') {
@@ -881,10 +882,23 @@ fn normalize(attr: &str, v: &str) -> String {
         // HTTP's host is seen lower-case without its trailing dot, the method and version
         // upper-case (a lower-case method is refused before the rules): `Internal.a.test`,
         // `delete` or `http/2` would never match.
-        attrs::HOST => v.to_ascii_lowercase(),
+        // `header:host` is the host too (http-front gives the rules the normalised host).
+        attrs::HOST | "header:host" => v.to_ascii_lowercase(),
         attrs::METHOD | attrs::VERSION => v.to_ascii_uppercase(),
         attrs::TRANSPORT | attrs::COOKIE => v.to_ascii_lowercase(),
         _ => v.to_string(),
+    }
+}
+
+/// An attribute's name as the daemons look it up: a header's in lower case (`header:Host` is
+/// `header:host`, which http-front maps to the normalised host; as written it matched the raw
+/// value, and `header:X-Forwarded-Proto` the client's own copy).
+fn canonical_attr(attr: &str) -> std::borrow::Cow<'_, str> {
+    match attr.strip_prefix(super::attr::HEADER_PREFIX) {
+        Some(h) if h.bytes().any(|b| b.is_ascii_uppercase()) => {
+            format!("{}{}", super::attr::HEADER_PREFIX, h.to_ascii_lowercase()).into()
+        }
+        _ => attr.into(),
     }
 }
 
