@@ -895,12 +895,14 @@ __attribute__((noinline)) int guard_rate_slip(struct xdp_md *ctx, const struct g
 	__u8 *src = scr->src;
 	if (packet_ends(data, end, pk, src, &ak))
 		return XDP_DROP;
-	/* Only to a DNS service address and port of ours: an address the fast path answers
-	 * (its RRL's slip), else one of dnsd's service addresses (guard_svc, with its slip) —
-	 * never a destination we do not own, a broadcast, or another daemon's port. */
+	/* Only to a DNS service address and port of ours: an address dnsd wrote for the fast
+	 * path (its RRL's slip; answering or not: an entry only for the cookie secrets, or one
+	 * suspended during a reload, is ours all the same), else one of dnsd's service addresses
+	 * (guard_svc, with its slip) — never a destination we do not own, a broadcast, or another
+	 * daemon's port. */
 	const struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
 	__u32 slip;
-	if (aa && aa->on) {
+	if (aa) {
 		slip = aa->slip;
 	} else {
 		struct guard_lpm_v6_key sk = { .prefixlen = 128 };

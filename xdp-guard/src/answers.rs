@@ -311,10 +311,14 @@ impl GuardMaps {
         keys: Option<&CookieKeys>,
     ) -> Result<(), Error> {
         let expires_ns = crate::clock::mono_ns() + ANSWER_LEASE.as_nanos() as u64;
+        // Nothing to answer (the entries written only for the cookie secrets, by which the
+        // rate limit lets a proven source pass): answering off, so that every query is not
+        // parsed for a look-up that always misses.
+        let on = u8::from(staged.report.written > 0);
         for (k, g) in staged.addrs.iter().zip(&staged.next) {
             let mut a = AnsAddr {
                 gen_: *g,
-                on: 1,
+                on,
                 udp_payload,
                 rate: rate.per_second,
                 v4_prefix: rate.v4_prefix,

@@ -250,7 +250,7 @@ pub fn run(
             );
             let hook = a.clone();
             registry.set_before_publish(Arc::new(move |g| hook.suspend_for(g)));
-            if !rrl.enabled && cfg.xdp.as_ref().is_some_and(|x| x.rate == 0) {
+            if answers_asked && !rrl.enabled && cfg.xdp.as_ref().is_some_and(|x| x.rate == 0) {
                 tracing::warn!(
                     "xdp_answers: [defence.rrl] is off and [xdp] rate = 0: nothing limits the answers XDP sends per source"
                 );

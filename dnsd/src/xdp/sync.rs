@@ -462,12 +462,14 @@ impl AnswerSync {
                             "XDP answers: the answer map had no room though within answer_entries (another writer's answers, or a generation left by one that died); the rest is answered by dnsd"
                         );
                     }
-                    tracing::info!(
-                        answers = r.written,
-                        skipped,
-                        ms = t0.elapsed().as_millis() as u64,
-                        "XDP answers published"
-                    );
+                    if r.written > 0 || skipped > 0 {
+                        tracing::info!(
+                            answers = r.written,
+                            skipped,
+                            ms = t0.elapsed().as_millis() as u64,
+                            "XDP answers published"
+                        );
+                    }
                     pending = false;
                 }
                 Err(e) => {
