@@ -385,11 +385,72 @@ pub struct BlockEntry {
     pub evidence: Evidence,
     /// What the entry stops.
     pub scope: Scope,
-    /// A suspect for this tenant's zones alone (made by its rules' escalation: a flood
-    /// forged in a resolver's name against one tenant's rules never touches the others');
-    /// `None`: every zone. Blocks (proven evidence) are never scoped to a tenant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<u32>,
+    /// The tenants whose zones a suspect is one for by their rules' escalations (a flood
+    /// forged in a resolver's name against one tenant's rules never touches the others'),
+    /// and whether that is all it is. Empty: `scope` everywhere. Blocks (proven evidence)
+    /// are never a tenant's.
+    #[serde(default, skip_serializing_if = "TenantSet::is_empty")]
+    pub tenants: TenantSet,
+}
+
+/// The tenants a suspect is one for (at most [`TenantSet::MAX`]), and whether it is one
+/// nowhere else (`only`: made by tenants' rules alone, no suspicion of every zone beside).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TenantSet {
+    ids: [u32; TenantSet::MAX],
+    len: u8,
+    only: bool,
+}
+
+impl TenantSet {
+    /// Most tenants one suspect names: past it, further tenants' escalations add nothing
+    /// (they never widen it to every zone).
+    pub const MAX: usize = 4;
+
+    /// A suspect of `tenant`'s zones alone.
+    pub fn only(tenant: u32) -> TenantSet {
+        let mut ids = [0; Self::MAX];
+        ids[0] = tenant;
+        TenantSet {
+            ids,
+            len: 1,
+            only: true,
+        }
+    }
+
+    /// True when no tenant is named.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True when the suspect is one in no zone but the tenants' (none: the entry's scope).
+    pub fn is_only(&self) -> bool {
+        self.only && self.len > 0
+    }
+
+    /// The tenants named.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids[..usize::from(self.len).min(Self::MAX)]
+    }
+
+    /// True when `tenant` is named.
+    #[inline]
+    pub fn contains(&self, tenant: u32) -> bool {
+        self.ids().contains(&tenant)
+    }
+
+    /// Both: the tenants of each (up to [`TenantSet::MAX`]), tenant-only when both are.
+    pub fn union(self, other: TenantSet) -> TenantSet {
+        let mut out = self;
+        for &t in other.ids() {
+            if !out.contains(t) && usize::from(out.len) < Self::MAX {
+                out.ids[usize::from(out.len)] = t;
+                out.len += 1;
+            }
+        }
+        out.only = self.is_only() && other.is_only();
+        out
+    }
 }
 
 impl BlockEntry {
@@ -410,14 +471,18 @@ impl BlockEntry {
             node: None,
             evidence,
             scope: evidence.default_scope(),
-            tenant: None,
+            tenants: TenantSet::default(),
         }
     }
 
     /// The same entry, a suspect for `tenant`'s zones alone (ignored for proven evidence).
     pub fn for_tenant(self, tenant: u32) -> Self {
         BlockEntry {
-            tenant: (!self.evidence.is_proven()).then_some(tenant),
+            tenants: if self.evidence.is_proven() {
+                TenantSet::default()
+            } else {
+                TenantSet::only(tenant)
+            },
             ..self
         }
     }
@@ -485,6 +550,24 @@ impl BlockEntry {
     }
 }
 
+/// Two suspects of one address (prefixes of it) as one: its suspicion of every zone the wider
+/// of theirs (a general one beats one of NXDOMAIN answers only), its tenants both's — the
+/// entry shown the one whose suspicion of every zone is wider.
+fn merged_suspects(a: BlockHit, b: BlockHit) -> BlockHit {
+    let (ga, gb) = (!a.tenants.is_only(), !b.tenants.is_only());
+    let (scope, base) = match (ga, gb) {
+        (true, false) => (a.scope, a),
+        (false, true) => (b.scope, b),
+        _ if b.scope > a.scope => (b.scope, b),
+        _ => (a.scope, a),
+    };
+    BlockHit {
+        scope,
+        tenants: a.tenants.union(b.tenants),
+        ..base
+    }
+}
+
 /// What a lookup found: the matching entry's prefix, expiry, reason, origin, evidence and scope (`Copy`, no allocation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockHit {
@@ -500,8 +583,9 @@ pub struct BlockHit {
     pub evidence: Evidence,
     /// Its scope.
     pub scope: Scope,
-    /// The tenant whose zones alone a suspect is one for (`None`: every zone).
-    pub tenant: Option<u32>,
+    /// The tenants whose zones a suspect is one for besides `scope` (or only, see
+    /// [`TenantSet::is_only`]).
+    pub tenants: TenantSet,
 }
 
 /// What an insert did.
@@ -687,7 +771,7 @@ struct Slot {
     origin: Origin,
     evidence: Evidence,
     scope: Scope,
-    tenant: Option<u32>,
+    tenants: TenantSet,
 }
 
 impl Slot {
@@ -700,7 +784,7 @@ impl Slot {
             origin: self.origin,
             evidence: self.evidence,
             scope: self.scope,
-            tenant: self.tenant,
+            tenants: self.tenants,
         }
     }
 }
@@ -852,7 +936,7 @@ impl Writer {
             origin: entry.origin,
             evidence: entry.evidence,
             scope: entry.scope,
-            tenant: entry.tenant,
+            tenants: entry.tenants,
         }
     }
 
@@ -886,7 +970,7 @@ impl Writer {
             e.scope = Scope::Dns;
         }
         if e.evidence.is_proven() {
-            e.tenant = None;
+            e.tenants = TenantSet::default();
         }
         if !forced && let Err((why, _)) = self.policy.check(&e.net) {
             let i = crate::never_block::Refusal::ALL
@@ -917,19 +1001,18 @@ impl Writer {
                 })
             } else {
                 // The same writer: later expiry, the new reason, node and evidence, the wider
-                // scope. A suspect of two tenants' rules is one in every zone; one of a
-                // tenant's rules and of a random-subdomain flood (NXDOMAIN only, any zone)
-                // stays the tenant's (the narrower of what the two stop elsewhere).
-                let tenant = match (cur.tenant, e.tenant) {
-                    (a, b) if a == b => a,
-                    (Some(t), None) if e.scope == Scope::Nxdomain => Some(t),
-                    (None, Some(t)) if cur.scope == Scope::Nxdomain => Some(t),
-                    _ => None,
+                // scope — a suspect's of every zone and its tenants' apart, each the union
+                // (two tenants' rules make it one in their two tenants' zones, never in every
+                // zone; a random-subdomain suspicion beside stays one of NXDOMAIN answers).
+                let scope = match (cur.tenants.is_only(), e.tenants.is_only()) {
+                    (true, false) => e.scope,
+                    (false, true) => cur.scope,
+                    _ => e.scope.max(cur.scope),
                 };
                 Some(BlockEntry {
                     expires_ms: e.expires_ms.max(cur.expires_ms),
-                    scope: e.scope.max(cur.scope),
-                    tenant,
+                    scope,
+                    tenants: cur.tenants.union(e.tenants),
                     ..e
                 })
             };
@@ -1524,17 +1607,13 @@ impl BlockReader {
                 match traffic {
                     Traffic::DnsUdp if proven => return Check::Blocked(slot.hit(net)),
                     Traffic::DnsUdp => {
-                        // A general suspicion beats one of NXDOMAIN answers only.
-                        let better = match &suspect {
-                            None => true,
-                            Some(h) => {
-                                let h: &BlockHit = h;
-                                h.scope == Scope::Nxdomain && slot.scope != Scope::Nxdomain
-                            }
-                        };
-                        if better {
-                            suspect = Some(slot.hit(net));
-                        }
+                        // Every suspicion of the address's prefixes at once: one of a
+                        // tenant's zones never hides another tenant's, nor one of every zone.
+                        let h = slot.hit(net);
+                        suspect = Some(match suspect.take() {
+                            None => h,
+                            Some(prev) => merged_suspects(prev, h),
+                        });
                     }
                     Traffic::Stream if proven && slot.scope == Scope::All => {
                         return Check::Blocked(slot.hit(net));
@@ -1911,14 +1990,36 @@ mod tests {
     fn a_tenants_suspect_stays_the_tenants_and_a_block_is_everyones() {
         let m = BlockMap::new(BlockConfig::default());
         let r = m.reader();
+        let suspect = |at: &str| {
+            let Check::Suspect(hit) = r.check(ip(at), 0, Traffic::DnsUdp) else {
+                panic!("a suspect at {at}")
+            };
+            hit
+        };
         let t5 = BlockEntry::new(net("192.0.2.0/24"), 1000, "r", Origin::Local, Evidence::Udp)
             .for_tenant(5);
         m.insert(t5.clone());
-        let Check::Suspect(hit) = r.check(ip("192.0.2.1"), 0, Traffic::DnsUdp) else {
-            panic!("a suspect")
-        };
-        assert_eq!(hit.tenant, Some(5));
-        // A random-subdomain suspect (NXDOMAIN only) of the same prefix: still tenant 5's.
+        let hit = suspect("192.0.2.1");
+        assert_eq!((hit.tenants.ids(), hit.tenants.is_only()), (&[5][..], true));
+        // Another tenant's rules too: a suspect in the two tenants' zones, never every zone
+        // (forging against a tenant of one's own must not widen it).
+        m.insert(t5.clone().for_tenant(7));
+        let hit = suspect("192.0.2.1");
+        assert_eq!(
+            (hit.tenants.ids(), hit.tenants.is_only()),
+            (&[5, 7][..], true)
+        );
+        // At most four tenants: a fifth and sixth add nothing, and widen nothing.
+        for t in [8, 9, 10, 11] {
+            m.insert(t5.clone().for_tenant(t));
+        }
+        let hit = suspect("192.0.2.1");
+        assert_eq!(
+            (hit.tenants.ids(), hit.tenants.is_only()),
+            (&[5, 7, 8, 9][..], true)
+        );
+        // A random-subdomain suspect (NXDOMAIN answers, every zone) of the same prefix: both
+        // suspicions kept.
         let mut nx = BlockEntry::new(
             net("192.0.2.0/24"),
             2000,
@@ -1927,17 +2028,23 @@ mod tests {
             Evidence::Udp,
         );
         nx.scope = Scope::Nxdomain;
-        m.insert(nx);
-        let Check::Suspect(hit) = r.check(ip("192.0.2.1"), 0, Traffic::DnsUdp) else {
-            panic!("a suspect")
-        };
-        assert_eq!((hit.tenant, hit.scope), (Some(5), Scope::Dns));
-        // Another tenant's rules too: a suspect in every zone.
-        m.insert(t5.clone().for_tenant(7));
-        let Check::Suspect(hit) = r.check(ip("192.0.2.1"), 0, Traffic::DnsUdp) else {
-            panic!("a suspect")
-        };
-        assert_eq!(hit.tenant, None);
+        m.insert(nx.clone());
+        let hit = suspect("192.0.2.1");
+        assert_eq!(
+            (hit.tenants.ids().len(), hit.tenants.is_only(), hit.scope),
+            (4, false, Scope::Nxdomain)
+        );
+        // One prefix's suspicion never hides another's: a /32 of tenant 3 within the /24.
+        m.insert(
+            BlockEntry::new(net("192.0.2.9/32"), 1000, "r", Origin::Local, Evidence::Udp)
+                .for_tenant(3),
+        );
+        let hit = suspect("192.0.2.9");
+        assert!(
+            hit.tenants.contains(3) && hit.tenants.contains(5),
+            "{hit:?}"
+        );
+        assert_eq!((hit.tenants.is_only(), hit.scope), (false, Scope::Nxdomain));
         // Proof makes a block of every zone, whatever tenant it names.
         let other = BlockEntry::new(
             net("198.51.100.0/24"),
@@ -1947,14 +2054,14 @@ mod tests {
             Evidence::Tcp,
         )
         .for_tenant(5);
-        assert_eq!(other.tenant, None);
+        assert!(other.tenants.is_empty());
         let mut forced = other.clone();
-        forced.tenant = Some(5);
+        forced.tenants = TenantSet::only(5);
         m.insert(forced);
         let Check::Blocked(hit) = r.check(ip("198.51.100.1"), 0, Traffic::DnsUdp) else {
             panic!("a block")
         };
-        assert_eq!(hit.tenant, None);
+        assert!(hit.tenants.is_empty());
     }
 
     #[test]

@@ -85,8 +85,9 @@ pub struct Env {
     /// What `before_parse` found of the message's source: a suspect, and of what scope
     /// (reset for every message).
     pub suspect: Option<Scope>,
-    /// The tenant whose zones alone the suspect is one for (`None`: every zone).
-    pub suspect_tenant: Option<u32>,
+    /// The tenants whose zones the suspect is one for by their rules (and whether only
+    /// theirs).
+    pub suspect_tenants: shield::block::TenantSet,
 }
 
 impl Env {
@@ -97,7 +98,7 @@ impl Env {
             now_us: 0,
             recorder,
             suspect: None,
-            suspect_tenant: None,
+            suspect_tenants: shield::block::TenantSet::default(),
         };
         e.tick();
         e

@@ -282,7 +282,20 @@ fn list(blocks: &BlockMap) -> String {
                 .unwrap_or_default(),
             x.evidence,
             x.scope,
-            x.tenant.map(|t| format!(" tenant={t}")).unwrap_or_default(),
+            if x.tenants.is_empty() {
+                String::new()
+            } else {
+                let ids: Vec<String> = x.tenants.ids().iter().map(u32::to_string).collect();
+                format!(
+                    " tenant={}{}",
+                    ids.join(","),
+                    if x.tenants.is_only() {
+                        ""
+                    } else {
+                        " and every zone"
+                    }
+                )
+            },
             super::printable(x.reason.as_str())
         );
     }

@@ -589,7 +589,7 @@ escalate = { after = 3, window_secs = 10, block_secs = 60, v4_prefix = 24 }
     assert_eq!(hit.expires_ms, NOW.unix_ms + 60_000);
     // A suspect for tenant 5's zones alone: forged packets against one tenant's rules never
     // touch the others' answers.
-    assert_eq!(hit.tenant, Some(5));
+    assert_eq!((hit.tenants.ids(), hit.tenants.is_only()), (&[5][..], true));
     assert!(!r.is_blocked(ip("192.0.2.1"), NOW.unix_ms, Traffic::DnsUdp));
     // Unproven verdicts never count towards a proven escalation, nor spend the proven
     // requests' bucket: two proven ones pass, two limited ones do not reach the threshold of

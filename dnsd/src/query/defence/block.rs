@@ -37,7 +37,7 @@ impl BlockCheck {
     #[inline]
     fn check(&mut self, env: &mut Env, src: IpAddr, traffic: Traffic) -> Step {
         env.suspect = None;
-        env.suspect_tenant = None;
+        env.suspect_tenants = shield::block::TenantSet::default();
         // One atomic load when the map is empty.
         if self.reader.is_empty() {
             return Step::Continue;
@@ -46,7 +46,7 @@ impl BlockCheck {
             Check::Clear => Step::Continue,
             Check::Suspect(hit) => {
                 env.suspect = Some(hit.scope);
-                env.suspect_tenant = hit.tenant;
+                env.suspect_tenants = hit.tenants;
                 Step::Continue
             }
             Check::Blocked(hit) => {

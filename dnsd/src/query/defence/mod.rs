@@ -313,7 +313,7 @@ impl Plan {
     pub fn before_parse(&mut self, src: std::net::IpAddr, transport: Transport) -> Step {
         let env = &mut self.env;
         env.suspect = None;
-        env.suspect_tenant = None;
+        env.suspect_tenants = shield::block::TenantSet::default();
         step!(
             self.block
                 .as_mut()
@@ -330,9 +330,11 @@ impl Plan {
     /// only in that tenant's zones.
     #[inline]
     pub fn suspect(&self, zone: Option<u32>, tenant: Option<u32>) -> Option<shield::block::Scope> {
-        if let Some(t) = self.env.suspect_tenant
-            && tenant != Some(t)
-        {
+        let tenants = &self.env.suspect_tenants;
+        if tenant.is_some_and(|t| tenants.contains(t)) {
+            return Some(shield::block::Scope::Dns);
+        }
+        if tenants.is_only() {
             return None;
         }
         match self.env.suspect {
