@@ -22,6 +22,11 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
         ["reload"] => reload(shared, None, false).await,
+        // Every zone re-read whether changed or not, and ClickHouse's tables changed: root's
+        // and the daemon user's, not a control-group member's to do at will.
+        ["reload", "--force"] | ["events-init", ..] if !peer.reads_as_the_daemon() => Reply::err(
+            format!("{}: for root and dnsd's own user only\n", a.join(" ")),
+        ),
         ["reload", "--force"] => reload(shared, None, true).await,
         ["reload", z] => match owned(shared, peer, z).await {
             Ok(()) => reload(shared, Some(z), true).await,

@@ -445,12 +445,21 @@ impl TcpServer {
                 drop(sock);
                 continue;
             }
+            // A listed proxy's connection waiting for its header: at most a quarter of the
+            // table, counted before it may make room (evict anyone) for itself.
+            if proxied && !self.reserve_proxy_pending() {
+                stats.dropped(DropCause::TcpLimit);
+                drop(sock);
+                continue;
+            }
             // A listed proxy's connections are its clients': none holds a share.
             let src = (!proxied).then_some(peer.ip());
             let slot = self.take_slot(src);
             if let Slot::Full = slot {
                 stats.dropped(DropCause::TcpLimit);
-                if !proxied {
+                if proxied {
+                    self.proxy_pending.fetch_sub(1, Ordering::Relaxed);
+                } else {
                     self.leave(peer.ip());
                 }
                 drop(sock);
@@ -463,7 +472,9 @@ impl TcpServer {
                     other => match me.after_eviction(other, src).await {
                         Some(p) => p,
                         None => {
-                            if !proxied {
+                            if proxied {
+                                me.proxy_pending.fetch_sub(1, Ordering::Relaxed);
+                            } else {
                                 me.leave(peer.ip());
                             }
                             return;
@@ -627,17 +638,12 @@ impl TcpServer {
     /// client, who then meets the accept-time defences and the per-source limit, and whose
     /// transport (a `DGRAM` client: unproven, sized for UDP) its queries are processed as.
     /// Until the header comes the connection waits as any client's does: the pressed idle
-    /// time, evictable under pressure, and at most a quarter of the table waits so — a
-    /// proxy that connects and stays silent (a stalled one, or any host of a listed prefix)
-    /// never holds the table against direct clients.
+    /// time, evictable under pressure, and at most a quarter of the table waits so (counted
+    /// in by [`TcpServer::reserve_proxy_pending`] at accept, out here) — a proxy that
+    /// connects and stays silent (a stalled one, or any host of a listed prefix) never holds
+    /// the table against direct clients.
     async fn proxied(&self, mut sock: TcpStream, proxy: SocketAddr, local: std::net::IpAddr) {
         use shield::proxy_proto::{Carried, read_header};
-        let cap = (self.limits.max_connections / 4).max(1);
-        if self.proxy_pending.fetch_add(1, Ordering::Relaxed) >= cap {
-            self.proxy_pending.fetch_sub(1, Ordering::Relaxed);
-            self.stats.dropped(DropCause::TcpLimit);
-            return;
-        }
         let waited = self
             .on_client(
                 read_header(&mut sock, false, self.limits.idle),
@@ -682,6 +688,17 @@ impl TcpServer {
         self.connection(rd, wr, client, local, transport, false)
             .await;
         self.leave(client.ip());
+    }
+
+    /// Counts in one more listed proxy's connection waiting for its header; false (nothing
+    /// counted) when a quarter of `tcp_max_connections` wait so already.
+    fn reserve_proxy_pending(&self) -> bool {
+        let cap = (self.limits.max_connections / 4).max(1);
+        if self.proxy_pending.fetch_add(1, Ordering::Relaxed) >= cap {
+            self.proxy_pending.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        true
     }
 
     /// True when more than three quarters of `tcp_max_connections` are open: idle

@@ -554,6 +554,20 @@ impl Inner {
                     } else {
                         self.insert(&chunk.bytes[chunk.start(a)..chunk.ends[b - 1]])
                     };
+                    // A single row no larger than what landed (or than any row is) refused as
+                    // too large: judged as a row refused — held while the others go on, dropped
+                    // once another lands, waited for with the rest when none does (something in
+                    // front that refuses everything lost every row).
+                    let res = match res {
+                        Err(Failure::TooLarge { code, message })
+                            if b - a == 1
+                                && chunk.ends[b - 1] - chunk.start(a)
+                                    <= st.largest_landed.max(TOO_LARGE_FLOOR) =>
+                        {
+                            Err(Failure::Rejected { code, message })
+                        }
+                        r => r,
+                    };
                     match res {
                         Ok(()) => {
                             landed_here = true;
@@ -596,23 +610,6 @@ impl Inner {
                                 halve(&mut pending, a, b);
                             }
                             break;
-                        }
-                        Err(Failure::TooLarge { code, message })
-                            if b - a == 1
-                                && chunk.ends[b - 1] - chunk.start(a)
-                                    <= st.largest_landed.max(TOO_LARGE_FLOOR) =>
-                        {
-                            // No larger than what landed (or than any row is): not too large
-                            // for the table — something in front refuses everything. Waited
-                            // out as a server that is down; dropping it lost every row.
-                            self.transient(
-                                st,
-                                code,
-                                format!(
-                                    "a row of {} bytes refused as too large, no larger than what lands: {message}",
-                                    chunk.ends[b - 1] - chunk.start(a)
-                                ),
-                            );
                         }
                         Err(Failure::TooLarge { code, message }) => {
                             if b - a == 1 {
