@@ -1331,6 +1331,11 @@ pub(crate) mod tests {
         (Reply::parse(&out[..n]), a)
     }
 
+    /// Each record's owner and type, in order.
+    fn owners_and_types(rrs: &[crate::query::testkit::Rr]) -> Vec<(&str, u16)> {
+        rrs.iter().map(|x| (x.owner.as_str(), x.rtype)).collect()
+    }
+
     fn example() -> std::sync::Arc<ZoneSet> {
         example_set().load_full()
     }
@@ -1363,11 +1368,7 @@ pub(crate) mod tests {
         let (r, a) = ask(&z, Q::new("mail.example.com.", t::MX));
         assert_eq!(a.kind, Kind::Answer);
         assert_eq!(r.rdata_name(&r.answer[0], 2), "www.example.com.");
-        let add: Vec<(&str, u16)> = r
-            .additional
-            .iter()
-            .map(|x| (x.owner.as_str(), x.rtype))
-            .collect();
+        let add = owners_and_types(&r.additional);
         assert_eq!(
             add,
             [("www.example.com.", t::A), ("www.example.com.", t::AAAA)]
@@ -1434,11 +1435,7 @@ pub(crate) mod tests {
         let z = zone_set(vec![(load_zone("s.test.", text), ServeOptions::default())]).load_full();
         let (r, a) = ask(&z, Q::new("s.test.", t::HTTPS));
         assert_eq!(a.kind, Kind::Answer);
-        let add: Vec<(&str, u16)> = r
-            .additional
-            .iter()
-            .map(|x| (x.owner.as_str(), x.rtype))
-            .collect();
+        let add = owners_and_types(&r.additional);
         // AliasMode: where it leads, its ServiceMode records (once) and address.
         assert_eq!(
             add,
@@ -1450,11 +1447,7 @@ pub(crate) mod tests {
         );
         // A target naming its own owner: its address, the answer not repeated.
         let (r, _) = ask(&z, Q::new("self.s.test.", t::HTTPS));
-        let add: Vec<(&str, u16)> = r
-            .additional
-            .iter()
-            .map(|x| (x.owner.as_str(), x.rtype))
-            .collect();
+        let add = owners_and_types(&r.additional);
         assert_eq!(add, [("self.s.test.", t::A)]);
     }
 
@@ -1497,11 +1490,7 @@ pub(crate) mod tests {
         let z = example();
         let (r, a) = ask(&z, Q::new("cn.example.com.", t::A));
         assert_eq!(a.kind, Kind::Answer);
-        let chain: Vec<(&str, u16)> = r
-            .answer
-            .iter()
-            .map(|x| (x.owner.as_str(), x.rtype))
-            .collect();
+        let chain = owners_and_types(&r.answer);
         assert_eq!(
             chain,
             [
@@ -1555,11 +1544,7 @@ pub(crate) mod tests {
         let z = example();
         let (r, a) = ask(&z, Q::new("x.dn.example.com.", t::A));
         assert_eq!((a.kind, r.rcode()), (Kind::Answer, rcode::NOERROR));
-        let got: Vec<(&str, u16)> = r
-            .answer
-            .iter()
-            .map(|x| (x.owner.as_str(), x.rtype))
-            .collect();
+        let got = owners_and_types(&r.answer);
         assert_eq!(
             got,
             [
