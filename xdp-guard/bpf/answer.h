@@ -44,7 +44,8 @@ struct {
 	__type(value, struct guard_ans_addr);
 } guard_ans_addr SEC(".maps");
 
-/* Answer-rate buckets by source prefix (IPv4 mapped), name and type, per CPU. */
+/* Answer-rate buckets by source prefix (IPv4 mapped) and account (guard_answer.rrl_key), per
+ * CPU. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
 	__uint(max_entries, GUARD_DEFAULT_ANS_RATE_ENTRIES);

@@ -2,8 +2,8 @@
 //! two-octet length and ended by the client's FIN, its message ID 0. The TCP server's
 //! pipeline and bounds serve it: a blocked source is ignored before any QUIC work (no packet
 //! sent), a source counts against `tcp_max_per_source` once its address is proven (by a
-//! Retry, from the handshake on; else by the handshake), streams at once are `tcp_max_pipelined`, queries per connection
-//! `tcp_max_queries`, the idle time `tcp_idle_timeout_ms` (QUIC's own idle timeout, and
+//! Retry, from the handshake on; else by the handshake), streams at once are
+//! `tcp_max_pipelined`, queries per connection `tcp_max_queries`, the idle time `tcp_idle_timeout_ms` (QUIC's own idle timeout, and
 //! `tcp_pressed_idle_timeout_ms` while the table is pressed). Connections share the TCP
 //! table: a handshake, or a connection waiting for its next stream (whatever its open
 //! streams wait for), waits on its client and gives way to a new connection of either kind

@@ -374,6 +374,10 @@ impl Processor {
         out: &mut [u8],
     ) -> Outcome {
         self.volatile = false;
+        if let Some(acct) = &mut self.rrl_account {
+            // No account left from an earlier message for one that gets no answer.
+            acct.clear();
+        }
         if self.tap.is_none() {
             return self.process_message(req, src, transport, out);
         }

@@ -11,9 +11,9 @@
 //! `escalate` puts a source into the block map through the engine, as in http-front, on the
 //! query's evidence ([`Parsed::evidence`]): a source proven over TCP is blocked (every
 //! packet), one proven by a valid cookie is blocked for DNS over UDP, and unproven UDP only
-//! makes a suspect in that tenant's zones (its UDP for them answered TC=1). A tenant without rules costs one lookup (and
-//! the `[global]` deny list one test); the attributes are formatted only when a rule reads
-//! them, into buffers on the stack.
+//! makes a suspect in that tenant's zones (its UDP for them answered TC=1). A tenant without
+//! rules costs one lookup (and the `[global]` deny list one test); the attributes are
+//! formatted only when a rule reads them, into buffers on the stack.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
