@@ -182,10 +182,11 @@ struct Global {
 }
 
 /// A suspect whose answers dnsd changes (truncates), so the answer fast path must pass its
-/// queries: not one of scope `nxdomain` (only its NXDOMAIN answers are truncated, and XDP
-/// answers names that exist: a random-subdomain flood's resolvers keep the fast path).
+/// queries: not one of scope `nxdomain` alone (only its NXDOMAIN answers are truncated, and
+/// XDP answers names that exist: a random-subdomain flood's resolvers keep the fast path) —
+/// unless tenants' rules made it one in their zones too.
 fn answered_suspect(e: &shield::block::BlockEntry) -> bool {
-    !e.is_proven() && e.scope != Scope::Nxdomain
+    !e.is_proven() && (e.scope != Scope::Nxdomain || !e.tenants.is_empty())
 }
 
 /// Mirrors one block-map subscription into one writer slot of one set of kernel maps.
@@ -729,5 +730,30 @@ impl MirrorHandle {
 impl Drop for MirrorHandle {
     fn drop(&mut self) {
         self.stop_inner();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::answered_suspect;
+    use shield::block::{BlockEntry, Evidence, Origin, Scope};
+
+    #[test]
+    fn which_suspects_the_answer_fast_path_passes_to_dnsd() {
+        let net = "192.0.2.0/24".parse().unwrap();
+        let udp = BlockEntry::new(net, 1000, "r", Origin::Local, Evidence::Udp);
+        assert!(answered_suspect(&udp), "a suspect of every zone");
+        let mut nx = udp.clone();
+        nx.scope = Scope::Nxdomain;
+        assert!(
+            !answered_suspect(&nx),
+            "of NXDOMAIN answers alone: XDP answers it"
+        );
+        // A tenant's rules made it one in their zones too: dnsd answers it.
+        let mut both = udp.clone().for_tenant(7);
+        both.scope = Scope::Nxdomain;
+        assert!(answered_suspect(&both));
+        let tcp = BlockEntry::new(net, 1000, "r", Origin::Local, Evidence::Tcp);
+        assert!(!answered_suspect(&tcp), "a block: dropped, never answered");
     }
 }

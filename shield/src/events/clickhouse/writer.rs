@@ -697,7 +697,8 @@ struct SenderState {
 }
 
 /// A row this small is never too large for ClickHouse: a 413 for it (from a proxy in front
-/// that refuses everything) is a failure to wait out, not a reason to drop it.
+/// that refuses everything) is judged as a refused row (dropped only once another lands),
+/// not dropped at once.
 const TOO_LARGE_FLOOR: usize = 256 * 1024;
 
 /// How often a failure streak with an unchanged cause is logged again.
