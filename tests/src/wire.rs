@@ -455,6 +455,11 @@ pub fn question_of(query: &[u8]) -> Vec<u8> {
     RawMsg::parse(query).map(|m| m.question).unwrap_or_default()
 }
 
+/// The 16 bytes written as 32 hex digits in `hex` (a cookie secret).
+pub fn hex16(hex: &str) -> [u8; 16] {
+    std::array::from_fn(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+}
+
 /// An RFC 9018 server cookie for `client` at `ip` made at `ts` (Unix seconds) under `key`.
 pub fn server_cookie(key: &[u8; 16], client: &[u8], ip: std::net::IpAddr, ts: u32) -> Vec<u8> {
     use std::hash::Hasher;

@@ -51,15 +51,7 @@ fn start(origin: &Origin) -> Front {
 
 /// One HTTP/1.1 request of raw header lines (bytes as given) to `a.test`.
 fn raw(front: &Front, target: &str, lines: &[&[u8]]) -> Resp {
-    let mut req = format!("GET {target} HTTP/1.1\r\nHost: a.test\r\n").into_bytes();
-    for l in lines {
-        req.extend_from_slice(l);
-        req.extend_from_slice(b"\r\n");
-    }
-    req.extend_from_slice(b"Connection: close\r\n\r\n");
-    let mut c = H1Conn::connect(Some(net::test_ip()), front.addr()).unwrap();
-    c.send_raw(&req).unwrap();
-    c.read_response().unwrap()
+    raw_to(front, "a.test", &format!("GET {target}"), lines, b"")
 }
 
 #[test]

@@ -112,10 +112,6 @@ fn mixed_case(name: &str) -> String {
 const SECRET: &str = "e5e973e5a6b2a43f48e7dc849e37bfcf";
 const PREVIOUS: &str = "0123456789abcdef0123456789abcdef";
 
-fn secret(hex: &str) -> [u8; 16] {
-    std::array::from_fn(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
-}
-
 /// Whether two replies differ only in the server cookie that ends them, minted in different
 /// seconds.
 fn cookie_minted_apart(a: &[u8], b: &[u8]) -> bool {
@@ -281,7 +277,12 @@ fn compare_through_xdp(dir: &Path, pair: &VethPair, zone: &Path) {
         let valid = |key: &str| {
             [
                 client.clone(),
-                palisade_tests::wire::server_cookie(&secret(key), &client, from, now),
+                palisade_tests::wire::server_cookie(
+                    &palisade_tests::wire::hex16(key),
+                    &client,
+                    from,
+                    now,
+                ),
             ]
         };
         let mut bad = valid(SECRET);
@@ -555,7 +556,12 @@ fn rrl_in_xdp_slips_with_dnsd_s_bytes() {
         .as_secs() as u32;
     let valid = [
         client.clone(),
-        palisade_tests::wire::server_cookie(&secret(SECRET), &client, VethPair::A4.into(), now),
+        palisade_tests::wire::server_cookie(
+            &palisade_tests::wire::hex16(SECRET),
+            &client,
+            VethPair::A4.into(),
+            now,
+        ),
     ]
     .concat();
     let before = fast.stats();

@@ -91,23 +91,38 @@ fn replies_from(
     server: SocketAddr,
     n: u16,
 ) -> (usize, usize) {
+    let queries = (0..n)
+        .map(|id| build_query(id, "www.example.com.", 1, &QueryOpts::udp()))
+        .collect();
+    burst_of(pair, src, server, queries, 0..n)
+}
+
+/// Sends `queries` from `src` at once: of the replies whose ids are in `counted`, how many
+/// were answers, and how many TC=1 without records (distinct ids).
+fn burst_of(
+    pair: &VethPair,
+    src: std::net::Ipv4Addr,
+    server: SocketAddr,
+    queries: Vec<Vec<u8>>,
+    counted: std::ops::Range<u16>,
+) -> (usize, usize) {
     pair.a
         .run(move || {
             let s = UdpSocket::bind(SocketAddr::new(src.into(), 0)).unwrap();
             s.connect(server).unwrap();
             s.set_read_timeout(Some(Duration::from_millis(400)))
                 .unwrap();
-            for id in 0..n {
-                let q = build_query(id, "www.example.com.", 1, &QueryOpts::udp());
-                s.send(&q).unwrap();
+            for q in &queries {
+                s.send(q).unwrap();
             }
             let mut buf = [0u8; 2048];
             let mut seen = std::collections::HashSet::new();
             let mut truncated = std::collections::HashSet::new();
-            while seen.len() + truncated.len() < usize::from(n) {
+            while seen.len() + truncated.len() < counted.len() {
                 let Ok(len) = s.recv(&mut buf) else { break };
                 if let Ok(m) = RawMsg::parse(&buf[..len])
                     && m.rcode() == 0
+                    && counted.contains(&m.id)
                 {
                     if m.counts[1] > 0 {
                         seen.insert(m.id);
@@ -247,8 +262,7 @@ fn cookie_replies_from(
     server: SocketAddr,
     n: u16,
 ) -> usize {
-    let key: [u8; 16] =
-        std::array::from_fn(|i| u8::from_str_radix(&COOKIE_SECRET[2 * i..2 * i + 2], 16).unwrap());
+    let key = palisade_tests::wire::hex16(COOKIE_SECRET);
     let client = b"\x01\x02\x03\x04\x05\x06\x07\x08".to_vec();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -261,37 +275,13 @@ fn cookie_replies_from(
         src.into(),
         now,
     ));
-    pair.a
-        .run(move || {
-            let s = UdpSocket::bind(SocketAddr::new(src.into(), 0)).unwrap();
-            s.connect(server).unwrap();
-            s.set_read_timeout(Some(Duration::from_millis(400)))
-                .unwrap();
-            let opts = QueryOpts {
-                cookie: Some(cookie),
-                ..QueryOpts::edns(1232)
-            };
-            for id in 0..40 {
-                s.send(&build_query(id, "www.example.com.", 1, &QueryOpts::udp()))
-                    .unwrap();
-            }
-            for id in 1000..1000 + n {
-                s.send(&build_query(id, "www.example.com.", 1, &opts))
-                    .unwrap();
-            }
-            let mut buf = [0u8; 2048];
-            let mut seen = std::collections::HashSet::new();
-            while seen.len() < usize::from(n) {
-                let Ok(len) = s.recv(&mut buf) else { break };
-                if let Ok(m) = RawMsg::parse(&buf[..len])
-                    && m.rcode() == 0
-                    && m.counts[1] > 0
-                    && m.id >= 1000
-                {
-                    seen.insert(m.id);
-                }
-            }
-            seen.len()
-        })
-        .expect("run in namespace A")
+    let opts = QueryOpts {
+        cookie: Some(cookie),
+        ..QueryOpts::edns(1232)
+    };
+    let queries = (0..40)
+        .map(|id| build_query(id, "www.example.com.", 1, &QueryOpts::udp()))
+        .chain((1000..1000 + n).map(|id| build_query(id, "www.example.com.", 1, &opts)))
+        .collect();
+    burst_of(pair, src, server, queries, 1000..1000 + n).0
 }
