@@ -747,6 +747,8 @@ pub struct BlockStats {
     pub evictions: u64,
     /// Suspects not taken: suspects held half the map, or only a proven entry could go.
     pub suspects_refused: u64,
+    /// Tenants a suspect was not made one for: it named [`TenantSet::MAX`] already.
+    pub suspect_tenants_full: u64,
     /// Daemons' or peers' entries not taken: only operators' entries could have gone.
     pub no_room: u64,
     /// Never-block addresses learned at run time not kept: [`MAX_LEARNED`] were.
@@ -829,6 +831,7 @@ struct WriterCounters {
     expirations: u64,
     evictions: u64,
     suspects_refused: u64,
+    suspect_tenants_full: u64,
     no_room: u64,
     learned_full: u64,
     refused: [u64; 2],
@@ -1009,10 +1012,14 @@ impl Writer {
                     (false, true) => cur.scope,
                     _ => e.scope.max(cur.scope),
                 };
+                let tenants = cur.tenants.union(e.tenants);
+                if e.tenants.ids().iter().any(|&t| !tenants.contains(t)) {
+                    self.counters.suspect_tenants_full += 1;
+                }
                 Some(BlockEntry {
                     expires_ms: e.expires_ms.max(cur.expires_ms),
                     scope,
-                    tenants: cur.tenants.union(e.tenants),
+                    tenants,
                     ..e
                 })
             };
@@ -1519,6 +1526,7 @@ impl BlockMap {
             expirations: c.expirations,
             evictions: c.evictions,
             suspects_refused: c.suspects_refused,
+            suspect_tenants_full: c.suspect_tenants_full,
             no_room: c.no_room,
             learned_full: c.learned_full,
             refused: c.refused,
@@ -1874,6 +1882,12 @@ impl crate::metrics::Source for BlockMap {
                 b.suspects_refused,
             ),
             (
+                "suspect_tenants_full",
+                "palisade_blockmap_suspect_tenants_full_total",
+                "Tenants whose rules' escalation did not make a suspect one in their zones: it named four tenants already.",
+                b.suspect_tenants_full,
+            ),
+            (
                 "no_room",
                 "palisade_blockmap_no_room_total",
                 "Daemons' or peers' entries not taken into a full map: only operators' entries could have made room (they are pushed out by operators' alone).",
@@ -2017,6 +2031,11 @@ mod tests {
         assert_eq!(
             (hit.tenants.ids(), hit.tenants.is_only()),
             (&[5, 7, 8, 9][..], true)
+        );
+        assert_eq!(
+            m.stats().suspect_tenants_full,
+            2,
+            "tenants 10 and 11, counted"
         );
         // A random-subdomain suspect (NXDOMAIN answers, every zone) of the same prefix: both
         // suspicions kept.
