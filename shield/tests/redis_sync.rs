@@ -880,7 +880,7 @@ fn xadd(r: &RedisServer, d: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_replayed_oversized_and_unsigned_records_are_refused() {
     use shield::redis_sync::Refused;
-    use shield::redis_sync::record::{KEY_PURPOSE, Sealer};
+    use shield::redis_sync::record::{KEY_PURPOSE, Lifts, Sealer};
     logs();
     let Some(r) = RedisServer::start() else {
         return;
@@ -947,6 +947,13 @@ async fn forged_replayed_oversized_and_unsigned_records_are_refused() {
         BlockEntry::operator(net.parse().unwrap(), ttl, unix_ms(), "rogue")
     };
     let now = redis_now(&r);
+    // Its mark, as any node writes one: it vouches for the rogue's records.
+    let _: () = redis::cmd("HSET")
+        .arg("t:marks")
+        .arg("rogue")
+        .arg(rogue.mark(now, &Lifts::default()))
+        .query(&mut r.conn())
+        .unwrap();
     xadd(&r, &rogue.add(&op("0.0.0.0/0", MIN), now + 60_000));
     xadd(&r, &rogue.add(&op("10.0.0.2/32", MIN), i64::MAX));
     let suspect =
@@ -1145,6 +1152,7 @@ const ACL: &str = "on >s3cret resetkeys ~t:* resetchannels -@all +get +set +del 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_an_acl_user_with_the_least_it_needs() {
+    use shield::redis_sync::Refused;
     logs();
     if !palisade_tests::redis::available() {
         palisade_tests::skipped("redis-server missing: the TLS test did not run");
@@ -1208,12 +1216,20 @@ async fn tls_and_an_acl_user_with_the_least_it_needs() {
         sa.stats().heartbeats >= beats + 3
     })
     .await;
-    // A user without the marks' commands still syncs (its batches are not aborted).
+    // A user without the marks' commands writes its batches (not aborted for ever), but no
+    // mark vouches for them: peers refuse them, and count it.
     let o = map();
     let so = spawn(tls_as("older", "o", "s3cret"), &o);
     synced(&so).await;
     o.insert(local(3, MIN));
-    until("the older user's block on B", || b.get(host(3)).is_some()).await;
+    let at = Refused::ALL
+        .iter()
+        .position(|x| *x == Refused::Unvouched)
+        .unwrap();
+    let unvouched = || sb.stats().refused[at];
+    until("the older user's block refused on B", || unvouched() >= 1).await;
+    assert!(b.get(host(3)).is_none());
+    assert!(so.stats().published >= 1, "{:?}", so.stats());
     so.shutdown().await;
     // The wrong password never syncs.
     let c = map();
@@ -1543,6 +1559,87 @@ async fn redis_writers_without_the_key_neither_lift_blocks_nor_bring_lifted_ones
     sa.shutdown().await;
     sb.shutdown().await;
     sc.shutdown().await;
+}
+
+/// A lifted block's record planted back in Redis — genuine and signed, kept by whoever can
+/// write to Redis — is obeyed by no node started later, the node that decided it restarted
+/// included: each node's mark carries its lifts (its own, and those of its blocks another
+/// node's operator lifted), and a node started later takes a snapshot record only where a
+/// fresh mark of its node vouches for it. Replayed into the stream, it is refused as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lifted_blocks_record_planted_back_is_obeyed_by_no_node_started_later() {
+    use shield::redis_sync::Refused;
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (a, c) = (map(), map());
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    let sc = spawn(cfg(&r.url(), "c"), &c);
+    synced(&sa).await;
+    synced(&sc).await;
+    let ten = Duration::from_secs(600);
+    // A blocks 80 (lifted below) and 82 (kept); C blocks 81 (lifted below by A's operator).
+    a.insert(local(80, ten));
+    a.insert(local(82, ten));
+    c.insert(local(81, ten));
+    until("A's blocks on C, C's on A", || c.len() == 3 && a.len() == 3).await;
+    let key = |i: u32| format!("t:block:{}", host(i));
+    let conn = &mut r.conn();
+    let captured: Vec<(u32, Vec<u8>)> = [80, 81]
+        .into_iter()
+        .map(|i| (i, redis::cmd("GET").arg(key(i)).query(conn).unwrap()))
+        .collect();
+    let written = sc.stats().marks_written;
+    assert!(a.remove(host(80), RemoveCause::Operator));
+    assert!(a.remove(host(81), RemoveCause::Operator));
+    until("both lifts on C", || {
+        c.get(host(80)).is_none() && c.get(host(81)).is_none()
+    })
+    .await;
+    until("C's mark says its block was lifted", || {
+        sc.stats().marks_written > written
+    })
+    .await;
+    // Planted back: the records under their own keys, in the snapshot's index.
+    let far = redis_now(&r) + 600_000;
+    for (i, v) in &captured {
+        let _: () = redis::cmd("SET").arg(key(*i)).arg(v).query(conn).unwrap();
+        let _: i64 = redis::cmd("ZADD")
+            .arg("t:blocks")
+            .arg(far)
+            .arg(host(*i).to_string())
+            .query(conn)
+            .unwrap();
+    }
+    // A node started now loads the snapshot: A's kept block, neither lifted one.
+    let d = map();
+    let sd = spawn(cfg(&r.url(), "d"), &d);
+    synced(&sd).await;
+    until("A's kept block on D", || d.get(host(82)).is_some()).await;
+    let refused =
+        |why: Refused| sd.stats().refused[Refused::ALL.iter().position(|x| *x == why).unwrap()];
+    assert!(refused(Refused::Lifted) >= 2, "{:?}", sd.stats());
+    // Replayed into the stream too: refused by every node.
+    for (_, v) in &captured {
+        xadd(&r, std::str::from_utf8(v).unwrap());
+    }
+    until("D refused the replays", || refused(Refused::Replay) >= 2).await;
+    // A restarted (no state file: it takes its own blocks back from Redis).
+    sa.shutdown().await;
+    let a2 = map();
+    let sa2 = spawn(cfg(&r.url(), "a"), &a2);
+    synced(&sa2).await;
+    until("A's kept block back on A", || a2.get(host(82)).is_some()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (who, m) in [("C", &c), ("D", &d), ("A restarted", &a2)] {
+        for i in [80, 81] {
+            assert!(m.get(host(i)).is_none(), "{who} obeys the lifted block {i}");
+        }
+    }
+    for s in [sa2, sc, sd] {
+        s.shutdown().await;
+    }
 }
 
 /// A member that is no UTF-8 in a node's presence key (anyone who can write to Redis can add

@@ -582,13 +582,16 @@ fn junk_replay_marks_stop_no_snapshot() {
     wait_for("the first block on C", Duration::from_secs(5), || {
         listed(&c).contains("198.51.100.1/32")
     });
-    // A marks key of the wrong type: a node started then syncs all the same.
+    // A marks key of the wrong type: a node started then finds no mark to vouch for the
+    // snapshot's records, and reads it again once the nodes have replaced the key and
+    // written their marks (every ten seconds).
     palisade_tests::redis::command(redis.port, "DEL palisade:marks");
     palisade_tests::redis::command(redis.port, "SET palisade:marks x");
     let d = node(&redis, "d");
-    wait_for("the first block on D", Duration::from_secs(10), || {
+    wait_for("the first block on D", Duration::from_secs(40), || {
         listed(&d).contains("198.51.100.1/32")
     });
+    assert!(d.stat("redis.resnaps") >= 1 || d.stat("redis.refused.unvouched") == 0);
     let (ok, out) = a.ctl(&["block", "add", "198.51.100.9"]);
     assert!(ok, "{out}");
     wait_for("a new block on D", Duration::from_secs(10), || {

@@ -60,10 +60,16 @@
 //! effect, or a later record's, is what it holds) and tails from the captured id. A Peer
 //! entry the snapshot lacks is kept until it expires or a signed removal lifts it: whoever can
 //! write to Redis can delete its keys, which must lift nothing; a record counts only under its
-//! own prefix's key. The snapshot also reads each node's mark (its latest record, written
-//! with each of its batches): a record of a node at or before its mark, replayed into the
-//! stream later, is refused by a reader that never saw that node write (one just started). On first start the snapshot also restores this node's own earlier
-//! decisions (with their own origin). A changed epoch means Redis lost its data (restart without
+//! own prefix's key. The snapshot reads each node's mark first ([`record::Mark`], signed,
+//! written in the transaction of each of its batches, at connect and every
+//! [`record::MARK_REFRESH_MS`]): a record of a node at or before its mark, replayed into the
+//! stream later, is refused by a reader that never saw that node write (one just started);
+//! and a snapshot record is taken only where its node's fresh mark vouches for it — of that
+//! process, with no lift of it since (a lifted block's record planted back is genuine and
+//! signed). A stream record of a process the reader has not trusted yet is taken where that
+//! node's mark, read again, vouches for it. On first start the snapshot also restores this
+//! node's own earlier decisions (with their own origin), where its previous process's mark
+//! vouches for them. A changed epoch means Redis lost its data (restart without
 //! persistence, flush, failover to an empty replica): every node keeps its Peer entries, reads
 //! the new stream from its start (everything written since the loss, removals included) and
 //! republishes all its local entries.
@@ -566,7 +572,7 @@ pub struct SyncStats {
     /// Peer upserts already expired on arrival (by this node's clock).
     pub skipped_expired: u64,
     /// Records refused, by cause ([`Refused::ALL`] order).
-    pub refused: [u64; 10],
+    pub refused: [u64; Refused::ALL.len()],
     /// Peer removals that lifted nothing (the entry was absent, or not theirs to lift).
     pub removals_not_lifted: u64,
     /// Nodes forgotten by the replay table (more nodes than it holds).
@@ -590,6 +596,14 @@ pub struct SyncStats {
     pub start_after_mark: u64,
     /// Times the replay marks key was of another type and was replaced.
     pub marks_repaired: u64,
+    /// Marks written by this node.
+    pub marks_written: u64,
+    /// Lifts this node's mark forgot past its bound (its older records vouched for no more).
+    pub mark_lifts_forgotten: u64,
+    /// Nodes' marks read again for a record of a process not yet vouched for.
+    pub marks_looked_up: u64,
+    /// Snapshots read again for peers' records no fresh mark vouched for.
+    pub resnaps: u64,
     /// Times the change stream or the snapshot index was of another type and was replaced.
     pub keys_repaired: u64,
     /// Records taken that the previous fleet key signed (`previous_key_file`: a rotation
@@ -645,7 +659,7 @@ struct Counters {
     received_removals: AtomicU64,
     skipped_own: AtomicU64,
     skipped_expired: AtomicU64,
-    refused: [AtomicU64; 10],
+    refused: [AtomicU64; Refused::ALL.len()],
     removals_not_lifted: AtomicU64,
     replay_forgotten: AtomicU64,
     snapshots: AtomicU64,
@@ -656,6 +670,10 @@ struct Counters {
     stream_resets: AtomicU64,
     start_after_mark: AtomicU64,
     marks_repaired: AtomicU64,
+    marks_written: AtomicU64,
+    mark_lifts_forgotten: AtomicU64,
+    marks_looked_up: AtomicU64,
+    resnaps: AtomicU64,
     keys_repaired: AtomicU64,
     epoch_changes: AtomicU64,
     master_changes: AtomicU64,
@@ -702,6 +720,8 @@ struct Shared {
     reader_ready: AtomicBool,
     /// Another live process uses this node id (last heartbeat's finding).
     conflict: AtomicBool,
+    /// The ACL user may not write this node's mark (found by a refused transaction).
+    marks_denied: AtomicBool,
     /// See [`SyncStats::evicting`].
     evicting: AtomicBool,
     /// This process's presence token.
@@ -710,6 +730,8 @@ struct Shared {
     sealer: record::Sealer,
     /// Opens and verifies others' records.
     opener: record::Opener,
+    /// What this process lifted of its own records: carried by its mark.
+    lifts: Mutex<record::Lifts>,
     /// Signs and verifies heartbeats (none when unsigned).
     presence_key: Option<crate::fleet_key::DerivedKey>,
     /// When the last full republish ended (`now()` ms; 0: none yet): the next waits
@@ -721,6 +743,23 @@ struct Shared {
 impl Shared {
     fn outbox(&self) -> MutexGuard<'_, Outbox> {
         self.outbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lifts(&self) -> MutexGuard<'_, record::Lifts> {
+        self.lifts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Voids this process's records of `net` numbered so far (or up to `seq`): a lift its
+    /// next mark carries, so that no node started later takes one of them planted back.
+    fn note_lift(&self, net: ipnet::IpNet, seq: Option<u64>) {
+        let at = self.now() as i64 + self.offset();
+        let seq = seq.unwrap_or_else(|| self.sealer.seq());
+        let start = self.sealer.start();
+        let mut l = self.lifts();
+        l.push(net, start, seq, at, self.max_ttl_ms() as i64 + 60_000);
+        self.c
+            .mark_lifts_forgotten
+            .store(l.forgotten, Ordering::Relaxed);
     }
 
     fn now(&self) -> u64 {
@@ -1013,6 +1052,10 @@ impl Shared {
             stream_resets: get(&c.stream_resets),
             start_after_mark: get(&c.start_after_mark),
             marks_repaired: get(&c.marks_repaired),
+            marks_written: get(&c.marks_written),
+            mark_lifts_forgotten: get(&c.mark_lifts_forgotten),
+            marks_looked_up: get(&c.marks_looked_up),
+            resnaps: get(&c.resnaps),
             keys_repaired: get(&c.keys_repaired),
             previous_key_records: self.opener.by_previous.load(Ordering::Relaxed),
             epoch_changes: get(&c.epoch_changes),
@@ -1125,10 +1168,12 @@ impl RedisSync {
             reader_connected: AtomicBool::new(false),
             reader_ready: AtomicBool::new(false),
             conflict: AtomicBool::new(false),
+            marks_denied: AtomicBool::new(false),
             evicting: AtomicBool::new(false),
             token: presence::token(),
             sealer,
             opener,
+            lifts: Mutex::new(record::Lifts::default()),
             presence_key,
             last_full_ms: std::sync::atomic::AtomicU64::new(0),
             c,
@@ -1424,6 +1469,10 @@ impl crate::metrics::Source for SyncMonitor {
         c("stream_resets", false, s.stream_resets);
         c("start_after_mark", false, s.start_after_mark);
         c("marks_repaired", false, s.marks_repaired);
+        c("marks_written", false, s.marks_written);
+        c("mark_lifts_forgotten", false, s.mark_lifts_forgotten);
+        c("marks_looked_up", false, s.marks_looked_up);
+        c("resnaps", false, s.resnaps);
         c("keys_repaired", false, s.keys_repaired);
         c("previous_key_records", false, s.previous_key_records);
         c("writes_waiting_ms", true, s.writes_waiting_ms);

@@ -1,7 +1,7 @@
 //! The reader task: snapshot, then `XREAD BLOCK` from this node's own last id; detects gaps and
 //! data loss and resyncs.
 
-use super::record::{RecordOp, Refused, Replay};
+use super::record::{Mark, Record, RecordOp, Refused, Replay};
 use super::wire::{self, StreamId};
 use super::{Shared, add, sleep_or_stop};
 use crate::block::{BlockEntry, Origin};
@@ -16,6 +16,18 @@ use tokio::sync::watch;
 
 /// A snapshot's newest `(start, seq)` per node, and the stream id it was read up to.
 type Seed = (StreamId, HashMap<String, (u64, u64)>);
+
+/// How long after a snapshot with records no fresh mark vouched for it is read again.
+const RESNAP_AFTER: Duration = Duration::from_millis(super::record::MARK_REFRESH_MS + 2_000);
+/// How many times in a row a snapshot is read again for records no mark vouched for.
+const RESNAPS: u32 = 3;
+
+/// Shortest between two readings of one node's mark for records it does not vouch for.
+const LOOKUP_GAP: Duration = Duration::from_secs(1);
+
+/// Where [`apply`] stopped to have a node's mark read: entry, record within it, the node
+/// and the process (start) its record came from.
+type Lookup = (usize, usize, String, u64);
 
 struct State {
     /// Last stream id applied; `None` when a snapshot is due.
@@ -36,6 +48,19 @@ struct State {
     seed: Option<Seed>,
     /// When an epoch change last sent this reader back to the stream's start.
     rewound_at: Option<Instant>,
+    /// When the snapshot is read again (its peers' records no mark vouched for), and how
+    /// many more times after that.
+    resnap: Option<(Instant, u32)>,
+    /// Each node's mark as last read (at a snapshot, or looked up for a record), when, and
+    /// the newest process it was looked up for: read again at most once a [`LOOKUP_GAP`],
+    /// but at once for a newer process (a node that restarted since).
+    marks: HashMap<String, (Option<Mark>, Instant, u64)>,
+    /// The process (start) of each node whose records past a number are taken by the
+    /// replay order alone: past 0 for a fresh mark of the snapshot (the replay table stands
+    /// at it), past a looked-up mark's number for that mark (records up to it may be
+    /// lifted: each is vouched for). Any other record is taken only where its node's fresh
+    /// mark vouches for it.
+    trusted: HashMap<String, (u64, u64)>,
 }
 
 /// Shortest between two readings of the whole stream for an epoch change: a key flipped
@@ -80,6 +105,9 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         replay: Replay::default(),
         seed: None,
         rewound_at: None,
+        marks: HashMap::new(),
+        trusted: HashMap::new(),
+        resnap: None,
     };
     let block = Duration::from_millis(shared.cfg.block_ms);
     let mut attempt = 0u32;
@@ -173,6 +201,11 @@ async fn tail(
     let mut head_cut = false;
     let mut last_len: Option<u64> = None;
     loop {
+        if st.pos.is_some() && st.resnap.is_some_and(|(due, _)| Instant::now() >= due) {
+            // Read again where it stands: the stream goes on from this reader's position.
+            add(&shared.c.resnaps, 1);
+            load_snapshot(shared, conn, st).await?;
+        }
         let pos = match st.pos {
             Some(p) => p,
             None => {
@@ -180,6 +213,8 @@ async fn tail(
                 st.pos = Some(p);
                 st.first_load = false;
                 shared.reader_ready.store(true, Ordering::Relaxed);
+                // The writer held this process's first mark back until now.
+                shared.wake_writer.notify_one();
                 p
             }
         };
@@ -263,24 +298,32 @@ async fn tail(
             continue;
         }
         if let Some(&(last, _)) = entries.last() {
-            apply(shared, &mut st.replay, &mut st.seed, &entries);
+            let mut from = (0, 0);
+            while let Some((entry, record, node, start)) = apply(shared, st, &entries, from) {
+                look_up_mark(shared, conn, st, node, start).await?;
+                from = (entry, record);
+            }
             st.pos = Some(last);
         }
     }
 }
 
-/// Applies stream entries in order: peer upserts in batches, removals one by one. Every
-/// record is opened (bounded, decoded, verified), checked for replay and judged
-/// ([`Shared::judge`]) first; refusals are counted and logged with their stream id.
+/// Applies stream entries in order from `from` (entry, record within it): peer upserts in
+/// batches, removals one by one. Every record is opened (bounded, decoded, verified),
+/// vouched for by its node's mark where its process is not trusted yet, checked for replay
+/// and judged ([`Shared::judge`]); refusals are counted and logged with their stream id.
+/// Returns where it stopped to have a node's mark read (at most once a [`LOOKUP_GAP`] per
+/// node), or `None` when all is applied.
 fn apply(
     shared: &Shared,
-    replay: &mut Replay,
-    seed: &mut Option<Seed>,
+    st: &mut State,
     entries: &[(StreamId, Option<&[u8]>)],
-) {
+    from: (usize, usize),
+) -> Option<Lookup> {
     let c = &shared.c;
     let now = shared.now();
     let offset = shared.offset();
+    let redis_now = now as i64 + offset;
     let mut adds: Vec<BlockEntry> = Vec::new();
     let flush = |adds: &mut Vec<BlockEntry>| {
         if !adds.is_empty() {
@@ -288,12 +331,22 @@ fn apply(
             shared.map.insert_batch(adds.drain(..));
         }
     };
-    for (id, d) in entries {
-        if seed.as_ref().is_some_and(|(end, _)| id > end)
-            && let Some((_, seen)) = seed.take()
+    for (i, (id, d)) in entries.iter().enumerate().skip(from.0) {
+        if st.seed.as_ref().is_some_and(|(end, _)| id > end)
+            && let Some((_, seen)) = st.seed.take()
         {
             for (node, (start, seq)) in seen {
-                replay.raise(node, start, seq);
+                st.replay.raise(node, start, seq);
+            }
+            // The replay table stands at each fresh mark now: records of its process
+            // replayed later are refused by the order alone.
+            for (node, (m, _, _)) in &st.marks {
+                if let Some(m) = m
+                    && m.at >= redis_now.saturating_sub(super::record::MARK_FRESH_MS)
+                    && st.trusted.len() < super::record::REPLAY_NODES
+                {
+                    st.trusted.insert(node.clone(), (m.start, 0));
+                }
             }
         }
         let Some(d) = d else {
@@ -304,7 +357,14 @@ fn apply(
             shared.refuse(Refused::Oversized, *id, "");
             continue;
         }
-        for rec in shared.opener.open_many(d) {
+        let skip = if i == from.0 { from.1 } else { 0 };
+        for (j, rec) in shared
+            .opener
+            .open_many(d)
+            .into_iter()
+            .enumerate()
+            .skip(skip)
+        {
             let rec = match rec {
                 Ok(r) => r,
                 Err(why) => {
@@ -316,13 +376,39 @@ fn apply(
                 add(&c.skipped_own, 1);
                 continue;
             }
-            if !replay.fresh(&rec) {
+            if !st
+                .trusted
+                .get(rec.node.as_str())
+                .is_some_and(|&(start, past)| start == rec.start && rec.seq > past)
+            {
+                match vouch(st, &rec, redis_now) {
+                    Ok(()) => {}
+                    // Read again at most once a LOOKUP_GAP, but at once for a process
+                    // newer than the mark held (a node that restarted since).
+                    Err(Refused::Unvouched)
+                        if st
+                            .marks
+                            .get(rec.node.as_str())
+                            .is_none_or(|(_, at, asked)| {
+                                at.elapsed() >= LOOKUP_GAP || rec.start > *asked
+                            }) =>
+                    {
+                        flush(&mut adds);
+                        return Some((i, j, rec.node, rec.start));
+                    }
+                    Err(why) => {
+                        shared.refuse(why, *id, &rec.node);
+                        continue;
+                    }
+                }
+            }
+            if !st.replay.fresh(&rec) {
                 shared.refuse(Refused::Replay, *id, &rec.node);
                 continue;
             }
             c.replay_forgotten
-                .store(replay.forgotten, std::sync::atomic::Ordering::Relaxed);
-            if let Err(why) = shared.judge(&rec, now as i64 + offset) {
+                .store(st.replay.forgotten, std::sync::atomic::Ordering::Relaxed);
+            if let Err(why) = shared.judge(&rec, redis_now) {
                 shared.refuse(why, *id, &rec.node);
                 continue;
             }
@@ -338,8 +424,18 @@ fn apply(
                 RecordOp::Del => {
                     flush(&mut adds);
                     let operator = rec.origin == Origin::Operator;
+                    let ours = shared
+                        .map
+                        .get(rec.net)
+                        .is_some_and(|e| e.origin == Origin::Local);
                     if shared.map.remove_from_peer(rec.net, &rec.node, operator) {
                         add(&c.received_removals, 1);
+                        if ours {
+                            // A peer's operator lifted this node's own block: its records
+                            // of it are void, and its mark says so at once.
+                            shared.note_lift(rec.net, None);
+                            shared.wake_writer.notify_one();
+                        }
                     } else {
                         add(&c.removals_not_lifted, 1);
                     }
@@ -348,6 +444,64 @@ fn apply(
         }
     }
     flush(&mut adds);
+    None
+}
+
+/// Whether the mark this reader holds of `r`'s node vouches for `r`. Once the snapshot's
+/// replay marks are in the replay table, a vouched record makes its process's records past
+/// the mark trusted (written after it, they are seen in order).
+fn vouch(st: &mut State, r: &Record, redis_now: i64) -> Result<(), Refused> {
+    let Some((Some(m), _, _)) = st.marks.get(r.node.as_str()) else {
+        return Err(Refused::Unvouched);
+    };
+    m.vouches(r, redis_now)?;
+    if st.seed.is_none()
+        && (st.trusted.len() < super::record::REPLAY_NODES
+            || st.trusted.contains_key(r.node.as_str()))
+    {
+        let past = m.seq;
+        st.trusted.insert(r.node.clone(), (r.start, past));
+    }
+    Ok(())
+}
+
+/// Reads `node`'s mark again (a record of a process not yet vouched for came).
+async fn look_up_mark(
+    shared: &Shared,
+    conn: &mut MultiplexedConnection,
+    st: &mut State,
+    node: String,
+    start: u64,
+) -> redis::RedisResult<()> {
+    add(&shared.c.marks_looked_up, 1);
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("HGET").arg(&shared.keys.marks).arg(&node);
+    let reply: Vec<Value> = pipe.query_async(conn).await?;
+    let mark = match reply.first().and_then(wire::bytes) {
+        Some(b) if b == super::capped::CUT => {
+            shared.refuse(Refused::Oversized, StreamId::default(), &node);
+            None
+        }
+        Some(b) => match shared.opener.open_mark(b) {
+            Ok(m) if m.node == node => Some(m),
+            Ok(_) => {
+                shared.refuse(Refused::Malformed, StreamId::default(), &node);
+                None
+            }
+            Err(why) => {
+                shared.refuse(why, StreamId::default(), &node);
+                None
+            }
+        },
+        None => None,
+    };
+    if st.marks.len() >= super::record::REPLAY_NODES && !st.marks.contains_key(&node) {
+        st.marks.clear();
+    }
+    let asked = st.marks.get(&node).map_or(start, |e| e.2.max(start));
+    st.marks.insert(node, (mark, Instant::now(), asked));
+    Ok(())
 }
 
 /// Members of the snapshot's index read at most: four times what the block map holds.
@@ -444,20 +598,23 @@ pub(super) async fn records_of(
         .collect())
 }
 
-/// Raises `seen` to each node's replay mark (its latest record, written with each of its
-/// batches): a record of that node at or before its mark, replayed into the stream after
-/// this snapshot, is refused even when this reader never saw the node write. A mark that
-/// does not verify, or stands under another node's field, raises nothing (counted); marks
-/// past [`super::record::REPLAY_NODES`] fields are not read. A marks key of the wrong type
-/// (anyone who can write to Redis can make one) is passed over, counted, never stalling the
-/// snapshot.
+/// Reads every node's mark ([`Mark`]) and raises `seen` to each: a record of that node at
+/// or before its mark, replayed into the stream after this snapshot, is refused even when
+/// this reader never saw the node write; and a snapshot record is taken only where its
+/// node's fresh mark vouches for it. A mark that does not verify, or stands under another
+/// node's field, counts for nothing (counted); marks past [`super::record::REPLAY_NODES`]
+/// fields are not read. A marks key of the wrong type (anyone who can write to Redis can
+/// make one) is passed over, counted, never stalling the snapshot.
 async fn read_marks(
     shared: &Shared,
     conn: &mut MultiplexedConnection,
     seen: &mut HashMap<String, (u64, u64)>,
-) -> redis::RedisResult<()> {
+) -> redis::RedisResult<HashMap<String, Mark>> {
+    let mut marks: HashMap<String, Mark> = HashMap::new();
     let mut cursor: u64 = 0;
     let mut scanned = 0usize;
+    // Marks are up to `MAX_MARK_BYTES`: a page of them stays within a reply's bound.
+    let page = (shared.limits.bytes / super::record::MAX_MARK_BYTES as u64).clamp(1, 1_000);
     loop {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -465,20 +622,20 @@ async fn read_marks(
             .arg(&shared.keys.marks)
             .arg(cursor)
             .arg("COUNT")
-            .arg(shared.cfg.snapshot_page.max(1));
+            .arg(page.min(shared.cfg.snapshot_page.max(1) as u64));
         let reply: Vec<Value> = pipe.query_async(conn).await?;
         let page = match reply.into_iter().next() {
             // An ACL user without HSCAN (granted before marks existed): no marks.
             Some(Value::ServerError(e)) if e.code() == "NOPERM" => {
                 crate::limited!(
                     1,
-                    warn!(node = %shared.node, "redis: replay marks not readable (grant +hscan on the prefix)")
+                    warn!(node = %shared.node, "redis: replay marks not readable (grant +hscan on the prefix): no peer's snapshot records are taken")
                 );
-                return Ok(());
+                return Ok(marks);
             }
             Some(Value::ServerError(_)) | None => {
                 shared.refuse(Refused::Malformed, StreamId::default(), "");
-                return Ok(());
+                return Ok(marks);
             }
             Some(v) => v,
         };
@@ -490,13 +647,16 @@ async fn read_marks(
                 shared.refuse(Refused::Oversized, StreamId::default(), "");
                 continue;
             }
-            match shared.opener.open(value) {
-                Ok(r) if r.node.as_bytes() == field.as_slice() => {
+            match shared.opener.open_mark(value) {
+                Ok(m) if m.node.as_bytes() == field.as_slice() => {
                     if seen.len() < super::record::REPLAY_NODES
-                        || seen.contains_key(r.node.as_str())
+                        || seen.contains_key(m.node.as_str())
                     {
-                        let last = seen.entry(r.node.to_string()).or_insert((0, 0));
-                        *last = (*last).max((r.start, r.seq));
+                        let last = seen.entry(m.node.clone()).or_insert((0, 0));
+                        *last = (*last).max((m.start, m.seq));
+                    }
+                    if marks.len() < super::record::REPLAY_NODES {
+                        marks.insert(m.node.clone(), m);
                     }
                 }
                 Ok(_) => shared.refuse(Refused::Malformed, StreamId::default(), ""),
@@ -505,13 +665,13 @@ async fn read_marks(
         }
         cursor = next;
         if cursor == 0 {
-            return Ok(());
+            return Ok(marks);
         }
         if scanned >= super::record::REPLAY_NODES {
             // Fields past any fleet's nodes (junk anyone who can write to Redis can add):
             // the rest is not read, and the snapshot counts as read in part.
             add(&shared.c.snapshot_truncated, 1);
-            return Ok(());
+            return Ok(marks);
         }
     }
 }
@@ -539,6 +699,10 @@ async fn load_snapshot(
     let mut own: Vec<BlockEntry> = Vec::new();
     let mut truncated = 0u64;
     let mut seen: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut unvouched = 0u64;
+    // The marks first: each snapshot record is taken only where its node's fresh mark
+    // vouches for it (a lifted block's record planted back is genuine, and signed).
+    let marks = read_marks(shared, conn, &mut seen).await?;
     let mut cursor: u64 = 0;
     let mut scanned = 0usize;
     loop {
@@ -576,6 +740,18 @@ async fn load_snapshot(
                 }
             };
             if let Err(why) = shared.judge(&rec, now as i64 + offset) {
+                shared.refuse(why, StreamId::default(), &rec.node);
+                continue;
+            }
+            if let Err(why) = marks
+                .get(rec.node.as_str())
+                .map_or(Err(Refused::Unvouched), |m| {
+                    m.vouches(&rec, now as i64 + offset)
+                })
+            {
+                if why == Refused::Unvouched && *rec.node != *shared.node {
+                    unvouched += 1;
+                }
                 shared.refuse(why, StreamId::default(), &rec.node);
                 continue;
             }
@@ -626,7 +802,6 @@ async fn load_snapshot(
             break;
         }
     }
-    read_marks(shared, conn, &mut seen).await?;
     // Where the stream stood once the snapshot (and the marks) were read: records after it
     // are newer than every record the snapshot holds, and than every node's mark.
     let mut pipe = redis::pipe();
@@ -639,6 +814,25 @@ async fn load_snapshot(
         .map(|i| i.last_generated)
         .unwrap_or_default();
     st.seed = Some((end, seen));
+    // Peers' records no fresh mark vouched for: their nodes are down, or their marks were
+    // deleted or vandalised (the nodes write them again within MARK_REFRESH_MS). The
+    // snapshot is read again once they have, a few times at most.
+    st.resnap = match st.resnap {
+        _ if unvouched == 0 => None,
+        Some((_, 0)) => None,
+        Some((_, left)) => Some((Instant::now() + RESNAP_AFTER, left - 1)),
+        None => Some((Instant::now() + RESNAP_AFTER, RESNAPS - 1)),
+    };
+    // Until the stream passes `end`, every record is vouched for by these marks (and the
+    // processes they vouch for trusted after it): a mark can be read again at once.
+    let looked = Instant::now()
+        .checked_sub(LOOKUP_GAP)
+        .unwrap_or_else(Instant::now);
+    st.trusted.clear();
+    st.marks = marks
+        .into_iter()
+        .map(|(node, m)| (node, (Some(m), looked, 0)))
+        .collect();
     let c = &shared.c;
     let n = peers.len() + own.len();
     add(&c.snapshots, 1);

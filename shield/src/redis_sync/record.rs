@@ -116,11 +116,16 @@ pub enum Refused {
     ShortPrefix,
     /// A prefix that overlaps a never-block entry.
     NeverBlock,
+    /// Read where no fresh mark of its node vouches for it (a node started later must not
+    /// take an old record planted back for one still live).
+    Unvouched,
+    /// Lifted since, by its node's mark.
+    Lifted,
 }
 
 impl Refused {
     /// Every cause, in counter order.
-    pub const ALL: [Refused; 10] = [
+    pub const ALL: [Refused; 12] = [
         Refused::Oversized,
         Refused::Malformed,
         Refused::Version,
@@ -131,6 +136,8 @@ impl Refused {
         Refused::Expiry,
         Refused::ShortPrefix,
         Refused::NeverBlock,
+        Refused::Unvouched,
+        Refused::Lifted,
     ];
 
     /// The cause's name in counters and logs.
@@ -146,6 +153,8 @@ impl Refused {
             Refused::Expiry => "expiry",
             Refused::ShortPrefix => "short_prefix",
             Refused::NeverBlock => "never_block",
+            Refused::Unvouched => "unvouched",
+            Refused::Lifted => "lifted",
         }
     }
 
@@ -285,6 +294,30 @@ impl Sealer {
         })
     }
 
+    /// The last record number this process gave (0: none yet).
+    pub fn seq(&self) -> u64 {
+        self.seq.load(Ordering::Relaxed)
+    }
+
+    /// The JSON of this process's mark at `at` (Redis time, ms), vouching for its records
+    /// but those `lifts` names (tools and tests: `lifts` empty).
+    pub fn mark(&self, at: i64, lifts: &Lifts) -> String {
+        let mut m = Mark {
+            v: VERSION,
+            node: self.node.clone(),
+            start: self.start(),
+            seq: self.seq(),
+            at,
+            cut: lifts.cut,
+            lifts: lifts.list.iter().cloned().collect(),
+            tag: String::new(),
+        };
+        if let Some(k) = &self.key {
+            m.tag = hex(&m.mac(k));
+        }
+        serde_json::to_string(&m).unwrap_or_default()
+    }
+
     /// The JSON of a removal of `net`, lifted by `by` (an operator's command, or this node).
     pub fn del(&self, net: &IpNet, by: Origin) -> String {
         self.seal(Record {
@@ -353,17 +386,22 @@ impl Opener {
         if r.v != VERSION {
             return Err(Refused::Version);
         }
+        self.check_tag(&r.tag, &r.canonical())?;
+        Ok(r)
+    }
+
+    /// Checks `tag` (hex) over `canonical` with the key, or the one being rotated out.
+    fn check_tag(&self, tag: &str, canonical: &[u8]) -> Result<(), Refused> {
         match &self.key {
             Some(k) => {
-                if r.tag.is_empty() {
+                if tag.is_empty() {
                     return Err(Refused::Unsigned);
                 }
-                let tag = unhex(&r.tag).ok_or(Refused::BadTag)?;
-                let canonical = r.canonical();
+                let tag = unhex(tag).ok_or(Refused::BadTag)?;
                 let ok = |k: &DerivedKey| {
                     let mut m =
                         <Hmac<Sha256> as Mac>::new_from_slice(&k.0).expect("any key length");
-                    m.update(&canonical);
+                    m.update(canonical);
                     m.verify_slice(&tag).is_ok()
                 };
                 if !ok(k) {
@@ -376,7 +414,39 @@ impl Opener {
             None if self.insecure_unsigned => {}
             None => return Err(Refused::Unsigned),
         }
-        Ok(r)
+        Ok(())
+    }
+
+    /// A node's mark: bounded, decoded and verified. A mark of the earlier kind (a copy of
+    /// its node's latest record) reads as one that vouches for nothing.
+    pub(crate) fn open_mark(&self, bytes: &[u8]) -> Result<Mark, Refused> {
+        if bytes.len() > MAX_MARK_BYTES {
+            return Err(Refused::Oversized);
+        }
+        let m: Mark = match serde_json::from_slice(bytes) {
+            Ok(m) => m,
+            Err(_) => {
+                let r = self.open(bytes)?;
+                return Ok(Mark {
+                    v: r.v,
+                    node: r.node,
+                    start: r.start,
+                    seq: r.seq,
+                    at: i64::MIN,
+                    cut: (0, 0),
+                    lifts: Vec::new(),
+                    tag: String::new(),
+                });
+            }
+        };
+        if m.v != VERSION {
+            return Err(Refused::Version);
+        }
+        if m.lifts.len() > MARK_LIFTS {
+            return Err(Refused::Oversized);
+        }
+        self.check_tag(&m.tag, &m.canonical())?;
+        Ok(m)
     }
 
     /// A stream field: one record, or a JSON array of up to [`PACK`] (a packed batch). Each
@@ -398,6 +468,143 @@ impl Opener {
             .into_iter()
             .map(|raw| self.open(raw.get().as_bytes()))
             .collect()
+    }
+}
+
+/// Longest mark accepted, in bytes ([`MARK_LIFTS`] lifts of about 100 bytes, and a margin).
+pub const MAX_MARK_BYTES: usize = 32 * 1024;
+/// Most lifts a mark carries: past it the oldest go, and the mark's cut rises past them.
+pub const MARK_LIFTS: usize = 256;
+/// A mark older than this (Redis time) vouches for nothing: its node stopped writing it (it
+/// is down), or someone put back an older one, from before a lift.
+pub const MARK_FRESH_MS: i64 = 60_000;
+/// How often a node writes its mark again when it writes nothing else.
+pub const MARK_REFRESH_MS: u64 = 10_000;
+
+/// One lift a mark carries: its node's records of `net` up to `(start, seq)` are void.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lift {
+    pub(crate) net: IpNet,
+    pub(crate) start: u64,
+    pub(crate) seq: u64,
+    /// When it was lifted (Redis time, ms): forgotten once no record it voids can be live.
+    pub(crate) at: i64,
+}
+
+/// A node's mark, kept in the marks hash under its id and written with each of its batches
+/// and every [`MARK_REFRESH_MS`]: how far it has written (`start`, `seq`: a record of it at
+/// or before, replayed into the stream, is refused by a reader that never saw it write),
+/// when (`at`), and which of its records it lifted since. A record planted back in Redis is
+/// genuine and signed: a node started later takes a snapshot record only where a fresh mark
+/// of its node vouches for it — of that process (`start`), not lifted, above `cut`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mark {
+    pub(crate) v: u8,
+    pub(crate) node: String,
+    pub(crate) start: u64,
+    pub(crate) seq: u64,
+    /// When it was written, Redis time, ms.
+    pub(crate) at: i64,
+    /// Its records at or before this `(start, seq)` are not vouched for (lifts forgotten).
+    pub(crate) cut: (u64, u64),
+    pub(crate) lifts: Vec<Lift>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub(crate) tag: String,
+}
+
+impl Mark {
+    /// The bytes the tag covers, as [`Record::canonical`] under another domain label.
+    pub fn canonical(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(96 + 48 * self.lifts.len());
+        let mut s = |x: &[u8]| {
+            b.extend_from_slice(&(x.len() as u32).to_be_bytes());
+            b.extend_from_slice(x);
+        };
+        s(b"palisade-block-mark");
+        s(&[self.v]);
+        s(self.node.as_bytes());
+        s(&self.start.to_be_bytes());
+        s(&self.seq.to_be_bytes());
+        s(&self.at.to_be_bytes());
+        s(&self.cut.0.to_be_bytes());
+        s(&self.cut.1.to_be_bytes());
+        s(&(self.lifts.len() as u64).to_be_bytes());
+        for l in &self.lifts {
+            s(l.net.to_string().as_bytes());
+            s(&l.start.to_be_bytes());
+            s(&l.seq.to_be_bytes());
+            s(&l.at.to_be_bytes());
+        }
+        b
+    }
+
+    fn mac(&self, key: &DerivedKey) -> [u8; 32] {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.0).expect("any key length");
+        m.update(&self.canonical());
+        m.finalize().into_bytes().into()
+    }
+
+    /// Whether this mark vouches for `r`, a record of its node, at `redis_now`.
+    pub(crate) fn vouches(&self, r: &Record, redis_now: i64) -> Result<(), Refused> {
+        if self.at < redis_now.saturating_sub(MARK_FRESH_MS)
+            || r.start != self.start
+            || (r.start, r.seq) <= self.cut
+        {
+            return Err(Refused::Unvouched);
+        }
+        if self
+            .lifts
+            .iter()
+            .any(|l| l.net == r.net && (r.start, r.seq) <= (l.start, l.seq))
+        {
+            return Err(Refused::Lifted);
+        }
+        Ok(())
+    }
+}
+
+/// The lifts this process's mark carries (bounded by [`MARK_LIFTS`]).
+#[derive(Debug, Default)]
+pub struct Lifts {
+    list: std::collections::VecDeque<Lift>,
+    cut: (u64, u64),
+    /// Lifts forgotten past the bound (the cut rose past them).
+    pub(crate) forgotten: u64,
+    /// Changed since the mark was last written.
+    pub(crate) dirty: bool,
+}
+
+impl Lifts {
+    /// Voids this process's records of `net` up to `(start, seq)`, lifted at `at` (Redis
+    /// time); lifts older than `max_age_ms` go (no record they void is live any more).
+    pub(crate) fn push(&mut self, net: IpNet, start: u64, seq: u64, at: i64, max_age_ms: i64) {
+        let old = at.saturating_sub(max_age_ms);
+        self.list.retain(|l| l.at >= old && l.net != net);
+        if self.list.len() >= MARK_LIFTS
+            && let Some(l) = self.list.pop_front()
+        {
+            self.cut = self.cut.max((l.start, l.seq));
+            self.forgotten += 1;
+        }
+        self.list.push_back(Lift {
+            net,
+            start,
+            seq,
+            at,
+        });
+        self.dirty = true;
+    }
+
+    /// Lifts held now.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// True when none is held.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
     }
 }
 
@@ -586,5 +793,103 @@ mod tests {
         // Other nodes are their own sequences.
         let b = Sealer::new(Some(key()), "b", 5);
         assert!(replay.fresh(&opener.open(b.add(&entry(), 1).as_bytes()).unwrap()));
+    }
+
+    #[test]
+    fn a_mark_vouches_only_while_fresh_for_its_process_and_not_for_what_it_lifted() {
+        let opener = Opener::new(Some(key()), false);
+        let sealer = Sealer::new(Some(key()), "a", 1_000);
+        let other: IpNet = "192.0.2.8/32".parse().unwrap();
+        let lifted = opener.open(sealer.add(&entry(), 9_000).as_bytes()).unwrap();
+        let mut kept_entry = entry();
+        kept_entry.net = other;
+        let kept = opener
+            .open(sealer.add(&kept_entry, 9_000).as_bytes())
+            .unwrap();
+        let mut lifts = Lifts::default();
+        let (now, day) = (1_000_000i64, 86_400_000i64);
+        lifts.push(entry().net, 1_000, sealer.seq(), now, day);
+        assert!(lifts.dirty);
+        let mark = opener
+            .open_mark(sealer.mark(now, &lifts).as_bytes())
+            .unwrap();
+        assert_eq!((mark.start, mark.seq, mark.lifts.len()), (1_000, 2, 1));
+        assert_eq!(mark.vouches(&kept, now), Ok(()));
+        assert_eq!(mark.vouches(&lifted, now), Err(Refused::Lifted));
+        // Blocked again after the lift: vouched for.
+        let again = opener.open(sealer.add(&entry(), 9_000).as_bytes()).unwrap();
+        assert_eq!(mark.vouches(&again, now), Ok(()));
+        // Stale: its node stopped writing it, or an older one was put back.
+        assert_eq!(
+            mark.vouches(&kept, now + MARK_FRESH_MS + 1),
+            Err(Refused::Unvouched)
+        );
+        // Another process of the node: not this mark's to vouch for.
+        let later = Sealer::new(Some(key()), "a", 2_000);
+        let r = opener
+            .open(later.add(&kept_entry, 9_000).as_bytes())
+            .unwrap();
+        assert_eq!(mark.vouches(&r, now), Err(Refused::Unvouched));
+        // Every field is covered by the tag.
+        let json = sealer.mark(now, &lifts);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        for (field, value) in [
+            ("at", serde_json::json!(now + 1)),
+            ("start", serde_json::json!(2_000)),
+            ("seq", serde_json::json!(99)),
+            ("node", serde_json::json!("b")),
+            ("cut", serde_json::json!([0, 9])),
+            ("lifts", serde_json::json!([])),
+        ] {
+            let mut forged = v.clone();
+            forged[field] = value;
+            let b = serde_json::to_vec(&forged).unwrap();
+            assert_eq!(opener.open_mark(&b), Err(Refused::BadTag), "{field}");
+        }
+        let mut forged = v.clone();
+        forged["lifts"][0]["net"] = serde_json::json!("192.0.2.9/32");
+        assert_eq!(
+            opener.open_mark(&serde_json::to_vec(&forged).unwrap()),
+            Err(Refused::BadTag)
+        );
+        // A mark of the earlier kind (a copy of a record, which anyone who kept one can put
+        // back) vouches for nothing, but still raises the replay table.
+        let legacy = opener
+            .open_mark(sealer.add(&entry(), 9_000).as_bytes())
+            .unwrap();
+        assert_eq!(legacy.vouches(&kept, now), Err(Refused::Unvouched));
+        assert_eq!(legacy.seq, 4);
+        assert_eq!(
+            opener.open_mark(&vec![b' '; MAX_MARK_BYTES + 1]),
+            Err(Refused::Oversized)
+        );
+    }
+
+    #[test]
+    fn lifts_are_bounded_and_the_cut_rises_past_the_forgotten() {
+        let mut lifts = Lifts::default();
+        let day = 86_400_000i64;
+        for i in 0..(MARK_LIFTS as u64 + 10) {
+            let net: IpNet = format!("10.{}.{}.0/24", i / 256, i % 256).parse().unwrap();
+            lifts.push(net, 7, i + 1, 1_000, day);
+        }
+        assert_eq!(lifts.len(), MARK_LIFTS);
+        assert_eq!((lifts.forgotten, lifts.cut), (10, (7, 10)));
+        // A record at or below the cut is vouched for no more, whatever its prefix.
+        let sealer = Sealer::new(Some(key()), "a", 7);
+        let opener = Opener::new(Some(key()), false);
+        let r = opener.open(sealer.add(&entry(), 9_000).as_bytes()).unwrap();
+        let m = opener
+            .open_mark(sealer.mark(1_000, &lifts).as_bytes())
+            .unwrap();
+        assert_eq!(m.vouches(&r, 1_000), Err(Refused::Unvouched));
+        assert!(sealer.mark(1_000, &lifts).len() <= MAX_MARK_BYTES);
+        // The same prefix lifted again is one lift; lifts older than any record's life go.
+        let net: IpNet = "10.0.0.0/24".parse().unwrap();
+        lifts.push(net, 7, 999, 1_000, day);
+        lifts.push(net, 7, 1_000, 1_000, day);
+        assert_eq!(lifts.list.iter().filter(|l| l.net == net).count(), 1);
+        lifts.push(net, 7, 1_001, 1_000 + day + 1, day);
+        assert_eq!(lifts.len(), 1);
     }
 }

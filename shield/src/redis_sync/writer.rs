@@ -64,6 +64,9 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
         epoch = Some(e);
         start_after_mark(&shared, &mut conn, MarkCheck::Connect).await;
+        // A fresh mark before any record: a reader that meets this process's first record
+        // finds one that vouches for it.
+        write_mark(&shared, &mut conn).await;
         shared.writer_connected.store(true, Ordering::Relaxed);
         crate::limited!(1, info!(node = %shared.node, "redis writer connected"));
         let res = serve(&shared, &mut conn, &mut epoch, &mut stop, &mut deposed).await;
@@ -105,7 +108,15 @@ async fn serve(
     let renew = Duration::from_secs((shared.cfg.max_block_secs / 4).max(1));
     let mut next_renew = Instant::now() + renew;
     let mut next_repair = Instant::now() + REPAIR;
+    let mark_every = Duration::from_millis(super::record::MARK_REFRESH_MS);
+    let mut next_mark = Instant::now() + mark_every;
     loop {
+        // Fresh while this node lives (a mark older than `MARK_FRESH_MS` vouches for nothing),
+        // and at once when a peer lifted one of this node's blocks.
+        if Instant::now() >= next_mark || shared.lifts().dirty {
+            write_mark(shared, conn).await;
+            next_mark = Instant::now() + mark_every;
+        }
         if Instant::now() >= next_repair {
             // Every local entry written again, and this node's records it no longer holds
             // retracted: snapshot keys someone deleted come back, and a lifted block's
@@ -149,7 +160,7 @@ async fn serve(
             tokio::select! {
                 _ = shared.wake_writer.notified() => {}
                 _ = stop.wait_for(|s| *s) => {}
-                _ = tokio::time::sleep_until(next_time_sync.min(next_renew).min(next_repair).into()) => {}
+                _ = tokio::time::sleep_until(next_time_sync.min(next_renew).min(next_repair).min(next_mark).into()) => {}
                 _ = moved.changed() => return Err(super::deposed()),
             }
             continue;
@@ -293,6 +304,72 @@ async fn stale_own(
     }
 }
 
+/// Writes this node's mark ([`super::record::Mark`]) alone — at connect, every
+/// [`super::record::MARK_REFRESH_MS`], when a peer lifted one of its blocks, or to replace a
+/// marks key of another type (each batch carries one in its transaction): how far it has
+/// written, when, and what it lifted. A reader that loads the snapshot raises its replay
+/// table to it, and takes this node's records only where a fresh mark vouches for them.
+pub(super) async fn write_mark(shared: &Shared, conn: &mut MultiplexedConnection) {
+    let keys = &shared.keys;
+    let c = &shared.c;
+    if !shared.reader_ready.load(Ordering::Relaxed) || shared.marks_denied.load(Ordering::Relaxed) {
+        // Not before the reader has read this node's earlier mark, which vouches for the
+        // records of the process before this one that it restores: written once it has.
+        shared.lifts().dirty = true;
+        return;
+    }
+    let mark = {
+        let mut l = shared.lifts();
+        l.dirty = false;
+        shared
+            .sealer
+            .mark(shared.now() as i64 + shared.offset(), &l)
+    };
+    let r: redis::RedisResult<Value> = redis::cmd("HSET")
+        .arg(&keys.marks)
+        .arg(&*shared.node)
+        .arg(&mark)
+        .query_async(conn)
+        .await;
+    // A marks key of another type (written by hand, or by whoever can write to Redis, to
+    // blind the nodes started later): replaced, and counted.
+    let r = match r {
+        Err(e) if e.code() == Some("WRONGTYPE") => {
+            add(&c.marks_repaired, 1);
+            crate::limited!(
+                1,
+                warn!(node = %shared.node, "redis: the replay marks key was of another type: replaced")
+            );
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .cmd("DEL")
+                .arg(&keys.marks)
+                .ignore()
+                .cmd("HSET")
+                .arg(&keys.marks)
+                .arg(&*shared.node)
+                .arg(&mark)
+                .ignore();
+            pipe.query_async::<()>(conn).await.map(|()| Value::Nil)
+        }
+        r => r,
+    };
+    match r {
+        Ok(_) => add(&c.marks_written, 1),
+        Err(e) => {
+            if e.code() == Some("NOPERM") {
+                shared.marks_denied.store(true, Ordering::Relaxed);
+            } else {
+                shared.lifts().dirty = true;
+            }
+            crate::limited!(
+                1,
+                warn!(node = %shared.node, error = %e, "redis: this node's mark not written (peers started later take none of its records; grant +hset, +hscan, +hget and +del on the prefix)")
+            );
+        }
+    }
+}
+
 /// When [`start_after_mark`] looks.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum MarkCheck {
@@ -317,7 +394,7 @@ async fn start_after_mark(shared: &Shared, conn: &mut MultiplexedConnection, whe
         .query_async(conn)
         .await;
     let Ok(Some(bytes)) = r else { return };
-    let Ok(mark) = shared.opener.open(&bytes) else {
+    let Ok(mark) = shared.opener.open_mark(&bytes) else {
         return;
     };
     if mark.node != *shared.node {
@@ -388,6 +465,8 @@ async fn write(
             }
             Item::Del(net, by) => {
                 records.push(shared.sealer.del(net, *by));
+                // This process's records of it are void: its mark says so.
+                shared.note_lift(*net, None);
                 last.insert(*net, None);
                 dels += 1;
             }
@@ -401,6 +480,24 @@ async fn write(
         .arg(&keys.zset)
         .arg("-inf")
         .arg(redis_now);
+    // This node's mark, in the same transaction: a reader that sees a record of the batch
+    // sees a mark that vouches for it (and one that lists the batch's lifts). Not before the
+    // reader read the earlier process's mark, which vouches for the records it restores.
+    let with_mark =
+        shared.reader_ready.load(Ordering::Relaxed) && !shared.marks_denied.load(Ordering::Relaxed);
+    if with_mark {
+        let mark = {
+            let mut l = shared.lifts();
+            l.dirty = false;
+            shared.sealer.mark(redis_now, &l)
+        };
+        pipe.cmd("HSET")
+            .arg(&keys.marks)
+            .arg(&*shared.node)
+            .arg(mark);
+    } else {
+        shared.lifts().dirty = true;
+    }
     let mut zadd = redis::cmd("ZADD");
     zadd.arg(&keys.zset);
     let mut zrem = redis::cmd("ZREM");
@@ -448,9 +545,29 @@ async fn write(
             .arg("d")
             .arg(d);
     }
-    let replies: Vec<Value> = pipe.query_async(conn).await?;
+    let replies: Vec<Value> = match pipe.query_async(conn).await {
+        // An ACL user without HSET (granted before marks existed) has the whole transaction
+        // refused: its batches go on without the mark, loudly (peers refuse what no mark
+        // vouches for).
+        Err(e) if with_mark && e.code() == Some("EXECABORT") => {
+            shared.marks_denied.store(true, Ordering::Relaxed);
+            tracing::error!(node = %shared.node, error = %e, "redis: this node may not write its mark (grant +hset +hscan +hget on the prefix): peers started later refuse its records");
+            return Err(e);
+        }
+        r => r?,
+    };
     let c = &shared.c;
     let stream_at = replies.len().saturating_sub(entries);
+    if with_mark {
+        match replies.get(2) {
+            // The marks key made another type: replaced (and the mark written) apart.
+            Some(Value::ServerError(e)) if e.code() == "WRONGTYPE" => {
+                write_mark(shared, conn).await;
+            }
+            Some(Value::ServerError(_)) => shared.lifts().dirty = true,
+            _ => add(&c.marks_written, 1),
+        }
+    }
     if let Some(Value::ServerError(e)) = replies[stream_at..]
         .iter()
         .find(|v| matches!(v, Value::ServerError(_)))
@@ -481,7 +598,9 @@ async fn write(
     }
     if let Some(Value::ServerError(e)) = replies[..stream_at]
         .iter()
-        .find(|v| matches!(v, Value::ServerError(_)))
+        .enumerate()
+        .find(|(i, v)| !(with_mark && *i == 2) && matches!(v, Value::ServerError(_)))
+        .map(|(_, v)| v)
     {
         add(&c.write_errors, 1);
         crate::limited!(
@@ -509,48 +628,6 @@ async fn write(
         Some(v) => wire::bytes(v).map(|b| String::from_utf8_lossy(b).into_owned()),
         None => None,
     };
-    // The node's latest record, its replay mark: a reader that loads the snapshot learns how
-    // far this node has written, so an older record of it replayed into the stream later is
-    // refused even by a node that never saw it (one just started). Written after the batch
-    // (a reader that sees the mark sees the batch too), apart from it: an ACL user without
-    // HSET (granted before marks existed) keeps its writes, only the marks are missing.
-    if let Some(latest) = records.last() {
-        let r: redis::RedisResult<Value> = redis::cmd("HSET")
-            .arg(&keys.marks)
-            .arg(&*shared.node)
-            .arg(latest)
-            .query_async(conn)
-            .await;
-        // A marks key of another type (written by hand, or by whoever can write to Redis,
-        // to blind the nodes started later): replaced, and counted.
-        let r = match r {
-            Err(e) if e.code() == Some("WRONGTYPE") => {
-                add(&c.marks_repaired, 1);
-                crate::limited!(
-                    1,
-                    warn!(node = %shared.node, "redis: the replay marks key was of another type: replaced")
-                );
-                let mut pipe = redis::pipe();
-                pipe.atomic()
-                    .cmd("DEL")
-                    .arg(&keys.marks)
-                    .ignore()
-                    .cmd("HSET")
-                    .arg(&keys.marks)
-                    .arg(&*shared.node)
-                    .arg(latest)
-                    .ignore();
-                pipe.query_async::<()>(conn).await.map(|()| Value::Nil)
-            }
-            r => r,
-        };
-        if let Err(e) = r {
-            crate::limited!(
-                1,
-                warn!(node = %shared.node, error = %e, "redis: this node's replay mark not written (nodes started later cannot refuse replays of its older records; grant +hset and +del on the prefix)")
-            );
-        }
-    }
     add(&c.batches, 1);
     add(&c.published, adds + dels);
     add(&c.published_removals, dels);
