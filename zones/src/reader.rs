@@ -170,7 +170,7 @@ pub fn read_opened(
     // makes that the bulk of a load); a big one through the scanner's bounded window.
     let scanner = if len < SMALL_FILE {
         let mut text = Vec::with_capacity(len as usize + 1);
-        std::io::Read::read_to_end(&mut &f, &mut text).map_err(|e| {
+        std::io::Read::read_to_end(&mut AsOpened::new(f, len), &mut text).map_err(|e| {
             ZoneError::one(
                 Location {
                     file: file.clone(),
@@ -182,9 +182,46 @@ pub fn read_opened(
         })?;
         Scanner::from_bytes(text)
     } else {
-        Scanner::from_reader(std::io::BufReader::with_capacity(0, f))
+        Scanner::from_reader(AsOpened::new(f, len))
     };
     read(scanner, file, dir, opts, sink)
+}
+
+/// A file read no further than its size when opened: one that grows meanwhile (appended
+/// to while it is read, by its owner: a member's zone) made a load read on without bound,
+/// past the memory reserved for its size, and the process aborted. Refused with a read
+/// error instead (the last good version serves on).
+struct AsOpened {
+    f: File,
+    left: u64,
+    len: u64,
+}
+
+impl AsOpened {
+    fn new(f: File, len: u64) -> AsOpened {
+        AsOpened { f, left: len, len }
+    }
+}
+
+impl std::io::Read for AsOpened {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            // At the size it had: one more byte says it grew.
+            let mut one = [0u8; 1];
+            return match std::io::Read::read(&mut self.f, &mut one)? {
+                0 => Ok(0),
+                _ => Err(std::io::Error::other(format!(
+                    "the file grew while it was read (it was {} bytes when opened: write a \
+                     new file and rename it over the old one)",
+                    self.len
+                ))),
+            };
+        }
+        let n = buf.len().min(self.left.min(usize::MAX as u64) as usize);
+        let got = std::io::Read::read(&mut self.f, &mut buf[..n])?;
+        self.left -= got as u64;
+        Ok(got)
+    }
 }
 
 /// Files below this size are read whole rather than through the scanner's window.
@@ -550,7 +587,7 @@ impl<'o> Reader<'o> {
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let saved_owner = self.owner.clone();
         self.stack.push(Frame {
-            scanner: Scanner::from_reader(file),
+            scanner: Scanner::from_reader(AsOpened::new(file, meta.len())),
             file: idx,
             origin,
             dir,
@@ -1124,6 +1161,50 @@ mod tests {
         let r = read_all("$GENERATE 1-1 a$$$ TXT \"x$$\\$$\"\n").unwrap();
         assert_eq!(r[0].0, "a\\$1.example.com.");
         assert_eq!(r[0].3, b"\x04x$$1");
+    }
+
+    /// A file appended to while it is read (by its owner: a member's zone) is read no
+    /// further than its size when opened, and refused: it was read on without bound, past
+    /// the memory reserved for its size.
+    #[test]
+    fn a_file_that_grows_while_it_is_read_is_refused() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let origin: Name = "example.com.".parse().unwrap();
+        let opts = ReadOptions::new(&origin);
+        let grow = |path: &Path| {
+            let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+            f.write_all(b"late A 10.9.9.9\n").unwrap();
+        };
+        // Read whole (small) and through the window (big).
+        for lines in [10, 20_000] {
+            let path = dir.path().join(format!("z{lines}.zone"));
+            let text: String = (0..lines).map(|i| format!("h{i} A 10.0.0.1\n")).collect();
+            std::fs::write(&path, &text).unwrap();
+            let (f, meta) = open(&path).unwrap();
+            grow(&path);
+            let e = read_opened(&path, f, meta.len(), &opts, &mut |_| {}).unwrap_err();
+            assert!(e.to_string().contains("grew while it was read"), "{e}");
+            // At its size, it reads.
+            let (f, meta) = open(&path).unwrap();
+            let mut n = 0;
+            read_opened(&path, f, meta.len(), &opts, &mut |_| n += 1).unwrap();
+            assert_eq!(n, lines + 1);
+        }
+        // An included file that grows once it is open.
+        let inc = dir.path().join("inc.zone");
+        std::fs::write(&inc, "x A 10.0.0.2\n").unwrap();
+        let main = dir.path().join("main.zone");
+        std::fs::write(&main, "$INCLUDE inc.zone\ny A 10.0.0.3\n").unwrap();
+        let mut grown = false;
+        let e = read_file(&main, &opts, &mut |_| {
+            if !grown {
+                grow(&inc);
+                grown = true;
+            }
+        });
+        let e = e.unwrap_err();
+        assert!(e.to_string().contains("grew while it was read"), "{e}");
     }
 
     #[test]

@@ -415,7 +415,7 @@ pub async fn zone_add(
             file.display()
         ));
     }
-    let mut reg = shared.zones.lock().await;
+    let reg = shared.zones.lock().await;
     if let Some(e) = reg.find(&n).and_then(|i| reg.entry(i)) {
         return Reply::err(match &e.def.from_catalog {
             Some(c) => format!(
@@ -444,21 +444,8 @@ pub async fn zone_add(
     // Root (or dnsd's user) adding a zone above or below one a group member added is told
     // to remove that one first (it would be dropped at the next load).
     let by_uid = zc.added_by.as_ref().map(|a| a.uid);
-    if let Some((other, place)) = reg.entries().find_map(|e| {
-        if e.def.added_by.as_ref().map(|a| a.uid) == by_uid {
-            return None;
-        }
-        crate::config::zone_list::nesting(&n, &e.def.origin).map(|p| (&e.def.origin, p))
-    }) {
-        return Reply::err(if by_uid.is_none() {
-            format!(
-                "{n}: not added: it is {place} {other}, which a control-group member added: `ctl zone remove {other}` first\n"
-            )
-        } else {
-            format!(
-                "{n}: not added: it is {place} {other}, a zone you did not add; only root or dnsd's own user may add it\n"
-            )
-        });
+    if let Err(e) = may_add(&reg, &n, by_uid) {
+        return Reply::err(e);
     }
     if zc.added_by.is_some() && !zc.primaries.is_empty() {
         return Reply::err(format!(
@@ -478,6 +465,9 @@ pub async fn zone_add(
             None => return Reply::err(format!("{n}: not added: no [[dnssec_policy]] named {p}\n")),
         },
     };
+    // Loaded with the registry free (a big zone takes seconds: every reload and control
+    // command waited behind a member's load), then checked again.
+    drop(reg);
     let loaded = if load {
         let planned = registry::Planned {
             slot: 0,
@@ -508,6 +498,13 @@ pub async fn zone_add(
     } else {
         None
     };
+    let mut reg = shared.zones.lock().await;
+    if reg.find(&n).is_some() {
+        return Reply::err(format!("zone {n} was added meanwhile\n"));
+    }
+    if let Err(e) = may_add(&reg, &n, by_uid) {
+        return Reply::err(e);
+    }
     let mut st = match ZoneState::read(&state_path) {
         Ok(s) => s,
         Err(e) => return Reply::err(format!("{e}\n")),
@@ -550,6 +547,28 @@ pub async fn zone_add(
     }
     tracing::info!(zone = %n, "zone added at run time");
     Reply::ok(text)
+}
+
+/// Whether `n` may be added by `by_uid` (a control-group member; `None`: root or dnsd's
+/// user) beside the zones served: the error says which zone it would nest with.
+fn may_add(reg: &registry::Registry, n: &zones::Name, by_uid: Option<u32>) -> Result<(), String> {
+    let Some((other, place)) = reg.entries().find_map(|e| {
+        if e.def.added_by.as_ref().map(|a| a.uid) == by_uid {
+            return None;
+        }
+        crate::config::zone_list::nesting(n, &e.def.origin).map(|p| (&e.def.origin, p))
+    }) else {
+        return Ok(());
+    };
+    Err(if by_uid.is_none() {
+        format!(
+            "{n}: not added: it is {place} {other}, which a control-group member added: `ctl zone remove {other}` first\n"
+        )
+    } else {
+        format!(
+            "{n}: not added: it is {place} {other}, a zone you did not add; only root or dnsd's own user may add it\n"
+        )
+    })
 }
 
 /// `ctl zone remove ORIGIN`: stops serving a zone added at run time and drops it from the
