@@ -364,6 +364,10 @@ pub enum RemoveCause {
     Local,
     /// Removed because another node removed it (Redis sync); must not be re-published.
     Peer,
+    /// Lifted by the control-group member who added it: it retracts this node's own
+    /// decision fleet-wide (as the node's own stale records are), never another node's
+    /// block of the prefix, as an operator's removal does.
+    Retracted,
 }
 
 /// One block: an address or prefix, until when, why, and who decided it.
@@ -391,6 +395,10 @@ pub struct BlockEntry {
     /// are never a tenant's.
     #[serde(default, skip_serializing_if = "TenantSet::is_empty")]
     pub tenants: TenantSet,
+    /// The control-group member (uid) who added it, the only one besides root and the
+    /// daemon's user who may lift it; `None`: anyone else's (or several members').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<u32>,
 }
 
 /// The tenants a suspect is one for (at most [`TenantSet::MAX`]), and whether it is one
@@ -472,6 +480,15 @@ impl BlockEntry {
             evidence,
             scope: evidence.default_scope(),
             tenants: TenantSet::default(),
+            by: None,
+        }
+    }
+
+    /// The same entry, added by the control-group member `uid`.
+    pub fn by_member(self, uid: u32) -> Self {
+        BlockEntry {
+            by: Some(uid),
+            ..self
         }
     }
 
@@ -997,9 +1014,11 @@ impl Writer {
                 // A lower writer never changes a higher one's entry.
                 None
             } else if rank(e.origin) > rank(cur.origin) {
-                // A higher writer takes the entry over; its expiry never shrinks.
+                // A higher writer takes the entry over; its expiry never shrinks, and a
+                // member takes over no one else's (it could lift it then).
                 Some(BlockEntry {
                     expires_ms: e.expires_ms.max(cur.expires_ms),
+                    by: e.by.filter(|_| cur.by == e.by),
                     ..e
                 })
             } else {
@@ -1020,6 +1039,7 @@ impl Writer {
                     expires_ms: e.expires_ms.max(cur.expires_ms),
                     scope,
                     tenants,
+                    by: e.by.filter(|_| cur.by == e.by),
                     ..e
                 })
             };
@@ -2139,6 +2159,36 @@ mod tests {
         m.remove(net("10.1.0.0/16"), RemoveCause::Operator);
         m.insert(entry("10.1.2.3", 100));
         assert_eq!((m.stats().prefixes, m.stats().len), (1, 2));
+    }
+
+    /// A member's entry stays its own only while no one else added the prefix: added on top
+    /// of root's, an automatic block or another member's, it is no one's to lift but root's.
+    #[test]
+    fn a_member_takes_no_one_elses_block_over() {
+        let m = small(100, 1000);
+        let op = |s: &str| BlockEntry::new(net(s), 500, "op", Origin::Operator, Evidence::Operator);
+        m.insert(op("192.0.2.1").by_member(7));
+        m.insert(op("192.0.2.1").by_member(7));
+        assert_eq!(m.get(net("192.0.2.1")).unwrap().by, Some(7));
+        m.insert(op("192.0.2.2"));
+        m.insert(op("192.0.2.2").by_member(7));
+        m.insert(op("192.0.2.3").by_member(7));
+        m.insert(op("192.0.2.3").by_member(8));
+        m.insert(BlockEntry::new(
+            net("192.0.2.4"),
+            500,
+            "udp",
+            Origin::Local,
+            Evidence::Tcp,
+        ));
+        m.insert(op("192.0.2.4").by_member(7));
+        for n in ["192.0.2.2", "192.0.2.3", "192.0.2.4"] {
+            let e = m.get(net(n)).unwrap();
+            assert_eq!((e.by, e.origin), (None, Origin::Operator), "{n}");
+        }
+        // Root's on top of a member's: root's.
+        m.insert(op("192.0.2.1"));
+        assert_eq!(m.get(net("192.0.2.1")).unwrap().by, None);
     }
 
     #[test]

@@ -1642,6 +1642,53 @@ async fn a_lifted_blocks_record_planted_back_is_obeyed_by_no_node_started_later(
     }
 }
 
+/// A control-group member's lift of the block it added retracts that node's decision on
+/// every node, and lifts no other node's block of the prefix (an operator's removal would).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_members_lift_retracts_its_nodes_block_and_no_one_elses() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (a, b, c) = (map(), map(), map());
+    let sa = spawn(cfg(&r.url(), "a"), &a);
+    let sb = spawn(cfg(&r.url(), "b"), &b);
+    let sc = spawn(cfg(&r.url(), "c"), &c);
+    for s in [&sa, &sb, &sc] {
+        synced(s).await;
+    }
+    // A member blocks 91 on A; C then decides 91 for itself.
+    a.insert(BlockEntry::operator(host(91), MIN, unix_ms(), "member").by_member(7));
+    until("A's block on C", || c.get(host(91)).is_some()).await;
+    c.insert(local(91, MIN));
+    until("C's own block of 91", || {
+        c.get(host(91)).is_some_and(|e| e.origin == Origin::Local)
+    })
+    .await;
+    assert_eq!(a.get(host(91)).unwrap().by, Some(7));
+    until("C's block of 91 on B", || {
+        b.get(host(91))
+            .is_some_and(|e| e.node.as_deref() == Some("c"))
+    })
+    .await;
+    assert!(a.remove(host(91), RemoveCause::Retracted));
+    until("A's retraction read by B and C", || {
+        [&sb, &sc].iter().all(|s| {
+            let st = s.stats();
+            st.received_removals + st.removals_not_lifted >= 1
+        })
+    })
+    .await;
+    assert!(
+        c.get(host(91)).is_some_and(|e| e.origin == Origin::Local),
+        "C's own block of 91 lifted by a member of A"
+    );
+    assert!(b.get(host(91)).is_some(), "C's block of 91 lifted on B");
+    for s in [sa, sb, sc] {
+        s.shutdown().await;
+    }
+}
+
 /// A member that is no UTF-8 in a node's presence key (anyone who can write to Redis can add
 /// one) is passed over: the heartbeats go on, with no reconnect loop (it made thousands of
 /// connections a second).

@@ -465,6 +465,26 @@ fn a_group_members_zone_add_reads_only_what_it_could() {
         &["block", "add", "0.0.0.0/0", "--force"],
     );
     assert!(!ok && out.contains("--force is for root"), "{out}");
+    // Blocks: a member lifts only what it added alone — not root's, not one it added on
+    // top of root's (it takes no one's block over), which root still lifts.
+    assert!(d.ctl(&["block", "add", "10.0.0.0/8", "--force"]).0);
+    assert!(d.ctl(&["block", "add", "198.51.100.0/24"]).0);
+    let member = |args: &[&str]| ctl_as_nobody(d.control_socket(), args);
+    assert!(member(&["block", "add", "198.51.100.0/24"]).0);
+    assert!(member(&["block", "add", "203.0.113.0/24"]).0);
+    for net in ["10.0.0.0/8", "198.51.100.0/24"] {
+        let (ok, out) = member(&["block", "del", net]);
+        assert!(
+            !ok && out.contains("not blocked by you alone"),
+            "{net}: {out}"
+        );
+    }
+    let listed = d.ctl(&["block", "list"]).1;
+    assert!(listed.contains("10.0.0.0/8") && listed.contains("198.51.100.0/24"));
+    assert!(listed.contains("203.0.113.0/24\t") && listed.contains(" by uid 65534"));
+    let (ok, out) = member(&["block", "del", "203.0.113.0/24"]);
+    assert!(ok, "{out}");
+    assert!(d.ctl(&["block", "del", "198.51.100.0/24"]).0);
     let (ok, out) = ctl_as_nobody(d.control_socket(), &["zone", "remove", "sub.g.test."]);
     assert!(ok, "{out}");
     // A secondary's file (written as the daemon) is never a user's to name.

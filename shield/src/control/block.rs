@@ -53,15 +53,9 @@ fn run(blocks: &BlockMap, args: &[&str], peer: &Peer) -> Reply {
         );
     }
     match args {
-        ["add", net, opts @ ..] => add(blocks, net, opts),
+        ["add", net, opts @ ..] => add(blocks, net, opts, peer),
         ["del", net] => match crate::prefix::parse_net(net) {
-            Some(n) => {
-                if blocks.remove(n, RemoveCause::Operator) {
-                    Reply::ok(format!("{n} unblocked\n"))
-                } else {
-                    Reply::err(format!("{n} is not blocked\n"))
-                }
-            }
+            Some(n) => del(blocks, n, peer),
             None => Reply::err(format!("{net:?} is not an address or prefix\n")),
         },
         ["list"] => Reply::ok(list(blocks)),
@@ -70,6 +64,30 @@ fn run(blocks: &BlockMap, args: &[&str], peer: &Peer) -> Reply {
             "usage: block add PREFIX [--ttl SECONDS] [--reason TEXT] [--force] | block del PREFIX | \
              block list | block import FILE [--ttl SECONDS] [--reason TEXT] [--force]\n",
         ),
+    }
+}
+
+/// `block del`: root and the daemon's user lift any block (fleet-wide, an operator's
+/// removal); a control-group member only one it added alone, which retracts this node's
+/// decision and no other node's block of the prefix.
+fn del(blocks: &BlockMap, n: ipnet::IpNet, peer: &Peer) -> Reply {
+    let cause = if peer.reads_as_the_daemon() {
+        RemoveCause::Operator
+    } else {
+        match blocks.get(n) {
+            Some(e) if e.by == Some(peer.uid) => RemoveCause::Retracted,
+            Some(_) => {
+                return Reply::err(format!(
+                    "{n} was not blocked by you alone: only root or the daemon's user may lift it\n"
+                ));
+            }
+            None => return Reply::err(format!("{n} is not blocked\n")),
+        }
+    };
+    if blocks.remove(n, cause) {
+        Reply::ok(format!("{n} unblocked\n"))
+    } else {
+        Reply::err(format!("{n} is not blocked\n"))
     }
 }
 
@@ -188,11 +206,9 @@ fn import(blocks: &BlockMap, file: &str, opts: &[&str], peer: &Peer) -> Reply {
                         i + 1
                     ));
                 }
-                entries.push(BlockEntry::operator(
-                    n,
-                    Duration::from_secs(ttl),
-                    now,
-                    &reason,
+                entries.push(member(
+                    BlockEntry::operator(n, Duration::from_secs(ttl), now, &reason),
+                    peer,
                 ))
             }
             None => {
@@ -217,7 +233,7 @@ fn import(blocks: &BlockMap, file: &str, opts: &[&str], peer: &Peer) -> Reply {
     Reply::ok(format!("{n} entries imported for {ttl} s ({out:?})\n"))
 }
 
-fn add(blocks: &BlockMap, net: &str, opts: &[&str]) -> Reply {
+fn add(blocks: &BlockMap, net: &str, opts: &[&str], peer: &Peer) -> Reply {
     let Some(n) = crate::prefix::parse_net(net) else {
         return Reply::err(format!("{net:?} is not an address or prefix\n"));
     };
@@ -226,7 +242,10 @@ fn add(blocks: &BlockMap, net: &str, opts: &[&str]) -> Reply {
         Err(r) => return r,
     };
     let now = crate::clock::unix_ms();
-    let e = BlockEntry::operator(n, Duration::from_secs(ttl), now, &reason);
+    let e = member(
+        BlockEntry::operator(n, Duration::from_secs(ttl), now, &reason),
+        peer,
+    );
     let forced = match needs_force(blocks, &n) {
         Some(why) if !force => {
             return Reply::err(format!("{why}: not blocked (--force to block it anyway)\n"));
@@ -258,6 +277,16 @@ fn add(blocks: &BlockMap, net: &str, opts: &[&str]) -> Reply {
     Reply::ok(format!("{n} {what} for {ttl} s\n"))
 }
 
+/// `e` as added by `peer`: a control-group member's own (it may lift it), root's and the
+/// daemon's user's anyone's.
+fn member(e: BlockEntry, peer: &Peer) -> BlockEntry {
+    if peer.reads_as_the_daemon() {
+        e
+    } else {
+        e.by_member(peer.uid)
+    }
+}
+
 fn list(blocks: &BlockMap) -> String {
     let now = crate::clock::unix_ms();
     let mut e = blocks.entries();
@@ -279,7 +308,9 @@ fn list(blocks: &BlockMap) -> String {
             x.node
                 .as_deref()
                 .map(|n| format!(" ({})", super::printable(n)))
-                .unwrap_or_default(),
+                .into_iter()
+                .chain(x.by.map(|uid| format!(" by uid {uid}")))
+                .collect::<String>(),
             x.evidence,
             x.scope,
             if x.tenants.is_empty() {

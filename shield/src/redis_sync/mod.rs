@@ -1386,6 +1386,12 @@ fn drain(shared: &Shared, sub: &mut Subscription) {
                             net,
                             cause: RemoveCause::Operator,
                         } => Item::Del(net, Origin::Operator),
+                        // A member's lift of its own block: this node's decision retracted,
+                        // no other node's block of the prefix lifted.
+                        Change::Remove {
+                            net,
+                            cause: RemoveCause::Retracted,
+                        } => Item::Del(net, Origin::Local),
                         _ => continue,
                     };
                     if let Some(ov) = o.push(item) {
