@@ -873,6 +873,95 @@ fn catalog_members_give_way_to_zones_the_config_adds_later() {
     assert!(st["catalog.refused.below_other_zone"] >= 1, "{st:?}");
 }
 
+/// A member two catalogs list stays with the catalog that held it first across restarts,
+/// and a name below it is no other catalog's: read in the order of a hash map, a restart
+/// gave it to either (another tenant's catalog took tenant 1's members at one restart in
+/// three, with its primaries and key).
+#[test]
+fn a_contested_member_stays_with_its_catalog_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let pdir = d.join("primary");
+    let cdir = d.join("consumer");
+    std::fs::create_dir(&pdir).unwrap();
+    std::fs::create_dir(&cdir).unwrap();
+    let primary = catalog_primary(
+        &pdir,
+        &[
+            ("cat1.", &[("m1.test.", "a1", ""), ("m2.test.", "a2", "")]),
+            ("cat2.", &[("own2.test.", "b0", "")]),
+        ],
+        &["m1.test.", "m2.test.", "own2.test.", "sub.m2.test."],
+    );
+    let consumed = |name: &str, tenant: u32| {
+        let mut cat = Zone::new(name, cdir.join(format!("{name}zone")));
+        cat.options = vec![
+            format!("primaries = [\"{}\"]", primary.addr()),
+            "catalog = \"consumer\"".into(),
+            format!("tenant = {tenant}"),
+        ];
+        cat
+    };
+    let zones = [consumed("cat1.", 1), consumed("cat2.", 2)];
+    let mut consumer = Dnsd::builder().zones(&zones).start();
+    for z in ["m1.test.", "m2.test.", "own2.test."] {
+        let c = &consumer;
+        wait("{z} served", c.addr(), z, Some(1), &|| c.log());
+    }
+    // Tenant 2's catalog now lists tenant 1's members (one in other letter case) and a
+    // name below one: refused while dnsd runs.
+    write(
+        &pdir.join("cat2.zone"),
+        &catalog_text(
+            "cat2.",
+            2,
+            "2",
+            &[
+                ("own2.test.", "b0", ""),
+                ("M1.TEST.", "b1", ""),
+                ("m2.test.", "b2", ""),
+                ("sub.m2.test.", "b3", ""),
+            ],
+        ),
+    );
+    let (ok, out) = primary.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    {
+        let c = &consumer;
+        until(
+            "cat2's claims refused",
+            20,
+            &|| c.stats().get("catalog.refused.held_elsewhere") >= 2,
+            &|| c.log(),
+        );
+    }
+    for round in 0..6 {
+        drop(consumer);
+        consumer = Dnsd::builder().zones(&zones).start();
+        let c = &consumer;
+        let member_of = |z: &str| {
+            c.ctl(&["zones"])
+                .1
+                .lines()
+                .find(|l| l.starts_with(z))
+                .map(|l| {
+                    let of = l.split("member of catalog ").nth(1).unwrap_or("");
+                    of.split_whitespace().next().unwrap_or("").to_string()
+                })
+        };
+        until(
+            "every catalog read",
+            20,
+            &|| member_of("own2.test.").as_deref() == Some("cat2."),
+            &|| c.log(),
+        );
+        for z in ["m1.test.", "m2.test."] {
+            assert_eq!(member_of(z).as_deref(), Some("cat1."), "round {round}: {z}");
+        }
+        assert_eq!(member_of("sub.m2.test."), None, "round {round}");
+    }
+}
+
 /// A consumer that signs its members and lists them in a catalog it produces, restarted
 /// with its primary gone: the members are served signed from their copies (they were served
 /// unsigned, with the primary's serial, until a transfer), and the produced catalog keeps its

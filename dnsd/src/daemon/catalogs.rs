@@ -16,7 +16,7 @@ pub async fn run_catalogs(shared: Arc<State>) {
     loop {
         shared.catalog_queue.notified().await;
         for cat in shared.catalog_queue.take() {
-            consume(&shared, &cat, true).await;
+            consume(&shared, &cat, true, None).await;
         }
     }
 }
@@ -24,18 +24,78 @@ pub async fn run_catalogs(shared: Arc<State>) {
 /// Reads every consumed catalog now, then writes the catalogs dnsd produces once (at start:
 /// they list the members every consumed catalog's copy on disk holds, never fewer for a
 /// moment — a consumer of ours purges what a version leaves out).
+///
+/// A member two catalogs list goes to the catalog that held it before the restart (each
+/// catalog's members are kept beside its copy, [`held_path`]): each catalog first takes back
+/// what it held, then the rest, catalogs in name order. Read in the order of a hash map, a
+/// restart gave a member (or a name above or below one) to whichever catalog came first: a
+/// tenant's catalog listing another's members took them over at one restart in three.
 pub async fn consume_all(shared: &Arc<State>) {
-    let cats: Vec<zones::Name> = shared
+    let mut cats: Vec<(zones::Name, std::path::PathBuf)> = shared
         .xfr
         .policies()
         .all()
         .filter(|p| p.catalog == Some(CatalogRole::Consumer))
-        .map(|p| p.origin.clone())
+        .map(|p| (p.origin.clone(), p.file.clone()))
         .collect();
-    for cat in cats {
-        consume(shared, &cat, false).await;
+    cats.sort();
+    for (cat, file) in &cats {
+        let held = read_held(file);
+        if !held.is_empty() {
+            consume(shared, cat, false, Some(&held)).await;
+        }
+    }
+    for (cat, _) in &cats {
+        consume(shared, cat, false, None).await;
     }
     crate::zone::catalog::produce_all(&mut *shared.zones.lock().await);
+}
+
+/// Where the members a consumed catalog holds are kept (beside its copy, `FILE.members`):
+/// after a restart each catalog takes back its own first.
+pub fn held_path(catalog_file: &std::path::Path) -> std::path::PathBuf {
+    let mut p = catalog_file.as_os_str().to_owned();
+    p.push(".members");
+    p.into()
+}
+
+/// The members kept for the catalog whose copy is `file` (lower case; none when unreadable).
+fn read_held(file: &std::path::Path) -> std::collections::HashSet<zones::Name> {
+    let Ok(text) = std::fs::read_to_string(held_path(file)) else {
+        return Default::default();
+    };
+    text.lines()
+        .filter_map(|l| zones::Name::parse(l.trim(), Some(&zones::Name::root())).ok())
+        .map(|n| n.to_lowercase())
+        .collect()
+}
+
+/// Keeps the members `cat` holds beside its copy `file` (written only when they changed).
+fn write_held<'a>(
+    cat: &zones::Name,
+    file: &std::path::Path,
+    held: impl Iterator<Item = &'a zones::Name>,
+) {
+    let mut text = String::new();
+    for z in held {
+        text.push_str(&z.to_lowercase().to_string());
+        text.push('\n');
+    }
+    let path = held_path(file);
+    if std::fs::read_to_string(&path).is_ok_and(|old| old == text) {
+        return;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let r = std::fs::write(&tmp, &text).and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        shield::limited!(
+            1,
+            warn!(catalog = %cat, file = %path.display(), "the catalog's members could not be kept (after a restart another catalog listing them may take them): {e}")
+        );
+    }
 }
 
 /// Queues every consumed catalog to be read (after a config reload).
@@ -157,9 +217,15 @@ impl FileUse {
     }
 }
 
-/// Reads the consumed catalog `cat` and makes its members what it lists; then, when
-/// `produce`, writes the catalogs dnsd produces again.
-async fn consume(shared: &Arc<State>, cat: &zones::Name, produce: bool) {
+/// Reads the consumed catalog `cat` and makes its members what it lists (of `only` alone,
+/// when given: what it held before a restart); then, when `produce`, writes the catalogs
+/// dnsd produces again.
+async fn consume(
+    shared: &Arc<State>,
+    cat: &zones::Name,
+    produce: bool,
+    only: Option<&std::collections::HashSet<zones::Name>>,
+) {
     let cp = shared
         .xfr
         .policies()
@@ -183,6 +249,9 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name, produce: bool) {
             return;
         }
     };
+    if let Some(only) = only {
+        new.retain(|z, _| only.contains(&z.to_lowercase()));
+    }
     // A bound on what one catalog may make us serve: the first members in canonical order.
     if new.len() > cp.catalog_max_members {
         let over = new.len() - cp.catalog_max_members;
@@ -411,6 +480,7 @@ async fn consume(shared: &Arc<State>, cat: &zones::Name, produce: bool) {
             }
         }
         let after = coos(&new);
+        write_held(cat, &cp.file, new.keys());
         st.lists.insert(cat.clone(), new);
         st.settled_with.insert(cat.clone(), cfg.clone());
         after != before
