@@ -118,6 +118,8 @@ fn hex(bytes: &[u8], out: &mut String) {
     }
 }
 
+/// The MAC as written: lower-case hex only, as [`hex`] writes it (a token or clearance has
+/// one spelling: revoking, counting or logging them by their text must not be dodged).
 fn unhex(s: &str) -> Option<[u8; MAC_BYTES]> {
     let b = s.as_bytes();
     if b.len() != 2 * MAC_BYTES {
@@ -125,10 +127,21 @@ fn unhex(s: &str) -> Option<[u8; MAC_BYTES]> {
     }
     let mut out = [0u8; MAC_BYTES];
     for (i, o) in out.iter_mut().enumerate() {
-        let d = |c: u8| (c as char).to_digit(16);
+        let d = |c: u8| match c {
+            b'0'..=b'9' | b'a'..=b'f' => (c as char).to_digit(16),
+            _ => None,
+        };
         *o = (d(b[2 * i])? * 16 + d(b[2 * i + 1])?) as u8;
     }
     Some(out)
+}
+
+/// A number as written: decimal digits, no sign, no leading zero (one spelling).
+fn number<T: std::str::FromStr>(s: &str) -> Option<T> {
+    let b = s.as_bytes();
+    let canonical =
+        !b.is_empty() && b.iter().all(u8::is_ascii_digit) && (b[0] != b'0' || b.len() == 1);
+    canonical.then(|| s.parse().ok()).flatten()
 }
 
 /// A challenge token for `b`, issued at `now` (unix seconds) with `difficulty`.
@@ -157,7 +170,8 @@ pub enum Refused {
 }
 
 /// Checks a solution (`token`, `nonce`) for `b` at `now`; the token must be at most
-/// `solve_secs` old. The difficulty solved when good.
+/// `solve_secs` old. When good, the difficulty solved and when the token was issued (a
+/// clearance runs from then: a solution sent again earns no later one).
 pub fn check_solution(
     keys: &Keys,
     b: &Binding<'_>,
@@ -165,12 +179,12 @@ pub fn check_solution(
     nonce: &str,
     now: u64,
     solve_secs: u64,
-) -> Result<u8, Refused> {
+) -> Result<(u8, u64), Refused> {
     let mut parts = token.splitn(3, '.');
     let (Some(ts), Some(d), Some(mac)) = (parts.next(), parts.next(), parts.next()) else {
         return Err(Refused::Forged);
     };
-    let (Ok(ts), Ok(d), Some(mac)) = (ts.parse::<u64>(), d.parse::<u8>(), unhex(mac)) else {
+    let (Some(ts), Some(d), Some(mac)) = (number::<u64>(ts), number::<u8>(d), unhex(mac)) else {
         return Err(Refused::Forged);
     };
     b.mac(&keys.pow, b"pow", &[ts, u64::from(d)])
@@ -189,7 +203,7 @@ pub fn check_solution(
     if leading_zero_bits(&h.finalize()) < u32::from(d) {
         return Err(Refused::Wrong);
     }
-    Ok(d)
+    Ok((d, ts))
 }
 
 /// Leading zero bits of `digest`.
@@ -222,7 +236,7 @@ pub fn clearance(keys: &Keys, b: &Binding<'_>, expiry: u64, difficulty: u8) -> S
 pub fn clearance_valid(keys: &Keys, b: &Binding<'_>, value: &str, now: u64) -> Option<u8> {
     let mut parts = value.splitn(3, '.');
     let (exp, d, mac) = (parts.next()?, parts.next()?, parts.next()?);
-    let (exp, d, mac) = (exp.parse::<u64>().ok()?, d.parse::<u8>().ok()?, unhex(mac)?);
+    let (exp, d, mac) = (number::<u64>(exp)?, number::<u8>(d)?, unhex(mac)?);
     (exp > now
         && b.mac(&keys.clearance, b"clr", &[exp, u64::from(d)])
             .verify_truncated_left(&mac)
@@ -365,13 +379,16 @@ mod tests {
         };
         let t = token(&k, &b, 1000, 8);
         let n = solve(&t, 8);
-        assert_eq!(check_solution(&k, &b, &t, &n, 1010, 300), Ok(8));
+        assert_eq!(check_solution(&k, &b, &t, &n, 1010, 300), Ok((8, 1000)));
         // The same /24 passes; another /24, site or version does not.
         let same24 = Binding {
             ip: "192.0.2.200".parse().unwrap(),
             ..b
         };
-        assert_eq!(check_solution(&k, &same24, &t, &n, 1010, 300), Ok(8));
+        assert_eq!(
+            check_solution(&k, &same24, &t, &n, 1010, 300),
+            Ok((8, 1000))
+        );
         for other in [
             Binding {
                 ip: "192.0.3.7".parse().unwrap(),
@@ -416,6 +433,24 @@ mod tests {
         let c = clearance(&k, &b, 2000, 14);
         assert_eq!(clearance_valid(&k, &b, &c, 1999), Some(14));
         assert_eq!(clearance_valid(&k, &b, &c, 2000), None);
+        // One spelling: the same values written otherwise are refused.
+        let (exp, rest) = c.split_once('.').unwrap();
+        let (d, mac) = rest.split_once('.').unwrap();
+        for odd in [
+            format!("0{exp}.{d}.{mac}"),
+            format!("+{exp}.{d}.{mac}"),
+            format!("{exp}.0{d}.{mac}"),
+            format!("{exp}.{d}.{}", mac.to_uppercase()),
+        ] {
+            assert_eq!(clearance_valid(&k, &b, &odd, 1999), None, "{odd}");
+        }
+        let t = token(&k, &b, 1000, 1);
+        let n = solve(&t, 1);
+        assert!(check_solution(&k, &b, &t, &n, 1010, 300).is_ok());
+        assert_eq!(
+            check_solution(&k, &b, &format!("0{t}"), &n, 1010, 300),
+            Err(Refused::Forged)
+        );
         // Same /56, other /56.
         let near = Binding {
             ip: "2001:db8:1:200::9".parse().unwrap(),

@@ -62,8 +62,6 @@ pub struct Snapshot {
     pub h2: http2::Builder<TokioExecutor>,
     /// Log one passed request in this many per thread (0: off).
     pub sample_period: u64,
-    /// The rules' version, as challenge clearances name it.
-    pub rules_version: u64,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -146,7 +144,6 @@ impl Snapshot {
             h1,
             h2,
             sample_period,
-            rules_version: rules.version(),
             cfg,
         }
     }

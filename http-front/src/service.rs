@@ -700,10 +700,11 @@ fn rules(
 
 /// What a request's challenge and clearance are bound to: its site, its client, the rules.
 fn binding<'a>(cx: &ConnCtx, f: &'a Filtered<'_>) -> Binding<'a> {
+    let site = f.snap.sites.get(f.site_ix);
     Binding {
-        site: &f.snap.sites.get(f.site_ix).name,
+        site: &site.name,
         ip: cx.ip,
-        version: f.snap.rules_version,
+        version: site.rules_version,
     }
 }
 
@@ -759,14 +760,16 @@ fn challenge_verify(cx: &ConnCtx, f: &Filtered<'_>, req: &Request<Incoming>) -> 
         now,
         cfg.challenge.solve_secs,
     ) {
-        Ok(difficulty) => {
+        Ok((difficulty, issued)) => {
             c.bump(Counter::ChallengeSolved);
-            let exp = now + cfg.challenge.clearance_secs;
+            // From the token's issue: the same solution sent again earns no later clearance
+            // (a solve bought `solve_secs` more on top, each resend a fresh cookie).
+            let exp = issued.min(now) + cfg.challenge.clearance_secs;
             let cookie = format!(
                 "{}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{}",
                 challenge::COOKIE,
                 challenge::clearance(&cfg.challenge_keys, &binding, exp, difficulty),
-                cfg.challenge.clearance_secs,
+                exp.saturating_sub(now).max(1),
                 if cx.client.proto == "https" {
                     "; Secure"
                 } else {

@@ -21,6 +21,9 @@ pub struct PreparedSite {
     pub tenant: u32,
     /// The tenant id as configured (access records carry it).
     pub tenant_id: Option<u32>,
+    /// Its tenant's rules version, as challenge clearances name it (another tenant's
+    /// edit leaves it).
+    pub rules_version: u64,
     /// False: the rules have nothing for this site's tenant, and the request goes straight to the proxy.
     pub has_rules: bool,
     /// Its tenant's rules read the query (the rules then see it decoded too).
@@ -125,6 +128,7 @@ impl Sites {
                 name: s.name.as_str().into(),
                 tenant: s.tenant.unwrap_or(0),
                 tenant_id: s.tenant,
+                rules_version: rules.tenant_version(s.tenant.unwrap_or(0)),
                 has_rules,
                 reads_query: rules.reads(s.tenant.unwrap_or(0), shield::rules::attr::BIT_QUERY),
                 reads_forwarding: crate::forward::FORWARDING_HEADERS.iter().any(|h| {

@@ -282,12 +282,32 @@ fn curl_replays_forgeries_and_other_prefixes_never_reach_the_origin() {
     assert!(a.metric("http_front_challenges_total{result=\"failed\"}") >= 3);
     assert!(a.metric("http_front_challenges_total{result=\"solved\"}") >= 2);
 
-    // Changed rules challenge every clearance again.
-    std::fs::write(a.dir().join("rules.toml"), format!("# changed\n{RULES}")).unwrap();
+    // Another tenant's rules added and edited, a comment in them: the clearance holds
+    // (an edit anywhere in the file challenged every client of every site again).
+    let other = "\n[[tenant]]\nid = 2\n# theirs\n[[tenant.rule]]\nname = \"t2\"\n\
+                 action = \"deny\"\nwhen = [{ attr = \"path\", prefix = \"/t2\" }]\n";
+    for extra in [
+        other.to_string(),
+        other.replace("# theirs", "# theirs, edited"),
+    ] {
+        std::fs::write(a.dir().join("rules.toml"), format!("{RULES}{extra}")).unwrap();
+        assert!(a.reload());
+        assert_eq!(get(&a, src, "/x", Some(&cookie)).status, 200);
+    }
+    // Its own tenant's rules changed: every clearance is challenged again.
+    std::fs::write(
+        a.dir().join("rules.toml"),
+        format!(
+            "{}{other}",
+            RULES.replace("difficulty = 10", "difficulty = 11")
+        ),
+    )
+    .unwrap();
     assert!(a.reload());
     assert!(is_page(&get(&a, src, "/x", Some(&cookie))));
+    assert_eq!(origin.requests(), 6);
     assert_eq!(get(&b, src, "/x", Some(&cookie)).status, 200);
-    assert_eq!(origin.requests(), 5);
+    assert_eq!(origin.requests(), 7);
 }
 
 #[test]

@@ -16,6 +16,9 @@ pub struct Prepared {
     pub(crate) path: PathBuf,
     /// The file's version (a hash of its text; 0 for empty rules).
     pub(crate) version: u64,
+    /// Each tenant's version, and that of the file for tenants it does not name (see
+    /// [`Prepared::tenant_version`]).
+    pub(crate) tenant_versions: (std::collections::HashMap<super::TenantId, u64>, u64),
     pub(crate) tenants: Vec<Option<Box<Tenant>>>,
     pub(crate) bots: PrefixSet,
     pub(crate) asn: AsnTable,
@@ -55,6 +58,15 @@ impl Prepared {
     /// (HTTP challenge clearances name it, so that changed rules challenge again).
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// `tenant`'s rules' version: a hash of the file's text without the other tenants'
+    /// tables, alike on every node with the same file (HTTP challenge clearances name it,
+    /// so that a change to a tenant's rules — or to what every tenant shares — challenges
+    /// that tenant's clients again, and an edit of another tenant's does not).
+    pub fn tenant_version(&self, tenant: super::TenantId) -> u64 {
+        let (by_tenant, rest) = &self.tenant_versions;
+        by_tenant.get(&tenant).copied().unwrap_or(*rest)
     }
 
     /// The `[global]` deny, allow and never-block lists.

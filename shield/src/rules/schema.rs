@@ -820,8 +820,10 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
             Some((line, col, e.get_ref().v4_prefix, e.get_ref().v6_prefix))
         })
         .collect();
+    let tenant_versions = tenant_versions(text, file.tenant.iter().map(|t| *t.id.get_ref()));
     Ok(Prepared {
         version: version_of(text),
+        tenant_versions,
         tenants,
         bots,
         asn,
@@ -838,6 +840,82 @@ fn version_of(text: &str) -> u64 {
     use sha2::Digest;
     let d = sha2::Sha256::digest(text.as_bytes());
     u64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+/// Each tenant's version, and that of the file without any tenant (for tenants it does not
+/// name): the SHA-256 of the file's text with every other tenant's `[[tenant]]` table cut
+/// out. A clearance names its site's tenant's: an edit to another tenant's rules (a line, a
+/// comment) challenged every client of every site again.
+fn tenant_versions(
+    text: &str,
+    ids: impl Iterator<Item = u32>,
+) -> (std::collections::HashMap<u32, u64>, u64) {
+    // Where each top-level table starts (its header): a tenant's table runs from its
+    // `[[tenant]]` to the next one (its `[[tenant.rule]]`s are in it).
+    #[derive(Deserialize)]
+    struct Spans {
+        global: Option<Spanned<toml::Value>>,
+        known_bots: Option<Spanned<toml::Value>>,
+        asn: Option<Spanned<toml::Value>>,
+        #[serde(default)]
+        list: Vec<Spanned<toml::Value>>,
+        #[serde(default)]
+        tenant: Vec<Spanned<toml::Value>>,
+    }
+    let spans: Vec<std::ops::Range<usize>> = match toml::from_str::<Spans>(text) {
+        Ok(s) => {
+            let mut starts: Vec<usize> = [&s.global, &s.known_bots, &s.asn]
+                .into_iter()
+                .flatten()
+                .chain(&s.list)
+                .chain(&s.tenant)
+                .map(|t| t.span().start)
+                .collect();
+            starts.sort_unstable();
+            s.tenant
+                .iter()
+                .map(|t| {
+                    let start = t.span().start;
+                    let end = starts
+                        .iter()
+                        .copied()
+                        .find(|&x| x > start)
+                        .unwrap_or(text.len());
+                    start..end
+                })
+                .collect()
+        }
+        Err(_) => Vec::new(),
+    };
+    let without = |keep: Option<usize>| {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        // Each piece kept, trimmed and length-prefixed: where the cuts fall (the blank
+        // lines between tables) changes nothing.
+        let mut piece = |b: &str| {
+            let b = b.trim();
+            if !b.is_empty() {
+                h.update((b.len() as u64).to_be_bytes());
+                h.update(b.as_bytes());
+            }
+        };
+        let mut at = 0;
+        for (i, r) in spans.iter().enumerate() {
+            if Some(i) == keep || r.start < at || r.end > text.len() {
+                continue;
+            }
+            piece(text.get(at..r.start).unwrap_or(""));
+            at = r.end;
+        }
+        piece(text.get(at..).unwrap_or(""));
+        let d = h.finalize();
+        u64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+    };
+    let versions = ids
+        .enumerate()
+        .map(|(i, id)| (id, without((i < spans.len()).then_some(i))))
+        .collect();
+    (versions, without(None))
 }
 
 /// The process's check of condition values (see [`set_value_check`]).

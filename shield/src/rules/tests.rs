@@ -27,6 +27,44 @@ fn state() -> RuleState {
     RuleState::new(&StateConfig::default(), None)
 }
 
+/// A tenant's rules version changes with its own table and with what every tenant shares,
+/// never with another tenant's table (a clearance names it: an edit of one tenant's rules,
+/// even a comment, challenged every client of every site again).
+#[test]
+fn a_tenants_version_is_its_own_rules_and_what_all_share() {
+    let text = "[global]\ndeny = [\"203.0.113.0/24\"]\n\n\
+                [[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"c\"\naction = \"challenge\"\n\
+                when = [{ attr = \"path\", prefix = \"/\" }]\n\n\
+                [[tenant]]\nid = 2\n# theirs\n[[tenant.rule]]\nname = \"d\"\naction = \"deny\"\n\
+                when = [{ attr = \"path\", prefix = \"/admin\" }]\n";
+    let p = prepared(text);
+    let (v1, v2, v9) = (
+        p.tenant_version(1),
+        p.tenant_version(2),
+        p.tenant_version(9),
+    );
+    assert!(v1 != v2 && v1 != v9 && v2 != v9);
+    let other = prepared(
+        &text
+            .replace("# theirs", "# theirs, edited")
+            .replace("\"/admin\"", "\"/adm\""),
+    );
+    assert_eq!(
+        other.tenant_version(1),
+        v1,
+        "tenant 2's edit kept tenant 1's"
+    );
+    assert_ne!(other.tenant_version(2), v2);
+    assert_eq!(other.tenant_version(9), v9);
+    let own = prepared(&text.replace("prefix = \"/\"", "prefix = \"/x\""));
+    assert_ne!(own.tenant_version(1), v1);
+    assert_eq!(own.tenant_version(2), v2);
+    let shared = prepared(&text.replace("203.0.113.0/24", "198.51.100.0/24"));
+    for t in [1, 2, 9] {
+        assert_ne!(shared.tenant_version(t), p.tenant_version(t), "tenant {t}");
+    }
+}
+
 /// A request whose `header:x-tool` was sent twice.
 struct Twice<'a>(&'a [&'a str]);
 
