@@ -45,9 +45,43 @@ pub fn locate(text: &str, e: &toml::de::Error) -> Located {
     }
 }
 
+/// Where the value of `key` (dotted, with `[i]` for an array's element: `zone[1].origin`)
+/// stands in `text`: its 1-based line and column, when the text holds it.
+pub fn key_position(text: &str, key: &str) -> Option<(usize, usize)> {
+    use toml::de::{DeTable, DeValue};
+    let doc = DeTable::parse(text).ok()?;
+    let span = doc.span();
+    let root = toml::Spanned::new(span, DeValue::Table(doc.into_inner()));
+    let mut at = &root;
+    for seg in key.split('.') {
+        let (name, mut rest) = match seg.find('[') {
+            Some(i) => (&seg[..i], &seg[i..]),
+            None => (seg, ""),
+        };
+        if !name.is_empty() {
+            at = at.get_ref().get(name)?;
+        }
+        while let Some(r) = rest.strip_prefix('[') {
+            let (i, tail) = r.split_once(']')?;
+            at = at.get_ref().get(i.parse::<usize>().ok()?)?;
+            rest = tail;
+        }
+    }
+    Some(line_col(text, at.span().start))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_found_by_their_dotted_path() {
+        let t = "[server]\nport = 53\n\n[[zone]]\norigin = \"a.\"\n\n[[zone]]\norigin = \"b.\"\n";
+        assert_eq!(key_position(t, "server.port"), Some((2, 8)));
+        assert_eq!(key_position(t, "zone[1].origin"), Some((8, 10)));
+        assert_eq!(key_position(t, "zone[2].origin"), None);
+        assert_eq!(key_position(t, "nothing"), None);
+    }
 
     #[test]
     fn columns_count_characters() {

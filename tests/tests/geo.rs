@@ -257,6 +257,17 @@ fn variants_by_source_and_by_client_subnet_agree_with_knots_geoip_module() {
         Some(0),
         "a name without variants: scope 0"
     );
+    // A SOURCE PREFIX-LENGTH of 0 names no network: answered for the source, scope 0 (it
+    // was a client at 0.0.0.0, with a scope longer than the prefix sent).
+    let zero = ask(
+        dnsd.addr(),
+        "127.77.5.9",
+        "www.geo.test.",
+        T::A,
+        Some(("0.0.0.0", 0)),
+    );
+    assert_eq!(zero.answers, ours_said[0].answers);
+    assert_eq!(zero.scope, Some(0));
     assert!(
         ours_said[15]
             .answers
@@ -331,17 +342,28 @@ fn a_malformed_client_subnet_is_formerr_where_ecs_is_on_and_ignored_where_it_is_
         vec![0, 1, 24, 8, 10, 1, 2],
         vec![0, 9, 8, 0, 10],
     ];
-    for b in &bad {
+    // Asked as a query, as a NOTIFY and as an IXFR over UDP (handed to the transfer side:
+    // served, or NOTAUTH, where Knot answers FORMERR).
+    for (b, (opcode, qtype)) in bad
+        .iter()
+        .flat_map(|b| [(0u8, T::A), (4, T::SOA), (0, T::IXFR)].map(|k| (b, k)))
+    {
         let mut opts = QueryOpts::edns(1232);
+        opts.opcode = opcode;
         opts.options.push((8, b.clone()));
-        let q = build_query(7, "www.geo.test.", T::A, &opts);
-        for (server, want) in [(on.addr(), 1u16), (off.addr(), 0)] {
+        let q = build_query(7, "www.geo.test.", qtype, &opts);
+        let off_rc = match (opcode, qtype) {
+            (4, _) => 9,
+            (_, T::IXFR) => 9,
+            _ => 0,
+        };
+        for (server, want) in [(on.addr(), 1u16), (off.addr(), off_rc)] {
             let r = palisade_tests::client::udp_exchange(server, &q, Duration::from_secs(2))
                 .unwrap()
                 .expect("a reply");
             let m = RawMsg::parse(&r).unwrap();
-            assert_eq!(m.rcode(), want, "{b:?} to {server}");
-            if want == 0 {
+            assert_eq!(m.rcode(), want, "{b:?} {opcode} {qtype} to {server}");
+            if server == off.addr() {
                 let echoed = m
                     .opt
                     .as_ref()

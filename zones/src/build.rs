@@ -482,10 +482,21 @@ impl ZoneBuilder {
                 j += 1;
             }
             let group = &perm[i..j];
-            // The TTL of the first record in file order wins (as Knot does).
+            // Records of one RRset with different TTLs all take the lowest (RFC 2181 §5.2,
+            // what a resolver makes of them; Knot takes it for a lower one written later):
+            // the first one written made a record served ten times longer than its file
+            // said. RRSIGs keep their own.
             let lead_k = *group.iter().min().expect("non-empty");
             let lead = recs[lead_k as usize];
-            let ttl = lead.ttl;
+            let ttl = if first.rtype == t::RRSIG {
+                lead.ttl
+            } else {
+                group
+                    .iter()
+                    .map(|&k| recs[k as usize].ttl)
+                    .min()
+                    .unwrap_or(lead.ttl)
+            };
             if first.rtype != t::RRSIG && group.iter().any(|&k| recs[k as usize].ttl != ttl) {
                 warn(
                     Src {
@@ -493,7 +504,7 @@ impl ZoneBuilder {
                         line: lead.line,
                     },
                     format!(
-                        "TTLs differ inside the {} RRset of {}: all set to {ttl}",
+                        "TTLs differ inside the {} RRset of {}: all set to the lowest, {ttl} (RFC 2181 §5.2)",
                         rrtype::to_text(first.rtype),
                         display(if first.owner < tree {
                             name_of(&z.nodes[first.owner as usize])

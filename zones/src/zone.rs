@@ -741,5 +741,14 @@ cn      CNAME www
         assert!(w.iter().any(|m| m.contains("TTLs differ")), "{w:?}");
         assert!(w.iter().any(|m| m.contains("below the zone cut")), "{w:?}");
         assert!(w.iter().any(|m| m.contains("beside DNAME")), "{w:?}");
+        // The lowest, wherever it was written.
+        let text = "@ 9 SOA ns h 1 2 3 4 5\n@ 9 NS ns\nns 9 A 192.0.2.1\n\
+                    mix 600 TXT \"one\"\nmix 60 TXT \"two\"\n";
+        let l = load_bytes("t.zone", text, &origin, &opts).unwrap();
+        let w: Vec<String> = l.warnings.iter().map(|d| d.to_string()).collect();
+        assert!(
+            w.iter().any(|m| m.contains("all set to the lowest, 60")),
+            "{w:?}"
+        );
     }
 }

@@ -51,6 +51,27 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// The same error with the line and column of its key where `text` holds it (a zone
+    /// configured twice named `zone[1].origin` but no line).
+    fn placed(self, text: &str) -> ConfigError {
+        match self {
+            ConfigError::Invalid { path, key, msg } => {
+                match shield::toml_pos::key_position(text, &key) {
+                    Some((line, col)) => ConfigError::Parse {
+                        path,
+                        line,
+                        col,
+                        msg: format!("{key}: {msg}"),
+                    },
+                    None => ConfigError::Invalid { path, key, msg },
+                }
+            }
+            e => e,
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -702,7 +723,11 @@ impl Config {
                 source: e,
             }
         })?;
-        let mut c = Self::parse(path, &text)?;
+        Self::load_text(path, &text).map_err(|e| e.placed(&text))
+    }
+
+    fn load_text(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let mut c = Self::parse(path, text)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         for z in &mut c.zones {
             if z.file.is_relative() {
@@ -850,6 +875,10 @@ impl Config {
 
     /// Parses config text; `path` is used in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        Self::parse_text(path, text).map_err(|e| e.placed(text))
+    }
+
+    fn parse_text(path: &Path, text: &str) -> Result<Config, ConfigError> {
         let mut c: Config = toml::from_str(text).map_err(|e| {
             let l = shield::toml_pos::locate(text, &e);
             ConfigError::Parse {
@@ -1328,6 +1357,17 @@ mod tests {
             .to_string();
         assert!(e.starts_with("x.toml:3:1:"), "{e}");
         assert!(e.contains("bogus"), "{e}");
+        // A value refused after parsing names its line too.
+        let e = Config::parse(
+            Path::new("x.toml"),
+            "[[zone]]\norigin = \"a.test.\"\nfile = \"a\"\n\n[[zone]]\norigin = \"A.test.\"\nfile = \"b\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("x.toml:6:10: zone[1].origin:") && e.contains("configured twice"),
+            "{e}"
+        );
         let e = Config::parse(Path::new("x.toml"), "[server]\nudp_payload = 100\n")
             .unwrap_err()
             .to_string();

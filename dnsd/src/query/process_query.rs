@@ -494,8 +494,12 @@ impl Processor {
                 return self.limit_handed_off(req, out, n, edns, transport, src);
             }
         }
+        // A malformed (or second) Client Subnet option where ECS is on is FORMERR (RFC 7871
+        // §7.1.1), a transfer's or a NOTIFY's too (they were served, or NOTAUTH).
+        let ecs_bad = q.edns.is_some_and(|e| e.ecs_bad) && self.cfg.ecs_believed(src);
         // Transfers and NOTIFY go to the transfer side.
         if let Some(x) = &self.xfr
+            && !ecs_bad
             && handoff::wants(q, transport)
         {
             let opt = handoff::ReplyOpt {
@@ -520,6 +524,15 @@ impl Processor {
                 // A signed request's key vouches for its client; NOTIFY, IXFR over UDP and
                 // the transfer side's errors to others are rate limited as any error reply.
                 handoff::Handled::Reply(n) if signed => Outcome::Reply(n),
+                // A NOTIFY taken (from a zone's primary or `allow_notify`): its reply is no
+                // bigger than it, and a primary that notifies many members at once saw
+                // replies dropped and truncated, then timed out and sent again (Knot answers
+                // them all). Refusals stay limited.
+                handoff::Handled::Reply(n)
+                    if q.opcode() == opcode::NOTIFY && n >= 4 && out[3] & 0xF == 0 =>
+                {
+                    Outcome::Reply(n)
+                }
                 handoff::Handled::Reply(n) => {
                     self.limit_handed_off(req, out, n, edns, transport, src)
                 }
@@ -530,12 +543,11 @@ impl Processor {
                 }
             };
         }
-        let refuse = if q.opcode() != opcode::QUERY {
+        let refuse = if ecs_bad {
+            Some(rcode::FORMERR)
+        } else if q.opcode() != opcode::QUERY {
             // NOTIFY for a zone we are not a secondary of.
             Some(rcode::NOTAUTH)
-        } else if q.edns.is_some_and(|e| e.ecs_bad) && self.cfg.ecs_believed(src) {
-            // A malformed (or second) Client Subnet option where ECS is on (RFC 7871 §7.1.1).
-            Some(rcode::FORMERR)
         } else if q.qclass == CLASS_CH
             && let Some(txt) = self.cfg.chaos(q)
         {
@@ -692,11 +704,15 @@ impl Processor {
         opts.compact_ok = online
             .as_ref()
             .is_some_and(|o| o.compact_ok && o.signer.denies());
-        // The client's network: its Client Subnet where ECS is on, else the source.
+        // The client's network: its Client Subnet where ECS is on, else the source. A
+        // SOURCE PREFIX-LENGTH of 0 names no network (RFC 7871 §7.1.2: the resolver asks for
+        // an answer good for everyone): answered for the source, scope 0 (as Knot answers;
+        // it was a client at 0.0.0.0, its scope longer than the prefix sent).
+        let network = ecs.filter(|e| e.source > 0);
         let client = internet::Client {
-            ip: ecs.map_or(src.ip(), |e| e.ip()),
+            ip: network.map_or(src.ip(), |e| e.ip()),
             geodb: self.cfg.geodb.as_deref(),
-            ecs: ecs.is_some(),
+            ecs: network.is_some(),
         };
         let ans = internet::answer_in(
             &mut w,
@@ -707,7 +723,9 @@ impl Processor {
             self.cfg.alias.as_deref(),
             client,
         );
-        if let Some((_, scope)) = &mut opts.ecs {
+        if let Some((_, scope)) = &mut opts.ecs
+            && network.is_some()
+        {
             *scope = ans.scope;
         }
         drop(shared_denier);
