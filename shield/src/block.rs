@@ -1007,6 +1007,22 @@ impl Writer {
             let next = if cur_proven && !new_proven {
                 // A suspicion never weakens a block.
                 None
+            } else if new_proven && e.by.is_some() && cur.by != e.by {
+                // A member's block over another's (root's, an automatic one, a peer's,
+                // another member's): it only lasts longer, and stays theirs — the member
+                // neither makes it an operator's entry nor may lift it.
+                Some(BlockEntry {
+                    expires_ms: e.expires_ms.max(cur.expires_ms),
+                    by: None,
+                    ..cur.clone()
+                })
+            } else if new_proven && cur.by.is_some() && e.by.is_none() {
+                // Another's block over a member's: theirs from now on (a member's short
+                // block absorbed a peer's or an escalation, then lapsed or was lifted).
+                Some(BlockEntry {
+                    expires_ms: e.expires_ms.max(cur.expires_ms),
+                    ..e
+                })
             } else if new_proven && !cur_proven {
                 // A proof replaces a suspicion whole.
                 Some(e)
@@ -1427,6 +1443,26 @@ impl BlockMap {
         true
     }
 
+    /// Removes `net` when `may(entry)` says so, in one step (nothing can change the entry
+    /// between the check and the removal): `None` when absent, `Some(false)` when refused.
+    pub fn remove_if(
+        &self,
+        net: IpNet,
+        cause: RemoveCause,
+        may: impl FnOnce(&BlockEntry) -> bool,
+    ) -> Option<bool> {
+        let mut w = lock(&self.inner.writer);
+        let &id = w
+            .by_net
+            .get(&crate::never_block::canonical_net(net.trunc()))?;
+        if !may(&w.slots[id].entry) {
+            return Some(false);
+        }
+        w.remove_id(id, cause);
+        self.inner.finish(&mut w);
+        Some(true)
+    }
+
     /// A removal another node asked for: lifts `net` only when this node holds it as that
     /// node's own peer entry; an operator's removal (`operator`) also lifts any peer entry
     /// and this node's automatic ones, never this node's operator entries. False when nothing
@@ -1443,7 +1479,8 @@ impl BlockMap {
         let may = match e.origin {
             Origin::Peer => operator || e.node.as_deref() == Some(node),
             Origin::Local => operator,
-            Origin::Operator => false,
+            // A control-group member's block is no root's: another node's operator lifts it.
+            Origin::Operator => operator && e.by.is_some(),
         };
         if !may {
             return false;
@@ -2182,13 +2219,51 @@ mod tests {
             Evidence::Tcp,
         ));
         m.insert(op("192.0.2.4").by_member(7));
-        for n in ["192.0.2.2", "192.0.2.3", "192.0.2.4"] {
+        for (n, origin) in [
+            ("192.0.2.2", Origin::Operator),
+            ("192.0.2.3", Origin::Operator),
+            ("192.0.2.4", Origin::Local),
+        ] {
             let e = m.get(net(n)).unwrap();
-            assert_eq!((e.by, e.origin), (None, Origin::Operator), "{n}");
+            assert_eq!((e.by, e.origin), (None, origin), "{n}");
+            assert_eq!(e.expires_ms, 500, "{n}");
         }
         // Root's on top of a member's: root's.
         m.insert(op("192.0.2.1"));
         assert_eq!(m.get(net("192.0.2.1")).unwrap().by, None);
+        // An escalation or a peer's block on a member's short one: theirs, and the longer.
+        m.insert(
+            BlockEntry::new(
+                net("192.0.2.5"),
+                100,
+                "op",
+                Origin::Operator,
+                Evidence::Operator,
+            )
+            .by_member(7),
+        );
+        m.insert(BlockEntry::new(
+            net("192.0.2.5"),
+            900,
+            "udp",
+            Origin::Peer,
+            Evidence::Tcp,
+        ));
+        let e = m.get(net("192.0.2.5")).unwrap();
+        assert_eq!((e.by, e.origin, e.expires_ms), (None, Origin::Peer, 900));
+        // A member's block is lifted by another node's operator; root's is not.
+        m.insert(
+            BlockEntry::new(
+                net("192.0.2.6"),
+                900,
+                "op",
+                Origin::Operator,
+                Evidence::Operator,
+            )
+            .by_member(7),
+        );
+        assert!(m.remove_from_peer(net("192.0.2.6"), "other", true));
+        assert!(!m.remove_from_peer(net("192.0.2.1"), "other", true));
     }
 
     #[test]

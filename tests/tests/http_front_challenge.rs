@@ -317,7 +317,7 @@ fn clearances_and_solutions_expire() {
     let a = front(
         &origin,
         &key_file(dir.path(), 4),
-        "clearance_secs = 2\nsolve_secs = 2\n",
+        "clearance_secs = 2\nsolve_secs = 1\n",
     );
     let src = net::test_ip();
     // A solution sent after solve_secs is refused.

@@ -466,8 +466,10 @@ pub async fn zone_add(
         },
     };
     // Loaded with the registry free (a big zone takes seconds: every reload and control
-    // command waited behind a member's load), then checked again.
+    // command waited behind a member's load), then checked again; one `zone add` loads at a
+    // time (64 control connections loading at once held 64 unchecked small builds).
     drop(reg);
+    let _adding = ADDING.lock().await;
     let loaded = if load {
         let planned = registry::Planned {
             slot: 0,
@@ -548,6 +550,9 @@ pub async fn zone_add(
     tracing::info!(zone = %n, "zone added at run time");
     Reply::ok(text)
 }
+
+/// Held while a `zone add` loads its zone: one at a time.
+static ADDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Whether `n` may be added by `by_uid` (a control-group member; `None`: root or dnsd's
 /// user) beside the zones served: the error says which zone it would nest with.

@@ -861,6 +861,18 @@ impl Config {
                 )
             })?;
         let mut challenge = f.challenge.clone();
+        if challenge.clearance_secs <= challenge.solve_secs {
+            // A clearance runs from its page's issue: one solved late would expire at once,
+            // and the client go round the challenge for ever.
+            return Err(at(
+                None,
+                "challenge.clearance_secs",
+                format!(
+                    "{} s is not longer than solve_secs ({} s): a clearance counts from its page's issue",
+                    challenge.clearance_secs, challenge.solve_secs
+                ),
+            ));
+        }
         challenge.key_file = challenge.key_file.map(|p| abs(&p));
         let challenge_keys = match &challenge.key_file {
             Some(p) => crate::challenge::Keys::from_fleet(

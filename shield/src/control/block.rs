@@ -71,23 +71,18 @@ fn run(blocks: &BlockMap, args: &[&str], peer: &Peer) -> Reply {
 /// removal); a control-group member only one it added alone, which retracts this node's
 /// decision and no other node's block of the prefix.
 fn del(blocks: &BlockMap, n: ipnet::IpNet, peer: &Peer) -> Reply {
-    let cause = if peer.reads_as_the_daemon() {
-        RemoveCause::Operator
+    let r = if peer.reads_as_the_daemon() {
+        blocks.remove_if(n, RemoveCause::Operator, |_| true)
     } else {
-        match blocks.get(n) {
-            Some(e) if e.by == Some(peer.uid) => RemoveCause::Retracted,
-            Some(_) => {
-                return Reply::err(format!(
-                    "{n} was not blocked by you alone: only root or the daemon's user may lift it\n"
-                ));
-            }
-            None => return Reply::err(format!("{n} is not blocked\n")),
-        }
+        // Checked and lifted in one step: a root's block added meanwhile is not lifted.
+        blocks.remove_if(n, RemoveCause::Retracted, |e| e.by == Some(peer.uid))
     };
-    if blocks.remove(n, cause) {
-        Reply::ok(format!("{n} unblocked\n"))
-    } else {
-        Reply::err(format!("{n} is not blocked\n"))
+    match r {
+        Some(true) => Reply::ok(format!("{n} unblocked\n")),
+        Some(false) => Reply::err(format!(
+            "{n} was not blocked by you alone: only root or the daemon's user may lift it\n"
+        )),
+        None => Reply::err(format!("{n} is not blocked\n")),
     }
 }
 

@@ -722,6 +722,8 @@ struct Shared {
     conflict: AtomicBool,
     /// The ACL user may not write this node's mark (found by a refused transaction).
     marks_denied: AtomicBool,
+    /// The writer waited for the reader's first snapshot (or gave up waiting).
+    reader_waited: AtomicBool,
     /// See [`SyncStats::evicting`].
     evicting: AtomicBool,
     /// This process's presence token.
@@ -743,6 +745,13 @@ struct Shared {
 impl Shared {
     fn outbox(&self) -> MutexGuard<'_, Outbox> {
         self.outbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this node's mark may be written: its reader read the previous process's
+    /// (or the writer gave up waiting for it), and the ACL allows it.
+    fn marks_may(&self) -> bool {
+        (self.reader_ready.load(Ordering::Relaxed) || self.reader_waited.load(Ordering::Relaxed))
+            && !self.marks_denied.load(Ordering::Relaxed)
     }
 
     fn lifts(&self) -> MutexGuard<'_, record::Lifts> {
@@ -1169,6 +1178,7 @@ impl RedisSync {
             reader_ready: AtomicBool::new(false),
             conflict: AtomicBool::new(false),
             marks_denied: AtomicBool::new(false),
+            reader_waited: AtomicBool::new(false),
             evicting: AtomicBool::new(false),
             token: presence::token(),
             sealer,

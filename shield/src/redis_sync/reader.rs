@@ -338,14 +338,15 @@ fn apply(
             for (node, (start, seq)) in seen {
                 st.replay.raise(node, start, seq);
             }
-            // The replay table stands at each fresh mark now: records of its process
-            // replayed later are refused by the order alone.
+            // A fresh mark's process is trusted past the mark's own number (records up to it
+            // are each vouched for: the replay table stands at the snapshot's marks, not at
+            // one looked up since, which anyone who can write to Redis may have put back).
             for (node, (m, _, _)) in &st.marks {
                 if let Some(m) = m
                     && m.at >= redis_now.saturating_sub(super::record::MARK_FRESH_MS)
                     && st.trusted.len() < super::record::REPLAY_NODES
                 {
-                    st.trusted.insert(node.clone(), (m.start, 0));
+                    st.trusted.insert(node.clone(), (m.start, m.seq));
                 }
             }
         }
@@ -397,6 +398,15 @@ fn apply(
                         return Some((i, j, rec.node, rec.start));
                     }
                     Err(why) => {
+                        if why == Refused::Unvouched
+                            && rec.op == RecordOp::Add
+                            && st.resnap.is_none()
+                        {
+                            // Its node's mark unreadable now (deleted, vandalised): the
+                            // snapshot, which holds the add, is read again once the node has
+                            // written it anew.
+                            st.resnap = Some((Instant::now() + RESNAP_AFTER, RESNAPS - 1));
+                        }
                         shared.refuse(why, *id, &rec.node);
                         continue;
                     }
@@ -465,6 +475,54 @@ fn vouch(st: &mut State, r: &Record, redis_now: i64) -> Result<(), Refused> {
     Ok(())
 }
 
+/// The marks of `nodes` (a bounded number at a time): each node's that verifies
+/// and is its own, else `None`.
+async fn fetch_marks(
+    shared: &Shared,
+    conn: &mut MultiplexedConnection,
+    nodes: &[String],
+) -> redis::RedisResult<Vec<(String, Option<Mark>)>> {
+    let mut out = Vec::with_capacity(nodes.len());
+    // As many marks a reply as its byte bound holds.
+    let batch = (shared.limits.bytes / super::record::MAX_MARK_BYTES as u64).clamp(1, 256) as usize;
+    for chunk in nodes.chunks(batch) {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        // HGETs, pipelined (the ACL the README gives grants HGET, not HMGET).
+        for node in chunk {
+            pipe.cmd("HGET").arg(&shared.keys.marks).arg(node);
+        }
+        let reply: Vec<Value> = pipe.query_async(conn).await?;
+        // An error (a marks key of another type): no mark.
+        let values: Vec<Option<Vec<u8>>> = reply
+            .iter()
+            .map(|x| wire::bytes(x).map(<[u8]>::to_vec))
+            .collect();
+        for (i, node) in chunk.iter().enumerate() {
+            let mark = match values.get(i).and_then(Option::as_deref) {
+                Some(b) if b == super::capped::CUT => {
+                    shared.refuse(Refused::Oversized, StreamId::default(), node);
+                    None
+                }
+                Some(b) => match shared.opener.open_mark(b) {
+                    Ok(m) if m.node == *node => Some(m),
+                    Ok(_) => {
+                        shared.refuse(Refused::Malformed, StreamId::default(), node);
+                        None
+                    }
+                    Err(why) => {
+                        shared.refuse(why, StreamId::default(), node);
+                        None
+                    }
+                },
+                None => None,
+            };
+            out.push((node.clone(), mark));
+        }
+    }
+    Ok(out)
+}
+
 /// Reads `node`'s mark again (a record of a process not yet vouched for came).
 async fn look_up_mark(
     shared: &Shared,
@@ -474,28 +532,10 @@ async fn look_up_mark(
     start: u64,
 ) -> redis::RedisResult<()> {
     add(&shared.c.marks_looked_up, 1);
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    pipe.cmd("HGET").arg(&shared.keys.marks).arg(&node);
-    let reply: Vec<Value> = pipe.query_async(conn).await?;
-    let mark = match reply.first().and_then(wire::bytes) {
-        Some(b) if b == super::capped::CUT => {
-            shared.refuse(Refused::Oversized, StreamId::default(), &node);
-            None
-        }
-        Some(b) => match shared.opener.open_mark(b) {
-            Ok(m) if m.node == node => Some(m),
-            Ok(_) => {
-                shared.refuse(Refused::Malformed, StreamId::default(), &node);
-                None
-            }
-            Err(why) => {
-                shared.refuse(why, StreamId::default(), &node);
-                None
-            }
-        },
-        None => None,
-    };
+    let mark = fetch_marks(shared, conn, std::slice::from_ref(&node))
+        .await?
+        .pop()
+        .and_then(|(_, m)| m);
     if st.marks.len() >= super::record::REPLAY_NODES && !st.marks.contains_key(&node) {
         st.marks.clear();
     }
@@ -702,7 +742,8 @@ async fn load_snapshot(
     let mut unvouched = 0u64;
     // The marks first: each snapshot record is taken only where its node's fresh mark
     // vouches for it (a lifted block's record planted back is genuine, and signed).
-    let marks = read_marks(shared, conn, &mut seen).await?;
+    let mut marks = read_marks(shared, conn, &mut seen).await?;
+    let mut asked: hashbrown::HashSet<String> = hashbrown::HashSet::new();
     let mut cursor: u64 = 0;
     let mut scanned = 0usize;
     loop {
@@ -721,6 +762,7 @@ async fn load_snapshot(
         }
         let values = records_of(shared, conn, &live).await?;
         let (now, offset) = (shared.now(), shared.offset());
+        let mut recs = Vec::with_capacity(values.len());
         for (key_net, v) in values {
             if v == super::capped::CUT {
                 shared.refuse(Refused::Oversized, StreamId::default(), "");
@@ -743,6 +785,31 @@ async fn load_snapshot(
                 shared.refuse(why, StreamId::default(), &rec.node);
                 continue;
             }
+            recs.push(rec);
+        }
+        // The marks of this page's nodes that the scan did not bring (junk fields planted in
+        // the marks hash push genuine ones past what a scan reads): asked by name, once.
+        let missing: Vec<String> = {
+            let mut m: Vec<String> = recs
+                .iter()
+                .filter(|r| {
+                    !marks.contains_key(r.node.as_str()) && !asked.contains(r.node.as_str())
+                })
+                .map(|r| r.node.clone())
+                .collect();
+            m.sort_unstable();
+            m.dedup();
+            m
+        };
+        for (node, mark) in fetch_marks(shared, conn, &missing).await? {
+            asked.insert(node.clone());
+            if let Some(m) = mark
+                && marks.len() < super::record::REPLAY_NODES
+            {
+                marks.insert(node, m);
+            }
+        }
+        for rec in recs {
             if let Err(why) = marks
                 .get(rec.node.as_str())
                 .map_or(Err(Refused::Unvouched), |m| {

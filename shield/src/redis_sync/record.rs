@@ -477,7 +477,7 @@ pub const MAX_MARK_BYTES: usize = 32 * 1024;
 pub const MARK_LIFTS: usize = 256;
 /// A mark older than this (Redis time) vouches for nothing: its node stopped writing it (it
 /// is down), or someone put back an older one, from before a lift.
-pub const MARK_FRESH_MS: i64 = 60_000;
+pub const MARK_FRESH_MS: i64 = 30_000;
 /// How often a node writes its mark again when it writes nothing else.
 pub const MARK_REFRESH_MS: u64 = 10_000;
 
@@ -554,10 +554,13 @@ impl Mark {
         {
             return Err(Refused::Unvouched);
         }
-        if self
-            .lifts
-            .iter()
-            .any(|l| l.net == r.net && (r.start, r.seq) <= (l.start, l.seq))
+        // A lift voids its node's adds of the prefix up to it (the removal that lifted it,
+        // numbered at the lift, is no add).
+        if r.op == RecordOp::Add
+            && self
+                .lifts
+                .iter()
+                .any(|l| l.net == r.net && (r.start, r.seq) <= (l.start, l.seq))
         {
             return Err(Refused::Lifted);
         }

@@ -63,6 +63,8 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             shared.outbox().push_full();
         }
         epoch = Some(e);
+        // Marks refused by the last connection's ACL are tried again (a grant since).
+        shared.marks_denied.store(false, Ordering::Relaxed);
         start_after_mark(&shared, &mut conn, MarkCheck::Connect).await;
         // A fresh mark before any record: a reader that meets this process's first record
         // finds one that vouches for it.
@@ -110,6 +112,19 @@ async fn serve(
     let mut next_repair = Instant::now() + REPAIR;
     let mark_every = Duration::from_millis(super::record::MARK_REFRESH_MS);
     let mut next_mark = Instant::now() + mark_every;
+    // Nothing is written before this process's reader has read its previous process's
+    // mark (it vouches for what the reader restores, and this process's first mark replaces
+    // it): a batch written without a mark is refused by peers. At most WAIT_READER.
+    let wait_until = Instant::now() + WAIT_READER;
+    while !shared.reader_ready.load(Ordering::Relaxed) && Instant::now() < wait_until {
+        tokio::select! {
+            _ = shared.wake_writer.notified() => {}
+            _ = tokio::time::sleep_until(wait_until.into()) => {}
+            _ = stop.wait_for(|s| *s) => break,
+            _ = moved.changed() => return Err(super::deposed()),
+        }
+    }
+    shared.reader_waited.store(true, Ordering::Relaxed);
     loop {
         // Fresh while this node lives (a mark older than `MARK_FRESH_MS` vouches for nothing),
         // and at once when a peer lifted one of this node's blocks.
@@ -204,6 +219,9 @@ async fn serve(
         }
     }
 }
+
+/// Longest the writer waits for its reader's first snapshot before it writes.
+const WAIT_READER: Duration = Duration::from_secs(10);
 
 /// Longest between two full republishes while this node holds decisions of its own.
 const REPAIR: Duration = Duration::from_secs(600);
@@ -312,7 +330,7 @@ async fn stale_own(
 pub(super) async fn write_mark(shared: &Shared, conn: &mut MultiplexedConnection) {
     let keys = &shared.keys;
     let c = &shared.c;
-    if !shared.reader_ready.load(Ordering::Relaxed) || shared.marks_denied.load(Ordering::Relaxed) {
+    if !shared.marks_may() {
         // Not before the reader has read this node's earlier mark, which vouches for the
         // records of the process before this one that it restores: written once it has.
         shared.lifts().dirty = true;
@@ -483,8 +501,7 @@ async fn write(
     // This node's mark, in the same transaction: a reader that sees a record of the batch
     // sees a mark that vouches for it (and one that lists the batch's lifts). Not before the
     // reader read the earlier process's mark, which vouches for the records it restores.
-    let with_mark =
-        shared.reader_ready.load(Ordering::Relaxed) && !shared.marks_denied.load(Ordering::Relaxed);
+    let with_mark = shared.marks_may();
     if with_mark {
         let mark = {
             let mut l = shared.lifts();
@@ -548,8 +565,13 @@ async fn write(
     let replies: Vec<Value> = match pipe.query_async(conn).await {
         // An ACL user without HSET (granted before marks existed) has the whole transaction
         // refused: its batches go on without the mark, loudly (peers refuse what no mark
-        // vouches for).
-        Err(e) if with_mark && e.code() == Some("EXECABORT") => {
+        // vouches for), until the next connection tries again. Only that: a Redis out of
+        // memory, or a master demoted, aborts a transaction too.
+        Err(e)
+            if with_mark
+                && e.code() == Some("EXECABORT")
+                && e.to_string().to_ascii_lowercase().contains("'hset'") =>
+        {
             shared.marks_denied.store(true, Ordering::Relaxed);
             tracing::error!(node = %shared.node, error = %e, "redis: this node may not write its mark (grant +hset +hscan +hget on the prefix): peers started later refuse its records");
             return Err(e);
