@@ -1007,13 +1007,14 @@ impl Writer {
             let next = if cur_proven && !new_proven {
                 // A suspicion never weakens a block.
                 None
-            } else if new_proven && e.by.is_some() && cur.by != e.by {
+            } else if new_proven && cur_proven && e.by.is_some() && cur.by != e.by {
                 // A member's block over another's (root's, an automatic one, a peer's,
-                // another member's): it only lasts longer, and stays theirs — the member
-                // neither makes it an operator's entry nor may lift it.
+                // another member's): it lasts longer and stops what the member's stops too,
+                // and stays theirs — the member neither makes it an operator's entry nor
+                // may lift it. (Over a suspicion, the member's block replaces it, below.)
                 Some(BlockEntry {
                     expires_ms: e.expires_ms.max(cur.expires_ms),
-                    by: None,
+                    scope: e.scope.max(cur.scope),
                     ..cur.clone()
                 })
             } else if new_proven && cur.by.is_some() && e.by.is_none() {
@@ -2219,13 +2220,13 @@ mod tests {
             Evidence::Tcp,
         ));
         m.insert(op("192.0.2.4").by_member(7));
-        for (n, origin) in [
-            ("192.0.2.2", Origin::Operator),
-            ("192.0.2.3", Origin::Operator),
-            ("192.0.2.4", Origin::Local),
+        for (n, by, origin) in [
+            ("192.0.2.2", None, Origin::Operator),
+            ("192.0.2.3", Some(7), Origin::Operator),
+            ("192.0.2.4", None, Origin::Local),
         ] {
             let e = m.get(net(n)).unwrap();
-            assert_eq!((e.by, e.origin), (None, origin), "{n}");
+            assert_eq!((e.by, e.origin), (by, origin), "{n}");
             assert_eq!(e.expires_ms, 500, "{n}");
         }
         // Root's on top of a member's: root's.
@@ -2251,6 +2252,29 @@ mod tests {
         ));
         let e = m.get(net("192.0.2.5")).unwrap();
         assert_eq!((e.by, e.origin, e.expires_ms), (None, Origin::Peer, 900));
+        // A member's block over a suspect blocks (it replaced the suspicion, its own);
+        // over a DNS-only block it stops everything, the block staying theirs.
+        m.insert(BlockEntry::new(
+            net("192.0.2.7"),
+            900,
+            "udp",
+            Origin::Local,
+            Evidence::Udp,
+        ));
+        m.insert(op("192.0.2.7").by_member(7));
+        let e = m.get(net("192.0.2.7")).unwrap();
+        assert!(e.is_proven());
+        assert_eq!((e.by, e.scope), (Some(7), Scope::All));
+        m.insert(BlockEntry::new(
+            net("192.0.2.8"),
+            900,
+            "dns",
+            Origin::Local,
+            Evidence::Cookie,
+        ));
+        m.insert(op("192.0.2.8").by_member(7));
+        let e = m.get(net("192.0.2.8")).unwrap();
+        assert_eq!((e.by, e.origin, e.scope), (None, Origin::Local, Scope::All));
         // A member's block is lifted by another node's operator; root's is not.
         m.insert(
             BlockEntry::new(

@@ -1732,6 +1732,39 @@ async fn a_members_lift_retracts_its_nodes_block_and_no_one_elses() {
         "C's own block of 91 lifted by a member of A"
     );
     assert!(b.get(host(91)).is_some(), "C's block of 91 lifted on B");
+    // A member's block on A lifted by B's operator: A's mark says so, and its record
+    // planted back is taken by no node started later.
+    a.insert(BlockEntry::operator(host(92), MIN, unix_ms(), "member").by_member(7));
+    until("A's member block on B", || b.get(host(92)).is_some()).await;
+    let key = format!("t:block:{}", host(92));
+    let conn = &mut r.conn();
+    let captured: Vec<u8> = redis::cmd("GET").arg(&key).query(conn).unwrap();
+    let written = sa.stats().marks_written;
+    assert!(b.remove(host(92), RemoveCause::Operator));
+    until("B's lift on A, and A's mark", || {
+        a.get(host(92)).is_none() && sa.stats().marks_written > written
+    })
+    .await;
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(&captured)
+        .query(conn)
+        .unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg("t:blocks")
+        .arg(redis_now(&r) + 600_000)
+        .arg(host(92).to_string())
+        .query(conn)
+        .unwrap();
+    let d = map();
+    let sd = spawn(cfg(&r.url(), "d"), &d);
+    synced(&sd).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        d.get(host(92)).is_none(),
+        "the lifted member block came back"
+    );
+    sd.shutdown().await;
     for s in [sa, sb, sc] {
         s.shutdown().await;
     }

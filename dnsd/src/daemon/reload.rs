@@ -470,6 +470,10 @@ pub async fn zone_add(
     // time (64 control connections loading at once held 64 unchecked small builds).
     drop(reg);
     let _adding = ADDING.lock().await;
+    // Another `zone add` of the same name may have loaded it while this one waited.
+    if shared.zones.lock().await.find(&n).is_some() {
+        return Reply::err(format!("zone {n} is already served\n"));
+    }
     let loaded = if load {
         let planned = registry::Planned {
             slot: 0,

@@ -861,14 +861,14 @@ impl Config {
                 )
             })?;
         let mut challenge = f.challenge.clone();
-        if challenge.clearance_secs <= challenge.solve_secs {
+        if challenge.clearance_secs < challenge.solve_secs.saturating_mul(2) {
             // A clearance runs from its page's issue: one solved late would expire at once,
             // and the client go round the challenge for ever.
             return Err(at(
                 None,
                 "challenge.clearance_secs",
                 format!(
-                    "{} s is not longer than solve_secs ({} s): a clearance counts from its page's issue",
+                    "{} s is less than twice solve_secs ({} s): a clearance counts from its page's issue, and one solved late would be over at once",
                     challenge.clearance_secs, challenge.solve_secs
                 ),
             ));

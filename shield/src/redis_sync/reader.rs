@@ -22,6 +22,10 @@ const RESNAP_AFTER: Duration = Duration::from_millis(super::record::MARK_REFRESH
 /// How many times in a row a snapshot is read again for records no mark vouched for.
 const RESNAPS: u32 = 3;
 
+/// Shortest between two rounds of snapshot readings that stream adds no mark vouched for
+/// asked (a node of a version without marks sends such adds all the time).
+const RESNAP_CYCLE: Duration = Duration::from_secs(300);
+
 /// Shortest between two readings of one node's mark for records it does not vouch for.
 const LOOKUP_GAP: Duration = Duration::from_secs(1);
 
@@ -51,6 +55,8 @@ struct State {
     /// When the snapshot is read again (its peers' records no mark vouched for), and how
     /// many more times after that.
     resnap: Option<(Instant, u32)>,
+    /// When a stream add no mark vouched for last asked for that.
+    resnap_asked: Option<Instant>,
     /// Each node's mark as last read (at a snapshot, or looked up for a record), when, and
     /// the newest process it was looked up for: read again at most once a [`LOOKUP_GAP`],
     /// but at once for a newer process (a node that restarted since).
@@ -108,6 +114,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         marks: HashMap::new(),
         trusted: HashMap::new(),
         resnap: None,
+        resnap_asked: None,
     };
     let block = Duration::from_millis(shared.cfg.block_ms);
     let mut attempt = 0u32;
@@ -401,7 +408,9 @@ fn apply(
                         if why == Refused::Unvouched
                             && rec.op == RecordOp::Add
                             && st.resnap.is_none()
+                            && st.resnap_asked.is_none_or(|t| t.elapsed() >= RESNAP_CYCLE)
                         {
+                            st.resnap_asked = Some(Instant::now());
                             // Its node's mark unreadable now (deleted, vandalised): the
                             // snapshot, which holds the add, is read again once the node has
                             // written it anew.
@@ -437,7 +446,7 @@ fn apply(
                     let ours = shared
                         .map
                         .get(rec.net)
-                        .is_some_and(|e| e.origin == Origin::Local);
+                        .is_some_and(|e| e.origin != Origin::Peer);
                     if shared.map.remove_from_peer(rec.net, &rec.node, operator) {
                         add(&c.received_removals, 1);
                         if ours {

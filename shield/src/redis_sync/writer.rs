@@ -382,7 +382,7 @@ pub(super) async fn write_mark(shared: &Shared, conn: &mut MultiplexedConnection
             }
             crate::limited!(
                 1,
-                warn!(node = %shared.node, error = %e, "redis: this node's mark not written (peers started later take none of its records; grant +hset, +hscan, +hget and +del on the prefix)")
+                warn!(node = %shared.node, error = %e, "redis: this node's mark not written (peers started later take none of its records; grant +hset, +hscan, +hget and +del on the prefix: taken at the next connection)")
             );
         }
     }
