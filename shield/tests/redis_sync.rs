@@ -867,6 +867,23 @@ fn redis_now(r: &RedisServer) -> i64 {
 }
 
 /// Writes one stream entry `d` as anyone with write access to Redis could.
+/// Puts `value` back under `net`'s key and in the snapshot's index, as whoever can write
+/// to Redis can (expiring at `score`, Redis time).
+fn plant(r: &RedisServer, net: IpNet, value: &[u8], score: i64) {
+    let conn = &mut r.conn();
+    let _: () = redis::cmd("SET")
+        .arg(format!("t:block:{net}"))
+        .arg(value)
+        .query(conn)
+        .unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg("t:blocks")
+        .arg(score)
+        .arg(net.to_string())
+        .query(conn)
+        .unwrap();
+}
+
 fn xadd(r: &RedisServer, d: &str) {
     let _: String = redis::cmd("XADD")
         .arg("t:log")
@@ -1607,13 +1624,7 @@ async fn a_lifted_blocks_record_planted_back_is_obeyed_by_no_node_started_later(
     // Planted back: the records under their own keys, in the snapshot's index.
     let far = redis_now(&r) + 600_000;
     for (i, v) in &captured {
-        let _: () = redis::cmd("SET").arg(key(*i)).arg(v).query(conn).unwrap();
-        let _: i64 = redis::cmd("ZADD")
-            .arg("t:blocks")
-            .arg(far)
-            .arg(host(*i).to_string())
-            .query(conn)
-            .unwrap();
+        plant(&r, host(*i), v, far);
     }
     // A node started now loads the snapshot: A's kept block, neither lifted one.
     let d = map();
@@ -1745,17 +1756,7 @@ async fn a_members_lift_retracts_its_nodes_block_and_no_one_elses() {
         a.get(host(92)).is_none() && sa.stats().marks_written > written
     })
     .await;
-    let _: () = redis::cmd("SET")
-        .arg(&key)
-        .arg(&captured)
-        .query(conn)
-        .unwrap();
-    let _: i64 = redis::cmd("ZADD")
-        .arg("t:blocks")
-        .arg(redis_now(&r) + 600_000)
-        .arg(host(92).to_string())
-        .query(conn)
-        .unwrap();
+    plant(&r, host(92), &captured, redis_now(&r) + 600_000);
     let d = map();
     let sd = spawn(cfg(&r.url(), "d"), &d);
     synced(&sd).await;

@@ -513,6 +513,15 @@ fn consumer_rules_groups_coo_and_reset() {
     assert!(!ok && out.contains("not a secondary zone"), "{out}");
 }
 
+/// A temporary directory with a `primary` and a `consumer` directory in it.
+fn primary_and_consumer_dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (pdir, cdir) = (dir.path().join("primary"), dir.path().join("consumer"));
+    std::fs::create_dir(&pdir).unwrap();
+    std::fs::create_dir(&cdir).unwrap();
+    (dir, pdir, cdir)
+}
+
 /// A catalog's members as [`catalog_text`] takes them: (zone, unique id, extra lines).
 type Members<'a> = &'a [(&'a str, &'a str, &'a str)];
 
@@ -622,12 +631,7 @@ fn catalog_members_too_long_for_a_file_name_are_served() {
 
 #[test]
 fn hostile_catalog_members_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let pdir = d.join("primary");
-    let cdir = d.join("consumer");
-    std::fs::create_dir(&pdir).unwrap();
-    std::fs::create_dir(&cdir).unwrap();
+    let (_dir, pdir, cdir) = primary_and_consumer_dirs();
     let primary = catalog_primary(
         &pdir,
         &[
@@ -748,12 +752,7 @@ fn hostile_catalog_members_are_refused() {
 /// parent of another tenant's zone (it would answer their DS and every name they lack).
 #[test]
 fn catalog_members_give_way_to_zones_the_config_adds_later() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let pdir = d.join("primary");
-    let cdir = d.join("consumer");
-    std::fs::create_dir(&pdir).unwrap();
-    std::fs::create_dir(&cdir).unwrap();
+    let (_dir, pdir, cdir) = primary_and_consumer_dirs();
     let primary = catalog_primary(
         &pdir,
         &[(
@@ -879,12 +878,7 @@ fn catalog_members_give_way_to_zones_the_config_adds_later() {
 /// three, with its primaries and key).
 #[test]
 fn a_contested_member_stays_with_its_catalog_across_restarts() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let pdir = d.join("primary");
-    let cdir = d.join("consumer");
-    std::fs::create_dir(&pdir).unwrap();
-    std::fs::create_dir(&cdir).unwrap();
+    let (_dir, pdir, cdir) = primary_and_consumer_dirs();
     let primary = catalog_primary(
         &pdir,
         &[
