@@ -384,6 +384,19 @@ fn apply(
                 add(&c.skipped_own, 1);
                 continue;
             }
+            // A removal read before the replay table stands at the snapshot (the stream from
+            // where the load began) and no newer than what the snapshot showed of its node:
+            // an old one replayed (it lifted what the snapshot just loaded). A genuine one of
+            // that age came before the snapshot's keys were read, which it had emptied.
+            if rec.op == RecordOp::Del
+                && st.seed.as_ref().is_some_and(|(_, seen)| {
+                    seen.get(rec.node.as_str())
+                        .is_some_and(|&last| (rec.start, rec.seq) <= last)
+                })
+            {
+                shared.refuse(Refused::Replay, *id, &rec.node);
+                continue;
+            }
             if !st
                 .trusted
                 .get(rec.node.as_str())
