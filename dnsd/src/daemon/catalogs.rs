@@ -468,6 +468,8 @@ async fn consume(
             .filter_map(|m| m.coo.clone().map(|c| (m.zone.clone(), c)))
             .collect::<Vec<_>>()
     };
+    // Kept on disk before the catalogs' state is locked: no file write under that lock.
+    write_held(cat, &cp.file, new.keys());
     let handed_over = {
         let mut st = shared.catalogs();
         let before = st.lists.get(cat).map(coos).unwrap_or_default();
@@ -480,7 +482,6 @@ async fn consume(
             }
         }
         let after = coos(&new);
-        write_held(cat, &cp.file, new.keys());
         st.lists.insert(cat.clone(), new);
         st.settled_with.insert(cat.clone(), cfg.clone());
         after != before

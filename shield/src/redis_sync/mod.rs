@@ -754,6 +754,13 @@ impl Shared {
             && !self.marks_denied.load(Ordering::Relaxed)
     }
 
+    /// This process's mark as of `at` (Redis time), its lifts then written.
+    fn seal_mark(&self, at: i64) -> String {
+        let mut l = self.lifts();
+        l.dirty = false;
+        self.sealer.mark(at, &l)
+    }
+
     fn lifts(&self) -> MutexGuard<'_, record::Lifts> {
         self.lifts.lock().unwrap_or_else(|e| e.into_inner())
     }

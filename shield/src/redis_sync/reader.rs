@@ -521,28 +521,34 @@ async fn fetch_marks(
             .map(|x| wire::bytes(x).map(<[u8]>::to_vec))
             .collect();
         for (i, node) in chunk.iter().enumerate() {
-            let mark = match values.get(i).and_then(Option::as_deref) {
-                Some(b) if b == super::capped::CUT => {
-                    shared.refuse(Refused::Oversized, StreamId::default(), node);
-                    None
-                }
-                Some(b) => match shared.opener.open_mark(b) {
-                    Ok(m) if m.node == *node => Some(m),
-                    Ok(_) => {
-                        shared.refuse(Refused::Malformed, StreamId::default(), node);
-                        None
-                    }
-                    Err(why) => {
-                        shared.refuse(why, StreamId::default(), node);
-                        None
-                    }
-                },
-                None => None,
-            };
+            let mark = values
+                .get(i)
+                .and_then(Option::as_deref)
+                .and_then(|b| mark_of(shared, node.as_bytes(), b, node));
             out.push((node.clone(), mark));
         }
     }
     Ok(out)
+}
+
+/// The mark `value` read under the field `field` of the marks hash, when it verifies and
+/// is that field's node's; refusals are counted (logged naming `shown`).
+fn mark_of(shared: &Shared, field: &[u8], value: &[u8], shown: &str) -> Option<Mark> {
+    if value == super::capped::CUT {
+        shared.refuse(Refused::Oversized, StreamId::default(), shown);
+        return None;
+    }
+    match shared.opener.open_mark(value) {
+        Ok(m) if m.node.as_bytes() == field => Some(m),
+        Ok(_) => {
+            shared.refuse(Refused::Malformed, StreamId::default(), shown);
+            None
+        }
+        Err(why) => {
+            shared.refuse(why, StreamId::default(), shown);
+            None
+        }
+    }
 }
 
 /// Reads `node`'s mark again (a record of a process not yet vouched for came).
@@ -704,25 +710,15 @@ async fn read_marks(
         let (next, flat): (u64, Vec<Vec<u8>>) = redis::from_redis_value(page)?;
         scanned += flat.len() / 2;
         for pair in flat.chunks_exact(2) {
-            let (field, value) = (&pair[0], &pair[1]);
-            if *value == super::capped::CUT {
-                shared.refuse(Refused::Oversized, StreamId::default(), "");
-                continue;
-            }
-            match shared.opener.open_mark(value) {
-                Ok(m) if m.node.as_bytes() == field.as_slice() => {
-                    if seen.len() < super::record::REPLAY_NODES
-                        || seen.contains_key(m.node.as_str())
-                    {
-                        let last = seen.entry(m.node.clone()).or_insert((0, 0));
-                        *last = (*last).max((m.start, m.seq));
-                    }
-                    if marks.len() < super::record::REPLAY_NODES {
-                        marks.insert(m.node.clone(), m);
-                    }
+            // A field is anyone's bytes: refusals name no node.
+            if let Some(m) = mark_of(shared, &pair[0], &pair[1], "") {
+                if seen.len() < super::record::REPLAY_NODES || seen.contains_key(m.node.as_str()) {
+                    let last = seen.entry(m.node.clone()).or_insert((0, 0));
+                    *last = (*last).max((m.start, m.seq));
                 }
-                Ok(_) => shared.refuse(Refused::Malformed, StreamId::default(), ""),
-                Err(why) => shared.refuse(why, StreamId::default(), ""),
+                if marks.len() < super::record::REPLAY_NODES {
+                    marks.insert(m.node.clone(), m);
+                }
             }
         }
         cursor = next;

@@ -195,12 +195,6 @@ impl Record {
         b
     }
 
-    fn mac(&self, key: &DerivedKey) -> [u8; 32] {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.0).expect("any key length");
-        m.update(&self.canonical());
-        m.finalize().into_bytes().into()
-    }
-
     /// The entry this add makes on a node whose clock is `offset_ms` behind Redis, as `origin`.
     pub fn to_entry(&self, offset_ms: i64, origin: Origin) -> BlockEntry {
         let local = self.exp.saturating_sub(offset_ms).max(0) as u64;
@@ -212,6 +206,13 @@ impl Record {
         }
         e
     }
+}
+
+/// The tag of `canonical` bytes (a record's or a mark's) under `key`: HMAC-SHA256, hex.
+fn tag(key: &DerivedKey, canonical: &[u8]) -> String {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.0).expect("any key length");
+    m.update(canonical);
+    hex(&m.finalize().into_bytes())
 }
 
 fn hex(b: &[u8]) -> String {
@@ -271,7 +272,7 @@ impl Sealer {
     fn seal(&self, mut r: Record) -> String {
         r.seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(k) = &self.key {
-            r.tag = hex(&r.mac(k));
+            r.tag = tag(k, &r.canonical());
         }
         serde_json::to_string(&r).unwrap_or_default()
     }
@@ -313,7 +314,7 @@ impl Sealer {
             tag: String::new(),
         };
         if let Some(k) = &self.key {
-            m.tag = hex(&m.mac(k));
+            m.tag = tag(k, &m.canonical());
         }
         serde_json::to_string(&m).unwrap_or_default()
     }
@@ -538,12 +539,6 @@ impl Mark {
             s(&l.at.to_be_bytes());
         }
         b
-    }
-
-    fn mac(&self, key: &DerivedKey) -> [u8; 32] {
-        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&key.0).expect("any key length");
-        m.update(&self.canonical());
-        m.finalize().into_bytes().into()
     }
 
     /// Whether this mark vouches for `r`, a record of its node, at `redis_now`.

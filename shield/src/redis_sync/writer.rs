@@ -336,13 +336,7 @@ pub(super) async fn write_mark(shared: &Shared, conn: &mut MultiplexedConnection
         shared.lifts().dirty = true;
         return;
     }
-    let mark = {
-        let mut l = shared.lifts();
-        l.dirty = false;
-        shared
-            .sealer
-            .mark(shared.now() as i64 + shared.offset(), &l)
-    };
+    let mark = shared.seal_mark(shared.now() as i64 + shared.offset());
     let r: redis::RedisResult<Value> = redis::cmd("HSET")
         .arg(&keys.marks)
         .arg(&*shared.node)
@@ -503,11 +497,7 @@ async fn write(
     // reader read the earlier process's mark, which vouches for the records it restores.
     let with_mark = shared.marks_may();
     if with_mark {
-        let mark = {
-            let mut l = shared.lifts();
-            l.dirty = false;
-            shared.sealer.mark(redis_now, &l)
-        };
+        let mark = shared.seal_mark(redis_now);
         pipe.cmd("HSET")
             .arg(&keys.marks)
             .arg(&*shared.node)
