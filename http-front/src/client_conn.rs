@@ -350,7 +350,12 @@ async fn serve(
             return;
         }
         let h2 = alpn == Some(b"h2");
-        let ja4 = crate::fingerprint::ja4(&stream.get_mut().0.take()).map(String::into_boxed_str);
+        let ja4 = crate::fingerprint::ja4_cut(&stream.get_mut().0.take()).map(|(print, cut)| {
+            if cut {
+                c.bump(Counter::LimitFingerprintItems);
+            }
+            print.into_boxed_str()
+        });
         let cx = make_cx(h2, ja4);
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
         drop(snap);

@@ -132,6 +132,12 @@ const FINGERPRINT_ITEMS: usize = 256;
 
 /// JA4 of the ClientHello in TLS records `wire` (over TCP), or None when they do not hold a whole one.
 pub fn ja4(wire: &[u8]) -> Option<String> {
+    ja4_cut(wire).map(|(print, _)| print)
+}
+
+/// JA4 of the ClientHello in `wire`, and whether [`FINGERPRINT_ITEMS`] cut a list of it short.
+pub fn ja4_cut(wire: &[u8]) -> Option<(String, bool)> {
+    let mut cut = false;
     let msg = hello_message(wire)?;
     let mut c = Cur(&msg[4..]);
     let legacy = c.u16()?;
@@ -145,6 +151,7 @@ pub fn ja4(wire: &[u8]) -> Option<String> {
             ciphers.push(v);
         }
     }
+    cut |= !cs.0.is_empty();
     c.vec8()?;
     let mut exts: Vec<u16> = Vec::new();
     let (mut sni, mut alpn, mut sigs, mut best): (bool, Option<&[u8]>, Vec<u16>, Option<u16>) =
@@ -171,6 +178,7 @@ pub fn ja4(wire: &[u8]) -> Option<String> {
                             sigs.push(s);
                         }
                     }
+                    cut |= l.0.len() > 1;
                 }
                 0x002b => {
                     let mut l = Cur(b.vec8()?);
@@ -183,6 +191,7 @@ pub fn ja4(wire: &[u8]) -> Option<String> {
                 _ => {}
             }
         }
+        cut |= !e.0.is_empty();
     }
     let a = format!(
         "t{}{}{:02}{:02}{}",
@@ -215,7 +224,7 @@ pub fn ja4(wire: &[u8]) -> Option<String> {
         }
         hash12(&s)
     };
-    Some(format!("{a}_{b}_{c}"))
+    Some((format!("{a}_{b}_{c}"), cut))
 }
 
 /// A client connection's transport that keeps a copy of its first bytes (the ClientHello)
@@ -587,11 +596,20 @@ mod tests {
     #[test]
     fn a_hello_packed_with_extensions_is_read_no_further_than_the_bound() {
         let many: Vec<(u16, Vec<u8>)> = (0..12_000u16).map(|i| (0x1000 + i, Vec::new())).collect();
-        let j = ja4(&hello(0x0303, &[0x1301], &many)).unwrap();
-        assert!(j.starts_with("t12i0199"), "{j}");
+        let (j, cut) = ja4_cut(&hello(0x0303, &[0x1301], &many)).unwrap();
+        assert!(j.starts_with("t12i0199") && cut, "{j}");
         let grease: Vec<(u16, Vec<u8>)> = (0..12_000).map(|_| (0x0a0a, Vec::new())).collect();
-        let j = ja4(&hello(0x0303, &[0x1301], &grease)).unwrap();
-        assert!(j.starts_with("t12i0100"), "{j}");
+        let (j, cut) = ja4_cut(&hello(0x0303, &[0x1301], &grease)).unwrap();
+        assert!(j.starts_with("t12i0100") && cut, "{j}");
+        let few: Vec<(u16, Vec<u8>)> = (0..256u16).map(|i| (0x1000 + i, Vec::new())).collect();
+        let (j, cut) = ja4_cut(&hello(0x0303, &[0x1301], &few)).unwrap();
+        assert!(
+            j.starts_with("t12i0199") && !cut,
+            "{j}: as many as the bound cut nothing"
+        );
+        let suites: Vec<u16> = (0..300).map(|i| 0x1300 + i).collect();
+        let (_, cut) = ja4_cut(&hello(0x0303, &suites, &[])).unwrap();
+        assert!(cut, "300 suites");
     }
 
     #[test]
