@@ -1,8 +1,9 @@
-//! The wildcard TCP listeners: one per address family, never one per address.
+//! The TCP listeners: one per service address for a few, one wildcard per family for more.
 //!
 //! Thousands of TCP listeners bound to specific addresses on one port once shared a single
 //! kernel hash chain; one wildcard socket per family avoids that, and the local address of
-//! an accepted connection tells which service address was asked.
+//! an accepted connection tells which service address was asked. A few addresses get a
+//! listener each, so that the port stays free at every other address of the host.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -28,6 +29,22 @@ impl Default for TcpOptions {
             fastopen: 0,
         }
     }
+}
+
+/// Most service addresses that get a TCP listener each (as Knot and NSD bind); more share
+/// one wildcard listener per family (a /16 of service addresses would take 65,536 descriptors).
+pub const PER_ADDRESS_MAX: usize = 256;
+
+/// Binds a listener on each of `addrs` (non-blocking sockets).
+pub fn address_listeners(
+    addrs: &[IpAddr],
+    port: u16,
+    opts: &TcpOptions,
+) -> Result<Vec<std::net::TcpListener>, ListenerError> {
+    addrs
+        .iter()
+        .map(|&ip| listener(SocketAddr::new(ip, port), opts))
+        .collect()
 }
 
 /// Binds a wildcard listener for each family present in `addrs` (non-blocking sockets).

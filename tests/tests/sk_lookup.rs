@@ -2,8 +2,9 @@
 //! 127.0.0.53:53, as systemd-resolved): in a namespace the test makes, `xdp-guard attach`
 //! installs sk_lookup steering, dnsd registers its listener for its service address and says
 //! so at start, answers TCP there, and the resolver keeps its own connections; when dnsd stops
-//! its address is withdrawn. Where no steering is installed, dnsd takes the wildcard socket
-//! and says that instead.
+//! its address is withdrawn. Where no steering is installed, dnsd binds a listener on each
+//! of a few service addresses (beside the resolver, as Knot and NSD), and takes the wildcard
+//! socket for more than 256 — which cannot be bound beside the resolver.
 //!
 //! Needs root (namespaces, BPF); elsewhere it says so loudly and skips.
 
@@ -35,8 +36,12 @@ fn tcp_ask(ns: &Netns, addr: SocketAddr) -> Option<(u8, u16)> {
 }
 
 fn config(dir: &Path, tag: &str, ip: Ipv4Addr, xdp: Option<&Path>) -> PathBuf {
+    config_listen(dir, tag, &ip.to_string(), xdp)
+}
+
+fn config_listen(dir: &Path, tag: &str, listen: &str, xdp: Option<&Path>) -> PathBuf {
     let mut c = format!(
-        "[server]\nlisten = [\"{ip}\"]\nport = 53\nworkers = 1\n\n[[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\n\n[control]\nsocket = \"{}\"\n",
+        "[server]\nlisten = [\"{listen}\"]\nport = 53\nworkers = 1\n\n[[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\n\n[control]\nsocket = \"{}\"\n",
         palisade_tests::data_dir()
             .join("example.com.zone")
             .display(),
@@ -132,13 +137,45 @@ fn tcp_53_is_steered_to_dnsd_beside_a_resolver_and_the_wildcard_elsewhere() {
         .expect("bind the resolver's listener");
     resolver.set_nonblocking(true).unwrap();
 
-    // Without steering the wildcard socket cannot be bound beside it.
+    // Without steering, more than 256 service addresses take the wildcard socket, which
+    // cannot be bound beside it.
     let dnsd_ip = Ipv4Addr::new(127, 0, 0, 10);
-    let plain = config(dir.path(), "plain", dnsd_ip, None);
-    let d = Daemon::start(ns, &plain);
+    let wide = config_listen(dir.path(), "wide", "127.0.4.0/23", None);
+    let d = Daemon::start(ns, &wide);
     wait_for("dnsd refusing to start", Duration::from_secs(10), || {
         d.log().contains("in use")
     });
+    drop(d);
+    // A few take a listener each: dnsd starts beside it and answers there; the resolver
+    // keeps its own, and no other local address accepts DNS over TCP.
+    let plain = config(dir.path(), "plain", dnsd_ip, None);
+    let d = Daemon::start(ns, &plain);
+    let svc = SocketAddr::from((dnsd_ip, 53));
+    wait_for("dnsd answering over TCP", Duration::from_secs(20), || {
+        tcp_ask(ns, svc) == Some((0, 1))
+    });
+    assert!(
+        d.log().contains("TCP: a listener on each service address"),
+        "{}",
+        d.log()
+    );
+    let elsewhere = ns
+        .run(|| {
+            TcpStream::connect_timeout(&"127.0.0.12:53".parse().unwrap(), Duration::from_secs(1))
+        })
+        .unwrap();
+    assert!(elsewhere.is_err(), "127.0.0.12:53 accepted a connection");
+    let to_resolver = ns
+        .run(|| {
+            TcpStream::connect_timeout(&"127.0.0.53:53".parse().unwrap(), Duration::from_secs(1))
+        })
+        .unwrap();
+    assert!(to_resolver.is_ok(), "{to_resolver:?}");
+    wait_for(
+        "the resolver accepting its connection",
+        Duration::from_secs(5),
+        || resolver.accept().is_ok(),
+    );
     drop(d);
 
     // xdp-guard attach installs the steering in this namespace.
@@ -199,11 +236,12 @@ fn tcp_53_is_steered_to_dnsd_beside_a_resolver_and_the_wildcard_elsewhere() {
         tcp_ask(ns, svc).is_none()
     });
 
-    // Elsewhere (namespace A: no steering, nothing on port 53): the wildcard socket.
+    // Elsewhere (namespace A: no steering, nothing on port 53): the wildcard socket for
+    // 512 addresses, any of which answers.
     pair.a.ip(&["link", "set", "lo", "up"]).unwrap();
-    let wild = config(dir.path(), "wild", Ipv4Addr::new(127, 0, 0, 11), None);
+    let wild = config_listen(dir.path(), "wild", "127.0.4.0/23", None);
     let d = Daemon::start(&pair.a, &wild);
-    let svc = SocketAddr::from(([127, 0, 0, 11], 53));
+    let svc = SocketAddr::from(([127, 0, 5, 11], 53));
     wait_for("dnsd answering over TCP", Duration::from_secs(20), || {
         tcp_ask(&pair.a, svc) == Some((0, 1))
     });

@@ -109,7 +109,7 @@ pub struct XdpConfig {
     pub pin: bool,
     /// `xdp-guard attach` also installs TCP steering (sk_lookup) in its network namespace:
     /// daemons that find it take the connections to their addresses through one listener
-    /// instead of the wildcard socket.
+    /// instead of their own (one per address, or the wildcard socket).
     #[serde(default = "default_true")]
     pub tcp_steering: bool,
 }

@@ -228,7 +228,7 @@ fn attach(config: &Path) -> Result<(), String> {
 }
 
 /// Installs TCP steering (sk_lookup) beside the guard when the config asks for it; a kernel
-/// without it leaves the daemons on their wildcard sockets (said, not fatal).
+/// without it leaves the daemons on their own listeners (said, not fatal).
 fn steer(cfg: &XdpConfig) {
     if !cfg.tcp_steering {
         return;
@@ -240,7 +240,7 @@ fn steer(cfg: &XdpConfig) {
         ),
         Ok(false) => {}
         Err(e) => eprintln!(
-            "xdp-guard: TCP steering (sk_lookup) not installed: {e}; daemons use their wildcard TCP sockets"
+            "xdp-guard: TCP steering (sk_lookup) not installed: {e}; daemons use their own TCP listeners"
         ),
     }
 }

@@ -314,7 +314,7 @@ impl Default for AliasConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Server {
-    /// Addresses and prefixes: one UDP socket per address; TCP on one wildcard socket.
+    /// Addresses and prefixes: one UDP socket per address; TCP one listener per address (to 256).
     #[serde(default = "default_listen")]
     pub listen: Vec<String>,
     /// Port for UDP and TCP.

@@ -199,7 +199,14 @@ pub fn run(
         max_request: 4096,
         max_response: (cfg.server.udp_payload as usize).max(512),
     };
-    let tcp_max_connections = fit_descriptors(&cfg, addrs.len());
+    // UDP sockets, and TCP listeners where each address gets one.
+    let listening = addrs.len()
+        + if addrs.len() <= listener::tcp::PER_ADDRESS_MAX {
+            addrs.len()
+        } else {
+            2
+        };
+    let tcp_max_connections = fit_descriptors(&cfg, listening);
     let fleet = UdpFleet::bind(&addrs, cfg.server.port, &opts).map_err(|e| e.to_string())?;
     let bind_time = fleet.startup_time();
     tracing::info!(
@@ -210,7 +217,7 @@ pub fn run(
     );
     // TCP: steered by sk_lookup where `xdp-guard attach` installed it (one listener per
     // family takes every service address, and other listeners on the port keep theirs),
-    // else the wildcard sockets.
+    // else a listener on each service address (at most 256; the wildcard sockets past).
     let (tcp_listeners, _steering) = tcp_listeners(&cfg, &addrs)?;
     let fleet_counters = fleet.counters();
     let bound = fleet.addrs().to_vec();
@@ -835,14 +842,29 @@ fn tcp_listeners(
                 return Ok((ls, Some(s)));
             }
             Err(e) => {
-                tracing::warn!("TCP steering (sk_lookup) refused: {e}; the wildcard socket instead")
+                tracing::warn!(
+                    "TCP steering (sk_lookup) refused: {e}; dnsd's own listeners instead"
+                )
             }
         }
     }
+    if addrs.len() <= listener::tcp::PER_ADDRESS_MAX {
+        // A few addresses: a listener on each, as Knot and NSD — nothing else on the port
+        // is taken from other servers, and no other local address accepts DNS over TCP.
+        let ls = listener::tcp::address_listeners(addrs, port, &opts).map_err(|e| e.to_string())?;
+        tracing::info!(
+            addresses = addrs.len(),
+            port,
+            "TCP: a listener on each service address (no sk_lookup steering installed)"
+        );
+        return Ok((ls, None));
+    }
     let ls = listener::tcp::wildcard_listeners(addrs, port, &opts).map_err(|e| e.to_string())?;
     tracing::info!(
+        addresses = addrs.len(),
         port,
-        "TCP: the wildcard socket (no sk_lookup steering installed)"
+        "TCP: the wildcard socket (no sk_lookup steering installed; more than {} addresses)",
+        listener::tcp::PER_ADDRESS_MAX
     );
     Ok((ls, None))
 }
