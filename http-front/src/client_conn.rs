@@ -270,9 +270,11 @@ async fn is_h2_preface(s: &TcpStream) -> io::Result<bool> {
     }
 }
 
-/// Time limits of one connection.
+/// Time limits of one connection, and its share of the heads' budget.
 #[derive(Clone, Copy, Debug)]
 struct Life {
+    /// `header_buffer_total_bytes`: what all connections' unfinished heads may hold.
+    head_budget: usize,
     max_age: Duration,
     idle: Duration,
     /// How long an HTTP/2 connection may stay without its first request
@@ -293,6 +295,7 @@ async fn serve(
     let s = &snap.cfg.server;
     let head_timeout = Duration::from_millis(s.header_read_timeout_ms);
     let life = Life {
+        head_budget: s.header_buffer_total_bytes,
         max_age: Duration::from_secs(s.max_connection_age_secs),
         idle: Duration::from_millis(s.idle_timeout_ms),
         first: head_timeout,
@@ -438,7 +441,12 @@ async fn run<I>(
     } else {
         // With upgrades: a WebSocket takes the connection over (its tunnel holds the
         // connection's place in the registry until it ends).
-        let io = crate::h1watch::H1Watch::new(io, Arc::clone(&cx.ctl));
+        let budget = crate::h1watch::HeadBudget {
+            held: Arc::clone(&cx.front.head_buffered),
+            limit: life.head_budget,
+            counters: Arc::clone(&cx.front.counters),
+        };
+        let io = crate::h1watch::H1Watch::new(io, Arc::clone(&cx.ctl), Some(budget));
         let conn = b1.serve_connection(TokioIo::new(io), svc).with_upgrades();
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
     }

@@ -149,6 +149,12 @@ impl Snapshot {
     }
 }
 
+type Buffered = (
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+);
+
 /// The running front; see the module documentation.
 pub struct Front {
     id: u64,
@@ -170,6 +176,9 @@ pub struct Front {
     pub body_buffered: Arc<std::sync::atomic::AtomicUsize>,
     /// Bytes reserved for response buffers now (bounded by `server.response_buffer_total_bytes`).
     pub response_buffered: Arc<std::sync::atomic::AtomicUsize>,
+    /// Bytes of unfinished HTTP/1.1 heads past their free part now (bounded by
+    /// `server.header_buffer_total_bytes`).
+    pub head_buffered: Arc<std::sync::atomic::AtomicUsize>,
     /// Every counter, for /metrics.
     pub metrics: Arc<shield::metrics::Registry>,
     /// ACME's certificates and challenges (with `[acme]`).
@@ -387,6 +396,16 @@ impl Front {
             );
         }
         metrics.register("xdp", Arc::new(xdp_guard::daemon::XdpSource(xdp.clone())));
+        let (body_buffered, response_buffered, head_buffered): Buffered =
+            (Arc::default(), Arc::default(), Arc::default());
+        metrics.register(
+            "buffers",
+            Arc::new(crate::sources::Buffers {
+                body: body_buffered.clone(),
+                response: response_buffered.clone(),
+                head: head_buffered.clone(),
+            }),
+        );
         Ok(Arc::new(Front {
             id: IDS.fetch_add(1, Ordering::Relaxed),
             counters,
@@ -396,8 +415,9 @@ impl Front {
             registry,
             conn_tenant,
             syn_filter,
-            body_buffered: Arc::default(),
-            response_buffered: Arc::default(),
+            body_buffered,
+            response_buffered,
+            head_buffered,
             metrics,
             acme,
             control: std::sync::OnceLock::new(),

@@ -25,11 +25,17 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::conn_registry::{ConnCtl, OddHead};
+use crate::counters::{Counter, Counters};
+
+/// Bytes of an unfinished head that no budget counts: hyper's first read takes as much on
+/// every connection anyway, and a browser's head fits in it.
+pub const HEAD_FREE: usize = 8192;
 
 /// Bytes kept of each head line: enough for any header name we look for and its value.
 const LINE_KEEP: usize = 64;
@@ -93,6 +99,8 @@ pub struct Heads {
     head: Head,
     /// Request lines seen (the current head's ordinal).
     ordinal: u32,
+    /// Bytes of the head being read (0 between heads): what hyper holds of it unparsed.
+    held: usize,
 }
 
 impl Default for Heads {
@@ -105,6 +113,7 @@ impl Default for Heads {
             cr: false,
             head: Head::default(),
             ordinal: 0,
+            held: 0,
         }
     }
 }
@@ -117,6 +126,15 @@ fn value_of<'a>(line: &'a [u8], name: &str) -> Option<&'a [u8]> {
 }
 
 impl Heads {
+    /// Bytes of the head being read now, unfinished (0 between heads, in a body, or once
+    /// not followed).
+    pub fn held(&self) -> usize {
+        match self.phase {
+            Phase::Start | Phase::Fields | Phase::Trailers => self.held,
+            _ => 0,
+        }
+    }
+
     /// Follows `data`, the next bytes the client sent; returns the first odd head in them with
     /// its ordinal (1 for the connection's first request).
     pub fn feed(&mut self, mut data: &[u8]) -> Option<(u32, OddHead)> {
@@ -138,6 +156,7 @@ impl Heads {
                         Some(i) => (&data[..i], &data[i + 1..], true),
                         None => (data, &data[data.len()..], false),
                     };
+                    self.held = self.held.saturating_add(part.len() + usize::from(ended));
                     if self.phase == Phase::Start && memchr::memchr(b'#', part).is_some() {
                         self.head.fragment = true;
                     }
@@ -253,7 +272,10 @@ impl Heads {
                 self.phase = Phase::Off;
                 return Some(OddHead::Framing);
             }
-            Phase::Trailers if empty => self.phase = Phase::Start,
+            Phase::Trailers if empty => {
+                self.phase = Phase::Start;
+                self.held = 0;
+            }
             Phase::Fields if empty => return self.head_ended(),
             Phase::Fields => {
                 let long = self.long;
@@ -285,6 +307,7 @@ impl Heads {
 
     /// The head's empty line came: the body's framing, or the oddity that ends the watch.
     fn head_ended(&mut self) -> Option<OddHead> {
+        self.held = 0;
         let h = &self.head;
         let odd = if h.lengths > 0 && h.coded {
             Some(OddHead::LengthAndCoding)
@@ -323,15 +346,65 @@ pub struct H1Watch<I> {
     io: I,
     heads: Heads,
     ctl: Arc<ConnCtl>,
+    budget: Option<HeadBudget>,
+    /// Bytes this connection holds of the budget now.
+    charged: usize,
+}
+
+/// The budget all connections' unfinished heads share (`[server] header_buffer_total_bytes`).
+#[derive(Debug, Clone)]
+pub struct HeadBudget {
+    /// Bytes held now over all connections.
+    pub held: Arc<AtomicUsize>,
+    /// Most bytes they may hold.
+    pub limit: usize,
+    /// Where a head refused is counted.
+    pub counters: Arc<Counters>,
 }
 
 impl<I> H1Watch<I> {
-    /// Watches `io`, the connection `ctl` controls.
-    pub fn new(io: I, ctl: Arc<ConnCtl>) -> Self {
+    /// Watches `io`, the connection `ctl` controls; its unfinished heads past
+    /// [`HEAD_FREE`] are charged to `budget`.
+    pub fn new(io: I, ctl: Arc<ConnCtl>, budget: Option<HeadBudget>) -> Self {
         H1Watch {
             io,
             heads: Heads::default(),
             ctl,
+            budget,
+            charged: 0,
+        }
+    }
+
+    /// Charges (or gives back) what the head being read holds past [`HEAD_FREE`]; false
+    /// when the budget cannot take it.
+    fn charge(&mut self) -> bool {
+        let Some(b) = &self.budget else {
+            return true;
+        };
+        let want = self.heads.held().saturating_sub(HEAD_FREE);
+        if want < self.charged {
+            b.held.fetch_sub(self.charged - want, Ordering::Relaxed);
+            self.charged = want;
+        } else if want > self.charged {
+            let more = want - self.charged;
+            let before = b.held.fetch_add(more, Ordering::Relaxed);
+            if before + more > b.limit {
+                b.held.fetch_sub(more, Ordering::Relaxed);
+                b.counters.bump(Counter::LimitHeaderBufferTotal);
+                return false;
+            }
+            self.charged = want;
+        }
+        true
+    }
+}
+
+impl<I> Drop for H1Watch<I> {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget
+            && self.charged > 0
+        {
+            b.held.fetch_sub(self.charged, Ordering::Relaxed);
         }
     }
 }
@@ -352,6 +425,15 @@ impl<I: AsyncRead + Unpin> AsyncRead for H1Watch<I> {
             } else if let Some((ordinal, odd)) = me.heads.feed(&buf.filled()[before..]) {
                 me.ctl.mark_odd_head(ordinal, odd);
             }
+        }
+        if !me.charge() {
+            // Heads being read hold the budget: this one goes, its connection with it (a
+            // client's head that fits in the free part is never refused).
+            me.heads.phase = Phase::Off;
+            me.charge();
+            return Poll::Ready(Err(io::Error::other(
+                "unfinished request heads over server.header_buffer_total_bytes",
+            )));
         }
         Poll::Ready(Ok(()))
     }

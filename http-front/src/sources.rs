@@ -4,7 +4,8 @@
 //! ClickHouse, rules, XDP mirror: named `palisade_*`, as in dnsd), and shield's one `/metrics`
 //! server renders them.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use shield::metrics::{Samples, Source};
 
@@ -72,5 +73,33 @@ impl Source for Stalls {
             "Upstream response bodies ended: no byte within the upstream's response timeout.",
             crate::forward::h1::BODY_STALLS.load(Ordering::Relaxed),
         );
+    }
+}
+
+/// The bytes the memory budgets of `[server]` hold now.
+pub struct Buffers {
+    /// Request bodies buffered (`body_buffer_total_bytes`).
+    pub body: Arc<AtomicUsize>,
+    /// Response buffers reserved (`response_buffer_total_bytes`).
+    pub response: Arc<AtomicUsize>,
+    /// Unfinished HTTP/1.1 heads past their free part (`header_buffer_total_bytes`).
+    pub head: Arc<AtomicUsize>,
+}
+
+impl Source for Buffers {
+    fn collect(&self, out: &mut Samples) {
+        for (what, a) in [
+            ("body", &self.body),
+            ("response", &self.response),
+            ("head", &self.head),
+        ] {
+            out.gauge(
+                format!("buffered.{what}"),
+                "http_front_buffered_bytes",
+                format!("what=\"{what}\""),
+                "Bytes held now under each [server] *_buffer_total_bytes budget.",
+                a.load(Ordering::Relaxed) as u64,
+            );
+        }
     }
 }

@@ -906,3 +906,71 @@ fn two_hung_sites_together_leave_room_for_a_healthy_one() {
     );
     drop(kept);
 }
+
+/// Unfinished HTTP/1.1 heads share one budget (`header_buffer_total_bytes`): connections
+/// that each hold 30 KB of a head that never ends fill it, further such heads close their
+/// connections (counted), while an ordinary request — its head within the free 8 KiB — is
+/// served all the same, and the budget is given back as the heads go.
+#[test]
+fn unfinished_heads_share_one_budget_and_ordinary_requests_pass() {
+    let origin = Origin::start();
+    let o = origin.addr();
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "[server]\nlisten = [\"{a}\"]\nworkers = 2\nheader_read_timeout_ms = 8000\n\
+                 header_buffer_total_bytes = 120000\n\n[limits]\nmax_header_bytes = 65536\n\
+                 max_header_field_bytes = 65536\n\n[metrics]\nlisten = \"{m}\"\n\n\
+                 [[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\n\n[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n"
+            )
+        },
+        None,
+    );
+    let fa = front.addr();
+    // 12 connections from 12 addresses, each 30 KB into a head (22 KB past the free part):
+    // the budget takes five.
+    let mut conns = Vec::new();
+    for i in 0..12 {
+        let mut s = connect_from(Some(net::test_ip()), fa).unwrap();
+        let mut head = b"GET / HTTP/1.1\r\nHost: a.test\r\n".to_vec();
+        for _ in 0..30 {
+            head.extend_from_slice(b"X-Pad: ");
+            head.extend_from_slice(&[b'a'; 991]);
+            head.extend_from_slice(b"\r\n");
+        }
+        let _ = s.write_all(&head);
+        conns.push(s);
+        if i == 5 {
+            wait_for("the budget full", Duration::from_secs(10), || {
+                front.metric("http_front_buffered_bytes{what=\"head\"}") > 100_000
+            });
+        }
+    }
+    wait_for(
+        "heads past the budget refused",
+        Duration::from_secs(10),
+        || front.metric("http_front_limit_hits_total{limit=\"header_buffer_total\"}") >= 6,
+    );
+    let held = front.metric("http_front_buffered_bytes{what=\"head\"}");
+    assert!(held <= 120_000, "{held} bytes held");
+    let closed = conns
+        .iter_mut()
+        .filter_map(|s| {
+            s.set_read_timeout(Some(Duration::from_millis(200))).ok()?;
+            let mut b = [0u8; 64];
+            matches!(std::io::Read::read(s, &mut b), Ok(0) | Err(_)).then_some(())
+        })
+        .count();
+    assert!(closed >= 6, "{closed} connections closed");
+    // An ordinary request is served meanwhile.
+    assert_eq!(
+        get(Some(net::test_ip()), fa, "a.test", "/").unwrap().status,
+        200
+    );
+    // The heads time out; what they held is given back.
+    drop(conns);
+    wait_for("the budget given back", Duration::from_secs(15), || {
+        front.metric("http_front_buffered_bytes{what=\"head\"}") == 0
+    });
+    assert_eq!(origin.requests(), 1);
+}

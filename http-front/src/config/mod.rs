@@ -24,6 +24,7 @@
 //! send_min_rate_bytes_per_sec = 1024   # a streamed response's client, over each 2 s it is waited on (0: none)
 //! body_buffer_bytes = 1048576     # request bodies read into memory before the upstream is contacted
 //! body_buffer_total_bytes = 268435456  # over all requests; past it bodies stream unbuffered
+//! header_buffer_total_bytes = 67108864  # HTTP/1.1 heads being read, past each one's first 8 KiB; past it: closed
 //! body_min_rate_bytes_per_sec = 1024   # after the first 2 s of a body (0: none); slower: 408
 //! body_timeout_ms = 60000         # a whole request body; slower: 408
 //! proxy_allow = []                # load balancers whose connections start with a PROXY header (v2 or v1)

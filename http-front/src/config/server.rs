@@ -73,6 +73,11 @@ pub struct Server {
     /// stream without a buffer (counted).
     #[serde(deserialize_with = "range_usize::<0, 68719476736, _>")]
     pub body_buffer_total_bytes: usize,
+    /// Most bytes of HTTP/1.1 request heads held unfinished at once over all connections,
+    /// past each head's first 8 KiB (which hyper's first read takes anyway): a connection
+    /// whose head would go past it is closed (counted as `limit="header_buffer_total"`).
+    #[serde(deserialize_with = "range_usize::<0, 68719476736, _>")]
+    pub header_buffer_total_bytes: usize,
     /// A request body must keep at least this rate after its first two seconds (0: no
     /// minimum); a slower one is answered 408 and its upstream connection closed.
     #[serde(deserialize_with = "range::<0, 1073741824, _>")]
@@ -119,6 +124,7 @@ impl Default for Server {
             // before an origin sees it (nginx's proxy_request_buffering, in memory).
             body_buffer_bytes: 1 << 20,
             body_buffer_total_bytes: 256 << 20,
+            header_buffer_total_bytes: 64 << 20,
             body_min_rate_bytes_per_sec: 1024,
             body_timeout_ms: 60_000,
         }
