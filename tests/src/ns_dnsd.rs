@@ -37,6 +37,27 @@ impl NsDnsd {
         }
     }
 
+    /// Starts `dnsd serve -c config` in `ns`, entered with setns alone: `ip netns exec`
+    /// remounts /sys, which hides the bpffs pins of `xdp-guard attach`.
+    pub fn start_setns(ns: &Netns, config: &Path) -> NsDnsd {
+        let log = config.with_extension("log");
+        let out = std::fs::File::create(&log).expect("dnsd log file");
+        let child = ns
+            .command(crate::bin("dnsd"))
+            .arg("serve")
+            .arg("-c")
+            .arg(config)
+            .stdout(Stdio::from(out.try_clone().expect("dup log file")))
+            .stderr(Stdio::from(out))
+            .spawn()
+            .expect("start dnsd in the namespace");
+        NsDnsd {
+            child,
+            log,
+            config: config.to_path_buf(),
+        }
+    }
+
     /// Its log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

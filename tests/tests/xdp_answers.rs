@@ -1342,3 +1342,79 @@ fn an_rrl_exempt_source_is_answered_in_full_in_xdp() {
     );
     assert!(after.get("xdp.answered") >= before.get("xdp.answered") + 40);
 }
+
+/// Maps replaced by `xdp-guard attach` of another size (the operator raising
+/// `answer_entries` under attack) hold no answer: dnsd publishes every one again into them,
+/// where it went on counting the old publish while every query passed to it.
+#[test]
+fn maps_replaced_by_xdp_guard_get_every_answer_again() {
+    let Some((dir, pair, zone)) = setup() else {
+        return;
+    };
+    let port = 5353;
+    let pins = std::path::PathBuf::from(format!("/sys/fs/bpf/palisade-xa-{}", std::process::id()));
+    struct Detach<'a>(&'a std::path::Path, &'a netns::Netns);
+    impl Drop for Detach<'_> {
+        fn drop(&mut self) {
+            let _ = self
+                .1
+                .command(palisade_tests::bin("xdp-guard"))
+                .args(["detach", "--purge", "--pin-path"])
+                .arg(self.0)
+                .output();
+            let _ = std::fs::remove_dir_all(self.0);
+        }
+    }
+    let _detach = Detach(&pins, &pair.b);
+    let attach = |entries: u32| {
+        let guard = dir.path().join("guard.toml");
+        std::fs::write(
+            &guard,
+            format!(
+                "interface = \"{}\"\nmode = \"auto\"\ndns_ports = [{port}]\nrate = 0\n\
+                 pin_path = \"{}\"\nanswer_entries = {entries}\n",
+                pair.if_b,
+                pins.display()
+            ),
+        )
+        .unwrap();
+        let out = pair
+            .b
+            .command(palisade_tests::bin("xdp-guard"))
+            .args(["attach", "-c"])
+            .arg(&guard)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    attach(4096);
+    let cfg = config(dir.path(), "pinned", port, &zone, None);
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(&format!("\n[xdp]\npin_path = \"{}\"\n", pins.display()));
+    std::fs::write(&cfg, text).unwrap();
+    let _d = NsDnsd::start_setns(&pair.b, &cfg);
+    wait_for("dnsd", Duration::from_secs(20), || ctl(&cfg, &["status"]).0);
+    let server = SocketAddr::new(VethPair::B4.into(), port);
+    let answered_in_xdp = |id: u16| {
+        let a0 = stats(&cfg).get("xdp.answered");
+        let q = build_query(id, "www.example.com.", 1, &QueryOpts::edns(1232));
+        let got = exchange_all(&pair, server, vec![q]);
+        got[0].is_some() && stats(&cfg).get("xdp.answered") > a0
+    };
+    wait_for("answers in XDP", Duration::from_secs(30), || {
+        answered_in_xdp(1)
+    });
+    let opened = stats(&cfg).get("xdp.mirror.reopens");
+    attach(2048);
+    wait_for("the maps reopened", Duration::from_secs(20), || {
+        stats(&cfg).get("xdp.mirror.reopens") > opened
+    });
+    wait_for("answers in the new maps", Duration::from_secs(20), || {
+        answered_in_xdp(2)
+    });
+}

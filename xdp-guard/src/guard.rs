@@ -106,26 +106,7 @@ impl XdpGuard {
     pub fn load(cfg: &XdpConfig) -> Result<Self, Error> {
         cfg.validate()?;
         check_available()?;
-        let sizes = [
-            cfg.block_v4_entries,
-            cfg.block_v6_entries,
-            cfg.prefix_v4_entries,
-            cfg.prefix_v6_entries,
-            cfg.rate_entries,
-            1,
-            1,
-            cfg.allow_entries,
-            cfg.allow_entries,
-            // Two generations: the live one and the one a publish stages beside it (the map
-            // is not preallocated: only a publish's overlap costs memory).
-            cfg.answer_entries.saturating_mul(2),
-            crate::maps::DEFAULT_ANS_ADDR_ENTRIES,
-            1,
-            crate::maps::DEFAULT_ANS_RATE_ENTRIES,
-            crate::maps::DEFAULT_SVC_ENTRIES,
-            crate::maps::DEFAULT_PROXY_ENTRIES,
-            crate::maps::DEFAULT_SUSPECT_ENTRIES,
-        ];
+        let sizes = map_sizes(cfg);
         let mut loader = EbpfLoader::new();
         for (name, size) in ALL_MAPS.iter().zip(sizes) {
             loader.map_max_entries(name, size);
@@ -520,4 +501,39 @@ fn is_bpffs(p: &Path) -> bool {
 fn enslaved_to(interface: &str) -> Option<String> {
     let link = std::fs::read_link(format!("/sys/class/net/{interface}/master")).ok()?;
     link.file_name().map(|n| n.to_string_lossy().into_owned())
+}
+
+/// Each map's capacity (`max_entries`) under `cfg`, in [`ALL_MAPS`] order.
+pub fn map_sizes(cfg: &XdpConfig) -> [u32; ALL_MAPS.len()] {
+    [
+        cfg.block_v4_entries,
+        cfg.block_v6_entries,
+        cfg.prefix_v4_entries,
+        cfg.prefix_v6_entries,
+        cfg.rate_entries,
+        1,
+        1,
+        cfg.allow_entries,
+        cfg.allow_entries,
+        // Two generations: the live one and the one a publish stages beside it (the map
+        // is not preallocated: only a publish's overlap costs memory).
+        cfg.answer_entries.saturating_mul(2),
+        crate::maps::DEFAULT_ANS_ADDR_ENTRIES,
+        1,
+        crate::maps::DEFAULT_ANS_RATE_ENTRIES,
+        crate::maps::DEFAULT_SVC_ENTRIES,
+        crate::maps::DEFAULT_PROXY_ENTRIES,
+        crate::maps::DEFAULT_SUSPECT_ENTRIES,
+    ]
+}
+
+/// Whether every map pinned under `cfg.pin_path` has `cfg`'s layout and capacity (false
+/// when one is missing or differs: an attach must replace them).
+pub fn pinned_maps_fit(cfg: &XdpConfig) -> Result<bool, Error> {
+    for (i, (name, size)) in ALL_MAPS.iter().zip(map_sizes(cfg)).enumerate() {
+        if pinned_matches(&cfg.pin_path.join(name), i, size)? != Some(true) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

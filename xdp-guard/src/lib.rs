@@ -48,7 +48,8 @@ pub use clock::{ExpiryClock, KernelExpiry, boot_ns, mono_ns};
 pub use config::{DEFAULT_PIN_PATH, Mode, XdpConfig};
 pub use error::{Error, Unavailable};
 pub use guard::{
-    NodeAttachment, TestRunResult, Verdict, XdpGuard, detach_node, ensure_bpffs, node_attachments,
+    NodeAttachment, TestRunResult, Verdict, XdpGuard, detach_node, ensure_bpffs, map_sizes,
+    node_attachments, pinned_maps_fit,
 };
 pub use guard_maps::{ApplyReport, BlockMapKind, Counters, GuardMaps, KernelBlock, KernelEntry};
 pub use maps::{SLOT_DNSD, SLOT_HTTP_FRONT, SLOT_NAMES, SLOT_OPERATOR, SLOT_RULES, SLOTS};

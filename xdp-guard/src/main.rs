@@ -189,8 +189,11 @@ fn attach(config: &Path) -> Result<(), String> {
     let existing = node_attachments(&cfg.pin_path).map_err(|e| e.to_string())?;
     if let Some(a) = existing.iter().find(|a| a.interface == cfg.interface) {
         // Attached already: the same maps if they still fit, with the new rate settings.
+        // Every map's size counts: one left as it was (answer_entries, rate_entries) was
+        // said "updated" and kept its old size.
+        let fit = xdp_guard::pinned_maps_fit(&cfg).unwrap_or(false);
         match GuardMaps::open_pinned(&cfg.pin_path) {
-            Ok(maps) if sizes_match(&maps, &cfg) => {
+            Ok(maps) if fit => {
                 maps.set_config(&cfg.kernel_config())
                     .map_err(|e| e.to_string())?;
                 println!(
@@ -243,17 +246,6 @@ fn steer(cfg: &XdpConfig) {
             "xdp-guard: TCP steering (sk_lookup) not installed: {e}; daemons use their own TCP listeners"
         ),
     }
-}
-
-fn sizes_match(maps: &GuardMaps, cfg: &XdpConfig) -> bool {
-    [
-        (BlockMapKind::AddrV4, cfg.block_v4_entries),
-        (BlockMapKind::AddrV6, cfg.block_v6_entries),
-        (BlockMapKind::PrefixV4, cfg.prefix_v4_entries),
-        (BlockMapKind::PrefixV6, cfg.prefix_v6_entries),
-    ]
-    .iter()
-    .all(|&(k, n)| maps.capacity(k) == n)
 }
 
 fn detach(at: &Where, interface: Option<&str>, purge: bool) -> Result<(), String> {

@@ -162,7 +162,9 @@ impl MirrorStats {
 struct Pinned {
     dir: PathBuf,
     slot: usize,
-    held_id: Option<u32>,
+    /// The ids of the pinned maps held (every one: `xdp-guard attach` replaces only those
+    /// whose size changed, the answers' alone when `answer_entries` did).
+    held_id: Option<Vec<u32>>,
     last_check: Option<Instant>,
     warned: bool,
 }
@@ -278,12 +280,18 @@ impl Mirror {
             return false;
         };
         p.last_check = Some(Instant::now());
-        let pinned_id = crate::sys::obj_get(&p.dir.join(ALL_MAPS[0]))
-            .ok()
-            .and_then(|fd| {
-                use std::os::fd::AsFd as _;
-                crate::sys::map_id(fd.as_fd()).ok()
-            });
+        let ids: Vec<Option<u32>> = ALL_MAPS
+            .iter()
+            .map(|name| {
+                crate::sys::obj_get(&p.dir.join(name)).ok().and_then(|fd| {
+                    use std::os::fd::AsFd as _;
+                    crate::sys::map_id(fd.as_fd()).ok()
+                })
+            })
+            .collect();
+        // Some pinned, not all: an older layout (said by the open below), or an attach
+        // replacing them right now (opened at the next check).
+        let pinned_id = ids[0].map(|_| ids.iter().map(|i| i.unwrap_or(0)).collect::<Vec<u32>>());
         if pinned_id.is_some() && pinned_id == p.held_id {
             return false;
         }

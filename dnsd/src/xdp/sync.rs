@@ -278,6 +278,15 @@ impl AnswerSync {
         self.maps_any()
     }
 
+    /// How many times the mirror (re)opened the pinned maps: a new count means maps replaced
+    /// by `xdp-guard attach` (another size, a layout), empty of answers.
+    fn maps_opened(&self) -> u64 {
+        let x = self.xdp.lock().unwrap_or_else(|e| e.into_inner());
+        x.as_ref()
+            .and_then(|x| x.mirror())
+            .map_or(0, |m| m.stats().snapshot().reopens)
+    }
+
     fn maps_any(&self) -> Option<xdp_guard::GuardMaps> {
         let x = self.xdp.lock().unwrap_or_else(|e| e.into_inner());
         x.as_ref().and_then(|x| x.mirror()).and_then(|m| m.maps())
@@ -302,6 +311,7 @@ impl AnswerSync {
         // Renewed well within the lease, so that answering never lapses while dnsd runs.
         let renew_every = xdp_guard::ANSWER_LEASE / 6;
         let mut renewed = Instant::now();
+        let mut opened = self.maps_opened();
         let mut keys = self.keys();
         let mut hot_names: Vec<HotKey> = Vec::new();
         // RRL in XDP reaches the events as counts per source prefix, from the kernel's
@@ -368,6 +378,15 @@ impl AnswerSync {
                     hot_names = picked;
                     pending = true;
                 }
+            }
+            // Maps replaced meanwhile hold no answer: everything is published again.
+            let now_opened = self.maps_opened();
+            if now_opened != opened {
+                opened = now_opened;
+                pending = true;
+                tracing::info!(
+                    "XDP answers: the pinned maps were replaced; publishing every answer again"
+                );
             }
             if !pending {
                 let now_keys = self.keys();
