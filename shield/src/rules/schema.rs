@@ -159,8 +159,8 @@ struct RuleSchema {
     name: Spanned<String>,
     action: ActionName,
     code: Option<u16>,
-    #[serde(default)]
-    when: Vec<CondSchema>,
+    /// Absent: every request (`when = []` written out is refused: a template's empty list).
+    when: Option<Spanned<Vec<CondSchema>>>,
     #[serde(default)]
     source: Vec<Spanned<String>>,
     rate: Option<Spanned<RateSchema>>,
@@ -347,16 +347,63 @@ impl Ctx<'_> {
                 }
             }
         }
+        // Names as the daemons see them: ASCII (an IDN as its A-label), no empty label, and
+        // the HTTP host without its port; a value spelt otherwise never matched.
+        let host = matches!(&*canonical_attr(attr), attrs::HOST | "header:host");
+        if host || attr == attrs::QNAME {
+            let whole = c
+                .exact
+                .iter()
+                .chain(c.one_of.iter().flatten())
+                .chain(&c.suffix);
+            for v in whole.clone().chain(&c.prefix).chain(&c.contains) {
+                if !v.is_ascii() {
+                    return self.err(
+                        c.attr.span(),
+                        format!("{attr} is ASCII: write {v:?} with its A-labels (xn--...)"),
+                    );
+                }
+                if v.contains("..") {
+                    return self.err(
+                        c.attr.span(),
+                        format!("{v:?} has an empty label: no {attr} has one"),
+                    );
+                }
+            }
+            if host {
+                for v in whole {
+                    let port = match v.strip_prefix('[') {
+                        Some(lit) => lit.contains("]:"),
+                        None => v.contains(':'),
+                    };
+                    if port {
+                        return self.err(
+                            c.attr.span(),
+                            format!(
+                                "{v:?}: the host is matched without its port (an IPv6 literal in brackets)"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
         // DNS attributes compare in one spelling: names lower-case with the trailing dot,
-        // type/class/opcode mnemonics upper-case, the others lower-case.
-        let norm = |v: &str| normalize(attr, v);
+        // type/class/opcode mnemonics upper-case, the others lower-case; a whole HTTP host
+        // without its trailing dot (http-front strips it from the request's).
+        let norm = |v: &str| {
+            let n = normalize(attr, v);
+            match n.strip_suffix('.') {
+                Some(bare) if host && !bare.is_empty() => bare.to_string(),
+                _ => n,
+            }
+        };
         let matcher = if let Some(s) = &c.exact {
             Matcher::Exact(norm(s).into())
         } else if let Some(s) = &c.prefix {
             let p = if attr == attrs::QNAME {
                 s.to_ascii_lowercase()
             } else {
-                norm(s)
+                normalize(attr, s)
             };
             Matcher::Prefix(p.into())
         } else if let Some(s) = &c.suffix {
@@ -370,7 +417,7 @@ impl Ctx<'_> {
             let v = if attr == attrs::QNAME {
                 s.to_ascii_lowercase()
             } else {
-                norm(s)
+                normalize(attr, s)
             };
             Matcher::Contains(v.into())
         } else if let Some(v) = &c.one_of {
@@ -496,9 +543,18 @@ impl Ctx<'_> {
                 }
                 (None, _) => None,
             };
+            if let Some(w) = &r.when
+                && w.get_ref().is_empty()
+            {
+                return self.err(
+                    w.span(),
+                    "when = [] is empty: it would match every request (leave `when` out for a rule on every request)",
+                );
+            }
             let conds = r
                 .when
                 .iter()
+                .flat_map(|w| w.get_ref())
                 .map(|c| self.condition(c))
                 .collect::<Result<Vec<_>, _>>()?;
             let dns_rcode = match &r.rcode {
@@ -1072,6 +1128,20 @@ mod tests {
                 "{ attr = \"qtype\", one_of = [] }",
                 "one_of = [] matches nothing",
             ),
+            ("{ attr = \"host\", exact = \"bücher.test\" }", "A-labels"),
+            (
+                "{ attr = \"qname\", suffix = \"www.bücher.test\" }",
+                "A-labels",
+            ),
+            ("{ attr = \"qname\", exact = \"a..b.test\" }", "empty label"),
+            (
+                "{ attr = \"host\", exact = \"deny.a.test:8080\" }",
+                "without its port",
+            ),
+            (
+                "{ attr = \"header:Host\", one_of = [\"a.test\", \"[::1]:80\"] }",
+                "without its port",
+            ),
         ] {
             let e = err(&rule(when));
             assert!(
@@ -1079,7 +1149,15 @@ mod tests {
                 "{when}: {e}"
             );
         }
+        let e = err(
+            "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nwhen = []\n",
+        );
+        assert!(e.starts_with("r.toml:6:8: when = [] is empty"), "{e}");
         for when in [
+            "{ attr = \"host\", exact = \"deny.a.test.\" }",
+            "{ attr = \"host\", exact = \"[::1]\" }",
+            "{ attr = \"host\", prefix = \"www.\" }",
+            "{ attr = \"qname\", suffix = \"xn--bcher-kva.test\" }",
             "{ attr = \"header:x-api-version\", exact = \"1\" }",
             "{ attr = \"transport\", exact = \"TCP\" }",
             "{ attr = \"version\", exact = \"HTTP/2\" }",

@@ -113,6 +113,10 @@ fn http_attributes_compare_in_one_spelling_and_numbers_take_leading_zeros() {
         "[[tenant]]\nid = 1\n\
          [[tenant.rule]]\nname = \"host\"\naction = \"deny\"\n\
          when = [{ attr = \"host\", exact = \"Internal.A.Test\" }]\n\
+         [[tenant.rule]]\nname = \"dot\"\naction = \"deny\"\n\
+         when = [{ attr = \"host\", one_of = [\"deny.a.test.\", \"x.test\"] }]\n\
+         [[tenant.rule]]\nname = \"www\"\naction = \"challenge\"\n\
+         when = [{ attr = \"host\", prefix = \"www.\" }]\n\
          [[tenant.rule]]\nname = \"method\"\naction = \"deny\"\n\
          when = [{ attr = \"method\", one_of = [\"delete\", \"put\"] }]\n\
          [[tenant.rule]]\nname = \"version\"\naction = \"challenge\"\n\
@@ -124,6 +128,10 @@ fn http_attributes_compare_in_one_spelling_and_numbers_take_leading_zeros() {
     let src = ip("192.0.2.1");
     let v = |a: &[(&str, &str)]| p.check(&s, 1, src, &Attrs(a), NOW).action;
     assert_eq!(v(&[(attr::HOST, "internal.a.test")]), Action::Deny);
+    // A whole host written with its trailing dot is the host (http-front strips it); a
+    // prefix keeps its dot.
+    assert_eq!(v(&[(attr::HOST, "deny.a.test")]), Action::Deny);
+    assert_eq!(v(&[(attr::HOST, "www.b.test")]), Action::Challenge);
     assert_eq!(v(&[(attr::METHOD, "DELETE")]), Action::Deny);
     assert_eq!(v(&[(attr::METHOD, "GET")]), Action::Pass);
     assert_eq!(v(&[(attr::VERSION, "HTTP/1.0")]), Action::Challenge);
