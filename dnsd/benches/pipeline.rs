@@ -160,6 +160,17 @@ fn rules_file(n: usize) -> String {
     t
 }
 
+/// A rules file with `n` `contains` rules on the name for tenant 7 (none matching the query).
+fn contains_rules(n: usize) -> String {
+    let mut t = String::from("[[tenant]]\nid = 7\n");
+    for i in 0..n {
+        t.push_str(&format!(
+            "[[tenant.rule]]\nname = \"c{i}\"\naction = \"deny\"\nwhen = [{{ attr = \"qname\", contains = \"bad{i}x\" }}]\n"
+        ));
+    }
+    t
+}
+
 /// A processor whose zone belongs to tenant 7, with the shield rules `text` and the
 /// defences off.
 fn with_rules(text: &str) -> (Processor, Arc<defence::Shared>) {
@@ -243,6 +254,7 @@ fn bench(c: &mut Criterion) {
         ),
         ("rules: 10 rules", rules_file(10)),
         ("rules: 1000 rules (10 regex)", rules_file(1000)),
+        ("rules: 10000 contains", contains_rules(10_000)),
     ];
     for (name, text) in rule_cases {
         let (mut p, _s) = with_rules(&text);

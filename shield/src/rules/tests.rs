@@ -316,6 +316,36 @@ fn the_global_deny_list_applies_to_every_tenant() {
 /// Random tenants and requests: the index gives exactly the walk's verdicts.
 #[test]
 fn the_index_gives_the_verdicts_of_a_walk_over_every_rule() {
+    // More `contains` values in one name than the index remembers: the walk, same verdicts.
+    {
+        let mut text = String::from("[[tenant]]\nid = 1\n");
+        for (i, c) in ('a'..='z').chain('0'..='9').enumerate() {
+            text.push_str(&format!(
+                "[[tenant.rule]]\nname = \"c{i}\"\naction = \"deny\"\nwhen = [{{ attr = \"qname\", contains = \"{c}\" }}, {{ attr = \"qtype\", exact = \"TXT\" }}]\n"
+            ));
+        }
+        text.push_str("[[tenant.rule]]\nname = \"last\"\naction = \"challenge\"\nwhen = [{ attr = \"qname\", contains = \"zz\" }]\n");
+        let p = prepared(&text);
+        let s = state();
+        let src = ip("192.0.2.1");
+        let all = "abcdefghijklmnopqrstuvwxyz0123456789zz.example.";
+        assert_eq!(
+            p.check(&s, 1, src, &dns(all, "A"), NOW).action,
+            Action::Challenge
+        );
+        assert_eq!(
+            p.check(&s, 1, src, &dns(all, "TXT"), NOW).action,
+            Action::Deny
+        );
+        assert_eq!(
+            p.check(&s, 1, src, &dns("zz.", "A"), NOW).action,
+            Action::Challenge
+        );
+        assert_eq!(
+            p.check(&s, 1, src, &dns("zz.", "TXT"), NOW).action,
+            Action::Deny
+        );
+    }
     use rand_like::Lcg;
     let mut r = Lcg(0x5eed);
     let words = [
@@ -333,7 +363,15 @@ fn the_index_gives_the_verdicts_of_a_walk_over_every_rule() {
     for round in 0..40 {
         let mut text = String::from("[[tenant]]\nid = 1\n");
         for i in 0..(1 + r.below(60)) {
-            let cond = match r.below(9) {
+            let cond = match r.below(11) {
+                9 => format!(
+                    "{{ attr = \"qname\", contains = \"{}\" }}",
+                    words[r.below(10)]
+                ),
+                10 => format!(
+                    "{{ attr = \"path\", contains = \"{}\" }}",
+                    &words[r.below(10)][..1]
+                ),
                 0 => format!("{{ attr = \"qname\", exact = \"{}\" }}", name(&mut r)),
                 1 => format!("{{ attr = \"qname\", suffix = \"{}\" }}", name(&mut r)),
                 2 => {
