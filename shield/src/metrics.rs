@@ -254,8 +254,11 @@ const MAX_SCRAPES: usize = 64;
 const PER_SOURCE: u8 = 4;
 
 /// The metrics port's own counter.
+#[derive(Default)]
 struct PortStats {
     refused: std::sync::atomic::AtomicU64,
+    too_long: std::sync::atomic::AtomicU64,
+    timeout: std::sync::atomic::AtomicU64,
 }
 
 impl Source for PortStats {
@@ -267,6 +270,26 @@ impl Source for PortStats {
             "Connections to the metrics port closed at once: their address held 4 already.",
             self.refused.load(std::sync::atomic::Ordering::Relaxed),
         );
+        for (why, n, help) in [
+            (
+                "too_long",
+                &self.too_long,
+                "Requests to the metrics port closed unanswered: a head over 8 KiB.",
+            ),
+            (
+                "timeout",
+                &self.timeout,
+                "Requests to the metrics port closed unanswered: no whole head within 2 s.",
+            ),
+        ] {
+            out.counter(
+                format!("metrics.heads_refused.{why}"),
+                "palisade_metrics_heads_refused_total",
+                format!("why=\"{why}\""),
+                help,
+                n.load(std::sync::atomic::Ordering::Relaxed),
+            );
+        }
     }
 }
 
@@ -294,9 +317,7 @@ impl Drop for Held {
 pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
-    let stats = Arc::new(PortStats {
-        refused: Default::default(),
-    });
+    let stats = Arc::new(PortStats::default());
     registry.register("metrics_port", stats.clone());
     // Each address's connections being served (at most MAX_SCRAPES entries).
     let held: Arc<Mutex<std::collections::HashMap<std::net::IpAddr, u8>>> = Default::default();
@@ -334,6 +355,7 @@ pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>) {
         };
         let (mut stream, held_place) = accepted;
         let registry = Arc::clone(&registry);
+        let stats = Arc::clone(&stats);
         tokio::spawn(async move {
             let _permit = permit;
             let _held = held_place;
@@ -352,17 +374,22 @@ pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>) {
                         return Some(());
                     }
                     if buf.len() > MAX_HEAD {
+                        stats
+                            .too_long
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return None;
                     }
                 }
             };
-            if tokio::time::timeout(HEAD_TIMEOUT, read)
-                .await
-                .ok()
-                .flatten()
-                .is_none()
-            {
-                return;
+            match tokio::time::timeout(HEAD_TIMEOUT, read).await {
+                Ok(Some(())) => {}
+                Ok(None) => return,
+                Err(_) => {
+                    stats
+                        .timeout
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
             }
             let line = buf.split(|&b| b == b'\n').next().unwrap_or(&[]);
             let mut parts = line.split(|&b| b == b' ');

@@ -793,7 +793,7 @@ fn malformed_input_never_crashes_dnsd() {
 /// A message longer than dnsd takes (a datagram over 4,096 octets, a TCP message over
 /// 16 KiB) is answered FORMERR, as Knot and NSD answer it: with its question when that came
 /// within the limit, without OPT (the message was not read whole), never when it is a
-/// response; each datagram is counted as oversized.
+/// response; each datagram and TCP message is counted as oversized.
 #[test]
 fn an_oversized_message_gets_formerr_with_its_question() {
     let mut dnsd = Dnsd::builder()
@@ -862,6 +862,11 @@ fn an_oversized_message_gets_formerr_with_its_question() {
     assert_eq!((head.counts, head.question), ([1, 0, 0, 0], www.clone()));
     let head = RawMsg::parse(&msgs[1]).unwrap();
     assert_eq!((head.id, head.rcode()), (0x5454, rcode::NOERROR));
+    assert_eq!(
+        dnsd.stats().get("tcp.oversized"),
+        1,
+        "the TCP message counted as oversized"
+    );
 }
 
 /// fuzz/process_query: a TSIG error echoes the request's key and algorithm names, up to 255

@@ -882,6 +882,9 @@ impl TcpServer {
             // Longer than we take: its start is kept, the rest read past, and FORMERR
             // answers it (as Knot and NSD answer a message they cannot take whole).
             let (len, past) = (len.min(MAX_QUERY), len.saturating_sub(MAX_QUERY));
+            if past > 0 {
+                stats.oversized();
+            }
             req.resize(len, 0);
             // A PROXY header where none is believed: its first two bytes read as a length
             // prefix (3338), its next ten are checked before that much is waited for.

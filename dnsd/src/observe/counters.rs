@@ -165,6 +165,8 @@ pub struct WorkerStats {
     pub compact: [AtomicU64; COMPACT.len()],
     /// Responses whose names found the compression table full.
     pub compression_full: AtomicU64,
+    /// Queries longer than the largest taken (over TCP: 16 KiB), answered FORMERR.
+    pub oversized: AtomicU64,
 }
 
 impl Default for WorkerStats {
@@ -178,6 +180,7 @@ impl Default for WorkerStats {
             kinds: std::array::from_fn(|_| AtomicU64::new(0)),
             compact: std::array::from_fn(|_| AtomicU64::new(0)),
             compression_full: AtomicU64::new(0),
+            oversized: AtomicU64::new(0),
         }
     }
 }
@@ -230,6 +233,12 @@ impl WorkerStats {
         bump(&self.compression_full);
     }
 
+    /// Counts a query longer than the largest taken.
+    #[inline]
+    pub fn oversized(&self) {
+        bump(&self.oversized);
+    }
+
     /// Counts a dropped message.
     #[inline]
     pub fn dropped(&self, why: DropCause) {
@@ -256,6 +265,8 @@ pub struct Totals {
     pub compact: Vec<u64>,
     /// Responses whose names found the compression table full.
     pub compression_full: u64,
+    /// Queries longer than the largest taken.
+    pub oversized: u64,
 }
 
 /// Sums counter blocks.
@@ -287,6 +298,7 @@ pub fn sum<'a>(blocks: impl Iterator<Item = &'a WorkerStats>) -> Totals {
         }
         t.truncated += l(&b.truncated);
         t.compression_full += l(&b.compression_full);
+        t.oversized += l(&b.oversized);
         t.queries += l(&b.queries);
     }
     t

@@ -76,6 +76,13 @@ impl Source for QueryStats {
             "Responses with more distinct names than the compression table holds (later names written whole).",
             udp.compression_full + tcp.compression_full,
         );
+        out.counter(
+            "tcp.oversized",
+            "dnsd_tcp_oversized_total",
+            "",
+            "TCP queries longer than the largest taken (16 KiB): their start read, the rest skipped, FORMERR.",
+            tcp.oversized,
+        );
         for (i, name) in counters::KINDS.iter().enumerate() {
             out.counter(
                 format!("responses.kind.{name}"),

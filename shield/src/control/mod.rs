@@ -115,6 +115,7 @@ pub struct ControlStats {
     timeouts: AtomicU64,
     accept_errors: AtomicU64,
     busy: AtomicU64,
+    too_long: AtomicU64,
 }
 
 impl crate::metrics::Source for ControlStats {
@@ -145,6 +146,11 @@ impl crate::metrics::Source for ControlStats {
                 "busy",
                 l(&self.busy),
                 "Control connections closed at once: MAX_CONNECTIONS (64) were being served (root and the daemon's user have 8 more).",
+            ),
+            (
+                "too_long",
+                l(&self.too_long),
+                "Control requests longer than MAX_REQUEST (64 KiB), answered as bad requests.",
             ),
         ] {
             out.counter(
@@ -752,7 +758,11 @@ where
             let mut line = String::new();
             let mut rd = tokio::io::BufReader::new(rd.take(MAX_REQUEST as u64));
             match tokio::time::timeout(REQUEST_TIMEOUT, rd.read_line(&mut line)).await {
-                Ok(Ok(_)) => {}
+                Ok(Ok(n)) => {
+                    if n as u64 >= MAX_REQUEST as u64 && !line.ends_with('\n') {
+                        stats.too_long.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
                 Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
                     line = "\u{fffd}".into(); // not UTF-8: answered as a bad request
                 }
