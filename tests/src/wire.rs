@@ -198,6 +198,13 @@ impl QueryOpts {
         }
     }
 
+    /// The same with RD set: a client asking directly (a stub, dig, a flood tool), where an
+    /// iterating resolver clears it.
+    pub fn with_rd(mut self) -> Self {
+        self.rd = true;
+        self
+    }
+
     /// The same, sent over TCP.
     pub fn over_tcp(mut self) -> Self {
         self.tcp = true;

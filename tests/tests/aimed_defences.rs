@@ -423,7 +423,7 @@ fn sources_proven_over_tcp_or_by_cookie_are_blocked_in_xdp_and_on_a_second_node(
                     tcp_ask(
                         server,
                         by_tcp,
-                        &q("example.com.", TYPE_ANY, &QueryOpts::udp()),
+                        &q("example.com.", TYPE_ANY, &QueryOpts::udp().with_rd()),
                     )
                     .is_some_and(|m| m.rcode() == REFUSED)
                 })
@@ -437,7 +437,7 @@ fn sources_proven_over_tcp_or_by_cookie_are_blocked_in_xdp_and_on_a_second_node(
         .run(move || {
             let opts = |c: Vec<u8>| QueryOpts {
                 cookie: Some(c),
-                ..QueryOpts::edns(1232)
+                ..QueryOpts::edns(1232).with_rd()
             };
             let first = udp_ask(
                 server,
@@ -580,7 +580,7 @@ fn never_block_keeps_a_listed_address_out_of_every_writers_reach() {
         let m = tcp_ask(
             server,
             src.into(),
-            &q("example.com.", TYPE_ANY, &QueryOpts::udp()),
+            &q("example.com.", TYPE_ANY, &QueryOpts::udp().with_rd()),
         );
         assert_eq!(m.map(|m| m.rcode()), Some(REFUSED));
     }
@@ -654,7 +654,7 @@ fn a_suspect_of_one_tenants_rules_is_one_in_that_tenants_zones_alone() {
         .start();
     let server = dnsd.addr();
     let victim: IpAddr = palisade_tests::net::test_ip().into();
-    let opts = QueryOpts::edns(1232);
+    let opts = QueryOpts::edns(1232).with_rd();
     // Denied ANY queries in the victim's name, past the threshold: unproven.
     for _ in 0..6 {
         let _ = udp_ask(

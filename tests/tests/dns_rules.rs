@@ -105,8 +105,13 @@ fn ask(
 fn ask_tcp(server: SocketAddr, src: Ipv4Addr, name: &str, qtype: u16) -> Option<RawMsg> {
     let mut s = palisade_tests::http::connect_from(Some(src), server).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    s.write_all(&frame(&build_query(3, name, qtype, &QueryOpts::edns(1232))))
-        .ok()?;
+    s.write_all(&frame(&build_query(
+        3,
+        name,
+        qtype,
+        &QueryOpts::edns(1232).with_rd(),
+    )))
+    .ok()?;
     let msg = tcp_read_msg(&mut s).ok()??;
     RawMsg::parse(&msg).ok()
 }
@@ -346,7 +351,7 @@ fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenan
     std::fs::write(dir.path().join("rules.toml"), rules(20)).unwrap();
     let dnsd = dnsd_with_rules(dir.path(), "");
     let server = dnsd.addr();
-    let udp = QueryOpts::edns(1232);
+    let udp = QueryOpts::edns(1232).with_rd();
 
     // 25 REFUSED denies over UDP from one source: its address may be forged (in a
     // resolver's name), so they escalate nothing — they made it a suspect in every tenant's
@@ -608,4 +613,90 @@ fn both_daemons_rows_of_a_tenant_land_in_one_clickhouse_table() {
         0,
         "no row under another tenant id"
     );
+}
+
+/// A TCP query whose RD bit is set or clear, from `src`.
+fn ask_tcp_rd(
+    server: SocketAddr,
+    src: Ipv4Addr,
+    name: &str,
+    qtype: u16,
+    rd: bool,
+) -> Option<RawMsg> {
+    let mut s = palisade_tests::http::connect_from(Some(src), server).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let opts = QueryOpts {
+        rd,
+        ..QueryOpts::edns(1232)
+    };
+    s.write_all(&frame(&build_query(3, name, qtype, &opts)))
+        .ok()?;
+    let msg = tcp_read_msg(&mut s).ok()??;
+    RawMsg::parse(&msg).ok()
+}
+
+/// Whom an escalation may hit: an iterating resolver (RD clear) relays its users' queries —
+/// denied ANYs it asks again over TCP after a TC=1 are its users', and never escalate it
+/// (the README's own rules let one user cut a resolver off a tenant for ten minutes); a
+/// client that meets a challenge over TCP has passed it, and that counts for nothing either;
+/// a client asking directly (RD set) is escalated by the same denies.
+#[test]
+fn a_resolvers_relayed_denies_and_met_challenges_never_escalate_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rules.toml"),
+        rules(5).replace(r#"on = ["deny"]"#, r#"on = ["deny", "challenge"]"#),
+    )
+    .unwrap();
+    let dnsd = dnsd_with_rules(dir.path(), "");
+    let server = dnsd.addr();
+    let resolver = net::test_ip();
+    for i in 0..25 {
+        let m = ask_tcp_rd(
+            server,
+            resolver,
+            &format!("n{i}.example.com."),
+            TYPE_ANY,
+            false,
+        );
+        assert_eq!(m.map(|m| m.rcode()), Some(REFUSED), "ANY {i}: refused");
+    }
+    assert!(
+        answered(&ask_tcp_rd(
+            server,
+            resolver,
+            "www.example.com.",
+            TYPE_A,
+            false
+        )),
+        "the resolver's users keep the tenant's zones"
+    );
+    assert!(dnsd.stats().get("rules.relayed_ignored") >= 25);
+    // A challenge met over TCP, 20 times: answered each time, never escalated.
+    let prover = net::test_ip();
+    for i in 0..20 {
+        let m = ask_tcp_rd(server, prover, "www.example.com.", TYPE_AAAA, true)
+            .unwrap_or_else(|| panic!("AAAA {i}: no answer"));
+        assert!(m.rcode() == 0 && m.counts[1] > 0, "AAAA {i}: {m:?}");
+    }
+    assert!(answered(&ask_tcp_rd(
+        server,
+        prover,
+        "www.example.com.",
+        TYPE_A,
+        true
+    )));
+    // The same denies asked directly: escalated at the fifth.
+    let direct = net::test_ip();
+    for _ in 0..5 {
+        let _ = ask_tcp_rd(server, direct, "example.com.", TYPE_ANY, true);
+    }
+    assert_eq!(
+        ask_tcp_rd(server, direct, "www.example.com.", TYPE_A, true).map(|m| m.rcode()),
+        Some(REFUSED),
+        "a direct client escalated for the tenant's zones"
+    );
+    let (_, list) = dnsd.ctl(&["block", "list"]);
+    assert!(!list.contains(&resolver.to_string()), "{list}");
+    assert!(!list.contains(&prover.to_string()), "{list}");
 }

@@ -1271,7 +1271,7 @@ fn a_suspect_source_is_never_answered_in_xdp() {
     let q = build_query(7, "www.example.com.", 1, &QueryOpts::edns(1232));
     answering_in_xdp(&pair, server, &cfg, &q);
     // Denied ANY over UDP (unproven) from the client: a suspect, not a block.
-    let any = build_query(8, "example.net.", 255, &QueryOpts::edns(1232));
+    let any = build_query(8, "example.net.", 255, &QueryOpts::edns(1232).with_rd());
     exchange_all(&pair, server, vec![any; 4]);
     let (_, list) = ctl(&cfg, &["block", "list"]);
     assert!(list.contains("suspect"), "{list}");

@@ -221,6 +221,16 @@ fn escalate<R: Request + ?Sized>(
     now: Now,
     mut v: Verdict,
 ) -> Verdict {
+    if req.relayed() {
+        // A resolver's users' verdicts, not its own: each is answered as it says, and
+        // none counts against the resolver (Knot with RRL keeps answering them too).
+        let stripe = match src {
+            IpAddr::V4(a) => u32::from(a) as usize,
+            IpAddr::V6(a) => u128::from(a) as usize,
+        };
+        state.relayed_ignored.add(stripe, 1);
+        return v;
+    }
     let evidence = req.evidence();
     let proven = evidence.is_proven();
     let scoped = state.tenant_scoped.as_ref().filter(|_| !e.dns_block_map);

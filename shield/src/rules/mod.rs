@@ -334,6 +334,14 @@ pub trait Request {
         Evidence::Udp
     }
 
+    /// True when the request comes from an intermediary asking on others' behalf (a DNS
+    /// query without RD: an iterating resolver relays whatever its users ask): its verdicts
+    /// never escalate it — one user's denied queries would cut the resolver, and all its
+    /// users, off the tenant. The default is false.
+    fn relayed(&self) -> bool {
+        false
+    }
+
     /// True when the client holds a valid clearance for this site's challenges of
     /// `difficulty` (the rule's; 0: the caller's default), an HTTP cookie earned by solving
     /// one at least as hard: challenge rules then let it through, and the next rules are

@@ -39,6 +39,8 @@ pub struct RuleState {
     pub(super) tenant_scoped: Option<crate::ratelimit::UntilTable>,
     /// Unproven escalations not made where escalations are the tenant's alone.
     pub(super) unproven_ignored: StripedCounter,
+    /// Verdicts of relayed requests (a resolver's users'), never counted toward escalation.
+    pub(super) relayed_ignored: StripedCounter,
     /// The sources held for a tenant alone, as `ctl block list` shows them and `block del`
     /// lifts them (the table above holds hashes only); the most recent [`HOLDS_MAX`].
     pub(super) holds: std::sync::Mutex<std::collections::VecDeque<TenantHold>>,
@@ -116,6 +118,7 @@ impl RuleState {
             refused: StripedCounter::default(),
             tenant_scoped: None,
             unproven_ignored: StripedCounter::default(),
+            relayed_ignored: StripedCounter::default(),
             holds: Default::default(),
             holds_unlisted: Default::default(),
         }
@@ -148,6 +151,9 @@ pub struct RulesStats {
     /// Unproven verdicts that would count toward a tenant's escalation where escalations
     /// hold for the tenant alone (DNS): they count for nothing.
     pub unproven_ignored: u64,
+    /// Verdicts of relayed requests (DNS without RD: a resolver's users') that would count
+    /// toward an escalation: they count for nothing.
+    pub relayed_ignored: u64,
     /// The tenant-scoped escalations' table, where there is one.
     pub tenant_scoped: Option<crate::ratelimit::TableStats>,
     /// Sources held for a tenant that `ctl block list` no longer lists (past [`HOLDS_MAX`]).
@@ -304,6 +310,7 @@ impl RuleSet {
             escalations: self.state.escalations.sum(),
             suspects: self.state.suspects.sum(),
             unproven_ignored: self.state.unproven_ignored.sum(),
+            relayed_ignored: self.state.relayed_ignored.sum(),
             tenant_scoped: self.state.tenant_scoped.as_ref().map(|t| t.stats()),
             holds_unlisted: self
                 .state
@@ -349,6 +356,13 @@ impl crate::metrics::Source for RuleSet {
             "",
             "Unproven (UDP) verdicts that would count toward a tenant's escalation where escalations hold for the tenant alone (dnsd): they count for nothing (RRL meets forged floods).",
             r.unproven_ignored,
+        );
+        out.counter(
+            "rules.relayed_ignored",
+            "palisade_rules_relayed_not_escalated_total",
+            "",
+            "Verdicts of relayed queries (DNS without RD: an iterating resolver asks for its users) that would count toward an escalation: they count for nothing.",
+            r.relayed_ignored,
         );
         if let Some(t) = &r.tenant_scoped {
             out.counter(

@@ -484,6 +484,19 @@ impl Request for DnsRequest<'_, '_> {
         self.p.evidence()
     }
 
+    /// Without RD the query comes from an iterating resolver, asking for its users.
+    #[inline]
+    fn relayed(&self) -> bool {
+        self.p.q.flags & crate::query::wire::hf::RD == 0
+    }
+
+    /// A DNS challenge is TC=1 (or BADCOOKIE): a query over TCP or with a valid server
+    /// cookie has met it, and the rules after the challenge apply to it.
+    #[inline]
+    fn cleared(&self, _difficulty: u8) -> bool {
+        self.p.transport == Transport::Tcp || self.p.cookie == CookieStatus::Valid
+    }
+
     #[inline]
     fn attr_by_bit(&self, bit: u32, _: &str) -> Option<&str> {
         let p = self.p;
