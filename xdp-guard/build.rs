@@ -180,6 +180,8 @@ const INTS: &[(&str, &str)] = &[
     ("GUARD_DEFAULT_ANS_RATE_ENTRIES", "DEFAULT_ANS_RATE_ENTRIES"),
     ("GUARD_DEFAULT_SVC_ENTRIES", "DEFAULT_SVC_ENTRIES"),
     ("GUARD_DEFAULT_PROXY_ENTRIES", "DEFAULT_PROXY_ENTRIES"),
+    ("GUARD_DEFAULT_NEVER_ENTRIES", "DEFAULT_NEVER_ENTRIES"),
+    ("GUARD_C_NEVER_BLOCK", "C_NEVER_BLOCK"),
 ];
 
 /// (C macro, Rust constant) checked for equal strings (map names).
@@ -198,6 +200,7 @@ const STRS: &[(&str, &str)] = &[
     ("GUARD_MAP_ANS_SCRATCH", "MAP_ANS_SCRATCH"),
     ("GUARD_MAP_ANS_RATE", "MAP_ANS_RATE"),
     ("GUARD_MAP_SVC", "MAP_SVC"),
+    ("GUARD_MAP_NEVER", "MAP_NEVER"),
     ("GUARD_MAP_PROXY", "MAP_PROXY"),
 ];
 

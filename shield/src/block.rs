@@ -1795,6 +1795,11 @@ impl fmt::Debug for Subscription {
 }
 
 impl Subscription {
+    /// The never-block set of the map's policy now (a new `Arc` whenever it changes).
+    pub fn never_block(&self) -> Arc<crate::never_block::NeverBlock> {
+        lock(&self.inner.writer).policy.never_block.clone()
+    }
+
     /// The name given to `subscribe`.
     pub fn name(&self) -> &str {
         &self.shared.name

@@ -127,6 +127,18 @@ struct {
 	__type(value, __u64);
 } guard_suspect SEC(".maps");
 
+/* What the node's daemons never block (IPv4 mapped; value: a bit per writer slot that listed
+ * it): each daemon's own never-block set — its Redis and ClickHouse servers, transfer peers,
+ * upstreams, own addresses. A block entry is the node's: one daemon's block of another's
+ * primary or origin would cut that daemon off. Looked up only when a block was found. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, GUARD_DEFAULT_NEVER_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct guard_lpm_v6_key);
+	__type(value, __u32);
+} guard_never SEC(".maps");
+
 /* 802.1Q / 802.1ad tag (not in the uapi headers). */
 struct vlan_tag {
 	__be16 tci;
@@ -165,6 +177,8 @@ struct ipv6_frag {
 struct guard_dns_block {
 	int verdict; /* GUARD_C_DROP_BLOCKED_ADDR / _PREFIX, or 0 */
 	int slot;
+	int all_slot; /* the writer slot of a block of every packet found (counted once dropped) */
+	int all_mask; /* every writer slot of that entry live for every packet */
 };
 
 /* Looks at an entry: a live slot of scope "all" drops (counted by its writer slot); failing
@@ -177,16 +191,24 @@ static __always_inline int found_live(const struct guard_block *b, struct guard_
 		return GUARD_LIVE_NONE;
 	__u64 now = bpf_ktime_get_boot_ns();
 	int dns_slot = -1;
+	int all_slot = -1;
+	int all_mask = 0;
 #pragma unroll
 	for (int i = 0; i < GUARD_SLOTS; i++) {
 		if (b->expires_ns[i] > now) {
 			if (!(b->dns_only & (1U << i))) {
-				cnt->count[GUARD_C_DROP_SLOT + i]++;
-				return GUARD_LIVE_ALL;
-			}
-			if (dns_slot < 0)
+				if (all_slot < 0)
+					all_slot = i;
+				all_mask |= 1 << i;
+			} else if (dns_slot < 0) {
 				dns_slot = i;
+			}
 		}
+	}
+	if (all_slot >= 0) {
+		dns->all_slot = all_slot;
+		dns->all_mask = all_mask;
+		return GUARD_LIVE_ALL;
 	}
 	if (dns_slot >= 0) {
 		if (!dns->verdict) {
@@ -199,8 +221,16 @@ static __always_inline int found_live(const struct guard_block *b, struct guard_
 	return GUARD_LIVE_NONE;
 }
 
-static __always_inline int check_v4(__be32 saddr, struct guard_counters *cnt,
-				    struct guard_dns_block *dns)
+/* True when a daemon of the node never blocks `addr` (IPv4 mapped). */
+static __always_inline int never_blocked(const __u8 *addr)
+{
+	struct guard_lpm_v6_key k = { .prefixlen = 128 };
+	__builtin_memcpy(k.addr, addr, 16);
+	return bpf_map_lookup_elem(&guard_never, &k) != 0;
+}
+
+static __always_inline int blocked_v4(__be32 saddr, struct guard_counters *cnt,
+				      struct guard_dns_block *dns)
 {
 	struct guard_v4_key k = { .addr = saddr };
 	if (found_live(bpf_map_lookup_elem(&guard_block_v4, &k), cnt, dns,
@@ -223,8 +253,8 @@ static __always_inline int check_v4(__be32 saddr, struct guard_counters *cnt,
 	return GUARD_C_PASS;
 }
 
-static __always_inline int check_v6(const struct in6_addr *saddr, struct guard_counters *cnt,
-				    struct guard_dns_block *dns)
+static __always_inline int blocked_v6(const struct in6_addr *saddr, struct guard_counters *cnt,
+				      struct guard_dns_block *dns)
 {
 	struct guard_v6_key k;
 	__builtin_memcpy(k.addr, saddr, 16);
@@ -246,6 +276,49 @@ static __always_inline int check_v6(const struct in6_addr *saddr, struct guard_c
 		lk.prefixlen = len - 1;
 	}
 	return GUARD_C_PASS;
+}
+
+/* A block found for `addr` (IPv4 mapped): passed when a daemon of the node never blocks it
+ * (the DNS-only verdict noted before it restored), else `v`, a drop counted by its slot. */
+static __always_inline int never_or(int v, const __u8 *addr, int had, struct guard_counters *cnt,
+				    struct guard_dns_block *dns)
+{
+	/* The operator's own block (xdp-guard block) holds: it was meant. */
+	if (!(dns->all_mask & (1 << GUARD_SLOT_OPERATOR)) && never_blocked(addr)) {
+		cnt->count[GUARD_C_NEVER_BLOCK]++;
+		dns->verdict = had;
+		return GUARD_C_PASS;
+	}
+	int s = dns->all_slot;
+	if (v != GUARD_C_PASS && s >= 0 && s < GUARD_SLOTS)
+		cnt->count[GUARD_C_DROP_SLOT + s]++;
+	return v;
+}
+
+/* The block verdict for an IPv4 source: a drop, a DNS-only block noted in `dns`, or a pass —
+ * always a pass for a source the node's daemons never block. */
+static __always_inline int check_v4(__be32 saddr, struct guard_counters *cnt,
+				    struct guard_dns_block *dns)
+{
+	int had = dns->verdict;
+	int v = blocked_v4(saddr, cnt, dns);
+	if (v == GUARD_C_PASS && dns->verdict == had)
+		return v;
+	__u8 a[16] = {};
+	a[10] = 0xff;
+	a[11] = 0xff;
+	__builtin_memcpy(&a[12], &saddr, 4);
+	return never_or(v, a, had, cnt, dns);
+}
+
+static __always_inline int check_v6(const struct in6_addr *saddr, struct guard_counters *cnt,
+				    struct guard_dns_block *dns)
+{
+	int had = dns->verdict;
+	int v = blocked_v6(saddr, cnt, dns);
+	if (v == GUARD_C_PASS && dns->verdict == had)
+		return v;
+	return never_or(v, (const __u8 *)saddr, had, cnt, dns);
 }
 
 /* A DNS-only block applies to UDP to port `dport` of `dst` (IPv4 mapped) when dnsd serves
@@ -363,7 +436,7 @@ static __always_inline int proxied_udp(struct udphdr *udp, void *end, const stru
 		return GUARD_C_PASS;
 	__u8 fam = h[13] >> 4;
 	struct guard_v6_key client = {};
-	struct guard_dns_block dns = { 0, -1 };
+	struct guard_dns_block dns = { 0, -1, -1, 0 };
 	int v;
 	if (fam == 1) {
 		if ((void *)(h + 16 + 12) > end)
@@ -541,7 +614,7 @@ static __always_inline int handle_v4(void *data, void *p, void *end, struct guar
 	if (p + hlen > end)
 		return GUARD_C_PASS_NOT_UNDERSTOOD;
 
-	struct guard_dns_block dns = { 0, -1 };
+	struct guard_dns_block dns = { 0, -1, -1, 0 };
 	int v = check_v4(ip->saddr, cnt, &dns);
 	if (v != GUARD_C_PASS)
 		return v;
@@ -578,7 +651,7 @@ static __always_inline int handle_v6(void *data, void *p, void *end, struct guar
 	if ((void *)(ip6 + 1) > end || ip6->version != 6)
 		return GUARD_C_PASS_NOT_UNDERSTOOD;
 
-	struct guard_dns_block dns = { 0, -1 };
+	struct guard_dns_block dns = { 0, -1, -1, 0 };
 	int v = check_v6(&ip6->saddr, cnt, &dns);
 	if (v != GUARD_C_PASS)
 		return v;

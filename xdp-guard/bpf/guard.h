@@ -40,6 +40,7 @@
 #define GUARD_MAP_ANS_RATE "guard_ans_rate"
 #define GUARD_MAP_SVC "guard_svc"
 #define GUARD_MAP_PROXY "guard_proxy"
+#define GUARD_MAP_NEVER "guard_never"
 
 /* Default map sizes; userspace overrides them at load time from its config. */
 #define GUARD_DEFAULT_BLOCK_V4_ENTRIES 262144
@@ -54,6 +55,7 @@
 #define GUARD_DEFAULT_SVC_ENTRIES 16384
 #define GUARD_DEFAULT_PROXY_ENTRIES 1024
 #define GUARD_DEFAULT_SUSPECT_ENTRIES 65536
+#define GUARD_DEFAULT_NEVER_ENTRIES 4096
 /* guard_suspect value of a [defence.rrl] exempt prefix (not a suspect: no RRL in XDP). */
 #define GUARD_RRL_EXEMPT 1ULL
 
@@ -96,7 +98,8 @@
 #define GUARD_C_ANS_PASS_SUSPECT 26   /* passed: a query to an answered address from one of dnsd's suspects */
 #define GUARD_C_ANS_PASS_ROUTE 27     /* passed: the kernel's route to the source does not lead back out this interface to a known neighbour, or the frame was sent to another MAC */
 #define GUARD_C_RATE_SLIP 28          /* over the per-source rate without our cookie: answered TC=1 with its question alone (one in `slip`), the rest dropped */
-#define GUARD_COUNTERS 29
+#define GUARD_C_NEVER_BLOCK 29        /* a block found for a source one of the node's daemons never blocks (guard_never): passed */
+#define GUARD_COUNTERS 30
 
 /* The answer fast path. */
 #define GUARD_QNAME_MAX 128   /* longest wire qname answered in XDP (longer ones pass) */

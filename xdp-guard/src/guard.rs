@@ -524,6 +524,7 @@ pub fn map_sizes(cfg: &XdpConfig) -> [u32; ALL_MAPS.len()] {
         crate::maps::DEFAULT_SVC_ENTRIES,
         crate::maps::DEFAULT_PROXY_ENTRIES,
         crate::maps::DEFAULT_SUSPECT_ENTRIES,
+        crate::maps::DEFAULT_NEVER_ENTRIES,
     ]
 }
 

@@ -43,8 +43,11 @@ pub const MAP_PROXY: &str = "guard_proxy";
 /// Name of the LPM_TRIE of dnsd's suspects (IPv4 mapped; value: CLOCK_BOOTTIME ns of the
 /// end): their queries are never answered in XDP.
 pub const MAP_SUSPECT: &str = "guard_suspect";
+/// Name of the LPM_TRIE of what the node's daemons never block (IPv4 mapped; value: a bit
+/// per writer slot that listed it): a block found for such a source is passed.
+pub const MAP_NEVER: &str = "guard_never";
 /// Every map of the program, in a fixed order.
-pub const ALL_MAPS: [&str; 16] = [
+pub const ALL_MAPS: [&str; 17] = [
     MAP_BLOCK_V4,
     MAP_BLOCK_V6,
     MAP_PREFIX_V4,
@@ -61,6 +64,7 @@ pub const ALL_MAPS: [&str; 16] = [
     MAP_SVC,
     MAP_PROXY,
     MAP_SUSPECT,
+    MAP_NEVER,
 ];
 
 /// Default capacity of the IPv4 address hash.
@@ -179,8 +183,10 @@ pub const C_ANS_PASS_ROUTE: usize = 27;
 /// Counter index: over the per-source rate without a server cookie, answered TC=1 with the
 /// question alone (one in `slip`): the source comes back over TCP.
 pub const C_RATE_SLIP: usize = 28;
+/// Counter index: a block found for a source one of the node's daemons never blocks: passed.
+pub const C_NEVER_BLOCK: usize = 29;
 /// Number of counter slots.
-pub const COUNTERS: usize = 29;
+pub const COUNTERS: usize = 30;
 
 /// [`Answer::cookie`]: nothing known, queries with a cookie pass to dnsd.
 pub const COOKIE_PASS: u16 = 0;
@@ -268,6 +274,9 @@ pub const DEFAULT_PROXY_ENTRIES: u32 = 1_024;
 /// Capacity of the suspects' trie (past it, a suspect's queries may be answered in XDP:
 /// counted by the mirror).
 pub const DEFAULT_SUSPECT_ENTRIES: u32 = 65_536;
+
+/// Capacity of the never-block trie (every daemon's own never-block set).
+pub const DEFAULT_NEVER_ENTRIES: u32 = 4_096;
 
 /// The suspects' trie value of a `[defence.rrl] exempt` prefix: no RRL in XDP for it
 /// (`GUARD_RRL_EXEMPT`; an expiry long past, so never a suspect).

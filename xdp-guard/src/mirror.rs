@@ -200,6 +200,10 @@ pub struct Mirror {
     global_applied: u64,
     /// The version of the services written into the current maps (0: none).
     services_applied: u64,
+    /// The block map's never-block set written into the current maps' never trie (None:
+    /// none yet), and when the map's set was last looked at.
+    never_applied: Option<Arc<shield::never_block::NeverBlock>>,
+    never_checked: Option<Instant>,
     maps: Option<GuardMaps>,
     /// The maps written now, for whoever reads their counters.
     current: Arc<Mutex<Option<GuardMaps>>>,
@@ -226,6 +230,8 @@ impl Mirror {
             global: Arc::default(),
             global_applied: 0,
             services_applied: 0,
+            never_applied: None,
+            never_checked: None,
             current: Arc::new(Mutex::new(Some(maps.clone()))),
             maps: Some(maps),
             pinned: None,
@@ -244,6 +250,8 @@ impl Mirror {
             global: Arc::default(),
             global_applied: 0,
             services_applied: 0,
+            never_applied: None,
+            never_checked: None,
             maps: None,
             current: Arc::new(Mutex::new(None)),
             pinned: Some(Pinned {
@@ -317,6 +325,8 @@ impl Mirror {
                 self.synced = true;
                 self.global_applied = 0;
                 self.services_applied = 0;
+                self.never_applied = None;
+                self.never_checked = None;
                 true
             }
             Err(e) => {
@@ -590,6 +600,51 @@ impl Mirror {
         }
     }
 
+    /// Writes the block map's never-block set into the never trie under this writer's bit
+    /// (looked at once a second; written when it changed, and into maps reopened): the XDP
+    /// block entries are the node's, and another daemon's block of an address this one never
+    /// blocks — its transfer primary, its origin, its Redis — would cut it off.
+    pub fn apply_never(&mut self) {
+        if self
+            .never_checked
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.never_checked = Some(Instant::now());
+        let Some(maps) = &self.maps else {
+            return;
+        };
+        let nb = self.sub.never_block();
+        if self
+            .never_applied
+            .as_ref()
+            .is_some_and(|a| Arc::ptr_eq(a, &nb))
+        {
+            return;
+        }
+        let nets: Vec<ipnet::IpNet> = nb.entries().iter().map(|p| p.net).collect();
+        match maps.set_never(&nets) {
+            Ok(full) => {
+                if full > 0 {
+                    warn!(
+                        full,
+                        "the XDP never-block trie is full: those prefixes may be dropped by another daemon's blocks"
+                    );
+                }
+                debug!(
+                    entries = nets.len(),
+                    "never-block prefixes written into the XDP maps"
+                );
+                self.never_applied = Some(nb);
+            }
+            Err(e) => {
+                warn!(error = %e, "writing the never-block prefixes into the XDP maps failed; retrying");
+                self.stats.global_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Deletes kernel entries whose expiry has passed; returns how many.
     pub fn sweep(&mut self) -> u64 {
         self.last_sweep = Instant::now();
@@ -625,6 +680,7 @@ impl Mirror {
         self.drain();
         self.apply_global();
         self.apply_services();
+        self.apply_never();
         if self.last_sweep.elapsed() >= self.opts.sweep_every {
             self.sweep();
         }

@@ -520,3 +520,46 @@ fn concurrent_writers_never_undo_each_other() {
     drop(g);
     let _ = std::fs::remove_dir_all(dir.path());
 }
+
+/// Each mirror writes its block map's never-block set into the never trie under its slot's
+/// bit, and follows a new set: another writer's block of an address there is passed by the
+/// program, and blocks again once the set no longer holds it.
+#[test]
+fn a_mirror_writes_its_never_block_set_for_the_node() {
+    if !xdp_ready("a_mirror_writes_its_never_block_set_for_the_node") {
+        return;
+    }
+    let g = private_guard(&[53], 0, 0);
+    let dns_blocks = BlockMap::new(BlockConfig::default());
+    let mut nb = shield::never_block::NeverBlock::new();
+    nb.push(net("192.0.2.53/32"), "transfer peer");
+    dns_blocks.set_policy(shield::never_block::BlockPolicy {
+        never_block: std::sync::Arc::new(nb),
+        ..Default::default()
+    });
+    let mut dns = Mirror::new(
+        g.maps().clone().with_slot(xdp_guard::SLOT_DNSD),
+        dns_blocks.subscribe("xdp"),
+    );
+    dns.step();
+    let front = g.maps().clone().with_slot(xdp_guard::SLOT_HTTP_FRONT);
+    assert!(front.block(net("192.0.2.53/32"), u64::MAX).unwrap());
+    let verdict = |g: &XdpGuard| {
+        g.test_run(&udp4("192.0.2.53".parse().unwrap(), 80), 1)
+            .unwrap()
+            .verdict
+    };
+    assert_eq!(verdict(&g), xdp_guard::Verdict::Pass);
+    assert!(g.counters().unwrap().never_block >= 1);
+    // The set changed (a reload dropped the peer): followed within a second or so.
+    dns_blocks.set_policy(shield::never_block::BlockPolicy::default());
+    let start = Instant::now();
+    while verdict(&g) != xdp_guard::Verdict::Drop {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the new set not followed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        dns.step();
+    }
+}

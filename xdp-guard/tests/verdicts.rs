@@ -63,6 +63,7 @@ fn run(g: &XdpGuard, frame: &[u8]) -> (Verdict, Counters) {
         }),
         ans_pass_route: d(after.ans_pass_route, before.ans_pass_route),
         rate_slip: d(after.rate_slip, before.rate_slip),
+        never_block: d(after.never_block, before.never_block),
     };
     assert_eq!(
         delta.packets(),
@@ -1659,4 +1660,101 @@ fn over_its_rate_a_source_still_gets_one_truncated_reply_in_slip() {
     for _ in 0..4 {
         assert_eq!(run(&g, &f).0, Verdict::Drop);
     }
+}
+
+/// The node's never-block set: each daemon writes its own (its Redis, transfer peers,
+/// upstreams) under its bit; a block any other writer made of such a source — an address
+/// entry, a covering prefix, a DNS-only one — is passed and counted, the operator's own
+/// `xdp-guard block` still drops; a prefix no daemon lists any more is blocked again.
+#[test]
+fn what_a_daemon_never_blocks_passes_the_other_writers_blocks_but_not_the_operators() {
+    if !xdp_ready(
+        "what_a_daemon_never_blocks_passes_the_other_writers_blocks_but_not_the_operators",
+    ) {
+        return;
+    }
+    let g = private_guard(&[DNS], 0, 0);
+    let dnsd = g.maps().clone().with_slot(xdp_guard::SLOT_DNSD);
+    let front = g.maps().clone().with_slot(xdp_guard::SLOT_HTTP_FRONT);
+    assert_eq!(
+        dnsd.set_never(&[net("192.0.2.53/32"), net("2001:db8:5::/48")])
+            .unwrap(),
+        0
+    );
+    let far = xdp_guard::boot_ns() + 3_600_000_000_000;
+    let kb = |s: &str, dns_only: bool| KernelBlock {
+        net: net(s),
+        expires_ns: far,
+        dns_only,
+    };
+    let r = front.apply(
+        &[
+            kb("192.0.2.53/32", false),
+            kb("192.0.2.0/24", false),
+            kb("2001:db8:5::1/128", false),
+            kb("198.51.100.0/24", true),
+        ],
+        &[],
+        true,
+    );
+    assert_eq!(r.upserted, 4);
+    use Verdict::*;
+    let primary = udp4(v4("192.0.2.53"), 80);
+    assert_verdict(&g, "dnsd's primary", &primary, Pass, "never_block");
+    assert_verdict(
+        &g,
+        "beside it in the prefix",
+        &udp4(v4("192.0.2.54"), 80),
+        Drop,
+        "drop_by_http_front",
+    );
+    assert_verdict(
+        &g,
+        "an IPv6 peer inside a listed prefix",
+        &udp6(v6("2001:db8:5::1"), DNS),
+        Pass,
+        "never_block",
+    );
+    // A DNS-only block of a listed address: passed too.
+    dnsd.set_never(&[
+        net("192.0.2.53/32"),
+        net("2001:db8:5::/48"),
+        net("198.51.100.9/32"),
+    ])
+    .unwrap();
+    g.maps()
+        .set_services(&[net("192.0.2.2/32")], DNS, 0)
+        .unwrap();
+    assert_verdict(
+        &g,
+        "a DNS-only block of a listed address",
+        &udp4(v4("198.51.100.9"), DNS),
+        Pass,
+        "never_block",
+    );
+    // Listed by two daemons: one's list dropping it leaves the other's.
+    front.set_never(&[net("192.0.2.53/32")]).unwrap();
+    dnsd.set_never(&[]).unwrap();
+    assert_verdict(&g, "still http-front's", &primary, Pass, "never_block");
+    assert_verdict(
+        &g,
+        "no more dnsd's",
+        &udp6(v6("2001:db8:5::1"), DNS),
+        Drop,
+        "drop_by_http_front",
+    );
+    front.set_never(&[]).unwrap();
+    assert_verdict(&g, "nobody's", &primary, Drop, "drop_by_http_front");
+    // The operator's block holds, listed or not.
+    front.set_never(&[net("192.0.2.53/32")]).unwrap();
+    assert_verdict(&g, "listed again", &primary, Pass, "never_block");
+    let op = g.maps().clone().with_slot(xdp_guard::SLOT_OPERATOR);
+    assert!(op.block(net("192.0.2.53/32"), u64::MAX).unwrap());
+    assert_verdict(
+        &g,
+        "the operator's block",
+        &primary,
+        Drop,
+        "drop_blocked_addr",
+    );
 }

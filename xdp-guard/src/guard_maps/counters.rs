@@ -56,6 +56,8 @@ pub struct Counters {
     pub ans_pass_route: u64,
     /// Over the per-source rate without a server cookie: answered TC=1 (one in `slip`).
     pub rate_slip: u64,
+    /// Blocks found for a source one of the node's daemons never blocks: passed.
+    pub never_block: u64,
 }
 
 impl Counters {
@@ -91,6 +93,7 @@ impl Counters {
             ("answer_pass_suspect", self.ans_pass_untried[1]),
             ("answer_pass_route", self.ans_pass_route),
             ("rate_slip", self.rate_slip),
+            ("never_block", self.never_block),
         ]
     }
 
@@ -136,6 +139,7 @@ impl Counters {
             ],
             ans_pass_route: c[crate::maps::C_ANS_PASS_ROUTE],
             rate_slip: c[crate::maps::C_RATE_SLIP],
+            never_block: c[crate::maps::C_NEVER_BLOCK],
         }
     }
 }

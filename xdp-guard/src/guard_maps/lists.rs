@@ -92,6 +92,50 @@ impl GuardMaps {
         Ok(want.len())
     }
 
+    /// Makes `nets` what this writer's slot never blocks in the never-block trie (IPv4 as
+    /// IPv4-mapped IPv6): its bit set on each, cleared from every other entry (an entry no
+    /// writer lists goes). Returns how many could not be written for want of room.
+    pub fn set_never(&self, nets: &[IpNet]) -> Result<u64, Error> {
+        let _lock = self.lock();
+        let fd = self.fd(NEVER);
+        let bit = 1u32 << self.slot();
+        let want: HashSet<Vec<u8>> = nets.iter().map(mapped_lpm_key).collect();
+        // Each entry's own value: a trie lookup of a key that is in it finds that entry
+        // (a key not in it would find a shorter prefix's: never looked up).
+        let mut have = std::collections::HashMap::new();
+        for k in self.keys(NEVER, 20)? {
+            let mut v = [0u8; 4];
+            if sys::lookup(fd, &k, &mut v).map_err(|e| syscall_err("lookup", ALL_MAPS[NEVER], e))? {
+                have.insert(k, u32::from_ne_bytes(v));
+            }
+        }
+        for (k, &v) in &have {
+            if want.contains(k) || v & bit == 0 {
+                continue;
+            }
+            let left = v & !bit;
+            if left == 0 {
+                sys::delete(fd, k).map_err(|e| syscall_err("delete", ALL_MAPS[NEVER], e))?;
+            } else {
+                sys::update(fd, k, &left.to_ne_bytes(), sys::BPF_ANY)
+                    .map_err(|e| syscall_err("update", ALL_MAPS[NEVER], e))?;
+            }
+        }
+        let mut full = 0;
+        for k in &want {
+            let v = have.get(k).copied().unwrap_or(0);
+            if v & bit != 0 {
+                continue;
+            }
+            match sys::update(fd, k, &(v | bit).to_ne_bytes(), sys::BPF_ANY) {
+                Ok(()) => {}
+                Err(e) if is_full(&e) => full += 1,
+                Err(e) => return Err(syscall_err("update", ALL_MAPS[NEVER], e)),
+            }
+        }
+        Ok(full)
+    }
+
     /// Sets (`Some(expires_ns)`, CLOCK_BOOTTIME) or clears each suspect of `edits` in the
     /// suspects' trie (IPv4 as IPv4-mapped IPv6); with `whole`, every other entry goes too.
     /// Returns how many could not be written for want of room.

@@ -58,7 +58,7 @@ const BPF_MAP_TYPE_LRU_PERCPU_HASH: u32 = 10;
 const BPF_MAP_TYPE_LPM_TRIE: u32 = 11;
 
 /// What a map must look like: (type, key size, value size), in [`ALL_MAPS`] order.
-const SPECS: [(u32, u32, u32); 16] = [
+const SPECS: [(u32, u32, u32); 17] = [
     (BPF_MAP_TYPE_HASH, 4, VS as u32),
     (BPF_MAP_TYPE_HASH, 16, VS as u32),
     (BPF_MAP_TYPE_LPM_TRIE, 8, VS as u32),
@@ -92,6 +92,8 @@ const SPECS: [(u32, u32, u32); 16] = [
     (BPF_MAP_TYPE_LPM_TRIE, 20, 4),
     (BPF_MAP_TYPE_LPM_TRIE, 20, 4),
     (BPF_MAP_TYPE_LPM_TRIE, 20, 8),
+    // guard_never: a bit per writer slot.
+    (BPF_MAP_TYPE_LPM_TRIE, 20, 4),
 ];
 
 /// Index of the service-address trie in [`ALL_MAPS`].
@@ -102,6 +104,9 @@ const PROXY: usize = 14;
 
 /// Index of the suspects' trie in [`ALL_MAPS`].
 const SUSPECT: usize = 15;
+
+/// Index of the never-block trie in [`ALL_MAPS`].
+const NEVER: usize = 16;
 
 /// Index of the answer map in [`ALL_MAPS`] (the address map follows).
 pub(crate) const ANSWERS: usize = 9;

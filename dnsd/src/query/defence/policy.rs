@@ -4,7 +4,9 @@
 //! and replicas they name, its ClickHouse servers, its PROXY
 //! protocol proxies (`[server] proxy_allow`), its transfer peers
 //! (primaries, `notify` targets, and `allow_transfer` / `allow_notify` entries no wider than
-//! the minimum prefixes) and the node's own addresses. Made at start and again on every
+//! the minimum prefixes), the servers it asks (the ALIAS resolver, DNSSEC policies' `parent`)
+//! and the node's own addresses. Its XDP mirror writes the set into the guard's never-block
+//! trie: no daemon's block on the node drops these in XDP. Made at start and again on every
 //! reload; `ctl status` lists the effective set and where each entry came from.
 
 use shield::never_block::{NeverBlock, host_addresses, own_addresses};
@@ -64,6 +66,19 @@ pub fn own_set(cfg: &Config) -> NeverBlock {
                 if narrow {
                     nb.push(n, "transfer peer");
                 }
+            }
+        }
+    }
+    // Whom dnsd asks itself: the ALIAS resolver, the parents asked for DS records.
+    if let Some(r) = &cfg.alias.resolver
+        && let Ok(sa) = crate::config::transfer::parse_addr(r)
+    {
+        nb.push(sa.ip().into(), "alias resolver");
+    }
+    for p in &cfg.dnssec_policies {
+        for a in &p.parent {
+            if let Ok(sa) = crate::config::transfer::parse_addr(a) {
+                nb.push(sa.ip().into(), "dnssec parent");
             }
         }
     }
