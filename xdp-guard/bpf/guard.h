@@ -55,7 +55,7 @@
 #define GUARD_DEFAULT_SVC_ENTRIES 16384
 #define GUARD_DEFAULT_PROXY_ENTRIES 1024
 #define GUARD_DEFAULT_SUSPECT_ENTRIES 65536
-#define GUARD_DEFAULT_NEVER_ENTRIES 4096
+#define GUARD_DEFAULT_NEVER_ENTRIES 65536
 /* guard_suspect value of a [defence.rrl] exempt prefix (not a suspect: no RRL in XDP). */
 #define GUARD_RRL_EXEMPT 1ULL
 

@@ -275,8 +275,9 @@ pub const DEFAULT_PROXY_ENTRIES: u32 = 1_024;
 /// counted by the mirror).
 pub const DEFAULT_SUSPECT_ENTRIES: u32 = 65_536;
 
-/// Capacity of the never-block trie (every daemon's own never-block set).
-pub const DEFAULT_NEVER_ENTRIES: u32 = 4_096;
+/// Capacity of the never-block trie (every daemon's own never-block set: a node with a /18 of
+/// service addresses lists each as its own).
+pub const DEFAULT_NEVER_ENTRIES: u32 = 65_536;
 
 /// The suspects' trie value of a `[defence.rrl] exempt` prefix: no RRL in XDP for it
 /// (`GUARD_RRL_EXEMPT`; an expiry long past, so never a suspect).
