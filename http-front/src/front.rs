@@ -327,7 +327,9 @@ impl Front {
                 blocks.subscribe("xdp")
             })
         });
-        let state = RuleState::new(&cfg.rules_state, Some(Arc::clone(&blocks)));
+        // A tenant's escalation holds for its own sites unless it asks for the block map.
+        let state = RuleState::new(&cfg.rules_state, Some(Arc::clone(&blocks)))
+            .scoped_to_tenants_http(&cfg.rules_state);
         let conn_tenant = AtomicU32::new(cfg.events.connection_tenant);
         let config_path = cfg.path.clone();
         let acme = cfg

@@ -224,7 +224,12 @@ async fn control(
     use shield::control::Reply;
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
-        ["block", rest @ ..] => shield::control::block::command(&front.blocks, rest, peer),
+        ["block", rest @ ..] => shield::control::block::command_with_holds(
+            &front.blocks,
+            Some(&front.rules),
+            rest,
+            peer,
+        ),
         ["stats"] => Reply::ok(front.metrics.render_ctl()),
         ["status"] => {
             let snap = front.snapshot();

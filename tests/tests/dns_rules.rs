@@ -400,7 +400,7 @@ fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenan
     let (ok, out) = dnsd.ctl(&["block", "list"]);
     assert!(ok, "{out}");
     let (map, held) = out
-        .split_once("held for one tenant's zones")
+        .split_once("held for one tenant")
         .unwrap_or_else(|| panic!("the tenant's hold is listed: {out}"));
     assert!(
         !map.contains(&format!("{bad}/32")) && !map.contains(&format!("{spoofable}/32")),

@@ -335,7 +335,7 @@ fn blocks_flow_through_the_node_and_the_fleet() {
     std::fs::write(
         dir.path().join("rules.toml"),
         "[[tenant]]\nid = 1\ndeny = [\"192.0.2.64/26\"]\n\
-         escalate = { after = 1, window_secs = 60, block_secs = 60, on = [\"deny\"] }\n",
+         escalate = { after = 1, window_secs = 60, block_secs = 60, on = [\"deny\"], http = \"block_map\" }\n",
     )
     .unwrap();
     let url = redis.unix_url();

@@ -194,7 +194,7 @@ fn front(
 ) -> Front {
     let rules = format!(
         "[[tenant]]\nid = 1\ndeny = [\"{deny}/32\"]\n\
-         escalate = {{ after = 1, window_secs = 60, block_secs = 600, on = [\"deny\"] }}\n"
+         escalate = {{ after = 1, window_secs = 60, block_secs = 600, on = [\"deny\"], http = \"block_map\" }}\n"
     );
     let redis_cfg = redis.config();
     let extra = redis_extra.to_string();

@@ -33,13 +33,12 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             Err(r) => r,
         },
         ["stats"] => Reply::ok(shared.metrics.render_ctl()),
-        ["block", "list"] => {
-            let mut r = shield::control::block::command(&shared.defence.blocks, &["list"], peer);
-            r.text.push_str(&tenant_holds_text(shared));
-            r
-        }
-        ["block", "del", net] => block_del(shared, net, peer),
-        ["block", rest @ ..] => shield::control::block::command(&shared.defence.blocks, rest, peer),
+        ["block", rest @ ..] => shield::control::block::command_with_holds(
+            &shared.defence.blocks,
+            shared.defence.rules.as_deref(),
+            rest,
+            peer,
+        ),
         ["zones"] => Reply::ok(zones_text(shared).await),
         ["events-init"] => {
             crate::observe::event_sinks::events_init(shared.clickhouse.as_ref(), None).await
@@ -122,58 +121,6 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             "unknown command {}\n{HELP}",
             shield::control::shown(args)
         )),
-    }
-}
-
-/// The sources the rules hold for one tenant's zones (`escalate`, `dns = "tenant"`, the
-/// default): in no block map, yet an operator must see them, and lift them.
-fn tenant_holds_text(shared: &Arc<State>) -> String {
-    let Some(rules) = &shared.defence.rules else {
-        return String::new();
-    };
-    let now = (shield::clock::unix_ms() / 1000) as u32;
-    let holds = rules.tenant_holds(now);
-    if holds.is_empty() {
-        return String::new();
-    }
-    let mut out = format!(
-        "held for one tenant's zones (escalate, dns = \"tenant\"; block del PREFIX lifts): {}\n",
-        holds.len()
-    );
-    for h in holds {
-        let _ = writeln!(
-            out,
-            "  {}\ttenant {}\t{} s left\t{}",
-            h.net,
-            h.tenant,
-            h.until_s.saturating_sub(now),
-            shield::control::printable(&h.reason)
-        );
-    }
-    out
-}
-
-/// `block del PREFIX`: the block map's entry, and the holds of the prefix for any tenant.
-fn block_del(shared: &Arc<State>, net: &str, peer: &shield::control::Peer) -> Reply {
-    let lifted = match (&shared.defence.rules, shield::prefix::parse_net(net)) {
-        (Some(rules), Some(n)) => rules.lift_tenant_holds(n),
-        _ => Vec::new(),
-    };
-    let r = shield::control::block::command(&shared.defence.blocks, &["del", net], peer);
-    if lifted.is_empty() {
-        return r;
-    }
-    let tenants: Vec<String> = lifted.iter().map(|h| h.tenant.to_string()).collect();
-    tracing::info!(net, tenants = %tenants.join(","), "held for tenants' zones: lifted by the operator");
-    let line = format!(
-        "{} lifted for tenant {} (held for its zones)\n",
-        lifted[0].net,
-        tenants.join(", ")
-    );
-    if r.ok {
-        Reply::ok(r.text + &line)
-    } else {
-        Reply::ok(line)
     }
 }
 

@@ -28,6 +28,72 @@ macro_rules! block_help {
 /// TTL of an operator block when none is given.
 pub const DEFAULT_TTL_SECS: u64 = 3600;
 
+/// `block list`, `block del PREFIX` and the rest as [`command`], with the sources `rules`
+/// hold for one tenant alone (`escalate`'s default in both daemons): in no block map, yet an
+/// operator must see them, and lift them — root and the daemon's user; a control-group
+/// member lifts only the blocks it added.
+pub fn command_with_holds(
+    blocks: &BlockMap,
+    rules: Option<&crate::rules::RuleSet>,
+    args: &[&str],
+    peer: &Peer,
+) -> Reply {
+    match (args, rules) {
+        (["list"], Some(rules)) => {
+            let mut r = command(blocks, args, peer);
+            r.text.push_str(&holds_text(rules));
+            r
+        }
+        (["del", net], Some(rules)) if peer.reads_as_the_daemon() => {
+            let lifted = match crate::prefix::parse_net(net) {
+                Some(n) => rules.lift_tenant_holds(n),
+                None => Vec::new(),
+            };
+            let r = command(blocks, args, peer);
+            if lifted.is_empty() {
+                return r;
+            }
+            let tenants: Vec<String> = lifted.iter().map(|h| h.tenant.to_string()).collect();
+            tracing::info!(net, tenants = %tenants.join(","), "held for tenants: lifted by the operator");
+            let line = format!(
+                "{} lifted for tenant {} (held for it alone)\n",
+                lifted[0].net,
+                tenants.join(", ")
+            );
+            if r.ok {
+                Reply::ok(r.text + &line)
+            } else {
+                Reply::ok(line)
+            }
+        }
+        _ => command(blocks, args, peer),
+    }
+}
+
+/// The sources `rules` hold for one tenant alone now, as `block list` shows them.
+fn holds_text(rules: &crate::rules::RuleSet) -> String {
+    let now = (crate::clock::unix_ms() / 1000) as u32;
+    let holds = rules.tenant_holds(now);
+    if holds.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "held for one tenant (escalate, dns/http = \"tenant\"; block del PREFIX lifts): {}\n",
+        holds.len()
+    );
+    for h in holds {
+        let _ = writeln!(
+            out,
+            "  {}\ttenant {}\t{} s left\t{}",
+            h.net,
+            h.tenant,
+            h.until_s.saturating_sub(now),
+            super::printable(&h.reason)
+        );
+    }
+    out
+}
+
 /// Runs one `block` subcommand for `peer`.
 pub fn command(blocks: &BlockMap, args: &[&str], peer: &Peer) -> Reply {
     let mut r = run(blocks, args, peer);

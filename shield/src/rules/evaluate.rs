@@ -47,7 +47,7 @@ impl Prepared {
         // allow lists and allow rules let through.
         if v.action != Action::Allow
             && let (Some(e), Some(tbl)) = (&t.escalate, &state.tenant_scoped)
-            && !e.dns_block_map
+            && !e.block_map(state.http)
             && tbl.live(&(t.id, source_key(src, e.v4, e.v6)), secs(now))
         {
             return Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str());
@@ -233,7 +233,10 @@ fn escalate<R: Request + ?Sized>(
     }
     let evidence = req.evidence();
     let proven = evidence.is_proven();
-    let scoped = state.tenant_scoped.as_ref().filter(|_| !e.dns_block_map);
+    let scoped = state
+        .tenant_scoped
+        .as_ref()
+        .filter(|_| !e.block_map(state.http));
     if scoped.is_some() && !proven {
         // Held for the tenant alone (DNS), unproven packets escalate nothing: forged in a
         // resolver's name they made it a suspect in every tenant's zones for `block_secs`.

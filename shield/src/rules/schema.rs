@@ -151,6 +151,8 @@ struct EscalateSchema {
     reason: Option<String>,
     /// DNS: `tenant` (the default: the tenant's zones alone) or `block_map`.
     dns: Option<String>,
+    /// HTTP: `tenant` (the default: the tenant's sites alone) or `block_map`.
+    http: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -674,16 +676,16 @@ impl Ctx<'_> {
             .reason
             .clone()
             .unwrap_or_else(|| format!("tenant {tenant} escalation"));
-        let dns_block_map = match v.dns.as_deref() {
-            None | Some("tenant") => false,
-            Some("block_map") => true,
-            Some(other) => {
-                return self.err(
-                    e.span(),
-                    format!("dns = {other:?}: \"tenant\" (the default) or \"block_map\""),
-                );
-            }
+        let block_map = |key: &str, v: Option<&str>| match v {
+            None | Some("tenant") => Ok(false),
+            Some("block_map") => Ok(true),
+            Some(other) => self.err(
+                e.span(),
+                format!("{key} = {other:?}: \"tenant\" (the default) or \"block_map\""),
+            ),
         };
+        let dns_block_map = block_map("dns", v.dns.as_deref())?;
+        let http_block_map = block_map("http", v.http.as_deref())?;
         Ok(Escalation {
             after: v.after,
             window_ms: v.window_secs.saturating_mul(1000),
@@ -695,6 +697,7 @@ impl Ctx<'_> {
             v6: v.v6_prefix,
             reason: Reason::new(&reason),
             dns_block_map,
+            http_block_map,
         })
     }
 

@@ -37,6 +37,8 @@ pub struct RuleState {
     /// DNS: sources escalated for one tenant's zones, until when (keys: tenant, source
     /// prefix); `None` where escalations go into the block map for every service (HTTP).
     pub(super) tenant_scoped: Option<crate::ratelimit::UntilTable>,
+    /// The requests are HTTP (http-front): `escalate`'s `http` key says where they go.
+    pub(super) http: bool,
     /// Unproven escalations not made where escalations are the tenant's alone.
     pub(super) unproven_ignored: StripedCounter,
     /// Verdicts of relayed requests (a resolver's users'), never counted toward escalation.
@@ -117,6 +119,7 @@ impl RuleState {
             suspects: StripedCounter::default(),
             refused: StripedCounter::default(),
             tenant_scoped: None,
+            http: false,
             unproven_ignored: StripedCounter::default(),
             relayed_ignored: StripedCounter::default(),
             holds: Default::default(),
@@ -131,6 +134,17 @@ impl RuleState {
     /// map (every zone, XDP, the fleet).
     pub fn scoped_to_tenants(mut self, cfg: &StateConfig) -> Self {
         self.tenant_scoped = Some(crate::ratelimit::UntilTable::new(&cfg.counters));
+        self
+    }
+
+    /// The same for HTTP requests (http-front): a source over a tenant's threshold gets
+    /// nothing more from that tenant's sites, every other tenant's and every other service
+    /// of the node as before — a page elsewhere can make its visitors' browsers send what a
+    /// rule denies, and blocked by address, an office behind one NAT lost every site and its
+    /// DNS. `escalate = { http = "block_map" }` keeps the block map.
+    pub fn scoped_to_tenants_http(mut self, cfg: &StateConfig) -> Self {
+        self.tenant_scoped = Some(crate::ratelimit::UntilTable::new(&cfg.counters));
+        self.http = true;
         self
     }
 }

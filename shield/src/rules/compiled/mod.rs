@@ -34,6 +34,21 @@ pub(crate) struct Escalation {
     /// DNS (`dns = "block_map"`): into the block map (every zone, XDP, the fleet) even where
     /// escalations hold for the tenant alone.
     pub(crate) dns_block_map: bool,
+    /// HTTP (`http = "block_map"`): the same for http-front (every site, every packet).
+    pub(crate) http_block_map: bool,
+}
+
+impl Escalation {
+    /// Whether it goes into the block map rather than hold for its tenant alone, in the
+    /// daemon whose requests are HTTP (`http`) or DNS.
+    #[inline]
+    pub(crate) fn block_map(&self, http: bool) -> bool {
+        if http {
+            self.http_block_map
+        } else {
+            self.dns_block_map
+        }
+    }
 }
 
 #[derive(Debug)]
