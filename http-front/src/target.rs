@@ -307,9 +307,46 @@ fn forward_form(b: &[u8], opts: PathOptions) -> Result<String, PathError> {
     if climbs_above_root(&out) {
         return Err(PathError::AboveRoot);
     }
+    // Kept encoded slashes that an origin decoding them (Tomcat with them allowed, IIS)
+    // reads as separators of `.` or `..` segments: a traversal no rule saw (nginx decodes
+    // them and normalises, we keep them — refused).
+    if opts.keep_encoded_slash && encoded_dot_segment(&out) {
+        return Err(PathError::EncodedSlash);
+    }
     let out = remove_dot_segments(&out);
     // Only ASCII went in: percent-encodings stay encoded here.
     Ok(String::from_utf8(out).expect("the forwarded path is ASCII"))
+}
+
+/// True when `p` (the forwarded form: upper-case hex) holds `%2F` or `%5C` and a `.` or `..`
+/// segment once those are read as slashes.
+fn encoded_dot_segment(p: &[u8]) -> bool {
+    let enc = |w: &[u8]| w == b"%2F" || w == b"%5C";
+    if !p.windows(3).any(enc) {
+        return false;
+    }
+    let mut seg_start = 0;
+    let mut i = 0;
+    let dot = |s: &[u8]| s == b"." || s == b"..";
+    while i < p.len() {
+        let sep = if p[i] == b'/' {
+            1
+        } else if p.get(i..i + 3).is_some_and(enc) {
+            3
+        } else {
+            0
+        };
+        if sep > 0 {
+            if dot(&p[seg_start..i]) {
+                return true;
+            }
+            i += sep;
+            seg_start = i;
+        } else {
+            i += 1;
+        }
+    }
+    dot(&p[seg_start..])
 }
 
 /// True when a `..` of `p` (an absolute path, slashes merged) would climb above the root
@@ -634,11 +671,23 @@ mod tests {
             keep_encoded_slash: true,
             ..PathOptions::default()
         };
-        let (f, v) = norm("/a%2fb/..%2F/c", keep).unwrap();
-        assert_eq!(
-            (f.as_str(), v.as_str()),
-            ("/a%2Fb/..%2F/c", "/a%2Fb/..%2F/c")
-        );
+        let (f, v) = norm("/a%2fb/c", keep).unwrap();
+        assert_eq!((f.as_str(), v.as_str()), ("/a%2Fb/c", "/a%2Fb/c"));
+        // Dot segments once the kept slashes are read as slashes (an origin that decodes
+        // them climbs): refused, as are they encoded or raw.
+        for p in [
+            "/x%2F..%2Fadmin",
+            "/x%5C..%5Cadmin",
+            "/x\\..\\admin",
+            "/a%2fb/..%2F/c",
+            "/x%2F.%2Fadmin",
+            "/x%2F%2E%2E%2Fadmin",
+            "/x/..%2F",
+        ] {
+            assert_eq!(norm(p, keep), Err(PathError::EncodedSlash), "{p}");
+        }
+        let (f, _) = norm("/x%2F...%2Fadmin", keep).unwrap();
+        assert_eq!(f, "/x%2F...%2Fadmin");
         let (f, _) = norm("/a\\b", keep).unwrap();
         assert_eq!(f, "/a%5Cb");
         assert_eq!(norm("/a%00", keep), Err(PathError::Control));
