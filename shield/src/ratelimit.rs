@@ -285,6 +285,22 @@ impl SourceKey {
 /// Prefix length that marks a [`SourceKey`] made by [`value_key`] (no address prefix has it).
 pub const VALUE_KEY_LEN: u8 = u8::MAX;
 
+/// The key of a limit counted per value of an attribute and per source prefix together (a
+/// name asked by one resolver: Knot's RRL account), apart from [`value_key`]'s and every
+/// source's own.
+pub fn source_value_key(src: SourceKey, value: &str) -> SourceKey {
+    use std::hash::BuildHasher as _;
+    let h = VALUE_HASH.hash_one((src.addr, src.len, value));
+    SourceKey {
+        addr: u128::from(h) | 1 << 127,
+        len: VALUE_KEY_LEN,
+        v6: true,
+    }
+}
+
+static VALUE_HASH: std::sync::LazyLock<std::collections::hash_map::RandomState> =
+    std::sync::LazyLock::new(std::collections::hash_map::RandomState::new);
+
 /// A rate-limit key for an attribute's value (a JA4 fingerprint) instead of a source: its
 /// keyed hash (the process's own key, so that nobody can aim collisions at another value).
 /// Never a prefix: [`SourceKey::to_net`] is not for it.

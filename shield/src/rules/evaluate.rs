@@ -198,6 +198,10 @@ fn rate_limited<R: Request + ?Sized>(
     now: Now,
 ) -> Option<(u32, bool)> {
     let (by, shared) = match spec.key.as_deref().and_then(|k| req.attr(k)) {
+        Some(value) if spec.per_source => (
+            crate::ratelimit::source_value_key(source_key(src, spec.v4, spec.v6), value),
+            false,
+        ),
         Some(value) => (crate::ratelimit::value_key(value), true),
         None => (source_key(src, spec.v4, spec.v6), false),
     };

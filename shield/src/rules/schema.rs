@@ -126,6 +126,10 @@ struct RateSchema {
     v6_prefix: u8,
     #[serde(default)]
     key: Option<String>,
+    /// With `key`: counted per value and per source prefix together (a name asked by one
+    /// resolver), rather than per value over every source.
+    #[serde(default)]
+    per_source: bool,
 }
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -275,11 +279,18 @@ impl Ctx<'_> {
             }
             Some(k) => Some(canonical_attr(k).into()),
         };
+        if v.per_source && key.is_none() {
+            return self.err(
+                r.span(),
+                "per_source goes with key (without a key a limit is per source already)",
+            );
+        }
         Ok(RateSpec {
             limit,
             v4: v.v4_prefix,
             v6: v.v6_prefix,
             key,
+            per_source: v.per_source,
         })
     }
 

@@ -18,6 +18,8 @@ pub(crate) struct RateSpec {
     pub(crate) v6: u8,
     /// `key`: counted per value of this attribute (`ja4`), else per source prefix.
     pub(crate) key: Option<Box<str>>,
+    /// `per_source`: with `key`, per value and source prefix together.
+    pub(crate) per_source: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
