@@ -124,6 +124,8 @@ fn per_packet() {
     let lpm = cost(&g, &frame(Ipv4Addr::new(172, 16, 7, 9), 53), Verdict::Drop);
     let pass = cost(&g, &frame(Ipv4Addr::new(192, 0, 2, 1), 80), Verdict::Pass);
     let rl = cost(&g, &frame(Ipv4Addr::new(192, 0, 2, 50), 53), Verdict::Drop);
+    // An EDNS query without a cookie over the rate: looked through for one (its name walked).
+    let rl_edns = cost(&g, &query_frame(false, 1, true, None), Verdict::Drop);
     let c = g.counters().unwrap();
     assert!(c.drop_ratelimit > 0 && c.drop_blocked_prefix > 0);
     println!("hash hit      {hash:7.1} ns   (anchor 47–58)");
@@ -138,6 +140,10 @@ fn per_packet() {
     println!(
         "rate-limited  {rl:7.1} ns   (anchor 184–220)  rate/hash {:.2}",
         rl / hash
+    );
+    println!(
+        "rate-limited EDNS query {rl_edns:7.1} ns   rate/hash {:.2}",
+        rl_edns / hash
     );
 }
 

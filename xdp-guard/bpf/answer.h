@@ -674,14 +674,64 @@ static __always_inline int packet_ends(void *data, void *end, const struct guard
 	return 0;
 }
 
+/* Where the 24 bytes of a COOKIE option with a server cookie start (from the UDP header) in
+ * the UDP datagram of `ulen` bytes at `l4o`: its question walked (labels, no compression),
+ * then its OPT record — the message's last, and whole — and its options in turn (8 at most),
+ * whatever else they are (ECS, padding, NSID, in any order). 0 when there is none, or the
+ * message is not of that shape. `b`: 11 bytes of scratch. */
+static __always_inline __u32 cookie_offset(struct xdp_md *ctx, __u32 l4o, __u32 ulen, __u8 *b)
+{
+	__u32 pos = 8 + 12; /* the UDP header, the DNS header */
+	int ended = 0;
+	for (int i = 0; i < 128; i++) {
+		__u8 len;
+		if (bpf_xdp_load_bytes(ctx, l4o + pos, &len, 1))
+			return 0;
+		pos += 1;
+		if (len == 0) {
+			ended = 1;
+			break;
+		}
+		if (len > 63)
+			return 0;
+		pos += len;
+		if (pos > 8 + 12 + 255)
+			return 0;
+	}
+	if (!ended)
+		return 0;
+	pos += 4; /* type, class */
+	/* The OPT record: root owner, type 41, version 0, its data to the datagram's end. */
+	if (bpf_xdp_load_bytes(ctx, l4o + pos, b, 11))
+		return 0;
+	if (b[0] || b[1] || b[2] != 41 || b[6])
+		return 0;
+	__u32 rdlen = (__u32)b[9] << 8 | b[10];
+	pos += 11;
+	if (pos + rdlen != ulen)
+		return 0;
+	for (int i = 0; i < 8; i++) {
+		if (pos + 4 > ulen)
+			return 0;
+		if (bpf_xdp_load_bytes(ctx, l4o + pos, b, 4))
+			return 0;
+		__u32 code = (__u32)b[0] << 8 | b[1];
+		__u32 olen = (__u32)b[2] << 8 | b[3];
+		if (code == 10)
+			return olen == 24 && pos + 4 + 24 <= ulen ? pos + 4 : 0;
+		pos += 4 + olen;
+	}
+	return 0;
+}
+
 /* A UDP query over its source's rate: 1 when it carries a server cookie dnsd (or its previous
  * secret) made for its source — the source read our replies, so the address is its own, and
  * forged packets that spent its bucket must not silence it — and its proven bucket (the same
- * rate, kept apart) has room. Only the shape a resolver sends
- * is looked at: one question, and last an OPT record whose one option is a COOKIE with a
- * server cookie (read from the message's last 39 bytes). Checked only for queries already
- * over the rate, with the secrets dnsd gave the service address. A global function:
- * verified once, apart from the many ways here. */
+ * rate, kept apart) has room. One question, and last an OPT record with a COOKIE option of a
+ * server cookie: read from the message's last 39 bytes in the shape a resolver usually sends
+ * (the only option), else found among the others (ECS, padding: cookie_offset). Checked only
+ * for queries already over the rate, with the secrets dnsd gave the service address. A global
+ * function: verified once, apart from the many ways here. */
 __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct guard_pkt *pk)
 {
 	__u32 zero = 0;
@@ -701,24 +751,28 @@ __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct
 	struct guard_ans_scratch *scr = bpf_map_lookup_elem(&guard_ans_tmp, &zero);
 	if (!scr)
 		return 0;
-	/* Most of a flood carries no cookie: the option's shape is read first, in one load. Root
-	 * owner, type 41, version 0, rdlen 28, option 10 (COOKIE) of 24 bytes. */
+	/* A query (QR=0, opcode 0), one question, nothing but the OPT in the other sections: a
+	 * flood without EDNS stops here. */
 	__u8 *b = scr->opt;
-	if (bpf_xdp_load_bytes(ctx, l4o + ulen - 39, b, 39))
-		return 0;
-	if (b[0] || b[1] || b[2] != 41 || b[6] || b[9] || b[10] != 28 || b[11] || b[12] != 10 ||
-	    b[13] || b[14] != 24)
-		return 0;
-	struct guard_ans_ctx *a = &scr->a;
-	__builtin_memcpy(&a->cc, b + 15, 8);
-	__builtin_memcpy(&a->sc_head, b + 23, 8);
-	__builtin_memcpy(&a->sc_hash, b + 31, 8);
-	/* A query (QR=0, opcode 0), one question, nothing but the OPT in the other sections. */
 	if (bpf_xdp_load_bytes(ctx, l4o + sizeof(struct udphdr), b, 12))
 		return 0;
 	if ((b[2] & 0xf8) || b[4] || b[5] != 1 || b[6] || b[7] || b[8] || b[9] || b[10] ||
 	    b[11] != 1)
 		return 0;
+	/* The usual shape, in one load: root owner, type 41, version 0, rdlen 28, option 10
+	 * (COOKIE) of 24 bytes, last; else the message walked for it (bounded). */
+	if (bpf_xdp_load_bytes(ctx, l4o + ulen - 39, b, 39))
+		return 0;
+	if (b[0] || b[1] || b[2] != 41 || b[6] || b[9] || b[10] != 28 || b[11] || b[12] != 10 ||
+	    b[13] || b[14] != 24) {
+		__u32 coff = cookie_offset(ctx, l4o, ulen, b);
+		if (!coff || bpf_xdp_load_bytes(ctx, l4o + coff, b + 15, 24))
+			return 0;
+	}
+	struct guard_ans_ctx *a = &scr->a;
+	__builtin_memcpy(&a->cc, b + 15, 8);
+	__builtin_memcpy(&a->sc_head, b + 23, 8);
+	__builtin_memcpy(&a->sc_hash, b + 31, 8);
 	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
 	if (!cnt)
 		return 0;

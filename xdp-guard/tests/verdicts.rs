@@ -683,6 +683,47 @@ fn cookie_query(src: Ipv4Addr, id: u16, client: &[u8; 8], server: Option<[u8; 16
     )
 }
 
+/// A www.example.com/A query from `src` to DST4:53 with an OPT record holding the options
+/// `before`, a COOKIE option (`client`'s cookie, and `server`'s when given), then `after`.
+fn options_query(
+    src: Ipv4Addr,
+    id: u16,
+    client: &[u8; 8],
+    server: Option<[u8; 16]>,
+    before: &[(u16, Vec<u8>)],
+    after: &[(u16, Vec<u8>)],
+) -> Vec<u8> {
+    let mut q = id.to_be_bytes().to_vec();
+    q.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 1]);
+    for l in ["www", "example", "com"] {
+        q.push(l.len() as u8);
+        q.extend_from_slice(l.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let mut cookie = client.to_vec();
+    if let Some(s) = server {
+        cookie.extend_from_slice(&s);
+    }
+    let mut rdata = Vec::new();
+    for (code, data) in before
+        .iter()
+        .chain(std::iter::once(&(10u16, cookie)))
+        .chain(after)
+    {
+        rdata.extend_from_slice(&code.to_be_bytes());
+        rdata.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        rdata.extend_from_slice(data);
+    }
+    q.extend_from_slice(&[0, 0, 41, 0x10, 0, 0, 0, 0, 0]);
+    q.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+    q.extend_from_slice(&rdata);
+    frame(
+        &[],
+        ETH_IP,
+        &ipv4(src, DST4, UDP, &[], 0, &udp(40000, 53, &q)),
+    )
+}
+
 #[test]
 fn registered_answers_are_sent_back_and_the_rest_passes() {
     use xdp_guard::maps::{ANSWER_MAX, AnsKey, Answer, QNAME_MAX, V_NO_EDNS};
@@ -1565,6 +1606,40 @@ fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
         let (v, d) = run(&g, &query(3, Some(bad)));
         assert_eq!((v, d.rate_cookie), (Verdict::Drop, 0));
     }
+    // The cookie among other options (ECS, padding, NSID), before or after them, in a query
+    // for a name of several labels: found, as dnsd and Knot find it (only the shape of a
+    // cookie alone was read: an ECS resolver lost half its queries to a forged flood).
+    let ecs = (8u16, vec![0, 1, 24, 0, 192, 0, 2]);
+    let pad = (12u16, vec![0; 40]);
+    let nsid = (3u16, vec![]);
+    for (i, (before, after)) in [
+        (vec![ecs.clone()], vec![]),
+        (vec![], vec![pad.clone()]),
+        (vec![nsid.clone(), ecs.clone()], vec![pad.clone()]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let who = Ipv4Addr::new(198, 51, 100, 30 + i as u8);
+        for _ in 0..3 {
+            run(&g, &cookie_query(who, 6, &client, None));
+        }
+        let sc = server_cookie(&secret, &client, who, now);
+        let q = options_query(who, 7, &client, Some(sc), &before, &after);
+        let (v, d) = run(&g, &q);
+        assert_eq!((v, d.rate_cookie), (Verdict::Pass, 1), "variant {i}: {d:?}");
+        // A bad one among them: dropped.
+        let bad = server_cookie(&[1; 16], &client, who, now);
+        let q = options_query(who, 8, &client, Some(bad), &before, &after);
+        assert_eq!(run(&g, &q).0, Verdict::Drop, "variant {i}, a bad cookie");
+    }
+    // A client cookie alone among options: nothing proven.
+    let who = v4("198.51.100.40");
+    for _ in 0..3 {
+        run(&g, &cookie_query(who, 6, &client, None));
+    }
+    let q = options_query(who, 9, &client, None, &[ecs.clone()], &[]);
+    assert_eq!(run(&g, &q).0, Verdict::Drop);
     // Without dnsd's secrets nothing is verified: dropped.
     m.publish_answers(&[addr], &mut [], 1232, SENDER, None)
         .unwrap();
