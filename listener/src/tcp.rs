@@ -92,6 +92,15 @@ pub fn listener(sa: SocketAddr, opts: &TcpOptions) -> Result<std::net::TcpListen
         s.set_only_v6(true).map_err(bind_err)?;
     }
     s.set_reuse_address(true).map_err(bind_err)?;
+    // A service address need not be up yet (an anycast address announced later, an IPv6
+    // address in DAD, a VIP on the other node), as for the UDP sockets.
+    if !sa.ip().is_unspecified() {
+        if sa.is_ipv6() {
+            s.set_freebind_v6(true).map_err(bind_err)?;
+        } else {
+            s.set_freebind_v4(true).map_err(bind_err)?;
+        }
+    }
     s.set_tcp_nodelay(true).map_err(bind_err)?;
     if opts.fastopen > 0 {
         // SAFETY: setsockopt with a valid int on a socket we own.

@@ -236,9 +236,26 @@ fn tcp_53_is_steered_to_dnsd_beside_a_resolver_and_the_wildcard_elsewhere() {
         tcp_ask(ns, svc).is_none()
     });
 
-    // Elsewhere (namespace A: no steering, nothing on port 53): the wildcard socket for
-    // 512 addresses, any of which answers.
+    // Elsewhere (namespace A: no steering, nothing on port 53). An address not up yet (an
+    // anycast address announced later): dnsd starts, and answers there once it is up.
     pair.a.ip(&["link", "set", "lo", "up"]).unwrap();
+    let later = config_listen(dir.path(), "later", "127.0.0.11\", \"10.99.0.1", None);
+    let d = Daemon::start(&pair.a, &later);
+    let svc = SocketAddr::from(([127, 0, 0, 11], 53));
+    wait_for("dnsd answering over TCP", Duration::from_secs(20), || {
+        tcp_ask(&pair.a, svc) == Some((0, 1))
+    });
+    pair.a
+        .ip(&["addr", "add", "10.99.0.1/32", "dev", "lo"])
+        .unwrap();
+    let up = SocketAddr::from(([10, 99, 0, 1], 53));
+    wait_for(
+        "an answer at the address now up",
+        Duration::from_secs(10),
+        || tcp_ask(&pair.a, up) == Some((0, 1)),
+    );
+    drop(d);
+    // 512 addresses: the wildcard socket, any of which answers.
     let wild = config_listen(dir.path(), "wild", "127.0.4.0/23", None);
     let d = Daemon::start(&pair.a, &wild);
     let svc = SocketAddr::from(([127, 0, 5, 11], 53));

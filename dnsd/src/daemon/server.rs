@@ -848,7 +848,8 @@ fn tcp_listeners(
             }
         }
     }
-    if addrs.len() <= listener::tcp::PER_ADDRESS_MAX {
+    // A wildcard among the addresses takes its family whole: the wildcard sockets.
+    if addrs.len() <= listener::tcp::PER_ADDRESS_MAX && !addrs.iter().any(|a| a.is_unspecified()) {
         // A few addresses: a listener on each, as Knot and NSD — nothing else on the port
         // is taken from other servers, and no other local address accepts DNS over TCP.
         let ls = listener::tcp::address_listeners(addrs, port, &opts).map_err(|e| e.to_string())?;
