@@ -225,7 +225,7 @@ fn escalate<R: Request + ?Sized>(
     now: Now,
     mut v: Verdict,
 ) -> Verdict {
-    if req.relayed() {
+    if req.relayed() && !e.count_relayed {
         // A resolver's users' verdicts, not its own: each is answered as it says, and
         // none counts against the resolver (Knot with RRL keeps answering them too).
         let stripe = match src {

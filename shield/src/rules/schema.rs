@@ -157,6 +157,9 @@ struct EscalateSchema {
     dns: Option<String>,
     /// HTTP: `tenant` (the default: the tenant's sites alone) or `block_map`.
     http: Option<String>,
+    /// DNS: `ignore` (the default: a query without RD, a resolver's, counts for nothing) or
+    /// `count`.
+    relayed: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -697,6 +700,16 @@ impl Ctx<'_> {
         };
         let dns_block_map = block_map("dns", v.dns.as_deref())?;
         let http_block_map = block_map("http", v.http.as_deref())?;
+        let count_relayed = match v.relayed.as_deref() {
+            None | Some("ignore") => false,
+            Some("count") => true,
+            Some(other) => {
+                return self.err(
+                    e.span(),
+                    format!("relayed = {other:?}: \"ignore\" (the default) or \"count\""),
+                );
+            }
+        };
         Ok(Escalation {
             after: v.after,
             window_ms: v.window_secs.saturating_mul(1000),
@@ -709,6 +722,7 @@ impl Ctx<'_> {
             reason: Reason::new(&reason),
             dns_block_map,
             http_block_map,
+            count_relayed,
         })
     }
 

@@ -705,6 +705,62 @@ escalate = { after = 3, window_secs = 10, block_secs = 60, v4_prefix = 24 }
     assert_eq!((st.escalations, st.suspects), (2, 1));
 }
 
+/// A relayed request (a DNS query without RD: an iterating resolver's) never counts toward
+/// an escalation, proven or not — unless the tenant says its clients ask directly
+/// (`relayed = "count"`).
+#[test]
+fn relayed_requests_escalate_only_where_the_tenant_counts_them() {
+    let blocks = BlockMap::new(BlockConfig::default());
+    let cfg = StateConfig::default();
+    let s = RuleState::new(&cfg, Some(blocks.clone())).scoped_to_tenants(&cfg);
+    let p = prepared(
+        r#"
+[[tenant]]
+id = 1
+escalate = { after = 3, window_secs = 10, block_secs = 60, on = ["deny"] }
+[[tenant.rule]]
+name = "no"
+action = "deny"
+when = [{ attr = "qtype", exact = "ANY" }]
+[[tenant]]
+id = 2
+escalate = { after = 3, window_secs = 10, block_secs = 60, on = ["deny"], relayed = "count" }
+[[tenant.rule]]
+name = "no"
+action = "deny"
+when = [{ attr = "qtype", exact = "ANY" }]
+"#,
+    );
+    struct Relayed;
+    impl Request for Relayed {
+        fn attr(&self, n: &str) -> Option<&str> {
+            (n == attr::QTYPE).then_some("ANY")
+        }
+        fn evidence(&self) -> Evidence {
+            Evidence::Tcp
+        }
+        fn relayed(&self) -> bool {
+            true
+        }
+    }
+    let resolver = ip("198.51.100.7");
+    for _ in 0..10 {
+        let v = p.check(&s, 1, resolver, &Relayed, NOW);
+        assert_eq!((v.action, v.escalated), (Action::Deny, Escalated::No));
+    }
+    let v: Vec<Escalated> = (0..3)
+        .map(|_| p.check(&s, 2, resolver, &Relayed, NOW).escalated)
+        .collect();
+    assert_eq!(v, [Escalated::No, Escalated::No, Escalated::Blocked]);
+    let e = Prepared::parse(
+        Path::new("t.toml"),
+        "[[tenant]]\nid = 1\nescalate = { after = 3, window_secs = 10, block_secs = 60, relayed = \"always\" }\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("relayed = \"always\""), "{e}");
+}
+
 /// Where escalations hold for the escalating tenant alone (dnsd): a proven source over one
 /// tenant's threshold gets nothing more from that tenant and everything from the others;
 /// unproven (forged) requests escalate nothing; the block policy holds; a tenant that asks

@@ -38,6 +38,9 @@ pub(crate) struct Escalation {
     pub(crate) dns_block_map: bool,
     /// HTTP (`http = "block_map"`): the same for http-front (every site, every packet).
     pub(crate) http_block_map: bool,
+    /// DNS (`relayed = "count"`): queries without RD count too (the tenant's clients ask it
+    /// directly: no resolver relays for them).
+    pub(crate) count_relayed: bool,
 }
 
 impl Escalation {
