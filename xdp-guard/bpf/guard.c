@@ -278,13 +278,70 @@ static __always_inline int blocked_v6(const struct in6_addr *saddr, struct guard
 	return GUARD_C_PASS;
 }
 
+/* True when `b` holds a live operator block of every packet. */
+static __always_inline int operator_live(const struct guard_block *b, __u64 now)
+{
+	return b && b->expires_ns[GUARD_SLOT_OPERATOR] > now &&
+	       !(b->dns_only & (1U << GUARD_SLOT_OPERATOR));
+}
+
+/* Whether an operator's block (xdp-guard block) covers the IPv4 source in any entry: the
+ * address's, or a prefix around it (past the one a daemon's block was found in). */
+static __always_inline int operator_v4(__be32 saddr)
+{
+	__u64 now = bpf_ktime_get_boot_ns();
+	struct guard_v4_key k = { .addr = saddr };
+	if (operator_live(bpf_map_lookup_elem(&guard_block_v4, &k), now))
+		return 1;
+	struct guard_lpm_v4_key lk = { .prefixlen = 32, .addr = saddr };
+#pragma unroll
+	for (int i = 0; i < GUARD_NEST_MAX; i++) {
+		const struct guard_block *b = bpf_map_lookup_elem(&guard_pfx_v4, &lk);
+		if (!b)
+			break;
+		if (operator_live(b, now))
+			return 1;
+		__u32 len = b->prefixlen;
+		if (len == 0 || len > 32)
+			break;
+		lk.prefixlen = len - 1;
+	}
+	return 0;
+}
+
+static __always_inline int operator_v6(const struct in6_addr *saddr)
+{
+	__u64 now = bpf_ktime_get_boot_ns();
+	struct guard_v6_key k;
+	__builtin_memcpy(k.addr, saddr, 16);
+	if (operator_live(bpf_map_lookup_elem(&guard_block_v6, &k), now))
+		return 1;
+	struct guard_lpm_v6_key lk = { .prefixlen = 128 };
+	__builtin_memcpy(lk.addr, saddr, 16);
+#pragma unroll
+	for (int i = 0; i < GUARD_NEST_MAX; i++) {
+		const struct guard_block *b = bpf_map_lookup_elem(&guard_pfx_v6, &lk);
+		if (!b)
+			break;
+		if (operator_live(b, now))
+			return 1;
+		__u32 len = b->prefixlen;
+		if (len == 0 || len > 128)
+			break;
+		lk.prefixlen = len - 1;
+	}
+	return 0;
+}
+
 /* A block found for `addr` (IPv4 mapped): passed when a daemon of the node never blocks it
- * (the DNS-only verdict noted before it restored), else `v`, a drop counted by its slot. */
+ * and no operator's block covers it (`op`: looked up only then) — the DNS-only verdict noted
+ * before it restored — else `v`, a drop counted by its slot. */
 static __always_inline int never_or(int v, const __u8 *addr, int had, struct guard_counters *cnt,
-				    struct guard_dns_block *dns)
+				    struct guard_dns_block *dns, const void *src, int v6)
 {
 	/* The operator's own block (xdp-guard block) holds: it was meant. */
-	if (!(dns->all_mask & (1 << GUARD_SLOT_OPERATOR)) && never_blocked(addr)) {
+	if (!(dns->all_mask & (1 << GUARD_SLOT_OPERATOR)) && never_blocked(addr) &&
+	    !(v6 ? operator_v6(src) : operator_v4(*(const __be32 *)src))) {
 		cnt->count[GUARD_C_NEVER_BLOCK]++;
 		dns->verdict = had;
 		return GUARD_C_PASS;
@@ -308,7 +365,7 @@ static __always_inline int check_v4(__be32 saddr, struct guard_counters *cnt,
 	a[10] = 0xff;
 	a[11] = 0xff;
 	__builtin_memcpy(&a[12], &saddr, 4);
-	return never_or(v, a, had, cnt, dns);
+	return never_or(v, a, had, cnt, dns, &saddr, 0);
 }
 
 static __always_inline int check_v6(const struct in6_addr *saddr, struct guard_counters *cnt,
@@ -318,7 +375,7 @@ static __always_inline int check_v6(const struct in6_addr *saddr, struct guard_c
 	int v = blocked_v6(saddr, cnt, dns);
 	if (v == GUARD_C_PASS && dns->verdict == had)
 		return v;
-	return never_or(v, (const __u8 *)saddr, had, cnt, dns);
+	return never_or(v, (const __u8 *)saddr, had, cnt, dns, saddr, 1);
 }
 
 /* A DNS-only block applies to UDP to port `dport` of `dst` (IPv4 mapped) when dnsd serves

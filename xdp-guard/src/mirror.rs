@@ -645,6 +645,19 @@ impl Mirror {
         }
     }
 
+    /// Takes this writer's bit off every never-block entry (its daemon stops: what it never
+    /// blocked is no longer its to protect).
+    pub fn withdraw_never(&mut self) {
+        if self.never_applied.take().is_none() {
+            return;
+        }
+        if let Some(maps) = &self.maps
+            && let Err(e) = maps.set_never(&[])
+        {
+            warn!(error = %e, "withdrawing the never-block prefixes from the XDP maps failed");
+        }
+    }
+
     /// Deletes kernel entries whose expiry has passed; returns how many.
     pub fn sweep(&mut self) -> u64 {
         self.last_sweep = Instant::now();
@@ -701,6 +714,7 @@ impl Mirror {
                     m.step();
                 }
                 m.drain();
+                m.withdraw_never();
                 m
             })?;
         Ok(MirrorHandle {

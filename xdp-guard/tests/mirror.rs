@@ -551,6 +551,15 @@ fn a_mirror_writes_its_never_block_set_for_the_node() {
     };
     assert_eq!(verdict(&g), xdp_guard::Verdict::Pass);
     assert!(g.counters().unwrap().never_block >= 1);
+    // A mirror that stops takes its bit off; started again, it writes it anew.
+    dns.withdraw_never();
+    assert_eq!(verdict(&g), xdp_guard::Verdict::Drop);
+    dns = Mirror::new(
+        g.maps().clone().with_slot(xdp_guard::SLOT_DNSD),
+        dns_blocks.subscribe("xdp2"),
+    );
+    dns.step();
+    assert_eq!(verdict(&g), xdp_guard::Verdict::Pass);
     // The set changed (a reload dropped the peer): followed within a second or so.
     dns_blocks.set_policy(shield::never_block::BlockPolicy::default());
     let start = Instant::now();

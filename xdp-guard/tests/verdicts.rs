@@ -1832,4 +1832,21 @@ fn what_a_daemon_never_blocks_passes_the_other_writers_blocks_but_not_the_operat
         Drop,
         "drop_blocked_addr",
     );
+    // The operator's wider block holds too, past a daemon's narrower one found first.
+    op.unblock(net("192.0.2.53/32")).unwrap();
+    assert_verdict(
+        &g,
+        "unblocked by the operator",
+        &primary,
+        Pass,
+        "never_block",
+    );
+    assert!(op.block(net("192.0.0.0/16"), u64::MAX).unwrap());
+    assert_verdict(
+        &g,
+        "the operator's /16 around a daemon's /32",
+        &primary,
+        Drop,
+        "drop_blocked_addr",
+    );
 }
