@@ -42,16 +42,24 @@ impl Prepared {
         req: &R,
         now: Now,
     ) -> Verdict {
-        let v = self.evaluate(t, state, src, req, now);
-        // A source escalated for this tenant alone: nothing more from its zones but what its
-        // allow lists and allow rules let through.
-        if v.action != Action::Allow
-            && let (Some(e), Some(tbl)) = (&t.escalate, &state.tenant_scoped)
+        // A source escalated for this tenant alone: nothing more from its zones or sites but
+        // what its allow lists and allow rules let through — its rules walked only when some
+        // rule allows (a held flood costs a lookup, and feeds no limiter).
+        if let (Some(e), Some(tbl)) = (&t.escalate, &state.tenant_scoped)
             && !e.block_map(state.http)
             && tbl.live(&(t.id, source_key(src, e.v4, e.v6)), secs(now))
         {
+            let listed = (!t.allow.is_empty() && t.allow.contains(src))
+                || (t.allow_bots && self.bots.contains(src));
+            if listed || t.allow_rules {
+                let v = self.evaluate(t, state, src, req, now);
+                if v.action == Action::Allow {
+                    return v;
+                }
+            }
             return Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str());
         }
+        let v = self.evaluate(t, state, src, req, now);
         match (&t.escalate, v.action) {
             (Some(e), Action::Deny) if e.on_deny => escalate(t, e, state, src, req, now, v),
             // A shared bucket (rate.key) says nothing about this source: no escalation.

@@ -648,6 +648,7 @@ impl Ctx<'_> {
             .iter()
             .flat_map(|r| r.conds.iter())
             .fold(0u32, |m, c| m | attrs::bit(&c.attr));
+        let allow_rules = rules.iter().any(|r| r.verdict.action == Action::Allow);
         Ok(Tenant {
             id,
             allow,
@@ -662,6 +663,7 @@ impl Ctx<'_> {
             index,
             name: t.name.as_deref().map(Box::from),
             reads,
+            allow_rules,
         })
     }
 

@@ -314,6 +314,8 @@ pub(crate) struct Tenant {
     pub(crate) name: Option<Box<str>>,
     /// The attributes its rules read ([`attr::bit`]).
     pub(crate) reads: u32,
+    /// Some rule allows (a source held for the tenant may still be let through by it).
+    pub(crate) allow_rules: bool,
 }
 
 impl Tenant {
