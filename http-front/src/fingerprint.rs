@@ -151,7 +151,7 @@ pub fn ja4_cut(wire: &[u8]) -> Option<(String, bool)> {
             ciphers.push(v);
         }
     }
-    cut |= !cs.0.is_empty();
+    cut |= cs.0.len() > 1;
     c.vec8()?;
     let mut exts: Vec<u16> = Vec::new();
     let (mut sni, mut alpn, mut sigs, mut best): (bool, Option<&[u8]>, Vec<u16>, Option<u16>) =

@@ -260,6 +260,22 @@ fn the_control_socket_answers_junk_as_a_bad_request_and_bounds_its_connections()
     let mut reply = String::new();
     s.read_to_string(&mut reply).unwrap();
     assert!(reply.contains("bad request"), "{reply:?}");
+    // A valid request padded past the 64 KiB bound: refused whole (never run on what was
+    // read of it), counted.
+    let mut s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut req = br#"{"args":["zone","remove","example.com."]}"#.to_vec();
+    req.resize(70_000, b' ');
+    let _ = s.write_all(&req);
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    assert!(reply.contains("longer than"), "{reply:?}");
+    assert!(d.metrics().lines().any(|l| {
+        l.starts_with("palisade_control_connections_total{result=\"too_long\"}")
+            && l.ends_with(" 1")
+    }));
+    let (ok, zones) = d.ctl(&["zones"]);
+    assert!(ok && zones.contains("example.com."), "{zones}");
     // 73 silent connections of root's: 72 fill every place (the 64 shared ones and the 8 kept
     // for root and the daemon's user), and one of them (whichever the server took last: its
     // tasks may run out of order under load) is told so at once, closed, and counted.

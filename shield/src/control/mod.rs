@@ -757,24 +757,29 @@ where
             stats.accepted.fetch_add(1, Ordering::Relaxed);
             let mut line = String::new();
             let mut rd = tokio::io::BufReader::new(rd.take(MAX_REQUEST as u64));
-            match tokio::time::timeout(REQUEST_TIMEOUT, rd.read_line(&mut line)).await {
-                Ok(Ok(n)) => {
-                    if n as u64 >= MAX_REQUEST as u64 && !line.ends_with('\n') {
-                        stats.too_long.fetch_add(1, Ordering::Relaxed);
+            let too_long =
+                match tokio::time::timeout(REQUEST_TIMEOUT, rd.read_line(&mut line)).await {
+                    Ok(Ok(n)) => n as u64 >= MAX_REQUEST as u64 && !line.ends_with('\n'),
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                        // Not UTF-8 (or cut inside a character at the bound): a bad request.
+                        line = "\u{fffd}".into();
+                        rd.get_ref().limit() == 0
                     }
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                };
+            // Cut at the bound: refused whole, never run on what was read of it.
+            let mut reply = if too_long {
+                stats.too_long.fetch_add(1, Ordering::Relaxed);
+                Reply::err(format!("bad request: longer than {MAX_REQUEST} bytes"))
+            } else {
+                match serde_json::from_str::<Request>(&line) {
+                    Ok(req) => run(req.args, p).await,
+                    Err(e) => Reply::err(format!("bad request: {e}")),
                 }
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
-                    line = "\u{fffd}".into(); // not UTF-8: answered as a bad request
-                }
-                Ok(Err(_)) => return,
-                Err(_) => {
-                    stats.timeouts.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-            }
-            let mut reply = match serde_json::from_str::<Request>(&line) {
-                Ok(req) => run(req.args, p).await,
-                Err(e) => Reply::err(format!("bad request: {e}")),
             };
             // Whatever a reply quotes (a file name a member chose, a zone's error), no
             // control character but its line breaks and tabs reaches the operator's terminal.

@@ -363,10 +363,47 @@ impl Ctx<'_> {
                 }
             }
         }
+        // An empty prefix, suffix or contains matches every value: `present = true` says so.
+        for (k, v) in [
+            ("prefix", &c.prefix),
+            ("suffix", &c.suffix),
+            ("contains", &c.contains),
+        ] {
+            if v.as_deref() == Some("") {
+                return self.err(
+                    c.attr.span(),
+                    format!("{k} = \"\" matches every value: write present = true"),
+                );
+            }
+        }
         // Names as the daemons see them: ASCII (an IDN as its A-label), no empty label, and
         // the HTTP host without its port; a value spelt otherwise never matched.
         let host = matches!(&*canonical_attr(attr), attrs::HOST | "header:host");
         if host || attr == attrs::QNAME {
+            for v in c.exact.iter().chain(c.one_of.iter().flatten()) {
+                // A whole name: the root alone may be "." (a host never is), none starts
+                // with an empty label.
+                let root = v == "." && !host;
+                if !root && (v.is_empty() || v.starts_with('.')) {
+                    return self.err(
+                        c.attr.span(),
+                        format!("{v:?} has an empty label: no {attr} has one"),
+                    );
+                }
+            }
+            // A qname suffix matches whole labels: a leading dot made one no name has.
+            if attr == attrs::QNAME
+                && let Some(v) = &c.suffix
+                && v.len() > 1
+                && v.starts_with('.')
+            {
+                return self.err(
+                    c.attr.span(),
+                    format!(
+                        "suffix = {v:?}: write it without the leading dot (a suffix matches whole labels: the name and every name below it)"
+                    ),
+                );
+            }
             let whole = c
                 .exact
                 .iter()
@@ -1164,6 +1201,16 @@ mod tests {
                 "A-labels",
             ),
             ("{ attr = \"qname\", exact = \"a..b.test\" }", "empty label"),
+            ("{ attr = \"host\", exact = \".a.test\" }", "empty label"),
+            ("{ attr = \"host\", one_of = [\".\"] }", "empty label"),
+            (
+                "{ attr = \"path\", contains = \"\" }",
+                "write present = true",
+            ),
+            (
+                "{ attr = \"qname\", suffix = \".example.com\" }",
+                "without the leading dot",
+            ),
             (
                 "{ attr = \"host\", exact = \"deny.a.test:8080\" }",
                 "without its port",
@@ -1187,6 +1234,7 @@ mod tests {
             "{ attr = \"host\", exact = \"deny.a.test.\" }",
             "{ attr = \"host\", exact = \"[::1]\" }",
             "{ attr = \"host\", prefix = \"www.\" }",
+            "{ attr = \"qname\", exact = \".\" }",
             "{ attr = \"qname\", suffix = \"xn--bcher-kva.test\" }",
             "{ attr = \"header:x-api-version\", exact = \"1\" }",
             "{ attr = \"transport\", exact = \"TCP\" }",
