@@ -430,11 +430,17 @@ async fn run<I>(
             b2.max_concurrent_streams(streams);
             cx.front.counters.bump(Counter::LimitSlowReaderStreams);
         }
+        let budget = crate::h1watch::HeadBudget {
+            held: Arc::clone(&cx.front.head_buffered),
+            limit: life.head_budget,
+            counters: Arc::clone(&cx.front.counters),
+        };
         let io = TokioIo::new(crate::h2watch::H2Watch::new(
             io,
             Arc::clone(&cx.front.counters),
             Some(Arc::clone(&cx.h2_fingerprint)),
             Some(Arc::clone(&cx.ctl)),
+            Some(budget),
         ));
         let conn = b2.serve_connection(io, svc);
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;

@@ -26,7 +26,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, ReadBuf};
 
@@ -101,7 +101,14 @@ pub struct Heads {
     ordinal: u32,
     /// Bytes of the head being read (0 between heads): what hyper holds of it unparsed.
     held: usize,
+    /// Whole heads read and not yet handed to the service (pipelined behind a request in
+    /// flight: hyper holds them): `(ordinal, bytes)`, the oldest first.
+    done: [(u32, u32); DONE_KEPT],
+    done_len: usize,
 }
+
+/// Whole heads remembered while they wait in hyper's buffer (more are summed into the last).
+const DONE_KEPT: usize = 16;
 
 impl Default for Heads {
     fn default() -> Self {
@@ -114,6 +121,8 @@ impl Default for Heads {
             head: Head::default(),
             ordinal: 0,
             held: 0,
+            done: [(0, 0); DONE_KEPT],
+            done_len: 0,
         }
     }
 }
@@ -133,6 +142,28 @@ impl Heads {
             Phase::Start | Phase::Fields | Phase::Trailers => self.held,
             _ => 0,
         }
+    }
+
+    /// Bytes of heads hyper holds while `started` requests have reached the service: the
+    /// whole heads read past them (pipelined), and the one being read.
+    pub fn pending(&mut self, started: u32) -> usize {
+        if self.phase == Phase::Off {
+            self.done_len = 0;
+            return 0;
+        }
+        let gone = self.done[..self.done_len]
+            .iter()
+            .take_while(|(ordinal, _)| *ordinal <= started)
+            .count();
+        if gone > 0 {
+            self.done.copy_within(gone..self.done_len, 0);
+            self.done_len -= gone;
+        }
+        let whole: usize = self.done[..self.done_len]
+            .iter()
+            .map(|(_, n)| *n as usize)
+            .sum();
+        whole + self.held()
     }
 
     /// Follows `data`, the next bytes the client sent; returns the first odd head in them with
@@ -307,6 +338,14 @@ impl Heads {
 
     /// The head's empty line came: the body's framing, or the oddity that ends the watch.
     fn head_ended(&mut self) -> Option<OddHead> {
+        let bytes = u32::try_from(self.held).unwrap_or(u32::MAX);
+        if self.done_len < DONE_KEPT {
+            self.done[self.done_len] = (self.ordinal, bytes);
+            self.done_len += 1;
+        } else {
+            let last = &mut self.done[DONE_KEPT - 1];
+            *last = (self.ordinal, last.1.saturating_add(bytes));
+        }
         self.held = 0;
         let h = &self.head;
         let odd = if h.lengths > 0 && h.coded {
@@ -346,9 +385,7 @@ pub struct H1Watch<I> {
     io: I,
     heads: Heads,
     ctl: Arc<ConnCtl>,
-    budget: Option<HeadBudget>,
-    /// Bytes this connection holds of the budget now.
-    charged: usize,
+    charge: HeadCharge,
 }
 
 /// The budget all connections' unfinished heads share (`[server] header_buffer_total_bytes`).
@@ -362,36 +399,46 @@ pub struct HeadBudget {
     pub counters: Arc<Counters>,
 }
 
-impl<I> H1Watch<I> {
-    /// Watches `io`, the connection `ctl` controls; its unfinished heads past
-    /// [`HEAD_FREE`] are charged to `budget`.
-    pub fn new(io: I, ctl: Arc<ConnCtl>, budget: Option<HeadBudget>) -> Self {
-        H1Watch {
-            io,
-            heads: Heads::default(),
-            ctl,
-            budget,
-            charged: 0,
-        }
+/// What one connection holds of the heads' budget; given back as it drops.
+#[derive(Debug, Default)]
+pub struct HeadCharge {
+    budget: Option<HeadBudget>,
+    charged: usize,
+}
+
+impl HeadCharge {
+    /// A connection's share of `budget` (none: nothing is counted).
+    pub fn new(budget: Option<HeadBudget>) -> Self {
+        HeadCharge { budget, charged: 0 }
     }
 
-    /// Charges (or gives back) what the head being read holds past [`HEAD_FREE`]; false
-    /// when the budget cannot take it.
-    fn charge(&mut self) -> bool {
+    /// Charges (or gives back) what `held` bytes of unfinished heads take past
+    /// [`HEAD_FREE`]; false, counted, when the budget cannot take them (nothing more charged).
+    pub fn set(&mut self, held: usize) -> bool {
         let Some(b) = &self.budget else {
             return true;
         };
-        let want = self.heads.held().saturating_sub(HEAD_FREE);
+        let want = held.saturating_sub(HEAD_FREE);
         if want < self.charged {
             b.held.fetch_sub(self.charged - want, Ordering::Relaxed);
             self.charged = want;
         } else if want > self.charged {
             let more = want - self.charged;
-            let before = b.held.fetch_add(more, Ordering::Relaxed);
-            if before + more > b.limit {
-                b.held.fetch_sub(more, Ordering::Relaxed);
-                b.counters.bump(Counter::LimitHeaderBufferTotal);
-                return false;
+            let mut cur = b.held.load(Ordering::Relaxed);
+            loop {
+                if cur.saturating_add(more) > b.limit {
+                    b.counters.bump(Counter::LimitHeaderBufferTotal);
+                    return false;
+                }
+                match b.held.compare_exchange_weak(
+                    cur,
+                    cur + more,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => break,
+                    Err(now) => cur = now,
+                }
             }
             self.charged = want;
         }
@@ -399,13 +446,34 @@ impl<I> H1Watch<I> {
     }
 }
 
-impl<I> Drop for H1Watch<I> {
+impl Drop for HeadCharge {
     fn drop(&mut self) {
         if let Some(b) = &self.budget
             && self.charged > 0
         {
             b.held.fetch_sub(self.charged, Ordering::Relaxed);
         }
+    }
+}
+
+impl<I> H1Watch<I> {
+    /// Watches `io`, the connection `ctl` controls; what hyper holds of its heads past
+    /// [`HEAD_FREE`] is charged to `budget`.
+    pub fn new(io: I, ctl: Arc<ConnCtl>, budget: Option<HeadBudget>) -> Self {
+        H1Watch {
+            io,
+            heads: Heads::default(),
+            ctl,
+            charge: HeadCharge::new(budget),
+        }
+    }
+
+    /// Charges what hyper holds of heads now: the one being read, and whole ones waiting
+    /// behind the requests in flight.
+    fn charge(&mut self) -> bool {
+        let started = self.ctl.requests.load(Ordering::Relaxed);
+        let held = self.heads.pending(started);
+        self.charge.set(held)
     }
 }
 
@@ -417,7 +485,15 @@ impl<I: AsyncRead + Unpin> AsyncRead for H1Watch<I> {
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         let before = buf.filled().len();
-        ready!(Pin::new(&mut me.io).poll_read(cx, buf))?;
+        let read = Pin::new(&mut me.io).poll_read(cx, buf);
+        if read.is_pending() {
+            // hyper asks for more: the requests it started since gave their heads back.
+            me.charge();
+            return Poll::Pending;
+        }
+        if let Poll::Ready(Err(e)) = read {
+            return Poll::Ready(Err(e));
+        }
         if me.heads.phase != Phase::Off {
             if me.ctl.tunnels() > 0 {
                 // A WebSocket took the connection over: its bytes are no HTTP.

@@ -37,6 +37,7 @@ const TABLE_SIZE: u64 = 4096;
 /// Bytes of a header block's start read for size updates (two updates at most, §4.2).
 const BLOCK_START: usize = 12;
 const HEADERS: u8 = 0x1;
+const CONTINUATION: u8 = 0x9;
 const RST_STREAM: u8 = 0x3;
 const GOAWAY: u8 = 0x7;
 const COMPRESSION_ERROR: u32 = 0x9;
@@ -109,6 +110,13 @@ pub struct H2Watch<I> {
     error: u32,
     /// The connection's control block: RST_STREAM frames are counted on it.
     ctl: Option<Arc<crate::conn_registry::ConnCtl>>,
+    /// Bytes of the header block being sent (HEADERS without END_HEADERS, then its
+    /// CONTINUATIONs): h2 holds them until the block ends.
+    open_block: usize,
+    /// Its share of the heads' budget (`[server] header_buffer_total_bytes`).
+    charge: crate::h1watch::HeadCharge,
+    /// The violation was an open header block past the heads' budget (counted there).
+    over_budget: bool,
 }
 
 impl<I> H2Watch<I> {
@@ -119,11 +127,15 @@ impl<I> H2Watch<I> {
         counters: Arc<Counters>,
         print: Option<Arc<std::sync::OnceLock<Box<str>>>>,
         ctl: Option<Arc<crate::conn_registry::ConnCtl>>,
+        budget: Option<crate::h1watch::HeadBudget>,
     ) -> H2Watch<I> {
         H2Watch {
             io,
             counters,
             ctl,
+            open_block: 0,
+            charge: crate::h1watch::HeadCharge::new(budget),
+            over_budget: false,
             rd: Frames {
                 preface: PREFACE_LEN,
                 ..Frames::default()
@@ -185,6 +197,24 @@ impl<I> H2Watch<I> {
                 r.left = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
                 let left = r.left;
                 let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+                // A header block open across frames is held by h2 until it ends: charged
+                // past its free part, and past the budget the connection goes.
+                let end_headers = h[4] & 0x4 != 0;
+                match h[3] {
+                    HEADERS | CONTINUATION => {
+                        self.open_block = match (h[3], end_headers) {
+                            (_, true) => 0,
+                            (HEADERS, false) => left,
+                            _ => self.open_block.saturating_add(left),
+                        };
+                        if !self.charge.set(self.open_block) {
+                            self.error = ENHANCE_YOUR_CALM;
+                            self.over_budget = true;
+                            return Err(frame_start);
+                        }
+                    }
+                    _ => {}
+                }
                 match h[3] {
                     HEADERS => self.requests += 1,
                     RST_STREAM => {
@@ -343,7 +373,9 @@ impl<I: AsyncWrite + Unpin> H2Watch<I> {
         f[9..13].copy_from_slice(&self.last_stream.to_be_bytes());
         f[13..17].copy_from_slice(&self.error.to_be_bytes());
         self.goaway = Some((f, 0));
-        if self.error == ENHANCE_YOUR_CALM {
+        if self.over_budget {
+            tracing::debug!("HTTP/2 header block over the heads' budget: GOAWAY ENHANCE_YOUR_CALM");
+        } else if self.error == ENHANCE_YOUR_CALM {
             self.counters.bump(Counter::LimitH2ControlFlood);
             tracing::debug!(
                 frames = self.control,
@@ -445,7 +477,7 @@ mod tests {
     }
 
     fn watch() -> H2Watch<tokio::io::DuplexStream> {
-        H2Watch::new(tokio::io::duplex(64).0, Arc::default(), None, None)
+        H2Watch::new(tokio::io::duplex(64).0, Arc::default(), None, None, None)
     }
 
     #[test]

@@ -958,7 +958,13 @@ fn unfinished_heads_share_one_budget_and_ordinary_requests_pass() {
         .filter_map(|s| {
             s.set_read_timeout(Some(Duration::from_millis(200))).ok()?;
             let mut b = [0u8; 64];
-            matches!(std::io::Read::read(s, &mut b), Ok(0) | Err(_)).then_some(())
+            // Closed: an end, or a reset — a read that times out is a connection still open.
+            let gone = match std::io::Read::read(s, &mut b) {
+                Ok(0) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+                Ok(_) => false,
+            };
+            gone.then_some(())
         })
         .count();
     assert!(closed >= 6, "{closed} connections closed");
@@ -973,4 +979,67 @@ fn unfinished_heads_share_one_budget_and_ordinary_requests_pass() {
         front.metric("http_front_buffered_bytes{what=\"head\"}") == 0
     });
     assert_eq!(origin.requests(), 1);
+}
+
+/// An HTTP/2 header block left open (a HEADERS frame whose last CONTINUATION never comes:
+/// h2 holds its fragments) counts in the heads' budget as an HTTP/1.1 head does.
+#[test]
+fn open_http2_header_blocks_count_in_the_heads_budget() {
+    let origin = Origin::start();
+    let o = origin.addr();
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "[server]\nlisten = [\"{a}\"]\nworkers = 2\nheader_read_timeout_ms = 8000\n\
+                 header_buffer_total_bytes = 60000\n\n[limits]\nmax_header_bytes = 65536\n\n\
+                 [metrics]\nlisten = \"{m}\"\n\n\
+                 [[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\n\n[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n"
+            )
+        },
+        None,
+    );
+    let fa = front.addr();
+    let held = || front.metric("http_front_buffered_bytes{what=\"head\"}");
+    // An HTTP/2 header block left open: HEADERS of 30 KB without END_HEADERS.
+    let mut open = H2Conn::connect(Some(net::test_ip()), fa).unwrap();
+    let pad = "a".repeat(990);
+    let mut fields = vec![
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":authority", "a.test"),
+        (":path", "/"),
+    ];
+    fields.extend(std::iter::repeat_n(("x-pad", pad.as_str()), 30));
+    let block = hpack_encode(&fields);
+    assert!(block.len() > 30_000);
+    open.write_frame(frame::HEADERS, frame::END_STREAM, 1, &block[..16_000])
+        .unwrap();
+    open.write_frame(frame::CONTINUATION, 0, 1, &block[16_000..])
+        .unwrap();
+    wait_for("the open block charged", Duration::from_secs(5), || {
+        held() > 20_000
+    });
+    // Two more go past the budget: refused, counted.
+    let mut second = Vec::new();
+    for _ in 0..2 {
+        let mut c = H2Conn::connect(Some(net::test_ip()), fa).unwrap();
+        let _ = c.write_frame(frame::HEADERS, frame::END_STREAM, 1, &block[..16_000]);
+        let _ = c.write_frame(frame::CONTINUATION, 0, 1, &block[16_000..]);
+        second.push(c);
+    }
+    wait_for(
+        "the block past the budget refused",
+        Duration::from_secs(5),
+        || front.metric("http_front_limit_hits_total{limit=\"header_buffer_total\"}") >= 1,
+    );
+    assert!(held() <= 60_000, "{} held", held());
+    // An ordinary request still passes; what was held is given back as they go.
+    assert_eq!(
+        get(Some(net::test_ip()), fa, "a.test", "/").unwrap().status,
+        200
+    );
+    drop((open, second));
+    wait_for("the budget given back", Duration::from_secs(15), || {
+        held() == 0
+    });
 }

@@ -75,7 +75,8 @@ pub struct Server {
     pub body_buffer_total_bytes: usize,
     /// Most bytes of HTTP/1.1 request heads held unfinished at once over all connections,
     /// past each head's first 8 KiB (which hyper's first read takes anyway): a connection
-    /// whose head would go past it is closed (counted as `limit="header_buffer_total"`).
+    /// whose head would go past it is closed (counted as `limit="header_buffer_total"`);
+    /// HTTP/2 header blocks left open count too. 0: no head past its free part.
     #[serde(deserialize_with = "range_usize::<0, 68719476736, _>")]
     pub header_buffer_total_bytes: usize,
     /// A request body must keep at least this rate after its first two seconds (0: no
