@@ -111,6 +111,11 @@ impl Prepared {
                 let mut c = index::Candidates::new();
                 t.index.candidates(req, &mut c);
                 if c.overflow {
+                    let stripe = match src {
+                        IpAddr::V4(a) => u32::from(a) as usize,
+                        IpAddr::V6(a) => u128::from(a) as usize,
+                    };
+                    state.index_walks.add(stripe, 1);
                     for rule in &t.rules {
                         if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
                             return v;

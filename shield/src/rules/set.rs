@@ -43,6 +43,8 @@ pub struct RuleState {
     pub(super) unproven_ignored: StripedCounter,
     /// Verdicts of relayed requests (a resolver's users'), never counted toward escalation.
     pub(super) relayed_ignored: StripedCounter,
+    /// Requests whose candidates passed the index's bounds: every rule of the tenant walked.
+    pub(super) index_walks: StripedCounter,
     /// The sources held for a tenant alone, as `ctl block list` shows them and `block del`
     /// lifts them (the table above holds hashes only); the most recent [`HOLDS_MAX`].
     pub(super) holds: std::sync::Mutex<std::collections::VecDeque<TenantHold>>,
@@ -122,6 +124,7 @@ impl RuleState {
             http: false,
             unproven_ignored: StripedCounter::default(),
             relayed_ignored: StripedCounter::default(),
+            index_walks: StripedCounter::default(),
             holds: Default::default(),
             holds_unlisted: Default::default(),
         }
@@ -168,6 +171,9 @@ pub struct RulesStats {
     /// Verdicts of relayed requests (DNS without RD: a resolver's users') that would count
     /// toward an escalation: they count for nothing.
     pub relayed_ignored: u64,
+    /// Requests that matched more than the index gathers (more than 128 candidates, or 32
+    /// `contains` values in one attribute): every rule of their tenant walked.
+    pub index_walks: u64,
     /// The tenant-scoped escalations' table, where there is one.
     pub tenant_scoped: Option<crate::ratelimit::TableStats>,
     /// Sources held for a tenant that `ctl block list` no longer lists (past [`HOLDS_MAX`]).
@@ -325,6 +331,7 @@ impl RuleSet {
             suspects: self.state.suspects.sum(),
             unproven_ignored: self.state.unproven_ignored.sum(),
             relayed_ignored: self.state.relayed_ignored.sum(),
+            index_walks: self.state.index_walks.sum(),
             tenant_scoped: self.state.tenant_scoped.as_ref().map(|t| t.stats()),
             holds_unlisted: self
                 .state
@@ -377,6 +384,13 @@ impl crate::metrics::Source for RuleSet {
             "",
             "Verdicts of relayed queries (DNS without RD: an iterating resolver asks for its users) that would count toward an escalation: they count for nothing.",
             r.relayed_ignored,
+        );
+        out.counter(
+            "rules.index_walks",
+            "palisade_rules_index_walks_total",
+            "",
+            "Requests that matched more than the rule index gathers (128 candidates, 32 contains values of one attribute): every rule of their tenant walked.",
+            r.index_walks,
         );
         if let Some(t) = &r.tenant_scoped {
             out.counter(

@@ -345,6 +345,7 @@ fn the_index_gives_the_verdicts_of_a_walk_over_every_rule() {
             p.check(&s, 1, src, &dns("zz.", "TXT"), NOW).action,
             Action::Deny
         );
+        assert!(s.index_walks.sum() >= 2, "the walks counted");
     }
     use rand_like::Lcg;
     let mut r = Lcg(0x5eed);
