@@ -1638,7 +1638,7 @@ fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
     for _ in 0..3 {
         run(&g, &cookie_query(who, 6, &client, None));
     }
-    let q = options_query(who, 9, &client, None, &[ecs.clone()], &[]);
+    let q = options_query(who, 9, &client, None, std::slice::from_ref(&ecs), &[]);
     assert_eq!(run(&g, &q).0, Verdict::Drop);
     // Without dnsd's secrets nothing is verified: dropped.
     m.publish_answers(&[addr], &mut [], 1232, SENDER, None)
