@@ -135,7 +135,7 @@ pub fn ja4(wire: &[u8]) -> Option<String> {
     ja4_cut(wire).map(|(print, _)| print)
 }
 
-/// JA4 of the ClientHello in `wire`, and whether [`FINGERPRINT_ITEMS`] cut a list of it short.
+/// JA4 of the ClientHello in `wire`, and whether the 256-item bound cut a list of it short.
 pub fn ja4_cut(wire: &[u8]) -> Option<(String, bool)> {
     let mut cut = false;
     let msg = hello_message(wire)?;
