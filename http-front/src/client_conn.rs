@@ -430,11 +430,7 @@ async fn run<I>(
             b2.max_concurrent_streams(streams);
             cx.front.counters.bump(Counter::LimitSlowReaderStreams);
         }
-        let budget = crate::h1watch::HeadBudget {
-            held: Arc::clone(&cx.front.head_buffered),
-            limit: life.head_budget,
-            counters: Arc::clone(&cx.front.counters),
-        };
+        let budget = head_budget(&cx, &life);
         let io = TokioIo::new(crate::h2watch::H2Watch::new(
             io,
             Arc::clone(&cx.front.counters),
@@ -447,14 +443,21 @@ async fn run<I>(
     } else {
         // With upgrades: a WebSocket takes the connection over (its tunnel holds the
         // connection's place in the registry until it ends).
-        let budget = crate::h1watch::HeadBudget {
-            held: Arc::clone(&cx.front.head_buffered),
-            limit: life.head_budget,
-            counters: Arc::clone(&cx.front.counters),
-        };
+        let budget = head_budget(&cx, &life);
         let io = crate::h1watch::H1Watch::new(io, Arc::clone(&cx.ctl), Some(budget));
         let conn = b1.serve_connection(TokioIo::new(io), svc).with_upgrades();
         drive(&cx, conn, life, |c| c.graceful_shutdown()).await;
+    }
+}
+
+/// The connection's share of the heads' budget: the node's, and its source's (a listed hop
+/// carries many clients: the node's alone).
+fn head_budget(cx: &ConnCtx, life: &Life) -> crate::h1watch::HeadBudget {
+    crate::h1watch::HeadBudget {
+        held: Arc::clone(&cx.front.head_buffered),
+        limit: life.head_budget,
+        source: (!cx.hop).then(|| Arc::clone(&cx.ctl.heads)),
+        counters: Arc::clone(&cx.front.counters),
     }
 }
 

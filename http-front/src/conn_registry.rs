@@ -120,6 +120,9 @@ pub struct ConnCtl {
     /// Response bytes reserved for its source (all of the source's open connections share
     /// this) out of `[server] response_buffer_total_bytes`.
     pub buffered: Arc<AtomicUsize>,
+    /// Bytes of unfinished heads its source holds (all of the source's open connections share
+    /// this) out of `[server] header_buffer_total_bytes`.
+    pub heads: Arc<AtomicUsize>,
     /// The connection has ended (its requests still waiting on an origin are abandoned).
     ended: std::sync::atomic::AtomicBool,
     end_notify: Notify,
@@ -142,11 +145,17 @@ pub enum OddHead {
     Fragment = 4,
 }
 
+/// What a source's connections share: requests at origins, response bytes reserved, bytes
+/// of unfinished heads.
+type SourceShared = (Arc<AtomicU32>, Arc<AtomicUsize>, Arc<AtomicUsize>);
+
 impl ConnCtl {
-    fn new(ip: IpAddr, upstream: Arc<AtomicU32>, buffered: Arc<AtomicUsize>, now_ms: u64) -> Self {
+    fn new(ip: IpAddr, shared: SourceShared, now_ms: u64) -> Self {
+        let (upstream, buffered, heads) = shared;
         ConnCtl {
             upstream,
             buffered,
+            heads,
             ended: std::sync::atomic::AtomicBool::new(false),
             end_notify: Notify::new(),
             ip,
@@ -531,7 +540,10 @@ impl Registry {
             let buffered = list
                 .first()
                 .map_or_else(Arc::default, |c| Arc::clone(&c.buffered));
-            let ctl = Arc::new(ConnCtl::new(ip, upstream, buffered, now_ms));
+            let heads = list
+                .first()
+                .map_or_else(Arc::default, |c| Arc::clone(&c.heads));
+            let ctl = Arc::new(ConnCtl::new(ip, (upstream, buffered, heads), now_ms));
             list.push(Arc::clone(&ctl));
             ctl
         };

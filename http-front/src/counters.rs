@@ -103,6 +103,7 @@ counters! {
     LimitSiteInFlight => ("limit_hits_total", "limit", "max_requests_in_flight"),
     LimitFingerprintItems => ("limit_hits_total", "limit", "fingerprint_items"),
     LimitHeaderBufferTotal => ("limit_hits_total", "limit", "header_buffer_total"),
+    LimitHeaderBufferSource => ("limit_hits_total", "limit", "header_buffer_source"),
     ReqAbandoned => ("responses_total", "cause", "client_gone"),
     BodiesBuffered => ("request_bodies_total", "mode", "buffered"),
     BodiesStreamed => ("request_bodies_total", "mode", "streamed"),

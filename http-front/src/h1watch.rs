@@ -145,8 +145,9 @@ impl Heads {
     }
 
     /// Bytes of heads hyper holds while `started` requests have reached the service: the
-    /// whole heads read past them (pipelined), and the one being read.
-    pub fn pending(&mut self, started: u32) -> usize {
+    /// whole heads read past them (pipelined) but the `fresh` last, which ended in the read
+    /// just made (hyper parses them at once), and the one being read.
+    pub fn pending(&mut self, started: u32, fresh: usize) -> usize {
         if self.phase == Phase::Off {
             self.done_len = 0;
             return 0;
@@ -159,10 +160,8 @@ impl Heads {
             self.done.copy_within(gone..self.done_len, 0);
             self.done_len -= gone;
         }
-        let whole: usize = self.done[..self.done_len]
-            .iter()
-            .map(|(_, n)| *n as usize)
-            .sum();
+        let waiting = self.done_len.saturating_sub(fresh);
+        let whole: usize = self.done[..waiting].iter().map(|(_, n)| *n as usize).sum();
         whole + self.held()
     }
 
@@ -395,6 +394,9 @@ pub struct HeadBudget {
     pub held: Arc<AtomicUsize>,
     /// Most bytes they may hold.
     pub limit: usize,
+    /// Bytes the connection's source holds now over its connections (none: a listed hop,
+    /// which carries many clients).
+    pub source: Option<Arc<AtomicUsize>>,
     /// Where a head refused is counted.
     pub counters: Arc<Counters>,
 }
@@ -420,13 +422,30 @@ impl HeadCharge {
         };
         let want = held.saturating_sub(HEAD_FREE);
         if want < self.charged {
-            b.held.fetch_sub(self.charged - want, Ordering::Relaxed);
+            let less = self.charged - want;
+            b.held.fetch_sub(less, Ordering::Relaxed);
+            if let Some(s) = &b.source {
+                s.fetch_sub(less, Ordering::Relaxed);
+            }
             self.charged = want;
         } else if want > self.charged {
             let more = want - self.charged;
+            // A source's share first: a few addresses filled the whole budget, and every
+            // other client's head past the free part was refused.
+            if let Some(s) = &b.source {
+                let before = s.fetch_add(more, Ordering::Relaxed);
+                if before.saturating_add(more) > source_share(b.limit) {
+                    s.fetch_sub(more, Ordering::Relaxed);
+                    b.counters.bump(Counter::LimitHeaderBufferSource);
+                    return false;
+                }
+            }
             let mut cur = b.held.load(Ordering::Relaxed);
             loop {
                 if cur.saturating_add(more) > b.limit {
+                    if let Some(s) = &b.source {
+                        s.fetch_sub(more, Ordering::Relaxed);
+                    }
                     b.counters.bump(Counter::LimitHeaderBufferTotal);
                     return false;
                 }
@@ -452,8 +471,17 @@ impl Drop for HeadCharge {
             && self.charged > 0
         {
             b.held.fetch_sub(self.charged, Ordering::Relaxed);
+            if let Some(s) = &b.source {
+                s.fetch_sub(self.charged, Ordering::Relaxed);
+            }
         }
     }
+}
+
+/// What one source (an IPv4 address, an IPv6 /64) may hold of a heads' budget of `limit`:
+/// a sixty-fourth, 256 KiB at least — filling the budget takes 64 sources.
+pub fn source_share(limit: usize) -> usize {
+    (limit / 64).max(256 << 10).min(limit)
 }
 
 impl<I> H1Watch<I> {
@@ -469,10 +497,10 @@ impl<I> H1Watch<I> {
     }
 
     /// Charges what hyper holds of heads now: the one being read, and whole ones waiting
-    /// behind the requests in flight.
-    fn charge(&mut self) -> bool {
+    /// behind the requests in flight (but the `fresh` ones that ended in this read).
+    fn charge(&mut self, fresh: usize) -> bool {
         let started = self.ctl.requests.load(Ordering::Relaxed);
-        let held = self.heads.pending(started);
+        let held = self.heads.pending(started, fresh);
         self.charge.set(held)
     }
 }
@@ -488,12 +516,13 @@ impl<I: AsyncRead + Unpin> AsyncRead for H1Watch<I> {
         let read = Pin::new(&mut me.io).poll_read(cx, buf);
         if read.is_pending() {
             // hyper asks for more: the requests it started since gave their heads back.
-            me.charge();
+            me.charge(0);
             return Poll::Pending;
         }
         if let Poll::Ready(Err(e)) = read {
             return Poll::Ready(Err(e));
         }
+        let had = me.heads.done_len;
         if me.heads.phase != Phase::Off {
             if me.ctl.tunnels() > 0 {
                 // A WebSocket took the connection over: its bytes are no HTTP.
@@ -502,11 +531,12 @@ impl<I: AsyncRead + Unpin> AsyncRead for H1Watch<I> {
                 me.ctl.mark_odd_head(ordinal, odd);
             }
         }
-        if !me.charge() {
+        let fresh = me.heads.done_len.saturating_sub(had);
+        if !me.charge(fresh) {
             // Heads being read hold the budget: this one goes, its connection with it (a
             // client's head that fits in the free part is never refused).
             me.heads.phase = Phase::Off;
-            me.charge();
+            me.charge(0);
             return Poll::Ready(Err(io::Error::other(
                 "unfinished request heads over server.header_buffer_total_bytes",
             )));

@@ -18,32 +18,22 @@ pub struct NsDnsd {
 impl NsDnsd {
     /// Starts `dnsd serve -c config` in `ns`, its output in `config` with the extension `.log`.
     pub fn start(ns: &Netns, config: &Path) -> NsDnsd {
-        let log = config.with_extension("log");
-        let out = std::fs::File::create(&log).expect("dnsd log file");
-        let child = Command::new("ip")
-            .args(["netns", "exec", ns.name()])
-            .arg(crate::bin("dnsd"))
-            .arg("serve")
-            .arg("-c")
-            .arg(config)
-            .stdout(Stdio::from(out.try_clone().expect("dup log file")))
-            .stderr(Stdio::from(out))
-            .spawn()
-            .expect("start dnsd in the namespace");
-        NsDnsd {
-            child,
-            log,
-            config: config.to_path_buf(),
-        }
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns.name()])
+            .arg(crate::bin("dnsd"));
+        Self::spawn(cmd, config)
     }
 
     /// Starts `dnsd serve -c config` in `ns`, entered with setns alone: `ip netns exec`
     /// remounts /sys, which hides the bpffs pins of `xdp-guard attach`.
     pub fn start_setns(ns: &Netns, config: &Path) -> NsDnsd {
+        Self::spawn(ns.command(crate::bin("dnsd")), config)
+    }
+
+    fn spawn(mut cmd: Command, config: &Path) -> NsDnsd {
         let log = config.with_extension("log");
         let out = std::fs::File::create(&log).expect("dnsd log file");
-        let child = ns
-            .command(crate::bin("dnsd"))
+        let child = cmd
             .arg("serve")
             .arg("-c")
             .arg(config)

@@ -1043,3 +1043,89 @@ fn open_http2_header_blocks_count_in_the_heads_budget() {
         held() == 0
     });
 }
+
+/// The heads' budget cannot be filled by a few addresses: each source holds a sixty-fourth
+/// of it at most (its further heads refused, counted as `header_buffer_source`), so another
+/// client's big head is still served; and a head that arrives whole is parsed at once,
+/// never refused — even with no budget at all.
+#[test]
+fn one_source_holds_a_share_of_the_heads_budget_and_whole_heads_pass() {
+    let origin = Origin::start();
+    let o = origin.addr();
+    let start = |budget: usize| {
+        Front::start(
+            |a, m| {
+                format!(
+                    "[server]\nlisten = [\"{a}\"]\nworkers = 2\nheader_read_timeout_ms = 8000\n\
+                     header_buffer_total_bytes = {budget}\n\n[limits]\nmax_header_bytes = 65536\n\
+                     max_header_field_bytes = 65536\n\n[metrics]\nlisten = \"{m}\"\n\n\
+                     [[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\n\n[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n"
+                )
+            },
+            None,
+        )
+    };
+    let head = |n: usize| {
+        let mut h = b"GET / HTTP/1.1\r\nHost: a.test\r\n".to_vec();
+        for _ in 0..n {
+            h.extend_from_slice(b"X-Pad: ");
+            h.extend_from_slice(&[b'a'; 991]);
+            h.extend_from_slice(b"\r\n");
+        }
+        h
+    };
+    // 20 MiB: a source's share is 327,680 bytes, some 14 heads of 30 KB (22 KB each past
+    // the free part).
+    let front = start(20 << 20);
+    let fa = front.addr();
+    let attacker = net::test_ip();
+    let mut conns = Vec::new();
+    for _ in 0..20 {
+        let mut s = connect_from(Some(attacker), fa).unwrap();
+        let _ = s.write_all(&head(30));
+        conns.push(s);
+    }
+    wait_for(
+        "the source's share refused",
+        Duration::from_secs(10),
+        || front.metric("http_front_limit_hits_total{limit=\"header_buffer_source\"}") >= 5,
+    );
+    let held = front.metric("http_front_buffered_bytes{what=\"head\"}");
+    assert!(held <= 327_680, "{held} held by one source");
+    // Another client's 12 KB head, sent in two halves: served.
+    let mut c = connect_from(Some(net::test_ip()), fa).unwrap();
+    let mut big = head(12);
+    big.extend_from_slice(b"\r\n");
+    let (first, rest) = big.split_at(big.len() / 2);
+    c.write_all(first).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    c.write_all(rest).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut reply = [0u8; 12];
+    std::io::Read::read_exact(&mut c, &mut reply).unwrap();
+    assert_eq!(
+        &reply,
+        b"HTTP/1.1 200",
+        "{:?}",
+        String::from_utf8_lossy(&reply)
+    );
+    drop((conns, c, front));
+    // No budget at all: a head past the free part is refused while it is unfinished, but one
+    // that arrives whole is parsed at once.
+    let front = start(0);
+    let fa = front.addr();
+    let mut c = connect_from(Some(net::test_ip()), fa).unwrap();
+    let mut whole = head(12);
+    whole.extend_from_slice(b"\r\n");
+    c.write_all(&whole).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut reply = [0u8; 12];
+    std::io::Read::read_exact(&mut c, &mut reply).unwrap();
+    assert_eq!(&reply, b"HTTP/1.1 200");
+    let mut part = connect_from(Some(net::test_ip()), fa).unwrap();
+    let _ = part.write_all(&head(12));
+    assert!(
+        wait_closed(&mut part, Duration::from_secs(5)),
+        "an unfinished 12 KB head with no budget"
+    );
+}

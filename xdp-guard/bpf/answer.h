@@ -695,7 +695,8 @@ static __always_inline __u32 cookie_offset(struct xdp_md *ctx, __u32 l4o, __u32 
 		if (len > 63)
 			return 0;
 		pos += len;
-		if (pos > 8 + 12 + 255)
+		/* With the root's zero octet still to come: 255 octets at most. */
+		if (pos >= 8 + 12 + 255)
 			return 0;
 	}
 	if (!ended)

@@ -102,6 +102,15 @@ impl Prepared {
         let mut cache = [0u8; MAX_PREFILTERS];
         if !t.rules.is_empty() {
             if t.index.is_trivial() || req.multi_valued() {
+                if !t.index.is_trivial() {
+                    // A header sent twice: each of its values may match, and the index
+                    // looks at one (counted with the index's other walks).
+                    let stripe = match src {
+                        IpAddr::V4(a) => u32::from(a) as usize,
+                        IpAddr::V6(a) => u128::from(a) as usize,
+                    };
+                    state.index_walks.add(stripe, 1);
+                }
                 for rule in &t.rules {
                     if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
                         return v;
