@@ -55,6 +55,21 @@ fn config_listen(dir: &Path, tag: &str, listen: &str, xdp: Option<&Path>) -> Pat
     path
 }
 
+/// A connection to the resolver's 127.0.0.53:53 from inside `ns` reaches the resolver.
+fn resolver_keeps_its_connections(ns: &Netns, resolver: &TcpListener) {
+    let to_resolver = ns
+        .run(|| {
+            TcpStream::connect_timeout(&"127.0.0.53:53".parse().unwrap(), Duration::from_secs(1))
+        })
+        .unwrap();
+    assert!(to_resolver.is_ok(), "{to_resolver:?}");
+    wait_for(
+        "the resolver accepting its connection",
+        Duration::from_secs(5),
+        || resolver.accept().is_ok(),
+    );
+}
+
 /// dnsd in a namespace, entered with setns alone (`ip netns exec` would remount /sys and
 /// hide the bpffs at /sys/fs/bpf); killed on drop.
 struct Daemon {
@@ -165,17 +180,7 @@ fn tcp_53_is_steered_to_dnsd_beside_a_resolver_and_the_wildcard_elsewhere() {
         })
         .unwrap();
     assert!(elsewhere.is_err(), "127.0.0.12:53 accepted a connection");
-    let to_resolver = ns
-        .run(|| {
-            TcpStream::connect_timeout(&"127.0.0.53:53".parse().unwrap(), Duration::from_secs(1))
-        })
-        .unwrap();
-    assert!(to_resolver.is_ok(), "{to_resolver:?}");
-    wait_for(
-        "the resolver accepting its connection",
-        Duration::from_secs(5),
-        || resolver.accept().is_ok(),
-    );
+    resolver_keeps_its_connections(ns, &resolver);
     drop(d);
 
     // xdp-guard attach installs the steering in this namespace.
@@ -219,17 +224,7 @@ fn tcp_53_is_steered_to_dnsd_beside_a_resolver_and_the_wildcard_elsewhere() {
         d.log()
     );
     // The resolver keeps its connections.
-    let to_resolver = ns
-        .run(|| {
-            TcpStream::connect_timeout(&"127.0.0.53:53".parse().unwrap(), Duration::from_secs(1))
-        })
-        .unwrap();
-    assert!(to_resolver.is_ok(), "{to_resolver:?}");
-    wait_for(
-        "the resolver accepting its connection",
-        Duration::from_secs(5),
-        || resolver.accept().is_ok(),
-    );
+    resolver_keeps_its_connections(ns, &resolver);
     // dnsd stops: its address is withdrawn, connections to it are refused.
     d.stop();
     wait_for("the address withdrawn", Duration::from_secs(10), || {

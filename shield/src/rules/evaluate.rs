@@ -105,11 +105,7 @@ impl Prepared {
                 if !t.index.is_trivial() {
                     // A header sent twice: each of its values may match, and the index
                     // looks at one (counted with the index's other walks).
-                    let stripe = match src {
-                        IpAddr::V4(a) => u32::from(a) as usize,
-                        IpAddr::V6(a) => u128::from(a) as usize,
-                    };
-                    state.index_walks.add(stripe, 1);
+                    state.index_walks.add(stripe(src), 1);
                 }
                 for rule in &t.rules {
                     if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
@@ -120,11 +116,7 @@ impl Prepared {
                 let mut c = index::Candidates::new();
                 t.index.candidates(req, &mut c);
                 if c.overflow {
-                    let stripe = match src {
-                        IpAddr::V4(a) => u32::from(a) as usize,
-                        IpAddr::V6(a) => u128::from(a) as usize,
-                    };
-                    state.index_walks.add(stripe, 1);
+                    state.index_walks.add(stripe(src), 1);
                     for rule in &t.rules {
                         if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
                             return v;
@@ -250,11 +242,7 @@ fn escalate<R: Request + ?Sized>(
     if req.relayed() && !e.count_relayed {
         // A resolver's users' verdicts, not its own: each is answered as it says, and
         // none counts against the resolver (Knot with RRL keeps answering them too).
-        let stripe = match src {
-            IpAddr::V4(a) => u32::from(a) as usize,
-            IpAddr::V6(a) => u128::from(a) as usize,
-        };
-        state.relayed_ignored.add(stripe, 1);
+        state.relayed_ignored.add(stripe(src), 1);
         return v;
     }
     let evidence = req.evidence();
@@ -267,11 +255,7 @@ fn escalate<R: Request + ?Sized>(
         // Held for the tenant alone (DNS), unproven packets escalate nothing: forged in a
         // resolver's name they made it a suspect in every tenant's zones for `block_secs`.
         // Striped by source: forged floods come from everywhere, each core on its own line.
-        let stripe = match src {
-            IpAddr::V4(a) => u32::from(a) as usize,
-            IpAddr::V6(a) => u128::from(a) as usize,
-        };
-        state.unproven_ignored.add(stripe, 1);
+        state.unproven_ignored.add(stripe(src), 1);
         return v;
     }
     // Proven and unproven verdicts are counted apart: forged packets can neither block a
@@ -358,6 +342,16 @@ fn escalate<R: Request + ?Sized>(
 }
 
 /// `now` in unix seconds (what the tenant-scoped escalations keep).
+/// The stripe of a counter that `src` adds to: forged floods come from everywhere, each core
+/// on its own line.
+#[inline]
+fn stripe(src: IpAddr) -> usize {
+    match src {
+        IpAddr::V4(a) => u32::from(a) as usize,
+        IpAddr::V6(a) => u128::from(a) as usize,
+    }
+}
+
 #[inline]
 fn secs(now: Now) -> u32 {
     (now.unix_ms / 1000).min(u64::from(u32::MAX)) as u32
