@@ -907,6 +907,23 @@ fn two_hung_sites_together_leave_room_for_a_healthy_one() {
     drop(kept);
 }
 
+/// A front whose unfinished heads share `budget` bytes (heads and fields up to 64 KiB, a
+/// head within 8 s), before `origin`.
+fn front_with_head_budget(origin: &Origin, budget: usize) -> Front {
+    let o = origin.addr();
+    Front::start(
+        |a, m| {
+            format!(
+                "[server]\nlisten = [\"{a}\"]\nworkers = 2\nheader_read_timeout_ms = 8000\n\
+                 header_buffer_total_bytes = {budget}\n\n[limits]\nmax_header_bytes = 65536\n\
+                 max_header_field_bytes = 65536\n\n[metrics]\nlisten = \"{m}\"\n\n\
+                 [[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\n\n[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n"
+            )
+        },
+        None,
+    )
+}
+
 /// Unfinished HTTP/1.1 heads share one budget (`header_buffer_total_bytes`): connections
 /// that each hold 30 KB of a head that never ends fill it, further such heads close their
 /// connections (counted), while an ordinary request — its head within the free 8 KiB — is
@@ -914,18 +931,7 @@ fn two_hung_sites_together_leave_room_for_a_healthy_one() {
 #[test]
 fn unfinished_heads_share_one_budget_and_ordinary_requests_pass() {
     let origin = Origin::start();
-    let o = origin.addr();
-    let front = Front::start(
-        |a, m| {
-            format!(
-                "[server]\nlisten = [\"{a}\"]\nworkers = 2\nheader_read_timeout_ms = 8000\n\
-                 header_buffer_total_bytes = 120000\n\n[limits]\nmax_header_bytes = 65536\n\
-                 max_header_field_bytes = 65536\n\n[metrics]\nlisten = \"{m}\"\n\n\
-                 [[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\n\n[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n"
-            )
-        },
-        None,
-    );
+    let front = front_with_head_budget(&origin, 120_000);
     let fa = front.addr();
     // 12 connections from 12 addresses, each 30 KB into a head (22 KB past the free part):
     // the budget takes five.
@@ -986,18 +992,7 @@ fn unfinished_heads_share_one_budget_and_ordinary_requests_pass() {
 #[test]
 fn open_http2_header_blocks_count_in_the_heads_budget() {
     let origin = Origin::start();
-    let o = origin.addr();
-    let front = Front::start(
-        |a, m| {
-            format!(
-                "[server]\nlisten = [\"{a}\"]\nworkers = 2\nheader_read_timeout_ms = 8000\n\
-                 header_buffer_total_bytes = 60000\n\n[limits]\nmax_header_bytes = 65536\n\n\
-                 [metrics]\nlisten = \"{m}\"\n\n\
-                 [[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\n\n[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n"
-            )
-        },
-        None,
-    );
+    let front = front_with_head_budget(&origin, 60_000);
     let fa = front.addr();
     let held = || front.metric("http_front_buffered_bytes{what=\"head\"}");
     // An HTTP/2 header block left open: HEADERS of 30 KB without END_HEADERS.
@@ -1051,20 +1046,7 @@ fn open_http2_header_blocks_count_in_the_heads_budget() {
 #[test]
 fn one_source_holds_a_share_of_the_heads_budget_and_whole_heads_pass() {
     let origin = Origin::start();
-    let o = origin.addr();
-    let start = |budget: usize| {
-        Front::start(
-            |a, m| {
-                format!(
-                    "[server]\nlisten = [\"{a}\"]\nworkers = 2\nheader_read_timeout_ms = 8000\n\
-                     header_buffer_total_bytes = {budget}\n\n[limits]\nmax_header_bytes = 65536\n\
-                     max_header_field_bytes = 65536\n\n[metrics]\nlisten = \"{m}\"\n\n\
-                     [[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\n\n[[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n"
-                )
-            },
-            None,
-        )
-    };
+    let start = |budget: usize| front_with_head_budget(&origin, budget);
     let head = |n: usize| {
         let mut h = b"GET / HTTP/1.1\r\nHost: a.test\r\n".to_vec();
         for _ in 0..n {
