@@ -101,12 +101,7 @@ impl Prepared {
         }
         let mut cache = [0u8; MAX_PREFILTERS];
         if !t.rules.is_empty() {
-            if t.index.is_trivial() || req.multi_valued() {
-                if !t.index.is_trivial() {
-                    // A header sent twice: each of its values may match, and the index
-                    // looks at one (counted with the index's other walks).
-                    state.index_walks.add(stripe(src), 1);
-                }
+            if t.index.is_trivial() {
                 for rule in &t.rules {
                     if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
                         return v;

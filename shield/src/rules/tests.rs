@@ -1380,3 +1380,62 @@ fn a_reload_that_moves_a_rate_rule_keeps_its_buckets() {
     rs.reload(&path).unwrap();
     assert_eq!(rs.check(1, src, &tcp, NOW).action, Action::RateLimit);
 }
+
+/// A header sent twice (or a query and its decoded form): the index gathers the candidates of
+/// each value, and its verdicts are a walk's — every rule was walked for such a request (one
+/// more header doubled the cost of a big rule set).
+#[test]
+fn an_attribute_with_several_values_is_indexed_by_each() {
+    struct Multi(&'static [&'static str]);
+    impl Request for Multi {
+        fn attr(&self, name: &str) -> Option<&str> {
+            self.attr_nth(name, 0)
+        }
+        fn attr_nth(&self, name: &str, n: usize) -> Option<&str> {
+            (name == "header:x-a")
+                .then(|| self.0.get(n).copied())
+                .flatten()
+        }
+        fn multi_valued(&self) -> bool {
+            self.0.len() > 1
+        }
+    }
+    let mut text = String::from("[[tenant]]\nid = 1\n");
+    for i in 0..50 {
+        text.push_str(&format!(
+            "[[tenant.rule]]\nname = \"e{i}\"\naction = \"deny\"\nwhen = [{{ attr = \"header:x-a\", exact = \"v{i}\" }}]\n\
+             [[tenant.rule]]\nname = \"c{i}\"\naction = \"challenge\"\nwhen = [{{ attr = \"header:x-a\", contains = \"bad{i}x\" }}]\n"
+        ));
+    }
+    let indexed = prepared(&text);
+    let mut walked = prepared(&text);
+    let t = walked.tenants[1].as_mut().unwrap();
+    t.index = index::RuleIndex {
+        scan: (0..t.rules.len() as u32).collect(),
+        attrs: Vec::new(),
+    };
+    let s = state();
+    let src = ip("192.0.2.1");
+    let cases: [&'static [&'static str]; 5] = [
+        &["nothing", "v7"],
+        &["v3", "v9"],
+        &["x", "y", "zz bad12x"],
+        &["nothing", "else"],
+        &[
+            "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "v40",
+        ],
+    ];
+    for vals in cases {
+        let got = indexed.check(&s, 1, src, &Multi(vals), NOW);
+        let want = walked.check(&s, 1, src, &Multi(vals), NOW);
+        assert_eq!(got, want, "{vals:?}");
+    }
+    assert_eq!(
+        indexed
+            .check(&s, 1, src, &Multi(&["nothing", "v7"]), NOW)
+            .action,
+        Action::Deny
+    );
+    // Past 16 values: the walk, counted.
+    assert_eq!(s.index_walks.sum(), 1);
+}

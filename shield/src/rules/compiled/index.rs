@@ -9,8 +9,8 @@
 //! each was tried in turn). A rule with no such condition (only regexes, numbers, `present`,
 //! negations) is always a candidate. The index only narrows:
 //! every candidate is then evaluated whole, in file order, so verdicts are exactly those of a
-//! walk over every rule. A request whose attribute may carry several values (a header sent
-//! twice) is evaluated by the walk.
+//! walk over every rule. An attribute with several values (a header sent twice, a query and
+//! its decoded form) gathers the candidates of each (16 at most; more walk every rule).
 
 use super::{Matcher, Rule};
 use crate::rules::Request;
@@ -286,59 +286,88 @@ impl RuleIndex {
         self.attrs.is_empty()
     }
 
-    /// Gathers the candidates of `req` besides [`RuleIndex::scan`].
+    /// Gathers the candidates of `req` besides [`RuleIndex::scan`]: of each value of an
+    /// attribute that has several (a header sent twice, a query and its decoded form), as a
+    /// condition matches when any of them does.
     #[inline]
     pub(crate) fn candidates<R: Request + ?Sized>(&self, req: &R, out: &mut Candidates) {
+        let multi = req.multi_valued();
         for a in &self.attrs {
             let Some(v) = req.attr_by_bit(a.bit, &a.attr) else {
                 continue;
             };
-            if a.has_len(v.len())
-                && let Some(k) = a.keys.get(v)
-            {
-                out.extend(&k.exact);
-                out.extend(&k.labels);
+            a.candidates_of(v, out);
+            if !multi {
+                continue;
             }
-            if a.label_counts != 0 {
-                // The whole name was looked up above; its shorter suffixes here.
-                label_suffixes(v, a.label_counts, |s| {
-                    if s.len() != v.len()
-                        && a.has_len(s.len())
-                        && let Some(k) = a.keys.get(s)
-                    {
-                        out.extend(&k.labels);
-                    }
-                });
-            }
-            if !a.prefix.is_empty() {
-                a.prefix.collect(v.bytes(), out);
-            }
-            if !a.suffix.is_empty() {
-                a.suffix.collect(v.bytes().rev(), out);
-            }
-            if let Some(ac) = &a.contained {
-                // Each value found once, however often it occurs.
-                let mut seen = [0u32; MAX_CONTAINED];
-                let mut n = 0;
-                for m in ac.find_overlapping_iter(v) {
-                    let p = m.pattern().as_u32();
-                    if seen[..n].contains(&p) {
-                        continue;
-                    }
-                    if n == MAX_CONTAINED {
-                        out.overflow = true;
-                        return;
-                    }
-                    seen[n] = p;
-                    n += 1;
-                    out.extend(&a.contains[p as usize].1);
+            for n in 1.. {
+                if out.overflow {
+                    return;
                 }
+                let Some(v) = req.attr_nth(&a.attr, n) else {
+                    break;
+                };
+                if n >= MAX_VALUES {
+                    out.overflow = true;
+                    return;
+                }
+                a.candidates_of(v, out);
             }
         }
     }
 }
 
+/// Most values of one attribute the index looks at; more walk every rule (counted).
+const MAX_VALUES: usize = 16;
+
 impl AttrIndex {
+    /// Gathers the candidates of one value `v` of the attribute.
+    #[inline]
+    fn candidates_of(&self, v: &str, out: &mut Candidates) {
+        let a = self;
+        if a.has_len(v.len())
+            && let Some(k) = a.keys.get(v)
+        {
+            out.extend(&k.exact);
+            out.extend(&k.labels);
+        }
+        if a.label_counts != 0 {
+            // The whole name was looked up above; its shorter suffixes here.
+            label_suffixes(v, a.label_counts, |s| {
+                if s.len() != v.len()
+                    && a.has_len(s.len())
+                    && let Some(k) = a.keys.get(s)
+                {
+                    out.extend(&k.labels);
+                }
+            });
+        }
+        if !a.prefix.is_empty() {
+            a.prefix.collect(v.bytes(), out);
+        }
+        if !a.suffix.is_empty() {
+            a.suffix.collect(v.bytes().rev(), out);
+        }
+        if let Some(ac) = &a.contained {
+            // Each value found once, however often it occurs.
+            let mut seen = [0u32; MAX_CONTAINED];
+            let mut n = 0;
+            for m in ac.find_overlapping_iter(v) {
+                let p = m.pattern().as_u32();
+                if seen[..n].contains(&p) {
+                    continue;
+                }
+                if n == MAX_CONTAINED {
+                    out.overflow = true;
+                    return;
+                }
+                seen[n] = p;
+                n += 1;
+                out.extend(&a.contains[p as usize].1);
+            }
+        }
+    }
+
     /// True when a key of `len` bytes may be in `keys`.
     #[inline]
     fn has_len(&self, len: usize) -> bool {
