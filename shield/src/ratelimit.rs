@@ -290,25 +290,23 @@ pub const VALUE_KEY_LEN: u8 = u8::MAX;
 /// source's own.
 pub fn source_value_key(src: SourceKey, value: &str) -> SourceKey {
     use std::hash::BuildHasher as _;
-    let h = VALUE_HASH.hash_one((src.addr, src.len, value));
-    SourceKey {
-        addr: u128::from(h) | 1 << 127,
-        len: VALUE_KEY_LEN,
-        v6: true,
-    }
+    hashed_key(VALUE_HASH.hash_one((src.addr, src.len, value)))
 }
-
-static VALUE_HASH: std::sync::LazyLock<std::collections::hash_map::RandomState> =
-    std::sync::LazyLock::new(std::collections::hash_map::RandomState::new);
 
 /// A rate-limit key for an attribute's value (a JA4 fingerprint) instead of a source: its
 /// keyed hash (the process's own key, so that nobody can aim collisions at another value).
 /// Never a prefix: [`SourceKey::to_net`] is not for it.
 pub fn value_key(value: &str) -> SourceKey {
     use std::hash::BuildHasher as _;
-    static KEY: std::sync::LazyLock<std::collections::hash_map::RandomState> =
-        std::sync::LazyLock::new(std::collections::hash_map::RandomState::new);
-    let h = KEY.hash_one(value);
+    hashed_key(VALUE_HASH.hash_one(value))
+}
+
+/// The process's own key for the hashes of values' rate-limit keys.
+static VALUE_HASH: std::sync::LazyLock<std::collections::hash_map::RandomState> =
+    std::sync::LazyLock::new(std::collections::hash_map::RandomState::new);
+
+/// A value's key from its hash: the top bit set and [`VALUE_KEY_LEN`], never an address's.
+fn hashed_key(h: u64) -> SourceKey {
     SourceKey {
         addr: u128::from(h) | 1 << 127,
         len: VALUE_KEY_LEN,

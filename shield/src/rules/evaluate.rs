@@ -49,9 +49,10 @@ impl Prepared {
             && !e.block_map(state.http)
             && tbl.live(&(t.id, source_key(src, e.v4, e.v6)), secs(now))
         {
-            let listed = (!t.allow.is_empty() && t.allow.contains(src))
-                || (t.allow_bots && self.bots.contains(src));
-            if listed || t.allow_rules {
+            if let Some(v) = self.allowed_source(t, src) {
+                return v;
+            }
+            if t.allow_rules {
                 let v = self.evaluate(t, state, src, req, now);
                 if v.action == Action::Allow {
                     return v;
@@ -73,6 +74,19 @@ impl Prepared {
         }
     }
 
+    /// The verdict for a source the tenant lets through whatever it asks: its allow list,
+    /// and known crawlers where it allows them.
+    #[inline]
+    fn allowed_source(&self, t: &Tenant, src: IpAddr) -> Option<Verdict> {
+        if !t.allow.is_empty() && t.allow.contains(src) {
+            return Some(Verdict::new(Action::Allow, codes::ALLOW_LIST, "allow-list"));
+        }
+        if t.allow_bots && self.bots.contains(src) {
+            return Some(Verdict::new(Action::Allow, codes::KNOWN_BOT, "known-bot"));
+        }
+        None
+    }
+
     #[inline]
     fn evaluate<R: Request + ?Sized>(
         &self,
@@ -82,11 +96,8 @@ impl Prepared {
         req: &R,
         now: Now,
     ) -> Verdict {
-        if !t.allow.is_empty() && t.allow.contains(src) {
-            return Verdict::new(Action::Allow, codes::ALLOW_LIST, "allow-list");
-        }
-        if t.allow_bots && self.bots.contains(src) {
-            return Verdict::new(Action::Allow, codes::KNOWN_BOT, "known-bot");
+        if let Some(v) = self.allowed_source(t, src) {
+            return v;
         }
         if !t.deny.is_empty()
             && let Some((_, &i)) = t.deny.longest_match(src)
