@@ -142,6 +142,37 @@ impl Drop for Netns {
     }
 }
 
+/// A pin directory of this test alone for `xdp-guard attach` in `ns`
+/// (`/sys/fs/bpf/palisade-TAG-PID`): the guard is detached there and the pins removed on drop.
+#[derive(Debug)]
+pub struct Pins<'a> {
+    /// The pin directory.
+    pub path: std::path::PathBuf,
+    ns: &'a Netns,
+}
+
+impl<'a> Pins<'a> {
+    /// The pin directory tagged `tag` for a guard in `ns`.
+    pub fn new(ns: &'a Netns, tag: &str) -> Self {
+        Pins {
+            path: format!("/sys/fs/bpf/palisade-{tag}-{}", std::process::id()).into(),
+            ns,
+        }
+    }
+}
+
+impl Drop for Pins<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .ns
+            .command(crate::bin("xdp-guard"))
+            .args(["detach", "--purge", "--pin-path"])
+            .arg(&self.path)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
 /// Two namespaces joined by a veth pair, addressed and up.
 #[derive(Debug)]
 pub struct VethPair {

@@ -907,6 +907,18 @@ fn two_hung_sites_together_leave_room_for_a_healthy_one() {
     drop(kept);
 }
 
+/// The start of a GET for a.test padded with `lines` fields of 1 KB, not yet ended by its
+/// empty line.
+fn padded_head(lines: usize) -> Vec<u8> {
+    let mut h = b"GET / HTTP/1.1\r\nHost: a.test\r\n".to_vec();
+    for _ in 0..lines {
+        h.extend_from_slice(b"X-Pad: ");
+        h.extend_from_slice(&[b'a'; 991]);
+        h.extend_from_slice(b"\r\n");
+    }
+    h
+}
+
 /// A front whose unfinished heads share `budget` bytes (heads and fields up to 64 KiB, a
 /// head within 8 s), before `origin`.
 fn front_with_head_budget(origin: &Origin, budget: usize) -> Front {
@@ -938,13 +950,7 @@ fn unfinished_heads_share_one_budget_and_ordinary_requests_pass() {
     let mut conns = Vec::new();
     for i in 0..12 {
         let mut s = connect_from(Some(net::test_ip()), fa).unwrap();
-        let mut head = b"GET / HTTP/1.1\r\nHost: a.test\r\n".to_vec();
-        for _ in 0..30 {
-            head.extend_from_slice(b"X-Pad: ");
-            head.extend_from_slice(&[b'a'; 991]);
-            head.extend_from_slice(b"\r\n");
-        }
-        let _ = s.write_all(&head);
+        let _ = s.write_all(&padded_head(30));
         conns.push(s);
         if i == 5 {
             wait_for("the budget full", Duration::from_secs(10), || {
@@ -1047,15 +1053,6 @@ fn open_http2_header_blocks_count_in_the_heads_budget() {
 fn one_source_holds_a_share_of_the_heads_budget_and_whole_heads_pass() {
     let origin = Origin::start();
     let start = |budget: usize| front_with_head_budget(&origin, budget);
-    let head = |n: usize| {
-        let mut h = b"GET / HTTP/1.1\r\nHost: a.test\r\n".to_vec();
-        for _ in 0..n {
-            h.extend_from_slice(b"X-Pad: ");
-            h.extend_from_slice(&[b'a'; 991]);
-            h.extend_from_slice(b"\r\n");
-        }
-        h
-    };
     // 20 MiB: a source's share is 327,680 bytes, some 14 heads of 30 KB (22 KB each past
     // the free part).
     let front = start(20 << 20);
@@ -1064,7 +1061,7 @@ fn one_source_holds_a_share_of_the_heads_budget_and_whole_heads_pass() {
     let mut conns = Vec::new();
     for _ in 0..20 {
         let mut s = connect_from(Some(attacker), fa).unwrap();
-        let _ = s.write_all(&head(30));
+        let _ = s.write_all(&padded_head(30));
         conns.push(s);
     }
     wait_for(
@@ -1076,7 +1073,7 @@ fn one_source_holds_a_share_of_the_heads_budget_and_whole_heads_pass() {
     assert!(held <= 327_680, "{held} held by one source");
     // Another client's 12 KB head, sent in two halves: served.
     let mut c = connect_from(Some(net::test_ip()), fa).unwrap();
-    let mut big = head(12);
+    let mut big = padded_head(12);
     big.extend_from_slice(b"\r\n");
     let (first, rest) = big.split_at(big.len() / 2);
     c.write_all(first).unwrap();
@@ -1097,7 +1094,7 @@ fn one_source_holds_a_share_of_the_heads_budget_and_whole_heads_pass() {
     let front = start(0);
     let fa = front.addr();
     let mut c = connect_from(Some(net::test_ip()), fa).unwrap();
-    let mut whole = head(12);
+    let mut whole = padded_head(12);
     whole.extend_from_slice(b"\r\n");
     c.write_all(&whole).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -1105,7 +1102,7 @@ fn one_source_holds_a_share_of_the_heads_budget_and_whole_heads_pass() {
     std::io::Read::read_exact(&mut c, &mut reply).unwrap();
     assert_eq!(&reply, b"HTTP/1.1 200");
     let mut part = connect_from(Some(net::test_ip()), fa).unwrap();
-    let _ = part.write_all(&head(12));
+    let _ = part.write_all(&padded_head(12));
     assert!(
         wait_closed(&mut part, Duration::from_secs(5)),
         "an unfinished 12 KB head with no budget"

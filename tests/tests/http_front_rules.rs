@@ -42,6 +42,16 @@ fn escalating_front(server_extra: &str) -> (Origin, Front) {
     (origin, front)
 }
 
+/// An origin and a front with the rules file `rules` and the sites of [`sites`]`(extra)`.
+fn front_with_rules(rules: &str, extra: &str) -> (Origin, Front) {
+    let origin = Origin::start();
+    let front = Front::start(
+        |a, m| format!("{}{}", base_config(a, m, origin.addr()), sites(extra)),
+        Some(rules),
+    );
+    (origin, front)
+}
+
 fn sites(extra: &str) -> String {
     format!(
         "[rules]\nfile = \"rules.toml\"\n\n{extra}\n\
@@ -95,16 +105,9 @@ id = 2
 deny = ["{denied}/32"]
 "#
     );
-    let origin = Origin::start();
-    let front = Front::start(
-        |a, m| {
-            format!(
-                "{}{}",
-                base_config(a, m, origin.addr()),
-                sites("[events]\noutput = \"file:events.jsonl\"\ninterval_secs = 1\n")
-            )
-        },
-        Some(&rules),
+    let (origin, front) = front_with_rules(
+        &rules,
+        "[events]\noutput = \"file:events.jsonl\"\ninterval_secs = 1\n",
     );
     let (fa, src) = (front.addr(), net::test_ip());
 
@@ -244,17 +247,7 @@ when = [{{ attr = "user_agent", contains = "Googlebot" }}]
         bots.display(),
         asn.display()
     );
-    let origin = Origin::start();
-    let front = Front::start(
-        |a, m| {
-            format!(
-                "{}{}",
-                base_config(a, m, origin.addr()),
-                sites("[control]\nsocket = \"ctl.sock\"\n")
-            )
-        },
-        Some(&rules),
-    );
+    let (_origin, front) = front_with_rules(&rules, "");
     let fa = front.addr();
     let ua = [("user-agent", "Mozilla/5.0 (compatible; Googlebot/2.1)")];
     let status = |src, extra: &[(&str, &str)]| {
@@ -582,17 +575,7 @@ fn behind_a_listed_hop_each_request_is_its_forwarded_clients() {
 #[test]
 fn an_http_escalation_holds_for_its_tenants_sites_alone() {
     let rules = ESCALATE_ON_BAD.replace(r#", http = "block_map""#, "");
-    let origin = Origin::start();
-    let front = Front::start(
-        |a, m| {
-            format!(
-                "{}{}",
-                base_config(a, m, origin.addr()),
-                sites("[control]\nsocket = \"ctl.sock\"\n")
-            )
-        },
-        Some(&rules),
-    );
+    let (_origin, front) = front_with_rules(&rules, "[control]\nsocket = \"ctl.sock\"\n");
     let (fa, src) = (front.addr(), net::test_ip());
     for _ in 0..3 {
         assert_eq!(get(Some(src), fa, "a.test", "/bad").unwrap().status, 403);

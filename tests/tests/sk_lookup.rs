@@ -13,7 +13,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use palisade_tests::netns::{self, Netns, VethPair};
+use palisade_tests::netns::{self, Netns, Pins, VethPair};
 use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, build_query};
 
@@ -117,24 +117,6 @@ impl Drop for Daemon {
     }
 }
 
-/// Pins of this test alone; the guard detached and the pins removed on drop.
-struct Pins<'a> {
-    path: PathBuf,
-    ns: &'a Netns,
-}
-
-impl Drop for Pins<'_> {
-    fn drop(&mut self) {
-        let _ = self
-            .ns
-            .command(palisade_tests::bin("xdp-guard"))
-            .args(["detach", "--purge", "--pin-path"])
-            .arg(&self.path)
-            .output();
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
 #[test]
 fn tcp_53_is_steered_to_dnsd_beside_a_resolver_and_the_wildcard_elsewhere() {
     if let Err(why) = netns::available() {
@@ -184,10 +166,7 @@ fn tcp_53_is_steered_to_dnsd_beside_a_resolver_and_the_wildcard_elsewhere() {
     drop(d);
 
     // xdp-guard attach installs the steering in this namespace.
-    let pins = Pins {
-        path: PathBuf::from(format!("/sys/fs/bpf/palisade-sk-{}", std::process::id())),
-        ns,
-    };
+    let pins = Pins::new(ns, "sk");
     let guard = dir.path().join("guard.toml");
     std::fs::write(
         &guard,

@@ -1352,20 +1352,8 @@ fn maps_replaced_by_xdp_guard_get_every_answer_again() {
         return;
     };
     let port = 5353;
-    let pins = std::path::PathBuf::from(format!("/sys/fs/bpf/palisade-xa-{}", std::process::id()));
-    struct Detach<'a>(&'a std::path::Path, &'a netns::Netns);
-    impl Drop for Detach<'_> {
-        fn drop(&mut self) {
-            let _ = self
-                .1
-                .command(palisade_tests::bin("xdp-guard"))
-                .args(["detach", "--purge", "--pin-path"])
-                .arg(self.0)
-                .output();
-            let _ = std::fs::remove_dir_all(self.0);
-        }
-    }
-    let _detach = Detach(&pins, &pair.b);
+    let guard_pins = netns::Pins::new(&pair.b, "xa");
+    let pins = &guard_pins.path;
     let attach = |entries: u32| {
         let guard = dir.path().join("guard.toml");
         std::fs::write(
