@@ -155,6 +155,7 @@ impl Source for XdpSource {
             ("failed", s.failed),
             ("swept", s.swept),
             ("reopens", s.reopens),
+            ("never_full", s.never_full),
             ("dropped_unopened", s.dropped_unopened),
             ("global_writes", s.global_writes),
             ("global_failures", s.global_failures),

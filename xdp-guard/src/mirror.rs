@@ -79,6 +79,7 @@ pub struct MirrorStats {
     swept: AtomicU64,
     syscalls: AtomicU64,
     reopens: AtomicU64,
+    never_full: AtomicU64,
     dropped_unopened: AtomicU64,
     open: AtomicBool,
     global_writes: AtomicU64,
@@ -112,6 +113,9 @@ pub struct MirrorSnapshot {
     pub syscalls: u64,
     /// Times the pinned maps were (re)opened after being absent or replaced.
     pub reopens: u64,
+    /// Never-block prefixes the never trie had no room for (another daemon's blocks of
+    /// them drop in XDP).
+    pub never_full: u64,
     /// Changes taken while the pinned maps were absent (written by the resync that follows).
     pub dropped_unopened: u64,
     /// The mirror holds maps to write into.
@@ -139,6 +143,7 @@ impl MirrorStats {
             swept: l(&self.swept),
             syscalls: l(&self.syscalls),
             reopens: l(&self.reopens),
+            never_full: l(&self.never_full),
             dropped_unopened: l(&self.dropped_unopened),
             open: self.open.load(Ordering::Relaxed),
             global_writes: l(&self.global_writes),
@@ -627,6 +632,7 @@ impl Mirror {
         match maps.set_never(&nets) {
             Ok(full) => {
                 if full > 0 {
+                    self.stats.never_full.fetch_add(full, Ordering::Relaxed);
                     warn!(
                         full,
                         "the XDP never-block trie is full: those prefixes may be dropped by another daemon's blocks"

@@ -560,6 +560,30 @@ fn a_mirror_writes_its_never_block_set_for_the_node() {
     );
     dns.step();
     assert_eq!(verdict(&g), xdp_guard::Verdict::Pass);
+    // A set larger than the trie: what found no room is counted.
+    let mut big = shield::never_block::NeverBlock::new();
+    for i in 0..(xdp_guard::maps::DEFAULT_NEVER_ENTRIES + 4) {
+        big.push(
+            IpNet::from(std::net::IpAddr::V4(std::net::Ipv4Addr::from(
+                0x6400_0000 + i,
+            ))),
+            "own address",
+        );
+    }
+    big.push(net("192.0.2.53/32"), "transfer peer");
+    dns_blocks.set_policy(shield::never_block::BlockPolicy {
+        never_block: std::sync::Arc::new(big),
+        ..Default::default()
+    });
+    let start = Instant::now();
+    while dns.stats().snapshot().never_full == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the full trie not counted"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        dns.step();
+    }
     // The set changed (a reload dropped the peer): followed within a second or so.
     dns_blocks.set_policy(shield::never_block::BlockPolicy::default());
     let start = Instant::now();
