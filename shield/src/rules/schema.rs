@@ -376,6 +376,30 @@ impl Ctx<'_> {
                 );
             }
         }
+        // Header values reach the rules without the whitespace around them (RFC 9110 §5.5):
+        // a value that starts or ends with it where the value does never matches.
+        let header = attr == attrs::USER_AGENT || attr.starts_with(attrs::HEADER_PREFIX);
+        if header {
+            let ws = |v: &str, start: bool, end: bool| {
+                (start && v.starts_with(|c: char| c == ' ' || c == '\t'))
+                    || (end && v.ends_with(|c: char| c == ' ' || c == '\t'))
+            };
+            let bad = c
+                .exact
+                .iter()
+                .chain(c.one_of.iter().flatten())
+                .find(|v| ws(v, true, true))
+                .or(c.prefix.as_ref().filter(|v| ws(v, true, false)))
+                .or(c.suffix.as_ref().filter(|v| ws(v, false, true)));
+            if let Some(v) = bad {
+                return self.err(
+                    c.attr.span(),
+                    format!(
+                        "{v:?}: a header value is matched without the spaces around it, so this never matches"
+                    ),
+                );
+            }
+        }
         // Names as the daemons see them: ASCII (an IDN as its A-label), no empty label, and
         // the HTTP host without its port; a value spelt otherwise never matched.
         let host = matches!(&*canonical_attr(attr), attrs::HOST | "header:host");
@@ -420,6 +444,18 @@ impl Ctx<'_> {
                     return self.err(
                         c.attr.span(),
                         format!("{v:?} has an empty label: no {attr} has one"),
+                    );
+                }
+                // A qname's space or control byte reaches the rules escaped (`\032`), a
+                // host never holds one: either way the value never matches.
+                if v.bytes()
+                    .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+                {
+                    return self.err(
+                        c.attr.span(),
+                        format!(
+                            "{v:?} holds a space or control character: no {attr} does (a qname's is escaped, as \\032)"
+                        ),
                     );
                 }
             }
@@ -679,7 +715,7 @@ impl Ctx<'_> {
                 rate,
             });
         }
-        let prefilters = self.prefilters(&mut rules)?;
+        let prefilters = self.prefilters(&mut rules);
         let index = super::compiled::index::RuleIndex::build(&rules);
         let reads = rules
             .iter()
@@ -766,10 +802,7 @@ impl Ctx<'_> {
     }
 
     /// Groups regex conditions by attribute; an attribute with several gets one `RegexSet`.
-    fn prefilters(
-        &self,
-        rules: &mut [Rule],
-    ) -> Result<Vec<(Box<str>, regex::RegexSet)>, RulesError> {
+    fn prefilters(&self, rules: &mut [Rule]) -> Vec<(Box<str>, regex::RegexSet)> {
         let mut by_attr: Vec<(Box<str>, Vec<String>)> = Vec::new();
         for rule in rules.iter() {
             for c in &rule.conds {
@@ -786,17 +819,24 @@ impl Ctx<'_> {
             if patterns.len() < 2 || out.len() == MAX_PREFILTERS {
                 continue;
             }
-            let set = RegexSetBuilder::new(&patterns)
+            // The shared set only saves work: past its size limit (each regex is within its
+            // own) the attribute's regexes are tried one by one, and the file still loads.
+            let set = match RegexSetBuilder::new(&patterns)
                 .size_limit(REGEX_SIZE_LIMIT * 4)
                 .build()
-                .map_err(|e| {
-                    RulesError::at_offset(
-                        self.path,
-                        self.text,
-                        0,
-                        format!("regex set for {attr}: {e}"),
-                    )
-                })?;
+            {
+                Ok(set) => set,
+                Err(e) => {
+                    tracing::warn!(
+                        file = %self.path.display(),
+                        attr = &*attr,
+                        regexes = patterns.len(),
+                        error = %e,
+                        "the regexes on this attribute are too big to share one prefilter: each is tried alone"
+                    );
+                    continue;
+                }
+            };
             let idx = out.len() as u8;
             for rule in rules.iter_mut() {
                 for c in &mut rule.conds {
@@ -809,7 +849,7 @@ impl Ctx<'_> {
             }
             out.push((attr, set));
         }
-        Ok(out)
+        out
     }
 }
 
@@ -922,6 +962,17 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
         // A deny that reaches a never-block address would block it in XDP: refused here.
         for item in &g.deny {
             for (n, _) in ctx.nets(std::slice::from_ref(item))? {
+                // Every address of a family, for every tenant, in XDP too: the node would
+                // answer no one of it (stopping the daemon says so more plainly).
+                if n.prefix_len() == 0 {
+                    return ctx.err(
+                        item.span(),
+                        format!(
+                            "deny {n} refuses every {} client of every tenant",
+                            if n.addr().is_ipv4() { "IPv4" } else { "IPv6" }
+                        ),
+                    );
+                }
                 if let Some(p) = never.conflict(&n) {
                     return ctx.err(
                         item.span(),
@@ -1219,6 +1270,26 @@ mod tests {
                 "{ attr = \"header:Host\", one_of = [\"a.test\", \"[::1]:80\"] }",
                 "without its port",
             ),
+            (
+                "{ attr = \"qname\", exact = \"a b.test\" }",
+                "space or control",
+            ),
+            (
+                "{ attr = \"host\", contains = \"a\\tb\" }",
+                "space or control",
+            ),
+            (
+                "{ attr = \"user_agent\", prefix = \" sqlmap\" }",
+                "without the spaces around it",
+            ),
+            (
+                "{ attr = \"header:x-a\", one_of = [\"b\", \"c \"] }",
+                "without the spaces around it",
+            ),
+            (
+                "{ attr = \"header:x-a\", suffix = \"c\\t\" }",
+                "without the spaces around it",
+            ),
         ] {
             let e = err(&rule(when));
             assert!(
@@ -1226,6 +1297,16 @@ mod tests {
                 "{when}: {e}"
             );
         }
+        for deny in ["0.0.0.0/0", "::/0"] {
+            let e = err(&format!(
+                "[global]\ndeny = [\"192.0.2.0/24\", \"{deny}\"]\n"
+            ));
+            assert!(
+                e.starts_with("r.toml:2:25: deny") && e.contains("every"),
+                "{e}"
+            );
+        }
+        compile(Path::new("r.toml"), "[global]\ndeny = [\"240.0.0.0/4\"]\n").unwrap();
         let e = err(
             "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"r\"\naction = \"deny\"\nwhen = []\n",
         );
@@ -1239,6 +1320,9 @@ mod tests {
             "{ attr = \"header:x-api-version\", exact = \"1\" }",
             "{ attr = \"transport\", exact = \"TCP\" }",
             "{ attr = \"version\", exact = \"HTTP/2\" }",
+            "{ attr = \"user_agent\", suffix = \" bot\" }",
+            "{ attr = \"user_agent\", contains = \" sqlmap \" }",
+            "{ attr = \"path\", prefix = \" \" }",
         ] {
             compile(Path::new("r.toml"), &rule(when)).unwrap();
         }

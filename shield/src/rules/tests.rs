@@ -1439,3 +1439,32 @@ fn an_attribute_with_several_values_is_indexed_by_each() {
     // Past 16 values: the walk, counted.
     assert_eq!(s.index_walks.sum(), 1);
 }
+
+#[test]
+fn regexes_too_big_to_share_a_prefilter_still_load_and_match() {
+    // Each regex is within its own size limit; together they are past the shared set's.
+    let mut text = String::from("[[tenant]]\nid = 1\n");
+    for i in 0..24 {
+        text.push_str(&format!(
+            "[[tenant.rule]]\nname = \"r{i}\"\naction = \"deny\"\nwhen = [{{ attr = \"user_agent\", regex = \"\\\\w{{16}}z{i}\" }}]\n"
+        ));
+    }
+    let p = prepared(&text);
+    let t = p.tenants[1].as_ref().unwrap();
+    assert!(
+        t.prefilters.is_empty(),
+        "the set was built: raise the sizes"
+    );
+    let s = state();
+    let ua = format!("{}z7", "a".repeat(16));
+    let v = p.check(&s, 1, ip("192.0.2.1"), &Attrs(&[("user_agent", &ua)]), NOW);
+    assert_eq!(v.reason.as_str(), "r7");
+    let v = p.check(
+        &s,
+        1,
+        ip("192.0.2.1"),
+        &Attrs(&[("user_agent", "curl")]),
+        NOW,
+    );
+    assert_eq!(v, Verdict::PASS);
+}
