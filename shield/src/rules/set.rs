@@ -50,6 +50,8 @@ pub struct RuleState {
     pub(super) holds: std::sync::Mutex<std::collections::VecDeque<TenantHold>>,
     /// Holds the list above let go of, full (they still hold, unlisted, until they lapse).
     pub(super) holds_unlisted: std::sync::atomic::AtomicU64,
+    /// The list let a hold go since the table was last cleared: a reload clears it all.
+    pub(super) holds_overflowed: std::sync::atomic::AtomicBool,
 }
 
 /// Most sources held for a tenant alone that `ctl block list` lists.
@@ -90,6 +92,8 @@ impl RuleState {
             h.pop_front();
             self.holds_unlisted
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.holds_overflowed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         h.push_back(TenantHold {
             tenant,
@@ -127,6 +131,7 @@ impl RuleState {
             index_walks: StripedCounter::default(),
             holds: Default::default(),
             holds_unlisted: Default::default(),
+            holds_overflowed: Default::default(),
         }
     }
 
@@ -243,19 +248,34 @@ impl RuleSet {
         self.current.load()
     }
 
-    /// Replaces the rules. When the file changed, escalations held for a tenant alone are
-    /// lifted: an operator who adds a source to an allow list or `never_block` and reloads
-    /// lifts it (they are listed nowhere else, and lapse after `block_secs`).
+    /// Replaces the rules. Escalations held for a tenant alone are lifted where that
+    /// tenant's rules changed (its `[[tenant]]` table, or what every tenant shares): an
+    /// operator who adds a source to an allow list or `never_block` and reloads lifts it
+    /// (they are listed nowhere else, and lapse after `block_secs`); an edit of another
+    /// tenant's rules lets no one held go. Holds the list let go of, full, are unknown:
+    /// then every hold goes.
     pub fn store(&self, prepared: Prepared) {
-        let changed = self.current.load().version() != prepared.version();
-        self.current.store(Arc::new(prepared));
-        if let Some(t) = self.state.tenant_scoped.as_ref().filter(|_| changed) {
-            t.clear();
-            self.state
-                .holds
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clear();
+        let new = Arc::new(prepared);
+        let old = self.current.swap(new.clone());
+        if let Some(tbl) = self
+            .state
+            .tenant_scoped
+            .as_ref()
+            .filter(|_| old.version() != new.version())
+        {
+            let mut h = self.state.holds.lock().unwrap_or_else(|e| e.into_inner());
+            if self.state.holds_overflowed.swap(false, Ordering::Relaxed) {
+                tbl.clear();
+                h.clear();
+            } else {
+                h.retain(|x| {
+                    if old.tenant_version(x.tenant) == new.tenant_version(x.tenant) {
+                        return true;
+                    }
+                    tbl.lift(&(x.tenant, x.key));
+                    false
+                });
+            }
         }
         self.reloads.fetch_add(1, Ordering::Relaxed);
     }

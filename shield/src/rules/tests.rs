@@ -918,6 +918,57 @@ fn a_tenant_escalation_yields_to_allow_lists_and_a_changed_rules_file() {
     assert_eq!(rs.check(1, src, &Q("A"), NOW).action, Action::Pass);
 }
 
+/// A new rules file lifts the holds of the tenants whose rules it changed, and only those:
+/// an edit of one tenant's rules let every source held by every other tenant go.
+#[test]
+fn a_reload_lifts_the_holds_of_the_tenants_it_changed() {
+    let cfg = StateConfig::default();
+    let s = RuleState::new(&cfg, None).scoped_to_tenants(&cfg);
+    let text = |global: &str, two: &str| {
+        let mut t = String::from(global);
+        for id in [1, 2, 3] {
+            t.push_str(&format!(
+                "[[tenant]]\nid = {id}\n\
+                 escalate = {{ after = 1, window_secs = 10, block_secs = 60, on = [\"deny\"] }}\n\
+                 [[tenant.rule]]\nname = \"no{}\"\naction = \"deny\"\n\
+                 when = [{{ attr = \"qtype\", exact = \"ANY\" }}]\n",
+                if id == 2 { two } else { "" }
+            ));
+        }
+        t
+    };
+    struct Q(&'static str);
+    impl Request for Q {
+        fn attr(&self, n: &str) -> Option<&str> {
+            (n == attr::QTYPE).then_some(self.0)
+        }
+        fn evidence(&self) -> Evidence {
+            Evidence::Tcp
+        }
+    }
+    let rs = RuleSet::new(prepared(&text("", "")), s);
+    let src = ip("198.51.100.9");
+    let held = |t| rs.check(t, src, &Q("A"), NOW).code == codes::ESCALATED;
+    for t in [1, 2, 3] {
+        assert_eq!(
+            rs.check(t, src, &Q("ANY"), NOW).escalated,
+            Escalated::Blocked
+        );
+        assert!(held(t));
+    }
+    // Tenant 2's rule renamed: its hold goes, the others' stay (and are still listed).
+    rs.store(prepared(&text("", "x")));
+    assert!(held(1) && !held(2) && held(3));
+    assert_eq!(rs.tenant_holds((NOW.unix_ms / 1000) as u32).len(), 2);
+    // What every tenant shares changed: every hold goes.
+    rs.store(prepared(&text(
+        "[global]\nallow = [\"192.0.2.0/24\"]\n",
+        "x",
+    )));
+    assert!(!held(1) && !held(3));
+    assert!(rs.tenant_holds(0).is_empty());
+}
+
 /// Packets forged in a source's name (unproven) empty only the unproven bucket: the source's
 /// real queries (over TCP, or with a valid cookie) keep their own allowance and are never
 /// limited, nor escalated, for what the forged ones did — per source and per /24 alike.
