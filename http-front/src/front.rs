@@ -543,6 +543,11 @@ impl Front {
             .and_then(AccessLogger::sender)
     }
 
+    /// Whether `net` is blocked in http-front's slot of the XDP maps now (`None`: no maps).
+    pub fn xdp_holds_block(&self, net: ipnet::IpNet) -> Option<bool> {
+        lock(&self.xdp).as_ref()?.holds_block(net)
+    }
+
     /// Last flush of events and access logs, stop of the XDP mirror (after the runtime is gone).
     pub fn finish(&self) {
         // This thread's handles hold an access-log sender; the writer ends when all are gone.

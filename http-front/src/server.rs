@@ -224,12 +224,19 @@ async fn control(
     use shield::control::Reply;
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
-        ["block", rest @ ..] => shield::control::block::command_with_holds(
-            &front.blocks,
-            Some(&front.rules),
-            rest,
-            peer,
-        ),
+        ["block", rest @ ..] => {
+            let mut r = shield::control::block::command_with_holds(
+                &front.blocks,
+                Some(&front.rules),
+                rest,
+                peer,
+            );
+            shield::control::block::warn_unless_in_xdp(rest, &mut r, "http-front", |net| {
+                front.xdp_holds_block(net)
+            })
+            .await;
+            r
+        }
         ["stats"] => Reply::ok(front.metrics.render_ctl()),
         ["status"] => {
             let snap = front.snapshot();

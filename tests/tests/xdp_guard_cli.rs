@@ -259,6 +259,41 @@ fn the_node_guard_outlives_its_process_and_daemons_follow_its_maps() {
         let (_, out) = run(None, &["list", "--pin-path", pins.arg(), "--addr", other]);
         out.contains("dnsd=")
     });
+    // The address map filled (the operator's slot): a block dnsd cannot put into it is said
+    // so to the operator who added it (it was "ok" with XDP passing the source).
+    let ctl_text = |args: &[&str]| {
+        let o = Command::new(palisade_tests::bin("dnsd"))
+            .args(["ctl", "-c", dnsd_toml.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let maps = GuardMaps::open_pinned(&pins.0).unwrap();
+    let mut filled = 0u32;
+    for i in 0..maps.capacity(xdp_guard::BlockMapKind::AddrV4) {
+        let a = std::net::Ipv4Addr::from(0xC612_0000u32 + i);
+        if maps
+            .block(IpNet::from(std::net::IpAddr::V4(a)), u64::MAX)
+            .is_err()
+        {
+            break;
+        }
+        filled += 1;
+    }
+    assert!(filled > 8000, "{filled}");
+    let (ok, out) = ctl_text(&["block", "add", "192.0.2.100", "--ttl", "600"]);
+    assert!(
+        ok && out.contains("192.0.2.100/32 is not in the XDP block map")
+            && out.contains("dnsd drops it itself"),
+        "{out}"
+    );
+    // One that reaches it (dnsd's own entry, updated in place) is said nothing more of.
+    let (ok, out) = ctl_text(&["block", "add", other, "--ttl", "900"]);
+    assert!(ok && !out.contains("warning"), "{out}");
     let _ = dnsd.kill();
     let _ = dnsd.wait();
     // dnsd gone, the node's guard still attached and still dropping.

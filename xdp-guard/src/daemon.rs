@@ -33,6 +33,15 @@ impl DaemonXdp {
         self.mirror.as_ref()
     }
 
+    /// Whether `net` is blocked in this daemon's writer slot of the XDP maps now; `None`
+    /// without maps to look in (pinned maps awaited, a lookup failed).
+    pub fn holds_block(&self, net: ipnet::IpNet) -> Option<bool> {
+        let maps = self.mirror()?.maps()?;
+        let net = shield::never_block::canonical_net(net.trunc());
+        let entry = maps.get(net).ok()?;
+        Some(entry.is_some_and(|e| e.value.slot(maps.slot()).is_some()))
+    }
+
     /// Whether this daemon attached the program itself.
     pub fn attached_here(&self) -> bool {
         self.guard.is_some()

@@ -33,12 +33,20 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
             Err(r) => r,
         },
         ["stats"] => Reply::ok(shared.metrics.render_ctl()),
-        ["block", rest @ ..] => shield::control::block::command_with_holds(
-            &shared.defence.blocks,
-            shared.defence.rules.as_deref(),
-            rest,
-            peer,
-        ),
+        ["block", rest @ ..] => {
+            let mut r = shield::control::block::command_with_holds(
+                &shared.defence.blocks,
+                shared.defence.rules.as_deref(),
+                rest,
+                peer,
+            );
+            shield::control::block::warn_unless_in_xdp(rest, &mut r, "dnsd", |net| {
+                let x = shared.xdp.lock().unwrap_or_else(|e| e.into_inner());
+                x.as_ref()?.holds_block(net)
+            })
+            .await;
+            r
+        }
         ["zones"] => Reply::ok(zones_text(shared).await),
         ["events-init"] => {
             crate::observe::event_sinks::events_init(shared.clickhouse.as_ref(), None).await

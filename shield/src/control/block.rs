@@ -70,6 +70,33 @@ pub fn command_with_holds(
     }
 }
 
+/// After `block ARGS` answered `reply`: an `add` that succeeded is looked for in the node's
+/// XDP block map for up to a second (`in_xdp`: whether it is there, `None` where the daemon
+/// writes no XDP maps), and the reply warns when it never arrived — the map full, the
+/// daemon then dropping the source itself, every packet of it still reaching it.
+pub async fn warn_unless_in_xdp(
+    args: &[&str],
+    reply: &mut Reply,
+    who: &str,
+    in_xdp: impl Fn(ipnet::IpNet) -> Option<bool>,
+) {
+    let (true, ["add", net, ..]) = (reply.ok, args) else {
+        return;
+    };
+    let Some(net) = crate::prefix::parse_net(net) else {
+        return;
+    };
+    for _ in 0..40 {
+        match in_xdp(net) {
+            Some(false) => tokio::time::sleep(Duration::from_millis(25)).await,
+            _ => return,
+        }
+    }
+    reply.text.push_str(&format!(
+        "warning: {net} is not in the XDP block map after 1 s (full? `xdp-guard stats`, `full` in {who}'s xdp.mirror counters;          raise block_v4_entries/block_v6_entries/prefix_*_entries at `xdp-guard attach`): {who} drops it itself\n"
+    ));
+}
+
 /// The sources `rules` hold for one tenant alone now, as `block list` shows them.
 fn holds_text(rules: &crate::rules::RuleSet) -> String {
     let now = (crate::clock::unix_ms() / 1000) as u32;
