@@ -171,6 +171,29 @@ fn contains_rules(n: usize) -> String {
     t
 }
 
+/// `n` `contains` rules on the name for tenant 7 that never decide an A query (each also
+/// asks for another type, a condition the index cannot look up).
+fn contains_rules_not_a(n: usize) -> String {
+    let mut t = String::from("[[tenant]]\nid = 7\n");
+    for i in 0..n {
+        t.push_str(&format!(
+            "[[tenant.rule]]\nname = \"c{i}\"\naction = \"deny\"\nwhen = [{{ attr = \"qname\", contains = \"bad{i}x\" }}, {{ attr = \"qtype\", exact = \"A\", not = true }}]\n"
+        ));
+    }
+    t
+}
+
+/// An A query for the name of `labels` under example.com (no EDNS).
+fn query_for(labels: &[String]) -> Vec<u8> {
+    let mut m = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for l in labels {
+        m.push(l.len() as u8);
+        m.extend_from_slice(l.as_bytes());
+    }
+    m.extend_from_slice(b"\x07example\x03com\x00\x00\x01\x00\x01");
+    m
+}
+
 /// A processor whose zone belongs to tenant 7, with the shield rules `text` and the
 /// defences off.
 fn with_rules(text: &str) -> (Processor, Arc<defence::Shared>) {
@@ -260,6 +283,19 @@ fn bench(c: &mut Criterion) {
         let (mut p, _s) = with_rules(&text);
         from_new_sources(&mut g, name, &mut p, &q, &mut out);
     }
+    // A name holding 40 of them (past the stack's 32): their rules alone are tried.
+    let labels: Vec<String> = (0..4)
+        .map(|l| (0..10).map(|i| format!("bad{}x", l * 10 + i)).collect())
+        .collect();
+    let crafted = query_for(&labels);
+    let (mut p, _s) = with_rules(&contains_rules_not_a(10_000));
+    from_new_sources(
+        &mut g,
+        "rules: 10000 contains, 40 in the name",
+        &mut p,
+        &crafted,
+        &mut out,
+    );
     // A blocked source: the whole cost of a packet we refuse.
     let (mut p, _s) = processor(Some(off()), 100_000);
     let blocked: SocketAddr = "10.0.0.9:5353".parse().unwrap();

@@ -122,11 +122,15 @@ impl Prepared {
                 let mut c = index::Candidates::new();
                 t.index.candidates(req, &mut c);
                 if c.overflow {
+                    // Past the stack's bounds: the candidates gathered again, into the
+                    // thread's bitmap (never a walk over every rule: 10,000 `contains` rules
+                    // cost 1,000 times the index for anyone who put 33 of them in one header).
                     state.index_walks.add(stripe(src), 1);
-                    for rule in &t.rules {
-                        if let Some(v) = rule_verdict(t, rule, state, src, req, now, &mut cache) {
-                            return v;
-                        }
+                    let found = t.index.spilled(t.rules.len(), req, |n| {
+                        rule_verdict(t, &t.rules[n as usize], state, src, req, now, &mut cache)
+                    });
+                    if let Some(v) = found {
+                        return v;
                     }
                 } else {
                     // The candidates and the walked rules, merged in file order.

@@ -43,7 +43,7 @@ pub struct RuleState {
     pub(super) unproven_ignored: StripedCounter,
     /// Verdicts of relayed requests (a resolver's users'), never counted toward escalation.
     pub(super) relayed_ignored: StripedCounter,
-    /// Requests whose candidates passed the index's bounds: every rule of the tenant walked.
+    /// Requests past the index's stack bounds: their candidates gathered into a bitmap.
     pub(super) index_walks: StripedCounter,
     /// The sources held for a tenant alone, as `ctl block list` shows them and `block del`
     /// lifts them (the table above holds hashes only); the most recent [`HOLDS_MAX`].
@@ -409,7 +409,7 @@ impl crate::metrics::Source for RuleSet {
             "rules.index_walks",
             "palisade_rules_index_walks_total",
             "",
-            "Requests that matched more than the rule index gathers (128 candidates, 32 contains values of one attribute): every rule of their tenant walked.",
+            "Requests past the rule index's stack bounds (128 candidates, 32 contains values in one value, 16 values of one attribute): their candidates gathered into the thread's bitmap of the tenant's rules.",
             r.index_walks,
         );
         if let Some(t) = &r.tenant_scoped {

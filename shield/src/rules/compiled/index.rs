@@ -10,18 +10,21 @@
 //! negations) is always a candidate. The index only narrows:
 //! every candidate is then evaluated whole, in file order, so verdicts are exactly those of a
 //! walk over every rule. An attribute with several values (a header sent twice, a query and
-//! its decoded form) gathers the candidates of each (16 at most; more walk every rule).
+//! its decoded form) gathers the candidates of each. A request past the stack's few (more
+//! than 128 candidates, 32 `contains` values in one value, 16 values of one attribute) has
+//! them gathered again into a bitmap of the tenant's rules, one per thread and reused: its
+//! cost stays that of the rules it may match, never a walk over all of them.
 
 use super::{Matcher, Rule};
 use crate::rules::Request;
 use hashbrown::HashMap;
 use std::mem::MaybeUninit;
 
-/// Most candidates collected per request; more falls back to the walk over every rule.
+/// Most candidates collected per request on the stack; more go to the thread's bitmap.
 pub(crate) const MAX_CANDIDATES: usize = 128;
 
-/// Most distinct `contains` values one attribute's value may hold before the walk over every
-/// rule is taken instead (each is remembered to count it once).
+/// Most distinct `contains` values one attribute's value may hold on the stack (each is
+/// remembered to count it once); more go to the thread's bitmap.
 const MAX_CONTAINED: usize = 32;
 
 /// Rule numbers by keyed lookups, per attribute, plus the rules every request walks.
@@ -56,6 +59,23 @@ pub(crate) struct AttrIndex {
     contains_at: HashMap<Box<str>, usize>,
     /// Over `contains` (built once every rule is in).
     contained: Option<aho_corasick::AhoCorasick>,
+}
+
+/// Where gathered candidates go: the stack's few ([`Candidates`]) or, past them, the
+/// thread's bitmap of every rule ([`Spill`]).
+pub(crate) trait Sink {
+    /// Most values of one attribute looked at.
+    const MAX_VALUES: usize;
+    /// Adds rules.
+    fn extend(&mut self, rules: &[u32]);
+    /// Past the sink's bounds: gathering stops.
+    fn overflowed(&self) -> bool;
+    /// Marks the sink past its bounds.
+    fn overflow(&mut self);
+    /// A value starts: its `contains` values are each counted once.
+    fn start_value(&mut self);
+    /// True the first time `pattern` is found in the value.
+    fn first_sight(&mut self, pattern: u32) -> bool;
 }
 
 /// The rules found by one key.
@@ -111,7 +131,7 @@ impl Trie {
 
     /// Adds the rules of every node on `key`'s path (every key that `key` starts with).
     #[inline]
-    fn collect(&self, key: impl Iterator<Item = u8>, out: &mut Candidates) {
+    fn collect<S: Sink>(&self, key: impl Iterator<Item = u8>, out: &mut S) {
         let mut n = &self.nodes[0];
         out.extend(&n.rules);
         for b in key {
@@ -128,19 +148,15 @@ impl Trie {
 pub(crate) struct Candidates {
     buf: [MaybeUninit<u32>; MAX_CANDIDATES],
     len: usize,
-    /// More than [`MAX_CANDIDATES`]: the caller walks every rule instead.
+    /// Past the stack's bounds: the caller gathers them again into a [`Spill`].
     pub(crate) overflow: bool,
+    /// The `contains` values found in the current value.
+    seen: [u32; MAX_CONTAINED],
+    seen_len: usize,
 }
 
-impl Candidates {
-    #[inline]
-    pub(crate) fn new() -> Self {
-        Candidates {
-            buf: [const { MaybeUninit::uninit() }; MAX_CANDIDATES],
-            len: 0,
-            overflow: false,
-        }
-    }
+impl Sink for Candidates {
+    const MAX_VALUES: usize = 16;
 
     #[inline]
     fn extend(&mut self, rules: &[u32]) {
@@ -152,6 +168,48 @@ impl Candidates {
             d.write(r);
         }
         self.len += rules.len();
+    }
+
+    #[inline]
+    fn overflowed(&self) -> bool {
+        self.overflow
+    }
+
+    #[inline]
+    fn overflow(&mut self) {
+        self.overflow = true;
+    }
+
+    #[inline]
+    fn start_value(&mut self) {
+        self.seen_len = 0;
+    }
+
+    #[inline]
+    fn first_sight(&mut self, pattern: u32) -> bool {
+        if self.seen[..self.seen_len].contains(&pattern) {
+            return false;
+        }
+        if self.seen_len == MAX_CONTAINED {
+            self.overflow = true;
+            return false;
+        }
+        self.seen[self.seen_len] = pattern;
+        self.seen_len += 1;
+        true
+    }
+}
+
+impl Candidates {
+    #[inline]
+    pub(crate) fn new() -> Self {
+        Candidates {
+            buf: [const { MaybeUninit::uninit() }; MAX_CANDIDATES],
+            len: 0,
+            overflow: false,
+            seen: [0; MAX_CONTAINED],
+            seen_len: 0,
+        }
     }
 
     /// The candidates sorted, without repeats.
@@ -171,6 +229,64 @@ impl Candidates {
             }
         }
         &s[..w]
+    }
+}
+
+/// A thread's bitmaps, reused by every request past the stack's bounds (they grow to the
+/// largest tenant's rules once, then allocate nothing).
+#[derive(Default)]
+struct SpillBufs {
+    /// Bit `n`: rule `n` is a candidate.
+    rules: Vec<u64>,
+    /// Bit `n`: `contains` value `n` was found in the current value.
+    seen: Vec<u64>,
+    /// The bits of `seen` set, to clear.
+    touched: Vec<u32>,
+}
+
+thread_local! {
+    static SPILL: std::cell::RefCell<SpillBufs> = std::cell::RefCell::new(SpillBufs::default());
+}
+
+/// Candidates as a bitmap of every rule: never past its bounds.
+pub(crate) struct Spill<'a> {
+    rules: &'a mut [u64],
+    seen: &'a mut [u64],
+    touched: &'a mut Vec<u32>,
+}
+
+impl Sink for Spill<'_> {
+    // Every value the request has (the daemons bound how many headers it may send).
+    const MAX_VALUES: usize = usize::MAX;
+
+    #[inline]
+    fn extend(&mut self, rules: &[u32]) {
+        for &r in rules {
+            self.rules[r as usize / 64] |= 1 << (r % 64);
+        }
+    }
+
+    fn overflowed(&self) -> bool {
+        false
+    }
+
+    fn overflow(&mut self) {}
+
+    fn start_value(&mut self) {
+        for p in self.touched.drain(..) {
+            self.seen[p as usize / 64] = 0;
+        }
+    }
+
+    #[inline]
+    fn first_sight(&mut self, p: u32) -> bool {
+        let (w, b) = (p as usize / 64, 1u64 << (p % 64));
+        if self.seen[w] & b != 0 {
+            return false;
+        }
+        self.seen[w] |= b;
+        self.touched.push(p);
+        true
     }
 }
 
@@ -290,7 +406,7 @@ impl RuleIndex {
     /// attribute that has several (a header sent twice, a query and its decoded form), as a
     /// condition matches when any of them does.
     #[inline]
-    pub(crate) fn candidates<R: Request + ?Sized>(&self, req: &R, out: &mut Candidates) {
+    pub(crate) fn candidates<R: Request + ?Sized, S: Sink>(&self, req: &R, out: &mut S) {
         let multi = req.multi_valued();
         for a in &self.attrs {
             let Some(v) = req.attr_by_bit(a.bit, &a.attr) else {
@@ -301,29 +417,80 @@ impl RuleIndex {
                 continue;
             }
             for n in 1.. {
-                if out.overflow {
+                if out.overflowed() {
                     return;
                 }
                 let Some(v) = req.attr_nth(&a.attr, n) else {
                     break;
                 };
-                if n >= MAX_VALUES {
-                    out.overflow = true;
+                if n >= S::MAX_VALUES {
+                    out.overflow();
                     return;
                 }
                 a.candidates_of(v, out);
             }
         }
     }
-}
 
-/// Most values of one attribute the index looks at; more walk every rule (counted).
-const MAX_VALUES: usize = 16;
+    /// Calls `f` with each candidate of `req` and each rule of [`RuleIndex::scan`] in file
+    /// order (`rules` of them in all), gathered into the thread's bitmap, until `f` returns
+    /// something: for a request past [`Candidates`]' bounds.
+    pub(crate) fn spilled<R: Request + ?Sized, T>(
+        &self,
+        rules: usize,
+        req: &R,
+        mut f: impl FnMut(u32) -> Option<T>,
+    ) -> Option<T> {
+        SPILL.with(|cell| {
+            let mut b = cell.borrow_mut();
+            let SpillBufs {
+                rules: bits,
+                seen,
+                touched,
+            } = &mut *b;
+            let words = rules.div_ceil(64);
+            if bits.len() < words {
+                bits.resize(words, 0);
+            }
+            let patterns = self
+                .attrs
+                .iter()
+                .map(|a| a.contains.len())
+                .max()
+                .unwrap_or(0);
+            if seen.len() < patterns.div_ceil(64) {
+                seen.resize(patterns.div_ceil(64), 0);
+            }
+            let mut sink = Spill {
+                rules: &mut bits[..words],
+                seen,
+                touched,
+            };
+            sink.extend(&self.scan);
+            self.candidates(req, &mut sink);
+            sink.start_value();
+            let mut found = None;
+            'words: for w in 0..words {
+                let mut word = bits[w];
+                while word != 0 {
+                    let r = (w * 64) as u32 + word.trailing_zeros();
+                    word &= word - 1;
+                    found = f(r);
+                    if found.is_some() {
+                        break 'words;
+                    }
+                }
+            }
+            bits[..words].fill(0);
+            found
+        })
+    }
+}
 
 impl AttrIndex {
     /// Gathers the candidates of one value `v` of the attribute.
     #[inline]
-    fn candidates_of(&self, v: &str, out: &mut Candidates) {
+    fn candidates_of<S: Sink>(&self, v: &str, out: &mut S) {
         let a = self;
         if a.has_len(v.len())
             && let Some(k) = a.keys.get(v)
@@ -350,20 +517,14 @@ impl AttrIndex {
         }
         if let Some(ac) = &a.contained {
             // Each value found once, however often it occurs.
-            let mut seen = [0u32; MAX_CONTAINED];
-            let mut n = 0;
+            out.start_value();
             for m in ac.find_overlapping_iter(v) {
                 let p = m.pattern().as_u32();
-                if seen[..n].contains(&p) {
-                    continue;
-                }
-                if n == MAX_CONTAINED {
-                    out.overflow = true;
+                if out.first_sight(p) {
+                    out.extend(&a.contains[p as usize].1);
+                } else if out.overflowed() {
                     return;
                 }
-                seen[n] = p;
-                n += 1;
-                out.extend(&a.contains[p as usize].1);
             }
         }
     }
