@@ -956,6 +956,75 @@ fn a_contested_member_stays_with_its_catalog_across_restarts() {
     }
 }
 
+/// A new version of a consumed catalog that is no catalog (its schema version missing or
+/// another, a member listed twice) is refused as a transfer, as Knot refuses it: the last
+/// valid version stays the copy, and a restart serves its members (taken, the bad copy gave a
+/// restart no members: every tenant of the catalog REFUSED).
+#[test]
+fn a_catalog_version_that_is_no_catalog_is_refused_and_its_members_survive_a_restart() {
+    let (_dir, pdir, cdir) = primary_and_consumer_dirs();
+    let primary = catalog_primary(
+        &pdir,
+        &[("cat1.", &[("m1.test.", "a1", ""), ("m2.test.", "a2", "")])],
+        &["m1.test.", "m2.test."],
+    );
+    let mut cat = Zone::new("cat1.", cdir.join("cat1.zone"));
+    cat.options = vec![
+        format!("primaries = [\"{}\"]", primary.addr()),
+        "catalog = \"consumer\"".into(),
+    ];
+    let zones = [cat];
+    let mut consumer = Dnsd::builder().zones(&zones).start();
+    for z in ["m1.test.", "m2.test."] {
+        let c = &consumer;
+        wait("{z} served", c.addr(), z, Some(1), &|| c.log());
+    }
+    // Two of the kinds (the reader's unit tests have the others); each refusal backs the
+    // refresh off, as any failed one.
+    let bad = [
+        catalog_text("cat1.", 2, "3", &[("m1.test.", "a1", "")]),
+        catalog_text(
+            "cat1.",
+            3,
+            "2",
+            &[("m1.test.", "a1", ""), ("m1.test.", "a9", "")],
+        ),
+    ];
+    for (i, text) in bad.iter().enumerate() {
+        let version = i as u32 + 2;
+        write(&pdir.join("cat1.zone"), text);
+        let (ok, out) = primary.ctl(&["reload"]);
+        assert!(ok, "{out}");
+        let c = &consumer;
+        until(
+            "the bad version refused",
+            40,
+            &|| {
+                c.log()
+                    .contains(&format!("serial {version} is not a valid catalog"))
+            },
+            &|| c.log(),
+        );
+        assert_eq!(
+            serial(c.addr(), "cat1."),
+            Some(1),
+            "version {version} taken"
+        );
+    }
+    drop(consumer);
+    consumer = Dnsd::builder().zones(&zones).start();
+    for z in ["m1.test.", "m2.test."] {
+        let c = &consumer;
+        wait(
+            "{z} served after the restart",
+            c.addr(),
+            z,
+            Some(1),
+            &|| c.log(),
+        );
+    }
+}
+
 /// A consumer that signs its members and lists them in a catalog it produces, restarted
 /// with its primary gone: the members are served signed from their copies (they were served
 /// unsigned, with the primary's serial, until a transfer), and the produced catalog keeps its

@@ -358,7 +358,7 @@ async fn refresh_from(
     // One deadline for the refresh: an IXFR that fails falls back to an AXFR within what is
     // left of it, never a fresh `in_timeout_secs`.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(x.cfg.in_timeout_secs);
-    let (what, zone) = match &cur {
+    let (what, mut zone) = match &cur {
         Some(base) => match pull(x, p, primary, Some(base.serial()), deadline).await {
             Ok(Received::Current(s)) => {
                 x.stats.in_current.fetch_add(1, Ordering::Relaxed);
@@ -420,6 +420,27 @@ async fn refresh_from(
         return Err(XfrError::Protocol(
             "the transfer brought an older serial than the primary announced",
         ));
+    }
+    // A catalog we consume that is no catalog (no or another schema version, a member
+    // listed twice) is refused whole, as Knot refuses it: taken, its copy replaced the last
+    // valid one, and the next start found no members in it (every tenant of the catalog
+    // REFUSED) while the refresh found the bad serial current.
+    if p.catalog == Some(crate::config::zone_list::CatalogRole::Consumer) {
+        let z = zone;
+        let (z, checked) = tokio::task::spawn_blocking(move || {
+            let r = crate::zone::catalog::read(&z).map(drop);
+            (z, r)
+        })
+        .await
+        .map_err(|e| XfrError::Zone(e.to_string()))?;
+        if let Err(e) = checked {
+            tracing::error!(zone = %p.origin, "serial {} is not a valid catalog ({e}): refused, the last valid one stays", z.serial());
+            return Err(XfrError::Zone(format!(
+                "serial {} is not a valid catalog ({e}): the last valid one stays",
+                z.serial()
+            )));
+        }
+        zone = z;
     }
     let zone = Arc::new(zone);
     // The copy on disk first, so that a restart serves what we serve.
