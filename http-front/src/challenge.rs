@@ -231,29 +231,62 @@ pub fn clearance(keys: &Keys, b: &Binding<'_>, expiry: u64, difficulty: u8) -> S
     v
 }
 
+/// A clearance as written, not yet verified: what the cookie's text says.
+#[derive(Clone, Copy, Debug)]
+pub struct ClearanceText {
+    expiry: u64,
+    difficulty: u8,
+    mac: [u8; MAC_BYTES],
+}
+
+impl ClearanceText {
+    /// `value` when it is spelt as a clearance and has not expired at `now` (no MAC
+    /// computed: a cookie of another shape costs nothing and is never counted).
+    pub fn parse(value: &str, now: u64) -> Option<ClearanceText> {
+        let mut parts = value.splitn(3, '.');
+        let (exp, d, mac) = (parts.next()?, parts.next()?, parts.next()?);
+        let (expiry, difficulty, mac) = (number::<u64>(exp)?, number::<u8>(d)?, unhex(mac)?);
+        (expiry > now).then_some(ClearanceText {
+            expiry,
+            difficulty,
+            mac,
+        })
+    }
+
+    /// The difficulty it was earned at, when its MAC is `b`'s.
+    pub fn verify(&self, keys: &Keys, b: &Binding<'_>) -> Option<u8> {
+        b.mac(
+            &keys.clearance,
+            b"clr",
+            &[self.expiry, u64::from(self.difficulty)],
+        )
+        .verify_truncated_left(&self.mac)
+        .is_ok()
+        .then_some(self.difficulty)
+    }
+}
+
 /// The difficulty `value` was earned at, when it is a clearance for `b` that has not expired
 /// at `now`.
 pub fn clearance_valid(keys: &Keys, b: &Binding<'_>, value: &str, now: u64) -> Option<u8> {
-    let mut parts = value.splitn(3, '.');
-    let (exp, d, mac) = (parts.next()?, parts.next()?, parts.next()?);
-    let (exp, d, mac) = (number::<u64>(exp)?, number::<u8>(d)?, unhex(mac)?);
-    (exp > now
-        && b.mac(&keys.clearance, b"clr", &[exp, u64::from(d)])
-            .verify_truncated_left(&mac)
-            .is_ok())
-    .then_some(d)
+    ClearanceText::parse(value, now)?.verify(keys, b)
 }
 
-/// The values of the cookie `name` in a request's `Cookie` headers (HTTP/2 may send several).
+/// The values of the cookie `name` in a request's `Cookie` headers (HTTP/2 may send several),
+/// read as bytes: another cookie's value in UTF-8 (a name a page's script set) hid every
+/// clearance of its header (browsers send them raw), and the challenge came back forever.
+/// Only values in UTF-8 are given.
 pub fn cookie_values<'h>(headers: &'h HeaderMap, name: &'h str) -> impl Iterator<Item = &'h str> {
     headers
         .get_all(http::header::COOKIE)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
+        .flat_map(|v| v.as_bytes().split(|&b| b == b';'))
         .filter_map(move |kv| {
-            let (k, v) = kv.trim().split_once('=')?;
-            (k == name).then_some(v.trim())
+            let kv = kv.trim_ascii();
+            let eq = kv.iter().position(|&b| b == b'=')?;
+            (kv[..eq].trim_ascii() == name.as_bytes())
+                .then(|| std::str::from_utf8(kv[eq + 1..].trim_ascii()).ok())
+                .flatten()
         })
 }
 
@@ -486,6 +519,18 @@ mod tests {
             "palisade_clearance=z".parse().unwrap(),
         );
         assert_eq!(cookie_values(&h, COOKIE).collect::<Vec<_>>(), ["x.y", "z"]);
+        // Another cookie's raw UTF-8 value hides none of them.
+        h.append(
+            http::header::COOKIE,
+            http::HeaderValue::from_bytes(
+                "name=J\u{fc}rgen; palisade_clearance=w; b=\u{e9}".as_bytes(),
+            )
+            .unwrap(),
+        );
+        assert_eq!(
+            cookie_values(&h, COOKIE).collect::<Vec<_>>(),
+            ["x.y", "z", "w"]
+        );
         assert_eq!(safe_return("/a?b=c"), "/a?b=c");
         for bad in ["//evil.example/", "/\\evil", "http://evil/", "/a\nb", ""] {
             assert_eq!(safe_return(bad), "/");

@@ -29,8 +29,10 @@ pub struct Clearance<'a> {
     passed: Cell<bool>,
 }
 
-/// Clearance cookies checked per request at most (each costs an HMAC).
-const MAX_COOKIES_CHECKED: usize = 4;
+/// Clearance cookies checked per request at most (each costs an HMAC): those spelt as a
+/// clearance and unexpired (others, planted by a sibling site, count for nothing: four of
+/// them locked a solved client out).
+const MAX_COOKIES_CHECKED: usize = 8;
 
 impl<'a> Clearance<'a> {
     /// The clearance `headers` may carry for `binding`, at `now_secs` (unix); a challenge
@@ -66,15 +68,14 @@ impl<'a> Clearance<'a> {
             Some(best) => best,
             None => {
                 let mut best = None;
-                let cookies = challenge::cookie_values(self.headers, challenge::COOKIE);
+                let cookies = challenge::cookie_values(self.headers, challenge::COOKIE)
+                    .filter_map(|c| challenge::ClearanceText::parse(c, self.now_secs));
                 for (i, c) in cookies.enumerate() {
                     if i == MAX_COOKIES_CHECKED {
                         self.over.set(true);
                         break;
                     }
-                    if let Some(d) =
-                        challenge::clearance_valid(self.keys, &self.binding, c, self.now_secs)
-                    {
+                    if let Some(d) = c.verify(self.keys, &self.binding) {
                         best = best.max(Some(d));
                     }
                 }
@@ -377,5 +378,40 @@ mod tests {
         let w = websocket_headers(&h);
         assert_eq!(w.get(header::UPGRADE).unwrap(), "websocket");
         assert_eq!(w.get(header::CONNECTION).unwrap(), "upgrade");
+    }
+
+    #[test]
+    fn a_clearance_is_found_among_cookies_of_other_shapes() {
+        use crate::challenge::{self, Binding, Keys};
+        let keys = Keys::from_fleet(&shield::fleet_key::FleetKey::from_bytes(&[7u8; 32]));
+        let b = || Binding {
+            site: "a",
+            ip: "192.0.2.7".parse().unwrap(),
+            version: 1,
+        };
+        let good = challenge::clearance(&keys, &b(), 2000, 10);
+        let other = challenge::clearance(&keys, &Binding { site: "b", ..b() }, 2000, 10);
+        let check = |cookie: &str| {
+            let mut h = HeaderMap::new();
+            h.append(
+                header::COOKIE,
+                http::HeaderValue::from_bytes(cookie.as_bytes()).unwrap(),
+            );
+            let c = Clearance::new(&keys, b(), &h, 1000, 10);
+            (c.valid(0), c.over_bound())
+        };
+        // Junk planted by a sibling site, an expired one, a raw UTF-8 cookie beside it.
+        let junk = "palisade_clearance=x; ".repeat(12)
+            + &format!("palisade_clearance=900.10.{}; ", "0".repeat(32));
+        assert_eq!(
+            check(&format!("n=J\u{fc}rgen; {junk}palisade_clearance={good}")),
+            (true, false)
+        );
+        // Eight well-spelt ones that fail their MAC are checked; the ninth is not.
+        let eight = format!("palisade_clearance={other}; ").repeat(8);
+        assert_eq!(
+            check(&format!("{eight}palisade_clearance={good}")),
+            (false, true)
+        );
     }
 }
