@@ -116,6 +116,7 @@ counters! {
     WsClosedIdle => ("websockets_closed_total", "cause", "idle"),
     WsClosedMaxAge => ("websockets_closed_total", "cause", "max_age"),
     WsClosedByFront => ("websockets_closed_total", "cause", "closed_by_front"),
+    WsClosedHeld => ("websockets_closed_total", "cause", "held"),
     ChallengeIssued => ("challenges_total", "result", "issued"),
     ChallengeSolved => ("challenges_total", "result", "solved"),
     ChallengeFailed => ("challenges_total", "result", "failed"),
@@ -231,7 +232,7 @@ fn help_of(fam: &str) -> &'static str {
         }
         "websockets_total" => "WebSockets opened to the upstream, or refused by it.",
         "websockets_closed_total" => {
-            "WebSockets ended: the peers (a close or a reset), the client's upgrade failing, websocket_idle_ms, websocket_max_secs, or the front closing the client (a block)."
+            "WebSockets ended: the peers (a close or a reset), the client's upgrade failing, websocket_idle_ms, websocket_max_secs, the front closing the client (a block), or its source held for the site's tenant (an escalation after the tunnel opened)."
         }
         "challenges_total" => {
             "Challenges: pages issued, solutions accepted (a clearance set) or refused, and requests a clearance let through a challenge rule."

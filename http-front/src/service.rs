@@ -1224,6 +1224,12 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
                     bounds,
                     waiting: waiting.take(),
                     place,
+                    held: {
+                        let (rules, tenant, ip) = (Arc::clone(&front.rules), site.tenant, cx.ip);
+                        Box::new(move || {
+                            rules.held(tenant, ip, (shield::clock::unix_ms() / 1000) as u32)
+                        })
+                    },
                 },
             ))
             .await

@@ -107,6 +107,11 @@ impl Drop for WsOrigin {
 
 /// http-front before `origin`: `a.test` proxies WebSocket (tenant 1), `b.test` does not.
 fn front(origin: &WsOrigin, server_extra: &str, site_extra: &str) -> Front {
+    front_with(origin, server_extra, site_extra, RULES)
+}
+
+/// As [`front`], with the rules `rules`.
+fn front_with(origin: &WsOrigin, server_extra: &str, site_extra: &str, rules: &str) -> Front {
     let o = origin.addr;
     let (srv, site) = (server_extra.to_string(), site_extra.to_string());
     Front::start(
@@ -119,7 +124,7 @@ fn front(origin: &WsOrigin, server_extra: &str, site_extra: &str) -> Front {
                      [[site]]\nhosts = [\"b.test\"]\nupstream = \"app\"\n"
                 )
         },
-        Some(RULES),
+        Some(rules),
     )
 }
 
@@ -369,6 +374,60 @@ fn websockets_are_bounded_by_idle_lifetime_blocks_and_the_per_source_limit() {
         );
     }
     assert!(front.metric("http_front_websockets_closed_total{cause=\"closed_by_front\"}") >= 2);
+}
+
+/// A source held for the site's tenant (its escalation, `http = "tenant"`, the default) has
+/// its open WebSockets to the tenant's sites closed within a second or two, as a block closes
+/// them: the upgrade was ruled once, and the held source kept its tunnels for a day.
+#[test]
+fn a_source_held_for_the_tenant_loses_its_open_websockets() {
+    if !have_modules() {
+        return;
+    }
+    let origin = WsOrigin::start();
+    let rules = "[[tenant]]\nid = 1\n\
+                 escalate = { after = 3, window_secs = 60, block_secs = 60, on = [\"deny\"] }\n\
+                 [[tenant.rule]]\nname = \"trip\"\naction = \"deny\"\n\
+                 when = [{ attr = \"path\", prefix = \"/trip\" }]\n";
+    let front = front_with(&origin, "", "", rules);
+    let src = net::test_ip();
+    let long: Vec<String> = std::iter::repeat_n(["k", "sleep:0.3"], 30)
+        .flatten()
+        .map(str::to_string)
+        .collect();
+    let runs: Vec<_> = ["h1", "h2"]
+        .into_iter()
+        .map(|mode| {
+            let (long, fa) = (long.clone(), front.addr());
+            std::thread::spawn(move || {
+                let msgs: Vec<&str> = long.iter().map(String::as_str).collect();
+                client_at(mode, fa, "a.test", "/long", src, &msgs).join("\n")
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1200));
+    for _ in 0..3 {
+        let r = H1Conn::connect(Some(src), front.addr())
+            .and_then(|mut c| c.request("GET", "a.test", "/trip", &[], b""))
+            .expect("a denied request");
+        assert_eq!(r.status, 403);
+    }
+    let t0 = Instant::now();
+    for r in runs {
+        let out = r.join().unwrap();
+        assert!(out.contains("< k"), "{out}");
+        assert!(
+            out.lines().last() == Some("closed"),
+            "the hold closes the WebSocket: {out}\n{}",
+            front.log()
+        );
+    }
+    // 30 messages 0.3 s apart: a tunnel left open would run 9 s.
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(
+        front.metric("http_front_websockets_closed_total{cause=\"held\"}"),
+        2
+    );
 }
 
 /// An HTTP/2 connection's WebSockets past its first each take a connection place of their

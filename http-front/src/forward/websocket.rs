@@ -108,6 +108,9 @@ pub struct Tunnel {
     /// connection of its own (an HTTP/1.1 tunnel keeps its connection's place). A block of
     /// the source closes it.
     pub place: Option<crate::conn_registry::ConnGuard>,
+    /// Whether the source is held for the site's tenant now (asked each second): the
+    /// upgrade was ruled once, and an escalation after it left the tunnel open for a day.
+    pub held: Box<dyn Fn() -> bool + Send + Sync>,
 }
 
 /// Opens a WebSocket to `up` for the request `parts` whose client connection hands over
@@ -304,6 +307,9 @@ where
     }
 }
 
+/// How often a tunnel asks whether its source is held for its site's tenant.
+const HELD_CHECK: Duration = Duration::from_secs(1);
+
 /// Copies both ways until both sides closed, or a bound ends it; how it ended.
 async fn relay<C, U>(client: C, upstream: U, first: Bytes, t: &Tunnel) -> Counter
 where
@@ -347,6 +353,16 @@ where
                 None => std::future::pending().await,
             }
         } => Counter::WsClosedByFront,
+        () = async {
+            let mut every = tokio::time::interval(HELD_CHECK);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                if (t.held)() {
+                    return;
+                }
+            }
+        } => Counter::WsClosedHeld,
     };
     // The front closing the client connection (HTTP/2: the whole connection) may end the
     // copy before the close is seen: it is still the front's doing.

@@ -336,6 +336,25 @@ impl RuleSet {
             .check(&self.state, tenant, src, req, now)
     }
 
+    /// Whether `src` is held for `tenant` alone at `now_s` (Unix seconds): its `escalate`
+    /// with `dns`/`http = "tenant"` made a hold of the source's prefix that has not lapsed.
+    /// What a tunnel opened before the hold asks (its requests were ruled once).
+    pub fn held(&self, tenant: TenantId, src: std::net::IpAddr, now_s: u32) -> bool {
+        let p = self.current.load();
+        let (Some(Some(t)), Some(tbl)) =
+            (p.tenants.get(tenant as usize), &self.state.tenant_scoped)
+        else {
+            return false;
+        };
+        t.escalate.as_ref().is_some_and(|e| {
+            !e.block_map(self.state.http)
+                && tbl.live(
+                    &(t.id, crate::ratelimit::source_key(src, e.v4, e.v6)),
+                    now_s,
+                )
+        })
+    }
+
     /// The state shared across reloads.
     pub fn state(&self) -> &RuleState {
         &self.state
