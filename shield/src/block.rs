@@ -399,6 +399,11 @@ pub struct BlockEntry {
     /// daemon's user who may lift it; `None`: anyone else's (or several members').
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<u32>,
+    /// A peer's entry: the `(process start, sequence)` of the signed record it came from. A
+    /// lift in that node's mark at or after it voids it (a removal lost with the stream's gap
+    /// is applied from the mark). Not kept in the state file.
+    #[serde(skip)]
+    pub record: Option<(u64, u64)>,
 }
 
 /// The tenants a suspect is one for (at most [`TenantSet::MAX`]), and whether it is one
@@ -481,6 +486,15 @@ impl BlockEntry {
             scope: evidence.default_scope(),
             tenants: TenantSet::default(),
             by: None,
+            record: None,
+        }
+    }
+
+    /// The same entry, from the peer record numbered `(start, seq)`.
+    pub fn from_record(self, start: u64, seq: u64) -> Self {
+        BlockEntry {
+            record: Some((start, seq)),
+            ..self
         }
     }
 
@@ -1060,7 +1074,18 @@ impl Writer {
                     ..e
                 })
             };
-            let Some(next) = next.filter(|n| n != cur) else {
+            let next_record = next.as_ref().map(|n| n.record);
+            let Some(next) = next.filter(|n| {
+                n.net != cur.net
+                    || BlockEntry {
+                        record: cur.record,
+                        ..n.clone()
+                    } != *cur
+            }) else {
+                // The same entry: the newest record it came from noted, no change made.
+                if let Some(n) = next_record {
+                    self.slots[id].entry.record = n;
+                }
                 self.counters.unchanged += 1;
                 return InsertOutcome::Unchanged;
             };
@@ -1484,6 +1509,29 @@ impl BlockMap {
             Origin::Operator => operator && e.by.is_some(),
         };
         if !may {
+            return false;
+        }
+        w.remove_id(id, RemoveCause::Peer);
+        self.inner.finish(&mut w);
+        true
+    }
+
+    /// Lifts `node`'s peer entry of exactly `net` when the record it came from is at or
+    /// before `upto` (a lift in the node's signed mark: its removal was lost with the
+    /// stream); true when lifted.
+    pub fn lift_voided(&self, net: IpNet, node: &str, upto: (u64, u64)) -> bool {
+        let mut w = lock(&self.inner.writer);
+        let Some(&id) = w
+            .by_net
+            .get(&crate::never_block::canonical_net(net.trunc()))
+        else {
+            return false;
+        };
+        let e = &w.slots[id].entry;
+        let void = e.origin == Origin::Peer
+            && e.node.as_deref() == Some(node)
+            && e.record.is_some_and(|r| r <= upto);
+        if !void {
             return false;
         }
         w.remove_id(id, RemoveCause::Peer);

@@ -567,6 +567,9 @@ pub struct SyncStats {
     pub received: u64,
     /// Peer removals applied from the stream (that removed something).
     pub received_removals: u64,
+    /// Peer entries lifted by a lift in their node's mark at a snapshot (their removal lost
+    /// with the stream's gap).
+    pub lifted_by_marks: u64,
     /// Stream entries of this node skipped.
     pub skipped_own: u64,
     /// Peer upserts already expired on arrival (by this node's clock).
@@ -657,6 +660,7 @@ struct Counters {
     skipped_expired_local: AtomicU64,
     received: AtomicU64,
     received_removals: AtomicU64,
+    lifted_by_marks: AtomicU64,
     skipped_own: AtomicU64,
     skipped_expired: AtomicU64,
     refused: [AtomicU64; Refused::ALL.len()],
@@ -1055,6 +1059,7 @@ impl Shared {
             skipped_expired_local: get(&c.skipped_expired_local),
             received: get(&c.received),
             received_removals: get(&c.received_removals),
+            lifted_by_marks: get(&c.lifted_by_marks),
             skipped_own: get(&c.skipped_own),
             skipped_expired: get(&c.skipped_expired),
             refused: std::array::from_fn(|i| get(&c.refused[i])),
@@ -1470,6 +1475,7 @@ impl crate::metrics::Source for SyncMonitor {
         c("published_removals", false, s.published_removals);
         c("received", false, s.received);
         c("received_removals", false, s.received_removals);
+        c("lifted_by_marks", false, s.lifted_by_marks);
         c("buffered", true, s.buffered);
         c("buffer_max", true, s.buffer_max);
         c("buffer_overflows", false, s.buffer_overflows);

@@ -928,6 +928,23 @@ async fn load_snapshot(
     // keys, which must lift no block (a removal lost with the stream's gap waits for its
     // entry's expiry, at most `max_block_secs`). Our own restored entries go last.
     shared.map.insert_batch(peers.into_values().chain(own));
+    // The lifts each fresh mark lists, applied to what this node holds: a removal lost with
+    // the stream's gap (trimmed by anyone who can write to Redis, or read past while this
+    // node was away) kept an operator's lift from every running peer until the block
+    // expired, and a second `block del` on the deciding node had nothing left to publish.
+    let redis_now = shared.now() as i64 + shared.offset();
+    let mut lifted = 0u64;
+    for (node, (m, _, _)) in &st.marks {
+        let Some(m) = m.as_ref().filter(|m| m.fresh(redis_now)) else {
+            continue;
+        };
+        for l in &m.lifts {
+            if shared.map.lift_voided(l.net, node, (l.start, l.seq)) {
+                lifted += 1;
+            }
+        }
+    }
+    add(&c.lifted_by_marks, lifted);
     crate::limited!(
         1,
         info!(node = %shared.node, entries = n, from = %start, "redis snapshot loaded")

@@ -199,8 +199,9 @@ impl Record {
     pub fn to_entry(&self, offset_ms: i64, origin: Origin) -> BlockEntry {
         let local = self.exp.saturating_sub(offset_ms).max(0) as u64;
         let evidence = self.evidence.unwrap_or(Evidence::Udp);
-        let mut e =
-            BlockEntry::new(self.net, local, &self.reason, origin, evidence).with_node(&self.node);
+        let mut e = BlockEntry::new(self.net, local, &self.reason, origin, evidence)
+            .with_node(&self.node)
+            .from_record(self.start, self.seq);
         if let Some(s) = self.scope {
             e.scope = s;
         }
@@ -541,12 +542,14 @@ impl Mark {
         b
     }
 
+    /// Whether it was written recently enough at `redis_now` to speak for its node.
+    pub(crate) fn fresh(&self, redis_now: i64) -> bool {
+        self.at >= redis_now.saturating_sub(MARK_FRESH_MS)
+    }
+
     /// Whether this mark vouches for `r`, a record of its node, at `redis_now`.
     pub(crate) fn vouches(&self, r: &Record, redis_now: i64) -> Result<(), Refused> {
-        if self.at < redis_now.saturating_sub(MARK_FRESH_MS)
-            || r.start != self.start
-            || (r.start, r.seq) <= self.cut
-        {
+        if !self.fresh(redis_now) || r.start != self.start || (r.start, r.seq) <= self.cut {
             return Err(Refused::Unvouched);
         }
         // A lift voids its node's adds of the prefix up to it (the removal that lifted it,
