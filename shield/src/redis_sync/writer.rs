@@ -374,9 +374,17 @@ pub(super) async fn write_mark(shared: &Shared, conn: &mut MultiplexedConnection
             } else {
                 shared.lifts().dirty = true;
             }
+            // The ACL is one cause; a Redis out of memory (maxmemory, noeviction) another.
+            let why = match e.code() {
+                Some("NOPERM") => {
+                    "grant +hset, +hscan, +hget and +del on the prefix: taken at the next connection"
+                }
+                Some("OOM") => "Redis is out of memory (maxmemory): retried with the next batch",
+                _ => "retried with the next batch",
+            };
             crate::limited!(
                 1,
-                warn!(node = %shared.node, error = %e, "redis: this node's mark not written (peers started later take none of its records; grant +hset, +hscan, +hget and +del on the prefix: taken at the next connection)")
+                warn!(node = %shared.node, error = %e, "redis: this node's mark not written (peers started later take none of its records; {why})")
             );
         }
     }
