@@ -46,8 +46,10 @@ fn cdnskey_delete(rd: &[u8]) -> bool {
     rd == [0, 0, 3, 0] || rd == [0, 0, 3, 0, 0]
 }
 
-/// CDS and CDNSKEY at the apex must describe keys the zone holds (BIND refuses the zone
-/// otherwise); a CDS without CDNSKEY or the reverse is worth a warning (Knot).
+/// CDS and CDNSKEY at the apex should describe keys the zone holds: a warning otherwise, as
+/// Knot and NSD load such a zone (BIND refuses it; a parent checks CDS against the child's
+/// DNSKEY before it acts, and a refused zone answered nothing at a first load); a CDS without
+/// CDNSKEY or the reverse is worth a warning too (Knot).
 pub(crate) fn check_cds(zone: &Zone, at: Src, report: &mut dyn FnMut(Severity, Src, String)) {
     let apex = zone.apex().as_wire();
     let keys: Vec<&[u8]> = zone
@@ -76,10 +78,10 @@ pub(crate) fn check_cds(zone: &Zone, at: Src, report: &mut dyn FnMut(Severity, S
         });
         if !matched {
             report(
-                Severity::Error,
+                Severity::Warning,
                 at,
                 format!(
-                    "CDS {tag} {alg} {dt} at {} matches no DNSKEY of the zone (CDS/CDNSKEY consistency)",
+                    "CDS {tag} {alg} {dt} at {} matches no DNSKEY of the zone (CDS/CDNSKEY consistency: a parent following it would find no key)",
                     display(apex)
                 ),
             );
@@ -88,10 +90,10 @@ pub(crate) fn check_cds(zone: &Zone, at: Src, report: &mut dyn FnMut(Severity, S
     for rd in cdnskey.iter().filter(|rd| !cdnskey_delete(rd)) {
         if !keys.contains(rd) {
             report(
-                Severity::Error,
+                Severity::Warning,
                 at,
                 format!(
-                    "CDNSKEY (key tag {}) at {} matches no DNSKEY of the zone (CDS/CDNSKEY consistency)",
+                    "CDNSKEY (key tag {}) at {} matches no DNSKEY of the zone (CDS/CDNSKEY consistency: a parent following it would find no key)",
                     key_tag(rd),
                     display(apex)
                 ),
