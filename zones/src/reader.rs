@@ -219,6 +219,15 @@ impl std::io::Read for AsOpened {
         }
         let n = buf.len().min(self.left.min(usize::MAX as u64) as usize);
         let got = std::io::Read::read(&mut self.f, &mut buf[..n])?;
+        if got == 0 && n > 0 {
+            // The end before the size it had: cut while read (a shorter zone, its last
+            // names gone, would have loaded as though whole).
+            return Err(std::io::Error::other(format!(
+                "the file shrank while it was read (it was {} bytes when opened, it ended at                  {}: write a new file and rename it over the old one)",
+                self.len,
+                self.len - self.left
+            )));
+        }
         self.left -= got as u64;
         Ok(got)
     }
@@ -1205,6 +1214,35 @@ mod tests {
         });
         let e = e.unwrap_err();
         assert!(e.to_string().contains("grew while it was read"), "{e}");
+    }
+
+    /// A file cut while it is read (truncated in place) is refused: it ended early and was
+    /// read as a shorter zone, its last names answered NXDOMAIN.
+    #[test]
+    fn a_file_that_shrinks_while_it_is_read_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let origin: Name = "example.com.".parse().unwrap();
+        let opts = ReadOptions::new(&origin);
+        for lines in [10, 20_000] {
+            let path = dir.path().join(format!("z{lines}.zone"));
+            let text: String = (0..lines).map(|i| format!("h{i} A 10.0.0.1\n")).collect();
+            std::fs::write(&path, &text).unwrap();
+            let (f, meta) = open(&path).unwrap();
+            // Cut at a line's end: what is left parses.
+            let cut = text.len() / 2;
+            let cut = text[..cut].rfind('\n').unwrap() + 1;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(cut as u64)
+                .unwrap();
+            let e = read_opened(&path, f, meta.len(), &opts, &mut |_| {}).unwrap_err();
+            assert!(
+                e.to_string().contains("shrank while it was read"),
+                "{lines}: {e}"
+            );
+        }
     }
 
     #[test]
