@@ -320,10 +320,16 @@ fn a_serial_that_goes_back_or_stays_on_a_change_is_warned_of() {
     write_zone(&file, 5, 10);
     let (ok, out) = dnsd.ctl(&["reload", "big.test."]);
     assert!(ok, "{out}");
+    // Said to the operator who reloaded too (only the log said it).
+    assert!(
+        out.contains("warning: serial 7 -> 5: the serial went back"),
+        "{out}"
+    );
     assert_eq!(serial_of(dnsd.addr()), Some(5));
     write_zone(&file, 5, 12);
     let (ok, out) = dnsd.ctl(&["reload", "big.test."]);
     assert!(ok, "{out}");
+    assert!(out.contains("changed under the same serial"), "{out}");
     wait_for("both warnings in the log", Duration::from_secs(5), || {
         let l = dnsd.log();
         l.contains("the serial went back") && l.contains("changed under the same serial")

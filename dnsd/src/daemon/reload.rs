@@ -241,6 +241,9 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                     "{}: loaded, serial {serial}, {records} records",
                     r.origin
                 );
+                if let Some(w) = &r.warning {
+                    let _ = writeln!(text, "  warning: {w}");
+                }
             }
             Err(e) => {
                 ok = false;

@@ -234,6 +234,9 @@ pub struct LoadReport {
     pub result: Result<(u32, usize), String>,
     /// On an error: the serial of the last good version still served (none: SERVFAIL).
     pub kept: Option<u32>,
+    /// Loaded: what secondaries will not follow (a serial gone back, a change under the same
+    /// serial), as the log says it.
+    pub warning: Option<String>,
 }
 
 /// What [`Registry::sync`] changed.
@@ -560,10 +563,18 @@ impl Registry {
                     for w in l.warnings.iter().take(20) {
                         tracing::warn!(zone = %e.def.origin, "{w}");
                     }
+                    // What secondaries will not follow, in the log and the reload's answer.
+                    let warning = match &e.current {
+                        Some(old) if !e.def.secondary => {
+                            serial_warnings(&e.def.origin, old, &l.zone)
+                        }
+                        _ => None,
+                    };
                     reports.push(LoadReport {
                         origin: e.def.origin.to_string(),
                         result: Ok((l.zone.serial(), l.zone.record_count())),
                         kept: None,
+                        warning,
                     });
                     if many {
                         tracing::debug!(
@@ -582,11 +593,6 @@ impl Registry {
                         );
                     }
                     e.load_time = l.elapsed;
-                    if let Some(old) = &e.current
-                        && !e.def.secondary
-                    {
-                        serial_warnings(&e.def.origin, old, &l.zone);
-                    }
                     let new = Arc::new(l.zone);
                     if let Some(f) = &self.on_change {
                         f(&e.def.origin, e.current.clone(), new.clone());
@@ -635,6 +641,7 @@ impl Registry {
                         origin: e.def.origin.to_string(),
                         result: Err(msg.clone()),
                         kept: e.current.as_ref().map(|z| z.serial()),
+                        warning: None,
                     });
                     e.last_error = Some(msg);
                     self.stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -1008,8 +1015,9 @@ fn placeholder(origin: &Name) -> Option<Arc<Zone>> {
 }
 /// Warns of a primary's reload its secondaries will not follow: a serial that went back
 /// (RFC 1982: they keep their copy, or refuse the transfer), or a changed zone under the same
-/// serial (they never ask for it), as Knot reports `serial old -> new`.
-fn serial_warnings(origin: &Name, old: &zones::Zone, new: &zones::Zone) {
+/// serial (they never ask for it), as Knot reports `serial old -> new`; the warning, for the
+/// reload's answer.
+fn serial_warnings(origin: &Name, old: &zones::Zone, new: &zones::Zone) -> Option<String> {
     let (a, b) = (old.serial(), new.serial());
     if b != a && b.wrapping_sub(a) >= 1 << 31 {
         tracing::warn!(
@@ -1018,11 +1026,19 @@ fn serial_warnings(origin: &Name, old: &zones::Zone, new: &zones::Zone) {
             new = b,
             "the serial went back: secondaries keep their copy (raise it past the old one)"
         );
+        Some(format!(
+            "serial {a} -> {b}: the serial went back: secondaries keep their copy (raise it past {a})"
+        ))
     } else if b == a && old.record_count() != new.record_count() {
         tracing::warn!(
             zone = %origin,
             serial = a,
             "the zone changed under the same serial: secondaries will not transfer the change"
         );
+        Some(format!(
+            "serial {a}: the zone changed under the same serial: secondaries will not transfer the change"
+        ))
+    } else {
+        None
     }
 }
