@@ -136,6 +136,73 @@ fn the_socket_is_0660_whatever_the_umask_and_peers_are_checked() {
     assert!(!out.contains("hunter2"), "never echoed: {out}");
 }
 
+/// A socket in a directory where any user may make names (sticky, mode 1777: /tmp) served by
+/// another user than root or the caller is not talked to: nobody bound the path first (the
+/// daemon then refused to start) and root's `ctl` sent it its commands and printed its fake
+/// success, exit 0. The daemon's own socket there, served by root, is used.
+#[test]
+fn ctl_talks_to_no_other_users_socket_in_a_sticky_directory() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sticky = dir.path().join("tmp");
+    std::fs::create_dir(&sticky).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let sock = sticky.join("dnsd.sock");
+    // nobody's server: answers any request "ok".
+    let script = format!(
+        "import socket,os\ns=socket.socket(socket.AF_UNIX)\ns.bind({:?})\ns.listen(4)\n\
+         open({:?},'w').close()\n\
+         while True:\n  c,_=s.accept()\n  c.recv(65536)\n  c.sendall(b'{{\"ok\":true,\"text\":\"fake\\\\n\"}}\\n')\n  c.close()\n",
+        sock.to_str().unwrap(),
+        sticky.join("ready").to_str().unwrap()
+    );
+    // Served by `as_user` (`None`: root, as this test): what `dnsd ctl` says.
+    let ctl_against = |as_user: Option<&str>| {
+        let _ = std::fs::remove_file(&sock);
+        let _ = std::fs::remove_file(sticky.join("ready"));
+        let mut cmd = match as_user {
+            Some(u) => {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    &format!("--reuid={u}"),
+                    &format!("--regid={u}"),
+                    "--clear-groups",
+                    "/usr/bin/python3",
+                ]);
+                c
+            }
+            None => Command::new("/usr/bin/python3"),
+        };
+        let mut fake = cmd.arg("-c").arg(&script).spawn().expect("run python3");
+        palisade_tests::wait::wait_for("the socket", Duration::from_secs(10), || {
+            sticky.join("ready").exists()
+        });
+        let out = Command::new(palisade_tests::bin("dnsd"))
+            .args(["ctl", "-s"])
+            .arg(&sock)
+            .args(["block", "add", "192.0.2.1"])
+            .output()
+            .unwrap();
+        let _ = fake.kill();
+        let _ = fake.wait();
+        let text = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        (out.status.success(), text)
+    };
+    let (ok, text) = ctl_against(Some("65534"));
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("not used") && text.contains("served by uid 65534") && !text.contains("fake"),
+        "{text}"
+    );
+    // Root's socket in that directory: used.
+    let (ok, text) = ctl_against(None);
+    assert!(ok && text.contains("fake"), "{text}");
+}
+
 #[test]
 fn a_second_server_that_fails_to_start_leaves_the_running_ones_socket() {
     let a = Dnsd::start(&[Zone::data("example.com.")]);

@@ -552,6 +552,49 @@ pub fn open_to_others(dir: &Path) -> Option<String> {
     })
 }
 
+/// The user of the process serving `s` (`SO_PEERCRED`).
+fn server_uid(s: &UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of a `ucred`, the size given.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(cred.uid)
+}
+
+/// Why a socket in `dir` served by `uid` is not talked to: `dir` lets any user make names
+/// in it (sticky, mode 1777) and the server is neither root nor the caller's user.
+fn served_by_another(dir: &Path, uid: Option<u32>) -> Option<String> {
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let mode = std::fs::metadata(dir).ok()?.permissions().mode();
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    (mode & 0o002 != 0 && uid.is_none_or(|u| u != 0 && u != me)).then(|| {
+        format!(
+            "served by uid {} in {}, a directory any user may make names in (mode {:04o}):              not root's or yours, it may be anyone's; use a directory only the daemon's user              may write, such as /run/palisade",
+            uid.map_or_else(|| "?".to_string(), |u| u.to_string()),
+            dir.display(),
+            mode & 0o7777
+        )
+    })
+}
+
 /// `args` with the FILE of `zone add ORIGIN FILE` and `block import FILE` made absolute
 /// from the caller's directory: the server's own is another (a relative name read a file of
 /// the daemon's directory, not the one the operator meant).
@@ -589,6 +632,15 @@ pub fn call(socket: &Path, args: &[String], timeout: Duration) -> Result<Reply, 
             socket.display()
         )
     })?;
+    // In a directory any user may write but with the sticky bit (/tmp), another user may
+    // have bound the path first (the daemon then refused to start) and would get root's
+    // commands and answer them: the server must be root or the caller's own user.
+    if let Some(why) = socket
+        .parent()
+        .and_then(|d| served_by_another(d, server_uid(&s)))
+    {
+        return Err(format!("{}: not used: {why}", socket.display()));
+    }
     s.set_read_timeout(Some(timeout)).ok();
     s.set_write_timeout(Some(timeout)).ok();
     let mut line = serde_json::to_string(&Request {
