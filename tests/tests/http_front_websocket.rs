@@ -266,6 +266,30 @@ fn websockets_over_http1_and_http2_reach_the_origin_after_the_rules() {
         client("h1", &front, "a.test", "/plain200", src, &["x"]),
         ["status 200"]
     );
+    // ... with its body (it came with Content-Length: 0).
+    let mut s = std::net::TcpStream::connect(front.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        b"GET /plain200b HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"plain\n") {
+        match std::io::Read::read(&mut s, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let got = String::from_utf8_lossy(&got);
+    assert!(
+        got.starts_with("HTTP/1.1 200")
+            && got.contains("content-length: 6")
+            && got.ends_with("\r\n\r\nplain\n"),
+        "{got}"
+    );
     // An HTTP/1.0 upgrade request is a plain request (RFC 6455 wants HTTP/1.1): never 101.
     let mut s = std::net::TcpStream::connect(front.addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();

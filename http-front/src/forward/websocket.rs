@@ -173,9 +173,14 @@ pub async fn open(
         return Err(ForwardError::Upstream);
     }
     if head.status != StatusCode::SWITCHING_PROTOCOLS {
-        // The origin refused: its answer, without a body.
+        // The origin refused: its answer, with its body when it is short and framed by its
+        // length (an error page; it was dropped), else without.
         c.bump(Counter::WsRefused);
-        let mut r = Response::new(RespBody::Full(None));
+        let body = tokio::time::timeout_at(deadline, refused_body(&mut conn, &head.headers))
+            .await
+            .ok()
+            .flatten();
+        let mut r = Response::new(RespBody::Full(body));
         *r.status_mut() = head.status;
         for (k, v) in head.headers.iter() {
             if !super::is_hop_by_hop(k.as_str().as_bytes()) && k != header::CONTENT_LENGTH {
@@ -235,6 +240,29 @@ pub async fn open(
         tunnel.counters.bump(why);
     });
     Ok(r)
+}
+
+/// Most of the body of an origin's refusal of an upgrade passed on.
+const REFUSED_BODY_MAX: usize = 64 * 1024;
+
+/// The body of an origin's answer that refused an upgrade, when `Content-Length` frames it
+/// within [`REFUSED_BODY_MAX`] (`None`: dropped; a chunked or unframed one too).
+async fn refused_body(conn: &mut Conn, headers: &http::HeaderMap) -> Option<bytes::Bytes> {
+    let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
+    let n: usize = lengths.next()?.to_str().ok()?.trim().parse().ok()?;
+    if lengths.next().is_some() || headers.contains_key(header::TRANSFER_ENCODING) {
+        return None;
+    }
+    if n == 0 || n > REFUSED_BODY_MAX {
+        return None;
+    }
+    while conn.rbuf.len() < n {
+        conn.rbuf.reserve(n - conn.rbuf.len());
+        if conn.io.read_buf(&mut conn.rbuf).await.ok()? == 0 {
+            return None;
+        }
+    }
+    Some(conn.rbuf.split_to(n).freeze())
 }
 
 /// The origin's answer head to an upgrade.
