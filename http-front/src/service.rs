@@ -301,6 +301,8 @@ struct Job {
     sampled: Option<Box<Sampled>>,
     /// The client connection's upgrade, for a WebSocket (boxed: rare).
     upgrade: Option<Box<hyper::upgrade::OnUpgrade>>,
+    /// A challenge rule let it through on its clearance cookie: the answer varies by Cookie.
+    cleared: bool,
 }
 
 /// The request path as phases (Pingora's): the request filter (blocked source, method,
@@ -342,7 +344,7 @@ fn decide(cx: &ConnCtx, mut req: Request<Incoming>) -> Verdict {
     if f.path.view == challenge::VERIFY_PATH || f.path.forward == challenge::VERIFY_PATH {
         return Verdict::Respond(challenge_verify(cx, &f, &req));
     }
-    let action = match rules(cx, &f, &req) {
+    let (action, cleared) = match rules(cx, &f, &req) {
         Ok(a) => a,
         Err(r) => return Verdict::Respond(r),
     };
@@ -355,9 +357,9 @@ fn decide(cx: &ConnCtx, mut req: Request<Incoming>) -> Verdict {
         _ => None,
     };
     let (snap, site) = (f.snap, f.site_ix);
-    Verdict::Proxy(upstream_request(
-        cx, snap, site, req, host, forward, sampled,
-    ))
+    let mut job = upstream_request(cx, snap, site, req, host, forward, sampled);
+    job.cleared = cleared;
+    Verdict::Proxy(job)
 }
 
 /// What the request filter found: the site, the normalised host and path, the declared body
@@ -571,17 +573,19 @@ fn request_filter<'a>(
 }
 
 /// Phase 2, the rules of the site's tenant (skipped when it has none): the action taken for
-/// the access record, or the answer of a deny, challenge or rate limit.
+/// the access record and whether a clearance let it through a challenge rule, or the answer
+/// of a deny, challenge or rate limit.
 #[allow(clippy::result_large_err)]
 fn rules(
     cx: &ConnCtx,
     f: &Filtered<'_>,
     req: &Request<Incoming>,
-) -> Result<&'static str, Response<RespBody>> {
+) -> Result<(&'static str, bool), Response<RespBody>> {
     let front = &*cx.front;
     let c = &front.counters;
     let site = f.snap.sites.get(f.site_ix);
     let mut action = "pass";
+    let mut cleared = false;
     if site.has_rules {
         let now = Now::read();
         let clearance = Clearance::new(
@@ -652,6 +656,7 @@ fn rules(
         }
         if clearance.passed() {
             c.bump(Counter::ChallengeCleared);
+            cleared = true;
         }
         if clearance.over_bound() {
             c.bump(Counter::LimitClearanceCookies);
@@ -695,7 +700,7 @@ fn rules(
     } else {
         c.bump(Counter::VerdictNoRules);
     }
-    Ok(action)
+    Ok((action, cleared))
 }
 
 /// What a request's challenge and clearance are bound to: its site, its client, the rules.
@@ -867,6 +872,22 @@ fn upstream_request(
         host,
         sampled,
         upgrade,
+        cleared: false,
+    }
+}
+
+/// Adds `Cookie` to the answer's `Vary` (unless it is there, or `*`): an answer a clearance
+/// cookie let through a challenge rule, kept by a shared cache before us, was served to
+/// clients that never solved the challenge.
+fn vary_cookie(h: &mut http::HeaderMap) {
+    let has = h.get_all(header::VARY).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .map(<[u8]>::trim_ascii)
+            .any(|t| t == b"*" || t.eq_ignore_ascii_case(b"cookie"))
+    });
+    if !has {
+        h.append(header::VARY, HeaderValue::from_static("Cookie"));
     }
 }
 
@@ -1242,7 +1263,10 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
     let resp = match result {
         Ok(r) => {
             c.bump(Counter::RespProxied);
-            let (parts, b) = r.into_parts();
+            let (mut parts, b) = r.into_parts();
+            if job.cleared {
+                vary_cookie(&mut parts.headers);
+            }
             let b = match b {
                 // A streamed upstream body goes through a relay, so that a client that does
                 // not read cannot hold the upstream connection.
