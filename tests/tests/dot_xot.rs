@@ -161,6 +161,8 @@ fn dot_answers_with_the_bytes_udp_gets_and_kdig_reads_them() {
     ]);
     assert!(!out.contains("status: NOERROR"), "{out}");
     assert!(dnsd.stat("tls.handshakes.ok") >= 3);
+    // DoT's queries counted apart from plain TCP's (they share the TCP table).
+    assert!(dnsd.stat("stream.tls.queries") >= 3);
 }
 
 #[test]
@@ -555,6 +557,8 @@ fn doq_answers_as_udp_does_and_a_blocked_source_gets_no_handshake() {
         assert_eq!(out.trim(), "same", "{name} {qtype}: {out}");
     }
     assert!(dnsd.stat("quic.handshakes.ok") >= 4);
+    assert!(dnsd.stat("stream.quic.queries") >= 4);
+    assert_eq!(dnsd.stat("stream.tls.queries"), 0);
     // A blocked source is ignored before the handshake: no answer, no handshake.
     let ok = dnsd.stat("quic.handshakes.ok");
     let (done, out) = dnsd.ctl(&["block", "add", "127.91.1.7", "--force"]);

@@ -293,7 +293,7 @@ async fn connection(
             let _turn = match in_hand.clone().try_acquire_owned() {
                 Ok(t) => t,
                 Err(_) => {
-                    tcp.held_back();
+                    tcp.held_back(super::tcp::Stream::Quic);
                     let Ok(t) = in_hand.acquire_owned().await else {
                         return;
                     };
@@ -304,6 +304,7 @@ async fn connection(
                 let out = &mut *o.borrow_mut();
                 let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
                 p.refresh();
+                tcp.stream_query(super::tcp::Stream::Quic);
                 let r = match p.process(&q[2..], peer, Transport::Tcp, &mut out[2..]) {
                     Outcome::Reply(n) => {
                         out[..2].copy_from_slice(&(n as u16).to_be_bytes());

@@ -123,6 +123,9 @@ pub struct TcpServer {
     make: Box<dyn Fn() -> Processor + Send + Sync>,
     /// Times a connection was held back at a bound on its unanswered queries or unread answers.
     pipeline_full: AtomicU64,
+    /// Per stream transport (TCP, DoT, DoQ: [`Stream`] order): queries read, and times held
+    /// back (the table and its bounds are shared; an incident needs to know which is abused).
+    by_stream: [[AtomicU64; 2]; 3],
     /// Quiet connections while the table is pressed, by when they fell quiet (and a number
     /// to tell apart those of one instant): told to close, oldest first, when it is full.
     quiet: Mutex<BTreeMap<QuietKey, (IpAddr, Arc<Notify>)>>,
@@ -144,6 +147,21 @@ pub struct TcpServer {
 
 /// When a connection fell quiet, and a number to tell apart those of one instant.
 type QuietKey = (Instant, u64);
+
+/// The transports of the TCP table's connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stream {
+    /// DNS over TCP.
+    Tcp = 0,
+    /// DNS over TLS.
+    Tls = 1,
+    /// DNS over QUIC.
+    Quic = 2,
+}
+
+impl Stream {
+    const NAMES: [&'static str; 3] = ["tcp", "tls", "quic"];
+}
 
 /// A connection slot for a new connection.
 pub(super) enum Slot {
@@ -223,6 +241,7 @@ impl TcpServer {
             defence,
             make,
             pipeline_full: AtomicU64::new(0),
+            by_stream: Default::default(),
             quiet: Mutex::new(BTreeMap::new()),
             quiet_seq: AtomicU64::new(0),
             evicting: AtomicUsize::new(0),
@@ -393,10 +412,17 @@ impl TcpServer {
         }
     }
 
-    /// Counts a connection held back at a bound on what it may have unanswered or unread
-    /// (DoQ's answers in hand count here too).
-    pub(super) fn held_back(&self) {
+    /// Counts a connection of `stream` held back at a bound on what it may have unanswered or
+    /// unread (DoQ's answers in hand count here too).
+    pub(super) fn held_back(&self, stream: Stream) {
         self.pipeline_full.fetch_add(1, Ordering::Relaxed);
+        self.by_stream[stream as usize][1].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a query read from a connection of `stream`.
+    #[inline]
+    pub(super) fn stream_query(&self, stream: Stream) {
+        self.by_stream[stream as usize][0].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Times a connection was held back at a bound on its unanswered queries or unread answers.
@@ -814,6 +840,7 @@ impl TcpServer {
         if tls {
             p.set_tls();
         }
+        let stream = if tls { Stream::Tls } else { Stream::Tcp };
         let stats = self.stats.clone();
         // Queries pipelined together are read with one receive, not two each.
         let mut rd = tokio::io::BufReader::with_capacity(READ_BUFFER, rd);
@@ -833,7 +860,7 @@ impl TcpServer {
                 Err(_) => {
                     // At the bound: nothing more is read until an answer is written, which
                     // waits on the client reading (unless a transfer holds the slots).
-                    self.held_back();
+                    self.held_back(stream);
                     let wait = slots.clone().acquire_owned();
                     let waited = self.on_client(wait, idle, ip, || transfers.is_empty());
                     match waited.await.or_cut(&stats) {
@@ -931,6 +958,7 @@ impl TcpServer {
                 }
             }
             p.refresh();
+            self.stream_query(stream);
             let reply = OUT.with(|o| {
                 let out = &mut *o.borrow_mut();
                 let req = &req[..len];
@@ -959,7 +987,7 @@ impl TcpServer {
                     Ok(h) => h,
                     Err(_) => {
                         // Answers enough wait for a client that does not read: stop reading.
-                        self.held_back();
+                        self.held_back(stream);
                         let wait = bytes.clone().acquire_many_owned(n);
                         match self.on_client(wait, idle, ip, || true).await.or_cut(&stats) {
                             Ok(Ok(h)) => h,
@@ -1159,6 +1187,22 @@ impl shield::metrics::Source for TcpServer {
             "TCP, DoT or DoQ connections waiting on their clients (silent, stalled in a query or a handshake, not reading answers) closed to make room for a new connection when tcp_max_connections were open.",
             self.evicted(),
         );
+        for (i, name) in Stream::NAMES.iter().enumerate() {
+            out.counter(
+                format!("stream.{name}.queries"),
+                "dnsd_stream_queries_total",
+                format!("transport=\"{name}\""),
+                "Queries read from TCP, DoT and DoQ connections, by transport (they share the TCP table, its bounds and dnsd_queries_total{transport=\"tcp\"}).",
+                self.by_stream[i][0].load(Ordering::Relaxed),
+            );
+            out.counter(
+                format!("stream.{name}.held_back"),
+                "dnsd_stream_held_back_total",
+                format!("transport=\"{name}\""),
+                "dnsd_tcp_pipeline_full_total by transport.",
+                self.by_stream[i][1].load(Ordering::Relaxed),
+            );
+        }
         out.counter(
             "tcp.refused_over_share",
             "dnsd_tcp_refused_over_share_total",
