@@ -343,6 +343,15 @@ fn the_control_socket_answers_junk_as_a_bad_request_and_bounds_its_connections()
     }));
     let (ok, zones) = d.ctl(&["zones"]);
     assert!(ok && zones.contains("example.com."), "{zones}");
+    // `ctl` itself sending one (150 KB of arguments): the refusal reaches it, not a reset
+    // (the server reads the rest, bounded, before it closes).
+    let long = "x".repeat(50_000);
+    let (ok, text) = d.ctl(&["block", "add", &long, &long, &long]);
+    assert!(
+        !ok && text.contains("longer than 65536 bytes"),
+        "{}",
+        &text[..text.len().min(300)]
+    );
     // 73 silent connections of root's: 72 fill every place (the 64 shared ones and the 8 kept
     // for root and the daemon's user), and one of them (whichever the server took last: its
     // tasks may run out of order under load) is told so at once, closed, and counted.

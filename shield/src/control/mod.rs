@@ -857,10 +857,25 @@ where
                 .is_err()
             {
                 stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            if too_long {
+                // The rest of the request read and dropped (bounded) before the close: closed
+                // with it unread, the client's read of the answer failed on a reset.
+                let _ = wr.shutdown().await;
+                let mut rest = rd.into_inner().into_inner().take(DRAIN_MAX);
+                let _ = tokio::time::timeout(
+                    REQUEST_TIMEOUT,
+                    tokio::io::copy(&mut rest, &mut tokio::io::sink()),
+                )
+                .await;
             }
         });
     }
 }
+
+/// Most of an over-long request read and dropped after its refusal.
+const DRAIN_MAX: u64 = 16 << 20;
 
 /// A command as an error may quote it: quoted and escaped (no control character reaches a
 /// terminal), and at most 200 characters of it (a 64 KiB request is not echoed whole).
