@@ -502,9 +502,15 @@ async fn consume(
             .xfr
             .trigger(m.zone.as_wire(), crate::xfr::Trigger { reply: None });
     }
-    let (a, r, s) = (ch.add.len(), gone.len(), ch.reset.len());
+    // Members refused here are no additions (they were counted as such, at every read).
+    let a = ch
+        .add
+        .iter()
+        .filter(|m| !refused_here.contains(&m.zone))
+        .count();
+    let (r, s) = (gone.len(), ch.reset.len());
     if a + r + s + ch.regroup.len() > 0 {
-        tracing::info!(catalog = %cat, added = a, removed = r, reset = s, regrouped = ch.regroup.len(), "catalog members changed");
+        tracing::info!(catalog = %cat, added = a, removed = r, reset = s, regrouped = ch.regroup.len(), refused = refused_here.len() + ch.refused.len(), "catalog members changed");
     }
 }
 
