@@ -381,8 +381,8 @@ impl Ctx<'_> {
         let header = attr == attrs::USER_AGENT || attr.starts_with(attrs::HEADER_PREFIX);
         if header {
             let ws = |v: &str, start: bool, end: bool| {
-                (start && v.starts_with(|c: char| c == ' ' || c == '\t'))
-                    || (end && v.ends_with(|c: char| c == ' ' || c == '\t'))
+                (start && v.starts_with([' ', '\t']))
+                    || (end && v.ends_with([' ', '\t']))
             };
             let bad = c
                 .exact

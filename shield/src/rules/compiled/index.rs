@@ -470,8 +470,8 @@ impl RuleIndex {
             self.candidates(req, &mut sink);
             sink.start_value();
             let mut found = None;
-            'words: for w in 0..words {
-                let mut word = bits[w];
+            'words: for (w, &word) in bits[..words].iter().enumerate() {
+                let mut word = word;
                 while word != 0 {
                     let r = (w * 64) as u32 + word.trailing_zeros();
                     word &= word - 1;
