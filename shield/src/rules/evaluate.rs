@@ -47,7 +47,7 @@ impl Prepared {
         // rule allows (a held flood costs a lookup, and feeds no limiter).
         if let (Some(e), Some(tbl)) = (&t.escalate, &state.tenant_scoped)
             && !e.block_map(state.http)
-            && tbl.live(&(t.id, source_key(src, e.v4, e.v6)), secs(now))
+            && tbl.live(&(t.id, t.hold_gen, source_key(src, e.v4, e.v6)), secs(now))
         {
             if let Some(v) = self.allowed_source(t, src) {
                 return v;
@@ -77,7 +77,7 @@ impl Prepared {
     /// The verdict for a source the tenant lets through whatever it asks: its allow list,
     /// and known crawlers where it allows them.
     #[inline]
-    fn allowed_source(&self, t: &Tenant, src: IpAddr) -> Option<Verdict> {
+    pub(super) fn allowed_source(&self, t: &Tenant, src: IpAddr) -> Option<Verdict> {
         if !t.allow.is_empty() && t.allow.contains(src) {
             return Some(Verdict::new(Action::Allow, codes::ALLOW_LIST, "allow-list"));
         }
@@ -295,8 +295,8 @@ fn escalate<R: Request + ?Sized>(
             return v;
         }
         let until = secs(now).saturating_add(e.ttl.as_secs().min(u64::from(u32::MAX)) as u32);
-        tbl.set(&(t.id, key.2), until, secs(now));
-        state.note_hold(t.id, key.2, until, e.reason.as_str(), secs(now));
+        tbl.set(&(t.id, t.hold_gen, key.2), until, secs(now));
+        state.note_hold(t.id, t.hold_gen, key.2, until, e.reason.as_str(), secs(now));
         state.escalations.add(n as usize ^ t.id as usize, 1);
         crate::limited!(
             10,

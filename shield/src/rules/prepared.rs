@@ -69,6 +69,14 @@ impl Prepared {
         by_tenant.get(&tenant).copied().unwrap_or(*rest)
     }
 
+    /// `tenant`'s hold generation (0 without rules of its own).
+    pub(crate) fn hold_gen(&self, tenant: super::TenantId) -> u64 {
+        self.tenants
+            .get(tenant as usize)
+            .and_then(Option::as_ref)
+            .map_or(0, |t| t.hold_gen)
+    }
+
     /// The `[global]` deny, allow and never-block lists.
     pub fn global_lists(&self) -> &GlobalLists {
         &self.global_lists

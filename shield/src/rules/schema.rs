@@ -205,6 +205,10 @@ struct Ctx<'a> {
     text: &'a str,
     base: PathBuf,
     lists: HashMap<String, Vec<IpNet>>,
+    /// The files the rules read beside their own text (lists, ASN table, crawler ranges):
+    /// part of every version, since a prefix added to a list file changes what every tenant
+    /// that names it does.
+    read: std::cell::RefCell<sha2::Sha256>,
 }
 
 impl Ctx<'_> {
@@ -229,7 +233,14 @@ impl Ctx<'_> {
     fn read(&self, file: &Spanned<String>) -> Result<(PathBuf, String), RulesError> {
         let p = self.resolve(file.get_ref());
         match crate::files::read_text(&p, crate::files::LIST_MAX) {
-            Ok(t) => Ok((p, t)),
+            Ok(t) => {
+                use sha2::Digest;
+                let mut h = self.read.borrow_mut();
+                h.update(p.as_os_str().as_encoded_bytes());
+                h.update((t.len() as u64).to_be_bytes());
+                h.update(t.as_bytes());
+                Ok((p, t))
+            }
             Err(e) => self.err(file.span(), format!("cannot read {}: {e}", p.display())),
         }
     }
@@ -381,8 +392,7 @@ impl Ctx<'_> {
         let header = attr == attrs::USER_AGENT || attr.starts_with(attrs::HEADER_PREFIX);
         if header {
             let ws = |v: &str, start: bool, end: bool| {
-                (start && v.starts_with([' ', '\t']))
-                    || (end && v.ends_with([' ', '\t']))
+                (start && v.starts_with([' ', '\t'])) || (end && v.ends_with([' ', '\t']))
             };
             let bad = c
                 .exact
@@ -737,6 +747,7 @@ impl Ctx<'_> {
             name: t.name.as_deref().map(Box::from),
             reads,
             allow_rules,
+            hold_gen: 0,
         })
     }
 
@@ -876,6 +887,7 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
         text,
         base: path.parent().map(Path::to_path_buf).unwrap_or_default(),
         lists: HashMap::new(),
+        read: Default::default(),
     };
 
     let mut bots = PrefixSet::new();
@@ -890,6 +902,8 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
                 );
             }
             for n in load_crawler_ranges(&p)? {
+                use sha2::Digest;
+                ctx.read.borrow_mut().update(n.to_string().as_bytes());
                 bots.insert(n, ());
             }
         }
@@ -962,14 +976,22 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
         // A deny that reaches a never-block address would block it in XDP: refused here.
         for item in &g.deny {
             for (n, _) in ctx.nets(std::slice::from_ref(item))? {
-                // Every address of a family, for every tenant, in XDP too: the node would
-                // answer no one of it (stopping the daemon says so more plainly).
-                if n.prefix_len() == 0 {
+                // A whole family or most of it, for every tenant, in XDP too: the node would
+                // answer no one of it (stopping the daemon says so more plainly). Shorter
+                // than /4 (IPv4, `240.0.0.0/4` is a real one) or /8 (IPv6), IPv4 written as
+                // IPv4-mapped IPv6 read as IPv4.
+                let c = crate::never_block::canonical_net(n.trunc());
+                let short = match c {
+                    IpNet::V4(v) => v.prefix_len() < 4,
+                    IpNet::V6(v) => v.prefix_len() < 8,
+                };
+                if short {
                     return ctx.err(
                         item.span(),
                         format!(
-                            "deny {n} refuses every {} client of every tenant",
-                            if n.addr().is_ipv4() { "IPv4" } else { "IPv6" }
+                            "deny {n} refuses most {} clients of every tenant (a global deny is \
+                             at least a /4 of IPv4, a /8 of IPv6)",
+                            if c.addr().is_ipv4() { "IPv4" } else { "IPv6" }
                         ),
                     );
                 }
@@ -994,9 +1016,35 @@ pub(super) fn compile(path: &Path, text: &str) -> Result<Prepared, RulesError> {
             Some((line, col, e.get_ref().v4_prefix, e.get_ref().v6_prefix))
         })
         .collect();
-    let tenant_versions = tenant_versions(text, file.tenant.iter().map(|t| *t.id.get_ref()));
+    let mut tenant_versions = tenant_versions(text, file.tenant.iter().map(|t| *t.id.get_ref()));
+    // What the files it reads hold goes into every version (the text alone left a held
+    // source added to a never-block list file held, and clearances valid).
+    let read = {
+        use sha2::Digest;
+        ctx.read.take().finalize()
+    };
+    let mix = |v: u64| {
+        use sha2::Digest;
+        let d = sha2::Sha256::new()
+            .chain_update(v.to_be_bytes())
+            .chain_update(read)
+            .finalize();
+        u64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+    };
+    let uses_files = file.known_bots.is_some() || file.asn.is_some() || !file.list.is_empty();
+    if uses_files {
+        for v in tenant_versions.0.values_mut() {
+            *v = mix(*v);
+        }
+        tenant_versions.1 = mix(tenant_versions.1);
+    }
+    let version = if uses_files {
+        mix(version_of(text))
+    } else {
+        version_of(text)
+    };
     Ok(Prepared {
-        version: version_of(text),
+        version,
         tenant_versions,
         tenants,
         bots,
@@ -1297,7 +1345,13 @@ mod tests {
                 "{when}: {e}"
             );
         }
-        for deny in ["0.0.0.0/0", "::/0"] {
+        for deny in [
+            "0.0.0.0/0",
+            "::/0",
+            "128.0.0.0/1",
+            "::ffff:0:0/96",
+            "2000::/3",
+        ] {
             let e = err(&format!(
                 "[global]\ndeny = [\"192.0.2.0/24\", \"{deny}\"]\n"
             ));

@@ -50,8 +50,10 @@ pub struct RuleState {
     pub(super) holds: std::sync::Mutex<std::collections::VecDeque<TenantHold>>,
     /// Holds the list above let go of, full (they still hold, unlisted, until they lapse).
     pub(super) holds_unlisted: std::sync::atomic::AtomicU64,
-    /// The list let a hold go since the table was last cleared: a reload clears it all.
-    pub(super) holds_overflowed: std::sync::atomic::AtomicBool,
+    /// The next tenant hold generation ([`RuleSet::store`]).
+    hold_gens: std::sync::atomic::AtomicU64,
+    /// Bumped at each new hold: a tunnel asks whether its source is held only when it moved.
+    pub(super) hold_epoch: std::sync::atomic::AtomicU64,
 }
 
 /// Most sources held for a tenant alone that `ctl block list` lists.
@@ -68,14 +70,19 @@ pub struct TenantHold {
     pub until_s: u32,
     /// The escalation's reason.
     pub reason: String,
+    /// Its tenant's hold generation (part of its key).
+    generation: u64,
     key: crate::ratelimit::SourceKey,
 }
 
 impl RuleState {
-    /// Notes that `key` is held for `tenant` until `until_s` (at `now_s`).
+    /// Notes that `key` is held for `tenant` (hold generation `generation`) until `until_s`
+    /// (at `now_s`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn note_hold(
         &self,
         tenant: TenantId,
+        generation: u64,
         key: crate::ratelimit::SourceKey,
         until_s: u32,
         reason: &str,
@@ -92,16 +99,40 @@ impl RuleState {
             h.pop_front();
             self.holds_unlisted
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.holds_overflowed
-                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
+        self.hold_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         h.push_back(TenantHold {
             tenant,
+            generation,
             net: key.to_net(),
             until_s,
             reason: reason.to_string(),
             key,
         });
+    }
+}
+
+impl RuleState {
+    /// Gives each tenant of `new` its hold generation: `old`'s where its rules did not
+    /// change, a new one where they did (or it is new).
+    fn number_holds(&self, old: Option<&Prepared>, new: &mut Prepared) {
+        let versions: Vec<(TenantId, u64)> = new
+            .tenants
+            .iter()
+            .flatten()
+            .map(|t| (t.id, new.tenant_version(t.id)))
+            .collect();
+        for (t, (id, version)) in new.tenants.iter_mut().flatten().zip(versions) {
+            let kept = old
+                .filter(|o| o.tenant_version(id) == version)
+                .and_then(|o| o.tenants.get(id as usize)?.as_ref())
+                .map(|o| o.hold_gen);
+            t.hold_gen = kept.unwrap_or_else(|| {
+                self.hold_gens
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            });
+        }
     }
 }
 
@@ -131,7 +162,8 @@ impl RuleState {
             index_walks: StripedCounter::default(),
             holds: Default::default(),
             holds_unlisted: Default::default(),
-            holds_overflowed: Default::default(),
+            hold_gens: std::sync::atomic::AtomicU64::new(1),
+            hold_epoch: Default::default(),
         }
     }
 
@@ -209,7 +241,8 @@ impl std::fmt::Debug for RuleSet {
 
 impl RuleSet {
     /// A rule set starting with `prepared`.
-    pub fn new(prepared: Prepared, state: RuleState) -> Self {
+    pub fn new(mut prepared: Prepared, state: RuleState) -> Self {
+        state.number_holds(None, &mut prepared);
         RuleSet {
             current: Arc::new(ArcSwap::from_pointee(prepared)),
             state,
@@ -235,7 +268,7 @@ impl RuleSet {
             if x.net != net.trunc() {
                 return true;
             }
-            tbl.lift(&(x.tenant, x.key));
+            tbl.lift(&(x.tenant, x.generation, x.key));
             lifted.push(x.clone());
             false
         });
@@ -252,30 +285,18 @@ impl RuleSet {
     /// tenant's rules changed (its `[[tenant]]` table, or what every tenant shares): an
     /// operator who adds a source to an allow list or `never_block` and reloads lifts it
     /// (they are listed nowhere else, and lapse after `block_secs`); an edit of another
-    /// tenant's rules lets no one held go. Holds the list let go of, full, are unknown:
-    /// then every hold goes.
-    pub fn store(&self, prepared: Prepared) {
+    /// tenant's rules lets no one held go. Holds are keyed by their tenant's hold
+    /// generation, new at each change of its rules, so a changed tenant's holds stop holding
+    /// at once, listed or not (the list past its bound, or a hold made while the rules are
+    /// swapped), and the file put back as it was brings none back; the list forgets them.
+    pub fn store(&self, mut prepared: Prepared) {
+        let old = self.current.load_full();
+        self.state.number_holds(Some(&old), &mut prepared);
         let new = Arc::new(prepared);
-        let old = self.current.swap(new.clone());
-        if let Some(tbl) = self
-            .state
-            .tenant_scoped
-            .as_ref()
-            .filter(|_| old.version() != new.version())
-        {
+        self.current.store(new.clone());
+        if self.state.tenant_scoped.is_some() && old.version() != new.version() {
             let mut h = self.state.holds.lock().unwrap_or_else(|e| e.into_inner());
-            if self.state.holds_overflowed.swap(false, Ordering::Relaxed) {
-                tbl.clear();
-                h.clear();
-            } else {
-                h.retain(|x| {
-                    if old.tenant_version(x.tenant) == new.tenant_version(x.tenant) {
-                        return true;
-                    }
-                    tbl.lift(&(x.tenant, x.key));
-                    false
-                });
-            }
+            h.retain(|x| new.hold_gen(x.tenant) == x.generation);
         }
         self.reloads.fetch_add(1, Ordering::Relaxed);
     }
@@ -336,9 +357,16 @@ impl RuleSet {
             .check(&self.state, tenant, src, req, now)
     }
 
+    /// A number that moves at each new hold of a source for a tenant alone: whoever asks
+    /// [`held`](Self::held) again and again may skip it while this stays.
+    pub fn hold_epoch(&self) -> u64 {
+        self.state.hold_epoch.load(Ordering::Relaxed)
+    }
+
     /// Whether `src` is held for `tenant` alone at `now_s` (Unix seconds): its `escalate`
-    /// with `dns`/`http = "tenant"` made a hold of the source's prefix that has not lapsed.
-    /// What a tunnel opened before the hold asks (its requests were ruled once).
+    /// with `dns`/`http = "tenant"` made a hold of the source's prefix that has not lapsed,
+    /// and no allow list of the tenant lets the source through. What a tunnel opened before
+    /// the hold asks (its requests were ruled once; one an allow rule let through asks not).
     pub fn held(&self, tenant: TenantId, src: std::net::IpAddr, now_s: u32) -> bool {
         let p = self.current.load();
         let (Some(Some(t)), Some(tbl)) =
@@ -349,9 +377,11 @@ impl RuleSet {
         t.escalate.as_ref().is_some_and(|e| {
             !e.block_map(self.state.http)
                 && tbl.live(
-                    &(t.id, crate::ratelimit::source_key(src, e.v4, e.v6)),
+                    &(t.id, t.hold_gen, crate::ratelimit::source_key(src, e.v4, e.v6)),
                     now_s,
                 )
+                // What the tenant's allow lists let through, a hold lets through too.
+                && p.allowed_source(t, src).is_none()
         })
     }
 

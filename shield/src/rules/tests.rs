@@ -969,6 +969,59 @@ fn a_reload_lifts_the_holds_of_the_tenants_it_changed() {
     assert!(rs.tenant_holds(0).is_empty());
 }
 
+/// A list file the rules read is part of every version: a held source added to a
+/// never-block list file is lifted by the reload (the text alone was hashed: it stayed held),
+/// and the file put back as it was brings no lifted hold back.
+#[test]
+fn a_list_file_edit_lifts_holds_and_a_revert_brings_none_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    let list = dir.path().join("nb.txt");
+    std::fs::write(
+        &rules,
+        "[[list]]\nname = \"nb\"\nfile = \"nb.txt\"\n[global]\nnever_block = [\"@nb\"]\n\
+         [[tenant]]\nid = 1\n\
+         escalate = { after = 1, window_secs = 10, block_secs = 60, on = [\"deny\"] }\n\
+         [[tenant.rule]]\nname = \"no\"\naction = \"deny\"\n\
+         when = [{ attr = \"qtype\", exact = \"ANY\" }]\n",
+    )
+    .unwrap();
+    std::fs::write(&list, "203.0.113.0/24\n").unwrap();
+    let cfg = StateConfig::default();
+    let rs = RuleSet::new(
+        Prepared::load(&rules).unwrap(),
+        RuleState::new(&cfg, None).scoped_to_tenants(&cfg),
+    );
+    struct Q(&'static str);
+    impl Request for Q {
+        fn attr(&self, n: &str) -> Option<&str> {
+            (n == attr::QTYPE).then_some(self.0)
+        }
+        fn evidence(&self) -> Evidence {
+            Evidence::Tcp
+        }
+    }
+    let src = ip("198.51.100.9");
+    let held = || rs.check(1, src, &Q("A"), NOW).code == codes::ESCALATED;
+    let epoch = rs.hold_epoch();
+    assert_eq!(
+        rs.check(1, src, &Q("ANY"), NOW).escalated,
+        Escalated::Blocked
+    );
+    assert!(held() && rs.held(1, src, (NOW.unix_ms / 1000) as u32));
+    assert_ne!(rs.hold_epoch(), epoch, "a new hold moves the epoch");
+    // The same files again: still held.
+    rs.reload(&rules).unwrap();
+    assert!(held());
+    std::fs::write(&list, "203.0.113.0/24\n198.51.100.9/32\n").unwrap();
+    rs.reload(&rules).unwrap();
+    assert!(!held() && !rs.held(1, src, (NOW.unix_ms / 1000) as u32));
+    // Put back as it was: the lifted hold stays lifted.
+    std::fs::write(&list, "203.0.113.0/24\n").unwrap();
+    rs.reload(&rules).unwrap();
+    assert!(!held());
+}
+
 /// Packets forged in a source's name (unproven) empty only the unproven bucket: the source's
 /// real queries (over TCP, or with a valid cookie) keep their own allowance and are never
 /// limited, nor escalated, for what the forged ones did — per source and per /24 alike.

@@ -256,8 +256,9 @@ pub(crate) struct Spill<'a> {
 }
 
 impl Sink for Spill<'_> {
-    // Every value the request has (the daemons bound how many headers it may send).
-    const MAX_VALUES: usize = usize::MAX;
+    // As many values as a rule's condition looks at (`Request::attr_nth` costs a walk to
+    // the nth value: every value of 900 copies of one header cost more than the walk).
+    const MAX_VALUES: usize = crate::rules::MAX_VALUES;
 
     #[inline]
     fn extend(&mut self, rules: &[u32]) {
@@ -461,6 +462,9 @@ impl RuleIndex {
             if seen.len() < patterns.div_ceil(64) {
                 seen.resize(patterns.div_ceil(64), 0);
             }
+            // Cleared first: a rule's evaluation that panicked left its bits (and the next
+            // tenant, of fewer rules, would have looked one up past its end).
+            bits[..words].fill(0);
             let mut sink = Spill {
                 rules: &mut bits[..words],
                 seen,

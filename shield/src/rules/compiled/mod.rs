@@ -316,6 +316,10 @@ pub(crate) struct Tenant {
     pub(crate) reads: u32,
     /// Some rule allows (a source held for the tenant may still be let through by it).
     pub(crate) allow_rules: bool,
+    /// Its holds' generation, part of their keys: a new one whenever a reload changes the
+    /// tenant's rules ([`crate::rules::Prepared::tenant_version`]), so that the reload lifts
+    /// its holds and no other tenant's, and a file put back as it was brings none back.
+    pub(crate) hold_gen: u64,
 }
 
 impl Tenant {
