@@ -31,8 +31,17 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// The path a solved challenge is sent to (answered by http-front, never the origin).
 pub const VERIFY_PATH: &str = "/.palisade/challenge";
-/// The clearance cookie's name.
+/// The clearance cookie's name over plain HTTP.
 pub const COOKIE: &str = "palisade_clearance";
+/// Its name over HTTPS: a `__Host-` cookie, which only the site itself may set (Secure,
+/// `Path=/`, no `Domain`): a sibling site could plant well-formed fakes of the plain name
+/// ahead of the real one and lock a solved browser out.
+pub const HOST_COOKIE: &str = "__Host-palisade_clearance";
+
+/// The clearance cookie's name for a request over HTTPS (`https`) or plain HTTP.
+pub fn cookie_name(https: bool) -> &'static str {
+    if https { HOST_COOKIE } else { COOKIE }
+}
 /// The key-derivation purpose of challenge tokens.
 pub const POW_PURPOSE: &str = "http-front challenge token v1";
 /// The key-derivation purpose of clearance cookies.

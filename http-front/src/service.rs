@@ -303,6 +303,8 @@ struct Job {
     upgrade: Option<Box<hyper::upgrade::OnUpgrade>>,
     /// A challenge rule let it through on its clearance cookie: the answer varies by Cookie.
     cleared: bool,
+    /// An allow list or rule let it through: a hold of its source made later lets it on.
+    allowed: bool,
 }
 
 /// The request path as phases (Pingora's): the request filter (blocked source, method,
@@ -359,6 +361,7 @@ fn decide(cx: &ConnCtx, mut req: Request<Incoming>) -> Verdict {
     let (snap, site) = (f.snap, f.site_ix);
     let mut job = upstream_request(cx, snap, site, req, host, forward, sampled);
     job.cleared = cleared;
+    job.allowed = action == "allow";
     Verdict::Proxy(job)
 }
 
@@ -594,7 +597,8 @@ fn rules(
             req.headers(),
             now.unix_ms / 1000,
             f.snap.cfg.challenge.difficulty,
-        );
+        )
+        .over_https(cx.client.proto == "https");
         // What the rules see of values an origin decodes: headers not in UTF-8 (obs-text
         // bytes: made UTF-8, the bad bytes U+FFFD, rather than hidden from the rules), and the
         // query percent-decoded besides as sent (only when the tenant's rules read it).
@@ -772,7 +776,7 @@ fn challenge_verify(cx: &ConnCtx, f: &Filtered<'_>, req: &Request<Incoming>) -> 
             let exp = issued.min(now) + cfg.challenge.clearance_secs;
             let cookie = format!(
                 "{}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{}",
-                challenge::COOKIE,
+                challenge::cookie_name(cx.client.proto == "https"),
                 challenge::clearance(&cfg.challenge_keys, &binding, exp, difficulty),
                 exp.saturating_sub(now).max(1),
                 if cx.client.proto == "https" {
@@ -873,21 +877,49 @@ fn upstream_request(
         sampled,
         upgrade,
         cleared: false,
+        allowed: false,
     }
 }
 
-/// Adds `Cookie` to the answer's `Vary` (unless it is there, or `*`): an answer a clearance
-/// cookie let through a challenge rule, kept by a shared cache before us, was served to
-/// clients that never solved the challenge.
+/// Makes an answer a clearance cookie let through a challenge rule private to its client:
+/// `Vary: Cookie` (unless there, or `*`), and `Cache-Control` without `public` or `s-maxage`
+/// and with `private` (unless `no-store`) — kept by a shared cache before us (many ignore
+/// `Vary: Cookie`), it was served to clients that never solved the challenge.
 fn vary_cookie(h: &mut http::HeaderMap) {
-    let has = h.get_all(header::VARY).iter().any(|v| {
-        v.as_bytes()
-            .split(|&b| b == b',')
-            .map(<[u8]>::trim_ascii)
-            .any(|t| t == b"*" || t.eq_ignore_ascii_case(b"cookie"))
-    });
-    if !has {
+    let tokens = |h: &http::HeaderMap, name: header::HeaderName| -> Vec<String> {
+        h.get_all(name)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .map(|t| String::from_utf8_lossy(t.trim_ascii()).into_owned())
+            .filter(|t| !t.is_empty())
+            .collect()
+    };
+    let vary = tokens(h, header::VARY);
+    if !vary
+        .iter()
+        .any(|t| t == "*" || t.eq_ignore_ascii_case("cookie"))
+    {
         h.append(header::VARY, HeaderValue::from_static("Cookie"));
+    }
+    let cc = tokens(h, header::CACHE_CONTROL);
+    let name = |t: &str| {
+        t.split('=')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    };
+    if cc.iter().any(|t| name(t) == "no-store") {
+        return;
+    }
+    let mut kept: Vec<&str> = cc
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !matches!(name(t).as_str(), "public" | "s-maxage" | "private"))
+        .collect();
+    kept.push("private");
+    if let Ok(v) = HeaderValue::from_str(&kept.join(", ")) {
+        h.insert(header::CACHE_CONTROL, v);
     }
 }
 
@@ -1247,7 +1279,15 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
                     place,
                     held: {
                         let (rules, tenant, ip) = (Arc::clone(&front.rules), site.tenant, cx.ip);
+                        let allowed = job.allowed;
+                        // Asked again only once a hold was made since (an idle tunnel's check
+                        // is a load), and never for what an allow list or rule let through.
+                        let seen = std::sync::atomic::AtomicU64::new(u64::MAX);
                         Box::new(move || {
+                            let epoch = rules.hold_epoch();
+                            if allowed || seen.swap(epoch, Ordering::Relaxed) == epoch {
+                                return false;
+                            }
                             rules.held(tenant, ip, (shield::clock::unix_ms() / 1000) as u32)
                         })
                     },
@@ -1351,4 +1391,48 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
         });
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn after(headers: &[(&str, &str)]) -> (Vec<String>, Option<String>) {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in headers {
+            h.append(
+                header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        vary_cookie(&mut h);
+        let vary = h
+            .get_all(header::VARY)
+            .iter()
+            .map(|v| v.to_str().unwrap().to_string())
+            .collect();
+        let cc = h
+            .get(header::CACHE_CONTROL)
+            .map(|v| v.to_str().unwrap().to_string());
+        (vary, cc)
+    }
+
+    #[test]
+    fn a_cleared_answer_varies_by_cookie_and_is_private() {
+        assert_eq!(after(&[]), (vec!["Cookie".into()], Some("private".into())));
+        let (vary, cc) = after(&[
+            ("vary", "Accept-Encoding"),
+            ("cache-control", "public, max-age=600, s-maxage=3600"),
+        ]);
+        assert_eq!(vary, ["Accept-Encoding", "Cookie"]);
+        assert_eq!(cc.as_deref(), Some("max-age=600, private"));
+        // Said already, or everything varies; no-store kept as it is.
+        assert_eq!(
+            after(&[("vary", "accept, COOKIE"), ("cache-control", "no-store")]),
+            (vec!["accept, COOKIE".into()], Some("no-store".into()))
+        );
+        assert_eq!(after(&[("vary", "*")]).0, ["*"]);
+        let (_, cc) = after(&[("cache-control", "private, max-age=5")]);
+        assert_eq!(cc.as_deref(), Some("max-age=5, private"));
+    }
 }

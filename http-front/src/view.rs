@@ -27,6 +27,8 @@ pub struct Clearance<'a> {
     over: Cell<bool>,
     /// A challenge rule let the request through on its clearance.
     passed: Cell<bool>,
+    /// The cookie's name ([`challenge::cookie_name`]).
+    name: &'static str,
 }
 
 /// Clearance cookies checked per request at most (each costs an HMAC): those spelt as a
@@ -53,7 +55,15 @@ impl<'a> Clearance<'a> {
             memo: Cell::new(None),
             over: Cell::new(false),
             passed: Cell::new(false),
+            name: challenge::COOKIE,
         }
+    }
+
+    /// The same, reading the cookie of a request over HTTPS when `https`
+    /// ([`challenge::HOST_COOKIE`]).
+    pub fn over_https(mut self, https: bool) -> Self {
+        self.name = challenge::cookie_name(https);
+        self
     }
 
     /// True when the request carries a valid clearance for a challenge of `difficulty` (0:
@@ -68,7 +78,7 @@ impl<'a> Clearance<'a> {
             Some(best) => best,
             None => {
                 let mut best = None;
-                let cookies = challenge::cookie_values(self.headers, challenge::COOKIE)
+                let cookies = challenge::cookie_values(self.headers, self.name)
                     .filter_map(|c| challenge::ClearanceText::parse(c, self.now_secs));
                 for (i, c) in cookies.enumerate() {
                     if i == MAX_COOKIES_CHECKED {

@@ -200,6 +200,12 @@ fn curl_replays_forgeries_and_other_prefixes_never_reach_the_origin() {
         "{:?}",
         ok.header("vary")
     );
+    assert!(
+        ok.header("cache-control")
+            .is_some_and(|v| v.contains("private") && !v.contains("public")),
+        "{:?}",
+        ok.header("cache-control")
+    );
     // A raw UTF-8 cookie beside it (a page's script set it) hides nothing.
     let mut raw = H1Conn::connect(Some(src), a.addr()).unwrap();
     let with_utf8 = format!("name=J\u{fc}rgen; {cookie}");

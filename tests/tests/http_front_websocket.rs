@@ -411,6 +411,8 @@ fn a_source_held_for_the_tenant_loses_its_open_websockets() {
     let origin = WsOrigin::start();
     let rules = "[[tenant]]\nid = 1\n\
                  escalate = { after = 3, window_secs = 60, block_secs = 60, on = [\"deny\"] }\n\
+                 [[tenant.rule]]\nname = \"ok\"\naction = \"allow\"\n\
+                 when = [{ attr = \"path\", prefix = \"/wsok\" }]\n\
                  [[tenant.rule]]\nname = \"trip\"\naction = \"deny\"\n\
                  when = [{ attr = \"path\", prefix = \"/trip\" }]\n";
     let front = front_with(&origin, "", "", rules);
@@ -429,6 +431,19 @@ fn a_source_held_for_the_tenant_loses_its_open_websockets() {
             })
         })
         .collect();
+    // One an allow rule let through: a hold lets it on, as it lets the source's requests
+    // there through (it was closed with the others).
+    let allowed = {
+        let fa = front.addr();
+        let msgs: Vec<String> = std::iter::repeat_n(["k", "sleep:0.3"], 12)
+            .flatten()
+            .map(str::to_string)
+            .collect();
+        std::thread::spawn(move || {
+            let msgs: Vec<&str> = msgs.iter().map(String::as_str).collect();
+            client_at("h1", fa, "a.test", "/wsok", src, &msgs).join("\n")
+        })
+    };
     std::thread::sleep(Duration::from_millis(1200));
     for _ in 0..3 {
         let r = H1Conn::connect(Some(src), front.addr())
@@ -448,6 +463,12 @@ fn a_source_held_for_the_tenant_loses_its_open_websockets() {
     }
     // 30 messages 0.3 s apart: a tunnel left open would run 9 s.
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let out = allowed.join().unwrap();
+    assert_eq!(
+        out.lines().filter(|l| *l == "< k").count(),
+        12,
+        "the allowed tunnel runs to its end: {out}"
+    );
     assert_eq!(
         front.metric("http_front_websockets_closed_total{cause=\"held\"}"),
         2

@@ -176,10 +176,18 @@ pub async fn open(
         // The origin refused: its answer, with its body when it is short and framed by its
         // length (an error page; it was dropped), else without.
         c.bump(Counter::WsRefused);
-        let body = tokio::time::timeout_at(deadline, refused_body(&mut conn, &head.headers))
-            .await
-            .ok()
-            .flatten();
+        // No body: 1xx, 204 and 304 (RFC 9112 §6.3), whatever their Content-Length says.
+        let bodiless = head.status.is_informational()
+            || head.status == StatusCode::NO_CONTENT
+            || head.status == StatusCode::NOT_MODIFIED;
+        let body = if bodiless {
+            None
+        } else {
+            tokio::time::timeout_at(deadline, refused_body(&mut conn, &head.headers))
+                .await
+                .ok()
+                .flatten()
+        };
         let mut r = Response::new(RespBody::Full(body));
         *r.status_mut() = head.status;
         for (k, v) in head.headers.iter() {
