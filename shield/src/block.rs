@@ -1066,11 +1066,19 @@ impl Writer {
                 if e.tenants.ids().iter().any(|&t| !tenants.contains(t)) {
                     self.counters.suspect_tenants_full += 1;
                 }
+                // The newest record of one node it came from (one read late never moves
+                // it back: a lift between the two would then void the newer block).
+                let record = if e.node == cur.node {
+                    e.record.max(cur.record)
+                } else {
+                    e.record
+                };
                 Some(BlockEntry {
                     expires_ms: e.expires_ms.max(cur.expires_ms),
                     scope,
                     tenants,
                     by: e.by.filter(|_| cur.by == e.by),
+                    record,
                     ..e
                 })
             };

@@ -151,18 +151,15 @@ fn ctl_talks_to_no_other_users_socket_in_a_sticky_directory() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
     let sock = sticky.join("dnsd.sock");
-    // nobody's server: answers any request "ok".
-    let script = format!(
-        "import socket,os\ns=socket.socket(socket.AF_UNIX)\ns.bind({:?})\ns.listen(4)\n\
-         open({:?},'w').close()\n\
-         while True:\n  c,_=s.accept()\n  c.recv(65536)\n  c.sendall(b'{{\"ok\":true,\"text\":\"fake\\\\n\"}}\\n')\n  c.close()\n",
-        sock.to_str().unwrap(),
-        sticky.join("ready").to_str().unwrap()
-    );
-    // Served by `as_user` (`None`: root, as this test): what `dnsd ctl` says.
-    let ctl_against = |as_user: Option<&str>| {
-        let _ = std::fs::remove_file(&sock);
-        let _ = std::fs::remove_file(sticky.join("ready"));
+    // A server at argv[1] that answers any request "ok" (argv[2]: made once it listens).
+    let script = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\n\
+                  s.listen(4)\nopen(sys.argv[2],'w').close()\n\
+                  while True:\n  c,_=s.accept()\n  c.recv(65536)\n  c.sendall(b'{\"ok\":true,\"text\":\"fake\\\\n\"}\\n')\n  c.close()\n";
+    let ready = sticky.join("ready");
+    // Served at `at` by `as_user` (`None`: root, as this test): what `dnsd ctl` says.
+    let ctl_against_at = |at: &Path, as_user: Option<&str>| {
+        let _ = std::fs::remove_file(at);
+        let _ = std::fs::remove_file(&ready);
         let mut cmd = match as_user {
             Some(u) => {
                 let mut c = Command::new("setpriv");
@@ -176,13 +173,17 @@ fn ctl_talks_to_no_other_users_socket_in_a_sticky_directory() {
             }
             None => Command::new("/usr/bin/python3"),
         };
-        let mut fake = cmd.arg("-c").arg(&script).spawn().expect("run python3");
-        palisade_tests::wait::wait_for("the socket", Duration::from_secs(10), || {
-            sticky.join("ready").exists()
-        });
+        let mut fake = cmd
+            .arg("-c")
+            .arg(script)
+            .arg(at)
+            .arg(&ready)
+            .spawn()
+            .expect("run python3");
+        palisade_tests::wait::wait_for("the socket", Duration::from_secs(10), || ready.exists());
         let out = Command::new(palisade_tests::bin("dnsd"))
             .args(["ctl", "-s"])
-            .arg(&sock)
+            .arg(at)
             .args(["block", "add", "192.0.2.1"])
             .output()
             .unwrap();
@@ -192,12 +193,29 @@ fn ctl_talks_to_no_other_users_socket_in_a_sticky_directory() {
             + &String::from_utf8_lossy(&out.stdout);
         (out.status.success(), text)
     };
+    let ctl_against = |as_user: Option<&str>| ctl_against_at(&sock, as_user);
     let (ok, text) = ctl_against(Some("65534"));
     assert!(!ok, "{text}");
     assert!(
         text.contains("not used") && text.contains("served by uid 65534") && !text.contains("fake"),
         "{text}"
     );
+    // nobody's own directory in it, made first (`/tmp/palisade`): refused too.
+    let own = sticky.join("palisade");
+    std::fs::create_dir(&own).unwrap();
+    std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+    let (ok, text) = ctl_against_at(&own.join("dnsd.sock"), Some("65534"));
+    assert!(!ok && text.contains("not used"), "{text}");
+    // A daemon's own user in its own directory where only root could have made it
+    // (`/run/palisade`, 0750): used.
+    let run = tempfile::Builder::new().tempdir_in("/run").unwrap();
+    std::fs::set_permissions(run.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let theirs = run.path().join("palisade");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let (ok, text) = ctl_against_at(&theirs.join("dnsd.sock"), Some("65534"));
+    assert!(ok && text.contains("fake"), "{text}");
     // Root's socket in that directory: used.
     let (ok, text) = ctl_against(None);
     assert!(ok && text.contains("fake"), "{text}");

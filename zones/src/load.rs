@@ -70,7 +70,7 @@ fn load_opened_observed(
     if len < reader::SMALL_FILE {
         // A small zone on this thread alone: a reader thread costs more than it saves (and
         // a server loading thousands of small zones runs them on all cores already).
-        let summary = reader::read_opened(path, f, len, opts, &mut |r| {
+        let summary = reader::read_opened(path, f, meta, opts, &mut |r| {
             observe(&r);
             b.add(r);
         })?;
@@ -81,7 +81,7 @@ fn load_opened_observed(
     let summary = std::thread::scope(|sc| {
         let reader = sc.spawn(move || {
             let mut cur = Batch::default();
-            let r = reader::read_opened(path, f, len, opts, &mut |r| {
+            let r = reader::read_opened(path, f, meta, opts, &mut |r| {
                 cur.push(&r);
                 if cur.meta.len() >= BATCH {
                     let next = empty_rx.try_recv().unwrap_or_default();

@@ -111,7 +111,7 @@ pub fn read_file(
     sink: &mut dyn FnMut(Record<'_>),
 ) -> Result<ReadSummary, ZoneError> {
     let (f, meta) = open(path)?;
-    read_opened(path, f, meta.len(), opts, sink)
+    read_opened(path, f, &meta, opts, sink)
 }
 
 /// Opens a master file: the file and what one `fstat` says of it. Anything but a regular
@@ -160,17 +160,18 @@ fn open_regular(path: &Path) -> Result<(File, std::fs::Metadata), String> {
 pub fn read_opened(
     path: &Path,
     f: File,
-    len: u64,
+    meta: &std::fs::Metadata,
     opts: &ReadOptions,
     sink: &mut dyn FnMut(Record<'_>),
 ) -> Result<ReadSummary, ZoneError> {
     let file = Arc::new(path.to_path_buf());
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let len = meta.len();
     // A small file is read whole (no window to allocate and clear: hosting many small zones
     // makes that the bulk of a load); a big one through the scanner's bounded window.
     let scanner = if len < SMALL_FILE {
         let mut text = Vec::with_capacity(len as usize + 1);
-        std::io::Read::read_to_end(&mut AsOpened::new(f, len), &mut text).map_err(|e| {
+        std::io::Read::read_to_end(&mut AsOpened::new(f, meta), &mut text).map_err(|e| {
             ZoneError::one(
                 Location {
                     file: file.clone(),
@@ -182,7 +183,7 @@ pub fn read_opened(
         })?;
         Scanner::from_bytes(text)
     } else {
-        Scanner::from_reader(AsOpened::new(f, len))
+        Scanner::from_reader(AsOpened::new(f, meta))
     };
     read(scanner, file, dir, opts, sink)
 }
@@ -195,11 +196,20 @@ struct AsOpened {
     f: File,
     left: u64,
     len: u64,
+    /// Its modification time when opened: a rewrite in place to the same size (or longer,
+    /// cut back) changes it.
+    mtime: Option<std::time::SystemTime>,
 }
 
 impl AsOpened {
-    fn new(f: File, len: u64) -> AsOpened {
-        AsOpened { f, left: len, len }
+    /// `f` as `meta` said it was when it was opened.
+    fn new(f: File, meta: &std::fs::Metadata) -> AsOpened {
+        AsOpened {
+            f,
+            left: meta.len(),
+            len: meta.len(),
+            mtime: meta.modified().ok(),
+        }
     }
 }
 
@@ -209,6 +219,14 @@ impl std::io::Read for AsOpened {
             // At the size it had: one more byte says it grew.
             let mut one = [0u8; 1];
             return match std::io::Read::read(&mut self.f, &mut one)? {
+                0 if self.mtime.is_some()
+                    && self.f.metadata().and_then(|m| m.modified()).ok() != self.mtime =>
+                {
+                    Err(std::io::Error::other(
+                        "the file was written to while it was read (its text is part old, part \
+                         new: write a new file and rename it over the old one)",
+                    ))
+                }
                 0 => Ok(0),
                 _ => Err(std::io::Error::other(format!(
                     "the file grew while it was read (it was {} bytes when opened: write a \
@@ -223,7 +241,7 @@ impl std::io::Read for AsOpened {
             // The end before the size it had: cut while read (a shorter zone, its last
             // names gone, would have loaded as though whole).
             return Err(std::io::Error::other(format!(
-                "the file shrank while it was read (it was {} bytes when opened, it ended at                  {}: write a new file and rename it over the old one)",
+                "the file shrank while it was read (it was {} bytes when opened, it ended at {}: write a new file and rename it over the old one)",
                 self.len,
                 self.len - self.left
             )));
@@ -596,7 +614,7 @@ impl<'o> Reader<'o> {
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let saved_owner = self.owner.clone();
         self.stack.push(Frame {
-            scanner: Scanner::from_reader(AsOpened::new(file, meta.len())),
+            scanner: Scanner::from_reader(AsOpened::new(file, &meta)),
             file: idx,
             origin,
             dir,
@@ -1192,12 +1210,12 @@ mod tests {
             std::fs::write(&path, &text).unwrap();
             let (f, meta) = open(&path).unwrap();
             grow(&path);
-            let e = read_opened(&path, f, meta.len(), &opts, &mut |_| {}).unwrap_err();
+            let e = read_opened(&path, f, &meta, &opts, &mut |_| {}).unwrap_err();
             assert!(e.to_string().contains("grew while it was read"), "{e}");
             // At its size, it reads.
             let (f, meta) = open(&path).unwrap();
             let mut n = 0;
-            read_opened(&path, f, meta.len(), &opts, &mut |_| n += 1).unwrap();
+            read_opened(&path, f, &meta, &opts, &mut |_| n += 1).unwrap();
             assert_eq!(n, lines + 1);
         }
         // An included file that grows once it is open.
@@ -1237,9 +1255,19 @@ mod tests {
                 .unwrap()
                 .set_len(cut as u64)
                 .unwrap();
-            let e = read_opened(&path, f, meta.len(), &opts, &mut |_| {}).unwrap_err();
+            let e = read_opened(&path, f, &meta, &opts, &mut |_| {}).unwrap_err();
             assert!(
                 e.to_string().contains("shrank while it was read"),
+                "{lines}: {e}"
+            );
+            // Rewritten in place to the same size: refused too.
+            std::fs::write(&path, &text).unwrap();
+            let (f, meta) = open(&path).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            std::fs::write(&path, text.replace("10.0.0.1", "10.0.0.2")).unwrap();
+            let e = read_opened(&path, f, &meta, &opts, &mut |_| {}).unwrap_err();
+            assert!(
+                e.to_string().contains("written to while it was read"),
                 "{lines}: {e}"
             );
         }

@@ -93,7 +93,7 @@ pub async fn warn_unless_in_xdp(
         }
     }
     reply.text.push_str(&format!(
-        "warning: {net} is not in the XDP block map after 1 s (full? `xdp-guard stats`, `full` in {who}'s xdp.mirror counters;          raise block_v4_entries/block_v6_entries/prefix_*_entries at `xdp-guard attach`): {who} drops it itself\n"
+        "warning: {net} is not in the XDP block map after 1 s (full? `xdp-guard stats`, `full` in {who}'s xdp.mirror counters; raise block_v4_entries/block_v6_entries/prefix_*_entries at `xdp-guard attach`): {who} drops it itself\n"
     ));
 }
 

@@ -574,25 +574,57 @@ fn server_uid(s: &UnixStream) -> Option<u32> {
     (r == 0).then_some(cred.uid)
 }
 
-/// Why a socket in `dir` served by `uid` is not talked to: `dir` lets any user make names
-/// in it (sticky, mode 1777) and the server is neither root nor the caller's user.
+/// Why a socket in `dir` served by `uid` is not talked to: a server of root or of the
+/// caller's user is; another user's only where nobody but root and that user could have put
+/// it — every directory from `dir` up owned by root or that user and writable by no other
+/// user, sticky or not (`/run/palisade` is; `/tmp/palisade`, which anyone may have made
+/// first, is not) — since `ctl` cannot know the daemon's user: another user who bound the
+/// path first got root's commands and answered them.
 fn served_by_another(dir: &Path, uid: Option<u32>) -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let Some(u) = uid else {
+        return Some("cannot tell which user serves it (SO_PEERCRED)".into());
+    };
+    if u == 0 || u == me {
+        return None;
+    }
     let dir = if dir.as_os_str().is_empty() {
         Path::new(".")
     } else {
         dir
     };
-    let mode = std::fs::metadata(dir).ok()?.permissions().mode();
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    (mode & 0o002 != 0 && uid.is_none_or(|u| u != 0 && u != me)).then(|| {
-        format!(
-            "served by uid {} in {}, a directory any user may make names in (mode {:04o}):              not root's or yours, it may be anyone's; use a directory only the daemon's user              may write, such as /run/palisade",
-            uid.map_or_else(|| "?".to_string(), |u| u.to_string()),
-            dir.display(),
-            mode & 0o7777
-        )
-    })
+    let dir = match std::fs::canonicalize(dir) {
+        Ok(d) => d,
+        Err(e) => return Some(format!("{}: {e}", dir.display())),
+    };
+    for d in dir.ancestors() {
+        let m = match std::fs::metadata(d) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("{}: {e}", d.display())),
+        };
+        let (mode, owner) = (
+            m.permissions().mode(),
+            std::os::unix::fs::MetadataExt::uid(&m),
+        );
+        if owner != 0 && owner != u {
+            return Some(format!(
+                "served by uid {u}, but {} is uid {owner}'s: it may be anyone's; use a directory \
+                 only root and the daemon's user may write, such as /run/palisade",
+                d.display()
+            ));
+        }
+        if mode & 0o002 != 0 {
+            return Some(format!(
+                "served by uid {u} in {}, a directory any user may make names in (mode {:04o}): \
+                 not root's or yours, it may be anyone's; use a directory only the daemon's \
+                 user may write, such as /run/palisade",
+                d.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    None
 }
 
 /// `args` with the FILE of `zone add ORIGIN FILE` and `block import FILE` made absolute
