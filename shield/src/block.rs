@@ -1502,32 +1502,27 @@ impl BlockMap {
     /// and this node's automatic ones, never this node's operator entries. False when nothing
     /// was lifted.
     pub fn remove_from_peer(&self, net: IpNet, node: &str, operator: bool) -> bool {
-        let mut w = lock(&self.inner.writer);
-        let Some(&id) = w
-            .by_net
-            .get(&crate::never_block::canonical_net(net.trunc()))
-        else {
-            return false;
-        };
-        let e = &w.slots[id].entry;
-        let may = match e.origin {
+        self.remove_peer_if(net, |e| match e.origin {
             Origin::Peer => operator || e.node.as_deref() == Some(node),
             Origin::Local => operator,
             // A control-group member's block is no root's: another node's operator lifts it.
             Origin::Operator => operator && e.by.is_some(),
-        };
-        if !may {
-            return false;
-        }
-        w.remove_id(id, RemoveCause::Peer);
-        self.inner.finish(&mut w);
-        true
+        })
     }
 
     /// Lifts `node`'s peer entry of exactly `net` when the record it came from is at or
     /// before `upto` (a lift in the node's signed mark: its removal was lost with the
     /// stream); true when lifted.
     pub fn lift_voided(&self, net: IpNet, node: &str, upto: (u64, u64)) -> bool {
+        self.remove_peer_if(net, |e| {
+            e.origin == Origin::Peer
+                && e.node.as_deref() == Some(node)
+                && e.record.is_some_and(|r| r <= upto)
+        })
+    }
+
+    /// Removes the entry of exactly `net`, as a peer asked, when `may` says so of it.
+    fn remove_peer_if(&self, net: IpNet, may: impl FnOnce(&BlockEntry) -> bool) -> bool {
         let mut w = lock(&self.inner.writer);
         let Some(&id) = w
             .by_net
@@ -1535,11 +1530,7 @@ impl BlockMap {
         else {
             return false;
         };
-        let e = &w.slots[id].entry;
-        let void = e.origin == Origin::Peer
-            && e.node.as_deref() == Some(node)
-            && e.record.is_some_and(|r| r <= upto);
-        if !void {
+        if !may(&w.slots[id].entry) {
             return false;
         }
         w.remove_id(id, RemoveCause::Peer);

@@ -184,6 +184,22 @@ fn client_at(
     lines
 }
 
+/// A raw WebSocket upgrade request for `path` of `a.test` over HTTP/`version`, sent.
+fn raw_upgrade(front: &Front, path: &str, version: &str) -> std::net::TcpStream {
+    let mut s = std::net::TcpStream::connect(front.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        format!(
+            "GET {path} HTTP/{version}\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    s
+}
+
 #[test]
 fn websockets_over_http1_and_http2_reach_the_origin_after_the_rules() {
     if !have_modules() {
@@ -267,14 +283,7 @@ fn websockets_over_http1_and_http2_reach_the_origin_after_the_rules() {
         ["status 200"]
     );
     // ... with its body (it came with Content-Length: 0).
-    let mut s = std::net::TcpStream::connect(front.addr()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    std::io::Write::write_all(
-        &mut s,
-        b"GET /plain200b HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .unwrap();
+    let mut s = raw_upgrade(&front, "/plain200b", "1.1");
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !got.ends_with(b"plain\n") {
@@ -291,14 +300,7 @@ fn websockets_over_http1_and_http2_reach_the_origin_after_the_rules() {
         "{got}"
     );
     // An HTTP/1.0 upgrade request is a plain request (RFC 6455 wants HTTP/1.1): never 101.
-    let mut s = std::net::TcpStream::connect(front.addr()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    std::io::Write::write_all(
-        &mut s,
-        b"GET /chat10 HTTP/1.0\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .unwrap();
+    let mut s = raw_upgrade(&front, "/chat10", "1.0");
     let mut head = [0u8; 12];
     std::io::Read::read_exact(&mut s, &mut head).unwrap();
     assert!(

@@ -878,6 +878,18 @@ when = [{ attr = "qtype", exact = "ANY" }]
     assert!(e.contains("block_map"), "{e}");
 }
 
+/// A DNS query of type `.0` over TCP (proven), for the hold tests.
+struct Q(&'static str);
+
+impl Request for Q {
+    fn attr(&self, n: &str) -> Option<&str> {
+        (n == attr::QTYPE).then_some(self.0)
+    }
+    fn evidence(&self) -> Evidence {
+        Evidence::Tcp
+    }
+}
+
 /// An escalation held for a tenant lets through what the tenant's allow list allows, and a
 /// reload of changed rules lifts it (the operator's way to lift one: nothing lists it).
 #[test]
@@ -893,15 +905,6 @@ fn a_tenant_escalation_yields_to_allow_lists_and_a_changed_rules_file() {
         )
     };
     let rs = RuleSet::new(prepared(&text("")), s);
-    struct Q(&'static str);
-    impl Request for Q {
-        fn attr(&self, n: &str) -> Option<&str> {
-            (n == attr::QTYPE).then_some(self.0)
-        }
-        fn evidence(&self) -> Evidence {
-            Evidence::Tcp
-        }
-    }
     let src = ip("198.51.100.8");
     assert_eq!(
         rs.check(1, src, &Q("ANY"), NOW).escalated,
@@ -937,15 +940,6 @@ fn a_reload_lifts_the_holds_of_the_tenants_it_changed() {
         }
         t
     };
-    struct Q(&'static str);
-    impl Request for Q {
-        fn attr(&self, n: &str) -> Option<&str> {
-            (n == attr::QTYPE).then_some(self.0)
-        }
-        fn evidence(&self) -> Evidence {
-            Evidence::Tcp
-        }
-    }
     let rs = RuleSet::new(prepared(&text("", "")), s);
     let src = ip("198.51.100.9");
     let held = |t| rs.check(t, src, &Q("A"), NOW).code == codes::ESCALATED;
@@ -992,15 +986,6 @@ fn a_list_file_edit_lifts_holds_and_a_revert_brings_none_back() {
         Prepared::load(&rules).unwrap(),
         RuleState::new(&cfg, None).scoped_to_tenants(&cfg),
     );
-    struct Q(&'static str);
-    impl Request for Q {
-        fn attr(&self, n: &str) -> Option<&str> {
-            (n == attr::QTYPE).then_some(self.0)
-        }
-        fn evidence(&self) -> Evidence {
-            Evidence::Tcp
-        }
-    }
     let src = ip("198.51.100.9");
     let held = || rs.check(1, src, &Q("A"), NOW).code == codes::ESCALATED;
     let epoch = rs.hold_epoch();
