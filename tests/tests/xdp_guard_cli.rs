@@ -291,8 +291,11 @@ fn the_node_guard_outlives_its_process_and_daemons_follow_its_maps() {
             && out.contains("dnsd drops it itself"),
         "{out}"
     );
-    // One that reaches it (dnsd's own entry, updated in place) is said nothing more of.
+    // One that reaches it (dnsd's own entry, updated in place) is said nothing more of,
+    // nor a prefix (the trie, looked up by its key: it was walked whole at each poll).
     let (ok, out) = ctl_text(&["block", "add", other, "--ttl", "900"]);
+    assert!(ok && !out.contains("warning"), "{out}");
+    let (ok, out) = ctl_text(&["block", "add", "198.51.100.0/24", "--ttl", "900"]);
     assert!(ok && !out.contains("warning"), "{out}");
     let _ = dnsd.kill();
     let _ = dnsd.wait();

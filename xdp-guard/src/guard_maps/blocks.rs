@@ -121,22 +121,20 @@ impl GuardMaps {
         Ok(r.deleted > 0)
     }
 
-    /// The stored entry of exactly `net`, every writer's slot, if any.
+    /// The stored entry of exactly `net`, every writer's slot, if any: one lookup (in a
+    /// trie, the longest match, which is `net`'s own entry when its prefix length is `net`'s;
+    /// the whole trie was walked, and `ctl block add` asked it every 25 ms for a second).
     pub fn get(&self, net: IpNet) -> Result<Option<KernelEntry>, Error> {
         let net = net.trunc();
         let kind = BlockMapKind::of(&net);
-        if kind.is_trie() {
-            return Ok(self.entries(kind)?.into_iter().find(|e| e.net == net));
-        }
         let mut key = Vec::with_capacity(20);
         encode_key(&net, &mut key);
         let mut v = [0u8; VS];
         let found = sys::lookup(self.fd(kind as usize), &key, &mut v)
             .map_err(|source| syscall_err("lookup", kind.name(), source))?;
-        Ok(found.then(|| KernelEntry {
-            net,
-            value: BlockValue::read_from(&v),
-        }))
+        let value = BlockValue::read_from(&v);
+        let exact = !kind.is_trie() || u32::from(net.prefix_len()) == value.prefixlen;
+        Ok((found && exact).then_some(KernelEntry { net, value }))
     }
 
     /// Whether every packet from `ip` would be dropped as blocked right now (address or
