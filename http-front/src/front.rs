@@ -548,6 +548,11 @@ impl Front {
         lock(&self.xdp).as_ref()?.holds_block(net)
     }
 
+    /// Blocks the XDP maps had no room for so far (`None`: no mirror).
+    pub fn xdp_refused_full(&self) -> Option<u64> {
+        lock(&self.xdp).as_ref()?.refused_full()
+    }
+
     /// Last flush of events and access logs, stop of the XDP mirror (after the runtime is gone).
     pub fn finish(&self) {
         // This thread's handles hold an access-log sender; the writer ends when all are gone.

@@ -225,15 +225,23 @@ async fn control(
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
         ["block", rest @ ..] => {
+            let full = || front.xdp_refused_full();
+            let before = full();
             let mut r = shield::control::block::command_with_holds(
                 &front.blocks,
                 Some(&front.rules),
                 rest,
                 peer,
             );
-            shield::control::block::warn_unless_in_xdp(rest, &mut r, "http-front", |net| {
-                front.xdp_holds_block(net)
-            })
+            let holds = |net| front.xdp_holds_block(net);
+            shield::control::block::warn_unless_in_xdp(
+                rest,
+                &mut r,
+                "http-front",
+                holds,
+                before,
+                full,
+            )
             .await;
             r
         }

@@ -297,6 +297,18 @@ fn the_node_guard_outlives_its_process_and_daemons_follow_its_maps() {
     assert!(ok && !out.contains("warning"), "{out}");
     let (ok, out) = ctl_text(&["block", "add", "198.51.100.0/24", "--ttl", "900"]);
     assert!(ok && !out.contains("warning"), "{out}");
+    // An import of five more addresses: said how many did not fit.
+    let list = dir.path().join("import.txt");
+    std::fs::write(
+        &list,
+        "192.0.2.101\n192.0.2.102\n192.0.2.103\n192.0.2.104\n192.0.2.105\n",
+    )
+    .unwrap();
+    let (ok, out) = ctl_text(&["block", "import", list.to_str().unwrap(), "--ttl", "600"]);
+    assert!(
+        ok && out.contains("warning: 5 blocks did not fit the XDP block map"),
+        "{out}"
+    );
     let _ = dnsd.kill();
     let _ = dnsd.wait();
     // dnsd gone, the node's guard still attached and still dropping.

@@ -42,6 +42,11 @@ impl DaemonXdp {
         Some(entry.is_some_and(|e| e.value.slot(maps.slot()).is_some()))
     }
 
+    /// Blocks the XDP maps had no room for so far (`None`: no mirror).
+    pub fn refused_full(&self) -> Option<u64> {
+        Some(self.mirror()?.stats().snapshot().full)
+    }
+
     /// Whether this daemon attached the program itself.
     pub fn attached_here(&self) -> bool {
         self.guard.is_some()

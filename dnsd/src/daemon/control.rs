@@ -34,17 +34,18 @@ async fn command(shared: &Arc<State>, args: &[String], peer: &shield::control::P
         },
         ["stats"] => Reply::ok(shared.metrics.render_ctl()),
         ["block", rest @ ..] => {
+            let xdp = || shared.xdp.lock().unwrap_or_else(|e| e.into_inner());
+            let full = || xdp().as_ref()?.refused_full();
+            let before = full();
             let mut r = shield::control::block::command_with_holds(
                 &shared.defence.blocks,
                 shared.defence.rules.as_deref(),
                 rest,
                 peer,
             );
-            shield::control::block::warn_unless_in_xdp(rest, &mut r, "dnsd", |net| {
-                let x = shared.xdp.lock().unwrap_or_else(|e| e.into_inner());
-                x.as_ref()?.holds_block(net)
-            })
-            .await;
+            let holds = |net| xdp().as_ref()?.holds_block(net);
+            shield::control::block::warn_unless_in_xdp(rest, &mut r, "dnsd", holds, before, full)
+                .await;
             r
         }
         ["zones"] => Reply::ok(zones_text(shared).await),

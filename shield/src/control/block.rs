@@ -72,29 +72,50 @@ pub fn command_with_holds(
 
 /// After `block ARGS` answered `reply`: an `add` that succeeded is looked for in the node's
 /// XDP block map for up to a second (`in_xdp`: whether it is there, `None` where the daemon
-/// writes no XDP maps), and the reply warns when it never arrived — the map full, the
-/// daemon then dropping the source itself, every packet of it still reaching it.
+/// writes no XDP maps), and an `import` is given a second to be written (`full`: the blocks
+/// the maps had no room for so far, `full_before` before the command); the reply warns when
+/// they did not get in — the map full, the daemon then dropping those sources itself, every
+/// packet of them still reaching it.
 pub async fn warn_unless_in_xdp(
     args: &[&str],
     reply: &mut Reply,
     who: &str,
     in_xdp: impl Fn(ipnet::IpNet) -> Option<bool>,
+    full_before: Option<u64>,
+    full: impl Fn() -> Option<u64>,
 ) {
-    let (true, ["add", net, ..]) = (reply.ok, args) else {
-        return;
-    };
-    let Some(net) = crate::prefix::parse_net(net) else {
-        return;
-    };
-    for _ in 0..40 {
-        match in_xdp(net) {
-            Some(false) => tokio::time::sleep(Duration::from_millis(25)).await,
-            _ => return,
+    let raise = "raise block_v4_entries/block_v6_entries/prefix_*_entries at `xdp-guard attach`";
+    match (reply.ok, args) {
+        (true, ["add", net, ..]) => {
+            let Some(net) = crate::prefix::parse_net(net) else {
+                return;
+            };
+            for _ in 0..40 {
+                match in_xdp(net) {
+                    Some(false) => tokio::time::sleep(Duration::from_millis(25)).await,
+                    _ => return,
+                }
+            }
+            reply.text.push_str(&format!(
+                "warning: {net} is not in the XDP block map after 1 s (full? `xdp-guard stats`, \
+                 `full` in {who}'s xdp.mirror counters; {raise}): {who} drops it itself\n"
+            ));
         }
+        (true, ["import", ..]) => {
+            let Some(before) = full_before else {
+                return;
+            };
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let over = full().unwrap_or(before).saturating_sub(before);
+            if over > 0 {
+                reply.text.push_str(&format!(
+                    "warning: {over} blocks did not fit the XDP block map ({raise}): {who} drops \
+                     them itself\n"
+                ));
+            }
+        }
+        _ => {}
     }
-    reply.text.push_str(&format!(
-        "warning: {net} is not in the XDP block map after 1 s (full? `xdp-guard stats`, `full` in {who}'s xdp.mirror counters; raise block_v4_entries/block_v6_entries/prefix_*_entries at `xdp-guard attach`): {who} drops it itself\n"
-    ));
 }
 
 /// The sources `rules` hold for one tenant alone now, as `block list` shows them.
