@@ -1029,7 +1029,9 @@ fn serial_warnings(origin: &Name, old: &zones::Zone, new: &zones::Zone) -> Optio
         Some(format!(
             "serial {a} -> {b}: the serial went back: secondaries keep their copy (raise it past {a})"
         ))
-    } else if b == a && old.record_count() != new.record_count() {
+    } else if b == a
+        && (old.record_count() != new.record_count() || !old.records().eq(new.records()))
+    {
         tracing::warn!(
             zone = %origin,
             serial = a,
