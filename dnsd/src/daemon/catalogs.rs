@@ -377,6 +377,9 @@ async fn consume(
             Ok(z) => z,
             Err(e) => {
                 tracing::error!(catalog = %cat, zone = %m.zone, "member not served: {e}");
+                if !resettling {
+                    refused_here.push(m.zone.clone());
+                }
                 continue;
             }
         };
@@ -502,15 +505,18 @@ async fn consume(
             .xfr
             .trigger(m.zone.as_wire(), crate::xfr::Trigger { reply: None });
     }
-    // Members refused here are no additions (they were counted as such, at every read).
-    let a = ch
-        .add
-        .iter()
-        .filter(|m| !refused_here.contains(&m.zone))
-        .count();
-    let (r, s) = (gone.len(), ch.reset.len());
-    if a + r + s + ch.regroup.len() > 0 {
-        tracing::info!(catalog = %cat, added = a, removed = r, reset = s, regrouped = ch.regroup.len(), refused = refused_here.len() + ch.refused.len(), "catalog members changed");
+    // Members refused here are no additions, resets or regroupings (they were counted as
+    // such, at every read).
+    let refused: std::collections::HashSet<&zones::Name> = refused_here.iter().collect();
+    let taken = |l: &[catalog::Member]| l.iter().filter(|m| !refused.contains(&m.zone)).count();
+    let (a, r, s, g) = (
+        taken(&ch.add),
+        gone.len(),
+        taken(&ch.reset),
+        taken(&ch.regroup),
+    );
+    if a + r + s + g > 0 {
+        tracing::info!(catalog = %cat, added = a, removed = r, reset = s, regrouped = g, refused = refused_here.len() + ch.refused.len(), "catalog members changed");
     }
 }
 
