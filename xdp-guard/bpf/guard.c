@@ -179,6 +179,7 @@ struct guard_dns_block {
 	int slot;
 	int all_slot; /* the writer slot of a block of every packet found (counted once dropped) */
 	int all_mask; /* every writer slot of that entry live for every packet */
+	int never; /* a block passed for a never-block source: its queries go to the daemons */
 };
 
 /* Looks at an entry: a live slot of scope "all" drops (counted by its writer slot); failing
@@ -344,6 +345,7 @@ static __always_inline int never_or(int v, const __u8 *addr, int had, struct gua
 	    !(v6 ? operator_v6(src) : operator_v4(*(const __be32 *)src))) {
 		cnt->count[GUARD_C_NEVER_BLOCK]++;
 		dns->verdict = had;
+		dns->never = 1;
 		return GUARD_C_PASS;
 	}
 	int s = dns->all_slot;
@@ -493,7 +495,7 @@ static __always_inline int proxied_udp(struct udphdr *udp, void *end, const stru
 		return GUARD_C_PASS;
 	__u8 fam = h[13] >> 4;
 	struct guard_v6_key client = {};
-	struct guard_dns_block dns = { 0, -1, -1, 0 };
+	struct guard_dns_block dns = { 0, -1, -1, 0, 0 };
 	int v;
 	if (fam == 1) {
 		if ((void *)(h + 16 + 12) > end)
@@ -613,6 +615,11 @@ static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_
 		int v = rate_limit(src, udp->dest, cnt, 0);
 		if (v != GUARD_C_PASS)
 			return v;
+		/* Passed past a block (a forced block of a never-block source, which dnsd holds):
+		 * never answered here, where the names XDP holds were answered and the others
+		 * refused by dnsd. */
+		if (dns->never)
+			return GUARD_C_PASS;
 		if (!answerable)
 			return GUARD_UNANSWERABLE;
 		return suspect(src, pk) ? GUARD_SUSPECT : GUARD_CANDIDATE;
@@ -671,7 +678,7 @@ static __always_inline int handle_v4(void *data, void *p, void *end, struct guar
 	if (p + hlen > end)
 		return GUARD_C_PASS_NOT_UNDERSTOOD;
 
-	struct guard_dns_block dns = { 0, -1, -1, 0 };
+	struct guard_dns_block dns = { 0, -1, -1, 0, 0 };
 	int v = check_v4(ip->saddr, cnt, &dns);
 	if (v != GUARD_C_PASS)
 		return v;
@@ -708,7 +715,7 @@ static __always_inline int handle_v6(void *data, void *p, void *end, struct guar
 	if ((void *)(ip6 + 1) > end || ip6->version != 6)
 		return GUARD_C_PASS_NOT_UNDERSTOOD;
 
-	struct guard_dns_block dns = { 0, -1, -1, 0 };
+	struct guard_dns_block dns = { 0, -1, -1, 0, 0 };
 	int v = check_v6(&ip6->saddr, cnt, &dns);
 	if (v != GUARD_C_PASS)
 		return v;

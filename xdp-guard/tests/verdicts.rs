@@ -790,6 +790,22 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
     // A 59-byte query padded to 60 bytes is answered, not mistaken for trailing data.
     let (v, d) = run(&g, &query(&root_query(2), 1));
     assert_eq!((v, d.answered), (Verdict::Other(3), 1), "{d:?}");
+    // A block of the source passed because a daemon never blocks it (dnsd's forced block of
+    // its transfer peer): its queries go to dnsd, which holds the block — never answered
+    // here (the names XDP held were answered, dnsd refused the others).
+    let dnsd = g.maps().clone().with_slot(xdp_guard::SLOT_DNSD);
+    dnsd.set_never(&[net("198.51.100.7/32")]).unwrap();
+    assert!(dnsd.block(net("198.51.100.7/32"), u64::MAX).unwrap());
+    let (v, d) = run(&g, &query(&root_query(2), 1));
+    assert_eq!(
+        (v, d.answered, d.never_block),
+        (Verdict::Pass, 0, 1),
+        "{d:?}"
+    );
+    assert!(dnsd.unblock(net("198.51.100.7/32")).unwrap());
+    dnsd.set_never(&[]).unwrap();
+    let (v, d) = run(&g, &query(&root_query(2), 1));
+    assert_eq!((v, d.answered), (Verdict::Other(3), 1), "{d:?}");
     // From port 0 or a service that answers any datagram (chargen...): passed to dnsd,
     // which drops it, never answered.
     for port in [0u16, 7, 19, 37] {
