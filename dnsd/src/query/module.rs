@@ -65,6 +65,10 @@ pub enum Step {
     /// Answer with a minimal TC=1 reply — BADCOOKIE with a fresh cookie to a client that
     /// sent one — so that a real client proves itself (over TCP, or with our cookie).
     Slip,
+    /// As [`Step::Slip`], for a query a rate limit already counted and slipped one in its
+    /// `slip` (a rule's `rate_limit`): not rate limited again by RRL (the two stacked, and a
+    /// resolver under a forged flood got one TC=1 in four, not in two).
+    SlipRated,
     /// Answer with this rcode and nothing else.
     Refuse(u16),
     /// Answer TC=1 with the question alone, never more bytes than the query (a suspect's UDP,

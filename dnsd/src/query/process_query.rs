@@ -832,7 +832,7 @@ impl Processor {
                 self.stats.dropped(why);
                 Outcome::Drop
             }
-            Step::Slip => {
+            Step::Slip | Step::SlipRated => {
                 let (n, rc) = response::slip(out, req, q, udp_payload, with_question, cookie);
                 self.stats.response(rc, rc == rcode::NOERROR);
                 Outcome::Reply(n)

@@ -231,7 +231,7 @@ impl QueryModule for Module {
                     && self.limited.is_multiple_of(u64::from(v.slip))
                 {
                     bump(&c.slipped);
-                    Step::Slip
+                    Step::SlipRated
                 } else if p.transport == Transport::Tcp {
                     // As a deny over TCP: answered, never left to time out.
                     bump(&c.refused);
