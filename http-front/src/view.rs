@@ -246,7 +246,7 @@ impl shield::rules::Request for HttpView<'_> {
     /// block that would make its further packets free is not earned.
     #[inline]
     fn evidence(&self) -> shield::block::Evidence {
-        if cross_site(self.headers) {
+        if cross_site(self.headers) || from_elsewhere(self.headers, self.host) {
             shield::block::Evidence::CrossSite
         } else {
             shield::block::Evidence::Http
@@ -265,6 +265,63 @@ pub fn cross_site(headers: &HeaderMap) -> bool {
         v.as_bytes()
             .trim_ascii()
             .eq_ignore_ascii_case(b"cross-site")
+    })
+}
+
+/// True when a request says a page elsewhere made the browser send it, though not as
+/// `Sec-Fetch-Site: cross-site`: `same-site` (another host of the registrable domain — maybe
+/// another tenant's site), an `Origin` of another host or `null` (a cross-origin form or
+/// fetch, which browsers mark so over plain HTTP too), a `Referer` of another host (an
+/// `<img>` over plain HTTP, where no `Sec-Fetch-*` is sent). A browser that says
+/// `same-origin` or `none` is believed. Counted as [`cross_site`] is: never a block.
+pub fn from_elsewhere(headers: &HeaderMap, host: &str) -> bool {
+    match headers
+        .get("sec-fetch-site")
+        .map(|v| v.as_bytes().trim_ascii())
+    {
+        Some(v) if v.eq_ignore_ascii_case(b"same-site") => return true,
+        Some(v) if v.eq_ignore_ascii_case(b"same-origin") || v.eq_ignore_ascii_case(b"none") => {
+            return false;
+        }
+        _ => {}
+    }
+    let other = |v: &HeaderValue, null: bool| {
+        let b = v.as_bytes().trim_ascii();
+        if b.eq_ignore_ascii_case(b"null") {
+            return null;
+        }
+        url_host(b).is_some_and(|h| {
+            let h = h.strip_suffix(b".").unwrap_or(h);
+            !h.eq_ignore_ascii_case(host.as_bytes())
+        })
+    };
+    headers
+        .get(http::header::ORIGIN)
+        .is_some_and(|v| other(v, true))
+        || headers
+            .get(http::header::REFERER)
+            .is_some_and(|v| other(v, false))
+}
+
+/// The host of an absolute URL (`scheme://[userinfo@]host[:port]/...`), without its port.
+fn url_host(url: &[u8]) -> Option<&[u8]> {
+    let at = url.windows(3).position(|w| w == b"://")? + 3;
+    let rest = &url[at..];
+    let end = rest
+        .iter()
+        .position(|&c| matches!(c, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
+    let auth = &rest[..end];
+    let auth = match auth.iter().rposition(|&c| c == b'@') {
+        Some(i) => &auth[i + 1..],
+        None => auth,
+    };
+    if let Some(v6) = auth.strip_prefix(b"[") {
+        return Some(&v6[..v6.iter().position(|&c| c == b']')?]);
+    }
+    Some(match auth.iter().rposition(|&c| c == b':') {
+        Some(i) => &auth[..i],
+        None => auth,
     })
 }
 
@@ -423,5 +480,40 @@ mod tests {
             check(&format!("{eight}palisade_clearance={good}")),
             (false, true)
         );
+    }
+
+    #[test]
+    fn requests_a_page_elsewhere_made_are_told_apart() {
+        let h = |pairs: &[(&str, &str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.append(
+                    http::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            m
+        };
+        for (pairs, want) in [
+            (vec![], false),
+            (vec![("sec-fetch-site", "same-site")], true),
+            (
+                vec![
+                    ("sec-fetch-site", "same-origin"),
+                    ("referer", "http://evil.test/"),
+                ],
+                false,
+            ),
+            (vec![("origin", "http://evil.test")], true),
+            (vec![("origin", "null")], true),
+            (vec![("origin", "https://A.Test:8443")], false),
+            (vec![("referer", "http://evil.test/page?x=1")], true),
+            (vec![("referer", "http://u:p@a.test./x")], false),
+            (vec![("referer", "null")], false),
+            (vec![("referer", "not a url")], false),
+            (vec![("origin", "http://[2001:db8::1]:80")], true),
+        ] {
+            assert_eq!(from_elsewhere(&h(&pairs), "a.test"), want, "{pairs:?}");
+        }
     }
 }

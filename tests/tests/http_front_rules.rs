@@ -453,6 +453,21 @@ fn requests_another_site_makes_a_browser_send_never_block_its_user() {
             .unwrap();
         assert_eq!(r.status, 403);
     }
+    // Over plain HTTP no Sec-Fetch-* is sent: a page elsewhere is told by its Referer (an
+    // `<img>`), a cross-origin form by its Origin, another host of the registrable domain by
+    // `same-site` (each held the visitor for the tenant's sites).
+    for marks in [
+        [("referer", "http://evil.test/page.html")],
+        [("origin", "http://evil.test")],
+        [("sec-fetch-site", "same-site")],
+    ] {
+        for i in 0..5 {
+            let r = c
+                .request("GET", "a.test", &format!("/bad{i}.png"), &marks, b"")
+                .unwrap();
+            assert_eq!(r.status, 403);
+        }
+    }
     assert_eq!(
         c.request("GET", "a.test", "/", &[], b"").unwrap().status,
         200
