@@ -35,11 +35,12 @@ fn http_front_config_warnings_reach_the_log_and_the_reload_answer() {
             format!(
                 "{}[rules]\nfile = \"rules.toml\"\n\n[events]\ninterval = 5\n\n\
                  [control]\nsocket = \"ctl.sock\"\n\n\
-                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 42\n",
+                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 42\n\
+                 [[site]]\nhosts = [\"b.test\"]\nupstream = \"app\"\ntenant = 2\n",
                 base_config(a, m, origin.addr())
             )
         },
-        Some("[[tenant]]\nid = 1\ndeny = [\"203.0.113.0/24\"]\n"),
+        Some("[[tenant]]\nid = 1\ndeny = [\"203.0.113.0/24\"]\n[[tenant]]\nid = 2\n"),
     );
     let log = front.log();
     for w in [
@@ -48,6 +49,8 @@ fn http_front_config_warnings_reach_the_log_and_the_reload_answer() {
     ] {
         assert!(log.contains(w), "{w}:\n{log}");
     }
+    // A tenant the file declares without rules is no unknown one.
+    assert!(!log.contains("names tenant 2,"), "{log}");
     let out = std::process::Command::new(palisade_tests::bin("http-front"))
         .arg("-c")
         .arg(front.dir().join("front.toml"))

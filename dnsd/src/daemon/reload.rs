@@ -300,7 +300,7 @@ async fn reload_rules(shared: &Arc<State>, c: &Config) -> Option<(bool, String)>
             }
             let mut out = format!("rules: {} reloaded\n", rc.file.display());
             let p = shared.defence.rules.as_ref().map(|r| r.current());
-            let has = p.as_ref().map(|p| move |t| p.has_rules(t));
+            let has = p.as_ref().map(|p| move |t| p.declares(t));
             for w in c.unknown_tenants(has.as_ref().map(|h| h as &dyn Fn(u32) -> bool)) {
                 tracing::warn!("{w}");
                 out.push_str(&format!("warning: {w}\n"));

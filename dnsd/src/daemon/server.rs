@@ -147,7 +147,7 @@ pub fn run(
     let warnings = match &rules {
         Some(r) => {
             let p = r.current();
-            crate::config::unknown_tenants(tenants(), Some(&|t| p.has_rules(t)))
+            crate::config::unknown_tenants(tenants(), Some(&|t| p.declares(t)))
         }
         None => crate::config::unknown_tenants(tenants(), None),
     };

@@ -823,7 +823,7 @@ impl Config {
             warnings.push(format!("{}: {w}", path.display()));
         }
         for site in &sites {
-            if let Some(t) = site.tenant.filter(|&t| t != 0 && !prepared.has_rules(t)) {
+            if let Some(t) = site.tenant.filter(|&t| t != 0 && !prepared.declares(t)) {
                 warnings.push(match &rules_file {
                     Some(_) => format!(
                         "site {} names tenant {t}, which the rules file does not have: its requests meet only [global]",

@@ -109,6 +109,11 @@ impl Prepared {
             .and_then(|t| t.name.as_deref())
     }
 
+    /// True when the file has a `[[tenant]]` of `tenant`, with rules or none.
+    pub fn declares(&self, tenant: TenantId) -> bool {
+        self.tenant_versions.0.contains_key(&tenant)
+    }
+
     /// Number of tenants with rules.
     pub fn tenant_count(&self) -> usize {
         self.tenants.iter().filter(|t| t.is_some()).count()
