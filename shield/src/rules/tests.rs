@@ -65,20 +65,18 @@ fn a_tenants_version_is_its_own_rules_and_what_all_share() {
     }
 }
 
-/// A request whose `header:x-tool` was sent twice.
-struct Twice<'a>(&'a [&'a str]);
+/// A request whose header `.0` (`header:NAME`) was sent with each of the values `.1`.
+struct Twice<'a>(&'a str, &'a [&'a str]);
 
 impl Request for Twice<'_> {
     fn attr(&self, name: &str) -> Option<&str> {
         self.attr_nth(name, 0)
     }
     fn attr_nth(&self, name: &str, n: usize) -> Option<&str> {
-        (name == "header:x-tool")
-            .then(|| self.0.get(n).copied())
-            .flatten()
+        (name == self.0).then(|| self.1.get(n).copied()).flatten()
     }
     fn multi_valued(&self) -> bool {
-        self.0.len() > 1
+        self.1.len() > 1
     }
 }
 
@@ -92,7 +90,10 @@ fn every_value_of_a_repeated_attribute_is_matched() {
     );
     let s = state();
     let src = ip("192.0.2.1");
-    let v = |vals: &[&str]| p.check(&s, 1, src, &Twice(vals), NOW).action;
+    let v = |vals: &[&str]| {
+        p.check(&s, 1, src, &Twice("header:x-tool", vals), NOW)
+            .action
+    };
     assert_eq!(v(&["curl"]), Action::Pass);
     assert_eq!(v(&["curl", "sqlmap"]), Action::Deny);
     assert_eq!(v(&["sqlmap", "curl"]), Action::Deny);
@@ -1475,20 +1476,7 @@ fn a_reload_that_moves_a_rate_rule_keeps_its_buckets() {
 /// more header doubled the cost of a big rule set).
 #[test]
 fn an_attribute_with_several_values_is_indexed_by_each() {
-    struct Multi(&'static [&'static str]);
-    impl Request for Multi {
-        fn attr(&self, name: &str) -> Option<&str> {
-            self.attr_nth(name, 0)
-        }
-        fn attr_nth(&self, name: &str, n: usize) -> Option<&str> {
-            (name == "header:x-a")
-                .then(|| self.0.get(n).copied())
-                .flatten()
-        }
-        fn multi_valued(&self) -> bool {
-            self.0.len() > 1
-        }
-    }
+    let multi = |vals| Twice("header:x-a", vals);
     let mut text = String::from("[[tenant]]\nid = 1\n");
     for i in 0..50 {
         text.push_str(&format!(
@@ -1515,13 +1503,13 @@ fn an_attribute_with_several_values_is_indexed_by_each() {
         ],
     ];
     for vals in cases {
-        let got = indexed.check(&s, 1, src, &Multi(vals), NOW);
-        let want = walked.check(&s, 1, src, &Multi(vals), NOW);
+        let got = indexed.check(&s, 1, src, &multi(vals), NOW);
+        let want = walked.check(&s, 1, src, &multi(vals), NOW);
         assert_eq!(got, want, "{vals:?}");
     }
     assert_eq!(
         indexed
-            .check(&s, 1, src, &Multi(&["nothing", "v7"]), NOW)
+            .check(&s, 1, src, &multi(&["nothing", "v7"]), NOW)
             .action,
         Action::Deny
     );

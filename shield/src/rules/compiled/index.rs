@@ -485,7 +485,6 @@ impl RuleIndex {
                     }
                 }
             }
-            bits[..words].fill(0);
             found
         })
     }
