@@ -186,7 +186,9 @@ fn wait_ready(p: &mut Proc, addr: SocketAddr, zones: &[Zone]) -> Result<(), Star
                 tcp: true,
                 ..probe.clone()
             };
-            match client::try_query(addr, &zones[0].origin, qtype::SOA, &tcp) {
+            // No zone to wait for (a forwarder): any reply over TCP will do.
+            let name = zones.first().map_or(".", |z| z.origin.as_str());
+            match client::try_query(addr, name, qtype::SOA, &tcp) {
                 Ok(_) => return Ok(()),
                 Err(e) => last = e,
             }
@@ -872,10 +874,29 @@ impl Bind {
         )
     }
 
+    /// Starts named as a forwarder (`forward only`) to `to`, asking from `source`: a
+    /// resolver whose users' queries reach the server with RD set, with BIND's cookies.
+    /// Ready once it answers for `ready` through `to` (none: once it answers over TCP).
+    pub fn start_forwarder(ready: &[Zone], to: SocketAddr, source: Ipv4Addr) -> Bind {
+        Self::start_raw(
+            ready,
+            |_, _| {
+                vec![
+                    "recursion yes;".into(),
+                    "allow-recursion { any; };".into(),
+                    "forward only;".into(),
+                    format!("forwarders {{ {} port {}; }};", to.ip(), to.port()),
+                    format!("query-source address {source};"),
+                ]
+            },
+            |_, _| String::new(),
+        )
+    }
+
     /// As [`Bind::start_with`], the `options { }` lines and the rest of the config (zones,
     /// `tls` blocks) written by `options(dir, addr)` and `rest(dir, addr)` (its temp dir and
     /// address); ready once it answers for `ready` (zones it is a secondary of, once
-    /// transferred).
+    /// transferred). A `recursion` line among the options replaces `recursion no;`.
     pub fn start_raw(
         ready: &[Zone],
         options: impl Fn(&Path, SocketAddr) -> Vec<String>,
@@ -897,18 +918,22 @@ impl Bind {
             )
             .expect("write root.hints");
             let mut cfg = String::from("options {\n");
+            let extra = options(dir.path(), addr);
+            let recursion = extra.iter().any(|l| l.starts_with("recursion "));
             for l in [
                 format!("directory \"{d}\";"),
                 format!("pid-file \"{d}/named.pid\";"),
                 format!("listen-on port {} {{ {}; }};", addr.port(), addr.ip()),
                 "listen-on-v6 { none; };".into(),
-                "recursion no;".into(),
                 "dnssec-validation no;".into(),
                 "notify no;".into(),
             ] {
                 let _ = writeln!(cfg, "  {l}");
             }
-            for l in options(dir.path(), addr) {
+            if !recursion {
+                cfg.push_str("  recursion no;\n");
+            }
+            for l in extra {
                 let _ = writeln!(cfg, "  {l}");
             }
             cfg.push_str("};\ncontrols { };\n");

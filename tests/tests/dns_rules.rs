@@ -15,7 +15,7 @@ use palisade_tests::client::{frame, tcp_read_msg};
 use palisade_tests::counters::prometheus_sum;
 use palisade_tests::http::{Front, Origin, base_config, get};
 use palisade_tests::net;
-use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::servers::{Bind, Dnsd, Zone};
 use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
 
@@ -416,15 +416,24 @@ fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenan
         }
     }
     assert_eq!(refused, 25, "refused over TCP, before and after");
+    // Held (`dns_hold = "truncate"`, the default): over UDP nothing from the tenant's zones
+    // but TC=1, not even for a query no rule denies; over TCP the rules as for anyone (a
+    // forwarder held for one user's queries serves its others there).
+    let held = ask(server, bad, "www.example.com.", TYPE_A, &udp).expect("TC=1");
     assert!(
-        ask(server, bad, "www.example.com.", TYPE_A, &udp).is_none(),
-        "an escalated source gets nothing from the tenant's zones, not even for a query no rule denies"
+        held.flags & TC != 0 && held.counts[1] == 0 && held.rcode() == 0,
+        "{held:?}"
+    );
+    assert!(
+        answered(&ask_tcp(server, bad, "www.example.com.", TYPE_A)),
+        "over TCP a query no rule denies is answered"
     );
     assert_eq!(
-        ask_tcp(server, bad, "www.example.com.", TYPE_A).map(|m| m.rcode()),
+        ask_tcp(server, bad, "example.com.", TYPE_ANY).map(|m| m.rcode()),
         Some(REFUSED),
-        "over TCP: refused, never left to time out"
+        "over TCP what the rules deny stays denied"
     );
+    assert!(dnsd.stat("rules.held_truncated") >= 1);
     assert!(
         answered(&ask(server, bad, "www.example.net.", TYPE_A, &udp)),
         "another tenant's zone answers it"
@@ -681,9 +690,13 @@ fn ask_tcp_rd(
 #[test]
 fn a_resolvers_relayed_denies_and_met_challenges_never_escalate_it() {
     let dir = tempfile::tempdir().unwrap();
+    // `dns_hold = "refuse"`: a held source gets nothing over any transport.
     std::fs::write(
         dir.path().join("rules.toml"),
-        rules(5).replace(r#"on = ["deny"]"#, r#"on = ["deny", "challenge"]"#),
+        rules(5).replace(
+            r#"on = ["deny"]"#,
+            r#"on = ["deny", "challenge"], dns_hold = "refuse""#,
+        ),
     )
     .unwrap();
     let dnsd = dnsd_with_rules(dir.path(), "");
@@ -737,4 +750,63 @@ fn a_resolvers_relayed_denies_and_met_challenges_never_escalate_it() {
     let (_, list) = dnsd.ctl(&["block", "list"]);
     assert!(!list.contains(&resolver.to_string()), "{list}");
     assert!(!list.contains(&prover.to_string()), "{list}");
+}
+
+/// A forwarder (BIND with `forward only`: RD set, and our cookie, on every query it relays)
+/// held for a tenant by one of its users keeps its other users answered from the tenant's
+/// zones (`dns_hold = "truncate"`, the default): its UDP gets TC=1 and it asks again over
+/// TCP, where the rules decide query by query. Held outright, as before, it got nothing:
+/// every user SERVFAIL for every name of the tenant for `block_secs` (Knot with RRL answered
+/// them all).
+#[test]
+fn a_forwarder_held_for_one_users_queries_keeps_serving_the_others() {
+    if !Bind::available() {
+        palisade_tests::skipped("named is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rules.toml"), rules(5)).unwrap();
+    let dnsd = dnsd_with_rules(dir.path(), "");
+    let source = net::test_ip();
+    let bind = Bind::start_forwarder(&[], dnsd.addr(), source);
+    let opts = |secs| QueryOpts {
+        timeout: Duration::from_secs(secs),
+        ..QueryOpts::edns(1232).with_rd()
+    };
+    let through = |name: &str, qtype: u16, secs| {
+        palisade_tests::client::try_query(bind.addr(), name, qtype, &opts(secs))
+    };
+    let first = through("www.example.com.", TYPE_A, 8).expect("an answer through BIND");
+    assert!(
+        first.head.rcode() == 0 && first.head.counts[1] > 0,
+        "{:?}",
+        first.head
+    );
+    // One user asks ANY of ten names: each denied, and the forwarder — proven by our cookie —
+    // is held for the tenant at the fifth.
+    for i in 0..10 {
+        let _ = through(&format!("n{i}.example.com."), TYPE_ANY, 3);
+    }
+    wait_for(
+        "the forwarder held for tenant 7",
+        Duration::from_secs(10),
+        || {
+            let (_, list) = dnsd.ctl(&["block", "list"]);
+            list.split_once("held for one tenant")
+                .is_some_and(|(_, h)| h.contains(&format!("{source}/32\ttenant 7")))
+        },
+    );
+    // Its other users: names nobody asked before (nothing cached in BIND) answered.
+    for name in ["mail.example.com.", "sip.example.com.", "ns2.example.com."] {
+        let r = through(name, TYPE_A, 8).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            r.head.rcode() == 0 && r.head.counts[1] > 0,
+            "{name}: {:?} (the forwarder's users lose the tenant's zones)",
+            r.head
+        );
+    }
+    assert!(dnsd.stat("rules.held_truncated") >= 3, "{:?}", dnsd.stats());
+    // What the rules deny stays denied over TCP: the user's ANY gets nothing.
+    let any = through("n99.example.com.", TYPE_ANY, 8).expect("an answer through BIND");
+    assert_ne!(any.head.rcode(), 0, "{:?}", any.head);
 }

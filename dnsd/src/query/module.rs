@@ -75,6 +75,10 @@ pub enum Step {
     /// a flooder's NXDOMAIN), within the suspects' budget per source prefix (past it: a
     /// counted drop). A real client retries over TCP and is served.
     Truncate,
+    /// As [`Step::Truncate`], outside the suspects' budget and RRL: the UDP of a source its
+    /// tenant's rules hold (`dns_hold = "truncate"`), sent to TCP where the rules decide
+    /// query by query — a forwarder held for one user keeps serving the others.
+    Held,
 }
 
 /// Per-worker state every module may use: the clocks read once per batch, and the worker's

@@ -837,11 +837,14 @@ impl Processor {
                 self.stats.response(rc, rc == rcode::NOERROR);
                 Outcome::Reply(n)
             }
-            Step::Truncate => {
-                if !self
-                    .plan
-                    .as_ref()
-                    .is_some_and(|p| p.admit_truncated(src.ip()))
+            Step::Truncate | Step::Held => {
+                // A held source's TC=1 is outside the suspects' budget (a forwarder's users
+                // come back over TCP only through it).
+                if step == Step::Truncate
+                    && !self
+                        .plan
+                        .as_ref()
+                        .is_some_and(|p| p.admit_truncated(src.ip()))
                 {
                     self.stats.dropped(DropCause::Suspect);
                     return Outcome::Drop;

@@ -6,7 +6,7 @@ use super::compiled::{Escalation, MAX_PREFILTERS, RateSpec, Rule, Tenant, index}
 use super::prepared::{Prepared, TENANT_RATE_RULE};
 use super::set::RuleState;
 use super::{Action, Escalated, Now, Request, TenantId, Verdict, codes};
-use crate::block::{BlockEntry, InsertOutcome, Origin};
+use crate::block::{BlockEntry, Evidence, InsertOutcome, Origin};
 use crate::ratelimit::source_key;
 use std::net::IpAddr;
 
@@ -44,9 +44,13 @@ impl Prepared {
     ) -> Verdict {
         // A source escalated for this tenant alone: nothing more from its zones or sites but
         // what its allow lists and allow rules let through — its rules walked only when some
-        // rule allows (a held flood costs a lookup, and feeds no limiter).
+        // rule allows (a held flood costs a lookup, and feeds no limiter). In DNS with
+        // `dns_hold = "truncate"` its UDP is answered TC=1 and its TCP goes through the rules
+        // as any source's: a forwarder is held for its users' queries, and serves the rest
+        // of them over TCP (refused there too, one user cut its users off the tenant).
         if let (Some(e), Some(tbl)) = (&t.escalate, &state.tenant_scoped)
             && !e.block_map(state.http)
+            && !(e.dns_truncate && !state.http && req.evidence() == Evidence::Tcp)
             && tbl.live(&(t.id, t.hold_gen, source_key(src, e.v4, e.v6)), secs(now))
         {
             if let Some(v) = self.allowed_source(t, src) {
@@ -58,7 +62,10 @@ impl Prepared {
                     return v;
                 }
             }
-            return Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str());
+            return Verdict {
+                dns_truncate: e.dns_truncate && !state.http,
+                ..Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str())
+            };
         }
         let v = self.evaluate(t, state, src, req, now);
         match (&t.escalate, v.action) {

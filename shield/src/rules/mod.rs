@@ -426,6 +426,9 @@ pub struct Verdict {
     /// A rate limit counted in a bucket shared beyond this source (`rate.key`, e.g. a JA4
     /// that anyone can send): it says nothing about the source, so it never escalates it.
     pub shared: bool,
+    /// DNS: a deny of a source held for the tenant that is answered TC=1 over UDP (never
+    /// more bytes than the query), so that a forwarder's users are served over TCP.
+    pub dns_truncate: bool,
 }
 
 impl Verdict {
@@ -440,6 +443,7 @@ impl Verdict {
         slip: DEFAULT_SLIP,
         difficulty: 0,
         shared: false,
+        dns_truncate: false,
     };
 
     pub(crate) fn new(action: Action, code: u16, reason: &str) -> Self {
@@ -453,6 +457,7 @@ impl Verdict {
             slip: DEFAULT_SLIP,
             difficulty: 0,
             shared: false,
+            dns_truncate: false,
         }
     }
 }

@@ -160,6 +160,9 @@ struct EscalateSchema {
     /// DNS: `ignore` (the default: a query without RD, a resolver's, counts for nothing) or
     /// `count`.
     relayed: Option<String>,
+    /// DNS, held for the tenant: `truncate` (the default: UDP answered TC=1, TCP as the
+    /// rules say) or `refuse` (nothing over any transport).
+    dns_hold: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -796,6 +799,22 @@ impl Ctx<'_> {
                 );
             }
         };
+        let dns_truncate = match v.dns_hold.as_deref() {
+            Some(_) if dns_block_map => {
+                return self.err(
+                    e.span(),
+                    "dns_hold is how a tenant's hold answers: it takes dns = \"tenant\" (a block in the block map refuses every packet)",
+                );
+            }
+            None | Some("truncate") => true,
+            Some("refuse") => false,
+            Some(other) => {
+                return self.err(
+                    e.span(),
+                    format!("dns_hold = {other:?}: \"truncate\" (the default) or \"refuse\""),
+                );
+            }
+        };
         Ok(Escalation {
             after: v.after,
             window_ms: v.window_secs.saturating_mul(1000),
@@ -809,6 +828,7 @@ impl Ctx<'_> {
             dns_block_map,
             http_block_map,
             count_relayed,
+            dns_truncate,
         })
     }
 

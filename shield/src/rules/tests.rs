@@ -797,6 +797,13 @@ escalate = { after = 3, window_secs = 10, block_secs = 60, on = ["deny"], dns = 
 name = "no"
 action = "deny"
 when = [{ attr = "qtype", exact = "ANY" }]
+[[tenant]]
+id = 4
+escalate = { after = 3, window_secs = 10, block_secs = 60, on = ["deny"], dns_hold = "refuse" }
+[[tenant.rule]]
+name = "no"
+action = "deny"
+when = [{ attr = "qtype", exact = "ANY" }]
 "#,
     );
     struct Q(&'static str, Evidence);
@@ -826,11 +833,31 @@ when = [{ attr = "qtype", exact = "ANY" }]
         .map(|_| p.check(&s, 1, bad, &any(Evidence::Tcp), NOW).escalated)
         .collect();
     assert_eq!(v, [Escalated::No, Escalated::No, Escalated::Blocked]);
-    for e in [Evidence::Udp, Evidence::Tcp, Evidence::Cookie] {
+    // Held over UDP, answered TC=1 (`dns_hold = "truncate"`, the default); over TCP the
+    // rules decide as for any source (a forwarder serves its other users there).
+    for e in [Evidence::Udp, Evidence::Cookie] {
         let v = p.check(&s, 1, bad, &a(e), NOW);
         assert_eq!(
-            (v.action, v.code),
-            (Action::Deny, codes::ESCALATED),
+            (v.action, v.code, v.dns_truncate),
+            (Action::Deny, codes::ESCALATED, true),
+            "{e:?}"
+        );
+    }
+    assert_eq!(
+        p.check(&s, 1, bad, &a(Evidence::Tcp), NOW).action,
+        Action::Pass
+    );
+    let v = p.check(&s, 1, bad, &any(Evidence::Tcp), NOW);
+    assert_eq!((v.action, v.reason.as_str()), (Action::Deny, "no"));
+    // `dns_hold = "refuse"`: nothing over any transport, never TC=1.
+    for _ in 0..3 {
+        p.check(&s, 4, bad, &any(Evidence::Tcp), NOW);
+    }
+    for e in [Evidence::Udp, Evidence::Tcp, Evidence::Cookie] {
+        let v = p.check(&s, 4, bad, &a(e), NOW);
+        assert_eq!(
+            (v.action, v.code, v.dns_truncate),
+            (Action::Deny, codes::ESCALATED, false),
             "{e:?}"
         );
     }
@@ -868,7 +895,7 @@ when = [{ attr = "qtype", exact = "ANY" }]
     let st = rs.stats();
     assert_eq!(
         (st.escalations, st.suspects, st.unproven_ignored),
-        (2, 0, 10)
+        (3, 0, 10)
     );
     let e = Prepared::parse(
         Path::new("t.toml"),
@@ -877,9 +904,30 @@ when = [{ attr = "qtype", exact = "ANY" }]
     .unwrap_err()
     .to_string();
     assert!(e.contains("block_map"), "{e}");
+    for (hold, says) in [
+        (
+            "dns_hold = \"drop\"",
+            "\"truncate\" (the default) or \"refuse\"",
+        ),
+        (
+            "dns = \"block_map\", dns_hold = \"refuse\"",
+            "it takes dns = \"tenant\"",
+        ),
+    ] {
+        let e = Prepared::parse(
+            Path::new("t.toml"),
+            &format!(
+                "[[tenant]]\nid = 1\nescalate = {{ after = 3, window_secs = 10, block_secs = 60, {hold} }}\n"
+            ),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(says) && e.contains("t.toml:3"), "{e}");
+    }
 }
 
-/// A DNS query of type `.0` over TCP (proven), for the hold tests.
+/// A DNS query of type `.0` over UDP with a valid cookie (proven, and held over UDP), for
+/// the hold tests.
 struct Q(&'static str);
 
 impl Request for Q {
@@ -887,7 +935,7 @@ impl Request for Q {
         (n == attr::QTYPE).then_some(self.0)
     }
     fn evidence(&self) -> Evidence {
-        Evidence::Tcp
+        Evidence::Cookie
     }
 }
 

@@ -239,6 +239,7 @@ impl shield::metrics::Source for Shared {
                 ("challenged", &c.challenged),
                 ("rate_limited", &c.rate_limited),
                 ("slipped", &c.slipped),
+                ("held_truncated", &c.held_truncated),
                 ("allowed", &c.allowed),
                 ("escalated", &c.escalated),
                 ("suspected", &c.suspected),
@@ -247,7 +248,7 @@ impl shield::metrics::Source for Shared {
                     format!("rules.{what}"),
                     "dnsd_rules_verdicts_total",
                     format!("outcome=\"{what}\""),
-                    "Queries by what a shield rule made of them (dropped and refused: deny; rate_limited and slipped: over a rule's rate).",
+                    "Queries by what a shield rule made of them (dropped and refused: deny; rate_limited and slipped: over a rule's rate; held_truncated: a held source's UDP answered TC=1).",
                     l(v),
                 );
             }

@@ -7,6 +7,7 @@
 //! | `challenge` | over UDP without a valid server cookie: TC=1, or BADCOOKIE to a cookie client; over TCP or with a valid cookie the query passes |
 //! | `rate_limit` | over the rule's (or the tenant's) rate, per source prefix: dropped, one in `slip` answered TC=1 as RRL slips (over TCP, DoT and DoQ: REFUSED) |
 //! | `allow` | answered, exempt from RRL and the random-subdomain defence |
+//! | held (`escalate`, `dns = "tenant"`) | over UDP: TC=1 (`dns_hold = "truncate"`, the default), over TCP, DoT and DoQ the rules as for any source; `dns_hold = "refuse"`: as a deny |
 //!
 //! `escalate` puts a source into the block map through the engine, as in http-front, on the
 //! query's evidence ([`Parsed::evidence`]): a source proven over TCP is blocked (every
@@ -39,6 +40,8 @@ pub struct Counters {
     pub rate_limited: AtomicU64,
     /// Over a rule's rate: slipped (TC=1).
     pub slipped: AtomicU64,
+    /// Held for the tenant (`dns_hold = "truncate"`): UDP answered TC=1.
+    pub held_truncated: AtomicU64,
     /// Allowed (exempt from the rate defences).
     pub allowed: AtomicU64,
     /// Sources blocked by a rule's escalation (proven: TCP or a valid cookie).
@@ -198,6 +201,10 @@ impl QueryModule for Module {
             }
             Action::Deny => {
                 event(EventAction::Denied);
+                if v.dns_truncate && p.transport == Transport::Udp {
+                    bump(&c.held_truncated);
+                    return Step::Held;
+                }
                 match v.dns_rcode {
                     Some(rc) => {
                         bump(&c.refused);

@@ -41,6 +41,10 @@ pub(crate) struct Escalation {
     /// DNS (`relayed = "count"`): queries without RD count too (the tenant's clients ask it
     /// directly: no resolver relays for them).
     pub(crate) count_relayed: bool,
+    /// DNS, held for the tenant (`dns_hold = "truncate"`, the default): the held source's
+    /// UDP is answered TC=1 and its TCP, DoT and DoQ go through the rules as any source's —
+    /// a forwarder held for one user's queries keeps serving the others over TCP.
+    pub(crate) dns_truncate: bool,
 }
 
 impl Escalation {
