@@ -349,7 +349,8 @@ pub struct Server {
     /// table against new clients).
     #[serde(default = "default_tcp_pressed_idle")]
     pub tcp_pressed_idle_timeout_ms: u64,
-    /// TCP: most queries answered on one connection.
+    /// TCP: most queries answered on one connection (0, the default: no limit, as Knot and
+    /// NSD — the queries a client pipelined past a close went unanswered).
     #[serde(default = "default_tcp_queries")]
     pub tcp_max_queries: usize,
     /// TCP: queries read but not yet answered on one connection before it stops reading.
@@ -592,7 +593,7 @@ fn default_tcp_pressed_idle() -> u64 {
     1_000
 }
 fn default_tcp_queries() -> usize {
-    1000
+    0
 }
 fn default_tcp_queue() -> usize {
     32

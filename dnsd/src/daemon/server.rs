@@ -339,7 +339,11 @@ pub fn run(
                 max_connections: tcp_max_connections,
                 max_per_source: cfg.server.tcp_max_per_source,
                 idle: Duration::from_millis(cfg.server.tcp_idle_timeout_ms),
-                max_queries: cfg.server.tcp_max_queries,
+                // 0: no limit.
+                max_queries: match cfg.server.tcp_max_queries {
+                    0 => usize::MAX,
+                    n => n,
+                },
                 max_pipelined: cfg.server.tcp_max_pipelined,
                 pressed_idle: Duration::from_millis(cfg.server.tcp_pressed_idle_timeout_ms),
                 xfr_min_rate: cfg.transfer.out_min_rate_bytes_per_sec,
