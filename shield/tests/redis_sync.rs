@@ -399,6 +399,68 @@ async fn trimmed_position_is_detected_and_resynced_from_snapshot() {
     sb.shutdown().await;
 }
 
+/// A mark that does not verify lifts nothing: whoever can write to Redis puts one in a
+/// node's name listing that node's live block as lifted, and sends peers to a snapshot (the
+/// stream trimmed past them) — the block stays on every peer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsigned_marks_lifts_lift_nothing() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let relay = Partition::start(r.port).await;
+    let (a, b) = (map(), map());
+    let small = |url: &str, node: &str| SyncConfig {
+        stream_maxlen: 50,
+        batch_max: 1,
+        ..cfg(url, node)
+    };
+    let sa = spawn(small(&r.url(), "a"), &a);
+    let sb = spawn(small(&relay.url(), "b"), &b);
+    synced(&sa).await;
+    synced(&sb).await;
+    a.insert(local(3, MIN));
+    until("A's block on B", || b.get(host(3)).is_some()).await;
+    relay.cut();
+    until("B cut off", || !sb.stats().reader_connected).await;
+    for i in 10..1_010 {
+        a.insert(local(i, MIN));
+    }
+    until("A wrote everything", || {
+        sa.stats().buffered == 0 && sa.stats().published >= 1_001
+    })
+    .await;
+    assert!(xlen(&r) < 500, "stream was trimmed");
+    // A's own mark, fresh, its block listed as lifted — and no tag.
+    let mut c = r.conn();
+    let genuine: String = redis::cmd("HGET")
+        .arg("t:marks")
+        .arg("a")
+        .query(&mut c)
+        .unwrap();
+    let mut m: serde_json::Value = serde_json::from_str(&genuine).unwrap();
+    let lift = serde_json::json!({
+        "net": host(3).to_string(), "start": m["start"], "seq": m["seq"], "at": m["at"],
+    });
+    m["lifts"] = serde_json::json!([lift]);
+    m.as_object_mut().unwrap().remove("tag");
+    let _: () = redis::cmd("HSET")
+        .arg("t:marks")
+        .arg("a")
+        .arg(m.to_string())
+        .query(&mut c)
+        .unwrap();
+    relay.heal();
+    until("B read the snapshot", || sb.stats().snapshots >= 2).await;
+    assert!(
+        b.get(host(3)).is_some(),
+        "an unsigned mark lifted A's block"
+    );
+    assert_eq!(sb.stats().lifted_by_marks, 0);
+    sa.shutdown().await;
+    sb.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn burst_of_100k_decisions_arrives_whole() {
     logs();
