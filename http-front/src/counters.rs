@@ -111,6 +111,7 @@ counters! {
     H2PrematureResets => ("h2_premature_resets_total", "", ""),
     WsOpened => ("websockets_total", "event", "opened"),
     WsRefused => ("websockets_total", "event", "refused_by_upstream"),
+    WsRefusedBodyDropped => ("websockets_total", "event", "refused_body_dropped"),
     WsClosedEnded => ("websockets_closed_total", "cause", "ended"),
     WsClosedError => ("websockets_closed_total", "cause", "upgrade_failed"),
     WsClosedIdle => ("websockets_closed_total", "cause", "idle"),

@@ -299,6 +299,27 @@ fn websockets_over_http1_and_http2_reach_the_origin_after_the_rules() {
             && got.ends_with("\r\n\r\nplain\n"),
         "{got}"
     );
+    // A refusal's body past 64 KiB, or shorter than its length said: the head alone, counted.
+    for (path, status) in [("/plainbig", "200"), ("/lying", "403")] {
+        let mut s = raw_upgrade(&front, path, "1.1");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            match std::io::Read::read(&mut s, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        let got = String::from_utf8_lossy(&got);
+        assert!(
+            got.starts_with(&format!("HTTP/1.1 {status}")) && got.contains("content-length: 0"),
+            "{path}: {got}"
+        );
+    }
+    assert_eq!(
+        front.metric("http_front_websockets_total{event=\"refused_body_dropped\"}"),
+        2
+    );
     // An HTTP/1.0 upgrade request is a plain request (RFC 6455 wants HTTP/1.1): never 101.
     let mut s = raw_upgrade(&front, "/chat10", "1.0");
     let mut head = [0u8; 12];

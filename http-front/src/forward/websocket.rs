@@ -188,6 +188,16 @@ pub async fn open(
                 .ok()
                 .flatten()
         };
+        // A body announced and not passed on (past the bound, chunked, shorter than its
+        // length said, or not whole by the deadline): the client gets the head alone.
+        let announced = head.headers.contains_key(header::TRANSFER_ENCODING)
+            || head
+                .headers
+                .get(header::CONTENT_LENGTH)
+                .is_some_and(|v| v.as_bytes().trim_ascii() != b"0");
+        if body.is_none() && !bodiless && announced {
+            c.bump(Counter::WsRefusedBodyDropped);
+        }
         let mut r = Response::new(RespBody::Full(body));
         *r.status_mut() = head.status;
         for (k, v) in head.headers.iter() {

@@ -4,7 +4,8 @@
 
 Echoes every message; a message "whoami" is answered with the request path and the
 X-Forwarded-For the origin saw; "close" closes from the origin's side. A path starting
-/plain200 is answered 200 without an upgrade. Prints "ready" once
+/plain200 is answered 200 without an upgrade, /plainbig 200 with 100 KiB, /lying 403 with a
+Content-Length of 1000 and 5 bytes before the close. Prints "ready" once
 listening, then one line per connection opened ("open PATH").
 """
 import asyncio
@@ -31,11 +32,22 @@ def process_request(a, b):
     """A path starting /plain200 is answered 200 without upgrading (either API of websockets:
     legacy (path, headers) or new (connection, request))."""
     path = getattr(b, "path", None) or (a if isinstance(a, str) else "")
-    if not path.startswith("/plain200"):
+    if path.startswith("/lying"):
+        lying = [("Content-Length", "1000"), ("Connection", "close")]
+        if hasattr(a, "respond"):
+            from websockets.datastructures import Headers
+            from websockets.http11 import Response
+            return Response(403, "Forbidden", Headers(lying), b"short")
+        return (http.HTTPStatus.FORBIDDEN, lying, b"short")
+    if path.startswith("/plainbig"):
+        text = "x" * 102400
+    elif path.startswith("/plain200"):
+        text = "plain\n"
+    else:
         return None
     if hasattr(a, "respond"):
-        return a.respond(http.HTTPStatus.OK, "plain\n")
-    return (http.HTTPStatus.OK, [], b"plain\n")
+        return a.respond(http.HTTPStatus.OK, text)
+    return (http.HTTPStatus.OK, [], text.encode())
 
 
 async def main(host, port):
