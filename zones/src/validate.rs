@@ -285,6 +285,20 @@ pub(crate) fn check(zone: &Zone, srcs: &[SetSrc], report: &mut dyn FnMut(Severit
                             name()
                         ),
                     );
+                } else if zone
+                    .find(target)
+                    .is_some_and(|n| zone.rrset(n, t::CNAME).is_some())
+                {
+                    // Knot and BIND refuse it; NSD loads it, as we do.
+                    report(
+                        Warning,
+                        src_of(id, t::NS),
+                        format!(
+                            "NS target {} of {} is a CNAME (RFC 2181 §10.3: an NS names a host, never an alias; resolvers may not follow it)",
+                            display(target),
+                            name()
+                        ),
+                    );
                 } else if !has_addr {
                     report(
                         Warning,
