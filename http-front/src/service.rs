@@ -353,7 +353,7 @@ fn decide(cx: &ConnCtx, mut req: Request<Incoming>) -> Verdict {
     let sampled = sample(cx, &f, &req, action);
     // The upstream gets the host the site was chosen by, whatever else the client sent, and
     // the path the rules saw.
-    let host = upstream_host(&f.host, f.raw_host);
+    let host = upstream_host(&f.host, f.raw_host, cx.client.proto == "https");
     let forward = match f.path.forward {
         std::borrow::Cow::Owned(p) if p != req.uri().path() => Some(p),
         _ => None,
@@ -617,7 +617,7 @@ fn rules(
         // `X-Real-IP: 10.1.1.1`, passed rules the origin's copy would have failed.
         let forwarding = site.reads_forwarding.then(|| {
             let mut h = base.clone();
-            let host = upstream_host(&f.host, f.raw_host);
+            let host = upstream_host(&f.host, f.raw_host, cx.client.proto == "https");
             forward::set_forwarding(&mut h, &f.snap.cfg.forwarded, &cx.client, host.as_ref());
             h
         });
@@ -923,14 +923,19 @@ fn vary_cookie(h: &mut http::HeaderMap) {
     }
 }
 
-/// The `Host` the upstream gets: the client's own value when it is already canonical (no copy).
-fn upstream_host(host: &Host<'_>, raw: Option<&HeaderValue>) -> Option<HeaderValue> {
+/// The `Host` the upstream gets: lower case, no trailing dot, the port in decimal and only
+/// when it is not the scheme's default (`https`: 443, else 80) — the client's own value when
+/// it is already so (no copy).
+fn upstream_host(host: &Host<'_>, raw: Option<&HeaderValue>, https: bool) -> Option<HeaderValue> {
+    let default = if https { 443 } else { 80 };
+    let port = host.port.filter(|&p| p != default);
     if host.canonical
+        && port == host.port
         && let Some(v) = raw
     {
         return Some(v.clone());
     }
-    let text = match host.port {
+    let text = match port {
         Some(p) => format!("{}:{p}", host.name),
         None => host.name.to_string(),
     };
@@ -1396,6 +1401,31 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The origin gets one spelling of a site's host: lower case, no trailing dot, the port
+    /// only when it is not the scheme's default, in decimal (nginx's `$host` drops it).
+    #[test]
+    fn the_upstream_host_is_one_spelling_of_the_site() {
+        let up = |raw: &str, https: bool| {
+            let mut b = [0u8; crate::target::HOST_MAX];
+            let v = HeaderValue::from_str(raw).unwrap();
+            let h = crate::target::parse_host(raw, &mut b).unwrap();
+            upstream_host(&h, Some(&v), https).map(|v| v.to_str().unwrap().to_string())
+        };
+        for (raw, https, want) in [
+            ("a.test", true, "a.test"),
+            ("a.test:0443", true, "a.test"),
+            ("a.test:443", true, "a.test"),
+            ("a.test:443", false, "a.test:443"),
+            ("a.test:80", false, "a.test"),
+            ("a.test:00000", true, "a.test"),
+            ("A.TEST.:28443", true, "a.test:28443"),
+            ("a.test:08443", false, "a.test:8443"),
+            ("[::1]:443", true, "[::1]"),
+        ] {
+            assert_eq!(up(raw, https).as_deref(), Some(want), "{raw} {https}");
+        }
+    }
 
     fn after(headers: &[(&str, &str)]) -> (Vec<String>, Option<String>) {
         let mut h = http::HeaderMap::new();

@@ -61,6 +61,7 @@ pub fn parse_host<'a>(raw: &'a str, buf: &'a mut [u8; HOST_MAX]) -> Option<Host<
             None => (raw, ""),
         }
     };
+    let mut canonical = !rest.ends_with(':');
     let port = match rest.strip_prefix(':') {
         None if rest.is_empty() => None,
         None => return None,
@@ -69,10 +70,12 @@ pub fn parse_host<'a>(raw: &'a str, buf: &'a mut [u8; HOST_MAX]) -> Option<Host<
             if p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
                 return None;
             }
-            Some(p.parse::<u16>().ok()?)
+            // Spelt one way only upstream: `0443` is 443, and port 0 is none (an origin or
+            // a cache keyed on Host saw every spelling the client chose as another site).
+            canonical &= !p.starts_with('0');
+            Some(p.parse::<u16>().ok()?).filter(|&n| n != 0)
         }
     };
-    let mut canonical = !rest.ends_with(':');
     let name = if name.starts_with('[') {
         name
     } else {
@@ -550,6 +553,14 @@ mod tests {
             Some(("192.0.2.1".into(), Some(443), true))
         );
         assert_eq!(host("a_b.test"), Some(("a_b.test".into(), None, true)));
+        // One spelling of a port upstream: no leading zeros, and port 0 is none.
+        assert_eq!(
+            host("a.test:0443"),
+            Some(("a.test".into(), Some(443), false))
+        );
+        for zero in ["a.test:0", "a.test:00000"] {
+            assert_eq!(host(zero), Some(("a.test".into(), None, false)), "{zero}");
+        }
         for bad in [
             "",
             ":80",
