@@ -353,12 +353,22 @@ async fn serve(
             return;
         }
         let h2 = alpn == Some(b"h2");
-        let ja4 = crate::fingerprint::ja4_cut(&stream.get_mut().0.take()).map(|(print, cut)| {
-            if cut {
+        let ja4 = match stream.get_mut().0.take() {
+            (crate::fingerprint::Tapped::Whole, msg) => crate::fingerprint::ja4_of_message(&msg)
+                .map(|(print, cut)| {
+                    if cut {
+                        c.bump(Counter::LimitFingerprintItems);
+                    }
+                    print.into_boxed_str()
+                }),
+            // A hello past the bound: no fingerprint, never silently (a 25 KB one passed
+            // every `ja4` rule uncounted).
+            (crate::fingerprint::Tapped::Over, _) => {
                 c.bump(Counter::LimitFingerprintItems);
+                None
             }
-            print.into_boxed_str()
-        });
+            _ => None,
+        };
         let cx = make_cx(h2, ja4);
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
         drop(snap);

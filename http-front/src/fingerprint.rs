@@ -3,8 +3,9 @@
 //! only) and the HTTP/2 fingerprint in Akamai's format (`SETTINGS|WINDOW_UPDATE|PRIORITY|
 //! pseudo-header order`).
 //!
-//! The ClientHello's bytes are copied by [`HelloTap`] as rustls reads them (at most
-//! [`HELLO_MAX`] bytes, then never again for the connection); the HTTP/2 frames are followed
+//! The ClientHello is copied by [`HelloTap`] as rustls reads it, its records' payloads joined
+//! (at most [`HELLO_MAX`] bytes of the message, then never again for the connection); the
+//! HTTP/2 frames are followed
 //! by [`crate::h2watch`], which hands the client's first frames to [`H2Print`].
 
 use std::io;
@@ -14,8 +15,10 @@ use std::task::{Context, Poll, ready};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, ReadBuf};
 
-/// Most bytes of a ClientHello kept (one TLS record of 16 KiB and its header).
-pub const HELLO_MAX: usize = 16 * 1024 + 5;
+/// Most bytes of a ClientHello message kept, its records joined (a browser's is under 2 KiB;
+/// a hello sent one byte per record took six times its size on the wire, and one of 2.7 KB
+/// went unfingerprinted).
+pub const HELLO_MAX: usize = 16 * 1024;
 
 fn grease(v: u16) -> bool {
     v & 0x0f0f == 0x0a0a && v >> 8 == v & 0xff
@@ -137,9 +140,17 @@ pub fn ja4(wire: &[u8]) -> Option<String> {
 
 /// JA4 of the ClientHello in `wire`, and whether the 256-item bound cut a list of it short.
 pub fn ja4_cut(wire: &[u8]) -> Option<(String, bool)> {
+    ja4_of_message(&hello_message(wire)?)
+}
+
+/// JA4 of a whole ClientHello handshake message (its records joined), and whether the
+/// 256-item bound cut a list of it short.
+pub fn ja4_of_message(msg: &[u8]) -> Option<(String, bool)> {
     let mut cut = false;
-    let msg = hello_message(wire)?;
-    let mut c = Cur(&msg[4..]);
+    if msg.first() != Some(&0x01) {
+        return None;
+    }
+    let mut c = Cur(msg.get(4..)?);
     let legacy = c.u16()?;
     c.take(32)?;
     c.vec8()?;
@@ -227,26 +238,32 @@ pub fn ja4_cut(wire: &[u8]) -> Option<(String, bool)> {
     Some((format!("{a}_{b}_{c}"), cut))
 }
 
-/// A client connection's transport that keeps a copy of its first bytes (the ClientHello)
-/// until [`HelloTap::take`]; the copy then stops for good.
+/// A client connection's transport that keeps a copy of its ClientHello (its records'
+/// payloads joined) until [`HelloTap::take`]; the copy then stops for good.
 #[derive(Debug)]
 pub struct HelloTap<S> {
     inner: S,
-    seen: Option<Vec<u8>>,
-    /// The ClientHello is whole in `seen`: copy no more.
-    whole: bool,
+    /// The handshake message so far (at most [`HELLO_MAX`] bytes).
+    msg: Vec<u8>,
+    /// The current record's header, as much of it as was read.
+    hdr: [u8; 5],
+    hdr_len: usize,
+    /// Payload bytes of the current record still to come.
+    left: usize,
+    state: Tapped,
 }
 
-/// Where the first TLS record of `wire` ends, once it is there and holds a whole handshake
-/// message (or is no handshake record at all: nothing to wait for).
-fn first_record_end(wire: &[u8]) -> Option<usize> {
-    if wire.first().is_some_and(|&t| t != 0x16) {
-        return Some(0);
-    }
-    let h = wire.get(..9)?;
-    let rec = 5 + usize::from(u16::from_be_bytes([h[3], h[4]]));
-    let msg = 4 + (usize::from(h[6]) << 16 | usize::from(h[7]) << 8 | usize::from(h[8]));
-    (msg <= rec - 5 && wire.len() >= rec).then_some(rec)
+/// What a [`HelloTap`] holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tapped {
+    /// Still copying (the hello is not whole yet).
+    Copying,
+    /// The whole ClientHello message.
+    Whole,
+    /// A ClientHello longer than [`HELLO_MAX`]: not kept, so not fingerprinted (counted).
+    Over,
+    /// No TLS handshake record, or no ClientHello in it.
+    NotHello,
 }
 
 impl<S> HelloTap<S> {
@@ -254,19 +271,77 @@ impl<S> HelloTap<S> {
     pub fn new(inner: S) -> HelloTap<S> {
         HelloTap {
             inner,
-            seen: Some(Vec::with_capacity(2048)),
-            whole: false,
+            msg: Vec::with_capacity(2048),
+            hdr: [0; 5],
+            hdr_len: 0,
+            left: 0,
+            state: Tapped::Copying,
         }
     }
 
-    /// The bytes read so far (at most [`HELLO_MAX`]); no more are kept.
-    pub fn take(&mut self) -> Vec<u8> {
-        self.seen.take().unwrap_or_default()
+    /// What was found, and the whole ClientHello message when it is [`Tapped::Whole`];
+    /// nothing more is kept.
+    pub fn take(&mut self) -> (Tapped, Vec<u8>) {
+        let state = std::mem::replace(&mut self.state, Tapped::NotHello);
+        let msg = std::mem::take(&mut self.msg);
+        match state {
+            Tapped::Whole => (Tapped::Whole, msg),
+            other => (other, Vec::new()),
+        }
     }
 
     /// The transport under it.
     pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// Takes `new`, read after what came before, into the message while it is being copied.
+    fn feed(&mut self, mut new: &[u8]) {
+        while !new.is_empty() && self.state == Tapped::Copying {
+            if self.hdr_len < 5 {
+                let n = (5 - self.hdr_len).min(new.len());
+                self.hdr[self.hdr_len..self.hdr_len + n].copy_from_slice(&new[..n]);
+                self.hdr_len += n;
+                new = &new[n..];
+                if self.hdr_len == 5 {
+                    if self.hdr[0] != 0x16 {
+                        self.stop(Tapped::NotHello);
+                    }
+                    self.left = usize::from(u16::from_be_bytes([self.hdr[3], self.hdr[4]]));
+                    if self.left == 0 {
+                        self.hdr_len = 0;
+                    }
+                }
+                continue;
+            }
+            let n = self.left.min(new.len());
+            if self.msg.len() + n > HELLO_MAX {
+                self.stop(Tapped::Over);
+                return;
+            }
+            self.msg.extend_from_slice(&new[..n]);
+            self.left -= n;
+            new = &new[n..];
+            if self.left == 0 {
+                self.hdr_len = 0;
+            }
+            if let [kind, a, b, c, ..] = self.msg[..] {
+                let len = 4 + (usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c));
+                if kind != 0x01 {
+                    self.stop(Tapped::NotHello);
+                } else if len > HELLO_MAX {
+                    self.stop(Tapped::Over);
+                } else if self.msg.len() >= len {
+                    self.msg.truncate(len);
+                    self.state = Tapped::Whole;
+                }
+            }
+        }
+    }
+
+    fn stop(&mut self, why: Tapped) {
+        self.state = why;
+        self.msg = Vec::new();
     }
 }
 
@@ -279,18 +354,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for HelloTap<S> {
         let me = self.get_mut();
         let before = buf.filled().len();
         ready!(Pin::new(&mut me.inner).poll_read(cx, buf))?;
-        if let Some(seen) = &mut me.seen
-            && !me.whole
-        {
-            let new = &buf.filled()[before..];
-            let room = HELLO_MAX.saturating_sub(seen.len());
-            seen.extend_from_slice(&new[..new.len().min(room)]);
-            if let Some(end) = first_record_end(seen) {
-                // The ClientHello is whole in its first record (nearly always): nothing
-                // after it is kept.
-                seen.truncate(end);
-                me.whole = true;
-            }
+        if me.state == Tapped::Copying {
+            me.feed(&buf.filled()[before..]);
         }
         Poll::Ready(Ok(()))
     }
@@ -650,13 +715,50 @@ mod tests {
         assert_eq!(ja4(&two).unwrap(), j);
         // Cut short: none.
         assert_eq!(ja4(&rec[..rec.len() - 1]), None);
-        // The tap stops after the first record when it holds the whole hello, not before.
-        assert_eq!(first_record_end(&rec[..rec.len() - 1]), None);
+        // The tap joins the records, however the reads cut them, and stops at the hello's
+        // end; one byte per record (six on the wire for each) is the same hello.
+        let tap = |wire: &[u8], step: usize| {
+            let mut t = HelloTap::new(());
+            for chunk in wire.chunks(step) {
+                if t.state == Tapped::Copying {
+                    t.feed(chunk);
+                }
+            }
+            t.take()
+        };
         let mut more = rec.clone();
         more.extend_from_slice(&[0x14, 3, 3, 0, 1, 1]);
-        assert_eq!(first_record_end(&more), Some(rec.len()));
-        assert_eq!(first_record_end(&two), None, "split: keep copying");
-        assert_eq!(first_record_end(b"GET / HTTP/1.1"), Some(0));
+        for wire in [&rec, &two, &more] {
+            for step in [1, 3, 7, 4096] {
+                let (state, m) = tap(wire, step);
+                assert_eq!(state, Tapped::Whole, "{step}");
+                assert_eq!(ja4_of_message(&m).unwrap().0, j, "{step}");
+            }
+        }
+        // A 3 KB hello (padding) one byte per record: 18 KB on the wire, the same print.
+        let padded = hello(0x0303, &[0x1301], &[(0x0015, vec![0; 3000])]);
+        let bytewise: Vec<u8> = padded[5..]
+            .iter()
+            .flat_map(|&b| [0x16, 3, 1, 0, 1, b])
+            .collect();
+        assert!(bytewise.len() > HELLO_MAX, "{}", bytewise.len());
+        let (state, m) = tap(&bytewise, 1500);
+        assert_eq!(state, Tapped::Whole);
+        assert_eq!(ja4_of_message(&m).map(|p| p.0), ja4(&padded));
+        assert_eq!(tap(&rec[..rec.len() - 1], 100).0, Tapped::Copying);
+        assert_eq!(tap(b"GET / HTTP/1.1", 100).0, Tapped::NotHello);
+        // A hello longer than the bound: not kept (no fingerprint, counted by the caller).
+        let big: Vec<(u16, Vec<u8>)> = vec![(0x1234, vec![0; 20_000])];
+        let mut huge = hello(0x0303, &[0x1301], &big);
+        // As two records, for the 16-bit record length.
+        let hm = huge.split_off(5);
+        let mut wire = Vec::new();
+        for part in hm.chunks(16_000) {
+            wire.extend_from_slice(&[0x16, 3, 1]);
+            wire.extend_from_slice(&(part.len() as u16).to_be_bytes());
+            wire.extend_from_slice(part);
+        }
+        assert_eq!(tap(&wire, 4096).0, Tapped::Over);
         assert_eq!(alpn_chars(b""), "00");
         assert_eq!(alpn_chars(&[0xba, 0xad]), "99");
         assert_eq!(alpn_chars(&[b'h', 0x1f]), "99");
