@@ -286,6 +286,13 @@ fn escalate<R: Request + ?Sized>(
         && n.is_multiple_of(e.after)
         && let Some(tbl) = scoped
     {
+        let hold = (t.id, t.hold_gen, key.2);
+        if tbl.live(&hold, secs(now)) {
+            // Held already (its TCP goes through the rules with `dns_hold = "truncate"`):
+            // not held again — one source's pipelined denies took every place of the list
+            // `ctl block` lifts from, and kept its hold from ever lapsing.
+            return v;
+        }
         let net = key.2.to_net();
         // The block map's policy holds here too: never-block prefixes, the shortest.
         if let Some(why) = state
@@ -302,7 +309,7 @@ fn escalate<R: Request + ?Sized>(
             return v;
         }
         let until = secs(now).saturating_add(e.ttl.as_secs().min(u64::from(u32::MAX)) as u32);
-        tbl.set(&(t.id, t.hold_gen, key.2), until, secs(now));
+        tbl.set(&hold, until, secs(now));
         state.note_hold(t.id, t.hold_gen, key.2, until, e.reason.as_str(), secs(now));
         state.escalations.add(n as usize ^ t.id as usize, 1);
         crate::limited!(

@@ -849,6 +849,13 @@ when = [{ attr = "qtype", exact = "ANY" }]
     );
     let v = p.check(&s, 1, bad, &any(Evidence::Tcp), NOW);
     assert_eq!((v.action, v.reason.as_str()), (Action::Deny, "no"));
+    // ... and while held, its denies over TCP hold it no again: 30 of them,
+    // 10 thresholds, one hold listed, lapsing when the first does.
+    for _ in 0..30 {
+        let v = p.check(&s, 1, bad, &any(Evidence::Tcp), NOW);
+        assert_eq!(v.escalated, Escalated::No);
+    }
+    assert_eq!(s.holds.lock().unwrap().len(), 1);
     // `dns_hold = "refuse"`: nothing over any transport, never TC=1.
     for _ in 0..3 {
         p.check(&s, 4, bad, &any(Evidence::Tcp), NOW);

@@ -9,10 +9,13 @@
 //! | `allow` | answered, exempt from RRL and the random-subdomain defence |
 //! | held (`escalate`, `dns = "tenant"`) | over UDP: TC=1 (`dns_hold = "truncate"`, the default), over TCP, DoT and DoQ the rules as for any source; `dns_hold = "refuse"`: as a deny |
 //!
-//! `escalate` puts a source into the block map through the engine, as in http-front, on the
-//! query's evidence ([`Parsed::evidence`]): a source proven over TCP is blocked (every
-//! packet), one proven by a valid cookie is blocked for DNS over UDP, and unproven UDP only
-//! makes a suspect in that tenant's zones (its UDP for them answered TC=1). A tenant without
+//! `escalate` holds a source proven over TCP or by a valid cookie for the tenant's zones (the
+//! default, `dns = "tenant"`: its UDP answered TC=1, its TCP as the rules say, with
+//! `dns_hold = "truncate"`), held once until the hold lapses; unproven UDP escalates nothing.
+//! With `dns = "block_map"` it goes into the block map through the engine, as in http-front,
+//! on the query's evidence ([`Parsed::evidence`]): over TCP blocked (every packet), by a
+//! valid cookie blocked for DNS over UDP, unproven UDP only a suspect in that tenant's zones
+//! (its UDP for them answered TC=1). A tenant without
 //! rules costs one lookup (and the `[global]` deny list one test); the attributes are
 //! formatted only when a rule reads them, into buffers on the stack.
 
