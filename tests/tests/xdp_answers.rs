@@ -1307,6 +1307,100 @@ fn a_suspect_source_is_never_answered_in_xdp() {
     );
 }
 
+/// A rules reload that gives a zone's tenant rules takes its names out of XDP before dnsd
+/// applies them: once dnsd refuses a name the new rules deny, XDP never answers it again. The
+/// reload woke the publisher, which compiled with the old rules and flipped: XDP answered
+/// the newly denied name for one more compilation (35–80 ms in a probe).
+#[test]
+fn a_rules_reload_that_denies_a_name_is_never_met_by_an_xdp_answer() {
+    let Some((dir, pair, zone)) = setup() else {
+        return;
+    };
+    let port = 5353;
+    let cfg = config(dir.path(), "fast", port, &zone, Some(&pair.if_b));
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(&rules, "[[tenant]]\nid = 7\n").unwrap();
+    let text = std::fs::read_to_string(&cfg).unwrap().replacen(
+        "origin = \"example.com.\"",
+        "origin = \"example.com.\"\ntenant = 7",
+        1,
+    ) + &format!("\n[rules]\nfile = \"{}\"\n", rules.display());
+    std::fs::write(&cfg, text).unwrap();
+    let _fast = NsDnsd::start(&pair.b, &cfg);
+    let server = SocketAddr::new(VethPair::B4.into(), port);
+    let www = |id: u16| build_query(id, "www.example.com.", 1, &QueryOpts::edns(1232));
+    answering_in_xdp(&pair, server, &cfg, &www(1));
+    std::fs::write(
+        &rules,
+        "[[tenant]]\nid = 7\n[[tenant.rule]]\nname = \"no-www\"\naction = \"deny\"\n\
+         rcode = \"REFUSED\"\nwhen = [{ attr = \"qname\", exact = \"www.example.com.\" }]\n",
+    )
+    .unwrap();
+    // A UDP query (XDP's, while it holds the name) and a TCP one (dnsd's alone) in turn,
+    // across the reload: once dnsd refuses the name, XDP never answers it again.
+    let rcode = |r: &[u8]| u16::from_be_bytes([r[2], r[3]]) & 0xF;
+    let turns = {
+        let p = &pair;
+        std::thread::scope(|sc| {
+            let h = sc.spawn(move || {
+                p.a.run(move || {
+                    let s = UdpSocket::bind(SocketAddr::new(VethPair::A4.into(), 0)).unwrap();
+                    s.set_read_timeout(Some(Duration::from_millis(300)))
+                        .unwrap();
+                    let mut buf = [0u8; 4096];
+                    let mut out = Vec::new();
+                    let end = Instant::now() + Duration::from_millis(1500);
+                    for i in 0..20_000u16 {
+                        if Instant::now() > end {
+                            break;
+                        }
+                        let q = build_query(i, "www.example.com.", 1, &QueryOpts::edns(1232));
+                        s.send_to(&q, server).unwrap();
+                        let udp = match s.recv_from(&mut buf) {
+                            Ok((n, _)) if n >= 4 && buf[..2] == q[..2] => Some(rcode(&buf[..n])),
+                            _ => None,
+                        };
+                        let tcp = palisade_tests::client::tcp_exchange(
+                            server,
+                            &q,
+                            Duration::from_millis(500),
+                        )
+                        .ok()
+                        .flatten()
+                        .map(|r| rcode(&r));
+                        out.push((udp, tcp));
+                    }
+                    out
+                })
+                .expect("run in namespace A")
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            let (ok, out) = ctl(&cfg, &["reload"]);
+            assert!(ok, "{out}");
+            h.join().unwrap()
+        })
+    };
+    let first = turns
+        .iter()
+        .position(|&(_, tcp)| tcp == Some(5))
+        .expect("dnsd refused the name over TCP");
+    assert!(first > 0, "the reload came after the first turns");
+    for (i, &(udp, _)) in turns.iter().enumerate().skip(first + 1) {
+        assert_ne!(
+            udp,
+            Some(0),
+            "turn {i}: answered over UDP after dnsd refused at {first}"
+        );
+    }
+    // Denied from now on, by dnsd alone.
+    let before = stats(&cfg).get("xdp.answered");
+    let r = exchange_all(&pair, server, vec![www(9000)])[0]
+        .clone()
+        .expect("REFUSED");
+    assert_eq!(rcode(&r), 5);
+    assert_eq!(stats(&cfg).get("xdp.answered"), before);
+}
+
 /// A source of `[defence.rrl] exempt` is not rate-limited in XDP either: dnsd answers it in
 /// full, and the fast path answered 10 of 40, slipping or dropping the rest.
 #[test]

@@ -282,9 +282,11 @@ async fn reload_rules(shared: &Arc<State>, c: &Config) -> Option<(bool, String)>
     let file = rc.file.clone();
     // Checked against the block policy this reload installs.
     let min = (c.block.min_prefix_v4, c.block.min_prefix_v6);
-    // A tenant may gain rules: its zones leave the XDP fast path before the rules apply.
+    // A tenant may gain rules: its zones leave the XDP fast path before the rules apply, and
+    // nothing is compiled for XDP until they do (else the old rules' compilation answered
+    // for one more compilation what the new ones deny).
     if let Some(a) = &shared.xdp_answers {
-        a.suspend();
+        a.pause();
     }
     let r = tokio::task::spawn_blocking(move || {
         set.reload_under(&file, Some(min))
@@ -292,12 +294,14 @@ async fn reload_rules(shared: &Arc<State>, c: &Config) -> Option<(bool, String)>
     })
     .await
     .unwrap_or_else(|e| Err(e.to_string()));
+    if r.is_ok() {
+        shared.sync_global_lists();
+    }
+    if let Some(a) = &shared.xdp_answers {
+        a.resume();
+    }
     Some(match r {
         Ok(()) => {
-            shared.sync_global_lists();
-            if let Some(a) = &shared.xdp_answers {
-                a.resync();
-            }
             let mut out = format!("rules: {} reloaded\n", rc.file.display());
             let p = shared.defence.rules.as_ref().map(|r| r.current());
             let has = p.as_ref().map(|p| move |t| p.declares(t));

@@ -148,6 +148,8 @@ pub struct AnswerSync {
     /// Suspensions so far; a flip happens only if none came since its compilation began
     /// (held across the suspension's write and the flip's check and write).
     epoch: Mutex<u64>,
+    /// Pauses under way ([`AnswerSync::pause`]): nothing is compiled or flipped meanwhile.
+    paused: std::sync::atomic::AtomicUsize,
     xdp: Arc<Mutex<Option<Xdp>>>,
     cookies: Option<Arc<Cookies>>,
     wake: SyncSender<()>,
@@ -187,6 +189,7 @@ impl AnswerSync {
             rate,
             wanted: AtomicU64::new(0),
             epoch: Mutex::new(0),
+            paused: std::sync::atomic::AtomicUsize::new(0),
             xdp,
             cookies: inputs.defence.cookies.clone(),
             wake,
@@ -227,6 +230,24 @@ impl AnswerSync {
             }
         }
         self.resync();
+    }
+
+    /// Switches answering off until [`AnswerSync::resume`], compiling nothing meanwhile: for a
+    /// change dnsd applies outside the zone set (new rules), which no answer compiled before
+    /// it may meet — a rules reload woke the publisher, which compiled with the old rules and
+    /// answered a name the new ones deny for one more compilation (35–80 ms).
+    pub fn pause(&self) {
+        self.paused.fetch_add(1, Ordering::SeqCst);
+        self.suspend();
+    }
+
+    /// Ends a [`AnswerSync::pause`]: what is compiled from now on sees the change.
+    pub fn resume(&self) {
+        let _ = self
+            .paused
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        // A new epoch: a compilation begun before the change is never flipped.
+        self.suspend();
     }
 
     /// Asks for a new compilation (rules reloaded, say).
@@ -407,6 +428,10 @@ impl AnswerSync {
                     keys = now_keys;
                     renewed = Instant::now();
                 }
+                continue;
+            }
+            if self.paused.load(Ordering::SeqCst) > 0 {
+                // Resumed by a wake-up (pending stays set).
                 continue;
             }
             let Some(maps) = self.maps() else {
