@@ -361,13 +361,13 @@ async fn serve(
                     }
                     print.into_boxed_str()
                 }),
-            // A hello past the bound: no fingerprint, never silently (a 25 KB one passed
-            // every `ja4` rule uncounted).
-            (crate::fingerprint::Tapped::Over, _) => {
+            // A handshake done without a hello the tap could read: no fingerprint, never
+            // silently (a 25 KB hello, or a warning alert before it, passed every `ja4` rule
+            // uncounted).
+            _ => {
                 c.bump(Counter::LimitFingerprintItems);
                 None
             }
-            _ => None,
         };
         let cx = make_cx(h2, ja4);
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());

@@ -15,10 +15,11 @@ use std::task::{Context, Poll, ready};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, ReadBuf};
 
-/// Most bytes of a ClientHello message kept, its records joined (a browser's is under 2 KiB;
-/// a hello sent one byte per record took six times its size on the wire, and one of 2.7 KB
-/// went unfingerprinted).
-pub const HELLO_MAX: usize = 16 * 1024;
+/// Most bytes of a ClientHello message kept, its records joined: what rustls takes (a 16-bit
+/// length and the message header; a browser's is under 2 KiB). A hello sent one byte per
+/// record took six times its size on the wire, and one of 2.7 KB went unfingerprinted; one
+/// padded past 16 KiB passed every `ja4` rule.
+pub const HELLO_MAX: usize = 4 + 0xffff;
 
 fn grease(v: u16) -> bool {
     v & 0x0f0f == 0x0a0a && v >> 8 == v & 0xff
@@ -250,6 +251,9 @@ pub struct HelloTap<S> {
     hdr_len: usize,
     /// Payload bytes of the current record still to come.
     left: usize,
+    /// The current record is an alert before the hello, which rustls tolerates (a warning
+    /// alert first took the JA4 away, and with it every `ja4` rule): read past.
+    skipping: bool,
     state: Tapped,
 }
 
@@ -275,6 +279,7 @@ impl<S> HelloTap<S> {
             hdr: [0; 5],
             hdr_len: 0,
             left: 0,
+            skipping: false,
             state: Tapped::Copying,
         }
     }
@@ -304,8 +309,12 @@ impl<S> HelloTap<S> {
                 self.hdr_len += n;
                 new = &new[n..];
                 if self.hdr_len == 5 {
-                    if self.hdr[0] != 0x16 {
+                    // Alerts before the hello's first byte are read past (rustls takes four
+                    // warnings); any other record, or an alert inside the hello, ends it.
+                    self.skipping = self.hdr[0] == 0x15 && self.msg.is_empty();
+                    if self.hdr[0] != 0x16 && !self.skipping {
                         self.stop(Tapped::NotHello);
+                        return;
                     }
                     self.left = usize::from(u16::from_be_bytes([self.hdr[3], self.hdr[4]]));
                     if self.left == 0 {
@@ -315,6 +324,14 @@ impl<S> HelloTap<S> {
                 continue;
             }
             let n = self.left.min(new.len());
+            if self.skipping {
+                self.left -= n;
+                new = &new[n..];
+                if self.left == 0 {
+                    self.hdr_len = 0;
+                }
+                continue;
+            }
             if self.msg.len() + n > HELLO_MAX {
                 self.stop(Tapped::Over);
                 return;
@@ -741,16 +758,37 @@ mod tests {
             .iter()
             .flat_map(|&b| [0x16, 3, 1, 0, 1, b])
             .collect();
-        assert!(bytewise.len() > HELLO_MAX, "{}", bytewise.len());
+        assert!(bytewise.len() > 16 * 1024, "{}", bytewise.len());
         let (state, m) = tap(&bytewise, 1500);
         assert_eq!(state, Tapped::Whole);
         assert_eq!(ja4_of_message(&m).map(|p| p.0), ja4(&padded));
         assert_eq!(tap(&rec[..rec.len() - 1], 100).0, Tapped::Copying);
         assert_eq!(tap(b"GET / HTTP/1.1", 100).0, Tapped::NotHello);
-        // A hello longer than the bound: not kept (no fingerprint, counted by the caller).
+        // Warning alerts and empty records before the hello are read past (rustls takes
+        // them); an alert inside it, or another record first, ends the tap.
+        let alert = [0x15, 3, 1, 0, 2, 1, 0x5a];
+        let empty = [0x16, 3, 1, 0, 0];
+        let mut lead = Vec::new();
+        for _ in 0..4 {
+            lead.extend_from_slice(&alert);
+        }
+        lead.extend_from_slice(&empty);
+        lead.extend_from_slice(&two);
+        for step in [1, 5, 4096] {
+            let (state, m) = tap(&lead, step);
+            assert_eq!(state, Tapped::Whole, "{step}");
+            assert_eq!(ja4_of_message(&m).unwrap().0, j);
+        }
+        let mut inside = two[..15].to_vec();
+        inside.extend_from_slice(&alert);
+        inside.extend_from_slice(&two[15..]);
+        assert_eq!(tap(&inside, 4096).0, Tapped::NotHello);
+        let mut ccs = vec![0x14, 3, 3, 0, 1, 1];
+        ccs.extend_from_slice(&rec);
+        assert_eq!(tap(&ccs, 4096).0, Tapped::NotHello);
+        // Past 16 KiB, as two records (for the 16-bit record length): fingerprinted too.
         let big: Vec<(u16, Vec<u8>)> = vec![(0x1234, vec![0; 20_000])];
         let mut huge = hello(0x0303, &[0x1301], &big);
-        // As two records, for the 16-bit record length.
         let hm = huge.split_off(5);
         let mut wire = Vec::new();
         for part in hm.chunks(16_000) {
@@ -758,7 +796,13 @@ mod tests {
             wire.extend_from_slice(&(part.len() as u16).to_be_bytes());
             wire.extend_from_slice(part);
         }
-        assert_eq!(tap(&wire, 4096).0, Tapped::Over);
+        let (state, m) = tap(&wire, 4096);
+        assert_eq!(state, Tapped::Whole);
+        assert!(ja4_of_message(&m).is_some());
+        // A message header announcing more than rustls takes: not kept.
+        let mut over = vec![0x16, 3, 1, 0, 4, 1, 1, 0, 0];
+        over.extend_from_slice(&[0x16, 3, 1, 0x40, 0, 0]);
+        assert_eq!(tap(&over, 4096).0, Tapped::Over);
         assert_eq!(alpn_chars(b""), "00");
         assert_eq!(alpn_chars(&[0xba, 0xad]), "99");
         assert_eq!(alpn_chars(&[b'h', 0x1f]), "99");

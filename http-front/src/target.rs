@@ -50,10 +50,11 @@ pub struct Host<'a> {
 /// Parses a Host header or authority strictly (see the module doc); `None` when it is not one.
 /// The lower-cased name goes into `buf` when the raw one has upper case.
 pub fn parse_host<'a>(raw: &'a str, buf: &'a mut [u8; HOST_MAX]) -> Option<Host<'a>> {
+    let mut v6 = None;
     let (name, rest) = if raw.starts_with('[') {
         let end = raw.find(']')?;
         let inner = &raw[1..end];
-        inner.parse::<std::net::Ipv6Addr>().ok()?;
+        v6 = Some(inner.parse::<std::net::Ipv6Addr>().ok()?);
         (&raw[..=end], &raw[end + 1..])
     } else {
         match raw.find(':') {
@@ -76,6 +77,21 @@ pub fn parse_host<'a>(raw: &'a str, buf: &'a mut [u8; HOST_MAX]) -> Option<Host<
             Some(p.parse::<u16>().ok()?).filter(|&n| n != 0)
         }
     };
+    if let Some(a) = v6 {
+        // One spelling of the address upstream (`[0:0::1]`, `[::0001]` and `[::1]` are one
+        // host), as RFC 5952 writes it.
+        use std::io::Write as _;
+        let mut w = std::io::Cursor::new(&mut buf[..]);
+        write!(w, "[{a}]").ok()?;
+        let n = w.position() as usize;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        canonical &= text == name;
+        return Some(Host {
+            name: text,
+            port,
+            canonical,
+        });
+    }
     let name = if name.starts_with('[') {
         name
     } else {
@@ -548,6 +564,17 @@ mod tests {
             Some(("example.com".into(), None, false))
         );
         assert_eq!(host("[::1]:80"), Some(("[::1]".into(), Some(80), true)));
+        for v6 in [
+            "[0:0::1]:80",
+            "[::0001]:80",
+            "[0000:0000:0000:0000:0000:0000:0000:0001]:80",
+        ] {
+            assert_eq!(host(v6), Some(("[::1]".into(), Some(80), false)), "{v6}");
+        }
+        assert_eq!(
+            host("[2001:DB8::A]"),
+            Some(("[2001:db8::a]".into(), None, false))
+        );
         assert_eq!(
             host("192.0.2.1:443"),
             Some(("192.0.2.1".into(), Some(443), true))

@@ -450,8 +450,18 @@ async fn an_unsigned_marks_lifts_lift_nothing() {
         .arg(m.to_string())
         .query(&mut c)
         .unwrap();
+    let unsigned = |h: &SyncHandle| {
+        let at = shield::redis_sync::Refused::ALL
+            .iter()
+            .position(|r| *r == shield::redis_sync::Refused::Unsigned)
+            .unwrap();
+        h.stats().refused[at]
+    };
+    let before = unsigned(&sb);
     relay.heal();
     until("B read the snapshot", || sb.stats().snapshots >= 2).await;
+    // The forged mark was read, and refused.
+    until("B refused the unsigned mark", || unsigned(&sb) > before).await;
     assert!(
         b.get(host(3)).is_some(),
         "an unsigned mark lifted A's block"

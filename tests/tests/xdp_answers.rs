@@ -1339,6 +1339,7 @@ fn a_rules_reload_that_denies_a_name_is_never_met_by_an_xdp_answer() {
     // A UDP query (XDP's, while it holds the name) and a TCP one (dnsd's alone) in turn,
     // across the reload: once dnsd refuses the name, XDP never answers it again.
     let rcode = |r: &[u8]| u16::from_be_bytes([r[2], r[3]]) & 0xF;
+    let answered0 = stats(&cfg).get("xdp.answered");
     let turns = {
         let p = &pair;
         std::thread::scope(|sc| {
@@ -1385,6 +1386,10 @@ fn a_rules_reload_that_denies_a_name_is_never_met_by_an_xdp_answer() {
         .position(|&(_, tcp)| tcp == Some(5))
         .expect("dnsd refused the name over TCP");
     assert!(first > 0, "the reload came after the first turns");
+    assert!(
+        stats(&cfg).get("xdp.answered") - answered0 >= first as u64 / 2,
+        "XDP answered the turns before the reload"
+    );
     for (i, &(udp, _)) in turns.iter().enumerate().skip(first + 1) {
         assert_ne!(
             udp,

@@ -421,8 +421,9 @@ impl Scanner {
     }
 }
 
-/// A backslash that ends its line: Knot and BIND refuse it (NSD joins the lines, so that a
-/// stray `\` at the end of a TXT swallows the next record).
+/// A backslash that ends its line: Knot, NSD and BIND refuse it outside quotes; inside a
+/// quoted string Knot refuses it too, where NSD and BIND take the line break into the text
+/// (a stray `\` at the end of a TXT would swallow the next record).
 const ESCAPED_NEWLINE: &str = "a backslash before the end of the line (an escaped newline)";
 
 #[cfg(test)]

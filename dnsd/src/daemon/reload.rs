@@ -285,9 +285,7 @@ async fn reload_rules(shared: &Arc<State>, c: &Config) -> Option<(bool, String)>
     // A tenant may gain rules: its zones leave the XDP fast path before the rules apply, and
     // nothing is compiled for XDP until they do (else the old rules' compilation answered
     // for one more compilation what the new ones deny).
-    if let Some(a) = &shared.xdp_answers {
-        a.pause();
-    }
+    let paused = shared.xdp_answers.as_ref().map(|a| a.paused());
     let r = tokio::task::spawn_blocking(move || {
         set.reload_under(&file, Some(min))
             .map_err(|e| e.to_string())
@@ -297,9 +295,7 @@ async fn reload_rules(shared: &Arc<State>, c: &Config) -> Option<(bool, String)>
     if r.is_ok() {
         shared.sync_global_lists();
     }
-    if let Some(a) = &shared.xdp_answers {
-        a.resume();
-    }
+    drop(paused);
     Some(match r {
         Ok(()) => {
             let mut out = format!("rules: {} reloaded\n", rc.file.display());

@@ -138,6 +138,15 @@ pub struct AnswerInputs {
     pub defence: Arc<Shared>,
 }
 
+/// A pause of XDP answering ([`AnswerSync::paused`]), resumed when dropped.
+pub struct Paused(Arc<AnswerSync>);
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        self.0.resume();
+    }
+}
+
 /// dnsd's answer publisher: suspends answering before a zone set changes and republishes
 /// after, on a thread of its own.
 pub struct AnswerSync {
@@ -239,6 +248,12 @@ impl AnswerSync {
     pub fn pause(&self) {
         self.paused.fetch_add(1, Ordering::SeqCst);
         self.suspend();
+    }
+
+    /// [`AnswerSync::pause`] until the guard is dropped (whatever way the change ends).
+    pub fn paused(self: &Arc<Self>) -> Paused {
+        self.pause();
+        Paused(self.clone())
     }
 
     /// Ends a [`AnswerSync::pause`]: what is compiled from now on sees the change.
@@ -466,7 +481,9 @@ impl AnswerSync {
                 .and_then(|staged| {
                     let flipped = {
                         let now = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
-                        if *now == epoch {
+                        // Paused since the check above (it read 0, then a pause came before
+                        // the epoch was read): this compilation may hold what is changing.
+                        if *now == epoch && self.paused.load(Ordering::SeqCst) == 0 {
                             keys = self.keys();
                             maps.flip_answers(&staged, pcfg.udp_payload, self.rate, keys.as_ref())?;
                             true

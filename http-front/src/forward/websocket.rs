@@ -188,13 +188,17 @@ pub async fn open(
                 .ok()
                 .flatten()
         };
-        // A body announced and not passed on (past the bound, chunked, shorter than its
-        // length said, or not whole by the deadline): the client gets the head alone.
+        // A body announced and not passed on (past the bound, chunked, read to the close,
+        // shorter than its length said, or not whole by the deadline): the client gets the
+        // head alone.
         let announced = head.headers.contains_key(header::TRANSFER_ENCODING)
-            || head
-                .headers
-                .get(header::CONTENT_LENGTH)
-                .is_some_and(|v| v.as_bytes().trim_ascii() != b"0");
+            || match head.headers.get(header::CONTENT_LENGTH) {
+                Some(v) => std::str::from_utf8(v.as_bytes())
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u64>().ok())
+                    .is_none_or(|n| n > 0),
+                None => true,
+            };
         if body.is_none() && !bodiless && announced {
             c.bump(Counter::WsRefusedBodyDropped);
         }
