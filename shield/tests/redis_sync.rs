@@ -341,16 +341,21 @@ impl Drop for Partition {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn trimmed_position_is_detected_and_resynced_from_snapshot() {
-    logs();
-    let Some(r) = RedisServer::start() else {
-        return;
-    };
+/// Node A writing to Redis and node B reading it through a relay that can cut it off, synced,
+/// both writing one decision per stream entry into a stream trimmed at about 50 entries (so
+/// that a thousand decisions overflow it).
+async fn trimming_pair(
+    r: &RedisServer,
+) -> (
+    Partition,
+    Arc<BlockMap>,
+    Arc<BlockMap>,
+    SyncHandle,
+    SyncHandle,
+) {
     let relay = Partition::start(r.port).await;
     let (a, b) = (map(), map());
     let small = |url: &str, node: &str| SyncConfig {
-        // One decision per stream entry, so that 3,000 decisions overflow the stream.
         stream_maxlen: 50,
         batch_max: 1,
         ..cfg(url, node)
@@ -359,6 +364,16 @@ async fn trimmed_position_is_detected_and_resynced_from_snapshot() {
     let sb = spawn(small(&relay.url(), "b"), &b);
     synced(&sa).await;
     synced(&sb).await;
+    (relay, a, b, sa, sb)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trimmed_position_is_detected_and_resynced_from_snapshot() {
+    logs();
+    let Some(r) = RedisServer::start() else {
+        return;
+    };
+    let (relay, a, b, sa, sb) = trimming_pair(&r).await;
     a.insert_batch((0..10).map(|i| local(i, MIN)));
     until("first 10 on B", || b.len() == 10).await;
 
@@ -408,17 +423,7 @@ async fn an_unsigned_marks_lifts_lift_nothing() {
     let Some(r) = RedisServer::start() else {
         return;
     };
-    let relay = Partition::start(r.port).await;
-    let (a, b) = (map(), map());
-    let small = |url: &str, node: &str| SyncConfig {
-        stream_maxlen: 50,
-        batch_max: 1,
-        ..cfg(url, node)
-    };
-    let sa = spawn(small(&r.url(), "a"), &a);
-    let sb = spawn(small(&relay.url(), "b"), &b);
-    synced(&sa).await;
-    synced(&sb).await;
+    let (relay, a, b, sa, sb) = trimming_pair(&r).await;
     a.insert(local(3, MIN));
     until("A's block on B", || b.get(host(3)).is_some()).await;
     relay.cut();

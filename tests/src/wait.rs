@@ -27,6 +27,21 @@ pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> D
     }
 }
 
+/// Waits, when less than `margin` is left of the current window of `window` (windows aligned
+/// on the Unix clock, as the defences' counters are), until the next one begins: a test that
+/// counts toward a threshold within one window then runs inside it (a run that crossed a
+/// boundary began its count again).
+pub fn clear_of_window_edge(window: Duration, margin: Duration) {
+    let (w, m) = (window.as_millis() as u64, margin.as_millis() as u64);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let into = now % w.max(1);
+    if into + m > w {
+        std::thread::sleep(Duration::from_millis(w - into + 50));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
