@@ -80,10 +80,19 @@ impl Slot {
     pub fn get(&self, counters: &Counters) -> Result<&Arc<CertifiedKey>, &str> {
         self.loaded
             .get_or_init(|| match super::load_pair(&self.crt, &self.key) {
-                Ok(ck) => {
-                    counters.bump(Counter::TlsCertsRead);
-                    Ok(Arc::new(ck))
-                }
+                Ok(ck) => match self.uncovered(&ck) {
+                    // Served for a name its certificate does not name, every client that
+                    // checks refuses it (nginx does not look either): refused, and said.
+                    Some(e) => {
+                        counters.bump(Counter::TlsCertErrors);
+                        tracing::error!(error = %e, "certificate pair refused");
+                        Err(e)
+                    }
+                    None => {
+                        counters.bump(Counter::TlsCertsRead);
+                        Ok(Arc::new(ck))
+                    }
+                },
                 Err(e) => {
                     counters.bump(Counter::TlsCertErrors);
                     tracing::error!(error = %e, "certificate pair refused");
@@ -92,6 +101,31 @@ impl Slot {
             })
             .as_ref()
             .map_err(String::as_str)
+    }
+
+    /// Why the pair's certificate does not cover the name its file stands for (`None`: it
+    /// does, or the name or the certificate cannot be read here).
+    fn uncovered(&self, ck: &CertifiedKey) -> Option<String> {
+        let (name, wild) = name_of(&self.stem).ok()?;
+        let leaf = super::leaf_info(ck.end_entity_cert().ok()?)?;
+        let parent = name.split_once('.').map(|(_, p)| p);
+        let covered = leaf.dns_names.iter().any(|n| match n.strip_prefix("*.") {
+            Some(under) if wild => under == name,
+            Some(under) => Some(under) == parent,
+            None => !wild && *n == name,
+        });
+        (!covered).then(|| {
+            format!(
+                "{}: its certificate does not name {}{name} (it names {})",
+                self.crt.display(),
+                if wild { "*." } else { "" },
+                if leaf.dns_names.is_empty() {
+                    "no DNS name".to_string()
+                } else {
+                    leaf.dns_names.join(", ")
+                }
+            )
+        })
     }
 
     /// Whether it has been read (well or not).
@@ -533,6 +567,61 @@ mod tests {
             "{:?}",
             built.warnings
         );
+    }
+
+    /// A pair whose certificate does not name the host its file stands for is refused at
+    /// reading, with what it names; a wildcard certificate covers a host one label below.
+    #[test]
+    fn a_pair_is_served_only_for_a_name_its_certificate_covers() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |stem: &str, names: &[&str]| {
+            let p = rcgen::CertificateParams::new(
+                names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            )
+            .unwrap();
+            let k = rcgen::KeyPair::generate().unwrap();
+            let c = p.self_signed(&k).unwrap();
+            std::fs::write(dir.path().join(format!("{stem}.crt")), c.pem()).unwrap();
+            std::fs::write(dir.path().join(format!("{stem}.key")), k.serialize_pem()).unwrap();
+        };
+        write("b.test", &["b.test"]);
+        write("a.test", &["b.test"]);
+        write("x.shared.test", &["*.shared.test"]);
+        write("_wildcard.shared.test", &["*.shared.test"]);
+        write("_wildcard.other.test", &["*.shared.test", "other.test"]);
+        let built = build(
+            &Fixed::default(),
+            Options {
+                cert_dir: Some(dir.path()),
+                refuse_unknown: true,
+                read_now: true,
+                acme: None,
+            },
+            None,
+            Arc::default(),
+        );
+        let refused: Vec<&String> = built
+            .warnings
+            .iter()
+            .filter(|w| w.contains("does not name"))
+            .collect();
+        assert_eq!(refused.len(), 2, "{:?}", built.warnings);
+        assert!(
+            refused
+                .iter()
+                .any(|w| w.contains("a.test.crt") && w.contains("it names b.test")),
+            "{refused:?}"
+        );
+        assert!(
+            refused
+                .iter()
+                .any(|w| w.contains("_wildcard.other.test.crt") && w.contains("*.other.test")),
+            "{refused:?}"
+        );
+        let r = &built.resolver;
+        assert!(r.exact.contains_key("b.test") && r.exact.contains_key("x.shared.test"));
+        assert!(!r.exact.contains_key("a.test") && r.wild.contains_key("shared.test"));
+        assert!(!r.wild.contains_key("other.test"));
     }
 
     #[test]
