@@ -254,6 +254,44 @@ pub(crate) fn check(zone: &Zone, srcs: &[SetSrc], report: &mut dyn FnMut(Severit
                 occluded_warned += 1;
             }
         }
+        // MX and SRV targets inside the zone that are aliases (RFC 2181 §10.3; BIND warns of
+        // them, check-mx-cname and check-srv-cname): mail and services may not follow them.
+        for (rtype, skip) in [(t::MX, 2), (t::SRV, 6)] {
+            let Some(set) = zone.rrset(id, rtype) else {
+                continue;
+            };
+            if node.has(flags::OCCLUDED) {
+                continue;
+            }
+            for (_, rd) in zone.rrs(set) {
+                let Some(target) = rd.get(skip..) else {
+                    continue;
+                };
+                let Some(len) = crate::name::wire_name_len(target) else {
+                    continue;
+                };
+                let mut lower = [0u8; 255];
+                lower[..len].copy_from_slice(&target[..len]);
+                lower[..len].make_ascii_lowercase();
+                let target = &lower[..len];
+                if crate::name::is_subdomain(target, zone.apex().as_wire())
+                    && zone
+                        .find(target)
+                        .is_some_and(|n| zone.rrset(n, t::CNAME).is_some())
+                {
+                    report(
+                        Warning,
+                        src_of(id, rtype),
+                        format!(
+                            "{} target {} of {} is a CNAME (RFC 2181 §10.3: it names a host, never an alias)",
+                            rrtype::to_text(rtype),
+                            display(target),
+                            name()
+                        ),
+                    );
+                }
+            }
+        }
         // NS targets inside the zone need an address (glue below a cut, or authoritative).
         if let Some(ns) = zone.rrset(id, t::NS)
             && (id == 0 || node.has(flags::DELEG))

@@ -730,7 +730,7 @@ cn      CNAME www
     fn warnings() {
         let origin: Name = "example.com.".parse().unwrap();
         let opts = ReadOptions::new(&origin);
-        let text = "$TTL 1\n@ SOA ns h 1 2 3 4 5\n@ NS ns\n@ NS nx\n@ NS cn\ncn CNAME ns\nns A 192.0.2.1\nsub NS ns.sub\nns.sub A 192.0.2.2\nns.sub 5 A 192.0.2.3\nns.sub MX 1 x\nd DNAME x.\nd NS ns\n";
+        let text = "$TTL 1\n@ SOA ns h 1 2 3 4 5\n@ NS ns\n@ NS nx\n@ NS cn\ncn CNAME ns\n@ MX 10 cn\n_x._tcp SRV 0 0 1 cn\nns A 192.0.2.1\nsub NS ns.sub\nns.sub A 192.0.2.2\nns.sub 5 A 192.0.2.3\nns.sub MX 1 x\nd DNAME x.\nd NS ns\n";
         let l = load_bytes("t.zone", text, &origin, &opts).unwrap();
         let w: Vec<String> = l.warnings.iter().map(|d| d.to_string()).collect();
         assert!(
@@ -738,11 +738,14 @@ cn      CNAME www
                 .any(|m| m.contains("missing glue") && m.contains("nx.example.com.")),
             "{w:?}"
         );
-        assert!(
-            w.iter()
-                .any(|m| m.contains("cn.example.com.") && m.contains("is a CNAME")),
-            "{w:?}"
-        );
+        for what in ["NS target", "MX target", "SRV target"] {
+            assert!(
+                w.iter().any(|m| m.contains(what)
+                    && m.contains("cn.example.com.")
+                    && m.contains("is a CNAME")),
+                "{what}: {w:?}"
+            );
+        }
         assert!(w.iter().any(|m| m.contains("TTLs differ")), "{w:?}");
         assert!(w.iter().any(|m| m.contains("below the zone cut")), "{w:?}");
         assert!(w.iter().any(|m| m.contains("beside DNAME")), "{w:?}");
