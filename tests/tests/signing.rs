@@ -1541,3 +1541,48 @@ fn a_zone_no_longer_signed_keeps_its_serial_going_forward() {
         "served unsigned"
     );
 }
+
+/// A zone whose name leaves no room for NSEC3's hash label (223 octets on the wire) under an
+/// NSEC3 policy: refused for itself alone, named by `check-config`, and every other zone
+/// served — its signing panicked and took dnsd down at start (Knot fails that one zone).
+#[test]
+fn a_zone_name_too_long_for_nsec3_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let l63 = "a".repeat(63);
+    let long = format!("{l63}.{l63}.{l63}.{}.", "b".repeat(29));
+    let file = d.join("long.zone");
+    std::fs::write(
+        &file,
+        "$TTL 300\n@ SOA ns h 1 7200 3600 1209600 60\n@ NS ns\nns A 192.0.2.1\n",
+    )
+    .unwrap();
+    let mut z = Zone::new(&long, &file);
+    z.options.push("dnssec_policy = \"p\"".into());
+    let mut dnsd = Dnsd::builder()
+        .ready_on_first_zone()
+        .zone(Zone::data("example.com."))
+        .zone(z)
+        .raw(&format!(
+            "[dnssec]\nkey_dir = \"{}\"\n\n[[dnssec_policy]]\nname = \"p\"\nnsec3 = true\n",
+            d.join("keys").display()
+        ))
+        .start();
+    let a = dnsd.addr();
+    let www = palisade_tests::client::query(a, "www.example.com.", 1, &QueryOpts::udp());
+    assert_eq!(www.answers.len(), 1, "the other zone is served");
+    // A reload says why that zone fails, and goes on.
+    let (_, out) = dnsd.ctl(&["reload"]);
+    assert!(out.contains("too long for NSEC3"), "{out}");
+    assert!(dnsd.is_running(), "{}", dnsd.log());
+    let out = Command::new(palisade_tests::bin("dnsd"))
+        .args(["check-config", "-c"])
+        .arg(dnsd.config_path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && text.contains("too long for NSEC3"),
+        "{text}"
+    );
+}

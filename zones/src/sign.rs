@@ -121,6 +121,11 @@ pub enum SignError {
     /// The signed zone did not build.
     #[error("{0}")]
     Build(#[from] ZoneError),
+    /// NSEC3 owner names (a 32-octet hash label and the zone's name) would pass 255 octets.
+    #[error(
+        "the zone's name ({0} octets) is too long for NSEC3: its hash label makes owner names past 255 octets (use NSEC)"
+    )]
+    Nsec3NameTooLong(usize),
 }
 
 /// Types a signer makes itself: taken out of the unsigned zone.
@@ -240,6 +245,11 @@ pub fn sign_zone(
     let dnskey_ttl = p.dnskey_ttl.unwrap_or(soa.ttl);
     let nsec3 = match &p.denial {
         Denial::Nsec => None,
+        // A name the signer would build past the wire limit (Knot: "failed to create NSEC3
+        // chain"): refused here, for this zone alone (it panicked, taking every zone down).
+        Denial::Nsec3 { .. } if 1 + HASH_LEN * 8 / 5 + apex.as_wire().len() > 255 => {
+            return Err(SignError::Nsec3NameTooLong(apex.as_wire().len()));
+        }
         Denial::Nsec3 {
             iterations,
             salt,
@@ -968,6 +978,50 @@ mod tests {
             passes <= 30,
             "{passes} passes for a day of spread expirations"
         );
+    }
+
+    /// A zone whose name leaves no room for NSEC3's 32-octet hash label (223 octets and
+    /// more on the wire) is refused NSEC3 with a reason, and signs with NSEC; one octet
+    /// shorter signs with NSEC3 (signing panicked, and dnsd with it).
+    #[test]
+    fn a_name_too_long_for_nsec3_is_refused_not_a_panic() {
+        let key = Fake(vec![1, 1, 3, 13, 9, 9, 9, 9]);
+        let keys = [SigningKey {
+            key: &key,
+            signs_keys: true,
+            signs_zone: true,
+        }];
+        let n3 = || Denial::Nsec3 {
+            iterations: 0,
+            salt: Vec::new(),
+            opt_out: false,
+        };
+        // Wire length: 3 labels of 63 (192) + one of `last`, their length octets and the root.
+        for (last, fits) in [(28usize, true), (29, false)] {
+            let l63 = "a".repeat(63);
+            let name = format!("{l63}.{l63}.{l63}.{}.", "b".repeat(last));
+            let origin = crate::Name::parse(&name, None).unwrap();
+            let wire = origin.as_wire().len();
+            let text = "$TTL 300\n@ SOA ns h 1 7200 3600 1209600 60\n@ NS ns\nns A 192.0.2.1\n";
+            let z = crate::load_bytes("t", text, &origin, &crate::ReadOptions::new(&origin))
+                .unwrap()
+                .zone;
+            let r = sign_zone(&z, None, &keys, &params(5, 1_000_000, n3()));
+            assert_eq!(
+                r.is_ok(),
+                fits,
+                "{wire} octets: {:?}",
+                r.as_ref().err().map(|e| e.to_string())
+            );
+            if !fits {
+                let e = r.err().unwrap().to_string();
+                assert!(
+                    e.contains("too long for NSEC3") && e.contains("use NSEC"),
+                    "{e}"
+                );
+                assert!(sign_zone(&z, None, &keys, &params(5, 1_000_000, Denial::Nsec)).is_ok());
+            }
+        }
     }
 
     /// Every authoritative RRset is signed, glue is not; the NSEC chain links the

@@ -102,6 +102,29 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
         })
         .collect();
     let mut bad = 0;
+    // What signing would refuse that an unsigned load does not see: a name too long for
+    // NSEC3's hash label (`serve` refuses that zone's signed version).
+    for z in cfg.zones.iter().filter(|_| with_zones) {
+        let policy = z
+            .dnssec_policy
+            .as_deref()
+            .and_then(|n| cfg.policies.iter().find(|p| p.name == n));
+        if let (Some(p), Ok(origin)) = (
+            policy,
+            zones::Name::parse(&z.origin, Some(&zones::Name::root())),
+        ) && matches!(p.denial, zones::sign::Denial::Nsec3 { .. })
+            && 1 + zones::nsec3::HASH_LEN * 8 / 5 + origin.as_wire().len() > 255
+        {
+            println!(
+                "{}: zone {}: {} (dnssec_policy {:?})",
+                z.file.display(),
+                z.origin,
+                zones::sign::SignError::Nsec3NameTooLong(origin.as_wire().len()),
+                p.name
+            );
+            bad += 1;
+        }
+    }
     for (i, r) in crate::zone::load::load_all(plan) {
         let z = &cfg.zones[i];
         match r {

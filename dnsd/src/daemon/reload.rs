@@ -487,7 +487,7 @@ pub async fn zone_add(
             added_by: zc.added_by.clone(),
             secondary: !zc.primaries.is_empty(),
         };
-        let r = tokio::task::spawn_blocking(move || crate::zone::load::load_planned(&planned))
+        let r = tokio::task::spawn_blocking(move || crate::zone::load::load_contained(&planned))
             .await
             .unwrap_or_else(|e| Err(crate::zone::load::LoadError::Task(e.to_string())));
         match r {
