@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::block::{BlockEntry, BlockMap, InsertOutcome, Origin, RemoveCause};
+use crate::block::{BlockEntry, BlockMap, Evidence, InsertOutcome, Origin, RemoveCause};
 use crate::never_block::Refusal;
 
 use super::{Peer, Reply};
@@ -185,14 +185,32 @@ fn run(blocks: &BlockMap, args: &[&str], peer: &Peer) -> Reply {
 /// removal); a control-group member only one it added alone, which retracts this node's
 /// decision and no other node's block of the prefix.
 fn del(blocks: &BlockMap, n: ipnet::IpNet, peer: &Peer) -> Reply {
+    // Another node's root operator block: that node keeps it (a peer's lift never lifts a
+    // root's own block) and publishes it again.
+    let mut owner = None;
     let r = if peer.reads_as_the_daemon() {
-        blocks.remove_if(n, RemoveCause::Operator, |_| true)
+        blocks.remove_if(n, RemoveCause::Operator, |e| {
+            if e.origin == Origin::Peer && e.evidence == Evidence::Operator {
+                owner = e.node.clone();
+            }
+            true
+        })
     } else {
         // Checked and lifted in one step: a root's block added meanwhile is not lifted.
         blocks.remove_if(n, RemoveCause::Retracted, |e| e.by == Some(peer.uid))
     };
     match r {
-        Some(true) => Reply::ok(format!("{n} unblocked\n")),
+        Some(true) => match owner {
+            // The lift went out fleet-wide and held on every node but the owner, which
+            // published its block again at its next full republish (ten minutes, or at once
+            // when Redis lost its data) — undone everywhere, with no word of it.
+            Some(node) => Reply::ok(format!(
+                "{n} unblocked\nwarning: {n} is node {node}'s operator block: {node} keeps it and \
+                 publishes it again (within ten minutes, or when Redis loses its data), and the other \
+                 nodes take it back; lift it on {node} to lift it for good\n"
+            )),
+            None => Reply::ok(format!("{n} unblocked\n")),
+        },
         Some(false) => Reply::err(format!(
             "{n} was not blocked by you alone: only root or the daemon's user may lift it\n"
         )),
@@ -443,4 +461,33 @@ fn list(blocks: &BlockMap) -> String {
         s.push_str("(no blocks)\n");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Root lifting another node's root operator block is told that node keeps it and
+    /// publishes it again (the lift was undone fleet-wide with no word of it); lifting a
+    /// peer's automatic block, or one of this node's, says nothing more.
+    #[test]
+    fn lifting_another_nodes_operator_block_says_it_returns() {
+        let blocks = BlockMap::new(crate::block::BlockConfig::default());
+        let net = |s: &str| s.parse::<ipnet::IpNet>().unwrap();
+        let peer = |n: &str, evidence| {
+            BlockEntry::new(net(n), u64::MAX / 2, "x", Origin::Peer, evidence).with_node("n1")
+        };
+        blocks.insert(peer("10.11.0.0/24", Evidence::Operator));
+        blocks.insert(peer("10.12.0.0/24", Evidence::Tcp));
+        let root = Peer::this_process();
+        let r = run(&blocks, &["del", "10.11.0.0/24"], &root);
+        assert!(r.ok, "{}", r.text);
+        assert!(
+            r.text.contains("node n1's operator block") && r.text.contains("lift it on n1"),
+            "{}",
+            r.text
+        );
+        let r = run(&blocks, &["del", "10.12.0.0/24"], &root);
+        assert_eq!((r.ok, r.text.as_str()), (true, "10.12.0.0/24 unblocked\n"));
+    }
 }
