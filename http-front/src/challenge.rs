@@ -38,9 +38,28 @@ pub const COOKIE: &str = "palisade_clearance";
 /// ahead of the real one and lock a solved browser out.
 pub const HOST_COOKIE: &str = "__Host-palisade_clearance";
 
-/// The clearance cookie's name for a request over HTTPS (`https`) or plain HTTP.
-pub fn cookie_name(https: bool) -> &'static str {
-    if https { HOST_COOKIE } else { COOKIE }
+/// The clearance cookie's name for a request over HTTPS (`https`): [`HOST_COOKIE`]; over
+/// plain HTTP [`COOKIE`], `_`, and 12 hex digits of a MAC of the site and the client's prefix
+/// ([`Binding`]) under the clearance key: a sibling site may set cookies for the parent
+/// domain, and nine well-spelt fakes of one plain name, sent ahead of the real one, kept a
+/// solved browser in the challenge; a name it cannot know, it cannot plant.
+pub fn cookie_name(
+    keys: &Keys,
+    binding: &Binding<'_>,
+    https: bool,
+) -> std::borrow::Cow<'static, str> {
+    if https {
+        return HOST_COOKIE.into();
+    }
+    let tag = binding
+        .mac(&keys.clearance, b"cookie name", &[])
+        .finalize()
+        .into_bytes();
+    let mut s = String::with_capacity(COOKIE.len() + 13);
+    s.push_str(COOKIE);
+    s.push('_');
+    hex(&tag[..6], &mut s);
+    s.into()
 }
 /// The key-derivation purpose of challenge tokens.
 pub const POW_PURPOSE: &str = "http-front challenge token v1";

@@ -776,7 +776,7 @@ fn challenge_verify(cx: &ConnCtx, f: &Filtered<'_>, req: &Request<Incoming>) -> 
             let exp = issued.min(now) + cfg.challenge.clearance_secs;
             let cookie = format!(
                 "{}={}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax{}",
-                challenge::cookie_name(cx.client.proto == "https"),
+                challenge::cookie_name(&cfg.challenge_keys, &binding, cx.client.proto == "https"),
                 challenge::clearance(&cfg.challenge_keys, &binding, exp, difficulty),
                 exp.saturating_sub(now).max(1),
                 if cx.client.proto == "https" {

@@ -27,8 +27,8 @@ pub struct Clearance<'a> {
     over: Cell<bool>,
     /// A challenge rule let the request through on its clearance.
     passed: Cell<bool>,
-    /// The cookie's name ([`challenge::cookie_name`]).
-    name: &'static str,
+    /// The request came over HTTPS (the cookie's name: [`challenge::cookie_name`]).
+    https: bool,
 }
 
 /// Clearance cookies checked per request at most (each costs an HMAC): those spelt as a
@@ -55,14 +55,14 @@ impl<'a> Clearance<'a> {
             memo: Cell::new(None),
             over: Cell::new(false),
             passed: Cell::new(false),
-            name: challenge::COOKIE,
+            https: false,
         }
     }
 
     /// The same, reading the cookie of a request over HTTPS when `https`
     /// ([`challenge::HOST_COOKIE`]).
     pub fn over_https(mut self, https: bool) -> Self {
-        self.name = challenge::cookie_name(https);
+        self.https = https;
         self
     }
 
@@ -78,7 +78,8 @@ impl<'a> Clearance<'a> {
             Some(best) => best,
             None => {
                 let mut best = None;
-                let cookies = challenge::cookie_values(self.headers, self.name)
+                let name = challenge::cookie_name(self.keys, &self.binding, self.https);
+                let cookies = challenge::cookie_values(self.headers, &name)
                     .filter_map(|c| challenge::ClearanceText::parse(c, self.now_secs));
                 for (i, c) in cookies.enumerate() {
                     if i == MAX_COOKIES_CHECKED {
@@ -255,6 +256,22 @@ impl shield::rules::Request for HttpView<'_> {
 
     fn cleared(&self, difficulty: u8) -> bool {
         self.clearance.is_some_and(|c| c.valid(difficulty))
+    }
+
+    /// A browser's request, which a page can make any visitor send (an `<img>` under
+    /// `no-referrer` over plain HTTP carries no mark of where it came from): `Sec-Fetch-*`,
+    /// or a browser's `User-Agent` (`Mozilla/`, which every browser sends). Its escalation
+    /// holds the source for the tenant, challenged, never the block map; a bot that dresses
+    /// as a browser gives up only the block map.
+    #[inline]
+    fn browser(&self) -> bool {
+        self.headers.contains_key("sec-fetch-site")
+            || self.headers.contains_key("sec-fetch-mode")
+            || self.headers.contains_key("sec-fetch-dest")
+            || self
+                .headers
+                .get(header::USER_AGENT)
+                .is_some_and(|v| v.as_bytes().starts_with(b"Mozilla/"))
     }
 }
 
@@ -467,19 +484,35 @@ mod tests {
             let c = Clearance::new(&keys, b(), &h, 1000, 10);
             (c.valid(0), c.over_bound())
         };
-        // Junk planted by a sibling site, an expired one, a raw UTF-8 cookie beside it.
-        let junk = "palisade_clearance=x; ".repeat(12)
-            + &format!("palisade_clearance=900.10.{}; ", "0".repeat(32));
+        // Over plain HTTP the name is the site's and the client's prefix's, which a sibling
+        // site cannot know: fakes of the plain name, however many and well spelt, count
+        // for nothing.
+        let name = challenge::cookie_name(&keys, &b(), false);
+        assert!(
+            name.starts_with("palisade_clearance_") && name.len() == 31,
+            "{name}"
+        );
+        assert_ne!(
+            name,
+            challenge::cookie_name(&keys, &Binding { site: "b", ..b() }, false)
+        );
+        let other_24 = Binding {
+            ip: "192.0.3.7".parse().unwrap(),
+            ..b()
+        };
+        assert_ne!(name, challenge::cookie_name(&keys, &other_24, false));
+        let plain = format!("palisade_clearance={other}; ").repeat(20);
+        assert_eq!(check(&format!("{plain}{name}={good}")), (true, false));
+        // Junk under the name, an expired one, a raw UTF-8 cookie beside it.
+        let junk =
+            format!("{name}=x; ").repeat(12) + &format!("{name}=900.10.{}; ", "0".repeat(32));
         assert_eq!(
-            check(&format!("n=J\u{fc}rgen; {junk}palisade_clearance={good}")),
+            check(&format!("n=J\u{fc}rgen; {junk}{name}={good}")),
             (true, false)
         );
         // Eight well-spelt ones that fail their MAC are checked; the ninth is not.
-        let eight = format!("palisade_clearance={other}; ").repeat(8);
-        assert_eq!(
-            check(&format!("{eight}palisade_clearance={good}")),
-            (false, true)
-        );
+        let eight = format!("{name}={other}; ").repeat(8);
+        assert_eq!(check(&format!("{eight}{name}={good}")), (false, true));
     }
 
     #[test]

@@ -42,18 +42,25 @@ fn key_file(dir: &Path, byte: u8) -> PathBuf {
 
 /// http-front for site `a.test` (tenant 1) before `origin`, signing with `key`.
 fn front(origin: &Origin, key: &Path, challenge_extra: &str) -> Front {
+    front_with(origin, key, challenge_extra, RULES)
+}
+
+/// [`front`] with the rules `rules`, and `b.test` for tenant 2.
+fn front_with(origin: &Origin, key: &Path, challenge_extra: &str, rules: &str) -> Front {
     let o = origin.addr();
     let key = key.display().to_string();
     let extra = challenge_extra.to_string();
     Front::start(
         move |a, m| {
             format!(
-                "{}[rules]\nfile = \"rules.toml\"\n\n[challenge]\nkey_file = \"{key}\"\n{extra}\n\
-                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\n",
+                "{}[rules]\nfile = \"rules.toml\"\n\n[control]\nsocket = \"ctl.sock\"\n\n\
+                 [challenge]\nkey_file = \"{key}\"\n{extra}\n\
+                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\n\n\
+                 [[site]]\nhosts = [\"b.test\"]\nupstream = \"app\"\ntenant = 2\n",
                 base_config(a, m, o)
             )
         },
-        Some(RULES),
+        Some(rules),
     )
 }
 
@@ -141,7 +148,7 @@ fn a_browser_solves_the_challenge_and_reaches_the_origin() {
     };
     // The origin's echo of the request, with the browser's clearance cookie.
     assert!(
-        dom.contains("GET /hello?x=1 HTTP/1.1") && dom.contains("palisade_clearance="),
+        dom.contains("GET /hello?x=1 HTTP/1.1") && dom.contains("palisade_clearance_"),
         "the browser did not reach the origin:\n{dom}\n{}",
         front.log()
     );
@@ -423,4 +430,96 @@ fn a_clearance_passes_no_harder_challenge_and_the_verify_path_is_never_forwarded
         );
     }
     assert_eq!(origin.requests(), 3, "a verify request reached the origin");
+}
+
+/// Whom a page can make a hold hit: any visitor, whose browser it makes send what escalates
+/// (an `<img>` under `no-referrer` over plain HTTP says nothing of where it came from). A
+/// source held for a tenant is challenged, not refused (`http_hold = "challenge"`, the
+/// default): a browser solves it and reaches the origin, a bot does not; `http_hold =
+/// "deny"` refuses it whatever it holds. A browser's requests never escalate into the block
+/// map, even where the tenant asks for it: they hold the source for that tenant; a client
+/// that is no browser is blocked there as asked. (A probe's Chromium, sent 15 `<img>` of a
+/// denied path by a `no-referrer` page, was refused every request of the site, 0 of 20.)
+#[test]
+fn a_held_browser_is_challenged_and_passes_and_never_enters_the_block_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let origin = Origin::start();
+    let rules = |hold: &str| {
+        format!(
+            "[[tenant]]\nid = 1\n\
+             escalate = {{ after = 3, window_secs = 60, block_secs = 600, on = [\"deny\"]{hold} }}\n\
+             [[tenant.rule]]\nname = \"no-wp\"\naction = \"deny\"\n\
+             when = [{{ attr = \"path\", prefix = \"/wp-login\" }}]\n\
+             [[tenant]]\nid = 2\n\
+             escalate = {{ after = 1, window_secs = 60, block_secs = 600, on = [\"deny\"], http = \"block_map\" }}\n\
+             [[tenant.rule]]\nname = \"no-wp\"\naction = \"deny\"\n\
+             when = [{{ attr = \"path\", prefix = \"/wp-login\" }}]\n"
+        )
+    };
+    let front = front_with(&origin, &key_file(dir.path(), 5), "", &rules(""));
+    let browser_get = |from: Ipv4Addr, host: &str, path: &str, cookie: Option<&str>| {
+        let mut c = H1Conn::connect(Some(from), front.addr()).unwrap();
+        let mut extra = vec![("user-agent", "Mozilla/5.0 (X11; Linux x86_64) Chrome/120")];
+        if let Some(v) = cookie {
+            extra.push(("cookie", v));
+        }
+        c.request("GET", host, path, &extra, b"").unwrap()
+    };
+    // What a page made the visitor's browser send: no Referer, no Origin, no Sec-Fetch-*.
+    let visitor = net::test_ip();
+    for i in 0..4 {
+        let r = browser_get(visitor, "a.test", &format!("/wp-login.php?{i}"), None);
+        assert_eq!(r.status, 403);
+    }
+    // Held: challenged, not refused; solved, the origin again.
+    let before = origin.requests();
+    let page = browser_get(visitor, "a.test", "/", None);
+    assert!(is_page(&page), "{} {}", page.status, page.body);
+    let verify = pass(&front, visitor, "/");
+    let cookie = clearance_of(&verify);
+    let r = browser_get(visitor, "a.test", "/", Some(&cookie));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(origin.requests(), before + 1);
+    // What the rules deny stays denied, with a clearance too.
+    let r = browser_get(visitor, "a.test", "/wp-login.php", Some(&cookie));
+    assert_eq!((r.status, is_page(&r)), (403, false));
+    // Tenant 2 asks for the block map: a browser's request holds it for tenant 2 alone...
+    let other = net::test_ip();
+    let r = browser_get(other, "b.test", "/wp-login.php", None);
+    assert_eq!(r.status, 403);
+    assert!(is_page(&browser_get(other, "b.test", "/", None)));
+    assert_eq!(browser_get(other, "a.test", "/", None).status, 200);
+    let list = front.ctl(&["block", "list"]);
+    let (map, held) = list
+        .split_once("held for one tenant")
+        .unwrap_or((&list, ""));
+    assert!(
+        !map.contains(&other.to_string()) && held.contains(&other.to_string()),
+        "{list}"
+    );
+    // ... and a client that is no browser enters the block map, as asked.
+    let bot = net::test_ip();
+    let mut c = H1Conn::connect(Some(bot), front.addr()).unwrap();
+    let r = c
+        .request("GET", "b.test", "/wp-login.php", &[], b"")
+        .unwrap();
+    assert_eq!(r.status, 403);
+    let list = front.ctl(&["block", "list"]);
+    let (map, _) = list
+        .split_once("held for one tenant")
+        .unwrap_or((&list, ""));
+    assert!(map.contains(&bot.to_string()), "{list}");
+    // `http_hold = "deny"`: a held source is refused, clearance or not.
+    std::fs::write(
+        front.dir().join("rules.toml"),
+        rules(", http_hold = \"deny\""),
+    )
+    .unwrap();
+    assert!(front.reload(), "{}", front.log());
+    let held_one = net::test_ip();
+    for i in 0..3 {
+        browser_get(held_one, "a.test", &format!("/wp-login.php?{i}"), None);
+    }
+    let r = browser_get(held_one, "a.test", "/", None);
+    assert_eq!((r.status, is_page(&r)), (403, false), "{}", r.body);
 }

@@ -48,8 +48,11 @@ impl Prepared {
         // `dns_hold = "truncate"` its UDP is answered TC=1 and its TCP goes through the rules
         // as any source's: a forwarder is held for its users' queries, and serves the rest
         // of them over TCP (refused there too, one user cut its users off the tenant).
+        // In HTTP with `http_hold = "challenge"` its requests are challenged, and one with a
+        // clearance goes through the rules: a page can make any visitor's browser send what
+        // escalates (an `<img>` under `no-referrer` says nothing of where it came from).
         if let (Some(e), Some(tbl)) = (&t.escalate, &state.tenant_scoped)
-            && !e.block_map(state.http)
+            && e.may_hold(state.http)
             && !(e.dns_truncate && !state.http && req.evidence() == Evidence::Tcp)
             && tbl.live(&(t.id, t.hold_gen, source_key(src, e.v4, e.v6)), secs(now))
         {
@@ -62,10 +65,18 @@ impl Prepared {
                     return v;
                 }
             }
-            return Verdict {
-                dns_truncate: e.dns_truncate && !state.http,
-                ..Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str())
-            };
+            if !state.http {
+                return Verdict {
+                    dns_truncate: e.dns_truncate,
+                    ..Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str())
+                };
+            }
+            if !e.http_challenge {
+                return Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str());
+            }
+            if !req.cleared(0) {
+                return Verdict::new(Action::Challenge, codes::ESCALATED, e.reason.as_str());
+            }
         }
         let v = self.evaluate(t, state, src, req, now);
         match (&t.escalate, v.action) {
@@ -264,10 +275,13 @@ fn escalate<R: Request + ?Sized>(
     }
     let evidence = req.evidence();
     let proven = evidence.is_proven();
+    // A browser's request (HTTP) holds its source for the tenant even where the tenant
+    // asks for the block map: a page (another's, or the site's own showing what its users
+    // post) made each visitor blocked on every site, in XDP and across the fleet.
     let scoped = state
         .tenant_scoped
         .as_ref()
-        .filter(|_| !e.block_map(state.http));
+        .filter(|_| !e.block_map(state.http) || (state.http && req.browser()));
     if scoped.is_some() && !proven {
         // Held for the tenant alone (DNS), unproven packets escalate nothing: forged in a
         // resolver's name they made it a suspect in every tenant's zones for `block_secs`.

@@ -342,6 +342,15 @@ pub trait Request {
         false
     }
 
+    /// True when the request may be a browser's (HTTP: it carries `Sec-Fetch-*`, or a
+    /// browser's `User-Agent`): a page elsewhere, or a page of the site itself that shows what
+    /// its users post, can make any visitor's browser send it, so an escalation on it holds
+    /// the source for its tenant (challenged: a browser solves it) and never goes into the
+    /// block map. The default is false.
+    fn browser(&self) -> bool {
+        false
+    }
+
     /// True when the client holds a valid clearance for this site's challenges of
     /// `difficulty` (the rule's; 0: the caller's default), an HTTP cookie earned by solving
     /// one at least as hard: challenge rules then let it through, and the next rules are

@@ -163,6 +163,9 @@ struct EscalateSchema {
     /// DNS, held for the tenant: `truncate` (the default: UDP answered TC=1, TCP as the
     /// rules say) or `refuse` (nothing over any transport).
     dns_hold: Option<String>,
+    /// HTTP, held for the tenant: `challenge` (the default: a clearance passes to the rules)
+    /// or `deny` (403 whatever the client).
+    http_hold: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -815,6 +818,16 @@ impl Ctx<'_> {
                 );
             }
         };
+        let http_challenge = match v.http_hold.as_deref() {
+            None | Some("challenge") => true,
+            Some("deny") => false,
+            Some(other) => {
+                return self.err(
+                    e.span(),
+                    format!("http_hold = {other:?}: \"challenge\" (the default) or \"deny\""),
+                );
+            }
+        };
         Ok(Escalation {
             after: v.after,
             window_ms: v.window_secs.saturating_mul(1000),
@@ -829,6 +842,7 @@ impl Ctx<'_> {
             http_block_map,
             count_relayed,
             dns_truncate,
+            http_challenge,
         })
     }
 

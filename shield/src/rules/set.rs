@@ -376,7 +376,9 @@ impl RuleSet {
             return false;
         };
         t.escalate.as_ref().is_some_and(|e| {
-            !e.block_map(self.state.http)
+            e.may_hold(self.state.http)
+                // Challenged, a held source's cleared requests pass: its tunnels stay.
+                && !(self.state.http && e.http_challenge)
                 && tbl.live(
                     &(t.id, t.hold_gen, crate::ratelimit::source_key(src, e.v4, e.v6)),
                     now_s,

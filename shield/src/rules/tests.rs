@@ -918,6 +918,10 @@ when = [{ attr = "qtype", exact = "ANY" }]
             "dns = \"block_map\", dns_hold = \"refuse\"",
             "it takes dns = \"tenant\"",
         ),
+        (
+            "http_hold = \"block\"",
+            "\"challenge\" (the default) or \"deny\"",
+        ),
     ] {
         let e = Prepared::parse(
             Path::new("t.toml"),

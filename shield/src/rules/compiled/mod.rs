@@ -45,6 +45,11 @@ pub(crate) struct Escalation {
     /// UDP is answered TC=1 and its TCP, DoT and DoQ go through the rules as any source's —
     /// a forwarder held for one user's queries keeps serving the others over TCP.
     pub(crate) dns_truncate: bool,
+    /// HTTP, held for the tenant (`http_hold = "challenge"`, the default): the held source's
+    /// requests are challenged, and one with a valid clearance goes through the rules — a
+    /// page elsewhere can make any visitor's browser send what escalates, and a browser
+    /// solves the challenge where a bot does not.
+    pub(crate) http_challenge: bool,
 }
 
 impl Escalation {
@@ -57,6 +62,14 @@ impl Escalation {
         } else {
             self.dns_block_map
         }
+    }
+
+    /// Whether holds for the tenant alone may exist: always in HTTP (with `http =
+    /// "block_map"`, a browser's requests escalate into a hold), in DNS unless `dns =
+    /// "block_map"`.
+    #[inline]
+    pub(crate) fn may_hold(&self, http: bool) -> bool {
+        http || !self.dns_block_map
     }
 }
 
