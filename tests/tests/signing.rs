@@ -1532,6 +1532,11 @@ fn a_zone_no_longer_signed_keeps_its_serial_going_forward() {
     std::fs::write(dnsd.config_path(), unsigned).unwrap();
     let (ok, out) = dnsd.ctl(&["reload"]);
     assert!(ok, "{out}");
+    // The reload says what that costs while the parent holds the zone's DS.
+    assert!(
+        out.contains("dnssec_policy removed") && out.contains("remove the DS first"),
+        "{out}"
+    );
     let now = serial(dnsd.addr());
     assert_eq!(now, signed.wrapping_add(1), "reload said: {out}");
     assert!(

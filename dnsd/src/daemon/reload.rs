@@ -142,6 +142,24 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 if c.rules.is_none() {
                     warnings.extend(c.unknown_tenants(None));
                 }
+                // A signed zone whose policy went: served unsigned from this reload on, bogus
+                // to every validating resolver while its parent holds its DS (Knot keeps the
+                // signed zone until its signatures expire): said in the answer, not the log
+                // alone.
+                for z in c.zones.iter().filter(|z| z.dnssec_policy.is_none()) {
+                    let signed = zones::Name::parse(&z.origin, Some(&zones::Name::root()))
+                        .ok()
+                        .and_then(|n| reg.find(&n))
+                        .and_then(|i| reg.entry(i))
+                        .is_some_and(|e| e.def.signing.is_some());
+                    if signed {
+                        warnings.push(format!(
+                            "zone {}: dnssec_policy removed in {}: served unsigned from now on, which validating resolvers answer SERVFAIL while its parent holds its DS — remove the DS first, wait out its TTL, then the policy",
+                            z.origin,
+                            path.display()
+                        ));
+                    }
+                }
                 if !warnings.is_empty() {
                     let mut t = String::new();
                     for w in &warnings {
