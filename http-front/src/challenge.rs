@@ -17,8 +17,9 @@
 //! the site, the prefix, the expiry, the difficulty solved and the rules' version: checked
 //! with one HMAC (well under a microsecond, see `cargo bench -p http-front --bench
 //! challenge`), valid on every node with the key until `clearance_secs` pass or the rules
-//! change, for challenges no harder than the one solved. A clearance passes challenge rules
-//! only — never a deny, a rate limit or a block.
+//! change, for challenges no harder than the one solved. A clearance passes challenge rules,
+//! and a hold of its source made before it was earned (`http_hold = "challenge"`) — never a
+//! deny, a rate limit or a block.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -51,7 +52,12 @@ pub fn cookie_name(
     if https {
         return HOST_COOKIE.into();
     }
-    let tag = binding
+    // Not bound to the rules' version: each rules edit would leave the browser another cookie.
+    let unversioned = Binding {
+        version: 0,
+        ..*binding
+    };
+    let tag = unversioned
         .mac(&keys.clearance, b"cookie name", &[])
         .finalize()
         .into_bytes();
@@ -279,6 +285,11 @@ impl ClearanceText {
             difficulty,
             mac,
         })
+    }
+
+    /// When it expires (Unix seconds).
+    pub fn expiry(&self) -> u64 {
+        self.expiry
     }
 
     /// The difficulty it was earned at, when its MAC is `b`'s.

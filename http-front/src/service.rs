@@ -598,6 +598,7 @@ fn rules(
             now.unix_ms / 1000,
             f.snap.cfg.challenge.difficulty,
         )
+        .lasting(f.snap.cfg.challenge.clearance_secs)
         .over_https(cx.client.proto == "https");
         // What the rules see of values an origin decodes: headers not in UTF-8 (obs-text
         // bytes: made UTF-8, the bad bytes U+FFFD, rather than hidden from the rules), and the
@@ -1284,7 +1285,9 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
                     place,
                     held: {
                         let (rules, tenant, ip) = (Arc::clone(&front.rules), site.tenant, cx.ip);
-                        let allowed = job.allowed;
+                        // Nor for a tunnel whose upgrade passed a challenge or hold on its
+                        // clearance: its requests pass a hold the same way.
+                        let allowed = job.allowed || job.cleared;
                         // Asked again only once a hold was made since (an idle tunnel's check
                         // is a load), and never for what an allow list or rule let through.
                         let seen = std::sync::atomic::AtomicU64::new(u64::MAX);

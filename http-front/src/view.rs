@@ -21,8 +21,12 @@ pub struct Clearance<'a> {
     now_secs: u64,
     /// The difficulty a challenge rule of difficulty 0 asks (`[challenge] difficulty`).
     default_difficulty: u8,
-    /// The highest difficulty a valid clearance cookie was earned at (`Some(None)`: none).
-    memo: Cell<Option<Option<u8>>>,
+    /// The highest difficulty a valid clearance cookie was earned at (`Some(None)`: none),
+    /// and the latest expiry of one earned at the default difficulty or harder.
+    memo: Cell<Option<(Option<u8>, u64)>>,
+    /// How long a clearance lasts (`[challenge] clearance_secs`): its expiry less this is
+    /// when it was earned.
+    lasts_secs: u64,
     /// More clearance cookies came than are checked.
     over: Cell<bool>,
     /// A challenge rule let the request through on its clearance.
@@ -53,6 +57,7 @@ impl<'a> Clearance<'a> {
             now_secs,
             default_difficulty,
             memo: Cell::new(None),
+            lasts_secs: 0,
             over: Cell::new(false),
             passed: Cell::new(false),
             https: false,
@@ -66,6 +71,23 @@ impl<'a> Clearance<'a> {
         self
     }
 
+    /// The same, whose clearances last `secs` (`[challenge] clearance_secs`).
+    pub fn lasting(mut self, secs: u64) -> Self {
+        self.lasts_secs = secs;
+        self
+    }
+
+    /// [`Clearance::valid`] by a clearance of the default difficulty earned at or after
+    /// `since` (Unix seconds): what lifts a hold made then.
+    pub fn valid_since(&self, since: u64) -> bool {
+        let (_, latest) = self.checked();
+        let ok = latest.saturating_sub(self.lasts_secs) >= since && latest > 0;
+        if ok {
+            self.passed.set(true);
+        }
+        ok
+    }
+
     /// True when the request carries a valid clearance for a challenge of `difficulty` (0:
     /// the default one): earned by solving one at least as hard.
     pub fn valid(&self, difficulty: u8) -> bool {
@@ -74,10 +96,21 @@ impl<'a> Clearance<'a> {
         } else {
             difficulty
         };
-        let best = match self.memo.get() {
-            Some(best) => best,
+        let (best, _) = self.checked();
+        let ok = best.is_some_and(|d| d >= want);
+        if ok {
+            self.passed.set(true);
+        }
+        ok
+    }
+
+    /// The clearance cookies, checked once: the best difficulty, and the latest expiry at the
+    /// default difficulty or harder (0: none).
+    fn checked(&self) -> (Option<u8>, u64) {
+        match self.memo.get() {
+            Some(m) => m,
             None => {
-                let mut best = None;
+                let (mut best, mut latest) = (None, 0);
                 let name = challenge::cookie_name(self.keys, &self.binding, self.https);
                 let cookies = challenge::cookie_values(self.headers, &name)
                     .filter_map(|c| challenge::ClearanceText::parse(c, self.now_secs));
@@ -88,17 +121,15 @@ impl<'a> Clearance<'a> {
                     }
                     if let Some(d) = c.verify(self.keys, &self.binding) {
                         best = best.max(Some(d));
+                        if d >= self.default_difficulty {
+                            latest = latest.max(c.expiry());
+                        }
                     }
                 }
-                self.memo.set(Some(best));
-                best
+                self.memo.set(Some((best, latest)));
+                (best, latest)
             }
-        };
-        let ok = best.is_some_and(|d| d >= want);
-        if ok {
-            self.passed.set(true);
         }
-        ok
     }
 
     /// True when the request carried more clearance cookies than are checked (those past
@@ -256,6 +287,11 @@ impl shield::rules::Request for HttpView<'_> {
 
     fn cleared(&self, difficulty: u8) -> bool {
         self.clearance.is_some_and(|c| c.valid(difficulty))
+    }
+
+    fn cleared_since(&self, difficulty: u8, since_unix_s: u64) -> bool {
+        let _ = difficulty;
+        self.clearance.is_some_and(|c| c.valid_since(since_unix_s))
     }
 
     /// A browser's request, which a page can make any visitor send (an `<img>` under

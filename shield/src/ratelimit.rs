@@ -562,6 +562,20 @@ impl UntilTable {
         )
     }
 
+    /// The live mark of `key` at `now_s` (when it lapses), if any.
+    pub fn until<K: Hash>(&self, key: &K, now_s: u32) -> Option<u32> {
+        if !self.used.load(Ordering::Relaxed) {
+            return None;
+        }
+        let h = self.table.hasher.hash_one(key);
+        self.table.update(
+            h,
+            |p| p > now_s,
+            |p| p,
+            |cur| (None, cur.filter(|&p| p > now_s)),
+        )
+    }
+
     /// Capacity and eviction counters.
     pub fn stats(&self) -> TableStats {
         self.table.stats()

@@ -450,6 +450,8 @@ fn a_held_browser_is_challenged_and_passes_and_never_enters_the_block_map() {
              escalate = {{ after = 3, window_secs = 60, block_secs = 600, on = [\"deny\"]{hold} }}\n\
              [[tenant.rule]]\nname = \"no-wp\"\naction = \"deny\"\n\
              when = [{{ attr = \"path\", prefix = \"/wp-login\" }}]\n\
+             [[tenant.rule]]\nname = \"prove\"\naction = \"challenge\"\n\
+             when = [{{ attr = \"path\", prefix = \"/protected\" }}]\n\
              [[tenant]]\nid = 2\n\
              escalate = {{ after = 1, window_secs = 60, block_secs = 600, on = [\"deny\"], http = \"block_map\" }}\n\
              [[tenant.rule]]\nname = \"no-wp\"\naction = \"deny\"\n\
@@ -483,6 +485,18 @@ fn a_held_browser_is_challenged_and_passes_and_never_enters_the_block_map() {
     // What the rules deny stays denied, with a clearance too.
     let r = browser_get(visitor, "a.test", "/wp-login.php", Some(&cookie));
     assert_eq!((r.status, is_page(&r)), (403, false));
+    // A clearance earned before the hold lifts nothing (one solve cleared every later hold of
+    // its /24): challenged again, and solved again, served.
+    let early = net::test_ip();
+    let old = clearance_of(&pass(&front, early, "/protected"));
+    assert_eq!(browser_get(early, "a.test", "/", Some(&old)).status, 200);
+    std::thread::sleep(Duration::from_millis(1100));
+    for i in 0..3 {
+        browser_get(early, "a.test", &format!("/wp-login.php?{i}"), Some(&old));
+    }
+    assert!(is_page(&browser_get(early, "a.test", "/", Some(&old))));
+    let fresh = clearance_of(&pass(&front, early, "/"));
+    assert_eq!(browser_get(early, "a.test", "/", Some(&fresh)).status, 200);
     // Tenant 2 asks for the block map: a browser's request holds it for tenant 2 alone...
     let other = net::test_ip();
     let r = browser_get(other, "b.test", "/wp-login.php", None);

@@ -423,11 +423,11 @@ fn websockets_are_bounded_by_idle_lifetime_blocks_and_the_per_source_limit() {
     assert!(front.metric("http_front_websockets_closed_total{cause=\"closed_by_front\"}") >= 2);
 }
 
-/// A source held for the site's tenant (its escalation, `http = "tenant"`, the default) and
-/// refused there (`http_hold = "deny"`) has its open WebSockets to the tenant's sites closed
-/// within a second or two, as a block closes them: the upgrade was ruled once, and the held
-/// source kept its tunnels for a day. (Held and challenged, the default, a source whose
-/// clearance passes keeps its tunnels, as its requests pass.)
+/// A source held for the site's tenant (its escalation, `http = "tenant"`, the default) has
+/// its open WebSockets to the tenant's sites closed within a second or two, as a block closes
+/// them: the upgrade was ruled once, and the held source kept its tunnels for a day. (A
+/// tunnel whose upgrade passed on a clearance stays, as the source's cleared requests pass
+/// the hold.)
 #[test]
 fn a_source_held_for_the_tenant_loses_its_open_websockets() {
     if !have_modules() {
@@ -435,7 +435,7 @@ fn a_source_held_for_the_tenant_loses_its_open_websockets() {
     }
     let origin = WsOrigin::start();
     let rules = "[[tenant]]\nid = 1\n\
-                 escalate = { after = 3, window_secs = 60, block_secs = 60, on = [\"deny\"], http_hold = \"deny\" }\n\
+                 escalate = { after = 3, window_secs = 60, block_secs = 60, on = [\"deny\"] }\n\
                  [[tenant.rule]]\nname = \"ok\"\naction = \"allow\"\n\
                  when = [{ attr = \"path\", prefix = \"/wsok\" }]\n\
                  [[tenant.rule]]\nname = \"trip\"\naction = \"deny\"\n\

@@ -183,7 +183,7 @@ pub fn load_contained(p: &Planned) -> Result<LoadedZone, LoadError> {
                 .unwrap_or_default();
             tracing::error!(zone = %p.origin, file = %p.file.display(), panic = %what, "zone load failed on a bug");
             Err(LoadError::Task(format!(
-                "{}: {} failed to load on a bug ({what}); the last good version serves on",
+                "{}: {} failed to load on a bug ({what}); its last good version, if any, serves on",
                 p.file.display(),
                 p.origin
             )))

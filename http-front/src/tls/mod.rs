@@ -21,7 +21,7 @@ pub struct LeafInfo {
     pub not_after_unix: i64,
     /// The start of its validity, in seconds since the epoch.
     pub not_before_unix: i64,
-    /// Its DNS names (subject alternative names), lower case.
+    /// Its DNS names (subject alternative names; without any, the subject's CN), lower case.
     pub dns_names: Vec<String>,
 }
 
@@ -29,7 +29,7 @@ pub struct LeafInfo {
 pub fn leaf_info(der: &[u8]) -> Option<LeafInfo> {
     let (_, c) = x509_parser::parse_x509_certificate(der).ok()?;
     let v = c.validity();
-    let dns_names = c
+    let dns_names: Vec<String> = c
         .subject_alternative_name()
         .ok()
         .flatten()
@@ -46,6 +46,17 @@ pub fn leaf_info(der: &[u8]) -> Option<LeafInfo> {
                 .collect()
         })
         .unwrap_or_default();
+    // No DNS name among its alternative names: the subject's CN (what OpenSSL-based clients
+    // still take).
+    let dns_names = if dns_names.is_empty() {
+        c.subject()
+            .iter_common_name()
+            .filter_map(|cn| cn.as_str().ok())
+            .map(str::to_ascii_lowercase)
+            .collect()
+    } else {
+        dns_names
+    };
     Some(LeafInfo {
         issuer: c.issuer().to_string(),
         not_after: v.not_after.to_datetime().to_string(),

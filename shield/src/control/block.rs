@@ -205,9 +205,10 @@ fn del(blocks: &BlockMap, n: ipnet::IpNet, peer: &Peer) -> Reply {
             // published its block again at its next full republish (ten minutes, or at once
             // when Redis lost its data) — undone everywhere, with no word of it.
             Some(node) => Reply::ok(format!(
-                "{n} unblocked\nwarning: {n} is node {node}'s operator block: {node} keeps it and \
-                 publishes it again (within ten minutes, or when Redis loses its data), and the other \
-                 nodes take it back; lift it on {node} to lift it for good\n"
+                "{n} unblocked\nwarning: {n} is an operator's block of node {node}: if root made it \
+                 there, {node} keeps it and publishes it again (within ten minutes, or when Redis \
+                 loses its data), and the other nodes take it back; lift it on {node} to lift it \
+                 for good\n"
             )),
             None => Reply::ok(format!("{n} unblocked\n")),
         },
@@ -483,7 +484,7 @@ mod tests {
         let r = run(&blocks, &["del", "10.11.0.0/24"], &root);
         assert!(r.ok, "{}", r.text);
         assert!(
-            r.text.contains("node n1's operator block") && r.text.contains("lift it on n1"),
+            r.text.contains("operator's block of node n1") && r.text.contains("lift it on n1"),
             "{}",
             r.text
         );

@@ -49,12 +49,17 @@ impl Prepared {
         // as any source's: a forwarder is held for its users' queries, and serves the rest
         // of them over TCP (refused there too, one user cut its users off the tenant).
         // In HTTP with `http_hold = "challenge"` its requests are challenged, and one with a
-        // clearance goes through the rules: a page can make any visitor's browser send what
-        // escalates (an `<img>` under `no-referrer` says nothing of where it came from).
+        // clearance earned since the hold began goes through the rules: a page can make any
+        // visitor's browser send what escalates (an `<img>` under `no-referrer` says nothing
+        // of where it came from). Where the tenant asks for the block map, only a browser's
+        // requests are held (a client that is no browser escalates into the map as asked).
+        let mut walked = None;
         if let (Some(e), Some(tbl)) = (&t.escalate, &state.tenant_scoped)
             && e.may_hold(state.http)
             && !(e.dns_truncate && !state.http && req.evidence() == Evidence::Tcp)
-            && tbl.live(&(t.id, t.hold_gen, source_key(src, e.v4, e.v6)), secs(now))
+            && !(state.http && e.http_block_map && !req.browser())
+            && let Some(until) =
+                tbl.until(&(t.id, t.hold_gen, source_key(src, e.v4, e.v6)), secs(now))
         {
             if let Some(v) = self.allowed_source(t, src) {
                 return v;
@@ -64,6 +69,9 @@ impl Prepared {
                 if v.action == Action::Allow {
                     return v;
                 }
+                // Walked once: a cleared request's verdict below is this one (walked twice,
+                // its rate limits were charged twice).
+                walked = Some(v);
             }
             if !state.http {
                 return Verdict {
@@ -74,11 +82,18 @@ impl Prepared {
             if !e.http_challenge {
                 return Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str());
             }
-            if !req.cleared(0) {
+            // A clearance from before the hold lifts nothing: one solve would have cleared
+            // every later hold of its /24 for as long as it lasts.
+            let since =
+                u64::from(until.saturating_sub(e.ttl.as_secs().min(u64::from(u32::MAX)) as u32));
+            if !req.cleared_since(0, since) {
                 return Verdict::new(Action::Challenge, codes::ESCALATED, e.reason.as_str());
             }
         }
-        let v = self.evaluate(t, state, src, req, now);
+        let v = match walked {
+            Some(v) => v,
+            None => self.evaluate(t, state, src, req, now),
+        };
         match (&t.escalate, v.action) {
             (Some(e), Action::Deny) if e.on_deny => escalate(t, e, state, src, req, now, v),
             // A shared bucket (rate.key) says nothing about this source: no escalation.

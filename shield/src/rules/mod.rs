@@ -351,6 +351,13 @@ pub trait Request {
         false
     }
 
+    /// [`Request::cleared`], by a clearance issued at or after `since_unix_s` (what lifts a
+    /// hold of the source made then). The default is none.
+    fn cleared_since(&self, difficulty: u8, since_unix_s: u64) -> bool {
+        let _ = (difficulty, since_unix_s);
+        false
+    }
+
     /// True when the client holds a valid clearance for this site's challenges of
     /// `difficulty` (the rule's; 0: the caller's default), an HTTP cookie earned by solving
     /// one at least as hard: challenge rules then let it through, and the next rules are

@@ -365,9 +365,9 @@ impl RuleSet {
     }
 
     /// Whether `src` is held for `tenant` alone at `now_s` (Unix seconds): its `escalate`
-    /// with `dns`/`http = "tenant"` made a hold of the source's prefix that has not lapsed,
-    /// and no allow list of the tenant lets the source through. What a tunnel opened before
-    /// the hold asks (its requests were ruled once; one an allow rule let through asks not).
+    /// made a hold of the source's prefix that has not lapsed, and no allow list of the
+    /// tenant lets the source through. What a tunnel opened before the hold asks (its
+    /// requests were ruled once; one an allow rule or a clearance let through asks not).
     pub fn held(&self, tenant: TenantId, src: std::net::IpAddr, now_s: u32) -> bool {
         let p = self.current.load();
         let (Some(Some(t)), Some(tbl)) =
@@ -377,8 +377,6 @@ impl RuleSet {
         };
         t.escalate.as_ref().is_some_and(|e| {
             e.may_hold(self.state.http)
-                // Challenged, a held source's cleared requests pass: its tunnels stay.
-                && !(self.state.http && e.http_challenge)
                 && tbl.live(
                     &(t.id, t.hold_gen, crate::ratelimit::source_key(src, e.v4, e.v6)),
                     now_s,
