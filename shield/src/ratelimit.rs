@@ -550,19 +550,11 @@ impl UntilTable {
     /// True when `key` is marked past `now_s`.
     #[inline]
     pub fn live<K: Hash>(&self, key: &K, now_s: u32) -> bool {
-        if !self.used.load(Ordering::Relaxed) {
-            return false;
-        }
-        let h = self.table.hasher.hash_one(key);
-        self.table.update(
-            h,
-            |p| p > now_s,
-            |p| p,
-            |cur| (None, cur.is_some_and(|p| p > now_s)),
-        )
+        self.until(key, now_s).is_some()
     }
 
     /// The live mark of `key` at `now_s` (when it lapses), if any.
+    #[inline]
     pub fn until<K: Hash>(&self, key: &K, now_s: u32) -> Option<u32> {
         if !self.used.load(Ordering::Relaxed) {
             return None;
