@@ -128,6 +128,12 @@ pub enum SignError {
     Nsec3NameTooLong(usize),
 }
 
+/// Whether NSEC3 owner names under `apex` (its 32-octet hash label and the zone's name) stay
+/// within 255 octets: a zone name of 223 octets or more leaves no room.
+pub fn nsec3_fits(apex: &crate::Name) -> bool {
+    1 + HASH_LEN * 8 / 5 + apex.as_wire().len() <= 255
+}
+
 /// Types a signer makes itself: taken out of the unsigned zone.
 fn made_here(rtype: u16) -> bool {
     matches!(
@@ -247,7 +253,7 @@ pub fn sign_zone(
         Denial::Nsec => None,
         // A name the signer would build past the wire limit (Knot: "failed to create NSEC3
         // chain"): refused here, for this zone alone (it panicked, taking every zone down).
-        Denial::Nsec3 { .. } if 1 + HASH_LEN * 8 / 5 + apex.as_wire().len() > 255 => {
+        Denial::Nsec3 { .. } if !nsec3_fits(&apex) => {
             return Err(SignError::Nsec3NameTooLong(apex.as_wire().len()));
         }
         Denial::Nsec3 {

@@ -113,7 +113,7 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
             policy,
             zones::Name::parse(&z.origin, Some(&zones::Name::root())),
         ) && matches!(p.denial, zones::sign::Denial::Nsec3 { .. })
-            && 1 + zones::nsec3::HASH_LEN * 8 / 5 + origin.as_wire().len() > 255
+            && !zones::sign::nsec3_fits(&origin)
         {
             println!(
                 "{}: zone {}: {} (dnssec_policy {:?})",
