@@ -536,6 +536,21 @@ impl ResolvesServerCert for Resolver {
 mod tests {
     use super::*;
 
+    /// The index of `dir` alone, its pairs read now when `read_now`.
+    fn build_dir(dir: &Path, read_now: bool) -> Built {
+        build(
+            &Fixed::default(),
+            Options {
+                cert_dir: Some(dir),
+                refuse_unknown: true,
+                read_now,
+                acme: None,
+            },
+            None,
+            Arc::default(),
+        )
+    }
+
     #[test]
     fn two_files_for_one_host_resolve_by_file_name_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -543,17 +558,7 @@ mod tests {
             std::fs::write(dir.path().join(format!("{stem}.crt")), "x").unwrap();
             std::fs::write(dir.path().join(format!("{stem}.key")), "x").unwrap();
         }
-        let built = build(
-            &Fixed::default(),
-            Options {
-                cert_dir: Some(dir.path()),
-                refuse_unknown: true,
-                read_now: false,
-                acme: None,
-            },
-            None,
-            Arc::default(),
-        );
+        let built = build_dir(dir.path(), false);
         assert_eq!(built.resolver.exact.len(), 2);
         let Entry::Dir(s) = &built.resolver.exact["b.test"] else {
             panic!("not from the directory")
@@ -589,17 +594,7 @@ mod tests {
         write("x.shared.test", &["*.shared.test"]);
         write("_wildcard.shared.test", &["*.shared.test"]);
         write("_wildcard.other.test", &["*.shared.test", "other.test"]);
-        let built = build(
-            &Fixed::default(),
-            Options {
-                cert_dir: Some(dir.path()),
-                refuse_unknown: true,
-                read_now: true,
-                acme: None,
-            },
-            None,
-            Arc::default(),
-        );
+        let built = build_dir(dir.path(), true);
         let refused: Vec<&String> = built
             .warnings
             .iter()
