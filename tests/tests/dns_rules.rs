@@ -148,10 +148,18 @@ fn wait_file(file: &Path, needles: &[&str]) -> String {
 }
 
 fn dnsd_with_rules(dir: &Path, extra: &str) -> Dnsd {
+    dnsd_with_rules_and(dir, extra, &[])
+}
+
+/// As [`dnsd_with_rules`], with `more` zones served too.
+fn dnsd_with_rules_and(dir: &Path, extra: &str, more: &[Zone]) -> Dnsd {
     let mut com = Zone::data("example.com.");
     com.options.push("tenant = 7".into());
-    Dnsd::builder()
-        .zone(com)
+    let mut b = Dnsd::builder();
+    for z in more {
+        b = b.zone(z.clone());
+    }
+    b.zone(com)
         .zone(Zone::data("example.net."))
         .raw("[defence.rrl]\nenabled = false")
         .raw("[defence.random_subdomain]\nenabled = false")
@@ -416,13 +424,46 @@ fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenan
         }
     }
     assert_eq!(refused, 25, "refused over TCP, before and after");
-    // Held (`dns_hold = "truncate"`, the default): over UDP nothing from the tenant's zones
-    // but TC=1, not even for a query no rule denies; over TCP the rules as for anyone (a
-    // forwarder held for one user's queries serves its others there).
-    let held = ask(server, bad, "www.example.com.", TYPE_A, &udp).expect("TC=1");
+    // Held (`dns_hold = "truncate"`, the default): over UDP the tenant's zones answer it
+    // whole only for names that exist; a name that does not or a wildcard's answer (what a
+    // flood can vary without end) TC=1, the question alone; what the rules deny stays
+    // denied. Over TCP the rules as for anyone (a forwarder held for one user's queries
+    // serves its others).
+    let whole = ask(server, bad, "www.example.com.", TYPE_A, &udp).expect("an answer");
     assert!(
-        held.flags & TC != 0 && held.counts[1] == 0 && held.rcode() == 0,
-        "{held:?}"
+        whole.flags & TC == 0 && answered(&Some(whole)),
+        "a whole answer"
+    );
+    let nodata = ask(server, bad, "www.example.com.", TYPE_ANY + 1, &udp).expect("NODATA");
+    assert!(
+        nodata.flags & TC == 0 && nodata.counts[1] == 0 && nodata.counts[2] == 1,
+        "{nodata:?}"
+    );
+    let referral = ask(server, bad, "host.deleg.example.com.", TYPE_A, &udp).expect("a referral");
+    assert!(
+        referral.flags & TC == 0 && referral.counts[2] > 0,
+        "{referral:?}"
+    );
+    for (name, qtype) in [
+        ("nothere.example.com.", TYPE_A),
+        ("random-4711.wild.example.com.", TYPE_A),
+        ("random-4712.wild.example.com.", TYPE_AAAA),
+        ("x.wc.example.com.", TYPE_A),
+    ] {
+        let held = ask(server, bad, name, qtype, &udp).expect("TC=1");
+        assert!(
+            held.flags & TC != 0 && held.counts[1] == 0 && held.counts[2] == 0 && held.rcode() == 0,
+            "{name} {qtype}: {held:?}"
+        );
+    }
+    assert_eq!(
+        ask(server, bad, "example.com.", TYPE_ANY, &udp).map(|m| m.rcode()),
+        Some(REFUSED),
+        "over UDP what the rules deny stays denied"
+    );
+    assert!(
+        ask_tcp(server, bad, "nothere.example.com.", TYPE_A).is_some_and(|m| m.rcode() == NXDOMAIN),
+        "over TCP a name that does not exist is answered NXDOMAIN"
     );
     assert!(
         answered(&ask_tcp(server, bad, "www.example.com.", TYPE_A)),
@@ -433,7 +474,8 @@ fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenan
         Some(REFUSED),
         "over TCP what the rules deny stays denied"
     );
-    assert!(dnsd.stat("rules.held_truncated") >= 1);
+    assert_eq!(dnsd.stat("rules.held_truncated"), 4);
+    assert_eq!(dnsd.stat("rules.held_answered"), 3);
     assert!(
         answered(&ask(server, bad, "www.example.net.", TYPE_A, &udp)),
         "another tenant's zone answers it"
@@ -754,10 +796,12 @@ fn a_resolvers_relayed_denies_and_met_challenges_never_escalate_it() {
 
 /// A forwarder (BIND with `forward only`: RD set, and our cookie, on every query it relays)
 /// held for a tenant by one of its users keeps its other users answered from the tenant's
-/// zones (`dns_hold = "truncate"`, the default): its UDP gets TC=1 and it asks again over
-/// TCP, where the rules decide query by query. Held outright, as before, it got nothing:
-/// every user SERVFAIL for every name of the tenant for `block_secs` (Knot with RRL answered
-/// them all).
+/// zones (`dns_hold = "truncate"`, the default): the rules decide query by query, its UDP
+/// answers for names that exist go back whole and the rest TC=1, asked again over TCP.
+/// Held outright, as before, it got nothing: every user SERVFAIL for every name of the
+/// tenant for `block_secs` (Knot with RRL answered them all); truncated whole, BIND's TCP
+/// connection per query ran past `tcp_max_per_source` under load and its users lost most
+/// names.
 #[test]
 fn a_forwarder_held_for_one_users_queries_keeps_serving_the_others() {
     if !Bind::available() {
@@ -766,7 +810,19 @@ fn a_forwarder_held_for_one_users_queries_keeps_serving_the_others() {
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("rules.toml"), rules(5)).unwrap();
-    let dnsd = dnsd_with_rules(dir.path(), "");
+    // Tenant 7's zone of many names, for its users asking at once.
+    const NAMES: usize = 200;
+    let mut many = String::from(
+        "$TTL 300\n@ SOA ns1 hostmaster 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 192.0.2.53\n",
+    );
+    for i in 0..NAMES {
+        many.push_str(&format!("h{i} A 192.0.2.{}\n", i % 250 + 1));
+    }
+    let many_file = dir.path().join("many.example.zone");
+    std::fs::write(&many_file, many).unwrap();
+    let mut many = Zone::new("many.example.", many_file);
+    many.options.push("tenant = 7".into());
+    let dnsd = dnsd_with_rules_and(dir.path(), "", &[many]);
     let source = net::test_ip();
     let bind = Bind::start_forwarder(&[], dnsd.addr(), source);
     let opts = |secs| QueryOpts {
@@ -807,8 +863,51 @@ fn a_forwarder_held_for_one_users_queries_keeps_serving_the_others() {
             r.head
         );
     }
-    assert!(dnsd.stat("rules.held_truncated") >= 3, "{:?}", dnsd.stats());
-    // What the rules deny stays denied over TCP: the user's ANY gets nothing.
+    // Its users asking 200 names at once, none cached: every one answered.
+    let sock = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut pending = std::collections::HashMap::new();
+    for i in 0..NAMES {
+        let id = i as u16 + 1;
+        let q = build_query(id, &format!("h{i}.many.example."), TYPE_A, &opts(1));
+        sock.send_to(&q, bind.addr()).unwrap();
+        pending.insert(id, i);
+    }
+    let mut answered = 0;
+    let mut failed = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut buf = [0u8; 4096];
+    while !pending.is_empty() && Instant::now() < deadline {
+        let Ok((n, _)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        let Ok(m) = RawMsg::parse(&buf[..n]) else {
+            continue;
+        };
+        if let Some(i) = pending.remove(&m.id) {
+            if m.rcode() == 0 && m.counts[1] > 0 {
+                answered += 1;
+            } else {
+                failed.push((i, m.rcode()));
+            }
+        }
+    }
+    assert_eq!(
+        answered,
+        NAMES,
+        "answered {answered} of {NAMES} names through the held forwarder ({} failed, the \
+         first {:?}; {} unanswered)",
+        failed.len(),
+        &failed[..failed.len().min(5)],
+        pending.len()
+    );
+    // A name that does not exist: TC=1, and NXDOMAIN over TCP.
+    let nx = through("nothere.example.com.", TYPE_A, 8).expect("an answer through BIND");
+    assert_eq!(nx.head.rcode(), NXDOMAIN, "{:?}", nx.head);
+    assert!(dnsd.stat("rules.held_truncated") >= 1, "{:?}", dnsd.stats());
+    // What the rules deny stays denied: the user's ANY gets nothing.
     let any = through("n99.example.com.", TYPE_ANY, 8).expect("an answer through BIND");
     assert_ne!(any.head.rcode(), 0, "{:?}", any.head);
+    assert!(dnsd.stat("rules.held_answered") >= 3, "{:?}", dnsd.stats());
 }

@@ -75,9 +75,11 @@ pub enum Step {
     /// a flooder's NXDOMAIN), within the suspects' budget per source prefix (past it: a
     /// counted drop). A real client retries over TCP and is served.
     Truncate,
-    /// As [`Step::Truncate`], outside the suspects' budget and RRL: the UDP of a source its
-    /// tenant's rules hold (`dns_hold = "truncate"`), sent to TCP where the rules decide
-    /// query by query — a forwarder held for one user keeps serving the others.
+    /// As [`Step::Truncate`], outside the suspects' budget and RRL: a UDP answer to a
+    /// source its tenant's rules hold (`dns_hold = "truncate"`) for a name that does not
+    /// exist or a wildcard's, sent to TCP where its connections are counted — its answers
+    /// for names that exist go back whole, so a forwarder held for one user keeps serving
+    /// the others.
     Held,
 }
 
@@ -160,6 +162,9 @@ pub struct Parsed<'a> {
     /// The source is a suspect (unproven evidence in the block map): `Dns`, every UDP query
     /// without a valid cookie is truncated; `Nxdomain`, only its NXDOMAIN answers are.
     pub suspect: Option<Scope>,
+    /// Held for its tenant by the rules (`dns_hold = "truncate"`): over UDP only an answer
+    /// for a name that exists goes back whole, anything else TC=1.
+    pub held: bool,
 }
 
 impl<'a> Parsed<'a> {
@@ -187,6 +192,7 @@ impl<'a> Parsed<'a> {
             cookie_out: None,
             exempt: false,
             suspect,
+            held: false,
         }
     }
 }
@@ -231,6 +237,8 @@ pub struct Answered<'a> {
     /// referrals answer no type, so that random qtypes cannot spread one flood over many
     /// accounts — BIND counts them so).
     pub qtype: u16,
+    /// Made from a wildcard: the name asked need not exist (random names answer too).
+    pub wildcard: bool,
 }
 
 /// One module of the pipeline: each point defaults to [`Step::Continue`].

@@ -618,6 +618,7 @@ impl Processor {
                     zone_idx.map(|i| zones.tenant(i)),
                 )
             }),
+            held: false,
         };
         if let Some(p) = &mut self.plan
             && signer.is_none()
@@ -633,6 +634,7 @@ impl Processor {
                         key: b"",
                         rcode: rcode::BADCOOKIE,
                         qtype: 0,
+                        wildcard: false,
                     };
                     if let Step::Drop(why) = p.after_answer(&parsed, &a) {
                         return self.act(
@@ -758,6 +760,7 @@ impl Processor {
                 } else {
                     0
                 },
+                wildcard: matches!(ans.synth, internet::Synth::Wildcard(_)),
             };
             if let Some(acct) = &mut self.rrl_account {
                 acct.push(a.class as u8);
@@ -896,6 +899,7 @@ impl Processor {
             key: b"",
             rcode: rc,
             qtype: 0,
+            wildcard: false,
         };
         match p.after_answer(&parsed, &a) {
             Step::Continue | Step::Refuse(_) => None,

@@ -45,15 +45,19 @@ impl Prepared {
         // A source escalated for this tenant alone: nothing more from its zones or sites but
         // what its allow lists and allow rules let through — its rules walked only when some
         // rule allows (a held flood costs a lookup, and feeds no limiter). In DNS with
-        // `dns_hold = "truncate"` its UDP is answered TC=1 and its TCP goes through the rules
-        // as any source's: a forwarder is held for its users' queries, and serves the rest
-        // of them over TCP (refused there too, one user cut its users off the tenant).
+        // `dns_hold = "truncate"` its TCP goes through the rules as any source's and so does
+        // its UDP, marked held ([`Verdict::dns_held`]): only an answer for a name that
+        // exists goes back whole, anything else TC=1 — a forwarder is held for its users'
+        // queries and serves the rest of them, most over UDP (refused, one user cut its users
+        // off the tenant; truncated whole, a forwarder that opens a TCP connection per query
+        // ran out of connections under load).
         // In HTTP with `http_hold = "challenge"` its requests are challenged, and one with a
         // clearance earned since the hold began goes through the rules: a page can make any
         // visitor's browser send what escalates (an `<img>` under `no-referrer` says nothing
         // of where it came from). Where the tenant asks for the block map, only a browser's
         // requests are held (a client that is no browser escalates into the map as asked).
         let mut walked = None;
+        let mut dns_held = false;
         if let (Some(e), Some(tbl)) = (&t.escalate, &state.tenant_scoped)
             && e.may_hold(state.http)
             && !(e.dns_truncate && !state.http && req.evidence() == Evidence::Tcp)
@@ -64,36 +68,36 @@ impl Prepared {
             if let Some(v) = self.allowed_source(t, src) {
                 return v;
             }
-            if t.allow_rules {
-                let v = self.evaluate(t, state, src, req, now);
-                if v.action == Action::Allow {
-                    return v;
+            if !state.http && e.dns_truncate {
+                dns_held = true;
+            } else {
+                if t.allow_rules {
+                    let v = self.evaluate(t, state, src, req, now);
+                    if v.action == Action::Allow {
+                        return v;
+                    }
+                    // Walked once: a cleared request's verdict below is this one (walked
+                    // twice, its rate limits were charged twice).
+                    walked = Some(v);
                 }
-                // Walked once: a cleared request's verdict below is this one (walked twice,
-                // its rate limits were charged twice).
-                walked = Some(v);
-            }
-            if !state.http {
-                return Verdict {
-                    dns_truncate: e.dns_truncate,
-                    ..Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str())
-                };
-            }
-            if !e.http_challenge {
-                return Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str());
-            }
-            // A clearance from before the hold lifts nothing: one solve would have cleared
-            // every later hold of its /24 for as long as it lasts.
-            let since =
-                u64::from(until.saturating_sub(e.ttl.as_secs().min(u64::from(u32::MAX)) as u32));
-            if !req.cleared_since(0, since) {
-                return Verdict::new(Action::Challenge, codes::ESCALATED, e.reason.as_str());
+                if !state.http || !e.http_challenge {
+                    return Verdict::new(Action::Deny, codes::ESCALATED, e.reason.as_str());
+                }
+                // A clearance from before the hold lifts nothing: one solve would have
+                // cleared every later hold of its /24 for as long as it lasts.
+                let since = u64::from(
+                    until.saturating_sub(e.ttl.as_secs().min(u64::from(u32::MAX)) as u32),
+                );
+                if !req.cleared_since(0, since) {
+                    return Verdict::new(Action::Challenge, codes::ESCALATED, e.reason.as_str());
+                }
             }
         }
         let v = match walked {
             Some(v) => v,
             None => self.evaluate(t, state, src, req, now),
         };
+        let v = Verdict { dns_held, ..v };
         match (&t.escalate, v.action) {
             (Some(e), Action::Deny) if e.on_deny => escalate(t, e, state, src, req, now, v),
             // A shared bucket (rate.key) says nothing about this source: no escalation.
@@ -317,7 +321,7 @@ fn escalate<R: Request + ?Sized>(
     {
         let hold = (t.id, t.hold_gen, key.2);
         if tbl.live(&hold, secs(now)) {
-            // Held already (its TCP goes through the rules with `dns_hold = "truncate"`):
+            // Held already (its queries go through the rules with `dns_hold = "truncate"`):
             // not held again — one source's pipelined denies took every place of the list
             // `ctl block` lifts from, and kept its hold from ever lapsing.
             return v;

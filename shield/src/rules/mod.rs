@@ -442,9 +442,10 @@ pub struct Verdict {
     /// A rate limit counted in a bucket shared beyond this source (`rate.key`, e.g. a JA4
     /// that anyone can send): it says nothing about the source, so it never escalates it.
     pub shared: bool,
-    /// DNS: a deny of a source held for the tenant that is answered TC=1 over UDP (never
-    /// more bytes than the query), so that a forwarder's users are served over TCP.
-    pub dns_truncate: bool,
+    /// DNS: the UDP (or cookie) query of a source held for the tenant (`dns_hold =
+    /// "truncate"`), walked through the rules as any source's: unless they deny it, only an
+    /// answer for a name that exists goes back whole, anything else TC=1.
+    pub dns_held: bool,
 }
 
 impl Verdict {
@@ -459,7 +460,7 @@ impl Verdict {
         slip: DEFAULT_SLIP,
         difficulty: 0,
         shared: false,
-        dns_truncate: false,
+        dns_held: false,
     };
 
     pub(crate) fn new(action: Action, code: u16, reason: &str) -> Self {
@@ -473,7 +474,7 @@ impl Verdict {
             slip: DEFAULT_SLIP,
             difficulty: 0,
             shared: false,
-            dns_truncate: false,
+            dns_held: false,
         }
     }
 }

@@ -168,8 +168,9 @@ impl RuleState {
     }
 
     /// The same state, whose escalations hold for the escalating tenant alone (dnsd): a
-    /// proven source over a tenant's threshold is held for that tenant's zones (its UDP
-    /// answered TC=1 and its TCP as the rules say, or nothing with `dns_hold = "refuse"`),
+    /// proven source over a tenant's threshold is held for that tenant's zones (its queries
+    /// as the rules say, over UDP whole only for names that exist, or nothing with
+    /// `dns_hold = "refuse"`),
     /// and every other tenant's answers as before; forged (unproven) packets escalate
     /// nothing, left to RRL. A tenant's `escalate = { dns = "block_map" }` keeps the block
     /// map (every zone, XDP, the fleet).

@@ -833,25 +833,29 @@ when = [{ attr = "qtype", exact = "ANY" }]
         .map(|_| p.check(&s, 1, bad, &any(Evidence::Tcp), NOW).escalated)
         .collect();
     assert_eq!(v, [Escalated::No, Escalated::No, Escalated::Blocked]);
-    // A held source's verdict for `A` from `tenant` over each of `over`: held, and whether
-    // answered TC=1.
-    let held = |tenant, over: &[Evidence], truncate| {
+    // Held over UDP (`dns_hold = "truncate"`, the default): through the rules as any
+    // source's, marked held (dnsd sends back whole only answers for names that exist);
+    // what they deny stays denied. Over TCP the rules decide as for any source, unmarked.
+    for e in [Evidence::Udp, Evidence::Cookie] {
+        let v = p.check(&s, 1, bad, &a(e), NOW);
+        assert_eq!((v.action, v.dns_held), (Action::Pass, true), "{e:?}");
+        let v = p.check(&s, 1, bad, &any(e), NOW);
+        assert_eq!((v.action, v.reason.as_str()), (Action::Deny, "no"), "{e:?}");
+        assert_eq!(v.escalated, Escalated::No, "{e:?}");
+    }
+    let v = p.check(&s, 1, bad, &a(Evidence::Tcp), NOW);
+    assert_eq!((v.action, v.dns_held), (Action::Pass, false));
+    // A held source's verdict for `A` from `tenant` over each of `over`: refused.
+    let held = |tenant, over: &[Evidence]| {
         for &e in over {
             let v = p.check(&s, tenant, bad, &a(e), NOW);
             assert_eq!(
-                (v.action, v.code, v.dns_truncate),
-                (Action::Deny, codes::ESCALATED, truncate),
+                (v.action, v.code, v.dns_held),
+                (Action::Deny, codes::ESCALATED, false),
                 "tenant {tenant} {e:?}"
             );
         }
     };
-    // Held over UDP, answered TC=1 (`dns_hold = "truncate"`, the default); over TCP the
-    // rules decide as for any source (a forwarder serves its other users there).
-    held(1, &[Evidence::Udp, Evidence::Cookie], true);
-    assert_eq!(
-        p.check(&s, 1, bad, &a(Evidence::Tcp), NOW).action,
-        Action::Pass
-    );
     let v = p.check(&s, 1, bad, &any(Evidence::Tcp), NOW);
     assert_eq!((v.action, v.reason.as_str()), (Action::Deny, "no"));
     // ... and while held, its denies over TCP do not hold it again: 30 of them, 10
@@ -865,7 +869,7 @@ when = [{ attr = "qtype", exact = "ANY" }]
     for _ in 0..3 {
         p.check(&s, 4, bad, &any(Evidence::Tcp), NOW);
     }
-    held(4, &[Evidence::Udp, Evidence::Tcp, Evidence::Cookie], false);
+    held(4, &[Evidence::Udp, Evidence::Tcp, Evidence::Cookie]);
     assert_eq!(
         p.check(&s, 2, bad, &a(Evidence::Udp), NOW).action,
         Action::Pass
@@ -900,7 +904,7 @@ when = [{ attr = "qtype", exact = "ANY" }]
     let st = rs.stats();
     assert_eq!(
         (st.escalations, st.suspects, st.unproven_ignored),
-        (3, 0, 10)
+        (3, 0, 11)
     );
     let e = Prepared::parse(
         Path::new("t.toml"),
@@ -935,8 +939,8 @@ when = [{ attr = "qtype", exact = "ANY" }]
     }
 }
 
-/// A DNS query of type `.0` over UDP with a valid cookie (proven, and held over UDP), for
-/// the hold tests.
+/// A DNS query of type `.0` over UDP with a valid cookie (proven, and marked held over UDP),
+/// for the hold tests.
 struct Q(&'static str);
 
 impl Request for Q {
@@ -968,15 +972,16 @@ fn a_tenant_escalation_yields_to_allow_lists_and_a_changed_rules_file() {
         rs.check(1, src, &Q("ANY"), NOW).escalated,
         Escalated::Blocked
     );
-    assert_eq!(rs.check(1, src, &Q("A"), NOW).code, codes::ESCALATED);
+    assert!(rs.check(1, src, &Q("A"), NOW).dns_held);
     // The same file again: still held.
     rs.store(prepared(&text("")));
-    assert_eq!(rs.check(1, src, &Q("A"), NOW).code, codes::ESCALATED);
+    assert!(rs.check(1, src, &Q("A"), NOW).dns_held);
     // The source allowed: let through, and the changed file lifted the escalation too.
     rs.store(prepared(&text("\"198.51.100.8/32\"")));
     assert_eq!(rs.check(1, src, &Q("ANY"), NOW).action, Action::Allow);
     rs.store(prepared(&text("")));
-    assert_eq!(rs.check(1, src, &Q("A"), NOW).action, Action::Pass);
+    let v = rs.check(1, src, &Q("A"), NOW);
+    assert_eq!((v.action, v.dns_held), (Action::Pass, false));
 }
 
 /// A new rules file lifts the holds of the tenants whose rules it changed, and only those:
@@ -1000,7 +1005,7 @@ fn a_reload_lifts_the_holds_of_the_tenants_it_changed() {
     };
     let rs = RuleSet::new(prepared(&text("", "")), s);
     let src = ip("198.51.100.9");
-    let held = |t| rs.check(t, src, &Q("A"), NOW).code == codes::ESCALATED;
+    let held = |t| rs.check(t, src, &Q("A"), NOW).dns_held;
     for t in [1, 2, 3] {
         assert_eq!(
             rs.check(t, src, &Q("ANY"), NOW).escalated,
@@ -1045,7 +1050,7 @@ fn a_list_file_edit_lifts_holds_and_a_revert_brings_none_back() {
         RuleState::new(&cfg, None).scoped_to_tenants(&cfg),
     );
     let src = ip("198.51.100.9");
-    let held = || rs.check(1, src, &Q("A"), NOW).code == codes::ESCALATED;
+    let held = || rs.check(1, src, &Q("A"), NOW).dns_held;
     let epoch = rs.hold_epoch();
     assert_eq!(
         rs.check(1, src, &Q("ANY"), NOW).escalated,

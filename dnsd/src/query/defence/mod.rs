@@ -6,7 +6,7 @@
 //! | block map | [`block`] | `on_accept`, `before_parse` |
 //! | DNS cookies (RFC 7873, 9018) | [`cookies`] | `after_parse` |
 //! | suspects (unproven evidence: TC=1) | [`suspects`] | `after_parse`, `after_answer` |
-//! | shield rules (the tenant's) | [`rules`] | `after_parse` |
+//! | shield rules (the tenant's) | [`rules`] | `after_parse`, `after_answer` (held sources) |
 //! | random-subdomain flood | [`random_subdomain`] | `after_answer` |
 //! | response rate limiting | [`rrl`] | `after_answer` |
 //!
@@ -240,6 +240,7 @@ impl shield::metrics::Source for Shared {
                 ("rate_limited", &c.rate_limited),
                 ("slipped", &c.slipped),
                 ("held_truncated", &c.held_truncated),
+                ("held_answered", &c.held_answered),
                 ("allowed", &c.allowed),
                 ("escalated", &c.escalated),
                 ("suspected", &c.suspected),
@@ -248,7 +249,7 @@ impl shield::metrics::Source for Shared {
                     format!("rules.{what}"),
                     "dnsd_rules_verdicts_total",
                     format!("outcome=\"{what}\""),
-                    "Queries by what a shield rule made of them (dropped and refused: deny; rate_limited and slipped: over a rule's rate; held_truncated: a held source's UDP answered TC=1).",
+                    "Queries by what a shield rule made of them (dropped and refused: deny; rate_limited and slipped: over a rule's rate; held_truncated: a held source's UDP answered TC=1, for a name that does not exist or a wildcard's; held_answered: whole, for a name that exists).",
                     l(v),
                 );
             }
@@ -375,6 +376,7 @@ impl Plan {
     #[inline(always)]
     pub fn after_answer(&mut self, p: &Parsed<'_>, a: &Answered<'_>) -> Step {
         let env = &mut self.env;
+        step!(self.rules.as_mut().map(|m| m.after_answer(env, p, a)));
         step!(self.suspects.as_mut().map(|m| m.after_answer(env, p, a)));
         step!(
             self.random_subdomain

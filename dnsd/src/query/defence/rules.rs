@@ -7,11 +7,12 @@
 //! | `challenge` | over UDP without a valid server cookie: TC=1, or BADCOOKIE to a cookie client; over TCP or with a valid cookie the query passes |
 //! | `rate_limit` | over the rule's (or the tenant's) rate, per source prefix: dropped, one in `slip` answered TC=1 as RRL slips (over TCP, DoT and DoQ: REFUSED) |
 //! | `allow` | answered, exempt from RRL and the random-subdomain defence |
-//! | held (`escalate`, `dns = "tenant"`) | over UDP: TC=1 (`dns_hold = "truncate"`, the default), over TCP, DoT and DoQ the rules as for any source; `dns_hold = "refuse"`: as a deny |
+//! | held (`escalate`, `dns = "tenant"`) | the rules as for any source, and over UDP only an answer for a name that exists (or a referral) whole, anything else TC=1 (`dns_hold = "truncate"`, the default); `dns_hold = "refuse"`: as a deny |
 //!
 //! `escalate` holds a source proven over TCP or by a valid cookie for the tenant's zones (the
-//! default, `dns = "tenant"`: its UDP answered TC=1, its TCP as the rules say, with
-//! `dns_hold = "truncate"`), held once until the hold lapses; unproven UDP escalates nothing.
+//! default, `dns = "tenant"`: its UDP answered whole only for names that exist, the rest
+//! TC=1, with `dns_hold = "truncate"`), held once until the hold lapses; unproven UDP
+//! escalates nothing.
 //! With `dns = "block_map"` it goes into the block map through the engine, as in http-front,
 //! on the query's evidence ([`Parsed::evidence`]): over TCP blocked (every packet), by a
 //! valid cookie blocked for DNS over UDP, unproven UDP only a suspect in that tenant's zones
@@ -28,7 +29,9 @@ use shield::rules::{Action, Escalated, LocalRules, Now, Request, attr};
 
 use super::Shared;
 use crate::observe::counters::DropCause;
-use crate::query::module::{CookieStatus, Env, Parsed, QueryModule, Step, Transport};
+use crate::query::module::{
+    AnswerClass, Answered, CookieStatus, Env, Parsed, QueryModule, Step, Transport,
+};
 
 /// The rule engine's counters in dnsd, by what the query got.
 #[derive(Debug, Default)]
@@ -43,8 +46,11 @@ pub struct Counters {
     pub rate_limited: AtomicU64,
     /// Over a rule's rate: slipped (TC=1).
     pub slipped: AtomicU64,
-    /// Held for the tenant (`dns_hold = "truncate"`): UDP answered TC=1.
+    /// Held for the tenant (`dns_hold = "truncate"`): UDP answered TC=1 (a name that does
+    /// not exist, a wildcard's answer, an error).
     pub held_truncated: AtomicU64,
+    /// Held for the tenant: UDP answered whole (a name that exists, NODATA, a referral).
+    pub held_answered: AtomicU64,
     /// Allowed (exempt from the rate defences).
     pub allowed: AtomicU64,
     /// Sources blocked by a rule's escalation (proven: TCP or a valid cookie).
@@ -196,7 +202,10 @@ impl QueryModule for Module {
             Escalated::No | Escalated::Refused => {}
         }
         match v.action {
-            Action::Pass => Step::Continue,
+            Action::Pass => {
+                p.held = v.dns_held && p.transport == Transport::Udp;
+                Step::Continue
+            }
             Action::Allow => {
                 bump(&c.allowed);
                 p.exempt = true;
@@ -204,10 +213,6 @@ impl QueryModule for Module {
             }
             Action::Deny => {
                 event(EventAction::Denied);
-                if v.dns_truncate && p.transport == Transport::Udp {
-                    bump(&c.held_truncated);
-                    return Step::Held;
-                }
                 match v.dns_rcode {
                     Some(rc) => {
                         bump(&c.refused);
@@ -227,6 +232,7 @@ impl QueryModule for Module {
             }
             Action::Challenge => {
                 if p.transport == Transport::Tcp || p.cookie == CookieStatus::Valid {
+                    p.held = v.dns_held && p.transport == Transport::Udp;
                     return Step::Continue;
                 }
                 bump(&c.challenged);
@@ -251,6 +257,31 @@ impl QueryModule for Module {
                     Step::Drop(DropCause::Rules)
                 }
             }
+        }
+    }
+
+    /// A held source's UDP answer: whole for a name that exists, NODATA too (a forwarder's
+    /// other users are served without a TCP connection each, and a flood of these is
+    /// bounded by the zone's names), TC=1 for what an attacker can vary without end —
+    /// NXDOMAIN, a wildcard's answer, an error — so that it comes back over TCP, where its
+    /// connections are counted.
+    #[inline]
+    fn after_answer(&mut self, _env: &mut Env, p: &Parsed<'_>, a: &Answered<'_>) -> Step {
+        if !p.held {
+            return Step::Continue;
+        }
+        let exists = match a.class {
+            AnswerClass::Answer => !a.wildcard,
+            AnswerClass::Referral => true,
+            AnswerClass::NxDomain | AnswerClass::Error => false,
+        };
+        let c = &self.shared.rule_counters;
+        if exists {
+            bump(&c.held_answered);
+            Step::Continue
+        } else {
+            bump(&c.held_truncated);
+            Step::Held
         }
     }
 }

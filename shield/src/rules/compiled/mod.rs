@@ -42,8 +42,9 @@ pub(crate) struct Escalation {
     /// directly: no resolver relays for them).
     pub(crate) count_relayed: bool,
     /// DNS, held for the tenant (`dns_hold = "truncate"`, the default): the held source's
-    /// UDP is answered TC=1 and its TCP, DoT and DoQ go through the rules as any source's —
-    /// a forwarder held for one user's queries keeps serving the others over TCP.
+    /// queries go through the rules as any source's, and over UDP only its answers for names
+    /// that exist go back whole (the rest TC=1) — a forwarder held for one user's queries
+    /// keeps serving the others.
     pub(crate) dns_truncate: bool,
     /// HTTP, held for the tenant (`http_hold = "challenge"`, the default): the held source's
     /// requests are challenged, and one with a valid clearance goes through the rules — a
