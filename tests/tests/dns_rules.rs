@@ -590,7 +590,20 @@ fn ctl_reload_refuses_a_bad_rules_file_with_its_position_and_keeps_the_old_rules
         |name: &str| ask(server, src, name, TYPE_ANY, &udp).map(|m| m.rcode()) == Some(REFUSED);
     assert!(refused("example.com."));
 
-    // A regex that does not compile, on line 5.
+    // A regex that does not compile, on line 5 — in the same reload as a new zone of the
+    // tenant: the whole reload is refused (the zone was served under no rules).
+    let extra = dir.path().join("extra.example.zone");
+    std::fs::write(
+        &extra,
+        "$TTL 300\n@ SOA ns1 h 1 7200 3600 1209600 300\n@ NS ns1\nns1 A 192.0.2.1\nwww A 10.9.9.9\n",
+    )
+    .unwrap();
+    let mut cfg = std::fs::read_to_string(dnsd.config_path()).unwrap();
+    cfg.push_str(&format!(
+        "\n[[zone]]\norigin = \"extra.example.\"\nfile = \"{}\"\ntenant = 7\n",
+        extra.display()
+    ));
+    std::fs::write(dnsd.config_path(), cfg).unwrap();
     std::fs::write(
         &file,
         "[[tenant]]\nid = 7\n\n[[tenant.rule]]\nname = \"x\"\naction = \"deny\"\nwhen = [{ attr = \"qname\", regex = \"(unclosed\" }]\n",
@@ -599,10 +612,19 @@ fn ctl_reload_refuses_a_bad_rules_file_with_its_position_and_keeps_the_old_rules
     let (ok, out) = dnsd.ctl(&["reload"]);
     assert!(!ok, "a bad rules file must fail the reload: {out}");
     assert!(
-        out.contains("rules.toml:7:"),
+        out.contains("rules.toml:7:") && out.contains("reload refused"),
         "the error names file:line:col: {out}"
     );
+    assert!(
+        !out.contains("added"),
+        "nothing of the config applied: {out}"
+    );
     assert!(refused("example.com."), "the running rules keep serving");
+    assert_eq!(
+        ask(server, src, "www.extra.example.", TYPE_A, &udp).map(|m| m.rcode()),
+        Some(REFUSED),
+        "the new zone is not served under no rules"
+    );
     assert_eq!(
         metric(&dnsd, "palisade_rules_reloads_total", "result=\"failed\""),
         1
@@ -620,6 +642,10 @@ fn ctl_reload_refuses_a_bad_rules_file_with_its_position_and_keeps_the_old_rules
         !refused("example.com.")
     });
     assert!(ask(server, src, "www.example.com.", TYPE_TXT, &udp).is_none());
+    wait_for("the new zone", Duration::from_secs(5), || {
+        answered(&ask(server, src, "www.extra.example.", TYPE_A, &udp))
+    });
+    assert!(ask(server, src, "www.extra.example.", TYPE_TXT, &udp).is_none());
     assert!(answered(&ask(
         server,
         src,
@@ -629,8 +655,23 @@ fn ctl_reload_refuses_a_bad_rules_file_with_its_position_and_keeps_the_old_rules
     )));
     assert!(!out.contains("warning"), "{out}");
 
-    // A file without the zone's tenant applies, and the reload says which zone lost its rules.
+    // A file without the zone's tenant applies, and the reload says which zone lost its rules
+    // (as check-config does).
     std::fs::write(&file, "[[tenant]]\nid = 8\n").unwrap();
+    let check = std::process::Command::new(palisade_tests::bin("dnsd"))
+        .arg("check-config")
+        .arg("-c")
+        .arg(dnsd.config_path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        check.status.success()
+            && said.contains(
+                "warning: zone example.com. names tenant 7, which the rules file does not have"
+            ),
+        "{said}"
+    );
     let (ok, out) = dnsd.ctl(&["reload"]);
     assert!(ok, "{out}");
     assert!(

@@ -41,6 +41,19 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 Ok(c)
             }) {
             Ok(c) => {
+                // The rules first: a reload whose rules are refused changes nothing (else a
+                // new zone of a tenant whose rules were refused was served under none).
+                let rules = match prepare_rules(shared, &c).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        return Reply {
+                            ok: false,
+                            text: format!(
+                                "reload refused, the running config, zones and rules keep serving: {e}\n"
+                            ),
+                        };
+                    }
+                };
                 shared.xfr.set_policies(&c);
                 // Members of consumed catalogs are not in the file: their policies stay, while
                 // their catalog is still consumed (the registry drops the others' members).
@@ -58,7 +71,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 };
                 shared.xfr.set_zone_policies(&members);
                 reload_cookie_secrets(shared, &c);
-                rules_note = reload_rules(shared, &c).await;
+                rules_note = install_rules(shared, &c, rules);
                 let mut tls_warning = None;
                 if let Some(t) = &shared.tls
                     && let (Some(cert), Some(key)) = (&c.server.tls_cert, &c.server.tls_key)
@@ -287,49 +300,61 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
     Reply { ok, text }
 }
 
-/// Re-reads the rules file of `c` (off the runtime's threads: compiling may take a while);
-/// `(false, why)` when it was refused and the running rules stay.
-async fn reload_rules(shared: &Arc<State>, c: &Config) -> Option<(bool, String)> {
-    let rc = c.rules.as_ref()?;
+/// The rules a reload installs: none (`c` has no `[rules]`), none until a restart (the
+/// running dnsd has none), or these, compiled.
+enum Rules {
+    Unchanged,
+    NeedRestart,
+    Ready(shield::rules::Prepared),
+}
+
+/// Reads and compiles the rules file of `c` (off the runtime's threads: compiling may take a
+/// while), installing nothing; `Err(why)` when they are refused.
+async fn prepare_rules(shared: &Arc<State>, c: &Config) -> Result<Rules, String> {
+    let Some(rc) = c.rules.as_ref() else {
+        return Ok(Rules::Unchanged);
+    };
     let Some(set) = shared.defence.rules.clone() else {
-        return Some((
-            false,
-            "rules: [rules] was added to the config; restart dnsd to evaluate them\n".into(),
-        ));
+        return Ok(Rules::NeedRestart);
     };
     let file = rc.file.clone();
     // Checked against the block policy this reload installs.
     let min = (c.block.min_prefix_v4, c.block.min_prefix_v6);
+    tokio::task::spawn_blocking(move || set.prepare_under(&file, Some(min)))
+        .await
+        .map_err(|e| e.to_string())?
+        .map(Rules::Ready)
+        .map_err(|e| format!("rules {}: {e}", rc.file.display()))
+}
+
+/// Installs what [`prepare_rules`] made of `c`'s rules; what the answer says of them.
+fn install_rules(shared: &Arc<State>, c: &Config, rules: Rules) -> Option<(bool, String)> {
+    let rc = c.rules.as_ref()?;
+    let p = match rules {
+        Rules::Unchanged => return None,
+        Rules::NeedRestart => {
+            return Some((
+                false,
+                "rules: [rules] was added to the config; restart dnsd to evaluate them\n".into(),
+            ));
+        }
+        Rules::Ready(p) => p,
+    };
+    let set = shared.defence.rules.as_ref()?;
     // A tenant may gain rules: its zones leave the XDP fast path before the rules apply, and
     // nothing is compiled for XDP until they do (else the old rules' compilation answered
     // for one more compilation what the new ones deny).
     let paused = shared.xdp_answers.as_ref().map(|a| a.paused());
-    let r = tokio::task::spawn_blocking(move || {
-        set.reload_under(&file, Some(min))
-            .map_err(|e| e.to_string())
-    })
-    .await
-    .unwrap_or_else(|e| Err(e.to_string()));
-    if r.is_ok() {
-        shared.sync_global_lists();
-    }
+    set.install(&rc.file, p);
+    shared.sync_global_lists();
     drop(paused);
-    Some(match r {
-        Ok(()) => {
-            let mut out = format!("rules: {} reloaded\n", rc.file.display());
-            let p = shared.defence.rules.as_ref().map(|r| r.current());
-            let has = p.as_ref().map(|p| move |t| p.declares(t));
-            for w in c.unknown_tenants(has.as_ref().map(|h| h as &dyn Fn(u32) -> bool)) {
-                tracing::warn!("{w}");
-                out.push_str(&format!("warning: {w}\n"));
-            }
-            (true, out)
-        }
-        Err(e) => (
-            false,
-            format!("rules refused, the running rules keep serving: {e}\n"),
-        ),
-    })
+    let mut out = format!("rules: {} reloaded\n", rc.file.display());
+    let current = set.current();
+    for w in c.unknown_tenants(Some(&|t| current.declares(t))) {
+        tracing::warn!("{w}");
+        out.push_str(&format!("warning: {w}\n"));
+    }
+    Some((true, out))
 }
 
 /// Installs `c`'s shared cookie secrets when they changed (a shared secret is rotated by

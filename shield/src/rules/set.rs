@@ -316,6 +316,19 @@ impl RuleSet {
         path: &Path,
         min_prefix: Option<(u8, u8)>,
     ) -> Result<(), RulesError> {
+        let p = self.prepare_under(path, min_prefix)?;
+        self.install(path, p);
+        Ok(())
+    }
+
+    /// Loads and compiles `path` as [`reload_under`](Self::reload_under) does, without
+    /// installing it (a reload that must refuse as a whole when the rules do); a failure is
+    /// counted and logged.
+    pub fn prepare_under(
+        &self,
+        path: &Path,
+        min_prefix: Option<(u8, u8)>,
+    ) -> Result<Prepared, RulesError> {
         let loaded = Prepared::load(path).and_then(|p| {
             let min = min_prefix.or_else(|| {
                 self.state.blocks.as_ref().map(|b| {
@@ -328,18 +341,16 @@ impl RuleSet {
             }
             Ok(p)
         });
-        match loaded {
-            Ok(p) => {
-                tracing::info!(path = %path.display(), tenants = p.tenant_count(), "rules reloaded");
-                self.store(p);
-                Ok(())
-            }
-            Err(e) => {
-                self.reload_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(error = %e, "rules refused; keeping the last good rules");
-                Err(e)
-            }
-        }
+        loaded.inspect_err(|e| {
+            self.reload_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %e, "rules refused; keeping the last good rules");
+        })
+    }
+
+    /// Swaps in rules [`prepare_under`](Self::prepare_under) compiled from `path`.
+    pub fn install(&self, path: &Path, p: Prepared) {
+        tracing::info!(path = %path.display(), tenants = p.tenant_count(), "rules reloaded");
+        self.store(p);
     }
 
     /// Evaluates `tenant`'s current rules for a request from `src` (see [`Prepared::check`]).
