@@ -305,7 +305,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
 enum Rules {
     Unchanged,
     NeedRestart,
-    Ready(shield::rules::Prepared),
+    Ready(Box<shield::rules::Prepared>),
 }
 
 /// Reads and compiles the rules file of `c` (off the runtime's threads: compiling may take a
@@ -323,7 +323,7 @@ async fn prepare_rules(shared: &Arc<State>, c: &Config) -> Result<Rules, String>
     tokio::task::spawn_blocking(move || set.prepare_under(&file, Some(min)))
         .await
         .map_err(|e| e.to_string())?
-        .map(Rules::Ready)
+        .map(|p| Rules::Ready(Box::new(p)))
         .map_err(|e| format!("rules {}: {e}", rc.file.display()))
 }
 
@@ -345,7 +345,7 @@ fn install_rules(shared: &Arc<State>, c: &Config, rules: Rules) -> Option<(bool,
     // nothing is compiled for XDP until they do (else the old rules' compilation answered
     // for one more compilation what the new ones deny).
     let paused = shared.xdp_answers.as_ref().map(|a| a.paused());
-    set.install(&rc.file, p);
+    set.install(&rc.file, *p);
     shared.sync_global_lists();
     drop(paused);
     let mut out = format!("rules: {} reloaded\n", rc.file.display());
