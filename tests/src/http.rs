@@ -322,6 +322,11 @@ pub fn base_config(addr: SocketAddr, metrics: SocketAddr, origin: SocketAddr) ->
 }
 
 impl Front {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Starts http-front with the config `make(addr, metrics_addr)` returns and the rules file
     /// `rules` (written as `rules.toml` next to it when given); panics when it does not become ready.
     pub fn start(make: impl Fn(SocketAddr, SocketAddr) -> String, rules: Option<&str>) -> Front {

@@ -28,9 +28,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use hyper::body::{Body, Frame, SizeHint};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::time::{Instant, sleep_until};
 
 use super::{BoxError, RespBody};
@@ -86,6 +86,8 @@ struct Shared {
     room: Semaphore,
     /// Bytes the client has taken.
     taken: AtomicU64,
+    /// Told each time the client takes a piece (gathered bytes may go on).
+    took: Notify,
 }
 
 /// Bytes reserved from the global budget, given back when the relay ends.
@@ -185,6 +187,7 @@ pub fn relay(
     let shared = Arc::new(Shared {
         room: Semaphore::new(window),
         taken: AtomicU64::new(0),
+        took: Notify::new(),
     });
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(run(
@@ -223,23 +226,33 @@ async fn run(
     _reservation: Option<Reservation>,
     waiting: crate::conn_registry::SourceWaiting,
 ) {
+    let mut gather = Gather::default();
+    // What the client had taken when the last short piece was sent.
+    let mut flushed_at = u64::MAX;
     let end = loop {
-        let frame = tokio::select! {
-            f = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)) => f,
+        // Gathered bytes go on at once while the client keeps up (nothing of ours waits for
+        // it, or it took something since the last short piece); else they wait to be
+        // GATHER long: an unread response is a few large pieces, never many small ones.
+        let keeping_up = shared.room.available_permits() >= window as usize
+            || shared.taken.load(Ordering::Relaxed) != flushed_at;
+        let next = tokio::select! {
+            f = std::future::poll_fn(|cx| gather.poll_next(&mut body, keeping_up, cx)) => f,
+            // The client took a piece: gathered bytes may go on.
+            _ = shared.took.notified() => continue,
             // The client went away: the upstream connection (not at its end) is closed.
             _ = tx.closed() => return,
         };
-        let data = match frame {
-            None => break Ok(()),
-            Some(Ok(f)) => match f.into_data() {
-                Ok(d) if !d.is_empty() => d,
-                _ => continue,
-            },
-            Some(Err(e)) => {
+        let data = match next {
+            Next::End => break Ok(()),
+            Next::Data(d) => d,
+            Next::Err(e) => {
                 let _ = tx.send(Err(e));
                 return;
             }
         };
+        if data.len() < GATHER {
+            flushed_at = shared.taken.load(Ordering::Relaxed);
+        }
         let n = u32::try_from(data.len()).unwrap_or(u32::MAX).min(window);
         if let Err(e) = room(&shared, n, &tx, &ctl, limits, false).await {
             break Err(e);
@@ -267,6 +280,71 @@ async fn run(
             tracing::debug!(ip = %ctl.ip, "{why}: response ended, connection closed");
             let _ = tx.send(Err(Box::new(why)));
             ctl.close(CloseCause::SlowReader);
+        }
+    }
+}
+
+/// Small pieces of an upstream body are gathered into buffers of this many bytes. Every
+/// piece is copied out of the read buffer it is a slice of: one byte of a chunked body kept
+/// its connection's whole read block alive (an origin sending one-byte chunks, each with a
+/// long chunk extension, made one unread response hold 1.5 GB where 1 MiB was counted, nginx
+/// 4 MB).
+const GATHER: usize = 16 * 1024;
+
+/// What the relay reads next of an upstream body.
+enum Next {
+    Data(Bytes),
+    End,
+    Err(BoxError),
+}
+
+/// An upstream body's pieces copied into buffers of the relay's own.
+#[derive(Default)]
+struct Gather {
+    acc: BytesMut,
+    /// What came after the gathered bytes, sent once they are.
+    stash: Option<Next>,
+}
+
+impl Gather {
+    /// The next piece: a large one as it came (copied), small ones gathered — sent on when
+    /// the body has no more ready and `eager` (a stream of events is never held back from a
+    /// client that keeps up), else once [`GATHER`] long.
+    fn poll_next<B>(&mut self, body: &mut B, eager: bool, cx: &mut Context<'_>) -> Poll<Next>
+    where
+        B: Body<Data = Bytes, Error = BoxError> + Unpin,
+    {
+        loop {
+            if self.acc.is_empty()
+                && let Some(n) = self.stash.take()
+            {
+                return Poll::Ready(n);
+            }
+            if self.stash.is_some() || self.acc.len() >= GATHER {
+                return Poll::Ready(Next::Data(self.acc.split().freeze()));
+            }
+            match std::pin::Pin::new(&mut *body).poll_frame(cx) {
+                Poll::Pending if eager && !self.acc.is_empty() => {
+                    return Poll::Ready(Next::Data(self.acc.split().freeze()));
+                }
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => self.stash = Some(Next::End),
+                Poll::Ready(Some(Err(e))) => self.stash = Some(Next::Err(e)),
+                Poll::Ready(Some(Ok(f))) => match f.into_data() {
+                    Ok(d) if d.is_empty() => {}
+                    Ok(d) if d.len() >= GATHER => {
+                        self.stash = Some(Next::Data(Bytes::copy_from_slice(&d)));
+                    }
+                    Ok(d) => {
+                        if self.acc.capacity() - self.acc.len() < d.len() {
+                            self.acc.reserve(GATHER);
+                        }
+                        self.acc.extend_from_slice(&d);
+                    }
+                    // Trailers are not relayed.
+                    Err(_) => {}
+                },
+            }
         }
     }
 }
@@ -385,6 +463,7 @@ impl Relayed {
                     .taken
                     .fetch_add(d.len() as u64, Ordering::Relaxed);
                 self.shared.room.add_permits(n as usize);
+                self.shared.took.notify_one();
                 if let Some(l) = &mut self.left {
                     *l = l.saturating_sub(d.len() as u64);
                 }
@@ -408,5 +487,121 @@ impl Relayed {
             Some(n) => SizeHint::with_exact(n),
             None => SizeHint::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A body of one piece.
+    struct One(Option<Bytes>);
+
+    impl Body for One {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            Poll::Ready(self.0.take().map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    /// A body of `n` one-byte pieces, each a slice of one shared buffer (as a chunked body's
+    /// bytes are slices of the connection's read block), `pending_every` pieces apart by a
+    /// `Pending` (0: never).
+    struct Slices {
+        src: Bytes,
+        at: usize,
+        n: usize,
+        pending_every: usize,
+        pended: bool,
+    }
+
+    impl Body for Slices {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            if self.at == self.n {
+                return Poll::Ready(None);
+            }
+            if self.pending_every > 0 && self.at.is_multiple_of(self.pending_every) && !self.pended
+            {
+                self.pended = true;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            self.pended = false;
+            let at = self.at;
+            self.at += 1;
+            Poll::Ready(Some(Ok(Frame::data(self.src.slice(at * 8..at * 8 + 1)))))
+        }
+    }
+
+    fn slices(n: usize, pending_every: usize) -> Slices {
+        Slices {
+            src: Bytes::from(vec![b'z'; n * 8]),
+            at: 0,
+            n,
+            pending_every,
+            pended: false,
+        }
+    }
+
+    /// Every piece sent on, and whether it shares memory with the upstream's buffer.
+    fn drain(b: &mut Slices, eager: bool) -> Vec<Bytes> {
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut g = Gather::default();
+        let mut out = Vec::new();
+        for _ in 0..1_000_000 {
+            match g.poll_next(b, eager, &mut cx) {
+                Poll::Ready(Next::Data(d)) => out.push(d),
+                Poll::Ready(Next::End) => return out,
+                Poll::Ready(Next::Err(e)) => panic!("{e}"),
+                Poll::Pending => {}
+            }
+        }
+        panic!("no end");
+    }
+
+    #[test]
+    fn pieces_never_pin_the_upstreams_buffer_and_an_unread_body_is_few_pieces() {
+        // One-byte slices, a Pending every 10: to a client that does not keep up, pieces of
+        // GATHER bytes, never a slice of the upstream's buffer.
+        let mut b = slices(100_000, 10);
+        let range = b.src.as_ptr() as usize..b.src.as_ptr() as usize + b.src.len();
+        let out = drain(&mut b, false);
+        assert_eq!(out.iter().map(Bytes::len).sum::<usize>(), 100_000);
+        assert!(out.len() <= 100_000 / GATHER + 1, "{} pieces", out.len());
+        assert!(out.iter().all(|d| !range.contains(&(d.as_ptr() as usize))));
+        // To a client that keeps up, what is ready goes on at each Pending (an event stream is
+        // never held back).
+        let mut b = slices(1000, 10);
+        let out = drain(&mut b, true);
+        assert_eq!(out.len(), 100);
+        assert!(
+            out.iter()
+                .all(|d| d.len() == 10 && d.iter().all(|&c| c == b'z'))
+        );
+        // A large piece goes on as it came, copied.
+        let big = Bytes::from(vec![b'q'; 3 * GATHER]);
+        let ptr = big.as_ptr();
+        let mut s = One(Some(big));
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut g = Gather::default();
+        match g.poll_next(&mut s, false, &mut cx) {
+            Poll::Ready(Next::Data(d)) => assert!(d.len() == 3 * GATHER && d.as_ptr() != ptr),
+            _ => panic!("the large piece"),
+        }
+        assert!(matches!(
+            g.poll_next(&mut s, false, &mut cx),
+            Poll::Ready(Next::End)
+        ));
     }
 }
