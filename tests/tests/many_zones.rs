@@ -358,3 +358,29 @@ fn zones_coming_and_going_move_no_other_zones_flood_state() {
     );
     assert_eq!(dnsd.stat("random_subdomain.zones_under_attack"), 1);
 }
+
+/// A config given by a relative path (`dnsd check-config -c conf/p.toml`) finds its zone
+/// sets' files once: they were joined to the config's directory twice
+/// (`conf/conf/zones/…`), and every zone of the set failed.
+#[test]
+fn zone_sets_of_a_config_given_by_a_relative_path_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("conf/zones")).unwrap();
+    write_zone(&d.join("conf/zones/a.test.zone"), "a.test.", 1);
+    write_zone(&d.join("conf/zones/b.test"), "b.test.", 1);
+    std::fs::write(d.join("conf/l.list"), "b.test. zones/b.test\n").unwrap();
+    std::fs::write(
+        d.join("conf/p.toml"),
+        "[[zone_set]]\ndir = \"zones\"\nsuffix = \".zone\"\n\n[[zone_set]]\nlist = \"l.list\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(palisade_tests::bin("dnsd"))
+        .args(["check-config", "-c", "conf/p.toml"])
+        .current_dir(d)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("2 zones"), "{text}");
+}

@@ -367,6 +367,17 @@ pub fn expand_sets(c: &mut Config, dir: &Path, path: &Path) -> Result<bool, Conf
         key,
         msg,
     };
+    // Absolute, so that a path already under it (a set's files) is never joined to it again
+    // (a relative config path made `conf/conf/zones/…`).
+    let abs;
+    let dir = if dir.is_relative() {
+        abs = std::env::current_dir()
+            .map_err(|e| inv("zone_set".into(), format!("the current directory: {e}")))?
+            .join(dir);
+        abs.as_path()
+    } else {
+        dir
+    };
     let mut added = Vec::new();
     {
         let t = Templates::new(c).map_err(|(k, m)| inv(k, m))?;
