@@ -107,8 +107,11 @@ fn alias_answers_agree_with_powerdns() {
         .zones(&[alias.clone(), target.clone()])
         .raw(&format!("\n[alias]\nresolver = \"{}\"\n", resolver.addr()))
         .start();
-    let cases: [(&str, u16, u32); 11] = [
+    let cases: [(&str, u16, u32); 13] = [
         ("alias.test.", T::A, 60),
+        // The ALIAS's own type: NODATA (its target is ours to know).
+        ("alias.test.", 65401, 0),
+        ("same.alias.test.", 65401, 0),
         ("alias.test.", T::AAAA, 300),
         ("same.alias.test.", T::A, 30),
         ("same.alias.test.", T::AAAA, 0),
@@ -155,7 +158,7 @@ fn alias_answers_agree_with_powerdns() {
             );
         }
     }
-    // Other types at an ALIAS are the zone's own; the ALIAS itself answers its type.
+    // Other types at an ALIAS are the zone's own.
     let (rc, data, _) = ask(dnsd.addr(), "alias.test.", T::MX);
     assert_eq!((rc, data.len()), (rcode::NOERROR, 1), "{data:?}");
     if !Pdns::available() {
@@ -197,6 +200,14 @@ fn an_alias_follows_a_reload_of_its_target_and_transfers_as_written() {
     let (_, after, ttls) = ask(dnsd.addr(), "alias.test.", T::A);
     assert_eq!(after, vec![(T::A, "198.51.100.9".to_string())]);
     assert_eq!(ttls, vec![60]);
+    // A query for the ALIAS's own type: NODATA (as PowerDNS answers; the record named a
+    // target that is ours to know).
+    let (rc, own, _) = ask(dnsd.addr(), "alias.test.", 65401);
+    assert_eq!(
+        (rc, own),
+        (0, vec![]),
+        "the ALIAS record answered as itself"
+    );
     // AXFR carries the ALIAS record itself (type 65401), not what it stands for.
     let out = std::process::Command::new("kdig")
         .args([
@@ -262,6 +273,22 @@ fn a_zone_dnsd_signs_gets_its_alias_answers_signed_and_delv_validates_them() {
         ("alias.test", "MX", "; fully validated"),
         ("a.wild.alias.test", "A", "; fully validated"),
         ("b.c.wild.alias.test", "AAAA", "; fully validated"),
+        // The ALIAS's own type: NODATA, its NSEC without the type (PowerDNS's bitmap).
+        (
+            "same.alias.test",
+            "TYPE65401",
+            "; negative response, fully validated",
+        ),
+        (
+            "alias.test",
+            "TYPE65401",
+            "; negative response, fully validated",
+        ),
+        (
+            "a.wild.alias.test",
+            "TYPE65401",
+            "; negative response, fully validated",
+        ),
     ] {
         let out = delv(name, qtype);
         assert!(

@@ -152,9 +152,13 @@ fn bitmap_should_list(zone: &Zone, id: crate::zone::NodeId, nsec: bool) -> Vec<u
         .filter(|&ty| !cut || matches!(ty, t::NS | t::DS | t::NSEC))
         .chain(signed.then_some(t::RRSIG))
         .collect();
-    // An ALIAS answers A and AAAA: an NSEC there lists them (as the signer writes it).
-    if nsec && !cut && types.contains(&t::ALIAS) {
-        types.extend_from_slice(&[t::A, t::AAAA]);
+    // An ALIAS is never answered as itself, and answers A and AAAA: an NSEC there lists
+    // those and not it (as the signer writes it, as PowerDNS does).
+    if let Some(i) = types.iter().position(|&ty| ty == t::ALIAS) {
+        types.swap_remove(i);
+        if nsec && !cut {
+            types.extend_from_slice(&[t::A, t::AAAA]);
+        }
     }
     types.sort_unstable();
     types.dedup();

@@ -303,6 +303,7 @@ pub fn sign_zone(
         let cut = node.has(flags::DELEG);
         let mut types = Vec::with_capacity(sets.len() + 4);
         let mut signed = false;
+        let mut alias = false;
         for set in &sets {
             collect(unsigned, set, &mut scratch);
             if id == 0 && set.rtype == t::ZONEMD {
@@ -327,7 +328,11 @@ pub fn sign_zone(
             } else {
                 By::Nobody
             };
-            if !cut || matches!(set.rtype, t::NS | t::DS) {
+            if set.rtype == t::ALIAS {
+                // An ALIAS is never answered as itself (a query for its type is NODATA, as
+                // PowerDNS answers): not in the bitmap, which would deny that NODATA.
+                alias = true;
+            } else if !cut || matches!(set.rtype, t::NS | t::DS) {
                 types.push(set.rtype);
             }
             signed |= by != By::Nobody;
@@ -364,7 +369,7 @@ pub fn sign_zone(
         // addresses it serves.
         // Not in an NSEC3 chain: validators reuse NSEC denials only, and there an address
         // type its target lacks could only be denied by this very record (no online NSEC3).
-        if !cut && nsec3.is_none() && types.contains(&t::ALIAS) {
+        if !cut && nsec3.is_none() && alias {
             types.extend_from_slice(&[t::A, t::AAAA]);
             types.sort_unstable();
             types.dedup();

@@ -422,8 +422,11 @@ impl<'q> Answerer<'_, '_, 'q> {
         out[0] = t::RRSIG;
         out[1] = t::NSEC;
         let mut n = 2;
+        let mut alias = false;
         for s in zone.rrsets(node) {
-            if s.rtype == t::RRSIG || s.rtype == t::NSEC || out[..n].contains(&s.rtype) {
+            // An ALIAS is never answered as itself: not listed (as PowerDNS lists it).
+            alias |= s.rtype == t::ALIAS;
+            if matches!(s.rtype, t::RRSIG | t::NSEC | t::ALIAS) || out[..n].contains(&s.rtype) {
                 continue;
             }
             *out.get_mut(n)? = s.rtype;
@@ -431,7 +434,7 @@ impl<'q> Answerer<'_, '_, 'q> {
         }
         // An ALIAS answers A and AAAA here (its zone's chain lists them): denied only the
         // one asked, which its target lacks now.
-        if out[..n].contains(&t::ALIAS) {
+        if alias {
             for ty in [t::A, t::AAAA] {
                 if ty != denied && !out[..n].contains(&ty) {
                     *out.get_mut(n)? = ty;
@@ -651,7 +654,13 @@ impl<'q> Answerer<'_, '_, 'q> {
             }
             return Kind::Answer;
         }
-        match zone.rrset(node, qtype).copied() {
+        // An ALIAS stands for the addresses it answers, never for itself (PowerDNS answers a
+        // query for its type NODATA; its target's name stays ours).
+        match zone
+            .rrset(node, qtype)
+            .copied()
+            .filter(|_| qtype != t::ALIAS)
+        {
             Some(s) => {
                 if self.put(Section::Answer, zone, node, &s, owner) && s.has_names() {
                     self.after = After::Additional(zone, s);

@@ -245,12 +245,8 @@ impl Denier {
         };
         put(&[1, 0], &mut n)?;
         put(owner, &mut n)?;
-        // Windows 0 and 1 (types below 512) and an ALIAS's: the rest is left to the
-        // chain's proof.
-        if types
-            .iter()
-            .any(|&ty| ty >= 512 && ty != zones::rrtype::t::ALIAS)
-        {
+        // Windows 0 and 1 (types below 512): the rest is left to the chain's proof.
+        if types.iter().any(|&ty| ty >= 512) {
             return Err(None);
         }
         let mut bitmap = [0u8; 3 * (2 + 32)];

@@ -518,8 +518,8 @@ mod tests {
                 .iter()
                 .any(|(k, v)| v.qname[..k.qname_len as usize] == *name && k.qtype == qtype)
         };
-        // The ALIAS's A and AAAA, and a CNAME chain ending there, are left to dnsd; the
-        // ALIAS record itself and other names are compiled.
+        // The ALIAS's A and AAAA, and a CNAME chain ending there, are left to dnsd; a query
+        // for the ALIAS's own type (NODATA) and other names are compiled.
         for name in [
             &b"\x04flat\x07example\x03com\x00"[..],
             b"\x03via\x07example\x03com\x00",
