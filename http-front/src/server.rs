@@ -44,6 +44,7 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         tls.push((*a, bind(*a)?));
     }
     let metrics_listener = cfg.metrics.map(bind).transpose()?;
+    let metrics_allow = cfg.metrics_allow.clone();
     let syn_filter_max = cfg.server.syn_filter_max;
     // Handles on the listeners for the SYN filter (a filter is per socket, not per fd).
     let mut filtered = Vec::new();
@@ -117,7 +118,14 @@ pub async fn run(loaded: Loaded) -> Result<Arc<Front>, StartError> {
         let l = tokio::net::TcpListener::from_std(l)
             .map_err(|source| StartError::Listen { addr, source })?;
         tracing::info!(%addr, "metrics at /metrics");
-        background.spawn(shield::metrics::serve(l, Arc::clone(&front.metrics)));
+        if let Some(w) = shield::metrics::exposure_warning(addr, &metrics_allow) {
+            tracing::warn!("{w}");
+        }
+        background.spawn(shield::metrics::serve(
+            l,
+            Arc::clone(&front.metrics),
+            metrics_allow,
+        ));
     }
     if let Some(path) = front.snapshot().cfg.control_socket.clone() {
         let access = front.snapshot().cfg.control_access.clone();

@@ -246,29 +246,53 @@ const MAX_HEAD: usize = 8 * 1024;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 /// A response must be taken within this.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Scrapes served at once; further connections wait in the accept queue.
+/// Scrapes answered at once; a whole request waits up to [`HEAD_TIMEOUT`] for a place.
 const MAX_SCRAPES: usize = 64;
+/// Connections reading their request head at once: past it the oldest is closed. Every
+/// connection is accepted at once and a scraper's head comes with it, so connections that
+/// send nothing can hold no scrape out (64 places taken before the accept, held 2 s each
+/// by half-sent requests from 250 addresses, made every scrape wait 5 s).
+const MAX_PENDING: usize = 512;
 
-/// Connections one address may hold on the metrics port at once: past it, closed at once
-/// (3,000 half-sent requests from one host held every slot, and scrapes timed out).
+/// Connections one host (an IPv4 address, an IPv6 /64) may hold on the metrics port at
+/// once: past it, closed at once (3,000 half-sent requests from one host held every slot,
+/// and scrapes timed out).
 const PER_SOURCE: u8 = 4;
 
-/// The metrics port's own counter.
+/// The metrics port's own counters.
 #[derive(Default)]
 struct PortStats {
     refused: std::sync::atomic::AtomicU64,
+    not_allowed: std::sync::atomic::AtomicU64,
+    evicted: std::sync::atomic::AtomicU64,
     too_long: std::sync::atomic::AtomicU64,
     timeout: std::sync::atomic::AtomicU64,
+    busy: std::sync::atomic::AtomicU64,
 }
 
 impl Source for PortStats {
     fn collect(&self, out: &mut Samples) {
+        let l = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         out.counter(
             "metrics.refused_per_source",
             "palisade_metrics_connections_refused_total",
             "",
-            "Connections to the metrics port closed at once: their address held 4 already.",
-            self.refused.load(std::sync::atomic::Ordering::Relaxed),
+            "Connections to the metrics port closed at once: their host held 4 already.",
+            l(&self.refused),
+        );
+        out.counter(
+            "metrics.not_allowed",
+            "palisade_metrics_connections_not_allowed_total",
+            "",
+            "Connections to the metrics port closed at once: their address is not in [metrics] allow.",
+            l(&self.not_allowed),
+        );
+        out.counter(
+            "metrics.evicted",
+            "palisade_metrics_connections_evicted_total",
+            "",
+            "Connections to the metrics port closed before their request head was whole: the oldest of 512 still reading.",
+            l(&self.evicted),
         );
         for (why, n, help) in [
             (
@@ -281,19 +305,24 @@ impl Source for PortStats {
                 &self.timeout,
                 "Requests to the metrics port closed unanswered: no whole head within 2 s.",
             ),
+            (
+                "busy",
+                &self.busy,
+                "Requests to the metrics port closed unanswered: 64 scrapes answered at once for 2 s.",
+            ),
         ] {
             out.counter(
                 format!("metrics.heads_refused.{why}"),
                 "palisade_metrics_heads_refused_total",
                 format!("why=\"{why}\""),
                 help,
-                n.load(std::sync::atomic::Ordering::Relaxed),
+                l(n),
             );
         }
     }
 }
 
-/// Gives back its address's place when a scrape's connection ends.
+/// Gives back its host's place when a scrape's connection ends.
 struct Held {
     ip: std::net::IpAddr,
     map: Arc<Mutex<std::collections::HashMap<std::net::IpAddr, u8>>>,
@@ -311,53 +340,99 @@ impl Drop for Held {
     }
 }
 
-/// Serves `GET /metrics` from `registry` on `l` until the task is dropped: one request per
-/// connection, heads bounded in size and time, at most a few scrapes at once, and a short
-/// pause after a failed accept (out of descriptors) instead of a spin.
-pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>) {
+/// Connections still reading their head, by age (the lowest id is the oldest).
+type Pending = Arc<Mutex<std::collections::BTreeMap<u64, tokio::task::AbortHandle>>>;
+
+/// Takes a connection out of [`Pending`] when its head is whole or it ends.
+struct Reading {
+    id: u64,
+    pending: Pending,
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        lock(&self.pending).remove(&self.id);
+    }
+}
+
+/// The host an address is counted as: an IPv4 address, an IPv6 /64 (one host holds a /64).
+fn host_of(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => {
+            std::net::IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into())
+        }
+        v4 => v4,
+    }
+}
+
+/// Serves `GET /metrics` from `registry` on `l` until the task is dropped, to the addresses
+/// of `allow` (empty: any): one request per connection, heads bounded in size and time, a
+/// few connections per host, the oldest half-sent head closed when too many are open, a few
+/// scrapes answered at once, and a short pause after a failed accept (out of descriptors)
+/// instead of a spin.
+pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>, allow: Vec<ipnet::IpNet>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
     let stats = Arc::new(PortStats::default());
     registry.register("metrics_port", stats.clone());
-    // Each address's connections being served (at most MAX_SCRAPES entries).
+    // Each host's connections (at most MAX_PENDING + MAX_SCRAPES entries).
     let held: Arc<Mutex<std::collections::HashMap<std::net::IpAddr, u8>>> = Default::default();
+    let pending: Pending = Default::default();
+    let mut next_id = 0u64;
     loop {
-        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
-        let accepted = match l.accept().await {
-            Ok((s, peer)) => {
-                let ip = peer.ip().to_canonical();
-                let mut m = lock(&held);
-                let n = m.entry(ip).or_insert(0);
-                if *n >= PER_SOURCE {
-                    drop(m);
-                    stats
-                        .refused
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    continue;
-                }
-                *n += 1;
-                drop(m);
-                (
-                    s,
-                    Held {
-                        ip,
-                        map: Arc::clone(&held),
-                    },
-                )
-            }
+        let (mut stream, peer) = match l.accept().await {
+            Ok(a) => a,
             Err(e) => {
                 tracing::debug!(error = %e, "metrics accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let (mut stream, held_place) = accepted;
+        let ip = peer.ip().to_canonical();
+        if !allow.is_empty() && !allow.iter().any(|n| n.contains(&ip)) {
+            stats
+                .not_allowed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            continue;
+        }
+        let host = host_of(ip);
+        {
+            let mut m = lock(&held);
+            let n = m.entry(host).or_insert(0);
+            if *n >= PER_SOURCE {
+                drop(m);
+                stats
+                    .refused
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                continue;
+            }
+            *n += 1;
+        }
+        let held_place = Held {
+            ip: host,
+            map: Arc::clone(&held),
+        };
+        let id = next_id;
+        next_id += 1;
         let registry = Arc::clone(&registry);
-        let stats = Arc::clone(&stats);
-        tokio::spawn(async move {
-            let _permit = permit;
+        let stats_task = Arc::clone(&stats);
+        let slots = Arc::clone(&slots);
+        let reading = Reading {
+            id,
+            pending: Arc::clone(&pending),
+        };
+        // Held while the task is spawned and listed: it cannot take itself out before it is in.
+        let mut p = lock(&pending);
+        if p.len() >= MAX_PENDING
+            && let Some((_, oldest)) = p.pop_first()
+        {
+            oldest.abort();
+            stats
+                .evicted
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let task = tokio::spawn(async move {
+            let stats = stats_task;
             let _held = held_place;
             let mut buf = Vec::with_capacity(1024);
             let read = async {
@@ -391,6 +466,15 @@ pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>) {
                     return;
                 }
             }
+            // Whole: no longer the oldest to close.
+            drop(reading);
+            let Ok(Ok(_permit)) = tokio::time::timeout(HEAD_TIMEOUT, slots.acquire_owned()).await
+            else {
+                stats
+                    .busy
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return;
+            };
             let line = buf.split(|&b| b == b'\n').next().unwrap_or(&[]);
             let mut parts = line.split(|&b| b == b' ');
             let method = parts.next().unwrap_or(&[]);
@@ -424,7 +508,19 @@ pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>) {
             })
             .await;
         });
+        p.insert(id, task.abort_handle());
+        drop(p);
     }
+}
+
+/// A warning when `/metrics` at `listen` answers whoever reaches it: not on a loopback
+/// address and no `[metrics] allow` (it names zones, tenants and what is blocked).
+pub fn exposure_warning(listen: std::net::SocketAddr, allow: &[ipnet::IpNet]) -> Option<String> {
+    (allow.is_empty() && !listen.ip().is_loopback()).then(|| {
+        format!(
+            "metrics.listen {listen} answers any address that reaches it (zones, tenants and blocks by name): list its scrapers in [metrics] allow"
+        )
+    })
 }
 
 fn response(status: &str, ctype: &str, body: String) -> Vec<u8> {

@@ -266,6 +266,7 @@ pub struct DnsdBuilder {
     control_lines: Vec<String>,
     extra: String,
     no_metrics: bool,
+    metrics_allow: Option<String>,
     at: Option<SocketAddr>,
     ready_on_first: bool,
     flags: Vec<String>,
@@ -341,6 +342,12 @@ impl DnsdBuilder {
         self
     }
 
+    /// `[metrics] allow`, as TOML (`["127.0.0.1/32"]`).
+    pub fn metrics_allow(mut self, allow: &str) -> Self {
+        self.metrics_allow = Some(allow.to_string());
+        self
+    }
+
     /// Starts dnsd and waits until it answers for every zone.
     pub fn start(self) -> Dnsd {
         assert!(
@@ -396,6 +403,9 @@ impl DnsdBuilder {
             }
             if let Some(m) = metrics {
                 let _ = writeln!(cfg, "\n[metrics]\nlisten = \"{m}\"");
+                if let Some(a) = &self.metrics_allow {
+                    let _ = writeln!(cfg, "allow = {a}");
+                }
             }
             cfg.push_str(&self.extra);
             let config = dir.path().join("dnsd.toml");

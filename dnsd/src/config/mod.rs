@@ -713,6 +713,9 @@ impl Control {
 pub struct Metrics {
     /// Address for the Prometheus endpoint (`/metrics`).
     pub listen: Option<String>,
+    /// The addresses `/metrics` answers (empty: any).
+    #[serde(default)]
+    pub allow: Vec<ipnet::IpNet>,
 }
 
 impl Config {

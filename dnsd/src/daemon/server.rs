@@ -556,7 +556,14 @@ pub fn run(
             let l = tokio::net::TcpListener::bind(sa)
                 .await
                 .map_err(|e| format!("metrics.listen {m}: {e}"))?;
-            tokio::spawn(shield::metrics::serve(l, metrics.clone()));
+            if let Some(w) = shield::metrics::exposure_warning(sa, &cfg.metrics.allow) {
+                tracing::warn!("{w}");
+            }
+            tokio::spawn(shield::metrics::serve(
+                l,
+                metrics.clone(),
+                cfg.metrics.allow.clone(),
+            ));
         }
         tokio::spawn(housekeeping(shared.clone()));
         let ask: crate::signing::submission::AskParent =

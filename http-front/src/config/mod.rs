@@ -385,6 +385,8 @@ pub struct Config {
     pub access_log: AccessLog,
     /// `[metrics] listen`. Start-time only.
     pub metrics: Option<SocketAddr>,
+    /// `[metrics] allow`: the addresses `/metrics` answers (empty: any). Start-time only.
+    pub metrics_allow: Vec<ipnet::IpNet>,
     /// `[control] socket`: `http-front ctl` talks to the running proxy there. Start-time only.
     pub control_socket: Option<PathBuf>,
     /// `[control] mode` and `group`: who besides root and http-front's user may use it.
@@ -967,6 +969,7 @@ impl Config {
             events,
             access_log,
             metrics: f.metrics.listen,
+            metrics_allow: f.metrics.allow.clone(),
             control_socket: f.control.socket.map(|p| abs(&p)),
             control_access: shield::control::Access {
                 mode: f.control.mode,
@@ -1086,6 +1089,9 @@ impl Config {
         }
         if self.metrics != other.metrics {
             out.push("metrics.listen");
+        }
+        if self.metrics_allow != other.metrics_allow {
+            out.push("metrics.allow");
         }
         if self.control_socket != other.control_socket {
             out.push("control.socket");

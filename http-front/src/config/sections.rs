@@ -110,6 +110,8 @@ impl Default for AccessLog {
 #[serde(deny_unknown_fields)]
 pub(super) struct MetricsSchema {
     pub(super) listen: Option<SocketAddr>,
+    #[serde(default)]
+    pub(super) allow: Vec<ipnet::IpNet>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
