@@ -582,7 +582,7 @@ mod tests {
         );
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        tokio::spawn(serve(l, r));
+        tokio::spawn(serve(l, r, Vec::new()));
         for (req, want) in [
             ("GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n", "t_c_total 1"),
             ("GET /other HTTP/1.1\r\n\r\n", "404"),
@@ -604,7 +604,7 @@ mod tests {
         let r = Registry::new();
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
-        tokio::spawn(serve(l, r.clone()));
+        tokio::spawn(serve(l, r.clone(), Vec::new()));
         let from = |ip: [u8; 4]| {
             let s = tokio::net::TcpSocket::new_v4().unwrap();
             s.bind((std::net::Ipv4Addr::from(ip), 0).into()).unwrap();
