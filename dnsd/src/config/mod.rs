@@ -664,6 +664,8 @@ pub struct ZoneConfig {
     pub dnssec_policy: Option<String>,
     /// Where the entry comes from.
     pub source: ZoneSource,
+    /// A consumed catalog's member: the catalog's apex.
+    pub member_of: Option<String>,
     /// Added at run time by this user (other than root or the daemon's own): its file is
     /// read only if that user could read it, at every load, and never `$INCLUDE`s.
     pub added_by: Option<crate::config::zone_list::AddedBy>,

@@ -306,6 +306,7 @@ impl<'a> Templates<'a> {
                 .unwrap_or(DEFAULT_CATALOG_MAX_MEMBERS),
             dnssec_policy: inherit(spec, t, |s| s.dnssec_policy.as_ref()),
             source,
+            member_of: None,
             key,
         })
     }

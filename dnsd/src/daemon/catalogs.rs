@@ -171,6 +171,7 @@ fn member_config(
             named.as_deref().unwrap_or("default")
         ));
     }
+    zc.member_of = Some(cp.origin.to_string().to_ascii_lowercase());
     if zc.primaries.is_empty() {
         zc.primaries = cp.primaries.iter().map(|a| a.to_string()).collect();
         if zc.tsig.is_none() {

@@ -13,6 +13,7 @@ pub mod axfr;
 pub mod client;
 pub mod ds_check;
 pub mod error;
+pub mod fair;
 pub mod ixfr;
 pub mod journal;
 pub mod notify;
@@ -144,11 +145,12 @@ pub struct Transfers {
     pub udp_payload: u16,
     out_total: Arc<Semaphore>,
     per_client: Mutex<HashMap<IpAddr, usize>>,
-    /// Slots for incoming transfers.
-    pub in_slots: Arc<Semaphore>,
+    /// Slots for incoming transfers, granted in turn among catalogs and primaries.
+    pub in_slots: Arc<fair::FairSlots>,
     /// Slots for SOA checks of primaries at once (each a socket, a TLS primary's a
-    /// handshake): a start or reload of 100,000 secondaries asks them a few at a time.
-    pub check_slots: Arc<Semaphore>,
+    /// handshake): a start or reload of 100,000 secondaries asks them a few at a time, in
+    /// turn among catalogs and primaries.
+    pub check_slots: Arc<fair::FairSlots>,
     /// Slots for NOTIFY targets being sent to at once.
     pub notify_slots: Arc<Semaphore>,
     /// Counters.
@@ -169,8 +171,8 @@ impl Transfers {
             udp_payload: c.server.udp_payload,
             out_total: Arc::new(Semaphore::new(c.transfer.max_out)),
             per_client: Mutex::new(HashMap::new()),
-            in_slots: Arc::new(Semaphore::new(c.transfer.max_in)),
-            check_slots: Arc::new(Semaphore::new(c.transfer.max_in.saturating_mul(4).max(16))),
+            in_slots: fair::FairSlots::new(c.transfer.max_in),
+            check_slots: fair::FairSlots::new(c.transfer.max_in.saturating_mul(4).max(16)),
             notify_slots: Arc::new(Semaphore::new(NOTIFY_AT_ONCE)),
             stats: XfrStats::default(),
             journals: Mutex::new(journal::Journals::default()),

@@ -79,6 +79,9 @@ pub struct ZonePolicy {
     pub tenant: u32,
     /// The name of the TSIG key, as configured (a consumed catalog's members use it too).
     pub tsig_name: Option<String>,
+    /// The consumed catalog that lists the zone, if one does (its refreshes take turns with
+    /// other catalogs' and primaries').
+    pub member_of: Option<Box<str>>,
 }
 
 impl ZonePolicy {
@@ -183,6 +186,7 @@ impl Policies {
                 catalog_max_members: z.catalog_max_members,
                 tenant: z.tenant,
                 tsig_name: z.tsig.clone(),
+                member_of: z.member_of.as_deref().map(Into::into),
                 origin: origin.clone(),
             };
         self.zones.insert(origin.as_wire().to_vec(), Arc::new(p));

@@ -310,19 +310,17 @@ async fn refresh(shared: &Arc<Shared>, origin: &Name) -> Result<String, XfrError
     Err(XfrError::AllPrimaries(errs))
 }
 
-/// A permit of `slots`, at once or after a wait that `waited` counts.
+/// A slot of `slots`, at once or in `share`'s turn after a wait that `waited` counts.
 async fn slot(
-    slots: &Arc<tokio::sync::Semaphore>,
+    slots: &Arc<super::fair::FairSlots>,
+    share: super::fair::Share,
     waited: &std::sync::atomic::AtomicU64,
-) -> Result<tokio::sync::OwnedSemaphorePermit, XfrError> {
-    if let Ok(p) = Arc::clone(slots).try_acquire_owned() {
-        return Ok(p);
+) -> super::fair::Slot {
+    if let Some(s) = slots.try_acquire() {
+        return s;
     }
     waited.fetch_add(1, Ordering::Relaxed);
-    Arc::clone(slots)
-        .acquire_owned()
-        .await
-        .map_err(|_| XfrError::Unconfigured)
+    slots.acquire(share).await
 }
 
 async fn refresh_from(
@@ -332,8 +330,13 @@ async fn refresh_from(
 ) -> Result<String, XfrError> {
     let x = &shared.xfr;
     let start = Instant::now();
+    // A catalog's members take turns with other catalogs and primaries, whatever it lists.
+    let share = match &p.member_of {
+        Some(c) => super::fair::Share::Catalog(c.clone()),
+        None => super::fair::Share::Primary(primary.addr.ip()),
+    };
     let serial = {
-        let _check = slot(&x.check_slots, &x.stats.check_waiting).await?;
+        let _check = slot(&x.check_slots, share.clone(), &x.stats.check_waiting).await;
         query_soa(x, p, primary).await?
     };
     x.with_status(p.origin.as_wire(), |s| s.primary_serial = Some(serial));
@@ -352,7 +355,7 @@ async fn refresh_from(
     // A `max_in` slot for the transfer alone: a primary that does not answer its SOA query
     // holds none (it held one through each query's timeout, and a few such primaries of one
     // tenant held up every other zone's transfers).
-    let _permit = slot(&x.in_slots, &x.stats.in_waiting).await?;
+    let _permit = slot(&x.in_slots, share, &x.stats.in_waiting).await;
     x.with_status(p.origin.as_wire(), |s| s.state = ZoneState::Transferring);
     let max = x.cfg.max_in_records;
     // One deadline for the refresh: an IXFR that fails falls back to an AXFR within what is
