@@ -816,3 +816,100 @@ fn soa_checks_past_their_slots_wait_and_are_counted() {
     assert_eq!(secondary.stat("transfer.in.waiting"), 0);
     drop(silent);
 }
+
+/// A primary behind a balancer: its SOA (from one backend) says 200, its AXFR (from
+/// another) brings 150. A copy newer than ours is taken, with a warning (Knot takes it); it
+/// was refused at each retry, the zone never served.
+#[test]
+fn a_transfer_older_than_the_announced_serial_but_newer_than_ours_is_taken() {
+    use std::io::Write as _;
+    let at = fresh_addr();
+    let udp = std::net::UdpSocket::bind(at).unwrap();
+    let tcp = std::net::TcpListener::bind(at).unwrap();
+    // A record of the zone: owner (wire), type, rdata.
+    let rr = |owner: &[u8], ty: u16, rd: &[u8]| {
+        let mut v = owner.to_vec();
+        v.extend_from_slice(&ty.to_be_bytes());
+        v.extend_from_slice(&1u16.to_be_bytes());
+        v.extend_from_slice(&300u32.to_be_bytes());
+        v.extend_from_slice(&(rd.len() as u16).to_be_bytes());
+        v.extend_from_slice(rd);
+        v
+    };
+    let apex = palisade_tests::wire::name_to_wire(ORIGIN);
+    let ns1 = palisade_tests::wire::name_to_wire("ns1.example.com.");
+    let soa = move |serial: u32| {
+        let mut rd = ns1.clone();
+        rd.extend_from_slice(&palisade_tests::wire::name_to_wire(
+            "hostmaster.example.com.",
+        ));
+        for v in [serial, 3600, 600, 86400, 300] {
+            rd.extend_from_slice(&v.to_be_bytes());
+        }
+        rr(&apex, T::SOA, &rd)
+    };
+    // The reply to `q` with `records` as its answer.
+    let reply = move |q: &[u8], records: &[Vec<u8>]| {
+        let qend = 12 + palisade_tests::wire::name_to_wire(ORIGIN).len() + 4;
+        let mut m = q[..qend.min(q.len())].to_vec();
+        m[2] = 0x84;
+        m[3] = 0;
+        m[6..8].copy_from_slice(&(records.len() as u16).to_be_bytes());
+        m[8..12].fill(0);
+        for r in records {
+            m.extend_from_slice(r);
+        }
+        m
+    };
+    let qtype = |q: &[u8]| {
+        let qend = 12 + palisade_tests::wire::name_to_wire(ORIGIN).len();
+        q.get(qend..qend + 2)
+            .map_or(0, |t| u16::from_be_bytes([t[0], t[1]]))
+    };
+    let (soa_u, reply_u) = (soa.clone(), reply.clone());
+    std::thread::spawn(move || {
+        let mut b = [0u8; 512];
+        for _ in 0..200 {
+            let Ok((n, from)) = udp.recv_from(&mut b) else {
+                return;
+            };
+            let _ = udp.send_to(&reply_u(&b[..n], &[soa_u(200)]), from);
+        }
+    });
+    std::thread::spawn(move || {
+        let ns = palisade_tests::wire::name_to_wire("ns1.example.com.");
+        let apex = palisade_tests::wire::name_to_wire(ORIGIN);
+        for conn in tcp.incoming().take(50) {
+            let Ok(mut c) = conn else { return };
+            let Ok(Some(q)) = client::tcp_read_msg(&mut c) else {
+                continue;
+            };
+            let records = if qtype(&q) == T::SOA {
+                vec![soa(200)]
+            } else {
+                vec![
+                    soa(150),
+                    rr(&apex, T::NS, &ns),
+                    rr(&ns, T::A, &[192, 0, 2, 1]),
+                    soa(150),
+                ]
+            };
+            let _ = c.write_all(&client::frame(&reply(&q, &records)));
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut z = Zone::new(ORIGIN, dir.path().join("copy.zone"));
+    z.options = vec![format!("primaries = [\"{at}\"]")];
+    let secondary = Dnsd::builder().zone(z).start();
+    wait_serial(
+        "the copy the transfer brought",
+        secondary.addr(),
+        150,
+        Duration::from_secs(15),
+    );
+    let log = secondary.log();
+    assert!(
+        log.contains("older than the 200 its SOA announced"),
+        "{log}"
+    );
+}

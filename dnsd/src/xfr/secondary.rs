@@ -420,9 +420,22 @@ async fn refresh_from(
         None => axfr_in(x, p, primary, deadline).await?,
     };
     if zone.serial() != serial && !serial_gt(zone.serial(), serial) {
-        return Err(XfrError::Protocol(
-            "the transfer brought an older serial than the primary announced",
-        ));
+        // A primary behind a balancer answers the SOA from one backend and the transfer
+        // from another: a copy newer than ours is taken (as Knot takes it), an older one
+        // never (refused at each retry, the zone stayed at its old copy for good).
+        if cur
+            .as_ref()
+            .is_some_and(|c| !serial_gt(zone.serial(), c.serial()))
+        {
+            return Err(XfrError::Protocol(
+                "the transfer brought an older serial than the primary announced, and no newer than ours",
+            ));
+        }
+        tracing::warn!(
+            zone = %p.origin,
+            "the transfer from {primary} brought serial {}, older than the {serial} its SOA announced: taken, newer than ours",
+            zone.serial()
+        );
     }
     // A catalog we consume that is no catalog (no or another schema version, a member
     // listed twice) is refused whole, as Knot refuses it: taken, its copy replaced the last
