@@ -52,10 +52,11 @@ pub struct Answered {
     /// The client prefix length that chose the answer (RFC 7871 SCOPE PREFIX-LENGTH; 0: the
     /// answer is the same for every client).
     pub scope: u8,
-    /// The name the answer was synthesised from when a wildcard answered the name asked
-    /// (its node in the query's zone), or `Synth::Geo` for a wildcard variant: rate limits
-    /// count such answers by it, as BIND, Knot and NSD do (random names under a wildcard
-    /// were each an account of their own, never limited).
+    /// The name the answer was synthesised from when a wildcard or a DNAME answered the name
+    /// asked (its node in the query's zone), or `Synth::Geo` for a wildcard variant: rate
+    /// limits count such answers by it, as BIND, Knot and NSD do (random names under a
+    /// wildcard, or under a DNAME into a wildcard, were each an account of their own, never
+    /// limited: 21 times the bytes of forged queries reflected).
     pub synth: Synth,
 }
 
@@ -67,6 +68,8 @@ pub enum Synth {
     None,
     /// This wildcard node of the query's zone.
     Wildcard(NodeId),
+    /// This DNAME node of the query's zone (any name below it is answered).
+    Dname(NodeId),
     /// A wildcard of the zone's variants by client network.
     Geo,
 }
@@ -986,6 +989,9 @@ impl<'q> Answerer<'_, '_, 'q> {
         depth: usize,
     ) -> Kind {
         let dn = *zone.rrset(node, t::DNAME).expect("DNAME flag");
+        if depth == 0 && self.synth == Synth::None {
+            self.synth = Synth::Dname(node);
+        }
         let owner_name = zone.node_name(node);
         let mut owner_buf = [0u8; MAX_NAME_LEN];
         owner_buf[..owner_name.len()].copy_from_slice(owner_name);

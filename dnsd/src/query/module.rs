@@ -77,7 +77,7 @@ pub enum Step {
     Truncate,
     /// As [`Step::Truncate`], outside the suspects' budget and RRL: a UDP answer to a
     /// source its tenant's rules hold (`dns_hold = "truncate"`) for a name that does not
-    /// exist or a wildcard's, sent to TCP where its connections are counted — its answers
+    /// exist or a wildcard's or DNAME's, sent to TCP where its connections are counted — its answers
     /// for names that exist go back whole, so a forwarder held for one user keeps serving
     /// the others.
     Held,
@@ -237,8 +237,9 @@ pub struct Answered<'a> {
     /// referrals answer no type, so that random qtypes cannot spread one flood over many
     /// accounts — BIND counts them so).
     pub qtype: u16,
-    /// Made from a wildcard: the name asked need not exist (random names answer too).
-    pub wildcard: bool,
+    /// Made from a wildcard or a DNAME: the name asked need not exist (random names answer
+    /// too).
+    pub synthesized: bool,
 }
 
 /// One module of the pipeline: each point defaults to [`Step::Continue`].

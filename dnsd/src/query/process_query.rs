@@ -634,7 +634,7 @@ impl Processor {
                         key: b"",
                         rcode: rcode::BADCOOKIE,
                         qtype: 0,
-                        wildcard: false,
+                        synthesized: false,
                     };
                     if let Step::Drop(why) = p.after_answer(&parsed, &a) {
                         return self.act(
@@ -744,7 +744,7 @@ impl Processor {
                 Kind::Refused => (AnswerClass::Error, b""),
                 // A wildcard's answers are one account, whatever name was asked.
                 Kind::Answer | Kind::NoData => match (ans.synth, zone) {
-                    (internet::Synth::Wildcard(id), Some((_, z))) => {
+                    (internet::Synth::Wildcard(id) | internet::Synth::Dname(id), Some((_, z))) => {
                         (AnswerClass::Answer, z.node_name(id))
                     }
                     (internet::Synth::Geo, _) => (AnswerClass::Answer, parsed.apex),
@@ -760,7 +760,10 @@ impl Processor {
                 } else {
                     0
                 },
-                wildcard: matches!(ans.synth, internet::Synth::Wildcard(_)),
+                synthesized: matches!(
+                    ans.synth,
+                    internet::Synth::Wildcard(_) | internet::Synth::Dname(_)
+                ),
             };
             if let Some(acct) = &mut self.rrl_account {
                 acct.push(a.class as u8);
@@ -899,7 +902,7 @@ impl Processor {
             key: b"",
             rcode: rc,
             qtype: 0,
-            wildcard: false,
+            synthesized: false,
         };
         match p.after_answer(&parsed, &a) {
             Step::Continue | Step::Refuse(_) => None,

@@ -47,7 +47,7 @@ pub struct Counters {
     /// Over a rule's rate: slipped (TC=1).
     pub slipped: AtomicU64,
     /// Held for the tenant (`dns_hold = "truncate"`): UDP answered TC=1 (a name that does
-    /// not exist, a wildcard's answer, an error).
+    /// not exist, a wildcard's or a DNAME's answer, an error).
     pub held_truncated: AtomicU64,
     /// Held for the tenant: UDP answered whole (a name that exists, NODATA, a referral).
     pub held_answered: AtomicU64,
@@ -263,7 +263,7 @@ impl QueryModule for Module {
     /// A held source's UDP answer: whole for a name that exists, NODATA too (a forwarder's
     /// other users are served without a TCP connection each, and a flood of these is
     /// bounded by the zone's names), TC=1 for what an attacker can vary without end —
-    /// NXDOMAIN, a wildcard's answer, an error — so that it comes back over TCP, where its
+    /// NXDOMAIN, a wildcard's or a DNAME's answer, an error — so that it comes back over TCP, where its
     /// connections are counted.
     #[inline]
     fn after_answer(&mut self, _env: &mut Env, p: &Parsed<'_>, a: &Answered<'_>) -> Step {
@@ -271,7 +271,7 @@ impl QueryModule for Module {
             return Step::Continue;
         }
         let exists = match a.class {
-            AnswerClass::Answer => !a.wildcard,
+            AnswerClass::Answer => !a.synthesized,
             AnswerClass::Referral => true,
             AnswerClass::NxDomain | AnswerClass::Error => false,
         };
