@@ -866,7 +866,7 @@ fn a_transfer_older_than_the_announced_serial_but_newer_than_ours_is_taken() {
         q.get(qend..qend + 2)
             .map_or(0, |t| u16::from_be_bytes([t[0], t[1]]))
     };
-    let (soa_u, reply_u) = (soa.clone(), reply.clone());
+    let (soa_u, reply_u) = (soa.clone(), reply);
     std::thread::spawn(move || {
         let mut b = [0u8; 512];
         for _ in 0..200 {
