@@ -424,6 +424,26 @@ fn refusals_acl_and_tsig() {
         out.contains("SOA") && out.contains("NOERROR") && !out.contains("ERROR:"),
         "{out}"
     );
+    // A secondary whose key of the same name has another secret: its refreshes fail on the
+    // TSIG, counted as such (only transfer.in.failed rose: tampering read as a network
+    // fault).
+    let cdir = tempfile::tempdir().unwrap();
+    let mut copy = Zone::new(ORIGIN, cdir.path().join("copy.zone"));
+    copy.options = vec![format!("primaries = [\"{a}\"]"), "tsig = \"k1\"".into()];
+    let mut anchor = Zone::new("example.net.", &other);
+    anchor.options = vec![];
+    let secondary = Dnsd::builder()
+        .zone(anchor)
+        .zone(copy)
+        .ready_on_first_zone()
+        .raw(&format!(
+            "[[tsig_key]]\nname = \"k1\"\nalgorithm = \"hmac-sha256\"\nsecret = \"{}\"\n",
+            &SECRET512[..44]
+        ))
+        .start();
+    wait_for("the TSIG failure counted", Duration::from_secs(10), || {
+        secondary.stat("tsig.in_failed") >= 1
+    });
 }
 
 #[test]

@@ -85,6 +85,7 @@ counters! {
     tsig_badtime => "tsig.badtime", "Requests whose TSIG time was outside the fudge (NOTAUTH/BADTIME).";
     tsig_formerr => "tsig.formerr", "Requests with a malformed TSIG (FORMERR).";
     tsig_ok => "tsig.verified", "Requests whose TSIG verified.";
+    tsig_in_failed => "tsig.in_failed", "Answers from primaries and secondaries (SOA, AXFR, IXFR, NOTIFY) whose TSIG was missing or did not verify: tampering, or a key that differs.";
     journal_diffs => "journal.diffs", "Differences recorded in zone journals.";
     journal_trimmed => "journal.trimmed", "Old differences dropped from journals to stay within journal_max_bytes.";
     journal_trimmed_total => "journal.trimmed_total_budget", "Old differences dropped from any zone's journal to stay within journal_total_max_bytes.";
@@ -162,6 +163,12 @@ pub struct Transfers {
 }
 
 impl Transfers {
+    /// A TSIG failure of an answer from a peer, counted (`tsig.in_failed`).
+    pub fn tsig_failed(&self, why: &'static str) -> XfrError {
+        self.stats.tsig_in_failed.fetch_add(1, Ordering::Relaxed);
+        XfrError::Tsig(why)
+    }
+
     /// The transfer side for a config, and the receiving end of its zone-change queue.
     pub fn new(c: &Config) -> (Arc<Transfers>, mpsc::Receiver<Change>) {
         let (tx, rx) = mpsc::channel(64);

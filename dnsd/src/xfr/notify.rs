@@ -169,7 +169,7 @@ async fn notify_one(
                 if let Some(s) = &signer {
                     Verifier::new(s)
                         .check(&resp, r.tsig.as_ref(), tsig::now())
-                        .map_err(XfrError::Tsig)?;
+                        .map_err(|e| x.tsig_failed(e))?;
                 }
                 if r.rcode != rcode::NOERROR {
                     return Err(XfrError::Rcode(

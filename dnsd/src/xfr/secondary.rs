@@ -605,7 +605,7 @@ async fn query_soa(x: &Transfers, p: &ZonePolicy, primary: Primary) -> Result<u3
     if let Some(s) = &s {
         Verifier::new(s)
             .check(&resp, r.tsig.as_ref(), tsig::now())
-            .map_err(XfrError::Tsig)?;
+            .map_err(|e| x.tsig_failed(e))?;
     }
     if r.rcode != rcode::NOERROR {
         return Err(XfrError::Rcode(rcode_name(r.rcode)));
@@ -740,7 +740,7 @@ async fn pull(
         }
         if let Some(v) = verifier.as_mut() {
             v.check(&buf, r.tsig.as_ref(), tsig::now())
-                .map_err(XfrError::Tsig)?;
+                .map_err(|e| x.tsig_failed(e))?;
         }
         if r.rcode != rcode::NOERROR {
             return Err(XfrError::Rcode(rcode_name(r.rcode)));
@@ -762,7 +762,7 @@ async fn pull(
     if let Some(v) = &verifier
         && !v.ends_signed()
     {
-        return Err(XfrError::Tsig("the last message is not signed"));
+        return Err(x.tsig_failed("the last message is not signed"));
     }
     f.finish()
 }
