@@ -622,6 +622,16 @@ fn never_block_keeps_a_listed_address_out_of_every_writers_reach() {
     let (ok, out) = a.ctl(&["block", "add", &listed.to_string(), "--force"]);
     assert!(ok, "{out}");
     assert!(a.log().contains("block add --force"), "logged");
+    // Every change of the block map by hand is in the log, by whom, refused ones too.
+    let uid = unsafe { libc::geteuid() };
+    let log = a.log();
+    assert!(
+        log.lines().any(|l| l.contains("ctl block:")
+            && l.contains(&format!("uid={uid}"))
+            && l.contains(&covering)
+            && l.contains("ok=false")),
+        "{log}"
+    );
     assert!(
         udp_ask(
             server,

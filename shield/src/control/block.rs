@@ -38,6 +38,28 @@ pub fn command_with_holds(
     args: &[&str],
     peer: &Peer,
 ) -> Reply {
+    let r = run_with_holds(blocks, rules, args, peer);
+    // What changes the block map is in the log, by whom: `block list` showed `by uid N`
+    // only while the entry stood, and a lift left nothing at all.
+    if matches!(args.first(), Some(&("add" | "del" | "import" | "flush"))) {
+        let first = r.text.lines().next().unwrap_or("");
+        tracing::info!(
+            uid = peer.uid,
+            command = %args.join(" ").escape_debug(),
+            ok = r.ok,
+            "ctl block: {}",
+            first.escape_debug()
+        );
+    }
+    r
+}
+
+fn run_with_holds(
+    blocks: &BlockMap,
+    rules: Option<&crate::rules::RuleSet>,
+    args: &[&str],
+    peer: &Peer,
+) -> Reply {
     match (args, rules) {
         (["list"], Some(rules)) => {
             let mut r = command(blocks, args, peer);
