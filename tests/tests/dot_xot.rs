@@ -1195,3 +1195,81 @@ fn doq_handshakes_of_a_proven_address_count_against_its_share() {
         dnsd.metrics()
     );
 }
+
+/// A DoQ client that sends each byte of its queries in a packet of its own, padded to
+/// 1,200 bytes, on eight streams it never finishes: each byte kept its whole datagram alive
+/// until the stream ended (eight streams of 12.6 KB made dnsd's memory grow by 126 MB in
+/// ten seconds). What dnsd keeps of a query is now its bytes, copied out of the packets.
+const DOQ_PADDED_BYTES: &str = r#"
+import asyncio, ssl, struct, sys
+from aioquic.asyncio import connect
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.packet import QuicFrameType
+from aioquic.quic.stream import QuicStreamSender
+host, port, ca, streams, size = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+# One byte of stream data a frame, and each such frame alone in a padded packet.
+get_frame = QuicStreamSender.get_frame
+QuicStreamSender.get_frame = lambda self, max_size, max_offset=None: get_frame(self, min(max_size, 1), max_offset)
+write_stream_frame = QuicConnection._write_stream_frame
+def padded(self, builder, space, stream, max_offset):
+    n = write_stream_frame(self, builder, space, stream, max_offset)
+    room = builder.remaining_flight_space
+    if n and room > 1:
+        builder.start_frame(QuicFrameType.PADDING, capacity=room)
+        builder._buffer.push_bytes(bytes(room - 1))
+    return n
+QuicConnection._write_stream_frame = padded
+async def main():
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=["doq"], server_name="dns.test")
+    cfg.load_verify_locations(ca)
+    async with connect(host, port, configuration=cfg) as p:
+        for _ in range(streams):
+            sid = p._quic.get_next_available_stream_id()
+            p._quic.send_stream_data(sid, struct.pack(">H", size - 2) + bytes(size - 2), end_stream=False)
+        p.transmit()
+        print("sent", flush=True)
+        await asyncio.sleep(6)
+asyncio.run(main())
+"#;
+
+#[test]
+fn doq_queries_sent_a_byte_a_packet_hold_only_their_bytes() {
+    let Some((py, dir, quic, dnsd)) = doq_server(&["tcp_idle_timeout_ms = 30000"]) else {
+        return;
+    };
+    let rss = || {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", dnsd.pid())).unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap()
+    };
+    let before = rss();
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(DOQ_PADDED_BYTES)
+        .args([
+            &quic.ip().to_string(),
+            &quic.port().to_string(),
+            &dir.path().join("ca.pem").display().to_string(),
+            "8",
+            "12000",
+        ])
+        .env("PYTHONPATH", &py)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    let mut grown = 0;
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(150));
+        grown = grown.max(rss().saturating_sub(before));
+    }
+    let _ = child.wait();
+    assert!(
+        grown < 24 * 1024,
+        "eight unfinished DoQ queries of 12 KB sent a byte a packet grew dnsd by {grown} KiB"
+    );
+    // Nothing more than that connection was held.
+    assert!(dnsd.stat("tcp.connections") <= 1);
+}

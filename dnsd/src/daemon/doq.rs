@@ -44,6 +44,25 @@ const SEND_WINDOW: u64 = 128 * 1024;
 /// them wait unanswered, as over TCP).
 const ANSWERS_IN_HAND: usize = 4;
 
+/// A stream's query, at most [`MAX_QUERY`] bytes, in a buffer of our own: each piece is
+/// copied out of the packet it came in and the packet freed (`read_to_end` kept every piece,
+/// and a byte a packet kept a whole datagram each: eight streams of 12.6 KB, one byte per
+/// padded packet, held 126 MB). `Err` past the bound or when the stream fails.
+async fn read_query(recv: &mut quinn::RecvStream) -> Result<Vec<u8>, ()> {
+    let mut q = Vec::new();
+    while let Some(c) = recv
+        .read_chunk(MAX_QUERY + 1 - q.len(), true)
+        .await
+        .map_err(drop)?
+    {
+        q.extend_from_slice(&c.bytes);
+        if q.len() > MAX_QUERY {
+            return Err(());
+        }
+    }
+    Ok(q)
+}
+
 /// True when `msg` parses as a query carrying edns-tcp-keepalive.
 fn asks_keepalive(msg: &[u8]) -> bool {
     let mut q = crate::query::wire::Query::default();
@@ -56,6 +75,12 @@ pub fn transport(idle: Duration, streams: usize) -> Arc<quinn::TransportConfig> 
     t.max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
     t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(streams.clamp(1, 1024) as u32));
     t.max_concurrent_uni_streams(quinn::VarInt::from_u32(0));
+    // What a client may send us unread: one query per stream, and that on every stream the
+    // connection may open (quinn's default allowed 1.25 MB a stream).
+    t.stream_receive_window(quinn::VarInt::from_u32(MAX_QUERY as u32));
+    t.receive_window(quinn::VarInt::from_u32(
+        (MAX_QUERY * streams.clamp(1, 1024)) as u32,
+    ));
     // What a connection may hold unacknowledged: a client that does not read (however much
     // flow-control credit it grants) makes our writes wait, not our memory grow.
     t.send_window(SEND_WINDOW);
@@ -261,7 +286,7 @@ async fn connection(
         streams.spawn(async move {
             let _busy = busy;
             let limit = tcp.wait_limit(tcp.idle());
-            let q = match tokio::time::timeout(limit, recv.read_to_end(MAX_QUERY)).await {
+            let q = match tokio::time::timeout(limit, read_query(&mut recv)).await {
                 Ok(Ok(q)) => q,
                 r => {
                     let why = match r {

@@ -55,7 +55,13 @@ struct Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        if !self.granted && self.rx.try_recv().is_ok() {
+        if self.granted {
+            return;
+        }
+        // Closed first: a send after it fails (the slot goes to the next waiter), one before
+        // it is read here and given on — none lands in a receiver about to go.
+        self.rx.close();
+        if self.rx.try_recv().is_ok() {
             self.slots.release();
         }
     }

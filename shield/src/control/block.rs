@@ -41,7 +41,7 @@ pub fn command_with_holds(
     let r = run_with_holds(blocks, rules, args, peer);
     // What changes the block map is in the log, by whom: `block list` showed `by uid N`
     // only while the entry stood, and a lift left nothing at all.
-    if matches!(args.first(), Some(&("add" | "del" | "import" | "flush"))) {
+    if matches!(args.first(), Some(&("add" | "del" | "import"))) {
         let first = r.text.lines().next().unwrap_or("");
         tracing::info!(
             uid = peer.uid,

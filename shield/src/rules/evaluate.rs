@@ -44,13 +44,14 @@ impl Prepared {
     ) -> Verdict {
         // A source escalated for this tenant alone: nothing more from its zones or sites but
         // what its allow lists and allow rules let through — its rules walked only when some
-        // rule allows (a held flood costs a lookup, and feeds no limiter). In DNS with
+        // rule allows (a held flood costs a lookup, and feeds no limiter), but in DNS with
         // `dns_hold = "truncate"` its TCP goes through the rules as any source's and so does
         // its UDP, marked held ([`Verdict::dns_held`]): only an answer for a name that
         // exists goes back whole, anything else TC=1 — a forwarder is held for its users'
         // queries and serves the rest of them, most over UDP (refused, one user cut its users
         // off the tenant; truncated whole, a forwarder that opens a TCP connection per query
-        // ran out of connections under load).
+        // ran out of connections under load). Its UDP then costs what any source's does
+        // (the rules, the lookup): RRL and the block map bound a flood of it, not the hold.
         // In HTTP with `http_hold = "challenge"` its requests are challenged, and one with a
         // clearance earned since the hold began goes through the rules: a page can make any
         // visitor's browser send what escalates (an `<img>` under `no-referrer` says nothing
