@@ -246,8 +246,12 @@ const MAX_HEAD: usize = 8 * 1024;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 /// A response must be taken within this.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Scrapes answered at once; a whole request waits up to [`HEAD_TIMEOUT`] for a place.
+/// Pages made at once; a whole request waits up to [`HEAD_TIMEOUT`] for a place.
 const MAX_SCRAPES: usize = 64;
+/// Whole requests waiting for a place at once (past it: closed, counted busy).
+const MAX_WAITING: usize = 256;
+/// Answers being written at once, each within [`WRITE_TIMEOUT`] (past it: closed, busy).
+const MAX_WRITING: usize = 256;
 /// Connections reading their request head at once: past it the oldest is closed. Every
 /// connection is accepted at once and a scraper's head comes with it, so connections that
 /// send nothing can hold no scrape out (64 places taken before the accept, held 2 s each
@@ -308,7 +312,7 @@ impl Source for PortStats {
             (
                 "busy",
                 &self.busy,
-                "Requests to the metrics port closed unanswered: 64 scrapes answered at once for 2 s.",
+                "Requests to the metrics port closed unanswered: 64 pages made at once for 2 s, 256 whole requests waiting, or 256 answers being written.",
             ),
         ] {
             out.counter(
@@ -373,9 +377,11 @@ fn host_of(ip: std::net::IpAddr) -> std::net::IpAddr {
 pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>, allow: Vec<ipnet::IpNet>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPES));
+    let waiting = Arc::new(tokio::sync::Semaphore::new(MAX_WAITING));
+    let writing = Arc::new(tokio::sync::Semaphore::new(MAX_WRITING));
     let stats = Arc::new(PortStats::default());
     registry.register("metrics_port", stats.clone());
-    // Each host's connections (at most MAX_PENDING + MAX_SCRAPES entries).
+    // Each host's connections (at most MAX_PENDING + MAX_WAITING + MAX_SCRAPES + MAX_WRITING).
     let held: Arc<Mutex<std::collections::HashMap<std::net::IpAddr, u8>>> = Default::default();
     let pending: Pending = Default::default();
     let mut next_id = 0u64;
@@ -417,6 +423,7 @@ pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>, allow: V
         let registry = Arc::clone(&registry);
         let stats_task = Arc::clone(&stats);
         let slots = Arc::clone(&slots);
+        let (waiting, writing) = (Arc::clone(&waiting), Arc::clone(&writing));
         let reading = Reading {
             id,
             pending: Arc::clone(&pending),
@@ -466,15 +473,22 @@ pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>, allow: V
                     return;
                 }
             }
-            // Whole: no longer the oldest to close.
+            // Whole: no longer the oldest to close. Every connection past here is bounded:
+            // so many waiting for a place, 64 being answered, so many being written.
             drop(reading);
-            let Ok(Ok(_permit)) = tokio::time::timeout(HEAD_TIMEOUT, slots.acquire_owned()).await
-            else {
+            let busy = || {
                 stats
                     .busy
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return;
             };
+            let Ok(waits) = waiting.try_acquire_owned() else {
+                return busy();
+            };
+            let Ok(Ok(permit)) = tokio::time::timeout(HEAD_TIMEOUT, slots.acquire_owned()).await
+            else {
+                return busy();
+            };
+            drop(waits);
             let line = buf.split(|&b| b == b'\n').next().unwrap_or(&[]);
             let mut parts = line.split(|&b| b == b' ');
             let method = parts.next().unwrap_or(&[]);
@@ -501,6 +515,12 @@ pub async fn serve(l: tokio::net::TcpListener, registry: Arc<Registry>, allow: V
                 }
             } else {
                 response("404 Not Found", "text/plain", "see /metrics\n".into())
+            };
+            // Made: the place goes to the next (a client that does not read holds a writer,
+            // never a place).
+            drop(permit);
+            let Ok(_writer) = writing.try_acquire_owned() else {
+                return busy();
             };
             let _ = tokio::time::timeout(WRITE_TIMEOUT, async {
                 let _ = stream.write_all(&resp).await;
