@@ -58,10 +58,14 @@ fn half_sent_heads_from_many_addresses_never_keep_a_scrape_out() {
         page = scrape(None, m, Duration::from_secs(3))
             .unwrap_or_else(|e| panic!("scrape {i} with 600 half-sent heads open: {e}"));
     }
-    assert!(
-        value(&page, "palisade_metrics_connections_evicted_total") >= 600 - 512,
-        "{page}"
-    );
+    // At most 512 heads read at once: the rest were closed, the oldest first, or timed out
+    // (connections the kernel queued past its backlog come in later).
+    let gone = value(&page, "palisade_metrics_connections_evicted_total")
+        + value(
+            &page,
+            "palisade_metrics_heads_refused_total{why=\"timeout\"}",
+        );
+    assert!(gone >= 600 - 512, "{page}");
     drop(held);
 }
 
