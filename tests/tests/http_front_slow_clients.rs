@@ -1114,3 +1114,87 @@ fn an_origins_tiny_chunks_are_relayed_whole_in_bounded_memory() {
     );
     drop(idle);
 }
+
+/// An event stream through the relay, in lock step: the origin sends each event only once
+/// the client has read the one before, so an event the relay held back (gathering small
+/// pieces for more to come) would never be followed — none is. Then the client stops
+/// reading while five events come, takes them all at once, and lock step holds again.
+#[test]
+fn an_event_stream_is_never_held_back_from_a_client_that_keeps_up() {
+    use std::sync::mpsc;
+    let l = std::net::TcpListener::bind((net::test_ip(), 0)).unwrap();
+    let origin = l.local_addr().unwrap();
+    let (ack_tx, ack_rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let Ok((mut c, _)) = l.accept() else { return };
+        let mut head = Vec::new();
+        let mut b = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match c.read(&mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&b[..n]),
+            }
+        }
+        let _ = c.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+        );
+        let event = |c: &mut std::net::TcpStream, i: usize| {
+            let e = format!("data: event-{i}\n\n");
+            c.write_all(format!("{:x}\r\n{e}\r\n", e.len()).as_bytes())
+                .is_ok()
+        };
+        for i in 0..20 {
+            // Lock step, but for events 10 to 14, sent while the client does not read.
+            if !(10..15).contains(&i)
+                && i > 0
+                && ack_rx.recv_timeout(Duration::from_secs(10)).is_err()
+            {
+                return;
+            }
+            if !event(&mut c, i) {
+                return;
+            }
+            if (10..15).contains(&i) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = c.write_all(b"0\r\n\r\n");
+    });
+    let front = Front::start(
+        |a, m| base_config(a, m, origin) + "[[site]]\nhosts = [\"s.test\"]\nupstream = \"app\"\n",
+        None,
+    );
+    let mut c = palisade_tests::http::connect_from(Some(net::test_ip()), front.addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(b"GET /events HTTP/1.1\r\nhost: s.test\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 4096];
+    let mut wait_for_event = |i: usize, got: &mut Vec<u8>| {
+        let want = format!("event-{i}\n");
+        while !got.windows(want.len()).any(|w| w == want.as_bytes()) {
+            match c.read(&mut b) {
+                Ok(n) if n > 0 => got.extend_from_slice(&b[..n]),
+                r => panic!(
+                    "event {i} held back ({r:?}); got so far: {}",
+                    String::from_utf8_lossy(got)
+                ),
+            }
+        }
+    };
+    for i in 0..10 {
+        wait_for_event(i, &mut got);
+        if i < 9 {
+            ack_tx.send(()).unwrap();
+        }
+    }
+    // Not reading while events 10 to 14 come; then all of them at once.
+    std::thread::sleep(Duration::from_millis(600));
+    for i in 10..15 {
+        wait_for_event(i, &mut got);
+    }
+    for i in 15..20 {
+        ack_tx.send(()).unwrap();
+        wait_for_event(i, &mut got);
+    }
+}
