@@ -46,12 +46,14 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 let rules = match prepare_rules(shared, &c).await {
                     Ok(r) => r,
                     Err(e) => {
-                        return Reply {
-                            ok: false,
-                            text: format!(
-                                "reload refused, the running config, zones and rules keep serving: {e}\n"
-                            ),
-                        };
+                        reg.stats
+                            .config_refused
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let e = format!(
+                            "reload refused, the running config, zones and rules keep serving: {e}"
+                        );
+                        tracing::error!("{e}");
+                        return Reply::err(e);
                     }
                 };
                 shared.xfr.set_policies(&c);
