@@ -1591,3 +1591,29 @@ fn a_zone_name_too_long_for_nsec3_fails_alone() {
         "{text}"
     );
 }
+
+/// Going insecure: `cds = "delete"` publishes RFC 8078's "remove every DS" (`CDS 0 0 0 00`,
+/// `CDNSKEY 0 3 0 AA==`), signed by the key-signing keys, while the zone stays signed and
+/// validates — a parent that follows CDS drops the DS before the operator stops signing
+/// (removing the policy at once served the zone unsigned, bogus while the DS stood).
+#[test]
+fn cds_delete_asks_the_parent_to_remove_every_ds_while_the_zone_stays_signed() {
+    if !need(&["dig", "delv"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (dnsd, _) = start(dir.path(), 300, "cds = \"delete\"", &[]);
+    let a = dnsd.addr();
+    assert_eq!(dig(a, "+short example.com CDS").trim(), "0 0 0 00");
+    assert_eq!(dig(a, "+short example.com CDNSKEY").trim(), "0 3 0 AA==");
+    let anchor = dir.path().join("anchor.conf");
+    anchor_from_dnskeys(a, &anchor);
+    for (name, qtype) in [
+        ("example.com", "CDS"),
+        ("example.com", "CDNSKEY"),
+        ("www.example.com", "A"),
+    ] {
+        let out = delv(a, &anchor, name, qtype);
+        assert!(out.contains("; fully validated"), "{name} {qtype}:\n{out}");
+    }
+}

@@ -8,6 +8,16 @@ use serde::Deserialize;
 use crate::signing::keys::Algorithm;
 use crate::signing::{Policy, Submission};
 
+/// `cds`: a switch, or "delete".
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum CdsSetting {
+    /// true: the key-signing keys; false: none.
+    Bool(bool),
+    /// "delete" (RFC 8078).
+    Text(String),
+}
+
 /// `[dnssec]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,9 +113,10 @@ pub struct PolicyConfig {
     /// TTL of the DS at the parent (default 1d).
     #[serde(default)]
     pub parent_ds_ttl: Option<String>,
-    /// Publish CDS and CDNSKEY for the parent (default true).
+    /// CDS and CDNSKEY for the parent: true (the key-signing keys, the default), false
+    /// (none) or "delete" (RFC 8078: remove every DS).
     #[serde(default)]
-    pub cds: Option<bool>,
+    pub cds: Option<CdsSetting>,
     /// How a KSK or CSK rollover learns that the parent holds the new DS: "parent" (ask the
     /// `parent` servers; the default when some are given), "manual" (`ctl
     /// zone-ksk-submitted`; the default otherwise) or "timer" (assume it after
@@ -263,7 +274,17 @@ impl PolicyConfig {
             ksk_lifetime: secs(&self.ksk_lifetime, 0, &k("ksk_lifetime"))? as u64,
             propagation_delay: secs(&self.propagation_delay, 3600, &k("propagation_delay"))? as u64,
             parent_ds_ttl: secs(&self.parent_ds_ttl, 86400, &k("parent_ds_ttl"))? as u64,
-            cds: self.cds.unwrap_or(true),
+            cds: match &self.cds {
+                None | Some(CdsSetting::Bool(true)) => crate::signing::Cds::Keys,
+                Some(CdsSetting::Bool(false)) => crate::signing::Cds::Off,
+                Some(CdsSetting::Text(t)) if t == "delete" => crate::signing::Cds::Delete,
+                Some(CdsSetting::Text(t)) => {
+                    return Err((
+                        k("cds"),
+                        format!("{t:?}: expected true, false or \"delete\" (RFC 8078)"),
+                    ));
+                }
+            },
             ksk_submission,
             compact_denial: self.compact_denial,
         })

@@ -169,7 +169,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                         .is_some_and(|e| e.def.signing.is_some());
                     if signed {
                         warnings.push(format!(
-                            "zone {}: dnssec_policy removed in {}: served unsigned from now on, which validating resolvers answer SERVFAIL while its parent holds its DS — remove the DS first, wait out its TTL, then the policy",
+                            "zone {}: dnssec_policy removed in {}: served unsigned from now on, which validating resolvers answer SERVFAIL while its parent holds its DS — remove the DS first (or set cds = \"delete\" in the policy, RFC 8078, for a parent that follows CDS), wait out its TTL, then the policy",
                             z.origin,
                             path.display()
                         ));

@@ -50,13 +50,26 @@ pub struct Policy {
     pub propagation_delay: u64,
     /// TTL of the DS at the parent: how long an old DS may still be cached.
     pub parent_ds_ttl: u64,
-    /// Publish CDS and CDNSKEY for the key-signing keys (RFC 7344, RFC 8078).
-    pub cds: bool,
+    /// What CDS and CDNSKEY say to the parent (RFC 7344, RFC 8078).
+    pub cds: Cds,
     /// How a KSK or CSK rollover learns that the parent holds the new DS.
     pub ksk_submission: Submission,
     /// Answer NXDOMAIN and NODATA with compact denial (RFC 9824), signed online; the zone
     /// keeps its NSEC chain for transfers and wildcard proofs.
     pub compact_denial: bool,
+}
+
+/// What a signed zone's CDS and CDNSKEY say to its parent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cds {
+    /// Nothing: none are published.
+    Off,
+    /// The key-signing keys the parent should hold (RFC 7344).
+    Keys,
+    /// "Remove every DS" (RFC 8078 §4: `CDS 0 0 0 00`, `CDNSKEY 0 3 0 AA==`): the zone stays
+    /// signed while the parent drops its DS, the way to go insecure without a day of
+    /// SERVFAIL (Knot's `cds-cdnskey-publish: delete-dnssec`).
+    Delete,
 }
 
 /// How a KSK or CSK rollover learns that the parent holds the successor's DS (the old key
@@ -192,7 +205,11 @@ pub fn sign(unsigned: &Zone, job: &SignJob, now: u64) -> Result<SignedZone, Sign
     // CDS/CDNSKEY name the key-signing keys the parent should hold: those ready and not
     // retired (RFC 7344 §4).
     let (mut cds, mut cdnskey) = (Vec::new(), Vec::new());
-    if p.cds {
+    if p.cds == Cds::Delete {
+        cds.push(vec![0, 0, 0, 0, 0]);
+        cdnskey.push(vec![0, 0, 3, 0, 0]);
+    }
+    if p.cds == Cds::Keys {
         let apex = unsigned.apex().to_lowercase();
         let for_parent = |k: &Key| {
             k.file.role.signs_keys()
@@ -954,7 +971,7 @@ mod tests {
             ksk_lifetime: 100,
             propagation_delay: 10,
             parent_ds_ttl: 50,
-            cds: true,
+            cds: Cds::Keys,
             ksk_submission: submission,
             compact_denial: false,
         }
