@@ -40,6 +40,12 @@ pub struct ReadOptions {
     pub max_added_text: u64,
 }
 
+/// Types whose RDATA, sound in structure though faulty in meaning (an SSHFP fingerprint of
+/// another length than its type's, a ZONEMD digest under 12 octets), Knot and NSD load from a
+/// primary's file: loaded, warned of (refused, such a zone was served by them and not by us;
+/// BIND refuses both). A DS digest of the wrong length stays refused, as Knot and BIND do.
+const LOADED_AS_KNOT_AND_NSD: &[u16] = &[rrtype::t::SSHFP, rrtype::t::ZONEMD];
+
 impl ReadOptions {
     /// Defaults for a zone whose apex is `origin`.
     pub fn new(origin: &name::Name) -> ReadOptions {
@@ -735,7 +741,9 @@ impl<'o> Reader<'o> {
         }
         self.rdata.clear();
         let mut fields = Fields::new(&frame.scanner, &toks[i + 1..]);
-        let semantic = !self.opts.lenient;
+        // Held to its structure only: a secondary's copy of what its primary serves, and
+        // the types whose faults in meaning Knot and NSD load (warned of here).
+        let semantic = !self.opts.lenient && !LOADED_AS_KNOT_AND_NSD.contains(&rtype);
         rdata::parse_with(
             rtype,
             &mut fields,
@@ -750,7 +758,12 @@ impl<'o> Reader<'o> {
         })?;
         if !semantic && let Err(m) = rdata::check_wire(rtype, &self.rdata) {
             let (file, line) = (frame.file, type_tok.line);
-            self.warn(file, line, format!("{m} (kept: the primary serves it)"));
+            let why = if self.opts.lenient {
+                "kept: the primary serves it"
+            } else {
+                "loaded, as Knot and NSD load it"
+            };
+            self.warn(file, line, format!("{m} ({why})"));
         }
         if self.rdata.len() > u16::MAX as usize {
             return Err(EntryError::at(type_tok, "RDATA longer than 65535 octets"));

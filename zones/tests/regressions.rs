@@ -34,3 +34,27 @@ fn generate_directives_share_one_budget() {
     zones::reader::read_bytes("gen.zone", text, &opts(), &mut |_| n += 1).unwrap();
     assert_eq!(n, 16 * 65536);
 }
+
+/// Faults in meaning that Knot and NSD load from a primary's file — an SSHFP fingerprint of
+/// another length than its type's, a ZONEMD digest under 12 octets — are loaded and warned
+/// of (refused, the zone was served by them and not by dnsd); a DS digest of the wrong length
+/// stays refused, as Knot and BIND refuse it.
+#[test]
+fn faults_knot_and_nsd_load_are_warned_of_and_a_bad_ds_refused() {
+    let text = "$TTL 300\n@ SOA ns h 1 3600 600 86400 300\n@ NS ns\nns A 192.0.2.1\n\
+                @ ZONEMD 1 1 240 abcd\na SSHFP 1 1 abcd\n";
+    let mut n = 0;
+    let s = zones::reader::read_bytes("z.zone", text, &opts(), &mut |_| n += 1).unwrap();
+    assert_eq!(n, 5);
+    let w: Vec<String> = s.warnings.iter().map(|d| d.to_string()).collect();
+    assert!(
+        w.iter()
+            .any(|w| w.contains("ZONEMD") && w.contains("as Knot and NSD load it"))
+            && w.iter()
+                .any(|w| w.contains("SSHFP") && w.contains("20 octets")),
+        "{w:?}"
+    );
+    let bad_ds = format!("{text}b DS 1 13 2 abcd\n");
+    let e = zones::reader::read_bytes("z.zone", bad_ds, &opts(), &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("32-octet digest"), "{e}");
+}
