@@ -1009,6 +1009,19 @@ fn one_source_holds_a_share_of_the_response_budget_at_most() {
     );
 }
 
+/// Reads a request head off `c` (what follows it is left); false when the client went.
+fn read_head(c: &mut std::net::TcpStream) -> bool {
+    let mut head = Vec::new();
+    let mut b = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match c.read(&mut b) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => head.extend_from_slice(&b[..n]),
+        }
+    }
+    true
+}
+
 /// An origin that answers each request (eight at most) with `chunks` one-byte chunks of
 /// `b'z'`, each with a chunk extension of `ext` bytes, then the last chunk.
 fn tiny_chunk_origin(chunks: usize, ext: usize) -> std::net::SocketAddr {
@@ -1018,13 +1031,8 @@ fn tiny_chunk_origin(chunks: usize, ext: usize) -> std::net::SocketAddr {
         for conn in l.incoming().take(8) {
             let Ok(mut c) = conn else { return };
             std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut b = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match c.read(&mut b) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&b[..n]),
-                    }
+                if !read_head(&mut c) {
+                    return;
                 }
                 let one = format!("1;e={}\r\nz\r\n", "x".repeat(ext));
                 let batch = one.repeat(64);
@@ -1127,13 +1135,8 @@ fn an_event_stream_is_never_held_back_from_a_client_that_keeps_up() {
     let (ack_tx, ack_rx) = mpsc::channel::<()>();
     std::thread::spawn(move || {
         let Ok((mut c, _)) = l.accept() else { return };
-        let mut head = Vec::new();
-        let mut b = [0u8; 4096];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            match c.read(&mut b) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => head.extend_from_slice(&b[..n]),
-            }
+        if !read_head(&mut c) {
+            return;
         }
         let _ = c.write_all(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
