@@ -1298,6 +1298,7 @@ fn a_catalog_of_many_members_takes_turns_with_the_other_zones() {
     assert!(ok, "{out}");
     wait("the other zone refreshed", c, "other.test.", Some(2), &log);
     let done = consumer.stat("transfer.in.axfr");
+    eprintln!("the other zone refreshed after {done} transfers in");
     assert!(
         done < MEMBERS as u64 / 2,
         "the other zone's refresh waited for {done} transfers of the catalog's {MEMBERS}"
