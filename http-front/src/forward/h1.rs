@@ -424,6 +424,22 @@ fn parse_head(rbuf: &mut BytesMut, head_req: bool) -> Result<Option<Head>, BadRe
     }
 }
 
+/// True when `rbuf` (a chunked body's first bytes) starts with a chunk-size line the body's
+/// decoder would refuse.
+fn malformed_first_chunk(rbuf: &[u8]) -> bool {
+    if rbuf.is_empty() {
+        return false;
+    }
+    if !rbuf[0].is_ascii_hexdigit() || bare_lf_in_line(rbuf) {
+        return true;
+    }
+    match httparse::parse_chunk_size(rbuf) {
+        Ok(httparse::Status::Complete(_)) => false,
+        Ok(httparse::Status::Partial) => rbuf.len() >= CHUNK_LINE_MAX,
+        Err(_) => true,
+    }
+}
+
 /// One read from `io` into `buf`'s free space (made at least [`MIN_READ`]); 0 at EOF.
 fn poll_fill(
     io: &mut super::upstream::UpIo,
@@ -637,6 +653,12 @@ pub(crate) async fn forward(
             key,
             up.cfg.response_timeout,
         )),
+        // A first chunk-size line already read that is malformed: 502 before any head goes
+        // out, as nginx answers (the client got a 200 and a cut connection).
+        RespFraming::Chunked if malformed_first_chunk(&conn.rbuf) => {
+            tracing::debug!(upstream = %up.cfg.name, "malformed chunked body");
+            return Err(ForwardError::Upstream);
+        }
         RespFraming::Chunked => RespBody::H1(H1Body::new(
             conn,
             Decode::Chunked(Chunk::Size),
@@ -912,6 +934,37 @@ mod tests {
         );
         encode_head(&mut out, p, host.as_ref(), fwd, &policy, &c, body);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_malformed_first_chunk_line_is_caught_before_any_head() {
+        for bad in [
+            &b"zz\r\nabc"[..],
+            b"\n",
+            b"5\nhello",
+            b"-1\r\n",
+            b"0x5\r\nhello",
+            b"ffffffffffffffffffff\r\n",
+        ] {
+            assert!(
+                malformed_first_chunk(bad),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        for good in [
+            &b""[..],
+            b"5",
+            b"5\r\nhello",
+            b"5;ext=1\r\nhe",
+            b"0\r\n\r\n",
+        ] {
+            assert!(
+                !malformed_first_chunk(good),
+                "{:?}",
+                String::from_utf8_lossy(good)
+            );
+        }
     }
 
     #[test]
