@@ -41,10 +41,11 @@ pub struct ReadOptions {
 }
 
 /// Types whose RDATA, sound in structure though faulty in meaning (an SSHFP fingerprint of
-/// another length than its type's, a ZONEMD digest under 12 octets), Knot and NSD load from a
-/// primary's file: loaded, warned of (refused, such a zone was served by them and not by us;
-/// BIND refuses both). A DS digest of the wrong length stays refused, as Knot and BIND do.
-const LOADED_AS_KNOT_AND_NSD: &[u16] = &[rrtype::t::SSHFP, rrtype::t::ZONEMD];
+/// another length than its type's, a ZONEMD digest under 12 octets, a CDS digest of another
+/// length than its type's), Knot and NSD load from a primary's file: loaded, warned of
+/// (refused, such a zone was served by them and not by us; BIND refuses them). A DS digest
+/// of the wrong length stays refused, as Knot and BIND do.
+const LOADED_AS_KNOT_AND_NSD: &[u16] = &[rrtype::t::SSHFP, rrtype::t::ZONEMD, rrtype::t::CDS];
 
 impl ReadOptions {
     /// Defaults for a zone whose apex is `origin`.

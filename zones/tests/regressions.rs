@@ -36,16 +36,17 @@ fn generate_directives_share_one_budget() {
 }
 
 /// Faults in meaning that Knot and NSD load from a primary's file — an SSHFP fingerprint of
-/// another length than its type's, a ZONEMD digest under 12 octets — are loaded and warned
+/// another length than its type's, a ZONEMD digest under 12 octets, a CDS digest of another
+/// length than its type's — are loaded and warned
 /// of (refused, the zone was served by them and not by dnsd); a DS digest of the wrong length
 /// stays refused, as Knot and BIND refuse it.
 #[test]
 fn faults_knot_and_nsd_load_are_warned_of_and_a_bad_ds_refused() {
     let text = "$TTL 300\n@ SOA ns h 1 3600 600 86400 300\n@ NS ns\nns A 192.0.2.1\n\
-                @ ZONEMD 1 1 240 abcd\na SSHFP 1 1 abcd\n";
+                @ ZONEMD 1 1 240 abcd\na SSHFP 1 1 abcd\n@ CDS 12345 8 2 0123456789abcdef\n";
     let mut n = 0;
     let s = zones::reader::read_bytes("z.zone", text, &opts(), &mut |_| n += 1).unwrap();
-    assert_eq!(n, 5);
+    assert_eq!(n, 6);
     let w: Vec<String> = s.warnings.iter().map(|d| d.to_string()).collect();
     assert!(
         w.iter()
