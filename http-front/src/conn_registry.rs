@@ -123,6 +123,9 @@ pub struct ConnCtl {
     /// Bytes of unfinished heads its source holds (all of the source's open connections share
     /// this) out of `[server] header_buffer_total_bytes`.
     pub heads: Arc<AtomicUsize>,
+    /// Request-body bytes reserved for its source (all of the source's open connections share
+    /// this) out of `[server] body_buffer_total_bytes`.
+    pub uploads: Arc<AtomicUsize>,
     /// The connection has ended (its requests still waiting on an origin are abandoned).
     ended: std::sync::atomic::AtomicBool,
     end_notify: Notify,
@@ -146,16 +149,22 @@ pub enum OddHead {
 }
 
 /// What a source's connections share: requests at origins, response bytes reserved, bytes
-/// of unfinished heads.
-type SourceShared = (Arc<AtomicU32>, Arc<AtomicUsize>, Arc<AtomicUsize>);
+/// of unfinished heads, request-body bytes reserved.
+type SourceShared = (
+    Arc<AtomicU32>,
+    Arc<AtomicUsize>,
+    Arc<AtomicUsize>,
+    Arc<AtomicUsize>,
+);
 
 impl ConnCtl {
     fn new(ip: IpAddr, shared: SourceShared, now_ms: u64) -> Self {
-        let (upstream, buffered, heads) = shared;
+        let (upstream, buffered, heads, uploads) = shared;
         ConnCtl {
             upstream,
             buffered,
             heads,
+            uploads,
             ended: std::sync::atomic::AtomicBool::new(false),
             end_notify: Notify::new(),
             ip,
@@ -543,7 +552,14 @@ impl Registry {
             let heads = list
                 .first()
                 .map_or_else(Arc::default, |c| Arc::clone(&c.heads));
-            let ctl = Arc::new(ConnCtl::new(ip, (upstream, buffered, heads), now_ms));
+            let uploads = list
+                .first()
+                .map_or_else(Arc::default, |c| Arc::clone(&c.uploads));
+            let ctl = Arc::new(ConnCtl::new(
+                ip,
+                (upstream, buffered, heads, uploads),
+                now_ms,
+            ));
             list.push(Arc::clone(&ctl));
             ctl
         };

@@ -94,6 +94,7 @@ counters! {
     LimitSendMinRate => ("limit_hits_total", "limit", "send_min_rate"),
     LimitResponseBufferTotal => ("limit_hits_total", "limit", "response_buffer_total"),
     LimitResponseBufferSource => ("limit_hits_total", "limit", "response_buffer_source"),
+    LimitBodyBufferSource => ("limit_hits_total", "limit", "body_buffer_source"),
     LimitClearanceCookies => ("limit_hits_total", "limit", "clearance_cookies"),
     LimitBodyTimeout => ("limit_hits_total", "limit", "body_timeout"),
     LimitBodyMinRate => ("limit_hits_total", "limit", "body_min_rate"),

@@ -1139,8 +1139,15 @@ async fn exchange(
         buffer_total: srv.body_buffer_total_bytes,
         min_rate: srv.body_min_rate_bytes_per_sec,
         timeout: Duration::from_millis(srv.body_timeout_ms),
+        source_share: !cx.hop,
     };
-    let mut body = ClientBody::new(&front.counters, &front.body_buffered, body, limits);
+    let mut body = ClientBody::new(
+        &front.counters,
+        &front.body_buffered,
+        &cx.ctl.uploads,
+        body,
+        limits,
+    );
     // The body is read before the upstream is contacted (up to its buffer): a malformed or
     // slow one never reaches the origin.
     let buffered = if body.is_empty() {

@@ -1201,3 +1201,55 @@ fn an_event_stream_is_never_held_back_from_a_client_that_keeps_up() {
         wait_for_event(i, &mut got);
     }
 }
+
+/// Twenty uploads from one address, each declaring 1 MiB and stalling after 60 KiB: they
+/// hold what they sent (1.2 MB, past the source's share of the budget: its last ones
+/// stream), never what they declared — each reserved its 1 MiB up front, so eight of them
+/// spent the 8 MiB budget and every other client's upload streamed to the origin as it came.
+/// Another address's 300 KiB upload is still read whole first.
+#[test]
+fn one_sources_stalled_uploads_hold_what_they_sent_not_what_they_declared() {
+    let Some(Setup {
+        origin: _origin,
+        front,
+        _root,
+    }) = setup("body_buffer_total_bytes = 8388608\nbody_timeout_ms = 60000\n")
+    else {
+        return;
+    };
+    let fa = front.addr();
+    let src = net::test_ip();
+    let mut stalled = Vec::new();
+    for _ in 0..20 {
+        let mut c = H1Conn::connect(Some(src), fa).unwrap();
+        c.send_raw(b"POST /upload HTTP/1.1\r\nhost: s.test\r\ncontent-length: 1048576\r\n\r\n")
+            .unwrap();
+        c.send_raw(&vec![b'x'; 60 * 1024]).unwrap();
+        stalled.push(c);
+    }
+    let limit = |l: &str| front.metric(&format!("http_front_limit_hits_total{{limit=\"{l}\"}}"));
+    wait_for("the source's share spent", Duration::from_secs(10), || {
+        limit("body_buffer_source") >= 1
+    });
+    let buffered = || front.metric("http_front_request_bodies_total{mode=\"buffered\"}");
+    let before = buffered();
+    let mut c = H1Conn::connect(Some(net::test_ip()), fa).unwrap();
+    let body = vec![b'y'; 300 * 1024];
+    c.send_raw(
+        format!(
+            "POST /upload HTTP/1.1\r\nhost: s.test\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    c.send_raw(&body).unwrap();
+    let _ = c.read_response();
+    assert_eq!(
+        buffered(),
+        before + 1,
+        "another address's upload read whole first"
+    );
+    assert_eq!(limit("body_buffer_total"), 0, "the budget was never spent");
+    drop(stalled);
+}

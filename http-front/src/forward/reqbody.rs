@@ -65,13 +65,24 @@ pub struct BodyLimits {
     pub min_rate: u64,
     /// `server.body_timeout_ms`.
     pub timeout: Duration,
+    /// The source holds a sixteenth of `buffer_total` at most (not a listed hop's connection,
+    /// which carries many clients).
+    pub source_share: bool,
 }
+
+/// The most of `body_buffer_total_bytes` one source may hold reserved is this part of it (at
+/// least one `body_buffer_bytes`): past it, its bodies stream unbuffered (one address's 512
+/// stalled uploads declaring 1 MiB each held the whole budget, and every other client's
+/// uploads streamed to the origin as they trickled in).
+pub const SOURCE_SHARE: usize = 16;
 
 /// A client's request body: what was buffered, then the rest as it arrives, under the bounds.
 pub struct ClientBody {
     counters: Arc<Counters>,
     /// Bytes of request bodies buffered now, over all requests.
     buffered_total: Arc<std::sync::atomic::AtomicUsize>,
+    /// The same, of the client's source.
+    source: Arc<std::sync::atomic::AtomicUsize>,
     /// The buffered part.
     head: Bytes,
     /// The buffered part went out (a retry may send it again while `rest` is `None`).
@@ -125,6 +136,7 @@ impl ClientBody {
     pub fn new(
         counters: &Arc<Counters>,
         buffered_total: &Arc<std::sync::atomic::AtomicUsize>,
+        source: &Arc<std::sync::atomic::AtomicUsize>,
         body: Option<Incoming>,
         limits: BodyLimits,
     ) -> ClientBody {
@@ -133,6 +145,7 @@ impl ClientBody {
         ClientBody {
             counters: Arc::clone(counters),
             buffered_total: Arc::clone(buffered_total),
+            source: Arc::clone(source),
             head: Bytes::new(),
             head_sent: false,
             rest,
@@ -183,8 +196,12 @@ impl ClientBody {
         true
     }
 
-    /// Reads the body into memory up to the buffer size (less when the shared budget is
-    /// short). `Ok(true)`: it was buffered whole.
+    /// Reads the body into memory up to the buffer size (less when the shared budget, or the
+    /// source's share of it, runs out). `Ok(true)`: it was buffered whole.
+    ///
+    /// The budget is charged by the bytes as they come, never by what a body declares: a
+    /// stalled upload declaring 1 MiB held 1 MiB of it, and one address's 512 of them held the
+    /// whole budget while sending 60 KiB each.
     pub async fn buffer(&mut self) -> Result<bool, BodyError> {
         if self.rest.is_none() {
             return Ok(true);
@@ -196,16 +213,6 @@ impl ClientBody {
                 .min(usize::try_from(n).unwrap_or(usize::MAX)),
             None => self.limits.buffer,
         };
-        if want > 0 {
-            let total = &self.buffered_total;
-            let now = total.fetch_add(want, Ordering::Relaxed) + want;
-            if now > self.limits.buffer_total {
-                total.fetch_sub(want, Ordering::Relaxed);
-                self.counters.bump(Counter::LimitBodyBufferTotal);
-                return Ok(false);
-            }
-            self.reserved = want;
-        }
         // A declared length that fits is read to the body's end, not only to its length: an
         // HTTP/2 stream may still send more (or never end), and such a request is refused
         // before any origin sees it.
@@ -216,12 +223,38 @@ impl ClientBody {
         while buf.len() < want || (whole && self.rest.is_some()) {
             match std::future::poll_fn(|cx| self.poll_rest(cx)).await {
                 None => break,
-                Some(Ok(d)) => buf.extend_from_slice(&d),
+                Some(Ok(d)) => {
+                    buf.extend_from_slice(&d);
+                    if !self.charge(d.len()) {
+                        // Past the budget: what came is kept, the rest streams.
+                        break;
+                    }
+                }
                 Some(Err(e)) => return Err(e),
             }
         }
         self.head = buf.freeze();
         Ok(self.rest.is_none())
+    }
+
+    /// Charges `n` more buffered bytes to the budget and the source's share (they stay
+    /// charged until the body goes); false, counted, when either is now spent.
+    fn charge(&mut self, n: usize) -> bool {
+        let now = self.buffered_total.fetch_add(n, Ordering::Relaxed) + n;
+        let mine = self.source.fetch_add(n, Ordering::Relaxed) + n;
+        self.reserved += n;
+        let l = &self.limits;
+        let over_total = now > l.buffer_total;
+        let over_share = l.source_share && mine > (l.buffer_total / SOURCE_SHARE).max(l.buffer);
+        if over_total || over_share {
+            self.counters.bump(if over_total {
+                Counter::LimitBodyBufferTotal
+            } else {
+                Counter::LimitBodyBufferSource
+            });
+            return false;
+        }
+        true
     }
 
     /// A handle that reports the error this body ends with (for when it is given away).
@@ -343,6 +376,7 @@ impl Drop for ClientBody {
         if self.reserved > 0 {
             self.buffered_total
                 .fetch_sub(self.reserved, Ordering::Relaxed);
+            self.source.fetch_sub(self.reserved, Ordering::Relaxed);
         }
     }
 }
