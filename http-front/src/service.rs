@@ -263,7 +263,9 @@ pub fn handle(
                 }
             }
         };
-        flight.done = true;
+        // A stream its client reset before its body ended is a premature reset, as one reset
+        // before the response head.
+        flight.done = resp.extensions().get::<ClientReset>().is_none();
         Ok(resp)
     }
 }
@@ -1091,8 +1093,18 @@ fn body_refused(c: &crate::counters::Counters, e: BodyError) -> Response<RespBod
             c.bump(Counter::RespBodyTimeout);
             simple(StatusCode::REQUEST_TIMEOUT, "request body too slow\n", true)
         }
+        // Nobody reads it: marked so that its flight counts as a premature reset.
+        BodyError::Reset => {
+            let mut r = simple(StatusCode::BAD_REQUEST, "stream reset\n", true);
+            r.extensions_mut().insert(ClientReset);
+            r
+        }
     }
 }
+
+/// Marks a response to a request whose stream its client reset before the body ended.
+#[derive(Debug, Clone, Copy)]
+struct ClientReset;
 
 /// Replaces the path of `uri`, keeping its query.
 fn set_path(uri: &mut http::Uri, path: &str) {

@@ -50,6 +50,22 @@ pub enum BodyError {
     /// Below `body_min_rate_bytes_per_sec` (408).
     #[error("request body slower than body_min_rate_bytes_per_sec")]
     TooSlow,
+    /// The client reset its HTTP/2 stream before the body ended: a premature reset, as one
+    /// before the response head (a reset flood of such streams went uncounted).
+    #[error("request stream reset by the client")]
+    Reset,
+}
+
+/// True when `e` (a request body's error) is the client's reset of its HTTP/2 stream.
+fn reset_by_client(e: &hyper::Error) -> bool {
+    let mut s: Option<&dyn std::error::Error> = std::error::Error::source(e);
+    while let Some(x) = s {
+        if let Some(h) = x.downcast_ref::<h2::Error>() {
+            return h.is_reset() && h.is_remote();
+        }
+        s = x.source();
+    }
+    false
 }
 
 /// The bounds a body is read under.
@@ -285,7 +301,13 @@ impl ClientBody {
                     }
                     return Poll::Ready(None);
                 }
-                Poll::Ready(Some(Err(_))) => return self.fail(BodyError::Malformed),
+                Poll::Ready(Some(Err(e))) => {
+                    return self.fail(if reset_by_client(&e) {
+                        BodyError::Reset
+                    } else {
+                        BodyError::Malformed
+                    });
+                }
                 Poll::Ready(Some(Ok(f))) => {
                     // Trailers are not passed on.
                     let Ok(d) = f.into_data() else { continue };
