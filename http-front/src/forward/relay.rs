@@ -20,7 +20,7 @@
 //! hyper from ever polling the body, so only closing the connection frees what it holds (the
 //! whole connection, as nginx's `send_timeout` does for HTTP/2).
 //!
-//! What is read is copied into buffers of the relay's own ([`GATHER`]): besides the window,
+//! What is read is copied into buffers of the relay's own (16 KiB): besides the window,
 //! a relay holds at most the bytes it is gathering and one piece of the upstream read past
 //! them — never the upstream's read blocks, which a piece of a few bytes kept alive whole.
 //!
