@@ -138,13 +138,14 @@ fn cancel_streams_until_closed(
     (cancelled, h2.wait_end(Duration::from_secs(10)))
 }
 
+/// Reset floods seen from 20 premature resets, half the requests, the source blocked a
+/// minute.
+const RESET_FLOOD: &str = "[http2]\nreset_flood_min = 20\nreset_flood_ratio = 0.5\nreset_flood_block_secs = 60\nmax_pending_accept_reset_streams = 10000\n";
+
 #[test]
 fn http_premature_resets_close_and_block_the_source() {
     let origin = Origin::start();
-    let front = front_with(
-        &origin,
-        "[http2]\nreset_flood_min = 20\nreset_flood_ratio = 0.5\nreset_flood_block_secs = 60\nmax_pending_accept_reset_streams = 10000\n",
-    );
+    let front = front_with(&origin, RESET_FLOOD);
     let attacker = net::test_ip();
     let mut h2 = H2Conn::connect(Some(attacker), front.addr()).unwrap();
     // A few honest streams first.
@@ -191,10 +192,7 @@ fn http_premature_resets_close_and_block_the_source() {
 #[test]
 fn resets_of_streams_whose_body_never_ended_are_a_reset_flood_too() {
     let origin = Origin::start();
-    let front = front_with(
-        &origin,
-        "[http2]\nreset_flood_min = 20\nreset_flood_ratio = 0.5\nreset_flood_block_secs = 60\nmax_pending_accept_reset_streams = 10000\n",
-    );
+    let front = front_with(&origin, RESET_FLOOD);
     let attacker = net::test_ip();
     let mut h2 = H2Conn::connect(Some(attacker), front.addr()).unwrap();
     let (cancelled, ended) = cancel_streams_until_closed(&mut h2, &[], true);
@@ -815,10 +813,7 @@ fn a_full_front_makes_room_by_closing_idle_connections_never_busy_ones() {
 #[test]
 fn a_reset_flood_of_cross_site_requests_closes_the_connection_but_blocks_nobody() {
     let origin = Origin::start();
-    let front = front_with(
-        &origin,
-        "[http2]\nreset_flood_min = 20\nreset_flood_ratio = 0.5\nreset_flood_block_secs = 60\nmax_pending_accept_reset_streams = 10000\n",
-    );
+    let front = front_with(&origin, RESET_FLOOD);
     let visitor = net::test_ip();
     let mut h2 = H2Conn::connect(Some(visitor), front.addr()).unwrap();
     let mark = [("sec-fetch-site", "cross-site"), ("sec-fetch-mode", "cors")];
