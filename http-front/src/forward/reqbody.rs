@@ -92,6 +92,9 @@ pub struct BodyLimits {
 /// uploads streamed to the origin as they trickled in).
 pub const SOURCE_SHARE: usize = 16;
 
+/// Room a buffering body takes ahead of what it has read.
+const RESERVE_STEP: usize = 64 * 1024;
+
 /// A client's request body: what was buffered, then the rest as it arrives, under the bounds.
 pub struct ClientBody {
     counters: Arc<Counters>,
@@ -237,13 +240,24 @@ impl ClientBody {
             .is_some_and(|n| usize::try_from(n).is_ok_and(|n| n <= self.limits.buffer));
         let mut buf = BytesMut::new();
         while buf.len() < want || (whole && self.rest.is_some()) {
+            // Room is taken a step ahead of what is read (never the whole declared length),
+            // so that bodies reading at once at the budget's edge overshoot it by nothing.
+            if buf.len() >= self.reserved
+                && !self.reserve(RESERVE_STEP.min(want.saturating_sub(buf.len())).max(1024))
+            {
+                break;
+            }
             match std::future::poll_fn(|cx| self.poll_rest(cx)).await {
                 None => break,
                 Some(Ok(d)) => {
                     buf.extend_from_slice(&d);
-                    if !self.charge(d.len()) {
-                        // Past the budget: what came is kept, the rest streams.
-                        break;
+                    // A piece larger than the room left: charged as it is (what came is
+                    // kept), and past the budget the rest streams.
+                    if buf.len() > self.reserved {
+                        let over = buf.len() - self.reserved;
+                        if !self.charge(over) {
+                            break;
+                        }
                     }
                 }
                 Some(Err(e)) => return Err(e),
@@ -253,8 +267,20 @@ impl ClientBody {
         Ok(self.rest.is_none())
     }
 
-    /// Charges `n` more buffered bytes to the budget and the source's share (they stay
-    /// charged until the body goes); false, counted, when either is now spent.
+    /// Takes `n` bytes of room in the budget and the source's share (held until the body
+    /// goes); false, counted, and nothing taken when either has not that much left.
+    fn reserve(&mut self, n: usize) -> bool {
+        if self.charge(n) {
+            return true;
+        }
+        self.buffered_total.fetch_sub(n, Ordering::Relaxed);
+        self.source.fetch_sub(n, Ordering::Relaxed);
+        self.reserved -= n;
+        false
+    }
+
+    /// Charges `n` more bytes to the budget and the source's share (they stay charged until
+    /// the body goes); false, counted, when either is now spent.
     fn charge(&mut self, n: usize) -> bool {
         let now = self.buffered_total.fetch_add(n, Ordering::Relaxed) + n;
         let mine = self.source.fetch_add(n, Ordering::Relaxed) + n;
