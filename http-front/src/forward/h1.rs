@@ -424,20 +424,25 @@ fn parse_head(rbuf: &mut BytesMut, head_req: bool) -> Result<Option<Head>, BadRe
     }
 }
 
+/// The chunk-size line `buf` (not empty) starts with: `Ok(Some((length, size)))`,
+/// `Ok(None)` while more of it is to come, `Err` when malformed. httparse takes an empty or
+/// extension-only line for size 0, and a bare LF in an extension: a size line must start
+/// with a hex digit and hold no LF before its CRLF.
+fn chunk_size_line(buf: &[u8]) -> Result<Option<(usize, u64)>, ()> {
+    if !buf[0].is_ascii_hexdigit() || bare_lf_in_line(buf) {
+        return Err(());
+    }
+    match httparse::parse_chunk_size(buf) {
+        Ok(httparse::Status::Complete((used, size))) => Ok(Some((used, size))),
+        Ok(httparse::Status::Partial) if buf.len() < CHUNK_LINE_MAX => Ok(None),
+        _ => Err(()),
+    }
+}
+
 /// True when `rbuf` (a chunked body's first bytes) starts with a chunk-size line the body's
-/// decoder would refuse.
+/// decoder refuses.
 fn malformed_first_chunk(rbuf: &[u8]) -> bool {
-    if rbuf.is_empty() {
-        return false;
-    }
-    if !rbuf[0].is_ascii_hexdigit() || bare_lf_in_line(rbuf) {
-        return true;
-    }
-    match httparse::parse_chunk_size(rbuf) {
-        Ok(httparse::Status::Complete(_)) => false,
-        Ok(httparse::Status::Partial) => rbuf.len() >= CHUNK_LINE_MAX,
-        Err(_) => true,
-    }
+    !rbuf.is_empty() && chunk_size_line(rbuf).is_err()
 }
 
 /// One read from `io` into `buf`'s free space (made at least [`MIN_READ`]); 0 at EOF.
@@ -802,14 +807,8 @@ impl H1Body {
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
                 Decode::Chunked(Chunk::Size) if !conn.rbuf.is_empty() => {
-                    // httparse takes an empty or extension-only line for size 0, and a bare
-                    // LF in an extension: a size line must start with a hex digit and hold
-                    // no LF before its CRLF.
-                    if !conn.rbuf[0].is_ascii_hexdigit() || bare_lf_in_line(&conn.rbuf) {
-                        return self.fail("malformed chunk size");
-                    }
-                    match httparse::parse_chunk_size(&conn.rbuf) {
-                        Ok(httparse::Status::Complete((used, size))) => {
+                    match chunk_size_line(&conn.rbuf) {
+                        Ok(Some((used, size))) => {
                             conn.rbuf.advance(used);
                             self.decode = Decode::Chunked(if size == 0 {
                                 Chunk::Trailers(0)
@@ -818,8 +817,8 @@ impl H1Body {
                             });
                             continue;
                         }
-                        Ok(httparse::Status::Partial) if conn.rbuf.len() < CHUNK_LINE_MAX => {}
-                        _ => return self.fail("malformed chunk size"),
+                        Ok(None) => {}
+                        Err(()) => return self.fail("malformed chunk size"),
                     }
                 }
                 Decode::Chunked(Chunk::DataEnd) if conn.rbuf.len() >= 2 => {
