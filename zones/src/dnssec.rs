@@ -152,17 +152,28 @@ fn bitmap_should_list(zone: &Zone, id: crate::zone::NodeId, nsec: bool) -> Vec<u
         .filter(|&ty| !cut || matches!(ty, t::NS | t::DS | t::NSEC))
         .chain(signed.then_some(t::RRSIG))
         .collect();
-    // An ALIAS is never answered as itself, and answers A and AAAA: an NSEC there lists
-    // those and not it (as the signer writes it, as PowerDNS does).
-    if let Some(i) = types.iter().position(|&ty| ty == t::ALIAS) {
-        types.swap_remove(i);
-        if nsec && !cut {
-            types.extend_from_slice(&[t::A, t::AAAA]);
-        }
-    }
+    alias_in_bitmap(&mut types, nsec && !cut);
     types.sort_unstable();
     types.dedup();
     types
+}
+
+/// An ALIAS among a bitmap's `types` (as the signer writes it and the check expects it):
+/// never listed — it is never answered as itself (a query for its type is NODATA, as PowerDNS
+/// answers and signs it) — and with `addresses` (an NSEC outside a cut) A and AAAA listed in
+/// its place, which it answers (a resolver reusing NSEC denials, RFC 8198, would deny them).
+/// An NSEC3 keeps to the name's own types (validators reuse NSEC denials only, and no NSEC3
+/// is signed when asked). The types come back sorted when an ALIAS was among them.
+pub(crate) fn alias_in_bitmap(types: &mut Vec<u16>, addresses: bool) {
+    let Some(i) = types.iter().position(|&ty| ty == t::ALIAS) else {
+        return;
+    };
+    types.swap_remove(i);
+    if addresses {
+        types.extend_from_slice(&[t::A, t::AAAA]);
+    }
+    types.sort_unstable();
+    types.dedup();
 }
 
 /// Where the type bitmap starts in NSEC RDATA (after the next owner name).

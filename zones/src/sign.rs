@@ -303,7 +303,6 @@ pub fn sign_zone(
         let cut = node.has(flags::DELEG);
         let mut types = Vec::with_capacity(sets.len() + 4);
         let mut signed = false;
-        let mut alias = false;
         for set in &sets {
             collect(unsigned, set, &mut scratch);
             if id == 0 && set.rtype == t::ZONEMD {
@@ -328,11 +327,7 @@ pub fn sign_zone(
             } else {
                 By::Nobody
             };
-            if set.rtype == t::ALIAS {
-                // An ALIAS is never answered as itself (a query for its type is NODATA, as
-                // PowerDNS answers): not in the bitmap, which would deny that NODATA.
-                alias = true;
-            } else if !cut || matches!(set.rtype, t::NS | t::DS) {
+            if !cut || matches!(set.rtype, t::NS | t::DS) {
                 types.push(set.rtype);
             }
             signed |= by != By::Nobody;
@@ -364,16 +359,7 @@ pub fn sign_zone(
             }
             signed = true;
         }
-        // An ALIAS answers A and AAAA at its name: an NSEC there says they exist (as
-        // PowerDNS signs it), or a resolver that reuses denials (RFC 8198) denies the
-        // addresses it serves.
-        // Not in an NSEC3 chain: validators reuse NSEC denials only, and there an address
-        // type its target lacks could only be denied by this very record (no online NSEC3).
-        if !cut && nsec3.is_none() && alias {
-            types.extend_from_slice(&[t::A, t::AAAA]);
-            types.sort_unstable();
-            types.dedup();
-        }
+        crate::dnssec::alias_in_bitmap(&mut types, !cut && nsec3.is_none());
         let insecure_cut = cut && !node.has(flags::HAS_DS);
         chain.push(ChainName {
             owner,
