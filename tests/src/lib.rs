@@ -89,6 +89,22 @@ pub fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data")
 }
 
+/// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`); panics when there is none (a
+/// size that reads as 0 would pass every bound).
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status (has the process exited?): {e}"));
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{s}"))
+}
+
+/// The process's resident memory in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS")
+}
+
 /// True when `name` is an executable on `$PATH` (or in /usr/sbin, /sbin, where Debian puts
 /// knotd and nsd).
 pub fn have_program(name: &str) -> bool {

@@ -13,20 +13,10 @@ use std::time::{Duration, Instant};
 
 use palisade_tests::client::{self, frame};
 use palisade_tests::servers::{Dnsd, Zone};
+use palisade_tests::status_kib;
 use palisade_tests::wait::wait_for;
 use palisade_tests::wire::{QueryOpts, RawMsg, build_query};
 use socket2::{Domain, Socket, Type};
-
-/// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`); panics when there is none (a
-/// size that reads as 0 would pass every bound).
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/status (has the process exited?): {e}"));
-    s.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{s}"))
-}
 
 /// Raises this process's descriptor limit to its hard limit (thousands of client sockets).
 fn raise_nofile() -> u64 {

@@ -1238,13 +1238,7 @@ fn doq_queries_sent_a_byte_a_packet_hold_only_their_bytes() {
     let Some((py, dir, quic, dnsd)) = doq_server(&["tcp_idle_timeout_ms = 30000"]) else {
         return;
     };
-    let rss = || {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", dnsd.pid())).unwrap();
-        s.lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap()
-    };
+    let rss = || palisade_tests::rss_kib(dnsd.pid());
     let before = rss();
     let mut child = std::process::Command::new("/usr/bin/python3")
         .arg("-c")

@@ -1049,16 +1049,6 @@ fn tiny_chunk_origin(chunks: usize, ext: usize) -> std::net::SocketAddr {
     addr
 }
 
-/// The resident memory of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap()
-}
-
 /// One-byte chunks, each with a long extension, to clients that read nothing (a small
 /// receive buffer) and to one that reads: http-front's memory stays bounded and the reader
 /// gets every byte, gathered from 100,000 pieces. (Each byte was a slice that kept its
@@ -1078,7 +1068,7 @@ fn an_origins_tiny_chunks_are_relayed_whole_in_bounded_memory() {
         None,
     );
     let fa = front.addr();
-    let before = rss_kib(front.pid());
+    let before = palisade_tests::rss_kib(front.pid());
     let src = net::test_ip();
     let mut idle = Vec::new();
     for _ in 0..2 {
@@ -1103,7 +1093,7 @@ fn an_origins_tiny_chunks_are_relayed_whole_in_bounded_memory() {
     let mut grown = 0;
     for _ in 0..10 {
         std::thread::sleep(Duration::from_millis(200));
-        grown = grown.max(rss_kib(front.pid()).saturating_sub(before));
+        grown = grown.max(palisade_tests::rss_kib(front.pid()).saturating_sub(before));
     }
     assert!(
         grown < 64 * 1024,

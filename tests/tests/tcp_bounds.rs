@@ -377,16 +377,6 @@ fn by_default_a_connection_answers_every_query_it_carries() {
     assert_eq!(dnsd.stat("drops.tcp_query_limit"), 0);
 }
 
-/// dnsd's resident memory, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap()
-}
-
 #[test]
 fn clients_that_never_read_large_answers_hold_little_of_our_memory() {
     // An RRset of about 50 KB, asked 40 times on each of 96 connections that never read (a
@@ -407,7 +397,7 @@ fn clients_that_never_read_large_answers_hold_little_of_our_memory() {
     wait_for("the readiness probe's connection to close", IO_WAIT, || {
         d.stat("tcp.connections") == 0
     });
-    let before = rss_kib(d.pid());
+    let before = palisade_tests::rss_kib(d.pid());
     let q = frame(&build_query(
         7,
         "txt.big.test.",
@@ -434,7 +424,7 @@ fn clients_that_never_read_large_answers_hold_little_of_our_memory() {
         || d.stat("tcp.pipeline_full") >= 96,
     );
     std::thread::sleep(Duration::from_millis(500));
-    let grown = rss_kib(d.pid()).saturating_sub(before);
+    let grown = palisade_tests::rss_kib(d.pid()).saturating_sub(before);
     println!("dnsd grew by {grown} KiB for 96 connections that do not read");
     assert!(
         grown < 48 * 1024,
