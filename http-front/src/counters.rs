@@ -105,6 +105,7 @@ counters! {
     LimitFingerprintItems => ("limit_hits_total", "limit", "fingerprint_items"),
     LimitHeaderBufferTotal => ("limit_hits_total", "limit", "header_buffer_total"),
     LimitHeaderBufferSource => ("limit_hits_total", "limit", "header_buffer_source"),
+    LimitClientHello => ("limit_hits_total", "limit", "client_hello_bytes"),
     ReqAbandoned => ("responses_total", "cause", "client_gone"),
     BodiesBuffered => ("request_bodies_total", "mode", "buffered"),
     BodiesStreamed => ("request_bodies_total", "mode", "streamed"),

@@ -3,9 +3,9 @@
 //! only) and the HTTP/2 fingerprint in Akamai's format (`SETTINGS|WINDOW_UPDATE|PRIORITY|
 //! pseudo-header order`).
 //!
-//! The ClientHello is copied by [`HelloTap`] as rustls reads it, its records' payloads joined
-//! (at most [`HELLO_MAX`] bytes of the message, then never again for the connection); the
-//! HTTP/2 frames are followed
+//! The ClientHello is held by [`HelloTap`] until it is whole, its records' payloads joined
+//! (at most `tls.max_client_hello_bytes`, never past [`HELLO_MAX`]), fingerprinted, then given
+//! to rustls; the HTTP/2 frames are followed
 //! by [`crate::h2watch`], which hands the client's first frames to [`H2Print`].
 
 use std::io;
@@ -239,13 +239,21 @@ pub fn ja4_of_message(msg: &[u8]) -> Option<(String, bool)> {
     Some((format!("{a}_{b}_{c}"), cut))
 }
 
-/// A client connection's transport that keeps a copy of its ClientHello (its records'
-/// payloads joined) until [`HelloTap::take`]; the copy then stops for good.
+/// A client connection's transport that holds its ClientHello back from rustls until the
+/// hello is whole (its records' payloads joined, at most `max` bytes, charged to the heads'
+/// budget as they come), fingerprints it, then gives rustls the hello framed again and what
+/// followed it; later reads pass through. A stalled hello is held once, here, not also in
+/// rustls's growing buffer; one longer than its bound, one the budget cannot hold, or records
+/// no client sends around it fail the read ([`HelloRefused`]).
 #[derive(Debug)]
 pub struct HelloTap<S> {
     inner: S,
-    /// The handshake message so far (at most [`HELLO_MAX`] bytes).
+    /// The handshake message so far (at most `max` bytes).
     msg: Vec<u8>,
+    /// Longest hello message taken.
+    max: usize,
+    /// What the hello being read (then given to rustls) holds of the heads' budget.
+    charge: crate::h1watch::HeadCharge,
     /// The current record's header, as much of it as was read.
     hdr: [u8; 5],
     hdr_len: usize,
@@ -254,45 +262,88 @@ pub struct HelloTap<S> {
     /// The current record is an alert before the hello, which rustls tolerates (a warning
     /// alert first took the JA4 away, and with it every `ja4` rule): read past.
     skipping: bool,
+    /// Alert records read past so far (rustls takes four).
+    alerts: u8,
+    /// The first hello record's version field, given to the records framed again.
+    version: [u8; 2],
     state: Tapped,
+    /// What rustls reads before the connection again: the hello framed again and what came
+    /// after it, or a first record that was no handshake as it came.
+    replay: Vec<u8>,
+    at: usize,
+    /// The hello's JA4, and whether the item bound cut a list of it short.
+    print: Option<(String, bool)>,
+}
+
+/// Why a [`HelloTap`] failed a handshake's read (the error inside its `io::Error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HelloRefused {
+    /// The ClientHello is longer than `tls.max_client_hello_bytes`.
+    #[error("ClientHello over tls.max_client_hello_bytes")]
+    TooLong,
+    /// Unfinished hellos and heads hold `server.header_buffer_total_bytes` (or the source's share).
+    #[error("unfinished ClientHello over server.header_buffer_total_bytes")]
+    OverBudget,
+    /// A handshake that begins with no ClientHello, or records inside or after it in its
+    /// last record that no client sends.
+    #[error("malformed ClientHello records")]
+    Malformed,
+}
+
+impl HelloRefused {
+    /// The refusal inside `e`, when `e` is one.
+    pub fn of(e: &io::Error) -> Option<HelloRefused> {
+        e.get_ref()?.downcast_ref::<HelloRefused>().copied()
+    }
 }
 
 /// What a [`HelloTap`] holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Tapped {
-    /// Still copying (the hello is not whole yet).
+    /// Still reading the hello (rustls has none of it yet).
     Copying,
-    /// The whole ClientHello message.
+    /// The whole ClientHello, fingerprinted and given to rustls.
     Whole,
-    /// A ClientHello longer than [`HELLO_MAX`]: not kept, so not fingerprinted (counted).
+    /// A ClientHello longer than the tap's bound: refused.
     Over,
-    /// No TLS handshake record, or no ClientHello in it.
+    /// The heads' budget could not hold the hello as it came: refused (counted there).
+    OverBudget,
+    /// The first record is no TLS handshake: given to rustls as it came (which answers it).
     NotHello,
+    /// A handshake message other than a ClientHello first, an alert inside the hello, more
+    /// than four alerts before it, or more than the hello in its last record: refused.
+    Odd,
 }
 
+/// Most payload bytes of one TLS record (RFC 8446 §5.1).
+const RECORD_MAX: usize = 1 << 14;
+
 impl<S> HelloTap<S> {
-    /// Taps `inner`.
-    pub fn new(inner: S) -> HelloTap<S> {
+    /// Taps `inner`, taking hello messages up to `max` bytes (at most [`HELLO_MAX`]) while
+    /// `charge` can hold them.
+    pub fn new(inner: S, max: usize, charge: crate::h1watch::HeadCharge) -> HelloTap<S> {
         HelloTap {
             inner,
-            msg: Vec::with_capacity(2048),
+            msg: Vec::new(),
+            max: max.min(HELLO_MAX),
+            charge,
             hdr: [0; 5],
             hdr_len: 0,
             left: 0,
             skipping: false,
+            alerts: 0,
+            version: [3, 1],
             state: Tapped::Copying,
+            replay: Vec::new(),
+            at: 0,
+            print: None,
         }
     }
 
-    /// What was found, and the whole ClientHello message when it is [`Tapped::Whole`];
+    /// What was found, and the hello's JA4 (with whether it was cut) when it was whole;
     /// nothing more is kept.
-    pub fn take(&mut self) -> (Tapped, Vec<u8>) {
-        let state = std::mem::replace(&mut self.state, Tapped::NotHello);
-        let msg = std::mem::take(&mut self.msg);
-        match state {
-            Tapped::Whole => (Tapped::Whole, msg),
-            other => (other, Vec::new()),
-        }
+    pub fn take(&mut self) -> (Tapped, Option<(String, bool)>) {
+        (self.state.clone(), self.print.take())
     }
 
     /// The transport under it.
@@ -300,7 +351,7 @@ impl<S> HelloTap<S> {
         &self.inner
     }
 
-    /// Takes `new`, read after what came before, into the message while it is being copied.
+    /// Takes `new`, read after what came before, while the hello is being read.
     fn feed(&mut self, mut new: &[u8]) {
         while !new.is_empty() && self.state == Tapped::Copying {
             if self.hdr_len < 5 {
@@ -309,12 +360,29 @@ impl<S> HelloTap<S> {
                 self.hdr_len += n;
                 new = &new[n..];
                 if self.hdr_len == 5 {
+                    let first = self.msg.is_empty();
                     // Alerts before the hello's first byte are read past (rustls takes four
                     // warnings); any other record, or an alert inside the hello, ends it.
-                    self.skipping = self.hdr[0] == 0x15 && self.msg.is_empty();
-                    if self.hdr[0] != 0x16 && !self.skipping {
-                        self.stop(Tapped::NotHello);
+                    self.skipping = self.hdr[0] == 0x15 && first;
+                    if self.skipping {
+                        self.alerts += 1;
+                        if self.alerts > 4 {
+                            self.stop(Tapped::Odd);
+                            return;
+                        }
+                    } else if self.hdr[0] != 0x16 {
+                        if first {
+                            // No TLS handshake (a plain HTTP request, say): rustls reads it.
+                            let mut raw = self.hdr.to_vec();
+                            raw.extend_from_slice(new);
+                            self.stop(Tapped::NotHello);
+                            self.replay = raw;
+                        } else {
+                            self.stop(Tapped::Odd);
+                        }
                         return;
+                    } else if first {
+                        self.version = [self.hdr[1], self.hdr[2]];
                     }
                     self.left = usize::from(u16::from_be_bytes([self.hdr[3], self.hdr[4]]));
                     if self.left == 0 {
@@ -332,7 +400,7 @@ impl<S> HelloTap<S> {
                 }
                 continue;
             }
-            if self.msg.len() + n > HELLO_MAX {
+            if self.msg.len() + n > self.max {
                 self.stop(Tapped::Over);
                 return;
             }
@@ -345,20 +413,47 @@ impl<S> HelloTap<S> {
             if let [kind, a, b, c, ..] = self.msg[..] {
                 let len = 4 + (usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c));
                 if kind != 0x01 {
-                    self.stop(Tapped::NotHello);
-                } else if len > HELLO_MAX {
+                    self.stop(Tapped::Odd);
+                } else if len > self.max {
                     self.stop(Tapped::Over);
-                } else if self.msg.len() >= len {
-                    self.msg.truncate(len);
-                    self.state = Tapped::Whole;
+                } else if self.msg.len() > len || (self.msg.len() == len && self.left > 0) {
+                    // More than the hello in its last record: nothing a client sends.
+                    self.stop(Tapped::Odd);
+                } else if self.msg.len() == len {
+                    self.whole(new);
+                    return;
+                } else {
+                    self.msg.reserve_exact(len - self.msg.len());
+                    if !self.charge.set(self.msg.len()) {
+                        self.stop(Tapped::OverBudget);
+                    }
                 }
             }
         }
     }
 
+    /// The hello is whole, `rest` read after it: fingerprinted, and framed again for rustls.
+    fn whole(&mut self, rest: &[u8]) {
+        self.print = ja4_of_message(&self.msg);
+        let records = self.msg.len().div_ceil(RECORD_MAX);
+        let mut out = Vec::with_capacity(self.msg.len() + 5 * records + rest.len());
+        for part in self.msg.chunks(RECORD_MAX) {
+            out.extend_from_slice(&[0x16, self.version[0], self.version[1]]);
+            out.extend_from_slice(&(part.len() as u16).to_be_bytes());
+            out.extend_from_slice(part);
+        }
+        out.extend_from_slice(rest);
+        self.msg = Vec::new();
+        // Held until rustls read it.
+        self.charge.set(out.len());
+        self.replay = out;
+        self.state = Tapped::Whole;
+    }
+
     fn stop(&mut self, why: Tapped) {
         self.state = why;
         self.msg = Vec::new();
+        self.charge.set(0);
     }
 }
 
@@ -369,12 +464,37 @@ impl<S: AsyncRead + Unpin> AsyncRead for HelloTap<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
-        let before = buf.filled().len();
-        ready!(Pin::new(&mut me.inner).poll_read(cx, buf))?;
-        if me.state == Tapped::Copying {
-            me.feed(&buf.filled()[before..]);
+        while me.state == Tapped::Copying {
+            let mut tmp = [0u8; 4096];
+            let mut got = ReadBuf::new(&mut tmp);
+            ready!(Pin::new(&mut me.inner).poll_read(cx, &mut got))?;
+            if got.filled().is_empty() {
+                // The client went away mid-hello: rustls reads the end.
+                return Poll::Ready(Ok(()));
+            }
+            me.feed(got.filled());
         }
-        Poll::Ready(Ok(()))
+        let refused = match me.state {
+            Tapped::Over => Some(HelloRefused::TooLong),
+            Tapped::OverBudget => Some(HelloRefused::OverBudget),
+            Tapped::Odd => Some(HelloRefused::Malformed),
+            _ => None,
+        };
+        if let Some(why) = refused {
+            return Poll::Ready(Err(io::Error::other(why)));
+        }
+        if me.at < me.replay.len() {
+            let n = (me.replay.len() - me.at).min(buf.remaining());
+            buf.put_slice(&me.replay[me.at..me.at + n]);
+            me.at += n;
+            if me.at == me.replay.len() {
+                me.replay = Vec::new();
+                me.at = 0;
+                me.charge.set(0);
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut me.inner).poll_read(cx, buf)
     }
 }
 
@@ -733,39 +853,61 @@ mod tests {
         // Cut short: none.
         assert_eq!(ja4(&rec[..rec.len() - 1]), None);
         // The tap joins the records, however the reads cut them, and stops at the hello's
-        // end; one byte per record (six on the wire for each) is the same hello.
-        let tap = |wire: &[u8], step: usize| {
-            let mut t = HelloTap::new(());
+        // end; one byte per record (six on the wire for each) is the same hello. rustls then
+        // reads the hello in one record and, as they came, the bytes after it.
+        let tap_max = |wire: &[u8], step: usize, max: usize| {
+            let mut t = HelloTap::new((), max, crate::h1watch::HeadCharge::default());
+            let mut after = Vec::new();
             for chunk in wire.chunks(step) {
                 if t.state == Tapped::Copying {
                     t.feed(chunk);
+                } else {
+                    after.extend_from_slice(chunk);
                 }
             }
-            t.take()
+            let mut rustls = std::mem::take(&mut t.replay);
+            rustls.extend_from_slice(&after);
+            let (state, print) = t.take();
+            (state, print.map(|p| p.0), rustls)
         };
+        let tap = |wire: &[u8], step: usize| tap_max(wire, step, HELLO_MAX);
+        let ccs_rec = [0x14, 3, 3, 0, 1, 1];
         let mut more = rec.clone();
-        more.extend_from_slice(&[0x14, 3, 3, 0, 1, 1]);
-        for wire in [&rec, &two, &more] {
+        more.extend_from_slice(&ccs_rec);
+        for (wire, then) in [(&rec, &[][..]), (&two, &[]), (&more, &ccs_rec)] {
             for step in [1, 3, 7, 4096] {
-                let (state, m) = tap(wire, step);
+                let (state, print, rustls) = tap(wire, step);
                 assert_eq!(state, Tapped::Whole, "{step}");
-                assert_eq!(ja4_of_message(&m).unwrap().0, j, "{step}");
+                assert_eq!(print.as_deref(), Some(&j[..]), "{step}");
+                assert_eq!(rustls, [&rec[..], then].concat(), "{step}");
             }
         }
-        // A 3 KB hello (padding) one byte per record: 18 KB on the wire, the same print.
+        // A 3 KB hello (padding) one byte per record: 18 KB on the wire, the same print,
+        // and one record of 3 KB for rustls.
         let padded = hello(0x0303, &[0x1301], &[(0x0015, vec![0; 3000])]);
         let bytewise: Vec<u8> = padded[5..]
             .iter()
             .flat_map(|&b| [0x16, 3, 1, 0, 1, b])
             .collect();
         assert!(bytewise.len() > 16 * 1024, "{}", bytewise.len());
-        let (state, m) = tap(&bytewise, 1500);
+        let (state, print, rustls) = tap(&bytewise, 1500);
         assert_eq!(state, Tapped::Whole);
-        assert_eq!(ja4_of_message(&m).map(|p| p.0), ja4(&padded));
+        assert_eq!(print, ja4(&padded));
+        assert_eq!(rustls, padded);
         assert_eq!(tap(&rec[..rec.len() - 1], 100).0, Tapped::Copying);
-        assert_eq!(tap(b"GET / HTTP/1.1", 100).0, Tapped::NotHello);
+        // No handshake first (plain HTTP on the TLS port): rustls reads it as it came.
+        let plain = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        for step in [1, 4096] {
+            let (state, print, rustls) = tap(plain, step);
+            assert_eq!((state, print), (Tapped::NotHello, None));
+            assert_eq!(rustls, plain);
+        }
+        let mut ccs = ccs_rec.to_vec();
+        ccs.extend_from_slice(&rec);
+        assert_eq!(tap(&ccs, 4096).2, ccs);
         // Warning alerts and empty records before the hello are read past (rustls takes
-        // them); an alert inside it, or another record first, ends the tap.
+        // four alerts); a fifth, an alert inside the hello, another handshake message first,
+        // or more than the hello in its last record are refused.
         let alert = [0x15, 3, 1, 0, 2, 1, 0x5a];
         let empty = [0x16, 3, 1, 0, 0];
         let mut lead = Vec::new();
@@ -775,18 +917,26 @@ mod tests {
         lead.extend_from_slice(&empty);
         lead.extend_from_slice(&two);
         for step in [1, 5, 4096] {
-            let (state, m) = tap(&lead, step);
+            let (state, print, rustls) = tap(&lead, step);
             assert_eq!(state, Tapped::Whole, "{step}");
-            assert_eq!(ja4_of_message(&m).unwrap().0, j);
+            assert_eq!(print.as_deref(), Some(&j[..]));
+            assert_eq!(rustls, rec);
         }
+        assert_eq!(tap(&[&alert[..], &lead].concat(), 4096).0, Tapped::Odd);
         let mut inside = two[..15].to_vec();
         inside.extend_from_slice(&alert);
         inside.extend_from_slice(&two[15..]);
-        assert_eq!(tap(&inside, 4096).0, Tapped::NotHello);
-        let mut ccs = vec![0x14, 3, 3, 0, 1, 1];
-        ccs.extend_from_slice(&rec);
-        assert_eq!(tap(&ccs, 4096).0, Tapped::NotHello);
-        // Past 16 KiB, as two records (for the 16-bit record length): fingerprinted too.
+        assert_eq!(tap(&inside, 4096).0, Tapped::Odd);
+        let mut finished = rec.clone();
+        finished[5] = 20;
+        assert_eq!(tap(&finished, 4096).0, Tapped::Odd);
+        let mut tail = rec.clone();
+        tail.extend_from_slice(&[20, 0, 0, 0]);
+        let n = (tail.len() - 5) as u16;
+        tail[3..5].copy_from_slice(&n.to_be_bytes());
+        assert_eq!(tap(&tail, 4096).0, Tapped::Odd);
+        // Past 16 KiB, as two records (for the 16-bit record length): fingerprinted too,
+        // and framed again in records of at most 16 KiB.
         let big: Vec<(u16, Vec<u8>)> = vec![(0x1234, vec![0; 20_000])];
         let mut huge = hello(0x0303, &[0x1301], &big);
         let hm = huge.split_off(5);
@@ -796,10 +946,18 @@ mod tests {
             wire.extend_from_slice(&(part.len() as u16).to_be_bytes());
             wire.extend_from_slice(part);
         }
-        let (state, m) = tap(&wire, 4096);
+        let (state, print, rustls) = tap(&wire, 4096);
         assert_eq!(state, Tapped::Whole);
-        assert!(ja4_of_message(&m).is_some());
-        // A message header announcing more than rustls takes: not kept.
+        assert!(print.is_some());
+        assert_eq!(rustls.len(), hm.len() + 10);
+        assert_eq!(ja4(&rustls), print);
+        assert_eq!(&rustls[..5], &[0x16, 3, 1, 0x40, 0]);
+        // Under the default bound (16 KiB, BoringSSL's) it is refused, from the message
+        // header in its first nine bytes.
+        assert_eq!(tap_max(&wire, 4096, 16 << 10).0, Tapped::Over);
+        assert_eq!(tap_max(&wire[..9], 9, 16 << 10).0, Tapped::Over);
+        assert_eq!(tap_max(&wire, 4096, 20_100).0, Tapped::Whole);
+        // A message header announcing more than rustls takes: refused.
         let mut over = vec![0x16, 3, 1, 0, 4, 1, 1, 0, 0];
         over.extend_from_slice(&[0x16, 3, 1, 0x40, 0, 0]);
         assert_eq!(tap(&over, 4096).0, Tapped::Over);
@@ -807,6 +965,69 @@ mod tests {
         assert_eq!(alpn_chars(&[0xba, 0xad]), "99");
         assert_eq!(alpn_chars(&[b'h', 0x1f]), "99");
         assert_eq!(alpn_chars(b"x"), "xx");
+    }
+
+    /// A hello being read holds the heads' budget, past the free part a browser's hello
+    /// never leaves, until rustls read it; over the budget the read fails, and all is given
+    /// back.
+    #[test]
+    fn an_unfinished_hello_is_charged_to_the_heads_budget() {
+        use crate::h1watch::HEAD_FREE;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let held = Arc::new(AtomicUsize::new(0));
+        let source = Arc::new(AtomicUsize::new(0));
+        let counters = Arc::new(crate::counters::Counters::default());
+        let charge = || {
+            crate::h1watch::HeadCharge::new(Some(crate::h1watch::HeadBudget {
+                held: Arc::clone(&held),
+                limit: 1 << 20,
+                source: Some(Arc::clone(&source)),
+                counters: Arc::clone(&counters),
+            }))
+        };
+        let now = || held.load(Ordering::Relaxed);
+        let browser = hello(0x0303, &[0x1301], &[(0x0015, vec![0; 1500])]);
+        let big = hello(0x0303, &[0x1301], &[(0x0015, vec![0; 16_000])]);
+        // A browser's hello, whole: nothing charged.
+        let mut t = HelloTap::new((), 16 << 10, charge());
+        t.feed(&browser);
+        assert_eq!(t.state, Tapped::Whole);
+        assert_eq!(now(), 0);
+        // A 16 KB one stalled after 10 KB: what it holds past the free part; whole, what
+        // rustls has yet to read; dropped, nothing.
+        let mut t = HelloTap::new((), 16 << 10, charge());
+        t.feed(&big[..10_005]);
+        assert_eq!(t.state, Tapped::Copying);
+        assert_eq!(now(), 10_000 - HEAD_FREE);
+        assert_eq!(source.load(Ordering::Relaxed), now());
+        t.feed(&big[10_005..]);
+        assert_eq!(t.state, Tapped::Whole);
+        assert_eq!(now(), big.len() - HEAD_FREE);
+        drop(t);
+        assert_eq!(now(), 0);
+        // Stalled ones from one source fill its share (a sixty-fourth, at least 256 KiB):
+        // the next is refused, counted, and nothing of it stays charged.
+        let each = big.len() - 6 - HEAD_FREE;
+        let mut stalled = Vec::new();
+        for _ in 0..64 {
+            let mut t = HelloTap::new((), 16 << 10, charge());
+            t.feed(&big[..big.len() - 1]);
+            if t.state != Tapped::Copying {
+                assert_eq!(t.state, Tapped::OverBudget);
+                break;
+            }
+            stalled.push(t);
+        }
+        assert_eq!(stalled.len(), crate::h1watch::source_share(1 << 20) / each);
+        assert_eq!(now(), stalled.len() * each);
+        assert_eq!(
+            counters.get(crate::counters::Counter::LimitHeaderBufferSource),
+            1
+        );
+        drop(stalled);
+        assert_eq!(now(), 0);
+        assert_eq!(source.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -1149,3 +1149,129 @@ fn one_source_holds_a_share_of_the_heads_budget_and_whole_heads_pass() {
         "an unfinished 12 KB head with no budget"
     );
 }
+
+/// The first records of a ClientHello announcing `announce` bytes, `send` of them sent.
+fn stalled_hello(announce: usize, send: usize) -> Vec<u8> {
+    let mut msg = vec![
+        1,
+        (announce >> 16) as u8,
+        (announce >> 8) as u8,
+        announce as u8,
+    ];
+    msg.extend_from_slice(&[3, 3]);
+    msg.extend_from_slice(&[0x11; 32]);
+    msg.extend_from_slice(&[0, 0, 2, 0x13, 1, 1, 0]);
+    msg.resize(send, 0);
+    let mut wire = Vec::new();
+    for part in msg.chunks(16_000) {
+        wire.extend_from_slice(&[0x16, 3, 1]);
+        wire.extend_from_slice(&(part.len() as u16).to_be_bytes());
+        wire.extend_from_slice(part);
+    }
+    wire
+}
+
+/// TLS clients that stall cost what they sent, never what they announce, and within the
+/// heads' budget: a hello longer than `tls.max_client_hello_bytes` is refused at its first
+/// record (3,000 stalled 48 KB hellos announcing 60 KB held 130 KB each until the handshake
+/// timeout, nginx 87 KB), stalled hellos hold the heads' budget — one source its share, past
+/// it closed and counted — and a connection that sent nothing holds no TLS session and no
+/// serving state (21 KB each, nginx's 0.5 KB); an ordinary client is served throughout.
+#[test]
+fn stalled_tls_hellos_and_silent_connections_hold_little() {
+    if !palisade_tests::have_program("curl") {
+        assert!(!palisade_tests::in_ci(), "curl is needed in CI");
+        palisade_tests::skipped("curl missing");
+        return;
+    }
+    let ca = palisade_tests::pki::Ca::new();
+    let dir = tempfile::tempdir().unwrap();
+    ca.leaf(&["a.test"]).write(dir.path(), "a");
+    let ca_pem = dir.path().join("ca.pem");
+    std::fs::write(&ca_pem, ca.pem()).unwrap();
+    let origin = Origin::start();
+    let (d, o) = (dir.path().to_path_buf(), origin.addr());
+    let front = Front::start(
+        |a, m| {
+            format!(
+                "[server]\nlisten = []\nworkers = 2\nheader_read_timeout_ms = 8000\n\
+                 max_connections_per_source = 100\nheader_buffer_total_bytes = 16777216\n\
+                 [tls]\nlisten = [\"{a}\"]\ncert = \"{0}/a.crt\"\nkey = \"{0}/a.key\"\n\
+                 [metrics]\nlisten = \"{m}\"\n\
+                 [[upstream]]\nname = \"app\"\nservers = [\"{o}\"]\n\
+                 [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\n",
+                d.display()
+            )
+        },
+        None,
+    );
+    let fa = front.addr();
+    let served = || palisade_tests::pki::curl_status(fa, "a.test", &ca_pem, &[], "/");
+
+    // Hellos announcing 60 KB: closed at their first record, counted.
+    let long = stalled_hello(60_000, 48_000);
+    let mut conns: Vec<_> = (0..20)
+        .map(|i| {
+            let mut s = connect_from(Some(net::test_ip()), fa).unwrap();
+            let _ = s.write_all(&long[..if i % 2 == 0 { 9 } else { long.len() }]);
+            s
+        })
+        .collect();
+    for (i, s) in conns.iter_mut().enumerate() {
+        assert!(
+            wait_closed(s, Duration::from_secs(3)),
+            "long hello {i} still open"
+        );
+    }
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"client_hello_bytes\"}"),
+        20
+    );
+
+    // 60 stalled 16 KB hellos from one address: its share of the budget (256 KiB, each
+    // holding what it sent past the free 8 KiB) takes about 33; the rest are closed.
+    let attacker = net::test_ip();
+    let full = stalled_hello(16_300, 16_000);
+    let stalled: Vec<_> = (0..60)
+        .map(|_| {
+            let mut s = connect_from(Some(attacker), fa).unwrap();
+            let _ = s.write_all(&full);
+            s
+        })
+        .collect();
+    assert_eq!(served(), 200);
+    std::thread::sleep(Duration::from_millis(500));
+    let closed = stalled
+        .iter()
+        .filter(|s| {
+            use std::io::Read as _;
+            s.set_nonblocking(true).unwrap();
+            let mut r: &std::net::TcpStream = s;
+            !matches!(r.read(&mut [0u8; 64]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+        })
+        .count();
+    assert!((20..=35).contains(&closed), "{closed} of 60 closed");
+    assert_eq!(
+        front.metric("http_front_limit_hits_total{limit=\"header_buffer_source\"}"),
+        closed as u64
+    );
+    drop(stalled);
+    wait_for("the stalled hellos to go", Duration::from_secs(10), || {
+        front.metric("http_front_open_connections") == 0
+    });
+
+    // 1,000 connections that send nothing: a few KB each (the socket, a small task).
+    let before = palisade_tests::rss_kib(front.pid());
+    let sources: Vec<_> = (0..20).map(|_| net::test_ip()).collect();
+    let silent: Vec<_> = (0..1000)
+        .map(|i| connect_from(Some(sources[i % 20]), fa).unwrap())
+        .collect();
+    wait_for("the silent connections", Duration::from_secs(10), || {
+        front.metric("http_front_open_connections") >= 1000
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let per = (palisade_tests::rss_kib(front.pid()) - before) * 1024 / 1000;
+    assert!(per < 8 * 1024, "{per} B a silent connection");
+    assert_eq!(served(), 200);
+    drop(silent);
+}

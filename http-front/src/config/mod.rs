@@ -24,7 +24,7 @@
 //! send_min_rate_bytes_per_sec = 1024   # a streamed response's client, over each 2 s it is waited on (0: none)
 //! body_buffer_bytes = 1048576     # request bodies read into memory before the upstream is contacted
 //! body_buffer_total_bytes = 268435456  # over all requests; past it bodies stream unbuffered
-//! header_buffer_total_bytes = 67108864  # HTTP/1.1 heads being read, past each one's first 8 KiB; past it: closed
+//! header_buffer_total_bytes = 67108864  # heads (and TLS hellos) being read, past each one's first 8 KiB; past it: closed
 //! body_min_rate_bytes_per_sec = 1024   # after the first 2 s of a body (0: none); slower: 408
 //! body_timeout_ms = 60000         # a whole request body; slower: 408
 //! proxy_allow = []                # load balancers whose connections start with a PROXY header (v2 or v1)
@@ -56,6 +56,7 @@
 //! key = "key.pem"
 //! cert_dir = "certs"              # NAME.crt + NAME.key (+ NAME.ocsp) per host; _wildcard.NAME.crt for *.NAME
 //! unknown_sni = "default"         # or "refuse"; "refuse" when there is no cert
+//! max_client_hello_bytes = 16384  # a longer ClientHello is refused at its first record (BoringSSL's bound)
 //!
 //! [acme]                          # optional: certificates for sites with acme = true (RFC 8555)
 //! directory = "https://acme-v02.api.letsencrypt.org/directory"
@@ -285,6 +286,8 @@ pub struct Tls {
     pub cert_dir: Option<PathBuf>,
     /// What a handshake without a known server name gets.
     pub unknown_sni: UnknownSni,
+    /// Longest ClientHello message taken; a longer one is refused as soon as it says so.
+    pub max_client_hello_bytes: usize,
 }
 
 /// One `[[upstream]]`.
@@ -796,6 +799,7 @@ impl Config {
                         cert,
                         cert_dir,
                         unknown_sni,
+                        max_client_hello_bytes: t.max_client_hello_bytes,
                     }),
                     Some(fixed),
                 )

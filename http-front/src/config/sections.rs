@@ -23,6 +23,15 @@ pub(super) struct TlsSchema {
     pub(super) cert_dir: Option<Spanned<PathBuf>>,
     #[serde(default)]
     pub(super) unknown_sni: Option<Spanned<UnknownSni>>,
+    #[serde(
+        default = "default_max_client_hello",
+        deserialize_with = "range_usize::<512, 65539, _>"
+    )]
+    pub(super) max_client_hello_bytes: usize,
+}
+
+fn default_max_client_hello() -> usize {
+    16 << 10
 }
 
 /// `[tls] unknown_sni`: what a handshake without a known server name gets.
