@@ -257,3 +257,93 @@ fn nodes_leave_a_deposed_master_whose_connections_survive() {
         "A found the master deposed"
     );
 }
+
+/// Whoever can connect to the master can pose as a replica (`REPLCONF ip-address`, `PSYNC`)
+/// and Sentinel then lists it: no node takes the address it claims as never-block (learned
+/// so, it lifted the fleet's block covering it on every node behind Sentinel, and stayed
+/// unblockable until a restart). The master the sentinels name is still learned.
+#[test]
+fn a_forged_replica_is_not_learned_as_never_block() {
+    use std::io::{Read as _, Write as _};
+    let Some(set) = SentinelSet::start() else {
+        return;
+    };
+    let a = node(&set, "a", None);
+    let b = node(&set, "b", None);
+    wait_for("both nodes synced", Duration::from_secs(20), || {
+        a.stat("redis.connected") == 1 && b.stat("redis.connected") == 1
+    });
+    let (ok, out) = a.ctl(&["block", "add", "10.78.9.0/24"]);
+    assert!(ok, "{out}");
+    let listed = |d: &Dnsd| d.ctl(&["block", "list"]).1.contains("10.78.9.0/24");
+    wait_for("B has A's block", Duration::from_secs(10), || listed(&b));
+
+    // The forged replica, inside the blocked prefix: it keeps its replication link alive.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let port = set.master.port;
+    let flag = std::sync::Arc::clone(&stop);
+    let fake = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let cmd = |args: &[&str]| {
+            let mut m = format!("*{}\r\n", args.len());
+            for a in args {
+                m.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+            }
+            m
+        };
+        for c in [
+            cmd(&["REPLCONF", "listening-port", "20999"]),
+            cmd(&["REPLCONF", "ip-address", "10.78.9.9"]),
+            cmd(&["REPLCONF", "capa", "psync2"]),
+            cmd(&["PSYNC", "?", "-1"]),
+        ] {
+            s.write_all(c.as_bytes()).unwrap();
+            // One at a time: PSYNC is refused while replies are pending.
+            let _ = s.read(&mut [0u8; 256]);
+        }
+        let end = Instant::now() + Duration::from_secs(40);
+        let mut buf = [0u8; 65536];
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < end {
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(cmd(&["REPLCONF", "ACK", "0"]).as_bytes());
+        }
+    });
+    let sentinel = set.sentinel_ports[0];
+    wait_for(
+        "a sentinel lists the forged replica",
+        Duration::from_secs(30),
+        || {
+            palisade_tests::redis::command(
+                sentinel,
+                &format!("SENTINEL REPLICAS {}", palisade_tests::redis::MASTER_NAME),
+            )
+            .contains("10.78.9.9")
+        },
+    );
+    // Every node connects again (and asks the sentinels anew).
+    let before = (a.stat("redis.connects"), b.stat("redis.connects"));
+    palisade_tests::redis::command(port, "CLIENT KILL TYPE normal");
+    wait_for(
+        "both nodes connected again",
+        Duration::from_secs(20),
+        || {
+            a.stat("redis.connects") > before.0
+                && b.stat("redis.connects") > before.1
+                && a.stat("redis.connected") == 1
+                && b.stat("redis.connected") == 1
+        },
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    fake.join().unwrap();
+    for (name, d) in [("A", &a), ("B", &b)] {
+        assert!(listed(d), "{name} lifted the block: {}", d.log());
+        assert!(!d.log().contains("10.78.9.9"), "{name}: {}", d.log());
+        let (_, status) = d.ctl(&["status"]);
+        assert!(!status.contains("10.78.9.9"), "{name}: {status}");
+    }
+    // The master the sentinels name is learned.
+    assert!(b.log().contains("redis master (named by sentinel)"));
+}

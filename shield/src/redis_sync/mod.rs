@@ -444,7 +444,7 @@ impl SyncConfig {
     }
 
     /// Adds what this sync talks to — its server (`url`), its sentinels — to a never-block
-    /// set (the masters and replicas Sentinel names are added as they are named).
+    /// set (the masters Sentinel names are added as they are named).
     pub fn add_never_block(&self, nb: &mut crate::never_block::NeverBlock) {
         use crate::never_block::{host_addresses, url_addresses};
         for ip in url_addresses(&self.url) {
@@ -855,6 +855,19 @@ impl Shared {
             .target
             .reach(&self.cfg, io, &self.c.sentinel_errors, &self.limits)
             .await?;
+        if let Some(addr) = &reached.addr {
+            tracing::debug!(node = %self.node, role, master = %addr, "redis master named by sentinel");
+            // What the sync talks to is never blocked, the master the operator's sentinels
+            // name learned before it is reached (blocked, with XDP its replies were dropped
+            // fleet-wide, and the lift could not come through it). Its replicas are not: any
+            // client can pose as one, and Sentinel lists it (a forged replica lifted the
+            // fleet's block of its own address); one promoted is learned as it is named.
+            // An address as Sentinel names it (no name resolved here: a blocking look-up).
+            if let Ok(sa) = addr.parse::<std::net::SocketAddr>() {
+                self.map
+                    .protect(sa.ip(), "redis master (named by sentinel)");
+            }
+        }
         let (mut conn, driver) = reached.server.open(conf, io, &self.limits).await?;
         let server = target::identify(&mut conn, reached.addr.as_deref()).await?;
         // Best effort: lets `CLIENT LIST` tell the nodes apart.
@@ -867,20 +880,6 @@ impl Shared {
         self.measure_offset(&mut conn).await?;
         let epoch = self.ensure_epoch(&mut conn).await?;
         add(&self.c.connects, 1);
-        if let Some(addr) = &reached.addr {
-            tracing::debug!(node = %self.node, role, master = %addr, "redis master named by sentinel");
-            // What the sync talks to is never blocked: the master and the replicas Sentinel
-            // names (blocked, with XDP their replies were dropped fleet-wide, and the lift
-            // could not come through them).
-            // An address as Sentinel names it (no name resolved here: a blocking look-up).
-            if let Ok(sa) = addr.parse::<std::net::SocketAddr>() {
-                self.map
-                    .protect(sa.ip(), "redis master (named by sentinel)");
-            }
-            for &ip in &reached.replicas {
-                self.map.protect(ip, "redis replica (named by sentinel)");
-            }
-        }
         Ok(Connected {
             conn,
             driver,
@@ -1328,7 +1327,7 @@ impl SyncMonitor {
     pub fn status_line(&self) -> String {
         let s = self.stats();
         let state = match (s.writer_connected, s.reader_connected) {
-            (true, true) if s.writes_waiting_ms >= 10_000 => format!(
+            (true, true) if s.writes_waiting_ms >= 2_000 => format!(
                 "NOT SYNCED (writes waiting for {} s: Redis holds or refuses them)",
                 s.writes_waiting_ms / 1000
             ),

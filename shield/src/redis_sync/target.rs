@@ -38,9 +38,6 @@ pub(super) struct Reached {
     pub(super) server: Server,
     /// `host:port` of a master Sentinel named; None for `url`.
     pub(super) addr: Option<String>,
-    /// The addresses of the replicas Sentinel knows of that master (they may be named master
-    /// next).
-    pub(super) replicas: Vec<std::net::IpAddr>,
 }
 
 fn err(what: &str, detail: String) -> redis::RedisError {
@@ -89,7 +86,6 @@ impl Target {
                 return Ok(Reached {
                     server: c.clone(),
                     addr: None,
-                    replicas: Vec::new(),
                 });
             }
             Target::Sentinel(s) => s,
@@ -101,7 +97,7 @@ impl Target {
             let i = (first + k) % n;
             let (name, client) = &s.clients[i];
             match ask(client, &s.master_name, io, limits).await {
-                Ok(Some((host, port, replicas))) => {
+                Ok(Some((host, port))) => {
                     s.next.store(i, Ordering::Relaxed);
                     let addr = if host.contains(':') {
                         format!("[{host}]:{port}")
@@ -117,7 +113,6 @@ impl Target {
                     return Ok(Reached {
                         server,
                         addr: Some(addr),
-                        replicas,
                     });
                 }
                 Ok(None) => {
@@ -135,17 +130,16 @@ impl Target {
     }
 }
 
-/// A master's host and port, and its replicas' addresses.
-type Named = (String, u16, Vec<std::net::IpAddr>);
-
-/// `SENTINEL GET-MASTER-ADDR-BY-NAME` of one sentinel, and (best effort) the addresses of
-/// the replicas it knows (`SENTINEL REPLICAS`, at most 64).
+/// `SENTINEL GET-MASTER-ADDR-BY-NAME` of one sentinel: the master's host and port. Its
+/// replicas are never asked for: any client of the master can pose as one (`REPLCONF
+/// ip-address`, `PSYNC`), and Sentinel lists it — learned as never-block, a forged replica
+/// lifted the fleet's block of its own address.
 async fn ask(
     server: &Server,
     master: &str,
     io: Duration,
     limits: &Limits,
-) -> redis::RedisResult<Option<Named>> {
+) -> redis::RedisResult<Option<(String, u16)>> {
     let conf = redis::AsyncConnectionConfig::new().set_response_timeout(Some(io));
     let (mut conn, _driver) = server.open(conf, io, limits).await?;
     let v: Option<(String, String)> = redis::cmd("SENTINEL")
@@ -153,50 +147,7 @@ async fn ask(
         .arg(master)
         .query_async(&mut conn)
         .await?;
-    let Some((host, port)) = v.and_then(|(h, p)| Some((h, p.parse().ok()?))) else {
-        return Ok(None);
-    };
-    let replicas = redis::cmd("SENTINEL")
-        .arg("REPLICAS")
-        .arg(master)
-        .query_async::<Value>(&mut conn)
-        .await
-        .map(|v| replica_addresses(&v))
-        .unwrap_or_default();
-    Ok(Some((host, port, replicas)))
-}
-
-/// The `ip` fields of a `SENTINEL REPLICAS` reply (each replica a flat list or a map of
-/// fields), at most 64.
-fn replica_addresses(v: &Value) -> Vec<std::net::IpAddr> {
-    let Value::Array(items) = v else {
-        return Vec::new();
-    };
-    let ip_of = |fields: Vec<(&Value, &Value)>| {
-        fields.into_iter().find_map(|(k, v)| {
-            (super::wire::bytes(k)? == b"ip")
-                .then(|| {
-                    std::str::from_utf8(super::wire::bytes(v)?)
-                        .ok()?
-                        .parse()
-                        .ok()
-                })
-                .flatten()
-        })
-    };
-    items
-        .iter()
-        .take(64)
-        .filter_map(|r| match r {
-            Value::Array(f) => ip_of(
-                f.chunks(2)
-                    .filter_map(|c| Some((c.first()?, c.get(1)?)))
-                    .collect(),
-            ),
-            Value::Map(m) => ip_of(m.iter().map(|(k, v)| (k, v)).collect()),
-            _ => None,
-        })
-        .collect()
+    Ok(v.and_then(|(h, p)| Some((h, p.parse().ok()?))))
 }
 
 /// Checks that the server is a master and returns its identity: `run_id`, else `addr`.
@@ -250,38 +201,6 @@ fn run_id_of(v: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Whatever a sentinel replies to `SENTINEL REPLICAS`, only well-formed `ip` fields are
-    /// taken, at most 64 (each is made never-block).
-    #[test]
-    fn replica_addresses_take_only_well_formed_ips() {
-        let b = |s: &str| Value::BulkString(s.as_bytes().to_vec());
-        let flat = Value::Array(vec![
-            Value::Array(vec![
-                b("name"),
-                b("r1"),
-                b("ip"),
-                b("192.0.2.7"),
-                b("port"),
-                b("6379"),
-            ]),
-            Value::Array(vec![b("ip"), b("not-an-ip")]),
-            Value::Array(vec![b("ip")]),
-            Value::Int(7),
-            Value::Map(vec![(b("ip"), b("2001:db8::7"))]),
-        ]);
-        let want: Vec<std::net::IpAddr> =
-            vec!["192.0.2.7".parse().unwrap(), "2001:db8::7".parse().unwrap()];
-        assert_eq!(replica_addresses(&flat), want);
-        assert!(replica_addresses(&Value::Nil).is_empty());
-        assert!(replica_addresses(&b("ip")).is_empty());
-        let many = Value::Array(
-            (0..100)
-                .map(|i| Value::Array(vec![b("ip"), b(&format!("10.0.0.{i}"))]))
-                .collect(),
-        );
-        assert_eq!(replica_addresses(&many).len(), 64);
-    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
