@@ -501,6 +501,11 @@ fn escalation_blocks_a_source_through_the_engine_and_http_front_shares_the_tenan
         held.contains(&format!("{bad}/32\ttenant 7")) && !held.contains(&spoofable.to_string()),
         "{out}"
     );
+    // Why, by which rule, on what evidence: what an operator needs to judge the hold.
+    assert!(
+        held.contains("rule no-any, 20 verdicts in 30 s, evidence=tcp"),
+        "{out}"
+    );
     // Others are still answered.
     assert!(answered(&ask(
         server,

@@ -344,7 +344,15 @@ fn escalate<R: Request + ?Sized>(
         }
         let until = secs(now).saturating_add(e.ttl.as_secs().min(u64::from(u32::MAX)) as u32);
         tbl.set(&hold, until, secs(now));
-        state.note_hold(t.id, t.hold_gen, key.2, until, e.reason.as_str(), secs(now));
+        // What an operator reads in `ctl block list`: why, on what evidence, by which rule.
+        let why = format!(
+            "{}: rule {}, {} verdicts in {} s, evidence={evidence}",
+            e.reason.as_str(),
+            v.reason,
+            e.after,
+            e.window_ms / 1000
+        );
+        state.note_hold(t.id, t.hold_gen, key.2, until, &why, secs(now));
         state.escalations.add(n as usize ^ t.id as usize, 1);
         crate::limited!(
             10,

@@ -205,9 +205,10 @@ impl RandomSubdomain {
         );
     }
 
-    /// Observes one response of zone `zone` (its id) to `src`; `nx` when it is NXDOMAIN.
+    /// Observes one response of zone `zone` (its id; `apex` its wire name, for the log) to
+    /// `src`; `nx` when it is NXDOMAIN.
     #[inline]
-    pub fn observe(&self, zone: u32, src: IpAddr, nx: bool, now_ms: u64) -> Verdict {
+    pub fn observe(&self, zone: u32, apex: &[u8], src: IpAddr, nx: bool, now_ms: u64) -> Verdict {
         let mut attacked = self.attacked_until(zone) > now_ms;
         if nx {
             let n = self.zone_nx.add(&zone, 1, 1000, now_ms);
@@ -216,7 +217,7 @@ impl RandomSubdomain {
                     self.attacks.fetch_add(1, Ordering::Relaxed);
                     shield::limited!(
                         10,
-                        warn!(zone, "random-subdomain flood: NXDOMAIN rate over threshold")
+                        warn!(zone = %ZoneName(apex), "random-subdomain flood: NXDOMAIN rate over threshold")
                     );
                 }
                 self.mark_attacked(zone, now_ms + self.cfg.window * 1000, now_ms);
@@ -294,7 +295,13 @@ impl crate::query::module::QueryModule for Module {
         let (Some(zone), Some(w)) = (p.zone, &self.shared.random_subdomain) else {
             return Step::Continue;
         };
-        match w.observe(zone, p.src, a.class == AnswerClass::NxDomain, env.now_ms) {
+        match w.observe(
+            zone,
+            p.apex,
+            p.src,
+            a.class == AnswerClass::NxDomain,
+            env.now_ms,
+        ) {
             Verdict::Pass => Step::Continue,
             Verdict::Drop => {
                 env.recorder.record(
@@ -337,11 +344,23 @@ impl crate::query::module::QueryModule for Module {
                     );
                     shield::limited!(
                         10,
-                        info!(src = %p.src, zone, "source made a suspect: random-subdomain flood (its NXDOMAIN answers truncated)")
+                        info!(src = %p.src, zone = %ZoneName(p.apex), "source made a suspect: random-subdomain flood (its NXDOMAIN answers truncated)")
                     );
                 }
                 Step::Truncate
             }
+        }
+    }
+}
+
+/// A zone's wire name shown as text in a log line (the id alone told an operator nothing).
+struct ZoneName<'a>(&'a [u8]);
+
+impl std::fmt::Display for ZoneName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match zones::name::Name::from_wire(self.0) {
+            Ok(n) => write!(f, "{n}"),
+            Err(_) => f.write_str("?"),
         }
     }
 }
@@ -364,7 +383,7 @@ mod tests {
         // Zone ids far past any old cap on zone indexes go under attack and limit a flooder.
         for zone in [70_000u32, 1_000_000, u32::MAX - 1] {
             let dropped = (0..20)
-                .filter(|&i| w.observe(zone, src, true, now + i) == Verdict::Drop)
+                .filter(|&i| w.observe(zone, b"", src, true, now + i) == Verdict::Drop)
                 .count();
             assert!(dropped > 0, "zone {zone} not watched");
         }
@@ -372,7 +391,7 @@ mod tests {
         // More zones flooded at once than places: counted, never a panic or a wrong zone.
         for zone in 0..(ATTACK_SLOTS as u32 + 2_000) {
             for i in 0..7 {
-                w.observe(zone, src, true, now + 40 + i);
+                w.observe(zone, b"", src, true, now + 40 + i);
             }
         }
         assert!(w.attack_table_full.load(Ordering::Relaxed) > 0);
@@ -381,7 +400,7 @@ mod tests {
         let later = now + cfg.window * 1000 + 1000;
         let full = w.attack_table_full.load(Ordering::Relaxed);
         for i in 0..7 {
-            w.observe(9_999_999, src, true, later + i);
+            w.observe(9_999_999, b"", src, true, later + i);
         }
         assert_eq!(w.attack_table_full.load(Ordering::Relaxed), full);
         assert!(w.attacked_until(9_999_999) > later);
@@ -401,14 +420,14 @@ mod tests {
         let verdicts: Vec<Verdict> = (0..30u16)
             .map(|i| {
                 let src = IpAddr::from([0x2001, 0xdb8, 0, 1, i, 0, 0, 1]);
-                w.observe(0, src, true, now + u64::from(i))
+                w.observe(0, b"", src, true, now + u64::from(i))
             })
             .collect();
         assert!(verdicts.contains(&Verdict::Drop), "{verdicts:?}");
         assert!(verdicts.contains(&Verdict::Escalate), "{verdicts:?}");
         // Another /64 is another source.
         let other = IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1]);
-        assert_eq!(w.observe(0, other, true, now + 31), Verdict::Pass);
+        assert_eq!(w.observe(0, b"", other, true, now + 31), Verdict::Pass);
     }
 
     #[test]
@@ -424,7 +443,7 @@ mod tests {
         let now = 1_000_000;
         // Calm zone: nothing limited.
         for _ in 0..30 {
-            assert_eq!(w.observe(0, legit, true, now), Verdict::Pass);
+            assert_eq!(w.observe(0, b"", legit, true, now), Verdict::Pass);
         }
         // A flood from 10 sources pushes the zone over its threshold.
         let mut escalated = 0;
@@ -432,21 +451,21 @@ mod tests {
         for i in 0..40 {
             for s in 0..10u8 {
                 let src = IpAddr::from([198, 51, 100, s]);
-                match w.observe(0, src, true, now + i) {
+                match w.observe(0, b"", src, true, now + i) {
                     Verdict::Escalate => escalated += 1,
                     Verdict::Drop => dropped += 1,
                     Verdict::Pass => {}
                 }
             }
             // The legitimate client asks for names that exist: never limited.
-            assert_eq!(w.observe(0, legit, false, now + i), Verdict::Pass);
+            assert_eq!(w.observe(0, b"", legit, false, now + i), Verdict::Pass);
         }
         assert!(w.zones_under_attack(now + 40) == 1);
         assert!(escalated >= 10, "escalated {escalated}");
         assert!(dropped > 0);
         // The other zone is calm.
         assert_eq!(
-            w.observe(1, IpAddr::from([198, 51, 100, 1]), true, now + 41),
+            w.observe(1, b"", IpAddr::from([198, 51, 100, 1]), true, now + 41),
             Verdict::Pass
         );
     }
@@ -467,9 +486,9 @@ mod tests {
         let flooder = IpAddr::from([203, 0, 113, 9]);
         let mut flooder_limited = 0;
         for i in 0..100 {
-            assert_eq!(w.observe(0, resolver, true, now + i), Verdict::Pass);
-            assert_eq!(w.observe(0, v6, true, now + i), Verdict::Pass);
-            if w.observe(0, flooder, true, now + i) != Verdict::Pass {
+            assert_eq!(w.observe(0, b"", resolver, true, now + i), Verdict::Pass);
+            assert_eq!(w.observe(0, b"", v6, true, now + i), Verdict::Pass);
+            if w.observe(0, b"", flooder, true, now + i) != Verdict::Pass {
                 flooder_limited += 1;
             }
         }
@@ -489,7 +508,7 @@ mod tests {
         let busy: IpAddr = "192.0.2.53".parse().unwrap();
         let now = 5_000_000;
         for i in 0..400_000u64 {
-            let v = w.observe(0, busy, i % 5 == 0, now + i / 100);
+            let v = w.observe(0, b"", busy, i % 5 == 0, now + i / 100);
             assert_eq!(v, Verdict::Pass, "query {i}");
         }
         assert_eq!(w.zones_under_attack(now + 100), 1);
