@@ -687,6 +687,30 @@ fn ctl_reload_refuses_a_bad_rules_file_with_its_position_and_keeps_the_old_rules
         ),
         "{out}"
     );
+
+    // A tenant whose escalations go into the block map is warned of, once, with whom it
+    // hits; check-config says the same.
+    std::fs::write(
+        &file,
+        "[[tenant]]\nid = 7\nescalate = { after = 10, window_secs = 5, block_secs = 60, on = [\"deny\"], dns = \"block_map\" }\n\
+         [[tenant.rule]]\nname = \"txt\"\naction = \"deny\"\nwhen = [{ attr = \"qtype\", one_of = [\"txt\"] }]\n",
+    )
+    .unwrap();
+    let (ok, out) = dnsd.ctl(&["reload"]);
+    assert!(ok, "{out}");
+    let said = "tenant 7 escalates DNS sources into the block map";
+    assert_eq!(out.matches(said).count(), 1, "{out}");
+    assert!(
+        out.contains("forwarder relaying one user's queries"),
+        "{out}"
+    );
+    let check = std::process::Command::new(palisade_tests::bin("dnsd"))
+        .arg("check-config")
+        .arg("-c")
+        .arg(dnsd.config_path())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&check.stderr).contains(said));
 }
 
 #[test]

@@ -1274,4 +1274,10 @@ fn stalled_tls_hellos_and_silent_connections_hold_little() {
     assert!(per < 8 * 1024, "{per} B a silent connection");
     assert_eq!(served(), 200);
     drop(silent);
+    // A client that offers only ALPN `http/1.0` is served (it was refused the handshake;
+    // nginx serves it).
+    assert_eq!(
+        palisade_tests::pki::curl_status(fa, "a.test", &ca_pem, &["--http1.0"], "/"),
+        200
+    );
 }

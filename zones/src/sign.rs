@@ -121,6 +121,19 @@ pub enum SignError {
     /// The signed zone did not build.
     #[error("{0}")]
     Build(#[from] ZoneError),
+    /// An RRset and its signatures do not fit in one DNS message (65,535 octets): no answer
+    /// could carry them with DO set, and validators would fail the name.
+    #[error(
+        "{owner} {rtype}: the RRset and its signatures take {bytes} octets in an answer, past the 65,535 a message holds (Knot refuses it too)"
+    )]
+    TooLargeSigned {
+        /// The RRset's owner.
+        owner: String,
+        /// Its type.
+        rtype: String,
+        /// The answer's size.
+        bytes: usize,
+    },
     /// NSEC3 owner names (a 32-octet hash label and the zone's name) would pass 255 octets.
     #[error(
         "the zone's name ({0} octets) is too long for NSEC3: its hash label makes owner names past 255 octets (use NSEC)"
@@ -491,8 +504,22 @@ pub fn sign_zone(
     let mut sig = made.sigs.iter().peekable();
     for (i, set) in s.sets.iter().enumerate() {
         let owner = s.owner(set);
+        // The answer with DO set: header, question, each RR (its owner a pointer), OPT.
+        let mut bytes = 12 + owner.len() + 4 + 11;
         for rd in each_rdata(s.rrs(set)) {
+            bytes += 12 + rd.len();
             b.add(rec(owner, set.rtype, set.ttl, rd));
+        }
+        let sigs = made.sigs[made.sigs.partition_point(|x| (x.0 as usize) < i)..]
+            .iter()
+            .take_while(|x| x.0 as usize == i);
+        bytes += sigs.map(|&(_, _, l)| 12 + l as usize).sum::<usize>();
+        if bytes > 65_535 {
+            return Err(SignError::TooLargeSigned {
+                owner: crate::name::display(owner),
+                rtype: crate::rrtype::to_text(set.rtype).into_owned(),
+                bytes,
+            });
         }
         while let Some(&&(si, o, l)) = sig.peek() {
             if si as usize != i {
@@ -1017,6 +1044,42 @@ mod tests {
                     "{e}"
                 );
                 assert!(sign_zone(&z, None, &keys, &params(5, 1_000_000, Denial::Nsec)).is_ok());
+            }
+        }
+    }
+
+    /// An RRset that fits a message unsigned but not with its signature is refused, as Knot
+    /// refuses it (served, its answer with DO set was TC=1 and empty even over TCP).
+    #[test]
+    fn an_rrset_that_does_not_fit_with_its_signature_is_refused() {
+        let origin = crate::Name::parse("example.", None).unwrap();
+        let key = Fake(vec![1, 1, 3, 13, 9, 9, 9, 9]);
+        let keys = [SigningKey {
+            key: &key,
+            signs_keys: true,
+            signs_zone: true,
+        }];
+        // 244 TXT records of 255 octets and one of `last`: with DO set, header, question
+        // and OPT take 40 octets, each record 268, the last 13 + `last`, the signature 71.
+        for (last, fits) in [(10usize, true), (60, false)] {
+            let mut text = String::from(
+                "$TTL 300\n@ SOA ns h 1 7200 3600 1209600 60\n@ NS ns\nns A 192.0.2.1\n",
+            );
+            for i in 0..244 {
+                text.push_str(&format!("big TXT \"{i:03}{}\"\n", "a".repeat(252)));
+            }
+            text.push_str(&format!("big TXT \"{}\"\n", "b".repeat(last)));
+            let z = crate::load_bytes("t", text, &origin, &crate::ReadOptions::new(&origin))
+                .unwrap()
+                .zone;
+            let r = sign_zone(&z, None, &keys, &params(5, 1_000_000, Denial::Nsec));
+            assert_eq!(r.is_ok(), fits, "{last}");
+            if !fits {
+                let e = r.err().unwrap().to_string();
+                assert!(
+                    e.starts_with("big.example. TXT: ") && e.contains("65576"),
+                    "{e}"
+                );
             }
         }
     }

@@ -145,8 +145,7 @@ pub fn check_config(path: &std::path::Path, with_zones: bool) -> u8 {
         Ok(p) => {
             tenants = p.as_ref().map_or(0, |p| p.tenant_count());
             // As `serve` and `ctl reload` warn: a zone whose tenant has no rules.
-            let has = p.as_ref().map(|p| move |t| p.declares(t));
-            for w in cfg.unknown_tenants(has.as_ref().map(|h| h as &dyn Fn(u32) -> bool)) {
+            for w in cfg.tenant_warnings(p.as_ref()) {
                 eprintln!("warning: {w}");
             }
         }

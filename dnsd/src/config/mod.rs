@@ -955,6 +955,17 @@ impl Config {
                     p.name
                 ));
             }
+            let w = &c.dnssec_policies[i];
+            let salted = !matches!(w.nsec3_salt.as_str(), "" | "-");
+            if w.nsec3 && (w.nsec3_iterations > 0 || salted) {
+                c.warnings.push(format!(
+                    "{}: dnssec_policy {:?}: NSEC3 with {} extra iterations and a salt of {} bytes: RFC 9276 asks for 0 and none (they cost every validator and protect nothing; resolvers may treat large counts as insecure)",
+                    path.display(),
+                    p.name,
+                    w.nsec3_iterations,
+                    if salted { w.nsec3_salt.len() / 2 } else { 0 }
+                ));
+            }
         }
         for z in c.templates.iter_mut().chain(c.zone_specs.iter_mut()) {
             if let Some(t) = &mut z.transfer_tls {
@@ -1252,33 +1263,48 @@ impl Config {
         Ok(())
     }
 
-    /// Warnings for zones that name a tenant the rules (`has`: does the rules file have it;
-    /// `None`: no `[rules]`) do not know: their queries meet no rules of their own.
-    pub fn unknown_tenants(&self, has: Option<&dyn Fn(u32) -> bool>) -> Vec<String> {
-        unknown_tenants(
+    /// Warnings for zones whose tenant the rules (`None`: no `[rules]`) do not know — their
+    /// queries meet no rules of their own — or escalate into the block map.
+    pub fn tenant_warnings(&self, rules: Option<&shield::rules::Prepared>) -> Vec<String> {
+        tenant_warnings(
             self.zones.iter().map(|z| (z.origin.as_str(), z.tenant)),
-            has,
+            rules,
         )
     }
 }
 
-/// Zones (origin, tenant) that name a tenant the rules do not have (`has`; `None`: no rules
-/// file at all), as warnings.
-pub fn unknown_tenants<'a>(
+/// Warnings for zones (origin, tenant) whose tenant the rules (`None`: no rules file at all)
+/// do not have, and for each tenant with zones that escalates into the block map.
+pub fn tenant_warnings<'a>(
     zones: impl Iterator<Item = (&'a str, u32)>,
-    has: Option<&dyn Fn(u32) -> bool>,
+    rules: Option<&shield::rules::Prepared>,
 ) -> Vec<String> {
-    zones
-        .filter(|(_, t)| *t != 0 && !has.is_some_and(|h| h(*t)))
-        .map(|(origin, tenant)| match has {
-            Some(_) => format!(
+    let mut out = Vec::new();
+    let mut block_map = std::collections::BTreeSet::new();
+    for (origin, tenant) in zones.filter(|(_, t)| *t != 0) {
+        match rules {
+            Some(r) if r.declares(tenant) => {
+                if r.dns_block_map(tenant) {
+                    block_map.insert(tenant);
+                }
+            }
+            Some(_) => out.push(format!(
                 "zone {origin} names tenant {tenant}, which the rules file does not have: its queries meet only [global]"
-            ),
-            None => format!(
+            )),
+            None => out.push(format!(
                 "zone {origin} names tenant {tenant}, but there is no [rules] file: its queries meet no rules"
-            ),
-        })
-        .collect()
+            )),
+        }
+    }
+    for tenant in block_map {
+        out.push(format!(
+            "tenant {tenant} escalates DNS sources into the block map (escalate dns = \"block_map\"): \
+             a resolver or forwarder relaying one user's queries is then blocked in every tenant's \
+             zones and across the fleet (README, \"Mind whom a DNS escalation hits\"); \
+             dns = \"tenant\" holds it for this tenant's zones alone"
+        ));
+    }
+    out
 }
 
 use shield::toml_pos::line_col;
@@ -1334,6 +1360,21 @@ mod tests {
             "{:?}",
             c.warnings
         );
+        // NSEC3 iterations or a salt: loaded, with RFC 9276's advice; none, no warning.
+        let nsec3 = |extra: &str| {
+            load(&format!(
+                "[dnssec]\nkey_dir = \"k\"\n[[dnssec_policy]]\nname = \"p\"\nnsec3 = true\n{extra}"
+            ))
+            .unwrap()
+            .warnings
+            .into_iter()
+            .filter(|w| w.contains("RFC 9276"))
+            .count()
+        };
+        assert_eq!(nsec3("nsec3_iterations = 60\nnsec3_salt = \"abcd\"\n"), 1);
+        assert_eq!(nsec3("nsec3_salt = \"abcd\"\n"), 1);
+        assert_eq!(nsec3("nsec3_salt = \"-\"\n"), 0);
+        assert_eq!(nsec3(""), 0);
     }
 
     #[test]

@@ -155,7 +155,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                     ));
                 }
                 if c.rules.is_none() {
-                    warnings.extend(c.unknown_tenants(None));
+                    warnings.extend(c.tenant_warnings(None));
                 }
                 // A signed zone whose policy went: served unsigned from this reload on, bogus
                 // to every validating resolver while its parent holds its DS (Knot keeps the
@@ -352,7 +352,7 @@ fn install_rules(shared: &Arc<State>, c: &Config, rules: Rules) -> Option<(bool,
     drop(paused);
     let mut out = format!("rules: {} reloaded\n", rc.file.display());
     let current = set.current();
-    for w in c.unknown_tenants(Some(&|t| current.declares(t))) {
+    for w in c.tenant_warnings(Some(&current)) {
         tracing::warn!("{w}");
         out.push_str(&format!("warning: {w}\n"));
     }

@@ -145,11 +145,8 @@ pub fn run(
     blocks.install_policy(&cfg.block, never);
     let tenants = || zone_tenants.iter().map(|(o, t)| (o.as_str(), *t));
     let warnings = match &rules {
-        Some(r) => {
-            let p = r.current();
-            crate::config::unknown_tenants(tenants(), Some(&|t| p.declares(t)))
-        }
-        None => crate::config::unknown_tenants(tenants(), None),
+        Some(r) => crate::config::tenant_warnings(tenants(), Some(&r.current())),
+        None => crate::config::tenant_warnings(tenants(), None),
     };
     for w in warnings {
         tracing::warn!("{w}");

@@ -50,7 +50,7 @@
 //! keep_alive_interval_ms = 0
 //! keep_alive_timeout_ms = 20000
 //!
-//! [tls]                           # optional; ALPN h2, http/1.1
+//! [tls]                           # optional; ALPN h2, http/1.1, http/1.0
 //! listen = ["0.0.0.0:443"]
 //! cert = "cert.pem"               # the default pair (no or an unknown server name); NAME.ocsp beside it is stapled
 //! key = "key.pem"

@@ -67,7 +67,7 @@ pub fn leaf_info(der: &[u8]) -> Option<LeafInfo> {
 }
 
 /// The server settings of the TLS listeners: certificates from `resolver`, ALPN `h2` then
-/// `http/1.1` (and `acme-tls/1` for ACME's validation handshakes).
+/// `http/1.1` and `http/1.0` (and `acme-tls/1` for ACME's validation handshakes).
 pub fn server_config(resolver: Arc<certs::Resolver>) -> Arc<rustls::ServerConfig> {
     let acme = resolver.has_acme();
     let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::clone(provider()))
@@ -75,7 +75,9 @@ pub fn server_config(resolver: Arc<certs::Resolver>) -> Arc<rustls::ServerConfig
         .expect("ring supports the default protocol versions")
         .with_no_client_auth()
         .with_cert_resolver(resolver);
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // `http/1.0` too: a client that offers only it was refused (no_application_protocol),
+    // where nginx serves it; it is served as HTTP/1.x.
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()];
     if acme {
         cfg.alpn_protocols
             .push(crate::tls::acme_state::ACME_TLS_ALPN.to_vec());

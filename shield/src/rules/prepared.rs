@@ -114,6 +114,16 @@ impl Prepared {
         self.tenant_versions.0.contains_key(&tenant)
     }
 
+    /// True when `tenant` escalates DNS sources into the block map (`escalate dns =
+    /// "block_map"`): a forwarder relaying one user's queries is then blocked everywhere.
+    pub fn dns_block_map(&self, tenant: TenantId) -> bool {
+        self.tenants
+            .get(tenant as usize)
+            .and_then(|t| t.as_ref())
+            .and_then(|t| t.escalate.as_ref())
+            .is_some_and(|e| e.dns_block_map)
+    }
+
     /// Number of tenants with rules.
     pub fn tenant_count(&self) -> usize {
         self.tenants.iter().filter(|t| t.is_some()).count()
