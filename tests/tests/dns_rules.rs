@@ -665,15 +665,22 @@ fn ctl_reload_refuses_a_bad_rules_file_with_its_position_and_keeps_the_old_rules
     // A file without the zone's tenant applies, and the reload says which zone lost its rules
     // (as check-config does).
     std::fs::write(&file, "[[tenant]]\nid = 8\n").unwrap();
-    let check = std::process::Command::new(palisade_tests::bin("dnsd"))
-        .arg("check-config")
-        .arg("-c")
-        .arg(dnsd.config_path())
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&check.stderr);
+    // What `dnsd check-config` says on stderr, and whether it passed.
+    let check_config = || {
+        let out = std::process::Command::new(palisade_tests::bin("dnsd"))
+            .arg("check-config")
+            .arg("-c")
+            .arg(dnsd.config_path())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (passed, said) = check_config();
     assert!(
-        check.status.success()
+        passed
             && said.contains(
                 "warning: zone example.com. names tenant 7, which the rules file does not have"
             ),
@@ -704,13 +711,7 @@ fn ctl_reload_refuses_a_bad_rules_file_with_its_position_and_keeps_the_old_rules
         out.contains("forwarder relaying one user's queries"),
         "{out}"
     );
-    let check = std::process::Command::new(palisade_tests::bin("dnsd"))
-        .arg("check-config")
-        .arg("-c")
-        .arg(dnsd.config_path())
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&check.stderr).contains(said));
+    assert!(check_config().1.contains(said));
 }
 
 #[test]
