@@ -83,7 +83,32 @@ pub fn init(cfg: &LogConfig, format: Option<LogFormat>) -> Result<(), String> {
         LogFormat::Text => b.with_ansi(ansi).try_init(),
         LogFormat::Json => b.json().with_current_span(false).try_init(),
     };
-    r.map_err(|e| format!("logger: {e}"))
+    r.map_err(|e| format!("logger: {e}"))?;
+    install_panic_hook();
+    Ok(())
+}
+
+/// Panics go to the log, one a second at most, the rest counted: a library's panic on what a
+/// peer sends (redis-rs on an error reply to MULTI) wrote a 60-line backtrace to stderr for
+/// each, past every rate limit, 446 lines in 10 s.
+fn install_panic_hook() {
+    static LIMIT: Limit = Limit::new(1);
+    std::panic::set_hook(Box::new(|info| {
+        let Some(suppressed) = LIMIT.allow() else {
+            return;
+        };
+        let thread = std::thread::current();
+        let bt = std::backtrace::Backtrace::capture();
+        let bt = match bt.status() {
+            std::backtrace::BacktraceStatus::Captured => format!("\n{bt}"),
+            _ => String::new(),
+        };
+        tracing::error!(
+            suppressed,
+            thread = thread.name().unwrap_or("?"),
+            "panic: {info}{bt}"
+        );
+    }));
 }
 
 /// Log lines suppressed by every [`Limit`] of the process (for metrics).

@@ -948,7 +948,10 @@ fn config_is_strict_and_validated() {
         },
         m,
     );
-    assert!(outside.is_err(), "spawn needs a tokio runtime");
+    // Its own thread and runtime: it starts outside any (a hostile Redis costs that thread
+    // alone), and dropping the handle ends it.
+    assert!(outside.is_ok(), "{outside:?}");
+    drop(outside);
 }
 
 /// Redis server time now, ms.
@@ -1330,6 +1333,9 @@ async fn tls_and_an_acl_user_with_the_least_it_needs() {
         // Granted before the replay marks existed: no HSET, no HSCAN.
         .args(["--user", "older"])
         .args(ACL.replace(" +hset +hscan +hget", "").split_whitespace())
+        // Without MULTI: the writer's transactions are refused.
+        .args(["--user", "nomulti"])
+        .args(ACL.replace(" +multi", "").split_whitespace())
         .args(["--user", "default", "off"])
         .current_dir(d)
         .stdout(std::process::Stdio::null())
@@ -1380,6 +1386,21 @@ async fn tls_and_an_acl_user_with_the_least_it_needs() {
     })
     .await;
     so.shutdown().await;
+    // A user without MULTI: the writer says so at connect, never connected (redis-rs panicked
+    // on each batch's refused MULTI, a backtrace each, the cause never said).
+    let n = map();
+    let sn = spawn(tls_as("nomulti", "n", "s3cret"), &n);
+    n.insert(local(4, MIN));
+    until("the writer refused at connect", || {
+        sn.stats().connect_errors >= 2
+    })
+    .await;
+    let st = sn.stats();
+    assert!(
+        !st.writer_connected && st.write_errors == 0 && st.published == 0,
+        "{st:?}"
+    );
+    drop(sn);
     // The wrong password never syncs.
     let c = map();
     let sc = spawn(tls("c", "wrong"), &c);

@@ -511,9 +511,9 @@ pub enum SyncError {
     /// A configuration value is invalid.
     #[error("redis config: {0}")]
     Config(String),
-    /// `spawn` was called outside a tokio runtime.
-    #[error("redis sync must be spawned inside a tokio runtime")]
-    NoRuntime,
+    /// The sync's own thread or runtime could not start.
+    #[error("redis sync: its thread could not start: {0}")]
+    Thread(String),
 }
 
 /// Counters of the sync, for metrics. Every bound that is hit has its counter here.
@@ -870,6 +870,20 @@ impl Shared {
         }
         let (mut conn, driver) = reached.server.open(conf, io, &self.limits).await?;
         let server = target::identify(&mut conn, reached.addr.as_deref()).await?;
+        if role == "writer" {
+            // The writer's batches are transactions, and redis-rs panics on an error reply to
+            // their MULTI (an ACL user without +multi, a Redis still loading): a panic and its
+            // backtrace per batch, the cause never said. Asked alone first, it is said.
+            let multi: redis::RedisResult<()> = redis::cmd("MULTI").query_async(&mut conn).await;
+            if let Err(e) = multi {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "MULTI refused (the ACL user needs +multi +exec +discard)",
+                    e.to_string(),
+                )));
+            }
+            let _: redis::RedisResult<()> = redis::cmd("DISCARD").query_async(&mut conn).await;
+        }
         // Best effort: lets `CLIENT LIST` tell the nodes apart.
         let _: redis::RedisResult<()> = redis::cmd("CLIENT")
             .arg("SETNAME")
@@ -1142,7 +1156,7 @@ async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
 pub struct RedisSync;
 
 impl RedisSync {
-    /// Starts the sync of `map` on the current tokio runtime, with the system clock.
+    /// Starts the sync of `map` on a thread of its own, with the system clock.
     pub fn spawn(cfg: SyncConfig, map: Arc<BlockMap>) -> Result<SyncHandle, SyncError> {
         Self::spawn_with_clock(cfg, map, Arc::new(crate::clock::unix_ms))
     }
@@ -1154,7 +1168,23 @@ impl RedisSync {
         clock: Clock,
     ) -> Result<SyncHandle, SyncError> {
         cfg.validate()?;
-        let rt = tokio::runtime::Handle::try_current().map_err(|_| SyncError::NoRuntime)?;
+        // A thread of its own: a hostile Redis (replies the sync must read through to their
+        // end) cost http-front's serving thread (workers = 1) 60 % of a core and 64 % of its
+        // requests; here it costs this thread alone. It ends with the handle.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| SyncError::Thread(e.to_string()))?;
+        let rt = runtime.handle().clone();
+        let (thread_stop, thread_end) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("redis-sync".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = thread_end.await;
+                });
+            })
+            .map_err(|e| SyncError::Thread(e.to_string()))?;
         let target = target::Target::new(&cfg)?;
         let key = cfg.record_key()?;
         let presence_key = cfg.fleet_key()?.map(|k| k.derive(presence::KEY_PURPOSE));
@@ -1214,6 +1244,7 @@ impl RedisSync {
             reader: Some(reader),
             writer: Some(writer),
             presence: Some(presence),
+            _thread: thread_stop,
         })
     }
 }
@@ -1227,6 +1258,8 @@ pub struct SyncHandle {
     reader: Option<JoinHandle<()>>,
     writer: Option<JoinHandle<()>>,
     presence: Option<JoinHandle<()>>,
+    /// Dropped with the handle: the sync's thread then ends.
+    _thread: tokio::sync::oneshot::Sender<()>,
 }
 
 impl fmt::Debug for SyncHandle {
