@@ -374,10 +374,15 @@ async fn serve_sent(
         let hop = snap.cfg.real_ip.contains(ip);
         let budget = head_budget(&front, &guard.ctl, hop, life.head_budget);
         let charge = crate::h1watch::HeadCharge::new(Some(budget));
-        let tapped = crate::fingerprint::HelloTap::new(stream, max_hello, charge);
-        // Closed meanwhile (evicted, blocked): the handshake goes unfinished.
+        let mut tapped = crate::fingerprint::HelloTap::new(stream, max_hello, charge);
+        // The hello whole before rustls is asked to take it (a session and its buffer for
+        // each stalled hello); closed meanwhile (evicted, blocked): the handshake goes
+        // unfinished.
         let handshake = tokio::select! {
-            r = tokio::time::timeout_at(deadline, acceptor.accept(tapped)) => r,
+            r = tokio::time::timeout_at(deadline, async {
+                tapped.hello().await?;
+                acceptor.accept(tapped).await
+            }) => r,
             _ = guard.ctl.closed() => {
                 count_close(c, guard.ctl.cause());
                 return;
@@ -426,7 +431,8 @@ async fn serve_sent(
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
         drop(snap);
         let fd = stream.get_ref().0.get_ref().as_raw_fd();
-        run(cx, stream, fd, h2, b1, b2, life).await;
+        // Boxed: a handshake under way holds only its own state, not the serving one's.
+        Box::pin(run(cx, stream, fd, h2, b1, b2, life)).await;
     } else {
         let h2 = if s.h2c {
             let peeked = tokio::select! {
@@ -456,7 +462,7 @@ async fn serve_sent(
         let (b1, b2) = (snap.h1.clone(), snap.h2.clone());
         drop(snap);
         let fd = stream.as_raw_fd();
-        run(cx, stream, fd, h2, b1, b2, life).await;
+        Box::pin(run(cx, stream, fd, h2, b1, b2, life)).await;
     }
     // A WebSocket outlives its HTTP/1.1 connection's serving: it keeps the place.
     guard.ctl.tunnels_ended().await;

@@ -264,6 +264,9 @@ pub struct HelloTap<S> {
     skipping: bool,
     /// Alert records read past so far (rustls takes four).
     alerts: u8,
+    /// The current alert's level and description, as much of them as was read.
+    alert: [u8; 2],
+    alert_len: usize,
     /// The first hello record's version field, given to the records framed again.
     version: [u8; 2],
     state: Tapped,
@@ -332,6 +335,8 @@ impl<S> HelloTap<S> {
             left: 0,
             skipping: false,
             alerts: 0,
+            alert: [0; 2],
+            alert_len: 0,
             version: [3, 1],
             state: Tapped::Copying,
             replay: Vec::new(),
@@ -366,6 +371,7 @@ impl<S> HelloTap<S> {
                     self.skipping = self.hdr[0] == 0x15 && first;
                     if self.skipping {
                         self.alerts += 1;
+                        self.alert_len = 0;
                         if self.alerts > 4 {
                             self.stop(Tapped::Odd);
                             return;
@@ -393,6 +399,18 @@ impl<S> HelloTap<S> {
             }
             let n = self.left.min(new.len());
             if self.skipping {
+                // Only warnings are read past: a fatal alert or close_notify ends the
+                // connection, as rustls (and RFC 8446 §6) would.
+                for &b in &new[..n] {
+                    if self.alert_len < 2 {
+                        self.alert[self.alert_len] = b;
+                        self.alert_len += 1;
+                        if self.alert_len == 2 && (self.alert[0] != 1 || self.alert[1] == 0) {
+                            self.stop(Tapped::Odd);
+                            return;
+                        }
+                    }
+                }
                 self.left -= n;
                 new = &new[n..];
                 if self.left == 0 {
@@ -403,6 +421,19 @@ impl<S> HelloTap<S> {
             if self.msg.len() + n > self.max {
                 self.stop(Tapped::Over);
                 return;
+            }
+            if self.msg.capacity() < self.msg.len() + n {
+                // Grown as bytes come, to twice what came at most and never past the length
+                // announced: room reserved for the announced length was held for 9 bytes.
+                let need = self.msg.len() + n;
+                let announced = match self.msg[..] {
+                    [_, a, b, c, ..] => {
+                        4 + (usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c))
+                    }
+                    _ => self.max,
+                };
+                let want = (2 * self.msg.capacity()).min(announced).max(need);
+                self.msg.reserve_exact(want - self.msg.len());
             }
             self.msg.extend_from_slice(&new[..n]);
             self.left -= n;
@@ -422,11 +453,9 @@ impl<S> HelloTap<S> {
                 } else if self.msg.len() == len {
                     self.whole(new);
                     return;
-                } else {
-                    self.msg.reserve_exact(len - self.msg.len());
-                    if !self.charge.set(self.msg.len()) {
-                        self.stop(Tapped::OverBudget);
-                    }
+                } else if !self.charge.set(self.msg.capacity()) {
+                    // What it holds: its capacity, never more than twice what came.
+                    self.stop(Tapped::OverBudget);
                 }
             }
         }
@@ -457,6 +486,43 @@ impl<S> HelloTap<S> {
     }
 }
 
+impl<S: AsyncRead + Unpin> HelloTap<S> {
+    /// Reads until the hello is whole (or the client ends, or it is refused: the error);
+    /// rustls need not exist meanwhile — a stalled hello then holds its bytes alone, not a
+    /// TLS session and its buffer too.
+    pub async fn hello(&mut self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.poll_hello(cx)).await?;
+        if self.state == Tapped::Copying {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        Ok(())
+    }
+
+    /// Reads while the hello is being read: ready once it is whole, refused (the error), not
+    /// a handshake, or the client ended (still [`Tapped::Copying`]).
+    fn poll_hello(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.state == Tapped::Copying {
+            let mut tmp = [0u8; 4096];
+            let mut got = ReadBuf::new(&mut tmp);
+            ready!(Pin::new(&mut self.inner).poll_read(cx, &mut got))?;
+            if got.filled().is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            self.feed(got.filled());
+        }
+        let refused = match self.state {
+            Tapped::Over => Some(HelloRefused::TooLong),
+            Tapped::OverBudget => Some(HelloRefused::OverBudget),
+            Tapped::Odd => Some(HelloRefused::Malformed),
+            _ => None,
+        };
+        match refused {
+            Some(why) => Poll::Ready(Err(io::Error::other(why))),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+}
+
 impl<S: AsyncRead + Unpin> AsyncRead for HelloTap<S> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -464,24 +530,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for HelloTap<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
-        while me.state == Tapped::Copying {
-            let mut tmp = [0u8; 4096];
-            let mut got = ReadBuf::new(&mut tmp);
-            ready!(Pin::new(&mut me.inner).poll_read(cx, &mut got))?;
-            if got.filled().is_empty() {
-                // The client went away mid-hello: rustls reads the end.
-                return Poll::Ready(Ok(()));
-            }
-            me.feed(got.filled());
-        }
-        let refused = match me.state {
-            Tapped::Over => Some(HelloRefused::TooLong),
-            Tapped::OverBudget => Some(HelloRefused::OverBudget),
-            Tapped::Odd => Some(HelloRefused::Malformed),
-            _ => None,
-        };
-        if let Some(why) = refused {
-            return Poll::Ready(Err(io::Error::other(why)));
+        ready!(me.poll_hello(cx))?;
+        if me.state == Tapped::Copying {
+            // The client went away mid-hello: rustls reads the end.
+            return Poll::Ready(Ok(()));
         }
         if me.at < me.replay.len() {
             let n = (me.replay.len() - me.at).min(buf.remaining());
@@ -923,6 +975,12 @@ mod tests {
             assert_eq!(rustls, rec);
         }
         assert_eq!(tap(&[&alert[..], &lead].concat(), 4096).0, Tapped::Odd);
+        // A fatal alert or close_notify first ends it, however the reads cut it.
+        for bad in [[0x15, 3, 1, 0, 2, 2, 40], [0x15, 3, 1, 0, 2, 1, 0]] {
+            for step in [1, 4096] {
+                assert_eq!(tap(&[&bad[..], &rec].concat(), step).0, Tapped::Odd);
+            }
+        }
         let mut inside = two[..15].to_vec();
         inside.extend_from_slice(&alert);
         inside.extend_from_slice(&two[15..]);
@@ -1006,6 +1064,22 @@ mod tests {
         assert_eq!(now(), big.len() - HEAD_FREE);
         drop(t);
         assert_eq!(now(), 0);
+        // Nine bytes announcing 16 KB hold nine bytes, not the announced length; trickled,
+        // the copy grows to twice what came at most.
+        let mut t = HelloTap::new((), 16 << 10, charge());
+        t.feed(&big[..9]);
+        assert_eq!((t.state.clone(), t.msg.capacity()), (Tapped::Copying, 4));
+        for end in (9..big.len() - 1).step_by(997) {
+            t.feed(&big[end..(end + 997).min(big.len() - 1)]);
+            assert!(
+                t.msg.capacity() <= 2 * t.msg.len(),
+                "{} {}",
+                t.msg.capacity(),
+                t.msg.len()
+            );
+        }
+        assert_eq!(now(), t.msg.capacity() - HEAD_FREE);
+        drop(t);
         // Stalled ones from one source fill its share (a sixty-fourth, at least 256 KiB):
         // the next is refused, counted, and nothing of it stays charged.
         let each = big.len() - 6 - HEAD_FREE;

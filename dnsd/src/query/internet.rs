@@ -131,8 +131,8 @@ pub struct Online<'a> {
     pub zone_id: u32,
     /// The worker's budget and cache.
     pub denier: &'a mut Denier,
-    /// The query's source (its share of the budget).
-    pub src: std::net::IpAddr,
+    /// The query's source and whether it is proven (its share of the budget).
+    pub who: crate::signing::online::Asker,
     /// The worker's counters.
     pub stats: &'a crate::observe::counters::WorkerStats,
     /// The query set Compact Answers OK (RFC 9824 §5): a compact NXDOMAIN keeps its rcode.
@@ -368,7 +368,7 @@ impl<'q> Answerer<'_, '_, 'q> {
             return Compacted::Chain;
         };
         let now = shield::clock::unix_ms() / 1000;
-        match o.denier.deny(o.signer, o.zone_id, name, types, o.src, now) {
+        match o.denier.deny(o.signer, o.zone_id, name, types, o.who, now) {
             Ok((nsec, sig, how)) => {
                 o.stats.compact(how);
                 let ttl = o.signer.ttl();
@@ -909,7 +909,7 @@ impl<'q> Answerer<'_, '_, 'q> {
         // wildcard to prove it by): work a client picks, so it is budgeted there too.
         let budget = !o.chain_past_budget || self.synth == Synth::Geo;
         match o.denier.sign_rrset(
-            o.signer, o.zone_id, asked, qtype, ttl, rds, o.src, now, budget,
+            o.signer, o.zone_id, asked, qtype, ttl, rds, o.who, now, budget,
         ) {
             Ok((sig, how)) => {
                 o.stats.compact(how);

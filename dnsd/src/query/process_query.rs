@@ -689,7 +689,10 @@ impl Processor {
                     signer,
                     zone_id: zones.id(i),
                     denier,
-                    src: src.ip(),
+                    who: crate::signing::online::Asker {
+                        ip: src.ip(),
+                        proven: transport == Transport::Tcp || parsed.cookie == CookieStatus::Valid,
+                    },
                     stats: &self.stats,
                     compact_ok: q.edns.is_some_and(|e| e.compact_ok),
                     chain_past_budget: transport == Transport::Tcp,

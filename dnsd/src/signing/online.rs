@@ -26,6 +26,18 @@ pub const NXNAME: u16 = 128;
 /// Types a compact NSEC lists at most (more and the chain's proof is used instead).
 pub const MAX_TYPES: usize = 64;
 
+/// Who asks for a signature: the source (its /24 or /56 shares a budget) and whether it is
+/// proven (a valid server cookie, TCP). Proven and unproven sources draw on shares apart:
+/// UDP forged from a resolver's /24 spent its share, and every denial to the real resolver
+/// went TC=1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Asker {
+    /// The source address.
+    pub ip: IpAddr,
+    /// It proved it owns the address.
+    pub proven: bool,
+}
+
 /// What a zone needs to sign online — compact denials, and the A and AAAA its ALIASes stand
 /// for: its zone-signing key and the NSEC's TTL.
 pub struct CompactSigner {
@@ -203,7 +215,7 @@ impl Denier {
         zone_id: u32,
         owner: &[u8],
         types: &mut [u16],
-        src: IpAddr,
+        who: Asker,
         now: u64,
     ) -> Result<Denial<'_>, Option<Compact>> {
         types.sort_unstable();
@@ -230,7 +242,7 @@ impl Denier {
         if owner.len() + 2 > zones::name::MAX_NAME_LEN {
             return Err(None);
         }
-        self.charge(src, zone_id, now)?;
+        self.charge(who, zone_id, now)?;
         let e = &mut self.cache[slot];
         // Marked empty until the denial is whole.
         e.key = 0;
@@ -280,7 +292,7 @@ impl Denier {
     /// it, the zone's three quarters of it — or says which one is spent. A flood on one tenant's zone from
     /// many prefixes, each under its share, spent the whole budget: every other zone's
     /// denials went TC=1.
-    fn charge(&mut self, src: IpAddr, zone_id: u32, now: u64) -> Result<(), Option<Compact>> {
+    fn charge(&mut self, who: Asker, zone_id: u32, now: u64) -> Result<(), Option<Compact>> {
         if now != self.second {
             self.second = now;
             self.used = 0;
@@ -289,7 +301,7 @@ impl Denier {
             return Err(Some(Compact::OverBudget));
         }
         let sec = now as u32;
-        let src_i = (self.hasher.hash_one(prefix(src)) as usize) & (SOURCES - 1);
+        let src_i = (self.hasher.hash_one((prefix(who.ip), who.proven)) as usize) & (SOURCES - 1);
         let share = &mut self.sources[src_i];
         if share.0 != sec {
             *share = (sec, 0);
@@ -324,7 +336,7 @@ impl Denier {
         rtype: u16,
         ttl: u32,
         rdatas: &mut [&[u8]],
-        src: IpAddr,
+        who: Asker,
         now: u64,
         budget: bool,
     ) -> Result<(&[u8], Compact), Option<Compact>> {
@@ -342,7 +354,7 @@ impl Denier {
             return Ok((&e.buf[o..o + e.sig_len as usize], Compact::Cached));
         }
         if budget {
-            self.charge(src, zone_id, now)?;
+            self.charge(who, zone_id, now)?;
         } else {
             self.used += 1;
         }
@@ -406,9 +418,11 @@ mod tests {
                 .as_wire()
                 .to_vec()
         };
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
-        let b: IpAddr = "198.51.100.1".parse().unwrap();
-        let c: IpAddr = "203.0.113.1".parse().unwrap();
+        let udp = |ip: &str| Asker {
+            ip: ip.parse().unwrap(),
+            proven: false,
+        };
+        let (a, b, c) = (udp("192.0.2.1"), udp("198.51.100.1"), udp("203.0.113.1"));
         let mut ty = [t::RRSIG, t::NSEC, NXNAME];
         let (nsec, sig, how) = d.deny(&s, 1, &name(0), &mut ty, a, 1000).unwrap();
         assert_eq!(how, Compact::Signed);
@@ -425,6 +439,24 @@ mod tests {
             d.deny(&s, 1, &name(2), &mut ty, a, 1000).err(),
             Some(Some(Compact::OverSource))
         );
+        // The same /24 proven (its cookie, TCP) has a share of its own: forged UDP from a
+        // resolver's /24 spent the share of the real resolver's cookie queries too.
+        let proven = Asker {
+            proven: true,
+            ..udp("192.0.2.9")
+        };
+        assert!(d.deny(&s, 2, &name(2), &mut ty, proven, 1000).is_ok());
+        assert_eq!(
+            d.deny(&s, 2, &name(3), &mut ty, udp("192.0.2.9"), 1000)
+                .err(),
+            Some(Some(Compact::OverSource))
+        );
+        let mut d = {
+            let mut fresh = Denier::new(4, 2);
+            assert!(fresh.deny(&s, 1, &name(0), &mut ty, a, 1000).is_ok());
+            assert!(fresh.deny(&s, 1, &name(1), &mut ty, a, 1000).is_ok());
+            fresh
+        };
         // The zone's three quarters of the budget (3) are spent: another source is refused
         // there, and served in another zone (a flood on one tenant's zone from many prefixes
         // spent it all, every other zone's denials TC=1).
@@ -448,7 +480,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (s, _) = signer(dir.path());
         let mut d = Denier::new(100, 100);
-        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let a = Asker {
+            ip: "192.0.2.1".parse().unwrap(),
+            proven: false,
+        };
         let x = zones::Name::parse("x.example.com.", None).unwrap();
         let y = zones::Name::parse("y.example.com.", None).unwrap();
         let mut ty = [t::RRSIG, t::NSEC, NXNAME];
