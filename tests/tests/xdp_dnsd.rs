@@ -285,3 +285,47 @@ fn cookie_replies_from(
         .collect();
     burst_of(pair, src, server, queries, 1000..1000 + n).0
 }
+
+/// The node's transfer peers are not rate-limited in XDP: the rate counts a source's packets
+/// whatever the name, and a flood forged in a secondary's name took its SOA checks and
+/// queries with it (TC=1 or nothing); another source is held to the rate as before.
+#[test]
+fn transfer_peers_are_not_rate_limited_in_xdp() {
+    if let Err(why) = netns::available() {
+        palisade_tests::skipped(&format!("XDP end-to-end test: {why}"));
+        return;
+    }
+    let pair = VethPair::new().expect("veth pair");
+    let probe = std::net::Ipv4Addr::new(192, 0, 2, 3);
+    pair.add_source(probe.into()).expect("a second source");
+    let dir = tempfile::tempdir().unwrap();
+    pair.client_takes_xdp_tx(dir.path());
+    let port = 5353;
+    let server = SocketAddr::new(VethPair::B4.into(), port);
+    let config = dir.path().join("dnsd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = [\"{}\"]\nport = {port}\nworkers = 1\n\n\
+             [[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\nallow_transfer = [\"{}/32\"]\n\n\
+             [control]\nsocket = \"{}\"\n\n\
+             [defence.rrl]\nenabled = false\n\n\
+             [xdp]\ninterface = \"{}\"\nmode = \"auto\"\ndns_ports = [{port}]\nrate = 5\nburst = 10\npin = false\n",
+            VethPair::B4,
+            palisade_tests::data_dir().join("example.com.zone").display(),
+            VethPair::A4,
+            dir.path().join("dnsd.sock").display(),
+            pair.if_b,
+        ),
+    )
+    .unwrap();
+    let _daemon = NsDnsd::start(&pair.b, &config);
+    wait_for("dnsd to answer the probe", Duration::from_secs(20), || {
+        burst_from(&pair, probe, server, 1) == 1
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let peer = burst_from(&pair, VethPair::A4, server, 60);
+    let (other, _) = replies_from(&pair, probe, server, 60);
+    assert_eq!(peer, 60, "the transfer peer is answered in full");
+    assert!(other < 30, "the XDP rate limit holds others: {other}");
+}

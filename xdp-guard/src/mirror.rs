@@ -186,6 +186,9 @@ struct Global {
     proxies: Mutex<Vec<ipnet::IpNet>>,
     /// `[defence.rrl] exempt` (written with the services, into the suspects' trie).
     rrl_exempt: Mutex<Vec<ipnet::IpNet>>,
+    /// The daemon's own peers, exempt from the rate limit as `[global] allow` (written with
+    /// the lists, into the allow tries).
+    peers: Mutex<Vec<ipnet::IpNet>>,
 }
 
 /// A suspect whose answers dnsd changes (truncates), so the answer fast path must pass its
@@ -538,14 +541,22 @@ impl Mirror {
             .unwrap_or_default();
         let rules = maps.clone().with_slot(crate::maps::SLOT_RULES);
         let deny: Vec<KernelBlock> = lists.deny.iter().map(|n| KernelBlock::all(*n, 0)).collect();
+        let mut allow = lists.allow.clone();
+        allow.extend(
+            self.global
+                .peers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter(),
+        );
         let r = rules
             .replace_all(&deny, self.opts.batch)
-            .and_then(|r| maps.set_allow(&lists.allow).map(|a| (r, a)));
+            .and_then(|r| maps.set_allow(&allow).map(|a| (r, a)));
         match r {
             Ok((r, (written, deleted))) => {
                 debug!(
                     deny = deny.len(),
-                    allow = lists.allow.len(),
+                    allow = allow.len(),
                     ?r,
                     written,
                     deleted,
@@ -753,6 +764,15 @@ impl MirrorHandle {
     /// slot and the allow tries equal to them (and writes them again into maps it reopens).
     pub fn set_global_lists(&self, lists: GlobalLists) {
         *self.global.lists.lock().unwrap_or_else(|e| e.into_inner()) = Some(lists);
+        self.global.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// Hands the daemon's own peers (dnsd's transfer peers) to the mirror: exempt from the
+    /// XDP rate limit as `[global] allow` is (a flood forged in a secondary's name took its
+    /// SOA checks and queries with it, the rate being per source whatever the name). For the
+    /// daemon that writes the `[global]` lists.
+    pub fn set_rate_exempt_peers(&self, nets: Vec<ipnet::IpNet>) {
+        *self.global.peers.lock().unwrap_or_else(|e| e.into_inner()) = nets;
         self.global.version.fetch_add(1, Ordering::Release);
     }
 

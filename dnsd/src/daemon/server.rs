@@ -180,6 +180,20 @@ pub fn run(
                 .filter_map(|e| shield::prefix::parse_net(e))
                 .collect(),
         );
+        // The node's transfer peers (primaries, secondaries, NOTIFY targets) are not held to
+        // the XDP rate: their SOA checks, NOTIFYs and queries went TC=1 or unanswered under a
+        // flood forged in their name, the rate being per source whatever the name. Written
+        // with the [global] lists, by the dnsd that writes them.
+        if cfg.rules.as_ref().is_none_or(|r| r.xdp_global) {
+            m.set_rate_exempt_peers(
+                own_never_block
+                    .entries()
+                    .iter()
+                    .filter(|p| &*p.source == "transfer peer")
+                    .map(|p| p.net)
+                    .collect(),
+            );
+        }
         // The slip of queries over a source's XDP rate: RRL's (its default with RRL off).
         let rrl = &cfg.defence.rrl;
         let slip = if rrl.enabled {
