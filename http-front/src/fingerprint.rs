@@ -322,13 +322,13 @@ pub enum Tapped {
 const RECORD_MAX: usize = 1 << 14;
 
 impl<S> HelloTap<S> {
-    /// Taps `inner`, taking hello messages up to `max` bytes (at most [`HELLO_MAX`]) while
-    /// `charge` can hold them.
+    /// Taps `inner`, taking hellos whose body is up to `max` bytes (their 4-byte header
+    /// aside, as BoringSSL counts; at most [`HELLO_MAX`] in all) while `charge` can hold them.
     pub fn new(inner: S, max: usize, charge: crate::h1watch::HeadCharge) -> HelloTap<S> {
         HelloTap {
             inner,
             msg: Vec::new(),
-            max: max.min(HELLO_MAX),
+            max: max.min(HELLO_MAX - 4) + 4,
             charge,
             hdr: [0; 5],
             hdr_len: 0,
@@ -391,6 +391,12 @@ impl<S> HelloTap<S> {
                         self.version = [self.hdr[1], self.hdr[2]];
                     }
                     self.left = usize::from(u16::from_be_bytes([self.hdr[3], self.hdr[4]]));
+                    if self.left > RECORD_MAX + 2048 {
+                        // Past what any record may carry (rustls refuses it; framed again,
+                        // it would never see it).
+                        self.stop(Tapped::Odd);
+                        return;
+                    }
                     if self.left == 0 {
                         self.hdr_len = 0;
                     }
@@ -1015,6 +1021,19 @@ mod tests {
         assert_eq!(tap_max(&wire, 4096, 16 << 10).0, Tapped::Over);
         assert_eq!(tap_max(&wire[..9], 9, 16 << 10).0, Tapped::Over);
         assert_eq!(tap_max(&wire, 4096, 20_100).0, Tapped::Whole);
+        // The bound counts the body, as BoringSSL's: 16,384 taken, 16,385 refused.
+        let body = |n: usize| {
+            let mut m = vec![1, 0, (n >> 8) as u8, n as u8];
+            m.resize(4 + n, 0);
+            let mut w = vec![0x16, 3, 1];
+            w.extend_from_slice(&(m.len() as u16).to_be_bytes());
+            w.extend_from_slice(&m);
+            w
+        };
+        assert_eq!(tap_max(&body(16_384), 4096, 16 << 10).0, Tapped::Whole);
+        assert_eq!(tap_max(&body(16_385), 4096, 16 << 10).0, Tapped::Over);
+        // A record longer than any may be (2^14 and 2,048): refused.
+        assert_eq!(tap(&[0x16, 3, 1, 0x48, 1, 1, 0, 0, 4], 4096).0, Tapped::Odd);
         // A message header announcing more than rustls takes: refused.
         let mut over = vec![0x16, 3, 1, 0, 4, 1, 1, 0, 0];
         over.extend_from_slice(&[0x16, 3, 1, 0x40, 0, 0]);

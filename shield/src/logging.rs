@@ -88,26 +88,31 @@ pub fn init(cfg: &LogConfig, format: Option<LogFormat>) -> Result<(), String> {
     Ok(())
 }
 
-/// Panics go to the log, one a second at most, the rest counted: a library's panic on what a
-/// peer sends (redis-rs on an error reply to MULTI) wrote a 60-line backtrace to stderr for
-/// each, past every rate limit, 446 lines in 10 s.
+/// Panics are reported whole (the standard report, with its backtrace when asked, and a log
+/// line) once a second at most; past that, one line each on stderr, never hidden: a
+/// library's panic on what a peer sends (redis-rs on an error reply to MULTI) wrote a 60-line
+/// backtrace for each, past every rate limit, 446 lines in 10 s.
 fn install_panic_hook() {
     static LIMIT: Limit = Limit::new(1);
-    std::panic::set_hook(Box::new(|info| {
-        let Some(suppressed) = LIMIT.allow() else {
-            return;
-        };
-        let thread = std::thread::current();
-        let bt = std::backtrace::Backtrace::capture();
-        let bt = match bt.status() {
-            std::backtrace::BacktraceStatus::Captured => format!("\n{bt}"),
-            _ => String::new(),
-        };
-        tracing::error!(
-            suppressed,
-            thread = thread.name().unwrap_or("?"),
-            "panic: {info}{bt}"
-        );
+    let whole = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| match LIMIT.allow() {
+        Some(suppressed) => {
+            whole(info);
+            let thread = std::thread::current();
+            tracing::error!(
+                suppressed,
+                thread = thread.name().unwrap_or("?"),
+                "panic: {info}"
+            );
+        }
+        None => {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "panic (more than one a second: backtrace left out): {}",
+                info.to_string().replace('\n', " ")
+            );
+        }
     }));
 }
 

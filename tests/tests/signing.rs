@@ -870,14 +870,15 @@ fn compact_denial_budgets_truncate_floods_and_positive_answers_go_on() {
     let over = (dnsd.stat("compact_denial.over_source")
         + dnsd.stat("compact_denial.over_budget")
         + dnsd.stat("compact_denial.over_zone")) as i64;
-    // One zone takes at most three quarters of the worker's 30 (the rest is other zones').
+    // Unproven denials of one zone take at most half of the worker's 30 (the rest is other
+    // zones' and proven sources').
     assert!(
         signed <= 22 * seconds && over >= 100 - 22 * seconds,
         "over {seconds} s: {signed} signed, {over} over a budget\n{}",
         dnsd.metrics()
     );
     if seconds <= 2 {
-        // 100 denials asked in two seconds at most: the zone's 22 a second ran out.
+        // 100 denials asked in two seconds at most: the zone's 15 a second ran out.
         assert!(
             dnsd.stat("compact_denial.over_zone") > 0,
             "{}",

@@ -328,4 +328,24 @@ fn transfer_peers_are_not_rate_limited_in_xdp() {
     let (other, _) = replies_from(&pair, probe, server, 60);
     assert_eq!(peer, 60, "the transfer peer is answered in full");
     assert!(other < 30, "the XDP rate limit holds others: {other}");
+
+    // A reload that makes the probe the peer, and lists a /16 besides (65,536 forgeable
+    // addresses: never exempt), moves the exemption.
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        &format!("allow_transfer = [\"{}/32\"]", VethPair::A4),
+        &format!("allow_transfer = [\"{probe}/32\", \"{}/16\"]", VethPair::A4),
+    );
+    std::fs::write(&config, text).unwrap();
+    let (ok, out) = ctl(&config, &["reload"]);
+    assert!(ok, "{out}");
+    wait_for("the probe exempt", Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(1100));
+        burst_from(&pair, probe, server, 40) == 40
+    });
+    std::thread::sleep(Duration::from_millis(1100));
+    let (was_peer, _) = replies_from(&pair, VethPair::A4, server, 60);
+    assert!(
+        was_peer < 30,
+        "the former peer, inside a /16, is held to the rate: {was_peer}"
+    );
 }

@@ -189,6 +189,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                 let rules = shared.defence.rules.as_ref().map(|r| r.current());
                 let never = defence::policy::never_block(&c, rules.as_ref().map(|g| &***g));
                 shared.defence.blocks.install_policy(&c.block, never);
+                shared.sync_rate_exempt_peers(&c);
                 let (n, note) = sync_zone_list(&mut reg, &c);
                 list_note.push_str(&note);
                 // The config's zones win over the catalogs' members they meet; the members

@@ -54,6 +54,7 @@ pub fn run(
         .any(|z| z.xdp_answers == crate::config::XdpAnswers::All);
     // The transfer peers in the zone list are out of every automatic writer's reach.
     let own_never_block = defence::policy::own_set(&cfg);
+    let rate_exempt_peers = defence::policy::rate_exempt_peers(&cfg);
     // What the config's load noticed, and the zones' tenants (checked against the rules
     // below), before the zone list leaves the config.
     for w in &cfg.warnings {
@@ -180,20 +181,6 @@ pub fn run(
                 .filter_map(|e| shield::prefix::parse_net(e))
                 .collect(),
         );
-        // The node's transfer peers (primaries, secondaries, NOTIFY targets) are not held to
-        // the XDP rate: their SOA checks, NOTIFYs and queries went TC=1 or unanswered under a
-        // flood forged in their name, the rate being per source whatever the name. Written
-        // with the [global] lists, by the dnsd that writes them.
-        if cfg.rules.as_ref().is_none_or(|r| r.xdp_global) {
-            m.set_rate_exempt_peers(
-                own_never_block
-                    .entries()
-                    .iter()
-                    .filter(|p| &*p.source == "transfer peer")
-                    .map(|p| p.net)
-                    .collect(),
-            );
-        }
         // The slip of queries over a source's XDP rate: RRL's (its default with RRL off).
         let rrl = &cfg.defence.rrl;
         let slip = if rrl.enabled {
@@ -520,6 +507,7 @@ pub fn run(
         control: std::sync::OnceLock::new(),
     });
     shared.sync_global_lists();
+    shared.set_rate_exempt_peers(&cfg, rate_exempt_peers);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

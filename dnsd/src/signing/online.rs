@@ -291,13 +291,20 @@ impl Denier {
     /// Takes one signature from the budgets — the worker's per second, the source's share of
     /// it, the zone's three quarters of it — or says which one is spent. A flood on one tenant's zone from
     /// many prefixes, each under its share, spent the whole budget: every other zone's
-    /// denials went TC=1.
+    /// denials went TC=1. Unproven sources (UDP without our cookie: forgeable) take three
+    /// quarters of the worker's budget at most, and only they meet the zone's share: a flood
+    /// forged over many /24s left a cookie resolver's denials TC=1 (45 to 95 of 120).
     fn charge(&mut self, who: Asker, zone_id: u32, now: u64) -> Result<(), Option<Compact>> {
         if now != self.second {
             self.second = now;
             self.used = 0;
         }
-        if self.used >= self.per_second {
+        let cap = if who.proven {
+            self.per_second
+        } else {
+            (self.per_second * 3 / 4).max(1)
+        };
+        if self.used >= cap {
             return Err(Some(Compact::OverBudget));
         }
         let sec = now as u32;
@@ -309,15 +316,17 @@ impl Denier {
         if share.1 >= self.per_source {
             return Err(Some(Compact::OverSource));
         }
-        let zone_i = (self.hasher.hash_one((2u8, zone_id)) as usize) & (ZONE_SHARES - 1);
-        let zone = &mut self.zones[zone_i];
-        if zone.0 != sec {
-            *zone = (sec, 0);
+        if !who.proven {
+            let zone_i = (self.hasher.hash_one((2u8, zone_id)) as usize) & (ZONE_SHARES - 1);
+            let zone = &mut self.zones[zone_i];
+            if zone.0 != sec {
+                *zone = (sec, 0);
+            }
+            if zone.1 >= (self.per_second / 2).max(1) {
+                return Err(Some(Compact::OverZone));
+            }
+            zone.1 += 1;
         }
-        if zone.1 >= (self.per_second * 3 / 4).max(1) {
-            return Err(Some(Compact::OverZone));
-        }
-        zone.1 += 1;
         self.sources[src_i].1 += 1;
         self.used += 1;
         Ok(())
@@ -411,17 +420,18 @@ mod tests {
     fn budgets_and_cache() {
         let dir = tempfile::tempdir().unwrap();
         let (s, apex) = signer(dir.path());
-        let mut d = Denier::new(4, 2);
+        let mut d = Denier::new(8, 2);
         let name = |i: usize| {
             zones::Name::parse(&format!("n{i}.example.com."), None)
                 .unwrap()
                 .as_wire()
                 .to_vec()
         };
-        let udp = |ip: &str| Asker {
+        let who = |ip: &str, proven: bool| Asker {
             ip: ip.parse().unwrap(),
-            proven: false,
+            proven,
         };
+        let udp = |ip: &str| who(ip, false);
         let (a, b, c) = (udp("192.0.2.1"), udp("198.51.100.1"), udp("203.0.113.1"));
         let mut ty = [t::RRSIG, t::NSEC, NXNAME];
         let (nsec, sig, how) = d.deny(&s, 1, &name(0), &mut ty, a, 1000).unwrap();
@@ -441,38 +451,46 @@ mod tests {
         );
         // The same /24 proven (its cookie, TCP) has a share of its own: forged UDP from a
         // resolver's /24 spent the share of the real resolver's cookie queries too.
-        let proven = Asker {
-            proven: true,
-            ..udp("192.0.2.9")
-        };
-        assert!(d.deny(&s, 2, &name(2), &mut ty, proven, 1000).is_ok());
+        assert!(
+            d.deny(&s, 1, &name(2), &mut ty, who("192.0.2.9", true), 1000)
+                .is_ok()
+        );
         assert_eq!(
-            d.deny(&s, 2, &name(3), &mut ty, udp("192.0.2.9"), 1000)
+            d.deny(&s, 1, &name(3), &mut ty, udp("192.0.2.9"), 1000)
                 .err(),
             Some(Some(Compact::OverSource))
         );
-        let mut d = {
-            let mut fresh = Denier::new(4, 2);
-            assert!(fresh.deny(&s, 1, &name(0), &mut ty, a, 1000).is_ok());
-            assert!(fresh.deny(&s, 1, &name(1), &mut ty, a, 1000).is_ok());
-            fresh
-        };
-        // The zone's three quarters of the budget (3) are spent: another source is refused
+        // Unproven denials of one zone take half the budget (4): another source is refused
         // there, and served in another zone (a flood on one tenant's zone from many prefixes
         // spent it all, every other zone's denials TC=1).
         assert!(d.deny(&s, 1, &name(3), &mut ty, b, 1000).is_ok());
+        assert!(d.deny(&s, 1, &name(4), &mut ty, b, 1000).is_ok());
         assert_eq!(
-            d.deny(&s, 1, &name(4), &mut ty, c, 1000).err(),
+            d.deny(&s, 1, &name(5), &mut ty, c, 1000).err(),
             Some(Some(Compact::OverZone))
         );
-        assert!(d.deny(&s, 2, &name(4), &mut ty, c, 1000).is_ok());
-        // The worker's budget (4) is spent.
+        assert!(d.deny(&s, 2, &name(5), &mut ty, c, 1000).is_ok());
+        // Unproven denials take three quarters of the worker's budget (6, the proven one
+        // counted): the rest is the proven sources', whatever zone they ask.
         assert_eq!(
-            d.deny(&s, 3, &name(5), &mut ty, c, 1000).err(),
+            d.deny(&s, 3, &name(6), &mut ty, udp("198.18.0.1"), 1000)
+                .err(),
+            Some(Some(Compact::OverBudget))
+        );
+        for (i, ip) in ["198.18.1.1", "198.18.2.1"].into_iter().enumerate() {
+            assert!(
+                d.deny(&s, 1, &name(7 + i), &mut ty, who(ip, true), 1000)
+                    .is_ok()
+            );
+        }
+        // The worker's budget (8) is spent.
+        assert_eq!(
+            d.deny(&s, 3, &name(9), &mut ty, who("198.18.3.1", true), 1000)
+                .err(),
             Some(Some(Compact::OverBudget))
         );
         // A new second, a new budget.
-        assert!(d.deny(&s, 1, &name(4), &mut ty, b, 1001).is_ok());
+        assert!(d.deny(&s, 1, &name(9), &mut ty, b, 1001).is_ok());
     }
 
     #[test]

@@ -286,7 +286,8 @@ pub struct Tls {
     pub cert_dir: Option<PathBuf>,
     /// What a handshake without a known server name gets.
     pub unknown_sni: UnknownSni,
-    /// Longest ClientHello message taken; a longer one is refused as soon as it says so.
+    /// Longest ClientHello body taken (its 4-byte header aside); a longer one is refused as
+    /// soon as it says so.
     pub max_client_hello_bytes: usize,
 }
 

@@ -25,7 +25,7 @@ pub(super) struct TlsSchema {
     pub(super) unknown_sni: Option<Spanned<UnknownSni>>,
     #[serde(
         default = "default_max_client_hello",
-        deserialize_with = "range_usize::<512, 65539, _>"
+        deserialize_with = "range_usize::<512, 65535, _>"
     )]
     pub(super) max_client_hello_bytes: usize,
 }

@@ -4,7 +4,7 @@
 //! # Shape
 //!
 //! ```text
-//! RedisSync::spawn(cfg, map) -> SyncHandle      three tasks on the caller's tokio runtime
+//! RedisSync::spawn(cfg, map) -> SyncHandle      its tasks on a thread and runtime of their own
 //!   collector: map.subscribe("redis") -> Outbox   local proven decisions only (Local/Operator
 //!                                                 upserts, operator removals); Peer changes
 //!                                                 never echo, suspects never travel
@@ -874,15 +874,23 @@ impl Shared {
             // The writer's batches are transactions, and redis-rs panics on an error reply to
             // their MULTI (an ACL user without +multi, a Redis still loading): a panic and its
             // backtrace per batch, the cause never said. Asked alone first, it is said.
+            // An empty transaction: MULTI and EXEC each asked alone (a user with +multi but
+            // -exec failed every batch, the cause never said).
             let multi: redis::RedisResult<()> = redis::cmd("MULTI").query_async(&mut conn).await;
-            if let Err(e) = multi {
+            let exec = match multi {
+                Ok(()) => redis::cmd("EXEC")
+                    .query_async::<redis::Value>(&mut conn)
+                    .await
+                    .map(|_| ()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = exec {
                 return Err(redis::RedisError::from((
                     redis::ErrorKind::Io,
-                    "MULTI refused (the ACL user needs +multi +exec +discard)",
+                    "a transaction refused (an ACL user needs +multi +exec +discard)",
                     e.to_string(),
                 )));
             }
-            let _: redis::RedisResult<()> = redis::cmd("DISCARD").query_async(&mut conn).await;
         }
         // Best effort: lets `CLIENT LIST` tell the nodes apart.
         let _: redis::RedisResult<()> = redis::cmd("CLIENT")
@@ -1171,20 +1179,33 @@ impl RedisSync {
         // A thread of its own: a hostile Redis (replies the sync must read through to their
         // end) cost http-front's serving thread (workers = 1) 60 % of a core and 64 % of its
         // requests; here it costs this thread alone. It ends with the handle.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| SyncError::Thread(e.to_string()))?;
-        let rt = runtime.handle().clone();
+        // Built on that thread and dropped there: a runtime dropped in an async context
+        // panics (a thread that could not start dropped it on the caller's).
         let (thread_stop, thread_end) = tokio::sync::oneshot::channel::<()>();
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("redis-sync".into())
             .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = handle_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let _ = handle_tx.send(Ok(runtime.handle().clone()));
                 runtime.block_on(async {
                     let _ = thread_end.await;
                 });
             })
             .map_err(|e| SyncError::Thread(e.to_string()))?;
+        let rt = handle_rx
+            .recv()
+            .map_err(|e| SyncError::Thread(e.to_string()))?
+            .map_err(SyncError::Thread)?;
         let target = target::Target::new(&cfg)?;
         let key = cfg.record_key()?;
         let presence_key = cfg.fleet_key()?.map(|k| k.derive(presence::KEY_PURPOSE));
@@ -1309,20 +1330,35 @@ impl SyncHandle {
     pub async fn shutdown(mut self) -> SyncStats {
         let io = Duration::from_millis(self.shared.cfg.io_timeout_ms);
         let _ = self.stop.send(true);
-        for task in [self.collector.take(), self.reader.take()]
-            .into_iter()
-            .flatten()
-        {
-            join_or_abort(task, io).await;
-        }
+        // Each pair together (one after another, a stalled Redis took 5 s for each task).
+        let (collector, reader) = (self.collector.take(), self.reader.take());
+        tokio::join!(
+            async {
+                if let Some(t) = collector {
+                    join_or_abort(t, io).await;
+                }
+            },
+            async {
+                if let Some(t) = reader {
+                    join_or_abort(t, io).await;
+                }
+            }
+        );
         let _ = self.stop_writer.send(true);
         self.shared.wake_writer.notify_one();
-        if let Some(task) = self.writer.take() {
-            join_or_abort(task, io * 2).await;
-        }
-        if let Some(task) = self.presence.take() {
-            join_or_abort(task, io).await;
-        }
+        let (writer, presence) = (self.writer.take(), self.presence.take());
+        tokio::join!(
+            async {
+                if let Some(t) = writer {
+                    join_or_abort(t, io * 2).await;
+                }
+            },
+            async {
+                if let Some(t) = presence {
+                    join_or_abort(t, io).await;
+                }
+            }
+        );
         let stats = self.shared.stats();
         tracing::info!(node = %self.shared.node, unflushed = stats.buffered, "redis block sync stopped");
         stats

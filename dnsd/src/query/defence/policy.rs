@@ -32,6 +32,33 @@ pub fn merge(rules: Option<&shield::rules::Prepared>, base: &NeverBlock) -> Neve
     nb
 }
 
+/// Most transfer peers exempt from the XDP rate (the allow tries hold 16,384 with the
+/// `[global] allow` list).
+const RATE_EXEMPT_PEERS: usize = 1024;
+
+/// The node's transfer peers (primaries, secondaries, NOTIFY targets) exempt from the XDP
+/// per-source rate: hosts and prefixes no wider than a /24 or a /56 (an `allow_transfer` of
+/// a /16 exempted 65,536 forgeable addresses), 1,024 at most.
+pub fn rate_exempt_peers(cfg: &Config) -> Vec<ipnet::IpNet> {
+    let mut out: Vec<ipnet::IpNet> = Vec::new();
+    for p in own_set(cfg).entries() {
+        let narrow = match p.net {
+            ipnet::IpNet::V4(v) => v.prefix_len() >= 24,
+            ipnet::IpNet::V6(v) => v.prefix_len() >= 56,
+        };
+        if &*p.source == "transfer peer" && narrow && !out.contains(&p.net) {
+            if out.len() == RATE_EXEMPT_PEERS {
+                tracing::warn!(
+                    "more than {RATE_EXEMPT_PEERS} transfer peers: the rest are held to the XDP rate"
+                );
+                break;
+            }
+            out.push(p.net);
+        }
+    }
+    out
+}
+
 /// What dnsd adds by itself: its Redis server, its transfer peers (from `cfg`'s zone list),
 /// the node's own addresses.
 pub fn own_set(cfg: &Config) -> NeverBlock {
