@@ -1260,43 +1260,37 @@ fn stalled_tls_hellos_and_silent_connections_hold_little() {
         front.metric("http_front_open_connections") == 0
     });
 
-    // 1,000 connections that send nothing: a few KB each (the socket, a small task).
-    let before = palisade_tests::rss_kib(front.pid());
+    // What 1,000 connections from 20 addresses, each sending `first`, hold a connection
+    // (bytes), once all are open; they are closed and gone after.
     let sources: Vec<_> = (0..20).map(|_| net::test_ip()).collect();
-    let silent: Vec<_> = (0..1000)
-        .map(|i| connect_from(Some(sources[i % 20]), fa).unwrap())
-        .collect();
-    wait_for("the silent connections", Duration::from_secs(10), || {
-        front.metric("http_front_open_connections") >= 1000
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    let per = (palisade_tests::rss_kib(front.pid()) - before) * 1024 / 1000;
+    let held_each = |first: &[u8]| {
+        let before = palisade_tests::rss_kib(front.pid());
+        let conns: Vec<_> = (0..1000)
+            .map(|i| {
+                let mut s = connect_from(Some(sources[i % 20]), fa).unwrap();
+                s.write_all(first).unwrap();
+                s
+            })
+            .collect();
+        wait_for("the connections open", Duration::from_secs(10), || {
+            front.metric("http_front_open_connections") >= 1000
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let per = (palisade_tests::rss_kib(front.pid()) - before) * 1024 / 1000;
+        assert_eq!(served(), 200);
+        drop(conns);
+        wait_for("the connections to go", Duration::from_secs(10), || {
+            front.metric("http_front_open_connections") == 0
+        });
+        per
+    };
+    // Sending nothing: a few KB each (the socket, a small task).
+    let per = held_each(b"");
     assert!(per < 8 * 1024, "{per} B a silent connection");
-    assert_eq!(served(), 200);
-    drop(silent);
-    wait_for(
-        "the silent connections to go",
-        Duration::from_secs(10),
-        || front.metric("http_front_open_connections") == 0,
-    );
-    // 1,000 that send nine bytes, a hello's header announcing 16 KB: what they sent is held,
-    // never the announced length nor a TLS session (35 KB each, nginx 46 KB).
-    let before = palisade_tests::rss_kib(front.pid());
-    let header = stalled_hello(16_300, 9);
-    let headers: Vec<_> = (0..1000)
-        .map(|i| {
-            let mut s = connect_from(Some(sources[i % 20]), fa).unwrap();
-            s.write_all(&header[..9]).unwrap();
-            s
-        })
-        .collect();
-    wait_for("the stalled headers", Duration::from_secs(10), || {
-        front.metric("http_front_open_connections") >= 1000
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    let per = (palisade_tests::rss_kib(front.pid()) - before) * 1024 / 1000;
+    // Nine bytes, a hello's header announcing 16 KB: what they sent is held, never the
+    // announced length nor a TLS session (35 KB each, nginx 46 KB).
+    let per = held_each(&stalled_hello(16_300, 9)[..9]);
     assert!(per < 12 * 1024, "{per} B a nine-byte hello");
-    drop(headers);
     // A client that offers only ALPN `http/1.0` is served (it was refused the handshake;
     // nginx serves it).
     assert_eq!(

@@ -136,35 +136,42 @@ fn burst_of(
         .expect("run in namespace A")
 }
 
-#[test]
-fn the_rules_files_global_lists_reach_the_kernel() {
+/// A second client source in namespace A, beside `VethPair::A4`.
+const PROBE: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 3);
+
+/// dnsd in namespace B on port 5353 (its [[zone]] given `zone_extra`, then `extra` sections,
+/// a `rules.toml` of `rules` when not empty) behind XDP that rate-limits each source to 5
+/// queries a second (burst 10), answering `PROBE`; None (said) without namespaces.
+struct RateLimited {
+    pair: VethPair,
+    dir: tempfile::TempDir,
+    server: SocketAddr,
+    config: std::path::PathBuf,
+    daemon: NsDnsd,
+}
+
+fn rate_limited(zone_extra: &str, extra: &str, rules: &str) -> Option<RateLimited> {
     if let Err(why) = netns::available() {
         palisade_tests::skipped(&format!("XDP end-to-end test: {why}"));
-        return;
+        return None;
     }
     let pair = VethPair::new().expect("veth pair");
-    let probe = std::net::Ipv4Addr::new(192, 0, 2, 3);
-    pair.add_source(probe.into()).expect("a second source");
+    pair.add_source(PROBE.into()).expect("a second source");
     let dir = tempfile::tempdir().unwrap();
     pair.client_takes_xdp_tx(dir.path());
     let port = 5353;
     let server = SocketAddr::new(VethPair::B4.into(), port);
-    let rules = dir.path().join("rules.toml");
-    std::fs::write(
-        &rules,
-        format!("[global]\ndeny = [\"{}/32\"]\n", VethPair::A4),
-    )
-    .unwrap();
+    if !rules.is_empty() {
+        std::fs::write(dir.path().join("rules.toml"), rules).unwrap();
+    }
     let config = dir.path().join("dnsd.toml");
     std::fs::write(
         &config,
         format!(
             "[server]\nlisten = [\"{}\"]\nport = {port}\nworkers = 1\n\n\
-             [[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\n\n\
+             [[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\n{zone_extra}\n\
              [control]\nsocket = \"{}\"\n\n\
-             [defence.rrl]\nenabled = false\n\n\
-             [defence.cookies]\nsecret = \"{COOKIE_SECRET}\"\n\n\
-             [rules]\nfile = \"rules.toml\"\n\n\
+             [defence.rrl]\nenabled = false\n\n{extra}\n\
              [xdp]\ninterface = \"{}\"\nmode = \"auto\"\ndns_ports = [{port}]\nrate = 5\nburst = 10\npin = false\n",
             VethPair::B4,
             palisade_tests::data_dir().join("example.com.zone").display(),
@@ -175,9 +182,37 @@ fn the_rules_files_global_lists_reach_the_kernel() {
     .unwrap();
     let daemon = NsDnsd::start(&pair.b, &config);
     wait_for("dnsd to answer the probe", Duration::from_secs(20), || {
-        burst_from(&pair, probe, server, 1) == 1
+        burst_from(&pair, PROBE, server, 1) == 1
     });
+    Some(RateLimited {
+        pair,
+        dir,
+        server,
+        config,
+        daemon,
+    })
+}
 
+#[test]
+fn the_rules_files_global_lists_reach_the_kernel() {
+    let Some(RateLimited {
+        pair,
+        dir,
+        server,
+        config,
+        daemon,
+    }) = rate_limited(
+        "",
+        &format!(
+            "[defence.cookies]\nsecret = \"{COOKIE_SECRET}\"\n\n[rules]\nfile = \"rules.toml\"\n"
+        ),
+        &format!("[global]\ndeny = [\"{}/32\"]\n", VethPair::A4),
+    )
+    else {
+        return;
+    };
+    let probe = PROBE;
+    let rules = dir.path().join("rules.toml");
     // [global] deny: the source's queries die in XDP, in the rules slot; dnsd never sees them.
     wait_for(
         "the global deny list in the kernel",
@@ -291,38 +326,21 @@ fn cookie_replies_from(
 /// queries with it (TC=1 or nothing); another source is held to the rate as before.
 #[test]
 fn transfer_peers_are_not_rate_limited_in_xdp() {
-    if let Err(why) = netns::available() {
-        palisade_tests::skipped(&format!("XDP end-to-end test: {why}"));
-        return;
-    }
-    let pair = VethPair::new().expect("veth pair");
-    let probe = std::net::Ipv4Addr::new(192, 0, 2, 3);
-    pair.add_source(probe.into()).expect("a second source");
-    let dir = tempfile::tempdir().unwrap();
-    pair.client_takes_xdp_tx(dir.path());
-    let port = 5353;
-    let server = SocketAddr::new(VethPair::B4.into(), port);
-    let config = dir.path().join("dnsd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = [\"{}\"]\nport = {port}\nworkers = 1\n\n\
-             [[zone]]\norigin = \"example.com.\"\nfile = \"{}\"\nallow_transfer = [\"{}/32\"]\n\n\
-             [control]\nsocket = \"{}\"\n\n\
-             [defence.rrl]\nenabled = false\n\n\
-             [xdp]\ninterface = \"{}\"\nmode = \"auto\"\ndns_ports = [{port}]\nrate = 5\nburst = 10\npin = false\n",
-            VethPair::B4,
-            palisade_tests::data_dir().join("example.com.zone").display(),
-            VethPair::A4,
-            dir.path().join("dnsd.sock").display(),
-            pair.if_b,
-        ),
+    let Some(RateLimited {
+        pair,
+        server,
+        config,
+        dir: _dir,
+        daemon: _daemon,
+    }) = rate_limited(
+        &format!("allow_transfer = [\"{}/32\"]\n", VethPair::A4),
+        "",
+        "",
     )
-    .unwrap();
-    let _daemon = NsDnsd::start(&pair.b, &config);
-    wait_for("dnsd to answer the probe", Duration::from_secs(20), || {
-        burst_from(&pair, probe, server, 1) == 1
-    });
+    else {
+        return;
+    };
+    let probe = PROBE;
     std::thread::sleep(Duration::from_millis(1500));
     let peer = burst_from(&pair, VethPair::A4, server, 60);
     let (other, _) = replies_from(&pair, probe, server, 60);
