@@ -363,9 +363,9 @@ async fn serve_sent(
         let Some(acceptor) = snap.tls.clone() else {
             return;
         };
-        // The hello being read is held twice (the tap's copy, rustls's records): charged to
-        // the heads' budget as it comes, and bounded (3,000 stalled 48 KB hellos held
-        // 130 KB each, outside any budget, where nginx held 34 KB).
+        // The hello being read is charged to the heads' budget as it comes, and bounded
+        // (3,000 stalled 48 KB hellos held 146 KB each, outside any budget, where nginx held
+        // 87 KB).
         let max_hello = snap
             .cfg
             .tls

@@ -873,9 +873,8 @@ impl Shared {
         if role == "writer" {
             // The writer's batches are transactions, and redis-rs panics on an error reply to
             // their MULTI (an ACL user without +multi, a Redis still loading): a panic and its
-            // backtrace per batch, the cause never said. Asked alone first, it is said.
-            // An empty transaction: MULTI and EXEC each asked alone (a user with +multi but
-            // -exec failed every batch, the cause never said).
+            // backtrace per batch, the cause never said; a user with +multi but -exec failed
+            // every batch, unsaid too. An empty transaction asked first says it.
             let multi: redis::RedisResult<()> = redis::cmd("MULTI").query_async(&mut conn).await;
             let exec = match multi {
                 Ok(()) => redis::cmd("EXEC")
