@@ -399,13 +399,15 @@ fn http_front_drops_a_streamed_response_below_the_min_rate_within_seconds() {
     // Only the steady reader's response is still being written by the origin.
     let writing = wait_writing_at_most(&origin, 1, Duration::from_secs(5));
     assert!(writing <= 1, "origin writes on {writing} connections");
+    // (Each within the min rate's window after its socket buffers filled: 20 s leaves room
+    // for a loaded machine, where one took more than 10.)
     for c in &mut h1 {
         assert!(palisade_tests::http::wait_closed(
             &mut c.stream,
-            Duration::from_secs(10)
+            Duration::from_secs(20)
         ));
     }
-    assert!(h2.wait_end(Duration::from_secs(10)).is_some());
+    assert!(h2.wait_end(Duration::from_secs(20)).is_some());
     let (got, closed) = steady.join().unwrap();
     assert!(
         !closed && got > 200_000,

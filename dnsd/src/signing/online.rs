@@ -420,7 +420,37 @@ mod tests {
     fn budgets_and_cache() {
         let dir = tempfile::tempdir().unwrap();
         let (s, apex) = signer(dir.path());
-        let mut d = Denier::new(8, 2);
+        // Shares are slots hashed with a seed drawn per denier: one whose zones and sources
+        // used below share no slot (a collision would make one's count another's; one in a
+        // few hundred runs failed so).
+        let keys: [(&str, bool); 8] = [
+            ("192.0.2.1", false),
+            ("192.0.2.9", true),
+            ("198.51.100.1", false),
+            ("203.0.113.1", false),
+            ("198.18.0.1", false),
+            ("198.18.1.1", true),
+            ("198.18.2.1", true),
+            ("198.18.3.1", true),
+        ];
+        let apart = |d: &Denier| {
+            let zones: std::collections::HashSet<usize> = [1u32, 2, 3]
+                .iter()
+                .map(|z| (d.hasher.hash_one((2u8, *z)) as usize) & (ZONE_SHARES - 1))
+                .collect();
+            let sources: std::collections::HashSet<usize> = keys
+                .iter()
+                .map(|(ip, proven)| {
+                    let ip: IpAddr = ip.parse().unwrap();
+                    (d.hasher.hash_one((prefix(ip), *proven)) as usize) & (SOURCES - 1)
+                })
+                .collect();
+            zones.len() == 3 && sources.len() == keys.len()
+        };
+        let mut d = (0..1000)
+            .map(|_| Denier::new(8, 2))
+            .find(|d| apart(d))
+            .expect("a denier whose slots are apart");
         let name = |i: usize| {
             zones::Name::parse(&format!("n{i}.example.com."), None)
                 .unwrap()
