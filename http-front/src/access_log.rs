@@ -50,7 +50,7 @@ pub struct AccessRecord {
     pub method: String,
     /// Full URL: scheme, host as sent (lower case), path and query.
     pub url: String,
-    /// `HTTP/1.1` or `HTTP/2`.
+    /// The request's version: `HTTP/1.0`, `HTTP/1.1` or `HTTP/2`.
     pub proto: &'static str,
     /// Status sent to the client.
     pub status: u16,

@@ -280,6 +280,9 @@ struct Sampled {
     request_bytes: Option<u64>,
     action: &'static str,
     t0: Instant,
+    /// The request's HTTP version (`HTTP/1.0` over an HTTP/1.1 connection was logged as
+    /// HTTP/1.1).
+    proto: &'static str,
 }
 
 /// What the request path decided before any waiting.
@@ -848,6 +851,7 @@ fn sample(
             request_bytes,
             action,
             t0: t0.unwrap_or_else(Instant::now),
+            proto: crate::view::version_str(req.version()),
         })
     })
 }
@@ -1395,7 +1399,7 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
             client: cx.ip,
             method: s.method,
             url: s.url,
-            proto: if cx.h2 { "HTTP/2" } else { "HTTP/1.1" },
+            proto: s.proto,
             status: resp.status().as_u16(),
             duration_ms: access_log::duration_ms(s.t0.elapsed()),
             upstream: up.cfg.name.clone(),

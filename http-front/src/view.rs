@@ -456,7 +456,8 @@ pub fn decoded_query(query: &str) -> Option<String> {
     (text != query).then_some(text)
 }
 
-fn version_str(v: Version) -> &'static str {
+/// An HTTP version as a request line names it.
+pub(crate) fn version_str(v: Version) -> &'static str {
     match v {
         Version::HTTP_2 => "HTTP/2",
         Version::HTTP_10 => "HTTP/1.0",

@@ -168,6 +168,17 @@ fn http_proxies_http1_and_http2_with_forwarding_headers_and_access_logs() {
             .any(|l| l.contains("\"method\":\"POST\"") && l.contains("\"request_bytes\":100000")),
         "{text}"
     );
+    // An HTTP/1.0 request is logged as one (it was HTTP/1.1, the connection's protocol).
+    let mut c = H1Conn::connect(Some(src), front.addr()).unwrap();
+    c.send_raw(b"GET /ten HTTP/1.0\r\nHost: site.test\r\n\r\n")
+        .unwrap();
+    assert_eq!(c.read_response().unwrap().status, 200);
+    let text = wait_lines(&front.dir().join("access.jsonl"), 6);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("/ten") && l.contains("\"proto\":\"HTTP/1.0\"")),
+        "{text}"
+    );
 }
 
 #[test]
