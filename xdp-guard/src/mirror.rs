@@ -541,7 +541,7 @@ impl Mirror {
             .unwrap_or_default();
         let rules = maps.clone().with_slot(crate::maps::SLOT_RULES);
         let deny: Vec<KernelBlock> = lists.deny.iter().map(|n| KernelBlock::all(*n, 0)).collect();
-        let mut allow = lists.allow.clone();
+        let mut allow = lists.allow;
         allow.extend(
             self.global
                 .peers

@@ -187,9 +187,10 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
                     });
                 }
                 let rules = shared.defence.rules.as_ref().map(|r| r.current());
-                let never = defence::policy::never_block(&c, rules.as_ref().map(|g| &***g));
+                let own = defence::policy::own_set(&c);
+                let never = defence::policy::merge(rules.as_ref().map(|g| &***g), &own);
                 shared.defence.blocks.install_policy(&c.block, never);
-                shared.sync_rate_exempt_peers(&c);
+                shared.set_rate_exempt_peers(&c, defence::policy::rate_exempt_peers(&own));
                 let (n, note) = sync_zone_list(&mut reg, &c);
                 list_note.push_str(&note);
                 // The config's zones win over the catalogs' members they meet; the members

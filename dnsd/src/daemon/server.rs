@@ -54,7 +54,7 @@ pub fn run(
         .any(|z| z.xdp_answers == crate::config::XdpAnswers::All);
     // The transfer peers in the zone list are out of every automatic writer's reach.
     let own_never_block = defence::policy::own_set(&cfg);
-    let rate_exempt_peers = defence::policy::rate_exempt_peers(&cfg);
+    let rate_exempt_peers = defence::policy::rate_exempt_peers(&own_never_block);
     // What the config's load noticed, and the zones' tenants (checked against the rules
     // below), before the zone list leaves the config.
     for w in &cfg.warnings {

@@ -87,6 +87,21 @@ impl State {
             .clone()
     }
 
+    /// Hands `peers`, the transfer peers of `c`'s zone list, to the XDP mirror, exempt from
+    /// its per-source rate (their SOA checks, NOTIFYs and queries went TC=1 or unanswered
+    /// under a flood forged in their name, the rate counting a source whatever the name): at
+    /// start and on every reload, written with the `[global]` lists by the dnsd that writes
+    /// them.
+    pub fn set_rate_exempt_peers(&self, c: &crate::config::Config, peers: Vec<ipnet::IpNet>) {
+        if !c.rules.as_ref().is_none_or(|r| r.xdp_global) {
+            return;
+        }
+        let x = self.xdp.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = x.as_ref().and_then(|x| x.mirror()) {
+            m.set_rate_exempt_peers(peers);
+        }
+    }
+
     /// Hands the rules file's `[global]` lists to the XDP mirror (the `rules` slot and the
     /// allow tries), when this dnsd owns them (`[rules] xdp_global`, the default) and mirrors
     /// into XDP.
@@ -101,28 +116,6 @@ impl State {
         let x = self.xdp.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) = x.as_ref().and_then(|x| x.mirror()) {
             m.set_global_lists(lists);
-        }
-    }
-}
-
-impl State {
-    /// Hands `c`'s transfer peers to the XDP mirror, exempt from its per-source rate (their
-    /// SOA checks, NOTIFYs and queries went TC=1 or unanswered under a flood forged in their
-    /// name, the rate counting a source whatever the name): at start and on every reload,
-    /// written with the `[global]` lists by the dnsd that writes them.
-    pub fn sync_rate_exempt_peers(&self, c: &crate::config::Config) {
-        self.set_rate_exempt_peers(c, crate::query::defence::policy::rate_exempt_peers(c));
-    }
-
-    /// Hands `peers` (those of `c`'s zone list, which may have left `c`) to the XDP mirror,
-    /// as [`State::sync_rate_exempt_peers`].
-    pub fn set_rate_exempt_peers(&self, c: &crate::config::Config, peers: Vec<ipnet::IpNet>) {
-        if !c.rules.as_ref().is_none_or(|r| r.xdp_global) {
-            return;
-        }
-        let x = self.xdp.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(m) = x.as_ref().and_then(|x| x.mirror()) {
-            m.set_rate_exempt_peers(peers);
         }
     }
 }

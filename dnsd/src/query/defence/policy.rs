@@ -1,7 +1,7 @@
 //! What dnsd's block map refuses from every automatic writer: prefixes shorter than `[block]
 //! min_prefix_v4` / `min_prefix_v6`, and the never-block set — the rules file's `[global]
 //! never_block`, plus what dnsd adds by itself: its Redis server, sentinels and the masters
-//! and replicas they name, its ClickHouse servers, its PROXY
+//! they name, its ClickHouse servers, its PROXY
 //! protocol proxies (`[server] proxy_allow`), its transfer peers
 //! (primaries, `notify` targets, and `allow_transfer` / `allow_notify` entries no wider than
 //! the minimum prefixes), the servers it asks (the ALIAS resolver, DNSSEC policies' `parent`)
@@ -12,11 +12,6 @@
 use shield::never_block::{NeverBlock, host_addresses, own_addresses};
 
 use crate::config::Config;
-
-/// The never-block set of `cfg` with `rules`' `[global] never_block` first.
-pub fn never_block(cfg: &Config, rules: Option<&shield::rules::Prepared>) -> NeverBlock {
-    merge(rules, &own_set(cfg))
-}
 
 /// `base` with `rules`' `[global] never_block` entries first.
 pub fn merge(rules: Option<&shield::rules::Prepared>, base: &NeverBlock) -> NeverBlock {
@@ -32,6 +27,9 @@ pub fn merge(rules: Option<&shield::rules::Prepared>, base: &NeverBlock) -> Neve
     nb
 }
 
+/// Where a transfer peer's never-block entry came from.
+const TRANSFER_PEER: &str = "transfer peer";
+
 /// Most transfer peers exempt from the XDP rate (the allow tries hold 16,384 with the
 /// `[global] allow` list).
 const RATE_EXEMPT_PEERS: usize = 1024;
@@ -39,14 +37,15 @@ const RATE_EXEMPT_PEERS: usize = 1024;
 /// The node's transfer peers (primaries, secondaries, NOTIFY targets) exempt from the XDP
 /// per-source rate: hosts and prefixes no wider than a /24 or a /56 (an `allow_transfer` of
 /// a /16 exempted 65,536 forgeable addresses), 1,024 at most.
-pub fn rate_exempt_peers(cfg: &Config) -> Vec<ipnet::IpNet> {
+/// Taken from `own`, the set [`own_set`] made.
+pub fn rate_exempt_peers(own: &NeverBlock) -> Vec<ipnet::IpNet> {
     let mut out: Vec<ipnet::IpNet> = Vec::new();
-    for p in own_set(cfg).entries() {
+    for p in own.entries() {
         let narrow = match p.net {
             ipnet::IpNet::V4(v) => v.prefix_len() >= 24,
             ipnet::IpNet::V6(v) => v.prefix_len() >= 56,
         };
-        if &*p.source == "transfer peer" && narrow && !out.contains(&p.net) {
+        if &*p.source == TRANSFER_PEER && narrow && !out.contains(&p.net) {
             if out.len() == RATE_EXEMPT_PEERS {
                 tracing::warn!(
                     "more than {RATE_EXEMPT_PEERS} transfer peers: the rest are held to the XDP rate"
@@ -76,10 +75,10 @@ pub fn own_set(cfg: &Config) -> NeverBlock {
     for z in &cfg.zones {
         for a in z.primaries.iter().chain(&z.notify) {
             match crate::config::transfer::parse_primary(a).map(|p| p.0) {
-                Ok(sa) => nb.push(sa.ip().into(), "transfer peer"),
+                Ok(sa) => nb.push(sa.ip().into(), TRANSFER_PEER),
                 Err(_) => {
                     for ip in host_addresses(a) {
-                        nb.push(ip.into(), "transfer peer");
+                        nb.push(ip.into(), TRANSFER_PEER);
                     }
                 }
             }
@@ -91,7 +90,7 @@ pub fn own_set(cfg: &Config) -> NeverBlock {
                     ipnet::IpNet::V6(v) => v.prefix_len() >= min6,
                 };
                 if narrow {
-                    nb.push(n, "transfer peer");
+                    nb.push(n, TRANSFER_PEER);
                 }
             }
         }
