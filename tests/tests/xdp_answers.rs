@@ -1442,6 +1442,82 @@ fn an_rrl_exempt_source_is_answered_in_full_in_xdp() {
     assert!(after.get("xdp.answered") >= before.get("xdp.answered") + 40);
 }
 
+/// What XDP answers is limited by its RRL, per source and name, and not counted in the
+/// per-source `[xdp] rate` (which counts what goes on to dnsd): a source's queries for one
+/// name spent its bucket of every other name's (the XDP rate held 20 answered queries to its
+/// burst of 10); with RRL off they are counted in it.
+#[test]
+fn xdp_answers_are_limited_by_rrl_not_by_the_source_rate() {
+    let Some((dir, pair, zone)) = setup() else {
+        return;
+    };
+    let rate_of = |cfg: &Path| {
+        let c = std::fs::read_to_string(cfg)
+            .unwrap()
+            .replace("rate = 0\n", "rate = 5\nburst = 10\n");
+        std::fs::write(cfg, c).unwrap();
+    };
+    let rrl = "responses_per_second = 20\nslip = 2";
+    let cfg = config_rrl(dir.path(), "fast", 5353, &zone, Some(&pair.if_b), rrl);
+    rate_of(&cfg);
+    let fast = NsDnsd::start(&pair.b, &cfg);
+    let server = SocketAddr::new(VethPair::B4.into(), 5353);
+    let q = build_query(7, "www.example.com.", 1, &QueryOpts::edns(1232));
+    answering_in_xdp(&pair, server, &cfg, &q);
+    // A second for the buckets the wait spent to fill again.
+    std::thread::sleep(Duration::from_millis(2100));
+    let before = stats(&cfg);
+    let queries: Vec<Vec<u8>> = (0..20)
+        .map(|i| build_query(900 + i, "www.example.com.", 1, &QueryOpts::edns(1232)))
+        .collect();
+    let replies = exchange_all(&pair, server, queries);
+    let after = stats(&cfg);
+    let full = replies
+        .iter()
+        .flatten()
+        .filter(|r| r[2] & 0x02 == 0 && r[7] > 0)
+        .count();
+    assert_eq!(full, 20, "answered in full: {before:?} -> {after:?}");
+    assert_eq!(after.get("xdp.answered") - before.get("xdp.answered"), 20);
+    assert_eq!(
+        after.get("xdp.drop_ratelimit") + after.get("xdp.rate_slip"),
+        before.get("xdp.drop_ratelimit") + before.get("xdp.rate_slip"),
+        "nothing held by the source rate"
+    );
+    drop(fast);
+
+    // RRL off: the answers count in the source's rate, which bounds what one address gets.
+    let cfg = config_rrl(
+        dir.path(),
+        "norrl",
+        5355,
+        &zone,
+        Some(&pair.if_b),
+        "enabled = false",
+    );
+    rate_of(&cfg);
+    let _fast = NsDnsd::start(&pair.b, &cfg);
+    let server = SocketAddr::new(VethPair::B4.into(), 5355);
+    answering_in_xdp(&pair, server, &cfg, &q);
+    let before = stats(&cfg);
+    let queries: Vec<Vec<u8>> = (0..40)
+        .map(|i| build_query(900 + i, "www.example.com.", 1, &QueryOpts::edns(1232)))
+        .collect();
+    let replies = exchange_all(&pair, server, queries);
+    let after = stats(&cfg);
+    let full = replies
+        .iter()
+        .flatten()
+        .filter(|r| r[2] & 0x02 == 0 && r[7] > 0)
+        .count();
+    assert!(full < 40, "{full} of 40 answered: {before:?} -> {after:?}");
+    assert!(
+        after.get("xdp.drop_ratelimit") + after.get("xdp.rate_slip")
+            > before.get("xdp.drop_ratelimit") + before.get("xdp.rate_slip"),
+        "{before:?} -> {after:?}"
+    );
+}
+
 /// Maps replaced by `xdp-guard attach` of another size (the operator raising
 /// `answer_entries` under attack) hold no answer: dnsd publishes every one again into them,
 /// where it went on counting the old publish while every query passed to it.

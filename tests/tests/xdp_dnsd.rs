@@ -321,6 +321,78 @@ fn cookie_replies_from(
     burst_of(pair, src, server, queries, 1000..1000 + n).0
 }
 
+/// Past its rate a source keeps its other names: a flood forged in its name for one name
+/// spends that name's share of the source's second bucket, not its queries for the others
+/// (the rate counted a source whatever the name: a probe's resolver got 1 of 19 answers at
+/// once for a name not flooded, Knot with RRL 27 of 27); a flood of many names is still held,
+/// to twice the rate at most.
+#[test]
+fn a_flood_of_one_name_leaves_a_source_its_other_names_in_xdp() {
+    // The dir holds the control socket: kept to the end.
+    let Some(RateLimited {
+        pair,
+        config,
+        daemon,
+        server,
+        dir: _dir,
+    }) = rate_limited("", "", "")
+    else {
+        return;
+    };
+    let others = [
+        "example.com.",
+        "ns1.example.com.",
+        "ns2.example.com.",
+        "mail.example.com.",
+        "ttl60.example.com.",
+        "mixed-case.example.com.",
+    ];
+    // 60 queries for one name in PROBE's name, then at once its queries for six others.
+    let queries = (0..60)
+        .map(|id| build_query(id, "www.example.com.", 1, &QueryOpts::udp()))
+        .chain(
+            others
+                .iter()
+                .zip(100u16..)
+                .map(|(n, id)| build_query(id, n, 1, &QueryOpts::udp())),
+        )
+        .collect();
+    let before = stats(&config);
+    let (answered, truncated) = burst_of(&pair, PROBE, server, queries, 100..106);
+    let after = stats(&config);
+    assert_eq!(
+        (answered, truncated),
+        (6, 0),
+        "the other names answered in full: {before:?} -> {after:?}"
+    );
+    let flooded = after.get("xdp.drop_ratelimit") + after.get("xdp.rate_slip")
+        - before.get("xdp.drop_ratelimit")
+        - before.get("xdp.rate_slip");
+    assert!(flooded >= 40, "the flooded name held: {flooded} limited");
+    assert!(
+        after.get("xdp.rate_name") >= before.get("xdp.rate_name") + 6,
+        "{before:?} -> {after:?}"
+    );
+
+    // Many names (a random-subdomain flood forged in a source's name): held to twice the
+    // rate's burst, the rest dropped or slipped as before.
+    let queries = (0..80)
+        .map(|id| build_query(id, &format!("r{id}x.example.com."), 1, &QueryOpts::udp()))
+        .collect();
+    let before = stats(&config);
+    burst_of(&pair, VethPair::A4, server, queries, 0..0);
+    let after = stats(&config);
+    let limited = after.get("xdp.drop_ratelimit") + after.get("xdp.rate_slip")
+        - before.get("xdp.drop_ratelimit")
+        - before.get("xdp.rate_slip");
+    let shared = after.get("xdp.rate_name") - before.get("xdp.rate_name");
+    assert!(
+        shared <= 11 && limited >= 80 - 10 - 11 - 2,
+        "{shared} passed on names' shares, {limited} limited: {before:?} -> {after:?}"
+    );
+    drop(daemon);
+}
+
 /// The node's transfer peers are not rate-limited in XDP: the rate counts a source's packets
 /// whatever the name, and a flood forged in a secondary's name took its SOA checks and
 /// queries with it (TC=1 or nothing); another source is held to the rate as before.

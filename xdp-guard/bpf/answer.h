@@ -36,13 +36,7 @@ struct {
 	__type(value, struct guard_answer);
 } guard_answers SEC(".maps");
 
-/* Service addresses whose dnsd answers in XDP, with the live generation. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, GUARD_DEFAULT_ANS_ADDR_ENTRIES);
-	__type(key, struct guard_ans_addr_key);
-	__type(value, struct guard_ans_addr);
-} guard_ans_addr SEC(".maps");
+/* guard_ans_addr (service addresses whose dnsd answers in XDP) is declared in guard.c. */
 
 /* Answer-rate buckets by source prefix (IPv4 mapped) and account (guard_answer.rrl_key), per
  * CPU. */
@@ -799,6 +793,141 @@ __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct
 	return 1;
 }
 
+/* A name's share of a source's second bucket (guard_rate_name): a quarter of its rate and
+ * burst, so that a flood of one name leaves three quarters to the source's other names. */
+#define GUARD_NAME_SHARE 4
+
+/* Whether a query over its source's rate, without our cookie, is passed all the same: the
+ * source has a second bucket at the same rate and burst (key byte 9 = 2), drawn on per name —
+ * each name and type (lower-case wire qname and qtype, FNV-1a; key byte 9 = 3) at most a
+ * quarter of it. A flood
+ * forged in a resolver's name for a few names spends their shares, not its queries for the
+ * others (as RRL keys by name); one of many names spends the second bucket as it spent the
+ * first, and the source is held to twice the rate. One question of at most GUARD_QNAME_MAX
+ * bytes of name, else not passed. A global function: verified once. */
+__attribute__((noinline)) int guard_rate_name(struct xdp_md *ctx, const struct guard_pkt *pk)
+{
+	__u32 zero = 0;
+	if (!ctx || !pk || pk->l4_off > 0xff || pk->l3_off > 0xff)
+		return 0;
+	const struct guard_config *cfg = bpf_map_lookup_elem(&guard_config, &zero);
+	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
+	struct guard_ans_scratch *scr = bpf_map_lookup_elem(&guard_ans_tmp, &zero);
+	if (!cfg || !cnt || !scr || cfg->cap_units < GUARD_TOKEN_UNIT || !cfg->rate_pps)
+		return 0;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 l4o = pk->l4_off & 0xff;
+	struct udphdr *udp = data + l4o;
+	if ((void *)(udp + 1) > end)
+		return 0;
+	__u32 ulen = bpf_ntohs(udp->len);
+	if (ulen < sizeof(struct udphdr) + 12 + 5 || ulen > 4096)
+		return 0;
+	/* A query (QR=0, opcode QUERY) of one question. */
+	__u8 *b = (__u8 *)scr;
+	if (bpf_xdp_load_bytes(ctx, l4o + sizeof(struct udphdr), b, 12))
+		return 0;
+	if ((b[2] & 0xf8) || b[4] || b[5] != 1)
+		return 0;
+	__u32 n = ulen - sizeof(struct udphdr) - 12;
+	if (n > GUARD_QNAME_MAX)
+		n = GUARD_QNAME_MAX;
+	barrier_var(n);
+	n &= 0xff;
+	if (n < 1 || bpf_xdp_load_bytes(ctx, l4o + sizeof(struct udphdr) + 12, b, n))
+		return 0;
+	/* The name's end, label by label (as slip_question walks it: a loop the verifier
+	 * bounds cheaply); then the name and its type loaded again over zeroes and hashed as a
+	 * fixed window, lower-cased (a length byte, at most 63, is never a capital letter): a
+	 * loop that depends on the name's length would be verified again for each length. */
+	__u32 end_i = 0;
+	for (int k = 0; k < GUARD_QNAME_MAX / 2 + 1; k++) {
+		if (end_i >= GUARD_QNAME_MAX || end_i >= n)
+			return 0;
+		/* Masked in a register the compiler cannot see through (it dropped the mask it
+		 * knew redundant, and indexed with an unbounded copy). */
+		__u32 j = end_i;
+		barrier_var(j);
+		__u8 l = b[j & (GUARD_QNAME_MAX - 1)];
+		if (l == 0)
+			break;
+		if (l > 63)
+			return 0;
+		end_i += l + 1;
+	}
+	if (end_i >= GUARD_QNAME_MAX)
+		return 0;
+	__u32 len = end_i + 3;
+	barrier_var(len);
+	len &= 0xff; /* on the register passed to the load, whatever copy the check uses */
+	__builtin_memset(b, 0, GUARD_QNAME_MAX + 8);
+	if (len < 3 || len > GUARD_QNAME_MAX + 2 ||
+	    bpf_xdp_load_bytes(ctx, l4o + sizeof(struct udphdr) + 12, b, len))
+		return 0;
+	__u64 hash = GUARD_FNV_OFFSET;
+	for (int i = 0; i < GUARD_QNAME_MAX + 2; i++) {
+		__u8 c = b[i];
+		if (c >= 'A' && c <= 'Z')
+			c += 32;
+		hash = (hash ^ c) * GUARD_FNV_PRIME;
+	}
+
+	/* The keys: the source's as rate_limit makes it (an IPv6 source's /64), byte 9 marking
+	 * the second bucket (2) and the name's share (3, the hash over the half the source's key
+	 * leaves zero). */
+	__u8 *src = scr->src;
+	struct guard_ans_addr_key ak = {};
+	if (packet_ends(data, end, pk, src, &ak))
+		return 0;
+	__u64 hi, lo;
+	__builtin_memcpy(&hi, src, 8);
+	__builtin_memcpy(&lo, src + 8, 8);
+	int v4 = hi == 0 && (bpf_be64_to_cpu(lo) >> 32) == 0xffff;
+	if (!v4)
+		lo = 0;
+	struct guard_v6_key second, share;
+	__builtin_memcpy(second.addr, &hi, 8);
+	__builtin_memcpy(second.addr + 8, &lo, 8);
+	second.addr[9] = 2;
+	if (v4)
+		hi = hash;
+	else
+		lo = hash;
+	__builtin_memcpy(share.addr, &hi, 8);
+	__builtin_memcpy(share.addr + 8, &lo, 8);
+	share.addr[9] = 3;
+
+	__u64 now = bpf_ktime_get_ns();
+	/* A name's share: the second bucket's size and rate, each packet costing four of its
+	 * tokens (a quarter, exactly, whatever the rate) — or the whole burst where it holds
+	 * fewer than four. */
+	__u64 cap = cfg->cap_units, rate = cfg->rate_pps, fill = cfg->fill_ns;
+	__u64 cost = GUARD_NAME_SHARE * GUARD_TOKEN_UNIT;
+	if (cost > cap)
+		cost = cap;
+	/* A name whose share is spent costs the second bucket nothing. */
+	struct guard_bucket *nb = bpf_map_lookup_elem(&guard_rate, &share);
+	if (nb && !bucket_take(nb, cap, rate, fill, now, cost, 0))
+		return 0;
+	struct guard_bucket *sb = bpf_map_lookup_elem(&guard_rate, &second);
+	if (sb) {
+		if (!bucket_take(sb, cap, rate, fill, now, GUARD_TOKEN_UNIT, 1))
+			return 0;
+	} else {
+		struct guard_bucket fresh = { .tokens = cap - GUARD_TOKEN_UNIT, .last_ns = now };
+		bpf_map_update_elem(&guard_rate, &second, &fresh, BPF_ANY);
+	}
+	if (nb) {
+		bucket_take(nb, cap, rate, fill, now, cost, 1);
+	} else {
+		struct guard_bucket fresh = { .tokens = cap - cost, .last_ns = now };
+		bpf_map_update_elem(&guard_rate, &share, &fresh, BPF_ANY);
+	}
+	cnt->count[GUARD_C_RATE_NAME]++;
+	return 1;
+}
+
 /* Whether the UDP source port `port` (network order) is one no DNS client sends from: 0, or a
  * service that answers any datagram (echo 7, daytime 13, qotd 17, chargen 19, time 37) — as
  * dnsd's reflector_port. */
@@ -1049,15 +1178,16 @@ __attribute__((noinline)) int send_answer(struct xdp_md *ctx, struct guard_ans_s
 	/* A valid server cookie proves the source address: no rate limit, as in dnsd; nor for a
 	 * source of [defence.rrl] exempt. */
 	int exempt = pk->rrl_exempt;
+	int proven = 0;
 	__u32 now_s = 0;
 	if (extra) {
 		now_s = (now + aa->unix_off_ns) / 1000000000ULL;
 		if (a->cookie == 24) {
-			int valid = cookie_valid(aa, a, src, v6, now_s);
-			cnt->count[valid ? GUARD_C_ANS_COOKIE_VALID : GUARD_C_ANS_COOKIE_INVALID]++;
-			exempt |= valid;
+			proven = cookie_valid(aa, a, src, v6, now_s);
+			cnt->count[proven ? GUARD_C_ANS_COOKIE_VALID : GUARD_C_ANS_COOKIE_INVALID]++;
 		}
 	}
+	exempt |= proven;
 	int allowed = exempt ? 1 : answer_allowed(src, v6, aa, v->rrl_key, 0, now);
 	if (allowed == 0) {
 		cnt->count[GUARD_C_ANS_RRL_DROP]++;
@@ -1154,7 +1284,7 @@ static __always_inline int same_name(const __u8 *a, const __u8 *b)
 }
 
 /* The answer fast path for a candidate: XDP_TX with dnsd's reply written in place, or
- * XDP_PASS with the reason counted. */
+ * XDP_PASS with the reason counted (or send_answer's other verdicts). */
 static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt *pk,
 				      struct guard_counters *cnt)
 {

@@ -8,6 +8,10 @@
  * The block check runs as soon as the source address is known, before any L4 parsing, so a
  * blocked source costs one hash lookup.
  *
+ * A query the answer fast path answers is limited by its RRL (per source prefix and answer,
+ * as dnsd's and Knot's RRL) and not charged to the source's bucket, which counts what goes on
+ * to dnsd: a flood forged in a resolver's name for one name leaves its other answers alone.
+ *
  * Rate-limit buckets are per CPU (no atomics, no shared cache lines): a source whose packets
  * the NIC spreads over N CPUs (RSS hashes the source port too) may get up to N x rate.
  *
@@ -95,6 +99,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct guard_counters);
 } guard_counters SEC(".maps");
+
+/* Service addresses whose dnsd answers in XDP, with the live generation (answer.h; here for
+ * l4, which asks whether their answers are under RRL). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GUARD_DEFAULT_ANS_ADDR_ENTRIES);
+	__type(key, struct guard_ans_addr_key);
+	__type(value, struct guard_ans_addr);
+} guard_ans_addr SEC(".maps");
 
 /* dnsd's service addresses (IPv4 mapped) and port: where DNS-only block slots apply. */
 struct {
@@ -411,6 +424,31 @@ static __always_inline int allowed(const struct guard_v6_key *src)
 	return bpf_map_lookup_elem(&guard_allow_v6, &k) != 0;
 }
 
+/* Whether the bucket `b` (of `cap` units, refilled at `rate` packets a second: full after
+ * `fill_ns`) holds `cost` units at `now`: taken when `take`, else only looked at; the refill
+ * is stored either way. */
+static __always_inline int bucket_take(struct guard_bucket *b, __u64 cap, __u64 rate,
+				       __u64 fill_ns, __u64 now, __u64 cost, int take)
+{
+	__u64 tokens;
+	__u64 elapsed = now - b->last_ns;
+	/* last_ns == 0: the element was created on another CPU; this CPU's slot is fresh. */
+	if (b->last_ns == 0 || now < b->last_ns || elapsed >= fill_ns) {
+		tokens = cap;
+	} else {
+		tokens = b->tokens + elapsed * rate;
+		if (tokens > cap)
+			tokens = cap;
+	}
+	b->last_ns = now;
+	if (tokens < cost) {
+		b->tokens = tokens;
+		return 0;
+	}
+	b->tokens = take ? tokens - cost : tokens;
+	return 1;
+}
+
 /* Token bucket per source (an IPv6 source's /64) for UDP to a DNS port. `src` is the IPv6 (or
  * v4-mapped) source; `proven`: the bucket of its queries that carried our server cookie, apart
  * from the one forged packets in its name can spend (as dnsd keeps them apart). */
@@ -457,25 +495,43 @@ static __always_inline int rate_limit(struct guard_v6_key *src, __be16 dport,
 		cnt->count[GUARD_C_RATE_NEW_SOURCE]++;
 		return GUARD_C_PASS;
 	}
-	__u64 tokens;
-	__u64 elapsed = now - b->last_ns;
-	/* last_ns == 0: the element was created on another CPU; this CPU's slot is fresh. */
-	if (b->last_ns == 0 || now < b->last_ns || elapsed >= cfg->fill_ns) {
-		tokens = cfg->cap_units;
-	} else {
-		tokens = b->tokens + elapsed * cfg->rate_pps;
-		if (tokens > cfg->cap_units)
-			tokens = cfg->cap_units;
-	}
-	b->last_ns = now;
-	if (tokens < GUARD_TOKEN_UNIT) {
-		b->tokens = tokens;
-		return GUARD_C_DROP_RATELIMIT;
-	}
-	b->tokens = tokens - GUARD_TOKEN_UNIT;
-	return GUARD_C_PASS;
+	return bucket_take(b, cfg->cap_units, cfg->rate_pps, cfg->fill_ns, now, GUARD_TOKEN_UNIT, 1)
+		       ? GUARD_C_PASS
+		       : GUARD_C_DROP_RATELIMIT;
 }
 
+
+/* The per-source rate of a candidate the fast path did not answer (it goes on to dnsd):
+ * GUARD_C_PASS or GUARD_C_DROP_RATELIMIT. A global function: the rate's lookups once more
+ * inlined in the main program would double its verification. */
+__attribute__((noinline)) int guard_rate_later(struct xdp_md *ctx, const struct guard_pkt *pk)
+{
+	__u32 zero = 0;
+	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
+	if (!ctx || !pk || !cnt)
+		return GUARD_C_PASS;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct guard_v6_key src = {};
+	void *l3 = data + (pk->l3_off & 0xff);
+	if (pk->v6) {
+		struct ipv6hdr *ip6 = l3;
+		if ((void *)(ip6 + 1) > end)
+			return GUARD_C_PASS;
+		__builtin_memcpy(src.addr, &ip6->saddr, 16);
+	} else {
+		struct iphdr *ip = l3;
+		if ((void *)(ip + 1) > end)
+			return GUARD_C_PASS;
+		src.addr[10] = 0xff;
+		src.addr[11] = 0xff;
+		__builtin_memcpy(&src.addr[12], &ip->saddr, 4);
+	}
+	struct udphdr *udp = data + (pk->l4_off & 0x1ff);
+	if ((void *)(udp + 1) > end)
+		return GUARD_C_PASS;
+	return rate_limit(&src, udp->dest, cnt, 0);
+}
 
 /* A datagram of a listed proxy (see guard_proxy): the block check, a DNS-only block and the
  * rate limit apply to the client its PROXY v2 header names, never to the proxy. A LOCAL
@@ -585,6 +641,16 @@ static __always_inline int suspect(const struct guard_v6_key *src, struct guard_
 	return *until > bpf_ktime_get_boot_ns();
 }
 
+/* Whether dnsd answers in XDP at `dst` (IPv4 mapped) and `dport` under the answer RRL. */
+static __always_inline int answers_limited(const struct guard_v6_key *dst, __be16 dport)
+{
+	struct guard_ans_addr_key k = {};
+	__builtin_memcpy(k.addr, dst->addr, 16);
+	k.port = bpf_ntohs(dport);
+	const struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &k);
+	return aa && aa->on && aa->rate;
+}
+
 /* L4 after an IP header: UDP to a DNS service of a source with a DNS-only block is dropped;
  * UDP to a DNS port is rate-limited (and, when it passes, a candidate for the answer fast
  * path), TCP is checked for sanity. */
@@ -612,17 +678,28 @@ static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_
 			if (d != GUARD_C_PASS)
 				return d;
 		}
-		int v = rate_limit(src, udp->dest, cnt, 0);
-		if (v != GUARD_C_PASS)
-			return v;
 		/* Passed past a block (a forced block of a never-block source, which dnsd holds):
 		 * never answered here, where the names XDP holds were answered and the others
 		 * refused by dnsd. */
-		if (dns->never)
-			return GUARD_C_PASS;
-		if (!answerable)
-			return GUARD_UNANSWERABLE;
-		return suspect(src, pk) ? GUARD_SUSPECT : GUARD_CANDIDATE;
+		int cand = answerable && !dns->never;
+		int sus = cand && suspect(src, pk);
+		/* A candidate whose answers here are under the answer RRL (on for the address,
+		 * the source not exempt from it) meets the per-source rate after the fast path
+		 * (guard_rate_later): what is answered here is limited per source and account,
+		 * as dnsd's and Knot's RRL limit it, so a flood forged in a resolver's name for
+		 * one name never spends the bucket of its queries for the others; what goes on
+		 * to dnsd is charged to the source's bucket. Without that RRL the rate comes
+		 * first, and bounds what one address gets. */
+		if (cand && !sus && !pk->rrl_exempt && answers_limited(dst, udp->dest)) {
+			pk->rate_later = 1;
+			return GUARD_CANDIDATE;
+		}
+		int v = rate_limit(src, udp->dest, cnt, 0);
+		if (v != GUARD_C_PASS)
+			return v;
+		if (!cand)
+			return dns->never ? GUARD_C_PASS : GUARD_UNANSWERABLE;
+		return sus ? GUARD_SUSPECT : GUARD_CANDIDATE;
 	}
 	if (proto == IPPROTO_TCP) {
 		struct tcphdr *tcp = l4p;
@@ -811,23 +888,6 @@ int palisade_guard(struct xdp_md *ctx)
 	int v = classify(ctx, cnt, &pk);
 	if (v == GUARD_PROXIED)
 		v = guard_proxied(ctx, &pk);
-	/* Forged packets in a source's name spend its bucket: its own queries that carry our
-	 * server cookie (it read our replies) still go to dnsd, which exempts them too; without
-	 * one, one in `slip` is answered TC=1 (its question alone: never more bytes than came)
-	 * for the resolver to come back over TCP, which no bucket limits — as RRL slips. */
-	if (v == GUARD_C_DROP_RATELIMIT) {
-		if (guard_rate_cookie(ctx, &pk)) {
-			v = GUARD_C_PASS;
-		} else if (guard_rate_slip(ctx, &pk) == XDP_TX) {
-			cnt->count[GUARD_C_RATE_SLIP]++;
-			return XDP_TX;
-		}
-	}
-	if (v == GUARD_UNANSWERABLE || v == GUARD_SUSPECT) {
-		count_unanswered(ctx, &pk, cnt,
-				 v == GUARD_SUSPECT ? GUARD_C_ANS_PASS_SUSPECT : GUARD_C_ANS_PASS_FRAME);
-		v = GUARD_C_PASS;
-	}
 	if (v == GUARD_CANDIDATE) {
 		int act = try_answer(ctx, &pk, cnt);
 		if (act == GUARD_RRL_DROP) {
@@ -840,6 +900,25 @@ int palisade_guard(struct xdp_md *ctx)
 		}
 		if (act == XDP_DROP)
 			return XDP_DROP;
+		/* Not answered here: on to dnsd, under the source's rate (if not met before). */
+		v = pk.rate_later ? guard_rate_later(ctx, &pk) : GUARD_C_PASS;
+	}
+	/* Forged packets in a source's name spend its bucket: its own queries that carry our
+	 * server cookie (it read our replies) still go to dnsd, which exempts them too, and so do
+	 * those of a name whose share of its second bucket has room (a flood of one name spends
+	 * that name's share); else one in `slip` is answered TC=1 (its question alone: never more bytes than came)
+	 * for the resolver to come back over TCP, which no bucket limits — as RRL slips. */
+	if (v == GUARD_C_DROP_RATELIMIT) {
+		if (guard_rate_cookie(ctx, &pk) || guard_rate_name(ctx, &pk)) {
+			v = GUARD_C_PASS;
+		} else if (guard_rate_slip(ctx, &pk) == XDP_TX) {
+			cnt->count[GUARD_C_RATE_SLIP]++;
+			return XDP_TX;
+		}
+	}
+	if (v == GUARD_UNANSWERABLE || v == GUARD_SUSPECT) {
+		count_unanswered(ctx, &pk, cnt,
+				 v == GUARD_SUSPECT ? GUARD_C_ANS_PASS_SUSPECT : GUARD_C_ANS_PASS_FRAME);
 		v = GUARD_C_PASS;
 	}
 	__u32 i = (__u32)v;

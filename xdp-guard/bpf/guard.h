@@ -99,7 +99,8 @@
 #define GUARD_C_ANS_PASS_ROUTE 27     /* passed: the kernel's route to the source does not lead back out this interface to a known neighbour, or the frame was sent to another MAC */
 #define GUARD_C_RATE_SLIP 28          /* over the per-source rate without our cookie: answered TC=1 with its question alone (one in `slip`), the rest dropped */
 #define GUARD_C_NEVER_BLOCK 29        /* a block found for a source one of the node's daemons never blocks (guard_never): passed */
-#define GUARD_COUNTERS 30
+#define GUARD_C_RATE_NAME 30          /* over the per-source rate without our cookie, passed: its name's share of the source's second bucket had room */
+#define GUARD_COUNTERS 31
 
 /* The answer fast path. */
 #define GUARD_QNAME_MAX 128   /* longest wire qname answered in XDP (longer ones pass) */
@@ -173,7 +174,7 @@ struct guard_pkt {
 	__u8 v6;
 	__u8 odd;        /* never answered in XDP: a VLAN tag, or a group MAC (set by classify) */
 	__u8 rrl_exempt; /* the source is in [defence.rrl] exempt: no RRL in XDP (set by l4) */
-	__u8 pad;
+	__u8 rate_later; /* a candidate whose per-source rate is met only if not answered here */
 };
 
 /* A query the answer fast path parsed: where the answer goes, and its cookie. */

@@ -185,8 +185,11 @@ pub const C_ANS_PASS_ROUTE: usize = 27;
 pub const C_RATE_SLIP: usize = 28;
 /// Counter index: a block found for a source one of the node's daemons never blocks: passed.
 pub const C_NEVER_BLOCK: usize = 29;
+/// Counter index: over the per-source rate without a server cookie, passed: the query's name
+/// had room in its share of the source's second bucket.
+pub const C_RATE_NAME: usize = 30;
 /// Number of counter slots.
-pub const COUNTERS: usize = 30;
+pub const COUNTERS: usize = 31;
 
 /// [`Answer::cookie`]: nothing known, queries with a cookie pass to dnsd.
 pub const COOKIE_PASS: u16 = 0;

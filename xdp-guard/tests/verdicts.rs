@@ -64,6 +64,7 @@ fn run(g: &XdpGuard, frame: &[u8]) -> (Verdict, Counters) {
         ans_pass_route: d(after.ans_pass_route, before.ans_pass_route),
         rate_slip: d(after.rate_slip, before.rate_slip),
         never_block: d(after.never_block, before.never_block),
+        rate_name: d(after.rate_name, before.rate_name),
     };
     assert_eq!(
         delta.packets(),
@@ -1582,6 +1583,9 @@ fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
     let plain = query(1, None);
     assert_eq!(run(&g, &plain).0, Verdict::Pass);
     assert_eq!(run(&g, &plain).0, Verdict::Pass);
+    // The name's share of the second bucket, then nothing.
+    let (v, d) = run(&g, &plain);
+    assert_eq!((v, d.rate_name), (Verdict::Pass, 1));
     let (v, d) = run(&g, &plain);
     assert_eq!((v, d.drop_ratelimit), (Verdict::Drop, 1));
     // Our cookie, under the current or the previous secret: passed (to dnsd, no answer here),
@@ -1644,9 +1648,16 @@ fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
         let q = options_query(who, 7, &client, Some(sc), &before, &after);
         let (v, d) = run(&g, &q);
         assert_eq!((v, d.rate_cookie), (Verdict::Pass, 1), "variant {i}: {d:?}");
-        // A bad one among them: dropped.
+        // A bad one among them: not proven (passed once, on its name's share), then
+        // dropped.
         let bad = server_cookie(&[1; 16], &client, who, now);
         let q = options_query(who, 8, &client, Some(bad), &before, &after);
+        let (_, d) = run(&g, &q);
+        assert_eq!(
+            (d.rate_cookie, d.rate_name),
+            (0, 1),
+            "variant {i}, a bad cookie"
+        );
         assert_eq!(run(&g, &q).0, Verdict::Drop, "variant {i}, a bad cookie");
     }
     // A client cookie alone among options: nothing proven.
@@ -1655,6 +1666,12 @@ fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
         run(&g, &cookie_query(who, 6, &client, None));
     }
     let q = options_query(who, 9, &client, None, std::slice::from_ref(&ecs), &[]);
+    let (_, d) = run(&g, &q);
+    assert_eq!(
+        (d.rate_cookie, d.rate_name),
+        (0, 1),
+        "the name's share, no proof"
+    );
     assert_eq!(run(&g, &q).0, Verdict::Drop);
     // Without dnsd's secrets nothing is verified: dropped.
     m.publish_answers(&[addr], &mut [], 1232, SENDER, None)
@@ -1664,6 +1681,89 @@ fn a_source_over_its_rate_still_passes_with_our_server_cookie() {
         &query(4, Some(server_cookie(&secret, &client, src, now))),
     );
     assert_eq!(v, Verdict::Drop);
+}
+
+/// A `name`/`qtype` query (labels given) from `src` to DST4:53 without EDNS.
+fn name_query(src: Ipv4Addr, id: u16, labels: &[&str], qtype: u16) -> Vec<u8> {
+    let mut q = id.to_be_bytes().to_vec();
+    q.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for l in labels {
+        q.push(l.len() as u8);
+        q.extend_from_slice(l.as_bytes());
+    }
+    q.push(0);
+    q.extend_from_slice(&qtype.to_be_bytes());
+    q.extend_from_slice(&[0, 1]);
+    frame(
+        &[],
+        ETH_IP,
+        &ipv4(src, DST4, UDP, &[], 0, &udp(40000, 53, &q)),
+    )
+}
+
+/// Past its rate a source has a second bucket of the same rate and burst, drawn on per name
+/// and type, each a quarter of it: a flood forged in a resolver's name for one name spends
+/// that name's share, and the resolver's queries for other names still pass (the rate counted
+/// a source whatever the name, as Knot's RRL does not); many names spend the second bucket
+/// too. A name's spellings in other cases share one share.
+#[test]
+fn over_its_rate_a_source_keeps_a_share_for_each_name() {
+    if !xdp_ready("over_its_rate_a_source_keeps_a_share_for_each_name") {
+        return;
+    }
+    let (rate, burst) = (1, 8);
+    let g = private_guard(&[53], rate, burst);
+    pin_to_current_cpu();
+    let src = v4("198.51.100.30");
+    let flooded = name_query(src, 1, &["www", "example", "com"], 1);
+    // The burst of 8, then the name's share (8 / 4 = 2), then nothing for that name —
+    // in any spelling.
+    for _ in 0..burst {
+        assert_eq!(run(&g, &flooded).0, Verdict::Pass, "the burst");
+    }
+    for _ in 0..2 {
+        let (v, d) = run(&g, &flooded);
+        assert_eq!((v, d.rate_name), (Verdict::Pass, 1), "the share");
+    }
+    for q in [
+        flooded.clone(),
+        name_query(src, 2, &["WWW", "Example", "COM"], 1),
+    ] {
+        let (v, d) = run(&g, &q);
+        assert_eq!((v, d.rate_name), (Verdict::Drop, 0), "{d:?}");
+    }
+    // Other names, and the same name with another type: each its share.
+    for (i, q) in [
+        name_query(src, 3, &["mail", "example", "com"], 1),
+        name_query(src, 4, &["example", "com"], 15),
+        name_query(src, 5, &["www", "example", "com"], 28),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (v, d) = run(&g, q);
+        assert_eq!((v, d.rate_name), (Verdict::Pass, 1), "name {i}: {d:?}");
+    }
+    // Many names spend what is left of the second bucket (8 - 2 - 3), then are held; so is
+    // every name then, the flooded one's share or not.
+    let mut passed = 0;
+    for i in 0..20 {
+        let label = format!("r{i}");
+        let (v, _) = run(&g, &name_query(src, 10, &[&label, "example", "com"], 1));
+        passed += usize::from(v == Verdict::Pass);
+    }
+    assert!((3..=4).contains(&passed), "{passed} random names passed");
+    let (v, _) = run(&g, &name_query(src, 11, &["ns1", "example", "com"], 1));
+    assert_eq!(v, Verdict::Drop);
+    // Another source is untouched.
+    assert_eq!(
+        run(
+            &g,
+            &name_query(v4("198.51.100.31"), 1, &["www", "example", "com"], 1)
+        )
+        .0,
+        Verdict::Pass
+    );
 }
 
 /// Forged packets in a resolver's name spend its bucket (its address is all they need): past
@@ -1687,6 +1787,8 @@ fn over_its_rate_a_source_still_gets_one_truncated_reply_in_slip() {
     for _ in 0..2 {
         assert_eq!(run(&g, &q).0, Verdict::Pass, "the burst");
     }
+    let (v, d) = run(&g, &q);
+    assert_eq!((v, d.rate_name), (Verdict::Pass, 1), "the name's share");
     let (mut tx, mut dropped) = (0, 0);
     for _ in 0..10 {
         match run(&g, &q) {

@@ -58,6 +58,9 @@ pub struct Counters {
     pub rate_slip: u64,
     /// Blocks found for a source one of the node's daemons never blocks: passed.
     pub never_block: u64,
+    /// Over the per-source rate without a server cookie, passed: the query's name had room
+    /// in its share of the source's second bucket (a flood of other names did not spend it).
+    pub rate_name: u64,
 }
 
 impl Counters {
@@ -94,6 +97,7 @@ impl Counters {
             ("answer_pass_route", self.ans_pass_route),
             ("rate_slip", self.rate_slip),
             ("never_block", self.never_block),
+            ("rate_name", self.rate_name),
         ]
     }
 
@@ -140,6 +144,7 @@ impl Counters {
             ans_pass_route: c[crate::maps::C_ANS_PASS_ROUTE],
             rate_slip: c[crate::maps::C_RATE_SLIP],
             never_block: c[crate::maps::C_NEVER_BLOCK],
+            rate_name: c[crate::maps::C_RATE_NAME],
         }
     }
 }
