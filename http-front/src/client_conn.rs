@@ -203,6 +203,16 @@ fn register(front: &Front, snap: &Snapshot, ip: std::net::IpAddr) -> Result<Conn
 /// timeout, then treats the client it names as if it had connected itself (the block check,
 /// the connection bounds, every rule and log); the proxy's own address is used only for a
 /// `LOCAL` header (its health checks).
+
+/// The answer to a plain HTTP request on a TLS port (as nginx's, with a page that says why;
+/// a TLS alert told the client nothing).
+const PLAIN_HTTP_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
+Content-Type: text/html\r\n\
+Content-Length: 146\r\n\
+Connection: close\r\n\r\n\
+<html><head><title>400 Bad Request</title></head><body>\
+<h1>400 Bad Request</h1><p>The plain HTTP request was sent to HTTPS port</p></body></html>\n";
+
 async fn proxied(
     front: Arc<Front>,
     snap: Arc<Snapshot>,
@@ -381,7 +391,13 @@ async fn serve_sent(
         let handshake = tokio::select! {
             r = tokio::time::timeout_at(deadline, async {
                 tapped.hello().await?;
-                acceptor.accept(tapped).await
+                if tapped.plain_http() {
+                    use tokio::io::AsyncWriteExt as _;
+                    tapped.write_all(PLAIN_HTTP_ON_TLS).await?;
+                    tapped.shutdown().await?;
+                    return Ok(None);
+                }
+                acceptor.accept(tapped).await.map(Some)
             }) => r,
             _ = guard.ctl.closed() => {
                 count_close(c, guard.ctl.cause());
@@ -389,7 +405,11 @@ async fn serve_sent(
             }
         };
         let mut stream = match handshake {
-            Ok(Ok(s)) => s,
+            Ok(Ok(Some(s))) => s,
+            Ok(Ok(None)) => {
+                c.bump(Counter::ConnPlainHttpOnTls);
+                return;
+            }
             Ok(Err(e)) => {
                 c.bump(Counter::ConnTlsFailed);
                 // Over the budget: counted by the charge.

@@ -21,6 +21,7 @@ counters! {
     ConnAccepted => ("connections_total", "event", "accepted"),
     ConnBlocked => ("connections_total", "event", "blocked_at_accept"),
     ConnTlsFailed => ("connections_total", "event", "tls_handshake_failed"),
+    ConnPlainHttpOnTls => ("connections_total", "event", "plain_http_on_tls"),
     ConnErrors => ("connections_total", "event", "protocol_error"),
     ConnClientGone => ("connections_total", "event", "client_gone"),
     TlsCertBySni => ("tls_handshake_certs_total", "cert", "sni"),

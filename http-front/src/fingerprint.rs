@@ -351,6 +351,19 @@ impl<S> HelloTap<S> {
         (self.state.clone(), self.print.take())
     }
 
+    /// Whether the client began with a plain HTTP request (a method's capital letters)
+    /// instead of a TLS record: it is answered 400, as nginx answers it.
+    pub fn plain_http(&self) -> bool {
+        let method = self
+            .replay
+            .iter()
+            .take_while(|b| b.is_ascii_uppercase())
+            .count();
+        self.state == Tapped::NotHello
+            && method > 0
+            && self.replay.get(method).is_none_or(|&b| b == b' ')
+    }
+
     /// The transport under it.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -853,6 +866,33 @@ mod tests {
 
     /// A hello packed with extensions (GREASE or not) is fingerprinted from its first
     /// [`FINGERPRINT_ITEMS`] only: what it costs is bounded.
+    #[test]
+    fn plain_http_is_told_apart_from_tls_records() {
+        let seen = |first: &[u8]| {
+            let mut t = HelloTap::new((), 16 << 10, crate::h1watch::HeadCharge::default());
+            t.feed(first);
+            t.plain_http()
+        };
+        for http in [
+            &b"GET / HTTP/1.1\r\n"[..],
+            b"OPTIONS * HTTP/1.1",
+            b"PRI * HTTP/2.0",
+            b"POST ",
+        ] {
+            assert!(seen(http), "{http:?}");
+        }
+        // A TLS record, SSLv2's hello, lower case, a method glued to its target: not told
+        // as plain HTTP (rustls answers them).
+        for other in [
+            &[0x16u8, 3, 1, 0, 5][..],
+            &[0x80, 0x2e, 1, 3, 1],
+            b"get / HTTP/1.1",
+            b"GET/ HTTP",
+        ] {
+            assert!(!seen(other), "{other:?}");
+        }
+    }
+
     #[test]
     fn a_hello_packed_with_extensions_is_read_no_further_than_the_bound() {
         let many: Vec<(u16, Vec<u8>)> = (0..12_000u16).map(|i| (0x1000 + i, Vec::new())).collect();

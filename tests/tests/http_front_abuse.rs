@@ -1223,10 +1223,10 @@ fn stalled_tls_hellos_and_silent_connections_hold_little() {
             "long hello {i} still open"
         );
     }
-    assert_eq!(
-        front.metric("http_front_limit_hits_total{limit=\"client_hello_bytes\"}"),
-        20
-    );
+    // Counted as the connection task ends, just after the close the client saw.
+    wait_for("the long hellos counted", Duration::from_secs(5), || {
+        front.metric("http_front_limit_hits_total{limit=\"client_hello_bytes\"}") == 20
+    });
 
     // 60 stalled 16 KB hellos from one address: its share of the budget (256 KiB, each
     // holding what it sent past the free 8 KiB) takes about 33; the rest are closed.
@@ -1297,4 +1297,22 @@ fn stalled_tls_hellos_and_silent_connections_hold_little() {
         palisade_tests::pki::curl_status(fa, "a.test", &ca_pem, &["--http1.0"], "/"),
         200
     );
+    // Plain HTTP to the TLS port: a 400 page that says why, as nginx answers (it got a TLS
+    // alert), counted; the origin never sees it.
+    let mut s = connect_from(None, fa).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    use std::io::Read as _;
+    let _ = s.read_to_end(&mut got);
+    let got = String::from_utf8_lossy(&got);
+    assert!(
+        got.starts_with("HTTP/1.1 400 ")
+            && got.contains("plain HTTP request was sent to HTTPS port"),
+        "{got}"
+    );
+    wait_for("the plain request counted", Duration::from_secs(5), || {
+        front.metric("http_front_connections_total{event=\"plain_http_on_tls\"}") == 1
+    });
 }
