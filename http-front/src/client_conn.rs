@@ -199,11 +199,6 @@ fn register(front: &Front, snap: &Snapshot, ip: std::net::IpAddr) -> Result<Conn
         })
 }
 
-/// A listed proxy's connection: reads its PROXY header (version 2 or 1) within the header
-/// timeout, then treats the client it names as if it had connected itself (the block check,
-/// the connection bounds, every rule and log); the proxy's own address is used only for a
-/// `LOCAL` header (its health checks).
-
 /// The answer to a plain HTTP request on a TLS port (as nginx's, with a page that says why;
 /// a TLS alert told the client nothing).
 const PLAIN_HTTP_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
@@ -213,6 +208,10 @@ Connection: close\r\n\r\n\
 <html><head><title>400 Bad Request</title></head><body>\
 <h1>400 Bad Request</h1><p>The plain HTTP request was sent to HTTPS port</p></body></html>\n";
 
+/// A listed proxy's connection: reads its PROXY header (version 2 or 1) within the header
+/// timeout, then treats the client it names as if it had connected itself (the block check,
+/// the connection bounds, every rule and log); the proxy's own address is used only for a
+/// `LOCAL` header (its health checks).
 async fn proxied(
     front: Arc<Front>,
     snap: Arc<Snapshot>,
