@@ -1283,10 +1283,11 @@ static __always_inline int same_name(const __u8 *a, const __u8 *b)
 	return diff == 0;
 }
 
-/* The answer fast path for a candidate: XDP_TX with dnsd's reply written in place, or
- * XDP_PASS with the reason counted (or send_answer's other verdicts). */
+/* The answer fast path for a candidate (`known`: its address's entry, if classify looked it
+ * up): XDP_TX with dnsd's reply written in place, or XDP_PASS with the reason counted (or
+ * send_answer's other verdicts). */
 static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt *pk,
-				      struct guard_counters *cnt)
+				      struct guard_counters *cnt, const struct guard_ans_addr *known)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -1308,7 +1309,10 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt
 	__u8 *src = scr->src;
 	if (packet_ends(data, end, pk, src, &ak))
 		return XDP_PASS;
-	struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &ak);
+	/* `known`: classify's look-up of the same address and port, when it made one. */
+	const struct guard_ans_addr *aa = (pk->cand & GUARD_CAND_ADDR_SEEN)
+						  ? known
+						  : bpf_map_lookup_elem(&guard_ans_addr, &ak);
 	/* The one clock read of an answer (lease, RRL buckets, cookie timestamps): coarse, as
 	 * none of them needs more than milliseconds. */
 	__u64 now = bpf_ktime_get_coarse_ns();

@@ -641,14 +641,15 @@ static __always_inline int suspect(const struct guard_v6_key *src, struct guard_
 	return *until > bpf_ktime_get_boot_ns();
 }
 
-/* Whether dnsd answers in XDP at `dst` (IPv4 mapped) and `dport` under the answer RRL. */
-static __always_inline int answers_limited(const struct guard_v6_key *dst, __be16 dport)
+/* Where dnsd answers in XDP at `dst` (IPv4 mapped) and `dport`: its guard_ans_addr entry,
+ * or NULL. */
+static __always_inline const struct guard_ans_addr *ans_addr(const struct guard_v6_key *dst,
+							      __be16 dport)
 {
 	struct guard_ans_addr_key k = {};
 	__builtin_memcpy(k.addr, dst->addr, 16);
 	k.port = bpf_ntohs(dport);
-	const struct guard_ans_addr *aa = bpf_map_lookup_elem(&guard_ans_addr, &k);
-	return aa && aa->on && aa->rate;
+	return bpf_map_lookup_elem(&guard_ans_addr, &k);
 }
 
 /* L4 after an IP header: UDP to a DNS service of a source with a DNS-only block is dropped;
@@ -657,7 +658,7 @@ static __always_inline int answers_limited(const struct guard_v6_key *dst, __be1
 static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_key *src,
 			      const struct guard_v6_key *dst, const struct guard_dns_block *dns,
 			      struct guard_counters *cnt, struct guard_pkt *pk, int answerable,
-			      __u32 l4_len)
+			      __u32 l4_len, const struct guard_ans_addr **aap)
 {
 	if (proto == IPPROTO_UDP) {
 		struct udphdr *udp = l4p;
@@ -690,9 +691,15 @@ static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_
 		 * one name never spends the bucket of its queries for the others; what goes on
 		 * to dnsd is charged to the source's bucket. Without that RRL the rate comes
 		 * first, and bounds what one address gets. */
-		if (cand && !sus && !pk->rrl_exempt && answers_limited(dst, udp->dest)) {
-			pk->rate_later = 1;
-			return GUARD_CANDIDATE;
+		if (cand && !sus && !pk->rrl_exempt) {
+			/* Looked up once: try_answer takes it from here. */
+			const struct guard_ans_addr *aa = ans_addr(dst, udp->dest);
+			*aap = aa;
+			pk->cand = GUARD_CAND_ADDR_SEEN;
+			if (aa && aa->on && aa->rate) {
+				pk->cand |= GUARD_CAND_RATE_LATER;
+				return GUARD_CANDIDATE;
+			}
 		}
 		int v = rate_limit(src, udp->dest, cnt, 0);
 		if (v != GUARD_C_PASS)
@@ -746,7 +753,7 @@ static __always_inline int v6_answerable(const struct ipv6hdr *ip6)
 }
 
 static __always_inline int handle_v4(void *data, void *p, void *end, struct guard_counters *cnt,
-				     struct guard_pkt *pk)
+				     struct guard_pkt *pk, const struct guard_ans_addr **aap)
 {
 	struct iphdr *ip = p;
 	if ((void *)(ip + 1) > end || ip->version != 4 || ip->ihl < 5)
@@ -782,11 +789,11 @@ static __always_inline int handle_v4(void *data, void *p, void *end, struct guar
 			 v4_answerable(ip);
 	__u32 tot = bpf_ntohs(ip->tot_len);
 	__u32 l4_len = tot > hlen ? tot - hlen : 0;
-	return l4(p + hlen, end, ip->protocol, &src, &dst, &dns, cnt, pk, answerable, l4_len);
+	return l4(p + hlen, end, ip->protocol, &src, &dst, &dns, cnt, pk, answerable, l4_len, aap);
 }
 
 static __always_inline int handle_v6(void *data, void *p, void *end, struct guard_counters *cnt,
-				     struct guard_pkt *pk)
+				     struct guard_pkt *pk, const struct guard_ans_addr **aap)
 {
 	struct ipv6hdr *ip6 = p;
 	if ((void *)(ip6 + 1) > end || ip6->version != 6)
@@ -836,11 +843,11 @@ static __always_inline int handle_v6(void *data, void *p, void *end, struct guar
 	/* Answered in XDP: no extension headers, addresses the kernel would take. */
 	int answerable = cur == p + sizeof(*ip6) && !pk->odd && v6_answerable(ip6);
 	return l4(cur, end, nh, &src, &dst, &dns, cnt, pk, answerable,
-		  bpf_ntohs(ip6->payload_len));
+		  bpf_ntohs(ip6->payload_len), aap);
 }
 
 static __always_inline int classify(struct xdp_md *ctx, struct guard_counters *cnt,
-				    struct guard_pkt *pk)
+				    struct guard_pkt *pk, const struct guard_ans_addr **aap)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -867,9 +874,9 @@ static __always_inline int classify(struct xdp_md *ctx, struct guard_counters *c
 			return GUARD_C_PASS_NOT_UNDERSTOOD;
 	}
 	if (proto == bpf_htons(ETH_P_IP))
-		return handle_v4(data, p, end, cnt, pk);
+		return handle_v4(data, p, end, cnt, pk, aap);
 	if (proto == bpf_htons(ETH_P_IPV6))
-		return handle_v6(data, p, end, cnt, pk);
+		return handle_v6(data, p, end, cnt, pk, aap);
 	return GUARD_C_PASS_NOT_IP;
 }
 
@@ -885,11 +892,13 @@ int palisade_guard(struct xdp_md *ctx)
 	if (!cnt)
 		return XDP_PASS;
 	struct guard_pkt pk = {};
-	int v = classify(ctx, cnt, &pk);
+	/* The answer address entry classify found for a candidate (else looked up there). */
+	const struct guard_ans_addr *aa = 0;
+	int v = classify(ctx, cnt, &pk, &aa);
 	if (v == GUARD_PROXIED)
 		v = guard_proxied(ctx, &pk);
 	if (v == GUARD_CANDIDATE) {
-		int act = try_answer(ctx, &pk, cnt);
+		int act = try_answer(ctx, &pk, cnt, aa);
 		if (act == GUARD_RRL_DROP) {
 			cnt->count[GUARD_C_DROP_RATELIMIT]++;
 			return XDP_DROP;
@@ -901,7 +910,7 @@ int palisade_guard(struct xdp_md *ctx)
 		if (act == XDP_DROP)
 			return XDP_DROP;
 		/* Not answered here: on to dnsd, under the source's rate (if not met before). */
-		v = pk.rate_later ? guard_rate_later(ctx, &pk) : GUARD_C_PASS;
+		v = (pk.cand & GUARD_CAND_RATE_LATER) ? guard_rate_later(ctx, &pk) : GUARD_C_PASS;
 	}
 	/* Forged packets in a source's name spend its bucket: its own queries that carry our
 	 * server cookie (it read our replies) still go to dnsd, which exempts them too, and so do

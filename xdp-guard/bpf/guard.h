@@ -174,8 +174,13 @@ struct guard_pkt {
 	__u8 v6;
 	__u8 odd;        /* never answered in XDP: a VLAN tag, or a group MAC (set by classify) */
 	__u8 rrl_exempt; /* the source is in [defence.rrl] exempt: no RRL in XDP (set by l4) */
-	__u8 rate_later; /* a candidate whose per-source rate is met only if not answered here */
+	__u8 cand;       /* GUARD_CAND_*: what classify settled for a candidate (set by l4) */
 };
+
+/* guard_pkt.cand: the per-source rate is met only if the fast path does not answer. */
+#define GUARD_CAND_RATE_LATER 1
+/* guard_pkt.cand: the address's guard_ans_addr entry was looked up (found or not). */
+#define GUARD_CAND_ADDR_SEEN 2
 
 /* A query the answer fast path parsed: where the answer goes, and its cookie. */
 struct guard_ans_ctx {
