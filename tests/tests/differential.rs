@@ -323,6 +323,11 @@ fn cases() -> Vec<Case> {
     ] {
         v.push(c("any", n, T::ANY));
     }
+    // A name whose one RRset has names: ANY answers it with its targets' addresses in
+    // additional, as Knot does for MX itself (dnsd added none).
+    for n in ["mx.example.com.", "foo.wmx.example.com."] {
+        v.push(c("additional", n, T::ANY));
+    }
     // Meta types and classes.
     v.push(c("meta", "example.com.", T::IXFR));
     v.push(c("meta", "www.example.com.", T::A).class(3));

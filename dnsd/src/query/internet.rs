@@ -616,8 +616,12 @@ impl<'q> Answerer<'_, '_, 'q> {
                 .find(|s| s.rtype != t::RRSIG && s.rtype != t::NSEC)
                 .copied();
             return match first {
+                // With its additional data, as for the type asked (Knot and NSD add an MX's
+                // or SRV's target addresses here too).
                 Some(s) => {
-                    self.put(Section::Answer, zone, node, &s, owner);
+                    if self.put(Section::Answer, zone, node, &s, owner) && s.has_names() {
+                        self.after = After::Additional(zone, s);
+                    }
                     Kind::Answer
                 }
                 None => {
@@ -1388,9 +1392,16 @@ pub(crate) mod tests {
             add,
             [("www.example.com.", t::A), ("www.example.com.", t::AAAA)]
         );
-        // ANY: one RRset (RFC 8482).
+        // ANY: one RRset (RFC 8482), with its additional data (it had none).
         let (r, _) = ask(&z, Q::new("www.example.com.", t::ANY));
         assert_eq!(r.answer.len(), 1);
+        let (r, _) = ask(&z, Q::new("mail.example.com.", t::ANY));
+        assert_eq!(r.answer.len(), 1);
+        assert_eq!(r.answer[0].rtype, t::MX);
+        assert_eq!(
+            owners_and_types(&r.additional),
+            [("www.example.com.", t::A), ("www.example.com.", t::AAAA)]
+        );
     }
 
     #[test]
