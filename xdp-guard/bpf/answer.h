@@ -824,11 +824,12 @@ __attribute__((noinline)) int guard_rate_name(struct xdp_md *ctx, const struct g
 	__u32 ulen = bpf_ntohs(udp->len);
 	if (ulen < sizeof(struct udphdr) + 12 + 5 || ulen > 4096)
 		return 0;
-	/* A query (QR=0, opcode QUERY) of one question. */
+	/* A query (QR=0, opcode QUERY) of one question, nothing in the answer and authority
+	 * sections: what a slip would answer (slip_question), nothing else. */
 	__u8 *b = (__u8 *)scr;
 	if (bpf_xdp_load_bytes(ctx, l4o + sizeof(struct udphdr), b, 12))
 		return 0;
-	if ((b[2] & 0xf8) || b[4] || b[5] != 1)
+	if ((b[2] & 0xf8) || b[4] || b[5] != 1 || b[6] || b[7] || b[8] || b[9])
 		return 0;
 	__u32 n = ulen - sizeof(struct udphdr) - 12;
 	if (n > GUARD_QNAME_MAX)
