@@ -237,6 +237,7 @@ pub fn handle(
     // Through a hop of `real_ip_from`: the request is its X-Forwarded-For client's (the
     // connection, its resets and bounds, stay the hop's).
     let own = flight.cx.for_client(req.headers());
+    let head = req.method() == Method::HEAD;
     let verdict = decide(own.as_deref().unwrap_or(&flight.cx), req);
     async move {
         let mut flight = flight;
@@ -266,8 +267,22 @@ pub fn handle(
         // A stream its client reset before its body ended is a premature reset, as one reset
         // before the response head.
         flight.done = resp.extensions().get::<ClientReset>().is_none();
-        Ok(resp)
+        Ok(if head { without_body(resp) } else { resp })
     }
+}
+
+/// The answer to a HEAD request: a body of ours (a deny, the challenge page, an error) goes
+/// as its length alone (RFC 9110 §9.3.2; over HTTP/2 its DATA was a protocol error to the
+/// client — curl, h2 health checks).
+fn without_body(mut resp: Response<RespBody>) -> Response<RespBody> {
+    if let RespBody::Full(Some(data)) = resp.body() {
+        let n = data.len();
+        resp.headers_mut()
+            .entry(header::CONTENT_LENGTH)
+            .or_insert_with(|| HeaderValue::from(n));
+        *resp.body_mut() = RespBody::Full(None);
+    }
+    resp
 }
 
 /// The parts of a sampled request kept for its access record.

@@ -97,6 +97,13 @@ fn http_proxies_http1_and_http2_with_forwarding_headers_and_access_logs() {
             r.body
         );
     }
+    // HEAD over HTTP/2 to an answer of ours (an unknown host's 421): no DATA (its body was
+    // sent, a protocol error to curl and h2 health checks).
+    let id = h2
+        .send_request("HEAD", "nope.test", "/", &[], true)
+        .unwrap();
+    let r = h2.read_response(id).unwrap();
+    assert_eq!((r.status, r.body.as_str()), (421, ""));
 
     // An unknown Host never reaches the origin.
     assert_eq!(
@@ -109,7 +116,7 @@ fn http_proxies_http1_and_http2_with_forwarding_headers_and_access_logs() {
 
     assert_eq!(
         front.metric("http_front_requests_total{proto=\"http2\"}"),
-        3
+        4
     );
     assert!(front.metric("http_front_requests_total{proto=\"http1\"}") >= 3);
     assert_eq!(
@@ -122,7 +129,7 @@ fn http_proxies_http1_and_http2_with_forwarding_headers_and_access_logs() {
     );
     assert_eq!(
         front.metric("http_front_responses_total{cause=\"unknown_host\"}"),
-        1
+        2
     );
 
     // Access records: every field normalised.
