@@ -121,6 +121,7 @@ counters! {
     WsClosedMaxAge => ("websockets_closed_total", "cause", "max_age"),
     WsClosedByFront => ("websockets_closed_total", "cause", "closed_by_front"),
     WsClosedHeld => ("websockets_closed_total", "cause", "held"),
+    WsClosedClearance => ("websockets_closed_total", "cause", "clearance_expired"),
     ChallengeIssued => ("challenges_total", "result", "issued"),
     ChallengeSolved => ("challenges_total", "result", "solved"),
     ChallengeFailed => ("challenges_total", "result", "failed"),

@@ -323,6 +323,9 @@ struct Job {
     upgrade: Option<Box<hyper::upgrade::OnUpgrade>>,
     /// A challenge rule let it through on its clearance cookie: the answer varies by Cookie.
     cleared: bool,
+    /// When the clearance that let it through expires (Unix seconds): a WebSocket opened on
+    /// it ends then.
+    cleared_until: Option<u64>,
     /// An allow list or rule let it through: a hold of its source made later lets it on.
     allowed: bool,
 }
@@ -380,7 +383,8 @@ fn decide(cx: &ConnCtx, mut req: Request<Incoming>) -> Verdict {
     };
     let (snap, site) = (f.snap, f.site_ix);
     let mut job = upstream_request(cx, snap, site, req, host, forward, sampled);
-    job.cleared = cleared;
+    job.cleared = cleared.is_some();
+    job.cleared_until = cleared;
     job.allowed = action == "allow";
     Verdict::Proxy(job)
 }
@@ -603,12 +607,12 @@ fn rules(
     cx: &ConnCtx,
     f: &Filtered<'_>,
     req: &Request<Incoming>,
-) -> Result<(&'static str, bool), Response<RespBody>> {
+) -> Result<(&'static str, Option<u64>), Response<RespBody>> {
     let front = &*cx.front;
     let c = &front.counters;
     let site = f.snap.sites.get(f.site_ix);
     let mut action = "pass";
-    let mut cleared = false;
+    let mut cleared = None;
     if site.has_rules {
         let now = Now::read();
         let clearance = Clearance::new(
@@ -679,9 +683,9 @@ fn rules(
         if v.escalated == Escalated::Blocked {
             c.bump(Counter::Escalations);
         }
-        if clearance.passed() {
+        if let Some(until) = clearance.passed_until() {
             c.bump(Counter::ChallengeCleared);
-            cleared = true;
+            cleared = Some(until);
         }
         if clearance.over_bound() {
             c.bump(Counter::LimitClearanceCookies);
@@ -899,6 +903,7 @@ fn upstream_request(
         sampled,
         upgrade,
         cleared: false,
+        cleared_until: None,
         allowed: false,
     }
 }
@@ -1319,6 +1324,7 @@ async fn proxy(cx: &ConnCtx, job: &mut Job) -> Response<RespBody> {
                     busy,
                     counters: Arc::clone(&front.counters),
                     bounds,
+                    cleared_until: job.cleared_until,
                     waiting: waiting.take(),
                     place,
                     held: {

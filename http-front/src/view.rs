@@ -22,8 +22,11 @@ pub struct Clearance<'a> {
     /// The difficulty a challenge rule of difficulty 0 asks (`[challenge] difficulty`).
     default_difficulty: u8,
     /// The highest difficulty a valid clearance cookie was earned at (`Some(None)`: none),
-    /// and the latest expiry of one earned at the default difficulty or harder.
-    memo: Cell<Option<(Option<u8>, u64)>>,
+    /// and the latest expiry of one earned at the default difficulty or harder, and of one
+    /// earned at the highest.
+    memo: Cell<Option<(Option<u8>, u64, u64)>>,
+    /// When the clearance that let the request through expires (Unix seconds; 0: none did).
+    until: Cell<u64>,
     /// How long a clearance lasts (`[challenge] clearance_secs`): its expiry less this is
     /// when it was earned.
     lasts_secs: u64,
@@ -57,6 +60,7 @@ impl<'a> Clearance<'a> {
             now_secs,
             default_difficulty,
             memo: Cell::new(None),
+            until: Cell::new(0),
             lasts_secs: 0,
             over: Cell::new(false),
             passed: Cell::new(false),
@@ -80,10 +84,11 @@ impl<'a> Clearance<'a> {
     /// [`Clearance::valid`] by a clearance of the default difficulty earned at or after
     /// `since` (Unix seconds): what lifts a hold made then.
     pub fn valid_since(&self, since: u64) -> bool {
-        let (_, latest) = self.checked();
+        let (_, latest, _) = self.checked();
         let ok = latest.saturating_sub(self.lasts_secs) >= since && latest > 0;
         if ok {
             self.passed.set(true);
+            self.until.set(self.until.get().max(latest));
         }
         ok
     }
@@ -96,21 +101,22 @@ impl<'a> Clearance<'a> {
         } else {
             difficulty
         };
-        let (best, _) = self.checked();
+        let (best, _, best_until) = self.checked();
         let ok = best.is_some_and(|d| d >= want);
         if ok {
             self.passed.set(true);
+            self.until.set(self.until.get().max(best_until));
         }
         ok
     }
 
     /// The clearance cookies, checked once: the best difficulty, and the latest expiry at the
     /// default difficulty or harder (0: none).
-    fn checked(&self) -> (Option<u8>, u64) {
+    fn checked(&self) -> (Option<u8>, u64, u64) {
         match self.memo.get() {
             Some(m) => m,
             None => {
-                let (mut best, mut latest) = (None, 0);
+                let (mut best, mut latest, mut best_until) = (None, 0, 0);
                 let name = challenge::cookie_name(self.keys, &self.binding, self.https);
                 let cookies = challenge::cookie_values(self.headers, &name)
                     .filter_map(|c| challenge::ClearanceText::parse(c, self.now_secs));
@@ -120,14 +126,20 @@ impl<'a> Clearance<'a> {
                         break;
                     }
                     if let Some(d) = c.verify(self.keys, &self.binding) {
-                        best = best.max(Some(d));
+                        if Some(d) > best {
+                            best_until = 0;
+                        }
+                        if Some(d) >= best {
+                            best = Some(d);
+                            best_until = best_until.max(c.expiry());
+                        }
                         if d >= self.default_difficulty {
                             latest = latest.max(c.expiry());
                         }
                     }
                 }
-                self.memo.set(Some((best, latest)));
-                (best, latest)
+                self.memo.set(Some((best, latest, best_until)));
+                (best, latest, best_until)
             }
         }
     }
@@ -146,6 +158,12 @@ impl<'a> Clearance<'a> {
     /// True when a challenge rule let the request through on its clearance.
     pub fn passed(&self) -> bool {
         self.passed.get()
+    }
+
+    /// When the clearance that let the request through expires (Unix seconds): what a
+    /// WebSocket opened on it may last.
+    pub fn passed_until(&self) -> Option<u64> {
+        self.passed.get().then(|| self.until.get())
     }
 }
 

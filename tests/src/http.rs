@@ -1225,3 +1225,31 @@ mod tests {
         );
     }
 }
+
+/// The token and difficulty an http-front challenge page carries.
+pub fn page_token(page: &str) -> (String, u32) {
+    let t = page
+        .split("var T=\"")
+        .nth(1)
+        .expect("a challenge page")
+        .split('"')
+        .next()
+        .unwrap();
+    let d = page.split(",D=").nth(1).unwrap().split(',').next().unwrap();
+    (t.to_string(), d.parse().unwrap())
+}
+
+/// A nonce whose SHA-256 with `token` has `bits` leading zero bits (a challenge solved).
+pub fn solve(token: &str, bits: u32) -> u64 {
+    use sha2::{Digest, Sha256};
+    (0u64..)
+        .find(|n| {
+            let h = Sha256::digest(format!("{token}.{n}").as_bytes());
+            let lz = h
+                .iter()
+                .position(|&b| b != 0)
+                .map_or(256, |i| i as u32 * 8 + h[i].leading_zeros());
+            lz >= bits
+        })
+        .unwrap()
+}

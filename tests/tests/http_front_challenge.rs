@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use palisade_tests::http::{Front, H1Conn, Origin, Resp, base_config};
+use palisade_tests::http::{Front, H1Conn, Origin, Resp, base_config, page_token, solve};
 use palisade_tests::net;
 use sha2::{Digest, Sha256};
 
@@ -74,33 +74,6 @@ fn get(front: &Front, from: Ipv4Addr, path: &str, cookie: Option<&str>) -> Resp 
     let mut c = H1Conn::connect(Some(from), front.addr()).unwrap();
     let extra: Vec<(&str, &str)> = cookie.map(|v| ("cookie", v)).into_iter().collect();
     c.request("GET", "a.test", path, &extra, b"").unwrap()
-}
-
-/// The token and difficulty a challenge page carries.
-fn page_token(page: &str) -> (String, u32) {
-    let t = page
-        .split("var T=\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap();
-    let d = page.split(",D=").nth(1).unwrap().split(',').next().unwrap();
-    (t.to_string(), d.parse().unwrap())
-}
-
-/// A nonce whose SHA-256 with `token` has `bits` leading zero bits.
-fn solve(token: &str, bits: u32) -> u64 {
-    (0u64..)
-        .find(|n| {
-            let h = Sha256::digest(format!("{token}.{n}").as_bytes());
-            let lz = h
-                .iter()
-                .position(|&b| b != 0)
-                .map_or(256, |i| i as u32 * 8 + h[i].leading_zeros());
-            lz >= bits
-        })
-        .unwrap()
 }
 
 /// Solves the page `from` gets and sends the solution; the verify answer.

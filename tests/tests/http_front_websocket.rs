@@ -500,6 +500,74 @@ fn a_source_held_for_the_tenant_loses_its_open_websockets() {
     );
 }
 
+/// A WebSocket whose upgrade passed a challenge on its clearance ends when the clearance
+/// expires: it ran on for `websocket_max_secs` (a day) where every request on the same cookie
+/// was challenged again.
+#[test]
+fn a_websocket_opened_on_a_clearance_ends_with_it() {
+    if !have_modules() {
+        return;
+    }
+    let origin = WsOrigin::start();
+    let o = origin.addr;
+    let rules = "[[tenant]]\nid = 1\n[[tenant.rule]]\nname = \"check\"\naction = \"challenge\"\n\
+                 difficulty = 8\nwhen = [{ attr = \"path\", prefix = \"/\" }]\n";
+    let front = Front::start(
+        move |a, m| {
+            base_config(a, m, o)
+                + "[rules]\nfile = \"rules.toml\"\n\n[challenge]\nclearance_secs = 4\nsolve_secs = 2\n\n\
+                   [[site]]\nhosts = [\"a.test\"]\nupstream = \"app\"\ntenant = 1\nwebsocket = true\n"
+        },
+        Some(rules),
+    );
+    let src = net::test_ip();
+    let get = |path: &str| {
+        H1Conn::connect(Some(src), front.addr())
+            .and_then(|mut c| c.request("GET", "a.test", path, &[], b""))
+            .unwrap()
+    };
+    let page = get("/ws");
+    assert_eq!(page.status, 403);
+    let (t, d) = palisade_tests::http::page_token(&page.body);
+    let n = palisade_tests::http::solve(&t, d);
+    let issued = Instant::now();
+    let verified = get(&format!("/.palisade/challenge?t={t}&n={n}&r=%2Fws"));
+    let cookie = verified
+        .header("set-cookie")
+        .expect("a clearance")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    // From the address the clearance is bound to (its /24).
+    let mut s = palisade_tests::http::connect_from(Some(src), front.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        format!(
+            "GET /ws HTTP/1.1\r\nHost: a.test\r\nCookie: {cookie}\r\nUpgrade: websocket\r\n\
+             Connection: upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    std::io::Read::read_exact(&mut s, &mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 101", "{}", front.log());
+    // Open until the clearance ends (4 s from the page's issue), then closed by the front.
+    let mut rest = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut s, &mut rest);
+    let lasted = issued.elapsed();
+    assert!(
+        lasted > Duration::from_secs(2) && lasted < Duration::from_secs(8),
+        "{lasted:?}"
+    );
+    wait_for("the close counted", Duration::from_secs(5), || {
+        front.metric("http_front_websockets_closed_total{cause=\"clearance_expired\"}") == 1
+    });
+}
+
 /// An HTTP/2 connection's WebSockets past its first each take a connection place of their
 /// own, and every open tunnel holds its origin connection's place among the upstream
 /// connections: one connection's streams opened as many origin connections as it had

@@ -11,8 +11,9 @@
 //! (body dropped).
 //!
 //! A tunnel ends when either side closes (each direction is half-closed on its own), when no
-//! byte went either way for `websocket_idle_ms`, after `websocket_max_secs`, or when its
-//! client connection is closed by the front (a block of its source): counted by cause. The
+//! byte went either way for `websocket_idle_ms`, after `websocket_max_secs`, when the
+//! challenge clearance its upgrade passed on expires, or when its client connection is
+//! closed by the front (a block of its source): counted by cause. The
 //! tunnel keeps its client connection's place in the per-source registry while it runs, so
 //! WebSockets count against `max_connections_per_source` like any connection; an HTTP/2
 //! connection's tunnels past its first take a place of their own there (one connection
@@ -99,6 +100,10 @@ pub struct Tunnel {
     pub counters: Arc<Counters>,
     /// The site's bounds.
     pub bounds: Bounds,
+    /// When the challenge clearance the upgrade passed on expires (Unix seconds): the tunnel
+    /// ends then (it outlived it by up to `websocket_max_secs`, a day, where every request
+    /// on the same cookie was challenged again).
+    pub cleared_until: Option<u64>,
     /// The source's place among its requests at origins (`[server]
     /// max_upstream_per_source`), held while the tunnel runs: an open tunnel holds an origin
     /// connection.
@@ -396,6 +401,15 @@ where
         _ = both => Counter::WsClosedEnded,
         () = idle => Counter::WsClosedIdle,
         () = sleep_until(start + t.bounds.max) => Counter::WsClosedMaxAge,
+        () = async {
+            match t.cleared_until {
+                Some(until) => {
+                    let left = until.saturating_sub(shield::clock::unix_ms() / 1000);
+                    sleep_until(start + Duration::from_secs(left)).await;
+                }
+                None => std::future::pending().await,
+            }
+        } => Counter::WsClosedClearance,
         () = t.ctl.closed() => Counter::WsClosedByFront,
         () = async {
             match &t.place {
