@@ -1199,33 +1199,6 @@ impl H2Conn {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hpack_helpers() {
-        let mut v = Vec::new();
-        hpack_int(&mut v, 0, 7, 300);
-        let mut p = 0;
-        assert_eq!(read_int(&v, &mut p, 7), Some(300));
-        assert_eq!(hpack_status(&[0x88]), Some(200));
-        // "403" Huffman-coded: 011010 00000 011001 + padding 1s.
-        assert_eq!(
-            huffman_digits(&[0b0110_1000, 0b0000_1100, 0b1111_1111]).as_deref(),
-            Some("403")
-        );
-        // Literal with incremental indexing, name index 8, Huffman "429".
-        let b = [0x48, 0x83, 0x68, 0x4f, 0xff];
-        assert_eq!(hpack_status(&b), Some(429));
-        assert_eq!(
-            hpack_status(&[0x20, 0x88]),
-            Some(200),
-            "skips a table size update"
-        );
-    }
-}
-
 /// The token and difficulty an http-front challenge page carries.
 pub fn page_token(page: &str) -> (String, u32) {
     let t = page
@@ -1252,4 +1225,31 @@ pub fn solve(token: &str, bits: u32) -> u64 {
             lz >= bits
         })
         .unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hpack_helpers() {
+        let mut v = Vec::new();
+        hpack_int(&mut v, 0, 7, 300);
+        let mut p = 0;
+        assert_eq!(read_int(&v, &mut p, 7), Some(300));
+        assert_eq!(hpack_status(&[0x88]), Some(200));
+        // "403" Huffman-coded: 011010 00000 011001 + padding 1s.
+        assert_eq!(
+            huffman_digits(&[0b0110_1000, 0b0000_1100, 0b1111_1111]).as_deref(),
+            Some("403")
+        );
+        // Literal with incremental indexing, name index 8, Huffman "429".
+        let b = [0x48, 0x83, 0x68, 0x4f, 0xff];
+        assert_eq!(hpack_status(&b), Some(429));
+        assert_eq!(
+            hpack_status(&[0x20, 0x88]),
+            Some(200),
+            "skips a table size update"
+        );
+    }
 }
