@@ -1196,6 +1196,74 @@ fn doq_handshakes_of_a_proven_address_count_against_its_share() {
     );
 }
 
+/// Begins argv[4] DoQ handshakes to argv[1]:argv[2] from argv[3] and never answers them (as
+/// forged Initials, whose source never hears back); prints "begun" and holds them until stdin
+/// closes.
+const DOQ_FORGED: &str = r#"
+import socket, ssl, sys, time
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+host, port, src, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+held = []
+for _ in range(n):
+    cfg = QuicConfiguration(alpn_protocols=["doq"], is_client=True, server_name="dns.test")
+    cfg.verify_mode = ssl.CERT_NONE
+    c = QuicConnection(configuration=cfg)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((src, 0))
+    c.connect((host, port), now=time.time())
+    for d, _ in c.datagrams_to_send(now=time.time()):
+        s.sendto(d, (host, port))
+    held.append((s, c))
+print("begun", flush=True)
+sys.stdin.read()
+"#;
+
+/// An Initial whose address no Retry proved takes no place in the TCP/DoT/DoQ table until its
+/// handshake proves it: forged Initials held places (128 at a table of 1,024, none of them a
+/// client), pressed the table so that every quiet TCP client was cut at 1 s, and at a full
+/// table evicted established connections — those of the address they named first.
+#[test]
+fn unproven_doq_handshakes_take_no_place_in_the_table() {
+    let opts = [
+        // Up to 8 unproven handshakes under way before a Retry (an eighth of 64).
+        "tcp_max_connections = 64",
+        "tcp_idle_timeout_ms = 30000",
+    ];
+    let Some((py, _dir, quic, dnsd)) = doq_server(&opts) else {
+        return;
+    };
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(DOQ_FORGED)
+        .args([
+            &quic.ip().to_string(),
+            &quic.port().to_string(),
+            &net::test_ip().to_string(),
+            "8",
+        ])
+        .env("PYTHONPATH", &py)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "begun");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let held = dnsd.stat("tcp.connections");
+    drop(child.stdin.take());
+    let _ = child.wait();
+    assert_eq!(
+        held,
+        0,
+        "places held by unproven handshakes: {}",
+        dnsd.metrics()
+    );
+}
+
 /// A DoQ client that sends each byte of its queries in a packet of its own, padded to
 /// 1,200 bytes, on eight streams it never finishes: each byte kept its whole datagram alive
 /// until the stream ended (eight streams of 12.6 KB made dnsd's memory grow by 126 MB in

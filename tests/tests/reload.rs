@@ -96,9 +96,33 @@ fn queries_never_fail_while_a_million_record_zone_reloads() {
     std::thread::sleep(Duration::from_millis(200));
     write_zone(&file, 2, 1_000_000);
     let t0 = Instant::now();
-    let (reloaded, out) = dnsd.ctl(&["reload", "big.test."]);
+    // A control command while the zone loads is answered then, not after it (the load ran
+    // with the zone registry held: `ctl zones` waited behind a big zone's reload, 8 s behind
+    // a signed 200k-record one).
+    let ((reloaded, out), (listed, zones_done)) = std::thread::scope(|sc| {
+        let zones = sc.spawn(|| {
+            std::thread::sleep(Duration::from_millis(150));
+            let r = dnsd.ctl(&["zones"]);
+            (r, Instant::now())
+        });
+        let r = dnsd.ctl(&["reload", "big.test."]);
+        (r, zones.join().unwrap())
+    });
+    let reload_done = Instant::now();
     let took = t0.elapsed();
+    eprintln!(
+        "ctl zones answered {:?} into a reload of {took:?}",
+        zones_done - t0
+    );
     assert!(reloaded, "{out}");
+    assert!(listed.0 && listed.1.contains("big.test."), "{}", listed.1);
+    // (Before, it came back with the reload's own answer: 575.96 ms into a reload of
+    // 576.02 ms.)
+    assert!(
+        zones_done < reload_done && (zones_done - t0) * 4 < took * 3,
+        "ctl zones waited for the reload: {:?} into {took:?}",
+        zones_done - t0
+    );
     assert_eq!(serial_of(addr), Some(2));
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);

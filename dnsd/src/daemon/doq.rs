@@ -69,17 +69,23 @@ fn asks_keepalive(msg: &[u8]) -> bool {
     crate::query::wire::parse_query(msg, &mut q).is_ok() && q.edns.is_some_and(|e| e.keepalive)
 }
 
+/// Queries' worth of unread data a connection may hold in all (its flow-control window).
+const CONN_WINDOW_QUERIES: usize = 4;
+
 /// The transport settings of the DNS over QUIC endpoints from the TCP limits.
 pub fn transport(idle: Duration, streams: usize) -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
     t.max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok());
     t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(streams.clamp(1, 1024) as u32));
     t.max_concurrent_uni_streams(quinn::VarInt::from_u32(0));
-    // What a client may send us unread: one query per stream, and that on every stream the
-    // connection may open (quinn's default allowed 1.25 MB a stream).
+    // What a client may send us unread: one query per stream (quinn's default allowed
+    // 1.25 MB a stream), and four in all on the connection — 64 KiB, what a TCP or DoT
+    // connection may hold of a message (a query's worth on every stream held about 480 KB
+    // a connection unfinished: 2 GiB at the default table). DNS queries are small: many
+    // streams at once still fit.
     t.stream_receive_window(quinn::VarInt::from_u32(MAX_QUERY as u32));
     t.receive_window(quinn::VarInt::from_u32(
-        (MAX_QUERY * streams.clamp(1, 1024)) as u32,
+        (MAX_QUERY * streams.clamp(1, CONN_WINDOW_QUERIES)) as u32,
     ));
     // What a connection may hold unacknowledged: a client that does not read (however much
     // flow-control credit it grants) makes our writes wait, not our memory grow.
@@ -136,28 +142,34 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
             continue;
         }
         // The TCP table's slots, made room for as over TCP: a connection of either kind
-        // waiting on its client gives way to a new one of either kind.
-        let slot = tcp.take_slot(Some(peer.ip()));
-        if let Slot::Full = slot {
-            tcp.stats().dropped(DropCause::TcpLimit);
-            if proven {
+        // waiting on its client gives way to a new one of either kind — for a proven address
+        // only. An unproven Initial (its source forgeable) takes no place until its handshake
+        // proves it: forged Initials held places, pressed the table (every quiet TCP client
+        // cut at 1 s) and evicted established connections, those of the address they named
+        // first. Their number is bounded by `before_retry` (a Retry past it).
+        let slot = if proven {
+            let slot = tcp.take_slot(Some(peer.ip()));
+            if let Slot::Full = slot {
+                tcp.stats().dropped(DropCause::TcpLimit);
                 tcp.leave(peer.ip());
+                incoming.refuse();
+                continue;
             }
-            incoming.refuse();
-            continue;
-        }
+            Some(slot)
+        } else {
+            None
+        };
         let (tcp, tls, pending) = (tcp.clone(), tls.clone(), pending.clone());
         pending.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            let _permit = match slot {
-                Slot::Free(p) => p,
-                other => match tcp.after_eviction(other, Some(peer.ip())).await {
-                    Some(p) => p,
+            let permit = match slot {
+                None => None,
+                Some(Slot::Free(p)) => Some(p),
+                Some(other) => match tcp.after_eviction(other, Some(peer.ip())).await {
+                    Some(p) => Some(p),
                     None => {
                         pending.fetch_sub(1, Ordering::Relaxed);
-                        if proven {
-                            tcp.leave(peer.ip());
-                        }
+                        tcp.leave(peer.ip());
                         incoming.refuse();
                         return;
                     }
@@ -165,8 +177,10 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
             };
             // A handshake waits on its client: bounded as a silent connection is, and one
             // that makes room for a new connection when the table is full.
+            // (An unproven one holds no place: never chosen to make room, which it would not
+            // make.)
             let conn = match incoming.accept() {
-                Ok(c) => tcp.on_client(c, tcp.idle(), peer.ip(), || true).await,
+                Ok(c) => tcp.on_client(c, tcp.idle(), peer.ip(), || proven).await,
                 Err(e) => Waited::Done(Err(e)),
             };
             pending.fetch_sub(1, Ordering::Relaxed);
@@ -197,6 +211,28 @@ pub async fn serve(tcp: Arc<TcpServer>, e: quinn::Endpoint, tls: Arc<DotTls>) {
                 conn.close(quinn::VarInt::from_u32(DOQ_NO_ERROR), b"");
                 return;
             }
+            // Proven now: its place in the table, made room for as any other's.
+            let _permit = match permit {
+                Some(p) => p,
+                None => {
+                    let got = match tcp.take_slot(Some(peer.ip())) {
+                        Slot::Free(p) => Some(p),
+                        Slot::Full => {
+                            tcp.stats().dropped(DropCause::TcpLimit);
+                            None
+                        }
+                        other => tcp.after_eviction(other, Some(peer.ip())).await,
+                    };
+                    match got {
+                        Some(p) => p,
+                        None => {
+                            tcp.leave(peer.ip());
+                            conn.close(quinn::VarInt::from_u32(DOQ_NO_ERROR), b"");
+                            return;
+                        }
+                    }
+                }
+            };
             let at = conn.remote_address();
             connection(&tcp, conn, at, local).await;
             tcp.leave(peer.ip());

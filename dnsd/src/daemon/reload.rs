@@ -27,6 +27,8 @@ pub async fn reload(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
 }
 
 async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Reply {
+    // One reload at a time (its load runs with the registry free).
+    let _reloading = RELOADING.lock().await;
     let mut reg = shared.zones.lock().await;
     let mut rules_note: Option<(bool, String)> = None;
     // What the zone list gained and lost (zones removed load nothing).
@@ -258,11 +260,54 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
             None => Reply::ok(head),
         };
     }
+    // Loaded with the registry free (a big zone, signed, takes seconds: every control
+    // command waited behind it — `ctl zones` 8 s behind a 200k-record signed zone), then
+    // applied where the zone is still the one planned: one removed, replaced, transferred or
+    // signed again meanwhile is loaded once more under the registry (rare).
+    let planned: Vec<(usize, u32, Option<Arc<zones::Zone>>)> = plan
+        .iter()
+        .filter_map(|p| reg.entry(p.slot).map(|e| (p.slot, e.id, e.current.clone())))
+        .collect();
+    drop(reg);
     let results = tokio::task::spawn_blocking(move || crate::zone::load::load_all(plan))
         .await
         .unwrap_or_default();
-    let many = results.len() > 100;
-    let reports = reg.apply(results);
+    let mut reg = shared.zones.lock().await;
+    let unchanged = |reg: &Registry, slot: usize| {
+        planned
+            .iter()
+            .find(|p| p.0 == slot)
+            .zip(reg.entry(slot))
+            .is_some_and(|((_, id, was), e)| {
+                e.id == *id
+                    && match (was, &e.current) {
+                        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                        (None, None) => true,
+                        _ => false,
+                    }
+            })
+    };
+    let (fresh, stale): (Vec<_>, Vec<_>) = results
+        .into_iter()
+        .partition(|(slot, _)| unchanged(&reg, *slot));
+    let again: Vec<_> = stale
+        .iter()
+        .filter(|(slot, _)| {
+            let id = planned.iter().find(|p| p.0 == *slot).map(|p| p.1);
+            reg.entry(*slot).is_some_and(|e| Some(e.id) == id)
+        })
+        .flat_map(|(slot, _)| reg.plan(Some(*slot), true))
+        .collect();
+    drop(stale);
+    drop(planned);
+    let many = fresh.len() > 100;
+    let mut reports = reg.apply(fresh);
+    if !again.is_empty() {
+        let results = tokio::task::spawn_blocking(move || crate::zone::load::load_all(again))
+            .await
+            .unwrap_or_default();
+        reports.extend(reg.apply(results));
+    }
     if many {
         std::thread::spawn(crate::daemon::memory::release_freed_memory);
     }
@@ -607,6 +652,9 @@ pub async fn zone_add(
 
 /// Held while a `zone add` loads its zone: one at a time.
 static ADDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Held by the reload running: one at a time.
+static RELOADING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Whether `n` may be added by `by_uid` (a control-group member; `None`: root or dnsd's
 /// user) beside the zones served: the error says which zone it would nest with.
