@@ -48,19 +48,28 @@ const ANSWERS_IN_HAND: usize = 4;
 /// copied out of the packet it came in and the packet freed (`read_to_end` kept every piece,
 /// and a byte a packet kept a whole datagram each: eight streams of 12.6 KB, one byte per
 /// padded packet, held 126 MB). `Err` past the bound or when the stream fails.
-async fn read_query(recv: &mut quinn::RecvStream) -> Result<Vec<u8>, ()> {
+async fn read_query(recv: &mut quinn::RecvStream) -> Result<Vec<u8>, Unread> {
     let mut q = Vec::new();
     while let Some(c) = recv
         .read_chunk(MAX_QUERY + 1 - q.len(), true)
         .await
-        .map_err(drop)?
+        .map_err(|_| Unread::Gone)?
     {
         q.extend_from_slice(&c.bytes);
         if q.len() > MAX_QUERY {
-            return Err(());
+            return Err(Unread::TooLong);
         }
     }
     Ok(q)
+}
+
+/// Why a stream's query was not read.
+enum Unread {
+    /// Longer than any query: malformed.
+    TooLong,
+    /// The client reset the stream or its connection ended: nothing was asked (it was
+    /// counted as malformed: 2,971 such in a run with no malformed byte sent).
+    Gone,
 }
 
 /// True when `msg` parses as a query carrying edns-tcp-keepalive.
@@ -100,6 +109,7 @@ pub fn endpoint(
     transport: Arc<quinn::TransportConfig>,
 ) -> Result<quinn::Endpoint, String> {
     let sc = tls.quic_config(transport.clone())?;
+    tls.watch_quic_socket(&sock);
     let e = quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
         Some(sc),
@@ -324,6 +334,7 @@ async fn connection(
             let limit = tcp.wait_limit(tcp.idle());
             let q = match tokio::time::timeout(limit, read_query(&mut recv)).await {
                 Ok(Ok(q)) => q,
+                Ok(Err(Unread::Gone)) => return,
                 r => {
                     let why = match r {
                         Err(_) => DropCause::TcpTimeout,

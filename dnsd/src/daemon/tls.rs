@@ -24,6 +24,8 @@ pub struct DotTls {
     pub quic_handshakes: [AtomicU64; 3],
     /// QUIC clients asked to prove their address first (handshakes under way at the bound).
     pub quic_retries: AtomicU64,
+    /// A second handle on each QUIC endpoint's socket (quinn reads it): its kernel drops.
+    quic_sockets: std::sync::Mutex<Vec<std::net::UdpSocket>>,
     /// Handshakes completed.
     pub handshakes: AtomicU64,
     /// Handshakes that failed (a client that is not speaking TLS, a protocol error...).
@@ -35,6 +37,45 @@ pub struct DotTls {
 }
 
 impl DotTls {
+    /// Keeps a handle on a QUIC endpoint's socket, whose kernel drops the metrics read.
+    pub fn watch_quic_socket(&self, sock: &std::net::UdpSocket) {
+        if let Ok(s) = sock.try_clone() {
+            self.quic_sockets
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(s);
+        }
+    }
+
+    /// Datagrams the kernel dropped on the QUIC sockets' full receive queues (SO_MEMINFO's
+    /// drops: quinn reads them, without SO_RXQ_OVFL).
+    fn quic_kernel_drops(&self) -> u64 {
+        use std::os::fd::AsRawFd as _;
+        let socks = self.quic_sockets.lock().unwrap_or_else(|e| e.into_inner());
+        socks
+            .iter()
+            .map(|s| {
+                let mut info = [0u32; 16];
+                let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+                // SAFETY: `info` is writable for `len` bytes, the fd is our own handle.
+                let r = unsafe {
+                    libc::getsockopt(
+                        s.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_MEMINFO,
+                        info.as_mut_ptr().cast(),
+                        &mut len,
+                    )
+                };
+                if r == 0 && len as usize > libc::SK_MEMINFO_DROPS as usize * 4 {
+                    u64::from(info[libc::SK_MEMINFO_DROPS as usize])
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+
     /// Why the pair serving now is not valid today (expired, not yet valid), if it is not.
     pub fn validity_warning(&self, cert: &Path) -> Option<String> {
         shield::tls_pair::out_of_validity(
@@ -53,6 +94,7 @@ impl DotTls {
             quic: Default::default(),
             quic_handshakes: Default::default(),
             quic_retries: AtomicU64::new(0),
+            quic_sockets: std::sync::Mutex::new(Vec::new()),
             handshakes: AtomicU64::new(0),
             handshake_failures: AtomicU64::new(0),
             handshake_timeouts: AtomicU64::new(0),
@@ -178,6 +220,13 @@ impl shield::metrics::Source for DotTls {
                 self.quic_handshakes[i].load(Ordering::Relaxed),
             );
         }
+        out.counter(
+            "quic.kernel_drops",
+            "dnsd_quic_kernel_drops_total",
+            "",
+            "Datagrams the kernel dropped on the DNS over QUIC sockets' full receive queues.",
+            self.quic_kernel_drops(),
+        );
         out.counter(
             "quic.retries",
             "dnsd_quic_retries_total",
