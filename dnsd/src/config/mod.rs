@@ -1180,9 +1180,26 @@ impl Config {
                 ));
             }
             if z.catalog.is_some() {
+                // Said where the policy came from: a template (the `default` one, which the
+                // README's producer example uses) gives it to a zone that never names it.
+                let from = zone_list::Templates::new(self)
+                    .ok()
+                    .and_then(|t| {
+                        let name = z.template.as_deref().unwrap_or("default");
+                        t.get(Some(name))
+                            .filter(|s| s.dnssec_policy.is_some())
+                            .map(|_| name.to_string())
+                    })
+                    .map(|t| {
+                        format!(
+                            " (zone {}: from [[template]] {t}; give the catalog a template of its own without dnssec_policy, template = \"...\")",
+                            z.origin
+                        )
+                    })
+                    .unwrap_or_default();
                 return Err((
                     format!("{}.dnssec_policy", z.key),
-                    "a catalog zone is not signed".into(),
+                    format!("a catalog zone is not signed{from}"),
                 ));
             }
         }
@@ -1392,6 +1409,23 @@ mod tests {
             .to_string();
         assert!(e.contains("catalog_template") && e.contains("no %s"), "{e}");
         Config::parse(Path::new("x.toml"), &cfg("members/%s.zone")).unwrap();
+    }
+
+    #[test]
+    fn a_catalog_signed_by_its_template_is_refused_naming_the_template() {
+        let e = Config::parse(
+            Path::new("x.toml"),
+            "[dnssec]\nkey_dir = \"keys\"\n[[dnssec_policy]]\nname = \"p\"\n\
+             [[template]]\nname = \"default\"\ncatalog_zone = \"cat.invalid.\"\n\
+             dnssec_policy = \"p\"\n\
+             [[zone]]\norigin = \"cat.invalid.\"\ncatalog = \"producer\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("a catalog zone is not signed") && e.contains("[[template]] default"),
+            "{e}"
+        );
     }
 
     #[test]
