@@ -617,6 +617,44 @@ fn a_notify_flood_from_a_primarys_address_checks_the_primary_about_once_a_second
     assert_eq!(limited, 0, "NOTIFY replies limited");
 }
 
+/// After failed refreshes a NOTIFY waits out the backoff (up to a minute), and an operator's
+/// `ctl zone-refresh` meanwhile is done at once: it waited behind the NOTIFY's gap, and its
+/// answer timed out ("refresh still running").
+#[test]
+fn an_operators_refresh_is_not_held_behind_a_notifys_backoff() {
+    let (_dir, primary, secondary) = dnsd_primary_and_secondary();
+    let from = primary.addr().ip();
+    drop(primary);
+    // Two failed refreshes: a NOTIFY now waits 20 s after the last.
+    for _ in 0..2 {
+        let (ok, out) = secondary.ctl(&["zone-refresh", ORIGIN]);
+        assert!(!ok || out.contains("FAILED"), "{out}");
+    }
+    let sock = std::net::UdpSocket::bind((from, 0)).unwrap();
+    let notify = build_query(
+        9,
+        ORIGIN,
+        T::SOA,
+        &QueryOpts {
+            opcode: 4,
+            ..QueryOpts::udp()
+        },
+    );
+    sock.send_to(&notify, secondary.addr()).unwrap();
+    wait_for("the NOTIFY taken", Duration::from_secs(5), || {
+        secondary.stat("notify.in.accepted") >= 1
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let (_, out) = secondary.ctl(&["zone-refresh", ORIGIN]);
+    let took = t0.elapsed();
+    assert!(out.contains("FAILED"), "the refresh was done: {out}");
+    assert!(
+        took < Duration::from_secs(10),
+        "the operator's refresh waited {took:?} behind the NOTIFY's 20 s gap"
+    );
+}
+
 /// A NOTIFY from an address that may not notify is refused whatever it asks (a QTYPE other
 /// than SOA too, as Knot and NSD refuse it); from a primary, such a NOTIFY is FORMERR.
 #[test]

@@ -200,15 +200,31 @@ async fn run_zone(shared: Arc<Shared>, origin: Name, mut rx: mpsc::Receiver<Trig
             continue;
         }
         let asked = trig.is_some();
-        let reply = trig.and_then(|t| t.reply);
+        let mut reply = trig.and_then(|t| t.reply);
         if asked
             && reply.is_none()
             && let Some(done) = last_done
             && now < done + notify_gap(fails)
         {
             // NOTIFY (a source that can be forged) asks again right after a refresh: at most
-            // one check of the primaries per gap, the NOTIFYs meanwhile merged into it.
-            tokio::time::sleep_until((done + notify_gap(fails)).into()).await;
+            // one check of the primaries per gap, the NOTIFYs meanwhile merged into it. An
+            // operator's refresh (`ctl zone-refresh`, which waits for its answer) cuts the
+            // gap short: it waited behind it, up to a minute after failures, and its answer
+            // timed out.
+            let until = done + notify_gap(fails);
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until.into()) => break,
+                    t = rx.recv() => match t {
+                        Some(t) if t.reply.is_some() => {
+                            reply = t.reply;
+                            break;
+                        }
+                        Some(_) => {}
+                        None => return,
+                    },
+                }
+            }
         }
         x.with_status(&apex, |s| s.state = ZoneState::Refreshing);
         let r = refresh(&shared, &origin).await;
