@@ -330,11 +330,15 @@ pub fn cookie_values<'h>(headers: &'h HeaderMap, name: &'h str) -> impl Iterator
 }
 
 /// A path to return to after the challenge: the request's own (absolute path and query),
-/// never another origin (`//host`, `/\host`) or anything with control characters.
+/// never another origin (`//host`, `/\host`), a path a client could resolve into one (dot
+/// segments, empty segments, backslashes: `/.//evil.example` is `//evil.example` once its
+/// dot segment goes) or anything with control characters.
 pub fn safe_return(r: &str) -> &str {
+    let path = r.split('?').next().unwrap_or("");
     let ok = r.starts_with('/')
-        && !r.starts_with("//")
-        && !r.starts_with("/\\")
+        && !path.contains("//")
+        && !path.contains('\\')
+        && !path.split('/').any(|seg| seg == "." || seg == "..")
         && r.len() <= 4096
         && r.bytes().all(|c| c.is_ascii_graphic());
     if ok { r } else { "/" }
@@ -571,7 +575,17 @@ mod tests {
             ["x.y", "z", "w"]
         );
         assert_eq!(safe_return("/a?b=c"), "/a?b=c");
-        for bad in ["//evil.example/", "/\\evil", "http://evil/", "/a\nb", ""] {
+        for bad in [
+            "//evil.example/",
+            "/\\evil",
+            "http://evil/",
+            "/a\nb",
+            "",
+            "/.//evil.example",
+            "/a/..//evil.example",
+            "/a\\b",
+            "/./x",
+        ] {
             assert_eq!(safe_return(bad), "/");
         }
         assert_eq!(
