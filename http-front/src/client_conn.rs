@@ -391,9 +391,23 @@ async fn serve_sent(
             r = tokio::time::timeout_at(deadline, async {
                 tapped.hello().await?;
                 if tapped.plain_http() {
-                    use tokio::io::AsyncWriteExt as _;
+                    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
                     tapped.write_all(PLAIN_HTTP_ON_TLS).await?;
                     tapped.shutdown().await?;
+                    // What the client sent past what was read goes unread a moment (up to
+                    // 64 KiB or a second), as nginx lingers: closed with it unread, the
+                    // kernel's reset could reach the client before the 400 was read.
+                    let mut sink = [0u8; 4096];
+                    let mut left = 64usize << 10;
+                    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                        while left > 0 {
+                            match tapped.read(&mut sink).await {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => left = left.saturating_sub(n),
+                            }
+                        }
+                    })
+                    .await;
                     return Ok(None);
                 }
                 acceptor.accept(tapped).await.map(Some)

@@ -864,8 +864,6 @@ mod tests {
         rec
     }
 
-    /// A hello packed with extensions (GREASE or not) is fingerprinted from its first
-    /// [`FINGERPRINT_ITEMS`] only: what it costs is bounded.
     #[test]
     fn plain_http_is_told_apart_from_tls_records() {
         let seen = |first: &[u8]| {
@@ -893,6 +891,8 @@ mod tests {
         }
     }
 
+    /// A hello packed with extensions (GREASE or not) is fingerprinted from its first
+    /// [`FINGERPRINT_ITEMS`] only: what it costs is bounded.
     #[test]
     fn a_hello_packed_with_extensions_is_read_no_further_than_the_bound() {
         let many: Vec<(u16, Vec<u8>)> = (0..12_000u16).map(|i| (0x1000 + i, Vec::new())).collect();

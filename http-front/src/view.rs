@@ -21,11 +21,10 @@ pub struct Clearance<'a> {
     now_secs: u64,
     /// The difficulty a challenge rule of difficulty 0 asks (`[challenge] difficulty`).
     default_difficulty: u8,
-    /// The highest difficulty a valid clearance cookie was earned at (`Some(None)`: none),
-    /// and the latest expiry of one earned at the default difficulty or harder, and of one
-    /// earned at the highest.
-    memo: Cell<Option<(Option<u8>, u64, u64)>>,
-    /// When the clearance that let the request through expires (Unix seconds; 0: none did).
+    /// The valid clearance cookies, checked once.
+    memo: Cell<Option<Checked>>,
+    /// When the clearance that let the request through expires (Unix seconds; 0: none did):
+    /// of each pass, the longest-lived cookie good enough for it, the soonest of those.
     until: Cell<u64>,
     /// How long a clearance lasts (`[challenge] clearance_secs`): its expiry less this is
     /// when it was earned.
@@ -36,6 +35,19 @@ pub struct Clearance<'a> {
     passed: Cell<bool>,
     /// The request came over HTTPS (the cookie's name: [`challenge::cookie_name`]).
     https: bool,
+}
+
+/// What a request's clearance cookies came to.
+#[derive(Clone, Copy, Debug)]
+struct Checked {
+    /// The highest difficulty a valid one was earned at.
+    best: Option<u8>,
+    /// The latest expiry of one earned at the default difficulty or harder (0: none).
+    latest: u64,
+    /// Each valid one: (difficulty, expiry).
+    found: [(u8, u64); MAX_COOKIES_CHECKED],
+    /// How many of `found` are set.
+    n: usize,
 }
 
 /// Clearance cookies checked per request at most (each costs an HMAC): those spelt as a
@@ -84,11 +96,11 @@ impl<'a> Clearance<'a> {
     /// [`Clearance::valid`] by a clearance of the default difficulty earned at or after
     /// `since` (Unix seconds): what lifts a hold made then.
     pub fn valid_since(&self, since: u64) -> bool {
-        let (_, latest, _) = self.checked();
+        let latest = self.checked().latest;
         let ok = latest.saturating_sub(self.lasts_secs) >= since && latest > 0;
         if ok {
             self.passed.set(true);
-            self.until.set(self.until.get().max(latest));
+            self.until_at_most(latest);
         }
         ok
     }
@@ -101,45 +113,58 @@ impl<'a> Clearance<'a> {
         } else {
             difficulty
         };
-        let (best, _, best_until) = self.checked();
-        let ok = best.is_some_and(|d| d >= want);
+        let c = self.checked();
+        let ok = c.best.is_some_and(|d| d >= want);
         if ok {
             self.passed.set(true);
-            self.until.set(self.until.get().max(best_until));
+            let good = c.found[..c.n]
+                .iter()
+                .filter(|(d, _)| *d >= want)
+                .map(|(_, e)| *e)
+                .max()
+                .unwrap_or(0);
+            self.until_at_most(good);
         }
         ok
     }
 
+    /// Notes a pass on a clearance that expires at `expiry`: the soonest of the passes.
+    fn until_at_most(&self, expiry: u64) {
+        let u = self.until.get();
+        self.until.set(if u == 0 { expiry } else { u.min(expiry) });
+    }
+
     /// The clearance cookies, checked once: the best difficulty, and the latest expiry at the
     /// default difficulty or harder (0: none).
-    fn checked(&self) -> (Option<u8>, u64, u64) {
+    fn checked(&self) -> Checked {
         match self.memo.get() {
             Some(m) => m,
             None => {
-                let (mut best, mut latest, mut best_until) = (None, 0, 0);
+                let mut c = Checked {
+                    best: None,
+                    latest: 0,
+                    found: [(0, 0); MAX_COOKIES_CHECKED],
+                    n: 0,
+                };
                 let name = challenge::cookie_name(self.keys, &self.binding, self.https);
                 let cookies = challenge::cookie_values(self.headers, &name)
                     .filter_map(|c| challenge::ClearanceText::parse(c, self.now_secs));
-                for (i, c) in cookies.enumerate() {
+                for (i, cookie) in cookies.enumerate() {
                     if i == MAX_COOKIES_CHECKED {
                         self.over.set(true);
                         break;
                     }
-                    if let Some(d) = c.verify(self.keys, &self.binding) {
-                        if Some(d) > best {
-                            best_until = 0;
-                        }
-                        if Some(d) >= best {
-                            best = Some(d);
-                            best_until = best_until.max(c.expiry());
-                        }
+                    if let Some(d) = cookie.verify(self.keys, &self.binding) {
+                        c.best = c.best.max(Some(d));
                         if d >= self.default_difficulty {
-                            latest = latest.max(c.expiry());
+                            c.latest = c.latest.max(cookie.expiry());
                         }
+                        c.found[c.n] = (d, cookie.expiry());
+                        c.n += 1;
                     }
                 }
-                self.memo.set(Some((best, latest, best_until)));
-                (best, latest, best_until)
+                self.memo.set(Some(c));
+                c
             }
         }
     }

@@ -344,3 +344,18 @@ impl VethPair {
         ])
     }
 }
+
+/// Pins the calling thread to the CPU it runs on: XDP on a veth runs on the sender's CPU, and
+/// its rate buckets are per CPU — a burst whose thread moved would meet two buckets.
+pub fn pin_to_current_cpu() {
+    // SAFETY: sched_getcpu has no preconditions; a zeroed cpu_set_t is an empty set and
+    // CPU_SET writes within it.
+    unsafe {
+        let Ok(cpu) = usize::try_from(libc::sched_getcpu()) else {
+            return;
+        };
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+    }
+}

@@ -119,7 +119,7 @@ fn queries_never_fail_while_a_million_record_zone_reloads() {
     // (Before, it came back with the reload's own answer: 575.96 ms into a reload of
     // 576.02 ms.)
     assert!(
-        zones_done < reload_done && (zones_done - t0) * 4 < took * 3,
+        zones_done + Duration::from_millis(50) < reload_done,
         "ctl zones waited for the reload: {:?} into {took:?}",
         zones_done - t0
     );

@@ -108,6 +108,8 @@ fn burst_of(
 ) -> (usize, usize) {
     pair.a
         .run(move || {
+            // One CPU's buckets for the whole burst.
+            netns::pin_to_current_cpu();
             let s = UdpSocket::bind(SocketAddr::new(src.into(), 0)).unwrap();
             s.connect(server).unwrap();
             s.set_read_timeout(Some(Duration::from_millis(400)))

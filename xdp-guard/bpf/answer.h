@@ -730,8 +730,9 @@ static __always_inline __u32 cookie_offset(struct xdp_md *ctx, __u32 l4o, __u32 
 __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct guard_pkt *pk)
 {
 	__u32 zero = 0;
-	/* Past 255 bytes of headers (IPv6 extension headers): not looked at. */
-	if (!ctx || !pk || pk->l4_off > 0xff)
+	/* Past 255 bytes of headers (IPv6 extension headers), or a proxy's datagram: not looked
+	 * at. */
+	if (!ctx || !pk || pk->l4_off > 0xff || (pk->cand & GUARD_CAND_PROXIED))
 		return 0;
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -808,7 +809,8 @@ __attribute__((noinline)) int guard_rate_cookie(struct xdp_md *ctx, const struct
 __attribute__((noinline)) int guard_rate_name(struct xdp_md *ctx, const struct guard_pkt *pk)
 {
 	__u32 zero = 0;
-	if (!ctx || !pk || pk->l4_off > 0xff || pk->l3_off > 0xff)
+	if (!ctx || !pk || pk->l4_off > 0xff || pk->l3_off > 0xff ||
+	    (pk->cand & GUARD_CAND_PROXIED))
 		return 0;
 	const struct guard_config *cfg = bpf_map_lookup_elem(&guard_config, &zero);
 	struct guard_counters *cnt = bpf_map_lookup_elem(&guard_counters, &zero);
@@ -859,20 +861,26 @@ __attribute__((noinline)) int guard_rate_name(struct xdp_md *ctx, const struct g
 	}
 	if (end_i >= GUARD_QNAME_MAX)
 		return 0;
-	__u32 len = end_i + 3;
+	/* Its type, read apart (not lower-cased with the name: types 65 and 97 are others). */
+	__u8 qt[2];
+	if (bpf_xdp_load_bytes(ctx, l4o + sizeof(struct udphdr) + 12 + end_i + 1, qt, 2))
+		return 0;
+	__u32 len = end_i + 1;
 	barrier_var(len);
 	len &= 0xff; /* on the register passed to the load, whatever copy the check uses */
 	__builtin_memset(b, 0, GUARD_QNAME_MAX + 8);
-	if (len < 3 || len > GUARD_QNAME_MAX + 2 ||
+	if (len < 1 || len > GUARD_QNAME_MAX ||
 	    bpf_xdp_load_bytes(ctx, l4o + sizeof(struct udphdr) + 12, b, len))
 		return 0;
 	__u64 hash = GUARD_FNV_OFFSET;
-	for (int i = 0; i < GUARD_QNAME_MAX + 2; i++) {
+	for (int i = 0; i < GUARD_QNAME_MAX; i++) {
 		__u8 c = b[i];
 		if (c >= 'A' && c <= 'Z')
 			c += 32;
 		hash = (hash ^ c) * GUARD_FNV_PRIME;
 	}
+	hash = (hash ^ qt[0]) * GUARD_FNV_PRIME;
+	hash = (hash ^ qt[1]) * GUARD_FNV_PRIME;
 
 	/* The keys: the source's as rate_limit makes it (an IPv6 source's /64), byte 9 marking
 	 * the second bucket (2) and the name's share (3, the hash over the half the source's key
@@ -1346,8 +1354,9 @@ static __always_inline int try_answer(struct xdp_md *ctx, const struct guard_pkt
 	k->gen = aa->gen;
 	struct guard_answer *v = bpf_map_lookup_elem(&guard_answers, k);
 	if (!v || !same_name(scr->qname, v->qname)) {
-		/* dnsd answers it, under its own RRL: charged to no bucket of ours (a forged flood
-		 * of names we do not answer here never limits the answers we do). */
+		/* dnsd answers it, under its own RRL: charged to no RRL account of ours (a forged
+		 * flood of names we do not answer here never limits the answers we do); it meets
+		 * the source's rate after (guard_rate_later). */
 		cnt->count[GUARD_C_ANS_PASS_MISS]++;
 		return XDP_PASS;
 	}

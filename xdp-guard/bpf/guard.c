@@ -13,7 +13,8 @@
  * to dnsd: a flood forged in a resolver's name for one name leaves its other answers alone.
  *
  * Rate-limit buckets are per CPU (no atomics, no shared cache lines): a source whose packets
- * the NIC spreads over N CPUs (RSS hashes the source port too) may get up to N x rate.
+ * the NIC spreads over N CPUs (RSS hashes the source port too) may get up to N x rate, and
+ * with the names' second bucket (guard_rate_name) up to 2N x rate.
  *
  * UDP to a DNS service whose dnsd publishes answers goes on to the answer fast path
  * (answer.h): what it does not answer passes to dnsd.
@@ -653,8 +654,8 @@ static __always_inline const struct guard_ans_addr *ans_addr(const struct guard_
 }
 
 /* L4 after an IP header: UDP to a DNS service of a source with a DNS-only block is dropped;
- * UDP to a DNS port is rate-limited (and, when it passes, a candidate for the answer fast
- * path), TCP is checked for sanity. */
+ * UDP to a DNS port is rate-limited (a candidate for the answer fast path whose address
+ * answers under RRL after the fast path: guard_rate_later), TCP is checked for sanity. */
 static __always_inline int l4(void *l4p, void *end, __u8 proto, struct guard_v6_key *src,
 			      const struct guard_v6_key *dst, const struct guard_dns_block *dns,
 			      struct guard_counters *cnt, struct guard_pkt *pk, int answerable,
@@ -895,8 +896,10 @@ int palisade_guard(struct xdp_md *ctx)
 	/* The answer address entry classify found for a candidate (else looked up there). */
 	const struct guard_ans_addr *aa = 0;
 	int v = classify(ctx, cnt, &pk, &aa);
-	if (v == GUARD_PROXIED)
+	if (v == GUARD_PROXIED) {
+		pk.cand = GUARD_CAND_PROXIED;
 		v = guard_proxied(ctx, &pk);
+	}
 	if (v == GUARD_CANDIDATE) {
 		int act = try_answer(ctx, &pk, cnt, aa);
 		if (act == GUARD_RRL_DROP) {
@@ -912,11 +915,14 @@ int palisade_guard(struct xdp_md *ctx)
 		/* Not answered here: on to dnsd, under the source's rate (if not met before). */
 		v = (pk.cand & GUARD_CAND_RATE_LATER) ? guard_rate_later(ctx, &pk) : GUARD_C_PASS;
 	}
-	/* Forged packets in a source's name spend its bucket: its own queries that carry our
+	/* A listed proxy's datagram (its payload a PROXY header, not the query) is never looked
+	 * into for a cookie or a name. Forged packets in a source's name spend its bucket: its
+	 * own queries that carry our
 	 * server cookie (it read our replies) still go to dnsd, which exempts them too, and so do
 	 * those of a name whose share of its second bucket has room (a flood of one name spends
-	 * that name's share); else one in `slip` is answered TC=1 (its question alone: never more bytes than came)
-	 * for the resolver to come back over TCP, which no bucket limits — as RRL slips. */
+	 * that name's share); else one in `slip` is answered TC=1 (its question alone: never
+	 * more bytes than came) for the resolver to come back over TCP, which no bucket limits
+	 * — as RRL slips. */
 	if (v == GUARD_C_DROP_RATELIMIT) {
 		if (guard_rate_cookie(ctx, &pk) || guard_rate_name(ctx, &pk)) {
 			v = GUARD_C_PASS;

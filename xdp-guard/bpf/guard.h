@@ -181,6 +181,8 @@ struct guard_pkt {
 #define GUARD_CAND_RATE_LATER 1
 /* guard_pkt.cand: the address's guard_ans_addr entry was looked up (found or not). */
 #define GUARD_CAND_ADDR_SEEN 2
+/* guard_pkt.cand: a listed proxy's datagram (its payload a PROXY header, not a query). */
+#define GUARD_CAND_PROXIED 4
 
 /* A query the answer fast path parsed: where the answer goes, and its cookie. */
 struct guard_ans_ctx {

@@ -1766,6 +1766,65 @@ fn over_its_rate_a_source_keeps_a_share_for_each_name() {
     );
 }
 
+/// Where the fast path answers under RRL, a query it does not answer (a miss) meets the
+/// source's rate after it, as anything that goes on to dnsd: the burst, the name's share,
+/// then dropped — its miss counted first.
+#[test]
+fn a_miss_where_answers_are_under_rrl_meets_the_source_rate_after_the_fast_path() {
+    if !xdp_ready("a_miss_where_answers_are_under_rrl_meets_the_source_rate_after_the_fast_path") {
+        return;
+    }
+    use xdp_guard::maps::{ANSWER_MAX, AnsKey, Answer, QNAME_MAX, V_NO_EDNS};
+    let g = private_guard(&[53], 1, 2);
+    pin_to_current_cpu();
+    let addr = xdp_guard::addr_key(DST4.into(), 53);
+    let limited = xdp_guard::AnswerRate {
+        per_second: 100,
+        ..SENDER
+    };
+    // One answer (the root's A) makes the address one the fast path answers at.
+    let mut data = [0u8; ANSWER_MAX];
+    data[..4].copy_from_slice(&[0xc0, 0x0c, 0, 1]);
+    let key = AnsKey {
+        addr: xdp_guard::mapped(DST4.into()),
+        port: 53,
+        ..AnsKey::for_name(V_NO_EDNS, 1, &[0])
+    };
+    let ans = Answer {
+        flags: 0x8400,
+        an: 1,
+        ns: 0,
+        ar: 0,
+        len: 4,
+        csum: 0xc00d,
+        cookie: 0,
+        reserved: 0,
+        rrl_key: 1,
+        qname: [0; QNAME_MAX],
+        data,
+    };
+    g.maps()
+        .publish_answers(&[addr], &mut [(key, ans)], 1232, limited, None)
+        .unwrap();
+    let q = name_query(v4("198.51.100.50"), 1, &["nothere", "example", "com"], 1);
+    for _ in 0..2 {
+        let (v, d) = run(&g, &q);
+        assert_eq!(
+            (v, d.ans_pass[2]),
+            (Verdict::Pass, 1),
+            "the burst, a miss: {d:?}"
+        );
+    }
+    let (v, d) = run(&g, &q);
+    assert_eq!((v, d.rate_name), (Verdict::Pass, 1), "the name's share");
+    let (v, d) = run(&g, &q);
+    assert_eq!(
+        (v, d.drop_ratelimit, d.ans_pass[2]),
+        (Verdict::Drop, 1, 1),
+        "held by the rate after the fast path: {d:?}"
+    );
+}
+
 /// Forged packets in a resolver's name spend its bucket (its address is all they need): past
 /// it, one query in `slip` is answered TC=1 with its question alone — never more bytes than
 /// came — so that the resolver comes back over TCP, which no bucket limits, as behind RRL.

@@ -48,20 +48,44 @@ const ANSWERS_IN_HAND: usize = 4;
 /// copied out of the packet it came in and the packet freed (`read_to_end` kept every piece,
 /// and a byte a packet kept a whole datagram each: eight streams of 12.6 KB, one byte per
 /// padded packet, held 126 MB). `Err` past the bound or when the stream fails.
-async fn read_query(recv: &mut quinn::RecvStream) -> Result<Vec<u8>, Unread> {
+async fn read_query(
+    recv: &mut quinn::RecvStream,
+    budget: &Arc<tokio::sync::Semaphore>,
+) -> Result<(Vec<u8>, Option<tokio::sync::OwnedSemaphorePermit>), Unread> {
     let mut q = Vec::new();
-    while let Some(c) = recv
-        .read_chunk(MAX_QUERY + 1 - q.len(), true)
-        .await
-        .map_err(|_| Unread::Gone)?
-    {
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    loop {
+        // Room in the connection's budget before the bytes are taken from quinn (which
+        // gives the client its flow-control credit back as they are read): the budget, not
+        // the window, bounds what a connection's unfinished queries hold.
+        let want = (MAX_QUERY + 1 - q.len()).min(READ_STEP);
+        let mut p = budget
+            .clone()
+            .acquire_many_owned(want as u32)
+            .await
+            .map_err(|_| Unread::Gone)?;
+        let chunk = recv.read_chunk(want, true).await.map_err(|e| match e {
+            quinn::ReadError::ConnectionLost(quinn::ConnectionError::TimedOut) => Unread::TimedOut,
+            _ => Unread::Gone,
+        })?;
+        let Some(c) = chunk else { break };
+        let n = c.bytes.len();
+        // What was not used goes back at once.
+        drop(p.split(want - n));
         q.extend_from_slice(&c.bytes);
+        match held.as_mut() {
+            Some(h) => h.merge(p),
+            None => held = Some(p),
+        }
         if q.len() > MAX_QUERY {
             return Err(Unread::TooLong);
         }
     }
-    Ok(q)
+    Ok((q, held))
 }
+
+/// Bytes of a query read at a time (each taken from the connection's budget first).
+const READ_STEP: usize = 2048;
 
 /// Why a stream's query was not read.
 enum Unread {
@@ -70,6 +94,8 @@ enum Unread {
     /// The client reset the stream or its connection ended: nothing was asked (it was
     /// counted as malformed: 2,971 such in a run with no malformed byte sent).
     Gone,
+    /// The connection went idle past QUIC's idle timeout while the query was unfinished.
+    TimedOut,
 }
 
 /// True when `msg` parses as a query carrying edns-tcp-keepalive.
@@ -80,6 +106,10 @@ fn asks_keepalive(msg: &[u8]) -> bool {
 
 /// Queries' worth of unread data a connection may hold in all (its flow-control window).
 const CONN_WINDOW_QUERIES: usize = 4;
+/// Bytes of queries a connection may hold read but unanswered, all its streams together:
+/// 64 KiB, what a TCP or DoT connection may hold of a message (a query's worth on every
+/// stream held about 480 KB a connection unfinished: 2 GiB at the default table).
+const QUERY_BUDGET: usize = 4 * 16 * 1024;
 
 /// The transport settings of the DNS over QUIC endpoints from the TCP limits.
 pub fn transport(idle: Duration, streams: usize) -> Arc<quinn::TransportConfig> {
@@ -88,10 +118,9 @@ pub fn transport(idle: Duration, streams: usize) -> Arc<quinn::TransportConfig> 
     t.max_concurrent_bidi_streams(quinn::VarInt::from_u32(streams.clamp(1, 1024) as u32));
     t.max_concurrent_uni_streams(quinn::VarInt::from_u32(0));
     // What a client may send us unread: one query per stream (quinn's default allowed
-    // 1.25 MB a stream), and four in all on the connection — 64 KiB, what a TCP or DoT
-    // connection may hold of a message (a query's worth on every stream held about 480 KB
-    // a connection unfinished: 2 GiB at the default table). DNS queries are small: many
-    // streams at once still fit.
+    // 1.25 MB a stream), and four in all on the connection. What dnsd has read of
+    // unfinished queries is bounded apart (`QUERY_BUDGET`): quinn gives the credit back
+    // as data is read.
     t.stream_receive_window(quinn::VarInt::from_u32(MAX_QUERY as u32));
     t.receive_window(quinn::VarInt::from_u32(
         (MAX_QUERY * streams.clamp(1, CONN_WINDOW_QUERIES)) as u32,
@@ -280,6 +309,7 @@ async fn connection(
     }
     let p = Arc::new(std::sync::Mutex::new(p));
     let in_hand = Arc::new(tokio::sync::Semaphore::new(ANSWERS_IN_HAND));
+    let budget = Arc::new(tokio::sync::Semaphore::new(QUERY_BUDGET));
     let mut streams = tokio::task::JoinSet::new();
     // Streams open (each bounded by the wait limit), and when the last answer went out:
     // while waiting for its next stream the connection waits on its client whatever its
@@ -327,14 +357,20 @@ async fn connection(
         };
         served += 1;
         let (p, conn, tcp, in_hand) = (p.clone(), conn.clone(), tcp.clone(), in_hand.clone());
+        let budget = budget.clone();
         let busy = ActiveStream::new(&active);
         let answered = answered.clone();
         streams.spawn(async move {
             let _busy = busy;
             let limit = tcp.wait_limit(tcp.idle());
-            let q = match tokio::time::timeout(limit, read_query(&mut recv)).await {
+            let (q, _held) = match tokio::time::timeout(limit, read_query(&mut recv, &budget)).await
+            {
                 Ok(Ok(q)) => q,
                 Ok(Err(Unread::Gone)) => return,
+                Ok(Err(Unread::TimedOut)) => {
+                    tcp.stats().dropped(DropCause::TcpTimeout);
+                    return;
+                }
                 r => {
                     let why = match r {
                         Err(_) => DropCause::TcpTimeout,

@@ -264,22 +264,28 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
     // command waited behind it — `ctl zones` 8 s behind a 200k-record signed zone), then
     // applied where the zone is still the one planned: one removed, replaced, transferred or
     // signed again meanwhile is loaded once more under the registry (rare).
-    let planned: Vec<(usize, u32, Option<Arc<zones::Zone>>)> = plan
+    type Was = (u32, registry::ZoneDef, Option<Arc<zones::Zone>>);
+    let planned: std::collections::HashMap<usize, Was> = plan
         .iter()
-        .filter_map(|p| reg.entry(p.slot).map(|e| (p.slot, e.id, e.current.clone())))
+        .filter_map(|p| {
+            reg.entry(p.slot)
+                .map(|e| (p.slot, (e.id, e.def.clone(), e.current.clone())))
+        })
         .collect();
     drop(reg);
     let results = tokio::task::spawn_blocking(move || crate::zone::load::load_all(plan))
         .await
         .unwrap_or_default();
     let mut reg = shared.zones.lock().await;
+    // The same zone (id), as configured then (a catalog may regroup a member: another file
+    // or policy), serving the same version.
     let unchanged = |reg: &Registry, slot: usize| {
         planned
-            .iter()
-            .find(|p| p.0 == slot)
+            .get(&slot)
             .zip(reg.entry(slot))
-            .is_some_and(|((_, id, was), e)| {
+            .is_some_and(|((id, def, was), e)| {
                 e.id == *id
+                    && e.def == *def
                     && match (was, &e.current) {
                         (Some(a), Some(b)) => Arc::ptr_eq(a, b),
                         (None, None) => true,
@@ -293,7 +299,7 @@ async fn reload_now(shared: &Arc<State>, zone: Option<&str>, force: bool) -> Rep
     let again: Vec<_> = stale
         .iter()
         .filter(|(slot, _)| {
-            let id = planned.iter().find(|p| p.0 == *slot).map(|p| p.1);
+            let id = planned.get(slot).map(|p| p.0);
             reg.entry(*slot).is_some_and(|e| Some(e.id) == id)
         })
         .flat_map(|(slot, _)| reg.plan(Some(*slot), true))

@@ -376,7 +376,7 @@ where
         w.flush().await?;
         if big.is_none() && n == SMALL_BUF {
             big = Some(BytesMut::with_capacity(COPY_BUF));
-        } else if big.is_some() && n < COPY_BUF / 4 {
+        } else if big.is_some() && n < COPY_BUF {
             big = None;
         }
     }
