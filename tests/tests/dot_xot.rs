@@ -1315,6 +1315,77 @@ fn kernel_drops_on_the_doq_socket_are_counted() {
     );
 }
 
+/// Opens argv[4] DoQ connections to argv[1]:argv[2] (verified against argv[3]), each with 32
+/// streams carrying 16,000 bytes of a 16 KiB query it never finishes; prints "held" and keeps
+/// them open for argv[5] seconds.
+const DOQ_FAT: &str = r#"
+import asyncio, ssl, struct, sys
+from aioquic.asyncio import connect
+from aioquic.quic.configuration import QuicConfiguration
+host, port, ca, conns, secs = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
+async def one():
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=["doq"], server_name="dns.test")
+    cfg.load_verify_locations(ca)
+    async with connect(host, port, configuration=cfg) as p:
+        for _ in range(32):
+            sid = p._quic.get_next_available_stream_id()
+            p._quic.send_stream_data(sid, struct.pack(">H", 16384) + bytes(15998), end_stream=False)
+        p.transmit()
+        await asyncio.sleep(secs)
+async def main():
+    tasks = [asyncio.create_task(one()) for _ in range(conns)]
+    await asyncio.sleep(1.5)
+    print("held", flush=True)
+    await asyncio.gather(*tasks)
+asyncio.run(main())
+"#;
+
+/// What a DoQ connection's unfinished queries hold is bounded, all its streams together
+/// (64 KiB read by dnsd, as a TCP connection's message, and its window unread in quinn): 32
+/// streams with a query's worth each grew dnsd by 888 KiB a connection (quinn gives the
+/// window back as dnsd reads, so the window alone bounded nothing); 328 KiB now, the
+/// connection's own state with it.
+#[test]
+fn a_doq_connections_unfinished_queries_hold_a_bounded_budget() {
+    let opts = ["tcp_idle_timeout_ms = 30000", "tcp_max_per_source = 64"];
+    let Some((py, dir, quic, dnsd)) = doq_server(&opts) else {
+        return;
+    };
+    use std::io::BufRead;
+    let rss = || palisade_tests::rss_kib(dnsd.pid());
+    let before = rss();
+    let conns = 20;
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(DOQ_FAT)
+        .args([
+            &quic.ip().to_string(),
+            &quic.port().to_string(),
+            &dir.path().join("ca.pem").display().to_string(),
+            &conns.to_string(),
+            "4",
+        ])
+        .env("PYTHONPATH", &py)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "held");
+    let mut grown = 0;
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(150));
+        grown = grown.max(rss().saturating_sub(before));
+    }
+    let _ = child.wait();
+    let each = grown / conns;
+    assert!(
+        each < 500,
+        "{conns} connections of 32 unfinished 16 KiB queries grew dnsd by {grown} KiB ({each} KiB each)"
+    );
+}
+
 /// A DoQ client that sends each byte of its queries in a packet of its own, padded to
 /// 1,200 bytes, on eight streams it never finishes: each byte kept its whole datagram alive
 /// until the stream ended (eight streams of 12.6 KB made dnsd's memory grow by 126 MB in
