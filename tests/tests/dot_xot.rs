@@ -1111,6 +1111,29 @@ fn a_doq_connection_never_moves_to_an_address_its_handshake_did_not_prove() {
     );
 }
 
+/// Runs `script` in python3 with dnspython and aioquic from `py`, given `args`, its stdin and
+/// stdout piped: the child and the first line it printed (trimmed).
+fn python_child(
+    py: &std::path::Path,
+    script: &str,
+    args: &[String],
+) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .env("PYTHONPATH", py)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    (child, line.trim().to_string())
+}
+
 /// Begins DoQ handshakes to argv[1]:argv[2] and never finishes them: one from argv[3] (its
 /// address unproven), then argv[5] from argv[4], each answering the server's Retry (its
 /// address proven) and silent after; prints "retried R" (R of them were sent a Retry) and
@@ -1165,29 +1188,21 @@ fn doq_handshakes_of_a_proven_address_count_against_its_share() {
     let Some((py, _dir, quic, dnsd)) = doq_server(&opts) else {
         return;
     };
-    use std::io::BufRead;
-    let mut child = std::process::Command::new("/usr/bin/python3")
-        .arg("-c")
-        .arg(DOQ_STALL)
-        .args([
-            &quic.ip().to_string(),
-            &quic.port().to_string(),
-            &net::test_ip().to_string(),
-            &net::test_ip().to_string(),
-            "5",
-        ])
-        .env("PYTHONPATH", &py)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run python3");
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
+    let (mut child, line) = python_child(
+        &py,
+        DOQ_STALL,
+        &[
+            quic.ip().to_string(),
+            quic.port().to_string(),
+            net::test_ip().to_string(),
+            net::test_ip().to_string(),
+            "5".into(),
+        ],
+    );
     let refused = dnsd.stat("drops.tcp_limit");
     drop(child.stdin.take());
     let _ = child.wait();
-    assert_eq!(line.trim(), "retried 5", "{}", dnsd.log());
+    assert_eq!(line, "retried 5", "{}", dnsd.log());
     assert_eq!(
         refused,
         3,
@@ -1233,25 +1248,17 @@ fn unproven_doq_handshakes_take_no_place_in_the_table() {
     let Some((py, _dir, quic, dnsd)) = doq_server(&opts) else {
         return;
     };
-    use std::io::BufRead;
-    let mut child = std::process::Command::new("/usr/bin/python3")
-        .arg("-c")
-        .arg(DOQ_FORGED)
-        .args([
-            &quic.ip().to_string(),
-            &quic.port().to_string(),
-            &net::test_ip().to_string(),
-            "8",
-        ])
-        .env("PYTHONPATH", &py)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run python3");
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "begun");
+    let (mut child, line) = python_child(
+        &py,
+        DOQ_FORGED,
+        &[
+            quic.ip().to_string(),
+            quic.port().to_string(),
+            net::test_ip().to_string(),
+            "8".into(),
+        ],
+    );
+    assert_eq!(line, "begun");
     std::thread::sleep(std::time::Duration::from_millis(500));
     let held = dnsd.stat("tcp.connections");
     drop(child.stdin.take());
@@ -1351,28 +1358,21 @@ fn a_doq_connections_unfinished_queries_hold_a_bounded_budget() {
     let Some((py, dir, quic, dnsd)) = doq_server(&opts) else {
         return;
     };
-    use std::io::BufRead;
     let rss = || palisade_tests::rss_kib(dnsd.pid());
     let before = rss();
     let conns = 20;
-    let mut child = std::process::Command::new("/usr/bin/python3")
-        .arg("-c")
-        .arg(DOQ_FAT)
-        .args([
-            &quic.ip().to_string(),
-            &quic.port().to_string(),
-            &dir.path().join("ca.pem").display().to_string(),
-            &conns.to_string(),
-            "4",
-        ])
-        .env("PYTHONPATH", &py)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run python3");
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "held");
+    let (mut child, line) = python_child(
+        &py,
+        DOQ_FAT,
+        &[
+            quic.ip().to_string(),
+            quic.port().to_string(),
+            dir.path().join("ca.pem").display().to_string(),
+            conns.to_string(),
+            "4".into(),
+        ],
+    );
+    assert_eq!(line, "held");
     let mut grown = 0;
     for _ in 0..10 {
         std::thread::sleep(Duration::from_millis(150));

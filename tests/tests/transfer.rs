@@ -575,6 +575,19 @@ fn a_transfer_that_cannot_be_kept_on_disk_is_not_served() {
     assert!(text.contains("serial 2"), "{text}");
 }
 
+/// A NOTIFY for [`ORIGIN`]'s SOA.
+fn notify_of_origin() -> Vec<u8> {
+    build_query(
+        9,
+        ORIGIN,
+        T::SOA,
+        &QueryOpts {
+            opcode: 4,
+            ..QueryOpts::udp()
+        },
+    )
+}
+
 #[test]
 fn a_notify_flood_from_a_primarys_address_checks_the_primary_about_once_a_second() {
     // A UDP source can be forged: a flood of NOTIFYs "from" the primary must not turn into a
@@ -583,15 +596,7 @@ fn a_notify_flood_from_a_primarys_address_checks_the_primary_about_once_a_second
     assert_eq!(secondary.stat("transfer.in.axfr"), 1, "{}", secondary.log());
     let before = secondary.stat("transfer.in.current");
     let sock = std::net::UdpSocket::bind((primary.addr().ip(), 0)).unwrap();
-    let notify = build_query(
-        9,
-        ORIGIN,
-        T::SOA,
-        &QueryOpts {
-            opcode: 4,
-            ..QueryOpts::udp()
-        },
-    );
+    let notify = notify_of_origin();
     // A sustained flood: one a millisecond for about two seconds.
     let t0 = Instant::now();
     for _ in 0..2_000 {
@@ -631,15 +636,7 @@ fn an_operators_refresh_is_not_held_behind_a_notifys_backoff() {
         assert!(!ok || out.contains("FAILED"), "{out}");
     }
     let sock = std::net::UdpSocket::bind((from, 0)).unwrap();
-    let notify = build_query(
-        9,
-        ORIGIN,
-        T::SOA,
-        &QueryOpts {
-            opcode: 4,
-            ..QueryOpts::udp()
-        },
-    );
+    let notify = notify_of_origin();
     sock.send_to(&notify, secondary.addr()).unwrap();
     wait_for("the NOTIFY taken", Duration::from_secs(5), || {
         secondary.stat("notify.in.accepted") >= 1

@@ -1442,6 +1442,19 @@ fn an_rrl_exempt_source_is_answered_in_full_in_xdp() {
     assert!(after.get("xdp.answered") >= before.get("xdp.answered") + 40);
 }
 
+/// Sends `n` queries for www.example.com. (EDNS) from namespace A to `server`, one after the
+/// other: how many were answered in full (records, no TC).
+fn www_answered_in_full(pair: &VethPair, server: SocketAddr, n: u16) -> usize {
+    let queries: Vec<Vec<u8>> = (0..n)
+        .map(|i| build_query(900 + i, "www.example.com.", 1, &QueryOpts::edns(1232)))
+        .collect();
+    exchange_all(pair, server, queries)
+        .iter()
+        .flatten()
+        .filter(|r| r[2] & 0x02 == 0 && r[7] > 0)
+        .count()
+}
+
 /// What XDP answers is limited by its RRL, per source and name, and not counted in the
 /// per-source `[xdp] rate` (which counts what goes on to dnsd): a source's queries for one
 /// name spent its bucket of every other name's (the XDP rate held 20 answered queries to its
@@ -1467,16 +1480,8 @@ fn xdp_answers_are_limited_by_rrl_not_by_the_source_rate() {
     // A second for the buckets the wait spent to fill again.
     std::thread::sleep(Duration::from_millis(2100));
     let before = stats(&cfg);
-    let queries: Vec<Vec<u8>> = (0..20)
-        .map(|i| build_query(900 + i, "www.example.com.", 1, &QueryOpts::edns(1232)))
-        .collect();
-    let replies = exchange_all(&pair, server, queries);
+    let full = www_answered_in_full(&pair, server, 20);
     let after = stats(&cfg);
-    let full = replies
-        .iter()
-        .flatten()
-        .filter(|r| r[2] & 0x02 == 0 && r[7] > 0)
-        .count();
     assert_eq!(full, 20, "answered in full: {before:?} -> {after:?}");
     assert_eq!(after.get("xdp.answered") - before.get("xdp.answered"), 20);
     assert_eq!(
@@ -1500,16 +1505,8 @@ fn xdp_answers_are_limited_by_rrl_not_by_the_source_rate() {
     let server = SocketAddr::new(VethPair::B4.into(), 5355);
     answering_in_xdp(&pair, server, &cfg, &q);
     let before = stats(&cfg);
-    let queries: Vec<Vec<u8>> = (0..40)
-        .map(|i| build_query(900 + i, "www.example.com.", 1, &QueryOpts::edns(1232)))
-        .collect();
-    let replies = exchange_all(&pair, server, queries);
+    let full = www_answered_in_full(&pair, server, 40);
     let after = stats(&cfg);
-    let full = replies
-        .iter()
-        .flatten()
-        .filter(|r| r[2] & 0x02 == 0 && r[7] > 0)
-        .count();
     assert!(full < 40, "{full} of 40 answered: {before:?} -> {after:?}");
     assert!(
         after.get("xdp.drop_ratelimit") + after.get("xdp.rate_slip")

@@ -725,17 +725,13 @@ fn options_query(
     )
 }
 
-#[test]
-fn registered_answers_are_sent_back_and_the_rest_passes() {
+/// The fast path's answer to the root's A at DST4:53 (no EDNS): its key and value.
+fn root_a_answer() -> (xdp_guard::maps::AnsKey, xdp_guard::maps::Answer) {
     use xdp_guard::maps::{ANSWER_MAX, AnsKey, Answer, QNAME_MAX, V_NO_EDNS};
-    let g = private_guard(&[53], 0, 1);
-    let m = g.maps();
-    let dst = DST4;
-    let addr = xdp_guard::addr_key(dst.into(), 53);
     let mut data = [0u8; ANSWER_MAX];
     data[..4].copy_from_slice(&[0xc0, 0x0c, 0, 1]);
     let key = AnsKey {
-        addr: xdp_guard::mapped(dst.into()),
+        addr: xdp_guard::mapped(DST4.into()),
         port: 53,
         ..AnsKey::for_name(V_NO_EDNS, 1, &[0])
     };
@@ -752,6 +748,17 @@ fn registered_answers_are_sent_back_and_the_rest_passes() {
         qname: [0; QNAME_MAX],
         data,
     };
+    (key, ans)
+}
+
+#[test]
+fn registered_answers_are_sent_back_and_the_rest_passes() {
+    use xdp_guard::maps::{AnsKey, V_NO_EDNS};
+    let g = private_guard(&[53], 0, 1);
+    let m = g.maps();
+    let dst = DST4;
+    let addr = xdp_guard::addr_key(dst.into(), 53);
+    let (key, ans) = root_a_answer();
     let src = v4("198.51.100.7");
     let query = |payload: &[u8], pad: usize| {
         let mut f = frame(
@@ -1774,7 +1781,6 @@ fn a_miss_where_answers_are_under_rrl_meets_the_source_rate_after_the_fast_path(
     if !xdp_ready("a_miss_where_answers_are_under_rrl_meets_the_source_rate_after_the_fast_path") {
         return;
     }
-    use xdp_guard::maps::{ANSWER_MAX, AnsKey, Answer, QNAME_MAX, V_NO_EDNS};
     let g = private_guard(&[53], 1, 2);
     pin_to_current_cpu();
     let addr = xdp_guard::addr_key(DST4.into(), 53);
@@ -1783,26 +1789,7 @@ fn a_miss_where_answers_are_under_rrl_meets_the_source_rate_after_the_fast_path(
         ..SENDER
     };
     // One answer (the root's A) makes the address one the fast path answers at.
-    let mut data = [0u8; ANSWER_MAX];
-    data[..4].copy_from_slice(&[0xc0, 0x0c, 0, 1]);
-    let key = AnsKey {
-        addr: xdp_guard::mapped(DST4.into()),
-        port: 53,
-        ..AnsKey::for_name(V_NO_EDNS, 1, &[0])
-    };
-    let ans = Answer {
-        flags: 0x8400,
-        an: 1,
-        ns: 0,
-        ar: 0,
-        len: 4,
-        csum: 0xc00d,
-        cookie: 0,
-        reserved: 0,
-        rrl_key: 1,
-        qname: [0; QNAME_MAX],
-        data,
-    };
+    let (key, ans) = root_a_answer();
     g.maps()
         .publish_answers(&[addr], &mut [(key, ans)], 1232, limited, None)
         .unwrap();
