@@ -889,22 +889,12 @@ __attribute__((noinline)) int guard_rate_name(struct xdp_md *ctx, const struct g
 	struct guard_ans_addr_key ak = {};
 	if (packet_ends(data, end, pk, src, &ak))
 		return 0;
-	__u64 hi, lo;
-	__builtin_memcpy(&hi, src, 8);
-	__builtin_memcpy(&lo, src + 8, 8);
-	int v4 = hi == 0 && (bpf_be64_to_cpu(lo) >> 32) == 0xffff;
-	if (!v4)
-		lo = 0;
 	struct guard_v6_key second, share;
-	__builtin_memcpy(second.addr, &hi, 8);
-	__builtin_memcpy(second.addr + 8, &lo, 8);
+	int v4 = source_key(src, &second);
+	share = second;
+	/* The hash over the half of the key the source leaves zero. */
+	__builtin_memcpy(v4 ? share.addr : share.addr + 8, &hash, 8);
 	second.addr[9] = 2;
-	if (v4)
-		hi = hash;
-	else
-		lo = hash;
-	__builtin_memcpy(share.addr, &hi, 8);
-	__builtin_memcpy(share.addr + 8, &lo, 8);
 	share.addr[9] = 3;
 
 	__u64 now = bpf_ktime_get_ns();

@@ -450,6 +450,22 @@ static __always_inline int bucket_take(struct guard_bucket *b, __u64 cap, __u64 
 	return 1;
 }
 
+/* The rate buckets' key of the source `addr` (IPv4 mapped): an IPv4 source as it is, an IPv6
+ * source's /64 — one host cannot leave its network, while per address it could spread over
+ * 2^64 buckets. True for an IPv4 source. */
+static __always_inline int source_key(const __u8 *addr, struct guard_v6_key *key)
+{
+	__u64 hi, lo;
+	__builtin_memcpy(&hi, addr, 8);
+	__builtin_memcpy(&lo, addr + 8, 8);
+	int v4 = hi == 0 && (bpf_be64_to_cpu(lo) >> 32) == 0xffff;
+	if (!v4)
+		lo = 0;
+	__builtin_memcpy(key->addr, &hi, 8);
+	__builtin_memcpy(key->addr + 8, &lo, 8);
+	return v4;
+}
+
 /* Token bucket per source (an IPv6 source's /64) for UDP to a DNS port. `src` is the IPv6 (or
  * v4-mapped) source; `proven`: the bucket of its queries that carried our server cookie, apart
  * from the one forged packets in its name can spend (as dnsd keeps them apart). */
@@ -468,16 +484,8 @@ static __always_inline int rate_limit(struct guard_v6_key *src, __be16 dport,
 		return GUARD_C_PASS;
 	}
 
-	/* The bucket's key: an IPv4 source (v4-mapped) as it is, an IPv6 source's /64 — one host
-	 * cannot leave its network, while per address it could spread over 2^64 buckets. */
 	struct guard_v6_key key;
-	__u64 hi, lo;
-	__builtin_memcpy(&hi, src->addr, 8);
-	__builtin_memcpy(&lo, src->addr + 8, 8);
-	if (hi != 0 || (bpf_be64_to_cpu(lo) >> 32) != 0xffff)
-		lo = 0;
-	__builtin_memcpy(key.addr, &hi, 8);
-	__builtin_memcpy(key.addr + 8, &lo, 8);
+	source_key(src->addr, &key);
 	/* Byte 9 is zero in every key above (an IPv4 source's is ::ffff:a.b.c.d, an IPv6 one's
 	 * low 64 bits are zero): 1 there keys the proven bucket. */
 	if (proven)
@@ -915,14 +923,13 @@ int palisade_guard(struct xdp_md *ctx)
 		/* Not answered here: on to dnsd, under the source's rate (if not met before). */
 		v = (pk.cand & GUARD_CAND_RATE_LATER) ? guard_rate_later(ctx, &pk) : GUARD_C_PASS;
 	}
-	/* A listed proxy's datagram (its payload a PROXY header, not the query) is never looked
-	 * into for a cookie or a name. Forged packets in a source's name spend its bucket: its
-	 * own queries that carry our
+	/* Forged packets in a source's name spend its bucket: its own queries that carry our
 	 * server cookie (it read our replies) still go to dnsd, which exempts them too, and so do
 	 * those of a name whose share of its second bucket has room (a flood of one name spends
 	 * that name's share); else one in `slip` is answered TC=1 (its question alone: never
 	 * more bytes than came) for the resolver to come back over TCP, which no bucket limits
-	 * — as RRL slips. */
+	 * — as RRL slips. A listed proxy's datagram (its payload a PROXY header, not the query)
+	 * is never looked into for a cookie or a name. */
 	if (v == GUARD_C_DROP_RATELIMIT) {
 		if (guard_rate_cookie(ctx, &pk) || guard_rate_name(ctx, &pk)) {
 			v = GUARD_C_PASS;
